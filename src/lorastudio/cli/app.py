@@ -1,0 +1,48 @@
+"""The root `lorastudio` command. Command modules register themselves here, one line each."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from lorastudio import __version__
+from lorastudio.errors import LorastudioError
+
+app = typer.Typer(
+    name="lorastudio",
+    help="Train LoRA adapters for SDXL, FLUX.1, Qwen-Image and Z-Image, and generate with them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"lorastudio {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    """lorastudio: a self-hosted LoRA studio."""
+
+
+def _register() -> None:
+    """Attach every command module (one line each)."""
+    from lorastudio.cli import info_cmd
+
+    info_cmd.register(app)
+
+
+def main() -> None:
+    """Console entry point: runs the app; a domain error prints its message and exits 2."""
+    _register()
+    try:
+        app()
+    except LorastudioError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        sys.exit(2)

@@ -1,0 +1,247 @@
+"""TrainConfig: the one strict training configuration shared by the CLI, the API and the jobs.
+
+Rules:
+- unknown keys are errors, and every problem is reported at once (`parse_train_config`);
+- a field left at None means "the family's default" and is filled by `resolve_train_config`;
+- a family-specific field (see `FAMILY_SPECIFIC_FIELDS`) that the user sets explicitly for a
+  family that cannot honour it is refused, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
+
+LrScheduler = Literal[
+    "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
+]
+BasePrecision = Literal["auto", "fp32", "bf16", "fp16"]
+TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
+
+# Fields that only some families honour. A family lists the ones it supports in
+# FamilySpec.supports; setting one explicitly for another family is a ConfigError.
+FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
+    "snr_gamma",
+    "timestep_sampling",
+    "logit_mean",
+    "logit_std",
+    "flow_shift",
+    "guidance",
+    "max_sequence_length",
+)
+
+
+class TrainConfig(BaseModel):
+    """Everything that defines one training run. See the field descriptions for units/defaults."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # what to train on
+    family: str = Field(description="model family: sdxl, flux, qwen-image or z-image")
+    base_model: str = Field(min_length=1, description="hub id (owner/name) or local pipeline folder")
+    revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
+    data_dir: str = Field(min_length=1, description="dataset folder (absolute, or a name under datasets/)")
+    output_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="name of the run's output folder and LoRA file (default: family-date-time)",
+    )
+
+    # data
+    resolution: int | None = Field(default=None, ge=16, le=4096, description="training side in pixels")
+    aspect_buckets: bool = Field(default=True, description="batch images by aspect ratio (else square)")
+    random_crop: bool = Field(default=False, description="random instead of centre crop")
+    random_flip: bool = Field(default=False, description="horizontal flip augmentation")
+    cache_variants: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="crop/flip variants cached per image (default 4 with random crop/flip, else 1)",
+    )
+    latent_cache_max_gb: float = Field(
+        default=8.0, ge=0, le=1024, description="RAM budget of the latent cache; above it, encode per step"
+    )
+    trigger_word: str | None = Field(default=None, max_length=200, description="prepended to captions")
+    default_caption: str | None = Field(
+        default=None, max_length=2000, description="caption of images without one (instance prompt)"
+    )
+    caption_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability of an empty caption")
+
+    # schedule
+    steps: int = Field(default=1000, ge=1, le=10_000_000, description="optimizer steps (ignored if num_epochs>0)")
+    num_epochs: int = Field(default=0, ge=0, le=100_000, description="if > 0, overrides steps")
+    batch_size: int = Field(default=1, ge=1, le=256)
+    grad_accum: int = Field(default=1, ge=1, le=1024, description="micro-batches per optimizer step")
+    learning_rate: float | None = Field(default=None, gt=0, le=1.0)
+    lr_scheduler: LrScheduler = "constant"
+    lr_warmup_steps: int = Field(default=0, ge=0)
+    weight_decay: float = Field(default=1e-4, ge=0, le=1.0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0, description="gradient clipping; null = off")
+    seed: int = Field(default=42, ge=0, le=2**32 - 1)
+
+    # LoRA
+    lora_rank: int | None = Field(default=None, ge=1, le=1024)
+    lora_alpha: float | None = Field(default=None, gt=0, le=4096, description="default: equal to the rank")
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    lora_targets: list[str] | None = Field(default=None, min_length=1, description="module name suffixes")
+
+    # numerics
+    base_precision: BasePrecision = Field(
+        default="auto", description="dtype of the frozen base: auto = bf16 on a capable GPU, else fp32"
+    )
+    gradient_checkpointing: bool = False
+    enable_tf32: bool = Field(default=True, description="TF32 matmuls for the run (restored after)")
+
+    # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)
+    snr_gamma: float | None = Field(default=5.0, gt=0, description="min-SNR weighting (DDPM families); null = off")
+    timestep_sampling: TimestepSampling = Field(default="logit_normal", description="flow families")
+    logit_mean: float = Field(default=0.0, ge=-10, le=10)
+    logit_std: float = Field(default=1.0, gt=0, le=10)
+    flow_shift: float | None = Field(default=None, gt=0, le=100, description="static sigma shift (flow)")
+    guidance: float | None = Field(default=None, ge=0, le=100, description="guidance-distilled bases")
+    max_sequence_length: int | None = Field(default=None, ge=1, le=4096, description="text tokens")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _finite(cls, v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _targets_nonempty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not t.strip() for t in v):
+            raise ValueError("target module names must be non-empty")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> TrainConfig:
+        if (
+            self.cache_variants is not None
+            and self.cache_variants > 1
+            and not (self.random_crop or self.random_flip)
+        ):
+            raise ValueError(
+                "cache_variants > 1 needs random_crop or random_flip (otherwise every variant is identical)"
+            )
+        return self
+
+
+def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
+    out = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        out.append(FieldProblem(loc, msg))
+    return out
+
+
+def parse_train_config(data: Mapping[str, Any]) -> TrainConfig:
+    """Validate raw settings into a TrainConfig and check them against the family.
+
+    Returns the config as given (family defaults not yet filled: see resolve_train_config).
+    Raises ConfigError listing every problem at once (unknown keys, bad values, settings the
+    family cannot honour); UnknownFamily becomes one of those problems.
+    """
+    try:
+        cfg = TrainConfig.model_validate(dict(data))
+    except ValidationError as err:
+        problems = _pydantic_problems(err)
+        fam_name = data.get("family") if isinstance(data, Mapping) else None
+        if isinstance(fam_name, str):
+            problems += _family_problems_raw(fam_name, data)
+        raise ConfigError(problems) from None
+    problems = family_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _family_problems_raw(fam_name: str, data: Mapping[str, Any]) -> list[FieldProblem]:
+    from lorastudio import families
+
+    try:
+        fam = families.get(fam_name)
+    except UnknownFamily as err:
+        return [FieldProblem("family", str(err))]
+    given = set(data) & set(FAMILY_SPECIFIC_FIELDS)
+    return [_unsupported(fam.spec.name, f) for f in sorted(given - fam.spec.supports)]
+
+
+def _unsupported(family: str, field: str) -> FieldProblem:
+    return FieldProblem(field, f"the {family} family cannot honour this setting; remove it")
+
+
+def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Problems between a parsed config and its family (unknown family, unsupported settings,
+    resolution not a multiple of what the family needs). Empty list when all is well."""
+    from lorastudio import families
+
+    try:
+        fam = families.get(cfg.family)
+    except UnknownFamily as err:
+        return [FieldProblem("family", str(err))]
+    problems = [
+        _unsupported(fam.spec.name, f)
+        for f in sorted((cfg.model_fields_set & set(FAMILY_SPECIFIC_FIELDS)) - fam.spec.supports)
+    ]
+    res = cfg.resolution if cfg.resolution is not None else fam.spec.defaults.get("resolution")
+    mult = fam.spec.resolution_multiple
+    if isinstance(res, int) and res % mult:
+        problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
+    problems += fam.config_problems(cfg)
+    return problems
+
+
+# Settings where an explicit null is meaningful ("off"), so a family default must not replace it.
+NULL_MEANS_OFF = frozenset({"snr_gamma", "flow_shift", "max_grad_norm"})
+
+
+def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
+    """Fill every family default and null the family-specific fields the family does not use.
+
+    A field takes the family default (FamilySpec.defaults) when the user did not set it, or set
+    it to null where null has no meaning of its own. Returns a new config; `cfg` is unchanged.
+    Raises ConfigError if the config is not valid for its family.
+    """
+    from lorastudio import families
+
+    problems = family_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
+    fam = families.get(cfg.family)
+    values = cfg.model_dump()
+    for key, default in fam.spec.defaults.items():
+        explicit = key in cfg.model_fields_set
+        if not explicit or (values[key] is None and key not in NULL_MEANS_OFF):
+            values[key] = default
+    for key in set(FAMILY_SPECIFIC_FIELDS) - fam.spec.supports:
+        field = TrainConfig.model_fields[key]
+        values[key] = field.default if key in _NOT_NULLABLE else None
+    if values["lora_alpha"] is None:
+        values["lora_alpha"] = float(values["lora_rank"])
+    if values["cache_variants"] is None:
+        values["cache_variants"] = 4 if (cfg.random_crop or cfg.random_flip) else 1
+    if values["output_name"] is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        values["output_name"] = f"{fam.spec.name}-{stamp}"
+    resolved = TrainConfig.model_validate(values)
+    missing = [k for k in ("resolution", "learning_rate", "lora_rank") if getattr(resolved, k) is None]
+    if missing:
+        raise ConfigError([FieldProblem(k, f"no default for {fam.spec.name}; set it") for k in missing])
+    return resolved
+
+
+# Family-specific fields whose schema default is not null: inert for families that do not use them.
+_NOT_NULLABLE = ("timestep_sampling", "logit_mean", "logit_std")

@@ -1,0 +1,79 @@
+"""Domain errors. Every error a user can cause is one of these; api/errors.py maps each class
+to an HTTP status code in one place, and the CLI prints its message and exits non-zero.
+
+No module raises bare Exception/RuntimeError for a user mistake: pick (or add) a class here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LorastudioError(Exception):
+    """Base of every domain error. `str(err)` is a complete, user-facing message."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One problem with one setting: `field` is a dotted path ("lora_rank"), `message` says why."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class ConfigError(LorastudioError):
+    """A configuration with one or more bad fields. All problems are reported at once."""
+
+    def __init__(self, problems: list[FieldProblem]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid configuration ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class UnknownFamily(LorastudioError):
+    """A family name that is not registered. The message lists the valid names."""
+
+    def __init__(self, name: str, valid: list[str]):
+        self.name = name
+        self.valid = list(valid)
+        super().__init__(f"unknown model family {name!r}; valid families: {', '.join(self.valid)}")
+
+
+class DatasetError(LorastudioError):
+    """A dataset that cannot be trained on. `problems` lists each file or fact that is wrong."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        self.problems = list(problems or [])
+        detail = "".join(f"\n  - {p}" for p in self.problems)
+        super().__init__(message + detail)
+
+
+class ModelSourceError(LorastudioError):
+    """A base model that cannot be used: missing, incomplete, wrong family or inference-only."""
+
+
+class PathOutsideRoot(LorastudioError):
+    """A user-supplied path that resolves outside the root it must stay under."""
+
+
+class NotFound(LorastudioError):
+    """A named thing (run, dataset, LoRA, image) that does not exist."""
+
+
+class JobActive(LorastudioError):
+    """The GPU is busy (a training job or a conflicting workload is active)."""
+
+
+class TrainingStopped(LorastudioError):
+    """Raised inside the engine when a stop request is honoured; carries whether to save."""
+
+    def __init__(self, save: bool):
+        self.save = save
+        super().__init__("training stopped on request" + (" (saving)" if save else " (discarding)"))
+
+
+class TrainingDiverged(LorastudioError):
+    """The loss or gradients stayed non-finite; no LoRA is written from the diverged weights."""

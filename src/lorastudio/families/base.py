@@ -1,0 +1,121 @@
+"""The Family protocol: what the shared training loop needs to know about one model family.
+
+A family is a declarative `FamilySpec` (constants: prediction objective, latent channels, LoRA
+targets, default hyper-parameters, capabilities) plus typed hooks (load parts, encode prompts,
+encode images, denoiser forward). Families never subclass or fork the loop: the loop in
+`lorastudio.training` calls these hooks and nothing else family-specific.
+
+Tensor conventions used by every hook:
+  pixels      [B, 3, H, W]   float, in [-1, 1]
+  latents     [B, C, h, w]   the family's *normalised* latent space (scaling/shift applied),
+                             h = H / vae_scale_factor; 5-D VAEs squeeze their frame axis here
+  conditioning  dict[str, Tensor] per caption, no batch axis; `collate_conditioning` batches them
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from lorastudio.errors import FieldProblem
+
+if TYPE_CHECKING:
+    import torch
+
+    from lorastudio.config import TrainConfig
+
+Objective = Literal["ddpm", "flow"]
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """Declarative constants of a family. No behaviour lives here."""
+
+    name: str  # registry key: "sdxl", "flux", "qwen-image", "z-image"
+    title: str  # human name: "FLUX.1"
+    pipeline_class: str  # diffusers pipeline class used for loading, generation and LoRA files
+    accepted_pipelines: tuple[str, ...]  # model_index.json `_class_name`s this family trains
+    denoiser: str  # pipeline component trained with LoRA: "unet" or "transformer"
+    objective: Objective  # "ddpm" (epsilon / v from the scheduler config) or "flow" (rectified)
+    latent_channels: int
+    vae_scale_factor: int  # pixels per latent cell along one side
+    resolution_multiple: int  # training resolutions must be multiples of this (pixels)
+    lora_targets: tuple[str, ...]  # default LoRA target module names (peft suffix match)
+    lora_layers_kwarg: str  # keyword of pipeline.save_lora_weights for the denoiser's layers
+    defaults: Mapping[str, Any]  # TrainConfig field -> family default (learning_rate, lora_rank, ...)
+    supports: frozenset[str]  # family-specific TrainConfig fields this family honours
+    generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # pipeline __call__ kwargs
+
+    def public(self) -> dict[str, Any]:
+        """A JSON-able description (for /api/info and the UI)."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "objective": self.objective,
+            "latent_channels": self.latent_channels,
+            "resolution_multiple": self.resolution_multiple,
+            "lora_targets": list(self.lora_targets),
+            "defaults": dict(self.defaults),
+            "supports": sorted(self.supports),
+        }
+
+
+class Family(ABC):
+    """Hooks of one family. Subclasses set `spec` and implement the abstract methods.
+
+    Each hook loads or computes one thing and returns it; none keeps hidden state between calls,
+    so the loop can free what it no longer needs (text encoders after phase 1, VAE after phase 2).
+    """
+
+    spec: FamilySpec
+
+    # -- validation -------------------------------------------------------------------------
+    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
+        """Problems specific to this family beyond the generic checks (default: none)."""
+        return []
+
+    # -- phase 1: conditioning --------------------------------------------------------------
+    @abstractmethod
+    def load_text_encoders(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+        """Load tokenizers + text encoders (eval mode, no grad) from a pipeline folder or hub id."""
+
+    @abstractmethod
+    def encode_prompts(self, encoders: Any, prompts: list[str], cfg: TrainConfig) -> list[dict[str, torch.Tensor]]:
+        """Encode each prompt; returns one dict of CPU tensors (no batch axis) per prompt."""
+
+    def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Batch per-caption conditioning (default: stack each key). Families with variable-length
+        text pad here and return the mask too."""
+        import torch
+
+        return {k: torch.stack([it[k] for it in items]) for k in items[0]}
+
+    # -- phase 2: latents ----------------------------------------------------------------------
+    @abstractmethod
+    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+        """Load the VAE (eval mode, no grad)."""
+
+    @abstractmethod
+    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """pixels [B,3,H,W] in [-1,1] -> (mean, std) of the posterior in the normalised latent
+        space, each [B,C,h,w] float32. A latent sample is mean + std * randn."""
+
+    # -- phase 3: denoiser -----------------------------------------------------------------------
+    @abstractmethod
+    def load_denoiser(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+        """Load the denoiser (frozen; the loop adds the LoRA)."""
+
+    @abstractmethod
+    def predict(
+        self,
+        denoiser: Any,
+        noisy: torch.Tensor,
+        noise_level: torch.Tensor,
+        cond: dict[str, torch.Tensor],
+        batch_info: Mapping[str, Any],
+    ) -> torch.Tensor:
+        """One denoiser forward. noisy [B,C,h,w]; noise_level [B] (DDPM: integer timesteps;
+        flow: sigma in [0,1]); returns the prediction [B,C,h,w] in the objective's target space
+        (epsilon/v for DDPM, noise - x0 for flow)."""

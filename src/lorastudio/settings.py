@@ -1,0 +1,57 @@
+"""Where lorastudio keeps things, and how the server listens.
+
+The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
+  datasets/   one folder per dataset (images + .txt captions / metadata.jsonl)
+  outputs/    one folder per run (LoRA .safetensors + sidecar JSON, checkpoints, samples)
+  models/     local base models (diffusers pipeline folders), including the tiny demo models
+  lorastudio.db   the run store (SQLite)
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Process-wide settings, read from LORASTUDIO_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="LORASTUDIO_", extra="forbid")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".lorastudio")
+    host: str = "127.0.0.1"
+    port: int = Field(default=7860, ge=1, le=65535)
+    api_token: str | None = None
+    max_upload_mb: int = Field(default=2048, ge=1)
+    max_image_pixels: int = Field(default=64_000_000, ge=1)
+
+    @property
+    def datasets_dir(self) -> Path:
+        return self.home / "datasets"
+
+    @property
+    def outputs_dir(self) -> Path:
+        return self.home / "outputs"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "lorastudio.db"
+
+    def ensure_dirs(self) -> Settings:
+        """Create the home and its sub-folders if missing; returns self."""
+        for d in (self.home, self.datasets_dir, self.outputs_dir, self.models_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process (cached; tests call `get_settings.cache_clear()`)."""
+    return Settings()

@@ -1,0 +1,82 @@
+"""Typed training events: the protocol between the engine and the job service / CLI.
+
+The engine calls `emit(event)` with one of the models below. Events are plain pydantic models
+(picklable, JSON-serialisable with `event.model_dump(mode="json")`); this module must never
+import torch, so the job service and the API can use it.
+
+Numbers may be NaN/Inf when training misbehaves; the job service turns those into null at its
+one ingestion point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelLoadStarted(_Event):
+    type: Literal["model_load_started"] = "model_load_started"
+    component: str  # "text_encoders" | "vae" | "denoiser" | ...
+
+
+class ModelLoadCompleted(_Event):
+    type: Literal["model_load_completed"] = "model_load_completed"
+    component: str
+    seconds: float
+
+
+class Preparing(_Event):
+    type: Literal["preparing"] = "preparing"
+    phase: Literal["conditioning", "latents", "denoiser"]
+    done: int
+    total: int
+
+
+class Progress(_Event):
+    """One optimizer step done. samples_per_second is steady-state (first step excluded; None
+    until there is a second step); peak_memory_gb is the accelerator's (or the process RSS peak
+    on CPU)."""
+
+    type: Literal["progress"] = "progress"
+    step: int
+    total_steps: int
+    epoch: int
+    loss: float
+    avg_loss: float
+    lr: float
+    grad_norm: float | None
+    samples_per_second: float | None
+    peak_memory_gb: float | None
+
+
+class Complete(_Event):
+    """The run ended without error. lora_path is None when stopped without saving."""
+
+    type: Literal["complete"] = "complete"
+    lora_path: str | None
+    steps_run: int
+    stopped: bool
+
+
+class Error(_Event):
+    type: Literal["error"] = "error"
+    message: str
+
+
+Event = Annotated[
+    ModelLoadStarted | ModelLoadCompleted | Preparing | Progress | Complete | Error,
+    Field(discriminator="type"),
+]
+EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)
+Emit = Callable[[Event], None]
+
+
+def parse_event(data: dict) -> Event:
+    """Rebuild a typed event from its JSON dict (raises pydantic.ValidationError if malformed)."""
+    return EventAdapter.validate_python(data)
