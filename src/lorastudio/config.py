@@ -76,7 +76,9 @@ class TrainConfig(BaseModel):
     caption_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability of an empty caption")
 
     # schedule
-    steps: int = Field(default=1000, ge=1, le=10_000_000, description="optimizer steps (ignored if num_epochs>0)")
+    steps: int = Field(
+        default=1000, ge=1, le=10_000_000, description="optimizer steps (ignored if num_epochs>0)"
+    )
     num_epochs: int = Field(default=0, ge=0, le=100_000, description="if > 0, overrides steps")
     batch_size: int = Field(default=1, ge=1, le=256)
     grad_accum: int = Field(default=1, ge=1, le=1024, description="micro-batches per optimizer step")
@@ -101,7 +103,9 @@ class TrainConfig(BaseModel):
     enable_tf32: bool = Field(default=True, description="TF32 matmuls for the run (restored after)")
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)
-    snr_gamma: float | None = Field(default=5.0, gt=0, description="min-SNR weighting (DDPM families); null = off")
+    snr_gamma: float | None = Field(
+        default=5.0, gt=0, description="min-SNR weighting (DDPM families); null = off"
+    )
     timestep_sampling: TimestepSampling = Field(default="logit_normal", description="flow families")
     logit_mean: float = Field(default=0.0, ge=-10, le=10)
     logit_std: float = Field(default=1.0, gt=0, le=10)

@@ -78,11 +78,15 @@ class Family(ABC):
 
     # -- phase 1: conditioning --------------------------------------------------------------
     @abstractmethod
-    def load_text_encoders(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+    def load_text_encoders(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
         """Load tokenizers + text encoders (eval mode, no grad) from a pipeline folder or hub id."""
 
     @abstractmethod
-    def encode_prompts(self, encoders: Any, prompts: list[str], cfg: TrainConfig) -> list[dict[str, torch.Tensor]]:
+    def encode_prompts(
+        self, encoders: Any, prompts: list[str], cfg: TrainConfig
+    ) -> list[dict[str, torch.Tensor]]:
         """Encode each prompt; returns one dict of CPU tensors (no batch axis) per prompt."""
 
     def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -104,7 +108,9 @@ class Family(ABC):
 
     # -- phase 3: denoiser -----------------------------------------------------------------------
     @abstractmethod
-    def load_denoiser(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+    def load_denoiser(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
         """Load the denoiser (frozen; the loop adds the LoRA)."""
 
     @abstractmethod

@@ -80,3 +80,14 @@ Emit = Callable[[Event], None]
 def parse_event(data: dict) -> Event:
     """Rebuild a typed event from its JSON dict (raises pydantic.ValidationError if malformed)."""
     return EventAdapter.validate_python(data)
+
+
+class StopRequest(BaseModel):
+    """A request to end the run early: save=True writes a LoRA of the steps run, False discards."""
+
+    model_config = ConfigDict(frozen=True)
+    save: bool
+
+
+# The engine polls this between phases, per image while caching and after every step.
+StopCheck = Callable[[], StopRequest | None]
