@@ -14,12 +14,13 @@ Tensor conventions used by every hook:
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from lorastudio.errors import FieldProblem
+from lorastudio.errors import FieldProblem, ModelSourceError
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +45,7 @@ class FamilySpec:
     resolution_multiple: int  # training resolutions must be multiples of this (pixels)
     lora_targets: tuple[str, ...]  # default LoRA target module names (peft suffix match)
     lora_layers_kwarg: str  # keyword of pipeline.save_lora_weights for the denoiser's layers
+    patch_size: int  # latent cells per token side (2 for the packed/patched transformers, 1 for U-Nets)
     defaults: Mapping[str, Any]  # TrainConfig field -> family default (learning_rate, lora_rank, ...)
     supports: frozenset[str]  # family-specific TrainConfig fields this family honours
     generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # pipeline __call__ kwargs
@@ -89,7 +91,7 @@ class Family(ABC):
     ) -> list[dict[str, torch.Tensor]]:
         """Encode each prompt; returns one dict of CPU tensors (no batch axis) per prompt."""
 
-    def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         """Batch per-caption conditioning (default: stack each key). Families with variable-length
         text pad here and return the mask too."""
         import torch
@@ -119,9 +121,86 @@ class Family(ABC):
         denoiser: Any,
         noisy: torch.Tensor,
         noise_level: torch.Tensor,
-        cond: dict[str, torch.Tensor],
+        cond: dict[str, Any],
         batch_info: Mapping[str, Any],
+        cfg: TrainConfig,
     ) -> torch.Tensor:
-        """One denoiser forward. noisy [B,C,h,w]; noise_level [B] (DDPM: integer timesteps;
-        flow: sigma in [0,1]); returns the prediction [B,C,h,w] in the objective's target space
-        (epsilon/v for DDPM, noise - x0 for flow)."""
+        """One denoiser forward. noisy [B,C,h,w] in the training dtype; noise_level [B]
+        (DDPM: integer timesteps; flow: sigma in [0,1], 1 = pure noise); cond is the output of
+        collate_conditioning; batch_info = {"original_size": [(h, w)] * B, "crop_top_left":
+        [(top, left)] * B, "target_size": (H, W)} in pixels. Returns the prediction [B,C,h,w]
+        in the objective's target space: epsilon or v for DDPM (per the scheduler config),
+        noise - x0 for flow."""
+
+    # -- noise schedule ------------------------------------------------------------------------
+    def scheduler_config(self, source: str, revision: str | None) -> dict[str, Any]:
+        """The base model's scheduler config (scheduler/scheduler_config.json) as a dict.
+        Raises ModelSourceError when it cannot be read."""
+        from diffusers import DDPMScheduler  # any scheduler class reads scheduler_config.json
+
+        try:
+            return dict(DDPMScheduler.load_config(source, subfolder="scheduler", revision=revision))
+        except (OSError, ValueError) as err:
+            raise ModelSourceError(f"cannot read the scheduler config of {source!r}: {err}") from err
+
+    def shift_sigmas(
+        self,
+        sigmas: torch.Tensor,
+        latent_hw: tuple[int, int],
+        cfg: TrainConfig,
+        scheduler_config: Mapping[str, Any],
+    ) -> torch.Tensor:
+        """Flow families: map sampled sigmas [B] (in (0,1)) to the training sigmas [B].
+
+        Default: cfg.flow_shift if set (static shift s*x / (1 + (s-1)*x)); otherwise shift the
+        way the family's pipeline does at inference for this image size: dynamic (mu from the
+        packed image sequence length, exponential or linear time shift) when the scheduler
+        config says use_dynamic_shifting, else its static `shift`."""
+        if cfg.flow_shift is not None:
+            return static_shift(sigmas, cfg.flow_shift)
+        if scheduler_config.get("use_dynamic_shifting"):
+            seq_len = (latent_hw[0] // 2) * (latent_hw[1] // 2)
+            mu = dynamic_shift_mu(seq_len, scheduler_config)
+            return time_shift(sigmas, mu, scheduler_config.get("time_shift_type", "exponential"))
+        return static_shift(sigmas, float(scheduler_config.get("shift", 1.0)))
+
+
+def static_shift(sigmas: torch.Tensor, shift: float) -> torch.Tensor:
+    """SD3-style static shift: s*x / (1 + (s - 1)*x); shift 1 is the identity."""
+    return shift * sigmas / (1 + (shift - 1) * sigmas)
+
+
+def dynamic_shift_mu(image_seq_len: int, scheduler_config: Mapping[str, Any]) -> float:
+    """mu for dynamic shifting, linear in the image sequence length (diffusers calculate_shift)."""
+    base_len = scheduler_config.get("base_image_seq_len", 256)
+    max_len = scheduler_config.get("max_image_seq_len", 4096)
+    base_shift = scheduler_config.get("base_shift", 0.5)
+    max_shift = scheduler_config.get("max_shift", 1.15)
+    m = (max_shift - base_shift) / (max_len - base_len)
+    return image_seq_len * m + (base_shift - m * base_len)
+
+
+def time_shift(sigmas: torch.Tensor, mu: float, kind: str = "exponential") -> torch.Tensor:
+    """FlowMatchEulerDiscreteScheduler's time shift of sigmas [B] by mu (sigma exponent 1)."""
+    if kind == "exponential":
+        return math.exp(mu) / (math.exp(mu) + (1 / sigmas - 1))
+    return mu / (mu + (1 / sigmas - 1))
+
+
+def load_component(cls: Any, source: str, subfolder: str, revision: str | None, **kwargs: Any) -> Any:
+    """`cls.from_pretrained(source, subfolder=..., revision=..., **kwargs)`, with a clear
+    ModelSourceError naming the component when it is missing or unreadable."""
+    quiet_loading()
+    try:
+        return cls.from_pretrained(source, subfolder=subfolder, revision=revision, **kwargs)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelSourceError(f"cannot load {subfolder!r} ({cls.__name__}) from {source!r}: {err}") from err
+
+
+def quiet_loading() -> None:
+    """Silence diffusers'/transformers' loading progress bars (the engine reports progress)."""
+    import diffusers.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    dlog.disable_progress_bar()
+    tlog.disable_progress_bar()

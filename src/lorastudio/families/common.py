@@ -1,0 +1,68 @@
+"""Pieces shared by several families: latent packing, KL-VAE posterior normalisation and
+text-only pipeline loading. Pure functions; no family knows another family."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lorastudio.errors import ModelSourceError
+from lorastudio.families.base import quiet_loading
+
+
+def pack_2x2(latents: torch.Tensor) -> torch.Tensor:
+    """[B, C, h, w] -> [B, (h/2)*(w/2), C*4]: the 2x2 patch packing of FLUX.1 / Qwen-Image."""
+    b, c, h, w = latents.shape
+    x = latents.view(b, c, h // 2, 2, w // 2, 2)  # [B, C, h/2, 2, w/2, 2]
+    x = x.permute(0, 2, 4, 1, 3, 5)  # [B, h/2, w/2, C, 2, 2]
+    return x.reshape(b, (h // 2) * (w // 2), c * 4)
+
+
+def unpack_2x2(packed: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """Inverse of pack_2x2: [B, (h/2)*(w/2), C*4] -> [B, C, h, w]."""
+    b, _, c4 = packed.shape
+    c = c4 // 4
+    x = packed.view(b, h // 2, w // 2, c, 2, 2)  # [B, h/2, w/2, C, 2, 2]
+    x = x.permute(0, 3, 1, 4, 2, 5)  # [B, C, h/2, 2, w/2, 2]
+    return x.reshape(b, c, h, w)
+
+
+def kl_posterior(vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """AutoencoderKL posterior of pixels [B,3,H,W] in [-1,1], normalised like the pipelines do
+    (z - shift_factor) * scaling_factor. Returns (mean, std), each [B, C, h, w] float32."""
+    dist = vae.encode(pixels.to(vae.dtype)).latent_dist
+    scale = float(vae.config.scaling_factor)
+    shift = float(vae.config.shift_factor or 0.0)
+    mean = (dist.mean.float() - shift) * scale  # [B, C, h, w]
+    std = dist.std.float() * scale  # [B, C, h, w]
+    return mean, std
+
+
+def load_text_pipeline(
+    pipeline_cls: Any,
+    source: str,
+    revision: str | None,
+    dtype: torch.dtype,
+    device: torch.device,
+    **skip: None,
+) -> Any:
+    """Load a pipeline with only its text parts (tokenizers, text encoders, scheduler): the
+    components named in `skip` (e.g. transformer=None, vae=None) are not loaded. The pipeline's
+    own encode_prompt then encodes exactly as inference does. Raises ModelSourceError."""
+    quiet_loading()
+    try:
+        pipe = pipeline_cls.from_pretrained(source, revision=revision, torch_dtype=dtype, **skip)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelSourceError(f"cannot load the text encoders of {source!r}: {err}") from err
+    pipe.to(device)
+    for name in ("text_encoder", "text_encoder_2", "text_encoder_3"):
+        module = getattr(pipe, name, None)
+        if module is not None:
+            module.eval().requires_grad_(False)
+    return pipe
+
+
+def frozen(module: Any, device: torch.device) -> Any:
+    """Move a loaded model to device, eval mode, no gradients; returns it."""
+    return module.to(device).eval().requires_grad_(False)

@@ -1,0 +1,134 @@
+"""FLUX.1 (dev / schnell / Krea ...): rectified-flow transformer on 2x2-packed 16-channel
+latents, CLIP pooled + T5 text conditioning, optional guidance embedding (guidance-distilled
+bases). Conditioning is produced by FluxPipeline.encode_prompt, so it matches inference."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.errors import FieldProblem
+from lorastudio.families.base import Family, FamilySpec, load_component
+from lorastudio.families.common import frozen, kl_posterior, load_text_pipeline, pack_2x2, unpack_2x2
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+SPEC = FamilySpec(
+    name="flux",
+    title="FLUX.1",
+    pipeline_class="FluxPipeline",
+    accepted_pipelines=("FluxPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline"),
+    denoiser="transformer",
+    objective="flow",
+    latent_channels=16,
+    vae_scale_factor=8,
+    resolution_multiple=16,
+    lora_targets=("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"),
+    lora_layers_kwarg="transformer_lora_layers",
+    patch_size=2,
+    defaults={
+        "resolution": 1024,
+        "learning_rate": 1e-4,
+        "lora_rank": 16,
+        "guidance": 1.0,
+        "max_sequence_length": 512,
+    },
+    supports=frozenset(
+        {"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "guidance", "max_sequence_length"}
+    ),
+    generation_defaults={"num_inference_steps": 28, "guidance_scale": 3.5},
+)
+
+
+class FluxFamily(Family):
+    spec = SPEC
+
+    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
+        if cfg.max_sequence_length is not None and cfg.max_sequence_length > 512:
+            return [FieldProblem("max_sequence_length", "FLUX.1's T5 takes at most 512 tokens")]
+        return []
+
+    def load_text_encoders(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import FluxPipeline
+
+        return load_text_pipeline(FluxPipeline, source, revision, dtype, device, transformer=None, vae=None)
+
+    @torch.no_grad()
+    def encode_prompts(
+        self, encoders: Any, prompts: list[str], cfg: TrainConfig
+    ) -> list[dict[str, torch.Tensor]]:
+        embeds, pooled, _ = encoders.encode_prompt(
+            prompts, prompt_2=None, device=encoders.device, max_sequence_length=cfg.max_sequence_length or 512
+        )  # [N, L, D], [N, Dp]
+        return [{"prompt_embeds": e.cpu(), "pooled": p.cpu()} for e, p in zip(embeds, pooled, strict=True)]
+
+    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+        from diffusers import AutoencoderKL
+
+        return frozen(load_component(AutoencoderKL, source, "vae", revision, torch_dtype=dtype), device)
+
+    @torch.no_grad()
+    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return kl_posterior(vae, pixels)
+
+    def load_denoiser(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import FluxTransformer2DModel
+
+        model = load_component(FluxTransformer2DModel, source, "transformer", revision, torch_dtype=dtype)
+        return frozen(model, device)
+
+    def predict(
+        self,
+        denoiser: Any,
+        noisy: torch.Tensor,
+        noise_level: torch.Tensor,
+        cond: dict[str, Any],
+        batch_info: Mapping[str, Any],
+        cfg: TrainConfig,
+    ) -> torch.Tensor:
+        from diffusers import FluxPipeline
+
+        b, _, h, w = noisy.shape
+        dtype, device = noisy.dtype, noisy.device
+        embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
+        img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)  # [hw/4, 3]
+        txt_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)  # [L, 3]
+        guidance = None
+        if denoiser.config.guidance_embeds:
+            guidance = torch.full(
+                (b,), float(cfg.guidance if cfg.guidance is not None else 1.0), device=device
+            )
+        out = denoiser(
+            hidden_states=pack_2x2(noisy),  # [B, hw/4, C*4]
+            timestep=noise_level.to(dtype),
+            guidance=guidance,
+            pooled_projections=cond["pooled"].to(device, dtype),
+            encoder_hidden_states=embeds,
+            txt_ids=txt_ids,
+            img_ids=img_ids,
+            return_dict=False,
+        )[0]
+        return unpack_2x2(out, h, w)  # [B, C, h, w]
+
+    def shift_sigmas(
+        self,
+        sigmas: torch.Tensor,
+        latent_hw: tuple[int, int],
+        cfg: TrainConfig,
+        scheduler_config: Mapping[str, Any],
+    ) -> torch.Tensor:
+        """FLUX.1 trains on the sampled sigmas as they are (logit-normal by default); a static
+        cfg.flow_shift is the one option."""
+        from lorastudio.families.base import static_shift
+
+        return sigmas if cfg.flow_shift is None else static_shift(sigmas, cfg.flow_shift)
+
+
+FAMILY = FluxFamily()

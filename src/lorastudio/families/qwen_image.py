@@ -1,0 +1,122 @@
+"""Qwen-Image: a dual-stream flow transformer on 2x2-packed 16-channel latents of a 5-D (video
+style) VAE normalised with per-channel mean/std; Qwen2.5-VL text features of variable length with
+an attention mask; sigmas shifted the way QwenImagePipeline shifts them at inference (dynamic,
+exponential, from the image sequence length)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.families.base import Family, FamilySpec, load_component
+from lorastudio.families.common import frozen, load_text_pipeline, pack_2x2, unpack_2x2
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+SPEC = FamilySpec(
+    name="qwen-image",
+    title="Qwen-Image",
+    pipeline_class="QwenImagePipeline",
+    accepted_pipelines=("QwenImagePipeline", "QwenImageImg2ImgPipeline", "QwenImageInpaintPipeline"),
+    denoiser="transformer",
+    objective="flow",
+    latent_channels=16,
+    vae_scale_factor=8,
+    resolution_multiple=16,
+    lora_targets=("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"),
+    lora_layers_kwarg="transformer_lora_layers",
+    patch_size=2,
+    defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "max_sequence_length": 512},
+    supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
+    generation_defaults={"num_inference_steps": 30, "true_cfg_scale": 4.0},
+)
+
+
+class QwenImageFamily(Family):
+    spec = SPEC
+
+    def load_text_encoders(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import QwenImagePipeline
+
+        return load_text_pipeline(
+            QwenImagePipeline, source, revision, dtype, device, transformer=None, vae=None
+        )
+
+    @torch.no_grad()
+    def encode_prompts(
+        self, encoders: Any, prompts: list[str], cfg: TrainConfig
+    ) -> list[dict[str, torch.Tensor]]:
+        embeds, mask = encoders.encode_prompt(
+            list(prompts), device=encoders.device, max_sequence_length=cfg.max_sequence_length or 512
+        )  # [N, L, D], [N, L] or None when nothing is padded
+        lengths = mask.sum(dim=1).tolist() if mask is not None else [embeds.shape[1]] * len(prompts)
+        return [{"prompt_embeds": e[: int(n)].cpu()} for e, n in zip(embeds, lengths, strict=True)]
+
+    def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """Pad the variable-length [L_i, D] features to the batch's longest; mask marks real tokens."""
+        longest = max(it["prompt_embeds"].shape[0] for it in items)
+        dim = items[0]["prompt_embeds"].shape[1]
+        embeds = torch.zeros(len(items), longest, dim, dtype=items[0]["prompt_embeds"].dtype)  # [B, L, D]
+        mask = torch.zeros(len(items), longest, dtype=torch.long)  # [B, L]
+        for i, it in enumerate(items):
+            n = it["prompt_embeds"].shape[0]
+            embeds[i, :n] = it["prompt_embeds"]
+            mask[i, :n] = 1
+        return {"prompt_embeds": embeds, "prompt_mask": mask}
+
+    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+        from diffusers import AutoencoderKLQwenImage
+
+        return frozen(
+            load_component(AutoencoderKLQwenImage, source, "vae", revision, torch_dtype=dtype), device
+        )
+
+    @torch.no_grad()
+    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = vae.encode(pixels.to(vae.dtype)[:, :, None]).latent_dist  # 5-D: [B, 3, 1, H, W] in
+        shape = (1, -1, 1, 1)
+        lat_mean = torch.tensor(vae.config.latents_mean, dtype=torch.float32).view(shape)  # [1, C, 1, 1]
+        lat_std = torch.tensor(vae.config.latents_std, dtype=torch.float32).view(shape)  # [1, C, 1, 1]
+        mean = (dist.mean[:, :, 0].float() - lat_mean) / lat_std  # [B, C, h, w]
+        std = dist.std[:, :, 0].float() / lat_std  # [B, C, h, w]
+        return mean, std
+
+    def load_denoiser(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import QwenImageTransformer2DModel
+
+        model = load_component(
+            QwenImageTransformer2DModel, source, "transformer", revision, torch_dtype=dtype
+        )
+        return frozen(model, device)
+
+    def predict(
+        self,
+        denoiser: Any,
+        noisy: torch.Tensor,
+        noise_level: torch.Tensor,
+        cond: dict[str, Any],
+        batch_info: Mapping[str, Any],
+        cfg: TrainConfig,
+    ) -> torch.Tensor:
+        b, _, h, w = noisy.shape
+        dtype, device = noisy.dtype, noisy.device
+        mask = cond["prompt_mask"].to(device)  # [B, L]
+        out = denoiser(
+            hidden_states=pack_2x2(noisy),  # [B, hw/4, C*4]
+            encoder_hidden_states=cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
+            encoder_hidden_states_mask=None if bool(mask.all()) else mask,
+            timestep=noise_level.to(dtype),
+            img_shapes=[[(1, h // 2, w // 2)]] * b,
+            return_dict=False,
+        )[0]
+        return unpack_2x2(out, h, w)  # [B, C, h, w]
+
+
+FAMILY = QwenImageFamily()

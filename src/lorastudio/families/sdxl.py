@@ -1,0 +1,110 @@
+"""Stable Diffusion XL: a U-Net on 4-channel latents (DDPM objective: epsilon or v-prediction,
+read from the scheduler config), conditioned on both CLIP encoders' penultimate hidden states
+(concatenated) plus the second encoder's pooled output and the micro-conditioning time ids
+(original size, crop offset, target size). The VAE stays in fp32 (it overflows in fp16)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.families.base import Family, FamilySpec, load_component
+from lorastudio.families.common import frozen, kl_posterior, load_text_pipeline
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+SPEC = FamilySpec(
+    name="sdxl",
+    title="Stable Diffusion XL",
+    pipeline_class="StableDiffusionXLPipeline",
+    accepted_pipelines=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
+    denoiser="unet",
+    objective="ddpm",
+    latent_channels=4,
+    vae_scale_factor=8,
+    resolution_multiple=32,
+    lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+    lora_layers_kwarg="unet_lora_layers",
+    patch_size=1,
+    defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "snr_gamma": 5.0},
+    supports=frozenset({"snr_gamma"}),
+    generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
+)
+
+
+class SDXLFamily(Family):
+    spec = SPEC
+
+    def load_text_encoders(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import StableDiffusionXLPipeline
+
+        return load_text_pipeline(
+            StableDiffusionXLPipeline, source, revision, dtype, device, unet=None, vae=None
+        )
+
+    @torch.no_grad()
+    def encode_prompts(
+        self, encoders: Any, prompts: list[str], cfg: TrainConfig
+    ) -> list[dict[str, torch.Tensor]]:
+        embeds, _, pooled, _ = encoders.encode_prompt(
+            list(prompts), device=encoders.device, num_images_per_prompt=1, do_classifier_free_guidance=False
+        )  # [N, 77, D1+D2] penultimate states of both encoders, [N, Dp] pooled of the second
+        return [{"prompt_embeds": e.cpu(), "pooled": p.cpu()} for e, p in zip(embeds, pooled, strict=True)]
+
+    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+        from diffusers import AutoencoderKL
+
+        vae = load_component(AutoencoderKL, source, "vae", revision, torch_dtype=torch.float32)
+        return frozen(vae, device)  # fp32 whatever the training dtype: the SDXL VAE overflows in fp16
+
+    @torch.no_grad()
+    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return kl_posterior(vae, pixels)
+
+    def load_denoiser(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import UNet2DConditionModel
+
+        return frozen(
+            load_component(UNet2DConditionModel, source, "unet", revision, torch_dtype=dtype), device
+        )
+
+    def predict(
+        self,
+        denoiser: Any,
+        noisy: torch.Tensor,
+        noise_level: torch.Tensor,
+        cond: dict[str, Any],
+        batch_info: Mapping[str, Any],
+        cfg: TrainConfig,
+    ) -> torch.Tensor:
+        dtype, device = noisy.dtype, noisy.device
+        return denoiser(
+            noisy,  # [B, 4, h, w]
+            noise_level.to(device),  # [B] integer timesteps
+            encoder_hidden_states=cond["prompt_embeds"].to(device, dtype),  # [B, 77, D]
+            added_cond_kwargs={
+                "text_embeds": cond["pooled"].to(device, dtype),  # [B, Dp]
+                "time_ids": time_ids(batch_info).to(device, dtype),  # [B, 6]
+            },
+            return_dict=False,
+        )[0]
+
+
+def time_ids(batch_info: Mapping[str, Any]) -> torch.Tensor:
+    """SDXL micro-conditioning per sample: original (h, w), crop (top, left), target (H, W) -> [B, 6]."""
+    target = tuple(batch_info["target_size"])
+    rows = [
+        (*orig, *crop, *target)
+        for orig, crop in zip(batch_info["original_size"], batch_info["crop_top_left"], strict=True)
+    ]
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+FAMILY = SDXLFamily()

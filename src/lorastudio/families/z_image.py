@@ -1,0 +1,98 @@
+"""Z-Image (Turbo / Base): a single-stream flow transformer taking lists of [C, 1, h, w]
+latents and lists of variable-length Qwen3 caption features; its time input is 1 - sigma and it
+predicts minus the velocity. Conditioning comes from ZImagePipeline.encode_prompt (Qwen3 with
+the chat template, second-to-last hidden state, padding removed)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.families.base import Family, FamilySpec, load_component
+from lorastudio.families.common import frozen, kl_posterior, load_text_pipeline
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+SPEC = FamilySpec(
+    name="z-image",
+    title="Z-Image",
+    pipeline_class="ZImagePipeline",
+    accepted_pipelines=("ZImagePipeline", "ZImageImg2ImgPipeline"),
+    denoiser="transformer",
+    objective="flow",
+    latent_channels=16,
+    vae_scale_factor=8,
+    resolution_multiple=16,
+    lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
+    lora_layers_kwarg="transformer_lora_layers",
+    patch_size=2,
+    defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "max_sequence_length": 512},
+    supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
+    generation_defaults={"num_inference_steps": 8, "guidance_scale": 0.0},
+)
+
+
+class ZImageFamily(Family):
+    spec = SPEC
+
+    def load_text_encoders(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import ZImagePipeline
+
+        return load_text_pipeline(ZImagePipeline, source, revision, dtype, device, transformer=None, vae=None)
+
+    @torch.no_grad()
+    def encode_prompts(
+        self, encoders: Any, prompts: list[str], cfg: TrainConfig
+    ) -> list[dict[str, torch.Tensor]]:
+        # the pipeline rewrites the list in place with the chat template: hand it a copy
+        embeds, _ = encoders.encode_prompt(
+            list(prompts),
+            device=encoders.device,
+            do_classifier_free_guidance=False,
+            max_sequence_length=cfg.max_sequence_length or 512,
+        )  # list of [L_i, D]
+        return [{"cap_feats": e.cpu()} for e in embeds]
+
+    def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """Z-Image takes a list of variable-length [L_i, D] caption features: no padding."""
+        return {"cap_feats": [it["cap_feats"] for it in items]}
+
+    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
+        from diffusers import AutoencoderKL
+
+        return frozen(load_component(AutoencoderKL, source, "vae", revision, torch_dtype=dtype), device)
+
+    @torch.no_grad()
+    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return kl_posterior(vae, pixels)
+
+    def load_denoiser(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        from diffusers import ZImageTransformer2DModel
+
+        model = load_component(ZImageTransformer2DModel, source, "transformer", revision, torch_dtype=dtype)
+        return frozen(model, device)
+
+    def predict(
+        self,
+        denoiser: Any,
+        noisy: torch.Tensor,
+        noise_level: torch.Tensor,
+        cond: dict[str, Any],
+        batch_info: Mapping[str, Any],
+        cfg: TrainConfig,
+    ) -> torch.Tensor:
+        dtype, device = noisy.dtype, noisy.device
+        latents = list(noisy.unsqueeze(2).unbind(0))  # B x [C, 1, h, w]
+        caps = [c.to(device, dtype) for c in cond["cap_feats"]]  # B x [L_i, D]
+        out = denoiser(latents, (1 - noise_level).to(dtype), caps, return_dict=False)[0]  # B x [C, 1, h, w]
+        return -torch.stack(out).squeeze(2)  # [B, C, h, w]: the model predicts minus the velocity
+
+
+FAMILY = ZImageFamily()
