@@ -179,8 +179,14 @@ def _family_problems_raw(fam_name: str, data: Mapping[str, Any]) -> list[FieldPr
         fam = families.get(fam_name)
     except UnknownFamily as err:
         return [FieldProblem("family", str(err))]
-    given = set(data) & set(FAMILY_SPECIFIC_FIELDS)
+    given = {f for f in set(data) & set(FAMILY_SPECIFIC_FIELDS) if data[f] != _inert_value(f)}
     return [_unsupported(fam.spec.name, f) for f in sorted(given - fam.spec.supports)]
+
+
+def _inert_value(field: str) -> Any:
+    """The value an unsupported family-specific field holds in a resolved config (null, or the
+    schema default for non-nullable ones): setting it to that value asks for nothing."""
+    return TrainConfig.model_fields[field].default if field in _NOT_NULLABLE else None
 
 
 def _unsupported(family: str, field: str) -> FieldProblem:
@@ -199,6 +205,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     problems = [
         _unsupported(fam.spec.name, f)
         for f in sorted((cfg.model_fields_set & set(FAMILY_SPECIFIC_FIELDS)) - fam.spec.supports)
+        if getattr(cfg, f) != _inert_value(f)
     ]
     res = cfg.resolution if cfg.resolution is not None else fam.spec.defaults.get("resolution")
     mult = fam.spec.resolution_multiple
@@ -231,8 +238,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
         if not explicit or (values[key] is None and key not in NULL_MEANS_OFF):
             values[key] = default
     for key in set(FAMILY_SPECIFIC_FIELDS) - fam.spec.supports:
-        field = TrainConfig.model_fields[key]
-        values[key] = field.default if key in _NOT_NULLABLE else None
+        values[key] = _inert_value(key)
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:

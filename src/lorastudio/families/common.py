@@ -52,7 +52,7 @@ def load_text_pipeline(
     own encode_prompt then encodes exactly as inference does. Raises ModelSourceError."""
     quiet_loading()
     try:
-        pipe = pipeline_cls.from_pretrained(source, revision=revision, torch_dtype=dtype, **skip)
+        pipe = pipeline_cls.from_pretrained(source, revision=revision, dtype=dtype, **skip)
     except (OSError, ValueError, KeyError) as err:
         raise ModelSourceError(f"cannot load the text encoders of {source!r}: {err}") from err
     pipe.to(device)

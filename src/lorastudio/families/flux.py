@@ -70,7 +70,7 @@ class FluxFamily(Family):
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
         from diffusers import AutoencoderKL
 
-        return frozen(load_component(AutoencoderKL, source, "vae", revision, torch_dtype=dtype), device)
+        return frozen(load_component(AutoencoderKL, source, "vae", revision, dtype=dtype), device)
 
     @torch.no_grad()
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,7 +81,7 @@ class FluxFamily(Family):
     ) -> Any:
         from diffusers import FluxTransformer2DModel
 
-        model = load_component(FluxTransformer2DModel, source, "transformer", revision, torch_dtype=dtype)
+        model = load_component(FluxTransformer2DModel, source, "transformer", revision, dtype=dtype)
         return frozen(model, device)
 
     def predict(

@@ -73,7 +73,7 @@ class QwenImageFamily(Family):
         from diffusers import AutoencoderKLQwenImage
 
         return frozen(
-            load_component(AutoencoderKLQwenImage, source, "vae", revision, torch_dtype=dtype), device
+            load_component(AutoencoderKLQwenImage, source, "vae", revision, dtype=dtype), device
         )
 
     @torch.no_grad()
@@ -92,7 +92,7 @@ class QwenImageFamily(Family):
         from diffusers import QwenImageTransformer2DModel
 
         model = load_component(
-            QwenImageTransformer2DModel, source, "transformer", revision, torch_dtype=dtype
+            QwenImageTransformer2DModel, source, "transformer", revision, dtype=dtype
         )
         return frozen(model, device)
 

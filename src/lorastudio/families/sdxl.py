@@ -59,7 +59,7 @@ class SDXLFamily(Family):
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
         from diffusers import AutoencoderKL
 
-        vae = load_component(AutoencoderKL, source, "vae", revision, torch_dtype=torch.float32)
+        vae = load_component(AutoencoderKL, source, "vae", revision, dtype=torch.float32)
         return frozen(vae, device)  # fp32 whatever the training dtype: the SDXL VAE overflows in fp16
 
     @torch.no_grad()
@@ -72,7 +72,7 @@ class SDXLFamily(Family):
         from diffusers import UNet2DConditionModel
 
         return frozen(
-            load_component(UNet2DConditionModel, source, "unet", revision, torch_dtype=dtype), device
+            load_component(UNet2DConditionModel, source, "unet", revision, dtype=dtype), device
         )
 
     def predict(

@@ -1,0 +1,107 @@
+"""Contract: each family's `predict` hook speaks the same convention as the family's own
+diffusers pipeline. One denoising step of the real pipeline from a known latent must equal the
+step computed from `family.predict` (same conditioning, same time input, same sign)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lorastudio import families
+from lorastudio.config import TrainConfig, resolve_train_config
+
+PROMPT = "a red circle on a blue background"
+RES = 32
+
+
+def _cfg(family: str, base: str, **extra) -> TrainConfig:
+    fam = families.get(family)
+    if "max_sequence_length" in fam.spec.supports:
+        extra.setdefault("max_sequence_length", 64)
+    return resolve_train_config(
+        TrainConfig(family=family, base_model=base, data_dir="unused", resolution=RES, **extra)
+    )
+
+
+def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level):
+    fam = families.get(family)
+    dev, dt = torch.device("cpu"), torch.float32
+    enc = fam.load_text_encoders(base, None, dt, dev)
+    cond = fam.collate_conditioning(fam.encode_prompts(enc, [PROMPT], cfg))
+    den = fam.load_denoiser(base, None, dt, dev)
+    info = {"original_size": [(RES, RES)], "crop_top_left": [(0, 0)], "target_size": (RES, RES)}
+    with torch.no_grad():
+        return fam.predict(den, noisy, level, cond, info, cfg)
+
+
+@pytest.mark.parametrize("family", [n for n in families.names() if families.get(n).spec.objective == "flow"])
+def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
+    """From pure noise (sigma 1) one Euler step to sigma 0 gives x0 = noise - velocity."""
+    from diffusers import DiffusionPipeline
+
+    from lorastudio.families.common import pack_2x2, unpack_2x2
+
+    base = str(tiny_model(family))
+    fam = families.get(family)
+    guidance = {"guidance": 3.5} if "guidance" in fam.spec.supports else {}
+    cfg = _cfg(family, base, **guidance)
+    h = w = RES // fam.spec.vae_scale_factor
+    noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=torch.Generator().manual_seed(0))
+
+    velocity = _hooks_prediction(family, base, cfg, noise, torch.ones(1))  # [1, C, h, w]
+    expected = noise - velocity
+
+    pipe = DiffusionPipeline.from_pretrained(base)
+    if pipe.scheduler.config.get("shift_terminal"):  # a 1-step schedule cannot be stretched to a terminal
+        pipe.scheduler = pipe.scheduler.from_config(pipe.scheduler.config, shift_terminal=None)
+    pipe.set_progress_bar_config(disable=True)
+    packed = fam.spec.name in ("flux", "qwen-image")
+    kwargs = {"guidance_scale": 3.5} if family == "flux" else {}
+    if family == "z-image":
+        kwargs = {"guidance_scale": 0.0}
+    out = pipe(
+        PROMPT,
+        height=RES,
+        width=RES,
+        num_inference_steps=1,
+        latents=pack_2x2(noise) if packed else noise,
+        output_type="latent",
+        max_sequence_length=cfg.max_sequence_length,
+        **kwargs,
+    ).images
+    got = unpack_2x2(out, h, w) if packed else out
+    torch.testing.assert_close(got.float(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", [n for n in families.names() if families.get(n).spec.objective == "ddpm"])
+def test_ddpm_predict_matches_one_pipeline_step(family, tiny_model):
+    """A one-step Euler run from the top timestep equals x - sigma * epsilon(x / sqrt(sigma^2+1), t)."""
+    from diffusers import DiffusionPipeline, EulerDiscreteScheduler
+
+    base = str(tiny_model(family))
+    fam = families.get(family)
+    cfg = _cfg(family, base)
+    pipe = DiffusionPipeline.from_pretrained(base)
+    pipe.scheduler = EulerDiscreteScheduler.from_config(pipe.scheduler.config, timestep_spacing="trailing")
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.scheduler.config.prediction_type == "epsilon"
+    h = w = RES // fam.spec.vae_scale_factor
+    start = torch.randn(1, fam.spec.latent_channels, h, w, generator=torch.Generator().manual_seed(0))
+
+    pipe.scheduler.set_timesteps(1)
+    t = pipe.scheduler.timesteps[:1]
+    sigma = float(pipe.scheduler.sigmas[0])
+    x = start * pipe.scheduler.init_noise_sigma
+    eps = _hooks_prediction(family, base, cfg, x / (sigma**2 + 1) ** 0.5, t.long())
+    expected = x - sigma * eps
+
+    out = pipe(
+        PROMPT,
+        height=RES,
+        width=RES,
+        num_inference_steps=1,
+        latents=start,
+        guidance_scale=1.0,
+        output_type="latent",
+    ).images
+    torch.testing.assert_close(out.float(), expected, rtol=1e-4, atol=1e-4)

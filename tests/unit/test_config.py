@@ -1,0 +1,147 @@
+"""TrainConfig: strict, all problems at once, family defaults, family-specific refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lorastudio import families
+from lorastudio.config import (
+    FAMILY_SPECIFIC_FIELDS,
+    TrainConfig,
+    parse_train_config,
+    resolve_train_config,
+)
+from lorastudio.errors import ConfigError, UnknownFamily
+
+BASE = {"family": "flux", "base_model": "owner/model", "data_dir": "mydata"}
+
+
+def _fields(err: ConfigError) -> set[str]:
+    return {p.field for p in err.problems}
+
+
+def test_minimal_config_parses_and_resolves_family_defaults():
+    cfg = resolve_train_config(parse_train_config(BASE))
+    flux = families.get("flux").spec
+    assert cfg.resolution == flux.defaults["resolution"]
+    assert cfg.learning_rate == flux.defaults["learning_rate"]
+    assert cfg.lora_rank == flux.defaults["lora_rank"]
+    assert cfg.lora_alpha == float(cfg.lora_rank)  # alpha defaults to the rank
+    assert cfg.guidance == flux.defaults["guidance"]
+    assert cfg.snr_gamma is None  # a DDPM-only setting is nulled for a flow family
+    assert cfg.cache_variants == 1  # no random crop/flip: every variant would be identical
+    assert cfg.output_name and cfg.output_name.startswith("flux-")
+
+
+def test_unknown_key_is_an_error():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "learning_rat": 1e-4})
+    assert _fields(exc.value) == {"learning_rat"}
+    assert "unknown setting" in str(exc.value)
+
+
+def test_several_bad_fields_are_reported_in_one_error():
+    bad = {**BASE, "lora_rank": 0, "batch_size": "many", "caption_dropout": 1.5, "bogus": 1, "steps": -3}
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config(bad)
+    assert {"lora_rank", "batch_size", "caption_dropout", "bogus", "steps"} <= _fields(exc.value)
+    assert len(exc.value.problems) >= 5
+
+
+def test_missing_required_fields_are_all_listed():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({})
+    assert {"family", "base_model", "data_dir"} <= _fields(exc.value)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_numbers_are_refused(value):
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "learning_rate": value})
+    assert "learning_rate" in _fields(exc.value)
+
+
+def test_unknown_family_is_a_problem_listing_valid_names():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "family": "sd15"})
+    (problem,) = exc.value.problems
+    assert problem.field == "family"
+    for name in families.names():
+        assert name in problem.message
+
+
+def test_family_problems_reported_together_with_schema_problems():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "family": "sdxl", "guidance": 3.0, "lora_rank": -1})
+    assert {"guidance", "lora_rank"} <= _fields(exc.value)
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_each_family_refuses_the_specific_settings_it_cannot_honour(family):
+    spec = families.get(family).spec
+    values = {"snr_gamma": 5.0, "timestep_sampling": "uniform", "logit_mean": 0.5, "logit_std": 1.5,
+              "flow_shift": 3.0, "guidance": 2.0, "max_sequence_length": 64}  # fmt: skip
+    assert set(values) == set(FAMILY_SPECIFIC_FIELDS)
+    for name, value in values.items():
+        raw = {**BASE, "family": family, name: value}
+        if name in spec.supports:
+            assert getattr(resolve_train_config(parse_train_config(raw)), name) == value
+        else:
+            with pytest.raises(ConfigError) as exc:
+                parse_train_config(raw)
+            assert _fields(exc.value) == {name}
+            assert "cannot honour" in str(exc.value)
+
+
+def test_explicit_null_snr_gamma_turns_it_off_for_sdxl():
+    on = resolve_train_config(parse_train_config({**BASE, "family": "sdxl"}))
+    off = resolve_train_config(parse_train_config({**BASE, "family": "sdxl", "snr_gamma": None}))
+    assert on.snr_gamma == families.get("sdxl").spec.defaults["snr_gamma"]
+    assert off.snr_gamma is None
+
+
+def test_resolution_must_match_the_family_multiple():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "family": "sdxl", "resolution": 1000})
+    assert _fields(exc.value) == {"resolution"}
+    assert "multiple of 32" in str(exc.value)
+
+
+def test_cache_variants_without_augmentation_is_refused():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "cache_variants": 4})
+    assert "random_crop or random_flip" in str(exc.value)
+    cfg = resolve_train_config(parse_train_config({**BASE, "random_flip": True}))
+    assert cfg.cache_variants == 4
+
+
+def test_output_name_must_be_a_safe_component():
+    for bad in ["../x", "a/b", ".hidden", "", "x" * 101]:
+        with pytest.raises(ConfigError):
+            parse_train_config({**BASE, "output_name": bad})
+
+
+def test_resolve_does_not_mutate_and_is_idempotent():
+    cfg = parse_train_config({**BASE, "output_name": "run1"})
+    resolved = resolve_train_config(cfg)
+    assert cfg.resolution is None
+    assert resolve_train_config(resolved) == resolved
+
+
+def test_registry_get_unknown_raises_listing_valid_names():
+    with pytest.raises(UnknownFamily) as exc:
+        families.get("sd3")
+    assert exc.value.valid == families.names()
+    assert "sdxl" in str(exc.value) and "z-image" in str(exc.value)
+
+
+def test_registry_has_the_four_families_with_consistent_specs():
+    assert families.names() == ["sdxl", "flux", "qwen-image", "z-image"]
+    for fam in families.all_families():
+        spec = fam.spec
+        assert spec.supports <= set(FAMILY_SPECIFIC_FIELDS)
+        assert set(spec.defaults) <= set(TrainConfig.model_fields)
+        assert spec.defaults["resolution"] % spec.resolution_multiple == 0
+        assert spec.pipeline_class in spec.accepted_pipelines
