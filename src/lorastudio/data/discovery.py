@@ -1,0 +1,91 @@
+"""Find the images of a dataset folder and the files that go with them.
+
+A dataset is one folder (not recursive). Images are files whose extension is one of
+IMAGE_EXTENSIONS (any case). Hidden entries (names starting with ".") are ignored entirely.
+`<stem>.txt` files are caption sidecars and `metadata.jsonl` is the caption table; everything
+else is listed as dropped so the preflight report can show what was not used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorastudio.errors import DatasetError
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
+CAPTION_EXTENSION = ".txt"
+METADATA_FILE = "metadata.jsonl"
+
+
+@dataclass(frozen=True)
+class DatasetFiles:
+    """What a dataset folder holds, each list sorted by file name.
+
+    images: image files; sidecars: caption stem -> .txt path (stems compared exactly);
+    metadata: the metadata.jsonl path if present; dropped: (file name, reason) for every other
+    visible entry (sub-folders, other file types, captions without an image).
+    """
+
+    images: list[Path]
+    sidecars: dict[str, Path]
+    metadata: Path | None
+    dropped: list[tuple[str, str]]
+
+
+def is_image_name(name: str) -> bool:
+    """True if `name` has an image extension (case-insensitive) and is not hidden."""
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def require_folder(root: Path) -> None:
+    """Raise DatasetError unless `root` exists and is a folder."""
+    if not root.exists():
+        raise DatasetError(f"dataset folder not found: {root}", [f"{root}: does not exist"])
+    if not root.is_dir():
+        raise DatasetError(f"dataset path is not a folder: {root}", [f"{root}: is a file, not a folder"])
+
+
+def discover(root: Path) -> DatasetFiles:
+    """List the dataset folder `root` (not recursive; hidden entries ignored).
+
+    Returns: DatasetFiles with images sorted by name. An empty `images` list is not an error
+    here (scan_dataset reports it).
+    Raises: DatasetError if `root` is missing, not a folder, or cannot be listed.
+    """
+    require_folder(root)
+    try:
+        entries = sorted((p for p in root.iterdir() if not p.name.startswith(".")), key=lambda p: p.name)
+    except OSError as err:
+        raise DatasetError(f"cannot list dataset folder {root}", [f"{root}: {err}"]) from None
+    images: list[Path] = []
+    captions: list[Path] = []
+    metadata: Path | None = None
+    dropped: list[tuple[str, str]] = []
+    for entry in entries:
+        name = entry.name
+        if entry.is_dir():
+            dropped.append((name, "sub-folder (datasets are not scanned recursively)"))
+        elif not entry.is_file():
+            dropped.append((name, "not a regular file"))
+        elif is_image_name(name):
+            images.append(entry)
+        elif name.lower().endswith(CAPTION_EXTENSION):
+            captions.append(entry)
+        elif name == METADATA_FILE:
+            metadata = entry
+        else:
+            dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
+    image_stems = {p.stem for p in images}
+    sidecars: dict[str, Path] = {}
+    for cap in captions:
+        if cap.stem in sidecars:
+            dropped.append(
+                (cap.name, f"second caption file for one image; {sidecars[cap.stem].name} is used")
+            )
+        elif cap.stem in image_stems:
+            sidecars[cap.stem] = cap
+        else:
+            dropped.append((cap.name, "caption file with no image of the same name"))
+    dropped.sort()
+    return DatasetFiles(images=images, sidecars=sidecars, metadata=metadata, dropped=dropped)

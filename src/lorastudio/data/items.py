@@ -1,0 +1,45 @@
+"""The result types of a dataset scan: one ImageItem per image, and the DatasetScan report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorastudio.data.captions import CaptionSource
+
+
+@dataclass(frozen=True)
+class ImageItem:
+    """One training image.
+
+    caption: final caption (trigger word applied), never empty after a successful scan.
+    width, height: size after EXIF transpose. bucket: (bucket_width, bucket_height) in pixels.
+    """
+
+    path: Path
+    caption: str
+    caption_source: CaptionSource
+    width: int
+    height: int
+    bucket: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class DatasetScan:
+    """A validated dataset: its items (sorted by file name), what was not used, and its
+    fingerprint (changes when any image byte, file name or final caption changes)."""
+
+    root: Path
+    items: list[ImageItem]
+    dropped: list[tuple[str, str]]  # (file name, reason): not used, listed for the preflight report
+    fingerprint: str
+
+    def bucket_histogram(self) -> dict[str, int]:
+        """Images per bucket: "WxH" -> count, buckets ordered by (width, height)."""
+        counts = Counter(item.bucket for item in self.items)
+        return {f"{w}x{h}": counts[(w, h)] for (w, h) in sorted(counts)}
+
+    def captions(self) -> list[str]:
+        """The unique final captions, sorted (what the conditioning phase encodes)."""
+        return sorted({item.caption for item in self.items})

@@ -1,0 +1,126 @@
+"""Safe names and dataset folder resolution.
+
+User-supplied names (dataset and output names) and dataset paths come from the CLI and the HTTP
+API. These two functions are the one place that decides what may reach the file system:
+
+- `safe_component(name)`: one path component (a folder or file name), portable and harmless;
+- `resolve_dataset_dir(data_dir, datasets_root, allow_outside_root)`: a dataset path, kept
+  inside the datasets root unless the caller (the local CLI) explicitly allows otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorastudio.errors import ConfigError, FieldProblem, PathOutsideRoot
+
+MAX_COMPONENT_LENGTH = 100
+
+# Device names Windows reserves in every folder (also with any extension: "con.txt").
+_RESERVED_NAMES = frozenset(
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
+    | {f"COM{i}" for i in range(10)}
+    | {f"LPT{i}" for i in range(10)}
+    | {f"COM{c}" for c in "\u00b9\u00b2\u00b3"}
+    | {f"LPT{c}" for c in "\u00b9\u00b2\u00b3"}
+)
+_SEPARATORS = ("/", "\\")
+_FORBIDDEN_CHARS = frozenset('<>:"|?*')
+
+
+def _config_error(field: str, message: str) -> ConfigError:
+    return ConfigError([FieldProblem(field, message)])
+
+
+def safe_component(name: str, *, field: str = "name") -> str:
+    """Validate one path component (a dataset or output name) and return it unchanged.
+
+    Takes: `name`, a single folder/file name; `field`, the setting named in error messages.
+    Returns: `name` when it is safe: non-empty, at most 100 characters, no path separator, not
+    "." or "..", no NUL or control characters, none of <>:"|?*, not starting with "." (hidden),
+    no leading/trailing whitespace or trailing dot, and not a reserved device name (CON, NUL,
+    COM1, LPT1, ..., with or without an extension).
+    Raises: PathOutsideRoot for separators, "." and ".." (they would leave the folder);
+    ConfigError (one FieldProblem for `field`) for every other bad name.
+    """
+    if not isinstance(name, str):
+        raise _config_error(field, f"must be a string, got {type(name).__name__}")
+    if name == "":
+        raise _config_error(field, "must not be empty")
+    if "\x00" in name:
+        raise _config_error(field, "must not contain a NUL character")
+    if name in (".", ".."):
+        raise PathOutsideRoot(f"{field}: {name!r} is not allowed (it names a folder, not a new one)")
+    if any(sep in name for sep in _SEPARATORS):
+        raise PathOutsideRoot(f"{field}: {name!r} must be a single name without '/' or '\\'")
+    if len(name) > MAX_COMPONENT_LENGTH:
+        raise _config_error(field, f"must be at most {MAX_COMPONENT_LENGTH} characters (got {len(name)})")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise _config_error(field, "must not contain control characters")
+    bad = sorted(set(name) & _FORBIDDEN_CHARS)
+    if bad:
+        raise _config_error(field, f"must not contain any of {' '.join(bad)}")
+    if name.startswith("."):
+        raise _config_error(field, f"{name!r} must not start with '.' (hidden names are not allowed)")
+    if name != name.strip():
+        raise _config_error(field, f"{name!r} must not start or end with whitespace")
+    if name.endswith("."):
+        raise _config_error(field, f"{name!r} must not end with '.'")
+    stem = name.split(".", 1)[0].rstrip(" ").upper()
+    if stem in _RESERVED_NAMES:
+        raise _config_error(field, f"{name!r} is a reserved device name on Windows; pick another name")
+    return name
+
+
+def _is_strictly_inside(path: Path, root: Path) -> bool:
+    return path != root and path.is_relative_to(root)
+
+
+def _resolve(path: Path, data_dir: str) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as err:  # symlink loops, names too long for the OS
+        raise _config_error("data_dir", f"cannot resolve {data_dir!r}: {err}") from None
+
+
+def resolve_dataset_dir(data_dir: str, datasets_root: Path, allow_outside_root: bool) -> Path:
+    """Turn a user's `data_dir` into an absolute, symlink-free dataset folder path.
+
+    Takes: `data_dir`, either a name under the datasets root ("portraits", or nested
+    "people/anna"; each component must pass `safe_component`) or an absolute path;
+    `datasets_root`, the studio's datasets folder; `allow_outside_root`, True only for trusted
+    local callers (the CLI) that may train on any folder.
+    Returns: the resolved path (symlinks followed). Existence is not checked here: see
+    `scan_dataset`.
+    Raises: ConfigError for an empty/NUL-containing value or a bad component; PathOutsideRoot
+    when, without `allow_outside_root`, the path uses "..", is absolute outside the root, is the
+    root itself, or a symlink inside it points outside.
+    """
+    if not isinstance(data_dir, str) or not data_dir.strip():
+        raise _config_error("data_dir", "must be a non-empty dataset name or folder path")
+    if "\x00" in data_dir:
+        raise _config_error("data_dir", "must not contain a NUL character")
+    root = _resolve(Path(datasets_root), str(datasets_root))
+    given = Path(data_dir)
+    if given.is_absolute():
+        resolved = _resolve(given, data_dir)
+        if allow_outside_root or _is_strictly_inside(resolved, root):
+            return resolved
+        raise PathOutsideRoot(
+            f"data_dir {data_dir!r} is outside the datasets folder {root}; "
+            "give a dataset name, or an absolute path inside that folder"
+        )
+    parts = [p for p in data_dir.replace("\\", "/").split("/") if p]
+    if allow_outside_root:
+        return _resolve(root.joinpath(*parts), data_dir)
+    for part in parts:
+        if part == "..":
+            raise PathOutsideRoot(f"data_dir {data_dir!r} must not contain '..' (it would leave {root})")
+        safe_component(part, field="data_dir")
+    resolved = _resolve(root.joinpath(*parts), data_dir)
+    if not _is_strictly_inside(resolved, root):
+        raise PathOutsideRoot(
+            f"data_dir {data_dir!r} resolves to {resolved}, outside the datasets folder {root} "
+            "(a symbolic link inside it points out)"
+        )
+    return resolved

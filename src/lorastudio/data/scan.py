@@ -1,0 +1,136 @@
+"""scan_dataset: validate a dataset folder completely before any model loads.
+
+Every problem is collected and reported at once in one DatasetError (`problems` lists each file
+or fact that is wrong). The scan only reads; it never writes into the dataset folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from lorastudio.data.buckets import make_buckets, nearest_bucket, resolution_problems
+from lorastudio.data.captions import choose_caption, read_metadata, read_sidecar
+from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
+from lorastudio.data.images import ImageInfo, probe_image
+from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.errors import DatasetError
+
+_HASH_CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes. Raises DatasetError if it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            while chunk := fh.read(_HASH_CHUNK):
+                digest.update(chunk)
+    except OSError as err:
+        raise DatasetError(f"cannot read {path.name}", [f"{path.name}: {err}"]) from None
+    return digest.hexdigest()
+
+
+def dataset_fingerprint(items: list[ImageItem]) -> str:
+    """sha256 over the items sorted by file name: (file name, sha256 of its bytes, final caption).
+
+    A renamed file, a changed image byte or a changed final caption (including a new trigger
+    word) changes the fingerprint. Raises DatasetError if a file cannot be read.
+    """
+    rows = [[item.path.name, file_sha256(item.path), item.caption] for item in items]
+    rows.sort()
+    payload = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
+
+
+def scan_dataset(
+    root: Path,
+    *,
+    resolution: int,
+    multiple: int,
+    aspect_buckets: bool = True,
+    trigger_word: str | None = None,
+    default_caption: str | None = None,
+    max_pixels: int = 64_000_000,
+    skip_bad_images: bool = False,
+) -> DatasetScan:
+    """Discover, check, caption and bucket every image of the folder `root`.
+
+    Takes: the training `resolution` and the family's resolution `multiple`; `aspect_buckets`
+    (False = every image goes to the resolution x resolution bucket); the caption settings
+    (see lorastudio.data.captions for the precedence); `max_pixels`, the largest accepted
+    width*height; `skip_bad_images`, True to leave corrupt/oversized images out (each listed in
+    `dropped`) instead of refusing the dataset.
+    Returns: a DatasetScan with items sorted by file name.
+    Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
+    folder or a file instead of one, no images, images without a caption (when there is no
+    trigger word and no default caption), corrupt or oversized images (unless skip_bad_images),
+    unreadable caption files and bad metadata.jsonl lines.
+    """
+    root = Path(root)
+    bad_resolution = resolution_problems(resolution, multiple)
+    if bad_resolution:
+        raise DatasetError(f"resolution {resolution} is not supported", bad_resolution)
+    files = discover(root)
+    if not files.images:
+        raise DatasetError(
+            f"no images in {root}",
+            [
+                f"{root}: no {'/'.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)} files (sub-folders are not scanned)"
+            ],
+        )
+    problems: list[str] = []
+    dropped = list(files.dropped)
+    metadata: dict[str, str] = {}
+    if files.metadata is not None:
+        table = read_metadata(files.metadata)
+        problems += table.problems
+        metadata = table.captions
+        image_names = {p.name for p in files.images}
+        dropped += [
+            (name, f"listed in {METADATA_FILE} but not found") for name in metadata if name not in image_names
+        ]
+
+    buckets = make_buckets(resolution, multiple) if aspect_buckets else [(resolution, resolution)]
+    items: list[ImageItem] = []
+    uncaptioned: list[str] = []
+    bad_images: list[str] = []
+    for path in files.images:
+        try:
+            info: ImageInfo = probe_image(path, max_pixels)
+        except DatasetError as err:
+            bad_images += err.problems
+            if skip_bad_images:
+                dropped.append((path.name, err.problems[0].split(": ", 1)[-1]))
+            continue
+        sidecar_path = files.sidecars.get(path.stem)
+        sidecar = None
+        if sidecar_path is not None:
+            try:
+                sidecar = read_sidecar(sidecar_path)
+            except DatasetError as err:
+                problems += err.problems
+                continue
+        chosen = choose_caption(sidecar, metadata.get(path.name), default_caption, trigger_word)
+        if chosen is None:
+            uncaptioned.append(path.name)
+            continue
+        caption, source = chosen
+        bucket = nearest_bucket(info.width, info.height, buckets)
+        items.append(ImageItem(path, caption, source, info.width, info.height, bucket))
+
+    if bad_images and not skip_bad_images:
+        problems += [f"{p} (fix or remove it)" for p in bad_images]
+    if uncaptioned:
+        problems += [
+            f"{name}: no caption (add {Path(name).stem}.txt or a {METADATA_FILE} row, "
+            "or set a trigger word or a default caption)"
+            for name in uncaptioned
+        ]
+    if problems:
+        raise DatasetError(f"dataset {root} cannot be used ({len(problems)} problem(s))", problems)
+    if not items:
+        raise DatasetError(f"no usable images in {root}", [f"{name}: {why}" for name, why in dropped])
+    dropped.sort()
+    return DatasetScan(root=root, items=items, dropped=dropped, fingerprint=dataset_fingerprint(items))

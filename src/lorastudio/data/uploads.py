@@ -1,0 +1,216 @@
+"""Upload validation and staging for dataset folders (no torch, no HTTP).
+
+An upload is a batch of named files: images (PNG/JPEG/WebP), `<stem>.txt` captions and at most
+one `metadata.jsonl`. `UploadBatch` writes them into a hidden staging folder under the datasets
+root, checks every one (safe name, allowed kind, image header size limit + decode check, UTF-8
+captions, metadata rows), and only then commits: a new dataset by renaming the whole staging
+folder, an existing one file by file (each rename atomic; files of the same name are replaced;
+metadata.jsonl rows are merged, the new row winning). A refused batch leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from lorastudio.data.captions import read_metadata, read_sidecar
+from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
+from lorastudio.data.images import probe_image
+from lorastudio.data.paths import safe_component
+from lorastudio.errors import ConfigError, DatasetError, NotFound, PathOutsideRoot
+
+STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
+MAX_CAPTION_BYTES = 64 * 1024
+_COPY_CHUNK = 1 << 20
+
+
+class UploadTooLarge(DatasetError):
+    """The request body is larger than the server's upload cap (settings.max_upload_mb)."""
+
+    def __init__(self, cap_bytes: int):
+        self.cap_bytes = cap_bytes
+        super().__init__(f"upload larger than the limit of {cap_bytes // 2**20} MB (settings.max_upload_mb)")
+
+
+def upload_kind(name: str) -> str:
+    """ "image", "caption" or "metadata" for an acceptable upload file name.
+    Raises DatasetError (other file types), ConfigError / PathOutsideRoot (unsafe names)."""
+    safe_component(name, field="file name")
+    if is_image_name(name):
+        return "image"
+    if name == METADATA_FILE:
+        return "metadata"
+    if name.lower().endswith(CAPTION_EXTENSION):
+        return "caption"
+    raise DatasetError(
+        f"cannot upload {name}",
+        [f"{name}: not an image (png/jpg/jpeg/webp), a .txt caption or {METADATA_FILE}"],
+    )
+
+
+class UploadBatch:
+    """Stage, check and commit one upload into `dataset_dir` (a folder under `datasets_root`).
+
+    Use as `with UploadBatch(...) as batch: batch.add(name, stream); batch.commit()`; leaving
+    the block without commit (or with an error) deletes the staging folder."""
+
+    def __init__(self, datasets_root: Path, dataset_dir: Path, max_pixels: int):
+        self.dataset_dir = dataset_dir
+        self.max_pixels = max_pixels
+        self.staging = datasets_root / STAGING_DIR / uuid.uuid4().hex
+        self._names: dict[str, str] = {}  # file name -> kind
+        self.problems: list[str] = []
+
+    def __enter__(self) -> UploadBatch:
+        self.staging.mkdir(parents=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def add(self, name: str, stream: BinaryIO) -> None:
+        """Stage one file. A bad name or kind is recorded as a problem (reported by commit)."""
+        try:
+            kind = upload_kind(name)
+        except (DatasetError, ConfigError, PathOutsideRoot) as err:
+            self.problems += _messages(err)
+            return
+        if name in self._names:
+            self.problems.append(f"{name}: sent twice in one upload")
+            return
+        with (self.staging / name).open("wb") as out:
+            shutil.copyfileobj(stream, out, _COPY_CHUNK)
+        self._names[name] = kind
+
+    def commit(self) -> list[str]:
+        """Check every staged file and move them into the dataset. Returns the committed names
+        (sorted). Raises DatasetError listing every problem; nothing is committed then."""
+        if not self._names and not self.problems:
+            self.problems.append("no files in the upload")
+        self._check_files()
+        if self.problems:
+            raise DatasetError(f"upload to {self.dataset_dir.name} refused", self.problems)
+        if METADATA_FILE in self._names:
+            self._merge_metadata()
+        names = sorted(self._names)
+        if not os.path.lexists(self.dataset_dir):
+            try:
+                os.rename(self.staging, self.dataset_dir)
+                return names
+            except OSError:  # created meanwhile by another upload: merge file by file
+                self.dataset_dir.mkdir(exist_ok=True)
+        for name in names:
+            os.replace(self.staging / name, self.dataset_dir / name)
+        return names
+
+    def _check_files(self) -> None:
+        existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
+        image_stems = {Path(n).stem for n, k in self._names.items() if k == "image"} | existing_stems
+        for name, kind in sorted(self._names.items()):
+            path = self.staging / name
+            if kind == "image":
+                try:
+                    probe_image(path, self.max_pixels)
+                except DatasetError as err:
+                    self.problems += err.problems
+            elif kind == "caption":
+                self._check_caption(path, image_stems)
+            else:
+                try:
+                    self.problems += read_metadata(path).problems
+                except DatasetError as err:
+                    self.problems += err.problems
+
+    def _check_caption(self, path: Path, image_stems: set[str]) -> None:
+        if path.stat().st_size > MAX_CAPTION_BYTES:
+            self.problems.append(f"{path.name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB")
+            return
+        if path.stem not in image_stems:
+            self.problems.append(f"{path.name}: no image named {path.stem}.* in the upload or the dataset")
+            return
+        try:
+            read_sidecar(path)
+        except DatasetError as err:
+            self.problems += err.problems
+
+    def _merge_metadata(self) -> None:
+        """Merge the existing metadata.jsonl rows under the uploaded ones (the upload wins)."""
+        old = self.dataset_dir / METADATA_FILE
+        if not old.is_file():
+            return
+        new_path = self.staging / METADATA_FILE
+        merged = read_metadata(old).captions
+        merged.update(read_metadata(new_path).captions)
+        lines = [
+            json.dumps({"file_name": k, "text": v}, ensure_ascii=False) for k, v in sorted(merged.items())
+        ]
+        new_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@contextmanager
+def staged_write(target: Path) -> Iterator[Path]:
+    """Yield a temporary path next to `target`; on success it replaces `target` atomically,
+    on error it is removed."""
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _messages(err: Exception) -> list[str]:
+    if isinstance(err, ConfigError):
+        return [str(p) for p in err.problems]
+    if isinstance(err, DatasetError) and err.problems:
+        return list(err.problems)
+    return [str(err)]
+
+
+def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | None:
+    """Set the .txt caption of image `image_name` (staged, then renamed); an empty caption
+    removes the .txt. Returns the caption path (None when removed). Raises NotFound when the
+    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long."""
+    image = existing_image(dataset_dir, image_name)
+    target = image.with_suffix(CAPTION_EXTENSION)
+    text = caption.strip()
+    if not text:
+        if target.is_file():
+            target.unlink()
+        return None
+    if len(text.encode("utf-8")) > MAX_CAPTION_BYTES:
+        raise DatasetError(
+            "caption too long", [f"{image_name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB"]
+        )
+    with staged_write(target) as tmp:
+        tmp.write_text(text + "\n", encoding="utf-8")
+    return target
+
+
+def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
+    """Delete image `image_name` and its .txt caption. Returns the deleted file names."""
+    image = existing_image(dataset_dir, image_name)
+    deleted = [image.name]
+    image.unlink()
+    caption = image.with_suffix(CAPTION_EXTENSION)
+    if caption.is_file():
+        caption.unlink()
+        deleted.append(caption.name)
+    return deleted
+
+
+def existing_image(dataset_dir: Path, image_name: str) -> Path:
+    """The path of image `image_name` directly in `dataset_dir` (not a symlink). Raises
+    ConfigError/PathOutsideRoot for a bad name, NotFound if it is not an existing image."""
+    safe_component(image_name, field="file name")
+    path = dataset_dir / image_name
+    if not is_image_name(image_name) or path.is_symlink() or not path.is_file():
+        raise NotFound(f"no image {image_name!r} in dataset {dataset_dir.name}")
+    return path

@@ -1,0 +1,124 @@
+"""Caption precedence, trigger words, sidecar and metadata.jsonl parsing, via scan_dataset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lorastudio.data import apply_trigger, scan_dataset
+from lorastudio.errors import DatasetError
+
+
+def _scan(root: Path, **kwargs):
+    return scan_dataset(root, resolution=64, multiple=16, **kwargs)
+
+
+def _by_name(scan) -> dict[str, tuple[str, str]]:
+    return {it.path.name: (it.caption, it.caption_source) for it in scan.items}
+
+
+def test_precedence_txt_over_metadata_over_default(tmp_path, make_image):
+    for name in ("a.png", "b.png", "c.png"):
+        make_image(tmp_path / name)
+    (tmp_path / "a.txt").write_text("  caption from txt \n", encoding="utf-8")
+    rows = [{"file_name": "a.png", "text": "meta a"}, {"file_name": "b.png", "text": "meta b"}]
+    (tmp_path / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+
+    got = _by_name(_scan(tmp_path, default_caption="instance prompt"))
+
+    assert got == {
+        "a.png": ("caption from txt", "txt"),
+        "b.png": ("meta b", "metadata"),
+        "c.png": ("instance prompt", "default"),
+    }
+
+
+def test_trigger_alone_when_nothing_else_and_prepended_once(tmp_path, make_image):
+    for name in ("a.png", "b.png", "c.png", "d.png"):
+        make_image(tmp_path / name)
+    (tmp_path / "a.txt").write_text("a red car", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("sks, already tagged", encoding="utf-8")
+    (tmp_path / "c.txt").write_text("sksdog is another word", encoding="utf-8")
+
+    got = _by_name(_scan(tmp_path, trigger_word=" sks "))
+
+    assert got == {
+        "a.png": ("sks, a red car", "txt"),
+        "b.png": ("sks, already tagged", "txt"),
+        "c.png": ("sks, sksdog is another word", "txt"),
+        "d.png": ("sks", "trigger"),
+    }
+
+
+def test_default_caption_gets_trigger(tmp_path, make_image):
+    make_image(tmp_path / "x.jpg")
+    got = _by_name(_scan(tmp_path, trigger_word="ohwx", default_caption="a photo of a man"))
+    assert got == {"x.jpg": ("ohwx, a photo of a man", "default")}
+
+
+def test_empty_sidecar_falls_through_and_caption_key_accepted(tmp_path, make_image):
+    make_image(tmp_path / "a.png")
+    (tmp_path / "a.txt").write_text(" \n\t", encoding="utf-8")
+    (tmp_path / "metadata.jsonl").write_text(
+        json.dumps({"file_name": "./a.png", "caption": "from the caption key"}) + "\n\n", encoding="utf-8"
+    )
+    assert _by_name(_scan(tmp_path)) == {"a.png": ("from the caption key", "metadata")}
+
+
+def test_sidecar_utf8_with_bom_is_read(tmp_path, make_image):
+    make_image(tmp_path / "a.png")
+    (tmp_path / "a.txt").write_bytes("\ufeffcafé à Zürich".encode())
+    assert _by_name(_scan(tmp_path)) == {"a.png": ("café à Zürich", "txt")}
+
+
+def test_missing_captions_are_listed(tmp_path, make_image, dir_snapshot):
+    for name in ("a.png", "b.png", "c.png"):
+        make_image(tmp_path / name)
+    (tmp_path / "b.txt").write_text("has one", encoding="utf-8")
+    before = dir_snapshot(tmp_path)
+
+    with pytest.raises(DatasetError) as info:
+        _scan(tmp_path)
+
+    named = [p.split(":")[0] for p in info.value.problems]
+    assert named == ["a.png", "c.png"]
+    assert all("no caption" in p for p in info.value.problems)
+    assert dir_snapshot(tmp_path) == before
+
+
+def test_bad_metadata_lines_and_non_utf8_sidecar_are_listed(tmp_path, make_image):
+    for name in ("a.png", "b.png"):
+        make_image(tmp_path / name)
+    (tmp_path / "a.txt").write_bytes(b"caf\xe9")  # latin-1, not UTF-8
+    lines = [
+        "{not json",
+        json.dumps(["a list"]),
+        json.dumps({"text": "no file name"}),
+        json.dumps({"file_name": "b.png"}),
+        json.dumps({"file_name": "b.png", "text": 3}),
+        json.dumps({"file_name": "b.png", "text": "ok"}),
+        json.dumps({"file_name": "b.png", "text": "twice"}),
+    ]
+    (tmp_path / "metadata.jsonl").write_text("\n".join(lines), encoding="utf-8")
+
+    with pytest.raises(DatasetError) as info:
+        _scan(tmp_path, default_caption="fallback")
+
+    problems = info.value.problems
+    for lineno in (1, 2, 3, 4, 5, 7):
+        assert any(p.startswith(f"metadata.jsonl line {lineno}:") for p in problems), problems
+    assert not any(p.startswith("metadata.jsonl line 6:") for p in problems)
+    assert any(p.startswith("a.txt:") and "UTF-8" in p for p in problems)
+
+
+def test_apply_trigger_rules():
+    assert apply_trigger("a dog", None) == "a dog"
+    assert apply_trigger("a dog", "  ") == "a dog"
+    assert apply_trigger("a dog", "sks") == "sks, a dog"
+    assert apply_trigger("sks a dog", "sks") == "sks a dog"
+    assert apply_trigger("sks", "sks") == "sks"
+    assert apply_trigger("sks_dog", "sks") == "sks, sks_dog"
+    assert apply_trigger("", "sks") == "sks"
+    assert apply_trigger(apply_trigger("a dog", "sks"), "sks") == "sks, a dog"
