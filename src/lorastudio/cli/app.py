@@ -35,9 +35,20 @@ def _root(
 
 def _register() -> None:
     """Attach every command module (one line each)."""
-    from lorastudio.cli import info_cmd
+    from lorastudio.cli import info_cmd, tiny_cmd
 
     info_cmd.register(app)
+    tiny_cmd.register(app)
+    from lorastudio.cli import demo_cmd, generate_cmd, train_cmd
+
+    train_cmd.register(app)
+    demo_cmd.register(app)
+    generate_cmd.register(app)
+    from lorastudio.cli import datasets_cmd, runs_cmd, serve_cmd
+
+    serve_cmd.register(app)
+    runs_cmd.register(app)
+    datasets_cmd.register(app)
 
 
 def main() -> None:

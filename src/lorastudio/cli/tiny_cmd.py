@@ -1,0 +1,53 @@
+"""`lorastudio tiny model` and `lorastudio tiny dataset`: tiny offline models and a sample dataset.
+
+Both write atomically and are idempotent; a domain error (bad family, occupied folder) propagates
+to `cli.app.main`, which prints it and exits non-zero.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+tiny_app = typer.Typer(
+    help="Tiny random-weight models of every family and a sample dataset, built offline.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tiny_app, name="tiny")
+
+
+@tiny_app.command("model")
+def model_cmd(
+    family: str = typer.Option(..., "--family", "-f", help="sdxl, flux, qwen-image or z-image"),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="pipeline folder to write (default: <models>/tiny-<family>)"
+    ),
+    seed: int = typer.Option(0, "--seed", min=0, help="weights seed (same seed, same files)"),
+) -> None:
+    """Write a tiny diffusers pipeline of FAMILY (loads with DiffusionPipeline.from_pretrained)."""
+    from lorastudio import tiny
+    from lorastudio.settings import get_settings
+
+    target = out if out is not None else tiny.tiny_model_dir(family, get_settings().models_dir)
+    path = tiny.save_tiny_model(family, target, seed=seed)
+    typer.echo(str(path))
+
+
+@tiny_app.command("dataset")
+def dataset_cmd(
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="dataset folder to write (default: <datasets>/tiny-shapes)"
+    ),
+    seed: int = typer.Option(0, "--seed", min=0, help="layout seed (same seed, same files)"),
+) -> None:
+    """Write the sample dataset: 8 PNG images of coloured shapes with .txt captions."""
+    from lorastudio import tiny
+    from lorastudio.settings import get_settings
+
+    target = out if out is not None else get_settings().datasets_dir / tiny.SAMPLE_DATASET_NAME
+    path = tiny.make_sample_dataset(target, seed=seed)
+    typer.echo(str(path))

@@ -1,0 +1,52 @@
+"""Write a folder atomically: fill a hidden sibling staging folder, then rename it into place.
+
+A crash or an error while filling leaves no half-written target (the staging folder is removed
+on errors; after a hard kill only a hidden `.NAME.staging-*` sibling can remain).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+
+def is_empty_dir(path: Path) -> bool:
+    """True if `path` is an existing directory with nothing in it."""
+    return path.is_dir() and not any(path.iterdir())
+
+
+def publish_dir(target: Path, fill: Callable[[Path], None], is_complete: Callable[[Path], bool]) -> bool:
+    """Create `target` by calling `fill(staging)` on an empty sibling folder, then renaming it.
+
+    Takes: `target` (must not exist, or be an empty folder), `fill` (writes the content), and
+    `is_complete` (whether a folder already holds the wanted content; used when another process
+    published `target` first). Returns True if this call published it, False if another
+    process had. Raises whatever `fill` raises (after removing the staging folder),
+    FileExistsError only if `target` appeared meanwhile holding something else, and other
+    OSErrors if the parent folder cannot be created or written.
+    """
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as err:  # a file where a parent folder should be
+        raise NotADirectoryError(f"{target.parent} is not a folder") from err
+    staging = target.parent / f".{target.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()  # unlike tempfile.mkdtemp, honours the umask (the folder is published as is)
+    try:
+        fill(staging)
+        if is_empty_dir(target):
+            target.rmdir()
+        try:
+            os.rename(staging, target)  # atomic on one filesystem; fails if target is non-empty
+        except OSError as err:
+            if not target.exists():
+                raise
+            if is_complete(target):  # another process published the same content first
+                return False
+            raise FileExistsError(f"{target} appeared while it was being written") from err
+        return True
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)

@@ -1,0 +1,62 @@
+"""Shared pytest fixtures.
+
+- torch runs single-threaded (OMP_NUM_THREADS=1 unless set);
+- every test runs with LORASTUDIO_HOME set to its own empty temp folder (not created), the
+  settings cache cleared, and HF_HUB_OFFLINE=1 (`studio_home`, autouse);
+- `tiny_model`: a session-wide factory, family -> folder of that family's tiny diffusers pipeline
+  (built once per session, seed 0);
+- `sample_dataset`: a session-wide folder with the 8-image sample dataset (seed 0).
+
+The session folders are shared by every test: treat them as read-only (copy them to change them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# Before anything imports huggingface_hub (it reads the variable once, at import time).
+os.environ["HF_HUB_OFFLINE"] = "1"
+# Before torch is imported: the tiny models' ops are far too small to gain from threads, and on a
+# shared 2-core machine two spinning threads per process made a 2-step generation 10-50x slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(autouse=True)
+def studio_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh studio home per test (the path only; `Settings.ensure_dirs()` creates it)."""
+    from lorastudio.settings import get_settings
+
+    home = tmp_path_factory.mktemp("home") / "lorastudio"
+    monkeypatch.setenv("LORASTUDIO_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    get_settings.cache_clear()
+    yield home
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Factory: `tiny_model("flux")` -> folder of the tiny FLUX.1 pipeline, built on first use."""
+    from lorastudio.tiny import save_tiny_model, tiny_model_dir
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    built: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = save_tiny_model(family, tiny_model_dir(family, root))
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def sample_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folder of the sample dataset: 8 PNG images of coloured shapes + 8 .txt captions."""
+    from lorastudio.tiny import SAMPLE_DATASET_NAME, make_sample_dataset
+
+    return make_sample_dataset(tmp_path_factory.mktemp("datasets") / SAMPLE_DATASET_NAME)
