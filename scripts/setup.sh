@@ -45,4 +45,14 @@ fi
 if [ -f web/package.json ]; then
   bash scripts/build_web.sh
 fi
+
+# 4. Chromium for the browser tests (Debian's package; Playwright drives it, never downloads one).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's chromium for the browser tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    say "note: no chromium found; the browser tests will be skipped (apt-get install chromium)"
+  fi
+fi
 say "ready: $VENV/bin/lorastudio"

@@ -6,8 +6,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 echo "[test] ruff check"
-ruff check src tests bench
+ruff check src tests bench web/scripts
 echo "[test] ruff format --check"
-ruff format --check src tests bench
+ruff format --check src tests bench web/scripts
+echo "[test] web component tests (vitest)"
+npm --prefix web test
 echo "[test] pytest"
 python -m pytest "$@"

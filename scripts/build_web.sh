@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build the web UI (web/) into src/lorastudio/web_dist/, which `lorastudio serve` mounts at /.
+# Idempotent: `npm ci` only when web/node_modules does not match web/package-lock.json, the
+# API types regenerated from the server's OpenAPI schema only when the API code changed, and
+# the build skipped when nothing it depends on changed since the last build (stamp files).
+# Needs Node >= 20.19 + npm, and the venv (.venv) for the schema dump.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WEB="$ROOT/web"
+DIST="$ROOT/src/lorastudio/web_dist"
+PY="${LORASTUDIO_PYTHON:-$ROOT/.venv/bin/python}"
+say() { printf '\033[1m[web]\033[0m %s\n' "$*"; }
+
+if ! command -v npm >/dev/null 2>&1; then
+  say "npm not found: install Node.js 20.19+ (e.g. apt-get install nodejs npm) to build the UI"
+  exit 1
+fi
+
+# hash of a list of files/folders (contents and names), stable across runs
+tree_hash() {
+  find "$@" -type f ! -name '*.tsbuildinfo' -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+}
+
+# 1. dependencies: npm ci when package-lock.json changed or node_modules is missing.
+deps_want=$(sha256sum "$WEB/package-lock.json" | cut -d' ' -f1)
+deps_have=$(cat "$WEB/node_modules/.lorastudio-deps" 2>/dev/null || true)
+if [ "$deps_want" != "$deps_have" ] || [ ! -d "$WEB/node_modules" ]; then
+  say "installing web dependencies (npm ci)"
+  (cd "$WEB" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$deps_want" > "$WEB/node_modules/.lorastudio-deps"
+else
+  say "web dependencies up to date"
+fi
+
+# 2. API types, generated from the server's OpenAPI schema (plus TrainConfig and the events).
+api_want=$(tree_hash "$ROOT/src/lorastudio/api" "$ROOT/src/lorastudio/config.py" \
+  "$ROOT/src/lorastudio/training/events.py" "$WEB/scripts/dump_schema.py" "$WEB/scripts/routes.mjs")
+api_have=$(cat "$WEB/.api-stamp" 2>/dev/null || true)
+if [ "$api_want" != "$api_have" ] || [ ! -f "$WEB/src/api/schema.d.ts" ]; then
+  say "generating API types from the OpenAPI schema"
+  tmp=$(mktemp "$WEB/.openapi.XXXXXX.json")
+  trap 'rm -f "$tmp"' EXIT
+  "$PY" "$WEB/scripts/dump_schema.py" > "$tmp"
+  mv "$tmp" "$WEB/openapi.json"
+  trap - EXIT
+  (cd "$WEB" && npm run --silent gen:api >/dev/null)
+  echo "$api_want" > "$WEB/.api-stamp"
+fi
+
+# 3. build (tsc type-check + vite), skipped when web/ is unchanged since the last build.
+build_want=$(tree_hash "$WEB/src" "$WEB/index.html" "$WEB/package-lock.json" "$WEB/vite.config.ts" "$WEB/tsconfig.json")
+build_have=$(cat "$DIST/.build-stamp" 2>/dev/null || true)
+if [ "$build_want" = "$build_have" ] && [ -f "$DIST/index.html" ]; then
+  say "web UI up to date ($DIST)"
+  exit 0
+fi
+say "building the web UI"
+(cd "$WEB" && npm run --silent build)
+# publish: stage next to the target, then swap (no half-copied UI is ever served)
+stage="$DIST.staging.$$"
+rm -rf "$stage"
+cp -r "$WEB/dist" "$stage"
+echo "$build_want" > "$stage/.build-stamp"
+rm -rf "$DIST.old"
+[ -d "$DIST" ] && mv "$DIST" "$DIST.old"
+mv "$stage" "$DIST"
+rm -rf "$DIST.old"
+say "web UI built into $DIST"

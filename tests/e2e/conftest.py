@@ -1,0 +1,128 @@
+"""Fixtures of the browser tests: a real `lorastudio serve` on a free loopback port with a fresh
+studio home (tiny FLUX model under models/), and Debian's Chromium driven by Playwright.
+
+Skipped (with the reason) when Chromium, the playwright package or the built UI is missing:
+scripts/setup.sh builds the UI; `apt-get install chromium` provides the browser.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("LORASTUDIO_CHROMIUM", "/usr/bin/chromium")
+WEB_DIST = Path(__file__).resolve().parents[2] / "src" / "lorastudio" / "web_dist"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_command(port: int) -> list[str]:
+    """`lorastudio serve` when the CLI has it, else the same `serve()` function directly."""
+    exe = Path(sys.executable).with_name("lorastudio")
+    probe = subprocess.run([str(exe), "serve", "--help"], capture_output=True, timeout=60)
+    if probe.returncode == 0:
+        return [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    code = (
+        "from lorastudio.api.app import serve; from lorastudio.settings import get_settings; "
+        f"serve(get_settings(), '127.0.0.1', {port})"
+    )
+    return [sys.executable, "-c", code]
+
+
+def _missing(reason: str) -> None:
+    """Skip when a prerequisite is missing on a developer's machine; fail under CI (CI=true or
+    LORASTUDIO_REQUIRE_E2E=1), where the setup script must have provided it."""
+    if os.environ.get("CI") or os.environ.get("LORASTUDIO_REQUIRE_E2E") == "1":
+        pytest.fail(f"e2e prerequisite missing: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """A running server: {"url", "home", "model", "sample"}; stopped (and its log shown on
+    failure) at the end of the module."""
+    if not WEB_DIST.joinpath("index.html").is_file():
+        _missing("the web UI is not built (run scripts/build_web.sh)")
+    from lorastudio.tiny import make_sample_dataset, save_tiny_model
+
+    home = tmp_path_factory.mktemp("home")
+    model = save_tiny_model("flux", home / "models" / "tiny-flux")
+    sample = make_sample_dataset(tmp_path_factory.mktemp("upload") / "sample")
+    port = _free_port()
+    env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port)}
+    log = (home / "server.log").open("w")
+    proc = subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/info", timeout=2) as res:
+                    if res.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start:\n{(home / 'server.log').read_text()}")
+            time.sleep(0.3)
+        yield {"url": url, "home": home, "model": model, "sample": sample, "log": home / "server.log"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        # shown by pytest only when a test of the module failed
+        print(
+            "---- server log (tail) ----\n"
+            + "".join((home / "server.log").read_text().splitlines(True)[-60:])
+        )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Debian's Chromium under Playwright. Playwright gives every launch a fresh temporary
+    profile (it refuses --user-data-dir in `args`), so no state leaks between runs."""
+    if not Path(CHROMIUM).is_file():
+        _missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    """tests/e2e/artifacts/ (git-ignored): screenshots for a person to look at."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

@@ -1,0 +1,87 @@
+import { InfoProvider, useInfo } from "./api/info";
+import { TrainingProvider, useTraining } from "./api/training";
+import { href, useRoute } from "./lib/route";
+import { DatasetDetailScreen } from "./screens/DatasetDetailScreen";
+import { DatasetsScreen } from "./screens/DatasetsScreen";
+import { GenerateScreen } from "./screens/GenerateScreen";
+import { LiveScreen } from "./screens/LiveScreen";
+import { RunDetailScreen } from "./screens/RunDetailScreen";
+import { RunsScreen } from "./screens/RunsScreen";
+import { TrainScreen } from "./screens/TrainScreen";
+
+const NAV = [
+  ["datasets", "Datasets"],
+  ["train", "Train"],
+  ["live", "Live"],
+  ["runs", "Runs"],
+  ["generate", "Generate"],
+] as const;
+
+function LiveBadge() {
+  const { job } = useTraining();
+  if (!job || !["queued", "preparing", "running", "stopping"].includes(job.status)) return null;
+  const p = job.progress;
+  return (
+    <a className="live-badge" href={href("live")} title="the running job">
+      <span className="pulse" />
+      {p ? `${p.step}/${p.total_steps}` : job.status}
+    </a>
+  );
+}
+
+function Screen({ route }: { route: string[] }) {
+  const [top, arg] = route;
+  switch (top) {
+    case "datasets":
+      return arg ? <DatasetDetailScreen name={arg} /> : <DatasetsScreen />;
+    case "live":
+      return <LiveScreen />;
+    case "runs":
+      return arg ? <RunDetailScreen id={arg} /> : <RunsScreen />;
+    case "generate":
+      return <GenerateScreen />;
+    default:
+      return <TrainScreen dataset={top === "train" ? arg : undefined} />;
+  }
+}
+
+function Shell() {
+  const route = useRoute();
+  const { error, info } = useInfo();
+  const current = route[0] ?? "train";
+  return (
+    <div className="app">
+      <header className="topbar">
+        <a className="brand" href={href("train")}>
+          <span className="logo" />
+          lorastudio
+        </a>
+        <nav>
+          {NAV.map(([key, label]) => (
+            <a key={key} href={href(key)} className={current === key ? "active" : undefined}>
+              {label}
+            </a>
+          ))}
+        </nav>
+        <div className="topbar-right">
+          <LiveBadge />
+          {info && <span className="host muted">{info.host.name}</span>}
+        </div>
+      </header>
+      {error && <div className="banner error">Cannot reach the server: {error}</div>}
+      <main>
+        <Screen route={route} />
+      </main>
+    </div>
+  );
+}
+
+export function App() {
+  return (
+    <InfoProvider>
+      <TrainingProvider>
+        <Shell />
+      </TrainingProvider>
+    </InfoProvider>
+  );
+}

@@ -1,0 +1,123 @@
+/**
+ * The HTTP client of the UI: thin fetch wrappers that turn the server's error bodies into
+ * ApiError (with the per-field problems of a 400), so screens can show each problem next to
+ * the field it concerns.
+ */
+
+/** One problem with one field, as the server's 400 body lists them. */
+export interface FieldProblem {
+  field: string;
+  message: string;
+}
+
+/** A non-2xx answer: `status`, a readable `message`, and the field problems when there are any. */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly problems: FieldProblem[];
+  readonly body: unknown;
+
+  constructor(status: number, message: string, problems: FieldProblem[], body: unknown) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+    this.problems = problems;
+    this.body = body;
+  }
+
+  /** Problems keyed by field name (first message wins; the config prefix is dropped). */
+  byField(): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const p of this.problems) {
+      const key = p.field.replace(/^(body\.)?(config\.)?/, "");
+      out[key] ??= p.message;
+    }
+    return out;
+  }
+}
+
+function asProblems(raw: unknown): FieldProblem[] {
+  if (!Array.isArray(raw)) return [];
+  return raw.map((p) => {
+    if (typeof p === "string") return { field: "", message: p };
+    if (p && typeof p === "object") {
+      const o = p as Record<string, unknown>;
+      // FastAPI's 422 items are {loc: [...], msg}; ours are {field, message}.
+      if (Array.isArray(o.loc)) return { field: o.loc.slice(1).join("."), message: String(o.msg ?? "") };
+      return { field: String(o.field ?? ""), message: String(o.message ?? o.msg ?? "") };
+    }
+    return { field: "", message: String(p) };
+  });
+}
+
+/** Build an ApiError from a failed response (reads its JSON body when there is one). */
+export async function errorFrom(res: Response): Promise<ApiError> {
+  let body: unknown = null;
+  const text = await res.text();
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = text;
+  }
+  let message = `${res.status} ${res.statusText}`.trim();
+  let problems: FieldProblem[] = [];
+  if (body && typeof body === "object") {
+    const o = body as Record<string, unknown>;
+    if (typeof o.detail === "string") message = o.detail;
+    problems = asProblems(o.problems ?? (Array.isArray(o.detail) ? o.detail : undefined));
+    if (problems.length && typeof o.detail !== "string") message = problems.map((p) => p.message).join("; ");
+  } else if (typeof body === "string" && body) {
+    message = body;
+  }
+  return new ApiError(res.status, message, problems, body);
+}
+
+/** fetch + JSON decode; throws ApiError on a non-2xx answer. */
+export async function request<T>(method: string, url: string, body?: unknown, init?: RequestInit): Promise<T> {
+  const headers: Record<string, string> = { Accept: "application/json" };
+  let payload: BodyInit | undefined;
+  if (body instanceof FormData) payload = body;
+  else if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    payload = JSON.stringify(body);
+  }
+  const res = await fetch(url, { method, headers, body: payload, ...init });
+  if (!res.ok) throw await errorFrom(res);
+  if (res.status === 204) return undefined as T;
+  const text = await res.text();
+  return (text ? JSON.parse(text) : undefined) as T;
+}
+
+export const get = <T>(url: string) => request<T>("GET", url);
+export const post = <T>(url: string, body?: unknown) => request<T>("POST", url, body);
+export const put = <T>(url: string, body?: unknown) => request<T>("PUT", url, body);
+export const del = <T>(url: string) => request<T>("DELETE", url);
+
+/** Encode one path segment (dataset, file or run name). */
+export const seg = (s: string) => encodeURIComponent(s);
+
+/**
+ * POST a multipart form with upload progress (XMLHttpRequest: fetch has no upload progress).
+ * `onProgress(sentBytes, totalBytes)`; resolves with the JSON answer, rejects with ApiError.
+ */
+export function postWithProgress<T>(
+  url: string,
+  form: FormData,
+  onProgress: (sent: number, total: number) => void,
+): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", url);
+    xhr.setRequestHeader("Accept", "application/json");
+    xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
+    xhr.onerror = () => reject(new ApiError(0, "network error during upload", [], null));
+    xhr.onload = () => {
+      const res = new Response(xhr.responseText || null, { status: xhr.status, statusText: xhr.statusText });
+      if (xhr.status >= 200 && xhr.status < 300) {
+        resolve((xhr.responseText ? JSON.parse(xhr.responseText) : undefined) as T);
+      } else {
+        errorFrom(res).then(reject, reject);
+      }
+    };
+    xhr.send(form);
+  });
+}

@@ -1,0 +1,107 @@
+import { act, render, screen, waitFor } from "@testing-library/react";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { LiveScreen } from "../screens/LiveScreen";
+import { type Call, mockFetch } from "../test/fixtures";
+import { TrainingProvider } from "./training";
+
+/** A minimal EventSource double: the test pushes named server-sent events into it. */
+class FakeEventSource {
+  static last: FakeEventSource | null = null;
+  listeners = new Map<string, ((e: MessageEvent) => void)[]>();
+  onopen: (() => void) | null = null;
+  onerror: (() => void) | null = null;
+  onmessage: ((e: MessageEvent) => void) | null = null;
+  closed = false;
+  constructor(public url: string) {
+    FakeEventSource.last = this;
+  }
+  addEventListener(type: string, fn: (e: MessageEvent) => void) {
+    this.listeners.set(type, [...(this.listeners.get(type) ?? []), fn]);
+  }
+  close() {
+    this.closed = true;
+  }
+  emit(type: string, data: object) {
+    const e = new MessageEvent(type, { data: JSON.stringify(data) });
+    for (const fn of this.listeners.get(type) ?? []) fn(e);
+  }
+}
+
+const JOB = {
+  id: "j1",
+  status: "running",
+  output_name: "shapes-lora",
+  family: "flux",
+  created_at: "2025-01-01T00:00:00Z",
+  started_at: "2025-01-01T00:00:00Z",
+  finished_at: null,
+  phase: null,
+  progress: null,
+  metrics: [{ step: 1, epoch: 1, loss: 0.9, avg_loss: 0.9, lr: 1e-4, grad_norm: 1, samples_per_second: null, peak_memory_gb: 0.5 }],
+  lora_path: null,
+  steps_run: 1,
+  error: null,
+  stop_requested: null,
+  config: {},
+};
+
+const progress = (step: number) => ({
+  type: "progress",
+  job_id: "j1",
+  step,
+  total_steps: 10,
+  epoch: 1,
+  loss: 1 / step,
+  avg_loss: 0.5,
+  lr: 1e-4,
+  grad_norm: 1,
+  samples_per_second: 2.5,
+  peak_memory_gb: 1.5,
+});
+
+describe("live training state", () => {
+  let calls: Call[];
+  beforeEach(() => {
+    vi.stubGlobal("EventSource", FakeEventSource);
+    calls = mockFetch(({ url, method }) => {
+      if (url.startsWith("/api/train/status")) return { body: { job: JOB, queue: [{ id: "j2", output_name: "next-one" }], busy: true, event_seq: 3 } };
+      if (method === "POST" && url === "/api/train/stop") return { body: { ...JOB, status: "stopping" } };
+      return undefined;
+    });
+  });
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("appends a chart point per progress event without re-fetching", async () => {
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    await waitFor(() => expect(screen.getByTestId("chart").dataset.points).toBe("1"));
+    expect(screen.getByText("next-one")).toBeInTheDocument();
+    const fetchesBefore = calls.length;
+    act(() => {
+      for (let s = 2; s <= 6; s++) FakeEventSource.last?.emit("progress", progress(s));
+    });
+    expect(screen.getByTestId("chart").dataset.points).toBe("6");
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("6 / 10");
+    expect(calls.length).toBe(fetchesBefore);
+    // a status change re-fetches the small snapshot with only new points
+    act(() => FakeEventSource.last?.emit("status", { type: "status", job_id: "j1", status: "stopping", error: null }));
+    await waitFor(() => expect(calls.length).toBe(fetchesBefore + 1));
+    expect(calls[calls.length - 1].url).toBe("/api/train/status?since=6");
+  });
+
+  it("the Stop button opens the dialog; Stop and save posts save=true", async () => {
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    const stop = await screen.findByRole("button", { name: "Stop" });
+    act(() => stop.click());
+    act(() => screen.getByRole("button", { name: "Stop and save" }).click());
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/train/stop")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/train/stop")?.body).toEqual({ save: true, job_id: "j1" });
+  });
+});

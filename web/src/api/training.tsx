@@ -1,0 +1,113 @@
+/**
+ * Live training state shared by every screen: the status snapshot, fetched once, then kept
+ * current from the server-sent event stream. A progress event appends one chart point and
+ * replaces the progress read-out, a load/preparing event replaces the phase (no re-fetch); the
+ * rare others (status changes, complete, error, a new job) re-fetch the small status snapshot
+ * with `?since=<last step>` so only new metric points travel.
+ */
+import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
+import { api } from "./endpoints";
+import type { Job, ProgressEvent, TrainEvent, TrainStatus } from "./types";
+import { appendPoint, emptySeries, fromPoints, type MetricSeries } from "../lib/series";
+
+export const EVENT_TYPES = [
+  "model_load_started",
+  "model_load_completed",
+  "preparing",
+  "progress",
+  "complete",
+  "error",
+  "status",
+] as const;
+
+export interface TrainingState {
+  status: TrainStatus | null;
+  job: Job | null;
+  series: MetricSeries;
+  connected: boolean;
+  /** Re-fetch the status snapshot (after start/stop). */
+  refresh: () => Promise<void>;
+}
+
+const Ctx = createContext<TrainingState | null>(null);
+
+export function useTraining(): TrainingState {
+  const v = useContext(Ctx);
+  if (!v) throw new Error("useTraining outside <TrainingProvider>");
+  return v;
+}
+
+/** Fold one progress event into a job snapshot. */
+function withProgress(job: Job, p: ProgressEvent): Job {
+  return {
+    ...job,
+    status: job.status === "preparing" || job.status === "queued" ? "running" : job.status,
+    progress: p,
+    steps_run: Math.max(job.steps_run, p.step),
+  };
+}
+
+export function TrainingProvider({ children }: { children: ReactNode }) {
+  const [status, setStatus] = useState<TrainStatus | null>(null);
+  const [job, setJob] = useState<Job | null>(null);
+  const [series, setSeries] = useState<MetricSeries>(emptySeries);
+  const [connected, setConnected] = useState(false);
+  const jobRef = useRef<Job | null>(null);
+  const lastStep = useRef<number | null>(null);
+
+  const refresh = useCallback(async () => {
+    const current = jobRef.current;
+    const same = current != null;
+    const s = await api.status(same && lastStep.current != null ? lastStep.current : undefined);
+    const next = s.job;
+    if (next && current && next.id === current.id) {
+      setSeries((prev) => next.metrics.reduce(appendPoint, prev));
+    } else {
+      setSeries(fromPoints(next?.metrics ?? []));
+    }
+    const steps = next?.metrics.map((m) => m.step) ?? [];
+    if (next && (!current || next.id !== current.id)) lastStep.current = steps.length ? Math.max(...steps) : null;
+    else if (steps.length) lastStep.current = Math.max(lastStep.current ?? 0, ...steps);
+    jobRef.current = next;
+    setJob(next);
+    setStatus(s);
+  }, []);
+
+  useEffect(() => {
+    refresh().catch(() => undefined);
+    if (typeof EventSource === "undefined") return;
+    const es = new EventSource(api.eventsUrl);
+    es.onopen = () => setConnected(true);
+    es.onerror = () => setConnected(false);
+    const onEvent = (msg: MessageEvent<string>) => {
+      let ev: TrainEvent;
+      try {
+        ev = JSON.parse(msg.data) as TrainEvent;
+      } catch {
+        return;
+      }
+      const current = jobRef.current;
+      if (ev.type === "progress" && current && (!ev.job_id || ev.job_id === current.id)) {
+        const next = withProgress(current, ev);
+        jobRef.current = next;
+        setJob(next);
+        setSeries((prev) => appendPoint(prev, ev));
+        lastStep.current = Math.max(lastStep.current ?? 0, ev.step);
+        return;
+      }
+      const sameJob = current && (!ev.job_id || ev.job_id === current.id);
+      if (sameJob && (ev.type === "preparing" || ev.type === "model_load_started" || ev.type === "model_load_completed")) {
+        const next: Job = { ...current, phase: ev, status: current.status === "queued" ? "preparing" : current.status };
+        jobRef.current = next;
+        setJob(next);
+        return;
+      }
+      refresh().catch(() => undefined);
+    };
+    for (const t of EVENT_TYPES) es.addEventListener(t, onEvent as EventListener);
+    es.onmessage = onEvent;
+    return () => es.close();
+  }, [refresh]);
+
+  return <Ctx.Provider value={{ status, job, series, connected, refresh }}>{children}</Ctx.Provider>;
+}

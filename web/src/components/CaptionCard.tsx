@@ -1,0 +1,82 @@
+import { useState } from "react";
+import { api } from "../api/endpoints";
+import type { DatasetImage } from "../api/types";
+
+interface Props {
+  dataset: string;
+  image: DatasetImage;
+  onRemoved: () => void;
+}
+
+type SaveState = "idle" | "saving" | "saved" | "error";
+
+/** A thumbnail with its caption, editable in place (saved on blur or Ctrl/Cmd+Enter). */
+export function CaptionCard({ dataset, image, onRemoved }: Props) {
+  const [text, setText] = useState(image.caption ?? "");
+  const [saved, setSaved] = useState(image.caption ?? "");
+  const [state, setState] = useState<SaveState>("idle");
+  const [error, setError] = useState<string | null>(null);
+
+  const save = async () => {
+    if (text === saved) return;
+    setState("saving");
+    try {
+      await api.setCaption(dataset, image.file, text);
+      setSaved(text);
+      setState("saved");
+      setError(null);
+    } catch (err) {
+      setState("error");
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+
+  const remove = async () => {
+    if (!window.confirm(`Remove ${image.file} and its caption?`)) return;
+    try {
+      await api.removeImage(dataset, image.file);
+      onRemoved();
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+
+  return (
+    <figure className="thumb" data-file={image.file}>
+      <div className="thumb-img">
+        <img src={api.thumbnailUrl(dataset, image.file)} alt={image.file} loading="lazy" />
+        <button className="icon-button remove" title={`remove ${image.file}`} aria-label={`remove ${image.file}`} onClick={() => void remove()}>
+          ×
+        </button>
+      </div>
+      <figcaption>
+        <div className="row-between small">
+          <span className="filename" title={image.file}>
+            {image.file}
+          </span>
+          <span className="muted">{image.width && image.height ? `${image.width}×${image.height}` : ""}</span>
+        </div>
+        <textarea
+          aria-label={`caption of ${image.file}`}
+          placeholder="no caption"
+          value={text}
+          rows={3}
+          onChange={(e) => {
+            setText(e.target.value);
+            setState("idle");
+          }}
+          onBlur={() => void save()}
+          onKeyDown={(e) => {
+            if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) void save();
+          }}
+        />
+        <div className="caption-state small">
+          {state === "saving" && <span className="muted">saving…</span>}
+          {state === "saved" && <span className="ok">saved</span>}
+          {text !== saved && state === "idle" && <span className="muted">unsaved</span>}
+          {error && <span className="field-error">{error}</span>}
+        </div>
+      </figcaption>
+    </figure>
+  );
+}

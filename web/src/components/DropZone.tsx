@@ -1,0 +1,49 @@
+import { type DragEvent, useRef, useState } from "react";
+
+interface Props {
+  onFiles: (files: File[]) => void;
+  disabled?: boolean;
+}
+
+/** Drop images and .txt captions here, or click to pick them. */
+export function DropZone({ onFiles, disabled }: Props) {
+  const input = useRef<HTMLInputElement | null>(null);
+  const [over, setOver] = useState(false);
+  const drop = (e: DragEvent) => {
+    e.preventDefault();
+    setOver(false);
+    if (!disabled && e.dataTransfer.files.length) onFiles(Array.from(e.dataTransfer.files));
+  };
+  return (
+    <div
+      className={`dropzone${over ? " over" : ""}${disabled ? " disabled" : ""}`}
+      onDragOver={(e) => {
+        e.preventDefault();
+        setOver(true);
+      }}
+      onDragLeave={() => setOver(false)}
+      onDrop={drop}
+      onClick={() => !disabled && input.current?.click()}
+      role="button"
+      tabIndex={0}
+      onKeyDown={(e) => (e.key === "Enter" || e.key === " ") && input.current?.click()}
+      aria-label="drop images and captions, or click to choose files"
+    >
+      <strong>Drop images and .txt captions</strong>
+      <span className="muted small">PNG, JPEG, WebP · captions pair by file name (cat.png + cat.txt) · or click to choose</span>
+      <input
+        ref={input}
+        type="file"
+        multiple
+        hidden
+        data-testid="file-input"
+        accept=".png,.jpg,.jpeg,.webp,.bmp,.txt,.jsonl"
+        onChange={(e) => {
+          const files = Array.from(e.target.files ?? []);
+          e.target.value = "";
+          if (files.length) onFiles(files);
+        }}
+      />
+    </div>
+  );
+}

@@ -1,0 +1,27 @@
+import type { ReactNode } from "react";
+
+interface Props {
+  label: string;
+  /** The server's message for this field, shown under the control. */
+  error?: string;
+  hint?: string;
+  children: ReactNode;
+  wide?: boolean;
+}
+
+/** A labelled form control with its error (from the API's 400 problems) right below it. */
+export function Field({ label, error, hint, children, wide }: Props) {
+  return (
+    <label className={`field${error ? " has-error" : ""}${wide ? " wide" : ""}`}>
+      <span className="field-label">{label}</span>
+      {children}
+      {error ? (
+        <span className="field-error" role="alert">
+          {error}
+        </span>
+      ) : (
+        hint && <span className="field-hint">{hint}</span>
+      )}
+    </label>
+  );
+}

@@ -1,0 +1,192 @@
+import { useEffect, useMemo, useRef, useState } from "react";
+import { formatNumber } from "../lib/format";
+
+/** One plotted line: `values[i]` is the y of `xs[i]` (null = gap). */
+export interface Series {
+  name: string;
+  color: string;
+  values: (number | null | undefined)[];
+  /** "left" (default) or "right" y axis (e.g. the learning rate). */
+  axis?: "left" | "right";
+  dashed?: boolean;
+}
+
+interface Props {
+  xs: number[];
+  series: Series[];
+  height?: number;
+  xLabel?: string;
+  /** Shown when there are no points yet. */
+  empty?: string;
+}
+
+const PAD = { top: 12, right: 56, bottom: 24, left: 52 };
+
+function extent(values: (number | null | undefined)[]): [number, number] | null {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const v of values) {
+    if (v == null || !Number.isFinite(v)) continue;
+    lo = Math.min(lo, v);
+    hi = Math.max(hi, v);
+  }
+  if (lo === Infinity) return null;
+  if (lo === hi) return [lo - (Math.abs(lo) || 1) * 0.05, hi + (Math.abs(hi) || 1) * 0.05];
+  const pad = (hi - lo) * 0.06;
+  return [lo - pad, hi + pad];
+}
+
+/** At most `max` indices spread evenly over 0..n-1 (the last index always included). */
+export function decimate(n: number, max: number): number[] {
+  if (n <= max) return Array.from({ length: n }, (_, i) => i);
+  const out: number[] = [];
+  const step = (n - 1) / (max - 1);
+  for (let i = 0; i < max; i++) out.push(Math.round(i * step));
+  return out;
+}
+
+/** SVG path of one series, gaps (null) split the line into segments. */
+export function seriesPath(
+  xs: number[],
+  values: (number | null | undefined)[],
+  idx: number[],
+  sx: (x: number) => number,
+  sy: (y: number) => number,
+): string {
+  let d = "";
+  let pen = false;
+  for (const i of idx) {
+    const v = values[i];
+    if (v == null || !Number.isFinite(v)) {
+      pen = false;
+      continue;
+    }
+    d += `${pen ? "L" : "M"}${sx(xs[i]).toFixed(1)},${sy(v).toFixed(1)}`;
+    pen = true;
+  }
+  return d;
+}
+
+function useWidth(): [React.RefObject<HTMLDivElement | null>, number] {
+  const ref = useRef<HTMLDivElement | null>(null);
+  const [width, setWidth] = useState(640);
+  useEffect(() => {
+    const el = ref.current;
+    if (!el || typeof ResizeObserver === "undefined") return;
+    const ro = new ResizeObserver((entries) => {
+      const w = Math.floor(entries[0].contentRect.width);
+      if (w > 0) setWidth(w);
+    });
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, []);
+  return [ref, width];
+}
+
+function ticks(lo: number, hi: number, n: number): number[] {
+  return Array.from({ length: n }, (_, i) => lo + ((hi - lo) * i) / (n - 1));
+}
+
+/**
+ * A dependency-free SVG line chart: shared x (steps), a left and an optional right y axis,
+ * a legend, and a hover read-out. Draws at most ~one point per pixel per series.
+ */
+export function LineChart({ xs, series, height = 240, xLabel = "step", empty = "No data yet" }: Props) {
+  const [ref, width] = useWidth();
+  const [hover, setHover] = useState<number | null>(null);
+  const innerW = Math.max(10, width - PAD.left - PAD.right);
+  const innerH = Math.max(10, height - PAD.top - PAD.bottom);
+  const hasRight = series.some((s) => s.axis === "right");
+
+  const geo = useMemo(() => {
+    const xr = extent(xs);
+    const left = extent(series.filter((s) => s.axis !== "right").flatMap((s) => s.values));
+    const right = extent(series.filter((s) => s.axis === "right").flatMap((s) => s.values));
+    return { xr, left, right };
+  }, [xs, series]);
+
+  if (!xs.length || !geo.xr) {
+    return (
+      <div ref={ref} className="chart chart-empty" style={{ height }} data-testid="chart">
+        {empty}
+      </div>
+    );
+  }
+  const [x0, x1] = xs.length === 1 ? [xs[0] - 1, xs[0] + 1] : [xs[0], xs[xs.length - 1]];
+  const sx = (x: number) => PAD.left + ((x - x0) / (x1 - x0 || 1)) * innerW;
+  const scaleY = (r: [number, number] | null) => (y: number) =>
+    r ? PAD.top + innerH - ((y - r[0]) / (r[1] - r[0] || 1)) * innerH : PAD.top + innerH / 2;
+  const syL = scaleY(geo.left);
+  const syR = scaleY(geo.right);
+  const idx = decimate(xs.length, Math.max(2, innerW));
+
+  const onMove = (e: React.MouseEvent<SVGSVGElement>) => {
+    const rect = e.currentTarget.getBoundingClientRect();
+    const x = x0 + ((e.clientX - rect.left - PAD.left) / innerW) * (x1 - x0);
+    let best = 0;
+    for (let i = 1; i < xs.length; i++) if (Math.abs(xs[i] - x) < Math.abs(xs[best] - x)) best = i;
+    setHover(best);
+  };
+
+  return (
+    <div ref={ref} className="chart" data-testid="chart" data-points={xs.length}>
+      <div className="chart-legend">
+        {series.map((s) => (
+          <span key={s.name} className="legend-item">
+            <i style={{ background: s.color }} />
+            {s.name}
+            {hover != null && <b>{formatNumber(s.values[hover])}</b>}
+          </span>
+        ))}
+        {hover != null && (
+          <span className="legend-item muted">
+            {xLabel} {xs[hover]}
+          </span>
+        )}
+      </div>
+      <svg
+        width={width}
+        height={height}
+        role="img"
+        aria-label="training chart"
+        onMouseMove={onMove}
+        onMouseLeave={() => setHover(null)}
+      >
+        {geo.left &&
+          ticks(geo.left[0], geo.left[1], 5).map((t) => (
+            <g key={`l${t}`}>
+              <line className="grid" x1={PAD.left} x2={PAD.left + innerW} y1={syL(t)} y2={syL(t)} />
+              <text className="tick" x={PAD.left - 6} y={syL(t) + 4} textAnchor="end">
+                {formatNumber(t, 3)}
+              </text>
+            </g>
+          ))}
+        {hasRight &&
+          geo.right &&
+          ticks(geo.right[0], geo.right[1], 5).map((t) => (
+            <text key={`r${t}`} className="tick" x={PAD.left + innerW + 6} y={syR(t) + 4}>
+              {formatNumber(t, 2)}
+            </text>
+          ))}
+        {ticks(x0, x1, Math.min(6, Math.max(2, Math.floor(innerW / 90)))).map((t) => (
+          <text key={`x${t}`} className="tick" x={sx(t)} y={height - 6} textAnchor="middle">
+            {Math.round(t)}
+          </text>
+        ))}
+        {series.map((s) => (
+          <path
+            key={s.name}
+            className="series"
+            data-series={s.name}
+            d={seriesPath(xs, s.values, idx, sx, s.axis === "right" ? syR : syL)}
+            stroke={s.color}
+            strokeDasharray={s.dashed ? "4 3" : undefined}
+          />
+        ))}
+        {hover != null && (
+          <line className="cursor" x1={sx(xs[hover])} x2={sx(xs[hover])} y1={PAD.top} y2={PAD.top + innerH} />
+        )}
+      </svg>
+    </div>
+  );
+}

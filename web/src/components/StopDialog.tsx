@@ -1,0 +1,37 @@
+import { Dialog } from "./Dialog";
+
+interface Props {
+  /** Called with save=true (keep a LoRA of the steps run) or false (discard). */
+  onStop: (save: boolean) => void;
+  onCancel: () => void;
+  busy?: boolean;
+  step?: number;
+}
+
+/** "Stop training?": Continue, Stop and save, Stop and discard. The footer wraps at narrow widths. */
+export function StopDialog({ onStop, onCancel, busy, step }: Props) {
+  return (
+    <Dialog
+      title="Stop training?"
+      onClose={onCancel}
+      footer={
+        <>
+          <button className="secondary" onClick={onCancel} disabled={busy}>
+            Continue
+          </button>
+          <button className="primary" onClick={() => onStop(true)} disabled={busy}>
+            Stop and save
+          </button>
+          <button className="danger" onClick={() => onStop(false)} disabled={busy}>
+            Stop and discard
+          </button>
+        </>
+      }
+    >
+      <p>
+        <b>Stop and save</b> writes a LoRA of the {step != null ? `${step} ` : ""}steps run so far.{" "}
+        <b>Stop and discard</b> ends the run without a LoRA.
+      </p>
+    </Dialog>
+  );
+}

@@ -1,0 +1,60 @@
+/**
+ * Chart series from metric points. Points arrive one per progress event; `appendPoint` keeps the
+ * arrays sorted by step and replaces a point of a repeated step (resume after reconnect).
+ */
+import type { Series } from "../components/LineChart";
+import type { MetricPoint, ProgressEvent } from "../api/types";
+
+export interface MetricSeries {
+  steps: number[];
+  loss: (number | null)[];
+  avgLoss: (number | null)[];
+  lr: (number | null)[];
+}
+
+export const emptySeries = (): MetricSeries => ({ steps: [], loss: [], avgLoss: [], lr: [] });
+
+type PointLike = Pick<MetricPoint, "step" | "loss" | "avg_loss" | "lr"> | ProgressEvent;
+
+/** A new MetricSeries with `p` added (arrays are copied only from the insertion point on). */
+export function appendPoint(s: MetricSeries, p: PointLike): MetricSeries {
+  const n = s.steps.length;
+  const last = n ? s.steps[n - 1] : -Infinity;
+  if (p.step > last) {
+    return {
+      steps: [...s.steps, p.step],
+      loss: [...s.loss, p.loss ?? null],
+      avgLoss: [...s.avgLoss, p.avg_loss ?? null],
+      lr: [...s.lr, p.lr ?? null],
+    };
+  }
+  const i = s.steps.findIndex((x) => x >= p.step);
+  const replace = s.steps[i] === p.step ? 1 : 0;
+  const splice = <T,>(arr: T[], v: T) => [...arr.slice(0, i), v, ...arr.slice(i + replace)];
+  return {
+    steps: splice(s.steps, p.step),
+    loss: splice(s.loss, p.loss ?? null),
+    avgLoss: splice(s.avgLoss, p.avg_loss ?? null),
+    lr: splice(s.lr, p.lr ?? null),
+  };
+}
+
+/** A MetricSeries from a list of stored points. */
+export function fromPoints(points: PointLike[]): MetricSeries {
+  const sorted = [...points].sort((a, b) => a.step - b.step);
+  return {
+    steps: sorted.map((p) => p.step),
+    loss: sorted.map((p) => p.loss ?? null),
+    avgLoss: sorted.map((p) => p.avg_loss ?? null),
+    lr: sorted.map((p) => p.lr ?? null),
+  };
+}
+
+/** The three chart lines: loss, average loss (left axis) and learning rate (right axis). */
+export function chartSeries(s: MetricSeries): Series[] {
+  return [
+    { name: "loss", color: "#6b8afd", values: s.loss },
+    { name: "avg loss", color: "#f2b84b", values: s.avgLoss },
+    { name: "lr", color: "#4cc9a0", values: s.lr, axis: "right", dashed: true },
+  ];
+}

@@ -1,0 +1,30 @@
+import { describe, expect, it } from "vitest";
+import { planUpload } from "./upload";
+
+const file = (name: string, size = 10) => new File([new Uint8Array(size)], name);
+
+describe("planUpload", () => {
+  it("keeps each caption in the batch of its image", () => {
+    const files = ["a.png", "a.txt", "b.jpg", "b.txt", "c.webp", "c.txt"].map((n) => file(n));
+    const plan = planUpload(files, 2);
+    expect(plan.images).toBe(3);
+    expect(plan.batches.map((b) => b.map((f) => f.name))).toEqual([["a.png", "a.txt", "b.jpg", "b.txt"], ["c.webp", "c.txt"]]);
+    expect(plan.refused).toEqual([]);
+  });
+
+  it("refuses other file types, orphan captions, empty images and duplicates", () => {
+    const plan = planUpload([file("a.png"), file("notes.pdf"), file("z.txt"), file("e.png", 0), file("a.png")]);
+    expect(plan.batches.flat().map((f) => f.name)).toEqual(["a.png"]);
+    const reasons = Object.fromEntries(plan.refused.map((r) => [r.file, r.reason]));
+    expect(reasons["notes.pdf"]).toMatch(/not an image/);
+    expect(reasons["z.txt"]).toMatch(/without a matching image/);
+    expect(reasons["e.png"]).toMatch(/empty/);
+    expect(plan.refused.filter((r) => r.file === "a.png")[0].reason).toMatch(/duplicate/);
+  });
+
+  it("splits by bytes and gives an oversized image a batch of its own", () => {
+    const plan = planUpload([file("a.png", 60), file("b.png", 60), file("c.png", 500)], 100, 100);
+    expect(plan.batches.map((b) => b.map((f) => f.name))).toEqual([["a.png"], ["b.png"], ["c.png"]]);
+    expect(plan.bytes).toBe(620);
+  });
+});

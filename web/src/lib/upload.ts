@@ -1,0 +1,92 @@
+/**
+ * Upload planning: which dropped files the server will accept, and how they are split into
+ * batches (one multipart request each) so large sets upload with a progress bar.
+ * Pure functions, no React and no network.
+ */
+
+export const IMAGE_EXTENSIONS = [".png", ".jpg", ".jpeg", ".webp", ".bmp"] as const;
+export const SIDECAR_EXTENSIONS = [".txt", ".jsonl"] as const;
+
+export interface RefusedFile {
+  file: string;
+  reason: string;
+}
+
+export interface UploadPlan {
+  /** Batches of files, each a list sent in one request; a caption travels with its image. */
+  batches: File[][];
+  /** Files refused before upload, with the reason shown to the user. */
+  refused: RefusedFile[];
+  /** Number of images in the plan. */
+  images: number;
+  /** Total bytes in the plan. */
+  bytes: number;
+}
+
+function extension(name: string): string {
+  const dot = name.lastIndexOf(".");
+  return dot < 0 ? "" : name.slice(dot).toLowerCase();
+}
+
+function stem(name: string): string {
+  const dot = name.lastIndexOf(".");
+  return dot < 0 ? name : name.slice(0, dot);
+}
+
+export function isImageName(name: string): boolean {
+  return (IMAGE_EXTENSIONS as readonly string[]).includes(extension(name));
+}
+
+/**
+ * Split `files` into batches of at most `maxFiles` images and `maxBytes` bytes (a single image
+ * larger than maxBytes gets a batch of its own). Each .txt caption goes in the batch of the
+ * image with the same stem; captions without an image and files of other types are refused;
+ * metadata.jsonl goes in the first batch.
+ */
+export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 1024): UploadPlan {
+  const refused: RefusedFile[] = [];
+  const images: File[] = [];
+  const captions = new Map<string, File>();
+  const extra: File[] = [];
+  const seen = new Set<string>();
+  for (const f of files) {
+    if (seen.has(f.name)) {
+      refused.push({ file: f.name, reason: "duplicate file name in this upload" });
+      continue;
+    }
+    seen.add(f.name);
+    const ext = extension(f.name);
+    if (isImageName(f.name)) {
+      if (f.size === 0) refused.push({ file: f.name, reason: "empty file" });
+      else images.push(f);
+    } else if (ext === ".txt") captions.set(stem(f.name), f);
+    else if (f.name === "metadata.jsonl") extra.push(f);
+    else refused.push({ file: f.name, reason: `not an image or caption (${ext || "no extension"})` });
+  }
+  const imageStems = new Set(images.map((f) => stem(f.name)));
+  for (const [s, f] of captions) {
+    if (!imageStems.has(s)) refused.push({ file: f.name, reason: "caption without a matching image" });
+  }
+  images.sort((a, b) => a.name.localeCompare(b.name));
+  const batches: File[][] = [];
+  let current: File[] = [...extra];
+  let count = 0;
+  let size = extra.reduce((n, f) => n + f.size, 0);
+  for (const img of images) {
+    const cap = captions.get(stem(img.name));
+    const add = img.size + (cap?.size ?? 0);
+    if (count > 0 && (count >= maxFiles || size + add > maxBytes)) {
+      batches.push(current);
+      current = [];
+      count = 0;
+      size = 0;
+    }
+    current.push(img);
+    if (cap) current.push(cap);
+    count += 1;
+    size += add;
+  }
+  if (current.length) batches.push(current);
+  const bytes = batches.flat().reduce((n, f) => n + f.size, 0);
+  return { batches, refused, images: images.length, bytes };
+}

@@ -1,0 +1,159 @@
+import { useCallback, useEffect, useState } from "react";
+import { ApiError } from "../api/client";
+import { api } from "../api/endpoints";
+import { useInfo } from "../api/info";
+import type { DatasetDetail } from "../api/types";
+import { CaptionCard } from "../components/CaptionCard";
+import { DropZone } from "../components/DropZone";
+import { ProgressBar } from "../components/ProgressBar";
+import { formatBytes } from "../lib/format";
+import { href } from "../lib/route";
+import { planUpload, type RefusedFile } from "../lib/upload";
+
+interface UploadState {
+  sentBytes: number;
+  totalBytes: number;
+  batch: number;
+  batches: number;
+  done: boolean;
+}
+
+/** Refused-file messages from an upload error: "name: reason" strings or field problems. */
+function refusedFrom(err: unknown): RefusedFile[] {
+  if (err instanceof ApiError && err.problems.length) {
+    return err.problems.map((p) => {
+      const text = p.field ? `${p.field}: ${p.message}` : p.message;
+      const i = text.indexOf(": ");
+      return i > 0 ? { file: text.slice(0, i), reason: text.slice(i + 2) } : { file: "", reason: text };
+    });
+  }
+  return [{ file: "", reason: err instanceof Error ? err.message : String(err) }];
+}
+
+/** One dataset: upload by drag-and-drop (batched, with progress), thumbnails, inline captions. */
+export function DatasetDetailScreen({ name }: { name: string }) {
+  const { reload: reloadInfo } = useInfo();
+  const [data, setData] = useState<DatasetDetail | null>(null);
+  const [missing, setMissing] = useState(false);
+  const [loadError, setLoadError] = useState<string | null>(null);
+  const [upload, setUpload] = useState<UploadState | null>(null);
+  const [refused, setRefused] = useState<RefusedFile[]>([]);
+
+  const load = useCallback(async () => {
+    try {
+      setData(await api.dataset(name));
+      setMissing(false);
+      setLoadError(null);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) {
+        setMissing(true);
+        setData(null);
+      } else setLoadError(err instanceof Error ? err.message : String(err));
+    }
+  }, [name]);
+
+  useEffect(() => {
+    void load();
+  }, [load]);
+
+  const onFiles = async (files: File[]) => {
+    const plan = planUpload(files);
+    const problems = [...plan.refused];
+    setRefused(problems);
+    if (!plan.batches.length) return;
+    let sentBefore = 0;
+    setUpload({ sentBytes: 0, totalBytes: plan.bytes, batch: 1, batches: plan.batches.length, done: false });
+    for (const [i, batch] of plan.batches.entries()) {
+      const batchBytes = batch.reduce((n, f) => n + f.size, 0);
+      try {
+        await api.upload(name, batch, (sent, total) => {
+          const frac = total > 0 ? sent / total : 0;
+          setUpload((u) => u && { ...u, batch: i + 1, sentBytes: sentBefore + frac * batchBytes });
+        });
+      } catch (err) {
+        problems.push(...refusedFrom(err));
+        setRefused([...problems]);
+      }
+      sentBefore += batchBytes;
+      setUpload((u) => u && { ...u, sentBytes: sentBefore });
+    }
+    setUpload((u) => u && { ...u, done: true });
+    await Promise.all([load(), reloadInfo()]);
+  };
+
+  const files = data?.files ?? [];
+  const captioned = files.filter((f) => f.caption).length;
+  return (
+    <section className="screen">
+      <div className="screen-head">
+        <h1>
+          <a href={href("datasets")} className="crumb">
+            Datasets
+          </a>
+          <span className="crumb-sep">/</span>
+          {name}
+        </h1>
+        <div className="head-actions">
+          {data && (
+            <span className="muted" data-testid="dataset-counts">
+              {files.length} images · {captioned} captioned
+            </span>
+          )}
+          {files.length > 0 && (
+            <a className="button primary" href={href("train", name)}>
+              Train on it
+            </a>
+          )}
+        </div>
+      </div>
+      {loadError && <div className="banner error">{loadError}</div>}
+      {missing && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
+      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} />
+      {upload && (
+        <div className="upload-status card" data-testid="upload-status">
+          <div className="row-between">
+            <span>
+              {upload.done ? "Upload finished" : `Uploading batch ${upload.batch} of ${upload.batches}`}
+            </span>
+            <span className="muted">
+              {formatBytes(upload.sentBytes)} / {formatBytes(upload.totalBytes)}
+            </span>
+          </div>
+          <ProgressBar value={upload.sentBytes} max={upload.totalBytes} label="upload progress" />
+        </div>
+      )}
+      {refused.length > 0 && (
+        <div className="banner error" role="alert" data-testid="refused">
+          <strong>
+            {refused.length} file{refused.length > 1 ? "s" : ""} refused
+          </strong>
+          <ul>
+            {refused.map((r, i) => (
+              <li key={`${r.file}-${i}`}>
+                {r.file && <code>{r.file}</code>} {r.reason}
+              </li>
+            ))}
+          </ul>
+          <button className="ghost small" onClick={() => setRefused([])}>
+            Dismiss
+          </button>
+        </div>
+      )}
+      {data && data.dropped.length > 0 && (
+        <div className="banner warn">
+          Not used for training:{" "}
+          {data.dropped.map((d) => (
+            <span key={d.file} className="chip">
+              {d.file}: {d.reason}
+            </span>
+          ))}
+        </div>
+      )}
+      <div className="thumb-grid" data-testid="thumb-grid">
+        {files.map((f) => (
+          <CaptionCard key={f.file} dataset={name} image={f} onRemoved={() => void Promise.all([load(), reloadInfo()])} />
+        ))}
+      </div>
+    </section>
+  );
+}

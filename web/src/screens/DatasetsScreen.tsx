@@ -1,0 +1,96 @@
+import { type FormEvent, useState } from "react";
+import { useInfo } from "../api/info";
+import { href, navigate } from "../lib/route";
+
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+
+/** Dataset folders with image/caption counts, and a form to start a new one. */
+export function DatasetsScreen() {
+  const { info, reload } = useInfo();
+  const [name, setName] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const datasets = info?.datasets ?? [];
+
+  const create = (e: FormEvent) => {
+    e.preventDefault();
+    const n = name.trim();
+    if (!NAME_RE.test(n)) {
+      setError("Use letters, digits, '.', '_' or '-' (start with a letter or digit).");
+      return;
+    }
+    if (datasets.some((d) => d.name === n)) {
+      setError(`A dataset named ${n} already exists.`);
+      return;
+    }
+    navigate("datasets", n);
+  };
+
+  return (
+    <section className="screen">
+      <div className="screen-head">
+        <h1>Datasets</h1>
+        <button className="ghost" onClick={() => void reload()}>
+          Refresh
+        </button>
+      </div>
+      <p className="muted small">Folder: {info?.datasets_root ?? "…"}</p>
+      <form className="inline-form card" onSubmit={create}>
+        <label className="field">
+          <span className="field-label">New dataset</span>
+          <input
+            placeholder="my-style"
+            value={name}
+            aria-label="new dataset name"
+            onChange={(e) => {
+              setName(e.target.value);
+              setError(null);
+            }}
+          />
+          {error && (
+            <span className="field-error" role="alert">
+              {error}
+            </span>
+          )}
+        </label>
+        <button type="submit" className="primary">
+          Create
+        </button>
+      </form>
+      {datasets.length === 0 ? (
+        <div className="empty card">No datasets yet. Create one and drop images with their .txt captions.</div>
+      ) : (
+        <div className="table-wrap card">
+          <table className="table">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th className="num">Images</th>
+                <th className="num">Captions</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {datasets.map((d) => (
+                <tr key={d.name}>
+                  <td>
+                    <a href={href("datasets", d.name)}>{d.name}</a>
+                  </td>
+                  <td className="num">{d.images}</td>
+                  <td className="num">
+                    {d.captions}
+                    {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
+                  </td>
+                  <td className="actions">
+                    <a className="button ghost" href={href("train", d.name)}>
+                      Train on it
+                    </a>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}

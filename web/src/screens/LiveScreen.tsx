@@ -1,0 +1,122 @@
+import { useState } from "react";
+import { api } from "../api/endpoints";
+import { useTraining } from "../api/training";
+import type { Job } from "../api/types";
+import { LineChart } from "../components/LineChart";
+import { ProgressBar } from "../components/ProgressBar";
+import { Stat } from "../components/Stat";
+import { StopDialog } from "../components/StopDialog";
+import { etaSeconds, formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
+import { href } from "../lib/route";
+import { chartSeries } from "../lib/series";
+
+const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
+
+function phaseText(job: Job): string | null {
+  const ph = job.phase;
+  if (!ph || job.status !== "preparing") return null;
+  if (ph.type === "preparing") return `${ph.phase}: ${ph.done}/${ph.total}`;
+  if (ph.type === "model_load_started") return `loading ${ph.component}…`;
+  return `loaded ${ph.component} (${ph.seconds.toFixed(1)} s)`;
+}
+
+/** The running (else the latest) job: stats, live chart, queue, and the Stop dialog. */
+export function LiveScreen() {
+  const { job, series, status, refresh, connected } = useTraining();
+  const [asking, setAsking] = useState(false);
+  const [stopping, setStopping] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+
+  if (!job) {
+    return (
+      <section className="screen">
+        <h1>Live</h1>
+        <div className="empty card">
+          No training job yet. <a href={href("train")}>Start one</a>.
+        </div>
+      </section>
+    );
+  }
+  const p = job.progress;
+  const live = LIVE.has(job.status);
+  const elapsed = secondsBetween(job.started_at, live ? null : job.finished_at);
+  const total = p?.total_steps ?? 0;
+  const step = p?.step ?? job.steps_run;
+
+  const stop = async (save: boolean) => {
+    setStopping(true);
+    try {
+      await api.stop({ save, job_id: job.id });
+      setAsking(false);
+      await refresh();
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    } finally {
+      setStopping(false);
+    }
+  };
+
+  return (
+    <section className="screen">
+      <div className="screen-head">
+        <h1>
+          {job.output_name} <span className={`status status-${job.status}`}>{job.status}</span>
+        </h1>
+        <div className="head-actions">
+          {!connected && <span className="muted small">reconnecting…</span>}
+          {live && (
+            <button className="danger" onClick={() => setAsking(true)} disabled={job.status === "stopping"}>
+              {job.status === "stopping" ? "Stopping…" : "Stop"}
+            </button>
+          )}
+        </div>
+      </div>
+      {error && <div className="banner error">{error}</div>}
+      {job.error && <div className="banner error">{job.error}</div>}
+      {phaseText(job) && <div className="banner info">{phaseText(job)}</div>}
+      <div className="card">
+        <div className="stats">
+          <Stat label="Step" testId="stat-step">
+            {step}
+            {total ? <small> / {total}</small> : null}
+          </Stat>
+          <Stat label="Epoch">{p?.epoch ?? "–"}</Stat>
+          <Stat label="Loss">{formatNumber(p?.loss)}</Stat>
+          <Stat label="Avg loss">{formatNumber(p?.avg_loss)}</Stat>
+          <Stat label="Learning rate">{formatNumber(p?.lr, 3)}</Stat>
+          <Stat label="Samples/s">{formatNumber(p?.samples_per_second, 3)}</Stat>
+          <Stat label="Peak memory">{formatGb(p?.peak_memory_gb)}</Stat>
+          <Stat label="Elapsed">{formatDuration(elapsed)}</Stat>
+          <Stat label="ETA">{live && p ? formatDuration(etaSeconds(step, total, elapsed)) : "–"}</Stat>
+        </div>
+        {total > 0 && <ProgressBar value={step} max={total} label="training progress" />}
+      </div>
+      <div className="card">
+        <LineChart xs={series.steps} series={chartSeries(series)} empty="Waiting for the first step…" />
+      </div>
+      {job.lora_path && (
+        <div className="banner ok">
+          LoRA saved: <code>{job.lora_path}</code> · <a href={href("generate")}>Generate with it</a>
+        </div>
+      )}
+      <div className="card">
+        <h3>Queue</h3>
+        {status?.queue.length ? (
+          <ol className="queue">
+            {status.queue.map((q) => (
+              <li key={q.id}>
+                {q.output_name}{" "}
+                <button className="ghost small" onClick={() => void api.stop({ save: false, job_id: q.id }).then(refresh)}>
+                  Cancel
+                </button>
+              </li>
+            ))}
+          </ol>
+        ) : (
+          <p className="muted small">Nothing queued.</p>
+        )}
+      </div>
+      {asking && <StopDialog step={step} busy={stopping} onStop={(s) => void stop(s)} onCancel={() => setAsking(false)} />}
+    </section>
+  );
+}

@@ -1,0 +1,102 @@
+import { useEffect, useState } from "react";
+import { api } from "../api/endpoints";
+import type { RunDetail } from "../api/types";
+import { LineChart } from "../components/LineChart";
+import { Stat } from "../components/Stat";
+import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
+import { href, navigate } from "../lib/route";
+import { chartSeries, fromPoints } from "../lib/series";
+
+/** One run: its chart, config and outputs; download the LoRA; delete. */
+export function RunDetailScreen({ id }: { id: string }) {
+  const [run, setRun] = useState<RunDetail | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    api.run(id).then(setRun, (err: Error) => setError(err.message));
+  }, [id]);
+
+  if (error) return <section className="screen"><div className="banner error">{error}</div></section>;
+  if (!run) return <section className="screen muted">Loading…</section>;
+  const series = fromPoints(run.metrics);
+  const lora = run.outputs.find((o) => o.kind === "lora");
+  const download = lora ? api.loraFileUrl(run.output_name) : null;
+  const remove = async () => {
+    if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
+    try {
+      await api.deleteRun(run.id);
+      navigate("runs");
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+  return (
+    <section className="screen">
+      <div className="screen-head">
+        <h1>
+          <a href={href("runs")} className="crumb">
+            Runs
+          </a>
+          <span className="crumb-sep">/</span>
+          {run.output_name} <span className={`status status-${run.status}`}>{run.status}</span>
+        </h1>
+        <div className="head-actions">
+          {download && (
+            <a className="button primary" href={download} download>
+              Download LoRA
+            </a>
+          )}
+          <button className="danger" onClick={() => void remove()}>
+            Delete
+          </button>
+        </div>
+      </div>
+      {run.error && <div className="banner error">{run.error}</div>}
+      <div className="card">
+        <div className="stats">
+          <Stat label="Family">{run.family}</Stat>
+          <Stat label="Steps">
+            {run.steps_run}
+            {run.total_steps ? <small> / {run.total_steps}</small> : null}
+          </Stat>
+          <Stat label="Final loss">{formatNumber(run.last_loss)}</Stat>
+          <Stat label="Duration">{formatDuration(secondsBetween(run.started_at, run.finished_at))}</Stat>
+          <Stat label="Started">{formatWhen(run.started_at ?? run.created_at)}</Stat>
+        </div>
+      </div>
+      <div className="card">
+        <LineChart xs={series.steps} series={chartSeries(series)} empty="No metric points recorded." />
+      </div>
+      <div className="two-col">
+        <div className="card">
+          <h3>Outputs</h3>
+          {run.outputs.length ? (
+            <ul className="plain">
+              {run.outputs.map((o) => (
+                <li key={o.path}>
+                  <span className="chip">{o.kind}</span> <code>{o.path}</code>
+                </li>
+              ))}
+            </ul>
+          ) : (
+            <p className="muted small">No files.</p>
+          )}
+        </div>
+        <div className="card">
+          <h3>Config</h3>
+          <table className="kv">
+            <tbody>
+              {Object.entries(run.config)
+                .filter(([, v]) => v !== null)
+                .map(([k, v]) => (
+                  <tr key={k}>
+                    <th>{k}</th>
+                    <td>{typeof v === "object" ? JSON.stringify(v) : String(v)}</td>
+                  </tr>
+                ))}
+            </tbody>
+          </table>
+        </div>
+      </div>
+    </section>
+  );
+}

@@ -1,0 +1,94 @@
+import { useCallback, useEffect, useState } from "react";
+import { api } from "../api/endpoints";
+import { useTraining } from "../api/training";
+import type { RunSummary } from "../api/types";
+import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
+import { href } from "../lib/route";
+
+/** Run history: status, final loss, duration, outputs; open, delete. */
+export function RunsScreen() {
+  const { job } = useTraining();
+  const [runs, setRuns] = useState<RunSummary[] | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const load = useCallback(async () => {
+    try {
+      setRuns((await api.runs()).runs);
+      setError(null);
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  }, []);
+  // Reload when the live job changes status (a run finishing shows up here).
+  useEffect(() => {
+    void load();
+  }, [load, job?.id, job?.status]);
+
+  const remove = async (run: RunSummary) => {
+    if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
+    try {
+      await api.deleteRun(run.id);
+      await load();
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+
+  return (
+    <section className="screen">
+      <div className="screen-head">
+        <h1>Runs</h1>
+        <button className="ghost" onClick={() => void load()}>
+          Refresh
+        </button>
+      </div>
+      {error && <div className="banner error">{error}</div>}
+      {runs && runs.length === 0 && <div className="empty card">No runs yet.</div>}
+      {runs && runs.length > 0 && (
+        <div className="table-wrap card">
+          <table className="table" data-testid="runs-table">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Family</th>
+                <th>Status</th>
+                <th className="num">Steps</th>
+                <th className="num">Final loss</th>
+                <th className="num">Duration</th>
+                <th>Started</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {runs.map((r) => (
+                <tr key={r.id}>
+                  <td>
+                    <a href={href("runs", r.id)}>{r.output_name}</a>
+                  </td>
+                  <td>{r.family}</td>
+                  <td>
+                    <span className={`status status-${r.status}`}>{r.status}</span>
+                  </td>
+                  <td className="num">
+                    {r.steps_run}
+                    {r.total_steps ? <span className="muted">/{r.total_steps}</span> : null}
+                  </td>
+                  <td className="num">{formatNumber(r.last_loss)}</td>
+                  <td className="num">{formatDuration(secondsBetween(r.started_at, r.finished_at))}</td>
+                  <td>{formatWhen(r.created_at)}</td>
+                  <td className="actions">
+                    <a className="button ghost small" href={href("runs", r.id)}>
+                      Open
+                    </a>
+                    <button className="ghost small danger-text" onClick={() => void remove(r)}>
+                      Delete
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}

@@ -1,0 +1,67 @@
+/** Test data in the server's shapes, and a fetch double that answers per route. */
+import { vi } from "vitest";
+import type { Info } from "../api/types";
+
+export const INFO: Info = {
+  version: "0.1.0",
+  datasets_root: "/home/u/.lorastudio/datasets",
+  outputs_root: "/home/u/.lorastudio/outputs",
+  models_root: "/home/u/.lorastudio/models",
+  datasets: [
+    { name: "shapes", images: 8, captions: 8 },
+    { name: "faces", images: 20, captions: 12 },
+  ],
+  families: [
+    {
+      name: "sdxl",
+      title: "Stable Diffusion XL",
+      objective: "ddpm",
+      latent_channels: 4,
+      resolution_multiple: 32,
+      lora_targets: ["to_q"],
+      defaults: { resolution: 1024, learning_rate: 0.0001, lora_rank: 16, snr_gamma: 5 },
+      supports: ["snr_gamma"],
+      precisions: ["auto", "fp32", "bf16"],
+    },
+    {
+      name: "flux",
+      title: "FLUX.1",
+      objective: "flow",
+      latent_channels: 16,
+      resolution_multiple: 16,
+      lora_targets: ["to_q"],
+      defaults: { resolution: 512, learning_rate: 0.0004, lora_rank: 32, guidance: 1, max_sequence_length: 512 },
+      supports: ["flow_shift", "guidance", "max_sequence_length", "timestep_sampling"],
+      precisions: ["auto", "fp32", "bf16"],
+    },
+  ],
+  host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16"] },
+  models: [{ name: "tiny-flux", path: "/home/u/.lorastudio/models/tiny-flux", family: "flux" }],
+};
+
+export interface Call {
+  method: string;
+  url: string;
+  body: unknown;
+}
+
+type Handler = (call: Call) => { status?: number; body: unknown } | undefined;
+
+/** Replace global fetch: `handler` answers each call (undefined -> 404); returns the call log. */
+export function mockFetch(handler: Handler): Call[] {
+  const calls: Call[] = [];
+  vi.stubGlobal(
+    "fetch",
+    vi.fn(async (url: string, init?: RequestInit) => {
+      const raw = init?.body;
+      const call = { method: init?.method ?? "GET", url, body: typeof raw === "string" ? JSON.parse(raw) : raw };
+      calls.push(call);
+      const answer = handler(call) ?? { status: 404, body: { detail: "not found" } };
+      return new Response(JSON.stringify(answer.body), {
+        status: answer.status ?? 200,
+        headers: { "Content-Type": "application/json" },
+      });
+    }),
+  );
+  return calls;
+}
