@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
 
@@ -64,7 +64,7 @@ class TrainConfig(BaseModel):
         default=None,
         ge=1,
         le=64,
-        description="crop/flip variants cached per image (default 4 with random crop/flip, else 1)",
+        description="crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
     )
     latent_cache_max_gb: float = Field(
         default=8.0, ge=0, le=1024, description="RAM budget of the latent cache; above it, encode per step"
@@ -127,17 +127,34 @@ class TrainConfig(BaseModel):
             raise ValueError("target module names must be non-empty")
         return v
 
-    @model_validator(mode="after")
-    def _cross_field(self) -> TrainConfig:
-        if (
-            self.cache_variants is not None
-            and self.cache_variants > 1
-            and not (self.random_crop or self.random_flip)
-        ):
-            raise ValueError(
-                "cache_variants > 1 needs random_crop or random_flip (otherwise every variant is identical)"
+
+def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Settings that are valid alone but would be ignored (or meaningless) in combination."""
+    problems = []
+    augmenting = cfg.random_crop or cfg.random_flip
+    if cfg.cache_variants is not None and cfg.cache_variants > 1 and not augmenting:
+        problems.append(
+            FieldProblem(
+                "cache_variants", "> 1 needs random_crop or random_flip (every variant would be identical)"
             )
-        return self
+        )
+    if cfg.cache_variants is not None and cfg.cache_variants > 2 and cfg.random_flip and not cfg.random_crop:
+        problems.append(
+            FieldProblem("cache_variants", "random_flip alone gives only 2 distinct variants: use <= 2")
+        )
+    if cfg.lr_warmup_steps > 0 and cfg.lr_scheduler == "constant":
+        problems.append(
+            FieldProblem("lr_warmup_steps", "the constant schedule has no warmup; use constant_with_warmup")
+        )
+    if cfg.timestep_sampling != "logit_normal":
+        problems += [
+            FieldProblem(
+                name, f"only applies to timestep_sampling='logit_normal' (not {cfg.timestep_sampling!r})"
+            )
+            for name in ("logit_mean", "logit_std")
+            if getattr(cfg, name) != TrainConfig.model_fields[name].default
+        ]
+    return problems
 
 
 def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
@@ -195,7 +212,8 @@ def _unsupported(family: str, field: str) -> FieldProblem:
 
 def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """Problems between a parsed config and its family (unknown family, unsupported settings,
-    resolution not a multiple of what the family needs). Empty list when all is well."""
+    resolution not a multiple of what the family needs) and combinations that would be ignored.
+    Empty list when all is well."""
     from lorastudio import families
 
     try:
@@ -211,6 +229,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     mult = fam.spec.resolution_multiple
     if isinstance(res, int) and res % mult:
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
+    problems += combination_problems(cfg)
     problems += fam.config_problems(cfg)
     return problems
 
@@ -242,7 +261,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:
-        values["cache_variants"] = 4 if (cfg.random_crop or cfg.random_flip) else 1
+        values["cache_variants"] = 4 if cfg.random_crop else 2 if cfg.random_flip else 1
     if values["output_name"] is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         values["output_name"] = f"{fam.spec.name}-{stamp}"

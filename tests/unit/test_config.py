@@ -113,8 +113,18 @@ def test_cache_variants_without_augmentation_is_refused():
     with pytest.raises(ConfigError) as exc:
         parse_train_config({**BASE, "cache_variants": 4})
     assert "random_crop or random_flip" in str(exc.value)
-    cfg = resolve_train_config(parse_train_config({**BASE, "random_flip": True}))
-    assert cfg.cache_variants == 4
+    assert resolve_train_config(parse_train_config({**BASE, "random_flip": True})).cache_variants == 2
+    assert resolve_train_config(parse_train_config({**BASE, "random_crop": True})).cache_variants == 4
+    with pytest.raises(ConfigError, match="only 2 distinct"):
+        parse_train_config({**BASE, "random_flip": True, "cache_variants": 3})
+
+
+def test_settings_that_would_be_ignored_are_refused():
+    with pytest.raises(ConfigError, match="lr_warmup_steps"):
+        parse_train_config({**BASE, "lr_warmup_steps": 10})
+    parse_train_config({**BASE, "lr_warmup_steps": 10, "lr_scheduler": "constant_with_warmup"})
+    with pytest.raises(ConfigError, match="logit_std: only applies"):
+        parse_train_config({**BASE, "timestep_sampling": "uniform", "logit_std": 2.0})
 
 
 def test_output_name_must_be_a_safe_component():

@@ -1,4 +1,5 @@
-"""Upload validation and staging for dataset folders (no torch, no HTTP).
+"""Dataset management for the API and CLI (no torch, no HTTP): upload validation and staging,
+caption edits, image deletion, and dataset listings.
 
 An upload is a batch of named files: images (PNG/JPEG/WebP), `<stem>.txt` captions and at most
 one `metadata.jsonl`. `UploadBatch` writes them into a hidden staging folder under the datasets
@@ -10,6 +11,7 @@ metadata.jsonl rows are merged, the new row winning). A refused batch leaves not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,10 +19,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from lorastudio.data.captions import read_metadata, read_sidecar
-from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
+from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, discover, is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import ConfigError, DatasetError, NotFound, PathOutsideRoot
@@ -73,6 +75,8 @@ class UploadBatch:
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
+        with contextlib.suppress(OSError):  # still holds another upload's staging folder
+            self.staging.parent.rmdir()
 
     def add(self, name: str, stream: BinaryIO) -> None:
         """Stage one file. A bad name or kind is recorded as a problem (reported by commit)."""
@@ -214,3 +218,26 @@ def existing_image(dataset_dir: Path, image_name: str) -> Path:
     if not is_image_name(image_name) or path.is_symlink() or not path.is_file():
         raise NotFound(f"no image {image_name!r} in dataset {dataset_dir.name}")
     return path
+
+
+def dataset_summary(folder: Path) -> dict[str, Any]:
+    """{"name", "path", "images", "captions"}: captions counts images with a .txt or a
+    metadata.jsonl row."""
+    files = discover(folder)
+    rows = read_metadata(files.metadata).captions if files.metadata else {}
+    captioned = sum(1 for p in files.images if p.stem in files.sidecars or p.name in rows)
+    return {"name": folder.name, "path": str(folder), "images": len(files.images), "captions": captioned}
+
+
+def list_datasets(root: Path) -> list[dict[str, Any]]:
+    """Summaries of every visible dataset folder under `root`, by name."""
+    if not root.is_dir():
+        return []
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    out = []
+    for folder in folders:
+        try:
+            out.append(dataset_summary(folder))
+        except DatasetError:
+            continue  # unreadable folder: not listed
+    return out

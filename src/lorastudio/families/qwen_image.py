@@ -72,16 +72,15 @@ class QwenImageFamily(Family):
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
         from diffusers import AutoencoderKLQwenImage
 
-        return frozen(
-            load_component(AutoencoderKLQwenImage, source, "vae", revision, dtype=dtype), device
-        )
+        return frozen(load_component(AutoencoderKLQwenImage, source, "vae", revision, dtype=dtype), device)
 
     @torch.no_grad()
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dist = vae.encode(pixels.to(vae.dtype)[:, :, None]).latent_dist  # 5-D: [B, 3, 1, H, W] in
         shape = (1, -1, 1, 1)
-        lat_mean = torch.tensor(vae.config.latents_mean, dtype=torch.float32).view(shape)  # [1, C, 1, 1]
-        lat_std = torch.tensor(vae.config.latents_std, dtype=torch.float32).view(shape)  # [1, C, 1, 1]
+        stats = {"dtype": torch.float32, "device": pixels.device}
+        lat_mean = torch.tensor(vae.config.latents_mean, **stats).view(shape)  # [1, C, 1, 1]
+        lat_std = torch.tensor(vae.config.latents_std, **stats).view(shape)  # [1, C, 1, 1]
         mean = (dist.mean[:, :, 0].float() - lat_mean) / lat_std  # [B, C, h, w]
         std = dist.std[:, :, 0].float() / lat_std  # [B, C, h, w]
         return mean, std
@@ -91,9 +90,7 @@ class QwenImageFamily(Family):
     ) -> Any:
         from diffusers import QwenImageTransformer2DModel
 
-        model = load_component(
-            QwenImageTransformer2DModel, source, "transformer", revision, dtype=dtype
-        )
+        model = load_component(QwenImageTransformer2DModel, source, "transformer", revision, dtype=dtype)
         return frozen(model, device)
 
     def predict(

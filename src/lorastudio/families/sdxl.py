@@ -71,9 +71,7 @@ class SDXLFamily(Family):
     ) -> Any:
         from diffusers import UNet2DConditionModel
 
-        return frozen(
-            load_component(UNet2DConditionModel, source, "unet", revision, dtype=dtype), device
-        )
+        return frozen(load_component(UNet2DConditionModel, source, "unet", revision, dtype=dtype), device)
 
     def predict(
         self,

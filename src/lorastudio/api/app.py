@@ -1,0 +1,106 @@
+"""The FastAPI application: services on app.state, routers, error mapping, the built web UI.
+
+`create_app(settings)` opens the run store (marking runs left live by a dead server as
+interrupted), starts the job service and registers the generation pipeline with the GPU arbiter
+when the app starts, and shuts them down when it stops. OpenAPI docs are at /docs.
+`serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address without an
+API token.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import Depends, FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from lorastudio import __version__
+from lorastudio.api.deps import require_token
+from lorastudio.api.errors import install_error_handlers
+from lorastudio.api.routes import datasets, generate, info, loras, runs, train
+from lorastudio.api.schemas import ERROR_RESPONSES
+from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.process import WorkerTarget
+from lorastudio.jobs.service import JobService, Timeouts
+from lorastudio.jobs.store import RunStore
+from lorastudio.jobs.worker import worker_main
+from lorastudio.settings import Settings, get_settings
+
+WEB_DIST = Path(__file__).resolve().parent.parent / "web_dist"
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    timeouts: Timeouts | None = None,
+    worker_target: WorkerTarget = worker_main,
+    web_dist: Path = WEB_DIST,
+) -> FastAPI:
+    """Build the app. Services start with the app's lifespan (uvicorn, or TestClient as a
+    context manager). `timeouts`/`worker_target` are for tests of the job service's edges."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.ensure_dirs()
+        store = RunStore.open(settings.db_path)
+        arbiter = GpuArbiter()
+        service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
+        app.state.store = store
+        app.state.arbiter = arbiter
+        app.state.service = service
+        app.state.generation = GenerationService(settings, arbiter)
+        try:
+            yield
+        finally:
+            service.shutdown()
+            app.state.generation.release()
+            store.close()
+
+    app = FastAPI(title="lorastudio", version=__version__, lifespan=lifespan)
+    app.state.settings = settings
+    install_error_handlers(app)
+    guarded = [Depends(require_token)]
+    for module in (train, runs, datasets, loras, generate, info):
+        app.include_router(module.router, dependencies=guarded, responses=ERROR_RESPONSES)
+    if web_dist.is_dir():
+        app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, settings: Settings) -> None:
+    """Refuse to listen beyond loopback without an API token (ConfigError)."""
+    if not is_loopback(host) and not settings.api_token:
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "host",
+                    f"refusing to listen on {host} without an API token; set LORASTUDIO_API_TOKEN "
+                    "or bind 127.0.0.1",
+                )
+            ]
+        )
+
+
+def serve(settings: Settings, host: str, port: int) -> None:
+    """Run the server until interrupted (blocking). Raises ConfigError for an unsafe bind."""
+    import uvicorn
+
+    check_bind(host, settings)
+    # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)

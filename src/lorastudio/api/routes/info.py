@@ -1,0 +1,38 @@
+"""/api/info: where things live, the datasets, the families and what this host can run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from lorastudio import __version__, families
+from lorastudio.api.deps import settings_dep
+from lorastudio.api.schemas import InfoOut
+from lorastudio.data.uploads import list_datasets
+from lorastudio.jobs.hardware import host_info
+from lorastudio.jobs.validation import local_models
+from lorastudio.settings import Settings
+
+router = APIRouter(prefix="/api", tags=["info"])
+
+
+@router.get("/info", response_model=InfoOut)
+def info(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """Roots, dataset folders with image/caption counts, local base models (folders under
+    models/ with their family), families (defaults + capabilities) and the host's accelerator
+    and precisions."""
+    host = host_info()
+    return {
+        "version": __version__,
+        "datasets_root": str(settings.datasets_dir),
+        "outputs_root": str(settings.outputs_dir),
+        "models_root": str(settings.models_dir),
+        "datasets": list_datasets(settings.datasets_dir),
+        "models": local_models(settings.models_dir),
+        "families": [
+            {**fam.spec.public(), "precisions": list(host.precisions)} for fam in families.all_families()
+        ],
+        "host": host.public(),
+        "auth": settings.api_token is not None,
+    }

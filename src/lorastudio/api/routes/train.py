@@ -1,0 +1,88 @@
+"""/api/train: start (or queue), preflight, stop, status, and the live event stream (SSE)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from lorastudio.api.deps import service_dep
+from lorastudio.api.schemas import JobOut, PreflightBody, PreflightOut, StartBody, StatusOut, StopBody
+from lorastudio.jobs.service import JobService
+
+router = APIRouter(prefix="/api/train", tags=["train"])
+
+SSE_POLL_S = 0.25
+SSE_KEEPALIVE_S = 15.0
+
+
+@router.post("/start", status_code=201, response_model=JobOut)
+def start(body: StartBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
+    """Validate and start (or queue) a training job. 201 with the job; 400 listing every
+    problem; 409 when busy and `queue` is false."""
+    return service.submit(body.config, queue=body.queue)
+
+
+@router.post("/preflight", response_model=PreflightOut)
+def preflight(body: PreflightBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
+    """The same validation as start, no side effects, plus a report (dataset, schedule,
+    precision plan, rough memory estimate)."""
+    return service.preflight(body.config)
+
+
+@router.post("/stop", response_model=JobOut)
+def stop(body: StopBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
+    """Stop the running job (save or discard), or cancel a queued one. 404 when none."""
+    return service.stop(body.save, job_id=body.job_id)
+
+
+@router.get("/status", response_model=StatusOut)
+def status(
+    since: int | None = Query(default=None, ge=0, description="only metric points after this step"),
+    service: JobService = Depends(service_dep),
+) -> dict[str, Any]:
+    """The active (else the latest) job's snapshot, the queue, and whether the GPU is busy."""
+    return service.status(since=since)
+
+
+@router.get("/events", response_class=StreamingResponse)
+async def events(
+    request: Request,
+    after: int | None = Query(default=None, ge=0, description="resume after this event id"),
+    last_event_id: str | None = Header(default=None),
+    service: JobService = Depends(service_dep),
+) -> StreamingResponse:
+    """Server-sent events: every event the job service ingests (engine events and status
+    changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
+    Last-Event-ID) the stream starts with new events only."""
+    start_at = after
+    if start_at is None and last_event_id and last_event_id.isdigit():
+        start_at = int(last_event_id)
+    if start_at is None:
+        start_at = service.event_seq
+    return StreamingResponse(
+        _stream(request, service, start_at),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _stream(request: Request, service: JobService, seq: int) -> AsyncIterator[str]:
+    yield ": connected\n\n"
+    idle = 0.0
+    while not await request.is_disconnected():
+        batch = service.events_after(seq)
+        for seq, event in batch:
+            yield f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, allow_nan=False)}\n\n"
+        if batch:
+            idle = 0.0
+            continue
+        await asyncio.sleep(SSE_POLL_S)
+        idle += SSE_POLL_S
+        if idle >= SSE_KEEPALIVE_S:
+            idle = 0.0
+            yield ": keep-alive\n\n"

@@ -1,0 +1,342 @@
+"""Request bodies (unknown keys refused: 422) and response shapes of the JSON API (pydantic).
+
+A training config travels as a plain object inside `config`: it is validated by
+lorastudio.config (400 with every problem listed), not by the HTTP schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartBody(_Body):
+    config: dict[str, Any] = Field(
+        description="a TrainConfig (see lorastudio.config); unknown keys are errors"
+    )
+    queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
+
+
+class PreflightBody(_Body):
+    config: dict[str, Any] = Field(description="a TrainConfig, validated as for start")
+
+
+class StopBody(_Body):
+    save: bool = Field(default=True, description="save a LoRA of the steps run (false: discard)")
+    job_id: str | None = Field(default=None, description="a queued job to cancel, or the running job")
+
+
+class CaptionBody(_Body):
+    caption: str = Field(max_length=10_000, description="the new caption (empty removes the .txt file)")
+
+
+class LoraRef(_Body):
+    name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
+    scale: float = Field(default=1.0, ge=-4.0, le=4.0, allow_inf_nan=False)
+
+
+class GenerateBody(_Body):
+    family: str
+    base_model: str = Field(min_length=1, description="hub id, absolute folder, or name under models/")
+    revision: str | None = None
+    prompt: str = Field(max_length=4000)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    steps: int = Field(default=20, ge=1, le=200)
+    width: int = Field(default=1024, ge=16, le=4096)
+    height: int = Field(default=1024, ge=16, le=4096)
+    guidance: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+    loras: list[LoraRef] = Field(default_factory=list, max_length=8)
+
+
+# -- responses ---------------------------------------------------------------------------------
+# Shapes of what the routes return (FastAPI validates and documents them; the web UI's types are
+# generated from them). Numbers that can be non-finite in training are nullable.
+
+JobStatusName = Literal[
+    "queued", "preparing", "running", "stopping", "completed", "stopped", "failed", "interrupted"
+]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ProblemOut(_Out):
+    field: str
+    message: str
+
+
+class ErrorOut(_Out):
+    error: str = Field(description="the domain error class, e.g. ConfigError")
+    detail: str = Field(description="a complete, user-facing message")
+    problems: list[ProblemOut] | list[str] | None = Field(
+        default=None, description="ConfigError: {field, message} each; DatasetError: one string per file/fact"
+    )
+
+
+class DatasetSummary(_Out):
+    name: str
+    path: str
+    images: int
+    captions: int = Field(description="images with a .txt caption or a metadata.jsonl row")
+
+
+class FamilyOut(_Out):
+    name: str
+    title: str
+    objective: str
+    latent_channels: int
+    resolution_multiple: int
+    lora_targets: list[str]
+    defaults: dict[str, Any]
+    supports: list[str]
+    precisions: list[str] = Field(description="base_precision values this host can run")
+
+
+class HostOut(_Out):
+    device: str
+    name: str
+    memory_gb: float | None
+    precisions: list[str]
+
+
+class ModelOut(_Out):
+    name: str = Field(description="folder name under models/ (usable as base_model)")
+    path: str
+    family: str | None = Field(description="the family that trains this pipeline, if any")
+
+
+class InfoOut(_Out):
+    version: str
+    datasets_root: str
+    outputs_root: str
+    models_root: str
+    datasets: list[DatasetSummary]
+    families: list[FamilyOut]
+    models: list[ModelOut]
+    host: HostOut
+    auth: bool
+
+
+class DroppedFile(_Out):
+    file: str
+    reason: str
+
+
+class PreflightDataset(_Out):
+    path: str
+    images_found: int
+    images_used: int
+    dropped: list[DroppedFile]
+    missing_captions: list[str] = Field(description="images captioned only by the default caption / trigger")
+    caption_sources: dict[str, int]
+    unique_captions: int
+    buckets: dict[str, int] = Field(description='"WxH" -> images')
+    fingerprint: str
+
+
+class PreflightSchedule(_Out):
+    steps: int
+    epochs: float
+    steps_per_epoch: int
+    batch_size: int
+    grad_accum: int
+
+
+class PrecisionPlan(_Out):
+    requested: str
+    base_dtype: str
+    lora_dtype: str
+    device: str
+    tf32: bool
+    gradient_checkpointing: bool
+
+
+class MemoryEstimate(_Out):
+    estimated_gb: float | None = Field(description="rough peak (a formula, not a measurement)")
+    phases: dict[str, float] | None
+    note: str
+
+
+class PreflightOut(_Out):
+    config: dict[str, Any] = Field(description="the resolved TrainConfig")
+    dataset: PreflightDataset
+    schedule: PreflightSchedule
+    precision: PrecisionPlan
+    memory: MemoryEstimate
+    host: HostOut
+
+
+class MetricPoint(_Out):
+    step: int
+    epoch: int | None = None
+    loss: float | None = None
+    avg_loss: float | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    samples_per_second: float | None = None
+    peak_memory_gb: float | None = None
+
+
+class ProgressOut(MetricPoint):
+    type: Literal["progress"] = "progress"
+    total_steps: int
+
+
+class StopRequested(_Out):
+    save: bool
+
+
+class JobOut(_Out):
+    id: str
+    status: JobStatusName
+    output_name: str | None
+    family: str
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    phase: dict[str, Any] | None = Field(description="the last model_load_* / preparing event")
+    progress: ProgressOut | None
+    metrics: list[MetricPoint]
+    lora_path: str | None
+    steps_run: int
+    error: str | None
+    pid: int | None
+    stop_requested: StopRequested | None
+    config: dict[str, Any] = Field(description="the resolved TrainConfig")
+
+
+class QueuedJob(_Out):
+    id: str
+    output_name: str | None
+
+
+class StatusOut(_Out):
+    job: JobOut | None = Field(description="the active job, else the latest of this server's life")
+    queue: list[QueuedJob]
+    busy: bool = Field(description="a start with queue=false would be refused (409)")
+    event_seq: int = Field(description="id of the latest event (resume /api/train/events after it)")
+
+
+class RunSummary(_Out):
+    id: str
+    output_name: str
+    family: str
+    status: JobStatusName
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    steps_run: int
+    total_steps: int | None
+    last_loss: float | None
+    error: str | None
+
+
+class OutputOut(_Out):
+    kind: str
+    path: str
+
+
+class RunDetail(RunSummary):
+    config: dict[str, Any]
+    metrics: list[MetricPoint]
+    outputs: list[OutputOut]
+
+
+class RunList(_Out):
+    runs: list[RunSummary]
+
+
+class RunDeleted(_Out):
+    deleted: str
+    files_removed: bool
+
+
+class DatasetFile(_Out):
+    file: str
+    caption: str | None
+    bytes: int
+    width: int | None
+    height: int | None
+
+
+class DatasetDetail(DatasetSummary):
+    files: list[DatasetFile]
+    dropped: list[DroppedFile]
+
+
+class DatasetList(_Out):
+    root: str
+    datasets: list[DatasetSummary]
+
+
+class UploadOut(DatasetSummary):
+    committed: list[str]
+
+
+class CaptionOut(_Out):
+    file: str
+    caption: str | None
+    caption_file: str | None
+
+
+class DeletedFiles(_Out):
+    deleted: list[str]
+
+
+class LoraOut(_Out):
+    name: str
+    family: str | None
+    path: str
+    bytes: int
+    modified: float = Field(description="modification time, seconds since the epoch")
+    sidecar: dict[str, Any] | None
+
+
+class LoraList(_Out):
+    root: str
+    loras: list[LoraOut]
+
+
+class GenerateOut(_Out):
+    file: str
+    url: str
+    path: str
+    seconds: float
+    seed: int
+    width: int
+    height: int
+    prompt: str
+    loras: list[LoraRef]
+
+
+class GalleryImage(_Out):
+    file: str
+    url: str
+    created: float = Field(description="seconds since the epoch")
+    width: int | None = None
+    height: int | None = None
+    prompt: str | None = None
+    seed: int | None = None
+    family: str | None = None
+    base_model: str | None = None
+    steps: int | None = None
+    loras: list[LoraRef] = Field(default_factory=list)
+
+
+class GalleryList(_Out):
+    images: list[GalleryImage]
+
+
+# Error responses every router declares (the bodies of api/errors.py).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "invalid request (every problem listed)"},
+    401: {"description": "missing or wrong API token"},
+    404: {"model": ErrorOut, "description": "not found"},
+    409: {"model": ErrorOut, "description": "busy: a training job holds the GPU or the resource"},
+}

@@ -1,0 +1,121 @@
+"""`lorastudio generate --base B --lora PATH[:SCALE] ... --prompt P --out FILE`: one image from
+a base model with zero or more LoRAs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
+
+IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate_cmd)
+
+
+def parse_lora_arg(value: str) -> tuple[Path, float]:
+    """'PATH' -> (PATH, 1.0); 'PATH:SCALE' -> (PATH, SCALE) when what follows the last ':' is a
+    number (so paths containing ':' still work). Raises ConfigError for an empty path."""
+    path, sep, tail = value.rpartition(":")
+    if sep:
+        try:
+            scale = float(tail)
+        except ValueError:
+            path, scale = value, 1.0
+    else:
+        path, scale = value, 1.0
+    if not path:
+        raise ConfigError([FieldProblem("--lora", f"{value!r}: expected PATH or PATH:SCALE")])
+    return Path(path).expanduser(), scale
+
+
+def generate_cmd(
+    base: str = typer.Option(..., "--base", help="base model: hub id or local pipeline folder"),
+    prompt: str = typer.Option(..., "--prompt", help="text prompt"),
+    out: Path = typer.Option(..., "--out", help="image file to write (.png, .jpg or .webp)"),
+    lora: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
+        [], "--lora", help="LoRA file, optionally with a scale: PATH[:SCALE] (repeatable)"
+    ),
+    family: str | None = typer.Option(None, "--family", help="model family (default: from the folder)"),
+    seed: int = typer.Option(0, "--seed", min=0),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="default: the family's"),
+    width: int | None = typer.Option(None, "--width", help="default: the family's training resolution"),
+    height: int | None = typer.Option(None, "--height", help="default: the family's training resolution"),
+    guidance: float | None = typer.Option(None, "--guidance", min=0, help="default: the family's"),
+    revision: str | None = typer.Option(None, "--revision", help="hub revision"),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace --out if it exists"),
+) -> None:
+    """Generate one image, optionally with LoRAs applied at the given scales."""
+    try:
+        _generate(
+            base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device, overwrite
+        )
+    except LorastudioError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+
+
+def _generate(
+    base: str,
+    prompt: str,
+    out: Path,
+    lora_args: list[str],
+    family: str | None,
+    seed: int,
+    steps: int | None,
+    width: int | None,
+    height: int | None,
+    guidance: float | None,
+    revision: str | None,
+    device: str | None,
+    overwrite: bool,
+) -> None:
+
+    from lorastudio import families
+    from lorastudio.cli.train_cmd import quiet_libraries
+    from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
+    from lorastudio.training.precision import pick_device
+
+    problems = []
+    fmt = IMAGE_SUFFIXES.get(out.suffix.lower())
+    if fmt is None:
+        problems.append(FieldProblem("--out", f"{out.name}: use a .png, .jpg or .webp file name"))
+    if out.exists() and not overwrite:
+        problems.append(FieldProblem("--out", f"{out} exists (pass --overwrite to replace it)"))
+    if not out.parent.is_dir():
+        problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
+    family = family or detect_family(base)
+    if family is None:
+        problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
+    loras = [parse_lora_arg(v) for v in lora_args]
+    problems += [FieldProblem("--lora", f"{p} not found") for p, _ in loras if not p.is_file()]
+    if problems:
+        raise ConfigError(problems)
+    spec = families.get(str(family)).spec
+    default_side = int(spec.defaults.get("resolution", 1024))
+    dev = pick_device(device)
+    quiet_libraries()
+    pipe = load_pipeline(base, spec.name, revision=revision, device=dev)
+    apply_loras(pipe, loras)
+    image = generate_image(
+        pipe,
+        spec.name,
+        prompt=prompt,
+        seed=seed,
+        steps=steps,
+        width=width or default_side,
+        height=height or default_side,
+        guidance=guidance,
+    )
+    staging = out.with_name(f".{out.name}.partial")
+    try:
+        image.save(staging, format=fmt)
+        os.replace(staging, out)
+    finally:
+        staging.unlink(missing_ok=True)
+    typer.echo(f"wrote {out} ({image.width}x{image.height}, seed {seed}, {len(loras)} LoRA(s))")

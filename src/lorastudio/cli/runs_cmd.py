@@ -1,0 +1,72 @@
+"""`lorastudio runs list|show ID`: the run store, read directly (works with or without a server)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from lorastudio.jobs.store import RunStore
+
+runs_app = typer.Typer(help="Training runs recorded in the run store.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(runs_app, name="runs")
+
+
+def _store() -> RunStore:
+    """The run store, opened read-side (never marks runs interrupted: a server may be live)."""
+    from lorastudio.jobs.store import RunStore
+    from lorastudio.settings import get_settings
+
+    return RunStore.open(get_settings().db_path, recover=False)
+
+
+@runs_app.command("list")
+def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first")) -> None:
+    """List runs, newest first."""
+    store = _store()
+    try:
+        runs = store.list_runs(limit)
+    finally:
+        store.close()
+    if not runs:
+        typer.echo("no runs yet")
+        return
+    table = Table("id", "status", "family", "output", "steps", "last loss", "created")
+    for r in runs:
+        loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
+        steps = f"{r['steps_run']}/{r['total_steps'] or '?'}"
+        table.add_row(r["id"], r["status"], r["family"], r["output_name"], steps, loss, r["created_at"][:19])
+    Console().print(table)
+
+
+@runs_app.command("show")
+def show_cmd(
+    run_id: str = typer.Argument(..., help="the run id (see `lorastudio runs list`)"),
+    as_json: bool = typer.Option(False, "--json", help="print the whole record as JSON"),
+) -> None:
+    """Show one run: status, config, outputs, error and the last metric points."""
+    store = _store()
+    try:
+        run = store.get_run(run_id)
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps(run, indent=2))
+        return
+    for key in ("id", "status", "family", "output_name", "created_at", "started_at", "finished_at", "error"):
+        typer.echo(f"{key:12} {run[key] if run[key] is not None else '-'}")
+    typer.echo(f"{'steps':12} {run['steps_run']}/{run['total_steps'] or '?'}")
+    for out in run["outputs"]:
+        typer.echo(f"{'output':12} {out['kind']}: {out['path']}")
+    for point in run["metrics"][-5:]:
+        typer.echo(f"{'':12} step {point['step']}: loss {point['loss']}")
+    typer.echo("config:")
+    for key, value in run["config"].items():
+        typer.echo(f"  {key} = {value}")

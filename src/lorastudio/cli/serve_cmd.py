@@ -1,0 +1,26 @@
+"""`lorastudio serve`: the web UI and JSON API (loopback by default)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_cmd)
+
+
+def serve_cmd(
+    host: str | None = typer.Option(None, "--host", help="address to listen on (default 127.0.0.1)"),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="port (default 7860)"),
+) -> None:
+    """Run the studio server. Listening beyond loopback needs LORASTUDIO_API_TOKEN."""
+    from lorastudio.api.app import check_bind, serve
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    bind_host = host or settings.host
+    bind_port = port or settings.port
+    check_bind(bind_host, settings)
+    shown = f"[{bind_host}]" if ":" in bind_host else bind_host
+    typer.echo(f"lorastudio serving on http://{shown}:{bind_port}/  (API docs: /docs, home: {settings.home})")
+    serve(settings, bind_host, bind_port)

@@ -1,0 +1,204 @@
+"""`lorastudio train CONFIG [--set key=value ...]`: one training run in this process, with a
+live progress bar. Ctrl-C once stops and saves the LoRA of the steps run; twice aborts.
+
+Also home of the pieces the demo reuses: config file loading, --set overrides, the progress
+display and the Ctrl-C stop handler.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import tomllib
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
+from lorastudio.training.events import Event, StopRequest
+
+EXIT_USER_ERROR = 2
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a .json or .toml config file into a dict. Raises ConfigError (missing file,
+    unsupported extension, syntax error, not a table/object)."""
+    if not path.is_file():
+        raise ConfigError([FieldProblem("config", f"{path} not found")])
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+        elif suffix == ".toml":
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        else:
+            raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file")])
+    except (ValueError, OSError) as err:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+        raise ConfigError([FieldProblem("config", f"cannot read {path}: {err}")]) from err
+    if not isinstance(data, dict):
+        raise ConfigError([FieldProblem("config", f"{path}: the top level must be an object of settings")])
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `key=value` overrides; a value is parsed as JSON when it can be (numbers, true,
+    null, lists), else taken as a string. Returns a new dict. Raises ConfigError listing every
+    malformed override."""
+    out = dict(data)
+    problems = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(FieldProblem("--set", f"{item!r} is not key=value"))
+            continue
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+def localize_data_dir(data: dict[str, Any]) -> dict[str, Any]:
+    """A relative data_dir that names a path (contains '/' or starts with '.') is taken relative
+    to the current directory; a bare name stays a dataset under the studio's datasets/."""
+    value = data.get("data_dir")
+    if isinstance(value, str) and not Path(value).is_absolute() and ("/" in value or value.startswith(".")):
+        return {**data, "data_dir": str(Path(value).resolve())}
+    return data
+
+
+def quiet_libraries() -> None:
+    """Silence diffusers' and transformers' own progress bars and info logs (our display shows
+    progress); warnings and errors still print."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    for logging in (diffusers_logging, transformers_logging):
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+
+
+class ProgressDisplay:
+    """Renders training events on the console: a bar per phase, then the training bar with loss,
+    LR, samples/s and ETA. Use as a context manager; pass `emit` to train()."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True, log_path=False)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<12}"),
+            BarColumn(bar_width=16),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=self.console,
+        )
+        self.tasks: dict[str, TaskID] = {}
+        self.last_error: str | None = None
+
+    def __enter__(self) -> ProgressDisplay:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def _task(self, key: str, title: str, total: int) -> TaskID:
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(title, total=total, stats="")
+        return self.tasks[key]
+
+    def emit(self, event: Event) -> None:
+        """The train() event sink."""
+        if event.type == "model_load_started":
+            self.console.log(f"loading {event.component}")
+        elif event.type == "model_load_completed":
+            self.console.log(f"loaded {event.component} in {event.seconds:.1f} s")
+        elif event.type == "preparing":
+            task = self._task(event.phase, event.phase, event.total)
+            self.progress.update(task, completed=event.done, total=event.total)
+        elif event.type == "progress":
+            task = self._task("train", "training", event.total_steps)
+            sps = f"{event.samples_per_second:.2f}" if event.samples_per_second is not None else "-"
+            stats = f"loss {event.loss:.4f} avg {event.avg_loss:.4f} lr {event.lr:.1e} {sps} img/s"
+            self.progress.update(task, completed=event.step, stats=stats)
+        elif event.type == "error":
+            self.last_error = event.message
+
+
+class StopOnInterrupt:
+    """Ctrl-C handler for a run: the first SIGINT asks the run to stop and save, the second
+    raises KeyboardInterrupt. `check` is the train() StopCheck."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True, log_path=False)
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopOnInterrupt:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.console.print("[yellow]stopping after this step and saving (Ctrl-C again to abort)[/]")
+
+    def check(self) -> StopRequest | None:
+        return StopRequest(save=True) if self.requested else None
+
+
+def train_cmd(
+    config: Path = typer.Argument(..., help="training config (.json or .toml)"),
+    overrides: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
+        [], "--set", help="override a setting: key=value (value parsed as JSON when possible)"
+    ),
+    device: str | None = typer.Option(
+        None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
+    ),
+) -> None:
+    """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors)."""
+    from lorastudio.config import parse_train_config
+
+    console = Console(stderr=True, log_path=False)
+    try:
+        cfg = parse_train_config(localize_data_dir(apply_overrides(load_config_file(config), overrides)))
+        from lorastudio.training.loop import train
+
+        quiet_libraries()
+        with StopOnInterrupt(console) as stopper, ProgressDisplay(console) as display:
+            result = train(cfg, display.emit, stopper.check, device=device)
+    except LorastudioError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(EXIT_USER_ERROR) from None
+    if result.lora_path is None:
+        typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
+        return
+    state = "stopped early, saved" if result.stopped else "done"
+    typer.echo(f"{state}: {result.steps_run} step(s)")
+    typer.echo(f"LoRA     {result.lora_path}")
+    typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")

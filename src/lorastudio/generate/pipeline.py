@@ -1,0 +1,159 @@
+"""Generation: load a family's pipeline, apply LoRAs with scales, generate one image.
+
+    pipe = load_pipeline("/models/flux-dev", "flux")
+    apply_loras(pipe, [(Path("outputs/run/run.safetensors"), 0.8)])
+    image = generate_image(pipe, "flux", prompt="sks dog", seed=1, steps=28, width=1024, height=1024)
+
+The LoRA files are loaded with the pipeline's own `load_lora_weights` (so the adapter metadata
+in the file header sets alpha), and combined with `set_adapters`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+
+if TYPE_CHECKING:
+    from diffusers import DiffusionPipeline
+    from PIL import Image
+
+ADAPTER_PREFIX = "lorastudio_"  # adapter names given by apply_loras: lorastudio_0, lorastudio_1, ...
+
+
+def detect_family(base_model: str) -> str | None:
+    """The registered family whose accepted pipelines include the `_class_name` of a local
+    pipeline folder's model_index.json; None for a hub id or an unknown class."""
+    from lorastudio import families
+
+    index = Path(base_model).expanduser() / "model_index.json"
+    if not index.is_file():
+        return None
+    try:
+        class_name = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
+    except (OSError, ValueError):
+        return None
+    for family in families.all_families():
+        if class_name in family.spec.accepted_pipelines:
+            return family.spec.name
+    return None
+
+
+def load_pipeline(
+    base_model: str,
+    family: str,
+    *,
+    revision: str | None = None,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
+) -> DiffusionPipeline:
+    """Load `base_model` (hub id or local folder) with the family's pipeline class, in `dtype`
+    (default: bf16 on a bf16-capable GPU, else fp32) on `device` (default: CUDA if available).
+
+    Raises UnknownFamily, ModelSourceError (missing, unreadable or another family's model).
+    """
+    import diffusers
+
+    from lorastudio import families
+
+    spec = families.get(family).spec
+    found = detect_family(base_model)
+    local = Path(base_model).expanduser()
+    if local.exists() and found is None and not (local / "model_index.json").is_file():
+        raise ModelSourceError(f"{local} is not a diffusers pipeline folder (no model_index.json)")
+    if found is not None and found != spec.name:
+        raise ModelSourceError(f"{base_model} is a {found} model, not {spec.name}")
+    dev = torch.device(device) if device is not None else _default_device()
+    if dtype is None:
+        dtype = torch.bfloat16 if dev.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    try:
+        pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype)
+    except (OSError, ValueError) as err:
+        raise ModelSourceError(f"cannot load {spec.pipeline_class} from {base_model!r}: {err}") from err
+    pipe.to(dev)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float]]) -> None:
+    """Replace whatever LoRAs `pipe` has with `loras` (file path, scale), each loaded with the
+    pipeline's load_lora_weights and weighted with set_adapters. An empty list unloads all.
+
+    Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
+    pipeline (unreadable, or no layer of it matched); after a failure the pipeline has no LoRA.
+    """
+    for path, _ in loras:
+        if not Path(path).is_file():
+            raise NotFound(f"LoRA file not found: {path}")
+    pipe.unload_lora_weights()
+    names = []
+    for i, (path, _) in enumerate(loras):
+        name = f"{ADAPTER_PREFIX}{i}"
+        try:
+            pipe.load_lora_weights(str(path), adapter_name=name)
+        except (OSError, ValueError, KeyError, RuntimeError) as err:
+            pipe.unload_lora_weights()
+            raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+        loaded = {n for names_ in pipe.get_list_adapters().values() for n in names_}
+        if name not in loaded:
+            pipe.unload_lora_weights()
+            raise ModelSourceError(f"LoRA {path} has no layer matching this {type(pipe).__name__}")
+        names.append(name)
+    if names:
+        pipe.set_adapters(names, adapter_weights=[float(scale) for _, scale in loras])
+
+
+def generate_image(
+    pipe: DiffusionPipeline,
+    family: str,
+    *,
+    prompt: str,
+    seed: int,
+    steps: int | None,
+    width: int,
+    height: int,
+    guidance: float | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Image.Image:
+    """One image for `prompt`. steps/guidance default to the family's generation defaults;
+    `extra` adds pipeline call arguments (e.g. max_sequence_length). The noise comes from a CPU
+    generator seeded with `seed`, so a seed gives the same image on any device.
+
+    Raises UnknownFamily; ConfigError when width/height are not multiples of the family's
+    resolution multiple or steps < 1.
+    """
+    from lorastudio import families
+
+    spec = families.get(family).spec
+    mult = spec.resolution_multiple
+    problems = [
+        FieldProblem(name, f"must be a positive multiple of {mult} for {spec.name}")
+        for name, value in (("width", width), ("height", height))
+        if value < mult or value % mult
+    ]
+    if steps is not None and steps < 1:
+        problems.append(FieldProblem("steps", "must be >= 1"))
+    if problems:
+        raise ConfigError(problems)
+    kwargs: dict[str, Any] = dict(spec.generation_defaults)
+    if steps is not None:
+        kwargs["num_inference_steps"] = steps
+    if guidance is not None:
+        kwargs["true_cfg_scale" if "true_cfg_scale" in kwargs else "guidance_scale"] = guidance
+    kwargs.update(extra or {})
+    generator = torch.Generator("cpu").manual_seed(seed)
+    with torch.inference_mode():
+        out = pipe(
+            prompt=prompt, width=width, height=height, generator=generator, output_type="pil", **kwargs
+        )
+    return out.images[0]

@@ -1,0 +1,83 @@
+"""The GPU arbiter: one owner of the accelerator at a time.
+
+Two kinds of workload register here:
+- a training job (exclusive: at most one; while it holds the GPU, generation is refused);
+- resident workloads (the generation pipeline) that keep weights on the GPU between uses and
+  can be asked to free them (`release`).
+
+`begin_training` is called only after a job passed validation: it marks training active (new
+generation requests are refused from then on), waits for generations in flight to finish, then
+asks every resident to free its memory. No torch here: residents free themselves.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from lorastudio.errors import JobActive
+
+
+class GpuArbiter:
+    """Thread-safe arbiter between the training job and resident GPU workloads."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._training: str | None = None
+        self._generations = 0
+        self._residents: dict[str, Callable[[], None]] = {}
+
+    @property
+    def training_job(self) -> str | None:
+        """Id of the training job holding the GPU, or None."""
+        with self._cond:
+            return self._training
+
+    def register_resident(self, name: str, release: Callable[[], None]) -> None:
+        """Register a resident workload; `release()` must free its GPU memory (idempotent)."""
+        with self._cond:
+            self._residents[name] = release
+
+    def unregister_resident(self, name: str) -> None:
+        with self._cond:
+            self._residents.pop(name, None)
+
+    def begin_training(self, job_id: str, wait_s: float = 600.0) -> None:
+        """Give the GPU to training job `job_id`: refuse new generations, wait up to `wait_s` for
+        those in flight, then release every resident. Raises JobActive if another training job
+        holds the GPU or a generation did not finish in time (the GPU is then left as it was)."""
+        with self._cond:
+            if self._training is not None and self._training != job_id:
+                raise JobActive(f"training job {self._training} is using the GPU")
+            self._training = job_id
+            if not self._cond.wait_for(lambda: self._generations == 0, timeout=wait_s):
+                self._training = None
+                self._cond.notify_all()
+                raise JobActive("a generation is still running on the GPU; try again when it finishes")
+            releases = list(self._residents.values())
+        for release in releases:
+            release()
+
+    def end_training(self, job_id: str) -> None:
+        """Free the GPU held by `job_id` (no-op if it does not hold it)."""
+        with self._cond:
+            if self._training == job_id:
+                self._training = None
+                self._cond.notify_all()
+
+    @contextmanager
+    def generation(self) -> Iterator[None]:
+        """Hold the GPU for one generation (load + run). Raises JobActive while training is active."""
+        with self._cond:
+            if self._training is not None:
+                raise JobActive(
+                    f"training job {self._training} is using the GPU; generation is available when it ends"
+                )
+            self._generations += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._generations -= 1
+                self._cond.notify_all()

@@ -1,0 +1,102 @@
+"""The parent's handle on one worker process: spawn it, read its events, stop it.
+
+Each worker gets its own event queue and stop flag: a killed child can leave a shared queue's
+lock held forever, so nothing is reused across workers. No torch here.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+from collections.abc import Callable
+from typing import Any
+
+from lorastudio.config import TrainConfig
+from lorastudio.jobs.worker import WorkerArgs, worker_main
+from lorastudio.settings import Settings
+
+# (generation, pid, event dict) as sent by the worker
+TaggedEvent = tuple[int, int, dict[str, Any]]
+WorkerTarget = Callable[[WorkerArgs, Any, Any, Any], None]
+
+
+class WorkerProcess:
+    """One spawned training worker. Create, `start()`, read with `next_event`, then `close()`."""
+
+    def __init__(
+        self,
+        job_id: str,
+        generation: int,
+        config: TrainConfig,
+        settings: Settings,
+        target: WorkerTarget = worker_main,
+    ):
+        ctx = mp.get_context("spawn")
+        self.generation = generation
+        self.events = ctx.Queue()
+        self._stop_event = ctx.Event()
+        self._stop_save = ctx.Value("b", 0)
+        args = WorkerArgs(
+            job_id=job_id,
+            generation=generation,
+            config=config,
+            settings=settings.model_copy(update={"api_token": None}),
+            parent_pid=os.getpid(),
+        )
+        self.process = ctx.Process(
+            target=target,
+            args=(args, self.events, self._stop_event, self._stop_save),
+            name=f"lorastudio-train-{job_id}",
+        )
+
+    def start(self) -> int:
+        """Spawn the child; returns its pid. Raises OSError if it cannot be spawned."""
+        self.process.start()
+        pid = self.process.pid
+        if pid is None:
+            raise OSError("the worker process has no pid after start")
+        return pid
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while running; the exit code (negative: killed by that signal) once it ended."""
+        return self.process.exitcode
+
+    def next_event(self, timeout: float) -> TaggedEvent | None:
+        """The next event the worker sent, or None after `timeout` seconds without one."""
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        except (EOFError, OSError):  # the pipe broke: the child died mid-write
+            return None
+
+    def request_stop(self, save: bool) -> None:
+        """Ask the worker to stop at its next check (cooperative)."""
+        self._stop_save.value = 1 if save else 0
+        self._stop_event.set()
+
+    def terminate(self) -> None:
+        if self.process.exitcode is None:
+            self.process.terminate()
+
+    def kill(self) -> None:
+        if self.process.exitcode is None:
+            self.process.kill()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the child to exit; True if it has."""
+        self.process.join(timeout)
+        return self.process.exitcode is not None
+
+    def close(self) -> None:
+        """Release the queue and process resources (the child must have exited)."""
+        self.events.close()
+        self.events.cancel_join_thread()
+        if self.process.exitcode is not None:
+            self.process.close()

@@ -1,0 +1,148 @@
+"""What the job service knows about one job, and the one place numbers are made JSON-safe.
+
+No torch, no HTTP. `sanitize` turns every non-finite float (NaN, +/-Inf) into None; the job
+service applies it to every event at its single ingestion point, so every snapshot, SSE event
+and stored metric is strict JSON.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from lorastudio.config import TrainConfig
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    PREPARING = "preparing"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+# A job in one of these holds (or waits for) the GPU; the others are final.
+LIVE_STATUSES: frozenset[JobStatus] = frozenset(
+    {JobStatus.QUEUED, JobStatus.PREPARING, JobStatus.RUNNING, JobStatus.STOPPING}
+)
+FINAL_STATUSES: frozenset[JobStatus] = frozenset(set(JobStatus) - LIVE_STATUSES)
+
+# Keys of a Progress event kept in a metric point.
+METRIC_KEYS: tuple[str, ...] = (
+    "step",
+    "epoch",
+    "loss",
+    "avg_loss",
+    "lr",
+    "grad_norm",
+    "samples_per_second",
+    "peak_memory_gb",
+)
+
+
+def now_iso() -> str:
+    """The current UTC time as an ISO-8601 string with milliseconds."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def sanitize(value: Any) -> Any:
+    """A copy of `value` (nested dicts/lists/tuples) with every non-finite float replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: sanitize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sanitize(v) for v in value]
+    return value
+
+
+class MetricHistory:
+    """Metric points of one run, at most `cap` of them.
+
+    A point whose loss is missing (non-finite before sanitising) is skipped. When the history
+    grows past `cap`, every other point is dropped and the minimum step distance between kept
+    points doubles, so the history always spans the whole run with even-ish density.
+    """
+
+    def __init__(self, cap: int = 2000):
+        if cap < 2:
+            raise ValueError("cap must be at least 2")
+        self.cap = cap
+        self.stride = 1
+        self.points: list[dict[str, Any]] = []
+
+    def add(self, point: dict[str, Any]) -> bool:
+        """Add a sanitised metric point; returns True when it was kept."""
+        if point.get("loss") is None or not isinstance(point.get("step"), int):
+            return False
+        if self.points and point["step"] - self.points[-1]["step"] < self.stride:
+            return False
+        self.points.append(point)
+        if len(self.points) > self.cap:
+            self.points = self.points[::2]
+            self.stride *= 2
+        return True
+
+    def since(self, step: int | None) -> list[dict[str, Any]]:
+        """Points with step > `step` (all points when `step` is None)."""
+        if step is None:
+            return list(self.points)
+        return [p for p in self.points if p["step"] > step]
+
+
+def metric_point(progress: dict[str, Any]) -> dict[str, Any]:
+    """The metric point of a (sanitised) progress event dict."""
+    return {k: progress.get(k) for k in METRIC_KEYS}
+
+
+@dataclass
+class Job:
+    """One training job as the service tracks it (mutated only under the service lock)."""
+
+    id: str
+    config: TrainConfig  # resolved: every family default filled (what the API shows and stores)
+    worker_config: TrainConfig  # what the worker gets: the config as given + resolved paths/name
+    status: JobStatus = JobStatus.QUEUED
+    created_at: str = field(default_factory=now_iso)
+    started_at: str | None = None
+    finished_at: str | None = None
+    phase: dict[str, Any] | None = None  # the last model-load / preparing event
+    progress: dict[str, Any] | None = None  # the last progress event
+    history: MetricHistory = field(default_factory=MetricHistory)
+    lora_path: str | None = None
+    steps_run: int = 0
+    error: str | None = None
+    stop_save: bool | None = None  # set when a stop was requested
+    generation: int = 0  # identity of the worker process that runs it (0 = none yet)
+    pid: int | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+    def snapshot(self, since: int | None = None) -> dict[str, Any]:
+        """A JSON-able view; `since` limits the metric points to steps after it."""
+        return {
+            "id": self.id,
+            "status": self.status.value,
+            "output_name": self.config.output_name,
+            "family": self.config.family,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "phase": self.phase,
+            "progress": self.progress,
+            "metrics": self.history.since(since),
+            "lora_path": self.lora_path,
+            "steps_run": self.steps_run,
+            "error": self.error,
+            "pid": self.pid,
+            "stop_requested": None if self.stop_save is None else {"save": self.stop_save},
+            "config": self.config.model_dump(mode="json"),
+        }

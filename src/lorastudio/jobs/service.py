@@ -1,0 +1,386 @@
+"""The job service: one training job at a time, a FIFO queue behind it. Knows nothing of HTTP.
+
+Life of a job: `submit` validates everything cheap (config, family, base model, dataset, output
+name, precision) and only then records the job and queues it; a refused start changes nothing.
+The dispatcher thread (alive as long as the service) takes the next job when the GPU is free,
+gives it the GPU through the arbiter (which frees the resident generation pipeline), spawns the
+worker and pumps its events: each one is fenced by worker identity, sanitised (non-finite ->
+None) and folded into the job's snapshot under the lock, stored, and appended to the event log
+that the SSE stream reads. A worker that dies without a terminal event fails the job with
+"exited unexpectedly (code N)". A stop is cooperative first, then terminate, then kill.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from lorastudio.errors import JobActive, NotFound
+from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.preflight import preflight_report
+from lorastudio.jobs.process import TaggedEvent, WorkerProcess, WorkerTarget
+from lorastudio.jobs.records import Job, JobStatus, metric_point, now_iso, sanitize
+from lorastudio.jobs.store import RunStore
+from lorastudio.jobs.validation import ValidatedRun, validate_run
+from lorastudio.jobs.worker import worker_main
+from lorastudio.settings import Settings
+from lorastudio.training.events import parse_event
+
+log = logging.getLogger("lorastudio.jobs")
+
+POLL_S = 0.1  # how often the pump checks the worker between events
+DRAIN_S = 0.3  # how long to wait for the last events of a worker that exited
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """stop_grace_s: after a stop request, how long the worker may take before it is terminated;
+    kill_grace_s: after terminate, before kill; exit_grace_s: after its terminal event, how long
+    it may take to exit."""
+
+    stop_grace_s: float = 30.0
+    kill_grace_s: float = 5.0
+    exit_grace_s: float = 30.0
+
+
+class JobService:
+    """Runs training jobs one at a time. `start()` before use, `shutdown()` at the end."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: RunStore,
+        arbiter: GpuArbiter,
+        *,
+        timeouts: Timeouts | None = None,
+        worker_target: WorkerTarget = worker_main,
+        event_log_size: int = 5000,
+    ):
+        self.settings = settings
+        self.store = store
+        self.arbiter = arbiter
+        self.timeouts = timeouts or Timeouts()
+        self._target = worker_target
+        self._cond = threading.Condition()
+        self._queue: collections.deque[Job] = collections.deque()
+        self._jobs: dict[str, Job] = {}  # jobs of this server's life (the store keeps all)
+        self._active: Job | None = None
+        self._last: Job | None = None
+        self._worker: WorkerProcess | None = None
+        self._stop_at: float | None = None  # monotonic time of the stop request
+        self._generation = 0
+        self._closing = False
+        self._events: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(maxlen=event_log_size)
+        self._seq = 0
+        self.ignored_events = 0  # events fenced off (superseded worker) or malformed
+        self._thread = threading.Thread(target=self._dispatch_loop, name="lorastudio-jobs", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> JobService:
+        self._thread.start()
+        return self
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop taking jobs, kill the running worker (its run is marked interrupted), and wait
+        for the dispatcher to end."""
+        with self._cond:
+            self._closing = True
+            for job in self._queue:
+                self._finish(job, JobStatus.INTERRUPTED, error="the server stopped before this run started")
+            self._queue.clear()
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # -- queries ---------------------------------------------------------------------------------
+    def status(self, since: int | None = None) -> dict[str, Any]:
+        """{"job": the active (else the latest) job's snapshot or None, "queue": queued jobs,
+        "busy": whether a start without queueing would be refused, "event_seq": last event id}."""
+        with self._cond:
+            job = self._active or self._last
+            return {
+                "job": job.snapshot(since) if job else None,
+                "queue": [{"id": j.id, "output_name": j.config.output_name} for j in self._queue],
+                "busy": self._busy(),
+                "event_seq": self._seq,
+            }
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """Snapshot of a job of this server's life. Raises NotFound."""
+        with self._cond:
+            if job_id not in self._jobs:
+                raise NotFound(f"no job with id {job_id!r} in this server's life")
+            return self._jobs[job_id].snapshot()
+
+    @property
+    def event_seq(self) -> int:
+        """Id of the latest event (0 before the first)."""
+        with self._cond:
+            return self._seq
+
+    def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
+        """Events with id > seq, oldest first (the log keeps the most recent ones only)."""
+        with self._cond:
+            return [(s, e) for s, e in self._events if s > seq]
+
+    def datasets_in_use(self) -> set[Path]:
+        """Dataset folders (resolved) that the active or a queued job trains on."""
+        with self._cond:
+            return {Path(j.config.data_dir) for j in self._live_jobs()}
+
+    def _busy(self) -> bool:
+        return self._active is not None or bool(self._queue)
+
+    # -- commands --------------------------------------------------------------------------------
+    def preflight(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate like `submit` and report what a run would do; changes nothing.
+        Raises ConfigError listing every problem."""
+        run = self._validate(raw)
+        return preflight_report(run)
+
+    def submit(self, raw: Mapping[str, Any], queue: bool = True) -> dict[str, Any]:
+        """Validate and queue a job; returns its snapshot. Raises ConfigError (every problem),
+        JobActive when `queue` is False and a job is active or queued."""
+        run = self._validate(raw)
+        with self._cond:
+            if self._closing:
+                raise JobActive("the server is shutting down")
+            if not queue and self._busy():
+                raise JobActive("a training job is already running; stop it or queue this one")
+            if run.config.output_name in self._live_output_names():
+                raise JobActive(f"output name {run.config.output_name!r} is used by a live job")
+            job = Job(id=uuid.uuid4().hex[:12], config=run.config, worker_config=run.worker_config)
+            self.store.create_run(
+                job.id,
+                run.config.output_name or "",
+                job.config.family,
+                job.config.model_dump(mode="json"),
+                job.created_at,
+            )
+            self._jobs[job.id] = job
+            self._queue.append(job)
+            self._log_status(job)
+            self._cond.notify_all()
+            return job.snapshot()
+
+    def stop(self, save: bool, job_id: str | None = None) -> dict[str, Any]:
+        """Stop the active job (or cancel queued job `job_id`). save=True keeps a LoRA of the
+        steps run. Returns the job's snapshot. Raises NotFound if there is nothing to stop."""
+        with self._cond:
+            queued = next((j for j in self._queue if j.id == job_id), None)
+            if queued is not None:
+                self._queue.remove(queued)
+                self._finish(queued, JobStatus.STOPPED, error=None)
+                return queued.snapshot()
+            job = self._active
+            if job is None or not job.live or (job_id is not None and job.id != job_id):
+                raise NotFound("no training job is running" + (f" with id {job_id!r}" if job_id else ""))
+            job.stop_save = save
+            if job.status != JobStatus.STOPPING:
+                job.status = JobStatus.STOPPING
+                self._stop_at = time.monotonic()
+                self.store.update_run(job.id, status=JobStatus.STOPPING)
+                self._log_status(job)
+            worker = self._worker
+            snapshot = job.snapshot()
+        if worker is not None:
+            worker.request_stop(save)
+        return snapshot
+
+    # -- validation ------------------------------------------------------------------------------
+    def _validate(self, raw: Mapping[str, Any]) -> ValidatedRun:
+        with self._cond:
+            taken = self._live_output_names()
+        return validate_run(raw, self.settings, live_output_names=taken)
+
+    def _live_jobs(self) -> list[Job]:
+        return ([self._active] if self._active and self._active.live else []) + list(self._queue)
+
+    def _live_output_names(self) -> set[str]:
+        return {j.config.output_name for j in self._live_jobs() if j.config.output_name}
+
+    # -- dispatcher + pump (one thread for the service's life) -----------------------------------
+    def _dispatch_loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closing or (self._active is None and bool(self._queue)))
+                if self._closing:
+                    return
+                job = self._queue.popleft()
+                self._active = job
+            try:
+                self._run(job)
+            except Exception:  # a bug must not kill the dispatcher: fail the job, keep serving
+                log.exception("job %s failed inside the job service", job.id)
+                with self._cond:
+                    if job.live:
+                        self._finish(
+                            job,
+                            JobStatus.FAILED,
+                            error="internal error in the job service (see the server log)",
+                        )
+            finally:
+                with self._cond:
+                    self._active = None
+                    self._last = job
+                    self._worker = None
+                    self._stop_at = None
+                    self._cond.notify_all()
+
+    def _run(self, job: Job) -> None:
+        """Give `job` the GPU, spawn its worker, pump it to the end, free the GPU."""
+        try:
+            self.arbiter.begin_training(job.id)
+        except JobActive as err:
+            with self._cond:
+                self._finish(job, JobStatus.FAILED, error=str(err))
+            return
+        try:
+            with self._cond:
+                if job.status == JobStatus.STOPPING:  # stopped before its worker existed
+                    self._finish(job, JobStatus.STOPPED, error=None)
+                    return
+                self._generation += 1
+                worker = WorkerProcess(
+                    job.id, self._generation, job.worker_config, self.settings, self._target
+                )
+            pid = worker.start()
+            with self._cond:
+                self._worker = worker
+                job.generation, job.pid, job.started_at = worker.generation, pid, now_iso()
+                if job.status == JobStatus.QUEUED:
+                    job.status = JobStatus.PREPARING
+                    self._log_status(job)
+                elif job.stop_save is not None:  # a stop arrived while the worker was spawning
+                    worker.request_stop(job.stop_save)
+                self.store.update_run(job.id, status=job.status, started_at=job.started_at)
+            self._pump(job, worker)
+        except (OSError, RuntimeError) as err:  # spawn failures (no memory, bad __main__, ...)
+            with self._cond:
+                self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
+        finally:
+            self.arbiter.end_training(job.id)
+
+    def _pump(self, job: Job, worker: WorkerProcess) -> None:
+        """Fold the worker's events into `job` until it ended and the process exited."""
+        ended_at: float | None = None  # monotonic time of the terminal event
+        while True:
+            item = worker.next_event(POLL_S)
+            if item is not None:
+                if self._ingest(job, item) and ended_at is None:
+                    ended_at = time.monotonic()
+            elif worker.exitcode is not None:
+                self._drain(job, worker)
+                break
+            if self._closing:
+                worker.kill()
+                worker.join(5.0)
+                with self._cond:
+                    if job.live:
+                        self._finish(job, JobStatus.INTERRUPTED, error="the server stopped during this run")
+                break
+            self._escalate(worker, ended_at)
+        code = worker.exitcode
+        with self._cond:
+            if job.live:
+                if job.status == JobStatus.STOPPING:
+                    note = "the worker did not stop in time and was terminated; no LoRA was saved"
+                    self._finish(job, JobStatus.STOPPED, error=note)
+                else:
+                    self._finish(job, JobStatus.FAILED, error=f"worker exited unexpectedly (code {code})")
+        worker.close()
+
+    def _drain(self, job: Job, worker: WorkerProcess) -> None:
+        """Ingest what the exited worker still had in flight."""
+        while (item := worker.next_event(DRAIN_S)) is not None:
+            self._ingest(job, item)
+
+    def _escalate(self, worker: WorkerProcess, ended_at: float | None) -> None:
+        """Terminate, then kill, a worker that overstays its stop request or its terminal event."""
+        with self._cond:
+            stop_at = self._stop_at
+        deadlines = []
+        if stop_at is not None:
+            deadlines.append(stop_at + self.timeouts.stop_grace_s)
+        if ended_at is not None:
+            deadlines.append(ended_at + self.timeouts.exit_grace_s)
+        if not deadlines:
+            return
+        now, deadline = time.monotonic(), min(deadlines)
+        if now >= deadline + self.timeouts.kill_grace_s:
+            worker.kill()
+        elif now >= deadline:
+            worker.terminate()
+
+    def _ingest(self, job: Job, item: TaggedEvent) -> bool:
+        """The one ingestion point. Returns True if `item` was `job`'s terminal event."""
+        try:
+            generation, pid, raw = item
+            event = parse_event(raw)
+        except (ValueError, TypeError, ValidationError) as err:
+            log.warning("ignoring a malformed worker event: %s", err)
+            self.ignored_events += 1
+            return False
+        data = sanitize(event.model_dump(mode="python"))
+        point = None
+        with self._cond:
+            if generation != job.generation or pid != job.pid or not job.live:
+                self.ignored_events += 1
+                return False
+            kind = data["type"]
+            if kind in ("model_load_started", "model_load_completed", "preparing"):
+                job.phase = data
+            elif kind == "progress":
+                job.progress = data
+                if job.status == JobStatus.PREPARING:
+                    job.status = JobStatus.RUNNING
+                    self._log_status(job)
+                candidate = metric_point(data)
+                if job.history.add(candidate):
+                    point = candidate
+                job.steps_run = max(job.steps_run, data["step"])
+            self._log_event(job, data)
+            if kind == "complete":
+                job.lora_path = data["lora_path"]
+                job.steps_run = data["steps_run"]
+                status = JobStatus.STOPPED if data["stopped"] else JobStatus.COMPLETED
+                self._finish(job, status, error=None)
+            elif kind == "error":
+                self._finish(job, JobStatus.FAILED, error=data["message"])
+        if point is not None:
+            self.store.add_metric(job.id, point)
+        elif kind == "progress":
+            self.store.update_run(job.id, steps_run=job.steps_run)
+        return kind in ("complete", "error")
+
+    # -- bookkeeping (callers hold the lock) -------------------------------------------------------
+    def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:
+        job.status = status
+        job.error = error
+        job.finished_at = now_iso()
+        self.store.update_run(
+            job.id, status=status, finished_at=job.finished_at, error=error, steps_run=job.steps_run
+        )
+        if job.lora_path:
+            self.store.add_output(job.id, "lora", job.lora_path)
+            sidecar = Path(job.lora_path).with_suffix(".json")
+            if sidecar.is_file():
+                self.store.add_output(job.id, "sidecar", str(sidecar))
+        self._log_status(job)
+
+    def _log_status(self, job: Job) -> None:
+        self._log_event(job, {"type": "status", "status": job.status.value, "error": job.error})
+
+    def _log_event(self, job: Job, data: dict[str, Any]) -> None:
+        self._seq += 1
+        self._events.append((self._seq, {**data, "job_id": job.id}))
+        self._cond.notify_all()

@@ -1,0 +1,225 @@
+"""The run store: every training run, its config, metric points, outputs and error, in SQLite.
+
+It survives a server restart. `RunStore.open` marks every run that was live when the previous
+server died as interrupted. Every write is one transaction. Thread-safe (one connection behind a
+lock), so the job service's pump thread and the API threads can share one store.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from lorastudio.errors import NotFound
+from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    output_name TEXT NOT NULL,
+    family TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    started_at TEXT,
+    finished_at TEXT,
+    config_json TEXT NOT NULL,
+    steps_run INTEGER NOT NULL DEFAULT 0,
+    total_steps INTEGER,
+    last_loss REAL,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    epoch INTEGER,
+    loss REAL,
+    avg_loss REAL,
+    lr REAL,
+    grad_norm REAL,
+    samples_per_second REAL,
+    peak_memory_gb REAL,
+    PRIMARY KEY (run_id, step)
+);
+CREATE TABLE IF NOT EXISTS outputs (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    kind TEXT NOT NULL,
+    path TEXT NOT NULL,
+    PRIMARY KEY (run_id, kind, path)
+);
+"""
+
+_RUN_COLUMNS = (
+    "id",
+    "output_name",
+    "family",
+    "status",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "steps_run",
+    "total_steps",
+    "last_loss",
+    "error",
+)
+_UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "output_name", "family", "created_at"}
+
+
+class RunStore:
+    """Run records in one SQLite file. Use `RunStore.open(path)`; `close()` when done."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self._conn = conn
+        self._lock = threading.RLock()
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path, *, recover: bool = True) -> RunStore:
+        """Open (creating if needed) the store at `path`. With `recover` (the server, at start)
+        every run left live by a previous server is marked interrupted; readers that run next
+        to a live server (the CLI) pass recover=False."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+        store = cls(conn, path)
+        if recover:
+            store.mark_interrupted()
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+
+    # -- writes ----------------------------------------------------------------------------------
+    def mark_interrupted(self) -> int:
+        """Mark every run still recorded as live as interrupted; returns how many."""
+        live = [s.value for s in LIVE_STATUSES]
+        marks = ",".join("?" * len(live))
+        with self._tx() as cur:
+            cur.execute(
+                f"UPDATE runs SET status=?, finished_at=?, error=COALESCE(error, ?) WHERE status IN ({marks})",
+                [JobStatus.INTERRUPTED.value, now_iso(), "the server stopped while this run was live", *live],
+            )
+            return cur.rowcount
+
+    def create_run(
+        self, run_id: str, output_name: str, family: str, config: dict[str, Any], created_at: str
+    ) -> None:
+        """Record a new queued run with its resolved config."""
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO runs (id, output_name, family, status, created_at, config_json, total_steps)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    output_name,
+                    family,
+                    JobStatus.QUEUED.value,
+                    created_at,
+                    json.dumps(config),
+                    config.get("steps"),
+                ),
+            )
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set some columns of a run (status, started_at, finished_at, steps_run, error, ...)."""
+        bad = set(fields) - _UPDATABLE
+        if bad:
+            raise ValueError(f"not updatable: {sorted(bad)}")
+        if not fields:
+            return
+        sets = ", ".join(f"{k}=?" for k in fields)
+        values = [v.value if isinstance(v, JobStatus) else v for v in fields.values()]
+        with self._tx() as cur:
+            cur.execute(f"UPDATE runs SET {sets} WHERE id=?", [*values, run_id])
+
+    def add_metric(self, run_id: str, point: dict[str, Any]) -> None:
+        """Store one metric point (keys of METRIC_KEYS; None for missing) and the run's progress."""
+        cols = ", ".join(METRIC_KEYS)
+        with self._tx() as cur:
+            cur.execute(
+                f"INSERT OR REPLACE INTO metrics (run_id, {cols}) VALUES (?, {','.join('?' * len(METRIC_KEYS))})",
+                [run_id, *(point.get(k) for k in METRIC_KEYS)],
+            )
+            cur.execute(
+                "UPDATE runs SET steps_run=MAX(steps_run, ?), last_loss=? WHERE id=?",
+                (point["step"], point.get("loss"), run_id),
+            )
+
+    def add_output(self, run_id: str, kind: str, path: str) -> None:
+        """Record one output file of a run (kind: "lora", "sidecar", ...)."""
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT OR IGNORE INTO outputs (run_id, kind, path) VALUES (?, ?, ?)", (run_id, kind, path)
+            )
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete a run with its metrics and outputs. Raises NotFound."""
+        with self._tx() as cur:
+            cur.execute("DELETE FROM runs WHERE id=?", (run_id,))
+            if cur.rowcount == 0:
+                raise NotFound(f"no run with id {run_id!r}")
+
+    # -- reads -----------------------------------------------------------------------------------
+    def list_runs(self, limit: int = 200) -> list[dict[str, Any]]:
+        """The newest runs first, without configs or metrics."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [dict(r) for r in rows]
+
+    def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
+        """One run with config, metric points (decimated to at most `max_points`) and outputs.
+        Raises NotFound."""
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {', '.join(_RUN_COLUMNS)}, config_json FROM runs WHERE id=?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"no run with id {run_id!r}")
+            metrics = self._conn.execute(
+                f"SELECT {', '.join(METRIC_KEYS)} FROM metrics WHERE run_id=? ORDER BY step", (run_id,)
+            ).fetchall()
+            outputs = self._conn.execute(
+                "SELECT kind, path FROM outputs WHERE run_id=? ORDER BY kind, path", (run_id,)
+            ).fetchall()
+        run = dict(row)
+        run["config"] = json.loads(run.pop("config_json"))
+        points = [dict(m) for m in metrics]
+        if len(points) > max_points:
+            every = -(-len(points) // max_points)
+            picked = points[::every]
+            if picked[-1] is not points[-1]:
+                picked.append(points[-1])
+            points = picked
+        run["metrics"] = points
+        run["outputs"] = [dict(o) for o in outputs]
+        return run
+
+    def runs_with_output_name(self, output_name: str) -> list[str]:
+        """Ids of the runs that wrote (or will write) to `output_name`."""
+        with self._lock:
+            rows = self._conn.execute("SELECT id FROM runs WHERE output_name=?", (output_name,)).fetchall()
+        return [r["id"] for r in rows]

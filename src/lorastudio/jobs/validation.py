@@ -1,0 +1,233 @@
+"""Everything about a training request that can be checked cheaply, before the GPU is touched.
+
+`validate_run` checks the config (schema + family), the base model (local pipeline folder of the
+right family, or a hub id of the right shape), the dataset (found under the datasets root,
+scanned: images, captions, bad files), the output name (free) and the precision (available on
+this host), and reports every problem at once in one ConfigError. It only reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lorastudio import families
+from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
+from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
+from lorastudio.errors import (
+    ConfigError,
+    DatasetError,
+    FieldProblem,
+    ModelSourceError,
+    PathOutsideRoot,
+    UnknownFamily,
+)
+from lorastudio.jobs.hardware import host_info
+from lorastudio.settings import Settings
+
+if TYPE_CHECKING:
+    from lorastudio.families.base import Family
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class ValidatedRun:
+    """A request that passed every cheap check. config is resolved (family defaults filled,
+    data_dir the absolute dataset folder, base_model the absolute folder or the hub id);
+    model_dir is the local pipeline folder (None for a hub id)."""
+
+    config: TrainConfig
+    worker_config: TrainConfig  # the config as given (explicit fields kept) + resolved paths/name
+    scan: DatasetScan
+    model_dir: Path | None
+
+
+def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_names: set[str]) -> ValidatedRun:
+    """Check a training request completely. Takes the raw config mapping, the settings and the
+    output names of live jobs. Returns a ValidatedRun. Raises ConfigError listing every problem
+    (config fields, base model, dataset files, output name, precision)."""
+    problems: list[FieldProblem] = []
+    given: TrainConfig | None = None
+    cfg: TrainConfig | None = None
+    try:
+        given = parse_train_config(raw)
+        cfg = resolve_train_config(given)
+    except ConfigError as err:
+        problems += err.problems
+    reported = {p.field for p in problems}
+    family = _family_or_none(raw.get("family"))
+
+    data_dir: Path | None = None
+    if "data_dir" not in reported and isinstance(raw.get("data_dir"), str):
+        try:
+            data_dir = resolve_dataset_dir(raw["data_dir"], settings.datasets_dir, allow_outside_root=False)
+        except (ConfigError, PathOutsideRoot) as err:
+            problems += _as_problems("data_dir", err)
+
+    model_source: str | None = None
+    model_dir: Path | None = None
+    if "base_model" not in reported and isinstance(raw.get("base_model"), str) and family is not None:
+        try:
+            model_source, model_dir = resolve_base_model(raw["base_model"], family, settings)
+        except ModelSourceError as err:
+            problems.append(FieldProblem("base_model", str(err)))
+
+    precision = raw.get("base_precision", "auto")
+    if "base_precision" not in reported and precision not in host_info().precisions:
+        problems.append(
+            FieldProblem(
+                "base_precision",
+                f"{precision} is not available on this host ({host_info().name}); "
+                f"use one of {', '.join(host_info().precisions)}",
+            )
+        )
+
+    scan: DatasetScan | None = None
+    if cfg is not None and data_dir is not None and family is not None:
+        try:
+            scan = scan_dataset(
+                data_dir,
+                resolution=cfg.resolution or 0,
+                multiple=family.spec.resolution_multiple,
+                aspect_buckets=cfg.aspect_buckets,
+                trigger_word=cfg.trigger_word,
+                default_caption=cfg.default_caption,
+                max_pixels=settings.max_image_pixels,
+            )
+        except DatasetError as err:
+            problems += _as_problems("data_dir", err)
+    if cfg is not None:
+        problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
+
+    if model_dir is not None and isinstance(raw.get("revision"), str):
+        problems.append(FieldProblem("revision", "only applies to hub ids, not to a local folder"))
+    if problems or given is None or cfg is None or scan is None or model_source is None or data_dir is None:
+        raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
+    fixed = {"data_dir": str(data_dir), "base_model": model_source, "output_name": cfg.output_name}
+    # The worker re-resolves the config, so it gets the user's explicit fields as they were given.
+    return ValidatedRun(
+        config=TrainConfig.model_validate({**cfg.model_dump(), **fixed}),
+        worker_config=given.model_copy(update=fixed),
+        scan=scan,
+        model_dir=model_dir,
+    )
+
+
+def resolve_base_model(base_model: str, family: Family, settings: Settings) -> tuple[str, Path | None]:
+    """Where to load `base_model` from: an absolute pipeline folder, a folder name under the
+    models root, or a hub id (owner/name, checked when loading). Returns (source, local folder
+    or None). Raises ModelSourceError for a missing/incomplete folder, a pipeline of another
+    family, or a value that is neither a folder nor a hub id."""
+    given = Path(base_model).expanduser()
+    if given.is_absolute():
+        candidate: Path | None = given
+    elif ".." in given.parts or base_model.startswith((".", "~")):
+        raise ModelSourceError(
+            f"base_model {base_model!r}: use an absolute path, a name under models/, or a hub id"
+        )
+    else:
+        candidate = settings.models_dir / given
+    if candidate is not None and os.path.lexists(candidate):
+        folder = candidate.resolve()
+        check_pipeline_folder(folder, family)
+        return str(folder), folder
+    if given.is_absolute():
+        raise ModelSourceError(f"base model folder not found: {base_model}")
+    if HUB_ID.match(base_model):
+        return base_model, None
+    raise ModelSourceError(
+        f"{base_model!r} is neither a pipeline folder (absolute, or a name under {settings.models_dir}) "
+        "nor a hub id (owner/name)"
+    )
+
+
+def check_pipeline_folder(folder: Path, family: Family) -> None:
+    """Raise ModelSourceError unless `folder` is a diffusers pipeline this family trains."""
+    index = folder / "model_index.json"
+    if not folder.is_dir() or not index.is_file():
+        raise ModelSourceError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
+    try:
+        meta = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ModelSourceError(f"{index} cannot be read: {err}") from None
+    if not isinstance(meta, dict):
+        raise ModelSourceError(f"{index} is not a JSON object")
+    class_name = meta.get("_class_name")
+    accepted = family.spec.accepted_pipelines
+    if class_name not in accepted:
+        raise ModelSourceError(
+            f"{folder} is a {class_name} pipeline; the {family.spec.name} family trains {', '.join(accepted)}"
+        )
+    listed = [n for n, v in meta.items() if not n.startswith("_") and isinstance(v, list) and v and v[0]]
+    missing = [n for n in listed if not (folder / n).is_dir()]
+    if missing:
+        raise ModelSourceError(f"{folder} is incomplete: missing component folder(s) {', '.join(missing)}")
+
+
+def output_name_problems(name: str, settings: Settings, live_output_names: set[str]) -> list[FieldProblem]:
+    """Why `name` cannot be a new run's output name (taken on disk or by a live job, unsafe)."""
+    try:
+        safe_component(name, field="output_name")
+    except (ConfigError, PathOutsideRoot) as err:
+        return _as_problems("output_name", err)
+    if name in live_output_names:
+        return [FieldProblem("output_name", f"{name!r} is the output of a queued or running job")]
+    if os.path.lexists(settings.outputs_dir / name):
+        return [
+            FieldProblem("output_name", f"{name!r} already exists in {settings.outputs_dir}; pick another")
+        ]
+    return []
+
+
+def _family_or_none(name: Any) -> Family | None:
+    if not isinstance(name, str):
+        return None
+    try:
+        return families.get(name)
+    except UnknownFamily:
+        return None
+
+
+def _as_problems(field: str, err: Exception) -> list[FieldProblem]:
+    if isinstance(err, ConfigError):
+        return [FieldProblem(field, p.message) if p.field != field else p for p in err.problems]
+    if isinstance(err, DatasetError) and err.problems:
+        return [FieldProblem(field, p) for p in err.problems]
+    return [FieldProblem(field, str(err))]
+
+
+def _dedupe(problems: list[FieldProblem]) -> list[FieldProblem]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in problems:
+        if (p.field, p.message) not in seen:
+            seen.add((p.field, p.message))
+            out.append(p)
+    return out
+
+
+def local_models(models_dir: Path) -> list[dict[str, Any]]:
+    """Pipeline folders directly under `models_dir` (those with a model_index.json), by name:
+    {"name", "path", "family"}; family is the registered family that trains the pipeline's
+    class (None when no family does or the index is unreadable)."""
+    if not models_dir.is_dir():
+        return []
+    by_class = {cls: fam.spec.name for fam in families.all_families() for cls in fam.spec.accepted_pipelines}
+    found = []
+    for folder in sorted(models_dir.iterdir()):
+        index = folder / "model_index.json"
+        if folder.name.startswith(".") or not index.is_file():
+            continue
+        try:
+            meta = json.loads(index.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = {}
+        class_name = meta.get("_class_name") if isinstance(meta, dict) else None
+        found.append({"name": folder.name, "path": str(folder), "family": by_class.get(class_name)})
+    return found

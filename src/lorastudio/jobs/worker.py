@@ -1,0 +1,140 @@
+"""The training worker: the child process that runs one training job.
+
+This is the only module that imports the training engine (lazily, inside the child). The child:
+1. binds itself to the server's lifetime: on Linux, prctl(PR_SET_PDEATHSIG, SIGKILL) through
+   ctypes, plus a watchdog thread that exits when the parent pid changes (other systems, and
+   the race where the parent died before prctl);
+2. removes secrets not meant for it from its environment (the API token, anything with TOKEN
+   or SECRET in its name, except HF_TOKEN which model downloads need);
+3. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=...)`, sending every
+   event to the parent tagged with (generation, pid) so the parent can ignore events of a
+   superseded process; a failure the engine did not report becomes an Error event.
+
+The parent must start this process from a thread that lives as long as the server: the death
+signal fires when the *thread* that forked the child exits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from lorastudio.config import TrainConfig
+from lorastudio.errors import LorastudioError
+from lorastudio.settings import Settings
+from lorastudio.training.events import Complete, Error, Event, StopRequest
+
+PR_SET_PDEATHSIG = 1
+KEPT_SECRETS = frozenset({"HF_TOKEN"})
+WATCHDOG_PERIOD_S = 0.5
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """What the child needs (picklable). settings carries no API token."""
+
+    job_id: str
+    generation: int
+    config: TrainConfig
+    settings: Settings
+    parent_pid: int
+
+
+def scrub_environment(env: MutableMapping[str, str]) -> list[str]:
+    """Remove secrets the worker must not see from `env`; returns the removed names (sorted)."""
+    removed = sorted(
+        name
+        for name in env
+        if name not in KEPT_SECRETS
+        and (name == "LORASTUDIO_API_TOKEN" or "TOKEN" in name.upper() or "SECRET" in name.upper())
+    )
+    for name in removed:
+        del env[name]
+    return removed
+
+
+def bind_to_parent(parent_pid: int) -> None:
+    """Die with the parent: a kernel death signal where available, and a watchdog thread."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            print(f"[worker] prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}", file=sys.stderr)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(3)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watchdog", daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(WATCHDOG_PERIOD_S)
+        if os.getppid() != parent_pid:
+            os._exit(3)
+
+
+class WorkerChannel:
+    """The child's side of the channel: emit (events tagged (generation, pid)) and should_stop
+    (reads the shared stop flag) for the engine; close() flushes before exit."""
+
+    def __init__(self, args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any):
+        self._tag = (args.generation, os.getpid())
+        self._events = events
+        self._stop_event = stop_event
+        self._stop_save = stop_save
+        self.terminal_sent = False
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, Complete | Error):
+            self.terminal_sent = True
+        self._events.put((*self._tag, event.model_dump(mode="python")))
+
+    def should_stop(self) -> StopRequest | None:
+        if not self._stop_event.is_set():
+            return None
+        return StopRequest(save=bool(self._stop_save.value))
+
+    def close(self) -> None:
+        """Flush every queued event to the parent before the process exits."""
+        self._events.close()
+        self._events.join_thread()
+
+
+def prepare_child(args: WorkerArgs) -> None:
+    """What every worker does first: bind to the parent's lifetime, drop secrets."""
+    bind_to_parent(args.parent_pid)
+    scrub_environment(os.environ)
+
+
+def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Child entry point (multiprocessing spawn target). Exits 0 when the engine returned,
+    1 when it failed (after an Error event), 3 when the parent is gone; an unexpected
+    exception is reported as an Error event, then re-raised (traceback in the server log)."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    code = 0
+    try:
+        from lorastudio.training.loop import train
+
+        train(args.config, channel.emit, channel.should_stop, settings=args.settings)
+    except LorastudioError as err:
+        if not channel.terminal_sent:
+            channel.emit(Error(message=str(err)))
+        code = 1
+    except BaseException as err:
+        if not channel.terminal_sent:
+            channel.emit(Error(message=f"{type(err).__name__}: {err}"))
+        channel.close()
+        raise
+    channel.close()
+    # Exit at once: the run's files are written and its events flushed; the interpreter's
+    # teardown (torch, CUDA) would only delay handing the GPU back.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

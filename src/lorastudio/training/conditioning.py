@@ -1,0 +1,82 @@
+"""Phase 1: text conditioning. Every unique caption is encoded once (plus "" when caption
+dropout is on) with only the text encoders loaded; the encoders are freed before phase 2.
+During training `CaptionPicker` swaps a caption for "" with probability cfg.caption_dropout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
+from lorastudio.training.precision import free_accelerator_memory
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import Family
+
+Conditioning = dict[str, dict[str, torch.Tensor]]  # caption -> per-caption tensors (CPU, no batch axis)
+
+ENCODE_CHUNK = 8  # captions per encoder call
+
+
+def captions_to_encode(captions: Sequence[str], caption_dropout: float) -> list[str]:
+    """The unique captions, in first-seen order, plus "" when caption dropout is on."""
+    unique = list(dict.fromkeys(captions))
+    if caption_dropout > 0 and "" not in unique:
+        unique.append("")
+    return unique
+
+
+def encode_captions(
+    family: Family,
+    cfg: TrainConfig,
+    captions: list[str],
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    emit: Emit,
+    check_stop: Callable[[], None],
+) -> Conditioning:
+    """Load the text encoders, encode `captions` in chunks, free the encoders.
+
+    Emits ModelLoadStarted/Completed("text_encoders") and Preparing("conditioning", done, total);
+    calls `check_stop()` before each chunk (it raises to stop). Returns caption -> tensors.
+    """
+    emit(ModelLoadStarted(component="text_encoders"))
+    t0 = time.perf_counter()
+    encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, device)
+    emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
+    out: Conditioning = {}
+    try:
+        for start in range(0, len(captions), ENCODE_CHUNK):
+            check_stop()
+            chunk = captions[start : start + ENCODE_CHUNK]
+            encoded = family.encode_prompts(encoders, chunk, cfg)
+            for caption, tensors in zip(chunk, encoded, strict=True):
+                out[caption] = {k: v.detach().cpu() for k, v in tensors.items()}
+            emit(Preparing(phase="conditioning", done=len(out), total=len(captions)))
+    finally:
+        del encoders
+        free_accelerator_memory(device)
+    return out
+
+
+class CaptionPicker:
+    """Chooses the caption used for each training sample: the item's own, or "" with
+    probability `dropout`, drawn from the run's seeded numpy Generator."""
+
+    def __init__(self, captions: Sequence[str], dropout: float, rng: np.random.Generator):
+        self.captions = list(captions)
+        self.dropout = dropout
+        self.rng = rng
+
+    def pick(self, indices: Sequence[int]) -> list[str]:
+        """Captions for the items at `indices` (one rng draw per item when dropout is on)."""
+        if self.dropout <= 0:
+            return [self.captions[i] for i in indices]
+        return ["" if self.rng.random() < self.dropout else self.captions[i] for i in indices]

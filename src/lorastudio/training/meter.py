@@ -1,0 +1,76 @@
+"""Per-step bookkeeping of the loop: running loss average, steady-state throughput, and the
+divergence guard (non-finite loss or gradients several steps in a row stop the run)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+from lorastudio.errors import TrainingDiverged
+
+AVG_WINDOW = 50  # steps in the running loss average
+
+
+class StepMeter:
+    """Call `step_done(loss, samples)` after each optimizer step.
+
+    avg_loss: mean of the last AVG_WINDOW finite losses. samples_per_second: samples of steps
+    2..n over the time since step 1 ended (steady state: the first step, with its warm-up and
+    lazy initialisation, is excluded); None until a second step is done.
+    """
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock or time.perf_counter
+        self._recent: deque[float] = deque(maxlen=AVG_WINDOW)
+        self._first_done_at: float | None = None
+        self._samples_after_first = 0
+        self._last_at = 0.0
+        self.steps = 0
+
+    def step_done(self, loss: float, samples: int) -> None:
+        now = self._clock()
+        self.steps += 1
+        if math.isfinite(loss):
+            self._recent.append(loss)
+        if self._first_done_at is None:
+            self._first_done_at = now
+        else:
+            self._samples_after_first += samples
+        self._last_at = now
+
+    @property
+    def avg_loss(self) -> float:
+        return sum(self._recent) / len(self._recent) if self._recent else float("nan")
+
+    @property
+    def samples_per_second(self) -> float | None:
+        if self.steps < 2 or self._first_done_at is None:
+            return None
+        elapsed = self._last_at - self._first_done_at
+        return self._samples_after_first / elapsed if elapsed > 0 else None
+
+
+class DivergenceGuard:
+    """Counts consecutive steps whose loss or gradient norm is not finite (such a step is
+    skipped by the loop). `check` returns True when the step may be applied, and raises
+    TrainingDiverged once `patience` bad steps come in a row."""
+
+    def __init__(self, patience: int = 3) -> None:
+        self.patience = patience
+        self.bad_in_a_row = 0
+
+    def check(self, step: int, loss: float, grad_norm: float | None) -> bool:
+        finite = math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm))
+        if finite:
+            self.bad_in_a_row = 0
+            return True
+        self.bad_in_a_row += 1
+        if self.bad_in_a_row >= self.patience:
+            raise TrainingDiverged(
+                f"the loss or gradients were not finite for {self.bad_in_a_row} steps in a row "
+                f"(last at step {step}, loss {loss}, grad norm {grad_norm}); lower the learning rate, "
+                "turn gradient clipping on (max_grad_norm) or use fp32/bf16; no LoRA was written"
+            )
+        return False

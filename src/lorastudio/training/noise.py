@@ -1,0 +1,128 @@
+"""Training objectives: how a clean latent batch becomes (noisy input, noise level, target,
+per-sample loss weight). Two objectives cover every family:
+
+- DDPM (SDXL): uniform integer timesteps, the scheduler's alphas_cumprod, epsilon or v target
+  per the scheduler config, optional min-SNR-gamma weighting;
+- rectified flow (FLUX.1, Qwen-Image, Z-Image): sigma sampled per cfg.timestep_sampling, then
+  the family's shift hook; noisy = (1 - s) x + s eps, target eps - x.
+
+All randomness comes from the caller's torch.Generator (CPU), so a run is reproducible on any
+device. Arithmetic is fp32; `noisy` is cast to the training dtype at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.errors import ModelSourceError
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import Family
+
+
+@dataclass(frozen=True)
+class NoisedBatch:
+    noisy: torch.Tensor  # [B, C, h, w] training dtype, on the latents' device
+    noise_level: torch.Tensor  # [B] DDPM: int64 timesteps; flow: float32 sigmas in (0, 1)
+    target: torch.Tensor  # [B, C, h, w] float32
+    weight: torch.Tensor  # [B] float32 per-sample loss weight
+
+
+def min_snr_weights(snr: torch.Tensor, gamma: float, prediction_type: str) -> torch.Tensor:
+    """Min-SNR-gamma loss weights (Hang et al. 2023) for snr [B]: min(snr, gamma) / snr for an
+    epsilon target, min(snr, gamma) / (snr + 1) for a v target."""
+    clipped = torch.minimum(snr, torch.full_like(snr, gamma))  # [B]
+    if prediction_type == "v_prediction":
+        return clipped / (snr + 1)
+    return clipped / snr
+
+
+def sample_flow_sigmas(
+    n: int, sampling: str, logit_mean: float, logit_std: float, generator: torch.Generator
+) -> torch.Tensor:
+    """n sigmas in (0, 1), float32 [n]. logit_normal: sigmoid(N(logit_mean, logit_std));
+    uniform: U(0, 1); sigmoid: sigmoid(N(0, 1)) (the standard logistic-normal, no parameters)."""
+    if sampling == "uniform":
+        u = torch.rand(n, generator=generator)
+    elif sampling == "logit_normal":
+        u = torch.sigmoid(logit_mean + logit_std * torch.randn(n, generator=generator))
+    elif sampling == "sigmoid":
+        u = torch.sigmoid(torch.randn(n, generator=generator))
+    else:
+        raise ValueError(f"unknown timestep sampling {sampling!r}")
+    return u.clamp(1e-5, 1 - 1e-5)  # [n]
+
+
+class DdpmObjective:
+    """Epsilon / v-prediction DDPM objective built from the base model's scheduler config."""
+
+    def __init__(self, scheduler_config: Mapping[str, Any], snr_gamma: float | None):
+        from diffusers import DDPMScheduler
+
+        self.prediction_type = str(scheduler_config.get("prediction_type", "epsilon"))
+        if self.prediction_type not in ("epsilon", "v_prediction"):
+            raise ModelSourceError(
+                f"the base model's scheduler predicts {self.prediction_type!r}; "
+                "only epsilon and v_prediction can be trained"
+            )
+        sched = DDPMScheduler.from_config(dict(scheduler_config))
+        self.alphas_cumprod = sched.alphas_cumprod.float()  # [T]
+        self.num_timesteps = int(sched.config.num_train_timesteps)
+        self.snr_gamma = snr_gamma
+
+    def noise(self, latents: torch.Tensor, generator: torch.Generator) -> NoisedBatch:
+        """latents [B,C,h,w] -> DDPM-noised batch with uniform integer timesteps."""
+        b = latents.shape[0]
+        t = torch.randint(0, self.num_timesteps, (b,), generator=generator)  # [B]
+        eps = torch.randn(latents.shape, generator=generator).to(latents.device)  # [B, C, h, w]
+        ac = self.alphas_cumprod[t].to(latents.device).view(b, 1, 1, 1)  # [B, 1, 1, 1]
+        x0 = latents.float()
+        noisy = ac.sqrt() * x0 + (1 - ac).sqrt() * eps  # [B, C, h, w]
+        target = eps if self.prediction_type == "epsilon" else ac.sqrt() * eps - (1 - ac).sqrt() * x0
+        weight = torch.ones(b, device=latents.device)
+        if self.snr_gamma is not None:
+            snr = (ac / (1 - ac)).view(b)  # [B]
+            weight = min_snr_weights(snr, self.snr_gamma, self.prediction_type)
+        return NoisedBatch(noisy.to(latents.dtype), t.to(latents.device), target, weight)
+
+
+class FlowObjective:
+    """Rectified-flow objective: sigma sampling, the family's shift, velocity target."""
+
+    def __init__(self, family: Family, cfg: TrainConfig, scheduler_config: Mapping[str, Any]):
+        self.family = family
+        self.cfg = cfg
+        self.scheduler_config = dict(scheduler_config)
+
+    def sigmas(self, n: int, latent_hw: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+        """n training sigmas [n] float32: sampled, then shifted by the family hook."""
+        cfg = self.cfg
+        u = sample_flow_sigmas(n, cfg.timestep_sampling, cfg.logit_mean, cfg.logit_std, generator)
+        shifted = self.family.shift_sigmas(u, latent_hw, cfg, self.scheduler_config)  # [n]
+        return torch.as_tensor(shifted, dtype=torch.float32)
+
+    def noise(self, latents: torch.Tensor, generator: torch.Generator) -> NoisedBatch:
+        """latents [B,C,h,w] -> (1-s) x + s eps, target eps - x."""
+        b, _, h, w = latents.shape
+        s = self.sigmas(b, (h, w), generator)  # [B]
+        eps = torch.randn(latents.shape, generator=generator).to(latents.device)  # [B, C, h, w]
+        x0 = latents.float()
+        sv = s.to(latents.device).view(b, 1, 1, 1)  # [B, 1, 1, 1]
+        noisy = (1 - sv) * x0 + sv * eps  # [B, C, h, w]
+        target = eps - x0  # [B, C, h, w]
+        weight = torch.ones(b, device=latents.device)
+        return NoisedBatch(noisy.to(latents.dtype), s.to(latents.device), target, weight)
+
+
+def make_objective(
+    family: Family, cfg: TrainConfig, scheduler_config: Mapping[str, Any]
+) -> DdpmObjective | FlowObjective:
+    """The objective of `family` (spec.objective), configured from cfg and the scheduler config."""
+    if family.spec.objective == "ddpm":
+        return DdpmObjective(scheduler_config, cfg.snr_gamma)
+    return FlowObjective(family, cfg, scheduler_config)

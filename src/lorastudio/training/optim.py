@@ -1,0 +1,81 @@
+"""Step arithmetic, optimizer and learning-rate schedule of a run.
+
+With num_epochs > 0 an optimizer step consumes up to `grad_accum` micro-batches of one epoch
+(steps never straddle epochs), so optimizer steps per epoch = ceil(batches per epoch /
+grad_accum) and the run is num_epochs x that. Otherwise the run is cfg.steps optimizer steps of
+exactly `grad_accum` micro-batches each, drawn from epoch after epoch as needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+
+def steps_per_epoch(batches_per_epoch: int, grad_accum: int) -> int:
+    """Optimizer steps in one epoch of `batches_per_epoch` micro-batches."""
+    return math.ceil(batches_per_epoch / grad_accum)
+
+
+def total_steps(cfg: TrainConfig, batches_per_epoch: int) -> int:
+    """Optimizer steps of the run: num_epochs x steps_per_epoch when num_epochs > 0, else cfg.steps."""
+    if cfg.num_epochs > 0:
+        return cfg.num_epochs * steps_per_epoch(batches_per_epoch, cfg.grad_accum)
+    return cfg.steps
+
+
+def group_micro_batches(batches: Sequence[list[int]], grad_accum: int) -> Iterator[list[list[int]]]:
+    """Split one epoch's micro-batches into optimizer steps of up to `grad_accum` micro-batches
+    (the last step of an epoch may have fewer)."""
+    for start in range(0, len(batches), grad_accum):
+        yield list(batches[start : start + grad_accum])
+
+
+def iter_optimizer_steps(
+    epoch_batches: Callable[[int], list[list[int]]], grad_accum: int, by_epoch: bool
+) -> Iterator[tuple[int, list[list[int]]]]:
+    """Endless (epoch, micro-batches of one optimizer step) pairs from `epoch_batches(epoch)`.
+    by_epoch: steps end at each epoch's end (the last may be short); otherwise every step has
+    exactly `grad_accum` micro-batches and may span two epochs (epoch = that of its last one)."""
+    epoch = 0
+    pending: list[list[int]] = []
+    while True:
+        batches = epoch_batches(epoch)
+        if by_epoch:
+            for group in group_micro_batches(batches, grad_accum):
+                yield epoch, group
+        else:
+            for batch in batches:
+                pending.append(batch)
+                if len(pending) == grad_accum:
+                    yield epoch, pending
+                    pending = []
+        epoch += 1
+
+
+def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW over the LoRA parameters with cfg.learning_rate and cfg.weight_decay; the fused
+    kernel when every parameter is a float tensor on a device that has it (CPU or CUDA)."""
+    fused = all(p.is_floating_point() and p.device.type in ("cuda", "cpu") for p in params)
+    return torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=fused)
+
+
+def make_lr_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: TrainConfig, num_steps: int
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """diffusers.optimization.get_scheduler(cfg.lr_scheduler) with cfg.lr_warmup_steps over
+    `num_steps` optimizer steps. `scheduler.get_last_lr()[0]` before a step is that step's LR."""
+    from diffusers.optimization import get_scheduler
+
+    return get_scheduler(
+        cfg.lr_scheduler,
+        optimizer=optimizer,
+        num_warmup_steps=cfg.lr_warmup_steps,
+        num_training_steps=num_steps,
+    )

@@ -1,0 +1,98 @@
+"""Device and dtype choice for a run, and the run-scoped numeric settings (TF32, SDPA backends).
+
+`pick_device` / `pick_dtype` raise ConfigError for what this host cannot do, so preflight can
+report it before anything loads. `run_numerics` sets process-wide torch flags for the run and
+restores them afterwards, whatever happens inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def pick_device(device: str | None) -> torch.device:
+    """The training device: `device` if given (e.g. "cpu", "cuda", "cuda:1"), else the first CUDA
+    GPU when there is one, else the CPU. Raises ConfigError for an unknown or unavailable device."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ConfigError([FieldProblem("device", f"unknown device {device!r}: {err}")]) from err
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError([FieldProblem("device", f"{device!r} requested but no CUDA GPU is available")])
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(
+                [FieldProblem("device", f"{device!r}: only {torch.cuda.device_count()} GPU(s)")]
+            )
+    elif dev.type != "cpu":
+        raise ConfigError([FieldProblem("device", f"unsupported device type {dev.type!r} (use cpu or cuda)")])
+    return dev
+
+
+def precision_problems(base_precision: str, device: torch.device) -> list[FieldProblem]:
+    """Why `base_precision` cannot run on `device` (empty list when it can)."""
+    if base_precision == "fp16" and device.type != "cuda":
+        return [FieldProblem("base_precision", "fp16 needs a CUDA GPU; use fp32 (or bf16) on the CPU")]
+    if base_precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return [FieldProblem("base_precision", "this GPU does not support bf16; use fp16 or fp32")]
+    return []
+
+
+def pick_dtype(base_precision: str, device: torch.device) -> torch.dtype:
+    """dtype of the frozen base weights. auto = bf16 on a bf16-capable GPU, else fp32.
+    Raises ConfigError when the precision is not available on `device`."""
+    problems = precision_problems(base_precision, device)
+    if problems:
+        raise ConfigError(problems)
+    if base_precision == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return _DTYPES[base_precision]
+
+
+@contextmanager
+def run_numerics(enable_tf32: bool, device: torch.device) -> Iterator[None]:
+    """For the duration of the block: fp32 matmul precision "high" (TF32 on Ampere+) and cuDNN
+    TF32 when `enable_tf32`, else "highest" and no TF32; on CUDA the cuDNN SDPA backend is
+    disabled (its FLUX.1 backward crashed on H200). Every flag is restored on exit."""
+    prev_precision = torch.get_float32_matmul_precision()
+    prev_cudnn_tf32 = torch.backends.cudnn.allow_tf32
+    prev_cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.set_float32_matmul_precision("high" if enable_tf32 else "highest")
+    torch.backends.cudnn.allow_tf32 = enable_tf32
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(prev_precision)
+        torch.backends.cudnn.allow_tf32 = prev_cudnn_tf32
+        torch.backends.cuda.enable_cudnn_sdp(prev_cudnn_sdp)
+
+
+def free_accelerator_memory(device: torch.device) -> None:
+    """Collect garbage and hand cached accelerator memory back (call after dropping a model)."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak memory so far: the accelerator's allocated peak on CUDA, the process RSS peak on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1024**3
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # KiB on Linux

@@ -1,0 +1,89 @@
+"""Helpers of the API tests: a real uvicorn server in a thread, uploads, waiting for jobs and
+reading the event stream."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+
+@dataclass
+class LiveServer:
+    app: FastAPI
+    url: str
+    client: httpx.Client
+
+
+@contextmanager
+def live_server(app: FastAPI) -> Iterator[LiveServer]:
+    """Serve `app` with uvicorn on 127.0.0.1 (a free port) until the block ends."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with httpx.Client(base_url=url, timeout=30) as client:
+        try:
+            yield LiveServer(app, url, client)
+        finally:
+            server.should_exit = True
+            thread.join(30)
+
+
+def upload_folder(client: httpx.Client | object, name: str, folder: Path) -> httpx.Response:
+    """POST every file of `folder` to /api/datasets/<name>/files as one multipart upload."""
+    files = [("files", (p.name, p.read_bytes())) for p in sorted(folder.iterdir()) if p.is_file()]
+    return client.post(f"/api/datasets/{name}/files", files=files)  # type: ignore[attr-defined]
+
+
+FINAL = {"completed", "stopped", "failed", "interrupted"}
+
+
+def wait_status(client: httpx.Client, job_id: str, statuses: set[str], timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get("/api/train/status").json()["job"]
+        if job and job["id"] == job_id and job["status"] in statuses:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} not in {statuses} after {timeout}s: {job}")
+
+
+def wait_idle(client: httpx.Client, timeout: float = 10) -> None:
+    """Wait until the worker has exited and the GPU is free."""
+    deadline = time.monotonic() + timeout
+    while client.get("/api/train/status").json()["busy"]:
+        assert time.monotonic() < deadline, "the GPU was not freed"
+        time.sleep(0.02)
+
+
+def read_events(client: httpx.Client, job_id: str, timeout: float = 90) -> list[dict]:
+    """SSE events of `job_id` from the start of the log until its terminal event."""
+    events: list[dict] = []
+    with client.stream("GET", "/api/train/events", params={"after": 0}, timeout=timeout) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])  # strict JSON: json.loads would accept NaN, so check below
+            assert "NaN" not in line and "Infinity" not in line
+            if event["job_id"] == job_id:
+                events.append(event)
+                if event["type"] in ("complete", "error"):
+                    return events
+    raise AssertionError("event stream ended early")

@@ -1,0 +1,149 @@
+"""Token auth, loopback binding, error mapping, path checks on training requests, run deletion
+and the static UI mount."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lorastudio.api.app import check_bind, create_app
+from lorastudio.errors import ConfigError
+from lorastudio.jobs.records import JobStatus, now_iso
+from lorastudio.settings import Settings
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def test_with_a_token_every_api_route_requires_it(settings: Settings) -> None:
+    secured = settings.model_copy(update={"api_token": "tok-123"})
+    with TestClient(create_app(secured)) as client:
+        assert client.get("/api/info").status_code == 401
+        assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert client.get("/api/runs", headers={"Authorization": "Bearer tok-123"}).status_code == 200
+        assert client.get("/api/train/status", params={"token": "tok-123"}).status_code == 200  # GET only
+        assert client.post("/api/train/stop", params={"token": "tok-123"}, json={}).status_code == 401
+        assert (
+            client.post("/api/train/stop", json={}, headers={"Authorization": "Bearer tok-123"}).status_code
+            == 404
+        )
+        assert client.get("/gallery/x.png").status_code == 401
+
+
+def test_binding_beyond_loopback_needs_a_token(settings: Settings) -> None:
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        check_bind(host, settings)
+    for host in ("0.0.0.0", "192.168.1.10", "::"):
+        with pytest.raises(ConfigError, match="API token"):
+            check_bind(host, settings)
+    check_bind("0.0.0.0", settings.model_copy(update={"api_token": "t"}))
+
+
+@pytest.fixture
+def shapes(settings: Settings, sample_dataset: Path) -> Path:
+    settings.ensure_dirs()
+    return Path(shutil.copytree(sample_dataset, settings.datasets_dir / "shapes"))
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"data_dir": "../shapes"}, "data_dir"),
+        ({"data_dir": "/etc"}, "data_dir"),
+        ({"data_dir": "escape"}, "data_dir"),
+        ({"output_name": "../evil"}, "output_name"),
+        ({"output_name": "/tmp/evil"}, "output_name"),
+        ({"base_model": "../models/x"}, "base_model"),
+    ],
+)
+def test_paths_outside_the_roots_are_400_and_nothing_is_written(
+    settings: Settings,
+    client: TestClient,
+    shapes: Path,
+    tmp_path: Path,
+    flux_config: Callable[..., dict],
+    override: dict,
+    field: str,
+) -> None:
+    outside = tmp_path / "outside"
+    shutil.copytree(shapes, outside)
+    (settings.datasets_dir / "escape").symlink_to(outside)
+    resp = client.post("/api/train/start", json={"config": flux_config(**override)})
+    assert resp.status_code == 400, resp.text
+    assert field in {p["field"] for p in resp.json()["problems"]}
+    assert list(settings.outputs_dir.iterdir()) == []
+    assert client.get("/api/runs").json()["runs"] == []
+    assert client.get("/api/train/status").json()["job"] is None
+
+
+def test_config_errors_list_every_problem_and_schema_errors_are_422(
+    client: TestClient, shapes: Path, flux_config: Callable[..., dict]
+) -> None:
+    resp = client.post(
+        "/api/train/start", json={"config": flux_config(lora_rank=0, bogus=True, steps="many")}
+    )
+    assert resp.status_code == 400
+    assert resp.json()["error"] == "ConfigError"
+    assert {"lora_rank", "bogus", "steps"} <= {p["field"] for p in resp.json()["problems"]}
+    unknown = client.post("/api/train/preflight", json={"config": flux_config(family="sd15")})
+    assert unknown.status_code == 400 and "family" in {p["field"] for p in unknown.json()["problems"]}
+    assert client.post("/api/train/start", json=[1, 2]).status_code == 422
+    assert (
+        client.post("/api/train/start", json={"config": flux_config(), "queue": "maybe"}).status_code == 422
+    )
+    assert client.post("/api/train/start", json={"config": flux_config(), "extra": 1}).status_code == 422
+
+
+def test_not_found_and_idle_answers(client: TestClient) -> None:
+    assert client.get("/api/runs/nope").status_code == 404
+    assert client.delete("/api/runs/nope").status_code == 404
+    assert client.post("/api/train/stop", json={"save": True}).status_code == 404
+    assert client.get("/gallery/nope.png").status_code == 404
+    assert client.get("/gallery/..%2F..%2Fetc%2Fpasswd").status_code in (400, 404)
+    assert client.get("/api/train/status").json() == {"job": None, "queue": [], "busy": False, "event_seq": 0}
+
+
+def test_deleting_a_run_removes_its_record_and_outputs_but_not_a_live_one(
+    settings: Settings, client: TestClient
+) -> None:
+    store = client.app.state.store
+    for run_id, status in (("done", JobStatus.COMPLETED), ("live", JobStatus.RUNNING)):
+        store.create_run(run_id, run_id, "flux", {"output_name": run_id}, now_iso())
+        store.update_run(run_id, status=status)
+        (settings.outputs_dir / run_id).mkdir()
+        (settings.outputs_dir / run_id / f"{run_id}.safetensors").write_bytes(b"x")
+    assert client.delete("/api/runs/live").status_code == 409
+    resp = client.delete("/api/runs/done")
+    assert resp.json() == {"deleted": "done", "files_removed": True}
+    assert sorted(p.name for p in settings.outputs_dir.iterdir()) == ["live"]
+    assert client.get("/api/runs/done").status_code == 404
+
+
+def test_the_built_ui_is_served_when_present(settings: Settings, tmp_path: Path) -> None:
+    dist = tmp_path / "web_dist"
+    dist.mkdir()
+    (dist / "index.html").write_text("<html>lorastudio ui</html>")
+    with TestClient(create_app(settings, web_dist=dist)) as client:
+        assert "lorastudio ui" in client.get("/").text
+        assert client.get("/api/train/status").status_code == 200
+    with TestClient(create_app(settings, web_dist=tmp_path / "absent")) as client:
+        assert client.get("/").status_code == 404
+
+
+def test_info_lists_local_models_with_their_family(
+    settings: Settings, client: TestClient, tiny_model: Callable[[str], Path]
+) -> None:
+    shutil.copytree(tiny_model("flux"), settings.models_dir / "tiny-flux")
+    (settings.models_dir / "not-a-model").mkdir()
+    info = client.get("/api/info").json()
+    assert info["models"] == [
+        {"name": "tiny-flux", "path": str(settings.models_dir / "tiny-flux"), "family": "flux"}
+    ]
+    assert {f["name"] for f in info["families"]} == {"sdxl", "flux", "qwen-image", "z-image"}

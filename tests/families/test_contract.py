@@ -1,0 +1,110 @@
+"""The family contract: every registered family trains, and its LoRA file round-trips.
+
+Parametrized over families.names(), so a new family is tested with no new test code. One
+overfitting run per family (4 images, rank != alpha) feeds every test of that family.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import diffusers
+import numpy as np
+import pytest
+import torch
+
+from lorastudio import families
+from lorastudio.config import parse_train_config
+from lorastudio.generate import apply_loras, generate_image, load_pipeline
+from lorastudio.settings import Settings
+from lorastudio.training.loop import TrainResult, train
+
+RANK, ALPHA = 4, 8.0
+STEPS = 40
+
+_trained: dict[str, TrainResult] = {}
+
+
+def _resolution(family: str) -> int:
+    return max(32, 2 * families.get(family).spec.resolution_multiple)
+
+
+def _extra(family: str) -> dict[str, Any] | None:
+    return (
+        {"max_sequence_length": 16} if "max_sequence_length" in families.get(family).spec.supports else None
+    )
+
+
+@pytest.fixture
+def trained(request, tiny_model, four_images, tmp_path_factory) -> TrainResult:
+    """The overfitting run of the test's family (trained once per session)."""
+    family = request.node.callspec.params["family"]
+    if family not in _trained:
+        raw = {
+            "family": family,
+            "base_model": str(tiny_model(family)),
+            "data_dir": str(four_images),
+            "output_name": f"contract-{family}",
+            "resolution": _resolution(family),
+            "steps": STEPS,
+            "batch_size": 4,
+            "learning_rate": 1e-2,
+            "lora_rank": RANK,
+            "lora_alpha": ALPHA,
+            "seed": 0,
+            **(_extra(family) or {}),
+        }
+        settings = Settings(home=tmp_path_factory.mktemp(f"contract-{family}"))
+        _trained[family] = train(
+            parse_train_config(raw), [].append, settings=settings, device="cpu", return_denoiser=True
+        )
+    return _trained[family]
+
+
+def _image(pipe: Any, family: str, four_images: Path) -> np.ndarray:
+    prompt = sorted(four_images.glob("*.txt"))[0].read_text().strip()
+    size = _resolution(family)
+    image = generate_image(
+        pipe, family, prompt=prompt, seed=0, steps=2, width=size, height=size, extra=_extra(family)
+    )
+    return np.asarray(image, dtype=np.float32)
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_loss_falls_when_overfitting(family, trained):
+    first, last = np.mean(trained.losses[:10]), np.mean(trained.losses[-10:])
+    assert np.isfinite(trained.losses).all()
+    assert last < first, f"{family}: mean loss {first:.4f} (first 10 steps) -> {last:.4f} (last 10)"
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_lora_changes_the_image_and_the_file_reloads_exactly(family, trained, tiny_model, four_images):
+    spec = families.get(family).spec
+    pipe = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    base = _image(pipe, family, four_images)
+    setattr(pipe, spec.denoiser, trained.denoiser)  # the adapter as trained, in memory
+    in_memory = _image(pipe, family, four_images)
+    fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    apply_loras(fresh, [(trained.lora_path, 1.0)])
+    from_file = _image(fresh, family, four_images)
+    assert np.abs(in_memory - base).mean() > 0.5  # out of 255: the LoRA visibly changes the image
+    assert np.abs(from_file - in_memory).max() <= 1.0  # rounding to 8 bits at most
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_plain_diffusers_loads_the_file_at_the_trained_strength(family, trained, tiny_model):
+    spec = families.get(family).spec
+    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    pipe = pipeline_cls.from_pretrained(str(tiny_model(family)))
+    pipe.load_lora_weights(str(trained.lora_path.parent), weight_name=trained.lora_path.name)
+    denoiser = getattr(pipe, spec.denoiser)
+    loaded = {n: m for n, m in denoiser.named_modules() if hasattr(m, "lora_A") and m.lora_A}
+    trained_layers = {n: m for n, m in trained.denoiser.named_modules() if hasattr(m, "lora_A") and m.lora_A}
+    assert loaded.keys() == trained_layers.keys() and loaded
+    for name, module in loaded.items():
+        (adapter,) = module.scaling
+        assert module.scaling[adapter] == pytest.approx(ALPHA / RANK)  # alpha != rank survived the file
+        reference = trained_layers[name]
+        torch.testing.assert_close(module.lora_B[adapter].weight, reference.lora_B["default"].weight)
+        torch.testing.assert_close(module.lora_A[adapter].weight, reference.lora_A["default"].weight)

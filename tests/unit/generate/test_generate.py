@@ -1,0 +1,138 @@
+"""Generation: loading pipelines, applying LoRAs with scales, generating, and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.cli.generate_cmd import parse_lora_arg
+from lorastudio.errors import ConfigError, ModelSourceError, NotFound
+from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
+
+PROMPT = "a red circle on a blue background"
+KW = {
+    "prompt": PROMPT,
+    "seed": 0,
+    "steps": 2,
+    "width": 32,
+    "height": 32,
+    "extra": {"max_sequence_length": 16},
+}
+
+
+@pytest.fixture(scope="module")
+def flux_pipe(tiny_model):
+    return load_pipeline(str(tiny_model("flux")), "flux", device="cpu")
+
+
+def _img(pipe, **overrides) -> np.ndarray:
+    return np.asarray(generate_image(pipe, "flux", **{**KW, **overrides}), dtype=np.float32)
+
+
+@pytest.mark.filterwarnings("ignore:Already found a `peft_config`:UserWarning")  # two adapters on purpose
+def test_apply_loras_replaces_scales_and_unloads(flux_pipe, flux_lora):
+    apply_loras(flux_pipe, [])
+    base = _img(flux_pipe)
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])
+    full = _img(flux_pipe)
+    assert np.abs(full - base).mean() > 1.0
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])  # replaces, does not stack
+    np.testing.assert_allclose(_img(flux_pipe), full, atol=1.0)
+    apply_loras(flux_pipe, [(flux_lora, 0.5), (flux_lora, 0.5)])  # two halves = one whole
+    np.testing.assert_allclose(_img(flux_pipe), full, atol=1.0)
+    apply_loras(flux_pipe, [(flux_lora, 0.5)])
+    half = _img(flux_pipe)
+    assert np.abs(half - base).mean() > 0.2 and np.abs(half - full).mean() > 0.2
+    apply_loras(flux_pipe, [(flux_lora, 0.0)])
+    np.testing.assert_allclose(_img(flux_pipe), base, atol=1.0)
+    apply_loras(flux_pipe, [])
+    np.testing.assert_array_equal(_img(flux_pipe), base)
+
+
+def test_seed_decides_the_image(flux_pipe):
+    apply_loras(flux_pipe, [])
+    np.testing.assert_array_equal(_img(flux_pipe, seed=3), _img(flux_pipe, seed=3))
+    assert not np.array_equal(_img(flux_pipe, seed=3), _img(flux_pipe, seed=4))
+
+
+def test_bad_loras_are_refused_and_leave_the_base(flux_pipe, flux_lora, tmp_path):
+    with pytest.raises(NotFound):
+        apply_loras(flux_pipe, [(tmp_path / "missing.safetensors", 1.0)])
+    foreign = tmp_path / "sdxl_like.safetensors"
+    key = "unet.down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q"
+    save_file(
+        {f"{key}.lora_A.weight": torch.randn(4, 64), f"{key}.lora_B.weight": torch.zeros(64, 4)}, foreign
+    )
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])
+    with pytest.raises(ModelSourceError, match="no layer matching"):
+        apply_loras(flux_pipe, [(foreign, 1.0)])
+    assert not any(flux_pipe.get_list_adapters().values())
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_text("not a safetensors file")
+    with pytest.raises(ModelSourceError, match="cannot apply"):
+        apply_loras(flux_pipe, [(garbage, 1.0)])
+
+
+def test_generate_image_checks_the_size(flux_pipe):
+    with pytest.raises(ConfigError) as info:
+        generate_image(flux_pipe, "flux", prompt="x", seed=0, steps=0, width=40, height=8)
+    assert {p.field for p in info.value.problems} == {"width", "height", "steps"}
+
+
+def test_load_pipeline_and_detect_family(tiny_model, tmp_path):
+    assert detect_family(str(tiny_model("z-image"))) == "z-image"
+    assert detect_family("owner/name") is None
+    with pytest.raises(ModelSourceError, match="z-image model, not flux"):
+        load_pipeline(str(tiny_model("z-image")), "flux", device="cpu")
+    with pytest.raises(ModelSourceError, match="no model_index.json"):
+        load_pipeline(str(tmp_path), "flux", device="cpu")
+
+
+@pytest.mark.parametrize(
+    "arg, expected",
+    [
+        ("runs/a.safetensors", (Path("runs/a.safetensors"), 1.0)),
+        ("runs/a.safetensors:0.7", (Path("runs/a.safetensors"), 0.7)),
+        ("/x/y:z/a.safetensors", (Path("/x/y:z/a.safetensors"), 1.0)),
+        ("a.safetensors:-1", (Path("a.safetensors"), -1.0)),
+    ],
+)
+def test_parse_lora_arg(arg, expected):
+    assert parse_lora_arg(arg) == expected
+
+
+def test_generate_cli_writes_the_image_with_the_scaled_lora(tiny_model, flux_lora, flux_pipe, tmp_path):
+    _register()
+    out = tmp_path / "img.png"
+    args = ["generate", "--base", str(tiny_model("flux")), "--lora", f"{flux_lora}:0.5", "--prompt", PROMPT]
+    args += ["--steps", "2", "--width", "32", "--height", "32", "--out", str(out), "--device", "cpu"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and [p.name for p in tmp_path.iterdir()] == ["img.png"]
+    apply_loras(flux_pipe, [(flux_lora, 0.5)])
+    expected = generate_image(flux_pipe, "flux", prompt=PROMPT, seed=0, steps=2, width=32, height=32)
+    np.testing.assert_allclose(
+        np.asarray(Image.open(out), dtype=np.float32), np.asarray(expected, dtype=np.float32), atol=1.0
+    )
+    again = CliRunner().invoke(app, args)  # the file exists now
+    assert again.exit_code == 2 and "--overwrite" in again.output
+
+
+def test_generate_cli_refuses_bad_input_and_writes_nothing(tiny_model, tmp_path):
+    _register()
+    out = tmp_path / "img.png"
+    args = ["generate", "--base", str(tiny_model("flux")), "--prompt", "p", "--out", str(out)]
+    missing = CliRunner().invoke(app, [*args, "--lora", str(tmp_path / "nope.safetensors")])
+    assert missing.exit_code == 2 and "nope.safetensors not found" in missing.output
+    bad_size = CliRunner().invoke(app, [*args, "--width", "33", "--height", "32", "--steps", "1"])
+    assert bad_size.exit_code == 2 and "width" in bad_size.output
+    bad_suffix = CliRunner().invoke(app, [*args[:-1], str(tmp_path / "img.gif")])
+    assert bad_suffix.exit_code == 2 and ".png" in bad_suffix.output
+    assert list(tmp_path.iterdir()) == []

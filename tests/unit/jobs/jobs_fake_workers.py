@@ -1,0 +1,78 @@
+"""Worker targets that misbehave on purpose, for the job-service edges a real engine cannot be
+made to produce on demand. Each runs in a real spawned child with the real preparation
+(parent binding, secret scrubbing) and the real event channel; only the engine is replaced."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from typing import Any
+
+from lorastudio.jobs.worker import WorkerArgs, WorkerChannel, prepare_child
+from lorastudio.training.events import Complete, Error, ModelLoadStarted, Progress
+
+
+def _progress(step: int, loss: float, lr: float = 1e-4, grad_norm: float | None = 0.5) -> Progress:
+    return Progress(
+        step=step,
+        total_steps=3,
+        epoch=1,
+        loss=loss,
+        avg_loss=loss,
+        lr=lr,
+        grad_norm=grad_norm,
+        samples_per_second=None,
+        peak_memory_gb=None,
+    )
+
+
+def hang_ignoring_stop(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Starts 'loading' and never looks at the stop flag; ignores SIGTERM too."""
+    prepare_child(args)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(ModelLoadStarted(component="text_encoders"))
+    while True:
+        time.sleep(0.1)
+
+
+def die_after_one_step(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """One step, then the process vanishes without a terminal event."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(_progress(1, 0.5))
+    channel.close()
+    os._exit(7)
+
+
+def emit_non_finite(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """NaN / Inf in every numeric field of a step, then a finite step, then completion."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(_progress(1, math.nan, lr=math.inf, grad_norm=-math.inf))
+    channel.emit(_progress(2, 0.25))
+    channel.emit(Complete(lora_path=None, steps_run=2, stopped=False))
+    channel.close()
+
+
+def emit_as_superseded_worker(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Events tagged with another generation (a superseded process) must be ignored."""
+    prepare_child(args)
+    events.put((args.generation + 1, os.getpid(), Error(message="from a stale worker").model_dump()))
+    events.put((args.generation, os.getpid() + 1, Error(message="from a foreign pid").model_dump()))
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(_progress(1, 0.5))
+    channel.emit(Complete(lora_path=None, steps_run=1, stopped=False))
+    channel.close()
+
+
+def report_environment(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Fails with the names of the secret-looking variables it can see."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    seen = sorted(k for k in os.environ if "TOKEN" in k.upper() or "SECRET" in k.upper())
+    token = args.settings.api_token
+    channel.emit(Error(message=f"env={','.join(seen)} settings_token={token}"))
+    channel.close()

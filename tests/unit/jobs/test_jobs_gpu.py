@@ -1,0 +1,58 @@
+"""The GPU arbiter: training excludes generation; residents are released only when training starts."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from lorastudio.errors import JobActive
+from lorastudio.jobs.gpu import GpuArbiter
+
+
+def test_generation_is_refused_while_training_and_allowed_after() -> None:
+    arbiter = GpuArbiter()
+    arbiter.begin_training("job1")
+    with pytest.raises(JobActive, match="job1"), arbiter.generation():
+        pass
+    with pytest.raises(JobActive):
+        arbiter.begin_training("job2")
+    arbiter.end_training("job2")  # not the holder: no effect
+    assert arbiter.training_job == "job1"
+    arbiter.end_training("job1")
+    with arbiter.generation():
+        assert arbiter.training_job is None
+
+
+def test_training_releases_residents_after_in_flight_generation_finishes() -> None:
+    arbiter = GpuArbiter()
+    order: list[str] = []
+    arbiter.register_resident("gen", lambda: order.append("released"))
+    started = threading.Event()
+
+    def generate() -> None:
+        with arbiter.generation():
+            started.set()
+            time.sleep(0.3)
+            order.append("generated")
+
+    thread = threading.Thread(target=generate)
+    thread.start()
+    started.wait(5)
+    arbiter.begin_training("job")
+    thread.join()
+    assert order == ["generated", "released"]
+    with pytest.raises(JobActive), arbiter.generation():
+        pass
+
+
+def test_a_generation_that_overstays_gives_the_gpu_back_untouched() -> None:
+    arbiter = GpuArbiter()
+    released: list[str] = []
+    arbiter.register_resident("gen", lambda: released.append("x"))
+    with arbiter.generation():
+        with pytest.raises(JobActive, match="generation"):
+            arbiter.begin_training("job", wait_s=0.1)
+        assert arbiter.training_job is None
+    assert released == []

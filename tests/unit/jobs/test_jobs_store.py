@@ -1,0 +1,92 @@
+"""The run store: records survive reopening, live runs become interrupted, writes are atomic."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from lorastudio.errors import NotFound
+from lorastudio.jobs.records import JobStatus, now_iso
+from lorastudio.jobs.store import RunStore
+
+
+def _store(tmp_path: Path) -> RunStore:
+    return RunStore.open(tmp_path / "db" / "runs.db")
+
+
+def _create(store: RunStore, run_id: str, name: str = "out") -> None:
+    store.create_run(run_id, name, "flux", {"family": "flux", "steps": 10, "output_name": name}, now_iso())
+
+
+def test_run_round_trip_with_metrics_and_outputs(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _create(store, "a")
+    store.update_run("a", status=JobStatus.RUNNING, started_at=now_iso())
+    for step in (1, 2, 3):
+        store.add_metric("a", {"step": step, "loss": 1.0 / step, "lr": 1e-4, "grad_norm": None})
+    store.add_output("a", "lora", "/x/out.safetensors")
+    store.update_run("a", status=JobStatus.COMPLETED, finished_at=now_iso())
+    store.close()
+
+    again = _store(tmp_path)
+    run = again.get_run("a")
+    assert run["status"] == "completed"
+    assert run["config"] == {"family": "flux", "steps": 10, "output_name": "out"}
+    assert [m["step"] for m in run["metrics"]] == [1, 2, 3]
+    assert run["metrics"][2]["loss"] == pytest.approx(1 / 3)
+    assert run["metrics"][0]["grad_norm"] is None
+    assert run["steps_run"] == 3 and run["total_steps"] == 10
+    assert run["outputs"] == [{"kind": "lora", "path": "/x/out.safetensors"}]
+    assert [r["id"] for r in again.list_runs()] == ["a"]
+
+
+def test_live_runs_are_marked_interrupted_on_the_next_open_only(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    for run_id, status in [("q", JobStatus.QUEUED), ("r", JobStatus.RUNNING), ("d", JobStatus.COMPLETED)]:
+        _create(store, run_id, name=run_id)
+        store.update_run(run_id, status=status)
+    store.close()
+
+    reader = RunStore.open(tmp_path / "db" / "runs.db", recover=False)
+    assert reader.get_run("r")["status"] == "running"  # a reader next to a live server changes nothing
+    reader.close()
+
+    again = _store(tmp_path)
+    statuses = {r["id"]: r["status"] for r in again.list_runs()}
+    assert statuses == {"q": "interrupted", "r": "interrupted", "d": "completed"}
+    assert "server stopped" in again.get_run("r")["error"]
+
+
+def test_metrics_are_decimated_on_read(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _create(store, "a")
+    for step in range(1, 1001):
+        store.add_metric("a", {"step": step, "loss": 1.0})
+    points = store.get_run("a", max_points=100)["metrics"]
+    assert len(points) <= 101
+    assert points[0]["step"] == 1 and points[-1]["step"] == 1000
+
+
+def test_delete_cascades_and_unknown_ids_are_not_found(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _create(store, "a")
+    store.add_metric("a", {"step": 1, "loss": 1.0})
+    store.delete_run("a")
+    with pytest.raises(NotFound):
+        store.get_run("a")
+    with pytest.raises(NotFound):
+        store.delete_run("a")
+    conn = sqlite3.connect(store.path)
+    assert conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _create(store, "a")
+    with pytest.raises(sqlite3.IntegrityError):
+        _create(store, "a")  # duplicate id: the transaction rolls back
+    with pytest.raises(ValueError):
+        store.update_run("a", id="b")  # not an updatable column
+    assert [r["id"] for r in store.list_runs()] == ["a"]

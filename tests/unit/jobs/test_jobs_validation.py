@@ -1,0 +1,118 @@
+"""Cheap checks before anything is spawned: every problem at once, paths kept under the roots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lorastudio.errors import ConfigError
+from lorastudio.jobs.preflight import preflight_report
+from lorastudio.jobs.validation import validate_run
+from lorastudio.settings import Settings
+
+
+def _cfg(model: Path, **over: object) -> dict:
+    return {
+        "family": "flux",
+        "base_model": str(model),
+        "data_dir": "shapes",
+        "resolution": 32,
+        "steps": 3,
+        **over,
+    }
+
+
+def _fields(err: pytest.ExceptionInfo[ConfigError]) -> dict[str, str]:
+    return {p.field: p.message for p in err.value.problems}
+
+
+def test_a_good_request_resolves_paths_and_keeps_the_given_fields(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    run = validate_run(_cfg(tiny_model("flux")), settings, live_output_names=set())
+    assert run.config.data_dir == str(shapes.resolve())
+    assert run.config.base_model == str(tiny_model("flux").resolve())
+    assert run.config.lora_rank is not None and run.config.output_name  # family defaults filled
+    assert run.worker_config.output_name == run.config.output_name  # one name for both
+    assert "lora_rank" not in run.worker_config.model_fields_set  # the worker re-resolves defaults
+    assert len(run.scan.items) == 8
+
+    report = preflight_report(run)
+    assert report["dataset"]["images_used"] == 8
+    assert sum(report["dataset"]["buckets"].values()) == 8
+    assert report["schedule"]["steps"] == 3
+    assert report["precision"]["base_dtype"] == "fp32"  # CPU host: auto -> fp32
+    assert report["memory"]["estimated_gb"] > 0
+    json.dumps(report, allow_nan=False)
+
+
+def test_every_problem_is_reported_at_once(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    (settings.outputs_dir / "taken").mkdir(parents=True)
+    raw = _cfg(tiny_model("flux"), lora_rank=0, bogus=1, output_name="taken", base_precision="fp16")
+    with pytest.raises(ConfigError) as err:
+        validate_run(raw, settings, live_output_names=set())
+    fields = _fields(err)
+    assert {"lora_rank", "bogus", "base_precision"} <= set(fields)
+    assert "not available on this host" in fields["base_precision"]
+
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(tiny_model("flux"), output_name="taken"), settings, live_output_names=set())
+    assert "already exists" in _fields(err)["output_name"]
+
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(tiny_model("flux"), output_name="busy"), settings, live_output_names={"busy"})
+    assert "queued or running" in _fields(err)["output_name"]
+
+
+def test_base_model_of_another_family_or_incomplete_is_refused(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_run(
+            _cfg(tiny_model("flux"), family="sdxl", resolution=64), settings, live_output_names=set()
+        )
+    assert "FluxPipeline" in _fields(err)["base_model"]
+
+    broken = Path(shutil.copytree(tiny_model("flux"), tmp_path / "broken"))
+    shutil.rmtree(broken / "transformer")
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(broken), settings, live_output_names=set())
+    assert "transformer" in _fields(err)["base_model"]
+
+    for bad in ("not a hub id", "../up/model", str(tmp_path / "missing")):
+        with pytest.raises(ConfigError) as err:
+            validate_run(_cfg(tiny_model("flux"), base_model=bad), settings, live_output_names=set())
+        assert "base_model" in _fields(err)
+    hub = validate_run(_cfg(tiny_model("flux"), base_model="owner/model"), settings, live_output_names=set())
+    assert hub.model_dir is None and hub.config.base_model == "owner/model"
+
+
+@pytest.mark.parametrize("data_dir", ["../outside", "/etc", "shapes/../../x", "escape"])
+def test_dataset_paths_outside_the_root_are_refused(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], tmp_path: Path, data_dir: str
+) -> None:
+    outside = tmp_path / "outside-ds"
+    shutil.copytree(shapes, outside)
+    os.symlink(outside, settings.datasets_dir / "escape")  # a symlink inside that points out
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(tiny_model("flux"), data_dir=data_dir), settings, live_output_names=set())
+    assert "data_dir" in _fields(err)
+
+
+def test_dataset_problems_are_listed_per_file(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    (shapes / "broken.png").write_bytes(b"not a png")
+    (shapes / next(shapes.glob("*.txt")).name).unlink()
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(tiny_model("flux")), settings, live_output_names=set())
+    messages = [p.message for p in err.value.problems if p.field == "data_dir"]
+    assert any("broken.png" in m for m in messages)
+    assert any("no caption" in m for m in messages)

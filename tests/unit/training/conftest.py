@@ -1,0 +1,86 @@
+"""Fixtures of the engine tests: one CPU thread (the tiny models are far faster without thread
+hand-offs on a shared 2-core machine), a frozen GC generation per test (the engine's gc.collect
+after freeing each model would otherwise rescan every imported library: ~0.3 s a call), a
+4-image dataset with one non-square image, and a config factory for short tiny-model runs."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from lorastudio import families
+from lorastudio.config import TrainConfig
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(autouse=True)
+def _frozen_gc_generation() -> None:
+    gc.freeze()  # objects alive before this test are not rescanned by its gc.collect() calls
+
+
+@pytest.fixture(scope="session")
+def small_dataset(sample_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 square images + 1 non-square image of the sample dataset, with their captions."""
+    images = sorted(sample_dataset.glob("*.png"))
+    square = [p for p in images if Image.open(p).size[0] == Image.open(p).size[1]][:3]
+    other = [p for p in images if Image.open(p).size[0] != Image.open(p).size[1]][:1]
+    assert len(square) == 3 and len(other) == 1
+    out = tmp_path_factory.mktemp("small") / "small"
+    out.mkdir()
+    for img in square + other:
+        shutil.copy(img, out / img.name)
+        shutil.copy(img.with_suffix(".txt"), out / f"{img.stem}.txt")
+    return out
+
+
+def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides: dict) -> dict:
+    """Raw settings of a short, small run on a tiny model (family-appropriate resolution and
+    text length)."""
+    spec = families.get(family).spec
+    raw: dict = {
+        "family": family,
+        "base_model": str(base_model),
+        "data_dir": str(data_dir),
+        "resolution": max(32, 2 * spec.resolution_multiple),
+        "steps": 2,
+        "learning_rate": 5e-3,
+        "lora_rank": 4,
+        "batch_size": 2,
+        "output_name": "run",
+        "seed": 0,
+    }
+    if "max_sequence_length" in spec.supports:
+        raw["max_sequence_length"] = 16
+    raw.update(overrides)
+    return raw
+
+
+@pytest.fixture
+def make_config(tiny_model: Callable[[str], Path], small_dataset: Path) -> Callable[..., TrainConfig]:
+    """make_config(family="flux", **overrides) -> the TrainConfig of a 2-step run (schema-checked
+    only: train() itself must catch family-level problems)."""
+
+    def make(family: str = "flux", **overrides: object) -> TrainConfig:
+        base = overrides.get("base_model") or tiny_model(family)
+        return TrainConfig.model_validate(short_run_settings(family, base, small_dataset, overrides))
+
+    return make
+
+
+@pytest.fixture
+def run_settings() -> Callable[..., dict]:
+    """short_run_settings(family, base_model, data_dir, overrides) as a fixture (for CLI configs)."""
+    return short_run_settings

@@ -1,0 +1,122 @@
+"""`lorastudio train` and `lorastudio demo` through the real typer app."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.cli.train_cmd import apply_overrides
+from lorastudio.errors import ConfigError
+from lorastudio.settings import get_settings
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    _register()
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_train_from_json_with_overrides(tiny_model, small_dataset, tmp_path, run_settings):
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(run_settings("flux", tiny_model("flux"), small_dataset, {})))
+    result = _invoke(
+        "train", str(config), "--set", "steps=3", "--set", "output_name=cli-run", "--device", "cpu"
+    )
+    assert result.exit_code == 0, result.output
+    lora = get_settings().outputs_dir / "cli-run" / "cli-run.safetensors"
+    assert lora.is_file() and str(lora) in result.output
+    assert json.loads(lora.with_suffix(".json").read_text())["steps"] == 3
+
+
+def test_train_from_toml(tiny_model, small_dataset, tmp_path, run_settings):
+    settings = run_settings("flux", tiny_model("flux"), small_dataset, {"lora_targets": ["to_q", "to_v"]})
+    lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    config = tmp_path / "run.toml"
+    config.write_text("\n".join(lines) + "\n")
+    result = _invoke("train", str(config), "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert (get_settings().outputs_dir / "run" / "run.safetensors").is_file()
+
+
+def test_unknown_keys_are_all_listed_and_exit_2(tiny_model, small_dataset, tmp_path, run_settings):
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({**run_settings("flux", tiny_model("flux"), small_dataset, {}), "stpes": 3}))
+    result = _invoke("train", str(config), "--set", "lora_rnak=8", "--set", "steps=-1")
+    assert result.exit_code == 2
+    for name in ("stpes", "lora_rnak", "steps"):
+        assert name in result.output
+    assert not get_settings().outputs_dir.exists() or not any(get_settings().outputs_dir.iterdir())
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("run.yaml", "steps: 1", "use a .json or .toml file"),
+        ("run.json", "{not json", "cannot read"),
+        ("run.json", "[1, 2]", "must be an object"),
+    ],
+)
+def test_bad_config_files_exit_2(tmp_path, name, content, message):
+    config = tmp_path / name
+    config.write_text(content)
+    result = _invoke("train", str(config))
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_missing_config_file_exits_2(tmp_path):
+    result = _invoke("train", str(tmp_path / "none.json"))
+    assert result.exit_code == 2 and "not found" in result.output
+
+
+def test_set_values_are_json_when_possible():
+    out = apply_overrides(
+        {"a": 1}, ["steps=5", "lr=1e-3", "name=my-run", "flag=true", 't=["to_q"]', "x=null"]
+    )
+    assert out == {"a": 1, "steps": 5, "lr": 1e-3, "name": "my-run", "flag": True, "t": ["to_q"], "x": None}
+    with pytest.raises(ConfigError, match="not key=value"):
+        apply_overrides({}, ["steps"])
+
+
+def test_demo_trains_and_generates_in_the_studio_home():
+    started = time.perf_counter()
+    result = _invoke("demo", "--steps", "4")
+    assert result.exit_code == 0, result.output
+    assert time.perf_counter() - started < 30
+    home = get_settings()
+    (run,) = list(home.outputs_dir.iterdir())
+    names = sorted(p.name for p in run.iterdir())
+    assert names == sorted(
+        [f"{run.name}.json", f"{run.name}.safetensors", "sample_base.png", "sample_lora.png"]
+    )
+    assert (home.models_dir / "tiny-flux" / "model_index.json").is_file()
+    assert len(list((home.datasets_dir / "sample").glob("*.png"))) == 8
+    assert str(run / f"{run.name}.safetensors") in result.output
+
+
+def test_demo_of_an_unknown_family_exits_2():
+    result = _invoke("demo", "--family", "nope")
+    assert result.exit_code == 2 and "valid families" in result.output
+    assert not get_settings().outputs_dir.exists()
+
+
+@pytest.mark.slow
+def test_demo_command_finishes_in_under_30_seconds(tmp_path):
+    exe = Path(sys.executable).with_name("lorastudio")
+    env = {**os.environ, "LORASTUDIO_HOME": str(tmp_path / "home")}
+    started = time.perf_counter()
+    done = subprocess.run([str(exe), "demo"], env=env, capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert elapsed < 30, f"the demo took {elapsed:.1f} s"
+    assert "sample_lora.png" in done.stdout

@@ -1,0 +1,147 @@
+"""Every TrainConfig field changes what a run does, or is refused where it cannot be honoured.
+
+Each row trains a 2-step run with one field changed from a reference run and checks an
+observable difference (losses, LoRA weights, steps, file contents). The table must name every
+field of TrainConfig, so a new field without a behaviour test fails here.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lorastudio import families
+from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig, parse_train_config
+from lorastudio.errors import ConfigError
+from lorastudio.settings import get_settings
+from lorastudio.training.loop import TrainResult, train
+
+# field -> (reference overrides, changed value, what to compare: "run" = losses/weights/steps)
+CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
+    "resolution": ({}, 48, "run"),
+    "aspect_buckets": ({"resolution": 64}, False, "run"),
+    "random_crop": ({}, True, "run"),
+    "random_flip": ({}, True, "run"),
+    "cache_variants": ({"random_crop": True}, 2, "run"),
+    "latent_cache_max_gb": ({}, 0.0, "run"),
+    "trigger_word": ({}, "sks", "run"),
+    "default_caption": ({"trigger_word": "sks", "data_dir": "<partly captioned>"}, "a shape", "run"),
+    "caption_dropout": ({}, 0.5, "run"),
+    "steps": ({}, 3, "steps"),
+    "num_epochs": ({}, 2, "steps"),
+    "batch_size": ({}, 1, "run"),
+    "grad_accum": ({}, 2, "run"),
+    "learning_rate": ({}, 1e-3, "run"),
+    "lr_scheduler": ({}, "linear", "run"),
+    "lr_warmup_steps": ({"lr_scheduler": "constant_with_warmup"}, 1, "run"),
+    "weight_decay": ({}, 0.5, "run"),
+    "max_grad_norm": ({}, 1e-4, "run"),
+    "seed": ({}, 1, "run"),
+    "lora_rank": ({}, 8, "rank"),
+    "lora_alpha": ({}, 16.0, "run"),
+    "lora_dropout": ({}, 0.5, "run"),
+    "lora_targets": ({}, ["to_q"], "targets"),
+    "base_precision": ({}, "bf16", "run"),
+    "gradient_checkpointing": ({}, True, "checkpointing"),
+    "snr_gamma": ({"family": "sdxl", "snr_gamma": None}, 0.1, "run"),
+    "timestep_sampling": ({}, "uniform", "run"),
+    "logit_mean": ({}, 1.0, "run"),
+    "logit_std": ({}, 2.0, "run"),
+    "flow_shift": ({}, 3.0, "run"),
+    "guidance": ({}, 4.0, "run"),
+    "max_sequence_length": ({}, 24, "run"),
+    "output_name": ({}, "elsewhere", "output"),
+}
+# fields whose behaviour is tested elsewhere (or is the identity of the run)
+ELSEWHERE = {
+    "family": "tests/families (the contract suite runs every family)",
+    "base_model": "test_preflight (missing / other family / incomplete) and every run",
+    "data_dir": "test_preflight (missing / empty / uncaptioned) and every run",
+    "revision": "test_preflight (refused for a local folder)",
+    "enable_tf32": "test_train_run (matmul precision during and after the run)",
+}
+
+
+def test_the_table_covers_every_field():
+    assert set(CHANGES) | set(ELSEWHERE) == set(TrainConfig.model_fields)
+    assert not set(CHANGES) & set(ELSEWHERE)
+
+
+@pytest.fixture(scope="module")
+def partly_captioned(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("partly") / "data"
+    shutil.copytree(small_dataset, out)
+    sorted(out.glob("*.txt"))[0].unlink()
+    return out
+
+
+_runs: dict[str, tuple[TrainResult, dict[str, torch.Tensor]]] = {}
+
+
+def _run(make_config, overrides: dict[str, Any], key: str, keep_denoiser: bool = False):
+    if key in _runs and not keep_denoiser:
+        return _runs[key]
+    name = (
+        f"r{len(list(get_settings().outputs_dir.glob('*')))}" if get_settings().outputs_dir.exists() else "r0"
+    )
+    cfg = make_config(**{"output_name": name, **overrides})
+    result = train(cfg, [].append, device="cpu", return_denoiser=keep_denoiser)
+    weights = load_file(str(result.lora_path))
+    _runs[key] = (result, weights)
+    return result, weights
+
+
+@pytest.mark.parametrize("field", sorted(CHANGES))
+def test_field_changes_the_run(field, make_config, partly_captioned):
+    base, value, check = CHANGES[field]
+    base = {k: (str(partly_captioned) if v == "<partly captioned>" else v) for k, v in base.items()}
+    ref, ref_weights = _run(make_config, base, repr(sorted(base.items())))
+    new, new_weights = _run(
+        make_config, {**base, field: value}, f"{field}={value!r}", check == "checkpointing"
+    )
+    if check == "run":
+        same_weights = ref_weights.keys() == new_weights.keys() and all(
+            torch.equal(ref_weights[k], new_weights[k]) for k in ref_weights
+        )
+        assert new.losses != ref.losses or not same_weights
+    elif check == "steps":
+        assert new.steps_run != ref.steps_run and len(new.losses) == new.steps_run
+    elif check == "rank":
+        ranks = {min(t.shape) for t in new_weights.values()}
+        assert ranks == {value} and {min(t.shape) for t in ref_weights.values()} == {4}
+    elif check == "targets":
+        assert new_weights and all(".to_q." in k for k in new_weights)
+        assert any(".to_k." in k for k in ref_weights)
+    elif check == "checkpointing":
+        assert new.denoiser.is_gradient_checkpointing and new.losses == pytest.approx(ref.losses)
+    elif check == "output":
+        assert new.lora_path.name == f"{value}.safetensors" != ref.lora_path.name
+    else:
+        raise AssertionError(f"unknown check {check}")
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_family_specific_settings_are_refused_where_not_supported(family, tiny_model, small_dataset):
+    spec = families.get(family).spec
+    values = {
+        "snr_gamma": 3.0,
+        "timestep_sampling": "uniform",
+        "logit_mean": 0.5,
+        "logit_std": 1.5,
+        "flow_shift": 2.0,
+        "guidance": 2.0,
+        "max_sequence_length": 64,
+    }
+    assert set(values) == set(FAMILY_SPECIFIC_FIELDS)
+    base = {"family": family, "base_model": str(tiny_model(family)), "data_dir": str(small_dataset)}
+    for field, value in values.items():
+        if field in spec.supports:
+            parse_train_config({**base, field: value})
+        else:
+            with pytest.raises(ConfigError, match=field):
+                parse_train_config({**base, field: value})

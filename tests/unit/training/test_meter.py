@@ -1,0 +1,41 @@
+"""Step bookkeeping: steady-state throughput, running loss, divergence guard."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lorastudio.errors import TrainingDiverged
+from lorastudio.training.meter import AVG_WINDOW, DivergenceGuard, StepMeter
+
+
+def test_samples_per_second_excludes_the_first_step():
+    times = iter([10.0, 11.0, 11.5, 12.0])  # the first step ends at 10 s (slow warm-up)
+    meter = StepMeter(clock=lambda: next(times))
+    meter.step_done(1.0, 4)
+    assert meter.samples_per_second is None
+    for _ in range(3):
+        meter.step_done(1.0, 4)
+    assert meter.samples_per_second == pytest.approx(12 / 2.0)  # 3 steps x 4 samples in 2 s
+
+
+def test_avg_loss_is_a_window_of_finite_losses():
+    meter = StepMeter(clock=lambda: 0.0)
+    losses = [float(i) for i in range(AVG_WINDOW + 10)]
+    for loss in losses:
+        meter.step_done(loss, 1)
+    meter.step_done(math.nan, 1)
+    assert meter.avg_loss == pytest.approx(sum(losses[-AVG_WINDOW:]) / AVG_WINDOW)
+
+
+def test_divergence_guard_skips_bad_steps_and_gives_up_after_patience():
+    guard = DivergenceGuard(patience=3)
+    assert guard.check(1, 0.5, 1.0)
+    assert not guard.check(2, math.nan, 1.0)
+    assert not guard.check(3, 0.5, math.inf)
+    assert guard.check(4, 0.5, None)  # a good step resets the count
+    assert not guard.check(5, math.inf, None)
+    assert not guard.check(6, math.nan, None)
+    with pytest.raises(TrainingDiverged, match="3 steps in a row"):
+        guard.check(7, math.nan, None)
