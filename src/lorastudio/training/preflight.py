@@ -88,7 +88,9 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():
-            problems.append(FieldProblem("output_name", f"{taken} already exists; choose another output_name"))
+            problems.append(
+                FieldProblem("output_name", f"{taken} already exists; choose another output_name")
+            )
     if problems:
         raise ConfigError(problems)
     resolved = resolve_train_config(cfg)
