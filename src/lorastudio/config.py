@@ -23,6 +23,8 @@ LrScheduler = Literal[
 ]
 BasePrecision = Literal["auto", "fp32", "bf16", "fp16"]
 TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
+LoraFormat = Literal["diffusers", "kohya"]
+CompileMode = Literal["off", "on", "auto"]
 
 # Fields that only some families honour. A family lists the ones it supports in
 # FamilySpec.supports; setting one explicitly for another family is a ConfigError.
@@ -101,6 +103,23 @@ class TrainConfig(BaseModel):
     )
     gradient_checkpointing: bool = False
     enable_tf32: bool = Field(default=True, description="TF32 matmuls for the run (restored after)")
+
+    # checkpoints, divergence and output format
+    save_every: int | None = Field(
+        default=None, ge=1, description="checkpoint every N optimizer steps (null: only on stop-and-save)"
+    )
+    keep_last: int = Field(default=2, ge=1, le=1000, description="checkpoints retained (oldest removed)")
+    max_bad_steps: int = Field(
+        default=5, ge=1, le=1000, description="consecutive non-finite steps before the run fails as diverged"
+    )
+    lora_format: LoraFormat = Field(
+        default="diffusers", description="key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)"
+    )
+
+    # speed
+    compile: CompileMode = Field(
+        default="auto", description="regional torch.compile of the repeated blocks: auto = on for CUDA"
+    )
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)
     snr_gamma: float | None = Field(

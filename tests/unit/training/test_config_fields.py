@@ -64,6 +64,11 @@ ELSEWHERE = {
     "data_dir": "test_preflight (missing / empty / uncaptioned) and every run",
     "revision": "test_preflight (refused for a local folder)",
     "enable_tf32": "test_train_run (matmul precision during and after the run)",
+    "save_every": "test_checkpoints (a checkpoint every N steps, resumable)",
+    "keep_last": "test_checkpoints (older checkpoints removed)",
+    "max_bad_steps": "test_divergence (the run fails after N non-finite steps in a row)",
+    "lora_format": "tests/unit/lora (kohya files written and loadable)",
+    "compile": "test_compile (regional compile requested / refused / auto)",
 }
 
 
