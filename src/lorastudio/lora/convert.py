@@ -1,0 +1,238 @@
+"""Pure conversions between the diffusers/peft LoRA layout and the kohya / ComfyUI layout.
+
+diffusers/peft ("peft state dict"): `<module>.lora_A.weight` [r, in] and `<module>.lora_B.weight`
+[out, r] with diffusers module names and no file prefix; alpha lives outside (adapter config).
+
+kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
+  sdxl        lora_unet_<SGM name, "_" for ".">.lora_down.weight / .lora_up.weight
+  flux        lora_unet_<BFL name>.lora_down / .lora_up; q,k,v (and proj_mlp in single blocks)
+              are ONE fused linear there: down = concat of the parts' A [k*r, in], up =
+              block-diagonal of the parts' B [sum(out), k*r], alpha = k * alpha (same scale);
+              parts not trained are zero blocks (dropped again on the way back)
+  qwen-image  lora_unet_<diffusers name>.lora_down / .lora_up (ComfyUI's names are diffusers')
+  z-image     diffusion_model.<diffusers name>.lora_A / .lora_B (ComfyUI maps these onto its fused
+              attention.qkv itself)
+
+`to_kohya(peft_sd, family, alpha)` and `to_diffusers(kohya_sd, family)` are inverse: a round trip
+returns equal tensors (torch.equal) and the same alpha.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora import names
+
+FAMILIES = ("sdxl", "flux", "qwen-image", "z-image")
+_A, _B = ".lora_A.weight", ".lora_B.weight"
+_DOWN, _UP = ".lora_down.weight", ".lora_up.weight"
+
+
+@dataclass(frozen=True)
+class PeftLora:
+    """A LoRA in peft naming: tensors keyed `<module>.lora_A.weight` / `.lora_B.weight`, one rank
+    and one alpha for every module."""
+
+    tensors: dict[str, torch.Tensor]
+    rank: int
+    alpha: float
+
+
+def _problem(message: str) -> ConfigError:
+    return ConfigError([FieldProblem("lora", message)])
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise _problem(f"no kohya layout for family {family!r}; known: {', '.join(FAMILIES)}")
+
+
+def peft_modules(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """`<module>.lora_A/B.weight` tensors -> {module: (A [r, in], B [out, r])}.
+    Raises ConfigError for a key of another shape or a module missing its A or B."""
+    found: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
+    for key, value in tensors.items():
+        for suffix in (_A, _B):
+            if key.endswith(suffix):
+                found[key.removesuffix(suffix)][suffix] = value
+                break
+        else:
+            raise _problem(f"not a peft LoRA key: {key!r}")
+    broken = sorted(m for m, pair in found.items() if len(pair) != 2)
+    if broken:
+        raise _problem(f"LoRA layers missing lora_A or lora_B: {', '.join(broken)}")
+    return {m: (pair[_A], pair[_B]) for m, pair in found.items()}
+
+
+def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> dict[str, torch.Tensor]:
+    """peft state dict (diffusers module names, no prefix) -> the family's kohya/ComfyUI state
+    dict, with a `.alpha` tensor per module. Raises ConfigError for a layer with no kohya name."""
+    _check_family(family)
+    modules = peft_modules(tensors)
+    if family == "flux":
+        return _flux_to_kohya(modules, alpha)
+    out: dict[str, torch.Tensor] = {}
+    for module, (a, b) in modules.items():
+        if family == "z-image":
+            base = f"diffusion_model.{module}"
+            out.update({base + _A: a, base + _B: b})
+        else:
+            native = names.sdxl_to_original(module) if family == "sdxl" else module
+            base = "lora_unet_" + native.replace(".", "_")
+            out.update({base + _DOWN: a, base + _UP: b})
+        out[base + ".alpha"] = torch.tensor(float(alpha))
+    return out
+
+
+def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
+    """The family's kohya/ComfyUI state dict -> peft state dict + rank + alpha.
+
+    A missing `.alpha` means alpha = rank (kohya's default). Raises ConfigError for keys of
+    another layout, modules of mixed rank or alpha/rank, or a fused layer of the wrong shape.
+    """
+    _check_family(family)
+    layers = _kohya_layers(tensors, family)
+    out: dict[str, torch.Tensor] = {}
+    scales: set[tuple[int, float]] = set()
+    for native, (down, up, alpha) in layers.items():
+        for module, a, b, part_alpha in _split_layer(native, down, up, alpha, family):
+            out[module + _A], out[module + _B] = a, b
+            scales.add((a.shape[0], round(part_alpha, 5)))
+    if not out:
+        raise _problem("the file has no LoRA layers")
+    if len(scales) != 1:
+        raise _problem(f"layers of different rank/alpha ({sorted(scales)}) cannot be one peft adapter")
+    ((rank, alpha),) = scales
+    return PeftLora(out, rank, alpha)
+
+
+def _kohya_layers(
+    tensors: Mapping[str, torch.Tensor], family: str
+) -> dict[str, tuple[torch.Tensor, torch.Tensor, float | None]]:
+    """kohya keys -> {dotted module name: (down, up, alpha or None)}."""
+    prefix, down_s, up_s = ("diffusion_model.", _A, _B) if family == "z-image" else ("lora_unet_", _DOWN, _UP)
+    parts: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
+    for key, value in tensors.items():
+        suffix = next((s for s in (down_s, up_s, ".alpha") if key.endswith(s)), None)
+        if not key.startswith(prefix) or suffix is None:
+            raise _problem(f"{key!r} is not a {family} kohya/ComfyUI key ({prefix}<module>{down_s} ...)")
+        parts[key[len(prefix) : -len(suffix)]][suffix] = value
+    layers = {}
+    for flat, found in parts.items():
+        if down_s not in found or up_s not in found:
+            raise _problem(f"layer {prefix}{flat} lacks its {down_s.strip('.')} or {up_s.strip('.')}")
+        name = flat if family == "z-image" else names.undot(flat, family)
+        alpha = float(found[".alpha"].item()) if ".alpha" in found else None
+        layers[name] = (found[down_s], found[up_s], alpha)
+    return layers
+
+
+def _split_layer(
+    native: str, down: torch.Tensor, up: torch.Tensor, alpha: float | None, family: str
+) -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
+    """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear)."""
+    rank = down.shape[0]
+    alpha = float(rank) if alpha is None else alpha
+    if family == "sdxl":
+        return [(names.sdxl_from_original(native), down, up, alpha)]
+    if family != "flux":
+        return [(native, down, up, alpha)]
+    modules = names.flux_from_original(native)
+    if len(modules) == 1:
+        b = _swap_halves(up) if native == names.FLUX_SWAPPED else up
+        return [(modules[0], down, b, alpha)]
+    return _unfuse(modules, down, up, alpha)
+
+
+def _swap_halves(up: torch.Tensor) -> torch.Tensor:
+    """(scale, shift) rows <-> (shift, scale) rows of an adaLN output (self-inverse)."""
+    first, second = up.chunk(2, dim=0)
+    return torch.cat([second, first], dim=0)
+
+
+def _fused_dims(parts: int, in_features: int, part_out: int) -> list[int]:
+    """Output rows of each part of a fused FLUX linear: 3 x hidden (+ 4 x hidden for proj_mlp)."""
+    if parts == 4:
+        return [in_features] * 3 + [names.FLUX_MLP_RATIO * in_features]
+    return [part_out] * parts
+
+
+def _unfuse(
+    modules: list[str], down: torch.Tensor, up: torch.Tensor, alpha: float
+) -> list[tuple[str, torch.Tensor, torch.Tensor, float]]:
+    k = len(modules)
+    dims = _fused_dims(k, down.shape[1], up.shape[0] // 3 if k == 3 else 0)
+    if sum(dims) != up.shape[0]:
+        raise _problem(f"fused layer for {modules[0]}: {up.shape[0]} output rows, expected {sum(dims)}")
+    rows = torch.split(up, dims, dim=0)
+    rank = down.shape[0]
+    if rank % k == 0 and _block_diagonal(rows, rank // k):
+        r = rank // k
+        out = []
+        for p, (module, b_rows) in enumerate(zip(modules, rows, strict=True)):
+            a, b = down[p * r : (p + 1) * r], b_rows[:, p * r : (p + 1) * r]
+            if torch.count_nonzero(a) or torch.count_nonzero(b):
+                out.append((module, a.contiguous(), b.contiguous(), alpha / k))
+        return out
+    # a shared down projection (other trainers): every part keeps the whole rank
+    return [(m, down.clone(), b.contiguous(), alpha) for m, b in zip(modules, rows, strict=True)]
+
+
+def _block_diagonal(rows: tuple[torch.Tensor, ...], r: int) -> bool:
+    for p, block in enumerate(rows):
+        outside = torch.cat([block[:, : p * r], block[:, (p + 1) * r :]], dim=1)
+        if torch.count_nonzero(outside):
+            return False
+    return True
+
+
+def _flux_to_kohya(
+    modules: dict[str, tuple[torch.Tensor, torch.Tensor]], alpha: float
+) -> dict[str, torch.Tensor]:
+    fused: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = defaultdict(dict)
+    out: dict[str, torch.Tensor] = {}
+    for module, (a, b) in modules.items():
+        native, part = names.flux_to_original(module)
+        if part is not None:
+            fused[native][part] = (a, b)
+            continue
+        base = "lora_unet_" + native.replace(".", "_")
+        up = _swap_halves(b) if native == names.FLUX_SWAPPED else b
+        out.update({base + _DOWN: a, base + _UP: up, base + ".alpha": torch.tensor(float(alpha))})
+    for native, present in fused.items():
+        k = 4 if native.endswith("linear1") else 3
+        a0, b0 = next(iter(present.values()))
+        r, in_features = a0.shape
+        if any(a.shape != a0.shape or b.shape[1] != r for a, b in present.values()):
+            raise _problem(f"the parts of {native} have different ranks or inputs")
+        dims = _fused_dims(k, in_features, b0.shape[0])
+        down = torch.zeros(k * r, in_features, dtype=a0.dtype)  # [k*r, in]
+        up = torch.zeros(sum(dims), k * r, dtype=b0.dtype)  # [sum(out), k*r], block diagonal
+        for p, (a, b) in present.items():
+            start = sum(dims[:p])
+            down[p * r : (p + 1) * r] = a
+            up[start : start + dims[p], p * r : (p + 1) * r] = b
+        base = "lora_unet_" + native.replace(".", "_")
+        out.update({base + _DOWN: down, base + _UP: up, base + ".alpha": torch.tensor(float(alpha) * k)})
+    return out
+
+
+def unmapped_layers(family: str, modules: list[str]) -> list[str]:
+    """The diffusers module names among `modules` that have no name in the family's kohya layout
+    (for a preflight check of lora_format="kohya" before training starts)."""
+    _check_family(family)
+    missing = []
+    for module in modules:
+        try:
+            if family == "sdxl":
+                names.sdxl_to_original(module)
+            elif family == "flux":
+                names.flux_to_original(module)
+        except ConfigError:
+            missing.append(module)
+    return missing

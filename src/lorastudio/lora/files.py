@@ -1,0 +1,154 @@
+"""LoRA files on disk: read one, tell its layout, write one in either layout (staged, then
+renamed), and convert a file from one layout to the other.
+
+    convert_file(Path("run.safetensors"), Path("run-kohya.safetensors"), to="kohya")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules, to_diffusers, to_kohya
+from lorastudio.lora.metadata import PREFIX, kohya_metadata
+
+Layout = Literal["diffusers", "kohya"]
+ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
+
+
+def denoiser_prefix(family: str) -> str:
+    """The key prefix of the denoiser's layers in a diffusers LoRA file."""
+    return "unet" if family == "sdxl" else "transformer"
+
+
+def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, header metadata) of a .safetensors LoRA. Raises NotFound, ModelSourceError."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise NotFound(f"LoRA file not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118
+    except (SafetensorError, OSError) as err:
+        raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
+
+
+def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
+    """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.).
+    Raises ModelSourceError for anything else (or a mix)."""
+    keys = list(tensors)
+    if keys and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in keys):
+        return "diffusers"
+    if keys and all(k.startswith(("lora_unet_", "diffusion_model.")) for k in keys):
+        return "kohya"
+    odd = [k for k in keys if not k.startswith(("unet.", "transformer.", "lora_unet_", "diffusion_model."))]
+    detail = f" (e.g. {odd[0]!r})" if odd else ""
+    raise ModelSourceError(f"not a diffusers or kohya LoRA of a denoiser{detail}")
+
+
+def diffusers_file(
+    lora: PeftLora, family: str, adapter_metadata: Mapping[str, object] | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, header) of the diffusers file `<Pipeline>.load_lora_weights` reads: keys
+    prefixed with the denoiser name, the peft LoraConfig under `lora_adapter_metadata`.
+    `adapter_metadata` defaults to a LoraConfig of the LoRA's rank, alpha and module names."""
+    from peft import LoraConfig
+
+    prefix = denoiser_prefix(family)
+    if adapter_metadata is None:
+        targets = sorted(peft_modules(lora.tensors))
+        meta = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets).to_dict()
+        meta["target_modules"] = sorted(meta["target_modules"])
+        adapter_metadata = meta
+    packed = {f"{prefix}.{k}": v for k, v in adapter_metadata.items()}
+    header = {"format": "pt", ADAPTER_METADATA_KEY: json.dumps(packed, indent=2, sort_keys=True)}
+    return {f"{prefix}.{k}": v for k, v in lora.tensors.items()}, header
+
+
+def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], family: str) -> PeftLora:
+    """The LoRA of a file in either layout, in peft naming with its rank and alpha."""
+    if detect_layout(tensors) == "kohya":
+        return to_diffusers(tensors, family)
+    prefix = denoiser_prefix(family) + "."
+    foreign = sorted(k for k in tensors if not k.startswith(prefix))
+    if foreign:
+        raise ModelSourceError(f"keys not of a {family} denoiser ({prefix}...): {', '.join(foreign[:3])}")
+    peft = {k.removeprefix(prefix): v for k, v in tensors.items()}
+    rank = next(a.shape[0] for a, _ in peft_modules(peft).values())
+    alpha = float(rank)
+    if ADAPTER_METADATA_KEY in metadata:
+        packed = json.loads(metadata[ADAPTER_METADATA_KEY])
+        rank, alpha = int(packed.get(prefix + "r", rank)), float(packed.get(prefix + "lora_alpha", alpha))
+    return PeftLora(peft, rank, alpha)
+
+
+def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> Path:
+    """Write a .safetensors file next to `path`, then rename it into place (no partial file is
+    ever visible at `path`). Returns `path`."""
+    from safetensors.torch import save_file
+
+    staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
+    try:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata))
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+    return path
+
+
+def file_for_layout(
+    lora: PeftLora,
+    family: str,
+    layout: Layout,
+    info: Mapping[str, str],
+    adapter_metadata: Mapping[str, object] | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, header) of `lora` in `layout`; `info` = the `lorastudio.*` header strings;
+    `adapter_metadata` = the peft LoraConfig dict a diffusers file records (default: built from
+    the LoRA's rank, alpha and module names)."""
+    info = {**info, PREFIX + "lora_format": layout}
+    if layout == "kohya":
+        tensors = to_kohya(lora.tensors, family, lora.alpha)
+        return tensors, {"format": "pt", **info, **kohya_metadata(info, lora.rank, lora.alpha)}
+    tensors, header = diffusers_file(lora, family, adapter_metadata)
+    return tensors, {**header, **info}
+
+
+def convert_file(
+    src: Path, dst: Path, to: Layout, family: str | None = None, *, overwrite: bool = False
+) -> Layout:
+    """Convert the LoRA file `src` to layout `to` at `dst`; returns the layout `src` had.
+
+    family: taken from the file header (`lorastudio.family`) when not given.
+    Raises NotFound, ModelSourceError (unreadable / unknown layout), ConfigError (no family,
+    unknown family, `dst` exists, `dst` is `src`, or a layer with no name in the target layout).
+    """
+    if to not in ("diffusers", "kohya"):
+        raise ConfigError([FieldProblem("to", f"must be diffusers or kohya, not {to!r}")])
+    tensors, metadata = read_lora_file(src)
+    family = family or metadata.get(PREFIX + "family")
+    if not family:
+        raise ConfigError([FieldProblem("family", f"{src} does not name its family: pass --family")])
+    if family not in FAMILIES:
+        raise ConfigError(
+            [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
+        )
+    if dst.resolve() == src.resolve():
+        raise ConfigError([FieldProblem("out", "the output must be another file than the input")])
+    if dst.exists() and not overwrite:
+        raise ConfigError([FieldProblem("out", f"{dst} already exists")])
+    source_layout = detect_layout(tensors)
+    lora = peft_from_file(tensors, metadata, family)
+    info = {k: v for k, v in metadata.items() if k.startswith(PREFIX)}
+    info[PREFIX + "family"] = family
+    out_tensors, header = file_for_layout(lora, family, to, info)
+    write_lora_file(dst, out_tensors, header)
+    return source_layout

@@ -1,0 +1,190 @@
+"""Module names: diffusers (what peft trains) <-> the original checkpoint layout (what kohya
+sd-scripts and ComfyUI address), per family.
+
+Names here are module paths without the `.weight` suffix and without any file prefix:
+  SDXL   diffusers `down_blocks.1.attentions.0.proj_in` <-> SGM `input_blocks.4.1.proj_in`
+  FLUX.1 diffusers `transformer_blocks.0.attn.to_q` <-> BFL `double_blocks.0.img_attn.qkv` (part 0
+         of a fused linear: see FUSED_PARTS)
+  Qwen-Image, Z-Image: ComfyUI addresses the diffusers names (Z-Image maps them onto its fused
+         `attention.qkv` itself), so no renaming is needed.
+
+`undot(name, family)` turns kohya's underscored form (`input_blocks_4_1_proj_in`) back into the
+dotted one, keeping the family's multi-word names (`proj_in`, `to_q`, ...) whole.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lorastudio.errors import ConfigError, FieldProblem
+
+SDXL_LAYERS_PER_BLOCK = 2  # every SDXL U-Net (and the tiny one): input blocks hold 2 + 1 downsampler
+
+# fused original linear -> its diffusers parts, in row order; "*" is the block index
+FLUX_FUSED: dict[str, tuple[str, ...]] = {
+    "double_blocks.*.img_attn.qkv": ("attn.to_q", "attn.to_k", "attn.to_v"),
+    "double_blocks.*.txt_attn.qkv": ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"),
+    "single_blocks.*.linear1": ("attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"),
+}
+FLUX_MLP_RATIO = 4  # FluxSingleTransformerBlock: proj_mlp has 4 x hidden outputs
+
+_FLUX_DOUBLE = {
+    "attn.to_out.0": "img_attn.proj",
+    "attn.to_add_out": "txt_attn.proj",
+    "ff.net.0.proj": "img_mlp.0",
+    "ff.net.2": "img_mlp.2",
+    "ff_context.net.0.proj": "txt_mlp.0",
+    "ff_context.net.2": "txt_mlp.2",
+    "norm1.linear": "img_mod.lin",
+    "norm1_context.linear": "txt_mod.lin",
+}
+_FLUX_SINGLE = {"proj_out": "linear2", "norm.linear": "modulation.lin"}
+_FLUX_TOP = {
+    "x_embedder": "img_in",
+    "context_embedder": "txt_in",
+    "time_text_embed.timestep_embedder.linear_1": "time_in.in_layer",
+    "time_text_embed.timestep_embedder.linear_2": "time_in.out_layer",
+    "time_text_embed.guidance_embedder.linear_1": "guidance_in.in_layer",
+    "time_text_embed.guidance_embedder.linear_2": "guidance_in.out_layer",
+    "time_text_embed.text_embedder.linear_1": "vector_in.in_layer",
+    "time_text_embed.text_embedder.linear_2": "vector_in.out_layer",
+    "norm_out.linear": "final_layer.adaLN_modulation.1",  # (scale, shift) rows swapped: see convert
+    "proj_out": "final_layer.linear",
+}
+FLUX_SWAPPED = "final_layer.adaLN_modulation.1"
+
+_SDXL_RESNET = {"conv1": "in_layers.2", "conv2": "out_layers.3", "time_emb_proj": "emb_layers.1"}
+_SDXL_RESNET.update({"conv_shortcut": "skip_connection"})
+_SDXL_TOP = {
+    "time_embedding.linear_1": "time_embed.0",
+    "time_embedding.linear_2": "time_embed.2",
+    "add_embedding.linear_1": "label_emb.0.0",
+    "add_embedding.linear_2": "label_emb.0.2",
+    "conv_in": "input_blocks.0.0",
+    "conv_out": "out.2",
+}
+
+# multi-word names kept whole when re-dotting kohya's underscored names
+_WORDS: dict[str, tuple[str, ...]] = {
+    "sdxl": (
+        "input_blocks", "middle_block", "output_blocks", "transformer_blocks", "proj_in", "proj_out",
+        "to_q", "to_k", "to_v", "to_out", "in_layers", "out_layers", "emb_layers", "skip_connection",
+        "time_embed", "label_emb",
+    ),
+    "flux": (
+        "double_blocks", "single_blocks", "img_attn", "txt_attn", "img_mlp", "txt_mlp", "img_mod",
+        "txt_mod", "img_in", "txt_in", "time_in", "vector_in", "guidance_in", "in_layer", "out_layer",
+        "final_layer", "adaLN_modulation",
+    ),
+    "qwen-image": (
+        "transformer_blocks", "to_q", "to_k", "to_v", "to_out", "add_q_proj", "add_k_proj", "add_v_proj",
+        "to_add_out", "img_mlp", "txt_mlp", "img_mod", "txt_mod", "img_in", "txt_in", "proj_out",
+        "norm_out", "time_text_embed", "timestep_embedder", "linear_1", "linear_2",
+    ),
+}  # fmt: skip
+
+
+def _unsupported(name: str, family: str) -> ConfigError:
+    return ConfigError(
+        [FieldProblem("lora_format", f"{family}: no kohya name is known for the LoRA layer {name!r}")]
+    )
+
+
+def sdxl_to_original(name: str) -> str:
+    """diffusers U-Net module name -> SGM (kohya/ComfyUI) name. Raises ConfigError if unmapped."""
+    per = SDXL_LAYERS_PER_BLOCK + 1
+    if name in _SDXL_TOP:
+        return _SDXL_TOP[name]
+    m = re.fullmatch(r"(down|up)_blocks\.(\d+)\.(attentions|resnets)\.(\d+)\.(.+)", name)
+    if m:
+        side, i, kind, j, rest = m.group(1), int(m.group(2)), m.group(3), int(m.group(4)), m.group(5)
+        index = 1 + per * i + j if side == "down" else per * i + j
+        group = "input_blocks" if side == "down" else "output_blocks"
+        if kind == "attentions":
+            return f"{group}.{index}.1.{rest}"
+        if rest in _SDXL_RESNET:
+            return f"{group}.{index}.0.{_SDXL_RESNET[rest]}"
+    m = re.fullmatch(r"mid_block\.(attentions|resnets)\.(\d+)\.(.+)", name)
+    if m and m.group(1) == "attentions" and m.group(2) == "0":
+        return f"middle_block.1.{m.group(3)}"
+    if m and m.group(1) == "resnets" and m.group(3) in _SDXL_RESNET:
+        return f"middle_block.{2 * int(m.group(2))}.{_SDXL_RESNET[m.group(3)]}"
+    raise _unsupported(name, "sdxl")
+
+
+def sdxl_from_original(name: str) -> str:
+    """SGM module name -> diffusers U-Net name (inverse of sdxl_to_original)."""
+    per = SDXL_LAYERS_PER_BLOCK + 1
+    top = {v: k for k, v in _SDXL_TOP.items()}
+    resnet = {v: k for k, v in _SDXL_RESNET.items()}
+    if name in top:
+        return top[name]
+    m = re.fullmatch(r"(input|output)_blocks\.(\d+)\.([01])\.(.+)", name)
+    if m:
+        side, n, inner, rest = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        i, j = divmod(n - 1, per) if side == "input" else divmod(n, per)
+        group = "down_blocks" if side == "input" else "up_blocks"
+        if inner == "1":
+            return f"{group}.{i}.attentions.{j}.{rest}"
+        if rest in resnet:
+            return f"{group}.{i}.resnets.{j}.{resnet[rest]}"
+    m = re.fullmatch(r"middle_block\.([012])\.(.+)", name)
+    if m and m.group(1) == "1":
+        return f"mid_block.attentions.0.{m.group(2)}"
+    if m and m.group(2) in resnet:
+        return f"mid_block.resnets.{int(m.group(1)) // 2}.{resnet[m.group(2)]}"
+    raise _unsupported(name, "sdxl")
+
+
+def flux_to_original(name: str) -> tuple[str, int | None]:
+    """diffusers FLUX.1 module name -> (BFL name, part index within a fused linear or None)."""
+    if name in _FLUX_TOP:
+        return _FLUX_TOP[name], None
+    m = re.fullmatch(r"(transformer_blocks|single_transformer_blocks)\.(\d+)\.(.+)", name)
+    if m:
+        double = m.group(1) == "transformer_blocks"
+        block, rest = m.group(2), m.group(3)
+        prefix = f"double_blocks.{block}." if double else f"single_blocks.{block}."
+        for fused, parts in FLUX_FUSED.items():
+            if fused.startswith("double" if double else "single") and rest in parts:
+                return prefix + fused.split(".*.")[1], parts.index(rest)
+        table = _FLUX_DOUBLE if double else _FLUX_SINGLE
+        if rest in table:
+            return prefix + table[rest], None
+    raise _unsupported(name, "flux")
+
+
+def flux_from_original(name: str) -> list[str]:
+    """BFL module name -> its diffusers module names (several for a fused linear, in row order)."""
+    top = {v: k for k, v in _FLUX_TOP.items()}
+    if name in top:
+        return [top[name]]
+    m = re.fullmatch(r"(double|single)_blocks\.(\d+)\.(.+)", name)
+    if m:
+        double = m.group(1) == "double"
+        block, rest = m.group(2), m.group(3)
+        prefix = f"transformer_blocks.{block}." if double else f"single_transformer_blocks.{block}."
+        fused = FLUX_FUSED.get(f"{m.group(1)}_blocks.*.{rest}")
+        if fused is not None:
+            return [prefix + p for p in fused]
+        table = {v: k for k, v in (_FLUX_DOUBLE if double else _FLUX_SINGLE).items()}
+        if rest in table:
+            return [prefix + table[rest]]
+    raise _unsupported(name, "flux")
+
+
+def undot(flat: str, family: str) -> str:
+    """kohya's underscored module name -> the dotted one (`input_blocks_4_1_proj_in` ->
+    `input_blocks.4.1.proj_in`), keeping the family's multi-word names whole."""
+    words = sorted((w.split("_") for w in _WORDS.get(family, ())), key=len, reverse=True)
+    parts, out, i = flat.split("_"), [], 0
+    while i < len(parts):
+        for w in words:
+            if parts[i : i + len(w)] == w:
+                out.append("_".join(w))
+                i += len(w)
+                break
+        else:
+            out.append(parts[i])
+            i += 1
+    return ".".join(out)

@@ -1,0 +1,161 @@
+"""Pure conversions diffusers/peft <-> kohya/ComfyUI on synthetic state dicts shaped like the
+real tiny denoisers (every layer a LoRA can target), and ComfyUI's key check on them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lorastudio.errors import ConfigError
+from lorastudio.lora import names
+from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
+from lorastudio.lora.convert import to_diffusers, to_kohya, unmapped_layers
+
+FAMILIES = ["sdxl", "flux", "qwen-image", "z-image"]
+RANK, ALPHA = 4, 8.0
+# layers that have no kohya/SGM name (down/upsampler convs) are left out of the SDXL layout
+NO_KOHYA_NAME = ("downsamplers", "upsamplers")
+
+
+def _synthetic(shapes: dict[str, tuple[int, ...]], seed: int = 0, skip: tuple[str, ...] = ()) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for name, shape in shapes.items():
+        if any(s in name for s in NO_KOHYA_NAME + skip):
+            continue
+        out, inp = shape[0], shape[1]
+        a_shape = (RANK, inp, *shape[2:]) if len(shape) == 4 else (RANK, inp)  # [r, in(, kh, kw)]
+        b_shape = (out, RANK, 1, 1) if len(shape) == 4 else (out, RANK)  # [out, r(, 1, 1)]
+        sd[f"{name}.lora_A.weight"] = torch.randn(a_shape, generator=g)
+        sd[f"{name}.lora_B.weight"] = torch.randn(b_shape, generator=g)
+    return sd
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_round_trip_is_lossless_for_every_layer(family, layer_shapes):
+    peft = _synthetic(layer_shapes(family))
+    kohya = to_kohya(peft, family, ALPHA)
+    back = to_diffusers(kohya, family)
+    assert back.tensors.keys() == peft.keys()
+    assert all(torch.equal(back.tensors[k], peft[k]) for k in peft)
+    assert (back.rank, back.alpha) == (RANK, ALPHA)
+    again = to_kohya(back.tensors, family, back.alpha)
+    assert again.keys() == kohya.keys() and all(torch.equal(again[k], kohya[k]) for k in kohya)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_comfyui_consumes_every_key_of_the_kohya_layout(family, layer_shapes):
+    shapes = layer_shapes(family)
+    kohya = to_kohya(_synthetic(shapes), family, ALPHA)
+    result = check_comfy_keys({k: tuple(v.shape) for k, v in kohya.items()}, comfy_key_map(family, shapes))
+    assert result.ok, (result.unconsumed[:5], result.mismatched[:5])
+    prefix = "diffusion_model." if family == "z-image" else "lora_unet_"
+    assert all(k.startswith(prefix) for k in kohya)
+
+
+def test_comfyui_check_reports_foreign_keys_and_wrong_shapes(layer_shapes):
+    shapes = layer_shapes("sdxl")
+    kohya = to_kohya(_synthetic(shapes), "sdxl", ALPHA)
+    diffusers_keys = {f"unet.{k}": tuple(v.shape) for k, v in _synthetic(shapes).items()}
+    assert set(check_comfy_keys(diffusers_keys, comfy_key_map("sdxl", shapes)).unconsumed) == set(
+        diffusers_keys
+    )
+    key = "lora_unet_input_blocks_4_1_proj_in.lora_up.weight"
+    bad = {k: tuple(v.shape) for k, v in kohya.items()} | {key: (999, RANK), "lora_unet_nonsense.alpha": ()}
+    result = check_comfy_keys(bad, comfy_key_map("sdxl", shapes))
+    assert result.unconsumed == ["lora_unet_nonsense.alpha"]
+    assert [m.split(":")[0] for m in result.mismatched] == ["lora_unet_input_blocks_4_1_proj_in"]
+
+
+def test_sdxl_names_follow_the_sgm_layout():
+    # kohya sd-scripts' SDXL U-Net: 2 resnets + 1 downsampler per input block, 3 layers per output block
+    assert names.sdxl_to_original("down_blocks.1.attentions.0.proj_in") == "input_blocks.4.1.proj_in"
+    assert names.sdxl_to_original("down_blocks.2.attentions.1.transformer_blocks.3.attn1.to_q") == (
+        "input_blocks.8.1.transformer_blocks.3.attn1.to_q"
+    )
+    assert names.sdxl_to_original("mid_block.attentions.0.proj_out") == "middle_block.1.proj_out"
+    assert names.sdxl_to_original("up_blocks.0.attentions.2.proj_out") == "output_blocks.2.1.proj_out"
+    assert names.sdxl_to_original("up_blocks.1.resnets.0.time_emb_proj") == "output_blocks.3.0.emb_layers.1"
+    kohya = to_kohya(
+        {"down_blocks.1.attentions.0.proj_in.lora_A.weight": torch.ones(2, 3)}
+        | {"down_blocks.1.attentions.0.proj_in.lora_B.weight": torch.ones(5, 2)},
+        "sdxl",
+        1.0,
+    )
+    assert set(kohya) == {
+        f"lora_unet_input_blocks_4_1_proj_in.{s}" for s in ("lora_down.weight", "lora_up.weight", "alpha")
+    }
+
+
+def test_flux_qkv_is_one_fused_linear_with_block_diagonal_up(layer_shapes):
+    peft = _synthetic(layer_shapes("flux"))
+    kohya = to_kohya(peft, "flux", ALPHA)
+    base = "lora_unet_double_blocks_0_img_attn_qkv"
+    a = [peft[f"transformer_blocks.0.attn.to_{p}.lora_A.weight"] for p in "qkv"]
+    b = [peft[f"transformer_blocks.0.attn.to_{p}.lora_B.weight"] for p in "qkv"]
+    assert torch.equal(kohya[base + ".lora_down.weight"], torch.cat(a))  # [3r, in]
+    assert torch.equal(kohya[base + ".lora_up.weight"], torch.block_diag(*b))  # [3 out, 3r]
+    assert kohya[base + ".alpha"].item() == 3 * ALPHA  # same alpha / rank as each part
+    # the fused LoRA adds exactly the three parts' deltas
+    fused = kohya[base + ".lora_up.weight"] @ kohya[base + ".lora_down.weight"] * (3 * ALPHA) / (3 * RANK)
+    parts = torch.cat([bi @ ai * ALPHA / RANK for ai, bi in zip(a, b, strict=True)])
+    torch.testing.assert_close(fused, parts)
+    single = "lora_unet_single_blocks_0_linear1.lora_up.weight"
+    hidden = layer_shapes("flux")["single_transformer_blocks.0.attn.to_q"][1]
+    assert kohya[single].shape == (7 * hidden, 4 * RANK)  # q, k, v + 4 x hidden mlp rows
+
+
+def test_flux_parts_not_trained_stay_absent_and_shared_down_files_load(layer_shapes):
+    peft = _synthetic(layer_shapes("flux"), skip=("proj_mlp", "attn.to_k"))
+    back = to_diffusers(to_kohya(peft, "flux", ALPHA), "flux")
+    assert back.tensors.keys() == peft.keys()
+    # another trainer's file: one shared down projection for q, k, v (rank r, up [3 out, r])
+    hidden = layer_shapes("flux")["transformer_blocks.0.attn.to_q"][0]
+    down, up = torch.randn(RANK, hidden), torch.randn(3 * hidden, RANK)
+    base = "lora_unet_double_blocks_0_img_attn_qkv"
+    shared = to_diffusers({base + ".lora_down.weight": down, base + ".lora_up.weight": up}, "flux")
+    assert shared.rank == RANK and shared.alpha == RANK  # no alpha: alpha = rank
+    for i, p in enumerate("qkv"):
+        assert torch.equal(shared.tensors[f"transformer_blocks.0.attn.to_{p}.lora_A.weight"], down)
+        assert torch.equal(shared.tensors[f"transformer_blocks.0.attn.to_{p}.lora_B.weight"], up.chunk(3)[i])
+
+
+@pytest.mark.parametrize(
+    ("family", "tensors", "message"),
+    [
+        (
+            "sdxl",
+            {"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": torch.ones(1, 1)},
+            "not a sdxl",
+        ),
+        ("qwen-image", {"lora_unet_img_in.lora_down.weight": torch.ones(1, 1)}, "lacks"),
+        ("flux", {"lora_unet_double_blocks_0_img_attn_nope.lora_down.weight": torch.ones(1, 1)}, None),
+        ("sd15", {}, "no kohya layout"),
+    ],
+)
+def test_bad_kohya_files_are_refused(family, tensors, message):
+    if message is None:
+        tensors = tensors | {"lora_unet_double_blocks_0_img_attn_nope.lora_up.weight": torch.ones(1, 1)}
+    with pytest.raises(ConfigError, match=message or "no kohya name"):
+        to_diffusers(tensors, family)
+
+
+def test_mixed_ranks_and_unmapped_layers_are_refused():
+    mixed = {
+        "lora_unet_img_in.lora_down.weight": torch.ones(2, 3),
+        "lora_unet_img_in.lora_up.weight": torch.ones(3, 2),
+        "lora_unet_txt_in.lora_down.weight": torch.ones(4, 3),
+        "lora_unet_txt_in.lora_up.weight": torch.ones(3, 4),
+    }
+    with pytest.raises(ConfigError, match="different rank"):
+        to_diffusers(mixed, "qwen-image")
+    sampler = {"down_blocks.0.downsamplers.0.conv.lora_A.weight": torch.ones(1, 1)}
+    sampler |= {"down_blocks.0.downsamplers.0.conv.lora_B.weight": torch.ones(1, 1)}
+    with pytest.raises(ConfigError, match="no kohya name"):
+        to_kohya(sampler, "sdxl", 1.0)
+
+
+def test_unmapped_layers_names_what_kohya_cannot_hold(layer_shapes):
+    modules = list(layer_shapes("sdxl"))
+    assert sorted(unmapped_layers("sdxl", modules)) == sorted(m for m in modules if "samplers" in m)
+    assert unmapped_layers("flux", list(layer_shapes("flux"))) == []

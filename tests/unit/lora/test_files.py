@@ -1,0 +1,188 @@
+"""LoRA files of real (tiny) runs: lora_format="kohya" writes the kohya/ComfyUI layout with its
+header metadata and ComfyUI key check; plain diffusers `load_lora_weights` loads it and gives
+the in-memory adapter's image; `lorastudio lora convert` round-trips files losslessly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from typer.testing import CliRunner
+
+from lorastudio import families
+from lorastudio.config import TrainConfig
+from lorastudio.errors import ConfigError
+from lorastudio.generate import apply_loras, generate_image, load_pipeline
+from lorastudio.lora.files import convert_file, read_lora_file
+from lorastudio.settings import Settings
+from lorastudio.training.loop import TrainResult, train
+
+FAMILIES = ["sdxl", "flux", "qwen-image", "z-image"]
+# diffusers' kohya FLUX loader hard-codes FLUX.1-dev's single-block widths (3072 / 12288), so a
+# tiny model's single_blocks linear1 cannot go through it: train the double blocks only there
+FLUX_DOUBLE_ONLY = [f"transformer_blocks.0.attn.to_{p}" for p in "qkv"] + [
+    "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "to_out.0", "ff.net.0.proj", "ff_context.net.2",
+]  # fmt: skip
+_runs: dict[str, TrainResult] = {}
+
+
+def _extra(family: str) -> dict[str, Any] | None:
+    return (
+        {"max_sequence_length": 16} if "max_sequence_length" in families.get(family).spec.supports else None
+    )
+
+
+def _size(family: str) -> int:
+    return max(32, 2 * families.get(family).spec.resolution_multiple)
+
+
+def _run(key: str, family: str, tiny_model, sample_dataset: Path, tmp_root: Path, **overrides) -> TrainResult:
+    if key not in _runs:
+        raw = {
+            "family": family,
+            "base_model": str(tiny_model(family)),
+            "data_dir": str(sample_dataset),
+            "resolution": _size(family),
+            "steps": 3,
+            "learning_rate": 5e-2,
+            "lora_rank": 4,
+            "lora_alpha": 8.0,
+            "batch_size": 2,
+            "output_name": key,
+            "seed": 0,
+            "trigger_word": "sks",
+            "lora_format": "kohya",
+            **(_extra(family) or {}),
+            **overrides,
+        }
+        settings = Settings(home=tmp_root / key)
+        _runs[key] = train(
+            TrainConfig.model_validate(raw), [].append, settings=settings, device="cpu", return_denoiser=True
+        )
+    return _runs[key]
+
+
+@pytest.fixture(scope="module")
+def tmp_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("lora-runs")
+
+
+def _image(pipe: Any, family: str) -> np.ndarray:
+    size = _size(family)
+    img = generate_image(
+        pipe,
+        family,
+        prompt="sks, a red circle",
+        seed=0,
+        steps=2,
+        width=size,
+        height=size,
+        extra=_extra(family),
+    )
+    return np.asarray(img, dtype=np.float32)
+
+
+def _in_memory_and_base(result: TrainResult, family: str, base_model: Path) -> tuple[np.ndarray, np.ndarray]:
+    pipe = load_pipeline(str(base_model), family, device="cpu")
+    base = _image(pipe, family)
+    setattr(pipe, families.get(family).spec.denoiser, result.denoiser)
+    return _image(pipe, family), base
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
+    family, tiny_model, sample_dataset, tmp_root
+):
+    result = _run(f"kohya-{family}", family, tiny_model, sample_dataset, tmp_root)
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    tensors, header = read_lora_file(result.lora_path)
+    prefix = "diffusion_model." if family == "z-image" else "lora_unet_"
+    assert tensors and all(k.startswith(prefix) for k in tensors)
+    assert sum(k.endswith(".alpha") for k in tensors) * 3 == len(tensors)
+    assert sidecar["lora_format"] == "kohya"
+    assert sidecar["comfyui_keys"] == {"checked": True, "unconsumed": [], "mismatched": []}
+    assert header["ss_network_dim"] == "4" and header["ss_network_alpha"] == "8"
+    assert header["ss_network_module"] == "networks.lora" and header["ss_base_model_version"]
+    assert header["ss_steps"] == str(result.steps_run) == header["lorastudio.steps"]
+    assert header["lorastudio.family"] == family and header["lorastudio.trigger_word"] == "sks"
+    assert header["lorastudio.dataset_fingerprint"] == sidecar["dataset"]["fingerprint"]
+    assert header["lorastudio.resolution"] == str(_size(family))
+    assert all(isinstance(v, str) for v in header.values())
+
+
+def test_a_diffusers_run_records_its_facts_in_the_header(tiny_model, sample_dataset, tmp_root):
+    result = _run("diffusers-flux", "flux", tiny_model, sample_dataset, tmp_root, lora_format="diffusers")
+    tensors, header = read_lora_file(result.lora_path)
+    assert all(k.startswith("transformer.") for k in tensors) and "lora_adapter_metadata" in header
+    assert header["lorastudio.rank"] == "4" and header["lorastudio.lora_format"] == "diffusers"
+    assert not any(k.startswith("ss_") for k in header)
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    assert sidecar["comfyui_keys"]["checked"] is False
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_diffusers_loads_the_kohya_file_and_gives_the_in_memory_image(
+    family, tiny_model, sample_dataset, tmp_root
+):
+    targets = {"lora_targets": FLUX_DOUBLE_ONLY} if family == "flux" else {}
+    result = _run(f"load-{family}", family, tiny_model, sample_dataset, tmp_root, **targets)
+    in_memory, base = _in_memory_and_base(result, family, tiny_model(family))
+    fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    fresh.load_lora_weights(str(result.lora_path))  # plain diffusers, kohya keys
+    from_file = _image(fresh, family)
+    assert np.abs(in_memory - base).mean() > 0.5  # the LoRA visibly changes the image
+    assert np.abs(from_file - in_memory).max() <= 1.0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_convert_round_trip_is_lossless_and_both_files_give_the_in_memory_image(
+    family, tiny_model, sample_dataset, tmp_root, tmp_path
+):
+    result = _run(f"kohya-{family}", family, tiny_model, sample_dataset, tmp_root)
+    as_diffusers, as_kohya = tmp_path / "d.safetensors", tmp_path / "k.safetensors"
+    runner = CliRunner()
+    from lorastudio.cli.app import _register, app
+
+    _register()
+    out = runner.invoke(
+        app, ["lora", "convert", str(result.lora_path), str(as_diffusers), "--to", "diffusers"]
+    )
+    assert out.exit_code == 0, out.output
+    assert convert_file(as_diffusers, as_kohya, "kohya") == "diffusers"
+    original, header = read_lora_file(result.lora_path)
+    again, header_again = read_lora_file(as_kohya)
+    assert original.keys() == again.keys() and all(torch.equal(original[k], again[k]) for k in original)
+    assert {k: v for k, v in header.items() if k != "lorastudio.lora_format"} == {
+        k: v for k, v in header_again.items() if k != "lorastudio.lora_format"
+    }
+    in_memory, _ = _in_memory_and_base(result, family, tiny_model(family))
+    fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    apply_loras(fresh, [(as_diffusers, 1.0)])  # the converted file, through diffusers' own loader
+    assert np.abs(_image(fresh, family) - in_memory).max() <= 1.0
+
+
+def test_convert_refuses_bad_requests_and_leaves_no_file(tiny_model, sample_dataset, tmp_root, tmp_path):
+    result = _run("kohya-qwen-image", "qwen-image", tiny_model, sample_dataset, tmp_root)
+    taken = tmp_path / "taken.safetensors"
+    taken.write_bytes(b"x")
+    with pytest.raises(ConfigError, match="already exists"):
+        convert_file(result.lora_path, taken, "diffusers")
+    with pytest.raises(ConfigError, match="diffusers or kohya"):
+        convert_file(result.lora_path, tmp_path / "a.safetensors", "comfy")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="sdxl: no kohya name"):
+        convert_file(result.lora_path, tmp_path / "b.safetensors", "diffusers", family="sdxl")
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"not a safetensors file")
+    from lorastudio.errors import ModelSourceError
+
+    with pytest.raises(ModelSourceError):
+        convert_file(garbage, tmp_path / "c.safetensors", "kohya", family="flux")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.safetensors", "taken.safetensors"]
+    assert taken.read_bytes() == b"x"
+    with safe_open(str(result.lora_path), framework="pt") as f:
+        assert f.metadata()["lorastudio.family"] == "qwen-image"
