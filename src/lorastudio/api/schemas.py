@@ -31,6 +31,18 @@ class StopBody(_Body):
     job_id: str | None = Field(default=None, description="a queued job to cancel, or the running job")
 
 
+class ResumeBody(_Body):
+    checkpoint: str | None = Field(
+        default=None, pattern=r"^step-[0-9]+$", description="checkpoint folder name (default: the newest)"
+    )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="settings to change that do not change the maths (save_every, keep_last, "
+        "max_bad_steps, lora_format, compile, gradient_checkpointing, data_dir)",
+    )
+    queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
+
+
 class CaptionBody(_Body):
     caption: str = Field(max_length=10_000, description="the new caption (empty removes the .txt file)")
 
@@ -186,6 +198,7 @@ class MetricPoint(_Out):
 class ProgressOut(MetricPoint):
     type: Literal["progress"] = "progress"
     total_steps: int
+    skipped_steps: int = Field(default=0, description="steps skipped so far (non-finite loss or gradients)")
 
 
 class StopRequested(_Out):
@@ -235,6 +248,9 @@ class RunSummary(_Out):
     total_steps: int | None
     last_loss: float | None
     error: str | None
+    resume_step: int | None = Field(
+        default=None, description="the step a resume would continue from (null: not resumable)"
+    )
 
 
 class OutputOut(_Out):
@@ -250,6 +266,17 @@ class RunDetail(RunSummary):
 
 class RunList(_Out):
     runs: list[RunSummary]
+
+
+class CheckpointOut(_Out):
+    name: str = Field(description="folder name (step-N), usable as ResumeBody.checkpoint")
+    step: int
+    path: str
+
+
+class CheckpointList(_Out):
+    checkpoints: list[CheckpointOut] = Field(description="oldest first")
+    resume_step: int | None = Field(description="the step a resume would continue from (null: not resumable)")
 
 
 class RunDeleted(_Out):

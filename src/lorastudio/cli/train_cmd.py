@@ -1,5 +1,8 @@
 """`lorastudio train CONFIG [--set key=value ...]`: one training run in this process, with a
-live progress bar. Ctrl-C once stops and saves the LoRA of the steps run; twice aborts.
+live progress bar. Ctrl-C once stops and saves the LoRA of the steps run (and a checkpoint);
+twice aborts. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_every=N ...]`
+continues a run from its newest (or the given) checkpoint with the checkpoint's settings; with a
+CONFIG too, the config must match the checkpoint's identity.
 
 Also home of the pieces the demo reuses: config file loading, --set overrides, the progress
 display and the Ctrl-C stop handler.
@@ -34,6 +37,25 @@ EXIT_USER_ERROR = 2
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
+
+
+def _run_config(config: Path | None, overrides: list[str], resume: Path | None) -> tuple[Any, Path | None]:
+    """(TrainConfig, checkpoint folder or None) of a `train` command. Without CONFIG, --resume
+    takes the checkpoint's settings with --set overrides (only those that do not change the
+    maths). Raises ConfigError (no CONFIG and no --resume, bad settings), NotFound."""
+    from lorastudio.config import parse_train_config
+    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+
+    checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
+    if config is not None:
+        data = localize_data_dir(apply_overrides(load_config_file(config), overrides))
+    elif checkpoint is not None:
+        data = resume_settings(read_checkpoint_info(checkpoint), apply_overrides({}, overrides))
+    else:
+        raise ConfigError(
+            [FieldProblem("config", "give a config file, or --resume a run folder or checkpoint")]
+        )
+    return parse_train_config(data), checkpoint
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -173,28 +195,36 @@ class StopOnInterrupt:
 
 
 def train_cmd(
-    config: Path = typer.Argument(..., help="training config (.json or .toml)"),
+    config: Path | None = typer.Argument(
+        None, help="training config (.json or .toml); optional with --resume"
+    ),
     overrides: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
         [], "--set", help="override a setting: key=value (value parsed as JSON when possible)"
     ),
     device: str | None = typer.Option(
         None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
     ),
+    resume: Path | None = typer.Option(
+        None,
+        "--resume",
+        help="continue a run: its output folder (newest checkpoint) or a checkpoint folder",
+    ),
 ) -> None:
-    """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors)."""
-    from lorastudio.config import parse_train_config
-
+    """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
+    or resume one from a checkpoint."""
     console = Console(stderr=True, log_path=False)
     try:
-        cfg = parse_train_config(localize_data_dir(apply_overrides(load_config_file(config), overrides)))
+        cfg, checkpoint = _run_config(config, overrides, resume)
         from lorastudio.training.loop import train
 
         quiet_libraries()
         with StopOnInterrupt(console) as stopper, ProgressDisplay(console) as display:
-            result = train(cfg, display.emit, stopper.check, device=device)
+            result = train(cfg, display.emit, stopper.check, device=device, resume=checkpoint)
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
+    if result.resumed_from is not None:
+        typer.echo(f"resumed from step {result.resumed_from}")
     if result.lora_path is None:
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
         return

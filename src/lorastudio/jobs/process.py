@@ -10,6 +10,7 @@ import multiprocessing as mp
 import os
 import queue
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from lorastudio.config import TrainConfig
@@ -31,7 +32,9 @@ class WorkerProcess:
         config: TrainConfig,
         settings: Settings,
         target: WorkerTarget = worker_main,
+        resume: Path | None = None,
     ):
+        """resume: the checkpoint folder a resumed run continues from (None: a fresh run)."""
         ctx = mp.get_context("spawn")
         self.generation = generation
         self.events = ctx.Queue()
@@ -43,6 +46,7 @@ class WorkerProcess:
             config=config,
             settings=settings.model_copy(update={"api_token": None}),
             parent_pid=os.getpid(),
+            resume=str(resume) if resume is not None else None,
         )
         self.process = ctx.Process(
             target=target,

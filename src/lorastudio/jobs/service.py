@@ -28,7 +28,8 @@ from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import TaggedEvent, WorkerProcess, WorkerTarget
-from lorastudio.jobs.records import Job, JobStatus, metric_point, now_iso, sanitize
+from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, metric_point, now_iso, sanitize
+from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
@@ -73,6 +74,7 @@ class JobService:
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
         self._jobs: dict[str, Job] = {}  # jobs of this server's life (the store keeps all)
+        self._resume_from: dict[str, Path] = {}  # job id -> checkpoint folder (resumed runs)
         self._active: Job | None = None
         self._last: Job | None = None
         self._worker: WorkerProcess | None = None
@@ -152,25 +154,68 @@ class JobService:
         JobActive when `queue` is False and a job is active or queued."""
         run = self._validate(raw)
         with self._cond:
-            if self._closing:
-                raise JobActive("the server is shutting down")
-            if not queue and self._busy():
-                raise JobActive("a training job is already running; stop it or queue this one")
-            if run.config.output_name in self._live_output_names():
-                raise JobActive(f"output name {run.config.output_name!r} is used by a live job")
-            job = Job(id=uuid.uuid4().hex[:12], config=run.config, worker_config=run.worker_config)
-            self.store.create_run(
-                job.id,
-                run.config.output_name or "",
-                job.config.family,
-                job.config.model_dump(mode="json"),
-                job.created_at,
-            )
-            self._jobs[job.id] = job
-            self._queue.append(job)
-            self._log_status(job)
-            self._cond.notify_all()
+            job = self._enqueue(run.config, run.worker_config, queue)
             return job.snapshot()
+
+    def submit_resume(
+        self,
+        run_id: str,
+        checkpoint: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        queue: bool = True,
+    ) -> dict[str, Any]:
+        """Queue a job that continues run `run_id` in its output folder from a checkpoint (the
+        newest unless `checkpoint` names one, "step-N"), with `overrides` of the settings that do
+        not change the maths. The new job is a new run record sharing the output folder; its
+        metric history starts with the original run's points up to the checkpoint step.
+        Returns its snapshot. Raises NotFound (no such run or checkpoint), JobActive (busy
+        without `queue`, the run or its folder live), ConfigError (every problem; each identity
+        field that differs)."""
+        record = self.store.get_run(run_id)
+        if record["status"] in {s.value for s in LIVE_STATUSES}:
+            raise JobActive(f"run {run_id} is {record['status']}; it cannot be resumed while live")
+        with self._cond:
+            taken = self._live_output_names()
+        resume = validate_resume(
+            self.settings.outputs_dir / record["output_name"],
+            checkpoint,
+            overrides or {},
+            self.settings,
+            live_output_names=taken,
+        )
+        with self._cond:
+            job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
+            earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
+            for point in earlier:
+                job.history.add(point)
+                self.store.add_metric(job.id, point)
+            job.steps_run = resume.step
+            self.store.update_run(job.id, steps_run=resume.step)
+            return job.snapshot()
+
+    def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
+        """Record and queue a validated job (caller holds the lock). Raises JobActive."""
+        if self._closing:
+            raise JobActive("the server is shutting down")
+        if not queue and self._busy():
+            raise JobActive("a training job is already running; stop it or queue this one")
+        if config.output_name in self._live_output_names():
+            raise JobActive(f"output name {config.output_name!r} is used by a live job")
+        job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
+        self.store.create_run(
+            job.id,
+            config.output_name or "",
+            job.config.family,
+            job.config.model_dump(mode="json"),
+            job.created_at,
+        )
+        if resume_from is not None:
+            self._resume_from[job.id] = resume_from
+        self._jobs[job.id] = job
+        self._queue.append(job)
+        self._log_status(job)
+        self._cond.notify_all()
+        return job
 
     def stop(self, save: bool, job_id: str | None = None) -> dict[str, Any]:
         """Stop the active job (or cancel queued job `job_id`). save=True keeps a LoRA of the
@@ -251,7 +296,12 @@ class JobService:
                     return
                 self._generation += 1
                 worker = WorkerProcess(
-                    job.id, self._generation, job.worker_config, self.settings, self._target
+                    job.id,
+                    self._generation,
+                    job.worker_config,
+                    self.settings,
+                    self._target,
+                    resume=self._resume_from.get(job.id),
                 )
             pid = worker.start()
             with self._cond:

@@ -6,7 +6,8 @@ This is the only module that imports the training engine (lazily, inside the chi
    the race where the parent died before prctl);
 2. removes secrets not meant for it from its environment (the API token, anything with TOKEN
    or SECRET in its name, except HF_TOKEN which model downloads need);
-3. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=...)`, sending every
+3. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=..., resume=...)`
+   (resume: the checkpoint folder of a resumed run, else None), sending every
    event to the parent tagged with (generation, pid) so the parent can ignore events of a
    superseded process; a failure the engine did not report becomes an Error event.
 
@@ -24,6 +25,7 @@ import threading
 import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lorastudio.config import TrainConfig
@@ -45,6 +47,7 @@ class WorkerArgs:
     config: TrainConfig
     settings: Settings
     parent_pid: int
+    resume: str | None = None  # checkpoint folder to continue from (a resumed run)
 
 
 def scrub_environment(env: MutableMapping[str, str]) -> list[str]:
@@ -122,7 +125,8 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     try:
         from lorastudio.training.loop import train
 
-        train(args.config, channel.emit, channel.should_stop, settings=args.settings)
+        resume = Path(args.resume) if args.resume is not None else None
+        train(args.config, channel.emit, channel.should_stop, settings=args.settings, resume=resume)
     except LorastudioError as err:
         if not channel.terminal_sent:
             channel.emit(Error(message=str(err)))

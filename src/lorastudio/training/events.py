@@ -41,7 +41,8 @@ class Preparing(_Event):
 class Progress(_Event):
     """One optimizer step done. samples_per_second is steady-state (first step excluded; None
     until there is a second step); peak_memory_gb is the accelerator's (or the process RSS peak
-    on CPU)."""
+    on CPU); skipped_steps counts the steps of the run so far whose loss or gradients were not
+    finite (skipped: no optimizer update)."""
 
     type: Literal["progress"] = "progress"
     step: int
@@ -53,6 +54,7 @@ class Progress(_Event):
     grad_norm: float | None
     samples_per_second: float | None
     peak_memory_gb: float | None
+    skipped_steps: int = 0
 
 
 class Complete(_Event):

@@ -7,6 +7,12 @@
   phase 3    denoiser + LoRA: batched, gradient-accumulated AdamW steps with an LR schedule
   export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed)
 
+Checkpoints (outputs/<output_name>/checkpoints/step-N, see training/checkpoint.py) are written
+every cfg.save_every steps and on stop-and-save; `train(..., resume=...)` continues a run from one
+in the same folder: phases 1-2 rebuild the conditioning and latent cache deterministically from
+the seed, then the loop's complete state (LoRA, optimizer, schedule, scaler, sampler position,
+meters, every RNG stream) is restored, so the remaining steps are those of an uninterrupted run.
+
 A stop request is honoured between phases, per image while caching and after every step.
 Exactly one terminal event is emitted: Complete, or Error (then the exception is re-raised).
 """
@@ -14,7 +20,6 @@ Exactly one terminal event is emitted: Complete, or Error (then the exception is
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +29,9 @@ import numpy as np
 import torch
 
 from lorastudio.config import TrainConfig
-from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, TrainingStopped
+from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.settings import Settings, get_settings
+from lorastudio.training.checkpoint import CheckpointKeeper, find_checkpoint
 from lorastudio.training.conditioning import CaptionPicker, Conditioning, captions_to_encode, encode_captions
 from lorastudio.training.events import (
     Complete,
@@ -47,14 +53,18 @@ from lorastudio.training.latents import (
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.noise import DdpmObjective, FlowObjective, make_objective
-from lorastudio.training.optim import iter_optimizer_steps, make_lr_scheduler, make_optimizer, total_steps
+from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, make_optimizer, total_steps
 from lorastudio.training.precision import free_accelerator_memory, peak_memory_gb, run_numerics
-from lorastudio.training.preflight import PreparedRun, preflight
+from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
+from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
 
 
 @dataclass
 class TrainResult:
     """What a run produced. lora_path is None when stopped without saving (or before any step).
+    steps_run and losses count every step of the run, those before a resume included;
+    resumed_from is the checkpoint step a resumed run started from (None for a fresh run).
     `denoiser` (the trained denoiser with its LoRA, eval mode) is set only when train() was
     called with return_denoiser=True."""
 
@@ -63,6 +73,7 @@ class TrainResult:
     stopped: bool
     losses: list[float]
     denoiser: Any = field(default=None, repr=False, compare=False)
+    resumed_from: int | None = None
 
 
 @dataclass
@@ -74,6 +85,11 @@ class _RunState:
     losses: list[float] = field(default_factory=list)
     denoiser: Any = None
     lora_config: Any = None
+    resume: Path | None = None  # the checkpoint this session continues from
+    steps_at_start: int = 0  # steps done before this session (the checkpoint's step)
+    keeper: CheckpointKeeper | None = None
+    identity: dict[str, Any] = field(default_factory=dict)
+    checkpointed_step: int | None = None  # step of this session's latest checkpoint
 
 
 class _Stopper:
@@ -96,17 +112,24 @@ def train(
     settings: Settings | None = None,
     device: str | None = None,
     return_denoiser: bool = False,
+    resume: Path | None = None,
 ) -> TrainResult:
     """Run one training job described by `cfg`, reporting through `emit`.
 
     Takes: the config (as parsed; family defaults are resolved here), the event sink, an
     optional stop poll, the settings (default: this process's), a device ("cpu", "cuda", ...;
-    default: CUDA when available).
-    Returns: TrainResult. A stop with save after >= 1 step writes the LoRA of the steps run;
-    a stop without save removes the run's output folder.
-    Raises (after emitting Error): ConfigError, DatasetError, PathOutsideRoot, ModelSourceError
-    for user mistakes, TrainingDiverged, or whatever unexpected error occurred. On any failure
-    the run's partial output folder is removed.
+    default: CUDA when available), and `resume`: a checkpoint folder, or a run folder (its
+    newest checkpoint), to continue from. A resume keeps the checkpoint's run folder and total
+    steps; cfg must have the checkpoint's identity (training/identity.py; see
+    checkpoint.resume_settings to build it from the checkpoint).
+    Returns: TrainResult. A stop with save after >= 1 step of this session writes a checkpoint
+    and the LoRA of the steps run. A stop without save removes what this session wrote: the
+    whole run folder for a fresh run, this session's checkpoints for a resumed one.
+    Raises (after emitting Error): ConfigError (also: a resume whose identity differs, naming
+    each differing field), NotFound (no checkpoint), DatasetError, PathOutsideRoot,
+    ModelSourceError for user mistakes, TrainingDiverged, or whatever unexpected error
+    occurred. On any failure this session's partial outputs are removed, except checkpoints:
+    a run folder that holds one is kept, resumable.
     """
     settings = settings or get_settings()
     state = _RunState()
@@ -115,23 +138,27 @@ def train(
     stopped = False
     lora_path: Path | None = None
     try:
-        run = preflight(cfg, settings, device)
-        _claim(run.run_dir)
+        state.resume = find_checkpoint(resume) if resume is not None else None
+        run, state.identity = prepare_session(cfg, settings, device, state.resume)
+        if state.resume is None:
+            claim_run_dir(run.run_dir)
         claimed = True
+        state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
                 _run_phases(run, state, emit, _Stopper(should_stop))
         except TrainingStopped as request:
             stopped, save = True, request.save
-        if save and state.steps_run > 0:
+        if save and state.steps_run > state.steps_at_start:
             lora_path = _export(run, state, stopped)
-        else:
-            shutil.rmtree(run.run_dir)
+            state.keeper.finish()
+        elif not save or state.resume is None:
+            discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
     except BaseException as err:
         if claimed and run is not None:
-            shutil.rmtree(run.run_dir, ignore_errors=True)
+            clean_after_failure(run.run_dir, state.resume is not None)
         emit(Error(message=_message(err)))
         raise
     finally:
@@ -146,7 +173,8 @@ def train(
     del denoiser
     if run is not None:
         free_accelerator_memory(run.device)
-    return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept)
+    resumed_from = state.steps_at_start if state.resume is not None else None
+    return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
 
 
 def _message(err: BaseException) -> str:
@@ -155,17 +183,6 @@ def _message(err: BaseException) -> str:
     if isinstance(err, KeyboardInterrupt):
         return "training interrupted"
     return f"{type(err).__name__}: {err}"
-
-
-def _claim(run_dir: Path) -> None:
-    """Create the run's output folder; a folder created meanwhile by someone else is a ConfigError."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        run_dir.mkdir()
-    except FileExistsError:
-        raise ConfigError(
-            [FieldProblem("output_name", f"{run_dir} already exists; choose another output_name")]
-        ) from None
 
 
 def _export(run: PreparedRun, state: _RunState, stopped: bool) -> Path:
@@ -209,7 +226,7 @@ def _run_phases(run: PreparedRun, state: _RunState, emit: Emit, stop: _Stopper) 
     params = _prepare_denoiser(run, state, emit)
     stop()
     picker = CaptionPicker(captions, cfg.caption_dropout, rng)
-    _optimize(run, state, source, conds, picker, objective, params, generator, emit, stop)
+    _optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
 
 
 def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, stop: _Stopper) -> LatentSource:
@@ -244,6 +261,10 @@ def _prepare_denoiser(run: PreparedRun, state: _RunState, emit: Emit) -> list[to
     lora_config = lora_config_for(cfg, family.spec.lora_targets)
     params = add_lora(denoiser, lora_config)
     denoiser.train()
+    from lorastudio.training.compile import compile_denoiser, wants_compile
+
+    if wants_compile(cfg.compile, run.device):
+        compile_denoiser(denoiser, params)  # lazy; a compiler failure later falls back to eager
     state.denoiser, state.lora_config = denoiser, lora_config
     emit(Preparing(phase="denoiser", done=1, total=1))
     return params
@@ -257,6 +278,7 @@ def _optimize(
     picker: CaptionPicker,
     objective: DdpmObjective | FlowObjective,
     params: list[torch.nn.Parameter],
+    rng: np.random.Generator,
     generator: torch.Generator,
     emit: Emit,
     stop: _Stopper,
@@ -268,11 +290,23 @@ def _optimize(
     num_steps = total_steps(cfg, len(sampler))
     state.total_steps = num_steps
     optimizer = make_optimizer(params, cfg)
-    scheduler = make_lr_scheduler(optimizer, cfg, num_steps)
-    scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == torch.float16)
-    meter, guard = StepMeter(), DivergenceGuard()
+    parts = LoopParts(
+        denoiser=state.denoiser,
+        optimizer=optimizer,
+        scheduler=make_lr_scheduler(optimizer, cfg, num_steps),
+        scaler=torch.amp.GradScaler(run.device.type, enabled=run.dtype == torch.float16),
+        sampler=sampler,
+        meter=StepMeter(),
+        guard=DivergenceGuard(cfg.max_bad_steps),
+        rng=rng,
+        generator=generator,
+    )
+    if state.resume is not None:  # every stream continues where the interrupted run left it
+        state.steps_run, state.losses = load_checkpoint(state.resume, parts)
+        state.steps_at_start = state.checkpointed_step = state.steps_run
+    scheduler, scaler, meter, guard = parts.scheduler, parts.scaler, parts.meter, parts.guard
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
-    steps = iter_optimizer_steps(sampler.epoch_batches, cfg.grad_accum, by_epoch=cfg.num_epochs > 0)
+    steps = iter_sampler_steps(sampler, cfg.grad_accum, by_epoch=cfg.num_epochs > 0)
     for epoch, group in steps:
         lr = float(scheduler.get_last_lr()[0])
         samples = sum(len(b) for b in group)
@@ -286,7 +320,7 @@ def _optimize(
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         step = state.steps_run + 1
         if guard.check(step, loss, None if scaler.is_enabled() else grad_norm):
-            scaler.step(optimizer)
+            scaler.step(optimizer)  # a skipped (non-finite) step leaves the weights as they were
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
@@ -304,11 +338,35 @@ def _optimize(
                 grad_norm=grad_norm,
                 samples_per_second=meter.samples_per_second,
                 peak_memory_gb=peak_memory_gb(run.device),
+                skipped_steps=guard.skipped,
             )
         )
         if step >= num_steps:
             break
-        stop()
+        if state.keeper is not None and state.keeper.due(step, num_steps) and guard.bad_in_a_row == 0:
+            _checkpoint(run, state, parts)
+        try:
+            stop()
+        except TrainingStopped as request:
+            if request.save and state.checkpointed_step != state.steps_run:
+                _checkpoint(run, state, parts)
+            raise
+
+
+def _checkpoint(run: PreparedRun, state: _RunState, parts: LoopParts) -> None:
+    """Write the checkpoint of the step just done and apply keep_last to this session's ones."""
+    path = save_checkpoint(
+        run.run_dir,
+        parts,
+        step=state.steps_run,
+        total_steps=state.total_steps,
+        losses=state.losses,
+        identity=state.identity,
+        config=run.cfg.model_dump(mode="json"),
+    )
+    state.checkpointed_step = state.steps_run
+    if state.keeper is not None:
+        state.keeper.record(path)
 
 
 def _micro_step(
@@ -327,14 +385,14 @@ def _micro_step(
     mean over all `step_samples` of the step. Returns this micro-batch's share of the step loss."""
     batch = source.sample(indices, generator, run.dtype, run.device)
     cond = run.family.collate_conditioning([conds[c] for c in picker.pick(indices)])
-    noised = objective.noise(batch.latents, generator)
     info = {
         "original_size": batch.original_size,
         "crop_top_left": batch.crop_top_left,
         "target_size": batch.target_size,
     }
-    pred = run.family.predict(denoiser, noised.noisy, noised.noise_level, cond, info, run.cfg)  # [B, C, h, w]
-    per_sample = ((pred.float() - noised.target) ** 2).mean(dim=(1, 2, 3)) * noised.weight  # [B]
-    share = per_sample.sum() / step_samples
-    scaler.scale(share).backward()
-    return float(share.detach())
+    from lorastudio.training.step import forward_backward
+
+    share = forward_backward(
+        run.family, denoiser, objective, batch.latents, cond, info, run.cfg, generator, step_samples, scaler
+    )  # [] on the device
+    return float(share)  # the one host sync of a micro-step (see training/step.py)

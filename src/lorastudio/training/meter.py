@@ -7,6 +7,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from lorastudio.errors import TrainingDiverged
 
@@ -40,6 +41,18 @@ class StepMeter:
             self._samples_after_first += samples
         self._last_at = now
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the steps and the losses of the running average. Throughput
+        is wall-clock and is not carried over (it restarts after a resume)."""
+        return {"steps": self.steps, "recent": list(self._recent)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict()`; the throughput restarts (the next step counts as the first)."""
+        self.steps = int(state["steps"])
+        self._recent = deque((float(x) for x in state["recent"]), maxlen=AVG_WINDOW)
+        self._first_done_at = None
+        self._samples_after_first = 0
+
     @property
     def avg_loss(self) -> float:
         return sum(self._recent) / len(self._recent) if self._recent else float("nan")
@@ -53,13 +66,15 @@ class StepMeter:
 
 
 class DivergenceGuard:
-    """Counts consecutive steps whose loss or gradient norm is not finite (such a step is
-    skipped by the loop). `check` returns True when the step may be applied, and raises
-    TrainingDiverged once `patience` bad steps come in a row."""
+    """Counts steps whose loss or gradient norm is not finite (such a step is skipped by the loop:
+    no optimizer update). `check` returns True when the step may be applied, and raises
+    TrainingDiverged ("training diverged at step N ...") once `patience` bad steps come in a row.
+    `skipped` counts every skipped step of the run."""
 
     def __init__(self, patience: int = 3) -> None:
         self.patience = patience
         self.bad_in_a_row = 0
+        self.skipped = 0
 
     def check(self, step: int, loss: float, grad_norm: float | None) -> bool:
         finite = math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm))
@@ -67,10 +82,19 @@ class DivergenceGuard:
             self.bad_in_a_row = 0
             return True
         self.bad_in_a_row += 1
+        self.skipped += 1
         if self.bad_in_a_row >= self.patience:
             raise TrainingDiverged(
-                f"the loss or gradients were not finite for {self.bad_in_a_row} steps in a row "
-                f"(last at step {step}, loss {loss}, grad norm {grad_norm}); lower the learning rate, "
-                "turn gradient clipping on (max_grad_norm) or use fp32/bf16; no LoRA was written"
+                f"training diverged at step {step}: the loss or gradients were not finite for "
+                f"{self.bad_in_a_row} steps in a row (loss {loss}, grad norm {grad_norm}); lower the "
+                "learning rate, turn gradient clipping on (max_grad_norm) or use fp32/bf16; no LoRA "
+                "was written from the diverged weights"
             )
         return False
+
+    def state_dict(self) -> dict[str, int]:
+        return {"bad_in_a_row": self.bad_in_a_row, "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.bad_in_a_row = int(state["bad_in_a_row"])
+        self.skipped = int(state["skipped"])

@@ -16,6 +16,7 @@ import torch
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data import BucketBatchSampler
 
 
 def steps_per_epoch(batches_per_epoch: int, grad_accum: int) -> int:
@@ -57,6 +58,27 @@ def iter_optimizer_steps(
                     yield epoch, pending
                     pending = []
         epoch += 1
+
+
+def iter_sampler_steps(
+    sampler: BucketBatchSampler, grad_accum: int, by_epoch: bool
+) -> Iterator[tuple[int, list[list[int]]]]:
+    """The same (epoch, micro-batches) sequence as `iter_optimizer_steps(sampler.epoch_batches,
+    ...)`, drawn through the sampler's own iteration so that, between two yielded steps,
+    `sampler.state_dict()` is the position after the last step (restoring it with
+    `load_state_dict` continues with the next step). Starts at the sampler's current position."""
+    pending: list[list[int]] = []
+    while True:
+        epoch = sampler.epoch
+        for batch in sampler:  # the rest of the current epoch; the next pass starts the next one
+            epoch = sampler.epoch
+            pending.append(batch)
+            if len(pending) == grad_accum:
+                yield epoch, pending
+                pending = []
+        if by_epoch and pending:  # epoch mode: the epoch's last step may be short
+            yield epoch, pending
+            pending = []
 
 
 def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -33,7 +33,12 @@ def test_stop_with_save_writes_the_lora_of_the_steps_run(make_config):
     assert events[-1] == Complete(lora_path=str(result.lora_path), steps_run=2, stopped=True)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["steps"] == 2 and sidecar["total_steps"] == 5 and sidecar["stopped"] is True
-    assert sorted(p.name for p in result.lora_path.parent.iterdir()) == ["run.json", "run.safetensors"]
+    # stop-and-save also writes a checkpoint (resumable)
+    assert sorted(p.name for p in result.lora_path.parent.iterdir()) == [
+        "checkpoints",
+        "run.json",
+        "run.safetensors",
+    ]
 
 
 def test_stop_without_save_writes_nothing(make_config):

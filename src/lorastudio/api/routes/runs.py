@@ -1,4 +1,5 @@
-"""/api/runs: the run store (every run, this server's life and before)."""
+"""/api/runs: the run store (every run, this server's life and before), its checkpoints, and
+resuming a run from one."""
 
 from __future__ import annotations
 
@@ -10,26 +11,66 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 
 from lorastudio.api.deps import service_dep, settings_dep, store_dep
-from lorastudio.api.schemas import RunDeleted, RunDetail, RunList
+from lorastudio.api.schemas import CheckpointList, JobOut, ResumeBody, RunDeleted, RunDetail, RunList
 from lorastudio.errors import JobActive
 from lorastudio.jobs.records import LIVE_STATUSES
+from lorastudio.jobs.resume import resumable_step
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
+from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 
 @router.get("", response_model=RunList)
-def list_runs(limit: int = Query(default=200, ge=1, le=10_000), store: RunStore = Depends(store_dep)) -> dict:
-    """Runs, newest first (no configs or metrics)."""
-    return {"runs": store.list_runs(limit)}
+def list_runs(
+    limit: int = Query(default=200, ge=1, le=10_000),
+    store: RunStore = Depends(store_dep),
+    settings: Settings = Depends(settings_dep),
+) -> dict:
+    """Runs, newest first (no configs or metrics), each with the step it could resume from."""
+    return {"runs": [_with_resume_step(run, settings) for run in store.list_runs(limit)]}
 
 
 @router.get("/{run_id}", response_model=RunDetail)
-def get_run(run_id: str, store: RunStore = Depends(store_dep)) -> dict[str, Any]:
+def get_run(
+    run_id: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
+) -> dict[str, Any]:
     """One run: config, metric points (decimated), outputs, error. 404 when unknown."""
-    return store.get_run(run_id)
+    return _with_resume_step(store.get_run(run_id), settings)
+
+
+@router.get("/{run_id}/checkpoints", response_model=CheckpointList)
+def run_checkpoints(
+    run_id: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
+) -> dict[str, Any]:
+    """The checkpoints in the run's output folder (shared by every session of the run). 404
+    when the run is unknown."""
+    run = _with_resume_step(store.get_run(run_id, max_points=2), settings)
+    found = list_checkpoints(settings.outputs_dir / run["output_name"]) if run["output_name"] else []
+    return {
+        "checkpoints": [{"name": p.name, "step": checkpoint_step(p), "path": str(p)} for p in found],
+        "resume_step": run["resume_step"],
+    }
+
+
+@router.post("/{run_id}/resume", status_code=201, response_model=JobOut)
+def resume_run(run_id: str, body: ResumeBody, service: JobService = Depends(service_dep)) -> dict[str, Any]:
+    """Continue a stopped, failed or interrupted run in its output folder from a checkpoint
+    (the newest by default). 201 with the new job; 400 listing every problem (each setting
+    that differs from the checkpoint's identity); 404 when the run or checkpoint is unknown;
+    409 when the run is live or the GPU busy and `queue` is false."""
+    return service.submit_resume(
+        run_id, checkpoint=body.checkpoint, overrides=body.settings, queue=body.queue
+    )
+
+
+def _with_resume_step(run: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    live = run["status"] in {s.value for s in LIVE_STATUSES}
+    name = run.get("output_name")
+    step = None if live or not name else resumable_step(settings.outputs_dir / name)
+    return {**run, "resume_step": step}
 
 
 @router.delete("/{run_id}", response_model=RunDeleted)

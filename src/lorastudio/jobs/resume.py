@@ -1,0 +1,123 @@
+"""Checking a resume request before the GPU is touched (no torch, no HTTP).
+
+A resume continues a run in its own output folder from one of its checkpoints (the newest by
+default): the config is the checkpoint's, with only settings that do not change the maths
+overridable; the base model, the dataset and the identity are checked like a new run's, so a
+changed dataset or base model is refused with every differing field named.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorastudio import families
+from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
+from lorastudio.data import resolve_dataset_dir, scan_dataset
+from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
+from lorastudio.jobs.validation import resolve_base_model
+from lorastudio.settings import Settings
+from lorastudio.training.checkpoint import (
+    CHECKPOINTS,
+    checkpoint_step,
+    find_checkpoint,
+    list_checkpoints,
+    read_checkpoint_info,
+    resume_settings,
+)
+from lorastudio.training.identity import check_identity, run_identity
+
+
+@dataclass(frozen=True)
+class ValidatedResume:
+    """A resume request that passed every cheap check."""
+
+    config: TrainConfig  # resolved (what the API shows and stores)
+    worker_config: TrainConfig  # what the worker gets (re-resolved there)
+    checkpoint: Path  # the checkpoint folder to continue from
+    step: int  # the checkpoint's step
+    total_steps: int
+
+
+def resumable_step(run_dir: Path) -> int | None:
+    """The step a resume of `run_dir` would start from: its newest checkpoint's, unless the run
+    folder holds a finished LoRA (sidecar with stopped=false) or the checkpoint has no step
+    left. None when nothing can be resumed."""
+    found = list_checkpoints(run_dir)
+    if not found:
+        return None
+    sidecar = run_dir / f"{run_dir.name}.json"
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    except (OSError, ValueError):
+        meta = {}
+    if isinstance(meta, dict) and meta.get("stopped") is False:
+        return None
+    try:
+        info = read_checkpoint_info(found[-1])
+    except ConfigError:
+        return None
+    step = int(info["step"])
+    return step if step < int(info["total_steps"]) else None
+
+
+def validate_resume(
+    run_dir: Path,
+    checkpoint: str | None,
+    overrides: Mapping[str, Any],
+    settings: Settings,
+    *,
+    live_output_names: set[str],
+) -> ValidatedResume:
+    """Check a request to resume the run whose output folder is `run_dir`.
+
+    Takes the run folder, a checkpoint folder name ("step-000123"; None = the newest), the
+    settings to change (only those that do not change the maths), the settings, and the output
+    names of live jobs. Returns a ValidatedResume. Raises JobActive (the folder is in use),
+    NotFound (no such checkpoint), ConfigError listing every problem (refused overrides, a
+    checkpoint with no step left, base model / dataset problems, each identity field that
+    differs).
+    """
+    if run_dir.name in live_output_names:
+        raise JobActive(f"{run_dir.name!r} is the output of a queued or running job")
+    if checkpoint is None:
+        found = find_checkpoint(run_dir)
+    else:
+        if checkpoint_step(Path(checkpoint)) is None or Path(checkpoint).name != checkpoint:
+            raise ConfigError(
+                [FieldProblem("checkpoint", f"{checkpoint!r} is not a checkpoint name (step-N)")]
+            )
+        found = find_checkpoint(run_dir / CHECKPOINTS / checkpoint)
+    info = read_checkpoint_info(found)
+    step, total = int(info["step"]), int(info["total_steps"])
+    if step >= total:
+        raise ConfigError(
+            [FieldProblem("checkpoint", f"{found.name} is at step {step} of {total}: nothing left")]
+        )
+    given = parse_train_config(resume_settings(info, overrides))
+    cfg = resolve_train_config(given)
+    if cfg.output_name != run_dir.name:
+        raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
+    family = families.get(cfg.family)
+    problems: list[FieldProblem] = []
+    try:
+        resolve_base_model(cfg.base_model, family, settings)
+    except ModelSourceError as err:
+        problems.append(FieldProblem("base_model", str(err)))
+    data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)
+    scan = scan_dataset(
+        data_dir,
+        resolution=int(cfg.resolution or 0),
+        multiple=family.spec.resolution_multiple,
+        aspect_buckets=cfg.aspect_buckets,
+        trigger_word=cfg.trigger_word,
+        default_caption=cfg.default_caption,
+        max_pixels=settings.max_image_pixels,
+    )
+    if problems:
+        raise ConfigError(problems)
+    check_identity(info["identity"], run_identity(cfg, scan.fingerprint, family.spec.lora_targets))
+    return ValidatedResume(config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total)

@@ -1,0 +1,217 @@
+"""Checkpoint folders of a run: layout, atomic writing, finding, reading, retention. No torch here
+(what goes inside a checkpoint is training/snapshot.py's business).
+
+Layout: <run_dir>/checkpoints/step-000123/
+    lora.safetensors   the LoRA weights (peft naming, fp32)
+    state.pt           optimizer, LR scheduler, GradScaler, RNG states, sampler position, meters
+    identity.json      {"format", "step", "total_steps", "identity", "config", "created_at", ...}
+
+A checkpoint folder is written under a hidden staging name, every file fsynced, then renamed into
+place (and the parent fsynced), so a folder named step-N is always complete. `keep_last` newest
+checkpoints are retained; checkpoints that existed before this session are only removed when the
+session ends well (`CheckpointKeeper.finish`), so a discarded resume leaves them untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lorastudio.errors import ConfigError, FieldProblem, NotFound
+from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
+
+CHECKPOINTS = "checkpoints"
+INFO_FILE = "identity.json"
+STATE_FILE = "state.pt"
+LORA_FILE = "lora.safetensors"
+CHECKPOINT_FILES = (INFO_FILE, STATE_FILE, LORA_FILE)
+_NAME = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_name(step: int) -> str:
+    """Folder name of the checkpoint after optimizer step `step` ("step-000123")."""
+    return f"step-{step:06d}"
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step of a checkpoint folder name, or None when the name is not one."""
+    match = _NAME.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """The complete checkpoint folders of `run_dir`, oldest step first (staging folders and
+    folders missing a file are ignored)."""
+    folder = run_dir / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    found = [
+        p
+        for p in folder.iterdir()
+        if checkpoint_step(p) is not None and p.is_dir() and all((p / f).is_file() for f in CHECKPOINT_FILES)
+    ]
+    return sorted(found, key=lambda p: checkpoint_step(p) or 0)
+
+
+def find_checkpoint(path: Path) -> Path:
+    """The checkpoint to resume from: `path` itself when it is a checkpoint folder, else the
+    newest checkpoint of the run folder `path`. Raises NotFound."""
+    if (path / INFO_FILE).is_file():
+        if checkpoint_step(path) is None or any(not (path / f).is_file() for f in CHECKPOINT_FILES):
+            raise NotFound(
+                f"{path} is not a complete checkpoint folder (needs {', '.join(CHECKPOINT_FILES)})"
+            )
+        return path
+    if not path.is_dir():
+        raise NotFound(f"no run folder or checkpoint at {path}")
+    found = list_checkpoints(path)
+    if not found:
+        raise NotFound(
+            f"{path} holds no checkpoint to resume from (checkpoints are written every save_every "
+            "steps and on stop-and-save)"
+        )
+    return found[-1]
+
+
+def run_dir_of(checkpoint: Path) -> Path:
+    """The run folder a checkpoint folder belongs to (<run_dir>/checkpoints/step-N)."""
+    return checkpoint.parent.parent
+
+
+def read_checkpoint_info(checkpoint: Path) -> dict[str, Any]:
+    """The parsed identity.json of a checkpoint. Raises ConfigError (field "resume") when it is
+    unreadable or not a checkpoint description of this format."""
+    path = checkpoint / INFO_FILE
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError([FieldProblem("resume", f"cannot read {path}: {err}")]) from None
+    keys = ("step", "total_steps", "identity", "config")
+    if (
+        not isinstance(info, dict)
+        or info.get("format") != IDENTITY_FORMAT
+        or any(k not in info for k in keys)
+    ):
+        raise ConfigError(
+            [FieldProblem("resume", f"{path} is not a {IDENTITY_FORMAT} checkpoint description")]
+        )
+    return info
+
+
+def resume_settings(info: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The raw settings of a resumed run: the checkpoint's resolved config with `overrides` (only
+    settings that do not change the maths). Raises ConfigError naming each refused override."""
+    problems = override_problems(overrides)
+    if problems:
+        raise ConfigError(problems)
+    return {**dict(info["config"]), **dict(overrides)}
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a folder (where the platform allows opening folders)."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() and hasattr(os, "O_DIRECTORY") else 0)
+    try:
+        fd = os.open(path, flags)
+    except (IsADirectoryError, PermissionError):  # folders cannot be opened on some systems
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Path], None]) -> Path:
+    """Write checkpoint `step` atomically: `write_files(staging)` fills a hidden staging folder,
+    which is fsynced and renamed to checkpoints/step-N. Returns the checkpoint folder. An existing
+    checkpoint of the same step is replaced. On failure nothing is left behind."""
+    parent = run_dir / CHECKPOINTS
+    parent.mkdir(exist_ok=True)
+    final = parent / checkpoint_name(step)
+    staging = parent / f".staging-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        write_files(staging)
+        missing = [f for f in CHECKPOINT_FILES if not (staging / f).is_file()]
+        if missing:
+            raise OSError(f"checkpoint {final.name} was written without {', '.join(missing)}")
+        for item in staging.iterdir():
+            fsync_path(item)
+        fsync_path(staging)
+        if final.exists():
+            _remove(final)
+        os.rename(staging, final)
+        fsync_path(parent)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def _remove(folder: Path) -> None:
+    """Remove a folder in one visible step: rename it aside, then delete it."""
+    trash = folder.parent / f".removing-{uuid.uuid4().hex[:8]}"
+    os.rename(folder, trash)
+    shutil.rmtree(trash)
+
+
+def remove_leftovers(run_dir: Path) -> None:
+    """Remove staging/removal leftovers of interrupted writes in the checkpoints folder."""
+    parent = run_dir / CHECKPOINTS
+    if parent.is_dir():
+        for item in parent.iterdir():
+            if item.name.startswith((".staging-", ".removing-")):
+                shutil.rmtree(item, ignore_errors=True)
+
+
+class CheckpointKeeper:
+    """Checkpoint bookkeeping of one session of a run (a fresh run, or one resume of it).
+
+    `due(step, total)`: whether the periodic checkpoint falls on `step` (every `save_every`
+    steps, not at the final step: the final LoRA is the run's result). `record(path)` registers
+    a written checkpoint and removes this session's checkpoints beyond the `keep_last` newest.
+    `finish()` (the session ended well) applies `keep_last` to every checkpoint of the folder.
+    `discard()` removes the checkpoints written by this session and any staging leftovers.
+    """
+
+    def __init__(self, run_dir: Path, save_every: int | None, keep_last: int):
+        self.run_dir = run_dir
+        self.save_every = save_every
+        self.keep_last = keep_last
+        self.preexisting = set(list_checkpoints(run_dir))
+        self.written: list[Path] = []
+
+    def due(self, step: int, total_steps: int) -> bool:
+        return self.save_every is not None and step % self.save_every == 0 and step < total_steps
+
+    def record(self, checkpoint: Path) -> None:
+        if checkpoint not in self.written:
+            self.written.append(checkpoint)
+        self._prune(include_preexisting=False)
+
+    def finish(self) -> None:
+        self._prune(include_preexisting=True)
+        remove_leftovers(self.run_dir)
+
+    def discard(self) -> None:
+        for checkpoint in self.written:
+            if checkpoint.exists() and checkpoint not in self.preexisting:
+                _remove(checkpoint)
+        self.written = []
+        remove_leftovers(self.run_dir)
+        parent = self.run_dir / CHECKPOINTS
+        if parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+
+    def _prune(self, include_preexisting: bool) -> None:
+        everything = list_checkpoints(self.run_dir)
+        excess = everything[: max(0, len(everything) - self.keep_last)]
+        for checkpoint in excess:
+            if include_preexisting or checkpoint not in self.preexisting:
+                _remove(checkpoint)
+                if checkpoint in self.written:
+                    self.written.remove(checkpoint)

@@ -1,0 +1,91 @@
+"""The identity of a run: everything that changes its maths. A checkpoint records it, and a resume
+whose identity differs is refused with one problem per differing field. No torch here (the job
+service validates resume requests with it).
+
+Identity = every setting of the resolved TrainConfig except those in RESUMABLE_FIELDS, with the
+LoRA targets resolved (the family's defaults when unset), plus the dataset fingerprint (file
+names, image bytes and final captions). `data_dir` itself is not part of it: a dataset that was
+moved but not changed still resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from lorastudio.errors import ConfigError, FieldProblem
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+IDENTITY_FORMAT = "lorastudio.run-identity/1"
+
+# Settings that do not change the maths of a run: a resume may set them to other values.
+RESUMABLE_FIELDS: frozenset[str] = frozenset(
+    {
+        "output_name",  # the run folder is the checkpoint's (checked separately)
+        "data_dir",  # the fingerprint of the dataset's content is compared instead
+        "save_every",
+        "keep_last",
+        "max_bad_steps",
+        "lora_format",
+        "compile",
+        "gradient_checkpointing",  # recomputation gives the same values
+    }
+)
+
+
+def run_identity(
+    cfg: TrainConfig, dataset_fingerprint: str, default_targets: tuple[str, ...]
+) -> dict[str, Any]:
+    """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint
+    and the family's default LoRA targets (used when cfg.lora_targets is unset)."""
+    values = cfg.model_dump(mode="json")
+    identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
+    identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))
+    identity["dataset_fingerprint"] = dataset_fingerprint
+    return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
+
+
+def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
+    """One FieldProblem per field whose value differs between the checkpoint's identity (`saved`)
+    and this run's (`current`); empty when they match."""
+    problems = []
+    for key in sorted(set(saved) | set(current)):
+        was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if was != now:
+            problems.append(
+                FieldProblem(
+                    key,
+                    f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
+                    "a resume must keep every setting that changes the maths",
+                )
+            )
+    return problems
+
+
+def check_identity(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Raise ConfigError naming every field that differs between `saved` and `current`."""
+    problems = identity_problems(saved, current)
+    if problems:
+        raise ConfigError(problems)
+
+
+def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
+    """Problems with settings given for a resume: only RESUMABLE_FIELDS (minus output_name) may
+    change; the others are fixed by the checkpoint."""
+    allowed = RESUMABLE_FIELDS - {"output_name"}
+    return [
+        FieldProblem(
+            key,
+            "cannot change on resume (it changes the maths of the run); "
+            f"settings that may change: {', '.join(sorted(allowed))}",
+        )
+        for key in sorted(set(overrides) - allowed)
+    ]
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,99 @@
+"""One session of a run (a fresh run, or one resume of it): what it checks before loading a
+model, and what it leaves in the run folder when it does not end with a LoRA.
+
+Rules: a fresh run claims a new folder; a resume continues in the folder of its checkpoint and
+must have the checkpoint's identity. Stop-and-discard removes what this session wrote (the whole
+folder of a fresh run; this session's checkpoints of a resumed one). A failed session keeps a
+folder that holds a checkpoint (resumable) and removes a fresh folder that holds none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.checkpoint import (
+    CheckpointKeeper,
+    list_checkpoints,
+    read_checkpoint_info,
+    remove_leftovers,
+    run_dir_of,
+)
+from lorastudio.training.identity import check_identity, run_identity
+from lorastudio.training.preflight import PreparedRun, preflight
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.settings import Settings
+
+
+def prepare_session(
+    cfg: TrainConfig, settings: Settings, device: str | None, checkpoint: Path | None
+) -> tuple[PreparedRun, dict[str, Any]]:
+    """Preflight the run and compute its identity. For a resume (`checkpoint` set) the run folder
+    is the checkpoint's and the identity must equal the checkpoint's.
+
+    Returns (prepared run, identity). Raises ConfigError: every preflight problem, an
+    output_name other than the checkpoint's folder, a checkpoint with no step left, or one
+    problem per identity field that differs; plus what preflight raises.
+    """
+    if checkpoint is None:
+        run = preflight(cfg, settings, device)
+        return run, run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
+    run_dir = run_dir_of(checkpoint)
+    info = read_checkpoint_info(checkpoint)
+    problems = []
+    if cfg.output_name is not None and cfg.output_name != run_dir.name:
+        problems.append(
+            FieldProblem(
+                "output_name", f"a resume continues in {run_dir}: leave it unset or {run_dir.name!r}"
+            )
+        )
+    if int(info["step"]) >= int(info["total_steps"]):
+        problems.append(
+            FieldProblem(
+                "resume", f"{checkpoint} is at step {info['step']} of {info['total_steps']}: nothing left"
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    # The folder exists (it is the one continued): everything else is checked as for a new run.
+    run = preflight(cfg.model_copy(update={"output_name": None}), settings, device)
+    run = dataclasses.replace(
+        run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
+    )
+    identity = run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
+    check_identity(info["identity"], identity)
+    return run, identity
+
+
+def claim_run_dir(run_dir: Path) -> None:
+    """Create a fresh run's output folder; one created meanwhile by someone else is a ConfigError."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir()
+    except FileExistsError:
+        raise ConfigError(
+            [FieldProblem("output_name", f"{run_dir} already exists; choose another output_name")]
+        ) from None
+
+
+def discard_session(run_dir: Path, resumed: bool, keeper: CheckpointKeeper | None) -> None:
+    """Stop without save (or a fresh run stopped before its first step): remove what this
+    session wrote. A fresh run's folder goes entirely; a resumed run keeps what it started with."""
+    if not resumed:
+        shutil.rmtree(run_dir)
+    elif keeper is not None:
+        keeper.discard()
+
+
+def clean_after_failure(run_dir: Path, resumed: bool) -> None:
+    """A failed session: a fresh folder without any checkpoint is removed; otherwise the
+    checkpoints stay resumable and only staging leftovers go (no LoRA was written)."""
+    if not resumed and not list_checkpoints(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        remove_leftovers(run_dir)

@@ -1,0 +1,167 @@
+"""What a checkpoint holds, and putting it back: the loop's complete state between two optimizer
+steps, so a resumed run continues bitwise where the interrupted one stopped (on CPU).
+
+state.pt = torch.save of {"step", "losses", "optimizer", "scheduler", "scaler", "sampler",
+"meter", "guard", "rng"}; "rng" = python `random`, numpy's global state, torch CPU, every CUDA
+device, plus the run's own streams: the numpy Generator (crops, flips, caption dropout) and the
+CPU torch.Generator (noise, timesteps, cached-variant choice). lora.safetensors holds the LoRA
+weights (peft naming). Loading uses torch.load(weights_only=True).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pickle
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lorastudio import __version__
+from lorastudio.data import BucketBatchSampler
+from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.checkpoint import INFO_FILE, LORA_FILE, STATE_FILE, write_checkpoint_folder
+from lorastudio.training.identity import IDENTITY_FORMAT
+from lorastudio.training.lora import lora_state_dict
+from lorastudio.training.meter import DivergenceGuard, StepMeter
+
+_STATE_KEYS = ("step", "losses", "optimizer", "scheduler", "scaler", "sampler", "meter", "guard", "rng")
+
+
+@dataclass
+class LoopParts:
+    """Everything of the optimization loop that a checkpoint saves and restores."""
+
+    denoiser: Any  # with the LoRA adapter
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    sampler: BucketBatchSampler
+    meter: StepMeter
+    guard: DivergenceGuard
+    rng: np.random.Generator  # the run's numpy stream (crops, flips, caption dropout)
+    generator: torch.Generator  # the run's CPU torch stream (noise, timesteps, variants)
+
+
+def capture_rng(rng: np.random.Generator, generator: torch.Generator) -> dict[str, Any]:
+    """Every random stream the run draws from (plain Python values and tensors only)."""
+    numpy_global = np.random.get_state(legacy=False)
+    numpy_global["state"]["key"] = torch.from_numpy(numpy_global["state"]["key"].astype(np.int64))
+    return {
+        "python": random.getstate(),
+        "numpy": numpy_global,
+        "torch_cpu": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "run_numpy": rng.bit_generator.state,
+        "run_torch": generator.get_state(),
+    }
+
+
+def restore_rng(state: dict[str, Any], rng: np.random.Generator, generator: torch.Generator) -> None:
+    """Put every stream of `capture_rng` back (the run's streams in place, in the same objects).
+    CUDA states are restored when this host has the same number of devices."""
+    random.setstate(_as_tuple(state["python"]))
+    numpy_global = dict(state["numpy"])
+    numpy_global["state"] = {
+        **numpy_global["state"],
+        "key": state["numpy"]["state"]["key"].numpy().astype(np.uint32),
+    }
+    np.random.set_state(numpy_global)
+    torch.set_rng_state(state["torch_cpu"])
+    cuda = state["cuda"]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+    rng.bit_generator.state = state["run_numpy"]
+    generator.set_state(state["run_torch"])
+
+
+def _as_tuple(value: Any) -> Any:
+    """random.setstate needs tuples where a round trip may have produced lists."""
+    if isinstance(value, list | tuple):
+        return tuple(_as_tuple(v) for v in value)
+    return value
+
+
+def save_checkpoint(
+    run_dir: Path,
+    parts: LoopParts,
+    *,
+    step: int,
+    total_steps: int,
+    losses: list[float],
+    identity: dict[str, Any],
+    config: dict[str, Any],
+) -> Path:
+    """Write checkpoint `step` of the run (atomically; see training/checkpoint.py). Returns its
+    folder. `identity` is the run's identity, `config` its resolved config (JSON dict)."""
+    from safetensors.torch import save_file
+
+    state = {
+        "step": step,
+        "losses": [float(x) for x in losses],
+        "optimizer": parts.optimizer.state_dict(),
+        "scheduler": parts.scheduler.state_dict(),
+        "scaler": parts.scaler.state_dict(),
+        "sampler": parts.sampler.state_dict(),
+        "meter": parts.meter.state_dict(),
+        "guard": parts.guard.state_dict(),
+        "rng": capture_rng(parts.rng, parts.generator),
+    }
+    info = {
+        "format": IDENTITY_FORMAT,
+        "step": step,
+        "total_steps": total_steps,
+        "identity": identity,
+        "config": config,
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "lorastudio_version": __version__,
+    }
+
+    def write(folder: Path) -> None:
+        save_file(lora_state_dict(parts.denoiser), str(folder / LORA_FILE))
+        torch.save(state, folder / STATE_FILE)
+        (folder / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+    return write_checkpoint_folder(run_dir, step, write)
+
+
+def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float]]:
+    """Restore the loop's state from `checkpoint` into `parts` (LoRA weights copied into the
+    existing parameters, so the optimizer keeps referring to them). Returns (step, losses of
+    steps 1..step). Raises ConfigError (field "resume") when the checkpoint does not fit the
+    model or cannot be read."""
+    from peft.utils import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    try:
+        weights = load_file(str(checkpoint / LORA_FILE))
+        state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
+        reason = (str(err).splitlines() or [type(err).__name__])[0]
+        raise ConfigError(
+            [FieldProblem("resume", f"cannot read checkpoint {checkpoint}: {reason}")]
+        ) from None
+    if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
+        raise ConfigError(
+            [FieldProblem("resume", f"cannot read checkpoint {checkpoint}: incomplete state.pt")]
+        )
+    expected = lora_state_dict(parts.denoiser)
+    if set(weights) != set(expected) or any(weights[k].shape != expected[k].shape for k in expected):
+        raise ConfigError(
+            [FieldProblem("resume", f"the LoRA weights of {checkpoint} do not fit this run's adapter")]
+        )
+    result = set_peft_model_state_dict(parts.denoiser, weights)
+    if getattr(result, "unexpected_keys", None):
+        raise ConfigError([FieldProblem("resume", f"unexpected LoRA keys in {checkpoint}")])
+    parts.optimizer.load_state_dict(state["optimizer"])
+    parts.scheduler.load_state_dict(state["scheduler"])
+    parts.scaler.load_state_dict(state["scaler"])
+    parts.sampler.load_state_dict(state["sampler"])
+    parts.meter.load_state_dict(state["meter"])
+    parts.guard.load_state_dict(state["guard"])
+    restore_rng(state["rng"], parts.rng, parts.generator)
+    return int(state["step"]), [float(x) for x in state["losses"]]

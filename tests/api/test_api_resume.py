@@ -1,0 +1,81 @@
+"""Resume through HTTP on a real server with real workers (tiny FLUX.1): a run stopped with save
+is resumable, its resume continues in the same folder to the original total steps and gives the
+LoRA of an uninterrupted run; a resume that would change the maths is refused."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from api_helpers import FINAL, LiveServer, upload_folder, wait_idle, wait_status
+from safetensors.torch import load_file
+
+from lorastudio.config import parse_train_config
+from lorastudio.training.loop import train
+
+STEPS = 30
+
+
+def _stopped_run(server: LiveServer, config: dict) -> dict:
+    """Start `config`, stop it with save once it has run 3 steps; returns the final job."""
+    client = server.client
+    started = client.post("/api/train/start", json={"config": config})
+    assert started.status_code == 201, started.text
+    job_id = started.json()["id"]
+    deadline = time.monotonic() + 90
+    while (client.get("/api/train/status").json()["job"]["progress"] or {}).get("step", 0) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert client.post("/api/train/stop", json={"save": True}).status_code == 200
+    job = wait_status(client, job_id, FINAL)
+    wait_idle(client)
+    return job
+
+
+def test_resume_a_stopped_run_to_the_uninterrupted_result(
+    server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
+) -> None:
+    client = server.client
+    assert upload_folder(client, "shapes", sample_dataset).status_code == 201
+    outputs = Path(client.get("/api/info").json()["outputs_root"])
+    config = flux_config(output_name="res", steps=STEPS, save_every=2, keep_last=2, seed=5)
+    first = _stopped_run(server, config)
+    stopped_at = first["steps_run"]
+    assert first["status"] == "stopped" and 3 <= stopped_at < STEPS
+
+    listed = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == first["id"])
+    assert listed["resume_step"] == stopped_at
+    checkpoints = client.get(f"/api/runs/{first['id']}/checkpoints").json()
+    assert checkpoints["resume_step"] == stopped_at
+    assert checkpoints["checkpoints"][-1]["name"] == f"step-{stopped_at:06d}"
+
+    # refused: a setting that changes the maths, an unknown checkpoint or run, a bad name
+    refused = client.post(f"/api/runs/{first['id']}/resume", json={"settings": {"learning_rate": 0.5}})
+    assert refused.status_code == 400 and refused.json()["problems"][0]["field"] == "learning_rate"
+    missing = client.post(f"/api/runs/{first['id']}/resume", json={"checkpoint": "step-999999"})
+    assert missing.status_code == 404
+    assert client.post("/api/runs/nope/resume", json={}).status_code == 404
+    assert client.post(f"/api/runs/{first['id']}/resume", json={"checkpoint": "../x"}).status_code == 422
+
+    resumed = client.post(f"/api/runs/{first['id']}/resume", json={"settings": {"keep_last": 1}})
+    assert resumed.status_code == 201, resumed.text
+    job = resumed.json()
+    assert job["id"] != first["id"] and job["output_name"] == "res" and job["steps_run"] == stopped_at
+    assert [p["step"] for p in job["metrics"]] == list(range(1, stopped_at + 1))  # history carried over
+    again = client.post(f"/api/runs/{first['id']}/resume", json={})
+    assert again.status_code == 409  # the folder is in use by the queued/running resume
+    done = wait_status(client, job["id"], FINAL)
+    wait_idle(client)
+    assert done["status"] == "completed" and done["steps_run"] == STEPS, done["error"]
+    assert [p["step"] for p in done["metrics"]] == list(range(1, STEPS + 1))
+    assert Path(done["lora_path"]) == outputs / "res" / "res.safetensors"
+    assert len(list((outputs / "res" / "checkpoints").iterdir())) == 1  # keep_last=1 on resume
+    assert all(r["resume_step"] is None for r in client.get("/api/runs").json()["runs"])
+
+    # the same run uninterrupted, in this process, gives the same LoRA
+    reference = parse_train_config({**config, "data_dir": str(outputs.parent / "datasets" / "shapes")})
+    result = train(reference.model_copy(update={"output_name": "ref"}), [].append, device="cpu")
+    expected, got = load_file(str(result.lora_path)), load_file(done["lora_path"])
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)

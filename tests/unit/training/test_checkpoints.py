@@ -1,0 +1,139 @@
+"""Checkpoints on the tiny FLUX.1 model: every save_every steps and on stop-and-save, complete
+and atomic, keep_last retained, and what stop-and-discard / a failure leave behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lorastudio.errors import ConfigError, NotFound
+from lorastudio.settings import get_settings
+from lorastudio.training.checkpoint import (
+    CHECKPOINT_FILES,
+    find_checkpoint,
+    list_checkpoints,
+    write_checkpoint_folder,
+)
+from lorastudio.training.events import StopRequest
+from lorastudio.training.identity import IDENTITY_FORMAT
+from lorastudio.training.loop import train
+
+
+def _stop_at(step: int, save: bool) -> tuple[list, object]:
+    events: list = []
+
+    def check() -> StopRequest | None:
+        done = [e for e in events if e.type == "progress"]
+        return StopRequest(save=save) if done and done[-1].step >= step else None
+
+    return events, check
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [int(p.name.removeprefix("step-")) for p in list_checkpoints(run_dir)]
+
+
+def _everything(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_a_checkpoint_every_save_every_steps_keeping_the_last(make_config):
+    result = train(make_config(steps=7, save_every=2, keep_last=2), [].append, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    assert _steps(run_dir) == [4, 6]  # 2 was removed by keep_last; none at the final step 7
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000004", "step-000006"]
+    checkpoint = run_dir / "checkpoints" / "step-000006"
+    assert sorted(p.name for p in checkpoint.iterdir()) == sorted(CHECKPOINT_FILES)
+    info = json.loads((checkpoint / "identity.json").read_text())
+    assert info["format"] == IDENTITY_FORMAT and info["step"] == 6 and info["total_steps"] == 7
+    assert info["identity"]["family"] == "flux" and info["identity"]["lora_rank"] == 4
+    assert "save_every" not in info["identity"] and info["config"]["save_every"] == 2
+    state = torch.load(checkpoint / "state.pt", weights_only=True)
+    assert state["step"] == 6 and state["losses"] == result.losses[:6]
+    assert set(state["rng"]) == {"python", "numpy", "torch_cpu", "cuda", "run_numpy", "run_torch"}
+    assert state["optimizer"]["state"] and state["sampler"] == {"epoch": 3, "position": 0}
+    lora = load_file(str(checkpoint / "lora.safetensors"))
+    final = load_file(str(result.lora_path))
+    assert len(lora) == len(final) and all(t.dtype == torch.float32 for t in lora.values())
+
+
+def test_keep_last_one_and_stop_and_save_writes_a_checkpoint(make_config):
+    events, stop = _stop_at(5, save=True)
+    result = train(make_config(steps=9, save_every=2, keep_last=1), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    assert result.stopped and result.steps_run == 5 and _steps(run_dir) == [5]
+    assert result.lora_path is not None and result.lora_path.is_file()
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_stop_and_discard_of_a_fresh_run_removes_everything(make_config):
+    events, stop = _stop_at(3, save=False)
+    train(make_config(steps=6, save_every=1), events.append, stop, device="cpu")
+    assert not (get_settings().outputs_dir / "run").exists()
+
+
+def test_a_discarded_resume_keeps_what_existed_before_it(make_config):
+    events, stop = _stop_at(2, save=True)
+    train(make_config(steps=8, save_every=1, keep_last=2), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert _steps(run_dir) == [1, 2]
+    events, stop = _stop_at(6, save=False)
+    cfg = make_config(steps=8, save_every=1, keep_last=2)
+    train(cfg, events.append, stop, device="cpu", resume=run_dir)
+    assert [e.step for e in events if e.type == "progress"] == [3, 4, 5, 6]
+    # keep_last applies to the resumed session's own checkpoints only until it ends well
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    events, stop = _stop_at(4, save=True)
+    train(cfg, events.append, stop, device="cpu", resume=run_dir)
+    assert _steps(run_dir) == [3, 4]  # a session that ended well applies keep_last to all
+
+
+def test_find_checkpoint(make_config, tmp_path):
+    events, stop = _stop_at(1, save=True)
+    train(make_config(steps=3), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    checkpoint = run_dir / "checkpoints" / "step-000001"
+    assert find_checkpoint(run_dir) == checkpoint == find_checkpoint(checkpoint)
+    (checkpoint / "state.pt").unlink()
+    with pytest.raises(NotFound, match="not a complete checkpoint"):
+        find_checkpoint(checkpoint)
+    with pytest.raises(NotFound, match="no checkpoint"):
+        find_checkpoint(run_dir)  # an incomplete folder is not listed
+    with pytest.raises(NotFound, match="no run folder"):
+        find_checkpoint(tmp_path / "missing")
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    def half_written(folder: Path) -> None:
+        (folder / "identity.json").write_text("{}")
+
+    with pytest.raises(OSError, match="without state.pt, lora.safetensors"):
+        write_checkpoint_folder(tmp_path, 3, half_written)
+    assert _everything(tmp_path) == ["checkpoints"]
+
+    def failing(folder: Path) -> None:
+        (folder / "lora.safetensors").write_bytes(b"x")
+        raise ValueError("disk full")
+
+    with pytest.raises(ValueError, match="disk full"):
+        write_checkpoint_folder(tmp_path, 3, failing)
+    assert _everything(tmp_path) == ["checkpoints"]
+
+
+def test_a_corrupt_checkpoint_is_refused_clearly(make_config):
+    events, stop = _stop_at(1, save=True)
+    train(make_config(steps=3), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    checkpoint = find_checkpoint(run_dir)
+    (checkpoint / "state.pt").write_bytes(b"not a torch file")
+    with pytest.raises(ConfigError, match="cannot read checkpoint"):
+        train(make_config(steps=3), [].append, device="cpu", resume=run_dir)
+    assert checkpoint.is_dir() and (run_dir / "run.safetensors").is_file()  # a failed resume keeps them
+    (checkpoint / "identity.json").write_text("[]")
+    with pytest.raises(ConfigError, match="not a lorastudio.run-identity/1"):
+        train(make_config(steps=3), [].append, device="cpu", resume=run_dir)

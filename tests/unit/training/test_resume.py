@@ -1,0 +1,194 @@
+"""Exact resume on the tiny models: a run stopped at step k and resumed gives the same per-step
+losses and the same final LoRA as an uninterrupted run, bitwise on CPU, for every family and
+across two successive resumes; a resume whose identity differs is refused naming each field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lorastudio import families
+from lorastudio.config import TrainConfig, parse_train_config
+from lorastudio.errors import ConfigError, NotFound
+from lorastudio.settings import get_settings
+from lorastudio.training.checkpoint import (
+    find_checkpoint,
+    list_checkpoints,
+    read_checkpoint_info,
+    resume_settings,
+)
+from lorastudio.training.events import StopRequest
+from lorastudio.training.loop import TrainResult, train
+
+# every random stream of the loop matters: crops/flips/caption dropout (numpy), variants/noise/
+# timesteps (torch generator), LoRA dropout (torch global)
+AUGMENTED = {
+    "steps": 6,
+    "random_flip": True,
+    "random_crop": True,
+    "cache_variants": 2,
+    "caption_dropout": 0.3,
+    "lora_dropout": 0.1,
+    "lr_scheduler": "cosine",
+}
+
+
+def _stop_at(step: int) -> tuple[list, Callable[[], StopRequest | None]]:
+    events: list = []
+
+    def check() -> StopRequest | None:
+        done = [e for e in events if e.type == "progress"]
+        return StopRequest(save=True) if done and done[-1].step >= step else None
+
+    return events, check
+
+
+def _weights(result: TrainResult) -> dict[str, torch.Tensor]:
+    assert result.lora_path is not None
+    return load_file(str(result.lora_path))
+
+
+def _assert_same_lora(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys() and a
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _progress_losses(events: list) -> list[float]:
+    return [e.loss for e in events if e.type == "progress"]
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_stop_and_resume_is_bitwise_the_uninterrupted_run(family, make_config):
+    full = train(make_config(family, output_name="full", **AUGMENTED), [].append, device="cpu")
+    events, stop = _stop_at(2)
+    first = train(make_config(family, output_name="part", **AUGMENTED), events.append, stop, device="cpu")
+    assert first.stopped and first.steps_run == 2 and first.losses == full.losses[:2]
+    run_dir = get_settings().outputs_dir / "part"
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step-000002"]
+
+    resumed_events: list = []
+    cfg = make_config(family, output_name="part", **AUGMENTED)
+    resumed = train(cfg, resumed_events.append, device="cpu", resume=run_dir)
+    assert resumed.resumed_from == 2 and not resumed.stopped and resumed.steps_run == 6
+    assert _progress_losses(resumed_events) == full.losses[2:]
+    assert [e.step for e in resumed_events if e.type == "progress"] == [3, 4, 5, 6]
+    assert resumed.losses == full.losses
+    _assert_same_lora(_weights(full), _weights(resumed))
+    assert resumed.lora_path is not None and resumed.lora_path.parent == run_dir
+    sidecar = json.loads(resumed.lora_path.with_suffix(".json").read_text())
+    assert sidecar["steps"] == 6 and sidecar["stopped"] is False
+
+
+def test_two_successive_resumes_with_epochs_and_accumulation(make_config):
+    settings = {"num_epochs": 3, "batch_size": 1, "grad_accum": 3, "resolution": 64, **AUGMENTED}
+    full = train(make_config(output_name="full", **settings), [].append, device="cpu")
+    assert full.steps_run == 6  # 3 epochs x ceil(4 batches / 3)
+    events, stop = _stop_at(1)
+    train(make_config(output_name="run", **settings), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    events, stop = _stop_at(4)  # the step numbers continue across the resume
+    second = train(
+        make_config(output_name="run", **settings), events.append, stop, device="cpu", resume=run_dir
+    )
+    assert (second.resumed_from, second.steps_run, second.stopped) == (1, 4, True)
+    third_events: list = []
+    third = train(
+        make_config(output_name="run", **settings), third_events.append, device="cpu", resume=run_dir
+    )
+    assert third.resumed_from == 4 and third.losses == full.losses
+    assert [e.epoch for e in third_events if e.type == "progress"] == [3, 3]
+    _assert_same_lora(_weights(full), _weights(third))
+
+
+def test_resume_with_per_step_encoding_and_the_settings_of_the_checkpoint(make_config):
+    settings = {**AUGMENTED, "latent_cache_max_gb": 0.0, "steps": 4}  # crops drawn every step
+    full = train(make_config(output_name="full", **settings), [].append, device="cpu")
+    events, stop = _stop_at(2)
+    train(make_config(output_name="run", **settings), events.append, stop, device="cpu")
+    checkpoint = find_checkpoint(get_settings().outputs_dir / "run")
+    raw = resume_settings(read_checkpoint_info(checkpoint), {"save_every": 1, "keep_last": 5})
+    resumed = train(parse_train_config(raw), [].append, device="cpu", resume=checkpoint)
+    assert resumed.losses == full.losses
+    _assert_same_lora(_weights(full), _weights(resumed))
+    steps = [int(p.name.split("-")[1]) for p in list_checkpoints(checkpoint.parent.parent)]
+    assert steps == [2, 3]  # save_every changed on resume; no checkpoint at the final step
+
+
+def test_a_resume_whose_identity_differs_names_every_field(make_config):
+    events, stop = _stop_at(1)
+    train(make_config(steps=4), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    with pytest.raises(ConfigError) as err:
+        train(make_config(steps=4, learning_rate=1e-3, lora_rank=8), [].append, device="cpu", resume=run_dir)
+    assert {p.field for p in err.value.problems} == {
+        "learning_rate",
+        "lora_rank",
+        "lora_alpha",
+    }  # alpha = rank
+    assert "checkpoint: 0.005, this run: 0.001" in str(err.value)
+    with pytest.raises(ConfigError, match="steps"):
+        train(make_config(steps=5), [].append, device="cpu", resume=run_dir)
+    assert sorted(p.name for p in run_dir.rglob("*")) == before  # a refused resume changes nothing
+
+
+def test_a_resume_refuses_a_changed_dataset(make_config, small_dataset, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(small_dataset, data)
+    events, stop = _stop_at(1)
+    train(make_config(steps=4, data_dir=str(data)), events.append, stop, device="cpu")
+    sorted(data.glob("*.txt"))[0].write_text("another caption")
+    with pytest.raises(ConfigError, match="dataset_fingerprint"):
+        train(
+            make_config(steps=4, data_dir=str(data)),
+            [].append,
+            device="cpu",
+            resume=get_settings().outputs_dir / "run",
+        )
+
+
+def test_overrides_that_change_the_maths_are_refused(make_config):
+    events, stop = _stop_at(1)
+    train(make_config(steps=3), events.append, stop, device="cpu")
+    info = read_checkpoint_info(find_checkpoint(get_settings().outputs_dir / "run"))
+    assert info["step"] == 1 and info["total_steps"] == 3 and info["identity"]["dataset_fingerprint"]
+    with pytest.raises(ConfigError) as err:
+        resume_settings(info, {"seed": 1, "batch_size": 1, "save_every": 2})
+    assert [p.field for p in err.value.problems] == ["batch_size", "seed"]
+    assert resume_settings(info, {"save_every": 2})["save_every"] == 2
+
+
+def test_nothing_to_resume(make_config, tmp_path):
+    with pytest.raises(NotFound, match="no checkpoint"):
+        train(make_config(), [].append, device="cpu", resume=tmp_path)
+    assert TrainConfig.model_fields["save_every"].default is None
+    result = train(make_config(steps=2), [].append, device="cpu")  # no save_every: no checkpoint
+    assert list_checkpoints(result.lora_path.parent) == []
+
+
+def test_cli_resume_from_a_run_folder(make_config, tmp_path):
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    events, stop = _stop_at(2)
+    full = train(make_config(steps=4, output_name="full"), [].append, device="cpu")
+    train(make_config(steps=4), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    refused = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--set", "seed=3"])
+    assert refused.exit_code == 2 and "seed" in refused.output and "cannot change on resume" in refused.output
+    assert CliRunner().invoke(app, ["train"]).exit_code == 2
+    result = CliRunner().invoke(
+        app, ["train", "--resume", str(run_dir), "--set", "keep_last=1", "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "resumed from step 2" in result.output and "done: 4 step(s)" in result.output
+    _assert_same_lora(load_file(str(full.lora_path)), load_file(str(run_dir / "run.safetensors")))

@@ -1,0 +1,55 @@
+import { render, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { RunSummary } from "../api/types";
+import { mockFetch } from "../test/fixtures";
+import { ResumeButton } from "./ResumeButton";
+
+const RUN: RunSummary = {
+  id: "abc123",
+  output_name: "portrait",
+  family: "flux",
+  status: "stopped",
+  created_at: "2025-01-01T00:00:00Z",
+  started_at: "2025-01-01T00:00:01Z",
+  finished_at: "2025-01-01T00:10:00Z",
+  steps_run: 120,
+  total_steps: 1000,
+  last_loss: 0.1,
+  error: null,
+  resume_step: 100,
+};
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("ResumeButton", () => {
+  it("renders nothing for a run that cannot be resumed", () => {
+    const { container } = render(
+      <ResumeButton run={{ ...RUN, resume_step: null }} onResumed={vi.fn()} onError={vi.fn()} />,
+    );
+    expect(container).toBeEmptyDOMElement();
+  });
+
+  it("posts the resume of that run and hands over the new job", async () => {
+    const calls = mockFetch((call) =>
+      call.url === "/api/runs/abc123/resume" ? { status: 201, body: { id: "new1", status: "queued" } } : undefined,
+    );
+    const onResumed = vi.fn();
+    render(<ResumeButton run={RUN} onResumed={onResumed} onError={vi.fn()} />);
+    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 100" }));
+    await waitFor(() => expect(onResumed).toHaveBeenCalledWith({ id: "new1", status: "queued" }));
+    expect(calls.map((c) => [c.method, c.url, c.body])).toEqual([["POST", "/api/runs/abc123/resume", {}]]);
+  });
+
+  it("reports a refused resume with the server's message", async () => {
+    mockFetch(() => ({
+      status: 400,
+      body: { error: "ConfigError", detail: "dataset_fingerprint: differs from the checkpoint", problems: [] },
+    }));
+    const onError = vi.fn();
+    render(<ResumeButton run={RUN} onResumed={vi.fn()} onError={onError} />);
+    await userEvent.click(screen.getByRole("button", { name: /resume portrait/ }));
+    await waitFor(() => expect(onError).toHaveBeenCalledWith(expect.stringContaining("dataset_fingerprint")));
+    expect(screen.getByRole("button", { name: /resume portrait/ })).toBeEnabled();
+  });
+});
