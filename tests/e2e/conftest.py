@@ -1,5 +1,6 @@
 """Fixtures of the browser tests: a real `lorastudio serve` on a free loopback port with a fresh
-studio home (tiny FLUX model under models/), and Debian's Chromium driven by Playwright.
+studio home (tiny FLUX model under models/; a second one behind an API token), and Debian's
+Chromium driven by Playwright.
 
 Skipped (with the reason) when Chromium, the playwright package or the built UI is missing:
 scripts/setup.sh builds the UI; `apt-get install chromium` provides the browser.
@@ -14,7 +15,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,17 @@ import pytest
 CHROMIUM = os.environ.get("LORASTUDIO_CHROMIUM", "/usr/bin/chromium")
 WEB_DIST = Path(__file__).resolve().parents[2] / "src" / "lorastudio" / "web_dist"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+WIDE = {"width": 1280, "height": 900}
+NARROW = {"width": 420, "height": 860}
+# Elements (except those inside a scrolling table) whose right edge passes the viewport's.
+_OVERFLOW_JS = """() => {
+  const w = document.documentElement.clientWidth;
+  return [...document.querySelectorAll('body *')]
+    .filter(e => { const r = e.getBoundingClientRect();
+      return r.width > 0 && r.right > w + 1 && !e.closest('.table-wrap'); })
+    .slice(0, 5)
+    .map(e => `${e.tagName}.${e.className} right=${Math.round(e.getBoundingClientRect().right)}`);
+}"""
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -62,20 +75,14 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
-def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
-    """A running server: {"url", "home", "model", "sample"}; stopped (and its log shown on
-    failure) at the end of the module."""
-    if not WEB_DIST.joinpath("index.html").is_file():
-        _missing("the web UI is not built (run scripts/build_web.sh)")
-    from lorastudio.tiny import make_sample_dataset, save_tiny_model
-
-    home = tmp_path_factory.mktemp("home")
-    model = save_tiny_model("flux", home / "models" / "tiny-flux")
-    sample = make_sample_dataset(tmp_path_factory.mktemp("upload") / "sample")
+@contextmanager
+def _running_studio(home: Path, extra_env: dict[str, str]) -> Iterator[str]:
+    """`lorastudio serve` on a free loopback port with LORASTUDIO_HOME=home (+ extra_env); yields
+    its URL once /api/info answers (200, or 401 behind a token); stops it and prints its log."""
     port = _free_port()
-    env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port)}
-    log = (home / "server.log").open("w")
+    env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port), **extra_env}
+    log_path = home / "server.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -85,12 +92,15 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
                 with urllib.request.urlopen(f"{url}/api/info", timeout=2) as res:
                     if res.status == 200:
                         break
+            except urllib.error.HTTPError as err:
+                if err.code == 401:
+                    break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start:\n{(home / 'server.log').read_text()}")
+                raise RuntimeError(f"server did not start:\n{log_path.read_text()}")
             time.sleep(0.3)
-        yield {"url": url, "home": home, "model": model, "sample": sample, "log": home / "server.log"}
+        yield url
     finally:
         proc.terminate()
         try:
@@ -100,10 +110,36 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, objec
             proc.wait()
         log.close()
         # shown by pytest only when a test of the module failed
-        print(
-            "---- server log (tail) ----\n"
-            + "".join((home / "server.log").read_text().splitlines(True)[-60:])
-        )
+        print("---- server log (tail) ----\n" + "".join(log_path.read_text().splitlines(True)[-60:]))
+
+
+def _require_ui() -> None:
+    if not WEB_DIST.joinpath("index.html").is_file():
+        _missing("the web UI is not built (run scripts/build_web.sh)")
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """A running server: {"url", "home", "model", "sample", "log"}, with the tiny FLUX model
+    under models/; stopped (and its log shown on failure) at the end of the module."""
+    _require_ui()
+    from lorastudio.tiny import make_sample_dataset, save_tiny_model
+
+    home = tmp_path_factory.mktemp("home")
+    model = save_tiny_model("flux", home / "models" / "tiny-flux")
+    sample = make_sample_dataset(tmp_path_factory.mktemp("upload") / "sample")
+    with _running_studio(home, {}) as url:
+        yield {"url": url, "home": home, "model": model, "sample": sample, "log": home / "server.log"}
+
+
+@pytest.fixture(scope="module")
+def token_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """A running server that requires an API token: {"url", "home", "token"} (no models)."""
+    _require_ui()
+    home = tmp_path_factory.mktemp("home-token")
+    token = "e2e-" + os.urandom(8).hex()
+    with _running_studio(home, {"LORASTUDIO_API_TOKEN": token}) as url:
+        yield {"url": url, "home": home, "token": token}
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +162,22 @@ def artifacts() -> Path:
     """tests/e2e/artifacts/ (git-ignored): screenshots for a person to look at."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="module")
+def shoot(artifacts: Path) -> Callable[[object, str], None]:
+    """`shoot(page, name)`: full-page screenshots at 1280 px and 420 px into artifacts/
+    (name-1280.png, name-420.png), failing when at 420 px an element sticks out of the viewport
+    (sideways scrolling); leaves the viewport at 1280 px."""
+
+    def take(page, name: str) -> None:
+        page.set_viewport_size(WIDE)
+        page.screenshot(path=artifacts / f"{name}-1280.png", full_page=True)
+        page.set_viewport_size(NARROW)
+        page.wait_for_timeout(100)  # let layout settle after the resize
+        overflow = page.evaluate(_OVERFLOW_JS)
+        page.screenshot(path=artifacts / f"{name}-420.png", full_page=True)
+        page.set_viewport_size(WIDE)
+        assert overflow == [], f"{name}: elements overflow the 420 px viewport: {overflow}"
+
+    return take

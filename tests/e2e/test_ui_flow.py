@@ -1,5 +1,8 @@
 """The whole studio in a real browser: upload a dataset, train, watch the chart, stop and save,
-find the run, generate with its LoRA. Screenshots at 1280 and 420 px go to tests/e2e/artifacts/.
+find the run, download its LoRA, generate with it and find the image in the server's gallery.
+
+Every screen is shot at 1280 and 420 px into tests/e2e/artifacts/ (for a person to look at), and
+at 420 px no screen may be wider than the viewport (no sideways scrolling).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import pytest
 
 WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 420, "height": 860}
+
 STOP_BUTTONS = ("Continue", "Stop and save", "Stop and discard")
 
 
@@ -31,11 +35,11 @@ def _chart_points(page) -> int:
 
 
 @pytest.mark.timeout(240)
-def test_upload_train_stop_generate(studio, browser, artifacts: Path) -> None:
+def test_upload_train_stop_generate(studio, browser, artifacts: Path, shoot) -> None:
     context = browser.new_context(viewport=WIDE)
     page = context.new_page()
     try:
-        _flow(page, studio, artifacts)
+        _flow(page, studio, artifacts, shoot)
     except Exception:
         page.screenshot(path=artifacts / "failure.png", full_page=True)
         raise
@@ -43,11 +47,19 @@ def test_upload_train_stop_generate(studio, browser, artifacts: Path) -> None:
         context.close()
 
 
-def _flow(page, studio, artifacts: Path) -> None:
+def _flow(page, studio, artifacts: Path, shoot) -> None:
     url, model, sample = studio["url"], studio["model"], studio["sample"]
     page.set_default_timeout(30_000)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    # 0. Empty states of a fresh studio
+    page.goto(f"{url}/#/runs")
+    page.get_by_text("No runs yet").wait_for()
+    shoot(page, "empty-runs")
+    page.goto(f"{url}/#/live")
+    page.get_by_text("No training job yet").wait_for()
+    shoot(page, "empty-live")
 
     # 1. Datasets: create one by uploading the sample files (images + .txt captions)
     page.goto(f"{url}/#/datasets")
@@ -72,11 +84,14 @@ def _flow(page, studio, artifacts: Path) -> None:
     first.fill("a test caption")
     first.blur()
     thumbs.first.get_by_text("saved").wait_for()
-    page.screenshot(path=artifacts / "datasets-1280.png", full_page=True)
+    shoot(page, "dataset")
+    page.goto(f"{url}/#/datasets")
+    page.get_by_role("link", name="shapes", exact=True).wait_for()
+    shoot(page, "datasets")
 
-    # 2. Train: pick the dataset, the tiny model, tiny settings; Check, then Start
+    # 2. Train: the tiny model is preselected (the only local one); tiny settings; Check, Start
     page.goto(f"{url}/#/train/shapes")
-    page.locator('[name="base_model"]').fill(str(model))
+    assert page.locator('[name="base_model"]').input_value() == str(model)
     page.locator('[name="resolution"]').fill("32")
     page.locator('[name="length"]').fill("3000")
     page.locator('[name="output_name"]').fill("e2e-lora")
@@ -84,7 +99,7 @@ def _flow(page, studio, artifacts: Path) -> None:
     report = page.get_by_test_id("preflight")
     report.wait_for()
     assert re.search(rf"images used\s*{len(images)} / {len(images)}", report.inner_text(), re.IGNORECASE)
-    page.screenshot(path=artifacts / "train-1280.png", full_page=True)
+    shoot(page, "train")
     page.get_by_role("button", name="Start training").click()
 
     # 3. Live: the chart gains points from the event stream
@@ -97,7 +112,7 @@ def _flow(page, studio, artifacts: Path) -> None:
     page.wait_for_function(
         f"() => Number(document.querySelector('[data-testid=chart]')?.dataset.points || 0) > {seen}"
     )
-    page.screenshot(path=artifacts / "live-1280.png", full_page=True)
+    shoot(page, "live")
 
     # 4. Stop dialog: three buttons inside the viewport at 1280 and 420 px
     page.get_by_role("button", name="Stop", exact=True).click()
@@ -106,40 +121,50 @@ def _flow(page, studio, artifacts: Path) -> None:
     page.set_viewport_size(NARROW)
     _assert_inside_viewport(page, STOP_BUTTONS)
     page.screenshot(path=artifacts / "stop-dialog-420.png")
-    page.screenshot(path=artifacts / "live-420.png", full_page=True)
     page.get_by_role("button", name="Stop and save").click()
     page.locator("h1 .status-stopped").wait_for(timeout=60_000)
     page.get_by_text("LoRA saved").wait_for()
     page.set_viewport_size(WIDE)
 
-    # 5. Runs: the run is in the history; open it to see its chart and config
+    # 5. Runs: the run is in the history with a Download link; open it to see chart and config
     page.goto(f"{url}/#/runs")
     row = page.get_by_test_id("runs-table").locator("tr", has_text="e2e-lora")
     row.wait_for()
     assert row.locator(".status-stopped").is_visible()
-    row.get_by_role("link", name="e2e-lora").click()
+    row.get_by_role("link", name="download LoRA e2e-lora").wait_for()
+    shoot(page, "runs")
+    row.get_by_role("link", name="e2e-lora", exact=True).click()
     page.get_by_role("heading", name="Outputs").wait_for()
-    assert page.locator("ul.plain").inner_text().count(".safetensors") == 1
+    assert page.locator("ul.outputs li", has_text=".safetensors").count() == 1
     assert _chart_points(page) >= 3
-    page.screenshot(path=artifacts / "run-1280.png", full_page=True)
+    download = page.get_by_role("link", name="Download LoRA")
+    answer = page.request.get(f"{url}/{download.get_attribute('href').lstrip('/')}")
+    assert answer.status == 200
+    assert 'filename="e2e-lora.safetensors"' in answer.headers["content-disposition"]
+    assert answer.body()[8:9] == b"{"  # a safetensors file: 8-byte header length, then JSON
+    shoot(page, "run")
 
-    # 6. Generate with the LoRA and see the image
+    # 6. Generate with the LoRA (tiny model preselected) and find the image in the gallery
     page.goto(f"{url}/#/generate")
-    page.locator('[name="gen_base_model"]').fill(str(model))
+    page.get_by_text("No images yet").wait_for()
+    assert page.locator('[name="gen_base_model"]').input_value() == str(model)
     page.get_by_label("use LoRA e2e-lora").check()
     for name, value in (("gen_steps", "2"), ("gen_width", "32"), ("gen_height", "32")):
         page.locator(f'[name="{name}"]').fill(value)
+    page.locator('[name="prompt"]').fill("a red circle, e2e")
     page.get_by_role("button", name="Generate", exact=True).click()
     image = page.get_by_test_id("result-image")
     image.wait_for(timeout=60_000)
     page.wait_for_function(
         "() => { const i = document.querySelector('[data-testid=result-image]'); return i && i.complete && i.naturalWidth === 32; }"
     )
-    page.screenshot(path=artifacts / "generate-1280.png", full_page=True)
-    page.set_viewport_size(NARROW)
-    page.screenshot(path=artifacts / "generate-420.png", full_page=True)
-    page.goto(f"{url}/#/train")
-    page.locator('[name="lora_rank"]').wait_for()
-    page.screenshot(path=artifacts / "train-420.png", full_page=True)
+    item = page.get_by_test_id("gallery").get_by_role("button", name=re.compile("a red circle, e2e"))
+    assert "e2e-lora ×1.00" in item.inner_text()
+    assert "seed 0 · 32×32 · 2 steps" in item.inner_text()
+    shoot(page, "generate")
+
+    # the gallery is the server's: a fresh page shows the image too
+    page.reload()
+    page.get_by_test_id("gallery").get_by_role("button", name=re.compile("a red circle, e2e")).wait_for()
 
     assert errors == [], f"JavaScript errors in the page: {errors}"

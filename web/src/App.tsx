@@ -1,5 +1,7 @@
+import { useAuth } from "./api/auth";
 import { InfoProvider, useInfo } from "./api/info";
 import { TrainingProvider, useTraining } from "./api/training";
+import { TokenDialog } from "./components/TokenDialog";
 import { href, useRoute } from "./lib/route";
 import { DatasetDetailScreen } from "./screens/DatasetDetailScreen";
 import { DatasetsScreen } from "./screens/DatasetsScreen";
@@ -48,6 +50,7 @@ function Screen({ route }: { route: string[] }) {
 function Shell() {
   const route = useRoute();
   const { error, info } = useInfo();
+  const { token } = useAuth();
   const current = route[0] ?? "train";
   return (
     <div className="app">
@@ -70,8 +73,10 @@ function Shell() {
       </header>
       {error && <div className="banner error">Cannot reach the server: {error}</div>}
       <main>
-        <Screen route={route} />
+        {/* a new token remounts the screen, so it reloads what a 401 kept it from loading */}
+        <Screen key={token ?? ""} route={route} />
       </main>
+      <TokenDialog />
     </div>
   );
 }

@@ -1,14 +1,14 @@
 /**
  * The HTTP client of the UI: thin fetch wrappers that turn the server's error bodies into
  * ApiError (with the per-field problems of a 400), so screens can show each problem next to
- * the field it concerns.
+ * the field it concerns. Sends the saved API token and reports a 401 to the auth store (the UI
+ * then asks for the token).
  */
+import { authHeaders, reportUnauthorized } from "./auth";
+import type { ProblemOut } from "./types";
 
-/** One problem with one field, as the server's 400 body lists them. */
-export interface FieldProblem {
-  field: string;
-  message: string;
-}
+/** One problem with one field, as the server's 400 body lists them (ErrorOut.problems). */
+export type FieldProblem = ProblemOut;
 
 /** A non-2xx answer: `status`, a readable `message`, and the field problems when there are any. */
 export class ApiError extends Error {
@@ -73,7 +73,7 @@ export async function errorFrom(res: Response): Promise<ApiError> {
 
 /** fetch + JSON decode; throws ApiError on a non-2xx answer. */
 export async function request<T>(method: string, url: string, body?: unknown, init?: RequestInit): Promise<T> {
-  const headers: Record<string, string> = { Accept: "application/json" };
+  const headers: Record<string, string> = { Accept: "application/json", ...authHeaders() };
   let payload: BodyInit | undefined;
   if (body instanceof FormData) payload = body;
   else if (body !== undefined) {
@@ -81,6 +81,7 @@ export async function request<T>(method: string, url: string, body?: unknown, in
     payload = JSON.stringify(body);
   }
   const res = await fetch(url, { method, headers, body: payload, ...init });
+  if (res.status === 401) reportUnauthorized();
   if (!res.ok) throw await errorFrom(res);
   if (res.status === 204) return undefined as T;
   const text = await res.text();
@@ -108,9 +109,11 @@ export function postWithProgress<T>(
     const xhr = new XMLHttpRequest();
     xhr.open("POST", url);
     xhr.setRequestHeader("Accept", "application/json");
+    for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
     xhr.onerror = () => reject(new ApiError(0, "network error during upload", [], null));
     xhr.onload = () => {
+      if (xhr.status === 401) reportUnauthorized();
       const res = new Response(xhr.responseText || null, { status: xhr.status, statusText: xhr.statusText });
       if (xhr.status >= 200 && xhr.status < 300) {
         resolve((xhr.responseText ? JSON.parse(xhr.responseText) : undefined) as T);

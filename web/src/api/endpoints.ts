@@ -1,15 +1,24 @@
-/** One typed function per API route the UI uses. URLs live here only. */
-import { ROUTES } from "./routes.gen";
+/**
+ * One typed function per API route the UI uses. URLs live here only. URLs the browser loads by
+ * itself (images, the event stream, downloads) carry the API token as `?token=` (see auth.ts).
+ */
+import { withToken } from "./auth";
 import { del, get, post, postWithProgress, put, seg } from "./client";
 import type {
   CaptionBody,
+  CaptionResult,
+  CatalogueModel,
   DatasetDetail,
+  DeletedFiles,
+  GalleryList,
   GenerateBody,
   GenerateResult,
   Info,
   Job,
   LoraList,
   PreflightReport,
+  ResumeBody,
+  RunDeleted,
   RunDetail,
   RunList,
   StopBody,
@@ -20,32 +29,40 @@ import type {
 
 export const api = {
   info: () => get<Info>("/api/info"),
+  /** The base-model catalogue: models/, added folders and the hub cache, vetted. */
+  models: () => get<CatalogueModel[]>("/api/models"),
 
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>
-    `/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`,
+    withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void) => {
     const form = new FormData();
     for (const f of files) form.append("files", f, f.name);
     return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files`, form, onProgress);
   },
   setCaption: (name: string, file: string, caption: string) =>
-    put<unknown>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
-  removeImage: (name: string, file: string) => del<unknown>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
+    put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
+  removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
 
   preflight: (config: Partial<TrainConfig>) => post<PreflightReport>("/api/train/preflight", { config }),
   start: (config: Partial<TrainConfig>, queue = true) => post<Job>("/api/train/start", { config, queue }),
   stop: (body: StopBody) => post<Job>("/api/train/stop", body),
   status: (since?: number) => get<TrainStatus>(`/api/train/status${since != null ? `?since=${since}` : ""}`),
-  eventsUrl: "/api/train/events",
+  /** The event stream's URL (a function: the token may be set after load). */
+  eventsUrl: () => withToken("/api/train/events"),
 
   runs: () => get<RunList>("/api/runs"),
   run: (id: string) => get<RunDetail>(`/api/runs/${seg(id)}`),
-  deleteRun: (id: string) => del<unknown>(`/api/runs/${seg(id)}`),
+  deleteRun: (id: string) => del<RunDeleted>(`/api/runs/${seg(id)}`),
+  /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
+  resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 
   loras: (family?: string) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`),
-  /** Download URL of a LoRA file, or null while the server has no such route. */
-  loraFileUrl: (name: string): string | null =>
-    ROUTES.has("/api/loras/{name}/file") ? `/api/loras/${seg(name)}/file` : null,
+  /** Download URL of a trained LoRA's .safetensors (served as an attachment). */
+  loraFileUrl: (name: string) => withToken(`/api/loras/${seg(name)}/file`),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
+  /** The server's gallery, newest first, with each image's settings. */
+  gallery: () => get<GalleryList>("/api/gallery"),
+  /** An image URL the server returned (gallery or generate), loadable by <img>. */
+  imageUrl: (url: string) => withToken(url),
 };

@@ -1,5 +1,10 @@
-/** /api/info, fetched once and shared; `reload()` after something it lists changed. */
+/**
+ * /api/info, fetched once (and again when the API token changes) and shared; `reload()` after
+ * something it lists changed. A server that requires a token while none is saved asks for one.
+ */
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useState } from "react";
+import { getToken, reportUnauthorized, useAuth } from "./auth";
+import { ApiError } from "./client";
 import { api } from "./endpoints";
 import type { Info } from "./types";
 
@@ -20,16 +25,21 @@ export function useInfo(): InfoState {
 export function InfoProvider({ children }: { children: ReactNode }) {
   const [info, setInfo] = useState<Info | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const { token } = useAuth();
   const reload = useCallback(async () => {
     try {
-      setInfo(await api.info());
+      const next = await api.info();
+      setInfo(next);
       setError(null);
+      if (next.auth && !getToken()) reportUnauthorized();
     } catch (err) {
-      setError(err instanceof Error ? err.message : String(err));
+      // a 401 is answered by the token dialog, not by a "cannot reach the server" banner
+      if (err instanceof ApiError && err.status === 401) setError(null);
+      else setError(err instanceof Error ? err.message : String(err));
     }
   }, []);
   useEffect(() => {
     void reload();
-  }, [reload]);
+  }, [reload, token]);
   return <Ctx.Provider value={{ info, error, reload }}>{children}</Ctx.Provider>;
 }

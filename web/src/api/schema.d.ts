@@ -125,6 +125,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/gallery": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Gallery
+         * @description The generated images, newest first, with their settings (prompt, seed, LoRAs, ...).
+         */
+        get: operations["gallery_api_gallery_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/generate": {
         parameters: {
             query?: never;
@@ -154,8 +174,9 @@ export interface paths {
         };
         /**
          * Info
-         * @description Roots, dataset folders with image/caption counts, families (defaults + capabilities) and
-         *     the host's accelerator and precisions.
+         * @description Roots, dataset folders with image/caption counts, local base models (folders under
+         *     models/ with their family), families (defaults + capabilities) and the host's accelerator
+         *     and precisions.
          */
         get: operations["info_api_info_get"];
         put?: never;
@@ -187,6 +208,202 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/loras/{name}/file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download
+         * @description The .safetensors file of trained LoRA `name` (404 when missing).
+         */
+        get: operations["download_api_loras__name__file_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Catalogue
+         * @description Every base model on disk (models/, added folders, the hub cache), recognised and vetted:
+         *     family, trainable (and why not), size, completeness, whether lorastudio may delete it.
+         */
+        get: operations["catalogue_api_models_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/added": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Add
+         * @description List an existing folder (absolute path) in the catalogue; lorastudio never writes to or
+         *     deletes it. Returns its entry (trainable or not, with the reason). 400 for a bad path.
+         */
+        post: operations["add_api_models_added_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/added/{model_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Forget
+         * @description Remove an added folder from the catalogue (its files are left alone). 404 when unknown.
+         */
+        delete: operations["forget_api_models_added__model_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Events
+         * @description Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
+         *     fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
+         *     Last-Event-ID) the stream starts with new events only.
+         */
+        get: operations["events_api_models_events_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/fetch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Fetch List
+         * @description The fetches of this server's life, oldest first, and whether the hub client is offline.
+         */
+        get: operations["fetch_list_api_models_fetch_get"];
+        put?: never;
+        /**
+         * Fetch Start
+         * @description Check the repo (access, pipeline, family, files) and start downloading what training
+         *     needs in the background: 202 with the fetch. 400 bad id / untrainable / offline and not on
+         *     disk, 403 gated or private without access, 404 no such repo or revision, 409 being fetched.
+         */
+        post: operations["fetch_start_api_models_fetch_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/fetch/{fetch_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Fetch Status
+         * @description One fetch: status, files and bytes done, the model id once completed, the error.
+         */
+        get: operations["fetch_status_api_models_fetch__fetch_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/fetch/{fetch_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fetch Cancel
+         * @description Stop a running fetch (files done are kept; fetching again resumes). 404 when not running.
+         */
+        post: operations["fetch_cancel_api_models_fetch__fetch_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/models/{model_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Model
+         * @description One catalogue entry. 404 when unknown.
+         */
+        get: operations["model_api_models__model_id__get"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete
+         * @description Delete a model lorastudio downloaded or created (fetched or tiny). 403 for anything else
+         *     (the user's folders, added folders, the hub cache), 409 while a job or fetch uses it, 404
+         *     when unknown.
+         */
+        delete: operations["delete_api_models__model_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/runs": {
         parameters: {
             query?: never;
@@ -196,7 +413,7 @@ export interface paths {
         };
         /**
          * List Runs
-         * @description Runs, newest first (no configs or metrics).
+         * @description Runs, newest first (no configs or metrics), each with the step it could resume from.
          */
         get: operations["list_runs_api_runs_get"];
         put?: never;
@@ -227,6 +444,50 @@ export interface paths {
          *     output folder. 409 while the run is live, 404 when unknown.
          */
         delete: operations["delete_run_api_runs__run_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Checkpoints
+         * @description The checkpoints in the run's output folder (shared by every session of the run). 404
+         *     when the run is unknown.
+         */
+        get: operations["run_checkpoints_api_runs__run_id__checkpoints_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume Run
+         * @description Continue a stopped, failed or interrupted run in its output folder from a checkpoint
+         *     (the newest by default). 201 with the new job; 400 listing every problem (each setting
+         *     that differs from the checkpoint's identity); 404 when the run or checkpoint is unknown;
+         *     409 when the run is live or the GPU busy and `queue` is false.
+         */
+        post: operations["resume_run_api_runs__run_id__resume_post"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -360,6 +621,14 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AddFolderBody */
+        AddFolderBody: {
+            /**
+             * Path
+             * @description absolute path of a folder to list
+             */
+            path: string;
+        };
         /** CaptionBody */
         CaptionBody: {
             /**
@@ -367,6 +636,95 @@ export interface components {
              * @description the new caption (empty removes the .txt file)
              */
             caption: string;
+        };
+        /** CaptionOut */
+        CaptionOut: {
+            /** Caption */
+            caption: string | null;
+            /** Caption File */
+            caption_file: string | null;
+            /** File */
+            file: string;
+        };
+        /** CatalogueModelOut */
+        CatalogueModelOut: {
+            /**
+             * Complete
+             * @description every component folder and its weights are present
+             */
+            complete: boolean;
+            /**
+             * Deletable
+             * @description lorastudio downloaded or created it (DELETE allowed)
+             */
+            deletable: boolean;
+            /**
+             * Family
+             * @description the family that trains this pipeline; null when none does
+             */
+            family: string | null;
+            /**
+             * Id
+             * @description catalogue id (URL-safe): a models/ folder name, added:..., hub:...
+             */
+            id: string;
+            /**
+             * Missing
+             * @description what training needs and the folder lacks
+             */
+            missing: string[];
+            /**
+             * Name
+             * @description display name: folder name, or the hub id
+             */
+            name: string;
+            /**
+             * Path
+             * @description absolute folder; usable as base_model
+             */
+            path: string;
+            /**
+             * Reason
+             * @description why it is not trainable (null when trainable)
+             */
+            reason: string | null;
+            /** Size Bytes */
+            size_bytes: number;
+            /**
+             * Source
+             * @enum {string}
+             */
+            source: "local" | "hub-cache" | "tiny" | "added";
+            /**
+             * Trainable
+             * @description a family trains it and every component needed is present
+             */
+            trainable: boolean;
+        };
+        /** CheckpointList */
+        CheckpointList: {
+            /**
+             * Checkpoints
+             * @description oldest first
+             */
+            checkpoints: components["schemas"]["CheckpointOut"][];
+            /**
+             * Resume Step
+             * @description the step a resume would continue from (null: not resumable)
+             */
+            resume_step: number | null;
+        };
+        /** CheckpointOut */
+        CheckpointOut: {
+            /**
+             * Name
+             * @description folder name (step-N), usable as ResumeBody.checkpoint
+             */
+            name: string;
+            /** Path */
+            path: string;
+            /** Step */
+            step: number;
         };
         /**
          * CompleteEvent
@@ -386,6 +744,70 @@ export interface components {
              */
             type?: "complete";
         };
+        /** DatasetDetail */
+        DatasetDetail: {
+            /**
+             * Captions
+             * @description images with a .txt caption or a metadata.jsonl row
+             */
+            captions: number;
+            /** Dropped */
+            dropped: components["schemas"]["DroppedFile"][];
+            /** Files */
+            files: components["schemas"]["DatasetFile"][];
+            /** Images */
+            images: number;
+            /** Name */
+            name: string;
+            /** Path */
+            path: string;
+        };
+        /** DatasetFile */
+        DatasetFile: {
+            /** Bytes */
+            bytes: number;
+            /** Caption */
+            caption: string | null;
+            /** File */
+            file: string;
+            /** Height */
+            height: number | null;
+            /** Width */
+            width: number | null;
+        };
+        /** DatasetList */
+        DatasetList: {
+            /** Datasets */
+            datasets: components["schemas"]["DatasetSummary"][];
+            /** Root */
+            root: string;
+        };
+        /** DatasetSummary */
+        DatasetSummary: {
+            /**
+             * Captions
+             * @description images with a .txt caption or a metadata.jsonl row
+             */
+            captions: number;
+            /** Images */
+            images: number;
+            /** Name */
+            name: string;
+            /** Path */
+            path: string;
+        };
+        /** DeletedFiles */
+        DeletedFiles: {
+            /** Deleted */
+            deleted: string[];
+        };
+        /** DroppedFile */
+        DroppedFile: {
+            /** File */
+            file: string;
+            /** Reason */
+            reason: string;
+        };
         /** ErrorEvent */
         ErrorEvent: {
             /** Message */
@@ -396,6 +818,164 @@ export interface components {
              * @constant
              */
             type?: "error";
+        };
+        /** ErrorOut */
+        ErrorOut: {
+            /**
+             * Detail
+             * @description a complete, user-facing message
+             */
+            detail: string;
+            /**
+             * Error
+             * @description the domain error class, e.g. ConfigError
+             */
+            error: string;
+            /**
+             * Problems
+             * @description ConfigError: {field, message} each; DatasetError: one string per file/fact
+             */
+            problems?: components["schemas"]["ProblemOut"][] | string[] | null;
+        };
+        /** FamilyOut */
+        FamilyOut: {
+            /** Defaults */
+            defaults: {
+                [key: string]: unknown;
+            };
+            /** Latent Channels */
+            latent_channels: number;
+            /** Lora Targets */
+            lora_targets: string[];
+            /** Name */
+            name: string;
+            /** Objective */
+            objective: string;
+            /**
+             * Precisions
+             * @description base_precision values this host can run
+             */
+            precisions: string[];
+            /** Resolution Multiple */
+            resolution_multiple: number;
+            /** Supports */
+            supports: string[];
+            /** Title */
+            title: string;
+        };
+        /** FetchBody */
+        FetchBody: {
+            /**
+             * Repo Id
+             * @description hub model id, owner/name
+             */
+            repo_id: string;
+            /**
+             * Revision
+             * @description branch, tag or commit
+             */
+            revision?: string | null;
+        };
+        /** FetchList */
+        FetchList: {
+            /** Fetches */
+            fetches: components["schemas"]["FetchOut"][];
+            /**
+             * Offline
+             * @description the hub client is in offline mode (HF_HUB_OFFLINE)
+             */
+            offline: boolean;
+        };
+        /** FetchOut */
+        FetchOut: {
+            /** Already Present */
+            already_present: boolean;
+            /** Bytes Done */
+            bytes_done: number;
+            /** Bytes Total */
+            bytes_total: number;
+            /** Commit */
+            commit: string | null;
+            /** Created At */
+            created_at: string;
+            /** Error */
+            error: string | null;
+            /** Family */
+            family: string | null;
+            /** Files Done */
+            files_done: number;
+            /** Files Total */
+            files_total: number;
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: string;
+            /**
+             * Model Id
+             * @description catalogue id of the fetched model, once completed
+             */
+            model_id: string | null;
+            /**
+             * Offline
+             * @description HF_HUB_OFFLINE: only what was on disk was used
+             */
+            offline: boolean;
+            /** Path */
+            path: string | null;
+            /** Repo Id */
+            repo_id: string;
+            /**
+             * Resumable
+             * @description files so far are kept: fetching again continues
+             */
+            resumable: boolean;
+            /** Revision */
+            revision: string | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "completed" | "failed" | "cancelled";
+        };
+        /** FolderForgotten */
+        FolderForgotten: {
+            /** Forgotten */
+            forgotten: string;
+            /** Path */
+            path: string;
+        };
+        /** GalleryImage */
+        GalleryImage: {
+            /** Base Model */
+            base_model?: string | null;
+            /**
+             * Created
+             * @description seconds since the epoch
+             */
+            created: number;
+            /** Family */
+            family?: string | null;
+            /** File */
+            file: string;
+            /** Height */
+            height?: number | null;
+            /** Loras */
+            loras?: components["schemas"]["LoraRef"][];
+            /** Prompt */
+            prompt?: string | null;
+            /** Seed */
+            seed?: number | null;
+            /** Steps */
+            steps?: number | null;
+            /** Url */
+            url: string;
+            /** Width */
+            width?: number | null;
+        };
+        /** GalleryList */
+        GalleryList: {
+            /** Images */
+            images: components["schemas"]["GalleryImage"][];
         };
         /** GenerateBody */
         GenerateBody: {
@@ -435,10 +1015,135 @@ export interface components {
              */
             width?: number;
         };
+        /** GenerateOut */
+        GenerateOut: {
+            /** File */
+            file: string;
+            /** Height */
+            height: number;
+            /** Loras */
+            loras: components["schemas"]["LoraRef"][];
+            /** Path */
+            path: string;
+            /** Prompt */
+            prompt: string;
+            /** Seconds */
+            seconds: number;
+            /** Seed */
+            seed: number;
+            /** Url */
+            url: string;
+            /** Width */
+            width: number;
+        };
         /** HTTPValidationError */
         HTTPValidationError: {
             /** Detail */
             detail?: components["schemas"]["ValidationError"][];
+        };
+        /** HostOut */
+        HostOut: {
+            /** Device */
+            device: string;
+            /** Memory Gb */
+            memory_gb: number | null;
+            /** Name */
+            name: string;
+            /** Precisions */
+            precisions: string[];
+        };
+        /** InfoOut */
+        InfoOut: {
+            /** Auth */
+            auth: boolean;
+            /** Datasets */
+            datasets: components["schemas"]["DatasetSummary"][];
+            /** Datasets Root */
+            datasets_root: string;
+            /** Families */
+            families: components["schemas"]["FamilyOut"][];
+            host: components["schemas"]["HostOut"];
+            /** Models */
+            models: components["schemas"]["ModelOut"][];
+            /** Models Root */
+            models_root: string;
+            /** Outputs Root */
+            outputs_root: string;
+            /** Version */
+            version: string;
+        };
+        /** JobOut */
+        JobOut: {
+            /**
+             * Config
+             * @description the resolved TrainConfig
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            /** Created At */
+            created_at: string;
+            /** Error */
+            error: string | null;
+            /** Family */
+            family: string;
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: string;
+            /** Lora Path */
+            lora_path: string | null;
+            /** Metrics */
+            metrics: components["schemas"]["MetricPoint"][];
+            /** Output Name */
+            output_name: string | null;
+            /**
+             * Phase
+             * @description the last model_load_* / preparing event
+             */
+            phase: {
+                [key: string]: unknown;
+            } | null;
+            /** Pid */
+            pid: number | null;
+            progress: components["schemas"]["ProgressOut"] | null;
+            /** Started At */
+            started_at: string | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            /** Steps Run */
+            steps_run: number;
+            stop_requested: components["schemas"]["StopRequested"] | null;
+        };
+        /** LoraList */
+        LoraList: {
+            /** Loras */
+            loras: components["schemas"]["LoraOut"][];
+            /** Root */
+            root: string;
+        };
+        /** LoraOut */
+        LoraOut: {
+            /** Bytes */
+            bytes: number;
+            /** Family */
+            family: string | null;
+            /**
+             * Modified
+             * @description modification time, seconds since the epoch
+             */
+            modified: number;
+            /** Name */
+            name: string;
+            /** Path */
+            path: string;
+            /** Sidecar */
+            sidecar: {
+                [key: string]: unknown;
+            } | null;
         };
         /** LoraRef */
         LoraRef: {
@@ -452,6 +1157,46 @@ export interface components {
              * @default 1
              */
             scale?: number;
+        };
+        /** MemoryEstimate */
+        MemoryEstimate: {
+            /**
+             * Estimated Gb
+             * @description rough peak (a formula, not a measurement)
+             */
+            estimated_gb: number | null;
+            /** Note */
+            note: string;
+            /** Phases */
+            phases: {
+                [key: string]: number;
+            } | null;
+        };
+        /** MetricPoint */
+        MetricPoint: {
+            /** Avg Loss */
+            avg_loss?: number | null;
+            /** Epoch */
+            epoch?: number | null;
+            /** Grad Norm */
+            grad_norm?: number | null;
+            /** Loss */
+            loss?: number | null;
+            /** Lr */
+            lr?: number | null;
+            /** Peak Memory Gb */
+            peak_memory_gb?: number | null;
+            /** Samples Per Second */
+            samples_per_second?: number | null;
+            /** Step */
+            step: number;
+        };
+        /** ModelDeleted */
+        ModelDeleted: {
+            /** Deleted */
+            deleted: string;
+            /** Path */
+            path: string;
         };
         /** ModelLoadCompletedEvent */
         ModelLoadCompletedEvent: {
@@ -477,6 +1222,43 @@ export interface components {
              */
             type?: "model_load_started";
         };
+        /** ModelOut */
+        ModelOut: {
+            /**
+             * Family
+             * @description the family that trains this pipeline, if any
+             */
+            family: string | null;
+            /**
+             * Name
+             * @description folder name under models/ (usable as base_model)
+             */
+            name: string;
+            /** Path */
+            path: string;
+        };
+        /** OutputOut */
+        OutputOut: {
+            /** Kind */
+            kind: string;
+            /** Path */
+            path: string;
+        };
+        /** PrecisionPlan */
+        PrecisionPlan: {
+            /** Base Dtype */
+            base_dtype: string;
+            /** Device */
+            device: string;
+            /** Gradient Checkpointing */
+            gradient_checkpointing: boolean;
+            /** Lora Dtype */
+            lora_dtype: string;
+            /** Requested */
+            requested: string;
+            /** Tf32 */
+            tf32: boolean;
+        };
         /** PreflightBody */
         PreflightBody: {
             /**
@@ -486,6 +1268,65 @@ export interface components {
             config: {
                 [key: string]: unknown;
             };
+        };
+        /** PreflightDataset */
+        PreflightDataset: {
+            /**
+             * Buckets
+             * @description "WxH" -> images
+             */
+            buckets: {
+                [key: string]: number;
+            };
+            /** Caption Sources */
+            caption_sources: {
+                [key: string]: number;
+            };
+            /** Dropped */
+            dropped: components["schemas"]["DroppedFile"][];
+            /** Fingerprint */
+            fingerprint: string;
+            /** Images Found */
+            images_found: number;
+            /** Images Used */
+            images_used: number;
+            /**
+             * Missing Captions
+             * @description images captioned only by the default caption / trigger
+             */
+            missing_captions: string[];
+            /** Path */
+            path: string;
+            /** Unique Captions */
+            unique_captions: number;
+        };
+        /** PreflightOut */
+        PreflightOut: {
+            /**
+             * Config
+             * @description the resolved TrainConfig
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            dataset: components["schemas"]["PreflightDataset"];
+            host: components["schemas"]["HostOut"];
+            memory: components["schemas"]["MemoryEstimate"];
+            precision: components["schemas"]["PrecisionPlan"];
+            schedule: components["schemas"]["PreflightSchedule"];
+        };
+        /** PreflightSchedule */
+        PreflightSchedule: {
+            /** Batch Size */
+            batch_size: number;
+            /** Epochs */
+            epochs: number;
+            /** Grad Accum */
+            grad_accum: number;
+            /** Steps */
+            steps: number;
+            /** Steps Per Epoch */
+            steps_per_epoch: number;
         };
         /** PreparingEvent */
         PreparingEvent: {
@@ -505,11 +1346,19 @@ export interface components {
              */
             type?: "preparing";
         };
+        /** ProblemOut */
+        ProblemOut: {
+            /** Field */
+            field: string;
+            /** Message */
+            message: string;
+        };
         /**
          * ProgressEvent
          * @description One optimizer step done. samples_per_second is steady-state (first step excluded; None
          *     until there is a second step); peak_memory_gb is the accelerator's (or the process RSS peak
-         *     on CPU).
+         *     on CPU); skipped_steps counts the steps of the run so far whose loss or gradients were not
+         *     finite (skipped: no optimizer update).
          */
         ProgressEvent: {
             /** Avg Loss */
@@ -526,6 +1375,11 @@ export interface components {
             peak_memory_gb: number | null;
             /** Samples Per Second */
             samples_per_second: number | null;
+            /**
+             * Skipped Steps
+             * @default 0
+             */
+            skipped_steps?: number;
             /** Step */
             step: number;
             /** Total Steps */
@@ -536,6 +1390,153 @@ export interface components {
              * @constant
              */
             type?: "progress";
+        };
+        /** ProgressOut */
+        ProgressOut: {
+            /** Avg Loss */
+            avg_loss?: number | null;
+            /** Epoch */
+            epoch?: number | null;
+            /** Grad Norm */
+            grad_norm?: number | null;
+            /** Loss */
+            loss?: number | null;
+            /** Lr */
+            lr?: number | null;
+            /** Peak Memory Gb */
+            peak_memory_gb?: number | null;
+            /** Samples Per Second */
+            samples_per_second?: number | null;
+            /**
+             * Skipped Steps
+             * @description steps skipped so far (non-finite loss or gradients)
+             * @default 0
+             */
+            skipped_steps?: number;
+            /** Step */
+            step: number;
+            /** Total Steps */
+            total_steps: number;
+            /**
+             * Type
+             * @default progress
+             * @constant
+             */
+            type?: "progress";
+        };
+        /** QueuedJob */
+        QueuedJob: {
+            /** Id */
+            id: string;
+            /** Output Name */
+            output_name: string | null;
+        };
+        /** ResumeBody */
+        ResumeBody: {
+            /**
+             * Checkpoint
+             * @description checkpoint folder name (default: the newest)
+             */
+            checkpoint?: string | null;
+            /**
+             * Queue
+             * @description wait in the queue when busy (false: 409 when busy)
+             * @default true
+             */
+            queue?: boolean;
+            /**
+             * Settings
+             * @description settings to change that do not change the maths (save_every, keep_last, max_bad_steps, lora_format, compile, gradient_checkpointing, data_dir)
+             */
+            settings?: {
+                [key: string]: unknown;
+            };
+        };
+        /** RunDeleted */
+        RunDeleted: {
+            /** Deleted */
+            deleted: string;
+            /** Files Removed */
+            files_removed: boolean;
+        };
+        /** RunDetail */
+        RunDetail: {
+            /** Config */
+            config: {
+                [key: string]: unknown;
+            };
+            /** Created At */
+            created_at: string;
+            /** Error */
+            error: string | null;
+            /** Family */
+            family: string;
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: string;
+            /** Last Loss */
+            last_loss: number | null;
+            /** Metrics */
+            metrics: components["schemas"]["MetricPoint"][];
+            /** Output Name */
+            output_name: string;
+            /** Outputs */
+            outputs: components["schemas"]["OutputOut"][];
+            /**
+             * Resume Step
+             * @description the step a resume would continue from (null: not resumable)
+             */
+            resume_step?: number | null;
+            /** Started At */
+            started_at: string | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            /** Steps Run */
+            steps_run: number;
+            /** Total Steps */
+            total_steps: number | null;
+        };
+        /** RunList */
+        RunList: {
+            /** Runs */
+            runs: components["schemas"]["RunSummary"][];
+        };
+        /** RunSummary */
+        RunSummary: {
+            /** Created At */
+            created_at: string;
+            /** Error */
+            error: string | null;
+            /** Family */
+            family: string;
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: string;
+            /** Last Loss */
+            last_loss: number | null;
+            /** Output Name */
+            output_name: string;
+            /**
+             * Resume Step
+             * @description the step a resume would continue from (null: not resumable)
+             */
+            resume_step?: number | null;
+            /** Started At */
+            started_at: string | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            /** Steps Run */
+            steps_run: number;
+            /** Total Steps */
+            total_steps: number | null;
         };
         /** StartBody */
         StartBody: {
@@ -553,6 +1554,23 @@ export interface components {
              */
             queue?: boolean;
         };
+        /** StatusOut */
+        StatusOut: {
+            /**
+             * Busy
+             * @description a start with queue=false would be refused (409)
+             */
+            busy: boolean;
+            /**
+             * Event Seq
+             * @description id of the latest event (resume /api/train/events after it)
+             */
+            event_seq: number;
+            /** @description the active job, else the latest of this server's life */
+            job: components["schemas"]["JobOut"] | null;
+            /** Queue */
+            queue: components["schemas"]["QueuedJob"][];
+        };
         /** StopBody */
         StopBody: {
             /**
@@ -566,6 +1584,11 @@ export interface components {
              * @default true
              */
             save?: boolean;
+        };
+        /** StopRequested */
+        StopRequested: {
+            /** Save */
+            save: boolean;
         };
         /**
          * TrainConfig
@@ -597,7 +1620,7 @@ export interface components {
             batch_size?: number;
             /**
              * Cache Variants
-             * @description crop/flip variants cached per image (default 4 with random crop/flip, else 1)
+             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)
              * @default null
              */
             cache_variants?: number | null;
@@ -607,6 +1630,13 @@ export interface components {
              * @default 0
              */
             caption_dropout?: number;
+            /**
+             * Compile
+             * @description regional torch.compile of the repeated blocks: auto = on for CUDA
+             * @default auto
+             * @enum {string}
+             */
+            compile?: "off" | "on" | "auto";
             /**
              * Data Dir
              * @description dataset folder (absolute, or a name under datasets/)
@@ -653,6 +1683,12 @@ export interface components {
              */
             guidance?: number | null;
             /**
+             * Keep Last
+             * @description checkpoints retained (oldest removed)
+             * @default 2
+             */
+            keep_last?: number;
+            /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
              * @default 8
@@ -685,6 +1721,13 @@ export interface components {
              */
             lora_dropout?: number;
             /**
+             * Lora Format
+             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @default diffusers
+             * @enum {string}
+             */
+            lora_format?: "diffusers" | "kohya";
+            /**
              * Lora Rank
              * @default null
              */
@@ -706,6 +1749,12 @@ export interface components {
              * @default 0
              */
             lr_warmup_steps?: number;
+            /**
+             * Max Bad Steps
+             * @description consecutive non-finite steps before the run fails as diverged
+             * @default 5
+             */
+            max_bad_steps?: number;
             /**
              * Max Grad Norm
              * @description gradient clipping; null = off
@@ -755,6 +1804,12 @@ export interface components {
              */
             revision?: string | null;
             /**
+             * Save Every
+             * @description checkpoint every N optimizer steps (null: only on stop-and-save)
+             * @default null
+             */
+            save_every?: number | null;
+            /**
              * Seed
              * @default 42
              */
@@ -789,6 +1844,22 @@ export interface components {
              * @default 0.0001
              */
             weight_decay?: number;
+        };
+        /** UploadOut */
+        UploadOut: {
+            /**
+             * Captions
+             * @description images with a .txt caption or a metadata.jsonl row
+             */
+            captions: number;
+            /** Committed */
+            committed: string[];
+            /** Images */
+            images: number;
+            /** Name */
+            name: string;
+            /** Path */
+            path: string;
         };
         /** ValidationError */
         ValidationError: {
@@ -827,9 +1898,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["DatasetList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -851,9 +1954,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["DatasetDetail"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -889,9 +2024,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["CaptionOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -922,9 +2089,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["UploadOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -956,9 +2155,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["DeletedFiles"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -991,8 +2222,40 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1002,6 +2265,60 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    gallery_api_gallery_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GalleryList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -1025,9 +2342,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["GenerateOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1056,9 +2405,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["InfoOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -1081,9 +2462,751 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["LoraList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    download_api_loras__name__file_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    catalogue_api_models_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CatalogueModelOut"][];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    add_api_models_added_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddFolderBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CatalogueModelOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    forget_api_models_added__model_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                model_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FolderForgotten"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    events_api_models_events_get: {
+        parameters: {
+            query?: {
+                /** @description resume after this event id */
+                after?: number | null;
+            };
+            header?: {
+                "last-event-id"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    fetch_list_api_models_fetch_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FetchList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    fetch_start_api_models_fetch_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FetchBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FetchOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no access */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    fetch_status_api_models_fetch__fetch_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                fetch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FetchOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    fetch_cancel_api_models_fetch__fetch_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                fetch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FetchOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    model_api_models__model_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                model_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CatalogueModelOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_api_models__model_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                model_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not lorastudio's */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1114,9 +3237,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["RunList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1147,9 +3302,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["RunDetail"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1183,9 +3370,175 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["RunDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_checkpoints_api_runs__run_id__checkpoints_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    resume_run_api_runs__run_id__resume_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ResumeBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1218,8 +3571,40 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1252,9 +3637,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["PreflightOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1287,9 +3704,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["JobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1321,9 +3770,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["StatusOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1356,9 +3837,41 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["JobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */
@@ -1388,8 +3901,40 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
             /** @description Validation Error */

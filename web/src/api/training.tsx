@@ -3,9 +3,11 @@
  * current from the server-sent event stream. A progress event appends one chart point and
  * replaces the progress read-out, a load/preparing event replaces the phase (no re-fetch); the
  * rare others (status changes, complete, error, a new job) re-fetch the small status snapshot
- * with `?since=<last step>` so only new metric points travel.
+ * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
+ * changes (the stream carries it as `?token=`).
  */
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
+import { useAuth } from "./auth";
 import { api } from "./endpoints";
 import type { Job, ProgressEvent, TrainEvent, TrainStatus } from "./types";
 import { appendPoint, emptySeries, fromPoints, type MetricSeries } from "../lib/series";
@@ -54,6 +56,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   const [connected, setConnected] = useState(false);
   const jobRef = useRef<Job | null>(null);
   const lastStep = useRef<number | null>(null);
+  const { token } = useAuth();
 
   const refresh = useCallback(async () => {
     const current = jobRef.current;
@@ -76,7 +79,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   useEffect(() => {
     refresh().catch(() => undefined);
     if (typeof EventSource === "undefined") return;
-    const es = new EventSource(api.eventsUrl);
+    const es = new EventSource(api.eventsUrl());
     es.onopen = () => setConnected(true);
     es.onerror = () => setConnected(false);
     const onEvent = (msg: MessageEvent<string>) => {
@@ -107,7 +110,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     for (const t of EVENT_TYPES) es.addEventListener(t, onEvent as EventListener);
     es.onmessage = onEvent;
     return () => es.close();
-  }, [refresh]);
+  }, [refresh, token]);
 
   return <Ctx.Provider value={{ status, job, series, connected, refresh }}>{children}</Ctx.Provider>;
 }

@@ -8,12 +8,32 @@ interface Props {
   onClose: () => void;
 }
 
-/** A modal dialog: focus moves into it, Escape and the backdrop close it. */
+/**
+ * A modal dialog: focus moves to its first control and Tab cycles inside it; Escape and the
+ * backdrop close it.
+ */
 export function Dialog({ title, children, footer, onClose }: Props) {
   const box = useRef<HTMLDivElement | null>(null);
   useEffect(() => {
-    box.current?.querySelector<HTMLElement>("button")?.focus();
-    const onKey = (e: KeyboardEvent) => e.key === "Escape" && onClose();
+    box.current?.querySelector<HTMLElement>("input, select, textarea, button")?.focus();
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key === "Escape") onClose();
+      if (e.key !== "Tab" || !box.current) return;
+      const focusable = [...box.current.querySelectorAll<HTMLElement>("input, select, textarea, button, a[href]")].filter(
+        (el) => !el.hasAttribute("disabled"),
+      );
+      if (!focusable.length) return;
+      const first = focusable[0];
+      const last = focusable[focusable.length - 1];
+      const inside = box.current.contains(document.activeElement);
+      if (e.shiftKey && (document.activeElement === first || !inside)) {
+        e.preventDefault();
+        last.focus();
+      } else if (!e.shiftKey && (document.activeElement === last || !inside)) {
+        e.preventDefault();
+        first.focus();
+      }
+    };
     window.addEventListener("keydown", onKey);
     return () => window.removeEventListener("keydown", onKey);
   }, [onClose]);

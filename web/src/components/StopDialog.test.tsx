@@ -18,4 +18,16 @@ describe("StopDialog", () => {
     await userEvent.keyboard("{Escape}");
     expect(onCancel).toHaveBeenCalledTimes(2);
   });
+
+  it("takes focus and keeps Tab inside the dialog", async () => {
+    render(<StopDialog onStop={vi.fn()} onCancel={vi.fn()} />);
+    const [first, , last] = ["Continue", "Stop and save", "Stop and discard"].map((name) =>
+      screen.getByRole("button", { name }),
+    );
+    expect(first).toHaveFocus();
+    await userEvent.tab({ shift: true });
+    expect(last).toHaveFocus();
+    await userEvent.tab();
+    expect(first).toHaveFocus();
+  });
 });

@@ -3,14 +3,13 @@
  * batches (one multipart request each) so large sets upload with a progress bar.
  * Pure functions, no React and no network.
  */
+import type { DroppedFile } from "../api/types";
 
 export const IMAGE_EXTENSIONS = [".png", ".jpg", ".jpeg", ".webp", ".bmp"] as const;
 export const SIDECAR_EXTENSIONS = [".txt", ".jsonl"] as const;
 
-export interface RefusedFile {
-  file: string;
-  reason: string;
-}
+/** A file left out, and why: refused here before upload, or by the server (same shape). */
+export type RefusedFile = DroppedFile;
 
 export interface UploadPlan {
   /** Batches of files, each a list sent in one request; a caption travels with its image. */

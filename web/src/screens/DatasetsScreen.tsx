@@ -57,7 +57,10 @@ export function DatasetsScreen() {
         </button>
       </form>
       {datasets.length === 0 ? (
-        <div className="empty card">No datasets yet. Create one and drop images with their .txt captions.</div>
+        <div className="empty card">
+          <strong>No datasets yet</strong>
+          <p>Name one above, then drop its images with their .txt captions (cat.png + cat.txt).</p>
+        </div>
       ) : (
         <div className="table-wrap card">
           <table className="table">

@@ -1,56 +1,99 @@
-import { type FormEvent, useEffect, useState } from "react";
+import { type FormEvent, useCallback, useEffect, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
+import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { GenerateResult, Lora } from "../api/types";
+import type { GalleryImage, GenerateBody, GenerateResult, Lora } from "../api/types";
+import { BaseModelPicker } from "../components/BaseModelPicker";
+import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
+import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
-import { addToGallery, type GalleryItem, loadGallery } from "../lib/gallery";
-import { defaultBaseModel } from "./TrainScreen";
+import { Gallery, imageMeta, LoraChips } from "../components/Gallery";
+import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 const GPU_RETRIES = 15;
 
-interface Pick {
-  name: string;
-  scale: number;
+/** POST /api/generate, retrying a 409 for a while when no job is live (a finished run may still
+ * be releasing the GPU). `onWait` is told while it waits. */
+async function generateWithRetry(body: GenerateBody, jobLive: boolean, onWait: () => void): Promise<GenerateResult> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await api.generate(body);
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 409) || jobLive || attempt >= GPU_RETRIES) throw err;
+      onWait();
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
 }
 
-/** Generate: base model + trained LoRAs with scales, prompt, seed, steps, size; result and gallery. */
+/** Generate: base model + trained LoRAs with scales, prompt, seed, steps, size; the server's gallery. */
 export function GenerateScreen() {
   const { info } = useInfo();
+  const models = useModelChoices();
   const { job } = useTraining();
-  const [family, setFamily] = useState("flux");
+  const [family, setFamily] = useState<string | null>(null);
   const [baseModel, setBaseModel] = useState("");
   const [loras, setLoras] = useState<Lora[]>([]);
-  const [picks, setPicks] = useState<Pick[]>([]);
+  const [picks, setPicks] = useState<LoraPick[]>([]);
   const [prompt, setPrompt] = useState("a red circle on a blue background");
   const [seed, setSeed] = useState("0");
   const [steps, setSteps] = useState("20");
   const [width, setWidth] = useState("512");
   const [height, setHeight] = useState("512");
-  const [result, setResult] = useState<GenerateResult | null>(null);
-  const [gallery, setGallery] = useState<GalleryItem[]>(loadGallery);
+  const [gallery, setGallery] = useState<GalleryImage[] | null>(null);
+  const [selected, setSelected] = useState<GalleryImage | null>(null);
+  const [seconds, setSeconds] = useState<number | null>(null);
   const [busy, setBusy] = useState(false);
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [general, setGeneral] = useState<string | null>(null);
 
   useEffect(() => {
-    if (info && !baseModel) setBaseModel(defaultBaseModel(info, family));
-  }, [info, family, baseModel]);
+    if (!info || !models || family) return;
+    const start = defaultFamily(models, info.families);
+    if (!start) return;
+    setFamily(start);
+    setBaseModel(defaultBaseModel(models, start));
+  }, [info, models, family]);
   useEffect(() => {
-    api.loras(family).then((l) => setLoras(l.loras), () => setLoras([]));
+    if (family) api.loras(family).then((l) => setLoras(l.loras), () => setLoras([]));
   }, [family]);
+  const loadGallery = useCallback(async (select?: string) => {
+    const { images } = await api.gallery();
+    setGallery(images);
+    // show the image just made, else keep the one shown, else the newest
+    setSelected((shown) => (select ? images.find((i) => i.file === select) : shown) ?? images[0] ?? null);
+  }, []);
+  useEffect(() => {
+    loadGallery().catch((err: Error) => setGeneral(`Cannot load the gallery: ${err.message}`));
+  }, [loadGallery]);
 
-  const toggle = (name: string) =>
-    setPicks((p) => (p.some((x) => x.name === name) ? p.filter((x) => x.name !== name) : [...p, { name, scale: 1 }]));
+  if (!info || !models || !family) return <section className="screen muted">Loading…</section>;
+
+  const pickFamily = (name: string) => {
+    setFamily(name);
+    setPicks([]);
+    setBaseModel(defaultBaseModel(models, name));
+  };
+  const reuse = (img: GalleryImage) => {
+    if (img.family && img.family !== family) pickFamily(img.family);
+    if (img.base_model) setBaseModel(img.base_model);
+    if (img.prompt != null) setPrompt(img.prompt);
+    if (img.seed != null) setSeed(String(img.seed));
+    if (img.steps != null) setSteps(String(img.steps));
+    if (img.width != null) setWidth(String(img.width));
+    if (img.height != null) setHeight(String(img.height));
+    setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1 })));
+  };
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     setBusy(true);
     setErrors({});
     setGeneral(null);
-    const body = {
+    const body: GenerateBody = {
       family,
       base_model: baseModel,
       prompt,
@@ -61,22 +104,13 @@ export function GenerateScreen() {
       loras: picks,
     };
     try {
-      // A run that has just ended may still be releasing the GPU: retry a 409 briefly, unless a
-      // job is really still live (then the server's message says why).
-      let res = null;
-      for (let attempt = 0; res == null; attempt++) {
-        try {
-          res = await api.generate(body);
-        } catch (err) {
-          const jobLive = job != null && LIVE.has(job.status);
-          if (!(err instanceof ApiError && err.status === 409) || jobLive || attempt >= GPU_RETRIES) throw err;
-          setGeneral("Waiting for the finished training run to release the GPU…");
-          await new Promise((r) => setTimeout(r, 1000));
-        }
-      }
+      const jobLive = job != null && LIVE.has(job.status);
+      const res = await generateWithRetry(body, jobLive, () =>
+        setGeneral("Waiting for the finished training run to release the GPU…"),
+      );
       setGeneral(null);
-      setResult(res);
-      setGallery(addToGallery(res, prompt));
+      setSeconds(res.seconds);
+      await loadGallery(res.file);
     } catch (err) {
       if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(err.byField());
       setGeneral(err instanceof Error ? err.message : String(err));
@@ -85,6 +119,12 @@ export function GenerateScreen() {
     }
   };
 
+  const numberField = (label: string, name: string, value: string, onChange: (v: string) => void) => (
+    <Field label={label} error={errors[name.replace(/^gen_/, "")]}>
+      <input name={name} inputMode="numeric" value={value} onChange={(e) => onChange(e.target.value)} />
+    </Field>
+  );
+
   return (
     <section className="screen">
       <div className="screen-head">
@@ -92,83 +132,37 @@ export function GenerateScreen() {
       </div>
       <div className="generate">
         <form className="card gen-form" onSubmit={(e) => void submit(e)}>
-          <div className="family-picker" role="radiogroup" aria-label="model family">
-            {(info?.families ?? []).map((f) => (
-              <button
-                type="button"
-                key={f.name}
-                role="radio"
-                aria-checked={f.name === family}
-                className={f.name === family ? "seg active" : "seg"}
-                onClick={() => {
-                  setFamily(f.name);
-                  setPicks([]);
-                  if (info) setBaseModel(defaultBaseModel(info, f.name));
-                }}
-              >
-                {f.title}
-              </button>
-            ))}
-          </div>
-          <Field label="Base model" error={errors.base_model} wide>
-            <input name="gen_base_model" list="gen-models" value={baseModel} onChange={(e) => setBaseModel(e.target.value)} />
-            <datalist id="gen-models">
-              {(info?.models ?? []).map((m) => (
-                <option key={m.path} value={m.path}>
-                  {m.name}
-                </option>
-              ))}
-            </datalist>
+          <FamilyPicker families={info.families} value={family} onChange={pickFamily} />
+          <BaseModelPicker
+            key={family}
+            name="gen_base_model"
+            models={models}
+            family={family}
+            value={baseModel}
+            onChange={setBaseModel}
+            error={errors.base_model}
+            modelsRoot={info.models_root}
+          />
+          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} />
+          <Field label="Prompt" error={errors.prompt} hint="Ctrl+Enter generates" wide>
+            <textarea
+              name="prompt"
+              rows={3}
+              value={prompt}
+              onChange={(e) => setPrompt(e.target.value)}
+              onKeyDown={(e) => {
+                if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !busy) {
+                  e.preventDefault();
+                  e.currentTarget.form?.requestSubmit();
+                }
+              }}
+            />
           </Field>
-          <div className="field wide">
-            <span className="field-label">LoRAs</span>
-            {loras.length === 0 && <span className="muted small">No trained LoRAs for this family yet.</span>}
-            <ul className="lora-list">
-              {loras.map((l) => {
-                const pick = picks.find((p) => p.name === l.name);
-                return (
-                  <li key={l.name} className={pick ? "picked" : undefined}>
-                    <label className="check">
-                      <input type="checkbox" checked={!!pick} onChange={() => toggle(l.name)} aria-label={`use LoRA ${l.name}`} />
-                      {l.name}
-                    </label>
-                    {pick && (
-                      <span className="scale">
-                        <input
-                          type="range"
-                          min={-2}
-                          max={2}
-                          step={0.05}
-                          value={pick.scale}
-                          aria-label={`scale of ${l.name}`}
-                          onChange={(e) =>
-                            setPicks(picks.map((p) => (p.name === l.name ? { ...p, scale: Number(e.target.value) } : p)))
-                          }
-                        />
-                        <code>{pick.scale.toFixed(2)}</code>
-                      </span>
-                    )}
-                  </li>
-                );
-              })}
-            </ul>
-          </div>
-          <Field label="Prompt" error={errors.prompt} wide>
-            <textarea name="prompt" rows={3} value={prompt} onChange={(e) => setPrompt(e.target.value)} />
-          </Field>
-          <div className="grid compact">
-            <Field label="Seed" error={errors.seed}>
-              <input name="gen_seed" inputMode="numeric" value={seed} onChange={(e) => setSeed(e.target.value)} />
-            </Field>
-            <Field label="Steps" error={errors.steps}>
-              <input name="gen_steps" inputMode="numeric" value={steps} onChange={(e) => setSteps(e.target.value)} />
-            </Field>
-            <Field label="Width" error={errors.width}>
-              <input name="gen_width" inputMode="numeric" value={width} onChange={(e) => setWidth(e.target.value)} />
-            </Field>
-            <Field label="Height" error={errors.height}>
-              <input name="gen_height" inputMode="numeric" value={height} onChange={(e) => setHeight(e.target.value)} />
-            </Field>
+          <div className="grid quad">
+            {numberField("Seed", "gen_seed", seed, setSeed)}
+            {numberField("Steps", "gen_steps", steps, setSteps)}
+            {numberField("Width", "gen_width", width, setWidth)}
+            {numberField("Height", "gen_height", height, setHeight)}
           </div>
           {general && (
             <div className="banner error" role="alert">
@@ -180,29 +174,46 @@ export function GenerateScreen() {
           </button>
         </form>
         <div className="card result">
-          {result ? (
+          {selected ? (
             <figure>
-              <img src={result.url} alt="generated image" data-testid="result-image" />
-              <figcaption className="muted small">
-                seed {result.seed} · {result.width}×{result.height} · {result.seconds.toFixed(1)} s
+              <a href={api.imageUrl(selected.url)} target="_blank" rel="noreferrer" title="open full size">
+                <img src={api.imageUrl(selected.url)} alt={selected.prompt ?? "generated image"} data-testid="result-image" />
+              </a>
+              <figcaption>
+                <p className="result-prompt">{selected.prompt}</p>
+                <p className="muted small">
+                  {imageMeta(selected)}
+                  {seconds != null && selected.file === gallery?.[0]?.file ? ` · ${seconds.toFixed(1)} s` : ""}
+                </p>
+                <p>
+                  <LoraChips loras={selected.loras} />
+                </p>
+                <button type="button" className="secondary small" onClick={() => reuse(selected)}>
+                  Reuse these settings
+                </button>
               </figcaption>
             </figure>
           ) : (
-            <div className="empty">{busy ? "Generating…" : "The image appears here."}</div>
+            <div className="empty">
+              {busy ? "Generating…" : gallery?.length ? "Pick an image from the gallery, or generate a new one." : "Your image appears here."}
+            </div>
           )}
         </div>
       </div>
-      {gallery.length > 0 && (
-        <>
-          <h3>Gallery</h3>
-          <div className="gallery">
-            {gallery.map((g) => (
-              <a key={g.url} href={g.url} target="_blank" rel="noreferrer" title={g.prompt}>
-                <img src={g.url} alt={g.prompt} loading="lazy" />
-              </a>
-            ))}
-          </div>
-        </>
+      <div className="section-head">
+        <h3>Gallery</h3>
+        {gallery != null && (
+          <span className="muted small">
+            {gallery.length} {gallery.length === 1 ? "image" : "images"}
+          </span>
+        )}
+      </div>
+      {gallery?.length ? (
+        <Gallery images={gallery} selected={selected?.file ?? null} onSelect={setSelected} />
+      ) : (
+        <div className="empty card">
+          {gallery ? "No images yet. Every image you generate is kept here with its prompt, seed and LoRAs." : "Loading…"}
+        </div>
       )}
     </section>
   );

@@ -7,17 +7,15 @@ import { ProgressBar } from "../components/ProgressBar";
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
 import { etaSeconds, formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
+import { describePhase } from "../lib/phase";
 import { href } from "../lib/route";
 import { chartSeries } from "../lib/series";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
+/** The preparing banner's text (null once the job runs). */
 function phaseText(job: Job): string | null {
-  const ph = job.phase;
-  if (!ph || job.status !== "preparing") return null;
-  if (ph.type === "preparing") return `${ph.phase}: ${ph.done}/${ph.total}`;
-  if (ph.type === "model_load_started") return `loading ${ph.component}…`;
-  return `loaded ${ph.component} (${ph.seconds.toFixed(1)} s)`;
+  return job.status === "preparing" ? describePhase(job.phase) : null;
 }
 
 /** The running (else the latest) job: stats, live chart, queue, and the Stop dialog. */
@@ -32,7 +30,11 @@ export function LiveScreen() {
       <section className="screen">
         <h1>Live</h1>
         <div className="empty card">
-          No training job yet. <a href={href("train")}>Start one</a>.
+          <strong>No training job yet</strong>
+          <p>Start a run and follow its loss, learning rate and speed here as it trains.</p>
+          <a className="button primary" href={href("train")}>
+            Train a LoRA
+          </a>
         </div>
       </section>
     );
@@ -75,7 +77,7 @@ export function LiveScreen() {
       {job.error && <div className="banner error">{job.error}</div>}
       {phaseText(job) && <div className="banner info">{phaseText(job)}</div>}
       <div className="card">
-        <div className="stats">
+        <div className="stats dense">
           <Stat label="Step" testId="stat-step">
             {step}
             {total ? <small> / {total}</small> : null}
@@ -96,12 +98,21 @@ export function LiveScreen() {
       </div>
       {job.lora_path && (
         <div className="banner ok">
-          LoRA saved: <code>{job.lora_path}</code> · <a href={href("generate")}>Generate with it</a>
+          LoRA saved: <code>{job.lora_path}</code> ·{" "}
+          {job.output_name && (
+            <>
+              <a href={api.loraFileUrl(job.output_name)} download>
+                Download
+              </a>{" "}
+              ·{" "}
+            </>
+          )}
+          <a href={href("generate")}>Generate with it</a>
         </div>
       )}
-      <div className="card">
-        <h3>Queue</h3>
-        {status?.queue.length ? (
+      {status?.queue.length ? (
+        <div className="card">
+          <h3>Queue</h3>
           <ol className="queue">
             {status.queue.map((q) => (
               <li key={q.id}>
@@ -112,10 +123,8 @@ export function LiveScreen() {
               </li>
             ))}
           </ol>
-        ) : (
-          <p className="muted small">Nothing queued.</p>
-        )}
-      </div>
+        </div>
+      ) : null}
       {asking && <StopDialog step={step} busy={stopping} onStop={(s) => void stop(s)} onCancel={() => setAsking(false)} />}
     </section>
   );

@@ -70,10 +70,14 @@ export function RunDetailScreen({ id }: { id: string }) {
         <div className="card">
           <h3>Outputs</h3>
           {run.outputs.length ? (
-            <ul className="plain">
+            <ul className="plain outputs">
               {run.outputs.map((o) => (
                 <li key={o.path}>
-                  <span className="chip">{o.kind}</span> <code>{o.path}</code>
+                  <span className="chip">{o.kind}</span>
+                  <span className="output-file">
+                    <b>{o.path.split(/[\\/]/).pop()}</b>
+                    <code className="muted">{o.path}</code>
+                  </span>
                 </li>
               ))}
             </ul>

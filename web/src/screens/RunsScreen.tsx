@@ -1,18 +1,23 @@
 import { useCallback, useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
+import { ResumeButton } from "../components/ResumeButton";
 import type { RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
-import { href } from "../lib/route";
+import { href, navigate } from "../lib/route";
 
-/** Run history: status, final loss, duration, outputs; open, delete. */
+/** Run history: status, final loss, duration; open, download the LoRA, delete. */
 export function RunsScreen() {
   const { job } = useTraining();
   const [runs, setRuns] = useState<RunSummary[] | null>(null);
   const [error, setError] = useState<string | null>(null);
+  // names of the LoRAs on disk: their runs get a Download link
+  const [saved, setSaved] = useState<ReadonlySet<string>>(new Set());
   const load = useCallback(async () => {
     try {
-      setRuns((await api.runs()).runs);
+      const [list, loras] = await Promise.all([api.runs(), api.loras()]);
+      setRuns(list.runs);
+      setSaved(new Set(loras.loras.map((l) => l.name)));
       setError(null);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
@@ -42,10 +47,18 @@ export function RunsScreen() {
         </button>
       </div>
       {error && <div className="banner error">{error}</div>}
-      {runs && runs.length === 0 && <div className="empty card">No runs yet.</div>}
+      {runs && runs.length === 0 && (
+        <div className="empty card">
+          <strong>No runs yet</strong>
+          <p>Every training run lands here with its loss curve, settings and LoRA file.</p>
+          <a className="button primary" href={href("train")}>
+            Train a LoRA
+          </a>
+        </div>
+      )}
       {runs && runs.length > 0 && (
         <div className="table-wrap card">
-          <table className="table" data-testid="runs-table">
+          <table className="table stack" data-testid="runs-table">
             <thead>
               <tr>
                 <th>Name</th>
@@ -61,21 +74,27 @@ export function RunsScreen() {
             <tbody>
               {runs.map((r) => (
                 <tr key={r.id}>
-                  <td>
+                  <td className="primary-cell">
                     <a href={href("runs", r.id)}>{r.output_name}</a>
                   </td>
-                  <td>{r.family}</td>
-                  <td>
+                  <td data-label="Family">{r.family}</td>
+                  <td data-label="Status">
                     <span className={`status status-${r.status}`}>{r.status}</span>
                   </td>
-                  <td className="num">
+                  <td className="num" data-label="Steps">
                     {r.steps_run}
                     {r.total_steps ? <span className="muted">/{r.total_steps}</span> : null}
                   </td>
-                  <td className="num">{formatNumber(r.last_loss)}</td>
-                  <td className="num">{formatDuration(secondsBetween(r.started_at, r.finished_at))}</td>
-                  <td>{formatWhen(r.created_at)}</td>
+                  <td className="num" data-label="Final loss">{formatNumber(r.last_loss)}</td>
+                  <td className="num" data-label="Duration">{formatDuration(secondsBetween(r.started_at, r.finished_at))}</td>
+                  <td data-label="Started">{formatWhen(r.created_at)}</td>
                   <td className="actions">
+                    {saved.has(r.output_name) && (
+                      <a className="button ghost small" href={api.loraFileUrl(r.output_name)} download aria-label={`download LoRA ${r.output_name}`}>
+                        Download
+                      </a>
+                    )}
+                    <ResumeButton run={r} onResumed={() => navigate("live")} onError={setError} />
                     <a className="button ghost small" href={href("runs", r.id)}>
                       Open
                     </a>

@@ -3,7 +3,7 @@ import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
-import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { CATALOGUE, type Call, INFO, mockFetch } from "../test/fixtures";
 import { TrainScreen } from "./TrainScreen";
 
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
@@ -26,6 +26,7 @@ describe("TrainScreen", () => {
     vi.unstubAllGlobals();
     calls = mockFetch(({ method, url, body }) => {
       if (url === "/api/info") return { body: INFO };
+      if (url === "/api/models") return { body: CATALOGUE };
       if (url.startsWith("/api/train/status")) return { body: STATUS };
       if (method === "POST" && url === "/api/train/preflight") {
         const cfg = (body as { config: Record<string, unknown> }).config;
@@ -60,7 +61,10 @@ describe("TrainScreen", () => {
     renderTrain();
     await waitFor(() => expect(input("learning_rate")).toHaveValue("0.0004"));
     expect(input("lora_rank")).toHaveValue("32");
-    expect(input("base_model")).toHaveValue(INFO.models?.[0].path);
+    // from the catalogue: the incomplete real model is shown but disabled, so the demo one is chosen
+    expect(input("base_model")).toHaveValue(CATALOGUE[0].path);
+    const incomplete = screen.getByRole("option", { name: /FLUX.1-dev \(incomplete: transformer/ }) as HTMLOptionElement;
+    expect(incomplete.disabled).toBe(true);
     expect(input("data_dir")).toHaveValue("shapes");
     // flux-only setting: present, inside the collapsed advanced section
     expect((input("guidance").closest("details") as HTMLDetailsElement).open).toBe(false);
@@ -69,6 +73,20 @@ describe("TrainScreen", () => {
     expect(input("lora_rank")).toHaveValue("16");
     expect(input("snr_gamma")).toHaveValue("5");
     expect(document.querySelector('[name="guidance"]')).toBeNull();
+  });
+
+  it("the family radio group is one Tab stop and follows the arrow keys", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const flux = screen.getByRole("radio", { name: "FLUX.1" });
+    expect(flux).toHaveAttribute("tabindex", "0");
+    expect(screen.getByRole("radio", { name: "Stable Diffusion XL" })).toHaveAttribute("tabindex", "-1");
+    flux.focus();
+    await userEvent.keyboard("{ArrowLeft}");
+    const sdxl = screen.getByRole("radio", { name: "Stable Diffusion XL" });
+    expect(sdxl).toHaveAttribute("aria-checked", "true");
+    expect(sdxl).toHaveFocus();
+    expect(input("lora_rank")).toHaveValue("16");
   });
 
   it("Check sends the config and shows the preflight report", async () => {

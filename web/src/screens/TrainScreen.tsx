@@ -2,8 +2,12 @@ import { useEffect, useMemo, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
+import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { Family, Info, PreflightReport } from "../api/types";
+import type { Family, PreflightReport } from "../api/types";
+import { BaseModelPicker } from "../components/BaseModelPicker";
+import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
+import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { PreflightPanel } from "../components/PreflightPanel";
 import { navigate } from "../lib/route";
@@ -11,16 +15,10 @@ import { buildConfig, type FormValues, initialValues, SCHEDULERS, TIMESTEP_SAMPL
 
 type Errors = Record<string, string>;
 
-/** The base model to preselect: a local model of the family, the tiny demo one when it is the only one. */
-export function defaultBaseModel(info: Info, family: string): string {
-  const models = (info.models ?? []).filter((m) => m.family === family || m.family == null);
-  const real = models.filter((m) => !/tiny/i.test(m.name));
-  return (real[0] ?? models[0])?.path ?? "";
-}
-
 /** Train: family, base model, dataset, settings; Check shows the preflight report; Start queues the run. */
 export function TrainScreen({ dataset }: { dataset?: string }) {
   const { info } = useInfo();
+  const models = useModelChoices();
   const { refresh } = useTraining();
   const [values, setValues] = useState<FormValues | null>(null);
   const [errors, setErrors] = useState<Errors>({});
@@ -30,19 +28,20 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
 
   const family: Family | undefined = info?.families.find((f) => f.name === values?.family);
   useEffect(() => {
-    if (!info || values || !info.families.length) return;
-    const fam = info.families.find((f) => f.name === "flux") ?? info.families[0];
+    if (!info || !models || values || !info.families.length) return;
+    const start = defaultFamily(models, info.families);
+    const fam = info.families.find((f) => f.name === start) ?? info.families[0];
     const v = initialValues(fam);
-    v.base_model = defaultBaseModel(info, fam.name);
+    v.base_model = defaultBaseModel(models, fam.name);
     v.data_dir = dataset ?? info.datasets[0]?.name ?? "";
     setValues(v);
-  }, [info, values, dataset]);
+  }, [info, models, values, dataset]);
 
   const precisions = useMemo(
     () => family?.precisions ?? info?.host.precisions ?? ["auto"],
     [family, info],
   );
-  if (!info || !values) return <section className="screen muted">Loading…</section>;
+  if (!info || !models || !values) return <section className="screen muted">Loading…</section>;
 
   const set = (k: keyof FormValues, v: string | boolean) => {
     setValues({ ...values, [k]: v });
@@ -53,8 +52,9 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
     const fam = info.families.find((f) => f.name === name);
     if (!fam) return;
     const next = initialValues(fam, values);
-    const keepModel = values.base_model && values.base_model !== defaultBaseModel(info, values.family as string);
-    next.base_model = keepModel ? values.base_model : defaultBaseModel(info, name);
+    // a model the user chose stays; a preselected one follows the family
+    const keepModel = values.base_model && values.base_model !== defaultBaseModel(models, values.family as string);
+    next.base_model = keepModel ? values.base_model : defaultBaseModel(models, name);
     setValues(next);
     setErrors({});
     setReport(null);
@@ -108,7 +108,6 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
       {label}
     </label>
   );
-  const models = info.models ?? [];
 
   return (
     <section className="screen train">
@@ -124,32 +123,19 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
       >
         <div className="card">
           <h3>Model and data</h3>
-          <div className="family-picker" role="radiogroup" aria-label="model family">
-            {info.families.map((f) => (
-              <button
-                type="button"
-                key={f.name}
-                role="radio"
-                aria-checked={f.name === values.family}
-                className={f.name === values.family ? "seg active" : "seg"}
-                onClick={() => pickFamily(f.name)}
-              >
-                {f.title}
-              </button>
-            ))}
-          </div>
+          <FamilyPicker families={info.families} value={text("family")} onChange={pickFamily} />
           {errors.family && <span className="field-error">{errors.family}</span>}
           <div className="grid">
-            <Field label="Base model" error={errors.base_model} hint="hub id (owner/name) or a local pipeline folder" wide>
-              <input name="base_model" list="base-models" value={text("base_model")} onChange={(e) => set("base_model", e.target.value)} placeholder="black-forest-labs/FLUX.1-dev" />
-              <datalist id="base-models">
-                {models.map((m) => (
-                  <option key={m.path} value={m.path}>
-                    {m.name}
-                  </option>
-                ))}
-              </datalist>
-            </Field>
+            <BaseModelPicker
+              key={text("family")}
+              name="base_model"
+              models={models}
+              family={text("family")}
+              value={text("base_model")}
+              onChange={(v) => set("base_model", v)}
+              error={errors.base_model}
+              modelsRoot={info.models_root}
+            />
             <Field label="Dataset" error={errors.data_dir}>
               <select name="data_dir" value={text("data_dir")} onChange={(e) => set("data_dir", e.target.value)}>
                 {!info.datasets.some((d) => d.name === values.data_dir) && <option value={text("data_dir")}>{text("data_dir") || "— pick one —"}</option>}
@@ -194,7 +180,6 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
               </select>
             </Field>
             {num("lr_warmup_steps", "Warmup steps")}
-            {num("seed", "Seed")}
           </div>
         </div>
 
@@ -220,6 +205,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
           <details className="advanced">
             <summary>Advanced settings</summary>
             <div className="grid">
+              {num("seed", "Seed")}
               {num("weight_decay", "Weight decay")}
               {num("max_grad_norm", "Gradient clipping", { placeholder: "off" })}
               <Field label="Default caption" error={errors.default_caption} hint="for images without one" wide>

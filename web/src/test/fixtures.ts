@@ -1,6 +1,6 @@
 /** Test data in the server's shapes, and a fetch double that answers per route. */
 import { vi } from "vitest";
-import type { Info } from "../api/types";
+import type { CatalogueModel, Info } from "../api/types";
 
 export const INFO: Info = {
   version: "0.1.0",
@@ -8,8 +8,8 @@ export const INFO: Info = {
   outputs_root: "/home/u/.lorastudio/outputs",
   models_root: "/home/u/.lorastudio/models",
   datasets: [
-    { name: "shapes", images: 8, captions: 8 },
-    { name: "faces", images: 20, captions: 12 },
+    { name: "shapes", path: "/home/u/.lorastudio/datasets/shapes", images: 8, captions: 8 },
+    { name: "faces", path: "/home/u/.lorastudio/datasets/faces", images: 20, captions: 12 },
   ],
   families: [
     {
@@ -36,13 +36,45 @@ export const INFO: Info = {
     },
   ],
   host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16"] },
+  auth: false,
   models: [{ name: "tiny-flux", path: "/home/u/.lorastudio/models/tiny-flux", family: "flux" }],
 };
+
+/** GET /api/models: the tiny demo model, and a real FLUX.1 download that is incomplete. */
+export const CATALOGUE: CatalogueModel[] = [
+  {
+    id: "tiny-flux",
+    name: "tiny-flux",
+    source: "tiny",
+    path: "/home/u/.lorastudio/models/tiny-flux",
+    family: "flux",
+    trainable: true,
+    reason: null,
+    size_bytes: 123456,
+    complete: true,
+    missing: [],
+    deletable: true,
+  },
+  {
+    id: "FLUX.1-dev",
+    name: "FLUX.1-dev",
+    source: "local",
+    path: "/home/u/.lorastudio/models/FLUX.1-dev",
+    family: "flux",
+    trainable: true,
+    reason: null,
+    size_bytes: 9_000_000_000,
+    complete: false,
+    missing: ["transformer/diffusion_pytorch_model.safetensors"],
+    deletable: true,
+  },
+];
 
 export interface Call {
   method: string;
   url: string;
   body: unknown;
+  headers: Record<string, string>;
 }
 
 type Handler = (call: Call) => { status?: number; body: unknown } | undefined;
@@ -54,7 +86,8 @@ export function mockFetch(handler: Handler): Call[] {
     "fetch",
     vi.fn(async (url: string, init?: RequestInit) => {
       const raw = init?.body;
-      const call = { method: init?.method ?? "GET", url, body: typeof raw === "string" ? JSON.parse(raw) : raw };
+      const headers = { ...((init?.headers as Record<string, string> | undefined) ?? {}) };
+      const call = { method: init?.method ?? "GET", url, body: typeof raw === "string" ? JSON.parse(raw) : raw, headers };
       calls.push(call);
       const answer = handler(call) ?? { status: 404, body: { detail: "not found" } };
       return new Response(JSON.stringify(answer.body), {

@@ -1,0 +1,76 @@
+import { render, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { App } from "../App";
+import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { resetAuthForTests, withToken } from "./auth";
+
+const TOKEN = "s3cret-token";
+const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
+
+/** EventSource double that records the URLs it was opened with. */
+class RecordingEventSource {
+  static urls: string[] = [];
+  onopen = null;
+  onerror = null;
+  onmessage = null;
+  constructor(url: string) {
+    RecordingEventSource.urls.push(url);
+  }
+  addEventListener() {}
+  close() {}
+}
+
+describe("API token", () => {
+  let calls: Call[];
+  beforeEach(() => {
+    window.localStorage.clear();
+    resetAuthForTests();
+    RecordingEventSource.urls = [];
+    vi.stubGlobal("EventSource", RecordingEventSource);
+    // a server with LORASTUDIO_API_TOKEN set: everything is 401 without the right bearer token
+    calls = mockFetch(({ url, headers }) => {
+      if (headers.Authorization !== `Bearer ${TOKEN}`) return { status: 401, body: { detail: "missing or wrong API token" } };
+      if (url === "/api/info") return { body: { ...INFO, auth: true } };
+      if (url.startsWith("/api/train/status")) return { body: STATUS };
+      if (url === "/api/runs") return { body: { runs: [] } };
+      if (url === "/api/loras") return { body: { root: "/o", loras: [] } };
+      return undefined;
+    });
+    window.location.hash = "#/runs";
+  });
+  afterEach(() => {
+    vi.unstubAllGlobals();
+    window.localStorage.clear();
+    resetAuthForTests();
+  });
+
+  it("asks once after a 401, keeps the token and sends it as a header and ?token=", async () => {
+    render(<App />);
+    const dialog = await screen.findByRole("dialog", { name: "API token required" });
+    expect(dialog).toBeInTheDocument();
+    expect(screen.queryByText(/Cannot reach the server/)).toBeNull();
+    await userEvent.type(screen.getByLabelText("API token"), TOKEN);
+    await userEvent.click(screen.getByRole("button", { name: "Save token" }));
+
+    await waitFor(() => expect(screen.queryByRole("dialog")).toBeNull());
+    expect(window.localStorage.getItem("lorastudio.token")).toBe(TOKEN);
+    // the screens reload with the token: the empty run history shows, info is fetched again
+    expect(await screen.findByText(/No runs yet/)).toBeInTheDocument();
+    const authed = calls.filter((c) => c.headers.Authorization === `Bearer ${TOKEN}`).map((c) => c.url);
+    expect(authed).toEqual(expect.arrayContaining(["/api/info", "/api/runs"]));
+    // the event stream is reopened with the token in its URL
+    expect(RecordingEventSource.urls.at(-1)).toBe(`/api/train/events?token=${TOKEN}`);
+    expect(withToken("/gallery/a.png")).toBe(`/gallery/a.png?token=${TOKEN}`);
+    expect(withToken("/x?size=64")).toBe(`/x?size=64&token=${TOKEN}`);
+  });
+
+  it("a saved token that the server refuses is asked for again, with the reason", async () => {
+    window.localStorage.setItem("lorastudio.token", "old-token");
+    resetAuthForTests();
+    render(<App />);
+    await screen.findByRole("dialog", { name: "API token required" });
+    expect(screen.getByRole("alert")).toHaveTextContent("refused the saved token");
+    expect(calls[0].headers.Authorization).toBe("Bearer old-token");
+  });
+});

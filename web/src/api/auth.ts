@@ -1,0 +1,83 @@
+/**
+ * The API token (when the server sets LORASTUDIO_API_TOKEN): kept in localStorage, sent as
+ * `Authorization: Bearer` by the fetch client and as `?token=` on URLs the browser loads by
+ * itself (EventSource, <img>, download links), which cannot carry a header.
+ *
+ * A tiny external store: any 401 marks the token as needed, and the UI asks for it once.
+ */
+import { useSyncExternalStore } from "react";
+
+const KEY = "lorastudio.token";
+
+export interface AuthState {
+  /** The saved token, or null. */
+  token: string | null;
+  /** A request was answered 401: the UI must ask for a (new) token. */
+  needed: boolean;
+  /** The 401 came while a token was saved (so that token is wrong). */
+  refused: boolean;
+}
+
+function readStored(): string | null {
+  try {
+    return window.localStorage.getItem(KEY) || null;
+  } catch {
+    return null;
+  }
+}
+
+let state: AuthState = { token: readStored(), needed: false, refused: false };
+const listeners = new Set<() => void>();
+
+function update(next: AuthState): void {
+  state = next;
+  for (const fn of listeners) fn();
+}
+
+export function getToken(): string | null {
+  return state.token;
+}
+
+/** Save (or, with an empty string, forget) the token; clears the "needed" flag. */
+export function setToken(token: string): void {
+  const t = token.trim();
+  try {
+    if (t) window.localStorage.setItem(KEY, t);
+    else window.localStorage.removeItem(KEY);
+  } catch {
+    // storage disabled (private mode): the token lives for this page only
+  }
+  update({ token: t || null, needed: false, refused: false });
+}
+
+/** Called by the client on a 401 answer: the UI then asks for the token. */
+export function reportUnauthorized(): void {
+  if (state.needed) return;
+  update({ ...state, needed: true, refused: state.token != null });
+}
+
+/** The Authorization header for the saved token ({} without one). */
+export function authHeaders(): Record<string, string> {
+  return state.token ? { Authorization: `Bearer ${state.token}` } : {};
+}
+
+/** `url` with `token=<token>` added to its query (unchanged without a token). */
+export function withToken(url: string): string {
+  if (!state.token) return url;
+  return `${url}${url.includes("?") ? "&" : "?"}token=${encodeURIComponent(state.token)}`;
+}
+
+function subscribe(fn: () => void): () => void {
+  listeners.add(fn);
+  return () => listeners.delete(fn);
+}
+
+/** The auth state; re-renders when the token is saved or a 401 arrives. */
+export function useAuth(): AuthState {
+  return useSyncExternalStore(subscribe, () => state);
+}
+
+/** Forget everything (tests): re-reads localStorage. */
+export function resetAuthForTests(): void {
+  update({ token: readStored(), needed: false, refused: false });
+}

@@ -1,0 +1,59 @@
+import { api } from "../api/endpoints";
+import type { GalleryImage } from "../api/types";
+
+/** "seed 3 · 512×512 · 20 steps" for an image (parts it lacks are left out). */
+export function imageMeta(img: GalleryImage): string {
+  const parts = [];
+  if (img.seed != null) parts.push(`seed ${img.seed}`);
+  if (img.width != null && img.height != null) parts.push(`${img.width}×${img.height}`);
+  if (img.steps != null) parts.push(`${img.steps} steps`);
+  return parts.join(" · ");
+}
+
+/** The LoRAs of an image as chips ("name ×0.80"). */
+export function LoraChips({ loras }: { loras: GalleryImage["loras"] }) {
+  if (!loras?.length) return <span className="chip muted-chip">no LoRA</span>;
+  return (
+    <>
+      {loras.map((l) => (
+        <span className="chip" key={l.name}>
+          {l.name} ×{(l.scale ?? 1).toFixed(2)}
+        </span>
+      ))}
+    </>
+  );
+}
+
+interface Props {
+  images: readonly GalleryImage[];
+  selected: string | null;
+  onSelect: (img: GalleryImage) => void;
+}
+
+/** The server's gallery: a thumbnail per image with its prompt, seed and LoRAs; pick one to view it. */
+export function Gallery({ images, selected, onSelect }: Props) {
+  return (
+    <ul className="gallery" data-testid="gallery">
+      {images.map((img) => (
+        <li key={img.file}>
+          <button
+            type="button"
+            className={img.file === selected ? "gallery-item selected" : "gallery-item"}
+            aria-pressed={img.file === selected}
+            onClick={() => onSelect(img)}
+            title={img.prompt ?? img.file}
+          >
+            <img src={api.imageUrl(img.url)} alt={img.prompt ?? img.file} loading="lazy" />
+            <span className="gallery-text">
+              <span className="gallery-prompt">{img.prompt || <i className="muted">no prompt recorded</i>}</span>
+              <span className="muted small">{imageMeta(img)}</span>
+              <span className="gallery-loras">
+                <LoraChips loras={img.loras} />
+              </span>
+            </span>
+          </button>
+        </li>
+      ))}
+    </ul>
+  );
+}

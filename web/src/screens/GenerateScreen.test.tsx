@@ -1,0 +1,96 @@
+import { render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { beforeEach, describe, expect, it, vi } from "vitest";
+import { InfoProvider } from "../api/info";
+import { TrainingProvider } from "../api/training";
+import type { GalleryImage } from "../api/types";
+import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { GenerateScreen } from "./GenerateScreen";
+
+const OLD: GalleryImage = {
+  file: "old.png",
+  url: "/gallery/old.png",
+  created: 1,
+  width: 64,
+  height: 64,
+  prompt: "an old cat",
+  seed: 7,
+  family: "flux",
+  base_model: "/home/u/.lorastudio/models/tiny-flux",
+  steps: 4,
+  loras: [{ name: "cats", scale: 0.8 }],
+};
+const NEW: GalleryImage = { ...OLD, file: "new.png", url: "/gallery/new.png", created: 2, prompt: "a new dog", seed: 3, loras: [] };
+
+describe("GenerateScreen", () => {
+  let calls: Call[];
+  let images: GalleryImage[];
+  beforeEach(() => {
+    vi.unstubAllGlobals();
+    images = [OLD];
+    calls = mockFetch(({ method, url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      if (url === "/api/loras?family=flux") {
+        return { body: { root: "/o", loras: [{ name: "cats", family: "flux", path: "/o/cats/cats.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
+      }
+      if (url === "/api/gallery") return { body: { images } };
+      if (method === "POST" && url === "/api/generate") {
+        images = [NEW, OLD];
+        return { status: 201, body: { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "a new dog", loras: [] } };
+      }
+      return undefined;
+    });
+  });
+
+  const renderScreen = () =>
+    render(
+      <InfoProvider>
+        <TrainingProvider>
+          <GenerateScreen />
+        </TrainingProvider>
+      </InfoProvider>,
+    );
+
+  it("shows the server gallery with each image's prompt, seed and LoRAs, and reuses its settings", async () => {
+    renderScreen();
+    const gallery = await screen.findByTestId("gallery");
+    const item = within(gallery).getByRole("button", { name: /an old cat/ });
+    expect(item).toHaveTextContent("seed 7 · 64×64 · 4 steps");
+    expect(item).toHaveTextContent("cats ×0.80");
+    // the LoRA list offers a download of the .safetensors
+    expect(await screen.findByRole("link", { name: "download LoRA cats" })).toHaveAttribute("href", "/api/loras/cats/file");
+    // the newest image is shown at first
+    expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/old.png");
+    await userEvent.click(item);
+    expect(item).toHaveAttribute("aria-pressed", "true");
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    expect(document.querySelector('[name="prompt"]')).toHaveValue("an old cat");
+    expect(document.querySelector('[name="gen_seed"]')).toHaveValue("7");
+    expect(screen.getByLabelText("use LoRA cats")).toBeChecked();
+    expect(screen.getByLabelText("scale of cats")).toHaveValue("0.8");
+  });
+
+  it("generates with the preselected tiny model and shows the new image first", async () => {
+    renderScreen();
+    await screen.findByTestId("gallery");
+    expect(document.querySelector('[name="gen_base_model"]')).toHaveValue(INFO.models[0].path);
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
+    const sent = calls.find((c) => c.url === "/api/generate")?.body as Record<string, unknown>;
+    expect(sent).toMatchObject({ family: "flux", base_model: INFO.models[0].path, loras: [] });
+    const items = within(screen.getByTestId("gallery")).getAllByRole("button");
+    expect(items.map((b) => b.getAttribute("title"))).toEqual(["a new dog", "an old cat"]);
+    expect(items[0]).toHaveAttribute("aria-pressed", "true");
+  });
+
+  it("Ctrl+Enter in the prompt generates", async () => {
+    renderScreen();
+    await screen.findByTestId("gallery");
+    const prompt = document.querySelector('[name="prompt"]') as HTMLTextAreaElement;
+    await userEvent.clear(prompt);
+    await userEvent.type(prompt, "a dog{Control>}{Enter}{/Control}");
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ prompt: "a dog" });
+  });
+});
