@@ -1,0 +1,183 @@
+"""Regional torch.compile of a denoiser's repeated blocks, selectable and never fatal.
+
+The four denoisers declare their repeated blocks in diffusers' `_repeated_blocks`
+(FluxTransformerBlock + FluxSingleTransformerBlock, QwenImageTransformerBlock,
+ZImageTransformerBlock, the U-Net's BasicTransformerBlock). Each instance is compiled with
+`nn.Module.compile` (one compiled code object shared by the instances of a class), so compile
+time is that of one or two blocks, not of the whole model.
+
+Modes (TrainConfig.compile): "off" = eager; "auto" = compile on CUDA, eager elsewhere; "on" =
+compile, and refused on a device without CUDA (a GPU speed feature: on the CPU it would only
+add compile time). Compilation is lazy, so a compiler failure shows only at the first forward or
+backward: `run_compiled` catches it, restores the eager blocks, puts the gradients back as they
+were before the failed call and runs the call again eagerly, logging the reason. Errors that are
+not the compiler's (out of memory, bad inputs) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem
+
+log = logging.getLogger(__name__)
+
+CompileMode = Literal["off", "on", "auto"]
+T = TypeVar("T")
+RECOMPILE_LIMIT = 64  # per block class: shapes (buckets, batch sizes) x grad variants
+
+
+@dataclass
+class RegionalCompile:
+    """The compiled state of one denoiser: which blocks are compiled (empty once reverted), the
+    trainable parameters whose gradients a failed call must not leave half-accumulated, and why
+    compilation was skipped or abandoned (None while it is active)."""
+
+    blocks: list[torch.nn.Module] = field(default_factory=list)
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+    fallback_reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.blocks)
+
+
+# denoiser -> its RegionalCompile (weak: dropping the denoiser drops its entry)
+_STATES: weakref.WeakKeyDictionary[torch.nn.Module, RegionalCompile] = weakref.WeakKeyDictionary()
+
+
+def compile_problems(mode: str, device: torch.device) -> list[FieldProblem]:
+    """Why `mode` cannot be honoured on `device` (empty when it can): "on" needs CUDA."""
+    if mode == "on" and device.type != "cuda":
+        return [
+            FieldProblem(
+                "compile",
+                f"'on' needs a CUDA GPU (the training device is {device.type}); "
+                "regional torch.compile is a GPU speed feature: use 'off' or 'auto' here",
+            )
+        ]
+    return []
+
+
+def wants_compile(mode: str, device: torch.device) -> bool:
+    """Whether `mode` compiles on `device`: "on" yes, "off" no, "auto" only on CUDA.
+    Raises ConfigError when "on" cannot be honoured (see compile_problems)."""
+    problems = compile_problems(mode, device)
+    if problems:
+        raise ConfigError(problems)
+    return mode == "on" or (mode == "auto" and device.type == "cuda")
+
+
+def repeated_blocks(denoiser: torch.nn.Module) -> list[torch.nn.Module]:
+    """The instances of the classes named in `denoiser._repeated_blocks` (diffusers), in module
+    order; empty when the model declares none."""
+    names = set(getattr(denoiser, "_repeated_blocks", None) or ())
+    return [m for m in denoiser.modules() if type(m).__name__ in names]
+
+
+def compile_denoiser(
+    denoiser: torch.nn.Module,
+    params: list[torch.nn.Parameter],
+    *,
+    backend: str | Callable[..., Any] = "inductor",
+    dynamic: bool | None = None,
+) -> RegionalCompile:
+    """Compile each repeated block of `denoiser` in place (lazy: nothing is compiled until the
+    first call) and register the state `run_compiled` uses.
+
+    Takes: the denoiser (LoRA already added), its trainable parameters, the torch.compile
+    backend and `dynamic` (None: static first, dynamic after a shape change, e.g. a new bucket).
+    Returns: the RegionalCompile; when the model declares no repeated blocks it is inactive with
+    the reason set (and logged), and the denoiser stays eager. Never raises for a model without
+    blocks; torch.compile's own argument errors propagate.
+    """
+    state = RegionalCompile(params=list(params))
+    blocks = repeated_blocks(denoiser)
+    _allow_recompiles(RECOMPILE_LIMIT)
+    if not blocks:
+        state.fallback_reason = f"{type(denoiser).__name__} declares no repeated blocks to compile"
+        log.warning("compile: staying eager: %s", state.fallback_reason)
+    for block in blocks:
+        block.compile(backend=backend, dynamic=dynamic)
+    state.blocks = blocks
+    _STATES[denoiser] = state
+    if blocks:
+        kinds = sorted({type(b).__name__ for b in blocks})
+        log.info("compile: %d repeated blocks (%s) compiled with %s", len(blocks), ", ".join(kinds), backend)
+    return state
+
+
+def _allow_recompiles(limit: int) -> None:
+    """Raise Dynamo's per-code-object recompile limit (process-wide, never lowered). The blocks of
+    one class share a code object, and every (shape, requires_grad) variant of their inputs is a
+    cache entry: Z-Image's refiner and main blocks at two batch sizes passed the default 8, after
+    which Dynamo silently ran those blocks eagerly (measured: 0.31 -> 0.88 s/step)."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(int(dynamo_config.recompile_limit), limit)
+    dynamo_config.accumulated_recompile_limit = max(int(dynamo_config.accumulated_recompile_limit), 4 * limit)
+
+
+def compile_state(denoiser: torch.nn.Module) -> RegionalCompile | None:
+    """The RegionalCompile registered for `denoiser`, or None when it was never compiled."""
+    return _STATES.get(denoiser)
+
+
+def revert_to_eager(denoiser: torch.nn.Module, reason: str) -> None:
+    """Undo the regional compile of `denoiser` (its blocks run eagerly again) and record why."""
+    state = _STATES.get(denoiser)
+    if state is None:
+        return
+    for block in state.blocks:
+        block._compiled_call_impl = None  # what nn.Module.compile set; None = the eager __call__
+    state.blocks = []
+    state.fallback_reason = reason
+    log.warning("compile: falling back to eager: %s", reason)
+
+
+def is_compiler_error(err: BaseException) -> bool:
+    """True for failures of the compiler stack (Dynamo, AOTAutograd, Inductor, Triton build),
+    which the eager path does not have; False for everything else (OOM, shape errors, ...)."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    if isinstance(err, torch.OutOfMemoryError):
+        return False
+    if isinstance(err, TorchDynamoException):
+        return True
+    module = type(err).__module__ or ""
+    return module.startswith(("torch._inductor", "torch._dynamo", "torch._functorch", "triton"))
+
+
+def run_compiled(denoiser: torch.nn.Module, call: Callable[[], T]) -> T:
+    """Run `call` (a forward + backward through `denoiser`). When the denoiser's regional compile
+    is active and the call fails inside the compiler, revert to eager, restore the gradients of
+    the trainable parameters to what they were before the call, and run `call` again (eagerly).
+
+    Returns: what `call` returns. Raises: whatever `call` raises that is not a compiler error,
+    and any error of the eager retry.
+    """
+    state = _STATES.get(denoiser)
+    if state is None or not state.active:
+        return call()
+    grads = [None if p.grad is None else p.grad.clone() for p in state.params]
+    try:
+        return call()
+    except Exception as err:  # narrowed just below: only compiler failures are handled
+        if not is_compiler_error(err):
+            raise
+        revert_to_eager(denoiser, f"{type(err).__name__}: {_first_line(err)}")
+        for p, g in zip(state.params, grads, strict=True):
+            p.grad = g
+    return call()
+
+
+def _first_line(err: BaseException) -> str:
+    """The error's first two non-empty lines on one line (Dynamo puts the cause on the second)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return " ".join(lines[:2])[:300] if lines else "(no message)"
