@@ -113,7 +113,8 @@ class TrainConfig(BaseModel):
         default=5, ge=1, le=1000, description="consecutive non-finite steps before the run fails as diverged"
     )
     lora_format: LoraFormat = Field(
-        default="diffusers", description="key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)"
+        default="diffusers",
+        description="key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)",
     )
 
     # speed

@@ -77,3 +77,16 @@ class TrainingStopped(LorastudioError):
 
 class TrainingDiverged(LorastudioError):
     """The loss or gradients stayed non-finite; no LoRA is written from the diverged weights."""
+
+
+class ModelAccessDenied(ModelSourceError):
+    """A hub repo that exists but cannot be read with the current token (gated, private). `status`
+    is the hub's HTTP status (401: no or invalid token, 403: token without access)."""
+
+    def __init__(self, message: str, status: int):
+        self.status = status
+        super().__init__(message)
+
+
+class ModelNotDeletable(LorastudioError):
+    """A base model lorastudio did not download or create (it never deletes those)."""

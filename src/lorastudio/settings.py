@@ -5,6 +5,10 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   outputs/    one folder per run (LoRA .safetensors + sidecar JSON, checkpoints, samples)
   models/     local base models (diffusers pipeline folders), including the tiny demo models
   lorastudio.db   the run store (SQLite)
+  added_models.json   folders the user added to the model catalogue
+
+The hub token (LORASTUDIO_HF_TOKEN) is a SecretStr: it prints as '**********' and only
+`get_secret_value()` (in lorastudio.basemodels, handing it to huggingface_hub) reveals it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,6 +31,9 @@ class Settings(BaseSettings):
     api_token: str | None = None
     max_upload_mb: int = Field(default=2048, ge=1)
     max_image_pixels: int = Field(default=64_000_000, ge=1)
+    hf_token: SecretStr | None = Field(
+        default=None, description="hub token for gated/private repos (else huggingface_hub's own login)"
+    )
 
     @property
     def datasets_dir(self) -> Path:

@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from lorastudio import __version__
 from lorastudio.api.deps import require_token
 from lorastudio.api.errors import install_error_handlers
-from lorastudio.api.routes import datasets, generate, info, loras, runs, train
+from lorastudio.api.routes import datasets, generate, info, loras, models, runs, train
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.generation import GenerationService
@@ -66,7 +66,7 @@ def create_app(
     app.state.settings = settings
     install_error_handlers(app)
     guarded = [Depends(require_token)]
-    for module in (train, runs, datasets, loras, generate, info):
+    for module in (train, runs, datasets, loras, generate, info, models):
         app.include_router(module.router, dependencies=guarded, responses=ERROR_RESPONSES)
     if web_dist.is_dir():
         app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")

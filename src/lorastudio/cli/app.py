@@ -49,6 +49,9 @@ def _register() -> None:
     serve_cmd.register(app)
     runs_cmd.register(app)
     datasets_cmd.register(app)
+    from lorastudio.cli import models_cmd
+
+    models_cmd.register(app)
     from lorastudio.cli import lora_cmd
 
     lora_cmd.register(app)

@@ -8,15 +8,14 @@ this host), and reports every problem at once in one ConfigError. It only reads.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
+from lorastudio.basemodels import inspect_folder, is_hub_id, resolve_hub_id, vet_pipeline_folder
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.errors import (
@@ -32,8 +31,6 @@ from lorastudio.settings import Settings
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Family
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -74,7 +71,8 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     model_dir: Path | None = None
     if "base_model" not in reported and isinstance(raw.get("base_model"), str) and family is not None:
         try:
-            model_source, model_dir = resolve_base_model(raw["base_model"], family, settings)
+            revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
+            model_source, model_dir = resolve_base_model(raw["base_model"], family, settings, revision)
         except ModelSourceError as err:
             problems.append(FieldProblem("base_model", str(err)))
 
@@ -119,11 +117,15 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     )
 
 
-def resolve_base_model(base_model: str, family: Family, settings: Settings) -> tuple[str, Path | None]:
+def resolve_base_model(
+    base_model: str, family: Family, settings: Settings, revision: str | None = None
+) -> tuple[str, Path | None]:
     """Where to load `base_model` from: an absolute pipeline folder, a folder name under the
-    models root, or a hub id (owner/name, checked when loading). Returns (source, local folder
-    or None). Raises ModelSourceError for a missing/incomplete folder, a pipeline of another
-    family, or a value that is neither a folder nor a hub id."""
+    models root, or a hub id (owner/name: lorastudio's fetched copy, the hub cache, or the hub).
+    Every folder is vetted by basemodels.vet_pipeline_folder (the one base-model check).
+    Returns (source, local folder or None). Raises ModelSourceError for a missing, incomplete,
+    inference-only or untrainable folder, a pipeline of another family, a hub id that is not on
+    disk in offline mode, or a value that is neither a folder nor a hub id."""
     given = Path(base_model).expanduser()
     if given.is_absolute():
         candidate: Path | None = given
@@ -135,39 +137,16 @@ def resolve_base_model(base_model: str, family: Family, settings: Settings) -> t
         candidate = settings.models_dir / given
     if candidate is not None and os.path.lexists(candidate):
         folder = candidate.resolve()
-        check_pipeline_folder(folder, family)
+        vet_pipeline_folder(folder, family.spec.name)
         return str(folder), folder
     if given.is_absolute():
         raise ModelSourceError(f"base model folder not found: {base_model}")
-    if HUB_ID.match(base_model):
-        return base_model, None
+    if is_hub_id(base_model):
+        return resolve_hub_id(settings, base_model, revision, family.spec.name)
     raise ModelSourceError(
         f"{base_model!r} is neither a pipeline folder (absolute, or a name under {settings.models_dir}) "
         "nor a hub id (owner/name)"
     )
-
-
-def check_pipeline_folder(folder: Path, family: Family) -> None:
-    """Raise ModelSourceError unless `folder` is a diffusers pipeline this family trains."""
-    index = folder / "model_index.json"
-    if not folder.is_dir() or not index.is_file():
-        raise ModelSourceError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
-    try:
-        meta = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ModelSourceError(f"{index} cannot be read: {err}") from None
-    if not isinstance(meta, dict):
-        raise ModelSourceError(f"{index} is not a JSON object")
-    class_name = meta.get("_class_name")
-    accepted = family.spec.accepted_pipelines
-    if class_name not in accepted:
-        raise ModelSourceError(
-            f"{folder} is a {class_name} pipeline; the {family.spec.name} family trains {', '.join(accepted)}"
-        )
-    listed = [n for n, v in meta.items() if not n.startswith("_") and isinstance(v, list) and v and v[0]]
-    missing = [n for n in listed if not (folder / n).is_dir()]
-    if missing:
-        raise ModelSourceError(f"{folder} is incomplete: missing component folder(s) {', '.join(missing)}")
 
 
 def output_name_problems(name: str, settings: Settings, live_output_names: set[str]) -> list[FieldProblem]:
@@ -215,19 +194,13 @@ def _dedupe(problems: list[FieldProblem]) -> list[FieldProblem]:
 def local_models(models_dir: Path) -> list[dict[str, Any]]:
     """Pipeline folders directly under `models_dir` (those with a model_index.json), by name:
     {"name", "path", "family"}; family is the registered family that trains the pipeline's
-    class (None when no family does or the index is unreadable)."""
+    class (None when no family does or the index is unreadable). The full catalogue, with
+    completeness and the other sources, is lorastudio.basemodels.list_models."""
     if not models_dir.is_dir():
         return []
-    by_class = {cls: fam.spec.name for fam in families.all_families() for cls in fam.spec.accepted_pipelines}
     found = []
     for folder in sorted(models_dir.iterdir()):
-        index = folder / "model_index.json"
-        if folder.name.startswith(".") or not index.is_file():
+        if folder.name.startswith(".") or not (folder / "model_index.json").is_file():
             continue
-        try:
-            meta = json.loads(index.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            meta = {}
-        class_name = meta.get("_class_name") if isinstance(meta, dict) else None
-        found.append({"name": folder.name, "path": str(folder), "family": by_class.get(class_name)})
+        found.append({"name": folder.name, "path": str(folder), "family": inspect_folder(folder).family})
     return found

@@ -8,8 +8,6 @@ ModelSourceError.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,8 +23,6 @@ if TYPE_CHECKING:
     from lorastudio.families.base import Family
     from lorastudio.settings import Settings
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
 
 @dataclass(frozen=True)
 class PreparedRun:
@@ -40,34 +36,25 @@ class PreparedRun:
     dtype: torch.dtype
 
 
-def model_source_problems(base_model: str, revision: str | None, family: Family) -> None:
-    """Check a local pipeline folder (model_index.json of an accepted pipeline class, every listed
-    component folder present) or the shape of a hub id. Raises ModelSourceError or ConfigError."""
+def model_source_problems(
+    base_model: str, revision: str | None, family: Family, settings: Settings | None = None
+) -> None:
+    """Check the base model before anything is loaded: a local folder is vetted by
+    basemodels.vet_pipeline_folder (the same check as the job service's), a hub id by
+    basemodels.resolve_hub_id (its copy on disk; offline, it must be there). Raises
+    ModelSourceError, or ConfigError for a revision given with a local folder."""
+    from lorastudio.basemodels import is_hub_id, resolve_hub_id, vet_pipeline_folder
+    from lorastudio.settings import get_settings
+
     path = Path(base_model).expanduser()
     if not path.exists():
-        if _HUB_ID.match(base_model) and not base_model.startswith((".", "~")):
-            return  # a hub id: the loaders fetch (or find it in the cache) and report failures
+        if is_hub_id(base_model) and not base_model.startswith((".", "~")):
+            resolve_hub_id(settings or get_settings(), base_model, revision, family.spec.name)
+            return
         raise ModelSourceError(
             f"base model {base_model!r} is neither an existing folder nor a hub id (owner/name)"
         )
-    index = path / "model_index.json"
-    if not index.is_file():
-        raise ModelSourceError(f"{path} is not a diffusers pipeline folder (no model_index.json)")
-    try:
-        meta = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ModelSourceError(f"cannot read {index}: {err}") from err
-    class_name = meta.get("_class_name")
-    spec = family.spec
-    if class_name not in spec.accepted_pipelines:
-        raise ModelSourceError(
-            f"{path} holds a {class_name} pipeline, not {spec.title} "
-            f"(family {spec.name!r} trains {', '.join(spec.accepted_pipelines)})"
-        )
-    listed = [n for n, v in meta.items() if not n.startswith("_") and isinstance(v, list) and v and v[0]]
-    missing = [name for name in listed if not (path / name).is_dir()]
-    if missing:
-        raise ModelSourceError(f"{path} is incomplete: missing component folder(s) {', '.join(missing)}")
+    vet_pipeline_folder(path, family.spec.name)
     if revision is not None:
         raise ConfigError([FieldProblem("revision", "only applies to hub ids, not to a local folder")])
 
@@ -106,5 +93,5 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         default_caption=resolved.default_caption,
         max_pixels=settings.max_image_pixels,
     )
-    model_source_problems(resolved.base_model, resolved.revision, family)
+    model_source_problems(resolved.base_model, resolved.revision, family, settings)
     return PreparedRun(resolved, family, scan, run_dir, dev, pick_dtype(resolved.base_precision, dev))

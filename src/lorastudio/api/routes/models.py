@@ -1,0 +1,198 @@
+"""/api/models: the base-model catalogue, fetching from the hub (background tasks with progress
+in GET /api/models/fetch/{id} and the event stream GET /api/models/events), adding folders, and
+deleting what lorastudio downloaded or created.
+
+Status codes: a hub repo the token cannot read (gated, private) is 403 (the hub's own 401/403 is
+in the message: a 401 here would mean lorastudio's API token); deleting a model lorastudio did not
+create is 403; deleting one a job or fetch uses is 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from lorastudio.api.deps import service_dep, settings_dep
+from lorastudio.api.errors import error_body
+from lorastudio.api.schemas_models import (
+    AddFolderBody,
+    CatalogueModelOut,
+    FetchBody,
+    FetchList,
+    FetchOut,
+    FolderForgotten,
+    ModelDeleted,
+)
+from lorastudio.basemodels import (
+    FetchManager,
+    add_folder,
+    delete_model,
+    forget_folder,
+    get_model,
+    hub_offline,
+    list_models,
+)
+from lorastudio.basemodels.added import added_id
+from lorastudio.errors import LorastudioError, ModelAccessDenied, ModelNotDeletable
+from lorastudio.jobs.records import LIVE_STATUSES
+from lorastudio.jobs.service import JobService
+from lorastudio.settings import Settings
+
+router = APIRouter(prefix="/api/models", tags=["models"])
+
+SSE_POLL_S = 0.25
+SSE_KEEPALIVE_S = 15.0
+_manager_lock = threading.Lock()
+
+
+def fetches_dep(request: Request) -> FetchManager:
+    """The app's FetchManager (created on first use, kept on app.state.fetches)."""
+    with _manager_lock:
+        manager = getattr(request.app.state, "fetches", None)
+        if manager is None:
+            manager = FetchManager(request.app.state.settings)
+            request.app.state.fetches = manager
+        return manager
+
+
+def _forbidden(err: LorastudioError) -> JSONResponse:
+    body = error_body(err)
+    if isinstance(err, ModelAccessDenied):
+        body["hub_status"] = err.status
+    return JSONResponse(body, status_code=403)
+
+
+def _models_in_use(service: JobService) -> set[Path]:
+    """Base-model folders of the active and queued training jobs."""
+    status = service.status()
+    configs = []
+    job = status["job"]
+    if job and job["status"] in {s.value for s in LIVE_STATUSES}:
+        configs.append(job["config"])
+    for queued in status["queue"]:
+        configs.append(service.job(queued["id"])["config"])
+    return {Path(c["base_model"]) for c in configs if Path(c["base_model"]).is_absolute()}
+
+
+@router.get("", response_model=list[CatalogueModelOut])
+def catalogue(settings: Settings = Depends(settings_dep)) -> list[dict[str, Any]]:
+    """Every base model on disk (models/, added folders, the hub cache), recognised and vetted:
+    family, trainable (and why not), size, completeness, whether lorastudio may delete it."""
+    return [entry.public() for entry in list_models(settings)]
+
+
+@router.get("/fetch", response_model=FetchList)
+def fetch_list(fetches: FetchManager = Depends(fetches_dep)) -> dict[str, Any]:
+    """The fetches of this server's life, oldest first, and whether the hub client is offline."""
+    return {"fetches": fetches.list(), "offline": hub_offline()}
+
+
+@router.post(
+    "/fetch", status_code=202, response_model=FetchOut, responses={403: {"description": "no access"}}
+)
+def fetch_start(body: FetchBody, fetches: FetchManager = Depends(fetches_dep)) -> Any:
+    """Check the repo (access, pipeline, family, files) and start downloading what training
+    needs in the background: 202 with the fetch. 400 bad id / untrainable / offline and not on
+    disk, 403 gated or private without access, 404 no such repo or revision, 409 being fetched."""
+    try:
+        return fetches.start(body.repo_id, body.revision)
+    except ModelAccessDenied as err:
+        return _forbidden(err)
+
+
+@router.get("/fetch/{fetch_id}", response_model=FetchOut)
+def fetch_status(fetch_id: str, fetches: FetchManager = Depends(fetches_dep)) -> dict[str, Any]:
+    """One fetch: status, files and bytes done, the model id once completed, the error."""
+    return fetches.get(fetch_id)
+
+
+@router.post("/fetch/{fetch_id}/cancel", response_model=FetchOut)
+def fetch_cancel(fetch_id: str, fetches: FetchManager = Depends(fetches_dep)) -> dict[str, Any]:
+    """Stop a running fetch (files done are kept; fetching again resumes). 404 when not running."""
+    return fetches.cancel(fetch_id)
+
+
+@router.get("/events", response_class=StreamingResponse)
+async def events(
+    request: Request,
+    after: int | None = Query(default=None, ge=0, description="resume after this event id"),
+    last_event_id: str | None = Header(default=None),
+    fetches: FetchManager = Depends(fetches_dep),
+) -> StreamingResponse:
+    """Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
+    fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
+    Last-Event-ID) the stream starts with new events only."""
+    start_at = after
+    if start_at is None and last_event_id and last_event_id.isdigit():
+        start_at = int(last_event_id)
+    if start_at is None:
+        start_at = fetches.event_seq
+    return StreamingResponse(
+        _stream(request, fetches, start_at),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _stream(request: Request, fetches: FetchManager, seq: int) -> AsyncIterator[str]:
+    yield ": connected\n\n"
+    idle = 0.0
+    while not await request.is_disconnected():
+        batch = fetches.events_after(seq)
+        for seq, event in batch:
+            yield f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, allow_nan=False)}\n\n"
+        if batch:
+            idle = 0.0
+            continue
+        await asyncio.sleep(SSE_POLL_S)
+        idle += SSE_POLL_S
+        if idle >= SSE_KEEPALIVE_S:
+            idle = 0.0
+            yield ": keep-alive\n\n"
+
+
+@router.post("/added", status_code=201, response_model=CatalogueModelOut)
+def add(body: AddFolderBody, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """List an existing folder (absolute path) in the catalogue; lorastudio never writes to or
+    deletes it. Returns its entry (trainable or not, with the reason). 400 for a bad path."""
+    folder = add_folder(settings, body.path)
+    return get_model(settings, added_id(folder)).public()
+
+
+@router.delete("/added/{model_id}", response_model=FolderForgotten)
+def forget(model_id: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """Remove an added folder from the catalogue (its files are left alone). 404 when unknown."""
+    return {"forgotten": model_id, "path": str(forget_folder(settings, model_id))}
+
+
+@router.get("/{model_id}", response_model=CatalogueModelOut)
+def model(model_id: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """One catalogue entry. 404 when unknown."""
+    return get_model(settings, model_id).public()
+
+
+@router.delete(
+    "/{model_id}", response_model=ModelDeleted, responses={403: {"description": "not lorastudio's"}}
+)
+def delete(
+    model_id: str,
+    settings: Settings = Depends(settings_dep),
+    service: JobService = Depends(service_dep),
+    fetches: FetchManager = Depends(fetches_dep),
+) -> Any:
+    """Delete a model lorastudio downloaded or created (fetched or tiny). 403 for anything else
+    (the user's folders, added folders, the hub cache), 409 while a job or fetch uses it, 404
+    when unknown."""
+    in_use = _models_in_use(service) | fetches.busy_folders()
+    try:
+        entry = delete_model(settings, model_id, in_use=in_use)
+    except ModelNotDeletable as err:
+        return _forbidden(err)
+    return {"deleted": entry.id, "path": entry.path}

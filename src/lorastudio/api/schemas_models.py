@@ -1,0 +1,77 @@
+"""Request bodies and response shapes of /api/models (the base-model catalogue and fetches)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class FetchBody(_Body):
+    repo_id: str = Field(min_length=3, max_length=200, description="hub model id, owner/name")
+    revision: str | None = Field(default=None, max_length=200, description="branch, tag or commit")
+
+
+class AddFolderBody(_Body):
+    path: str = Field(min_length=1, max_length=4096, description="absolute path of a folder to list")
+
+
+class CatalogueModelOut(_Out):
+    id: str = Field(description="catalogue id (URL-safe): a models/ folder name, added:..., hub:...")
+    name: str = Field(description="display name: folder name, or the hub id")
+    source: Literal["local", "hub-cache", "tiny", "added"]
+    path: str = Field(description="absolute folder; usable as base_model")
+    family: str | None = Field(description="the family that trains this pipeline; null when none does")
+    trainable: bool = Field(description="a family trains it and every component needed is present")
+    reason: str | None = Field(description="why it is not trainable (null when trainable)")
+    size_bytes: int
+    complete: bool = Field(description="every component folder and its weights are present")
+    missing: list[str] = Field(description="what training needs and the folder lacks")
+    deletable: bool = Field(description="lorastudio downloaded or created it (DELETE allowed)")
+
+
+FetchStatus = Literal["running", "completed", "failed", "cancelled"]
+
+
+class FetchOut(_Out):
+    id: str
+    repo_id: str
+    revision: str | None
+    status: FetchStatus
+    commit: str | None
+    family: str | None
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    model_id: str | None = Field(description="catalogue id of the fetched model, once completed")
+    path: str | None
+    error: str | None
+    resumable: bool = Field(description="files so far are kept: fetching again continues")
+    already_present: bool
+    offline: bool = Field(description="HF_HUB_OFFLINE: only what was on disk was used")
+    created_at: str
+    finished_at: str | None
+
+
+class FetchList(_Out):
+    fetches: list[FetchOut]
+    offline: bool = Field(description="the hub client is in offline mode (HF_HUB_OFFLINE)")
+
+
+class ModelDeleted(_Out):
+    deleted: str
+    path: str
+
+
+class FolderForgotten(_Out):
+    forgotten: str
+    path: str

@@ -1,0 +1,189 @@
+"""The model catalogue: every base model lorastudio can see, recognised and vetted.
+
+Sources:
+  "tiny"       tiny demo pipelines under models/ (they carry lorastudio_tiny.json)
+  "local"      other folders under models/, including those `lorastudio models fetch` downloaded
+               (they carry lorastudio_fetch.json)
+  "added"      folders the user added (see basemodels.added)
+  "hub-cache"  model repos in the Hugging Face hub cache on disk (shared with other tools)
+
+Ids are URL-safe: a models/ folder's name, 'added:<name>-<hash>' or 'hub:<owner>--<name>'. Only what
+lorastudio downloaded or created (a fetch or tiny marker, directly under models/, not a link) can
+be deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Collection
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from lorastudio.basemodels.added import added_folders, added_id
+from lorastudio.basemodels.hubcache import cached_repos
+from lorastudio.basemodels.layout import folder_size
+from lorastudio.basemodels.vetting import inspect_folder
+from lorastudio.errors import JobActive, ModelNotDeletable, NotFound
+from lorastudio.settings import Settings
+from lorastudio.tiny import MARKER_FILE as TINY_MARKER
+
+Source = Literal["local", "hub-cache", "tiny", "added"]
+FETCH_MARKER = (
+    "lorastudio_fetch.json"  # written last into a fetched folder: {"repo_id", "revision", "commit", ...}
+)
+HUB_PREFIX = "hub:"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One catalogue entry (the JSON shape of GET /api/models)."""
+
+    id: str
+    name: str
+    source: Source
+    path: str
+    family: str | None
+    trainable: bool
+    reason: str | None
+    size_bytes: int
+    complete: bool
+    missing: list[str]
+    deletable: bool
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_fetch_marker(folder: Path) -> dict[str, Any] | None:
+    """The fetch marker of `folder` ({"repo_id", "revision", "commit", "family", ...}) or None."""
+    try:
+        data = json.loads((folder / FETCH_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("repo_id"), str) else None
+
+
+def _has_tiny_marker(folder: Path) -> bool:
+    return (folder / TINY_MARKER).is_file()
+
+
+def _entry(
+    model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
+) -> ModelEntry:
+    rec = inspect_folder(folder)
+    return ModelEntry(
+        id=model_id,
+        name=name,
+        source=source,
+        path=str(folder),
+        family=rec.family,
+        trainable=rec.trainable,
+        reason=rec.reason,
+        size_bytes=folder_size(folder) if size is None else size,
+        complete=rec.complete,
+        missing=list(rec.missing),
+        deletable=deletable,
+    )
+
+
+def _models_dir_entries(settings: Settings) -> list[ModelEntry]:
+    root = settings.models_dir
+    if not root.is_dir():
+        return []
+    entries = []
+    for folder in sorted(root.iterdir(), key=lambda p: p.name.lower()):
+        if folder.name.startswith(".") or not folder.is_dir():
+            continue
+        owned = not folder.is_symlink()
+        marker = read_fetch_marker(folder) if owned else None
+        if owned and _has_tiny_marker(folder):
+            entries.append(_entry(folder.name, folder.name, "tiny", folder, True, None))
+        elif marker is not None:
+            rev = marker.get("revision")
+            name = marker["repo_id"] + (f"@{rev}" if rev else "")
+            entries.append(_entry(folder.name, name, "local", folder, True, None))
+        else:
+            entries.append(_entry(folder.name, folder.name, "local", folder, False, None))
+    return entries
+
+
+def _added_entries(settings: Settings) -> list[ModelEntry]:
+    return [_entry(added_id(f), f.name, "added", f, False, None) for f in added_folders(settings)]
+
+
+def _hub_entries() -> list[ModelEntry]:
+    return [
+        _entry(
+            HUB_PREFIX + r.repo_id.replace("/", "--"), r.repo_id, "hub-cache", r.snapshot, False, r.size_bytes
+        )
+        for r in cached_repos()
+    ]
+
+
+def list_models(settings: Settings, *, hub_cache: bool = True) -> list[ModelEntry]:
+    """Every base model lorastudio can see: models/ folders (tiny, fetched, the user's), added
+    folders, then (unless `hub_cache` is False) the hub cache. Only reads."""
+    entries = _models_dir_entries(settings) + _added_entries(settings)
+    return entries + _hub_entries() if hub_cache else entries
+
+
+def get_model(settings: Settings, model_id: str) -> ModelEntry:
+    """The catalogue entry with id `model_id`. Raises NotFound."""
+    for entry in list_models(settings, hub_cache=model_id.startswith(HUB_PREFIX)):
+        if entry.id == model_id:
+            return entry
+    raise NotFound(f"no base model with id {model_id!r} (see GET /api/models or `lorastudio models list`)")
+
+
+def delete_model(settings: Settings, model_id: str, *, in_use: Collection[Path] = ()) -> ModelEntry:
+    """Delete a base model lorastudio downloaded or created (fetched or tiny, under models/).
+
+    `in_use`: folders that a queued or running job or a running fetch uses. Returns the deleted
+    entry. Raises NotFound, ModelNotDeletable (added folders, the hub cache, the user's own
+    folders) and JobActive (in use). The folder is first renamed to a hidden sibling, so it
+    leaves the catalogue at once even if removing its files is slow or fails half-way.
+    """
+    entry = get_model(settings, model_id)
+    if not entry.deletable:
+        raise ModelNotDeletable(_why_not_deletable(entry))
+    folder = Path(entry.path)
+    busy = {Path(p).resolve() for p in in_use}
+    if folder.resolve() in busy:
+        raise JobActive(f"{model_id!r} is in use by a queued or running job or fetch; try again when it ends")
+    trash = folder.with_name(f".{folder.name}.deleting-{uuid.uuid4().hex[:8]}")
+    os.rename(folder, trash)
+    shutil.rmtree(trash)
+    return entry
+
+
+def _why_not_deletable(entry: ModelEntry) -> str:
+    if entry.source == "hub-cache":
+        return (
+            f"{entry.name} is in the Hugging Face hub cache ({entry.path}), shared with other tools; "
+            "lorastudio never deletes it (use `hf cache delete`)"
+        )
+    if entry.source == "added":
+        return (
+            f"{entry.path} is a folder you added; lorastudio never deletes it. Remove it from the list "
+            f"with DELETE /api/models/added/{entry.id} or `lorastudio models forget {entry.id}`"
+        )
+    return (
+        f"{entry.path} was not downloaded or created by lorastudio (no {FETCH_MARKER} or {TINY_MARKER}); "
+        "remove it yourself"
+    )
+
+
+def fetched_folder(settings: Settings, repo_id: str, revision: str | None = None) -> Path | None:
+    """The models/ folder that `lorastudio models fetch` made for `repo_id` at `revision`, or
+    None. Only a folder whose marker names this repo and revision counts."""
+    from lorastudio.basemodels.fetch import fetch_target
+
+    folder = fetch_target(settings, repo_id, revision)
+    marker = read_fetch_marker(folder)
+    if marker and marker.get("repo_id") == repo_id and marker.get("revision") == revision:
+        return folder
+    return None

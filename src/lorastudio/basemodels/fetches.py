@@ -1,0 +1,187 @@
+"""Fetches as background tasks of the server: start (planned synchronously, so refusals are
+immediate), status snapshots, cancel, and an event log the API streams (ids increase by one).
+
+One fetch per target folder at a time; fetches of different repos run side by side. Nothing here
+knows HTTP; the state lives for the server's life (a fetch cut by a restart resumes when started
+again, from the files kept in its staging folder).
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lorastudio.basemodels.events import FetchEvent, FetchFailed
+from lorastudio.basemodels.fetch import FetchPlan, plan_fetch, run_fetch, staging_folder
+from lorastudio.errors import JobActive, LorastudioError, ModelSourceError, NotFound
+from lorastudio.settings import Settings
+
+MAX_EVENTS = 2000
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Fetch:
+    """The state of one fetch (see `snapshot` for its JSON view)."""
+
+    id: str
+    plan: FetchPlan
+    status: str = "running"  # running | completed | failed | cancelled
+    files_done: int = 0
+    bytes_done: int = 0
+    model_id: str | None = None
+    path: str | None = None
+    error: str | None = None
+    resumable: bool = False
+    already_present: bool = False
+    created_at: str = field(default_factory=_now)
+    finished_at: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "id": self.id,
+            "repo_id": plan.repo_id,
+            "revision": plan.revision,
+            "status": self.status,
+            "commit": plan.commit,
+            "family": plan.family,
+            "files_done": self.files_done,
+            "files_total": len(plan.files or {}),
+            "bytes_done": self.bytes_done,
+            "bytes_total": plan.bytes_total,
+            "model_id": self.model_id,
+            "path": self.path,
+            "error": self.error,
+            "resumable": self.resumable,
+            "already_present": self.already_present,
+            "offline": plan.offline,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+        }
+
+
+class FetchManager:
+    """The server's fetches. Thread-safe."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._fetches: dict[str, Fetch] = {}
+        self._events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=MAX_EVENTS)
+        self._seq = 0
+
+    def start(self, repo_id: str, revision: str | None = None) -> dict[str, Any]:
+        """Plan the fetch now (raising its refusals: ConfigError, ModelAccessDenied, NotFound,
+        ModelSourceError), then download in a background thread. Returns the fetch's snapshot.
+        Raises JobActive when the same model is being fetched already."""
+        plan = plan_fetch(self.settings, repo_id, revision)
+        fetch = Fetch(uuid.uuid4().hex[:12], plan)
+        with self._lock:
+            busy = next(
+                (f for f in self._fetches.values() if f.status == "running" and f.plan.target == plan.target),
+                None,
+            )
+            if busy is not None:
+                raise JobActive(f"{repo_id} is being fetched already (fetch {busy.id})")
+            self._fetches[fetch.id] = fetch
+        fetch.thread = threading.Thread(
+            target=self._run, args=(fetch,), name=f"fetch-{fetch.id}", daemon=True
+        )
+        fetch.thread.start()
+        return fetch.snapshot()
+
+    def _run(self, fetch: Fetch) -> None:
+        try:
+            outcome = run_fetch(
+                self.settings, fetch.plan, fetch_id=fetch.id, emit=self._ingest, cancel=fetch.cancel
+            )
+        except LorastudioError as err:
+            resumable = isinstance(err, ModelSourceError) and staging_folder(fetch.plan.target).is_dir()
+            self._ingest(FetchFailed(fetch_id=fetch.id, message=str(err), resumable=resumable))
+            with self._lock:
+                fetch.status, fetch.error, fetch.resumable = "failed", str(err), resumable
+                fetch.finished_at = _now()
+            return
+        with self._lock:
+            fetch.status = outcome.status
+            fetch.model_id, fetch.path = outcome.model_id, outcome.path
+            fetch.already_present = outcome.already_present
+            fetch.resumable = outcome.status == "cancelled"
+            fetch.finished_at = _now()
+
+    def _ingest(self, event: FetchEvent) -> None:
+        data = event.model_dump(mode="json")
+        with self._lock:
+            fetch = self._fetches.get(event.fetch_id)
+            if fetch is not None and "bytes_done" in data:
+                fetch.files_done, fetch.bytes_done = data["files_done"], data["bytes_done"]
+            self._seq += 1
+            self._events.append((self._seq, data))
+
+    def get(self, fetch_id: str) -> dict[str, Any]:
+        """The snapshot of a fetch of this server's life. Raises NotFound."""
+        with self._lock:
+            if fetch_id not in self._fetches:
+                raise NotFound(f"no fetch with id {fetch_id!r} in this server's life")
+            return self._fetches[fetch_id].snapshot()
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every fetch of this server's life, oldest first."""
+        with self._lock:
+            return [f.snapshot() for f in self._fetches.values()]
+
+    def cancel(self, fetch_id: str) -> dict[str, Any]:
+        """Ask a running fetch to stop (it ends "cancelled" at its next chunk or file; files done
+        are kept for a resume). Returns its snapshot. Raises NotFound (also when it has ended)."""
+        with self._lock:
+            fetch = self._fetches.get(fetch_id)
+            if fetch is None or fetch.status != "running":
+                raise NotFound(f"no running fetch with id {fetch_id!r}")
+            fetch.cancel.set()
+            return fetch.snapshot()
+
+    def wait(self, fetch_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Wait for a fetch's thread to end (tests, shutdown); returns its snapshot."""
+        with self._lock:
+            fetch = self._fetches.get(fetch_id)
+        if fetch is None:
+            raise NotFound(f"no fetch with id {fetch_id!r} in this server's life")
+        if fetch.thread is not None:
+            fetch.thread.join(timeout)
+        return self.get(fetch_id)
+
+    def busy_folders(self) -> set[Path]:
+        """Target folders of the running fetches (not to be deleted)."""
+        with self._lock:
+            return {f.plan.target for f in self._fetches.values() if f.status == "running"}
+
+    @property
+    def event_seq(self) -> int:
+        with self._lock:
+            return self._seq
+
+    def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
+        """Events with id > seq, oldest first (the log keeps the latest MAX_EVENTS)."""
+        with self._lock:
+            return [(s, e) for s, e in self._events if s > seq]
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel every running fetch and wait for their threads."""
+        with self._lock:
+            running = [f for f in self._fetches.values() if f.status == "running"]
+        for fetch in running:
+            fetch.cancel.set()
+        for fetch in running:
+            if fetch.thread is not None:
+                fetch.thread.join(timeout)

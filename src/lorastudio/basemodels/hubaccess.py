@@ -1,0 +1,133 @@
+"""Reading a hub repo's metadata through huggingface_hub, with its failures turned into domain
+errors whose messages say what to do (and never contain the token).
+
+- `hub_errors(...)`: a context manager mapping huggingface_hub / network errors:
+  gated repo (401/403) and private or missing repo without access (401) -> ModelAccessDenied,
+  missing repo (404) or revision -> NotFound, offline / unreachable / other HTTP -> ModelSourceError.
+- `remote_listing(...)`: commit + {path: size} of a repo revision.
+- `remote_model_index(...)`: the parsed model_index.json (the first file read: this is where a
+  gated repo without access is refused, before anything is written).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
+from lorastudio.basemodels.layout import MODEL_INDEX
+from lorastudio.errors import ModelAccessDenied, ModelSourceError, NotFound
+
+TOKEN_HINT = "set LORASTUDIO_HF_TOKEN (or log in with `hf auth login`)"
+
+
+def scrub(text: str, token: str | None) -> str:
+    """`text` with the token (if any) replaced by '***'."""
+    return text.replace(token, "***") if token else text
+
+
+def _status(err: BaseException) -> int | None:
+    response = getattr(err, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+@contextmanager
+def hub_errors(repo_id: str, revision: str | None, token: str | None) -> Iterator[None]:
+    """Run hub calls for `repo_id`, raising ModelAccessDenied / NotFound / ModelSourceError
+    (see the module docstring) instead of huggingface_hub's and the HTTP client's errors."""
+    import httpx2
+    from huggingface_hub import errors as hf
+
+    endpoint = hub_endpoint()
+    try:
+        yield
+    except hf.GatedRepoError as err:
+        status = _status(err) or 403
+        who = "no hub token was sent" if status == 401 else "the hub token has no access to it"
+        raise ModelAccessDenied(
+            f"{repo_id} is a gated repo and {who} (the hub answered {status}): accept its conditions at "
+            f"{endpoint}/{repo_id} while logged in, then {TOKEN_HINT} with a token of that account",
+            status,
+        ) from None
+    except hf.RevisionNotFoundError:
+        raise NotFound(f"{repo_id} has no revision {revision!r} on {endpoint}") from None
+    except hf.RepositoryNotFoundError as err:
+        status = _status(err) or 404
+        if status in (401, 403):
+            raise ModelAccessDenied(
+                f"{repo_id} was not found or is private (the hub answered {status}): check the id; for a "
+                f"private repo, {TOKEN_HINT} with a token that can read it",
+                status,
+            ) from None
+        raise NotFound(f"no model repo {repo_id!r} on {endpoint}") from None
+    except hf.OfflineModeIsEnabled:
+        raise ModelSourceError(
+            f"offline mode (HF_HUB_OFFLINE=1): {repo_id} cannot be downloaded; unset HF_HUB_OFFLINE"
+        ) from None
+    except hf.HfHubHTTPError as err:
+        status = _status(err)
+        if status in (401, 403):
+            raise ModelAccessDenied(
+                f"the hub refused access to {repo_id} ({status}); {TOKEN_HINT} with a token that can read it",
+                status,
+            ) from None
+        raise ModelSourceError(
+            f"the hub answered {status} for {repo_id}: {scrub(_first_line(err), token)}"
+        ) from None
+    except (httpx2.HTTPError, OSError) as err:
+        raise ModelSourceError(
+            f"cannot reach the hub at {endpoint} for {repo_id}: {type(err).__name__}: "
+            f"{scrub(_first_line(err), token)}"
+        ) from None
+
+
+def remote_listing(repo_id: str, revision: str | None, token: str | None) -> tuple[str, dict[str, int]]:
+    """(commit, {repo path: size in bytes}) of `repo_id` at `revision` (default branch when
+    None). Raises as hub_errors."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+
+    api = HfApi(endpoint=hub_endpoint(), token=token)
+    with hub_errors(repo_id, revision, token):
+        info = api.model_info(repo_id, revision=revision)
+        commit = str(info.sha)
+        files = {
+            f.path: int(f.size or 0)
+            for f in api.list_repo_tree(repo_id, revision=commit, recursive=True)
+            if isinstance(f, RepoFile)
+        }
+    return commit, files
+
+
+def remote_model_index(repo_id: str, commit: str, token: str | None) -> dict[str, Any]:
+    """The parsed model_index.json of `repo_id` at `commit` (read through a temporary folder that
+    is removed). Raises as hub_errors, and ModelSourceError when it is not a JSON object."""
+    from huggingface_hub import hf_hub_download
+
+    with tempfile.TemporaryDirectory(prefix="lorastudio-index-") as tmp:
+        with hub_errors(repo_id, commit, token):
+            path = hf_hub_download(
+                repo_id,
+                MODEL_INDEX,
+                revision=commit,
+                local_dir=tmp,
+                cache_dir=hub_cache_dir(),
+                endpoint=hub_endpoint(),
+                token=token,
+            )
+        try:
+            meta = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ModelSourceError(f"{repo_id}: model_index.json cannot be read: {err}") from None
+    if not isinstance(meta, dict):
+        raise ModelSourceError(f"{repo_id}: model_index.json is not a JSON object")
+    return meta

@@ -1,0 +1,100 @@
+"""The Hugging Face hub as lorastudio sees it: endpoint, offline mode, and the hub cache already
+on disk (huggingface_hub's HF_HUB_CACHE, shared with every other tool; lorastudio only reads it).
+
+The endpoint and cache folder are read from the environment at call time (HF_ENDPOINT,
+HF_HUB_CACHE / HF_HOME), falling back to huggingface_hub's own values; offline mode is
+huggingface_hub's (HF_HUB_OFFLINE, read when it was imported), since that is what its client obeys.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_hub_id(value: str) -> bool:
+    """True for the shape of a hub repo id: owner/name (no '..', no leading '.' or '~')."""
+    return bool(HUB_ID.match(value)) and ".." not in value
+
+
+def hub_offline() -> bool:
+    """True when huggingface_hub runs in offline mode (HF_HUB_OFFLINE=1): only disk is used."""
+    from huggingface_hub import constants
+
+    return bool(constants.is_offline_mode())
+
+
+def hub_endpoint() -> str:
+    """The hub's base URL: $HF_ENDPOINT now, else huggingface_hub's (https://huggingface.co)."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache folder: $HF_HUB_CACHE, else $HF_HOME/hub, else huggingface_hub's default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def repo_storage(repo_id: str, cache_dir: Path | None = None) -> Path:
+    """The cache folder of model repo `repo_id` (models--owner--name)."""
+    return (cache_dir or hub_cache_dir()) / ("models--" + repo_id.replace("/", "--"))
+
+
+def cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: Path | None = None) -> Path | None:
+    """The cached snapshot folder of `repo_id` at `revision` (branch, tag or commit; default
+    main), or None when that revision is not in the cache. Only reads."""
+    storage = repo_storage(repo_id, cache_dir)
+    rev = revision or "main"
+    commit: str | None = rev if COMMIT.match(rev) else None
+    if commit is None:
+        ref = storage / "refs" / rev
+        try:
+            commit = ref.read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+    snapshot = storage / "snapshots" / commit
+    return snapshot if snapshot.is_dir() else None
+
+
+@dataclass(frozen=True)
+class CachedRepo:
+    """A model repo in the hub cache: its id, the snapshot lorastudio shows (the one `main`
+    points to, else the newest), that snapshot's commit and its bytes on disk."""
+
+    repo_id: str
+    snapshot: Path
+    commit: str
+    size_bytes: int
+
+
+def cached_repos(cache_dir: Path | None = None) -> list[CachedRepo]:
+    """Every model repo in the hub cache, by id. Empty when there is no cache folder."""
+    from huggingface_hub import CacheNotFound, scan_cache_dir
+
+    folder = cache_dir or hub_cache_dir()
+    if not folder.is_dir():
+        return []
+    try:
+        info = scan_cache_dir(folder)
+    except CacheNotFound:
+        return []
+    found = []
+    for repo in info.repos:
+        if repo.repo_type != "model" or not repo.revisions:
+            continue
+        revisions = sorted(repo.revisions, key=lambda r: ("main" in r.refs, r.last_modified), reverse=True)
+        best = revisions[0]
+        found.append(CachedRepo(repo.repo_id, Path(best.snapshot_path), best.commit_hash, best.size_on_disk))
+    return sorted(found, key=lambda r: r.repo_id.lower())

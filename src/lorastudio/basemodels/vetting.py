@@ -1,0 +1,170 @@
+"""Recognise what a folder holds and vet it as a training base.
+
+`inspect_folder` never raises for what it finds: it says which family the pipeline belongs to
+(from model_index.json's `_class_name`), whether lorastudio can train it, why not, and what is
+missing. `vet_pipeline_folder` is the one check that the training start path (jobs.validation)
+and the engine's preflight both run: it raises ModelSourceError with the reason and what IS
+accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorastudio.basemodels.accepted import (
+    KNOWN_UNTRAINABLE,
+    accepted_family,
+    accepted_text,
+    family_of_pipeline,
+)
+from lorastudio.basemodels.layout import (
+    MODEL_INDEX,
+    inference_only_formats,
+    pipeline_missing,
+    weight_suffix,
+)
+from lorastudio.errors import ModelSourceError
+
+
+@dataclass(frozen=True)
+class Recognition:
+    """What a folder holds. `pipeline_class` is model_index.json's `_class_name` (None when the
+    folder is no pipeline); `family` the registered family that trains it (None when none does);
+    `trainable` = a family trains it and nothing is missing; `reason` says why not (None when
+    trainable); `missing` lists what training needs and the folder lacks."""
+
+    family: str | None
+    pipeline_class: str | None
+    trainable: bool
+    reason: str | None
+    complete: bool
+    missing: tuple[str, ...]
+
+
+def read_model_index(folder: Path) -> dict[str, Any]:
+    """The parsed model_index.json of `folder`. Raises ModelSourceError when the folder has none,
+    or it is unreadable or not a JSON object."""
+    index = folder / MODEL_INDEX
+    if not index.is_file():
+        raise ModelSourceError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
+    try:
+        meta = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ModelSourceError(f"{index} cannot be read: {err}") from None
+    if not isinstance(meta, dict):
+        raise ModelSourceError(f"{index} is not a JSON object")
+    return meta
+
+
+def untrainable_reason(class_name: object) -> str:
+    """Why a pipeline of `class_name` cannot be trained, listing what is accepted."""
+    if not isinstance(class_name, str) or not class_name:
+        return f"model_index.json names no pipeline class (_class_name); {accepted_text()}"
+    known = KNOWN_UNTRAINABLE.get(class_name)
+    what = f"{class_name} ({known})" if known else class_name
+    return f"{what} is not a family lorastudio can train; {accepted_text()}"
+
+
+def describe_non_pipeline(folder: Path) -> str:
+    """Why a folder without model_index.json is not trainable: GGUF / other inference-only
+    files, a single component (config.json + weights), a single-file checkpoint, or nothing
+    recognisable. Lists what is accepted."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    formats = inference_only_formats(names)
+    if formats:
+        files = ", ".join(n for n in names if weight_suffix(n) in (".gguf", ".onnx"))[:200]
+        return (
+            f"{folder} holds {', '.join(formats)} files ({files}), an inference-only format that cannot be "
+            f"trained; {accepted_text()}"
+        )
+    config = folder / "config.json"
+    weights = [n for n in names if weight_suffix(n) is not None]
+    if config.is_file() and weights:
+        cls = _class_name_of(config)
+        return (
+            f"{folder} holds a single component ({cls or 'config.json + weights'}), not a whole pipeline; "
+            f"training needs every component (text encoders, VAE, denoiser). {accepted_text()}"
+        )
+    if weights:
+        return (
+            f"{folder} holds single-file checkpoint(s) ({', '.join(weights[:3])}), not a diffusers pipeline; "
+            f"fetch the model's diffusers repo instead (or convert with diffusers' from_single_file + "
+            f"save_pretrained). {accepted_text()}"
+        )
+    return f"{folder} is not a diffusers pipeline folder (no model_index.json); {accepted_text()}"
+
+
+def _class_name_of(config: Path) -> str | None:
+    try:
+        meta = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    name = meta.get("_class_name") or (meta.get("architectures") or [None])[0]
+    return name if isinstance(name, str) else None
+
+
+def inspect_folder(folder: Path) -> Recognition:
+    """Recognise the pipeline in `folder` and check it is complete. Never raises for content
+    problems (they become `reason`); only reads."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return Recognition(None, None, False, f"{folder} is not a folder", False, ())
+    if not (folder / MODEL_INDEX).is_file():
+        return Recognition(None, None, False, describe_non_pipeline(folder), False, ())
+    try:
+        index = read_model_index(folder)
+    except ModelSourceError as err:
+        return Recognition(None, None, False, str(err), False, ())
+    class_name = index.get("_class_name")
+    cls = class_name if isinstance(class_name, str) else None
+    missing = tuple(pipeline_missing(folder, index))
+    fam = family_of_pipeline(cls)
+    if fam is None:
+        return Recognition(None, cls, False, untrainable_reason(class_name), not missing, missing)
+    if missing:
+        return Recognition(fam.name, cls, False, incomplete_reason(folder, missing), False, missing)
+    return Recognition(fam.name, cls, True, None, True, ())
+
+
+def incomplete_reason(folder: Path, missing: tuple[str, ...] | list[str]) -> str:
+    """'<folder> is incomplete: missing component folder(s) vae; missing file(s) ...'."""
+    folders = [m[:-1] for m in missing if m.endswith("/")]
+    files = [m for m in missing if not m.endswith("/")]
+    parts = []
+    if folders:
+        parts.append(f"missing component folder(s) {', '.join(folders)}")
+    if files:
+        parts.append(f"missing file(s) {', '.join(files)}")
+    return f"{folder} is incomplete: {'; '.join(parts)}"
+
+
+def vet_pipeline_folder(folder: Path, family: str) -> Recognition:
+    """Check that `folder` is a complete diffusers pipeline that family `family` trains.
+
+    The one base-model folder check of lorastudio: the training start path and the engine's
+    preflight both call it before anything is loaded or freed. Returns the Recognition.
+    Raises ModelSourceError: not a pipeline folder (GGUF, a single component, a single-file
+    checkpoint), a pipeline no family trains (SD1.5, SD3, ...), a pipeline of another family,
+    or an incomplete folder; every message says what is accepted instead.
+    """
+    folder = Path(folder)
+    rec = inspect_folder(folder)
+    if rec.pipeline_class is None:
+        raise ModelSourceError(rec.reason or f"{folder} is not a diffusers pipeline folder")
+    wanted = accepted_family(family)
+    if rec.family is None:
+        raise ModelSourceError(f"{folder}: {rec.reason}")
+    if wanted is None or rec.family != wanted.name:
+        trains = f"the {family} family trains {', '.join(wanted.pipelines)}" if wanted else accepted_text()
+        raise ModelSourceError(
+            f"{folder} is a {rec.pipeline_class} pipeline (family {rec.family!r}); {trains}. "
+            f"Use family {rec.family!r} for this model."
+        )
+    if not rec.complete:
+        raise ModelSourceError(incomplete_reason(folder, rec.missing))
+    return rec

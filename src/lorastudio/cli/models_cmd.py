@@ -1,0 +1,154 @@
+"""`lorastudio models list|fetch ID|rm ID|add PATH|forget ID`: the base-model catalogue, read and
+changed directly on disk (with or without a server). The hub token is LORASTUDIO_HF_TOKEN (else
+huggingface_hub's own login); it is never printed."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+models_app = typer.Typer(help="Base models: list, fetch from the hub, delete.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
+
+
+@models_app.command("list")
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="print the catalogue as JSON"),
+    trainable_only: bool = typer.Option(False, "--trainable", help="only models lorastudio can train"),
+    no_hub_cache: bool = typer.Option(False, "--no-hub-cache", help="leave out the Hugging Face cache"),
+) -> None:
+    """List base models on disk: family, trainable (or why not), size, source."""
+    from lorastudio.basemodels import hub_offline, list_models
+    from lorastudio.settings import get_settings
+
+    entries = [
+        e
+        for e in list_models(get_settings(), hub_cache=not no_hub_cache)
+        if e.trainable or not trainable_only
+    ]
+    if as_json:
+        typer.echo(json.dumps([e.public() for e in entries], indent=2))
+        return
+    if hub_offline():
+        typer.echo("offline mode (HF_HUB_OFFLINE=1): showing what is on disk; nothing can be fetched")
+    if not entries:
+        typer.echo("no base models yet: `lorastudio models fetch OWNER/NAME` or `lorastudio tiny`")
+        return
+    table = Table("id", "family", "trainable", "size", "source", "notes")
+    for e in entries:
+        notes = e.reason or ""
+        table.add_row(
+            e.id, e.family or "-", "yes" if e.trainable else "no", _size(e.size_bytes), e.source, notes
+        )
+    Console().print(table)
+
+
+@models_app.command("fetch")
+def fetch_cmd(
+    repo_id: str = typer.Argument(..., help="hub model id, owner/name"),
+    revision: str | None = typer.Option(None, "--revision", help="branch, tag or commit (default: main)"),
+) -> None:
+    """Download the files training needs from a hub repo into models/ (resumable: run it again
+    after an interruption). Refuses gated/private repos without access, GGUF and other
+    inference-only repos and families lorastudio cannot train before downloading anything."""
+    from lorastudio.basemodels import plan_fetch, run_fetch
+    from lorastudio.basemodels.events import FetchEvent
+    from lorastudio.settings import get_settings
+
+    settings = get_settings().ensure_dirs()
+    plan = plan_fetch(settings, repo_id, revision)
+    if plan.present is not None:
+        where = "the hub cache (offline mode)" if plan.offline else "models/"
+        typer.echo(f"{repo_id} is already on disk in {where}: {plan.present}")
+        return
+    typer.echo(f"{repo_id} ({plan.family}, commit {str(plan.commit)[:12]}): {len(plan.files or {})} files")
+    cancel = threading.Event()
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task(f"fetch {repo_id}", total=plan.bytes_total)
+
+        def show(event: FetchEvent) -> None:
+            if event.type == "fetch_progress":
+                bar.update(
+                    task,
+                    completed=event.bytes_done,
+                    description=f"{event.files_done}/{event.files_total} files",
+                )
+
+        try:
+            outcome = run_fetch(settings, plan, emit=show, cancel=cancel)
+        except KeyboardInterrupt:
+            cancel.set()
+            typer.echo("interrupted: the files downloaded so far are kept; run the same command to resume")
+            raise typer.Exit(130) from None
+    typer.echo(f"fetched {repo_id} -> {outcome.path} (id {outcome.model_id})")
+
+
+@models_app.command("rm")
+def rm_cmd(
+    model_id: str = typer.Argument(..., help="the model id (see `lorastudio models list`)"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+) -> None:
+    """Delete a model lorastudio downloaded or created (never the hub cache or your folders).
+    Does not know about a server's running jobs: stop them first."""
+    from lorastudio.basemodels import delete_model, get_model
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    entry = get_model(settings, model_id)
+    if not yes and entry.deletable:
+        typer.confirm(f"delete {entry.path} ({_size(entry.size_bytes)})?", abort=True)
+    delete_model(settings, model_id)
+    typer.echo(f"deleted {entry.path}")
+
+
+@models_app.command("add")
+def add_cmd(path: str = typer.Argument(..., help="absolute path of a folder to list")) -> None:
+    """List a folder of yours in the catalogue (lorastudio never writes to or deletes it)."""
+    from lorastudio.basemodels import add_folder, get_model
+    from lorastudio.basemodels.added import added_id
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    entry = get_model(settings, added_id(add_folder(settings, path)))
+    state = f"trainable ({entry.family})" if entry.trainable else f"not trainable: {entry.reason}"
+    typer.echo(f"added {entry.path} as {entry.id}: {state}")
+
+
+@models_app.command("forget")
+def forget_cmd(model_id: str = typer.Argument(..., help="id of an added folder (added:...)")) -> None:
+    """Remove an added folder from the catalogue (its files are left alone)."""
+    from lorastudio.basemodels import forget_folder
+    from lorastudio.settings import get_settings
+
+    typer.echo(f"forgot {forget_folder(get_settings(), model_id)}")
