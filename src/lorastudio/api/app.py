@@ -59,6 +59,9 @@ def create_app(
             yield
         finally:
             service.shutdown()
+            fetches = getattr(app.state, "fetches", None)
+            if fetches is not None:
+                fetches.shutdown()
             app.state.generation.release()
             store.close()
 

@@ -16,6 +16,8 @@ from lorastudio.errors import (
     DatasetError,
     JobActive,
     LorastudioError,
+    ModelAccessDenied,
+    ModelNotDeletable,
     ModelSourceError,
     NotFound,
     PathOutsideRoot,
@@ -28,6 +30,8 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     UnknownFamily: 400,
     PathOutsideRoot: 400,
     ModelSourceError: 400,
+    ModelAccessDenied: 403,  # the hub refused (gated/private): not a lorastudio auth failure
+    ModelNotDeletable: 403,
     NotFound: 404,
     JobActive: 409,
     UploadTooLarge: 413,

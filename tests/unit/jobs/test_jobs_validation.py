@@ -72,7 +72,11 @@ def test_every_problem_is_reported_at_once(
 
 
 def test_base_model_of_another_family_or_incomplete_is_refused(
-    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], tmp_path: Path
+    settings: Settings,
+    shapes: Path,
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with pytest.raises(ConfigError) as err:
         validate_run(
@@ -90,6 +94,13 @@ def test_base_model_of_another_family_or_incomplete_is_refused(
         with pytest.raises(ConfigError) as err:
             validate_run(_cfg(tiny_model("flux"), base_model=bad), settings, live_output_names=set())
         assert "base_model" in _fields(err)
+    with pytest.raises(ConfigError) as err:  # offline (as the suite runs): a hub id not on disk
+        validate_run(_cfg(tiny_model("flux"), base_model="owner/model"), settings, live_output_names=set())
+    assert "offline" in _fields(err)["base_model"]
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     hub = validate_run(_cfg(tiny_model("flux"), base_model="owner/model"), settings, live_output_names=set())
     assert hub.model_dir is None and hub.config.base_model == "owner/model"
 
