@@ -16,6 +16,7 @@ import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
+from lorastudio.training.compile import compile_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     problems = family_problems(cfg)  # every config problem, before any default is filled
     dev = pick_device(device)
     problems += precision_problems(cfg.base_precision, dev)
+    problems += compile_problems(cfg.compile, dev)
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():
