@@ -39,6 +39,12 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
 )
 
 
+MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
+MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
+# Sample settings that mean nothing without sample prompts (refused then, never ignored).
+SAMPLE_SETTINGS: tuple[str, ...] = ("sample_every", "sample_steps", "sample_seed")
+
+
 class TrainConfig(BaseModel):
     """Everything that defines one training run. See the field descriptions for units/defaults."""
 
@@ -117,6 +123,20 @@ class TrainConfig(BaseModel):
         description="key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)",
     )
 
+    # sample previews (rendered with the live LoRA; they never change the training maths)
+    sample_prompts: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_SAMPLE_PROMPTS,
+        description="validation prompts rendered during training (one image each, at the training resolution)",
+    )
+    sample_every: int | None = Field(
+        default=None, ge=1, description="render the samples every N optimizer steps (null: only at the end)"
+    )
+    sample_steps: int | None = Field(
+        default=None, ge=1, le=1000, description="inference steps per sample (null: the family's default)"
+    )
+    sample_seed: int = Field(default=0, ge=0, le=2**32 - 1, description="noise seed of every sample")
+
     # speed
     compile: CompileMode = Field(
         default="auto", description="regional torch.compile of the repeated blocks: auto = on for CUDA"
@@ -138,6 +158,16 @@ class TrainConfig(BaseModel):
     def _finite(cls, v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("sample_prompts")
+    @classmethod
+    def _prompts_sized(cls, v: list[str]) -> list[str]:
+        for i, prompt in enumerate(v):
+            if not prompt.strip():
+                raise ValueError(f"prompt {i} is empty")
+            if len(prompt) > MAX_SAMPLE_PROMPT_CHARS:
+                raise ValueError(f"prompt {i} is longer than {MAX_SAMPLE_PROMPT_CHARS} characters")
         return v
 
     @field_validator("lora_targets")
@@ -172,6 +202,12 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 name, f"only applies to timestep_sampling='logit_normal' (not {cfg.timestep_sampling!r})"
             )
             for name in ("logit_mean", "logit_std")
+            if getattr(cfg, name) != TrainConfig.model_fields[name].default
+        ]
+    if not cfg.sample_prompts:
+        problems += [
+            FieldProblem(name, "needs sample_prompts (there is nothing to render)")
+            for name in SAMPLE_SETTINGS
             if getattr(cfg, name) != TrainConfig.model_fields[name].default
         ]
     return problems

@@ -23,6 +23,7 @@ EXTRA_MODELS: dict[str, Any] = {
     "ModelLoadCompletedEvent": events.ModelLoadCompleted,
     "PreparingEvent": events.Preparing,
     "ProgressEvent": events.Progress,
+    "SampleReadyEvent": events.SampleReady,
     "CompleteEvent": events.Complete,
     "ErrorEvent": events.Error,
 }

@@ -201,6 +201,25 @@ class ProgressOut(MetricPoint):
     skipped_steps: int = Field(default=0, description="steps skipped so far (non-finite loss or gradients)")
 
 
+class SampleRound(_Out):
+    step: int = Field(description="the optimizer step the samples show")
+    images: list[str] = Field(
+        description="paths relative to the run folder (samples/step-000123-0.png), one per sample prompt"
+    )
+
+
+class SampleImage(_Out):
+    step: int
+    index: int = Field(description="index of the prompt in the config's sample_prompts")
+    prompt: str | None = Field(description="the sample prompt (null when the config no longer has it)")
+    name: str = Field(description="file name: step-000123-0.png")
+    url: str = Field(description="where the PNG is served")
+
+
+class SampleList(_Out):
+    samples: list[SampleImage] = Field(description="oldest step first, then prompt order")
+
+
 class StopRequested(_Out):
     save: bool
 
@@ -222,6 +241,7 @@ class JobOut(_Out):
     pid: int | None
     stop_requested: StopRequested | None
     config: dict[str, Any] = Field(description="the resolved TrainConfig")
+    samples: SampleRound | None = Field(default=None, description="the latest sample previews of the job")
 
 
 class QueuedJob(_Out):

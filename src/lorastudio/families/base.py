@@ -98,6 +98,15 @@ class Family(ABC):
 
         return {k: torch.stack([it[k] for it in items]) for k in items[0]}
 
+    @abstractmethod
+    def pipeline_prompt_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        """The family pipeline's `__call__` keyword arguments (prompt_embeds and friends) for the
+        collated conditioning of ONE prompt (`collate_conditioning([item])`), moved to
+        device/dtype, so a pipeline without text encoders renders exactly what the prompt
+        would render (sample previews)."""
+
     # -- phase 2: latents ----------------------------------------------------------------------
     @abstractmethod
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:

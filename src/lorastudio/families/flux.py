@@ -67,6 +67,14 @@ class FluxFamily(Family):
         )  # [N, L, D], [N, Dp]
         return [{"prompt_embeds": e.cpu(), "pooled": p.cpu()} for e, p in zip(embeds, pooled, strict=True)]
 
+    def pipeline_prompt_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        return {
+            "prompt_embeds": cond["prompt_embeds"].to(device, dtype),  # [1, L, D]
+            "pooled_prompt_embeds": cond["pooled"].to(device, dtype),  # [1, Dp]
+        }
+
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
         from diffusers import AutoencoderKL
 

@@ -69,6 +69,14 @@ class QwenImageFamily(Family):
             mask[i, :n] = 1
         return {"prompt_embeds": embeds, "prompt_mask": mask}
 
+    def pipeline_prompt_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        return {
+            "prompt_embeds": cond["prompt_embeds"].to(device, dtype),  # [1, L, D]
+            "prompt_embeds_mask": cond["prompt_mask"].to(device),  # [1, L]
+        }
+
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
         from diffusers import AutoencoderKLQwenImage
 

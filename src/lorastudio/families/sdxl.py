@@ -56,6 +56,14 @@ class SDXLFamily(Family):
         )  # [N, 77, D1+D2] penultimate states of both encoders, [N, Dp] pooled of the second
         return [{"prompt_embeds": e.cpu(), "pooled": p.cpu()} for e, p in zip(embeds, pooled, strict=True)]
 
+    def pipeline_prompt_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        return {
+            "prompt_embeds": cond["prompt_embeds"].to(device, dtype),  # [1, 77, D1+D2]
+            "pooled_prompt_embeds": cond["pooled"].to(device, dtype),  # [1, Dp]
+        }
+
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
         from diffusers import AutoencoderKL
 

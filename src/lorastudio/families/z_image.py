@@ -62,6 +62,11 @@ class ZImageFamily(Family):
         """Z-Image takes a list of variable-length [L_i, D] caption features: no padding."""
         return {"cap_feats": [it["cap_feats"] for it in items]}
 
+    def pipeline_prompt_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        return {"prompt_embeds": [c.to(device, dtype) for c in cond["cap_feats"]]}  # 1 x [L, D]
+
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
         from diffusers import AutoencoderKL
 

@@ -114,6 +114,7 @@ class Job:
     finished_at: str | None = None
     phase: dict[str, Any] | None = None  # the last model-load / preparing event
     progress: dict[str, Any] | None = None  # the last progress event
+    samples: dict[str, Any] | None = None  # the last sample_ready event: {step, images (run-relative)}
     history: MetricHistory = field(default_factory=MetricHistory)
     lora_path: str | None = None
     steps_run: int = 0
@@ -138,6 +139,7 @@ class Job:
             "finished_at": self.finished_at,
             "phase": self.phase,
             "progress": self.progress,
+            "samples": self.samples,
             "metrics": self.history.since(since),
             "lora_path": self.lora_path,
             "steps_run": self.steps_run,

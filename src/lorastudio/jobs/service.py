@@ -398,6 +398,8 @@ class JobService:
                 if job.history.add(candidate):
                     point = candidate
                 job.steps_run = max(job.steps_run, data["step"])
+            elif kind == "sample_ready":
+                job.samples = {"step": data["step"], "images": data["images"]}
             self._log_event(job, data)
             if kind == "complete":
                 job.lora_path = data["lora_path"]

@@ -1,5 +1,6 @@
 """Phase 1: text conditioning. Every unique caption is encoded once (plus "" when caption
-dropout is on) with only the text encoders loaded; the encoders are freed before phase 2.
+dropout is on), and so is every sample prompt, with only the text encoders loaded; the encoders
+are freed before phase 2.
 During training `CaptionPicker` swaps a caption for "" with probability cfg.caption_dropout.
 """
 
@@ -47,19 +48,41 @@ def encode_captions(
     Emits ModelLoadStarted/Completed("text_encoders") and Preparing("conditioning", done, total);
     calls `check_stop()` before each chunk (it raises to stop). Returns caption -> tensors.
     """
+    return encode_texts(
+        family, cfg, [captions], dtype=dtype, device=device, emit=emit, check_stop=check_stop
+    )[0]
+
+
+def encode_texts(
+    family: Family,
+    cfg: TrainConfig,
+    groups: Sequence[Sequence[str]],
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    emit: Emit,
+    check_stop: Callable[[], None],
+) -> list[Conditioning]:
+    """Like encode_captions, for several groups of texts (e.g. the captions, then the sample
+    prompts) with one load of the encoders. Each group is chunked on its own, so a group's
+    tensors are those it would get encoded alone. Returns one text -> tensors dict per group."""
     emit(ModelLoadStarted(component="text_encoders"))
     t0 = time.perf_counter()
     encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, device)
     emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
-    out: Conditioning = {}
+    out: list[Conditioning] = [{} for _ in groups]
+    total = sum(len(group) for group in groups)
+    done = 0
     try:
-        for start in range(0, len(captions), ENCODE_CHUNK):
-            check_stop()
-            chunk = captions[start : start + ENCODE_CHUNK]
-            encoded = family.encode_prompts(encoders, chunk, cfg)
-            for caption, tensors in zip(chunk, encoded, strict=True):
-                out[caption] = {k: v.detach().cpu() for k, v in tensors.items()}
-            emit(Preparing(phase="conditioning", done=len(out), total=len(captions)))
+        for texts, encoded_group in zip(groups, out, strict=True):
+            for start in range(0, len(texts), ENCODE_CHUNK):
+                check_stop()
+                chunk = list(texts[start : start + ENCODE_CHUNK])
+                encoded = family.encode_prompts(encoders, chunk, cfg)
+                for text, tensors in zip(chunk, encoded, strict=True):
+                    encoded_group[text] = {k: v.detach().cpu() for k, v in tensors.items()}
+                done += len(chunk)
+                emit(Preparing(phase="conditioning", done=done, total=total))
     finally:
         del encoders
         free_accelerator_memory(device)

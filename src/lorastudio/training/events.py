@@ -57,6 +57,15 @@ class Progress(_Event):
     skipped_steps: int = 0
 
 
+class SampleReady(_Event):
+    """Sample previews of optimizer step `step` were written: `images` are paths relative to the
+    run folder ("samples/step-000123-0.png"), one per sample prompt, in the config's order."""
+
+    type: Literal["sample_ready"] = "sample_ready"
+    step: int
+    images: list[str]
+
+
 class Complete(_Event):
     """The run ended without error. lora_path is None when stopped without saving."""
 
@@ -72,7 +81,7 @@ class Error(_Event):
 
 
 Event = Annotated[
-    ModelLoadStarted | ModelLoadCompleted | Preparing | Progress | Complete | Error,
+    ModelLoadStarted | ModelLoadCompleted | Preparing | Progress | SampleReady | Complete | Error,
     Field(discriminator="type"),
 ]
 EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)

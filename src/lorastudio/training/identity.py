@@ -32,6 +32,11 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "lora_format",
         "compile",
         "gradient_checkpointing",  # recomputation gives the same values
+        # previews: rendered with their own generator and the RNG state restored (training/samples.py)
+        "sample_prompts",
+        "sample_every",
+        "sample_steps",
+        "sample_seed",
     }
 )
 

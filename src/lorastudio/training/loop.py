@@ -5,6 +5,8 @@
   phase 2    VAE only: latent cache (posterior mean/std per crop/flip variant), free the VAE
              (or keep it and encode every step when the cache would exceed its RAM budget)
   phase 3    denoiser + LoRA: batched, gradient-accumulated AdamW steps with an LR schedule
+  samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
+             cfg.sample_every steps and after the last one (training/samples.py), SampleReady
   export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed)
 
 Checkpoints (outputs/<output_name>/checkpoints/step-N, see training/checkpoint.py) are written
@@ -32,7 +34,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.checkpoint import CheckpointKeeper, find_checkpoint
-from lorastudio.training.conditioning import CaptionPicker, Conditioning, captions_to_encode, encode_captions
+from lorastudio.training.conditioning import CaptionPicker, Conditioning, captions_to_encode, encode_texts
 from lorastudio.training.events import (
     Complete,
     Emit,
@@ -41,6 +43,7 @@ from lorastudio.training.events import (
     ModelLoadStarted,
     Preparing,
     Progress,
+    SampleReady,
     StopCheck,
 )
 from lorastudio.training.export import build_sidecar, save_lora
@@ -56,6 +59,7 @@ from lorastudio.training.noise import DdpmObjective, FlowObjective, make_objecti
 from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, make_optimizer, total_steps
 from lorastudio.training.precision import free_accelerator_memory, peak_memory_gb, run_numerics
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
 
@@ -90,6 +94,7 @@ class _RunState:
     keeper: CheckpointKeeper | None = None
     identity: dict[str, Any] = field(default_factory=dict)
     checkpointed_step: int | None = None  # step of this session's latest checkpoint
+    previews: SamplePreviews | None = None  # set when the config has sample prompts
 
 
 class _Stopper:
@@ -154,6 +159,8 @@ def train(
             lora_path = _export(run, state, stopped)
             state.keeper.finish()
         elif not save or state.resume is None:
+            if state.previews is not None and state.resume is not None:
+                state.previews.discard()  # a fresh run's samples go with its folder
             discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
     except BaseException as err:
@@ -210,15 +217,12 @@ def _run_phases(run: PreparedRun, state: _RunState, emit: Emit, stop: _Stopper) 
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
     captions = [it.caption for it in items]
-    conds = encode_captions(
-        family,
-        cfg,
-        captions_to_encode(captions, cfg.caption_dropout),
-        dtype=run.dtype,
-        device=run.device,
-        emit=emit,
-        check_stop=stop,
-    )
+    texts = [captions_to_encode(captions, cfg.caption_dropout), list(dict.fromkeys(cfg.sample_prompts))]
+    conds, prompt_conds = encode_texts(
+        family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop
+    )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
+    if cfg.sample_prompts:
+        state.previews = SamplePreviews(run, prompt_conds)
     stop()
     source = _prepare_latents(run, rng, emit, stop)
     stop()
@@ -341,6 +345,9 @@ def _optimize(
                 skipped_steps=guard.skipped,
             )
         )
+        if state.previews is not None and state.previews.due(step, num_steps):
+            images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
+            emit(SampleReady(step=step, images=images))
         if step >= num_steps:
             break
         if state.keeper is not None and state.keeper.due(step, num_steps) and guard.bad_in_a_row == 0:

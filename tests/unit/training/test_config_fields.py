@@ -69,6 +69,10 @@ ELSEWHERE = {
     "max_bad_steps": "test_divergence (the run fails after N non-finite steps in a row)",
     "lora_format": "tests/unit/lora (kohya files written and loadable)",
     "compile": "test_compile (regional compile requested / refused / auto)",
+    "sample_prompts": "test_samples (one PNG per prompt per round; the training maths unchanged)",
+    "sample_every": "test_samples (a round every N steps and at the end)",
+    "sample_steps": "tests/families/test_sample_previews (the sample equals inference with these steps)",
+    "sample_seed": "test_samples (another seed, another image) and tests/families/test_sample_previews",
 }
 
 

@@ -21,6 +21,7 @@ import type {
   RunDeleted,
   RunDetail,
   RunList,
+  SampleList,
   StopBody,
   TrainConfig,
   TrainStatus,
@@ -54,6 +55,11 @@ export const api = {
   runs: () => get<RunList>("/api/runs"),
   run: (id: string) => get<RunDetail>(`/api/runs/${seg(id)}`),
   deleteRun: (id: string) => del<RunDeleted>(`/api/runs/${seg(id)}`),
+  /** The sample previews in a run's folder, oldest step first. */
+  runSamples: (id: string) => get<SampleList>(`/api/runs/${seg(id)}/samples`),
+  /** URL of a sample PNG of run `id`; `path` is run-relative ("samples/step-000123-0.png") or a file name. */
+  sampleUrl: (id: string, path: string) =>
+    withToken(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 

@@ -23,6 +23,8 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/runs/{run_id}",
   "/api/runs/{run_id}/checkpoints",
   "/api/runs/{run_id}/resume",
+  "/api/runs/{run_id}/samples",
+  "/api/runs/{run_id}/samples/{name}",
   "/api/train/events",
   "/api/train/preflight",
   "/api/train/start",

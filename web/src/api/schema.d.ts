@@ -493,6 +493,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/runs/{run_id}/samples": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Samples
+         * @description The sample previews in the run's output folder (shared by every session of the run),
+         *     oldest step first, each with its prompt and URL. 404 when the run is unknown.
+         */
+        get: operations["run_samples_api_runs__run_id__samples_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/samples/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Sample File
+         * @description One sample PNG of the run. Only a regular file named step-NNNNNN-I.png directly in the
+         *     run's samples/ folder is served; anything else is 404.
+         */
+        get: operations["sample_file_api_runs__run_id__samples__name__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/train/events": {
         parameters: {
             query?: never;
@@ -1107,6 +1149,8 @@ export interface components {
             /** Pid */
             pid: number | null;
             progress: components["schemas"]["ProgressOut"] | null;
+            /** @description the latest sample previews of the job */
+            samples?: components["schemas"]["SampleRound"] | null;
             /** Started At */
             started_at: string | null;
             /**
@@ -1538,6 +1582,69 @@ export interface components {
             /** Total Steps */
             total_steps: number | null;
         };
+        /** SampleImage */
+        SampleImage: {
+            /**
+             * Index
+             * @description index of the prompt in the config's sample_prompts
+             */
+            index: number;
+            /**
+             * Name
+             * @description file name: step-000123-0.png
+             */
+            name: string;
+            /**
+             * Prompt
+             * @description the sample prompt (null when the config no longer has it)
+             */
+            prompt: string | null;
+            /** Step */
+            step: number;
+            /**
+             * Url
+             * @description where the PNG is served
+             */
+            url: string;
+        };
+        /** SampleList */
+        SampleList: {
+            /**
+             * Samples
+             * @description oldest step first, then prompt order
+             */
+            samples: components["schemas"]["SampleImage"][];
+        };
+        /**
+         * SampleReadyEvent
+         * @description Sample previews of optimizer step `step` were written: `images` are paths relative to the
+         *     run folder ("samples/step-000123-0.png"), one per sample prompt, in the config's order.
+         */
+        SampleReadyEvent: {
+            /** Images */
+            images: string[];
+            /** Step */
+            step: number;
+            /**
+             * Type
+             * @default sample_ready
+             * @constant
+             */
+            type?: "sample_ready";
+        };
+        /** SampleRound */
+        SampleRound: {
+            /**
+             * Images
+             * @description paths relative to the run folder (samples/step-000123-0.png), one per sample prompt
+             */
+            images: string[];
+            /**
+             * Step
+             * @description the optimizer step the samples show
+             */
+            step: number;
+        };
         /** StartBody */
         StartBody: {
             /**
@@ -1803,6 +1910,29 @@ export interface components {
              * @default null
              */
             revision?: string | null;
+            /**
+             * Sample Every
+             * @description render the samples every N optimizer steps (null: only at the end)
+             * @default null
+             */
+            sample_every?: number | null;
+            /**
+             * Sample Prompts
+             * @description validation prompts rendered during training (one image each, at the training resolution)
+             */
+            sample_prompts?: string[];
+            /**
+             * Sample Seed
+             * @description noise seed of every sample
+             * @default 0
+             */
+            sample_seed?: number;
+            /**
+             * Sample Steps
+             * @description inference steps per sample (null: the family's default)
+             * @default null
+             */
+            sample_steps?: number | null;
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
@@ -3506,6 +3636,135 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["JobOut"];
                 };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_samples_api_runs__run_id__samples_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SampleList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    sample_file_api_runs__run_id__samples__name__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid request (every problem listed) */
             400: {

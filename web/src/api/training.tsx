@@ -1,7 +1,8 @@
 /**
  * Live training state shared by every screen: the status snapshot, fetched once, then kept
  * current from the server-sent event stream. A progress event appends one chart point and
- * replaces the progress read-out, a load/preparing event replaces the phase (no re-fetch); the
+ * replaces the progress read-out, a load/preparing event replaces the phase, a sample_ready event
+ * replaces the latest sample previews (no re-fetch); the
  * rare others (status changes, complete, error, a new job) re-fetch the small status snapshot
  * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
  * changes (the stream carries it as `?token=`).
@@ -9,7 +10,7 @@
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
 import { useAuth } from "./auth";
 import { api } from "./endpoints";
-import type { Job, ProgressEvent, TrainEvent, TrainStatus } from "./types";
+import type { Job, ProgressEvent, SampleReadyEvent, TrainEvent, TrainStatus } from "./types";
 import { appendPoint, emptySeries, fromPoints, type MetricSeries } from "../lib/series";
 
 export const EVENT_TYPES = [
@@ -17,6 +18,7 @@ export const EVENT_TYPES = [
   "model_load_completed",
   "preparing",
   "progress",
+  "sample_ready",
   "complete",
   "error",
   "status",
@@ -47,6 +49,11 @@ function withProgress(job: Job, p: ProgressEvent): Job {
     progress: p,
     steps_run: Math.max(job.steps_run, p.step),
   };
+}
+
+/** Fold one sample_ready event into a job snapshot: its latest sample previews. */
+export function withSamples(job: Job, ev: SampleReadyEvent): Job {
+  return { ...job, samples: { step: ev.step, images: ev.images } };
 }
 
 export function TrainingProvider({ children }: { children: ReactNode }) {
@@ -99,6 +106,12 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
         return;
       }
       const sameJob = current && (!ev.job_id || ev.job_id === current.id);
+      if (sameJob && ev.type === "sample_ready") {
+        const next = withSamples(current, ev);
+        jobRef.current = next;
+        setJob(next);
+        return;
+      }
       if (sameJob && (ev.type === "preparing" || ev.type === "model_load_started" || ev.type === "model_load_completed")) {
         const next: Job = { ...current, phase: ev, status: current.status === "queued" ? "preparing" : current.status };
         jobRef.current = next;

@@ -39,6 +39,9 @@ export type RunSummary = Schemas["RunSummary"];
 export type RunList = Schemas["RunList"];
 export type RunDetail = Schemas["RunDetail"];
 export type RunDeleted = Schemas["RunDeleted"];
+export type SampleRound = Schemas["SampleRound"];
+export type SampleImage = Schemas["SampleImage"];
+export type SampleList = Schemas["SampleList"];
 export type LoraList = Schemas["LoraList"];
 export type Lora = Schemas["LoraOut"];
 export type GenerateResult = Schemas["GenerateOut"];
@@ -53,6 +56,7 @@ type Tagged<T extends { type?: string }> = T & Required<Pick<T, "type">>;
 export type ProgressEvent = Tagged<Schemas["ProgressEvent"]>;
 export type CompleteEvent = Tagged<Schemas["CompleteEvent"]>;
 export type ErrorEvent = Tagged<Schemas["ErrorEvent"]>;
+export type SampleReadyEvent = Tagged<Schemas["SampleReadyEvent"]>;
 export type PreparingEvent = Tagged<Schemas["PreparingEvent"]>;
 export type ModelLoadStartedEvent = Tagged<Schemas["ModelLoadStartedEvent"]>;
 export type ModelLoadCompletedEvent = Tagged<Schemas["ModelLoadCompletedEvent"]>;
@@ -66,4 +70,6 @@ export interface StatusEvent {
   error: string | null;
 }
 /** Every event of GET /api/train/events; the service tags each with its job's id. */
-export type TrainEvent = (PhaseEvent | ProgressEvent | CompleteEvent | ErrorEvent | StatusEvent) & { job_id?: string };
+export type TrainEvent = (PhaseEvent | ProgressEvent | SampleReadyEvent | CompleteEvent | ErrorEvent | StatusEvent) & {
+  job_id?: string;
+};

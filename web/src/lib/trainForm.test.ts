@@ -35,4 +35,17 @@ describe("train form", () => {
       steps: expect.stringMatching(/at least 1/),
     });
   });
+
+  it("sends sample prompts one per non-blank line, with their step settings", () => {
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "d" };
+    const none = buildConfig({ ...v, sample_prompts: " \n\n" }, flux);
+    expect(none.config).not.toHaveProperty("sample_prompts");
+    const built = buildConfig(
+      { ...v, sample_prompts: "  a red circle \n\na blue square\n", sample_every: "50", sample_steps: "2.5" },
+      flux,
+    );
+    expect(built.config.sample_prompts).toEqual(["a red circle", "a blue square"]);
+    expect(built.config.sample_every).toBe(50);
+    expect(built.problems).toEqual({ sample_steps: "must be a whole number" });
+  });
 });

@@ -78,6 +78,8 @@ const NUMBER_FIELDS: readonly Key[] = [
   "flow_shift",
   "guidance",
   "max_sequence_length",
+  "sample_every",
+  "sample_steps",
 ];
 const INTEGER_FIELDS = new Set<Key>([
   "resolution",
@@ -87,6 +89,8 @@ const INTEGER_FIELDS = new Set<Key>([
   "lora_rank",
   "seed",
   "max_sequence_length",
+  "sample_every",
+  "sample_steps",
 ]);
 const TEXT_FIELDS: readonly Key[] = [
   "family",
@@ -105,6 +109,11 @@ function show(v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (typeof v === "boolean") return v;
   return String(v);
+}
+
+/** The sample prompts of the form's textarea: one per non-blank line, trimmed. */
+export function promptLines(text: string | boolean | undefined): string[] {
+  return typeof text === "string" ? text.split("\n").map((l) => l.trim()).filter((l) => l !== "") : [];
 }
 
 /** Form values for `family`, keeping the user's base model, dataset and output name. */
@@ -156,6 +165,8 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
     else if (INTEGER_FIELDS.has(k) && !Number.isInteger(n)) problems[k] = "must be a whole number";
     else config[k] = n;
   }
+  const prompts = promptLines(values.sample_prompts);
+  if (prompts.length) config.sample_prompts = prompts;
   for (const k of BOOL_FIELDS) {
     const v = values[k];
     if (typeof v === "boolean") config[k] = v;

@@ -4,6 +4,7 @@ import { useTraining } from "../api/training";
 import type { Job } from "../api/types";
 import { LineChart } from "../components/LineChart";
 import { ProgressBar } from "../components/ProgressBar";
+import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
 import { etaSeconds, formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
@@ -96,6 +97,15 @@ export function LiveScreen() {
       <div className="card">
         <LineChart xs={series.steps} series={chartSeries(series)} empty="Waiting for the first step…" />
       </div>
+      {job.samples && (
+        <div className="card">
+          <h3>Sample previews</h3>
+          <SampleRound
+            step={job.samples.step}
+            tiles={roundTiles(job.id, job.samples.images, samplePrompts(job.config))}
+          />
+        </div>
+      )}
       {job.lora_path && (
         <div className="banner ok">
           LoRA saved: <code>{job.lora_path}</code> ·{" "}

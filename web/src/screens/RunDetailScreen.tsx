@@ -1,18 +1,21 @@
 import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
-import type { RunDetail } from "../api/types";
+import type { RunDetail, SampleImage } from "../api/types";
 import { LineChart } from "../components/LineChart";
+import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { chartSeries, fromPoints } from "../lib/series";
 
-/** One run: its chart, config and outputs; download the LoRA; delete. */
+/** One run: its chart, sample previews, config and outputs; download the LoRA; delete. */
 export function RunDetailScreen({ id }: { id: string }) {
   const [run, setRun] = useState<RunDetail | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [samples, setSamples] = useState<SampleImage[]>([]);
   useEffect(() => {
     api.run(id).then(setRun, (err: Error) => setError(err.message));
+    api.runSamples(id).then((s) => setSamples(s.samples), () => setSamples([]));
   }, [id]);
 
   if (error) return <section className="screen"><div className="banner error">{error}</div></section>;
@@ -66,6 +69,14 @@ export function RunDetailScreen({ id }: { id: string }) {
       <div className="card">
         <LineChart xs={series.steps} series={chartSeries(series)} empty="No metric points recorded." />
       </div>
+      {samples.length > 0 && (
+        <div className="card">
+          <h3>Sample previews</h3>
+          {groupByStep(samples).map((r) => (
+            <SampleRound key={r.step} step={r.step} tiles={r.tiles} />
+          ))}
+        </div>
+      )}
       <div className="two-col">
         <div className="card">
           <h3>Outputs</h3>

@@ -228,6 +228,21 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
               {supports.has("flow_shift") && num("flow_shift", "Flow shift", { placeholder: "model's" })}
               {supports.has("guidance") && num("guidance", "Guidance")}
               {supports.has("max_sequence_length") && num("max_sequence_length", "Max text tokens")}
+              <Field
+                label="Sample prompts"
+                error={errors.sample_prompts}
+                hint="one per line: previews rendered with the LoRA as it trains"
+                wide
+              >
+                <textarea
+                  name="sample_prompts"
+                  rows={3}
+                  value={text("sample_prompts")}
+                  onChange={(e) => set("sample_prompts", e.target.value)}
+                />
+              </Field>
+              {num("sample_every", "Sample every", { placeholder: "end only", hint: "optimizer steps" })}
+              {num("sample_steps", "Sample steps", { placeholder: "model's", hint: "inference steps" })}
               <div className="checks">
                 {check("gradient_checkpointing", "Gradient checkpointing")}
                 {check("random_crop", "Random crop")}

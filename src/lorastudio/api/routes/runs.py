@@ -9,16 +9,26 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import service_dep, settings_dep, store_dep
-from lorastudio.api.schemas import CheckpointList, JobOut, ResumeBody, RunDeleted, RunDetail, RunList
-from lorastudio.errors import JobActive
+from lorastudio.api.schemas import (
+    CheckpointList,
+    JobOut,
+    ResumeBody,
+    RunDeleted,
+    RunDetail,
+    RunList,
+    SampleList,
+)
+from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.records import LIVE_STATUSES
 from lorastudio.jobs.resume import resumable_step
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
+from lorastudio.training.sample_files import list_samples, sample_path
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -53,6 +63,42 @@ def run_checkpoints(
         "checkpoints": [{"name": p.name, "step": checkpoint_step(p), "path": str(p)} for p in found],
         "resume_step": run["resume_step"],
     }
+
+
+@router.get("/{run_id}/samples", response_model=SampleList)
+def run_samples(
+    run_id: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
+) -> dict[str, Any]:
+    """The sample previews in the run's output folder (shared by every session of the run),
+    oldest step first, each with its prompt and URL. 404 when the run is unknown."""
+    run = store.get_run(run_id, max_points=2)
+    prompts = run["config"].get("sample_prompts") or []
+    found = list_samples(settings.outputs_dir / run["output_name"]) if run["output_name"] else []
+    return {
+        "samples": [
+            {
+                "step": f.step,
+                "index": f.index,
+                "prompt": prompts[f.index] if f.index < len(prompts) else None,
+                "name": f.name,
+                "url": f"/api/runs/{run_id}/samples/{f.name}",
+            }
+            for f in found
+        ]
+    }
+
+
+@router.get("/{run_id}/samples/{name}", response_class=FileResponse)
+def sample_file(
+    run_id: str, name: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
+) -> FileResponse:
+    """One sample PNG of the run. Only a regular file named step-NNNNNN-I.png directly in the
+    run's samples/ folder is served; anything else is 404."""
+    output_name = store.get_run(run_id, max_points=2)["output_name"]
+    path = sample_path(settings.outputs_dir / output_name, name) if output_name else None
+    if path is None:
+        raise NotFound(f"run {run_id} has no sample {name!r}")
+    return FileResponse(path, media_type="image/png")
 
 
 @router.post("/{run_id}/resume", status_code=201, response_model=JobOut)

@@ -1,0 +1,110 @@
+"""Sample preview files of a run: names, writing (staged, then renamed) and listing. No torch
+here: the API lists and serves the files with these functions.
+
+Layout: <run_dir>/samples/step-000123-0.png, one PNG per (optimizer step, sample prompt index).
+A file of that name is always complete: it is written under a hidden staging name in the same
+folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+SAMPLES = "samples"
+_NAME = re.compile(r"^step-(\d{6,})-(\d+)\.png$")
+_STAGING_PREFIX = ".staging-"
+
+
+def sample_name(step: int, index: int) -> str:
+    """File name of the sample of prompt `index` after optimizer step `step`."""
+    return f"step-{step:06d}-{index}.png"
+
+
+def parse_sample_name(name: str) -> tuple[int, int] | None:
+    """(step, prompt index) of a sample file name, or None when `name` is not one."""
+    match = _NAME.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def samples_dir(run_dir: Path) -> Path:
+    """The samples folder of a run folder."""
+    return run_dir / SAMPLES
+
+
+@dataclass(frozen=True)
+class SampleFile:
+    """One sample image of a run: its step, prompt index, name and path relative to the run."""
+
+    step: int
+    index: int
+    name: str
+
+    @property
+    def relative(self) -> str:
+        return f"{SAMPLES}/{self.name}"
+
+
+def list_samples(run_dir: Path) -> list[SampleFile]:
+    """The complete sample files of `run_dir` (regular files with a sample name), ordered by
+    step, then prompt index. Staging leftovers, symlinks and other files are ignored."""
+    folder = samples_dir(run_dir)
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    found = []
+    for path in folder.iterdir():
+        parsed = parse_sample_name(path.name)
+        if parsed is not None and path.is_file() and not path.is_symlink():
+            found.append(SampleFile(parsed[0], parsed[1], path.name))
+    return sorted(found, key=lambda f: (f.step, f.index))
+
+
+def sample_path(run_dir: Path, name: str) -> Path | None:
+    """The path of the sample file `name` of `run_dir`, or None when `name` is not a sample
+    name or no such regular file (symlinks excluded) lies directly in the run's samples folder.
+    `name` cannot escape the folder: only names matching step-NNNNNN-I.png are accepted."""
+    if parse_sample_name(name) is None:
+        return None
+    folder = samples_dir(run_dir)
+    path = folder / name
+    if folder.is_symlink() or path.is_symlink() or not path.is_file():
+        return None
+    return path
+
+
+def write_sample_files(run_dir: Path, step: int, writers: list[Callable[[Path], None]]) -> list[Path]:
+    """Write the samples of `step`: writers[i](staging_path) writes the PNG of prompt i. Every
+    file is first written under a staging name; once all are written they are renamed into
+    place (replacing older files of the same name). Returns the final paths in prompt order.
+    On failure no staging file is left behind (and no file of this round is renamed)."""
+    folder = samples_dir(run_dir)
+    folder.mkdir(exist_ok=True)
+    staged: list[Path] = []
+    try:
+        for write in writers:
+            staging = folder / f"{_STAGING_PREFIX}{uuid.uuid4().hex[:8]}.png"
+            staged.append(staging)
+            write(staging)
+        finals = [folder / sample_name(step, i) for i in range(len(writers))]
+        for staging, final in zip(staged, finals, strict=True):
+            os.replace(staging, final)
+        return finals
+    finally:
+        for staging in staged:
+            staging.unlink(missing_ok=True)
+
+
+def remove_samples(paths: list[Path]) -> None:
+    """Remove the given sample files (missing ones are skipped) and the samples folder if it is
+    left empty."""
+    folders = set()
+    for path in paths:
+        path.unlink(missing_ok=True)
+        folders.add(path.parent)
+    for folder in folders:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()

@@ -1,0 +1,147 @@
+import { act, render, screen, waitFor, within } from "@testing-library/react";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { resetAuthForTests, setToken } from "../api/auth";
+import { TrainingProvider } from "../api/training";
+import { LiveScreen } from "../screens/LiveScreen";
+import { RunDetailScreen } from "../screens/RunDetailScreen";
+import { type Call, mockFetch } from "../test/fixtures";
+import { groupByStep, roundTiles, samplePrompts } from "./SamplePreviews";
+
+/** An EventSource double: the test pushes named server-sent events into it. */
+class FakeEventSource {
+  static last: FakeEventSource | null = null;
+  listeners = new Map<string, ((e: MessageEvent) => void)[]>();
+  onopen: (() => void) | null = null;
+  onerror: (() => void) | null = null;
+  onmessage: ((e: MessageEvent) => void) | null = null;
+  constructor(public url: string) {
+    FakeEventSource.last = this;
+  }
+  addEventListener(type: string, fn: (e: MessageEvent) => void) {
+    this.listeners.set(type, [...(this.listeners.get(type) ?? []), fn]);
+  }
+  close() {}
+  emit(type: string, data: object) {
+    const e = new MessageEvent(type, { data: JSON.stringify(data) });
+    for (const fn of this.listeners.get(type) ?? []) fn(e);
+  }
+}
+
+const PROMPTS = ["a red circle", "a blue square"];
+const JOB = {
+  id: "j1",
+  status: "running",
+  output_name: "shapes-lora",
+  family: "flux",
+  created_at: "2025-01-01T00:00:00Z",
+  started_at: "2025-01-01T00:00:00Z",
+  finished_at: null,
+  phase: null,
+  progress: null,
+  metrics: [],
+  lora_path: null,
+  steps_run: 2,
+  error: null,
+  stop_requested: null,
+  config: { sample_prompts: PROMPTS },
+  samples: null,
+};
+
+const sampleReady = (step: number) => ({
+  type: "sample_ready",
+  job_id: "j1",
+  step,
+  images: [`samples/step-${String(step).padStart(6, "0")}-0.png`, `samples/step-${String(step).padStart(6, "0")}-1.png`],
+});
+
+describe("sample previews", () => {
+  afterEach(() => {
+    vi.unstubAllGlobals();
+    setToken("");
+    resetAuthForTests();
+  });
+
+  it("builds served URLs (with the token) and keeps prompts in order", () => {
+    setToken("s3cret");
+    const tiles = roundTiles("j 1", ["samples/step-000004-0.png", "samples/step-000004-1.png"], ["only one"]);
+    expect(tiles.map((t) => t.url)).toEqual([
+      "/api/runs/j%201/samples/step-000004-0.png?token=s3cret",
+      "/api/runs/j%201/samples/step-000004-1.png?token=s3cret",
+    ]);
+    expect(tiles.map((t) => t.prompt)).toEqual(["only one", null]);
+    expect(samplePrompts({ sample_prompts: ["a", 3, "b"] })).toEqual(["a", "b"]);
+    expect(samplePrompts({})).toEqual([]);
+  });
+
+  it("groups a run's samples newest step first, each in prompt order", () => {
+    const img = (step: number, index: number) => ({
+      step,
+      index,
+      prompt: PROMPTS[index],
+      name: `step-${step}-${index}.png`,
+      url: `/api/runs/r/samples/step-${step}-${index}.png`,
+    });
+    const rounds = groupByStep([img(2, 1), img(2, 0), img(4, 0), img(4, 1)]);
+    expect(rounds.map((r) => r.step)).toEqual([4, 2]);
+    expect(rounds[1].tiles.map((t) => t.index)).toEqual([0, 1]);
+  });
+
+  it("LiveScreen shows the latest samples as sample_ready events arrive, without re-fetching", async () => {
+    vi.stubGlobal("EventSource", FakeEventSource);
+    const calls: Call[] = mockFetch(({ url }) =>
+      url.startsWith("/api/train/status") ? { body: { job: JOB, queue: [], busy: true, event_seq: 1 } } : undefined,
+    );
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    await screen.findByText("shapes-lora");
+    expect(screen.queryByText("Sample previews")).not.toBeInTheDocument();
+    const fetches = calls.length;
+    act(() => FakeEventSource.last?.emit("sample_ready", sampleReady(2)));
+    const round = screen.getByTestId("samples-step-2");
+    expect(within(round).getByAltText("a red circle")).toHaveAttribute("src", "/api/runs/j1/samples/step-000002-0.png");
+    expect(within(round).getByAltText("a blue square")).toHaveAttribute("src", "/api/runs/j1/samples/step-000002-1.png");
+    act(() => FakeEventSource.last?.emit("sample_ready", sampleReady(4)));
+    expect(screen.queryByTestId("samples-step-2")).not.toBeInTheDocument();
+    expect(screen.getByTestId("samples-step-4")).toBeInTheDocument();
+    expect(calls.length).toBe(fetches);
+  });
+});
+
+describe("RunDetailScreen samples", () => {
+  beforeEach(() => {
+    mockFetch(({ url }) => {
+      if (url === "/api/runs/r1") {
+        return {
+          body: {
+            id: "r1", output_name: "shapes-lora", family: "flux", status: "completed",
+            created_at: "2025-01-01T00:00:00Z", started_at: null, finished_at: null, steps_run: 4, total_steps: 4,
+            last_loss: 0.1, error: null, resume_step: null, config: { sample_prompts: PROMPTS }, metrics: [], outputs: [],
+          },
+        };
+      }
+      if (url === "/api/runs/r1/samples") {
+        const img = (step: number, index: number) => {
+          const name = `step-${String(step).padStart(6, "0")}-${index}.png`;
+          return { step, index, prompt: PROMPTS[index], name, url: `/api/runs/r1/samples/${name}` };
+        };
+        return { body: { samples: [img(2, 0), img(2, 1), img(4, 0), img(4, 1)] } };
+      }
+      return undefined;
+    });
+  });
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("shows every round of the run, newest first", async () => {
+    render(<RunDetailScreen id="r1" />);
+    await waitFor(() => expect(screen.getByTestId("samples-step-4")).toBeInTheDocument());
+    const rounds = screen.getAllByTestId(/^samples-step-/).map((el) => el.dataset.testid);
+    expect(rounds).toEqual(["samples-step-4", "samples-step-2"]);
+    expect(within(screen.getByTestId("samples-step-2")).getByAltText("a blue square")).toHaveAttribute(
+      "src",
+      "/api/runs/r1/samples/step-000002-1.png",
+    );
+  });
+});

@@ -1,0 +1,52 @@
+import { api } from "../api/endpoints";
+import type { SampleImage } from "../api/types";
+
+/** One sample image of a round: where it is served and the prompt it shows. */
+export interface SampleTile {
+  index: number;
+  url: string;
+  prompt: string | null;
+}
+
+/** The sample prompts of a (resolved) config dict; [] when it has none. */
+export function samplePrompts(config: Record<string, unknown> | null | undefined): string[] {
+  const prompts = config?.["sample_prompts"];
+  return Array.isArray(prompts) ? prompts.filter((p): p is string => typeof p === "string") : [];
+}
+
+/** The tiles of one round from run-relative image paths (one per prompt, in prompt order). */
+export function roundTiles(runId: string, images: string[], prompts: string[]): SampleTile[] {
+  return images.map((path, index) => ({ index, url: api.sampleUrl(runId, path), prompt: prompts[index] ?? null }));
+}
+
+/** A run's sample files grouped by step, newest step first, each round in prompt order. */
+export function groupByStep(samples: SampleImage[]): { step: number; tiles: SampleTile[] }[] {
+  const rounds = new Map<number, SampleTile[]>();
+  for (const s of samples) {
+    const tiles = rounds.get(s.step) ?? [];
+    tiles.push({ index: s.index, url: api.imageUrl(s.url), prompt: s.prompt ?? null });
+    rounds.set(s.step, tiles);
+  }
+  return [...rounds.entries()]
+    .sort(([a], [b]) => b - a)
+    .map(([step, tiles]) => ({ step, tiles: tiles.sort((a, b) => a.index - b.index) }));
+}
+
+/** One round of sample previews: a heading with its step and one figure per prompt. */
+export function SampleRound({ step, tiles }: { step: number; tiles: SampleTile[] }) {
+  return (
+    <div className="sample-round" data-testid={`samples-step-${step}`}>
+      <h4>Step {step}</h4>
+      <div className="thumb-grid samples">
+        {tiles.map((t) => (
+          <figure className="thumb" key={t.index}>
+            <div className="thumb-img">
+              <img src={t.url} alt={t.prompt ?? `sample ${t.index + 1}`} loading="lazy" />
+            </div>
+            <figcaption className="small muted">{t.prompt ?? `prompt ${t.index + 1}`}</figcaption>
+          </figure>
+        ))}
+      </div>
+    </div>
+  );
+}
