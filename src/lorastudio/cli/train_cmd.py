@@ -164,6 +164,8 @@ class ProgressDisplay:
             sps = f"{event.samples_per_second:.2f}" if event.samples_per_second is not None else "-"
             stats = f"loss {event.loss:.4f} avg {event.avg_loss:.4f} lr {event.lr:.1e} {sps} img/s"
             self.progress.update(task, completed=event.step, stats=stats)
+        elif event.type == "sample_ready":
+            self.console.log(f"samples of step {event.step}: {', '.join(event.images)}")
         elif event.type == "error":
             self.last_error = event.message
 
