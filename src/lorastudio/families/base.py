@@ -46,9 +46,12 @@ class FamilySpec:
     lora_targets: tuple[str, ...]  # default LoRA target module names (peft suffix match)
     lora_layers_kwarg: str  # keyword of pipeline.save_lora_weights for the denoiser's layers
     patch_size: int  # latent cells per token side (2 for the packed/patched transformers, 1 for U-Nets)
+    denoiser_class: str  # diffusers model class of the denoiser, e.g. "FluxTransformer2DModel"
+    vae_class: str  # diffusers model class of the VAE, e.g. "AutoencoderKL"
     defaults: Mapping[str, Any]  # TrainConfig field -> family default (learning_rate, lora_rank, ...)
     supports: frozenset[str]  # family-specific TrainConfig fields this family honours
     generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # pipeline __call__ kwargs
+    vae_in_fp32: bool = False  # keep the VAE in fp32 whatever the training dtype (SDXL's overflows in fp16)
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -65,7 +68,9 @@ class FamilySpec:
 
 
 class Family(ABC):
-    """Hooks of one family. Subclasses set `spec` and implement the abstract methods.
+    """Hooks of one family. Subclasses set `spec` and implement the abstract methods
+    (encode_prompts, pipeline_prompt_kwargs, predict); loading the text encoders, the VAE and
+    the denoiser, and KL-VAE encoding, follow from the spec unless a family overrides them.
 
     Each hook loads or computes one thing and returns it; none keeps hidden state between calls,
     so the loop can free what it no longer needs (text encoders after phase 1, VAE after phase 2).
@@ -79,11 +84,19 @@ class Family(ABC):
         return []
 
     # -- phase 1: conditioning --------------------------------------------------------------
-    @abstractmethod
     def load_text_encoders(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
     ) -> Any:
-        """Load tokenizers + text encoders (eval mode, no grad) from a pipeline folder or hub id."""
+        """Load tokenizers + text encoders (eval mode, no grad) from a pipeline folder or hub id:
+        the family's pipeline without its denoiser and VAE, so `encode_prompts` can use the
+        pipeline's own encode_prompt and match inference exactly. Raises ModelSourceError."""
+        import diffusers
+
+        from lorastudio.families.common import load_text_pipeline
+
+        pipeline_cls = getattr(diffusers, self.spec.pipeline_class)
+        skip = {self.spec.denoiser: None, "vae": None}
+        return load_text_pipeline(pipeline_cls, source, revision, dtype, device, **skip)
 
     @abstractmethod
     def encode_prompts(
@@ -108,21 +121,43 @@ class Family(ABC):
         would render (sample previews)."""
 
     # -- phase 2: latents ----------------------------------------------------------------------
-    @abstractmethod
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
-        """Load the VAE (eval mode, no grad)."""
+        """Load the VAE (spec.vae_class; eval mode, no grad; fp32 when spec.vae_in_fp32).
+        Raises ModelSourceError."""
+        import diffusers
+        import torch
 
-    @abstractmethod
+        from lorastudio.families.common import frozen
+
+        vae_dtype = torch.float32 if self.spec.vae_in_fp32 else dtype
+        vae = load_component(
+            getattr(diffusers, self.spec.vae_class), source, "vae", revision, dtype=vae_dtype
+        )
+        return frozen(vae, device)
+
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """pixels [B,3,H,W] in [-1,1] -> (mean, std) of the posterior in the normalised latent
-        space, each [B,C,h,w] float32. A latent sample is mean + std * randn."""
+        space, each [B,C,h,w] float32. A latent sample is mean + std * randn. Default: a KL VAE
+        normalised with its scaling/shift factors, as the pipelines do."""
+        import torch
+
+        from lorastudio.families.common import kl_posterior
+
+        with torch.no_grad():
+            return kl_posterior(vae, pixels)
 
     # -- phase 3: denoiser -----------------------------------------------------------------------
-    @abstractmethod
     def load_denoiser(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
     ) -> Any:
-        """Load the denoiser (frozen; the loop adds the LoRA)."""
+        """Load the denoiser (spec.denoiser_class from the spec.denoiser subfolder; frozen, eval
+        mode; the loop adds the LoRA). Raises ModelSourceError."""
+        import diffusers
+
+        from lorastudio.families.common import frozen
+
+        cls = getattr(diffusers, self.spec.denoiser_class)
+        return frozen(load_component(cls, source, self.spec.denoiser, revision, dtype=dtype), device)
 
     @abstractmethod
     def predict(

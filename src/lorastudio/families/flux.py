@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import FieldProblem
-from lorastudio.families.base import Family, FamilySpec, load_component
-from lorastudio.families.common import frozen, kl_posterior, load_text_pipeline, pack_2x2, unpack_2x2
+from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.common import pack_2x2, unpack_2x2
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -29,6 +29,8 @@ SPEC = FamilySpec(
     lora_targets=("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"),
     lora_layers_kwarg="transformer_lora_layers",
     patch_size=2,
+    denoiser_class="FluxTransformer2DModel",
+    vae_class="AutoencoderKL",
     defaults={
         "resolution": 1024,
         "learning_rate": 1e-4,
@@ -51,13 +53,6 @@ class FluxFamily(Family):
             return [FieldProblem("max_sequence_length", "FLUX.1's T5 takes at most 512 tokens")]
         return []
 
-    def load_text_encoders(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import FluxPipeline
-
-        return load_text_pipeline(FluxPipeline, source, revision, dtype, device, transformer=None, vae=None)
-
     @torch.no_grad()
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
@@ -74,23 +69,6 @@ class FluxFamily(Family):
             "prompt_embeds": cond["prompt_embeds"].to(device, dtype),  # [1, L, D]
             "pooled_prompt_embeds": cond["pooled"].to(device, dtype),  # [1, Dp]
         }
-
-    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
-        from diffusers import AutoencoderKL
-
-        return frozen(load_component(AutoencoderKL, source, "vae", revision, dtype=dtype), device)
-
-    @torch.no_grad()
-    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return kl_posterior(vae, pixels)
-
-    def load_denoiser(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import FluxTransformer2DModel
-
-        model = load_component(FluxTransformer2DModel, source, "transformer", revision, dtype=dtype)
-        return frozen(model, device)
 
     def predict(
         self,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.families.base import Family, FamilySpec, load_component
-from lorastudio.families.common import frozen, load_text_pipeline, pack_2x2, unpack_2x2
+from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.common import pack_2x2, unpack_2x2
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -29,6 +29,8 @@ SPEC = FamilySpec(
     lora_targets=("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"),
     lora_layers_kwarg="transformer_lora_layers",
     patch_size=2,
+    denoiser_class="QwenImageTransformer2DModel",
+    vae_class="AutoencoderKLQwenImage",
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "max_sequence_length": 512},
     supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
     generation_defaults={"num_inference_steps": 30, "true_cfg_scale": 4.0},
@@ -37,15 +39,6 @@ SPEC = FamilySpec(
 
 class QwenImageFamily(Family):
     spec = SPEC
-
-    def load_text_encoders(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import QwenImagePipeline
-
-        return load_text_pipeline(
-            QwenImagePipeline, source, revision, dtype, device, transformer=None, vae=None
-        )
 
     @torch.no_grad()
     def encode_prompts(
@@ -77,11 +70,6 @@ class QwenImageFamily(Family):
             "prompt_embeds_mask": cond["prompt_mask"].to(device),  # [1, L]
         }
 
-    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
-        from diffusers import AutoencoderKLQwenImage
-
-        return frozen(load_component(AutoencoderKLQwenImage, source, "vae", revision, dtype=dtype), device)
-
     @torch.no_grad()
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dist = vae.encode(pixels.to(vae.dtype)[:, :, None]).latent_dist  # 5-D: [B, 3, 1, H, W] in
@@ -92,14 +80,6 @@ class QwenImageFamily(Family):
         mean = (dist.mean[:, :, 0].float() - lat_mean) / lat_std  # [B, C, h, w]
         std = dist.std[:, :, 0].float() / lat_std  # [B, C, h, w]
         return mean, std
-
-    def load_denoiser(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import QwenImageTransformer2DModel
-
-        model = load_component(QwenImageTransformer2DModel, source, "transformer", revision, dtype=dtype)
-        return frozen(model, device)
 
     def predict(
         self,

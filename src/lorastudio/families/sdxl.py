@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.families.base import Family, FamilySpec, load_component
-from lorastudio.families.common import frozen, kl_posterior, load_text_pipeline
+from lorastudio.families.base import Family, FamilySpec
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -29,6 +28,9 @@ SPEC = FamilySpec(
     lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
     lora_layers_kwarg="unet_lora_layers",
     patch_size=1,
+    denoiser_class="UNet2DConditionModel",
+    vae_class="AutoencoderKL",
+    vae_in_fp32=True,
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "snr_gamma": 5.0},
     supports=frozenset({"snr_gamma"}),
     generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
@@ -37,15 +39,6 @@ SPEC = FamilySpec(
 
 class SDXLFamily(Family):
     spec = SPEC
-
-    def load_text_encoders(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import StableDiffusionXLPipeline
-
-        return load_text_pipeline(
-            StableDiffusionXLPipeline, source, revision, dtype, device, unet=None, vae=None
-        )
 
     @torch.no_grad()
     def encode_prompts(
@@ -63,23 +56,6 @@ class SDXLFamily(Family):
             "prompt_embeds": cond["prompt_embeds"].to(device, dtype),  # [1, 77, D1+D2]
             "pooled_prompt_embeds": cond["pooled"].to(device, dtype),  # [1, Dp]
         }
-
-    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
-        from diffusers import AutoencoderKL
-
-        vae = load_component(AutoencoderKL, source, "vae", revision, dtype=torch.float32)
-        return frozen(vae, device)  # fp32 whatever the training dtype: the SDXL VAE overflows in fp16
-
-    @torch.no_grad()
-    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return kl_posterior(vae, pixels)
-
-    def load_denoiser(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import UNet2DConditionModel
-
-        return frozen(load_component(UNet2DConditionModel, source, "unet", revision, dtype=dtype), device)
 
     def predict(
         self,

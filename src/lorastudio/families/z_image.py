@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.families.base import Family, FamilySpec, load_component
-from lorastudio.families.common import frozen, kl_posterior, load_text_pipeline
+from lorastudio.families.base import Family, FamilySpec
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -29,6 +28,8 @@ SPEC = FamilySpec(
     lora_targets=("to_q", "to_k", "to_v", "to_out.0"),
     lora_layers_kwarg="transformer_lora_layers",
     patch_size=2,
+    denoiser_class="ZImageTransformer2DModel",
+    vae_class="AutoencoderKL",
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "max_sequence_length": 512},
     supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
     generation_defaults={"num_inference_steps": 8, "guidance_scale": 0.0},
@@ -37,13 +38,6 @@ SPEC = FamilySpec(
 
 class ZImageFamily(Family):
     spec = SPEC
-
-    def load_text_encoders(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import ZImagePipeline
-
-        return load_text_pipeline(ZImagePipeline, source, revision, dtype, device, transformer=None, vae=None)
 
     @torch.no_grad()
     def encode_prompts(
@@ -66,23 +60,6 @@ class ZImageFamily(Family):
         self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
     ) -> dict[str, Any]:
         return {"prompt_embeds": [c.to(device, dtype) for c in cond["cap_feats"]]}  # 1 x [L, D]
-
-    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
-        from diffusers import AutoencoderKL
-
-        return frozen(load_component(AutoencoderKL, source, "vae", revision, dtype=dtype), device)
-
-    @torch.no_grad()
-    def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return kl_posterior(vae, pixels)
-
-    def load_denoiser(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        from diffusers import ZImageTransformer2DModel
-
-        model = load_component(ZImageTransformer2DModel, source, "transformer", revision, dtype=dtype)
-        return frozen(model, device)
 
     def predict(
         self,
