@@ -1,5 +1,6 @@
-"""The whole studio in a real browser: upload a dataset, train, watch the chart, stop and save,
-find the run, download its LoRA, generate with it and find the image in the server's gallery.
+"""The whole studio in a real browser: upload a dataset, train (with checkpoints), watch the
+chart, stop and save, find the run and its checkpoints, download its LoRA, generate with it, find
+the image in the server's gallery, and resume the run from an older checkpoint it picked.
 
 Every screen is shot at 1280 and 420 px into tests/e2e/artifacts/ (for a person to look at), and
 at 420 px no screen may be wider than the viewport (no sideways scrolling).
@@ -95,11 +96,19 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     page.locator('[name="resolution"]').fill("32")
     page.locator('[name="length"]').fill("3000")
     page.locator('[name="output_name"]').fill("e2e-lora")
+    # checkpoints every 2 steps, 3 kept; compile cannot be "on" on this CPU host
+    page.locator('[name="save_every"]').fill("2")
+    page.locator('[name="keep_last"]').fill("3")
+    assert page.locator('[name="compile"]').input_value() == "auto"
+    assert page.locator('[name="compile"] option[value="on"]').is_disabled()
     page.get_by_role("button", name="Check").click()
     report = page.get_by_test_id("preflight")
     report.wait_for()
     assert re.search(rf"images used\s*{len(images)} / {len(images)}", report.inner_text(), re.IGNORECASE)
     shoot(page, "train")
+    page.get_by_text("Advanced settings").click()
+    page.locator('[name="lora_targets"]').wait_for()
+    shoot(page, "train-advanced")
     page.get_by_role("button", name="Start training").click()
 
     # 3. Live: the chart gains points from the event stream
@@ -135,6 +144,7 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     shoot(page, "runs")
     row.get_by_role("link", name="e2e-lora", exact=True).click()
     page.get_by_role("heading", name="Outputs").wait_for()
+    run_id = page.url.rsplit("/", 1)[-1]
     assert page.locator("ul.outputs li", has_text=".safetensors").count() == 1
     assert _chart_points(page) >= 3
     download = page.get_by_role("link", name="Download LoRA")
@@ -142,6 +152,14 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     assert answer.status == 200
     assert 'filename="e2e-lora.safetensors"' in answer.headers["content-disposition"]
     assert answer.body()[8:9] == b"{"  # a safetensors file: 8-byte header length, then JSON
+    # the checkpoints: newest first (the stop's own), every 2 steps before it, 3 kept
+    checkpoints = page.get_by_test_id("checkpoints")
+    checkpoints.locator("li").nth(1).wait_for()
+    steps = [int(t) for t in re.findall(r"step (\d+)", checkpoints.locator("ul").inner_text())]
+    assert len(steps) == 3 and steps == sorted(steps, reverse=True), steps
+    assert all(s % 2 == 0 for s in steps[1:]), steps
+    picker = checkpoints.get_by_label("checkpoint to resume from")
+    assert picker.input_value() == f"step-{steps[0]:06d}"
     shoot(page, "run")
 
     # 6. Generate with the LoRA (tiny model preselected) and find the image in the gallery
@@ -166,5 +184,24 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     # the gallery is the server's: a fresh page shows the image too
     page.reload()
     page.get_by_test_id("gallery").get_by_role("button", name=re.compile("a red circle, e2e")).wait_for()
+
+    # 7. Resume the run from its oldest checkpoint: a new job continues from that step
+    page.goto(f"{url}/#/runs")
+    page.get_by_test_id("runs-table").get_by_role("link", name="e2e-lora", exact=True).click()
+    checkpoints = page.get_by_test_id("checkpoints")
+    checkpoints.get_by_label("checkpoint to resume from").select_option(f"step-{steps[-1]:06d}")
+    checkpoints.get_by_role("button", name=f"resume e2e-lora from step {steps[-1]}").click()
+    page.wait_for_url(re.compile(r"#/live$"))
+    page.locator("h1 .status-running").wait_for(timeout=90_000)
+    page.wait_for_function(
+        f"() => parseInt(document.querySelector('[data-testid=stat-step]')?.textContent.replace(/^\\D+/, '') || '0') > {steps[-1]}",
+        timeout=90_000,
+    )
+    job = page.request.get(f"{url}/api/train/status").json()["job"]
+    assert job["id"] != run_id and job["output_name"] == "e2e-lora", job
+    assert job["metrics"][0]["step"] == 1 and job["progress"]["step"] > steps[-1]
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_role("button", name="Stop and discard").click()
+    page.locator("h1 .status-stopped").wait_for(timeout=60_000)
 
     assert errors == [], f"JavaScript errors in the page: {errors}"

@@ -2,7 +2,8 @@
 
 Besides `create_app().openapi()` it adds, as components, the pydantic models the UI reads that
 no route declares in the schema: TrainConfig (the body inside start/preflight `config`) and the
-training events of the SSE stream. Everything stays generated from the Python source of truth.
+events of the SSE stream: the engine's (except the load/preparing ones, which JobOut.phase
+declares) and the job service's `status`. Everything stays generated from the Python source.
 """
 
 from __future__ import annotations
@@ -14,18 +15,17 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from lorastudio.api.app import create_app
+from lorastudio.api.schemas import StatusEvent
 from lorastudio.config import TrainConfig
 from lorastudio.training import events
 
 EXTRA_MODELS: dict[str, Any] = {
     "TrainConfig": TrainConfig,
-    "ModelLoadStartedEvent": events.ModelLoadStarted,
-    "ModelLoadCompletedEvent": events.ModelLoadCompleted,
-    "PreparingEvent": events.Preparing,
     "ProgressEvent": events.Progress,
     "SampleReadyEvent": events.SampleReady,
     "CompleteEvent": events.Complete,
     "ErrorEvent": events.Error,
+    "StatusEvent": StatusEvent,
 }
 
 

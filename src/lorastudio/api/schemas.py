@@ -6,9 +6,12 @@ lorastudio.config (400 with every problem listed), not by the HTTP schema.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from lorastudio.config import TrainConfig
+from lorastudio.training.events import ModelLoadCompleted, ModelLoadStarted, Preparing
 
 
 class _Body(BaseModel):
@@ -76,6 +79,31 @@ JobStatusName = Literal[
 
 class _Out(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+class TrainConfigOut(TrainConfig):
+    """A resolved TrainConfig as the API returns it (jobs, runs, preflight). Keys a stored config
+    has that the current TrainConfig no longer knows are dropped instead of refused."""
+
+    model_config = ConfigDict(
+        extra="ignore", title="TrainConfigOut", json_schema_serialization_defaults_required=True
+    )
+
+
+# What a job's `phase` holds: the last load/preparing event (the engine's own event models).
+PhaseOut = Annotated[ModelLoadStarted | ModelLoadCompleted | Preparing, Field(discriminator="type")]
+
+
+class StatusEvent(_Out):
+    """The `status` event of GET /api/train/events, logged by the job service when a job's status
+    changes (between the engine's events)."""
+
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+    type: Literal["status"] = "status"
+    status: JobStatusName
+    error: str | None = Field(description="why the job failed (null unless failed)")
+    job_id: str
 
 
 class ProblemOut(_Out):
@@ -176,7 +204,7 @@ class MemoryEstimate(_Out):
 
 
 class PreflightOut(_Out):
-    config: dict[str, Any] = Field(description="the resolved TrainConfig")
+    config: TrainConfigOut = Field(description="the resolved TrainConfig")
     dataset: PreflightDataset
     schedule: PreflightSchedule
     precision: PrecisionPlan
@@ -232,7 +260,7 @@ class JobOut(_Out):
     created_at: str
     started_at: str | None
     finished_at: str | None
-    phase: dict[str, Any] | None = Field(description="the last model_load_* / preparing event")
+    phase: PhaseOut | None = Field(description="the last model_load_* / preparing event")
     progress: ProgressOut | None
     metrics: list[MetricPoint]
     lora_path: str | None
@@ -240,7 +268,7 @@ class JobOut(_Out):
     error: str | None
     pid: int | None
     stop_requested: StopRequested | None
-    config: dict[str, Any] = Field(description="the resolved TrainConfig")
+    config: TrainConfigOut = Field(description="the resolved TrainConfig")
     samples: SampleRound | None = Field(default=None, description="the latest sample previews of the job")
 
 
@@ -271,6 +299,9 @@ class RunSummary(_Out):
     resume_step: int | None = Field(
         default=None, description="the step a resume would continue from (null: not resumable)"
     )
+    lora_file: bool = Field(
+        default=False, description="the run's LoRA file (outputs/<name>/<name>.safetensors) exists"
+    )
 
 
 class OutputOut(_Out):
@@ -279,7 +310,7 @@ class OutputOut(_Out):
 
 
 class RunDetail(RunSummary):
-    config: dict[str, Any]
+    config: TrainConfigOut = Field(description="the resolved TrainConfig the run was started with")
     metrics: list[MetricPoint]
     outputs: list[OutputOut]
 

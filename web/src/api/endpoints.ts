@@ -8,6 +8,7 @@ import type {
   CaptionBody,
   CaptionResult,
   CatalogueModel,
+  CheckpointList,
   DatasetDetail,
   DeletedFiles,
   GalleryList,
@@ -60,6 +61,8 @@ export const api = {
   /** URL of a sample PNG of run `id`; `path` is run-relative ("samples/step-000123-0.png") or a file name. */
   sampleUrl: (id: string, path: string) =>
     withToken(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),
+  /** The checkpoints in a run's folder, oldest first, and the step a resume would start from. */
+  runCheckpoints: (id: string) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 

@@ -1116,13 +1116,8 @@ export interface components {
         };
         /** JobOut */
         JobOut: {
-            /**
-             * Config
-             * @description the resolved TrainConfig
-             */
-            config: {
-                [key: string]: unknown;
-            };
+            /** @description the resolved TrainConfig */
+            config: components["schemas"]["TrainConfigOut"];
             /** Created At */
             created_at: string;
             /** Error */
@@ -1143,9 +1138,7 @@ export interface components {
              * Phase
              * @description the last model_load_* / preparing event
              */
-            phase: {
-                [key: string]: unknown;
-            } | null;
+            phase: (components["schemas"]["ModelLoadStarted"] | components["schemas"]["ModelLoadCompleted"] | components["schemas"]["Preparing"]) | null;
             /** Pid */
             pid: number | null;
             progress: components["schemas"]["ProgressOut"] | null;
@@ -1242,29 +1235,27 @@ export interface components {
             /** Path */
             path: string;
         };
-        /** ModelLoadCompletedEvent */
-        ModelLoadCompletedEvent: {
+        /** ModelLoadCompleted */
+        ModelLoadCompleted: {
             /** Component */
             component: string;
             /** Seconds */
             seconds: number;
             /**
-             * Type
-             * @default model_load_completed
-             * @constant
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
              */
-            type?: "model_load_completed";
+            type: "model_load_completed";
         };
-        /** ModelLoadStartedEvent */
-        ModelLoadStartedEvent: {
+        /** ModelLoadStarted */
+        ModelLoadStarted: {
             /** Component */
             component: string;
             /**
-             * Type
-             * @default model_load_started
-             * @constant
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
              */
-            type?: "model_load_started";
+            type: "model_load_started";
         };
         /** ModelOut */
         ModelOut: {
@@ -1346,13 +1337,8 @@ export interface components {
         };
         /** PreflightOut */
         PreflightOut: {
-            /**
-             * Config
-             * @description the resolved TrainConfig
-             */
-            config: {
-                [key: string]: unknown;
-            };
+            /** @description the resolved TrainConfig */
+            config: components["schemas"]["TrainConfigOut"];
             dataset: components["schemas"]["PreflightDataset"];
             host: components["schemas"]["HostOut"];
             memory: components["schemas"]["MemoryEstimate"];
@@ -1372,8 +1358,8 @@ export interface components {
             /** Steps Per Epoch */
             steps_per_epoch: number;
         };
-        /** PreparingEvent */
-        PreparingEvent: {
+        /** Preparing */
+        Preparing: {
             /** Done */
             done: number;
             /**
@@ -1384,11 +1370,10 @@ export interface components {
             /** Total */
             total: number;
             /**
-             * Type
-             * @default preparing
-             * @constant
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
              */
-            type?: "preparing";
+            type: "preparing";
         };
         /** ProblemOut */
         ProblemOut: {
@@ -1505,10 +1490,8 @@ export interface components {
         };
         /** RunDetail */
         RunDetail: {
-            /** Config */
-            config: {
-                [key: string]: unknown;
-            };
+            /** @description the resolved TrainConfig the run was started with */
+            config: components["schemas"]["TrainConfigOut"];
             /** Created At */
             created_at: string;
             /** Error */
@@ -1521,6 +1504,12 @@ export interface components {
             id: string;
             /** Last Loss */
             last_loss: number | null;
+            /**
+             * Lora File
+             * @description the run's LoRA file (outputs/<name>/<name>.safetensors) exists
+             * @default false
+             */
+            lora_file?: boolean;
             /** Metrics */
             metrics: components["schemas"]["MetricPoint"][];
             /** Output Name */
@@ -1563,6 +1552,12 @@ export interface components {
             id: string;
             /** Last Loss */
             last_loss: number | null;
+            /**
+             * Lora File
+             * @description the run's LoRA file (outputs/<name>/<name>.safetensors) exists
+             * @default false
+             */
+            lora_file?: boolean;
             /** Output Name */
             output_name: string;
             /**
@@ -1660,6 +1655,31 @@ export interface components {
              * @default true
              */
             queue?: boolean;
+        };
+        /**
+         * StatusEvent
+         * @description The `status` event of GET /api/train/events, logged by the job service when a job's status
+         *     changes (between the engine's events).
+         */
+        StatusEvent: {
+            /**
+             * Error
+             * @description why the job failed (null unless failed)
+             */
+            error: string | null;
+            /** Job Id */
+            job_id: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            /**
+             * Type
+             * @default status
+             * @constant
+             */
+            type: "status";
         };
         /** StatusOut */
         StatusOut: {
@@ -1974,6 +1994,265 @@ export interface components {
              * @default 0.0001
              */
             weight_decay?: number;
+        };
+        /**
+         * TrainConfigOut
+         * @description A resolved TrainConfig as the API returns it (jobs, runs, preflight). Keys a stored config
+         *     has that the current TrainConfig no longer knows are dropped instead of refused.
+         */
+        TrainConfigOut: {
+            /**
+             * Aspect Buckets
+             * @description batch images by aspect ratio (else square)
+             * @default true
+             */
+            aspect_buckets: boolean;
+            /**
+             * Base Model
+             * @description hub id (owner/name) or local pipeline folder
+             */
+            base_model: string;
+            /**
+             * Base Precision
+             * @description dtype of the frozen base: auto = bf16 on a capable GPU, else fp32
+             * @default auto
+             * @enum {string}
+             */
+            base_precision: "auto" | "fp32" | "bf16" | "fp16";
+            /**
+             * Batch Size
+             * @default 1
+             */
+            batch_size: number;
+            /**
+             * Cache Variants
+             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)
+             */
+            cache_variants: number | null;
+            /**
+             * Caption Dropout
+             * @description probability of an empty caption
+             * @default 0
+             */
+            caption_dropout: number;
+            /**
+             * Compile
+             * @description regional torch.compile of the repeated blocks: auto = on for CUDA
+             * @default auto
+             * @enum {string}
+             */
+            compile: "off" | "on" | "auto";
+            /**
+             * Data Dir
+             * @description dataset folder (absolute, or a name under datasets/)
+             */
+            data_dir: string;
+            /**
+             * Default Caption
+             * @description caption of images without one (instance prompt)
+             */
+            default_caption: string | null;
+            /**
+             * Enable Tf32
+             * @description TF32 matmuls for the run (restored after)
+             * @default true
+             */
+            enable_tf32: boolean;
+            /**
+             * Family
+             * @description model family: sdxl, flux, qwen-image or z-image
+             */
+            family: string;
+            /**
+             * Flow Shift
+             * @description static sigma shift (flow)
+             */
+            flow_shift: number | null;
+            /**
+             * Grad Accum
+             * @description micro-batches per optimizer step
+             * @default 1
+             */
+            grad_accum: number;
+            /**
+             * Gradient Checkpointing
+             * @default false
+             */
+            gradient_checkpointing: boolean;
+            /**
+             * Guidance
+             * @description guidance-distilled bases
+             */
+            guidance: number | null;
+            /**
+             * Keep Last
+             * @description checkpoints retained (oldest removed)
+             * @default 2
+             */
+            keep_last: number;
+            /**
+             * Latent Cache Max Gb
+             * @description RAM budget of the latent cache; above it, encode per step
+             * @default 8
+             */
+            latent_cache_max_gb: number;
+            /** Learning Rate */
+            learning_rate: number | null;
+            /**
+             * Logit Mean
+             * @default 0
+             */
+            logit_mean: number;
+            /**
+             * Logit Std
+             * @default 1
+             */
+            logit_std: number;
+            /**
+             * Lora Alpha
+             * @description default: equal to the rank
+             */
+            lora_alpha: number | null;
+            /**
+             * Lora Dropout
+             * @default 0
+             */
+            lora_dropout: number;
+            /**
+             * Lora Format
+             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @default diffusers
+             * @enum {string}
+             */
+            lora_format: "diffusers" | "kohya";
+            /** Lora Rank */
+            lora_rank: number | null;
+            /**
+             * Lora Targets
+             * @description module name suffixes
+             */
+            lora_targets: string[] | null;
+            /**
+             * Lr Scheduler
+             * @default constant
+             * @enum {string}
+             */
+            lr_scheduler: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
+            /**
+             * Lr Warmup Steps
+             * @default 0
+             */
+            lr_warmup_steps: number;
+            /**
+             * Max Bad Steps
+             * @description consecutive non-finite steps before the run fails as diverged
+             * @default 5
+             */
+            max_bad_steps: number;
+            /**
+             * Max Grad Norm
+             * @description gradient clipping; null = off
+             * @default 1
+             */
+            max_grad_norm: number | null;
+            /**
+             * Max Sequence Length
+             * @description text tokens
+             */
+            max_sequence_length: number | null;
+            /**
+             * Num Epochs
+             * @description if > 0, overrides steps
+             * @default 0
+             */
+            num_epochs: number;
+            /**
+             * Output Name
+             * @description name of the run's output folder and LoRA file (default: family-date-time)
+             */
+            output_name: string | null;
+            /**
+             * Random Crop
+             * @description random instead of centre crop
+             * @default false
+             */
+            random_crop: boolean;
+            /**
+             * Random Flip
+             * @description horizontal flip augmentation
+             * @default false
+             */
+            random_flip: boolean;
+            /**
+             * Resolution
+             * @description training side in pixels
+             */
+            resolution: number | null;
+            /**
+             * Revision
+             * @description hub revision (branch, tag or commit)
+             */
+            revision: string | null;
+            /**
+             * Sample Every
+             * @description render the samples every N optimizer steps (null: only at the end)
+             */
+            sample_every: number | null;
+            /**
+             * Sample Prompts
+             * @description validation prompts rendered during training (one image each, at the training resolution)
+             */
+            sample_prompts: string[];
+            /**
+             * Sample Seed
+             * @description noise seed of every sample
+             * @default 0
+             */
+            sample_seed: number;
+            /**
+             * Sample Steps
+             * @description inference steps per sample (null: the family's default)
+             */
+            sample_steps: number | null;
+            /**
+             * Save Every
+             * @description checkpoint every N optimizer steps (null: only on stop-and-save)
+             */
+            save_every: number | null;
+            /**
+             * Seed
+             * @default 42
+             */
+            seed: number;
+            /**
+             * Snr Gamma
+             * @description min-SNR weighting (DDPM families); null = off
+             * @default 5
+             */
+            snr_gamma: number | null;
+            /**
+             * Steps
+             * @description optimizer steps (ignored if num_epochs>0)
+             * @default 1000
+             */
+            steps: number;
+            /**
+             * Timestep Sampling
+             * @description flow families
+             * @default logit_normal
+             * @enum {string}
+             */
+            timestep_sampling: "logit_normal" | "uniform" | "sigmoid";
+            /**
+             * Trigger Word
+             * @description prepended to captions
+             */
+            trigger_word: string | null;
+            /**
+             * Weight Decay
+             * @default 0.0001
+             */
+            weight_decay: number;
         };
         /** UploadOut */
         UploadOut: {

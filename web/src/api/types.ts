@@ -1,8 +1,7 @@
 /**
  * The UI's API types: aliases of the GENERATED schema.d.ts (scripts/build_web.sh dumps the
  * server's OpenAPI schema with web/scripts/dump_schema.py and runs openapi-typescript). Nothing
- * here re-declares a shape the server declares; the one hand-written type is the SSE `status`
- * event, which no server model describes (see /work/briefs/requests-web.md).
+ * here re-declares a shape the server declares.
  */
 import type { components } from "./schema";
 
@@ -10,6 +9,8 @@ type Schemas = components["schemas"];
 
 // ---- request bodies -------------------------------------------------------------------------
 export type TrainConfig = Schemas["TrainConfig"];
+/** A resolved config as the server returns it (every field present; null = off / not used). */
+export type ResolvedConfig = Schemas["TrainConfigOut"];
 export type StartBody = Schemas["StartBody"];
 export type StopBody = Schemas["StopBody"];
 export type ResumeBody = Schemas["ResumeBody"];
@@ -39,6 +40,8 @@ export type RunSummary = Schemas["RunSummary"];
 export type RunList = Schemas["RunList"];
 export type RunDetail = Schemas["RunDetail"];
 export type RunDeleted = Schemas["RunDeleted"];
+export type CheckpointList = Schemas["CheckpointList"];
+export type Checkpoint = Schemas["CheckpointOut"];
 export type SampleRound = Schemas["SampleRound"];
 export type SampleImage = Schemas["SampleImage"];
 export type SampleList = Schemas["SampleList"];
@@ -50,25 +53,20 @@ export type GalleryImage = Schemas["GalleryImage"];
 export type ErrorBody = Schemas["ErrorOut"];
 export type ProblemOut = Schemas["ProblemOut"];
 
-// ---- training events (SSE; generated from lorastudio.training.events) ------------------------
+// ---- training events (SSE; generated from lorastudio.training.events and api.schemas) ----------
 /** An event model with its `type` tag required (the schema marks it as defaulted). */
 type Tagged<T extends { type?: string }> = T & Required<Pick<T, "type">>;
 export type ProgressEvent = Tagged<Schemas["ProgressEvent"]>;
 export type CompleteEvent = Tagged<Schemas["CompleteEvent"]>;
 export type ErrorEvent = Tagged<Schemas["ErrorEvent"]>;
 export type SampleReadyEvent = Tagged<Schemas["SampleReadyEvent"]>;
-export type PreparingEvent = Tagged<Schemas["PreparingEvent"]>;
-export type ModelLoadStartedEvent = Tagged<Schemas["ModelLoadStartedEvent"]>;
-export type ModelLoadCompletedEvent = Tagged<Schemas["ModelLoadCompletedEvent"]>;
-/** What a job's `phase` holds: the last load/preparing event. */
-export type PhaseEvent = ModelLoadStartedEvent | ModelLoadCompletedEvent | PreparingEvent;
-
-/** A status change the job service logs between engine events (no server model declares it). */
-export interface StatusEvent {
-  type: "status";
-  status: JobStatus;
-  error: string | null;
-}
+/** What a job's `phase` holds: the last load/preparing event (a tagged union). */
+export type PhaseEvent = NonNullable<Job["phase"]>;
+export type PreparingEvent = Extract<PhaseEvent, { type: "preparing" }>;
+export type ModelLoadStartedEvent = Extract<PhaseEvent, { type: "model_load_started" }>;
+export type ModelLoadCompletedEvent = Extract<PhaseEvent, { type: "model_load_completed" }>;
+/** A status change the job service logs between engine events. */
+export type StatusEvent = Schemas["StatusEvent"];
 /** Every event of GET /api/train/events; the service tags each with its job's id. */
 export type TrainEvent = (PhaseEvent | ProgressEvent | SampleReadyEvent | CompleteEvent | ErrorEvent | StatusEvent) & {
   job_id?: string;

@@ -1,7 +1,7 @@
 import { render, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { RunSummary } from "../api/types";
+import type { Checkpoint, RunSummary } from "../api/types";
 import { mockFetch } from "../test/fixtures";
 import { ResumeButton } from "./ResumeButton";
 
@@ -18,7 +18,13 @@ const RUN: RunSummary = {
   last_loss: 0.1,
   error: null,
   resume_step: 100,
+  lora_file: true,
 };
+const CHECKPOINTS: Checkpoint[] = [50, 75, 100].map((step) => ({
+  name: `step-${step}`,
+  step,
+  path: `/home/u/.lorastudio/outputs/portrait/checkpoints/step-${step}`,
+}));
 
 afterEach(() => vi.unstubAllGlobals());
 
@@ -51,5 +57,20 @@ describe("ResumeButton", () => {
     await userEvent.click(screen.getByRole("button", { name: /resume portrait/ }));
     await waitFor(() => expect(onError).toHaveBeenCalledWith(expect.stringContaining("dataset_fingerprint")));
     expect(screen.getByRole("button", { name: /resume portrait/ })).toBeEnabled();
+  });
+
+  it("with the run's checkpoints, lets the user pick one (newest first, preselected) and resumes from it", async () => {
+    const calls = mockFetch((call) =>
+      call.url === "/api/runs/abc123/resume" ? { status: 201, body: { id: "new2", status: "queued" } } : undefined,
+    );
+    const onResumed = vi.fn();
+    render(<ResumeButton run={RUN} checkpoints={CHECKPOINTS} onResumed={onResumed} onError={vi.fn()} />);
+    const picker = screen.getByRole("combobox", { name: "checkpoint to resume from" });
+    expect(picker).toHaveValue("step-100");
+    expect(screen.getAllByRole("option").map((o) => o.textContent)).toEqual(["step 100 (newest)", "step 75", "step 50"]);
+    await userEvent.selectOptions(picker, "step-50");
+    await userEvent.click(screen.getByRole("button", { name: "resume portrait from step 50" }));
+    await waitFor(() => expect(onResumed).toHaveBeenCalledWith({ id: "new2", status: "queued" }));
+    expect(calls.map((c) => [c.method, c.url, c.body])).toEqual([["POST", "/api/runs/abc123/resume", { checkpoint: "step-50" }]]);
   });
 });

@@ -1,9 +1,11 @@
 import { useState } from "react";
 import { api } from "../api/endpoints";
-import type { Job, RunSummary } from "../api/types";
+import type { Checkpoint, Job, RunSummary } from "../api/types";
 
 interface Props {
   run: RunSummary;
+  /** The run's checkpoints (oldest first): when given, a picker chooses the one to resume from. */
+  checkpoints?: readonly Checkpoint[];
   /** Called with the new job once the server accepted the resume. */
   onResumed: (job: Job) => void;
   /** Called with a user-facing message when the server refused it. */
@@ -11,32 +13,52 @@ interface Props {
 }
 
 /**
- * "Resume" for a run of the history that stopped, failed or was interrupted with a checkpoint
- * left (the server says so in `resume_step`): continues it in its folder from that checkpoint,
- * to the original total steps. Renders nothing for a run that cannot be resumed.
+ * "Resume" for a run that stopped, failed or was interrupted with a checkpoint left (the server
+ * says so in `resume_step`): continues it in its folder from a checkpoint, to the original total
+ * steps. Without `checkpoints` it resumes from the newest (the server's default); with them, a
+ * select offers each one (newest preselected) and the resume names the picked one. Renders
+ * nothing for a run that cannot be resumed.
  */
-export function ResumeButton({ run, onResumed, onError }: Props) {
+export function ResumeButton({ run, checkpoints, onResumed, onError }: Props) {
   const [busy, setBusy] = useState(false);
+  const [picked, setPicked] = useState<string | null>(null);
   if (run.resume_step == null) return null;
+  const newest = checkpoints?.length ? checkpoints[checkpoints.length - 1] : undefined;
+  const choice = checkpoints?.find((c) => c.name === picked) ?? newest;
+  const step = choice?.step ?? run.resume_step;
   const resume = async () => {
     setBusy(true);
     try {
-      onResumed(await api.resumeRun(run.id));
+      onResumed(await api.resumeRun(run.id, choice ? { checkpoint: choice.name } : {}));
     } catch (err) {
       onError(err instanceof Error ? err.message : String(err));
     } finally {
       setBusy(false);
     }
   };
-  return (
+  const button = (
     <button
-      className="ghost small"
+      className={checkpoints ? "primary" : "ghost small"}
       disabled={busy}
       onClick={() => void resume()}
-      title={`Continue from the checkpoint at step ${run.resume_step}`}
-      aria-label={`resume ${run.output_name} from step ${run.resume_step}`}
+      title={`Continue from the checkpoint at step ${step}`}
+      aria-label={`resume ${run.output_name} from step ${step}`}
     >
-      {busy ? "Resuming…" : `Resume from ${run.resume_step}`}
+      {busy ? "Resuming…" : `Resume from ${step}`}
     </button>
+  );
+  if (!checkpoints?.length || !choice) return button;
+  return (
+    <div className="resume-picker">
+      <select aria-label="checkpoint to resume from" value={choice.name} disabled={busy} onChange={(e) => setPicked(e.target.value)}>
+        {[...checkpoints].reverse().map((c) => (
+          <option key={c.name} value={c.name}>
+            step {c.step}
+            {c === newest ? " (newest)" : ""}
+          </option>
+        ))}
+      </select>
+      {button}
+    </div>
   );
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
+import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO } from "../test/fixtures";
-import { buildConfig, initialValues } from "./trainForm";
+import { buildConfig, compileAvailable, initialValues } from "./trainForm";
 
 const flux = INFO.families[1];
 const sdxl = INFO.families[0];
@@ -47,5 +48,87 @@ describe("train form", () => {
     expect(built.config.sample_prompts).toEqual(["a red circle", "a blue square"]);
     expect(built.config.sample_every).toBe(50);
     expect(built.problems).toEqual({ sample_steps: "must be a whole number" });
+  });
+});
+
+describe("train form: checkpoints, speed and every other setting", () => {
+  const base = () => ({ ...initialValues(flux), base_model: "m", data_dir: "d" });
+
+  it("starts every setting from the config's generated defaults (blank where the default is null)", () => {
+    const v = initialValues(flux);
+    for (const key of ["keep_last", "max_bad_steps", "latent_cache_max_gb", "sample_seed", "seed"] as const) {
+      expect(v[key]).toBe(String(CONFIG_DEFAULTS[key]));
+    }
+    expect(v.compile).toBe(CONFIG_DEFAULTS.compile);
+    expect(v.lora_format).toBe(CONFIG_DEFAULTS.lora_format);
+    expect(v.enable_tf32).toBe(CONFIG_DEFAULTS.enable_tf32);
+    expect(v.save_every).toBeUndefined();
+    expect(v.cache_variants).toBeUndefined();
+  });
+
+  it("sends the checkpoint, format, compile and data settings with their types", () => {
+    const built = buildConfig(
+      {
+        ...base(),
+        save_every: "50",
+        keep_last: "3",
+        max_bad_steps: "9",
+        lora_format: "kohya",
+        compile: "off",
+        seed: "7",
+        lora_targets: " to_q, to_k  to_v,",
+        revision: " refs/pr/1 ",
+        cache_variants: "4",
+        latent_cache_max_gb: "0.5",
+        random_crop: true,
+        enable_tf32: false,
+        sample_seed: "3",
+      },
+      flux,
+    );
+    expect(built.problems).toEqual({});
+    expect(built.config).toMatchObject({
+      save_every: 50,
+      keep_last: 3,
+      max_bad_steps: 9,
+      lora_format: "kohya",
+      compile: "off",
+      seed: 7,
+      lora_targets: ["to_q", "to_k", "to_v"],
+      revision: "refs/pr/1",
+      cache_variants: 4,
+      latent_cache_max_gb: 0.5,
+      random_crop: true,
+      enable_tf32: false,
+      sample_seed: 3,
+    });
+  });
+
+  it("blank: null where null means off, left out where the server fills a default", () => {
+    const v = { ...initialValues(sdxl), base_model: "m", data_dir: "d" };
+    const built = buildConfig({ ...v, max_grad_norm: "", snr_gamma: " ", save_every: "", lora_targets: "", keep_last: "" }, sdxl);
+    expect(built.config.max_grad_norm).toBeNull();
+    expect(built.config.snr_gamma).toBeNull();
+    for (const key of ["save_every", "lora_targets", "keep_last", "flow_shift"]) expect(built.config).not.toHaveProperty(key);
+    // a family that does not support snr_gamma never sends it, blank or not
+    expect(buildConfig({ ...base(), snr_gamma: "" }, flux).config).not.toHaveProperty("snr_gamma");
+  });
+
+  it("refuses fractions for whole-number settings before asking the server", () => {
+    const { problems } = buildConfig({ ...base(), save_every: "2.5", keep_last: "x", cache_variants: "1e400" }, flux);
+    expect(problems).toEqual({ save_every: "must be a whole number", keep_last: "must be a number", cache_variants: "must be a number" });
+  });
+
+  it("a family switch keeps the family-independent settings and resets the family's", () => {
+    const mine = { ...base(), seed: "7", save_every: "25", compile: "off", lora_format: "kohya", lora_rank: "99" };
+    const next = initialValues(sdxl, mine);
+    expect(next).toMatchObject({ seed: "7", save_every: "25", compile: "off", lora_format: "kohya", base_model: "m" });
+    expect(next.lora_rank).toBe(String(sdxl.defaults.lora_rank));
+  });
+
+  it("compile=on is offered only on a CUDA host", () => {
+    expect(compileAvailable("on", INFO.host)).toBe(INFO.host.device === "cuda");
+    expect(compileAvailable("on", { ...INFO.host, device: "cuda" })).toBe(true);
+    expect(compileAvailable("auto", INFO.host)).toBe(true);
   });
 });

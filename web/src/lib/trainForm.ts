@@ -1,15 +1,18 @@
 /**
  * The Train screen's form model: string/boolean values as the inputs hold them, filled from the
- * config's defaults and the picked family's defaults, and turned into a TrainConfig body.
- * Pure functions, no React.
+ * config's defaults (generated from lorastudio.config) and the picked family's defaults, and
+ * turned into a TrainConfig body. Pure functions, no React.
  */
-import type { Family, TrainConfig } from "../api/types";
+import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
+import type { Family, Host, TrainConfig } from "../api/types";
 
 type Key = keyof TrainConfig;
 export type FormValues = Partial<Record<Key, string | boolean>> & { unit: "steps" | "epochs"; length: string };
 
 type Scheduler = NonNullable<TrainConfig["lr_scheduler"]>;
 type Sampling = NonNullable<TrainConfig["timestep_sampling"]>;
+type LoraFormat = NonNullable<TrainConfig["lora_format"]>;
+type CompileMode = NonNullable<TrainConfig["compile"]>;
 
 /** Every scheduler the config accepts (a Record, so the compiler checks the list is complete). */
 export const SCHEDULERS: Record<Scheduler, string> = {
@@ -25,27 +28,77 @@ export const TIMESTEP_SAMPLING: Record<Sampling, string> = {
   uniform: "Uniform",
   sigmoid: "Sigmoid",
 };
+export const LORA_FORMATS: Record<LoraFormat, string> = {
+  diffusers: "Diffusers / PEFT",
+  kohya: "Kohya (ComfyUI, A1111)",
+};
+export const COMPILE_MODES: Record<CompileMode, string> = {
+  auto: "Auto",
+  off: "Off",
+  on: "On",
+};
 
-/** The config's own defaults for the fields the form shows (lorastudio.config.TrainConfig). */
-export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
-  steps: 1000,
-  batch_size: 1,
-  grad_accum: 1,
-  lr_scheduler: "constant",
-  lr_warmup_steps: 0,
-  lora_dropout: 0,
-  aspect_buckets: true,
-  caption_dropout: 0,
-  base_precision: "auto",
-  seed: 42,
-  weight_decay: 1e-4,
-  max_grad_norm: 1.0,
-  gradient_checkpointing: false,
-  random_crop: false,
-  random_flip: false,
-  timestep_sampling: "logit_normal",
-  logit_mean: 0,
-  logit_std: 1,
+/** Whether `mode` can run on `host` (the server refuses compile=on without CUDA). */
+export function compileAvailable(mode: CompileMode, host: Host): boolean {
+  return mode !== "on" || host.device === "cuda";
+}
+
+/**
+ * How the form holds and sends each TrainConfig field. A Record over every key, so a field added
+ * to the config fails the type-check until the form handles it.
+ * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
+ * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
+ * - length: steps or num_epochs, from the Length input and its unit.
+ */
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length";
+export const FIELD_KINDS: Record<Key, Kind> = {
+  family: "text",
+  base_model: "text",
+  revision: "text",
+  data_dir: "text",
+  output_name: "text",
+  resolution: "integer",
+  aspect_buckets: "bool",
+  random_crop: "bool",
+  random_flip: "bool",
+  cache_variants: "integer",
+  latent_cache_max_gb: "number",
+  trigger_word: "raw-text",
+  default_caption: "raw-text",
+  caption_dropout: "number",
+  steps: "length",
+  num_epochs: "length",
+  batch_size: "integer",
+  grad_accum: "integer",
+  learning_rate: "number",
+  lr_scheduler: "text",
+  lr_warmup_steps: "integer",
+  weight_decay: "number",
+  max_grad_norm: "number",
+  seed: "integer",
+  lora_rank: "integer",
+  lora_alpha: "number",
+  lora_dropout: "number",
+  lora_targets: "list",
+  base_precision: "text",
+  gradient_checkpointing: "bool",
+  enable_tf32: "bool",
+  save_every: "integer",
+  keep_last: "integer",
+  max_bad_steps: "integer",
+  lora_format: "text",
+  sample_prompts: "lines",
+  sample_every: "integer",
+  sample_steps: "integer",
+  sample_seed: "integer",
+  compile: "text",
+  snr_gamma: "number",
+  timestep_sampling: "text",
+  logit_mean: "number",
+  logit_std: "number",
+  flow_shift: "number",
+  guidance: "number",
+  max_sequence_length: "integer",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -59,55 +112,32 @@ export const FAMILY_FIELDS = [
   "max_sequence_length",
 ] as const satisfies readonly Key[];
 
-const NUMBER_FIELDS: readonly Key[] = [
-  "resolution",
-  "batch_size",
-  "grad_accum",
-  "learning_rate",
-  "lr_warmup_steps",
-  "lora_rank",
-  "lora_alpha",
-  "lora_dropout",
-  "caption_dropout",
-  "seed",
-  "weight_decay",
-  "max_grad_norm",
-  "snr_gamma",
-  "logit_mean",
-  "logit_std",
-  "flow_shift",
-  "guidance",
-  "max_sequence_length",
-  "sample_every",
-  "sample_steps",
-];
-const INTEGER_FIELDS = new Set<Key>([
-  "resolution",
-  "batch_size",
-  "grad_accum",
-  "lr_warmup_steps",
-  "lora_rank",
-  "seed",
-  "max_sequence_length",
-  "sample_every",
-  "sample_steps",
-]);
-const TEXT_FIELDS: readonly Key[] = [
-  "family",
+/** Fields where null means "off": a blank input sends null (else the default would apply). */
+export const OFF_WHEN_BLANK: ReadonlySet<Key> = new Set<Key>(["max_grad_norm", "snr_gamma"]);
+
+/** Settings that do not depend on the family: kept when the user picks another family. */
+const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "base_model",
+  "revision",
   "data_dir",
   "output_name",
-  "lr_scheduler",
   "trigger_word",
-  "base_precision",
   "default_caption",
-  "timestep_sampling",
+  "seed",
+  "save_every",
+  "keep_last",
+  "max_bad_steps",
+  "lora_format",
+  "compile",
+  "sample_prompts",
+  "sample_every",
+  "sample_seed",
 ];
-const BOOL_FIELDS: readonly Key[] = ["aspect_buckets", "gradient_checkpointing", "random_crop", "random_flip"];
 
-function show(v: unknown): string | boolean | undefined {
+function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (typeof v === "boolean") return v;
+  if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
   return String(v);
 }
 
@@ -116,17 +146,22 @@ export function promptLines(text: string | boolean | undefined): string[] {
   return typeof text === "string" ? text.split("\n").map((l) => l.trim()).filter((l) => l !== "") : [];
 }
 
-/** Form values for `family`, keeping the user's base model, dataset and output name. */
+/** Module names of a list input: separated by commas or white space. */
+export function nameList(text: string | boolean | undefined): string[] {
+  return typeof text === "string" ? text.split(/[\s,]+/).filter((t) => t !== "") : [];
+}
+
+/** Form values for `family`, keeping the user's family-independent settings from `keep`. */
 export function initialValues(family: Family, keep?: Partial<FormValues>): FormValues {
   const merged: Partial<TrainConfig> = { ...CONFIG_DEFAULTS, ...(family.defaults as Partial<TrainConfig>) };
   const values: FormValues = { unit: "steps", length: String(merged.steps ?? 1000) };
   for (const [k, v] of Object.entries(merged)) {
-    if (k === "steps" || k === "num_epochs") continue;
-    const s = show(v);
+    if (FIELD_KINDS[k as Key] === "length" || !(k in FIELD_KINDS)) continue;
+    const s = show(k as Key, v);
     if (s !== undefined) values[k as Key] = s;
   }
   values.family = family.name;
-  for (const k of ["base_model", "data_dir", "output_name", "trigger_word"] as const) {
+  for (const k of KEPT_ON_FAMILY_SWITCH) {
     if (keep?.[k] !== undefined) values[k] = keep[k];
   }
   if (keep?.unit) {
@@ -144,7 +179,8 @@ export interface BuiltConfig {
 
 /**
  * The TrainConfig body of the form: numbers parsed, blank optional fields left out (the server
- * fills family defaults), family-specific fields sent only when the family supports them.
+ * fills family defaults) except where blank means off (sent as null), family-specific fields
+ * sent only when the family supports them.
  */
 export function buildConfig(values: FormValues, family: Family | undefined): BuiltConfig {
   const config: Record<string, unknown> = {};
@@ -152,24 +188,32 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
   const supported = new Set(family?.supports ?? []);
   const skip = (k: Key) => (FAMILY_FIELDS as readonly Key[]).includes(k) && !supported.has(k);
 
-  for (const k of TEXT_FIELDS) {
-    const v = values[k];
-    if (skip(k) || typeof v !== "string" || v.trim() === "") continue;
-    config[k] = k === "trigger_word" || k === "default_caption" ? v : v.trim();
-  }
-  for (const k of NUMBER_FIELDS) {
-    const v = values[k];
-    if (skip(k) || typeof v !== "string" || v.trim() === "") continue;
-    const n = Number(v);
-    if (!Number.isFinite(n)) problems[k] = "must be a number";
-    else if (INTEGER_FIELDS.has(k) && !Number.isInteger(n)) problems[k] = "must be a whole number";
-    else config[k] = n;
-  }
-  const prompts = promptLines(values.sample_prompts);
-  if (prompts.length) config.sample_prompts = prompts;
-  for (const k of BOOL_FIELDS) {
-    const v = values[k];
-    if (typeof v === "boolean") config[k] = v;
+  for (const [key, kind] of Object.entries(FIELD_KINDS) as [Key, Kind][]) {
+    const v = values[key];
+    if (skip(key) || kind === "length") continue;
+    if (kind === "bool") {
+      if (typeof v === "boolean") config[key] = v;
+      continue;
+    }
+    if (kind === "lines" || kind === "list") {
+      const items = kind === "lines" ? promptLines(v) : nameList(v);
+      if (items.length) config[key] = items;
+      continue;
+    }
+    const blank = typeof v !== "string" || v.trim() === "";
+    if (blank) {
+      if (OFF_WHEN_BLANK.has(key)) config[key] = null;
+      continue;
+    }
+    const text = v as string;
+    if (kind === "text") config[key] = text.trim();
+    else if (kind === "raw-text") config[key] = text;
+    else {
+      const n = Number(text);
+      if (!Number.isFinite(n)) problems[key] = "must be a number";
+      else if (kind === "integer" && !Number.isInteger(n)) problems[key] = "must be a whole number";
+      else config[key] = n;
+    }
   }
   const length = Number(values.length);
   const lengthKey = values.unit === "epochs" ? "num_epochs" : "steps";

@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
-import type { RunDetail, SampleImage } from "../api/types";
+import type { Checkpoint, RunDetail, SampleImage } from "../api/types";
+import { CheckpointsCard } from "../components/CheckpointsCard";
 import { LineChart } from "../components/LineChart";
 import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
@@ -8,28 +9,34 @@ import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib
 import { href, navigate } from "../lib/route";
 import { chartSeries, fromPoints } from "../lib/series";
 
-/** One run: its chart, sample previews, config and outputs; download the LoRA; delete. */
+/**
+ * One run: its chart, sample previews, checkpoints (resume from a picked one), config and
+ * outputs; download the LoRA; delete.
+ */
 export function RunDetailScreen({ id }: { id: string }) {
   const [run, setRun] = useState<RunDetail | null>(null);
   const [error, setError] = useState<string | null>(null);
+  // a refused action (resume, delete): shown above the run, which stays on screen
+  const [actionError, setActionError] = useState<string | null>(null);
   const [samples, setSamples] = useState<SampleImage[]>([]);
+  const [checkpoints, setCheckpoints] = useState<Checkpoint[] | null>(null);
   useEffect(() => {
     api.run(id).then(setRun, (err: Error) => setError(err.message));
     api.runSamples(id).then((s) => setSamples(s.samples), () => setSamples([]));
+    api.runCheckpoints(id).then((c) => setCheckpoints(c.checkpoints), () => setCheckpoints([]));
   }, [id]);
 
   if (error) return <section className="screen"><div className="banner error">{error}</div></section>;
   if (!run) return <section className="screen muted">Loading…</section>;
   const series = fromPoints(run.metrics);
-  const lora = run.outputs.find((o) => o.kind === "lora");
-  const download = lora ? api.loraFileUrl(run.output_name) : null;
+  const download = run.lora_file ? api.loraFileUrl(run.output_name) : null;
   const remove = async () => {
     if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
     try {
       await api.deleteRun(run.id);
       navigate("runs");
     } catch (err) {
-      setError(err instanceof Error ? err.message : String(err));
+      setActionError(err instanceof Error ? err.message : String(err));
     }
   };
   return (
@@ -53,6 +60,11 @@ export function RunDetailScreen({ id }: { id: string }) {
           </button>
         </div>
       </div>
+      {actionError && (
+        <div className="banner error" role="alert">
+          {actionError}
+        </div>
+      )}
       {run.error && <div className="banner error">{run.error}</div>}
       <div className="card">
         <div className="stats">
@@ -77,6 +89,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           ))}
         </div>
       )}
+      <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} onError={setActionError} />
       <div className="two-col">
         <div className="card">
           <h3>Outputs</h3>

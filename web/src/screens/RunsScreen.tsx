@@ -11,13 +11,9 @@ export function RunsScreen() {
   const { job } = useTraining();
   const [runs, setRuns] = useState<RunSummary[] | null>(null);
   const [error, setError] = useState<string | null>(null);
-  // names of the LoRAs on disk: their runs get a Download link
-  const [saved, setSaved] = useState<ReadonlySet<string>>(new Set());
   const load = useCallback(async () => {
     try {
-      const [list, loras] = await Promise.all([api.runs(), api.loras()]);
-      setRuns(list.runs);
-      setSaved(new Set(loras.loras.map((l) => l.name)));
+      setRuns((await api.runs()).runs);
       setError(null);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
@@ -89,7 +85,7 @@ export function RunsScreen() {
                   <td className="num" data-label="Duration">{formatDuration(secondsBetween(r.started_at, r.finished_at))}</td>
                   <td data-label="Started">{formatWhen(r.created_at)}</td>
                   <td className="actions">
-                    {saved.has(r.output_name) && (
+                    {r.lora_file && (
                       <a className="button ghost small" href={api.loraFileUrl(r.output_name)} download aria-label={`download LoRA ${r.output_name}`}>
                         Download
                       </a>

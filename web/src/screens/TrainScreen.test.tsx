@@ -3,10 +3,13 @@ import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
+import type { Info } from "../api/types";
+import { FAMILY_FIELDS, FIELD_KINDS } from "../lib/trainForm";
 import { CATALOGUE, type Call, INFO, mockFetch } from "../test/fixtures";
 import { TrainScreen } from "./TrainScreen";
 
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
+let info: Info = INFO;
 
 function renderTrain() {
   return render(
@@ -24,12 +27,23 @@ describe("TrainScreen", () => {
   let calls: Call[];
   beforeEach(() => {
     vi.unstubAllGlobals();
+    info = INFO;
     calls = mockFetch(({ method, url, body }) => {
-      if (url === "/api/info") return { body: INFO };
+      if (url === "/api/info") return { body: info };
       if (url === "/api/models") return { body: CATALOGUE };
       if (url.startsWith("/api/train/status")) return { body: STATUS };
       if (method === "POST" && url === "/api/train/preflight") {
         const cfg = (body as { config: Record<string, unknown> }).config;
+        if (cfg.cache_variants === 3) {
+          return {
+            status: 400,
+            body: {
+              error: "ConfigError",
+              detail: "invalid configuration",
+              problems: [{ field: "cache_variants", message: "> 1 needs random_crop or random_flip" }],
+            },
+          };
+        }
         if (cfg.lora_rank === 4096) {
           return {
             status: 400,
@@ -114,5 +128,87 @@ describe("TrainScreen", () => {
     await waitFor(() => expect(rankField).toHaveTextContent("less than or equal to 1024"));
     expect(input("data_dir").closest("label")).toHaveTextContent("dataset has no images");
     expect(screen.queryByTestId("preflight")).toBeNull();
+  });
+
+  it("has an input for every TrainConfig field (family-specific ones for the families that use them)", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const missing = (family: (typeof INFO.families)[number]) =>
+      (Object.keys(FIELD_KINDS) as (keyof typeof FIELD_KINDS)[]).filter((key) => {
+        if (FIELD_KINDS[key] === "length" || key === "family") return false;
+        if ((FAMILY_FIELDS as readonly string[]).includes(key) && !family.supports.includes(key)) return false;
+        return document.querySelector(`[name="${key}"]`) === null;
+      });
+    expect(missing(INFO.families[1])).toEqual([]);
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    expect(missing(INFO.families[0])).toEqual([]);
+    // the length input stands for steps / num_epochs; the radio group for the family
+    expect(input("length")).not.toBeNull();
+    expect(screen.getByRole("radio", { name: "Stable Diffusion XL" })).toHaveAttribute("aria-checked", "true");
+  });
+
+  it("shows seed, checkpoint interval and compile up front; compile=on only with CUDA", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    for (const key of ["seed", "save_every", "keep_last", "compile", "lora_format"]) {
+      expect(input(key).closest("details")).toBeNull();
+    }
+    expect(input("compile")).toHaveValue("auto");
+    const on = screen.getByRole("option", { name: "On" }) as HTMLOptionElement;
+    expect(on.disabled).toBe(true);
+    expect(input("compile").closest("label")).toHaveTextContent("On needs a CUDA GPU");
+  });
+
+  it("offers compile=on on a CUDA host", async () => {
+    info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"] } };
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    expect((screen.getByRole("option", { name: "On" }) as HTMLOptionElement).disabled).toBe(false);
+    await userEvent.selectOptions(input("compile"), "on");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config.compile).toBe("on");
+  });
+
+  it("sends the checkpoint, format and advanced settings the user set", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.type(input("save_every"), "100");
+    await userEvent.clear(input("keep_last"));
+    await userEvent.type(input("keep_last"), "4");
+    await userEvent.clear(input("seed"));
+    await userEvent.type(input("seed"), "7");
+    await userEvent.selectOptions(input("compile"), "off");
+    await userEvent.selectOptions(input("lora_format"), "kohya");
+    await userEvent.click(screen.getByText("Advanced settings"));
+    await userEvent.type(input("lora_targets"), "to_q, to_v");
+    await userEvent.clear(input("max_grad_norm"));
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config).toMatchObject({
+      save_every: 100,
+      keep_last: 4,
+      seed: 7,
+      compile: "off",
+      lora_format: "kohya",
+      lora_targets: ["to_q", "to_v"],
+      max_grad_norm: null,
+    });
+  });
+
+  it("opens the advanced settings when the server refuses one of them", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const details = input("cache_variants").closest("details") as HTMLDetailsElement;
+    expect(details.open).toBe(false);
+    // typed while collapsed is impossible for a user; set it the way the form would
+    details.open = true;
+    await userEvent.type(input("cache_variants"), "3");
+    details.open = false;
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await waitFor(() => expect(input("cache_variants").closest("label")).toHaveTextContent("needs random_crop"));
+    expect(details.open).toBe(true);
   });
 });

@@ -5,13 +5,24 @@ import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
 import type { Family, PreflightReport } from "../api/types";
+import { AdvancedSettings } from "../components/AdvancedSettings";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { PreflightPanel } from "../components/PreflightPanel";
+import { trainControls } from "../components/TrainControls";
 import { navigate } from "../lib/route";
-import { buildConfig, type FormValues, initialValues, SCHEDULERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
+import {
+  buildConfig,
+  COMPILE_MODES,
+  compileAvailable,
+  FIELD_KINDS,
+  type FormValues,
+  initialValues,
+  LORA_FORMATS,
+  SCHEDULERS,
+} from "../lib/trainForm";
 
 type Errors = Record<string, string>;
 
@@ -59,7 +70,6 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
     setErrors({});
     setReport(null);
   };
-  const supports = new Set(family?.supports ?? []);
 
   const submit = async (kind: "check" | "start") => {
     const built = buildConfig(values, family);
@@ -81,7 +91,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
     } catch (err) {
       if (err instanceof ApiError && err.problems.length) {
         const byField = err.byField();
-        const known = new Set([...Object.keys(values), "steps", "num_epochs"]);
+        const known = new Set([...Object.keys(FIELD_KINDS), ...Object.keys(values)]);
         setErrors(Object.fromEntries(Object.entries(byField).filter(([k]) => known.has(k))));
         setGeneral(err.problems.filter((p) => !known.has(p.field.replace(/^(body\.)?(config\.)?/, ""))).map((p) => (p.field ? `${p.field}: ${p.message}` : p.message)));
       } else setGeneral([err instanceof Error ? err.message : String(err)]);
@@ -90,24 +100,9 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
     }
   };
 
-  const text = (k: keyof FormValues) => (typeof values[k] === "string" ? (values[k] as string) : "");
-  const num = (k: keyof FormValues, label: string, opts: { step?: string; hint?: string; placeholder?: string } = {}) => (
-    <Field label={label} error={errors[k as string]} hint={opts.hint}>
-      <input
-        name={k as string}
-        inputMode="decimal"
-        value={text(k)}
-        placeholder={opts.placeholder ?? "default"}
-        onChange={(e) => set(k, e.target.value)}
-      />
-    </Field>
-  );
-  const check = (k: keyof FormValues, label: string) => (
-    <label className="check">
-      <input type="checkbox" name={k as string} checked={values[k] === true} onChange={(e) => set(k, e.target.checked)} />
-      {label}
-    </label>
-  );
+  const c = trainControls(values, errors, set);
+  const { text, num } = c;
+  const cuda = info.host.device === "cuda";
 
   return (
     <section className="screen train">
@@ -146,12 +141,8 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
                 ))}
               </select>
             </Field>
-            <Field label="Output name" error={errors.output_name} hint="folder and file name of the LoRA">
-              <input name="output_name" value={text("output_name")} placeholder={`${values.family}-<date>-<time>`} onChange={(e) => set("output_name", e.target.value)} />
-            </Field>
-            <Field label="Trigger word" error={errors.trigger_word} hint="prepended to every caption">
-              <input name="trigger_word" value={text("trigger_word")} placeholder="none" onChange={(e) => set("trigger_word", e.target.value)} />
-            </Field>
+            {c.line("output_name", "Output name", { hint: "folder and file name of the LoRA", placeholder: `${values.family}-<date>-<time>` })}
+            {c.line("trigger_word", "Trigger word", { hint: "prepended to every caption", placeholder: "none" })}
           </div>
         </div>
 
@@ -170,15 +161,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {num("batch_size", "Batch size")}
             {num("grad_accum", "Gradient accumulation")}
             {num("learning_rate", "Learning rate")}
-            <Field label="Scheduler" error={errors.lr_scheduler}>
-              <select name="lr_scheduler" value={text("lr_scheduler")} onChange={(e) => set("lr_scheduler", e.target.value)}>
-                {Object.entries(SCHEDULERS).map(([k, label]) => (
-                  <option key={k} value={k}>
-                    {label}
-                  </option>
-                ))}
-              </select>
-            </Field>
+            {c.choice("lr_scheduler", "Scheduler", SCHEDULERS)}
             {num("lr_warmup_steps", "Warmup steps")}
           </div>
         </div>
@@ -191,65 +174,26 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {num("lora_dropout", "Dropout")}
             {num("resolution", "Resolution", { hint: family ? `multiple of ${family.resolution_multiple}` : undefined })}
             {num("caption_dropout", "Caption dropout")}
-            <Field label="Precision" error={errors.base_precision} hint="of the frozen base model">
-              <select name="base_precision" value={text("base_precision")} onChange={(e) => set("base_precision", e.target.value)}>
-                {precisions.map((p) => (
-                  <option key={p} value={p}>
-                    {p}
-                  </option>
-                ))}
-              </select>
-            </Field>
-            <div className="checks">{check("aspect_buckets", "Aspect-ratio buckets")}</div>
+            {c.choice("base_precision", "Precision", Object.fromEntries(precisions.map((p) => [p, p])), {
+              hint: "of the frozen base model",
+            })}
+            <div className="checks">{c.check("aspect_buckets", "Aspect-ratio buckets")}</div>
           </div>
-          <details className="advanced">
-            <summary>Advanced settings</summary>
-            <div className="grid">
-              {num("seed", "Seed")}
-              {num("weight_decay", "Weight decay")}
-              {num("max_grad_norm", "Gradient clipping", { placeholder: "off" })}
-              <Field label="Default caption" error={errors.default_caption} hint="for images without one" wide>
-                <input name="default_caption" value={text("default_caption")} onChange={(e) => set("default_caption", e.target.value)} />
-              </Field>
-              {supports.has("snr_gamma") && num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}
-              {supports.has("timestep_sampling") && (
-                <Field label="Timestep sampling" error={errors.timestep_sampling}>
-                  <select name="timestep_sampling" value={text("timestep_sampling")} onChange={(e) => set("timestep_sampling", e.target.value)}>
-                    {Object.entries(TIMESTEP_SAMPLING).map(([k, label]) => (
-                      <option key={k} value={k}>
-                        {label}
-                      </option>
-                    ))}
-                  </select>
-                </Field>
-              )}
-              {supports.has("logit_mean") && num("logit_mean", "Logit mean")}
-              {supports.has("logit_std") && num("logit_std", "Logit std")}
-              {supports.has("flow_shift") && num("flow_shift", "Flow shift", { placeholder: "model's" })}
-              {supports.has("guidance") && num("guidance", "Guidance")}
-              {supports.has("max_sequence_length") && num("max_sequence_length", "Max text tokens")}
-              <Field
-                label="Sample prompts"
-                error={errors.sample_prompts}
-                hint="one per line: previews rendered with the LoRA as it trains"
-                wide
-              >
-                <textarea
-                  name="sample_prompts"
-                  rows={3}
-                  value={text("sample_prompts")}
-                  onChange={(e) => set("sample_prompts", e.target.value)}
-                />
-              </Field>
-              {num("sample_every", "Sample every", { placeholder: "end only", hint: "optimizer steps" })}
-              {num("sample_steps", "Sample steps", { placeholder: "model's", hint: "inference steps" })}
-              <div className="checks">
-                {check("gradient_checkpointing", "Gradient checkpointing")}
-                {check("random_crop", "Random crop")}
-                {check("random_flip", "Random flip")}
-              </div>
-            </div>
-          </details>
+        </div>
+
+        <div className="card">
+          <h3>Checkpoints, output and speed</h3>
+          <div className="grid">
+            {num("save_every", "Checkpoint every", { placeholder: "on stop only", hint: "optimizer steps (resume points)" })}
+            {num("keep_last", "Keep last", { hint: "checkpoints retained" })}
+            {c.choice("compile", "Compile", COMPILE_MODES, {
+              hint: cuda ? "auto = on with this CUDA GPU" : `auto = off here; On needs a CUDA GPU (this host: ${info.host.name})`,
+              disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, info.host),
+            })}
+            {c.choice("lora_format", "LoRA file format", LORA_FORMATS, { hint: "kohya: for ComfyUI / A1111" })}
+            {num("seed", "Seed", { hint: "same seed + data = same run" })}
+          </div>
+          <AdvancedSettings controls={c} family={family} />
         </div>
 
         {general.length > 0 && (

@@ -116,7 +116,8 @@ def _with_resume_step(run: dict[str, Any], settings: Settings) -> dict[str, Any]
     live = run["status"] in {s.value for s in LIVE_STATUSES}
     name = run.get("output_name")
     step = None if live or not name else resumable_step(settings.outputs_dir / name)
-    return {**run, "resume_step": step}
+    lora = bool(name) and (settings.outputs_dir / name / f"{name}.safetensors").is_file()
+    return {**run, "resume_step": step, "lora_file": lora}
 
 
 @router.delete("/{run_id}", response_model=RunDeleted)

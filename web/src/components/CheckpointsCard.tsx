@@ -1,0 +1,52 @@
+import type { Checkpoint, Job, RunSummary } from "../api/types";
+import { ResumeButton } from "./ResumeButton";
+
+interface Props {
+  run: RunSummary;
+  /** The run's checkpoints, oldest first (GET /api/runs/{id}/checkpoints); null while loading. */
+  checkpoints: readonly Checkpoint[] | null;
+  onResumed: (job: Job) => void;
+  onError: (message: string) => void;
+}
+
+const LIVE: ReadonlySet<RunSummary["status"]> = new Set(["queued", "preparing", "running", "stopping"]);
+
+/** A run's checkpoints (step and folder), and the Resume control with its checkpoint picker. */
+export function CheckpointsCard({ run, checkpoints, onResumed, onError }: Props) {
+  const newest = checkpoints?.at(-1);
+  return (
+    <div className="card" data-testid="checkpoints">
+      <h3>Checkpoints</h3>
+      {checkpoints == null ? (
+        <p className="muted small">Loading…</p>
+      ) : checkpoints.length === 0 ? (
+        <p className="muted small">
+          No checkpoints. Set <b>Checkpoint every</b> on the Train screen to keep resume points while a run trains.
+        </p>
+      ) : (
+        <ul className="plain checkpoint-list">
+          {[...checkpoints].reverse().map((c) => (
+            <li key={c.name}>
+              <span className="chip">step {c.step}</span>
+              <span className="output-file">
+                <b>
+                  {c.name}
+                  {c === newest && <span className="muted"> · newest</span>}
+                </b>
+                <code className="muted">{c.path}</code>
+              </span>
+            </li>
+          ))}
+        </ul>
+      )}
+      {checkpoints && checkpoints.length > 0 && run.resume_step == null && (
+        <p className="muted small">
+          {LIVE.has(run.status) ? "Resume is possible once the run has ended." : "Nothing to resume: the run finished all its steps."}
+        </p>
+      )}
+      {checkpoints && checkpoints.length > 0 && (
+        <ResumeButton run={run} checkpoints={checkpoints} onResumed={onResumed} onError={onError} />
+      )}
+    </div>
+  );
+}

@@ -1,0 +1,80 @@
+import type { ReactNode } from "react";
+import { CONFIG_DESCRIPTIONS } from "../api/trainConfig.gen";
+import type { TrainConfig } from "../api/types";
+import type { FormValues } from "../lib/trainForm";
+import { Field } from "./Field";
+
+type Key = keyof FormValues;
+
+interface Options {
+  hint?: string;
+  placeholder?: string;
+  wide?: boolean;
+}
+
+/** Renderers of the Train form's inputs, each bound to one form value and its server error. */
+export interface TrainControls {
+  /** The field's value as its input holds it ("" when unset or boolean). */
+  text(k: Key): string;
+  /** A numeric input (decimal keyboard); blank means "the default". */
+  num(k: Key, label: string, opts?: Options): ReactNode;
+  /** A free-text input. */
+  line(k: Key, label: string, opts?: Options): ReactNode;
+  /** A multi-line text input. */
+  area(k: Key, label: string, opts?: Options): ReactNode;
+  /** A checkbox. */
+  check(k: Key, label: string): ReactNode;
+  /** A select over `choices` (value -> label); `disabled(value)` greys an option out. */
+  choice(k: Key, label: string, choices: Record<string, string>, opts?: Options & { disabled?: (v: string) => boolean }): ReactNode;
+}
+
+/**
+ * Inputs named after their TrainConfig key (`name="save_every"`), labelled, with the server's
+ * error for the key below them and the config's field description as their tooltip.
+ */
+export function trainControls(
+  values: FormValues,
+  errors: Record<string, string>,
+  set: (k: Key, v: string | boolean) => void,
+): TrainControls {
+  const text = (k: Key) => (typeof values[k] === "string" ? (values[k] as string) : "");
+  const title = (k: Key) => CONFIG_DESCRIPTIONS[k as keyof TrainConfig];
+  const field = (k: Key, label: string, opts: Options, control: ReactNode) => (
+    <Field label={label} error={errors[k]} hint={opts.hint} title={title(k)} wide={opts.wide}>
+      {control}
+    </Field>
+  );
+  return {
+    text,
+    num: (k, label, opts = {}) =>
+      field(
+        k,
+        label,
+        opts,
+        <input name={k} inputMode="decimal" value={text(k)} placeholder={opts.placeholder ?? "default"} onChange={(e) => set(k, e.target.value)} />,
+      ),
+    line: (k, label, opts = {}) =>
+      field(k, label, opts, <input name={k} value={text(k)} placeholder={opts.placeholder} onChange={(e) => set(k, e.target.value)} />),
+    area: (k, label, opts = {}) =>
+      field(k, label, opts, <textarea name={k} rows={3} value={text(k)} placeholder={opts.placeholder} onChange={(e) => set(k, e.target.value)} />),
+    check: (k, label) => (
+      <label className="check" title={title(k)}>
+        <input type="checkbox" name={k} checked={values[k] === true} onChange={(e) => set(k, e.target.checked)} />
+        {label}
+      </label>
+    ),
+    choice: (k, label, choices, opts = {}) =>
+      field(
+        k,
+        label,
+        opts,
+        <select name={k} value={text(k)} onChange={(e) => set(k, e.target.value)}>
+          {Object.entries(choices).map(([v, l]) => (
+            <option key={v} value={v} disabled={opts.disabled?.(v) ?? false}>
+              {l}
+            </option>
+          ))}
+        </select>,
+      ),
+  };
+}

@@ -1,0 +1,95 @@
+import { render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { CheckpointList, RunDetail } from "../api/types";
+import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
+import { mockFetch } from "../test/fixtures";
+import { RunDetailScreen } from "./RunDetailScreen";
+
+const OUT = "/home/u/.lorastudio/outputs/portrait";
+const RUN: RunDetail = {
+  id: "r1",
+  output_name: "portrait",
+  family: "flux",
+  status: "stopped",
+  created_at: "2025-01-01T00:00:00Z",
+  started_at: "2025-01-01T00:00:01Z",
+  finished_at: "2025-01-01T00:10:00Z",
+  steps_run: 120,
+  total_steps: 1000,
+  last_loss: 0.1,
+  error: null,
+  resume_step: 120,
+  lora_file: true,
+  config: { ...CONFIG_DEFAULTS, family: "flux", base_model: "/m", data_dir: "/d", save_every: 40 } as RunDetail["config"],
+  metrics: [
+    { step: 1, loss: 0.5 },
+    { step: 2, loss: 0.4 },
+  ],
+  outputs: [{ kind: "lora", path: `${OUT}/portrait.safetensors` }],
+};
+const CHECKPOINTS: CheckpointList = {
+  checkpoints: [80, 120].map((step) => ({ name: `step-${step}`, step, path: `${OUT}/checkpoints/step-${step}` })),
+  resume_step: 120,
+};
+
+function serve(run: RunDetail, checkpoints: CheckpointList, resume?: { status: number; body: unknown }) {
+  return mockFetch(({ url }) => {
+    if (url === "/api/runs/r1") return { body: run };
+    if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
+    if (url === "/api/runs/r1/checkpoints") return { body: checkpoints };
+    if (url === "/api/runs/r1/resume") return resume ?? { status: 201, body: { id: "j2", status: "queued" } };
+    return undefined;
+  });
+}
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("RunDetailScreen", () => {
+  it("lists the run's checkpoints with their steps and resumes from the picked one", async () => {
+    const calls = serve(RUN, CHECKPOINTS);
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("checkpoints");
+    await waitFor(() => expect(within(card).getAllByRole("listitem")).toHaveLength(2));
+    const items = within(card).getAllByRole("listitem").map((li) => li.textContent);
+    expect(items[0]).toContain("step 120");
+    expect(items[0]).toContain("newest");
+    expect(items[1]).toContain("step 80");
+    await userEvent.selectOptions(within(card).getByRole("combobox", { name: "checkpoint to resume from" }), "step-80");
+    await userEvent.click(within(card).getByRole("button", { name: "resume portrait from step 80" }));
+    await waitFor(() => expect(window.location.hash).toBe("#/live"));
+    const resume = calls.find((c) => c.url === "/api/runs/r1/resume");
+    expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
+    expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
+  });
+
+  it("shows a refused resume above the run, which stays on screen", async () => {
+    serve(RUN, CHECKPOINTS, {
+      status: 400,
+      body: { error: "ConfigError", detail: "data_dir: the dataset changed since the checkpoint", problems: [] },
+    });
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("checkpoints");
+    await userEvent.click(await within(card).findByRole("button", { name: /resume portrait/ }));
+    expect(await screen.findByRole("alert")).toHaveTextContent("the dataset changed");
+    expect(screen.getByTestId("checkpoints")).toBeInTheDocument();
+  });
+
+  it("explains a run without checkpoints, and offers no resume or download it cannot do", async () => {
+    serve({ ...RUN, resume_step: null, lora_file: false }, { checkpoints: [], resume_step: null });
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("checkpoints");
+    await waitFor(() => expect(card).toHaveTextContent("No checkpoints"));
+    expect(within(card).queryByRole("button")).toBeNull();
+    expect(screen.queryByRole("link", { name: "Download LoRA" })).toBeNull();
+  });
+
+  it("lists the checkpoints of a completed run without a resume", async () => {
+    serve({ ...RUN, status: "completed", resume_step: null }, { ...CHECKPOINTS, resume_step: null });
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("checkpoints");
+    await waitFor(() => expect(within(card).getAllByRole("listitem")).toHaveLength(2));
+    expect(card).toHaveTextContent("finished all its steps");
+    expect(within(card).queryByRole("button")).toBeNull();
+  });
+});
