@@ -9,10 +9,7 @@ create is 403; deleting one a job or fetch uses is 409.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ from lorastudio.api.schemas_models import (
     FolderForgotten,
     ModelDeleted,
 )
+from lorastudio.api.sse import event_stream
 from lorastudio.basemodels import (
     FetchManager,
     add_folder,
@@ -47,8 +45,6 @@ from lorastudio.settings import Settings
 
 router = APIRouter(prefix="/api/models", tags=["models"])
 
-SSE_POLL_S = 0.25
-SSE_KEEPALIVE_S = 15.0
 _manager_lock = threading.Lock()
 
 
@@ -129,33 +125,7 @@ async def events(
     """Server-sent events of every fetch (fetch_started, fetch_progress, fetch_complete,
     fetch_error, fetch_cancelled) as `id:`, `event:`, `data:`. Without `after` (or
     Last-Event-ID) the stream starts with new events only."""
-    start_at = after
-    if start_at is None and last_event_id and last_event_id.isdigit():
-        start_at = int(last_event_id)
-    if start_at is None:
-        start_at = fetches.event_seq
-    return StreamingResponse(
-        _stream(request, fetches, start_at),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-async def _stream(request: Request, fetches: FetchManager, seq: int) -> AsyncIterator[str]:
-    yield ": connected\n\n"
-    idle = 0.0
-    while not await request.is_disconnected():
-        batch = fetches.events_after(seq)
-        for seq, event in batch:
-            yield f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, allow_nan=False)}\n\n"
-        if batch:
-            idle = 0.0
-            continue
-        await asyncio.sleep(SSE_POLL_S)
-        idle += SSE_POLL_S
-        if idle >= SSE_KEEPALIVE_S:
-            idle = 0.0
-            yield ": keep-alive\n\n"
+    return event_stream(request, fetches, after, last_event_id)
 
 
 @router.post("/added", status_code=201, response_model=CatalogueModelOut)

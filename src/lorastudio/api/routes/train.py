@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -12,12 +9,10 @@ from fastapi.responses import StreamingResponse
 
 from lorastudio.api.deps import service_dep
 from lorastudio.api.schemas import JobOut, PreflightBody, PreflightOut, StartBody, StatusOut, StopBody
+from lorastudio.api.sse import event_stream
 from lorastudio.jobs.service import JobService
 
 router = APIRouter(prefix="/api/train", tags=["train"])
-
-SSE_POLL_S = 0.25
-SSE_KEEPALIVE_S = 15.0
 
 
 @router.post("/start", status_code=201, response_model=JobOut)
@@ -59,30 +54,4 @@ async def events(
     """Server-sent events: every event the job service ingests (engine events and status
     changes), as `id: <seq>`, `event: <type>`, `data: <json>`. Without `after` (or
     Last-Event-ID) the stream starts with new events only."""
-    start_at = after
-    if start_at is None and last_event_id and last_event_id.isdigit():
-        start_at = int(last_event_id)
-    if start_at is None:
-        start_at = service.event_seq
-    return StreamingResponse(
-        _stream(request, service, start_at),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-async def _stream(request: Request, service: JobService, seq: int) -> AsyncIterator[str]:
-    yield ": connected\n\n"
-    idle = 0.0
-    while not await request.is_disconnected():
-        batch = service.events_after(seq)
-        for seq, event in batch:
-            yield f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, allow_nan=False)}\n\n"
-        if batch:
-            idle = 0.0
-            continue
-        await asyncio.sleep(SSE_POLL_S)
-        idle += SSE_POLL_S
-        if idle >= SSE_KEEPALIVE_S:
-            idle = 0.0
-            yield ": keep-alive\n\n"
+    return event_stream(request, service, after, last_event_id)
