@@ -51,7 +51,12 @@ class WorkerArgs:
 
 
 def scrub_environment(env: MutableMapping[str, str]) -> list[str]:
-    """Remove secrets the worker must not see from `env`; returns the removed names (sorted)."""
+    """Remove secrets the worker must not see from `env`; returns the removed names (sorted).
+    The studio's hub token (LORASTUDIO_HF_TOKEN) reaches the worker only as HF_TOKEN, the one
+    name the hub client reads, so a run from a gated hub id can download its base."""
+    studio_hf_token = env.get("LORASTUDIO_HF_TOKEN")
+    if studio_hf_token and not env.get("HF_TOKEN"):
+        env["HF_TOKEN"] = studio_hf_token
     removed = sorted(
         name
         for name in env

@@ -143,6 +143,21 @@ def test_the_worker_gets_no_secrets_but_keeps_hf_token(
         service.shutdown()
 
 
+def test_the_studio_hub_token_reaches_the_worker_only_as_hf_token(
+    settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", "hf_studio")
+    service = _service(settings, fakes.report_environment)
+    try:
+        job = service.submit(_cfg(model))
+        snap = _wait(service, job["id"], FINAL)
+        assert snap["error"] == "env=HF_TOKEN settings_token=None"
+        assert "hf_studio" not in json.dumps(snap)
+    finally:
+        service.shutdown()
+
+
 def test_queue_is_fifo_and_refusals_change_nothing(settings: Settings, model: Path) -> None:
     service = _service(settings, fakes.hang_ignoring_stop, stop_grace_s=0.2, kill_grace_s=0.2)
     try:
