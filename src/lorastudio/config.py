@@ -138,6 +138,12 @@ class TrainConfig(BaseModel):
     sample_seed: int = Field(default=0, ge=0, le=2**32 - 1, description="noise seed of every sample")
 
     # speed
+    num_gpus: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="data-parallel processes (one per GPU), launched by torchrun / accelerate launch",
+    )
     compile: CompileMode = Field(
         default="auto", description="regional torch.compile of the repeated blocks: auto = on for CUDA"
     )

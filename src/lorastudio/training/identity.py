@@ -32,6 +32,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "lora_format",
         "compile",
         "gradient_checkpointing",  # recomputation gives the same values
+        "num_gpus",  # each rank takes an exact slice of the same global batch (training/distributed.py)
         # previews: rendered with their own generator and the RNG state restored (training/samples.py)
         "sample_prompts",
         "sample_every",

@@ -17,6 +17,10 @@ meters, every RNG stream) is restored, so the remaining steps are those of an un
 
 A stop request is honoured between phases, per image while caching and after every step.
 Exactly one terminal event is emitted: Complete, or Error (then the exception is re-raised).
+
+Launched by torchrun / accelerate launch (RANK, WORLD_SIZE, LOCAL_RANK set), the run is
+data-parallel (training/distributed.py): same maths as one process with the same global batch,
+only rank 0 emits events and writes files, and stop requests are agreed on by every rank.
 """
 
 from __future__ import annotations
@@ -35,6 +39,19 @@ from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.checkpoint import CheckpointKeeper, find_checkpoint
 from lorastudio.training.conditioning import CaptionPicker, Conditioning, captions_to_encode, encode_texts
+from lorastudio.training.distributed import (
+    ParallelContext,
+    StopPoll,
+    all_reduce_sum,
+    barrier,
+    check_parallel_config,
+    end_group,
+    gradient_sync,
+    launched_context,
+    process_device,
+    start_group,
+    wrap_denoiser,
+)
 from lorastudio.training.events import (
     Complete,
     Emit,
@@ -94,19 +111,9 @@ class _RunState:
     keeper: CheckpointKeeper | None = None
     identity: dict[str, Any] = field(default_factory=dict)
     checkpointed_step: int | None = None  # step of this session's latest checkpoint
-    previews: SamplePreviews | None = None  # set when the config has sample prompts
-
-
-class _Stopper:
-    """Polls the StopCheck; raises TrainingStopped(save) when a stop was requested."""
-
-    def __init__(self, should_stop: StopCheck | None):
-        self.should_stop = should_stop
-
-    def __call__(self) -> None:
-        request = self.should_stop() if self.should_stop is not None else None
-        if request is not None:
-            raise TrainingStopped(request.save)
+    previews: SamplePreviews | None = None  # set when the config has sample prompts (rank 0)
+    ctx: ParallelContext = field(default_factory=ParallelContext)
+    ddp: Any = None  # the DDP wrapper of the denoiser in a data-parallel run
 
 
 def train(
@@ -133,7 +140,8 @@ def train(
     Raises (after emitting Error): ConfigError (also: a resume whose identity differs, naming
     each differing field), NotFound (no checkpoint), DatasetError, PathOutsideRoot,
     ModelSourceError for user mistakes, TrainingDiverged, or whatever unexpected error
-    occurred. On any failure this session's partial outputs are removed, except checkpoints:
+    occurred. Data-parallel: ConfigError when cfg.num_gpus is not the launched world size or
+    batch_size does not divide by it; ranks other than 0 emit nothing and return lora_path None. On any failure this session's partial outputs are removed, except checkpoints:
     a run folder that holds one is kept, resumable.
     """
     settings = settings or get_settings()
@@ -143,19 +151,28 @@ def train(
     stopped = False
     lora_path: Path | None = None
     try:
+        state.ctx = launched_context()
+        main = state.ctx.is_main
+        emit = emit if main else _emit_nothing
+        check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
-        run, state.identity = prepare_session(cfg, settings, device, state.resume)
+        run, state.identity = prepare_session(cfg, settings, process_device(device, state.ctx), state.resume)
+        state.ctx = start_group(state.ctx, run.device)
         if state.resume is None:
-            claim_run_dir(run.run_dir)
-        claimed = True
+            barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
+            if main:
+                claim_run_dir(run.run_dir)
+        claimed = main
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
-                _run_phases(run, state, emit, _Stopper(should_stop))
+                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device))
         except TrainingStopped as request:
             stopped, save = True, request.save
-        if save and state.steps_run > state.steps_at_start:
+        if not main:
+            pass  # rank 0 writes (or removes) every file of the run
+        elif save and state.steps_run > state.steps_at_start:
             lora_path = _export(run, state, stopped)
             state.keeper.finish()
         elif not save or state.resume is None:
@@ -170,7 +187,8 @@ def train(
         raise
     finally:
         denoiser = state.denoiser
-        state.denoiser = None
+        state.denoiser = state.ddp = None
+        end_group(state.ctx)
     emit(
         Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
     )
@@ -182,6 +200,10 @@ def train(
         free_accelerator_memory(run.device)
     resumed_from = state.steps_at_start if state.resume is not None else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
+
+
+def _emit_nothing(event: object) -> None:
+    """The event sink of ranks other than 0."""
 
 
 def _message(err: BaseException) -> str:
@@ -208,7 +230,7 @@ def _export(run: PreparedRun, state: _RunState, stopped: bool) -> Path:
     return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
 
 
-def _run_phases(run: PreparedRun, state: _RunState, emit: Emit, stop: _Stopper) -> None:
+def _run_phases(run: PreparedRun, state: _RunState, emit: Emit, stop: StopPoll) -> None:
     cfg, family, items = run.cfg, run.family, run.scan.items
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
@@ -221,7 +243,7 @@ def _run_phases(run: PreparedRun, state: _RunState, emit: Emit, stop: _Stopper) 
     conds, prompt_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
-    if cfg.sample_prompts:
+    if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)
     stop()
     source = _prepare_latents(run, rng, emit, stop)
@@ -233,7 +255,7 @@ def _run_phases(run: PreparedRun, state: _RunState, emit: Emit, stop: _Stopper) 
     _optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
 
 
-def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, stop: _Stopper) -> LatentSource:
+def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, stop: StopPoll) -> LatentSource:
     cfg, family, items = run.cfg, run.family, run.scan.items
     emit(ModelLoadStarted(component="vae"))
     t0 = time.perf_counter()
@@ -270,6 +292,8 @@ def _prepare_denoiser(run: PreparedRun, state: _RunState, emit: Emit) -> list[to
     if wants_compile(cfg.compile, run.device):
         compile_denoiser(denoiser, params)  # lazy; a compiler failure later falls back to eager
     state.denoiser, state.lora_config = denoiser, lora_config
+    if state.ctx.distributed:
+        state.ddp = wrap_denoiser(denoiser, run.device)  # averages the LoRA gradients over ranks
     emit(Preparing(phase="denoiser", done=1, total=1))
     return params
 
@@ -285,7 +309,7 @@ def _optimize(
     rng: np.random.Generator,
     generator: torch.Generator,
     emit: Emit,
-    stop: _Stopper,
+    stop: StopPoll,
 ) -> None:
     from lorastudio.data import BucketBatchSampler
 
@@ -314,12 +338,13 @@ def _optimize(
     for epoch, group in steps:
         lr = float(scheduler.get_last_lr()[0])
         samples = sum(len(b) for b in group)
-        loss = sum(
-            _micro_step(
-                run, state.denoiser, source, conds, picker, objective, micro, samples, generator, scaler
-            )
-            for micro in group
-        )
+        loss = 0.0
+        for i, micro in enumerate(group):
+            with gradient_sync(state.ddp, sync=i == len(group) - 1):  # all-reduce once per step
+                loss += _micro_step(
+                    run, state, source, conds, picker, objective, micro, samples, generator, scaler
+                )
+        loss = all_reduce_sum(loss, state.ctx, run.device)  # the global step loss on every rank
         scaler.unscale_(optimizer)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         step = state.steps_run + 1
@@ -361,7 +386,11 @@ def _optimize(
 
 
 def _checkpoint(run: PreparedRun, state: _RunState, parts: LoopParts) -> None:
-    """Write the checkpoint of the step just done and apply keep_last to this session's ones."""
+    """Write the checkpoint of the step just done and apply keep_last to this session's ones
+    (rank 0 only: the other ranks of a data-parallel run hold the same state)."""
+    if not state.ctx.is_main:
+        state.checkpointed_step = state.steps_run
+        return
     path = save_checkpoint(
         run.run_dir,
         parts,
@@ -378,7 +407,7 @@ def _checkpoint(run: PreparedRun, state: _RunState, parts: LoopParts) -> None:
 
 def _micro_step(
     run: PreparedRun,
-    denoiser: Any,
+    state: _RunState,
     source: LatentSource,
     conds: Conditioning,
     picker: CaptionPicker,
@@ -389,7 +418,8 @@ def _micro_step(
     scaler: torch.amp.GradScaler,
 ) -> float:
     """Forward + backward of one micro-batch; gradients are scaled so the optimizer step sees the
-    mean over all `step_samples` of the step. Returns this micro-batch's share of the step loss."""
+    mean over all `step_samples` of the step. Returns this micro-batch's share of the step loss
+    (data-parallel: this rank's part of it, for its slice of the micro-batch)."""
     batch = source.sample(indices, generator, run.dtype, run.device)
     cond = run.family.collate_conditioning([conds[c] for c in picker.pick(indices)])
     info = {
@@ -399,7 +429,19 @@ def _micro_step(
     }
     from lorastudio.training.step import forward_backward
 
+    shard = state.ctx.shard(len(indices)) if state.ctx.distributed else None
     share = forward_backward(
-        run.family, denoiser, objective, batch.latents, cond, info, run.cfg, generator, step_samples, scaler
+        run.family,
+        state.denoiser,
+        objective,
+        batch.latents,
+        cond,
+        info,
+        run.cfg,
+        generator,
+        step_samples,
+        scaler,
+        shard=shard,
+        forward_module=state.ddp,
     )  # [] on the device
     return float(share)  # the one host sync of a micro-step (see training/step.py)

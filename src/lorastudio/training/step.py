@@ -18,6 +18,7 @@ from lorastudio.training.compile import run_compiled
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
+    from lorastudio.training.distributed import BatchShard
     from lorastudio.training.noise import DdpmObjective, FlowObjective
 
 
@@ -42,9 +43,18 @@ def forward_backward(
     generator: torch.Generator,
     step_samples: int,
     scaler: torch.amp.GradScaler,
+    *,
+    shard: BatchShard | None = None,
+    forward_module: Any = None,
 ) -> torch.Tensor:
     """Forward + backward of one micro-batch; gradients accumulate into the LoRA parameters,
     scaled so the optimizer step sees the mean over all `step_samples` samples of the step.
+
+    Data-parallel (training/distributed.py): `latents`, `cond` and `batch_info` are the GLOBAL
+    micro-batch; the noise and timesteps are drawn for all of it (the same draws as one process),
+    then `shard` keeps this rank's slice, the forward goes through `forward_module` (the DDP
+    wrapper of `denoiser`), and the backward is scaled by shard.grad_factor so DDP's average is
+    the gradient of the global mean. The returned share is this rank's part of the step loss.
 
     Takes: latents [B,C,h,w] in the training dtype on the training device, the collated
     conditioning, batch_info (see Family.predict), the CPU generator for noise and timesteps.
@@ -52,12 +62,16 @@ def forward_backward(
     (no host synchronisation). Raises: whatever the model raises (compiler failures excepted:
     the step then reruns eagerly, see training.compile.run_compiled).
     """
-    noised = objective.noise(latents, generator)
+    noised = objective.noise(latents, generator)  # every sample of the micro-batch
+    if shard is not None:
+        noised, cond, batch_info = shard.take(noised, cond, dict(batch_info))  # this rank's slice
+    module = denoiser if forward_module is None else forward_module
 
     def run() -> torch.Tensor:
-        pred = family.predict(denoiser, noised.noisy, noised.noise_level, cond, batch_info, cfg)  # [B,C,h,w]
+        pred = family.predict(module, noised.noisy, noised.noise_level, cond, batch_info, cfg)  # [B,C,h,w]
         share = weighted_mse_share(pred, noised.target, noised.weight, step_samples)  # []
-        scaler.scale(share).backward()
+        scaled = share if shard is None else share * shard.grad_factor  # DDP averages over ranks
+        scaler.scale(scaled).backward()
         return share.detach()
 
     return run_compiled(denoiser, run)

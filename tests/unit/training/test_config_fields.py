@@ -69,6 +69,7 @@ ELSEWHERE = {
     "max_bad_steps": "test_divergence (the run fails after N non-finite steps in a row)",
     "lora_format": "tests/unit/lora (kohya files written and loadable)",
     "compile": "test_compile (regional compile requested / refused / auto)",
+    "num_gpus": "test_ddp (2 gloo processes equal 1 process; refused without a launch)",
     "sample_prompts": "test_samples (one PNG per prompt per round; the training maths unchanged)",
     "sample_every": "test_samples (a round every N steps and at the end)",
     "sample_steps": "tests/families/test_sample_previews (the sample equals inference with these steps)",
