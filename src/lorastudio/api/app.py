@@ -4,7 +4,8 @@
 interrupted), starts the job service and registers the generation pipeline with the GPU arbiter
 when the app starts, and shuts them down when it stops. OpenAPI docs are at /docs.
 `serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address without an
-API token.
+API token, with `?token=` values redacted from its logs. Writes from another origin are refused
+(api/origin.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 from lorastudio import __version__
 from lorastudio.api.deps import require_token
 from lorastudio.api.errors import install_error_handlers
+from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.routes import datasets, generate, info, loras, models, runs, train
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
@@ -68,6 +70,7 @@ def create_app(
     app = FastAPI(title="lorastudio", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     install_error_handlers(app)
+    app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
     guarded = [Depends(require_token)]
     for module in (train, runs, datasets, loras, generate, info, models):
         app.include_router(module.router, dependencies=guarded, responses=ERROR_RESPONSES)
@@ -105,5 +108,6 @@ def serve(settings: Settings, host: str, port: int) -> None:
     import uvicorn
 
     check_bind(host, settings)
+    install_log_redaction()  # the access log prints paths: hide ?token= values
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)

@@ -13,6 +13,7 @@ that the SSE stream reads. A worker that dies without a terminal event fails the
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -130,9 +131,14 @@ class JobService:
             return self._seq
 
     def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
-        """Events with id > seq, oldest first (the log keeps the most recent ones only)."""
+        """Events with id > seq, oldest first (the log keeps the most recent ones only).
+        Ids in the log are consecutive, so the answer is a slice (no scan of the whole log:
+        hundreds of event-stream clients poll this)."""
         with self._cond:
-            return [(s, e) for s, e in self._events if s > seq]
+            if not self._events or seq >= self._seq:
+                return []
+            skip = max(0, seq - self._events[0][0] + 1)
+            return list(itertools.islice(self._events, skip, None))
 
     def datasets_in_use(self) -> set[Path]:
         """Dataset folders (resolved) that the active or a queued job trains on."""

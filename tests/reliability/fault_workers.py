@@ -1,0 +1,79 @@
+"""A worker target that injects file-system faults into the real engine, for the reliability
+suite only. It runs the real `worker_main` in a real spawned child; before that it wraps the two
+writers of run files according to $LORASTUDIO_TEST_FAULT (inherited from the test process; the
+production worker never reads it):
+
+- "slow_checkpoint": every checkpoint's state.pt is written in two halves with 0.3 s between
+  them, so a kill can land with a half-written file inside the checkpoint's staging folder;
+- "enospc_checkpoint:N": the N-th checkpoint write (1-based) writes half of state.pt, then fails
+  with OSError(ENOSPC), as a full disk would;
+- "enospc_lora": the final LoRA file write writes half, then fails with OSError(ENOSPC).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lorastudio.jobs.worker import WorkerArgs, worker_main
+
+FAULT_ENV = "LORASTUDIO_TEST_FAULT"
+SLOW_WRITE_PAUSE_S = 0.3
+
+
+def _half_write(path: Path, data: bytes, then: str) -> None:
+    """Write the first half of `data` to `path`, then pause and finish ("pause") or fail ("enospc")."""
+    with open(path, "wb") as out:
+        out.write(data[: len(data) // 2])
+        out.flush()
+        os.fsync(out.fileno())
+        if then == "enospc":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        time.sleep(SLOW_WRITE_PAUSE_S)
+        out.write(data[len(data) // 2 :])
+
+
+def _install(fault: str) -> None:
+    import safetensors.torch
+    import torch
+
+    real_torch_save = torch.save
+    real_save_file = safetensors.torch.save_file
+    calls = {"checkpoint": 0}
+    kind, _, arg = fault.partition(":")
+
+    def torch_save(obj: Any, f: Any, *a: Any, **kw: Any) -> None:
+        if not isinstance(f, str | os.PathLike):
+            real_torch_save(obj, f, *a, **kw)
+            return
+        calls["checkpoint"] += 1
+        buf = io.BytesIO()
+        real_torch_save(obj, buf, *a, **kw)
+        if kind == "slow_checkpoint":
+            _half_write(Path(f), buf.getvalue(), "pause")
+        elif kind == "enospc_checkpoint" and calls["checkpoint"] == int(arg):
+            _half_write(Path(f), buf.getvalue(), "enospc")
+        else:
+            Path(f).write_bytes(buf.getvalue())
+
+    def save_file(tensors: Any, filename: str, metadata: Any = None) -> None:
+        name = Path(filename).name
+        if kind == "enospc_lora" and name.startswith(".") and name.endswith(".staging"):
+            data = safetensors.torch.save(tensors, metadata=metadata)
+            _half_write(Path(filename), data, "enospc")
+        real_save_file(tensors, filename, metadata=metadata)
+
+    torch.save = torch_save
+    safetensors.torch.save_file = save_file
+
+
+def faulty_worker(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """`worker_main` with the fault named by $LORASTUDIO_TEST_FAULT installed first."""
+    fault = os.environ.get(FAULT_ENV, "")
+    if fault:
+        _install(fault)
+    worker_main(args, events, stop_event, stop_save)

@@ -1,0 +1,120 @@
+"""Helpers of the reliability suite: a real uvicorn server in a thread, waiting on the job
+service, scanning output folders for visible partial files, and latency statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+FINAL = {"completed", "stopped", "failed", "interrupted"}
+FIGURES_ENV = "LORASTUDIO_FIGURES_DIR"  # where record_figure writes (unset: print only)
+
+
+@dataclass
+class LiveServer:
+    app: FastAPI
+    url: str
+    client: httpx.Client
+
+
+@contextmanager
+def live_server(app: FastAPI) -> Iterator[LiveServer]:
+    """Serve `app` with uvicorn on 127.0.0.1 (a free port) until the block ends."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", backlog=1024)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-reliability", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with httpx.Client(base_url=url, timeout=30) as client:
+        try:
+            yield LiveServer(app, url, client)
+        finally:
+            server.should_exit = True
+            thread.join(30)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.005) -> Any:
+    """Poll `predicate` until it returns a truthy value (returned); AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(poll)
+
+
+def visible_files(root: Path) -> list[Path]:
+    """Every file under `root` with no hidden (dot-prefixed) component below `root`."""
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+
+
+def partial_files(run_dir: Path) -> list[str]:
+    """Visible files of a run folder that are not complete: a checkpoint folder missing a file,
+    a safetensors file that does not load, a JSON file that does not parse, a state.pt that
+    torch cannot read. Returns descriptions (empty: everything visible is complete)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from lorastudio.training.checkpoint import CHECKPOINT_FILES, CHECKPOINTS
+
+    problems = []
+    ckpts = run_dir / CHECKPOINTS
+    if ckpts.is_dir():
+        for folder in ckpts.iterdir():
+            if folder.name.startswith("."):
+                continue
+            missing = [f for f in CHECKPOINT_FILES if not (folder / f).is_file()]
+            if missing:
+                problems.append(f"{folder.name} lacks {missing}")
+    for path in visible_files(run_dir):
+        try:
+            if path.suffix == ".safetensors":
+                load_file(str(path))
+            elif path.suffix == ".json":
+                json.loads(path.read_text(encoding="utf-8"))
+            elif path.suffix == ".pt":
+                torch.load(path, weights_only=False)
+        except Exception as err:  # noqa: BLE001 - any failure to read means a partial file
+            problems.append(f"{path.relative_to(run_dir)}: {type(err).__name__}: {err}")
+    return problems
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100, nearest rank) of `values`."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def record_figure(name: str, data: dict[str, Any]) -> None:
+    """Print one figure set (shown with `pytest -s`) and, when $LORASTUDIO_FIGURES_DIR is set,
+    write it to <that folder>/<name>.json (the source of RELIABILITY.md's table)."""
+    text = json.dumps(data, indent=2)
+    print(f"\n[figures] {name}: {text}")
+    folder = os.environ.get(FIGURES_ENV)
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{name}.json").write_text(text + "\n", encoding="utf-8")
