@@ -2,14 +2,10 @@
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
-UploadTooLarge 413. A name the file system refuses as too long (OSError ENAMETOOLONG: a name
-within the 100-character limit can still exceed the 255-byte limit in UTF-8) is 400 too.
-Every error body is {"error": <class name>, "detail": <message>, ...}.
+UploadTooLarge 413. Every error body is {"error": <class name>, "detail": <message>, ...}.
 """
 
 from __future__ import annotations
-
-import errno
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -66,15 +62,6 @@ async def _handle(request: Request, err: Exception) -> JSONResponse:
     return JSONResponse(error_body(err), status_code=status_code_of(err))
 
 
-async def _handle_os_error(request: Request, err: Exception) -> JSONResponse:
-    if not isinstance(err, OSError) or err.errno != errno.ENAMETOOLONG:
-        raise err  # any other OSError is a server fault (500)
-    body = {"error": "NameTooLong", "detail": "a file or folder name is too long for the file system"}
-    return JSONResponse(body, status_code=400)
-
-
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every domain error to its status code (one handler for the whole hierarchy), and a
-    file name too long for the file system to 400."""
+    """Map every domain error to its status code (one handler for the whole hierarchy)."""
     app.add_exception_handler(LorastudioError, _handle)
-    app.add_exception_handler(OSError, _handle_os_error)

@@ -15,6 +15,7 @@ from pathlib import Path
 from lorastudio.errors import ConfigError, FieldProblem, PathOutsideRoot
 
 MAX_COMPONENT_LENGTH = 100
+MAX_COMPONENT_BYTES = 200  # a name plus a staging prefix/suffix stays under the 255-byte file-system limit
 
 # Device names Windows reserves in every folder (also with any extension: "con.txt").
 _RESERVED_NAMES = frozenset(
@@ -36,7 +37,8 @@ def safe_component(name: str, *, field: str = "name") -> str:
     """Validate one path component (a dataset or output name) and return it unchanged.
 
     Takes: `name`, a single folder/file name; `field`, the setting named in error messages.
-    Returns: `name` when it is safe: non-empty, at most 100 characters, no path separator, not
+    Returns: `name` when it is safe: non-empty, at most 100 characters and MAX_COMPONENT_BYTES
+    bytes in UTF-8 (room for staging suffixes under the 255-byte limit), no path separator, not
     "." or "..", no NUL or control characters, none of <>:"|?*, not starting with "." (hidden),
     no leading/trailing whitespace or trailing dot, and not a reserved device name (CON, NUL,
     COM1, LPT1, ..., with or without an extension).
@@ -55,6 +57,10 @@ def safe_component(name: str, *, field: str = "name") -> str:
         raise PathOutsideRoot(f"{field}: {name!r} must be a single name without '/' or '\\'")
     if len(name) > MAX_COMPONENT_LENGTH:
         raise _config_error(field, f"must be at most {MAX_COMPONENT_LENGTH} characters (got {len(name)})")
+    if len(name.encode("utf-8")) > MAX_COMPONENT_BYTES:
+        raise _config_error(
+            field, f"must be at most {MAX_COMPONENT_BYTES} bytes in UTF-8 (file systems allow 255)"
+        )
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise _config_error(field, "must not contain control characters")
     bad = sorted(set(name) & _FORBIDDEN_CHARS)

@@ -135,3 +135,12 @@ def test_resolved_paths_never_leave_the_root(tree, parts, absolute, sep):
     real_root = root.resolve()
     assert resolved.is_absolute() and resolved != real_root
     assert resolved.resolve().is_relative_to(real_root)
+
+
+def test_safe_component_refuses_names_too_long_in_bytes():
+    from lorastudio.data.paths import MAX_COMPONENT_BYTES
+
+    name = "\U0001f600" * 99  # 99 characters, 396 bytes in UTF-8
+    with pytest.raises(ConfigError, match="bytes in UTF-8"):
+        safe_component(name)
+    assert safe_component("a" * 100) and MAX_COMPONENT_BYTES < 255
