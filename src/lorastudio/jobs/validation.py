@@ -86,6 +86,9 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
             )
         )
 
+    if cfg is not None:
+        problems += _host_problems(cfg)
+
     scan: DatasetScan | None = None
     if cfg is not None and data_dir is not None and family is not None:
         try:
@@ -162,6 +165,26 @@ def output_name_problems(name: str, settings: Settings, live_output_names: set[s
             FieldProblem("output_name", f"{name!r} already exists in {settings.outputs_dir}; pick another")
         ]
     return []
+
+
+def _host_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Settings this server cannot run on its host: compile "on" without CUDA, and num_gpus > 1
+    (the job service launches one worker process per job; the engine runs data-parallel only
+    under torchrun, e.g. `torchrun --nproc_per_node N -m lorastudio.cli train ...`)."""
+    problems = []
+    if cfg.compile == "on" and host_info().device != "cuda":
+        problems.append(
+            FieldProblem("compile", "'on' needs a CUDA GPU; this host has none (use 'auto' or 'off')")
+        )
+    if cfg.num_gpus > 1:
+        problems.append(
+            FieldProblem(
+                "num_gpus",
+                "the job service runs single-process jobs for now; launch multi-GPU runs with "
+                "torchrun and `lorastudio train` (num_gpus must equal the launched processes)",
+            )
+        )
+    return problems
 
 
 def _family_or_none(name: Any) -> Family | None:

@@ -127,3 +127,17 @@ def test_dataset_problems_are_listed_per_file(
     messages = [p.message for p in err.value.problems if p.field == "data_dir"]
     assert any("broken.png" in m for m in messages)
     assert any("no caption" in m for m in messages)
+
+
+def test_settings_this_host_cannot_run_are_refused_before_queueing(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_run(
+            _cfg(tiny_model("flux"), compile="on", num_gpus=2, batch_size=2),
+            settings,
+            live_output_names=set(),
+        )
+    fields = _fields(err)
+    assert "CUDA" in fields["compile"]  # this CPU-only test host
+    assert "torchrun" in fields["num_gpus"]

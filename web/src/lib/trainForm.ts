@@ -48,9 +48,11 @@ export function compileAvailable(mode: CompileMode, host: Host): boolean {
  * to the config fails the type-check until the form handles it.
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
- * - length: steps or num_epochs, from the Length input and its unit.
+ * - length: steps or num_epochs, from the Length input and its unit;
+ * - server: not offered by the form (the server's default applies): num_gpus, until the job
+ *   service can launch a data-parallel worker (the engine runs one under torchrun today).
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length";
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "server";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -99,6 +101,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   flow_shift: "number",
   guidance: "number",
   max_sequence_length: "integer",
+  num_gpus: "server",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -190,7 +193,7 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
 
   for (const [key, kind] of Object.entries(FIELD_KINDS) as [Key, Kind][]) {
     const v = values[key];
-    if (skip(key) || kind === "length") continue;
+    if (skip(key) || kind === "length" || kind === "server") continue;
     if (kind === "bool") {
       if (typeof v === "boolean") config[key] = v;
       continue;

@@ -135,7 +135,7 @@ describe("TrainScreen", () => {
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     const missing = (family: (typeof INFO.families)[number]) =>
       (Object.keys(FIELD_KINDS) as (keyof typeof FIELD_KINDS)[]).filter((key) => {
-        if (FIELD_KINDS[key] === "length" || key === "family") return false;
+        if (FIELD_KINDS[key] === "length" || FIELD_KINDS[key] === "server" || key === "family") return false;
         if ((FAMILY_FIELDS as readonly string[]).includes(key) && !family.supports.includes(key)) return false;
         return document.querySelector(`[name="${key}"]`) === null;
       });
