@@ -1901,6 +1901,12 @@ export interface components {
              */
             num_epochs?: number;
             /**
+             * Num Gpus
+             * @description data-parallel processes (one per GPU), launched by torchrun / accelerate launch
+             * @default 1
+             */
+            num_gpus?: number;
+            /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              * @default null
@@ -2166,6 +2172,12 @@ export interface components {
              * @default 0
              */
             num_epochs: number;
+            /**
+             * Num Gpus
+             * @description data-parallel processes (one per GPU), launched by torchrun / accelerate launch
+             * @default 1
+             */
+            num_gpus: number;
             /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
