@@ -20,12 +20,8 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from lorastudio.api.deps import service_dep, settings_dep
 from lorastudio.api.schemas import (
     CaptionBody,
-    CaptionOut,
-    DatasetDetail,
-    DatasetList,
-    DeletedFiles,
-    UploadOut,
 )
+from lorastudio.api.schemas_files import CaptionOut, DatasetDetail, DatasetList, DeletedFiles, UploadOut
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import discover

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import generation_dep, settings_dep
-from lorastudio.api.schemas import GalleryList, GenerateBody, GenerateOut
+from lorastudio.api.schemas import GenerateBody
+from lorastudio.api.schemas_files import GalleryList, GenerateOut
 from lorastudio.data import safe_component
 from lorastudio.errors import NotFound
 from lorastudio.jobs.generation import (

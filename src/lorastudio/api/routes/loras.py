@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import settings_dep
-from lorastudio.api.schemas import LoraList
+from lorastudio.api.schemas_files import LoraList
 from lorastudio.jobs.generation import lora_file
 from lorastudio.settings import Settings
 

@@ -1,0 +1,86 @@
+"""Response shapes of the file-library routes: datasets, trained LoRAs, generated images
+(the training and run shapes are in api/schemas.py; base models in api/schemas_models.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Out
+
+
+class DatasetFile(_Out):
+    file: str
+    caption: str | None
+    bytes: int
+    width: int | None
+    height: int | None
+
+
+class DatasetDetail(DatasetSummary):
+    files: list[DatasetFile]
+    dropped: list[DroppedFile]
+
+
+class DatasetList(_Out):
+    root: str
+    datasets: list[DatasetSummary]
+
+
+class UploadOut(DatasetSummary):
+    committed: list[str]
+
+
+class CaptionOut(_Out):
+    file: str
+    caption: str | None
+    caption_file: str | None
+
+
+class DeletedFiles(_Out):
+    deleted: list[str]
+
+
+class LoraOut(_Out):
+    name: str
+    family: str | None
+    path: str
+    bytes: int
+    modified: float = Field(description="modification time, seconds since the epoch")
+    sidecar: dict[str, Any] | None
+
+
+class LoraList(_Out):
+    root: str
+    loras: list[LoraOut]
+
+
+class GenerateOut(_Out):
+    file: str
+    url: str
+    path: str
+    seconds: float
+    seed: int
+    width: int
+    height: int
+    prompt: str
+    loras: list[LoraRef]
+
+
+class GalleryImage(_Out):
+    file: str
+    url: str
+    created: float = Field(description="seconds since the epoch")
+    width: int | None = None
+    height: int | None = None
+    prompt: str | None = None
+    seed: int | None = None
+    family: str | None = None
+    base_model: str | None = None
+    steps: int | None = None
+    loras: list[LoraRef] = Field(default_factory=list)
+
+
+class GalleryList(_Out):
+    images: list[GalleryImage]
