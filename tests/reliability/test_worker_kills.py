@@ -118,6 +118,7 @@ def _kill_once(server: LiveServer, config: dict, kind: str, rng: random.Random) 
     )
     detected_s = time.monotonic() - t0
     arbiter = server.app.state.arbiter
+    free_at_final = arbiter.training_job is None  # released together with the final status
     wait_for(lambda: arbiter.training_job is None, 10, "a free GPU arbiter", 0.002)
     freed_s = time.monotonic() - t0
     return {
@@ -127,6 +128,7 @@ def _kill_once(server: LiveServer, config: dict, kind: str, rng: random.Random) 
         "error": final["error"],
         "detected_s": detected_s,
         "arbiter_freed_s": freed_s,
+        "arbiter_free_at_final": free_at_final,
         "partial": partial_files(run_dir) if run_dir.exists() else [],
         "checkpoints": [p.name for p in list_checkpoints(run_dir)],
         "in_write": staging_at_kill,
@@ -169,6 +171,7 @@ def _check(results: list[dict]) -> None:
         assert r["error"] == "worker exited unexpectedly (code -9)", r
         assert r["detected_s"] < 2.0, r
         assert r["arbiter_freed_s"] < 2.0, r
+        assert r["arbiter_free_at_final"], r
         assert r["partial"] == [], r
         if r["kind"] in ("mid_step", "checkpoint_write"):
             assert r["checkpoints"], r
@@ -186,6 +189,7 @@ def _summary(results: list[dict]) -> dict:
             r["status"] != "failed"
             or r["detected_s"] >= 2.0
             or r["arbiter_freed_s"] >= 2.0
+            or not r["arbiter_free_at_final"]
             or bool(r["partial"])
             for r in results
         ),

@@ -3,20 +3,33 @@
 A source is anything with `event_seq` (the sequence number of its newest event) and
 `events_after(seq) -> [(seq, event_dict)]`. The stream sends `id: <seq>`, `event: <type>`,
 `data: <strict JSON>` per event, a comment as keep-alive when idle, and ends when the client goes.
+
+All streams of one source (per event loop) share one `_Fanout`: a single poller task reads the
+log, encodes each event once and wakes the waiting streams through an asyncio.Condition, so the
+cost of a new event does not grow with a poll and an encoding per client. A stream that starts
+further back than the fan-out's buffer first catches up from the log itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
 import json
+import logging
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-SSE_POLL_S = 0.25
+SSE_POLL_S = 0.25  # how often the one poller of a source looks for new events (batches writes)
 SSE_KEEPALIVE_S = 15.0
+SSE_IDLE_CHECK_S = 1.0  # an idle stream checks this often whether its client is gone
+FANOUT_BUFFER = 1000  # encoded events kept for streams that lag behind (older: read from the log)
+
+log_ = logging.getLogger("lorastudio.api")
 
 
 class EventLog(Protocol):
@@ -24,6 +37,90 @@ class EventLog(Protocol):
     def event_seq(self) -> int: ...
 
     def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]: ...
+
+
+def encode_event(seq: int, event: dict[str, Any]) -> str:
+    """One SSE message. Raises ValueError for a non-finite number (events are sanitised)."""
+    return f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, allow_nan=False)}\n\n"
+
+
+class _Fanout:
+    """The shared reader of one event log on one event loop; lives while it has subscribers."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self.loop = asyncio.get_running_loop()
+        self.cond = asyncio.Condition()
+        self.seq = log.event_seq  # newest event published to the buffer
+        self._ids: list[int] = []  # ids of the buffered events, ascending
+        self._texts: list[str] = []  # their encoded messages
+        self.subscribers = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self) -> None:
+        self.subscribers += 1
+        if self._task is None:
+            self._task = self.loop.create_task(self._poll(), name="lorastudio-sse-fanout")
+
+    def unsubscribe(self) -> bool:
+        """Drop one subscriber; returns True when it was the last (the poller is cancelled)."""
+        self.subscribers -= 1
+        if self.subscribers > 0:
+            return False
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        return True
+
+    def texts_after(self, seq: int) -> list[tuple[int, str]] | None:
+        """Encoded events with id > seq up to `self.seq`; None when some of them are older than
+        the buffer (the caller reads those from the log)."""
+        if seq >= self.seq:
+            return []
+        start = bisect.bisect_right(self._ids, seq)
+        if start == 0 and (not self._ids or self._ids[0] > seq + 1):
+            return None
+        return list(zip(self._ids[start:], self._texts[start:], strict=True))
+
+    async def _poll(self) -> None:
+        while True:
+            batch = self.log.events_after(self.seq)
+            if batch:
+                async with self.cond:
+                    for seq, event in batch:
+                        try:
+                            text = encode_event(seq, event)
+                        except (ValueError, TypeError) as err:  # events are sanitised upstream
+                            log_.warning("event %d is not strict JSON, not streamed: %s", seq, err)
+                            text = ""
+                        self._ids.append(seq)
+                        self._texts.append(text)
+                    if len(self._ids) > 2 * FANOUT_BUFFER:
+                        del self._ids[:-FANOUT_BUFFER], self._texts[:-FANOUT_BUFFER]
+                    self.seq = batch[-1][0]
+                    self.cond.notify_all()
+            await asyncio.sleep(SSE_POLL_S)
+
+
+# source -> event loop -> its fan-out (tests and servers may run several loops)
+_FANOUTS: weakref.WeakKeyDictionary[Any, dict[asyncio.AbstractEventLoop, _Fanout]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _fanout_for(log: EventLog) -> _Fanout:
+    per_loop = _FANOUTS.setdefault(log, {})
+    loop = asyncio.get_running_loop()
+    if loop not in per_loop:
+        per_loop[loop] = _Fanout(log)
+    return per_loop[loop]
+
+
+def _release(log: EventLog, fanout: _Fanout) -> None:
+    if fanout.unsubscribe():
+        per_loop = _FANOUTS.get(log, {})
+        if per_loop.get(fanout.loop) is fanout:
+            del per_loop[fanout.loop]
 
 
 def event_stream(
@@ -44,17 +141,38 @@ def event_stream(
 
 
 async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[str]:
-    yield ": connected\n\n"
-    idle = 0.0
-    while not await request.is_disconnected():
-        batch = log.events_after(seq)
-        for seq, event in batch:
-            yield f"id: {seq}\nevent: {event['type']}\ndata: {json.dumps(event, allow_nan=False)}\n\n"
-        if batch:
-            idle = 0.0
-            continue
-        await asyncio.sleep(SSE_POLL_S)
-        idle += SSE_POLL_S
-        if idle >= SSE_KEEPALIVE_S:
-            idle = 0.0
-            yield ": keep-alive\n\n"
+    fanout = _fanout_for(log)
+    fanout.subscribe()
+    try:
+        yield ": connected\n\n"
+        idle = 0.0
+        while True:
+            texts = fanout.texts_after(seq)
+            if texts is None:  # further back than the shared buffer: catch up from the log
+                batch = log.events_after(seq)
+                if batch:
+                    yield "".join(encode_event(s, e) for s, e in batch)
+                    seq = batch[-1][0]
+                else:  # the log itself has dropped them: continue from the shared buffer
+                    seq = max(seq, fanout.seq)
+                continue
+            if texts:
+                yield "".join(text for _, text in texts)
+                seq, idle = texts[-1][0], 0.0
+                continue
+            woke = False
+            async with fanout.cond:
+                with contextlib.suppress(TimeoutError):
+                    woke = await asyncio.wait_for(
+                        fanout.cond.wait_for(lambda last=seq: fanout.seq > last), SSE_IDLE_CHECK_S
+                    )
+            if woke:
+                continue
+            if await request.is_disconnected():
+                return
+            idle += SSE_IDLE_CHECK_S
+            if idle >= SSE_KEEPALIVE_S:
+                idle = 0.0
+                yield ": keep-alive\n\n"
+    finally:
+        _release(log, fanout)

@@ -7,7 +7,9 @@ Two kinds of workload register here:
 
 `begin_training` is called only after a job passed validation: it marks training active (new
 generation requests are refused from then on), waits for generations in flight to finish, then
-asks every resident to free its memory. No torch here: residents free themselves.
+asks every resident to free its memory. The job service calls `end_training` as soon as the job
+is final (its worker may still be exiting; the service itself waits for that process before it
+starts the next training job). No torch here: residents free themselves.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,17 @@ from lorastudio.settings import Settings
 # (generation, pid, event dict) as sent by the worker
 TaggedEvent = tuple[int, int, dict[str, Any]]
 WorkerTarget = Callable[[WorkerArgs, Any, Any, Any], None]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """stop_grace_s: after a stop request, how long the worker may take before it is terminated;
+    kill_grace_s: after terminate, before kill; exit_grace_s: after its terminal event, how long
+    it may take to exit."""
+
+    stop_grace_s: float = 30.0
+    kill_grace_s: float = 5.0
+    exit_grace_s: float = 30.0
 
 
 class WorkerProcess:
@@ -92,6 +105,22 @@ class WorkerProcess:
     def kill(self) -> None:
         if self.process.exitcode is None:
             self.process.kill()
+
+    def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
+        """Terminate, then kill, a worker that overstays its stop request (monotonic time
+        `stop_at`) or its terminal event (`ended_at`); None: no such moment yet."""
+        deadlines = []
+        if stop_at is not None:
+            deadlines.append(stop_at + timeouts.stop_grace_s)
+        if ended_at is not None:
+            deadlines.append(ended_at + timeouts.exit_grace_s)
+        if not deadlines:
+            return
+        now, deadline = time.monotonic(), min(deadlines)
+        if now >= deadline + timeouts.kill_grace_s:
+            self.kill()
+        elif now >= deadline:
+            self.terminate()
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the child to exit; True if it has."""

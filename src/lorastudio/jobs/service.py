@@ -8,50 +8,41 @@ worker and pumps its events: each one is fenced by worker identity, sanitised (n
 None) and folded into the job's snapshot under the lock, stored, and appended to the event log
 that the SSE stream reads. A worker that dies without a terminal event fails the job with
 "exited unexpectedly (code N)". A stop is cooperative first, then terminate, then kill.
+
+GPU hand-over: the job's training reservation in the arbiter is released the moment the job
+turns final (terminal event ingested, or the process found dead), so generation may start while
+a worker that already reported its end is still exiting. The next training job is dispatched
+only once the previous worker process is gone, so two training processes never overlap.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from lorastudio.errors import JobActive, NotFound
+from lorastudio.jobs.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
 from lorastudio.jobs.preflight import preflight_report
-from lorastudio.jobs.process import TaggedEvent, WorkerProcess, WorkerTarget
-from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, metric_point, now_iso, sanitize
+from lorastudio.jobs.process import TaggedEvent, Timeouts, WorkerProcess, WorkerTarget
+from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
 from lorastudio.settings import Settings
-from lorastudio.training.events import parse_event
 
 log = logging.getLogger("lorastudio.jobs")
 
 POLL_S = 0.1  # how often the pump checks the worker between events
 DRAIN_S = 0.3  # how long to wait for the last events of a worker that exited
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """stop_grace_s: after a stop request, how long the worker may take before it is terminated;
-    kill_grace_s: after terminate, before kill; exit_grace_s: after its terminal event, how long
-    it may take to exit."""
-
-    stop_grace_s: float = 30.0
-    kill_grace_s: float = 5.0
-    exit_grace_s: float = 30.0
 
 
 class JobService:
@@ -82,8 +73,7 @@ class JobService:
         self._stop_at: float | None = None  # monotonic time of the stop request
         self._generation = 0
         self._closing = False
-        self._events: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(maxlen=event_log_size)
-        self._seq = 0
+        self.event_log = EventLog(event_log_size)  # appended to under self._cond only
         self.ignored_events = 0  # events fenced off (superseded worker) or malformed
         self._thread = threading.Thread(target=self._dispatch_loop, name="lorastudio-jobs", daemon=True)
 
@@ -114,7 +104,7 @@ class JobService:
                 "job": job.snapshot(since) if job else None,
                 "queue": [{"id": j.id, "output_name": j.config.output_name} for j in self._queue],
                 "busy": self._busy(),
-                "event_seq": self._seq,
+                "event_seq": self.event_log.seq,
             }
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -127,18 +117,11 @@ class JobService:
     @property
     def event_seq(self) -> int:
         """Id of the latest event (0 before the first)."""
-        with self._cond:
-            return self._seq
+        return self.event_log.seq
 
     def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
-        """Events with id > seq, oldest first (the log keeps the most recent ones only).
-        Ids in the log are consecutive, so the answer is a slice (no scan of the whole log:
-        hundreds of event-stream clients poll this)."""
-        with self._cond:
-            if not self._events or seq >= self._seq:
-                return []
-            skip = max(0, seq - self._events[0][0] + 1)
-            return list(itertools.islice(self._events, skip, None))
+        """Events with id > seq, oldest first (the log keeps the most recent ones only)."""
+        return self.event_log.after(seq)
 
     def datasets_in_use(self) -> set[Path]:
         """Dataset folders (resolved) that the active or a queued job trains on."""
@@ -146,7 +129,9 @@ class JobService:
             return {Path(j.config.data_dir) for j in self._live_jobs()}
 
     def _busy(self) -> bool:
-        return self._active is not None or bool(self._queue)
+        """A live active job or a queued one; a final job whose worker is still exiting does not
+        count (a new job is accepted and dispatched once that process is gone)."""
+        return (self._active is not None and self._active.live) or bool(self._queue)
 
     # -- commands --------------------------------------------------------------------------------
     def preflight(self, raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -324,7 +309,7 @@ class JobService:
             with self._cond:
                 self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
         finally:
-            self.arbiter.end_training(job.id)
+            self.arbiter.end_training(job.id)  # normally already freed by `_finish`
 
     def _pump(self, job: Job, worker: WorkerProcess) -> None:
         """Fold the worker's events into `job` until it ended and the process exited."""
@@ -344,7 +329,9 @@ class JobService:
                     if job.live:
                         self._finish(job, JobStatus.INTERRUPTED, error="the server stopped during this run")
                 break
-            self._escalate(worker, ended_at)
+            with self._cond:
+                stop_at = self._stop_at
+            worker.escalate(self.timeouts, stop_at, ended_at)
         code = worker.exitcode
         with self._cond:
             if job.live:
@@ -360,68 +347,34 @@ class JobService:
         while (item := worker.next_event(DRAIN_S)) is not None:
             self._ingest(job, item)
 
-    def _escalate(self, worker: WorkerProcess, ended_at: float | None) -> None:
-        """Terminate, then kill, a worker that overstays its stop request or its terminal event."""
-        with self._cond:
-            stop_at = self._stop_at
-        deadlines = []
-        if stop_at is not None:
-            deadlines.append(stop_at + self.timeouts.stop_grace_s)
-        if ended_at is not None:
-            deadlines.append(ended_at + self.timeouts.exit_grace_s)
-        if not deadlines:
-            return
-        now, deadline = time.monotonic(), min(deadlines)
-        if now >= deadline + self.timeouts.kill_grace_s:
-            worker.kill()
-        elif now >= deadline:
-            worker.terminate()
-
     def _ingest(self, job: Job, item: TaggedEvent) -> bool:
-        """The one ingestion point. Returns True if `item` was `job`'s terminal event."""
-        try:
-            generation, pid, raw = item
-            event = parse_event(raw)
-        except (ValueError, TypeError, ValidationError) as err:
-            log.warning("ignoring a malformed worker event: %s", err)
+        """The one ingestion point: fence by worker identity, fold (`ingest.fold_event`), log,
+        store. Returns True if `item` was `job`'s terminal event."""
+        parsed = parse_tagged(item)
+        if parsed is None:
             self.ignored_events += 1
             return False
-        data = sanitize(event.model_dump(mode="python"))
-        point = None
+        generation, pid, data = parsed
         with self._cond:
             if generation != job.generation or pid != job.pid or not job.live:
                 self.ignored_events += 1
                 return False
-            kind = data["type"]
-            if kind in ("model_load_started", "model_load_completed", "preparing"):
-                job.phase = data
-            elif kind == "progress":
-                job.progress = data
-                if job.status == JobStatus.PREPARING:
-                    job.status = JobStatus.RUNNING
-                    self._log_status(job)
-                candidate = metric_point(data)
-                if job.history.add(candidate):
-                    point = candidate
-                job.steps_run = max(job.steps_run, data["step"])
-            elif kind == "sample_ready":
-                job.samples = {"step": data["step"], "images": data["images"]}
+            folded = fold_event(job, data)
+            if folded.now_running:
+                self._log_status(job)
             self._log_event(job, data)
-            if kind == "complete":
-                job.lora_path = data["lora_path"]
-                job.steps_run = data["steps_run"]
-                status = JobStatus.STOPPED if data["stopped"] else JobStatus.COMPLETED
-                self._finish(job, status, error=None)
-            elif kind == "error":
-                self._finish(job, JobStatus.FAILED, error=data["message"])
-        if point is not None:
-            self.store.add_metric(job.id, point)
-        elif kind == "progress":
+            if folded.final is not None:
+                self._finish(job, *folded.final)
+        if folded.point is not None:
+            self.store.add_metric(job.id, folded.point)
+        elif data["type"] == "progress":
             self.store.update_run(job.id, steps_run=job.steps_run)
-        return kind in ("complete", "error")
+        return data["type"] in TERMINAL_EVENTS
 
     # -- bookkeeping (callers hold the lock) -------------------------------------------------------
     def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:
+        """Make `job` final: record it, log its status and free its GPU reservation (a no-op
+        for a job that does not hold it), all before any reader can see the final status."""
         job.status = status
         job.error = error
         job.finished_at = now_iso()
@@ -433,12 +386,12 @@ class JobService:
             sidecar = Path(job.lora_path).with_suffix(".json")
             if sidecar.is_file():
                 self.store.add_output(job.id, "sidecar", str(sidecar))
+        self.arbiter.end_training(job.id)
         self._log_status(job)
 
     def _log_status(self, job: Job) -> None:
         self._log_event(job, {"type": "status", "status": job.status.value, "error": job.error})
 
     def _log_event(self, job: Job, data: dict[str, Any]) -> None:
-        self._seq += 1
-        self._events.append((self._seq, {**data, "job_id": job.id}))
+        self.event_log.append({**data, "job_id": job.id})
         self._cond.notify_all()

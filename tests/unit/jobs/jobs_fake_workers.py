@@ -76,3 +76,16 @@ def report_environment(args: WorkerArgs, events: Any, stop_event: Any, stop_save
     token = args.settings.api_token
     channel.emit(Error(message=f"env={','.join(seen)} settings_token={token}"))
     channel.close()
+
+
+LINGER_S = 1.5  # how long `complete_then_linger` keeps its process alive after completing
+
+
+def complete_then_linger(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """One step, completion, then a slow exit (like a worker freeing a large model)."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(_progress(1, 0.5))
+    channel.emit(Complete(lora_path=None, steps_run=1, stopped=False))
+    channel.close()
+    time.sleep(LINGER_S)

@@ -67,10 +67,7 @@ def test_a_worker_that_dies_fails_the_job_within_2s_and_frees_the_gpu(
         assert snap["status"] == "failed"
         assert snap["error"] == "worker exited unexpectedly (code 7)"
         assert service.store.get_run(job["id"])["status"] == "failed"
-        deadline = time.monotonic() + 2
-        while service.arbiter.training_job is not None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert service.arbiter.training_job is None
+        assert service.arbiter.training_job is None  # freed together with the final status
         assert service.status()["busy"] is False
     finally:
         service.shutdown()
@@ -177,5 +174,43 @@ def test_queue_is_fifo_and_refusals_change_nothing(settings: Settings, model: Pa
         service.stop(save=False)
         assert _wait(service, first["id"], FINAL)["status"] == "stopped"
         assert service.status()["queue"] == []
+    finally:
+        service.shutdown()
+
+
+def _process_state(pid: int) -> str:
+    """The kernel's state letter of `pid` ("Z": exited, not yet reaped; "gone": no process)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                return line.split()[1]
+    except FileNotFoundError:
+        return "gone"
+    raise AssertionError(f"no State line for pid {pid}")
+
+
+def test_the_gpu_is_free_for_generation_once_the_job_is_final_while_its_worker_exits(
+    settings: Settings, model: Path
+) -> None:
+    service = _service(settings, fakes.complete_then_linger)
+    try:
+        first = service.submit(_cfg(model, "one"))
+        snap = _wait(service, first["id"], FINAL)
+        final_at = time.monotonic()
+        assert snap["status"] == "completed"
+        # The reservation went with the final status, not with the process.
+        assert service.arbiter.training_job is None
+        with service.arbiter.generation():
+            assert _process_state(snap["pid"]) not in {"Z", "gone"}  # the worker is still exiting
+        assert service.status()["busy"] is False
+        # A new job is accepted at once (queue=False) but waits for the old process to be gone.
+        second = service.submit(_cfg(model, "two"), queue=False)
+        assert service.job(second["id"])["status"] == "queued"
+        started = _wait(service, second["id"], {"preparing", "running", "completed"})
+        waited = time.monotonic() - final_at
+        assert _process_state(snap["pid"]) == "gone"
+        assert waited > fakes.LINGER_S - 0.5, f"the second job started {waited:.2f}s after the first ended"
+        assert started["pid"] != snap["pid"]
+        assert _wait(service, second["id"], FINAL)["status"] == "completed"
     finally:
         service.shutdown()

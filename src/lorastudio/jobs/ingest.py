@@ -1,0 +1,74 @@
+"""Worker events -> job state: parse a tagged event from the queue and fold it into a `Job`.
+
+Pure bookkeeping with no lock, store or log of its own: the job service calls `fold_event`
+under its lock at its single ingestion point, then records what the returned `Folded` says.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from lorastudio.jobs.records import Job, JobStatus, metric_point, sanitize
+from lorastudio.training.events import parse_event
+
+log = logging.getLogger("lorastudio.jobs")
+
+TERMINAL_EVENTS = frozenset({"complete", "error"})
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What folding one event changed.
+
+    point: a new metric point to store (None: none); now_running: the job went from preparing to
+    running; final: the (status, error) the job ends with (None: it goes on)."""
+
+    point: dict[str, Any] | None = None
+    now_running: bool = False
+    final: tuple[JobStatus, str | None] | None = None
+
+
+def parse_tagged(item: Any) -> tuple[int, int, dict[str, Any]] | None:
+    """(generation, pid, sanitised event dict) from a queue item `(generation, pid, raw event)`;
+    None (with a warning in the log) when it is malformed."""
+    try:
+        generation, pid, raw = item
+        event = parse_event(raw)
+    except (ValueError, TypeError, ValidationError) as err:
+        log.warning("ignoring a malformed worker event: %s", err)
+        return None
+    return generation, pid, sanitize(event.model_dump(mode="python"))
+
+
+def fold_event(job: Job, data: dict[str, Any]) -> Folded:
+    """Fold one sanitised event into `job`: phase, progress (and preparing -> running), metric
+    history, steps run, latest samples, LoRA path. The final status is returned, not set: the
+    caller finishes the job (store, status event, GPU release)."""
+    kind = data["type"]
+    point = None
+    now_running = False
+    final = None
+    if kind in ("model_load_started", "model_load_completed", "preparing"):
+        job.phase = data
+    elif kind == "progress":
+        job.progress = data
+        if job.status == JobStatus.PREPARING:
+            job.status = JobStatus.RUNNING
+            now_running = True
+        candidate = metric_point(data)
+        if job.history.add(candidate):
+            point = candidate
+        job.steps_run = max(job.steps_run, data["step"])
+    elif kind == "sample_ready":
+        job.samples = {"step": data["step"], "images": data["images"]}
+    elif kind == "complete":
+        job.lora_path = data["lora_path"]
+        job.steps_run = data["steps_run"]
+        final = (JobStatus.STOPPED if data["stopped"] else JobStatus.COMPLETED, None)
+    elif kind == "error":
+        final = (JobStatus.FAILED, data["message"])
+    return Folded(point=point, now_running=now_running, final=final)

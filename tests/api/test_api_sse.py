@@ -1,0 +1,102 @@
+"""api/sse.py: every stream of one event log shares one poller; each event is encoded once;
+streams that start far back catch up from the log; the fan-out goes away with its last stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+
+from lorastudio.api import sse
+from lorastudio.jobs.event_log import EventLog
+
+
+class CountingSource:
+    """A real EventLog seen through the SSE source protocol, counting reads and encodings."""
+
+    def __init__(self) -> None:
+        self.log = EventLog(size=10_000)
+        self.reads = 0
+
+    @property
+    def event_seq(self) -> int:
+        return self.log.seq
+
+    def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
+        self.reads += 1
+        return self.log.after(seq)
+
+
+def _request() -> Request:
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client never disconnects on its own
+        return {"type": "http.disconnect"}
+
+    return Request({"type": "http", "method": "GET", "path": "/", "headers": []}, receive)
+
+
+async def _collect(source: CountingSource, start: int, until: int) -> list[int]:
+    """Ids of the events one stream delivers, from `start` until it has seen id `until`."""
+    ids: list[int] = []
+    stream = sse._stream(_request(), source, start)
+    try:
+        async for text in stream:
+            for message in text.split("\n\n"):
+                if message.startswith("id: "):
+                    head, _, data = message.partition("\ndata: ")
+                    ids.append(int(head.split("\n")[0][4:]))
+                    assert json.loads(data)["n"] == ids[-1]
+            if ids and ids[-1] >= until:
+                return ids
+    finally:
+        await stream.aclose()
+    return ids
+
+
+def test_many_streams_share_one_poller_and_one_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoded: list[int] = []
+    real_encode = sse.encode_event
+    monkeypatch.setattr(sse, "encode_event", lambda seq, ev: (encoded.append(seq), real_encode(seq, ev))[1])
+    source = CountingSource()
+    streams, events = 50, 40
+
+    async def main() -> list[list[int]]:
+        tasks = [asyncio.create_task(_collect(source, 0, events)) for _ in range(streams)]
+        await asyncio.sleep(0.05)  # every stream connected and waiting
+        for n in range(1, events + 1):
+            source.log.append({"type": "status", "n": n})
+            await asyncio.sleep(0.01)
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        await asyncio.sleep(0)  # let the cancelled poller finish
+        return results
+
+    results = asyncio.run(main())
+    assert all(ids == list(range(1, events + 1)) for ids in results)
+    assert sorted(encoded) == list(range(1, events + 1))  # each event encoded once, not per stream
+    # ~0.5 s of events at one read per poll interval, plus a first read; not one read per stream
+    assert source.reads < 0.5 / sse.SSE_POLL_S + 10, source.reads
+    assert source not in sse._FANOUTS or not sse._FANOUTS[source]  # gone with its last stream
+
+
+def test_a_stream_far_behind_catches_up_from_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sse, "FANOUT_BUFFER", 5)
+    source = CountingSource()
+    for n in range(1, 31):
+        source.log.append({"type": "status", "n": n})
+
+    async def main() -> tuple[list[int], list[int]]:
+        live = asyncio.create_task(_collect(source, 30, 60))  # starts the fan-out at id 30
+        await asyncio.sleep(0.05)
+        for n in range(31, 61):
+            source.log.append({"type": "status", "n": n})
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(3 * sse.SSE_POLL_S)  # the shared buffer now starts well after id 3
+        late = await asyncio.wait_for(_collect(source, 2, 60), 10)
+        return await asyncio.wait_for(live, 10), late
+
+    live, late = asyncio.run(main())
+    assert live == list(range(31, 61))
+    assert late == list(range(3, 61))
