@@ -11,7 +11,7 @@ import pytest
 from starlette.requests import Request
 
 from lorastudio.api import sse
-from lorastudio.jobs.event_log import EventLog
+from lorastudio.event_log import EventLog
 
 
 class CountingSource:

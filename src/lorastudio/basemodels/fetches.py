@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import threading
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from lorastudio.basemodels.events import FetchEvent, FetchFailed
 from lorastudio.basemodels.fetch import FetchPlan, plan_fetch, run_fetch, staging_folder
 from lorastudio.errors import JobActive, LorastudioError, ModelSourceError, NotFound
+from lorastudio.event_log import EventLog
 from lorastudio.settings import Settings
 
 MAX_EVENTS = 2000
@@ -78,8 +78,7 @@ class FetchManager:
         self.settings = settings
         self._lock = threading.Lock()
         self._fetches: dict[str, Fetch] = {}
-        self._events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=MAX_EVENTS)
-        self._seq = 0
+        self._log = EventLog(MAX_EVENTS)
 
     def start(self, repo_id: str, revision: str | None = None) -> dict[str, Any]:
         """Plan the fetch now (raising its refusals: ConfigError, ModelAccessDenied, NotFound,
@@ -126,8 +125,7 @@ class FetchManager:
             fetch = self._fetches.get(event.fetch_id)
             if fetch is not None and "bytes_done" in data:
                 fetch.files_done, fetch.bytes_done = data["files_done"], data["bytes_done"]
-            self._seq += 1
-            self._events.append((self._seq, data))
+            self._log.append(data)
 
     def get(self, fetch_id: str) -> dict[str, Any]:
         """The snapshot of a fetch of this server's life. Raises NotFound."""
@@ -168,13 +166,11 @@ class FetchManager:
 
     @property
     def event_seq(self) -> int:
-        with self._lock:
-            return self._seq
+        return self._log.seq
 
     def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
         """Events with id > seq, oldest first (the log keeps the latest MAX_EVENTS)."""
-        with self._lock:
-            return [(s, e) for s, e in self._events if s > seq]
+        return self._log.after(seq)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Cancel every running fetch and wait for their threads."""

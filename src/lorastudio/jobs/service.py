@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import JobActive, NotFound
-from lorastudio.jobs.event_log import EventLog
+from lorastudio.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
 from lorastudio.jobs.preflight import preflight_report

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lorastudio.jobs.event_log import EventLog
+from lorastudio.event_log import EventLog
 
 
 def test_ids_are_consecutive_and_old_events_drop_off() -> None:

@@ -1,4 +1,4 @@
-"""A bounded, thread-safe log of the job service's events, read by the event streams.
+"""A bounded, thread-safe log of events (job service, model fetches), read by the event streams.
 
 Events get consecutive ids starting at 1; the log keeps only the most recent `size` of them, so
 `after(seq)` is a slice (no scan: hundreds of event-stream clients read it). No torch, no HTTP.
