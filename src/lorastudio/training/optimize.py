@@ -89,15 +89,19 @@ def optimize(
     for epoch, group in steps:
         lr = float(scheduler.get_last_lr()[0])
         samples = sum(len(b) for b in group)
-        loss = 0.0
+        shares = []  # 0-d device tensors: no host sync inside the micro-steps
         for i, micro in enumerate(group):
             with gradient_sync(state.ddp, sync=i == len(group) - 1):  # all-reduce once per step
-                loss += _micro_step(
-                    run, state, source, conds, picker, objective, micro, samples, generator, scaler
+                shares.append(
+                    _micro_step(
+                        run, state, source, conds, picker, objective, micro, samples, generator, scaler
+                    )
                 )
-        loss = all_reduce_sum(loss, state.ctx, run.device)  # the global step loss on every rank
         scaler.unscale_(optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)  # [] on the device
+        # the step's one host sync: its loss (sum of the micro-batch shares) and gradient norm
+        loss, grad_norm = torch.stack([torch.stack(shares).double().sum(), norm.double()]).tolist()
+        loss = all_reduce_sum(loss, state.ctx, run.device)  # the global step loss on every rank
         step = state.steps_run + 1
         if guard.check(step, loss, None if scaler.is_enabled() else grad_norm):
             scaler.step(optimizer)  # a skipped (non-finite) step leaves the weights as they were
@@ -167,10 +171,10 @@ def _micro_step(
     step_samples: int,
     generator: torch.Generator,
     scaler: torch.amp.GradScaler,
-) -> float:
+) -> torch.Tensor:
     """Forward + backward of one micro-batch; gradients are scaled so the optimizer step sees the
-    mean over all `step_samples` of the step. Returns this micro-batch's share of the step loss
-    (data-parallel: this rank's part of it, for its slice of the micro-batch)."""
+    mean over all `step_samples` of the step. Returns this micro-batch's share of the step loss as
+    a 0-d device tensor (data-parallel: this rank's part of it, for its slice of the micro-batch)."""
     batch = source.sample(indices, generator, run.dtype, run.device)
     cond = run.family.collate_conditioning([conds[c] for c in picker.pick(indices)])
     info = {
@@ -195,4 +199,4 @@ def _micro_step(
         shard=shard,
         forward_module=state.ddp,
     )  # [] on the device
-    return float(share)  # the one host sync of a micro-step (see training/step.py)
+    return share  # [] on the device; the loop reads the step's shares back once per step
