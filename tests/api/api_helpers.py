@@ -4,44 +4,12 @@ reading the event stream."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import uvicorn
-from fastapi import FastAPI
 
-
-@dataclass
-class LiveServer:
-    app: FastAPI
-    url: str
-    client: httpx.Client
-
-
-@contextmanager
-def live_server(app: FastAPI) -> Iterator[LiveServer]:
-    """Serve `app` with uvicorn on 127.0.0.1 (a free port) until the block ends."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=url, timeout=30) as client:
-        try:
-            yield LiveServer(app, url, client)
-        finally:
-            server.should_exit = True
-            thread.join(30)
+from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
 
 
 def upload_folder(client: httpx.Client | object, name: str, folder: Path) -> httpx.Response:

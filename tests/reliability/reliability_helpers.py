@@ -5,49 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-import uvicorn
-from fastapi import FastAPI
+from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
 
 FINAL = {"completed", "stopped", "failed", "interrupted"}
 FIGURES_ENV = "LORASTUDIO_FIGURES_DIR"  # where record_figure writes (unset: print only)
-
-
-@dataclass
-class LiveServer:
-    app: FastAPI
-    url: str
-    client: httpx.Client
-
-
-@contextmanager
-def live_server(app: FastAPI) -> Iterator[LiveServer]:
-    """Serve `app` with uvicorn on 127.0.0.1 (a free port) until the block ends."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", backlog=1024)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-reliability", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=url, timeout=30) as client:
-        try:
-            yield LiveServer(app, url, client)
-        finally:
-            server.should_exit = True
-            thread.join(30)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.005) -> Any:
