@@ -21,7 +21,8 @@ from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
 LrScheduler = Literal[
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
 ]
-BasePrecision = Literal["auto", "fp32", "bf16", "fp16"]
+BasePrecision = Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "nf4"]
+CheckpointingMode = Literal["auto", "off", "selective", "full"]
 TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
 LoraFormat = Literal["diffusers", "kohya"]
 CompileMode = Literal["off", "on", "auto"]
@@ -105,9 +106,47 @@ class TrainConfig(BaseModel):
 
     # numerics
     base_precision: BasePrecision = Field(
-        default="auto", description="dtype of the frozen base: auto = bf16 on a capable GPU, else fp32"
+        default="auto",
+        description=(
+            "frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest"
+            " measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs);"
+            " int8 / nf4 = quantised base weights with bf16 compute (QLoRA)"
+        ),
     )
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: CheckpointingMode = Field(
+        default="auto",
+        description=(
+            "recompute activations in the backward: selective = the cheap ops only, full = every"
+            " repeated block; auto = off (with memory_budget_gb: what the measured plan needs)"
+        ),
+    )
+    offload_blocks: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description=(
+            "repeated blocks kept in CPU RAM and moved to the GPU in turn (block swap);"
+            " null = auto: 0 (with memory_budget_gb: what the measured plan needs)"
+        ),
+    )
+    micro_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description=(
+            "samples per forward/backward pass (batch_size must divide by it; same maths);"
+            " null = batch_size (with memory_budget_gb: what the measured plan needs)"
+        ),
+    )
+    memory_budget_gb: float | None = Field(
+        default=None,
+        gt=0,
+        le=4096,
+        description=(
+            "GPU memory the run may use: the settings left at auto (precision, checkpointing, block"
+            " swap, micro-batch) are chosen by measuring a few real steps; null = no budget"
+        ),
+    )
     enable_tf32: bool = Field(default=True, description="TF32 matmuls for the run (restored after)")
 
     # checkpoints, divergence and output format
@@ -158,6 +197,14 @@ class TrainConfig(BaseModel):
     flow_shift: float | None = Field(default=None, gt=0, le=100, description="static sigma shift (flow)")
     guidance: float | None = Field(default=None, ge=0, le=100, description="guidance-distilled bases")
     max_sequence_length: int | None = Field(default=None, ge=1, le=4096, description="text tokens")
+
+    @field_validator("gradient_checkpointing", mode="before")
+    @classmethod
+    def _checkpointing_bool(cls, v: Any) -> Any:
+        """true / false (the older boolean form) mean full / off."""
+        if isinstance(v, bool):
+            return "full" if v else "off"
+        return v
 
     @field_validator("*", mode="after")
     @classmethod
@@ -216,6 +263,38 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             for name in SAMPLE_SETTINGS
             if getattr(cfg, name) != TrainConfig.model_fields[name].default
         ]
+    problems += _plan_problems(cfg)
+    return problems
+
+
+# Settings a memory_budget_gb plan may choose when they are left at auto.
+PLAN_FIELDS: tuple[str, ...] = (
+    "base_precision",
+    "gradient_checkpointing",
+    "offload_blocks",
+    "micro_batch_size",
+)
+
+
+def plan_fields_left_auto(cfg: TrainConfig) -> list[str]:
+    """The PLAN_FIELDS a memory budget may choose (left at "auto" / null)."""
+    return [f for f in PLAN_FIELDS if getattr(cfg, f) in ("auto", None)]
+
+
+def _plan_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    problems = []
+    if cfg.micro_batch_size is not None and cfg.batch_size % cfg.micro_batch_size:
+        problems.append(
+            FieldProblem("micro_batch_size", f"batch_size ({cfg.batch_size}) must be a multiple of it")
+        )
+    if cfg.memory_budget_gb is not None and not plan_fields_left_auto(cfg):
+        problems.append(
+            FieldProblem(
+                "memory_budget_gb",
+                "every plan setting is fixed (base_precision, gradient_checkpointing, offload_blocks,"
+                " micro_batch_size): leave one at auto/null for the budget to choose, or remove it",
+            )
+        )
     return problems
 
 

@@ -194,7 +194,7 @@ class PrecisionPlan(_Out):
     lora_dtype: str
     device: str
     tf32: bool
-    gradient_checkpointing: bool
+    gradient_checkpointing: str
 
 
 class MemoryEstimate(_Out):

@@ -99,7 +99,7 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, dtype: str) -> 
     lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
     pixels = ((cfg.resolution or 1024) / 1024) ** 2
     act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * cfg.batch_size * pixels
-    if cfg.gradient_checkpointing:
+    if cfg.gradient_checkpointing in ("selective", "full"):
         act *= _CKPT_FACTOR
     phases = {
         "conditioning": round(encoders * per + _OVERHEAD_GB, 2),

@@ -66,6 +66,42 @@ class SampleReady(_Event):
     images: list[str]
 
 
+class PlanTrial(BaseModel):
+    """One candidate plan measured by the plan chooser: its settings (as in PlanChosen), the
+    measured seconds per sample and peak GPU memory, or why it could not run (out of memory)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base_precision: str
+    gradient_checkpointing: str
+    offload_blocks: int
+    micro_batch_size: int
+    seconds_per_sample: float | None
+    peak_memory_gb: float | None
+    fits: bool
+    note: str | None = None
+
+
+class PlanChosen(_Event):
+    """How the denoiser phase runs, emitted once before the first step: the base precision
+    ("fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4"), activation checkpointing ("off" |
+    "selective" | "full"), repeated blocks offloaded to CPU RAM, samples per forward/backward,
+    whether regional compile is active, the memory budget (None: none) and how the plan was
+    decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
+    "checkpoint" = the plan of the checkpoint a resume continues). `fallbacks` lists the speed
+    features that could not be used here, each with its reason (e.g. "fp8: needs ...")."""
+
+    type: Literal["plan_chosen"] = "plan_chosen"
+    base_precision: str
+    gradient_checkpointing: str
+    offload_blocks: int
+    micro_batch_size: int
+    compile: bool
+    memory_budget_gb: float | None = None
+    decided_by: Literal["settings", "measured", "checkpoint"] = "settings"
+    trials: list[PlanTrial] = Field(default_factory=list)
+    fallbacks: list[str] = Field(default_factory=list)
+
+
 class Complete(_Event):
     """The run ended without error. lora_path is None when stopped without saving."""
 
@@ -81,7 +117,14 @@ class Error(_Event):
 
 
 Event = Annotated[
-    ModelLoadStarted | ModelLoadCompleted | Preparing | Progress | SampleReady | Complete | Error,
+    ModelLoadStarted
+    | ModelLoadCompleted
+    | Preparing
+    | PlanChosen
+    | Progress
+    | SampleReady
+    | Complete
+    | Error,
     Field(discriminator="type"),
 ]
 EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)

@@ -32,6 +32,9 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "lora_format",
         "compile",
         "gradient_checkpointing",  # recomputation gives the same values
+        "offload_blocks",  # where the weights wait between uses, not what they are
+        "micro_batch_size",  # the same samples per optimizer step, split differently
+        "memory_budget_gb",  # chooses a plan; the precision it chose is recorded and reused
         "num_gpus",  # each rank takes an exact slice of the same global batch (training/distributed.py)
         # previews: rendered with their own generator and the RNG state restored (training/samples.py)
         "sample_prompts",

@@ -254,7 +254,7 @@ def _prepare_denoiser(run: PreparedRun, state: RunState, emit: Emit) -> list[tor
     denoiser = family.load_denoiser(cfg.base_model, cfg.revision, run.dtype, run.device)
     emit(ModelLoadCompleted(component="denoiser", seconds=time.perf_counter() - t0))
     emit(Preparing(phase="denoiser", done=0, total=1))
-    if cfg.gradient_checkpointing:
+    if cfg.gradient_checkpointing == "full":
         denoiser.enable_gradient_checkpointing()
     torch.manual_seed(cfg.seed)  # LoRA A init and LoRA dropout masks
     lora_config = lora_config_for(cfg, family.spec.lora_targets)
