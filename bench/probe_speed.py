@@ -1,0 +1,178 @@
+"""GPU probes of speed levers, one (family, variant) per subprocess (a crash or an OOM poisons
+only its own process). Every variant runs the engine's compiled step the way the loop runs it
+now: forward_backward, clip, fused AdamW, and ONE host read per step (loss and grad norm
+stacked), the same as training/optimize.py.
+
+variants:
+  ref        the compiled engine step as the loop runs it (one sync per step)
+  bf16lora   LoRA weights AND their optimizer in bf16 (upper bound of a bf16 LoRA branch)
+  cudnn      the cuDNN SDPA backend enabled (run_numerics disables it: FLUX.1 crashed with it)
+  fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
+  fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
+
+usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
+Each case prints one JSON line (and appends it to DIR/probe.jsonl); parity = max relative loss
+difference over the timed steps' first PARITY steps against the `ref` losses of the same family
+(the same seed, data and LoRA init), when a `ref` case ran before in the same call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PARITY = 6
+
+
+def convert_fp8(model: Any, kind: str) -> dict[str, int]:
+    """Swap the frozen linears inside the repeated blocks (after add_lora: peft's base layers and
+    the plain linears) for fp8 ones; returns counts of converted / skipped linears."""
+    import torch
+
+    from lorastudio.training.compile import repeated_blocks
+    from lorastudio.training.fp8 import Fp8FrozenLinear
+
+    done = skipped = 0
+    for block in repeated_blocks(model):
+        for parent in list(block.modules()):
+            for child_name, child in list(parent.named_children()):
+                if not isinstance(child, torch.nn.Linear) or child.weight.requires_grad:
+                    continue
+                if "lora_" in child_name or child.in_features % 16 or child.out_features % 16:
+                    skipped += 1
+                    continue
+                if kind == "fp8":
+                    setattr(parent, child_name, Fp8FrozenLinear(child))
+                done += 1
+    if kind == "fp8ao":
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        blocks = set(map(id, repeated_blocks(model)))
+
+        def keep(mod: Any, fqn: str) -> bool:
+            return (
+                isinstance(mod, torch.nn.Linear)
+                and not mod.weight.requires_grad
+                and "lora_" not in fqn
+                and mod.in_features % 16 == 0
+                and mod.out_features % 16 == 0
+            )
+
+        for block in repeated_blocks(model):
+            if id(block) in blocks:
+                convert_to_float8_training(
+                    block, config=Float8LinearConfig.from_recipe_name("rowwise"), module_filter_fn=keep
+                )
+    torch.cuda.empty_cache()
+    return {"fp8_linears": done, "kept": skipped}
+
+
+def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
+    import torch
+
+    from bench.bench_step import DEV, Engine, timed
+    from bench.models import synthetic_batch
+    from lorastudio.training.compile import compile_denoiser, compile_state
+    from lorastudio.training.optim import make_optimizer
+    from lorastudio.training.precision import run_numerics
+    from lorastudio.training.step import forward_backward
+
+    row: dict[str, Any] = {"family": family, "variant": variant, "batch": batch}
+    with run_numerics(True, torch.device(DEV)):
+        if variant == "cudnn":
+            torch.backends.cuda.enable_cudnn_sdp(True)
+        t0 = time.monotonic()
+        eng = Engine(family)
+        row["build_s"] = round(time.monotonic() - t0, 1)
+        if variant in ("fp8", "fp8ao"):
+            row.update(convert_fp8(eng.model, variant))
+        if variant == "bf16lora":
+            for p in eng.params:
+                p.data = p.data.to(torch.bfloat16)
+        compile_denoiser(eng.model, eng.params)
+        opt = make_optimizer(eng.params, eng.cfg)
+        scaler = torch.amp.GradScaler("cuda", enabled=False)
+        latents, cond, info = synthetic_batch(family, batch, 1024, DEV, torch.bfloat16)
+        generator = torch.Generator().manual_seed(7)
+        losses: list[float] = []
+
+        def step() -> None:
+            share = forward_backward(
+                eng.family, eng.model, eng.objective, latents, cond, info, eng.cfg, generator, batch, scaler
+            )
+            norm = torch.nn.utils.clip_grad_norm_(eng.params, 1.0)
+            loss, _ = torch.stack([share.double(), norm.double()]).tolist()  # the loop's one sync
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss)
+
+        t1 = time.monotonic()
+        step()
+        torch.cuda.synchronize()
+        row["first_step_s"] = round(time.monotonic() - t1, 1)
+        for _ in range(PARITY - 1):
+            step()
+        row["losses"] = [round(x, 5) for x in losses[:PARITY]]
+        state = compile_state(eng.model)
+        row["compile_active"] = bool(state and state.active)
+        row["fallback"] = state.fallback_reason if state else None
+        row.update(timed(step, batch, warm=1))
+        row["finite"] = all(x == x and abs(x) < 1e6 for x in losses)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases", nargs="+", help="family:variant[,variant...][@batch]")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:  # child: family:variant@batch
+        fam, rest = args.one.split(":")
+        variant, batch = rest.split("@")
+        try:
+            row = one_case(fam, variant, int(batch))
+        except Exception as err:  # noqa: BLE001 -- a probe: report the failure as data
+            row = {"family": fam, "variant": variant, "error": f"{type(err).__name__}: {str(err)[:300]}"}
+        print("ROW " + json.dumps(row), flush=True)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.deadline_s
+    refs: dict[str, list[float]] = {}
+    for spec in args.cases:
+        fam, rest = spec.split(":")
+        variants, _, batch = rest.partition("@")
+        for variant in variants.split(","):
+            left = deadline - time.monotonic()
+            if left < 45:
+                row: dict[str, Any] = {"family": fam, "variant": variant, "skipped": "deadline"}
+            else:
+                cmd = [sys.executable, "-m", "bench.probe_speed", "--one", f"{fam}:{variant}@{batch or 1}", "x"]
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left - 10, env=os.environ)
+                    lines = [ln[4:] for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
+                    row = json.loads(lines[-1]) if lines else {
+                        "family": fam, "variant": variant, "crash": proc.returncode, "stderr": proc.stderr[-600:],
+                    }  # fmt: skip
+                except subprocess.TimeoutExpired:
+                    row = {"family": fam, "variant": variant, "timeout": True}
+            if variant == "ref" and "losses" in row:
+                refs[fam] = row["losses"]
+            if "losses" in row and fam in refs and variant != "ref":
+                rel = [abs(a - b) / max(abs(b), 1e-8) for a, b in zip(row["losses"], refs[fam], strict=False)]
+                row["parity_max_rel"] = round(max(rel), 5)
+            line = json.dumps(row)
+            print(line, flush=True)
+            with (args.out / "probe.jsonl").open("a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
