@@ -124,7 +124,42 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         row["fallback"] = state.fallback_reason if state else None
         row.update(timed(step, batch, warm=1))
         row["finite"] = all(x == x and abs(x) < 1e6 for x in losses)
+        if os.environ.get("PROBE_PROFILE"):
+            row["profile"] = kernel_profile(step)
     return row
+
+
+def kernel_profile(step: Any, steps: int = 2, top: int = 12) -> dict[str, Any]:
+    """Share of CUDA time per kernel class over `steps` steps, and the top kernels."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = [(e.key, e.self_device_time_total) for e in prof.key_averages() if e.self_device_time_total > 0]
+    total = sum(t for _, t in kernels) or 1.0
+    classes: dict[str, float] = {}
+    for name, t in kernels:
+        low = name.lower()
+        if "flash" in low or "fmha" in low or "attention" in low or "cudnn" in low:
+            cls = "attention"
+        elif "scaled_mm" in low or "f8" in low or "e4m3" in low:
+            cls = "fp8_gemm"
+        elif "gemm" in low or "nvjet" in low or "xmma" in low or "cutlass" in low or "sm90" in low:
+            cls = "gemm"
+        elif "triton" in low:
+            cls = "triton_fused"
+        else:
+            cls = "other"
+        classes[cls] = classes.get(cls, 0.0) + t
+    kernels.sort(key=lambda kv: -kv[1])
+    return {
+        "ms_per_step": round(total / steps / 1000, 1),
+        "share": {k: round(v / total, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
+        "top": [[name[:90], round(t / total, 3)] for name, t in kernels[:top]],
+    }
 
 
 def main() -> None:
@@ -154,9 +189,18 @@ def main() -> None:
             if left < 45:
                 row: dict[str, Any] = {"family": fam, "variant": variant, "skipped": "deadline"}
             else:
-                cmd = [sys.executable, "-m", "bench.probe_speed", "--one", f"{fam}:{variant}@{batch or 1}", "x"]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "bench.probe_speed",
+                    "--one",
+                    f"{fam}:{variant}@{batch or 1}",
+                    "x",
+                ]
                 try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left - 10, env=os.environ)
+                    proc = subprocess.run(
+                        cmd, capture_output=True, text=True, timeout=left - 10, env=os.environ
+                    )
                     lines = [ln[4:] for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
                     row = json.loads(lines[-1]) if lines else {
                         "family": fam, "variant": variant, "crash": proc.returncode, "stderr": proc.stderr[-600:],
