@@ -1,6 +1,7 @@
-"""The whole studio in a real browser: upload a dataset, train (with checkpoints), watch the
-chart, stop and save, find the run and its checkpoints, download its LoRA, generate with it, find
-the image in the server's gallery, and resume the run from an older checkpoint it picked.
+"""The whole studio in a real browser: upload a dataset, check the memory plan, train (with
+checkpoints), see the plan the run reports, watch the chart, stop and save, find the run, its plan
+and its checkpoints, download its LoRA, generate with it, find the image in the server's gallery,
+and resume the run from an older checkpoint it picked.
 
 Every screen is shot at 1280 and 420 px into tests/e2e/artifacts/ (for a person to look at), and
 at 420 px no screen may be wider than the viewport (no sideways scrolling).
@@ -17,6 +18,8 @@ WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 420, "height": 860}
 
 STOP_BUTTONS = ("Continue", "Stop and save", "Stop and discard")
+PRECISION_ORDER = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "nf4")  # TrainConfig's order
+PLAN_LINE = "fp32 · checkpointing off · 0 blocks offloaded · micro-batch 1 · not compiled"
 
 
 def _assert_inside_viewport(page, names: tuple[str, ...]) -> None:
@@ -101,10 +104,20 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     page.locator('[name="keep_last"]').fill("3")
     assert page.locator('[name="compile"]').input_value() == "auto"
     assert page.locator('[name="compile"] option[value="on"]').is_disabled()
+    # the memory plan: precisions of this host only, checkpointing modes, auto blanks, no GPUs here
+    host = page.request.get(f"{url}/api/info").json()["host"]
+    offered = page.locator('[name="base_precision"] option').evaluate_all("os => os.map(o => o.value)")
+    assert offered == [p for p in PRECISION_ORDER if p in host["precisions"]], (offered, host)
+    assert page.locator('[name="gradient_checkpointing"]').input_value() == "auto"
+    for name in ("offload_blocks", "micro_batch_size", "memory_budget_gb"):
+        assert page.locator(f'[name="{name}"]').input_value() == ""
+    assert page.locator('[name="num_gpus"]').is_disabled()  # a CPU host
     page.get_by_role("button", name="Check").click()
     report = page.get_by_test_id("preflight")
     report.wait_for()
     assert re.search(rf"images used\s*{len(images)} / {len(images)}", report.inner_text(), re.IGNORECASE)
+    plan_chips = page.get_by_test_id("preflight-plan").inner_text()
+    assert "Precision: fp32 (default)" in plan_chips and "Micro-batch: 1 (default)" in plan_chips, plan_chips
     shoot(page, "train")
     page.get_by_text("Advanced settings").click()
     page.locator('[name="lora_targets"]').wait_for()
@@ -121,6 +134,12 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     page.wait_for_function(
         f"() => Number(document.querySelector('[data-testid=chart]')?.dataset.points || 0) > {seen}"
     )
+    # the plan the run reported, in one line (CPU: fp32, nothing offloaded, eager)
+    plan_line = page.get_by_test_id("plan-line")
+    plan_line.wait_for()
+    assert plan_line.inner_text() == PLAN_LINE, plan_line.inner_text()
+    assert "fixed by the settings" in page.get_by_test_id("plan").inner_text()
+    page.get_by_test_id("plan").screenshot(path=artifacts / "live-plan.png")
     shoot(page, "live")
 
     # 4. Stop dialog: three buttons inside the viewport at 1280 and 420 px
@@ -147,6 +166,7 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     run_id = page.url.rsplit("/", 1)[-1]
     assert page.locator("ul.outputs li", has_text=".safetensors").count() == 1
     assert _chart_points(page) >= 3
+    assert page.get_by_test_id("plan-line").inner_text() == PLAN_LINE
     download = page.get_by_role("link", name="Download LoRA")
     answer = page.request.get(f"{url}/{download.get_attribute('href').lstrip('/')}")
     assert answer.status == 200

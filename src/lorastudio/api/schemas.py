@@ -11,7 +11,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lorastudio.config import TrainConfig
-from lorastudio.training.events import ModelLoadCompleted, ModelLoadStarted, Preparing
+from lorastudio.training.events import (
+    ModelLoadCompleted,
+    ModelLoadStarted,
+    PlanChosen,
+    PlanTrial,
+    Preparing,
+)
 
 
 class _Body(BaseModel):
@@ -41,7 +47,8 @@ class ResumeBody(_Body):
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="settings to change that do not change the maths (save_every, keep_last, "
-        "max_bad_steps, lora_format, compile, gradient_checkpointing, data_dir)",
+        "max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
+        "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)",
     )
     queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
 
@@ -94,6 +101,26 @@ class TrainConfigOut(TrainConfig):
 PhaseOut = Annotated[ModelLoadStarted | ModelLoadCompleted | Preparing, Field(discriminator="type")]
 
 
+class PlanTrialOut(PlanTrial):
+    """One measured candidate plan, as the run record keeps it (unknown keys dropped)."""
+
+    model_config = ConfigDict(
+        extra="ignore", title="PlanTrialOut", json_schema_serialization_defaults_required=True
+    )
+
+
+class PlanOut(PlanChosen):
+    """The plan a run uses (the engine's plan_chosen event, kept in the run record): base
+    precision, checkpointing, blocks offloaded, micro-batch, compile, how it was decided, the
+    measured trials and the speed features that fell back (with their reasons)."""
+
+    model_config = ConfigDict(
+        extra="ignore", title="PlanOut", json_schema_serialization_defaults_required=True
+    )
+
+    trials: list[PlanTrialOut] = Field(default_factory=list)
+
+
 class StatusEvent(_Out):
     """The `status` event of GET /api/train/events, logged by the job service when a job's status
     changes (between the engine's events)."""
@@ -139,10 +166,13 @@ class FamilyOut(_Out):
 
 
 class HostOut(_Out):
-    device: str
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+    device: str = Field(description='"cuda" or "cpu"')
     name: str
-    memory_gb: float | None
-    precisions: list[str]
+    memory_gb: float | None = Field(description="memory of one GPU (null on a CPU host)")
+    precisions: list[str] = Field(description="the base_precision values a run can use here")
+    gpu_count: int = Field(default=0, description="CUDA GPUs of this host (0: CPU only); num_gpus' limit")
 
 
 class ModelOut(_Out):
@@ -166,50 +196,6 @@ class InfoOut(_Out):
 class DroppedFile(_Out):
     file: str
     reason: str
-
-
-class PreflightDataset(_Out):
-    path: str
-    images_found: int
-    images_used: int
-    dropped: list[DroppedFile]
-    missing_captions: list[str] = Field(description="images captioned only by the default caption / trigger")
-    caption_sources: dict[str, int]
-    unique_captions: int
-    buckets: dict[str, int] = Field(description='"WxH" -> images')
-    fingerprint: str
-
-
-class PreflightSchedule(_Out):
-    steps: int
-    epochs: float
-    steps_per_epoch: int
-    batch_size: int
-    grad_accum: int
-
-
-class PrecisionPlan(_Out):
-    requested: str
-    base_dtype: str
-    lora_dtype: str
-    device: str
-    tf32: bool
-    gradient_checkpointing: str
-
-
-class MemoryEstimate(_Out):
-    estimated_gb: float | None = Field(description="rough peak (a formula, not a measurement)")
-    phases: dict[str, float] | None
-    note: str
-
-
-class PreflightOut(_Out):
-    config: TrainConfigOut = Field(description="the resolved TrainConfig")
-    dataset: PreflightDataset
-    schedule: PreflightSchedule
-    precision: PrecisionPlan
-    memory: MemoryEstimate
-    host: HostOut
 
 
 class MetricPoint(_Out):
@@ -270,6 +256,9 @@ class JobOut(_Out):
     stop_requested: StopRequested | None
     config: TrainConfigOut = Field(description="the resolved TrainConfig")
     samples: SampleRound | None = Field(default=None, description="the latest sample previews of the job")
+    plan: PlanOut | None = Field(
+        default=None, description="the plan the job runs with (null until it reports one)"
+    )
 
 
 class QueuedJob(_Out):
@@ -311,6 +300,7 @@ class OutputOut(_Out):
 
 class RunDetail(RunSummary):
     config: TrainConfigOut = Field(description="the resolved TrainConfig the run was started with")
+    plan: PlanOut | None = Field(default=None, description="the plan the run used (null: none reported)")
     metrics: list[MetricPoint]
     outputs: list[OutputOut]
 

@@ -24,10 +24,12 @@ TERMINAL_EVENTS = frozenset({"complete", "error"})
 class Folded:
     """What folding one event changed.
 
-    point: a new metric point to store (None: none); now_running: the job went from preparing to
-    running; final: the (status, error) the job ends with (None: it goes on)."""
+    point: a new metric point to store (None: none); plan: the plan_chosen event to store in the
+    run record (None: none); now_running: the job went from preparing to running; final: the
+    (status, error) the job ends with (None: it goes on)."""
 
     point: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
     now_running: bool = False
     final: tuple[JobStatus, str | None] | None = None
 
@@ -63,6 +65,9 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
         if job.history.add(candidate):
             point = candidate
         job.steps_run = max(job.steps_run, data["step"])
+    elif kind == "plan_chosen":
+        job.plan = data
+        return Folded(plan=data)
     elif kind == "sample_ready":
         job.samples = {"step": data["step"], "images": data["images"]}
     elif kind == "complete":

@@ -1,43 +1,77 @@
 """The preflight report: what a validated run would do, computed without loading any model.
 
-The VRAM estimate is a rough formula (see `estimate_memory_gb`), not a measurement.
+The report's `plan` section says, for each setting of the memory plan (config.PLAN_FIELDS), the
+value the run will use and where it comes from: fixed by the settings, the plain default of a
+setting left at auto (no memory budget), or chosen at the start of the run by measuring a few
+real steps against `memory_budget_gb` (value unknown until then). The VRAM estimate is a rough
+formula (see `estimate_memory_gb`), not a measurement.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.config import TrainConfig
+from lorastudio.config import PLAN_FIELDS, TrainConfig, plan_fields_left_auto
 from lorastudio.data import is_image_name
-from lorastudio.jobs.hardware import host_info, resolved_dtype
+from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
 
-_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Bytes per frozen base weight. fp8 keeps bf16 weights (fp8 is the matmul, not the storage);
+# int8 stores one byte per weight plus per-row scales; nf4 half a byte plus block scales (~0.56).
+WEIGHT_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "int8": 1.0, "nf4": 0.56}
+# The dtype of everything a quantised / fp8 plan does not quantise (encoders, VAE, embedders).
+_COMPUTE_DTYPE = {"fp8": "bf16", "int8": "bf16", "nf4": "bf16"}
+# Quantisation applies to the linears of the repeated blocks only (quant engineer's contract).
+_QUANTISED = frozenset({"int8", "nf4"})
+# Activation memory kept for the backward, relative to no checkpointing.
+ACTIVATION_FACTOR: dict[str, float] = {"off": 1.0, "selective": 0.5, "full": 0.1}
+# Swapped blocks resident on the device at a time (the one computing + the one prefetched).
+IN_FLIGHT_BLOCKS = 2
+# Lightest first: the precision a memory budget may fall back to (auto never picks fp8).
+_LIGHTEST_PRECISIONS = ("nf4", "int8", "bf16", "fp16", "fp32")
+
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
 # Activation memory per billion denoiser parameters per sample at 1024 px, in GB, fitted on the
-# H200 baselines of the four families (batch 1: 1.6-5.9, typical ~2.5; grad checkpointing: ~0.1x).
+# H200 baselines of the four families (batch 1: 1.6-5.9, typical ~2.5).
 _ACT_GB_PER_BPARAM = 2.5
-_CKPT_FACTOR = 0.1
 _OVERHEAD_GB = 1.0
+# A weight of a repeated block (diffusers' _repeated_blocks): the transformer blocks of FLUX.1,
+# Qwen-Image and the U-Net's attentions, Z-Image's layers and refiners. The first match is the
+# block itself (an SDXL key nests it inside down_blocks.N.attentions.M).
+_BLOCK_KEY = re.compile(r"^(.*?(?:transformer_blocks|layers|refiner)\.\d+)\.")
 
 
-def preflight_report(run: ValidatedRun) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PlanValues:
+    """The four settings of a memory plan as the run would use them."""
+
+    base_precision: str  # fp32 | bf16 | fp16 | fp8 | int8 | nf4
+    gradient_checkpointing: str  # off | selective | full
+    offload_blocks: int
+    micro_batch_size: int
+
+
+def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[str, Any]:
     """A JSON-able report: dataset (images found/used/dropped with reasons, captions, buckets),
-    schedule (steps, epochs), precision plan and a rough memory estimate."""
+    schedule (steps, epochs), precision, the memory plan (`plan`: each plan setting's value and
+    source) and a rough memory estimate. `host` defaults to this machine (tests pass another)."""
     cfg = run.config
     scan = run.scan
+    host = host or host_info()
     sources = Counter(item.caption_source for item in scan.items)
     batches = sum(math.ceil(n / cfg.batch_size) for n in scan.bucket_histogram().values())
     steps_per_epoch = max(1, math.ceil(batches / cfg.grad_accum))
     steps = cfg.num_epochs * steps_per_epoch if cfg.num_epochs > 0 else cfg.steps
-    host = host_info()
     dtype = resolved_dtype(cfg.base_precision, host)
+    plan = preflight_plan(cfg, host)
     return {
         "config": cfg.model_dump(mode="json"),
         "dataset": {
@@ -68,20 +102,102 @@ def preflight_report(run: ValidatedRun) -> dict[str, Any]:
             "tf32": cfg.enable_tf32 and host.device == "cuda",
             "gradient_checkpointing": cfg.gradient_checkpointing,
         },
-        "memory": estimate_memory_gb(cfg, run.model_dir, dtype),
+        "plan": plan,
+        "memory": _memory_section(cfg, run.model_dir, host),
         "host": host.public(),
     }
 
 
-def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, dtype: str) -> dict[str, Any]:
+def default_plan_values(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
+    """What each plan setting left at auto means without a memory budget: precision bf16 on a
+    bf16-capable GPU else fp32, checkpointing off, no block swap, micro-batch = batch_size."""
+    return {
+        "base_precision": resolved_dtype("auto", host),
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": cfg.batch_size,
+    }
+
+
+def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
+    """The report's `plan` section.
+
+    Returns {"memory_budget_gb", "decided_by": "settings" | "measured", "compile": whether
+    regional compile will be on, "fields": one {"name", "requested", "value", "source"} per
+    PLAN_FIELDS entry}. source: "settings" (fixed by the config), "default" (left at auto, no
+    budget: the plain default, which is `value`) or "budget" (left at auto with a budget:
+    chosen at the start of the run by measuring a few real steps; `value` is None)."""
+    budget = cfg.memory_budget_gb
+    left = set(plan_fields_left_auto(cfg))
+    defaults = default_plan_values(cfg, host)
+    fields = []
+    for name in PLAN_FIELDS:
+        requested = getattr(cfg, name)
+        if name not in left:
+            value, source = requested, "settings"
+        elif budget is None:
+            value, source = defaults[name], "default"
+        else:
+            value, source = None, "budget"
+        fields.append({"name": name, "requested": requested, "value": value, "source": source})
+    return {
+        "memory_budget_gb": budget,
+        "decided_by": "measured" if budget is not None and left else "settings",
+        "compile": cfg.compile == "on" or (cfg.compile == "auto" and host.device == "cuda"),
+        "fields": fields,
+    }
+
+
+def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = False) -> PlanValues:
+    """The plan the memory estimate assumes: the fixed settings, and each setting left at auto at
+    its plain default (the fastest plan) or, with `lightest`, at the lightest value a budget may
+    choose (nf4 or int8 where the host runs them, full checkpointing, every block swapped on a
+    GPU, micro-batch 1)."""
+    values = default_plan_values(cfg, host)
+    left = set(plan_fields_left_auto(cfg))
+    if lightest:
+        values["base_precision"] = next(
+            (p for p in _LIGHTEST_PRECISIONS if p in host.precisions), values["base_precision"]
+        )
+        values["gradient_checkpointing"] = "full"
+        values["offload_blocks"] = 1000 if host.device == "cuda" else 0
+        values["micro_batch_size"] = 1
+    for name in PLAN_FIELDS:
+        if name not in left:
+            values[name] = getattr(cfg, name)
+    return PlanValues(**values)
+
+
+def _memory_section(cfg: TrainConfig, model_dir: Path | None, host: HostInfo) -> dict[str, Any]:
+    """estimate_memory_gb for the fastest plan; with a budget choosing some settings, also
+    `lightest_gb`: the estimate of the lightest plan the budget may choose."""
+    section = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host))
+    lightest = None
+    if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
+        lightest = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host, lightest=True))
+        section["note"] += (
+            "; settings left to the memory budget are assumed at their fastest (default) values:"
+            " the run measures and picks lighter ones when they do not fit"
+        )
+    section["lightest_gb"] = lightest["estimated_gb"] if lightest else None
+    return section
+
+
+def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValues) -> dict[str, Any]:
     """Rough peak accelerator memory of the run, per phase (the engine loads text encoders, VAE
     and denoiser one after another). Parameter counts come from the safetensors headers of the
     local pipeline; for a hub id nothing is known locally and the estimate is None.
 
-    denoiser phase = weights at the base dtype + LoRA (rank/16 x 1% of the denoiser) with fp32
+    Takes the config (resolution, LoRA rank) and the plan to size. Returns {"estimated_gb",
+    "phases": {conditioning, latents, denoiser} in GB, "note"}.
+
+    denoiser phase = base weights (WEIGHT_BYTES of the plan's precision for the repeated blocks'
+    weights when quantised, the compute dtype for the rest; blocks swapped to CPU RAM do not
+    count except IN_FLIGHT_BLOCKS of them) + LoRA (rank/16 x 1% of the denoiser) with fp32
     weights, grads and AdamW state (16 B/param) + activations (2.5 GB per billion denoiser
-    parameters per sample at 1024 px, scaled by pixels; x0.1 with gradient checkpointing) + 1 GB.
-    Calibrated on four H200 measurements; expect it to be off by up to ~50%."""
+    parameters per sample of the micro-batch at 1024 px, scaled by pixels, x ACTIVATION_FACTOR
+    of the checkpointing mode) + 1 GB. Calibrated on four H200 measurements without
+    quantisation, checkpointing modes or block swap; expect it to be off by up to ~50%."""
     note = "rough formula (weights + LoRA/optimizer + activations scaled from H200 baselines), +-50%"
     if model_dir is None:
         return {
@@ -90,45 +206,75 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, dtype: str) -> 
             "note": "base model is a hub id: no local weights to size",
         }
     fam = families.get(cfg.family)
-    per = _BYTES[dtype] / 1e9
+    compute = _COMPUTE_DTYPE.get(plan.base_precision, plan.base_precision)
+    per = WEIGHT_BYTES[compute] / 1e9
     encoders = sum(
         _param_count(model_dir / sub) for sub in ("text_encoder", "text_encoder_2", "text_encoder_3")
     )
     vae = _param_count(model_dir / "vae")
-    denoiser = _param_count(model_dir / fam.spec.denoiser)
+    other, blocks = denoiser_param_split(model_dir / fam.spec.denoiser)
+    denoiser = other + sum(blocks)
+    block_bytes = WEIGHT_BYTES[plan.base_precision if plan.base_precision in _QUANTISED else compute]
+    resident = _resident_block_params(blocks, plan.offload_blocks)
+    weights_gb = (other * per) + resident * block_bytes / 1e9
     lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
     pixels = ((cfg.resolution or 1024) / 1024) ** 2
-    act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * cfg.batch_size * pixels
-    if cfg.gradient_checkpointing in ("selective", "full"):
-        act *= _CKPT_FACTOR
+    act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
+    act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
     phases = {
         "conditioning": round(encoders * per + _OVERHEAD_GB, 2),
         "latents": round(vae * per * 3 + _OVERHEAD_GB, 2),
-        "denoiser": round(denoiser * per + lora * 16 / 1e9 + act + _OVERHEAD_GB, 2),
+        "denoiser": round(weights_gb + lora * 16 / 1e9 + act + _OVERHEAD_GB, 2),
     }
     return {"estimated_gb": max(phases.values()), "phases": phases, "note": note}
+
+
+def _resident_block_params(blocks: list[int], offload: int) -> float:
+    """Parameters of the repeated blocks on the device: all but the `offload` swapped ones, plus
+    IN_FLIGHT_BLOCKS of those (their average size: which blocks swap is the engine's choice)."""
+    if not blocks:
+        return 0.0
+    swapped = min(max(offload, 0), len(blocks))
+    average = sum(blocks) / len(blocks)
+    return average * (len(blocks) - swapped + min(IN_FLIGHT_BLOCKS, swapped))
+
+
+def denoiser_param_split(folder: Path) -> tuple[int, list[int]]:
+    """(parameters outside the repeated blocks, parameters of each repeated block) of the
+    denoiser's *.safetensors files in `folder` (0 and [] when there are none)."""
+    other = 0
+    blocks: dict[str, int] = {}
+    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        for name, count in _safetensors_tensors(file):
+            match = _BLOCK_KEY.match(name)
+            if match:
+                blocks[match.group(1)] = blocks.get(match.group(1), 0) + count
+            else:
+                other += count
+    return other, list(blocks.values())
 
 
 def _param_count(folder: Path) -> int:
     """Parameters stored in the *.safetensors files of `folder` (0 when there are none)."""
     total = 0
     for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        total += _safetensors_params(file)
+        total += sum(count for _, count in _safetensors_tensors(file))
     return total
 
 
-def _safetensors_params(file: Path) -> int:
-    """Parameter count from a safetensors header (reads only the header)."""
+def _safetensors_tensors(file: Path) -> list[tuple[str, int]]:
+    """(tensor name, element count) of every tensor in a safetensors header (reads only the
+    header; [] when it cannot be read)."""
     try:
         with file.open("rb") as fh:
             (size,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(min(size, 100_000_000)))
     except (OSError, ValueError, struct.error):
-        return 0
-    total = 0
+        return []
+    out = []
     for name, meta in header.items():
         if name == "__metadata__" or not isinstance(meta, dict):
             continue
         begin, end = meta.get("data_offsets", (0, 0))
-        total += (end - begin) // _DTYPE_BYTES.get(meta.get("dtype", "F32"), 4)
-    return total
+        out.append((name, (end - begin) // _DTYPE_BYTES.get(meta.get("dtype", "F32"), 4)))
+    return out

@@ -115,6 +115,7 @@ class Job:
     phase: dict[str, Any] | None = None  # the last model-load / preparing event
     progress: dict[str, Any] | None = None  # the last progress event
     samples: dict[str, Any] | None = None  # the last sample_ready event: {step, images (run-relative)}
+    plan: dict[str, Any] | None = None  # the plan_chosen event: how the denoiser phase runs
     history: MetricHistory = field(default_factory=MetricHistory)
     lora_path: str | None = None
     steps_run: int = 0
@@ -140,6 +141,7 @@ class Job:
             "phase": self.phase,
             "progress": self.progress,
             "samples": self.samples,
+            "plan": self.plan,
             "metrics": self.history.since(since),
             "lora_path": self.lora_path,
             "steps_run": self.steps_run,

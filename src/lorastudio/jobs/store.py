@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS runs (
     steps_run INTEGER NOT NULL DEFAULT 0,
     total_steps INTEGER,
     last_loss REAL,
-    error TEXT
+    error TEXT,
+    plan_json TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -67,6 +68,8 @@ _RUN_COLUMNS = (
     "error",
 )
 _UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "output_name", "family", "created_at"}
+# Columns added after the first release: (name, SQL type), added to an older store on open.
+_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (("plan_json", "TEXT"),)
 
 
 class RunStore:
@@ -88,6 +91,7 @@ class RunStore:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(_SCHEMA)
+        _add_missing_columns(conn)
         store = cls(conn, path)
         if recover:
             store.mark_interrupted()
@@ -166,6 +170,13 @@ class RunStore:
                 (point["step"], point.get("loss"), run_id),
             )
 
+    def set_plan(self, run_id: str, plan: dict[str, Any]) -> None:
+        """Record the plan a run uses (its sanitised plan_chosen event: precision, checkpointing,
+        offload, micro-batch, compile, how it was decided, trials, fallbacks). A later call
+        replaces it."""
+        with self._tx() as cur:
+            cur.execute("UPDATE runs SET plan_json=? WHERE id=?", (json.dumps(plan, allow_nan=False), run_id))
+
     def add_output(self, run_id: str, kind: str, path: str) -> None:
         """Record one output file of a run (kind: "lora", "sidecar", ...)."""
         with self._tx() as cur:
@@ -191,11 +202,11 @@ class RunStore:
         return [dict(r) for r in rows]
 
     def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
-        """One run with config, metric points (decimated to at most `max_points`) and outputs.
-        Raises NotFound."""
+        """One run with config, plan (None until the run reported one), metric points (decimated
+        to at most `max_points`) and outputs. Raises NotFound."""
         with self._lock:
             row = self._conn.execute(
-                f"SELECT {', '.join(_RUN_COLUMNS)}, config_json FROM runs WHERE id=?", (run_id,)
+                f"SELECT {', '.join(_RUN_COLUMNS)}, config_json, plan_json FROM runs WHERE id=?", (run_id,)
             ).fetchone()
             if row is None:
                 raise NotFound(f"no run with id {run_id!r}")
@@ -207,6 +218,8 @@ class RunStore:
             ).fetchall()
         run = dict(row)
         run["config"] = json.loads(run.pop("config_json"))
+        plan = run.pop("plan_json")
+        run["plan"] = json.loads(plan) if plan else None
         points = [dict(m) for m in metrics]
         if len(points) > max_points:
             every = -(-len(points) // max_points)
@@ -223,3 +236,20 @@ class RunStore:
         with self._lock:
             rows = self._conn.execute("SELECT id FROM runs WHERE output_name=?", (output_name,)).fetchall()
         return [r["id"] for r in rows]
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Bring a store written by an older version up to the current runs table (new columns are
+    nullable, so existing rows read as "not recorded")."""
+    for name, kind in _ADDED_COLUMNS:
+        if name in _run_columns(conn):
+            continue
+        try:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+        except sqlite3.OperationalError:
+            if name not in _run_columns(conn):  # not a concurrent opener that added it first
+                raise
+
+
+def _run_columns(conn: sqlite3.Connection) -> set[str]:
+    return {row["name"] for row in conn.execute("PRAGMA table_info(runs)")}

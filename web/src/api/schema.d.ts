@@ -1085,13 +1085,28 @@ export interface components {
         };
         /** HostOut */
         HostOut: {
-            /** Device */
+            /**
+             * Device
+             * @description "cuda" or "cpu"
+             */
             device: string;
-            /** Memory Gb */
+            /**
+             * Gpu Count
+             * @description CUDA GPUs of this host (0: CPU only); num_gpus' limit
+             * @default 0
+             */
+            gpu_count: number;
+            /**
+             * Memory Gb
+             * @description memory of one GPU (null on a CPU host)
+             */
             memory_gb: number | null;
             /** Name */
             name: string;
-            /** Precisions */
+            /**
+             * Precisions
+             * @description the base_precision values a run can use here
+             */
             precisions: string[];
         };
         /** InfoOut */
@@ -1141,6 +1156,8 @@ export interface components {
             phase: (components["schemas"]["ModelLoadStarted"] | components["schemas"]["ModelLoadCompleted"] | components["schemas"]["Preparing"]) | null;
             /** Pid */
             pid: number | null;
+            /** @description the plan the job runs with (null until it reports one) */
+            plan?: components["schemas"]["PlanOut"] | null;
             progress: components["schemas"]["ProgressOut"] | null;
             /** @description the latest sample previews of the job */
             samples?: components["schemas"]["SampleRound"] | null;
@@ -1202,6 +1219,11 @@ export interface components {
              * @description rough peak (a formula, not a measurement)
              */
             estimated_gb: number | null;
+            /**
+             * Lightest Gb
+             * @description with a memory budget: the rough peak of the lightest plan it may choose (null otherwise)
+             */
+            lightest_gb: number | null;
             /** Note */
             note: string;
             /** Phases */
@@ -1279,6 +1301,157 @@ export interface components {
             /** Path */
             path: string;
         };
+        /**
+         * PlanChosenEvent
+         * @description How the denoiser phase runs, emitted once before the first step: the base precision
+         *     ("fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4"), activation checkpointing ("off" |
+         *     "selective" | "full"), repeated blocks offloaded to CPU RAM, samples per forward/backward,
+         *     whether regional compile is active, the memory budget (None: none) and how the plan was
+         *     decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
+         *     "checkpoint" = the plan of the checkpoint a resume continues). `fallbacks` lists the speed
+         *     features that could not be used here, each with its reason (e.g. "fp8: needs ...").
+         */
+        PlanChosenEvent: {
+            /** Base Precision */
+            base_precision: string;
+            /** Compile */
+            compile: boolean;
+            /**
+             * Decided By
+             * @default settings
+             * @enum {string}
+             */
+            decided_by?: "settings" | "measured" | "checkpoint";
+            /** Fallbacks */
+            fallbacks?: string[];
+            /** Gradient Checkpointing */
+            gradient_checkpointing: string;
+            /**
+             * Memory Budget Gb
+             * @default null
+             */
+            memory_budget_gb?: number | null;
+            /** Micro Batch Size */
+            micro_batch_size: number;
+            /** Offload Blocks */
+            offload_blocks: number;
+            /** Trials */
+            trials?: components["schemas"]["PlanTrial"][];
+            /**
+             * Type
+             * @default plan_chosen
+             * @constant
+             */
+            type?: "plan_chosen";
+        };
+        /** PlanFieldOut */
+        PlanFieldOut: {
+            /**
+             * Name
+             * @enum {string}
+             */
+            name: "base_precision" | "gradient_checkpointing" | "offload_blocks" | "micro_batch_size";
+            /**
+             * Requested
+             * @description the setting as given (auto / null = left to the plan)
+             */
+            requested: string | number | null;
+            /**
+             * Source
+             * @description settings: fixed by the config; default: left at auto without a memory budget (the plain default); budget: chosen at the start of the run by measuring a few real steps
+             * @enum {string}
+             */
+            source: "settings" | "default" | "budget";
+            /**
+             * Value
+             * @description what the run uses (null: measured at the start of the run)
+             */
+            value: string | number | null;
+        };
+        /**
+         * PlanOut
+         * @description The plan a run uses (the engine's plan_chosen event, kept in the run record): base
+         *     precision, checkpointing, blocks offloaded, micro-batch, compile, how it was decided, the
+         *     measured trials and the speed features that fell back (with their reasons).
+         */
+        PlanOut: {
+            /** Base Precision */
+            base_precision: string;
+            /** Compile */
+            compile: boolean;
+            /**
+             * Decided By
+             * @default settings
+             * @enum {string}
+             */
+            decided_by: "settings" | "measured" | "checkpoint";
+            /** Fallbacks */
+            fallbacks: string[];
+            /** Gradient Checkpointing */
+            gradient_checkpointing: string;
+            /** Memory Budget Gb */
+            memory_budget_gb: number | null;
+            /** Micro Batch Size */
+            micro_batch_size: number;
+            /** Offload Blocks */
+            offload_blocks: number;
+            /** Trials */
+            trials: components["schemas"]["PlanTrialOut"][];
+            /**
+             * Type
+             * @default plan_chosen
+             * @constant
+             */
+            type: "plan_chosen";
+        };
+        /**
+         * PlanTrial
+         * @description One candidate plan measured by the plan chooser: its settings (as in PlanChosen), the
+         *     measured seconds per sample and peak GPU memory, or why it could not run (out of memory).
+         */
+        PlanTrial: {
+            /** Base Precision */
+            base_precision: string;
+            /** Fits */
+            fits: boolean;
+            /** Gradient Checkpointing */
+            gradient_checkpointing: string;
+            /** Micro Batch Size */
+            micro_batch_size: number;
+            /**
+             * Note
+             * @default null
+             */
+            note?: string | null;
+            /** Offload Blocks */
+            offload_blocks: number;
+            /** Peak Memory Gb */
+            peak_memory_gb: number | null;
+            /** Seconds Per Sample */
+            seconds_per_sample: number | null;
+        };
+        /**
+         * PlanTrialOut
+         * @description One measured candidate plan, as the run record keeps it (unknown keys dropped).
+         */
+        PlanTrialOut: {
+            /** Base Precision */
+            base_precision: string;
+            /** Fits */
+            fits: boolean;
+            /** Gradient Checkpointing */
+            gradient_checkpointing: string;
+            /** Micro Batch Size */
+            micro_batch_size: number;
+            /** Note */
+            note: string | null;
+            /** Offload Blocks */
+            offload_blocks: number;
+            /** Peak Memory Gb */
+            peak_memory_gb: number | null;
+            /** Seconds Per Sample */
+            seconds_per_sample: number | null;
+        };
         /** PrecisionPlan */
         PrecisionPlan: {
             /** Base Dtype */
@@ -1286,7 +1459,7 @@ export interface components {
             /** Device */
             device: string;
             /** Gradient Checkpointing */
-            gradient_checkpointing: boolean;
+            gradient_checkpointing: string;
             /** Lora Dtype */
             lora_dtype: string;
             /** Requested */
@@ -1342,8 +1515,30 @@ export interface components {
             dataset: components["schemas"]["PreflightDataset"];
             host: components["schemas"]["HostOut"];
             memory: components["schemas"]["MemoryEstimate"];
+            plan: components["schemas"]["PreflightPlan"];
             precision: components["schemas"]["PrecisionPlan"];
             schedule: components["schemas"]["PreflightSchedule"];
+        };
+        /** PreflightPlan */
+        PreflightPlan: {
+            /**
+             * Compile
+             * @description regional compile will be on (auto = on with CUDA)
+             */
+            compile: boolean;
+            /**
+             * Decided By
+             * @description measured: a memory budget chooses the settings left at auto at the start of the run
+             * @enum {string}
+             */
+            decided_by: "settings" | "measured";
+            /**
+             * Fields
+             * @description one per plan setting, in config.PLAN_FIELDS order
+             */
+            fields: components["schemas"]["PlanFieldOut"][];
+            /** Memory Budget Gb */
+            memory_budget_gb: number | null;
         };
         /** PreflightSchedule */
         PreflightSchedule: {
@@ -1475,7 +1670,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, max_bad_steps, lora_format, compile, gradient_checkpointing, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
              */
             settings?: {
                 [key: string]: unknown;
@@ -1516,6 +1711,8 @@ export interface components {
             output_name: string;
             /** Outputs */
             outputs: components["schemas"]["OutputOut"][];
+            /** @description the plan the run used (null: none reported) */
+            plan?: components["schemas"]["PlanOut"] | null;
             /**
              * Resume Step
              * @description the step a resume would continue from (null: not resumable)
@@ -1735,11 +1932,11 @@ export interface components {
             base_model: string;
             /**
              * Base Precision
-             * @description dtype of the frozen base: auto = bf16 on a capable GPU, else fp32
+             * @description frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
              * @default auto
              * @enum {string}
              */
-            base_precision?: "auto" | "fp32" | "bf16" | "fp16";
+            base_precision?: "auto" | "fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4";
             /**
              * Batch Size
              * @default 1
@@ -1800,9 +1997,11 @@ export interface components {
             grad_accum?: number;
             /**
              * Gradient Checkpointing
-             * @default false
+             * @description recompute activations in the backward: selective = the cheap ops only, full = every repeated block; auto = off (with memory_budget_gb: what the measured plan needs)
+             * @default auto
+             * @enum {string}
              */
-            gradient_checkpointing?: boolean;
+            gradient_checkpointing?: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
              * @description guidance-distilled bases
@@ -1895,6 +2094,18 @@ export interface components {
              */
             max_sequence_length?: number | null;
             /**
+             * Memory Budget Gb
+             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget
+             * @default null
+             */
+            memory_budget_gb?: number | null;
+            /**
+             * Micro Batch Size
+             * @description samples per forward/backward pass (batch_size must divide by it; same maths); null = batch_size (with memory_budget_gb: what the measured plan needs)
+             * @default null
+             */
+            micro_batch_size?: number | null;
+            /**
              * Num Epochs
              * @description if > 0, overrides steps
              * @default 0
@@ -1906,6 +2117,12 @@ export interface components {
              * @default 1
              */
             num_gpus?: number;
+            /**
+             * Offload Blocks
+             * @description repeated blocks kept in CPU RAM and moved to the GPU in turn (block swap); null = auto: 0 (with memory_budget_gb: what the measured plan needs)
+             * @default null
+             */
+            offload_blocks?: number | null;
             /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
@@ -2020,11 +2237,11 @@ export interface components {
             base_model: string;
             /**
              * Base Precision
-             * @description dtype of the frozen base: auto = bf16 on a capable GPU, else fp32
+             * @description frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)
              * @default auto
              * @enum {string}
              */
-            base_precision: "auto" | "fp32" | "bf16" | "fp16";
+            base_precision: "auto" | "fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4";
             /**
              * Batch Size
              * @default 1
@@ -2082,9 +2299,11 @@ export interface components {
             grad_accum: number;
             /**
              * Gradient Checkpointing
-             * @default false
+             * @description recompute activations in the backward: selective = the cheap ops only, full = every repeated block; auto = off (with memory_budget_gb: what the measured plan needs)
+             * @default auto
+             * @enum {string}
              */
-            gradient_checkpointing: boolean;
+            gradient_checkpointing: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
              * @description guidance-distilled bases
@@ -2167,6 +2386,16 @@ export interface components {
              */
             max_sequence_length: number | null;
             /**
+             * Memory Budget Gb
+             * @description GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget
+             */
+            memory_budget_gb: number | null;
+            /**
+             * Micro Batch Size
+             * @description samples per forward/backward pass (batch_size must divide by it; same maths); null = batch_size (with memory_budget_gb: what the measured plan needs)
+             */
+            micro_batch_size: number | null;
+            /**
              * Num Epochs
              * @description if > 0, overrides steps
              * @default 0
@@ -2178,6 +2407,11 @@ export interface components {
              * @default 1
              */
             num_gpus: number;
+            /**
+             * Offload Blocks
+             * @description repeated blocks kept in CPU RAM and moved to the GPU in turn (block swap); null = auto: 0 (with memory_budget_gb: what the measured plan needs)
+             */
+            offload_blocks: number | null;
             /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)

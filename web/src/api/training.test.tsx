@@ -1,4 +1,4 @@
-import { act, render, screen, waitFor } from "@testing-library/react";
+import { act, render, screen, waitFor, within } from "@testing-library/react";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { LiveScreen } from "../screens/LiveScreen";
 import { type Call, mockFetch } from "../test/fixtures";
@@ -103,5 +103,62 @@ describe("live training state", () => {
     act(() => screen.getByRole("button", { name: "Stop and save" }).click());
     await waitFor(() => expect(calls.some((c) => c.url === "/api/train/stop")).toBe(true));
     expect(calls.find((c) => c.url === "/api/train/stop")?.body).toEqual({ save: true, job_id: "j1" });
+  });
+  it("shows the plan a plan_chosen event reports in one line, with fallbacks and measured trials", async () => {
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    await waitFor(() => expect(screen.getByTestId("chart").dataset.points).toBe("1"));
+    expect(screen.queryByTestId("plan")).toBeNull(); // nothing reported yet
+    const fetchesBefore = calls.length;
+    const trial = { base_precision: "bf16", offload_blocks: 0, micro_batch_size: 1, note: null };
+    act(() =>
+      FakeEventSource.last?.emit("plan_chosen", {
+        type: "plan_chosen",
+        job_id: "j1",
+        base_precision: "bf16",
+        gradient_checkpointing: "selective",
+        offload_blocks: 0,
+        micro_batch_size: 1,
+        compile: true,
+        memory_budget_gb: 24,
+        decided_by: "measured",
+        trials: [
+          { ...trial, gradient_checkpointing: "off", seconds_per_sample: null, peak_memory_gb: null, fits: false, note: "out of memory" },
+          { ...trial, gradient_checkpointing: "selective", seconds_per_sample: 0.25, peak_memory_gb: 21.5, fits: true },
+        ],
+        fallbacks: ["fp8: needs a GPU of compute capability 8.9"],
+      }),
+    );
+    expect(screen.getByTestId("plan-line")).toHaveTextContent(
+      "bf16 · checkpointing selective · 0 blocks offloaded · micro-batch 1 · compiled",
+    );
+    expect(screen.getByTestId("plan")).toHaveTextContent("measured for a 24.0 GB budget (2 trials)");
+    expect(screen.getByTestId("plan-fallbacks")).toHaveTextContent("fp8: needs a GPU of compute capability 8.9");
+    const rows = within(screen.getByTestId("plan-trials")).getAllByRole("row").slice(1);
+    expect(rows.map((r) => r.textContent)).toEqual([
+      expect.stringMatching(/off.*does not fit.*out of memory/),
+      expect.stringMatching(/selective.*0\.25.*21\.5 GB.*chosen/),
+    ]);
+    expect(calls.length).toBe(fetchesBefore); // folded in place, no re-fetch
+  });
+
+  it("shows a plan fixed by the settings without a trials table", async () => {
+    calls = mockFetch(({ url }) => {
+      const plan = { type: "plan_chosen", base_precision: "fp32", gradient_checkpointing: "off", offload_blocks: 0, micro_batch_size: 2, compile: false, memory_budget_gb: null, decided_by: "settings", trials: [], fallbacks: [] };
+      if (url.startsWith("/api/train/status")) return { body: { job: { ...JOB, plan }, queue: [], busy: true, event_seq: 3 } };
+      return undefined;
+    });
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    expect(await screen.findByTestId("plan-line")).toHaveTextContent("fp32 · checkpointing off · 0 blocks offloaded · micro-batch 2 · not compiled");
+    expect(screen.getByTestId("plan")).toHaveTextContent("fixed by the settings");
+    expect(screen.queryByTestId("plan-trials")).toBeNull();
+    expect(screen.queryByTestId("plan-fallbacks")).toBeNull();
   });
 });

@@ -2,7 +2,7 @@
  * Live training state shared by every screen: the status snapshot, fetched once, then kept
  * current from the server-sent event stream. A progress event appends one chart point and
  * replaces the progress read-out, a load/preparing event replaces the phase, a sample_ready event
- * replaces the latest sample previews (no re-fetch); the
+ * replaces the latest sample previews, a plan_chosen event sets the job's plan (no re-fetch); the
  * rare others (status changes, complete, error, a new job) re-fetch the small status snapshot
  * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
  * changes (the stream carries it as `?token=`).
@@ -10,7 +10,8 @@
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
 import { useAuth } from "./auth";
 import { api } from "./endpoints";
-import type { Job, ProgressEvent, SampleReadyEvent, TrainEvent, TrainStatus } from "./types";
+import type { Job, PlanChosenEvent, ProgressEvent, SampleReadyEvent, TrainEvent, TrainStatus } from "./types";
+import { planFromEvent } from "../lib/plan";
 import { appendPoint, emptySeries, fromPoints, type MetricSeries } from "../lib/series";
 
 export const EVENT_TYPES = [
@@ -19,6 +20,7 @@ export const EVENT_TYPES = [
   "preparing",
   "progress",
   "sample_ready",
+  "plan_chosen",
   "complete",
   "error",
   "status",
@@ -54,6 +56,11 @@ function withProgress(job: Job, p: ProgressEvent): Job {
 /** Fold one sample_ready event into a job snapshot: its latest sample previews. */
 export function withSamples(job: Job, ev: SampleReadyEvent): Job {
   return { ...job, samples: { step: ev.step, images: ev.images } };
+}
+
+/** Fold one plan_chosen event into a job snapshot: the plan the job runs with. */
+export function withPlan(job: Job, ev: PlanChosenEvent): Job {
+  return { ...job, plan: planFromEvent(ev) };
 }
 
 export function TrainingProvider({ children }: { children: ReactNode }) {
@@ -108,6 +115,12 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
       const sameJob = current && (!ev.job_id || ev.job_id === current.id);
       if (sameJob && ev.type === "sample_ready") {
         const next = withSamples(current, ev);
+        jobRef.current = next;
+        setJob(next);
+        return;
+      }
+      if (sameJob && ev.type === "plan_chosen") {
+        const next = withPlan(current, ev);
         jobRef.current = next;
         setJob(next);
         return;

@@ -32,6 +32,12 @@ export type UploadResult = Schemas["UploadOut"];
 export type CaptionResult = Schemas["CaptionOut"];
 export type DeletedFiles = Schemas["DeletedFiles"];
 export type PreflightReport = Schemas["PreflightOut"];
+/** The preflight's memory plan: each plan setting's value and where it comes from. */
+export type PreflightPlan = Schemas["PreflightPlan"];
+export type PlanField = Schemas["PlanFieldOut"];
+/** The plan a run uses (its plan_chosen event, kept in the job and the run record). */
+export type Plan = Schemas["PlanOut"];
+export type PlanTrial = Schemas["PlanTrialOut"];
 export type Job = Schemas["JobOut"];
 export type JobStatus = Job["status"];
 export type MetricPoint = Schemas["MetricPoint"];
@@ -60,6 +66,7 @@ export type ProgressEvent = Tagged<Schemas["ProgressEvent"]>;
 export type CompleteEvent = Tagged<Schemas["CompleteEvent"]>;
 export type ErrorEvent = Tagged<Schemas["ErrorEvent"]>;
 export type SampleReadyEvent = Tagged<Schemas["SampleReadyEvent"]>;
+export type PlanChosenEvent = Tagged<Schemas["PlanChosenEvent"]>;
 /** What a job's `phase` holds: the last load/preparing event (a tagged union). */
 export type PhaseEvent = NonNullable<Job["phase"]>;
 export type PreparingEvent = Extract<PhaseEvent, { type: "preparing" }>;
@@ -68,6 +75,14 @@ export type ModelLoadCompletedEvent = Extract<PhaseEvent, { type: "model_load_co
 /** A status change the job service logs between engine events. */
 export type StatusEvent = Schemas["StatusEvent"];
 /** Every event of GET /api/train/events; the service tags each with its job's id. */
-export type TrainEvent = (PhaseEvent | ProgressEvent | SampleReadyEvent | CompleteEvent | ErrorEvent | StatusEvent) & {
+export type TrainEvent = (
+  | PhaseEvent
+  | ProgressEvent
+  | SampleReadyEvent
+  | PlanChosenEvent
+  | CompleteEvent
+  | ErrorEvent
+  | StatusEvent
+) & {
   job_id?: string;
 };

@@ -47,10 +47,7 @@ export function AdvancedSettings({ controls: c, family }: Props) {
           wide: true,
         })}
         {c.line("revision", "Hub revision", { placeholder: "default branch", hint: "branch, tag or commit (hub ids only)" })}
-        <div className="checks">
-          {c.check("gradient_checkpointing", "Gradient checkpointing")}
-          {c.check("enable_tf32", "TF32 matmuls")}
-        </div>
+        <div className="checks">{c.check("enable_tf32", "TF32 matmuls")}</div>
 
         {objective && <h4 className="grid-head">Objective</h4>}
         {supports.has("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}

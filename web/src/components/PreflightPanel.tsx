@@ -1,9 +1,14 @@
 import type { PreflightReport } from "../api/types";
 import { formatGb } from "../lib/format";
+import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
 
-/** The preflight report: what the run will train on, how long, in what precision, how much memory. */
+/**
+ * The preflight report: what the run will train on, how long, in what precision, with which memory
+ * plan (each setting fixed, a default, or measured at start against the memory budget) and how
+ * much memory (a rough formula).
+ */
 export function PreflightPanel({ report }: { report: PreflightReport }) {
-  const { dataset, schedule, precision, memory } = report;
+  const { dataset, schedule, precision, memory, plan } = report;
   return (
     <div className="card preflight" data-testid="preflight">
       <h3>Preflight</h3>
@@ -29,7 +34,10 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
         </div>
         <div className="stat">
           <span className="stat-label">Memory (est.)</span>
-          <span className="stat-value">{formatGb(memory.estimated_gb)}</span>
+          <span className="stat-value">
+            {formatGb(memory.estimated_gb)}
+            {memory.lightest_gb != null && <small> down to {formatGb(memory.lightest_gb)}</small>}
+          </span>
         </div>
         <div className="stat">
           <span className="stat-label">Precision</span>
@@ -39,6 +47,20 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           </span>
         </div>
       </div>
+      <div className="plan-fields" data-testid="preflight-plan">
+        {plan.fields.map((f) => (
+          <span className={`chip plan-${f.source}`} key={f.name} title={f.source === "budget" ? "chosen at the start of the run by measuring a few real steps" : undefined}>
+            {PLAN_FIELD_LABELS[f.name]}: {planFieldText(f)}
+          </span>
+        ))}
+        <span className="chip">{plan.compile ? "compiled" : "not compiled"}</span>
+      </div>
+      {plan.decided_by === "measured" && (
+        <p className="small">
+          Settings left at auto are chosen at the start of the run: the fastest plan that fits the {formatGb(plan.memory_budget_gb)} budget, measured
+          on a few real steps.
+        </p>
+      )}
       <p className="muted small">{memory.note}</p>
       {Object.keys(dataset.buckets).length > 0 && (
         <p className="small">

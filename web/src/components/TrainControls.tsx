@@ -10,6 +10,13 @@ interface Options {
   hint?: string;
   placeholder?: string;
   wide?: boolean;
+  /** Greyed out (the hint says why). */
+  disabled?: boolean;
+}
+
+interface NumberOptions extends Options {
+  /** A whole-number spin box from 1 to `max` instead of a free numeric text input. */
+  max?: number;
 }
 
 /** Renderers of the Train form's inputs, each bound to one form value and its server error. */
@@ -17,7 +24,7 @@ export interface TrainControls {
   /** The field's value as its input holds it ("" when unset or boolean). */
   text(k: Key): string;
   /** A numeric input (decimal keyboard); blank means "the default". */
-  num(k: Key, label: string, opts?: Options): ReactNode;
+  num(k: Key, label: string, opts?: NumberOptions): ReactNode;
   /** A free-text input. */
   line(k: Key, label: string, opts?: Options): ReactNode;
   /** A multi-line text input. */
@@ -25,7 +32,7 @@ export interface TrainControls {
   /** A checkbox. */
   check(k: Key, label: string): ReactNode;
   /** A select over `choices` (value -> label); `disabled(value)` greys an option out. */
-  choice(k: Key, label: string, choices: Record<string, string>, opts?: Options & { disabled?: (v: string) => boolean }): ReactNode;
+  choice(k: Key, label: string, choices: Record<string, string>, opts?: Omit<Options, "disabled"> & { disabled?: (v: string) => boolean }): ReactNode;
 }
 
 /**
@@ -39,7 +46,7 @@ export function trainControls(
 ): TrainControls {
   const text = (k: Key) => (typeof values[k] === "string" ? (values[k] as string) : "");
   const title = (k: Key) => CONFIG_DESCRIPTIONS[k as keyof TrainConfig];
-  const field = (k: Key, label: string, opts: Options, control: ReactNode) => (
+  const field = (k: Key, label: string, opts: Pick<Options, "hint" | "wide">, control: ReactNode) => (
     <Field label={label} error={errors[k]} hint={opts.hint} title={title(k)} wide={opts.wide}>
       {control}
     </Field>
@@ -51,7 +58,28 @@ export function trainControls(
         k,
         label,
         opts,
-        <input name={k} inputMode="decimal" value={text(k)} placeholder={opts.placeholder ?? "default"} onChange={(e) => set(k, e.target.value)} />,
+        opts.max != null ? (
+          <input
+            name={k}
+            type="number"
+            min={1}
+            max={opts.max}
+            step={1}
+            value={text(k)}
+            disabled={opts.disabled}
+            placeholder={opts.placeholder ?? "default"}
+            onChange={(e) => set(k, e.target.value)}
+          />
+        ) : (
+          <input
+            name={k}
+            inputMode="decimal"
+            value={text(k)}
+            disabled={opts.disabled}
+            placeholder={opts.placeholder ?? "default"}
+            onChange={(e) => set(k, e.target.value)}
+          />
+        ),
       ),
     line: (k, label, opts = {}) =>
       field(k, label, opts, <input name={k} value={text(k)} placeholder={opts.placeholder} onChange={(e) => set(k, e.target.value)} />),

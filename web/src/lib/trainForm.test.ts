@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO } from "../test/fixtures";
-import { buildConfig, compileAvailable, initialValues } from "./trainForm";
+import { budgetHint, buildConfig, compileAvailable, gpuInput, initialValues, precisionChoices } from "./trainForm";
 
 const flux = INFO.families[1];
 const sdxl = INFO.families[0];
@@ -130,5 +130,58 @@ describe("train form: checkpoints, speed and every other setting", () => {
     expect(compileAvailable("on", INFO.host)).toBe(INFO.host.device === "cuda");
     expect(compileAvailable("on", { ...INFO.host, device: "cuda" })).toBe(true);
     expect(compileAvailable("auto", INFO.host)).toBe(true);
+  });
+});
+
+describe("train form: the memory plan and GPUs", () => {
+  const base = () => ({ ...initialValues(flux), base_model: "m", data_dir: "d" });
+
+  it("starts the plan settings at auto: precision and checkpointing 'auto', the numbers blank", () => {
+    const v = initialValues(flux);
+    expect(v).toMatchObject({ base_precision: "auto", gradient_checkpointing: "auto", num_gpus: "1" });
+    for (const key of ["offload_blocks", "micro_batch_size", "memory_budget_gb"] as const) expect(v[key]).toBeUndefined();
+  });
+
+  it("sends the plan settings with their types and refuses fractions of blocks and samples", () => {
+    const built = buildConfig(
+      { ...base(), base_precision: "int8", gradient_checkpointing: "full", offload_blocks: "6", micro_batch_size: "2", memory_budget_gb: "10.5", num_gpus: "2" },
+      flux,
+    );
+    expect(built.problems).toEqual({});
+    expect(built.config).toMatchObject({
+      base_precision: "int8",
+      gradient_checkpointing: "full",
+      offload_blocks: 6,
+      micro_batch_size: 2,
+      memory_budget_gb: 10.5,
+      num_gpus: 2,
+    });
+    const bad = buildConfig({ ...base(), offload_blocks: "1.5", micro_batch_size: "x" }, flux);
+    expect(bad.problems).toEqual({ offload_blocks: "must be a whole number", micro_batch_size: "must be a number" });
+  });
+
+  it("a family switch keeps the plan settings (they belong to the host, not the family)", () => {
+    const mine = { ...base(), base_precision: "nf4", gradient_checkpointing: "selective", memory_budget_gb: "12", offload_blocks: "3", num_gpus: "2" };
+    expect(initialValues(sdxl, mine)).toMatchObject({
+      base_precision: "nf4",
+      gradient_checkpointing: "selective",
+      memory_budget_gb: "12",
+      offload_blocks: "3",
+      num_gpus: "2",
+    });
+  });
+
+  it("offers the host's precisions in the config's order, labelled", () => {
+    expect(Object.keys(precisionChoices(["nf4", "auto", "bf16", "fp8"]))).toEqual(["auto", "bf16", "fp8", "nf4"]);
+    expect(precisionChoices(["auto", "int8"]).int8).toMatch(/quantised/);
+  });
+
+  it("limits the GPUs to the host's count and explains a disabled input", () => {
+    const cuda = (gpu_count: number) => ({ ...INFO.host, device: "cuda", name: "H200", memory_gb: 139.8, gpu_count });
+    expect(gpuInput(INFO.host)).toMatchObject({ max: 1, disabled: true, hint: expect.stringMatching(/has none/) });
+    expect(gpuInput(cuda(1))).toMatchObject({ max: 1, disabled: true, hint: "this host has 1 GPU" });
+    expect(gpuInput(cuda(8))).toMatchObject({ max: 8, disabled: false });
+    expect(budgetHint(cuda(1))).toMatch(/139.8 GB/);
+    expect(budgetHint(INFO.host)).toMatch(/needs a CUDA GPU/);
   });
 });

@@ -13,6 +13,8 @@ type Scheduler = NonNullable<TrainConfig["lr_scheduler"]>;
 type Sampling = NonNullable<TrainConfig["timestep_sampling"]>;
 type LoraFormat = NonNullable<TrainConfig["lora_format"]>;
 type CompileMode = NonNullable<TrainConfig["compile"]>;
+type Precision = NonNullable<TrainConfig["base_precision"]>;
+type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 
 /** Every scheduler the config accepts (a Record, so the compiler checks the list is complete). */
 export const SCHEDULERS: Record<Scheduler, string> = {
@@ -38,6 +40,44 @@ export const COMPILE_MODES: Record<CompileMode, string> = {
   on: "On",
 };
 
+/** Every base precision the config knows; the form offers those the host lists in `precisions`. */
+export const PRECISIONS: Record<Precision, string> = {
+  auto: "Auto",
+  fp32: "fp32",
+  bf16: "bf16",
+  fp16: "fp16",
+  fp8: "fp8 (fp8 matmuls, bf16 weights)",
+  int8: "int8 (quantised base)",
+  nf4: "nf4 (4-bit base, QLoRA)",
+};
+export const CHECKPOINTING: Record<Checkpointing, string> = {
+  auto: "Auto",
+  off: "Off",
+  selective: "Selective (cheap ops recomputed)",
+  full: "Full (every block recomputed)",
+};
+
+/** The precision choices of `host`: its `precisions`, in the config's order, with labels. */
+export function precisionChoices(precisions: readonly string[]): Record<string, string> {
+  const known = Object.entries(PRECISIONS).filter(([p]) => precisions.includes(p));
+  const unknown = precisions.filter((p) => !(p in PRECISIONS)).map((p) => [p, p]);
+  return Object.fromEntries([...known, ...unknown]);
+}
+
+/** How the GPUs input behaves on `host`: at most `gpu_count`; disabled (with why) below 2 GPUs. */
+export function gpuInput(host: Host): { max: number; disabled: boolean; hint: string } {
+  const count = host.gpu_count ?? 0;
+  if (host.device !== "cuda" || count < 1) return { max: 1, disabled: true, hint: "data-parallel training needs CUDA GPUs; this host has none" };
+  if (count === 1) return { max: 1, disabled: true, hint: "this host has 1 GPU" };
+  return { max: count, disabled: false, hint: `data-parallel, up to ${count} on this host` };
+}
+
+/** The memory budget's hint: the GPU's memory, or why a budget cannot apply here. */
+export function budgetHint(host: Host): string {
+  if (host.device !== "cuda") return `needs a CUDA GPU (this host: ${host.name}); blank = no budget`;
+  return host.memory_gb != null ? `this GPU has ${host.memory_gb} GB; blank = no budget` : "blank = no budget";
+}
+
 /** Whether `mode` can run on `host` (the server refuses compile=on without CUDA). */
 export function compileAvailable(mode: CompileMode, host: Host): boolean {
   return mode !== "on" || host.device === "cuda";
@@ -48,11 +88,9 @@ export function compileAvailable(mode: CompileMode, host: Host): boolean {
  * to the config fails the type-check until the form handles it.
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
- * - length: steps or num_epochs, from the Length input and its unit;
- * - server: not offered by the form (the server's default applies): num_gpus, until the job
- *   service can launch a data-parallel worker (the engine runs one under torchrun today).
+ * - length: steps or num_epochs, from the Length input and its unit.
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "server";
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -83,7 +121,10 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   lora_dropout: "number",
   lora_targets: "list",
   base_precision: "text",
-  gradient_checkpointing: "bool",
+  gradient_checkpointing: "text",
+  offload_blocks: "integer",
+  micro_batch_size: "integer",
+  memory_budget_gb: "number",
   enable_tf32: "bool",
   save_every: "integer",
   keep_last: "integer",
@@ -101,7 +142,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   flow_shift: "number",
   guidance: "number",
   max_sequence_length: "integer",
-  num_gpus: "server",
+  num_gpus: "integer",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -132,6 +173,12 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "max_bad_steps",
   "lora_format",
   "compile",
+  "base_precision",
+  "gradient_checkpointing",
+  "offload_blocks",
+  "memory_budget_gb",
+  "num_gpus",
+  "enable_tf32",
   "sample_prompts",
   "sample_every",
   "sample_seed",
@@ -193,7 +240,7 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
 
   for (const [key, kind] of Object.entries(FIELD_KINDS) as [Key, Kind][]) {
     const v = values[key];
-    if (skip(key) || kind === "length" || kind === "server") continue;
+    if (skip(key) || kind === "length") continue;
     if (kind === "bool") {
       if (typeof v === "boolean") config[key] = v;
       continue;

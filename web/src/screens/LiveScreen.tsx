@@ -3,6 +3,7 @@ import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
 import type { Job } from "../api/types";
 import { LineChart } from "../components/LineChart";
+import { PlanSummary } from "../components/PlanSummary";
 import { ProgressBar } from "../components/ProgressBar";
 import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
@@ -19,7 +20,7 @@ function phaseText(job: Job): string | null {
   return job.status === "preparing" ? describePhase(job.phase) : null;
 }
 
-/** The running (else the latest) job: stats, live chart, queue, and the Stop dialog. */
+/** The running (else the latest) job: stats, the plan it runs with, live chart, queue, and the Stop dialog. */
 export function LiveScreen() {
   const { job, series, status, refresh, connected } = useTraining();
   const [asking, setAsking] = useState(false);
@@ -93,6 +94,7 @@ export function LiveScreen() {
           <Stat label="ETA">{live && p ? formatDuration(etaSeconds(step, total, elapsed)) : "–"}</Stat>
         </div>
         {total > 0 && <ProgressBar value={step} max={total} label="training progress" />}
+        {job.plan && <PlanSummary plan={job.plan} />}
       </div>
       <div className="card">
         <LineChart xs={series.steps} series={chartSeries(series)} empty="Waiting for the first step…" />

@@ -92,4 +92,36 @@ describe("RunDetailScreen", () => {
     expect(card).toHaveTextContent("finished all its steps");
     expect(within(card).queryByRole("button")).toBeNull();
   });
+  it("shows the plan the run used, with its measured trials", async () => {
+    const trial = { base_precision: "int8", gradient_checkpointing: "full", micro_batch_size: 1, seconds_per_sample: 1.5, note: null };
+    const plan: NonNullable<RunDetail["plan"]> = {
+      type: "plan_chosen",
+      base_precision: "int8",
+      gradient_checkpointing: "full",
+      offload_blocks: 12,
+      micro_batch_size: 1,
+      compile: true,
+      memory_budget_gb: 10,
+      decided_by: "measured",
+      trials: [
+        { ...trial, offload_blocks: 0, peak_memory_gb: 14.2, fits: false },
+        { ...trial, offload_blocks: 12, peak_memory_gb: 9.1, fits: true },
+      ],
+      fallbacks: [],
+    };
+    serve({ ...RUN, plan }, CHECKPOINTS);
+    render(<RunDetailScreen id="r1" />);
+    expect(await screen.findByTestId("plan-line")).toHaveTextContent(
+      "int8 · checkpointing full · 12 blocks offloaded · micro-batch 1 · compiled",
+    );
+    const rows = within(screen.getByTestId("plan-trials")).getAllByRole("row").slice(1);
+    expect(rows.map((r) => within(r).getAllByRole("cell").at(-1)?.textContent)).toEqual(["does not fit", "chosen"]);
+  });
+
+  it("shows no plan for a run that reported none", async () => {
+    serve(RUN, CHECKPOINTS);
+    render(<RunDetailScreen id="r1" />);
+    await screen.findByTestId("checkpoints");
+    expect(screen.queryByTestId("plan")).toBeNull();
+  });
 });

@@ -3,6 +3,7 @@ import { api } from "../api/endpoints";
 import type { Checkpoint, RunDetail, SampleImage } from "../api/types";
 import { CheckpointsCard } from "../components/CheckpointsCard";
 import { LineChart } from "../components/LineChart";
+import { PlanSummary } from "../components/PlanSummary";
 import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
@@ -10,7 +11,7 @@ import { href, navigate } from "../lib/route";
 import { chartSeries, fromPoints } from "../lib/series";
 
 /**
- * One run: its chart, sample previews, checkpoints (resume from a picked one), config and
+ * One run: the plan it used, its chart, sample previews, checkpoints (resume from a picked one), config and
  * outputs; download the LoRA; delete.
  */
 export function RunDetailScreen({ id }: { id: string }) {
@@ -77,6 +78,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           <Stat label="Duration">{formatDuration(secondsBetween(run.started_at, run.finished_at))}</Stat>
           <Stat label="Started">{formatWhen(run.started_at ?? run.created_at)}</Stat>
         </div>
+        {run.plan && <PlanSummary plan={run.plan} />}
       </div>
       <div className="card">
         <LineChart xs={series.steps} series={chartSeries(series)} empty="No metric points recorded." />

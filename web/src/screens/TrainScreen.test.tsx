@@ -3,6 +3,7 @@ import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
+import { CONFIG_DESCRIPTIONS } from "../api/trainConfig.gen";
 import type { Info } from "../api/types";
 import { FAMILY_FIELDS, FIELD_KINDS } from "../lib/trainForm";
 import { CATALOGUE, type Call, INFO, mockFetch } from "../test/fixtures";
@@ -57,13 +58,37 @@ describe("TrainScreen", () => {
             },
           };
         }
+        if (cfg.micro_batch_size === 3) {
+          return {
+            status: 400,
+            body: {
+              error: "ConfigError",
+              detail: "invalid configuration",
+              problems: [{ field: "micro_batch_size", message: "batch_size (1) must be a multiple of it" }],
+            },
+          };
+        }
+        const budget = (cfg.memory_budget_gb as number | undefined) ?? null;
+        const source = (name: string) => (name in cfg && cfg[name] !== "auto" ? "settings" : budget != null ? "budget" : "default");
+        const defaults: Record<string, string | number> = { base_precision: "fp32", gradient_checkpointing: "off", offload_blocks: 0, micro_batch_size: 1 };
         return {
           body: {
             config: cfg,
+            plan: {
+              memory_budget_gb: budget,
+              decided_by: budget != null ? "measured" : "settings",
+              compile: false,
+              fields: Object.entries(defaults).map(([name, d]) => ({
+                name,
+                requested: (cfg[name] as string | number | undefined) ?? null,
+                value: source(name) === "budget" ? null : source(name) === "settings" ? cfg[name] : d,
+                source: source(name),
+              })),
+            },
             dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 } },
             schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
-            precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: false },
-            memory: { estimated_gb: 1.25, phases: null, note: "rough" },
+            precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
+            memory: { estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null },
           },
         };
       }
@@ -135,7 +160,7 @@ describe("TrainScreen", () => {
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     const missing = (family: (typeof INFO.families)[number]) =>
       (Object.keys(FIELD_KINDS) as (keyof typeof FIELD_KINDS)[]).filter((key) => {
-        if (FIELD_KINDS[key] === "length" || FIELD_KINDS[key] === "server" || key === "family") return false;
+        if (FIELD_KINDS[key] === "length" || key === "family") return false;
         if ((FAMILY_FIELDS as readonly string[]).includes(key) && !family.supports.includes(key)) return false;
         return document.querySelector(`[name="${key}"]`) === null;
       });
@@ -160,7 +185,7 @@ describe("TrainScreen", () => {
   });
 
   it("offers compile=on on a CUDA host", async () => {
-    info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"] } };
+    info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: 1 } };
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     expect((screen.getByRole("option", { name: "On" }) as HTMLOptionElement).disabled).toBe(false);
@@ -210,5 +235,79 @@ describe("TrainScreen", () => {
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     await waitFor(() => expect(input("cache_variants").closest("label")).toHaveTextContent("needs random_crop"));
     expect(details.open).toBe(true);
+  });
+  it("offers the memory plan: the host's precisions, checkpointing modes, auto blanks, GPUs off on a CPU host", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const options = (name: string) => [...(input(name) as unknown as HTMLSelectElement).options].map((o) => o.value);
+    expect(options("base_precision")).toEqual(["auto", "fp32", "bf16", "int8", "nf4"]); // no fp16 / fp8 on this CPU
+    expect(input("base_precision").closest("label")).toHaveAttribute("title", CONFIG_DESCRIPTIONS.base_precision);
+    expect(input("base_precision").closest("label")).toHaveTextContent("this host runs auto, fp32, bf16, int8, nf4");
+    expect(screen.getByRole("option", { name: "nf4 (4-bit base, QLoRA)" })).toBeInTheDocument();
+    expect(options("gradient_checkpointing")).toEqual(["auto", "off", "selective", "full"]);
+    expect(input("gradient_checkpointing")).toHaveValue("auto");
+    for (const name of ["offload_blocks", "micro_batch_size", "memory_budget_gb"]) {
+      expect(input(name)).toHaveValue("");
+      expect(input(name).closest("details")).toBeNull(); // up front, not in the advanced settings
+    }
+    expect(input("offload_blocks")).toHaveAttribute("placeholder", "auto");
+    expect(input("memory_budget_gb").closest("label")).toHaveTextContent("needs a CUDA GPU");
+    expect(input("num_gpus")).toBeDisabled();
+    expect(input("num_gpus").closest("label")).toHaveTextContent("needs CUDA GPUs; this host has none");
+
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    let sent = (calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> }).config;
+    expect(sent).toMatchObject({ base_precision: "auto", gradient_checkpointing: "auto", num_gpus: 1 });
+    for (const key of ["offload_blocks", "micro_batch_size", "memory_budget_gb"]) expect(sent).not.toHaveProperty(key);
+    expect(screen.getByTestId("preflight-plan")).toHaveTextContent("Precision: fp32 (default)");
+
+    await userEvent.selectOptions(input("base_precision"), "nf4");
+    await userEvent.selectOptions(input("gradient_checkpointing"), "selective");
+    await userEvent.type(input("memory_budget_gb"), "20");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    const plan = await screen.findByTestId("preflight-plan");
+    sent = (calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> }).config;
+    expect(sent).toMatchObject({ base_precision: "nf4", gradient_checkpointing: "selective", memory_budget_gb: 20 });
+    expect(plan).toHaveTextContent("Precision: nf4");
+    expect(plan).toHaveTextContent("Blocks offloaded: measured at start");
+    expect(plan).toHaveTextContent("Micro-batch: measured at start");
+    expect(screen.getByTestId("preflight")).toHaveTextContent("1.25 GB down to 0.75 GB");
+    expect(screen.getByTestId("preflight")).toHaveTextContent("fits the 20.0 GB budget");
+  });
+
+  it("offers GPUs up to the host's count and shows the card's memory as the budget hint", async () => {
+    info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: 4 } };
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    expect(input("num_gpus")).toBeEnabled();
+    expect(input("num_gpus")).toHaveAttribute("max", "4");
+    expect(input("num_gpus").closest("label")).toHaveTextContent("up to 4 on this host");
+    expect(input("memory_budget_gb").closest("label")).toHaveTextContent("this GPU has 139.8 GB");
+    await userEvent.clear(input("num_gpus"));
+    await userEvent.type(input("num_gpus"), "2");
+    await userEvent.type(input("offload_blocks"), "4");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = (calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> }).config;
+    expect(sent).toMatchObject({ num_gpus: 2, offload_blocks: 4 });
+  });
+
+  it("greys out the GPUs input on a one-GPU host, saying why", async () => {
+    info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: 1 } };
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    expect(input("num_gpus")).toBeDisabled();
+    expect(input("num_gpus").closest("label")).toHaveTextContent("this host has 1 GPU");
+  });
+
+  it("shows the server's problem with a plan setting next to its field", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.type(input("micro_batch_size"), "3");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await waitFor(() => expect(input("micro_batch_size").closest("label")).toHaveTextContent("must be a multiple of it"));
+    expect(screen.queryByTestId("form-errors")).toBeNull();
+    expect(screen.queryByTestId("preflight")).toBeNull();
   });
 });

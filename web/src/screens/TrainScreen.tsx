@@ -14,13 +14,17 @@ import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
 import { navigate } from "../lib/route";
 import {
+  budgetHint,
   buildConfig,
+  CHECKPOINTING,
   COMPILE_MODES,
   compileAvailable,
   FIELD_KINDS,
   type FormValues,
+  gpuInput,
   initialValues,
   LORA_FORMATS,
+  precisionChoices,
   SCHEDULERS,
 } from "../lib/trainForm";
 
@@ -103,6 +107,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
   const c = trainControls(values, errors, set);
   const { text, num } = c;
   const cuda = info.host.device === "cuda";
+  const gpus = gpuInput(info.host);
 
   return (
     <section className="screen train">
@@ -174,22 +179,36 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {num("lora_dropout", "Dropout")}
             {num("resolution", "Resolution", { hint: family ? `multiple of ${family.resolution_multiple}` : undefined })}
             {num("caption_dropout", "Caption dropout")}
-            {c.choice("base_precision", "Precision", Object.fromEntries(precisions.map((p) => [p, p])), {
-              hint: "of the frozen base model",
-            })}
             <div className="checks">{c.check("aspect_buckets", "Aspect-ratio buckets")}</div>
           </div>
         </div>
 
         <div className="card">
-          <h3>Checkpoints, output and speed</h3>
+          <h3>Memory and speed</h3>
           <div className="grid">
-            {num("save_every", "Checkpoint every", { placeholder: "on stop only", hint: "optimizer steps (resume points)" })}
-            {num("keep_last", "Keep last", { hint: "checkpoints retained" })}
+            {c.choice("base_precision", "Precision", precisionChoices(precisions), {
+              hint: `of the frozen base; this host runs ${precisions.join(", ")}`,
+            })}
+            {c.choice("gradient_checkpointing", "Checkpointing", CHECKPOINTING, { hint: "recompute activations: less memory, slower" })}
+            {num("memory_budget_gb", "Memory budget (GB)", { placeholder: "none", hint: budgetHint(info.host) })}
+            {num("offload_blocks", "Offloaded blocks", {
+              placeholder: "auto",
+              hint: cuda ? "blocks waiting in CPU RAM (block swap)" : "block swap needs a CUDA GPU",
+            })}
+            {num("micro_batch_size", "Micro-batch", { placeholder: "auto (= batch size)", hint: "samples per pass; divides the batch size" })}
+            {num("num_gpus", "GPUs", { max: gpus.max, disabled: gpus.disabled, hint: gpus.hint })}
             {c.choice("compile", "Compile", COMPILE_MODES, {
               hint: cuda ? "auto = on with this CUDA GPU" : `auto = off here; On needs a CUDA GPU (this host: ${info.host.name})`,
               disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, info.host),
             })}
+          </div>
+        </div>
+
+        <div className="card">
+          <h3>Checkpoints and output</h3>
+          <div className="grid">
+            {num("save_every", "Checkpoint every", { placeholder: "on stop only", hint: "optimizer steps (resume points)" })}
+            {num("keep_last", "Keep last", { hint: "checkpoints retained" })}
             {c.choice("lora_format", "LoRA file format", LORA_FORMATS, { hint: "kohya: for ComfyUI / A1111" })}
             {num("seed", "Seed", { hint: "same seed + data = same run" })}
           </div>

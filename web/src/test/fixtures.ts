@@ -21,7 +21,7 @@ export const INFO: Info = {
       lora_targets: ["to_q"],
       defaults: { resolution: 1024, learning_rate: 0.0001, lora_rank: 16, snr_gamma: 5 },
       supports: ["snr_gamma"],
-      precisions: ["auto", "fp32", "bf16"],
+      precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
     {
       name: "flux",
@@ -32,10 +32,10 @@ export const INFO: Info = {
       lora_targets: ["to_q"],
       defaults: { resolution: 512, learning_rate: 0.0004, lora_rank: 32, guidance: 1, max_sequence_length: 512 },
       supports: ["flow_shift", "guidance", "max_sequence_length", "timestep_sampling"],
-      precisions: ["auto", "fp32", "bf16"],
+      precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
   ],
-  host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16"] },
+  host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16", "int8", "nf4"], gpu_count: 0 },
   auth: false,
   models: [{ name: "tiny-flux", path: "/home/u/.lorastudio/models/tiny-flux", family: "flux" }],
 };

@@ -1,0 +1,80 @@
+"""Response shapes of POST /api/train/preflight: the dataset, schedule, precision, memory plan
+and rough memory estimate of a run that passed validation (jobs/preflight.py builds it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from lorastudio.api.schemas import DroppedFile, HostOut, TrainConfigOut, _Out
+
+
+class PreflightDataset(_Out):
+    path: str
+    images_found: int
+    images_used: int
+    dropped: list[DroppedFile]
+    missing_captions: list[str] = Field(description="images captioned only by the default caption / trigger")
+    caption_sources: dict[str, int]
+    unique_captions: int
+    buckets: dict[str, int] = Field(description='"WxH" -> images')
+    fingerprint: str
+
+
+class PreflightSchedule(_Out):
+    steps: int
+    epochs: float
+    steps_per_epoch: int
+    batch_size: int
+    grad_accum: int
+
+
+class PrecisionPlan(_Out):
+    requested: str
+    base_dtype: str
+    lora_dtype: str
+    device: str
+    tf32: bool
+    gradient_checkpointing: str
+
+
+class PlanFieldOut(_Out):
+    name: Literal["base_precision", "gradient_checkpointing", "offload_blocks", "micro_batch_size"]
+    requested: str | int | None = Field(description="the setting as given (auto / null = left to the plan)")
+    value: str | int | None = Field(description="what the run uses (null: measured at the start of the run)")
+    source: Literal["settings", "default", "budget"] = Field(
+        description="settings: fixed by the config; default: left at auto without a memory budget (the plain "
+        "default); budget: chosen at the start of the run by measuring a few real steps"
+    )
+
+
+class PreflightPlan(_Out):
+    memory_budget_gb: float | None
+    decided_by: Literal["settings", "measured"] = Field(
+        description="measured: a memory budget chooses the settings left at auto at the start of the run"
+    )
+    compile: bool = Field(description="regional compile will be on (auto = on with CUDA)")
+    fields: list[PlanFieldOut] = Field(description="one per plan setting, in config.PLAN_FIELDS order")
+
+
+class MemoryEstimate(_Out):
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+    estimated_gb: float | None = Field(description="rough peak (a formula, not a measurement)")
+    phases: dict[str, float] | None
+    note: str
+    lightest_gb: float | None = Field(
+        default=None,
+        description="with a memory budget: the rough peak of the lightest plan it may choose (null otherwise)",
+    )
+
+
+class PreflightOut(_Out):
+    config: TrainConfigOut = Field(description="the resolved TrainConfig")
+    dataset: PreflightDataset
+    schedule: PreflightSchedule
+    precision: PrecisionPlan
+    plan: PreflightPlan
+    memory: MemoryEstimate
+    host: HostOut
