@@ -130,7 +130,9 @@ def baseline_step_fn(name: str, model: Any, params: list[torch.nn.Parameter], ba
 class Engine:
     """The engine's objects for one family: config, family hooks, objective, denoiser + LoRA."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, before_lora: Any = None):
+        """before_lora: an optional callable(model) applied to the built denoiser before the LoRA
+        is added (e.g. training.quantize.apply_base_precision)."""
         from lorastudio import families
         from lorastudio.config import TrainConfig
         from lorastudio.training.lora import add_lora, lora_config_for
@@ -150,6 +152,7 @@ class Engine:
         )
         self.objective = make_objective(self.family, self.cfg, SCHEDULERS[name])
         self.model = build_denoiser(name, DEV, DT)
+        self.notes = before_lora(self.model) if before_lora is not None else None
         torch.manual_seed(0)
         self.params = add_lora(self.model, lora_config_for(self.cfg, self.family.spec.lora_targets))
         self.lora_init = [p.detach().clone() for p in self.params]

@@ -9,6 +9,7 @@ variants:
   cudnn      the cuDNN SDPA backend enabled (run_numerics disables it: FLUX.1 crashed with it)
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
+  fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
 Each case prints one JSON line (and appends it to DIR/probe.jsonl); parity = max relative loss
@@ -88,7 +89,15 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if variant == "cudnn":
             torch.backends.cuda.enable_cudnn_sdp(True)
         t0 = time.monotonic()
-        eng = Engine(family)
+        before = None
+        if variant in ("fp8q", "int8q", "nf4q"):  # the engine's own conversion (training.quantize)
+            from lorastudio.training.quantize import apply_base_precision
+
+            def before(model: Any) -> list[str]:
+                return apply_base_precision(model, variant[:-1], torch.device(DEV))
+
+        eng = Engine(family, before_lora=before)
+        row["notes"] = eng.notes
         row["build_s"] = round(time.monotonic() - t0, 1)
         if variant in ("fp8", "fp8ao"):
             row.update(convert_fp8(eng.model, variant))

@@ -4,7 +4,8 @@
 Layout: <run_dir>/checkpoints/step-000123/
     lora.safetensors   the LoRA weights (peft naming, fp32)
     state.pt           optimizer, LR scheduler, GradScaler, RNG states, sampler position, meters
-    identity.json      {"format", "step", "total_steps", "identity", "config", "created_at", ...}
+    identity.json      {"format", "step", "total_steps", "identity", "config", "plan", "created_at", ...}
+                       ("plan": the memory plan the run used, training/plan.py; a resume reuses it)
 
 A checkpoint folder is written under a hidden staging name, every file fsynced, then renamed into
 place (and the parent fsynced), so a folder named step-N is always complete. `keep_last` newest
@@ -31,6 +32,7 @@ INFO_FILE = "identity.json"
 STATE_FILE = "state.pt"
 LORA_FILE = "lora.safetensors"
 CHECKPOINT_FILES = (INFO_FILE, STATE_FILE, LORA_FILE)
+PLAN_KEY = "plan"  # identity.json: the run's plan (absent in checkpoints written before plans)
 _NAME = re.compile(r"^step-(\d+)$")
 
 
@@ -102,6 +104,16 @@ def read_checkpoint_info(checkpoint: Path) -> dict[str, Any]:
             [FieldProblem("resume", f"{path} is not a {IDENTITY_FORMAT} checkpoint description")]
         )
     return info
+
+
+def checkpoint_plan(info: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The plan recorded in a checkpoint's identity.json (read_checkpoint_info), or None for a
+    checkpoint written before plans were recorded. Raises ConfigError (field "resume") when it
+    is there but not a mapping."""
+    plan = info.get(PLAN_KEY)
+    if plan is not None and not isinstance(plan, Mapping):
+        raise ConfigError([FieldProblem("resume", f"malformed plan in the checkpoint: {plan!r}")])
+    return plan
 
 
 def resume_settings(info: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,12 @@
   phase 1    text encoders only: encode each unique caption once, free the encoders
   phase 2    VAE only: latent cache (posterior mean/std per crop/flip variant), free the VAE
              (or keep it and encode every step when the cache would exceed its RAM budget)
-  phase 3    denoiser + LoRA: batched, gradient-accumulated AdamW steps with an LR schedule
+  plan       how the denoiser phase runs (training/plan.py): the config's settings; with
+             memory_budget_gb, the fastest measured plan that fits (after phase 2: trials use
+             the run's conditioning and latents); a resume reuses its checkpoint's plan.
+             PlanChosen is emitted once, before the first step
+  phase 3    denoiser + LoRA (built for the plan: training/plan_build.py): batched,
+             gradient-accumulated AdamW steps in the plan's micro-batches, with an LR schedule
   samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
              cfg.sample_every steps and after the last one (training/samples.py), SampleReady
   export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed)
@@ -25,6 +30,7 @@ only rank 0 emits events and writes files, and stop requests are agreed on by ev
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +42,12 @@ import torch
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.settings import Settings, get_settings
-from lorastudio.training.checkpoint import CheckpointKeeper, find_checkpoint
+from lorastudio.training.checkpoint import (
+    CheckpointKeeper,
+    checkpoint_plan,
+    find_checkpoint,
+    read_checkpoint_info,
+)
 from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, encode_texts
 from lorastudio.training.distributed import (
     StopPoll,
@@ -64,10 +75,12 @@ from lorastudio.training.latents import (
     build_latent_cache,
     cache_bytes,
 )
-from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
-from lorastudio.training.precision import free_accelerator_memory, run_numerics
+from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
+from lorastudio.training.plan_build import build_denoiser
+from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
+from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
@@ -98,6 +111,7 @@ def train(
     device: str | None = None,
     return_denoiser: bool = False,
     resume: Path | None = None,
+    meter: DeviceMeter | None = None,
 ) -> TrainResult:
     """Run one training job described by `cfg`, reporting through `emit`.
 
@@ -107,6 +121,9 @@ def train(
     newest checkpoint), to continue from. A resume keeps the checkpoint's run folder and total
     steps; cfg must have the checkpoint's identity (training/identity.py; see
     checkpoint.resume_settings to build it from the checkpoint).
+    `meter` is a test hook: the DeviceMeter that measures the plans of a memory budget instead
+    of the device's (a plan_measure.FakeDeviceMeter lets the chooser run on the CPU; with it,
+    memory_budget_gb is accepted on a CPU host). Leave it None for real runs.
     Returns: TrainResult. A stop with save after >= 1 step of this session writes a checkpoint
     and the LoRA of the steps run. A stop without save removes what this session wrote: the
     whole run folder for a fresh run, this session's checkpoints for a resumed one.
@@ -129,7 +146,9 @@ def train(
         emit = emit if main else _emit_nothing
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
-        run, state.identity = prepare_session(cfg, settings, process_device(device, state.ctx), state.resume)
+        run, state.identity = _prepare_session(
+            cfg, settings, process_device(device, state.ctx), state.resume, meter
+        )
         state.ctx = start_group(state.ctx, run.device)
         if state.resume is None:
             barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
@@ -140,7 +159,7 @@ def train(
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
-                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device))
+                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device), meter)
         except TrainingStopped as request:
             stopped, save = True, request.save
         if not main:
@@ -159,8 +178,10 @@ def train(
         emit(Error(message=_message(err)))
         raise
     finally:
+        if state.swap is not None and return_denoiser:
+            state.swap.detach()  # the caller gets a plain model (every block on the device)
         denoiser = state.denoiser
-        state.denoiser = state.ddp = None
+        state.denoiser = state.ddp = state.swap = None
         end_group(state.ctx)
     emit(
         Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
@@ -173,6 +194,20 @@ def train(
         free_accelerator_memory(run.device)
     resumed_from = state.steps_at_start if state.resume is not None else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
+
+
+def _prepare_session(
+    cfg: TrainConfig, settings: Settings, device: str | None, resume: Path | None, meter: DeviceMeter | None
+) -> tuple[PreparedRun, dict[str, Any]]:
+    """session.prepare_session; with a test meter, a memory budget skips the host check (the
+    meter stands in for the GPU) and is put back into the prepared config."""
+    budget = cfg.memory_budget_gb
+    if meter is None or budget is None:
+        return prepare_session(cfg, settings, device, resume)
+    run, identity = prepare_session(
+        cfg.model_copy(update={"memory_budget_gb": None}), settings, device, resume
+    )
+    return dataclasses.replace(run, cfg=run.cfg.model_copy(update={"memory_budget_gb": budget})), identity
 
 
 def _emit_nothing(event: object) -> None:
@@ -203,11 +238,14 @@ def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
     return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
 
 
-def _run_phases(run: PreparedRun, state: RunState, emit: Emit, stop: StopPoll) -> None:
+def _run_phases(
+    run: PreparedRun, state: RunState, emit: Emit, stop: StopPoll, meter: DeviceMeter | None
+) -> None:
     cfg, family, items = run.cfg, run.family, run.scan.items
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
     stop()
+    plan, decided_by = _settled_plan(run, state)
     rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -216,16 +254,43 @@ def _run_phases(run: PreparedRun, state: RunState, emit: Emit, stop: StopPoll) -
     conds, prompt_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
-    if cfg.sample_prompts and state.ctx.is_main:
-        state.previews = SamplePreviews(run, prompt_conds)
     stop()
     source = _prepare_latents(run, rng, emit, stop)
     stop()
     objective = make_objective(family, cfg, family.scheduler_config(cfg.base_model, cfg.revision))
-    params = _prepare_denoiser(run, state, emit)
+    trials: list[Any] = []
+    if plan is None:  # a memory budget: measure candidate plans on the run's own data
+        plan, trials = choose_plan(
+            run, source, conds, objective, rng, meter or CudaMeter(run.device), state.ctx
+        )
+        decided_by = "measured"
+        if run.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(run.device)  # Progress reports the run's peak
+        stop()
+    # phases 1-2 ran in the config's dtype; the denoiser phase runs in the plan's compute dtype
+    # (they differ only where a budget or a resumed plan quantises a base whose default is fp32)
+    run = dataclasses.replace(run, dtype=pick_dtype(plan.base_precision, run.device))
+    if cfg.sample_prompts and state.ctx.is_main:
+        state.previews = SamplePreviews(run, prompt_conds)
+    params = _prepare_denoiser(run, state, emit, plan, decided_by, trials)
     stop()
     picker = CaptionPicker(captions, cfg.caption_dropout, rng)
     optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
+
+
+def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
+    """The plan known before any model loads, and how it was decided: a resume's checkpoint plan
+    ("checkpoint"), or the config's ("settings"); (None, "measured") when a memory budget will
+    choose it. A checkpoint written before plans were recorded resumes with the config's plan."""
+    cfg = run.cfg
+    if state.resume is not None:
+        saved = checkpoint_plan(read_checkpoint_info(state.resume))
+        if saved is not None:
+            return resumed_plan(Plan.from_dict(saved), cfg), "checkpoint"
+        return resolve_fixed_plan(cfg, run.device), "settings"
+    if cfg.memory_budget_gb is not None:
+        return None, "measured"
+    return resolve_fixed_plan(cfg, run.device), "settings"
 
 
 def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, stop: StopPoll) -> LatentSource:
@@ -247,25 +312,32 @@ def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, sto
         free_accelerator_memory(run.device)
 
 
-def _prepare_denoiser(run: PreparedRun, state: RunState, emit: Emit) -> list[torch.nn.Parameter]:
-    cfg, family = run.cfg, run.family
+def _prepare_denoiser(
+    run: PreparedRun, state: RunState, emit: Emit, plan: Plan, decided_by: str, trials: list[Any]
+) -> list[torch.nn.Parameter]:
+    """Build the denoiser for `plan` (training/plan_build.py), keep it in `state` and emit
+    PlanChosen (with the fallbacks known now). Returns the trainable LoRA parameters."""
+    from lorastudio.training.compile import wants_compile
+
+    cfg = run.cfg
     emit(ModelLoadStarted(component="denoiser"))
     t0 = time.perf_counter()
-    denoiser = family.load_denoiser(cfg.base_model, cfg.revision, run.dtype, run.device)
+    built = build_denoiser(run, plan, compile_blocks=wants_compile(cfg.compile, run.device))
     emit(ModelLoadCompleted(component="denoiser", seconds=time.perf_counter() - t0))
     emit(Preparing(phase="denoiser", done=0, total=1))
-    if cfg.gradient_checkpointing == "full":
-        denoiser.enable_gradient_checkpointing()
-    torch.manual_seed(cfg.seed)  # LoRA A init and LoRA dropout masks
-    lora_config = lora_config_for(cfg, family.spec.lora_targets)
-    params = add_lora(denoiser, lora_config)
-    denoiser.train()
-    from lorastudio.training.compile import compile_denoiser, wants_compile
-
-    if wants_compile(cfg.compile, run.device):
-        compile_denoiser(denoiser, params)  # lazy; a compiler failure later falls back to eager
-    state.denoiser, state.lora_config = denoiser, lora_config
+    state.denoiser, state.lora_config, state.swap = built.denoiser, built.lora_config, built.swap
+    state.plan = plan
     if state.ctx.distributed:
-        state.ddp = wrap_denoiser(denoiser, run.device)  # averages the LoRA gradients over ranks
+        state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks
+    emit(
+        plan_event(
+            plan,
+            compiled=built.compiled,
+            memory_budget_gb=cfg.memory_budget_gb,
+            decided_by=decided_by,
+            trials=trials,
+            fallbacks=built.fallbacks,
+        )
+    )
     emit(Preparing(phase="denoiser", done=1, total=1))
-    return params
+    return built.params

@@ -2,6 +2,11 @@
 sampler, gradient accumulation, clipping, the divergence guard, the LR schedule, progress events,
 sample previews, checkpoints and the stop poll after every step. Resumed runs restore every piece
 of loop state (training/snapshot.py) before the first step.
+
+Micro-batches (the plan's micro_batch_size): each sampler batch is split into chunks of that many
+samples for forward/backward, with the same maths as the unsplit batch: the latents, noise and
+timesteps are drawn for the whole batch first (the same draws), each chunk takes its slice, and
+every chunk's loss share already divides by the step's sample count.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -17,16 +22,27 @@ import torch
 from lorastudio.errors import TrainingStopped
 from lorastudio.training.checkpoint import CheckpointKeeper
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
-from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum, gradient_sync
+from lorastudio.training.distributed import (
+    BatchShard,
+    ParallelContext,
+    StopPoll,
+    all_reduce_sum,
+    gradient_sync,
+)
 from lorastudio.training.events import Emit, Progress, SampleReady
-from lorastudio.training.latents import LatentSource
+from lorastudio.training.latents import LatentBatch, LatentSource
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.noise import DdpmObjective, FlowObjective
 from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, make_optimizer, total_steps
+from lorastudio.training.plan import Plan
 from lorastudio.training.precision import peak_memory_gb
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import Family
 
 
 @dataclass
@@ -47,6 +63,8 @@ class RunState:
     previews: SamplePreviews | None = None  # set when the config has sample prompts (rank 0)
     ctx: ParallelContext = field(default_factory=ParallelContext)
     ddp: Any = None  # the DDP wrapper of the denoiser in a data-parallel run
+    plan: Plan | None = None  # how the denoiser phase runs (training/plan.py)
+    swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
 
 
 def optimize(
@@ -89,14 +107,12 @@ def optimize(
     for epoch, group in steps:
         lr = float(scheduler.get_last_lr()[0])
         samples = sum(len(b) for b in group)
-        shares = []  # 0-d device tensors: no host sync inside the micro-steps
+        shares: list[torch.Tensor] = []  # 0-d device tensors: no host sync inside the micro-steps
         for i, micro in enumerate(group):
-            with gradient_sync(state.ddp, sync=i == len(group) - 1):  # all-reduce once per step
-                shares.append(
-                    _micro_step(
-                        run, state, source, conds, picker, objective, micro, samples, generator, scaler
-                    )
-                )
+            last = i == len(group) - 1  # DDP all-reduces once per step, in its last backward
+            shares += _micro_step(
+                run, state, source, conds, picker, objective, micro, samples, generator, scaler, last
+            )
         scaler.unscale_(optimizer)
         norm = torch.nn.utils.clip_grad_norm_(params, clip)  # [] on the device
         # the step's one host sync: its loss (sum of the micro-batch shares) and gradient norm
@@ -154,6 +170,7 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         losses=state.losses,
         identity=state.identity,
         config=run.cfg.model_dump(mode="json"),
+        plan=state.plan.as_dict() if state.plan is not None else None,
     )
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:
@@ -171,32 +188,76 @@ def _micro_step(
     step_samples: int,
     generator: torch.Generator,
     scaler: torch.amp.GradScaler,
-) -> torch.Tensor:
-    """Forward + backward of one micro-batch; gradients are scaled so the optimizer step sees the
-    mean over all `step_samples` of the step. Returns this micro-batch's share of the step loss as
-    a 0-d device tensor (data-parallel: this rank's part of it, for its slice of the micro-batch)."""
+    last: bool,
+) -> list[torch.Tensor]:
+    """Forward + backward of one sampler batch (in the plan's micro-batches); gradients are scaled
+    so the optimizer step sees the mean over all `step_samples` of the step. Returns the shares
+    of the step loss as 0-d device tensors (data-parallel: this rank's part of them). `last`: the
+    step's last batch (DDP all-reduces the gradients in its last backward)."""
     batch = source.sample(indices, generator, run.dtype, run.device)
     cond = run.family.collate_conditioning([conds[c] for c in picker.pick(indices)])
+    micro = (
+        state.plan.micro_batch_size if state.plan is not None else run.cfg.micro_batch_size or len(indices)
+    )
+    return batch_forward_backward(
+        run.family, state.denoiser, objective, batch, cond, run.cfg, generator, step_samples,
+        scaler, micro, ctx=state.ctx, ddp=state.ddp, sync=last,
+    )  # fmt: skip
+
+
+def micro_batch_shards(size: int, micro_batch_size: int, ctx: ParallelContext) -> list[BatchShard | None]:
+    """The slices of a batch of `size` samples that the forward/backward passes take: one per
+    micro-batch of `micro_batch_size` (the last may be smaller), each narrowed to this rank's
+    part in a data-parallel run. [None] for one unsplit pass of a single process."""
+    if micro_batch_size >= size and not ctx.distributed:
+        return [None]
+    shards: list[BatchShard | None] = []
+    for start in range(0, size, micro_batch_size):
+        stop = min(start + micro_batch_size, size)
+        if ctx.distributed:
+            mine = ctx.shard(stop - start)  # this rank's slice of the micro-batch
+            shards.append(BatchShard(start + mine.start, start + mine.stop, size, mine.grad_factor))
+        else:
+            shards.append(BatchShard(start, stop, size, 1.0))
+    return shards
+
+
+def batch_forward_backward(
+    family: Family,
+    denoiser: Any,
+    objective: DdpmObjective | FlowObjective,
+    batch: LatentBatch,
+    cond: dict[str, Any],
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    step_samples: int,
+    scaler: torch.amp.GradScaler,
+    micro_batch_size: int,
+    *,
+    ctx: ParallelContext,
+    ddp: Any = None,
+    sync: bool = True,
+) -> list[torch.Tensor]:
+    """Forward + backward of one sampler batch in micro-batches of `micro_batch_size` samples,
+    with the maths of the unsplit batch (module docstring). Takes the batch's latents
+    [B, C, h, w] (training dtype, on the device) and collated conditioning; `ddp` the DDP wrapper
+    (None: single process); `sync`: let DDP all-reduce in the batch's last backward.
+    Returns one 0-d device tensor per pass: its share of the step loss (no host sync)."""
+    from lorastudio.training.step import forward_backward
+
     info = {
         "original_size": batch.original_size,
         "crop_top_left": batch.crop_top_left,
         "target_size": batch.target_size,
     }
-    from lorastudio.training.step import forward_backward
-
-    shard = state.ctx.shard(len(indices)) if state.ctx.distributed else None
-    share = forward_backward(
-        run.family,
-        state.denoiser,
-        objective,
-        batch.latents,
-        cond,
-        info,
-        run.cfg,
-        generator,
-        step_samples,
-        scaler,
-        shard=shard,
-        forward_module=state.ddp,
-    )  # [] on the device
-    return share  # [] on the device; the loop reads the step's shares back once per step
+    shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
+    drawn = objective.noise(batch.latents, generator) if len(shards) > 1 else None  # the whole batch's
+    shares = []
+    for i, shard in enumerate(shards):
+        with gradient_sync(ddp, sync=sync and i == len(shards) - 1):
+            share = forward_backward(
+                family, denoiser, objective, batch.latents, cond, info, cfg, generator, step_samples,
+                scaler, shard=shard, forward_module=ddp, noised=drawn,
+            )  # fmt: skip
+        shares.append(share)  # [] on the device
+    return shares

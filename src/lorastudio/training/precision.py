@@ -3,6 +3,12 @@
 `pick_device` / `pick_dtype` raise ConfigError for what this host cannot do, so preflight can
 report it before anything loads. `run_numerics` sets process-wide torch flags for the run and
 restores them afterwards, whatever happens inside.
+
+base_precision values: fp32 / bf16 / fp16 store and compute the frozen base in that dtype;
+fp8 keeps bf16 weights and runs the repeated blocks' linears as fp8 matmuls (a CUDA GPU of
+compute capability >= 8.9: Ada / Hopper, the first with fp8 tensor cores); int8 / nf4 store
+those weights quantised (QLoRA) and compute in bf16, on the CPU as on CUDA
+(training/quantize.py applies them).
 """
 
 from __future__ import annotations
@@ -15,6 +21,11 @@ import torch
 from lorastudio.errors import ConfigError, FieldProblem
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Precisions whose frozen base computes in bf16 whatever they store (fp8: bf16 weights, fp8
+# matmuls; int8 / nf4: quantised weights, dequantised to bf16 for each matmul).
+BF16_COMPUTE = frozenset({"fp8", "int8", "nf4"})
+QUANTISED = frozenset({"int8", "nf4"})
+FP8_MIN_CAPABILITY = (8, 9)  # Ada (8.9) and Hopper (9.0) are the first GPUs with fp8 tensor cores
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -38,18 +49,61 @@ def pick_device(device: str | None) -> torch.device:
     return dev
 
 
+def is_quantised(base_precision: str) -> bool:
+    """True for the precisions that store the frozen base quantised (int8, nf4)."""
+    return base_precision in QUANTISED
+
+
+def fp8_capable(device: torch.device) -> bool:
+    """Whether `device` runs fp8 matmuls: a CUDA GPU of compute capability >= 8.9."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device) >= FP8_MIN_CAPABILITY
+
+
 def precision_problems(base_precision: str, device: torch.device) -> list[FieldProblem]:
-    """Why `base_precision` cannot run on `device` (empty list when it can)."""
+    """Why `base_precision` cannot run on `device` (empty list when it can): fp16 needs CUDA;
+    bf16 (and int8 / nf4 / fp8, which compute in bf16) need bf16 support on a GPU; fp8 needs a
+    CUDA GPU of compute capability >= 8.9."""
     if base_precision == "fp16" and device.type != "cuda":
         return [FieldProblem("base_precision", "fp16 needs a CUDA GPU; use fp32 (or bf16) on the CPU")]
-    if base_precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return [FieldProblem("base_precision", "this GPU does not support bf16; use fp16 or fp32")]
+    if base_precision == "fp8":
+        return _fp8_problems(device)
+    bf16_needed = base_precision == "bf16" or base_precision in QUANTISED
+    if bf16_needed and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        if base_precision == "bf16":
+            return [FieldProblem("base_precision", "this GPU does not support bf16; use fp16 or fp32")]
+        return [
+            FieldProblem(
+                "base_precision",
+                f"{base_precision} computes in bf16, which this GPU does not support; use fp16 or fp32",
+            )
+        ]
+    return []
+
+
+def _fp8_problems(device: torch.device) -> list[FieldProblem]:
+    need = "fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada / Hopper fp8 tensor cores)"
+    if device.type != "cuda":
+        return [
+            FieldProblem("base_precision", f"{need}; this run is on the {device.type}: use bf16, int8 or nf4")
+        ]
+    if not fp8_capable(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        name = torch.cuda.get_device_name(device)
+        return [
+            FieldProblem(
+                "base_precision",
+                f"{need}; {name} has compute capability {major}.{minor}: use bf16, int8 or nf4",
+            )
+        ]
     return []
 
 
 def pick_dtype(base_precision: str, device: torch.device) -> torch.dtype:
-    """dtype of the frozen base weights. auto = bf16 on a bf16-capable GPU, else fp32.
-    Raises ConfigError when the precision is not available on `device`."""
+    """The COMPUTE dtype of the frozen base (the dtype it is loaded in, before any quantisation):
+    auto = bf16 on a bf16-capable GPU, else fp32; fp8 / int8 / nf4 = bf16; fp32 / bf16 / fp16 as
+    named. Raises ConfigError when the precision is not available on `device`."""
     problems = precision_problems(base_precision, device)
     if problems:
         raise ConfigError(problems)
@@ -57,6 +111,8 @@ def pick_dtype(base_precision: str, device: torch.device) -> torch.dtype:
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return torch.float32
+    if base_precision in BF16_COMPUTE:
+        return torch.bfloat16
     return _DTYPES[base_precision]
 
 

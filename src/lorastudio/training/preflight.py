@@ -1,6 +1,6 @@
 """Everything a run checks before it loads a model: the config (resolved against the family),
-the output folder, the precision on this host, the dataset
-and the base model source. Nothing here writes a file.
+the output folder, the precision and the plan settings on this host (memory_budget_gb and
+offload_blocks need CUDA), the dataset and the base model source. Nothing here writes a file.
 
 Order of errors: ConfigError (every config problem at once), then DatasetError, then
 ModelSourceError.
@@ -17,6 +17,7 @@ import torch
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.training.compile import compile_problems
+from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     dev = pick_device(device)
     problems += precision_problems(cfg.base_precision, dev)
     problems += compile_problems(cfg.compile, dev)
+    problems += plan_host_problems(cfg, dev.type)
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():

@@ -24,7 +24,13 @@ import torch
 from lorastudio import __version__
 from lorastudio.data import BucketBatchSampler
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.training.checkpoint import INFO_FILE, LORA_FILE, STATE_FILE, write_checkpoint_folder
+from lorastudio.training.checkpoint import (
+    INFO_FILE,
+    LORA_FILE,
+    PLAN_KEY,
+    STATE_FILE,
+    write_checkpoint_folder,
+)
 from lorastudio.training.identity import IDENTITY_FORMAT
 from lorastudio.training.lora import lora_state_dict
 from lorastudio.training.meter import DivergenceGuard, StepMeter
@@ -95,9 +101,11 @@ def save_checkpoint(
     losses: list[float],
     identity: dict[str, Any],
     config: dict[str, Any],
+    plan: dict[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint `step` of the run (atomically; see training/checkpoint.py). Returns its
-    folder. `identity` is the run's identity, `config` its resolved config (JSON dict)."""
+    folder. `identity` is the run's identity, `config` its resolved config (JSON dict), `plan`
+    the plan it runs (training/plan.py Plan.as_dict; a resume reuses it)."""
     from safetensors.torch import save_file
 
     state = {
@@ -117,6 +125,7 @@ def save_checkpoint(
         "total_steps": total_steps,
         "identity": identity,
         "config": config,
+        **({PLAN_KEY: plan} if plan is not None else {}),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
     }

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
     from lorastudio.training.distributed import BatchShard
-    from lorastudio.training.noise import DdpmObjective, FlowObjective
+    from lorastudio.training.noise import DdpmObjective, FlowObjective, NoisedBatch
 
 
 def weighted_mse_share(
@@ -46,6 +46,7 @@ def forward_backward(
     *,
     shard: BatchShard | None = None,
     forward_module: Any = None,
+    noised: NoisedBatch | None = None,
 ) -> torch.Tensor:
     """Forward + backward of one micro-batch; gradients accumulate into the LoRA parameters,
     scaled so the optimizer step sees the mean over all `step_samples` samples of the step.
@@ -57,12 +58,15 @@ def forward_backward(
     the gradient of the global mean. The returned share is this rank's part of the step loss.
 
     Takes: latents [B,C,h,w] in the training dtype on the training device, the collated
-    conditioning, batch_info (see Family.predict), the CPU generator for noise and timesteps.
+    conditioning, batch_info (see Family.predict), the CPU generator for noise and timesteps, and
+    `noised`: draws already made for these latents (a batch split into micro-batches draws once
+    for the whole batch; `shard` then selects the micro-batch) — None draws them here.
     Returns: this micro-batch's share of the step loss, a detached 0-d fp32 tensor on the device
     (no host synchronisation). Raises: whatever the model raises (compiler failures excepted:
     the step then reruns eagerly, see training.compile.run_compiled).
     """
-    noised = objective.noise(latents, generator)  # every sample of the micro-batch
+    if noised is None:
+        noised = objective.noise(latents, generator)  # every sample of the micro-batch
     if shard is not None:
         noised, cond, batch_info = shard.take(noised, cond, dict(batch_info))  # this rank's slice
     module = denoiser if forward_module is None else forward_module

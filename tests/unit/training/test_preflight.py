@@ -126,3 +126,25 @@ def test_outputs_of_a_failed_run_are_not_left_behind(make_config, tmp_path):
         train(make_config(data_dir=str(data)), events.append, vanish_during_run, device="cpu")
     assert events[-1].type == "error"
     assert not (get_settings().outputs_dir / "run").exists()
+
+
+def test_fp8_on_cpu(make_config):
+    _fails(
+        make_config(base_precision="fp8"),
+        ConfigError,
+        "fp8 needs an NVIDIA GPU of compute capability 8.9 or newer .*this run is on the cpu",
+    )
+
+
+@pytest.mark.parametrize("precision", ["int8", "nf4"])
+def test_quantised_bases_pass_preflight_on_cpu_and_compute_in_bf16(make_config, precision):
+    import torch
+
+    from lorastudio.training.precision import is_quantised, pick_dtype
+    from lorastudio.training.preflight import preflight
+
+    run = preflight(make_config(base_precision=precision), get_settings(), "cpu")
+    assert run.dtype == torch.bfloat16  # the compute dtype; quantize.py stores the weights
+    assert is_quantised(precision) and not is_quantised("bf16") and not is_quantised("fp8")
+    with pytest.raises(ConfigError, match="compute capability 8.9"):
+        pick_dtype("fp8", torch.device("cpu"))

@@ -1,0 +1,153 @@
+"""GPU benchmark of memory plans: the full-size denoisers built through the engine's own build
+path (training.plan_build.build_denoiser: load -> swap set -> quantise/fp8 -> LoRA -> block swap
+-> compile -> checkpointing), then the engine's step (forward_backward, clip, fused AdamW, one
+host read per step), timed with CUDA events. One (family, plan) per subprocess.
+
+The "load" hands build_denoiser a random-init model (weights do not change the cost) built on the
+GPU and moved to where the plan loads it (the CPU for quantised or swapped plans), so the
+measured peak is the run's: the device never holds the whole bf16 model in those plans.
+
+usage: PYTHONPATH=src:. python -m bench.bench_plans --out DIR --deadline-s S \
+           flux:nf4/full/0/1 zimage:nf4/full/0/1 ...      (precision/checkpointing/offload/micro)
+       add "+c" to compile the blocks (e.g. flux:nf4/full/0/1+c).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+GIB = 2**30
+
+
+def one_plan(family: str, spec: str) -> dict[str, Any]:
+    import torch
+
+    from bench.bench_step import DEV, SCHEDULERS, timed
+    from bench.models import build_denoiser, synthetic_batch
+    from lorastudio.training.noise import make_objective
+    from lorastudio.training.optim import make_optimizer
+    from lorastudio.training.plan import Plan
+    from lorastudio.training.plan_build import build_denoiser as build_for_plan
+    from lorastudio.training.precision import pick_dtype, run_numerics
+    from lorastudio.training.step import forward_backward
+
+    compile_blocks = spec.endswith("+c")
+    precision, ckpt, offload, micro = spec.removesuffix("+c").split("/")
+    plan = Plan(precision, ckpt, int(offload), int(micro))
+    row: dict[str, Any] = {"family": family, "plan": spec}
+    device = torch.device(DEV)
+    dtype = pick_dtype(plan.base_precision, device)
+    eng_cfg = _engine_cfg(family)
+
+    def load_denoiser(base: str, revision: str | None, load_dtype: torch.dtype, load_device: Any) -> Any:
+        model = build_denoiser(family, DEV, load_dtype)
+        return model if torch.device(load_device).type == "cuda" else model.to(load_device)
+
+    from lorastudio import families
+
+    fam = families.get(eng_cfg.family)
+    proxy_family = SimpleNamespace(spec=fam.spec, load_denoiser=load_denoiser)
+    with run_numerics(True, device):
+        t0 = time.monotonic()
+        built = build_for_plan(SimpleNamespace(cfg=eng_cfg, family=proxy_family, device=device), plan,
+                               compile_blocks=compile_blocks)  # fmt: skip
+        torch.cuda.synchronize()
+        row["build_s"] = round(time.monotonic() - t0, 1)
+        row["build_peak_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 2)
+        row["fallbacks"] = built.fallbacks
+        row["compiled"] = built.compiled
+        objective = make_objective(fam, eng_cfg, SCHEDULERS[family])
+        batch = plan.micro_batch_size
+        latents, cond, info = synthetic_batch(family, batch, 1024, DEV, dtype)
+        opt = make_optimizer(built.params, eng_cfg)
+        scaler = torch.amp.GradScaler("cuda", enabled=False)
+        generator = torch.Generator().manual_seed(7)
+        losses: list[float] = []
+
+        def step() -> None:
+            share = forward_backward(
+                fam, built.denoiser, objective, latents, cond, info, eng_cfg, generator, batch, scaler
+            )
+            norm = torch.nn.utils.clip_grad_norm_(built.params, 1.0)
+            loss, _ = torch.stack([share.double(), norm.double()]).tolist()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss)
+
+        t1 = time.monotonic()
+        step()
+        torch.cuda.synchronize()
+        row["first_step_s"] = round(time.monotonic() - t1, 1)
+        torch.cuda.reset_peak_memory_stats()
+        result = timed(step, batch, warm=1, windows=2, steps=3)
+        row.update(result)
+        row["peak_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 2)
+        row["reserved_gib"] = round(torch.cuda.max_memory_reserved() / GIB, 2)
+        row["losses"] = [round(x, 4) for x in losses[:4]]
+    return row
+
+
+def _engine_cfg(family: str) -> Any:
+    from bench.models import FAMILY_KEYS
+    from lorastudio.config import TrainConfig
+
+    return TrainConfig(
+        family=FAMILY_KEYS[family],
+        base_model="bench/random-init",
+        data_dir="bench",
+        lora_rank=16,
+        lora_alpha=16.0,
+        learning_rate=1e-4,
+        max_grad_norm=1.0,
+        **({"snr_gamma": 5.0} if family == "sdxl" else {"snr_gamma": None}),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases", nargs="+", help="family:precision/checkpointing/offload/micro[+c]")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--deadline-s", type=float, default=540.0)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        fam, spec = args.one.split(":")
+        try:
+            row = one_plan(fam, spec)
+        except Exception as err:  # noqa: BLE001 -- a benchmark: report the failure as data
+            row = {"family": fam, "plan": spec, "error": f"{type(err).__name__}: {str(err)[:400]}"}
+        print("ROW " + json.dumps(row), flush=True)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.deadline_s
+    for case in args.cases:
+        fam, spec = case.split(":")
+        left = deadline - time.monotonic()
+        if left < 40:
+            row: dict[str, Any] = {"family": fam, "plan": spec, "skipped": "deadline"}
+        else:
+            cmd = [sys.executable, "-m", "bench.bench_plans", "--one", case, "x"]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left - 5, env=os.environ)
+                lines = [ln[4:] for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
+                row = json.loads(lines[-1]) if lines else {
+                    "family": fam, "plan": spec, "crash": proc.returncode, "stderr": proc.stderr[-600:],
+                }  # fmt: skip
+            except subprocess.TimeoutExpired:
+                row = {"family": fam, "plan": spec, "timeout": True}
+        line = json.dumps(row)
+        print(line, flush=True)
+        with (args.out / "plans.jsonl").open("a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Building the denoiser of a plan: the one build path of a run's denoiser and of every plan
+trial (training/plan_measure.py), so a trial measures exactly what the run will hold.
+
+Order (each step needs the previous one):
+  load        in the plan's compute dtype; on the CPU when the base is quantised or blocks are
+              swapped (the device never holds the whole bf16 model), else on the device
+  swap set    training.memory.swap_candidates: the repeated blocks that wait in CPU RAM
+  precision   training.quantize.apply_base_precision: quantise / fp8-convert, place on the
+              device except the swap set
+  LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init)
+  block swap  training.memory.attach_block_swap (LoRA parameters live on the device)
+  compile     training.compile.compile_denoiser (the run only; trials measure eagerly)
+  checkpoint  training.memory.apply_checkpointing (after compile, so a selective mode that falls
+              back to full on compiled blocks is reported)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.training.lora import add_lora, lora_config_for
+from lorastudio.training.precision import is_quantised, pick_dtype
+
+if TYPE_CHECKING:
+    from lorastudio.training.plan import Plan
+    from lorastudio.training.preflight import PreparedRun
+
+
+@dataclass
+class BuiltDenoiser:
+    """A denoiser built for a plan, LoRA added, in train mode. `fallbacks`: the reasons a
+    requested feature is not in use (precision, checkpointing, compile); `compiled`: regional
+    compile is active; `swap`: the BlockSwap when blocks wait in CPU RAM (else None)."""
+
+    denoiser: Any
+    params: list[torch.nn.Parameter]
+    lora_config: Any
+    dtype: torch.dtype
+    swap: Any = None
+    compiled: bool = False
+    fallbacks: list[str] = field(default_factory=list)
+
+    def release(self) -> None:
+        """Drop every reference this object holds (the caller frees the device memory:
+        training.precision.free_accelerator_memory). The block swap is not detached: detaching
+        would bring every swapped block onto the device just before the model goes."""
+        self.swap = self.denoiser = self.lora_config = None
+        self.params = []
+
+
+def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> BuiltDenoiser:
+    """Build the run's denoiser for `plan` (module docstring order). `compile_blocks`: regionally
+    compile the repeated blocks (lazy; a compiler failure later falls back to eager).
+
+    Returns the BuiltDenoiser. Raises ModelSourceError (load), ConfigError (LoRA targets, a
+    precision the device cannot run), torch.OutOfMemoryError."""
+    from lorastudio.training.memory import apply_checkpointing, attach_block_swap, swap_candidates
+    from lorastudio.training.quantize import apply_base_precision
+
+    cfg, family, device = run.cfg, run.family, run.device
+    dtype = pick_dtype(plan.base_precision, device)
+    stage_on_cpu = is_quantised(plan.base_precision) or plan.offload_blocks > 0
+    load_device = torch.device("cpu") if stage_on_cpu else device
+    denoiser = family.load_denoiser(cfg.base_model, cfg.revision, dtype, load_device)
+    blocks = swap_candidates(denoiser, plan.offload_blocks) if plan.offload_blocks > 0 else []
+    fallbacks = list(apply_base_precision(denoiser, plan.base_precision, device, stay_on_cpu=blocks))
+    torch.manual_seed(cfg.seed)  # LoRA A init and LoRA dropout masks
+    lora_config = lora_config_for(cfg, family.spec.lora_targets)
+    params = add_lora(denoiser, lora_config)
+    built = BuiltDenoiser(denoiser, params, lora_config, dtype, fallbacks=fallbacks)
+    if blocks:
+        built.swap = attach_block_swap(denoiser, blocks, device)
+    denoiser.train()
+    if compile_blocks:
+        from lorastudio.training.compile import compile_denoiser
+
+        state = compile_denoiser(denoiser, params)
+        built.compiled = state.active
+        if state.fallback_reason:
+            built.fallbacks.append(f"compile: {state.fallback_reason}")
+    built.fallbacks += apply_checkpointing(denoiser, plan.gradient_checkpointing)
+    return built
