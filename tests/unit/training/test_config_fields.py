@@ -20,6 +20,7 @@ from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig, parse_train_c
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training.loop import TrainResult, train
+from lorastudio.training.memory import checkpointing_mode
 
 # field -> (reference overrides, changed value, what to compare: "run" = losses/weights/steps)
 CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
@@ -47,7 +48,7 @@ CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
     "lora_dropout": ({}, 0.5, "run"),
     "lora_targets": ({}, ["to_q"], "targets"),
     "base_precision": ({}, "bf16", "run"),
-    "gradient_checkpointing": ({}, True, "checkpointing"),
+    "gradient_checkpointing": ({}, "selective", "checkpointing"),
     "snr_gamma": ({"family": "sdxl", "snr_gamma": None}, 0.1, "run"),
     "timestep_sampling": ({}, "uniform", "run"),
     "logit_mean": ({}, 1.0, "run"),
@@ -130,8 +131,11 @@ def test_field_changes_the_run(field, make_config, partly_captioned):
     elif check == "targets":
         assert new_weights and all(".to_q." in k for k in new_weights)
         assert any(".to_k." in k for k in ref_weights)
-    elif check == "checkpointing":
-        assert new.denoiser.is_gradient_checkpointing and new.losses == pytest.approx(ref.losses)
+    elif check == "checkpointing":  # the blocks checkpointed with the selective policy, same maths
+        assert checkpointing_mode(new.denoiser) == value  # the reference run: "auto" = off
+        assert new.losses == pytest.approx(ref.losses) and new_weights.keys() == ref_weights.keys()
+        for k in ref_weights:
+            torch.testing.assert_close(new_weights[k], ref_weights[k], rtol=1e-4, atol=1e-6)
     elif check == "output":
         assert new.lora_path.name == f"{value}.safetensors" != ref.lora_path.name
     else:
