@@ -7,6 +7,9 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   lorastudio.db   the run store (SQLite)
   added_models.json   folders the user added to the model catalogue
 
+LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
+processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
+
 The hub token (LORASTUDIO_HF_TOKEN) is a SecretStr: it prints as '**********' and only
 `get_secret_value()` (in lorastudio.basemodels, handing it to huggingface_hub) reveals it.
 """
@@ -33,6 +36,10 @@ class Settings(BaseSettings):
     max_image_pixels: int = Field(default=64_000_000, ge=1)
     hf_token: SecretStr | None = Field(
         default=None, description="hub token for gated/private repos (else huggingface_hub's own login)"
+    )
+    cpu_data_parallel: bool = Field(
+        default=False,
+        description="run num_gpus > 1 as gloo processes on the CPU: for testing the launcher",
     )
 
     @property

@@ -4,6 +4,12 @@ twice aborts. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_ev
 continues a run from its newest (or the given) checkpoint with the checkpoint's settings; with a
 CONFIG too, the config must match the checkpoint's identity.
 
+`--gpus N` (or num_gpus = N in the config) runs data-parallel: this command launches itself
+through torchrun, one process per GPU (`--device cpu`: N gloo processes on the CPU, for testing),
+the same way the job service does (jobs/agent.py: torchrun bound to this process's lifetime).
+Rank 0 shows the progress and writes the files; Ctrl-C reaches every rank through torchrun, and
+rank 0's stop-and-save is what every rank does.
+
 Also home of the pieces the demo reuses: config file loading, --set overrides, the progress
 display and the Ctrl-C stop handler.
 """
@@ -11,8 +17,14 @@ display and the Ctrl-C stop handler.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
+import subprocess
+import sys
+import tempfile
 import tomllib
+from contextlib import nullcontext
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,7 +42,7 @@ from rich.progress import (
 )
 
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
-from lorastudio.training.events import Event, StopRequest
+from lorastudio.training.events import Event, PlanChosen, StopRequest
 
 EXIT_USER_ERROR = 2
 
@@ -164,6 +176,8 @@ class ProgressDisplay:
             sps = f"{event.samples_per_second:.2f}" if event.samples_per_second is not None else "-"
             stats = f"loss {event.loss:.4f} avg {event.avg_loss:.4f} lr {event.lr:.1e} {sps} img/s"
             self.progress.update(task, completed=event.step, stats=stats)
+        elif event.type == "plan_chosen":
+            self.console.log(plan_line(event))
         elif event.type == "sample_ready":
             self.console.log(f"samples of step {event.step}: {', '.join(event.images)}")
         elif event.type == "error":
@@ -196,6 +210,26 @@ class StopOnInterrupt:
         return StopRequest(save=True) if self.requested else None
 
 
+def plan_line(event: PlanChosen) -> str:
+    """The PlanChosen event as one readable line: how the denoiser phase runs and why."""
+    parts = [
+        f"base {event.base_precision}",
+        f"checkpointing {event.gradient_checkpointing}",
+        f"offload {event.offload_blocks} block{'' if event.offload_blocks == 1 else 's'}",
+        f"micro-batch {event.micro_batch_size}",
+        f"compile {'on' if event.compile else 'off'}",
+    ]
+    how = f"set by the {'checkpoint' if event.decided_by == 'checkpoint' else 'settings'}"
+    if event.decided_by == "measured":
+        how = f"measured ({len(event.trials)} trial{'' if len(event.trials) == 1 else 's'})"
+    if event.memory_budget_gb is not None:
+        how += f", budget {event.memory_budget_gb:g} GB"
+    line = f"plan: {', '.join(parts)}; {how}"
+    if event.fallbacks:
+        line += f"; fallbacks: {'; '.join(event.fallbacks)}"
+    return line
+
+
 def train_cmd(
     config: Path | None = typer.Argument(
         None, help="training config (.json or .toml); optional with --resume"
@@ -211,20 +245,41 @@ def train_cmd(
         "--resume",
         help="continue a run: its output folder (newest checkpoint) or a checkpoint folder",
     ),
+    gpus: int | None = typer.Option(
+        None,
+        "--gpus",
+        min=1,
+        max=64,
+        help="data-parallel processes, one per GPU, launched through torchrun (sets num_gpus; "
+        "with --device cpu: gloo processes on the CPU)",
+    ),
 ) -> None:
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
     or resume one from a checkpoint."""
     console = Console(stderr=True, log_path=False)
+    rank = int(os.environ.get("RANK", "0"))
+    launched = "WORLD_SIZE" in os.environ
+    if launched:
+        _bind_to_agent()
     try:
-        cfg, checkpoint = _run_config(config, overrides, resume)
+        settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
+        cfg, checkpoint = _run_config(config, settings, resume)
+        if cfg.num_gpus > 1 and not launched:
+            _check_launch(cfg, device)
+            raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
         from lorastudio.training.loop import train
 
         quiet_libraries()
-        with StopOnInterrupt(console) as stopper, ProgressDisplay(console) as display:
-            result = train(cfg, display.emit, stopper.check, device=device, resume=checkpoint)
+        display = ProgressDisplay(console) if rank == 0 else None
+        with StopOnInterrupt(console) as stopper, display or nullcontext():
+            emit = display.emit if display is not None else _ignore
+            result = train(cfg, emit, stopper.check, device=device, resume=checkpoint)
     except LorastudioError as err:
-        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        prefix = "error" if rank == 0 else f"error (rank {rank})"
+        typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
+    if rank != 0:
+        return  # rank 0 reports the run
     if result.resumed_from is not None:
         typer.echo(f"resumed from step {result.resumed_from}")
     if result.lora_path is None:
@@ -234,3 +289,86 @@ def train_cmd(
     typer.echo(f"{state}: {result.steps_run} step(s)")
     typer.echo(f"LoRA     {result.lora_path}")
     typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
+
+
+def _ignore(event: Event) -> None:
+    """The event sink of ranks other than 0 (the engine sends them nothing anyway)."""
+
+
+def _bind_to_agent() -> None:
+    """Under a launch by this command (jobs/agent.py sets LORASTUDIO_AGENT_PID), die with the
+    agent like the job service's ranks do: a rank is never left waiting on a dead launch."""
+    from lorastudio.jobs.channel import AGENT_PID_ENV
+    from lorastudio.jobs.worker import bind_to_parent
+
+    agent = os.environ.get(AGENT_PID_ENV)
+    if agent is not None and agent.isdigit():
+        bind_to_parent(int(agent))
+
+
+def _check_launch(cfg: Any, device: str | None) -> None:
+    """Refuse a data-parallel launch this host or config cannot run. Raises ConfigError."""
+    from lorastudio.training.parallel_rules import data_parallel_problems
+
+    problems = data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
+    if device is not None and device != "cpu" and device != "cuda":
+        problems.append(
+            FieldProblem(
+                "--device",
+                f"{device}: with --gpus each process takes one GPU (cuda:LOCAL_RANK of "
+                "CUDA_VISIBLE_DEVICES); use --device cuda or cpu",
+            )
+        )
+    if device != "cpu":
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count < cfg.num_gpus:
+            problems.append(
+                FieldProblem(
+                    "num_gpus",
+                    f"{cfg.num_gpus} processes need {cfg.num_gpus} CUDA GPUs, but this host has "
+                    f"{count}; use fewer, or --device cpu to run them as gloo processes on the CPU",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
+
+
+def launch_arguments(
+    config: Path | None, overrides: list[str], device: str | None, resume: Path | None
+) -> list[str]:
+    """The `train` arguments every rank runs with (paths made absolute)."""
+    args = ["-m", "lorastudio.cli", "train"]
+    if config is not None:
+        args.append(str(config.resolve()))
+    for item in overrides:
+        args += ["--set", item]
+    if device is not None:
+        args += ["--device", device]
+    if resume is not None:
+        args += ["--resume", str(resume.resolve())]
+    return args
+
+
+def _launch(
+    world: int,
+    config: Path | None,
+    overrides: list[str],
+    device: str | None,
+    resume: Path | None,
+    console: Console,
+) -> int:
+    """Run this command under torchrun with `world` processes; returns torchrun's exit code.
+    Prints the plain torchrun command that does the same (e.g. to run it by hand)."""
+    rank_args = launch_arguments(config, overrides, device, resume)
+    torchrun = ["--standalone", "--nnodes=1", f"--nproc-per-node={world}", "--max-restarts=0"]
+    shown = ["torchrun", *torchrun, *rank_args]
+    console.print(f"launching {world} processes: {shlex.join(shown)}", highlight=False)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # torchrun passes Ctrl-C to the ranks
+    try:
+        with tempfile.TemporaryDirectory(prefix="lorastudio-torchrun-") as logs:
+            agent = [sys.executable, "-m", "lorastudio.jobs.agent", str(os.getpid())]
+            return subprocess.call([*agent, *torchrun, f"--log-dir={logs}", *rank_args])
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,7 +1,9 @@
 """The GPU arbiter: one owner of the accelerator at a time.
 
 Two kinds of workload register here:
-- a training job (exclusive: at most one; while it holds the GPU, generation is refused);
+- a training job (exclusive: at most one; while it holds the GPU, generation is refused). It
+  reserves `devices` GPUs (a data-parallel job: one per rank); with one training job at a time
+  the reservation is the first `devices` GPUs visible to the server, indices 0..devices-1;
 - resident workloads (the generation pipeline) that keep weights on the GPU between uses and
   can be asked to free them (`release`).
 
@@ -27,6 +29,7 @@ class GpuArbiter:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._training: str | None = None
+        self._devices: tuple[int, ...] = ()
         self._generations = 0
         self._residents: dict[str, Callable[[], None]] = {}
 
@@ -35,6 +38,13 @@ class GpuArbiter:
         """Id of the training job holding the GPU, or None."""
         with self._cond:
             return self._training
+
+    @property
+    def reserved_devices(self) -> tuple[int, ...]:
+        """Indices (among the GPUs visible to the server) reserved by the training job; () when
+        none holds the GPU."""
+        with self._cond:
+            return self._devices
 
     def register_resident(self, name: str, release: Callable[[], None]) -> None:
         """Register a resident workload; `release()` must free its GPU memory (idempotent)."""
@@ -45,10 +55,14 @@ class GpuArbiter:
         with self._cond:
             self._residents.pop(name, None)
 
-    def begin_training(self, job_id: str, wait_s: float = 600.0) -> None:
-        """Give the GPU to training job `job_id`: refuse new generations, wait up to `wait_s` for
-        those in flight, then release every resident. Raises JobActive if another training job
-        holds the GPU or a generation did not finish in time (the GPU is then left as it was)."""
+    def begin_training(self, job_id: str, wait_s: float = 600.0, devices: int = 1) -> tuple[int, ...]:
+        """Give the GPU(s) to training job `job_id`: refuse new generations, wait up to `wait_s`
+        for those in flight, then release every resident. Returns the reserved device indices
+        (0..devices-1 of the GPUs visible to the server; a data-parallel job's ranks run on
+        them). Raises JobActive if another training job holds the GPU or a generation did not
+        finish in time (the GPU is then left as it was); ValueError if devices < 1."""
+        if devices < 1:
+            raise ValueError(f"a training job reserves at least one device, not {devices}")
         with self._cond:
             if self._training is not None and self._training != job_id:
                 raise JobActive(f"training job {self._training} is using the GPU")
@@ -57,15 +71,18 @@ class GpuArbiter:
                 self._training = None
                 self._cond.notify_all()
                 raise JobActive("a generation is still running on the GPU; try again when it finishes")
+            self._devices = tuple(range(devices))
             releases = list(self._residents.values())
         for release in releases:
             release()
+        return tuple(range(devices))
 
     def end_training(self, job_id: str) -> None:
-        """Free the GPU held by `job_id` (no-op if it does not hold it)."""
+        """Free the GPU(s) held by `job_id` (no-op if it does not hold them)."""
         with self._cond:
             if self._training == job_id:
                 self._training = None
+                self._devices = ()
                 self._cond.notify_all()
 
     @contextmanager

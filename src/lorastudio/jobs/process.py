@@ -2,6 +2,9 @@
 
 Each worker gets its own event queue and stop flag: a killed child can leave a shared queue's
 lock held forever, so nothing is reused across workers. No torch here.
+
+`JobWorker` is what the job service needs of a worker; `WorkerProcess` (one spawned process,
+single-GPU jobs) and `jobs.launcher.TorchrunWorker` (a torchrun launch, num_gpus > 1) have it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lorastudio.config import TrainConfig
 from lorastudio.jobs.worker import WorkerArgs, worker_main
@@ -33,6 +36,43 @@ class Timeouts:
     stop_grace_s: float = 30.0
     kill_grace_s: float = 5.0
     exit_grace_s: float = 30.0
+
+
+class JobWorker(Protocol):
+    """A running training job as the job service sees it (see WorkerProcess for each method)."""
+
+    generation: int
+
+    def start(self) -> int: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def exitcode(self) -> int | None: ...
+    def next_event(self, timeout: float) -> TaggedEvent | None: ...
+    def request_stop(self, save: bool) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None: ...
+    def join(self, timeout: float) -> bool: ...
+    def failure_reason(self) -> str: ...
+    def close(self) -> None: ...
+
+
+def escalate(worker: JobWorker, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
+    """Terminate, then kill, a worker that overstays its stop request (monotonic time `stop_at`)
+    or its terminal event (`ended_at`); None: no such moment yet."""
+    deadlines = []
+    if stop_at is not None:
+        deadlines.append(stop_at + timeouts.stop_grace_s)
+    if ended_at is not None:
+        deadlines.append(ended_at + timeouts.exit_grace_s)
+    if not deadlines:
+        return
+    now, deadline = time.monotonic(), min(deadlines)
+    if now >= deadline + timeouts.kill_grace_s:
+        worker.kill()
+    elif now >= deadline:
+        worker.terminate()
 
 
 class WorkerProcess:
@@ -109,18 +149,11 @@ class WorkerProcess:
     def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
         """Terminate, then kill, a worker that overstays its stop request (monotonic time
         `stop_at`) or its terminal event (`ended_at`); None: no such moment yet."""
-        deadlines = []
-        if stop_at is not None:
-            deadlines.append(stop_at + timeouts.stop_grace_s)
-        if ended_at is not None:
-            deadlines.append(ended_at + timeouts.exit_grace_s)
-        if not deadlines:
-            return
-        now, deadline = time.monotonic(), min(deadlines)
-        if now >= deadline + timeouts.kill_grace_s:
-            self.kill()
-        elif now >= deadline:
-            self.terminate()
+        escalate(self, timeouts, stop_at, ended_at)
+
+    def failure_reason(self) -> str:
+        """Why the job failed when the process ended without a terminal event."""
+        return f"worker exited unexpectedly (code {self.exitcode})"
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the child to exit; True if it has."""

@@ -3,11 +3,13 @@
 Life of a job: `submit` validates everything cheap (config, family, base model, dataset, output
 name, precision) and only then records the job and queues it; a refused start changes nothing.
 The dispatcher thread (alive as long as the service) takes the next job when the GPU is free,
-gives it the GPU through the arbiter (which frees the resident generation pipeline), spawns the
-worker and pumps its events: each one is fenced by worker identity, sanitised (non-finite ->
-None) and folded into the job's snapshot under the lock, stored, and appended to the event log
-that the SSE stream reads. A worker that dies without a terminal event fails the job with
-"exited unexpectedly (code N)". A stop is cooperative first, then terminate, then kill.
+gives it the GPU(s) through the arbiter (which frees the resident generation pipeline), starts
+the worker (one spawned process; for num_gpus > 1 a torchrun launch of one rank per reserved
+GPU, jobs/launcher.py, whose rank 0 sends the same tagged events) and pumps its events: each
+one is fenced by worker identity, sanitised (non-finite -> None) and folded into the job's
+snapshot under the lock, stored, and appended to the event log that the SSE stream reads. A
+worker that dies without a terminal event fails the job with "exited unexpectedly (code N)" (a
+launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill.
 
 GPU hand-over: the job's training reservation in the arbiter is released the moment the job
 turns final (terminal event ingested, or the process found dead), so generation may start while
@@ -26,16 +28,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lorastudio.errors import JobActive, NotFound
+from lorastudio.errors import ConfigError, JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
+from lorastudio.jobs.launcher import TorchrunWorker
 from lorastudio.jobs.preflight import preflight_report
-from lorastudio.jobs.process import TaggedEvent, Timeouts, WorkerProcess, WorkerTarget
+from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts, WorkerProcess, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.validation import ValidatedRun, validate_run
+from lorastudio.jobs.validation import ValidatedRun, host_problems, validate_run
 from lorastudio.jobs.worker import worker_main
 from lorastudio.settings import Settings
 
@@ -69,7 +72,7 @@ class JobService:
         self._resume_from: dict[str, Path] = {}  # job id -> checkpoint folder (resumed runs)
         self._active: Job | None = None
         self._last: Job | None = None
-        self._worker: WorkerProcess | None = None
+        self._worker: JobWorker | None = None
         self._stop_at: float | None = None  # monotonic time of the stop request
         self._generation = 0
         self._closing = False
@@ -174,6 +177,9 @@ class JobService:
             self.settings,
             live_output_names=taken,
         )
+        problems = host_problems(resume.config, self.settings)  # e.g. num_gpus set for the resume
+        if problems:
+            raise ConfigError(problems)
         with self._cond:
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
             earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
@@ -273,9 +279,9 @@ class JobService:
                     self._cond.notify_all()
 
     def _run(self, job: Job) -> None:
-        """Give `job` the GPU, spawn its worker, pump it to the end, free the GPU."""
+        """Give `job` the GPU(s), start its worker, pump it to the end, free the GPU(s)."""
         try:
-            self.arbiter.begin_training(job.id)
+            devices = self.arbiter.begin_training(job.id, devices=job.worker_config.num_gpus)
         except JobActive as err:
             with self._cond:
                 self._finish(job, JobStatus.FAILED, error=str(err))
@@ -286,14 +292,7 @@ class JobService:
                     self._finish(job, JobStatus.STOPPED, error=None)
                     return
                 self._generation += 1
-                worker = WorkerProcess(
-                    job.id,
-                    self._generation,
-                    job.worker_config,
-                    self.settings,
-                    self._target,
-                    resume=self._resume_from.get(job.id),
-                )
+                worker = self._new_worker(job, self._generation, devices)
             pid = worker.start()
             with self._cond:
                 self._worker = worker
@@ -311,7 +310,24 @@ class JobService:
         finally:
             self.arbiter.end_training(job.id)  # normally already freed by `_finish`
 
-    def _pump(self, job: Job, worker: WorkerProcess) -> None:
+    def _new_worker(self, job: Job, generation: int, devices: tuple[int, ...]) -> JobWorker:
+        """A single spawned worker for a one-GPU job; a torchrun launch of num_gpus ranks (on
+        the reserved GPUs, or as gloo processes on the CPU with settings.cpu_data_parallel)."""
+        resume = self._resume_from.get(job.id)
+        if job.worker_config.num_gpus > 1:
+            return TorchrunWorker(
+                job.id,
+                generation,
+                job.worker_config,
+                self.settings,
+                devices=None if self.settings.cpu_data_parallel else devices,
+                resume=resume,
+            )
+        return WorkerProcess(
+            job.id, generation, job.worker_config, self.settings, self._target, resume=resume
+        )
+
+    def _pump(self, job: Job, worker: JobWorker) -> None:
         """Fold the worker's events into `job` until it ended and the process exited."""
         ended_at: float | None = None  # monotonic time of the terminal event
         while True:
@@ -332,17 +348,16 @@ class JobService:
             with self._cond:
                 stop_at = self._stop_at
             worker.escalate(self.timeouts, stop_at, ended_at)
-        code = worker.exitcode
         with self._cond:
             if job.live:
                 if job.status == JobStatus.STOPPING:
                     note = "the worker did not stop in time and was terminated; no LoRA was saved"
                     self._finish(job, JobStatus.STOPPED, error=note)
                 else:
-                    self._finish(job, JobStatus.FAILED, error=f"worker exited unexpectedly (code {code})")
+                    self._finish(job, JobStatus.FAILED, error=worker.failure_reason())
         worker.close()
 
-    def _drain(self, job: Job, worker: WorkerProcess) -> None:
+    def _drain(self, job: Job, worker: JobWorker) -> None:
         """Ingest what the exited worker still had in flight."""
         while (item := worker.next_event(DRAIN_S)) is not None:
             self._ingest(job, item)
@@ -365,6 +380,8 @@ class JobService:
             self._log_event(job, data)
             if folded.final is not None:
                 self._finish(job, *folded.final)
+        if folded.plan is not None:
+            self.store.set_plan(job.id, folded.plan)
         if folded.point is not None:
             self.store.add_metric(job.id, folded.point)
         elif data["type"] == "progress":

@@ -28,6 +28,8 @@ from lorastudio.errors import (
 )
 from lorastudio.jobs.hardware import host_info
 from lorastudio.settings import Settings
+from lorastudio.training.parallel_rules import data_parallel_problems
+from lorastudio.training.plan import plan_host_problems
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Family
@@ -87,7 +89,7 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
         )
 
     if cfg is not None:
-        problems += _host_problems(cfg)
+        problems += host_problems(cfg, settings)
 
     scan: DatasetScan | None = None
     if cfg is not None and data_dir is not None and family is not None:
@@ -167,23 +169,31 @@ def output_name_problems(name: str, settings: Settings, live_output_names: set[s
     return []
 
 
-def _host_problems(cfg: TrainConfig) -> list[FieldProblem]:
-    """Settings this server cannot run on its host: compile "on" without CUDA, and num_gpus > 1
-    (the job service launches one worker process per job; the engine runs data-parallel only
-    under torchrun, e.g. `torchrun --nproc_per_node N -m lorastudio.cli train ...`)."""
+def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
+    """Settings this server cannot run on its host: compile "on" without CUDA; num_gpus > 1 with
+    fewer CUDA GPUs than that (unless settings.cpu_data_parallel runs the ranks as gloo
+    processes on the CPU), a batch_size that does not divide by num_gpus (each rank takes an
+    equal slice of every batch), or lora_dropout > 0 (see training/distributed.py: each rank
+    would draw its own masks, which is not the maths of one process); memory_budget_gb or
+    offload_blocks > 0 without CUDA (training.plan.plan_host_problems)."""
     problems = []
-    if cfg.compile == "on" and host_info().device != "cuda":
+    host = host_info()
+    if cfg.compile == "on" and host.device != "cuda":
         problems.append(
             FieldProblem("compile", "'on' needs a CUDA GPU; this host has none (use 'auto' or 'off')")
         )
     if cfg.num_gpus > 1:
-        problems.append(
-            FieldProblem(
-                "num_gpus",
-                "the job service runs single-process jobs for now; launch multi-GPU runs with "
-                "torchrun and `lorastudio train` (num_gpus must equal the launched processes)",
+        count = host.gpu_count
+        if count < cfg.num_gpus and not settings.cpu_data_parallel:
+            problems.append(
+                FieldProblem(
+                    "num_gpus",
+                    f"num_gpus={cfg.num_gpus} needs {cfg.num_gpus} CUDA GPUs (one torchrun process "
+                    f"per GPU), but this host has {count}; use at most {max(count, 1)}",
+                )
             )
-        )
+        problems += data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
+    problems += plan_host_problems(cfg, host.device)  # memory_budget_gb / offload_blocks need CUDA
     return problems
 
 

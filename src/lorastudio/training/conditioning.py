@@ -1,6 +1,7 @@
 """Phase 1: text conditioning. Every unique caption is encoded once (plus "" when caption
 dropout is on), and so is every sample prompt, with only the text encoders loaded; the encoders
-are freed before phase 2.
+are freed before phase 2. A data-parallel run shares the chunks out over its ranks and
+all-gathers the results (every rank gets every caption's tensors, as one process computes them).
 During training `CaptionPicker` swaps a caption for "" with probability cfg.caption_dropout.
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
 from lorastudio.training.precision import free_accelerator_memory
 
@@ -65,24 +67,44 @@ def encode_texts(
 ) -> list[Conditioning]:
     """Like encode_captions, for several groups of texts (e.g. the captions, then the sample
     prompts) with one load of the encoders. Each group is chunked on its own, so a group's
-    tensors are those it would get encoded alone. Returns one text -> tensors dict per group."""
-    emit(ModelLoadStarted(component="text_encoders"))
-    t0 = time.perf_counter()
-    encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, device)
-    emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
+    tensors are those it would get encoded alone. Returns one text -> tensors dict per group.
+
+    In a data-parallel run (an initialised process group) the chunks are shared out round-robin:
+    each rank encodes its chunk of every round, and the round's results are all-gathered, so
+    every rank ends with every text's tensors, computed from the same chunks as one process
+    would (the same tensors). A rank with no chunk at all does not load the encoders.
+    `check_stop` is called once per round on every rank (it is a collective there)."""
+    chunks = [
+        (index, list(texts[start : start + ENCODE_CHUNK]))
+        for index, texts in enumerate(groups)
+        for start in range(0, len(texts), ENCODE_CHUNK)
+    ]
+    ctx = group_context()
     out: list[Conditioning] = [{} for _ in groups]
+    encoders = None
+    if ctx.rank < len(chunks):
+        emit(ModelLoadStarted(component="text_encoders"))
+        t0 = time.perf_counter()
+        encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, device)
+        emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
     total = sum(len(group) for group in groups)
     done = 0
     try:
-        for texts, encoded_group in zip(groups, out, strict=True):
-            for start in range(0, len(texts), ENCODE_CHUNK):
-                check_stop()
-                chunk = list(texts[start : start + ENCODE_CHUNK])
-                encoded = family.encode_prompts(encoders, chunk, cfg)
-                for text, tensors in zip(chunk, encoded, strict=True):
-                    encoded_group[text] = {k: v.detach().cpu() for k, v in tensors.items()}
-                done += len(chunk)
-                emit(Preparing(phase="conditioning", done=done, total=total))
+        for members, mine in round_robin(len(chunks), ctx):
+            check_stop()
+            encoded = None
+            if mine is not None:
+                texts = chunks[mine][1]
+                encoded = [
+                    {k: v.detach().cpu() for k, v in tensors.items()}
+                    for tensors in family.encode_prompts(encoders, texts, cfg)
+                ]
+            for index, result in zip(members, gather_round(encoded, ctx), strict=False):
+                group, texts = chunks[index]
+                for text, tensors in zip(texts, result, strict=True):
+                    out[group][text] = tensors
+                done += len(texts)
+            emit(Preparing(phase="conditioning", done=done, total=total))
     finally:
         del encoders
         free_accelerator_memory(device)

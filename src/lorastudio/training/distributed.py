@@ -1,16 +1,21 @@
 """Data-parallel training: one process per device, launched by torchrun or `accelerate launch`
 (they set RANK, WORLD_SIZE and LOCAL_RANK), gradients averaged by PyTorch DDP.
 
-The maths equals the single-process run of the same config: every rank builds the same
-conditioning and latent cache (deterministic from the seed; each rank builds its own for now,
-sharing them through rank 0 is a later step), walks the same sampler, and draws the latents,
-noise and timesteps of the GLOBAL batch from the same seeded generators; each rank then keeps its
-contiguous slice of the batch (`BatchShard`). The local loss share is multiplied by the world
+The maths equals the single-process run of the same config: the conditioning and the latent
+cache are built once, shared out (each rank encodes its round-robin share of the caption chunks
+and of the images, `gather_round` all-gathers each round: the same tensors as one process, see
+training/conditioning.py and training/latents.py), every rank walks the same sampler, and draws
+the latents, noise and timesteps of the GLOBAL batch from the same seeded generators; each rank
+then keeps its contiguous slice of the batch (`BatchShard`). The local loss share is multiplied by the world
 size so that DDP's average of the gradients is the gradient of the global mean loss; the step
 loss is all-reduced (summed) so every rank reports and guards the same value.
 
 Only rank 0 emits events and writes files; stop requests are polled on rank 0 and agreed on by
 every rank at each poll (`agree_stop`), so all ranks stop at the same point.
+
+The job service launches such runs through torchrun (jobs/launcher.py); `lorastudio train
+--gpus N` does too. What a data-parallel config must satisfy is in training/parallel_rules.py
+(batch_size divisible by the ranks; no lora_dropout).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -27,15 +32,18 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lorastudio.errors import ConfigError, FieldProblem, TrainingStopped
 from lorastudio.training.events import StopCheck, StopRequest
+from lorastudio.training.parallel_rules import data_parallel_problems
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.training.noise import NoisedBatch
 
+T = TypeVar("T")
+
 LAUNCHER_HINT = (
     "launch one process per GPU with torchrun or accelerate launch "
-    "(e.g. `torchrun --nproc_per_node {n} ...`); the job service cannot launch a multi-process "
-    "worker yet"
+    "(e.g. `torchrun --nproc_per_node {n} -m lorastudio.cli train ...`), or let the job service "
+    "or `lorastudio train --gpus {n}` launch it (calling train() itself cannot launch processes)"
 )
 
 
@@ -83,10 +91,38 @@ def launched_context() -> ParallelContext:
     return ParallelContext(rank=rank, world_size=world, local_rank=local)
 
 
+def group_context() -> ParallelContext:
+    """This process's place in the initialised default process group (a single-process context
+    when there is none): what the cache builders use to share their work out."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return ParallelContext()
+    rank = dist.get_rank()
+    return ParallelContext(rank=rank, world_size=dist.get_world_size(), local_rank=rank)
+
+
+def gather_round(value: T, ctx: ParallelContext) -> list[T]:
+    """Every rank's `value` (any picklable object; tensors should be on the CPU), in rank order:
+    an all-gather, so every rank must call it at the same points. [value] for one process."""
+    if not ctx.distributed:
+        return [value]
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def round_robin(count: int, ctx: ParallelContext) -> Iterator[tuple[range, int | None]]:
+    """Rounds over `count` work items: (the round's item indices, this rank's item or None).
+    Round k holds items k*W .. k*W+W-1 (W the world size); rank r takes the r-th of them."""
+    for first in range(0, count, ctx.world_size):
+        items = range(first, min(first + ctx.world_size, count))
+        yield items, (first + ctx.rank if ctx.rank < len(items) else None)
+
+
 def check_parallel_config(cfg: TrainConfig, ctx: ParallelContext) -> None:
     """Refuse a config the launch cannot run exactly. Raises ConfigError: num_gpus differs from
-    the launched world size (a num_gpus > 1 run started as one process names the launchers), or
-    batch_size does not divide by the world size."""
+    the launched world size (a num_gpus > 1 run started as one process names the launchers),
+    batch_size does not divide by the world size, or lora_dropout > 0 with several ranks
+    (training/parallel_rules.py)."""
     problems = []
     if cfg.num_gpus != ctx.world_size:
         if ctx.world_size == 1:
@@ -100,14 +136,7 @@ def check_parallel_config(cfg: TrainConfig, ctx: ParallelContext) -> None:
                 "processes: set num_gpus to the number of launched processes"
             )
         problems.append(FieldProblem("num_gpus", message))
-    if cfg.batch_size % ctx.world_size:
-        problems.append(
-            FieldProblem(
-                "batch_size",
-                f"{cfg.batch_size} does not divide by the {ctx.world_size} processes of the run: "
-                "each process takes an equal slice of every batch",
-            )
-        )
+    problems += data_parallel_problems(ctx.world_size, cfg.batch_size, cfg.lora_dropout)
     if problems:
         raise ConfigError(problems)
 

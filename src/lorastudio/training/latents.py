@@ -1,6 +1,6 @@
 """Phase 2: latents. The VAE posterior (mean, std, fp32) of `cache_variants` crop/flip variants
 per image is cached in RAM, and each step draws mean + std * randn in fp32, then casts to the
-training dtype. When the cache would exceed cfg.latent_cache_max_gb, images are cropped and
+training dtype. A data-parallel run encodes each image on one rank and all-gathers the cache. When the cache would exceed cfg.latent_cache_max_gb, images are cropped and
 encoded every step instead (the VAE stays loaded): same distribution, more compute.
 
 Both sources answer `sample(indices, generator, dtype, device) -> LatentBatch`.
@@ -15,12 +15,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, Preparing
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.data import CroppedImage, ImageItem
     from lorastudio.families.base import Family
+
+
+# per variant ((height, width) of the source, (top, left) of the crop), and the crop's (H, W)
+CropInfo = tuple[list[tuple[tuple[int, int], tuple[int, int]]], tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,14 @@ class CachedLatents:
 
     def add(self, mean: torch.Tensor, std: torch.Tensor, crops: Sequence[CroppedImage]) -> None:
         """Store one image's K variants: mean/std [K, C, h, w] and the K crops they came from."""
+        self.add_encoded(mean, std, crops_info(crops))
+
+    def add_encoded(self, mean: torch.Tensor, std: torch.Tensor, info: CropInfo) -> None:
+        """Store one image's K variants: mean/std [K, C, h, w] and its `crops_info`."""
         self.means.append(mean.detach().float().cpu())
         self.stds.append(std.detach().float().cpu())
-        self.crops.append([(c.original_size, c.crop_top_left) for c in crops])
-        self.sizes.append(tuple(crops[0].pixels.shape[1:]))
+        self.crops.append(list(info[0]))
+        self.sizes.append((int(info[1][0]), int(info[1][1])))
 
     def sample(
         self, indices: Sequence[int], generator: torch.Generator, dtype: torch.dtype, device: torch.device
@@ -93,23 +102,59 @@ def build_latent_cache(
     check_stop: Callable[[], None],
 ) -> CachedLatents:
     """Encode cfg.cache_variants crop/flip variants of every image. Calls `check_stop()` before
-    each image and emits Preparing("latents", done, total) as it goes."""
+    each image (each round of a data-parallel run) and emits Preparing("latents", done, total)
+    as it goes.
+
+    In a data-parallel run (an initialised process group) the images are shared out round-robin:
+    every rank walks every image's random draws (flips, crop positions: `rng` ends in the same
+    state on every rank, as after one process), but only decodes and encodes its own image of
+    each round; the round's posteriors are all-gathered, so every rank holds the cache one
+    process builds (the same tensors: each image is encoded alone, as one process does)."""
     from lorastudio.data import load_crop
 
+    ctx = group_context()
     cache = CachedLatents()
     total = len(items)
     every = max(1, total // 100)
-    for n, item in enumerate(items):
+    for members, mine in round_robin(total, ctx):
         check_stop()
-        flips = variant_flips(int(cfg.cache_variants), cfg.random_flip, rng)
-        crops = [load_crop(item, random_crop=cfg.random_crop, flip=f, rng=rng) for f in flips]
-        pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [K, 3, H, W]
-        with torch.no_grad():
-            mean, std = family.encode_pixels(vae, pixels)  # [K, C, h, w] each, fp32
-        cache.add(mean, std, crops)
-        if (n + 1) % every == 0 or n + 1 == total:
-            emit(Preparing(phase="latents", done=n + 1, total=total))
+        encoded = None
+        for n in members:
+            flips = variant_flips(int(cfg.cache_variants), cfg.random_flip, rng)
+            if n != mine:
+                for _ in flips:
+                    replay_crop_draws(items[n], cfg.random_crop, rng)
+                continue
+            crops = [load_crop(items[n], random_crop=cfg.random_crop, flip=f, rng=rng) for f in flips]
+            pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [K, 3, H, W]
+            with torch.no_grad():
+                mean, std = family.encode_pixels(vae, pixels)  # [K, C, h, w] each, fp32
+            encoded = (mean.detach().float().cpu(), std.detach().float().cpu(), crops_info(crops))
+        for result in gather_round(encoded, ctx)[: len(members)]:
+            cache.add_encoded(*result)
+        done = members[-1] + 1
+        if done % every < len(members) or done == total:
+            emit(Preparing(phase="latents", done=done, total=total))
     return cache
+
+
+def replay_crop_draws(item: ImageItem, random_crop: bool, rng: np.random.Generator) -> None:
+    """Advance `rng` exactly as `data.load_crop(item, random_crop=..., rng=rng)` does, without
+    decoding the image: a random crop draws top, then left, from the resized image's slack."""
+    if not random_crop:
+        return
+    from lorastudio.data.crop import resized_size
+
+    bw, bh = item.bucket
+    rw, rh = resized_size(item.width, item.height, item.bucket)
+    rng.integers(0, rh - bh + 1)
+    rng.integers(0, rw - bw + 1)
+
+
+def crops_info(crops: Sequence[CroppedImage]) -> CropInfo:
+    """What the cache keeps of an image's K crops: (original_size, crop_top_left) per variant,
+    and the crop's (H, W) pixels."""
+    return [(c.original_size, c.crop_top_left) for c in crops], tuple(crops[0].pixels.shape[1:])
 
 
 class EncodedPerStep:

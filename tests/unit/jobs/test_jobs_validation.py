@@ -141,3 +141,25 @@ def test_settings_this_host_cannot_run_are_refused_before_queueing(
     fields = _fields(err)
     assert "CUDA" in fields["compile"]  # this CPU-only test host
     assert "torchrun" in fields["num_gpus"]
+
+
+def test_base_precisions_follow_what_this_host_runs(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    from lorastudio.jobs.hardware import host_info, precisions_for
+
+    host = host_info()  # this CPU-only test host
+    assert host.gpu_count == 0 and host.public()["gpu_count"] == 0
+    assert host.precisions == ("auto", "fp32", "bf16", "int8", "nf4")  # int8 / nf4 run on the CPU
+    assert "fp8" in precisions_for("cuda", (9, 0)) and "fp8" in precisions_for("cuda", (8, 9))
+    assert "fp8" not in precisions_for("cuda", (8, 6)) and "nf4" in precisions_for("cuda", (8, 6))
+    assert not {"bf16", "int8", "nf4", "fp8"} & set(precisions_for("cuda", (7, 5)))
+
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(tiny_model("flux"), base_precision="fp8"), settings, live_output_names=set())
+    assert "fp8 is not available on this host (cpu)" in _fields(err)["base_precision"]
+    for precision in ("int8", "nf4"):
+        run = validate_run(
+            _cfg(tiny_model("flux"), base_precision=precision), settings, live_output_names=set()
+        )
+        assert run.config.base_precision == precision

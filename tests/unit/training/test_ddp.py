@@ -1,7 +1,10 @@
 """Data-parallel training on the CPU: two gloo processes (launched like torchrun: RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT in the environment) train the same LoRA, within float
 tolerance, as one process with the same global batch and seed; only rank 0 emits and writes.
-A num_gpus > 1 run started as a single process is refused with a clear message."""
+The caption and latent caches are shared out over the ranks and all-gathered: exactly the
+tensors of one process. A 2-rank run's checkpoint resumes in one process with the same maths.
+A num_gpus > 1 run started as a single process, and lora_dropout with several ranks, are
+refused with a clear message."""
 
 from __future__ import annotations
 
@@ -10,16 +13,23 @@ import os
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from lorastudio.config import TrainConfig
+from lorastudio import families
+from lorastudio.config import TrainConfig, resolve_train_config
+from lorastudio.data import load_crop, scan_dataset
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
+from lorastudio.training import conditioning
+from lorastudio.training.conditioning import captions_to_encode, encode_texts
 from lorastudio.training.distributed import ParallelContext, check_parallel_config
 from lorastudio.training.events import StopRequest
+from lorastudio.training.latents import build_latent_cache, replay_crop_draws
 from lorastudio.training.loop import train
 
 WORLD = 2
@@ -108,7 +118,7 @@ def test_num_gpus_without_a_launch_is_refused(make_config, monkeypatch):
         train(make_config(num_gpus=2), events.append, device="cpu")
     message = str(caught.value)
     assert "num_gpus=2" in message and "single process" in message
-    assert "torchrun" in message and "job service cannot launch" in message
+    assert "torchrun" in message and "--gpus 2" in message
     assert [e.type for e in events] == ["error"]
     outputs = get_settings().outputs_dir
     assert not outputs.exists() or not any(outputs.iterdir())  # nothing written
@@ -133,7 +143,9 @@ def test_each_rank_takes_a_contiguous_slice_covering_the_batch():
             assert all(s.grad_factor == world and s.size == size for s in slices)
 
 
-def test_rank_0_stop_and_save_stops_every_rank_at_the_same_step(make_config, tmp_path):
+def test_rank_0_stop_and_save_stops_every_rank_and_the_checkpoint_resumes_in_one_process(
+    make_config, tmp_path
+):
     cfg = make_config(steps=6, batch_size=2, output_name="ddp", num_gpus=WORLD)
     mp.spawn(_rank_main, args=(cfg, _free_port(), str(tmp_path), 2), nprocs=WORLD, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
@@ -143,3 +155,124 @@ def test_rank_0_stop_and_save_stops_every_rank_at_the_same_step(make_config, tmp
     run_dir = get_settings().outputs_dir / "ddp"
     assert ranks[0]["lora_path"] == str(run_dir / "ddp.safetensors") and Path(ranks[0]["lora_path"]).is_file()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000002"]
+
+    # num_gpus is resumable: the 2-rank checkpoint continues in one process, to the LoRA of an
+    # uninterrupted one-process run
+    resumed = train(cfg.model_copy(update={"num_gpus": 1}), [].append, device="cpu", resume=run_dir)
+    assert resumed.resumed_from == 2 and resumed.steps_run == 6 and not resumed.stopped
+    single = train(make_config(steps=6, batch_size=2, output_name="single"), [].append, device="cpu")
+    assert resumed.losses == pytest.approx(single.losses, rel=LOSS_RTOL)
+    assert resumed.lora_path is not None and single.lora_path is not None
+    expected, got = load_file(str(single.lora_path)), load_file(str(resumed.lora_path))
+    for key, tensor in expected.items():
+        torch.testing.assert_close(got[key], tensor, atol=LORA_ATOL, rtol=LORA_RTOL, msg=key)
+
+
+def test_lora_dropout_with_several_ranks_is_refused(make_config):
+    ctx = ParallelContext(rank=0, world_size=2, local_rank=0)
+    with pytest.raises(ConfigError, match="lora_dropout") as caught:
+        check_parallel_config(make_config(batch_size=2, num_gpus=2, lora_dropout=0.1), ctx)
+    assert "same dropout masks" in str(caught.value)
+    check_parallel_config(make_config(batch_size=2, lora_dropout=0.1), ParallelContext())  # one process
+
+
+# -- shared caches ---------------------------------------------------------------------------------
+CACHE_CHUNK = 2  # captions per encoder call: several chunks, so the rounds are uneven
+
+
+def _build_caches(cfg: TrainConfig) -> dict:
+    """Phase 1 and 2 of a run as train() calls them: the conditioning (captions + sample prompts)
+    and the latent cache, with the rng state after them and the number of stop polls."""
+    conditioning.ENCODE_CHUNK = CACHE_CHUNK
+    cfg = resolve_train_config(cfg)
+    family = families.get(cfg.family)
+    items = scan_dataset(
+        Path(cfg.data_dir),
+        resolution=int(cfg.resolution or 0),
+        multiple=family.spec.resolution_multiple,
+        aspect_buckets=cfg.aspect_buckets,
+    ).items
+    rng = np.random.default_rng(cfg.seed)
+    polls = {"n": 0}
+
+    def stop() -> None:
+        polls["n"] += 1
+
+    texts = [captions_to_encode([it.caption for it in items], cfg.caption_dropout), cfg.sample_prompts]
+    device = torch.device("cpu")
+    conds = encode_texts(
+        family, cfg, texts, dtype=torch.float32, device=device, emit=[].append, check_stop=stop
+    )
+    vae = family.load_vae(cfg.base_model, cfg.revision, torch.float32, device)
+    cache = build_latent_cache(family, vae, items, cfg, rng, device=device, emit=[].append, check_stop=stop)
+    return {
+        "conds": conds,
+        "means": cache.means,
+        "stds": cache.stds,
+        "crops": cache.crops,
+        "sizes": cache.sizes,
+        "rng": rng.bit_generator.state,
+        "polls": polls["n"],
+        "texts": sum(len(group) for group in texts),
+    }
+
+
+def _cache_rank_main(rank: int, cfg: TrainConfig, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        torch.save(_build_caches(cfg), Path(out, f"cache{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process(make_config, tmp_path):
+    cfg = make_config(
+        random_crop=True,
+        random_flip=True,
+        cache_variants=2,
+        aspect_buckets=False,  # the non-square image is cropped square: random crops have slack
+        caption_dropout=0.1,
+        sample_prompts=["a red square", "a blue circle", "a green ring"],
+    )
+    mp.spawn(_cache_rank_main, args=(cfg, _free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    previous = conditioning.ENCODE_CHUNK
+    try:
+        single = _build_caches(cfg)
+    finally:
+        conditioning.ENCODE_CHUNK = previous
+    assert single["texts"] > 2 * CACHE_CHUNK  # more chunks than ranks: several rounds, uneven
+    assert any(top or left for crops in single["crops"] for _, (top, left) in crops)
+    for rank in range(WORLD):
+        got = torch.load(tmp_path / f"cache{rank}.pt", weights_only=False)
+        assert got["rng"] == single["rng"]  # the rng walked every image's draws on every rank
+        assert got["crops"] == single["crops"] and got["sizes"] == single["sizes"]
+        for name in ("means", "stds"):
+            assert len(got[name]) == len(single[name])
+            for a, b in zip(got[name], single[name], strict=True):
+                assert torch.equal(a, b)
+        for got_group, group in zip(got["conds"], single["conds"], strict=True):
+            assert list(got_group) == list(group)
+            for text, tensors in group.items():
+                assert sorted(got_group[text]) == sorted(tensors)
+                for key, tensor in tensors.items():
+                    assert torch.equal(got_group[text][key], tensor), (text, key)
+        assert got["polls"] < single["polls"]  # one stop poll per round, fewer rounds than items
+    ranks = [torch.load(tmp_path / f"cache{r}.pt", weights_only=False)["polls"] for r in range(WORLD)]
+    assert ranks[0] == ranks[1]  # the polls are collectives: every rank makes the same number
+
+
+def test_replayed_crop_draws_advance_the_rng_like_loading_the_crop(sample_dataset):
+    items = [
+        item
+        for buckets in (True, False)
+        for item in scan_dataset(sample_dataset, resolution=48, multiple=16, aspect_buckets=buckets).items
+    ]
+    assert any(it.width != it.height for it in items)  # some crops have slack to draw from
+    loaded, replayed = np.random.default_rng(3), np.random.default_rng(3)
+    for item in items:
+        for random_crop in (True, False):
+            load_crop(item, random_crop=random_crop, flip=False, rng=loaded)
+            replay_crop_draws(item, random_crop, replayed)
+            assert replayed.bit_generator.state == loaded.bit_generator.state
+    assert loaded.bit_generator.state != np.random.default_rng(3).bit_generator.state

@@ -1,0 +1,36 @@
+"""`python -m lorastudio.jobs.agent SERVER_PID TORCHRUN_ARGS...`: torchrun, bound to the job
+service's lifetime.
+
+This is torchrun itself (`torch.distributed.run.main`, the elastic agent that starts one process
+per rank, watches them and tears the group down when one fails), run after the process has
+bound itself to the server like the single worker does: PR_SET_PDEATHSIG(SIGKILL) plus a
+watchdog on the parent pid (jobs/worker.py `bind_to_parent`). Arming the death signal here
+instead of in a Popen preexec_fn keeps fork-time code out of the threaded server. The agent's
+pid goes to the ranks in LORASTUDIO_AGENT_PID so that each binds itself to the agent in turn:
+server dies -> agent dies -> every rank dies.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from lorastudio.jobs.channel import AGENT_PID_ENV
+from lorastudio.jobs.worker import bind_to_parent
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Bind to SERVER_PID (argv[0]), then run torchrun with the rest of argv. Exits 3 when the
+    server is already gone; otherwise torchrun's own exit (non-zero when a rank failed)."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or not args[0].isdigit():
+        raise SystemExit("usage: python -m lorastudio.jobs.agent SERVER_PID [torchrun arguments]")
+    bind_to_parent(int(args[0]))
+    os.environ[AGENT_PID_ENV] = str(os.getpid())
+    from torch.distributed.run import main as torchrun_main
+
+    torchrun_main(args[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,395 @@
+"""The job service's handle on a data-parallel job (num_gpus > 1): one torchrun launch, with the
+same interface as a single spawned worker (jobs/process.py JobWorker). No torch here.
+
+    python -m lorastudio.jobs.agent SERVER_PID --standalone --nnodes 1 --nproc-per-node N
+        --max-restarts 0 -m lorastudio.jobs.rank_worker
+
+The agent is torchrun's own launcher bound to the server's lifetime (jobs/agent.py); it starts N
+ranks (jobs/rank_worker.py) with CUDA_VISIBLE_DEVICES = the GPUs the arbiter reserved (or none:
+gloo ranks on the CPU). Every rank connects to a unix socket this class listens on
+(jobs/channel.py): rank 0's events arrive tagged (generation, agent pid), exactly what a single
+worker sends, so the service's ingestion is unchanged; stop requests go to rank 0, whose stop
+poll every rank agrees on.
+
+Failure handling, faster than torchrun's own teardown (it gives ranks 30 s after SIGTERM):
+- a rank's connection that ends without "done" is a dead rank (kill -9, crash, out of memory):
+  every process of the job is killed at once and an Error event naming the rank (or the agent,
+  when it died first) ends the job;
+- a rank other than 0 that fails with an error: rank 0 has ABORT_GRACE_S to report it (it
+  usually sees the broken collective), else the job ends with that rank's error;
+- once rank 0 is done, whatever is left after ABORT_GRACE_S is killed (the run is over).
+`exitcode` stays None until the agent and every rank process are gone, so the job service starts
+the next job only on free GPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from lorastudio.config import TrainConfig
+from lorastudio.jobs.channel import CHANNEL_ENV, ChannelError, RankJob, recv_json, send_frame, send_json
+from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
+from lorastudio.jobs.worker import WorkerArgs, scrub_environment
+from lorastudio.settings import Settings
+from lorastudio.training.events import Error
+
+log = logging.getLogger("lorastudio.jobs")
+
+AGENT_MODULE = "lorastudio.jobs.agent"
+RANK_MODULE = "lorastudio.jobs.rank_worker"
+ABORT_GRACE_S = 2.0
+ACCEPT_POLL_S = 0.2
+# torchrun's environment of an enclosing launch must not leak into the ranks' rendezvous
+_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_command(server_pid: int, world_size: int, log_dir: Path) -> list[str]:
+    """The command line of a launch of `world_size` ranks bound to process `server_pid`
+    (torchrun's own bookkeeping folder: `log_dir`)."""
+    return [
+        sys.executable,
+        "-m",
+        AGENT_MODULE,
+        str(server_pid),
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={world_size}",
+        "--max-restarts=0",
+        f"--log-dir={log_dir}",
+        "-m",
+        RANK_MODULE,
+    ]
+
+
+def visible_devices(reserved: tuple[int, ...], server_visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES of the ranks: the reserved indices, taken among the server's own
+    CUDA_VISIBLE_DEVICES when it has one (index i = its i-th entry)."""
+    if server_visible is None or not server_visible.strip():
+        return ",".join(str(i) for i in reserved)
+    entries = [e.strip() for e in server_visible.split(",") if e.strip()]
+    return ",".join(entries[i] for i in reserved)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] not in ("Z", "X")
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+class TorchrunWorker:
+    """A torchrun launch of one job. Create, `start()`, read with `next_event`, then `close()`."""
+
+    def __init__(
+        self,
+        job_id: str,
+        generation: int,
+        config: TrainConfig,
+        settings: Settings,
+        *,
+        devices: tuple[int, ...] | None,
+        resume: Path | None = None,
+    ):
+        """devices: the reserved GPU indices, one per rank; None: config.num_gpus gloo ranks on
+        the CPU (settings.cpu_data_parallel). resume: the checkpoint folder of a resumed run."""
+        self.generation = generation
+        self.world_size = config.num_gpus
+        if devices is not None and len(devices) != self.world_size:
+            raise ValueError(f"{len(devices)} devices reserved for num_gpus={self.world_size}")
+        self._devices = devices
+        self._args = WorkerArgs(
+            job_id=job_id,
+            generation=generation,
+            config=config,
+            settings=settings.model_copy(update={"api_token": None}),
+            parent_pid=os.getpid(),
+            resume=str(resume) if resume is not None else None,
+        )
+        self._events: queue.Queue[TaggedEvent] = queue.Queue()
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._agent: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+        self._listener: socket.socket | None = None
+        self._ranks: dict[int, int] = {}  # rank -> pid
+        self._sockets: dict[int, socket.socket] = {}
+        self._done: dict[int, tuple[int, str | None]] = {}  # rank -> (code, message)
+        self._readers = 0  # rank connections still being read
+        self._accepting = False
+        self._stop_save: bool | None = None
+        self._ending = False  # the service or this class is ending the job: EOFs are expected
+        self._failure: str | None = None  # why this class ended the job
+
+    # -- start -----------------------------------------------------------------------------------
+    def start(self) -> int:
+        """Listen, then start the agent; returns its pid. Raises OSError if it cannot start."""
+        self._dir = Path(tempfile.mkdtemp(prefix="lorastudio-ranks-"))  # mode 0700
+        path = self._dir / "channel.sock"
+        try:
+            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listener.bind(str(path))
+            self._listener.listen(self.world_size)
+            self._listener.settimeout(ACCEPT_POLL_S)
+            self._agent = subprocess.Popen(
+                torchrun_command(os.getpid(), self.world_size, self._dir / "torchrun"),
+                env=self._environment(str(path)),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError:
+            self.close()
+            raise
+        self._accepting = True
+        threading.Thread(target=self._accept, name="lorastudio-ranks-accept", daemon=True).start()
+        return self._agent.pid
+
+    def _environment(self, channel: str) -> dict[str, str]:
+        env = dict(os.environ)
+        scrub_environment(env)  # no studio secrets; the hub token only as HF_TOKEN
+        for name in _LAUNCH_VARIABLES:
+            env.pop(name, None)
+        env[CHANNEL_ENV] = channel
+        if self._devices is None:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # gloo ranks on the CPU
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices(
+                self._devices, os.environ.get("CUDA_VISIBLE_DEVICES")
+            )
+        return env
+
+    def _accept(self) -> None:
+        assert self._listener is not None and self._agent is not None
+        accepted = 0
+        try:
+            while accepted < self.world_size and not self._ending and self._agent.poll() is None:
+                try:
+                    conn, _ = self._listener.accept()
+                except TimeoutError:
+                    continue
+                conn.settimeout(None)
+                with self._lock:
+                    self._readers += 1
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="lorastudio-rank", daemon=True
+                ).start()
+                accepted += 1
+        except OSError as err:  # the listener was closed
+            log.debug("rank channel listener ended: %s", err)
+        finally:
+            with self._lock:
+                self._accepting = False
+
+    # -- one rank's connection ----------------------------------------------------------------------
+    def _serve(self, conn: socket.socket) -> None:
+        rank: int | None = None
+        try:
+            hello = recv_json(conn)
+            if hello is None or hello["kind"] != "hello":
+                raise ChannelError(f"expected a hello, got {hello}")
+            rank, pid = int(hello["rank"]), int(hello["pid"])
+            job = RankJob(args=self._args, tag=(self.generation, self.pid or 0), device=self._rank_device())
+            with self._lock:
+                self._ranks[rank] = pid
+            with self._send_lock:
+                send_frame(conn, pickle.dumps(job))  # the first frame a rank reads
+            with self._lock:
+                self._sockets[rank] = conn  # from now on request_stop writes to it
+                pending = self._stop_save if rank == 0 else None
+            if pending is not None:
+                with self._send_lock:
+                    send_json(conn, {"kind": "stop", "save": pending})
+            while (message := recv_json(conn)) is not None:
+                self._receive(rank, message)
+        except (OSError, ChannelError, KeyError, TypeError, ValueError) as err:
+            log.warning("rank %s channel: %s", rank, err)
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+            if rank is not None and rank not in self._done:
+                self._rank_lost(rank)
+            with self._lock:
+                self._readers -= 1
+
+    def _rank_device(self) -> str | None:
+        return "cpu" if self._devices is None else None
+
+    def _receive(self, rank: int, message: dict) -> None:
+        kind = message["kind"]
+        if kind == "event" and rank == 0:
+            with self._lock:
+                if self._failure is None:  # after a rank died, its Error is the job's end
+                    self._events.put(tuple(message["item"]))  # type: ignore[arg-type]
+        elif kind == "done":
+            code, text = int(message["code"]), message.get("message")
+            self._done[rank] = (code, text)
+            if rank == 0 or code != 0:
+                timer = threading.Timer(ABORT_GRACE_S, self._after_done, args=(rank,))
+                timer.daemon = True
+                timer.start()
+
+    def _after_done(self, rank: int) -> None:
+        """ABORT_GRACE_S after rank `rank` was done: kill what is left when rank 0 is done (the
+        run is over), or fail the job with a failed rank's error if rank 0 has not ended it."""
+        if self._agent is None or self._agent.poll() is not None or self._ending:
+            return
+        if 0 in self._done:
+            log.warning("ranks still running %.0f s after rank 0 ended; killing them", ABORT_GRACE_S)
+            self.kill()
+            return
+        code, text = self._done[rank]
+        self._fail(f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}")
+
+    def _rank_lost(self, rank: int) -> None:
+        """Rank `rank`'s connection ended without "done": the process died."""
+        if self._ending:
+            return
+        assert self._agent is not None
+        agent_code = self._agent.poll()
+        if agent_code is not None and agent_code != 0:
+            self._fail(
+                f"the torchrun agent (pid {self._agent.pid}) died (exit code {agent_code}); "
+                f"every rank of the job was stopped"
+            )
+        else:
+            pid = self._ranks.get(rank)
+            self._fail(
+                f"rank {rank} of {self.world_size} (pid {pid}) died without finishing (killed or "
+                "crashed); every process of the job was stopped"
+            )
+
+    def _fail(self, message: str) -> None:
+        """End the job: record why, kill every process, queue the Error event."""
+        with self._lock:
+            if self._failure is not None or self._ending:
+                return
+            self._failure = message
+        log.error("data-parallel job: %s", message)
+        self.kill()
+        error = Error(message=message).model_dump(mode="json")
+        self._events.put((self.generation, self.pid or 0, error))
+
+    # -- the JobWorker interface --------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """The torchrun agent's pid (the process this class started)."""
+        return self._agent.pid if self._agent is not None else None
+
+    @property
+    def rank_pids(self) -> dict[int, int]:
+        """rank -> pid of every rank that connected so far."""
+        with self._lock:
+            return dict(self._ranks)
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while the agent or any rank process runs (or a connection is still being read);
+        then the agent's exit code (negative: killed by that signal)."""
+        if self._agent is None:
+            return None
+        code = self._agent.poll()
+        if code is None:
+            return None
+        alive = [pid for pid in self.rank_pids.values() if _alive(pid)]
+        for pid in alive:  # they die with the agent anyway; do not wait for the kernel to say so
+            _signal(pid, signal.SIGKILL)
+        with self._lock:
+            busy = self._readers > 0 or self._accepting
+        return None if alive or busy else code
+
+    def next_event(self, timeout: float) -> TaggedEvent | None:
+        """The next event rank 0 sent (or this class's Error), or None after `timeout` s."""
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def request_stop(self, save: bool) -> None:
+        """Ask rank 0 to stop at its next check (every rank agrees on its answer)."""
+        with self._lock:
+            self._stop_save = save
+            conn = self._sockets.get(0)
+        if conn is None:
+            return  # sent with the job when rank 0 connects
+        with self._send_lock, contextlib.suppress(OSError):
+            send_json(conn, {"kind": "stop", "save": save})
+
+    def terminate(self) -> None:
+        """SIGTERM to the agent: torchrun passes it to the ranks (and kills them 30 s later)."""
+        self._ending = True
+        if self._agent is not None and self._agent.poll() is None:
+            self._agent.terminate()
+
+    def kill(self) -> None:
+        """SIGKILL to every rank and the agent."""
+        self._ending = True
+        for pid in self.rank_pids.values():
+            _signal(pid, signal.SIGKILL)
+        if self._agent is not None and self._agent.poll() is None:
+            self._agent.kill()
+
+    def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
+        escalate(self, timeouts, stop_at, ended_at)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the agent and every rank to be gone; True if they are."""
+        deadline = time.monotonic() + timeout
+        while self.exitcode is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def failure_reason(self) -> str:
+        """Why the job failed when it ended without a terminal event."""
+        if self._failure is not None:
+            return self._failure
+        failed = {r: d for r, d in self._done.items() if d[0] != 0}
+        if failed:
+            rank, (code, text) = min(failed.items())
+            return f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}"
+        return (
+            f"the torchrun launch exited unexpectedly (code {self.exitcode}) before rank 0 reported "
+            "the end of the run (see the server log)"
+        )
+
+    def close(self) -> None:
+        """Close the channel and remove its folder (the processes must have exited)."""
+        self._ending = True
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        with self._lock:
+            sockets = list(self._sockets.values())
+        for conn in sockets:
+            with contextlib.suppress(OSError):
+                conn.close()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)

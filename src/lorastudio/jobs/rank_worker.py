@@ -1,0 +1,148 @@
+"""One rank of a data-parallel training job: `python -m lorastudio.jobs.rank_worker`, started by
+torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT set) under the job service's agent
+(jobs/agent.py, which sets LORASTUDIO_AGENT_PID) with the service's socket in
+LORASTUDIO_RANK_CHANNEL (jobs/channel.py).
+
+The rank:
+1. binds itself to the agent's lifetime (PR_SET_PDEATHSIG + watchdog, as the single worker does
+   with the server): the agent dies with the server, so every rank does too;
+2. connects to the service, says hello (rank, pid) and receives its RankJob; a reader thread
+   takes stop requests (rank 0) and exits the process at once if the service's end closes;
+3. drops secrets not meant for it, then runs `train()`. Rank 0 sends every event tagged
+   (generation, agent pid), the identity the service fences on; the engine keeps the other
+   ranks silent. Every rank reports "done" (exit code, error) just before it exits: a
+   connection that closes without it tells the service the rank died.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from lorastudio.errors import LorastudioError
+from lorastudio.jobs.channel import (
+    AGENT_PID_ENV,
+    CHANNEL_ENV,
+    ChannelError,
+    RankJob,
+    recv_frame,
+    recv_json,
+    send_json,
+)
+from lorastudio.jobs.worker import bind_to_parent, scrub_environment
+from lorastudio.training.events import Complete, Error, Event, StopRequest
+
+EXIT_SERVICE_GONE = 3
+
+
+class RankChannel:
+    """A rank's side of the socket: emit (rank 0 only; events tagged), should_stop (the latest
+    stop request from the service), done (the last message)."""
+
+    def __init__(self, sock: socket.socket, tag: tuple[int, int], rank: int):
+        self._sock = sock
+        self._tag = tag
+        self._rank = rank
+        self._send_lock = threading.Lock()
+        self._stop: StopRequest | None = None
+        self.terminal_sent = False
+
+    def listen(self) -> None:
+        """Start the reader thread: stop requests set the flag; the end of the connection (the
+        service killed the job or is gone) ends this process."""
+        threading.Thread(target=self._read, name="rank-channel", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while (message := recv_json(self._sock)) is not None:
+                if message["kind"] == "stop":
+                    self._stop = StopRequest(save=bool(message.get("save")))
+        except (OSError, ChannelError) as err:
+            print(f"[rank {self._rank}] channel to the job service broke: {err}", file=sys.stderr)
+        os._exit(EXIT_SERVICE_GONE)
+
+    def emit(self, event: Event) -> None:
+        if self._rank != 0:
+            return
+        if isinstance(event, Complete | Error):
+            self.terminal_sent = True
+        self._send({"kind": "event", "item": [*self._tag, event.model_dump(mode="json")]})
+
+    def should_stop(self) -> StopRequest | None:
+        return self._stop
+
+    def done(self, code: int, message: str | None) -> None:
+        self._send({"kind": "done", "code": code, "message": message})
+
+    def _send(self, message: dict) -> None:
+        with self._send_lock:
+            send_json(self._sock, message)
+
+
+def connect(path: str, rank: int) -> tuple[socket.socket, RankJob]:
+    """Connect to the service at `path`, say hello, receive the job. Raises OSError,
+    ChannelError (the service closed before sending it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    send_json(sock, {"kind": "hello", "rank": rank, "pid": os.getpid()})
+    body = recv_frame(sock)
+    if body is None:
+        raise ChannelError("the job service closed the channel before sending the job")
+    job = pickle.loads(body)  # noqa: S301 (the job service, our parent's parent, wrote it)
+    if not isinstance(job, RankJob):
+        raise ChannelError(f"expected a RankJob, got {type(job).__name__}")
+    return sock, job
+
+
+def run_rank(job: RankJob, channel: RankChannel) -> tuple[int, str | None]:
+    """Train; returns (exit code, error message or None). Rank 0 reports an unreported failure
+    as an Error event. Exceptions other than LorastudioError are reported, then re-raised."""
+    from lorastudio.training.loop import train
+
+    args = job.args
+    resume = Path(args.resume) if args.resume is not None else None
+    try:
+        train(
+            args.config,
+            channel.emit,
+            channel.should_stop,
+            settings=args.settings,
+            resume=resume,
+            device=job.device,
+        )
+    except LorastudioError as err:
+        if not channel.terminal_sent:
+            channel.emit(Error(message=str(err)))
+        return 1, str(err)
+    except BaseException as err:
+        message = f"{type(err).__name__}: {err}"
+        if not channel.terminal_sent:
+            channel.emit(Error(message=message))
+        channel.done(1, message)
+        raise
+    return 0, None
+
+
+def main() -> None:
+    """Entry point under torchrun. Exits with the run's code (0 done, 1 failed, 3 service gone)."""
+    bind_to_parent(int(os.environ[AGENT_PID_ENV]))
+    rank = int(os.environ["RANK"])
+    sock, job = connect(os.environ[CHANNEL_ENV], rank)
+    scrub_environment(os.environ)
+    channel = RankChannel(sock, job.tag, rank)
+    channel.listen()
+    code, message = run_rank(job, channel)
+    channel.done(code, message)
+    # Exit at once: files are written and events sent; interpreter teardown only delays freeing
+    # the GPU (the service kills what is left of the job once rank 0 is done).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
