@@ -86,15 +86,17 @@ class _FrozenFp8Matmul(torch.autograd.Function):
         return grad_x.reshape(*grad_out.shape[:-1], grad_x.shape[-1]), None, None, None, None
 
 
-class Fp8FrozenLinear(torch.nn.Module):
+class Fp8FrozenLinear(torch.nn.Linear):
     """A frozen nn.Linear whose matmuls run in fp8 (see the module docstring). Built from a
-    Linear with in_features and out_features multiples of 16 (raises ValueError otherwise);
-    the bias, if any, stays in the linear's dtype. `weight` is kept as an attribute-free view
-    for code that only reads `.weight.dtype/.device`: it is the dequantised weight, computed on
-    access (tests and inspection only)."""
+    Linear with in_features and out_features multiples of 16 (raises ValueError otherwise) on
+    the linear's device; the bias, if any, stays in the linear's dtype. It is an nn.Linear
+    subclass so peft wraps it as a LoRA target like any linear; it holds no bf16 weight: the
+    two e4m3 copies and their scales are frozen parameters (moved, swapped and counted like any
+    weight), and `weight` is the dequantised weight computed on access (for code that reads its
+    dtype/device, e.g. peft placing the adapter; not used by forward)."""
 
     def __init__(self, linear: torch.nn.Linear):
-        super().__init__()
+        torch.nn.Module.__init__(self)  # not Linear.__init__: no bf16 weight is allocated
         n, k = linear.out_features, linear.in_features
         if n % 16 or k % 16:
             raise ValueError(f"fp8 matmuls need in/out features divisible by 16 (got {k} -> {n})")
@@ -103,14 +105,19 @@ class Fp8FrozenLinear(torch.nn.Module):
         w = linear.weight.detach()  # [N, K]
         w_rows, w_row_scale = quantise_rows(w)  # [N, K] e4m3, [N, 1]
         w_cols, w_col_scale = quantise_rows(w.t())  # [K, N] e4m3, [K, 1]
-        self.register_buffer("w_rows", w_rows, persistent=False)
-        self.register_buffer("w_row_scale", w_row_scale.t().contiguous(), persistent=False)  # [1, N]
-        self.register_buffer("w_cols_t", w_cols.contiguous(), persistent=False)  # [K, N]
-        self.register_buffer("w_col_scale", w_col_scale.t().contiguous(), persistent=False)  # [1, K]
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+        frozen = {
+            "w_rows": w_rows,  # [N, K] e4m3
+            "w_row_scale": w_row_scale.t().contiguous(),  # [1, N]
+            "w_cols_t": w_cols.contiguous(),  # [K, N] e4m3
+            "w_col_scale": w_col_scale.t().contiguous(),  # [1, K]
+        }
+        for name, tensor in frozen.items():
+            self.register_parameter(name, torch.nn.Parameter(tensor, requires_grad=False))
+        bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self.register_parameter("bias", bias)
 
     @property
-    def weight(self) -> torch.Tensor:
+    def weight(self) -> torch.Tensor:  # type: ignore[override]
         """The dequantised weight [N, K] in the compute dtype (for inspection, not used by forward)."""
         return (self.w_rows.float() * self.w_row_scale.t()).to(self.compute_dtype)
 

@@ -14,13 +14,14 @@ models have such layers, the real bases do not.
   ~0.26x bf16. Both run through `QuantisedLinear`: its autograd function saves only the
   quantised weight and dequantises it again for the input gradient, so nothing bf16-sized lives
   from forward to backward, and there is no weight-gradient matmul.
-- fp8: torchao.float8, ROWWISE recipe (e4m3, a scale per row of each operand, power-of-two
-  scales): diffusion transformers carry outlier tokens and channels in their activations, which
-  one per-tensor scale (tensorwise) would crush into a few fp8 levels; and the matmul where
-  rowwise costs most (the weight gradient, scaled along the other axis) is the one a frozen
-  weight skips. `FrozenWeightFloat8Linear` runs the output and input-gradient matmuls in fp8,
-  saves only the (bf16) weight, never the input. A one-layer probe runs on the device first:
-  rowwise, else tensorwise, else nothing is converted.
+- fp8: training/fp8.py's Fp8FrozenLinear: torchao's ROWWISE float8 recipe (e4m3, a scale per row
+  of each operand) for a FROZEN weight: diffusion transformers carry outlier tokens and channels
+  that one per-tensor scale (tensorwise) would crush into a few fp8 levels. The weight is cast
+  once at conversion (both layouts the forward and the input-gradient matmuls need, 2 bytes per
+  weight, the bf16 copy dropped), there is no weight-gradient matmul and no saved input: torchao's
+  own Float8Linear, built for full fine-tuning, recasts the weight every call, computes the
+  weight gradient and keeps the input (bench/RESULTS.md: +14 % FLUX.1, +18 % Z-Image, +6 %
+  Qwen-Image over compiled bf16 on an H200). A one-layer probe runs on the device first.
 
 Placement: the model moves to `device` one module at a time (each block linear is quantised on the
 device right after its bf16 weight arrives), so the device never holds the whole bf16 model;
@@ -32,7 +33,6 @@ TorchaoLoraLinear for Int8Tensor weights); the LoRA A/B stay fp32 and trainable.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import Counter
 from collections.abc import Collection, Iterator
@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lorastudio.training.compile import repeated_blocks
+from lorastudio.training.fp8 import Fp8FrozenLinear
 from lorastudio.training.precision import QUANTISED, fp8_capable
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,6 @@ NF4_BLOCK = 64  # weights per nf4 block (QLoRA's and torchao's default)
 NF4_SCALER_BLOCK = 256  # block scales per double-quantisation group (torchao's default)
 NF4_MIN_SCALER_BLOCK = 8  # smaller groups (odd tiny layers) make the double quantisation degenerate
 FP8_DIM_MULTIPLE = 16  # torch._scaled_mm needs both weight dims to be multiples of 16
-FP8_RECIPES = ("rowwise", "tensorwise")  # preferred first; the probe picks the first that runs
 
 
 class Unsupported(Exception):
@@ -71,8 +71,9 @@ def apply_base_precision(
     Takes: the denoiser as loaded (in the compute dtype, frozen; on the CPU or on `device`;
     before the LoRA is added), the run's base_precision, the training device, the modules a
     block swap keeps in CPU RAM (they and their children stay on the CPU, quantised too), and
-    `fp8_emulate` (test hook: fp8 casts with the matmuls emulated in high precision, so the fp8
-    path runs on a CPU; never set it for training).
+    `fp8_emulate` (test hook: convert to fp8 on a device without fp8 matmuls; there the layers
+    run the same casts with the matmuls emulated in fp32 (training.fp8.reference_scaled_mm);
+    never set it for training).
     int8 / nf4 quantise the repeated blocks' linears; fp8 converts them to fp8 compute; any other
     precision only moves the model.
     Returns: the reasons a part could not be applied ("nf4: 3 of 31 block linears kept in bf16
@@ -84,7 +85,7 @@ def apply_base_precision(
         if precision in QUANTISED:
             reasons += _quantise_blocks(denoiser, precision, device, _module_ids(stay_on_cpu))
         elif precision == "fp8":
-            reasons += _convert_fp8(denoiser, device, emulate=fp8_emulate)
+            reasons += _convert_fp8(denoiser, device, _module_ids(stay_on_cpu), emulate=fp8_emulate)
         place(denoiser, device, stay_on_cpu)  # after the swaps: the new layers are inside too
     for reason in reasons:
         log.warning("base precision: %s", reason)
@@ -242,97 +243,17 @@ def _quantise_blocks(
 # -- fp8 ------------------------------------------------------------------------------------------
 
 
-def fp8_config(recipe: str, *, emulate: bool = False) -> Any:
-    """torchao's Float8LinearConfig of `recipe` ("rowwise" or "tensorwise"), emulated on request."""
-    import dataclasses
-
-    from torchao.float8 import Float8LinearConfig
-
-    config = Float8LinearConfig.from_recipe_name(recipe)
-    return dataclasses.replace(config, emulate=True) if emulate else config
-
-
-@functools.cache
-def frozen_float8_linear_class() -> type[nn.Linear]:
-    """FrozenWeightFloat8Linear (built on first use: torchao.float8 is imported lazily): torchao's
-    Float8Linear for a frozen weight. Its forward runs `_Float8FrozenWeightMatmul`: the output
-    and the input gradient as fp8 matmuls cast by the layer's config, only the (bf16) weight saved
-    for the backward, no weight-gradient matmul. A weight that requires grad takes torchao's own
-    path. Built with `.from_float(linear, config=config)` (shares linear's weight and bias)."""
-    from torchao.float8.config import ScalingType
-    from torchao.float8.float8_linear import Float8Linear
-    from torchao.float8.float8_scaling_utils import get_maybe_axiswise_dim, hp_tensor_to_float8_dynamic
-    from torchao.float8.float8_training_tensor import GemmInputRole
-
-    def cast(t: torch.Tensor, cast_config: Any, mm_config: Any, config: Any, role: Any, axis: int) -> Any:
-        if cast_config.scaling_type is ScalingType.DISABLED:
-            return t
-        return hp_tensor_to_float8_dynamic(
-            t,
-            cast_config.target_dtype,
-            mm_config,
-            gemm_input_role=role,
-            scaling_granularity=cast_config.scaling_granularity,
-            axiswise_dim=get_maybe_axiswise_dim(axis, cast_config.scaling_granularity),
-            round_scales_to_power_of_2=config.round_scales_to_power_of_2,
-        )
-
-    @torch._dynamo.allow_in_graph
-    class _Float8FrozenWeightMatmul(torch.autograd.Function):
-        @staticmethod
-        def forward(
-            ctx: Any, x: torch.Tensor, weight_t: torch.Tensor, mm_config: Any, config: Any
-        ) -> torch.Tensor:
-            ctx.save_for_backward(weight_t)
-            ctx.mm_config, ctx.config = mm_config, config
-            x2 = x.reshape(-1, x.shape[-1])  # [M, in]
-            a = cast(x2, config.cast_config_input, mm_config, config, GemmInputRole.INPUT, -1)
-            b = cast(weight_t, config.cast_config_weight, mm_config, config, GemmInputRole.WEIGHT, 0)
-            out = torch.mm(a, b)  # [M, out]
-            return out.reshape(*x.shape[:-1], out.shape[-1])  # [..., out]
-
-        @staticmethod
-        def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
-            (weight_t,) = ctx.saved_tensors
-            config, mm_config = ctx.config, ctx.mm_config
-            g2 = grad_out.reshape(-1, grad_out.shape[-1])  # [M, out]
-            a = cast(g2, config.cast_config_grad_output, mm_config, config, GemmInputRole.GRAD_OUTPUT, -1)
-            w = config.cast_config_weight_for_grad_input
-            b = cast(weight_t, w, mm_config, config, GemmInputRole.WEIGHT, -1)
-            grad_x = torch.mm(a, b.t())  # [M, in]
-            return grad_x.reshape(*grad_out.shape[:-1], grad_x.shape[-1]), None, None, None
-
-    class FrozenWeightFloat8Linear(Float8Linear):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if self.weight.requires_grad:
-                return super().forward(x)
-            if torch.is_autocast_enabled():  # as Float8Linear: the output in the autocast dtype
-                x = x.to(torch.get_autocast_gpu_dtype())
-            out = _Float8FrozenWeightMatmul.apply(x, self.weight.t(), self.linear_mm_config, self.config)
-            return out if self.bias is None else out + self.bias.to(out.dtype)
-
-    return FrozenWeightFloat8Linear
-
-
-def _patch_inductor_for_fp8() -> None:
-    """What torchao's convert_to_float8_training does before converting: work around a Triton
-    fp8 store miscompile in Inductor (triton-lang/triton#11111) for the compiled blocks."""
-    try:
-        from torchao.float8._inductor_patch import _patch_inductor_min_max_codegen
-    except ImportError:  # a torchao without the workaround: nothing to patch
-        return
-    _patch_inductor_min_max_codegen()
-
-
-def fp8_linear(linear: nn.Linear, config: Any) -> nn.Module:
-    """`linear` as a FrozenWeightFloat8Linear sharing its weight and bias. Raises Unsupported
-    when a weight dim is not a multiple of 16."""
+def fp8_linear(linear: nn.Linear) -> nn.Module:
+    """`linear` (frozen) as an Fp8FrozenLinear (training/fp8.py), quantised on the linear's
+    device. Raises Unsupported when a weight dim is not a multiple of 16."""
     if linear.in_features % FP8_DIM_MULTIPLE or linear.out_features % FP8_DIM_MULTIPLE:
         raise Unsupported(f"dims not multiples of {FP8_DIM_MULTIPLE}")
-    return frozen_float8_linear_class().from_float(linear, config=config)
+    return Fp8FrozenLinear(linear)
 
 
-def _convert_fp8(denoiser: nn.Module, device: torch.device, *, emulate: bool) -> list[str]:
+def _convert_fp8(
+    denoiser: nn.Module, device: torch.device, keep_cpu: set[int], *, emulate: bool
+) -> list[str]:
     if not emulate and not fp8_capable(device):
         return [
             f"fp8: needs a CUDA GPU of compute capability >= 8.9 (this device: {device}); the base stays in bf16"
@@ -340,49 +261,29 @@ def _convert_fp8(denoiser: nn.Module, device: torch.device, *, emulate: bool) ->
     targets = block_linears(denoiser)
     if not targets:
         return [f"fp8: {type(denoiser).__name__} declares no repeated blocks; nothing was converted"]
-    dtype = targets[0][1].weight.dtype
     try:
-        config, notes = pick_fp8_config(device, dtype, emulate=emulate)
-    except Unsupported as err:
-        return [f"fp8: {err}; the base stays in bf16"]
+        _probe_fp8(device, targets[0][1].weight.dtype)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+        return [
+            f"fp8: the probe layer failed ({type(err).__name__}: {_first_line(err)}); the base stays in bf16"
+        ]
     skipped: Counter[str] = Counter()
     for name, linear in targets:
         try:
-            _replace(denoiser, name, fp8_linear(linear, config))
+            converted = fp8_linear(linear.to(device))  # quantised on the device, one layer at a time
         except Unsupported as err:
             skipped[str(err)] += 1
-    return notes + ([_kept_reason("fp8", skipped, len(targets))] if skipped else [])
-
-
-def pick_fp8_config(
-    device: torch.device, dtype: torch.dtype, *, emulate: bool = False
-) -> tuple[Any, list[str]]:
-    """The first recipe of FP8_RECIPES whose probe (one 32x32 layer, forward + backward on
-    `device`) runs, and a note per recipe that failed. Raises Unsupported when none runs."""
-    notes: list[str] = []
-    failures: list[str] = []
-    try:
-        frozen_float8_linear_class()
-    except ImportError as err:
-        raise Unsupported(f"torchao.float8 is not usable ({err})") from err
-    _patch_inductor_for_fp8()
-    for recipe in FP8_RECIPES:
-        try:
-            config = fp8_config(recipe, emulate=emulate)
-            _probe_fp8(config, device, dtype)
-        except (RuntimeError, ValueError, AssertionError, NotImplementedError, TypeError) as err:
-            failures.append(f"{recipe}: {type(err).__name__}: {_first_line(err)}")
             continue
-        if failures:
-            notes.append(f"fp8: {'; '.join(failures)}; using the {recipe} recipe")
-        return config, notes
-    raise Unsupported("no fp8 recipe runs here (" + "; ".join(failures) + ")")
+        _replace(denoiser, name, converted.to("cpu") if id(linear) in keep_cpu else converted)
+    return [_kept_reason("fp8", skipped, len(targets))] if skipped else []
 
 
-def _probe_fp8(config: Any, device: torch.device, dtype: torch.dtype) -> None:
+def _probe_fp8(device: torch.device, dtype: torch.dtype) -> None:
+    """One 32x32 fp8 layer, forward + backward on `device`: raises what the kernels raise, or
+    RuntimeError when the output or input gradient is not finite."""
     with torch.enable_grad():
         probe = nn.Linear(32, 32, bias=True, device=device, dtype=dtype).requires_grad_(False)
-        layer = fp8_linear(probe, config)
+        layer = fp8_linear(probe)
         x = torch.randn(16, 32, device=device, dtype=dtype, requires_grad=True)  # [16, 32]
         y = layer(x)  # [16, 32]
         y.float().sum().backward()
@@ -428,5 +329,5 @@ def _first_line(err: BaseException) -> str:
 def iter_quantised(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
     """(name, module) of the layers this module converted (QuantisedLinear and fp8 linears)."""
     for name, mod in model.named_modules():
-        if isinstance(mod, QuantisedLinear) or type(mod).__name__ == "FrozenWeightFloat8Linear":
+        if isinstance(mod, (QuantisedLinear, Fp8FrozenLinear)):
             yield name, mod
