@@ -1,4 +1,4 @@
-"""GPU: activation checkpointing and block swap (training/memory.py) on CUDA. Block swap keeps the
+"""GPU: activation checkpointing and block swap (training/memory.py, training/block_swap.py) on CUDA. Block swap keeps the
 swapped blocks' weights in pinned CPU memory between steps, lowers the peak by about their bytes,
 and trains with the losses of the same run without it (with Inductor regional compile and
 checkpointing too, and through train()); the selective policy cannot see inside an
@@ -17,15 +17,14 @@ import torch
 from lorastudio import families
 from lorastudio.config import TrainConfig, parse_train_config
 from lorastudio.tiny.models import build
+from lorastudio.training.block_swap import attach_block_swap, swap_candidates
 from lorastudio.training.compile import compile_denoiser, compile_state
 from lorastudio.training.loop import train
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.memory import (
     SELECTIVE_ON_COMPILED,
     apply_checkpointing,
-    attach_block_swap,
     compute_heavy_policy,
-    swap_candidates,
 )
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optim import make_optimizer

@@ -126,4 +126,6 @@ class Fp8FrozenLinear(torch.nn.Linear):
         return out if self.bias is None else out + self.bias  # [..., N]
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        )

@@ -146,7 +146,7 @@ def resumed_plan(saved: Plan, cfg: TrainConfig) -> Plan:
 def plan_host_problems(cfg: TrainConfig, device_type: str) -> list[FieldProblem]:
     """Plan settings this host cannot honour (empty when it can), for the engine's preflight and
     the job service: memory_budget_gb measures GPU memory, so it needs CUDA; offload_blocks > 0
-    needs CUDA (training/memory.py's check). Takes the device type ("cuda", "cpu"). Imports torch
+    needs CUDA (training/block_swap.py's check). Takes the device type ("cuda", "cpu"). Imports torch
     only when offload_blocks is set."""
     problems = []
     if cfg.memory_budget_gb is not None and device_type != "cuda":
@@ -160,7 +160,7 @@ def plan_host_problems(cfg: TrainConfig, device_type: str) -> list[FieldProblem]
     if cfg.offload_blocks:
         import torch
 
-        from lorastudio.training.memory import memory_problems
+        from lorastudio.training.block_swap import memory_problems
 
         problems += memory_problems(cfg.offload_blocks, torch.device(device_type))
     return problems

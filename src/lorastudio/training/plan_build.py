@@ -4,11 +4,11 @@ trial (training/plan_measure.py), so a trial measures exactly what the run will 
 Order (each step needs the previous one):
   load        in the plan's compute dtype; on the CPU when the base is quantised or blocks are
               swapped (the device never holds the whole bf16 model), else on the device
-  swap set    training.memory.swap_candidates: the repeated blocks that wait in CPU RAM
+  swap set    training.block_swap.swap_candidates: the repeated blocks that wait in CPU RAM
   precision   training.quantize.apply_base_precision: quantise / fp8-convert, place on the
               device except the swap set
   LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init)
-  block swap  training.memory.attach_block_swap (LoRA parameters live on the device)
+  block swap  training.block_swap.attach_block_swap (LoRA parameters live on the device)
   compile     training.compile.compile_denoiser (the run only; trials measure eagerly)
   checkpoint  training.memory.apply_checkpointing (after compile, so a selective mode that falls
               back to full on compiled blocks is reported)
@@ -57,7 +57,8 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
 
     Returns the BuiltDenoiser. Raises ModelSourceError (load), ConfigError (LoRA targets, a
     precision the device cannot run), torch.OutOfMemoryError."""
-    from lorastudio.training.memory import apply_checkpointing, attach_block_swap, swap_candidates
+    from lorastudio.training.block_swap import attach_block_swap, swap_candidates
+    from lorastudio.training.memory import apply_checkpointing
     from lorastudio.training.quantize import apply_base_precision
 
     cfg, family, device = run.cfg, run.family, run.device

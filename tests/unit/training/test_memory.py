@@ -1,4 +1,4 @@
-"""Activation checkpointing modes and block swap (training/memory.py) on tiny models of every
+"""Activation checkpointing modes and block swap (training/memory.py, training/block_swap.py) on tiny models of every
 family: the same losses and gradients as without them, the selective policy really recomputes
 only the cheap ops, and block swap keeps at most two swapped blocks resident, in the learned block
 order, with quantised bases and regional compile too. The swap bookkeeping runs on the CPU here
@@ -18,16 +18,14 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build
+from lorastudio.training.block_swap import attach_block_swap, memory_problems, swap_candidates
 from lorastudio.training.compile import compile_denoiser, compile_state, repeated_blocks
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.memory import (
     SELECTIVE_ON_COMPILED,
     apply_checkpointing,
-    attach_block_swap,
     checkpointing_mode,
     lora_rank,
-    memory_problems,
-    swap_candidates,
 )
 from lorastudio.training.noise import make_objective
 from lorastudio.training.step import forward_backward
