@@ -13,6 +13,8 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from lorastudio.api.app import KEEP_ALIVE_S
+
 
 @dataclass
 class LiveServer:
@@ -25,7 +27,15 @@ class LiveServer:
 def live_server(app: FastAPI) -> Iterator[LiveServer]:
     """Serve `app` with uvicorn on 127.0.0.1 (a free port) until the block ends. The listen
     backlog is large so load tests' bursts of connections are not refused."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", backlog=1024)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+        backlog=1024,
+        timeout_keep_alive=KEEP_ALIVE_S,  # as `lorastudio serve`
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()

@@ -37,6 +37,16 @@ class Settings(BaseSettings):
     hf_token: SecretStr | None = Field(
         default=None, description="hub token for gated/private repos (else huggingface_hub's own login)"
     )
+    server_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description=(
+            "niceness added to the server's request-handling threads (the event loop and the threads"
+            " it starts), so that under load they yield the CPU to training (the job dispatcher"
+            " thread and the training workers keep the server's original priority); 0 = off"
+        ),
+    )
     cpu_data_parallel: bool = Field(
         default=False,
         description="run num_gpus > 1 as gloo processes on the CPU: for testing the launcher",

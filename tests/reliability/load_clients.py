@@ -1,18 +1,24 @@
 """Load generator run as its own process (so the clients do not share the server's interpreter):
 `python load_clients.py URL N SECONDS` opens N/2 event-stream clients and N - N/2 status
 pollers (each polls /api/train/status every POLL_S, with `since` as the web UI does) for SECONDS, then prints one JSON line:
-{"status_latencies_ms": [...], "sse_connect_ms": [...], "sse_events": total, "errors": n}."""
+{"status_latencies_ms": [...], "sse_connect_ms": [...], "sse_events": total, "errors": n}.
+
+The clients stand in for browsers on other machines: the process runs at niceness +10 so that on
+a small test machine the load generator itself does not take the training worker's CPU (remote
+clients would not); what is measured is the server's cost to the run."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 
 import httpx
 
 POLL_S = 0.25
+CLIENT_NICE = 10
 
 
 async def poller(client: httpx.AsyncClient, until: float, out: list[float], errors: list[str]) -> None:
@@ -72,5 +78,6 @@ async def main(url: str, n: int, seconds: float) -> dict:
 
 
 if __name__ == "__main__":
+    os.nice(CLIENT_NICE)
     result = asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
     print(json.dumps(result))

@@ -4,9 +4,9 @@
   queue=true all 50 are accepted, exactly one runs and 49 wait in the queue.
 - N status/event clients during a run (40 always, 200 behind `slow`), in a separate process:
   p50/p99 status latency, SSE connect time, and the training step rate with clients versus
-  without (same run). The 10% bound is asserted for the CI size only when the machine has more
-  than 2 cores (on 2 cores the clients compete with the worker for CPU); the figures are always
-  recorded.
+  without (same run): at most 10 % lower. The server's request threads run at +server_nice
+  (api/app.py) and the load generator, standing in for remote browsers, at +10, so the worker
+  keeps its CPU on a 2-core machine too.
 - an upload streamed to a real `lorastudio serve` process (200 MB always, 2 GB behind `slow`):
   the server's peak RSS must stay bounded (well below the upload size).
 """
@@ -55,6 +55,26 @@ def _stop_everything(server: LiveServer) -> None:
         client.post("/api/train/stop", json={"job_id": item["id"], "save": False})
     client.post("/api/train/stop", json={"save": False})
     wait_for(lambda: not client.get("/api/train/status").json()["busy"], 60, "an idle service", 0.05)
+
+
+def test_the_server_threads_yield_the_cpu_to_the_training_worker(
+    server: LiveServer, flux_config: Callable[..., dict]
+) -> None:
+    """The event loop (and the request threads it starts) run at +server_nice; the dispatcher
+    thread and the training worker it spawns keep the server's own priority."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    nice = server.app.state.settings.server_nice
+    assert nice > 0
+    assert os.getpriority(os.PRIO_PROCESS, server.app.state.serving_thread) == min(19, base + nice)
+    server.client.post("/api/train/start", json={"config": flux_config(output_name="nice", steps=100_000)})
+    try:
+        wait_for(lambda: _steps(server) >= 1, 120, "a training step", 0.05)
+        service = server.app.state.service
+        pid = service.status()["job"]["pid"]  # the training worker of the running job
+        assert os.getpriority(os.PRIO_PROCESS, pid) == base  # the worker is not niced
+        assert os.getpriority(os.PRIO_PROCESS, service._thread.native_id) == base
+    finally:
+        _stop_everything(server)
 
 
 def test_50_concurrent_starts_run_exactly_one_job(
@@ -149,18 +169,16 @@ def _clients_during_a_run(
 
 
 def test_40_clients_during_a_run(server: LiveServer, flux_config: Callable[..., dict]) -> None:
-    figures = _clients_during_a_run(server, flux_config, 40, window=3.0)
+    figures = _clients_during_a_run(server, flux_config, 40, window=5.0)
     record_figure("clients_40", figures)
-    if (os.cpu_count() or 1) > 2:
-        assert figures["step_rate_drop_pct"] <= 10, figures
+    assert figures["step_rate_drop_pct"] <= 10, figures
 
 
 @pytest.mark.slow
 def test_200_clients_during_a_run(server: LiveServer, flux_config: Callable[..., dict]) -> None:
     figures = _clients_during_a_run(server, flux_config, 200, window=8.0)
     record_figure("clients_200", figures)
-    if (os.cpu_count() or 1) > 2:
-        assert figures["step_rate_drop_pct"] <= 10, figures
+    assert figures["step_rate_drop_pct"] <= 10, figures
 
 
 def _big_png_multipart(size: int, boundary: str, chunk: int, kind: bytes) -> Iterator[bytes]:

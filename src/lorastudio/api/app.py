@@ -11,6 +11,8 @@ API token, with `?token=` values redacted from its logs. Writes from another ori
 from __future__ import annotations
 
 import ipaddress
+import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -53,6 +55,8 @@ def create_app(
         store = RunStore.open(settings.db_path)
         arbiter = GpuArbiter()
         service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
+        lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
+        app.state.serving_thread = threading.get_native_id()
         app.state.store = store
         app.state.arbiter = arbiter
         app.state.service = service
@@ -103,6 +107,12 @@ def check_bind(host: str, settings: Settings) -> None:
         )
 
 
+# Idle keep-alive connections are closed after this long (uvicorn's default is 5 s). Pollers reuse
+# their connection every 0.25-1 s; under CPU contention a client's next request could otherwise
+# cross the server's close of an idle connection and fail with a read error.
+KEEP_ALIVE_S = 30
+
+
 def serve(settings: Settings, host: str, port: int) -> None:
     """Run the server until interrupted (blocking). Raises ConfigError for an unsafe bind."""
     import uvicorn
@@ -110,4 +120,26 @@ def serve(settings: Settings, host: str, port: int) -> None:
     check_bind(host, settings)
     install_log_redaction()  # the access log prints paths: hide ?token= values
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
+
+
+def lower_serving_priority(nice: int) -> int:
+    """Add `nice` to the niceness of the calling thread (the server's event loop, when called from
+    the lifespan); threads it starts later (the request thread pool) inherit it, threads started
+    before (the job dispatcher, which spawns the training workers) do not. Linux schedules
+    niceness per thread. Returns the thread's niceness afterwards (unchanged when nice is 0 or the
+    platform has no per-thread priority)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0
+    tid = threading.get_native_id()
+    current = os.getpriority(os.PRIO_PROCESS, tid)
+    target = min(19, current + nice)
+    os.setpriority(os.PRIO_PROCESS, tid, target)
+    return target
