@@ -15,14 +15,12 @@ usage: PYTHONPATH=src:. python -m bench.bench_plans --out DIR --deadline-s S \
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from bench.harness import append_row, child_main, engine_config, loop_step, run_isolated
 
 GIB = 2**30
 
@@ -33,11 +31,9 @@ def one_plan(family: str, spec: str) -> dict[str, Any]:
     from bench.bench_step import DEV, SCHEDULERS, timed
     from bench.models import build_denoiser, synthetic_batch
     from lorastudio.training.noise import make_objective
-    from lorastudio.training.optim import make_optimizer
     from lorastudio.training.plan import Plan
     from lorastudio.training.plan_build import build_denoiser as build_for_plan
     from lorastudio.training.precision import pick_dtype, run_numerics
-    from lorastudio.training.step import forward_backward
 
     compile_blocks = spec.endswith("+c")
     precision, ckpt, offload, micro = spec.removesuffix("+c").split("/")
@@ -45,7 +41,7 @@ def one_plan(family: str, spec: str) -> dict[str, Any]:
     row: dict[str, Any] = {"family": family, "plan": spec}
     device = torch.device(DEV)
     dtype = pick_dtype(plan.base_precision, device)
-    eng_cfg = _engine_cfg(family)
+    eng_cfg = engine_config(family)
 
     def load_denoiser(base: str, revision: str | None, load_dtype: torch.dtype, load_device: Any) -> Any:
         model = build_denoiser(family, DEV, load_dtype)
@@ -70,22 +66,9 @@ def one_plan(family: str, spec: str) -> dict[str, Any]:
         row["fallbacks"] = built.fallbacks
         row["compiled"] = built.compiled
         objective = make_objective(fam, eng_cfg, SCHEDULERS[family])
-        batch = plan.micro_batch_size
-        latents, cond, info = synthetic_batch(family, batch, 1024, DEV, dtype)
-        opt = make_optimizer(built.params, eng_cfg)
-        scaler = torch.amp.GradScaler("cuda", enabled=False)
-        generator = torch.Generator().manual_seed(7)
         losses: list[float] = []
-
-        def step() -> None:
-            share = forward_backward(
-                fam, built.denoiser, objective, latents, cond, info, eng_cfg, generator, batch, scaler
-            )
-            norm = torch.nn.utils.clip_grad_norm_(built.params, 1.0)
-            loss, _ = torch.stack([share.double(), norm.double()]).tolist()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss)
+        data = synthetic_batch(family, plan.micro_batch_size, 1024, DEV, dtype)
+        step = loop_step(fam, built.denoiser, objective, eng_cfg, built.params, data, losses)
 
         t1 = time.monotonic()
         step()
@@ -93,28 +76,12 @@ def one_plan(family: str, spec: str) -> dict[str, Any]:
         row["first_step_s"] = round(time.monotonic() - t1, 1)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        result = timed(step, batch, warm=1, windows=2, steps=3)
+        result = timed(step, plan.micro_batch_size, warm=1, windows=2, steps=3)
         row.update(result)
         row["peak_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 2)
         row["reserved_gib"] = round(torch.cuda.max_memory_reserved() / GIB, 2)
         row["losses"] = [round(x, 4) for x in losses[:4]]
     return row
-
-
-def _engine_cfg(family: str) -> Any:
-    from bench.models import FAMILY_KEYS
-    from lorastudio.config import TrainConfig
-
-    return TrainConfig(
-        family=FAMILY_KEYS[family],
-        base_model="bench/random-init",
-        data_dir="bench",
-        lora_rank=16,
-        lora_alpha=16.0,
-        learning_rate=1e-4,
-        max_grad_norm=1.0,
-        **({"snr_gamma": 5.0} if family == "sdxl" else {"snr_gamma": None}),
-    )
 
 
 def main() -> None:
@@ -126,33 +93,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.one:
         fam, spec = args.one.split(":")
-        try:
-            row = one_plan(fam, spec)
-        except Exception as err:  # noqa: BLE001 -- a benchmark: report the failure as data
-            row = {"family": fam, "plan": spec, "error": f"{type(err).__name__}: {str(err)[:400]}"}
-        print("ROW " + json.dumps(row), flush=True)
+        child_main(args.one, lambda _: one_plan(fam, spec), {"family": fam, "plan": spec})
         return
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
     for case in args.cases:
         fam, spec = case.split(":")
-        left = deadline - time.monotonic()
-        if left < 40:
-            row: dict[str, Any] = {"family": fam, "plan": spec, "skipped": "deadline"}
-        else:
-            cmd = [sys.executable, "-m", "bench.bench_plans", "--one", case, "x"]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left - 5, env=os.environ)
-                lines = [ln[4:] for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
-                row = json.loads(lines[-1]) if lines else {
-                    "family": fam, "plan": spec, "crash": proc.returncode, "stderr": proc.stderr[-600:],
-                }  # fmt: skip
-            except subprocess.TimeoutExpired:
-                row = {"family": fam, "plan": spec, "timeout": True}
-        line = json.dumps(row)
-        print(line, flush=True)
-        with (args.out / "plans.jsonl").open("a") as f:
-            f.write(line + "\n")
+        row = run_isolated("bench.bench_plans", case, {"family": fam, "plan": spec}, deadline, 40)
+        append_row(args.out, "plans.jsonl", row)
 
 
 if __name__ == "__main__":

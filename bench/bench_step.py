@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from bench.harness import engine_config
 from bench.models import BASELINE_TARGETS, FAMILY_KEYS, baseline_inputs, build_denoiser, synthetic_batch
 
 DEV = "cuda"
@@ -134,22 +135,12 @@ class Engine:
         """before_lora: an optional callable(model) applied to the built denoiser before the LoRA
         is added (e.g. training.quantize.apply_base_precision)."""
         from lorastudio import families
-        from lorastudio.config import TrainConfig
         from lorastudio.training.lora import add_lora, lora_config_for
         from lorastudio.training.noise import make_objective
 
         self.name = name
         self.family = families.get(FAMILY_KEYS[name])
-        self.cfg = TrainConfig(
-            family=FAMILY_KEYS[name],
-            base_model="bench/random-init",
-            data_dir="bench",
-            lora_rank=16,
-            lora_alpha=16.0,
-            learning_rate=1e-4,
-            max_grad_norm=1.0,
-            **({"snr_gamma": 5.0} if name == "sdxl" else {"snr_gamma": None}),
-        )
+        self.cfg = engine_config(name)
         self.objective = make_objective(self.family, self.cfg, SCHEDULERS[name])
         self.model = build_denoiser(name, DEV, DT)
         self.notes = before_lora(self.model) if before_lora is not None else None

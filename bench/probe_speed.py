@@ -20,13 +20,12 @@ difference over the timed steps' first PARITY steps against the `ref` losses of 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.harness import append_row, child_main, loop_step, run_isolated
 
 PARITY = 6
 
@@ -80,9 +79,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     from bench.bench_step import DEV, Engine, timed
     from bench.models import synthetic_batch
     from lorastudio.training.compile import compile_denoiser, compile_state
-    from lorastudio.training.optim import make_optimizer
     from lorastudio.training.precision import run_numerics
-    from lorastudio.training.step import forward_backward
 
     row: dict[str, Any] = {"family": family, "variant": variant, "batch": batch}
     with run_numerics(True, torch.device(DEV)):
@@ -105,21 +102,9 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             for p in eng.params:
                 p.data = p.data.to(torch.bfloat16)
         compile_denoiser(eng.model, eng.params)
-        opt = make_optimizer(eng.params, eng.cfg)
-        scaler = torch.amp.GradScaler("cuda", enabled=False)
-        latents, cond, info = synthetic_batch(family, batch, 1024, DEV, torch.bfloat16)
-        generator = torch.Generator().manual_seed(7)
         losses: list[float] = []
-
-        def step() -> None:
-            share = forward_backward(
-                eng.family, eng.model, eng.objective, latents, cond, info, eng.cfg, generator, batch, scaler
-            )
-            norm = torch.nn.utils.clip_grad_norm_(eng.params, 1.0)
-            loss, _ = torch.stack([share.double(), norm.double()]).tolist()  # the loop's one sync
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss)
+        data = synthetic_batch(family, batch, 1024, DEV, torch.bfloat16)
+        step = loop_step(eng.family, eng.model, eng.objective, eng.cfg, eng.params, data, losses)
 
         t1 = time.monotonic()
         step()
@@ -181,11 +166,9 @@ def main() -> None:
     if args.one:  # child: family:variant@batch
         fam, rest = args.one.split(":")
         variant, batch = rest.split("@")
-        try:
-            row = one_case(fam, variant, int(batch))
-        except Exception as err:  # noqa: BLE001 -- a probe: report the failure as data
-            row = {"family": fam, "variant": variant, "error": f"{type(err).__name__}: {str(err)[:300]}"}
-        print("ROW " + json.dumps(row), flush=True)
+        child_main(
+            args.one, lambda _: one_case(fam, variant, int(batch)), {"family": fam, "variant": variant}
+        )
         return
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
@@ -194,37 +177,14 @@ def main() -> None:
         fam, rest = spec.split(":")
         variants, _, batch = rest.partition("@")
         for variant in variants.split(","):
-            left = deadline - time.monotonic()
-            if left < 45:
-                row: dict[str, Any] = {"family": fam, "variant": variant, "skipped": "deadline"}
-            else:
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "bench.probe_speed",
-                    "--one",
-                    f"{fam}:{variant}@{batch or 1}",
-                    "x",
-                ]
-                try:
-                    proc = subprocess.run(
-                        cmd, capture_output=True, text=True, timeout=left - 10, env=os.environ
-                    )
-                    lines = [ln[4:] for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
-                    row = json.loads(lines[-1]) if lines else {
-                        "family": fam, "variant": variant, "crash": proc.returncode, "stderr": proc.stderr[-600:],
-                    }  # fmt: skip
-                except subprocess.TimeoutExpired:
-                    row = {"family": fam, "variant": variant, "timeout": True}
+            label = {"family": fam, "variant": variant}
+            row = run_isolated("bench.probe_speed", f"{fam}:{variant}@{batch or 1}", label, deadline, 45)
             if variant == "ref" and "losses" in row:
                 refs[fam] = row["losses"]
             if "losses" in row and fam in refs and variant != "ref":
                 rel = [abs(a - b) / max(abs(b), 1e-8) for a, b in zip(row["losses"], refs[fam], strict=False)]
                 row["parity_max_rel"] = round(max(rel), 5)
-            line = json.dumps(row)
-            print(line, flush=True)
-            with (args.out / "probe.jsonl").open("a") as f:
-                f.write(line + "\n")
+            append_row(args.out, "probe.jsonl", row)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""What the GPU benchmarks share: the engine config of a bench family, the loop-style step, and
+running one case per subprocess (a crash, an OOM or a compile cache poisons only its own case).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROW_PREFIX = "ROW "
+
+
+def engine_config(name: str) -> Any:
+    """The TrainConfig every bench case of family `name` (flux, qwen, zimage, sdxl) trains with:
+    LoRA rank 16 (alpha 16) on the family's default targets, lr 1e-4, clipping at 1.0, min-SNR 5
+    for SDXL."""
+    from bench.models import FAMILY_KEYS
+    from lorastudio.config import TrainConfig
+
+    return TrainConfig(
+        family=FAMILY_KEYS[name],
+        base_model="bench/random-init",
+        data_dir="bench",
+        lora_rank=16,
+        lora_alpha=16.0,
+        learning_rate=1e-4,
+        max_grad_norm=1.0,
+        **({"snr_gamma": 5.0} if name == "sdxl" else {"snr_gamma": None}),
+    )
+
+
+def loop_step(
+    family: Any,
+    denoiser: Any,
+    objective: Any,
+    cfg: Any,
+    params: list[Any],
+    batch: tuple[Any, dict[str, Any], dict[str, Any]],
+    losses: list[float],
+    seed: int = 7,
+) -> Callable[[], None]:
+    """One optimizer step the way training/optimize.py runs it (grad_accum 1): forward_backward,
+    clip, ONE host read of the loss and grad norm together, fused AdamW, zero_grad. `batch` is
+    (latents [B,C,h,w], collated conditioning, batch_info); each step's loss is appended to
+    `losses`."""
+    import torch
+
+    from lorastudio.training.optim import make_optimizer
+    from lorastudio.training.step import forward_backward
+
+    latents, cond, info = batch
+    opt = make_optimizer(params, cfg)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    generator = torch.Generator().manual_seed(seed)
+    samples = latents.shape[0]
+
+    def step() -> None:
+        share = forward_backward(
+            family, denoiser, objective, latents, cond, info, cfg, generator, samples, scaler
+        )
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        loss, _ = torch.stack([share.double(), norm.double()]).tolist()  # the loop's one sync
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss)
+
+    return step
+
+
+def child_main(case: str, run: Callable[[str], dict[str, Any]], label: dict[str, Any]) -> None:
+    """In the child: run one case and print its row (a failure becomes the row's "error")."""
+    try:
+        row = run(case)
+    except Exception as err:  # noqa: BLE001 -- a benchmark: report the failure as data
+        row = {**label, "error": f"{type(err).__name__}: {str(err)[:400]}"}
+    print(ROW_PREFIX + json.dumps(row), flush=True)
+
+
+def run_isolated(
+    module: str, case: str, label: dict[str, Any], deadline: float, min_left_s: float
+) -> dict[str, Any]:
+    """Run `python -m module --one case x` until `deadline` (time.monotonic()) and return the row
+    it printed, or a row saying why there is none (skipped, timeout, crash with stderr's tail)."""
+    left = deadline - time.monotonic()
+    if left < min_left_s:
+        return {**label, "skipped": "deadline"}
+    cmd = [sys.executable, "-m", module, "--one", case, "x"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left - 5, env=os.environ)
+    except subprocess.TimeoutExpired:
+        return {**label, "timeout": True}
+    rows = [ln[len(ROW_PREFIX) :] for ln in proc.stdout.splitlines() if ln.startswith(ROW_PREFIX)]
+    if not rows:
+        return {**label, "crash": proc.returncode, "stderr": proc.stderr[-600:]}
+    return json.loads(rows[-1])
+
+
+def append_row(out: Path, filename: str, row: dict[str, Any]) -> None:
+    """Print `row` as one JSON line and append it to out/filename."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    with (out / filename).open("a") as f:
+        f.write(line + "\n")
