@@ -25,6 +25,37 @@ if TYPE_CHECKING:
 Conditioning = dict[str, dict[str, torch.Tensor]]  # caption -> per-caption tensors (CPU, no batch axis)
 
 ENCODE_CHUNK = 8  # captions per encoder call
+# Share of a memory budget the text encoders' weights may take on the device (the rest: their
+# activations and the allocator's slack); above it a budgeted run encodes on the CPU.
+ENCODER_BUDGET_SHARE = 0.85
+TEXT_ENCODERS = ("text_encoder", "text_encoder_2", "text_encoder_3")
+
+
+def encoder_placement(
+    encoder_bytes: int, device: torch.device, memory_budget_gb: float | None
+) -> tuple[torch.device, str | None]:
+    """Where a run encodes its texts: on `device`, unless a memory budget is set on a CUDA device
+    and the encoders' weights (`encoder_bytes`) exceed ENCODER_BUDGET_SHARE of it — then on the
+    CPU (captions are encoded once per run: slower, never over the budget), with the reason."""
+    if memory_budget_gb is None or device.type != "cuda":
+        return device, None
+    if encoder_bytes <= ENCODER_BUDGET_SHARE * memory_budget_gb * 1024**3:
+        return device, None
+    note = (
+        f"text encoders: {encoder_bytes / 1024**3:.1f} GiB of weights exceed the"
+        f" {memory_budget_gb:g} GB memory budget; captions and sample prompts were encoded on the CPU"
+    )
+    return torch.device("cpu"), note
+
+
+def encoder_bytes(pipe: object) -> int:
+    """Bytes of the weights and buffers of a text pipeline's text encoders."""
+    total = 0
+    for name in TEXT_ENCODERS:
+        module = getattr(pipe, name, None)
+        if isinstance(module, torch.nn.Module):
+            total += sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+    return total
 
 
 def captions_to_encode(captions: Sequence[str], caption_dropout: float) -> list[str]:
@@ -64,10 +95,15 @@ def encode_texts(
     device: torch.device,
     emit: Emit,
     check_stop: Callable[[], None],
+    notes: list[str] | None = None,
 ) -> list[Conditioning]:
     """Like encode_captions, for several groups of texts (e.g. the captions, then the sample
     prompts) with one load of the encoders. Each group is chunked on its own, so a group's
     tensors are those it would get encoded alone. Returns one text -> tensors dict per group.
+
+    With cfg.memory_budget_gb on a CUDA device the encoders are loaded on the CPU first and moved
+    to the device only when they fit the budget (`encoder_placement`); otherwise they encode on
+    the CPU and the reason is appended to `notes` (when given).
 
     In a data-parallel run (an initialised process group) the chunks are shared out round-robin:
     each rank encodes its chunk of every round, and the round's results are all-gathered, so
@@ -85,7 +121,15 @@ def encode_texts(
     if ctx.rank < len(chunks):
         emit(ModelLoadStarted(component="text_encoders"))
         t0 = time.perf_counter()
-        encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, device)
+        budgeted = cfg.memory_budget_gb is not None and device.type == "cuda"
+        load_on = torch.device("cpu") if budgeted else device
+        encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, load_on)
+        if budgeted:
+            placed, note = encoder_placement(encoder_bytes(encoders), device, cfg.memory_budget_gb)
+            if note is None:
+                encoders.to(placed)
+            elif notes is not None:
+                notes.append(note)
         emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
     total = sum(len(group) for group in groups)
     done = 0

@@ -252,7 +252,7 @@ def _run_phases(
     captions = [it.caption for it in items]
     texts = [captions_to_encode(captions, cfg.caption_dropout), list(dict.fromkeys(cfg.sample_prompts))]
     conds, prompt_conds = encode_texts(
-        family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop
+        family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
     stop()
     source = _prepare_latents(run, rng, emit, stop)
@@ -336,7 +336,7 @@ def _prepare_denoiser(
             memory_budget_gb=cfg.memory_budget_gb,
             decided_by=decided_by,
             trials=trials,
-            fallbacks=built.fallbacks,
+            fallbacks=[*state.notes, *built.fallbacks],
         )
     )
     emit(Preparing(phase="denoiser", done=1, total=1))

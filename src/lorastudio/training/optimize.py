@@ -65,6 +65,7 @@ class RunState:
     ddp: Any = None  # the DDP wrapper of the denoiser in a data-parallel run
     plan: Plan | None = None  # how the denoiser phase runs (training/plan.py)
     swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
+    notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
 
 
 def optimize(
