@@ -40,6 +40,17 @@ def resized_size(width: int, height: int, bucket: tuple[int, int]) -> tuple[int,
     return max(bw, round(width * scale)), max(bh, round(height * scale))
 
 
+def crop_offset(
+    resized: tuple[int, int], bucket: tuple[int, int], *, random_crop: bool, rng: np.random.Generator
+) -> tuple[int, int]:
+    """(top, left) of the bucket-sized crop of an image resized to `resized` (width, height): a
+    random crop draws top, then left, from `rng` (the only draws a crop makes); else centred."""
+    (rw, rh), (bw, bh) = resized, bucket
+    if random_crop:
+        return int(rng.integers(0, rh - bh + 1)), int(rng.integers(0, rw - bw + 1))
+    return (rh - bh) // 2, (rw - bw) // 2
+
+
 def load_crop(item: ImageItem, *, random_crop: bool, flip: bool, rng: np.random.Generator) -> CroppedImage:
     """Decode `item`, scale it to cover its bucket (Lanczos), crop to exactly the bucket.
 
@@ -54,11 +65,7 @@ def load_crop(item: ImageItem, *, random_crop: bool, flip: bool, rng: np.random.
     rw, rh = resized_size(width, height, item.bucket)
     if (rw, rh) != (width, height):
         img = img.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=_REDUCING_GAP)
-    if random_crop:
-        top = int(rng.integers(0, rh - bh + 1))
-        left = int(rng.integers(0, rw - bw + 1))
-    else:
-        top, left = (rh - bh) // 2, (rw - bw) // 2
+    top, left = crop_offset((rw, rh), item.bucket, random_crop=random_crop, rng=rng)
     arr = np.asarray(img, dtype=np.uint8)[top : top + bh, left : left + bw]  # [bh, bw, 3]
     if flip:
         arr = arr[:, ::-1]  # [bh, bw, 3] mirrored

@@ -140,15 +140,11 @@ def build_latent_cache(
 
 def replay_crop_draws(item: ImageItem, random_crop: bool, rng: np.random.Generator) -> None:
     """Advance `rng` exactly as `data.load_crop(item, random_crop=..., rng=rng)` does, without
-    decoding the image: a random crop draws top, then left, from the resized image's slack."""
-    if not random_crop:
-        return
-    from lorastudio.data.crop import resized_size
+    decoding the image (the same `crop_offset` draws, the offset discarded)."""
+    from lorastudio.data.crop import crop_offset, resized_size
 
-    bw, bh = item.bucket
-    rw, rh = resized_size(item.width, item.height, item.bucket)
-    rng.integers(0, rh - bh + 1)
-    rng.integers(0, rw - bw + 1)
+    resized = resized_size(item.width, item.height, item.bucket)
+    crop_offset(resized, item.bucket, random_crop=random_crop, rng=rng)
 
 
 def crops_info(crops: Sequence[CroppedImage]) -> CropInfo:
