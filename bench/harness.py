@@ -44,13 +44,24 @@ def loop_step(
     batch: tuple[Any, dict[str, Any], dict[str, Any]],
     losses: list[float],
     seed: int = 7,
+    *,
+    shard: Any = None,
+    forward_module: Any = None,
+    ctx: Any = None,
+    norms: list[float] | None = None,
 ) -> Callable[[], None]:
     """One optimizer step the way training/optimize.py runs it (grad_accum 1): forward_backward,
     clip, ONE host read of the loss and grad norm together, fused AdamW, zero_grad. `batch` is
     (latents [B,C,h,w], collated conditioning, batch_info); each step's loss is appended to
-    `losses`."""
+    `losses` and, when `norms` is given, its gradient norm before clipping to `norms`.
+
+    Data-parallel (training/distributed.py): `batch` is the GLOBAL batch, `shard` this rank's
+    slice of it (ctx.shard(B)), `forward_module` the DDP wrapper of `denoiser` and `ctx` the
+    ParallelContext: the step loss is all-reduced over the ranks as the loop does, so every rank
+    records the global step loss."""
     import torch
 
+    from lorastudio.training.distributed import all_reduce_sum
     from lorastudio.training.optim import make_optimizer
     from lorastudio.training.step import forward_backward
 
@@ -62,13 +73,18 @@ def loop_step(
 
     def step() -> None:
         share = forward_backward(
-            family, denoiser, objective, latents, cond, info, cfg, generator, samples, scaler
-        )
+            family, denoiser, objective, latents, cond, info, cfg, generator, samples, scaler,
+            shard=shard, forward_module=forward_module,
+        )  # fmt: skip
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        loss, _ = torch.stack([share.double(), norm.double()]).tolist()  # the loop's one sync
+        loss, grad_norm = torch.stack([share.double(), norm.double()]).tolist()  # the loop's one sync
+        if ctx is not None:
+            loss = all_reduce_sum(loss, ctx, latents.device)  # the global step loss on every rank
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss)
+        if norms is not None:
+            norms.append(grad_norm)
 
     return step
 

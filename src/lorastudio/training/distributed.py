@@ -200,15 +200,17 @@ class _DenoiserDDP(DistributedDataParallel):
 def wrap_denoiser(denoiser: torch.nn.Module, device: torch.device) -> DistributedDataParallel:
     """DDP over the denoiser's trainable (LoRA) parameters: frozen parameters and buffers are
     neither broadcast nor reduced (every rank loaded the same base). find_unused_parameters is
-    off: every LoRA parameter takes part in each forward. Returns the wrapper; the denoiser
-    itself stays the object that is checkpointed, exported and sampled."""
+    on: some LoRA layers never get a gradient (Qwen-Image's last block's attn.to_add_out: that
+    block's text-stream output is discarded), so DDP must not wait for them; their .grad stays
+    None, as in one process. (static_graph=True would skip the per-step graph walk but fails
+    DDP's reducer when the first backward runs under no_sync, i.e. grad_accum > 1 or
+    micro-batches.) Returns the wrapper; the denoiser itself stays the object that is
+    checkpointed, exported and sampled."""
     frozen = [name for name, p in denoiser.named_parameters() if not p.requires_grad]
     frozen += [name for name, _ in denoiser.named_buffers()]
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(denoiser, frozen)
     device_ids = [device.index] if device.type == "cuda" else None
-    return _DenoiserDDP(
-        denoiser, device_ids=device_ids, find_unused_parameters=False, broadcast_buffers=False
-    )
+    return _DenoiserDDP(denoiser, device_ids=device_ids, find_unused_parameters=True, broadcast_buffers=False)
 
 
 @contextlib.contextmanager

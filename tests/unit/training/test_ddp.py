@@ -82,12 +82,13 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
 
 
-def test_two_gloo_processes_train_the_lora_of_one_process(make_config, tmp_path):
+@pytest.mark.parametrize("family", ["flux", "qwen-image"])  # Qwen-Image: a LoRA layer without a gradient
+def test_two_gloo_processes_train_the_lora_of_one_process(make_config, tmp_path, family):
     # 3 square images + 1 other: batches of 2 and tail batches of 1 (one rank's slice is empty)
-    single_cfg = make_config(steps=4, batch_size=2, output_name="single")
+    single_cfg = make_config(family, steps=4, batch_size=2, output_name="single")
     single = train(single_cfg, [].append, device="cpu")
 
-    ddp_cfg = make_config(steps=4, batch_size=2, output_name="ddp", num_gpus=WORLD)
+    ddp_cfg = make_config(family, steps=4, batch_size=2, output_name="ddp", num_gpus=WORLD)
     mp.spawn(_rank_main, args=(ddp_cfg, _free_port(), str(tmp_path)), nprocs=WORLD, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
