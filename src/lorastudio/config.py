@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lorastudio.config_rules import combination_problems
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
 
 LrScheduler = Literal[
@@ -42,8 +43,6 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
 
 MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
 MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
-# Sample settings that mean nothing without sample prompts (refused then, never ignored).
-SAMPLE_SETTINGS: tuple[str, ...] = ("sample_every", "sample_steps", "sample_seed")
 
 
 class TrainConfig(BaseModel):
@@ -229,73 +228,6 @@ class TrainConfig(BaseModel):
         if v is not None and any(not t.strip() for t in v):
             raise ValueError("target module names must be non-empty")
         return v
-
-
-def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
-    """Settings that are valid alone but would be ignored (or meaningless) in combination."""
-    problems = []
-    augmenting = cfg.random_crop or cfg.random_flip
-    if cfg.cache_variants is not None and cfg.cache_variants > 1 and not augmenting:
-        problems.append(
-            FieldProblem(
-                "cache_variants", "> 1 needs random_crop or random_flip (every variant would be identical)"
-            )
-        )
-    if cfg.cache_variants is not None and cfg.cache_variants > 2 and cfg.random_flip and not cfg.random_crop:
-        problems.append(
-            FieldProblem("cache_variants", "random_flip alone gives only 2 distinct variants: use <= 2")
-        )
-    if cfg.lr_warmup_steps > 0 and cfg.lr_scheduler == "constant":
-        problems.append(
-            FieldProblem("lr_warmup_steps", "the constant schedule has no warmup; use constant_with_warmup")
-        )
-    if cfg.timestep_sampling != "logit_normal":
-        problems += [
-            FieldProblem(
-                name, f"only applies to timestep_sampling='logit_normal' (not {cfg.timestep_sampling!r})"
-            )
-            for name in ("logit_mean", "logit_std")
-            if getattr(cfg, name) != TrainConfig.model_fields[name].default
-        ]
-    if not cfg.sample_prompts:
-        problems += [
-            FieldProblem(name, "needs sample_prompts (there is nothing to render)")
-            for name in SAMPLE_SETTINGS
-            if getattr(cfg, name) != TrainConfig.model_fields[name].default
-        ]
-    problems += _plan_problems(cfg)
-    return problems
-
-
-# Settings a memory_budget_gb plan may choose when they are left at auto.
-PLAN_FIELDS: tuple[str, ...] = (
-    "base_precision",
-    "gradient_checkpointing",
-    "offload_blocks",
-    "micro_batch_size",
-)
-
-
-def plan_fields_left_auto(cfg: TrainConfig) -> list[str]:
-    """The PLAN_FIELDS a memory budget may choose (left at "auto" / null)."""
-    return [f for f in PLAN_FIELDS if getattr(cfg, f) in ("auto", None)]
-
-
-def _plan_problems(cfg: TrainConfig) -> list[FieldProblem]:
-    problems = []
-    if cfg.micro_batch_size is not None and cfg.batch_size % cfg.micro_batch_size:
-        problems.append(
-            FieldProblem("micro_batch_size", f"batch_size ({cfg.batch_size}) must be a multiple of it")
-        )
-    if cfg.memory_budget_gb is not None and not plan_fields_left_auto(cfg):
-        problems.append(
-            FieldProblem(
-                "memory_budget_gb",
-                "every plan setting is fixed (base_precision, gradient_checkpointing, offload_blocks,"
-                " micro_batch_size): leave one at auto/null for the budget to choose, or remove it",
-            )
-        )
-    return problems
 
 
 def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:

@@ -22,7 +22,8 @@ from lorastudio import families
 from lorastudio.api.app import create_app
 from lorastudio.api.schemas import JobOut, RunDetail
 from lorastudio.api.schemas_preflight import PreflightOut
-from lorastudio.config import PLAN_FIELDS, TrainConfig
+from lorastudio.config import TrainConfig
+from lorastudio.config_rules import PLAN_FIELDS
 from lorastudio.jobs import preflight, validation
 from lorastudio.jobs.hardware import HostInfo, host_info
 from lorastudio.jobs.preflight import (

@@ -55,7 +55,7 @@ class PreflightPlan(_Out):
         description="measured: a memory budget chooses the settings left at auto at the start of the run"
     )
     compile: bool = Field(description="regional compile will be on (auto = on with CUDA)")
-    fields: list[PlanFieldOut] = Field(description="one per plan setting, in config.PLAN_FIELDS order")
+    fields: list[PlanFieldOut] = Field(description="one per plan setting, in config_rules.PLAN_FIELDS order")
 
 
 class MemoryEstimate(_Out):

@@ -1,6 +1,6 @@
 """The preflight report: what a validated run would do, computed without loading any model.
 
-The report's `plan` section says, for each setting of the memory plan (config.PLAN_FIELDS), the
+The report's `plan` section says, for each setting of the memory plan (config_rules.PLAN_FIELDS), the
 value the run will use and where it comes from: fixed by the settings, the plain default of a
 setting left at auto (no memory budget), or chosen at the start of the run by measuring a few
 real steps against `memory_budget_gb` (value unknown until then). The VRAM estimate is a rough
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.config import PLAN_FIELDS, TrainConfig, plan_fields_left_auto
+from lorastudio.config import TrainConfig
+from lorastudio.config_rules import PLAN_FIELDS, plan_fields_left_auto
 from lorastudio.data import is_image_name
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun

@@ -1534,7 +1534,7 @@ export interface components {
             decided_by: "settings" | "measured";
             /**
              * Fields
-             * @description one per plan setting, in config.PLAN_FIELDS order
+             * @description one per plan setting, in config_rules.PLAN_FIELDS order
              */
             fields: components["schemas"]["PlanFieldOut"][];
             /** Memory Budget Gb */
