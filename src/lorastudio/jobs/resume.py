@@ -18,7 +18,7 @@ from lorastudio import families
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.data import resolve_dataset_dir, scan_dataset
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
-from lorastudio.jobs.validation import resolve_base_model
+from lorastudio.jobs.validation import host_problems, resolve_base_model
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import (
     CHECKPOINTS,
@@ -78,8 +78,8 @@ def validate_resume(
     settings to change (only those that do not change the maths), the settings, and the output
     names of live jobs. Returns a ValidatedResume. Raises JobActive (the folder is in use),
     NotFound (no such checkpoint), ConfigError listing every problem (refused overrides, a
-    checkpoint with no step left, base model / dataset problems, each identity field that
-    differs).
+    checkpoint with no step left, base model / dataset problems, settings this host cannot run,
+    each identity field that differs).
     """
     if run_dir.name in live_output_names:
         raise JobActive(f"{run_dir.name!r} is the output of a queued or running job")
@@ -117,6 +117,7 @@ def validate_resume(
         default_caption=cfg.default_caption,
         max_pixels=settings.max_image_pixels,
     )
+    problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
     if problems:
         raise ConfigError(problems)
     check_identity(info["identity"], run_identity(cfg, scan.fingerprint, family.spec.lora_targets))

@@ -28,18 +28,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lorastudio.errors import ConfigError, JobActive, NotFound
+from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
-from lorastudio.jobs.launcher import TorchrunWorker
 from lorastudio.jobs.preflight import preflight_report
-from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts, WorkerProcess, WorkerTarget
+from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.validation import ValidatedRun, host_problems, validate_run
+from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
+from lorastudio.jobs.workers import new_job_worker
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
@@ -177,9 +177,6 @@ class JobService:
             self.settings,
             live_output_names=taken,
         )
-        problems = host_problems(resume.config, self.settings)  # e.g. num_gpus set for the resume
-        if problems:
-            raise ConfigError(problems)
         with self._cond:
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
             earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
@@ -292,7 +289,15 @@ class JobService:
                     self._finish(job, JobStatus.STOPPED, error=None)
                     return
                 self._generation += 1
-                worker = self._new_worker(job, self._generation, devices)
+                worker = new_job_worker(
+                    job.id,
+                    self._generation,
+                    job.worker_config,
+                    self.settings,
+                    target=self._target,
+                    devices=devices,
+                    resume=self._resume_from.get(job.id),
+                )
             pid = worker.start()
             with self._cond:
                 self._worker = worker
@@ -309,23 +314,6 @@ class JobService:
                 self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
         finally:
             self.arbiter.end_training(job.id)  # normally already freed by `_finish`
-
-    def _new_worker(self, job: Job, generation: int, devices: tuple[int, ...]) -> JobWorker:
-        """A single spawned worker for a one-GPU job; a torchrun launch of num_gpus ranks (on
-        the reserved GPUs, or as gloo processes on the CPU with settings.cpu_data_parallel)."""
-        resume = self._resume_from.get(job.id)
-        if job.worker_config.num_gpus > 1:
-            return TorchrunWorker(
-                job.id,
-                generation,
-                job.worker_config,
-                self.settings,
-                devices=None if self.settings.cpu_data_parallel else devices,
-                resume=resume,
-            )
-        return WorkerProcess(
-            job.id, generation, job.worker_config, self.settings, self._target, resume=resume
-        )
 
     def _pump(self, job: Job, worker: JobWorker) -> None:
         """Fold the worker's events into `job` until it ended and the process exited."""
