@@ -1,16 +1,24 @@
-"""Helpers of the reliability suite: a real uvicorn server in a thread, waiting on the job
-service, scanning output folders for visible partial files, and latency statistics."""
+"""Helpers of the reliability suite: a real uvicorn server in a thread, a real `lorastudio serve`
+process, waiting on the job service, scanning output folders for visible partial files, and
+latency statistics."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
+from lorastudio.settings import Settings
 
 FINAL = {"completed", "stopped", "failed", "interrupted"}
 FIGURES_ENV = "LORASTUDIO_FIGURES_DIR"  # where record_figure writes (unset: print only)
@@ -26,6 +34,49 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(poll)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (Linux /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+@contextmanager
+def serve_process(
+    settings: Settings, env: Mapping[str, str] | None = None, client_timeout: float = 30.0
+) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
+    """A real `lorastudio serve` process on a free loopback port, with settings.home as its home
+    and `env` added to its environment, waited for until /api/info answers. Yields (process,
+    client); the process is terminated (then killed) and reaped when the block ends."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    full_env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), **(env or {})}
+    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=client_timeout) as client:
+
+            def up() -> bool:
+                try:
+                    return client.get("/api/info").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_for(up, 60, "the server", poll=0.1)
+            yield proc, client
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 def visible_files(root: Path) -> list[Path]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from reliability_helpers import FINAL, LiveServer, percentile, record_figure, wait_for
+from reliability_helpers import FINAL, LiveServer, percentile, record_figure, serve_process, wait_for
 
 from lorastudio.settings import Settings
 
@@ -223,37 +223,18 @@ def _peak_rss_mb(pid: int) -> float:
 def _upload_to_a_server_process(
     settings: Settings, size_mb: int, chunk: int = 2**20, kind: bytes = b"zZZz"
 ) -> dict:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_MAX_UPLOAD_MB": str(size_mb + 16)}
-    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
-
-            def up() -> bool:
-                try:
-                    return client.get("/api/info").status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_for(up, 60, "the server", poll=0.1)
-            idle_rss = _peak_rss_mb(proc.pid)
-            boundary = "reliabilityboundary"
-            t0 = time.monotonic()
-            resp = client.post(
-                "/api/datasets/bigset/files",
-                content=_big_png_multipart(size_mb * 2**20, boundary, chunk, kind),
-                headers={"content-type": f"multipart/form-data; boundary={boundary}"},
-            )
-            seconds = time.monotonic() - t0
-            peak = _peak_rss_mb(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    env = {"LORASTUDIO_MAX_UPLOAD_MB": str(size_mb + 16)}
+    with serve_process(settings, env, client_timeout=600) as (proc, client):
+        idle_rss = _peak_rss_mb(proc.pid)
+        boundary = "reliabilityboundary"
+        t0 = time.monotonic()
+        resp = client.post(
+            "/api/datasets/bigset/files",
+            content=_big_png_multipart(size_mb * 2**20, boundary, chunk, kind),
+            headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+        )
+        seconds = time.monotonic() - t0
+        peak = _peak_rss_mb(proc.pid)
     stored = settings.datasets_dir / "bigset" / "big.png"
     return {
         "upload_mb": size_mb,

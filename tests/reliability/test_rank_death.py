@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from reliability_helpers import FINAL, LiveServer, live_server, partial_files, record_figure, wait_for
+from reliability_helpers import (
+    FINAL,
+    LiveServer,
+    live_server,
+    partial_files,
+    process_alive,
+    record_figure,
+    serve_process,
+    wait_for,
+)
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
@@ -53,14 +58,6 @@ def _rank_of(pid: int) -> int | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
 def _kill_during_a_run(server: LiveServer, config: dict, victim: str) -> dict:
     client, service = server.client, server.app.state.service
     started = client.post("/api/train/start", json={"config": config})
@@ -78,7 +75,9 @@ def _kill_during_a_run(server: LiveServer, config: dict, victim: str) -> dict:
     )
     detected_s = time.monotonic() - t0
     arbiter_free = server.app.state.arbiter.training_job is None
-    wait_for(lambda: not any(_alive(p) for p in [agent, *ranks.values()]), 10, "every process gone", 0.005)
+    wait_for(
+        lambda: not any(process_alive(p) for p in [agent, *ranks.values()]), 10, "every process gone", 0.005
+    )
     gone_s = time.monotonic() - t0
     run_dir = server.app.state.settings.outputs_dir / config["output_name"]
     return {
@@ -142,39 +141,25 @@ def test_kill_9_of_rank_0_or_of_the_agent_fails_the_job_within_seconds(
 def test_the_agent_and_every_rank_die_with_the_server(
     settings: Settings, shapes: Path, flux_config: Callable[..., dict]
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_CPU_DATA_PARALLEL": "1"}
-    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-
-            def up() -> bool:
-                try:
-                    return client.get("/api/info").status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_for(up, 60, "the server", poll=0.1)
-            started = client.post("/api/train/start", json={"config": _dp_config(flux_config, "server")})
-            assert started.status_code in (200, 201), started.text
-            job = wait_for(
-                lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 3 and j,
-                240,
-                "step 3",
-                poll=0.05,
-            )
+    with serve_process(settings, {"LORASTUDIO_CPU_DATA_PARALLEL": "1"}) as (proc, client):
+        started = client.post("/api/train/start", json={"config": _dp_config(flux_config, "server")})
+        assert started.status_code in (200, 201), started.text
+        job = wait_for(
+            lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 3 and j,
+            240,
+            "step 3",
+            poll=0.05,
+        )
         processes = [job["pid"], *_children(job["pid"])]
         assert len(processes) == 3  # the agent and its 2 ranks
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         t0 = time.monotonic()
-        wait_for(lambda: not any(_alive(p) for p in processes), DETECT_S, "the job's death", poll=0.01)
+        wait_for(
+            lambda: not any(process_alive(p) for p in processes),
+            DETECT_S,
+            "the job's death",
+            poll=0.01,
+        )
         record_figure("rank_death_server", {"job_processes_gone_s": round(time.monotonic() - t0, 3)})
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert partial_files(settings.outputs_dir / "dp-kill-server") == []

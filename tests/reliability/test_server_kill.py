@@ -4,17 +4,20 @@ checkpoint (POST /api/runs/{id}/resume) trains to the end."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-from reliability_helpers import FINAL, live_server, partial_files, record_figure, wait_for
+from reliability_helpers import (
+    FINAL,
+    live_server,
+    partial_files,
+    process_alive,
+    record_figure,
+    serve_process,
+    wait_for,
+)
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
@@ -23,50 +26,23 @@ from lorastudio.training.checkpoint import list_checkpoints
 STEPS = 200
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
-    except FileNotFoundError:
-        return False
-
-
 def test_server_kill_then_restart_and_resume(
     settings: Settings, shapes: Path, flux_config: Callable[..., dict]
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home)}
-    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     config = flux_config(output_name="crash", steps=STEPS, save_every=10, keep_last=2)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-
-            def up() -> bool:
-                try:
-                    return client.get("/api/info").status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_for(up, 60, "the server", poll=0.1)
-            job = client.post("/api/train/start", json={"config": config}).json()
-            seen = wait_for(
-                lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 25 and j,
-                120,
-                "25 steps",
-                poll=0.02,
-            )
+    with serve_process(settings) as (proc, client):
+        job = client.post("/api/train/start", json={"config": config}).json()
+        seen = wait_for(
+            lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 25 and j,
+            120,
+            "25 steps",
+            poll=0.02,
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         t0 = time.monotonic()
-        wait_for(lambda: not _alive(seen["pid"]), 3, "the worker's death", poll=0.02)
+        wait_for(lambda: not process_alive(seen["pid"]), 3, "the worker's death", poll=0.02)
         worker_gone_s = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
     run_dir = settings.outputs_dir / "crash"
     assert partial_files(run_dir) == []
