@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
+from lorastudio.jobs.launcher import process_alive  # noqa: F401 (re-exported for the tests)
 from lorastudio.settings import Settings
 
 FINAL = {"completed", "stopped", "failed", "interrupted"}
@@ -34,15 +35,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(poll)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie (Linux /proc)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 @contextmanager

@@ -83,7 +83,7 @@ def visible_devices(reserved: tuple[int, ...], server_visible: str | None) -> st
     return ",".join(entries[i] for i in reserved)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether process `pid` still runs (a zombie does not count)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -317,7 +317,7 @@ class TorchrunWorker:
         code = self._agent.poll()
         if code is None:
             return None
-        alive = [pid for pid in self.rank_pids.values() if _alive(pid)]
+        alive = [pid for pid in self.rank_pids.values() if process_alive(pid)]
         for pid in alive:  # they die with the agent anyway; do not wait for the kernel to say so
             _signal(pid, signal.SIGKILL)
         with self._lock:

@@ -31,7 +31,7 @@ from lorastudio.cli.train_cmd import launch_arguments, plan_line
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.launcher import torchrun_command, visible_devices
+from lorastudio.jobs.launcher import process_alive, torchrun_command, visible_devices
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import validate_run
@@ -85,14 +85,6 @@ def _wait(service: JobService, job_id: str, done: Callable[[dict], bool], timeou
     raise AssertionError(
         f"job {job_id} still {service.job(job_id)['status']} after {timeout}s waiting for {what}"
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def _channels() -> set[Path]:
@@ -190,7 +182,7 @@ def test_a_two_rank_job_stops_and_saves_and_resumes_in_one_process_to_the_lora_o
         assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "dp.json", "dp.safetensors"]
         assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step-{stopped_at:06d}"]
         agent = snap["pid"]
-        _wait(service, job["id"], lambda s: not _alive(agent), 10, "the agent's exit")
+        _wait(service, job["id"], lambda s: not process_alive(agent), 10, "the agent's exit")
         _wait(service, job["id"], lambda s: _channels() <= channels, 10, "the channel folder removed")
 
         resumed = service.submit_resume(job["id"], overrides={"num_gpus": 1})
