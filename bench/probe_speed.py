@@ -6,10 +6,11 @@ stacked), the same as training/optimize.py.
 variants:
   ref        the compiled engine step as the loop runs it (one sync per step)
   bf16lora   LoRA weights AND their optimizer in bf16 (upper bound of a bf16 LoRA branch)
-  cudnn      the cuDNN SDPA backend enabled (run_numerics disables it: FLUX.1 crashed with it)
+  cudnn      cuDNN SDPA first, as the engine's attention_backend: cudnn sets it
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
+Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
 Each case prints one JSON line (and appends it to DIR/probe.jsonl); parity = max relative loss
@@ -82,23 +83,35 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     from lorastudio.training.precision import run_numerics
 
     row: dict[str, Any] = {"family": family, "variant": variant, "batch": batch}
+    parts = set(variant.split("+"))
+    known = {"ref", "bf16lora", "cudnn", "fp8", "fp8ao", "fp8q", "int8q", "nf4q"}
+    if parts - known:
+        raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
+    base = parts & {"fp8q", "int8q", "nf4q"}
+    swap = parts & {"fp8", "fp8ao"}
+    if len(base) > 1 or len(swap) > 1:
+        raise ValueError(f"variant {variant!r} combines two base conversions")
     with run_numerics(True, torch.device(DEV)):
-        if variant == "cudnn":
-            torch.backends.cuda.enable_cudnn_sdp(True)
+        if "cudnn" in parts:  # as the engine sets it (attention_backend: cudnn)
+            from lorastudio.training.attention import AttentionChoice, apply_attention
+
+            apply_attention(AttentionChoice("cudnn"), torch.device(DEV))
         t0 = time.monotonic()
         before = None
-        if variant in ("fp8q", "int8q", "nf4q"):  # the engine's own conversion (training.quantize)
+        if base:  # the engine's own conversion (training.quantize)
             from lorastudio.training.quantize import apply_base_precision
 
+            precision = next(iter(base))[:-1]
+
             def before(model: Any) -> list[str]:
-                return apply_base_precision(model, variant[:-1], torch.device(DEV))
+                return apply_base_precision(model, precision, torch.device(DEV))
 
         eng = Engine(family, before_lora=before)
         row["notes"] = eng.notes
         row["build_s"] = round(time.monotonic() - t0, 1)
-        if variant in ("fp8", "fp8ao"):
-            row.update(convert_fp8(eng.model, variant))
-        if variant == "bf16lora":
+        if swap:
+            row.update(convert_fp8(eng.model, next(iter(swap))))
+        if "bf16lora" in parts:
             for p in eng.params:
                 p.data = p.data.to(torch.bfloat16)
         compile_denoiser(eng.model, eng.params)
@@ -172,17 +185,18 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
-    refs: dict[str, list[float]] = {}
+    refs: dict[tuple[str, str], list[float]] = {}  # (family, batch) -> the ref losses
     for spec in args.cases:
         fam, rest = spec.split(":")
         variants, _, batch = rest.partition("@")
         for variant in variants.split(","):
             label = {"family": fam, "variant": variant}
             row = run_isolated("bench.probe_speed", f"{fam}:{variant}@{batch or 1}", label, deadline, 45)
+            key = (fam, batch or "1")
             if variant == "ref" and "losses" in row:
-                refs[fam] = row["losses"]
-            if "losses" in row and fam in refs and variant != "ref":
-                rel = [abs(a - b) / max(abs(b), 1e-8) for a, b in zip(row["losses"], refs[fam], strict=False)]
+                refs[key] = row["losses"]
+            if "losses" in row and key in refs and variant != "ref":
+                rel = [abs(a - b) / max(abs(b), 1e-8) for a, b in zip(row["losses"], refs[key], strict=False)]
                 row["parity_max_rel"] = round(max(rel), 5)
             append_row(args.out, "probe.jsonl", row)
 

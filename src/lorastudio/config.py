@@ -27,6 +27,7 @@ CheckpointingMode = Literal["auto", "off", "selective", "full"]
 TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
 LoraFormat = Literal["diffusers", "kohya"]
 CompileMode = Literal["off", "on", "auto"]
+AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math"]
 
 # Fields that only some families honour. A family lists the ones it supports in
 # FamilySpec.supports; setting one explicitly for another family is a ConfigError.
@@ -184,6 +185,11 @@ class TrainConfig(BaseModel):
     )
     compile: CompileMode = Field(
         default="auto", description="regional torch.compile of the repeated blocks: auto = on for CUDA"
+    )
+    attention_backend: AttentionBackend = Field(
+        default="auto",
+        description="SDPA kernel: auto = cuDNN on CUDA for the transformer families when a probe "
+        "at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first",
     )
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)

@@ -42,6 +42,7 @@ class RegionalCompile:
     blocks: list[torch.nn.Module] = field(default_factory=list)
     params: list[torch.nn.Parameter] = field(default_factory=list)
     fallback_reason: str | None = None
+    swapped: list[tuple[torch.nn.Module, type]] = field(default_factory=list)  # (block, its class)
 
     @property
     def active(self) -> bool:
@@ -104,6 +105,9 @@ def compile_denoiser(
         state.fallback_reason = f"{type(denoiser).__name__} declares no repeated blocks to compile"
         log.warning("compile: staying eager: %s", state.fallback_reason)
     for block in blocks:
+        if _holds_tensor_subclass(block):
+            state.swapped.append((block, type(block)))
+            block.__class__ = _unaliased_class(type(block))
         block.compile(backend=backend, dynamic=dynamic)
     state.blocks = blocks
     _STATES[denoiser] = state
@@ -111,6 +115,39 @@ def compile_denoiser(
         kinds = sorted({type(b).__name__ for b in blocks})
         log.info("compile: %d repeated blocks (%s) compiled with %s", len(blocks), ", ".join(kinds), backend)
     return state
+
+
+def _holds_tensor_subclass(block: torch.nn.Module) -> bool:
+    """Whether a parameter of `block` is a tensor subclass (torchao's Int8Tensor / NF4Tensor)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return any(is_traceable_wrapper_subclass(p) for p in block.parameters())
+
+
+_UNALIASED: dict[type, type] = {}
+
+
+def _unaliased_class(cls: type) -> type:
+    """A subclass of block class `cls` (same name, so `repeated_blocks` still finds it) whose
+    forward returns fresh copies of a tuple output's tensors. AOTAutograd refuses a graph whose
+    outputs alias one another when an input is a tensor subclass (FLUX.1's single block returns
+    two slices of one tensor; with an int8 / nf4 base its compile failed with "torch.compile is
+    currently being used with tensor subclass inputs"). The copy is inside the compiled graph
+    (a forward hook is not: Dynamo traced it as a graph of its own); it costs one write of the
+    block's outputs, and only blocks holding quantised weights get it. One subclass per class,
+    so the blocks of a class still share one compiled code object."""
+    if cls not in _UNALIASED:
+
+        class Unaliased(cls):  # type: ignore[valid-type,misc]
+            def forward(self, *args: Any, **kwargs: Any) -> Any:
+                output = super().forward(*args, **kwargs)
+                if isinstance(output, tuple):
+                    return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in output)
+                return output
+
+        Unaliased.__name__, Unaliased.__qualname__ = cls.__name__, cls.__qualname__
+        _UNALIASED[cls] = Unaliased
+    return _UNALIASED[cls]
 
 
 def _allow_recompiles(limit: int) -> None:
@@ -136,7 +173,9 @@ def revert_to_eager(denoiser: torch.nn.Module, reason: str) -> None:
         return
     for block in state.blocks:
         block._compiled_call_impl = None  # what nn.Module.compile set; None = the eager __call__
-    state.blocks = []
+    for block, cls in state.swapped:
+        block.__class__ = cls
+    state.blocks, state.swapped = [], []
     state.fallback_reason = reason
     log.warning("compile: falling back to eager: %s", reason)
 

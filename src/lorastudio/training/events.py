@@ -87,8 +87,10 @@ class PlanChosen(_Event):
     "selective" | "full"), repeated blocks offloaded to CPU RAM, samples per forward/backward,
     whether regional compile is active, the memory budget (None: none) and how the plan was
     decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
-    "checkpoint" = the plan of the checkpoint a resume continues). `fallbacks` lists the speed
-    features that could not be used here, each with its reason (e.g. "fp8: needs ...")."""
+    "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
+    SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
+    "default" = torch's choice, cuDNN off). `fallbacks` lists the speed features that could not
+    be used here, each with its reason (e.g. "fp8: needs ...")."""
 
     type: Literal["plan_chosen"] = "plan_chosen"
     base_precision: str
@@ -96,6 +98,7 @@ class PlanChosen(_Event):
     offload_blocks: int
     micro_batch_size: int
     compile: bool
+    attention_backend: str = "default"
     memory_budget_gb: float | None = None
     decided_by: Literal["settings", "measured", "checkpoint"] = "settings"
     trials: list[PlanTrial] = Field(default_factory=list)

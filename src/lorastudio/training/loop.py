@@ -42,6 +42,7 @@ import torch
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.settings import Settings, get_settings
+from lorastudio.training.attention import apply_attention, choose_attention, probe_shapes
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
     checkpoint_plan,
@@ -312,6 +313,17 @@ def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, sto
         free_accelerator_memory(run.device)
 
 
+def _attention_shapes(
+    run: PreparedRun, plan: Plan, denoiser: torch.nn.Module
+) -> list[tuple[int, int, int, int]]:
+    """The attention shapes training.attention probes: the micro-batch, the denoiser's heads and
+    head dim, image tokens at the run's resolution (+ the text tokens)."""
+    spec, cfg = run.family.spec, run.cfg
+    side = int(cfg.resolution or 0) // (spec.vae_scale_factor * spec.patch_size)
+    text = int(cfg.max_sequence_length or spec.defaults.get("max_sequence_length", 512))
+    return probe_shapes(dict(getattr(denoiser, "config", {})), side * side, text, plan.micro_batch_size)
+
+
 def _prepare_denoiser(
     run: PreparedRun, state: RunState, emit: Emit, plan: Plan, decided_by: str, trials: list[Any]
 ) -> list[torch.nn.Parameter]:
@@ -327,6 +339,10 @@ def _prepare_denoiser(
     emit(Preparing(phase="denoiser", done=0, total=1))
     state.denoiser, state.lora_config, state.swap = built.denoiser, built.lora_config, built.swap
     state.plan = plan
+    attention = choose_attention(
+        cfg.attention_backend, run.device, run.dtype, _attention_shapes(run, plan, built.denoiser)
+    )
+    apply_attention(attention, run.device)  # process-wide until run_numerics exits
     if state.ctx.distributed:
         state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks
     emit(
@@ -336,7 +352,8 @@ def _prepare_denoiser(
             memory_budget_gb=cfg.memory_budget_gb,
             decided_by=decided_by,
             trials=trials,
-            fallbacks=[*state.notes, *built.fallbacks],
+            fallbacks=[*state.notes, *built.fallbacks, *filter(None, [attention.fallback_reason])],
+            attention_backend=attention.backend,
         )
     )
     emit(Preparing(phase="denoiser", done=1, total=1))

@@ -339,11 +339,13 @@ def plan_event(
     decided_by: str,
     trials: Iterable[PlanTrial] = (),
     fallbacks: Iterable[str] = (),
+    attention_backend: str = "default",
 ) -> PlanChosen:
     """The PlanChosen event of a run's plan."""
     return PlanChosen(
         **plan.as_dict(),
         compile=compiled,
+        attention_backend=attention_backend,
         memory_budget_gb=memory_budget_gb,
         decided_by=decided_by,  # type: ignore[arg-type]
         trials=list(trials),

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.attention import restore_attention_state, saved_attention_state
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Precisions whose frozen base computes in bf16 whatever they store (fp8: bf16 weights, fp8
@@ -120,10 +121,11 @@ def pick_dtype(base_precision: str, device: torch.device) -> torch.dtype:
 def run_numerics(enable_tf32: bool, device: torch.device) -> Iterator[None]:
     """For the duration of the block: fp32 matmul precision "high" (TF32 on Ampere+) and cuDNN
     TF32 when `enable_tf32`, else "highest" and no TF32; on CUDA the cuDNN SDPA backend is
-    disabled (its FLUX.1 backward crashed on H200). Every flag is restored on exit."""
+    disabled (its FLUX.1 backward crashed on H200) until training.attention.apply_attention
+    chooses otherwise. Every flag (SDPA ones and their order included) is restored on exit."""
     prev_precision = torch.get_float32_matmul_precision()
     prev_cudnn_tf32 = torch.backends.cudnn.allow_tf32
-    prev_cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
+    prev_attention = saved_attention_state()
     torch.set_float32_matmul_precision("high" if enable_tf32 else "highest")
     torch.backends.cudnn.allow_tf32 = enable_tf32
     if device.type == "cuda":
@@ -133,7 +135,7 @@ def run_numerics(enable_tf32: bool, device: torch.device) -> Iterator[None]:
     finally:
         torch.set_float32_matmul_precision(prev_precision)
         torch.backends.cudnn.allow_tf32 = prev_cudnn_tf32
-        torch.backends.cuda.enable_cudnn_sdp(prev_cudnn_sdp)
+        restore_attention_state(prev_attention)
 
 
 def free_accelerator_memory(device: torch.device) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
+from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
@@ -75,6 +76,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     dev = pick_device(device)
     problems += precision_problems(cfg.base_precision, dev)
     problems += compile_problems(cfg.compile, dev)
+    problems += attention_problems(cfg.attention_backend, dev)
     problems += plan_host_problems(cfg, dev.type)
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name

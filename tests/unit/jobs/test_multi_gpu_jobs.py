@@ -285,6 +285,7 @@ def test_the_plan_is_printed_as_one_readable_line() -> None:
         offload_blocks=1,
         micro_batch_size=2,
         compile=True,
+        attention_backend="cudnn",
         memory_budget_gb=40.0,
         decided_by="measured",
         trials=[trial, trial],
@@ -292,14 +293,14 @@ def test_the_plan_is_printed_as_one_readable_line() -> None:
     )
     line = plan_line(event)
     assert line == (
-        "plan: base fp8, checkpointing selective, offload 1 block, micro-batch 2, compile on; "
-        "measured (2 trials), budget 40 GB; fallbacks: nf4: needs CUDA"
+        "plan: base fp8, checkpointing selective, offload 1 block, micro-batch 2, compile on, "
+        "attention cudnn; measured (2 trials), budget 40 GB; fallbacks: nf4: needs CUDA"
     )
     assert "\n" not in line
     plain = plan_line(
         event.model_copy(update={"decided_by": "settings", "memory_budget_gb": None, "fallbacks": []})
     )
-    assert plain.endswith("compile on; set by the settings")
+    assert plain.endswith("compile on, attention cudnn; set by the settings")
 
 
 # -- CUDA (marker gpu; the lead's H200 runs): what only GPUs can show ---------------------------------

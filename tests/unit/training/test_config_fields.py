@@ -70,6 +70,7 @@ ELSEWHERE = {
     "max_bad_steps": "test_divergence (the run fails after N non-finite steps in a row)",
     "lora_format": "tests/unit/lora (kohya files written and loadable)",
     "compile": "test_compile (regional compile requested / refused / auto)",
+    "attention_backend": "test_attention (refused without CUDA; the kernel each run reports; math trains like auto)",
     "offload_blocks": "test_memory (block swap: blocks wait in CPU RAM, same losses; refused on the CPU)",
     "micro_batch_size": "test_plan (a batch split into micro-batches: same losses; must divide batch_size)",
     "memory_budget_gb": "test_plan (the plan chooser measures candidates on a fake device; refused when all fixed)",

@@ -1,0 +1,175 @@
+"""Which scaled-dot-product-attention kernel the run uses (`attention_backend`).
+
+Values: "auto" (default), "cudnn", "flash", "efficient", "math".
+- "cudnn" / "flash" / "efficient" put that torch SDPA backend first and keep the others as
+  fallbacks for calls it cannot take (masks, head dims), except that only "cudnn" ever enables
+  cuDNN. "math" is the reference (slow, memory-hungry) kernel only.
+- "auto" on CUDA: cuDNN for the transformer families when a probe in a child process (the run's
+  dtype, head count, head dim and token counts: image tokens + text tokens) runs its forward and
+  backward and matches flash attention; else flash, with the reason in the run's fallbacks. The
+  probe runs in a child process because the failure it guards against is not an exception: the
+  cuDNN backward of FLUX.1 at 4096 + 512 tokens hit an illegal memory access on an H200 with
+  torch 2.11 in the reference run, which poisons the whole CUDA context. On an H200 (bench note
+  12) cuDNN with fp8 gave Qwen-Image +17 % and Z-Image at batch 2 +18 % over flash.
+  "auto" on a U-Net family (SDXL: many small attention calls) or without CUDA: torch's own choice
+  with cuDNN off.
+Names of the torch flags: torch.backends.cuda.enable_{cudnn,flash,mem_efficient,math}_sdp.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lorastudio.errors import FieldProblem
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 180.0
+_ORDER = {  # torch SDPBackend names, first = preferred
+    "cudnn": ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"],
+    "flash": ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"],
+    "efficient": ["EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH"],
+    "math": ["MATH"],
+}
+_FLAGS = {
+    "CUDNN_ATTENTION": "cudnn",
+    "FLASH_ATTENTION": "flash",
+    "EFFICIENT_ATTENTION": "mem_efficient",
+    "MATH": "math",
+}
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The backend the run uses ("cudnn" | "flash" | "efficient" | "math" | "default" = torch's
+    own choice with cuDNN off) and, when "auto" could not use cuDNN, why (else None)."""
+
+    backend: str
+    fallback_reason: str | None = None
+
+
+def attention_problems(backend: str, device: torch.device) -> list[FieldProblem]:
+    """Why `backend` cannot be honoured on `device` (empty when it can): "cudnn" and "efficient"
+    are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS."""
+    if backend in ("cudnn", "efficient") and device.type != "cuda":
+        return [
+            FieldProblem(
+                "attention_backend",
+                f"'{backend}' is a CUDA kernel (the training device is {device.type}); use 'auto' or 'math'",
+            )
+        ]
+    if backend == "flash" and device.type not in ("cuda", "cpu"):
+        return [
+            FieldProblem("attention_backend", f"'flash' has no {device.type} kernel; use 'auto' or 'math'")
+        ]
+    return []
+
+
+def probe_shapes(
+    denoiser_config: Mapping[str, Any], image_tokens: int, text_tokens: int, batch: int
+) -> list[tuple[int, int, int, int]]:
+    """The [batch, heads, tokens, head_dim] attention shapes of a transformer denoiser whose
+    diffusers config is `denoiser_config` (FLUX.1 / Qwen-Image: num_attention_heads and
+    attention_head_dim; Z-Image: n_heads and dim): joint image + text attention and image-only
+    attention. Empty when the config names no heads (a U-Net: SDXL)."""
+    heads = denoiser_config.get("num_attention_heads") or denoiser_config.get("n_heads")
+    head_dim = denoiser_config.get("attention_head_dim")
+    if not isinstance(head_dim, int) and heads and denoiser_config.get("dim"):
+        head_dim = int(denoiser_config["dim"]) // int(heads)
+    if not isinstance(heads, int) or not isinstance(head_dim, int):
+        return []
+    lengths = dict.fromkeys([image_tokens + text_tokens, image_tokens])
+    return [(batch, heads, length, head_dim) for length in lengths]
+
+
+def choose_attention(
+    requested: str, device: torch.device, dtype: torch.dtype, shapes: list[tuple[int, int, int, int]]
+) -> AttentionChoice:
+    """The backend for a run that asked for `requested` (see the module docstring). "auto" on
+    CUDA probes cuDNN at `shapes` in a child process (<= PROBE_TIMEOUT_S); an explicit backend is
+    returned as asked (attention_problems has refused the ones `device` cannot run)."""
+    if requested != "auto":
+        return AttentionChoice(requested)
+    if device.type != "cuda" or not shapes:
+        return AttentionChoice("default")
+    if dtype not in (torch.bfloat16, torch.float16):
+        return AttentionChoice("flash", f"attention: cuDNN needs bf16/fp16 compute (this run: {dtype})")
+    reason = probe_cudnn(device, dtype, shapes)
+    if reason is None:
+        return AttentionChoice("cudnn")
+    log.warning("attention: cuDNN not used: %s", reason)
+    return AttentionChoice("flash", f"attention: cuDNN not used ({reason}); flash attention instead")
+
+
+def probe_cudnn(
+    device: torch.device, dtype: torch.dtype, shapes: list[tuple[int, int, int, int]]
+) -> str | None:
+    """Run cuDNN attention forward + backward at each shape in a child process on `device` and
+    compare with flash attention. Returns None when every shape passed, else the reason."""
+    spec = {"device": str(device), "dtype": str(dtype).removeprefix("torch."), "shapes": shapes}
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "lorastudio.training.attention_probe", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the probe did not finish in {PROBE_TIMEOUT_S:.0f} s"
+    except OSError as err:
+        return f"the probe could not start: {err}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"the probe exited with {done.returncode}: {tail[:300]}"
+    result = json.loads(lines[-1])
+    return None if result.get("ok") else str(result.get("reason", "failed"))
+
+
+def apply_attention(choice: AttentionChoice, device: torch.device) -> None:
+    """Set torch's process-wide SDPA flags (and preference order, where torch has one) for
+    `choice`. Call inside precision.run_numerics, which restores every flag on exit."""
+    if choice.backend == "default":
+        if device.type == "cuda":
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        return
+    order = _ORDER[choice.backend]
+    for name, flag in _FLAGS.items():
+        getattr(torch.backends.cuda, f"enable_{flag}_sdp")(name in order)
+    set_order = getattr(torch._C, "_set_sdp_priority_order", None)
+    if set_order is not None:
+        from torch.nn.attention import SDPBackend
+
+        preferred = [int(getattr(SDPBackend, name)) for name in order]
+        rest = [int(b) for b in torch._C._get_sdp_priority_order() if int(b) not in preferred]
+        set_order(preferred + rest)
+
+
+def saved_attention_state() -> dict[str, Any]:
+    """Every SDPA flag and the preference order, for restore_attention_state."""
+    state: dict[str, Any] = {
+        flag: getattr(torch.backends.cuda, f"{flag}_sdp_enabled")() for flag in _FLAGS.values()
+    }
+    get_order = getattr(torch._C, "_get_sdp_priority_order", None)
+    state["order"] = [int(b) for b in get_order()] if get_order is not None else None
+    return state
+
+
+def restore_attention_state(state: dict[str, Any]) -> None:
+    """Put back what saved_attention_state returned."""
+    for flag in _FLAGS.values():
+        getattr(torch.backends.cuda, f"enable_{flag}_sdp")(state[flag])
+    if state["order"] is not None:
+        torch._C._set_sdp_priority_order(state["order"])

@@ -1,0 +1,117 @@
+"""attention_backend: what each device can honour, the probe shapes of each family's denoiser,
+auto's choice (a failed cuDNN probe falls back to flash with its reason), the torch flags it
+sets and their restore, and a CPU training run that reports its kernel in PlanChosen."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lorastudio.errors import ConfigError
+from lorastudio.tiny.models import build
+from lorastudio.training import attention
+from lorastudio.training.attention import (
+    AttentionChoice,
+    apply_attention,
+    attention_problems,
+    choose_attention,
+    probe_cudnn,
+    probe_shapes,
+)
+from lorastudio.training.loop import train
+from lorastudio.training.precision import run_numerics
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda")
+
+
+def test_cuda_kernels_are_refused_without_cuda():
+    for backend in ("cudnn", "efficient"):
+        (problem,) = attention_problems(backend, CPU)
+        assert problem.field == "attention_backend" and "CUDA kernel" in problem.message
+        assert attention_problems(backend, CUDA) == []
+    for backend in ("auto", "flash", "math"):
+        assert attention_problems(backend, CPU) == []
+    assert attention_problems("flash", torch.device("mps"))
+
+
+def test_cudnn_on_the_cpu_fails_the_preflight_and_leaves_no_output(make_config, studio_home):
+    with pytest.raises(ConfigError, match="attention_backend: 'cudnn' is a CUDA kernel"):
+        train(make_config("flux", attention_backend="cudnn"), lambda _event: None, device="cpu")
+    assert not (studio_home / "outputs" / "run").exists()
+
+
+def test_probe_shapes_come_from_each_transformer_config():
+    flux = {"num_attention_heads": 24, "attention_head_dim": 128}
+    assert probe_shapes(flux, 4096, 512, 1) == [(1, 24, 4608, 128), (1, 24, 4096, 128)]
+    zimage = {"n_heads": 30, "dim": 3840}
+    assert probe_shapes(zimage, 1024, 0, 2) == [(2, 30, 1024, 128)]  # one length when no text
+    for family in ("flux", "qwen-image", "z-image"):
+        denoiser = build(family, 0).transformer
+        (batch, heads, tokens, head_dim), _ = probe_shapes(dict(denoiser.config), 16, 8, 1)
+        assert heads >= 1 and head_dim >= 1 and tokens == 24 and batch == 1
+    unet = build("sdxl", 0).unet
+    assert probe_shapes(dict(unet.config), 16, 77, 1) == []  # a U-Net: auto does not probe
+
+
+def test_auto_without_cuda_or_without_shapes_keeps_torch_default():
+    assert choose_attention("auto", CPU, torch.float32, [(1, 2, 8, 16)]) == AttentionChoice("default")
+    assert choose_attention("auto", CUDA, torch.bfloat16, []) == AttentionChoice("default")
+    assert choose_attention("math", CPU, torch.float32, []) == AttentionChoice("math")
+
+
+def test_auto_on_cuda_uses_cudnn_only_when_the_probe_passes(monkeypatch):
+    shapes = [(1, 24, 4608, 128)]
+    asked: list = []
+    monkeypatch.setattr(attention, "probe_cudnn", lambda dev, dtype, sh: asked.append(sh))
+    assert choose_attention("auto", CUDA, torch.bfloat16, shapes) == AttentionChoice("cudnn")
+    assert asked == [shapes]
+    monkeypatch.setattr(attention, "probe_cudnn", lambda *_: "the probe exited with -11: Segmentation fault")
+    choice = choose_attention("auto", CUDA, torch.bfloat16, shapes)
+    assert choice.backend == "flash" and "exited with -11" in str(choice.fallback_reason)
+    fp32 = choose_attention("auto", CUDA, torch.float32, shapes)
+    assert fp32.backend == "flash" and "bf16/fp16" in str(fp32.fallback_reason)
+
+
+def test_a_probe_whose_child_fails_gives_the_reason_not_an_exception():
+    """The real child process: on this CPU-only machine it cannot reach a GPU and exits non-zero."""
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA (the GPU test runs the passing probe)")
+    reason = probe_cudnn(CUDA, torch.bfloat16, [(1, 2, 64, 64)])
+    assert reason is not None and reason.startswith("the probe exited with 1")
+
+
+def test_apply_sets_the_kernels_and_run_numerics_restores_them():
+    before = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled())
+    order = torch._C._get_sdp_priority_order()
+    with run_numerics(True, CPU):
+        apply_attention(AttentionChoice("math"), CPU)
+        assert not torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.math_sdp_enabled()
+        q = torch.randn(1, 2, 8, 16)
+        assert torch.allclose(
+            F.scaled_dot_product_attention(q, q, q), torch.softmax(q @ q.mT / 4, -1) @ q, atol=1e-6
+        )
+        apply_attention(AttentionChoice("cudnn"), CPU)
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch._C._get_sdp_priority_order()[0] == int(torch.nn.attention.SDPBackend.CUDNN_ATTENTION)
+        apply_attention(AttentionChoice("flash"), CPU)
+        assert not torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+    assert (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()) == before
+    assert torch._C._get_sdp_priority_order() == order
+
+
+def test_a_cpu_run_reports_its_kernel_and_math_trains_like_the_default(make_config):
+    losses, kernels = [], []
+    for backend in ("auto", "math"):
+        events: list = []
+        result = train(
+            make_config("flux", attention_backend=backend, output_name=f"run-{backend}"),
+            events.append,
+            device="cpu",
+        )
+        (plan,) = [e for e in events if e.type == "plan_chosen"]
+        kernels.append(plan.attention_backend)
+        losses.append(result.losses)
+    assert kernels == ["default", "math"]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
