@@ -35,6 +35,8 @@ def run_one(
 def probe(device: str, dtype: str, shapes: list[list[int]]) -> dict:
     """{"ok": True} when cuDNN matches flash within TOLERANCE at every shape, else the reason."""
     dev = torch.device(device)
+    if dev.index is None:  # "cuda": the current device of this process (CUDA_VISIBLE_DEVICES applies)
+        dev = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(dev)
     gen = torch.Generator(device=dev).manual_seed(0)
     for batch, heads, tokens, head_dim in shapes:
