@@ -309,6 +309,10 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     if isinstance(res, int) and res % mult:
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
     problems += combination_problems(cfg)
+    if cfg.attention_backend == "cudnn" and fam.spec.cudnn_attention_blocked:
+        problems.append(
+            FieldProblem("attention_backend", f"{fam.spec.cudnn_attention_blocked}; use auto or flash")
+        )
     problems += fam.config_problems(cfg)
     return problems
 

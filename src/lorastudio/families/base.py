@@ -52,6 +52,7 @@ class FamilySpec:
     supports: frozenset[str]  # family-specific TrainConfig fields this family honours
     generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # pipeline __call__ kwargs
     vae_in_fp32: bool = False  # keep the VAE in fp32 whatever the training dtype (SDXL's overflows in fp16)
+    cudnn_attention_blocked: str | None = None  # why cuDNN SDPA must not run this family (None: it may)
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""

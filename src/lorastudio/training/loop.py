@@ -340,7 +340,11 @@ def _prepare_denoiser(
     state.denoiser, state.lora_config, state.swap = built.denoiser, built.lora_config, built.swap
     state.plan = plan
     attention = choose_attention(
-        cfg.attention_backend, run.device, run.dtype, _attention_shapes(run, plan, built.denoiser)
+        cfg.attention_backend,
+        run.device,
+        run.dtype,
+        _attention_shapes(run, plan, built.denoiser),
+        run.family.spec.cudnn_attention_blocked,
     )
     apply_attention(attention, run.device)  # process-wide until run_numerics exits
     if state.ctx.distributed:

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lorastudio import families
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build
 from lorastudio.training import attention
@@ -40,6 +41,21 @@ def test_cudnn_on_the_cpu_fails_the_preflight_and_leaves_no_output(make_config, 
     with pytest.raises(ConfigError, match="attention_backend: 'cudnn' is a CUDA kernel"):
         train(make_config("flux", attention_backend="cudnn"), lambda _event: None, device="cpu")
     assert not (studio_home / "outputs" / "run").exists()
+
+
+def test_flux_refuses_cudnn_and_auto_never_probes_it(make_config, monkeypatch):
+    with pytest.raises(
+        ConfigError, match="attention_backend: cuDNN attention crashed FLUX.1's training step"
+    ):
+        train(make_config("flux", attention_backend="cudnn"), lambda _event: None, device="cpu")
+    monkeypatch.setattr(attention, "probe_cudnn", lambda *_: pytest.fail("a blocked family was probed"))
+    blocked = families.get("flux").spec.cudnn_attention_blocked
+    assert choose_attention("auto", CUDA, torch.bfloat16, [(1, 24, 4608, 128)], blocked) == AttentionChoice(
+        "default"
+    )
+    assert [
+        f for f in ("sdxl", "qwen-image", "z-image") if families.get(f).spec.cudnn_attention_blocked
+    ] == []
 
 
 def test_probe_shapes_come_from_each_transformer_config():

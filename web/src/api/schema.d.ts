@@ -1308,10 +1308,17 @@ export interface components {
          *     "selective" | "full"), repeated blocks offloaded to CPU RAM, samples per forward/backward,
          *     whether regional compile is active, the memory budget (None: none) and how the plan was
          *     decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
-         *     "checkpoint" = the plan of the checkpoint a resume continues). `fallbacks` lists the speed
-         *     features that could not be used here, each with its reason (e.g. "fp8: needs ...").
+         *     "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
+         *     SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
+         *     "default" = torch's choice, cuDNN off). `fallbacks` lists the speed features that could not
+         *     be used here, each with its reason (e.g. "fp8: needs ...").
          */
         PlanChosenEvent: {
+            /**
+             * Attention Backend
+             * @default default
+             */
+            attention_backend?: string;
             /** Base Precision */
             base_precision: string;
             /** Compile */
@@ -1375,6 +1382,11 @@ export interface components {
          *     measured trials and the speed features that fell back (with their reasons).
          */
         PlanOut: {
+            /**
+             * Attention Backend
+             * @default default
+             */
+            attention_backend: string;
             /** Base Precision */
             base_precision: string;
             /** Compile */
@@ -1926,6 +1938,13 @@ export interface components {
              */
             aspect_buckets?: boolean;
             /**
+             * Attention Backend
+             * @description SDPA kernel: auto = cuDNN on CUDA for the transformer families when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @default auto
+             * @enum {string}
+             */
+            attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math";
+            /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder
              */
@@ -2230,6 +2249,13 @@ export interface components {
              * @default true
              */
             aspect_buckets: boolean;
+            /**
+             * Attention Backend
+             * @description SDPA kernel: auto = cuDNN on CUDA for the transformer families when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @default auto
+             * @enum {string}
+             */
+            attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math";
             /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder

@@ -123,6 +123,7 @@ describe("live training state", () => {
         offload_blocks: 0,
         micro_batch_size: 1,
         compile: true,
+        attention_backend: "cudnn",
         memory_budget_gb: 24,
         decided_by: "measured",
         trials: [
@@ -133,7 +134,7 @@ describe("live training state", () => {
       }),
     );
     expect(screen.getByTestId("plan-line")).toHaveTextContent(
-      "bf16 · checkpointing selective · 0 blocks offloaded · micro-batch 1 · compiled",
+      "bf16 · checkpointing selective · 0 blocks offloaded · micro-batch 1 · compiled · attention cudnn",
     );
     expect(screen.getByTestId("plan")).toHaveTextContent("measured for a 24.0 GB budget (2 trials)");
     expect(screen.getByTestId("plan-fallbacks")).toHaveTextContent("fp8: needs a GPU of compute capability 8.9");
@@ -147,7 +148,7 @@ describe("live training state", () => {
 
   it("shows a plan fixed by the settings without a trials table", async () => {
     calls = mockFetch(({ url }) => {
-      const plan = { type: "plan_chosen", base_precision: "fp32", gradient_checkpointing: "off", offload_blocks: 0, micro_batch_size: 2, compile: false, memory_budget_gb: null, decided_by: "settings", trials: [], fallbacks: [] };
+      const plan = { type: "plan_chosen", base_precision: "fp32", gradient_checkpointing: "off", offload_blocks: 0, micro_batch_size: 2, compile: false, attention_backend: "math", memory_budget_gb: null, decided_by: "settings", trials: [], fallbacks: [] };
       if (url.startsWith("/api/train/status")) return { body: { job: { ...JOB, plan }, queue: [], busy: true, event_seq: 3 } };
       return undefined;
     });
@@ -156,7 +157,7 @@ describe("live training state", () => {
         <LiveScreen />
       </TrainingProvider>,
     );
-    expect(await screen.findByTestId("plan-line")).toHaveTextContent("fp32 · checkpointing off · 0 blocks offloaded · micro-batch 2 · not compiled");
+    expect(await screen.findByTestId("plan-line")).toHaveTextContent("fp32 · checkpointing off · 0 blocks offloaded · micro-batch 2 · not compiled · attention math");
     expect(screen.getByTestId("plan")).toHaveTextContent("fixed by the settings");
     expect(screen.queryByTestId("plan-trials")).toBeNull();
     expect(screen.queryByTestId("plan-fallbacks")).toBeNull();

@@ -4,8 +4,8 @@ import { isChosenTrial, planDecidedText, planLine } from "../lib/plan";
 
 /**
  * The plan a run uses, in one compact line ("bf16 · checkpointing off · 0 blocks offloaded ·
- * micro-batch 2 · compiled") with how it was decided, the speed features that fell back (each
- * with its reason) and, when a memory budget chose it, the measured trials.
+ * micro-batch 2 · compiled · attention cudnn") with how it was decided, the speed features that
+ * fell back (each with its reason) and, when a memory budget chose it, the measured trials.
  */
 export function PlanSummary({ plan }: { plan: Plan }) {
   const measured = plan.decided_by === "measured" && plan.trials.length > 0;

@@ -1,14 +1,17 @@
+import { CONFIG_DESCRIPTIONS } from "../api/trainConfig.gen";
 import type { PreflightReport } from "../api/types";
 import { formatGb } from "../lib/format";
 import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
 
 /**
  * The preflight report: what the run will train on, how long, in what precision, with which memory
- * plan (each setting fixed, a default, or measured at start against the memory budget) and how
- * much memory (a rough formula).
+ * plan (each setting fixed, a default, or measured at start against the memory budget), the
+ * attention setting (auto: the kernel is chosen at the start of the run) and how much memory (a
+ * rough formula).
  */
 export function PreflightPanel({ report }: { report: PreflightReport }) {
   const { dataset, schedule, precision, memory, plan } = report;
+  const attention = report.config.attention_backend; // the setting; the run reports the kernel it used
   return (
     <div className="card preflight" data-testid="preflight">
       <h3>Preflight</h3>
@@ -54,6 +57,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           </span>
         ))}
         <span className="chip">{plan.compile ? "compiled" : "not compiled"}</span>
+        {attention && (
+          <span className="chip" data-testid="preflight-attention" title={CONFIG_DESCRIPTIONS.attention_backend}>
+            Attention: {attention === "auto" ? "auto (chosen at start)" : attention}
+          </span>
+        )}
       </div>
       {plan.decided_by === "measured" && (
         <p className="small">

@@ -9,6 +9,7 @@ const SETTINGS: Plan = {
   offload_blocks: 0,
   micro_batch_size: 2,
   compile: true,
+  attention_backend: "cudnn",
   memory_budget_gb: null,
   decided_by: "settings",
   trials: [],
@@ -29,10 +30,16 @@ const trial = (over: Partial<Plan["trials"][number]>): Plan["trials"][number] =>
 
 describe("the plan in words", () => {
   it("says the whole plan in one line", () => {
-    expect(planLine(SETTINGS)).toBe("bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled");
-    expect(planLine({ ...SETTINGS, base_precision: "nf4", gradient_checkpointing: "selective", offload_blocks: 1, micro_batch_size: 1, compile: false })).toBe(
-      "nf4 · checkpointing selective · 1 block offloaded · micro-batch 1 · not compiled",
-    );
+    expect(planLine(SETTINGS)).toBe("bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled · attention cudnn");
+    expect(
+      planLine({ ...SETTINGS, base_precision: "nf4", gradient_checkpointing: "selective", offload_blocks: 1, micro_batch_size: 1, compile: false, attention_backend: "default" }),
+    ).toBe("nf4 · checkpointing selective · 1 block offloaded · micro-batch 1 · not compiled · attention default");
+  });
+
+  it("leaves the attention kernel out when the plan does not report one", () => {
+    const { attention_backend: _, ...older } = SETTINGS;
+    expect(planLine(older)).toBe("bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled");
+    expect(planLine({ ...SETTINGS, attention_backend: "" })).toBe("bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled");
   });
 
   it("says how the plan was decided", () => {
@@ -60,6 +67,8 @@ describe("the plan in words", () => {
     });
     expect(plan).toMatchObject({ decided_by: "settings", memory_budget_gb: null, fallbacks: [] });
     expect(plan.trials[0].note).toBeNull();
+    expect(planLine(plan)).not.toMatch(/attention/); // an event without the kernel: not shown
+    expect(planFromEvent({ ...SETTINGS, attention_backend: "flash" }).attention_backend).toBe("flash");
   });
 
   it("shows a preflight plan setting with its source", () => {

@@ -8,14 +8,20 @@ import { formatGb } from "./format";
 
 const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
 
-/** "bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled" */
-export function planLine(plan: Pick<Plan, "base_precision" | "gradient_checkpointing" | "offload_blocks" | "micro_batch_size" | "compile">): string {
+type PlanLineFields = Pick<Plan, "base_precision" | "gradient_checkpointing" | "offload_blocks" | "micro_batch_size" | "compile"> & {
+  /** The SDPA kernel the run uses; missing or "" (not reported) leaves it out of the line. */
+  attention_backend?: string | null;
+};
+
+/** "bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled · attention cudnn" */
+export function planLine(plan: PlanLineFields): string {
   return [
     plan.base_precision,
     `checkpointing ${plan.gradient_checkpointing}`,
     `${plural(plan.offload_blocks, "block", "blocks")} offloaded`,
     `micro-batch ${plan.micro_batch_size}`,
     plan.compile ? "compiled" : "not compiled",
+    ...(plan.attention_backend ? [`attention ${plan.attention_backend}`] : []),
   ].join(" · ");
 }
 
@@ -48,6 +54,7 @@ export function planFromEvent(ev: PlanChosenEvent): Plan {
     offload_blocks: ev.offload_blocks,
     micro_batch_size: ev.micro_batch_size,
     compile: ev.compile,
+    attention_backend: ev.attention_backend ?? "", // "": not reported, left out of the plan line
     memory_budget_gb: ev.memory_budget_gb ?? null,
     decided_by: ev.decided_by ?? "settings",
     trials: (ev.trials ?? []).map((t) => ({ ...t, note: t.note ?? null })),

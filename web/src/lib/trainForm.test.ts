@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO } from "../test/fixtures";
-import { budgetHint, buildConfig, compileAvailable, gpuInput, initialValues, precisionChoices } from "./trainForm";
+import { attentionAvailable, attentionHint, budgetHint, buildConfig, compileAvailable, gpuInput, initialValues, precisionChoices } from "./trainForm";
 
 const flux = INFO.families[1];
 const sdxl = INFO.families[0];
@@ -60,6 +60,7 @@ describe("train form: checkpoints, speed and every other setting", () => {
       expect(v[key]).toBe(String(CONFIG_DEFAULTS[key]));
     }
     expect(v.compile).toBe(CONFIG_DEFAULTS.compile);
+    expect(v.attention_backend).toBe("auto");
     expect(v.lora_format).toBe(CONFIG_DEFAULTS.lora_format);
     expect(v.enable_tf32).toBe(CONFIG_DEFAULTS.enable_tf32);
     expect(v.save_every).toBeUndefined();
@@ -120,9 +121,9 @@ describe("train form: checkpoints, speed and every other setting", () => {
   });
 
   it("a family switch keeps the family-independent settings and resets the family's", () => {
-    const mine = { ...base(), seed: "7", save_every: "25", compile: "off", lora_format: "kohya", lora_rank: "99" };
+    const mine = { ...base(), seed: "7", save_every: "25", compile: "off", attention_backend: "math", lora_format: "kohya", lora_rank: "99" };
     const next = initialValues(sdxl, mine);
-    expect(next).toMatchObject({ seed: "7", save_every: "25", compile: "off", lora_format: "kohya", base_model: "m" });
+    expect(next).toMatchObject({ seed: "7", save_every: "25", compile: "off", attention_backend: "math", lora_format: "kohya", base_model: "m" });
     expect(next.lora_rank).toBe(String(sdxl.defaults.lora_rank));
   });
 
@@ -130,6 +131,19 @@ describe("train form: checkpoints, speed and every other setting", () => {
     expect(compileAvailable("on", INFO.host)).toBe(INFO.host.device === "cuda");
     expect(compileAvailable("on", { ...INFO.host, device: "cuda" })).toBe(true);
     expect(compileAvailable("auto", INFO.host)).toBe(true);
+  });
+
+  it("attention: cuDNN and memory-efficient only on a CUDA host, flash on CUDA or the CPU", () => {
+    const cpu = { ...INFO.host, device: "cpu" };
+    const cuda = { ...INFO.host, device: "cuda", name: "NVIDIA H200" };
+    const mps = { ...INFO.host, device: "mps", name: "Apple M2" };
+    const offered = (host: typeof cpu) => (["auto", "cudnn", "flash", "efficient", "math"] as const).filter((b) => attentionAvailable(b, host));
+    expect(offered(cuda)).toEqual(["auto", "cudnn", "flash", "efficient", "math"]);
+    expect(offered(cpu)).toEqual(["auto", "flash", "math"]);
+    expect(offered(mps)).toEqual(["auto", "math"]);
+    expect(attentionHint(cpu)).toBe("auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU (this host: cpu)");
+    expect(attentionHint(mps)).toMatch(/flash a CUDA GPU or the CPU \(this host: Apple M2\)/);
+    expect(attentionHint(cuda)).not.toMatch(/need/);
   });
 });
 

@@ -13,6 +13,7 @@ type Scheduler = NonNullable<TrainConfig["lr_scheduler"]>;
 type Sampling = NonNullable<TrainConfig["timestep_sampling"]>;
 type LoraFormat = NonNullable<TrainConfig["lora_format"]>;
 type CompileMode = NonNullable<TrainConfig["compile"]>;
+type AttentionBackend = NonNullable<TrainConfig["attention_backend"]>;
 type Precision = NonNullable<TrainConfig["base_precision"]>;
 type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 
@@ -38,6 +39,14 @@ export const COMPILE_MODES: Record<CompileMode, string> = {
   auto: "Auto",
   off: "Off",
   on: "On",
+};
+/** The SDPA kernels a run can ask for (the plan_chosen event reports the one it used). */
+export const ATTENTION_BACKENDS: Record<AttentionBackend, string> = {
+  auto: "Auto",
+  cudnn: "cuDNN",
+  flash: "Flash",
+  efficient: "Memory-efficient",
+  math: "Math (slow)",
 };
 
 /** Every base precision the config knows; the form offers those the host lists in `precisions`. */
@@ -81,6 +90,23 @@ export function budgetHint(host: Host): string {
 /** Whether `mode` can run on `host` (the server refuses compile=on without CUDA). */
 export function compileAvailable(mode: CompileMode, host: Host): boolean {
   return mode !== "on" || host.device === "cuda";
+}
+
+/**
+ * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient without
+ * CUDA, and flash on a device with no flash kernel: neither CUDA nor the CPU).
+ */
+export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
+  if (backend === "cudnn" || backend === "efficient") return host.device === "cuda";
+  if (backend === "flash") return host.device === "cuda" || host.device === "cpu";
+  return true;
+}
+
+/** The attention setting's hint: what auto does here and why some kernels are greyed out. */
+export function attentionHint(host: Host): string {
+  if (host.device === "cuda") return "auto = cuDNN for transformers when a probe at the run's shapes passes, else flash";
+  const flash = host.device === "cpu" ? "" : ", flash a CUDA GPU or the CPU";
+  return `auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
 }
 
 /**
@@ -135,6 +161,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   sample_steps: "integer",
   sample_seed: "integer",
   compile: "text",
+  attention_backend: "text",
   snr_gamma: "number",
   timestep_sampling: "text",
   logit_mean: "number",
@@ -173,6 +200,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "max_bad_steps",
   "lora_format",
   "compile",
+  "attention_backend",
   "base_precision",
   "gradient_checkpointing",
   "offload_blocks",

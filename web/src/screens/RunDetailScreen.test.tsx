@@ -101,6 +101,7 @@ describe("RunDetailScreen", () => {
       offload_blocks: 12,
       micro_batch_size: 1,
       compile: true,
+      attention_backend: "flash",
       memory_budget_gb: 10,
       decided_by: "measured",
       trials: [
@@ -112,10 +113,19 @@ describe("RunDetailScreen", () => {
     serve({ ...RUN, plan }, CHECKPOINTS);
     render(<RunDetailScreen id="r1" />);
     expect(await screen.findByTestId("plan-line")).toHaveTextContent(
-      "int8 · checkpointing full · 12 blocks offloaded · micro-batch 1 · compiled",
+      "int8 · checkpointing full · 12 blocks offloaded · micro-batch 1 · compiled · attention flash",
     );
     const rows = within(screen.getByTestId("plan-trials")).getAllByRole("row").slice(1);
     expect(rows.map((r) => within(r).getAllByRole("cell").at(-1)?.textContent)).toEqual(["does not fit", "chosen"]);
+  });
+
+  it("leaves the attention kernel out of the plan line of a run record that has none", async () => {
+    const older = { type: "plan_chosen", base_precision: "bf16", gradient_checkpointing: "off", offload_blocks: 0, micro_batch_size: 1, compile: false, memory_budget_gb: null, decided_by: "settings", trials: [], fallbacks: [] };
+    serve({ ...RUN, plan: older as unknown as RunDetail["plan"] }, CHECKPOINTS);
+    render(<RunDetailScreen id="r1" />);
+    const line = await screen.findByTestId("plan-line");
+    expect(line).toHaveTextContent("bf16 · checkpointing off · 0 blocks offloaded · micro-batch 1 · not compiled");
+    expect(line).not.toHaveTextContent("attention");
   });
 
   it("shows no plan for a run that reported none", async () => {

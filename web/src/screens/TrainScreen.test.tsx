@@ -184,6 +184,54 @@ describe("TrainScreen", () => {
     expect(input("compile").closest("label")).toHaveTextContent("On needs a CUDA GPU");
   });
 
+  it("offers the attention kernel next to Compile, auto by default; cuDNN and memory-efficient only with CUDA", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const attention = input("attention_backend");
+    expect(attention.closest("details")).toBeNull(); // up front, in Memory and speed
+    expect(attention.closest(".card")).toBe(input("compile").closest(".card"));
+    expect(attention).toHaveValue("auto");
+    expect(attention.closest("label")).toHaveTextContent("Attention");
+    expect(attention.closest("label")).toHaveAttribute("title", CONFIG_DESCRIPTIONS.attention_backend);
+    const options = [...(attention as unknown as HTMLSelectElement).options];
+    expect(options.map((o) => o.value)).toEqual(["auto", "cudnn", "flash", "efficient", "math"]);
+    expect(options.filter((o) => o.disabled).map((o) => o.value)).toEqual(["cudnn", "efficient"]);
+    expect(screen.getByRole("option", { name: "Math (slow)" })).toBeEnabled();
+    expect(attention.closest("label")).toHaveTextContent("auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU (this host: cpu)");
+
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    let sent = (calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> }).config;
+    expect(sent.attention_backend).toBe("auto");
+    expect(screen.getByTestId("preflight-attention")).toHaveTextContent("Attention: auto (chosen at start)");
+
+    await userEvent.selectOptions(attention, "math");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    sent = (calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> }).config;
+    expect(sent.attention_backend).toBe("math");
+    expect(screen.getByTestId("preflight-attention")).toHaveTextContent("Attention: math");
+  });
+
+  it("offers every attention kernel on a CUDA host and keeps the choice across a family switch", async () => {
+    info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: 1 } };
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const options = [...(input("attention_backend") as unknown as HTMLSelectElement).options];
+    expect(options.filter((o) => o.disabled)).toEqual([]);
+    expect(input("attention_backend").closest("label")).toHaveTextContent("auto = cuDNN for transformers when a probe at the run's shapes passes, else flash");
+    expect(input("attention_backend").closest("label")).not.toHaveTextContent("need a CUDA GPU");
+    await userEvent.selectOptions(input("attention_backend"), "cudnn");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config.attention_backend).toBe("cudnn");
+    expect(screen.getByTestId("preflight-attention")).toHaveTextContent("Attention: cudnn");
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    expect(input("lora_rank")).toHaveValue("16");
+    expect(input("attention_backend")).toHaveValue("cudnn");
+  });
+
   it("offers compile=on on a CUDA host", async () => {
     info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: 1 } };
     renderTrain();

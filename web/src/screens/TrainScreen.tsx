@@ -14,6 +14,9 @@ import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
 import { navigate } from "../lib/route";
 import {
+  ATTENTION_BACKENDS,
+  attentionAvailable,
+  attentionHint,
   budgetHint,
   buildConfig,
   CHECKPOINTING,
@@ -200,6 +203,10 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {c.choice("compile", "Compile", COMPILE_MODES, {
               hint: cuda ? "auto = on with this CUDA GPU" : `auto = off here; On needs a CUDA GPU (this host: ${info.host.name})`,
               disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, info.host),
+            })}
+            {c.choice("attention_backend", "Attention", ATTENTION_BACKENDS, {
+              hint: attentionHint(info.host),
+              disabled: (v) => !attentionAvailable(v as keyof typeof ATTENTION_BACKENDS, info.host),
             })}
           </div>
         </div>
