@@ -19,7 +19,7 @@ NARROW = {"width": 420, "height": 860}
 
 STOP_BUTTONS = ("Continue", "Stop and save", "Stop and discard")
 PRECISION_ORDER = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "nf4")  # TrainConfig's order
-PLAN_LINE = "fp32 · checkpointing off · 0 blocks offloaded · micro-batch 1 · not compiled"
+PLAN_LINE = "fp32 · checkpointing off · 0 blocks offloaded · micro-batch 1 · not compiled · attention default"
 
 
 def _assert_inside_viewport(page, names: tuple[str, ...]) -> None:
