@@ -176,7 +176,7 @@ def train(
     except BaseException as err:
         if claimed and run is not None:
             clean_after_failure(run.run_dir, state.resume is not None)
-        emit(Error(message=_message(err)))
+        emit(Error(message=_message(err, state.attention)))
         raise
     finally:
         if state.swap is not None and return_denoiser:
@@ -215,12 +215,20 @@ def _emit_nothing(event: object) -> None:
     """The event sink of ranks other than 0."""
 
 
-def _message(err: BaseException) -> str:
+def _message(err: BaseException, attention: str = "default") -> str:
+    """The Error event's text for `err`; a CUDA illegal memory access while cuDNN attention ran
+    (`attention`, the run's kernel) says how to retry without it."""
     if isinstance(err, LorastudioError):
         return str(err)
     if isinstance(err, KeyboardInterrupt):
         return "training interrupted"
-    return f"{type(err).__name__}: {err}"
+    text = f"{type(err).__name__}: {err}"
+    if attention == "cudnn" and "illegal memory access" in str(err):
+        text += (
+            "\n(cuDNN attention was in use; it crashed FLUX.1's step this way on an H200: "
+            'retry with attention_backend = "flash")'
+        )
+    return text
 
 
 def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
@@ -347,6 +355,7 @@ def _prepare_denoiser(
         run.family.spec.cudnn_attention_blocked,
     )
     apply_attention(attention, run.device)  # process-wide until run_numerics exits
+    state.attention = attention.backend
     if state.ctx.distributed:
         state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks
     emit(

@@ -66,6 +66,7 @@ class RunState:
     plan: Plan | None = None  # how the denoiser phase runs (training/plan.py)
     swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
+    attention: str = "default"  # the SDPA kernel of the denoiser phase (training/attention.py)
 
 
 def optimize(

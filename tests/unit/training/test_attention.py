@@ -131,3 +131,12 @@ def test_a_cpu_run_reports_its_kernel_and_math_trains_like_the_default(make_conf
         losses.append(result.losses)
     assert kernels == ["default", "math"]
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+
+
+def test_a_crash_under_cudnn_says_how_to_retry_without_it():
+    from lorastudio.training.loop import _message
+
+    crash = RuntimeError("CUDA error: an illegal memory access was encountered")
+    assert 'attention_backend = "flash"' in _message(crash, "cudnn")
+    assert _message(crash, "flash") == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert "attention_backend" not in _message(RuntimeError("shape mismatch"), "cudnn")
