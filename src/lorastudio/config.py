@@ -188,8 +188,8 @@ class TrainConfig(BaseModel):
     )
     attention_backend: AttentionBackend = Field(
         default="auto",
-        description="SDPA kernel: auto = cuDNN on CUDA for the transformer families when a probe "
-        "at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first",
+        description="SDPA kernel: auto = cuDNN on CUDA for Qwen-Image and Z-Image when a probe at the "
+        "run's shapes passes (else flash; never for FLUX.1); cudnn / flash / efficient / math = that one first",
     )
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)

@@ -6,9 +6,9 @@ Values: "auto" (default), "cudnn", "flash", "efficient", "math".
   cuDNN. "math" is the reference (slow, memory-hungry) kernel only.
 - "auto" on CUDA: cuDNN for the transformer families whose spec does not block it (FLUX.1's
   does: FamilySpec.cudnn_attention_blocked; "cudnn" is refused for it) when a probe in a child
-  process (the run's
-  dtype, head count, head dim and token counts: image tokens + text tokens) runs its forward and
-  backward and matches flash attention; else flash, with the reason in the run's fallbacks. The
+  process (the run's dtype, head count, head dim and token counts: image tokens + text tokens)
+  runs its forward and backward and matches flash attention; else flash, with the reason in the
+  run's fallbacks. The
   probe runs in a child process because the failure it guards against is not an exception: the
   cuDNN backward of FLUX.1 at 4096 + 512 tokens hit an illegal memory access on an H200 with
   torch 2.11 in the reference run, which poisons the whole CUDA context. The probe alone is not
