@@ -95,7 +95,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if "cudnn" in parts:  # as the engine sets it (attention_backend: cudnn)
             from lorastudio.training.attention import AttentionChoice, apply_attention
 
-            apply_attention(AttentionChoice("cudnn"), torch.device(DEV))
+            apply_attention(AttentionChoice("cudnn"))
         t0 = time.monotonic()
         before = None
         if base:  # the engine's own conversion (training.quantize)

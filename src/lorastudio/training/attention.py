@@ -147,13 +147,11 @@ def probe_cudnn(
     return None if result.get("ok") else str(result.get("reason", "failed"))
 
 
-def apply_attention(choice: AttentionChoice, device: torch.device) -> None:
+def apply_attention(choice: AttentionChoice) -> None:
     """Set torch's process-wide SDPA flags (and preference order, where torch has one) for
     `choice`. Call inside precision.run_numerics, which restores every flag on exit."""
     if choice.backend == "default":
-        if device.type == "cuda":
-            torch.backends.cuda.enable_cudnn_sdp(False)
-        return
+        return  # run_numerics already turned cuDNN off on CUDA; torch chooses among the rest
     order = _ORDER[choice.backend]
     for name, flag in _FLAGS.items():
         getattr(torch.backends.cuda, f"enable_{flag}_sdp")(name in order)

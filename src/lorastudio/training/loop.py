@@ -326,9 +326,9 @@ def _attention_shapes(
 ) -> list[tuple[int, int, int, int]]:
     """The attention shapes training.attention probes: the micro-batch, the denoiser's heads and
     head dim, image tokens at the run's resolution (+ the text tokens)."""
-    spec, cfg = run.family.spec, run.cfg
+    spec, cfg = run.family.spec, run.cfg  # resolved: resolution and max_sequence_length filled
     side = int(cfg.resolution or 0) // (spec.vae_scale_factor * spec.patch_size)
-    text = int(cfg.max_sequence_length or spec.defaults.get("max_sequence_length", 512))
+    text = int(cfg.max_sequence_length or 0)  # None for SDXL, whose U-Net gives no shapes anyway
     return probe_shapes(dict(getattr(denoiser, "config", {})), side * side, text, plan.micro_batch_size)
 
 
@@ -354,7 +354,7 @@ def _prepare_denoiser(
         _attention_shapes(run, plan, built.denoiser),
         run.family.spec.cudnn_attention_blocked,
     )
-    apply_attention(attention, run.device)  # process-wide until run_numerics exits
+    apply_attention(attention)  # process-wide until run_numerics exits
     state.attention = attention.backend
     if state.ctx.distributed:
         state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks

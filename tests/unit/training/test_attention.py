@@ -102,16 +102,16 @@ def test_apply_sets_the_kernels_and_run_numerics_restores_them():
     before = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled())
     order = torch._C._get_sdp_priority_order()
     with run_numerics(True, CPU):
-        apply_attention(AttentionChoice("math"), CPU)
+        apply_attention(AttentionChoice("math"))
         assert not torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.math_sdp_enabled()
         q = torch.randn(1, 2, 8, 16)
         assert torch.allclose(
             F.scaled_dot_product_attention(q, q, q), torch.softmax(q @ q.mT / 4, -1) @ q, atol=1e-6
         )
-        apply_attention(AttentionChoice("cudnn"), CPU)
+        apply_attention(AttentionChoice("cudnn"))
         assert torch.backends.cuda.cudnn_sdp_enabled()
         assert torch._C._get_sdp_priority_order()[0] == int(torch.nn.attention.SDPBackend.CUDNN_ATTENTION)
-        apply_attention(AttentionChoice("flash"), CPU)
+        apply_attention(AttentionChoice("flash"))
         assert not torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
     assert (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()) == before
     assert torch._C._get_sdp_priority_order() == order
