@@ -4,7 +4,14 @@ now: forward_backward, clip, fused AdamW, and ONE host read per step (loss and g
 stacked), the same as training/optimize.py.
 
 variants:
+  base       the plain diffusers + peft baseline step (bench_step's), timed in the same call
   ref        the compiled engine step as the loop runs it (one sync per step)
+  eager      the same step without compile (the reference of the issue's parity check)
+  wide       regional compile of more block classes than the model's _repeated_blocks (SDXL:
+             Transformer2DModel, ResnetBlock2D, Downsample2D, Upsample2D: the U-Net's eager glue)
+  whole      torch.compile of the whole denoiser instead of its blocks
+  cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
+  cl         channels_last memory format for the denoiser and the latents (U-Net convolutions)
   bf16lora   LoRA weights AND their optimizer in bf16 (upper bound of a bf16 LoRA branch)
   cudnn      cuDNN SDPA first, as the engine's attention_backend: cudnn sets it
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
@@ -15,7 +22,9 @@ Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
 Each case prints one JSON line (and appends it to DIR/probe.jsonl); parity = max relative loss
 difference over the first PARITY steps (env PROBE_PARITY_STEPS, default 6; 50 for the issue's parity check) against the `ref` losses of the same family
-(the same seed, data and LoRA init), when a `ref` case ran before in the same call.
+(the same seed, data and LoRA init) against the FIRST variant listed for that family and batch
+(e.g. `zimage:eager,ref,fp8` checks compile and fp8 against eager bf16). PROBE_TIME=0 skips the
+timing windows (a parity-only call).
 """
 
 from __future__ import annotations
@@ -74,6 +83,37 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
     return {"fp8_linears": done, "kept": skipped}
 
 
+WIDE_BLOCKS = ["Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D"]
+
+
+def compile_blocks(model: Any, classes: list[str] | None, mode: str | None) -> int:
+    """Compile every instance of `classes` (None: the model's _repeated_blocks) with `mode`;
+    returns how many modules were compiled."""
+    from lorastudio.training.compile import _allow_recompiles, repeated_blocks
+
+    _allow_recompiles(64)
+    if classes is not None:
+        model._repeated_blocks = classes
+    blocks = repeated_blocks(model)
+    for block in blocks:
+        block.compile(mode=mode)
+    return len(blocks)
+
+
+def baseline_case(family: str, batch: int) -> dict[str, Any]:
+    """The plain diffusers + peft step of bench_step (the issue's baseline), timed the same way."""
+    import torch
+
+    from bench.bench_step import DEV, baseline_model, baseline_step_fn, timed
+    from lorastudio.training.precision import run_numerics
+
+    with run_numerics(True, torch.device(DEV)):
+        model, params = baseline_model(family)
+        row = {"family": family, "variant": "base", "batch": batch}
+        row.update(timed(baseline_step_fn(family, model, params, batch), batch))
+    return row
+
+
 def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     import torch
 
@@ -84,7 +124,23 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
 
     row: dict[str, Any] = {"family": family, "variant": variant, "batch": batch}
     parts = set(variant.split("+"))
-    known = {"ref", "bf16lora", "cudnn", "fp8", "fp8ao", "fp8q", "int8q", "nf4q"}
+    if variant == "base":
+        return baseline_case(family, batch)
+    known = {
+        "ref",
+        "eager",
+        "wide",
+        "whole",
+        "cg",
+        "cl",
+        "bf16lora",
+        "cudnn",
+        "fp8",
+        "fp8ao",
+        "fp8q",
+        "int8q",
+        "nf4q",
+    }
     if parts - known:
         raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
     base = parts & {"fp8q", "int8q", "nf4q"}
@@ -114,10 +170,24 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if "bf16lora" in parts:
             for p in eng.params:
                 p.data = p.data.to(torch.bfloat16)
-        compile_denoiser(eng.model, eng.params)
-        losses: list[float] = []
         data = synthetic_batch(family, batch, 1024, DEV, torch.bfloat16)
-        step = loop_step(eng.family, eng.model, eng.objective, eng.cfg, eng.params, data, losses)
+        if "cl" in parts:
+            eng.model.to(memory_format=torch.channels_last)
+            data = (data[0].contiguous(memory_format=torch.channels_last), *data[1:])
+        mode = "reduce-overhead" if "cg" in parts else None
+        if "whole" in parts:
+            eng.model.compile(mode=mode)
+        elif "wide" in parts or mode:
+            compile_blocks(eng.model, WIDE_BLOCKS if "wide" in parts else None, mode)
+        elif "eager" not in parts:
+            compile_denoiser(eng.model, eng.params)
+        losses: list[float] = []
+        inner = loop_step(eng.family, eng.model, eng.objective, eng.cfg, eng.params, data, losses)
+
+        def step() -> None:
+            if mode:  # cudagraph trees: a new generation per optimizer step
+                torch.compiler.cudagraph_mark_step_begin()
+            inner()
 
         t1 = time.monotonic()
         step()
@@ -129,7 +199,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         state = compile_state(eng.model)
         row["compile_active"] = bool(state and state.active)
         row["fallback"] = state.fallback_reason if state else None
-        row.update(timed(step, batch, warm=1))
+        if os.environ.get("PROBE_TIME", "1") != "0":
+            row.update(timed(step, batch, warm=1))
         row["finite"] = all(x == x and abs(x) < 1e6 for x in losses)
         if os.environ.get("PROBE_PROFILE"):
             row["profile"] = kernel_profile(step)
@@ -185,7 +256,7 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
-    refs: dict[tuple[str, str], list[float]] = {}  # (family, batch) -> the ref losses
+    refs: dict[tuple[str, str], list[float]] = {}  # (family, batch) -> the first variant's losses
     for spec in args.cases:
         fam, rest = spec.split(":")
         variants, _, batch = rest.partition("@")
@@ -193,9 +264,10 @@ def main() -> None:
             label = {"family": fam, "variant": variant}
             row = run_isolated("bench.probe_speed", f"{fam}:{variant}@{batch or 1}", label, deadline, 45)
             key = (fam, batch or "1")
-            if variant == "ref" and "losses" in row:
+            if "losses" in row and key not in refs:
                 refs[key] = row["losses"]
-            if "losses" in row and key in refs and variant != "ref":
+                row["parity_reference"] = True
+            elif "losses" in row and key in refs:
                 rel = [abs(a - b) / max(abs(b), 1e-8) for a, b in zip(row["losses"], refs[key], strict=False)]
                 row["parity_max_rel"] = round(max(rel), 5)
             append_row(args.out, "probe.jsonl", row)
