@@ -21,8 +21,8 @@ Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied 
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
 Each case prints one JSON line (and appends it to DIR/probe.jsonl); parity = max relative loss
-difference over the first PARITY steps (env PROBE_PARITY_STEPS, default 6; 50 for the issue's parity check) against the `ref` losses of the same family
-(the same seed, data and LoRA init) against the FIRST variant listed for that family and batch
+difference over the first PARITY steps (env PROBE_PARITY_STEPS, default 6; 50 for the issue's
+parity check; the same seed, data and LoRA init) against the FIRST variant listed for that family and batch
 (e.g. `zimage:eager,ref,fp8` checks compile and fp8 against eager bf16). PROBE_TIME=0 skips the
 timing windows (a parity-only call).
 """
@@ -89,9 +89,9 @@ WIDE_BLOCKS = ["Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2
 def compile_blocks(model: Any, classes: list[str] | None, mode: str | None) -> int:
     """Compile every instance of `classes` (None: the model's _repeated_blocks) with `mode`;
     returns how many modules were compiled."""
-    from lorastudio.training.compile import _allow_recompiles, repeated_blocks
+    from lorastudio.training.compile import RECOMPILE_LIMIT, _allow_recompiles, repeated_blocks
 
-    _allow_recompiles(64)
+    _allow_recompiles(RECOMPILE_LIMIT)
     if classes is not None:
         model._repeated_blocks = classes
     blocks = repeated_blocks(model)
@@ -197,7 +197,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             step()
         row["losses"] = [round(x, 5) for x in losses[:PARITY]]
         state = compile_state(eng.model)
-        row["compile_active"] = bool(state and state.active)
+        row["compile_active"] = bool(state and state.active)  # the engine's regional compile only
+        row["compiled"] = "whole" if "whole" in parts else "wide" if "wide" in parts else "eager" not in parts
         row["fallback"] = state.fallback_reason if state else None
         if os.environ.get("PROBE_TIME", "1") != "0":
             row.update(timed(step, batch, warm=1))
