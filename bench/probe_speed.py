@@ -92,9 +92,7 @@ def compile_blocks(model: Any, classes: list[str] | None, mode: str | None) -> i
     from lorastudio.training.compile import RECOMPILE_LIMIT, _allow_recompiles, repeated_blocks
 
     _allow_recompiles(RECOMPILE_LIMIT)
-    if classes is not None:
-        model._repeated_blocks = classes
-    blocks = repeated_blocks(model)
+    blocks = repeated_blocks(model, classes)
     for block in blocks:
         block.compile(mode=mode)
     return len(blocks)
@@ -198,7 +196,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         row["losses"] = [round(x, 5) for x in losses[:PARITY]]
         state = compile_state(eng.model)
         row["compile_active"] = bool(state and state.active)  # the engine's regional compile only
-        row["compiled"] = "whole" if "whole" in parts else "wide" if "wide" in parts else "eager" not in parts
+        row["compiled"] = next((k for k in ("whole", "wide", "eager") if k in parts), "blocks")
         row["fallback"] = state.fallback_reason if state else None
         if os.environ.get("PROBE_TIME", "1") != "0":
             row.update(timed(step, batch, warm=1))

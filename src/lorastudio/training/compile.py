@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -75,10 +75,12 @@ def wants_compile(mode: str, device: torch.device) -> bool:
     return mode == "on" or (mode == "auto" and device.type == "cuda")
 
 
-def repeated_blocks(denoiser: torch.nn.Module) -> list[torch.nn.Module]:
-    """The instances of the classes named in `denoiser._repeated_blocks` (diffusers), in module
-    order; empty when the model declares none."""
-    names = set(getattr(denoiser, "_repeated_blocks", None) or ())
+def repeated_blocks(
+    denoiser: torch.nn.Module, classes: Collection[str] | None = None
+) -> list[torch.nn.Module]:
+    """The instances of the classes named in `classes` (None: the model's own diffusers
+    `_repeated_blocks`), in module order; empty when there are none."""
+    names = set(classes if classes is not None else getattr(denoiser, "_repeated_blocks", None) or ())
     return [m for m in denoiser.modules() if type(m).__name__ in names]
 
 

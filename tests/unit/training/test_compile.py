@@ -69,6 +69,15 @@ def test_every_family_declares_repeated_blocks(key: str):
     assert blocks == declared
 
 
+def test_named_classes_select_other_blocks_without_touching_the_model():
+    denoiser = _denoiser("sdxl")
+    resnets = repeated_blocks(denoiser, ["ResnetBlock2D"])
+    assert resnets and {type(b).__name__ for b in resnets} == {"ResnetBlock2D"}
+    assert repeated_blocks(denoiser, []) == []
+    assert list(denoiser._repeated_blocks) == ["BasicTransformerBlock"]  # the model's own list is unchanged
+    assert {type(b).__name__ for b in repeated_blocks(denoiser)} == {"BasicTransformerBlock"}
+
+
 class _Case:
     """A tiny FLUX.1 denoiser with LoRA, its objective and a fixed batch: one micro-step."""
 
