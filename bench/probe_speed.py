@@ -7,8 +7,12 @@ variants:
   base       the plain diffusers + peft baseline step (bench_step's), timed in the same call
   ref        the compiled engine step as the loop runs it (one sync per step)
   eager      the same step without compile (the reference of the issue's parity check)
-  wide       regional compile of more block classes than the model's _repeated_blocks (SDXL:
-             Transformer2DModel, ResnetBlock2D, Downsample2D, Upsample2D: the U-Net's eager glue)
+  wide       the engine's compile "wide": regional compile of the family's wide_compile_blocks
+             (SDXL: Transformer2DModel, ResnetBlock2D, Downsample2D, Upsample2D: the U-Net's glue)
+  static     compile with dynamic=False (every input shape its own graph; default: dynamic after
+             the first shape change, as the engine compiles)
+  bk2        after the first step at 1024x1024, one step at a second bucket (832x1216) and one
+             back: the compile cost of a new aspect bucket (second_bucket_first_step_s, ...)
   whole      torch.compile of the whole denoiser instead of its blocks
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   cl         channels_last memory format for the denoiser and the latents (U-Net convolutions)
@@ -83,10 +87,7 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
     return {"fp8_linears": done, "kept": skipped}
 
 
-WIDE_BLOCKS = ["Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D"]
-
-
-def compile_blocks(model: Any, classes: list[str] | None, mode: str | None) -> int:
+def compile_blocks(model: Any, classes: Any, mode: str | None, dynamic: bool | None) -> int:
     """Compile every instance of `classes` (None: the model's _repeated_blocks) with `mode`;
     returns how many modules were compiled."""
     from lorastudio.training.compile import RECOMPILE_LIMIT, _allow_recompiles, repeated_blocks
@@ -94,8 +95,32 @@ def compile_blocks(model: Any, classes: list[str] | None, mode: str | None) -> i
     _allow_recompiles(RECOMPILE_LIMIT)
     blocks = repeated_blocks(model, classes)
     for block in blocks:
-        block.compile(mode=mode)
+        block.compile(mode=mode, dynamic=dynamic)
     return len(blocks)
+
+
+def second_bucket(step_on: Any, data: Any, family: str, batch: int) -> dict[str, float]:
+    """Seconds of one step at an 832x1216 bucket (its compile), a second one, and the first step
+    back at `data`'s bucket; `step_on(batch_data)` runs one optimizer step on that data."""
+    import torch
+
+    from bench.bench_step import DEV
+    from bench.models import synthetic_batch
+
+    latents, cond, info = synthetic_batch(family, batch, 1024, DEV, torch.bfloat16)
+    latents = torch.randn(batch, latents.shape[1], 152, 104, device=DEV, dtype=latents.dtype)  # [B,C,h,w]
+    info = {**info, "original_size": [(1216, 832)] * batch, "target_size": (1216, 832)}
+    out = {}
+    for key, batch_data in (
+        ("second_bucket_first_step_s", (latents, cond, info)),
+        ("second_bucket_step_s", (latents, cond, info)),
+        ("back_to_first_bucket_s", data),
+    ):
+        t = time.monotonic()
+        step_on(batch_data)
+        torch.cuda.synchronize()
+        out[key] = round(time.monotonic() - t, 2)
+    return out
 
 
 def baseline_case(family: str, batch: int) -> dict[str, Any]:
@@ -128,6 +153,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "ref",
         "eager",
         "wide",
+        "static",
+        "bk2",
         "whole",
         "cg",
         "cl",
@@ -173,19 +200,29 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             eng.model.to(memory_format=torch.channels_last)
             data = (data[0].contiguous(memory_format=torch.channels_last), *data[1:])
         mode = "reduce-overhead" if "cg" in parts else None
+        dynamic = False if "static" in parts else None
+        classes = eng.family.spec.wide_compile_blocks if "wide" in parts else None
         if "whole" in parts:
-            eng.model.compile(mode=mode)
-        elif "wide" in parts or mode:
-            compile_blocks(eng.model, WIDE_BLOCKS if "wide" in parts else None, mode)
-        elif "eager" not in parts:
-            compile_denoiser(eng.model, eng.params)
+            eng.model.compile(mode=mode, dynamic=dynamic)
+        elif mode:
+            compile_blocks(eng.model, classes, mode, dynamic)
+        elif "eager" not in parts:  # the engine's path (compile "on" / "wide")
+            compile_denoiser(eng.model, eng.params, classes=classes, dynamic=dynamic)
         losses: list[float] = []
-        inner = loop_step(eng.family, eng.model, eng.objective, eng.cfg, eng.params, data, losses)
+        steps = {}
 
-        def step() -> None:
+        def step_on(batch_data: Any) -> None:
             if mode:  # cudagraph trees: a new generation per optimizer step
                 torch.compiler.cudagraph_mark_step_begin()
-            inner()
+            key = id(batch_data)
+            if key not in steps:  # one optimizer per data, as loop_step builds it
+                steps[key] = loop_step(
+                    eng.family, eng.model, eng.objective, eng.cfg, eng.params, batch_data, losses
+                )
+            steps[key]()
+
+        def step() -> None:
+            step_on(data)
 
         t1 = time.monotonic()
         step()
@@ -194,6 +231,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         for _ in range(PARITY - 1):
             step()
         row["losses"] = [round(x, 5) for x in losses[:PARITY]]
+        if "bk2" in parts:
+            row.update(second_bucket(step_on, data, family, batch))
         state = compile_state(eng.model)
         row["compile_active"] = bool(state and state.active)  # the engine's regional compile only
         row["compiled"] = next((k for k in ("whole", "wide", "eager") if k in parts), "blocks")

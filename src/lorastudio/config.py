@@ -26,7 +26,7 @@ BasePrecision = Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "nf4"]
 CheckpointingMode = Literal["auto", "off", "selective", "full"]
 TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
 LoraFormat = Literal["diffusers", "kohya"]
-CompileMode = Literal["off", "on", "auto"]
+CompileMode = Literal["off", "on", "auto", "wide"]
 AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math"]
 
 # Fields that only some families honour. A family lists the ones it supports in
@@ -184,7 +184,9 @@ class TrainConfig(BaseModel):
         description="data-parallel processes (one per GPU), launched by torchrun / accelerate launch",
     )
     compile: CompileMode = Field(
-        default="auto", description="regional torch.compile of the repeated blocks: auto = on for CUDA"
+        default="auto",
+        description="regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) "
+        "also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)",
     )
     attention_backend: AttentionBackend = Field(
         default="auto",
@@ -312,6 +314,14 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     if cfg.attention_backend == "cudnn" and fam.spec.cudnn_attention_blocked:
         problems.append(
             FieldProblem("attention_backend", f"{fam.spec.cudnn_attention_blocked}; use auto or flash")
+        )
+    if cfg.compile == "wide" and not fam.spec.wide_compile_blocks:
+        problems.append(
+            FieldProblem(
+                "compile",
+                f"'wide' compiles a U-Net's glue around its attention blocks; {fam.spec.title}'s repeated"
+                " blocks already hold all its compute: use 'on' or 'auto'",
+            )
         )
     problems += fam.config_problems(cfg)
     return problems

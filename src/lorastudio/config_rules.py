@@ -11,6 +11,16 @@ from lorastudio.errors import FieldProblem
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
+# compile modes that need CUDA (refused elsewhere); "auto" compiles on CUDA only
+COMPILE_NEEDS_CUDA: tuple[str, ...] = ("on", "wide")
+
+
+def compile_runs(mode: str, device_type: str) -> bool:
+    """Whether TrainConfig.compile `mode` compiles on a device of `device_type` ("cuda", "cpu",
+    ...): "on" / "wide" always (they are refused without CUDA), "auto" on CUDA, "off" never."""
+    return mode in COMPILE_NEEDS_CUDA or (mode == "auto" and device_type == "cuda")
+
+
 # Sample settings that mean nothing without sample prompts (refused then, never ignored).
 SAMPLE_SETTINGS: tuple[str, ...] = ("sample_every", "sample_steps", "sample_seed")
 
@@ -48,6 +58,14 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
     problems += _plan_problems(cfg)
+    if cfg.compile == "wide" and cfg.offload_blocks:
+        problems.append(
+            FieldProblem(
+                "offload_blocks",
+                "block swap cannot run with compile 'wide' (the swapped blocks sit inside the compiled"
+                " regions, where its hooks cannot run): use compile 'on' / 'auto', or offload_blocks 0",
+            )
+        )
     return problems
 
 

@@ -24,6 +24,9 @@ def test_full_job_start_events_complete_listed_and_generate(
     assert (shapes["images"], shapes["captions"]) == (8, 8)
     flux = next(f for f in info["families"] if f["name"] == "flux")
     assert "fp32" in flux["precisions"] and flux["defaults"]["lora_rank"] > 0
+    assert {f["name"]: f["wide_compile"] for f in info["families"]} == {
+        "sdxl": True, "flux": False, "qwen-image": False, "z-image": False
+    }  # fmt: skip
 
     report = client.post("/api/train/preflight", json={"config": flux_config(output_name="e2e")})
     assert report.status_code == 200, report.text

@@ -162,6 +162,9 @@ class FamilyOut(_Out):
     lora_targets: list[str]
     defaults: dict[str, Any]
     supports: list[str]
+    wide_compile: bool = Field(
+        default=False, description="compile 'wide' applies (the family declares wider compile regions: SDXL)"
+    )
     precisions: list[str] = Field(description="base_precision values this host can run")
 
 

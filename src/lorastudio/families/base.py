@@ -53,6 +53,9 @@ class FamilySpec:
     generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # pipeline __call__ kwargs
     vae_in_fp32: bool = False  # keep the VAE in fp32 whatever the training dtype (SDXL's overflows in fp16)
     cudnn_attention_blocked: str | None = None  # why cuDNN SDPA must not run this family (None: it may)
+    # block classes compile "wide" compiles (wider regions than the repeated blocks: the U-Net's
+    # glue); empty: the repeated blocks already hold the family's compute, "wide" is refused
+    wide_compile_blocks: tuple[str, ...] = ()
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -65,6 +68,7 @@ class FamilySpec:
             "lora_targets": list(self.lora_targets),
             "defaults": dict(self.defaults),
             "supports": sorted(self.supports),
+            "wide_compile": bool(self.wide_compile_blocks),
         }
 
 

@@ -34,6 +34,8 @@ SPEC = FamilySpec(
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "snr_gamma": 5.0},
     supports=frozenset({"snr_gamma"}),
     generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
+    # the attention blocks' parents and the convolutional glue between them (bench note 13)
+    wide_compile_blocks=("Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D"),
 )
 
 

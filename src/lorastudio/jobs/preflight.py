@@ -20,7 +20,7 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
-from lorastudio.config_rules import PLAN_FIELDS, plan_fields_left_auto
+from lorastudio.config_rules import PLAN_FIELDS, compile_runs, plan_fields_left_auto
 from lorastudio.data import is_image_name
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
@@ -144,7 +144,7 @@ def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
     return {
         "memory_budget_gb": budget,
         "decided_by": "measured" if budget is not None and left else "settings",
-        "compile": cfg.compile == "on" or (cfg.compile == "auto" and host.device == "cuda"),
+        "compile": compile_runs(cfg.compile, host.device),
         "fields": fields,
     }
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lorastudio import families
 from lorastudio.basemodels import inspect_folder, is_hub_id, resolve_hub_id, vet_pipeline_folder
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
+from lorastudio.config_rules import COMPILE_NEEDS_CUDA
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.errors import (
     ConfigError,
@@ -170,7 +171,7 @@ def output_name_problems(name: str, settings: Settings, live_output_names: set[s
 
 
 def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
-    """Settings this server cannot run on its host: compile "on" without CUDA; num_gpus > 1 with
+    """Settings this server cannot run on its host: compile "on" / "wide" without CUDA; num_gpus > 1 with
     fewer CUDA GPUs than that (unless settings.cpu_data_parallel runs the ranks as gloo
     processes on the CPU), a batch_size that does not divide by num_gpus (each rank takes an
     equal slice of every batch), or lora_dropout > 0 (see training/distributed.py: each rank
@@ -178,9 +179,11 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
     offload_blocks > 0 without CUDA (training.plan.plan_host_problems)."""
     problems = []
     host = host_info()
-    if cfg.compile == "on" and host.device != "cuda":
+    if cfg.compile in COMPILE_NEEDS_CUDA and host.device != "cuda":
         problems.append(
-            FieldProblem("compile", "'on' needs a CUDA GPU; this host has none (use 'auto' or 'off')")
+            FieldProblem(
+                "compile", f"{cfg.compile!r} needs a CUDA GPU; this host has none (use 'auto' or 'off')"
+            )
         )
     if cfg.num_gpus > 1:
         count = host.gpu_count

@@ -8,7 +8,13 @@ time is that of one or two blocks, not of the whole model.
 
 Modes (TrainConfig.compile): "off" = eager; "auto" = compile on CUDA, eager elsewhere; "on" =
 compile, and refused on a device without CUDA (a GPU speed feature: on the CPU it would only
-add compile time). Compilation is lazy, so a compiler failure shows only at the first forward or
+add compile time); "wide" = compile the wider regions the family declares
+(FamilySpec.wide_compile_blocks: for SDXL's U-Net its Transformer2DModels, ResNet blocks and
+up/down samplers, so the eager glue around the attention blocks is compiled too; measured 1.37x
+over "on" at batch 4 on an H200, bench/RESULTS.md note 13), CUDA only, refused for families
+without such regions and together with block swap (config_rules). A module inside a compiled
+region counts as compiled (`runs_compiled`): training/memory.py checkpoints it in full.
+Compilation is lazy, so a compiler failure shows only at the first forward or
 backward: `run_compiled` catches it, restores the eager blocks, puts the gradients back as they
 were before the failed call and runs the call again eagerly, logging the reason. Errors that are
 not the compiler's (out of memory, bad inputs) pass through unchanged.
@@ -20,15 +26,16 @@ import logging
 import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
+from lorastudio.config_rules import COMPILE_NEEDS_CUDA, compile_runs
 from lorastudio.errors import ConfigError, FieldProblem
 
 log = logging.getLogger(__name__)
 
-CompileMode = Literal["off", "on", "auto"]
+INSIDE_ATTR = "_lorastudio_inside_compiled_region"  # set on the modules inside a compiled block
 T = TypeVar("T")
 RECOMPILE_LIMIT = 64  # per block class: shapes (buckets, batch sizes) x grad variants
 
@@ -54,12 +61,12 @@ _STATES: weakref.WeakKeyDictionary[torch.nn.Module, RegionalCompile] = weakref.W
 
 
 def compile_problems(mode: str, device: torch.device) -> list[FieldProblem]:
-    """Why `mode` cannot be honoured on `device` (empty when it can): "on" needs CUDA."""
-    if mode == "on" and device.type != "cuda":
+    """Why `mode` cannot be honoured on `device` (empty when it can): "on" and "wide" need CUDA."""
+    if mode in COMPILE_NEEDS_CUDA and device.type != "cuda":
         return [
             FieldProblem(
                 "compile",
-                f"'on' needs a CUDA GPU (the training device is {device.type}); "
+                f"{mode!r} needs a CUDA GPU (the training device is {device.type}); "
                 "regional torch.compile is a GPU speed feature: use 'off' or 'auto' here",
             )
         ]
@@ -67,12 +74,19 @@ def compile_problems(mode: str, device: torch.device) -> list[FieldProblem]:
 
 
 def wants_compile(mode: str, device: torch.device) -> bool:
-    """Whether `mode` compiles on `device`: "on" yes, "off" no, "auto" only on CUDA.
-    Raises ConfigError when "on" cannot be honoured (see compile_problems)."""
+    """Whether `mode` compiles on `device`: "on" / "wide" yes, "off" no, "auto" only on CUDA.
+    Raises ConfigError when "on" / "wide" cannot be honoured (see compile_problems)."""
     problems = compile_problems(mode, device)
     if problems:
         raise ConfigError(problems)
-    return mode == "on" or (mode == "auto" and device.type == "cuda")
+    return compile_runs(mode, device.type)
+
+
+def runs_compiled(module: torch.nn.Module) -> bool:
+    """Whether `module` runs compiled: it is a compiled block (`nn.Module.compile`) or sits inside
+    one (compile_denoiser marks those; revert_to_eager clears the marks). A plain attribute, so
+    the check is free and constant when Dynamo traces code that asks it."""
+    return getattr(module, "_compiled_call_impl", None) is not None or getattr(module, INSIDE_ATTR, False)
 
 
 def repeated_blocks(
@@ -90,18 +104,22 @@ def compile_denoiser(
     *,
     backend: str | Callable[..., Any] = "inductor",
     dynamic: bool | None = None,
+    classes: Collection[str] | None = None,
 ) -> RegionalCompile:
     """Compile each repeated block of `denoiser` in place (lazy: nothing is compiled until the
     first call) and register the state `run_compiled` uses.
 
     Takes: the denoiser (LoRA already added), its trainable parameters, the torch.compile
-    backend and `dynamic` (None: static first, dynamic after a shape change, e.g. a new bucket).
-    Returns: the RegionalCompile; when the model declares no repeated blocks it is inactive with
+    backend, `dynamic` (None: static first, dynamic after a shape change, e.g. a new bucket) and
+    the block classes to compile (None: the model's `_repeated_blocks`; "wide" passes the
+    family's wide_compile_blocks). Blocks nested in another selected block are not compiled
+    twice: the outer one holds them, and they are marked as inside a compiled region.
+    Returns: the RegionalCompile; when the model has none of those blocks it is inactive with
     the reason set (and logged), and the denoiser stays eager. Never raises for a model without
     blocks; torch.compile's own argument errors propagate.
     """
     state = RegionalCompile(params=list(params))
-    blocks = repeated_blocks(denoiser)
+    blocks = _outermost(repeated_blocks(denoiser, classes))
     _allow_recompiles(RECOMPILE_LIMIT)
     if not blocks:
         state.fallback_reason = f"{type(denoiser).__name__} declares no repeated blocks to compile"
@@ -111,12 +129,20 @@ def compile_denoiser(
             state.swapped.append((block, type(block)))
             block.__class__ = _unaliased_class(type(block))
         block.compile(backend=backend, dynamic=dynamic)
+        for inner in list(block.modules())[1:]:
+            setattr(inner, INSIDE_ATTR, True)
     state.blocks = blocks
     _STATES[denoiser] = state
     if blocks:
         kinds = sorted({type(b).__name__ for b in blocks})
         log.info("compile: %d repeated blocks (%s) compiled with %s", len(blocks), ", ".join(kinds), backend)
     return state
+
+
+def _outermost(blocks: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """`blocks` without those nested inside another of them (module order kept)."""
+    nested = {id(inner) for block in blocks for inner in list(block.modules())[1:]}
+    return [b for b in blocks if id(b) not in nested]
 
 
 def _holds_tensor_subclass(block: torch.nn.Module) -> bool:
@@ -175,6 +201,9 @@ def revert_to_eager(denoiser: torch.nn.Module, reason: str) -> None:
         return
     for block in state.blocks:
         block._compiled_call_impl = None  # what nn.Module.compile set; None = the eager __call__
+        for inner in list(block.modules())[1:]:
+            if hasattr(inner, INSIDE_ATTR):
+                delattr(inner, INSIDE_ATTR)
     for block, cls in state.swapped:
         block.__class__ = cls
     state.blocks, state.swapped = [], []

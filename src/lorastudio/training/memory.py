@@ -36,7 +36,7 @@ from torch.utils.checkpoint import (
 )
 
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.training.compile import repeated_blocks
+from lorastudio.training.compile import repeated_blocks, runs_compiled
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +102,6 @@ def lora_rank(denoiser: torch.nn.Module) -> int:
     return max(ranks, default=0)
 
 
-def is_compiled(block: torch.nn.Module) -> bool:
-    """Whether `block` runs through `nn.Module.compile` (training/compile.py's regional compile)."""
-    return getattr(block, "_compiled_call_impl", None) is not None
-
-
 def _checkpoint_function(mode: str, rank: int, reported: bool) -> Callable[..., Any]:
     """The `_gradient_checkpointing_func` diffusers calls as f(block, *args) for each block;
     `rank`: the LoRA rank (compute_heavy_policy); `reported`: the selective -> full fallback
@@ -120,7 +115,7 @@ def _checkpoint_function(mode: str, rank: int, reported: bool) -> Callable[..., 
     def run(block: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         context_fn = noop_context_fn
         if mode == "selective":
-            if not is_compiled(block):
+            if not runs_compiled(block):
                 context_fn = selective_contexts
             elif not warned:
                 warned.append(True)
@@ -159,7 +154,7 @@ def apply_checkpointing(denoiser: torch.nn.Module, mode: str) -> list[str]:
         )
         raise ConfigError([problem])
     fallbacks = []
-    if mode == "selective" and any(is_compiled(b) for b in repeated_blocks(denoiser)):
+    if mode == "selective" and any(runs_compiled(b) for b in repeated_blocks(denoiser)):
         fallbacks.append(SELECTIVE_ON_COMPILED)
         log.warning("checkpointing: %s", SELECTIVE_ON_COMPILED)
     denoiser.enable_gradient_checkpointing(
@@ -175,6 +170,6 @@ def checkpointing_mode(denoiser: torch.nn.Module) -> str:
     if not getattr(denoiser, "is_gradient_checkpointing", False):
         return "off"
     mode = _CHECKPOINTING.get(denoiser, "full")
-    if mode == "selective" and any(is_compiled(b) for b in repeated_blocks(denoiser)):
+    if mode == "selective" and any(runs_compiled(b) for b in repeated_blocks(denoiser)):
         return "full"
     return mode

@@ -198,6 +198,13 @@ class Ladders:
     micro_batches: tuple[int, ...]
 
 
+def block_swap_searchable(cfg: TrainConfig, device_type: str) -> bool:
+    """Whether a budgeted run may try block swap: offload_blocks left at auto, a CUDA device, and
+    not with compile "wide" (the swappable blocks sit inside its compiled regions, where the swap
+    hooks cannot run; config_rules refuses the two together when offload_blocks is set)."""
+    return cfg.offload_blocks is None and device_type == "cuda" and cfg.compile != "wide"
+
+
 def plan_ladders(
     cfg: TrainConfig,
     plain: str,

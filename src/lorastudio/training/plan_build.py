@@ -9,7 +9,8 @@ Order (each step needs the previous one):
               device except the swap set
   LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init)
   block swap  training.block_swap.attach_block_swap (LoRA parameters live on the device)
-  compile     training.compile.compile_denoiser (the run only; trials measure eagerly)
+  compile     training.compile.compile_denoiser (the run only; trials measure eagerly): the
+              repeated blocks, or the family's wide_compile_blocks for compile "wide"
   checkpoint  training.memory.apply_checkpointing (after compile, so a selective mode that falls
               back to full on compiled blocks is reported)
 """
@@ -78,7 +79,8 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
     if compile_blocks:
         from lorastudio.training.compile import compile_denoiser
 
-        state = compile_denoiser(denoiser, params)
+        wide = cfg.compile == "wide"
+        state = compile_denoiser(denoiser, params, classes=family.spec.wide_compile_blocks if wide else None)
         built.compiled = state.active
         if state.fallback_reason:
             built.fallbacks.append(f"compile: {state.fallback_reason}")

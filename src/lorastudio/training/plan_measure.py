@@ -31,7 +31,14 @@ from torch.utils._pytree import tree_flatten
 
 from lorastudio.errors import ConfigError
 from lorastudio.training.events import PlanTrial
-from lorastudio.training.plan import GIB, Plan, PlanSearch, plain_precision, plan_ladders
+from lorastudio.training.plan import (
+    GIB,
+    Plan,
+    PlanSearch,
+    block_swap_searchable,
+    plain_precision,
+    plan_ladders,
+)
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, precision_problems
 
 if TYPE_CHECKING:
@@ -287,7 +294,7 @@ def choose_plan(
     (every rank measures on its own device; the maths must be the same on every rank).
     Raises ConfigError (memory_budget_gb) when no plan fits."""
     cfg, device = run.cfg, run.device
-    swap_possible = cfg.offload_blocks is None and device.type == "cuda"
+    swap_possible = block_swap_searchable(cfg, device.type)
     ladders = plan_ladders(
         cfg,
         plain_precision(device),

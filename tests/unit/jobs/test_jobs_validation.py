@@ -141,6 +141,11 @@ def test_settings_this_host_cannot_run_are_refused_before_queueing(
     fields = _fields(err)
     assert "CUDA" in fields["compile"]  # this CPU-only test host
     assert "torchrun" in fields["num_gpus"]
+    with pytest.raises(ConfigError) as err:
+        validate_run(
+            _cfg(tiny_model("sdxl"), family="sdxl", compile="wide"), settings, live_output_names=set()
+        )
+    assert "'wide' needs a CUDA GPU" in _fields(err)["compile"]
 
 
 def test_base_precisions_follow_what_this_host_runs(

@@ -904,6 +904,12 @@ export interface components {
             supports: string[];
             /** Title */
             title: string;
+            /**
+             * Wide Compile
+             * @description compile 'wide' applies (the family declares wider compile regions: SDXL)
+             * @default false
+             */
+            wide_compile?: boolean;
         };
         /** FetchBody */
         FetchBody: {
@@ -1975,11 +1981,11 @@ export interface components {
             caption_dropout?: number;
             /**
              * Compile
-             * @description regional torch.compile of the repeated blocks: auto = on for CUDA
+             * @description regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)
              * @default auto
              * @enum {string}
              */
-            compile?: "off" | "on" | "auto";
+            compile?: "off" | "on" | "auto" | "wide";
             /**
              * Data Dir
              * @description dataset folder (absolute, or a name under datasets/)
@@ -2286,11 +2292,11 @@ export interface components {
             caption_dropout: number;
             /**
              * Compile
-             * @description regional torch.compile of the repeated blocks: auto = on for CUDA
+             * @description regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)
              * @default auto
              * @enum {string}
              */
-            compile: "off" | "on" | "auto";
+            compile: "off" | "on" | "auto" | "wide";
             /**
              * Data Dir
              * @description dataset folder (absolute, or a name under datasets/)

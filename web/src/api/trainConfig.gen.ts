@@ -42,7 +42,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "base_precision": "frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)",
   "cache_variants": "crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
   "caption_dropout": "probability of an empty caption",
-  "compile": "regional torch.compile of the repeated blocks: auto = on for CUDA",
+  "compile": "regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)",
   "data_dir": "dataset folder (absolute, or a name under datasets/)",
   "default_caption": "caption of images without one (instance prompt)",
   "enable_tf32": "TF32 matmuls for the run (restored after)",

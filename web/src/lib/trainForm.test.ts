@@ -133,6 +133,15 @@ describe("train form: checkpoints, speed and every other setting", () => {
     expect(compileAvailable("auto", INFO.host)).toBe(true);
   });
 
+  it("compile=wide is offered only for a family with wide regions (SDXL), on a CUDA host", () => {
+    const cuda = { ...INFO.host, device: "cuda" };
+    expect(sdxl.wide_compile).toBe(true);
+    expect(compileAvailable("wide", cuda, sdxl)).toBe(true);
+    expect(compileAvailable("wide", cuda, flux)).toBe(false);
+    expect(compileAvailable("wide", { ...INFO.host, device: "cpu" }, sdxl)).toBe(false);
+    expect(compileAvailable("wide", cuda)).toBe(false);
+  });
+
   it("attention: cuDNN and memory-efficient only on a CUDA host, flash on CUDA or the CPU", () => {
     const cpu = { ...INFO.host, device: "cpu" };
     const cuda = { ...INFO.host, device: "cuda", name: "NVIDIA H200" };

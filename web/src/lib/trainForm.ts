@@ -39,6 +39,7 @@ export const COMPILE_MODES: Record<CompileMode, string> = {
   auto: "Auto",
   off: "Off",
   on: "On",
+  wide: "Wide (SDXL)",
 };
 /** The SDPA kernels a run can ask for (the plan_chosen event reports the one it used). */
 export const ATTENTION_BACKENDS: Record<AttentionBackend, string> = {
@@ -87,9 +88,13 @@ export function budgetHint(host: Host): string {
   return host.memory_gb != null ? `this GPU has ${host.memory_gb} GB; blank = no budget` : "blank = no budget";
 }
 
-/** Whether `mode` can run on `host` (the server refuses compile=on without CUDA). */
-export function compileAvailable(mode: CompileMode, host: Host): boolean {
-  return mode !== "on" || host.device === "cuda";
+/**
+ * Whether `mode` can run on `host` for `family` (the server refuses compile on / wide without
+ * CUDA, and wide for a family without wider compile regions: only SDXL has them).
+ */
+export function compileAvailable(mode: CompileMode, host: Host, family?: Family): boolean {
+  if (mode === "wide" && !family?.wide_compile) return false;
+  return (mode !== "on" && mode !== "wide") || host.device === "cuda";
 }
 
 /**

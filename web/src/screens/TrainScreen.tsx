@@ -201,8 +201,10 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {num("micro_batch_size", "Micro-batch", { placeholder: "auto (= batch size)", hint: "samples per pass; divides the batch size" })}
             {num("num_gpus", "GPUs", { max: gpus.max, disabled: gpus.disabled, hint: gpus.hint })}
             {c.choice("compile", "Compile", COMPILE_MODES, {
-              hint: cuda ? "auto = on with this CUDA GPU" : `auto = off here; On needs a CUDA GPU (this host: ${info.host.name})`,
-              disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, info.host),
+              hint: cuda
+                ? "auto = on with this CUDA GPU; wide (SDXL) also compiles the U-Net's ResNets: faster, longer first step"
+                : `auto = off here; On / Wide need a CUDA GPU (this host: ${info.host.name})`,
+              disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, info.host, family),
             })}
             {c.choice("attention_backend", "Attention", ATTENTION_BACKENDS, {
               hint: attentionHint(info.host),

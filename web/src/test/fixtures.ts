@@ -21,6 +21,7 @@ export const INFO: Info = {
       lora_targets: ["to_q"],
       defaults: { resolution: 1024, learning_rate: 0.0001, lora_rank: 16, snr_gamma: 5 },
       supports: ["snr_gamma"],
+      wide_compile: true,
       precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
     {
@@ -32,6 +33,7 @@ export const INFO: Info = {
       lora_targets: ["to_q"],
       defaults: { resolution: 512, learning_rate: 0.0004, lora_rank: 32, guidance: 1, max_sequence_length: 512 },
       supports: ["flow_shift", "guidance", "max_sequence_length", "timestep_sampling"],
+      wide_compile: false,
       precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
   ],

@@ -1,0 +1,84 @@
+"""compile "wide" (SDXL): the U-Net's Transformer2DModels, ResNet blocks and samplers compiled as
+regions, the same loss and gradients as eager, its checkpointing, and its refusals (families
+without wide regions, no CUDA, block swap)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from memory_cases import Case, CountingBackend, assert_same
+
+from lorastudio import families
+from lorastudio.config import TrainConfig, family_problems
+from lorastudio.errors import ConfigError
+from lorastudio.training.compile import (
+    INSIDE_ATTR,
+    compile_denoiser,
+    compile_problems,
+    repeated_blocks,
+    revert_to_eager,
+    runs_compiled,
+    wants_compile,
+)
+from lorastudio.training.memory import SELECTIVE_ON_COMPILED, apply_checkpointing, checkpointing_mode
+from lorastudio.training.plan import block_swap_searchable
+
+CPU = torch.device("cpu")
+WIDE = families.get("sdxl").spec.wide_compile_blocks
+
+
+def _cfg(family: str, **extra: object) -> TrainConfig:
+    return TrainConfig(family=family, base_model="tiny", data_dir="tiny", **extra)
+
+
+@pytest.mark.parametrize("family", ["flux", "qwen-image", "z-image"])
+def test_wide_is_refused_for_the_transformer_families(family: str):
+    problems = {p.field: p.message for p in family_problems(_cfg(family, compile="wide"))}
+    assert "repeated blocks already hold all its compute: use 'on' or 'auto'" in problems["compile"]
+    assert family_problems(_cfg("sdxl", compile="wide")) == []
+
+
+def test_wide_needs_cuda_and_refuses_block_swap():
+    with pytest.raises(ConfigError, match="compile: 'wide' needs a CUDA GPU"):
+        wants_compile("wide", CPU)
+    assert compile_problems("wide", torch.device("cuda")) == []
+    assert wants_compile("wide", torch.device("cuda")) is True
+    fields = {p.field: p.message for p in family_problems(_cfg("sdxl", compile="wide", offload_blocks=2))}
+    assert "block swap cannot run with compile 'wide'" in fields["offload_blocks"]
+    assert family_problems(_cfg("sdxl", compile="wide", offload_blocks=0)) == []
+    # a budgeted run never tries block swap inside the wide regions
+    assert block_swap_searchable(_cfg("sdxl", compile="on"), "cuda") is True
+    assert block_swap_searchable(_cfg("sdxl", compile="wide"), "cuda") is False
+    assert block_swap_searchable(_cfg("sdxl", compile="on"), "cpu") is False
+
+
+def test_wide_compiles_the_outermost_regions_with_the_eager_loss_and_gradients():
+    reference = Case("sdxl").step()
+    case = Case("sdxl")
+    backend = CountingBackend()
+    state = compile_denoiser(case.denoiser, case.params, backend=backend, classes=WIDE)
+    kinds = {type(b).__name__ for b in state.blocks}
+    assert {"Transformer2DModel", "ResnetBlock2D"} <= kinds <= set(WIDE)
+    # the attention blocks sit inside the compiled Transformer2DModels: marked, not compiled again
+    attention_blocks = repeated_blocks(case.denoiser)
+    assert attention_blocks and all(runs_compiled(b) and getattr(b, INSIDE_ATTR) for b in attention_blocks)
+    assert all(getattr(b, "_compiled_call_impl", None) is None for b in attention_blocks)
+    assert_same(case.step(), reference, exact=False)
+    assert backend.graphs > 0 and backend.runs > 0
+    revert_to_eager(case.denoiser, "test")
+    assert not any(runs_compiled(m) for m in case.denoiser.modules())
+
+
+def test_wide_with_selective_checkpointing_checkpoints_in_full_through_aot_autograd(caplog):
+    """Full checkpointing of the attention blocks runs INSIDE the compiled Transformer2DModels
+    (diffusers checkpoints them in its forward); AOTAutograd traces it (backend aot_eager)."""
+    reference = Case("sdxl").step()
+    case = Case("sdxl")
+    compile_denoiser(case.denoiser, case.params, backend="aot_eager", classes=WIDE)
+    with caplog.at_level("WARNING", logger="lorastudio.training.memory"):
+        assert apply_checkpointing(case.denoiser, "selective") == [SELECTIVE_ON_COMPILED]
+    assert checkpointing_mode(case.denoiser) == "full"
+    loss, grads = case.step()
+    assert loss == pytest.approx(reference[0], rel=1e-5)
+    for got, want in zip(grads, reference[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
