@@ -231,6 +231,9 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         for _ in range(PARITY - 1):
             step()
         row["losses"] = [round(x, 5) for x in losses[:PARITY]]
+        # the peak over the first steps, which holds what CUDA graphs record into their private
+        # pool before the timing windows (timed()'s peak_gib starts after the recording)
+        row["peak_first_steps_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
         if "bk2" in parts:
             row.update(second_bucket(step_on, data, family, batch))
         state = compile_state(eng.model)
