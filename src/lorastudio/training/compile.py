@@ -10,10 +10,15 @@ Modes (TrainConfig.compile): "off" = eager; "auto" = compile on CUDA, eager else
 compile, and refused on a device without CUDA (a GPU speed feature: on the CPU it would only
 add compile time); "wide" = compile the wider regions the family declares
 (FamilySpec.wide_compile_blocks: for SDXL's U-Net its Transformer2DModels, ResNet blocks and
-up/down samplers, so the eager glue around the attention blocks is compiled too; measured 1.37x
-over "on" at batch 4 on an H200, bench/RESULTS.md note 13), CUDA only, refused for families
-without such regions and together with block swap (config_rules). A module inside a compiled
-region counts as compiled (`runs_compiled`): training/memory.py checkpoints it in full.
+up/down samplers, so the eager glue around the attention blocks is compiled too) with static
+shapes and CUDA graphs (Inductor's "reduce-overhead": the U-Net's step is bound by kernel
+launches; measured 2.14x the plain diffusers step at batch 4 on an H200, bench/RESULTS.md
+note 15). Each new shape (aspect bucket) compiles and records its own graphs (~2 min cold on the
+H200, seconds from Inductor's cache). CUDA only, refused for families without such regions and
+together with block swap (config_rules); with activation checkpointing the regions are compiled
+without CUDA graphs (the checkpoint re-runs them inside the backward; see `compile_request`).
+A module inside a compiled region counts as compiled (`runs_compiled`): training/memory.py
+checkpoints it in full.
 Compilation is lazy, so a compiler failure shows only at the first forward or
 backward: `run_compiled` catches it, restores the eager blocks, puts the gradients back as they
 were before the failed call and runs the call again eagerly, logging the reason. Errors that are
@@ -38,6 +43,7 @@ log = logging.getLogger(__name__)
 INSIDE_ATTR = "_lorastudio_inside_compiled_region"  # set on the modules inside a compiled block
 T = TypeVar("T")
 RECOMPILE_LIMIT = 64  # per block class: shapes (buckets, batch sizes) x grad variants
+CUDA_GRAPHS = "reduce-overhead"  # the torch.compile mode that records CUDA graphs
 
 
 @dataclass
@@ -50,6 +56,7 @@ class RegionalCompile:
     params: list[torch.nn.Parameter] = field(default_factory=list)
     fallback_reason: str | None = None
     swapped: list[tuple[torch.nn.Module, type]] = field(default_factory=list)  # (block, its class)
+    cuda_graphs: bool = False  # compiled with CUDA graphs: each call starts a new graph generation
 
     @property
     def active(self) -> bool:
@@ -82,6 +89,41 @@ def wants_compile(mode: str, device: torch.device) -> bool:
     return compile_runs(mode, device.type)
 
 
+@dataclass(frozen=True)
+class CompileRequest:
+    """How compile_denoiser compiles a run's denoiser: the block classes (None: the model's
+    repeated blocks), `dynamic` (None: dynamic after a shape change), the torch.compile mode
+    (CUDA_GRAPHS or None) and, when CUDA graphs were wanted but are off, why."""
+
+    classes: tuple[str, ...] | None = None
+    dynamic: bool | None = None
+    mode: str | None = None
+    note: str | None = None
+
+
+def compile_request(
+    compile_mode: str, wide_blocks: tuple[str, ...], checkpointing: str, device: torch.device
+) -> CompileRequest:
+    """The CompileRequest of TrainConfig.compile `compile_mode` for a family whose
+    wide_compile_blocks are `wide_blocks`, a plan checkpointing `checkpointing` ("off", "full",
+    "selective") and the training `device`. "on" / "auto": the repeated blocks, as before.
+    "wide": the wide blocks with static shapes and, on CUDA without checkpointing, CUDA graphs;
+    with checkpointing the graphs are left off and `note` says why (the checkpoint recomputes
+    the compiled regions inside the backward, which a recorded graph generation does not
+    allow)."""
+    if compile_mode != "wide":
+        return CompileRequest()
+    if device.type != "cuda":
+        return CompileRequest(tuple(wide_blocks), False)
+    if checkpointing != "off":
+        note = (
+            f"CUDA graphs off: {checkpointing} activation checkpointing recomputes the compiled"
+            " regions inside the backward; the wide regions are compiled without graphs"
+        )
+        return CompileRequest(tuple(wide_blocks), False, None, note)
+    return CompileRequest(tuple(wide_blocks), False, CUDA_GRAPHS)
+
+
 def runs_compiled(module: torch.nn.Module) -> bool:
     """Whether `module` runs compiled: it is a compiled block (`nn.Module.compile`) or sits inside
     one (compile_denoiser marks those; revert_to_eager clears the marks). A plain attribute, so
@@ -105,6 +147,7 @@ def compile_denoiser(
     backend: str | Callable[..., Any] = "inductor",
     dynamic: bool | None = None,
     classes: Collection[str] | None = None,
+    mode: str | None = None,
 ) -> RegionalCompile:
     """Compile each repeated block of `denoiser` in place (lazy: nothing is compiled until the
     first call) and register the state `run_compiled` uses.
@@ -112,8 +155,9 @@ def compile_denoiser(
     Takes: the denoiser (LoRA already added), its trainable parameters, the torch.compile
     backend, `dynamic` (None: static first, dynamic after a shape change, e.g. a new bucket) and
     the block classes to compile (None: the model's `_repeated_blocks`; "wide" passes the
-    family's wide_compile_blocks). Blocks nested in another selected block are not compiled
-    twice: the outer one holds them, and they are marked as inside a compiled region.
+    family's wide_compile_blocks) and the torch.compile `mode` (CUDA_GRAPHS: `run_compiled`
+    then starts a new graph generation per call). Blocks nested in another selected block are
+    not compiled twice: the outer one holds them, and they are marked as inside a compiled region.
     Returns: the RegionalCompile; when the model has none of those blocks it is inactive with
     the reason set (and logged), and the denoiser stays eager. Never raises for a model without
     blocks; torch.compile's own argument errors propagate.
@@ -128,10 +172,11 @@ def compile_denoiser(
         if _holds_tensor_subclass(block):
             state.swapped.append((block, type(block)))
             block.__class__ = _unaliased_class(type(block))
-        block.compile(backend=backend, dynamic=dynamic)
+        block.compile(backend=backend, dynamic=dynamic, **({"mode": mode} if mode else {}))
         for inner in list(block.modules())[1:]:
             setattr(inner, INSIDE_ATTR, True)
     state.blocks = blocks
+    state.cuda_graphs = bool(blocks) and mode == CUDA_GRAPHS
     _STATES[denoiser] = state
     if blocks:
         kinds = sorted({type(b).__name__ for b in blocks})
@@ -206,7 +251,7 @@ def revert_to_eager(denoiser: torch.nn.Module, reason: str) -> None:
                 delattr(inner, INSIDE_ATTR)
     for block, cls in state.swapped:
         block.__class__ = cls
-    state.blocks, state.swapped = [], []
+    state.blocks, state.swapped, state.cuda_graphs = [], [], False
     state.fallback_reason = reason
     log.warning("compile: falling back to eager: %s", reason)
 
@@ -229,6 +274,9 @@ def run_compiled(denoiser: torch.nn.Module, call: Callable[[], T]) -> T:
     is active and the call fails inside the compiler, revert to eager, restore the gradients of
     the trainable parameters to what they were before the call, and run `call` again (eagerly).
 
+    With CUDA graphs, each call starts a new graph generation first (the outputs of the previous
+    call's graphs may then be overwritten: the step keeps none of them, only its detached loss,
+    computed outside the compiled regions).
     Returns: what `call` returns. Raises: whatever `call` raises that is not a compiler error,
     and any error of the eager retry.
     """
@@ -237,6 +285,8 @@ def run_compiled(denoiser: torch.nn.Module, call: Callable[[], T]) -> T:
         return call()
     grads = [None if p.grad is None else p.grad.clone() for p in state.params]
     try:
+        if state.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         return call()
     except Exception as err:  # narrowed just below: only compiler failures are handled
         if not is_compiler_error(err):

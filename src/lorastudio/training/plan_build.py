@@ -10,7 +10,8 @@ Order (each step needs the previous one):
   LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init)
   block swap  training.block_swap.attach_block_swap (LoRA parameters live on the device)
   compile     training.compile.compile_denoiser (the run only; trials measure eagerly): the
-              repeated blocks, or the family's wide_compile_blocks for compile "wide"
+              repeated blocks, or for compile "wide" the family's wide_compile_blocks (static
+              shapes, CUDA graphs unless checkpointing: training.compile.compile_request)
   checkpoint  training.memory.apply_checkpointing (after compile, so a selective mode that falls
               back to full on compiled blocks is reported)
 """
@@ -77,12 +78,18 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
         built.swap = attach_block_swap(denoiser, blocks, device)
     denoiser.train()
     if compile_blocks:
-        from lorastudio.training.compile import compile_denoiser
+        from lorastudio.training.compile import compile_denoiser, compile_request
 
-        wide = cfg.compile == "wide"
-        state = compile_denoiser(denoiser, params, classes=family.spec.wide_compile_blocks if wide else None)
+        request = compile_request(
+            cfg.compile, family.spec.wide_compile_blocks, plan.gradient_checkpointing, device
+        )
+        state = compile_denoiser(
+            denoiser, params, classes=request.classes, dynamic=request.dynamic, mode=request.mode
+        )
         built.compiled = state.active
         if state.fallback_reason:
             built.fallbacks.append(f"compile: {state.fallback_reason}")
+        elif request.note:
+            built.fallbacks.append(f"compile: {request.note}")
     built.fallbacks += apply_checkpointing(denoiser, plan.gradient_checkpointing)
     return built

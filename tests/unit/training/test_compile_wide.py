@@ -12,9 +12,12 @@ from lorastudio import families
 from lorastudio.config import TrainConfig, family_problems
 from lorastudio.errors import ConfigError
 from lorastudio.training.compile import (
+    CUDA_GRAPHS,
     INSIDE_ATTR,
+    CompileRequest,
     compile_denoiser,
     compile_problems,
+    compile_request,
     repeated_blocks,
     revert_to_eager,
     runs_compiled,
@@ -82,3 +85,48 @@ def test_wide_with_selective_checkpointing_checkpoints_in_full_through_aot_autog
     assert loss == pytest.approx(reference[0], rel=1e-5)
     for got, want in zip(grads, reference[1], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_the_compile_request_of_each_mode():
+    cuda = torch.device("cuda")
+    assert compile_request("on", WIDE, "off", cuda) == CompileRequest()
+    assert compile_request("auto", WIDE, "full", cuda) == CompileRequest()
+    assert compile_request("wide", WIDE, "off", cuda) == CompileRequest(WIDE, False, CUDA_GRAPHS)
+    with_checkpointing = compile_request("wide", WIDE, "selective", cuda)
+    assert (with_checkpointing.classes, with_checkpointing.dynamic, with_checkpointing.mode) == (
+        WIDE,
+        False,
+        None,
+    )
+    assert "CUDA graphs off: selective activation checkpointing" in with_checkpointing.note
+    assert compile_request("wide", WIDE, "off", CPU) == CompileRequest(WIDE, False)
+
+
+class _ModeBackend(CountingBackend):
+    """A counting backend that also records the torch.compile options it is given (mode)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.options: list[dict] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **options: object):
+        self.options.append(options)
+        return super().__call__(gm, example_inputs)
+
+
+def test_cuda_graphs_start_a_new_generation_per_forward_backward(monkeypatch):
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    reference = Case("sdxl").step()
+    case = Case("sdxl")
+    backend = _ModeBackend()  # runs the graphs eagerly: the mode reaches it, no graphs are recorded
+    state = compile_denoiser(case.denoiser, case.params, backend=backend, classes=WIDE, mode=CUDA_GRAPHS)
+    assert state.cuda_graphs
+    assert_same(case.step(), reference, exact=False)
+    case.step()
+    assert state.active and len(marks) == 2
+    assert backend.graphs > 0 and all(o.get("mode") == CUDA_GRAPHS for o in backend.options)
+    revert_to_eager(case.denoiser, "test")
+    assert not state.cuda_graphs
+    case.step()
+    assert len(marks) == 2  # eager again: no graphs, no marks
