@@ -32,7 +32,6 @@ from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
     create_selective_checkpoint_contexts,
-    noop_context_fn,
 )
 
 from lorastudio.errors import ConfigError, FieldProblem
@@ -113,14 +112,15 @@ def _checkpoint_function(mode: str, rank: int, reported: bool) -> Callable[..., 
         return create_selective_checkpoint_contexts(policy)
 
     def run(block: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        context_fn = noop_context_fn
         if mode == "selective":
             if not runs_compiled(block):
-                context_fn = selective_contexts
-            elif not warned:
+                return checkpoint(block, *args, use_reentrant=False, context_fn=selective_contexts, **kwargs)
+            if not warned:
                 warned.append(True)
                 log.warning("checkpointing: %s", SELECTIVE_ON_COMPILED)
-        return checkpoint(block, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        # no context_fn argument: Dynamo traces this call inside a compile "wide" region, and it
+        # cannot trace a context_fn passed in ("checkpoint not implemented for ... context_fn")
+        return checkpoint(block, *args, use_reentrant=False, **kwargs)
 
     return run
 

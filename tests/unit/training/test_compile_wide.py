@@ -18,6 +18,7 @@ from lorastudio.training.compile import (
     compile_denoiser,
     compile_problems,
     compile_request,
+    compile_state,
     repeated_blocks,
     revert_to_eager,
     runs_compiled,
@@ -82,6 +83,8 @@ def test_wide_with_selective_checkpointing_checkpoints_in_full_through_aot_autog
         assert apply_checkpointing(case.denoiser, "selective") == [SELECTIVE_ON_COMPILED]
     assert checkpointing_mode(case.denoiser) == "full"
     loss, grads = case.step()
+    state = compile_state(case.denoiser)
+    assert state.active, state.fallback_reason  # compiled, not an eager fallback with the same loss
     assert loss == pytest.approx(reference[0], rel=1e-5)
     for got, want in zip(grads, reference[1], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
