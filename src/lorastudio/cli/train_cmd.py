@@ -217,7 +217,7 @@ def plan_line(event: PlanChosen) -> str:
         f"checkpointing {event.gradient_checkpointing}",
         f"offload {event.offload_blocks} block{'' if event.offload_blocks == 1 else 's'}",
         f"micro-batch {event.micro_batch_size}",
-        f"compile {'on' if event.compile else 'off'}",
+        f"compile {(event.compile_regions or 'on') if event.compile else 'off'}",
         f"attention {event.attention_backend}",
     ]
     how = f"set by the {'checkpoint' if event.decided_by == 'checkpoint' else 'settings'}"

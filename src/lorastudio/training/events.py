@@ -89,7 +89,8 @@ class PlanChosen(_Event):
     decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
     "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
     SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
-    "default" = torch's choice, cuDNN off). `fallbacks` lists the speed features that could not
+    "default" = torch's choice, cuDNN off). `compile_regions` says what is compiled: "" (nothing),
+    "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fallbacks` lists the speed features that could not
     be used here, each with its reason (e.g. "fp8: needs ...")."""
 
     type: Literal["plan_chosen"] = "plan_chosen"
@@ -98,6 +99,7 @@ class PlanChosen(_Event):
     offload_blocks: int
     micro_batch_size: int
     compile: bool
+    compile_regions: str = ""
     attention_backend: str = "default"
     memory_budget_gb: float | None = None
     decided_by: Literal["settings", "measured", "checkpoint"] = "settings"

@@ -362,6 +362,7 @@ def _prepare_denoiser(
         plan_event(
             plan,
             compiled=built.compiled,
+            compile_regions=built.compile_regions,
             memory_budget_gb=cfg.memory_budget_gb,
             decided_by=decided_by,
             trials=trials,

@@ -342,6 +342,7 @@ def plan_event(
     plan: Plan,
     *,
     compiled: bool,
+    compile_regions: str = "",
     memory_budget_gb: float | None,
     decided_by: str,
     trials: Iterable[PlanTrial] = (),
@@ -352,6 +353,7 @@ def plan_event(
     return PlanChosen(
         **plan.as_dict(),
         compile=compiled,
+        compile_regions=compile_regions if compiled else "",
         attention_backend=attention_backend,
         memory_budget_gb=memory_budget_gb,
         decided_by=decided_by,  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 class BuiltDenoiser:
     """A denoiser built for a plan, LoRA added, in train mode. `fallbacks`: the reasons a
     requested feature is not in use (precision, checkpointing, compile); `compiled`: regional
-    compile is active; `swap`: the BlockSwap when blocks wait in CPU RAM (else None)."""
+    compile is active and `compile_regions` what it compiles (PlanChosen.compile_regions); `swap`: the BlockSwap when blocks wait in CPU RAM (else None)."""
 
     denoiser: Any
     params: list[torch.nn.Parameter]
@@ -43,6 +43,7 @@ class BuiltDenoiser:
     dtype: torch.dtype
     swap: Any = None
     compiled: bool = False
+    compile_regions: str = ""
     fallbacks: list[str] = field(default_factory=list)
 
     def release(self) -> None:
@@ -87,6 +88,9 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
             denoiser, params, classes=request.classes, dynamic=request.dynamic, mode=request.mode
         )
         built.compiled = state.active
+        if state.active:
+            built.compile_regions = "repeated blocks" if request.classes is None else "wide"
+            built.compile_regions += " + CUDA graphs" if state.cuda_graphs else ""
         if state.fallback_reason:
             built.fallbacks.append(f"compile: {state.fallback_reason}")
         elif request.note:

@@ -301,6 +301,8 @@ def test_the_plan_is_printed_as_one_readable_line() -> None:
         event.model_copy(update={"decided_by": "settings", "memory_budget_gb": None, "fallbacks": []})
     )
     assert plain.endswith("compile on, attention cudnn; set by the settings")
+    wide = plan_line(event.model_copy(update={"compile_regions": "wide + CUDA graphs"}))
+    assert "micro-batch 2, compile wide + CUDA graphs, attention cudnn" in wide
 
 
 # -- CUDA (marker gpu; the lead's H200 runs): what only GPUs can show ---------------------------------

@@ -25,7 +25,7 @@ from lorastudio.training.compile import (
     wants_compile,
 )
 from lorastudio.training.memory import SELECTIVE_ON_COMPILED, apply_checkpointing, checkpointing_mode
-from lorastudio.training.plan import block_swap_searchable
+from lorastudio.training.plan import Plan, block_swap_searchable, plan_event
 
 CPU = torch.device("cpu")
 WIDE = families.get("sdxl").spec.wide_compile_blocks
@@ -133,3 +133,19 @@ def test_cuda_graphs_start_a_new_generation_per_forward_backward(monkeypatch):
     assert not state.cuda_graphs
     case.step()
     assert len(marks) == 2  # eager again: no graphs, no marks
+
+
+def test_the_plan_event_names_what_is_compiled():
+    plan = Plan("bf16", "off", 0, 4)
+    wide = plan_event(
+        plan,
+        compiled=True,
+        compile_regions="wide + CUDA graphs",
+        memory_budget_gb=None,
+        decided_by="settings",
+    )
+    assert wide.compile and wide.compile_regions == "wide + CUDA graphs"
+    eager = plan_event(
+        plan, compiled=False, compile_regions="wide", memory_budget_gb=None, decided_by="settings"
+    )
+    assert not eager.compile and eager.compile_regions == ""  # nothing compiled: nothing named

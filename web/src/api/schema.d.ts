@@ -1316,7 +1316,8 @@ export interface components {
          *     decided ("settings" = fixed by the config, "measured" = chosen by measuring `trials`,
          *     "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
          *     SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
-         *     "default" = torch's choice, cuDNN off). `fallbacks` lists the speed features that could not
+         *     "default" = torch's choice, cuDNN off). `compile_regions` says what is compiled: "" (nothing),
+         *     "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fallbacks` lists the speed features that could not
          *     be used here, each with its reason (e.g. "fp8: needs ...").
          */
         PlanChosenEvent: {
@@ -1329,6 +1330,11 @@ export interface components {
             base_precision: string;
             /** Compile */
             compile: boolean;
+            /**
+             * Compile Regions
+             * @default
+             */
+            compile_regions?: string;
             /**
              * Decided By
              * @default settings
@@ -1397,6 +1403,11 @@ export interface components {
             base_precision: string;
             /** Compile */
             compile: boolean;
+            /**
+             * Compile Regions
+             * @default
+             */
+            compile_regions: string;
             /**
              * Decided By
              * @default settings

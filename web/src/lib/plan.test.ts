@@ -9,6 +9,7 @@ const SETTINGS: Plan = {
   offload_blocks: 0,
   micro_batch_size: 2,
   compile: true,
+  compile_regions: "",
   attention_backend: "cudnn",
   memory_budget_gb: null,
   decided_by: "settings",
@@ -34,6 +35,13 @@ describe("the plan in words", () => {
     expect(
       planLine({ ...SETTINGS, base_precision: "nf4", gradient_checkpointing: "selective", offload_blocks: 1, micro_batch_size: 1, compile: false, attention_backend: "default" }),
     ).toBe("nf4 · checkpointing selective · 1 block offloaded · micro-batch 1 · not compiled · attention default");
+  });
+
+  it("names what is compiled when the run reports it", () => {
+    expect(planLine({ ...SETTINGS, compile_regions: "wide + CUDA graphs" })).toBe(
+      "bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled: wide + CUDA graphs · attention cudnn",
+    );
+    expect(planLine({ ...SETTINGS, compile: false, compile_regions: "" })).toMatch(/· not compiled ·/);
   });
 
   it("leaves the attention kernel out when the plan does not report one", () => {
@@ -65,7 +73,7 @@ describe("the plan in words", () => {
       compile: false,
       trials: [{ base_precision: "fp32", gradient_checkpointing: "off", offload_blocks: 0, micro_batch_size: 1, seconds_per_sample: null, peak_memory_gb: null, fits: false }],
     });
-    expect(plan).toMatchObject({ decided_by: "settings", memory_budget_gb: null, fallbacks: [] });
+    expect(plan).toMatchObject({ decided_by: "settings", memory_budget_gb: null, fallbacks: [], compile_regions: "" });
     expect(plan.trials[0].note).toBeNull();
     expect(planLine(plan)).not.toMatch(/attention/); // an event without the kernel: not shown
     expect(planFromEvent({ ...SETTINGS, attention_backend: "flash" }).attention_backend).toBe("flash");

@@ -9,6 +9,8 @@ import { formatGb } from "./format";
 const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
 
 type PlanLineFields = Pick<Plan, "base_precision" | "gradient_checkpointing" | "offload_blocks" | "micro_batch_size" | "compile"> & {
+  /** What is compiled ("repeated blocks", "wide + CUDA graphs"); missing or "": just "compiled". */
+  compile_regions?: string | null;
   /** The SDPA kernel the run uses; missing or "" (not reported) leaves it out of the line. */
   attention_backend?: string | null;
 };
@@ -20,7 +22,7 @@ export function planLine(plan: PlanLineFields): string {
     `checkpointing ${plan.gradient_checkpointing}`,
     `${plural(plan.offload_blocks, "block", "blocks")} offloaded`,
     `micro-batch ${plan.micro_batch_size}`,
-    plan.compile ? "compiled" : "not compiled",
+    plan.compile ? (plan.compile_regions ? `compiled: ${plan.compile_regions}` : "compiled") : "not compiled",
     ...(plan.attention_backend ? [`attention ${plan.attention_backend}`] : []),
   ].join(" · ");
 }
@@ -54,6 +56,7 @@ export function planFromEvent(ev: PlanChosenEvent): Plan {
     offload_blocks: ev.offload_blocks,
     micro_batch_size: ev.micro_batch_size,
     compile: ev.compile,
+    compile_regions: ev.compile_regions ?? "",
     attention_backend: ev.attention_backend ?? "", // "": not reported, left out of the plan line
     memory_budget_gb: ev.memory_budget_gb ?? null,
     decided_by: ev.decided_by ?? "settings",

@@ -101,6 +101,7 @@ describe("RunDetailScreen", () => {
       offload_blocks: 12,
       micro_batch_size: 1,
       compile: true,
+      compile_regions: "repeated blocks",
       attention_backend: "flash",
       memory_budget_gb: 10,
       decided_by: "measured",
@@ -113,7 +114,7 @@ describe("RunDetailScreen", () => {
     serve({ ...RUN, plan }, CHECKPOINTS);
     render(<RunDetailScreen id="r1" />);
     expect(await screen.findByTestId("plan-line")).toHaveTextContent(
-      "int8 · checkpointing full · 12 blocks offloaded · micro-batch 1 · compiled · attention flash",
+      "int8 · checkpointing full · 12 blocks offloaded · micro-batch 1 · compiled: repeated blocks · attention flash",
     );
     const rows = within(screen.getByTestId("plan-trials")).getAllByRole("row").slice(1);
     expect(rows.map((r) => within(r).getAllByRole("cell").at(-1)?.textContent)).toEqual(["does not fit", "chosen"]);

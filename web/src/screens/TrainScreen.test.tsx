@@ -181,7 +181,7 @@ describe("TrainScreen", () => {
     expect(input("compile")).toHaveValue("auto");
     const on = screen.getByRole("option", { name: "On" }) as HTMLOptionElement;
     expect(on.disabled).toBe(true);
-    expect(input("compile").closest("label")).toHaveTextContent("On needs a CUDA GPU");
+    expect(input("compile").closest("label")).toHaveTextContent("On / Wide need a CUDA GPU");
   });
 
   it("offers the attention kernel next to Compile, auto by default; cuDNN and memory-efficient only with CUDA", async () => {
@@ -237,6 +237,7 @@ describe("TrainScreen", () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     expect((screen.getByRole("option", { name: "On" }) as HTMLOptionElement).disabled).toBe(false);
+    expect((screen.getByRole("option", { name: "Wide (SDXL)" }) as HTMLOptionElement).disabled).toBe(true); // FLUX.1: no wide regions
     await userEvent.selectOptions(input("compile"), "on");
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     await screen.findByTestId("preflight");
