@@ -6,6 +6,8 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   models/     local base models (diffusers pipeline folders), including the tiny demo models
   lorastudio.db   the run store (SQLite)
   added_models.json   folders the user added to the model catalogue
+  cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
+                      reboots unless TORCHINDUCTOR_CACHE_DIR names another
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
@@ -67,6 +69,10 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.home / "lorastudio.db"
+
+    @property
+    def compile_cache_dir(self) -> Path:
+        return self.home / "cache" / "inductor"
 
     def ensure_dirs(self) -> Settings:
         """Create the home and its sub-folders if missing; returns self."""

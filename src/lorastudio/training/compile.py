@@ -28,9 +28,11 @@ not the compiler's (out of memory, bad inputs) pass through unchanged.
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -122,6 +124,20 @@ def compile_request(
         )
         return CompileRequest(tuple(wide_blocks), False, None, note)
     return CompileRequest(tuple(wide_blocks), False, CUDA_GRAPHS)
+
+
+def keep_compile_cache(cache_dir: Path) -> Path:
+    """Point Inductor's on-disk cache (compiled kernels, FX graphs, Triton builds) at `cache_dir`
+    unless the user chose one (env TORCHINDUCTOR_CACHE_DIR), so that it survives a cleared /tmp
+    (Inductor's default) and a later run with the same shapes reuses the compiles (SDXL compile
+    "wide" on an H200: first step 134 s cold, 13 s from the cache). Process-wide (the
+    environment); call before the first compile. Returns the directory in use."""
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    return cache_dir
 
 
 def runs_compiled(module: torch.nn.Module) -> bool:

@@ -49,6 +49,7 @@ from lorastudio.training.checkpoint import (
     find_checkpoint,
     read_checkpoint_info,
 )
+from lorastudio.training.compile import keep_compile_cache, wants_compile
 from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, encode_texts
 from lorastudio.training.distributed import (
     StopPoll,
@@ -151,6 +152,8 @@ def train(
             cfg, settings, process_device(device, state.ctx), state.resume, meter
         )
         state.ctx = start_group(state.ctx, run.device)
+        if wants_compile(run.cfg.compile, run.device):
+            keep_compile_cache(settings.compile_cache_dir)
         if state.resume is None:
             barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
             if main:
@@ -337,8 +340,6 @@ def _prepare_denoiser(
 ) -> list[torch.nn.Parameter]:
     """Build the denoiser for `plan` (training/plan_build.py), keep it in `state` and emit
     PlanChosen (with the fallbacks known now). Returns the trainable LoRA parameters."""
-    from lorastudio.training.compile import wants_compile
-
     cfg = run.cfg
     emit(ModelLoadStarted(component="denoiser"))
     t0 = time.perf_counter()

@@ -4,9 +4,12 @@ without wide regions, no CUDA, block swap)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from memory_cases import Case, CountingBackend, assert_same
+from torch._inductor.runtime.cache_dir_utils import cache_dir
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, family_problems
@@ -19,6 +22,7 @@ from lorastudio.training.compile import (
     compile_problems,
     compile_request,
     compile_state,
+    keep_compile_cache,
     repeated_blocks,
     revert_to_eager,
     runs_compiled,
@@ -149,3 +153,14 @@ def test_the_plan_event_names_what_is_compiled():
         plan, compiled=False, compile_regions="wide", memory_budget_gb=None, decided_by="settings"
     )
     assert not eager.compile and eager.compile_regions == ""  # nothing compiled: nothing named
+
+
+def test_the_compile_cache_lives_in_the_studio_home_unless_the_user_chose_one(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    home_cache = tmp_path / "home" / "cache" / "inductor"
+    assert keep_compile_cache(home_cache) == home_cache and home_cache.is_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(home_cache)
+    assert cache_dir() == str(home_cache)  # what Inductor itself will use
+    mine = tmp_path / "mine"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))
+    assert keep_compile_cache(tmp_path / "other") == mine and not (tmp_path / "other").exists()
