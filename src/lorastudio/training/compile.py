@@ -15,8 +15,8 @@ shapes and CUDA graphs (Inductor's "reduce-overhead": the U-Net's step is bound 
 launches; measured 2.14x the plain diffusers step at batch 4 on an H200, bench/RESULTS.md
 note 15). Each new shape (aspect bucket) compiles and records its own graphs (~2 min cold on the
 H200, seconds from Inductor's cache). CUDA only, refused for families without such regions and
-together with block swap (config_rules); with activation checkpointing the regions are compiled
-without CUDA graphs (the checkpoint re-runs them inside the backward; see `compile_request`).
+together with block swap (config_rules); with activation checkpointing, gradient accumulation or
+data parallelism the regions are compiled without CUDA graphs (see `compile_request`).
 A module inside a compiled region counts as compiled (`runs_compiled`): training/memory.py
 checkpoints it in full.
 Compilation is lazy, so a compiler failure shows only at the first forward or
@@ -104,26 +104,42 @@ class CompileRequest:
 
 
 def compile_request(
-    compile_mode: str, wide_blocks: tuple[str, ...], checkpointing: str, device: torch.device
+    compile_mode: str,
+    wide_blocks: tuple[str, ...],
+    checkpointing: str,
+    device: torch.device,
+    *,
+    accumulates: bool = False,
+    distributed: bool = False,
 ) -> CompileRequest:
     """The CompileRequest of TrainConfig.compile `compile_mode` for a family whose
     wide_compile_blocks are `wide_blocks`, a plan checkpointing `checkpointing` ("off", "full",
-    "selective") and the training `device`. "on" / "auto": the repeated blocks, as before.
-    "wide": the wide blocks with static shapes and, on CUDA without checkpointing, CUDA graphs;
-    with checkpointing the graphs are left off and `note` says why (the checkpoint recomputes
-    the compiled regions inside the backward, which a recorded graph generation does not
-    allow)."""
+    "selective"), the training `device`, whether a step accumulates gradients over several
+    backward passes (grad_accum > 1 or micro-batches) and whether the run is data-parallel.
+    "on" / "auto": the repeated blocks, as before. "wide": the wide blocks with static shapes
+    and CUDA graphs, except where graphs are unsafe or unproven, where they are left off and
+    `note` says why: on the CPU (none), with activation checkpointing (the checkpoint recomputes
+    the compiled regions inside the backward), with gradient accumulation (the first backward's
+    gradients are taken over from the graph's memory pool and the next replay overwrites them:
+    wrong gradients without an error, pytorch/pytorch#96693) and data-parallel (DDP's gradient
+    hooks with graphs were not measured)."""
     if compile_mode != "wide":
         return CompileRequest()
+    wide = tuple(wide_blocks)
     if device.type != "cuda":
-        return CompileRequest(tuple(wide_blocks), False)
+        return CompileRequest(wide, False)
+    why = None
     if checkpointing != "off":
-        note = (
-            f"CUDA graphs off: {checkpointing} activation checkpointing recomputes the compiled"
-            " regions inside the backward; the wide regions are compiled without graphs"
+        why = f"{checkpointing} activation checkpointing recomputes the compiled regions inside the backward"
+    elif accumulates:
+        why = "gradient accumulation over several backward passes (graph replays overwrite earlier gradients)"
+    elif distributed:
+        why = "data-parallel runs (DDP's gradient hooks with CUDA graphs are not measured)"
+    if why:
+        return CompileRequest(
+            wide, False, None, f"CUDA graphs off: {why}; the wide regions are compiled without graphs"
         )
-        return CompileRequest(tuple(wide_blocks), False, None, note)
-    return CompileRequest(tuple(wide_blocks), False, CUDA_GRAPHS)
+    return CompileRequest(wide, False, CUDA_GRAPHS)
 
 
 def keep_compile_cache(cache_dir: Path) -> Path:

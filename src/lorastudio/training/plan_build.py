@@ -82,7 +82,12 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
         from lorastudio.training.compile import compile_denoiser, compile_request
 
         request = compile_request(
-            cfg.compile, family.spec.wide_compile_blocks, plan.gradient_checkpointing, device
+            cfg.compile,
+            family.spec.wide_compile_blocks,
+            plan.gradient_checkpointing,
+            device,
+            accumulates=cfg.grad_accum > 1 or plan.micro_batch_size < cfg.batch_size,
+            distributed=cfg.num_gpus > 1,
         )
         state = compile_denoiser(
             denoiser, params, classes=request.classes, dynamic=request.dynamic, mode=request.mode

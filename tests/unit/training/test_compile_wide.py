@@ -107,6 +107,10 @@ def test_the_compile_request_of_each_mode():
     )
     assert "CUDA graphs off: selective activation checkpointing" in with_checkpointing.note
     assert compile_request("wide", WIDE, "off", CPU) == CompileRequest(WIDE, False)
+    accumulating = compile_request("wide", WIDE, "off", cuda, accumulates=True)
+    assert accumulating.mode is None and "gradient accumulation" in accumulating.note
+    parallel = compile_request("wide", WIDE, "off", cuda, distributed=True)
+    assert parallel.mode is None and "data-parallel" in parallel.note
 
 
 class _ModeBackend(CountingBackend):
