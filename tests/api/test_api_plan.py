@@ -402,3 +402,31 @@ def test_a_tiny_cpu_run_records_the_plan_it_used(
     assert plan["micro_batch_size"] == 2 and plan["compile"] is False
     assert client.get(f"/api/runs/{job_id}").json()["plan"] == plan
     assert {k: v for k, v in streamed[0].items() if k != "job_id"} == plan
+
+
+def test_preflight_counts_the_batch_shapes_compile_wide_compiles(
+    server: LiveServer,
+    sample_dataset: Path,
+    flux_config: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    cuda_host: HostInfo,
+) -> None:
+    client = server.client
+    assert upload_folder(client, "shapes", sample_dataset).status_code == 201
+    sdxl = {"family": "sdxl", "base_model": str(tiny_model("sdxl")), "resolution": 64, "batch_size": 3}
+    report = _preflight(client, flux_config(**sdxl, compile="wide"))
+    buckets = report["dataset"]["buckets"]
+    assert report["plan"]["compile"] is True
+    # every bucket: full batches of 3 and, unless its count divides by 3, one smaller tail batch
+    assert report["plan"]["compile_shapes"] == sum(1 + (n > 3 and n % 3 > 0) for n in buckets.values())
+    assert _preflight(client, flux_config(**sdxl, compile="on"))["plan"]["compile_shapes"] is None
+
+
+def test_batch_shapes_are_full_batches_tails_and_micro_batches():
+    from lorastudio.jobs.preflight import batch_shapes
+
+    assert batch_shapes({"1024x1024": 8}, 4, None) == {("1024x1024", 4)}
+    assert batch_shapes({"1024x1024": 9, "832x1216": 3}, 4, None) == {
+        ("1024x1024", 4), ("1024x1024", 1), ("832x1216", 3)
+    }  # fmt: skip
+    assert batch_shapes({"1024x1024": 10}, 4, 3) == {("1024x1024", 3), ("1024x1024", 1), ("1024x1024", 2)}

@@ -55,6 +55,11 @@ class PreflightPlan(_Out):
         description="measured: a memory budget chooses the settings left at auto at the start of the run"
     )
     compile: bool = Field(description="regional compile will be on (auto = on with CUDA)")
+    compile_shapes: int | None = Field(
+        default=None,
+        description="compile 'wide': the distinct batch shapes (aspect bucket x samples) the run compiles, each"
+        " once (about 2 minutes each on an H200 the first time, seconds from the compile cache); else null",
+    )
     fields: list[PlanFieldOut] = Field(description="one per plan setting, in config_rules.PLAN_FIELDS order")
 
 

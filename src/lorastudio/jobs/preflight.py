@@ -73,6 +73,10 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
     steps = cfg.num_epochs * steps_per_epoch if cfg.num_epochs > 0 else cfg.steps
     dtype = resolved_dtype(cfg.base_precision, host)
     plan = preflight_plan(cfg, host)
+    if cfg.compile == "wide" and plan["compile"]:
+        plan["compile_shapes"] = len(
+            batch_shapes(scan.bucket_histogram(), cfg.batch_size, cfg.micro_batch_size)
+        )
     return {
         "config": cfg.model_dump(mode="json"),
         "dataset": {
@@ -120,11 +124,26 @@ def default_plan_values(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
     }
 
 
+def batch_shapes(
+    buckets: dict[str, int], batch_size: int, micro_batch_size: int | None
+) -> set[tuple[str, int]]:
+    """The distinct (bucket, samples) shapes of the forward passes of an epoch: full batches and
+    each bucket's smaller tail batch (the sampler keeps it), split into micro-batches when
+    `micro_batch_size` is set. Compile "wide" compiles each shape once (static shapes)."""
+    sizes: set[tuple[str, int]] = set()
+    for bucket, count in buckets.items():
+        for batch in {min(batch_size, count), count % batch_size} - {0}:
+            micro = min(micro_batch_size or batch, batch)
+            sizes |= {(bucket, n) for n in {micro, batch % micro} - {0}}
+    return sizes
+
+
 def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
     """The report's `plan` section.
 
     Returns {"memory_budget_gb", "decided_by": "settings" | "measured", "compile": whether
-    regional compile will be on, "fields": one {"name", "requested", "value", "source"} per
+    regional compile will be on, "compile_shapes": None (preflight_report sets it for compile
+    "wide": the batch shapes to compile), "fields": one {"name", "requested", "value", "source"} per
     PLAN_FIELDS entry}. source: "settings" (fixed by the config), "default" (left at auto, no
     budget: the plain default, which is `value`) or "budget" (left at auto with a budget:
     chosen at the start of the run by measuring a few real steps; `value` is None)."""
@@ -145,6 +164,7 @@ def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
         "memory_budget_gb": budget,
         "decided_by": "measured" if budget is not None and left else "settings",
         "compile": compile_runs(cfg.compile, host.device),
+        "compile_shapes": None,
         "fields": fields,
     }
 

@@ -1556,6 +1556,11 @@ export interface components {
              */
             compile: boolean;
             /**
+             * Compile Shapes
+             * @description compile 'wide': the distinct batch shapes (aspect bucket x samples) the run compiles, each once (about 2 minutes each on an H200 the first time, seconds from the compile cache); else null
+             */
+            compile_shapes?: number | null;
+            /**
              * Decided By
              * @description measured: a memory budget chooses the settings left at auto at the start of the run
              * @enum {string}

@@ -56,7 +56,10 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
             {PLAN_FIELD_LABELS[f.name]}: {planFieldText(f)}
           </span>
         ))}
-        <span className="chip">{plan.compile ? "compiled" : "not compiled"}</span>
+        <span className="chip" data-testid="preflight-compile" title={plan.compile_shapes != null ? CONFIG_DESCRIPTIONS.compile : undefined}>
+          {plan.compile ? "compiled" : "not compiled"}
+          {plan.compile_shapes != null && ` (wide): ${plan.compile_shapes} batch ${plan.compile_shapes === 1 ? "shape" : "shapes"} to compile, ~2 min each the first time`}
+        </span>
         {attention && (
           <span className="chip" data-testid="preflight-attention" title={CONFIG_DESCRIPTIONS.attention_backend}>
             Attention: {attention === "auto" ? "auto (chosen at start)" : attention}

@@ -77,7 +77,8 @@ describe("TrainScreen", () => {
             plan: {
               memory_budget_gb: budget,
               decided_by: budget != null ? "measured" : "settings",
-              compile: false,
+              compile: cfg.compile === "wide",
+              compile_shapes: cfg.compile === "wide" ? 3 : null,
               fields: Object.entries(defaults).map(([name, d]) => ({
                 name,
                 requested: (cfg[name] as string | number | undefined) ?? null,
@@ -211,6 +212,23 @@ describe("TrainScreen", () => {
     sent = (calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> }).config;
     expect(sent.attention_backend).toBe("math");
     expect(screen.getByTestId("preflight-attention")).toHaveTextContent("Attention: math");
+  });
+
+  it("offers compile=wide for SDXL on a CUDA host and says how many batch shapes it compiles", async () => {
+    info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: 1 } };
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const wide = () => screen.getByRole("option", { name: "Wide (SDXL)" }) as HTMLOptionElement;
+    expect(wide().disabled).toBe(true); // FLUX.1
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    expect(wide().disabled).toBe(false);
+    await userEvent.type(input("base_model"), "stabilityai/stable-diffusion-xl-base-1.0");
+    await userEvent.selectOptions(input("compile"), "wide");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> };
+    expect(sent.config.compile).toBe("wide");
+    expect(screen.getByTestId("preflight-compile")).toHaveTextContent("compiled (wide): 3 batch shapes to compile, ~2 min each the first time");
   });
 
   it("offers every attention kernel on a CUDA host and keeps the choice across a family switch", async () => {
