@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 INSIDE_ATTR = "_lorastudio_inside_compiled_region"  # set on the modules inside a compiled block
 T = TypeVar("T")
 RECOMPILE_LIMIT = 64  # per block class: shapes (buckets, batch sizes) x grad variants
+# static shapes (compile "wide"): one entry per (block input shape, bucket, batch size); SDXL's
+# ResnetBlock2D alone has ~13 input shapes per batch shape, so 64 would cover ~4 batch shapes
+STATIC_RECOMPILE_LIMIT = 512
 CUDA_GRAPHS = "reduce-overhead"  # the torch.compile mode that records CUDA graphs
 
 
@@ -196,7 +199,7 @@ def compile_denoiser(
     """
     state = RegionalCompile(params=list(params))
     blocks = _outermost(repeated_blocks(denoiser, classes))
-    _allow_recompiles(RECOMPILE_LIMIT)
+    _allow_recompiles(STATIC_RECOMPILE_LIMIT if dynamic is False else RECOMPILE_LIMIT)
     if not blocks:
         state.fallback_reason = f"{type(denoiser).__name__} declares no repeated blocks to compile"
         log.warning("compile: staying eager: %s", state.fallback_reason)

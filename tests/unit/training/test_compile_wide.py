@@ -17,6 +17,7 @@ from lorastudio.errors import ConfigError
 from lorastudio.training.compile import (
     CUDA_GRAPHS,
     INSIDE_ATTR,
+    STATIC_RECOMPILE_LIMIT,
     CompileRequest,
     compile_denoiser,
     compile_problems,
@@ -73,6 +74,8 @@ def test_wide_compiles_the_outermost_regions_with_the_eager_loss_and_gradients()
     assert all(getattr(b, "_compiled_call_impl", None) is None for b in attention_blocks)
     assert_same(case.step(), reference, exact=False)
     assert backend.graphs > 0 and backend.runs > 0
+    static = compile_denoiser(Case("sdxl").denoiser, [], backend=backend, classes=WIDE, dynamic=False)
+    assert static.active and torch._dynamo.config.recompile_limit >= STATIC_RECOMPILE_LIMIT  # many buckets
     revert_to_eager(case.denoiser, "test")
     assert not any(runs_compiled(m) for m in case.denoiser.modules())
 
