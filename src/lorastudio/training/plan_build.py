@@ -11,7 +11,8 @@ Order (each step needs the previous one):
   block swap  training.block_swap.attach_block_swap (LoRA parameters live on the device)
   compile     training.compile.compile_denoiser (the run only; trials measure eagerly): the
               repeated blocks, or for compile "wide" the family's wide_compile_blocks (static
-              shapes, CUDA graphs unless checkpointing: training.compile.compile_request)
+              shapes; CUDA graphs unless checkpointing, gradient accumulation or data
+              parallelism: training.compile.compile_request)
   checkpoint  training.memory.apply_checkpointing (after compile, so a selective mode that falls
               back to full on compiled blocks is reported)
 """
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 class BuiltDenoiser:
     """A denoiser built for a plan, LoRA added, in train mode. `fallbacks`: the reasons a
     requested feature is not in use (precision, checkpointing, compile); `compiled`: regional
-    compile is active and `compile_regions` what it compiles (PlanChosen.compile_regions); `swap`: the BlockSwap when blocks wait in CPU RAM (else None)."""
+    compile is active and `compile_regions` what it compiles (PlanChosen.compile_regions);
+    `swap`: the BlockSwap when blocks wait in CPU RAM (else None)."""
 
     denoiser: Any
     params: list[torch.nn.Parameter]
