@@ -133,6 +133,13 @@ describe("train form: checkpoints, speed and every other setting", () => {
     expect(compileAvailable("auto", INFO.host)).toBe(true);
   });
 
+  it("a family switch keeps compile=wide only for a family that has wide regions", () => {
+    const picked = { ...initialValues(sdxl), compile: "wide" };
+    expect(initialValues(sdxl, picked).compile).toBe("wide");
+    expect(initialValues(flux, picked).compile).toBe("auto");
+    expect(initialValues(flux, { ...picked, compile: "off" }).compile).toBe("off");
+  });
+
   it("compile=wide is offered only for a family with wide regions (SDXL), on a CUDA host", () => {
     const cuda = { ...INFO.host, device: "cuda" };
     expect(sdxl.wide_compile).toBe(true);

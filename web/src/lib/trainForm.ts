@@ -247,6 +247,7 @@ export function initialValues(family: Family, keep?: Partial<FormValues>): FormV
   for (const k of KEPT_ON_FAMILY_SWITCH) {
     if (keep?.[k] !== undefined) values[k] = keep[k];
   }
+  if (values.compile === "wide" && !family.wide_compile) values.compile = "auto"; // wide is SDXL's only
   if (keep?.unit) {
     values.unit = keep.unit;
     values.length = keep.length ?? values.length;
