@@ -15,6 +15,20 @@ if TYPE_CHECKING:
 COMPILE_NEEDS_CUDA: tuple[str, ...] = ("on", "wide")
 
 
+def compile_device_problems(mode: str, device_type: str) -> list[FieldProblem]:
+    """Why TrainConfig.compile `mode` cannot run on a `device_type` device (empty when it can):
+    "on" and "wide" need CUDA. The one rule behind the job service's host check and preflight."""
+    if mode in COMPILE_NEEDS_CUDA and device_type != "cuda":
+        return [
+            FieldProblem(
+                "compile",
+                f"{mode!r} needs a CUDA GPU (the training device is {device_type}); "
+                "regional torch.compile is a GPU speed feature: use 'off' or 'auto' here",
+            )
+        ]
+    return []
+
+
 def compile_runs(mode: str, device_type: str) -> bool:
     """Whether TrainConfig.compile `mode` compiles on a device of `device_type` ("cuda", "cpu",
     ...): "on" / "wide" always (they are refused without CUDA), "auto" on CUDA, "off" never."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lorastudio import families
 from lorastudio.basemodels import inspect_folder, is_hub_id, resolve_hub_id, vet_pipeline_folder
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.config_rules import COMPILE_NEEDS_CUDA
+from lorastudio.config_rules import compile_device_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.errors import (
     ConfigError,
@@ -177,14 +177,8 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
     equal slice of every batch), or lora_dropout > 0 (see training/distributed.py: each rank
     would draw its own masks, which is not the maths of one process); memory_budget_gb or
     offload_blocks > 0 without CUDA (training.plan.plan_host_problems)."""
-    problems = []
     host = host_info()
-    if cfg.compile in COMPILE_NEEDS_CUDA and host.device != "cuda":
-        problems.append(
-            FieldProblem(
-                "compile", f"{cfg.compile!r} needs a CUDA GPU; this host has none (use 'auto' or 'off')"
-            )
-        )
+    problems = compile_device_problems(cfg.compile, host.device)
     if cfg.num_gpus > 1:
         count = host.gpu_count
         if count < cfg.num_gpus and not settings.cpu_data_parallel:

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lorastudio.config_rules import COMPILE_NEEDS_CUDA, compile_runs
+from lorastudio.config_rules import compile_device_problems, compile_runs
 from lorastudio.errors import ConfigError, FieldProblem
 
 log = logging.getLogger(__name__)
@@ -73,16 +73,9 @@ _STATES: weakref.WeakKeyDictionary[torch.nn.Module, RegionalCompile] = weakref.W
 
 
 def compile_problems(mode: str, device: torch.device) -> list[FieldProblem]:
-    """Why `mode` cannot be honoured on `device` (empty when it can): "on" and "wide" need CUDA."""
-    if mode in COMPILE_NEEDS_CUDA and device.type != "cuda":
-        return [
-            FieldProblem(
-                "compile",
-                f"{mode!r} needs a CUDA GPU (the training device is {device.type}); "
-                "regional torch.compile is a GPU speed feature: use 'off' or 'auto' here",
-            )
-        ]
-    return []
+    """Why `mode` cannot be honoured on `device` (empty when it can): "on" and "wide" need CUDA
+    (config_rules.compile_device_problems)."""
+    return compile_device_problems(mode, device.type)
 
 
 def wants_compile(mode: str, device: torch.device) -> bool:
