@@ -87,18 +87,6 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
     return {"fp8_linears": done, "kept": skipped}
 
 
-def compile_blocks(model: Any, classes: Any, mode: str | None, dynamic: bool | None) -> int:
-    """Compile every instance of `classes` (None: the model's _repeated_blocks) with `mode`;
-    returns how many modules were compiled."""
-    from lorastudio.training.compile import RECOMPILE_LIMIT, _allow_recompiles, repeated_blocks
-
-    _allow_recompiles(RECOMPILE_LIMIT)
-    blocks = repeated_blocks(model, classes)
-    for block in blocks:
-        block.compile(mode=mode, dynamic=dynamic)
-    return len(blocks)
-
-
 def second_bucket(step_on: Any, data: Any, family: str, batch: int) -> dict[str, float]:
     """Seconds of one step at an 832x1216 bucket (its compile), a second one, and the first step
     back at `data`'s bucket; `step_on(batch_data)` runs one optimizer step on that data."""
@@ -142,7 +130,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
 
     from bench.bench_step import DEV, Engine, timed
     from bench.models import synthetic_batch
-    from lorastudio.training.compile import compile_denoiser, compile_state
+    from lorastudio.training.compile import CUDA_GRAPHS, compile_denoiser, compile_state
     from lorastudio.training.precision import run_numerics
 
     row: dict[str, Any] = {"family": family, "variant": variant, "batch": batch}
@@ -199,20 +187,18 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if "cl" in parts:
             eng.model.to(memory_format=torch.channels_last)
             data = (data[0].contiguous(memory_format=torch.channels_last), *data[1:])
-        mode = "reduce-overhead" if "cg" in parts else None
+        mode = CUDA_GRAPHS if "cg" in parts else None
         dynamic = False if "static" in parts else None
         classes = eng.family.spec.wide_compile_blocks if "wide" in parts else None
         if "whole" in parts:
             eng.model.compile(mode=mode, dynamic=dynamic)
-        elif mode:
-            compile_blocks(eng.model, classes, mode, dynamic)
-        elif "eager" not in parts:  # the engine's path (compile "on" / "wide")
-            compile_denoiser(eng.model, eng.params, classes=classes, dynamic=dynamic)
+        elif "eager" not in parts:  # the engine's path (compile "on" / "wide"; graphs: run_compiled marks)
+            compile_denoiser(eng.model, eng.params, classes=classes, dynamic=dynamic, mode=mode)
         losses: list[float] = []
         steps = {}
 
         def step_on(batch_data: Any) -> None:
-            if mode:  # cudagraph trees: a new generation per optimizer step
+            if mode and "whole" in parts:  # cudagraph trees: a new generation per optimizer step
                 torch.compiler.cudagraph_mark_step_begin()
             key = id(batch_data)
             if key not in steps:  # one optimizer per data, as loop_step builds it
