@@ -18,6 +18,8 @@ variants:
   cl         channels_last memory format for the denoiser and the latents (U-Net convolutions)
   bf16lora   LoRA weights AND their optimizer in bf16 (upper bound of a bf16 LoRA branch)
   cudnn      cuDNN SDPA first, as the engine's attention_backend: cudnn sets it
+  cudnnc     the same through diffusers' `_native_cudnn` attention backend (q/k/v made contiguous
+             [B, H, L, D] before the kernel; transformer families)
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
@@ -148,6 +150,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "cl",
         "bf16lora",
         "cudnn",
+        "cudnnc",
         "fp8",
         "fp8ao",
         "fp8q",
@@ -161,7 +164,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     if len(base) > 1 or len(swap) > 1:
         raise ValueError(f"variant {variant!r} combines two base conversions")
     with run_numerics(True, torch.device(DEV)):
-        if "cudnn" in parts:  # as the engine sets it (attention_backend: cudnn)
+        if parts & {"cudnn", "cudnnc"}:  # as the engine sets it (attention_backend: cudnn)
             from lorastudio.training.attention import AttentionChoice, apply_attention
 
             apply_attention(AttentionChoice("cudnn"))
@@ -178,6 +181,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         eng = Engine(family, before_lora=before)
         row["notes"] = eng.notes
         row["build_s"] = round(time.monotonic() - t0, 1)
+        if "cudnnc" in parts:
+            eng.model.set_attention_backend("_native_cudnn")
         if swap:
             row.update(convert_fp8(eng.model, next(iter(swap))))
         if "bf16lora" in parts:
