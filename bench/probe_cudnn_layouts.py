@@ -80,7 +80,7 @@ def run_case(case: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("cases", nargs="+")
+    parser.add_argument("cases", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -20,6 +20,8 @@ variants:
   cudnn      cuDNN SDPA first, as the engine's attention_backend: cudnn sets it
   cudnnc     the same through diffusers' `_native_cudnn` attention backend (q/k/v made contiguous
              [B, H, L, D] before the kernel; transformer families)
+  cudnng     cuDNN first, and the gradient reaching each attention module's output made
+             contiguous (FLUX.1's single blocks hand back a slice of [attention | MLP])
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
@@ -89,6 +91,31 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
     return {"fp8_linears": done, "kept": skipped}
 
 
+def contiguous_output_grads(model: Any) -> int:
+    """Make the gradient that reaches every attention module's tensor output contiguous (a
+    forward hook returning an identity whose backward calls .contiguous()); returns the count."""
+    import torch
+
+    class ContiguousGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad.contiguous()
+
+    def hook(module: Any, args: Any, output: Any) -> Any:
+        return ContiguousGrad.apply(output) if isinstance(output, torch.Tensor) else output
+
+    count = 0
+    for module in model.modules():
+        if type(module).__name__.endswith("Attention"):
+            module.register_forward_hook(hook)
+            count += 1
+    return count
+
+
 def second_bucket(step_on: Any, data: Any, family: str, batch: int) -> dict[str, float]:
     """Seconds of one step at an 832x1216 bucket (its compile), a second one, and the first step
     back at `data`'s bucket; `step_on(batch_data)` runs one optimizer step on that data."""
@@ -151,6 +178,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "bf16lora",
         "cudnn",
         "cudnnc",
+        "cudnng",
         "fp8",
         "fp8ao",
         "fp8q",
@@ -164,7 +192,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     if len(base) > 1 or len(swap) > 1:
         raise ValueError(f"variant {variant!r} combines two base conversions")
     with run_numerics(True, torch.device(DEV)):
-        if parts & {"cudnn", "cudnnc"}:  # as the engine sets it (attention_backend: cudnn)
+        if parts & {"cudnn", "cudnnc", "cudnng"}:  # as the engine sets it (attention_backend: cudnn)
             from lorastudio.training.attention import AttentionChoice, apply_attention
 
             apply_attention(AttentionChoice("cudnn"))
@@ -183,6 +211,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         row["build_s"] = round(time.monotonic() - t0, 1)
         if "cudnnc" in parts:
             eng.model.set_attention_backend("_native_cudnn")
+        if "cudnng" in parts:
+            row["grad_hooks"] = contiguous_output_grads(eng.model)
         if swap:
             row.update(convert_fp8(eng.model, next(iter(swap))))
         if "bf16lora" in parts:

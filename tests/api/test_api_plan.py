@@ -1,7 +1,8 @@
 """The memory plan in the API: the preflight's `plan` section (settings fixed by the config, plain
 defaults, settings left to a memory budget), its rough memory estimate (precisions, checkpointing,
 block swap, micro-batches), and the plan a run reports (the engine's PlanChosen event) kept in the
-job status, the event stream and the run record."""
+job status, the event stream and the run record. The plan a real tiny CPU run records is checked
+on test_api_training.py's full job (one real worker for both)."""
 
 from __future__ import annotations
 
@@ -372,36 +373,6 @@ def test_a_store_written_before_plans_is_upgraded_in_place(tmp_path: Path) -> No
         again.close()
     finally:
         store.close()
-
-
-def test_a_tiny_cpu_run_records_the_plan_it_used(
-    server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
-) -> None:
-    client = server.client
-    assert upload_folder(client, "shapes", sample_dataset).status_code == 201
-    started = client.post(
-        "/api/train/start", json={"config": flux_config(output_name="cpu-plan", batch_size=2)}
-    )
-    assert started.status_code == 201, started.text
-    job_id = started.json()["id"]
-    events = read_events(client, job_id)
-    job = wait_status(client, job_id, FINAL)
-    wait_idle(client)
-    assert job["status"] == "completed", job["error"]
-    streamed = [e for e in events if e["type"] == "plan_chosen"]
-    assert len(streamed) == 1, [e["type"] for e in events]  # once, before the first step
-    kinds = [e["type"] for e in events]
-    assert kinds.index("plan_chosen") < kinds.index("progress")
-    plan = job["plan"]
-    assert plan is not None and plan["decided_by"] == "settings" and plan["trials"] == []
-    assert (plan["base_precision"], plan["gradient_checkpointing"], plan["offload_blocks"]) == (
-        "fp32",
-        "off",
-        0,
-    )
-    assert plan["micro_batch_size"] == 2 and plan["compile"] is False
-    assert client.get(f"/api/runs/{job_id}").json()["plan"] == plan
-    assert {k: v for k, v in streamed[0].items() if k != "job_id"} == plan
 
 
 def test_preflight_counts_the_batch_shapes_compile_wide_compiles(

@@ -1,9 +1,11 @@
 """Resume through HTTP on a real server with real workers (tiny FLUX.1): a run stopped with save
-is resumable, its resume continues in the same folder to the original total steps and gives the
-LoRA of an uninterrupted run; a resume that would change the maths is refused."""
+keeps a LoRA of the steps it ran and is resumable, its resume continues in the same folder to the
+original total steps and gives the LoRA of an uninterrupted run; a resume that would change the
+maths is refused."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +46,11 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     first = _stopped_run(server, config)
     stopped_at = first["steps_run"]
     assert first["status"] == "stopped" and 3 <= stopped_at < STEPS
+    # the stop with save kept a LoRA of the steps run, and its sidecar says so
+    assert first["lora_path"] == str(outputs / "res" / "res.safetensors")
+    assert Path(first["lora_path"]).is_file()
+    sidecar = json.loads((outputs / "res" / "res.json").read_text())
+    assert sidecar["stopped"] is True and sidecar["steps"] == stopped_at
 
     listed = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == first["id"])
     assert listed["resume_step"] == stopped_at

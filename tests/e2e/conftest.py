@@ -8,6 +8,7 @@ scripts/setup.sh builds the UI; `apt-get install chromium` provides the browser.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -54,11 +55,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@functools.cache
+def _cli_serves() -> bool:
+    """Whether the `lorastudio` CLI has `serve` (asked once per session)."""
+    exe = Path(sys.executable).with_name("lorastudio")
+    return subprocess.run([str(exe), "serve", "--help"], capture_output=True, timeout=60).returncode == 0
+
+
 def _serve_command(port: int) -> list[str]:
     """`lorastudio serve` when the CLI has it, else the same `serve()` function directly."""
     exe = Path(sys.executable).with_name("lorastudio")
-    probe = subprocess.run([str(exe), "serve", "--help"], capture_output=True, timeout=60)
-    if probe.returncode == 0:
+    if _cli_serves():
         return [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port)]
     code = (
         "from lorastudio.api.app import serve; from lorastudio.settings import get_settings; "
@@ -142,9 +149,10 @@ def token_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         yield {"url": url, "home": home, "token": token}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
-    """Debian's Chromium under Playwright. Playwright gives every launch a fresh temporary
+    """Debian's Chromium under Playwright, launched once for every browser test: each test opens
+    its own context (fresh cookies and storage). Playwright gives every launch a fresh temporary
     profile (it refuses --user-data-dir in `args`), so no state leaks between runs."""
     if not Path(CHROMIUM).is_file():
         _missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")

@@ -39,17 +39,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: floa
 
 @contextmanager
 def serve_process(
-    settings: Settings, env: Mapping[str, str] | None = None, client_timeout: float = 30.0
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    client_timeout: float = 30.0,
+    log: Path | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
     """A real `lorastudio serve` process on a free loopback port, with settings.home as its home
     and `env` added to its environment, waited for until /api/info answers. Yields (process,
-    client); the process is terminated (then killed) and reaped when the block ends."""
+    client); the process is terminated (then killed) and reaped when the block ends. Its
+    standard output goes to the file `log` (None: discarded)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     full_env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), **(env or {})}
     cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log or os.devnull, "wb") as out:
+        proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.DEVNULL)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=client_timeout) as client:
 

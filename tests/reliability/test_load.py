@@ -5,8 +5,8 @@
 - N status/event clients during a run (40 always, 200 behind `slow`), in a separate process:
   p50/p99 status latency, SSE connect time, and the training step rate with clients versus
   without (same run): at most 10 % lower. The server's request threads run at +server_nice
-  (api/app.py) and the load generator, standing in for remote browsers, at +10, so the worker
-  keeps its CPU on a 2-core machine too.
+  (api/app.py; checked on the run's processes and threads first) and the load generator,
+  standing in for remote browsers, at +10, so the worker keeps its CPU on a 2-core machine too.
 - an upload streamed to a real `lorastudio serve` process (200 MB always, 2 GB behind `slow`):
   the server's peak RSS must stay bounded (well below the upload size).
 """
@@ -57,26 +57,6 @@ def _stop_everything(server: LiveServer) -> None:
     wait_for(lambda: not client.get("/api/train/status").json()["busy"], 60, "an idle service", 0.05)
 
 
-def test_the_server_threads_yield_the_cpu_to_the_training_worker(
-    server: LiveServer, flux_config: Callable[..., dict]
-) -> None:
-    """The event loop (and the request threads it starts) run at +server_nice; the dispatcher
-    thread and the training worker it spawns keep the server's own priority."""
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    nice = server.app.state.settings.server_nice
-    assert nice > 0
-    assert os.getpriority(os.PRIO_PROCESS, server.app.state.serving_thread) == min(19, base + nice)
-    server.client.post("/api/train/start", json={"config": flux_config(output_name="nice", steps=100_000)})
-    try:
-        wait_for(lambda: _steps(server) >= 1, 120, "a training step", 0.05)
-        service = server.app.state.service
-        pid = service.status()["job"]["pid"]  # the training worker of the running job
-        assert os.getpriority(os.PRIO_PROCESS, pid) == base  # the worker is not niced
-        assert os.getpriority(os.PRIO_PROCESS, service._thread.native_id) == base
-    finally:
-        _stop_everything(server)
-
-
 def test_50_concurrent_starts_run_exactly_one_job(
     server: LiveServer, flux_config: Callable[..., dict]
 ) -> None:
@@ -124,6 +104,19 @@ def _step_rate(server: LiveServer, seconds: float) -> float:
     return (_steps(server) - s0) / (time.monotonic() - t0)
 
 
+def _check_the_server_threads_yield_the_cpu_to_the_training_worker(server: LiveServer) -> None:
+    """The event loop (and the request threads it starts) run at +server_nice; the dispatcher
+    thread and the training worker it spawns (of the running job) keep the server's own priority."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    nice = server.app.state.settings.server_nice
+    assert nice > 0
+    assert os.getpriority(os.PRIO_PROCESS, server.app.state.serving_thread) == min(19, base + nice)
+    service = server.app.state.service
+    pid = service.status()["job"]["pid"]  # the training worker of the running job
+    assert os.getpriority(os.PRIO_PROCESS, pid) == base  # the worker is not niced
+    assert os.getpriority(os.PRIO_PROCESS, service._thread.native_id) == base
+
+
 def _clients_during_a_run(
     server: LiveServer, flux_config: Callable[..., dict], n: int, window: float
 ) -> dict:
@@ -133,6 +126,7 @@ def _clients_during_a_run(
     ).json()
     wait_for(lambda: _steps(server) >= 3, 120, "training steps", 0.05)
     try:
+        _check_the_server_threads_yield_the_cpu_to_the_training_worker(server)
         quiet = _step_rate(server, window)
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "load_clients.py"), server.url, str(n), str(window + 2)],

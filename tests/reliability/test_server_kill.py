@@ -1,6 +1,6 @@
 """kill -9 the server (a real `lorastudio serve` process) mid-run: the worker dies with it; on
-restart the run record is intact and marked interrupted, and resuming it from its last
-checkpoint (POST /api/runs/{id}/resume) trains to the end."""
+restart the run record is intact and marked interrupted (also in the `lorastudio runs` CLI), and
+resuming it from its last checkpoint (POST /api/runs/{id}/resume) trains to the end."""
 
 from __future__ import annotations
 
@@ -18,19 +18,34 @@ from reliability_helpers import (
     serve_process,
     wait_for,
 )
+from typer.testing import CliRunner
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import list_checkpoints
 
-STEPS = 200
+STEPS = 80  # killed at step 25 (checkpoints every 10): the rest is the resume's
+
+
+def _cli(settings: Settings, *args: str) -> str:
+    """Output of `lorastudio ARGS` (exit code 0) on the studio home of `settings`."""
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    done = CliRunner().invoke(app, list(args), env={"LORASTUDIO_HOME": str(settings.home)})
+    assert done.exit_code == 0, done.output
+    return done.output
 
 
 def test_server_kill_then_restart_and_resume(
-    settings: Settings, shapes: Path, flux_config: Callable[..., dict]
+    settings: Settings, shapes: Path, flux_config: Callable[..., dict], tmp_path: Path
 ) -> None:
     config = flux_config(output_name="crash", steps=STEPS, save_every=10, keep_last=2)
-    with serve_process(settings) as (proc, client):
+    log = tmp_path / "serve.log"
+    with serve_process(settings, log=log) as (proc, client):
+        url = str(client.base_url).rstrip("/")
+        assert f"{url}/" in log.read_text().splitlines()[0]  # `serve` announces where it listens
         job = client.post("/api/train/start", json={"config": config}).json()
         seen = wait_for(
             lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 25 and j,
@@ -38,7 +53,7 @@ def test_server_kill_then_restart_and_resume(
             "25 steps",
             poll=0.02,
         )
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)  # the server dies without any cleanup
         proc.wait(10)
         t0 = time.monotonic()
         wait_for(lambda: not process_alive(seen["pid"]), 3, "the worker's death", poll=0.02)
@@ -54,6 +69,8 @@ def test_server_kill_then_restart_and_resume(
         assert record["config"]["output_name"] == "crash" and record["config"]["steps"] == STEPS
         assert record["steps_run"] >= 25 and record["metrics"], record
         assert record["resume_step"] == int(kept[-1].name.split("-")[1])
+        assert [r["id"] for r in server.client.get("/api/runs").json()["runs"]] == [job["id"]]
+        assert server.client.get("/api/train/status").json()["job"] is None  # nothing runs after a restart
         resumed = server.client.post(f"/api/runs/{job['id']}/resume", json={})
         assert resumed.status_code == 201, resumed.text
         service = server.app.state.service
@@ -65,6 +82,9 @@ def test_server_kill_then_restart_and_resume(
         )
         assert done["status"] == "completed" and done["steps_run"] == STEPS, done
         assert Path(done["lora_path"]).is_file() and partial_files(run_dir) == []
+
+    assert "interrupted" in _cli(settings, "runs", "show", job["id"])
+    assert job["id"][:8] in _cli(settings, "runs", "list")
     record_figure(
         "server_kill",
         {

@@ -7,6 +7,8 @@ Checkpoint writes of the tiny model take milliseconds, so the worker writes stat
 halves 0.3 s apart (fault_workers "slow_checkpoint"): the kill at a checkpoint write waits for
 the staging folder and lands with a half-written file in it.
 
+The status snapshot must then say "not busy" and the run record "failed".
+
 The always-on variant kills at one point of each kind (5 kills, the last one resumed); the slow
 variant at 20 points drawn at random (seeded) from the same kinds, resuming every run that left a
 checkpoint."""
@@ -121,11 +123,15 @@ def _kill_once(server: LiveServer, config: dict, kind: str, rng: random.Random) 
     free_at_final = arbiter.training_job is None  # released together with the final status
     wait_for(lambda: arbiter.training_job is None, 10, "a free GPU arbiter", 0.002)
     freed_s = time.monotonic() - t0
+    busy_at_final = client.get("/api/train/status").json()["busy"]
+    record_status = client.get(f"/api/runs/{job_id}").json()["status"]
     return {
         "kind": kind,
         "job_id": job_id,
         "status": final["status"],
         "error": final["error"],
+        "busy_at_final": busy_at_final,
+        "record_status": record_status,
         "detected_s": detected_s,
         "arbiter_freed_s": freed_s,
         "arbiter_free_at_final": free_at_final,
@@ -172,6 +178,7 @@ def _check(results: list[dict]) -> None:
         assert r["detected_s"] < 2.0, r
         assert r["arbiter_freed_s"] < 2.0, r
         assert r["arbiter_free_at_final"], r
+        assert r["busy_at_final"] is False and r["record_status"] == "failed", r
         assert r["partial"] == [], r
         if r["kind"] in ("mid_step", "checkpoint_write"):
             assert r["checkpoints"], r

@@ -68,10 +68,11 @@ def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides:
     return raw
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_config(tiny_model: Callable[[str], Path], small_dataset: Path) -> Callable[..., TrainConfig]:
     """make_config(family="flux", **overrides) -> the TrainConfig of a 2-step run (schema-checked
-    only: train() itself must catch family-level problems)."""
+    only: train() itself must catch family-level problems). A pure factory: session-wide, so
+    module-wide fixtures can build configs too."""
 
     def make(family: str = "flux", **overrides: object) -> TrainConfig:
         base = overrides.get("base_model") or tiny_model(family)

@@ -4,13 +4,21 @@ tolerance, as one process with the same global batch and seed; only rank 0 emits
 The caption and latent caches are shared out over the ranks and all-gathered: exactly the
 tensors of one process. A 2-rank run's checkpoint resumes in one process with the same maths.
 A num_gpus > 1 run started as a single process, and lora_dropout with several ranks, are
-refused with a clear message."""
+refused with a clear message.
+
+Starting the gloo processes (each imports torch and the pipelines) costs far more than the tiny
+runs, so one module-wide launch of two processes runs every scenario in turn (`launched`): the
+flux and Qwen-Image runs, the stop-and-save run and the cache build, each on its own port and
+studio home; the tests compare those records with the one-process runs they make themselves."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +54,8 @@ def _free_port() -> int:
 
 
 def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int | None = None) -> None:
-    """One launched process: the environment torchrun would set, then a plain train() call.
+    """One scenario of a launched process: the environment torchrun would set (studio home:
+    out/home), then a plain train() call; writes out/rank{rank}.json.
     With stop_after, EVERY rank's stop poll asks for stop-and-save once that many steps are
     done on rank 0 (rank 1 never sees progress events): only rank 0's poll may count."""
     os.environ.update(
@@ -55,6 +64,7 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
         LOCAL_RANK=str(rank),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        LORASTUDIO_HOME=str(Path(out, "home")),
     )
     torch.set_num_threads(1)
     get_settings.cache_clear()
@@ -82,15 +92,71 @@ def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
 
 
-@pytest.mark.parametrize("family", ["flux", "qwen-image"])  # Qwen-Image: a LoRA layer without a gradient
-def test_two_gloo_processes_train_the_lora_of_one_process(make_config, tmp_path, family):
+def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, TrainConfig, int | None]]:
+    """The launched scenarios, in order: name -> (kind, config, stop_after)."""
     # 3 square images + 1 other: batches of 2 and tail batches of 1 (one rank's slice is empty)
+    return {
+        "flux": (
+            "train",
+            make_config("flux", steps=4, batch_size=2, output_name="ddp", num_gpus=WORLD),
+            None,
+        ),
+        # Qwen-Image: a LoRA layer without a gradient
+        "qwen-image": (
+            "train",
+            make_config("qwen-image", steps=4, batch_size=2, output_name="ddp", num_gpus=WORLD),
+            None,
+        ),
+        "stop": ("train", make_config(steps=6, batch_size=2, output_name="ddp", num_gpus=WORLD), 2),
+        "caches": ("caches", _caches_config(make_config), None),
+    }
+
+
+def _launched_main(
+    rank: int, scenarios: list[tuple[str, str, TrainConfig, int, int | None]], out: str
+) -> None:
+    """One launched process: every scenario in turn, each in its own folder out/<name>."""
+    for name, kind, cfg, port, stop_after in scenarios:
+        folder = Path(out, name)
+        if kind == "train":
+            _rank_main(rank, cfg, port, str(folder), stop_after)
+        else:
+            _cache_rank_main(rank, cfg, port, str(folder))
+
+
+@dataclass(frozen=True)
+class Launched:
+    """Where the launch wrote each scenario's records (out/<name>/rank{r}.json, cache{r}.pt)
+    and, for a training scenario, its studio home (out/<name>/home)."""
+
+    out: Path
+
+    def ranks(self, name: str) -> list[dict]:
+        return [json.loads((self.out / name / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+    def outputs(self, name: str) -> Path:
+        return self.out / name / "home" / "outputs"
+
+
+@pytest.fixture(scope="module")
+def launched(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """One launch of WORLD gloo processes running every scenario of `_scenarios` in turn."""
+    out = tmp_path_factory.mktemp("ddp")
+    scenarios = [
+        (name, kind, cfg, _free_port(), stop_after)
+        for name, (kind, cfg, stop_after) in _scenarios(make_config).items()
+    ]
+    for name, *_ in scenarios:
+        (out / name).mkdir()
+    mp.spawn(_launched_main, args=(scenarios, str(out)), nprocs=WORLD, join=True)
+    return Launched(out)
+
+
+@pytest.mark.parametrize("family", ["flux", "qwen-image"])  # Qwen-Image: a LoRA layer without a gradient
+def test_two_gloo_processes_train_the_lora_of_one_process(make_config, launched, family):
     single_cfg = make_config(family, steps=4, batch_size=2, output_name="single")
     single = train(single_cfg, [].append, device="cpu")
-
-    ddp_cfg = make_config(family, steps=4, batch_size=2, output_name="ddp", num_gpus=WORLD)
-    mp.spawn(_rank_main, args=(ddp_cfg, _free_port(), str(tmp_path)), nprocs=WORLD, join=True)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    ranks = launched.ranks(family)
 
     for record in ranks:  # every rank ran the same steps and reports the all-reduced loss
         assert record["steps_run"] == 4
@@ -107,8 +173,8 @@ def test_two_gloo_processes_train_the_lora_of_one_process(make_config, tmp_path,
         torch.testing.assert_close(got[key], tensor, atol=LORA_ATOL, rtol=LORA_RTOL, msg=key)
         moved += int(bool(tensor.abs().max() > 1e-3))
     assert moved > 0  # the LoRA trained (B moved away from its zero init)
-    outputs = get_settings().outputs_dir
-    assert sorted(p.name for p in outputs.iterdir()) == ["ddp", "single"]
+    assert [p.name for p in launched.outputs(family).iterdir()] == ["ddp"]  # rank 1 wrote nothing else
+    assert [p.name for p in get_settings().outputs_dir.iterdir()] == ["single"]
 
 
 def test_num_gpus_without_a_launch_is_refused(make_config, monkeypatch):
@@ -145,20 +211,21 @@ def test_each_rank_takes_a_contiguous_slice_covering_the_batch():
 
 
 def test_rank_0_stop_and_save_stops_every_rank_and_the_checkpoint_resumes_in_one_process(
-    make_config, tmp_path
+    make_config, launched
 ):
-    cfg = make_config(steps=6, batch_size=2, output_name="ddp", num_gpus=WORLD)
-    mp.spawn(_rank_main, args=(cfg, _free_port(), str(tmp_path), 2), nprocs=WORLD, join=True)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    cfg = _scenarios(make_config)["stop"][1]
+    ranks = launched.ranks("stop")
     assert [r["steps_run"] for r in ranks] == [2, 2] and all(r["stopped"] for r in ranks)
     assert ranks[0]["losses"] == pytest.approx(ranks[1]["losses"], rel=1e-12)
     assert ranks[0]["polls"] > 0 and ranks[1]["polls"] == 0  # only rank 0 polls; rank 1's wish is ignored
-    run_dir = get_settings().outputs_dir / "ddp"
-    assert ranks[0]["lora_path"] == str(run_dir / "ddp.safetensors") and Path(ranks[0]["lora_path"]).is_file()
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000002"]
+    launched_dir = launched.outputs("stop") / "ddp"
+    assert ranks[0]["lora_path"] == str(launched_dir / "ddp.safetensors")
+    assert Path(ranks[0]["lora_path"]).is_file()
+    assert sorted(p.name for p in (launched_dir / "checkpoints").iterdir()) == ["step-000002"]
 
     # num_gpus is resumable: the 2-rank checkpoint continues in one process, to the LoRA of an
-    # uninterrupted one-process run
+    # uninterrupted one-process run (resumed in this test's own copy of the run folder)
+    run_dir = Path(shutil.copytree(launched_dir, get_settings().outputs_dir / "ddp"))
     resumed = train(cfg.model_copy(update={"num_gpus": 1}), [].append, device="cpu", resume=run_dir)
     assert resumed.resumed_from == 2 and resumed.steps_run == 6 and not resumed.stopped
     single = train(make_config(steps=6, batch_size=2, output_name="single"), [].append, device="cpu")
@@ -219,16 +286,20 @@ def _build_caches(cfg: TrainConfig) -> dict:
 
 
 def _cache_rank_main(rank: int, cfg: TrainConfig, port: int, out: str) -> None:
+    """One scenario of a launched process: phases 1 and 2 under a gloo group; writes
+    out/cache{rank}.pt (the encode chunk is restored for the scenarios that follow)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    previous = conditioning.ENCODE_CHUNK
     try:
         torch.save(_build_caches(cfg), Path(out, f"cache{rank}.pt"))
     finally:
+        conditioning.ENCODE_CHUNK = previous
         dist.destroy_process_group()
 
 
-def test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process(make_config, tmp_path):
-    cfg = make_config(
+def _caches_config(make_config: Callable[..., TrainConfig]) -> TrainConfig:
+    return make_config(
         random_crop=True,
         random_flip=True,
         cache_variants=2,
@@ -236,7 +307,10 @@ def test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process(make_
         caption_dropout=0.1,
         sample_prompts=["a red square", "a blue circle", "a green ring"],
     )
-    mp.spawn(_cache_rank_main, args=(cfg, _free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+
+
+def test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process(make_config, launched):
+    cfg = _caches_config(make_config)
     previous = conditioning.ENCODE_CHUNK
     try:
         single = _build_caches(cfg)
@@ -245,7 +319,7 @@ def test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process(make_
     assert single["texts"] > 2 * CACHE_CHUNK  # more chunks than ranks: several rounds, uneven
     assert any(top or left for crops in single["crops"] for _, (top, left) in crops)
     for rank in range(WORLD):
-        got = torch.load(tmp_path / f"cache{rank}.pt", weights_only=False)
+        got = torch.load(launched.out / "caches" / f"cache{rank}.pt", weights_only=False)
         assert got["rng"] == single["rng"]  # the rng walked every image's draws on every rank
         assert got["crops"] == single["crops"] and got["sizes"] == single["sizes"]
         for name in ("means", "stds"):
@@ -259,7 +333,10 @@ def test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process(make_
                 for key, tensor in tensors.items():
                     assert torch.equal(got_group[text][key], tensor), (text, key)
         assert got["polls"] < single["polls"]  # one stop poll per round, fewer rounds than items
-    ranks = [torch.load(tmp_path / f"cache{r}.pt", weights_only=False)["polls"] for r in range(WORLD)]
+    ranks = [
+        torch.load(launched.out / "caches" / f"cache{r}.pt", weights_only=False)["polls"]
+        for r in range(WORLD)
+    ]
     assert ranks[0] == ranks[1]  # the polls are collectives: every rank makes the same number
 
 
