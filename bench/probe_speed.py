@@ -21,7 +21,8 @@ variants:
   cudnnc     the same through diffusers' `_native_cudnn` attention backend (q/k/v made contiguous
              [B, H, L, D] before the kernel; transformer families)
   cudnng     cuDNN first, and the gradient reaching each attention module's output made
-             contiguous (FLUX.1's single blocks hand back a slice of [attention | MLP])
+             contiguous (training.attention.contiguous_attention_grads: FLUX.1's single blocks
+             hand back a slice of [attention | MLP])
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
@@ -89,31 +90,6 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
                 )
     torch.cuda.empty_cache()
     return {"fp8_linears": done, "kept": skipped}
-
-
-def contiguous_output_grads(model: Any) -> int:
-    """Make the gradient that reaches every attention module's tensor output contiguous (a
-    forward hook returning an identity whose backward calls .contiguous()); returns the count."""
-    import torch
-
-    class ContiguousGrad(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-            return grad.contiguous()
-
-    def hook(module: Any, args: Any, output: Any) -> Any:
-        return ContiguousGrad.apply(output) if isinstance(output, torch.Tensor) else output
-
-    count = 0
-    for module in model.modules():
-        if type(module).__name__.endswith("Attention"):
-            module.register_forward_hook(hook)
-            count += 1
-    return count
 
 
 def second_bucket(step_on: Any, data: Any, family: str, batch: int) -> dict[str, float]:
@@ -212,7 +188,9 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if "cudnnc" in parts:
             eng.model.set_attention_backend("_native_cudnn")
         if "cudnng" in parts:
-            row["grad_hooks"] = contiguous_output_grads(eng.model)
+            from lorastudio.training.attention import contiguous_attention_grads
+
+            row["grad_hooks"] = contiguous_attention_grads(eng.model)
         if swap:
             row.update(convert_fp8(eng.model, next(iter(swap))))
         if "bf16lora" in parts:

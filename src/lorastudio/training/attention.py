@@ -164,6 +164,35 @@ def apply_attention(choice: AttentionChoice) -> None:
         set_order(preferred + rest)
 
 
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward hands on a contiguous gradient (a no-op when it already is)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
+def _contiguous_grad_hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
+    return _ContiguousGrad.apply(output) if isinstance(output, torch.Tensor) else output
+
+
+def contiguous_attention_grads(denoiser: torch.nn.Module) -> int:
+    """Give every attention module of `denoiser` (diffusers' Attention / *Attention classes) a
+    forward hook so that the gradient reaching its tensor output is contiguous, as the cuDNN
+    SDPA backward needs: FLUX.1's single blocks concatenate [attention | MLP] and hand back a
+    slice of that gradient. Call before the first (compiled) forward. Returns the module count."""
+    count = 0
+    for module in denoiser.modules():
+        if type(module).__name__.endswith("Attention"):
+            module.register_forward_hook(_contiguous_grad_hook)
+            count += 1
+    return count
+
+
 def saved_attention_state() -> dict[str, Any]:
     """Every SDPA flag and the preference order, for restore_attention_state."""
     state: dict[str, Any] = {
