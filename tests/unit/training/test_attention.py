@@ -140,3 +140,61 @@ def test_a_crash_under_cudnn_says_how_to_retry_without_it():
     assert 'attention_backend = "flash"' in _message(crash, "cudnn")
     assert _message(crash, "flash") == "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert "attention_backend" not in _message(RuntimeError("shape mismatch"), "cudnn")
+
+
+def _watch_attention_grads(transformer: torch.nn.Module, seen: list[bool]) -> None:
+    """Record, per attention module with a tensor output, whether the gradient reaching that raw
+    output is contiguous (a forward hook registering a tensor hook; register it before the
+    engine's hooks so that it sees what reaches the attention processor)."""
+
+    def watch(module, args, output):
+        if isinstance(output, torch.Tensor):
+            output.register_hook(lambda g: seen.append(g.is_contiguous()))
+
+    for module in transformer.modules():
+        if type(module).__name__.endswith("Attention"):
+            module.register_forward_hook(watch)
+
+
+def _flux_forward_backward(transformer: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, input gradient) of one forward + backward of the tiny FLUX.1 transformer on
+    fixed inputs."""
+    g = torch.Generator().manual_seed(0)
+    cfg = transformer.config
+    tokens, text = 16, 8
+    ids = torch.zeros(tokens, 3)
+    ids[:, 1], ids[:, 2] = torch.arange(tokens) // 4, torch.arange(tokens) % 4
+    hidden = torch.randn(1, tokens, cfg.in_channels, generator=g).requires_grad_(True)  # [B, L, C]
+    out = transformer(
+        hidden_states=hidden,
+        encoder_hidden_states=torch.randn(1, text, cfg.joint_attention_dim, generator=g),
+        pooled_projections=torch.randn(1, cfg.pooled_projection_dim, generator=g),
+        timestep=torch.tensor([0.5]),
+        img_ids=ids,
+        txt_ids=torch.zeros(text, 3),
+        guidance=torch.tensor([3.5]) if cfg.guidance_embeds else None,
+        return_dict=False,
+    )[0]  # [B, L, C]
+    out.backward(torch.randn(out.shape, generator=g))
+    return out.detach(), hidden.grad
+
+
+def test_contiguous_attention_grads_hands_the_attention_a_contiguous_gradient_and_changes_nothing():
+    """FLUX.1's single blocks concatenate [attention | MLP], so the gradient reaching their
+    attention output is a non-contiguous slice (what the cuDNN backward mishandles); with the
+    hooks every attention output gets a contiguous gradient and the maths is unchanged."""
+    plain = build("flux", 0).transformer.float()
+    hooked = build("flux", 0).transformer.float()
+    seen_plain: list[bool] = []
+    seen_hooked: list[bool] = []
+    _watch_attention_grads(plain, seen_plain)
+    _watch_attention_grads(hooked, seen_hooked)
+    count = attention.contiguous_attention_grads(hooked)
+    want_out, want_grad = _flux_forward_backward(plain)
+    got_out, got_grad = _flux_forward_backward(hooked)
+    single = len(hooked.single_transformer_blocks)
+    assert count == len(hooked.transformer_blocks) + single
+    assert seen_plain.count(False) == single  # without the hooks: one sliced gradient per single block
+    assert len(seen_hooked) == single and all(seen_hooked)
+    torch.testing.assert_close(got_out, want_out, rtol=0, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=0, atol=0)
