@@ -42,7 +42,12 @@ import torch
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.settings import Settings, get_settings
-from lorastudio.training.attention import apply_attention, choose_attention, probe_shapes
+from lorastudio.training.attention import (
+    apply_attention,
+    choose_attention,
+    contiguous_attention_grads,
+    probe_shapes,
+)
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
     checkpoint_plan,
@@ -356,6 +361,8 @@ def _prepare_denoiser(
         run.family.spec.cudnn_attention_blocked,
     )
     apply_attention(attention)  # process-wide until run_numerics exits
+    if attention.backend == "cudnn":  # its backward needs contiguous output gradients
+        contiguous_attention_grads(built.denoiser)
     state.attention = attention.backend
     if state.ctx.distributed:
         state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks
