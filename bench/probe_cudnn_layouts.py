@@ -60,11 +60,12 @@ def run_case(case: str) -> dict[str, Any]:
     if "slice" not in parts:
         grad = grad[..., : H * D].contiguous()  # only the attention part has a gradient
         mlp = mlp[..., :0]
-    fn = attention_then_cat
-    if "compiled" in parts:
-        fn = torch.compile(attention_then_cat, dynamic=False)
     grads = {}
     for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+        fn = attention_then_cat
+        if "compiled" in parts:  # a fresh compile per kernel (the flags are read while tracing)
+            torch._dynamo.reset()
+            fn = torch.compile(attention_then_cat, dynamic=False)
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
         with sdpa_kernel([backend]):
             out = fn(*leaves, mlp, "contig" in parts)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from typing import Any
 import diffusers
 import pytest
 from api_helpers import FINAL, LiveServer, live_server, read_events, upload_folder, wait_idle, wait_status
+from plan_workers import MEASURED, report_a_measured_plan
 
 from lorastudio import families
 from lorastudio.api.app import create_app
@@ -37,10 +37,9 @@ from lorastudio.jobs.preflight import (
 )
 from lorastudio.jobs.records import now_iso
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.worker import WorkerArgs, WorkerChannel, prepare_child
 from lorastudio.settings import Settings
 from lorastudio.training.compile import repeated_blocks
-from lorastudio.training.events import Complete, ModelLoadStarted, PlanChosen, PlanTrial, Progress
+from lorastudio.training.events import PlanChosen
 
 # -- the preflight's plan section ----------------------------------------------------------------
 
@@ -254,55 +253,7 @@ def test_block_split_of_the_headers_matches_the_denoisers_repeated_blocks(
     assert other + sum(blocks) == sum(p.numel() for p in model.parameters())
 
 
-# -- the plan in the run record ------------------------------------------------------------------
-
-_SELECTIVE = {
-    "base_precision": "bf16",
-    "gradient_checkpointing": "selective",
-    "offload_blocks": 0,
-    "micro_batch_size": 1,
-}
-MEASURED = PlanChosen(
-    **_SELECTIVE,
-    compile=False,
-    memory_budget_gb=20.0,
-    decided_by="measured",
-    trials=[
-        PlanTrial(
-            **{**_SELECTIVE, "gradient_checkpointing": "off", "micro_batch_size": 2},
-            seconds_per_sample=None,
-            peak_memory_gb=None,
-            fits=False,
-            note="out of memory",
-        ),
-        # non-finite numbers reach the record as null
-        PlanTrial(**_SELECTIVE, seconds_per_sample=math.inf, peak_memory_gb=17.5, fits=True),
-    ],
-    fallbacks=["compile: the compiler failed on this block (eager)"],
-)
-
-
-def report_a_measured_plan(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
-    """Worker target: the engine's events of a run whose plan a memory budget chose, one step."""
-    prepare_child(args)
-    channel = WorkerChannel(args, events, stop_event, stop_save)
-    channel.emit(ModelLoadStarted(component="denoiser"))
-    channel.emit(MEASURED)
-    channel.emit(
-        Progress(
-            step=1,
-            total_steps=1,
-            epoch=1,
-            loss=0.5,
-            avg_loss=0.5,
-            lr=1e-4,
-            grad_norm=0.1,
-            samples_per_second=None,
-            peak_memory_gb=None,
-        )
-    )
-    channel.emit(Complete(lora_path=None, steps_run=1, stopped=False))
-    channel.close()
+# -- the plan in the run record (the worker target: plan_workers.py) -----------------------------
 
 
 @pytest.fixture

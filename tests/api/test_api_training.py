@@ -1,20 +1,32 @@
 """Training through HTTP on a real uvicorn server with real worker subprocesses on the tiny
-FLUX.1 model: the whole job (with the typed shapes of its events and records, and the plan it
-ran with), a stop while loading, a stop without saving (a stop with saving: test_api_resume.py;
-a killed worker: tests/reliability/test_worker_kills.py)."""
+FLUX.1 model: the whole job (with the typed shapes of its events and records, the plan it ran
+with and its sample previews), a stop while loading, a stop without saving (a stop with saving:
+test_api_resume.py; a killed worker: tests/reliability/test_worker_kills.py)."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from api_helpers import FINAL, LiveServer, read_events, upload_folder, wait_idle, wait_status
+from PIL import Image
 from pydantic import TypeAdapter
 
 from lorastudio.api.schemas import PhaseOut, StatusEvent, TrainConfigOut
 from lorastudio.jobs.records import now_iso
+
+PROMPTS = ["a red circle", "a blue square"]
+# The full job: batches of 2 (the plan's micro-batch), previews of both prompts every 2 steps.
+FULL_JOB = {
+    "batch_size": 2,
+    "sample_prompts": PROMPTS,
+    "sample_every": 2,
+    "sample_steps": 1,
+    "max_sequence_length": 16,
+}
 
 
 def test_full_job_start_events_complete_listed_and_generate(
@@ -22,7 +34,9 @@ def test_full_job_start_events_complete_listed_and_generate(
 ) -> None:
     """One real run (a worker's start-up is most of a test's time) checked every way: the API's
     answers, the typed shapes the web UI's generated types rely on (test_api_typed_responses.py
-    checks the schema) and the plan a tiny CPU run records (test_api_plan.py: the plan API)."""
+    checks the schema), the plan a tiny CPU run records (test_api_plan.py: the plan API) and the
+    sample previews: the sample_ready event reaches the event stream and the status snapshot, the
+    run lists its samples and serves the PNGs, and nothing outside its samples/ folder."""
     client = server.client
     assert upload_folder(client, "shapes", sample_dataset).status_code == 201
     info = client.get("/api/info").json()
@@ -34,9 +48,7 @@ def test_full_job_start_events_complete_listed_and_generate(
         "sdxl": True, "flux": False, "qwen-image": False, "z-image": False
     }  # fmt: skip
 
-    report = client.post(
-        "/api/train/preflight", json={"config": flux_config(output_name="e2e", batch_size=2)}
-    )
+    report = client.post("/api/train/preflight", json={"config": flux_config(output_name="e2e", **FULL_JOB)})
     assert report.status_code == 200, report.text
     assert report.json()["dataset"]["images_used"] == 8
     assert not (Path(info["outputs_root"]) / "e2e").exists()  # preflight wrote nothing
@@ -46,7 +58,7 @@ def test_full_job_start_events_complete_listed_and_generate(
             pool.map(
                 lambda name: client.post(
                     "/api/train/start",
-                    json={"config": flux_config(output_name=name, batch_size=2), "queue": False},
+                    json={"config": flux_config(output_name=name, **FULL_JOB), "queue": False},
                 ),
                 ["e2e", "e2e-other"],
             )
@@ -92,9 +104,15 @@ def test_full_job_start_events_complete_listed_and_generate(
     )
     assert plan["micro_batch_size"] == 2 and plan["compile"] is False
     assert {k: v for k, v in streamed[0].items() if k != "job_id"} == plan
+
     assert [
         p["step"] for p in client.get("/api/train/status", params={"since": 2}).json()["job"]["metrics"]
     ] == [3, 4]
+
+    # sample previews at steps 2 and 4: in the event stream and the status snapshot
+    ready = [e for e in events if e["type"] == "sample_ready"]
+    assert [(e["step"], len(e["images"])) for e in ready] == [(2, 2), (4, 2)]
+    assert job["samples"] == {"step": 4, "images": ["samples/step-000004-0.png", "samples/step-000004-1.png"]}
 
     run = client.get(f"/api/runs/{job_id}").json()
     assert run["status"] == "completed" and len(run["metrics"]) == 4
@@ -133,6 +151,32 @@ def test_full_job_start_events_complete_listed_and_generate(
     assert gallery[0]["loras"] == [{"name": name, "scale": 0.8}] and gallery[0]["url"] == gen.json()["url"]
     missing = client.post("/api/generate", json={**body, "loras": [{"name": "nope", "scale": 1.0}]})
     assert missing.status_code == 404
+
+    # the run lists its samples and serves them
+    samples = client.get(f"/api/runs/{job_id}/samples")
+    assert samples.status_code == 200
+    listed_samples = samples.json()["samples"]
+    assert [(s["step"], s["index"], s["prompt"]) for s in listed_samples] == [
+        (2, 0, PROMPTS[0]),
+        (2, 1, PROMPTS[1]),
+        (4, 0, PROMPTS[0]),
+        (4, 1, PROMPTS[1]),
+    ]
+    outputs = Path(info["outputs_root"])
+    for sample in listed_samples:
+        served = client.get(sample["url"])
+        assert served.status_code == 200 and served.headers["content-type"] == "image/png"
+        assert served.content == (outputs / name / "samples" / sample["name"]).read_bytes()
+        assert Image.open(io.BytesIO(served.content)).size == (32, 32)
+    # only sample files directly in that run's samples/ folder are served
+    (outputs / name / f"{name}.json").read_bytes()  # exists beside samples/, must not be served
+    for bad in (f"..%2F{name}.json", f"{name}.json", "step-000004-0.jpg", "step-000009-0.png"):
+        assert client.get(f"/api/runs/{job_id}/samples/{bad}").status_code == 404, bad
+    (outputs / "secret.png").write_bytes(b"not yours")
+    (outputs / name / "samples" / "step-000006-0.png").symlink_to(outputs / "secret.png")
+    assert client.get(f"/api/runs/{job_id}/samples/step-000006-0.png").status_code == 404
+    assert client.get("/api/runs/nope/samples").status_code == 404
+    assert client.get("/api/runs/nope/samples/step-000004-0.png").status_code == 404
 
     # RunSummary.lora_file follows the file on disk
     assert listed[job_id]["lora_file"] is True and run["lora_file"] is True
