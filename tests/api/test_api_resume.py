@@ -20,8 +20,10 @@ from lorastudio.training.loop import train
 STEPS = 30
 
 
-def _stopped_run(server: LiveServer, config: dict) -> dict:
-    """Start `config`, stop it with save once it has run 3 steps; returns the final job."""
+def _stopped_run(server: LiveServer, config: dict, image: str) -> dict:
+    """Start `config`, stop it with save once it has run 3 steps; returns the final job. While it
+    runs, the GPU is the job's (a generation is refused) and so is its dataset (a caption edit of
+    `image` is refused)."""
     client = server.client
     started = client.post("/api/train/start", json={"config": config})
     assert started.status_code == 201, started.text
@@ -30,7 +32,18 @@ def _stopped_run(server: LiveServer, config: dict) -> dict:
     while (client.get("/api/train/status").json()["job"]["progress"] or {}).get("step", 0) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert client.post("/api/train/stop", json={"save": True}).status_code == 200
+    generate = {
+        "family": "flux",
+        "base_model": config["base_model"],
+        "prompt": "x",
+        "width": 32,
+        "height": 32,
+    }
+    assert client.post("/api/generate", json=generate).status_code == 409  # the GPU is training's
+    caption = client.put(f"/api/datasets/shapes/captions/{image}", json={"caption": "x"})
+    assert caption.status_code == 409  # the dataset is in use
+    stopping = client.post("/api/train/stop", json={"save": True})
+    assert stopping.status_code == 200 and stopping.json()["status"] == "stopping"
     job = wait_status(client, job_id, FINAL)
     wait_idle(client)
     return job
@@ -43,7 +56,7 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     assert upload_folder(client, "shapes", sample_dataset).status_code == 201
     outputs = Path(client.get("/api/info").json()["outputs_root"])
     config = flux_config(output_name="res", steps=STEPS, save_every=2, keep_last=2, seed=5)
-    first = _stopped_run(server, config)
+    first = _stopped_run(server, config, image=sorted(sample_dataset.glob("*.png"))[0].name)
     stopped_at = first["steps_run"]
     assert first["status"] == "stopped" and 3 <= stopped_at < STEPS
     # the stop with save kept a LoRA of the steps run, and its sidecar says so

@@ -4,7 +4,7 @@
   queue=true all 50 are accepted, exactly one runs and 49 wait in the queue.
 - N status/event clients during a run (40 always, 200 behind `slow`), in a separate process:
   p50/p99 status latency, SSE connect time, and the training step rate with clients versus
-  without (same run): at most 10 % lower. The server's request threads run at +server_nice
+  without (same run): at most 10 % lower; the run, stopped without save, keeps nothing. The server's request threads run at +server_nice
   (api/app.py; checked on the run's processes and threads first) and the load generator,
   standing in for remote browsers, at +10, so the worker keeps its CPU on a 2-core machine too.
 - an upload streamed to a real `lorastudio serve` process (200 MB always, 2 GB behind `slow`):
@@ -139,6 +139,10 @@ def _clients_during_a_run(
         after = _step_rate(server, window)
     finally:
         _stop_everything(server)
+    # stopped without save: the job keeps no LoRA and leaves no run folder
+    stopped = server.app.state.service.job(job["id"])
+    assert stopped["status"] == "stopped" and stopped["lora_path"] is None, stopped
+    assert not (server.app.state.settings.outputs_dir / "load").exists()
     result = json.loads(out)
     lat = result["status_latencies_ms"]
     figures = {
