@@ -190,8 +190,8 @@ class TrainConfig(BaseModel):
     )
     attention_backend: AttentionBackend = Field(
         default="auto",
-        description="SDPA kernel: auto = cuDNN on CUDA for Qwen-Image and Z-Image when a probe at the "
-        "run's shapes passes (else flash; never for FLUX.1); cudnn / flash / efficient / math = that one first",
+        description="SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at "
+        "the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first",
     )
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)
@@ -311,10 +311,6 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     if isinstance(res, int) and res % mult:
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
     problems += combination_problems(cfg)
-    if cfg.attention_backend == "cudnn" and fam.spec.cudnn_attention_blocked:
-        problems.append(
-            FieldProblem("attention_backend", f"{fam.spec.cudnn_attention_blocked}; use auto or flash")
-        )
     if cfg.compile == "wide" and not fam.spec.wide_compile_blocks:
         problems.append(
             FieldProblem(

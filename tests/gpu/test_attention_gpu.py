@@ -31,12 +31,12 @@ def test_the_cudnn_probe_passes_at_flux_1024px_shapes_in_a_child_process():
     assert choose_attention("auto", DEV, torch.bfloat16, shapes).backend == "cudnn"
 
 
-def _run(tiny_model, sample_dataset, backend: str) -> tuple[Any, list[float]]:
+def _run(tiny_model, sample_dataset, backend: str, family: str) -> tuple[Any, list[float]]:
     raw = {
-        "family": "z-image",  # (FLUX.1 refuses cudnn: FamilySpec.cudnn_attention_blocked)
-        "base_model": str(tiny_model("z-image")),
+        "family": family,
+        "base_model": str(tiny_model(family)),
         "data_dir": str(sample_dataset),
-        "output_name": f"attention-{backend}",
+        "output_name": f"attention-{family}-{backend}",
         "resolution": 256,
         "batch_size": 2,
         "steps": 4,
@@ -51,11 +51,14 @@ def _run(tiny_model, sample_dataset, backend: str) -> tuple[Any, list[float]]:
     return plan, result.losses
 
 
-def test_runs_on_cuda_report_their_kernel_and_cudnn_trains_like_flash(tiny_model, sample_dataset):
+@pytest.mark.parametrize("family", ["z-image", "flux"])
+def test_runs_on_cuda_report_their_kernel_and_cudnn_trains_like_flash(tiny_model, sample_dataset, family):
+    """FLUX.1 included: its compiled step crashed under cuDNN until the engine handed the
+    kernel contiguous output gradients (training.attention.contiguous_attention_grads)."""
     before = saved_attention_state()
-    flash_plan, flash = _run(tiny_model, sample_dataset, "flash")
-    cudnn_plan, cudnn = _run(tiny_model, sample_dataset, "cudnn")
-    auto_plan, auto = _run(tiny_model, sample_dataset, "auto")
+    flash_plan, flash = _run(tiny_model, sample_dataset, "flash", family)
+    cudnn_plan, cudnn = _run(tiny_model, sample_dataset, "cudnn", family)
+    auto_plan, auto = _run(tiny_model, sample_dataset, "auto", family)
     assert (flash_plan.attention_backend, cudnn_plan.attention_backend) == ("flash", "cudnn")
     # auto probed the tiny model's own shapes: cuDNN, or flash with the probe's reason
     assert auto_plan.attention_backend == "cudnn" or any("cuDNN not used" in f for f in auto_plan.fallbacks)

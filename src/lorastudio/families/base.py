@@ -52,7 +52,6 @@ class FamilySpec:
     supports: frozenset[str]  # family-specific TrainConfig fields this family honours
     generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # pipeline __call__ kwargs
     vae_in_fp32: bool = False  # keep the VAE in fp32 whatever the training dtype (SDXL's overflows in fp16)
-    cudnn_attention_blocked: str | None = None  # why cuDNN SDPA must not run this family (None: it may)
     # block classes compile "wide" compiles (wider regions than the repeated blocks: the U-Net's
     # glue); empty: the repeated blocks already hold the family's compute, "wide" is refused
     wide_compile_blocks: tuple[str, ...] = ()

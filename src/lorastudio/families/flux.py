@@ -42,10 +42,6 @@ SPEC = FamilySpec(
         {"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "guidance", "max_sequence_length"}
     ),
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 3.5},
-    cudnn_attention_blocked=(
-        "cuDNN attention crashed FLUX.1's training step on an H200 (illegal memory access: the "
-        "reference run's eager bf16 step and the bench's compiled fp8 step, torch 2.11)"
-    ),
 )
 
 

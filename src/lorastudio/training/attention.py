@@ -4,17 +4,17 @@ Values: "auto" (default), "cudnn", "flash", "efficient", "math".
 - "cudnn" / "flash" / "efficient" put that torch SDPA backend first and keep the others as
   fallbacks for calls it cannot take (masks, head dims), except that only "cudnn" ever enables
   cuDNN. "math" is the reference (slow, memory-hungry) kernel only.
-- "auto" on CUDA: cuDNN for the transformer families whose spec does not block it (FLUX.1's
-  does: FamilySpec.cudnn_attention_blocked; "cudnn" is refused for it) when a probe in a child
-  process (the run's dtype, head count, head dim and token counts: image tokens + text tokens)
-  runs its forward and backward and matches flash attention; else flash, with the reason in the
-  run's fallbacks. The
-  probe runs in a child process because the failure it guards against is not an exception: the
-  cuDNN backward of FLUX.1 at 4096 + 512 tokens hit an illegal memory access on an H200 with
-  torch 2.11 in the reference run, which poisons the whole CUDA context. The probe alone is not
-  enough: at FLUX.1's 1024 px shapes it passed while the model's compiled fp8 step crashed the
-  same way (bench note 12), hence the family block. On an H200 cuDNN with fp8 gave Qwen-Image
-  +17 % and Z-Image at batch 2 +18 % over flash (bench note 12).
+- "auto" on CUDA: cuDNN for the transformer families (FLUX.1, Qwen-Image, Z-Image) when a probe
+  in a child process (the run's dtype, head count, head dim and token counts: image tokens +
+  text tokens) runs its forward and backward and matches flash attention; else flash, with the
+  reason in the run's fallbacks. The probe runs in a child process because the failure it
+  guards against is not an exception: the cuDNN backward of FLUX.1 at 4096 + 512 tokens hit an
+  illegal memory access on an H200 with torch 2.11 (reference run; bench note 12), which poisons
+  the whole CUDA context. That crash came from FLUX.1's model, not its shapes (the probe passed
+  there): its single blocks hand the attention a sliced gradient. A run on cuDNN therefore
+  gives every attention output a contiguous gradient (contiguous_attention_grads; bench note
+  17: no crash since). On an H200 cuDNN gave FLUX.1 +24 % with fp8 (+17 % bf16), Qwen-Image
+  +17 % and Z-Image at batch 2 +18 % over flash (bench notes 12, 17).
   "auto" on a U-Net family (SDXL: many small attention calls) or without CUDA: torch's own choice
   with cuDNN off.
 Names of the torch flags: torch.backends.cuda.enable_{cudnn,flash,mem_efficient,math}_sdp.
@@ -100,15 +100,14 @@ def choose_attention(
     device: torch.device,
     dtype: torch.dtype,
     shapes: list[tuple[int, int, int, int]],
-    blocked: str | None = None,
 ) -> AttentionChoice:
     """The backend for a run that asked for `requested` (see the module docstring). "auto" on
-    CUDA probes cuDNN at `shapes` in a child process (<= PROBE_TIMEOUT_S) unless the family
-    `blocked` it (its reason; then torch's default, cuDNN off); an explicit backend is returned
-    as asked (attention_problems and the family rules refused what cannot run)."""
+    CUDA probes cuDNN at `shapes` in a child process (<= PROBE_TIMEOUT_S); without CUDA or
+    shapes (a U-Net) it keeps torch's default (cuDNN off); an explicit backend is returned as
+    asked (attention_problems refused what cannot run)."""
     if requested != "auto":
         return AttentionChoice(requested)
-    if device.type != "cuda" or not shapes or blocked:
+    if device.type != "cuda" or not shapes:
         return AttentionChoice("default")
     if dtype not in (torch.bfloat16, torch.float16):
         return AttentionChoice("flash", f"attention: cuDNN needs bf16/fp16 compute (this run: {dtype})")

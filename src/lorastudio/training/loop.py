@@ -233,7 +233,8 @@ def _message(err: BaseException, attention: str = "default") -> str:
     text = f"{type(err).__name__}: {err}"
     if attention == "cudnn" and "illegal memory access" in str(err):
         text += (
-            "\n(cuDNN attention was in use; it crashed FLUX.1's step this way on an H200: "
+            "\n(cuDNN attention was in use; it crashed FLUX.1's step this way on an H200 before the engine "
+            "handed it contiguous gradients: "
             'retry with attention_backend = "flash")'
         )
     return text
@@ -358,7 +359,6 @@ def _prepare_denoiser(
         run.device,
         run.dtype,
         _attention_shapes(run, plan, built.denoiser),
-        run.family.spec.cudnn_attention_blocked,
     )
     apply_attention(attention)  # process-wide until run_numerics exits
     if attention.backend == "cudnn":  # its backward needs contiguous output gradients

@@ -121,8 +121,9 @@ def pick_dtype(base_precision: str, device: torch.device) -> torch.dtype:
 def run_numerics(enable_tf32: bool, device: torch.device) -> Iterator[None]:
     """For the duration of the block: fp32 matmul precision "high" (TF32 on Ampere+) and cuDNN
     TF32 when `enable_tf32`, else "highest" and no TF32; on CUDA the cuDNN SDPA backend is
-    disabled (its FLUX.1 backward crashed on H200) until training.attention.apply_attention
-    chooses otherwise. Every flag (SDPA ones and their order included) is restored on exit."""
+    disabled (torch's default since 2.5.1; it crashed FLUX.1's step on the H200 until the
+    engine handed it contiguous gradients) until training.attention.apply_attention chooses
+    otherwise. Every flag (SDPA ones and their order included) is restored on exit."""
     prev_precision = torch.get_float32_matmul_precision()
     prev_cudnn_tf32 = torch.backends.cudnn.allow_tf32
     prev_attention = saved_attention_state()

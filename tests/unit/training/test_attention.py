@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lorastudio import families
+from lorastudio.config import family_problems
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build
 from lorastudio.training import attention
@@ -43,19 +43,17 @@ def test_cudnn_on_the_cpu_fails_the_preflight_and_leaves_no_output(make_config, 
     assert not (studio_home / "outputs" / "run").exists()
 
 
-def test_flux_refuses_cudnn_and_auto_never_probes_it(make_config, monkeypatch):
-    with pytest.raises(
-        ConfigError, match="attention_backend: cuDNN attention crashed FLUX.1's training step"
-    ):
-        train(make_config("flux", attention_backend="cudnn"), lambda _event: None, device="cpu")
-    monkeypatch.setattr(attention, "probe_cudnn", lambda *_: pytest.fail("a blocked family was probed"))
-    blocked = families.get("flux").spec.cudnn_attention_blocked
-    assert choose_attention("auto", CUDA, torch.bfloat16, [(1, 24, 4608, 128)], blocked) == AttentionChoice(
-        "default"
-    )
-    assert [
-        f for f in ("sdxl", "qwen-image", "z-image") if families.get(f).spec.cudnn_attention_blocked
-    ] == []
+def test_every_transformer_family_may_ask_for_cudnn_and_auto_probes_flux(make_config, monkeypatch):
+    """FLUX.1 was blocked from cuDNN until its crash was traced to sliced output gradients
+    (bench note 17); now its config is accepted and auto probes its shapes like the others."""
+    for family in ("flux", "qwen-image", "z-image"):
+        problems = family_problems(make_config(family, attention_backend="cudnn"))
+        assert [p for p in problems if p.field == "attention_backend"] == []
+    probed: list[list] = []
+    monkeypatch.setattr(attention, "probe_cudnn", lambda _dev, _dtype, shapes: probed.append(shapes))
+    shapes = probe_shapes(build("flux", 0).transformer.config, 4096, 512, 1)
+    assert choose_attention("auto", CUDA, torch.bfloat16, shapes) == AttentionChoice("cudnn")
+    assert probed == [shapes]
 
 
 def test_probe_shapes_come_from_each_transformer_config():

@@ -1961,7 +1961,7 @@ export interface components {
             aspect_buckets?: boolean;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash; never for FLUX.1); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
@@ -2273,7 +2273,7 @@ export interface components {
             aspect_buckets: boolean;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash; never for FLUX.1); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
