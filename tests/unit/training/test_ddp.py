@@ -13,6 +13,7 @@ studio home; the tests compare those records with the one-process runs they make
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -47,10 +48,13 @@ LOSS_RTOL = 1e-5
 LORA_ATOL, LORA_RTOL = 1e-6, 1e-4
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports (all held open while the others are picked)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def _rank_main(rank: int, cfg: TrainConfig, port: int, out: str, stop_after: int | None = None) -> None:
@@ -142,9 +146,12 @@ class Launched:
 def launched(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.TempPathFactory) -> Launched:
     """One launch of WORLD gloo processes running every scenario of `_scenarios` in turn."""
     out = tmp_path_factory.mktemp("ddp")
+    chosen = _scenarios(make_config)
     scenarios = [
-        (name, kind, cfg, _free_port(), stop_after)
-        for name, (kind, cfg, stop_after) in _scenarios(make_config).items()
+        (name, kind, cfg, port, stop_after)
+        for (name, (kind, cfg, stop_after)), port in zip(
+            chosen.items(), _free_ports(len(chosen)), strict=True
+        )
     ]
     for name, *_ in scenarios:
         (out / name).mkdir()
