@@ -13,7 +13,7 @@ Values: "auto" (default), "cudnn", "flash", "efficient", "math".
   the whole CUDA context. That crash came from FLUX.1's model, not its shapes (the probe passed
   there): its single blocks hand the attention a sliced gradient. A run on cuDNN therefore
   gives every attention output a contiguous gradient (contiguous_attention_grads; bench note
-  17: no crash since). On an H200 cuDNN gave FLUX.1 +24 % with fp8 (+17 % bf16), Qwen-Image
+  17: no crash since). On an H200 cuDNN gave FLUX.1 +24 % samples/s with fp8 (+19 % bf16), Qwen-Image
   +17 % and Z-Image at batch 2 +18 % over flash (bench notes 12, 17).
   "auto" on a U-Net family (SDXL: many small attention calls) or without CUDA: torch's own choice
   with cuDNN off.

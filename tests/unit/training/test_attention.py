@@ -131,6 +131,30 @@ def test_a_cpu_run_reports_its_kernel_and_math_trains_like_the_default(make_conf
     assert losses[1] == pytest.approx(losses[0], rel=1e-4)
 
 
+def test_a_run_on_cudnn_hooks_every_attention_module_and_a_flash_run_none(make_config, monkeypatch):
+    """The loop gives the denoiser contiguous_attention_grads exactly when the chosen kernel is
+    cuDNN (the choice and the torch flags are stubbed: this CPU has no cuDNN kernel)."""
+    from lorastudio.training import loop
+
+    hooked: list[int] = []
+
+    def spy(denoiser):
+        hooked.append(attention.contiguous_attention_grads(denoiser))
+        return hooked[-1]
+
+    monkeypatch.setattr(loop, "contiguous_attention_grads", spy)
+    monkeypatch.setattr(loop, "apply_attention", lambda choice: None)
+    for backend in ("flash", "cudnn"):
+        monkeypatch.setattr(loop, "choose_attention", lambda *_, b=backend: AttentionChoice(b))
+        events: list = []
+        train(make_config("flux", steps=1, output_name=f"hooks-{backend}"), events.append, device="cpu")
+        (plan,) = [e for e in events if e.type == "plan_chosen"]
+        assert plan.attention_backend == backend
+        assert len(hooked) == (backend == "cudnn")
+    tiny = build("flux", 0).transformer
+    assert hooked == [len(tiny.transformer_blocks) + len(tiny.single_transformer_blocks)]
+
+
 def test_a_crash_under_cudnn_says_how_to_retry_without_it():
     from lorastudio.training.loop import _message
 
