@@ -4,9 +4,10 @@ uvicorn server. Each time the job must be reported failed within a few seconds w
 naming what died, every process of the job (agent and ranks) must be gone, the GPU arbiter free,
 no visible file of the run partial, and the next job must run.
 
-Always on: rank 1 killed mid-run (checkpoints every 2 steps). Slow: rank 0 (the one that sends
-the events and writes the files), the torchrun agent itself, and the server (a real `lorastudio
-serve` process): the agent and every rank die with it.
+Always on: rank 1 killed mid-run (checkpoints every 2 steps); its next job is the data-parallel
+job check of tests/dp_jobs.py (a 2-rank job stops and saves, then resumes in one process). Slow:
+rank 0 (the one that sends the events and writes the files), the torchrun agent itself, and the
+server (a real `lorastudio serve` process): the agent and every rank die with it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from reliability_helpers import (
     wait_for,
 )
 
+from dp_jobs import two_rank_job_stops_and_saves_and_resumes_in_one_process
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -123,7 +125,12 @@ def test_kill_9_of_rank_1_fails_the_job_within_seconds_and_frees_everything(
     result = _kill_during_a_run(dp_server, _dp_config(flux_config, "rank1"), "rank1")
     record_figure("rank_death_rank1", result)
     _check(result, "rank 1 of 2")
-    _next_job_runs(dp_server, flux_config)
+    # The next job runs: the always-on data-parallel job check (tests/dp_jobs.py, from
+    # test_multi_gpu_jobs.py): a 2-rank job stops and saves, and resumes in one process to the
+    # LoRA of one process. One torchrun launch serves both tests.
+    two_rank_job_stops_and_saves_and_resumes_in_one_process(
+        dp_server.app.state.service, dp_server.app.state.settings, Path(flux_config()["base_model"])
+    )
 
 
 @pytest.mark.slow

@@ -3,9 +3,11 @@ on the CPU: with settings.cpu_data_parallel the ranks are gloo processes, launch
 GPU ranks are (torchrun agent bound to the server, one rank_worker per rank, events and stop
 requests over the unix-socket channel).
 
-Always on: a 2-rank job stops and saves on request, with one set of events and files, and its
-checkpoint resumes in one process to the LoRA of an uninterrupted one-process run. Slow: a
-2-rank job that completes and resumes on 2 ranks, and `lorastudio train --gpus 2`.
+Always on, but run by tests/reliability/test_rank_death.py as the next job after a rank's death
+(tests/dp_jobs.py; one torchrun launch fewer): a 2-rank job stops and saves on request, with one
+set of events and files, and its checkpoint resumes in one process to the LoRA of an
+uninterrupted one-process run. Slow: a 2-rank job that completes and resumes on 2 ranks, and
+`lorastudio train --gpus 2`.
 """
 
 from __future__ import annotations
@@ -15,35 +17,36 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
+from dp_jobs import (
+    FINAL,
+    assert_one_set_of_events,
+    assert_same_lora,
+    dp_config,
+    job_events,
+    single_process_lora,
+    wait_job,
+)
 from lorastudio.cli.app import _register, app
 from lorastudio.cli.train_cmd import launch_arguments, plan_line
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.launcher import process_alive, torchrun_command, visible_devices
+from lorastudio.jobs.launcher import torchrun_command, visible_devices
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
 from lorastudio.training.events import PlanChosen, PlanTrial
 from lorastudio.training.loop import train
-
-FINAL = {"completed", "stopped", "failed", "interrupted"}
-IMAGES = 8  # the sample dataset
-# Two processes sum the batch's losses in another order than one: float32 rounding, compounded
-# over the steps by Adam; far below what a wrong shard, scale or cache would give.
-LORA_ATOL, LORA_RTOL = 1e-5, 1e-3
 
 
 @pytest.fixture
@@ -56,72 +59,8 @@ def model(tiny_model: Callable[[str], Path], shapes: Path) -> Path:
     return tiny_model("flux")
 
 
-def _cfg(model: Path, **over: Any) -> dict[str, Any]:
-    base = {
-        "family": "flux",
-        "base_model": str(model),
-        "data_dir": "shapes",
-        "resolution": 32,
-        "steps": 4,
-        "batch_size": 2,
-        "learning_rate": 5e-3,
-        "lora_rank": 4,
-        "output_name": "dp",
-    }
-    return {**base, **over}
-
-
 def _service(settings: Settings) -> JobService:
     return JobService(settings, RunStore.open(settings.db_path), GpuArbiter()).start()
-
-
-def _wait(service: JobService, job_id: str, done: Callable[[dict], bool], timeout: float, what: str) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        snap = service.job(job_id)
-        if done(snap):
-            return snap
-        time.sleep(0.02)
-    raise AssertionError(
-        f"job {job_id} still {service.job(job_id)['status']} after {timeout}s waiting for {what}"
-    )
-
-
-def _channels() -> set[Path]:
-    """The launcher's private channel folders that exist now."""
-    return set(Path(tempfile.gettempdir()).glob("lorastudio-ranks-*"))
-
-
-def _events(service: JobService, job_id: str) -> list[dict]:
-    return [e for _, e in service.events_after(0) if e["job_id"] == job_id]
-
-
-def _single_process_lora(settings: Settings, model: Path, **over: Any) -> dict[str, torch.Tensor]:
-    """The LoRA of the same run in this process (one rank, the same global batch and seed)."""
-    raw = _cfg(model, **over) | {"data_dir": str(settings.datasets_dir / "shapes"), "num_gpus": 1}
-    result = train(TrainConfig.model_validate(raw), [].append, settings=settings, device="cpu")
-    assert result.lora_path is not None
-    return load_file(str(result.lora_path))
-
-
-def _assert_same_lora(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
-    assert sorted(got) == sorted(expected)
-    for key, tensor in expected.items():
-        torch.testing.assert_close(got[key], tensor, atol=LORA_ATOL, rtol=LORA_RTOL, msg=key)
-    assert any(t.abs().max() > 1e-3 for t in expected.values())  # the LoRA trained
-
-
-def _assert_one_set_of_events(events: list[dict], ranks: int) -> list[int]:
-    """Rank 0's events only, once each; returns the progress steps. The latents phase reports
-    once per round of `ranks` images: the ranks shared the cache."""
-    steps = [e["step"] for e in events if e["type"] == "progress"]
-    assert steps == list(range(1, len(steps) + 1))
-    assert sum(e["type"] == "complete" for e in events) == 1
-    loads = [e["component"] for e in events if e["type"] == "model_load_started"]
-    assert sorted(loads) == ["denoiser", "text_encoders", "vae"]
-    latents = [e["done"] for e in events if e["type"] == "preparing" and e["phase"] == "latents"]
-    assert latents == list(range(ranks, IMAGES + 1, ranks))
-    return steps
 
 
 # -- validation, arbiter, launch command (cheap) ------------------------------------------------------
@@ -129,16 +68,16 @@ def test_num_gpus_needs_that_many_gpus_unless_the_ranks_run_on_the_cpu(
     settings: Settings, dp_settings: Settings, model: Path
 ) -> None:
     with pytest.raises(ConfigError) as refused:
-        validate_run(_cfg(model, num_gpus=2), settings, live_output_names=set())
+        validate_run(dp_config(model, num_gpus=2), settings, live_output_names=set())
     message = {p.field: p.message for p in refused.value.problems}["num_gpus"]
     assert "needs 2 CUDA GPUs" in message and "this host has 0" in message
 
-    run = validate_run(_cfg(model, num_gpus=2), dp_settings, live_output_names=set())
+    run = validate_run(dp_config(model, num_gpus=2), dp_settings, live_output_names=set())
     assert run.worker_config.num_gpus == 2
 
     with pytest.raises(ConfigError) as inexact:
         validate_run(
-            _cfg(model, num_gpus=2, batch_size=3, lora_dropout=0.1), dp_settings, live_output_names=set()
+            dp_config(model, num_gpus=2, batch_size=3, lora_dropout=0.1), dp_settings, live_output_names=set()
         )
     fields = {p.field: p.message for p in inexact.value.problems}
     assert "does not divide by the 2 processes" in fields["batch_size"]
@@ -160,41 +99,6 @@ def test_the_arbiter_reserves_one_device_per_rank_and_the_ranks_see_only_those()
     assert "--nproc-per-node=4" in command and command[-2:] == ["-m", "lorastudio.jobs.rank_worker"]
 
 
-# -- the job service launching 2 ranks (always on) ---------------------------------------------------
-def test_a_two_rank_job_stops_and_saves_and_resumes_in_one_process_to_the_lora_of_one_process(
-    dp_settings: Settings, model: Path
-) -> None:
-    steps = 12
-    channels = _channels()
-    service = _service(dp_settings)
-    try:
-        job = service.submit(_cfg(model, num_gpus=2, steps=steps))
-        _wait(service, job["id"], lambda s: (s["progress"] or {}).get("step", 0) >= 2, 240, "step 2")
-        service.stop(save=True)
-        snap = _wait(service, job["id"], lambda s: s["status"] in FINAL, 60, "the stop")
-        assert snap["status"] == "stopped", snap["error"]
-        assert service.arbiter.training_job is None
-        stopped_at = _assert_one_set_of_events(_events(service, job["id"]), ranks=2)[-1]
-        assert 2 <= stopped_at < steps
-        assert service.ignored_events == 0  # every event came from rank 0, tagged as the agent
-        run_dir = dp_settings.outputs_dir / "dp"
-        assert snap["lora_path"] == str(run_dir / "dp.safetensors")
-        assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "dp.json", "dp.safetensors"]
-        assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step-{stopped_at:06d}"]
-        agent = snap["pid"]
-        _wait(service, job["id"], lambda s: not process_alive(agent), 10, "the agent's exit")
-        _wait(service, job["id"], lambda s: _channels() <= channels, 10, "the channel folder removed")
-
-        resumed = service.submit_resume(job["id"], overrides={"num_gpus": 1})
-        final = _wait(service, resumed["id"], lambda s: s["status"] in FINAL, 120, "the resumed run")
-        assert final["status"] == "completed", final["error"]
-        assert final["steps_run"] == steps
-        got = load_file(str(final["lora_path"]))
-    finally:
-        service.shutdown()
-    _assert_same_lora(got, _single_process_lora(dp_settings, model, steps=steps, output_name="single"))
-
-
 # -- slower: a full 2-rank run, a resume on 2 ranks, the CLI -----------------------------------------
 @pytest.mark.slow
 def test_a_two_rank_job_completes_and_a_two_rank_resume_continues_it(
@@ -202,26 +106,27 @@ def test_a_two_rank_job_completes_and_a_two_rank_resume_continues_it(
 ) -> None:
     service = _service(dp_settings)
     try:
-        done = service.submit(_cfg(model, num_gpus=2, output_name="full"))
-        snap = _wait(service, done["id"], lambda s: s["status"] in FINAL, 240, "the run")
+        done = service.submit(dp_config(model, num_gpus=2, output_name="full"))
+        snap = wait_job(service, done["id"], lambda s: s["status"] in FINAL, 240, "the run")
         assert snap["status"] == "completed", snap["error"]
-        assert _assert_one_set_of_events(_events(service, done["id"]), ranks=2) == [1, 2, 3, 4]
+        assert assert_one_set_of_events(job_events(service, done["id"]), ranks=2) == [1, 2, 3, 4]
         full = load_file(str(snap["lora_path"]))
 
-        job = service.submit(_cfg(model, num_gpus=2, steps=10, output_name="halves"))
-        _wait(service, job["id"], lambda s: (s["progress"] or {}).get("step", 0) >= 2, 240, "step 2")
+        job = service.submit(dp_config(model, num_gpus=2, steps=10, output_name="halves"))
+        wait_job(service, job["id"], lambda s: (s["progress"] or {}).get("step", 0) >= 2, 240, "step 2")
         service.stop(save=True)
         assert (
-            _wait(service, job["id"], lambda s: s["status"] in FINAL, 60, "the stop")["status"] == "stopped"
+            wait_job(service, job["id"], lambda s: s["status"] in FINAL, 60, "the stop")["status"]
+            == "stopped"
         )
         resumed = service.submit_resume(job["id"])  # num_gpus=2 from the checkpoint
-        final = _wait(service, resumed["id"], lambda s: s["status"] in FINAL, 240, "the resume")
+        final = wait_job(service, resumed["id"], lambda s: s["status"] in FINAL, 240, "the resume")
         assert final["status"] == "completed", final["error"]
         halves = load_file(str(final["lora_path"]))
     finally:
         service.shutdown()
-    _assert_same_lora(full, _single_process_lora(dp_settings, model, output_name="single4"))
-    _assert_same_lora(halves, _single_process_lora(dp_settings, model, steps=10, output_name="single10"))
+    assert_same_lora(full, single_process_lora(dp_settings, model, output_name="single4"))
+    assert_same_lora(halves, single_process_lora(dp_settings, model, steps=10, output_name="single10"))
 
 
 @pytest.mark.slow
@@ -229,7 +134,7 @@ def test_the_cli_launches_two_gloo_ranks_through_torchrun(
     settings: Settings, model: Path, tmp_path: Path
 ) -> None:
     config = tmp_path / "run.json"
-    raw = _cfg(model, output_name="cli")
+    raw = dp_config(model, output_name="cli")
     config.write_text(json.dumps(raw))
     env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
@@ -243,7 +148,7 @@ def test_the_cli_launches_two_gloo_ranks_through_torchrun(
     assert "launching 2 processes: torchrun --standalone" in proc.stderr
     assert proc.stdout.count("done: 4 step(s)") == 1  # rank 0 reports, once
     got = load_file(str(settings.outputs_dir / "cli" / "cli.safetensors"))
-    _assert_same_lora(got, _single_process_lora(settings, model, output_name="single"))
+    assert_same_lora(got, single_process_lora(settings, model, output_name="single"))
 
 
 # -- the CLI's pieces (cheap) -----------------------------------------------------------------------
@@ -251,7 +156,7 @@ def test_the_cli_refuses_more_gpus_than_the_host_has_before_launching(
     settings: Settings, model: Path, tmp_path: Path
 ) -> None:
     config = tmp_path / "run.json"
-    config.write_text(json.dumps(_cfg(model, data_dir=str(settings.datasets_dir / "shapes"))))
+    config.write_text(json.dumps(dp_config(model, data_dir=str(settings.datasets_dir / "shapes"))))
     _register()
     result = CliRunner().invoke(app, ["train", str(config), "--gpus", "2"])
     assert result.exit_code == 2
@@ -319,7 +224,7 @@ def test_one_gpu_rank_through_the_launcher_trains_on_the_reserved_gpu(
     GPU 0: the run completes with rank 0's events, as a spawned worker's would."""
     from lorastudio.jobs.launcher import TorchrunWorker
 
-    raw = _cfg(model, steps=3, output_name="one") | {"data_dir": str(settings.datasets_dir / "shapes")}
+    raw = dp_config(model, steps=3, output_name="one") | {"data_dir": str(settings.datasets_dir / "shapes")}
     worker = TorchrunWorker("one", 1, TrainConfig.model_validate(raw), settings, devices=(0,))
     pid = worker.start()
     events = []
@@ -346,17 +251,17 @@ def test_a_two_gpu_job_trains_the_lora_of_one_gpu(settings: Settings, model: Pat
     service = _service(settings)
     try:
         job = service.submit(
-            _cfg(model, num_gpus=2, base_precision="fp32", enable_tf32=False, output_name="gpu2")
+            dp_config(model, num_gpus=2, base_precision="fp32", enable_tf32=False, output_name="gpu2")
         )
-        snap = _wait(service, job["id"], lambda s: s["status"] in FINAL, 600, "the run")
+        snap = wait_job(service, job["id"], lambda s: s["status"] in FINAL, 600, "the run")
         assert snap["status"] == "completed", snap["error"]
-        _assert_one_set_of_events(_events(service, job["id"]), ranks=2)
+        assert_one_set_of_events(job_events(service, job["id"]), ranks=2)
         got = load_file(str(snap["lora_path"]))
     finally:
         service.shutdown()
-    raw = _cfg(model, base_precision="fp32", enable_tf32=False, output_name="gpu1") | {
+    raw = dp_config(model, base_precision="fp32", enable_tf32=False, output_name="gpu1") | {
         "data_dir": str(settings.datasets_dir / "shapes")
     }
     single = train(TrainConfig.model_validate(raw), [].append, settings=settings, device="cuda")
     assert single.lora_path is not None
-    _assert_same_lora(got, load_file(str(single.lora_path)))
+    assert_same_lora(got, load_file(str(single.lora_path)))
