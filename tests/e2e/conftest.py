@@ -149,11 +149,11 @@ def token_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         yield {"url": url, "home": home, "token": token}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """Debian's Chromium under Playwright, launched once for every browser test: each test opens
-    its own context (fresh cookies and storage). Playwright gives every launch a fresh temporary
-    profile (it refuses --user-data-dir in `args`), so no state leaks between runs."""
+    """Debian's Chromium under Playwright (closed at the end of the module, so that no browser
+    runs beside the load-sensitive reliability tests). Playwright gives every launch a fresh
+    temporary profile (it refuses --user-data-dir in `args`), so no state leaks between runs."""
     if not Path(CHROMIUM).is_file():
         _missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
