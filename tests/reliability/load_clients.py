@@ -1,9 +1,13 @@
 """Load generator run as its own process (so the clients do not share the server's interpreter):
-`python load_clients.py URL N SECONDS` opens N/2 event-stream clients and N - N/2 status
-pollers (each polls /api/train/status every POLL_S, with `since` as the web UI does) for SECONDS, then prints one JSON line:
-{"status_latencies_ms": [...], "sse_connect_ms": [...], "sse_events": total, "errors": n}.
+`python load_clients.py URL N SECONDS [BURSTS IDLE]` opens N/2 event-stream clients and N - N/2
+status pollers (each polls /api/train/status every POLL_S, with `since` as the web UI does) for
+SECONDS, BURSTS times (default 1) with IDLE seconds without any client in between, then prints
+one JSON line: {"status_latencies_ms": [...], "sse_connect_ms": [...], "sse_events": total,
+"errors": [...], "bursts": [[start, end], ...]} (each burst's time.monotonic() span, from when its
+clients were started to when the last one closed; the clock is system-wide, so the caller can
+compare the training step counts it samples with them).
 
-The clients stand in for browsers on other machines: the process runs at niceness +10 so that on
+The clients stand in for browsers on other machines: the process runs at niceness +19 so that on
 a small test machine the load generator itself does not take the training worker's CPU (remote
 clients would not); what is measured is the server's cost to the run."""
 
@@ -18,7 +22,7 @@ import time
 import httpx
 
 POLL_S = 0.25
-CLIENT_NICE = 10
+CLIENT_NICE = 19
 
 
 async def poller(client: httpx.AsyncClient, until: float, out: list[float], errors: list[str]) -> None:
@@ -58,26 +62,35 @@ async def streamer(
         errors.append(repr(err))
 
 
-async def main(url: str, n: int, seconds: float) -> dict:
-    until = time.monotonic() + seconds
+async def main(url: str, n: int, seconds: float, bursts: int = 1, idle: float = 0.0) -> dict:
     latencies: list[float] = []
     connect: list[float] = []
     events = [0]
     errors: list[str] = []
+    spans: list[list[float]] = []
     limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-        tasks = [streamer(client, until, connect, events, errors) for _ in range(n // 2)]
-        tasks += [poller(client, until, latencies, errors) for _ in range(n - n // 2)]
-        await asyncio.gather(*tasks)
+    for burst in range(bursts):
+        if burst:
+            await asyncio.sleep(idle)
+        start = time.monotonic()
+        until = start + seconds
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+            tasks = [streamer(client, until, connect, events, errors) for _ in range(n // 2)]
+            tasks += [poller(client, until, latencies, errors) for _ in range(n - n // 2)]
+            await asyncio.gather(*tasks)
+        spans.append([start, time.monotonic()])
     return {
         "status_latencies_ms": latencies,
         "sse_connect_ms": connect,
         "sse_events": events[0],
         "errors": errors,
+        "bursts": spans,
     }
 
 
 if __name__ == "__main__":
     os.nice(CLIENT_NICE)
-    result = asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
+    args = sys.argv[1:]
+    extra = (int(args[3]), float(args[4])) if len(args) > 3 else ()
+    result = asyncio.run(main(args[0], int(args[1]), float(args[2]), *extra))
     print(json.dumps(result))
