@@ -142,6 +142,10 @@ class Engine:
         self.family = families.get(FAMILY_KEYS[name])
         self.cfg = engine_config(name)
         self.objective = make_objective(self.family, self.cfg, SCHEDULERS[name])
+        if name == "qwen":  # as the family's load_denoiser does
+            from lorastudio.families.qwen_rope import use_real_rope
+
+            use_real_rope()
         self.model = build_denoiser(name, DEV, DT)
         self.notes = before_lora(self.model) if before_lora is not None else None
         torch.manual_seed(0)

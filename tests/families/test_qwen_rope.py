@@ -1,0 +1,109 @@
+"""Qwen-Image's real-arithmetic RoPE (families/qwen_rope.py): the same values as diffusers'
+complex path, installed by the family's load_denoiser, and no complex op left in the graph
+torch.compile hands to its backend (what Inductor cannot generate code for)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from diffusers import QwenImageTransformer2DModel
+from diffusers.models.transformers import transformer_qwenimage as qwen
+
+from lorastudio import families
+from lorastudio.families.qwen_rope import real_rotary_emb, use_complex_rope, use_real_rope
+
+
+@pytest.fixture
+def complex_rope() -> Iterator[None]:
+    """Start from diffusers' own rotation; afterwards put back whichever was installed."""
+    before = qwen.apply_rotary_emb_qwen
+    use_complex_rope()
+    yield
+    qwen.apply_rotary_emb_qwen = before
+
+
+def _tiny_transformer() -> QwenImageTransformer2DModel:
+    torch.manual_seed(0)
+    return QwenImageTransformer2DModel(
+        patch_size=2,
+        in_channels=64,
+        out_channels=16,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,
+        guidance_embeds=False,
+        axes_dims_rope=(4, 6, 6),
+    ).eval()
+
+
+def _inputs(batch: int = 2, side: int = 4, text: int = 7) -> dict:
+    g = torch.Generator().manual_seed(1)
+    return {
+        "hidden_states": torch.randn(batch, side * side, 64, generator=g),  # [B, tokens, 4 x 16]
+        "encoder_hidden_states": torch.randn(batch, text, 32, generator=g),
+        "timestep": torch.tensor([0.3, 0.8])[:batch],
+        "img_shapes": [[(1, side, side)]] * batch,
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_real_rotation_matches_the_complex_one(dtype: torch.dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 24, 3, 16, generator=g).to(dtype)  # [B, S, H, D]
+    angles = torch.randn(24, 8, generator=g) * 10
+    freqs = torch.polar(torch.ones_like(angles), angles)  # [S, D/2] complex64
+    expected = qwen.apply_rotary_emb_qwen(x, freqs, use_real=False)
+    got = real_rotary_emb(x, freqs)
+    assert got.dtype == dtype and got.shape == x.shape
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-6 if dtype == torch.float32 else 0)
+
+
+def test_the_family_installs_it_and_the_model_output_is_unchanged(complex_rope, tmp_path):
+    model, inputs = _tiny_transformer(), _inputs()
+    with torch.no_grad():
+        complex_out = model(**inputs).sample  # [B, tokens, 64]
+    model.save_pretrained(tmp_path / "transformer")
+    assert not hasattr(qwen.apply_rotary_emb_qwen, "_lorastudio_complex_rotary_emb")
+    loaded = families.get("qwen-image").load_denoiser(str(tmp_path), None, torch.float32, torch.device("cpu"))
+    assert hasattr(qwen.apply_rotary_emb_qwen, "_lorastudio_complex_rotary_emb")  # installed
+    assert use_real_rope() is True and qwen.apply_rotary_emb_qwen._lorastudio_complex_rotary_emb  # idempotent
+    with torch.no_grad():
+        real_out = loaded(**inputs).sample
+    torch.testing.assert_close(real_out, complex_out, rtol=1e-5, atol=1e-6)
+    # the real-valued path (use_real=True) of the same function still goes to diffusers' code
+    cos, sin = torch.ones(5, 8), torch.zeros(5, 8)
+    x = torch.randn(1, 2, 5, 8)  # [B, H, S, D] as that path takes it
+    torch.testing.assert_close(qwen.apply_rotary_emb_qwen(x, (cos, sin), use_real=True), x)
+
+
+def _complex_nodes(model: QwenImageTransformer2DModel) -> list[str]:
+    """Compile the model's blocks with a backend that records the forward and backward graphs
+    AOTAutograd produces (what Inductor would lower); returns the ops producing complex values."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    found: list[str] = []
+
+    def record(gm: torch.fx.GraphModule, _inputs: list) -> torch.fx.GraphModule:
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if node.op == "call_function" and isinstance(val, torch.Tensor) and val.is_complex():
+                found.append(str(node.target))
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    for block in model.transformer_blocks:
+        block.compile(backend=aot_autograd(fw_compiler=record, bw_compiler=record), fullgraph=True)
+    model.requires_grad_(True)
+    model(**_inputs()).sample.square().mean().backward()
+    torch._dynamo.reset()
+    return found
+
+
+def test_compiled_blocks_hold_no_complex_op_with_the_real_rope(complex_rope):
+    assert _complex_nodes(_tiny_transformer())  # diffusers' own rotation: complex ops in the graph
+    use_real_rope()
+    assert _complex_nodes(_tiny_transformer()) == []
