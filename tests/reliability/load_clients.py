@@ -7,7 +7,7 @@ one JSON line: {"status_latencies_ms": [...], "sse_connect_ms": [...], "sse_even
 clients were started to when the last one closed; the clock is system-wide, so the caller can
 compare the training step counts it samples with them).
 
-The clients stand in for browsers on other machines: the process runs at niceness +19 so that on
+The clients stand in for browsers on other machines: the process runs at niceness +10 so that on
 a small test machine the load generator itself does not take the training worker's CPU (remote
 clients would not); what is measured is the server's cost to the run."""
 
@@ -22,7 +22,7 @@ import time
 import httpx
 
 POLL_S = 0.25
-CLIENT_NICE = 19
+CLIENT_NICE = 10
 
 
 async def poller(client: httpx.AsyncClient, until: float, out: list[float], errors: list[str]) -> None:

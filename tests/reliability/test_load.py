@@ -7,7 +7,7 @@
   without (same run, clients in bursts with pauses between, see `_clients_during_a_run`): at
   most 10 % lower; the run, stopped without save, keeps nothing. The server's request threads
   run at +server_nice (api/app.py; checked on the run's processes and threads first) and the
-  load generator, standing in for remote browsers, at +19, so the worker keeps its CPU on a
+  load generator, standing in for remote browsers, at +10, so the worker keeps its CPU on a
   2-core machine too.
 - an upload streamed to a real `lorastudio serve` process (200 MB always, 2 GB behind `slow`):
   the server's peak RSS must stay bounded (well below the upload size).
