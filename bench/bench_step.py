@@ -143,10 +143,14 @@ class Engine:
         self.cfg = engine_config(name)
         self.objective = make_objective(self.family, self.cfg, SCHEDULERS[name])
         if name == "qwen":  # as the family's load_denoiser does
-            from lorastudio.families.qwen_rope import use_real_rope
+            from lorastudio.families.real_rope import use_real_rope
 
             use_real_rope()
         self.model = build_denoiser(name, DEV, DT)
+        if name == "zimage":  # as the family's load_denoiser does
+            from lorastudio.families.real_rope import use_real_rope_processors
+
+            use_real_rope_processors(self.model)
         self.notes = before_lora(self.model) if before_lora is not None else None
         torch.manual_seed(0)
         self.params = add_lora(self.model, lora_config_for(self.cfg, self.family.spec.lora_targets))

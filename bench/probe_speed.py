@@ -14,7 +14,8 @@ variants:
   bk2        after the first step at 1024x1024, one step at a second bucket (832x1216) and one
              back: the compile cost of a new aspect bucket (second_bucket_first_step_s, ...)
   whole      torch.compile of the whole denoiser instead of its blocks
-  cplx       Qwen-Image: diffusers' complex RoPE instead of the engine's real one (families/qwen_rope.py)
+  cplx       Qwen-Image, Z-Image: diffusers' complex RoPE instead of the engine's real one
+             (families/real_rope.py)
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   cl         channels_last memory format for the denoiser and the latents (U-Net convolutions)
   bf16lora   LoRA weights AND their optimizer in bf16 (upper bound of a bf16 LoRA branch)
@@ -185,10 +186,11 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
                 return apply_base_precision(model, precision, torch.device(DEV))
 
         eng = Engine(family, before_lora=before)
-        if "cplx" in parts:  # diffusers' own complex RoPE (Qwen-Image), not the engine's real one
-            from lorastudio.families.qwen_rope import use_complex_rope
+        if "cplx" in parts:  # diffusers' own complex RoPE, not the engine's real one
+            from lorastudio.families.real_rope import use_complex_rope, use_complex_rope_processors
 
             use_complex_rope()
+            row["complex_rope_processors"] = use_complex_rope_processors(eng.model)
         row["notes"] = eng.notes
         row["build_s"] = round(time.monotonic() - t0, 1)
         if "cudnnc" in parts:

@@ -12,7 +12,7 @@ import torch
 
 from lorastudio.families.base import Family, FamilySpec
 from lorastudio.families.common import pack_2x2, unpack_2x2
-from lorastudio.families.qwen_rope import use_real_rope
+from lorastudio.families.real_rope import use_real_rope
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -44,7 +44,7 @@ class QwenImageFamily(Family):
     def load_denoiser(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
     ) -> Any:
-        """The base hook's denoiser, rotating its queries and keys with families/qwen_rope.py's
+        """The base hook's denoiser, rotating its queries and keys with families/real_rope.py's
         real-arithmetic RoPE (same values; one fused kernel under torch.compile)."""
         use_real_rope()
         return super().load_denoiser(source, revision, dtype, device)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.real_rope import use_real_rope_processors
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -38,6 +39,15 @@ SPEC = FamilySpec(
 
 class ZImageFamily(Family):
     spec = SPEC
+
+    def load_denoiser(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        """The base hook's denoiser, its attention rotating queries and keys with
+        families/real_rope.py's real-arithmetic RoPE (same values; fused under torch.compile)."""
+        denoiser = super().load_denoiser(source, revision, dtype, device)
+        use_real_rope_processors(denoiser)
+        return denoiser
 
     @torch.no_grad()
     def encode_prompts(

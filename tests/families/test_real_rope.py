@@ -1,6 +1,6 @@
-"""Qwen-Image's real-arithmetic RoPE (families/qwen_rope.py): the same values as diffusers'
-complex path, installed by the family's load_denoiser, and no complex op left in the graph
-torch.compile hands to its backend (what Inductor cannot generate code for)."""
+"""Real-arithmetic RoPE for Qwen-Image and Z-Image (families/real_rope.py): the same values as
+diffusers' complex paths, installed by each family's load_denoiser, and no complex op left in
+the graphs torch.compile hands to its backend (what Inductor cannot generate code for)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,18 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from diffusers import QwenImageTransformer2DModel
+from diffusers import QwenImageTransformer2DModel, ZImageTransformer2DModel
 from diffusers.models.transformers import transformer_qwenimage as qwen
 
 from lorastudio import families
-from lorastudio.families.qwen_rope import real_rotary_emb, use_complex_rope, use_real_rope
+from lorastudio.families.real_rope import (
+    rotate_pairs,
+    use_complex_rope,
+    use_complex_rope_processors,
+    use_real_rope,
+    use_real_rope_processors,
+)
+from lorastudio.families.z_image_attention import RealRopeZImageAttnProcessor
 
 
 @pytest.fixture
@@ -56,7 +63,7 @@ def test_real_rotation_matches_the_complex_one(dtype: torch.dtype):
     angles = torch.randn(24, 8, generator=g) * 10
     freqs = torch.polar(torch.ones_like(angles), angles)  # [S, D/2] complex64
     expected = qwen.apply_rotary_emb_qwen(x, freqs, use_real=False)
-    got = real_rotary_emb(x, freqs)
+    got = rotate_pairs(x, freqs)
     assert got.dtype == dtype and got.shape == x.shape
     torch.testing.assert_close(got, expected, rtol=0, atol=2e-6 if dtype == torch.float32 else 0)
 
@@ -79,7 +86,7 @@ def test_the_family_installs_it_and_the_model_output_is_unchanged(complex_rope, 
     torch.testing.assert_close(qwen.apply_rotary_emb_qwen(x, (cos, sin), use_real=True), x)
 
 
-def _complex_nodes(model: QwenImageTransformer2DModel) -> list[str]:
+def _complex_nodes(model: torch.nn.Module, blocks: list[torch.nn.Module], inputs: dict) -> list[str]:
     """Compile the model's blocks with a backend that records the forward and backward graphs
     AOTAutograd produces (what Inductor would lower); returns the ops producing complex values."""
     from functorch.compile import make_boxed_func
@@ -95,15 +102,79 @@ def _complex_nodes(model: QwenImageTransformer2DModel) -> list[str]:
         return make_boxed_func(gm.forward)
 
     torch._dynamo.reset()
-    for block in model.transformer_blocks:
+    for block in blocks:
         block.compile(backend=aot_autograd(fw_compiler=record, bw_compiler=record), fullgraph=True)
     model.requires_grad_(True)
-    model(**_inputs()).sample.square().mean().backward()
+    out = model(**inputs)[0]
+    torch.stack(list(out)).square().mean().backward()
     torch._dynamo.reset()
     return found
 
 
 def test_compiled_blocks_hold_no_complex_op_with_the_real_rope(complex_rope):
-    assert _complex_nodes(_tiny_transformer())  # diffusers' own rotation: complex ops in the graph
+    model = _tiny_transformer()
+    assert _complex_nodes(model, model.transformer_blocks, _inputs())  # diffusers': complex ops
     use_real_rope()
-    assert _complex_nodes(_tiny_transformer()) == []
+    model = _tiny_transformer()
+    assert _complex_nodes(model, model.transformer_blocks, _inputs()) == []
+
+
+def _tiny_z_image() -> ZImageTransformer2DModel:
+    torch.manual_seed(0)
+    model = ZImageTransformer2DModel(
+        all_patch_size=(2,),
+        all_f_patch_size=(1,),
+        in_channels=16,
+        dim=32,
+        n_layers=2,
+        n_refiner_layers=1,
+        n_heads=2,
+        n_kv_heads=2,
+        norm_eps=1e-5,
+        qk_norm=True,
+        cap_feat_dim=32,
+        rope_theta=256.0,
+        t_scale=1000.0,
+        axes_dims=[8, 4, 4],
+        axes_lens=[1536, 512, 512],
+    ).eval()
+    with torch.no_grad():  # allocated with torch.empty
+        model.x_pad_token.normal_(std=0.02)
+        model.cap_pad_token.normal_(std=0.02)
+    return model
+
+
+def _z_inputs() -> dict:
+    g = torch.Generator().manual_seed(1)
+    return {
+        "x": [torch.randn(16, 1, 8, 8, generator=g) for _ in range(2)],  # B x [C, F, h, w]
+        "t": torch.tensor([0.3, 0.8]),
+        "cap_feats": [torch.randn(5, 32, generator=g), torch.randn(9, 32, generator=g)],  # B x [L_i, D]
+        "return_dict": False,
+    }
+
+
+def test_z_image_processors_give_the_same_output(tmp_path):
+    model, inputs = _tiny_z_image(), _z_inputs()
+    with torch.no_grad():
+        complex_out = torch.stack(model(**inputs)[0])  # [B, C, 1, h, w]
+    model.save_pretrained(tmp_path / "transformer")
+    loaded = families.get("z-image").load_denoiser(str(tmp_path), None, torch.float32, torch.device("cpu"))
+    processors = [m.processor for m in loaded.modules() if hasattr(m, "processor")]
+    assert len(processors) == 4 and all(type(p) is RealRopeZImageAttnProcessor for p in processors)
+    with torch.no_grad():
+        real_out = torch.stack(loaded(**inputs)[0])
+    torch.testing.assert_close(real_out, complex_out, rtol=1e-5, atol=1e-6)
+    assert use_complex_rope_processors(loaded) == 4 and use_real_rope_processors(loaded) == 4
+
+
+def _z_blocks(model: ZImageTransformer2DModel) -> list[torch.nn.Module]:
+    return [*model.noise_refiner, *model.context_refiner, *model.layers]
+
+
+def test_compiled_z_image_blocks_hold_no_complex_op_with_the_real_processors():
+    model = _tiny_z_image()
+    assert _complex_nodes(model, _z_blocks(model), _z_inputs())  # diffusers' processor: complex ops
+    model = _tiny_z_image()
+    use_real_rope_processors(model)
+    assert _complex_nodes(model, _z_blocks(model), _z_inputs()) == []
