@@ -131,9 +131,10 @@ def baseline_step_fn(name: str, model: Any, params: list[torch.nn.Parameter], ba
 class Engine:
     """The engine's objects for one family: config, family hooks, objective, denoiser + LoRA."""
 
-    def __init__(self, name: str, before_lora: Any = None):
+    def __init__(self, name: str, before_lora: Any = None, targets: tuple[str, ...] | None = None):
         """before_lora: an optional callable(model) applied to the built denoiser before the LoRA
-        is added (e.g. training.quantize.apply_base_precision)."""
+        is added (e.g. training.quantize.apply_base_precision); targets: the LoRA target module
+        suffixes (a run's `lora_targets`; None: the family's defaults)."""
         from lorastudio import families
         from lorastudio.training.lora import add_lora, lora_config_for
         from lorastudio.training.noise import make_objective
@@ -153,7 +154,8 @@ class Engine:
             use_real_rope_processors(self.model)
         self.notes = before_lora(self.model) if before_lora is not None else None
         torch.manual_seed(0)
-        self.params = add_lora(self.model, lora_config_for(self.cfg, self.family.spec.lora_targets))
+        targets = targets or self.family.spec.lora_targets
+        self.params = add_lora(self.model, lora_config_for(self.cfg, targets))
         self.lora_init = [p.detach().clone() for p in self.params]
 
     def reset_lora(self) -> None:

@@ -16,6 +16,9 @@ variants:
   whole      torch.compile of the whole denoiser instead of its blocks
   cplx       Qwen-Image, Z-Image: diffusers' complex RoPE instead of the engine's real one
              (families/real_rope.py)
+  bt         LoRA on the baseline's targets (to_q, to_k, to_v, to_out.0: `lora_targets` set so)
+             instead of the family's defaults (FLUX.1 / Qwen-Image also train the text stream's
+             add_q/k/v_proj and to_add_out): the same work as the plain step
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   cl         channels_last memory format for the denoiser and the latents (U-Net convolutions)
   bf16lora   LoRA weights AND their optimizer in bf16 (upper bound of a bf16 LoRA branch)
@@ -136,7 +139,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     import torch
 
     from bench.bench_step import DEV, Engine, timed
-    from bench.models import synthetic_batch
+    from bench.models import BASELINE_TARGETS, synthetic_batch
     from lorastudio.training.compile import CUDA_GRAPHS, compile_denoiser, compile_state
     from lorastudio.training.precision import run_numerics
 
@@ -154,6 +157,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "cg",
         "cl",
         "cplx",
+        "bt",
         "bf16lora",
         "cudnn",
         "cudnnc",
@@ -185,7 +189,9 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             def before(model: Any) -> list[str]:
                 return apply_base_precision(model, precision, torch.device(DEV))
 
-        eng = Engine(family, before_lora=before)
+        targets = tuple(BASELINE_TARGETS) if "bt" in parts else None
+        eng = Engine(family, before_lora=before, targets=targets)
+        row["lora_params"] = sum(p.numel() for p in eng.params)
         if "cplx" in parts:  # diffusers' own complex RoPE, not the engine's real one
             from lorastudio.families.real_rope import use_complex_rope, use_complex_rope_processors
 
