@@ -20,6 +20,7 @@ from lorastudio.families.real_rope import (
     use_real_rope_processors,
 )
 from lorastudio.families.z_image_attention import RealRopeZImageAttnProcessor
+from lorastudio.tiny.models import qwen_image_transformer, z_image_transformer
 
 
 @pytest.fixture
@@ -32,18 +33,7 @@ def complex_rope() -> Iterator[None]:
 
 
 def _tiny_transformer() -> QwenImageTransformer2DModel:
-    torch.manual_seed(0)
-    return QwenImageTransformer2DModel(
-        patch_size=2,
-        in_channels=64,
-        out_channels=16,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        guidance_embeds=False,
-        axes_dims_rope=(4, 6, 6),
-    ).eval()
+    return qwen_image_transformer(0).eval()
 
 
 def _inputs(batch: int = 2, side: int = 4, text: int = 7) -> dict:
@@ -120,28 +110,7 @@ def test_compiled_blocks_hold_no_complex_op_with_the_real_rope(complex_rope):
 
 
 def _tiny_z_image() -> ZImageTransformer2DModel:
-    torch.manual_seed(0)
-    model = ZImageTransformer2DModel(
-        all_patch_size=(2,),
-        all_f_patch_size=(1,),
-        in_channels=16,
-        dim=32,
-        n_layers=2,
-        n_refiner_layers=1,
-        n_heads=2,
-        n_kv_heads=2,
-        norm_eps=1e-5,
-        qk_norm=True,
-        cap_feat_dim=32,
-        rope_theta=256.0,
-        t_scale=1000.0,
-        axes_dims=[8, 4, 4],
-        axes_lens=[1536, 512, 512],
-    ).eval()
-    with torch.no_grad():  # allocated with torch.empty
-        model.x_pad_token.normal_(std=0.02)
-        model.cap_pad_token.normal_(std=0.02)
-    return model
+    return z_image_transformer(0).eval()
 
 
 def _z_inputs() -> dict:
@@ -178,3 +147,27 @@ def test_compiled_z_image_blocks_hold_no_complex_op_with_the_real_processors():
     model = _tiny_z_image()
     use_real_rope_processors(model)
     assert _complex_nodes(model, _z_blocks(model), _z_inputs()) == []
+
+
+def test_only_a_verified_z_image_processor_is_replaced(monkeypatch):
+    """The installed diffusers' processor is the verified one (a new diffusers fails here: check
+    RealRopeZImageAttnProcessor against its __call__, then add its digest); another is kept."""
+    from diffusers.models.transformers.transformer_z_image import ZSingleStreamAttnProcessor
+
+    from lorastudio.families import real_rope
+
+    assert real_rope.source_digest(ZSingleStreamAttnProcessor.__call__) in real_rope.Z_IMAGE_VERIFIED_CALLS
+    monkeypatch.setattr(real_rope, "Z_IMAGE_VERIFIED_CALLS", frozenset({"0" * 16}))
+    model = _tiny_z_image()
+    assert use_real_rope_processors(model) == 0
+    assert all(
+        type(m.processor) is ZSingleStreamAttnProcessor for m in model.modules() if hasattr(m, "processor")
+    )
+
+
+def test_an_unknown_qwen_rotation_is_left_alone(monkeypatch):
+    def other(x, freqs_cis, use_real=True):  # a signature real_rope was not written against
+        return x
+
+    monkeypatch.setattr(qwen, "apply_rotary_emb_qwen", other)
+    assert use_real_rope() is False and qwen.apply_rotary_emb_qwen is other

@@ -19,6 +19,8 @@ tests/families/test_real_rope.py checks both against diffusers' complex paths.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,10 @@ import torch
 log = logging.getLogger(__name__)
 
 _ORIGINAL_ATTR = "_lorastudio_complex_rotary_emb"  # diffusers' own function, kept on its module
+_QWEN_PARAMS = ["x", "freqs_cis", "use_real", "use_real_unbind_dim"]  # apply_rotary_emb_qwen's
+# sha256 (first 16 hex digits, white space folded) of the ZSingleStreamAttnProcessor.__call__ source
+# that RealRopeZImageAttnProcessor reproduces (diffusers 0.42.1); another source keeps diffusers' own
+Z_IMAGE_VERIFIED_CALLS = frozenset({"9e56cdb0938c85b9"})
 
 
 def rotate_pairs(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
@@ -59,13 +65,14 @@ def _with_real_complex_path(original: Callable[..., torch.Tensor]) -> Callable[.
 
 def use_real_rope() -> bool:
     """Make diffusers' Qwen-Image attention rotate with `rotate_pairs` (idempotent). Returns
-    whether it is in place; False (logged) when this diffusers has no `apply_rotary_emb_qwen` in
-    its Qwen-Image module, so the model keeps its own rotation."""
+    whether it is in place; False (logged) when this diffusers has no `apply_rotary_emb_qwen`
+    with the parameters it was written against, so the model keeps its own rotation."""
     from diffusers.models.transformers import transformer_qwenimage as qwen
 
     current = getattr(qwen, "apply_rotary_emb_qwen", None)
-    if current is None:
-        log.info("Qwen-Image rotary embedding left as diffusers has it (no apply_rotary_emb_qwen)")
+    original = getattr(current, _ORIGINAL_ATTR, current)
+    if original is None or list(inspect.signature(original).parameters) != _QWEN_PARAMS:
+        log.info("Qwen-Image rotary embedding left as diffusers has it (apply_rotary_emb_qwen differs)")
         return False
     if not hasattr(current, _ORIGINAL_ATTR):
         qwen.apply_rotary_emb_qwen = _with_real_complex_path(current)
@@ -97,13 +104,23 @@ def _swap_processors(model: torch.nn.Module, old_type: type, new_type: type) -> 
     return swapped
 
 
+def source_digest(fn: Callable[..., Any]) -> str:
+    """The first 16 hex digits of the sha256 of `fn`'s source with white space folded."""
+    return hashlib.sha256(" ".join(inspect.getsource(fn).split()).encode()).hexdigest()[:16]
+
+
 def use_real_rope_processors(model: torch.nn.Module) -> int:
     """Give every attention module of a Z-Image transformer whose processor is diffusers'
-    `ZSingleStreamAttnProcessor` a `RealRopeZImageAttnProcessor`. Returns how many were replaced."""
+    `ZSingleStreamAttnProcessor` a `RealRopeZImageAttnProcessor`, when diffusers' `__call__` is
+    the one that class reproduces (Z_IMAGE_VERIFIED_CALLS; else nothing changes, logged).
+    Returns how many were replaced."""
     from diffusers.models.transformers.transformer_z_image import ZSingleStreamAttnProcessor
 
     from lorastudio.families.z_image_attention import RealRopeZImageAttnProcessor
 
+    if source_digest(ZSingleStreamAttnProcessor.__call__) not in Z_IMAGE_VERIFIED_CALLS:
+        log.info("Z-Image attention left as diffusers has it (its processor is not the verified one)")
+        return 0
     return _swap_processors(model, ZSingleStreamAttnProcessor, RealRopeZImageAttnProcessor)
 
 

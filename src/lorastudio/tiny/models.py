@@ -186,14 +186,55 @@ def build_flux(seed: int) -> DiffusionPipeline:
     )
 
 
+def qwen_image_transformer(seed: int) -> Any:
+    """The tiny Qwen-Image QwenImageTransformer2DModel of `build_qwen_image(seed)` (same weights)."""
+    from diffusers import QwenImageTransformer2DModel
+
+    _seed_for(seed, "transformer")
+    return QwenImageTransformer2DModel(
+        patch_size=2,
+        in_channels=64,
+        out_channels=16,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,  # Qwen2.5-VL hidden size
+        guidance_embeds=False,
+        axes_dims_rope=(4, 6, 6),
+    )
+
+
+def z_image_transformer(seed: int) -> Any:
+    """The tiny Z-Image ZImageTransformer2DModel of `build_z_image(seed)` (same weights)."""
+    from diffusers import ZImageTransformer2DModel
+
+    _seed_for(seed, "transformer")
+    transformer = ZImageTransformer2DModel(
+        all_patch_size=(2,),
+        all_f_patch_size=(1,),
+        in_channels=16,
+        dim=32,
+        n_layers=2,
+        n_refiner_layers=1,
+        n_heads=2,
+        n_kv_heads=2,
+        norm_eps=1e-5,
+        qk_norm=True,
+        cap_feat_dim=32,  # Qwen3 hidden size
+        rope_theta=256.0,
+        t_scale=1000.0,
+        axes_dims=[8, 4, 4],  # sums to the head dim
+        axes_lens=[1536, 512, 512],
+    )
+    with torch.no_grad():  # allocated with torch.empty (garbage, maybe NaN); a checkpoint fills them
+        transformer.x_pad_token.copy_(torch.randn_like(transformer.x_pad_token) * 0.02)
+        transformer.cap_pad_token.copy_(torch.randn_like(transformer.cap_pad_token) * 0.02)
+    return transformer
+
+
 def build_qwen_image(seed: int) -> DiffusionPipeline:
     """Qwen-Image: Qwen2.5-VL text encoder, MM-DiT (patch 2), 5-D Qwen VAE with its real latent stats."""
-    from diffusers import (
-        AutoencoderKLQwenImage,
-        FlowMatchEulerDiscreteScheduler,
-        QwenImagePipeline,
-        QwenImageTransformer2DModel,
-    )
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     tokenizer = toks.qwen_tokenizer()
@@ -231,18 +272,7 @@ def build_qwen_image(seed: int) -> DiffusionPipeline:
     )
     _seed_for(seed, "text_encoder")
     text_encoder = Qwen2_5_VLForConditionalGeneration(config)
-    _seed_for(seed, "transformer")
-    transformer = QwenImageTransformer2DModel(
-        patch_size=2,
-        in_channels=64,
-        out_channels=16,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,  # Qwen2.5-VL hidden size
-        guidance_embeds=False,
-        axes_dims_rope=(4, 6, 6),
-    )
+    transformer = qwen_image_transformer(seed)
     _seed_for(seed, "vae")
     vae = AutoencoderKLQwenImage(  # latents_mean / latents_std: the real defaults
         base_dim=16,
@@ -269,7 +299,7 @@ def build_qwen_image(seed: int) -> DiffusionPipeline:
 
 def build_z_image(seed: int) -> DiffusionPipeline:
     """Z-Image: Qwen3 text encoder with its chat template, single-stream DiT, the FLUX.1 VAE."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline
     from transformers import Qwen3Config, Qwen3Model
 
     tokenizer = toks.qwen_tokenizer()
@@ -290,27 +320,7 @@ def build_z_image(seed: int) -> DiffusionPipeline:
             pad_token_id=tokenizer.pad_token_id,
         )
     )
-    _seed_for(seed, "transformer")
-    transformer = ZImageTransformer2DModel(
-        all_patch_size=(2,),
-        all_f_patch_size=(1,),
-        in_channels=16,
-        dim=32,
-        n_layers=2,
-        n_refiner_layers=1,
-        n_heads=2,
-        n_kv_heads=2,
-        norm_eps=1e-5,
-        qk_norm=True,
-        cap_feat_dim=32,  # Qwen3 hidden size
-        rope_theta=256.0,
-        t_scale=1000.0,
-        axes_dims=[8, 4, 4],  # sums to the head dim
-        axes_lens=[1536, 512, 512],
-    )
-    with torch.no_grad():  # allocated with torch.empty (garbage, maybe NaN); a checkpoint fills them
-        transformer.x_pad_token.copy_(torch.randn_like(transformer.x_pad_token) * 0.02)
-        transformer.cap_pad_token.copy_(torch.randn_like(transformer.cap_pad_token) * 0.02)
+    transformer = z_image_transformer(seed)
     vae = _kl_vae(seed, latent_channels=16, scaling=0.3611, shift=0.1159, quant=False)
     scheduler = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False
