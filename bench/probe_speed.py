@@ -38,7 +38,9 @@ Each case prints one JSON line (and appends it to DIR/probe.jsonl); parity = max
 difference over the first PARITY steps (env PROBE_PARITY_STEPS, default 6; 50 for the issue's
 parity check; the same seed, data and LoRA init) against the FIRST variant listed for that family and batch
 (e.g. `zimage:eager,ref,fp8` checks compile and fp8 against eager bf16). PROBE_TIME=0 skips the
-timing windows (a parity-only call).
+timing windows (a parity-only call). Timed rows also get `x_base` (samples/s over the same call's
+`base` row of the family, when it was listed before them) and, for bf16 rows with the default
+LoRA targets, `mfu` (see TFLOP_PER_SAMPLE).
 """
 
 from __future__ import annotations
@@ -294,6 +296,28 @@ def kernel_profile(step: Any, steps: int = 2, top: int = 12) -> dict[str, Any]:
     }
 
 
+# FLOPs per sample of the engine's step at 1024 px with the family's default LoRA targets
+# (bench_step's FlopCounterMode count, bench/RESULTS.md) and the H200's measured bf16 matmul peak:
+# the MFU of a probe row is computed from them (bf16 rows with the default targets only)
+TFLOP_PER_SAMPLE = {"flux": 171.3, "qwen": 161.2, "zimage": 126.3, "sdxl": 14.6}
+PEAK_BF16_TFLOPS = 802.0
+NOT_BF16 = {"fp8", "fp8ao", "fp8q", "int8q", "nf4q", "bt"}  # parts after which MFU is not reported
+
+
+def add_ratios(row: dict[str, Any], base_samples_per_s: dict[str, float]) -> None:
+    """Add to a timed probe row `x_base` (its samples/s over the same call's `base` row of its
+    family, when one ran before it) and `mfu` (bf16 rows with the default LoRA targets)."""
+    fam, sps = row["family"], row.get("samples_per_s")
+    if not sps:
+        return
+    if row["variant"] == "base":
+        base_samples_per_s[fam] = sps
+    elif fam in base_samples_per_s:
+        row["x_base"] = round(sps / base_samples_per_s[fam], 3)
+    if row["variant"] != "base" and not set(row["variant"].split("+")) & NOT_BF16:
+        row["mfu"] = round(TFLOP_PER_SAMPLE[fam] * sps / PEAK_BF16_TFLOPS, 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="+", help="family:variant[,variant...][@batch]")
@@ -311,6 +335,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
     refs: dict[tuple[str, str], list[float]] = {}  # (family, batch) -> the first variant's losses
+    bases: dict[str, float] = {}  # family -> samples/s of this call's `base` row
     for spec in args.cases:
         fam, rest = spec.split(":")
         variants, _, batch = rest.partition("@")
@@ -324,6 +349,7 @@ def main() -> None:
             elif "losses" in row and key in refs:
                 rel = [abs(a - b) / max(abs(b), 1e-8) for a, b in zip(row["losses"], refs[key], strict=False)]
                 row["parity_max_rel"] = round(max(rel), 5)
+            add_ratios(row, bases)
             append_row(args.out, "probe.jsonl", row)
 
 
