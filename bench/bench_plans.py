@@ -42,9 +42,13 @@ def one_plan(family: str, spec: str) -> dict[str, Any]:
     device = torch.device(DEV)
     dtype = pick_dtype(plan.base_precision, device)
     eng_cfg = engine_config(family)
+    from lorastudio import families
+
+    fam = families.get(eng_cfg.family)
 
     def load_denoiser(base: str, revision: str | None, load_dtype: torch.dtype, load_device: Any) -> Any:
         model = build_denoiser(family, DEV, load_dtype)
+        fam.adapt_denoiser(model)  # as the family's load_denoiser does
         if torch.device(load_device).type == "cuda":
             return model
         model = model.to(load_device)
@@ -52,9 +56,6 @@ def one_plan(family: str, spec: str) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats()
         return model
 
-    from lorastudio import families
-
-    fam = families.get(eng_cfg.family)
     proxy_family = SimpleNamespace(spec=fam.spec, load_denoiser=load_denoiser)
     with run_numerics(True, device):
         t0 = time.monotonic()

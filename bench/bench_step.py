@@ -143,15 +143,8 @@ class Engine:
         self.family = families.get(FAMILY_KEYS[name])
         self.cfg = engine_config(name)
         self.objective = make_objective(self.family, self.cfg, SCHEDULERS[name])
-        if name == "qwen":  # as the family's load_denoiser does
-            from lorastudio.families.real_rope import use_real_rope
-
-            use_real_rope()
         self.model = build_denoiser(name, DEV, DT)
-        if name == "zimage":  # as the family's load_denoiser does
-            from lorastudio.families.real_rope import use_real_rope_processors
-
-            use_real_rope_processors(self.model)
+        self.family.adapt_denoiser(self.model)  # as the family's load_denoiser does
         self.notes = before_lora(self.model) if before_lora is not None else None
         torch.manual_seed(0)
         targets = targets or self.family.spec.lora_targets

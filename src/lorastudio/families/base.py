@@ -155,13 +155,20 @@ class Family(ABC):
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
     ) -> Any:
         """Load the denoiser (spec.denoiser_class from the spec.denoiser subfolder; frozen, eval
-        mode; the loop adds the LoRA). Raises ModelSourceError."""
+        mode; adapt_denoiser applied; the loop adds the LoRA). Raises ModelSourceError."""
         import diffusers
 
         from lorastudio.families.common import frozen
 
         cls = getattr(diffusers, self.spec.denoiser_class)
-        return frozen(load_component(cls, source, self.spec.denoiser, revision, dtype=dtype), device)
+        denoiser = frozen(load_component(cls, source, self.spec.denoiser, revision, dtype=dtype), device)
+        self.adapt_denoiser(denoiser)
+        return denoiser
+
+    def adapt_denoiser(self, denoiser: Any) -> None:
+        """Change a just-built denoiser in place in ways that keep its outputs (e.g. a faster
+        formulation of the same maths); called by load_denoiser. Default: nothing."""
+        return None
 
     @abstractmethod
     def predict(

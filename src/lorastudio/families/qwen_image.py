@@ -41,13 +41,10 @@ SPEC = FamilySpec(
 class QwenImageFamily(Family):
     spec = SPEC
 
-    def load_denoiser(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        """The base hook's denoiser, rotating its queries and keys with families/real_rope.py's
-        real-arithmetic RoPE (same values; one fused kernel under torch.compile)."""
+    def adapt_denoiser(self, denoiser: Any) -> None:
+        """Rotate queries and keys with families/real_rope.py's real-arithmetic RoPE (same
+        values; fused under torch.compile). Process-wide: diffusers' function is replaced."""
         use_real_rope()
-        return super().load_denoiser(source, revision, dtype, device)
 
     @torch.no_grad()
     def encode_prompts(

@@ -40,14 +40,10 @@ SPEC = FamilySpec(
 class ZImageFamily(Family):
     spec = SPEC
 
-    def load_denoiser(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
-    ) -> Any:
-        """The base hook's denoiser, its attention rotating queries and keys with
-        families/real_rope.py's real-arithmetic RoPE (same values; fused under torch.compile)."""
-        denoiser = super().load_denoiser(source, revision, dtype, device)
+    def adapt_denoiser(self, denoiser: Any) -> None:
+        """Give its attention families/real_rope.py's real-arithmetic RoPE (same values; fused
+        under torch.compile)."""
         use_real_rope_processors(denoiser)
-        return denoiser
 
     @torch.no_grad()
     def encode_prompts(
