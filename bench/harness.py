@@ -49,6 +49,7 @@ def loop_step(
     forward_module: Any = None,
     ctx: Any = None,
     norms: list[float] | None = None,
+    host_read: str = "sync",
 ) -> Callable[[], None]:
     """One optimizer step the way training/optimize.py runs it (grad_accum 1): forward_backward,
     clip, ONE host read of the loss and grad norm together, fused AdamW, zero_grad. `batch` is
@@ -58,11 +59,18 @@ def loop_step(
     Data-parallel (training/distributed.py): `batch` is the GLOBAL batch, `shard` this rank's
     slice of it (ctx.shard(B)), `forward_module` the DDP wrapper of `denoiser` and `ctx` the
     ParallelContext: the step loss is all-reduced over the ranks as the loop does, so every rank
-    records the global step loss."""
+    records the global step loss.
+
+    `host_read`: "sync" (the loop today: the loss and grad norm are read before the optimizer
+    step, so the GPU drains once per step), "lag" (the engine's pipelined loop on CUDA,
+    training/optimize.py StepInFlight: the update is queued at once, skipped on the device when
+    a value is not finite, and the values are read after the next step is queued: the GPU never
+    drains; `losses` lags one step) or "none" (never read: the upper bound)."""
     import torch
 
     from lorastudio.training.distributed import all_reduce_sum
     from lorastudio.training.optim import make_optimizer
+    from lorastudio.training.optimize import StepInFlight
     from lorastudio.training.step import forward_backward
 
     latents, cond, info = batch
@@ -70,6 +78,25 @@ def loop_step(
     scaler = torch.amp.GradScaler("cuda", enabled=False)
     generator = torch.Generator().manual_seed(seed)
     samples = latents.shape[0]
+
+    pending: list[Any] = []  # "lag": the last step's StepInFlight, read after the next is queued
+    constant_lr = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+
+    def lagged_step() -> None:
+        share = forward_backward(
+            family, denoiser, objective, latents, cond, info, cfg, generator, samples, scaler,
+            shard=shard, forward_module=forward_module,
+        )  # fmt: skip
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        flight = StepInFlight(0, 0, 0.0, samples, torch.stack([share.double(), norm.double()]))
+        flight.apply_on_device(opt, constant_lr)  # as the loop does on CUDA
+        if pending:  # the previous step's values: ready long ago, no drain of the queue
+            loss, grad_norm = pending.pop().read()
+            losses.append(loss)
+            if norms is not None:
+                norms.append(grad_norm)
+        if host_read == "lag":
+            pending.append(flight)
 
     def step() -> None:
         share = forward_backward(
@@ -86,7 +113,9 @@ def loop_step(
         if norms is not None:
             norms.append(grad_norm)
 
-    return step
+    if host_read not in ("sync", "lag", "none"):
+        raise ValueError(f"host_read must be sync, lag or none, not {host_read!r}")
+    return step if host_read == "sync" else lagged_step
 
 
 def child_main(case: str, run: Callable[[str], dict[str, Any]], label: dict[str, Any]) -> None:

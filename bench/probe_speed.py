@@ -19,7 +19,12 @@ variants:
   bt         LoRA on the baseline's targets (to_q, to_k, to_v, to_out.0: `lora_targets` set so)
              instead of the family's defaults (FLUX.1 / Qwen-Image also train the text stream's
              add_q/k/v_proj and to_add_out): the same work as the plain step
+  lag        the loop's host read of the loss and grad norm one step late (after the next
+             forward/backward is queued; non-finite steps skipped on the device): no drain per step
+  nosync     no host read at all (the upper bound of "lag")
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
+  mat        Inductor max-autotune for the compiled blocks (Triton GEMM templates benchmarked
+             against cuBLAS, with their prologue / epilogue fusions; with cg: "max-autotune")
   cl         channels_last memory format for the denoiser and the latents (U-Net convolutions)
   bf16lora   LoRA weights AND their optimizer in bf16 (upper bound of a bf16 LoRA branch)
   cudnn      cuDNN SDPA first, as the engine's attention_backend: cudnn sets it
@@ -157,6 +162,9 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "bk2",
         "whole",
         "cg",
+        "lag",
+        "nosync",
+        "mat",
         "cl",
         "cplx",
         "bt",
@@ -217,6 +225,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             eng.model.to(memory_format=torch.channels_last)
             data = (data[0].contiguous(memory_format=torch.channels_last), *data[1:])
         mode = CUDA_GRAPHS if "cg" in parts else None
+        if "mat" in parts:
+            mode = "max-autotune" if mode else "max-autotune-no-cudagraphs"
         dynamic = False if "static" in parts else None
         classes = eng.family.spec.wide_compile_blocks if "wide" in parts else None
         if "whole" in parts:
@@ -231,9 +241,11 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
                 torch.compiler.cudagraph_mark_step_begin()
             key = id(batch_data)
             if key not in steps:  # one optimizer per data, as loop_step builds it
+                read = "lag" if "lag" in parts else "none" if "nosync" in parts else "sync"
                 steps[key] = loop_step(
-                    eng.family, eng.model, eng.objective, eng.cfg, eng.params, batch_data, losses
-                )
+                    eng.family, eng.model, eng.objective, eng.cfg, eng.params, batch_data, losses,
+                    host_read=read,
+                )  # fmt: skip
             steps[key]()
 
         def step() -> None:

@@ -7,6 +7,15 @@ Micro-batches (the plan's micro_batch_size): each sampler batch is split into ch
 samples for forward/backward, with the same maths as the unsplit batch: the latents, noise and
 timesteps are drawn for the whole batch first (the same draws), each chunk takes its slice, and
 every chunk's loss share already divides by the step's sample count.
+
+Pipelined steps (CUDA, one process, bf16/fp32, fused AdamW): the host reads a step's loss and
+gradient norm only after the NEXT step's forward/backward is queued, so the GPU never waits for
+the host between steps; a non-finite step is skipped by the device (fused AdamW's found_inf: the
+divergence guard's rule) and counted when its values arrive. Steps with a checkpoint or sample
+round, and the last step, are read at once (they need the state of that step, its RNG streams
+included). A stop request read while the next step is queued lands after that step (it is
+recorded, and saved when asked). Same maths as the unpipelined loop (tests/unit/training/
+test_pipelined.py). fp16 loss scaling and data-parallel runs read every step before the update.
 """
 
 from __future__ import annotations
@@ -43,6 +52,9 @@ from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkp
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
+
+
+PIPELINED_DEVICES = ("cuda",)  # where a step is queued before the last one's values are read
 
 
 @dataclass
@@ -103,52 +115,54 @@ def optimize(
     if state.resume is not None:  # every stream continues where the interrupted run left it
         state.steps_run, state.losses = load_checkpoint(state.resume, parts)
         state.steps_at_start = state.checkpointed_step = state.steps_run
-    scheduler, scaler, meter, guard = parts.scheduler, parts.scaler, parts.meter, parts.guard
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
+    pipelined = (
+        run.device.type in PIPELINED_DEVICES
+        and not parts.scaler.is_enabled()
+        and not state.ctx.distributed
+        and _fused(optimizer)
+    )
     steps = iter_sampler_steps(sampler, cfg.grad_accum, by_epoch=cfg.num_epochs > 0)
+    in_flight: StepInFlight | None = None  # a pipelined step whose host values are not read yet
     for epoch, group in steps:
-        lr = float(scheduler.get_last_lr()[0])
+        step = (in_flight.step if in_flight is not None else state.steps_run) + 1
+        lr = float(parts.scheduler.get_last_lr()[0])
         samples = sum(len(b) for b in group)
         shares: list[torch.Tensor] = []  # 0-d device tensors: no host sync inside the micro-steps
         for i, micro in enumerate(group):
             last = i == len(group) - 1  # DDP all-reduces once per step, in its last backward
             shares += _micro_step(
-                run, state, source, conds, picker, objective, micro, samples, generator, scaler, last
+                run, state, source, conds, picker, objective, micro, samples, generator, parts.scaler, last
             )
-        scaler.unscale_(optimizer)
+        parts.scaler.unscale_(optimizer)
         norm = torch.nn.utils.clip_grad_norm_(params, clip)  # [] on the device
-        # the step's one host sync: its loss (sum of the micro-batch shares) and gradient norm
-        loss, grad_norm = torch.stack([torch.stack(shares).double().sum(), norm.double()]).tolist()
-        loss = all_reduce_sum(loss, state.ctx, run.device)  # the global step loss on every rank
-        step = state.steps_run + 1
-        if guard.check(step, loss, None if scaler.is_enabled() else grad_norm):
-            scaler.step(optimizer)  # a skipped (non-finite) step leaves the weights as they were
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
-        state.steps_run = step
-        state.losses.append(loss)
-        meter.step_done(loss, samples)
-        emit(
-            Progress(
-                step=step,
-                total_steps=num_steps,
-                epoch=epoch + 1,
-                loss=loss,
-                avg_loss=meter.avg_loss,
-                lr=lr,
-                grad_norm=grad_norm,
-                samples_per_second=meter.samples_per_second,
-                peak_memory_gb=peak_memory_gb(run.device),
-                skipped_steps=guard.skipped,
-            )
+        values = torch.stack([torch.stack(shares).double().sum(), norm.double()])  # [2] loss, norm
+        flight = StepInFlight(step, epoch, lr, samples, values)
+        if pipelined:
+            flight.apply_on_device(optimizer, parts.scheduler)
+        if in_flight is not None:  # the previous step, read now that this one is queued
+            try:
+                _record(run, state, parts, in_flight, num_steps, emit)
+                stop()
+            except TrainingStopped as request:  # this step is queued whole: finish it, then stop
+                _record(run, state, parts, flight, num_steps, emit)
+                if request.save and state.checkpointed_step != state.steps_run:
+                    _checkpoint(run, state, parts)
+                raise
+            in_flight = None
+        due = (state.keeper is not None and state.keeper.due(step, num_steps)) or (
+            state.previews is not None and state.previews.due(step, num_steps)
         )
+        if pipelined and not due and step < num_steps:
+            in_flight = flight  # its host values are read after the next step is queued
+            continue
+        _record(run, state, parts, flight, num_steps, emit)
         if state.previews is not None and state.previews.due(step, num_steps):
             images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
             emit(SampleReady(step=step, images=images))
         if step >= num_steps:
             break
-        if state.keeper is not None and state.keeper.due(step, num_steps) and guard.bad_in_a_row == 0:
+        if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
             _checkpoint(run, state, parts)
         try:
             stop()
@@ -156,6 +170,94 @@ def optimize(
             if request.save and state.checkpointed_step != state.steps_run:
                 _checkpoint(run, state, parts)
             raise
+
+
+def _fused(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer` is a fused Adam(W): the one kind that skips a step on the device."""
+    return isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and bool(
+        optimizer.defaults.get("fused")
+    )
+
+
+@dataclass
+class StepInFlight:
+    """One optimizer step whose loss and gradient norm (`values`, [2] float64 on the device) may
+    not be on the host yet.
+
+    Sync mode (fp16 loss scaling, data-parallel runs): the optimizer update waits for the host
+    read (`_record` applies it when the divergence guard lets it). Pipelined mode
+    (`apply_on_device`): the update is queued at once and skipped BY THE DEVICE when the loss or
+    norm is not finite (fused AdamW's found_inf: the same rule as the guard's), and the values
+    travel to pinned memory behind an event: the loop reads them after queueing the next step,
+    so the GPU never drains between steps. Same maths either way."""
+
+    step: int
+    epoch: int
+    lr: float
+    samples: int
+    values: torch.Tensor
+    applied: bool = False  # the update (or its device-side skip) is queued
+    host: torch.Tensor | None = None  # [2] float64, pinned when the values are on a GPU
+    ready: Any = None  # torch.cuda.Event recorded after the copy
+
+    def apply_on_device(self, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+        """Queue the update (fused AdamW; skipped by the device when a value is not finite),
+        zero the gradients, step the LR `scheduler` and start the values' copy to the host."""
+        optimizer.found_inf = (~torch.isfinite(self.values).all()).float()  # type: ignore[attr-defined]  # []
+        optimizer.step()  # a no-op update (state included) when found_inf is 1
+        optimizer.found_inf = None  # type: ignore[attr-defined]
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        self.applied = True
+        if self.values.is_cuda:
+            self.host = torch.empty(2, dtype=torch.float64, pin_memory=True)
+            self.host.copy_(self.values, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+        else:
+            self.host = self.values
+
+    def read(self) -> tuple[float, float]:
+        """(loss, grad norm) on the host; waits only for this step's copy."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        loss, grad_norm = (self.host if self.host is not None else self.values).tolist()
+        return loss, grad_norm
+
+
+def _record(
+    run: PreparedRun, state: RunState, parts: LoopParts, flight: StepInFlight, num_steps: int, emit: Emit
+) -> None:
+    """Read `flight`'s loss and gradient norm, apply its update when it is not queued yet (the
+    guard decides; TrainingDiverged after max_bad_steps bad steps in a row), count the step and
+    emit its Progress event."""
+    loss, grad_norm = flight.read()  # the step's one host sync (pipelined: long done)
+    loss = all_reduce_sum(loss, state.ctx, run.device)  # the global step loss on every rank
+    scaler = parts.scaler
+    ok = parts.guard.check(flight.step, loss, None if scaler.is_enabled() else grad_norm)
+    if not flight.applied:
+        if ok:
+            scaler.step(parts.optimizer)  # a skipped (non-finite) step leaves the weights as they were
+        scaler.update()
+        parts.optimizer.zero_grad(set_to_none=True)
+        parts.scheduler.step()
+    state.steps_run = flight.step
+    state.losses.append(loss)
+    parts.meter.step_done(loss, flight.samples)
+    emit(
+        Progress(
+            step=flight.step,
+            total_steps=num_steps,
+            epoch=flight.epoch + 1,
+            loss=loss,
+            avg_loss=parts.meter.avg_loss,
+            lr=flight.lr,
+            grad_norm=grad_norm,
+            samples_per_second=parts.meter.samples_per_second,
+            peak_memory_gb=peak_memory_gb(run.device),
+            skipped_steps=parts.guard.skipped,
+        )
+    )
 
 
 def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
