@@ -22,6 +22,10 @@ variants:
   lag        the loop's host read of the loss and grad norm one step late (after the next
              forward/backward is queued; non-finite steps skipped on the device): no drain per step
   nosync     no host read at all (the upper bound of "lag")
+  fq         FLUX.1: diffusers' fused q/k/v projections (`fuse_projections`: one [3N, K] linear per
+             stream, the separate ones removed) and the LoRA on the fused linears (to_qkv,
+             to_added_qkv; with bt only to_qkv) plus the outputs: the upper bound of fusing the
+             projections (one rank-16 LoRA per fused linear is less work than three)
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   mat        Inductor max-autotune for the compiled blocks (Triton GEMM templates benchmarked
              against cuBLAS, with their prologue / epilogue fusions; with cg: "max-autotune")
@@ -104,6 +108,35 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
     return {"fp8_linears": done, "kept": skipped}
 
 
+def fused_projections(family: str, before: Any, baseline_targets: bool) -> tuple[Any, tuple[str, ...]]:
+    """The `fq` variant: a before-LoRA hook (running `before` first when given) that fuses every
+    FluxAttention's q/k/v (and added q/k/v) projections with diffusers' `fuse_projections` and
+    drops the separate linears, and the LoRA targets on the fused ones. FLUX.1 only."""
+    if family != "flux":
+        raise ValueError("fq (fused q/k/v projections) is a FLUX.1 probe")
+
+    def fuse(model: Any) -> Any:
+        import torch
+        from diffusers.models.transformers.transformer_flux import FluxAttention
+
+        notes = before(model) if before is not None else None
+        fused = 0
+        for module in model.modules():
+            if isinstance(module, FluxAttention):
+                module.fuse_projections()
+                for name in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"):
+                    if getattr(module, name, None) is not None:
+                        setattr(module, name, None)  # the fused linear holds these weights now
+                fused += 1
+        model.requires_grad_(False)
+        torch.cuda.empty_cache()
+        return {"fused_attention_modules": fused, "before": notes}
+
+    if baseline_targets:
+        return fuse, ("to_qkv", "to_out.0")
+    return fuse, ("to_qkv", "to_added_qkv", "to_out.0", "to_add_out")
+
+
 def second_bucket(step_on: Any, data: Any, family: str, batch: int) -> dict[str, float]:
     """Seconds of one step at an 832x1216 bucket (its compile), a second one, and the first step
     back at `data`'s bucket; `step_on(batch_data)` runs one optimizer step on that data."""
@@ -165,6 +198,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "lag",
         "nosync",
         "mat",
+        "fq",
         "cl",
         "cplx",
         "bt",
@@ -200,6 +234,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
                 return apply_base_precision(model, precision, torch.device(DEV))
 
         targets = tuple(BASELINE_TARGETS) if "bt" in parts else None
+        if "fq" in parts:
+            before, targets = fused_projections(family, before, "bt" in parts)
         eng = Engine(family, before_lora=before, targets=targets)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if "cplx" in parts:  # diffusers' own complex RoPE, not the engine's real one
@@ -275,6 +311,22 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
     return row
 
 
+def kernel_class(name: str) -> str:
+    """The class of a CUDA kernel by its name: triton_fused (Inductor's kernels, also those named
+    after the _scaled_mm whose casts they hold), attention (flash / cuDNN SDPA), fp8_gemm (cuBLAS'
+    nvjet kernels with e4m3 operands, "qq" in their type letters), gemm, other."""
+    low = name.lower()
+    if low.startswith("triton"):
+        return "triton_fused"
+    if "flash" in low or "fmha" in low or "attention" in low or "sdpa" in low:
+        return "attention"
+    if (low.startswith("nvjet") and "_qq" in low) or "e4m3" in low or "f8" in low:
+        return "fp8_gemm"
+    if "gemm" in low or "nvjet" in low or "xmma" in low or "cutlass" in low or "sm90" in low:
+        return "gemm"
+    return "other"
+
+
 def kernel_profile(step: Any, steps: int = 2, top: int = 12) -> dict[str, Any]:
     """Share of CUDA time per kernel class over `steps` steps, and the top kernels."""
     import torch
@@ -288,17 +340,7 @@ def kernel_profile(step: Any, steps: int = 2, top: int = 12) -> dict[str, Any]:
     total = sum(t for _, t in kernels) or 1.0
     classes: dict[str, float] = {}
     for name, t in kernels:
-        low = name.lower()
-        if "flash" in low or "fmha" in low or "attention" in low or "cudnn" in low:
-            cls = "attention"
-        elif "scaled_mm" in low or "f8" in low or "e4m3" in low:
-            cls = "fp8_gemm"
-        elif "gemm" in low or "nvjet" in low or "xmma" in low or "cutlass" in low or "sm90" in low:
-            cls = "gemm"
-        elif "triton" in low:
-            cls = "triton_fused"
-        else:
-            cls = "other"
+        cls = kernel_class(name)
         classes[cls] = classes.get(cls, 0.0) + t
     kernels.sort(key=lambda kv: -kv[1])
     return {
@@ -355,10 +397,10 @@ def main() -> None:
             label = {"family": fam, "variant": variant}
             row = run_isolated("bench.probe_speed", f"{fam}:{variant}@{batch or 1}", label, deadline, 45)
             key = (fam, batch or "1")
-            if "losses" in row and key not in refs:
+            if row.get("losses") and key not in refs:
                 refs[key] = row["losses"]
                 row["parity_reference"] = True
-            elif "losses" in row and key in refs:
+            elif row.get("losses") and key in refs:
                 rel = [abs(a - b) / max(abs(b), 1e-8) for a, b in zip(row["losses"], refs[key], strict=False)]
                 row["parity_max_rel"] = round(max(rel), 5)
             add_ratios(row, bases)

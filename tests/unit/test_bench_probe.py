@@ -23,3 +23,45 @@ def test_rows_get_the_ratio_to_the_calls_base_row_and_bf16_mfu():
     failed = {"family": "qwen", "variant": "ref", "error": "timeout"}
     add_ratios(failed, bases)
     assert failed == {"family": "qwen", "variant": "ref", "error": "timeout"}
+
+
+def test_kernels_are_classed_by_name_as_the_h200_profiles_name_them():
+    from bench.probe_speed import kernel_class
+
+    names = {  # kernel names from the session-9 profiles (bench/RESULTS.md note 19)
+        "nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT": "fp8_gemm",
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT": "gemm",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128": "attention",
+        "triton_red_fused__scaled_mm__to_copy_abs_add_amax_cat_clamp_div_gelu_permute_t_view_6": (
+            "triton_fused"
+        ),
+        "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(cutlass_80_tens": "gemm",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>": "other",
+    }
+    assert {name: kernel_class(name) for name in names} == names
+
+
+def test_the_fused_projection_probe_keeps_flux_outputs_and_puts_the_lora_on_the_fused_linears():
+    import torch
+    from bench.probe_speed import fused_projections
+    from diffusers.models.transformers.transformer_flux import FluxAttention
+
+    from lorastudio.tiny.models import build_flux
+    from lorastudio.training.lora import add_lora, lora_config_for
+
+    model = build_flux(0).transformer.eval()
+    attns = [m for m in model.modules() if isinstance(m, FluxAttention)]
+    joint = next(m for m in attns if m.added_kv_proj_dim is not None)  # a double block's
+    single = next(m for m in attns if m.added_kv_proj_dim is None)
+    x, ctx = torch.randn(1, 10, joint.query_dim), torch.randn(1, 6, joint.query_dim)  # [B, L, D]
+    before = joint(x, encoder_hidden_states=ctx), single(x)
+    fuse, targets = fused_projections("flux", None, baseline_targets=False)
+    notes = fuse(model)
+    after = joint(x, encoder_hidden_states=ctx), single(x)
+    assert notes["fused_attention_modules"] == len(attns) and joint.to_q is None and single.fused_projections
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    cfg = type("Cfg", (), {"lora_rank": 4, "lora_alpha": 4.0, "lora_dropout": 0.0, "lora_targets": None})()
+    params = add_lora(model, lora_config_for(cfg, targets))
+    names = {n for n, _ in model.named_modules() if n.endswith("lora_A")}
+    assert params and any(n.endswith("to_qkv.lora_A") for n in names)
+    assert not any(".to_q." in n or ".add_q_proj." in n for n in names)
