@@ -328,11 +328,14 @@ def kernel_class(name: str) -> str:
 
 
 def kernel_profile(step: Any, steps: int = 2, top: int = 12) -> dict[str, Any]:
-    """Share of CUDA time per kernel class over `steps` steps, and the top kernels."""
+    """Share of CUDA time per kernel class over `steps` steps, the top kernels, and where the GPU
+    sat idle (bench/gaps.py; PROBE_PROFILE=cpu also names the host's open ranges in each gap)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with_cpu = os.environ.get("PROBE_PROFILE") == "cpu"  # CPU ops too: names the host's work in gaps
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if with_cpu else [])
+    with profile(activities=activities) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
@@ -347,7 +350,17 @@ def kernel_profile(step: Any, steps: int = 2, top: int = 12) -> dict[str, Any]:
         "ms_per_step": round(total / steps / 1000, 1),
         "share": {k: round(v / total, 3) for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
         "top": [[name[:90], round(t / total, 3)] for name, t in kernels[:top]],
+        "gaps": _gaps_or_error(prof, steps, with_cpu),
     }
+
+
+def _gaps_or_error(prof: Any, steps: int, with_cpu: bool) -> dict[str, Any]:
+    from bench.gaps import kineto_gaps
+
+    try:
+        return kineto_gaps(prof, steps, with_cpu)
+    except Exception as err:  # noqa: BLE001 -- a benchmark: a trace it cannot read is data
+        return {"error": f"{type(err).__name__}: {str(err)[:200]}"}
 
 
 # FLOPs per sample of the engine's step at 1024 px with the family's default LoRA targets
