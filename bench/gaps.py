@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-MIN_GAP_NS = 2_000  # shorter gaps are the normal spacing of back-to-back kernels
+# gap sizes (ns) of the histogram: up to 2 us is the spacing of back-to-back dependent kernels
+# on one stream, the rest is the GPU waiting for something
+BUCKETS_NS = (2_000, 10_000, 100_000)
 
 
 class Kernel(NamedTuple):
@@ -35,17 +37,24 @@ def gap_summary(
     start to last end), busy_ms (union of kernel time), idle_ms (gaps of MIN_GAP_NS or more),
     launch_bound_ms (the part of those gaps whose next kernel was launched after the GPU went
     idle), gaps (their count) and `top`: the longest gaps as [ms, kernel before (the last to end), kernel after,
-    launch-bound, the innermost CPU ranges open when the gap began (when `cpu_ranges` given)]."""
+    launch-bound, the innermost CPU ranges open when the gap began (when `cpu_ranges` given)];
+    `by_size`: per gap size bucket ("<2us", "2-10us", "10-100us", ">=100us") the gaps per step
+    and their ms per step. Every gap counts, back-to-back spacing included."""
     if not kernels:
         return {"kernels": 0}
     ordered = sorted(kernels)
     first = ordered[0].start_ns
     busy_end, busy, idle, late, count = first, 0, 0, 0, 0
     prev = ""
+    labels = ("<2us", "2-10us", "10-100us", ">=100us")
+    sizes = {label: [0, 0] for label in labels}  # label -> [count, ns]
     found: list[tuple[int, str, str, bool, int]] = []
     for k in ordered:
-        if k.start_ns - busy_end >= MIN_GAP_NS:
+        if k.start_ns > busy_end:
             gap = k.start_ns - busy_end
+            size = sizes[labels[sum(gap >= b for b in BUCKETS_NS)]]
+            size[0] += 1
+            size[1] += gap
             bound = k.launched_ns is not None and k.launched_ns >= busy_end
             idle += gap
             late += gap if bound else 0
@@ -68,6 +77,7 @@ def gap_summary(
         "idle_ms": round(idle / ms, 2),
         "launch_bound_ms": round(late / ms, 2),
         "gaps": round(count / steps, 1),
+        "by_size": {k: [round(n / steps, 1), round(ns / ms, 2)] for k, (n, ns) in sizes.items()},
         "launches_matched": sum(k.launched_ns is not None for k in kernels),
         "kernels": len(kernels),
         "top": rows,

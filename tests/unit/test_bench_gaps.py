@@ -20,9 +20,15 @@ def test_gaps_are_summed_per_step_and_split_by_late_launches():
     ]
     cpu = [CpuRange(150 * US, 280 * US, "Optimizer.step"), CpuRange(0, 500 * US, "step")]
     out = gap_summary(list(reversed(kernels)), steps=2, cpu_ranges=cpu)
-    assert out["span_ms"] == 2.0 and out["gaps"] == 1.0  # 4 ms over 2 steps; 2 gaps / 2 steps
-    assert out["idle_ms"] == 0.35 and out["launch_bound_ms"] == 0.3  # (0.6 + 0.1) / 2, 0.6 / 2
+    assert out["span_ms"] == 2.0 and out["gaps"] == 1.5  # 4 ms over 2 steps; 3 gaps / 2 steps
+    assert out["idle_ms"] == 0.35 and out["launch_bound_ms"] == 0.3  # (0.6 + 0.1 + 5e-4) / 2, 0.6 / 2
     assert out["busy_ms"] == 1.65  # (4 - 0.7 ms) / 2
+    assert out["by_size"] == {
+        "<2us": [0.5, 0.0],
+        "2-10us": [0, 0],
+        "10-100us": [0, 0],
+        ">=100us": [1.0, 0.35],
+    }
     assert out["top"][0] == [0.6, "gemm_b", "after_host", True, ["Optimizer.step", "step"]]
     assert out["top"][1][:4] == [0.1, "after_host", "after_wait", False]
     assert gap_summary([], steps=1) == {"kernels": 0}
