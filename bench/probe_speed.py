@@ -27,6 +27,8 @@ variants:
              to_added_qkv; with bt only to_qkv) plus the outputs: the upper bound of fusing the
              projections (one rank-16 LoRA per fused linear is less work than three)
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
+  combo      Inductor's combo kernels (independent small kernels of a graph launched as one):
+             fewer launches and less back-to-back spacing per step
   mat        Inductor max-autotune for the compiled blocks (Triton GEMM templates benchmarked
              against cuBLAS, with their prologue / epilogue fusions; with cg: "max-autotune")
   cl         channels_last memory format for the denoiser and the latents (U-Net convolutions)
@@ -199,6 +201,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "nosync",
         "mat",
         "fq",
+        "combo",
         "cl",
         "cplx",
         "bt",
@@ -261,6 +264,10 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             eng.model.to(memory_format=torch.channels_last)
             data = (data[0].contiguous(memory_format=torch.channels_last), *data[1:])
         mode = CUDA_GRAPHS if "cg" in parts else None
+        if "combo" in parts:
+            import torch._inductor.config as inductor_config
+
+            inductor_config.combo_kernels = True
         if "mat" in parts:
             mode = "max-autotune" if mode else "max-autotune-no-cudagraphs"
         dynamic = False if "static" in parts else None
