@@ -127,3 +127,16 @@ def test_bad_steps_in_a_row_still_fail_the_run(make_config, nan_at, pipelined):
     cfg = make_config(family="flux", batch_size=4, steps=8, max_bad_steps=2)
     with pytest.raises(TrainingDiverged, match="training diverged at step 4"):
         train(cfg, [].append, device="cpu")
+
+
+def test_a_stop_without_save_read_while_a_checkpoint_step_is_queued_leaves_nothing(make_config, pipelined):
+    events: list = []
+
+    def stop_after_2() -> StopRequest | None:
+        done = [e.step for e in events if e.type == "progress"]
+        return StopRequest(save=False) if done and done[-1] >= 2 else None
+
+    cfg = make_config(output_name="part", save_every=3, **SETTINGS)  # step 3 is queued at the stop
+    result = train(cfg, events.append, stop_after_2, device="cpu")
+    assert result.stopped and result.steps_run == 3 and result.lora_path is None
+    assert not (get_settings().outputs_dir / "part").exists()  # as an unpipelined stop without save
