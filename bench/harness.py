@@ -82,12 +82,16 @@ def loop_step(
     pending: list[Any] = []  # "lag": the last step's StepInFlight, read after the next is queued
     constant_lr = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
 
-    def lagged_step() -> None:
+    def backward() -> tuple[Any, Any]:
+        """forward/backward and clipping: (loss share [], grad norm []) on the device."""
         share = forward_backward(
             family, denoiser, objective, latents, cond, info, cfg, generator, samples, scaler,
             shard=shard, forward_module=forward_module,
         )  # fmt: skip
-        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        return share, torch.nn.utils.clip_grad_norm_(params, 1.0)
+
+    def lagged_step() -> None:
+        share, norm = backward()
         flight = StepInFlight(0, 0, 0.0, samples, torch.stack([share.double(), norm.double()]))
         flight.apply_on_device(opt, constant_lr)  # as the loop does on CUDA
         if pending:  # the previous step's values: ready long ago, no drain of the queue
@@ -99,11 +103,7 @@ def loop_step(
             pending.append(flight)
 
     def step() -> None:
-        share = forward_backward(
-            family, denoiser, objective, latents, cond, info, cfg, generator, samples, scaler,
-            shard=shard, forward_module=forward_module,
-        )  # fmt: skip
-        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        share, norm = backward()
         loss, grad_norm = torch.stack([share.double(), norm.double()]).tolist()  # the loop's one sync
         if ctx is not None:
             loss = all_reduce_sum(loss, ctx, latents.device)  # the global step loss on every rank
