@@ -26,6 +26,9 @@ variants:
              stream, the separate ones removed) and the LoRA on the fused linears (to_qkv,
              to_added_qkv; with bt only to_qkv) plus the outputs: the upper bound of fusing the
              projections (one rank-16 LoRA per fused linear is less work than three)
+  fb         FLUX.1: the frozen projections that read one input as ONE matmul each group (q/k/v
+             per stream; a single block's proj_mlp with its q/k/v), the LoRA adapters unchanged
+             (bench/fused_base.py: the engine's candidate; `fq` is its upper bound)
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   combo      Inductor's combo kernels (independent small kernels of a graph launched as one):
              fewer launches and less back-to-back spacing per step
@@ -80,6 +83,8 @@ def convert_fp8(model: Any, kind: str) -> dict[str, int]:
         for parent in list(block.modules()):
             for child_name, child in list(parent.named_children()):
                 if not isinstance(child, torch.nn.Linear) or child.weight.requires_grad:
+                    continue
+                if getattr(child, "fused_slice", False):  # `fb`: its group's holder is converted
                     continue
                 if "lora_" in child_name or child.in_features % 16 or child.out_features % 16:
                     skipped += 1
@@ -137,6 +142,21 @@ def fused_projections(family: str, before: Any, baseline_targets: bool) -> tuple
     if baseline_targets:
         return fuse, ("to_qkv", "to_out.0")
     return fuse, ("to_qkv", "to_added_qkv", "to_out.0", "to_add_out")
+
+
+def fused_base(family: str, before: Any) -> Any:
+    """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses
+    FLUX.1's same-input frozen projections (bench/fused_base.py). FLUX.1 only."""
+    if family != "flux":
+        raise ValueError("fb (fused frozen projections) is a FLUX.1 probe")
+
+    def fuse(model: Any) -> Any:
+        from bench.fused_base import fuse_flux_projections
+
+        notes = before(model) if before is not None else None
+        return {"fused_groups": fuse_flux_projections(model), "before": notes}
+
+    return fuse
 
 
 def second_bucket(step_on: Any, data: Any, family: str, batch: int) -> dict[str, float]:
@@ -201,6 +221,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "nosync",
         "mat",
         "fq",
+        "fb",
         "combo",
         "cl",
         "cplx",
@@ -239,6 +260,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         targets = tuple(BASELINE_TARGETS) if "bt" in parts else None
         if "fq" in parts:
             before, targets = fused_projections(family, before, "bt" in parts)
+        if "fb" in parts:
+            before = fused_base(family, before)
         eng = Engine(family, before_lora=before, targets=targets)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if "cplx" in parts:  # diffusers' own complex RoPE, not the engine's real one

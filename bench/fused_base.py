@@ -1,0 +1,126 @@
+"""Probe prototype (`fb` in bench/probe_speed.py): FLUX.1's frozen projections that read the same
+input run as ONE matmul, while the LoRA adapters stay peft's own, on the same module names.
+
+Groups that share an input: a double block's to_q / to_k / to_v (image stream) and add_q_proj /
+add_k_proj / add_v_proj (text stream); a single block's proj_mlp with its attention's to_q / to_k
+/ to_v (all read the block's normed hidden states). Each group's frozen weights are concatenated
+into one `FusedFrozenProjections` holder (registered once, on the block: it moves, converts to
+fp8 and counts like any linear), and each member is replaced by a `FusedSlice`, an nn.Linear
+without its own weight (so peft wraps it as a LoRA target as before) whose forward returns its
+slice of the holder's output. The first member called with an input computes the whole group's
+matmul; the others, called with the same tensor, take their slices of it; after the last one
+the holder forgets it (no tensor is kept between forwards). Under torch.compile the group
+becomes one GEMM, and its backward one input-gradient GEMM over the concatenated gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DOUBLE_GROUPS = (
+    ("attn.to_q", "attn.to_k", "attn.to_v"),
+    ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"),
+)
+SINGLE_GROUPS = (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),)
+
+
+class FusedFrozenProjections(torch.nn.Module):
+    """One frozen linear [sum of N_i, K] computing a group of projections of the same input."""
+
+    def __init__(self, linears: list[torch.nn.Linear]):
+        super().__init__()
+        k = linears[0].in_features
+        if any(lin.in_features != k for lin in linears):
+            raise ValueError("a fused group's linears must share their input size")
+        weight = torch.cat([lin.weight.detach() for lin in linears])  # [sum N_i, K]
+        has_bias = [lin.bias is not None for lin in linears]
+        self.linear = torch.nn.Linear(
+            k, weight.shape[0], bias=any(has_bias), device=weight.device, dtype=weight.dtype
+        )
+        with torch.no_grad():
+            self.linear.weight.copy_(weight)
+            if self.linear.bias is not None:
+                parts = [
+                    lin.bias.detach() if lin.bias is not None else weight.new_zeros(lin.out_features)
+                    for lin in linears
+                ]
+                self.linear.bias.copy_(torch.cat(parts))
+        self.linear.requires_grad_(False)
+        self.sizes = [lin.out_features for lin in linears]
+        self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self._input: torch.Tensor | None = None
+        self._parts: tuple[torch.Tensor, ...] | None = None
+        self._served = 0
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        """Projection `index` of x [..., K] -> [..., N_index]: computes the group's matmul for a
+        new input, a slice of it for one already computed."""
+        if self._input is not x or self._parts is None:
+            out = self.linear(x)  # [..., sum N_i]
+            self._input, self._parts, self._served = x, out.split(self.sizes, dim=-1), 0
+        part = self._parts[index]
+        self._served += 1
+        if self._served >= len(self.sizes):  # every member had its slice: keep nothing
+            self._input = self._parts = None
+        return part
+
+
+class FusedSlice(torch.nn.Linear):
+    """Stands where one linear of a fused group was: same in/out features, no weight of its own
+    (`weight` / `bias` are views into the holder's, for code that reads them); forward = its
+    slice of the holder's group matmul."""
+
+    fused_slice = True
+
+    def __init__(self, holder: FusedFrozenProjections, index: int):
+        torch.nn.Module.__init__(self)  # not Linear.__init__: no weight is allocated
+        object.__setattr__(self, "holder", holder)  # not a child: the block registers it once
+        self.index = index
+        self.in_features = holder.linear.in_features
+        self.out_features = holder.sizes[index]
+
+    @property
+    def weight(self) -> torch.Tensor:  # type: ignore[override]
+        start = self.holder.offsets[self.index]
+        return self.holder.linear.weight[start : start + self.out_features]
+
+    @property
+    def bias(self) -> torch.Tensor | None:  # type: ignore[override]
+        if self.holder.linear.bias is None:
+            return None
+        start = self.holder.offsets[self.index]
+        return self.holder.linear.bias[start : start + self.out_features]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.holder.part(x, self.index)
+
+
+def fuse_flux_projections(model: Any) -> int:
+    """Fuse every group of FLUX.1's blocks (module docstring) in place, before the LoRA is added;
+    returns the number of groups. Raises ValueError for a model without FLUX.1's blocks."""
+    from diffusers.models.transformers.transformer_flux import (
+        FluxSingleTransformerBlock,
+        FluxTransformerBlock,
+    )
+
+    groups = 0
+    for block in model.modules():
+        if isinstance(block, FluxTransformerBlock):
+            spec = DOUBLE_GROUPS
+        elif isinstance(block, FluxSingleTransformerBlock):
+            spec = SINGLE_GROUPS
+        else:
+            continue
+        for i, names in enumerate(spec):
+            linears = [block.get_submodule(name) for name in names]
+            holder = FusedFrozenProjections(linears)
+            block.add_module(f"fused_projections_{i}", holder)
+            for index, name in enumerate(names):
+                parent, _, leaf = name.rpartition(".")
+                setattr(block.get_submodule(parent) if parent else block, leaf, FusedSlice(holder, index))
+            groups += 1
+    if not groups:
+        raise ValueError("no FLUX.1 blocks to fuse")
+    return groups

@@ -1,0 +1,90 @@
+"""bench/fused_base.py (the probe's `fb`): FLUX.1's same-input frozen projections as one matmul
+per group, with peft's LoRA adapters on the same module names: the same outputs and LoRA
+gradients as the unfused model, eager and through Dynamo + AOTAutograd, without graph breaks
+and without keeping any tensor between forwards."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from bench.fused_base import FusedFrozenProjections, FusedSlice, fuse_flux_projections
+from torch._dynamo.utils import counters
+
+from lorastudio.tiny.models import build_flux
+from lorastudio.training.lora import add_lora, lora_config_for
+
+TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
+
+
+def _inputs() -> dict:
+    g = torch.Generator().manual_seed(1)
+    tokens, text = 16, 8
+    return {
+        "hidden_states": torch.randn(2, tokens, 64, generator=g),  # [B, L, C] packed latents
+        "encoder_hidden_states": torch.randn(2, text, 32, generator=g),  # [B, T, D]
+        "pooled_projections": torch.randn(2, 32, generator=g),
+        "timestep": torch.tensor([0.3, 0.7]),
+        "img_ids": torch.randint(0, 4, (tokens, 3), generator=g).float(),
+        "txt_ids": torch.zeros(text, 3),
+        "guidance": torch.tensor([3.5, 3.5]),
+        "return_dict": False,
+    }
+
+
+def _with_lora(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    cfg = type("Cfg", (), {"lora_rank": 4, "lora_alpha": 4.0, "lora_dropout": 0.0, "lora_targets": None})()
+    params = add_lora(model, lora_config_for(cfg, TARGETS))
+    with torch.no_grad():
+        for i, p in enumerate(params):  # B is zero-initialised: make every adapter count
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.1)
+    return params
+
+
+def _run(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    for p in params:
+        p.grad = None
+    out = model(**_inputs())[0]  # [B, L, C]
+    out.square().mean().backward()
+    return out.detach(), [p.grad.clone() for p in params]
+
+
+def test_fused_projections_train_like_the_separate_ones_eager_and_compiled():
+    plain = build_flux(0).transformer
+    fused = copy.deepcopy(plain)
+    groups = fuse_flux_projections(fused)
+    blocks = len(fused.transformer_blocks) * 2 + len(fused.single_transformer_blocks)
+    assert groups == blocks and sum(isinstance(m, FusedSlice) for m in fused.modules()) == 3 * groups + len(
+        fused.single_transformer_blocks
+    )
+    p_plain, p_fused = _with_lora(plain), _with_lora(fused)
+    assert [p.shape for p in p_plain] == [p.shape for p in p_fused]  # the same adapters
+    names = {n for n, _ in fused.named_modules()}
+    assert any(n.endswith("attn.to_q.lora_A") for n in names)  # on the same module names
+    out, grads = _run(plain, p_plain)
+    calls = []
+    hooks = [
+        m.linear.register_forward_hook(lambda *_: calls.append(1))
+        for m in fused.modules()
+        if isinstance(m, FusedFrozenProjections)
+    ]
+    _run(fused, p_fused)
+    assert len(calls) == groups  # one matmul per group and forward
+    for hook in hooks:
+        hook.remove()
+    for model_out, model_grads in (_run(fused, p_fused), _compiled_run(fused, p_fused)):
+        torch.testing.assert_close(model_out, out, rtol=1e-5, atol=1e-6)
+        for got, want in zip(model_grads, grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    holders = [m for m in fused.modules() if isinstance(m, FusedFrozenProjections)]
+    assert holders and all(h._input is None and h._parts is None for h in holders)  # nothing kept
+
+
+def _compiled_run(model: torch.nn.Module, params: list[torch.nn.Parameter]):
+    torch._dynamo.reset()
+    counters.clear()
+    for block in [*model.transformer_blocks, *model.single_transformer_blocks]:
+        block.compile(backend="aot_eager")
+    result = _run(model, params)
+    assert not counters["graph_break"]  # each block traced whole, its groups included
+    return result
