@@ -1,11 +1,14 @@
-"""Probe prototype (`fb` in bench/probe_speed.py): FLUX.1's frozen projections that read the same
-input run as ONE matmul, while the LoRA adapters stay peft's own, on the same module names.
+"""Probe prototype (`fb` in bench/probe_speed.py): a transformer's frozen projections that read
+the same input run as ONE matmul, while the LoRA adapters stay peft's own, on the same module
+names.
 
-Groups that share an input: a double block's to_q / to_k / to_v (image stream) and add_q_proj /
-add_k_proj / add_v_proj (text stream); a single block's proj_mlp with its attention's to_q / to_k
-/ to_v (all read the block's normed hidden states). Each group's frozen weights are concatenated
-into one `FusedFrozenProjections` holder (registered once, on the block: it moves, converts to
-fp8 and counts like any linear), and each member is replaced by a `FusedSlice`, an nn.Linear
+Groups that share an input (GROUPS, by block class): FLUX.1's double blocks and Qwen-Image's
+blocks: to_q / to_k / to_v (image stream) and add_q_proj / add_k_proj / add_v_proj (text
+stream); FLUX.1's single blocks: proj_mlp with its attention's to_q / to_k / to_v (all read the
+block's normed hidden states); Z-Image's blocks: to_q / to_k / to_v and the SwiGLU's w1 / w3.
+Each group's frozen weights are concatenated into one `FusedFrozenProjections` holder
+(registered once, on the block: it moves, converts to fp8 and counts like any linear), and each
+member is replaced by a `FusedSlice`, an nn.Linear
 without its own weight (so peft wraps it as a LoRA target as before) whose forward returns its
 slice of the holder's output. The first member called with an input computes the whole group's
 matmul; the others, called with the same tensor, take their slices of it; after the last one
@@ -19,11 +22,19 @@ from typing import Any
 
 import torch
 
-DOUBLE_GROUPS = (
+_DUAL_STREAM = (
     ("attn.to_q", "attn.to_k", "attn.to_v"),
     ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"),
 )
-SINGLE_GROUPS = (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),)
+GROUPS: dict[str, tuple[tuple[str, ...], ...]] = {  # block class name -> its input-sharing groups
+    "FluxTransformerBlock": _DUAL_STREAM,
+    "FluxSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),
+    "QwenImageTransformerBlock": _DUAL_STREAM,
+    "ZImageTransformerBlock": (
+        ("attention.to_q", "attention.to_k", "attention.to_v"),
+        ("feed_forward.w1", "feed_forward.w3"),
+    ),
+}
 
 
 class FusedFrozenProjections(torch.nn.Module):
@@ -97,23 +108,12 @@ class FusedSlice(torch.nn.Linear):
         return self.holder.part(x, self.index)
 
 
-def fuse_flux_projections(model: Any) -> int:
-    """Fuse every group of FLUX.1's blocks (module docstring) in place, before the LoRA is added;
-    returns the number of groups. Raises ValueError for a model without FLUX.1's blocks."""
-    from diffusers.models.transformers.transformer_flux import (
-        FluxSingleTransformerBlock,
-        FluxTransformerBlock,
-    )
-
+def fuse_projections(model: Any) -> int:
+    """Fuse every group of the model's blocks (GROUPS) in place, before the LoRA is added;
+    returns the number of groups. Raises ValueError for a model with none of those blocks."""
     groups = 0
-    for block in model.modules():
-        if isinstance(block, FluxTransformerBlock):
-            spec = DOUBLE_GROUPS
-        elif isinstance(block, FluxSingleTransformerBlock):
-            spec = SINGLE_GROUPS
-        else:
-            continue
-        for i, names in enumerate(spec):
+    for block in list(model.modules()):
+        for i, names in enumerate(GROUPS.get(type(block).__name__, ())):
             linears = [block.get_submodule(name) for name in names]
             holder = FusedFrozenProjections(linears)
             block.add_module(f"fused_projections_{i}", holder)
@@ -122,5 +122,5 @@ def fuse_flux_projections(model: Any) -> int:
                 setattr(block.get_submodule(parent) if parent else block, leaf, FusedSlice(holder, index))
             groups += 1
     if not groups:
-        raise ValueError("no FLUX.1 blocks to fuse")
+        raise ValueError(f"{type(model).__name__} has no blocks with input-sharing projections to fuse")
     return groups

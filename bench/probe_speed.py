@@ -26,9 +26,10 @@ variants:
              stream, the separate ones removed) and the LoRA on the fused linears (to_qkv,
              to_added_qkv; with bt only to_qkv) plus the outputs: the upper bound of fusing the
              projections (one rank-16 LoRA per fused linear is less work than three)
-  fb         FLUX.1: the frozen projections that read one input as ONE matmul each group (q/k/v
-             per stream; a single block's proj_mlp with its q/k/v), the LoRA adapters unchanged
-             (bench/fused_base.py: the engine's candidate; `fq` is its upper bound)
+  fb         FLUX.1, Qwen-Image, Z-Image: the frozen projections that read one input as ONE matmul
+             per group (q/k/v per stream; FLUX.1's single blocks: proj_mlp with q/k/v; Z-Image:
+             also the SwiGLU's w1/w3), the LoRA adapters unchanged (bench/fused_base.py: the
+             engine's candidate; `fq` is its upper bound on FLUX.1)
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   combo      Inductor's combo kernels (independent small kernels of a graph launched as one):
              fewer launches and less back-to-back spacing per step
@@ -145,16 +146,16 @@ def fused_projections(family: str, before: Any, baseline_targets: bool) -> tuple
 
 
 def fused_base(family: str, before: Any) -> Any:
-    """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses
-    FLUX.1's same-input frozen projections (bench/fused_base.py). FLUX.1 only."""
-    if family != "flux":
-        raise ValueError("fb (fused frozen projections) is a FLUX.1 probe")
+    """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses the
+    transformer's same-input frozen projections (bench/fused_base.py)."""
+    if family == "sdxl":
+        raise ValueError("fb (fused frozen projections) is a transformer probe (flux, qwen, zimage)")
 
     def fuse(model: Any) -> Any:
-        from bench.fused_base import fuse_flux_projections
+        from bench.fused_base import fuse_projections
 
         notes = before(model) if before is not None else None
-        return {"fused_groups": fuse_flux_projections(model), "before": notes}
+        return {"fused_groups": fuse_projections(model), "before": notes}
 
     return fuse
 

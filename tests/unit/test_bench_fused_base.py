@@ -1,4 +1,4 @@
-"""bench/fused_base.py (the probe's `fb`): FLUX.1's same-input frozen projections as one matmul
+"""bench/fused_base.py (the probe's `fb`): the same-input frozen projections as one matmul
 per group, with peft's LoRA adapters on the same module names: the same outputs and LoRA
 gradients as the unfused model, eager and through Dynamo + AOTAutograd, without graph breaks
 and without keeping any tensor between forwards."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 
 import torch
-from bench.fused_base import FusedFrozenProjections, FusedSlice, fuse_flux_projections
+from bench.fused_base import FusedFrozenProjections, FusedSlice, fuse_projections
 from torch._dynamo.utils import counters
 
 from lorastudio.tiny.models import build_flux
@@ -52,7 +52,7 @@ def _run(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> tuple[torc
 def test_fused_projections_train_like_the_separate_ones_eager_and_compiled():
     plain = build_flux(0).transformer
     fused = copy.deepcopy(plain)
-    groups = fuse_flux_projections(fused)
+    groups = fuse_projections(fused)
     blocks = len(fused.transformer_blocks) * 2 + len(fused.single_transformer_blocks)
     assert groups == blocks and sum(isinstance(m, FusedSlice) for m in fused.modules()) == 3 * groups + len(
         fused.single_transformer_blocks
@@ -88,3 +88,42 @@ def _compiled_run(model: torch.nn.Module, params: list[torch.nn.Parameter]):
     result = _run(model, params)
     assert not counters["graph_break"]  # each block traced whole, its groups included
     return result
+
+
+def _qwen_inputs() -> dict:
+    g = torch.Generator().manual_seed(1)
+    return {
+        "hidden_states": torch.randn(2, 16, 64, generator=g),  # [B, tokens, 4 x 16]
+        "encoder_hidden_states": torch.randn(2, 7, 32, generator=g),  # [B, T, D]
+        "timestep": torch.tensor([0.3, 0.8]),
+        "img_shapes": [[(1, 4, 4)]] * 2,
+        "return_dict": False,
+    }
+
+
+def _z_image_inputs() -> dict:
+    g = torch.Generator().manual_seed(1)
+    return {
+        "x": [torch.randn(16, 1, 8, 8, generator=g) for _ in range(2)],  # B x [C, F, h, w]
+        "t": torch.tensor([0.3, 0.8]),
+        "cap_feats": [torch.randn(5, 32, generator=g), torch.randn(9, 32, generator=g)],  # B x [L_i, D]
+        "return_dict": False,
+    }
+
+
+def test_qwen_image_and_z_image_blocks_fuse_with_the_same_outputs():
+    from lorastudio.tiny.models import qwen_image_transformer, z_image_transformer
+
+    for build, inputs in ((qwen_image_transformer, _qwen_inputs), (z_image_transformer, _z_image_inputs)):
+        plain = build(0).eval()
+        fused = copy.deepcopy(plain)
+        groups = fuse_projections(fused)
+        calls = []
+        for m in fused.modules():
+            if isinstance(m, FusedFrozenProjections):
+                m.linear.register_forward_hook(lambda *_, log=calls: log.append(1))
+        with torch.no_grad():
+            want, got = plain(**inputs())[0], fused(**inputs())[0]
+        assert groups > 0 and len(calls) == groups  # one matmul per group
+        want, got = (torch.stack(x) if isinstance(x, list) else x for x in (want, got))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
