@@ -64,6 +64,12 @@ class FusedFrozenProjections(torch.nn.Module):
         self._input: torch.Tensor | None = None
         self._parts: tuple[torch.Tensor, ...] | None = None
         self._served = 0
+        # share_lora_inputs: the group's peft LoRA layers, their ranks and the x A^T cache
+        self.lora_members: list[Any] = []
+        self.lora_ranks: list[int] = []
+        self._lora_input: torch.Tensor | None = None
+        self._lora_parts: tuple[torch.Tensor, ...] | None = None
+        self._lora_served = 0
 
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
         """Projection `index` of x [..., K] -> [..., N_index]: computes the group's matmul for a
@@ -124,3 +130,54 @@ def fuse_projections(model: Any) -> int:
     if not groups:
         raise ValueError(f"{type(model).__name__} has no blocks with input-sharing projections to fuse")
     return groups
+
+
+def share_lora_inputs(model: Any, adapter: str = "default") -> int:
+    """After peft's LoRA is added to a fused model (`fuse_projections` first): the LoRA members
+    of each group read their input once too. The group's lora_A weights are concatenated
+    ([sum r_i, K]) and multiplied with the input in ONE matmul per group and forward, and each
+    member adds lora_B_i(its rank slice) * scaling_i to its base slice: peft's maths, with one
+    read of the input (and, backward, one for all the A gradients) instead of one per member.
+    Only for adapters without dropout; returns the number of groups changed."""
+    from types import MethodType
+
+    members: dict[int, list[tuple[int, Any]]] = {}
+    holders: dict[int, FusedFrozenProjections] = {}
+    for module in model.modules():
+        base = getattr(module, "base_layer", None)
+        if isinstance(base, FusedSlice) and adapter in getattr(module, "lora_A", {}):
+            if not isinstance(module.lora_dropout[adapter], torch.nn.Identity):
+                raise ValueError("shared LoRA inputs need lora_dropout 0 (each adapter drops its own)")
+            members.setdefault(id(base.holder), []).append((base.index, module))
+            holders[id(base.holder)] = base.holder
+    for key, group in members.items():
+        group.sort(key=lambda item: item[0])
+        holder = holders[key]
+        holder.lora_members = [m for _, m in group]  # plain list: already registered in the blocks
+        holder.lora_ranks = [m.lora_A[adapter].out_features for m in holder.lora_members]
+        for slot, member in enumerate(holder.lora_members):
+            member.forward = MethodType(_shared_lora_forward(holder, slot, adapter), member)
+    return len(members)
+
+
+def _lora_hidden(holder: FusedFrozenProjections, x: torch.Tensor, slot: int, adapter: str) -> torch.Tensor:
+    """Member `slot`'s x A_slot^T [..., r_slot] from the group's one x [A_1; A_2; ...]^T matmul."""
+    if holder._lora_input is not x or holder._lora_parts is None:
+        a = torch.cat([m.lora_A[adapter].weight for m in holder.lora_members])  # [sum r_i, K]
+        h = torch.nn.functional.linear(x.to(a.dtype), a)  # [..., sum r_i]
+        holder._lora_input, holder._lora_parts, holder._lora_served = x, h.split(holder.lora_ranks, -1), 0
+    part = holder._lora_parts[slot]
+    holder._lora_served += 1
+    if holder._lora_served >= len(holder.lora_members):  # every member had its slice: keep nothing
+        holder._lora_input = holder._lora_parts = None
+    return part
+
+
+def _shared_lora_forward(holder: FusedFrozenProjections, slot: int, adapter: str) -> Any:
+    def forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        result = self.base_layer(x, *args, **kwargs)  # [..., N_slot] in the base's dtype
+        h = _lora_hidden(holder, x, slot, adapter)  # [..., r_slot] in the LoRA's dtype
+        delta = self.lora_B[adapter](h) * self.scaling[adapter]  # [..., N_slot]
+        return (result + delta).to(result.dtype)  # as peft adds it
+
+    return forward

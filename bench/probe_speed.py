@@ -30,6 +30,8 @@ variants:
              per group (q/k/v per stream; FLUX.1's single blocks: proj_mlp with q/k/v; Z-Image:
              also the SwiGLU's w1/w3), the LoRA adapters unchanged (bench/fused_base.py: the
              engine's candidate; `fq` is its upper bound on FLUX.1)
+  fbl        with fb: each group's LoRA members read the input once too (their A weights in one
+             matmul per group: bench/fused_base.py share_lora_inputs)
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   combo      Inductor's combo kernels (independent small kernels of a graph launched as one):
              fewer launches and less back-to-back spacing per step
@@ -223,6 +225,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "mat",
         "fq",
         "fb",
+        "fbl",
         "combo",
         "cl",
         "cplx",
@@ -261,10 +264,14 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         targets = tuple(BASELINE_TARGETS) if "bt" in parts else None
         if "fq" in parts:
             before, targets = fused_projections(family, before, "bt" in parts)
-        if "fb" in parts:
+        if parts & {"fb", "fbl"}:
             before = fused_base(family, before)
         eng = Engine(family, before_lora=before, targets=targets)
         row["lora_params"] = sum(p.numel() for p in eng.params)
+        if "fbl" in parts:
+            from bench.fused_base import share_lora_inputs
+
+            row["shared_lora_groups"] = share_lora_inputs(eng.model)
         if "cplx" in parts:  # diffusers' own complex RoPE, not the engine's real one
             from lorastudio.families.real_rope import use_complex_rope, use_complex_rope_processors
 

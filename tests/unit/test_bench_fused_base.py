@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 
 import torch
-from bench.fused_base import FusedFrozenProjections, FusedSlice, fuse_projections
+from bench.fused_base import FusedFrozenProjections, FusedSlice, fuse_projections, share_lora_inputs
 from torch._dynamo.utils import counters
 
 from lorastudio.tiny.models import build_flux
@@ -127,3 +127,24 @@ def test_qwen_image_and_z_image_blocks_fuse_with_the_same_outputs():
         assert groups > 0 and len(calls) == groups  # one matmul per group
         want, got = (torch.stack(x) if isinstance(x, list) else x for x in (want, got))
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_shared_lora_inputs_keep_peft_maths_with_one_a_matmul_per_group():
+    plain = build_flux(0).transformer
+    shared = copy.deepcopy(plain)
+    groups = fuse_projections(shared)
+    p_plain, p_shared = _with_lora(plain), _with_lora(shared)
+    # FLUX.1's single blocks fuse proj_mlp, which is no LoRA target: its group shares q/k/v only
+    assert share_lora_inputs(shared) == groups
+    a_calls = []
+    for name, module in shared.named_modules():
+        if name.endswith("lora_A.default") and "_out" not in name:  # members of fused groups
+            module.register_forward_hook(lambda *_, log=a_calls: log.append(1))
+    out, grads = _run(plain, p_plain)
+    for got_out, got_grads in (_run(shared, p_shared), _compiled_run(shared, p_shared)):
+        torch.testing.assert_close(got_out, out, rtol=1e-5, atol=1e-6)
+        for got, want in zip(got_grads, grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert not a_calls  # the A weights are read through the group's one matmul
+    holders = [m for m in shared.modules() if isinstance(m, FusedFrozenProjections)]
+    assert all(h._lora_input is None and h._lora_parts is None for h in holders)
