@@ -20,7 +20,12 @@ from lorastudio.families.real_rope import (
     use_real_rope_processors,
 )
 from lorastudio.families.z_image_attention import RealRopeZImageAttnProcessor
-from lorastudio.tiny.models import qwen_image_transformer, z_image_transformer
+from lorastudio.tiny.models import (
+    qwen_image_transformer,
+    qwen_image_transformer_inputs,
+    z_image_transformer,
+    z_image_transformer_inputs,
+)
 
 
 @pytest.fixture
@@ -36,16 +41,6 @@ def _tiny_transformer() -> QwenImageTransformer2DModel:
     return qwen_image_transformer(0).eval()
 
 
-def _inputs(batch: int = 2, side: int = 4, text: int = 7) -> dict:
-    g = torch.Generator().manual_seed(1)
-    return {
-        "hidden_states": torch.randn(batch, side * side, 64, generator=g),  # [B, tokens, 4 x 16]
-        "encoder_hidden_states": torch.randn(batch, text, 32, generator=g),
-        "timestep": torch.tensor([0.3, 0.8])[:batch],
-        "img_shapes": [[(1, side, side)]] * batch,
-    }
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_real_rotation_matches_the_complex_one(dtype: torch.dtype):
     g = torch.Generator().manual_seed(0)
@@ -59,7 +54,7 @@ def test_real_rotation_matches_the_complex_one(dtype: torch.dtype):
 
 
 def test_the_family_installs_it_and_the_model_output_is_unchanged(complex_rope, tmp_path):
-    model, inputs = _tiny_transformer(), _inputs()
+    model, inputs = _tiny_transformer(), qwen_image_transformer_inputs()
     with torch.no_grad():
         complex_out = model(**inputs).sample  # [B, tokens, 64]
     model.save_pretrained(tmp_path / "transformer")
@@ -103,28 +98,20 @@ def _complex_nodes(model: torch.nn.Module, blocks: list[torch.nn.Module], inputs
 
 def test_compiled_blocks_hold_no_complex_op_with_the_real_rope(complex_rope):
     model = _tiny_transformer()
-    assert _complex_nodes(model, model.transformer_blocks, _inputs())  # diffusers': complex ops
+    assert _complex_nodes(
+        model, model.transformer_blocks, qwen_image_transformer_inputs()
+    )  # diffusers': complex ops
     use_real_rope()
     model = _tiny_transformer()
-    assert _complex_nodes(model, model.transformer_blocks, _inputs()) == []
+    assert _complex_nodes(model, model.transformer_blocks, qwen_image_transformer_inputs()) == []
 
 
 def _tiny_z_image() -> ZImageTransformer2DModel:
     return z_image_transformer(0).eval()
 
 
-def _z_inputs() -> dict:
-    g = torch.Generator().manual_seed(1)
-    return {
-        "x": [torch.randn(16, 1, 8, 8, generator=g) for _ in range(2)],  # B x [C, F, h, w]
-        "t": torch.tensor([0.3, 0.8]),
-        "cap_feats": [torch.randn(5, 32, generator=g), torch.randn(9, 32, generator=g)],  # B x [L_i, D]
-        "return_dict": False,
-    }
-
-
 def test_z_image_processors_give_the_same_output(tmp_path):
-    model, inputs = _tiny_z_image(), _z_inputs()
+    model, inputs = _tiny_z_image(), z_image_transformer_inputs()
     with torch.no_grad():
         complex_out = torch.stack(model(**inputs)[0])  # [B, C, 1, h, w]
     model.save_pretrained(tmp_path / "transformer")
@@ -143,10 +130,12 @@ def _z_blocks(model: ZImageTransformer2DModel) -> list[torch.nn.Module]:
 
 def test_compiled_z_image_blocks_hold_no_complex_op_with_the_real_processors():
     model = _tiny_z_image()
-    assert _complex_nodes(model, _z_blocks(model), _z_inputs())  # diffusers' processor: complex ops
+    assert _complex_nodes(
+        model, _z_blocks(model), z_image_transformer_inputs()
+    )  # diffusers' processor: complex ops
     model = _tiny_z_image()
     use_real_rope_processors(model)
-    assert _complex_nodes(model, _z_blocks(model), _z_inputs()) == []
+    assert _complex_nodes(model, _z_blocks(model), z_image_transformer_inputs()) == []
 
 
 def test_only_a_verified_z_image_processor_is_replaced(monkeypatch):

@@ -90,31 +90,18 @@ def _compiled_run(model: torch.nn.Module, params: list[torch.nn.Parameter]):
     return result
 
 
-def _qwen_inputs() -> dict:
-    g = torch.Generator().manual_seed(1)
-    return {
-        "hidden_states": torch.randn(2, 16, 64, generator=g),  # [B, tokens, 4 x 16]
-        "encoder_hidden_states": torch.randn(2, 7, 32, generator=g),  # [B, T, D]
-        "timestep": torch.tensor([0.3, 0.8]),
-        "img_shapes": [[(1, 4, 4)]] * 2,
-        "return_dict": False,
-    }
-
-
-def _z_image_inputs() -> dict:
-    g = torch.Generator().manual_seed(1)
-    return {
-        "x": [torch.randn(16, 1, 8, 8, generator=g) for _ in range(2)],  # B x [C, F, h, w]
-        "t": torch.tensor([0.3, 0.8]),
-        "cap_feats": [torch.randn(5, 32, generator=g), torch.randn(9, 32, generator=g)],  # B x [L_i, D]
-        "return_dict": False,
-    }
-
-
 def test_qwen_image_and_z_image_blocks_fuse_with_the_same_outputs():
-    from lorastudio.tiny.models import qwen_image_transformer, z_image_transformer
+    from lorastudio.tiny.models import (
+        qwen_image_transformer,
+        qwen_image_transformer_inputs,
+        z_image_transformer,
+        z_image_transformer_inputs,
+    )
 
-    for build, inputs in ((qwen_image_transformer, _qwen_inputs), (z_image_transformer, _z_image_inputs)):
+    for build, inputs in (
+        (qwen_image_transformer, lambda: {**qwen_image_transformer_inputs(), "return_dict": False}),
+        (z_image_transformer, z_image_transformer_inputs),
+    ):
         plain = build(0).eval()
         fused = copy.deepcopy(plain)
         groups = fuse_projections(fused)

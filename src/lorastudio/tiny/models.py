@@ -232,6 +232,30 @@ def z_image_transformer(seed: int) -> Any:
     return transformer
 
 
+def qwen_image_transformer_inputs(batch: int = 2, side: int = 4, text: int = 7) -> dict[str, Any]:
+    """Keyword inputs of `qwen_image_transformer` for one forward (seeded): `batch` images of
+    side x side packed tokens and `text` text tokens."""
+    g = torch.Generator().manual_seed(1)
+    return {
+        "hidden_states": torch.randn(batch, side * side, 64, generator=g),  # [B, tokens, 4 x 16]
+        "encoder_hidden_states": torch.randn(batch, text, 32, generator=g),  # [B, T, D]
+        "timestep": torch.tensor([0.3, 0.8])[:batch],
+        "img_shapes": [[(1, side, side)]] * batch,
+    }
+
+
+def z_image_transformer_inputs() -> dict[str, Any]:
+    """Keyword inputs of `z_image_transformer` for one forward (seeded): two 8x8 latents, two
+    captions of different lengths."""
+    g = torch.Generator().manual_seed(1)
+    return {
+        "x": [torch.randn(16, 1, 8, 8, generator=g) for _ in range(2)],  # B x [C, F, h, w]
+        "t": torch.tensor([0.3, 0.8]),
+        "cap_feats": [torch.randn(5, 32, generator=g), torch.randn(9, 32, generator=g)],  # B x [L_i, D]
+        "return_dict": False,
+    }
+
+
 def build_qwen_image(seed: int) -> DiffusionPipeline:
     """Qwen-Image: Qwen2.5-VL text encoder, MM-DiT (patch 2), 5-D Qwen VAE with its real latent stats."""
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
