@@ -43,7 +43,7 @@ def test_kernels_are_classed_by_name_as_the_h200_profiles_name_them():
 
 def test_the_fused_projection_probe_keeps_flux_outputs_and_puts_the_lora_on_the_fused_linears():
     import torch
-    from bench.probe_speed import fused_projections
+    from bench.probe_models import fused_projections
     from diffusers.models.transformers.transformer_flux import FluxAttention
 
     from lorastudio.tiny.models import build_flux
