@@ -146,8 +146,7 @@ def optimize(
                 stop()
             except TrainingStopped as request:  # this step is queued whole: finish it, then stop
                 _record(run, state, parts, flight, num_steps, emit)
-                if request.save and state.checkpointed_step != state.steps_run:
-                    _checkpoint(run, state, parts)
+                _save_for_stop(request, run, state, parts)
                 raise
             in_flight = None
         due = (state.keeper is not None and state.keeper.due(step, num_steps)) or (
@@ -167,8 +166,7 @@ def optimize(
         try:
             stop()
         except TrainingStopped as request:
-            if request.save and state.checkpointed_step != state.steps_run:
-                _checkpoint(run, state, parts)
+            _save_for_stop(request, run, state, parts)
             raise
 
 
@@ -258,6 +256,12 @@ def _record(
             skipped_steps=parts.guard.skipped,
         )
     )
+
+
+def _save_for_stop(request: TrainingStopped, run: PreparedRun, state: RunState, parts: LoopParts) -> None:
+    """A stop with save checkpoints the last step run, unless that step already has one."""
+    if request.save and state.checkpointed_step != state.steps_run:
+        _checkpoint(run, state, parts)
 
 
 def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
