@@ -131,11 +131,16 @@ def baseline_step_fn(name: str, model: Any, params: list[torch.nn.Parameter], ba
 class Engine:
     """The engine's objects for one family: config, family hooks, objective, denoiser + LoRA."""
 
-    def __init__(self, name: str, before_lora: Any = None, targets: tuple[str, ...] | None = None):
+    def __init__(
+        self, name: str, before_lora: Any = None, targets: tuple[str, ...] | None = None, fuse: bool = False
+    ):
         """before_lora: an optional callable(model) applied to the built denoiser before the LoRA
         is added (e.g. training.quantize.apply_base_precision); targets: the LoRA target module
-        suffixes (a run's `lora_targets`; None: the family's defaults)."""
+        suffixes (a run's `lora_targets`; None: the family's defaults); fuse: the family's
+        same-input projections fused and their LoRA inputs shared, as build_denoiser does for
+        fuse_projections on (training/fused_projections.py)."""
         from lorastudio import families
+        from lorastudio.training.fused_projections import fuse_projections, share_lora_inputs
         from lorastudio.training.lora import add_lora, lora_config_for
         from lorastudio.training.noise import make_objective
 
@@ -146,9 +151,13 @@ class Engine:
         self.model = build_denoiser(name, DEV, DT)
         self.family.adapt_denoiser(self.model)  # as the family's load_denoiser does
         self.notes = before_lora(self.model) if before_lora is not None else None
+        groups = self.family.spec.fused_projection_groups
+        self.fused_groups = fuse_projections(self.model, groups) if fuse else 0
         torch.manual_seed(0)
         targets = targets or self.family.spec.lora_targets
         self.params = add_lora(self.model, lora_config_for(self.cfg, targets))
+        if fuse:
+            share_lora_inputs(self.model)
         self.lora_init = [p.detach().clone() for p in self.params]
 
     def reset_lora(self) -> None:
@@ -206,6 +215,23 @@ class Engine:
         return float(counter.get_total_flops())
 
 
+def engine_fuses(name: str) -> bool:
+    """Whether a run of family `name` fuses its projections here: fuse_projections "auto" for the
+    bench's plan (bf16 base, no checkpointing, no block swap, the engine config's LoRA dropout)."""
+    from lorastudio import families
+    from lorastudio.training.fused_projections import fusion_choice
+
+    choice = fusion_choice(
+        "auto",
+        families.get(FAMILY_KEYS[name]).spec.fused_projection_groups,
+        precision="bf16",
+        device=torch.device(DEV),
+        lora_dropout=engine_config(name).lora_dropout,
+        plain_plan=True,
+    )
+    return choice.fuse
+
+
 def baseline_flops(name: str, model: Any) -> float:
     kw, target = baseline_inputs(name, 1, RES, DEV, DT)
     with FlopCounterMode(display=False) as counter:
@@ -260,10 +286,11 @@ class Runner:
             self.case(name, "baseline", b, lambda b: baseline_step_fn(name, model, params, b), bflops)
         model = params = None
         free()
-        eng = Engine(name)
+        eng = Engine(name, fuse=engine_fuses(name))  # the run's fuse_projections "auto"
         flops = eng.flops_per_sample()
         self.record({"family": name, "case": "engine-flops", "tflop_per_sample": round(flops / 1e12, 1),
-                     "lora_params_m": round(sum(p.numel() for p in eng.params) / 1e6, 1)})  # fmt: skip
+                     "lora_params_m": round(sum(p.numel() for p in eng.params) / 1e6, 1),
+                     "fused_projection_groups": eng.fused_groups})  # fmt: skip
         eager_losses: list[float] = []
         run_parity = eng.step_fn(1, seed=7, losses=eager_losses)
         for _ in range(PARITY_STEPS):

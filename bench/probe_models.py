@@ -96,13 +96,18 @@ def fused_projections(family: str, before: Any, baseline_targets: bool) -> tuple
 
 def fused_base(family: str, before: Any) -> Any:
     """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses the
-    transformer's same-input frozen projections (bench/fused_base.py)."""
-    if family == "sdxl":
+    transformer's same-input frozen projections as the engine does (fuse_projections on:
+    training/fused_projections.py, the family's declared groups)."""
+    from bench.models import FAMILY_KEYS
+    from lorastudio import families
+
+    groups = families.get(FAMILY_KEYS[family]).spec.fused_projection_groups
+    if not groups:
         raise ValueError("fb (fused frozen projections) is a transformer probe (flux, qwen, zimage)")
 
     def fuse(model: Any) -> dict[str, Any]:
-        from bench.fused_base import fuse_projections
+        from lorastudio.training.fused_projections import fuse_projections
 
-        return {"fused_groups": fuse_projections(model)}
+        return {"fused_groups": fuse_projections(model, groups)}
 
     return _after(before, fuse)

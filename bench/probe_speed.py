@@ -28,10 +28,10 @@ variants:
              projections (one rank-16 LoRA per fused linear is less work than three)
   fb         FLUX.1, Qwen-Image, Z-Image: the frozen projections that read one input as ONE matmul
              per group (q/k/v per stream; FLUX.1's single blocks: proj_mlp with q/k/v; Z-Image:
-             also the SwiGLU's w1/w3), the LoRA adapters unchanged (bench/fused_base.py: the
-             engine's candidate; `fq` is its upper bound on FLUX.1)
+             also the SwiGLU's w1/w3), the LoRA adapters unchanged (the engine's fusion without
+             the shared LoRA input: training/fused_projections.py; `fq`: its FLUX.1 upper bound)
   fbl        with fb: each group's LoRA members read the input once too (their A weights in one
-             matmul per group: bench/fused_base.py share_lora_inputs)
+             matmul per group): the engine's fuse_projections "on" / "auto" on CUDA bf16
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   combo      Inductor's combo kernels (independent small kernels of a graph launched as one):
              fewer launches and less back-to-back spacing per step
@@ -181,7 +181,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         eng = Engine(family, before_lora=before, targets=targets)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if "fbl" in parts:
-            from bench.fused_base import share_lora_inputs
+            from lorastudio.training.fused_projections import share_lora_inputs
 
             row["shared_lora_groups"] = share_lora_inputs(eng.model)
         if "cplx" in parts:  # diffusers' own complex RoPE, not the engine's real one

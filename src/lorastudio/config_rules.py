@@ -72,6 +72,14 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
     problems += _plan_problems(cfg)
+    if cfg.fuse_projections == "on" and cfg.base_precision in ("fp8", "int8", "nf4"):
+        problems.append(
+            FieldProblem(
+                "fuse_projections",
+                f"'on' fuses bf16 / fp16 / fp32 projections; a {cfg.base_precision} base is converted"
+                " layer by layer (fused fp8 measured no faster): use 'auto' or 'off'",
+            )
+        )
     if cfg.compile == "wide" and cfg.offload_blocks:
         problems.append(
             FieldProblem(

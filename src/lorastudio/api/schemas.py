@@ -165,6 +165,10 @@ class FamilyOut(_Out):
     wide_compile: bool = Field(
         default=False, description="compile 'wide' applies (the family declares wider compile regions: SDXL)"
     )
+    fuse_projections: bool = Field(
+        default=False,
+        description="fuse_projections 'on' applies (the family declares same-input projection groups)",
+    )
     precisions: list[str] = Field(description="base_precision values this host can run")
 
 

@@ -220,6 +220,8 @@ def plan_line(event: PlanChosen) -> str:
         f"compile {(event.compile_regions or 'on') if event.compile else 'off'}",
         f"attention {event.attention_backend}",
     ]
+    if event.fused_projections:
+        parts.append(f"{event.fused_projections} fused projection groups")
     how = f"set by the {'checkpoint' if event.decided_by == 'checkpoint' else 'settings'}"
     if event.decided_by == "measured":
         how = f"measured ({len(event.trials)} trial{'' if len(event.trials) == 1 else 's'})"

@@ -55,6 +55,10 @@ class FamilySpec:
     # block classes compile "wide" compiles (wider regions than the repeated blocks: the U-Net's
     # glue); empty: the repeated blocks already hold the family's compute, "wide" is refused
     wide_compile_blocks: tuple[str, ...] = ()
+    # block class name -> groups of its frozen projections that read the same input (member
+    # module paths), fused into one matmul per group by TrainConfig.fuse_projections
+    # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
+    fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -68,6 +72,7 @@ class FamilySpec:
             "defaults": dict(self.defaults),
             "supports": sorted(self.supports),
             "wide_compile": bool(self.wide_compile_blocks),
+            "fuse_projections": bool(self.fused_projection_groups),
         }
 
 

@@ -10,6 +10,13 @@ import torch
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.base import quiet_loading
 
+# the q/k/v projections of a dual-stream (MM-DiT) block: image stream, then text stream; each
+# triple reads one input (FamilySpec.fused_projection_groups of FLUX.1 and Qwen-Image)
+DUAL_STREAM_QKV = (
+    ("attn.to_q", "attn.to_k", "attn.to_v"),
+    ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"),
+)
+
 
 def pack_2x2(latents: torch.Tensor) -> torch.Tensor:
     """[B, C, h, w] -> [B, (h/2)*(w/2), C*4]: the 2x2 patch packing of FLUX.1 / Qwen-Image."""

@@ -11,7 +11,7 @@ import torch
 
 from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import pack_2x2, unpack_2x2
+from lorastudio.families.common import DUAL_STREAM_QKV, pack_2x2, unpack_2x2
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -42,6 +42,11 @@ SPEC = FamilySpec(
         {"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "guidance", "max_sequence_length"}
     ),
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 3.5},
+    fused_projection_groups={
+        "FluxTransformerBlock": DUAL_STREAM_QKV,
+        # the single blocks' MLP input projection reads the same normed states as q/k/v
+        "FluxSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),
+    },
 )
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import pack_2x2, unpack_2x2
+from lorastudio.families.common import DUAL_STREAM_QKV, pack_2x2, unpack_2x2
 from lorastudio.families.real_rope import use_real_rope
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ SPEC = FamilySpec(
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "max_sequence_length": 512},
     supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
     generation_defaults={"num_inference_steps": 30, "true_cfg_scale": 4.0},
+    fused_projection_groups={"QwenImageTransformerBlock": DUAL_STREAM_QKV},
 )
 
 

@@ -90,8 +90,10 @@ class PlanChosen(_Event):
     "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
     SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
     "default" = torch's choice, cuDNN off). `compile_regions` says what is compiled: "" (nothing),
-    "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fallbacks` lists the speed features that could not
-    be used here, each with its reason (e.g. "fp8: needs ...")."""
+    "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fused_projections`:
+    the groups of same-input projections run as one matmul (training/fused_projections.py; 0 =
+    none). `fallbacks` lists the speed features that could not be used here, each with its
+    reason (e.g. "fp8: needs ...")."""
 
     type: Literal["plan_chosen"] = "plan_chosen"
     base_precision: str
@@ -101,6 +103,7 @@ class PlanChosen(_Event):
     compile: bool
     compile_regions: str = ""
     attention_backend: str = "default"
+    fused_projections: int = 0
     memory_budget_gb: float | None = None
     decided_by: Literal["settings", "measured", "checkpoint"] = "settings"
     trials: list[PlanTrial] = Field(default_factory=list)

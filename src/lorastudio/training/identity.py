@@ -31,6 +31,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "max_bad_steps",
         "lora_format",
         "compile",
+        "fuse_projections",  # the same sums as one matmul (rounding aside), the same LoRA names
         "gradient_checkpointing",  # recomputation gives the same values
         "offload_blocks",  # where the weights wait between uses, not what they are
         "micro_batch_size",  # the same samples per optimizer step, split differently

@@ -376,6 +376,7 @@ def _prepare_denoiser(
             trials=trials,
             fallbacks=[*state.notes, *built.fallbacks, *filter(None, [attention.fallback_reason])],
             attention_backend=attention.backend,
+            fused_projections=built.fused_groups,
         )
     )
     emit(Preparing(phase="denoiser", done=1, total=1))

@@ -348,6 +348,7 @@ def plan_event(
     trials: Iterable[PlanTrial] = (),
     fallbacks: Iterable[str] = (),
     attention_backend: str = "default",
+    fused_projections: int = 0,
 ) -> PlanChosen:
     """The PlanChosen event of a run's plan."""
     return PlanChosen(
@@ -355,6 +356,7 @@ def plan_event(
         compile=compiled,
         compile_regions=compile_regions if compiled else "",
         attention_backend=attention_backend,
+        fused_projections=fused_projections,
         memory_budget_gb=memory_budget_gb,
         decided_by=decided_by,  # type: ignore[arg-type]
         trials=list(trials),

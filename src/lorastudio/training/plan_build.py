@@ -7,7 +7,10 @@ Order (each step needs the previous one):
   swap set    training.block_swap.swap_candidates: the repeated blocks that wait in CPU RAM
   precision   training.quantize.apply_base_precision: quantise / fp8-convert, place on the
               device except the swap set
-  LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init)
+  fuse        training.fused_projections (TrainConfig.fuse_projections, decided for the plan):
+              each group of same-input frozen projections becomes one matmul
+  LoRA        torch.manual_seed(cfg.seed), then training.lora.add_lora (LoRA A init); then the
+              fused groups' LoRA members share their input (one A matmul per group)
   block swap  training.block_swap.attach_block_swap (LoRA parameters live on the device)
   compile     training.compile.compile_denoiser (the run only; trials measure eagerly): the
               repeated blocks, or for compile "wide" the family's wide_compile_blocks (static
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.training.fused_projections import fuse_projections, fusion_choice, share_lora_inputs
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.precision import is_quantised, pick_dtype
 
@@ -37,7 +41,8 @@ class BuiltDenoiser:
     """A denoiser built for a plan, LoRA added, in train mode. `fallbacks`: the reasons a
     requested feature is not in use (precision, checkpointing, compile); `compiled`: regional
     compile is active and `compile_regions` what it compiles (PlanChosen.compile_regions);
-    `swap`: the BlockSwap when blocks wait in CPU RAM (else None)."""
+    `swap`: the BlockSwap when blocks wait in CPU RAM (else None); `fused_groups`: the groups
+    of same-input projections run as one matmul (0: none)."""
 
     denoiser: Any
     params: list[torch.nn.Parameter]
@@ -47,6 +52,7 @@ class BuiltDenoiser:
     compiled: bool = False
     compile_regions: str = ""
     fallbacks: list[str] = field(default_factory=list)
+    fused_groups: int = 0
 
     def release(self) -> None:
         """Drop every reference this object holds (the caller frees the device memory:
@@ -73,10 +79,22 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
     denoiser = family.load_denoiser(cfg.base_model, cfg.revision, dtype, load_device)
     blocks = swap_candidates(denoiser, plan.offload_blocks) if plan.offload_blocks > 0 else []
     fallbacks = list(apply_base_precision(denoiser, plan.base_precision, device, stay_on_cpu=blocks))
+    fusion = fusion_choice(
+        cfg.fuse_projections,
+        family.spec.fused_projection_groups,
+        precision=plan.base_precision,
+        device=device,
+        lora_dropout=cfg.lora_dropout,
+        plain_plan=plan.offload_blocks == 0 and plan.gradient_checkpointing == "off",
+    )
+    groups = fuse_projections(denoiser, family.spec.fused_projection_groups) if fusion.fuse else 0
+    fallbacks += [f"fuse_projections: {fusion.note}"] if fusion.note else []
     torch.manual_seed(cfg.seed)  # LoRA A init and LoRA dropout masks
     lora_config = lora_config_for(cfg, family.spec.lora_targets)
     params = add_lora(denoiser, lora_config)
-    built = BuiltDenoiser(denoiser, params, lora_config, dtype, fallbacks=fallbacks)
+    if fusion.share:
+        share_lora_inputs(denoiser)
+    built = BuiltDenoiser(denoiser, params, lora_config, dtype, fallbacks=fallbacks, fused_groups=groups)
     if blocks:
         built.swap = attach_block_swap(denoiser, blocks, device)
     denoiser.train()

@@ -885,6 +885,12 @@ export interface components {
             defaults: {
                 [key: string]: unknown;
             };
+            /**
+             * Fuse Projections
+             * @description fuse_projections 'on' applies (the family declares same-input projection groups)
+             * @default false
+             */
+            fuse_projections?: boolean;
             /** Latent Channels */
             latent_channels: number;
             /** Lora Targets */
@@ -1317,8 +1323,10 @@ export interface components {
          *     "checkpoint" = the plan of the checkpoint a resume continues). `attention_backend` is the
          *     SDPA kernel used (training/attention.py: "cudnn" | "flash" | "efficient" | "math" |
          *     "default" = torch's choice, cuDNN off). `compile_regions` says what is compiled: "" (nothing),
-         *     "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fallbacks` lists the speed features that could not
-         *     be used here, each with its reason (e.g. "fp8: needs ...").
+         *     "repeated blocks", "wide" or "wide + CUDA graphs" (training/compile.py). `fused_projections`:
+         *     the groups of same-input projections run as one matmul (training/fused_projections.py; 0 =
+         *     none). `fallbacks` lists the speed features that could not be used here, each with its
+         *     reason (e.g. "fp8: needs ...").
          */
         PlanChosenEvent: {
             /**
@@ -1343,6 +1351,11 @@ export interface components {
             decided_by?: "settings" | "measured" | "checkpoint";
             /** Fallbacks */
             fallbacks?: string[];
+            /**
+             * Fused Projections
+             * @default 0
+             */
+            fused_projections?: number;
             /** Gradient Checkpointing */
             gradient_checkpointing: string;
             /**
@@ -1416,6 +1429,11 @@ export interface components {
             decided_by: "settings" | "measured" | "checkpoint";
             /** Fallbacks */
             fallbacks: string[];
+            /**
+             * Fused Projections
+             * @default 0
+             */
+            fused_projections: number;
             /** Gradient Checkpointing */
             gradient_checkpointing: string;
             /** Memory Budget Gb */
@@ -2031,6 +2049,13 @@ export interface components {
              */
             flow_shift?: number | null;
             /**
+             * Fuse Projections
+             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 2-3 % faster); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
+             * @default auto
+             * @enum {string}
+             */
+            fuse_projections?: "auto" | "on" | "off";
+            /**
              * Grad Accum
              * @description micro-batches per optimizer step
              * @default 1
@@ -2339,6 +2364,13 @@ export interface components {
              * @description static sigma shift (flow)
              */
             flow_shift: number | null;
+            /**
+             * Fuse Projections
+             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 2-3 % faster); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
+             * @default auto
+             * @enum {string}
+             */
+            fuse_projections: "auto" | "on" | "off";
             /**
              * Grad Accum
              * @description micro-batches per optimizer step

@@ -11,6 +11,7 @@ const SETTINGS: Plan = {
   compile: true,
   compile_regions: "",
   attention_backend: "cudnn",
+  fused_projections: 0,
   memory_budget_gb: null,
   decided_by: "settings",
   trials: [],
@@ -35,6 +36,13 @@ describe("the plan in words", () => {
     expect(
       planLine({ ...SETTINGS, base_precision: "nf4", gradient_checkpointing: "selective", offload_blocks: 1, micro_batch_size: 1, compile: false, attention_backend: "default" }),
     ).toBe("nf4 · checkpointing selective · 1 block offloaded · micro-batch 1 · not compiled · attention default");
+  });
+
+  it("counts the fused projection groups when there are any", () => {
+    expect(planLine({ ...SETTINGS, fused_projections: 1 })).toBe(
+      "bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled · attention cudnn · 1 fused projection group",
+    );
+    expect(planLine({ ...SETTINGS, fused_projections: 57 })).toMatch(/ · 57 fused projection groups$/);
   });
 
   it("names what is compiled when the run reports it", () => {

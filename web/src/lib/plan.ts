@@ -13,6 +13,8 @@ type PlanLineFields = Pick<Plan, "base_precision" | "gradient_checkpointing" | "
   compile_regions?: string | null;
   /** The SDPA kernel the run uses; missing or "" (not reported) leaves it out of the line. */
   attention_backend?: string | null;
+  /** Groups of same-input projections run as one matmul; missing or 0 leaves it out. */
+  fused_projections?: number | null;
 };
 
 /** "bf16 · checkpointing off · 0 blocks offloaded · micro-batch 2 · compiled · attention cudnn" */
@@ -24,6 +26,7 @@ export function planLine(plan: PlanLineFields): string {
     `micro-batch ${plan.micro_batch_size}`,
     plan.compile ? (plan.compile_regions ? `compiled: ${plan.compile_regions}` : "compiled") : "not compiled",
     ...(plan.attention_backend ? [`attention ${plan.attention_backend}`] : []),
+    ...(plan.fused_projections ? [`${plural(plan.fused_projections, "fused projection group", "fused projection groups")}`] : []),
   ].join(" · ");
 }
 
@@ -58,6 +61,7 @@ export function planFromEvent(ev: PlanChosenEvent): Plan {
     compile: ev.compile,
     compile_regions: ev.compile_regions ?? "",
     attention_backend: ev.attention_backend ?? "", // "": not reported, left out of the plan line
+    fused_projections: ev.fused_projections ?? 0,
     memory_budget_gb: ev.memory_budget_gb ?? null,
     decided_by: ev.decided_by ?? "settings",
     trials: (ev.trials ?? []).map((t) => ({ ...t, note: t.note ?? null })),

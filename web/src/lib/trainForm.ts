@@ -14,6 +14,7 @@ type Sampling = NonNullable<TrainConfig["timestep_sampling"]>;
 type LoraFormat = NonNullable<TrainConfig["lora_format"]>;
 type CompileMode = NonNullable<TrainConfig["compile"]>;
 type AttentionBackend = NonNullable<TrainConfig["attention_backend"]>;
+type FuseProjections = NonNullable<TrainConfig["fuse_projections"]>;
 type Precision = NonNullable<TrainConfig["base_precision"]>;
 type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 
@@ -48,6 +49,12 @@ export const ATTENTION_BACKENDS: Record<AttentionBackend, string> = {
   flash: "Flash",
   efficient: "Memory-efficient",
   math: "Math (slow)",
+};
+/** Fusing a block's same-input projections into one matmul (the server refuses "on" for SDXL). */
+export const FUSE_PROJECTIONS: Record<FuseProjections, string> = {
+  auto: "Auto",
+  on: "Fused",
+  off: "Separate",
 };
 
 /** Every base precision the config knows; the form offers those the host lists in `precisions`. */
@@ -167,6 +174,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   sample_seed: "integer",
   compile: "text",
   attention_backend: "text",
+  fuse_projections: "text",
   snr_gamma: "number",
   timestep_sampling: "text",
   logit_mean: "number",
@@ -206,6 +214,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "lora_format",
   "compile",
   "attention_backend",
+  "fuse_projections",
   "base_precision",
   "gradient_checkpointing",
   "offload_blocks",
@@ -248,6 +257,7 @@ export function initialValues(family: Family, keep?: Partial<FormValues>): FormV
     if (keep?.[k] !== undefined) values[k] = keep[k];
   }
   if (values.compile === "wide" && !family.wide_compile) values.compile = "auto"; // wide is SDXL's only
+  if (values.fuse_projections === "on" && !family.fuse_projections) values.fuse_projections = "auto";
   if (keep?.unit) {
     values.unit = keep.unit;
     values.length = keep.length ?? values.length;

@@ -103,6 +103,7 @@ describe("RunDetailScreen", () => {
       compile: true,
       compile_regions: "repeated blocks",
       attention_backend: "flash",
+      fused_projections: 0,
       memory_budget_gb: 10,
       decided_by: "measured",
       trials: [

@@ -250,6 +250,27 @@ describe("TrainScreen", () => {
     expect(input("attention_backend")).toHaveValue("cudnn");
   });
 
+  it("offers fused projections next to Attention, auto by default; Fused only for families that have them", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const fuse = input("fuse_projections");
+    expect(fuse.closest("details")).toBeNull(); // up front, in Memory and speed
+    expect(fuse.closest(".card")).toBe(input("attention_backend").closest(".card"));
+    expect(fuse).toHaveValue("auto");
+    expect(fuse.closest("label")).toHaveAttribute("title", CONFIG_DESCRIPTIONS.fuse_projections);
+    const fused = () => screen.getByRole("option", { name: "Fused" }) as HTMLOptionElement;
+    expect(fused().disabled).toBe(false); // FLUX.1
+    await userEvent.selectOptions(fuse, "on");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> };
+    expect(sent.config.fuse_projections).toBe("on");
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    expect(fused().disabled).toBe(true); // the U-Net has nothing to fuse: the server would refuse "on"
+    expect(input("fuse_projections")).toHaveValue("auto");
+    expect(input("fuse_projections").closest("label")).toHaveTextContent("Stable Diffusion XL has no projections to fuse");
+  });
+
   it("offers compile=on on a CUDA host", async () => {
     info = { ...INFO, host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: 1 } };
     renderTrain();

@@ -15,6 +15,7 @@ import { trainControls } from "../components/TrainControls";
 import { navigate } from "../lib/route";
 import {
   ATTENTION_BACKENDS,
+  FUSE_PROJECTIONS,
   attentionAvailable,
   attentionHint,
   budgetHint,
@@ -209,6 +210,12 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {c.choice("attention_backend", "Attention", ATTENTION_BACKENDS, {
               hint: attentionHint(info.host),
               disabled: (v) => !attentionAvailable(v as keyof typeof ATTENTION_BACKENDS, info.host),
+            })}
+            {c.choice("fuse_projections", "Fused projections", FUSE_PROJECTIONS, {
+              hint: family?.fuse_projections === false
+                ? `${family.title} has no projections to fuse`
+                : "q/k/v (and MLP inputs) of a block as one matmul; auto = on for bf16 on a CUDA GPU",
+              disabled: (v) => v === "on" && family?.fuse_projections === false,
             })}
           </div>
         </div>

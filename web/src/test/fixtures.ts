@@ -22,6 +22,7 @@ export const INFO: Info = {
       defaults: { resolution: 1024, learning_rate: 0.0001, lora_rank: 16, snr_gamma: 5 },
       supports: ["snr_gamma"],
       wide_compile: true,
+      fuse_projections: false,
       precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
     {
@@ -34,6 +35,7 @@ export const INFO: Info = {
       defaults: { resolution: 512, learning_rate: 0.0004, lora_rank: 32, guidance: 1, max_sequence_length: 512 },
       supports: ["flow_shift", "guidance", "max_sequence_length", "timestep_sampling"],
       wide_compile: false,
+      fuse_projections: true,
       precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
   ],

@@ -1,40 +1,83 @@
-"""Probe prototype (`fb` in bench/probe_speed.py): a transformer's frozen projections that read
-the same input run as ONE matmul, while the LoRA adapters stay peft's own, on the same module
-names.
+"""Fused same-input projections (TrainConfig.fuse_projections): a transformer block's frozen
+projections that read the same input run as ONE matmul, and the LoRA adapters on them read that
+input once, while peft's adapters stay on the same module names (the LoRA file is unchanged).
 
-Groups that share an input (GROUPS, by block class): FLUX.1's double blocks and Qwen-Image's
-blocks: to_q / to_k / to_v (image stream) and add_q_proj / add_k_proj / add_v_proj (text
-stream); FLUX.1's single blocks: proj_mlp with its attention's to_q / to_k / to_v (all read the
-block's normed hidden states); Z-Image's blocks: to_q / to_k / to_v and the SwiGLU's w1 / w3.
-Each group's frozen weights are concatenated into one `FusedFrozenProjections` holder
-(registered once, on the block: it moves, converts to fp8 and counts like any linear), and each
-member is replaced by a `FusedSlice`, an nn.Linear
-without its own weight (so peft wraps it as a LoRA target as before) whose forward returns its
-slice of the holder's output. The first member called with an input computes the whole group's
-matmul; the others, called with the same tensor, take their slices of it; after the last one
-the holder forgets it (no tensor is kept between forwards). Under torch.compile the group
-becomes one GEMM, and its backward one input-gradient GEMM over the concatenated gradients.
+The groups are declared per block class by each family (FamilySpec.fused_projection_groups):
+FLUX.1's double blocks and Qwen-Image's blocks: to_q / to_k / to_v (image stream) and
+add_q_proj / add_k_proj / add_v_proj (text stream); FLUX.1's single blocks: proj_mlp with its
+attention's to_q / to_k / to_v (all read the block's normed hidden states); Z-Image's blocks:
+to_q / to_k / to_v and the SwiGLU's w1 / w3.
+
+`fuse_projections` (before the LoRA is added) concatenates each group's frozen weights into one
+`FusedFrozenProjections` holder (registered once, on the block: it moves, swaps and counts like
+any linear), and replaces each member by a `FusedSlice`, an nn.Linear without a weight of its
+own (so peft wraps it as a LoRA target as before) whose forward returns its slice of the
+holder's output. The first member called with an input computes the whole group's matmul; the
+others, called with the same tensor, take their slices; after the last one the holder forgets it
+(no tensor is kept between forwards). `share_lora_inputs` (after the LoRA) makes a group's LoRA
+members compute x [A_1; A_2; ...]^T in one matmul too (peft's maths otherwise). Under
+torch.compile each group becomes one GEMM, and its backward one input-gradient GEMM.
+
+Measured on an H200 (bench/RESULTS.md note 20), 1024 px, compiled, cuDNN attention: bf16 steps
+1.7-3.4 % faster (FLUX.1 b1 0.3672 -> 0.3546 s, Qwen-Image b3 + CUDA graphs 1.0267 -> 0.9983 s,
+Z-Image b2 0.503 -> 0.4945 s), FLUX.1 +3 GiB peak; an fp8 base 0.6 % slower (its GEMMs were at
+their ceiling). So `auto` fuses bf16 / fp16 bases on CUDA in the plain plan (no checkpointing,
+no block swap, no LoRA dropout), and `on` refuses fp8 / int8 / nf4 bases.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MethodType
 from typing import Any
 
 import torch
 
-_DUAL_STREAM = (
-    ("attn.to_q", "attn.to_k", "attn.to_v"),
-    ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"),
-)
-GROUPS: dict[str, tuple[tuple[str, ...], ...]] = {  # block class name -> its input-sharing groups
-    "FluxTransformerBlock": _DUAL_STREAM,
-    "FluxSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),
-    "QwenImageTransformerBlock": _DUAL_STREAM,
-    "ZImageTransformerBlock": (
-        ("attention.to_q", "attention.to_k", "attention.to_v"),
-        ("feed_forward.w1", "feed_forward.w3"),
-    ),
-}
+# block class name -> its groups of member module paths (FamilySpec.fused_projection_groups)
+ProjectionGroups = Mapping[str, tuple[tuple[str, ...], ...]]
+QUANTISED_BASES = ("fp8", "int8", "nf4")  # converted layer by layer: never fused
+
+
+@dataclass(frozen=True)
+class FusionChoice:
+    """What a run fuses: `fuse` the frozen projections, `share` the LoRA inputs too; `note`: why
+    less than asked is done (None when all of it is)."""
+
+    fuse: bool
+    share: bool
+    note: str | None = None
+
+
+def fusion_choice(
+    setting: str,
+    groups: ProjectionGroups,
+    *,
+    precision: str,
+    device: torch.device,
+    lora_dropout: float,
+    plain_plan: bool,
+) -> FusionChoice:
+    """Decide TrainConfig.fuse_projections for a run's plan. `setting`: auto / on / off;
+    `groups`: the family's; `precision`: the plan's resolved base precision; `plain_plan`: no
+    checkpointing and no block swap. auto fuses (and shares) only the measured case: a CUDA
+    device, a bf16 / fp16 base, a plain plan, no LoRA dropout. on fuses any unquantised base
+    (config validation refuses it with an explicit fp8 / int8 / nf4 base or a family without
+    groups); with LoRA dropout each adapter keeps its own input (its own dropout mask)."""
+    if setting == "off" or not groups:
+        return FusionChoice(False, False)
+    if setting == "auto":
+        measured = device.type == "cuda" and precision in ("bf16", "fp16") and plain_plan
+        return FusionChoice(measured and lora_dropout == 0, measured and lora_dropout == 0)
+    if precision in QUANTISED_BASES:
+        return FusionChoice(
+            False, False, f"not fused: the plan's {precision} base is converted layer by layer"
+        )
+    if lora_dropout > 0:
+        return FusionChoice(
+            True, False, "LoRA inputs not shared: lora_dropout > 0 gives each adapter its own mask"
+        )
+    return FusionChoice(True, True)
 
 
 class FusedFrozenProjections(torch.nn.Module):
@@ -47,8 +90,8 @@ class FusedFrozenProjections(torch.nn.Module):
             raise ValueError("a fused group's linears must share their input size")
         weight = torch.cat([lin.weight.detach() for lin in linears])  # [sum N_i, K]
         has_bias = [lin.bias is not None for lin in linears]
-        self.linear = torch.nn.Linear(
-            k, weight.shape[0], bias=any(has_bias), device=weight.device, dtype=weight.dtype
+        self.linear = torch.nn.utils.skip_init(  # no random init (and no RNG draw): copied below
+            torch.nn.Linear, k, weight.shape[0], bias=any(has_bias), device=weight.device, dtype=weight.dtype
         )
         with torch.no_grad():
             self.linear.weight.copy_(weight)
@@ -114,12 +157,14 @@ class FusedSlice(torch.nn.Linear):
         return self.holder.part(x, self.index)
 
 
-def fuse_projections(model: Any) -> int:
-    """Fuse every group of the model's blocks (GROUPS) in place, before the LoRA is added;
-    returns the number of groups. Raises ValueError for a model with none of those blocks."""
+def fuse_projections(model: torch.nn.Module, groups_by_block: ProjectionGroups) -> int:
+    """Fuse, in place and before the LoRA is added, every group of `groups_by_block` (block class
+    name -> member paths) in the model's blocks; returns the number of groups fused. Raises
+    ValueError for a model with none of those blocks, or a group whose members differ in input
+    size (AttributeError: a member path the block lacks)."""
     groups = 0
     for block in list(model.modules()):
-        for i, names in enumerate(GROUPS.get(type(block).__name__, ())):
+        for i, names in enumerate(groups_by_block.get(type(block).__name__, ())):
             linears = [block.get_submodule(name) for name in names]
             holder = FusedFrozenProjections(linears)
             block.add_module(f"fused_projections_{i}", holder)
@@ -132,15 +177,14 @@ def fuse_projections(model: Any) -> int:
     return groups
 
 
-def share_lora_inputs(model: Any, adapter: str = "default") -> int:
+def share_lora_inputs(model: torch.nn.Module, adapter: str = "default") -> int:
     """After peft's LoRA is added to a fused model (`fuse_projections` first): the LoRA members
     of each group read their input once too. The group's lora_A weights are concatenated
     ([sum r_i, K]) and multiplied with the input in ONE matmul per group and forward, and each
     member adds lora_B_i(its rank slice) * scaling_i to its base slice: peft's maths, with one
     read of the input (and, backward, one for all the A gradients) instead of one per member.
-    Only for adapters without dropout; returns the number of groups changed."""
-    from types import MethodType
-
+    Only for adapters without dropout (ValueError otherwise); returns the number of groups
+    changed. A member whose adapter is disabled, merged or inactive runs peft's own forward."""
     members: dict[int, list[tuple[int, Any]]] = {}
     holders: dict[int, FusedFrozenProjections] = {}
     for module in model.modules():
@@ -156,7 +200,8 @@ def share_lora_inputs(model: Any, adapter: str = "default") -> int:
         holder.lora_members = [m for _, m in group]  # plain list: already registered in the blocks
         holder.lora_ranks = [m.lora_A[adapter].out_features for m in holder.lora_members]
         for slot, member in enumerate(holder.lora_members):
-            member.forward = MethodType(_shared_lora_forward(holder, slot, adapter), member)
+            own = member.forward
+            member.forward = MethodType(_shared_lora_forward(holder, slot, adapter, own), member)
     return len(members)
 
 
@@ -173,8 +218,10 @@ def _lora_hidden(holder: FusedFrozenProjections, x: torch.Tensor, slot: int, ada
     return part
 
 
-def _shared_lora_forward(holder: FusedFrozenProjections, slot: int, adapter: str) -> Any:
+def _shared_lora_forward(holder: FusedFrozenProjections, slot: int, adapter: str, own: Any) -> Any:
     def forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if self.disable_adapters or self.merged or adapter not in self.active_adapters:
+            return own(x, *args, **kwargs)  # peft's forward: it knows these states
         result = self.base_layer(x, *args, **kwargs)  # [..., N_slot] in the base's dtype
         h = _lora_hidden(holder, x, slot, adapter)  # [..., r_slot] in the LoRA's dtype
         delta = self.lora_B[adapter](h) * self.scaling[adapter]  # [..., N_slot]
