@@ -1,6 +1,6 @@
 """GPU: the real `train()` path on CUDA for every family (tiny models): bf16 base, regional
-compile (auto = on with CUDA), sample previews, a checkpoint, stop-and-save, then a resume that
-finishes the run. Skipped without CUDA; run with `pytest -m gpu tests/gpu`."""
+compile (auto = on with CUDA), fused projections (auto = on for the transformers), sample
+previews, a checkpoint, stop-and-save, then a resume that finishes the run. Skipped without CUDA; run with `pytest -m gpu tests/gpu`."""
 
 from __future__ import annotations
 
@@ -64,3 +64,6 @@ def test_train_stop_resume_on_cuda(family, tiny_model, sample_dataset):
     samples = [e for e in events if e.type == "sample_ready"]
     assert samples and all((run_dir / p).is_file() for e in samples for p in e.images)
     assert max(e.peak_memory_gb for e in events if e.type == "progress") > 0
+    plans = [e for e in events if e.type == "plan_chosen"]
+    fused = bool(spec.fused_projection_groups)  # fuse_projections auto: CUDA, bf16, plain plan
+    assert len(plans) == 2 and all((p.fused_projections > 0) == fused for p in plans)
