@@ -80,14 +80,28 @@ def fusion_choice(
     return FusionChoice(True, True)
 
 
+class FusionUnsupported(ValueError):
+    """The model's projections cannot be fused as declared (nothing was changed)."""
+
+
+def check_group(linears: list[torch.nn.Linear]) -> None:
+    """Raise FusionUnsupported unless the linears share their input size, dtype and device."""
+    k, ref = linears[0].in_features, linears[0].weight
+    if any(lin.in_features != k for lin in linears):
+        raise FusionUnsupported(
+            f"a group's linears differ in input size: {[lin.in_features for lin in linears]}"
+        )
+    if any(lin.weight.dtype != ref.dtype or lin.weight.device != ref.device for lin in linears):
+        raise FusionUnsupported("a group's linears differ in dtype or device")
+
+
 class FusedFrozenProjections(torch.nn.Module):
     """One frozen linear [sum of N_i, K] computing a group of projections of the same input."""
 
     def __init__(self, linears: list[torch.nn.Linear]):
         super().__init__()
+        check_group(linears)
         k = linears[0].in_features
-        if any(lin.in_features != k for lin in linears):
-            raise ValueError("a fused group's linears must share their input size")
         weight = torch.cat([lin.weight.detach() for lin in linears])  # [sum N_i, K]
         has_bias = [lin.bias is not None for lin in linears]
         self.linear = torch.nn.utils.skip_init(  # no random init (and no RNG draw): copied below
@@ -159,22 +173,55 @@ class FusedSlice(torch.nn.Linear):
 
 def fuse_projections(model: torch.nn.Module, groups_by_block: ProjectionGroups) -> int:
     """Fuse, in place and before the LoRA is added, every group of `groups_by_block` (block class
-    name -> member paths) in the model's blocks; returns the number of groups fused. Raises
-    ValueError for a model with none of those blocks, or a group whose members differ in input
-    size (AttributeError: a member path the block lacks)."""
-    groups = 0
-    for block in list(model.modules()):
+    name -> member paths) in the model's blocks; returns the number of groups fused. Every group
+    is checked before any is fused: raises FusionUnsupported, with the model unchanged, when the
+    model has none of those blocks, or a member is missing, is not a plain nn.Linear, or
+    differs from its group in input size, dtype or device."""
+    found = []
+    for block in model.modules():
         for i, names in enumerate(groups_by_block.get(type(block).__name__, ())):
-            linears = [block.get_submodule(name) for name in names]
-            holder = FusedFrozenProjections(linears)
-            block.add_module(f"fused_projections_{i}", holder)
-            for index, name in enumerate(names):
-                parent, _, leaf = name.rpartition(".")
-                setattr(block.get_submodule(parent) if parent else block, leaf, FusedSlice(holder, index))
-            groups += 1
-    if not groups:
-        raise ValueError(f"{type(model).__name__} has no blocks with input-sharing projections to fuse")
-    return groups
+            linears = [_member(block, name) for name in names]
+            check_group(linears)
+            found.append((block, i, names, linears))
+    if not found:
+        raise FusionUnsupported(
+            f"the {type(model).__name__} has none of the blocks {sorted(groups_by_block)}"
+        )
+    for block, i, names, linears in found:
+        holder = FusedFrozenProjections(linears)
+        block.add_module(f"fused_projections_{i}", holder)
+        for index, name in enumerate(names):
+            parent, _, leaf = name.rpartition(".")
+            setattr(block.get_submodule(parent) if parent else block, leaf, FusedSlice(holder, index))
+    return len(found)
+
+
+def _member(block: torch.nn.Module, name: str) -> torch.nn.Linear:
+    """`block`'s member `name`, checked: a plain nn.Linear (FusionUnsupported otherwise)."""
+    try:
+        linear = block.get_submodule(name)
+    except AttributeError:
+        raise FusionUnsupported(f"{type(block).__name__} has no {name}") from None
+    if type(linear) is not torch.nn.Linear:  # (the base is frozen: the holder and add_lora)
+        raise FusionUnsupported(
+            f"{type(block).__name__}.{name} is a {type(linear).__name__}, not a plain Linear"
+        )
+    return linear
+
+
+def fuse_for_run(
+    model: torch.nn.Module, groups_by_block: ProjectionGroups, choice: FusionChoice
+) -> tuple[FusionChoice, int, list[str]]:
+    """Apply a run's FusionChoice before its LoRA is added, never fatally. Returns the choice in
+    effect (nothing shared when nothing was fused), the groups fused, and the notes for the
+    plan's fallbacks (why less than asked is done)."""
+    notes = [f"fuse_projections: {choice.note}"] if choice.note else []
+    if not choice.fuse:
+        return choice, 0, notes
+    try:
+        return choice, fuse_projections(model, groups_by_block), notes
+    except FusionUnsupported as err:
+        return FusionChoice(False, False), 0, [*notes, f"fuse_projections: not fused ({err})"]
 
 
 def share_lora_inputs(model: torch.nn.Module, adapter: str = "default") -> int:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.training.fused_projections import fuse_projections, fusion_choice, share_lora_inputs
+from lorastudio.training.fused_projections import fuse_for_run, fusion_choice, share_lora_inputs
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.precision import is_quantised, pick_dtype
 
@@ -87,8 +87,8 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
         lora_dropout=cfg.lora_dropout,
         plain_plan=plan.offload_blocks == 0 and plan.gradient_checkpointing == "off",
     )
-    groups = fuse_projections(denoiser, family.spec.fused_projection_groups) if fusion.fuse else 0
-    fallbacks += [f"fuse_projections: {fusion.note}"] if fusion.note else []
+    fusion, groups, notes = fuse_for_run(denoiser, family.spec.fused_projection_groups, fusion)
+    fallbacks += notes
     torch.manual_seed(cfg.seed)  # LoRA A init and LoRA dropout masks
     lora_config = lora_config_for(cfg, family.spec.lora_targets)
     params = add_lora(denoiser, lora_config)

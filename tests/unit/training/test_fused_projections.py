@@ -19,6 +19,8 @@ from lorastudio.training.fused_projections import (
     FusedFrozenProjections,
     FusedSlice,
     FusionChoice,
+    FusionUnsupported,
+    fuse_for_run,
     fuse_projections,
     fusion_choice,
     share_lora_inputs,
@@ -248,3 +250,28 @@ def test_a_disabled_adapter_is_not_applied_by_the_shared_forward():
     torch.testing.assert_close(base_only, want, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(with_lora, base_only)  # the adapters count when enabled
     assert p_plain and p_shared
+
+
+def test_a_model_that_cannot_be_fused_as_declared_is_left_whole_and_the_run_says_why():
+    model = build_flux(0).transformer
+    before = {n: type(m) for n, m in model.named_modules()}
+    odd = model.single_transformer_blocks[-1]
+    odd.proj_mlp = torch.nn.Linear(odd.proj_mlp.in_features + 1, odd.proj_mlp.out_features).requires_grad_(
+        False
+    )
+    before["single_transformer_blocks.1.proj_mlp"] = torch.nn.Linear
+    for groups, why in (
+        (FLUX_GROUPS, "differ in input size"),  # the last single block's group, found after others
+        ({"FluxTransformerBlock": (("attn.to_q", "attn.nope"),)}, "has no attn.nope"),
+        ({"NoSuchBlock": (("to_q", "to_k"),)}, "none of the blocks"),
+    ):
+        choice, groups_fused, notes = fuse_for_run(model, groups, FusionChoice(True, True))
+        assert (choice, groups_fused) == (FusionChoice(False, False), 0)
+        assert len(notes) == 1 and why in notes[0] and notes[0].startswith("fuse_projections: not fused")
+        assert {n: type(m) for n, m in model.named_modules()} == before  # nothing was changed
+    fused_twice = build_flux(0).transformer
+    fuse_projections(fused_twice, FLUX_GROUPS)
+    with pytest.raises(FusionUnsupported, match="FusedSlice, not a plain Linear"):
+        fuse_projections(fused_twice, FLUX_GROUPS)
+    kept = _choice("on", lora_dropout=0.1)
+    assert fuse_for_run(build_flux(0).transformer, FLUX_GROUPS, kept)[2] == [f"fuse_projections: {kept.note}"]
