@@ -65,3 +65,26 @@ def test_the_fused_projection_probe_keeps_flux_outputs_and_puts_the_lora_on_the_
     names = {n for n, _ in model.named_modules() if n.endswith("lora_A")}
     assert params and any(n.endswith("to_qkv.lora_A") for n in names)
     assert not any(".to_q." in n or ".add_q_proj." in n for n in names)
+
+
+def test_the_bench_fuses_as_a_run_does_and_its_fb_probe_uses_the_engines_groups():
+    import pytest
+    from bench.bench_step import engine_fuses
+    from bench.probe_models import fused_base
+
+    from lorastudio.tiny.models import build_flux
+    from lorastudio.training.fused_projections import FusedFrozenProjections
+
+    # bench_step's engine rows: a run's fuse_projections auto on the bench's CUDA bf16 plan
+    assert {name: engine_fuses(name) for name in ("flux", "qwen", "zimage", "sdxl")} == {
+        "flux": True,
+        "qwen": True,
+        "zimage": True,
+        "sdxl": False,
+    }
+    model = build_flux(0).transformer
+    notes = fused_base("flux", lambda _: "before")(model)
+    holders = [m for m in model.modules() if isinstance(m, FusedFrozenProjections)]
+    assert notes == {"fused_groups": len(holders), "before": "before"} and holders
+    with pytest.raises(ValueError, match="transformer probe"):
+        fused_base("sdxl", None)
