@@ -94,14 +94,25 @@ def fused_projections(family: str, before: Any, baseline_targets: bool) -> tuple
     return _after(before, fuse), targets
 
 
-def fused_base(family: str, before: Any) -> Any:
+QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")  # `fbq`'s group members
+
+
+def fused_base(family: str, before: Any, qkv_only: bool = False) -> Any:
     """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses the
     transformer's same-input frozen projections as the engine does (fuse_projections on:
-    training/fused_projections.py, the family's declared groups)."""
+    training/fused_projections.py, the family's declared groups). qkv_only (`fbq`): only the
+    attention q/k/v members of each group (FLUX.1's single blocks fuse q/k/v without proj_mlp;
+    Z-Image's SwiGLU w1/w3 stay separate)."""
     from bench.models import FAMILY_KEYS
     from lorastudio import families
 
-    groups = families.get(FAMILY_KEYS[family]).spec.fused_projection_groups
+    groups = dict(families.get(FAMILY_KEYS[family]).spec.fused_projection_groups)
+    if qkv_only:  # each group's q/k/v members (FLUX.1's single blocks: without proj_mlp)
+        reduced = {
+            block: tuple(kept for g in members if len(kept := tuple(n for n in g if n.endswith(QKV))) > 1)
+            for block, members in groups.items()
+        }
+        groups = {block: members for block, members in reduced.items() if members}
     if not groups:
         raise ValueError("fb (fused frozen projections) is a transformer probe (flux, qwen, zimage)")
 

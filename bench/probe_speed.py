@@ -32,6 +32,8 @@ variants:
              the shared LoRA input: training/fused_projections.py; `fq`: its FLUX.1 upper bound)
   fbl        with fb: each group's LoRA members read the input once too (their A weights in one
              matmul per group): the engine's fuse_projections "on" / "auto" on CUDA bf16
+  fbq        with fb / fbl: only the attention q/k/v of each group fused (FLUX.1's single blocks
+             without proj_mlp; Z-Image's SwiGLU w1/w3 left separate)
   cg         CUDA graphs (compile mode "reduce-overhead"; with ref / wide / whole)
   combo      Inductor's combo kernels (independent small kernels of a graph launched as one):
              fewer launches and less back-to-back spacing per step
@@ -138,6 +140,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "fq",
         "fb",
         "fbl",
+        "fbq",
         "combo",
         "cl",
         "cplx",
@@ -177,7 +180,9 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         if "fq" in parts:
             before, targets = fused_projections(family, before, "bt" in parts)
         if parts & {"fb", "fbl"}:
-            before = fused_base(family, before)
+            before = fused_base(family, before, qkv_only="fbq" in parts)
+        elif "fbq" in parts:
+            raise ValueError("fbq restricts fb / fbl: combine it with one of them")
         eng = Engine(family, before_lora=before, targets=targets)
         row["lora_params"] = sum(p.numel() for p in eng.params)
         if "fbl" in parts:

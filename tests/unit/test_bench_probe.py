@@ -88,3 +88,18 @@ def test_the_bench_fuses_as_a_run_does_and_its_fb_probe_uses_the_engines_groups(
     assert notes == {"fused_groups": len(holders), "before": "before"} and holders
     with pytest.raises(ValueError, match="transformer probe"):
         fused_base("sdxl", None)
+
+
+def test_fbq_fuses_only_the_attention_projections():
+    from bench.probe_models import fused_base
+
+    from lorastudio.tiny.models import build_flux
+    from lorastudio.training.fused_projections import FusedFrozenProjections
+
+    model = build_flux(0).transformer
+    fused_base("flux", None, qkv_only=True)(model)
+    single = model.single_transformer_blocks[0]
+    assert type(single.proj_mlp).__name__ == "Linear" and type(single.attn.to_q).__name__ == "FusedSlice"
+    holders = [m for m in model.modules() if isinstance(m, FusedFrozenProjections)]
+    assert len(holders) == 2 * len(model.transformer_blocks) + len(model.single_transformer_blocks)
+    assert all(len(h.sizes) == 3 for h in holders)  # q, k, v
