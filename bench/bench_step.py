@@ -219,13 +219,13 @@ def engine_fuses(name: str) -> bool:
     """Whether a run of family `name` fuses its projections here: fuse_projections "auto" for the
     bench's plan (bf16 base, no checkpointing, no block swap, the engine config's LoRA dropout)."""
     from lorastudio import families
-    from lorastudio.training.fused_projections import fusion_choice
+    from lorastudio.config_rules import fusion_choice
 
     choice = fusion_choice(
         "auto",
-        families.get(FAMILY_KEYS[name]).spec.fused_projection_groups,
+        bool(families.get(FAMILY_KEYS[name]).spec.fused_projection_groups),
         precision="bf16",
-        device=torch.device(DEV),
+        device_type=DEV,
         lora_dropout=engine_config(name).lora_dropout,
         plain_plan=True,
     )

@@ -4,6 +4,7 @@ the rest), and the settings of the memory plan that a memory budget may choose."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lorastudio.errors import FieldProblem
@@ -33,6 +34,54 @@ def compile_runs(mode: str, device_type: str) -> bool:
     """Whether TrainConfig.compile `mode` compiles on a device of `device_type` ("cuda", "cpu",
     ...): "on" / "wide" always (they are refused without CUDA), "auto" on CUDA, "off" never."""
     return mode in COMPILE_NEEDS_CUDA or (mode == "auto" and device_type == "cuda")
+
+
+# base precisions converted layer by layer (quantised / fp8 linears): fuse_projections never
+# fuses them ("on" is refused with one of them; fused fp8 measured no faster, RESULTS note 20)
+UNFUSED_BASES: tuple[str, ...] = ("fp8", "int8", "nf4")
+
+
+@dataclass(frozen=True)
+class FusionChoice:
+    """What a run fuses (TrainConfig.fuse_projections, training/fused_projections.py): `fuse` the
+    frozen same-input projections, `share` the LoRA inputs too; `note`: why less than asked is
+    done (None when all of it is)."""
+
+    fuse: bool
+    share: bool
+    note: str | None = None
+
+
+def fusion_choice(
+    setting: str,
+    has_groups: bool,
+    *,
+    precision: str,
+    device_type: str,
+    lora_dropout: float,
+    plain_plan: bool,
+) -> FusionChoice:
+    """Decide TrainConfig.fuse_projections `setting` (auto / on / off) for a run's plan.
+    `has_groups`: the family declares projection groups; `precision`: the plan's resolved base
+    precision; `device_type`: "cuda", "cpu", ...; `plain_plan`: no checkpointing and no block
+    swap. auto fuses (and shares) only the measured case: CUDA, a bf16 / fp16 base, a plain plan,
+    no LoRA dropout. on fuses any base not in UNFUSED_BASES (validation refuses "on" with an
+    explicit one, or for a family without groups; a budget's choice of one is noted); with LoRA
+    dropout each adapter keeps its own input (its own dropout mask), noted."""
+    if setting == "off" or not has_groups:
+        return FusionChoice(False, False)
+    if setting == "auto":
+        measured = device_type == "cuda" and precision in ("bf16", "fp16") and plain_plan
+        return FusionChoice(measured and lora_dropout == 0, measured and lora_dropout == 0)
+    if precision in UNFUSED_BASES:
+        return FusionChoice(
+            False, False, f"not fused: the plan's {precision} base is converted layer by layer"
+        )
+    if lora_dropout > 0:
+        return FusionChoice(
+            True, False, "LoRA inputs not shared: lora_dropout > 0 gives each adapter its own mask"
+        )
+    return FusionChoice(True, True)
 
 
 # Sample settings that mean nothing without sample prompts (refused then, never ignored).
@@ -72,7 +121,7 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
     problems += _plan_problems(cfg)
-    if cfg.fuse_projections == "on" and cfg.base_precision in ("fp8", "int8", "nf4"):
+    if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
         problems.append(
             FieldProblem(
                 "fuse_projections",

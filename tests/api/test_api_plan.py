@@ -72,6 +72,8 @@ def test_preflight_plan_shows_plain_defaults_and_fixed_settings(
     assert fields["offload_blocks"]["requested"] is None and fields["base_precision"]["requested"] == "auto"
     assert report["plan"]["decided_by"] == "settings" and report["plan"]["memory_budget_gb"] is None
     assert report["plan"]["compile"] is False  # auto = off without CUDA
+    assert report["plan"]["fuse_projections"] is False  # auto = off without CUDA
+    assert _preflight(client, flux_config(fuse_projections="on"))["plan"]["fuse_projections"] is True
     assert report["memory"]["lightest_gb"] is None and report["memory"]["estimated_gb"] > 0
     assert "rough" in report["memory"]["note"]
 
@@ -145,14 +147,19 @@ def test_preflight_plan_leaves_auto_settings_to_a_memory_budget(
         "decided_by": "measured",
         "memory_budget_gb": 20.0,
         "compile": True,
+        "fuse_projections": False,  # full checkpointing: auto does not fuse, whatever is measured
     }
+    light = _preflight(client, flux_config(batch_size=2, memory_budget_gb=20))
+    assert light["plan"]["fuse_projections"] is None  # fused if the measured plan is the plain one
     assert report["host"]["device"] == "cuda" and report["precision"]["base_dtype"] == "bf16"
     memory = report["memory"]
     assert memory["lightest_gb"] is not None and memory["lightest_gb"] <= memory["estimated_gb"]
     assert "memory budget" in memory["note"]
 
-    # without a budget the same settings are the plain defaults of a bf16 GPU
-    fields = _fields(_preflight(client, flux_config(batch_size=2)))
+    # without a budget the same settings are the plain defaults of a bf16 GPU (fused: auto)
+    fields = _fields(plain := _preflight(client, flux_config(batch_size=2)))
+    assert plain["plan"]["fuse_projections"] is True
+    assert _preflight(client, flux_config(base_precision="fp8"))["plan"]["fuse_projections"] is False
     assert {n: f["value"] for n, f in fields.items()} == {
         "base_precision": "bf16",
         "gradient_checkpointing": "off",

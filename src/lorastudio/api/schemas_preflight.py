@@ -60,6 +60,11 @@ class PreflightPlan(_Out):
         description="compile 'wide': the distinct batch shapes (aspect bucket x samples) the run compiles, each"
         " once (about 2 minutes each on an H200 the first time, seconds from the compile cache); else null",
     )
+    fuse_projections: bool | None = Field(
+        default=False,
+        description="the run fuses its same-input projections (fuse_projections); null: decided with the plan"
+        " measured at the start of the run",
+    )
     fields: list[PlanFieldOut] = Field(description="one per plan setting, in config_rules.PLAN_FIELDS order")
 
 

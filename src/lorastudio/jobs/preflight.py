@@ -20,7 +20,7 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
-from lorastudio.config_rules import PLAN_FIELDS, compile_runs, plan_fields_left_auto
+from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import is_image_name
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
@@ -143,8 +143,9 @@ def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
 
     Returns {"memory_budget_gb", "decided_by": "settings" | "measured", "compile": whether
     regional compile will be on, "compile_shapes": None (preflight_report sets it for compile
-    "wide": the batch shapes to compile), "fields": one {"name", "requested", "value", "source"} per
-    PLAN_FIELDS entry}. source: "settings" (fixed by the config), "default" (left at auto, no
+    "wide": the batch shapes to compile), "fuse_projections": whether the run fuses its
+    same-input projections (None: decided with the plan measured at the start), "fields": one
+    {"name", "requested", "value", "source"} per PLAN_FIELDS entry}. source: "settings" (fixed by the config), "default" (left at auto, no
     budget: the plain default, which is `value`) or "budget" (left at auto with a budget:
     chosen at the start of the run by measuring a few real steps; `value` is None)."""
     budget = cfg.memory_budget_gb
@@ -165,8 +166,27 @@ def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
         "decided_by": "measured" if budget is not None and left else "settings",
         "compile": compile_runs(cfg.compile, host.device),
         "compile_shapes": None,
+        "fuse_projections": _fuses(cfg, host, {f["name"]: f["value"] for f in fields}),
         "fields": fields,
     }
+
+
+def _fuses(cfg: TrainConfig, host: HostInfo, values: dict[str, Any]) -> bool | None:
+    """Whether the run fuses its projections with these plan values; None when that depends on
+    a value measured at the start of the run (a None in `values`) and could be yes."""
+    light = {"base_precision": "bf16", "gradient_checkpointing": "off", "offload_blocks": 0}
+    known = {n: light[n] if values[n] is None else values[n] for n in light}  # the fusing case
+    choice = fusion_choice(
+        cfg.fuse_projections,
+        bool(families.get(cfg.family).spec.fused_projection_groups),
+        precision=str(known["base_precision"]),
+        device_type=host.device,
+        lora_dropout=cfg.lora_dropout,
+        plain_plan=known["gradient_checkpointing"] == "off" and not known["offload_blocks"],
+    )
+    if choice.fuse and any(values[n] is None for n in light):
+        return None
+    return choice.fuse
 
 
 def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = False) -> PlanValues:

@@ -28,56 +28,15 @@ no block swap, no LoRA dropout), and `on` refuses fp8 / int8 / nf4 bases.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MethodType
 from typing import Any
 
 import torch
 
+from lorastudio.config_rules import FusionChoice
+
 # block class name -> its groups of member module paths (FamilySpec.fused_projection_groups)
 ProjectionGroups = Mapping[str, tuple[tuple[str, ...], ...]]
-QUANTISED_BASES = ("fp8", "int8", "nf4")  # converted layer by layer: never fused
-
-
-@dataclass(frozen=True)
-class FusionChoice:
-    """What a run fuses: `fuse` the frozen projections, `share` the LoRA inputs too; `note`: why
-    less than asked is done (None when all of it is)."""
-
-    fuse: bool
-    share: bool
-    note: str | None = None
-
-
-def fusion_choice(
-    setting: str,
-    groups: ProjectionGroups,
-    *,
-    precision: str,
-    device: torch.device,
-    lora_dropout: float,
-    plain_plan: bool,
-) -> FusionChoice:
-    """Decide TrainConfig.fuse_projections for a run's plan. `setting`: auto / on / off;
-    `groups`: the family's; `precision`: the plan's resolved base precision; `plain_plan`: no
-    checkpointing and no block swap. auto fuses (and shares) only the measured case: a CUDA
-    device, a bf16 / fp16 base, a plain plan, no LoRA dropout. on fuses any unquantised base
-    (config validation refuses it with an explicit fp8 / int8 / nf4 base or a family without
-    groups); with LoRA dropout each adapter keeps its own input (its own dropout mask)."""
-    if setting == "off" or not groups:
-        return FusionChoice(False, False)
-    if setting == "auto":
-        measured = device.type == "cuda" and precision in ("bf16", "fp16") and plain_plan
-        return FusionChoice(measured and lora_dropout == 0, measured and lora_dropout == 0)
-    if precision in QUANTISED_BASES:
-        return FusionChoice(
-            False, False, f"not fused: the plan's {precision} base is converted layer by layer"
-        )
-    if lora_dropout > 0:
-        return FusionChoice(
-            True, False, "LoRA inputs not shared: lora_dropout > 0 gives each adapter its own mask"
-        )
-    return FusionChoice(True, True)
 
 
 class FusionUnsupported(ValueError):

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.training.fused_projections import fuse_for_run, fusion_choice, share_lora_inputs
+from lorastudio.config_rules import fusion_choice
+from lorastudio.training.fused_projections import fuse_for_run, share_lora_inputs
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.precision import is_quantised, pick_dtype
 
@@ -81,9 +82,9 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
     fallbacks = list(apply_base_precision(denoiser, plan.base_precision, device, stay_on_cpu=blocks))
     fusion = fusion_choice(
         cfg.fuse_projections,
-        family.spec.fused_projection_groups,
+        bool(family.spec.fused_projection_groups),
         precision=plan.base_precision,
-        device=device,
+        device_type=device.type,
         lora_dropout=cfg.lora_dropout,
         plain_plan=plan.offload_blocks == 0 and plan.gradient_checkpointing == "off",
     )

@@ -13,16 +13,15 @@ from safetensors.torch import load_file
 from torch._dynamo.utils import counters
 
 from lorastudio import families
+from lorastudio.config_rules import FusionChoice, fusion_choice
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build_flux
 from lorastudio.training.fused_projections import (
     FusedFrozenProjections,
     FusedSlice,
-    FusionChoice,
     FusionUnsupported,
     fuse_for_run,
     fuse_projections,
-    fusion_choice,
     share_lora_inputs,
 )
 from lorastudio.training.loop import train
@@ -161,15 +160,15 @@ def test_shared_lora_inputs_keep_peft_maths_with_one_a_matmul_per_group():
 
 
 def _choice(setting: str, **over):
-    kwargs = {"precision": "bf16", "device": torch.device("cuda"), "lora_dropout": 0.0, "plain_plan": True}
-    return fusion_choice(setting, FLUX_GROUPS, **{**kwargs, **over})
+    kwargs = {"precision": "bf16", "device_type": "cuda", "lora_dropout": 0.0, "plain_plan": True}
+    return fusion_choice(setting, True, **{**kwargs, **over})
 
 
 def test_auto_fuses_only_the_measured_case_and_on_says_what_it_cannot_do():
     assert _choice("auto") == FusionChoice(True, True)
     assert _choice("auto", precision="fp16") == FusionChoice(True, True)
     for over in (
-        {"device": torch.device("cpu")},
+        {"device_type": "cpu"},
         {"precision": "fp32"},
         {"precision": "fp8"},
         {"precision": "nf4"},
@@ -179,11 +178,9 @@ def test_auto_fuses_only_the_measured_case_and_on_says_what_it_cannot_do():
         assert _choice("auto", **over) == FusionChoice(False, False), over
     assert _choice("off") == FusionChoice(False, False)
     assert fusion_choice(
-        "on", {}, precision="bf16", device=torch.device("cpu"), lora_dropout=0.0, plain_plan=True
+        "on", False, precision="bf16", device_type="cpu", lora_dropout=0.0, plain_plan=True
     ) == FusionChoice(False, False)  # a family without groups (config validation refuses "on")
-    assert _choice("on", device=torch.device("cpu"), precision="fp32", plain_plan=False) == FusionChoice(
-        True, True
-    )
+    assert _choice("on", device_type="cpu", precision="fp32", plain_plan=False) == FusionChoice(True, True)
     no_share = _choice("on", lora_dropout=0.1)
     assert (no_share.fuse, no_share.share) == (True, False) and "lora_dropout" in no_share.note
     quantised = _choice("on", precision="int8")  # base_precision auto chose a quantised plan

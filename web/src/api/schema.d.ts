@@ -1589,6 +1589,12 @@ export interface components {
              * @description one per plan setting, in config_rules.PLAN_FIELDS order
              */
             fields: components["schemas"]["PlanFieldOut"][];
+            /**
+             * Fuse Projections
+             * @description the run fuses its same-input projections (fuse_projections); null: decided with the plan measured at the start of the run
+             * @default false
+             */
+            fuse_projections?: boolean | null;
             /** Memory Budget Gb */
             memory_budget_gb: number | null;
         };

@@ -60,6 +60,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           {plan.compile ? "compiled" : "not compiled"}
           {plan.compile_shapes != null && ` (wide): ${plan.compile_shapes} batch ${plan.compile_shapes === 1 ? "shape" : "shapes"} to compile, ~2 min each the first time`}
         </span>
+        {plan.fuse_projections !== false && (
+          <span className="chip" data-testid="preflight-fuse" title={CONFIG_DESCRIPTIONS.fuse_projections}>
+            {plan.fuse_projections ? "projections fused" : "projections fused if the measured plan allows"}
+          </span>
+        )}
         {attention && (
           <span className="chip" data-testid="preflight-attention" title={CONFIG_DESCRIPTIONS.attention_backend}>
             Attention: {attention === "auto" ? "auto (chosen at start)" : attention}

@@ -79,6 +79,7 @@ describe("TrainScreen", () => {
               decided_by: budget != null ? "measured" : "settings",
               compile: cfg.compile === "wide",
               compile_shapes: cfg.compile === "wide" ? 3 : null,
+              fuse_projections: cfg.fuse_projections === "on" ? true : budget != null ? null : false,
               fields: Object.entries(defaults).map(([name, d]) => ({
                 name,
                 requested: (cfg[name] as string | number | undefined) ?? null,
@@ -265,6 +266,8 @@ describe("TrainScreen", () => {
     await screen.findByTestId("preflight");
     const sent = calls.filter((c) => c.url === "/api/train/preflight").pop()?.body as { config: Record<string, unknown> };
     expect(sent.config.fuse_projections).toBe("on");
+    expect(screen.getByTestId("preflight-fuse")).toHaveTextContent("projections fused");
+    expect(screen.getByTestId("preflight-fuse")).toHaveAttribute("title", CONFIG_DESCRIPTIONS.fuse_projections);
     await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
     expect(fused().disabled).toBe(true); // the U-Net has nothing to fuse: the server would refuse "on"
     expect(input("fuse_projections")).toHaveValue("auto");
