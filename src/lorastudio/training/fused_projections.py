@@ -14,7 +14,10 @@ any linear), and replaces each member by a `FusedSlice`, an nn.Linear without a 
 own (so peft wraps it as a LoRA target as before) whose forward returns its slice of the
 holder's output. The first member called with an input computes the whole group's matmul; the
 others, called with the same tensor, take their slices; after the last one the holder forgets it
-(no tensor is kept between forwards). `share_lora_inputs` (after the LoRA) makes a group's LoRA
+(no tensor is kept between forwards; a forward cut short between two members of a group, by
+an exception or a checkpoint recompute that stops early, leaves that group's output held until
+the group's next call: the members of every declared group are called back to back, before the
+block's last saved tensor). `share_lora_inputs` (after the LoRA) makes a group's LoRA
 members compute x [A_1; A_2; ...]^T in one matmul too (peft's maths otherwise). Under
 torch.compile each group becomes one GEMM, and its backward one input-gradient GEMM.
 
