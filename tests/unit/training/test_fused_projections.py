@@ -272,3 +272,14 @@ def test_a_model_that_cannot_be_fused_as_declared_is_left_whole_and_the_run_says
         fuse_projections(fused_twice, FLUX_GROUPS)
     kept = _choice("on", lora_dropout=0.1)
     assert fuse_for_run(build_flux(0).transformer, FLUX_GROUPS, kept)[2] == [f"fuse_projections: {kept.note}"]
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_checkpointed_fused_blocks_train_alike_and_keep_nothing_after_the_step(mode, make_config):
+    plain, _, _ = _trained(make_config, "flux", "off", f"ckpt-{mode}-off", gradient_checkpointing=mode)
+    fused, _, plan = _trained(make_config, "flux", "on", f"ckpt-{mode}-on", gradient_checkpointing=mode)
+    assert plan.fused_projections > 0 and plan.gradient_checkpointing == mode
+    assert fused.losses == pytest.approx(plain.losses, rel=1e-5)
+    holders = [m for m in fused.denoiser.modules() if isinstance(m, FusedFrozenProjections)]
+    # the backward's recomputation of each block served every member: no group output is held
+    assert all(h._parts is None and h._lora_parts is None for h in holders)
