@@ -200,12 +200,31 @@ def test_fuse_on_is_refused_for_a_family_without_groups_and_for_quantised_bases(
             resolve_train_config(make_config(fuse_projections="on", base_precision=precision))
 
 
-def _trained(make_config, family: str, fuse: str, name: str, **over):
-    events: list = []
+def _trained(make_config, family: str, fuse: str, name: str, events: list | None = None, **over):
+    events = [] if events is None else events
     cfg = make_config(family, fuse_projections=fuse, output_name=name, steps=3, **over)
     result = train(cfg, events.append, device="cpu", return_denoiser=True)
     plan = next(e for e in events if e.type == "plan_chosen")
     return result, load_file(str(result.lora_path)), plan
+
+
+def test_a_fused_run_renders_the_same_previews(make_config):
+    """The previews run the training denoiser (fused, adapters shared) under no_grad."""
+    import numpy as np
+    from PIL import Image
+
+    images = {}
+    for fuse in ("off", "on"):
+        events: list = []
+        result, _, _ = _trained(
+            make_config, "flux", fuse, f"preview-{fuse}", events, sample_prompts=["a red circle"]
+        )
+        ready = [e for e in events if e.type == "sample_ready"]
+        assert ready and ready[-1].images
+        with Image.open(result.lora_path.parent / ready[-1].images[0]) as image:
+            images[fuse] = np.asarray(image, dtype=np.float32)
+    assert images["on"].shape == images["off"].shape
+    assert np.abs(images["on"] - images["off"]).max() <= 2.0  # 8-bit rounding of near-equal values
 
 
 @pytest.mark.parametrize("family", ["flux", "qwen-image", "z-image"])
