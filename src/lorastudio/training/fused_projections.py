@@ -63,20 +63,22 @@ class FusedFrozenProjections(torch.nn.Module):
     def __init__(self, linears: list[torch.nn.Linear]):
         super().__init__()
         check_group(linears)
-        k = linears[0].in_features
-        weight = torch.cat([lin.weight.detach() for lin in linears])  # [sum N_i, K]
-        has_bias = [lin.bias is not None for lin in linears]
-        self.linear = torch.nn.utils.skip_init(  # no random init (and no RNG draw): copied below
-            torch.nn.Linear, k, weight.shape[0], bias=any(has_bias), device=weight.device, dtype=weight.dtype
+        k, ref = linears[0].in_features, linears[0].weight
+        self.linear = torch.nn.utils.skip_init(  # no random init (and no RNG draw): filled below
+            torch.nn.Linear,
+            k,
+            sum(lin.out_features for lin in linears),
+            bias=any(lin.bias is not None for lin in linears),
+            device=ref.device,
+            dtype=ref.dtype,
         )
-        with torch.no_grad():
-            self.linear.weight.copy_(weight)
+        with torch.no_grad():  # written in place: one copy of the group's weights, no temporary
+            torch.cat([lin.weight for lin in linears], out=self.linear.weight)  # [sum N_i, K]
             if self.linear.bias is not None:
                 parts = [
-                    lin.bias.detach() if lin.bias is not None else weight.new_zeros(lin.out_features)
-                    for lin in linears
+                    lin.bias if lin.bias is not None else ref.new_zeros(lin.out_features) for lin in linears
                 ]
-                self.linear.bias.copy_(torch.cat(parts))
+                torch.cat(parts, out=self.linear.bias)
         self.linear.requires_grad_(False)
         self.sizes = [lin.out_features for lin in linears]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
@@ -142,15 +144,14 @@ def fuse_projections(model: torch.nn.Module, groups_by_block: ProjectionGroups) 
     found = []
     for block in model.modules():
         for i, names in enumerate(groups_by_block.get(type(block).__name__, ())):
-            linears = [_member(block, name) for name in names]
-            check_group(linears)
-            found.append((block, i, names, linears))
+            check_group([_member(block, name) for name in names])
+            found.append((block, i, names))
     if not found:
         raise FusionUnsupported(
             f"the {type(model).__name__} has none of the blocks {sorted(groups_by_block)}"
         )
-    for block, i, names, linears in found:
-        holder = FusedFrozenProjections(linears)
+    for block, i, names in found:  # one group at a time: its separate linears go as it is fused
+        holder = FusedFrozenProjections([block.get_submodule(name) for name in names])
         block.add_module(f"fused_projections_{i}", holder)
         for index, name in enumerate(names):
             parent, _, leaf = name.rpartition(".")
