@@ -145,9 +145,10 @@ def preflight_plan(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
     regional compile will be on, "compile_shapes": None (preflight_report sets it for compile
     "wide": the batch shapes to compile), "fuse_projections": whether the run fuses its
     same-input projections (None: decided with the plan measured at the start), "fields": one
-    {"name", "requested", "value", "source"} per PLAN_FIELDS entry}. source: "settings" (fixed by the config), "default" (left at auto, no
-    budget: the plain default, which is `value`) or "budget" (left at auto with a budget:
-    chosen at the start of the run by measuring a few real steps; `value` is None)."""
+    {"name", "requested", "value", "source"} per PLAN_FIELDS entry}. source: "settings" (fixed
+    by the config), "default" (left at auto, no budget: the plain default, which is `value`) or
+    "budget" (left at auto with a budget: chosen at the start of the run by measuring a few
+    real steps; `value` is None)."""
     budget = cfg.memory_budget_gb
     left = set(plan_fields_left_auto(cfg))
     defaults = default_plan_values(cfg, host)
