@@ -67,8 +67,15 @@ def test_the_fused_projection_probe_keeps_flux_outputs_and_puts_the_lora_on_the_
     assert not any(".to_q." in n or ".add_q_proj." in n for n in names)
 
 
+def _sdxl_added_cond(unet) -> dict:
+    import torch
+
+    pooled = unet.config.projection_class_embeddings_input_dim - 6 * unet.config.addition_time_embed_dim
+    return {"text_embeds": torch.randn(1, pooled), "time_ids": torch.tensor([[16.0, 16, 0, 0, 16, 16]])}
+
+
 def test_the_bench_fuses_as_a_run_does_and_its_fb_probe_uses_the_engines_groups():
-    import pytest
+    import torch
     from bench.bench_step import engine_fuses
     from bench.probe_models import fused_base
 
@@ -86,8 +93,19 @@ def test_the_bench_fuses_as_a_run_does_and_its_fb_probe_uses_the_engines_groups(
     notes = fused_base("flux", lambda _: "before")(model)
     holders = [m for m in model.modules() if isinstance(m, FusedFrozenProjections)]
     assert notes == {"fused_groups": len(holders), "before": "before"} and holders
-    with pytest.raises(ValueError, match="transformer probe"):
-        fused_base("sdxl", None)
+    from lorastudio.tiny.models import build_sdxl
+
+    unet = build_sdxl(0).unet.eval()  # the SDXL candidate groups (not the engine's yet)
+    sample = torch.randn(1, 4, 16, 16)  # [B, C, h, w]
+    text, cond = torch.randn(1, 8, unet.config.cross_attention_dim), _sdxl_added_cond(unet)
+    with torch.no_grad():
+        want = unet(sample, 500, text, added_cond_kwargs=cond).sample
+        notes = fused_base("sdxl", None)(unet)
+        got = unet(sample, 500, text, added_cond_kwargs=cond).sample
+    assert notes["fused_groups"] == 2 * sum(
+        type(m).__name__ == "BasicTransformerBlock" for m in unet.modules()
+    )
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_fbq_fuses_only_the_attention_projections():
