@@ -26,10 +26,10 @@ variants:
              stream, the separate ones removed) and the LoRA on the fused linears (to_qkv,
              to_added_qkv; with bt only to_qkv) plus the outputs: the upper bound of fusing the
              projections (one rank-16 LoRA per fused linear is less work than three)
-  fb         FLUX.1, Qwen-Image, Z-Image (SDXL: bench/probe_models.py's candidate groups, the
-             self-attention q/k/v and cross-attention k/v): the frozen projections that read one input as ONE matmul
-             per group (q/k/v per stream; FLUX.1's single blocks: proj_mlp with q/k/v; Z-Image:
-             also the SwiGLU's w1/w3), the LoRA adapters unchanged (the engine's fusion without
+  fb         the frozen projections that read one input as ONE matmul per group (FLUX.1,
+             Qwen-Image: q/k/v per stream; FLUX.1's single blocks: proj_mlp with q/k/v; Z-Image:
+             also the SwiGLU's w1/w3; SDXL: bench/probe_models.py's candidates, self-attention
+             q/k/v and cross-attention k/v), the LoRA adapters unchanged (the engine's fusion without
              the shared LoRA input: training/fused_projections.py; `fq`: its FLUX.1 upper bound)
   fbl        with fb: each group's LoRA members read the input once too (their A weights in one
              matmul per group): the engine's fuse_projections "on" / "auto" on CUDA bf16
