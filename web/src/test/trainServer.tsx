@@ -1,0 +1,103 @@
+/**
+ * The Train screen's test harness: the screen in its providers, a form input by name, a CUDA
+ * host, and a fake server (info, catalogue, status and a preflight that answers like the real
+ * one: the plan section from the config, 400 problems for a few known bad values).
+ */
+import { render } from "@testing-library/react";
+import { InfoProvider } from "../api/info";
+import { TrainingProvider } from "../api/training";
+import type { Info } from "../api/types";
+import { TrainScreen } from "../screens/TrainScreen";
+import { CATALOGUE, type Call, INFO, mockFetch } from "./fixtures";
+
+const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
+
+export function renderTrain() {
+  return render(
+    <InfoProvider>
+      <TrainingProvider>
+        <TrainScreen />
+      </TrainingProvider>
+    </InfoProvider>,
+  );
+}
+
+/** The form control named `name`. */
+export const input = (name: string) => document.querySelector(`[name="${name}"]`) as HTMLInputElement;
+
+/** INFO on a CUDA host (an H200) with `gpuCount` GPUs. */
+export const cudaInfo = (gpuCount: number): Info => ({
+  ...INFO,
+  host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount },
+});
+
+/** Install the fake server; `info()` is read on each /api/info call. Returns the call log. */
+export function mockTrainServer(info: () => Info): Call[] {
+  return mockFetch(({ method, url, body }) => {
+    if (url === "/api/info") return { body: info() };
+    if (url === "/api/models") return { body: CATALOGUE };
+    if (url.startsWith("/api/train/status")) return { body: STATUS };
+    if (method === "POST" && url === "/api/train/preflight") {
+      const cfg = (body as { config: Record<string, unknown> }).config;
+      if (cfg.cache_variants === 3) {
+        return {
+          status: 400,
+          body: {
+            error: "ConfigError",
+            detail: "invalid configuration",
+            problems: [{ field: "cache_variants", message: "> 1 needs random_crop or random_flip" }],
+          },
+        };
+      }
+      if (cfg.lora_rank === 4096) {
+        return {
+          status: 400,
+          body: {
+            error: "ConfigError",
+            detail: "invalid configuration",
+            problems: [
+              { field: "lora_rank", message: "Input should be less than or equal to 1024" },
+              { field: "data_dir", message: "dataset has no images" },
+            ],
+          },
+        };
+      }
+      if (cfg.micro_batch_size === 3) {
+        return {
+          status: 400,
+          body: {
+            error: "ConfigError",
+            detail: "invalid configuration",
+            problems: [{ field: "micro_batch_size", message: "batch_size (1) must be a multiple of it" }],
+          },
+        };
+      }
+      const budget = (cfg.memory_budget_gb as number | undefined) ?? null;
+      const source = (name: string) => (name in cfg && cfg[name] !== "auto" ? "settings" : budget != null ? "budget" : "default");
+      const defaults: Record<string, string | number> = { base_precision: "fp32", gradient_checkpointing: "off", offload_blocks: 0, micro_batch_size: 1 };
+      return {
+        body: {
+          config: cfg,
+          plan: {
+            memory_budget_gb: budget,
+            decided_by: budget != null ? "measured" : "settings",
+            compile: cfg.compile === "wide",
+            compile_shapes: cfg.compile === "wide" ? 3 : null,
+            fuse_projections: cfg.fuse_projections === "on" ? true : budget != null ? null : false,
+            fields: Object.entries(defaults).map(([name, d]) => ({
+              name,
+              requested: (cfg[name] as string | number | undefined) ?? null,
+              value: source(name) === "budget" ? null : source(name) === "settings" ? cfg[name] : d,
+              source: source(name),
+            })),
+          },
+          dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 } },
+          schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
+          precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
+          memory: { estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null },
+        },
+      };
+    }
+    return undefined;
+  });
+}
