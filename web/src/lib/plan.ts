@@ -26,7 +26,7 @@ export function planLine(plan: PlanLineFields): string {
     `micro-batch ${plan.micro_batch_size}`,
     plan.compile ? (plan.compile_regions ? `compiled: ${plan.compile_regions}` : "compiled") : "not compiled",
     ...(plan.attention_backend ? [`attention ${plan.attention_backend}`] : []),
-    ...(plan.fused_projections ? [`${plural(plan.fused_projections, "fused projection group", "fused projection groups")}`] : []),
+    ...(plan.fused_projections ? [plural(plan.fused_projections, "fused projection group", "fused projection groups")] : []),
   ].join(" · ");
 }
 
