@@ -95,24 +95,20 @@ def fused_projections(family: str, before: Any, baseline_targets: bool) -> tuple
 
 
 QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")  # `fbq`'s group members
+
+
 # SDXL's candidate groups, not declared by the engine yet (unmeasured): a BasicTransformerBlock's
 # self-attention q/k/v read the normed states; its cross-attention k/v read the text states
-SDXL_CANDIDATE_GROUPS = {
-    "BasicTransformerBlock": (("attn1.to_q", "attn1.to_k", "attn1.to_v"), ("attn2.to_k", "attn2.to_v"))
-}
-
-
 def fused_base(family: str, before: Any, qkv_only: bool = False) -> Any:
     """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses the
     transformer's same-input frozen projections as the engine does (fuse_projections on:
     training/fused_projections.py, the family's declared groups). qkv_only (`fbq`): only the
     attention q/k/v members of each group (FLUX.1's single blocks fuse q/k/v without proj_mlp;
-    Z-Image's SwiGLU w1/w3 stay separate). SDXL: SDXL_CANDIDATE_GROUPS."""
+    Z-Image's SwiGLU w1/w3 stay separate)."""
     from bench.models import FAMILY_KEYS
     from lorastudio import families
 
     groups = dict(families.get(FAMILY_KEYS[family]).spec.fused_projection_groups)
-    groups = groups or (SDXL_CANDIDATE_GROUPS if family == "sdxl" else {})
     if qkv_only:  # each group's q/k/v members (FLUX.1's single blocks: without proj_mlp)
         reduced = {
             block: tuple(kept for g in members if len(kept := tuple(n for n in g if n.endswith(QKV))) > 1)

@@ -87,7 +87,7 @@ def test_the_bench_fuses_as_a_run_does_and_its_fb_probe_uses_the_engines_groups(
         "flux": True,
         "qwen": True,
         "zimage": True,
-        "sdxl": False,
+        "sdxl": True,
     }
     model = build_flux(0).transformer
     notes = fused_base("flux", lambda _: "before")(model)
@@ -95,7 +95,7 @@ def test_the_bench_fuses_as_a_run_does_and_its_fb_probe_uses_the_engines_groups(
     assert notes == {"fused_groups": len(holders), "before": "before"} and holders
     from lorastudio.tiny.models import build_sdxl
 
-    unet = build_sdxl(0).unet.eval()  # the SDXL candidate groups (not the engine's yet)
+    unet = build_sdxl(0).unet.eval()  # SDXL's groups: self-attention q/k/v, cross-attention k/v
     sample = torch.randn(1, 4, 16, 16)  # [B, C, h, w]
     text, cond = torch.randn(1, 8, unet.config.cross_attention_dim), _sdxl_added_cond(unet)
     with torch.no_grad():

@@ -6,6 +6,7 @@ any tensor between forwards; what a run fuses (fusion_choice) and what a run rep
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -187,9 +188,12 @@ def test_auto_fuses_only_the_measured_case_and_on_says_what_it_cannot_do():
     assert (quantised.fuse, quantised.share) == (False, False) and "int8" in quantised.note
 
 
-def test_fuse_on_is_refused_for_a_family_without_groups_and_for_quantised_bases(make_config):
+def test_fuse_on_is_refused_for_a_family_without_groups_and_for_quantised_bases(make_config, monkeypatch):
     from lorastudio.config import resolve_train_config
 
+    resolve_train_config(make_config("sdxl", fuse_projections="on"))  # every built-in family has groups
+    sdxl = families.get("sdxl")  # a family that declares none (a plug-in's, say)
+    monkeypatch.setattr(sdxl, "spec", dataclasses.replace(sdxl.spec, fused_projection_groups={}))
     with pytest.raises(ConfigError) as err:
         resolve_train_config(make_config("sdxl", fuse_projections="on"))
     assert [p.field for p in err.value.problems] == ["fuse_projections"]
@@ -227,7 +231,7 @@ def test_a_fused_run_renders_the_same_previews(make_config):
     assert np.abs(images["on"] - images["off"]).max() <= 2.0  # 8-bit rounding of near-equal values
 
 
-@pytest.mark.parametrize("family", ["flux", "qwen-image", "z-image"])
+@pytest.mark.parametrize("family", ["flux", "qwen-image", "z-image", "sdxl"])
 def test_a_fused_run_trains_like_an_unfused_one_and_writes_the_same_lora_file(family, make_config):
     plain, plain_lora, plain_plan = _trained(make_config, family, "off", f"{family}-off")
     fused, fused_lora, fused_plan = _trained(make_config, family, "on", f"{family}-on")
@@ -238,8 +242,12 @@ def test_a_fused_run_trains_like_an_unfused_one_and_writes_the_same_lora_file(fa
     assert not any(isinstance(m, FusedSlice) for m in plain.denoiser.modules())
     assert fused.losses == pytest.approx(plain.losses, rel=1e-5)
     assert fused_lora.keys() == plain_lora.keys()  # the same file: another loader sees no difference
+    # Adam moves a weight by up to ~lr (5e-3 here) whatever its gradient's size, so an element
+    # whose gradient is at rounding level (one of SDXL's cross-attention A's) may land a little
+    # apart: every element within lr / 20, and on average within 2e-6
     for key in plain_lora:
-        torch.testing.assert_close(fused_lora[key], plain_lora[key], rtol=1e-4, atol=1e-6)
+        diff = (fused_lora[key] - plain_lora[key]).abs()
+        assert diff.max() <= 2.5e-4 and diff.mean() <= 2e-6, key
     auto, _, auto_plan = _trained(make_config, family, "auto", f"{family}-auto")
     assert auto_plan.fused_projections == 0 and auto.losses == plain.losses  # auto: off on the CPU
 

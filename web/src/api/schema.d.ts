@@ -2056,7 +2056,7 @@ export interface components {
             flow_shift?: number | null;
             /**
              * Fuse Projections
-             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.4 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
+             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
              * @default auto
              * @enum {string}
              */
@@ -2372,7 +2372,7 @@ export interface components {
             flow_shift: number | null;
             /**
              * Fuse Projections
-             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.4 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
+             * @description run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)
              * @default auto
              * @enum {string}
              */

@@ -50,7 +50,7 @@ export const ATTENTION_BACKENDS: Record<AttentionBackend, string> = {
   efficient: "Memory-efficient",
   math: "Math (slow)",
 };
-/** Fusing a block's same-input projections into one matmul (the server refuses "on" for SDXL). */
+/** Fusing a block's same-input projections into one matmul (the server refuses "on" for a family that declares none). */
 export const FUSE_PROJECTIONS: Record<FuseProjections, string> = {
   auto: "Auto",
   on: "Fused",

@@ -83,6 +83,8 @@ describe("TrainScreen: memory and speed", () => {
   });
 
   it("offers fused projections next to Attention, auto by default; Fused only for families that have them", async () => {
+    // a server whose SDXL declares no groups (as a plug-in family might): Fused is disabled for it
+    info = { ...INFO, families: INFO.families.map((f) => (f.name === "sdxl" ? { ...f, fuse_projections: false } : f)) };
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     const fuse = input("fuse_projections");
@@ -100,7 +102,7 @@ describe("TrainScreen: memory and speed", () => {
     expect(screen.getByTestId("preflight-fuse")).toHaveTextContent("projections fused");
     expect(screen.getByTestId("preflight-fuse")).toHaveAttribute("title", CONFIG_DESCRIPTIONS.fuse_projections);
     await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
-    expect(fused().disabled).toBe(true); // the U-Net has nothing to fuse: the server would refuse "on"
+    expect(fused().disabled).toBe(true); // nothing to fuse: the server would refuse "on"
     expect(input("fuse_projections")).toHaveValue("auto");
     expect(input("fuse_projections").closest("label")).toHaveTextContent("Stable Diffusion XL has no projections to fuse");
   });

@@ -22,7 +22,7 @@ export const INFO: Info = {
       defaults: { resolution: 1024, learning_rate: 0.0001, lora_rank: 16, snr_gamma: 5 },
       supports: ["snr_gamma"],
       wide_compile: true,
-      fuse_projections: false,
+      fuse_projections: true,
       precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
     {
