@@ -31,6 +31,20 @@ export const cudaInfo = (gpuCount: number): Info => ({
   host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount },
 });
 
+/** The preflight's 400 answers: a config whose `field` is `value` is refused with these problems. */
+const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
+  ["cache_variants", 3, [{ field: "cache_variants", message: "> 1 needs random_crop or random_flip" }]],
+  [
+    "lora_rank",
+    4096,
+    [
+      { field: "lora_rank", message: "Input should be less than or equal to 1024" },
+      { field: "data_dir", message: "dataset has no images" },
+    ],
+  ],
+  ["micro_batch_size", 3, [{ field: "micro_batch_size", message: "batch_size (1) must be a multiple of it" }]],
+];
+
 /** Install the fake server; `info()` is read on each /api/info call. Returns the call log. */
 export function mockTrainServer(info: () => Info): Call[] {
   return mockFetch(({ method, url, body }) => {
@@ -39,38 +53,9 @@ export function mockTrainServer(info: () => Info): Call[] {
     if (url.startsWith("/api/train/status")) return { body: STATUS };
     if (method === "POST" && url === "/api/train/preflight") {
       const cfg = (body as { config: Record<string, unknown> }).config;
-      if (cfg.cache_variants === 3) {
-        return {
-          status: 400,
-          body: {
-            error: "ConfigError",
-            detail: "invalid configuration",
-            problems: [{ field: "cache_variants", message: "> 1 needs random_crop or random_flip" }],
-          },
-        };
-      }
-      if (cfg.lora_rank === 4096) {
-        return {
-          status: 400,
-          body: {
-            error: "ConfigError",
-            detail: "invalid configuration",
-            problems: [
-              { field: "lora_rank", message: "Input should be less than or equal to 1024" },
-              { field: "data_dir", message: "dataset has no images" },
-            ],
-          },
-        };
-      }
-      if (cfg.micro_batch_size === 3) {
-        return {
-          status: 400,
-          body: {
-            error: "ConfigError",
-            detail: "invalid configuration",
-            problems: [{ field: "micro_batch_size", message: "batch_size (1) must be a multiple of it" }],
-          },
-        };
+      const problems = REFUSALS.find(([field, value]) => cfg[field] === value)?.[2];
+      if (problems) {
+        return { status: 400, body: { error: "ConfigError", detail: "invalid configuration", problems } };
       }
       const budget = (cfg.memory_budget_gb as number | undefined) ?? null;
       const source = (name: string) => (name in cfg && cfg[name] !== "auto" ? "settings" : budget != null ? "budget" : "default");
