@@ -74,7 +74,7 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
     import torch
 
     from lorastudio import families
-    from lorastudio.cli.train_cmd import ProgressDisplay, StopOnInterrupt, quiet_libraries
+    from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_libraries
     from lorastudio.config import parse_train_config
     from lorastudio.generate import apply_loras, generate_image, load_pipeline
     from lorastudio.settings import get_settings
@@ -87,12 +87,13 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
         # the tiny models are too small to gain from threads, and lose a lot on a busy CPU
         torch.set_num_threads(1)
     settings = get_settings().ensure_dirs()
-    console.log(f"building the tiny {family} model and the sample dataset")
+    display = ProgressDisplay(console)
+    display.say(f"building the tiny {family} model and the sample dataset")
     model = save_tiny_model(family, tiny_model_dir(family, settings.models_dir))
     dataset = make_sample_dataset(settings.datasets_dir / DEMO_DATASET)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     cfg = parse_train_config(demo_config(family, model, steps, f"demo-{family}-{stamp}"))
-    with StopOnInterrupt(console) as stopper, ProgressDisplay(console) as display:
+    with StopOnInterrupt(console) as stopper, display:
         result = train(cfg, display.emit, stopper.check, settings=settings)
     if result.lora_path is None:
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")

@@ -77,7 +77,7 @@ def _generate(
 ) -> None:
 
     from lorastudio import families
-    from lorastudio.cli.train_cmd import quiet_libraries
+    from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
     from lorastudio.training.precision import pick_device
 

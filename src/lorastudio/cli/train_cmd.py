@@ -10,8 +10,8 @@ the same way the job service does (jobs/agent.py: torchrun bound to this process
 Rank 0 shows the progress and writes the files; Ctrl-C reaches every rank through torchrun, and
 rank 0's stop-and-save is what every rank does.
 
-Also home of the pieces the demo reuses: config file loading, --set overrides, the progress
-display and the Ctrl-C stop handler.
+Also home of the pieces the demo reuses: config file loading and --set overrides (the progress
+display and the Ctrl-C stop handler are in cli/run_display.py).
 """
 
 from __future__ import annotations
@@ -26,23 +26,14 @@ import tempfile
 import tomllib
 from contextlib import nullcontext
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
+from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_libraries
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
-from lorastudio.training.events import Event, PlanChosen, StopRequest
+from lorastudio.training.events import Event
 
 EXIT_USER_ERROR = 2
 
@@ -118,119 +109,6 @@ def localize_data_dir(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(value, str) and not Path(value).is_absolute() and ("/" in value or value.startswith(".")):
         return {**data, "data_dir": str(Path(value).resolve())}
     return data
-
-
-def quiet_libraries() -> None:
-    """Silence diffusers' and transformers' own progress bars and info logs (our display shows
-    progress); warnings and errors still print."""
-    from diffusers.utils import logging as diffusers_logging
-    from transformers.utils import logging as transformers_logging
-
-    for logging in (diffusers_logging, transformers_logging):
-        logging.set_verbosity_error()
-        logging.disable_progress_bar()
-
-
-class ProgressDisplay:
-    """Renders training events on the console: a bar per phase, then the training bar with loss,
-    LR, samples/s and ETA. Use as a context manager; pass `emit` to train()."""
-
-    def __init__(self, console: Console | None = None):
-        self.console = console or Console(stderr=True, log_path=False)
-        self.progress = Progress(
-            TextColumn("[bold]{task.description:<12}"),
-            BarColumn(bar_width=16),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[stats]}"),
-            console=self.console,
-        )
-        self.tasks: dict[str, TaskID] = {}
-        self.last_error: str | None = None
-
-    def __enter__(self) -> ProgressDisplay:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-    def _task(self, key: str, title: str, total: int) -> TaskID:
-        if key not in self.tasks:
-            self.tasks[key] = self.progress.add_task(title, total=total, stats="")
-        return self.tasks[key]
-
-    def emit(self, event: Event) -> None:
-        """The train() event sink."""
-        if event.type == "model_load_started":
-            self.console.log(f"loading {event.component}")
-        elif event.type == "model_load_completed":
-            self.console.log(f"loaded {event.component} in {event.seconds:.1f} s")
-        elif event.type == "preparing":
-            task = self._task(event.phase, event.phase, event.total)
-            self.progress.update(task, completed=event.done, total=event.total)
-        elif event.type == "progress":
-            task = self._task("train", "training", event.total_steps)
-            sps = f"{event.samples_per_second:.2f}" if event.samples_per_second is not None else "-"
-            stats = f"loss {event.loss:.4f} avg {event.avg_loss:.4f} lr {event.lr:.1e} {sps} img/s"
-            self.progress.update(task, completed=event.step, stats=stats)
-        elif event.type == "plan_chosen":
-            self.console.log(plan_line(event))
-        elif event.type == "sample_ready":
-            self.console.log(f"samples of step {event.step}: {', '.join(event.images)}")
-        elif event.type == "error":
-            self.last_error = event.message
-
-
-class StopOnInterrupt:
-    """Ctrl-C handler for a run: the first SIGINT asks the run to stop and save, the second
-    raises KeyboardInterrupt. `check` is the train() StopCheck."""
-
-    def __init__(self, console: Console | None = None):
-        self.console = console or Console(stderr=True, log_path=False)
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> StopOnInterrupt:
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self._previous)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.console.print("[yellow]stopping after this step and saving (Ctrl-C again to abort)[/]")
-
-    def check(self) -> StopRequest | None:
-        return StopRequest(save=True) if self.requested else None
-
-
-def plan_line(event: PlanChosen) -> str:
-    """The PlanChosen event as one readable line: how the denoiser phase runs and why."""
-    parts = [
-        f"base {event.base_precision}",
-        f"checkpointing {event.gradient_checkpointing}",
-        f"offload {event.offload_blocks} block{'' if event.offload_blocks == 1 else 's'}",
-        f"micro-batch {event.micro_batch_size}",
-        f"compile {(event.compile_regions or 'on') if event.compile else 'off'}",
-        f"attention {event.attention_backend}",
-    ]
-    if event.fused_projections:
-        parts.append(f"{event.fused_projections} fused projection groups")
-    how = f"set by the {'checkpoint' if event.decided_by == 'checkpoint' else 'settings'}"
-    if event.decided_by == "measured":
-        how = f"measured ({len(event.trials)} trial{'' if len(event.trials) == 1 else 's'})"
-    if event.memory_budget_gb is not None:
-        how += f", budget {event.memory_budget_gb:g} GB"
-    line = f"plan: {', '.join(parts)}; {how}"
-    if event.fallbacks:
-        line += f"; fallbacks: {'; '.join(event.fallbacks)}"
-    return line
 
 
 def train_cmd(

@@ -36,7 +36,8 @@ from dp_jobs import (
     wait_job,
 )
 from lorastudio.cli.app import _register, app
-from lorastudio.cli.train_cmd import launch_arguments, plan_line
+from lorastudio.cli.run_display import plan_line
+from lorastudio.cli.train_cmd import launch_arguments
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.gpu import GpuArbiter

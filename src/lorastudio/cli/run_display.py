@@ -1,0 +1,212 @@
+"""How a run shows itself on the console (`lorastudio train`, `lorastudio demo`): the progress
+display of train()'s events, the plan line, the Ctrl-C stop handler, and quieting the libraries'
+own progress bars.
+
+On a terminal the display is live bars (one per preparation phase, then training with loss,
+average loss, LR, samples/s, peak memory and ETA). When stderr is not a terminal (a log file,
+nohup, CI) live bars would end up as one truncated line, so the display prints plain log lines
+instead: each preparation phase when it completes, and the training step with the same figures
+on the first step, every `every` steps (default a tenth of the run), at least once a minute, and
+on the last step.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from lorastudio.training.events import Event, PlanChosen, StopRequest
+from lorastudio.training.events import Progress as ProgressEvent
+
+PLAIN_LINE_MAX_GAP_S = 60.0
+
+
+def quiet_libraries() -> None:
+    """Silence diffusers' and transformers' own progress bars and info logs (our display shows
+    progress); warnings and errors still print."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    for logging in (diffusers_logging, transformers_logging):
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+
+
+def step_stats(event: ProgressEvent) -> str:
+    """The figures of one training step: "loss 0.1234 avg 0.1300 lr 1.0e-04 2.50 img/s mem 41.2 GB"
+    (samples/s "-" until there is a steady-state figure; memory only when the run reports it)."""
+    sps = f"{event.samples_per_second:.2f}" if event.samples_per_second is not None else "-"
+    stats = f"loss {event.loss:.4f} avg {event.avg_loss:.4f} lr {event.lr:.1e} {sps} img/s"
+    if event.peak_memory_gb is not None:
+        stats += f" mem {event.peak_memory_gb:.1f} GB"
+    if event.skipped_steps:
+        stats += f" skipped {event.skipped_steps}"
+    return stats
+
+
+def _clock_text(seconds: float) -> str:
+    whole = int(round(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+class ProgressDisplay:
+    """Renders training events on `console` (live bars on a terminal, plain lines otherwise; see
+    the module docstring). Use as a context manager; pass `emit` to train(). `every`: plain mode's
+    step interval (None: a tenth of the run); `clock`: seconds, for the ETA and the minute gap."""
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        every: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.console = console or Console(stderr=True, log_path=False)
+        self.live = self.console.is_terminal
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<12}"),
+            BarColumn(bar_width=16),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=self.console,
+        )
+        self.tasks: dict[str, TaskID] = {}
+        self.last_error: str | None = None
+        self.every = every
+        self.clock = clock
+        self._first: tuple[int, float] | None = None  # (step, time) of the first progress event
+        self._last_line_at: float | None = None
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.progress.stop()
+
+    def say(self, text: str) -> None:
+        """One timestamped line: rich's log layout on a terminal; in a log file the whole line
+        unwrapped and unpadded ("[HH:MM:SS] text"), so that it greps and tails well."""
+        if self.live:
+            self.console.log(text)
+        else:
+            stamp = time.strftime("%H:%M:%S")
+            self.console.print(f"[{stamp}] {text}", soft_wrap=True, markup=False, highlight=False)
+
+    def _task(self, key: str, title: str, total: int) -> TaskID:
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(title, total=total, stats="")
+        return self.tasks[key]
+
+    def emit(self, event: Event) -> None:
+        """The train() event sink."""
+        if event.type == "model_load_started":
+            self.say(f"loading {event.component}")
+        elif event.type == "model_load_completed":
+            self.say(f"loaded {event.component} in {event.seconds:.1f} s")
+        elif event.type == "preparing":
+            if self.live:
+                task = self._task(event.phase, event.phase, event.total)
+                self.progress.update(task, completed=event.done, total=event.total)
+            elif event.done == event.total:
+                self.say(f"{event.phase} {event.done}/{event.total} ready")
+        elif event.type == "progress":
+            if self.live:
+                task = self._task("train", "training", event.total_steps)
+                self.progress.update(task, completed=event.step, stats=step_stats(event))
+            else:
+                self._plain_step(event)
+        elif event.type == "plan_chosen":
+            self.say(plan_line(event))
+        elif event.type == "sample_ready":
+            self.say(f"samples of step {event.step}: {', '.join(event.images)}")
+        elif event.type == "error":
+            self.last_error = event.message
+
+    def _plain_step(self, event: ProgressEvent) -> None:
+        now = self.clock()
+        if self._first is None:
+            self._first = (event.step, now)
+        every = self.every or max(1, event.total_steps // 10)
+        due = (
+            event.step == self._first[0]
+            or event.step % every == 0
+            or event.step >= event.total_steps
+            or (self._last_line_at is not None and now - self._last_line_at >= PLAIN_LINE_MAX_GAP_S)
+        )
+        if not due:
+            return
+        self._last_line_at = now
+        line = f"step {event.step}/{event.total_steps} {step_stats(event)}"
+        first_step, started = self._first
+        if event.step > first_step and event.step < event.total_steps:
+            per_step = (now - started) / (event.step - first_step)
+            line += f" eta {_clock_text(per_step * (event.total_steps - event.step))}"
+        self.say(line)
+
+
+class StopOnInterrupt:
+    """Ctrl-C handler for a run: the first SIGINT asks the run to stop and save, the second
+    raises KeyboardInterrupt. `check` is the train() StopCheck."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True, log_path=False)
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopOnInterrupt:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.console.print("[yellow]stopping after this step and saving (Ctrl-C again to abort)[/]")
+
+    def check(self) -> StopRequest | None:
+        return StopRequest(save=True) if self.requested else None
+
+
+def plan_line(event: PlanChosen) -> str:
+    """The PlanChosen event as one readable line: how the denoiser phase runs and why."""
+    parts = [
+        f"base {event.base_precision}",
+        f"checkpointing {event.gradient_checkpointing}",
+        f"offload {event.offload_blocks} block{'' if event.offload_blocks == 1 else 's'}",
+        f"micro-batch {event.micro_batch_size}",
+        f"compile {(event.compile_regions or 'on') if event.compile else 'off'}",
+        f"attention {event.attention_backend}",
+    ]
+    if event.fused_projections:
+        parts.append(f"{event.fused_projections} fused projection groups")
+    how = f"set by the {'checkpoint' if event.decided_by == 'checkpoint' else 'settings'}"
+    if event.decided_by == "measured":
+        how = f"measured ({len(event.trials)} trial{'' if len(event.trials) == 1 else 's'})"
+    if event.memory_budget_gb is not None:
+        how += f", budget {event.memory_budget_gb:g} GB"
+    line = f"plan: {', '.join(parts)}; {how}"
+    if event.fallbacks:
+        line += f"; fallbacks: {'; '.join(event.fallbacks)}"
+    return line

@@ -1,0 +1,87 @@
+"""cli/run_display.py: what a run prints when stderr is a log file rather than a terminal, and the
+figures every step line carries (memory included)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from lorastudio.cli.run_display import ProgressDisplay, step_stats
+from lorastudio.training.events import Preparing, Progress
+
+
+def _step(step: int, total: int = 30, memory: float | None = 1.25, skipped: int = 0) -> Progress:
+    return Progress(
+        step=step, total_steps=total, epoch=0, loss=0.5, avg_loss=0.6, lr=1e-4, grad_norm=0.1,
+        samples_per_second=None if step == 1 else 2.5, peak_memory_gb=memory, skipped_steps=skipped,
+    )  # fmt: skip
+
+
+def _plain_console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=False, width=60, log_path=False), out  # narrow: no wrapping
+
+
+def _lines(out: io.StringIO) -> list[str]:
+    """The printed lines without their "[HH:MM:SS] " stamps (each line must have one)."""
+    lines = out.getvalue().splitlines()
+    assert all(re.fullmatch(r"\[\d\d:\d\d:\d\d\] \S.*", line) for line in lines), lines
+    return [line[11:] for line in lines]
+
+
+def test_step_figures_carry_loss_lr_speed_and_memory():
+    assert step_stats(_step(1)) == "loss 0.5000 avg 0.6000 lr 1.0e-04 - img/s mem 1.2 GB"
+    assert (
+        step_stats(_step(2, memory=None, skipped=3))
+        == "loss 0.5000 avg 0.6000 lr 1.0e-04 2.50 img/s skipped 3"
+    )
+
+
+def test_a_log_file_gets_whole_lines_on_the_first_every_tenth_and_the_last_step():
+    console, out = _plain_console()
+    seconds = iter(float(i) for i in range(100))  # one second per step
+    with ProgressDisplay(console, clock=lambda: next(seconds)) as display:
+        assert not display.live
+        for done in range(9):
+            display.emit(Preparing(phase="latents", done=done, total=8))
+        for step in range(1, 31):
+            display.emit(_step(step))
+    lines = _lines(out)
+    assert lines[0] == "latents 8/8 ready"  # phases: one line when complete, not one per item
+    steps = [line.split()[1] for line in lines[1:]]
+    assert steps == [
+        "1/30",
+        "3/30",
+        "6/30",
+        "9/30",
+        "12/30",
+        "15/30",
+        "18/30",
+        "21/30",
+        "24/30",
+        "27/30",
+        "30/30",
+    ]
+    assert lines[2] == "step 3/30 loss 0.5000 avg 0.6000 lr 1.0e-04 2.50 img/s mem 1.2 GB eta 0:00:27"
+    assert "eta" not in lines[1] and "eta" not in lines[-1]  # no rate yet / nothing left
+
+
+def test_a_slow_run_still_logs_at_least_once_a_minute():
+    console, out = _plain_console()
+    seconds = iter(float(i * 45) for i in range(100))  # 45 s a step
+    with ProgressDisplay(console, every=1000, clock=lambda: next(seconds)) as display:
+        for step in range(1, 6):
+            display.emit(_step(step, total=1000))
+    steps = [line.split()[1] for line in _lines(out)]
+    assert steps == ["1/1000", "3/1000", "5/1000"]  # 90 s after the previous line each time
+
+
+def test_a_terminal_gets_live_bars_not_lines():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200, log_path=False)
+    with ProgressDisplay(console) as display:
+        assert display.live
+        display.emit(_step(1))
+        assert display.tasks  # the training bar exists
