@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
+from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError, UnknownFamily
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -33,8 +33,21 @@ def parse_lora_arg(value: str) -> tuple[Path, float]:
     return Path(path).expanduser(), scale
 
 
+def _family_under_models(base: str, models_dir: Path) -> str | None:
+    """The family of a pipeline folder named `base` under the studio's models/ (None if there is
+    no such folder or its pipeline class is not a registered family's)."""
+    from lorastudio.generate import detect_family
+
+    relative = Path(base)
+    if relative.is_absolute() or ".." in relative.parts:
+        return None
+    return detect_family(str(models_dir / relative))
+
+
 def generate_cmd(
-    base: str = typer.Option(..., "--base", help="base model: hub id or local pipeline folder"),
+    base: str = typer.Option(
+        ..., "--base", help="base model: hub id, pipeline folder, or a folder name under models/"
+    ),
     prompt: str = typer.Option(..., "--prompt", help="text prompt"),
     out: Path = typer.Option(..., "--out", help="image file to write (.png, .jpg or .webp)"),
     lora: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
@@ -79,6 +92,8 @@ def _generate(
     from lorastudio import families
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
+    from lorastudio.jobs.validation import resolve_base_model
+    from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
 
     problems = []
@@ -89,18 +104,27 @@ def _generate(
         problems.append(FieldProblem("--out", f"{out} exists (pass --overwrite to replace it)"))
     if not out.parent.is_dir():
         problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
-    family = family or detect_family(base)
+    settings = get_settings()
+    family = family or detect_family(base) or _family_under_models(base, settings.models_dir)
+    source = None
     if family is None:
         problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
+    else:  # the same check as a training run's base_model: folder, name under models/, hub id
+        try:
+            source, _ = resolve_base_model(base, families.get(family), settings, revision)
+        except (UnknownFamily, ModelSourceError) as err:
+            problems.append(
+                FieldProblem("--family" if isinstance(err, UnknownFamily) else "--base", str(err))
+            )
     loras = [parse_lora_arg(v) for v in lora_args]
     problems += [FieldProblem("--lora", f"{p} not found") for p, _ in loras if not p.is_file()]
-    if problems:
+    if problems or source is None or family is None:
         raise ConfigError(problems)
-    spec = families.get(str(family)).spec
+    spec = families.get(family).spec
     default_side = int(spec.defaults.get("resolution", 1024))
     dev = pick_device(device)
     quiet_libraries()
-    pipe = load_pipeline(base, spec.name, revision=revision, device=dev)
+    pipe = load_pipeline(source, spec.name, revision=revision, device=dev)
     apply_loras(pipe, loras)
     image = generate_image(
         pipe,

@@ -15,6 +15,7 @@ from lorastudio.cli.app import _register, app
 from lorastudio.cli.generate_cmd import parse_lora_arg
 from lorastudio.errors import ConfigError, ModelSourceError, NotFound
 from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
+from lorastudio.settings import get_settings
 
 PROMPT = "a red circle on a blue background"
 KW = {
@@ -135,4 +136,23 @@ def test_generate_cli_refuses_bad_input_and_writes_nothing(tiny_model, tmp_path)
     assert bad_size.exit_code == 2 and "width" in bad_size.output
     bad_suffix = CliRunner().invoke(app, [*args[:-1], str(tmp_path / "img.gif")])
     assert bad_suffix.exit_code == 2 and ".png" in bad_suffix.output
+    no_base = CliRunner().invoke(
+        app, ["generate", "--base", str(tmp_path / "gone"), "--family", "flux", *args[3:]]
+    )
+    assert no_base.exit_code == 2 and "base model folder not found" in no_base.output
+    wrong_family = CliRunner().invoke(app, [*args, "--family", "sdxl"])
+    assert wrong_family.exit_code == 2 and "Use family 'flux'" in wrong_family.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_cli_takes_a_model_by_its_name_under_models(tiny_model, tmp_path):
+    """--base NAME finds models/NAME (and its family) the way a training run's base_model does."""
+    _register()
+    models = get_settings().models_dir
+    models.mkdir(parents=True)
+    (models / "my-flux").symlink_to(tiny_model("flux"), target_is_directory=True)
+    out = tmp_path / "img.png"
+    args = ["generate", "--base", "my-flux", "--prompt", PROMPT, "--out", str(out), "--device", "cpu"]
+    result = CliRunner().invoke(app, [*args, "--steps", "1", "--width", "32", "--height", "32"])
+    assert result.exit_code == 0, result.output
+    assert Image.open(out).size == (32, 32)
