@@ -91,6 +91,7 @@ def _generate(
 
     from lorastudio import families
     from lorastudio.cli.run_display import quiet_libraries
+    from lorastudio.cli.train_cmd import localize_path
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
     from lorastudio.jobs.validation import resolve_base_model
     from lorastudio.settings import get_settings
@@ -105,6 +106,7 @@ def _generate(
     if not out.parent.is_dir():
         problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
     settings = get_settings()
+    base = localize_path(base, may_be_hub_id=True)
     family = family or detect_family(base) or _family_under_models(base, settings.models_dir)
     source = None
     if family is None:

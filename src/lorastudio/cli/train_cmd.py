@@ -51,7 +51,7 @@ def _run_config(config: Path | None, overrides: list[str], resume: Path | None) 
 
     checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
     if config is not None:
-        data = localize_data_dir(apply_overrides(load_config_file(config), overrides))
+        data = localize_paths(apply_overrides(load_config_file(config), overrides))
     elif checkpoint is not None:
         data = resume_settings(read_checkpoint_info(checkpoint), apply_overrides({}, overrides))
     else:
@@ -102,13 +102,29 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def localize_data_dir(data: dict[str, Any]) -> dict[str, Any]:
-    """A relative data_dir that names a path (contains '/' or starts with '.') is taken relative
-    to the current directory; a bare name stays a dataset under the studio's datasets/."""
-    value = data.get("data_dir")
-    if isinstance(value, str) and not Path(value).is_absolute() and ("/" in value or value.startswith(".")):
-        return {**data, "data_dir": str(Path(value).resolve())}
-    return data
+def localize_path(value: str, *, may_be_hub_id: bool) -> str:
+    """A CLI path setting made independent of the current directory: "~..." is expanded, a
+    relative path ("./x", "../x", "a/b") becomes absolute against the current directory; a bare
+    name stays as it is (a dataset under datasets/, a model under models/). With
+    `may_be_hub_id`, "owner/name" stays a hub id unless such a folder exists here."""
+    if value.startswith("~"):
+        return str(Path(value).expanduser().resolve())
+    path = Path(value)
+    if path.is_absolute() or ("/" not in value and not value.startswith(".")):
+        return value
+    if may_be_hub_id and not value.startswith(".") and not path.is_dir():
+        return value
+    return str(path.resolve())
+
+
+def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with its data_dir and base_model localized (localize_path): a config file's paths
+    are taken relative to the directory the command runs in."""
+    out = dict(data)
+    for key, hub in (("data_dir", False), ("base_model", True)):
+        if isinstance(out.get(key), str):
+            out[key] = localize_path(out[key], may_be_hub_id=hub)
+    return out
 
 
 def train_cmd(

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lorastudio.cli.app import _register, app
-from lorastudio.cli.train_cmd import apply_overrides
+from lorastudio.cli.train_cmd import apply_overrides, localize_path, localize_paths
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 
@@ -86,6 +86,27 @@ def test_set_values_are_json_when_possible():
     assert out == {"a": 1, "steps": 5, "lr": 1e-3, "name": "my-run", "flag": True, "t": ["to_q"], "x": None}
     with pytest.raises(ConfigError, match="not key=value"):
         apply_overrides({}, ["steps"])
+
+
+def test_config_paths_are_taken_from_where_the_command_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "owner" / "local-model").mkdir(parents=True)
+    data = {
+        "data_dir": "shots/dogs", "base_model": "~/models/flux", "steps": 3, "output_name": "a/b",
+    }  # fmt: skip
+    assert localize_paths(data) == {
+        "data_dir": str(tmp_path / "shots" / "dogs"),  # a path even if it does not exist (yet)
+        "base_model": str(tmp_path / "home" / "models" / "flux"),
+        "steps": 3,
+        "output_name": "a/b",  # only the two path settings are touched
+    }
+    assert localize_path("black-forest-labs/FLUX.1-dev", may_be_hub_id=True) == "black-forest-labs/FLUX.1-dev"
+    assert localize_path("owner/local-model", may_be_hub_id=True) == str(tmp_path / "owner" / "local-model")
+    assert localize_path("./flux", may_be_hub_id=True) == str(tmp_path / "flux")
+    assert localize_path("tiny-flux", may_be_hub_id=True) == "tiny-flux"  # a name under models/
+    assert localize_path("sample", may_be_hub_id=False) == "sample"  # a dataset under datasets/
+    assert localize_path("/abs/x", may_be_hub_id=False) == "/abs/x"
 
 
 def test_demo_trains_and_generates_in_the_studio_home():
