@@ -8,10 +8,11 @@ on disk is refused with a message that says so.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lorastudio.basemodels.catalogue import fetched_folder
-from lorastudio.basemodels.hubcache import cached_snapshot, hub_cache_dir, hub_offline
+from lorastudio.basemodels.hubcache import cached_snapshot, hub_cache_dir, hub_offline, is_hub_id
 from lorastudio.basemodels.vetting import inspect_folder, vet_pipeline_folder
 from lorastudio.errors import ModelSourceError
 from lorastudio.settings import Settings
@@ -50,3 +51,37 @@ def resolve_hub_id(
             "with the hub reachable, or unset HF_HUB_OFFLINE"
         )
     return repo_id, None
+
+
+def resolve_base_model(
+    base_model: str, family: str, settings: Settings, revision: str | None = None
+) -> tuple[str, Path | None]:
+    """Where to load `base_model`, trained or run as family `family`, from: an absolute pipeline
+    folder ("~" expanded), a folder name under the models root, or a hub id (owner/name:
+    lorastudio's fetched copy, the hub cache, or the hub). The one resolution of a base model:
+    the job service, the engine's preflight and `lorastudio generate` all call it. Every folder
+    is vetted by vet_pipeline_folder (the one base-model check).
+    Returns (source, local folder or None). Raises ModelSourceError for a missing, incomplete,
+    inference-only or untrainable folder, a pipeline of another family, a hub id that is not on
+    disk in offline mode, or a value that is neither a folder nor a hub id."""
+    given = Path(base_model).expanduser()
+    if given.is_absolute():
+        candidate: Path | None = given
+    elif ".." in given.parts or base_model.startswith((".", "~")):
+        raise ModelSourceError(
+            f"base_model {base_model!r}: use an absolute path, a name under models/, or a hub id"
+        )
+    else:
+        candidate = settings.models_dir / given
+    if candidate is not None and os.path.lexists(candidate):
+        folder = candidate.resolve()
+        vet_pipeline_folder(folder, family)
+        return str(folder), folder
+    if given.is_absolute():
+        raise ModelSourceError(f"base model folder not found: {base_model}")
+    if is_hub_id(base_model):
+        return resolve_hub_id(settings, base_model, revision, family)
+    raise ModelSourceError(
+        f"{base_model!r} is neither a pipeline folder (absolute, or a name under {settings.models_dir}) "
+        "nor a hub id (owner/name)"
+    )

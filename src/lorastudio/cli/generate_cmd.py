@@ -90,10 +90,10 @@ def _generate(
 ) -> None:
 
     from lorastudio import families
+    from lorastudio.basemodels import resolve_base_model
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.cli.train_cmd import localize_path
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
-    from lorastudio.jobs.validation import resolve_base_model
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
 
@@ -113,7 +113,7 @@ def _generate(
         problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
     else:  # the same check as a training run's base_model: folder, name under models/, hub id
         try:
-            source, _ = resolve_base_model(base, families.get(family), settings, revision)
+            source, _ = resolve_base_model(base, families.get(family).spec.name, settings, revision)
         except (UnknownFamily, ModelSourceError) as err:
             problems.append(
                 FieldProblem("--family" if isinstance(err, UnknownFamily) else "--base", str(err))

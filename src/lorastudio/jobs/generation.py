@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
+from lorastudio.basemodels import resolve_base_model
 from lorastudio.data.paths import safe_component
 from lorastudio.data.uploads import staged_write
 from lorastudio.errors import NotFound
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.validation import resolve_base_model
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
@@ -104,7 +104,7 @@ class GenerationService:
         Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises UnknownFamily, ModelSourceError, NotFound (LoRA), JobActive (training
         holds the GPU)."""
         family = families.get(req.family)
-        source, _ = resolve_base_model(req.base_model, family, self.settings)
+        source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings)
         loras = [(str(lora_file(self.settings, c.name)), c.scale) for c in req.loras]
         t0 = time.perf_counter()
         with self.arbiter.generation(), self._lock:

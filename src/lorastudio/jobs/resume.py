@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
+from lorastudio.basemodels import resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.data import resolve_dataset_dir, scan_dataset
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
-from lorastudio.jobs.validation import host_problems, resolve_base_model
+from lorastudio.jobs.validation import host_problems
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import (
     CHECKPOINTS,
@@ -104,7 +105,7 @@ def validate_resume(
     family = families.get(cfg.family)
     problems: list[FieldProblem] = []
     try:
-        resolve_base_model(cfg.base_model, family, settings)
+        resolve_base_model(cfg.base_model, family.spec.name, settings)
     except ModelSourceError as err:
         problems.append(FieldProblem("base_model", str(err)))
     data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
-from lorastudio.basemodels import inspect_folder, is_hub_id, resolve_hub_id, vet_pipeline_folder
+from lorastudio.basemodels import inspect_folder, resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_rules import compile_device_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
@@ -75,7 +75,9 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     if "base_model" not in reported and isinstance(raw.get("base_model"), str) and family is not None:
         try:
             revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
-            model_source, model_dir = resolve_base_model(raw["base_model"], family, settings, revision)
+            model_source, model_dir = resolve_base_model(
+                raw["base_model"], family.spec.name, settings, revision
+            )
         except ModelSourceError as err:
             problems.append(FieldProblem("base_model", str(err)))
 
@@ -120,38 +122,6 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
         worker_config=given.model_copy(update=fixed),
         scan=scan,
         model_dir=model_dir,
-    )
-
-
-def resolve_base_model(
-    base_model: str, family: Family, settings: Settings, revision: str | None = None
-) -> tuple[str, Path | None]:
-    """Where to load `base_model` from: an absolute pipeline folder, a folder name under the
-    models root, or a hub id (owner/name: lorastudio's fetched copy, the hub cache, or the hub).
-    Every folder is vetted by basemodels.vet_pipeline_folder (the one base-model check).
-    Returns (source, local folder or None). Raises ModelSourceError for a missing, incomplete,
-    inference-only or untrainable folder, a pipeline of another family, a hub id that is not on
-    disk in offline mode, or a value that is neither a folder nor a hub id."""
-    given = Path(base_model).expanduser()
-    if given.is_absolute():
-        candidate: Path | None = given
-    elif ".." in given.parts or base_model.startswith((".", "~")):
-        raise ModelSourceError(
-            f"base_model {base_model!r}: use an absolute path, a name under models/, or a hub id"
-        )
-    else:
-        candidate = settings.models_dir / given
-    if candidate is not None and os.path.lexists(candidate):
-        folder = candidate.resolve()
-        vet_pipeline_folder(folder, family.spec.name)
-        return str(folder), folder
-    if given.is_absolute():
-        raise ModelSourceError(f"base model folder not found: {base_model}")
-    if is_hub_id(base_model):
-        return resolve_hub_id(settings, base_model, revision, family.spec.name)
-    raise ModelSourceError(
-        f"{base_model!r} is neither a pipeline folder (absolute, or a name under {settings.models_dir}) "
-        "nor a hub id (owner/name)"
     )
 
 

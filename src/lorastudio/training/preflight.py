@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
+from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.plan import plan_host_problems
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class PreparedRun:
     """A run that passed every check: resolved config, family, scanned dataset, where it writes."""
 
-    cfg: TrainConfig  # resolved: every family default filled
+    cfg: TrainConfig  # resolved: every family default filled, base_model where it loads from
     family: Family
     scan: DatasetScan
     run_dir: Path  # outputs/<output_name> (does not exist yet)
@@ -39,27 +39,20 @@ class PreparedRun:
     dtype: torch.dtype
 
 
-def model_source_problems(
+def resolve_model_source(
     base_model: str, revision: str | None, family: Family, settings: Settings | None = None
-) -> None:
-    """Check the base model before anything is loaded: a local folder is vetted by
-    basemodels.vet_pipeline_folder (the same check as the job service's), a hub id by
-    basemodels.resolve_hub_id (its copy on disk; offline, it must be there). Raises
-    ModelSourceError, or ConfigError for a revision given with a local folder."""
-    from lorastudio.basemodels import is_hub_id, resolve_hub_id, vet_pipeline_folder
+) -> str:
+    """Where the run loads its base model from, checked before anything is loaded: the same
+    resolution as the job service's (basemodels.resolve_base_model: an absolute folder, a name
+    under models/ or a hub id, each vetted). Returns the source (a folder path or a hub id).
+    Raises ModelSourceError, or ConfigError for a revision given with a local folder."""
+    from lorastudio.basemodels import resolve_base_model
     from lorastudio.settings import get_settings
 
-    path = Path(base_model).expanduser()
-    if not path.exists():
-        if is_hub_id(base_model) and not base_model.startswith((".", "~")):
-            resolve_hub_id(settings or get_settings(), base_model, revision, family.spec.name)
-            return
-        raise ModelSourceError(
-            f"base model {base_model!r} is neither an existing folder nor a hub id (owner/name)"
-        )
-    vet_pipeline_folder(path, family.spec.name)
-    if revision is not None:
+    source, folder = resolve_base_model(base_model, family.spec.name, settings or get_settings(), revision)
+    if folder is not None and revision is not None:
         raise ConfigError([FieldProblem("revision", "only applies to hub ids, not to a local folder")])
+    return source
 
 
 def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> PreparedRun:
@@ -99,5 +92,6 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         default_caption=resolved.default_caption,
         max_pixels=settings.max_image_pixels,
     )
-    model_source_problems(resolved.base_model, resolved.revision, family, settings)
+    source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
+    resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
     return PreparedRun(resolved, family, scan, run_dir, dev, pick_dtype(resolved.base_precision, dev))

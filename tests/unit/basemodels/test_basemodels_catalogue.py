@@ -19,14 +19,14 @@ from lorastudio.basemodels import (
     forget_folder,
     get_model,
     list_models,
+    resolve_base_model,
     resolve_hub_id,
 )
 from lorastudio.basemodels.added import added_list_path
 from lorastudio.basemodels.hubcache import hub_cache_dir
 from lorastudio.errors import ConfigError, JobActive, ModelNotDeletable, ModelSourceError, NotFound
-from lorastudio.jobs.validation import resolve_base_model
 from lorastudio.settings import Settings
-from lorastudio.training.preflight import model_source_problems
+from lorastudio.training.preflight import resolve_model_source
 
 
 def _disk_bytes(folder: Path) -> int:
@@ -162,28 +162,28 @@ def test_hub_ids_are_vetted_from_disk_and_offline_only_disk_counts(
         None,
     )  # online: loaders fetch
     _cache_snapshot(hub, "acme/flux")
-    assert resolve_base_model("acme/flux", flux, settings) == ("acme/flux", None)
+    assert resolve_base_model("acme/flux", "flux", settings) == ("acme/flux", None)
     with pytest.raises(ModelSourceError, match="FluxPipeline"):
-        resolve_base_model("acme/flux", families.get("sdxl"), settings)
+        resolve_base_model("acme/flux", "sdxl", settings)
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     requests_before = len(hub.requests)
-    assert resolve_base_model("acme/flux", flux, settings) == ("acme/flux", None)  # cached: fine offline
+    assert resolve_base_model("acme/flux", "flux", settings) == ("acme/flux", None)  # cached: fine offline
     for run_check in (
-        lambda: resolve_base_model("acme/unknown", flux, settings),
-        lambda: model_source_problems("acme/unknown", None, flux, settings),
+        lambda: resolve_base_model("acme/unknown", "flux", settings),
+        lambda: resolve_model_source("acme/unknown", None, flux, settings),
     ):
         with pytest.raises(
             ModelSourceError, match=r"offline mode \(HF_HUB_OFFLINE=1\): acme/unknown is not on disk"
         ):
             run_check()
     with pytest.raises(ModelSourceError, match="offline"):
-        resolve_base_model("acme/flux", flux, settings, revision="v2")  # that revision is not cached
+        resolve_base_model("acme/flux", "flux", settings, revision="v2")  # that revision is not cached
     assert len(hub.requests) == requests_before  # offline: the hub was never asked
 
     fetched = copy_tiny("flux", settings.models_dir / "acme--other")
     (fetched / "lorastudio_fetch.json").write_text(json.dumps({"repo_id": "acme/other", "revision": None}))
-    assert resolve_base_model("acme/other", flux, settings) == (str(fetched), fetched)  # lorastudio's copy
+    assert resolve_base_model("acme/other", "flux", settings) == (str(fetched), fetched)  # lorastudio's copy
 
 
 def test_the_start_path_and_the_preflight_run_the_same_vetting(
@@ -199,7 +199,7 @@ def test_the_start_path_and_the_preflight_run_the_same_vetting(
     (sd3 / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusion3Pipeline"}))
     for folder in (gguf, partial, sd3):
         with pytest.raises(ModelSourceError) as from_jobs:
-            resolve_base_model(str(folder), flux, settings)
+            resolve_base_model(str(folder), "flux", settings)
         with pytest.raises(ModelSourceError) as from_engine:
-            model_source_problems(str(folder), None, flux, settings)
+            resolve_model_source(str(folder), None, flux, settings)
         assert str(from_jobs.value) == str(from_engine.value)

@@ -39,6 +39,22 @@ def test_train_from_json_with_overrides(tiny_model, small_dataset, tmp_path, run
     assert json.loads(lora.with_suffix(".json").read_text())["steps"] == 3
 
 
+def test_train_takes_a_base_model_by_its_name_under_models(tiny_model, small_dataset, tmp_path, run_settings):
+    """base_model = "NAME" means models/NAME for the CLI as for the job service; the sidecar
+    records the folder the run loaded."""
+    models = get_settings().models_dir
+    models.mkdir(parents=True)
+    (models / "my-flux").symlink_to(tiny_model("flux"), target_is_directory=True)
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(run_settings("flux", "my-flux", small_dataset, {"steps": 1})))
+    result = _invoke("train", str(config), "--set", "output_name=named", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    sidecar = json.loads((get_settings().outputs_dir / "named" / "named.json").read_text())
+    assert sidecar["base_model"] == str(tiny_model("flux").resolve())
+    missing = _invoke("train", str(config), "--set", "base_model=no-such-model", "--device", "cpu")
+    assert missing.exit_code == 2 and "neither a pipeline folder" in missing.output
+
+
 def test_train_from_toml(tiny_model, small_dataset, tmp_path, run_settings):
     settings = run_settings("flux", tiny_model("flux"), small_dataset, {"lora_targets": ["to_q", "to_v"]})
     lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items()]

@@ -76,7 +76,7 @@ def test_all_config_problems_are_reported_at_once(make_config):
 
 
 def test_missing_base_model(make_config, tmp_path):
-    _fails(make_config(base_model=str(tmp_path / "model")), ModelSourceError, "neither an existing folder")
+    _fails(make_config(base_model=str(tmp_path / "model")), ModelSourceError, "base model folder not found")
 
 
 def test_base_model_of_another_family(make_config, tiny_model):
