@@ -34,6 +34,7 @@ FuseProjections = Literal["auto", "on", "off"]
 # FamilySpec.supports; setting one explicitly for another family is a ConfigError.
 FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
     "snr_gamma",
+    "noise_offset",
     "timestep_sampling",
     "logit_mean",
     "logit_std",
@@ -208,6 +209,13 @@ class TrainConfig(BaseModel):
     snr_gamma: float | None = Field(
         default=5.0, gt=0, description="min-SNR weighting (DDPM families); null = off"
     )
+    noise_offset: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="DDPM families: add noise_offset x N(0, 1) per image and channel to the training "
+        "noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off",
+    )
     timestep_sampling: TimestepSampling = Field(default="logit_normal", description="flow families")
     logit_mean: float = Field(default=0.0, ge=-10, le=10)
     logit_std: float = Field(default=1.0, gt=0, le=10)
@@ -342,7 +350,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
 
 
 # Settings where an explicit null is meaningful ("off"), so a family default must not replace it.
-NULL_MEANS_OFF = frozenset({"snr_gamma", "flow_shift", "max_grad_norm"})
+NULL_MEANS_OFF = frozenset({"snr_gamma", "noise_offset", "flow_shift", "max_grad_norm"})
 
 
 def resolve_train_config(cfg: TrainConfig) -> TrainConfig:

@@ -32,7 +32,7 @@ SPEC = FamilySpec(
     vae_class="AutoencoderKL",
     vae_in_fp32=True,
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "snr_gamma": 5.0},
-    supports=frozenset({"snr_gamma"}),
+    supports=frozenset({"snr_gamma", "noise_offset"}),
     generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
     # the attention blocks' parents and the convolutional glue between them (bench note 13)
     wide_compile_blocks=("Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D"),

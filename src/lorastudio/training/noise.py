@@ -61,7 +61,9 @@ def sample_flow_sigmas(
 class DdpmObjective:
     """Epsilon / v-prediction DDPM objective built from the base model's scheduler config."""
 
-    def __init__(self, scheduler_config: Mapping[str, Any], snr_gamma: float | None):
+    def __init__(
+        self, scheduler_config: Mapping[str, Any], snr_gamma: float | None, noise_offset: float | None = None
+    ):
         from diffusers import DDPMScheduler
 
         self.prediction_type = str(scheduler_config.get("prediction_type", "epsilon"))
@@ -74,12 +76,18 @@ class DdpmObjective:
         self.alphas_cumprod = sched.alphas_cumprod.float()  # [T]
         self.num_timesteps = int(sched.config.num_train_timesteps)
         self.snr_gamma = snr_gamma
+        self.noise_offset = noise_offset
 
     def noise(self, latents: torch.Tensor, generator: torch.Generator) -> NoisedBatch:
-        """latents [B,C,h,w] -> DDPM-noised batch with uniform integer timesteps."""
-        b = latents.shape[0]
+        """latents [B,C,h,w] -> DDPM-noised batch with uniform integer timesteps. With a noise
+        offset, each image and channel's noise is shifted by noise_offset x N(0, 1) (drawn after
+        the noise itself, so runs without it draw exactly what they drew before)."""
+        b, c = latents.shape[:2]
         t = torch.randint(0, self.num_timesteps, (b,), generator=generator)  # [B]
-        eps = torch.randn(latents.shape, generator=generator).to(latents.device)  # [B, C, h, w]
+        eps = torch.randn(latents.shape, generator=generator)  # [B, C, h, w]
+        if self.noise_offset is not None:
+            eps = eps + self.noise_offset * torch.randn(b, c, 1, 1, generator=generator)  # [B, C, h, w]
+        eps = eps.to(latents.device)
         ac = self.alphas_cumprod[t].to(latents.device).view(b, 1, 1, 1)  # [B, 1, 1, 1]
         x0 = latents.float()
         noisy = ac.sqrt() * x0 + (1 - ac).sqrt() * eps  # [B, C, h, w]
@@ -124,5 +132,5 @@ def make_objective(
 ) -> DdpmObjective | FlowObjective:
     """The objective of `family` (spec.objective), configured from cfg and the scheduler config."""
     if family.spec.objective == "ddpm":
-        return DdpmObjective(scheduler_config, cfg.snr_gamma)
+        return DdpmObjective(scheduler_config, cfg.snr_gamma, cfg.noise_offset)
     return FlowObjective(family, cfg, scheduler_config)

@@ -50,6 +50,7 @@ CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
     "base_precision": ({}, "bf16", "run"),
     "gradient_checkpointing": ({}, "selective", "checkpointing"),
     "snr_gamma": ({"family": "sdxl", "snr_gamma": None}, 0.1, "run"),
+    "noise_offset": ({"family": "sdxl"}, 0.1, "run"),
     "timestep_sampling": ({}, "uniform", "run"),
     "logit_mean": ({}, 1.0, "run"),
     "logit_std": ({}, 2.0, "run"),
@@ -149,6 +150,7 @@ def test_family_specific_settings_are_refused_where_not_supported(family, tiny_m
     spec = families.get(family).spec
     values = {
         "snr_gamma": 3.0,
+        "noise_offset": 0.05,
         "timestep_sampling": "uniform",
         "logit_mean": 0.5,
         "logit_std": 1.5,

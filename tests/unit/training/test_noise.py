@@ -37,6 +37,24 @@ def test_ddpm_noising_and_target_match_the_diffusers_scheduler(prediction_type):
     assert torch.equal(batch.weight, torch.ones(6))
 
 
+def test_noise_offset_shifts_each_image_and_channel_by_one_drawn_constant():
+    config = {**SDXL_SCHEDULER, "prediction_type": "epsilon"}
+    x = torch.randn(16, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    plain = DdpmObjective(config, snr_gamma=None).noise(x, torch.Generator().manual_seed(7))
+    offset = DdpmObjective(config, snr_gamma=None, noise_offset=0.1).noise(
+        x, torch.Generator().manual_seed(7)
+    )
+    assert torch.equal(offset.noise_level, plain.noise_level)  # the same timesteps and base noise
+    shift = offset.target - plain.target  # epsilon target = the noise: [B, C, h, w]
+    per_channel = shift[:, :, :1, :1]  # [B, C, 1, 1]
+    torch.testing.assert_close(shift, per_channel.expand_as(shift))  # constant over each image plane
+    gen = torch.Generator().manual_seed(7)  # replay: timesteps, noise, then the offsets
+    torch.randint(0, 1000, (16,), generator=gen), torch.randn(x.shape, generator=gen)
+    torch.testing.assert_close(per_channel, 0.1 * torch.randn(16, 4, 1, 1, generator=gen))
+    sched = DDPMScheduler.from_config(config)
+    torch.testing.assert_close(offset.noisy, sched.add_noise(x, offset.target, offset.noise_level))
+
+
 def test_min_snr_weights_follow_the_formula_for_each_target():
     snr = torch.tensor([0.5, 5.0, 50.0])
     eps_w = min_snr_weights(snr, 5.0, "epsilon")

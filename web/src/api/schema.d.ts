@@ -2178,6 +2178,12 @@ export interface components {
              */
             micro_batch_size?: number | null;
             /**
+             * Noise Offset
+             * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
+             * @default null
+             */
+            noise_offset?: number | null;
+            /**
              * Num Epochs
              * @description if > 0, overrides steps
              * @default 0
@@ -2481,6 +2487,11 @@ export interface components {
              * @description samples per forward/backward pass (batch_size must divide by it; same maths); null = batch_size (with memory_budget_gb: what the measured plan needs)
              */
             micro_batch_size: number | null;
+            /**
+             * Noise Offset
+             * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
+             */
+            noise_offset: number | null;
             /**
              * Num Epochs
              * @description if > 0, overrides steps

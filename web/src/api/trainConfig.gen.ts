@@ -63,6 +63,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "max_sequence_length": "text tokens",
   "memory_budget_gb": "GPU memory the run may use: the settings left at auto (precision, checkpointing, block swap, micro-batch) are chosen by measuring a few real steps; null = no budget",
   "micro_batch_size": "samples per forward/backward pass (batch_size must divide by it; same maths); null = batch_size (with memory_budget_gb: what the measured plan needs)",
+  "noise_offset": "DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off",
   "num_epochs": "if > 0, overrides steps",
   "num_gpus": "data-parallel processes (one per GPU), launched by torchrun / accelerate launch",
   "offload_blocks": "repeated blocks kept in CPU RAM and moved to the GPU in turn (block swap); null = auto: 0 (with memory_budget_gb: what the measured plan needs)",

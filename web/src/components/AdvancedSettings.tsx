@@ -51,6 +51,8 @@ export function AdvancedSettings({ controls: c, family }: Props) {
 
         {objective && <h4 className="grid-head">Objective</h4>}
         {supports.has("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}
+        {supports.has("noise_offset") &&
+          c.num("noise_offset", "Noise offset", { placeholder: "off", hint: "0.03-0.1: darker darks, brighter brights" })}
         {supports.has("timestep_sampling") && c.choice("timestep_sampling", "Timestep sampling", TIMESTEP_SAMPLING)}
         {supports.has("logit_mean") && c.num("logit_mean", "Logit mean")}
         {supports.has("logit_std") && c.num("logit_std", "Logit std")}

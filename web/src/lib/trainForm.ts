@@ -176,6 +176,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   attention_backend: "text",
   fuse_projections: "text",
   snr_gamma: "number",
+  noise_offset: "number",
   timestep_sampling: "text",
   logit_mean: "number",
   logit_std: "number",
@@ -188,6 +189,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
 /** Fields shown only when the family lists them in `supports`. */
 export const FAMILY_FIELDS = [
   "snr_gamma",
+  "noise_offset",
   "timestep_sampling",
   "logit_mean",
   "logit_std",

@@ -27,10 +27,12 @@ describe("TrainScreen", () => {
     expect(input("data_dir")).toHaveValue("shapes");
     // flux-only setting: present, inside the collapsed advanced section
     expect((input("guidance").closest("details") as HTMLDetailsElement).open).toBe(false);
+    expect(document.querySelector('[name="noise_offset"]')).toBeNull();
     await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
     expect(input("learning_rate")).toHaveValue("0.0001");
     expect(input("lora_rank")).toHaveValue("16");
     expect(input("snr_gamma")).toHaveValue("5");
+    expect(input("noise_offset")).toHaveValue(""); // off unless set
     expect(document.querySelector('[name="guidance"]')).toBeNull();
   });
 
