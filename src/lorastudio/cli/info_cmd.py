@@ -13,13 +13,16 @@ def register(app: typer.Typer) -> None:
 
 
 def families_cmd() -> None:
-    """List the model families lorastudio can train, with their defaults."""
+    """List the model families lorastudio can train, with their defaults and the family-specific
+    settings each one honours (the others are refused for it)."""
     from lorastudio import families
+    from lorastudio.config import FAMILY_SPECIFIC_FIELDS
 
-    table = Table("family", "title", "objective", "defaults")
+    table = Table("family", "title", "objective", "defaults", "family settings")
     for fam in families.all_families():
         s = fam.spec
-        table.add_row(s.name, s.title, s.objective, ", ".join(f"{k}={v}" for k, v in s.defaults.items()))
+        own = ", ".join(f for f in FAMILY_SPECIFIC_FIELDS if f in s.supports)
+        table.add_row(s.name, s.title, s.objective, ", ".join(f"{k}={v}" for k, v in s.defaults.items()), own)
     Console().print(table)
 
 

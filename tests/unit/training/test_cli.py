@@ -157,3 +157,11 @@ def test_demo_command_finishes_in_under_30_seconds(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert elapsed < 30, f"the demo took {elapsed:.1f} s"
     assert "sample_lora.png" in done.stdout
+
+
+def test_families_lists_each_familys_own_settings():
+    result = CliRunner().invoke(app, ["families"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 4}
+    assert "snr_gamma, noise_offset" in rows["sdxl"] and "guidance" not in rows["sdxl"]
+    assert "guidance" in rows["flux"] and "noise_offset" not in rows["flux"]
