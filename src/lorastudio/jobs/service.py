@@ -383,14 +383,7 @@ class JobService:
         job.status = status
         job.error = error
         job.finished_at = now_iso()
-        self.store.update_run(
-            job.id, status=status, finished_at=job.finished_at, error=error, steps_run=job.steps_run
-        )
-        if job.lora_path:
-            self.store.add_output(job.id, "lora", job.lora_path)
-            sidecar = Path(job.lora_path).with_suffix(".json")
-            if sidecar.is_file():
-                self.store.add_output(job.id, "sidecar", str(sidecar))
+        self.store.finish_run(job.id, status, job.finished_at, error, job.steps_run, job.lora_path)
         self.arbiter.end_training(job.id)
         self._log_status(job)
 

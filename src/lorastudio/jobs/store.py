@@ -184,6 +184,19 @@ class RunStore:
                 "INSERT OR IGNORE INTO outputs (run_id, kind, path) VALUES (?, ?, ?)", (run_id, kind, path)
             )
 
+    def finish_run(
+        self, run_id: str, status: JobStatus, finished_at: str, error: str | None, steps_run: int,
+        lora_path: str | None,
+    ) -> None:  # fmt: skip
+        """Record a run's final state and what it left: its LoRA file and, when it exists next to
+        it, the LoRA's sidecar JSON."""
+        self.update_run(run_id, status=status, finished_at=finished_at, error=error, steps_run=steps_run)
+        if lora_path:
+            self.add_output(run_id, "lora", lora_path)
+            sidecar = Path(lora_path).with_suffix(".json")
+            if sidecar.is_file():
+                self.add_output(run_id, "sidecar", str(sidecar))
+
     def delete_run(self, run_id: str) -> None:
         """Delete a run with its metrics and outputs. Raises NotFound."""
         with self._tx() as cur:
