@@ -97,8 +97,6 @@ def fused_projections(family: str, before: Any, baseline_targets: bool) -> tuple
 QKV = ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")  # `fbq`'s group members
 
 
-# SDXL's candidate groups, not declared by the engine yet (unmeasured): a BasicTransformerBlock's
-# self-attention q/k/v read the normed states; its cross-attention k/v read the text states
 def fused_base(family: str, before: Any, qkv_only: bool = False) -> Any:
     """The `fb` variant: a before-LoRA hook (running `before` first when given) that fuses the
     transformer's same-input frozen projections as the engine does (fuse_projections on:

@@ -33,17 +33,6 @@ def parse_lora_arg(value: str) -> tuple[Path, float]:
     return Path(path).expanduser(), scale
 
 
-def _family_under_models(base: str, models_dir: Path) -> str | None:
-    """The family of a pipeline folder named `base` under the studio's models/ (None if there is
-    no such folder or its pipeline class is not a registered family's)."""
-    from lorastudio.generate import detect_family
-
-    relative = Path(base)
-    if relative.is_absolute() or ".." in relative.parts:
-        return None
-    return detect_family(str(models_dir / relative))
-
-
 def generate_cmd(
     base: str = typer.Option(
         ..., "--base", help="base model: hub id, pipeline folder, or a folder name under models/"
@@ -107,7 +96,7 @@ def _generate(
         problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
     settings = get_settings()
     base = localize_path(base, may_be_hub_id=True)
-    family = family or detect_family(base) or _family_under_models(base, settings.models_dir)
+    family = family or detect_family(base) or detect_family(str(settings.models_dir / base))
     source = None
     if family is None:
         problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
