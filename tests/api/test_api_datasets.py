@@ -13,6 +13,7 @@ from api_helpers import upload_folder
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -25,7 +26,7 @@ def _png(size: tuple[int, int] = (24, 16), color: str = "red") -> bytes:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
         yield test_client
 
 

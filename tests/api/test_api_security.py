@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from live_server import LOOPBACK
 from lorastudio.api.app import check_bind, create_app
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.records import JobStatus, now_iso
@@ -18,13 +19,13 @@ from lorastudio.settings import Settings
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
         yield test_client
 
 
 def test_with_a_token_every_api_route_requires_it(settings: Settings) -> None:
     secured = settings.model_copy(update={"api_token": "tok-123"})
-    with TestClient(create_app(secured)) as client:
+    with TestClient(create_app(secured), base_url=LOOPBACK) as client:
         assert client.get("/api/info").status_code == 401
         assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert client.get("/api/runs", headers={"Authorization": "Bearer tok-123"}).status_code == 200
@@ -130,10 +131,10 @@ def test_the_built_ui_is_served_when_present(settings: Settings, tmp_path: Path)
     dist = tmp_path / "web_dist"
     dist.mkdir()
     (dist / "index.html").write_text("<html>lorastudio ui</html>")
-    with TestClient(create_app(settings, web_dist=dist)) as client:
+    with TestClient(create_app(settings, web_dist=dist), base_url=LOOPBACK) as client:
         assert "lorastudio ui" in client.get("/").text
         assert client.get("/api/train/status").status_code == 200
-    with TestClient(create_app(settings, web_dist=tmp_path / "absent")) as client:
+    with TestClient(create_app(settings, web_dist=tmp_path / "absent"), base_url=LOOPBACK) as client:
         assert client.get("/").status_code == 404
 
 

@@ -22,6 +22,7 @@ from PIL import Image
 from reliability_helpers import FINAL, record_figure, wait_for
 
 import lorastudio.api.deps as deps
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -40,7 +41,9 @@ SERVE = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "s
 
 @pytest.fixture
 def secured(settings: Settings, shapes: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(settings.model_copy(update={"api_token": TOKEN}))) as client:
+    with TestClient(
+        create_app(settings.model_copy(update={"api_token": TOKEN})), base_url=LOOPBACK
+    ) as client:
         yield client
 
 
@@ -113,14 +116,14 @@ def test_cors_is_limited_to_the_own_origin(client_plain: TestClient, settings: S
     ):
         assert client_plain.request(method, path, headers=evil, json={}).status_code == 403
     # the server's own origin (the UI) and clients that send no Origin (CLI, curl) still work
-    own = client_plain.post("/api/train/stop", headers={"Origin": "http://testserver"}, json={})
+    own = client_plain.post("/api/train/stop", headers={"Origin": LOOPBACK}, json={})
     assert own.status_code == 404
     assert client_plain.post("/api/train/stop", json={}).status_code == 404
 
 
 @pytest.fixture
 def client_plain(settings: Settings, shapes: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         yield client
 
 

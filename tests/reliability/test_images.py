@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image, ImageFile
 
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -45,7 +46,7 @@ def _jpeg(width: int, height: int) -> bytes:
 @pytest.fixture
 def client(settings: Settings, shapes: Path) -> Iterator[TestClient]:
     limited = settings.model_copy(update={"max_image_pixels": 512 * 512})
-    with TestClient(create_app(limited)) as test_client:
+    with TestClient(create_app(limited), base_url=LOOPBACK) as test_client:
         yield test_client
 
 

@@ -81,6 +81,7 @@ class UploadBatch:
     def add(self, name: str, stream: BinaryIO) -> None:
         """Stage one file. A bad name or kind is recorded as a problem (reported by commit)."""
         try:
+            name = safe_component(name, field="file name")  # stored under its NFC form
             kind = upload_kind(name)
         except (DatasetError, ConfigError, PathOutsideRoot) as err:
             self.problems += _messages(err)
@@ -213,7 +214,7 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
 def existing_image(dataset_dir: Path, image_name: str) -> Path:
     """The path of image `image_name` directly in `dataset_dir` (not a symlink). Raises
     ConfigError/PathOutsideRoot for a bad name, NotFound if it is not an existing image."""
-    safe_component(image_name, field="file name")
+    image_name = safe_component(image_name, field="file name")  # NFC, as uploads store it
     path = dataset_dir / image_name
     if not is_image_name(image_name) or path.is_symlink() or not path.is_file():
         raise NotFound(f"no image {image_name!r} in dataset {dataset_dir.name}")

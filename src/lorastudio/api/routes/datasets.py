@@ -42,6 +42,9 @@ from lorastudio.settings import Settings
 router = APIRouter(prefix="/api/datasets", tags=["datasets"])
 
 MAX_FILES_PER_UPLOAD = 10_000
+# The upload route streams its body to disk under settings.max_upload_mb (checked in the route),
+# not under the app's cap on JSON bodies (settings.max_json_mb, create_app's max_body_size).
+STREAMED_BODY_LIMIT = 2**62
 
 
 def dataset_path(settings: Settings, name: str) -> Path:
@@ -91,7 +94,7 @@ def _size(path: Path) -> dict[str, int | None]:
         return {"width": None, "height": None}
 
 
-@router.post("/{name}/files", status_code=201, response_model=UploadOut)
+@router.post("/{name}/files", status_code=201, response_model=UploadOut, max_body_size=STREAMED_BODY_LIMIT)
 async def upload(
     name: str,
     request: Request,
@@ -99,7 +102,14 @@ async def upload(
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-    completely, then committed at once; repeated uploads accumulate. 413 above the size cap."""
+    completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
+    for a body that is not multipart/form-data."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data") or "boundary=" not in content_type:
+        raise DatasetError(
+            "an upload must be a multipart/form-data body (files as form fields)",
+            [f"Content-Type is {content_type!r}" if content_type else "no Content-Type header"],
+        )
     folder = _editable(settings, service, name)
     cap = settings.max_upload_mb * 2**20
     declared = request.headers.get("content-length")
