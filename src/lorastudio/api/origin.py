@@ -28,7 +28,7 @@ from lorastudio.api.hosts import send_json
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # One query parameter: its (possibly percent-encoded) name and its value, up to &, space or quote.
-_QUERY_PARAM = re.compile(r"([?&;])([^=&\s\"?]*)=([^&\s\"]*)")
+_QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"?]*)=([^&;\s\"]*)")
 
 
 class SameOriginWrites:
