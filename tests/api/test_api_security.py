@@ -202,8 +202,12 @@ def test_blank_tokens_count_as_none(settings: Settings) -> None:
     for blank in ("", " ", "\t\n "):
         assert Settings(home=settings.home, api_token=blank).api_token is None
     assert Settings(home=settings.home, api_token=" tok ").api_token == "tok"
-    with pytest.raises(ConfigError, match="blank"):
-        check_bind("0.0.0.0", Settings(home=settings.home, api_token="  "))
+    for unvalidated in (
+        Settings(home=settings.home, api_token="  "),
+        settings.model_copy(update={"api_token": " "}),
+    ):
+        with pytest.raises(ConfigError, match="blank"):
+            check_bind("0.0.0.0", unvalidated)
 
 
 def test_token_values_are_redacted_whatever_the_encoding_of_their_name() -> None:

@@ -128,7 +128,7 @@ def _add_docs(app: FastAPI, guarded: list[DependsParam]) -> None:
 def check_bind(host: str, settings: Settings) -> None:
     """Refuse to listen beyond loopback without an API token (ConfigError). A blank or
     whitespace-only LORASTUDIO_API_TOKEN is no token (settings.py drops it)."""
-    if not is_loopback(host) and not settings.api_token:
+    if not is_loopback(host) and not (settings.api_token or "").strip():
         raise ConfigError(
             [
                 FieldProblem(
