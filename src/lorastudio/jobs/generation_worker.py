@@ -108,6 +108,9 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
     oom: str | None = None
     try:
         from lorastudio import generate as gen
+        from lorastudio.families.base import quiet_loading
+
+        quiet_loading()  # no loading progress bars in the server's log
 
         t0 = time.perf_counter()
         loaded = resident.key != job.key
