@@ -49,8 +49,16 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
         ),
         "metadata_not_object": (flux_lora_bytes(metadata=["x"]), "__metadata__ is not an object"),  # type: ignore[arg-type]
         "absurd_shape": (
-            safetensors_bytes({f"{FLUX_KEY}.lora_A.weight": {"dtype": "F32", "shape": [2**39, 2**39],
-                                                             "data_offsets": [0, 16]}}, bytes(16)),
+            safetensors_bytes(
+                {
+                    f"{FLUX_KEY}.lora_A.weight": {
+                        "dtype": "F32",
+                        "shape": [2**39, 2**39],
+                        "data_offsets": [0, 16],
+                    }
+                },
+                bytes(16),
+            ),
             "do not hold a F32 tensor of shape",
         ),  # fmt: skip
         "negative_shape": (
@@ -84,5 +92,8 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
             flux_lora_bytes(metadata={"ss_base_model_version": "sd_v1"}),
             "is not a flux LoRA: its header says ss_base_model_version='sd_v1'",
         ),
-        "unet_layers": (flux_lora_bytes(key=unet), "is not a flux LoRA: it has layers such as 'unet.down_blocks"),
+        "unet_layers": (
+            flux_lora_bytes(key=unet),
+            "is not a flux LoRA: it has layers such as 'unet.down_blocks",
+        ),
     }

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from api_helpers import LiveServer
-from hostile_loras import hostile_cases
 
+from hostile_loras import hostile_cases
 from lorastudio.settings import Settings
 
 

@@ -149,7 +149,9 @@ def test_a_worker_out_of_memory_is_reported_and_the_next_request_works(
         assert after.status_code == 201, after.text
         assert client.get(after.json()["url"]).content == image
         assert server.app.state.generation.worker_pid not in (None, pid)
-    record_figure("generation_worker_oom", {"detail": oom.json()["detail"][:200], "oom_to_503_s": round(oom_s, 2)})
+    record_figure(
+        "generation_worker_oom", {"detail": oom.json()["detail"][:200], "oom_to_503_s": round(oom_s, 2)}
+    )
 
 
 def test_the_server_process_imports_no_pipeline_code(

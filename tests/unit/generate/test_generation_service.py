@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hostile_loras import hostile_cases
 from typer.testing import CliRunner
 
+from hostile_loras import hostile_cases
 from lorastudio.cli.app import _register, app
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.generation import (
@@ -95,7 +95,17 @@ def test_the_cli_refuses_a_hostile_lora_without_a_traceback(
     lora = tmp_path / "x.safetensors"
     lora.write_bytes(data)
     out = tmp_path / "img.png"
-    args = ["generate", "--base", str(tiny_model("flux")), "--prompt", "p", "--out", str(out), "--lora", str(lora)]
+    args = [
+        "generate",
+        "--base",
+        str(tiny_model("flux")),
+        "--prompt",
+        "p",
+        "--out",
+        str(out),
+        "--lora",
+        str(lora),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert "error: invalid configuration" in result.output and reason in result.output.replace("\n", "")
@@ -105,6 +115,16 @@ def test_the_cli_refuses_a_hostile_lora_without_a_traceback(
 def test_the_cli_refuses_a_bad_revision(tiny_model: Callable[[str], Path], tmp_path: Path) -> None:
     if not app.registered_commands:
         _register()
-    args = ["generate", "--base", "acme/flux", "--family", "flux", "--prompt", "p", "--out", str(tmp_path / "a.png")]
+    args = [
+        "generate",
+        "--base",
+        "acme/flux",
+        "--family",
+        "flux",
+        "--prompt",
+        "p",
+        "--out",
+        str(tmp_path / "a.png"),
+    ]
     result = CliRunner().invoke(app, [*args, "--revision", "../../etc"])
     assert result.exit_code == 2 and "--revision: '../../etc' is not a branch, tag or commit" in result.output

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hostile_loras import flux_lora_bytes, hostile_cases
 from safetensors.torch import save_file
 
+from hostile_loras import flux_lora_bytes, hostile_cases
 from lorastudio.errors import ModelSourceError, NotFound
 from lorastudio.lora.files import read_lora_file
 from lorastudio.lora.header import check_lora_file, read_header
@@ -47,7 +47,9 @@ def test_well_formed_loras_pass(tmp_path: Path) -> None:
     kohya = tmp_path / "kohya.safetensors"
     save_file(
         {
-            "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": torch.zeros(4, 8, dtype=torch.bfloat16),
+            "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": torch.zeros(
+                4, 8, dtype=torch.bfloat16
+            ),
             "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight": torch.zeros(24, 4, dtype=torch.bfloat16),
             "lora_unet_double_blocks_0_img_attn_qkv.alpha": torch.tensor(4.0),
         },
@@ -55,12 +57,16 @@ def test_well_formed_loras_pass(tmp_path: Path) -> None:
         metadata={"ss_base_model_version": "flux1", "ss_network_dim": "4"},
     )
     check_lora_file(kohya, "flux")
-    with pytest.raises(ModelSourceError, match="not a sdxl LoRA: its header says ss_base_model_version='flux1'"):
+    with pytest.raises(
+        ModelSourceError, match="not a sdxl LoRA: its header says ss_base_model_version='flux1'"
+    ):
         check_lora_file(kohya, "sdxl")
     zimage = tmp_path / "z.safetensors"
     zimage.write_bytes(flux_lora_bytes(key="diffusion_model.layers.0.attention.to_q"))
     check_lora_file(zimage, "z-image")
-    with pytest.raises(ModelSourceError, match="not a flux LoRA: it has layers such as 'diffusion_model.layers.0"):
+    with pytest.raises(
+        ModelSourceError, match="not a flux LoRA: it has layers such as 'diffusion_model.layers.0"
+    ):
         check_lora_file(zimage, "flux")
     with pytest.raises(NotFound):
         check_lora_file(tmp_path / "missing.safetensors", "flux")
