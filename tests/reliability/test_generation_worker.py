@@ -21,10 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
-from generation_fault_workers import OOM_PROMPT, rlimited_generation_worker
-from reliability_helpers import live_server, process_alive, record_figure, serve_process, wait_for
+from reliability_helpers import process_alive, record_figure, serve_process, wait_for
 
-from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
 HERE = Path(__file__).resolve().parent
@@ -127,42 +125,24 @@ def test_a_killed_generation_worker_is_reported_and_the_server_goes_on(
     assert reported_s < 2.0
 
 
-def test_a_worker_out_of_memory_is_reported_and_the_next_request_works(
+def test_out_of_memory_in_the_worker_and_no_pipeline_code_in_the_server(
     settings: Settings, tiny_model: Callable[[str], Path]
 ) -> None:
-    body = _body(tiny_model)
-    app = create_app(settings, generation_target=rlimited_generation_worker)
-    with live_server(app) as server:
-        client = server.client
-        first = client.post("/api/generate", json=body)
-        assert first.status_code == 201, first.text
-        image = client.get(first.json()["url"]).content
-        pid = server.app.state.generation.worker_pid
-        t0 = time.monotonic()
-        oom = client.post("/api/generate", json={**body, "prompt": OOM_PROMPT, "width": 1024, "height": 1024})
-        oom_s = time.monotonic() - t0
-        assert oom.status_code == 503, oom.text
-        assert oom.json()["error"] == "GenerationWorkerLost" and "out of memory" in oom.json()["detail"]
-        wait_for(lambda: not process_alive(pid), 5, "the worker to exit")
-        assert client.get("/api/info").status_code == 200
-        after = client.post("/api/generate", json=body)
-        assert after.status_code == 201, after.text
-        assert client.get(after.json()["url"]).content == image
-        assert server.app.state.generation.worker_pid not in (None, pid)
-    record_figure(
-        "generation_worker_oom", {"detail": oom.json()["detail"][:200], "oom_to_503_s": round(oom_s, 2)}
-    )
-
-
-def test_the_server_process_imports_no_pipeline_code(
-    settings: Settings, tiny_model: Callable[[str], Path]
-) -> None:
-    """A real server in a fresh interpreter generates an image; the pipeline libraries stay out
-    of that process (torch itself is imported by the family registry, whose specs import it)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
-    script = HERE / "generation_server_modules.py"
+    """In a fresh interpreter (generation_server_probe.py): a real server generates an image, then
+    one that runs into the worker's memory limit (RLIMIT_AS): 503 "ran out of memory", the server
+    answers, the next request gets a fresh worker and the first image again. The pipeline
+    libraries never enter the server process (torch does: the family registry's specs import it)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+    }
     done = subprocess.run(
-        [sys.executable, str(script), str(settings.home), str(tiny_model("flux"))],
+        [
+            sys.executable,
+            str(HERE / "generation_server_probe.py"),
+            str(settings.home),
+            str(tiny_model("flux")),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -170,6 +150,12 @@ def test_the_server_process_imports_no_pipeline_code(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["status"] == 201, report
+    assert report["first"] == 201, report
     for module in ("diffusers", "transformers", "peft", "lorastudio.generate"):
-        assert report["after"][module] is False, (module, report)
+        assert report["modules"][module] is False, (module, report)
+    oom = report["oom"]
+    assert oom["status"] == 503 and oom["error"] == "GenerationWorkerLost", report
+    assert oom["detail"].startswith("the generation worker ran out of memory"), report
+    assert report["info_after_oom"] == 200 and report["after"] == 201 and report["same_image"], report
+    assert report["fresh_worker"], report
+    record_figure("generation_worker_oom", {"detail": oom["detail"][:160], "oom_to_503_s": oom["seconds"]})

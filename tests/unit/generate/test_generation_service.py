@@ -128,3 +128,22 @@ def test_the_cli_refuses_a_bad_revision(tiny_model: Callable[[str], Path], tmp_p
     ]
     result = CliRunner().invoke(app, [*args, "--revision", "../../etc"])
     assert result.exit_code == 2 and "--revision: '../../etc' is not a branch, tag or commit" in result.output
+
+
+def test_a_worker_death_and_its_errors_are_told_plainly() -> None:
+    from lorastudio.errors import FieldProblem, GenerationFailed, ModelSourceError, NotFound
+    from lorastudio.jobs.generation_process import death_reason, rebuild_error
+    from lorastudio.jobs.generation_worker import error_reply
+
+    assert death_reason(-9) == "the generation worker was killed (SIGKILL; out of memory?)"
+    assert death_reason(-11) == "the generation worker crashed (SIGSEGV)"
+    assert death_reason(-15) == "the generation worker was killed (SIGTERM)"
+    assert death_reason(1) == "the generation worker exited unexpectedly (code 1)"
+    config = ConfigError([FieldProblem("width", "too wide"), FieldProblem("steps", "too many")])
+    rebuilt = rebuild_error(*error_reply(config)[1:])
+    assert isinstance(rebuilt, ConfigError) and rebuilt.problems == config.problems
+    assert str(rebuilt) == str(config)
+    for err in (NotFound("no LoRA x"), ModelSourceError("cannot load y")):
+        again = rebuild_error(*error_reply(err)[1:])
+        assert type(again) is type(err) and str(again) == str(err)
+    assert isinstance(rebuild_error("NoSuchError", "boom", []), GenerationFailed)
