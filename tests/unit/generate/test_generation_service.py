@@ -1,7 +1,7 @@
 """The generation service (jobs/generation.py) and the CLI's checks: the budget; a request is
 checked before any work; the worker is spawned from the service's own thread, so it outlives
-the request thread that asked for it (its parent-death signal follows the spawning thread);
-release stops it; hostile LoRA files and bad revisions are a one-line CLI error, no traceback."""
+the request thread that asked for it (its parent-death signal follows the spawning thread), and
+reloads its pipeline for another base model; training's start stops it; hostile LoRA files and bad revisions are a one-line CLI error, no traceback."""
 
 from __future__ import annotations
 
@@ -76,6 +76,11 @@ def test_the_worker_outlives_the_request_thread(studio_home: Path, tiny_model: C
         again = service.generate(req)
         assert service.worker_pid == pid
         assert Path(again["path"]).read_bytes() == Path(results[0]["path"]).read_bytes()
+        zimage = str(tiny_model("z-image"))  # another base model: reloaded in the same worker
+        other = service.generate(GenerationRequest(family="z-image", base_model=zimage, prompt="x", steps=1,
+                                                   width=32, height=32))  # fmt: skip
+        assert service.loaded == (zimage, "z-image", None) and service.worker_pid == pid
+        assert other["family"] == "z-image" and Path(other["path"]).is_file()
         arbiter.begin_training("job-1")  # training takes the GPU: the worker is stopped
         assert service.worker_pid is None and service.loaded is None
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
