@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -42,6 +43,18 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
     "guidance",
     "max_sequence_length",
 )
+
+
+# A hub revision (branch, tag or commit): the one rule of every place that takes one (training
+# config, generate, model fetch; see revision_problem).
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why `revision` is not a hub branch, tag or commit name (None when it is one)."""
+    if not REVISION.fullmatch(revision) or ".." in revision:
+        return f"{revision[:80]!r} is not a branch, tag or commit"
+    return None
 
 
 MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
@@ -246,6 +259,13 @@ class TrainConfig(BaseModel):
                 raise ValueError(f"prompt {i} is empty")
             if len(prompt) > MAX_SAMPLE_PROMPT_CHARS:
                 raise ValueError(f"prompt {i} is longer than {MAX_SAMPLE_PROMPT_CHARS} characters")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_shape(cls, v: str | None) -> str | None:
+        if v is not None and (problem := revision_problem(v)):
+            raise ValueError(problem)
         return v
 
     @field_validator("lora_targets")

@@ -90,3 +90,13 @@ class ModelAccessDenied(ModelSourceError):
 
 class ModelNotDeletable(LorastudioError):
     """A base model lorastudio did not download or create (it never deletes those)."""
+
+
+class GenerationFailed(LorastudioError):
+    """A generation that failed inside the generation worker for a reason that is not the
+    request's fault (an unexpected error of the pipeline)."""
+
+
+class GenerationWorkerLost(GenerationFailed):
+    """The generation worker died during a request (killed, e.g. by the out-of-memory killer,
+    crashed) or ran out of memory; the server goes on and the next request starts a fresh one."""

@@ -38,6 +38,8 @@ from lorastudio.api.routes import datasets, generate, info, loras, models, runs,
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_process import GenerationTarget
+from lorastudio.jobs.generation_worker import generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.process import WorkerTarget
 from lorastudio.jobs.service import JobService, Timeouts
@@ -54,9 +56,11 @@ def create_app(
     timeouts: Timeouts | None = None,
     worker_target: WorkerTarget = worker_main,
     web_dist: Path = WEB_DIST,
+    generation_target: GenerationTarget = generation_worker_main,
 ) -> FastAPI:
     """Build the app. Services start with the app's lifespan (uvicorn, or TestClient as a
-    context manager). `timeouts`/`worker_target` are for tests of the job service's edges."""
+    context manager). `timeouts`/`worker_target`/`generation_target` are for tests of the job
+    service's and the generation worker's edges."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -65,12 +69,13 @@ def create_app(
         store = RunStore.open(settings.db_path)
         arbiter = GpuArbiter()
         service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
+        # before the priority drop: its spawner thread (which starts the generation worker) keeps it
+        app.state.generation = GenerationService(settings, arbiter, generation_target)
         lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
         app.state.serving_thread = threading.get_native_id()
         app.state.store = store
         app.state.arbiter = arbiter
         app.state.service = service
-        app.state.generation = GenerationService(settings, arbiter)
         try:
             yield
         finally:
@@ -78,7 +83,7 @@ def create_app(
             fetches = getattr(app.state, "fetches", None)
             if fetches is not None:
                 fetches.shutdown()
-            app.state.generation.release()
+            app.state.generation.shutdown()
             store.close()
 
     app = FastAPI(

@@ -72,7 +72,12 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
 
     model_source: str | None = None
     model_dir: Path | None = None
-    if "base_model" not in reported and isinstance(raw.get("base_model"), str) and family is not None:
+    if (
+        "base_model" not in reported
+        and "revision" not in reported  # a bad revision never reaches the hub cache's paths
+        and isinstance(raw.get("base_model"), str)
+        and family is not None
+    ):
         try:
             revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
             model_source, model_dir = resolve_base_model(
