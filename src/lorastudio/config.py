@@ -98,6 +98,13 @@ class TrainConfig(BaseModel):
         default=None, max_length=2000, description="caption of images without one (instance prompt)"
     )
     caption_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability of an empty caption")
+    control_dirs: list[str] = Field(
+        default_factory=list,
+        max_length=9,
+        description="paired datasets: parallel folders of control images matched to the targets by file "
+        "stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders "
+        "(each absolute, or a name under datasets/, like data_dir)",
+    )
 
     # schedule
     steps: int = Field(

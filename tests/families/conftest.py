@@ -1,11 +1,12 @@
 """Fixtures of the family contract suite: one CPU thread and a frozen GC generation per test
-(see tests/unit/training/conftest.py for why), and the 4-image overfitting dataset."""
+(see tests/unit/training/conftest.py for why), and the 4-image overfitting dataset: plain for
+text-to-image families, paired (targets + control/ images) for families that take controls."""
 
 from __future__ import annotations
 
 import gc
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,41 @@ def four_images(sample_dataset: Path, tmp_path_factory: pytest.TempPathFactory) 
         shutil.copy(img, out / img.name)
         shutil.copy(img.with_suffix(".txt"), out / f"{img.stem}.txt")
     return out
+
+
+@pytest.fixture(scope="session")
+def four_pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 4 pairs of the paired sample dataset (targets, captions, control/ images)."""
+    from lorastudio.tiny.paired import make_paired_dataset
+
+    full = make_paired_dataset(tmp_path_factory.mktemp("pairs") / "all")
+    out = tmp_path_factory.mktemp("four-pairs") / "four"
+    (out / "control").mkdir(parents=True)
+    for img in sorted(full.glob("*.png"))[:4]:
+        shutil.copy(img, out / img.name)
+        shutil.copy(img.with_suffix(".txt"), out / f"{img.stem}.txt")
+        shutil.copy(full / "control" / img.name, out / "control" / img.name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def training_data(four_images: Path, four_pairs: Path) -> Callable[[str], Path]:
+    """family -> its 4-sample overfitting dataset (paired when the family takes controls)."""
+    from lorastudio import families
+
+    def pick(family: str) -> Path:
+        return four_pairs if families.get(family).spec.control_images[1] > 0 else four_images
+
+    return pick
+
+
+def controls_for(family: str, data: Path, prompt_file: Path) -> list:
+    """The control images of the sample whose caption is `prompt_file` ([] for text-to-image)."""
+    from PIL import Image
+
+    from lorastudio import families
+
+    if families.get(family).spec.control_images[1] == 0:
+        return []
+    with Image.open(data / "control" / f"{prompt_file.stem}.png") as img:
+        return [img.convert("RGB")]

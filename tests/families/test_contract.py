@@ -13,6 +13,7 @@ import diffusers
 import numpy as np
 import pytest
 import torch
+from tests.families.conftest import controls_for
 
 from lorastudio import families
 from lorastudio.config import parse_train_config
@@ -37,14 +38,14 @@ def _extra(family: str) -> dict[str, Any] | None:
 
 
 @pytest.fixture
-def trained(request, tiny_model, four_images, tmp_path_factory) -> TrainResult:
+def trained(request, tiny_model, training_data, tmp_path_factory) -> TrainResult:
     """The overfitting run of the test's family (trained once per session)."""
     family = request.node.callspec.params["family"]
     if family not in _trained:
         raw = {
             "family": family,
             "base_model": str(tiny_model(family)),
-            "data_dir": str(four_images),
+            "data_dir": str(training_data(family)),
             "output_name": f"contract-{family}",
             "resolution": _resolution(family),
             "steps": STEPS,
@@ -62,11 +63,20 @@ def trained(request, tiny_model, four_images, tmp_path_factory) -> TrainResult:
     return _trained[family]
 
 
-def _image(pipe: Any, family: str, four_images: Path) -> np.ndarray:
-    prompt = sorted(four_images.glob("*.txt"))[0].read_text().strip()
+def _image(pipe: Any, family: str, data: Path) -> np.ndarray:
+    """The 2-step image of the first sample's caption (and its control images, if any)."""
+    caption = sorted(data.glob("*.txt"))[0]
     size = _resolution(family)
     image = generate_image(
-        pipe, family, prompt=prompt, seed=0, steps=2, width=size, height=size, extra=_extra(family)
+        pipe,
+        family,
+        prompt=caption.read_text().strip(),
+        seed=0,
+        steps=2,
+        width=size,
+        height=size,
+        extra=_extra(family),
+        controls=controls_for(family, data, caption),
     )
     return np.asarray(image, dtype=np.float32)
 
@@ -79,15 +89,16 @@ def test_loss_falls_when_overfitting(family, trained):
 
 
 @pytest.mark.parametrize("family", families.names())
-def test_lora_changes_the_image_and_the_file_reloads_exactly(family, trained, tiny_model, four_images):
+def test_lora_changes_the_image_and_the_file_reloads_exactly(family, trained, tiny_model, training_data):
     spec = families.get(family).spec
+    data = training_data(family)
     pipe = load_pipeline(str(tiny_model(family)), family, device="cpu")
-    base = _image(pipe, family, four_images)
+    base = _image(pipe, family, data)
     setattr(pipe, spec.denoiser, trained.denoiser)  # the adapter as trained, in memory
-    in_memory = _image(pipe, family, four_images)
+    in_memory = _image(pipe, family, data)
     fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")
     apply_loras(fresh, [(trained.lora_path, 1.0)])
-    from_file = _image(fresh, family, four_images)
+    from_file = _image(fresh, family, data)
     assert np.abs(in_memory - base).mean() > 0.5  # out of 255: the LoRA visibly changes the image
     assert np.abs(from_file - in_memory).max() <= 1.0  # rounding to 8 bits at most
 

@@ -1,6 +1,8 @@
 """Contract: each family's `predict` hook speaks the same convention as the family's own
 diffusers pipeline. One denoising step of the real pipeline from a known latent must equal the
-step computed from `family.predict` (same conditioning, same time input, same sign)."""
+step computed from `family.predict` (same conditioning, same time input, same sign). Families that
+take control images get control latents through batch_info["controls"], and the pipeline the
+same latents as its reference `image` (a latent tensor is used as given)."""
 
 from __future__ import annotations
 
@@ -23,13 +25,15 @@ def _cfg(family: str, base: str, **extra) -> TrainConfig:
     )
 
 
-def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level):
+def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level, controls=None):
     fam = families.get(family)
     dev, dt = torch.device("cpu"), torch.float32
     enc = fam.load_text_encoders(base, None, dt, dev)
     cond = fam.collate_conditioning(fam.encode_prompts(enc, [PROMPT], cfg))
     den = fam.load_denoiser(base, None, dt, dev)
     info = {"original_size": [(RES, RES)], "crop_top_left": [(0, 0)], "target_size": (RES, RES)}
+    if controls is not None:
+        info["controls"] = controls  # [1, K, C, h, w]
     with torch.no_grad():
         return fam.predict(den, noisy, level, cond, info, cfg)
 
@@ -46,21 +50,29 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     guidance = {"guidance": 3.5} if "guidance" in fam.spec.supports else {}
     cfg = _cfg(family, base, **guidance)
     h = w = RES // fam.spec.vae_scale_factor
-    noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=g)
+    n_controls = fam.spec.control_images[1]
+    controls = torch.randn(1, n_controls, fam.spec.latent_channels, h, w, generator=g) if n_controls else None
 
-    velocity = _hooks_prediction(family, base, cfg, noise, torch.ones(1))  # [1, C, h, w]
+    velocity = _hooks_prediction(family, base, cfg, noise, torch.ones(1), controls)  # [1, C, h, w]
     expected = noise - velocity
 
     pipe = DiffusionPipeline.from_pretrained(base)
     if pipe.scheduler.config.get("shift_terminal"):  # a 1-step schedule cannot be stretched to a terminal
         pipe.scheduler = pipe.scheduler.from_config(pipe.scheduler.config, shift_terminal=None)
     pipe.set_progress_bar_config(disable=True)
-    packed = fam.spec.name in ("flux", "qwen-image")
-    kwargs = {"guidance_scale": 3.5} if family == "flux" else {}
+    packed = fam.spec.patch_size == 2 and fam.spec.name != "z-image"
+    kwargs = {"guidance_scale": 3.5} if "guidance" in fam.spec.supports else {}
     if family == "z-image":
         kwargs = {"guidance_scale": 0.0}
+    if controls is not None:  # the reference latents, and the output size as asked
+        kwargs |= {
+            "image": controls[:, 0] if n_controls == 1 else list(controls[0, :, None]),
+            "max_area": RES**2,
+        }
     out = pipe(
-        PROMPT,
+        prompt=PROMPT,
         height=RES,
         width=RES,
         num_inference_steps=1,
@@ -96,7 +108,7 @@ def test_ddpm_predict_matches_one_pipeline_step(family, tiny_model):
     expected = x - sigma * eps
 
     out = pipe(
-        PROMPT,
+        prompt=PROMPT,
         height=RES,
         width=RES,
         num_inference_steps=1,

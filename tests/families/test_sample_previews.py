@@ -21,14 +21,14 @@ SAMPLE_STEPS, SAMPLE_SEED = 2, 5
 
 
 @pytest.mark.parametrize("family", families.names())
-def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, four_images, tmp_path):
+def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, training_data, tmp_path):
     spec = families.get(family).spec
     size = max(32, 2 * spec.resolution_multiple)
     extra = {"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}
     raw = {
         "family": family,
         "base_model": str(tiny_model(family)),
-        "data_dir": str(four_images),
+        "data_dir": str(training_data(family)),
         "output_name": "sampled",
         "resolution": size,
         "steps": 1,

@@ -38,6 +38,8 @@ def generate(pipe, family: str, prompt: str = PROMPT, seed: int = 0) -> np.ndarr
     }
     if family != "sdxl":
         kwargs["max_sequence_length"] = 32
+    if family == "flux-kontext":
+        kwargs["max_area"] = 32 * 32  # else the pipeline resizes the output to 1024x1024
     return pipe(**kwargs).images[0]
 
 

@@ -3,7 +3,7 @@ and rough memory estimate of a run that passed validation (jobs/preflight.py bui
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -20,6 +20,11 @@ class PreflightDataset(_Out):
     unique_captions: int
     buckets: dict[str, int] = Field(description='"WxH" -> images')
     fingerprint: str
+    controls: dict[str, Any] | None = Field(
+        default=None,
+        description="paired datasets: pairs, per_image (controls per target), sources, buckets, resize, "
+        "examples (target -> controls); null for a text-to-image dataset",
+    )
 
 
 class PreflightSchedule(_Out):

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 
 @tiny_app.command("model")
 def model_cmd(
-    family: str = typer.Option(..., "--family", "-f", help="sdxl, flux, qwen-image or z-image"),
+    family: str = typer.Option(..., "--family", "-f", help="sdxl, flux, qwen-image, z-image or flux-kontext"),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="pipeline folder to write (default: <models>/tiny-<family>)"
     ),
@@ -43,11 +43,21 @@ def dataset_cmd(
         None, "--out", "-o", help="dataset folder to write (default: <datasets>/tiny-shapes)"
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="layout seed (same seed, same files)"),
+    paired: bool = typer.Option(
+        False, "--paired", help="the edit dataset: targets + control/ images + instructions"
+    ),
 ) -> None:
-    """Write the sample dataset: 8 PNG images of coloured shapes with .txt captions."""
+    """Write the sample dataset: 8 PNG images of coloured shapes with .txt captions (with
+    --paired: colour-inverted targets, the originals in control/, "invert the colours ..." captions)."""
     from lorastudio import tiny
     from lorastudio.settings import get_settings
 
+    if paired:
+        from lorastudio.tiny.paired import PAIRED_DATASET_NAME, make_paired_dataset
+
+        target = out if out is not None else get_settings().datasets_dir / PAIRED_DATASET_NAME
+        typer.echo(str(make_paired_dataset(target, seed=seed)))
+        return
     target = out if out is not None else get_settings().datasets_dir / tiny.SAMPLE_DATASET_NAME
     path = tiny.make_sample_dataset(target, seed=seed)
     typer.echo(str(path))

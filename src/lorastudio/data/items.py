@@ -15,6 +15,7 @@ class ImageItem:
 
     caption: final caption (trigger word applied), never empty after a successful scan.
     width, height: size after EXIF transpose. bucket: (bucket_width, bucket_height) in pixels.
+    controls: the control (reference) images of a paired sample, in slot order (data/pairs.py).
     """
 
     path: Path
@@ -23,6 +24,7 @@ class ImageItem:
     width: int
     height: int
     bucket: tuple[int, int]
+    controls: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -34,11 +36,16 @@ class DatasetScan:
     items: list[ImageItem]
     dropped: list[tuple[str, str]]  # (file name, reason): not used, listed for the preflight report
     fingerprint: str
+    control_sources: tuple[str, ...] = ()  # where the controls came from (data/pairs.py)
 
     def bucket_histogram(self) -> dict[str, int]:
         """Images per bucket: "WxH" -> count, buckets ordered by (width, height)."""
         counts = Counter(item.bucket for item in self.items)
         return {f"{w}x{h}": counts[(w, h)] for (w, h) in sorted(counts)}
+
+    def controls_per_image(self) -> int:
+        """Control images per sample (0 for a text-to-image dataset; the same for every item)."""
+        return len(self.items[0].controls) if self.items else 0
 
     def captions(self) -> list[str]:
         """The unique final captions, sorted (what the conditioning phase encodes)."""

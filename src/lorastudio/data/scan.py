@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from lorastudio.data.buckets import make_buckets, nearest_bucket, resolution_problems
@@ -15,6 +17,7 @@ from lorastudio.data.captions import choose_caption, read_metadata, read_sidecar
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
 from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.data.pairs import pair_controls
 from lorastudio.errors import DatasetError
 
 _HASH_CHUNK = 1 << 20
@@ -39,6 +42,8 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
     word) changes the fingerprint. Raises DatasetError if a file cannot be read.
     """
     rows = [[item.path.name, file_sha256(item.path), item.caption] for item in items]
+    for row, item in zip(rows, items, strict=True):  # paired samples: their controls too
+        row += [[str(c), file_sha256(c)] for c in item.controls]
     rows.sort()
     payload = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
@@ -54,6 +59,9 @@ def scan_dataset(
     default_caption: str | None = None,
     max_pixels: int = 64_000_000,
     skip_bad_images: bool = False,
+    control_dirs: Sequence[Path] = (),
+    control_images: tuple[int, int] = (0, 0),
+    family: str = "this family",
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -61,7 +69,9 @@ def scan_dataset(
     (False = every image goes to the resolution x resolution bucket); the caption settings
     (see lorastudio.data.captions for the precedence); `max_pixels`, the largest accepted
     width*height; `skip_bad_images`, True to leave corrupt/oversized images out (each listed in
-    `dropped`) instead of refusing the dataset.
+    `dropped`) instead of refusing the dataset; `control_dirs` (parallel control folders),
+    `control_images` (the family's (min, max) controls per image) and `family` (its name, for
+    messages): the pairing of targets with control images (data/pairs.py).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -120,6 +130,20 @@ def scan_dataset(
         bucket = nearest_bucket(info.width, info.height, buckets)
         items.append(ImageItem(path, caption, source, info.width, info.height, bucket))
 
+    # -- paired samples (data/pairs.py): controls attached to the items, problems reported here
+    pairs = pair_controls(
+        root,
+        [p.name for p in files.images],
+        files.metadata,
+        control_dirs,
+        control_images,
+        family=family,
+        max_pixels=max_pixels,
+    )
+    problems += pairs.problems
+    items = [replace(it, controls=pairs.controls.get(it.path.name, ())) for it in items]
+    dropped = [(name, why) for name, why in dropped if name not in pairs.folders]
+    # -- end of paired samples
     if bad_images and not skip_bad_images:
         problems += [f"{p} (fix or remove it)" for p in bad_images]
     if uncaptioned:
@@ -133,4 +157,10 @@ def scan_dataset(
     if not items:
         raise DatasetError(f"no usable images in {root}", [f"{name}: {why}" for name, why in dropped])
     dropped.sort()
-    return DatasetScan(root=root, items=items, dropped=dropped, fingerprint=dataset_fingerprint(items))
+    return DatasetScan(
+        root=root,
+        items=items,
+        dropped=dropped,
+        fingerprint=dataset_fingerprint(items),
+        control_sources=tuple(pairs.sources),
+    )

@@ -59,6 +59,9 @@ class FamilySpec:
     # module paths), fused into one matmul per group by TrainConfig.fuse_projections
     # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
     fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
+    # an edit family reads their latents from batch_info["controls"] in predict (data/pairs.py)
+    control_images: tuple[int, int] = (0, 0)
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -73,6 +76,7 @@ class FamilySpec:
             "supports": sorted(self.supports),
             "wide_compile": bool(self.wide_compile_blocks),
             "fuse_projections": bool(self.fused_projection_groups),
+            "control_images": list(self.control_images),
         }
 
 
@@ -155,6 +159,14 @@ class Family(ABC):
         with torch.no_grad():
             return kl_posterior(vae, pixels)
 
+    def encode_controls(self, vae: Any, pixels: torch.Tensor) -> torch.Tensor:
+        """Control (reference) images [N,3,H,W] in [-1,1] -> their latents [N,C,h,w] float32 in
+        the normalised latent space, as the family's edit pipeline encodes a reference image.
+        Controls are not noised. Default: the posterior mean (the pipelines' "argmax" mode).
+        Only called for families whose spec.control_images allows controls; predict receives
+        them as batch_info["controls"] [B, K, C, h, w] (K controls per sample, slot order)."""
+        return self.encode_pixels(vae, pixels)[0]
+
     # -- phase 3: denoiser -----------------------------------------------------------------------
     def load_denoiser(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
@@ -188,9 +200,10 @@ class Family(ABC):
         """One denoiser forward. noisy [B,C,h,w] in the training dtype; noise_level [B]
         (DDPM: integer timesteps; flow: sigma in [0,1], 1 = pure noise); cond is the output of
         collate_conditioning; batch_info = {"original_size": [(h, w)] * B, "crop_top_left":
-        [(top, left)] * B, "target_size": (H, W)} in pixels. Returns the prediction [B,C,h,w]
-        in the objective's target space: epsilon or v for DDPM (per the scheduler config),
-        noise - x0 for flow."""
+        [(top, left)] * B, "target_size": (H, W)} in pixels, plus "controls" [B, K, C, h, w]
+        (training dtype, on the device; see encode_controls) for a paired dataset. Returns the
+        prediction [B,C,h,w] in the objective's target space: epsilon or v for DDPM (per the
+        scheduler config), noise - x0 for flow."""
 
     # -- noise schedule ------------------------------------------------------------------------
     def scheduler_config(self, source: str, revision: str | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ in the file header sets alpha), and combined with `set_adapters`.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -113,6 +114,21 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
         pipe.set_adapters(names, adapter_weights=[float(scale) for _, scale in loras])
 
 
+def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
+    """A reference image resized to cover (width, height) (Lanczos) and centre-cropped to it,
+    as data.pairs.load_control_crop prepares a control for a target of that size."""
+    from PIL import Image as PILImage
+
+    from lorastudio.data.crop import resized_size
+
+    rgb = image.convert("RGB")
+    rw, rh = resized_size(rgb.width, rgb.height, (width, height))
+    if (rw, rh) != rgb.size:
+        rgb = rgb.resize((rw, rh), PILImage.Resampling.LANCZOS, reducing_gap=3.0)
+    left, top = (rw - width) // 2, (rh - height) // 2
+    return rgb.crop((left, top, left + width, top + height))
+
+
 def generate_image(
     pipe: DiffusionPipeline,
     family: str,
@@ -124,13 +140,16 @@ def generate_image(
     height: int,
     guidance: float | None = None,
     extra: Mapping[str, Any] | None = None,
+    controls: Sequence[Image.Image] = (),
 ) -> Image.Image:
     """One image for `prompt`. steps/guidance default to the family's generation defaults;
     `extra` adds pipeline call arguments (e.g. max_sequence_length). The noise comes from a CPU
-    generator seeded with `seed`, so a seed gives the same image on any device.
+    generator seeded with `seed`, so a seed gives the same image on any device. `controls`: the
+    reference images of an edit family (spec.control_images), each resized to cover
+    width x height and centre-cropped to it, as training crops a control to its target.
 
     Raises UnknownFamily; ConfigError when width/height are not multiples of the family's
-    resolution multiple or steps < 1.
+    resolution multiple, steps < 1, or the number of controls is not what the family takes.
     """
     from lorastudio import families
 
@@ -143,9 +162,20 @@ def generate_image(
     ]
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
+    low, high = spec.control_images
+    if controls and not low <= len(controls) <= high:
+        takes = f"{low}-{high}" if high else "none"
+        problems.append(
+            FieldProblem("controls", f"{spec.name} takes {takes} reference images, got {len(controls)}")
+        )
     if problems:
         raise ConfigError(problems)
     kwargs: dict[str, Any] = dict(spec.generation_defaults)
+    if controls:
+        fitted = [fit_reference(img, width, height) for img in controls]
+        kwargs["image"] = fitted[0] if high == 1 else fitted
+    if "max_area" in inspect.signature(type(pipe).__call__).parameters:
+        kwargs["max_area"] = width * height  # else the edit pipeline picks its own output size
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:

@@ -21,7 +21,7 @@ from typing import Any
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
-from lorastudio.data import is_image_name
+from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
 
@@ -91,6 +91,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "unique_captions": len(scan.captions()),
             "buckets": scan.bucket_histogram(),
             "fingerprint": scan.fingerprint,
+            "controls": _controls_section(scan),
         },
         "schedule": {
             "steps": steps,
@@ -110,6 +111,31 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
         "plan": plan,
         "memory": _memory_section(cfg, run.model_dir, host),
         "host": host.public(),
+    }
+
+
+def _controls_section(scan: DatasetScan) -> dict[str, Any] | None:
+    """Paired datasets: pairs, controls per image, where they came from, and how controls are
+    sized (each resized to cover its target's bucket and cropped like it: data/pairs.py)."""
+    per_image = scan.controls_per_image()
+    if per_image == 0:
+        return None
+    return {
+        "pairs": len(scan.items),
+        "per_image": per_image,
+        "sources": list(scan.control_sources),
+        "buckets": scan.bucket_histogram(),
+        "resize": "each control is resized to cover its target's bucket and cropped like the target",
+        "examples": [
+            {
+                "target": it.path.name,
+                "controls": [
+                    str(c.relative_to(scan.root)) if c.is_relative_to(scan.root) else str(c)
+                    for c in it.controls
+                ],
+            }
+            for it in scan.items[:20]
+        ],
     }
 
 

@@ -19,6 +19,7 @@ from lorastudio.basemodels import inspect_folder, resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_rules import compile_device_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
+from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -102,6 +103,7 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     scan: DatasetScan | None = None
     if cfg is not None and data_dir is not None and family is not None:
         try:
+            control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
             scan = scan_dataset(
                 data_dir,
                 resolution=cfg.resolution or 0,
@@ -110,9 +112,14 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
                 trigger_word=cfg.trigger_word,
                 default_caption=cfg.default_caption,
                 max_pixels=settings.max_image_pixels,
+                control_dirs=control_dirs,
+                control_images=family.spec.control_images,
+                family=family.spec.name,
             )
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
+        except (ConfigError, PathOutsideRoot) as err:
+            problems += _as_problems("control_dirs", err)
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 

@@ -368,7 +368,9 @@ def build(family: str, seed: int) -> DiffusionPipeline:
     The caller's torch RNG state is restored afterwards. Raises KeyError for an unknown family
     (the public API checks names first and raises UnknownFamily).
     """
-    builder = BUILDERS[family]
+    from lorastudio.tiny.edit_models import EDIT_BUILDERS  # built from the builders above
+
+    builder = {**BUILDERS, **EDIT_BUILDERS}[family]
     with torch.random.fork_rng(devices=[]):
         pipe = builder(seed)
     for component in pipe.components.values():

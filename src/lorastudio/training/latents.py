@@ -3,6 +3,10 @@ per image is cached in RAM, and each step draws mean + std * randn in fp32, then
 training dtype. A data-parallel run encodes each image on one rank and all-gathers the cache. When the cache would exceed cfg.latent_cache_max_gb, images are cropped and
 encoded every step instead (the VAE stays loaded): same distribution, more compute.
 
+Paired datasets (data/pairs.py): each crop variant's control images are cropped like the target
+(same bucket, crop and flip), encoded with `family.encode_controls` (the posterior mean: controls
+are not noised) and cached beside it; a batch hands them on as LatentBatch.controls.
+
 Both sources answer `sample(indices, generator, dtype, device) -> LatentBatch`.
 """
 
@@ -34,12 +38,16 @@ class LatentBatch:
     original_size: list[tuple[int, int]]  # per sample (height, width) of the source image
     crop_top_left: list[tuple[int, int]]  # per sample (top, left) of the crop
     target_size: tuple[int, int]  # (H, W) pixels of the bucket
+    controls: torch.Tensor | None = None  # [B, K, C, h, w] control latents (paired datasets), else None
 
 
-def cache_bytes(buckets: Sequence[tuple[int, int]], variants: int, channels: int, scale: int) -> int:
-    """RAM the cache would take: mean + std, fp32, `variants` per image of bucket (w, h)."""
+def cache_bytes(
+    buckets: Sequence[tuple[int, int]], variants: int, channels: int, scale: int, controls: int = 0
+) -> int:
+    """RAM the cache would take: mean + std (+ one mean per control image), fp32, `variants`
+    per image of bucket (w, h)."""
     cells = sum((w // scale) * (h // scale) for w, h in buckets)
-    return cells * channels * variants * 2 * 4
+    return cells * channels * variants * (2 + controls) * 4
 
 
 def variant_flips(variants: int, random_flip: bool, rng: np.random.Generator) -> list[bool]:
@@ -66,13 +74,18 @@ class CachedLatents:
         self.stds: list[torch.Tensor] = []  # per image [K, C, h, w]
         self.crops: list[list[tuple[tuple[int, int], tuple[int, int]]]] = []  # per image, per variant
         self.sizes: list[tuple[int, int]] = []  # per image (H, W) pixels
+        self.controls: list[torch.Tensor | None] = []  # per image [K_variants, K, C, h, w] or None
 
     def add(self, mean: torch.Tensor, std: torch.Tensor, crops: Sequence[CroppedImage]) -> None:
         """Store one image's K variants: mean/std [K, C, h, w] and the K crops they came from."""
         self.add_encoded(mean, std, crops_info(crops))
 
-    def add_encoded(self, mean: torch.Tensor, std: torch.Tensor, info: CropInfo) -> None:
-        """Store one image's K variants: mean/std [K, C, h, w] and its `crops_info`."""
+    def add_encoded(
+        self, mean: torch.Tensor, std: torch.Tensor, info: CropInfo, controls: torch.Tensor | None = None
+    ) -> None:
+        """Store one image's K variants: mean/std [K, C, h, w], its `crops_info`, and for a paired
+        sample its control latents [K, N, C, h, w] (N controls per variant)."""
+        self.controls.append(None if controls is None else controls.detach().float().cpu())
         self.means.append(mean.detach().float().cpu())
         self.stds.append(std.detach().float().cpu())
         self.crops.append(list(info[0]))
@@ -87,7 +100,13 @@ class CachedLatents:
         std = torch.stack([self.stds[i][k] for i, k in zip(indices, picks, strict=True)])  # [B, C, h, w]
         latents = _draw(mean, std, generator).to(device=device, dtype=dtype)  # [B, C, h, w]
         crops = [self.crops[i][k] for i, k in zip(indices, picks, strict=True)]
-        return LatentBatch(latents, [c[0] for c in crops], [c[1] for c in crops], self.sizes[indices[0]])
+        controls = None
+        if self.controls[indices[0]] is not None:
+            picked = [self.controls[i][k] for i, k in zip(indices, picks, strict=True)]  # [N, C, h, w] each
+            controls = torch.stack(picked).to(device=device, dtype=dtype)  # [B, N, C, h, w]
+        return LatentBatch(
+            latents, [c[0] for c in crops], [c[1] for c in crops], self.sizes[indices[0]], controls
+        )
 
 
 def build_latent_cache(
@@ -129,13 +148,44 @@ def build_latent_cache(
             pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [K, 3, H, W]
             with torch.no_grad():
                 mean, std = family.encode_pixels(vae, pixels)  # [K, C, h, w] each, fp32
-            encoded = (mean.detach().float().cpu(), std.detach().float().cpu(), crops_info(crops))
+                controls = encode_controls(family, vae, items[n], crops, flips, device)  # [K, N, C, h, w]
+            encoded = (mean.detach().float().cpu(), std.detach().float().cpu(), crops_info(crops), controls)
         for result in gather_round(encoded, ctx)[: len(members)]:
             cache.add_encoded(*result)
         done = members[-1] + 1
         if done % every < len(members) or done == total:
             emit(Preparing(phase="latents", done=done, total=total))
     return cache
+
+
+def encode_controls(
+    family: Family,
+    vae: Any,
+    item: ImageItem,
+    crops: Sequence[CroppedImage],
+    flips: Sequence[bool],
+    device: torch.device,
+) -> torch.Tensor | None:
+    """The control latents of a paired item's crops: each control cropped like its target crop
+    (data.pairs.load_control_crop: same bucket, crop and flip) and encoded with
+    family.encode_controls. Returns [V, N, C, h, w] fp32 on the CPU (V crops, N controls), or
+    None for an item without controls. Draws nothing from any rng."""
+    if not item.controls:
+        return None
+    from lorastudio.data.crop import resized_size
+    from lorastudio.data.pairs import load_control_crop
+
+    resized = resized_size(item.width, item.height, item.bucket)
+    pixels = np.stack(
+        [
+            load_control_crop(path, item.bucket, crop.crop_top_left, resized, flip)
+            for crop, flip in zip(crops, flips, strict=True)
+            for path in item.controls
+        ]
+    )  # [V*N, 3, H, W]
+    latents = family.encode_controls(vae, torch.from_numpy(pixels).to(device))  # [V*N, C, h, w]
+    v, n = len(crops), len(item.controls)
+    return latents.detach().float().cpu().reshape(v, n, *latents.shape[1:])  # [V, N, C, h, w]
 
 
 def replay_crop_draws(item: ImageItem, random_crop: bool, rng: np.random.Generator) -> None:
@@ -172,24 +222,28 @@ class EncodedPerStep:
         """Fresh crop (and coin-toss flip) of each image, encoded now, one posterior draw each."""
         from lorastudio.data import load_crop
 
+        flips = [self.random_flip and bool(self.rng.random() < 0.5) for _ in indices]
         crops = [
-            load_crop(
-                self.items[i],
-                random_crop=self.random_crop,
-                flip=self.random_flip and bool(self.rng.random() < 0.5),
-                rng=self.rng,
-            )
-            for i in indices
+            load_crop(self.items[i], random_crop=self.random_crop, flip=flip, rng=self.rng)
+            for i, flip in zip(indices, flips, strict=True)
         ]
         pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [B, 3, H, W]
+        controls = None
         with torch.no_grad():
             mean, std = self.family.encode_pixels(self.vae, pixels)  # [B, C, h, w] each, fp32
+            if self.items[indices[0]].controls:
+                per_item = [
+                    encode_controls(self.family, self.vae, self.items[i], [crop], [flip], device)
+                    for i, crop, flip in zip(indices, crops, flips, strict=True)
+                ]  # [1, N, C, h, w] each
+                controls = torch.cat(per_item).to(device=device, dtype=dtype)  # [B, N, C, h, w]
         latents = _draw(mean.float(), std.float(), generator).to(dtype=dtype)  # [B, C, h, w]
         return LatentBatch(
             latents,
             [c.original_size for c in crops],
             [c.crop_top_left for c in crops],
             (int(pixels.shape[2]), int(pixels.shape[3])),
+            controls,
         )
 
 

@@ -319,7 +319,11 @@ def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, sto
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
     spec = family.spec
     need = cache_bytes(
-        [it.bucket for it in items], int(cfg.cache_variants), spec.latent_channels, spec.vae_scale_factor
+        [it.bucket for it in items],
+        int(cfg.cache_variants),
+        spec.latent_channels,
+        spec.vae_scale_factor,
+        controls=run.scan.controls_per_image(),
     )
     if need > cfg.latent_cache_max_gb * 1024**3:
         return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run

@@ -358,6 +358,8 @@ def batch_forward_backward(
         "crop_top_left": batch.crop_top_left,
         "target_size": batch.target_size,
     }
+    if batch.controls is not None:  # paired samples: the family reads them in predict
+        info["controls"] = batch.controls  # [B, N, C, h, w]
     shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
     drawn = objective.noise(batch.latents, generator) if len(shards) > 1 else None  # the whole batch's
     shares = []

@@ -64,6 +64,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     """
     from lorastudio import families
     from lorastudio.data import resolve_dataset_dir, scan_dataset
+    from lorastudio.data.pairs import resolve_control_dirs
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
     dev = pick_device(device)
@@ -91,6 +92,11 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         trigger_word=resolved.trigger_word,
         default_caption=resolved.default_caption,
         max_pixels=settings.max_image_pixels,
+        control_dirs=resolve_control_dirs(
+            resolved.control_dirs, settings.datasets_dir, allow_outside_root=True
+        ),
+        control_images=family.spec.control_images,
+        family=family.spec.name,
     )
     source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read

@@ -123,6 +123,8 @@ class SamplePreviews:
             kwargs["num_inference_steps"] = cfg.sample_steps
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
         size = int(cfg.resolution or 0)
+        if "max_area" in inspect.signature(type(pipe).__call__).parameters:
+            kwargs["max_area"] = size * size  # an edit pipeline would pick its own output size
         generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
         out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)
         return out.images[0]

@@ -1,0 +1,281 @@
+"""Paired datasets: each target image with its control (reference) images.
+
+A paired sample is a target image, 1..K control images and a caption (the edit instruction).
+Three layouts are read, the ones users bring from other trainers:
+
+  * control sub-folders of the dataset: `control/` (slot 1), `control_2/`, `control_3/` ...
+    (slot N), each holding images with the same stems as the targets (`a.png` <- `control/a.jpg`);
+  * `metadata.jsonl` rows naming a target's controls: `"control_file_name": "ref/a.png"` (one)
+    or `"control_files": ["ref/a.png", "ref/a2.png"]` (in slot order), relative to the dataset
+    folder and inside it;
+  * parallel folders given in the config as `control_dirs` (ai-toolkit's layout): folder N is
+    slot N (after the dataset's own control sub-folders), matched by stem.
+
+A target listed in metadata.jsonl with controls takes exactly those; other targets take their
+stem's image from every control folder. The pairing is checked against what the family takes
+(FamilySpec.control_images = (min, max); (0, 0) for text-to-image families): every problem is
+reported at once, naming the files: a control named in metadata that is missing, outside the
+dataset or unreadable; targets without controls (when the family needs them); control images
+that match no target (orphans); more controls than the family takes; targets with different
+numbers of controls (a batch stacks them); controls given to a text-to-image family.
+
+Controls are resized to cover the target's bucket and cropped like the target (data/crop.py):
+each control latent has the target latent's size, so the family can place it in its sequence as
+the edit pipelines do with a reference of the output's size. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from lorastudio.data.crop import resized_size
+from lorastudio.data.discovery import is_image_name
+from lorastudio.data.images import load_rgb, probe_image
+from lorastudio.errors import DatasetError
+
+CONTROL_FOLDER = re.compile(r"^control(?:_([2-9]))?$")  # control, control_2 ... control_9
+METADATA_CONTROL_KEYS = ("control_file_name", "control_files")
+
+
+@dataclass(frozen=True)
+class PairReport:
+    """The result of pairing a dataset's targets with their controls.
+
+    controls: target file name -> control paths in slot order (targets without controls absent);
+    folders: names of the dataset's sub-folders read as control folders (not "dropped");
+    sources: where controls were read from, for the preflight report;
+    problems: every problem found, each naming a file ("" when none).
+    """
+
+    controls: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+    folders: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    unpaired: list[str] = field(default_factory=list)  # targets without any control
+    orphans: list[str] = field(default_factory=list)  # control files matching no target
+    problems: list[str] = field(default_factory=list)
+
+
+def control_subfolders(root: Path) -> list[Path]:
+    """The dataset's control sub-folders in slot order (control, control_2, ... control_9)."""
+    found: list[tuple[int, Path]] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        match = CONTROL_FOLDER.match(entry.name)
+        if match and entry.is_dir():
+            found.append((int(match.group(1) or 1), entry))
+    return [path for _, path in sorted(found)]
+
+
+def _folder_images(folder: Path) -> dict[str, Path]:
+    """stem -> image path of a control folder (not recursive; hidden files ignored)."""
+    try:
+        return {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and is_image_name(p.name)}
+    except OSError:
+        return {}
+
+
+def read_metadata_controls(path: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """Control names per target from metadata.jsonl: (file_name -> [relative control paths],
+    problems). Lines without control keys are skipped; malformed lines are reported by the
+    caption reader (data/captions.py), so only bad control values are reported here."""
+    controls: dict[str, list[str]] = {}
+    problems: list[str] = []
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return {}, []  # the caption reader reports it
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+            continue
+        if not any(k in row for k in METADATA_CONTROL_KEYS):
+            continue
+        target = row["file_name"].strip().removeprefix("./")
+        where = f"{path.name} line {lineno}"
+        names: list[str] = []
+        one, many = row.get("control_file_name"), row.get("control_files")
+        if isinstance(one, str):
+            names.append(one)
+        elif one is not None:
+            problems.append(f'{where}: "control_file_name" of {target} must be a string')
+        if many is not None:
+            if isinstance(many, list) and all(isinstance(n, str) for n in many):
+                names += many
+            else:
+                problems.append(f'{where}: "control_files" of {target} must be a list of strings')
+        controls[target] = [n.strip().removeprefix("./") for n in names]
+    return controls, problems
+
+
+def resolve_control_dirs(given: Sequence[str], datasets_root: Path, allow_outside_root: bool) -> list[Path]:
+    """The config's control_dirs resolved like data_dir (data.paths.resolve_dataset_dir: a name
+    under the datasets root, or an absolute path where the caller allows it). Raises
+    ConfigError / PathOutsideRoot naming the folder."""
+    from lorastudio.data.paths import resolve_dataset_dir
+
+    return [resolve_dataset_dir(d, datasets_root, allow_outside_root) for d in given]
+
+
+def _inside(root: Path, name: str) -> Path | None:
+    """root / name when `name` is a relative path that stays inside root, else None."""
+    rel = Path(name)
+    if not name or rel.is_absolute() or ".." in rel.parts:
+        return None
+    return root / rel
+
+
+def pair_controls(
+    root: Path,
+    targets: Sequence[str],
+    metadata: Path | None,
+    control_dirs: Sequence[Path],
+    allowed: tuple[int, int],
+    *,
+    family: str,
+    max_pixels: int,
+) -> PairReport:
+    """Pair every target file name of the dataset folder `root` with its control images.
+
+    Takes: `targets`, the target image names found in root; `metadata`, the metadata.jsonl path
+    (or None); `control_dirs`, the config's parallel control folders (resolved); `allowed`, the
+    family's (min, max) control images per sample and its name (for messages); `max_pixels`,
+    the largest accepted control image.
+    Returns: a PairReport (see its fields); its `problems` are empty when the pairing is usable.
+    """
+    sub = control_subfolders(root)
+    folders = [*sub, *control_dirs]
+    report = PairReport(folders=[f.name for f in sub])
+    problems = report.problems
+    from_metadata, meta_problems = read_metadata_controls(metadata) if metadata else ({}, [])
+    problems += meta_problems
+    for folder in control_dirs:
+        if not folder.is_dir():
+            problems.append(f"control_dirs: {folder} is not a folder")
+    indexed = [(folder, _folder_images(folder)) for folder in folders]
+    stems = {Path(t).stem: t for t in targets}
+    used: set[Path] = set()
+    for target in targets:
+        if target in from_metadata:
+            paths = []
+            for name in from_metadata[target]:
+                path = _inside(root, name)
+                if path is None:
+                    problems.append(f"{target}: control {name!r} must be a relative path inside the dataset")
+                elif not path.is_file():
+                    problems.append(f"{target}: control image {name} not found")
+                else:
+                    paths.append(path)
+            used.update(paths)
+        else:
+            paths = [images[Path(target).stem] for _, images in indexed if Path(target).stem in images]
+        if paths:
+            report.controls[target] = tuple(paths)
+        else:
+            report.unpaired.append(target)
+    for folder, images in indexed:
+        label = folder.name if folder.parent == root else str(folder)
+        for stem, path in sorted(images.items()):
+            if stem not in stems and path not in used:
+                report.orphans.append(f"{label}/{path.name}")
+    report.sources.extend(f"{f.name}/" for f in sub)
+    report.sources.extend(str(f) for f in control_dirs)
+    if from_metadata:
+        report.sources.append(f"{metadata.name if metadata else 'metadata.jsonl'} (control_files)")
+    problems += _count_problems(report, allowed, family)
+    for paths in report.controls.values():
+        for path in paths:
+            try:
+                probe_image(path, max_pixels)
+            except DatasetError as err:
+                problems += [f"control {p}" for p in err.problems]
+    return report
+
+
+def _count_problems(report: PairReport, allowed: tuple[int, int], family: str) -> list[str]:
+    """The control-count problems of a pairing for a family taking allowed = (min, max)."""
+    low, high = allowed
+    problems = [
+        f"{orphan}: control image with no target of the same name (rename or remove it)"
+        for orphan in report.orphans
+    ]
+    if high == 0:
+        if report.controls:
+            paired = ", ".join(sorted(report.controls)[:5])
+            problems.append(
+                f"{family} trains text-to-image only and takes no control images; found controls for "
+                f"{len(report.controls)} image(s) ({paired}): use an edit family or remove them"
+            )
+        return problems
+    if report.controls and report.unpaired and low == 0:
+        problems.append(
+            "mixed paired and unpaired samples are not supported yet: no control for "
+            + ", ".join(report.unpaired[:10])
+        )
+    elif low > 0:
+        problems += [
+            f"{name}: no control image ({family} takes {low}-{high} per image; "
+            "add control/<same name> or a control_files row)"
+            for name in report.unpaired
+        ]
+    counts = {name: len(paths) for name, paths in report.controls.items()}
+    problems += [
+        f"{name}: {n} control images, {family} takes at most {high}" for name, n in counts.items() if n > high
+    ]
+    problems += [
+        f"{name}: {n} control image(s), {family} takes at least {low}"
+        for name, n in counts.items()
+        if 0 < n < low
+    ]
+    if len(set(counts.values())) > 1:
+        problems.append(
+            "every image needs the same number of control images; found "
+            + ", ".join(f"{n} for {name}" for name, n in sorted(counts.items())[:10])
+        )
+    return problems
+
+
+def load_control_crop(
+    path: Path,
+    bucket: tuple[int, int],
+    crop_top_left: tuple[int, int],
+    target_resized: tuple[int, int],
+    flip: bool,
+) -> np.ndarray:
+    """A control image as its target's crop sees it: [3, bucket_h, bucket_w] float32 in [-1, 1].
+
+    The control is scaled to cover the target's bucket (Lanczos, as targets are). When that
+    gives the target's resized size `target_resized` (width, height) - a control of the target's
+    shape - it is cropped at the target's `crop_top_left` (as CroppedImage reports it: mirrored
+    when flipped) and flipped with it, so target and control stay aligned; otherwise it is
+    centre-cropped (and flipped with the target). Draws nothing from any rng.
+    Raises DatasetError if the file cannot be decoded.
+    """
+    img = load_rgb(path)
+    bw, bh = bucket
+    rw, rh = resized_size(img.width, img.height, bucket)
+    if (rw, rh) != img.size:
+        img = img.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=3.0)
+    if (rw, rh) == tuple(target_resized):
+        top, left = crop_top_left
+        if flip:  # undo the mirroring of `left` that load_crop reports for a flipped crop
+            left = rw - left - bw
+    else:
+        top, left = (rh - bh) // 2, (rw - bw) // 2
+    arr = np.asarray(img, dtype=np.uint8)[top : top + bh, left : left + bw]  # [bh, bw, 3]
+    if flip:
+        arr = arr[:, ::-1]  # [bh, bw, 3] mirrored
+    pixels = arr.astype(np.float32).transpose(2, 0, 1) / 127.5 - 1.0  # [3, bh, bw] in [-1, 1]
+    return np.ascontiguousarray(pixels, dtype=np.float32)

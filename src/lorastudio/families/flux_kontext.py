@@ -1,0 +1,104 @@
+"""FLUX.1 Kontext: the FLUX.1 transformer editing an image. The reference image's latents are
+packed and appended to the image tokens, with position ids whose first axis is 1 (the target's
+are 0); only the target tokens' prediction is the output. Trained on paired datasets: one control
+image per target (data/pairs.py), cropped like the target, encoded as the pipeline encodes a
+reference (the posterior mean) and never noised.
+
+The conditioning is built by FluxKontextPipeline's own code (prepare_latents: packing, the
+reference's position ids), called on the few attributes it reads, so `predict` is one denoising
+step of the real pipeline. Prompts, guidance and the LoRA layout are FLUX.1's (ComfyUI loads
+Kontext LoRAs as FLUX.1 ones), so the hooks other than predict are FluxFamily's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.errors import DatasetError
+from lorastudio.families.common import pack_2x2, unpack_2x2
+from lorastudio.families.flux import SPEC as FLUX_SPEC
+from lorastudio.families.flux import FluxFamily
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+SPEC = replace(
+    FLUX_SPEC,
+    name="flux-kontext",
+    title="FLUX.1 Kontext",
+    pipeline_class="FluxKontextPipeline",
+    accepted_pipelines=("FluxKontextPipeline", "FluxKontextInpaintPipeline"),
+    # the reference is resized to the output's size (as in training): the pipeline's snapping of
+    # references to its preferred ~1 MP resolutions would give it another size than the target
+    generation_defaults={"num_inference_steps": 28, "guidance_scale": 2.5, "_auto_resize": False},
+    control_images=(1, 1),
+)
+
+
+def _pipeline_parts(latent_channels: int, vae_scale_factor: int) -> SimpleNamespace:
+    """What FluxKontextPipeline.prepare_latents reads of its pipeline (no model is needed)."""
+    from diffusers import FluxKontextPipeline
+
+    return SimpleNamespace(
+        vae_scale_factor=vae_scale_factor,
+        latent_channels=latent_channels,
+        _pack_latents=FluxKontextPipeline._pack_latents,
+        _prepare_latent_image_ids=FluxKontextPipeline._prepare_latent_image_ids,
+    )
+
+
+class FluxKontextFamily(FluxFamily):
+    spec = SPEC
+
+    def predict(
+        self,
+        denoiser: Any,
+        noisy: torch.Tensor,
+        noise_level: torch.Tensor,
+        cond: dict[str, Any],
+        batch_info: Mapping[str, Any],
+        cfg: TrainConfig,
+    ) -> torch.Tensor:
+        from diffusers import FluxKontextPipeline
+
+        b, c, h, w = noisy.shape
+        dtype, device = noisy.dtype, noisy.device
+        controls = batch_info.get("controls")  # [B, 1, C, h, w]
+        if controls is None:
+            raise DatasetError("FLUX.1 Kontext trains on paired images: the batch has no control image")
+        scale = self.spec.vae_scale_factor
+        latents, reference, latent_ids, reference_ids = FluxKontextPipeline.prepare_latents(
+            _pipeline_parts(c, scale),
+            controls[:, 0].to(device, dtype),  # [B, C, h, w]: latents, used as they are
+            b,
+            c,
+            h * scale,
+            w * scale,
+            dtype,
+            device,
+            latents=pack_2x2(noisy),  # [B, hw/4, C*4]
+        )  # reference [B, hw/4, C*4]; ids [hw/4, 3] each (the reference's first axis 1)
+        embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
+        guidance = None
+        if denoiser.config.guidance_embeds:
+            guidance = torch.full(
+                (b,), float(cfg.guidance if cfg.guidance is not None else 1.0), device=device
+            )
+        out = denoiser(
+            hidden_states=torch.cat([latents, reference], dim=1),  # [B, 2*hw/4, C*4]
+            timestep=noise_level.to(dtype),
+            guidance=guidance,
+            pooled_projections=cond["pooled"].to(device, dtype),
+            encoder_hidden_states=embeds,
+            txt_ids=torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype),  # [L, 3]
+            img_ids=torch.cat([latent_ids, reference_ids], dim=0),  # [2*hw/4, 3]
+            return_dict=False,
+        )[0][:, : latents.shape[1]]  # [B, hw/4, C*4]: the target tokens
+        return unpack_2x2(out, h, w)  # [B, C, h, w]
+
+
+FAMILY = FluxKontextFamily()

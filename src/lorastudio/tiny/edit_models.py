@@ -1,0 +1,26 @@
+"""Tiny builders of the edit families: the real edit pipeline classes around the tiny parts of
+the text-to-image family they extend (tiny/models.py), so weights, tokenizers and configs are
+those of that family's tiny model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from diffusers import DiffusionPipeline
+
+
+def build_flux_kontext(seed: int) -> DiffusionPipeline:
+    """FLUX.1 Kontext [dev]: the tiny FLUX.1-dev parts in a FluxKontextPipeline."""
+    from diffusers import FluxKontextPipeline
+
+    from lorastudio.tiny.models import build_flux
+
+    parts = build_flux(seed).components
+    return FluxKontextPipeline(
+        **{k: v for k, v in parts.items() if k not in ("image_encoder", "feature_extractor")}
+    )
+
+
+EDIT_BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {"flux-kontext": build_flux_kontext}

@@ -1,0 +1,128 @@
+"""Paired datasets (data/pairs.py through scan_dataset): the three layouts pair targets with
+their controls, every bad pairing is refused naming the files, and a control is cropped and
+flipped exactly like its target."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.unit.data.conftest import write_image
+
+from lorastudio.data import load_crop, scan_dataset
+from lorastudio.data.crop import resized_size
+from lorastudio.data.pairs import load_control_crop
+from lorastudio.errors import DatasetError
+
+KONTEXT = (1, 1)
+
+
+def _targets(root: Path, stems: list[str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for i, stem in enumerate(stems):
+        write_image(root / f"{stem}.png", seed=i)
+        (root / f"{stem}.txt").write_text(f"edit {stem}")
+
+
+def _scan(root: Path, allowed: tuple[int, int] = KONTEXT, **kw):
+    return scan_dataset(root, resolution=64, multiple=16, control_images=allowed, family="edit-fam", **kw)
+
+
+def test_control_subfolders_pair_by_stem_in_slot_order(tmp_path):
+    _targets(tmp_path, ["a", "b"])
+    for folder in ("control", "control_2"):
+        (tmp_path / folder).mkdir()
+        for stem in ("a", "b"):
+            write_image(tmp_path / folder / f"{stem}.jpg", seed=7)
+    scan = _scan(tmp_path, allowed=(1, 3))
+    assert [it.controls for it in scan.items] == [
+        (tmp_path / "control" / "a.jpg", tmp_path / "control_2" / "a.jpg"),
+        (tmp_path / "control" / "b.jpg", tmp_path / "control_2" / "b.jpg"),
+    ]
+    assert scan.controls_per_image() == 2 and scan.control_sources == ("control/", "control_2/")
+    assert scan.dropped == []  # the control folders are not "sub-folders not scanned"
+
+
+def test_metadata_controls_and_parallel_control_dirs(tmp_path):
+    root = tmp_path / "data"
+    _targets(root, ["a", "b"])
+    (root / "refs").mkdir()
+    write_image(root / "refs" / "ra.png")
+    write_image(root / "refs" / "rb.png")
+    rows = [
+        {"file_name": "a.png", "text": "x", "control_file_name": "refs/ra.png"},
+        {"file_name": "b.png", "text": "y", "control_files": ["refs/rb.png"]},
+    ]
+    (root / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    scan = _scan(root)
+    assert [it.controls for it in scan.items] == [(root / "refs/ra.png",), (root / "refs/rb.png",)]
+
+    other = tmp_path / "other"
+    _targets(other, ["a"])
+    parallel = tmp_path / "ctrl"
+    parallel.mkdir()
+    write_image(parallel / "a.webp")
+    scan = _scan(other, control_dirs=[parallel])
+    assert scan.items[0].controls == (parallel / "a.webp",)
+    before = scan.fingerprint
+    write_image(parallel / "a.webp", seed=3)  # a changed control changes the fingerprint
+    assert _scan(other, control_dirs=[parallel]).fingerprint != before
+
+
+def test_every_bad_pairing_is_reported_at_once_by_name(tmp_path):
+    _targets(tmp_path, ["a", "b", "c"])
+    (tmp_path / "control").mkdir()
+    write_image(tmp_path / "control" / "a.png")
+    (tmp_path / "control" / "zzz.png").write_bytes(b"not an image")  # orphan (and unreadable)
+    rows = [{"file_name": "b.png", "text": "t", "control_files": ["missing.png", "../escape.png"]}]
+    (tmp_path / "metadata.jsonl").write_text(json.dumps(rows[0]))
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    text = "\n".join(err.value.problems)
+    assert "control/zzz.png: control image with no target" in text
+    assert "b.png: control image missing.png not found" in text
+    assert "b.png: control '../escape.png' must be a relative path inside the dataset" in text
+    assert "c.png: no control image (edit-fam takes 1-1" in text
+
+
+def test_counts_are_checked_against_the_family(tmp_path):
+    _targets(tmp_path, ["a", "b"])
+    for folder in ("control", "control_2"):
+        (tmp_path / folder).mkdir()
+        write_image(tmp_path / folder / "a.png")
+    write_image(tmp_path / "control" / "b.png")
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)  # takes 1: a has 2
+    assert any("a.png: 2 control images, edit-fam takes at most 1" in p for p in err.value.problems)
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path, allowed=(1, 3))  # a has 2, b has 1
+    assert any("same number of control images" in p for p in err.value.problems)
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path, allowed=(0, 0))  # a text-to-image family
+    assert any("trains text-to-image only" in p for p in err.value.problems)
+
+
+def test_a_text_to_image_dataset_is_unchanged(tmp_path):
+    _targets(tmp_path, ["a"])
+    scan = _scan(tmp_path, allowed=(0, 0))
+    assert scan.items[0].controls == () and scan.controls_per_image() == 0
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_a_control_of_the_target_shape_is_cropped_and_flipped_with_it(tmp_path, flip):
+    pixels = np.random.default_rng(0).integers(0, 256, (48, 80, 3), dtype=np.uint8)  # [H, W, 3]
+    _targets(tmp_path, [])
+    write_image(tmp_path / "a.png", pixels=pixels)
+    (tmp_path / "a.txt").write_text("t")
+    (tmp_path / "control").mkdir()
+    write_image(tmp_path / "control" / "a.png", pixels=pixels)  # the same picture as the target
+    item = scan_dataset(
+        tmp_path, resolution=32, multiple=16, aspect_buckets=False, control_images=KONTEXT
+    ).items[0]
+    crop = load_crop(item, random_crop=True, flip=flip, rng=np.random.default_rng(3))
+    control = load_control_crop(
+        item.controls[0], item.bucket, crop.crop_top_left, resized_size(80, 48, item.bucket), flip
+    )
+    np.testing.assert_array_equal(control, crop.pixels)  # [3, 32, 32] the same crop
