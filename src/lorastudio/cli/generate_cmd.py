@@ -62,12 +62,16 @@ def generate_cmd(
     revision: str | None = typer.Option(None, "--revision", help="hub revision"),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace --out if it exists"),
+    control: list[Path] = typer.Option(  # noqa: B006 (typer needs a list default)
+        [], "--control", help="reference image of an edit family, e.g. flux-kontext (repeatable)"
+    ),
 ) -> None:
     """Generate one image, optionally with LoRAs applied at the given scales."""
     try:
         _generate(
-            base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device, overwrite
-        )
+            base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device, overwrite,
+            control,
+        )  # fmt: skip
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
@@ -87,6 +91,7 @@ def _generate(
     revision: str | None,
     device: str | None,
     overwrite: bool,
+    control: list[Path] | None = None,
 ) -> None:
 
     from lorastudio import families
@@ -134,6 +139,7 @@ def _generate(
                 check_lora_file(path, family)
             except (ModelSourceError, NotFound) as err:
                 problems.append(FieldProblem("--lora", str(err)))
+    references = _read_controls(control or [], problems)
     if problems or source is None or family is None:
         raise ConfigError(problems)
     spec = families.get(family).spec
@@ -151,6 +157,7 @@ def _generate(
         width=width or default_side,
         height=height or default_side,
         guidance=guidance,
+        controls=references,
     )
     staging = out.with_name(f".{out.name}.partial")
     try:
@@ -159,3 +166,23 @@ def _generate(
     finally:
         staging.unlink(missing_ok=True)
     typer.echo(f"wrote {out} ({image.width}x{image.height}, seed {seed}, {len(loras)} LoRA(s))")
+
+
+def _read_controls(paths: list[Path], problems: list[FieldProblem]) -> list:
+    """The --control images, decoded and checked like dataset images (data.images); a missing or
+    unreadable file is added to `problems`."""
+    from lorastudio.data.images import load_rgb, probe_image
+    from lorastudio.errors import DatasetError
+    from lorastudio.settings import get_settings
+
+    images = []
+    for path in paths:
+        if not path.is_file():
+            problems.append(FieldProblem("--control", f"{path} not found"))
+            continue
+        try:
+            probe_image(path, get_settings().max_image_pixels)
+            images.append(load_rgb(path))
+        except DatasetError as err:
+            problems.append(FieldProblem("--control", "; ".join(err.problems)))
+    return images

@@ -62,6 +62,14 @@ class FamilySpec:
     # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
     # an edit family reads their latents from batch_info["controls"] in predict (data/pairs.py)
     control_images: tuple[int, int] = (0, 0)
+    # the family whose LoRA key layouts (diffusers, kohya / ComfyUI) this one's files use, when
+    # another's: FLUX.1 Kontext's are FLUX.1's ("" = its own, under `name`)
+    lora_layout: str = ""
+
+    @property
+    def layout_family(self) -> str:
+        """The family name the LoRA file layouts (lorastudio.lora) are keyed by."""
+        return self.lora_layout or self.name
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""

@@ -124,6 +124,20 @@ def file_for_layout(
     return tensors, {**header, **info}
 
 
+def layout_family(family: str | None) -> str | None:
+    """The family whose file layouts a registered family's LoRAs use (FamilySpec.layout_family:
+    FLUX.1 Kontext -> flux); other names as given."""
+    from lorastudio import families
+    from lorastudio.errors import UnknownFamily
+
+    if not family:
+        return family
+    try:
+        return families.get(family).spec.layout_family
+    except UnknownFamily:
+        return family
+
+
 def convert_file(
     src: Path, dst: Path, to: Layout, family: str | None = None, *, overwrite: bool = False
 ) -> Layout:
@@ -136,7 +150,7 @@ def convert_file(
     if to not in ("diffusers", "kohya"):
         raise ConfigError([FieldProblem("to", f"must be diffusers or kohya, not {to!r}")])
     tensors, metadata = read_lora_file(src)
-    family = family or metadata.get(PREFIX + "family")
+    family = layout_family(family or metadata.get(PREFIX + "family"))
     if not family:
         raise ConfigError([FieldProblem("family", f"{src} does not name its family: pass --family")])
     if family not in FAMILIES:

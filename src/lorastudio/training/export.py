@@ -85,9 +85,9 @@ def save_lora(
     layout = sidecar.get("config", {}).get("lora_format", "diffusers")
     lora = PeftLora(lora_state_dict(denoiser), int(lora_config.r), float(lora_config.lora_alpha))
     info = training_metadata(sidecar)
-    tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
+    tensors, header = file_for_layout(lora, spec.layout_family, layout, info, adapter_metadata(lora_config))
     if layout == "kohya":
-        key_map = comfy_key_map(spec.name, base_weight_shapes(denoiser))
+        key_map = comfy_key_map(spec.layout_family, base_weight_shapes(denoiser))
         check = check_comfy_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
     else:
         check = {"checked": False, "reason": "diffusers layout; lora_format=kohya writes ComfyUI's layout"}

@@ -46,6 +46,21 @@ def small_dataset(sample_dataset: Path, tmp_path_factory: pytest.TempPathFactory
     return out
 
 
+@pytest.fixture(scope="session")
+def small_pairs(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """small_dataset with a control/ image per target (its colour inverse): the paired dataset of
+    families that take control images."""
+    from PIL import ImageOps
+
+    out = tmp_path_factory.mktemp("small-pairs") / "small"
+    shutil.copytree(small_dataset, out)
+    (out / "control").mkdir()
+    for img in sorted(small_dataset.glob("*.png")):
+        with Image.open(img) as source:
+            ImageOps.invert(source.convert("RGB")).save(out / "control" / img.name)
+    return out
+
+
 def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides: dict) -> dict:
     """Raw settings of a short, small run on a tiny model (family-appropriate resolution and
     text length)."""
@@ -69,14 +84,17 @@ def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides:
 
 
 @pytest.fixture(scope="session")
-def make_config(tiny_model: Callable[[str], Path], small_dataset: Path) -> Callable[..., TrainConfig]:
+def make_config(
+    tiny_model: Callable[[str], Path], small_dataset: Path, small_pairs: Path
+) -> Callable[..., TrainConfig]:
     """make_config(family="flux", **overrides) -> the TrainConfig of a 2-step run (schema-checked
     only: train() itself must catch family-level problems). A pure factory: session-wide, so
     module-wide fixtures can build configs too."""
 
     def make(family: str = "flux", **overrides: object) -> TrainConfig:
         base = overrides.get("base_model") or tiny_model(family)
-        return TrainConfig.model_validate(short_run_settings(family, base, small_dataset, overrides))
+        data = small_pairs if families.get(family).spec.control_images[1] else small_dataset
+        return TrainConfig.model_validate(short_run_settings(family, base, data, overrides))
 
     return make
 
