@@ -64,7 +64,9 @@ def test_cached_controls_are_the_posterior_mean_of_the_aligned_crop(
     assert not torch.equal(fresh.controls[:, 0], fresh.latents)  # targets drawn, controls the mean
 
 
-def test_kontext_kohya_file_has_comfyui_flux_keys_and_converts_back_for_diffusers(make_config, tiny_model, tmp_path):
+def test_kontext_kohya_file_has_comfyui_flux_keys_and_converts_back_for_diffusers(
+    make_config, tiny_model, tmp_path
+):
     from diffusers import FluxKontextPipeline
 
     result = train(
