@@ -1,0 +1,57 @@
+"""Validation and the preflight report of a paired (edit) dataset: pairs and counts shown,
+parallel control_dirs kept under the datasets root, an unpaired edit dataset refused by name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lorastudio.errors import ConfigError
+from lorastudio.jobs.preflight import preflight_report
+from lorastudio.jobs.validation import validate_run
+from lorastudio.settings import Settings
+from lorastudio.tiny.paired import make_paired_dataset
+
+
+def _cfg(model: Path, **over: object) -> dict:
+    base = {"family": "flux-kontext", "base_model": str(model), "data_dir": "pairs", "resolution": 32}
+    return {**base, "steps": 3, "max_sequence_length": 16, **over}
+
+
+def test_the_preflight_shows_the_pairs(settings: Settings, tiny_model: Callable[[str], Path]) -> None:
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    run = validate_run(_cfg(tiny_model("flux-kontext")), settings, live_output_names=set())
+    controls = preflight_report(run)["dataset"]["controls"]
+    assert controls["pairs"] == 8 and controls["per_image"] == 1 and controls["sources"] == ["control/"]
+    assert controls["examples"][0] == {"target": "shape_00.png", "controls": ["control/shape_00.png"]}
+    assert sum(controls["buckets"].values()) == 8
+    json.dumps(controls)
+
+
+def test_control_dirs_are_kept_under_the_datasets_root(
+    settings: Settings, tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    pairs = make_paired_dataset(settings.datasets_dir / "pairs")
+    shutil.move(pairs / "control", settings.datasets_dir / "pair-controls")  # ai-toolkit's layout
+    run = validate_run(
+        _cfg(tiny_model("flux-kontext"), control_dirs=["pair-controls"]), settings, live_output_names=set()
+    )
+    assert all(it.controls[0].parent.name == "pair-controls" for it in run.scan.items)
+    with pytest.raises(ConfigError) as err:
+        validate_run(
+            _cfg(tiny_model("flux-kontext"), control_dirs=[str(tmp_path)]), settings, live_output_names=set()
+        )
+    assert any(p.field == "control_dirs" and "outside" in p.message for p in err.value.problems)
+
+
+def test_an_edit_family_refuses_an_unpaired_dataset_by_name(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(tiny_model("flux-kontext"), data_dir="shapes"), settings, live_output_names=set())
+    messages = [p.message for p in err.value.problems if p.field == "data_dir"]
+    assert any("shape_00.png: no control image (flux-kontext takes 1-1" in m for m in messages)
