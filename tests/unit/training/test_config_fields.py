@@ -64,6 +64,7 @@ ELSEWHERE = {
     "family": "tests/families (the contract suite runs every family)",
     "base_model": "test_preflight (missing / other family / incomplete) and every run",
     "data_dir": "test_preflight (missing / empty / uncaptioned) and every run",
+    "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
     "revision": "test_preflight (refused for a local folder)",
     "enable_tf32": "test_train_run (matmul precision during and after the run)",
     "save_every": "test_checkpoints (a checkpoint every N steps, resumable)",
