@@ -45,8 +45,10 @@ def test_full_job_start_events_complete_listed_and_generate(
     flux = next(f for f in info["families"] if f["name"] == "flux")
     assert "fp32" in flux["precisions"] and flux["defaults"]["lora_rank"] > 0
     assert {f["name"]: f["wide_compile"] for f in info["families"]} == {
-        "sdxl": True, "flux": False, "qwen-image": False, "z-image": False
+        "sdxl": True, "flux": False, "qwen-image": False, "z-image": False, "flux-kontext": False
     }  # fmt: skip
+    kontext = next(f for f in info["families"] if f["name"] == "flux-kontext")
+    assert kontext["control_images"] == [1, 1] and flux["control_images"] == [0, 0]
 
     report = client.post("/api/train/preflight", json={"config": flux_config(output_name="e2e", **FULL_JOB)})
     assert report.status_code == 200, report.text

@@ -171,6 +171,10 @@ class FamilyOut(_Out):
         default=False,
         description="fuse_projections 'on' applies (the family declares same-input projection groups)",
     )
+    control_images: list[int] = Field(
+        default_factory=lambda: [0, 0],
+        description="[min, max] control (reference) images per training sample: [0, 0] text-to-image only",
+    )
     precisions: list[str] = Field(description="base_precision values this host can run")
 
 
