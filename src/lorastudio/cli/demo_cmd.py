@@ -1,6 +1,7 @@
 """`lorastudio demo [--family F] [--steps N]`: the whole path on a tiny offline model.
 
-Builds the tiny model (models/tiny-<family>) and the sample dataset (datasets/sample) in the
+Builds the tiny model (models/tiny-<family>) and the sample dataset (datasets/sample; for an
+edit family the paired one, datasets/sample-paired, and the first control as the reference) in the
 studio home, trains a short run through exactly the same `train()` a real run uses, generates
 one image without and one with the LoRA (PNGs in the run folder) and prints where it all is.
 """
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
 DEMO_DATASET = "sample"
+DEMO_PAIRED_DATASET = "sample-paired"  # families that take control images
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +38,7 @@ def demo_config(family: str, base_model: Path, steps: int, output_name: str) -> 
     raw: dict[str, Any] = {
         "family": family,
         "base_model": str(base_model),
-        "data_dir": DEMO_DATASET,
+        "data_dir": DEMO_PAIRED_DATASET if spec.control_images[1] else DEMO_DATASET,
         "output_name": output_name,
         "steps": steps,
         "resolution": max(32, 2 * spec.resolution_multiple),
@@ -58,7 +60,7 @@ def _save_png(image: Image.Image, path: Path) -> None:
 
 
 def demo_cmd(
-    family: str = typer.Option("flux", "--family", help="sdxl, flux, qwen-image or z-image"),
+    family: str = typer.Option("flux", "--family", help="sdxl, flux, qwen-image, z-image or flux-kontext"),
     steps: int = typer.Option(30, "--steps", min=1, max=10_000, help="training steps"),
 ) -> None:
     """Train a short LoRA on a tiny built-in model and generate with it (offline, CPU is fine)."""
@@ -90,7 +92,13 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
     display = ProgressDisplay(console)
     display.say(f"building the tiny {family} model and the sample dataset")
     model = save_tiny_model(family, tiny_model_dir(family, settings.models_dir))
-    dataset = make_sample_dataset(settings.datasets_dir / DEMO_DATASET)
+    paired = families.get(family).spec.control_images[1] > 0
+    if paired:
+        from lorastudio.tiny.paired import make_paired_dataset
+
+        dataset = make_paired_dataset(settings.datasets_dir / DEMO_PAIRED_DATASET)
+    else:
+        dataset = make_sample_dataset(settings.datasets_dir / DEMO_DATASET)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     cfg = parse_train_config(demo_config(family, model, steps, f"demo-{family}-{stamp}"))
     with StopOnInterrupt(console) as stopper, display:
@@ -98,13 +106,18 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
     if result.lora_path is None:
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
         return
-    prompt = next(p.read_text(encoding="utf-8").strip() for p in sorted(dataset.glob("*.txt")))
+    caption = sorted(dataset.glob("*.txt"))[0]
+    prompt = caption.read_text(encoding="utf-8").strip()
     size = int(cfg.resolution)
     extra = (
         {"max_sequence_length": 32} if "max_sequence_length" in families.get(family).spec.supports else None
     )
     pipe = load_pipeline(str(model), family)
     kwargs: dict[str, Any] = {"prompt": prompt, "seed": 0, "steps": 4, "width": size, "height": size}
+    if paired:  # edit the target's own reference image
+        from lorastudio.data.images import load_rgb
+
+        kwargs["controls"] = [load_rgb(dataset / "control" / f"{caption.stem}.png")]
     base = generate_image(pipe, family, extra=extra, **kwargs)
     apply_loras(pipe, [(result.lora_path, 1.0)])
     tuned = generate_image(pipe, family, extra=extra, **kwargs)

@@ -65,3 +65,11 @@ def test_train_kontext_on_the_paired_tiny_dataset_and_edit_with_a_reference(
         "generate", *common[:-8], "--control", str(tmp_path / "nope.png"), "--out", str(tmp_path / "x.png")
     )
     assert other.exit_code != 0 and "nope.png not found" in other.output
+
+
+def test_the_kontext_demo_trains_on_the_paired_sample_and_edits_its_reference():
+    result = _invoke("demo", "--family", "flux-kontext", "--steps", "2")
+    assert result.exit_code == 0, result.output
+    assert "demo done: flux-kontext, 2 steps" in result.output
+    assert str(get_settings().datasets_dir / "sample-paired") in result.output
+    assert (get_settings().datasets_dir / "sample-paired" / "control" / "shape_00.png").is_file()
