@@ -1,6 +1,7 @@
 """Sample previews work for every registered family, and a preview is exactly inference: the
 image rendered from the cached prompt conditioning during training equals the one the family's
-full pipeline (with its text encoders) generates for the prompt text with the trained LoRA."""
+full pipeline (with its text encoders) generates for the prompt text with the trained LoRA (for
+an edit family: as an edit of the first dataset image's controls, the run's sample references)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from tests.families.conftest import controls_for
 
 from lorastudio import families
 from lorastudio.config import parse_train_config
@@ -23,12 +25,14 @@ SAMPLE_STEPS, SAMPLE_SEED = 2, 5
 @pytest.mark.parametrize("family", families.names())
 def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, training_data, tmp_path):
     spec = families.get(family).spec
+    data = training_data(family)
+    references = controls_for(family, data, sorted(data.glob("*.txt"))[0])
     size = max(32, 2 * spec.resolution_multiple)
     extra = {"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}
     raw = {
         "family": family,
         "base_model": str(tiny_model(family)),
-        "data_dir": str(training_data(family)),
+        "data_dir": str(data),
         "output_name": "sampled",
         "resolution": size,
         "steps": 1,
@@ -66,5 +70,6 @@ def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, tr
             width=size,
             height=size,
             extra=extra,
+            controls=references,
         )
         assert np.array_equal(rendered, np.asarray(expected)), f"{family}: {rel} differs from inference"

@@ -129,6 +129,21 @@ def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
     return rgb.crop((left, top, left + width, top + height))
 
 
+def reference_kwargs(
+    pipe: Any, max_controls: int, controls: Sequence[Image.Image], width: int, height: int
+) -> dict[str, Any]:
+    """The edit pipeline `__call__` arguments for reference images: `image` (each reference
+    fitted to width x height, one image for a family taking one, else a list) and, for a
+    pipeline that picks its own output size, max_area = width * height. {} for neither."""
+    kwargs: dict[str, Any] = {}
+    if controls:
+        fitted = [fit_reference(img, width, height) for img in controls]
+        kwargs["image"] = fitted[0] if max_controls == 1 else fitted
+    if "max_area" in inspect.signature(type(pipe).__call__).parameters:
+        kwargs["max_area"] = width * height  # else the edit pipeline picks its own output size
+    return kwargs
+
+
 def generate_image(
     pipe: DiffusionPipeline,
     family: str,
@@ -171,11 +186,7 @@ def generate_image(
     if problems:
         raise ConfigError(problems)
     kwargs: dict[str, Any] = dict(spec.generation_defaults)
-    if controls:
-        fitted = [fit_reference(img, width, height) for img in controls]
-        kwargs["image"] = fitted[0] if high == 1 else fitted
-    if "max_area" in inspect.signature(type(pipe).__call__).parameters:
-        kwargs["max_area"] = width * height  # else the edit pipeline picks its own output size
+    kwargs.update(reference_kwargs(pipe, spec.control_images[1], controls, width, height))
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:

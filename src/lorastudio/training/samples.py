@@ -12,6 +12,8 @@ How a round renders (exactly what inference would render):
   second from the page cache). It decodes in the run's dtype, as in the inference pipeline
   loaded in that dtype (SDXL's pipeline upcasts an fp16 VAE itself). A run that encodes latents
   every step already holds its VAE: that one is reused when its dtype is the run's;
+- a paired (edit) run renders every prompt as an edit of the first dataset image's control
+  images (its references), fitted to the sample size as `lorastudio generate --control` does;
 - each prompt's noise comes from a CPU generator seeded with `sample_seed` (the same image for
   the same LoRA on any device), at the training resolution, with the family's generation
   defaults and `sample_steps` inference steps.
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.generate.pipeline import reference_kwargs
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import remove_samples, sample_name, samples_dir, write_sample_files
 
@@ -57,6 +60,7 @@ class SamplePreviews:
     def __init__(self, run: PreparedRun, prompt_conds: Conditioning):
         self.run = run
         self.prompts = list(run.cfg.sample_prompts)
+        self.references = _references(run)
         missing = [p for p in self.prompts if p not in prompt_conds]
         if missing:
             raise KeyError(f"sample prompts without conditioning: {missing}")
@@ -123,11 +127,18 @@ class SamplePreviews:
             kwargs["num_inference_steps"] = cfg.sample_steps
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
         size = int(cfg.resolution or 0)
-        if "max_area" in inspect.signature(type(pipe).__call__).parameters:
-            kwargs["max_area"] = size * size  # an edit pipeline would pick its own output size
+        kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, size, size))
         generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
         out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
+
+
+def _references(run: PreparedRun) -> list[Image.Image]:
+    """The reference images of a paired run's samples: the first dataset image's controls."""
+    from lorastudio.data.images import load_rgb
+
+    items = run.scan.items
+    return [load_rgb(path) for path in items[0].controls] if items else []
 
 
 def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> Any:
