@@ -195,13 +195,27 @@ def pair_controls(
     if from_metadata:
         report.sources.append(f"{metadata.name if metadata else 'metadata.jsonl'} (control_files)")
     problems += _count_problems(report, allowed, family)
-    for paths in report.controls.values():
+    escaping = _escaping_links(report, [root, *control_dirs])
+    problems += escaping
+    for paths in [] if escaping else report.controls.values():  # nothing outside is opened
         for path in paths:
             try:
                 probe_image(path, max_pixels)
             except DatasetError as err:
                 problems += [f"control {p}" for p in err.problems]
     return report
+
+
+def _escaping_links(report: PairReport, roots: Sequence[Path]) -> list[str]:
+    """Controls whose real path (symlinks followed) lies outside the dataset folder and the
+    control_dirs: refused, as a link out of the dataset would read any file of the host."""
+    allowed = [r.resolve() for r in roots]
+    return [
+        f"control {path.name}: a link to {path.resolve()}, outside the dataset folder"
+        for paths in report.controls.values()
+        for path in paths
+        if not any(path.resolve().is_relative_to(r) for r in allowed)
+    ]
 
 
 def _count_problems(report: PairReport, allowed: tuple[int, int], family: str) -> list[str]:

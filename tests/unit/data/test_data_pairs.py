@@ -126,3 +126,16 @@ def test_a_control_of_the_target_shape_is_cropped_and_flipped_with_it(tmp_path, 
         item.controls[0], item.bucket, crop.crop_top_left, resized_size(80, 48, item.bucket), flip
     )
     np.testing.assert_array_equal(control, crop.pixels)  # [3, 32, 32] the same crop
+
+
+def test_a_control_linking_outside_the_dataset_is_refused(tmp_path):
+    root = tmp_path / "data"
+    _targets(root, ["a"])
+    outside = write_image(tmp_path / "secret.png")
+    (root / "control").mkdir()
+    (root / "control" / "a.png").symlink_to(outside)
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert any(
+        "control a.png: a link to" in p and "outside the dataset folder" in p for p in err.value.problems
+    )
