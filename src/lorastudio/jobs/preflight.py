@@ -263,7 +263,8 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
     weights when quantised, the compute dtype for the rest; blocks swapped to CPU RAM do not
     count except IN_FLIGHT_BLOCKS of them) + LoRA (rank/16 x 1% of the denoiser) with fp32
     weights, grads and AdamW state (16 B/param) + activations (2.5 GB per billion denoiser
-    parameters per sample of the micro-batch at 1024 px, scaled by pixels, x ACTIVATION_FACTOR
+    parameters per sample of the micro-batch at 1024 px, scaled by pixels (target + the edit
+    family's most control images, whose tokens join the sequence), x ACTIVATION_FACTOR
     of the checkpointing mode) + 1 GB. Calibrated on four H200 measurements without
     quantisation, checkpointing modes or block swap; expect it to be off by up to ~50%."""
     note = "rough formula (weights + LoRA/optimizer + activations scaled from H200 baselines), +-50%"
@@ -287,6 +288,7 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
     weights_gb = (other * per) + resident * block_bytes / 1e9
     lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
     pixels = ((cfg.resolution or 1024) / 1024) ** 2
+    pixels *= 1 + fam.spec.control_images[1]  # an edit family's control tokens join the sequence
     act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
     act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
     phases = {

@@ -338,11 +338,13 @@ def _attention_shapes(
     run: PreparedRun, plan: Plan, denoiser: torch.nn.Module
 ) -> list[tuple[int, int, int, int]]:
     """The attention shapes training.attention probes: the micro-batch, the denoiser's heads and
-    head dim, image tokens at the run's resolution (+ the text tokens)."""
+    head dim, image tokens at the run's resolution (+ an edit run's control tokens, + the text
+    tokens)."""
     spec, cfg = run.family.spec, run.cfg  # resolved: resolution and max_sequence_length filled
     side = int(cfg.resolution or 0) // (spec.vae_scale_factor * spec.patch_size)
     text = int(cfg.max_sequence_length or 0)  # None for SDXL, whose U-Net gives no shapes anyway
-    return probe_shapes(dict(getattr(denoiser, "config", {})), side * side, text, plan.micro_batch_size)
+    image = side * side * (1 + run.scan.controls_per_image())  # control tokens join the sequence
+    return probe_shapes(dict(getattr(denoiser, "config", {})), image, text, plan.micro_batch_size)
 
 
 def _prepare_denoiser(

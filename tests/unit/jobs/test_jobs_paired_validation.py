@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from lorastudio.errors import ConfigError
-from lorastudio.jobs.preflight import preflight_report
+from lorastudio.jobs import preflight
+from lorastudio.jobs.hardware import host_info
+from lorastudio.jobs.preflight import estimate_memory_gb, plan_for_estimate, preflight_report
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
 from lorastudio.tiny.paired import make_paired_dataset
@@ -22,7 +24,9 @@ def _cfg(model: Path, **over: object) -> dict:
     return {**base, "steps": 3, "max_sequence_length": 16, **over}
 
 
-def test_the_preflight_shows_the_pairs(settings: Settings, tiny_model: Callable[[str], Path]) -> None:
+def test_the_preflight_shows_the_pairs(
+    settings: Settings, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     make_paired_dataset(settings.datasets_dir / "pairs")
     run = validate_run(_cfg(tiny_model("flux-kontext")), settings, live_output_names=set())
     controls = preflight_report(run)["dataset"]["controls"]
@@ -30,6 +34,12 @@ def test_the_preflight_shows_the_pairs(settings: Settings, tiny_model: Callable[
     assert controls["examples"][0] == {"target": "shape_00.png", "controls": ["control/shape_00.png"]}
     assert sum(controls["buckets"].values()) == 8
     json.dumps(controls)
+    # the reference tokens join the sequence: more activation memory than FLUX.1 on the same weights
+    monkeypatch.setattr(preflight, "_ACT_GB_PER_BPARAM", 1e6)  # tiny weights: make activations count
+    plan = plan_for_estimate(run.config, host_info())
+    kontext = estimate_memory_gb(run.config, run.model_dir, plan)["phases"]["denoiser"]
+    flux = estimate_memory_gb(run.config.model_copy(update={"family": "flux"}), run.model_dir, plan)
+    assert kontext > flux["phases"]["denoiser"]
 
 
 def test_control_dirs_are_kept_under_the_datasets_root(
