@@ -31,6 +31,19 @@ Objective = Literal["ddpm", "flow"]
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One flavour of a family's architecture (FLUX.2 klein 4B / 9B, base / distilled ...): a
+    row of FamilySpec.variants, told apart by facts read from the checkpoint (see
+    `checkpoint_facts`), never by its name. The first row whose `when` facts all match wins."""
+
+    name: str  # "klein-9b-distilled"
+    title: str  # "FLUX.2 [klein] 9B (step-distilled)"
+    when: Mapping[str, Any]  # checkpoint fact -> value, e.g. {"is_distilled": True}
+    generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # over the spec's
+    note: str | None = None  # what training this flavour means (preflight report, run notes)
+
+
+@dataclass(frozen=True)
 class FamilySpec:
     """Declarative constants of a family. No behaviour lives here."""
 
@@ -59,6 +72,11 @@ class FamilySpec:
     # module paths), fused into one matmul per group by TrainConfig.fuse_projections
     # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
     fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    # pipeline __call__ kwargs that make each step ONE conditional denoiser call (classifier-free
+    # guidance off), e.g. {"guidance_scale": 1.0}; empty where the defaults already do
+    no_cfg_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
+    variants: tuple[Variant, ...] = ()
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -73,6 +91,7 @@ class FamilySpec:
             "supports": sorted(self.supports),
             "wide_compile": bool(self.wide_compile_blocks),
             "fuse_projections": bool(self.fused_projection_groups),
+            "variants": [v.title for v in self.variants],
         }
 
 
@@ -86,6 +105,35 @@ class Family(ABC):
     """
 
     spec: FamilySpec
+
+    # -- flavours ------------------------------------------------------------------------------
+    def checkpoint_facts(self, source: str, revision: str | None) -> dict[str, Any]:
+        """What the checkpoint says about its flavour: model_index.json's plain attributes (e.g.
+        `is_distilled`) and the denoiser's config as "<denoiser>.<key>" (e.g.
+        "transformer.guidance_embeds"). Raises ModelSourceError when they cannot be read."""
+        import diffusers
+
+        from lorastudio.families.common import config_facts
+
+        cls = getattr(diffusers, self.spec.denoiser_class)
+        try:
+            index = diffusers.DiffusionPipeline.load_config(source, revision=revision)
+            denoiser = cls.load_config(source, subfolder=self.spec.denoiser, revision=revision)
+        except (OSError, ValueError) as err:
+            raise ModelSourceError(f"cannot read the configs of {source!r}: {err}") from err
+        return config_facts(index, self.spec.denoiser, denoiser)
+
+    def variant(self, facts: Mapping[str, Any]) -> Variant | None:
+        """The first row of spec.variants whose `when` facts all match `facts`; None if none does."""
+        for row in self.spec.variants:
+            if all(facts.get(k) == v for k, v in row.when.items()):
+                return row
+        return None
+
+    def generation_defaults(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """spec.generation_defaults with the checkpoint's variant's overrides applied."""
+        row = self.variant(facts)
+        return {**self.spec.generation_defaults, **(row.generation_defaults if row else {})}
 
     # -- validation -------------------------------------------------------------------------
     def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
@@ -192,6 +240,15 @@ class Family(ABC):
         in the objective's target space: epsilon or v for DDPM (per the scheduler config),
         noise - x0 for flow."""
 
+    def to_pipeline_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B,C,h,w] (normalised) -> what the pipeline's `latents=` argument takes.
+        Default: the same tensor."""
+        return latents
+
+    def from_pipeline_latents(self, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        """The pipeline's output_type="latent" result -> latents [B,C,h,w]. Default: as is."""
+        return out
+
     # -- noise schedule ------------------------------------------------------------------------
     def scheduler_config(self, source: str, revision: str | None) -> dict[str, Any]:
         """The base model's scheduler config (scheduler/scheduler_config.json) as a dict.
@@ -219,7 +276,8 @@ class Family(ABC):
         if cfg.flow_shift is not None:
             return static_shift(sigmas, cfg.flow_shift)
         if scheduler_config.get("use_dynamic_shifting"):
-            seq_len = (latent_hw[0] // 2) * (latent_hw[1] // 2)
+            p = self.spec.patch_size
+            seq_len = (latent_hw[0] // p) * (latent_hw[1] // p)  # image tokens
             mu = dynamic_shift_mu(seq_len, scheduler_config)
             return time_shift(sigmas, mu, scheduler_config.get("time_shift_type", "exponential"))
         return static_shift(sigmas, float(scheduler_config.get("shift", 1.0)))

@@ -70,6 +70,24 @@ def load_text_pipeline(
     return pipe
 
 
+def config_facts(index: Any, denoiser_name: str, denoiser_config: Any) -> dict[str, Any]:
+    """Checkpoint facts (Family.checkpoint_facts) from a pipeline's model_index / pipe.config and
+    its denoiser's config: the plain (non-component, non-private) attributes of the first, and
+    every public key of the second as "<denoiser_name>.<key>"."""
+    facts = {
+        k: v for k, v in dict(index).items() if not k.startswith("_") and not isinstance(v, (list, tuple))
+    }
+    facts.update(
+        {f"{denoiser_name}.{k}": v for k, v in dict(denoiser_config).items() if not k.startswith("_")}
+    )
+    return facts
+
+
+def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:
+    """config_facts of a loaded pipeline (its config and its denoiser's)."""
+    return config_facts(pipe.config, denoiser_name, getattr(pipe, denoiser_name).config)
+
+
 def frozen(module: Any, device: torch.device) -> Any:
     """Move a loaded model to device, eval mode, no gradients; returns it."""
     return module.to(device).eval().requires_grad_(False)
