@@ -66,7 +66,7 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
         max_sequence_length=cfg.max_sequence_length,
         **kwargs,
     ).images
-    got = fam.from_pipeline_latents(out, (h, w))
+    got = fam.from_pipeline_latents(pipe, out, (h, w))
     torch.testing.assert_close(got.float(), expected, rtol=1e-4, atol=1e-4)
 
 

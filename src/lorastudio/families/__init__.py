@@ -22,6 +22,7 @@ _BUILTIN: dict[str, str] = {
     "qwen-image": "lorastudio.families.qwen_image:FAMILY",
     "z-image": "lorastudio.families.z_image:FAMILY",
     "flux2": "lorastudio.families.flux2:FAMILY",
+    "flux2-klein": "lorastudio.families.flux2_klein:FAMILY",
 }
 _loaded: dict[str, Family] = {}
 

@@ -245,8 +245,9 @@ class Family(ABC):
         Default: the same tensor."""
         return latents
 
-    def from_pipeline_latents(self, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
-        """The pipeline's output_type="latent" result -> latents [B,C,h,w]. Default: as is."""
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        """`pipe`'s output_type="latent" result -> latents [B,C,h,w] in the family's latent space
+        (`pipe` for what the conversion needs, e.g. its VAE's statistics). Default: as is."""
         return out
 
     # -- noise schedule ------------------------------------------------------------------------

@@ -24,9 +24,10 @@ from lorastudio.families.base import Family, FamilySpec
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
-# LoRA targets: every attention projection of the dual-stream blocks and the single-stream
-# blocks' fused q/k/v+MLP input. The single blocks' output linear (`attn.to_out`) shares its
-# suffix with the dual blocks' to_out ModuleList, so a suffix cannot name it alone.
+# LoRA targets: the dual-stream blocks' attention projections and MLPs (both streams) and the
+# single-stream blocks' fused q/k/v+MLP input, as DiffSynth-Studio's FLUX.2 LoRA recipes do.
+# The single blocks' output linear (`attn.to_out`) shares its suffix with the dual blocks'
+# to_out ModuleList, so no suffix names it alone (name it per block in lora_targets to add it).
 FLUX2_TARGETS = (
     "to_q",
     "to_k",
@@ -36,6 +37,8 @@ FLUX2_TARGETS = (
     "add_k_proj",
     "add_v_proj",
     "to_add_out",
+    "linear_in",
+    "linear_out",
     "to_qkv_mlp_proj",
 )
 FLUX2_SUPPORTS = frozenset(
@@ -77,6 +80,23 @@ SPEC = FamilySpec(
 )
 
 
+def bn_std(vae: Any) -> torch.Tensor:
+    """The VAE's BatchNorm standard deviation per patchified channel, [1, 4C, 1, 1] float32."""
+    return torch.sqrt(vae.bn.running_var.float().view(1, -1, 1, 1) + vae.config.batch_norm_eps)
+
+
+def normalise(patched: torch.Tensor, vae: Any) -> torch.Tensor:
+    """Patchified VAE latents [B, 4C, h, w] -> the normalised latent space (BatchNorm stats)."""
+    mean = vae.bn.running_mean.float().view(1, -1, 1, 1).to(patched.device)  # [1, 4C, 1, 1]
+    return (patched.float() - mean) / bn_std(vae).to(patched.device)
+
+
+def tokens_to_latents(tokens: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+    """Row-major image tokens [B, h*w, C] -> [B, C, h, w] (inverse of Flux2Pipeline._pack_latents)."""
+    b, _, c = tokens.shape
+    return tokens.transpose(1, 2).reshape(b, c, *latent_hw)
+
+
 class Flux2Family(Family):
     spec = SPEC
 
@@ -114,13 +134,15 @@ class Flux2Family(Family):
         dist = vae.encode(pixels.to(vae.dtype)).latent_dist
         mean = Flux2Pipeline._patchify_latents(dist.mean.float())  # [B, 4C, H/16, W/16]
         std = Flux2Pipeline._patchify_latents(dist.std.float())  # [B, 4C, H/16, W/16]
-        bn_mean = vae.bn.running_mean.float().view(1, -1, 1, 1)  # [1, 4C, 1, 1]
-        bn_std = torch.sqrt(vae.bn.running_var.float().view(1, -1, 1, 1) + vae.config.batch_norm_eps)
-        return (mean - bn_mean) / bn_std, std / bn_std
+        return normalise(mean, vae), std / bn_std(vae)
 
-    def from_pipeline_latents(self, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
-        b, _, c = out.shape  # [B, h*w, C] tokens in row-major order
-        return out.transpose(1, 2).reshape(b, c, *latent_hw)
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        """Flux2Pipeline returns its packed tokens [B, h*w, C]; Flux2KleinPipeline the VAE's raw
+        latents [B, C/4, 2h, 2w] (un-normalised, unpatchified): both back to [B, C, h, w]."""
+        if out.ndim == 3:
+            return tokens_to_latents(out, latent_hw)
+        patched = pipe._patchify_latents(out.float())  # [B, C, h, w]
+        return normalise(patched, pipe.vae)
 
     def guidance(
         self, denoiser: Any, cfg: TrainConfig, batch: int, device: torch.device
@@ -154,7 +176,7 @@ class Flux2Family(Family):
             guidance=self.guidance(denoiser, cfg, b, device),
             return_dict=False,
         )[0]  # [B, h*w, C]
-        return self.from_pipeline_latents(out, (h, w))  # [B, C, h, w]
+        return tokens_to_latents(out, (h, w))  # [B, C, h, w]
 
 
 FAMILY = Flux2Family()

@@ -91,7 +91,7 @@ class QwenImageFamily(Family):
     def to_pipeline_latents(self, latents: torch.Tensor) -> torch.Tensor:
         return pack_2x2(latents)  # [B, hw/4, C*4]: the pipeline's packed latents
 
-    def from_pipeline_latents(self, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
         return unpack_2x2(out, *latent_hw)  # [B, C, h, w]
 
     def predict(

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 DEV_LAYERS = 30  # Flux2Pipeline reads hidden states 10, 20, 30
 KLEIN_LAYERS = 27  # Flux2KleinPipeline reads hidden states 9, 18, 27
 TEXT_HIDDEN = 16  # both tiny text encoders; the transformer's joint_attention_dim is 3x this
+# the default init of the shared modulation linears gives gates of ~0.04 (every block nearly off,
+# a LoRA learns at a crawl); scaled by this they are O(1), as in a trained checkpoint
+MODULATION_GAIN = 30.0
 MISTRAL_SPECIALS = (
     "<unk>",
     "<s>",
@@ -87,19 +90,27 @@ def _transformer(seed: int, guidance_embeds: bool) -> Any:
     from diffusers import Flux2Transformer2DModel
 
     _seed(seed, "transformer")
-    return Flux2Transformer2DModel(
+    transformer = Flux2Transformer2DModel(
         patch_size=1,
         in_channels=128,  # 32 VAE channels patchified 2x2
         num_layers=1,
         num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
+        attention_head_dim=32,
+        num_attention_heads=4,  # inner dim 128: as wide as the 128 latent channels it predicts
         joint_attention_dim=3 * TEXT_HIDDEN,  # three stacked hidden states
         timestep_guidance_channels=32,
         mlp_ratio=2.0,
-        axes_dims_rope=(4, 4, 4, 4),  # sums to the head dim
+        axes_dims_rope=(8, 8, 8, 8),  # sums to the head dim
         guidance_embeds=guidance_embeds,
     )
+    with torch.no_grad():
+        for mod in (
+            transformer.double_stream_modulation_img,
+            transformer.double_stream_modulation_txt,
+            transformer.single_stream_modulation,
+        ):
+            mod.linear.weight.mul_(MODULATION_GAIN)
+    return transformer
 
 
 def _vae(seed: int) -> Any:

@@ -361,6 +361,7 @@ BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {
     "qwen-image": build_qwen_image,
     "z-image": build_z_image,
     "flux2": tiny_flux2.build_flux2,
+    "flux2-klein": tiny_flux2.build_flux2_klein,
 }
 
 
