@@ -14,10 +14,12 @@ Tensor conventions used by every hook:
 
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lorastudio.errors import FieldProblem, ModelSourceError
@@ -113,8 +115,6 @@ class Family(ABC):
         "transformer.guidance_embeds"). Raises ModelSourceError when they cannot be read."""
         import diffusers
 
-        from lorastudio.families.common import config_facts
-
         cls = getattr(diffusers, self.spec.denoiser_class)
         try:
             index = diffusers.DiffusionPipeline.load_config(source, revision=revision)
@@ -122,6 +122,31 @@ class Family(ABC):
         except (OSError, ValueError) as err:
             raise ModelSourceError(f"cannot read the configs of {source!r}: {err}") from err
         return config_facts(index, self.spec.denoiser, denoiser)
+
+    def folder_variant(self, folder: Path) -> Variant | None:
+        """The variant of a local pipeline folder, from its model_index.json and denoiser
+        config.json read as plain JSON (no diffusers import: cheap enough for a preflight).
+        None when the family has no variants, no row matches, or the files cannot be read."""
+        if not self.spec.variants:
+            return None
+        try:
+            index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+            denoiser = json.loads((folder / self.spec.denoiser / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return self.variant(config_facts(index, self.spec.denoiser, denoiser))
+
+    def source_variant(self, source: str, revision: str | None) -> Variant | None:
+        """The variant of a run's base model source: a local folder's (folder_variant), else the
+        hub checkpoint's configs (checkpoint_facts; None when they cannot be read)."""
+        if not self.spec.variants:
+            return None
+        if Path(source).is_dir():
+            return self.folder_variant(Path(source))
+        try:
+            return self.variant(self.checkpoint_facts(source, revision))
+        except ModelSourceError:
+            return None
 
     def variant(self, facts: Mapping[str, Any]) -> Variant | None:
         """The first row of spec.variants whose `when` facts all match `facts`; None if none does."""
@@ -282,6 +307,21 @@ class Family(ABC):
             mu = dynamic_shift_mu(seq_len, scheduler_config)
             return time_shift(sigmas, mu, scheduler_config.get("time_shift_type", "exponential"))
         return static_shift(sigmas, float(scheduler_config.get("shift", 1.0)))
+
+
+def config_facts(
+    index: Mapping[str, Any], denoiser_name: str, denoiser_config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Checkpoint facts (Family.checkpoint_facts) from a pipeline's model_index / pipe.config and
+    its denoiser's config: the plain (non-component, non-private) attributes of the first, and
+    every public key of the second as "<denoiser_name>.<key>"."""
+    facts = {
+        k: v for k, v in dict(index).items() if not k.startswith("_") and not isinstance(v, (list, tuple))
+    }
+    facts.update(
+        {f"{denoiser_name}.{k}": v for k, v in dict(denoiser_config).items() if not k.startswith("_")}
+    )
+    return facts
 
 
 def static_shift(sigmas: torch.Tensor, shift: float) -> torch.Tensor:

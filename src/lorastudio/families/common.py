@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.families.base import quiet_loading
+from lorastudio.families.base import config_facts, quiet_loading
 
 # the q/k/v projections of a dual-stream (MM-DiT) block: image stream, then text stream; each
 # triple reads one input (FamilySpec.fused_projection_groups of FLUX.1 and Qwen-Image)
@@ -68,19 +68,6 @@ def load_text_pipeline(
         if module is not None:
             module.eval().requires_grad_(False)
     return pipe
-
-
-def config_facts(index: Any, denoiser_name: str, denoiser_config: Any) -> dict[str, Any]:
-    """Checkpoint facts (Family.checkpoint_facts) from a pipeline's model_index / pipe.config and
-    its denoiser's config: the plain (non-component, non-private) attributes of the first, and
-    every public key of the second as "<denoiser_name>.<key>"."""
-    facts = {
-        k: v for k, v in dict(index).items() if not k.startswith("_") and not isinstance(v, (list, tuple))
-    }
-    facts.update(
-        {f"{denoiser_name}.{k}": v for k, v in dict(denoiser_config).items() if not k.startswith("_")}
-    )
-    return facts
 
 
 def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:

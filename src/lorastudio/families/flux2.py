@@ -109,6 +109,22 @@ class Flux2Family(Family):
             ]
         return []
 
+    def load_text_encoders(
+        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        """The pipeline without its transformer and VAE. FLUX.2 dev's tokenizer is a
+        PixtralProcessor, which transformers builds only with torchvision: its absence is a
+        ModelSourceError saying so (not a bare ImportError mid-run)."""
+        from lorastudio.errors import ModelSourceError
+
+        try:
+            return super().load_text_encoders(source, revision, dtype, device)
+        except ImportError as err:
+            raise ModelSourceError(
+                f"cannot load the tokenizer of {source!r} ({err}); FLUX.2 dev's PixtralProcessor "
+                "needs torchvision: pip install torchvision (the build matching your torch)"
+            ) from err
+
     @torch.no_grad()
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
