@@ -20,6 +20,7 @@ import torch
 
 from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.common import DUAL_STREAM_QKV
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -61,11 +62,11 @@ SPEC = FamilySpec(
     patch_size=1,
     denoiser_class="Flux2Transformer2DModel",
     vae_class="AutoencoderKLFlux2",
-    # lr 1e-4 and a guidance of 1 while training: diffusers' examples/dreambooth/README_flux2.md
-    # (train_dreambooth_lora_flux2.py) and ai-toolkit's FLUX.2 model; rank 16 as for FLUX.1.
-    # Timesteps: logit-normal sigmas with FLUX.1's resolution-dependent shift (base 0.5 to max
-    # 1.15 over 256..4096 tokens, from the checkpoint's scheduler config) as ai-toolkit's
-    # FLUX.2 train scheduler does.
+    # lr 1e-4: DiffSynth-Studio's FLUX.2-dev LoRA recipe (examples/flux2/model_training/lora);
+    # guidance 1 while training and rank 16, as for FLUX.1 (a guidance-distilled base, as
+    # ai-toolkit's FLUX.2 model treats it). Timesteps: logit-normal sigmas with FLUX.1's
+    # resolution-dependent shift (base 0.5 to max 1.15 over 256..4096 tokens, from the
+    # checkpoint's scheduler config), the train scheduler of ai-toolkit's FLUX.2 model.
     defaults={
         "resolution": 1024,
         "learning_rate": 1e-4,
@@ -76,7 +77,8 @@ SPEC = FamilySpec(
     supports=FLUX2_SUPPORTS | {"guidance"},
     # Flux2Pipeline's documented call: 50 steps, guidance 4 (the embedded guidance)
     generation_defaults={"num_inference_steps": 50, "guidance_scale": 4.0},
-    fused_projection_groups={"Flux2TransformerBlock": (("attn.to_q", "attn.to_k", "attn.to_v"),)},
+    # the dual-stream blocks' q/k/v per stream (the single blocks' are one linear already)
+    fused_projection_groups={"Flux2TransformerBlock": DUAL_STREAM_QKV},
 )
 
 

@@ -19,6 +19,7 @@ import torch
 
 from lorastudio.families.base import FamilySpec, Variant
 from lorastudio.families.flux2 import FLUX2_SUPPORTS, FLUX2_TARGETS, MAX_TEXT_TOKENS, Flux2Family
+from lorastudio.families.flux2 import SPEC as FLUX2_SPEC
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -75,7 +76,7 @@ SPEC = FamilySpec(
     supports=FLUX2_SUPPORTS,  # no guidance embedding: `guidance` is refused
     # a base checkpoint: Flux2KleinPipeline's documented call (50 steps, CFG 4); distilled: DISTILLED
     generation_defaults={"num_inference_steps": 50, "guidance_scale": 4.0},
-    fused_projection_groups={"Flux2TransformerBlock": (("attn.to_q", "attn.to_k", "attn.to_v"),)},
+    fused_projection_groups=FLUX2_SPEC.fused_projection_groups,
     no_cfg_kwargs={"guidance_scale": 1.0},
     variants=(
         *_rows("4b", 5),
