@@ -67,7 +67,7 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # what to train on
-    family: str = Field(description="model family: sdxl, flux, qwen-image or z-image")
+    family: str = Field(description="model family: a registered name (`lorastudio families`, /api/info)")
     base_model: str = Field(min_length=1, description="hub id (owner/name) or local pipeline folder")
     revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
     data_dir: str = Field(min_length=1, description="dataset folder (absolute, or a name under datasets/)")

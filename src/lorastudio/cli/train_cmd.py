@@ -166,6 +166,8 @@ def train_cmd(
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
         from lorastudio.training.loop import train
 
+        for note in _flavour_notes(cfg):
+            typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
         display = ProgressDisplay(console) if rank == 0 else None
         with StopOnInterrupt(console) as stopper, display or nullcontext():
@@ -186,6 +188,19 @@ def train_cmd(
     typer.echo(f"{state}: {result.steps_run} step(s)")
     typer.echo(f"LoRA     {result.lora_path}")
     typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
+
+
+def _flavour_notes(cfg: Any) -> list[str]:
+    """What training the base model's flavour means (FamilySpec.variants: e.g. a step-distilled
+    FLUX.2 klein), for a base model in a local folder (a path or a name under models/)."""
+    from lorastudio import families
+    from lorastudio.settings import get_settings
+
+    folder = Path(cfg.base_model).expanduser()
+    if not folder.is_absolute():
+        folder = get_settings().models_dir / cfg.base_model
+    row = families.get(cfg.family).folder_variant(folder) if folder.is_dir() else None
+    return [row.note] if row is not None and row.note else []
 
 
 def _ignore(event: Event) -> None:

@@ -5,6 +5,7 @@ Names here are module paths without the `.weight` suffix and without any file pr
   SDXL   diffusers `down_blocks.1.attentions.0.proj_in` <-> SGM `input_blocks.4.1.proj_in`
   FLUX.1 diffusers `transformer_blocks.0.attn.to_q` <-> BFL `double_blocks.0.img_attn.qkv` (part 0
          of a fused linear: see FUSED_PARTS)
+  FLUX.2 (dev, klein): BFL names too, in lora/names_flux2.py
   Qwen-Image, Z-Image: ComfyUI addresses the diffusers names (Z-Image maps them onto its fused
          `attention.qkv` itself), so no renaming is needed.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora import names_flux2
 
 SDXL_LAYERS_PER_BLOCK = 2  # every SDXL U-Net (and the tiny one): input blocks hold 2 + 1 downsampler
 
@@ -81,6 +83,8 @@ _WORDS: dict[str, tuple[str, ...]] = {
         "to_add_out", "img_mlp", "txt_mlp", "img_mod", "txt_mod", "img_in", "txt_in", "proj_out",
         "norm_out", "time_text_embed", "timestep_embedder", "linear_1", "linear_2",
     ),
+    "flux2": names_flux2.WORDS,
+    "flux2-klein": names_flux2.WORDS,
 }  # fmt: skip
 
 

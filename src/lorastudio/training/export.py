@@ -41,13 +41,16 @@ def build_sidecar(
     dataset_fingerprint: str,
     num_images: int,
     lora_file: str,
+    variant: str | None = None,
 ) -> dict[str, Any]:
-    """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far."""
+    """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
+    `variant`: the base model's flavour (FamilySpec.variants) when the family has them."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
         "family": cfg.family,
         "base_model": cfg.base_model,
+        "variant": variant,
         "revision": cfg.revision,
         "rank": cfg.lora_rank,
         "alpha": cfg.lora_alpha,

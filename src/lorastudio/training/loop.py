@@ -252,6 +252,7 @@ def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         dataset_fingerprint=run.scan.fingerprint,
         num_images=len(run.scan.items),
         lora_file=f"{name}.safetensors",
+        variant=getattr(run.family.source_variant(cfg.base_model, cfg.revision), "title", None),
     )
     return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
 

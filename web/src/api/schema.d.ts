@@ -1555,11 +1555,27 @@ export interface components {
             /** Unique Captions */
             unique_captions: number;
         };
+        /** PreflightFamily */
+        PreflightFamily: {
+            /** Name */
+            name: string;
+            /**
+             * Notes
+             * @description what training this flavour means
+             */
+            notes?: string[];
+            /**
+             * Variant
+             * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
+             */
+            variant?: string | null;
+        };
         /** PreflightOut */
         PreflightOut: {
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
             dataset: components["schemas"]["PreflightDataset"];
+            family?: components["schemas"]["PreflightFamily"] | null;
             host: components["schemas"]["HostOut"];
             memory: components["schemas"]["MemoryEstimate"];
             plan: components["schemas"]["PreflightPlan"];
@@ -2045,7 +2061,7 @@ export interface components {
             enable_tf32?: boolean;
             /**
              * Family
-             * @description model family: sdxl, flux, qwen-image or z-image
+             * @description model family: a registered name (`lorastudio families`, /api/info)
              */
             family: string;
             /**
@@ -2368,7 +2384,7 @@ export interface components {
             enable_tf32: boolean;
             /**
              * Family
-             * @description model family: sdxl, flux, qwen-image or z-image
+             * @description model family: a registered name (`lorastudio families`, /api/info)
              */
             family: string;
             /**

@@ -47,7 +47,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "data_dir": "dataset folder (absolute, or a name under datasets/)",
   "default_caption": "caption of images without one (instance prompt)",
   "enable_tf32": "TF32 matmuls for the run (restored after)",
-  "family": "model family: sdxl, flux, qwen-image or z-image",
+  "family": "model family: a registered name (`lorastudio families`, /api/info)",
   "flow_shift": "static sigma shift (flow)",
   "fuse_projections": "run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)",
   "grad_accum": "micro-batches per optimizer step",

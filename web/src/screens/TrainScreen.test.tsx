@@ -60,6 +60,9 @@ describe("TrainScreen", () => {
     const report = await screen.findByTestId("preflight");
     expect(report).toHaveTextContent("bad.png");
     expect(report).toHaveTextContent("1.25 GB");
+    expect(screen.getByTestId("preflight-family-note")).toHaveTextContent(
+      "Tiny (step-distilled): train the base checkpoint instead",
+    );
     const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
     expect(sent.config).toMatchObject({ family: "flux", num_epochs: 5, lora_rank: 32, data_dir: "shapes" });
     expect(sent.config).not.toHaveProperty("steps");
