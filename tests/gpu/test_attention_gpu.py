@@ -79,7 +79,8 @@ def _fa4_or_skip() -> None:
 def test_fa4_matches_sdpa_math_forward_and_backward_eager_and_compiled(shape):
     """FA4 through the engine's custom op against torch's fp32 math SDPA on the same bf16 inputs:
     output and q/k/v gradients within bf16 error (and no worse than 2x torch's flash kernel),
-    every element written; the compiled call (fullgraph) gives the same result."""
+    every element finite; the compiled call (fullgraph) gives the same output and gradients within
+    the same bounds (FA4's dq sums its blocks with atomics: not bit-identical run to run)."""
     _fa4_or_skip()
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -108,9 +109,12 @@ def test_fa4_matches_sdpa_math_forward_and_backward_eager_and_compiled(shape):
     for name, a, f, c, w in zip(("out", "dq", "dk", "dv"), got, flash, compiled, want, strict=True):
         err = float((a.float() - w).norm() / w.norm())
         flash_err = float((f.float() - w).norm() / w.norm())
-        print(f"{shape} {name}: fa4 {err:.2e}, flash {flash_err:.2e}")
-        assert a.isfinite().all() and err < 1e-2 and err <= 2 * flash_err + 1e-4, (name, err, flash_err)
-        torch.testing.assert_close(c, a, rtol=0, atol=0)
+        compiled_err = float((c.float() - w).norm() / w.norm())
+        print(f"{shape} {name}: fa4 {err:.2e}, compiled {compiled_err:.2e}, flash {flash_err:.2e}")
+        for e in (err, compiled_err):
+            assert e < 1e-2 and e <= 2 * flash_err + 1e-4, (name, err, compiled_err, flash_err)
+        assert a.isfinite().all() and c.isfinite().all()
+    torch.testing.assert_close(compiled[0], got[0], rtol=0, atol=0)  # the forward is deterministic
 
 
 def test_the_fa4_probe_passes_at_flux_shapes_and_a_tiny_fa4_run_trains_like_flash(tiny_model, sample_dataset):

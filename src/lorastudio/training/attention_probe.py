@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 TOLERANCE = 2e-2  # max |kernel - flash| / max |flash| of the output and of each q/k/v gradient
-WARMUP, REPEATS = 2, 5  # timed fwd + bwd runs per shape (median); FA4 compiles on its first call
+WARMUP, REPEATS = 2, 10  # fwd + bwd runs per shape; FA4 compiles on its first call
 Attn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -58,18 +58,21 @@ def run_one(attn: Attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad:
 
 
 def time_ms(attn: Attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Tensor) -> float:
-    """Median milliseconds of one forward + backward of `attn` (CUDA events)."""
+    """Milliseconds per forward + backward of `attn`: REPEATS runs back to back between two CUDA
+    events after WARMUP runs (no sync in between, so the host queues ahead as in a training step
+    and a kernel's host-side launch cost counts only where it outruns the GPU)."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-    times = []
-    for i in range(WARMUP + REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    for _ in range(WARMUP):
         attn(q, k, v).backward(grad)
-        end.record()
-        torch.cuda.synchronize(q.device)
-        if i >= WARMUP:
-            times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(q.device)
+    start.record()
+    for _ in range(REPEATS):
+        attn(q, k, v).backward(grad)
+        q.grad = k.grad = v.grad = None  # no accumulation kernels in the timed region
+    end.record()
+    torch.cuda.synchronize(q.device)
+    return start.elapsed_time(end) / REPEATS
 
 
 def probe_kernel(
