@@ -162,7 +162,12 @@ def timed_calls(module: Any, name: str, log: list[float]) -> None:
 
 
 def run(
-    root: Path, steps: int, device: str = "cuda", resolution: int = 1024, save_every: int = SAVE_EVERY
+    root: Path,
+    steps: int,
+    device: str = "cuda",
+    resolution: int = 1024,
+    save_every: int = SAVE_EVERY,
+    attention: str = "auto",
 ) -> dict[str, Any]:
     import torch
 
@@ -187,6 +192,7 @@ def run(
                 "sample_every": save_every,
                 "sample_prompts": ["a test pattern, waves and colours"],
                 "sample_steps": 20,
+                "attention_backend": attention,
             }
         )
     )
@@ -269,16 +275,16 @@ def main() -> None:
         "--device", default="cuda", help="cpu: a smoke test on a pipeline folder put there by hand"
     )
     parser.add_argument("--resolution", type=int, default=1024)
+    parser.add_argument("--attention", default="auto", help="attention_backend of the run")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     if args.what == "build":
         out = build(args.root)
     else:
-        out = run(
-            args.root, args.steps, args.device, args.resolution, min(SAVE_EVERY, max(1, args.steps // 2))
-        )
+        every = min(SAVE_EVERY, max(1, args.steps // 2))
+        out = run(args.root, args.steps, args.device, args.resolution, every, args.attention)
     print(json.dumps(out), flush=True)
-    with (args.root / f"e2e-{args.what}.json").open("w") as fh:
+    with (args.root / f"e2e-{args.what}-{args.attention}.json").open("w") as fh:
         json.dump(out, fh, indent=1, default=str)
 
 
