@@ -28,7 +28,8 @@ def test_the_cudnn_probe_passes_at_flux_1024px_shapes_in_a_child_process():
     seconds = time.monotonic() - t0
     print(f"cuDNN probe at {shapes}: {reason or 'passed'} in {seconds:.1f} s")
     assert reason is None, reason
-    assert choose_attention("auto", DEV, torch.bfloat16, shapes).backend == "cudnn"
+    # with FlashAttention-4 installed, auto may find it faster (note 23)
+    assert choose_attention("auto", DEV, torch.bfloat16, shapes).backend in ("cudnn", "fa4")
 
 
 def _run(tiny_model, sample_dataset, backend: str, family: str) -> tuple[Any, list[float]]:
@@ -61,7 +62,9 @@ def test_runs_on_cuda_report_their_kernel_and_cudnn_trains_like_flash(tiny_model
     auto_plan, auto = _run(tiny_model, sample_dataset, "auto", family)
     assert (flash_plan.attention_backend, cudnn_plan.attention_backend) == ("flash", "cudnn")
     # auto probed the tiny model's own shapes: cuDNN, or flash with the probe's reason
-    assert auto_plan.attention_backend == "cudnn" or any("cuDNN not used" in f for f in auto_plan.fallbacks)
+    assert auto_plan.attention_backend in ("cudnn", "fa4") or any(
+        "cuDNN not used" in f for f in auto_plan.fallbacks
+    )
     for losses in (cudnn, auto):
         assert losses == pytest.approx(flash, rel=2e-2)
     assert saved_attention_state() == before  # every run put torch's SDPA flags back
