@@ -28,7 +28,7 @@ CheckpointingMode = Literal["auto", "off", "selective", "full"]
 TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
 LoraFormat = Literal["diffusers", "kohya"]
 CompileMode = Literal["off", "on", "auto", "wide"]
-AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math"]
+AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math", "fa4"]
 FuseProjections = Literal["auto", "on", "off"]
 
 # Fields that only some families honour. A family lists the ones it supports in

@@ -45,7 +45,7 @@ from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
     apply_attention,
     choose_attention,
-    contiguous_attention_grads,
+    prepare_denoiser_attention,
     probe_shapes,
 )
 from lorastudio.training.checkpoint import (
@@ -362,8 +362,7 @@ def _prepare_denoiser(
         _attention_shapes(run, plan, built.denoiser),
     )
     apply_attention(attention)  # process-wide until run_numerics exits
-    if attention.backend == "cudnn":  # its backward needs contiguous output gradients
-        contiguous_attention_grads(built.denoiser)
+    prepare_denoiser_attention(built.denoiser, attention)  # cuDNN: contiguous grads; fa4: routing
     state.attention = attention.backend
     if state.ctx.distributed:
         state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks
