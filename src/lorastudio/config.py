@@ -205,8 +205,9 @@ class TrainConfig(BaseModel):
     )
     attention_backend: AttentionBackend = Field(
         default="auto",
-        description="SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at "
-        "the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first",
+        description="SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra "
+        "lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else "
+        "cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first",
     )
 
     fuse_projections: FuseProjections = Field(

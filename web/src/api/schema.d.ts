@@ -76,7 +76,8 @@ export interface paths {
         /**
          * Upload
          * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap.
+         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
+         *     for a body that is not multipart/form-data.
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -156,7 +157,9 @@ export interface paths {
         put?: never;
         /**
          * Generate
-         * @description Generate one image; 201 with its gallery file and URL. 409 while training runs.
+         * @description Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
+         *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
+         *     the generation worker died (killed, out of memory): the next request starts a fresh one.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -1044,6 +1047,7 @@ export interface components {
             guidance?: number | null;
             /**
              * Height
+             * @description pixels; at most 4096, and width x height <= 4.2 MP
              * @default 1024
              */
             height?: number;
@@ -1060,11 +1064,13 @@ export interface components {
             seed?: number;
             /**
              * Steps
+             * @description at most 200, and width x height x steps <= 209.7 M
              * @default 20
              */
             steps?: number;
             /**
              * Width
+             * @description pixels; at most 4096, and width x height <= 4.2 MP
              * @default 1024
              */
             width?: number;
@@ -2001,11 +2007,11 @@ export interface components {
             aspect_buckets?: boolean;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
-            attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math";
+            attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder
@@ -2326,11 +2332,11 @@ export interface components {
             aspect_buckets: boolean;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
-            attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math";
+            attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder

@@ -38,7 +38,7 @@ export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
 /** TrainConfig's field descriptions (lorastudio.config). */
 export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "aspect_buckets": "batch images by aspect ratio (else square)",
-  "attention_backend": "SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first",
+  "attention_backend": "SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first",
   "base_model": "hub id (owner/name) or local pipeline folder",
   "base_precision": "frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)",
   "cache_variants": "crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",

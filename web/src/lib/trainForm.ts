@@ -46,6 +46,7 @@ export const COMPILE_MODES: Record<CompileMode, string> = {
 export const ATTENTION_BACKENDS: Record<AttentionBackend, string> = {
   auto: "Auto",
   cudnn: "cuDNN",
+  fa4: "FlashAttention-4",
   flash: "Flash",
   efficient: "Memory-efficient",
   math: "Math (slow)",
@@ -105,18 +106,18 @@ export function compileAvailable(mode: CompileMode, host: Host, family?: Family)
 }
 
 /**
- * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient without
+ * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient / fa4 without
  * CUDA, and flash on a device with no flash kernel: neither CUDA nor the CPU).
  */
 export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
-  if (backend === "cudnn" || backend === "efficient") return host.device === "cuda";
+  if (backend === "cudnn" || backend === "efficient" || backend === "fa4") return host.device === "cuda";
   if (backend === "flash") return host.device === "cuda" || host.device === "cpu";
   return true;
 }
 
 /** The attention setting's hint: what auto does here and why some kernels are greyed out. */
 export function attentionHint(host: Host): string {
-  if (host.device === "cuda") return "auto = cuDNN for transformers when a probe at the run's shapes passes, else flash";
+  if (host.device === "cuda") return "auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash";
   const flash = host.device === "cpu" ? "" : ", flash a CUDA GPU or the CPU";
   return `auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
 }
