@@ -27,7 +27,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image
 
-from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, decode_slot
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
 from lorastudio.data.image_headers import RangesFile, bad_image, check_header
 from lorastudio.data.safe_open import FolderId, open_in_folder
 
@@ -99,7 +99,7 @@ def exif_orientation(img: Image.Image) -> int:
 
 
 def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
-    """Cheap full-file check, in a decode slot: JPEG decoded at 1/8 scale, WebP decoded; PNG
+    """Cheap full-file check, on a decode thread (`decode_slots.run_decode`): JPEG decoded at 1/8 scale, WebP decoded; PNG
     chunk CRCs were already checked when the file was opened. Skipped when the decode would
     exceed `decode_pixels`."""
     if img.format == "PNG":
@@ -108,11 +108,14 @@ def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
     pixels = img.width * img.height // (64 if jpeg else 1)
     if pixels > decode_pixels:
         return
+
+    def decode() -> None:
+        if jpeg:
+            img.draft("RGB", (max(1, img.width // 8), max(1, img.height // 8)))
+        img.load()
+
     try:
-        with decode_slot():
-            if jpeg:
-                img.draft("RGB", (max(1, img.width // 8), max(1, img.height // 8)))
-            img.load()
+        run_decode(decode)
     except DECODE_ERRORS as err:
         raise _bad(path, f"corrupt ({err})") from None
 

@@ -6,7 +6,7 @@
   box-reduced (`Image.reduce`) before the Lanczos resize, so no full-size copy is made. A
   larger PNG/WebP gets a placeholder (`TooLargeToPreview`); the training worker still decodes
   it under its own limit (settings.max_image_pixels).
-- Every decode holds a decode slot (`data.decode_slots`): at most two at once in the process.
+- Every decode runs on one of the process's two decode threads (`data.decode_slots`).
 - Results are cached as JPEG files under <home>/cache/thumbs, keyed by the image's path, inode,
   size and mtime and the thumbnail size (an edited or replaced image gets a new key), written
   stage-then-rename. The cache keeps at most CACHE_MAX_FILES files (oldest pruned first).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from lorastudio.data.decode_slots import decode_slot
+from lorastudio.data.decode_slots import run_decode
 from lorastudio.data.images import (
     DECODE_ERRORS,
     ORIENTATION_FIX,
@@ -38,6 +38,7 @@ CACHE_MAX_FILES = 20_000
 PRUNE_EVERY = 200  # writes between two checks of the cache's size
 THUMB_WAIT_S = 20.0  # longest wait of a thumbnail request for a decode slot
 JPEG_QUALITY = 85
+_BAND_BYTES = 8 * 2**20  # bytes of one band of rows reduced at once
 _writes = 0
 
 
@@ -54,7 +55,8 @@ def cache_key(path: Path, size: int) -> str:
 
 def _reduced(img: Image.Image, size: int) -> Image.Image:
     """The decoded `img` box-reduced so that its longest side stays >= 2*size, in a mode
-    `Image.reduce` supports (palette and 1-bit images are converted first)."""
+    `Image.reduce` supports (palette and 1-bit images are converted first). RGBA/LA images are
+    reduced in bands of rows: Pillow reduces them through a premultiplied full-size copy."""
     if img.mode == "P":
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
     elif img.mode == "1":
@@ -62,7 +64,17 @@ def _reduced(img: Image.Image, size: int) -> Image.Image:
     elif img.mode.startswith("I;16"):
         img = img.convert("I")
     factor = max(img.size) // (2 * size)
-    return img.reduce(factor) if factor > 1 else img
+    if factor <= 1:
+        return img
+    if img.mode not in ("RGBA", "LA"):
+        return img.reduce(factor)
+    width, height = img.size
+    out = Image.new(img.mode, (-(-width // factor), -(-height // factor)))
+    band = factor * max(1, _BAND_BYTES // (width * len(img.getbands()) * factor))  # rows per band
+    for top in range(0, height, band):
+        piece = img.crop((0, top, width, min(height, top + band)))  # [band, width] rows, a copy
+        out.paste(piece.reduce(factor), (0, top // factor))
+    return out
 
 
 def render_thumbnail(path: Path, size: int, *, max_pixels: int, decode_pixels: int) -> bytes:
@@ -107,24 +119,26 @@ def thumbnail_jpeg(
     decode_pixels: int,
     wait_s: float = THUMB_WAIT_S,
 ) -> bytes:
-    """The JPEG thumbnail of `path` (longest side `size`), from the cache or rendered in a decode
-    slot and cached. Concurrent requests for one image wait for the slot and then find it cached.
+    """The JPEG thumbnail of `path` (longest side `size`), from the cache or rendered on a decode
+    thread and cached. Concurrent requests for one image queue and then find it cached.
 
     Raises: DecodeBusy (no decode slot within `wait_s`), TooLargeToPreview, DatasetError.
     """
     key = cache_key(path, size)
     cached = cache_dir / key[:2] / f"{key}.jpg"
-    try:
-        return cached.read_bytes()
-    except FileNotFoundError:
-        pass
-    with decode_slot(wait_s):
+
+    def render() -> bytes:
         try:
             return cached.read_bytes()  # made while this request waited
         except FileNotFoundError:
             data = render_thumbnail(path, size, max_pixels=max_pixels, decode_pixels=decode_pixels)
         _store(cached, data)
-    return data
+        return data
+
+    try:
+        return cached.read_bytes()
+    except FileNotFoundError:
+        return run_decode(render, wait_s)
 
 
 def _store(target: Path, data: bytes) -> None:
