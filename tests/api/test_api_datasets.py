@@ -242,3 +242,33 @@ def test_concurrent_uploads_to_one_dataset_keep_every_metadata_row(settings: Set
     lines = (settings.datasets_dir / "crowd" / "metadata.jsonl").read_text().splitlines()
     assert len(lines) == 10
     assert not (settings.datasets_dir / ".locks").exists()
+
+
+def test_a_thumbnail_that_cannot_get_a_decode_thread_is_503_with_retry_after(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lorastudio.data import thumbnails
+    from lorastudio.data.decode_slots import DECODE_SLOTS, run_decode
+
+    assert client.post("/api/datasets/busy/files", files=[("f", ("a.png", _png()))]).status_code == 201
+    monkeypatch.setattr(thumbnails, "THUMB_WAIT_S", 0.2)
+    release = threading.Event()
+    running = threading.Barrier(DECODE_SLOTS + 1)
+
+    def hold() -> None:
+        running.wait(5)
+        release.wait(10)
+
+    holders = [threading.Thread(target=run_decode, args=(hold,)) for _ in range(DECODE_SLOTS)]
+    for t in holders:
+        t.start()
+    running.wait(5)
+    try:
+        busy = client.get("/api/datasets/busy/thumbnails/a.png")
+    finally:
+        release.set()
+        for t in holders:
+            t.join(10)
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+    assert "decoding other images" in busy.json()["detail"]
+    assert client.get("/api/datasets/busy/thumbnails/a.png").status_code == 200

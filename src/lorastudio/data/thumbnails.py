@@ -117,12 +117,13 @@ def thumbnail_jpeg(
     cache_dir: Path,
     max_pixels: int,
     decode_pixels: int,
-    wait_s: float = THUMB_WAIT_S,
+    wait_s: float | None = None,
 ) -> bytes:
     """The JPEG thumbnail of `path` (longest side `size`), from the cache or rendered on a decode
     thread and cached. Concurrent requests for one image queue and then find it cached.
 
-    Raises: DecodeBusy (no decode slot within `wait_s`), TooLargeToPreview, DatasetError.
+    Raises: DecodeBusy (no decode thread within `wait_s`, default THUMB_WAIT_S), TooLargeToPreview,
+    DatasetError.
     """
     key = cache_key(path, size)
     cached = cache_dir / key[:2] / f"{key}.jpg"
@@ -138,7 +139,7 @@ def thumbnail_jpeg(
     try:
         return cached.read_bytes()
     except FileNotFoundError:
-        return run_decode(render, wait_s)
+        return run_decode(render, THUMB_WAIT_S if wait_s is None else wait_s)
 
 
 def _store(target: Path, data: bytes) -> None:
