@@ -1,7 +1,8 @@
 """Where this process decodes image pixels for checks and previews: two dedicated threads.
 
 Every decode of pixels the server makes (upload and dataset checks, thumbnails) runs on one of
-DECODE_SLOTS threads of a process-wide pool (`run_decode`): twelve concurrent thumbnail
+DECODE_SLOTS threads of a process-wide pool (`run_decode`; a function running there must not
+call `run_decode` itself, or two such calls could wait for each other forever): twelve concurrent thumbnail
 requests of large images decode two at a time instead of twelve. Dedicated threads matter for
 memory as much as the count: the C allocator keeps freed memory in the arena of the thread that
 used it, so decodes spread over the server's ~40 request threads would each leave their peak

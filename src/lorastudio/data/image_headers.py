@@ -156,7 +156,7 @@ class RangesFile(io.RawIOBase):
 # is far smaller; Pillow keeps every segment in memory when it opens a file).
 MAX_JPEG_HEADER_BYTES = 16 * 2**20
 # WebP files above this size are refused: Pillow reads a WebP file whole to open it.
-MAX_WEBP_BYTES = 128 * 2**20
+MAX_WEBP_BYTES = 64 * 2**20
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 

@@ -99,23 +99,18 @@ def exif_orientation(img: Image.Image) -> int:
 
 
 def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
-    """Cheap full-file check, on a decode thread (`decode_slots.run_decode`): JPEG decoded at 1/8 scale, WebP decoded; PNG
-    chunk CRCs were already checked when the file was opened. Skipped when the decode would
-    exceed `decode_pixels`."""
+    """Cheap full-file check: JPEG decoded at 1/8 scale, WebP decoded; PNG chunk CRCs were
+    already checked when the file was opened. Skipped when the decode would exceed
+    `decode_pixels`."""
     if img.format == "PNG":
         return
     jpeg = img.format in ("JPEG", "MPO")
-    pixels = img.width * img.height // (64 if jpeg else 1)
-    if pixels > decode_pixels:
+    if img.width * img.height // (64 if jpeg else 1) > decode_pixels:
         return
-
-    def decode() -> None:
+    try:
         if jpeg:
             img.draft("RGB", (max(1, img.width // 8), max(1, img.height // 8)))
         img.load()
-
-    try:
-        run_decode(decode)
     except DECODE_ERRORS as err:
         raise _bad(path, f"corrupt ({err})") from None
 
@@ -126,7 +121,8 @@ def probe_image(
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
     folder_id: FolderId | None = None,
 ) -> ImageInfo:
-    """Check one image and return its size after EXIF transpose.
+    """Check one image and return its size after EXIF transpose, on one of the process's decode
+    threads (`decode_slots.run_decode`: at most two checks at once hold file or pixel data).
 
     The size limit is checked from the header before any decoding: width*height > max_pixels is
     refused ("oversized"). Files that pass are then checked for corruption cheaply (see
@@ -134,6 +130,10 @@ def probe_image(
     Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, unknown
     format).
     """
+    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id))
+
+
+def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None) -> ImageInfo:
     with open_image(path, folder_id) as img:
         width, height = img.size
         if width < 1 or height < 1:
