@@ -19,6 +19,7 @@ in the server: 4096 x 4096 pixels is at most ~64 MB as RGBA (~84 MB with a mode 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +36,18 @@ T = TypeVar("T")
 _pool = ThreadPoolExecutor(max_workers=DECODE_SLOTS, thread_name_prefix="lorastudio-decode")
 _lock = threading.Lock()
 _pending = 0  # submitted decodes not finished yet (running or waiting)
+
+
+def _fresh_pool_after_fork() -> None:
+    """A forked child has none of the parent's threads: give it a pool (and counts) of its own."""
+    global _pool, _lock, _pending
+    _pool = ThreadPoolExecutor(max_workers=DECODE_SLOTS, thread_name_prefix="lorastudio-decode")
+    _lock = threading.Lock()
+    _pending = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_pool_after_fork)
 
 
 class DecodeBusy(LorastudioError):

@@ -298,6 +298,7 @@ def dataset_summary(folder: Path) -> dict[str, Any]:
 
 _NAMES_CACHE: dict[tuple[str, int, int, int, int], frozenset[str]] = {}
 _NAMES_CACHE_MAX = 64
+_NAMES_LOCK = threading.Lock()
 
 
 def _metadata_names(path: Path) -> frozenset[str]:
@@ -308,15 +309,17 @@ def _metadata_names(path: Path) -> frozenset[str]:
     except OSError:
         return frozenset()
     key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    names = _NAMES_CACHE.get(key)
+    with _NAMES_LOCK:
+        names = _NAMES_CACHE.get(key)
     if names is None:
         try:
             names = frozenset(read_metadata(path).captions)
         except DatasetError:
             names = frozenset()
-        if len(_NAMES_CACHE) >= _NAMES_CACHE_MAX:
-            _NAMES_CACHE.pop(next(iter(_NAMES_CACHE)))
-        _NAMES_CACHE[key] = names
+        with _NAMES_LOCK:
+            if len(_NAMES_CACHE) >= _NAMES_CACHE_MAX:
+                _NAMES_CACHE.pop(next(iter(_NAMES_CACHE)))
+            _NAMES_CACHE[key] = names
     return names
 
 
