@@ -35,7 +35,7 @@ def _refused(path: Path, reason: str) -> DatasetError:
     return DatasetError(f"cannot read {path.name}", [f"{path.name}: {reason}"])
 
 
-def _open_folder(folder: Path) -> int:
+def open_folder(folder: Path) -> int:
     """An O_RDONLY descriptor of `folder`, refusing a folder that is a symbolic link."""
     try:
         return os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
@@ -53,7 +53,7 @@ def folder_identity(folder: Path) -> FolderId:
 
     Raises: DatasetError when it is a symbolic link, missing or cannot be opened.
     """
-    fd = _open_folder(folder)
+    fd = open_folder(folder)
     try:
         st = os.fstat(fd)
     finally:
@@ -75,7 +75,7 @@ def open_in_folder(path: Path, folder_id: FolderId | None = None) -> BinaryIO:
         if path.is_symlink() or path.parent.is_symlink():
             raise _refused(path, "is a symbolic link (not followed)")
         return path.open("rb")
-    dir_fd = _open_folder(path.parent)
+    dir_fd = open_folder(path.parent)
     try:
         if folder_id is not None:
             st = os.fstat(dir_fd)

@@ -34,6 +34,7 @@ from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, discover, is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
+from lorastudio.data.safe_open import open_folder
 from lorastudio.errors import ConfigError, DatasetError, NotFound, PathOutsideRoot
 
 STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
@@ -127,8 +128,12 @@ class UploadBatch:
                     return names
                 except OSError:  # created meanwhile outside the studio: merge file by file
                     self.dataset_dir.mkdir(exist_ok=True)
-            for name in names:
-                os.replace(self.staging / name, self.dataset_dir / name)
+            dir_fd = open_folder(self.dataset_dir)  # a dataset folder swapped for a link is refused
+            try:
+                for name in names:
+                    os.replace(self.staging / name, name, dst_dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
             return names
 
     def _check_files(self) -> None:

@@ -139,3 +139,23 @@ def test_import_skips_links_with_their_names(tmp_path: Path, make_image, outside
     target = Settings().datasets_dir / "imp"
     assert sorted(p.name for p in target.iterdir()) == ["a.png"]
     assert SECRET not in "".join(p.read_text(errors="replace") for p in target.iterdir())
+
+
+def test_an_upload_never_writes_through_a_dataset_folder_swapped_for_a_link(
+    tmp_path: Path, make_image, outside: Path
+) -> None:
+    import io
+
+    from lorastudio.data.uploads import UploadBatch
+
+    root = tmp_path / "datasets"
+    (root / "ds").mkdir(parents=True)
+    image = make_image(tmp_path / "new.png").read_bytes()
+    before = sorted(p.name for p in outside.iterdir())
+    with UploadBatch(root, root / "ds", 10**6) as batch:
+        batch.add("new.png", io.BytesIO(image))
+        (root / "ds").rmdir()  # checked by the route; swapped for a link before the commit
+        (root / "ds").symlink_to(outside, target_is_directory=True)
+        with pytest.raises(DatasetError, match="is a symbolic link"):
+            batch.commit()
+    assert sorted(p.name for p in outside.iterdir()) == before
