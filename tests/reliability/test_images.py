@@ -124,6 +124,12 @@ def _big_jpeg(width: int, height: int) -> bytes:
     return buf.getvalue()
 
 
+def _webp(width: int, height: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (30, 90, 150)).save(buf, format="WEBP", quality=80)
+    return buf.getvalue()
+
+
 def _peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -149,12 +155,14 @@ def _twelve_at_once(client: httpx.Client, dataset: str, names: list[str]) -> lis
 
 def test_twelve_concurrent_thumbnails_of_large_images_stay_within_300_mb(settings: Settings) -> None:
     """12 concurrent thumbnails of 64-megapixel PNGs (a few hundred KB each), then of 16.7 MP
-    RGBA PNGs (decoded: 64 MB each), then of 64 MP JPEGs (decoded at 1/8), on a real server
-    process: its peak RSS (VmHWM) stays under idle + 300 MB; a repeat is served from the cache."""
+    RGBA PNGs (decoded: 64 MB each), of 64 MP JPEGs (decoded at 1/8) and of 4.2 MP WebPs (at
+    the budget: a WebP counts 4x), on a real server process: its peak RSS (VmHWM) stays under
+    idle + 300 MB; a repeat is served from the cache."""
     sets = {
         "bombs": ("png", _rgba_png_of_zeros(8000, 8000)),  # 64,000,000 px: the default image limit
         "big": ("png", _rgba_png_of_zeros(4096, 4096)),  # the default decode budget
         "photos": ("jpg", _big_jpeg(8000, 8000)),
+        "webps": ("webp", _webp(2048, 2048)),  # counts 4x: at the decode budget
     }
     names = [f"img{i:02d}" for i in range(12)]
     for dataset, (ext, data) in sets.items():
@@ -188,5 +196,5 @@ def test_twelve_concurrent_thumbnails_of_large_images_stay_within_300_mb(setting
         peak = _peak_rss_mb(proc.pid)
     figures.update(server_rss_idle_mb=round(idle, 1), server_peak_rss_mb=round(peak, 1))
     record_figure("thumbnails_12_concurrent", figures)
-    assert len(list((settings.home / "cache" / "thumbs").glob("*/*.jpg"))) == 24  # big + photos
+    assert len(list((settings.home / "cache" / "thumbs").glob("*/*.jpg"))) == 36  # big + photos + webps
     assert peak - idle < 300, figures

@@ -14,7 +14,8 @@ when its decode has not started in time (it is then cancelled) or at once when M
 decodes already wait; the route answers 503 with Retry-After.
 
 DEFAULT_DECODE_PIXELS is the default of `settings.max_decode_pixels`, the budget of one decode
-in the server: 4096 x 4096 pixels is at most ~64 MB as RGBA (~84 MB with a mode conversion).
+in the server: 4096 x 4096 pixels is at most ~64 MB as RGBA (~84 MB with a mode conversion;
+a WebP counts 4x its pixels, see `images.decode_cost`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ checked from the header before any pixel is decoded, so oversized images and dec
 bombs are refused cheaply. Sizes reported here are after EXIF transpose.
 
 Two budgets: `max_pixels` (settings.max_image_pixels) is the largest image a dataset may hold;
-`decode_pixels` (settings.max_decode_pixels) is the most pixels the server decodes at once. A
+`decode_pixels` (settings.max_decode_pixels) is the most pixels the server decodes at once
+(`decode_cost`: a WebP counts WEBP_DECODE_COST times its pixels, since Pillow holds the libwebp
+canvas, the bytes it returns and the image: ~16 bytes per pixel against ~4 for PNG). A
 check decode that would exceed it is skipped (the header, and for PNG every chunk's CRC, were
 still checked; the training worker decodes the image and reports it if it is corrupt).
 """
@@ -33,6 +35,7 @@ from lorastudio.data.safe_open import FolderId, open_in_folder
 
 # Pillow's JPEG opener also returns MPO (multi-picture JPEG) images.
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
+WEBP_DECODE_COST = 4  # a WebP decode holds ~4x the memory of a PNG decode of the same size
 EXIF_ORIENTATION_TAG = 0x0112
 
 # EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
@@ -98,6 +101,12 @@ def exif_orientation(img: Image.Image) -> int:
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
+def decode_cost(img: Image.Image) -> int:
+    """What decoding the opened (possibly drafted) `img` counts against the decode budget:
+    its pixels, times WEBP_DECODE_COST for a WebP."""
+    return img.width * img.height * (WEBP_DECODE_COST if img.format == "WEBP" else 1)
+
+
 def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
     """Cheap full-file check: JPEG decoded at 1/8 scale, WebP decoded; PNG chunk CRCs were
     already checked when the file was opened. Skipped when the decode would exceed
@@ -105,7 +114,7 @@ def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
     if img.format == "PNG":
         return
     jpeg = img.format in ("JPEG", "MPO")
-    if img.width * img.height // (64 if jpeg else 1) > decode_pixels:
+    if decode_cost(img) // (64 if jpeg else 1) > decode_pixels:
         return
     try:
         if jpeg:

@@ -2,7 +2,8 @@
 
 - A JPEG is decoded at 1/2, 1/4 or 1/8 scale (Pillow's draft mode, the largest reduction that
   still covers the thumbnail). PNG and WebP have no reduced decode: they are decoded whole only
-  when width*height is within the server's decode budget (settings.max_decode_pixels), then
+  when width*height (x4 for WebP: `images.decode_cost`) is within the server's decode budget
+  (settings.max_decode_pixels), then
   box-reduced (`Image.reduce`) before the Lanczos resize, so no full-size copy is made. A
   larger PNG/WebP gets a placeholder (`TooLargeToPreview`); the training worker still decodes
   it under its own limit (settings.max_image_pixels).
@@ -27,7 +28,9 @@ from lorastudio.data.decode_slots import run_decode
 from lorastudio.data.images import (
     DECODE_ERRORS,
     ORIENTATION_FIX,
+    WEBP_DECODE_COST,
     bad_image,
+    decode_cost,
     exif_orientation,
     open_image,
     to_rgb,
@@ -90,10 +93,11 @@ def render_thumbnail(path: Path, size: int, *, max_pixels: int, decode_pixels: i
         orientation = exif_orientation(img)
         if img.format in ("JPEG", "MPO"):
             img.draft("RGB", (size, size))
-        if img.width * img.height > decode_pixels:
+        if decode_cost(img) > decode_pixels:
             raise TooLargeToPreview(
                 f"{path.name}: {width}x{height} {img.format} is larger than the server decodes "
-                f"for a preview ({decode_pixels:,} pixels, settings.max_decode_pixels)"
+                f"for a preview ({decode_pixels:,} pixels, a WebP counting {WEBP_DECODE_COST}x; "
+                "settings.max_decode_pixels)"
             )
         try:
             img.load()

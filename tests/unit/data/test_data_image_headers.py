@@ -82,7 +82,7 @@ def test_no_check_decode_above_the_decode_budget(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(ImageFile.ImageFile, "load", load)
     webp = tmp_path / "a.webp"
     Image.new("RGB", (300, 200)).save(webp)
-    assert probe_image(webp, 10**6, decode_pixels=300 * 200).width == 300
+    assert probe_image(webp, 10**6, decode_pixels=4 * 300 * 200).width == 300  # a WebP counts 4x
     assert loads == [(300, 200)]
-    assert probe_image(webp, 10**6, decode_pixels=300 * 200 - 1).width == 300
+    assert probe_image(webp, 10**6, decode_pixels=4 * 300 * 200 - 1).width == 300
     assert loads == [(300, 200)]  # over the budget: header checked, not decoded

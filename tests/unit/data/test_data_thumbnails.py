@@ -92,9 +92,13 @@ def test_the_decode_budget_refuses_png_and_webp_but_reduces_jpeg(tmp_path: Path)
     png = _save(tmp_path / "a.png", Image.new("RGB", (300, 200)))
     webp = _save(tmp_path / "a.webp", Image.new("RGB", (300, 200)))
     jpeg = _save(tmp_path / "a.jpg", Image.new("RGB", (3000, 2000)))
-    for path in (png, webp):
+    for path, cost in ((png, 1), (webp, 4)):  # a WebP decode holds ~4x the memory
         with pytest.raises(TooLargeToPreview, match=r"300x200 .* larger than the server decodes"):
-            render_thumbnail(path, 32, max_pixels=BIG, decode_pixels=300 * 200 - 1)
+            render_thumbnail(path, 32, max_pixels=BIG, decode_pixels=300 * 200 * cost - 1)
+        assert _decode(render_thumbnail(path, 32, max_pixels=BIG, decode_pixels=300 * 200 * cost)).size == (
+            32,
+            21,
+        )
     # 3000x2000 = 6 MP over a 200,000 px budget, but drafted at 1/8 (375x250) it fits
     thumb = render_thumbnail(jpeg, 32, max_pixels=BIG, decode_pixels=200_000)
     assert _decode(thumb).size == (32, 21)
