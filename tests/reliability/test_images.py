@@ -1,6 +1,7 @@
 """Hostile images are refused at upload, before their pixels are decoded: truncated files, the
 wrong extension, decompression bombs and images over the server's pixel limit. Decoding is
-watched by counting calls of Pillow's pixel loader (ImageFile.load) in the server process."""
+watched by counting calls of Pillow's pixel loader (ImageFile.load) in the server process.
+Thumbnails of large images, twelve at once, keep a real server process within 300 MB of idle."""
 
 from __future__ import annotations
 
