@@ -10,7 +10,8 @@ which a link can be put in place. `folder_identity` records which folder a scan 
 replaced meanwhile.
 
 The standard library has no "open beneath this directory" call, hence this module (Python's
-`os.open` with `dir_fd` and the O_NOFOLLOW flag are the POSIX primitives it is built on).
+`os.open` with `dir_fd` and the O_NOFOLLOW flag are the POSIX primitives it is built on; the
+studio runs on Linux).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from lorastudio.errors import DatasetError
 
 FolderId = tuple[int, int]  # (st_dev, st_ino) of a dataset folder
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted in a dataset must not block the open
+_NOFOLLOW = os.O_NOFOLLOW
+_DIRECTORY = os.O_DIRECTORY
+_CLOEXEC = os.O_CLOEXEC
+_NONBLOCK = os.O_NONBLOCK  # a FIFO planted in a dataset must not block the open
 
 
 def _refused(path: Path, reason: str) -> DatasetError:
@@ -71,10 +72,6 @@ def open_in_folder(path: Path, folder_id: FolderId | None = None) -> BinaryIO:
     or unreadable, when its folder is a symbolic link, or when the folder is no longer the one
     `folder_id` names (replaced, or swapped for a link, since it was checked).
     """
-    if not _NOFOLLOW:  # no O_NOFOLLOW (Windows): check by path, then open
-        if path.is_symlink() or path.parent.is_symlink():
-            raise _refused(path, "is a symbolic link (not followed)")
-        return path.open("rb")
     dir_fd = open_folder(path.parent)
     try:
         if folder_id is not None:

@@ -14,6 +14,7 @@ dataset, so concurrent uploads, also from another process, never lose metadata.j
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -23,11 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
-
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
@@ -191,10 +187,6 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
     """
     folder = datasets_root / LOCKS_DIR
     path = folder / f"{name}.lock"
-    if fcntl is None:  # no flock (Windows): threads of this process only
-        with _FALLBACK_LOCKS.setdefault(name, threading.Lock()):
-            yield
-        return
     while True:
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -217,9 +209,6 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
         with contextlib.suppress(OSError):  # other locks live in it
             folder.rmdir()
         os.close(fd)
-
-
-_FALLBACK_LOCKS: dict[str, threading.Lock] = {}
 
 
 @contextmanager
