@@ -49,6 +49,7 @@ def import_cmd(
     settings = get_settings().ensure_dirs()
     dataset = safe_component(name or source.resolve().name, field="--name")
     target = resolve_dataset_dir(dataset, settings.datasets_dir, allow_outside_root=False)
+    source = source.resolve()  # the folder the user named may be a link; links inside it are not followed
     entries = sorted(p for p in source.iterdir() if not p.name.startswith("."))
     links = [p.name for p in entries if p.is_symlink()]
     files = [p for p in entries if not p.is_symlink() and p.is_file()]

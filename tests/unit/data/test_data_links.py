@@ -132,7 +132,9 @@ def test_import_skips_links_with_their_names(tmp_path: Path, make_image, outside
 
     if not cli.registered_commands:
         _register()
-    result = CliRunner().invoke(cli, ["datasets", "import", str(source), "--name", "imp"])
+    named = tmp_path / "named"
+    named.symlink_to(source, target_is_directory=True)  # the folder given may itself be a link
+    result = CliRunner().invoke(cli, ["datasets", "import", str(named), "--name", "imp"])
     assert result.exit_code == 0, result.output
     for name in ("a.txt", "b.png", "metadata.jsonl"):
         assert f"skipped {name} (a symbolic link: links are not followed)" in result.output
