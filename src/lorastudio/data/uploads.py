@@ -83,8 +83,13 @@ class UploadBatch:
         self.problems: list[str] = []
 
     def __enter__(self) -> UploadBatch:
-        self.staging.mkdir(parents=True)
-        return self
+        while True:  # another batch's exit may remove the (empty) staging root meanwhile
+            _make_dir(self.staging.parent)
+            try:
+                self.staging.mkdir()
+                return self
+            except FileNotFoundError:
+                continue
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -176,6 +181,14 @@ class UploadBatch:
         new_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _make_dir(folder: Path) -> None:
+    """Create `folder` if missing. A hidden working folder that another thread removes when it
+    empties can vanish again at any moment: callers retry their own step on FileNotFoundError
+    (Path.mkdir(exist_ok=True) raises FileExistsError when it vanishes between its two checks)."""
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(parents=True)
+
+
 @contextmanager
 def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
     """Hold the exclusive lock of dataset `name` (a safe component) for the block.
@@ -188,7 +201,7 @@ def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
     folder = datasets_root / LOCKS_DIR
     path = folder / f"{name}.lock"
     while True:
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_dir(folder)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except FileNotFoundError:  # the folder was removed meanwhile
