@@ -110,6 +110,7 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
                 trigger_word=cfg.trigger_word,
                 default_caption=cfg.default_caption,
                 max_pixels=settings.max_image_pixels,
+                decode_pixels=settings.max_decode_pixels,
             )
         except DatasetError as err:
             problems += _as_problems("data_dir", err)

@@ -64,6 +64,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     """
     from lorastudio import families
     from lorastudio.data import resolve_dataset_dir, scan_dataset
+    from lorastudio.data.safe_open import check_not_relinked
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
     dev = pick_device(device)
@@ -83,6 +84,8 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     family = families.get(resolved.family)
     run_dir = settings.outputs_dir / str(resolved.output_name)
     root = resolve_dataset_dir(resolved.data_dir, settings.datasets_dir, allow_outside_root=True)
+    # A folder the server validated and then swapped for a link is refused, not followed.
+    check_not_relinked(str(resolved.data_dir), root, settings.datasets_dir)
     scan = scan_dataset(
         root,
         resolution=int(resolved.resolution),
@@ -91,6 +94,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         trigger_word=resolved.trigger_word,
         default_caption=resolved.default_caption,
         max_pixels=settings.max_image_pixels,
+        decode_pixels=settings.max_decode_pixels,
     )
     source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
