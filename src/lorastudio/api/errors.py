@@ -2,7 +2,8 @@
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
-UploadTooLarge 413. Every error body is {"error": <class name>, "detail": <message>, ...}.
+UploadTooLarge 413, NoSpaceLeft 507 (also an OSError ENOSPC/EDQUOT that no route turned into
+one), HomeInUse 409. Every error body is {"error": <class name>, "detail": <message>, ...}.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
+    HomeInUse,
     JobActive,
     LorastudioError,
     ModelAccessDenied,
     ModelNotDeletable,
     ModelSourceError,
+    NoSpaceLeft,
     NotFound,
     PathOutsideRoot,
     UnknownFamily,
+    is_no_space,
 )
 
 STATUS_CODES: dict[type[LorastudioError], int] = {
@@ -35,6 +39,8 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     NotFound: 404,
     JobActive: 409,
     UploadTooLarge: 413,
+    HomeInUse: 409,
+    NoSpaceLeft: 507,  # Insufficient Storage
 }
 
 
@@ -62,6 +68,15 @@ async def _handle(request: Request, err: Exception) -> JSONResponse:
     return JSONResponse(error_body(err), status_code=status_code_of(err))
 
 
+async def _handle_os_error(request: Request, err: Exception) -> JSONResponse:
+    """A full disk that reached the route as a bare OSError is a 507 too; others stay 500."""
+    if not is_no_space(err):
+        raise err
+    return await _handle(request, NoSpaceLeft(f"could not write a file for {request.url.path}"))
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every domain error to its status code (one handler for the whole hierarchy)."""
+    """Map every domain error to its status code (one handler for the whole hierarchy), and a
+    full disk's OSError to 507."""
     app.add_exception_handler(LorastudioError, _handle)
+    app.add_exception_handler(OSError, _handle_os_error)

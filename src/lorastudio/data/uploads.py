@@ -25,7 +25,7 @@ from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, discover, is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
-from lorastudio.errors import ConfigError, DatasetError, NotFound, PathOutsideRoot
+from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, NotFound, PathOutsideRoot, is_no_space
 
 STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
 MAX_CAPTION_BYTES = 64 * 1024
@@ -70,8 +70,21 @@ class UploadBatch:
         self.problems: list[str] = []
 
     def __enter__(self) -> UploadBatch:
-        self.staging.mkdir(parents=True)
+        with self._no_space():
+            self.staging.mkdir(parents=True)
         return self
+
+    @contextmanager
+    def _no_space(self) -> Iterator[None]:
+        """Turn a full disk's OSError into NoSpaceLeft (HTTP 507) naming the dataset."""
+        try:
+            yield
+        except OSError as err:
+            if is_no_space(err):
+                raise NoSpaceLeft(
+                    f"the upload to {self.dataset_dir.name} could not be stored", self.dataset_dir
+                ) from err
+            raise
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -88,7 +101,7 @@ class UploadBatch:
         if name in self._names:
             self.problems.append(f"{name}: sent twice in one upload")
             return
-        with (self.staging / name).open("wb") as out:
+        with self._no_space(), (self.staging / name).open("wb") as out:
             shutil.copyfileobj(stream, out, _COPY_CHUNK)
         self._names[name] = kind
 
@@ -100,6 +113,10 @@ class UploadBatch:
         self._check_files()
         if self.problems:
             raise DatasetError(f"upload to {self.dataset_dir.name} refused", self.problems)
+        with self._no_space():
+            return self._move_in()
+
+    def _move_in(self) -> list[str]:
         if METADATA_FILE in self._names:
             self._merge_metadata()
         names = sorted(self._names)

@@ -33,6 +33,7 @@ from lorastudio.jobs.channel import (
     recv_json,
     send_json,
 )
+from lorastudio.jobs.diskspace import explain_write_failure, output_folder
 from lorastudio.jobs.worker import bind_to_parent, scrub_environment
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
@@ -43,8 +44,9 @@ class RankChannel:
     """A rank's side of the socket: emit (rank 0 only; events tagged), should_stop (the latest
     stop request from the service), done (the last message)."""
 
-    def __init__(self, sock: socket.socket, tag: tuple[int, int], rank: int):
+    def __init__(self, sock: socket.socket, tag: tuple[int, int], rank: int, folder: Path):
         self._sock = sock
+        self._folder = folder  # the run's output folder (named by a full disk's error)
         self._tag = tag
         self._rank = rank
         self._send_lock = threading.Lock()
@@ -68,6 +70,8 @@ class RankChannel:
     def emit(self, event: Event) -> None:
         if self._rank != 0:
             return
+        if isinstance(event, Error):  # a full disk is said so, not in torch's words
+            event = Error(message=explain_write_failure(event.message, self._folder))
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
         self._send({"kind": "event", "item": [*self._tag, event.model_dump(mode="json")]})
@@ -133,7 +137,8 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     sock, job = connect(os.environ[CHANNEL_ENV], rank)
     scrub_environment(os.environ)
-    channel = RankChannel(sock, job.tag, rank)
+    folder = output_folder(job.args.settings.outputs_dir, job.args.config.output_name)
+    channel = RankChannel(sock, job.tag, rank, folder)
     channel.listen()
     code, message = run_rank(job, channel)
     channel.done(code, message)

@@ -32,6 +32,7 @@ from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
+from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
@@ -63,6 +64,7 @@ class JobService:
     ):
         self.settings = settings
         self.store = store
+        self._recorder = JobRecorder(store)  # job state -> store, retried while the store fails
         self.arbiter = arbiter
         self.timeouts = timeouts or Timeouts()
         self._target = worker_target
@@ -96,6 +98,8 @@ class JobService:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        with self._cond:
+            self._recorder.retry()  # a last try for writes a full disk refused
 
     # -- queries ---------------------------------------------------------------------------------
     def status(self, since: int | None = None) -> dict[str, Any]:
@@ -180,11 +184,16 @@ class JobService:
         with self._cond:
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
             earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
-            for point in earlier:
-                job.history.add(point)
-                self.store.add_metric(job.id, point)
-            job.steps_run = resume.step
-            self.store.update_run(job.id, steps_run=resume.step)
+            try:
+                for point in earlier:
+                    job.history.add(point)
+                    self.store.add_metric(job.id, point)
+                job.steps_run = resume.step
+                self.store.update_run(job.id, steps_run=resume.step)
+            except STORE_ERRORS as err:  # a full disk: the resume is refused, nothing runs
+                self._queue.remove(job)
+                self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))
+                raise
             return job.snapshot()
 
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
@@ -227,7 +236,7 @@ class JobService:
             if job.status != JobStatus.STOPPING:
                 job.status = JobStatus.STOPPING
                 self._stop_at = time.monotonic()
-                self.store.update_run(job.id, status=JobStatus.STOPPING)
+                self._recorder.record(job)
                 self._log_status(job)
             worker = self._worker
             snapshot = job.snapshot()
@@ -249,24 +258,17 @@ class JobService:
 
     # -- dispatcher + pump (one thread for the service's life) -----------------------------------
     def _dispatch_loop(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._closing or (self._active is None and bool(self._queue)))
-                if self._closing:
-                    return
-                job = self._queue.popleft()
-                self._active = job
+        """Run queued jobs one after another until shutdown. Nothing a job does ends this loop:
+        a store or file system failure fails that job (with the reason), a bug too."""
+        while (job := self._next_job()) is not None:
             try:
                 self._run(job)
+            except STORE_ERRORS as err:
+                log.error("job %s: the job service could not go on with it: %s", job.id, err)
+                self._abandon(job, store_failure(err, self.store))
             except Exception:  # a bug must not kill the dispatcher: fail the job, keep serving
                 log.exception("job %s failed inside the job service", job.id)
-                with self._cond:
-                    if job.live:
-                        self._finish(
-                            job,
-                            JobStatus.FAILED,
-                            error="internal error in the job service (see the server log)",
-                        )
+                self._abandon(job, "internal error in the job service (see the server log)")
             finally:
                 with self._cond:
                     self._active = None
@@ -274,6 +276,34 @@ class JobService:
                     self._worker = None
                     self._stop_at = None
                     self._cond.notify_all()
+
+    def _next_job(self) -> Job | None:
+        """Wait for a job to run (None: the service is closing); meanwhile, retry the store
+        writes that failed (a full disk) about once a second."""
+        with self._cond:
+            while True:
+                ready = self._cond.wait_for(
+                    lambda: self._closing or (self._active is None and bool(self._queue)),
+                    timeout=RETRY_S if self._recorder.pending else None,
+                )
+                self._recorder.retry()
+                if self._closing:
+                    return None
+                if ready:
+                    job = self._queue.popleft()
+                    self._active = job
+                    return job
+
+    def _abandon(self, job: Job, error: str) -> None:
+        """Fail `job` after an unexpected error of the service, its worker killed."""
+        with self._cond:
+            worker = self._worker
+        if worker is not None:
+            worker.kill()
+            worker.join(5.0)
+        with self._cond:
+            if job.live:
+                self._finish(job, JobStatus.FAILED, error=error)
 
     def _run(self, job: Job) -> None:
         """Give `job` the GPU(s), start its worker, pump it to the end, free the GPU(s)."""
@@ -307,7 +337,7 @@ class JobService:
                     self._log_status(job)
                 elif job.stop_save is not None:  # a stop arrived while the worker was spawning
                     worker.request_stop(job.stop_save)
-                self.store.update_run(job.id, status=job.status, started_at=job.started_at)
+                self._recorder.record(job)
             self._pump(job, worker)
         except (OSError, RuntimeError) as err:  # spawn failures (no memory, bad __main__, ...)
             with self._cond:
@@ -321,7 +351,7 @@ class JobService:
         while True:
             item = worker.next_event(POLL_S)
             if item is not None:
-                if self._ingest(job, item) and ended_at is None:
+                if self._ingest_or_fail(job, worker, item) and ended_at is None:
                     ended_at = time.monotonic()
             elif worker.exitcode is not None:
                 self._drain(job, worker)
@@ -348,7 +378,21 @@ class JobService:
     def _drain(self, job: Job, worker: JobWorker) -> None:
         """Ingest what the exited worker still had in flight."""
         while (item := worker.next_event(DRAIN_S)) is not None:
-            self._ingest(job, item)
+            self._ingest_or_fail(job, worker, item)
+
+    def _ingest_or_fail(self, job: Job, worker: JobWorker, item: TaggedEvent) -> bool:
+        """`_ingest`; when the store cannot record the event (a full disk), the job fails with
+        the reason and its worker is killed (its progress could not be kept). Returns True if
+        the job ended."""
+        try:
+            return self._ingest(job, item)
+        except STORE_ERRORS as err:
+            log.error("job %s: storing a worker event failed: %s", job.id, err)
+            worker.kill()
+            with self._cond:
+                if job.live:
+                    self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))
+            return True
 
     def _ingest(self, job: Job, item: TaggedEvent) -> bool:
         """The one ingestion point: fence by worker identity, fold (`ingest.fold_event`), log,
@@ -365,6 +409,7 @@ class JobService:
             folded = fold_event(job, data)
             if folded.now_running:
                 self._log_status(job)
+                self.store.update_run(job.id, status=job.status)  # under the lock: a stop comes after
             self._log_event(job, data)
             if folded.final is not None:
                 self._finish(job, *folded.final)
@@ -383,7 +428,7 @@ class JobService:
         job.status = status
         job.error = error
         job.finished_at = now_iso()
-        self.store.finish_run(job.id, status, job.finished_at, error, job.steps_run, job.lora_path)
+        self._recorder.record(job)  # a failed write is retried until the store has it
         self.arbiter.end_training(job.id)
         self._log_status(job)
 

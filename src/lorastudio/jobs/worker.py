@@ -30,6 +30,7 @@ from typing import Any
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError
+from lorastudio.jobs.diskspace import explain_write_failure, output_folder
 from lorastudio.settings import Settings
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
@@ -93,12 +94,15 @@ class WorkerChannel:
 
     def __init__(self, args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any):
         self._tag = (args.generation, os.getpid())
+        self._folder = output_folder(args.settings.outputs_dir, args.config.output_name)
         self._events = events
         self._stop_event = stop_event
         self._stop_save = stop_save
         self.terminal_sent = False
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, Error):  # a full disk is said so, not in torch's words
+            event = Error(message=explain_write_failure(event.message, self._folder))
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
         self._events.put((*self._tag, event.model_dump(mode="python")))
