@@ -29,6 +29,8 @@ from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.homelock import HomeLock
+from lorastudio.jobs.leftovers import start_leftover_cleanup
 from lorastudio.jobs.process import WorkerTarget
 from lorastudio.jobs.service import JobService, Timeouts
 from lorastudio.jobs.store import RunStore
@@ -44,32 +46,26 @@ def create_app(
     timeouts: Timeouts | None = None,
     worker_target: WorkerTarget = worker_main,
     web_dist: Path = WEB_DIST,
+    home_lock: HomeLock | None = None,
 ) -> FastAPI:
     """Build the app. Services start with the app's lifespan (uvicorn, or TestClient as a
-    context manager). `timeouts`/`worker_target` are for tests of the job service's edges."""
+    context manager). `timeouts`/`worker_target` are for tests of the job service's edges.
+    `home_lock`: the studio home's lock, taken by `serve` (None: the lifespan takes it, port
+    unknown, and frees it at the end). The start raises HomeInUse while another server or a
+    CLI run holds the home; holding it, it removes crash leftovers (jobs/leftovers.py)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.ensure_dirs()
-        store = RunStore.open(settings.db_path)
-        arbiter = GpuArbiter()
-        service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
-        lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
-        app.state.serving_thread = threading.get_native_id()
-        app.state.store = store
-        app.state.arbiter = arbiter
-        app.state.service = service
-        app.state.generation = GenerationService(settings, arbiter)
+        lock = home_lock or HomeLock.for_server(settings.home, port=None)
         try:
-            yield
+            start_leftover_cleanup(settings)  # the home is ours: no live process owns them
+            async with _services(app, settings, timeouts, worker_target):
+                yield
         finally:
-            service.shutdown()
-            fetches = getattr(app.state, "fetches", None)
-            if fetches is not None:
-                fetches.shutdown()
-            app.state.generation.release()
-            store.close()
+            if home_lock is None:
+                lock.release()
 
     app = FastAPI(title="lorastudio", version=__version__, lifespan=lifespan)
     app.state.settings = settings
@@ -81,6 +77,32 @@ def create_app(
     if web_dist.is_dir():
         app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")
     return app
+
+
+@asynccontextmanager
+async def _services(
+    app: FastAPI, settings: Settings, timeouts: Timeouts | None, worker_target: WorkerTarget
+) -> AsyncIterator[None]:
+    """The run store, GPU arbiter, job service and generation service on app.state for the
+    app's life."""
+    store = RunStore.open(settings.db_path)
+    arbiter = GpuArbiter()
+    service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
+    lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
+    app.state.serving_thread = threading.get_native_id()
+    app.state.store = store
+    app.state.arbiter = arbiter
+    app.state.service = service
+    app.state.generation = GenerationService(settings, arbiter)
+    try:
+        yield
+    finally:
+        service.shutdown()
+        fetches = getattr(app.state, "fetches", None)
+        if fetches is not None:
+            fetches.shutdown()
+        app.state.generation.release()
+        store.close()
 
 
 def is_loopback(host: str) -> bool:
@@ -113,21 +135,27 @@ def check_bind(host: str, settings: Settings) -> None:
 KEEP_ALIVE_S = 30
 
 
-def serve(settings: Settings, host: str, port: int) -> None:
-    """Run the server until interrupted (blocking). Raises ConfigError for an unsafe bind."""
+def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None = None) -> None:
+    """Run the server until interrupted (blocking), owning the studio home (`home_lock`, taken
+    here when None). Raises ConfigError for an unsafe bind, HomeInUse when another server or a
+    CLI run holds the home."""
     import uvicorn
 
     check_bind(host, settings)
+    lock = home_lock or HomeLock.for_server(settings.ensure_dirs().home, port)
     install_log_redaction()  # the access log prints paths: hide ?token= values
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level="info",
-        timeout_graceful_shutdown=5,
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
+    try:
+        uvicorn.run(
+            create_app(settings, home_lock=lock),
+            host=host,
+            port=port,
+            log_level="info",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
+    finally:
+        lock.release()
 
 
 def lower_serving_priority(nice: int) -> int:
