@@ -27,6 +27,7 @@ from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.routes import datasets, generate, info, loras, models, runs, train
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.jobs.childenv import drop_process_secrets
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.homelock import HomeLock
@@ -143,6 +144,7 @@ def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None =
 
     check_bind(host, settings)
     lock = home_lock or HomeLock.for_server(settings.ensure_dirs().home, port)
+    settings = drop_process_secrets(settings)  # before any child exists: none inherits a secret
     install_log_redaction()  # the access log prints paths: hide ?token= values
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
     try:

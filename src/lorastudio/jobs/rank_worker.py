@@ -8,7 +8,8 @@ The rank:
    with the server): the agent dies with the server, so every rank does too;
 2. connects to the service, says hello (rank, pid) and receives its RankJob; a reader thread
    takes stop requests (rank 0) and exits the process at once if the service's end closes;
-3. drops secrets not meant for it, then runs `train()`. Rank 0 sends every event tagged
+3. takes the hub token from its job's settings where the run needs it (jobs/childenv.py; its
+   environment has no secrets), then runs `train()`. Rank 0 sends every event tagged
    (generation, agent pid), the identity the service fences on; the engine keeps the other
    ranks silent. Every rank reports "done" (exit code, error) just before it exits: a
    connection that closes without it tells the service the rank died.
@@ -33,8 +34,9 @@ from lorastudio.jobs.channel import (
     recv_json,
     send_json,
 )
+from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
-from lorastudio.jobs.worker import bind_to_parent, scrub_environment
+from lorastudio.jobs.worker import bind_to_parent
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
 EXIT_SERVICE_GONE = 3
@@ -136,7 +138,7 @@ def main() -> None:
     bind_to_parent(int(os.environ[AGENT_PID_ENV]))
     rank = int(os.environ["RANK"])
     sock, job = connect(os.environ[CHANNEL_ENV], rank)
-    scrub_environment(os.environ)
+    give_hub_token(job.args.settings, job.args.config.base_model)
     folder = output_folder(job.args.settings.outputs_dir, job.args.config.output_name)
     channel = RankChannel(sock, job.tag, rank, folder)
     channel.listen()
