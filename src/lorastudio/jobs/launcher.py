@@ -355,8 +355,8 @@ class TorchrunWorker:
         if self._agent is not None and self._agent.poll() is None:
             self._agent.kill()
 
-    def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
-        escalate(self, timeouts, stop_at, ended_at)
+    def escalate(self, timeouts: Timeouts, stop_deadline: float | None, ended_at: float | None) -> None:
+        escalate(self, timeouts, stop_deadline, ended_at)
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the agent and every rank to be gone; True if they are."""

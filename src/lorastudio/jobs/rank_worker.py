@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 from lorastudio.errors import LorastudioError
+from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.channel import (
     AGENT_PID_ENV,
     CHANNEL_ENV,
@@ -46,9 +47,10 @@ class RankChannel:
     """A rank's side of the socket: emit (rank 0 only; events tagged), should_stop (the latest
     stop request from the service), done (the last message)."""
 
-    def __init__(self, sock: socket.socket, tag: tuple[int, int], rank: int, folder: Path):
+    def __init__(self, sock: socket.socket, tag: tuple[int, int], rank: int, folder: Path, busy: BusyTracker):
         self._sock = sock
         self._folder = folder  # the run's output folder (named by a full disk's error)
+        self._busy = busy  # rank 0: work a stop must wait for (jobs/busy.py)
         self._tag = tag
         self._rank = rank
         self._send_lock = threading.Lock()
@@ -77,9 +79,17 @@ class RankChannel:
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
         self._send({"kind": "event", "item": [*self._tag, event.model_dump(mode="json")]})
+        self._send_busy(self._busy.after_event(event))
 
     def should_stop(self) -> StopRequest | None:
-        return self._stop
+        request = self._stop
+        if self._rank == 0:
+            self._send_busy(self._busy.after_poll(request))
+        return request
+
+    def _send_busy(self, message: dict | None) -> None:
+        if message is not None:
+            self._send({"kind": "event", "item": [*self._tag, message]})
 
     def done(self, code: int, message: str | None) -> None:
         self._send({"kind": "done", "code": code, "message": message})
@@ -140,7 +150,7 @@ def main() -> None:
     sock, job = connect(os.environ[CHANNEL_ENV], rank)
     give_hub_token(job.args.settings, job.args.config.base_model)
     folder = output_folder(job.args.settings.outputs_dir, job.args.config.output_name)
-    channel = RankChannel(sock, job.tag, rank, folder)
+    channel = RankChannel(sock, job.tag, rank, folder, BusyTracker(job.args.config))
     channel.listen()
     code, message = run_rank(job, channel)
     channel.done(code, message)

@@ -30,6 +30,7 @@ from typing import Any
 
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.busy import stop_deadline
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
 from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
@@ -363,9 +364,9 @@ class JobService:
                     if job.live:
                         self._finish(job, JobStatus.INTERRUPTED, error="the server stopped during this run")
                 break
-            with self._cond:
-                stop_at = self._stop_at
-            worker.escalate(self.timeouts, stop_at, ended_at)
+            with self._cond:  # a stop waits for a sample round or checkpoint in flight (jobs/busy.py)
+                deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
+            worker.escalate(self.timeouts, deadline, ended_at)
         with self._cond:
             if job.live:
                 if job.status == JobStatus.STOPPING:
@@ -427,6 +428,7 @@ class JobService:
         for a job that does not hold it), all before any reader can see the final status."""
         job.status = status
         job.error = error
+        job.busy = None
         job.finished_at = now_iso()
         self._recorder.record(job)  # a failed write is retried until the store has it
         self.arbiter.end_training(job.id)

@@ -29,6 +29,7 @@ from typing import Any
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError
+from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
 from lorastudio.settings import Settings
@@ -77,6 +78,7 @@ class WorkerChannel:
     def __init__(self, args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any):
         self._tag = (args.generation, os.getpid())
         self._folder = output_folder(args.settings.outputs_dir, args.config.output_name)
+        self._busy = BusyTracker(args.config)  # work a stop must wait for (jobs/busy.py)
         self._events = events
         self._stop_event = stop_event
         self._stop_save = stop_save
@@ -88,11 +90,16 @@ class WorkerChannel:
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
         self._events.put((*self._tag, event.model_dump(mode="python")))
+        self._send_busy(self._busy.after_event(event))
 
     def should_stop(self) -> StopRequest | None:
-        if not self._stop_event.is_set():
-            return None
-        return StopRequest(save=bool(self._stop_save.value))
+        request = StopRequest(save=bool(self._stop_save.value)) if self._stop_event.is_set() else None
+        self._send_busy(self._busy.after_poll(request))
+        return request
+
+    def _send_busy(self, message: dict[str, Any] | None) -> None:
+        if message is not None:
+            self._events.put((*self._tag, message))
 
     def close(self) -> None:
         """Flush every queued event to the parent before the process exits."""
