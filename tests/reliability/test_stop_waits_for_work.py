@@ -26,7 +26,7 @@ def test_stop_and_save_waits_for_the_sample_round_in_flight(
         steps=8,
         sample_every=3,
         sample_prompts=["a red square", "a blue circle", "a green triangle", "a yellow star"],
-        sample_steps=150,  # a round of several seconds on the tiny model
+        sample_steps=100,  # a round of several seconds on the tiny model (400 denoiser calls)
     )
     timeouts = Timeouts(stop_grace_s=GRACE_S, kill_grace_s=0.5)
     with live_server(create_app(settings, timeouts=timeouts)) as server:

@@ -9,7 +9,13 @@ GPU, jobs/launcher.py, whose rank 0 sends the same tagged events) and pumps its 
 one is fenced by worker identity, sanitised (non-finite -> None) and folded into the job's
 snapshot under the lock, stored, and appended to the event log that the SSE stream reads. A
 worker that dies without a terminal event fails the job with "exited unexpectedly (code N)" (a
-launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill.
+launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill;
+it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). The pump is
+in jobs/pump.py.
+
+Nothing a job does ends the dispatcher: a run store write that fails (a full disk) fails the
+job with the reason ("no space left on device") and kills its worker; a job state the store
+refused is written again about once a second until the store agrees (jobs/persist.py).
 
 GPU hand-over: the job's training reservation in the arbiter is released the moment the job
 turns final (terminal event ingested, or the process found dead), so generation may start while
@@ -30,12 +36,11 @@ from typing import Any
 
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
-from lorastudio.jobs.busy import stop_deadline
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
 from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.preflight import preflight_report
-from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts, WorkerTarget
+from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
+from lorastudio.jobs.pump import EventPump
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
@@ -46,11 +51,8 @@ from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
 
-POLL_S = 0.1  # how often the pump checks the worker between events
-DRAIN_S = 0.3  # how long to wait for the last events of a worker that exited
 
-
-class JobService:
+class JobService(EventPump):
     """Runs training jobs one at a time. `start()` before use, `shutdown()` at the end."""
 
     def __init__(
@@ -345,82 +347,6 @@ class JobService:
                 self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
         finally:
             self.arbiter.end_training(job.id)  # normally already freed by `_finish`
-
-    def _pump(self, job: Job, worker: JobWorker) -> None:
-        """Fold the worker's events into `job` until it ended and the process exited."""
-        ended_at: float | None = None  # monotonic time of the terminal event
-        while True:
-            item = worker.next_event(POLL_S)
-            if item is not None:
-                if self._ingest_or_fail(job, worker, item) and ended_at is None:
-                    ended_at = time.monotonic()
-            elif worker.exitcode is not None:
-                self._drain(job, worker)
-                break
-            if self._closing:
-                worker.kill()
-                worker.join(5.0)
-                with self._cond:
-                    if job.live:
-                        self._finish(job, JobStatus.INTERRUPTED, error="the server stopped during this run")
-                break
-            with self._cond:  # a stop waits for a sample round or checkpoint in flight (jobs/busy.py)
-                deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
-            worker.escalate(self.timeouts, deadline, ended_at)
-        with self._cond:
-            if job.live:
-                if job.status == JobStatus.STOPPING:
-                    note = "the worker did not stop in time and was terminated; no LoRA was saved"
-                    self._finish(job, JobStatus.STOPPED, error=note)
-                else:
-                    self._finish(job, JobStatus.FAILED, error=worker.failure_reason())
-        worker.close()
-
-    def _drain(self, job: Job, worker: JobWorker) -> None:
-        """Ingest what the exited worker still had in flight."""
-        while (item := worker.next_event(DRAIN_S)) is not None:
-            self._ingest_or_fail(job, worker, item)
-
-    def _ingest_or_fail(self, job: Job, worker: JobWorker, item: TaggedEvent) -> bool:
-        """`_ingest`; when the store cannot record the event (a full disk), the job fails with
-        the reason and its worker is killed (its progress could not be kept). Returns True if
-        the job ended."""
-        try:
-            return self._ingest(job, item)
-        except STORE_ERRORS as err:
-            log.error("job %s: storing a worker event failed: %s", job.id, err)
-            worker.kill()
-            with self._cond:
-                if job.live:
-                    self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))
-            return True
-
-    def _ingest(self, job: Job, item: TaggedEvent) -> bool:
-        """The one ingestion point: fence by worker identity, fold (`ingest.fold_event`), log,
-        store. Returns True if `item` was `job`'s terminal event."""
-        parsed = parse_tagged(item)
-        if parsed is None:
-            self.ignored_events += 1
-            return False
-        generation, pid, data = parsed
-        with self._cond:
-            if generation != job.generation or pid != job.pid or not job.live:
-                self.ignored_events += 1
-                return False
-            folded = fold_event(job, data)
-            if folded.now_running:
-                self._log_status(job)
-                self.store.update_run(job.id, status=job.status)  # under the lock: a stop comes after
-            self._log_event(job, data)
-            if folded.final is not None:
-                self._finish(job, *folded.final)
-        if folded.plan is not None:
-            self.store.set_plan(job.id, folded.plan)
-        if folded.point is not None:
-            self.store.add_metric(job.id, folded.point)
-        elif data["type"] == "progress":
-            self.store.update_run(job.id, steps_run=job.steps_run)
-        return data["type"] in TERMINAL_EVENTS
 
     # -- bookkeeping (callers hold the lock) -------------------------------------------------------
     def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:
