@@ -2,7 +2,9 @@
 next metric write fails with SQLite's "database or disk is full". The job must fail saying "no
 space left on device", the dispatcher must live on (starts and uploads are refused with 507
 while the disk is full), the store must agree with the API once space returns, and the next job
-must run to the end."""
+must run to the end. And when the outputs' disk fills during a checkpoint write (torch's zip
+writer then says only "PytorchStreamWriter failed writing file"), the job says "no space left
+on device" with the folder and the space free."""
 
 from __future__ import annotations
 
@@ -84,3 +86,28 @@ def test_a_real_full_disk_fails_the_job_and_the_service_goes_on(
         "disk_full_real_tmpfs",
         {"disk_mb": 8, "job_failed_after_full_s": round(failed_s, 2), "error": job["error"][:80]},
     )
+
+
+def test_a_full_outputs_disk_during_a_checkpoint_says_no_space_left(
+    disk_settings: Settings, flux_config: Callable[..., dict]
+) -> None:
+    settings = disk_settings
+    with small_disk(settings.outputs_dir, 4) as outputs, live_server(create_app(settings)) as server:
+        client, service = server.client, server.app.state.service
+        config = flux_config(output_name="ckpt", steps=5000, save_every=2, keep_last=1)
+        started = client.post("/api/train/start", json={"config": config})
+        assert started.status_code == 201, started.text
+        job_id = started.json()["id"]
+        wait_for(lambda: service.job(job_id)["steps_run"] >= 1, 120, "the first step", 0.02)
+        filler = fill(outputs)  # the run store's disk keeps room: only the worker's writes fail
+        job = wait_for(
+            lambda: (j := service.job(job_id))["status"] in FINAL and j, 120, "the job's end", 0.02
+        )
+        assert job["status"] == "failed", job
+        error = job["error"]
+        assert error.startswith("no space left on device while writing the run's files in "), error
+        assert str(outputs / "ckpt") in error and "MB free" in error, error
+        assert "PytorchStreamWriter" not in error and "Traceback" not in error, error
+        assert client.get(f"/api/runs/{job_id}").json()["error"] == error  # the store agrees at once
+        filler.unlink()
+    record_figure("disk_full_real_checkpoint", {"outputs_disk_mb": 4, "error": error[:90]})

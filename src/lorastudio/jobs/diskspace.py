@@ -41,10 +41,13 @@ def explain_write_failure(message: str, folder: Path) -> str:
         return message
     free = free_bytes(folder)
     shown = f"{free / 2**20:.1f} MB free" if free is not None else "free space unknown"
-    return (
+    text = (
         f"no space left on device while writing the run's files in {folder} ({shown}); free some "
-        f"space, then resume the run from its last checkpoint or start it again ({message})"
+        "space, then resume the run from its last checkpoint or start it again"
     )
+    if any(t in message for t in ZIP_WRITER_TEXTS):
+        return text  # torch's words name no cause and no folder: nothing to add
+    return f"{text} ({message})"
 
 
 def output_folder(outputs_dir: Path, output_name: str | None) -> Path:
