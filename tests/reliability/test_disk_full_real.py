@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,8 @@ from lorastudio.settings import Settings
 
 
 @pytest.fixture
-def disk_settings(tmp_path: Path, sample_dataset: Path) -> Settings:
+def disk_settings(tmp_path: Path, sample_dataset: Path) -> Iterator[Settings]:
+    """Settings on a studio home on an 8 MB tmpfs, with datasets/shapes."""
     with small_disk(tmp_path / "disk", 8) as mount:
         settings = Settings(home=mount / "lorastudio").ensure_dirs()
         shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
