@@ -67,6 +67,11 @@ def test_a_real_full_disk_fails_the_job_and_the_service_goes_on(
         assert upload.status_code == 507, upload.text
         assert "no space left on device" in upload.json()["detail"]
         assert not list((settings.datasets_dir / ".uploads").glob("*")), "the refused upload left files"
+        image = sorted((settings.datasets_dir / "shapes").glob("*.png"))[0].name
+        caption = client.put(f"/api/datasets/shapes/captions/{image}", json={"caption": "x" * 5000})
+        assert caption.status_code == 507 and "no space left on device" in caption.json()["detail"], (
+            caption.text
+        )
 
         filler.unlink()  # space returns: the store is told the job's end, the next job runs
         record = wait_for(

@@ -2,8 +2,8 @@
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
-UploadTooLarge 413, NoSpaceLeft 507 (also an OSError ENOSPC/EDQUOT that no route turned into
-one), HomeInUse 409. Every error body is {"error": <class name>, "detail": <message>, ...}.
+UploadTooLarge 413, NoSpaceLeft 507 (Insufficient Storage: a full disk, raised where files and
+the run store are written), HomeInUse 409. Every error body is {"error": <class name>, "detail": <message>, ...}.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from lorastudio.errors import (
     NotFound,
     PathOutsideRoot,
     UnknownFamily,
-    is_no_space,
 )
 
 STATUS_CODES: dict[type[LorastudioError], int] = {
@@ -68,15 +67,6 @@ async def _handle(request: Request, err: Exception) -> JSONResponse:
     return JSONResponse(error_body(err), status_code=status_code_of(err))
 
 
-async def _handle_os_error(request: Request, err: Exception) -> JSONResponse:
-    """A full disk that reached the route as a bare OSError is a 507 too; others stay 500."""
-    if not is_no_space(err):
-        raise err
-    return await _handle(request, NoSpaceLeft(f"could not write a file for {request.url.path}"))
-
-
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every domain error to its status code (one handler for the whole hierarchy), and a
-    full disk's OSError to 507."""
+    """Map every domain error to its status code (one handler for the whole hierarchy)."""
     app.add_exception_handler(LorastudioError, _handle)
-    app.add_exception_handler(OSError, _handle_os_error)

@@ -198,7 +198,8 @@ def _messages(err: Exception) -> list[str]:
 def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | None:
     """Set the .txt caption of image `image_name` (staged, then renamed); an empty caption
     removes the .txt. Returns the caption path (None when removed). Raises NotFound when the
-    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long."""
+    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
+    NoSpaceLeft on a full disk."""
     image = existing_image(dataset_dir, image_name)
     target = image.with_suffix(CAPTION_EXTENSION)
     text = caption.strip()
@@ -210,8 +211,13 @@ def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | No
         raise DatasetError(
             "caption too long", [f"{image_name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB"]
         )
-    with staged_write(target) as tmp:
-        tmp.write_text(text + "\n", encoding="utf-8")
+    try:
+        with staged_write(target) as tmp:
+            tmp.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(f"the caption of {image_name} could not be written", dataset_dir) from err
+        raise
     return target
 
 
