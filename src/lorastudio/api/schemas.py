@@ -247,6 +247,12 @@ class StopRequested(_Out):
     save: bool
 
 
+class BusyOut(_Out):
+    work: str = Field(description='"sample round", "checkpoint", "saving the LoRA", ...')
+    step: int | None = Field(description="the optimizer step it belongs to")
+    since: str = Field(description="when it started (UTC, ISO 8601)")
+
+
 class JobOut(_Out):
     id: str
     status: JobStatusName
@@ -263,6 +269,10 @@ class JobOut(_Out):
     error: str | None
     pid: int | None
     stop_requested: StopRequested | None
+    busy: BusyOut | None = Field(
+        default=None,
+        description="work in flight that a stop waits for (up to a bound) before the worker is ended",
+    )
     config: TrainConfigOut = Field(description="the resolved TrainConfig")
     samples: SampleRound | None = Field(default=None, description="the latest sample previews of the job")
     plan: PlanOut | None = Field(

@@ -31,7 +31,7 @@ from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, discover
 from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import open_folder
-from lorastudio.errors import ConfigError, DatasetError, NotFound, PathOutsideRoot
+from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, NotFound, PathOutsideRoot, is_no_space
 
 STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
 LOCKS_DIR = ".locks"  # hidden folder under the datasets root: one lock file per dataset name
@@ -86,10 +86,23 @@ class UploadBatch:
         while True:  # another batch's exit may remove the (empty) staging root meanwhile
             _make_dir(self.staging.parent)
             try:
-                self.staging.mkdir()
+                with self._no_space():
+                    self.staging.mkdir()
                 return self
             except FileNotFoundError:
                 continue
+
+    @contextmanager
+    def _no_space(self) -> Iterator[None]:
+        """Turn a full disk's OSError into NoSpaceLeft (HTTP 507) naming the dataset."""
+        try:
+            yield
+        except OSError as err:
+            if is_no_space(err):
+                raise NoSpaceLeft(
+                    f"the upload to {self.dataset_dir.name} could not be stored", self.dataset_dir
+                ) from err
+            raise
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -107,7 +120,7 @@ class UploadBatch:
         if name in self._names:
             self.problems.append(f"{name}: sent twice in one upload")
             return
-        with (self.staging / name).open("wb") as out:
+        with self._no_space(), (self.staging / name).open("wb") as out:
             shutil.copyfileobj(stream, out, _COPY_CHUNK)
         self._names[name] = kind
 
@@ -121,22 +134,29 @@ class UploadBatch:
             self._check_files()
             if self.problems:
                 raise DatasetError(f"upload to {self.dataset_dir.name} refused", self.problems)
-            if METADATA_FILE in self._names:
-                self._merge_metadata()
-            names = sorted(self._names)
-            if not os.path.lexists(self.dataset_dir):
-                try:
-                    os.rename(self.staging, self.dataset_dir)
-                    return names
-                except OSError:  # created meanwhile outside the studio: merge file by file
-                    self.dataset_dir.mkdir(exist_ok=True)
-            dir_fd = open_folder(self.dataset_dir)  # a dataset folder swapped for a link is refused
+            with self._no_space():
+                return self._move_in()
+
+    def _move_in(self) -> list[str]:
+        """Merge metadata.jsonl and move the staged files into the dataset (under the lock)."""
+        if METADATA_FILE in self._names:
+            self._merge_metadata()
+        names = sorted(self._names)
+        if not os.path.lexists(self.dataset_dir):
             try:
-                for name in names:
-                    os.replace(self.staging / name, name, dst_dir_fd=dir_fd)
-            finally:
-                os.close(dir_fd)
-            return names
+                os.rename(self.staging, self.dataset_dir)
+                return names
+            except OSError as err:  # created meanwhile outside the studio: merge file by file
+                if is_no_space(err):
+                    raise
+                self.dataset_dir.mkdir(exist_ok=True)
+        dir_fd = open_folder(self.dataset_dir)  # a dataset folder swapped for a link is refused
+        try:
+            for name in names:
+                os.replace(self.staging / name, name, dst_dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        return names
 
     def _check_files(self) -> None:
         existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
@@ -249,7 +269,8 @@ def _messages(err: Exception) -> list[str]:
 def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | None:
     """Set the .txt caption of image `image_name` (staged, then renamed); an empty caption
     removes the .txt. Returns the caption path (None when removed). Raises NotFound when the
-    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long."""
+    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
+    NoSpaceLeft on a full disk."""
     image = existing_image(dataset_dir, image_name)
     target = image.with_suffix(CAPTION_EXTENSION)
     text = caption.strip()
@@ -261,8 +282,13 @@ def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | No
         raise DatasetError(
             "caption too long", [f"{image_name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB"]
         )
-    with staged_write(target) as tmp:
-        tmp.write_text(text + "\n", encoding="utf-8")
+    try:
+        with staged_write(target) as tmp:
+            tmp.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(f"the caption of {image_name} could not be written", dataset_dir) from err
+        raise
     return target
 
 

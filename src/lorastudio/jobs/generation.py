@@ -244,7 +244,7 @@ class GenerationService:
         """Run `job` in the worker (started if there is none); forget a worker that died."""
         if self._process is None or self._process.spent:
             self._key = None
-            process = GenerationProcess(self._spawner, self._target)
+            process = GenerationProcess(self._spawner, self._target, self.settings)
             self._process = process
             process.start()
         self._key = None  # unknown while the job runs (and after it failed)

@@ -1,8 +1,9 @@
 """The generation worker: the child process that owns the resident generation pipeline.
 
 Spawned by jobs/generation_process.py (spawn context). Like the training worker it binds itself to
-the server's lifetime and drops secrets first (jobs/worker.py: `bind_to_parent`,
-`scrub_environment`). It is the only server-side place that imports the generation engine
+the server's lifetime (jobs/worker.py: `bind_to_parent`); it starts without secrets in its
+environment (jobs/childenv.py) and, for a base model from the hub, gets the studio's hub token from
+its pickled settings as an in-memory HF_TOKEN (`give_hub_token`). It is the only server-side place that imports the generation engine
 (`lorastudio.generate`: torch, diffusers), lazily, inside the child; this module itself imports no
 torch, so the server can name it as a spawn target.
 
@@ -30,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError
-from lorastudio.jobs.worker import bind_to_parent, scrub_environment
+from lorastudio.jobs.childenv import drop_secrets, give_hub_token
+from lorastudio.jobs.worker import bind_to_parent
+from lorastudio.settings import Settings
 
 OOM_EXIT_CODE = 4  # the child exits with this after reporting that it ran out of memory
 
@@ -40,6 +43,7 @@ class GenerationWorkerArgs:
     """What the child needs at start (picklable)."""
 
     parent_pid: int
+    settings: Settings | None = None  # the hub token for hub-id base models (never the environment)
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
     """Child entry point (multiprocessing spawn target): serve jobs from `conn` until told to
     exit (None), the parent closes the pipe, or memory runs out (exit code OOM_EXIT_CODE)."""
     bind_to_parent(args.parent_pid)
-    scrub_environment(os.environ)
+    drop_secrets(os.environ)
     resident = Resident()
     conn.send(("ready", os.getpid()))
     code = 0
@@ -161,6 +165,8 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
             break
         if job is None:
             break
+        if args.settings is not None:
+            give_hub_token(args.settings, job.source)
         reply, fatal = run_job(resident, job)
         conn.send(reply)
         if fatal:

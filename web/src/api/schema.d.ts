@@ -674,6 +674,24 @@ export interface components {
              */
             path: string;
         };
+        /** BusyOut */
+        BusyOut: {
+            /**
+             * Since
+             * @description when it started (UTC, ISO 8601)
+             */
+            since: string;
+            /**
+             * Step
+             * @description the optimizer step it belongs to
+             */
+            step: number | null;
+            /**
+             * Work
+             * @description "sample round", "checkpoint", "saving the LoRA", ...
+             */
+            work: string;
+        };
         /** CaptionBody */
         CaptionBody: {
             /**
@@ -1149,6 +1167,8 @@ export interface components {
         };
         /** JobOut */
         JobOut: {
+            /** @description work in flight that a stop waits for (up to a bound) before the worker is ended */
+            busy?: components["schemas"]["BusyOut"] | null;
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
             /** Created At */
