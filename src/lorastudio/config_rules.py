@@ -4,8 +4,9 @@ the rest), and the settings of the memory plan that a memory budget may choose."
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import FieldProblem
 
@@ -121,6 +122,7 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
     problems += _plan_problems(cfg)
+    problems += optimizer_problems(cfg)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
         problems.append(
             FieldProblem(
@@ -169,3 +171,91 @@ def _plan_problems(cfg: TrainConfig) -> list[FieldProblem]:
             )
         )
     return problems
+
+
+# --- optimizer (issue 28): which optimizer reads which option; the others' options are refused.
+OPTIMIZER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "adamw": ("optimizer_betas", "optimizer_eps"),
+    "adamw8bit": ("optimizer_betas", "optimizer_eps"),
+    "lion8bit": ("optimizer_betas",),
+    "prodigy": (
+        "optimizer_betas",
+        "optimizer_eps",
+        "prodigy_d_coef",
+        "prodigy_safeguard_warmup",
+        "prodigy_use_bias_correction",
+    ),
+    "adafactor": ("adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init"),
+}
+ALL_OPTIMIZER_OPTIONS: tuple[str, ...] = tuple(
+    dict.fromkeys(o for opts in OPTIMIZER_OPTIONS.values() for o in opts)
+)
+# optimizers built on bitsandbytes' 8-bit CUDA kernels (the optional extra lorastudio[bnb])
+BNB_OPTIMIZERS: tuple[str, ...] = ("adamw8bit", "lion8bit")
+PRODIGY_DEFAULT_LR = 1.0  # Prodigy's learning_rate multiplies the step size it learns
+
+
+def relative_step(cfg: TrainConfig) -> bool:
+    """Whether the run's step size is Adafactor's own (adafactor with relative_step on)."""
+    return cfg.optimizer == "adafactor" and bool(cfg.adafactor_relative_step)
+
+
+def optimizer_learning_rate(cfg: TrainConfig, family_value: Any) -> Any:
+    """The resolved learning_rate: None when Adafactor's relative step replaces it, Prodigy's 1.0
+    when the user left it unset (the family defaults are Adam step sizes), else `family_value`."""
+    if relative_step(cfg):
+        return None
+    if cfg.optimizer == "prodigy" and "learning_rate" not in cfg.model_fields_set:
+        return PRODIGY_DEFAULT_LR
+    return family_value
+
+
+def optimizer_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Options of an optimizer that is not the chosen one (they would be ignored), and the
+    settings Adafactor's relative step makes meaningless."""
+    mine = OPTIMIZER_OPTIONS[cfg.optimizer]
+    problems = [
+        FieldProblem(
+            name,
+            f"is not an option of optimizer {cfg.optimizer!r} (it would be ignored); "
+            f"{cfg.optimizer}'s options: {', '.join(mine)}",
+        )
+        for name in ALL_OPTIMIZER_OPTIONS
+        if name not in mine and getattr(cfg, name) is not None
+    ]
+    if cfg.optimizer == "adafactor" and cfg.adafactor_warmup_init and not cfg.adafactor_relative_step:
+        problems.append(
+            FieldProblem("adafactor_warmup_init", "warms up the relative step: needs adafactor_relative_step")
+        )
+    if relative_step(cfg):
+        reason = "adafactor_relative_step computes its own time-dependent step size: remove it"
+        if cfg.learning_rate is not None and "learning_rate" in cfg.model_fields_set:
+            problems.append(FieldProblem("learning_rate", reason))
+        if cfg.lr_scheduler != "constant":
+            problems.append(FieldProblem("lr_scheduler", reason + " (or use 'constant')"))
+    return problems
+
+
+def optimizer_host_problems(optimizer: str, device_type: str) -> list[FieldProblem]:
+    """Why `optimizer` cannot run on a `device_type` device here (empty when it can): the 8-bit
+    optimizers need CUDA and the bitsandbytes package. The one rule behind preflight and the job
+    service's host check; nothing is imported."""
+    if optimizer not in BNB_OPTIMIZERS:
+        return []
+    if device_type != "cuda":
+        return [
+            FieldProblem(
+                "optimizer",
+                f"{optimizer!r} runs bitsandbytes' 8-bit CUDA kernels (the training device is {device_type}): "
+                "use 'adamw', 'prodigy' or 'adafactor' here",
+            )
+        ]
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return [
+            FieldProblem(
+                "optimizer",
+                f"{optimizer!r} needs the bitsandbytes package, which is not installed: "
+                "pip install 'lorastudio[bnb]'",
+            )
+        ]
+    return []

@@ -81,6 +81,16 @@ ELSEWHERE = {
     "sample_every": "test_samples (a round every N steps and at the end)",
     "sample_steps": "tests/families/test_sample_previews (the sample equals inference with these steps)",
     "sample_seed": "test_samples (another seed, another image) and tests/families/test_sample_previews",
+    # training methods (issue 28)
+    "optimizer": "test_optimizers (prodigy / adafactor losses fall; 8-bit refused on the CPU; exact resume)",
+    "optimizer_betas": "test_optimizers (reach AdamW; refused for Adafactor)",
+    "optimizer_eps": "test_optimizers (reaches AdamW; refused for Lion)",
+    "prodigy_d_coef": "test_optimizers (a larger d_coef falls faster; refused for another optimizer)",
+    "prodigy_safeguard_warmup": "test_optimizers (accepted for prodigy only)",
+    "prodigy_use_bias_correction": "test_optimizers (exact resume with it)",
+    "adafactor_relative_step": "test_optimizers (own step size, lr null; refuses lr / schedule; resume)",
+    "adafactor_scale_parameter": "test_optimizers (reaches Adafactor; refused for another optimizer)",
+    "adafactor_warmup_init": "test_optimizers (refused without relative_step)",
 }
 
 
