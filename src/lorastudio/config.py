@@ -145,6 +145,22 @@ class TrainConfig(BaseModel):
         default=None, description="adafactor: warm the relative step up from 1e-6 (needs relative_step)"
     )
 
+    ema_decay: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw "
+        "one is kept beside it as <name>.raw.safetensors; null = off",
+    )
+    ema_update_every: int = Field(
+        default=1, ge=1, le=10_000, description="EMA update every N optimizer steps"
+    )
+    ema_on_cpu: bool = Field(default=False, description="keep the EMA weights in CPU memory")
+    sample_with_ema: bool = Field(
+        default=True,
+        description="with ema_decay: sample previews render the EMA weights (false: the raw ones)",
+    )
+
     # numerics
     base_precision: BasePrecision = Field(
         default="auto",

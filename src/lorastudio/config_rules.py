@@ -123,6 +123,7 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
         ]
     problems += _plan_problems(cfg)
     problems += optimizer_problems(cfg)
+    problems += ema_problems(cfg)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
         problems.append(
             FieldProblem(
@@ -258,4 +259,18 @@ def optimizer_host_problems(optimizer: str, device_type: str) -> list[FieldProbl
                 "pip install 'lorastudio[bnb]'",
             )
         ]
+    return []
+
+
+EMA_SETTINGS: tuple[str, ...] = ("ema_update_every", "ema_on_cpu", "sample_with_ema")
+
+
+def ema_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """EMA settings without an EMA (ema_decay null), and sample_with_ema without samples."""
+    fields = type(cfg).model_fields
+    changed = [name for name in EMA_SETTINGS if getattr(cfg, name) != fields[name].default]
+    if cfg.ema_decay is None:
+        return [FieldProblem(name, "needs ema_decay (there is no EMA without it)") for name in changed]
+    if "sample_with_ema" in changed and not cfg.sample_prompts:
+        return [FieldProblem("sample_with_ema", "needs sample_prompts (there is nothing to render)")]
     return []

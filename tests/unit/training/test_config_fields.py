@@ -91,6 +91,10 @@ ELSEWHERE = {
     "adafactor_relative_step": "test_optimizers (own step size, lr null; refuses lr / schedule; resume)",
     "adafactor_scale_parameter": "test_optimizers (reaches Adafactor; refused for another optimizer)",
     "adafactor_warmup_init": "test_optimizers (refused without relative_step)",
+    "ema_decay": "test_ema (the saved LoRA is the hand-computed EMA; the raw one beside it; exact resume)",
+    "ema_update_every": "test_ema (every 2nd step: 2 updates, another EMA)",
+    "ema_on_cpu": "test_ema (exact resume with the shadow in CPU memory)",
+    "sample_with_ema": "test_ema (samples render the EMA or the raw weights)",
 }
 
 
