@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lorastudio.config_rules import combination_problems, optimizer_learning_rate, relative_step
+from lorastudio.config_rules import (
+    adapter_lora_format,
+    combination_problems,
+    optimizer_learning_rate,
+    relative_step,
+)
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
 
 LrScheduler = Literal[
@@ -29,6 +34,7 @@ LoraFormat = Literal["diffusers", "kohya"]
 CompileMode = Literal["off", "on", "auto", "wide"]
 AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math"]
 FuseProjections = Literal["auto", "on", "off"]
+AdapterName = Literal["lora", "dora", "loha", "lokr"]
 OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
 
 # Fields that only some families honour. A family lists the ones it supports in
@@ -161,6 +167,34 @@ class TrainConfig(BaseModel):
         description="with ema_decay: sample previews render the EMA weights (false: the raw ones)",
     )
 
+    adapter: AdapterName = Field(
+        default="lora",
+        description="lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of "
+        "two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 "
+        "LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads "
+        "(lora_format kohya: diffusers cannot load them)",
+    )
+    lokr_factor: int | None = Field(
+        default=None,
+        ge=-1,
+        le=1024,
+        description="lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square "
+        "as possible; null: -1)",
+    )
+    lokr_decompose_both: bool | None = Field(
+        default=None,
+        description="lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is "
+        "below half its size)",
+    )
+    rank_pattern: dict[str, int] | None = Field(
+        default=None,
+        description="per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank",
+    )
+    alpha_pattern: dict[str, float] | None = Field(
+        default=None,
+        description="per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
+    )
+
     # numerics
     base_precision: BasePrecision = Field(
         default="auto",
@@ -291,6 +325,24 @@ class TrainConfig(BaseModel):
     def _finite(cls, v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("lokr_factor")
+    @classmethod
+    def _factor_not_zero(cls, v: int | None) -> int | None:
+        if v == 0:
+            raise ValueError("must be -1 (as square as possible) or a factor >= 1")
+        return v
+
+    @field_validator("rank_pattern", "alpha_pattern")
+    @classmethod
+    def _patterns_positive(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            for key, value in v.items():
+                if not key.strip():
+                    raise ValueError("module patterns must be non-empty")
+                if not (0 < value <= 4096):
+                    raise ValueError(f"{key!r}: must be in (0, 4096]")
         return v
 
     @field_validator("optimizer_betas")
@@ -436,6 +488,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
     for key in set(FAMILY_SPECIFIC_FIELDS) - fam.spec.supports:
         values[key] = _inert_value(key)
     values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
+    values["lora_format"] = adapter_lora_format(cfg)
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:

@@ -124,6 +124,7 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
     problems += _plan_problems(cfg)
     problems += optimizer_problems(cfg)
     problems += ema_problems(cfg)
+    problems += adapter_problems(cfg)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
         problems.append(
             FieldProblem(
@@ -274,3 +275,70 @@ def ema_problems(cfg: TrainConfig) -> list[FieldProblem]:
     if "sample_with_ema" in changed and not cfg.sample_prompts:
         return [FieldProblem("sample_with_ema", "needs sample_prompts (there is nothing to render)")]
     return []
+
+
+# --- adapters (issue 28): peft's LoRA / DoRA / LoHa / LoKr (training/lora.py builds them)
+LYCORIS_ONLY_ADAPTERS: tuple[str, ...] = ("loha", "lokr")  # files diffusers cannot load
+LOKR_OPTIONS: tuple[str, ...] = ("lokr_factor", "lokr_decompose_both")
+
+
+def adapter_lora_format(cfg: TrainConfig) -> str:
+    """The resolved lora_format: LoHa / LoKr files are always in the LyCORIS layout ComfyUI
+    reads ("kohya"), which is what an unset lora_format gives them; else cfg.lora_format."""
+    if cfg.adapter in LYCORIS_ONLY_ADAPTERS and "lora_format" not in cfg.model_fields_set:
+        return "kohya"
+    return cfg.lora_format
+
+
+def adapter_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Adapter settings that would be ignored, and what peft's LoHa / LoKr / DoRA cannot do here."""
+    problems = [
+        FieldProblem(name, f"is an option of adapter 'lokr', not {cfg.adapter!r} (it would be ignored)")
+        for name in LOKR_OPTIONS
+        if cfg.adapter != "lokr" and getattr(cfg, name) is not None
+    ]
+    patterns = [name for name in ("rank_pattern", "alpha_pattern") if getattr(cfg, name)]
+    if cfg.adapter == "lora":
+        if cfg.lora_format == "kohya" and patterns:
+            problems += [
+                FieldProblem(
+                    name,
+                    "the kohya layout of a LoRA holds one rank and alpha for every layer: "
+                    "use lora_format 'diffusers' (or adapter 'dora' / 'loha' / 'lokr')",
+                )
+                for name in patterns
+            ]
+        return problems
+    if cfg.adapter in LYCORIS_ONLY_ADAPTERS:
+        if cfg.lora_format == "diffusers" and "lora_format" in cfg.model_fields_set:
+            problems.append(
+                FieldProblem(
+                    "lora_format",
+                    f"diffusers cannot load a {cfg.adapter} file: it is written in the LyCORIS layout "
+                    "ComfyUI reads; use 'kohya' (or leave it unset)",
+                )
+            )
+        if cfg.lora_dropout > 0:
+            problems.append(
+                FieldProblem("lora_dropout", f"peft's {cfg.adapter} has no input dropout; set it to 0")
+            )
+    why = "is converted layer by layer, and peft's {} wraps plain linear layers only"
+    if cfg.base_precision in UNFUSED_BASES:
+        problems.append(
+            FieldProblem("base_precision", f"a {cfg.base_precision} base " + why.format(cfg.adapter))
+        )
+    if cfg.memory_budget_gb is not None:
+        problems.append(
+            FieldProblem(
+                "memory_budget_gb",
+                f"the plan chooser measures LoRA runs (and may pick a quantised base, which {cfg.adapter} "
+                "cannot wrap): set the plan settings instead",
+            )
+        )
+    if cfg.fuse_projections == "on":
+        problems.append(
+            FieldProblem(
+                "fuse_projections", f"shares LoRA inputs only; {cfg.adapter} runs unfused: use 'auto'/'off'"
+            )
+        )
+    return problems

@@ -95,6 +95,11 @@ ELSEWHERE = {
     "ema_update_every": "test_ema (every 2nd step: 2 updates, another EMA)",
     "ema_on_cpu": "test_ema (exact resume with the shadow in CPU memory)",
     "sample_with_ema": "test_ema (samples render the EMA or the raw weights)",
+    "adapter": "test_adapters (DoRA / LoHa / LoKr learn; files give ComfyUI / diffusers the trained layers)",
+    "lokr_factor": "test_adapters (factor 4 trains and exports; refused for another adapter, 0 refused)",
+    "lokr_decompose_both": "test_adapters (low-rank w1 exported as lokr_w1_a / _b; refused for another adapter)",
+    "rank_pattern": "test_adapters (to_k at rank 2; a pattern matching nothing refused; kohya LoRA refused)",
+    "alpha_pattern": "test_adapters (to_k at alpha 2 in the layers and the file's .alpha)",
 }
 
 
