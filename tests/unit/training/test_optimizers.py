@@ -185,3 +185,12 @@ def test_cli_set_reaches_the_optimizer_fields(make_config, tmp_path):
     )
     assert result.exit_code == 2, result.output
     assert "prodigy_d_coef" in result.output and "not an option of optimizer 'adamw8bit'" in result.output
+
+
+def test_the_job_service_refuses_8bit_on_this_host_before_queueing():
+    from lorastudio.jobs.validation import host_problems
+
+    cfg = TrainConfig(family="flux", base_model="a/b", data_dir="d", optimizer="lion8bit")
+    problems = host_problems(cfg, get_settings())  # this CPU-only test host
+    assert [p.field for p in problems] == ["optimizer"] and "8-bit CUDA kernels" in problems[0].message
+    assert host_problems(cfg.model_copy(update={"optimizer": "prodigy"}), get_settings()) == []
