@@ -133,7 +133,10 @@ def _stop_at(step: int):
     return events, check
 
 
-@pytest.mark.parametrize(("family", "adapter"), [("flux", "lokr"), ("sdxl", "loha"), ("flux", "dora")])
+@pytest.mark.parametrize(
+    ("family", "adapter"),
+    [("flux", "lokr"), ("sdxl", "loha"), ("flux", "dora"), ("z-image", "lokr"), ("qwen-image", "dora")],
+)
 def test_stop_and_resume_is_bitwise(family, adapter, make_config):
     settings = {"steps": 4, "caption_dropout": 0.3, "adapter": adapter}
     full = train(make_config(family, output_name="full", **settings), [].append, device="cpu")
