@@ -9,7 +9,8 @@
              the run's conditioning and latents); a resume reuses its checkpoint's plan.
              PlanChosen is emitted once, before the first step
   phase 3    denoiser + LoRA (built for the plan: training/plan_build.py): batched,
-             gradient-accumulated AdamW steps in the plan's micro-batches, with an LR schedule
+             gradient-accumulated optimizer steps (training/optimizers.py) in the plan's
+             micro-batches, with an LR schedule
   samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
              cfg.sample_every steps and after the last one (training/samples.py), SampleReady
   export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed);
