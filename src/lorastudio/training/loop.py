@@ -102,7 +102,7 @@ class TrainResult:
     steps_run and losses count every step of the run, those before a resume included;
     resumed_from is the checkpoint step a resumed run started from (None for a fresh run).
     `denoiser` (the trained denoiser with its LoRA, eval mode) is set only when train() was
-    called with return_denoiser=True."""
+    called with return_denoiser=True (with ema_decay: its raw weights; the file holds the EMA's)."""
 
     lora_path: Path | None
     steps_run: int

@@ -212,7 +212,7 @@ class StepInFlight:
     ready: Any = None  # torch.cuda.Event recorded after the copy
 
     def apply_on_device(
-        self, optimizer: torch.optim.Optimizer, scheduler: Any, ema: AdapterEma | None
+        self, optimizer: torch.optim.Optimizer, scheduler: Any, ema: AdapterEma | None = None
     ) -> None:
         """Queue the update (fused AdamW; skipped by the device when a value is not finite),
         fold it into the `ema`, zero the gradients, step the LR `scheduler` and start the
