@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
+from lorastudio.config_rules import optimizer_host_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
@@ -72,6 +73,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     problems += compile_problems(cfg.compile, dev)
     problems += attention_problems(cfg.attention_backend, dev)
     problems += plan_host_problems(cfg, dev.type)
+    problems += optimizer_host_problems(cfg.optimizer, dev.type)  # 8-bit: CUDA + bitsandbytes
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():

@@ -81,6 +81,25 @@ ELSEWHERE = {
     "sample_every": "test_samples (a round every N steps and at the end)",
     "sample_steps": "tests/families/test_sample_previews (the sample equals inference with these steps)",
     "sample_seed": "test_samples (another seed, another image) and tests/families/test_sample_previews",
+    # training methods (issue 28)
+    "optimizer": "test_optimizers (prodigy / adafactor losses fall; 8-bit refused on the CPU; exact resume)",
+    "optimizer_betas": "test_optimizers (reach AdamW; refused for Adafactor)",
+    "optimizer_eps": "test_optimizers (reaches AdamW; refused for Lion)",
+    "prodigy_d_coef": "test_optimizers (a larger d_coef falls faster; refused for another optimizer)",
+    "prodigy_safeguard_warmup": "test_optimizers (accepted for prodigy only)",
+    "prodigy_use_bias_correction": "test_optimizers (exact resume with it)",
+    "adafactor_relative_step": "test_optimizers (own step size, lr null; refuses lr / schedule; resume)",
+    "adafactor_scale_parameter": "test_optimizers (reaches Adafactor; refused for another optimizer)",
+    "adafactor_warmup_init": "test_optimizers (refused without relative_step)",
+    "ema_decay": "test_ema (the saved LoRA is the hand-computed EMA; the raw one beside it; exact resume)",
+    "ema_update_every": "test_ema (every 2nd step: 2 updates, another EMA)",
+    "ema_on_cpu": "test_ema (exact resume with the shadow in CPU memory)",
+    "sample_with_ema": "test_ema (samples render the EMA or the raw weights)",
+    "adapter": "test_adapters (DoRA / LoHa / LoKr learn; files give ComfyUI / diffusers the trained layers)",
+    "lokr_factor": "test_adapters (factor 4 trains and exports; refused for another adapter, 0 refused)",
+    "lokr_decompose_both": "test_adapters (low-rank w1 exported as lokr_w1_a / _b; refused for another adapter)",
+    "rank_pattern": "test_adapters (to_k at rank 2; a pattern matching nothing refused; kohya LoRA refused)",
+    "alpha_pattern": "test_adapters (to_k at alpha 2 in the layers and the file's .alpha)",
 }
 
 

@@ -2020,6 +2020,39 @@ export interface components {
          */
         TrainConfig: {
             /**
+             * Adafactor Relative Step
+             * @description adafactor: its own time-dependent step size instead of learning_rate (null: off); then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set
+             * @default null
+             */
+            adafactor_relative_step?: boolean | null;
+            /**
+             * Adafactor Scale Parameter
+             * @description adafactor: scale the step by each parameter's RMS (null: off)
+             * @default null
+             */
+            adafactor_scale_parameter?: boolean | null;
+            /**
+             * Adafactor Warmup Init
+             * @description adafactor: warm the relative step up from 1e-6 (needs relative_step)
+             * @default null
+             */
+            adafactor_warmup_init?: boolean | null;
+            /**
+             * Adapter
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @default lora
+             * @enum {string}
+             */
+            adapter?: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Pattern
+             * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
+             * @default null
+             */
+            alpha_pattern?: {
+                [key: string]: number;
+            } | null;
+            /**
              * Aspect Buckets
              * @description batch images by aspect ratio (else square)
              * @default true
@@ -2079,6 +2112,24 @@ export interface components {
              * @default null
              */
             default_caption?: string | null;
+            /**
+             * Ema Decay
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             * @default null
+             */
+            ema_decay?: number | null;
+            /**
+             * Ema On Cpu
+             * @description keep the EMA weights in CPU memory
+             * @default false
+             */
+            ema_on_cpu?: boolean;
+            /**
+             * Ema Update Every
+             * @description EMA update every N optimizer steps
+             * @default 1
+             */
+            ema_update_every?: number;
             /**
              * Enable Tf32
              * @description TF32 matmuls for the run (restored after)
@@ -2149,6 +2200,18 @@ export interface components {
              * @default 1
              */
             logit_std?: number;
+            /**
+             * Lokr Decompose Both
+             * @description lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)
+             * @default null
+             */
+            lokr_decompose_both?: boolean | null;
+            /**
+             * Lokr Factor
+             * @description lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square as possible; null: -1)
+             * @default null
+             */
+            lokr_factor?: number | null;
             /**
              * Lora Alpha
              * @description default: equal to the rank
@@ -2244,11 +2307,51 @@ export interface components {
              */
             offload_blocks?: number | null;
             /**
+             * Optimizer
+             * @description adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)
+             * @default adamw
+             * @enum {string}
+             */
+            optimizer?: "adamw" | "adamw8bit" | "lion8bit" | "prodigy" | "adafactor";
+            /**
+             * Optimizer Betas
+             * @description [beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, 0.9, 0.999; Lion 0.9, 0.99)
+             * @default null
+             */
+            optimizer_betas?: [
+                number,
+                number
+            ] | null;
+            /**
+             * Optimizer Eps
+             * @description epsilon of adamw / adamw8bit / prodigy (null: 1e-8)
+             * @default null
+             */
+            optimizer_eps?: number | null;
+            /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              * @default null
              */
             output_name?: string | null;
+            /**
+             * Prodigy D Coef
+             * @description prodigy: multiplier of the learned step size (null: 1.0)
+             * @default null
+             */
+            prodigy_d_coef?: number | null;
+            /**
+             * Prodigy Safeguard Warmup
+             * @description prodigy: leave the LR out of the step-size estimate (for warmup; null: off)
+             * @default null
+             */
+            prodigy_safeguard_warmup?: boolean | null;
+            /**
+             * Prodigy Use Bias Correction
+             * @description prodigy: Adam's bias correction (null: off)
+             * @default null
+             */
+            prodigy_use_bias_correction?: boolean | null;
             /**
              * Random Crop
              * @description random instead of centre crop
@@ -2261,6 +2364,14 @@ export interface components {
              * @default false
              */
             random_flip?: boolean;
+            /**
+             * Rank Pattern
+             * @description per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank
+             * @default null
+             */
+            rank_pattern?: {
+                [key: string]: number;
+            } | null;
             /**
              * Resolution
              * @description training side in pixels
@@ -2296,6 +2407,12 @@ export interface components {
              * @default null
              */
             sample_steps?: number | null;
+            /**
+             * Sample With Ema
+             * @description with ema_decay: sample previews render the EMA weights (false: the raw ones)
+             * @default true
+             */
+            sample_with_ema?: boolean;
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
@@ -2344,6 +2461,35 @@ export interface components {
          *     has that the current TrainConfig no longer knows are dropped instead of refused.
          */
         TrainConfigOut: {
+            /**
+             * Adafactor Relative Step
+             * @description adafactor: its own time-dependent step size instead of learning_rate (null: off); then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set
+             */
+            adafactor_relative_step: boolean | null;
+            /**
+             * Adafactor Scale Parameter
+             * @description adafactor: scale the step by each parameter's RMS (null: off)
+             */
+            adafactor_scale_parameter: boolean | null;
+            /**
+             * Adafactor Warmup Init
+             * @description adafactor: warm the relative step up from 1e-6 (needs relative_step)
+             */
+            adafactor_warmup_init: boolean | null;
+            /**
+             * Adapter
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @default lora
+             * @enum {string}
+             */
+            adapter: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Pattern
+             * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
+             */
+            alpha_pattern: {
+                [key: string]: number;
+            } | null;
             /**
              * Aspect Buckets
              * @description batch images by aspect ratio (else square)
@@ -2402,6 +2548,23 @@ export interface components {
              * @description caption of images without one (instance prompt)
              */
             default_caption: string | null;
+            /**
+             * Ema Decay
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             */
+            ema_decay: number | null;
+            /**
+             * Ema On Cpu
+             * @description keep the EMA weights in CPU memory
+             * @default false
+             */
+            ema_on_cpu: boolean;
+            /**
+             * Ema Update Every
+             * @description EMA update every N optimizer steps
+             * @default 1
+             */
+            ema_update_every: number;
             /**
              * Enable Tf32
              * @description TF32 matmuls for the run (restored after)
@@ -2467,6 +2630,16 @@ export interface components {
              * @default 1
              */
             logit_std: number;
+            /**
+             * Lokr Decompose Both
+             * @description lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)
+             */
+            lokr_decompose_both: boolean | null;
+            /**
+             * Lokr Factor
+             * @description lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square as possible; null: -1)
+             */
+            lokr_factor: number | null;
             /**
              * Lora Alpha
              * @description default: equal to the rank
@@ -2552,10 +2725,45 @@ export interface components {
              */
             offload_blocks: number | null;
             /**
+             * Optimizer
+             * @description adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)
+             * @default adamw
+             * @enum {string}
+             */
+            optimizer: "adamw" | "adamw8bit" | "lion8bit" | "prodigy" | "adafactor";
+            /**
+             * Optimizer Betas
+             * @description [beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, 0.9, 0.999; Lion 0.9, 0.99)
+             */
+            optimizer_betas: [
+                number,
+                number
+            ] | null;
+            /**
+             * Optimizer Eps
+             * @description epsilon of adamw / adamw8bit / prodigy (null: 1e-8)
+             */
+            optimizer_eps: number | null;
+            /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              */
             output_name: string | null;
+            /**
+             * Prodigy D Coef
+             * @description prodigy: multiplier of the learned step size (null: 1.0)
+             */
+            prodigy_d_coef: number | null;
+            /**
+             * Prodigy Safeguard Warmup
+             * @description prodigy: leave the LR out of the step-size estimate (for warmup; null: off)
+             */
+            prodigy_safeguard_warmup: boolean | null;
+            /**
+             * Prodigy Use Bias Correction
+             * @description prodigy: Adam's bias correction (null: off)
+             */
+            prodigy_use_bias_correction: boolean | null;
             /**
              * Random Crop
              * @description random instead of centre crop
@@ -2568,6 +2776,13 @@ export interface components {
              * @default false
              */
             random_flip: boolean;
+            /**
+             * Rank Pattern
+             * @description per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank
+             */
+            rank_pattern: {
+                [key: string]: number;
+            } | null;
             /**
              * Resolution
              * @description training side in pixels
@@ -2599,6 +2814,12 @@ export interface components {
              * @description inference steps per sample (null: the family's default)
              */
             sample_steps: number | null;
+            /**
+             * Sample With Ema
+             * @description with ema_decay: sample previews render the EMA weights (false: the raw ones)
+             * @default true
+             */
+            sample_with_ema: boolean;
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
