@@ -33,7 +33,9 @@ export interface paths {
         };
         /**
          * Dataset
-         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and sizes.
+         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and stored
+         *     sizes (from the file headers). Links are listed as dropped, never read; a caption file or
+         *     metadata.jsonl that cannot be used is listed as dropped with the reason.
          */
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
@@ -98,7 +100,7 @@ export interface paths {
         post?: never;
         /**
          * Remove Image
-         * @description Delete one image and its .txt caption.
+         * @description Delete one image and its .txt caption (kept while another image of that stem uses it).
          */
         delete: operations["remove_image_api_datasets__name__images__file__delete"];
         options?: never;
@@ -115,7 +117,10 @@ export interface paths {
         };
         /**
          * Thumbnail
-         * @description A JPEG thumbnail (longest side `size`) of one dataset image.
+         * @description A JPEG thumbnail (longest side `size`) of one dataset image, decoded at reduced size and
+         *     cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
+         *     placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
+         *     server's decode slots stay busy.
          */
         get: operations["thumbnail_api_datasets__name__thumbnails__file__get"];
         put?: never;
