@@ -161,7 +161,9 @@ class TrainConfig(BaseModel):
     )
     lora_format: LoraFormat = Field(
         default="diffusers",
-        description="key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)",
+        description="key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's "
+        "portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI "
+        "and diffusers at the trained strength)",
     )
 
     # sample previews (rendered with the live LoRA; they never change the training maths)

@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
-from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules, to_diffusers, to_kohya
+from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 
 Layout = Literal["diffusers", "kohya"]
@@ -113,11 +113,16 @@ def file_for_layout(
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, header) of `lora` in `layout`; `info` = the `lorastudio.*` header strings;
     `adapter_metadata` = the peft LoraConfig dict a diffusers file records (default: built from
-    the LoRA's rank, alpha and module names)."""
+    the LoRA's rank, alpha and module names). A diffusers file holds alpha/rank folded into its
+    lora_B weights and records alpha = rank (see convert.fold_strength): ComfyUI, which reads no
+    alpha from a diffusers file, then applies the same weight as diffusers."""
     info = {**info, PREFIX + "lora_format": layout}
     if layout == "kohya":
         tensors = to_kohya(lora.tensors, family, lora.alpha)
         return tensors, {"format": "pt", **info, **kohya_metadata(info, lora.rank, lora.alpha)}
+    lora = fold_strength(lora)
+    if adapter_metadata is not None:
+        adapter_metadata = {**adapter_metadata, "lora_alpha": float(lora.rank), "alpha_pattern": {}}
     tensors, header = diffusers_file(lora, family, adapter_metadata)
     return tensors, {**header, **info}
 

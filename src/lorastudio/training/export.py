@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import __version__
-from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
+from lorastudio.lora.portability import check_loaders
 from lorastudio.training.lora import adapter_metadata, lora_state_dict
 
 if TYPE_CHECKING:
@@ -77,8 +77,8 @@ def save_lora(
     `<spec.pipeline_class>.load_lora_weights(path)` loads (keys prefixed with the denoiser name,
     the adapter config under `lora_adapter_metadata`); "kohya" is the family's kohya / ComfyUI
     layout (see lorastudio.lora.convert) with kohya's `ss_*` header keys. Both carry the training
-    facts as `lorastudio.*` header strings. The sidecar gains "lora_format" and "comfyui_keys"
-    (ComfyUI's key check of a kohya file: {"checked": true, "unconsumed": [...], ...}).
+    facts as `lorastudio.*` header strings. The sidecar gains "lora_format" and "loaders": the
+    save-time check against ComfyUI, diffusers and A1111/Forge (lorastudio.lora.portability).
     On any failure the staging folder is removed and nothing is left in run_dir.
     Raises ConfigError when a trained layer has no name in the kohya layout.
     """
@@ -86,13 +86,21 @@ def save_lora(
     lora = PeftLora(lora_state_dict(denoiser), int(lora_config.r), float(lora_config.lora_alpha))
     info = training_metadata(sidecar)
     tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
-    if layout == "kohya":
-        key_map = comfy_key_map(spec.name, base_weight_shapes(denoiser))
-        check = check_comfy_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
-    else:
-        check = {"checked": False, "reason": "diffusers layout; lora_format=kohya writes ComfyUI's layout"}
-    sidecar = {**sidecar, "lora_format": layout, "comfyui_keys": check}
+    unet_config = getattr(denoiser, "config", None) if spec.name == "sdxl" else None
+    loaders = check_loaders(
+        tensors, header, spec.name, base_weight_shapes(denoiser), spec.pipeline_class, unet_config
+    )
+    sidecar = {**sidecar, "lora_format": layout, "loaders": loaders}
+    return write_lora_pair(run_dir, name, tensors, header, sidecar)
+
+
+def write_lora_pair(
+    run_dir: Path, name: str, tensors: dict[str, Any], header: dict[str, str], sidecar: dict[str, Any]
+) -> Path:
+    """Write <run_dir>/<name>.safetensors and its sidecar <name>.json through a staging folder
+    (the sidecar renamed into place first, the LoRA last). Returns the LoRA path."""
     weight_name = f"{name}.safetensors"
+    run_dir.mkdir(parents=True, exist_ok=True)
     staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
