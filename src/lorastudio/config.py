@@ -156,6 +156,15 @@ class TrainConfig(BaseModel):
         default=None, ge=1, description="checkpoint every N optimizer steps (null: only on stop-and-save)"
     )
     keep_last: int = Field(default=2, ge=1, le=1000, description="checkpoints retained (oldest removed)")
+    save_lora_every: int | None = Field(
+        default=None,
+        ge=1,
+        description="write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N "
+        "optimizer steps; every checkpoint writes one too (null: only with checkpoints)",
+    )
+    keep_loras: int | None = Field(
+        default=None, ge=1, le=100_000, description="LoRA snapshots retained (oldest removed; null: all)"
+    )
     max_bad_steps: int = Field(
         default=5, ge=1, le=1000, description="consecutive non-finite steps before the run fails as diverged"
     )

@@ -26,6 +26,7 @@ FULL_JOB = {
     "sample_every": 2,
     "sample_steps": 1,
     "max_sequence_length": 16,
+    "save_lora_every": 2,
 }
 
 
@@ -131,6 +132,14 @@ def test_full_job_start_events_complete_listed_and_generate(
     download = client.get(f"/api/loras/{name}/file")
     assert download.status_code == 200 and download.content == Path(loras[0]["path"]).read_bytes()
     assert client.get("/api/loras/..%2Fx/file").status_code in (400, 404)
+
+    # the run's LoRAs by step: the save_lora_every snapshot at step 2, then the final LoRA
+    by_step = client.get(f"/api/runs/{job_id}/loras").json()
+    assert by_step == client.get(f"/api/loras/{name}/steps").json()
+    assert [(lo["step"], lo["final"]) for lo in by_step["loras"]] == [(2, False), (4, True)]
+    snapshot = client.get(by_step["loras"][0]["url"])
+    assert snapshot.status_code == 200 and snapshot.content == Path(by_step["loras"][0]["path"]).read_bytes()
+    assert client.get(f"/api/loras/{name}/file", params={"step": 3}).status_code == 404
 
     body = {
         "family": "flux",

@@ -1,5 +1,6 @@
 """`lorastudio lora convert IN OUT --to kohya|diffusers [--family F]`: rewrite a LoRA file in the
-other key layout (diffusers/peft <-> kohya/ComfyUI), keeping its training metadata."""
+other key layout (diffusers/peft <-> kohya/ComfyUI), keeping its training metadata.
+`lorastudio lora list RUN`: a run's LoRAs by step (snapshots under loras/, then the final file)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import typer
 
 lora_app = typer.Typer(
-    help="LoRA files: convert between diffusers and kohya/ComfyUI layouts.", no_args_is_help=True
+    help="LoRA files: list a run's LoRAs by step, convert between diffusers and kohya/ComfyUI layouts.",
+    no_args_is_help=True,
 )
 
 
@@ -29,3 +31,24 @@ def convert_cmd(
 
     source = convert_file(src, dst, to, family, overwrite=force)  # type: ignore[arg-type]
     typer.echo(f"{src} ({source}) -> {dst} ({to})")
+
+
+@lora_app.command("list")
+def list_cmd(
+    run: str = typer.Argument(..., help="a run folder, or a run name under the studio's outputs/"),
+) -> None:
+    """A run's LoRA files by step: the snapshots (every checkpoint, every save_lora_every), then
+    the final LoRA."""
+    from lorastudio.lora.snapshots import run_loras
+    from lorastudio.settings import get_settings
+
+    run_dir = Path(run)
+    if not run_dir.is_dir():
+        run_dir = get_settings().outputs_dir / run
+    if not run_dir.is_dir():
+        typer.echo(f"no run folder {run} (nor {run_dir})", err=True)
+        raise typer.Exit(2)
+    typer.echo("step  file")
+    for item in run_loras(run_dir):
+        step = "?" if item["step"] is None else str(item["step"])
+        typer.echo(f"{step:<5} {item['path']}{'  (final)' if item['final'] else ''}")

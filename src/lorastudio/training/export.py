@@ -20,6 +20,7 @@ from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
 from lorastudio.lora.portability import check_loaders
+from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.training.lora import adapter_metadata, lora_state_dict
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import FamilySpec
+    from lorastudio.training.preflight import PreparedRun
 
 SIDECAR_FORMAT = "lorastudio.lora/1"
 
@@ -61,6 +63,36 @@ def build_sidecar(
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
     }
+
+
+def run_sidecar(
+    run: PreparedRun, *, steps_run: int, total_steps: int, stopped: bool, lora_file: str
+) -> dict[str, Any]:
+    """build_sidecar for a prepared run (its resolved config and scanned dataset)."""
+    return build_sidecar(
+        run.cfg,
+        steps_run=steps_run,
+        total_steps=total_steps,
+        stopped=stopped,
+        dataset_root=run.scan.root,
+        dataset_fingerprint=run.scan.fingerprint,
+        num_images=len(run.scan.items),
+        lora_file=lora_file,
+    )
+
+
+def save_lora_snapshot(
+    run: PreparedRun, denoiser: Any, lora_config: LoraConfig, *, step: int, total_steps: int
+) -> Path:
+    """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
+    in the run's layout with its sidecar ("snapshot": true), checked like the final file.
+    Returns the .safetensors path."""
+    name = snapshot_name(str(run.cfg.output_name), step)
+    sidecar = run_sidecar(
+        run, steps_run=step, total_steps=total_steps, stopped=False, lora_file=f"{LORAS}/{name}.safetensors"
+    )
+    sidecar["snapshot"] = True
+    return save_lora(run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar)
 
 
 def save_lora(

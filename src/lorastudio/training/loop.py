@@ -41,6 +41,7 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
+from lorastudio.lora.snapshots import SnapshotKeeper
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
     apply_attention,
@@ -75,7 +76,7 @@ from lorastudio.training.events import (
     Preparing,
     StopCheck,
 )
-from lorastudio.training.export import build_sidecar, save_lora
+from lorastudio.training.export import run_sidecar, save_lora
 from lorastudio.training.latents import (
     EncodedPerStep,
     LatentSource,
@@ -165,6 +166,7 @@ def train(
                 claim_run_dir(run.run_dir)
         claimed = main
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
+        state.loras = SnapshotKeeper(run.run_dir, run.cfg.save_lora_every, run.cfg.keep_loras)
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
@@ -179,6 +181,7 @@ def train(
         elif not save or state.resume is None:
             if state.previews is not None and state.resume is not None:
                 state.previews.discard()  # a fresh run's samples go with its folder
+            state.loras.discard()
             discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
     except BaseException as err:
@@ -241,16 +244,12 @@ def _message(err: BaseException, attention: str = "default") -> str:
 
 
 def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
-    cfg = run.cfg
-    name = str(cfg.output_name)
-    sidecar = build_sidecar(
-        cfg,
+    name = str(run.cfg.output_name)
+    sidecar = run_sidecar(
+        run,
         steps_run=state.steps_run,
         total_steps=state.total_steps,
         stopped=stopped,
-        dataset_root=run.scan.root,
-        dataset_fingerprint=run.scan.fingerprint,
-        num_images=len(run.scan.items),
         lora_file=f"{name}.safetensors",
     )
     return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)

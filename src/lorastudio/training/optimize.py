@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from lorastudio.errors import TrainingStopped
+from lorastudio.lora.snapshots import SnapshotKeeper
 from lorastudio.training.checkpoint import CheckpointKeeper
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import (
@@ -39,6 +40,7 @@ from lorastudio.training.distributed import (
     gradient_sync,
 )
 from lorastudio.training.events import Emit, Progress, SampleReady
+from lorastudio.training.export import save_lora_snapshot
 from lorastudio.training.latents import LatentBatch, LatentSource
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -70,6 +72,7 @@ class RunState:
     resume: Path | None = None  # the checkpoint this session continues from
     steps_at_start: int = 0  # steps done before this session (the checkpoint's step)
     keeper: CheckpointKeeper | None = None
+    loras: SnapshotKeeper | None = None  # LoRA snapshots (every checkpoint, every save_lora_every)
     identity: dict[str, Any] = field(default_factory=dict)
     checkpointed_step: int | None = None  # step of this session's latest checkpoint
     previews: SamplePreviews | None = None  # set when the config has sample prompts (rank 0)
@@ -149,8 +152,11 @@ def optimize(
                 _save_for_stop(request, run, state, parts)
                 raise
             in_flight = None
-        due = (state.keeper is not None and state.keeper.due(step, num_steps)) or (
-            state.previews is not None and state.previews.due(step, num_steps)
+        snapshot_due = state.loras is not None and state.loras.due(step, num_steps)
+        due = (
+            (state.keeper is not None and state.keeper.due(step, num_steps))
+            or (state.previews is not None and state.previews.due(step, num_steps))
+            or snapshot_due
         )
         if pipelined and not due and step < num_steps:
             in_flight = flight  # its host values are read after the next step is queued
@@ -162,7 +168,9 @@ def optimize(
         if step >= num_steps:
             break
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
-            _checkpoint(run, state, parts)
+            _checkpoint(run, state, parts)  # with its LoRA snapshot
+        elif snapshot_due:
+            _lora_snapshot(run, state)
         try:
             stop()
         except TrainingStopped as request:
@@ -283,6 +291,17 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:
         state.keeper.record(path)
+    _lora_snapshot(run, state)
+
+
+def _lora_snapshot(run: PreparedRun, state: RunState) -> None:
+    """Write the LoRA snapshot of the step just done (rank 0) and apply keep_loras."""
+    if not state.ctx.is_main or state.loras is None:
+        return
+    path = save_lora_snapshot(
+        run, state.denoiser, state.lora_config, step=state.steps_run, total_steps=state.total_steps
+    )
+    state.loras.record(path)
 
 
 def _micro_step(
