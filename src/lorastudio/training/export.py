@@ -43,8 +43,10 @@ def build_sidecar(
     dataset_fingerprint: str,
     num_images: int,
     lora_file: str,
+    extensions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far."""
+    """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
+    "extensions": each time the run was trained longer (training/extend.py)."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
@@ -56,6 +58,7 @@ def build_sidecar(
         "steps": steps_run,
         "total_steps": total_steps,
         "stopped": stopped,
+        "extensions": list(extensions or []),
         "resolution": cfg.resolution,
         "trigger_word": cfg.trigger_word,
         "dataset": {"path": str(dataset_root), "fingerprint": dataset_fingerprint, "images": num_images},
@@ -66,7 +69,13 @@ def build_sidecar(
 
 
 def run_sidecar(
-    run: PreparedRun, *, steps_run: int, total_steps: int, stopped: bool, lora_file: str
+    run: PreparedRun,
+    *,
+    steps_run: int,
+    total_steps: int,
+    stopped: bool,
+    lora_file: str,
+    extensions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """build_sidecar for a prepared run (its resolved config and scanned dataset)."""
     return build_sidecar(
@@ -78,18 +87,30 @@ def run_sidecar(
         dataset_fingerprint=run.scan.fingerprint,
         num_images=len(run.scan.items),
         lora_file=lora_file,
+        extensions=extensions,
     )
 
 
 def save_lora_snapshot(
-    run: PreparedRun, denoiser: Any, lora_config: LoraConfig, *, step: int, total_steps: int
+    run: PreparedRun,
+    denoiser: Any,
+    lora_config: LoraConfig,
+    *,
+    step: int,
+    total_steps: int,
+    extensions: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
     in the run's layout with its sidecar ("snapshot": true), checked like the final file.
     Returns the .safetensors path."""
     name = snapshot_name(str(run.cfg.output_name), step)
     sidecar = run_sidecar(
-        run, steps_run=step, total_steps=total_steps, stopped=False, lora_file=f"{LORAS}/{name}.safetensors"
+        run,
+        steps_run=step,
+        total_steps=total_steps,
+        stopped=False,
+        lora_file=f"{LORAS}/{name}.safetensors",
+        extensions=extensions,
     )
     sidecar["snapshot"] = True
     return save_lora(run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar)

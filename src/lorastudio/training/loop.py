@@ -77,6 +77,7 @@ from lorastudio.training.events import (
     StopCheck,
 )
 from lorastudio.training.export import run_sidecar, save_lora
+from lorastudio.training.extend import extension_record
 from lorastudio.training.latents import (
     EncodedPerStep,
     LatentSource,
@@ -157,6 +158,8 @@ def train(
         run, state.identity = _prepare_session(
             cfg, settings, process_device(device, state.ctx), state.resume, meter
         )
+        if state.resume is not None:
+            _note_extension(run, state)
         state.ctx = start_group(state.ctx, run.device)
         if wants_compile(run.cfg.compile, run.device):
             keep_compile_cache(settings.compile_cache_dir)
@@ -208,6 +211,15 @@ def train(
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
 
 
+def _note_extension(run: PreparedRun, state: RunState) -> None:
+    """A resume whose total exceeds its checkpoint's trains the run longer (training/extend.py):
+    remember it (the schedule is re-spanned after the checkpoint loads) and its record."""
+    info = read_checkpoint_info(state.resume)
+    longer = run.cfg.num_epochs == 0 and int(run.cfg.steps) > int(info["total_steps"])
+    state.extended = longer
+    state.extensions = extension_record(info, int(run.cfg.steps) if longer else None)
+
+
 def _prepare_session(
     cfg: TrainConfig, settings: Settings, device: str | None, resume: Path | None, meter: DeviceMeter | None
 ) -> tuple[PreparedRun, dict[str, Any]]:
@@ -251,6 +263,7 @@ def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         total_steps=state.total_steps,
         stopped=stopped,
         lora_file=f"{name}.safetensors",
+        extensions=state.extensions,
     )
     return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
 

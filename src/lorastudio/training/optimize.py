@@ -41,6 +41,7 @@ from lorastudio.training.distributed import (
 )
 from lorastudio.training.events import Emit, Progress, SampleReady
 from lorastudio.training.export import save_lora_snapshot
+from lorastudio.training.extend import respan_schedule
 from lorastudio.training.latents import LatentBatch, LatentSource
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -72,6 +73,8 @@ class RunState:
     resume: Path | None = None  # the checkpoint this session continues from
     steps_at_start: int = 0  # steps done before this session (the checkpoint's step)
     keeper: CheckpointKeeper | None = None
+    extensions: list[dict[str, Any]] = field(default_factory=list)  # training/extend.py's record
+    extended: bool = False  # this session trains the run longer than the checkpoint's total
     loras: SnapshotKeeper | None = None  # LoRA snapshots (every checkpoint, every save_lora_every)
     identity: dict[str, Any] = field(default_factory=dict)
     checkpointed_step: int | None = None  # step of this session's latest checkpoint
@@ -117,6 +120,8 @@ def optimize(
     )
     if state.resume is not None:  # every stream continues where the interrupted run left it
         state.steps_run, state.losses = load_checkpoint(state.resume, parts)
+        if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
+            respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
     pipelined = (
@@ -287,6 +292,7 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         identity=state.identity,
         config=run.cfg.model_dump(mode="json"),
         plan=state.plan.as_dict() if state.plan is not None else None,
+        extensions=state.extensions,
     )
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:
@@ -299,7 +305,12 @@ def _lora_snapshot(run: PreparedRun, state: RunState) -> None:
     if not state.ctx.is_main or state.loras is None:
         return
     path = save_lora_snapshot(
-        run, state.denoiser, state.lora_config, step=state.steps_run, total_steps=state.total_steps
+        run,
+        state.denoiser,
+        state.lora_config,
+        step=state.steps_run,
+        total_steps=state.total_steps,
+        extensions=state.extensions,
     )
     state.loras.record(path)
 
