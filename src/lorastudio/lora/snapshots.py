@@ -12,7 +12,9 @@ snapshot whose .safetensors is visible is complete.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,34 @@ def run_loras(run_dir: Path) -> list[dict[str, Any]]:
             step = None
         found.append({"step": step if isinstance(step, int) else None, "path": str(final), "final": True})
     return found
+
+
+def keep_final_as_snapshot(run_dir: Path) -> Path | None:
+    """Copy the run's final LoRA and sidecar to loras/ as the snapshot of its step (before a
+    session that trains the run longer overwrites them). Returns the snapshot, or None when there
+    is no final LoRA (or no readable step). An existing snapshot of that step is left alone."""
+    final = run_dir / f"{run_dir.name}.safetensors"
+    try:
+        sidecar = json.loads(final.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    step = sidecar.get("steps") if isinstance(sidecar, dict) else None
+    if not final.is_file() or not isinstance(step, int):
+        return None
+    name = snapshot_name(run_dir.name, step)
+    target = run_dir / LORAS / f"{name}.safetensors"
+    if target.is_file():
+        return target
+    target.parent.mkdir(exist_ok=True)
+    staged = target.with_name(f".{name}.{os.getpid()}.staging")
+    try:
+        shutil.copyfile(final, staged)
+        info = {**sidecar, "snapshot": True, "lora_file": f"{LORAS}/{name}.safetensors"}
+        target.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+    return target
 
 
 def remove_snapshot(path: Path) -> None:

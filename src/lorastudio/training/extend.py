@@ -11,7 +11,9 @@ Rules:
   decayed the LR goes back up to the N-step curve). With `constant` (the default) an extended
   run equals a run trained for N steps from the start (loss curve and LoRA).
 - The extension is recorded: checkpoints and sidecars carry "extensions": [{"from_steps",
-  "to_steps", "resumed_at_step", "at"}], one per extension.
+  "to_steps", "resumed_at_step", "at"}], one per extension. The final LoRA of the old total is
+  kept as the snapshot of its step (loras/<name>-step-N); snapshots already on disk are not
+  rewritten by the steps the extension re-runs.
 - A finished run (its sidecar says stopped = false) resumed without a larger N is refused: the
   resume would re-run its last steps and overwrite its LoRA.
 """

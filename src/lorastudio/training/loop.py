@@ -41,7 +41,7 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
-from lorastudio.lora.snapshots import SnapshotKeeper
+from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
     apply_attention,
@@ -218,6 +218,8 @@ def _note_extension(run: PreparedRun, state: RunState) -> None:
     longer = run.cfg.num_epochs == 0 and int(run.cfg.steps) > int(info["total_steps"])
     state.extended = longer
     state.extensions = extension_record(info, int(run.cfg.steps) if longer else None)
+    if longer and state.ctx.is_main:
+        keep_final_as_snapshot(run.run_dir)  # the LoRA of the old total stays, as a snapshot
 
 
 def _prepare_session(

@@ -74,6 +74,8 @@ def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sam
     theirs, _ = read_lora_file(full.lora_path)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert extended.lora_path.read_bytes() != before
+    kept = run_dir / "loras" / "ext-step-000020.safetensors"  # the 20-step LoRA stays, as a snapshot
+    assert kept.read_bytes() == before and json.loads(kept.with_suffix(".json").read_text())["steps"] == 20
 
     sidecar = json.loads(extended.lora_path.with_suffix(".json").read_text())
     assert sidecar["steps"] == sidecar["total_steps"] == 40 and sidecar["config"]["steps"] == 40
