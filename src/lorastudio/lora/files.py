@@ -51,6 +51,11 @@ def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
         return "kohya"
     odd = [k for k in keys if not k.startswith(("unet.", "transformer.", "lora_unet_", "diffusion_model."))]
     detail = f" (e.g. {odd[0]!r})" if odd else ""
+    if odd and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys):
+        detail += (
+            ": bare peft names, as in a checkpoint's resume state (checkpoints/step-N/lora.safetensors);"
+            " the run's LoRA file of that step is loras/<name>-step-N.safetensors"
+        )
     raise ModelSourceError(f"not a diffusers or kohya LoRA of a denoiser{detail}")
 
 

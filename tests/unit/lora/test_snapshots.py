@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+from lorastudio.errors import ModelSourceError
 from lorastudio.generate import generate_image, load_pipeline
-from lorastudio.lora.files import detect_layout, read_lora_file
+from lorastudio.lora.files import convert_file, detect_layout, read_lora_file
 from lorastudio.lora.snapshots import list_lora_snapshots
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
@@ -78,6 +79,9 @@ def test_checkpoints_and_save_lora_every_write_loadable_snapshots(
     snapshots = list_lora_snapshots(run_dir)
     assert [s for s, _ in snapshots] == [2, 3, 4]  # checkpoints at 2, 4 (not 6: the final LoRA) + every 3
     assert [checkpoint_step(p) for p in list_checkpoints(run_dir)] == [4]  # keep_last=1, independently
+    internal = list_checkpoints(run_dir)[0] / "lora.safetensors"  # resume state: points to the snapshot
+    with pytest.raises(ModelSourceError, match=r"loras/<name>-step-N\.safetensors"):
+        convert_file(internal, tmp_path / "x.safetensors", "kohya", family=family)
     layout = "kohya" if family == "sdxl" else "diffusers"
     images = []
     for step, path in snapshots:
