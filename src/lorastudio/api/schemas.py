@@ -60,6 +60,11 @@ class CaptionBody(_Body):
 class LoraRef(_Body):
     name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
     scale: float = Field(default=1.0, ge=-4.0, le=4.0, allow_inf_nan=False)
+    step: int | None = Field(
+        default=None,
+        ge=0,
+        description="one of its snapshots by step (loras/<name>-step-N); null: the final LoRA",
+    )
 
 
 class GenerateBody(_Body):

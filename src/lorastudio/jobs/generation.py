@@ -26,6 +26,7 @@ from lorastudio.data.paths import safe_component
 from lorastudio.data.uploads import staged_write
 from lorastudio.errors import NotFound
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
@@ -33,10 +34,12 @@ RESIDENT_NAME = "generation"
 
 @dataclass(frozen=True)
 class LoraChoice:
-    """A trained LoRA by its output name, applied at `scale`."""
+    """A trained LoRA by its output name, applied at `scale`; `step`: one of its snapshots
+    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file."""
 
     name: str
     scale: float = 1.0
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,18 +56,35 @@ class GenerationRequest:
     loras: tuple[LoraChoice, ...] = ()
 
 
+def png_text(meta: dict[str, Any]) -> Any:
+    """PNG text chunks of a gallery image: its prompt and seed (readable by any PNG viewer) and
+    every setting as JSON under "lorastudio"."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("prompt", str(meta["prompt"]))
+    info.add_text("seed", str(meta["seed"]))
+    info.add_text("lorastudio", json.dumps(meta, sort_keys=True))
+    return info
+
+
 def gallery_dir(settings: Settings) -> Path:
     return settings.home / "gallery"
 
 
-def lora_file(settings: Settings, name: str) -> Path:
-    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors), kept inside the
-    outputs root. Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
+def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
+    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors), or its snapshot
+    at `step` (outputs/<name>/loras/<name>-step-N.safetensors), kept inside the outputs root.
+    Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
     safe_component(name, field="loras.name")
     root = settings.outputs_dir.resolve()
-    path = (root / name / f"{name}.safetensors").resolve()
+    if step is None:
+        path = (root / name / f"{name}.safetensors").resolve()
+    else:
+        path = (root / name / LORAS / f"{snapshot_name(name, step)}.safetensors").resolve()
     if not path.is_relative_to(root) or not path.is_file():
-        raise NotFound(f"no trained LoRA named {name!r} in {settings.outputs_dir}")
+        at = "" if step is None else f" at step {step}"
+        raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")
     return path
 
 
@@ -105,7 +125,7 @@ class GenerationService:
         holds the GPU)."""
         family = families.get(req.family)
         source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings)
-        loras = [(str(lora_file(self.settings, c.name)), c.scale) for c in req.loras]
+        loras = [(str(lora_file(self.settings, c.name, c.step)), c.scale) for c in req.loras]
         t0 = time.perf_counter()
         with self.arbiter.generation(), self._lock:
             from lorastudio import generate as gen
@@ -140,13 +160,16 @@ class GenerationService:
             "guidance": req.guidance,
             "width": image.width,
             "height": image.height,
-            "loras": [{"name": c.name, "scale": c.scale} for c in req.loras],
+            "loras": [
+                {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
+                for c in req.loras
+            ],
         }
         # The sidecar first, the image last: a listed PNG always has its complete sidecar.
         with staged_write(target.with_suffix(".json")) as tmp:
             tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         with staged_write(target) as tmp:
-            image.save(tmp, format="PNG")
+            image.save(tmp, format="PNG", pnginfo=png_text(meta))
         return {**meta, "file": target.name, "path": str(target), "seconds": round(seconds, 3)}
 
 
