@@ -17,6 +17,7 @@ import type {
   Info,
   Job,
   LoraList,
+  LoraSteps,
   PreflightReport,
   ResumeBody,
   RunDeleted,
@@ -69,6 +70,8 @@ export const api = {
   loras: (family?: string) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`),
   /** Download URL of a trained LoRA's .safetensors (served as an attachment). */
   loraFileUrl: (name: string) => withToken(`/api/loras/${seg(name)}/file`),
+  /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
+  loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),

@@ -1265,6 +1265,11 @@ export interface components {
              * @default 1
              */
             scale?: number;
+            /**
+             * Step
+             * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA
+             */
+            step?: number | null;
         };
         /** LoraStep */
         LoraStep: {
