@@ -99,11 +99,14 @@ def save_lora_snapshot(
     step: int,
     total_steps: int,
     extensions: list[dict[str, Any]] | None = None,
-) -> Path:
+) -> Path | None:
     """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
     in the run's layout with its sidecar ("snapshot": true), checked like the final file.
-    Returns the .safetensors path."""
+    Returns the .safetensors path, or None when that step's snapshot is already on disk (a
+    step re-run by a resume: the run's history is not rewritten)."""
     name = snapshot_name(str(run.cfg.output_name), step)
+    if (run.run_dir / LORAS / f"{name}.safetensors").is_file():
+        return None
     sidecar = run_sidecar(
         run,
         steps_run=step,

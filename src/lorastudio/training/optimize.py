@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from lorastudio.errors import TrainingStopped
-from lorastudio.lora.snapshots import LORAS, SnapshotKeeper, snapshot_name
+from lorastudio.lora.snapshots import SnapshotKeeper
 from lorastudio.training.checkpoint import CheckpointKeeper
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import (
@@ -301,22 +301,15 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
 
 
 def _lora_snapshot(run: PreparedRun, state: RunState) -> None:
-    """Write the LoRA snapshot of the step just done (rank 0) and apply keep_loras. A snapshot
-    already on disk (a step re-run by a resume) is not rewritten: the run's history stays."""
+    """Write the LoRA snapshot of the step just done (rank 0) and apply keep_loras."""
     if not state.ctx.is_main or state.loras is None:
         return
-    existing = run.run_dir / LORAS / f"{snapshot_name(str(run.cfg.output_name), state.steps_run)}.safetensors"
-    if existing.is_file():
-        return
     path = save_lora_snapshot(
-        run,
-        state.denoiser,
-        state.lora_config,
-        step=state.steps_run,
-        total_steps=state.total_steps,
+        run, state.denoiser, state.lora_config, step=state.steps_run, total_steps=state.total_steps,
         extensions=state.extensions,
-    )
-    state.loras.record(path)
+    )  # fmt: skip
+    if path is not None:
+        state.loras.record(path)
 
 
 def _micro_step(
