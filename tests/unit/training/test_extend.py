@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
@@ -63,6 +64,11 @@ def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sam
         _train(_config(tiny_model, sample_dataset, "ext"), tmp_path, run_dir)  # plain resume
     with pytest.raises(ConfigError, match="set steps above 20"):
         _extend(run_dir, 20, tmp_path)
+    from lorastudio.cli.app import _register, app
+
+    _register()
+    cli = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--device", "cpu"])
+    assert cli.exit_code != 0 and "finished at step 20 of 20" in cli.output, cli.output
     before = short.lora_path.read_bytes()
     extended, _ = _extend(run_dir, 40, tmp_path)
     full, _ = _train(_config(tiny_model, sample_dataset, "full", steps=40), tmp_path)
