@@ -171,9 +171,15 @@ def write_lora_pair(
 
 def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
     """{module name: weight shape} of the denoiser's own layers (a LoRA-wrapped layer under its
-    plain name; the LoRA's own parameters left out)."""
+    plain name; the LoRA's own parameters left out). A linear layer reports its logical
+    (out_features, in_features): a quantized base (nf4, int8) stores its weight packed."""
+    modules = dict(denoiser.named_modules())
     shapes = {}
     for key, param in denoiser.named_parameters():
         if key.endswith(".weight") and ".lora_" not in key:
-            shapes[key.removesuffix(".weight").replace(".base_layer", "")] = tuple(param.shape)
+            name = key.removesuffix(".weight")
+            module = modules.get(name)
+            logical = (getattr(module, "out_features", None), getattr(module, "in_features", None))
+            shape = logical if None not in logical else tuple(param.shape)
+            shapes[name.replace(".base_layer", "")] = tuple(shape)
     return shapes

@@ -178,3 +178,16 @@ def test_diffusers_own_conversion_lands_every_layer(family, layout, layer_shapes
         assert not result["ok"] and "error" in result
         return
     assert result["ok"], result
+
+
+def test_layer_shapes_are_logical_for_a_packed_quantized_weight():
+    from lorastudio.training.export import base_weight_shapes
+
+    class Packed(torch.nn.Module):  # what bitsandbytes' Linear4bit looks like: a packed weight
+        def __init__(self) -> None:
+            super().__init__()
+            self.in_features, self.out_features = 8, 6
+            self.weight = torch.nn.Parameter(torch.zeros(24, 1), requires_grad=False)
+
+    model = torch.nn.Sequential(Packed(), torch.nn.Conv2d(6, 4, 3))
+    assert base_weight_shapes(model) == {"0": (6, 8), "1": (4, 6, 3, 3)}
