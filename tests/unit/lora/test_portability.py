@@ -191,3 +191,24 @@ def test_layer_shapes_are_logical_for_a_packed_quantized_weight():
 
     model = torch.nn.Sequential(Packed(), torch.nn.Conv2d(6, 4, 3))
     assert base_weight_shapes(model) == {"0": (6, 8), "1": (4, 6, 3, 3)}
+
+
+@pytest.mark.parametrize("layout", ["kohya", "diffusers"])
+def test_at_flux1_dev_sizes_both_layouts_pass_diffusers_and_comfyui(layout):
+    """FLUX.1-dev's real layer sizes (a model on the meta device: shapes, no memory): diffusers'
+    kohya reader, which hard-codes these widths, reads the kohya file too."""
+    from diffusers import FluxTransformer2DModel
+
+    with torch.device("meta"):
+        model = FluxTransformer2DModel(
+            in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+            num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
+            guidance_embeds=True, axes_dims_rope=(16, 56, 56),
+        )  # fmt: skip
+    shapes = {n: tuple(m.weight.shape) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    lora = _adapter(shapes, "flux", 16.0)
+    file, header = file_for_layout(lora, "flux", layout, {"lorastudio.family": "flux"})
+    assert check_comfyui(file, header, "flux", shapes)["ok"]
+    result = check_diffusers(file, "flux", shapes, "FluxPipeline")
+    assert result["ok"], result
+    assert result["loaded"] == len(lora.tensors) + (76 if layout == "kohya" else 0)  # + proj_mlp zero parts
