@@ -64,6 +64,8 @@ export const api = {
     withToken(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),
   /** The checkpoints in a run's folder, oldest first, and the step a resume would start from. */
   runCheckpoints: (id: string) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`),
+  /** A run's LoRAs by step (snapshots under loras/, then the final file); 404 when it has none. */
+  runLoras: (id: string) => get<LoraSteps>(`/api/runs/${seg(id)}/loras`),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 
