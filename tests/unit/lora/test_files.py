@@ -142,7 +142,8 @@ def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["lora_format"] == ("kohya" if family == "sdxl" else "diffusers")
     assert sidecar["loaders"]["comfyui"]["ok"] and sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]
-    assert sidecar["loaders"]["a1111_forge"]["ok"] is True if family == "sdxl" else True
+    assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
+    assert sidecar["loaders"]["a1111_forge"].get("ok", True) is True
     in_memory, base = _in_memory_and_base(result, family, tiny_model(family))
     fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")
     fresh.load_lora_weights(str(result.lora_path))
