@@ -225,9 +225,30 @@ export interface paths {
         };
         /**
          * Download
-         * @description The .safetensors file of trained LoRA `name` (404 when missing).
+         * @description The .safetensors file of trained LoRA `name`, or of its snapshot at `step` (404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/loras/{name}/steps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Steps
+         * @description The LoRAs of run output `name` by step: its snapshots (every checkpoint and every
+         *     save_lora_every steps, under loras/) and its final LoRA. 404 when the run has none.
+         */
+        get: operations["steps_api_loras__name__steps_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -470,6 +491,27 @@ export interface paths {
          *     when the run is unknown.
          */
         get: operations["run_checkpoints_api_runs__run_id__checkpoints_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/loras": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Loras
+         * @description The run's LoRAs by step (snapshots, then the final LoRA; see /api/loras/{name}/steps).
+         *     404 when the run is unknown or has no LoRA yet.
+         */
+        get: operations["run_loras_api_runs__run_id__loras_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1254,6 +1296,41 @@ export interface components {
              * @default 1
              */
             scale?: number;
+            /**
+             * Step
+             * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA
+             */
+            step?: number | null;
+        };
+        /** LoraStep */
+        LoraStep: {
+            /**
+             * Final
+             * @description the run's final LoRA (else a snapshot under loras/)
+             */
+            final: boolean;
+            /** Path */
+            path: string;
+            /**
+             * Step
+             * @description optimizer step the LoRA was saved at (null: unknown)
+             */
+            step: number | null;
+            /**
+             * Url
+             * @description download URL of the file
+             */
+            url: string;
+        };
+        /** LoraSteps */
+        LoraSteps: {
+            /**
+             * Loras
+             * @description by step, ascending; the final LoRA last
+             */
+            loras: components["schemas"]["LoraStep"][];
+            /** Name */
+            name: string;
         };
         /** MemoryEstimate */
         MemoryEstimate: {
@@ -1775,7 +1852,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
              */
             settings?: {
                 [key: string]: unknown;
@@ -2185,6 +2262,12 @@ export interface components {
              */
             keep_last?: number;
             /**
+             * Keep Loras
+             * @description LoRA snapshots retained (oldest removed; null: all)
+             * @default null
+             */
+            keep_loras?: number | null;
+            /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
              * @default 8
@@ -2230,7 +2313,7 @@ export interface components {
             lora_dropout?: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
@@ -2425,6 +2508,12 @@ export interface components {
              */
             save_every?: number | null;
             /**
+             * Save Lora Every
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             * @default null
+             */
+            save_lora_every?: number | null;
+            /**
              * Seed
              * @default 42
              */
@@ -2618,6 +2707,11 @@ export interface components {
              */
             keep_last: number;
             /**
+             * Keep Loras
+             * @description LoRA snapshots retained (oldest removed; null: all)
+             */
+            keep_loras: number | null;
+            /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
              * @default 8
@@ -2657,7 +2751,7 @@ export interface components {
             lora_dropout: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
@@ -2830,6 +2924,11 @@ export interface components {
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
              */
             save_every: number | null;
+            /**
+             * Save Lora Every
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             */
+            save_lora_every: number | null;
             /**
              * Seed
              * @default 42
@@ -3532,7 +3631,10 @@ export interface operations {
     };
     download_api_loras__name__file_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description a snapshot's step (default: the final LoRA) */
+                step?: number | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -3547,6 +3649,71 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    steps_api_loras__name__steps_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoraSteps"];
+                };
             };
             /** @description invalid request (every problem listed) */
             400: {
@@ -4456,6 +4623,71 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_loras_api_runs__run_id__loras_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoraSteps"];
                 };
             };
             /** @description invalid request (every problem listed) */
