@@ -182,6 +182,13 @@ def fold_module_strengths(lora: PeftLora, scales: dict[str, tuple[int, float]]) 
             value = value * (alpha / rank)
         tensors[key] = value
     return PeftLora(tensors, lora.rank, float(lora.rank))
+
+
+def write_lora_pair(
+    run_dir: Path, name: str, tensors: dict[str, Any], header: dict[str, str], sidecar: dict[str, Any]
+) -> Path:
+    """Write <run_dir>/<name>.safetensors and its sidecar <name>.json through a staging folder
+    (the sidecar renamed into place first, the LoRA last). Returns the LoRA path."""
     weight_name = f"{name}.safetensors"
     run_dir.mkdir(parents=True, exist_ok=True)
     staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}"

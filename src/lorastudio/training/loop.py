@@ -261,7 +261,8 @@ def _message(err: BaseException, attention: str = "default") -> str:
 
 
 def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
-    name = str(run.cfg.output_name)
+    cfg = run.cfg
+    name = str(cfg.output_name)
     sidecar = run_sidecar(
         run,
         steps_run=state.steps_run,
