@@ -8,6 +8,7 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   added_models.json   folders the user added to the model catalogue
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another
+  cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
@@ -50,6 +51,16 @@ class Settings(BaseSettings):
         default=4, ge=1, le=1024, description="largest request body of every route but the uploads (413)"
     )
     max_image_pixels: int = Field(default=64_000_000, ge=1)
+    max_decode_pixels: int = Field(
+        default=4096 * 4096,
+        ge=1,
+        description=(
+            "most pixels the server decodes at full size (checks, thumbnails; a WebP counts 4x):"
+            " a PNG/WebP above it is checked from its header and chunk CRCs only and previewed as a"
+            " placeholder, a JPEG is decoded reduced; training decodes up to max_image_pixels in"
+            " its worker"
+        ),
+    )
     hf_token: SecretStr | None = Field(
         default=None, description="hub token for gated/private repos (else huggingface_hub's own login)"
     )
@@ -103,6 +114,10 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.home / "lorastudio.db"
+
+    @property
+    def thumbnail_cache_dir(self) -> Path:
+        return self.home / "cache" / "thumbs"
 
     @property
     def compile_cache_dir(self) -> Path:

@@ -43,12 +43,11 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     """From pure noise (sigma 1) one Euler step to sigma 0 gives x0 = noise - velocity."""
     from diffusers import DiffusionPipeline
 
-    from lorastudio.families.common import pack_2x2, unpack_2x2
-
     base = str(tiny_model(family))
     fam = families.get(family)
-    guidance = {"guidance": 3.5} if "guidance" in fam.spec.supports else {}
-    cfg = _cfg(family, base, **guidance)
+    # a guidance-embedding family trains and renders at its generation guidance; CFG stays off
+    guidance = fam.spec.generation_defaults.get("guidance_scale") if "guidance" in fam.spec.supports else None
+    cfg = _cfg(family, base, **({"guidance": guidance} if guidance is not None else {}))
     h = w = RES // fam.spec.vae_scale_factor
     g = torch.Generator().manual_seed(0)
     noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=g)
@@ -62,10 +61,8 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     if pipe.scheduler.config.get("shift_terminal"):  # a 1-step schedule cannot be stretched to a terminal
         pipe.scheduler = pipe.scheduler.from_config(pipe.scheduler.config, shift_terminal=None)
     pipe.set_progress_bar_config(disable=True)
-    packed = fam.spec.patch_size == 2 and fam.spec.name != "z-image"
-    kwargs = {"guidance_scale": 3.5} if "guidance" in fam.spec.supports else {}
-    if family == "z-image":
-        kwargs = {"guidance_scale": 0.0}
+    kwargs = {k: v for k, v in fam.spec.generation_defaults.items() if k != "num_inference_steps"}
+    kwargs.update(fam.spec.no_cfg_kwargs)
     if controls is not None:  # the reference latents, and the output size as asked
         kwargs |= {
             "image": controls[:, 0] if n_controls == 1 else list(controls[0, :, None]),
@@ -76,12 +73,12 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
         height=RES,
         width=RES,
         num_inference_steps=1,
-        latents=pack_2x2(noise) if packed else noise,
+        latents=fam.to_pipeline_latents(noise),
         output_type="latent",
         max_sequence_length=cfg.max_sequence_length,
         **kwargs,
     ).images
-    got = unpack_2x2(out, h, w) if packed else out
+    got = fam.from_pipeline_latents(pipe, out, (h, w))
     torch.testing.assert_close(got.float(), expected, rtol=1e-4, atol=1e-4)
 
 

@@ -37,10 +37,13 @@ from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.routes import datasets, generate, info, loras, models, runs, train
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.jobs.childenv import drop_process_secrets
 from lorastudio.jobs.generation import GenerationService
 from lorastudio.jobs.generation_process import GenerationTarget
 from lorastudio.jobs.generation_worker import generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.homelock import HomeLock
+from lorastudio.jobs.leftovers import start_leftover_cleanup
 from lorastudio.jobs.process import WorkerTarget
 from lorastudio.jobs.service import JobService, Timeouts
 from lorastudio.jobs.store import RunStore
@@ -57,34 +60,27 @@ def create_app(
     worker_target: WorkerTarget = worker_main,
     web_dist: Path = WEB_DIST,
     generation_target: GenerationTarget = generation_worker_main,
+    home_lock: HomeLock | None = None,
 ) -> FastAPI:
     """Build the app. Services start with the app's lifespan (uvicorn, or TestClient as a
     context manager). `timeouts`/`worker_target`/`generation_target` are for tests of the job
-    service's and the generation worker's edges."""
+    service's and the generation worker's edges.
+    `home_lock`: the studio home's lock, taken by `serve` (None: the lifespan takes it, port
+    unknown, and frees it at the end). The start raises HomeInUse while another server or a
+    CLI run holds the home; holding it, it removes crash leftovers (jobs/leftovers.py)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.ensure_dirs()
-        store = RunStore.open(settings.db_path)
-        arbiter = GpuArbiter()
-        service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
-        # before the priority drop: its spawner thread (which starts the generation worker) keeps it
-        app.state.generation = GenerationService(settings, arbiter, generation_target)
-        lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
-        app.state.serving_thread = threading.get_native_id()
-        app.state.store = store
-        app.state.arbiter = arbiter
-        app.state.service = service
+        lock = home_lock or HomeLock.for_server(settings.home, port=None)
         try:
-            yield
+            start_leftover_cleanup(settings)  # the home is ours: no live process owns them
+            async with _services(app, settings, timeouts, worker_target, generation_target):
+                yield
         finally:
-            service.shutdown()
-            fetches = getattr(app.state, "fetches", None)
-            if fetches is not None:
-                fetches.shutdown()
-            app.state.generation.shutdown()
-            store.close()
+            if home_lock is None:
+                lock.release()
 
     app = FastAPI(
         title="lorastudio",
@@ -107,6 +103,37 @@ def create_app(
     if web_dist.is_dir():
         app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")
     return app
+
+
+@asynccontextmanager
+async def _services(
+    app: FastAPI,
+    settings: Settings,
+    timeouts: Timeouts | None,
+    worker_target: WorkerTarget,
+    generation_target: GenerationTarget,
+) -> AsyncIterator[None]:
+    """The run store, GPU arbiter, job service and generation service on app.state for the
+    app's life."""
+    store = RunStore.open(settings.db_path)
+    arbiter = GpuArbiter()
+    service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
+    # before the priority drop: its spawner thread (which starts the generation worker) keeps it
+    app.state.generation = GenerationService(settings, arbiter, generation_target)
+    lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
+    app.state.serving_thread = threading.get_native_id()
+    app.state.store = store
+    app.state.arbiter = arbiter
+    app.state.service = service
+    try:
+        yield
+    finally:
+        service.shutdown()
+        fetches = getattr(app.state, "fetches", None)
+        if fetches is not None:
+            fetches.shutdown()
+        app.state.generation.shutdown()
+        store.close()
 
 
 def _add_docs(app: FastAPI, guarded: list[DependsParam]) -> None:
@@ -151,22 +178,29 @@ def check_bind(host: str, settings: Settings) -> None:
 KEEP_ALIVE_S = 30
 
 
-def serve(settings: Settings, host: str, port: int) -> None:
-    """Run the server until interrupted (blocking). Raises ConfigError for an unsafe bind."""
+def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None = None) -> None:
+    """Run the server until interrupted (blocking), owning the studio home (`home_lock`, taken
+    here when None). Raises ConfigError for an unsafe bind, HomeInUse when another server or a
+    CLI run holds the home."""
     import uvicorn
 
     check_bind(host, settings)
     settings = settings.model_copy(update={"host": host})  # the Host policy allows a public bind address
+    lock = home_lock or HomeLock.for_server(settings.ensure_dirs().home, port)
+    settings = drop_process_secrets(settings)  # before any child exists: none inherits a secret
     install_log_redaction()  # the access log prints paths: hide ?token= values
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level="info",
-        timeout_graceful_shutdown=5,
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
+    try:
+        uvicorn.run(
+            create_app(settings, home_lock=lock),
+            host=host,
+            port=port,
+            log_level="info",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
+    finally:
+        lock.release()
 
 
 def lower_serving_priority(nice: int) -> int:

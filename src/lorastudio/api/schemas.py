@@ -47,7 +47,7 @@ class ResumeBody(_Body):
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="settings to change that do not change the maths (save_every, keep_last, "
-        "max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
+        "save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
         "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)",
     )
     queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
@@ -60,6 +60,11 @@ class CaptionBody(_Body):
 class LoraRef(_Body):
     name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
     scale: float = Field(default=1.0, ge=-4.0, le=4.0, allow_inf_nan=False)
+    step: int | None = Field(
+        default=None,
+        ge=0,
+        description="one of its snapshots by step (loras/<name>-step-N); null: the final LoRA",
+    )
 
 
 class GenerateBody(_Body):
@@ -251,6 +256,12 @@ class StopRequested(_Out):
     save: bool
 
 
+class BusyOut(_Out):
+    work: str = Field(description='"sample round", "checkpoint", "saving the LoRA", ...')
+    step: int | None = Field(description="the optimizer step it belongs to")
+    since: str = Field(description="when it started (UTC, ISO 8601)")
+
+
 class JobOut(_Out):
     id: str
     status: JobStatusName
@@ -267,6 +278,10 @@ class JobOut(_Out):
     error: str | None
     pid: int | None
     stop_requested: StopRequested | None
+    busy: BusyOut | None = Field(
+        default=None,
+        description="work in flight that a stop waits for (up to a bound) before the worker is ended",
+    )
     config: TrainConfigOut = Field(description="the resolved TrainConfig")
     samples: SampleRound | None = Field(default=None, description="the latest sample previews of the job")
     plan: PlanOut | None = Field(

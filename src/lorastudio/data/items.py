@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.data.captions import CaptionSource
+from lorastudio.data.safe_open import FolderId
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,9 @@ class ImageItem:
     caption: final caption (trigger word applied), never empty after a successful scan.
     width, height: size after EXIF transpose. bucket: (bucket_width, bucket_height) in pixels.
     controls: the control (reference) images of a paired sample, in slot order (data/pairs.py).
+    folder_id: (device, inode) of the dataset folder the scan validated; the image is opened
+    only from that folder (see data.safe_open), None when unchecked; `control_folder_ids` the
+    same for each control's folder (controls are opened the same way).
     """
 
     path: Path
@@ -25,6 +29,8 @@ class ImageItem:
     height: int
     bucket: tuple[int, int]
     controls: tuple[Path, ...] = ()
+    folder_id: FolderId | None = None
+    control_folder_ids: tuple[FolderId, ...] = ()  # the folder identity of each control, in order
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ numbers of controls (a batch stacks them); controls given to a text-to-image fam
 Controls are resized to cover the target's bucket and cropped like the target (data/crop.py):
 each control latent has the target latent's size, so the family can place it in its sequence as
 the edit pipelines do with a reference of the output's size. No torch here.
+
+Controls are opened like every dataset file (data/safe_open.py): relative to their folder, whose
+identity the pairing records (`PairReport.folder_ids`), without following a link; a control whose
+real path leaves the dataset folder and the control_dirs is refused before it is opened.
 """
 
 from __future__ import annotations
@@ -31,14 +35,20 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
 
 from lorastudio.data.crop import resized_size
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import load_rgb, probe_image
+from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
+
+if TYPE_CHECKING:
+    from lorastudio.data.items import ImageItem
 
 CONTROL_FOLDER = re.compile(r"^control(?:_([2-9]))?$")  # control, control_2 ... control_9
 METADATA_CONTROL_KEYS = ("control_file_name", "control_files")
@@ -55,6 +65,7 @@ class PairReport:
     """
 
     controls: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+    folder_ids: dict[str, tuple[FolderId, ...]] = field(default_factory=dict)  # per control, its folder
     folders: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)  # targets without any control
@@ -84,15 +95,24 @@ def _folder_images(folder: Path) -> dict[str, Path]:
         return {}
 
 
-def read_metadata_controls(path: Path) -> tuple[dict[str, list[str]], list[str]]:
+def read_metadata_controls(
+    path: Path, folder_id: FolderId | None = None
+) -> tuple[dict[str, list[str]], list[str]]:
     """Control names per target from metadata.jsonl: (file_name -> [relative control paths],
-    problems). Lines without control keys are skipped; malformed lines are reported by the
-    caption reader (data/captions.py), so only bad control values are reported here."""
+    problems). Lines without control keys are skipped; malformed lines, a link or a file over
+    the size cap are reported by the caption reader (data/captions.py), so only bad control
+    values are reported here. The file is opened as data.safe_open does."""
+    from lorastudio.data.captions import MAX_METADATA_BYTES
+
     controls: dict[str, list[str]] = {}
     problems: list[str] = []
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError):
+        with open_in_folder(path, folder_id) as fh:
+            raw = fh.read(MAX_METADATA_BYTES + 1)
+        if len(raw) > MAX_METADATA_BYTES:
+            return {}, []
+        text = raw.decode("utf-8-sig")
+    except (DatasetError, OSError, UnicodeDecodeError):
         return {}, []  # the caption reader reports it
     for lineno, line in enumerate(text.splitlines(), start=1):
         try:
@@ -146,20 +166,23 @@ def pair_controls(
     *,
     family: str,
     max_pixels: int,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
+    folder_id: FolderId | None = None,
 ) -> PairReport:
     """Pair every target file name of the dataset folder `root` with its control images.
 
     Takes: `targets`, the target image names found in root; `metadata`, the metadata.jsonl path
     (or None); `control_dirs`, the config's parallel control folders (resolved); `allowed`, the
     family's (min, max) control images per sample and its name (for messages); `max_pixels`,
-    the largest accepted control image.
+    the largest accepted control image; `decode_pixels`, the decode budget of one check;
+    `folder_id`, the identity of `root` the scan recorded (data.safe_open).
     Returns: a PairReport (see its fields); its `problems` are empty when the pairing is usable.
     """
     sub = control_subfolders(root)
     folders = [*sub, *control_dirs]
     report = PairReport(folders=[f.name for f in sub])
     problems = report.problems
-    from_metadata, meta_problems = read_metadata_controls(metadata) if metadata else ({}, [])
+    from_metadata, meta_problems = read_metadata_controls(metadata, folder_id) if metadata else ({}, [])
     problems += meta_problems
     for folder in control_dirs:
         if not folder.is_dir():
@@ -197,12 +220,18 @@ def pair_controls(
     problems += _count_problems(report, allowed, family)
     escaping = _escaping_links(report, [root, *control_dirs])
     problems += escaping
-    for paths in [] if escaping else report.controls.values():  # nothing outside is opened
+    identities: dict[Path, FolderId] = {}
+    for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
+        ids: list[FolderId] = []
         for path in paths:
             try:
-                probe_image(path, max_pixels)
+                if path.parent not in identities:
+                    identities[path.parent] = folder_identity(path.parent)
+                ids.append(identities[path.parent])
+                probe_image(path, max_pixels, decode_pixels, identities[path.parent])
             except DatasetError as err:
                 problems += [f"control {p}" for p in err.problems]
+        report.folder_ids[target] = tuple(ids)
     return report
 
 
@@ -261,12 +290,19 @@ def _count_problems(report: PairReport, allowed: tuple[int, int], family: str) -
     return problems
 
 
+def control_folder_ids(item: ImageItem) -> tuple[FolderId | None, ...]:
+    """The folder identity to open each of `item.controls` with (None: not recorded)."""
+    ids = item.control_folder_ids
+    return ids if len(ids) == len(item.controls) else (None,) * len(item.controls)
+
+
 def load_control_crop(
     path: Path,
     bucket: tuple[int, int],
     crop_top_left: tuple[int, int],
     target_resized: tuple[int, int],
     flip: bool,
+    folder_id: FolderId | None = None,
 ) -> np.ndarray:
     """A control image as its target's crop sees it: [3, bucket_h, bucket_w] float32 in [-1, 1].
 
@@ -274,10 +310,11 @@ def load_control_crop(
     gives the target's resized size `target_resized` (width, height) - a control of the target's
     shape - it is cropped at the target's `crop_top_left` (as CroppedImage reports it: mirrored
     when flipped) and flipped with it, so target and control stay aligned; otherwise it is
-    centre-cropped (and flipped with the target). Draws nothing from any rng.
-    Raises DatasetError if the file cannot be decoded.
+    centre-cropped (and flipped with the target). Draws nothing from any rng. `folder_id`: the
+    control folder's identity recorded by the scan (data.safe_open; None: not checked).
+    Raises DatasetError if the file cannot be decoded, is a link, or its folder changed.
     """
-    img = load_rgb(path)
+    img = load_rgb(path, folder_id)
     bw, bh = bucket
     rw, rh = resized_size(img.width, img.height, bucket)
     if (rw, rh) != img.size:

@@ -1,7 +1,9 @@
 """scan_dataset: validate a dataset folder completely before any model loads.
 
 Every problem is collected and reported at once in one DatasetError (`problems` lists each file
-or fact that is wrong). The scan only reads; it never writes into the dataset folder.
+or fact that is wrong). The scan only reads; it never writes into the dataset folder. It follows
+no symbolic link: the folder's identity is recorded (`safe_open.folder_identity`) and every file
+is opened from that folder only, here and when the training worker decodes it.
 """
 
 from __future__ import annotations
@@ -14,20 +16,23 @@ from pathlib import Path
 
 from lorastudio.data.buckets import make_buckets, nearest_bucket, resolution_problems
 from lorastudio.data.captions import choose_caption, read_metadata, read_sidecar
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
 from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
-from lorastudio.data.pairs import pair_controls
+from lorastudio.data.pairs import control_folder_ids, pair_controls
+from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
 _HASH_CHUNK = 1 << 20
 
 
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes. Raises DatasetError if it cannot be read."""
+def file_sha256(path: Path, folder_id: FolderId | None = None) -> str:
+    """Hex sha256 of a dataset file's bytes (opened as `safe_open.open_in_folder` does).
+    Raises DatasetError if it cannot be read."""
     digest = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
+        with open_in_folder(path, folder_id) as fh:
             while chunk := fh.read(_HASH_CHUNK):
                 digest.update(chunk)
     except OSError as err:
@@ -41,9 +46,12 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
     A renamed file, a changed image byte or a changed final caption (including a new trigger
     word) changes the fingerprint. Raises DatasetError if a file cannot be read.
     """
-    rows = [[item.path.name, file_sha256(item.path), item.caption] for item in items]
+    rows = [[item.path.name, file_sha256(item.path, item.folder_id), item.caption] for item in items]
     for row, item in zip(rows, items, strict=True):  # paired samples: their controls too
-        row += [[str(c), file_sha256(c)] for c in item.controls]
+        row += [
+            [str(c), file_sha256(c, fid)]
+            for c, fid in zip(item.controls, control_folder_ids(item), strict=True)
+        ]
     rows.sort()
     payload = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
@@ -59,6 +67,7 @@ def scan_dataset(
     default_caption: str | None = None,
     max_pixels: int = 64_000_000,
     skip_bad_images: bool = False,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
     control_dirs: Sequence[Path] = (),
     control_images: tuple[int, int] = (0, 0),
     family: str = "this family",
@@ -69,7 +78,8 @@ def scan_dataset(
     (False = every image goes to the resolution x resolution bucket); the caption settings
     (see lorastudio.data.captions for the precedence); `max_pixels`, the largest accepted
     width*height; `skip_bad_images`, True to leave corrupt/oversized images out (each listed in
-    `dropped`) instead of refusing the dataset; `control_dirs` (parallel control folders),
+    `dropped`) instead of refusing the dataset; `decode_pixels`, the most pixels one check
+    decodes (settings.max_decode_pixels); `control_dirs` (parallel control folders),
     `control_images` (the family's (min, max) controls per image) and `family` (its name, for
     messages): the pairing of targets with control images (data/pairs.py).
     Returns: a DatasetScan with items sorted by file name.
@@ -83,6 +93,7 @@ def scan_dataset(
     if bad_resolution:
         raise DatasetError(f"resolution {resolution} is not supported", bad_resolution)
     files = discover(root)
+    folder_id = folder_identity(root)
     if not files.images:
         raise DatasetError(
             f"no images in {root}",
@@ -94,7 +105,7 @@ def scan_dataset(
     dropped = list(files.dropped)
     metadata: dict[str, str] = {}
     if files.metadata is not None:
-        table = read_metadata(files.metadata)
+        table = read_metadata(files.metadata, folder_id)
         problems += table.problems
         metadata = table.captions
         image_names = {p.name for p in files.images}
@@ -108,7 +119,7 @@ def scan_dataset(
     bad_images: list[str] = []
     for path in files.images:
         try:
-            info: ImageInfo = probe_image(path, max_pixels)
+            info: ImageInfo = probe_image(path, max_pixels, decode_pixels, folder_id)
         except DatasetError as err:
             bad_images += err.problems
             if skip_bad_images:
@@ -118,7 +129,7 @@ def scan_dataset(
         sidecar = None
         if sidecar_path is not None:
             try:
-                sidecar = read_sidecar(sidecar_path)
+                sidecar = read_sidecar(sidecar_path, folder_id)
             except DatasetError as err:
                 problems += err.problems
                 continue
@@ -128,7 +139,7 @@ def scan_dataset(
             continue
         caption, source = chosen
         bucket = nearest_bucket(info.width, info.height, buckets)
-        items.append(ImageItem(path, caption, source, info.width, info.height, bucket))
+        items.append(ImageItem(path, caption, source, info.width, info.height, bucket, folder_id=folder_id))
 
     # -- paired samples (data/pairs.py): controls attached to the items, problems reported here
     pairs = pair_controls(
@@ -139,9 +150,18 @@ def scan_dataset(
         control_images,
         family=family,
         max_pixels=max_pixels,
+        decode_pixels=decode_pixels,
+        folder_id=folder_id,
     )
     problems += pairs.problems
-    items = [replace(it, controls=pairs.controls.get(it.path.name, ())) for it in items]
+    items = [
+        replace(
+            it,
+            controls=pairs.controls.get(it.path.name, ()),
+            control_folder_ids=pairs.folder_ids.get(it.path.name, ()),
+        )
+        for it in items
+    ]
     dropped = [(name, why) for name, why in dropped if name not in pairs.folders]
     # -- end of paired samples
     if bad_images and not skip_bad_images:

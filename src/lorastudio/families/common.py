@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.families.base import quiet_loading
+from lorastudio.families.base import config_facts, quiet_loading
 
 # the q/k/v projections of a dual-stream (MM-DiT) block: image stream, then text stream; each
 # triple reads one input (FamilySpec.fused_projection_groups of FLUX.1 and Qwen-Image)
@@ -68,6 +68,11 @@ def load_text_pipeline(
         if module is not None:
             module.eval().requires_grad_(False)
     return pipe
+
+
+def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:
+    """config_facts of a loaded pipeline (its config and its denoiser's)."""
+    return config_facts(pipe.config, denoiser_name, getattr(pipe, denoiser_name).config)
 
 
 def frozen(module: Any, device: torch.device) -> Any:

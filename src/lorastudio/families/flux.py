@@ -75,6 +75,12 @@ class FluxFamily(Family):
             "pooled_prompt_embeds": cond["pooled"].to(device, dtype),  # [1, Dp]
         }
 
+    def to_pipeline_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        return pack_2x2(latents)  # [B, hw/4, C*4]: the pipeline's packed latents
+
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        return unpack_2x2(out, *latent_hw)  # [B, C, h, w]
+
     def predict(
         self,
         denoiser: Any,

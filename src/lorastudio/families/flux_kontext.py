@@ -36,7 +36,6 @@ SPEC = replace(
     # references to its preferred ~1 MP resolutions would give it another size than the target
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 2.5, "_auto_resize": False},
     control_images=(1, 1),
-    lora_layout="flux",  # ComfyUI loads Kontext LoRAs as FLUX.1 ones
 )
 
 

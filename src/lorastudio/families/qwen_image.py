@@ -88,6 +88,12 @@ class QwenImageFamily(Family):
         std = dist.std[:, :, 0].float() / lat_std  # [B, C, h, w]
         return mean, std
 
+    def to_pipeline_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        return pack_2x2(latents)  # [B, hw/4, C*4]: the pipeline's packed latents
+
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        return unpack_2x2(out, *latent_hw)  # [B, C, h, w]
+
     def predict(
         self,
         denoiser: Any,

@@ -157,7 +157,8 @@ def generate_image(
     extra: Mapping[str, Any] | None = None,
     controls: Sequence[Image.Image] = (),
 ) -> Image.Image:
-    """One image for `prompt`. steps/guidance default to the family's generation defaults;
+    """One image for `prompt`. steps/guidance default to the family's generation defaults (those
+    of the pipeline's variant: Family.generation_defaults);
     `extra` adds pipeline call arguments (e.g. max_sequence_length). The noise comes from a CPU
     generator seeded with `seed`, so a seed gives the same image on any device. `controls`: the
     reference images of an edit family (spec.control_images), each resized to cover
@@ -167,8 +168,10 @@ def generate_image(
     resolution multiple, steps < 1, or the number of controls is not what the family takes.
     """
     from lorastudio import families
+    from lorastudio.families.common import pipeline_facts
 
-    spec = families.get(family).spec
+    fam = families.get(family)
+    spec = fam.spec
     mult = spec.resolution_multiple
     problems = [
         FieldProblem(name, f"must be a positive multiple of {mult} for {spec.name}")
@@ -185,7 +188,7 @@ def generate_image(
         )
     if problems:
         raise ConfigError(problems)
-    kwargs: dict[str, Any] = dict(spec.generation_defaults)
+    kwargs = fam.generation_defaults(pipeline_facts(pipe, spec.denoiser))  # the checkpoint's flavour
     kwargs.update(reference_kwargs(pipe, spec.control_images[1], controls, width, height))
     if steps is not None:
         kwargs["num_inference_steps"] = steps

@@ -24,6 +24,7 @@ from typing import Any
 from lorastudio import errors
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, GenerationFailed, GenerationWorkerLost
 from lorastudio.jobs.generation_worker import GenerationJob, GenerationWorkerArgs, generation_worker_main
+from lorastudio.settings import Settings
 
 GenerationTarget = Callable[[GenerationWorkerArgs, Any], None]
 POLL_S = 0.1  # how often a waiting request checks that the worker is alive
@@ -90,13 +91,18 @@ def rebuild_error(kind: str, message: str, problems: list[tuple[str, str]]) -> e
 class GenerationProcess:
     """One spawned generation worker. `start()`, then `call(job)` any number of times, `stop()`."""
 
-    def __init__(self, spawner: Spawner, target: GenerationTarget = generation_worker_main):
+    def __init__(
+        self,
+        spawner: Spawner,
+        target: GenerationTarget = generation_worker_main,
+        settings: Settings | None = None,
+    ):
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe(duplex=True)
         self._child_conn = child_conn
         self.process = ctx.Process(
             target=target,
-            args=(GenerationWorkerArgs(parent_pid=os.getpid()), child_conn),
+            args=(GenerationWorkerArgs(parent_pid=os.getpid(), settings=settings), child_conn),
             name="lorastudio-generate",
             daemon=True,
         )

@@ -1,8 +1,9 @@
 """The generation worker: the child process that owns the resident generation pipeline.
 
 Spawned by jobs/generation_process.py (spawn context). Like the training worker it binds itself to
-the server's lifetime and drops secrets first (jobs/worker.py: `bind_to_parent`,
-`scrub_environment`). It is the only server-side place that imports the generation engine
+the server's lifetime (jobs/worker.py: `bind_to_parent`); it starts without secrets in its
+environment (jobs/childenv.py) and, for a base model from the hub, gets the studio's hub token from
+its pickled settings as an in-memory HF_TOKEN (`give_hub_token`). It is the only server-side place that imports the generation engine
 (`lorastudio.generate`: torch, diffusers), lazily, inside the child; this module itself imports no
 torch, so the server can name it as a spawn target.
 
@@ -23,6 +24,7 @@ server chose in the gallery); the server renames it into place.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 import time
@@ -30,7 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError
-from lorastudio.jobs.worker import bind_to_parent, scrub_environment
+from lorastudio.jobs.childenv import drop_secrets, give_hub_token
+from lorastudio.jobs.worker import bind_to_parent
+from lorastudio.settings import Settings
 
 OOM_EXIT_CODE = 4  # the child exits with this after reporting that it ran out of memory
 
@@ -40,6 +44,7 @@ class GenerationWorkerArgs:
     """What the child needs at start (picklable)."""
 
     parent_pid: int
+    settings: Settings | None = None  # the hub token for hub-id base models (never the environment)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class GenerationJob:
     guidance: float | None
     loras: tuple[tuple[str, float], ...]
     out_path: str
+    png_meta: str = "{}"  # the image's settings as JSON: written into the PNG with its size
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -102,6 +108,18 @@ def error_reply(err: LorastudioError) -> tuple[str, str, str, list[tuple[str, st
     return ("error", type(err).__name__, str(err), problems)
 
 
+def png_text(meta: dict[str, Any]) -> Any:
+    """PNG text chunks of a gallery image: its prompt and seed (readable by any PNG viewer) and
+    every setting as JSON under "lorastudio"."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("prompt", str(meta["prompt"]))
+    info.add_text("seed", str(meta["seed"]))
+    info.add_text("lorastudio", json.dumps(meta, sort_keys=True))
+    return info
+
+
 def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
     """Generate one image for `job`; returns (reply, fatal): fatal = the child must exit (it ran
     out of memory, its state is not to be trusted)."""
@@ -129,7 +147,8 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
             height=job.height,
             guidance=job.guidance,
         )
-        image.save(job.out_path, format="PNG")
+        meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
+        image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
         seconds = time.perf_counter() - t0
         return (
             "ok",
@@ -150,7 +169,7 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
     """Child entry point (multiprocessing spawn target): serve jobs from `conn` until told to
     exit (None), the parent closes the pipe, or memory runs out (exit code OOM_EXIT_CODE)."""
     bind_to_parent(args.parent_pid)
-    scrub_environment(os.environ)
+    drop_secrets(os.environ)
     resident = Resident()
     conn.send(("ready", os.getpid()))
     code = 0
@@ -161,6 +180,8 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
             break
         if job is None:
             break
+        if args.settings is not None:
+            give_hub_token(args.settings, job.source)
         reply, fatal = run_job(resident, job)
         conn.send(reply)
         if fatal:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lorastudio import families
 from lorastudio.basemodels import inspect_folder, resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.config_rules import compile_device_problems
+from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.errors import (
@@ -115,6 +115,7 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
                 control_dirs=control_dirs,
                 control_images=family.spec.control_images,
                 family=family.spec.name,
+                decode_pixels=settings.max_decode_pixels,
             )
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
@@ -173,6 +174,7 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
             )
         problems += data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
     problems += plan_host_problems(cfg, host.device)  # memory_budget_gb / offload_blocks need CUDA
+    problems += optimizer_host_problems(cfg.optimizer, host.device)  # 8-bit: CUDA + bitsandbytes
     return problems
 
 

@@ -9,26 +9,42 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
               are ONE fused linear there: down = concat of the parts' A [k*r, in], up =
               block-diagonal of the parts' B [sum(out), k*r], alpha = k * alpha (same scale);
               parts not trained are zero blocks (dropped again on the way back)
+  flux-kontext  FLUX.1's (the same transformer; ComfyUI loads Kontext LoRAs as FLUX.1 ones)
+  flux2, flux2-klein  the same with FLUX.2's BFL names (lora/names_flux2.py): only the dual
+              blocks' q,k,v are fused (the single blocks' linear1 is fused in diffusers too)
   qwen-image  lora_unet_<diffusers name>.lora_down / .lora_up (ComfyUI's names are diffusers')
   z-image     diffusion_model.<diffusers name>.lora_A / .lora_B (ComfyUI maps these onto its fused
               attention.qkv itself)
 
 `to_kohya(peft_sd, family, alpha)` and `to_diffusers(kohya_sd, family)` are inverse: a round trip
 returns equal tensors (torch.equal) and the same alpha.
+
+`fold_strength(lora)` puts alpha/rank into lora_B (alpha becomes rank): the diffusers layout is
+written so, because ComfyUI reads alpha only from per-module `.alpha` tensors (none in a diffusers
+file: it patches with scale 1.0) while diffusers reads it from the header; with alpha = rank both
+apply the same weight, whatever loader reads the file.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.lora import names
+from lorastudio.lora import names, names_flux2
 
-FAMILIES = ("sdxl", "flux", "qwen-image", "z-image")
+FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "flux-kontext")
+# families whose kohya layout is the BFL checkpoint's, with fused linears:
+# (diffusers name -> (BFL name, part or None), BFL name -> diffusers names)
+_BFL: dict[str, tuple[Callable[[str], tuple[str, int | None]], Callable[[str], list[str]]]] = {
+    "flux": (names.flux_to_original, names.flux_from_original),
+    "flux-kontext": (names.flux_to_original, names.flux_from_original),  # FLUX.1's transformer
+    "flux2": (names_flux2.to_original, names_flux2.from_original),
+    "flux2-klein": (names_flux2.to_original, names_flux2.from_original),
+}
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 _DOWN, _UP = ".lora_down.weight", ".lora_up.weight"
 
@@ -41,6 +57,16 @@ class PeftLora:
     tensors: dict[str, torch.Tensor]
     rank: int
     alpha: float
+
+
+def fold_strength(lora: PeftLora) -> PeftLora:
+    """The same adapter with alpha/rank folded into every lora_B and alpha = rank, so that a loader
+    that ignores alpha (scale 1.0) applies the intended weight (alpha/rank) * B @ A."""
+    scale = lora.alpha / lora.rank
+    if scale == 1.0:
+        return lora
+    tensors = {k: v * scale if k.endswith(_B) else v for k, v in lora.tensors.items()}
+    return PeftLora(tensors, lora.rank, float(lora.rank))
 
 
 def _problem(message: str) -> ConfigError:
@@ -74,8 +100,8 @@ def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> 
     dict, with a `.alpha` tensor per module. Raises ConfigError for a layer with no kohya name."""
     _check_family(family)
     modules = peft_modules(tensors)
-    if family == "flux":
-        return _flux_to_kohya(modules, alpha)
+    if family in _BFL:
+        return _flux_to_kohya(modules, alpha, _BFL[family][0])
     out: dict[str, torch.Tensor] = {}
     for module, (a, b) in modules.items():
         if family == "z-image":
@@ -140,9 +166,9 @@ def _split_layer(
     alpha = float(rank) if alpha is None else alpha
     if family == "sdxl":
         return [(names.sdxl_from_original(native), down, up, alpha)]
-    if family != "flux":
+    if family not in _BFL:
         return [(native, down, up, alpha)]
-    modules = names.flux_from_original(native)
+    modules = _BFL[family][1](native)
     if len(modules) == 1:
         b = _swap_halves(up) if native == names.FLUX_SWAPPED else up
         return [(modules[0], down, b, alpha)]
@@ -192,12 +218,14 @@ def _block_diagonal(rows: tuple[torch.Tensor, ...], r: int) -> bool:
 
 
 def _flux_to_kohya(
-    modules: dict[str, tuple[torch.Tensor, torch.Tensor]], alpha: float
+    modules: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    alpha: float,
+    to_original: Callable[[str], tuple[str, int | None]],
 ) -> dict[str, torch.Tensor]:
     fused: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = defaultdict(dict)
     out: dict[str, torch.Tensor] = {}
     for module, (a, b) in modules.items():
-        native, part = names.flux_to_original(module)
+        native, part = to_original(module)
         if part is not None:
             fused[native][part] = (a, b)
             continue
@@ -231,8 +259,8 @@ def unmapped_layers(family: str, modules: list[str]) -> list[str]:
         try:
             if family == "sdxl":
                 names.sdxl_to_original(module)
-            elif family == "flux":
-                names.flux_to_original(module)
+            elif family in _BFL:
+                _BFL[family][0](module)
         except ConfigError:
             missing.append(module)
     return missing

@@ -5,6 +5,7 @@ Names here are module paths without the `.weight` suffix and without any file pr
   SDXL   diffusers `down_blocks.1.attentions.0.proj_in` <-> SGM `input_blocks.4.1.proj_in`
   FLUX.1 diffusers `transformer_blocks.0.attn.to_q` <-> BFL `double_blocks.0.img_attn.qkv` (part 0
          of a fused linear: see FUSED_PARTS)
+  FLUX.2 (dev, klein): BFL names too, in lora/names_flux2.py
   Qwen-Image, Z-Image: ComfyUI addresses the diffusers names (Z-Image maps them onto its fused
          `attention.qkv` itself), so no renaming is needed.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora import names_flux2
 
 SDXL_LAYERS_PER_BLOCK = 2  # every SDXL U-Net (and the tiny one): input blocks hold 2 + 1 downsampler
 
@@ -67,21 +69,69 @@ _SDXL_TOP = {
 # multi-word names kept whole when re-dotting kohya's underscored names
 _WORDS: dict[str, tuple[str, ...]] = {
     "sdxl": (
-        "input_blocks", "middle_block", "output_blocks", "transformer_blocks", "proj_in", "proj_out",
-        "to_q", "to_k", "to_v", "to_out", "in_layers", "out_layers", "emb_layers", "skip_connection",
-        "time_embed", "label_emb",
+        "input_blocks",
+        "middle_block",
+        "output_blocks",
+        "transformer_blocks",
+        "proj_in",
+        "proj_out",
+        "to_q",
+        "to_k",
+        "to_v",
+        "to_out",
+        "in_layers",
+        "out_layers",
+        "emb_layers",
+        "skip_connection",
+        "time_embed",
+        "label_emb",
     ),
     "flux": (
-        "double_blocks", "single_blocks", "img_attn", "txt_attn", "img_mlp", "txt_mlp", "img_mod",
-        "txt_mod", "img_in", "txt_in", "time_in", "vector_in", "guidance_in", "in_layer", "out_layer",
-        "final_layer", "adaLN_modulation",
+        "double_blocks",
+        "single_blocks",
+        "img_attn",
+        "txt_attn",
+        "img_mlp",
+        "txt_mlp",
+        "img_mod",
+        "txt_mod",
+        "img_in",
+        "txt_in",
+        "time_in",
+        "vector_in",
+        "guidance_in",
+        "in_layer",
+        "out_layer",
+        "final_layer",
+        "adaLN_modulation",
     ),
     "qwen-image": (
-        "transformer_blocks", "to_q", "to_k", "to_v", "to_out", "add_q_proj", "add_k_proj", "add_v_proj",
-        "to_add_out", "img_mlp", "txt_mlp", "img_mod", "txt_mod", "img_in", "txt_in", "proj_out",
-        "norm_out", "time_text_embed", "timestep_embedder", "linear_1", "linear_2",
+        "transformer_blocks",
+        "to_q",
+        "to_k",
+        "to_v",
+        "to_out",
+        "add_q_proj",
+        "add_k_proj",
+        "add_v_proj",
+        "to_add_out",
+        "img_mlp",
+        "txt_mlp",
+        "img_mod",
+        "txt_mod",
+        "img_in",
+        "txt_in",
+        "proj_out",
+        "norm_out",
+        "time_text_embed",
+        "timestep_embedder",
+        "linear_1",
+        "linear_2",
     ),
-}  # fmt: skip
+    "flux2": names_flux2.WORDS,
+    "flux2-klein": names_flux2.WORDS,
+}
+_WORDS["flux-kontext"] = _WORDS["flux"]  # FLUX.1 Kontext: FLUX.1's transformer, FLUX.1's names  # fmt: skip
 
 
 def _unsupported(name: str, family: str) -> ConfigError:

@@ -173,14 +173,14 @@ def encode_controls(
     if not item.controls:
         return None
     from lorastudio.data.crop import resized_size
-    from lorastudio.data.pairs import load_control_crop
+    from lorastudio.data.pairs import control_folder_ids, load_control_crop
 
     resized = resized_size(item.width, item.height, item.bucket)
     pixels = np.stack(
         [
-            load_control_crop(path, item.bucket, crop.crop_top_left, resized, flip)
+            load_control_crop(path, item.bucket, crop.crop_top_left, resized, flip, fid)
             for crop, flip in zip(crops, flips, strict=True)
-            for path in item.controls
+            for path, fid in zip(item.controls, control_folder_ids(item), strict=True)
         ]
     )  # [V*N, 3, H, W]
     latents = family.encode_controls(vae, torch.from_numpy(pixels).to(device))  # [V*N, C, h, w]

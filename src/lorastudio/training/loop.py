@@ -9,10 +9,13 @@
              the run's conditioning and latents); a resume reuses its checkpoint's plan.
              PlanChosen is emitted once, before the first step
   phase 3    denoiser + LoRA (built for the plan: training/plan_build.py): batched,
-             gradient-accumulated AdamW steps in the plan's micro-batches, with an LR schedule
+             gradient-accumulated optimizer steps (training/optimizers.py) in the plan's
+             micro-batches, with an LR schedule
   samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
              cfg.sample_every steps and after the last one (training/samples.py), SampleReady
-  export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed)
+  export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed);
+             with ema_decay that LoRA holds the EMA weights and <output_name>.raw.safetensors
+             (+ .raw.json) the raw ones (training/ema.py)
 
 Checkpoints (outputs/<output_name>/checkpoints/step-N, see training/checkpoint.py) are written
 every cfg.save_every steps and on stop-and-save; `train(..., resume=...)` continues a run from one
@@ -41,11 +44,12 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
+from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
     apply_attention,
     choose_attention,
-    contiguous_attention_grads,
+    prepare_denoiser_attention,
     probe_shapes,
 )
 from lorastudio.training.checkpoint import (
@@ -75,7 +79,8 @@ from lorastudio.training.events import (
     Preparing,
     StopCheck,
 )
-from lorastudio.training.export import build_sidecar, save_lora
+from lorastudio.training.export import run_sidecar, save_lora
+from lorastudio.training.extend import extension_record
 from lorastudio.training.latents import (
     EncodedPerStep,
     LatentSource,
@@ -99,7 +104,7 @@ class TrainResult:
     steps_run and losses count every step of the run, those before a resume included;
     resumed_from is the checkpoint step a resumed run started from (None for a fresh run).
     `denoiser` (the trained denoiser with its LoRA, eval mode) is set only when train() was
-    called with return_denoiser=True."""
+    called with return_denoiser=True (with ema_decay: its raw weights; the file holds the EMA's)."""
 
     lora_path: Path | None
     steps_run: int
@@ -156,6 +161,8 @@ def train(
         run, state.identity = _prepare_session(
             cfg, settings, process_device(device, state.ctx), state.resume, meter
         )
+        if state.resume is not None:
+            _note_extension(run, state)
         state.ctx = start_group(state.ctx, run.device)
         if wants_compile(run.cfg.compile, run.device):
             keep_compile_cache(settings.compile_cache_dir)
@@ -165,6 +172,7 @@ def train(
                 claim_run_dir(run.run_dir)
         claimed = main
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
+        state.loras = SnapshotKeeper(run.run_dir, run.cfg.save_lora_every, run.cfg.keep_loras)
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
@@ -179,6 +187,7 @@ def train(
         elif not save or state.resume is None:
             if state.previews is not None and state.resume is not None:
                 state.previews.discard()  # a fresh run's samples go with its folder
+            state.loras.discard()
             discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
     except BaseException as err:
@@ -203,6 +212,17 @@ def train(
         free_accelerator_memory(run.device)
     resumed_from = state.steps_at_start if state.resume is not None else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
+
+
+def _note_extension(run: PreparedRun, state: RunState) -> None:
+    """A resume whose total exceeds its checkpoint's trains the run longer (training/extend.py):
+    remember it (the schedule is re-spanned after the checkpoint loads) and its record."""
+    info = read_checkpoint_info(state.resume)
+    longer = run.cfg.num_epochs == 0 and int(run.cfg.steps) > int(info["total_steps"])
+    state.extended = longer
+    state.extensions = extension_record(info, int(run.cfg.steps) if longer else None)
+    if longer and state.ctx.is_main:
+        keep_final_as_snapshot(run.run_dir)  # the LoRA of the old total stays, as a snapshot
 
 
 def _prepare_session(
@@ -243,17 +263,23 @@ def _message(err: BaseException, attention: str = "default") -> str:
 def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
     cfg = run.cfg
     name = str(cfg.output_name)
-    sidecar = build_sidecar(
-        cfg,
+    sidecar = run_sidecar(
+        run,
         steps_run=state.steps_run,
         total_steps=state.total_steps,
         stopped=stopped,
-        dataset_root=run.scan.root,
-        dataset_fingerprint=run.scan.fingerprint,
-        num_images=len(run.scan.items),
         lora_file=f"{name}.safetensors",
+        extensions=state.extensions,
     )
-    return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+    if state.ema is None:
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+    raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
+    raw_sidecar = {**sidecar, "lora_file": f"{raw}.safetensors"}
+    raw_sidecar["ema"] = {**ema, "weights": "raw", "ema_file": f"{name}.safetensors"}
+    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar)
+    sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
+    with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
 
 
 def _run_phases(
@@ -367,8 +393,7 @@ def _prepare_denoiser(
         _attention_shapes(run, plan, built.denoiser),
     )
     apply_attention(attention)  # process-wide until run_numerics exits
-    if attention.backend == "cudnn":  # its backward needs contiguous output gradients
-        contiguous_attention_grads(built.denoiser)
+    prepare_denoiser_attention(built.denoiser, attention)  # cuDNN: contiguous grads; fa4: routing
     state.attention = attention.backend
     if state.ctx.distributed:
         state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks

@@ -20,6 +20,7 @@ test_pipelined.py). fp16 loss scaling and data-parallel runs read every step bef
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from lorastudio.errors import TrainingStopped
+from lorastudio.lora.snapshots import SnapshotKeeper
 from lorastudio.training.checkpoint import CheckpointKeeper
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import (
@@ -38,7 +40,10 @@ from lorastudio.training.distributed import (
     all_reduce_sum,
     gradient_sync,
 )
+from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.events import Emit, Progress, SampleReady
+from lorastudio.training.export import save_lora_snapshot
+from lorastudio.training.extend import respan_schedule
 from lorastudio.training.latents import LatentBatch, LatentSource
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -70,6 +75,9 @@ class RunState:
     resume: Path | None = None  # the checkpoint this session continues from
     steps_at_start: int = 0  # steps done before this session (the checkpoint's step)
     keeper: CheckpointKeeper | None = None
+    extensions: list[dict[str, Any]] = field(default_factory=list)  # training/extend.py's record
+    extended: bool = False  # this session trains the run longer than the checkpoint's total
+    loras: SnapshotKeeper | None = None  # LoRA snapshots (every checkpoint, every save_lora_every)
     identity: dict[str, Any] = field(default_factory=dict)
     checkpointed_step: int | None = None  # step of this session's latest checkpoint
     previews: SamplePreviews | None = None  # set when the config has sample prompts (rank 0)
@@ -79,6 +87,7 @@ class RunState:
     swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
     attention: str = "default"  # the SDPA kernel of the denoiser phase (training/attention.py)
+    ema: AdapterEma | None = None  # the adapter EMA (cfg.ema_decay): the exported LoRA is its weights
 
 
 def optimize(
@@ -111,9 +120,13 @@ def optimize(
         guard=DivergenceGuard(cfg.max_bad_steps),
         rng=rng,
         generator=generator,
+        ema=make_ema(state.denoiser, params, cfg),
     )
+    state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
         state.steps_run, state.losses = load_checkpoint(state.resume, parts)
+        if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
+            respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
     pipelined = (
@@ -139,7 +152,7 @@ def optimize(
         values = torch.stack([torch.stack(shares).double().sum(), norm.double()])  # [2] loss, norm
         flight = StepInFlight(step, epoch, lr, samples, values)
         if pipelined:
-            flight.apply_on_device(optimizer, parts.scheduler)
+            flight.apply_on_device(optimizer, parts.scheduler, parts.ema)
         if in_flight is not None:  # the previous step, read now that this one is queued
             try:
                 _record(run, state, parts, in_flight, num_steps, emit)
@@ -149,25 +162,38 @@ def optimize(
                 _save_for_stop(request, run, state, parts)
                 raise
             in_flight = None
-        due = (state.keeper is not None and state.keeper.due(step, num_steps)) or (
-            state.previews is not None and state.previews.due(step, num_steps)
+        snapshot_due = state.loras is not None and state.loras.due(step, num_steps)
+        due = (
+            (state.keeper is not None and state.keeper.due(step, num_steps))
+            or (state.previews is not None and state.previews.due(step, num_steps))
+            or snapshot_due
         )
         if pipelined and not due and step < num_steps:
             in_flight = flight  # its host values are read after the next step is queued
             continue
         _record(run, state, parts, flight, num_steps, emit)
         if state.previews is not None and state.previews.due(step, num_steps):
-            images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
+            with _sample_weights(parts, cfg):
+                images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
             emit(SampleReady(step=step, images=images))
         if step >= num_steps:
             break
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
-            _checkpoint(run, state, parts)
+            _checkpoint(run, state, parts)  # with its LoRA snapshot
+        elif snapshot_due:
+            _lora_snapshot(run, state)
         try:
             stop()
         except TrainingStopped as request:
             _save_for_stop(request, run, state, parts)
             raise
+
+
+def _sample_weights(parts: LoopParts, cfg: TrainConfig) -> contextlib.AbstractContextManager[None]:
+    """The adapter weights a sample round renders: the EMA ones (cfg.sample_with_ema) or the raw."""
+    if parts.ema is not None and cfg.sample_with_ema:
+        return parts.ema.swapped_in()
+    return contextlib.nullcontext()
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:
@@ -198,12 +224,17 @@ class StepInFlight:
     host: torch.Tensor | None = None  # [2] float64, pinned when the values are on a GPU
     ready: Any = None  # torch.cuda.Event recorded after the copy
 
-    def apply_on_device(self, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    def apply_on_device(
+        self, optimizer: torch.optim.Optimizer, scheduler: Any, ema: AdapterEma | None = None
+    ) -> None:
         """Queue the update (fused AdamW; skipped by the device when a value is not finite),
-        zero the gradients, step the LR `scheduler` and start the values' copy to the host."""
+        fold it into the `ema`, zero the gradients, step the LR `scheduler` and start the
+        values' copy to the host."""
         optimizer.found_inf = (~torch.isfinite(self.values).all()).float()  # type: ignore[attr-defined]  # []
         optimizer.step()  # a no-op update (state included) when found_inf is 1
         optimizer.found_inf = None  # type: ignore[attr-defined]
+        if ema is not None:
+            ema.update(self.step)
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         self.applied = True
@@ -237,6 +268,8 @@ def _record(
         if ok:
             scaler.step(parts.optimizer)  # a skipped (non-finite) step leaves the weights as they were
         scaler.update()
+        if parts.ema is not None:  # a skipped step counts too (training/ema.py)
+            parts.ema.update(flight.step)
         parts.optimizer.zero_grad(set_to_none=True)
         parts.scheduler.step()
     state.steps_run = flight.step
@@ -279,10 +312,24 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         identity=state.identity,
         config=run.cfg.model_dump(mode="json"),
         plan=state.plan.as_dict() if state.plan is not None else None,
+        extensions=state.extensions,
     )
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:
         state.keeper.record(path)
+    _lora_snapshot(run, state)
+
+
+def _lora_snapshot(run: PreparedRun, state: RunState) -> None:
+    """Write the LoRA snapshot of the step just done (rank 0) and apply keep_loras."""
+    if not state.ctx.is_main or state.loras is None:
+        return
+    path = save_lora_snapshot(
+        run, state.denoiser, state.lora_config, step=state.steps_run, total_steps=state.total_steps,
+        extensions=state.extensions,
+    )  # fmt: skip
+    if path is not None:
+        state.loras.record(path)
 
 
 def _micro_step(

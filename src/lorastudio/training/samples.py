@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.families.common import pipeline_facts
 from lorastudio.generate.pipeline import reference_kwargs
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import remove_samples, sample_name, samples_dir, write_sample_files
@@ -122,7 +123,7 @@ class SamplePreviews:
         run = self.run
         cfg, family = run.cfg, run.family
         cond = family.collate_conditioning([self.conds[prompt]])
-        kwargs: dict[str, Any] = dict(family.spec.generation_defaults)
+        kwargs = family.generation_defaults(pipeline_facts(pipe, family.spec.denoiser))
         if cfg.sample_steps is not None:
             kwargs["num_inference_steps"] = cfg.sample_steps
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
@@ -136,9 +137,12 @@ class SamplePreviews:
 def _references(run: PreparedRun) -> list[Image.Image]:
     """The reference images of a paired run's samples: the first dataset image's controls."""
     from lorastudio.data.images import load_rgb
+    from lorastudio.data.pairs import control_folder_ids
 
     items = run.scan.items
-    return [load_rgb(path) for path in items[0].controls] if items else []
+    if not items:
+        return []
+    return [load_rgb(p, fid) for p, fid in zip(items[0].controls, control_folder_ids(items[0]), strict=True)]
 
 
 def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> Any:

@@ -33,7 +33,9 @@ export interface paths {
         };
         /**
          * Dataset
-         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and sizes.
+         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and stored
+         *     sizes (from the file headers). Links are listed as dropped, never read; a caption file or
+         *     metadata.jsonl that cannot be used is listed as dropped with the reason.
          */
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
@@ -76,7 +78,8 @@ export interface paths {
         /**
          * Upload
          * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap.
+         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
+         *     for a body that is not multipart/form-data.
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -97,7 +100,7 @@ export interface paths {
         post?: never;
         /**
          * Remove Image
-         * @description Delete one image and its .txt caption.
+         * @description Delete one image and its .txt caption (kept while another image of that stem uses it).
          */
         delete: operations["remove_image_api_datasets__name__images__file__delete"];
         options?: never;
@@ -114,7 +117,10 @@ export interface paths {
         };
         /**
          * Thumbnail
-         * @description A JPEG thumbnail (longest side `size`) of one dataset image.
+         * @description A JPEG thumbnail (longest side `size`) of one dataset image, decoded at reduced size and
+         *     cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
+         *     placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
+         *     server's decode slots stay busy.
          */
         get: operations["thumbnail_api_datasets__name__thumbnails__file__get"];
         put?: never;
@@ -156,7 +162,9 @@ export interface paths {
         put?: never;
         /**
          * Generate
-         * @description Generate one image; 201 with its gallery file and URL. 409 while training runs.
+         * @description Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
+         *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
+         *     the generation worker died (killed, out of memory): the next request starts a fresh one.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -217,9 +225,30 @@ export interface paths {
         };
         /**
          * Download
-         * @description The .safetensors file of trained LoRA `name` (404 when missing).
+         * @description The .safetensors file of trained LoRA `name`, or of its snapshot at `step` (404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/loras/{name}/steps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Steps
+         * @description The LoRAs of run output `name` by step: its snapshots (every checkpoint and every
+         *     save_lora_every steps, under loras/) and its final LoRA. 404 when the run has none.
+         */
+        get: operations["steps_api_loras__name__steps_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -470,6 +499,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/runs/{run_id}/loras": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Loras
+         * @description The run's LoRAs by step (snapshots, then the final LoRA; see /api/loras/{name}/steps).
+         *     404 when the run is unknown or has no LoRA yet.
+         */
+        get: operations["run_loras_api_runs__run_id__loras_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/runs/{run_id}/resume": {
         parameters: {
             query?: never;
@@ -670,6 +720,24 @@ export interface components {
              * @description absolute path of a folder to list
              */
             path: string;
+        };
+        /** BusyOut */
+        BusyOut: {
+            /**
+             * Since
+             * @description when it started (UTC, ISO 8601)
+             */
+            since: string;
+            /**
+             * Step
+             * @description the optimizer step it belongs to
+             */
+            step: number | null;
+            /**
+             * Work
+             * @description "sample round", "checkpoint", "saving the LoRA", ...
+             */
+            work: string;
         };
         /** CaptionBody */
         CaptionBody: {
@@ -1044,6 +1112,7 @@ export interface components {
             guidance?: number | null;
             /**
              * Height
+             * @description pixels; at most 4096, and width x height <= 4.2 MP
              * @default 1024
              */
             height?: number;
@@ -1060,11 +1129,13 @@ export interface components {
             seed?: number;
             /**
              * Steps
+             * @description at most 200, and width x height x steps <= 209.7 M
              * @default 20
              */
             steps?: number;
             /**
              * Width
+             * @description pixels; at most 4096, and width x height <= 4.2 MP
              * @default 1024
              */
             width?: number;
@@ -1143,6 +1214,8 @@ export interface components {
         };
         /** JobOut */
         JobOut: {
+            /** @description work in flight that a stop waits for (up to a bound) before the worker is ended */
+            busy?: components["schemas"]["BusyOut"] | null;
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
             /** Created At */
@@ -1223,6 +1296,41 @@ export interface components {
              * @default 1
              */
             scale?: number;
+            /**
+             * Step
+             * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA
+             */
+            step?: number | null;
+        };
+        /** LoraStep */
+        LoraStep: {
+            /**
+             * Final
+             * @description the run's final LoRA (else a snapshot under loras/)
+             */
+            final: boolean;
+            /** Path */
+            path: string;
+            /**
+             * Step
+             * @description optimizer step the LoRA was saved at (null: unknown)
+             */
+            step: number | null;
+            /**
+             * Url
+             * @description download URL of the file
+             */
+            url: string;
+        };
+        /** LoraSteps */
+        LoraSteps: {
+            /**
+             * Loras
+             * @description by step, ascending; the final LoRA last
+             */
+            loras: components["schemas"]["LoraStep"][];
+            /** Name */
+            name: string;
         };
         /** MemoryEstimate */
         MemoryEstimate: {
@@ -1555,11 +1663,27 @@ export interface components {
             /** Unique Captions */
             unique_captions: number;
         };
+        /** PreflightFamily */
+        PreflightFamily: {
+            /** Name */
+            name: string;
+            /**
+             * Notes
+             * @description what training this flavour means
+             */
+            notes?: string[];
+            /**
+             * Variant
+             * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
+             */
+            variant?: string | null;
+        };
         /** PreflightOut */
         PreflightOut: {
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
             dataset: components["schemas"]["PreflightDataset"];
+            family?: components["schemas"]["PreflightFamily"] | null;
             host: components["schemas"]["HostOut"];
             memory: components["schemas"]["MemoryEstimate"];
             plan: components["schemas"]["PreflightPlan"];
@@ -1728,7 +1852,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
              */
             settings?: {
                 [key: string]: unknown;
@@ -1978,6 +2102,39 @@ export interface components {
          */
         TrainConfig: {
             /**
+             * Adafactor Relative Step
+             * @description adafactor: its own time-dependent step size instead of learning_rate (null: off); then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set
+             * @default null
+             */
+            adafactor_relative_step?: boolean | null;
+            /**
+             * Adafactor Scale Parameter
+             * @description adafactor: scale the step by each parameter's RMS (null: off)
+             * @default null
+             */
+            adafactor_scale_parameter?: boolean | null;
+            /**
+             * Adafactor Warmup Init
+             * @description adafactor: warm the relative step up from 1e-6 (needs relative_step)
+             * @default null
+             */
+            adafactor_warmup_init?: boolean | null;
+            /**
+             * Adapter
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @default lora
+             * @enum {string}
+             */
+            adapter?: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Pattern
+             * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
+             * @default null
+             */
+            alpha_pattern?: {
+                [key: string]: number;
+            } | null;
+            /**
              * Aspect Buckets
              * @description batch images by aspect ratio (else square)
              * @default true
@@ -1985,11 +2142,11 @@ export interface components {
             aspect_buckets?: boolean;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
-            attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math";
+            attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder
@@ -2038,6 +2195,24 @@ export interface components {
              */
             default_caption?: string | null;
             /**
+             * Ema Decay
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             * @default null
+             */
+            ema_decay?: number | null;
+            /**
+             * Ema On Cpu
+             * @description keep the EMA weights in CPU memory
+             * @default false
+             */
+            ema_on_cpu?: boolean;
+            /**
+             * Ema Update Every
+             * @description EMA update every N optimizer steps
+             * @default 1
+             */
+            ema_update_every?: number;
+            /**
              * Enable Tf32
              * @description TF32 matmuls for the run (restored after)
              * @default true
@@ -2045,7 +2220,7 @@ export interface components {
             enable_tf32?: boolean;
             /**
              * Family
-             * @description model family: sdxl, flux, qwen-image or z-image
+             * @description model family: a registered name (`lorastudio families`, /api/info)
              */
             family: string;
             /**
@@ -2087,6 +2262,12 @@ export interface components {
              */
             keep_last?: number;
             /**
+             * Keep Loras
+             * @description LoRA snapshots retained (oldest removed; null: all)
+             * @default null
+             */
+            keep_loras?: number | null;
+            /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
              * @default 8
@@ -2108,6 +2289,18 @@ export interface components {
              */
             logit_std?: number;
             /**
+             * Lokr Decompose Both
+             * @description lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)
+             * @default null
+             */
+            lokr_decompose_both?: boolean | null;
+            /**
+             * Lokr Factor
+             * @description lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square as possible; null: -1)
+             * @default null
+             */
+            lokr_factor?: number | null;
+            /**
              * Lora Alpha
              * @description default: equal to the rank
              * @default null
@@ -2120,7 +2313,7 @@ export interface components {
             lora_dropout?: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
@@ -2202,11 +2395,51 @@ export interface components {
              */
             offload_blocks?: number | null;
             /**
+             * Optimizer
+             * @description adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)
+             * @default adamw
+             * @enum {string}
+             */
+            optimizer?: "adamw" | "adamw8bit" | "lion8bit" | "prodigy" | "adafactor";
+            /**
+             * Optimizer Betas
+             * @description [beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, 0.9, 0.999; Lion 0.9, 0.99)
+             * @default null
+             */
+            optimizer_betas?: [
+                number,
+                number
+            ] | null;
+            /**
+             * Optimizer Eps
+             * @description epsilon of adamw / adamw8bit / prodigy (null: 1e-8)
+             * @default null
+             */
+            optimizer_eps?: number | null;
+            /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              * @default null
              */
             output_name?: string | null;
+            /**
+             * Prodigy D Coef
+             * @description prodigy: multiplier of the learned step size (null: 1.0)
+             * @default null
+             */
+            prodigy_d_coef?: number | null;
+            /**
+             * Prodigy Safeguard Warmup
+             * @description prodigy: leave the LR out of the step-size estimate (for warmup; null: off)
+             * @default null
+             */
+            prodigy_safeguard_warmup?: boolean | null;
+            /**
+             * Prodigy Use Bias Correction
+             * @description prodigy: Adam's bias correction (null: off)
+             * @default null
+             */
+            prodigy_use_bias_correction?: boolean | null;
             /**
              * Random Crop
              * @description random instead of centre crop
@@ -2219,6 +2452,14 @@ export interface components {
              * @default false
              */
             random_flip?: boolean;
+            /**
+             * Rank Pattern
+             * @description per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank
+             * @default null
+             */
+            rank_pattern?: {
+                [key: string]: number;
+            } | null;
             /**
              * Resolution
              * @description training side in pixels
@@ -2255,11 +2496,23 @@ export interface components {
              */
             sample_steps?: number | null;
             /**
+             * Sample With Ema
+             * @description with ema_decay: sample previews render the EMA weights (false: the raw ones)
+             * @default true
+             */
+            sample_with_ema?: boolean;
+            /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
              * @default null
              */
             save_every?: number | null;
+            /**
+             * Save Lora Every
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             * @default null
+             */
+            save_lora_every?: number | null;
             /**
              * Seed
              * @default 42
@@ -2303,6 +2556,35 @@ export interface components {
          */
         TrainConfigOut: {
             /**
+             * Adafactor Relative Step
+             * @description adafactor: its own time-dependent step size instead of learning_rate (null: off); then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set
+             */
+            adafactor_relative_step: boolean | null;
+            /**
+             * Adafactor Scale Parameter
+             * @description adafactor: scale the step by each parameter's RMS (null: off)
+             */
+            adafactor_scale_parameter: boolean | null;
+            /**
+             * Adafactor Warmup Init
+             * @description adafactor: warm the relative step up from 1e-6 (needs relative_step)
+             */
+            adafactor_warmup_init: boolean | null;
+            /**
+             * Adapter
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @default lora
+             * @enum {string}
+             */
+            adapter: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Pattern
+             * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
+             */
+            alpha_pattern: {
+                [key: string]: number;
+            } | null;
+            /**
              * Aspect Buckets
              * @description batch images by aspect ratio (else square)
              * @default true
@@ -2310,11 +2592,11 @@ export interface components {
             aspect_buckets: boolean;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
-            attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math";
+            attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder
@@ -2361,6 +2643,23 @@ export interface components {
              */
             default_caption: string | null;
             /**
+             * Ema Decay
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             */
+            ema_decay: number | null;
+            /**
+             * Ema On Cpu
+             * @description keep the EMA weights in CPU memory
+             * @default false
+             */
+            ema_on_cpu: boolean;
+            /**
+             * Ema Update Every
+             * @description EMA update every N optimizer steps
+             * @default 1
+             */
+            ema_update_every: number;
+            /**
              * Enable Tf32
              * @description TF32 matmuls for the run (restored after)
              * @default true
@@ -2368,7 +2667,7 @@ export interface components {
             enable_tf32: boolean;
             /**
              * Family
-             * @description model family: sdxl, flux, qwen-image or z-image
+             * @description model family: a registered name (`lorastudio families`, /api/info)
              */
             family: string;
             /**
@@ -2408,6 +2707,11 @@ export interface components {
              */
             keep_last: number;
             /**
+             * Keep Loras
+             * @description LoRA snapshots retained (oldest removed; null: all)
+             */
+            keep_loras: number | null;
+            /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
              * @default 8
@@ -2426,6 +2730,16 @@ export interface components {
              */
             logit_std: number;
             /**
+             * Lokr Decompose Both
+             * @description lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)
+             */
+            lokr_decompose_both: boolean | null;
+            /**
+             * Lokr Factor
+             * @description lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square as possible; null: -1)
+             */
+            lokr_factor: number | null;
+            /**
              * Lora Alpha
              * @description default: equal to the rank
              */
@@ -2437,7 +2751,7 @@ export interface components {
             lora_dropout: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
@@ -2510,10 +2824,45 @@ export interface components {
              */
             offload_blocks: number | null;
             /**
+             * Optimizer
+             * @description adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)
+             * @default adamw
+             * @enum {string}
+             */
+            optimizer: "adamw" | "adamw8bit" | "lion8bit" | "prodigy" | "adafactor";
+            /**
+             * Optimizer Betas
+             * @description [beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, 0.9, 0.999; Lion 0.9, 0.99)
+             */
+            optimizer_betas: [
+                number,
+                number
+            ] | null;
+            /**
+             * Optimizer Eps
+             * @description epsilon of adamw / adamw8bit / prodigy (null: 1e-8)
+             */
+            optimizer_eps: number | null;
+            /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              */
             output_name: string | null;
+            /**
+             * Prodigy D Coef
+             * @description prodigy: multiplier of the learned step size (null: 1.0)
+             */
+            prodigy_d_coef: number | null;
+            /**
+             * Prodigy Safeguard Warmup
+             * @description prodigy: leave the LR out of the step-size estimate (for warmup; null: off)
+             */
+            prodigy_safeguard_warmup: boolean | null;
+            /**
+             * Prodigy Use Bias Correction
+             * @description prodigy: Adam's bias correction (null: off)
+             */
+            prodigy_use_bias_correction: boolean | null;
             /**
              * Random Crop
              * @description random instead of centre crop
@@ -2526,6 +2875,13 @@ export interface components {
              * @default false
              */
             random_flip: boolean;
+            /**
+             * Rank Pattern
+             * @description per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank
+             */
+            rank_pattern: {
+                [key: string]: number;
+            } | null;
             /**
              * Resolution
              * @description training side in pixels
@@ -2558,10 +2914,21 @@ export interface components {
              */
             sample_steps: number | null;
             /**
+             * Sample With Ema
+             * @description with ema_decay: sample previews render the EMA weights (false: the raw ones)
+             * @default true
+             */
+            sample_with_ema: boolean;
+            /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
              */
             save_every: number | null;
+            /**
+             * Save Lora Every
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             */
+            save_lora_every: number | null;
             /**
              * Seed
              * @default 42
@@ -3264,7 +3631,10 @@ export interface operations {
     };
     download_api_loras__name__file_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description a snapshot's step (default: the final LoRA) */
+                step?: number | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -3279,6 +3649,71 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    steps_api_loras__name__steps_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoraSteps"];
+                };
             };
             /** @description invalid request (every problem listed) */
             400: {
@@ -4188,6 +4623,71 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_loras_api_runs__run_id__loras_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoraSteps"];
                 };
             };
             /** @description invalid request (every problem listed) */
