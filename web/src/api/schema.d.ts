@@ -949,6 +949,11 @@ export interface components {
         };
         /** FamilyOut */
         FamilyOut: {
+            /**
+             * Control Images
+             * @description [min, max] control (reference) images per training sample: [0, 0] text-to-image only
+             */
+            control_images?: number[];
             /** Defaults */
             defaults: {
                 [key: string]: unknown;
@@ -1645,6 +1650,13 @@ export interface components {
             caption_sources: {
                 [key: string]: number;
             };
+            /**
+             * Controls
+             * @description paired datasets: pairs, per_image (controls per target), sources, buckets, resize, examples (target -> controls); null for a text-to-image dataset
+             */
+            controls?: {
+                [key: string]: unknown;
+            } | null;
             /** Dropped */
             dropped: components["schemas"]["DroppedFile"][];
             /** Fingerprint */
@@ -2184,6 +2196,11 @@ export interface components {
              */
             compile?: "off" | "on" | "auto" | "wide";
             /**
+             * Control Dirs
+             * @description paired datasets: parallel folders of control images matched to the targets by file stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders (each absolute, or a name under datasets/, like data_dir)
+             */
+            control_dirs?: string[];
+            /**
              * Data Dir
              * @description dataset folder (absolute, or a name under datasets/)
              */
@@ -2632,6 +2649,11 @@ export interface components {
              * @enum {string}
              */
             compile: "off" | "on" | "auto" | "wide";
+            /**
+             * Control Dirs
+             * @description paired datasets: parallel folders of control images matched to the targets by file stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders (each absolute, or a name under datasets/, like data_dir)
+             */
+            control_dirs: string[];
             /**
              * Data Dir
              * @description dataset folder (absolute, or a name under datasets/)

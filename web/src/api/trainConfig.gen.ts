@@ -54,6 +54,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "cache_variants": "crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
   "caption_dropout": "probability of an empty caption",
   "compile": "regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)",
+  "control_dirs": "paired datasets: parallel folders of control images matched to the targets by file stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders (each absolute, or a name under datasets/, like data_dir)",
   "data_dir": "dataset folder (absolute, or a name under datasets/)",
   "default_caption": "caption of images without one (instance prompt)",
   "ema_decay": "EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off",

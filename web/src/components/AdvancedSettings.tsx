@@ -31,6 +31,10 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
       <div className="grid">
         <h4 className="grid-head">Data</h4>
         {c.line("default_caption", "Default caption", { hint: "for images without one", wide: true })}
+        {c.area("control_dirs", "Control folders", {
+          hint: "edit families: one folder per line, each holding every image's control (reference) of the same name",
+          wide: true,
+        })}
         <div className="checks">
           {c.check("random_crop", "Random crop")}
           {c.check("random_flip", "Random flip")}

@@ -194,6 +194,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   base_model: "text",
   revision: "text",
   data_dir: "text",
+  control_dirs: "lines",
   output_name: "text",
   resolution: "integer",
   aspect_buckets: "bool",
