@@ -139,3 +139,28 @@ def test_a_control_linking_outside_the_dataset_is_refused(tmp_path):
     assert any(
         "control a.png: a link to" in p and "outside the dataset folder" in p for p in err.value.problems
     )
+
+
+def test_controls_are_opened_without_following_links_and_from_the_checked_folder(tmp_path):
+    """Controls are opened as every dataset file (data.safe_open): a link, even one inside the
+    dataset, is not followed; a control folder swapped after the scan is refused by the decode."""
+    root = tmp_path / "data"
+    _targets(root, ["a"])
+    (root / "control").mkdir()
+    write_image(root / "refs.png")
+    (root / "control" / "a.png").symlink_to(root / "refs.png")
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert any("a.png" in p and "symbolic link" in p for p in err.value.problems)
+
+    (root / "control" / "a.png").unlink()
+    write_image(root / "control" / "a.png", seed=4)
+    (root / "refs.png").unlink()
+    item = _scan(root).items[0]
+    assert len(item.control_folder_ids) == 1
+    (root / "control").rename(root / "moved")
+    (root / "control").mkdir()
+    write_image(root / "control" / "a.png", seed=4)
+    resized = resized_size(item.width, item.height, item.bucket)
+    with pytest.raises(DatasetError, match="changed after it was checked"):
+        load_control_crop(item.controls[0], item.bucket, (0, 0), resized, False, item.control_folder_ids[0])
