@@ -22,7 +22,7 @@ from lorastudio.lora.files import convert_file, peft_from_file, read_lora_file
 from lorastudio.settings import Settings
 from lorastudio.training.loop import TrainResult, train
 
-FAMILIES = ["sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein"]
+FAMILIES = ["sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "flux-kontext"]
 # diffusers' kohya FLUX loader hard-codes FLUX.1-dev's single-block widths (3072 / 12288), so a
 # tiny model's single_blocks linear1 cannot go through it: train the double blocks only there
 FLUX_DOUBLE_ONLY = [f"transformer_blocks.0.attn.to_{p}" for p in "qkv"] + [
@@ -43,6 +43,10 @@ def _size(family: str) -> int:
 
 def _run(key: str, family: str, tiny_model, sample_dataset: Path, tmp_root: Path, **overrides) -> TrainResult:
     if key not in _runs:
+        if families.get(family).spec.control_images[0]:  # an edit family trains on pairs
+            from lorastudio.tiny.paired import make_paired_dataset
+
+            sample_dataset = make_paired_dataset(tmp_root / "paired")
         raw = {
             "family": family,
             "base_model": str(tiny_model(family)),
@@ -110,7 +114,7 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     assert comfy["ok"] and comfy["unconsumed"] == comfy["mismatched"] == comfy["wrong_strength"] == []
     assert comfy["rules"].startswith("ComfyUI comfy/lora.py@")
     # diffusers' kohya FLUX.1 reader needs FLUX.1-dev's single-block widths (not the tiny model's)
-    assert sidecar["loaders"]["diffusers"]["ok"] is (family != "flux")
+    assert sidecar["loaders"]["diffusers"]["ok"] is (family not in ("flux", "flux-kontext"))
     assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
     assert header["ss_network_dim"] == "4" and header["ss_network_alpha"] == "8"
     assert header["ss_network_module"] == "networks.lora" and header["ss_base_model_version"]
@@ -155,7 +159,7 @@ def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
 def test_diffusers_loads_the_kohya_file_and_gives_the_in_memory_image(
     family, tiny_model, sample_dataset, tmp_root
 ):
-    targets = {"lora_targets": FLUX_DOUBLE_ONLY} if family == "flux" else {}
+    targets = {"lora_targets": FLUX_DOUBLE_ONLY} if family in ("flux", "flux-kontext") else {}
     result = _run(f"load-{family}", family, tiny_model, sample_dataset, tmp_root, **targets)
     in_memory, base = _in_memory_and_base(result, family, tiny_model(family))
     fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")
