@@ -74,7 +74,8 @@ def test_kontext_kohya_file_has_comfyui_flux_keys_and_converts_back_for_diffuser
     )
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["family"] == "flux-kontext" and sidecar["lora_format"] == "kohya"
-    assert sidecar["comfyui_keys"]["checked"] and not sidecar["comfyui_keys"]["unconsumed"]
+    comfy = sidecar["loaders"]["comfyui"]  # lora/portability.py: ComfyUI maps it as FLUX.1
+    assert comfy["checked"] and comfy["ok"] and not comfy["unconsumed"]
     from safetensors import safe_open
 
     with safe_open(str(result.lora_path), "pt") as fh:
