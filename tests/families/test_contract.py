@@ -108,3 +108,24 @@ def test_plain_diffusers_loads_the_file_at_the_trained_strength(family, trained,
         reference = trained_layers[name]
         torch.testing.assert_close(module.lora_B[adapter].weight, reference.lora_B["default"].weight)
         torch.testing.assert_close(module.lora_A[adapter].weight, reference.lora_A["default"].weight)
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_the_kohya_layout_passes_comfyuis_key_check_and_converts_back_exactly(family, trained):
+    """The trained layers in the family's kohya / ComfyUI layout: every key is one ComfyUI's
+    LoRA loader consumes for this model, with the shape of the weight it patches; converting
+    back gives the same tensors, rank and alpha."""
+    from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
+    from lorastudio.lora.convert import to_diffusers, to_kohya
+    from lorastudio.training.export import base_weight_shapes
+    from lorastudio.training.lora import lora_state_dict
+
+    peft = lora_state_dict(trained.denoiser)
+    kohya = to_kohya(peft, family, ALPHA)
+    key_map = comfy_key_map(family, base_weight_shapes(trained.denoiser))
+    check = check_comfy_keys({k: tuple(v.shape) for k, v in kohya.items()}, key_map)
+    assert check.ok and kohya, (check.unconsumed[:3], check.mismatched[:3])
+    back = to_diffusers(kohya, family)
+    assert (back.rank, back.alpha) == (RANK, ALPHA)
+    assert back.tensors.keys() == peft.keys()
+    assert all(torch.equal(back.tensors[k], peft[k]) for k in peft)

@@ -36,15 +36,14 @@ def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level):
 
 @pytest.mark.parametrize("family", [n for n in families.names() if families.get(n).spec.objective == "flow"])
 def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
-    """From pure noise (sigma 1) one Euler step to sigma 0 gives x0 = noise - velocity."""
+    """From pure noise (sigma 1) one Euler step to sigma 0 gives x0 = noise - velocity. The
+    pipeline runs one conditional pass (spec.unguided_kwargs), in its own latent layout."""
     from diffusers import DiffusionPipeline
-
-    from lorastudio.families.common import pack_2x2, unpack_2x2
 
     base = str(tiny_model(family))
     fam = families.get(family)
-    guidance = {"guidance": 3.5} if "guidance" in fam.spec.supports else {}
-    cfg = _cfg(family, base, **guidance)
+    guided = "guidance" in fam.spec.supports  # an embedded guidance: the pipeline's guidance_scale
+    cfg = _cfg(family, base, **({"guidance": 3.5} if guided else {}))
     h = w = RES // fam.spec.vae_scale_factor
     noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=torch.Generator().manual_seed(0))
 
@@ -55,21 +54,19 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     if pipe.scheduler.config.get("shift_terminal"):  # a 1-step schedule cannot be stretched to a terminal
         pipe.scheduler = pipe.scheduler.from_config(pipe.scheduler.config, shift_terminal=None)
     pipe.set_progress_bar_config(disable=True)
-    packed = fam.spec.name in ("flux", "qwen-image")
-    kwargs = {"guidance_scale": 3.5} if family == "flux" else {}
-    if family == "z-image":
-        kwargs = {"guidance_scale": 0.0}
+    denoiser = getattr(pipe, fam.spec.denoiser)
+    kwargs = {"guidance_scale": 3.5} if guided else {}
     out = pipe(
         PROMPT,
         height=RES,
         width=RES,
         num_inference_steps=1,
-        latents=pack_2x2(noise) if packed else noise,
+        latents=fam.to_pipeline_latents(noise, denoiser),
         output_type="latent",
         max_sequence_length=cfg.max_sequence_length,
-        **kwargs,
+        **{**kwargs, **fam.spec.unguided_kwargs},
     ).images
-    got = unpack_2x2(out, h, w) if packed else out
+    got = fam.from_pipeline_latents(out, denoiser, (h, w))
     torch.testing.assert_close(got.float(), expected, rtol=1e-4, atol=1e-4)
 
 

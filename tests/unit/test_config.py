@@ -147,8 +147,11 @@ def test_registry_get_unknown_raises_listing_valid_names():
     assert "sdxl" in str(exc.value) and "z-image" in str(exc.value)
 
 
-def test_registry_has_the_four_families_with_consistent_specs():
-    assert families.names() == ["sdxl", "flux", "qwen-image", "z-image"]
+def test_registry_families_have_consistent_specs_and_tiny_models():
+    from lorastudio.tiny import TINY_FAMILIES
+
+    assert families.names()[:4] == ["sdxl", "flux", "qwen-image", "z-image"]
+    assert set(families.names()) == set(TINY_FAMILIES)  # the contract suite trains each one
     for fam in families.all_families():
         spec = fam.spec
         assert spec.supports <= set(FAMILY_SPECIFIC_FIELDS)

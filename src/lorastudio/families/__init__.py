@@ -21,6 +21,7 @@ _BUILTIN: dict[str, str] = {
     "flux": "lorastudio.families.flux:FAMILY",
     "qwen-image": "lorastudio.families.qwen_image:FAMILY",
     "z-image": "lorastudio.families.z_image:FAMILY",
+    "chroma": "lorastudio.families.chroma:FAMILY",
 }
 _loaded: dict[str, Family] = {}
 

@@ -59,6 +59,13 @@ class FamilySpec:
     # module paths), fused into one matmul per group by TrainConfig.fuse_projections
     # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
     fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    # pipeline __call__ kwargs that make one step a single conditional forward (classifier-free
+    # guidance off): what "one denoising step of the pipeline" means for predict's contract
+    unguided_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # the pipeline's default guidance (generation_defaults) runs a second pass on a negative
+    # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
+    # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
+    guides_with_negative: bool = False
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -128,6 +135,23 @@ class Family(ABC):
         collated conditioning of ONE prompt (`collate_conditioning([item])`), moved to
         device/dtype, so a pipeline without text encoders renders exactly what the prompt
         would render (sample previews)."""
+
+    def pipeline_negative_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        """Like pipeline_prompt_kwargs, for the negative prompt of classifier-free guidance
+        (negative_prompt_embeds and friends), from the collated conditioning of "". Only
+        families with spec.guides_with_negative are asked. Default: none."""
+        return {}
+
+    def to_pipeline_latents(self, latents: torch.Tensor, denoiser: Any) -> Any:
+        """latents [B,C,h,w] -> the layout the pipeline's `latents=` argument and its
+        output_type="latent" use (packed tokens for the patched transformers). Default: as is."""
+        return latents
+
+    def from_pipeline_latents(self, latents: Any, denoiser: Any, hw: tuple[int, int]) -> torch.Tensor:
+        """Inverse of to_pipeline_latents: the pipeline's latents -> [B,C,h,w] (hw = (h, w))."""
+        return latents
 
     # -- phase 2: latents ----------------------------------------------------------------------
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:

@@ -73,3 +73,16 @@ def load_text_pipeline(
 def frozen(module: Any, device: torch.device) -> Any:
     """Move a loaded model to device, eval mode, no gradients; returns it."""
     return module.to(device).eval().requires_grad_(False)
+
+
+class Packed2x2Latents:
+    """Family mixin: the pipeline's latents are pack_2x2 tokens [B, hw/4, C*4] (FLUX.1,
+    Qwen-Image, Chroma): Family.to_pipeline_latents / from_pipeline_latents."""
+
+    def to_pipeline_latents(self, latents: torch.Tensor, denoiser: Any) -> torch.Tensor:
+        return pack_2x2(latents)  # [B, hw/4, C*4]
+
+    def from_pipeline_latents(
+        self, latents: torch.Tensor, denoiser: Any, hw: tuple[int, int]
+    ) -> torch.Tensor:
+        return unpack_2x2(latents, *hw)  # [B, C, h, w]

@@ -11,7 +11,7 @@ import torch
 
 from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, pack_2x2, unpack_2x2
+from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, pack_2x2, unpack_2x2
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -50,7 +50,7 @@ SPEC = FamilySpec(
 )
 
 
-class FluxFamily(Family):
+class FluxFamily(Packed2x2Latents, Family):
     spec = SPEC
 
     def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:

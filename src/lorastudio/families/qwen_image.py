@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, pack_2x2, unpack_2x2
+from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, pack_2x2, unpack_2x2
 from lorastudio.families.real_rope import use_real_rope
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ SPEC = FamilySpec(
 )
 
 
-class QwenImageFamily(Family):
+class QwenImageFamily(Packed2x2Latents, Family):
     spec = SPEC
 
     def adapt_denoiser(self, denoiser: Any) -> None:

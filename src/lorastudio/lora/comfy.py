@@ -68,6 +68,7 @@ class ComfyKeyCheck:
 def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, Shape]:
     """ComfyUI's key map for a model whose diffusers modules have `module_shapes` ({diffusers
     module name: weight shape}): {name a LoRA file may use: shape of the weight (slice) it patches}."""
+    family = names.kohya_layout(family)
     native = _native_shapes(family, module_shapes)
     key_map: dict[str, Shape] = {}
     for n, shape in native.items():

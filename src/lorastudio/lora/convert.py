@@ -72,6 +72,7 @@ def peft_modules(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.T
 def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> dict[str, torch.Tensor]:
     """peft state dict (diffusers module names, no prefix) -> the family's kohya/ComfyUI state
     dict, with a `.alpha` tensor per module. Raises ConfigError for a layer with no kohya name."""
+    family = names.kohya_layout(family)
     _check_family(family)
     modules = peft_modules(tensors)
     if family == "flux":
@@ -95,6 +96,7 @@ def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
     A missing `.alpha` means alpha = rank (kohya's default). Raises ConfigError for keys of
     another layout, modules of mixed rank or alpha/rank, or a fused layer of the wrong shape.
     """
+    family = names.kohya_layout(family)
     _check_family(family)
     layers = _kohya_layers(tensors, family)
     out: dict[str, torch.Tensor] = {}
@@ -225,6 +227,7 @@ def _flux_to_kohya(
 def unmapped_layers(family: str, modules: list[str]) -> list[str]:
     """The diffusers module names among `modules` that have no name in the family's kohya layout
     (for a preflight check of lora_format="kohya" before training starts)."""
+    family = names.kohya_layout(family)
     _check_family(family)
     missing = []
     for module in modules:

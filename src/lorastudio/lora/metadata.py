@@ -13,6 +13,7 @@ BASE_MODEL_VERSION = {
     "flux": "flux1",
     "qwen-image": "qwen_image",
     "z-image": "z_image",
+    "chroma": "chroma",
 }
 
 

@@ -18,6 +18,10 @@ import re
 
 from lorastudio.errors import ConfigError, FieldProblem
 
+# families whose kohya / ComfyUI files use another family's layout, because their original
+# checkpoints keep that family's module names: Chroma keeps FLUX.1's double_blocks /
+# single_blocks (ComfyUI's Chroma model subclasses its Flux one and maps LoRAs the same way)
+KOHYA_LAYOUT_OF: dict[str, str] = {"chroma": "flux"}
 SDXL_LAYERS_PER_BLOCK = 2  # every SDXL U-Net (and the tiny one): input blocks hold 2 + 1 downsampler
 
 # fused original linear -> its diffusers parts, in row order; "*" is the block index
@@ -82,6 +86,12 @@ _WORDS: dict[str, tuple[str, ...]] = {
         "norm_out", "time_text_embed", "timestep_embedder", "linear_1", "linear_2",
     ),
 }  # fmt: skip
+
+
+def kohya_layout(family: str) -> str:
+    """The family whose kohya / ComfyUI layout `family`'s LoRA files use (itself unless listed
+    in KOHYA_LAYOUT_OF)."""
+    return KOHYA_LAYOUT_OF.get(family, family)
 
 
 def _unsupported(name: str, family: str) -> ConfigError:

@@ -359,7 +359,16 @@ BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {
     "flux": build_flux,
     "qwen-image": build_qwen_image,
     "z-image": build_z_image,
+    "chroma": lambda seed: _more("chroma", seed),
 }
+
+
+def _more(family: str, seed: int) -> DiffusionPipeline:
+    """Builders kept in their own modules (tiny/chroma.py, ...), imported when used."""
+    import importlib
+
+    module = importlib.import_module(f"lorastudio.tiny.{family.replace('-', '_')}")
+    return getattr(module, f"build_{family.replace('-', '_')}")(seed)
 
 
 def build(family: str, seed: int) -> DiffusionPipeline:
