@@ -22,6 +22,7 @@ _BUILTIN: dict[str, str] = {
     "qwen-image": "lorastudio.families.qwen_image:FAMILY",
     "z-image": "lorastudio.families.z_image:FAMILY",
     "chroma": "lorastudio.families.chroma:FAMILY",
+    "krea2": "lorastudio.families.krea2:FAMILY",
 }
 _loaded: dict[str, Family] = {}
 

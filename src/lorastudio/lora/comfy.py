@@ -113,6 +113,8 @@ def _native_shapes(family: str, module_shapes: Mapping[str, Shape]) -> dict[str,
                     out[n] = (rows + shape[0], *shape[1:])
             elif family == "qwen-image":
                 out[d] = shape
+            elif family == "krea2":
+                out[names.to_original(d, family)] = shape
         except ConfigError:
             continue  # a module with no original name cannot be addressed that way
     return out

@@ -28,7 +28,7 @@ import torch
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.lora import names
 
-FAMILIES = ("sdxl", "flux", "qwen-image", "z-image")
+FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "krea2")
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 _DOWN, _UP = ".lora_down.weight", ".lora_up.weight"
 
@@ -83,7 +83,7 @@ def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> 
             base = f"diffusion_model.{module}"
             out.update({base + _A: a, base + _B: b})
         else:
-            native = names.sdxl_to_original(module) if family == "sdxl" else module
+            native = names.to_original(module, family)
             base = "lora_unet_" + native.replace(".", "_")
             out.update({base + _DOWN: a, base + _UP: b})
         out[base + ".alpha"] = torch.tensor(float(alpha))
@@ -140,10 +140,8 @@ def _split_layer(
     """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear)."""
     rank = down.shape[0]
     alpha = float(rank) if alpha is None else alpha
-    if family == "sdxl":
-        return [(names.sdxl_from_original(native), down, up, alpha)]
     if family != "flux":
-        return [(native, down, up, alpha)]
+        return [(names.from_original(native, family), down, up, alpha)]
     modules = names.flux_from_original(native)
     if len(modules) == 1:
         b = _swap_halves(up) if native == names.FLUX_SWAPPED else up
@@ -232,10 +230,10 @@ def unmapped_layers(family: str, modules: list[str]) -> list[str]:
     missing = []
     for module in modules:
         try:
-            if family == "sdxl":
-                names.sdxl_to_original(module)
-            elif family == "flux":
+            if family == "flux":
                 names.flux_to_original(module)
+            else:
+                names.to_original(module, family)
         except ConfigError:
             missing.append(module)
     return missing

@@ -14,6 +14,7 @@ BASE_MODEL_VERSION = {
     "qwen-image": "qwen_image",
     "z-image": "z_image",
     "chroma": "chroma",
+    "krea2": "krea2",
 }
 
 

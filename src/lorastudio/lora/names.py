@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora.krea2_names import WORDS as KREA2_WORDS
+from lorastudio.lora.krea2_names import krea2_from_original, krea2_to_original
 
 # families whose kohya / ComfyUI files use another family's layout, because their original
 # checkpoints keep that family's module names: Chroma keeps FLUX.1's double_blocks /
@@ -85,7 +87,33 @@ _WORDS: dict[str, tuple[str, ...]] = {
         "to_add_out", "img_mlp", "txt_mlp", "img_mod", "txt_mod", "img_in", "txt_in", "proj_out",
         "norm_out", "time_text_embed", "timestep_embedder", "linear_1", "linear_2",
     ),
+    "krea2": KREA2_WORDS,
 }  # fmt: skip
+
+
+def to_original(name: str, family: str) -> str:
+    """diffusers module name -> the original layout's, for the families whose names are renamed
+    one to one (SDXL, Krea 2); others keep the diffusers name. Raises ConfigError if unmapped."""
+    if family == "sdxl":
+        return sdxl_to_original(name)
+    if family == "krea2":
+        native = krea2_to_original(name)
+        if native is None:
+            raise _unsupported(name, family)
+        return native
+    return name
+
+
+def from_original(name: str, family: str) -> str:
+    """Inverse of to_original. Raises ConfigError for a name of no layer."""
+    if family == "sdxl":
+        return sdxl_from_original(name)
+    if family == "krea2":
+        module = krea2_from_original(name)
+        if module is None:
+            raise _unsupported(name, family)
+        return module
+    return name
 
 
 def kohya_layout(family: str) -> str:

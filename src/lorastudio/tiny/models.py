@@ -360,6 +360,7 @@ BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {
     "qwen-image": build_qwen_image,
     "z-image": build_z_image,
     "chroma": lambda seed: _more("chroma", seed),
+    "krea2": lambda seed: _more("krea2", seed),
 }
 
 
