@@ -222,6 +222,15 @@ class TrainConfig(BaseModel):
     flow_shift: float | None = Field(default=None, gt=0, le=100, description="static sigma shift (flow)")
     guidance: float | None = Field(default=None, ge=0, le=100, description="guidance-distilled bases")
     max_sequence_length: int | None = Field(default=None, ge=1, le=4096, description="text tokens")
+    assistant_lora: str | None = Field(
+        default=None,
+        min_length=1,
+        description="step-distilled (turbo) bases only: a LoRA merged into the frozen base while "
+        "training, so the distilled model does not collapse under the new LoRA; never part of the "
+        "saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file "
+        "owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/"
+        "zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo",
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod

@@ -99,6 +99,26 @@ class Family(ABC):
         """Problems specific to this family beyond the generic checks (default: none)."""
         return []
 
+    def distilled(self, source: str, revision: str | None) -> tuple[bool | None, str | None]:
+        """Whether the base at `source` (a pipeline folder, or a hub id as preflight resolved
+        it) is step-distilled (turbo / few-step: what TrainConfig.assistant_lora is for), and
+        where that was read; (None, None) when nothing says. Default: model_index.json's
+        `is_distilled`, else the known-checkpoint row of its hub repo (basemodels/checkpoints.py).
+        A family whose checkpoints say it another way overrides this."""
+        from pathlib import Path
+
+        from lorastudio.basemodels.checkpoints import checkpoint_facts
+        from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+
+        folder = Path(source).expanduser()
+        if folder.is_dir():
+            facts = checkpoint_facts(folder)
+        elif is_hub_id(source):
+            facts = checkpoint_facts(cached_snapshot(source, revision), source)
+        else:
+            return None, None
+        return facts.distilled, facts.distilled_from
+
     # -- phase 1: conditioning --------------------------------------------------------------
     def load_text_encoders(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device

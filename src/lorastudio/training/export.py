@@ -20,6 +20,7 @@ from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
+from lorastudio.training.assistant import assistant_sidecar
 from lorastudio.training.lora import adapter_metadata, lora_state_dict
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def build_sidecar(
         "config": cfg.model_dump(mode="json"),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
+        **assistant_sidecar(cfg),  # a distilled base's assistant LoRA: merged for training, not in this file
     }
 
 

@@ -81,6 +81,7 @@ ELSEWHERE = {
     "sample_every": "test_samples (a round every N steps and at the end)",
     "sample_steps": "tests/families/test_sample_previews (the sample equals inference with these steps)",
     "sample_seed": "test_samples (another seed, another image) and tests/families/test_sample_previews",
+    "assistant_lora": "test_assistant (merged for training, not in the LoRA, refused on a base not distilled)",
 }
 
 

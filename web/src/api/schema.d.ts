@@ -691,6 +691,11 @@ export interface components {
         /** CatalogueModelOut */
         CatalogueModelOut: {
             /**
+             * Checkpoint
+             * @description a known checkpoint: its title and note (e.g. Qwen-Image-2512 trains as qwen-image)
+             */
+            checkpoint?: string | null;
+            /**
              * Complete
              * @description every component folder and its weights are present
              */
@@ -700,6 +705,11 @@ export interface components {
              * @description lorastudio downloaded or created it (DELETE allowed)
              */
             deletable: boolean;
+            /**
+             * Distilled
+             * @description step-distilled (turbo) base, from the checkpoint; null when unknown
+             */
+            distilled?: boolean | null;
             /**
              * Family
              * @description the family that trains this pipeline; null when none does
@@ -1984,6 +1994,12 @@ export interface components {
              */
             aspect_buckets?: boolean;
             /**
+             * Assistant Lora
+             * @description step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo
+             * @default null
+             */
+            assistant_lora?: string | null;
+            /**
              * Attention Backend
              * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
              * @default auto
@@ -2308,6 +2324,11 @@ export interface components {
              * @default true
              */
             aspect_buckets: boolean;
+            /**
+             * Assistant Lora
+             * @description step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo
+             */
+            assistant_lora: string | null;
             /**
              * Attention Backend
              * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
