@@ -7,9 +7,9 @@ ChromaPipeline builds (a 0/1 float mask, which diffusers' attention adds to the 
 training sees exactly what inference sees. Guidance is real classifier-free guidance with a
 negative prompt (no guidance embedding): `guidance` is refused, previews guide like inference.
 
-Known diffusers limit: ChromaTransformer2DModel's gradient-checkpointed path calls its single
-blocks without the text mask (diffusers 0.42.1), so a checkpointed step differs slightly from
-an un-checkpointed one on padded captions; the forward without checkpointing is exact.
+diffusers 0.42.1's ChromaTransformer2DModel calls its single blocks without the text mask on its
+gradient-checkpointed path; adapt_denoiser gives the mask back (tests/families/
+test_checkpointed_predict.py checks a checkpointed step equals a plain one for every family).
 """
 
 from __future__ import annotations
@@ -66,6 +66,30 @@ SPEC = FamilySpec(
 
 class ChromaFamily(Packed2x2Latents, Family):
     spec = SPEC
+
+    def adapt_denoiser(self, denoiser: Any) -> None:
+        """Hand the single blocks the model's attention mask when its checkpointed path calls
+        them without it (block(hidden, temb, rope): diffusers 0.42.1). The model's forward
+        notes its mask while checkpointing; a single block called without one takes it."""
+        if getattr(denoiser, "_lorastudio_single_mask", False):
+            return
+        denoiser._lorastudio_single_mask = True
+        blocks = list(denoiser.single_transformer_blocks)
+
+        def note(model: Any, args: tuple, kwargs: dict) -> None:
+            checkpointing = torch.is_grad_enabled() and model.gradient_checkpointing
+            for block in blocks:
+                block._lorastudio_text_mask = kwargs.get("attention_mask") if checkpointing else None
+
+        def give(block: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+            mask = getattr(block, "_lorastudio_text_mask", None)
+            if mask is None or len(args) > 3 or kwargs.get("attention_mask") is not None:
+                return None
+            return args, {**kwargs, "attention_mask": mask}
+
+        denoiser.register_forward_pre_hook(note, with_kwargs=True)
+        for block in blocks:
+            block.register_forward_pre_hook(give, with_kwargs=True)
 
     def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
         if cfg.max_sequence_length is not None and cfg.max_sequence_length > 512:
