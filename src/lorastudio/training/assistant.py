@@ -7,7 +7,7 @@ distillation, merged into the frozen base while training: the new LoRA then lear
 concept, and at inference it is used on the plain distilled base without the assistant.
 
 Here:
-  - preflight (`assistant_problems`) refuses it for a base that is not step-distilled, or when
+  - preflight and the job service (training/assistant_rules.py, torch-free) refuse it for a base that is not step-distilled, or when
     nothing says (Family.distilled: model_index.json's is_distilled, else a known checkpoint),
     and for a file that cannot be had (offline and not in the hub cache, or missing);
   - the denoiser phase (`merge_assistant`, called by plan_build right after the base loads,
@@ -32,78 +32,27 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.errors import FieldProblem, ModelSourceError
+from lorastudio.errors import ModelSourceError
+from lorastudio.training.assistant_rules import hub_parts, is_local
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
 
-
-def _hub_parts(value: str) -> tuple[str, str]:
-    parts = value.split("/")
-    return "/".join(parts[:2]), "/".join(parts[2:])
-
-
-def _is_local(value: str) -> bool:
-    return value.startswith(("/", "~"))
-
-
-def assistant_problems(cfg: TrainConfig, family: Family) -> list[FieldProblem]:
-    """Why cfg.assistant_lora cannot be used for this run (empty when it can, or is unset).
-    `cfg.base_model` must be the resolved source (a folder or a hub id). Reads, never writes."""
-    value = cfg.assistant_lora
-    if value is None:
-        return []
-    problems = []
-    distilled, where = family.distilled(cfg.base_model, cfg.revision)
-    if distilled is False:
-        problems.append(
-            FieldProblem(
-                "assistant_lora",
-                f"the base {cfg.base_model} is not step-distilled ({where}): an assistant LoRA only "
-                "keeps a distilled (turbo) base from collapsing under training; remove it",
-            )
-        )
-    elif distilled is None:
-        problems.append(
-            FieldProblem(
-                "assistant_lora",
-                f"cannot tell whether the base {cfg.base_model} is step-distilled: its model_index.json "
-                "has no is_distilled and it is no known checkpoint (fetch it with `lorastudio models "
-                "fetch <hub id>` or give the hub id); an assistant LoRA is only for distilled bases",
-            )
-        )
-    if _is_local(value):
-        if not Path(value).expanduser().is_file():
-            problems.append(FieldProblem("assistant_lora", f"file not found: {value}"))
-    else:
-        from huggingface_hub import try_to_load_from_cache
-
-        from lorastudio.basemodels.hubcache import hub_offline
-
-        repo, filename = _hub_parts(value)
-        cached = try_to_load_from_cache(repo, filename)
-        if not isinstance(cached, str) and hub_offline():
-            problems.append(
-                FieldProblem(
-                    "assistant_lora",
-                    f"offline (HF_HUB_OFFLINE=1) and {filename} of {repo} is not in the hub cache",
-                )
-            )
-    return problems
+__all__ = ["assistant_file", "assistant_sidecar", "merge_assistant"]
 
 
 def assistant_file(value: str) -> Path:
     """The local file of an assistant_lora value: the path itself, or the hub file (downloaded
     into the hub cache when missing). Raises ModelSourceError."""
-    if _is_local(value):
+    if is_local(value):
         path = Path(value).expanduser()
         if not path.is_file():
             raise ModelSourceError(f"assistant_lora: file not found: {value}")
         return path
     from huggingface_hub import hf_hub_download
 
-    repo, filename = _hub_parts(value)
+    repo, filename = hub_parts(value)
     try:
         return Path(hf_hub_download(repo, filename))
     except (OSError, ValueError) as err:

@@ -16,7 +16,7 @@ import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.training.assistant import assistant_problems
+from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.plan import plan_host_problems
