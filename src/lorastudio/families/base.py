@@ -90,6 +90,13 @@ class Family(ABC):
 
     Each hook loads or computes one thing and returns it; none keeps hidden state between calls,
     so the loop can free what it no longer needs (text encoders after phase 1, VAE after phase 2).
+
+    Optional hooks with defaults: config_problems, distilled (is the base step-distilled: read
+    from the checkpoint), pipeline_negative_kwargs (previews of a pipeline that guides with a
+    negative prompt, spec.guides_with_negative), to_pipeline_latents / from_pipeline_latents
+    (the pipeline's own latent layout, e.g. packed tokens), adapt_denoiser, encode_pixels,
+    collate_conditioning, shift_sigmas. The contract suite (tests/families) checks every family
+    through these hooks only: a new family adds no test code.
     """
 
     spec: FamilySpec
