@@ -79,8 +79,11 @@ def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> 
         return _flux_to_kohya(modules, alpha)
     out: dict[str, torch.Tensor] = {}
     for module, (a, b) in modules.items():
-        if family == "z-image":
-            base = f"diffusion_model.{module}"
+        if family in names.PEFT_SUFFIXED:
+            base = f"diffusion_model.{names.to_original(module, family)}"
+            if family in names.ALPHA_IN_B:
+                out.update({base + _A: a, base + _B: b * (float(alpha) / a.shape[0])})
+                continue
             out.update({base + _A: a, base + _B: b})
         else:
             native = names.to_original(module, family)
@@ -117,7 +120,8 @@ def _kohya_layers(
     tensors: Mapping[str, torch.Tensor], family: str
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor, float | None]]:
     """kohya keys -> {dotted module name: (down, up, alpha or None)}."""
-    prefix, down_s, up_s = ("diffusion_model.", _A, _B) if family == "z-image" else ("lora_unet_", _DOWN, _UP)
+    peft_suffixed = family in names.PEFT_SUFFIXED
+    prefix, down_s, up_s = ("diffusion_model.", _A, _B) if peft_suffixed else ("lora_unet_", _DOWN, _UP)
     parts: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, value in tensors.items():
         suffix = next((s for s in (down_s, up_s, ".alpha") if key.endswith(s)), None)
@@ -128,7 +132,7 @@ def _kohya_layers(
     for flat, found in parts.items():
         if down_s not in found or up_s not in found:
             raise _problem(f"layer {prefix}{flat} lacks its {down_s.strip('.')} or {up_s.strip('.')}")
-        name = flat if family == "z-image" else names.undot(flat, family)
+        name = flat if peft_suffixed else names.undot(flat, family)
         alpha = float(found[".alpha"].item()) if ".alpha" in found else None
         layers[name] = (found[down_s], found[up_s], alpha)
     return layers

@@ -24,6 +24,12 @@ from lorastudio.lora.krea2_names import krea2_from_original, krea2_to_original
 # checkpoints keep that family's module names: Chroma keeps FLUX.1's double_blocks /
 # single_blocks (ComfyUI's Chroma model subclasses its Flux one and maps LoRAs the same way)
 KOHYA_LAYOUT_OF: dict[str, str] = {"chroma": "flux"}
+# families whose ComfyUI files are `diffusion_model.<original name>.lora_A / .lora_B` (peft
+# suffixes) rather than kohya's `lora_unet_<name>.lora_down / .lora_up`
+PEFT_SUFFIXED: frozenset[str] = frozenset({"z-image", "krea2"})
+# ...of which these carry no `.alpha` key: diffusers' Krea 2 reader refuses any key it does not
+# map, so alpha / rank is folded into lora_B (ComfyUI and diffusers then both apply scale 1)
+ALPHA_IN_B: frozenset[str] = frozenset({"krea2"})
 SDXL_LAYERS_PER_BLOCK = 2  # every SDXL U-Net (and the tiny one): input blocks hold 2 + 1 downsampler
 
 # fused original linear -> its diffusers parts, in row order; "*" is the block index
