@@ -12,9 +12,13 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
   qwen-image  lora_unet_<diffusers name>.lora_down / .lora_up (ComfyUI's names are diffusers')
   z-image     diffusion_model.<diffusers name>.lora_A / .lora_B (ComfyUI maps these onto its fused
               attention.qkv itself)
+  chroma      FLUX.1's layout (its checkpoint keeps FLUX.1's names: names.KOHYA_LAYOUT_OF)
+  krea2       diffusion_model.<original name>.lora_A / .lora_B, no .alpha: alpha / rank folded
+              into lora_B (diffusers' Krea 2 reader refuses other keys); a round trip keeps each
+              layer's weight change, with alpha = rank
 
 `to_kohya(peft_sd, family, alpha)` and `to_diffusers(kohya_sd, family)` are inverse: a round trip
-returns equal tensors (torch.equal) and the same alpha.
+returns equal tensors (torch.equal) and the same alpha (krea2: the same weight change).
 """
 
 from __future__ import annotations

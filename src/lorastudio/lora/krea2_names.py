@@ -1,8 +1,8 @@
 """Krea 2 module names: diffusers (what peft trains) <-> the original checkpoint's (what
 ComfyUI's Krea 2 model holds, comfy.ldm.krea2: `blocks.N.attn.wq`, `txtfusion...`, `first`,
-`last.linear`). ComfyUI maps `lora_unet_<original name, "_" for ".">` onto
-`diffusion_model.<original name>` for every model, so the kohya layout of a Krea 2 LoRA is
-`lora_unet_` + the original name. One-to-one: no fused linears.
+`last.linear`). A Krea 2 LoRA file for ComfyUI is `diffusion_model.<original name>.lora_A /
+.lora_B` (the Krea 2 reference trainer's layout, which diffusers' Krea2LoraLoaderMixin reads
+too; see lora/convert.py). One-to-one: no fused linears.
 
     krea2_to_original("transformer_blocks.3.attn.to_q") == "blocks.3.attn.wq"
 """
