@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.errors import FieldProblem, ModelSourceError
+from lorastudio.errors import ModelSourceError
 from lorastudio.families.base import Family, FamilySpec
 from lorastudio.families.common import pack_patches, qwen_vae_posterior, unpack_patches
 
@@ -75,9 +75,6 @@ def patch_side(denoiser: Any) -> int:
 
 class Krea2Family(Family):
     spec = SPEC
-
-    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
-        return []
 
     def load_denoiser(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
