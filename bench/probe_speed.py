@@ -48,6 +48,8 @@ variants:
   cudnng     cuDNN first, and the gradient reaching each attention module's output made
              contiguous (training.attention.contiguous_attention_grads: FLUX.1's single blocks
              hand back a slice of [attention | MLP])
+  fa4        FlashAttention-4 (training/attention_fa4.py, the engine's attention_backend "fa4"):
+             the denoiser's attention processors routed to its custom op, SDPA flags as "flash"
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
@@ -150,6 +152,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "cudnn",
         "cudnnc",
         "cudnng",
+        "fa4",
         "fp8",
         "fp8ao",
         "fp8q",
@@ -167,6 +170,12 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             from lorastudio.training.attention import AttentionChoice, apply_attention
 
             apply_attention(AttentionChoice("cudnn"))
+        if "fa4" in parts:
+            if parts & {"cudnn", "cudnnc", "cudnng"}:
+                raise ValueError("fa4 and cudnn* are two attention kernels: pick one")
+            from lorastudio.training.attention import AttentionChoice, apply_attention
+
+            apply_attention(AttentionChoice("fa4"))
         t0 = time.monotonic()
         before = None
         if base:  # the engine's own conversion (training.quantize)
@@ -203,6 +212,10 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             from lorastudio.training.attention import contiguous_attention_grads
 
             row["grad_hooks"] = contiguous_attention_grads(eng.model)
+        if "fa4" in parts:
+            from lorastudio.training.attention_fa4 import route_denoiser_to_fa4
+
+            row["fa4_processors"] = route_denoiser_to_fa4(eng.model)
         if swap:
             row.update(convert_fp8(eng.model, next(iter(swap))))
         if "bf16lora" in parts:

@@ -15,6 +15,10 @@ from fastapi import FastAPI
 
 from lorastudio.api.app import KEEP_ALIVE_S
 
+# The base URL of in-process TestClients: a Host the server answers (TestClient's default,
+# "testserver", is not a loopback name and is refused with 421: api/hosts.py).
+LOOPBACK = "http://127.0.0.1"
+
 
 @dataclass
 class LiveServer:

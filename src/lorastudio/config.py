@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lorastudio.config_rules import combination_problems
+from lorastudio.config_rules import (
+    adapter_lora_format,
+    combination_problems,
+    optimizer_learning_rate,
+    relative_step,
+)
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
 
 LrScheduler = Literal[
@@ -27,8 +33,10 @@ CheckpointingMode = Literal["auto", "off", "selective", "full"]
 TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
 LoraFormat = Literal["diffusers", "kohya"]
 CompileMode = Literal["off", "on", "auto", "wide"]
-AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math"]
+AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math", "fa4"]
 FuseProjections = Literal["auto", "on", "off"]
+AdapterName = Literal["lora", "dora", "loha", "lokr"]
+OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
 
 # Fields that only some families honour. A family lists the ones it supports in
 # FamilySpec.supports; setting one explicitly for another family is a ConfigError.
@@ -44,6 +52,18 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
 )
 
 
+# A hub revision (branch, tag or commit): the one rule of every place that takes one (training
+# config, generate, model fetch; see revision_problem).
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why `revision` is not a hub branch, tag or commit name (None when it is one)."""
+    if not REVISION.fullmatch(revision) or ".." in revision:
+        return f"{revision[:80]!r} is not a branch, tag or commit"
+    return None
+
+
 MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
 MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
 
@@ -54,7 +74,7 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # what to train on
-    family: str = Field(description="model family: sdxl, flux, qwen-image or z-image")
+    family: str = Field(description="model family: a registered name (`lorastudio families`, /api/info)")
     base_model: str = Field(min_length=1, description="hub id (owner/name) or local pipeline folder")
     revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
     data_dir: str = Field(min_length=1, description="dataset folder (absolute, or a name under datasets/)")
@@ -105,6 +125,88 @@ class TrainConfig(BaseModel):
     lora_alpha: float | None = Field(default=None, gt=0, le=4096, description="default: equal to the rank")
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     lora_targets: list[str] | None = Field(default=None, min_length=1, description="module name suffixes")
+
+    # training methods (issue 28): the optimizer and its options (config_rules.OPTIMIZER_OPTIONS
+    # says which optimizer reads which option; an option of another optimizer is refused), EMA
+    optimizer: OptimizerName = Field(
+        default="adamw",
+        description="adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install "
+        "lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, "
+        "default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)",
+    )
+    optimizer_betas: tuple[float, float] | None = Field(
+        default=None,
+        description="[beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, "
+        "0.9, 0.999; Lion 0.9, 0.99)",
+    )
+    optimizer_eps: float | None = Field(
+        default=None, gt=0, le=1, description="epsilon of adamw / adamw8bit / prodigy (null: 1e-8)"
+    )
+    prodigy_d_coef: float | None = Field(
+        default=None, gt=0, le=100, description="prodigy: multiplier of the learned step size (null: 1.0)"
+    )
+    prodigy_safeguard_warmup: bool | None = Field(
+        default=None,
+        description="prodigy: leave the LR out of the step-size estimate (for warmup; null: off)",
+    )
+    prodigy_use_bias_correction: bool | None = Field(
+        default=None, description="prodigy: Adam's bias correction (null: off)"
+    )
+    adafactor_relative_step: bool | None = Field(
+        default=None,
+        description="adafactor: its own time-dependent step size instead of learning_rate (null: off); "
+        "then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set",
+    )
+    adafactor_scale_parameter: bool | None = Field(
+        default=None, description="adafactor: scale the step by each parameter's RMS (null: off)"
+    )
+    adafactor_warmup_init: bool | None = Field(
+        default=None, description="adafactor: warm the relative step up from 1e-6 (needs relative_step)"
+    )
+
+    ema_decay: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw "
+        "one is kept beside it as <name>.raw.safetensors; null = off",
+    )
+    ema_update_every: int = Field(
+        default=1, ge=1, le=10_000, description="EMA update every N optimizer steps"
+    )
+    ema_on_cpu: bool = Field(default=False, description="keep the EMA weights in CPU memory")
+    sample_with_ema: bool = Field(
+        default=True,
+        description="with ema_decay: sample previews render the EMA weights (false: the raw ones)",
+    )
+
+    adapter: AdapterName = Field(
+        default="lora",
+        description="lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of "
+        "two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 "
+        "LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads "
+        "(lora_format kohya: diffusers cannot load them)",
+    )
+    lokr_factor: int | None = Field(
+        default=None,
+        ge=-1,
+        le=1024,
+        description="lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square "
+        "as possible; null: -1)",
+    )
+    lokr_decompose_both: bool | None = Field(
+        default=None,
+        description="lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is "
+        "below half its size)",
+    )
+    rank_pattern: dict[str, int] | None = Field(
+        default=None,
+        description="per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank",
+    )
+    alpha_pattern: dict[str, float] | None = Field(
+        default=None,
+        description="per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
+    )
 
     # numerics
     base_precision: BasePrecision = Field(
@@ -192,8 +294,9 @@ class TrainConfig(BaseModel):
     )
     attention_backend: AttentionBackend = Field(
         default="auto",
-        description="SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at "
-        "the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first",
+        description="SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra "
+        "lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else "
+        "cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first",
     )
 
     fuse_projections: FuseProjections = Field(
@@ -247,6 +350,31 @@ class TrainConfig(BaseModel):
             raise ValueError("must be a finite number")
         return v
 
+    @field_validator("lokr_factor")
+    @classmethod
+    def _factor_not_zero(cls, v: int | None) -> int | None:
+        if v == 0:
+            raise ValueError("must be -1 (as square as possible) or a factor >= 1")
+        return v
+
+    @field_validator("rank_pattern", "alpha_pattern")
+    @classmethod
+    def _patterns_positive(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            for key, value in v.items():
+                if not key.strip():
+                    raise ValueError("module patterns must be non-empty")
+                if not (0 < value <= 4096):
+                    raise ValueError(f"{key!r}: must be in (0, 4096]")
+        return v
+
+    @field_validator("optimizer_betas")
+    @classmethod
+    def _betas_in_range(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not all(0.0 <= b < 1.0 for b in v):
+            raise ValueError("each beta must be in [0, 1)")
+        return v
+
     @field_validator("sample_prompts")
     @classmethod
     def _prompts_sized(cls, v: list[str]) -> list[str]:
@@ -255,6 +383,13 @@ class TrainConfig(BaseModel):
                 raise ValueError(f"prompt {i} is empty")
             if len(prompt) > MAX_SAMPLE_PROMPT_CHARS:
                 raise ValueError(f"prompt {i} is longer than {MAX_SAMPLE_PROMPT_CHARS} characters")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_shape(cls, v: str | None) -> str | None:
+        if v is not None and (problem := revision_problem(v)):
+            raise ValueError(problem)
         return v
 
     @field_validator("lora_targets")
@@ -399,6 +534,8 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
             values[key] = default
     for key in set(FAMILY_SPECIFIC_FIELDS) - fam.spec.supports:
         values[key] = _inert_value(key)
+    values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
+    values["lora_format"] = adapter_lora_format(cfg)
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:
@@ -407,7 +544,10 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         values["output_name"] = f"{fam.spec.name}-{stamp}"
     resolved = TrainConfig.model_validate(values)
-    missing = [k for k in ("resolution", "learning_rate", "lora_rank") if getattr(resolved, k) is None]
+    needed = (
+        ("resolution", "lora_rank") if relative_step(cfg) else ("resolution", "learning_rate", "lora_rank")
+    )
+    missing = [k for k in needed if getattr(resolved, k) is None]
     if missing:
         raise ConfigError([FieldProblem(k, f"no default for {fam.spec.name}; set it") for k in missing])
     return resolved

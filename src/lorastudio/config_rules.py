@@ -4,8 +4,9 @@ the rest), and the settings of the memory plan that a memory budget may choose."
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import FieldProblem
 
@@ -121,6 +122,9 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
     problems += _plan_problems(cfg)
+    problems += optimizer_problems(cfg)
+    problems += ema_problems(cfg)
+    problems += adapter_problems(cfg)
     if cfg.assistant_lora is not None:
         problems += assistant_lora_problems(cfg.assistant_lora)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
@@ -168,6 +172,175 @@ def _plan_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "memory_budget_gb",
                 "every plan setting is fixed (base_precision, gradient_checkpointing, offload_blocks,"
                 " micro_batch_size): leave one at auto/null for the budget to choose, or remove it",
+            )
+        )
+    return problems
+
+
+# --- optimizer (issue 28): which optimizer reads which option; the others' options are refused.
+OPTIMIZER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "adamw": ("optimizer_betas", "optimizer_eps"),
+    "adamw8bit": ("optimizer_betas", "optimizer_eps"),
+    "lion8bit": ("optimizer_betas",),
+    "prodigy": (
+        "optimizer_betas",
+        "optimizer_eps",
+        "prodigy_d_coef",
+        "prodigy_safeguard_warmup",
+        "prodigy_use_bias_correction",
+    ),
+    "adafactor": ("adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init"),
+}
+ALL_OPTIMIZER_OPTIONS: tuple[str, ...] = tuple(
+    dict.fromkeys(o for opts in OPTIMIZER_OPTIONS.values() for o in opts)
+)
+# optimizers built on bitsandbytes' 8-bit CUDA kernels (the optional extra lorastudio[bnb])
+BNB_OPTIMIZERS: tuple[str, ...] = ("adamw8bit", "lion8bit")
+PRODIGY_DEFAULT_LR = 1.0  # Prodigy's learning_rate multiplies the step size it learns
+
+
+def relative_step(cfg: TrainConfig) -> bool:
+    """Whether the run's step size is Adafactor's own (adafactor with relative_step on)."""
+    return cfg.optimizer == "adafactor" and bool(cfg.adafactor_relative_step)
+
+
+def optimizer_learning_rate(cfg: TrainConfig, family_value: Any) -> Any:
+    """The resolved learning_rate: None when Adafactor's relative step replaces it, Prodigy's 1.0
+    when the user left it unset (the family defaults are Adam step sizes), else `family_value`."""
+    if relative_step(cfg):
+        return None
+    if cfg.optimizer == "prodigy" and "learning_rate" not in cfg.model_fields_set:
+        return PRODIGY_DEFAULT_LR
+    return family_value
+
+
+def optimizer_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Options of an optimizer that is not the chosen one (they would be ignored), and the
+    settings Adafactor's relative step makes meaningless."""
+    mine = OPTIMIZER_OPTIONS[cfg.optimizer]
+    problems = [
+        FieldProblem(
+            name,
+            f"is not an option of optimizer {cfg.optimizer!r} (it would be ignored); "
+            f"{cfg.optimizer}'s options: {', '.join(mine)}",
+        )
+        for name in ALL_OPTIMIZER_OPTIONS
+        if name not in mine and getattr(cfg, name) is not None
+    ]
+    if cfg.optimizer == "adafactor" and cfg.adafactor_warmup_init and not cfg.adafactor_relative_step:
+        problems.append(
+            FieldProblem("adafactor_warmup_init", "warms up the relative step: needs adafactor_relative_step")
+        )
+    if relative_step(cfg):
+        reason = "adafactor_relative_step computes its own time-dependent step size: remove it"
+        if cfg.learning_rate is not None and "learning_rate" in cfg.model_fields_set:
+            problems.append(FieldProblem("learning_rate", reason))
+        if cfg.lr_scheduler != "constant":
+            problems.append(FieldProblem("lr_scheduler", reason + " (or use 'constant')"))
+    return problems
+
+
+def optimizer_host_problems(optimizer: str, device_type: str) -> list[FieldProblem]:
+    """Why `optimizer` cannot run on a `device_type` device here (empty when it can): the 8-bit
+    optimizers need CUDA and the bitsandbytes package. The one rule behind preflight and the job
+    service's host check; nothing is imported."""
+    if optimizer not in BNB_OPTIMIZERS:
+        return []
+    if device_type != "cuda":
+        return [
+            FieldProblem(
+                "optimizer",
+                f"{optimizer!r} runs bitsandbytes' 8-bit CUDA kernels (the training device is {device_type}): "
+                "use 'adamw', 'prodigy' or 'adafactor' here",
+            )
+        ]
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return [
+            FieldProblem(
+                "optimizer",
+                f"{optimizer!r} needs the bitsandbytes package, which is not installed: "
+                "pip install 'lorastudio[bnb]'",
+            )
+        ]
+    return []
+
+
+EMA_SETTINGS: tuple[str, ...] = ("ema_update_every", "ema_on_cpu", "sample_with_ema")
+
+
+def ema_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """EMA settings without an EMA (ema_decay null), and sample_with_ema without samples."""
+    fields = type(cfg).model_fields
+    changed = [name for name in EMA_SETTINGS if getattr(cfg, name) != fields[name].default]
+    if cfg.ema_decay is None:
+        return [FieldProblem(name, "needs ema_decay (there is no EMA without it)") for name in changed]
+    if "sample_with_ema" in changed and not cfg.sample_prompts:
+        return [FieldProblem("sample_with_ema", "needs sample_prompts (there is nothing to render)")]
+    return []
+
+
+# --- adapters (issue 28): peft's LoRA / DoRA / LoHa / LoKr (training/lora.py builds them)
+LYCORIS_ONLY_ADAPTERS: tuple[str, ...] = ("loha", "lokr")  # files diffusers cannot load
+LOKR_OPTIONS: tuple[str, ...] = ("lokr_factor", "lokr_decompose_both")
+
+
+def adapter_lora_format(cfg: TrainConfig) -> str:
+    """The resolved lora_format: LoHa / LoKr files are always in the LyCORIS layout ComfyUI
+    reads ("kohya"), which is what an unset lora_format gives them; else cfg.lora_format."""
+    if cfg.adapter in LYCORIS_ONLY_ADAPTERS and "lora_format" not in cfg.model_fields_set:
+        return "kohya"
+    return cfg.lora_format
+
+
+def adapter_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Adapter settings that would be ignored, and what peft's LoHa / LoKr / DoRA cannot do here."""
+    problems = [
+        FieldProblem(name, f"is an option of adapter 'lokr', not {cfg.adapter!r} (it would be ignored)")
+        for name in LOKR_OPTIONS
+        if cfg.adapter != "lokr" and getattr(cfg, name) is not None
+    ]
+    patterns = [name for name in ("rank_pattern", "alpha_pattern") if getattr(cfg, name)]
+    if cfg.adapter == "lora":
+        if cfg.lora_format == "kohya" and patterns:
+            problems += [
+                FieldProblem(
+                    name,
+                    "the kohya layout of a LoRA holds one rank and alpha for every layer: "
+                    "use lora_format 'diffusers' (or adapter 'dora' / 'loha' / 'lokr')",
+                )
+                for name in patterns
+            ]
+        return problems
+    if cfg.adapter in LYCORIS_ONLY_ADAPTERS:
+        if cfg.lora_format == "diffusers" and "lora_format" in cfg.model_fields_set:
+            problems.append(
+                FieldProblem(
+                    "lora_format",
+                    f"diffusers cannot load a {cfg.adapter} file: it is written in the LyCORIS layout "
+                    "ComfyUI reads; use 'kohya' (or leave it unset)",
+                )
+            )
+        if cfg.lora_dropout > 0:
+            problems.append(
+                FieldProblem("lora_dropout", f"peft's {cfg.adapter} has no input dropout; set it to 0")
+            )
+    why = "is converted layer by layer, and peft's {} wraps plain linear layers only"
+    if cfg.base_precision in UNFUSED_BASES:
+        problems.append(
+            FieldProblem("base_precision", f"a {cfg.base_precision} base " + why.format(cfg.adapter))
+        )
+    if cfg.memory_budget_gb is not None:
+        problems.append(
+            FieldProblem(
+                "memory_budget_gb",
+                f"the plan chooser measures LoRA runs (and may pick a quantised base, which {cfg.adapter} "
+                "cannot wrap): set the plan settings instead",
+            )
+        )
+    if cfg.fuse_projections == "on":
+        problems.append(
+            FieldProblem(
+                "fuse_projections", f"shares LoRA inputs only; {cfg.adapter} runs unfused: use 'auto'/'off'"
             )
         )
     return problems

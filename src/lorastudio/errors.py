@@ -6,6 +6,8 @@ No module raises bare Exception/RuntimeError for a user mistake: pick (or add) a
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from dataclasses import dataclass
 
 
@@ -90,3 +92,49 @@ class ModelAccessDenied(ModelSourceError):
 
 class ModelNotDeletable(LorastudioError):
     """A base model lorastudio did not download or create (it never deletes those)."""
+
+
+class GenerationFailed(LorastudioError):
+    """A generation that failed inside the generation worker for a reason that is not the
+    request's fault (an unexpected error of the pipeline)."""
+
+
+class GenerationWorkerLost(GenerationFailed):
+    """The generation worker died during a request (killed, e.g. by the out-of-memory killer,
+    crashed) or ran out of memory; the server goes on and the next request starts a fresh one."""
+
+
+class NoSpaceLeft(LorastudioError):
+    """A write failed because the disk (or the quota) holding `path` is full: ENOSPC/EDQUOT, or
+    SQLite's "database or disk is full". The message starts with "no space left on device"."""
+
+    def __init__(self, what: str, path: object = None):
+        self.path = None if path is None else str(path)
+        where = f" ({self.path})" if self.path else ""
+        super().__init__(f"no space left on device: {what}{where}; free some space and retry")
+
+
+class HomeInUse(LorastudioError):
+    """The studio home is owned by another live lorastudio process (one server per home)."""
+
+
+_NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_SQLITE_FULL = 13  # sqlite3's SQLITE_FULL result code
+
+
+def is_no_space(err: BaseException | None) -> bool:
+    """Whether `err` (or an exception it was raised from) says the disk is full: an OSError
+    with ENOSPC/EDQUOT, a sqlite3 error with SQLITE_FULL, or a NoSpaceLeft."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, NoSpaceLeft):
+            return True
+        if isinstance(err, OSError) and err.errno in _NO_SPACE_ERRNOS:
+            return True
+        if isinstance(err, sqlite3.Error) and (
+            getattr(err, "sqlite_errorcode", None) == _SQLITE_FULL or "database or disk is full" in str(err)
+        ):
+            return True
+        err = err.__cause__ or err.__context__
+    return False

@@ -8,6 +8,7 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   added_models.json   folders the user added to the model catalogue
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another
+  cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -33,9 +35,32 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=lambda: Path.home() / ".lorastudio")
     host: str = "127.0.0.1"
     port: int = Field(default=7860, ge=1, le=65535)
-    api_token: str | None = None
+    api_token: str | None = Field(
+        default=None,
+        description="bearer token every API route requires; blank or whitespace-only counts as unset",
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "host names (or addresses) the server answers besides loopback, comma-separated in"
+            " LORASTUDIO_ALLOWED_HOSTS; requests with another Host header get 421 (DNS rebinding)"
+        ),
+    )
     max_upload_mb: int = Field(default=2048, ge=1)
+    max_json_mb: int = Field(
+        default=4, ge=1, le=1024, description="largest request body of every route but the uploads (413)"
+    )
     max_image_pixels: int = Field(default=64_000_000, ge=1)
+    max_decode_pixels: int = Field(
+        default=4096 * 4096,
+        ge=1,
+        description=(
+            "most pixels the server decodes at full size (checks, thumbnails; a WebP counts 4x):"
+            " a PNG/WebP above it is checked from its header and chunk CRCs only and previewed as a"
+            " placeholder, a JPEG is decoded reduced; training decodes up to max_image_pixels in"
+            " its worker"
+        ),
+    )
     hf_token: SecretStr | None = Field(
         default=None, description="hub token for gated/private repos (else huggingface_hub's own login)"
     )
@@ -54,6 +79,26 @@ class Settings(BaseSettings):
         description="run num_gpus > 1 as gloo processes on the CPU: for testing the launcher",
     )
 
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _blank_token_is_none(cls, value: object) -> object:
+        """A token of only whitespace is no token (it must not allow a public bind); surrounding
+        whitespace is dropped (the Authorization header's value is stripped too)."""
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        """Accept "a.example, b.example" (the environment variable) as well as a list; each
+        entry is a host name or address without a port, compared case-insensitively."""
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return value
+        hosts = [_host_entry(str(item)) for item in items if str(item).strip()]
+        return hosts
+
     @property
     def datasets_dir(self) -> Path:
         return self.home / "datasets"
@@ -71,6 +116,10 @@ class Settings(BaseSettings):
         return self.home / "lorastudio.db"
 
     @property
+    def thumbnail_cache_dir(self) -> Path:
+        return self.home / "cache" / "thumbs"
+
+    @property
     def compile_cache_dir(self) -> Path:
         return self.home / "cache" / "inductor"
 
@@ -79,6 +128,16 @@ class Settings(BaseSettings):
         for d in (self.home, self.datasets_dir, self.outputs_dir, self.models_dir):
             d.mkdir(parents=True, exist_ok=True)
         return self
+
+
+def _host_entry(item: str) -> str:
+    """One allowed-hosts entry, lower-cased, IPv6 brackets dropped. Raises ValueError for a URL,
+    a path or a port (the port is never compared)."""
+    host = item.strip().lower()
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not bare or any(c in bare for c in "/@ \t") or bare.count(":") == 1:
+        raise ValueError(f"{item!r} is not a host name or address (give it without scheme, path or port)")
+    return bare
 
 
 @lru_cache(maxsize=1)

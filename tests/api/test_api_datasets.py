@@ -4,15 +4,20 @@ with its 4xx and leaves no file anywhere (inside or outside the roots)."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
-from api_helpers import upload_folder
+from api_helpers import live_server, upload_folder
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -23,9 +28,15 @@ def _png(size: tuple[int, int] = (24, 16), color: str = "red") -> bytes:
     return buf.getvalue()
 
 
+def _jpeg(size: tuple[int, int] = (24, 16)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, "green").save(buf, format="JPEG")
+    return buf.getvalue()
+
+
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
         yield test_client
 
 
@@ -169,3 +180,96 @@ def test_a_chunked_upload_without_length_is_cut_off_at_the_cap(
     )
     assert resp.status_code == 413
     assert _tree(settings.home) == before
+
+
+def test_links_in_a_dataset_are_never_served(settings: Settings, client: TestClient, tmp_path: Path) -> None:
+    """A caption, image or metadata.jsonl that is a symbolic link to a file outside the dataset
+    is listed as dropped, and its content appears in no response."""
+    secret = "outside text that must never be served"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(secret)
+    (outside / "secret.png").write_bytes(_png((40, 40), "blue"))
+    (outside / "metadata.jsonl").write_text(json.dumps({"file_name": "b.png", "text": secret}))
+    assert client.post("/api/datasets/ds/files", files=[("f", ("a.png", _png()))]).status_code == 201
+    folder = settings.datasets_dir / "ds"
+    (folder / "a.txt").symlink_to(outside / "secret.txt")
+    (folder / "b.png").symlink_to(outside / "secret.png")
+    (folder / "metadata.jsonl").symlink_to(outside / "metadata.jsonl")
+
+    detail = client.get("/api/datasets/ds")
+    assert detail.status_code == 200 and secret not in detail.text
+    assert [(f["file"], f["caption"]) for f in detail.json()["files"]] == [("a.png", None)]
+    assert {d["file"]: d["reason"] for d in detail.json()["dropped"]} == {
+        name: "symbolic link (not followed)" for name in ("a.txt", "b.png", "metadata.jsonl")
+    }
+    assert client.get("/api/datasets/ds/thumbnails/b.png").status_code == 404
+    listed = client.get("/api/datasets").json()["datasets"]
+    assert [(d["name"], d["images"], d["captions"]) for d in listed] == [("ds", 1, 0)]
+
+
+def test_deleting_an_image_keeps_a_caption_another_image_uses(settings: Settings, client: TestClient) -> None:
+    files = [("f", ("a.png", _png())), ("f", ("a.jpg", _jpeg())), ("f", ("a.txt", b"shared caption"))]
+    assert client.post("/api/datasets/pair/files", files=files).status_code == 201
+    gone = client.delete("/api/datasets/pair/images/a.png")
+    assert gone.status_code == 200 and gone.json()["deleted"] == ["a.png"]
+    folder = settings.datasets_dir / "pair"
+    assert sorted(p.name for p in folder.iterdir()) == ["a.jpg", "a.txt"]
+    last = client.delete("/api/datasets/pair/images/a.jpg")
+    assert last.json()["deleted"] == ["a.jpg", "a.txt"]
+    assert list(folder.iterdir()) == []
+
+
+def test_concurrent_uploads_to_one_dataset_keep_every_metadata_row(settings: Settings) -> None:
+    """Ten uploads at once, each an image and a metadata.jsonl row, to one new dataset on a real
+    server: every image and every row is there afterwards."""
+    with live_server(create_app(settings)) as server:
+        barrier = threading.Barrier(10)
+
+        def upload(i: int) -> int:
+            row = json.dumps({"file_name": f"img{i}.png", "text": f"caption {i}"})
+            files = [("f", (f"img{i}.png", _png())), ("f", ("metadata.jsonl", row.encode()))]
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                barrier.wait()
+                return c.post("/api/datasets/crowd/files", files=files).status_code
+
+        with ThreadPoolExecutor(10) as pool:
+            codes = list(pool.map(upload, range(10)))
+        assert codes == [201] * 10
+        detail = server.client.get("/api/datasets/crowd").json()
+    assert {f["file"]: f["caption"] for f in detail["files"]} == {
+        f"img{i}.png": f"caption {i}" for i in range(10)
+    }
+    lines = (settings.datasets_dir / "crowd" / "metadata.jsonl").read_text().splitlines()
+    assert len(lines) == 10
+    assert not (settings.datasets_dir / ".locks").exists()
+
+
+def test_a_thumbnail_that_cannot_get_a_decode_thread_is_503_with_retry_after(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lorastudio.data import thumbnails
+    from lorastudio.data.decode_slots import DECODE_SLOTS, run_decode
+
+    assert client.post("/api/datasets/busy/files", files=[("f", ("a.png", _png()))]).status_code == 201
+    monkeypatch.setattr(thumbnails, "THUMB_WAIT_S", 0.2)
+    release = threading.Event()
+    running = threading.Barrier(DECODE_SLOTS + 1)
+
+    def hold() -> None:
+        running.wait(5)
+        release.wait(10)
+
+    holders = [threading.Thread(target=run_decode, args=(hold,)) for _ in range(DECODE_SLOTS)]
+    for t in holders:
+        t.start()
+    running.wait(5)
+    try:
+        busy = client.get("/api/datasets/busy/thumbnails/a.png")
+    finally:
+        release.set()
+        for t in holders:
+            t.join(10)
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+    assert "decoding other images" in busy.json()["detail"]
+    assert client.get("/api/datasets/busy/thumbnails/a.png").status_code == 200

@@ -108,6 +108,12 @@ def test_catalogue_add_forget_and_delete_rules(
         added.status_code == 201 and added.json()["family"] == "z-image" and added.json()["source"] == "added"
     )
     assert client.post("/api/models/added", json={"path": "relative"}).status_code == 400
+    for folder, why in (("/", "is a system folder"), ("/usr", "is a system folder"),
+                        (str(settings.home), "holds the studio home"),
+                        (str(settings.home.parent), "holds the studio home"),
+                        (str(settings.outputs_dir), "inside the studio home")):  # fmt: skip
+        refused = client.post("/api/models/added", json={"path": folder})
+        assert refused.status_code == 400 and why in refused.json()["problems"][0]["message"], refused.text
     assert client.delete(f"/api/models/{added.json()['id']}").status_code == 403
     assert client.delete(f"/api/models/added/{added.json()['id']}").json()["path"] == str(outside)
     assert outside.is_dir()

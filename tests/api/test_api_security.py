@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
+from live_server import LOOPBACK
+from lorastudio import families
 from lorastudio.api.app import check_bind, create_app
+from lorastudio.api.hosts import HostPolicy
+from lorastudio.api.origin import redact_tokens
+from lorastudio.data.paths import safe_component
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.records import JobStatus, now_iso
 from lorastudio.settings import Settings
@@ -18,13 +24,13 @@ from lorastudio.settings import Settings
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
         yield test_client
 
 
 def test_with_a_token_every_api_route_requires_it(settings: Settings) -> None:
     secured = settings.model_copy(update={"api_token": "tok-123"})
-    with TestClient(create_app(secured)) as client:
+    with TestClient(create_app(secured), base_url=LOOPBACK) as client:
         assert client.get("/api/info").status_code == 401
         assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert client.get("/api/runs", headers={"Authorization": "Bearer tok-123"}).status_code == 200
@@ -130,10 +136,10 @@ def test_the_built_ui_is_served_when_present(settings: Settings, tmp_path: Path)
     dist = tmp_path / "web_dist"
     dist.mkdir()
     (dist / "index.html").write_text("<html>lorastudio ui</html>")
-    with TestClient(create_app(settings, web_dist=dist)) as client:
+    with TestClient(create_app(settings, web_dist=dist), base_url=LOOPBACK) as client:
         assert "lorastudio ui" in client.get("/").text
         assert client.get("/api/train/status").status_code == 200
-    with TestClient(create_app(settings, web_dist=tmp_path / "absent")) as client:
+    with TestClient(create_app(settings, web_dist=tmp_path / "absent"), base_url=LOOPBACK) as client:
         assert client.get("/").status_code == 404
 
 
@@ -146,4 +152,104 @@ def test_info_lists_local_models_with_their_family(
     assert info["models"] == [
         {"name": "tiny-flux", "path": str(settings.models_dir / "tiny-flux"), "family": "flux"}
     ]
-    assert {f["name"] for f in info["families"]} == {"sdxl", "flux", "qwen-image", "z-image"}
+    assert [f["name"] for f in info["families"]] == families.names()
+
+
+@pytest.mark.parametrize(
+    ("bind", "token", "allowed", "accepted", "refused"),
+    [
+        (
+            "127.0.0.1",
+            None,
+            [],
+            ["localhost:7860", "127.0.0.1", "127.9.9.9:1", "[::1]:7860", "[::1]"],
+            ["evil.example:7860", "localhost.evil.example", "", "[::2]:7860", "0.0.0.0:7860", "[::1"],
+        ),
+        ("127.0.0.1", None, ["studio.lan"], ["studio.lan:7860", "STUDIO.LAN", "localhost"], ["evil.example"]),
+        ("192.168.1.10", "t", [], ["192.168.1.10:7860", "localhost"], ["evil.example", "192.168.1.11"]),
+        ("0.0.0.0", "t", [], ["evil.example", "anything.lan:1"], []),
+        ("0.0.0.0", "t", ["studio.lan"], ["studio.lan", "127.0.0.1"], ["evil.example"]),
+        ("0.0.0.0", None, [], ["localhost"], ["evil.example"]),  # (refused at bind anyway)
+    ],
+)
+def test_the_host_policy(
+    settings: Settings,
+    bind: str,
+    token: str | None,
+    allowed: list[str],
+    accepted: list[str],
+    refused: list[str],
+) -> None:
+    policy = HostPolicy.from_settings(
+        settings.model_copy(update={"host": bind, "api_token": token, "allowed_hosts": allowed})
+    )
+    assert [h for h in accepted if not policy.accepts(h)] == []
+    assert [h for h in refused if policy.accepts(h)] == []
+    assert not HostPolicy(frozenset()).accepts(None)
+
+
+def test_allowed_hosts_come_comma_separated_from_the_environment(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LORASTUDIO_ALLOWED_HOSTS", " Studio.LAN, 10.0.0.5,[fe80::1],, ")
+    assert Settings(home=settings.home).allowed_hosts == ["studio.lan", "10.0.0.5", "fe80::1"]
+    for bad in ("studio.lan:7860", "http://studio.lan", "a b"):
+        monkeypatch.setenv("LORASTUDIO_ALLOWED_HOSTS", bad)
+        with pytest.raises(ValidationError, match="not a host name"):
+            Settings(home=settings.home)
+
+
+def test_blank_tokens_count_as_none(settings: Settings) -> None:
+    for blank in ("", " ", "\t\n "):
+        assert Settings(home=settings.home, api_token=blank).api_token is None
+    assert Settings(home=settings.home, api_token=" tok ").api_token == "tok"
+    for unvalidated in (
+        Settings(home=settings.home, api_token="  "),
+        settings.model_copy(update={"api_token": " "}),
+    ):
+        with pytest.raises(ConfigError, match="blank"):
+            check_bind("0.0.0.0", unvalidated)
+
+
+def test_token_values_are_redacted_whatever_the_encoding_of_their_name() -> None:
+    for line in (
+        'GET /api/train/events?token=SECRET HTTP/1.1" 200',
+        "GET /x?after=3&%74oken=SECRET",
+        "GET /x?tok%65n=SECRET&a=1",
+        "GET /x?%54%4F%4B%45%4E=SECRET",
+        "GET /x?a=1;token=SECRET",
+    ):
+        assert "SECRET" not in redact_tokens(line), line
+    kept = "GET /x?tokens=1&my_token=2&a=token"
+    assert redact_tokens(kept) == kept
+
+
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        "\u200b",
+        "\u200c",
+        "\u200d",
+        "\u200e",
+        "\u200f",
+        "\u202a",
+        "\u202e",
+        "\u2066",
+        "\u2069",
+        "\ufeff",
+        "\u00ad",
+        "\u0085",
+        "\u2028",
+        "\u061c",
+    ],
+)
+def test_names_with_invisible_or_bidi_characters_are_refused(hidden: str) -> None:
+    with pytest.raises(ConfigError, match=f"U\\+{ord(hidden):04X}"):
+        safe_component(f"inv{hidden}oice.png", field="file name")
+
+
+def test_names_are_normalised_to_nfc() -> None:
+    decomposed = "cafe\u0301.png"
+    assert safe_component(decomposed) == "caf\u00e9.png"
+    assert safe_component("caf\u00e9.png") == "caf\u00e9.png"
+    assert safe_component("\u212b") == "\u00c5"  # the Angstrom sign is the letter A-ring

@@ -37,13 +37,14 @@ def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level):
 @pytest.mark.parametrize("family", [n for n in families.names() if families.get(n).spec.objective == "flow"])
 def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     """From pure noise (sigma 1) one Euler step to sigma 0 gives x0 = noise - velocity. The
-    pipeline runs one conditional pass (spec.unguided_kwargs), in its own latent layout."""
+    pipeline runs one conditional pass (spec.no_cfg_kwargs), in its own latent layout."""
     from diffusers import DiffusionPipeline
 
     base = str(tiny_model(family))
     fam = families.get(family)
-    guided = "guidance" in fam.spec.supports  # an embedded guidance: the pipeline's guidance_scale
-    cfg = _cfg(family, base, **({"guidance": 3.5} if guided else {}))
+    # a guidance-embedding family trains and renders at its generation guidance; CFG stays off
+    guidance = fam.spec.generation_defaults.get("guidance_scale") if "guidance" in fam.spec.supports else None
+    cfg = _cfg(family, base, **({"guidance": guidance} if guidance is not None else {}))
     h = w = RES // fam.spec.vae_scale_factor
     noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=torch.Generator().manual_seed(0))
 
@@ -54,19 +55,19 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     if pipe.scheduler.config.get("shift_terminal"):  # a 1-step schedule cannot be stretched to a terminal
         pipe.scheduler = pipe.scheduler.from_config(pipe.scheduler.config, shift_terminal=None)
     pipe.set_progress_bar_config(disable=True)
-    denoiser = getattr(pipe, fam.spec.denoiser)
-    kwargs = {"guidance_scale": 3.5} if guided else {}
+    kwargs = {k: v for k, v in fam.spec.generation_defaults.items() if k != "num_inference_steps"}
+    kwargs.update(fam.spec.no_cfg_kwargs)
     out = pipe(
-        PROMPT,
+        prompt=PROMPT,
         height=RES,
         width=RES,
         num_inference_steps=1,
-        latents=fam.to_pipeline_latents(noise, denoiser),
+        latents=fam.to_pipeline_latents(pipe, noise),
         output_type="latent",
         max_sequence_length=cfg.max_sequence_length,
-        **{**kwargs, **fam.spec.unguided_kwargs},
+        **kwargs,
     ).images
-    got = fam.from_pipeline_latents(out, denoiser, (h, w))
+    got = fam.from_pipeline_latents(pipe, out, (h, w))
     torch.testing.assert_close(got.float(), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -93,7 +94,7 @@ def test_ddpm_predict_matches_one_pipeline_step(family, tiny_model):
     expected = x - sigma * eps
 
     out = pipe(
-        PROMPT,
+        prompt=PROMPT,
         height=RES,
         width=RES,
         num_inference_steps=1,

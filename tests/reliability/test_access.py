@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ from PIL import Image
 from reliability_helpers import FINAL, record_figure, wait_for
 
 import lorastudio.api.deps as deps
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -40,7 +42,9 @@ SERVE = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "s
 
 @pytest.fixture
 def secured(settings: Settings, shapes: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(settings.model_copy(update={"api_token": TOKEN}))) as client:
+    with TestClient(
+        create_app(settings.model_copy(update={"api_token": TOKEN})), base_url=LOOPBACK
+    ) as client:
         yield client
 
 
@@ -113,14 +117,14 @@ def test_cors_is_limited_to_the_own_origin(client_plain: TestClient, settings: S
     ):
         assert client_plain.request(method, path, headers=evil, json={}).status_code == 403
     # the server's own origin (the UI) and clients that send no Origin (CLI, curl) still work
-    own = client_plain.post("/api/train/stop", headers={"Origin": "http://testserver"}, json={})
+    own = client_plain.post("/api/train/stop", headers={"Origin": LOOPBACK}, json={})
     assert own.status_code == 404
     assert client_plain.post("/api/train/stop", json={}).status_code == 404
 
 
 @pytest.fixture
 def client_plain(settings: Settings, shapes: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:
         yield client
 
 
@@ -213,3 +217,62 @@ def test_secrets_never_appear_in_logs_records_events_or_files(
     leaks = [(where, s) for where, data in places.items() for s in (TOKEN, hub, other) if s.encode() in data]
     assert leaks == [], leaks
     record_figure("secrets", {"places_searched": len(places), "secrets": 3, "leaks": len(leaks)})
+
+
+@contextmanager
+def _serve_with_token(settings: Settings, log: Path) -> Iterator[tuple[httpx.Client, int]]:
+    """A real `lorastudio serve` with TOKEN set, logging to `log`; waits until it answers."""
+    port = _free_port()
+    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_API_TOKEN": TOKEN}
+    with log.open("w") as out:
+        proc = subprocess.Popen([*SERVE, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+
+            def up() -> bool:
+                try:
+                    return client.get("/api/info").status_code == 401
+                except httpx.TransportError:
+                    return False
+
+            wait_for(up, 60, "the server", poll=0.1)
+            yield client, port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_docs_need_the_token_and_encoded_token_names_are_redacted(settings: Settings, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    with _serve_with_token(settings, log) as (client, _):
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, params={"token": "wrong"}).status_code == 401, path
+            assert client.get(path, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200, path
+        page = client.get("/docs", params={"token": TOKEN})
+        assert page.status_code == 200 and f"/openapi.json?token={TOKEN}" in page.text
+        assert "/api/train/start" in client.get("/openapi.json", params={"token": TOKEN}).text
+        # the server decodes query names: these authenticate, so their values must not be logged
+        for name in ("%74oken", "tok%65n", "%74%6F%6B%65%6E", "TOKEN"):
+            resp = client.get(f"/api/info?a=1&{name}={TOKEN}")
+            assert resp.status_code == (401 if name == "TOKEN" else 200), name
+    text = log.read_text()
+    assert "%74oken=***" in text and "tok%65n=***" in text, text[-2000:]
+    assert TOKEN not in text
+    record_figure("redaction", {"encoded_token_names": 4, "leaks": text.count(TOKEN)})
+
+
+@pytest.mark.parametrize("blank", [" ", " \t "])
+def test_a_blank_token_is_no_token_and_allows_no_public_bind(settings: Settings, blank: str) -> None:
+    assert Settings(home=settings.home, api_token=blank).api_token is None
+    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_API_TOKEN": blank}
+    done = subprocess.run(
+        [*SERVE, "--host", "0.0.0.0", "--port", str(_free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    assert "API token" in out and "blank" in out, out

@@ -24,6 +24,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from PIL import Image
 
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.jobs.worker import WorkerArgs
 from lorastudio.settings import Settings
@@ -101,7 +102,7 @@ class Studio:
 @pytest.fixture
 def studio(settings: Settings, shapes: Path) -> Iterator[Studio]:
     with TestClient(
-        create_app(settings, worker_target=exit_at_once), raise_server_exceptions=False
+        create_app(settings, worker_target=exit_at_once), raise_server_exceptions=False, base_url=LOOPBACK
     ) as client:
         yield Studio(client, settings)
 

@@ -162,7 +162,8 @@ def test_registry_get_unknown_raises_listing_valid_names():
 def test_registry_families_have_consistent_specs_and_tiny_models():
     from lorastudio.tiny import TINY_FAMILIES
 
-    assert families.names()[:4] == ["sdxl", "flux", "qwen-image", "z-image"]
+    assert families.names()[:4] == ["sdxl", "flux", "qwen-image", "z-image"]  # then the newer ones
+    assert len(set(families.names())) == len(families.names())
     assert set(families.names()) == set(TINY_FAMILIES)  # the contract suite trains each one
     for fam in families.all_families():
         spec = fam.spec

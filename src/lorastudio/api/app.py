@@ -2,33 +2,48 @@
 
 `create_app(settings)` opens the run store (marking runs left live by a dead server as
 interrupted), starts the job service and registers the generation pipeline with the GPU arbiter
-when the app starts, and shuts them down when it stops. OpenAPI docs are at /docs.
+when the app starts, and shuts them down when it stops. OpenAPI docs are at /docs (and /redoc,
+/openapi.json), behind the token like every route.
 `serve(settings, host, port)` runs it with uvicorn, refusing a non-loopback address without an
-API token, with `?token=` values redacted from its logs. Writes from another origin are refused
-(api/origin.py).
+API token, with `?token=` values redacted from its logs.
+
+Middleware, outermost first: HostGuard (only loopback or configured Host headers are answered,
+anti-framing headers on every response; api/hosts.py), SameOriginWrites (writes from another
+origin or site refused; api/origin.py). Request bodies are capped at settings.max_json_mb by
+FastAPI's `max_body_size` (a declared Content-Length over it is a 413 before anything is read,
+a chunked body is counted as it arrives); the upload route streams to disk under its own cap.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import quote
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.params import Depends as DependsParam
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from lorastudio import __version__
 from lorastudio.api.deps import require_token
 from lorastudio.api.errors import install_error_handlers
+from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.routes import datasets, generate, info, loras, models, runs, train
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.jobs.childenv import drop_process_secrets
 from lorastudio.jobs.generation import GenerationService
+from lorastudio.jobs.generation_process import GenerationTarget
+from lorastudio.jobs.generation_worker import generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.homelock import HomeLock
+from lorastudio.jobs.leftovers import start_leftover_cleanup
 from lorastudio.jobs.process import WorkerTarget
 from lorastudio.jobs.service import JobService, Timeouts
 from lorastudio.jobs.store import RunStore
@@ -44,38 +59,45 @@ def create_app(
     timeouts: Timeouts | None = None,
     worker_target: WorkerTarget = worker_main,
     web_dist: Path = WEB_DIST,
+    generation_target: GenerationTarget = generation_worker_main,
+    home_lock: HomeLock | None = None,
 ) -> FastAPI:
     """Build the app. Services start with the app's lifespan (uvicorn, or TestClient as a
-    context manager). `timeouts`/`worker_target` are for tests of the job service's edges."""
+    context manager). `timeouts`/`worker_target`/`generation_target` are for tests of the job
+    service's and the generation worker's edges.
+    `home_lock`: the studio home's lock, taken by `serve` (None: the lifespan takes it, port
+    unknown, and frees it at the end). The start raises HomeInUse while another server or a
+    CLI run holds the home; holding it, it removes crash leftovers (jobs/leftovers.py)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.ensure_dirs()
-        store = RunStore.open(settings.db_path)
-        arbiter = GpuArbiter()
-        service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
-        lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
-        app.state.serving_thread = threading.get_native_id()
-        app.state.store = store
-        app.state.arbiter = arbiter
-        app.state.service = service
-        app.state.generation = GenerationService(settings, arbiter)
+        lock = home_lock or HomeLock.for_server(settings.home, port=None)
         try:
-            yield
+            start_leftover_cleanup(settings)  # the home is ours: no live process owns them
+            async with _services(app, settings, timeouts, worker_target, generation_target):
+                yield
         finally:
-            service.shutdown()
-            fetches = getattr(app.state, "fetches", None)
-            if fetches is not None:
-                fetches.shutdown()
-            app.state.generation.release()
-            store.close()
+            if home_lock is None:
+                lock.release()
 
-    app = FastAPI(title="lorastudio", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="lorastudio",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,  # served below, behind the token
+        redoc_url=None,
+        openapi_url=None,
+        max_body_size=settings.max_json_mb * 2**20,  # 413 past it; the upload route has its own cap
+    )
     app.state.settings = settings
     install_error_handlers(app)
+    # add_middleware puts each one outside the ones added before it
     app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
+    app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(require_token)]
+    _add_docs(app, guarded)
     for module in (train, runs, datasets, loras, generate, info, models):
         app.include_router(module.router, dependencies=guarded, responses=ERROR_RESPONSES)
     if web_dist.is_dir():
@@ -83,25 +105,68 @@ def create_app(
     return app
 
 
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
+@asynccontextmanager
+async def _services(
+    app: FastAPI,
+    settings: Settings,
+    timeouts: Timeouts | None,
+    worker_target: WorkerTarget,
+    generation_target: GenerationTarget,
+) -> AsyncIterator[None]:
+    """The run store, GPU arbiter, job service and generation service on app.state for the
+    app's life."""
+    store = RunStore.open(settings.db_path)
+    arbiter = GpuArbiter()
+    service = JobService(settings, store, arbiter, timeouts=timeouts, worker_target=worker_target).start()
+    # before the priority drop: its spawner thread (which starts the generation worker) keeps it
+    app.state.generation = GenerationService(settings, arbiter, generation_target)
+    lower_serving_priority(settings.server_nice)  # after the dispatcher thread exists: not inherited
+    app.state.serving_thread = threading.get_native_id()
+    app.state.store = store
+    app.state.arbiter = arbiter
+    app.state.service = service
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+        yield
+    finally:
+        service.shutdown()
+        fetches = getattr(app.state, "fetches", None)
+        if fetches is not None:
+            fetches.shutdown()
+        app.state.generation.shutdown()
+        store.close()
+
+
+def _add_docs(app: FastAPI, guarded: list[DependsParam]) -> None:
+    """/openapi.json, /docs (Swagger UI) and /redoc, each requiring the token when one is set;
+    the pages fetch the schema with the `?token=` they were opened with."""
+
+    def schema_url(request: Request) -> str:
+        token = request.query_params.get("token")
+        return "/openapi.json" + (f"?token={quote(token, safe='')}" if token else "")
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=guarded)
+    def openapi_json() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=guarded)
+    def swagger(request: Request) -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=schema_url(request), title="lorastudio API")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=guarded)
+    def redoc(request: Request) -> HTMLResponse:
+        return get_redoc_html(openapi_url=schema_url(request), title="lorastudio API")
 
 
 def check_bind(host: str, settings: Settings) -> None:
-    """Refuse to listen beyond loopback without an API token (ConfigError)."""
-    if not is_loopback(host) and not settings.api_token:
+    """Refuse to listen beyond loopback without an API token (ConfigError). A blank or
+    whitespace-only LORASTUDIO_API_TOKEN is no token (settings.py drops it)."""
+    if not is_loopback(host) and not (settings.api_token or "").strip():
         raise ConfigError(
             [
                 FieldProblem(
                     "host",
                     f"refusing to listen on {host} without an API token; set LORASTUDIO_API_TOKEN "
-                    "or bind 127.0.0.1",
+                    "(a blank or whitespace-only value counts as none) or bind 127.0.0.1",
                 )
             ]
         )
@@ -113,21 +178,29 @@ def check_bind(host: str, settings: Settings) -> None:
 KEEP_ALIVE_S = 30
 
 
-def serve(settings: Settings, host: str, port: int) -> None:
-    """Run the server until interrupted (blocking). Raises ConfigError for an unsafe bind."""
+def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None = None) -> None:
+    """Run the server until interrupted (blocking), owning the studio home (`home_lock`, taken
+    here when None). Raises ConfigError for an unsafe bind, HomeInUse when another server or a
+    CLI run holds the home."""
     import uvicorn
 
     check_bind(host, settings)
+    settings = settings.model_copy(update={"host": host})  # the Host policy allows a public bind address
+    lock = home_lock or HomeLock.for_server(settings.ensure_dirs().home, port)
+    settings = drop_process_secrets(settings)  # before any child exists: none inherits a secret
     install_log_redaction()  # the access log prints paths: hide ?token= values
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level="info",
-        timeout_graceful_shutdown=5,
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
+    try:
+        uvicorn.run(
+            create_app(settings, home_lock=lock),
+            host=host,
+            port=port,
+            log_level="info",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
+    finally:
+        lock.release()
 
 
 def lower_serving_priority(nice: int) -> int:

@@ -31,8 +31,9 @@ def generation_dep(request: Request) -> GenerationService:
 def require_token(request: Request) -> None:
     """With settings.api_token set, require `Authorization: Bearer <token>` (or, on GET only,
     `?token=<token>`, for EventSource and <img> URLs that cannot send headers). Compared in
-    constant time. Raises 401 otherwise; without a token configured, everything is allowed."""
-    token: str | None = request.app.state.settings.api_token
+    constant time. Raises 401 otherwise; without a token configured (or a blank one, which
+    settings.py already turns into None), everything is allowed."""
+    token = (request.app.state.settings.api_token or "").strip()
     if not token:
         return
     given = ""

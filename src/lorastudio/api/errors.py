@@ -2,7 +2,9 @@
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
-UploadTooLarge 413. Every error body is {"error": <class name>, "detail": <message>, ...}.
+UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, NoSpaceLeft 507 (Insufficient
+Storage: a full disk, raised where files and the run store are written), HomeInUse 409. Every error
+body is {"error": <class name>, "detail": <message>, ...}.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
+    GenerationFailed,
+    GenerationWorkerLost,
+    HomeInUse,
     JobActive,
     LorastudioError,
     ModelAccessDenied,
     ModelNotDeletable,
     ModelSourceError,
+    NoSpaceLeft,
     NotFound,
     PathOutsideRoot,
     UnknownFamily,
@@ -35,6 +41,10 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     NotFound: 404,
     JobActive: 409,
     UploadTooLarge: 413,
+    GenerationFailed: 500,  # the pipeline failed in the generation worker (the server is fine)
+    GenerationWorkerLost: 503,  # the generation worker was killed / ran out of memory; retry starts a fresh one
+    HomeInUse: 409,
+    NoSpaceLeft: 507,  # Insufficient Storage
 }
 
 

@@ -6,21 +6,29 @@ GET, HEAD, OPTIONS) and carries an `Origin` header must come from the server's o
 send `Origin` on every cross-site POST/PUT/DELETE, including "simple" form posts (multipart
 uploads) that CORS lets through without a preflight; clients that send no Origin (CLI, curl,
 scripts) are unaffected. No CORS headers are ever sent, so other origins cannot read answers.
+Where the browser sends `Sec-Fetch-Site` (all current ones do), a state-changing request marked
+`cross-site` is refused as well, and one marked `same-site` unless its Origin is this server's:
+a page on a sibling host (another port of 127.0.0.1 is same-site) cannot write. `same-origin`
+and `none` (typed by the user) pass. Which hosts are answered at all is api/hosts.py's matter.
 
 `RedactTokenFilter`: a logging filter that replaces the value of a `token=` query parameter in
-log records (uvicorn's access log prints the full request path) with "***".
+log records (uvicorn's access log prints the full request path) with "***"; the parameter's
+name is matched as the server decodes it, so `?%74oken=` and `?tok%65n=` are caught too.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
+from urllib.parse import unquote_plus
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from lorastudio.api.hosts import send_json
+
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_TOKEN_PARAM = re.compile(r"([?&]token=)[^&\s\"]*", re.IGNORECASE)
+# One query parameter: its (possibly percent-encoded) name and its value, up to &, space or quote.
+_QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"?]*)=([^&;\s\"]*)")
 
 
 class SameOriginWrites:
@@ -36,31 +44,28 @@ class SameOriginWrites:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         origin = headers.get("origin")
         own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
-        if origin is None or origin.rstrip("/").lower() == own.lower():
+        same_origin = origin is not None and origin.rstrip("/").lower() == own.lower()
+        fetch_site = headers.get("sec-fetch-site", "").strip().lower()
+        if fetch_site == "cross-site" or (fetch_site == "same-site" and not same_origin):
+            detail = f"cross-site request refused (Sec-Fetch-Site: {fetch_site}, origin {origin!r})"
+        elif origin is not None and not same_origin:
+            detail = f"cross-origin request refused: origin {origin!r} is not this server's origin"
+        else:
             await self.app(scope, receive, send)
             return
-        body = json.dumps(
-            {
-                "error": "CrossOriginRefused",
-                "detail": f"cross-origin request refused: origin {origin!r} is not this server's origin",
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 403, "CrossOriginRefused", detail)
 
 
 def redact_tokens(text: str) -> str:
-    """`text` with the value of every `token=` query parameter replaced by ***."""
-    return _TOKEN_PARAM.sub(r"\1***", text)
+    """`text` with the value of every `token=` query parameter replaced by ***; the name is
+    compared after percent-decoding, case-insensitively (as a server that decodes it reads it)."""
+
+    def hide(match: re.Match[str]) -> str:
+        if unquote_plus(match.group(2)).lower() != "token":
+            return match.group(0)
+        return f"{match.group(1)}{match.group(2)}=***"
+
+    return _QUERY_PARAM.sub(hide, text)
 
 
 class RedactTokenFilter(logging.Filter):

@@ -68,9 +68,11 @@ class GenerateBody(_Body):
     revision: str | None = None
     prompt: str = Field(max_length=4000)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
-    steps: int = Field(default=20, ge=1, le=200)
-    width: int = Field(default=1024, ge=16, le=4096)
-    height: int = Field(default=1024, ge=16, le=4096)
+    # sizes and steps are checked against the generation budget (400 with the reason):
+    # lorastudio.jobs.generation.budget_problems
+    steps: int = Field(default=20, description="at most 200, and width x height x steps <= 209.7 M")
+    width: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
+    height: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
     guidance: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
 
@@ -245,6 +247,12 @@ class StopRequested(_Out):
     save: bool
 
 
+class BusyOut(_Out):
+    work: str = Field(description='"sample round", "checkpoint", "saving the LoRA", ...')
+    step: int | None = Field(description="the optimizer step it belongs to")
+    since: str = Field(description="when it started (UTC, ISO 8601)")
+
+
 class JobOut(_Out):
     id: str
     status: JobStatusName
@@ -261,6 +269,10 @@ class JobOut(_Out):
     error: str | None
     pid: int | None
     stop_requested: StopRequested | None
+    busy: BusyOut | None = Field(
+        default=None,
+        description="work in flight that a stop waits for (up to a bound) before the worker is ended",
+    )
     config: TrainConfigOut = Field(description="the resolved TrainConfig")
     samples: SampleRound | None = Field(default=None, description="the latest sample previews of the job")
     plan: PlanOut | None = Field(

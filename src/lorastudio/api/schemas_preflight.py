@@ -80,6 +80,16 @@ class MemoryEstimate(_Out):
     )
 
 
+class PreflightFamily(_Out):
+    name: str
+    variant: str | None = Field(
+        default=None,
+        description="the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; "
+        "null for a family with one flavour or a hub id",
+    )
+    notes: list[str] = Field(default_factory=list, description="what training this flavour means")
+
+
 class PreflightOut(_Out):
     config: TrainConfigOut = Field(description="the resolved TrainConfig")
     dataset: PreflightDataset
@@ -88,3 +98,4 @@ class PreflightOut(_Out):
     plan: PreflightPlan
     memory: MemoryEstimate
     host: HostOut
+    family: PreflightFamily | None = None

@@ -50,19 +50,52 @@ def _write(settings: Settings, folders: list[Path]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+# Folders that are never a model: the file system's and the system's roots (their contents are
+# walked by every catalogue listing), and what lies under the kernel's pseudo file systems.
+SYSTEM_FOLDERS = frozenset(
+    Path(p)
+    for p in (
+        "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
+        "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr", "/usr/bin",
+        "/usr/lib", "/usr/local", "/usr/share", "/var", "/var/lib", "/var/tmp",
+    )
+)  # fmt: skip
+PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def refusal(folder: Path, settings: Settings) -> str | None:
+    """Why the resolved `folder` cannot be added as a model folder, or None: a system folder,
+    a folder under /proc, /sys or /dev, the user's home folder, the studio home, a folder that
+    contains it or lies inside it (models/ is listed already)."""
+    home = settings.home.expanduser().resolve()
+    models = settings.models_dir.expanduser().resolve()
+    if folder == models or folder.is_relative_to(models):
+        return f"{folder} is under {models}, which is listed already"
+    if folder in SYSTEM_FOLDERS or any(folder.is_relative_to(root) for root in PSEUDO_ROOTS):
+        return f"{folder} is a system folder, not a model folder; add the folder of one model"
+    if home.is_relative_to(folder):
+        return f"{folder} holds the studio home ({home}); add the folder of one model"
+    if folder.is_relative_to(home):
+        return f"{folder} is inside the studio home ({home}), whose folders lorastudio manages"
+    if folder == Path.home().resolve():
+        return f"{folder} is your home folder, not a model folder; add the folder of one model"
+    return None
+
+
 def add_folder(settings: Settings, path: str) -> Path:
     """Add an existing folder (absolute path) to the catalogue; returns its resolved path.
     Idempotent. Raises ConfigError for a relative path, a path that is not a folder, or a folder
-    under the studio's models/ (listed already)."""
+    that is no model's (see `refusal`: a system folder, the studio home or one around or in it,
+    models/ which is listed already)."""
     given = Path(path).expanduser()
     if not given.is_absolute():
         raise ConfigError([FieldProblem("path", f"{path!r}: give an absolute folder path")])
     folder = given.resolve()
     if not folder.is_dir():
         raise ConfigError([FieldProblem("path", f"{folder} is not an existing folder")])
-    models = settings.models_dir.resolve()
-    if folder == models or models in folder.parents:
-        raise ConfigError([FieldProblem("path", f"{folder} is under {models}, which is listed already")])
+    why = refusal(folder, settings)
+    if why is not None:
+        raise ConfigError([FieldProblem("path", why)])
     with _lock:
         folders = added_folders(settings)
         if folder not in folders:

@@ -7,6 +7,10 @@ Sources:
   "added"      folders the user added (see basemodels.added)
   "hub-cache"  model repos in the Hugging Face hub cache on disk (shared with other tools)
 
+Listing is bounded and cached: a folder's size walk stops at a depth, an entry count and a time
+(basemodels.layout.folder_size: the size is then a lower bound), and a folder's scan is kept until
+its fingerprint (its and its components' modification times) changes.
+
 Ids are URL-safe: a models/ folder's name, 'added:<name>-<hash>' or 'hub:<owner>--<name>'. Only what
 lorastudio downloaded or created (a fetch or tiny marker, directly under models/, not a link) can
 be deleted.
@@ -17,16 +21,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lorastudio.basemodels.added import added_folders, added_id
+from lorastudio.basemodels.added import added_folders, added_id, refusal
 from lorastudio.basemodels.hubcache import cached_repos
-from lorastudio.basemodels.layout import folder_size
-from lorastudio.basemodels.vetting import inspect_folder
+from lorastudio.basemodels.layout import MODEL_INDEX, FolderSize, folder_size
+from lorastudio.basemodels.vetting import Recognition, inspect_folder
 from lorastudio.errors import JobActive, ModelNotDeletable, NotFound
 from lorastudio.settings import Settings
 from lorastudio.tiny import MARKER_FILE as TINY_MARKER
@@ -36,6 +42,10 @@ FETCH_MARKER = (
     "lorastudio_fetch.json"  # written last into a fetched folder: {"repo_id", "revision", "commit", ...}
 )
 HUB_PREFIX = "hub:"
+SCAN_CACHE_SIZE = 256  # folders whose scan is kept
+FINGERPRINT_MAX_ENTRIES = 1_000  # a pipeline folder holds a dozen entries; more: not cached
+_scan_cache: OrderedDict[str, tuple[tuple[Any, ...], tuple[Recognition, FolderSize]]] = OrderedDict()
+_cache_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -73,10 +83,49 @@ def _has_tiny_marker(folder: Path) -> bool:
     return (folder / TINY_MARKER).is_file()
 
 
+def _fingerprint(folder: Path) -> tuple[Any, ...] | None:
+    """What changes when a model folder's content changes: the folder's and its sub-folders'
+    (the components') identity and modification times, and model_index.json's. None when the
+    folder cannot be read or has more entries than a pipeline folder ever has (not cached)."""
+    try:
+        top = folder.stat()
+        parts: list[Any] = [top.st_ino, top.st_mtime_ns]
+        with os.scandir(folder) as entries:
+            for i, entry in enumerate(entries):
+                if i >= FINGERPRINT_MAX_ENTRIES:
+                    return None
+                if entry.is_dir() or entry.name == MODEL_INDEX:
+                    st = entry.stat()
+                    parts.append((entry.name, st.st_ino, st.st_mtime_ns, st.st_size))
+    except OSError:
+        return None
+    return tuple(sorted(parts[2:])) + tuple(parts[:2])
+
+
+def scan_folder(folder: Path, *, walk: bool = True) -> tuple[Recognition, FolderSize]:
+    """`inspect_folder` and the bounded `folder_size` of `folder` (walk=False: size 0, not
+    walked), cached until its fingerprint changes (so listing the catalogue again does not walk
+    every model folder again)."""
+    key = f"{folder}\0{walk}"
+    fingerprint = _fingerprint(folder)
+    with _cache_lock:
+        hit = _scan_cache.get(key)
+        if hit is not None and fingerprint is not None and hit[0] == fingerprint:
+            _scan_cache.move_to_end(key)
+            return hit[1]
+    result = (inspect_folder(folder), folder_size(folder) if walk else FolderSize(0, False))
+    if fingerprint is not None:
+        with _cache_lock:
+            _scan_cache[key] = (fingerprint, result)
+            while len(_scan_cache) > SCAN_CACHE_SIZE:
+                _scan_cache.popitem(last=False)
+    return result
+
+
 def _entry(
     model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
 ) -> ModelEntry:
-    rec = inspect_folder(folder)
+    rec, found = scan_folder(folder, walk=size is None)
     return ModelEntry(
         id=model_id,
         name=name,
@@ -85,7 +134,7 @@ def _entry(
         family=rec.family,
         trainable=rec.trainable,
         reason=rec.reason,
-        size_bytes=folder_size(folder) if size is None else size,
+        size_bytes=found.bytes if size is None else size,
         complete=rec.complete,
         missing=list(rec.missing),
         deletable=deletable,
@@ -116,7 +165,12 @@ def _models_dir_entries(settings: Settings) -> list[ModelEntry]:
 
 
 def _added_entries(settings: Settings) -> list[ModelEntry]:
-    return [_entry(added_id(f), f.name, "added", f, False, None) for f in added_folders(settings)]
+    """The added folders; one that is refused today (a list written by an older version may hold
+    "/") is listed, so it can be forgotten, but its files are not walked (size 0)."""
+    return [
+        _entry(added_id(f), f.name, "added", f, False, 0 if refusal(f, settings) else None)
+        for f in added_folders(settings)
+    ]
 
 
 def _hub_entries() -> list[ModelEntry]:

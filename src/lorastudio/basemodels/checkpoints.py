@@ -5,7 +5,9 @@ QwenImagePipeline, so it trains as `qwen-image`) and says whether it is step-dis
 
 Whether a base is step-distilled (turbo / few-step: the case for an assistant LoRA, see
 training/assistant.py) is read, in this order:
-  1. model_index.json's `is_distilled` (Krea2Pipeline, Flux2KleinPipeline write it);
+  1. model_index.json's `is_distilled` (Krea2Pipeline, Flux2KleinPipeline write it; absent, their
+     default False: FLAG_DEFAULTS). flux2-klein's variant rows (FamilySpec.variants) read the same
+     flag, so Family.distilled and the variant always agree;
   2. the row of the checkpoint's hub repo: given as a hub id, named by lorastudio's fetch marker
      (models/<owner>--<name>/lorastudio_fetch.json) or by its hub-cache folder
      (models--<owner>--<name>/snapshots/<commit>);
@@ -48,6 +50,11 @@ KNOWN_CHECKPOINTS: tuple[KnownCheckpoint, ...] = (
     ),
     KnownCheckpoint("Tongyi-MAI/Z-Image", "z-image", "Z-Image (base)", False),
     KnownCheckpoint("Tongyi-MAI/Z-Image-Turbo", "z-image", "Z-Image Turbo", True, "8-step distilled"),
+    KnownCheckpoint("black-forest-labs/FLUX.2-dev", "flux2", "FLUX.2 [dev]", False, "guidance-distilled, not step-distilled"),
+    KnownCheckpoint("black-forest-labs/FLUX.2-klein-4B", "flux2-klein", "FLUX.2 [klein] 4B", True, "4-step distilled"),
+    KnownCheckpoint("black-forest-labs/FLUX.2-klein-9B", "flux2-klein", "FLUX.2 [klein] 9B", True, "4-step distilled"),
+    KnownCheckpoint("black-forest-labs/FLUX.2-klein-base-4B", "flux2-klein", "FLUX.2 [klein] base 4B", False),
+    KnownCheckpoint("black-forest-labs/FLUX.2-klein-base-9B", "flux2-klein", "FLUX.2 [klein] base 9B", False),
     KnownCheckpoint("lodestones/Chroma1-HD", "chroma", "Chroma1-HD", False),
     KnownCheckpoint("lodestones/Chroma1-Base", "chroma", "Chroma1-Base", False),
 )  # fmt: skip
@@ -84,15 +91,29 @@ def repo_of_folder(folder: Path) -> str | None:
     return None
 
 
-def _index_flag(folder: Path | None) -> bool | None:
+# pipelines whose __init__ registers `is_distilled` (default False): a model_index.json of theirs
+# without the flag is that default (what the pipeline, and flux2-klein's variant rows, take it as)
+FLAG_DEFAULTS: dict[str, bool] = {"Flux2KleinPipeline": False, "Krea2Pipeline": False}
+
+
+def _index_flag(folder: Path | None) -> tuple[bool, str] | None:
+    """model_index.json's `is_distilled` (or its pipeline's default) and where it was read."""
     if folder is None:
         return None
     try:
         index = json.loads((folder / MODEL_INDEX).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    flag = index.get("is_distilled") if isinstance(index, dict) else None
-    return flag if isinstance(flag, bool) else None
+    if not isinstance(index, dict):
+        return None
+    flag = index.get("is_distilled")
+    if isinstance(flag, bool):
+        return flag, f"{MODEL_INDEX} is_distilled={str(flag).lower()}"
+    cls = index.get("_class_name")
+    if flag is None and cls in FLAG_DEFAULTS:
+        default = FLAG_DEFAULTS[cls]
+        return default, f"{MODEL_INDEX} has no is_distilled: {cls}'s default, {str(default).lower()}"
+    return None
 
 
 def checkpoint_facts(folder: Path | None, repo_id: str | None = None) -> CheckpointFacts:
@@ -102,7 +123,7 @@ def checkpoint_facts(folder: Path | None, repo_id: str | None = None) -> Checkpo
     known = known_checkpoint(repo)
     flag = _index_flag(folder)
     if flag is not None:
-        return CheckpointFacts(known, flag, f"{MODEL_INDEX} is_distilled={str(flag).lower()}")
+        return CheckpointFacts(known, *flag)
     if known is not None:
         return CheckpointFacts(known, known.distilled, f"known checkpoint {known.repo_id}")
     return CheckpointFacts(None, None, None)

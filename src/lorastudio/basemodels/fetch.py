@@ -51,10 +51,10 @@ from lorastudio.basemodels.layout import (
 )
 from lorastudio.basemodels.progress import Cancelled, FetchTracker
 from lorastudio.basemodels.vetting import inspect_folder, untrainable_reason
+from lorastudio.config import revision_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelAccessDenied, ModelSourceError, NotFound
 from lorastudio.settings import Settings
 
-REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 MAX_WORKERS = 4
 
 
@@ -114,8 +114,8 @@ def check_fetch_request(repo_id: str, revision: str | None) -> None:
     problems = []
     if not isinstance(repo_id, str) or not is_hub_id(repo_id):
         problems.append(FieldProblem("repo_id", f"{repo_id!r} is not a hub model id (owner/name)"))
-    if revision is not None and (not REVISION.match(revision) or ".." in revision):
-        problems.append(FieldProblem("revision", f"{revision!r} is not a branch, tag or commit"))
+    if revision is not None and (problem := revision_problem(revision)):
+        problems.append(FieldProblem("revision", problem))
     if problems:
         raise ConfigError(problems)
 

@@ -11,7 +11,9 @@ default, so they are never counted as weights nor fetched.
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,16 +134,56 @@ def pipeline_missing(folder: Path, index: Mapping[str, Any]) -> list[str]:
     return missing
 
 
-def folder_size(folder: Path) -> int:
-    """Bytes of every file under `folder` (links followed; hub-cache snapshots are links)."""
-    total = 0
-    for path in folder.rglob("*"):
+# Bounds of the size walk of one catalogue folder: a pipeline is `folder/component/file` (depth 2;
+# a few more levels for tokenizer or hub-cache layouts); a folder that needs more is not a model.
+SCAN_MAX_DEPTH = 4
+SCAN_MAX_ENTRIES = 20_000
+SCAN_MAX_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class FolderSize:
+    """Bytes of the files found under a folder; `complete` is False when the walk stopped at one
+    of its bounds (depth, entries, time), so `bytes` is a lower bound."""
+
+    bytes: int
+    complete: bool
+
+
+def folder_size(
+    folder: Path,
+    *,
+    max_depth: int = SCAN_MAX_DEPTH,
+    max_entries: int = SCAN_MAX_ENTRIES,
+    max_seconds: float = SCAN_MAX_SECONDS,
+) -> FolderSize:
+    """Bytes of the files under `folder`, `max_depth` levels deep at most (file links followed:
+    hub-cache snapshots are links; folder links are not entered, so no loop), stopping after
+    `max_entries` directory entries or `max_seconds`. Never raises for unreadable entries."""
+    deadline = time.monotonic() + max_seconds
+    total, seen, complete = 0, 0, True
+    pending = [(Path(folder), 0)]
+    while pending:
+        current, depth = pending.pop()
         try:
-            if path.is_file():
-                total += path.stat().st_size
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > max_entries or time.monotonic() > deadline:
+                        return FolderSize(total, False)
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if depth + 1 < max_depth:
+                                pending.append((Path(entry.path), depth + 1))
+                            else:
+                                complete = False
+                        elif entry.is_file():
+                            total += entry.stat().st_size
+                    except OSError:
+                        continue
         except OSError:
             continue
-    return total
+    return FolderSize(total, complete)
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,10 @@ def import_cmd(
     name: str | None = typer.Option(None, "--name", help="dataset name (default: the folder's name)"),
 ) -> None:
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
-    is checked first; nothing is written unless all pass. Other files are skipped (listed)."""
+    is checked first; nothing is written unless all pass. Other files and symbolic links (never
+    followed) are skipped (listed)."""
     from lorastudio.data import resolve_dataset_dir, safe_component
+    from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch, dataset_summary, upload_kind
     from lorastudio.errors import DatasetError
     from lorastudio.settings import get_settings
@@ -47,7 +49,10 @@ def import_cmd(
     settings = get_settings().ensure_dirs()
     dataset = safe_component(name or source.resolve().name, field="--name")
     target = resolve_dataset_dir(dataset, settings.datasets_dir, allow_outside_root=False)
-    files = sorted(p for p in source.iterdir() if p.is_file() and not p.name.startswith("."))
+    source = source.resolve()  # the folder the user named may be a link; links inside it are not followed
+    entries = sorted(p for p in source.iterdir() if not p.name.startswith("."))
+    links = [p.name for p in entries if p.is_symlink()]
+    files = [p for p in entries if not p.is_symlink() and p.is_file()]
     wanted, skipped = [], []
     for path in files:
         try:
@@ -55,9 +60,11 @@ def import_cmd(
             wanted.append(path)
         except DatasetError:
             skipped.append(path.name)
-    with UploadBatch(settings.datasets_dir, target, settings.max_image_pixels) as batch:
+    with UploadBatch(
+        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels
+    ) as batch:
         for path in wanted:
-            with path.open("rb") as fh:
+            with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                 batch.add(path.name, fh)
         committed = batch.commit()
     summary = dataset_summary(target)
@@ -65,3 +72,5 @@ def import_cmd(
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:
         typer.echo(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
+    for link in links:
+        typer.echo(f"skipped {link} (a symbolic link: links are not followed)")

@@ -1,5 +1,9 @@
 """`lorastudio generate --base B --lora PATH[:SCALE] ... --prompt P --out FILE`: one image from
-a base model with zero or more LoRAs."""
+a base model with zero or more LoRAs.
+
+Runs in this process (it is a process of its own), with the same engine as the server's
+generation worker (lorastudio.generate); the revision and each LoRA's header are checked first
+(lora/header.py), so a bad file is a one-line error, never a traceback."""
 
 from __future__ import annotations
 
@@ -8,7 +12,14 @@ from pathlib import Path
 
 import typer
 
-from lorastudio.errors import ConfigError, FieldProblem, LorastudioError, ModelSourceError, UnknownFamily
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    LorastudioError,
+    ModelSourceError,
+    NotFound,
+    UnknownFamily,
+)
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -82,7 +93,9 @@ def _generate(
     from lorastudio.basemodels import resolve_base_model
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.cli.train_cmd import localize_path
+    from lorastudio.config import revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
+    from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
 
@@ -98,9 +111,14 @@ def _generate(
     base = localize_path(base, may_be_hub_id=True)
     family = family or detect_family(base) or detect_family(str(settings.models_dir / base))
     source = None
+    bad_revision = revision_problem(revision) if revision is not None else None
+    if bad_revision:  # checked before the revision can name a path in the hub cache
+        problems.append(FieldProblem("--revision", bad_revision))
     if family is None:
         problems.append(FieldProblem("--family", f"cannot tell the family of {base!r}; pass --family"))
-    else:  # the same check as a training run's base_model: folder, name under models/, hub id
+    elif (
+        not bad_revision
+    ):  # the same check as a training run's base_model: folder, name under models/, hub id
         try:
             source, _ = resolve_base_model(base, families.get(family).spec.name, settings, revision)
         except (UnknownFamily, ModelSourceError) as err:
@@ -108,7 +126,14 @@ def _generate(
                 FieldProblem("--family" if isinstance(err, UnknownFamily) else "--base", str(err))
             )
     loras = [parse_lora_arg(v) for v in lora_args]
-    problems += [FieldProblem("--lora", f"{p} not found") for p, _ in loras if not p.is_file()]
+    for path, _ in loras:
+        if not path.is_file():
+            problems.append(FieldProblem("--lora", f"{path} not found"))
+        elif family is not None:  # the header (size-capped) checked before any tensor is loaded
+            try:
+                check_lora_file(path, family)
+            except (ModelSourceError, NotFound) as err:
+                problems.append(FieldProblem("--lora", str(err)))
     if problems or source is None or family is None:
         raise ConfigError(problems)
     spec = families.get(family).spec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -13,8 +14,9 @@ def register(app: typer.Typer) -> None:
 
 
 def families_cmd() -> None:
-    """List the model families lorastudio can train, with their defaults and the family-specific
-    settings each one honours (the others are refused for it)."""
+    """List the model families lorastudio can train, with the flavours each tells apart in a
+    checkpoint, their defaults and the family-specific settings each one honours (the others are
+    refused for it)."""
     from lorastudio import families
     from lorastudio.config import FAMILY_SPECIFIC_FIELDS
 
@@ -22,7 +24,11 @@ def families_cmd() -> None:
     for fam in families.all_families():
         s = fam.spec
         own = ", ".join(f for f in FAMILY_SPECIFIC_FIELDS if f in s.supports)
-        table.add_row(s.name, s.title, s.objective, ", ".join(f"{k}={v}" for k, v in s.defaults.items()), own)
+        # the flavours it tells apart in a checkpoint (FamilySpec.variants), one per line
+        title = "\n".join([s.title, *(f"- {v.title}" for v in s.variants)])
+        table.add_row(
+            s.name, escape(title), s.objective, ", ".join(f"{k}={v}" for k, v in s.defaults.items()), own
+        )
     Console().print(table)
 
 

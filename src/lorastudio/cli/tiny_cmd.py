@@ -22,7 +22,9 @@ def register(app: typer.Typer) -> None:
 
 @tiny_app.command("model")
 def model_cmd(
-    family: str = typer.Option(..., "--family", "-f", help="sdxl, flux, qwen-image or z-image"),
+    family: str = typer.Option(
+        ..., "--family", "-f", help="a family with a tiny model (lorastudio families)"
+    ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="pipeline folder to write (default: <models>/tiny-<family>)"
     ),

@@ -10,6 +10,9 @@ the same way the job service does (jobs/agent.py: torchrun bound to this process
 Rank 0 shows the progress and writes the files; Ctrl-C reaches every rank through torchrun, and
 rank 0's stop-and-save is what every rank does.
 
+A server owns its studio home: on a home whose server is live this command is refused (train
+through the server, or use another LORASTUDIO_HOME); see jobs/homelock.py.
+
 Also home of the pieces the demo reuses: config file loading and --set overrides (the progress
 display and the Ctrl-C stop handler are in cli/run_display.py).
 """
@@ -158,7 +161,9 @@ def train_cmd(
     launched = "WORLD_SIZE" in os.environ
     if launched:
         _bind_to_agent()
+    home_lock = None
     try:
+        home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
         cfg, checkpoint = _run_config(config, settings, resume)
         if cfg.num_gpus > 1 and not launched:
@@ -166,6 +171,8 @@ def train_cmd(
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
         from lorastudio.training.loop import train
 
+        for note in _flavour_notes(cfg):
+            typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
         display = ProgressDisplay(console) if rank == 0 else None
         with StopOnInterrupt(console) as stopper, display or nullcontext():
@@ -175,6 +182,9 @@ def train_cmd(
         prefix = "error" if rank == 0 else f"error (rank {rank})"
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
+    finally:
+        if home_lock is not None:
+            home_lock.release()
     if rank != 0:
         return  # rank 0 reports the run
     if result.resumed_from is not None:
@@ -186,6 +196,29 @@ def train_cmd(
     typer.echo(f"{state}: {result.steps_run} step(s)")
     typer.echo(f"LoRA     {result.lora_path}")
     typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
+
+
+def _flavour_notes(cfg: Any) -> list[str]:
+    """What training the base model's flavour means (FamilySpec.variants: e.g. a step-distilled
+    FLUX.2 klein), for a base model in a local folder (a path or a name under models/)."""
+    from lorastudio import families
+    from lorastudio.settings import get_settings
+
+    folder = Path(cfg.base_model).expanduser()
+    if not folder.is_absolute():
+        folder = get_settings().models_dir / cfg.base_model
+    row = families.get(cfg.family).folder_variant(folder) if folder.is_dir() else None
+    return [row.note] if row is not None and row.note else []
+
+
+def _share_home() -> Any:
+    """The studio home's lock, shared with other CLI runs for this command's life (released when
+    the process ends). Raises HomeInUse while a server owns the home: its job service, run store
+    and start-up cleanup assume that nothing else writes there."""
+    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.settings import get_settings
+
+    return HomeLock.for_cli_run(get_settings().home)
 
 
 def _ignore(event: Event) -> None:

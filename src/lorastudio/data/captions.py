@@ -8,19 +8,32 @@ Precedence for one image (first non-empty wins):
   4. the trigger word alone.
 The trigger word is then prepended ("<trigger>, <caption>") unless the caption already starts
 with it as a whole word.
+
+Both sources are read bounded and without following links (`data.safe_open`): a caption is at
+most MAX_CAPTION_BYTES (UTF-8) wherever it comes from, a metadata.jsonl line at most
+MAX_METADATA_LINE_BYTES (room for JSON escapes) and the file at most MAX_METADATA_BYTES; a
+caption or line over its cap is a problem naming the file and line, never read whole.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
+from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 
 CaptionSource = Literal["txt", "metadata", "default", "trigger"]
 _TEXT_KEYS = ("text", "caption")
+MAX_CAPTION_BYTES = 64 * 1024
+MAX_METADATA_LINE_BYTES = 8 * MAX_CAPTION_BYTES  # a capped caption JSON-escaped, with its file name
+MAX_METADATA_BYTES = 64 * 2**20
+_SKIP_PIECE = 2**16
+_SIDECAR_SLACK = 1024  # a BOM and surrounding blank lines around a capped caption
 
 
 @dataclass(frozen=True)
@@ -39,15 +52,23 @@ def _clean(text: str | None) -> str | None:
     return text or None
 
 
-def read_sidecar(path: Path) -> str | None:
+def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
     """The stripped UTF-8 text of a caption file (a BOM is ignored); None if it is blank.
 
-    Raises: DatasetError (one problem naming the file) if it cannot be read or is not UTF-8.
+    Raises: DatasetError (one problem naming the file) if it cannot be read, is a link, is
+    larger than MAX_CAPTION_BYTES or is not UTF-8.
     """
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise DatasetError(f"cannot read caption file {path.name}", [f"{path.name}: {err}"]) from None
+    too_long = DatasetError(
+        f"caption file {path.name} is too long",
+        [f"{path.name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB (shorten it)"],
+    )
+    with open_in_folder(path, folder_id) as fh:
+        try:
+            raw = fh.read(MAX_CAPTION_BYTES + _SIDECAR_SLACK + 1)
+        except OSError as err:
+            raise DatasetError(f"cannot read caption file {path.name}", [f"{path.name}: {err}"]) from None
+    if len(raw) > MAX_CAPTION_BYTES + _SIDECAR_SLACK:
+        raise too_long
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -55,54 +76,93 @@ def read_sidecar(path: Path) -> str | None:
             f"caption file {path.name} is not UTF-8",
             [f"{path.name}: not valid UTF-8 text (byte {err.start}); save it as UTF-8"],
         ) from None
-    return _clean(text)
+    cleaned = _clean(text)
+    if cleaned and len(cleaned.encode("utf-8")) > MAX_CAPTION_BYTES:
+        raise too_long
+    return cleaned
 
 
-def read_metadata(path: Path) -> MetadataTable:
+def _lines(fh: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes without the newline) of each line; None for a line longer than
+    MAX_METADATA_LINE_BYTES, which is skipped in bounded pieces, never held."""
+    lineno = 0
+    while True:
+        line = fh.readline(MAX_METADATA_LINE_BYTES + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > MAX_METADATA_LINE_BYTES and not line.endswith(b"\n"):
+            while (piece := fh.readline(_SKIP_PIECE)) and not piece.endswith(b"\n"):
+                pass
+            yield lineno, None
+            continue
+        yield lineno, line.rstrip(b"\r\n")
+
+
+def _row_caption(line: bytes, where: str) -> tuple[str, str] | str:
+    """(file name, stripped caption) of one metadata.jsonl line, or the problem with it."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"{where}: not valid UTF-8 text"
+    except json.JSONDecodeError as err:
+        return f"{where}: not valid JSON ({err.msg})"
+    if not isinstance(row, dict):
+        return f"{where}: expected a JSON object"
+    file_name = row.get("file_name")
+    if not isinstance(file_name, str) or not file_name.strip():
+        return f'{where}: missing "file_name"'
+    file_name = file_name.strip().removeprefix("./")
+    key = next((k for k in _TEXT_KEYS if k in row), None)
+    if key is None:
+        return f'{where}: missing "text" (or "caption") for {file_name}'
+    if not isinstance(row[key], str):
+        return f'{where}: "{key}" of {file_name} must be a string'
+    caption = row[key].strip()
+    if len(caption.encode("utf-8")) > MAX_CAPTION_BYTES:
+        return f"{where}: caption of {file_name} larger than {MAX_CAPTION_BYTES // 1024} KB (shorten it)"
+    return file_name, caption
+
+
+def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTable:
     """Parse metadata.jsonl: one JSON object per line with "file_name" and "text" or "caption".
 
     Blank lines are skipped. A file name of the form "./x.png" is read as "x.png". Bad lines
-    (invalid JSON, missing or non-string fields, a file listed twice) are collected in
-    `problems`, never skipped silently.
-    Raises: DatasetError if the file cannot be read or is not UTF-8.
+    (invalid JSON or UTF-8, missing or non-string fields, a file listed twice, a line over
+    MAX_METADATA_LINE_BYTES, a caption over MAX_CAPTION_BYTES) are collected in `problems`
+    ("metadata.jsonl line N: why"), never skipped silently.
+    Raises: DatasetError if the file cannot be read, is a link or is larger than
+    MAX_METADATA_BYTES.
     """
     name = path.name
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as err:
-        raise DatasetError(f"cannot read {name}", [f"{name}: {err}"]) from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{name} is not UTF-8", [f"{name}: not valid UTF-8 text"]) from None
     captions: dict[str, str] = {}
     problems: list[str] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{name} line {lineno}"
+    with open_in_folder(path, folder_id) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > MAX_METADATA_BYTES:
+            raise DatasetError(
+                f"{name} is too large",
+                [f"{name}: {size:,} bytes, larger than the {MAX_METADATA_BYTES // 2**20} MB allowed"],
+            )
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            problems.append(f"{where}: not valid JSON ({err.msg})")
-            continue
-        if not isinstance(row, dict):
-            problems.append(f"{where}: expected a JSON object")
-            continue
-        file_name = row.get("file_name")
-        if not isinstance(file_name, str) or not file_name.strip():
-            problems.append(f'{where}: missing "file_name"')
-            continue
-        file_name = file_name.strip().removeprefix("./")
-        key = next((k for k in _TEXT_KEYS if k in row), None)
-        if key is None:
-            problems.append(f'{where}: missing "text" (or "caption") for {file_name}')
-            continue
-        if not isinstance(row[key], str):
-            problems.append(f'{where}: "{key}" of {file_name} must be a string')
-            continue
-        if file_name in captions:
-            problems.append(f"{where}: {file_name} is listed more than once")
-            continue
-        captions[file_name] = row[key].strip()
+            for lineno, line in _lines(fh):
+                where = f"{name} line {lineno}"
+                if line is None:
+                    problems.append(f"{where}: longer than {MAX_METADATA_LINE_BYTES // 1024} KB")
+                    continue
+                if lineno == 1:
+                    line = line.removeprefix(b"\xef\xbb\xbf")
+                if not line.strip():
+                    continue
+                row = _row_caption(line, where)
+                if isinstance(row, str):
+                    problems.append(row)
+                elif row[0] in captions:
+                    problems.append(f"{where}: {row[0]} is listed more than once")
+                else:
+                    captions[row[0]] = row[1]
+        except OSError as err:
+            raise DatasetError(f"cannot read {name}", [f"{name}: {err}"]) from None
     return MetadataTable(captions=captions, problems=problems)
 
 

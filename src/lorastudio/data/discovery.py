@@ -3,11 +3,14 @@
 A dataset is one folder (not recursive). Images are files whose extension is one of
 IMAGE_EXTENSIONS (any case). Hidden entries (names starting with ".") are ignored entirely.
 `<stem>.txt` files are caption sidecars and `metadata.jsonl` is the caption table; everything
-else is listed as dropped so the preflight report can show what was not used.
+else is listed as dropped so the preflight report can show what was not used. Symbolic links
+are never followed: a link is dropped ("symbolic link (not followed)") whatever it points to,
+and the files are later opened without following links (`data.safe_open`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +42,12 @@ def is_image_name(name: str) -> bool:
 
 
 def require_folder(root: Path) -> None:
-    """Raise DatasetError unless `root` exists and is a folder."""
+    """Raise DatasetError unless `root` exists and is a folder (not a symbolic link)."""
+    if root.is_symlink():
+        raise DatasetError(
+            f"dataset folder {root} is a symbolic link",
+            [f"{root}: is a symbolic link (links are not followed out of the datasets folder)"],
+        )
     if not root.exists():
         raise DatasetError(f"dataset folder not found: {root}", [f"{root}: does not exist"])
     if not root.is_dir():
@@ -55,7 +63,8 @@ def discover(root: Path) -> DatasetFiles:
     """
     require_folder(root)
     try:
-        entries = sorted((p for p in root.iterdir() if not p.name.startswith(".")), key=lambda p: p.name)
+        with os.scandir(root) as it:
+            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
     except OSError as err:
         raise DatasetError(f"cannot list dataset folder {root}", [f"{root}: {err}"]) from None
     images: list[Path] = []
@@ -64,16 +73,19 @@ def discover(root: Path) -> DatasetFiles:
     dropped: list[tuple[str, str]] = []
     for entry in entries:
         name = entry.name
-        if entry.is_dir():
+        path = root / name
+        if entry.is_symlink():
+            dropped.append((name, "symbolic link (not followed)"))
+        elif entry.is_dir(follow_symlinks=False):
             dropped.append((name, "sub-folder (datasets are not scanned recursively)"))
-        elif not entry.is_file():
+        elif not entry.is_file(follow_symlinks=False):
             dropped.append((name, "not a regular file"))
         elif is_image_name(name):
-            images.append(entry)
+            images.append(path)
         elif name.lower().endswith(CAPTION_EXTENSION):
-            captions.append(entry)
+            captions.append(path)
         elif name == METADATA_FILE:
-            metadata = entry
+            metadata = path
         else:
             dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
     image_stems = {p.stem for p in images}

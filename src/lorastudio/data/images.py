@@ -1,14 +1,18 @@
 """Open, check and decode dataset images with Pillow (no torch).
 
 Only PNG, JPEG (and MPO, the multi-picture JPEG of phones) and WebP decoders are ever used, so
-a file with an image extension cannot reach Pillow's riskier plugins. Sizes are checked from the
-header before any pixel is decoded, so oversized images and decompression bombs are refused
-cheaply. Sizes reported here are after EXIF transpose.
+a file with an image extension cannot reach Pillow's riskier plugins. Files are opened without
+following links (`data.safe_open`) and their headers checked before Pillow sees them
+(`data.image_headers`: PNG chunks walked, JPEG metadata and WebP file sizes capped). Sizes are
+checked from the header before any pixel is decoded, so oversized images and decompression
+bombs are refused cheaply. Sizes reported here are after EXIF transpose.
 
-PNG files are walked chunk by chunk before Pillow sees them (`_walk_png`): every CRC is checked
-in bounded pieces, huge ancillary chunks are refused, and chunks Pillow has no use for (private
-or unknown ancillary data, APNG frames) are hidden from it, because Pillow would otherwise keep
-every private chunk in memory.
+Two budgets: `max_pixels` (settings.max_image_pixels) is the largest image a dataset may hold;
+`decode_pixels` (settings.max_decode_pixels) is the most pixels the server decodes at once
+(`decode_cost`: a WebP counts WEBP_DECODE_COST times its pixels, since Pillow holds the libwebp
+canvas, the bytes it returns and the image: ~16 bytes per pixel against ~4 for PNG). A
+check decode that would exceed it is skipped (the header, and for PNG every chunk's CRC, were
+still checked; the training worker decodes the image and reports it if it is corrupt).
 """
 
 from __future__ import annotations
@@ -20,18 +24,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
 
-from lorastudio.errors import DatasetError
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
+from lorastudio.data.image_headers import RangesFile, bad_image, check_header
+from lorastudio.data.safe_open import FolderId, open_in_folder
 
 # Pillow's JPEG opener also returns MPO (multi-picture JPEG) images.
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
+WEBP_DECODE_COST = 4  # a WebP decode holds ~4x the memory of a PNG decode of the same size
 EXIF_ORIENTATION_TAG = 0x0112
 
 # EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
-_ORIENTATION_FIX: dict[int, Image.Transpose] = {
+ORIENTATION_FIX: dict[int, Image.Transpose] = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
     3: Image.Transpose.ROTATE_180,
     4: Image.Transpose.FLIP_TOP_BOTTOM,
@@ -42,19 +50,8 @@ _ORIENTATION_FIX: dict[int, Image.Transpose] = {
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# Ancillary chunks above this size are refused (real ICC profiles and metadata are far smaller).
-MAX_PNG_ANCILLARY_CHUNK_BYTES = 16 * 2**20
-# More chunks than this are refused (walking them would cost seconds of CPU).
-MAX_PNG_CHUNKS = 1_000_000
-_PNG_READ_PIECE = 2**20  # bytes read at once while checking a chunk's CRC
-# Ancillary chunks passed on to Pillow; all others (private/unknown data, APNG frames) are hidden.
-_PNG_ANCILLARY_USED = frozenset(
-    {b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"pHYs", b"tEXt", b"zTXt", b"iTXt", b"eXIf"}
-)
-
 # What Pillow raises for unreadable, truncated or malformed files.
-_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError)
+DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError)
 
 
 @dataclass(frozen=True)
@@ -66,135 +63,24 @@ class ImageInfo:
     orientation: int
 
 
-def _bad(path: Path, reason: str) -> DatasetError:
-    return DatasetError(f"cannot use image {path.name}", [f"{path.name}: {reason}"])
-
-
-def _read_exact(fh: io.BufferedReader, size: int, path: Path, what: str) -> bytes:
-    data = fh.read(size)
-    if len(data) != size:
-        raise _bad(path, f"corrupt (truncated PNG file: {what} cut short)")
-    return data
-
-
-def _walk_png(path: Path) -> list[tuple[int, int]] | None:
-    """Check every chunk of a PNG file without holding a chunk in memory.
-
-    Takes: any file. Returns None when it does not start with the PNG signature (not a PNG);
-    otherwise the byte ranges [(start, length)] of the file that Pillow should see: the
-    signature, every critical chunk and the ancillary chunks in `_PNG_ANCILLARY_USED`, adjacent
-    ranges merged, up to and including IEND.
-    Raises: DatasetError when the file is truncated, has a bad chunk length, type or CRC, does
-    not start with IHDR, has more than MAX_PNG_CHUNKS chunks, or has an ancillary chunk larger
-    than MAX_PNG_ANCILLARY_CHUNK_BYTES.
-    """
-    with path.open("rb") as fh:
-        if fh.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
-            return None
-        ranges: list[tuple[int, int]] = [(0, len(PNG_SIGNATURE))]
-        offset = len(PNG_SIGNATURE)
-        for index in range(MAX_PNG_CHUNKS):
-            length, ctype = struct.unpack(">I4s", _read_exact(fh, 8, path, "chunk header"))
-            name = ctype.decode("latin-1")
-            if not ctype.isalpha() or not ctype.isascii():
-                raise _bad(path, f"corrupt (invalid PNG chunk type {ctype!r})")
-            if length > 2**31 - 1:
-                raise _bad(path, f"corrupt (PNG chunk {name} claims {length:,} bytes)")
-            if index == 0 and ctype != b"IHDR":
-                raise _bad(path, f"corrupt (PNG starts with {name}, not IHDR)")
-            ancillary = ctype[:1].islower()
-            if ancillary and length > MAX_PNG_ANCILLARY_CHUNK_BYTES:
-                raise _bad(
-                    path,
-                    f"refused: ancillary PNG chunk {name} of {length:,} bytes is larger than the "
-                    f"{MAX_PNG_ANCILLARY_CHUNK_BYTES // 2**20} MB allowed for metadata",
-                )
-            crc = zlib.crc32(ctype)
-            left = length
-            while left:
-                piece = _read_exact(fh, min(left, _PNG_READ_PIECE), path, f"chunk {name}")
-                crc = zlib.crc32(piece, crc)
-                left -= len(piece)
-            (stored_crc,) = struct.unpack(">I", _read_exact(fh, 4, path, f"chunk {name} CRC"))
-            if stored_crc != crc:
-                raise _bad(path, f"corrupt (bad CRC in PNG chunk {name})")
-            size = 12 + length
-            if not ancillary or ctype in _PNG_ANCILLARY_USED:
-                last_start, last_len = ranges[-1]
-                if last_start + last_len == offset:
-                    ranges[-1] = (last_start, last_len + size)
-                else:
-                    ranges.append((offset, size))
-            offset += size
-            if ctype == b"IEND":
-                return ranges
-    raise _bad(path, f"refused: more than {MAX_PNG_CHUNKS:,} PNG chunks")
-
-
-class _RangesFile(io.RawIOBase):
-    """A read-only seekable view of chosen byte ranges of an open file, as one stream.
-
-    Takes: the real file (kept open by the caller) and [(start, length)] ranges in file order.
-    """
-
-    def __init__(self, real: io.BufferedReader, ranges: list[tuple[int, int]]) -> None:
-        super().__init__()
-        self._real = real
-        self._ranges: list[tuple[int, int, int]] = []  # (view start, file start, length)
-        view = 0
-        for start, length in ranges:
-            self._ranges.append((view, start, length))
-            view += length
-        self._size = view
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        out = memoryview(buffer).cast("B")
-        done = 0
-        for view_start, file_start, length in self._ranges:
-            if done == len(out) or self._pos >= self._size:
-                break
-            if self._pos >= view_start + length:
-                continue
-            skip = self._pos - view_start
-            take = min(length - skip, len(out) - done)
-            self._real.seek(file_start + skip)
-            got = self._real.readinto(out[done : done + take])
-            done += got
-            self._pos += got
-            if got < take:
-                break
-        return done
+_bad = bad_image
 
 
 @contextmanager
-def _open(path: Path) -> Iterator[Image.Image]:
-    """Open lazily (header only) with the allowed decoders; PNGs are walked first (`_walk_png`)
-    and shown to Pillow without the chunks it does not need. Raises DatasetError."""
-    ranges = _walk_png(path)
-    with path.open("rb") as real:
-        source: io.IOBase = real
+def open_image(path: Path, folder_id: FolderId | None = None) -> Iterator[Image.Image]:
+    """Open lazily (header only) with the allowed decoders, without following links; the
+    header is checked first (`image_headers.check_header`) and a PNG is shown to Pillow without
+    the chunks it does not need. Raises DatasetError naming the file."""
+    with open_in_folder(path, folder_id) as real:
+        ranges = check_header(real, path)
+        source: io.IOBase | BinaryIO = real
         if ranges is not None and ranges != [(0, ranges[0][1])]:
-            source = _RangesFile(real, ranges)
+            source = RangesFile(real, ranges)
         try:
             img = Image.open(source, formats=ALLOWED_FORMATS)
         except Image.DecompressionBombError as err:
             raise _bad(path, f"oversized (decompression bomb refused: {err})") from None
-        except _DECODE_ERRORS as err:
+        except DECODE_ERRORS as err:
             raise _bad(path, f"corrupt or not a PNG/JPEG/WebP image ({err})") from None
         with img:
             yield img
@@ -210,34 +96,54 @@ def exif_orientation(img: Image.Image) -> int:
         return 1
     try:
         value = img.getexif().get(EXIF_ORIENTATION_TAG, 1)
-    except _DECODE_ERRORS:
+    except DECODE_ERRORS:
         return 1
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
-def _check_decodes(path: Path, img: Image.Image) -> None:
+def decode_cost(img: Image.Image) -> int:
+    """What decoding the opened (possibly drafted) `img` counts against the decode budget:
+    its pixels, times WEBP_DECODE_COST for a WebP."""
+    return img.width * img.height * (WEBP_DECODE_COST if img.format == "WEBP" else 1)
+
+
+def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
     """Cheap full-file check: JPEG decoded at 1/8 scale, WebP decoded; PNG chunk CRCs were
-    already checked by `_walk_png` when the file was opened."""
+    already checked when the file was opened. Skipped when the decode would exceed
+    `decode_pixels`."""
     if img.format == "PNG":
         return
+    jpeg = img.format in ("JPEG", "MPO")
+    if decode_cost(img) // (64 if jpeg else 1) > decode_pixels:
+        return
     try:
-        if img.format in ("JPEG", "MPO"):
+        if jpeg:
             img.draft("RGB", (max(1, img.width // 8), max(1, img.height // 8)))
         img.load()
-    except _DECODE_ERRORS as err:
+    except DECODE_ERRORS as err:
         raise _bad(path, f"corrupt ({err})") from None
 
 
-def probe_image(path: Path, max_pixels: int) -> ImageInfo:
-    """Check one image and return its size after EXIF transpose.
+def probe_image(
+    path: Path,
+    max_pixels: int,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
+    folder_id: FolderId | None = None,
+) -> ImageInfo:
+    """Check one image and return its size after EXIF transpose, on one of the process's decode
+    threads (`decode_slots.run_decode`: at most two checks at once hold file or pixel data).
 
     The size limit is checked from the header before any decoding: width*height > max_pixels is
     refused ("oversized"). Files that pass are then checked for corruption cheaply (see
-    `_check_decodes`).
+    `_check_decodes`; no decode above `decode_pixels`). `folder_id`: see `data.safe_open`.
     Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, unknown
     format).
     """
-    with _open(path) as img:
+    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id))
+
+
+def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None) -> ImageInfo:
+    with open_image(path, folder_id) as img:
         width, height = img.size
         if width < 1 or height < 1:
             raise _bad(path, f"corrupt (size {width}x{height})")
@@ -246,13 +152,13 @@ def probe_image(path: Path, max_pixels: int) -> ImageInfo:
                 path, f"oversized ({width}x{height} = {width * height:,} pixels > limit {max_pixels:,})"
             )
         orientation = exif_orientation(img)
-        _check_decodes(path, img)
+        _check_decodes(path, img, decode_pixels)
     if orientation in _SWAPS_AXES:
         width, height = height, width
     return ImageInfo(width=width, height=height, orientation=orientation)
 
 
-def _to_rgb(img: Image.Image) -> Image.Image:
+def to_rgb(img: Image.Image) -> Image.Image:
     """Convert any decoded mode to RGB; transparency is composited onto white."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         arr = np.asarray(img, dtype=np.float64)  # [H, W] 16-bit range
@@ -266,17 +172,19 @@ def _to_rgb(img: Image.Image) -> Image.Image:
     return img if img.mode == "RGB" else img.convert("RGB")
 
 
-def load_rgb(path: Path) -> Image.Image:
-    """Decode an image fully, apply its EXIF orientation and return it as RGB.
+def load_rgb(path: Path, folder_id: FolderId | None = None) -> Image.Image:
+    """Decode an image fully, apply its EXIF orientation and return it as RGB (the training
+    worker's decode: bounded by max_image_pixels at scan time, not by the server's budget).
 
-    Raises: DatasetError (one problem naming the file) if it cannot be decoded.
+    Raises: DatasetError (one problem naming the file) if it cannot be decoded, is a link, or
+    its folder is no longer `folder_id`.
     """
-    with _open(path) as img:
+    with open_image(path, folder_id) as img:
         orientation = exif_orientation(img)
         try:
             img.load()
-            rgb = _to_rgb(img)
-        except _DECODE_ERRORS as err:
+            rgb = to_rgb(img)
+        except DECODE_ERRORS as err:
             raise _bad(path, f"corrupt ({err})") from None
-    fix = _ORIENTATION_FIX.get(orientation)
+    fix = ORIENTATION_FIX.get(orientation)
     return rgb.transpose(fix) if fix is not None else rgb

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.data.captions import CaptionSource
+from lorastudio.data.safe_open import FolderId
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,8 @@ class ImageItem:
 
     caption: final caption (trigger word applied), never empty after a successful scan.
     width, height: size after EXIF transpose. bucket: (bucket_width, bucket_height) in pixels.
+    folder_id: (device, inode) of the dataset folder the scan validated; the image is opened
+    only from that folder (see data.safe_open), None when unchecked.
     """
 
     path: Path
@@ -23,6 +26,7 @@ class ImageItem:
     width: int
     height: int
     bucket: tuple[int, int]
+    folder_id: FolderId | None = None
 
 
 @dataclass(frozen=True)

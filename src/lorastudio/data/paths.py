@@ -10,6 +10,7 @@ API. These two functions are the one place that decides what may reach the file 
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from lorastudio.errors import ConfigError, FieldProblem, PathOutsideRoot
@@ -27,6 +28,9 @@ _RESERVED_NAMES = frozenset(
 )
 _SEPARATORS = ("/", "\\")
 _FORBIDDEN_CHARS = frozenset('<>:"|?*')
+# Invisible or direction-changing characters: format (Cf: zero-width spaces and joiners, bidi
+# marks, embeddings, overrides and isolates, the BOM), control (Cc), line/paragraph separators.
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
 
 
 def _config_error(field: str, message: str) -> ConfigError:
@@ -34,12 +38,15 @@ def _config_error(field: str, message: str) -> ConfigError:
 
 
 def safe_component(name: str, *, field: str = "name") -> str:
-    """Validate one path component (a dataset or output name) and return it unchanged.
+    """Validate one path component (a dataset or output name) and return it in Unicode NFC.
 
     Takes: `name`, a single folder/file name; `field`, the setting named in error messages.
-    Returns: `name` when it is safe: non-empty, at most 100 characters and MAX_COMPONENT_BYTES
-    bytes in UTF-8 (room for staging suffixes under the 255-byte limit), no path separator, not
-    "." or "..", no NUL or control characters, none of <>:"|?*, not starting with "." (hidden),
+    Returns: `name` normalised to NFC (so "é" typed as e + combining accent names the same file
+    as the precomposed one; callers store and look up this returned form) when it is safe:
+    non-empty, at most 100 characters and MAX_COMPONENT_BYTES bytes in UTF-8 (room for staging
+    suffixes under the 255-byte limit), no path separator, not "." or "..", no NUL, control,
+    zero-width or bidi control characters (Unicode categories Cf, Cc, Zl, Zp: U+200B-U+200F,
+    U+202A-U+202E, U+2066-U+2069, U+FEFF...), none of <>:"|?*, not starting with "." (hidden),
     no leading/trailing whitespace or trailing dot, and not a reserved device name (CON, NUL,
     COM1, LPT1, ..., with or without an extension).
     Raises: PathOutsideRoot for separators, "." and ".." (they would leave the folder);
@@ -51,6 +58,7 @@ def safe_component(name: str, *, field: str = "name") -> str:
         raise _config_error(field, "must not be empty")
     if "\x00" in name:
         raise _config_error(field, "must not contain a NUL character")
+    name = unicodedata.normalize("NFC", name)
     if name in (".", ".."):
         raise PathOutsideRoot(f"{field}: {name!r} is not allowed (it names a folder, not a new one)")
     if any(sep in name for sep in _SEPARATORS):
@@ -63,6 +71,13 @@ def safe_component(name: str, *, field: str = "name") -> str:
         )
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise _config_error(field, "must not contain control characters")
+    hidden = sorted({ch for ch in name if unicodedata.category(ch) in _HIDDEN_CATEGORIES})
+    if hidden:
+        shown = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" for ch in hidden)
+        raise _config_error(
+            field,
+            f"must not contain invisible or text-direction characters ({shown}): they disguise the name",
+        )
     bad = sorted(set(name) & _FORBIDDEN_CHARS)
     if bad:
         raise _config_error(field, f"must not contain any of {' '.join(bad)}")
@@ -93,7 +108,8 @@ def resolve_dataset_dir(data_dir: str, datasets_root: Path, allow_outside_root: 
     """Turn a user's `data_dir` into an absolute, symlink-free dataset folder path.
 
     Takes: `data_dir`, either a name under the datasets root ("portraits", or nested
-    "people/anna"; each component must pass `safe_component`) or an absolute path;
+    "people/anna"; each component must pass `safe_component` and is taken in its NFC form) or
+    an absolute path;
     `datasets_root`, the studio's datasets folder; `allow_outside_root`, True only for trusted
     local callers (the CLI) that may train on any folder.
     Returns: the resolved path (symlinks followed). Existence is not checked here: see
@@ -119,10 +135,10 @@ def resolve_dataset_dir(data_dir: str, datasets_root: Path, allow_outside_root: 
     parts = [p for p in data_dir.replace("\\", "/").split("/") if p]
     if allow_outside_root:
         return _resolve(root.joinpath(*parts), data_dir)
-    for part in parts:
+    for i, part in enumerate(parts):
         if part == "..":
             raise PathOutsideRoot(f"data_dir {data_dir!r} must not contain '..' (it would leave {root})")
-        safe_component(part, field="data_dir")
+        parts[i] = safe_component(part, field="data_dir")  # NFC
     resolved = _resolve(root.joinpath(*parts), data_dir)
     if not _is_strictly_inside(resolved, root):
         raise PathOutsideRoot(

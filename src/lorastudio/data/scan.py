@@ -1,7 +1,9 @@
 """scan_dataset: validate a dataset folder completely before any model loads.
 
 Every problem is collected and reported at once in one DatasetError (`problems` lists each file
-or fact that is wrong). The scan only reads; it never writes into the dataset folder.
+or fact that is wrong). The scan only reads; it never writes into the dataset folder. It follows
+no symbolic link: the folder's identity is recorded (`safe_open.folder_identity`) and every file
+is opened from that folder only, here and when the training worker decodes it.
 """
 
 from __future__ import annotations
@@ -12,19 +14,22 @@ from pathlib import Path
 
 from lorastudio.data.buckets import make_buckets, nearest_bucket, resolution_problems
 from lorastudio.data.captions import choose_caption, read_metadata, read_sidecar
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
 from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
 _HASH_CHUNK = 1 << 20
 
 
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes. Raises DatasetError if it cannot be read."""
+def file_sha256(path: Path, folder_id: FolderId | None = None) -> str:
+    """Hex sha256 of a dataset file's bytes (opened as `safe_open.open_in_folder` does).
+    Raises DatasetError if it cannot be read."""
     digest = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
+        with open_in_folder(path, folder_id) as fh:
             while chunk := fh.read(_HASH_CHUNK):
                 digest.update(chunk)
     except OSError as err:
@@ -38,7 +43,7 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
     A renamed file, a changed image byte or a changed final caption (including a new trigger
     word) changes the fingerprint. Raises DatasetError if a file cannot be read.
     """
-    rows = [[item.path.name, file_sha256(item.path), item.caption] for item in items]
+    rows = [[item.path.name, file_sha256(item.path, item.folder_id), item.caption] for item in items]
     rows.sort()
     payload = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
@@ -54,6 +59,7 @@ def scan_dataset(
     default_caption: str | None = None,
     max_pixels: int = 64_000_000,
     skip_bad_images: bool = False,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -61,7 +67,8 @@ def scan_dataset(
     (False = every image goes to the resolution x resolution bucket); the caption settings
     (see lorastudio.data.captions for the precedence); `max_pixels`, the largest accepted
     width*height; `skip_bad_images`, True to leave corrupt/oversized images out (each listed in
-    `dropped`) instead of refusing the dataset.
+    `dropped`) instead of refusing the dataset; `decode_pixels`, the most pixels one check
+    decodes (settings.max_decode_pixels).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -73,6 +80,7 @@ def scan_dataset(
     if bad_resolution:
         raise DatasetError(f"resolution {resolution} is not supported", bad_resolution)
     files = discover(root)
+    folder_id = folder_identity(root)
     if not files.images:
         raise DatasetError(
             f"no images in {root}",
@@ -84,7 +92,7 @@ def scan_dataset(
     dropped = list(files.dropped)
     metadata: dict[str, str] = {}
     if files.metadata is not None:
-        table = read_metadata(files.metadata)
+        table = read_metadata(files.metadata, folder_id)
         problems += table.problems
         metadata = table.captions
         image_names = {p.name for p in files.images}
@@ -98,7 +106,7 @@ def scan_dataset(
     bad_images: list[str] = []
     for path in files.images:
         try:
-            info: ImageInfo = probe_image(path, max_pixels)
+            info: ImageInfo = probe_image(path, max_pixels, decode_pixels, folder_id)
         except DatasetError as err:
             bad_images += err.problems
             if skip_bad_images:
@@ -108,7 +116,7 @@ def scan_dataset(
         sidecar = None
         if sidecar_path is not None:
             try:
-                sidecar = read_sidecar(sidecar_path)
+                sidecar = read_sidecar(sidecar_path, folder_id)
             except DatasetError as err:
                 problems += err.problems
                 continue
@@ -118,7 +126,7 @@ def scan_dataset(
             continue
         caption, source = chosen
         bucket = nearest_bucket(info.width, info.height, buckets)
-        items.append(ImageItem(path, caption, source, info.width, info.height, bucket))
+        items.append(ImageItem(path, caption, source, info.width, info.height, bucket, folder_id))
 
     if bad_images and not skip_bad_images:
         problems += [f"{p} (fix or remove it)" for p in bad_images]

@@ -14,10 +14,12 @@ Tensor conventions used by every hook:
 
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lorastudio.errors import FieldProblem, ModelSourceError
@@ -28,6 +30,19 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 Objective = Literal["ddpm", "flow"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One flavour of a family's architecture (FLUX.2 klein 4B / 9B, base / distilled ...): a
+    row of FamilySpec.variants, told apart by facts read from the checkpoint (see
+    `checkpoint_facts`), never by its name. The first row whose `when` facts all match wins."""
+
+    name: str  # "klein-9b-distilled"
+    title: str  # "FLUX.2 [klein] 9B (step-distilled)"
+    when: Mapping[str, Any]  # checkpoint fact -> value, e.g. {"is_distilled": True}
+    generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # over the spec's
+    note: str | None = None  # what training this flavour means (preflight report, run notes)
 
 
 @dataclass(frozen=True)
@@ -59,13 +74,16 @@ class FamilySpec:
     # module paths), fused into one matmul per group by TrainConfig.fuse_projections
     # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
     fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
-    # pipeline __call__ kwargs that make one step a single conditional forward (classifier-free
-    # guidance off): what "one denoising step of the pipeline" means for predict's contract
-    unguided_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # pipeline __call__ kwargs that make each step ONE conditional denoiser call (classifier-free
+    # guidance off), e.g. {"guidance_scale": 1.0}; empty where the defaults already do. What "one
+    # denoising step of the pipeline" means for predict's contract (tests/families)
+    no_cfg_kwargs: Mapping[str, Any] = field(default_factory=dict)
     # the pipeline's default guidance (generation_defaults) runs a second pass on a negative
     # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
     # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
     guides_with_negative: bool = False
+    # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
+    variants: tuple[Variant, ...] = ()
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -80,6 +98,7 @@ class FamilySpec:
             "supports": sorted(self.supports),
             "wide_compile": bool(self.wide_compile_blocks),
             "fuse_projections": bool(self.fused_projection_groups),
+            "variants": [v.title for v in self.variants],
         }
 
 
@@ -101,6 +120,58 @@ class Family(ABC):
 
     spec: FamilySpec
 
+    # -- flavours ------------------------------------------------------------------------------
+    def checkpoint_facts(self, source: str, revision: str | None) -> dict[str, Any]:
+        """What the checkpoint says about its flavour: model_index.json's plain attributes (e.g.
+        `is_distilled`) and the denoiser's config as "<denoiser>.<key>" (e.g.
+        "transformer.guidance_embeds"). Raises ModelSourceError when they cannot be read."""
+        import diffusers
+
+        cls = getattr(diffusers, self.spec.denoiser_class)
+        try:
+            index = diffusers.DiffusionPipeline.load_config(source, revision=revision)
+            denoiser = cls.load_config(source, subfolder=self.spec.denoiser, revision=revision)
+        except (OSError, ValueError) as err:
+            raise ModelSourceError(f"cannot read the configs of {source!r}: {err}") from err
+        return config_facts(index, self.spec.denoiser, denoiser)
+
+    def folder_variant(self, folder: Path) -> Variant | None:
+        """The variant of a local pipeline folder, from its model_index.json and denoiser
+        config.json read as plain JSON (no diffusers import: cheap enough for a preflight).
+        None when the family has no variants, no row matches, or the files cannot be read."""
+        if not self.spec.variants:
+            return None
+        try:
+            index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+            denoiser = json.loads((folder / self.spec.denoiser / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return self.variant(config_facts(index, self.spec.denoiser, denoiser))
+
+    def source_variant(self, source: str, revision: str | None) -> Variant | None:
+        """The variant of a run's base model source: a local folder's (folder_variant), else the
+        hub checkpoint's configs (checkpoint_facts; None when they cannot be read)."""
+        if not self.spec.variants:
+            return None
+        if Path(source).is_dir():
+            return self.folder_variant(Path(source))
+        try:
+            return self.variant(self.checkpoint_facts(source, revision))
+        except ModelSourceError:
+            return None
+
+    def variant(self, facts: Mapping[str, Any]) -> Variant | None:
+        """The first row of spec.variants whose `when` facts all match `facts`; None if none does."""
+        for row in self.spec.variants:
+            if all(facts.get(k) == v for k, v in row.when.items()):
+                return row
+        return None
+
+    def generation_defaults(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """spec.generation_defaults with the checkpoint's variant's overrides applied."""
+        row = self.variant(facts)
+        return {**self.spec.generation_defaults, **(row.generation_defaults if row else {})}
+
     # -- validation -------------------------------------------------------------------------
     def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
         """Problems specific to this family beyond the generic checks (default: none)."""
@@ -110,10 +181,9 @@ class Family(ABC):
         """Whether the base at `source` (a pipeline folder, or a hub id as preflight resolved
         it) is step-distilled (turbo / few-step: what TrainConfig.assistant_lora is for), and
         where that was read; (None, None) when nothing says. Default: model_index.json's
-        `is_distilled`, else the known-checkpoint row of its hub repo (basemodels/checkpoints.py).
-        A family whose checkpoints say it another way overrides this."""
-        from pathlib import Path
-
+        `is_distilled` (absent: its pipeline's default), the flag variant rows such as
+        flux2-klein's read too, else the known-checkpoint row of its hub repo
+        (basemodels/checkpoints.py). A family whose checkpoints say it another way overrides this."""
         from lorastudio.basemodels.checkpoints import checkpoint_facts
         from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
 
@@ -170,15 +240,6 @@ class Family(ABC):
         (negative_prompt_embeds and friends), from the collated conditioning of "". Only
         families with spec.guides_with_negative are asked. Default: none."""
         return {}
-
-    def to_pipeline_latents(self, latents: torch.Tensor, denoiser: Any) -> Any:
-        """latents [B,C,h,w] -> the layout the pipeline's `latents=` argument and its
-        output_type="latent" use (packed tokens for the patched transformers). Default: as is."""
-        return latents
-
-    def from_pipeline_latents(self, latents: Any, denoiser: Any, hw: tuple[int, int]) -> torch.Tensor:
-        """Inverse of to_pipeline_latents: the pipeline's latents -> [B,C,h,w] (hw = (h, w))."""
-        return latents
 
     # -- phase 2: latents ----------------------------------------------------------------------
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
@@ -243,6 +304,18 @@ class Family(ABC):
         in the objective's target space: epsilon or v for DDPM (per the scheduler config),
         noise - x0 for flow."""
 
+    def to_pipeline_latents(self, pipe: Any, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B,C,h,w] (normalised) -> what `pipe`'s `latents=` argument takes (packed
+        tokens for the patched transformers; `pipe` for what the layout needs, e.g. its
+        denoiser's patch size). Default: the same tensor."""
+        return latents
+
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        """Inverse of to_pipeline_latents: `pipe`'s output_type="latent" result -> latents
+        [B,C,h,w] in the family's latent space (latent_hw = (h, w); `pipe` for what the
+        conversion needs, e.g. its VAE's statistics or its denoiser's patch size). Default: as is."""
+        return out
+
     # -- noise schedule ------------------------------------------------------------------------
     def scheduler_config(self, source: str, revision: str | None) -> dict[str, Any]:
         """The base model's scheduler config (scheduler/scheduler_config.json) as a dict.
@@ -270,10 +343,26 @@ class Family(ABC):
         if cfg.flow_shift is not None:
             return static_shift(sigmas, cfg.flow_shift)
         if scheduler_config.get("use_dynamic_shifting"):
-            seq_len = (latent_hw[0] // 2) * (latent_hw[1] // 2)
+            p = self.spec.patch_size
+            seq_len = (latent_hw[0] // p) * (latent_hw[1] // p)  # image tokens
             mu = dynamic_shift_mu(seq_len, scheduler_config)
             return time_shift(sigmas, mu, scheduler_config.get("time_shift_type", "exponential"))
         return static_shift(sigmas, float(scheduler_config.get("shift", 1.0)))
+
+
+def config_facts(
+    index: Mapping[str, Any], denoiser_name: str, denoiser_config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Checkpoint facts (Family.checkpoint_facts) from a pipeline's model_index / pipe.config and
+    its denoiser's config: the plain (non-component, non-private) attributes of the first, and
+    every public key of the second as "<denoiser_name>.<key>"."""
+    facts = {
+        k: v for k, v in dict(index).items() if not k.startswith("_") and not isinstance(v, (list, tuple))
+    }
+    facts.update(
+        {f"{denoiser_name}.{k}": v for k, v in dict(denoiser_config).items() if not k.startswith("_")}
+    )
+    return facts
 
 
 def static_shift(sigmas: torch.Tensor, shift: float) -> torch.Tensor:

@@ -59,7 +59,7 @@ SPEC = FamilySpec(
         "ChromaTransformerBlock": DUAL_STREAM_QKV,
         "ChromaSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),
     },
-    unguided_kwargs={"guidance_scale": 1.0},  # ChromaPipeline guides when guidance_scale > 1
+    no_cfg_kwargs={"guidance_scale": 1.0},  # ChromaPipeline guides when guidance_scale > 1
     guides_with_negative=True,
 )
 

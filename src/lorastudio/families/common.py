@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.families.base import quiet_loading
+from lorastudio.families.base import config_facts, quiet_loading
 
 # the q/k/v projections of a dual-stream (MM-DiT) block: image stream, then text stream; each
 # triple reads one input (FamilySpec.fused_projection_groups of FLUX.1 and Qwen-Image)
@@ -101,6 +101,11 @@ def load_text_pipeline(
     return pipe
 
 
+def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:
+    """config_facts of a loaded pipeline (its config and its denoiser's)."""
+    return config_facts(pipe.config, denoiser_name, getattr(pipe, denoiser_name).config)
+
+
 def frozen(module: Any, device: torch.device) -> Any:
     """Move a loaded model to device, eval mode, no gradients; returns it."""
     return module.to(device).eval().requires_grad_(False)
@@ -110,10 +115,8 @@ class Packed2x2Latents:
     """Family mixin: the pipeline's latents are pack_2x2 tokens [B, hw/4, C*4] (FLUX.1,
     Qwen-Image, Chroma): Family.to_pipeline_latents / from_pipeline_latents."""
 
-    def to_pipeline_latents(self, latents: torch.Tensor, denoiser: Any) -> torch.Tensor:
+    def to_pipeline_latents(self, pipe: Any, latents: torch.Tensor) -> torch.Tensor:
         return pack_2x2(latents)  # [B, hw/4, C*4]
 
-    def from_pipeline_latents(
-        self, latents: torch.Tensor, denoiser: Any, hw: tuple[int, int]
-    ) -> torch.Tensor:
-        return unpack_2x2(latents, *hw)  # [B, C, h, w]
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        return unpack_2x2(out, *latent_hw)  # [B, C, h, w]

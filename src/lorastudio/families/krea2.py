@@ -63,7 +63,7 @@ SPEC = FamilySpec(
             ("ff.gate", "ff.up"),  # the SwiGLU's two input projections
         )
     },
-    unguided_kwargs={"guidance_scale": 0.0},  # Krea2Pipeline guides when guidance_scale > 0
+    no_cfg_kwargs={"guidance_scale": 0.0},  # Krea2Pipeline guides when guidance_scale > 0
     guides_with_negative=True,
 )
 
@@ -148,13 +148,11 @@ class Krea2Family(Family):
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return qwen_vae_posterior(vae, pixels)
 
-    def to_pipeline_latents(self, latents: torch.Tensor, denoiser: Any) -> torch.Tensor:
-        return pack_patches(latents, patch_side(denoiser))  # [B, hw/p^2, C*p^2]
+    def to_pipeline_latents(self, pipe: Any, latents: torch.Tensor) -> torch.Tensor:
+        return pack_patches(latents, patch_side(pipe.transformer))  # [B, hw/p^2, C*p^2]
 
-    def from_pipeline_latents(
-        self, latents: torch.Tensor, denoiser: Any, hw: tuple[int, int]
-    ) -> torch.Tensor:
-        return unpack_patches(latents, *hw, patch_side(denoiser))  # [B, C, h, w]
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        return unpack_patches(out, *latent_hw, patch_side(pipe.transformer))  # [B, C, h, w]
 
     def predict(
         self,

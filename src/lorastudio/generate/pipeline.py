@@ -125,7 +125,8 @@ def generate_image(
     guidance: float | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Image.Image:
-    """One image for `prompt`. steps/guidance default to the family's generation defaults;
+    """One image for `prompt`. steps/guidance default to the family's generation defaults (those
+    of the pipeline's variant: Family.generation_defaults);
     `extra` adds pipeline call arguments (e.g. max_sequence_length). The noise comes from a CPU
     generator seeded with `seed`, so a seed gives the same image on any device.
 
@@ -133,8 +134,10 @@ def generate_image(
     resolution multiple or steps < 1.
     """
     from lorastudio import families
+    from lorastudio.families.common import pipeline_facts
 
-    spec = families.get(family).spec
+    fam = families.get(family)
+    spec = fam.spec
     mult = spec.resolution_multiple
     problems = [
         FieldProblem(name, f"must be a positive multiple of {mult} for {spec.name}")
@@ -145,7 +148,7 @@ def generate_image(
         problems.append(FieldProblem("steps", "must be >= 1"))
     if problems:
         raise ConfigError(problems)
-    kwargs: dict[str, Any] = dict(spec.generation_defaults)
+    kwargs = fam.generation_defaults(pipeline_facts(pipe, spec.denoiser))  # the checkpoint's flavour
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:

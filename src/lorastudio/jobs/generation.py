@@ -1,20 +1,29 @@
-"""The resident generation pipeline: generate images with a base model and trained LoRAs.
+"""Generation for the server: check a request, run it in the generation worker, keep the gallery.
 
-One pipeline stays loaded between requests (reloaded when the base model changes). It is a
-resident workload of the GPU arbiter: generation is refused (JobActive) while training runs, and
-starting training releases the pipeline. Images go to the gallery (settings.home/gallery),
-written under a temporary name then renamed. `lorastudio.generate` (torch) is imported lazily,
-on the first generation.
+The pipeline never runs in the server process: it lives in a supervised worker subprocess
+(jobs/generation_worker.py, spawned and watched by jobs/generation_process.py) that keeps it
+loaded between requests and reloads it when the base model changes. The worker is a resident
+workload of the GPU arbiter: generation is refused (JobActive) while training runs, and
+starting training stops the worker, which frees its memory. A worker that dies during a request
+(killed by the out-of-memory killer, kill -9, a crash) or runs out of memory is reported as
+GenerationWorkerLost (HTTP 503) and the next request starts a fresh one; the server goes on.
+
+Every request is checked here, before any work, with every problem reported at once: the family,
+the revision, the size against the budget below, the LoRA files (their headers are read with a
+size cap and checked, lora/header.py) and the base model. Images go to the gallery
+(settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
+writes the sidecar, then renames the PNG into place. No torch here.
+
+The budget (per request): width and height each at most MAX_SIDE pixels, width x height at most
+MAX_PIXELS, steps at most MAX_STEPS, and width x height x steps at most MAX_PIXEL_STEPS.
 """
 
 from __future__ import annotations
 
 import datetime
-import gc
 import json
-import sys
+import os
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +31,21 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.basemodels import resolve_base_model
+from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
 from lorastudio.data.uploads import staged_write
-from lorastudio.errors import NotFound
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
+from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.lora.header import check_lora_file
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
+MAX_SIDE = 4096  # pixels, width and height each
+MAX_PIXELS = 2048 * 2048  # width x height: 4.2 megapixels
+MAX_STEPS = 200
+MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
 
 
 @dataclass(frozen=True)
@@ -68,86 +85,176 @@ def lora_file(settings: Settings, name: str) -> Path:
     return path
 
 
-class GenerationService:
-    """Loads, keeps and runs one generation pipeline; thread-safe."""
+def budget_problems(width: int, height: int, steps: int, multiple: int = 1) -> list[FieldProblem]:
+    """What is over the generation budget (see the module docstring) or not a multiple of the
+    family's resolution `multiple`; [] when the request fits."""
+    problems = []
+    for name, value in (("width", width), ("height", height)):
+        if value < multiple or value % multiple:
+            problems.append(FieldProblem(name, f"{value}: must be a positive multiple of {multiple}"))
+        elif value > MAX_SIDE:
+            problems.append(FieldProblem(name, f"{value} is over the generation budget of {MAX_SIDE} pixels"))
+    if not 1 <= steps <= MAX_STEPS:
+        problems.append(FieldProblem("steps", f"{steps}: must be between 1 and {MAX_STEPS}"))
+    pixels = width * height
+    if pixels > MAX_PIXELS:
+        problems.append(
+            FieldProblem(
+                "width",
+                f"{width}x{height} = {pixels / 1e6:.1f} MP is over the generation budget of "
+                f"{MAX_PIXELS / 1e6:.1f} MP per image",
+            )
+        )
+    elif pixels * steps > MAX_PIXEL_STEPS:
+        most = MAX_PIXEL_STEPS // max(pixels, 1)
+        problems.append(
+            FieldProblem(
+                "steps",
+                f"{steps} steps at {width}x{height} is over the generation budget of "
+                f"{MAX_PIXEL_STEPS / 1e6:.0f} M pixel-steps (at most {most} steps at this size)",
+            )
+        )
+    return problems
 
-    def __init__(self, settings: Settings, arbiter: GpuArbiter):
+
+class GenerationService:
+    """Checks requests and runs them in the one generation worker; thread-safe.
+
+    `worker_target` is the worker's entry point (tests wrap it to inject faults)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        arbiter: GpuArbiter,
+        worker_target: GenerationTarget = generation_worker_main,
+    ):
         self.settings = settings
         self.arbiter = arbiter
+        self._target = worker_target
         self._lock = threading.Lock()
-        self._pipe: Any = None
+        self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
+        self._process: GenerationProcess | None = None
         self._key: tuple[str, str, str | None] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
     def loaded(self) -> tuple[str, str, str | None] | None:
-        """(base model source, family, revision) of the resident pipeline, or None."""
+        """(base model source, family, revision) of the worker's resident pipeline, or None."""
         return self._key
 
-    def release(self) -> None:
-        """Free the resident pipeline (and its GPU memory). Idempotent."""
-        with self._lock:
-            self._release_locked()
+    @property
+    def worker_pid(self) -> int | None:
+        """The pid of the live generation worker, or None."""
+        process = self._process
+        return process.pid if process is not None and not process.spent else None
 
-    def _release_locked(self) -> None:
-        if self._pipe is None:
-            return
-        self._pipe = None
+    def release(self) -> None:
+        """Stop the worker, freeing its pipeline and memory (the GPU for training). Idempotent."""
+        with self._lock:
+            self._stop_locked()
+
+    def shutdown(self) -> None:
+        """Stop the worker and the spawner thread (the server is stopping). A generation in
+        flight is not waited for: its worker is killed (that request fails)."""
+        process = self._process
+        if not self._lock.acquire(timeout=1.0):
+            if process is not None:
+                process.kill()
+            self._lock.acquire()
+        try:
+            self._stop_locked()
+        finally:
+            self._lock.release()
+        self._spawner.close()
+
+    def _stop_locked(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+        self._process = None
         self._key = None
-        gc.collect()
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available():
-            torch.cuda.empty_cache()
+
+    def check(self, req: GenerationRequest) -> tuple[str, list[tuple[str, float]]]:
+        """Check everything about `req` before any work: returns (base model source, [(LoRA file,
+        scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
+        not a LoRA of this family: every problem at once), NotFound (a LoRA name),
+        ModelSourceError (the base model)."""
+        family = families.get(req.family)
+        problems = budget_problems(req.width, req.height, req.steps, family.spec.resolution_multiple)
+        if req.revision is not None and (why := revision_problem(req.revision)):
+            problems.append(FieldProblem("revision", why))
+        loras = [(lora_file(self.settings, c.name), c.scale) for c in req.loras]
+        for i, (path, _) in enumerate(loras):
+            try:
+                check_lora_file(path, family.spec.name)
+            except (ModelSourceError, NotFound) as err:
+                problems.append(FieldProblem(f"loras.{i}", str(err)))
+        if problems:
+            raise ConfigError(problems)
+        source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
+        return source, [(str(p), s) for p, s in loras]
 
     def generate(self, req: GenerationRequest) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
-        Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises UnknownFamily, ModelSourceError, NotFound (LoRA), JobActive (training
-        holds the GPU)."""
-        family = families.get(req.family)
-        source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings)
-        loras = [(str(lora_file(self.settings, c.name)), c.scale) for c in req.loras]
-        t0 = time.perf_counter()
-        with self.arbiter.generation(), self._lock:
-            from lorastudio import generate as gen
-
-            key = (source, family.spec.name, req.revision)
-            if self._key != key:
-                self._release_locked()
-                self._pipe = gen.load_pipeline(source, family.spec.name, revision=req.revision)
-                self._key = key
-            gen.apply_loras(self._pipe, loras)
-            image = gen.generate_image(
-                self._pipe,
-                family.spec.name,
-                prompt=req.prompt,
-                seed=req.seed,
-                steps=req.steps,
-                width=req.width,
-                height=req.height,
-                guidance=req.guidance,
-            )
-        seconds = time.perf_counter() - t0
+        Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises what `check` raises,
+        JobActive (training holds the GPU), GenerationFailed / GenerationWorkerLost (the worker
+        failed / died: the next request starts a fresh worker)."""
+        source, loras = self.check(req)
+        family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
         out_dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         target = out_dir / f"{stamp}-{req.seed}-{uuid.uuid4().hex[:8]}.png"
-        meta = {
-            "prompt": req.prompt,
-            "seed": req.seed,
-            "family": family.spec.name,
-            "base_model": req.base_model,
-            "steps": req.steps,
-            "guidance": req.guidance,
-            "width": image.width,
-            "height": image.height,
-            "loras": [{"name": c.name, "scale": c.scale} for c in req.loras],
-        }
-        # The sidecar first, the image last: a listed PNG always has its complete sidecar.
-        with staged_write(target.with_suffix(".json")) as tmp:
-            tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        with staged_write(target) as tmp:
-            image.save(tmp, format="PNG")
-        return {**meta, "file": target.name, "path": str(target), "seconds": round(seconds, 3)}
+        staging = target.with_name(f".{target.name}.partial")
+        job = GenerationJob(
+            source=source,
+            family=family,
+            revision=req.revision,
+            prompt=req.prompt,
+            seed=req.seed,
+            steps=req.steps,
+            width=req.width,
+            height=req.height,
+            guidance=req.guidance,
+            loras=tuple(loras),
+            out_path=str(staging),
+        )
+        try:
+            with self.arbiter.generation(), self._lock:
+                result = self._run_locked(job)
+            meta = {
+                "prompt": req.prompt,
+                "seed": req.seed,
+                "family": family,
+                "base_model": req.base_model,
+                "steps": req.steps,
+                "guidance": req.guidance,
+                "width": result["width"],
+                "height": result["height"],
+                "loras": [{"name": c.name, "scale": c.scale} for c in req.loras],
+            }
+            # The sidecar first, the image last: a listed PNG always has its complete sidecar.
+            with staged_write(target.with_suffix(".json")) as tmp:
+                tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            os.replace(staging, target)
+        finally:
+            staging.unlink(missing_ok=True)
+        return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
+
+    def _run_locked(self, job: GenerationJob) -> dict[str, Any]:
+        """Run `job` in the worker (started if there is none); forget a worker that died."""
+        if self._process is None or self._process.spent:
+            self._key = None
+            process = GenerationProcess(self._spawner, self._target, self.settings)
+            self._process = process
+            process.start()
+        self._key = None  # unknown while the job runs (and after it failed)
+        try:
+            result = self._process.call(job)
+        finally:
+            if self._process.spent:  # died or ran out of memory: the next job gets a fresh one
+                self._process = None
+        self._key = job.key
+        return result
 
 
 def gallery_images(settings: Settings) -> list[dict[str, Any]]:

@@ -7,12 +7,14 @@ under its lock at its single ingestion point, then records what the returned `Fo
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from lorastudio.jobs.records import Job, JobStatus, metric_point, sanitize
+from lorastudio.jobs.busy import BUSY, WorkerBusy
+from lorastudio.jobs.records import Job, JobStatus, metric_point, now_iso, sanitize
 from lorastudio.training.events import parse_event
 
 log = logging.getLogger("lorastudio.jobs")
@@ -39,6 +41,8 @@ def parse_tagged(item: Any) -> tuple[int, int, dict[str, Any]] | None:
     None (with a warning in the log) when it is malformed."""
     try:
         generation, pid, raw = item
+        if isinstance(raw, dict) and raw.get("type") == BUSY:  # the worker's own message (jobs/busy.py)
+            return generation, pid, WorkerBusy.model_validate(raw).model_dump()
         event = parse_event(raw)
     except (ValueError, TypeError, ValidationError) as err:
         log.warning("ignoring a malformed worker event: %s", err)
@@ -76,4 +80,9 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
         final = (JobStatus.STOPPED if data["stopped"] else JobStatus.COMPLETED, None)
     elif kind == "error":
         final = (JobStatus.FAILED, data["message"])
+    elif kind == BUSY:
+        job.busy = (
+            None if data["work"] is None else {"work": data["work"], "step": data["step"], "since": now_iso()}
+        )
+        job.busy_changed_at = time.monotonic()
     return Folded(point=point, now_running=now_running, final=final)

@@ -41,8 +41,9 @@ from pathlib import Path
 
 from lorastudio.config import TrainConfig
 from lorastudio.jobs.channel import CHANNEL_ENV, ChannelError, RankJob, recv_json, send_frame, send_json
+from lorastudio.jobs.childenv import child_environment
 from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
-from lorastudio.jobs.worker import WorkerArgs, scrub_environment
+from lorastudio.jobs.worker import WorkerArgs
 from lorastudio.settings import Settings
 from lorastudio.training.events import Error
 
@@ -172,8 +173,7 @@ class TorchrunWorker:
         return self._agent.pid
 
     def _environment(self, channel: str) -> dict[str, str]:
-        env = dict(os.environ)
-        scrub_environment(env)  # no studio secrets; the hub token only as HF_TOKEN
+        env = child_environment(os.environ)  # no secrets: the ranks get the hub token in RankJob
         for name in _LAUNCH_VARIABLES:
             env.pop(name, None)
         env[CHANNEL_ENV] = channel
@@ -355,8 +355,8 @@ class TorchrunWorker:
         if self._agent is not None and self._agent.poll() is None:
             self._agent.kill()
 
-    def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
-        escalate(self, timeouts, stop_at, ended_at)
+    def escalate(self, timeouts: Timeouts, stop_deadline: float | None, ended_at: float | None) -> None:
+        escalate(self, timeouts, stop_deadline, ended_at)
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the agent and every rank to be gone; True if they are."""

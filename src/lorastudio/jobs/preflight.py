@@ -63,7 +63,7 @@ class PlanValues:
 def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[str, Any]:
     """A JSON-able report: dataset (images found/used/dropped with reasons, captions, buckets),
     schedule (steps, epochs), precision, the memory plan (`plan`: each plan setting's value and
-    source) and a rough memory estimate. `host` defaults to this machine (tests pass another)."""
+    source), a rough memory estimate and the base model's flavour (`family`: family_section). `host` defaults to this machine (tests pass another)."""
     cfg = run.config
     scan = run.scan
     host = host or host_info()
@@ -110,6 +110,20 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
         "plan": plan,
         "memory": _memory_section(cfg, run.model_dir, host),
         "host": host.public(),
+        "family": family_section(cfg, run.model_dir),
+    }
+
+
+def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:
+    """The base model's flavour (a row of FamilySpec.variants, read from the local folder's
+    configs) and what training it means: {"name", "variant": title or None (no variants, a hub
+    id: read when the run loads it, or no row matched), "notes": [...]}."""
+    fam = families.get(cfg.family)
+    row = fam.folder_variant(model_dir) if model_dir is not None else None
+    return {
+        "name": fam.spec.name,
+        "variant": row.title if row else None,
+        "notes": [row.note] if row and row.note else [],
     }
 
 

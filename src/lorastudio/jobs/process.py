@@ -29,11 +29,14 @@ WorkerTarget = Callable[[WorkerArgs, Any, Any, Any], None]
 
 @dataclass(frozen=True)
 class Timeouts:
-    """stop_grace_s: after a stop request, how long the worker may take before it is terminated;
+    """stop_grace_s: after a stop request, or after the end of the work in flight it waits for
+    (a sample round, a checkpoint: jobs/busy.py), how long the worker may take before it is
+    terminated; busy_grace_s: the most a stop waits while such work is in flight;
     kill_grace_s: after terminate, before kill; exit_grace_s: after its terminal event, how long
     it may take to exit."""
 
     stop_grace_s: float = 30.0
+    busy_grace_s: float = 900.0
     kill_grace_s: float = 5.0
     exit_grace_s: float = 30.0
 
@@ -52,18 +55,21 @@ class JobWorker(Protocol):
     def request_stop(self, save: bool) -> None: ...
     def terminate(self) -> None: ...
     def kill(self) -> None: ...
-    def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None: ...
+    def escalate(self, timeouts: Timeouts, stop_deadline: float | None, ended_at: float | None) -> None: ...
     def join(self, timeout: float) -> bool: ...
     def failure_reason(self) -> str: ...
     def close(self) -> None: ...
 
 
-def escalate(worker: JobWorker, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
-    """Terminate, then kill, a worker that overstays its stop request (monotonic time `stop_at`)
-    or its terminal event (`ended_at`); None: no such moment yet."""
+def escalate(
+    worker: JobWorker, timeouts: Timeouts, stop_deadline: float | None, ended_at: float | None
+) -> None:
+    """Terminate, then kill, a worker that overstays its stop request (monotonic deadline
+    `stop_deadline`, jobs/busy.py stop_deadline) or its terminal event (`ended_at`); None: no
+    such moment yet."""
     deadlines = []
-    if stop_at is not None:
-        deadlines.append(stop_at + timeouts.stop_grace_s)
+    if stop_deadline is not None:
+        deadlines.append(stop_deadline)
     if ended_at is not None:
         deadlines.append(ended_at + timeouts.exit_grace_s)
     if not deadlines:
@@ -146,10 +152,10 @@ class WorkerProcess:
         if self.process.exitcode is None:
             self.process.kill()
 
-    def escalate(self, timeouts: Timeouts, stop_at: float | None, ended_at: float | None) -> None:
-        """Terminate, then kill, a worker that overstays its stop request (monotonic time
-        `stop_at`) or its terminal event (`ended_at`); None: no such moment yet."""
-        escalate(self, timeouts, stop_at, ended_at)
+    def escalate(self, timeouts: Timeouts, stop_deadline: float | None, ended_at: float | None) -> None:
+        """Terminate, then kill, a worker that overstays its stop deadline or its terminal
+        event (`ended_at`); None: no such moment yet."""
+        escalate(self, timeouts, stop_deadline, ended_at)
 
     def failure_reason(self) -> str:
         """Why the job failed when the process ended without a terminal event."""

@@ -8,7 +8,8 @@ The rank:
    with the server): the agent dies with the server, so every rank does too;
 2. connects to the service, says hello (rank, pid) and receives its RankJob; a reader thread
    takes stop requests (rank 0) and exits the process at once if the service's end closes;
-3. drops secrets not meant for it, then runs `train()`. Rank 0 sends every event tagged
+3. takes the hub token from its job's settings where the run needs it (jobs/childenv.py; its
+   environment has no secrets), then runs `train()`. Rank 0 sends every event tagged
    (generation, agent pid), the identity the service fences on; the engine keeps the other
    ranks silent. Every rank reports "done" (exit code, error) just before it exits: a
    connection that closes without it tells the service the rank died.
@@ -24,6 +25,7 @@ import threading
 from pathlib import Path
 
 from lorastudio.errors import LorastudioError
+from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.channel import (
     AGENT_PID_ENV,
     CHANNEL_ENV,
@@ -33,7 +35,9 @@ from lorastudio.jobs.channel import (
     recv_json,
     send_json,
 )
-from lorastudio.jobs.worker import bind_to_parent, scrub_environment
+from lorastudio.jobs.childenv import give_hub_token
+from lorastudio.jobs.diskspace import explain_write_failure, output_folder
+from lorastudio.jobs.worker import bind_to_parent
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
 EXIT_SERVICE_GONE = 3
@@ -43,8 +47,10 @@ class RankChannel:
     """A rank's side of the socket: emit (rank 0 only; events tagged), should_stop (the latest
     stop request from the service), done (the last message)."""
 
-    def __init__(self, sock: socket.socket, tag: tuple[int, int], rank: int):
+    def __init__(self, sock: socket.socket, tag: tuple[int, int], rank: int, folder: Path, busy: BusyTracker):
         self._sock = sock
+        self._folder = folder  # the run's output folder (named by a full disk's error)
+        self._busy = busy  # rank 0: work a stop must wait for (jobs/busy.py)
         self._tag = tag
         self._rank = rank
         self._send_lock = threading.Lock()
@@ -68,12 +74,22 @@ class RankChannel:
     def emit(self, event: Event) -> None:
         if self._rank != 0:
             return
+        if isinstance(event, Error):  # a full disk is said so, not in torch's words
+            event = Error(message=explain_write_failure(event.message, self._folder))
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
         self._send({"kind": "event", "item": [*self._tag, event.model_dump(mode="json")]})
+        self._send_busy(self._busy.after_event(event))
 
     def should_stop(self) -> StopRequest | None:
-        return self._stop
+        request = self._stop
+        if self._rank == 0:
+            self._send_busy(self._busy.after_poll(request))
+        return request
+
+    def _send_busy(self, message: dict | None) -> None:
+        if message is not None:
+            self._send({"kind": "event", "item": [*self._tag, message]})
 
     def done(self, code: int, message: str | None) -> None:
         self._send({"kind": "done", "code": code, "message": message})
@@ -132,8 +148,9 @@ def main() -> None:
     bind_to_parent(int(os.environ[AGENT_PID_ENV]))
     rank = int(os.environ["RANK"])
     sock, job = connect(os.environ[CHANNEL_ENV], rank)
-    scrub_environment(os.environ)
-    channel = RankChannel(sock, job.tag, rank)
+    give_hub_token(job.args.settings, job.args.config.base_model)
+    folder = output_folder(job.args.settings.outputs_dir, job.args.config.output_name)
+    channel = RankChannel(sock, job.tag, rank, folder, BusyTracker(job.args.config))
     channel.listen()
     code, message = run_rank(job, channel)
     channel.done(code, message)

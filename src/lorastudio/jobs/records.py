@@ -123,6 +123,8 @@ class Job:
     stop_save: bool | None = None  # set when a stop was requested
     generation: int = 0  # identity of the worker process that runs it (0 = none yet)
     pid: int | None = None
+    busy: dict[str, Any] | None = None  # work in flight a stop waits for: {work, step, since} (jobs/busy.py)
+    busy_changed_at: float | None = None  # monotonic time busy last changed
 
     @property
     def live(self) -> bool:
@@ -148,5 +150,6 @@ class Job:
             "error": self.error,
             "pid": self.pid,
             "stop_requested": None if self.stop_save is None else {"save": self.stop_save},
+            "busy": self.busy,
             "config": self.config.model_dump(mode="json"),
         }

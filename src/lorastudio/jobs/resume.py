@@ -117,6 +117,7 @@ def validate_resume(
         trigger_word=cfg.trigger_word,
         default_caption=cfg.default_caption,
         max_pixels=settings.max_image_pixels,
+        decode_pixels=settings.max_decode_pixels,
     )
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
     if problems:

@@ -9,7 +9,13 @@ GPU, jobs/launcher.py, whose rank 0 sends the same tagged events) and pumps its 
 one is fenced by worker identity, sanitised (non-finite -> None) and folded into the job's
 snapshot under the lock, stored, and appended to the event log that the SSE stream reads. A
 worker that dies without a terminal event fails the job with "exited unexpectedly (code N)" (a
-launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill.
+launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill;
+it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). The pump is
+in jobs/pump.py.
+
+Nothing a job does ends the dispatcher: a run store write that fails (a full disk) fails the
+job with the reason ("no space left on device") and kills its worker; a job state the store
+refused is written again about once a second until the store agrees (jobs/persist.py).
 
 GPU hand-over: the job's training reservation in the arbiter is released the moment the job
 turns final (terminal event ingested, or the process found dead), so generation may start while
@@ -31,9 +37,10 @@ from typing import Any
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
+from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.preflight import preflight_report
-from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts, WorkerTarget
+from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
+from lorastudio.jobs.pump import EventPump
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
@@ -44,11 +51,8 @@ from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
 
-POLL_S = 0.1  # how often the pump checks the worker between events
-DRAIN_S = 0.3  # how long to wait for the last events of a worker that exited
 
-
-class JobService:
+class JobService(EventPump):
     """Runs training jobs one at a time. `start()` before use, `shutdown()` at the end."""
 
     def __init__(
@@ -63,6 +67,7 @@ class JobService:
     ):
         self.settings = settings
         self.store = store
+        self._recorder = JobRecorder(store)  # job state -> store, retried while the store fails
         self.arbiter = arbiter
         self.timeouts = timeouts or Timeouts()
         self._target = worker_target
@@ -96,6 +101,8 @@ class JobService:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        with self._cond:
+            self._recorder.retry()  # a last try for writes a full disk refused
 
     # -- queries ---------------------------------------------------------------------------------
     def status(self, since: int | None = None) -> dict[str, Any]:
@@ -180,11 +187,16 @@ class JobService:
         with self._cond:
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
             earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
-            for point in earlier:
-                job.history.add(point)
-                self.store.add_metric(job.id, point)
-            job.steps_run = resume.step
-            self.store.update_run(job.id, steps_run=resume.step)
+            try:
+                for point in earlier:
+                    job.history.add(point)
+                    self.store.add_metric(job.id, point)
+                job.steps_run = resume.step
+                self.store.update_run(job.id, steps_run=resume.step)
+            except STORE_ERRORS as err:  # a full disk: the resume is refused, nothing runs
+                self._queue.remove(job)
+                self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))
+                raise
             return job.snapshot()
 
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
@@ -227,7 +239,7 @@ class JobService:
             if job.status != JobStatus.STOPPING:
                 job.status = JobStatus.STOPPING
                 self._stop_at = time.monotonic()
-                self.store.update_run(job.id, status=JobStatus.STOPPING)
+                self._recorder.record(job)
                 self._log_status(job)
             worker = self._worker
             snapshot = job.snapshot()
@@ -249,24 +261,17 @@ class JobService:
 
     # -- dispatcher + pump (one thread for the service's life) -----------------------------------
     def _dispatch_loop(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._closing or (self._active is None and bool(self._queue)))
-                if self._closing:
-                    return
-                job = self._queue.popleft()
-                self._active = job
+        """Run queued jobs one after another until shutdown. Nothing a job does ends this loop:
+        a store or file system failure fails that job (with the reason), a bug too."""
+        while (job := self._next_job()) is not None:
             try:
                 self._run(job)
+            except STORE_ERRORS as err:
+                log.error("job %s: the job service could not go on with it: %s", job.id, err)
+                self._abandon(job, store_failure(err, self.store))
             except Exception:  # a bug must not kill the dispatcher: fail the job, keep serving
                 log.exception("job %s failed inside the job service", job.id)
-                with self._cond:
-                    if job.live:
-                        self._finish(
-                            job,
-                            JobStatus.FAILED,
-                            error="internal error in the job service (see the server log)",
-                        )
+                self._abandon(job, "internal error in the job service (see the server log)")
             finally:
                 with self._cond:
                     self._active = None
@@ -274,6 +279,34 @@ class JobService:
                     self._worker = None
                     self._stop_at = None
                     self._cond.notify_all()
+
+    def _next_job(self) -> Job | None:
+        """Wait for a job to run (None: the service is closing); meanwhile, retry the store
+        writes that failed (a full disk) about once a second."""
+        with self._cond:
+            while True:
+                ready = self._cond.wait_for(
+                    lambda: self._closing or (self._active is None and bool(self._queue)),
+                    timeout=RETRY_S if self._recorder.pending else None,
+                )
+                self._recorder.retry()
+                if self._closing:
+                    return None
+                if ready:
+                    job = self._queue.popleft()
+                    self._active = job
+                    return job
+
+    def _abandon(self, job: Job, error: str) -> None:
+        """Fail `job` after an unexpected error of the service, its worker killed."""
+        with self._cond:
+            worker = self._worker
+        if worker is not None:
+            worker.kill()
+            worker.join(5.0)
+        with self._cond:
+            if job.live:
+                self._finish(job, JobStatus.FAILED, error=error)
 
     def _run(self, job: Job) -> None:
         """Give `job` the GPU(s), start its worker, pump it to the end, free the GPU(s)."""
@@ -307,7 +340,7 @@ class JobService:
                     self._log_status(job)
                 elif job.stop_save is not None:  # a stop arrived while the worker was spawning
                     worker.request_stop(job.stop_save)
-                self.store.update_run(job.id, status=job.status, started_at=job.started_at)
+                self._recorder.record(job)
             self._pump(job, worker)
         except (OSError, RuntimeError) as err:  # spawn failures (no memory, bad __main__, ...)
             with self._cond:
@@ -315,75 +348,15 @@ class JobService:
         finally:
             self.arbiter.end_training(job.id)  # normally already freed by `_finish`
 
-    def _pump(self, job: Job, worker: JobWorker) -> None:
-        """Fold the worker's events into `job` until it ended and the process exited."""
-        ended_at: float | None = None  # monotonic time of the terminal event
-        while True:
-            item = worker.next_event(POLL_S)
-            if item is not None:
-                if self._ingest(job, item) and ended_at is None:
-                    ended_at = time.monotonic()
-            elif worker.exitcode is not None:
-                self._drain(job, worker)
-                break
-            if self._closing:
-                worker.kill()
-                worker.join(5.0)
-                with self._cond:
-                    if job.live:
-                        self._finish(job, JobStatus.INTERRUPTED, error="the server stopped during this run")
-                break
-            with self._cond:
-                stop_at = self._stop_at
-            worker.escalate(self.timeouts, stop_at, ended_at)
-        with self._cond:
-            if job.live:
-                if job.status == JobStatus.STOPPING:
-                    note = "the worker did not stop in time and was terminated; no LoRA was saved"
-                    self._finish(job, JobStatus.STOPPED, error=note)
-                else:
-                    self._finish(job, JobStatus.FAILED, error=worker.failure_reason())
-        worker.close()
-
-    def _drain(self, job: Job, worker: JobWorker) -> None:
-        """Ingest what the exited worker still had in flight."""
-        while (item := worker.next_event(DRAIN_S)) is not None:
-            self._ingest(job, item)
-
-    def _ingest(self, job: Job, item: TaggedEvent) -> bool:
-        """The one ingestion point: fence by worker identity, fold (`ingest.fold_event`), log,
-        store. Returns True if `item` was `job`'s terminal event."""
-        parsed = parse_tagged(item)
-        if parsed is None:
-            self.ignored_events += 1
-            return False
-        generation, pid, data = parsed
-        with self._cond:
-            if generation != job.generation or pid != job.pid or not job.live:
-                self.ignored_events += 1
-                return False
-            folded = fold_event(job, data)
-            if folded.now_running:
-                self._log_status(job)
-            self._log_event(job, data)
-            if folded.final is not None:
-                self._finish(job, *folded.final)
-        if folded.plan is not None:
-            self.store.set_plan(job.id, folded.plan)
-        if folded.point is not None:
-            self.store.add_metric(job.id, folded.point)
-        elif data["type"] == "progress":
-            self.store.update_run(job.id, steps_run=job.steps_run)
-        return data["type"] in TERMINAL_EVENTS
-
     # -- bookkeeping (callers hold the lock) -------------------------------------------------------
     def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:
         """Make `job` final: record it, log its status and free its GPU reservation (a no-op
         for a job that does not hold it), all before any reader can see the final status."""
         job.status = status
         job.error = error
+        job.busy = None
         job.finished_at = now_iso()
-        self.store.finish_run(job.id, status, job.finished_at, error, job.steps_run, job.lora_path)
+        self._recorder.record(job)  # a failed write is retried until the store has it
         self.arbiter.end_training(job.id)
         self._log_status(job)
 

@@ -1,7 +1,8 @@
 """The run store: every training run, its config, metric points, outputs and error, in SQLite.
 
 It survives a server restart. `RunStore.open` marks every run that was live when the previous
-server died as interrupted. Every write is one transaction. Thread-safe (one connection behind a
+server died as interrupted. Every write is one transaction; a write on a full disk raises
+NoSpaceLeft and leaves the store as it was. Thread-safe (one connection behind a
 lock), so the job service's pump thread and the API threads can share one store.
 """
 
@@ -11,11 +12,11 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from lorastudio.errors import NotFound
+from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
 
 _SCHEMA = """
@@ -103,16 +104,25 @@ class RunStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
-        """One transaction: committed when the block ends, rolled back if it raises."""
+        """One transaction: committed when the block ends, rolled back if it raises (also when
+        the COMMIT fails). Raises NoSpaceLeft when the disk is full (the store is unchanged and
+        usable again once there is room), sqlite3.Error for other store failures."""
         with self._lock:
             cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
-                yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    yield cur
+                    cur.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:  # SQLite may have rolled back already
+                        with suppress(sqlite3.Error):
+                            cur.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as err:
+                if is_no_space(err):
+                    raise NoSpaceLeft("the run store could not be written", self.path) from err
                 raise
-            cur.execute("COMMIT")
 
     # -- writes ----------------------------------------------------------------------------------
     def mark_interrupted(self) -> int:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lorastudio import families
 from lorastudio.basemodels import inspect_folder, resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.config_rules import compile_device_problems
+from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.errors import (
     ConfigError,
@@ -73,7 +73,12 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
 
     model_source: str | None = None
     model_dir: Path | None = None
-    if "base_model" not in reported and isinstance(raw.get("base_model"), str) and family is not None:
+    if (
+        "base_model" not in reported
+        and "revision" not in reported  # a bad revision never reaches the hub cache's paths
+        and isinstance(raw.get("base_model"), str)
+        and family is not None
+    ):
         try:
             revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
             model_source, model_dir = resolve_base_model(
@@ -106,6 +111,7 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
                 trigger_word=cfg.trigger_word,
                 default_caption=cfg.default_caption,
                 max_pixels=settings.max_image_pixels,
+                decode_pixels=settings.max_decode_pixels,
             )
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
@@ -164,6 +170,7 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
             )
         problems += data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
     problems += plan_host_problems(cfg, host.device)  # memory_budget_gb / offload_blocks need CUDA
+    problems += optimizer_host_problems(cfg.optimizer, host.device)  # 8-bit: CUDA + bitsandbytes
     return problems
 
 

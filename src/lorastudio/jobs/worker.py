@@ -4,8 +4,8 @@ This is the only module that imports the training engine (lazily, inside the chi
 1. binds itself to the server's lifetime: on Linux, prctl(PR_SET_PDEATHSIG, SIGKILL) through
    ctypes, plus a watchdog thread that exits when the parent pid changes (other systems, and
    the race where the parent died before prctl);
-2. removes secrets not meant for it from its environment (the API token, anything with TOKEN
-   or SECRET in its name, except HF_TOKEN which model downloads need);
+2. starts with an environment without secrets (jobs/childenv.py: the server dropped them before
+   it started anything); a run from a hub id gets the hub token from its settings as HF_TOKEN;
 3. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=..., resume=...)`
    (resume: the checkpoint folder of a resumed run, else None), sending every
    event to the parent tagged with (generation, pid) so the parent can ignore events of a
@@ -23,24 +23,26 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError
+from lorastudio.jobs.busy import BusyTracker
+from lorastudio.jobs.childenv import give_hub_token
+from lorastudio.jobs.diskspace import explain_write_failure, output_folder
 from lorastudio.settings import Settings
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
 PR_SET_PDEATHSIG = 1
-KEPT_SECRETS = frozenset({"HF_TOKEN"})
 WATCHDOG_PERIOD_S = 0.5
 
 
 @dataclass(frozen=True)
 class WorkerArgs:
-    """What the child needs (picklable). settings carries no API token."""
+    """What the child needs (picklable). settings carries no API token; its hf_token is how the
+    hub token reaches the worker (not the environment)."""
 
     job_id: str
     generation: int
@@ -48,24 +50,6 @@ class WorkerArgs:
     settings: Settings
     parent_pid: int
     resume: str | None = None  # checkpoint folder to continue from (a resumed run)
-
-
-def scrub_environment(env: MutableMapping[str, str]) -> list[str]:
-    """Remove secrets the worker must not see from `env`; returns the removed names (sorted).
-    The studio's hub token (LORASTUDIO_HF_TOKEN) reaches the worker only as HF_TOKEN, the one
-    name the hub client reads, so a run from a gated hub id can download its base."""
-    studio_hf_token = env.get("LORASTUDIO_HF_TOKEN")
-    if studio_hf_token and not env.get("HF_TOKEN"):
-        env["HF_TOKEN"] = studio_hf_token
-    removed = sorted(
-        name
-        for name in env
-        if name not in KEPT_SECRETS
-        and (name == "LORASTUDIO_API_TOKEN" or "TOKEN" in name.upper() or "SECRET" in name.upper())
-    )
-    for name in removed:
-        del env[name]
-    return removed
 
 
 def bind_to_parent(parent_pid: int) -> None:
@@ -93,20 +77,29 @@ class WorkerChannel:
 
     def __init__(self, args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any):
         self._tag = (args.generation, os.getpid())
+        self._folder = output_folder(args.settings.outputs_dir, args.config.output_name)
+        self._busy = BusyTracker(args.config)  # work a stop must wait for (jobs/busy.py)
         self._events = events
         self._stop_event = stop_event
         self._stop_save = stop_save
         self.terminal_sent = False
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, Error):  # a full disk is said so, not in torch's words
+            event = Error(message=explain_write_failure(event.message, self._folder))
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
         self._events.put((*self._tag, event.model_dump(mode="python")))
+        self._send_busy(self._busy.after_event(event))
 
     def should_stop(self) -> StopRequest | None:
-        if not self._stop_event.is_set():
-            return None
-        return StopRequest(save=bool(self._stop_save.value))
+        request = StopRequest(save=bool(self._stop_save.value)) if self._stop_event.is_set() else None
+        self._send_busy(self._busy.after_poll(request))
+        return request
+
+    def _send_busy(self, message: dict[str, Any] | None) -> None:
+        if message is not None:
+            self._events.put((*self._tag, message))
 
     def close(self) -> None:
         """Flush every queued event to the parent before the process exits."""
@@ -115,9 +108,10 @@ class WorkerChannel:
 
 
 def prepare_child(args: WorkerArgs) -> None:
-    """What every worker does first: bind to the parent's lifetime, drop secrets."""
+    """What every worker does first: bind to the parent's lifetime; the hub token (from its
+    settings, never its environment) as HF_TOKEN where the run needs the hub (jobs/childenv.py)."""
     bind_to_parent(args.parent_pid)
-    scrub_environment(os.environ)
+    give_hub_token(args.settings, args.config.base_model)
 
 
 def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:

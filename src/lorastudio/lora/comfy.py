@@ -11,6 +11,7 @@ FLUX/Qwen-Image/Z-Image), so this module restates, from ComfyUI's comfy/lora.py
     FLUX.1:     "transformer." + <diffusers name>, "lycoris_"/"lora_transformer_" + underscored,
                 the bare diffusers name (q/k/v/mlp map onto slices of the fused linears)
     Qwen-Image: <diffusers name>, "transformer." + it, "lycoris_" + underscored
+    FLUX.2:     the generic keys of its BFL-named weights only (lora/names_flux2.py)
     Z-Image:    "diffusion_model."/"transformer." + <diffusers name>, the bare name, "lycoris_" +
                 underscored, for the names in ComfyUI's z_image_to_diffusers table
   consumption (load_lora): for each mapped name x: x.alpha, x.dora_scale and one adapter pair:
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lorastudio.errors import ConfigError
-from lorastudio.lora import names
+from lorastudio.lora import names, names_flux2
 
 Shape = tuple[int, ...]
 
@@ -42,6 +43,12 @@ _PAIRS = (
     (".lora_linear_layer.up.weight", ".lora_linear_layer.down.weight"),
 )
 # diffusers names covered by ComfyUI's z_image_to_diffusers (weights only)
+# families addressed by BFL checkpoint names (fused linears: rows summed over their parts)
+_BFL_NAMES = {
+    "flux": names.flux_to_original,
+    "flux2": names_flux2.to_original,
+    "flux2-klein": names_flux2.to_original,
+}
 _Z_IMAGE_MAPPED = re.compile(
     r"(layers|noise_refiner|context_refiner)\.\d+\.(attention\.(to_q|to_k|to_v|to_out\.0)|"
     r"feed_forward\.w[123]|adaLN_modulation\.0)|all_final_layer\.2-1\.(linear|adaLN_modulation\.1)|"
@@ -104,8 +111,8 @@ def _native_shapes(family: str, module_shapes: Mapping[str, Shape]) -> dict[str,
         try:
             if family == "sdxl":
                 out[names.sdxl_to_original(d)] = shape
-            elif family == "flux":
-                n, part = names.flux_to_original(d)
+            elif family in _BFL_NAMES:
+                n, part = _BFL_NAMES[family](d)
                 if part is None:
                     out[n] = shape
                 else:

@@ -9,6 +9,8 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
               are ONE fused linear there: down = concat of the parts' A [k*r, in], up =
               block-diagonal of the parts' B [sum(out), k*r], alpha = k * alpha (same scale);
               parts not trained are zero blocks (dropped again on the way back)
+  flux2, flux2-klein  the same with FLUX.2's BFL names (lora/names_flux2.py): only the dual
+              blocks' q,k,v are fused (the single blocks' linear1 is fused in diffusers too)
   qwen-image  lora_unet_<diffusers name>.lora_down / .lora_up (ComfyUI's names are diffusers')
   z-image     diffusion_model.<diffusers name>.lora_A / .lora_B (ComfyUI maps these onto its fused
               attention.qkv itself)
@@ -24,15 +26,22 @@ returns equal tensors (torch.equal) and the same alpha (krea2: the same weight c
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem
-from lorastudio.lora import names
+from lorastudio.lora import names, names_flux2
 
-FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "krea2")
+FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "krea2")
+# families whose kohya layout is the BFL checkpoint's, with fused linears:
+# (diffusers name -> (BFL name, part or None), BFL name -> diffusers names)
+_BFL: dict[str, tuple[Callable[[str], tuple[str, int | None]], Callable[[str], list[str]]]] = {
+    "flux": (names.flux_to_original, names.flux_from_original),
+    "flux2": (names_flux2.to_original, names_flux2.from_original),
+    "flux2-klein": (names_flux2.to_original, names_flux2.from_original),
+}
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 _DOWN, _UP = ".lora_down.weight", ".lora_up.weight"
 
@@ -79,8 +88,8 @@ def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> 
     family = names.kohya_layout(family)
     _check_family(family)
     modules = peft_modules(tensors)
-    if family == "flux":
-        return _flux_to_kohya(modules, alpha)
+    if family in _BFL:
+        return _flux_to_kohya(modules, alpha, _BFL[family][0])
     out: dict[str, torch.Tensor] = {}
     for module, (a, b) in modules.items():
         if family in names.PEFT_SUFFIXED:
@@ -148,9 +157,9 @@ def _split_layer(
     """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear)."""
     rank = down.shape[0]
     alpha = float(rank) if alpha is None else alpha
-    if family != "flux":
+    if family not in _BFL:
         return [(names.from_original(native, family), down, up, alpha)]
-    modules = names.flux_from_original(native)
+    modules = _BFL[family][1](native)
     if len(modules) == 1:
         b = _swap_halves(up) if native == names.FLUX_SWAPPED else up
         return [(modules[0], down, b, alpha)]
@@ -200,12 +209,14 @@ def _block_diagonal(rows: tuple[torch.Tensor, ...], r: int) -> bool:
 
 
 def _flux_to_kohya(
-    modules: dict[str, tuple[torch.Tensor, torch.Tensor]], alpha: float
+    modules: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    alpha: float,
+    to_original: Callable[[str], tuple[str, int | None]],
 ) -> dict[str, torch.Tensor]:
     fused: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = defaultdict(dict)
     out: dict[str, torch.Tensor] = {}
     for module, (a, b) in modules.items():
-        native, part = names.flux_to_original(module)
+        native, part = to_original(module)
         if part is not None:
             fused[native][part] = (a, b)
             continue
@@ -238,8 +249,8 @@ def unmapped_layers(family: str, modules: list[str]) -> list[str]:
     missing = []
     for module in modules:
         try:
-            if family == "flux":
-                names.flux_to_original(module)
+            if family in _BFL:
+                _BFL[family][0](module)
             else:
                 names.to_original(module, family)
         except ConfigError:

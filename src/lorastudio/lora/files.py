@@ -17,6 +17,7 @@ import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules, to_diffusers, to_kohya
+from lorastudio.lora.header import read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import kohya_layout
 
@@ -35,6 +36,7 @@ def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
 
     if not path.is_file():
         raise NotFound(f"LoRA file not found: {path}")
+    read_header(path)  # the header checked (size cap, offsets, string metadata) before any tensor
     try:
         with safe_open(str(path), framework="pt") as f:
             return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118

@@ -13,6 +13,8 @@ BASE_MODEL_VERSION = {
     "flux": "flux1",
     "qwen-image": "qwen_image",
     "z-image": "z_image",
+    "flux2": "flux2",  # ai-toolkit's names for FLUX.2 dev / klein
+    "flux2-klein": "flux2_klein",
     "chroma": "chroma",
     "krea2": "krea2",
 }

@@ -5,6 +5,8 @@ Names here are module paths without the `.weight` suffix and without any file pr
   SDXL   diffusers `down_blocks.1.attentions.0.proj_in` <-> SGM `input_blocks.4.1.proj_in`
   FLUX.1 diffusers `transformer_blocks.0.attn.to_q` <-> BFL `double_blocks.0.img_attn.qkv` (part 0
          of a fused linear: see FUSED_PARTS)
+  FLUX.2 (dev, klein): BFL names too, in lora/names_flux2.py
+  Chroma: FLUX.1's BFL names (KOHYA_LAYOUT_OF); Krea 2: its original names, lora/krea2_names.py
   Qwen-Image, Z-Image: ComfyUI addresses the diffusers names (Z-Image maps them onto its fused
          `attention.qkv` itself), so no renaming is needed.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import re
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora import names_flux2
 from lorastudio.lora.krea2_names import WORDS as KREA2_WORDS
 from lorastudio.lora.krea2_names import krea2_from_original, krea2_to_original
 
@@ -93,6 +96,8 @@ _WORDS: dict[str, tuple[str, ...]] = {
         "to_add_out", "img_mlp", "txt_mlp", "img_mod", "txt_mod", "img_in", "txt_in", "proj_out",
         "norm_out", "time_text_embed", "timestep_embedder", "linear_1", "linear_2",
     ),
+    "flux2": names_flux2.WORDS,
+    "flux2-klein": names_flux2.WORDS,
     "krea2": KREA2_WORDS,
 }  # fmt: skip
 

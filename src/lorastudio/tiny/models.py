@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.tiny import flux2 as tiny_flux2
 from lorastudio.tiny import tokenizers as toks
 
 if TYPE_CHECKING:
@@ -359,6 +360,8 @@ BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {
     "flux": build_flux,
     "qwen-image": build_qwen_image,
     "z-image": build_z_image,
+    "flux2": tiny_flux2.build_flux2,
+    "flux2-klein": tiny_flux2.build_flux2_klein,
     "chroma": lambda seed: _more("chroma", seed),
     "krea2": lambda seed: _more("krea2", seed),
 }

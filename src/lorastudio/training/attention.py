@@ -1,20 +1,26 @@
-"""Which scaled-dot-product-attention kernel the run uses (`attention_backend`).
+"""Which attention kernel the run uses (`attention_backend`).
 
-Values: "auto" (default), "cudnn", "flash", "efficient", "math".
+Values: "auto" (default), "cudnn", "flash", "efficient", "math", "fa4".
 - "cudnn" / "flash" / "efficient" put that torch SDPA backend first and keep the others as
   fallbacks for calls it cannot take (masks, head dims), except that only "cudnn" ever enables
   cuDNN. "math" is the reference (slow, memory-hungry) kernel only.
-- "auto" on CUDA: cuDNN for the transformer families (FLUX.1, Qwen-Image, Z-Image) when a probe
-  in a child process (the run's dtype, head count, head dim and token counts: image tokens +
-  text tokens) runs its forward and backward and matches flash attention; else flash, with the
-  reason in the run's fallbacks. The probe runs in a child process because the failure it
+- "fa4" is FlashAttention-4 (flash_attn.cute, the optional extra `lorastudio[fa4]`) for the
+  transformer families' attention (training/attention_fa4.py: a traceable custom op; calls it
+  cannot take, such as masked ones, run SDPA with flash first). Refused, with the reason, where
+  flash_attn.cute is not importable or the GPU is not a Hopper / Blackwell one.
+- "auto" on CUDA: for the transformer families (FLUX.1, Qwen-Image, Z-Image) a probe in a child
+  process (the run's dtype, head count, head dim and token counts: image tokens + text tokens)
+  runs cuDNN's and, where FA4 can run, FA4's forward and backward, compares each with flash
+  attention and (when both are probed) times them: FA4 when it passed and is faster than cuDNN
+  by FA4_MARGIN, else cuDNN when it passed, else flash, with the reason in the run's fallbacks.
+  The probe runs in a child process because the failure it
   guards against is not an exception: the cuDNN backward of FLUX.1 at 4096 + 512 tokens hit an
   illegal memory access on an H200 with torch 2.11 (reference run; bench note 12), which poisons
   the whole CUDA context. That crash came from FLUX.1's model, not its shapes (the probe passed
   there): its single blocks hand the attention a sliced gradient. A run on cuDNN therefore
   gives every attention output a contiguous gradient (contiguous_attention_grads; bench note
   17: no crash since). On an H200 cuDNN gave FLUX.1 +24 % samples/s with fp8 (+19 % bf16), Qwen-Image
-  +17 % and Z-Image at batch 2 +18 % over flash (bench notes 12, 17).
+  +17 % and Z-Image at batch 2 +18 % over flash (bench notes 12, 17); FA4 against cuDNN: note 23.
   "auto" on a U-Net family (SDXL: many small attention calls) or without CUDA: torch's own choice
   with cuDNN off.
 Names of the torch flags: torch.backends.cuda.enable_{cudnn,flash,mem_efficient,math}_sdp.
@@ -34,15 +40,18 @@ from typing import Any
 import torch
 
 from lorastudio.errors import FieldProblem
+from lorastudio.training.attention_fa4 import fa4_unavailable, route_denoiser_to_fa4
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 180.0
+FA4_MARGIN = 0.98  # auto takes FA4 over cuDNN when its probe time is at most this fraction of cuDNN's
 _ORDER = {  # torch SDPBackend names, first = preferred
     "cudnn": ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"],
     "flash": ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"],
     "efficient": ["EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH"],
     "math": ["MATH"],
+    "fa4": ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"],  # for the calls FA4 does not take
 }
 _FLAGS = {
     "CUDNN_ATTENTION": "cudnn",
@@ -54,16 +63,29 @@ _FLAGS = {
 
 @dataclass(frozen=True)
 class AttentionChoice:
-    """The backend the run uses ("cudnn" | "flash" | "efficient" | "math" | "default" = torch's
-    own choice with cuDNN off) and, when "auto" could not use cuDNN, why (else None)."""
+    """The backend the run uses ("cudnn" | "fa4" | "flash" | "efficient" | "math" | "default" =
+    torch's own choice with cuDNN off) and, when "auto" could not use a kernel it probed, why
+    (else None)."""
 
     backend: str
     fallback_reason: str | None = None
 
 
+@dataclass(frozen=True)
+class KernelProbe:
+    """One kernel's probe result: passed (forward and backward within the probe's tolerance of
+    flash at every shape), why not, and the summed fwd + bwd milliseconds over the shapes (when
+    the probe timed it)."""
+
+    ok: bool
+    reason: str | None = None
+    ms: float | None = None
+
+
 def attention_problems(backend: str, device: torch.device) -> list[FieldProblem]:
     """Why `backend` cannot be honoured on `device` (empty when it can): "cudnn" and "efficient"
-    are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS."""
+    are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS; "fa4"
+    needs a Hopper / Blackwell GPU and flash_attn.cute (attention_fa4.fa4_unavailable)."""
     if backend in ("cudnn", "efficient") and device.type != "cuda":
         return [
             FieldProblem(
@@ -75,6 +97,10 @@ def attention_problems(backend: str, device: torch.device) -> list[FieldProblem]
         return [
             FieldProblem("attention_backend", f"'flash' has no {device.type} kernel; use 'auto' or 'math'")
         ]
+    if backend == "fa4":
+        reason = fa4_unavailable(device)
+        if reason is not None:
+            return [FieldProblem("attention_backend", f"'fa4' cannot run here: {reason}; use 'auto'")]
     return []
 
 
@@ -102,28 +128,62 @@ def choose_attention(
     shapes: list[tuple[int, int, int, int]],
 ) -> AttentionChoice:
     """The backend for a run that asked for `requested` (see the module docstring). "auto" on
-    CUDA probes cuDNN at `shapes` in a child process (<= PROBE_TIMEOUT_S); without CUDA or
-    shapes (a U-Net) it keeps torch's default (cuDNN off); an explicit backend is returned as
-    asked (attention_problems refused what cannot run)."""
+    CUDA probes cuDNN (and FA4 where fa4_unavailable finds nothing against it) at `shapes` in a
+    child process (<= PROBE_TIMEOUT_S); without CUDA or shapes (a U-Net) it keeps torch's default
+    (cuDNN off); an explicit backend is returned as asked (attention_problems refused what
+    cannot run)."""
     if requested != "auto":
         return AttentionChoice(requested)
     if device.type != "cuda" or not shapes:
         return AttentionChoice("default")
     if dtype not in (torch.bfloat16, torch.float16):
         return AttentionChoice("flash", f"attention: cuDNN needs bf16/fp16 compute (this run: {dtype})")
-    reason = probe_cudnn(device, dtype, shapes)
-    if reason is None:
-        return AttentionChoice("cudnn")
-    log.warning("attention: cuDNN not used: %s", reason)
-    return AttentionChoice("flash", f"attention: cuDNN not used ({reason}); flash attention instead")
+    fa4_reason = fa4_unavailable(device)
+    if fa4_reason is not None:
+        log.info("attention: FlashAttention-4 not probed: %s", fa4_reason)
+    kernels = ["cudnn"] if fa4_reason is not None else ["cudnn", "fa4"]
+    return pick_kernel(probe_attention(device, dtype, shapes, kernels))
 
 
-def probe_cudnn(
-    device: torch.device, dtype: torch.dtype, shapes: list[tuple[int, int, int, int]]
-) -> str | None:
-    """Run cuDNN attention forward + backward at each shape in a child process on `device` and
-    compare with flash attention. Returns None when every shape passed, else the reason."""
-    spec = {"device": str(device), "dtype": str(dtype).removeprefix("torch."), "shapes": shapes}
+def pick_kernel(results: Mapping[str, KernelProbe]) -> AttentionChoice:
+    """auto's choice from the probe's `results` (kernel name -> KernelProbe): FA4 when it passed
+    and, if cuDNN passed too, took at most FA4_MARGIN of cuDNN's time; else cuDNN when it passed;
+    else flash. A probed kernel that failed is named in the fallback reason."""
+    cudnn, fa4 = results.get("cudnn"), results.get("fa4")
+    failed = [f"{name}: {r.reason}" for name, r in results.items() if not r.ok]
+    for name, r in results.items():
+        log.info("attention probe: %s %s", name, f"{r.ms:.3f} ms" if r.ok and r.ms else r.reason or "passed")
+    note = f"attention: not used ({'; '.join(failed)})" if failed else None
+    if fa4 is not None and fa4.ok:
+        if cudnn is None or not cudnn.ok:
+            return AttentionChoice("fa4", note)
+        if fa4.ms is not None and cudnn.ms is not None and fa4.ms <= FA4_MARGIN * cudnn.ms:
+            return AttentionChoice("fa4", note)
+    if cudnn is not None and cudnn.ok:
+        return AttentionChoice("cudnn", note)
+    log.warning("attention: no probed kernel passed: %s", "; ".join(failed))
+    return AttentionChoice(
+        "flash", f"attention: cuDNN not used ({'; '.join(failed)}); flash attention instead"
+    )
+
+
+def probe_attention(
+    device: torch.device,
+    dtype: torch.dtype,
+    shapes: list[tuple[int, int, int, int]],
+    kernels: list[str],
+) -> dict[str, KernelProbe]:
+    """Run each of `kernels` ("cudnn", "fa4") forward + backward at each shape in a child process
+    on `device`, compare with flash attention and, when more than one kernel is asked for, time
+    them. Returns a KernelProbe per kernel: one the child crashed on (or never reached) failed
+    with the child's exit status and last error line."""
+    spec = {
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "shapes": shapes,
+        "kernels": kernels,
+        "time": len(kernels) > 1,
+    }
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
         done = subprocess.run(
@@ -135,15 +195,29 @@ def probe_cudnn(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return f"the probe did not finish in {PROBE_TIMEOUT_S:.0f} s"
+        return {
+            k: KernelProbe(False, f"the probe did not finish in {PROBE_TIMEOUT_S:.0f} s") for k in kernels
+        }
     except OSError as err:
-        return f"the probe could not start: {err}"
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"the probe exited with {done.returncode}: {tail[:300]}"
-    result = json.loads(lines[-1])
-    return None if result.get("ok") else str(result.get("reason", "failed"))
+        return {k: KernelProbe(False, f"the probe could not start: {err}") for k in kernels}
+    results: dict[str, KernelProbe] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            results[row["kernel"]] = KernelProbe(bool(row["ok"]), row.get("reason"), row.get("ms"))
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    for kernel in kernels:
+        if kernel not in results:
+            results[kernel] = KernelProbe(False, f"the probe exited with {done.returncode}: {tail[:300]}")
+    return results
+
+
+def probe_cudnn(
+    device: torch.device, dtype: torch.dtype, shapes: list[tuple[int, int, int, int]]
+) -> str | None:
+    """The cuDNN probe alone (probe_attention): None when every shape passed, else the reason."""
+    result = probe_attention(device, dtype, shapes, ["cudnn"])["cudnn"]
+    return None if result.ok else str(result.reason or "failed")
 
 
 def apply_attention(choice: AttentionChoice) -> None:
@@ -190,6 +264,17 @@ def contiguous_attention_grads(denoiser: torch.nn.Module) -> int:
             module.register_forward_hook(_contiguous_grad_hook)
             count += 1
     return count
+
+
+def prepare_denoiser_attention(denoiser: torch.nn.Module, choice: AttentionChoice) -> int:
+    """What `choice` needs of the denoiser itself, before its first (compiled) forward: cuDNN
+    gets contiguous output gradients (contiguous_attention_grads), FA4 gets the attention
+    processors routed to it (attention_fa4.route_denoiser_to_fa4). Returns the modules changed."""
+    if choice.backend == "cudnn":
+        return contiguous_attention_grads(denoiser)
+    if choice.backend == "fa4":
+        return route_denoiser_to_fa4(denoiser)
+    return 0
 
 
 def saved_attention_state() -> dict[str, Any]:

@@ -21,7 +21,8 @@ from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
 from lorastudio.training.assistant import assistant_sidecar
-from lorastudio.training.lora import adapter_metadata, lora_state_dict
+from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict
+from lorastudio.training.lycoris_export import lycoris_file
 
 if TYPE_CHECKING:
     from peft import LoraConfig
@@ -42,13 +43,16 @@ def build_sidecar(
     dataset_fingerprint: str,
     num_images: int,
     lora_file: str,
+    variant: str | None = None,
 ) -> dict[str, Any]:
-    """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far."""
+    """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
+    `variant`: the base model's flavour (FamilySpec.variants) when the family has them."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
         "family": cfg.family,
         "base_model": cfg.base_model,
+        "variant": variant,
         "revision": cfg.revision,
         "rank": cfg.lora_rank,
         "alpha": cfg.lora_alpha,
@@ -85,15 +89,20 @@ def save_lora(
     Raises ConfigError when a trained layer has no name in the kohya layout.
     """
     layout = sidecar.get("config", {}).get("lora_format", "diffusers")
-    lora = PeftLora(lora_state_dict(denoiser), int(lora_config.r), float(lora_config.lora_alpha))
+    adapter = sidecar.get("config", {}).get("adapter", "lora")
     info = training_metadata(sidecar)
-    tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
-    if layout == "kohya":
-        key_map = comfy_key_map(spec.name, base_weight_shapes(denoiser))
-        check = check_comfy_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
+    if adapter != "lora" and layout == "kohya":  # DoRA / LoHa / LoKr: the LyCORIS layout ComfyUI reads
+        tensors, header, check = lycoris_file(
+            denoiser, spec.name, adapter, info, base_weight_shapes(denoiser)
+        )
     else:
+        lora = PeftLora(lora_state_dict(denoiser), int(lora_config.r), adapter_alpha(lora_config))
+        tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
         check = {"checked": False, "reason": "diffusers layout; lora_format=kohya writes ComfyUI's layout"}
-    sidecar = {**sidecar, "lora_format": layout, "comfyui_keys": check}
+        if layout == "kohya":
+            key_map = comfy_key_map(spec.name, base_weight_shapes(denoiser))
+            check = check_comfy_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
+    sidecar = {**sidecar, "lora_format": layout, "adapter": adapter, "comfyui_keys": check}
     weight_name = f"{name}.safetensors"
     staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)

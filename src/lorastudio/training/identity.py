@@ -42,6 +42,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "sample_every",
         "sample_steps",
         "sample_seed",
+        "sample_with_ema",
     }
 )
 

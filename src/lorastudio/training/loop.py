@@ -9,10 +9,13 @@
              the run's conditioning and latents); a resume reuses its checkpoint's plan.
              PlanChosen is emitted once, before the first step
   phase 3    denoiser + LoRA (built for the plan: training/plan_build.py): batched,
-             gradient-accumulated AdamW steps in the plan's micro-batches, with an LR schedule
+             gradient-accumulated optimizer steps (training/optimizers.py) in the plan's
+             micro-batches, with an LR schedule
   samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
              cfg.sample_every steps and after the last one (training/samples.py), SampleReady
-  export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed)
+  export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed);
+             with ema_decay that LoRA holds the EMA weights and <output_name>.raw.safetensors
+             (+ .raw.json) the raw ones (training/ema.py)
 
 Checkpoints (outputs/<output_name>/checkpoints/step-N, see training/checkpoint.py) are written
 every cfg.save_every steps and on stop-and-save; `train(..., resume=...)` continues a run from one
@@ -45,7 +48,7 @@ from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
     apply_attention,
     choose_attention,
-    contiguous_attention_grads,
+    prepare_denoiser_attention,
     probe_shapes,
 )
 from lorastudio.training.checkpoint import (
@@ -99,7 +102,7 @@ class TrainResult:
     steps_run and losses count every step of the run, those before a resume included;
     resumed_from is the checkpoint step a resumed run started from (None for a fresh run).
     `denoiser` (the trained denoiser with its LoRA, eval mode) is set only when train() was
-    called with return_denoiser=True."""
+    called with return_denoiser=True (with ema_decay: its raw weights; the file holds the EMA's)."""
 
     lora_path: Path | None
     steps_run: int
@@ -252,8 +255,17 @@ def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         dataset_fingerprint=run.scan.fingerprint,
         num_images=len(run.scan.items),
         lora_file=f"{name}.safetensors",
+        variant=getattr(run.family.source_variant(cfg.base_model, cfg.revision), "title", None),
     )
-    return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+    if state.ema is None:
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+    raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
+    raw_sidecar = {**sidecar, "lora_file": f"{raw}.safetensors"}
+    raw_sidecar["ema"] = {**ema, "weights": "raw", "ema_file": f"{name}.safetensors"}
+    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar)
+    sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
+    with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
 
 
 def _run_phases(
@@ -361,8 +373,7 @@ def _prepare_denoiser(
         _attention_shapes(run, plan, built.denoiser),
     )
     apply_attention(attention)  # process-wide until run_numerics exits
-    if attention.backend == "cudnn":  # its backward needs contiguous output gradients
-        contiguous_attention_grads(built.denoiser)
+    prepare_denoiser_attention(built.denoiser, attention)  # cuDNN: contiguous grads; fa4: routing
     state.attention = attention.backend
     if state.ctx.distributed:
         state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks

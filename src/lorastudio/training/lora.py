@@ -1,7 +1,10 @@
-"""Adding the LoRA adapter to a frozen denoiser, and reading it back out for export."""
+"""Adding the adapter (TrainConfig.adapter: LoRA, DoRA, LoHa or LoKr, peft's implementations) to a
+frozen denoiser, and reading it back out for export."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -9,31 +12,91 @@ import torch
 from lorastudio.errors import ConfigError, FieldProblem
 
 if TYPE_CHECKING:
-    from peft import LoraConfig
+    from peft import PeftConfig
 
     from lorastudio.config import TrainConfig
 
 
-def lora_config_for(cfg: TrainConfig, default_targets: tuple[str, ...]) -> LoraConfig:
-    """The peft LoraConfig of a resolved cfg: rank, alpha, dropout and target module suffixes
-    (cfg.lora_targets, else the family's defaults)."""
+def _patterns(cfg: TrainConfig) -> dict[str, Any]:
+    """peft's rank_pattern / alpha_pattern from cfg (empty dicts when unset)."""
+    return {name: dict(getattr(cfg, name, None) or {}) for name in ("rank_pattern", "alpha_pattern")}
+
+
+def _lora(cfg: TrainConfig, targets: list[str]) -> PeftConfig:
     from peft import LoraConfig
 
-    targets = sorted(set(cfg.lora_targets or default_targets))
     return LoraConfig(
         r=int(cfg.lora_rank),
         lora_alpha=float(cfg.lora_alpha),
         lora_dropout=cfg.lora_dropout,
         target_modules=targets,
         init_lora_weights=True,
+        use_dora=getattr(cfg, "adapter", "lora") == "dora",
+        **_patterns(cfg),
     )
 
 
-def add_lora(denoiser: Any, lora_config: LoraConfig) -> list[torch.nn.Parameter]:
-    """Freeze `denoiser`, inject the LoRA adapter (diffusers' PeftAdapterMixin.add_adapter) and
-    return the trainable LoRA parameters, cast to float32 whatever the base dtype.
+def _loha(cfg: TrainConfig, targets: list[str]) -> PeftConfig:
+    from peft import LoHaConfig
 
-    Raises ConfigError when a requested target module name matches no layer of the denoiser.
+    return LoHaConfig(
+        r=int(cfg.lora_rank), alpha=float(cfg.lora_alpha), target_modules=targets, **_patterns(cfg)
+    )
+
+
+def _lokr(cfg: TrainConfig, targets: list[str]) -> PeftConfig:
+    from peft import LoKrConfig
+
+    return LoKrConfig(
+        r=int(cfg.lora_rank),
+        alpha=float(cfg.lora_alpha),
+        target_modules=targets,
+        decompose_both=bool(cfg.lokr_decompose_both),
+        decompose_factor=-1 if cfg.lokr_factor is None else int(cfg.lokr_factor),
+        **_patterns(cfg),
+    )
+
+
+# TrainConfig.adapter -> the builder of its peft config (rank = lora_rank, alpha = lora_alpha)
+ADAPTERS: dict[str, Callable[[TrainConfig, list[str]], PeftConfig]] = {
+    "lora": _lora,
+    "dora": _lora,  # LoraConfig(use_dora=True)
+    "loha": _loha,
+    "lokr": _lokr,
+}
+
+
+def lora_config_for(cfg: TrainConfig, default_targets: tuple[str, ...]) -> PeftConfig:
+    """The peft config of a resolved cfg's adapter (ADAPTERS[cfg.adapter]): rank, alpha, dropout
+    (LoRA / DoRA), the LoKr options, rank / alpha patterns and the target module suffixes
+    (cfg.lora_targets, else the family's defaults). A config-like object without the adapter
+    settings (benchmarks, older callers: only lora_rank / alpha / dropout / targets) gets a LoRA."""
+    targets = sorted(set(cfg.lora_targets or default_targets))
+    return ADAPTERS[getattr(cfg, "adapter", "lora")](cfg, targets)
+
+
+def adapter_alpha(config: PeftConfig) -> float:
+    """The default alpha of a peft adapter config (LoraConfig.lora_alpha; LoHa / LoKr: alpha)."""
+    return float(getattr(config, "lora_alpha", None) or config.alpha)
+
+
+def module_scales(denoiser: Any, adapter: str = "default") -> dict[str, tuple[int, float]]:
+    """{module name: (rank, alpha)} of every adapted layer, as peft resolved them (rank /
+    alpha patterns included): alpha = scaling x rank."""
+    out = {}
+    for name, module in denoiser.named_modules():
+        ranks, scaling = getattr(module, "r", None), getattr(module, "scaling", None)
+        if isinstance(ranks, dict) and isinstance(scaling, dict) and adapter in ranks:
+            out[name] = (int(ranks[adapter]), float(scaling[adapter]) * int(ranks[adapter]))
+    return out
+
+
+def add_lora(denoiser: Any, lora_config: PeftConfig) -> list[torch.nn.Parameter]:
+    """Freeze `denoiser`, inject the adapter (diffusers' PeftAdapterMixin.add_adapter) and
+    return the trainable adapter parameters, cast to float32 whatever the base dtype.
+
+    Raises ConfigError when a requested target module name matches no layer of the denoiser, or
+    a rank_pattern / alpha_pattern key matches no adapted layer.
     """
     denoiser.requires_grad_(False)
     names = [n for n, _ in denoiser.named_modules()]
@@ -50,13 +113,22 @@ def add_lora(denoiser: Any, lora_config: LoraConfig) -> list[torch.nn.Parameter]
             ]
         )
     denoiser.add_adapter(lora_config)
+    adapted = list(module_scales(denoiser))
+    problems = [
+        FieldProblem(field, f"{key!r} matches no adapted layer (peft would ignore it)")
+        for field in ("rank_pattern", "alpha_pattern")
+        for key in getattr(lora_config, field, None) or {}
+        if not any(re.match(rf"(.*\.)?({key})$", name) for name in adapted)
+    ]
+    if problems:
+        raise ConfigError(problems)
     params = [p for p in denoiser.parameters() if p.requires_grad]
     for p in params:
         p.data = p.data.float()
     return params
 
 
-def adapter_metadata(lora_config: LoraConfig) -> dict[str, Any]:
+def adapter_metadata(lora_config: PeftConfig) -> dict[str, Any]:
     """The LoraConfig as the JSON-able dict diffusers stores in the file header (so a reload uses
     the trained alpha, not alpha = rank)."""
     meta = lora_config.to_dict()

@@ -82,19 +82,25 @@ def iter_sampler_steps(
 
 
 def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW over the LoRA parameters with cfg.learning_rate and cfg.weight_decay; the fused
-    kernel when every parameter is a float tensor on a device that has it (CPU or CUDA)."""
-    fused = all(p.is_floating_point() and p.device.type in ("cuda", "cpu") for p in params)
-    return torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=fused)
+    """The run's optimizer over the LoRA parameters: cfg.optimizer's builder (training/
+    optimizers.py; default: fused AdamW with cfg.learning_rate and cfg.weight_decay)."""
+    from lorastudio.training.optimizers import build_optimizer
+
+    return build_optimizer(params, cfg)
 
 
 def make_lr_scheduler(
     optimizer: torch.optim.Optimizer, cfg: TrainConfig, num_steps: int
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """diffusers.optimization.get_scheduler(cfg.lr_scheduler) with cfg.lr_warmup_steps over
-    `num_steps` optimizer steps. `scheduler.get_last_lr()[0]` before a step is that step's LR."""
+    `num_steps` optimizer steps (Adafactor's relative step: optimizers.RelativeStepSchedule). `scheduler.get_last_lr()[0]` before a step is that step's LR."""
     from diffusers.optimization import get_scheduler
 
+    from lorastudio.config_rules import relative_step
+    from lorastudio.training.optimizers import RelativeStepSchedule
+
+    if relative_step(cfg):  # Adafactor sizes its own steps; the schedule only reports them
+        return RelativeStepSchedule(optimizer)
     return get_scheduler(
         cfg.lr_scheduler,
         optimizer=optimizer,

@@ -20,6 +20,7 @@ test_pipelined.py). fp16 loss scaling and data-parallel runs read every step bef
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from lorastudio.training.distributed import (
     all_reduce_sum,
     gradient_sync,
 )
+from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.events import Emit, Progress, SampleReady
 from lorastudio.training.latents import LatentBatch, LatentSource
 from lorastudio.training.meter import DivergenceGuard, StepMeter
@@ -79,6 +81,7 @@ class RunState:
     swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
     attention: str = "default"  # the SDPA kernel of the denoiser phase (training/attention.py)
+    ema: AdapterEma | None = None  # the adapter EMA (cfg.ema_decay): the exported LoRA is its weights
 
 
 def optimize(
@@ -111,7 +114,9 @@ def optimize(
         guard=DivergenceGuard(cfg.max_bad_steps),
         rng=rng,
         generator=generator,
+        ema=make_ema(state.denoiser, params, cfg),
     )
+    state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
         state.steps_run, state.losses = load_checkpoint(state.resume, parts)
         state.steps_at_start = state.checkpointed_step = state.steps_run
@@ -139,7 +144,7 @@ def optimize(
         values = torch.stack([torch.stack(shares).double().sum(), norm.double()])  # [2] loss, norm
         flight = StepInFlight(step, epoch, lr, samples, values)
         if pipelined:
-            flight.apply_on_device(optimizer, parts.scheduler)
+            flight.apply_on_device(optimizer, parts.scheduler, parts.ema)
         if in_flight is not None:  # the previous step, read now that this one is queued
             try:
                 _record(run, state, parts, in_flight, num_steps, emit)
@@ -157,7 +162,8 @@ def optimize(
             continue
         _record(run, state, parts, flight, num_steps, emit)
         if state.previews is not None and state.previews.due(step, num_steps):
-            images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
+            with _sample_weights(parts, cfg):
+                images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
             emit(SampleReady(step=step, images=images))
         if step >= num_steps:
             break
@@ -168,6 +174,13 @@ def optimize(
         except TrainingStopped as request:
             _save_for_stop(request, run, state, parts)
             raise
+
+
+def _sample_weights(parts: LoopParts, cfg: TrainConfig) -> contextlib.AbstractContextManager[None]:
+    """The adapter weights a sample round renders: the EMA ones (cfg.sample_with_ema) or the raw."""
+    if parts.ema is not None and cfg.sample_with_ema:
+        return parts.ema.swapped_in()
+    return contextlib.nullcontext()
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:
@@ -198,12 +211,17 @@ class StepInFlight:
     host: torch.Tensor | None = None  # [2] float64, pinned when the values are on a GPU
     ready: Any = None  # torch.cuda.Event recorded after the copy
 
-    def apply_on_device(self, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    def apply_on_device(
+        self, optimizer: torch.optim.Optimizer, scheduler: Any, ema: AdapterEma | None = None
+    ) -> None:
         """Queue the update (fused AdamW; skipped by the device when a value is not finite),
-        zero the gradients, step the LR `scheduler` and start the values' copy to the host."""
+        fold it into the `ema`, zero the gradients, step the LR `scheduler` and start the
+        values' copy to the host."""
         optimizer.found_inf = (~torch.isfinite(self.values).all()).float()  # type: ignore[attr-defined]  # []
         optimizer.step()  # a no-op update (state included) when found_inf is 1
         optimizer.found_inf = None  # type: ignore[attr-defined]
+        if ema is not None:
+            ema.update(self.step)
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         self.applied = True
@@ -237,6 +255,8 @@ def _record(
         if ok:
             scaler.step(parts.optimizer)  # a skipped (non-finite) step leaves the weights as they were
         scaler.update()
+        if parts.ema is not None:  # a skipped step counts too (training/ema.py)
+            parts.ema.update(flight.step)
         parts.optimizer.zero_grad(set_to_none=True)
         parts.scheduler.step()
     state.steps_run = flight.step

@@ -83,7 +83,7 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
     blocks = swap_candidates(denoiser, plan.offload_blocks) if plan.offload_blocks > 0 else []
     fallbacks = list(apply_base_precision(denoiser, plan.base_precision, device, stay_on_cpu=blocks))
     fusion = fusion_choice(
-        cfg.fuse_projections,
+        cfg.fuse_projections if cfg.adapter == "lora" else "off",  # LoHa / LoKr / DoRA: peft's own layers
         bool(family.spec.fused_projection_groups),
         precision=plan.base_precision,
         device_type=device.type,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
+from lorastudio.config_rules import optimizer_host_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
@@ -65,6 +66,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     """
     from lorastudio import families
     from lorastudio.data import resolve_dataset_dir, scan_dataset
+    from lorastudio.data.safe_open import check_not_relinked
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
     dev = pick_device(device)
@@ -72,6 +74,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     problems += compile_problems(cfg.compile, dev)
     problems += attention_problems(cfg.attention_backend, dev)
     problems += plan_host_problems(cfg, dev.type)
+    problems += optimizer_host_problems(cfg.optimizer, dev.type)  # 8-bit: CUDA + bitsandbytes
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():
@@ -84,6 +87,8 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     family = families.get(resolved.family)
     run_dir = settings.outputs_dir / str(resolved.output_name)
     root = resolve_dataset_dir(resolved.data_dir, settings.datasets_dir, allow_outside_root=True)
+    # A folder the server validated and then swapped for a link is refused, not followed.
+    check_not_relinked(str(resolved.data_dir), root, settings.datasets_dir)
     scan = scan_dataset(
         root,
         resolution=int(resolved.resolution),
@@ -92,6 +97,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         trigger_word=resolved.trigger_word,
         default_caption=resolved.default_caption,
         max_pixels=settings.max_image_pixels,
+        decode_pixels=settings.max_decode_pixels,
     )
     source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.families.common import pipeline_facts
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import remove_samples, sample_name, samples_dir, write_sample_files
 
@@ -120,7 +121,7 @@ class SamplePreviews:
         run = self.run
         cfg, family = run.cfg, run.family
         cond = family.collate_conditioning([self.conds[prompt]])
-        kwargs: dict[str, Any] = dict(family.spec.generation_defaults)
+        kwargs = family.generation_defaults(pipeline_facts(pipe, family.spec.denoiser))
         if cfg.sample_steps is not None:
             kwargs["num_inference_steps"] = cfg.sample_steps
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))

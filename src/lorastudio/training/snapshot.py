@@ -2,7 +2,7 @@
 steps, so a resumed run continues bitwise where the interrupted one stopped (on CPU).
 
 state.pt = torch.save of {"step", "losses", "optimizer", "scheduler", "scaler", "sampler",
-"meter", "guard", "rng"}; "rng" = python `random`, numpy's global state, torch CPU, every CUDA
+"meter", "guard", "rng", "ema"}; "ema" = the adapter EMA's shadow (None without one); "rng" = python `random`, numpy's global state, torch CPU, every CUDA
 device, plus the run's own streams: the numpy Generator (crops, flips, caption dropout) and the
 CPU torch.Generator (noise, timesteps, cached-variant choice). lora.safetensors holds the LoRA
 weights (peft naming). Loading uses torch.load(weights_only=True).
@@ -31,6 +31,7 @@ from lorastudio.training.checkpoint import (
     STATE_FILE,
     write_checkpoint_folder,
 )
+from lorastudio.training.ema import AdapterEma
 from lorastudio.training.identity import IDENTITY_FORMAT
 from lorastudio.training.lora import lora_state_dict
 from lorastudio.training.meter import DivergenceGuard, StepMeter
@@ -51,6 +52,7 @@ class LoopParts:
     guard: DivergenceGuard
     rng: np.random.Generator  # the run's numpy stream (crops, flips, caption dropout)
     generator: torch.Generator  # the run's CPU torch stream (noise, timesteps, variants)
+    ema: AdapterEma | None = None  # the EMA of the adapter weights (cfg.ema_decay), saved as "ema"
 
 
 def capture_rng(rng: np.random.Generator, generator: torch.Generator) -> dict[str, Any]:
@@ -118,6 +120,7 @@ def save_checkpoint(
         "meter": parts.meter.state_dict(),
         "guard": parts.guard.state_dict(),
         "rng": capture_rng(parts.rng, parts.generator),
+        "ema": parts.ema.state_dict() if parts.ema is not None else None,
     }
     info = {
         "format": IDENTITY_FORMAT,
@@ -173,4 +176,11 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float
     parts.meter.load_state_dict(state["meter"])
     parts.guard.load_state_dict(state["guard"])
     restore_rng(state["rng"], parts.rng, parts.generator)
+    if parts.ema is not None:
+        if state.get("ema") is None:
+            raise ConfigError([FieldProblem("resume", f"{checkpoint} holds no EMA state for ema_decay")])
+        try:
+            parts.ema.load_state_dict(state["ema"])
+        except ValueError as err:
+            raise ConfigError([FieldProblem("resume", f"{checkpoint}: {err}")]) from None
     return int(state["step"]), [float(x) for x in state["losses"]]

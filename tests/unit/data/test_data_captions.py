@@ -122,3 +122,54 @@ def test_apply_trigger_rules():
     assert apply_trigger("sks_dog", "sks") == "sks, sks_dog"
     assert apply_trigger("", "sks") == "sks"
     assert apply_trigger(apply_trigger("a dog", "sks"), "sks") == "sks, a dog"
+
+
+def test_metadata_lines_and_captions_over_the_caption_cap_are_problems_naming_the_line(tmp_path, make_image):
+    """A caption in metadata.jsonl gets the cap of a .txt caption (64 KB); a line longer than
+    the line cap is skipped in bounded pieces, never held whole."""
+    import tracemalloc
+
+    from lorastudio.data.captions import MAX_CAPTION_BYTES, MAX_METADATA_LINE_BYTES, read_metadata
+
+    for name in ("a.png", "b.png", "c.png"):
+        make_image(tmp_path / name)
+    huge = '{"file_name": "b.png", "text": "' + "x" * (20 * 2**20) + '"}'  # a 20 MB line
+    rows = [
+        json.dumps({"file_name": "a.png", "text": "fine"}),
+        json.dumps({"file_name": "c.png", "text": "é" * (MAX_CAPTION_BYTES // 2 + 1)}),  # 64 KB + 2 bytes
+        huge,
+    ]
+    (tmp_path / "metadata.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    tracemalloc.start()
+    table = read_metadata(tmp_path / "metadata.jsonl")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 4 * MAX_METADATA_LINE_BYTES, f"{peak:,} bytes held to read a 20 MB line"
+    assert table.captions == {"a.png": "fine"}
+    assert table.problems == [
+        "metadata.jsonl line 2: caption of c.png larger than 64 KB (shorten it)",
+        f"metadata.jsonl line 3: longer than {MAX_METADATA_LINE_BYTES // 1024} KB",
+    ]
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    assert "metadata.jsonl line 3: longer than 512 KB" in err.value.problems
+
+
+def test_an_oversized_metadata_file_or_sidecar_is_refused_unread(tmp_path, make_image, monkeypatch):
+    from lorastudio.data import captions
+
+    make_image(tmp_path / "a.png")
+    (tmp_path / "metadata.jsonl").write_text(json.dumps({"file_name": "a.png", "text": "t"}) * 200)
+    monkeypatch.setattr(captions, "MAX_METADATA_BYTES", 1000)
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    assert err.value.problems == ["metadata.jsonl: 7,000 bytes, larger than the 0 MB allowed"]
+
+    (tmp_path / "metadata.jsonl").unlink()
+    (tmp_path / "a.txt").write_text("w" * (captions.MAX_CAPTION_BYTES + 1))
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    assert err.value.problems == ["a.txt: caption larger than 64 KB (shorten it)"]
+    (tmp_path / "a.txt").write_text("\ufeff" + "w" * captions.MAX_CAPTION_BYTES + "\n\n")
+    assert _by_name(_scan(tmp_path))["a.png"][1] == "txt"  # exactly the cap, with a BOM: read

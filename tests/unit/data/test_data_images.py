@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lorastudio.data.images import MAX_PNG_ANCILLARY_CHUNK_BYTES, load_rgb, probe_image
+from lorastudio.data.image_headers import MAX_PNG_ANCILLARY_CHUNK_BYTES
+from lorastudio.data.images import load_rgb, probe_image
 from lorastudio.errors import DatasetError
 
 MAX_PIXELS = 4096 * 4096

@@ -10,6 +10,7 @@ import signal
 import time
 from typing import Any
 
+from lorastudio.jobs.childenv import is_secret
 from lorastudio.jobs.worker import WorkerArgs, WorkerChannel, prepare_child
 from lorastudio.training.events import Complete, Error, ModelLoadStarted, Progress
 
@@ -72,7 +73,7 @@ def report_environment(args: WorkerArgs, events: Any, stop_event: Any, stop_save
     """Fails with the names of the secret-looking variables it can see."""
     prepare_child(args)
     channel = WorkerChannel(args, events, stop_event, stop_save)
-    seen = sorted(k for k in os.environ if "TOKEN" in k.upper() or "SECRET" in k.upper())
+    seen = sorted(k for k in os.environ if is_secret(k))
     token = args.settings.api_token
     channel.emit(Error(message=f"env={','.join(seen)} settings_token={token}"))
     channel.close()

@@ -124,9 +124,9 @@ def test_events_of_a_superseded_worker_are_ignored(settings: Settings, model: Pa
         service.shutdown()
 
 
-def test_the_worker_gets_no_secrets_but_keeps_hf_token(
-    settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_worker_gets_no_secrets(settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even started by a process that kept its secrets (this test process), the worker holds
+    none: a local base model needs no hub token either."""
     monkeypatch.setenv("LORASTUDIO_API_TOKEN", "s3cret")
     monkeypatch.setenv("MY_SECRET_KEY", "x")
     monkeypatch.setenv("GITHUB_TOKEN", "y")
@@ -135,24 +135,35 @@ def test_the_worker_gets_no_secrets_but_keeps_hf_token(
     try:
         job = service.submit(_cfg(model))
         snap = _wait(service, job["id"], FINAL)
-        assert snap["error"] == "env=HF_TOKEN settings_token=None"
+        assert snap["error"] == "env= settings_token=None"
     finally:
         service.shutdown()
 
 
-def test_the_studio_hub_token_reaches_the_worker_only_as_hf_token(
+def test_the_studio_hub_token_reaches_a_hub_run_only_as_hf_token(
     settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A run whose base model is a hub id gets the studio's hub token from its settings (not
+    its environment) as HF_TOKEN."""
+    from pydantic import SecretStr
+
+    from lorastudio.jobs.childenv import give_hub_token
+
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("LORASTUDIO_HF_TOKEN", "hf_studio")
     service = _service(settings, fakes.report_environment)
     try:
         job = service.submit(_cfg(model))
         snap = _wait(service, job["id"], FINAL)
-        assert snap["error"] == "env=HF_TOKEN settings_token=None"
+        assert snap["error"] == "env= settings_token=None"  # a local model: no token needed
         assert "hf_studio" not in json.dumps(snap)
     finally:
         service.shutdown()
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # this test process's own stays as it is
+    with_token = settings.model_copy(update={"hf_token": SecretStr("hf_studio")})
+    assert give_hub_token(with_token, "owner/gated-model") and os.environ["HF_TOKEN"] == "hf_studio"
+    assert "LORASTUDIO_HF_TOKEN" not in os.environ
+    assert not give_hub_token(with_token, str(model)) and "HF_TOKEN" not in os.environ
 
 
 def test_queue_is_fifo_and_refusals_change_nothing(settings: Settings, model: Path) -> None:

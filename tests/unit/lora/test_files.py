@@ -22,7 +22,7 @@ from lorastudio.lora.files import convert_file, read_lora_file
 from lorastudio.settings import Settings
 from lorastudio.training.loop import TrainResult, train
 
-FAMILIES = ["sdxl", "flux", "qwen-image", "z-image"]
+FAMILIES = ["sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein"]
 # diffusers' kohya FLUX loader hard-codes FLUX.1-dev's single-block widths (3072 / 12288), so a
 # tiny model's single_blocks linear1 cannot go through it: train the double blocks only there
 FLUX_DOUBLE_ONLY = [f"transformer_blocks.0.attn.to_{p}" for p in "qkv"] + [

@@ -17,7 +17,7 @@ from lorastudio.training.noise import make_objective
 from lorastudio.training.step import forward_backward
 
 CPU = torch.device("cpu")
-FAMILIES = ["sdxl", "flux", "qwen-image", "z-image"]
+FAMILIES = ["sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein"]
 RES = 32
 _PIPES: dict[str, tuple[Any, TrainConfig, dict[str, Any]]] = {}
 

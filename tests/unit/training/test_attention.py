@@ -14,6 +14,7 @@ from lorastudio.tiny.models import build
 from lorastudio.training import attention
 from lorastudio.training.attention import (
     AttentionChoice,
+    KernelProbe,
     apply_attention,
     attention_problems,
     choose_attention,
@@ -50,10 +51,19 @@ def test_every_transformer_family_may_ask_for_cudnn_and_auto_probes_flux(make_co
         problems = family_problems(make_config(family, attention_backend="cudnn"))
         assert [p for p in problems if p.field == "attention_backend"] == []
     probed: list[list] = []
-    monkeypatch.setattr(attention, "probe_cudnn", lambda _dev, _dtype, shapes: probed.append(shapes))
+    monkeypatch.setattr(attention, "fa4_unavailable", lambda _dev: "not installed")
+    monkeypatch.setattr(
+        attention, "probe_attention", lambda _dev, _dtype, shapes, kernels: _passed(probed, shapes)
+    )
     shapes = probe_shapes(build("flux", 0).transformer.config, 4096, 512, 1)
     assert choose_attention("auto", CUDA, torch.bfloat16, shapes) == AttentionChoice("cudnn")
     assert probed == [shapes]
+
+
+def _passed(record: list, shapes: list) -> dict[str, KernelProbe]:
+    """A cuDNN probe result that passed, recording the shapes it was asked for."""
+    record.append(shapes)
+    return {"cudnn": KernelProbe(True)}
 
 
 def test_probe_shapes_come_from_each_transformer_config():
@@ -78,10 +88,12 @@ def test_auto_without_cuda_or_without_shapes_keeps_torch_default():
 def test_auto_on_cuda_uses_cudnn_only_when_the_probe_passes(monkeypatch):
     shapes = [(1, 24, 4608, 128)]
     asked: list = []
-    monkeypatch.setattr(attention, "probe_cudnn", lambda dev, dtype, sh: asked.append(sh))
+    monkeypatch.setattr(attention, "fa4_unavailable", lambda _dev: "not installed")
+    monkeypatch.setattr(attention, "probe_attention", lambda dev, dtype, sh, kernels: _passed(asked, sh))
     assert choose_attention("auto", CUDA, torch.bfloat16, shapes) == AttentionChoice("cudnn")
     assert asked == [shapes]
-    monkeypatch.setattr(attention, "probe_cudnn", lambda *_: "the probe exited with -11: Segmentation fault")
+    crashed = {"cudnn": KernelProbe(False, "the probe exited with -11: Segmentation fault")}
+    monkeypatch.setattr(attention, "probe_attention", lambda *_: crashed)
     choice = choose_attention("auto", CUDA, torch.bfloat16, shapes)
     assert choice.backend == "flash" and "exited with -11" in str(choice.fallback_reason)
     fp32 = choose_attention("auto", CUDA, torch.float32, shapes)
@@ -137,12 +149,13 @@ def test_a_run_on_cudnn_hooks_every_attention_module_and_a_flash_run_none(make_c
     from lorastudio.training import loop
 
     hooked: list[int] = []
+    real = attention.contiguous_attention_grads
 
     def spy(denoiser):
-        hooked.append(attention.contiguous_attention_grads(denoiser))
+        hooked.append(real(denoiser))
         return hooked[-1]
 
-    monkeypatch.setattr(loop, "contiguous_attention_grads", spy)
+    monkeypatch.setattr(attention, "contiguous_attention_grads", spy)
     monkeypatch.setattr(loop, "apply_attention", lambda choice: None)
     for backend in ("flash", "cudnn"):
         monkeypatch.setattr(loop, "choose_attention", lambda *_, b=backend: AttentionChoice(b))

@@ -112,6 +112,8 @@ def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, 
             None,
         ),
         "stop": ("train", make_config(steps=6, batch_size=2, output_name="ddp", num_gpus=WORLD), 2),
+        # training methods (issue 28): Prodigy, EMA and LoKr across ranks
+        "methods": ("train", make_config(output_name="ddp", num_gpus=WORLD, **METHODS), None),
         "caches": ("caches", _caches_config(make_config), None),
     }
 
@@ -157,6 +159,21 @@ def launched(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.T
         (out / name).mkdir()
     mp.spawn(_launched_main, args=(scenarios, str(out)), nprocs=WORLD, join=True)
     return Launched(out)
+
+
+METHODS = {"steps": 4, "batch_size": 2, "optimizer": "prodigy", "ema_decay": 0.5, "adapter": "lokr"}
+
+
+def test_two_gloo_processes_train_like_one_with_prodigy_ema_and_lokr(make_config, launched):
+    single = train(make_config(output_name="single", **METHODS), [].append, device="cpu")
+    (rank0, _) = launched.ranks("methods")
+    assert rank0["losses"] == pytest.approx(single.losses, rel=LOSS_RTOL)
+    for suffix in (".safetensors", ".raw.safetensors"):  # the EMA LoRA and the raw one
+        expected = load_file(str(single.lora_path).replace(".safetensors", suffix))
+        got = load_file(rank0["lora_path"].replace(".safetensors", suffix))
+        assert sorted(got) == sorted(expected) and all(k.startswith("lycoris_") for k in got)
+        for key, tensor in expected.items():
+            torch.testing.assert_close(got[key], tensor, atol=LORA_ATOL, rtol=LORA_RTOL, msg=key)
 
 
 @pytest.mark.parametrize("family", ["flux", "qwen-image"])  # Qwen-Image: a LoRA layer without a gradient

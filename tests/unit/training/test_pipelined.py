@@ -41,9 +41,9 @@ def _queued_before_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     log: list[str] = []
     apply, read = optimize.StepInFlight.apply_on_device, optimize.StepInFlight.read
 
-    def logged_apply(self, optimizer, scheduler):
+    def logged_apply(self, optimizer, scheduler, *rest):
         log.append(f"launch {self.step}")
-        return apply(self, optimizer, scheduler)
+        return apply(self, optimizer, scheduler, *rest)
 
     def logged_read(self):
         log.append(f"read {self.step}")

@@ -76,7 +76,8 @@ export interface paths {
         /**
          * Upload
          * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap.
+         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
+         *     for a body that is not multipart/form-data.
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -156,7 +157,9 @@ export interface paths {
         put?: never;
         /**
          * Generate
-         * @description Generate one image; 201 with its gallery file and URL. 409 while training runs.
+         * @description Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
+         *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
+         *     the generation worker died (killed, out of memory): the next request starts a fresh one.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -671,6 +674,24 @@ export interface components {
              */
             path: string;
         };
+        /** BusyOut */
+        BusyOut: {
+            /**
+             * Since
+             * @description when it started (UTC, ISO 8601)
+             */
+            since: string;
+            /**
+             * Step
+             * @description the optimizer step it belongs to
+             */
+            step: number | null;
+            /**
+             * Work
+             * @description "sample round", "checkpoint", "saving the LoRA", ...
+             */
+            work: string;
+        };
         /** CaptionBody */
         CaptionBody: {
             /**
@@ -1054,6 +1075,7 @@ export interface components {
             guidance?: number | null;
             /**
              * Height
+             * @description pixels; at most 4096, and width x height <= 4.2 MP
              * @default 1024
              */
             height?: number;
@@ -1070,11 +1092,13 @@ export interface components {
             seed?: number;
             /**
              * Steps
+             * @description at most 200, and width x height x steps <= 209.7 M
              * @default 20
              */
             steps?: number;
             /**
              * Width
+             * @description pixels; at most 4096, and width x height <= 4.2 MP
              * @default 1024
              */
             width?: number;
@@ -1153,6 +1177,8 @@ export interface components {
         };
         /** JobOut */
         JobOut: {
+            /** @description work in flight that a stop waits for (up to a bound) before the worker is ended */
+            busy?: components["schemas"]["BusyOut"] | null;
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
             /** Created At */
@@ -1565,11 +1591,27 @@ export interface components {
             /** Unique Captions */
             unique_captions: number;
         };
+        /** PreflightFamily */
+        PreflightFamily: {
+            /** Name */
+            name: string;
+            /**
+             * Notes
+             * @description what training this flavour means
+             */
+            notes?: string[];
+            /**
+             * Variant
+             * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
+             */
+            variant?: string | null;
+        };
         /** PreflightOut */
         PreflightOut: {
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
             dataset: components["schemas"]["PreflightDataset"];
+            family?: components["schemas"]["PreflightFamily"] | null;
             host: components["schemas"]["HostOut"];
             memory: components["schemas"]["MemoryEstimate"];
             plan: components["schemas"]["PreflightPlan"];
@@ -1988,6 +2030,39 @@ export interface components {
          */
         TrainConfig: {
             /**
+             * Adafactor Relative Step
+             * @description adafactor: its own time-dependent step size instead of learning_rate (null: off); then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set
+             * @default null
+             */
+            adafactor_relative_step?: boolean | null;
+            /**
+             * Adafactor Scale Parameter
+             * @description adafactor: scale the step by each parameter's RMS (null: off)
+             * @default null
+             */
+            adafactor_scale_parameter?: boolean | null;
+            /**
+             * Adafactor Warmup Init
+             * @description adafactor: warm the relative step up from 1e-6 (needs relative_step)
+             * @default null
+             */
+            adafactor_warmup_init?: boolean | null;
+            /**
+             * Adapter
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @default lora
+             * @enum {string}
+             */
+            adapter?: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Pattern
+             * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
+             * @default null
+             */
+            alpha_pattern?: {
+                [key: string]: number;
+            } | null;
+            /**
              * Aspect Buckets
              * @description batch images by aspect ratio (else square)
              * @default true
@@ -2001,11 +2076,11 @@ export interface components {
             assistant_lora?: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
-            attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math";
+            attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder
@@ -2054,6 +2129,24 @@ export interface components {
              */
             default_caption?: string | null;
             /**
+             * Ema Decay
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             * @default null
+             */
+            ema_decay?: number | null;
+            /**
+             * Ema On Cpu
+             * @description keep the EMA weights in CPU memory
+             * @default false
+             */
+            ema_on_cpu?: boolean;
+            /**
+             * Ema Update Every
+             * @description EMA update every N optimizer steps
+             * @default 1
+             */
+            ema_update_every?: number;
+            /**
              * Enable Tf32
              * @description TF32 matmuls for the run (restored after)
              * @default true
@@ -2061,7 +2154,7 @@ export interface components {
             enable_tf32?: boolean;
             /**
              * Family
-             * @description model family: sdxl, flux, qwen-image or z-image
+             * @description model family: a registered name (`lorastudio families`, /api/info)
              */
             family: string;
             /**
@@ -2123,6 +2216,18 @@ export interface components {
              * @default 1
              */
             logit_std?: number;
+            /**
+             * Lokr Decompose Both
+             * @description lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)
+             * @default null
+             */
+            lokr_decompose_both?: boolean | null;
+            /**
+             * Lokr Factor
+             * @description lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square as possible; null: -1)
+             * @default null
+             */
+            lokr_factor?: number | null;
             /**
              * Lora Alpha
              * @description default: equal to the rank
@@ -2218,11 +2323,51 @@ export interface components {
              */
             offload_blocks?: number | null;
             /**
+             * Optimizer
+             * @description adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)
+             * @default adamw
+             * @enum {string}
+             */
+            optimizer?: "adamw" | "adamw8bit" | "lion8bit" | "prodigy" | "adafactor";
+            /**
+             * Optimizer Betas
+             * @description [beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, 0.9, 0.999; Lion 0.9, 0.99)
+             * @default null
+             */
+            optimizer_betas?: [
+                number,
+                number
+            ] | null;
+            /**
+             * Optimizer Eps
+             * @description epsilon of adamw / adamw8bit / prodigy (null: 1e-8)
+             * @default null
+             */
+            optimizer_eps?: number | null;
+            /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              * @default null
              */
             output_name?: string | null;
+            /**
+             * Prodigy D Coef
+             * @description prodigy: multiplier of the learned step size (null: 1.0)
+             * @default null
+             */
+            prodigy_d_coef?: number | null;
+            /**
+             * Prodigy Safeguard Warmup
+             * @description prodigy: leave the LR out of the step-size estimate (for warmup; null: off)
+             * @default null
+             */
+            prodigy_safeguard_warmup?: boolean | null;
+            /**
+             * Prodigy Use Bias Correction
+             * @description prodigy: Adam's bias correction (null: off)
+             * @default null
+             */
+            prodigy_use_bias_correction?: boolean | null;
             /**
              * Random Crop
              * @description random instead of centre crop
@@ -2235,6 +2380,14 @@ export interface components {
              * @default false
              */
             random_flip?: boolean;
+            /**
+             * Rank Pattern
+             * @description per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank
+             * @default null
+             */
+            rank_pattern?: {
+                [key: string]: number;
+            } | null;
             /**
              * Resolution
              * @description training side in pixels
@@ -2270,6 +2423,12 @@ export interface components {
              * @default null
              */
             sample_steps?: number | null;
+            /**
+             * Sample With Ema
+             * @description with ema_decay: sample previews render the EMA weights (false: the raw ones)
+             * @default true
+             */
+            sample_with_ema?: boolean;
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
@@ -2319,6 +2478,35 @@ export interface components {
          */
         TrainConfigOut: {
             /**
+             * Adafactor Relative Step
+             * @description adafactor: its own time-dependent step size instead of learning_rate (null: off); then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set
+             */
+            adafactor_relative_step: boolean | null;
+            /**
+             * Adafactor Scale Parameter
+             * @description adafactor: scale the step by each parameter's RMS (null: off)
+             */
+            adafactor_scale_parameter: boolean | null;
+            /**
+             * Adafactor Warmup Init
+             * @description adafactor: warm the relative step up from 1e-6 (needs relative_step)
+             */
+            adafactor_warmup_init: boolean | null;
+            /**
+             * Adapter
+             * @description lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)
+             * @default lora
+             * @enum {string}
+             */
+            adapter: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Pattern
+             * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
+             */
+            alpha_pattern: {
+                [key: string]: number;
+            } | null;
+            /**
              * Aspect Buckets
              * @description batch images by aspect ratio (else square)
              * @default true
@@ -2331,11 +2519,11 @@ export interface components {
             assistant_lora: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = cuDNN on CUDA for FLUX.1, Qwen-Image and Z-Image when a probe at the run's shapes passes (else flash); cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
-            attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math";
+            attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
              * Base Model
              * @description hub id (owner/name) or local pipeline folder
@@ -2382,6 +2570,23 @@ export interface components {
              */
             default_caption: string | null;
             /**
+             * Ema Decay
+             * @description EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw one is kept beside it as <name>.raw.safetensors; null = off
+             */
+            ema_decay: number | null;
+            /**
+             * Ema On Cpu
+             * @description keep the EMA weights in CPU memory
+             * @default false
+             */
+            ema_on_cpu: boolean;
+            /**
+             * Ema Update Every
+             * @description EMA update every N optimizer steps
+             * @default 1
+             */
+            ema_update_every: number;
+            /**
              * Enable Tf32
              * @description TF32 matmuls for the run (restored after)
              * @default true
@@ -2389,7 +2594,7 @@ export interface components {
             enable_tf32: boolean;
             /**
              * Family
-             * @description model family: sdxl, flux, qwen-image or z-image
+             * @description model family: a registered name (`lorastudio families`, /api/info)
              */
             family: string;
             /**
@@ -2446,6 +2651,16 @@ export interface components {
              * @default 1
              */
             logit_std: number;
+            /**
+             * Lokr Decompose Both
+             * @description lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)
+             */
+            lokr_decompose_both: boolean | null;
+            /**
+             * Lokr Factor
+             * @description lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square as possible; null: -1)
+             */
+            lokr_factor: number | null;
             /**
              * Lora Alpha
              * @description default: equal to the rank
@@ -2531,10 +2746,45 @@ export interface components {
              */
             offload_blocks: number | null;
             /**
+             * Optimizer
+             * @description adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)
+             * @default adamw
+             * @enum {string}
+             */
+            optimizer: "adamw" | "adamw8bit" | "lion8bit" | "prodigy" | "adafactor";
+            /**
+             * Optimizer Betas
+             * @description [beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, 0.9, 0.999; Lion 0.9, 0.99)
+             */
+            optimizer_betas: [
+                number,
+                number
+            ] | null;
+            /**
+             * Optimizer Eps
+             * @description epsilon of adamw / adamw8bit / prodigy (null: 1e-8)
+             */
+            optimizer_eps: number | null;
+            /**
              * Output Name
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              */
             output_name: string | null;
+            /**
+             * Prodigy D Coef
+             * @description prodigy: multiplier of the learned step size (null: 1.0)
+             */
+            prodigy_d_coef: number | null;
+            /**
+             * Prodigy Safeguard Warmup
+             * @description prodigy: leave the LR out of the step-size estimate (for warmup; null: off)
+             */
+            prodigy_safeguard_warmup: boolean | null;
+            /**
+             * Prodigy Use Bias Correction
+             * @description prodigy: Adam's bias correction (null: off)
+             */
+            prodigy_use_bias_correction: boolean | null;
             /**
              * Random Crop
              * @description random instead of centre crop
@@ -2547,6 +2797,13 @@ export interface components {
              * @default false
              */
             random_flip: boolean;
+            /**
+             * Rank Pattern
+             * @description per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank
+             */
+            rank_pattern: {
+                [key: string]: number;
+            } | null;
             /**
              * Resolution
              * @description training side in pixels
@@ -2578,6 +2835,12 @@ export interface components {
              * @description inference steps per sample (null: the family's default)
              */
             sample_steps: number | null;
+            /**
+             * Sample With Ema
+             * @description with ema_decay: sample previews render the EMA weights (false: the raw ones)
+             * @default true
+             */
+            sample_with_ema: boolean;
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)

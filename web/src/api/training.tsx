@@ -24,6 +24,7 @@ export const EVENT_TYPES = [
   "complete",
   "error",
   "status",
+  "busy",
 ] as const;
 
 export interface TrainingState {

@@ -1,12 +1,14 @@
 import { useEffect, useRef } from "react";
 import type { Family } from "../api/types";
-import { FAMILY_FIELDS, TIMESTEP_SAMPLING } from "../lib/trainForm";
+import { ADAPTERS, FAMILY_FIELDS, OPTIMIZERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
   controls: TrainControls;
   /** The picked family: its `supports` decide which objective settings are shown. */
   family: Family | undefined;
+  /** Settings of an optimizer / adapter other than the chosen one (trainForm.inapplicableFields): not shown. */
+  hidden: ReadonlySet<string>;
 }
 
 /**
@@ -14,7 +16,7 @@ interface Props {
  * with the visible cards, every TrainConfig field has an input (TrainScreen.test checks it).
  * Opens by itself when the server reports a problem with one of its fields.
  */
-export function AdvancedSettings({ controls: c, family }: Props) {
+export function AdvancedSettings({ controls: c, family, hidden }: Props) {
   const ref = useRef<HTMLDetailsElement | null>(null);
   useEffect(() => {
     const details = ref.current;
@@ -22,6 +24,7 @@ export function AdvancedSettings({ controls: c, family }: Props) {
   });
   const supports = new Set(family?.supports ?? []);
   const objective = FAMILY_FIELDS.some((k) => supports.has(k));
+  const shown = (k: string) => !hidden.has(k);
   return (
     <details className="advanced" data-testid="advanced-settings" ref={ref}>
       <summary>Advanced settings</summary>
@@ -36,11 +39,37 @@ export function AdvancedSettings({ controls: c, family }: Props) {
         {c.num("latent_cache_max_gb", "Latent cache (GB)", { hint: "RAM budget; above it, encode per step" })}
 
         <h4 className="grid-head">Optimizer</h4>
+        {c.choice("optimizer", "Optimizer", OPTIMIZERS, { hint: "8-bit ones need a CUDA GPU and bitsandbytes" })}
+        {shown("optimizer_betas") && c.line("optimizer_betas", "Betas", { placeholder: "optimizer's", hint: "beta1, beta2" })}
+        {shown("optimizer_eps") && c.num("optimizer_eps", "Epsilon", { placeholder: "1e-8" })}
+        {shown("prodigy_d_coef") && c.num("prodigy_d_coef", "Prodigy d_coef", { placeholder: "1.0", hint: "multiplies the learned step size" })}
+        {(shown("prodigy_safeguard_warmup") || shown("adafactor_relative_step")) && (
+          <div className="checks">
+            {shown("prodigy_safeguard_warmup") && c.check("prodigy_safeguard_warmup", "Safeguard warmup")}
+            {shown("prodigy_use_bias_correction") && c.check("prodigy_use_bias_correction", "Bias correction")}
+            {shown("adafactor_relative_step") && c.check("adafactor_relative_step", "Relative step (own LR)")}
+            {shown("adafactor_scale_parameter") && c.check("adafactor_scale_parameter", "Scale by parameter RMS")}
+            {shown("adafactor_warmup_init") && c.check("adafactor_warmup_init", "Warmup init")}
+          </div>
+        )}
         {c.num("weight_decay", "Weight decay")}
         {c.num("max_grad_norm", "Gradient clipping", { placeholder: "off" })}
         {c.num("max_bad_steps", "Bad steps to fail", { hint: "non-finite steps in a row" })}
 
+        <h4 className="grid-head">EMA</h4>
+        {c.num("ema_decay", "EMA decay", { placeholder: "off", hint: "e.g. 0.999: the saved LoRA is the average; the raw one is kept" })}
+        {c.num("ema_update_every", "EMA every", { hint: "optimizer steps" })}
+        <div className="checks">
+          {c.check("ema_on_cpu", "EMA in CPU memory")}
+          {c.check("sample_with_ema", "Samples use the EMA")}
+        </div>
+
         <h4 className="grid-head">LoRA and base model</h4>
+        {c.choice("adapter", "Adapter", ADAPTERS, { hint: "LoHa / LoKr files load in ComfyUI (LyCORIS keys), not in diffusers" })}
+        {shown("lokr_factor") && c.num("lokr_factor", "LoKr factor", { placeholder: "-1", hint: "-1: as square as possible" })}
+        {shown("lokr_decompose_both") && <div className="checks">{c.check("lokr_decompose_both", "Low-rank w1 too")}</div>}
+        {c.line("rank_pattern", "Rank per module", { placeholder: "none", hint: "module=rank, comma-separated (e.g. to_k=8)", wide: true })}
+        {c.line("alpha_pattern", "Alpha per module", { placeholder: "none", hint: "module=alpha, comma-separated", wide: true })}
         {c.line("lora_targets", "Target modules", {
           placeholder: family?.lora_targets.join(", ") || "the family's",
           hint: "module name suffixes, comma-separated (blank: the family's)",

@@ -6,8 +6,8 @@ import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
 /**
  * The preflight report: what the run will train on, how long, in what precision, with which memory
  * plan (each setting fixed, a default, or measured at start against the memory budget), the
- * attention setting (auto: the kernel is chosen at the start of the run) and how much memory (a
- * rough formula).
+ * attention setting (auto: the kernel is chosen at the start of the run), how much memory (a
+ * rough formula) and what training the base model's flavour means (e.g. a step-distilled one).
  */
 export function PreflightPanel({ report }: { report: PreflightReport }) {
   const { dataset, schedule, precision, memory, plan } = report;
@@ -88,6 +88,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           ))}
         </p>
       )}
+      {report.family?.notes?.map((note) => (
+        <div className="banner warn" data-testid="preflight-family-note" key={note}>
+          <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}
+        </div>
+      ))}
       {dataset.dropped.length > 0 && (
         <div className="banner warn">
           <strong>{dataset.dropped.length} file(s) dropped</strong>

@@ -19,6 +19,13 @@ describe("StopDialog", () => {
     expect(onCancel).toHaveBeenCalledTimes(2);
   });
 
+  it("says that a stop waits for the sample round or checkpoint in progress", () => {
+    const { rerender } = render(<StopDialog onStop={vi.fn()} onCancel={vi.fn()} />);
+    expect(screen.getByTestId("stop-wait")).toHaveTextContent("sample round or checkpoint in progress is finished first");
+    rerender(<StopDialog onStop={vi.fn()} onCancel={vi.fn()} work="sample round" />);
+    expect(screen.getByTestId("stop-wait")).toHaveTextContent("A sample round is in progress: the run stops once it is done");
+  });
+
   it("takes focus and keeps Tab inside the dialog", async () => {
     render(<StopDialog onStop={vi.fn()} onCancel={vi.fn()} />);
     const [first, , last] = ["Continue", "Stop and save", "Stop and discard"].map((name) =>

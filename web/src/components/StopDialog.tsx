@@ -6,10 +6,12 @@ interface Props {
   onCancel: () => void;
   busy?: boolean;
   step?: number;
+  /** Work in flight that the stop waits for (the job's `busy.work`: "sample round", "checkpoint"...). */
+  work?: string | null;
 }
 
 /** "Stop training?": Continue, Stop and save, Stop and discard. The footer wraps at narrow widths. */
-export function StopDialog({ onStop, onCancel, busy, step }: Props) {
+export function StopDialog({ onStop, onCancel, busy, step, work }: Props) {
   return (
     <Dialog
       title="Stop training?"
@@ -31,6 +33,11 @@ export function StopDialog({ onStop, onCancel, busy, step }: Props) {
       <p>
         <b>Stop and save</b> writes a LoRA of the {step != null ? `${step} ` : ""}steps run so far.{" "}
         <b>Stop and discard</b> ends the run without a LoRA.
+      </p>
+      <p className="muted small" data-testid="stop-wait">
+        {work
+          ? `A ${work} is in progress: the run stops once it is done, then saves.`
+          : "A sample round or checkpoint in progress is finished first, then the run stops."}
       </p>
     </Dialog>
   );

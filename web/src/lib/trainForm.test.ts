@@ -1,7 +1,20 @@
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO } from "../test/fixtures";
-import { attentionAvailable, attentionHint, budgetHint, buildConfig, compileAvailable, gpuInput, initialValues, precisionChoices } from "./trainForm";
+import {
+  attentionAvailable,
+  attentionHint,
+  budgetHint,
+  buildConfig,
+  compileAvailable,
+  gpuInput,
+  inapplicableFields,
+  initialValues,
+  numberList,
+  numberMapping,
+  precisionChoices,
+  withSetting,
+} from "./trainForm";
 
 const flux = INFO.families[1];
 const sdxl = INFO.families[0];
@@ -213,5 +226,41 @@ describe("train form: the memory plan and GPUs", () => {
     expect(gpuInput(cuda(8))).toMatchObject({ max: 8, disabled: false });
     expect(budgetHint(cuda(1))).toMatch(/139.8 GB/);
     expect(budgetHint(INFO.host)).toMatch(/needs a CUDA GPU/);
+  });
+  it("parses betas and per-module patterns, and reports malformed ones", () => {
+    expect(numberList("0.9, 0.99")).toEqual([0.9, 0.99]);
+    expect(numberList(" ")).toBeUndefined();
+    expect(numberList("0.9, high")).toMatch(/numbers/);
+    expect(numberMapping("to_k=8, attn.to_v = 2")).toEqual({ to_k: 8, "attn.to_v": 2 });
+    expect(numberMapping("to_k")).toMatch(/module=number/);
+    expect(numberMapping("to_k=8=9")).toMatch(/module=number/);
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_betas: "0.9 0.95", alpha_pattern: "to_q=x" };
+    const built = buildConfig(v, flux);
+    expect(built.config.optimizer_betas).toEqual([0.9, 0.95]);
+    expect(built.problems.alpha_pattern).toMatch(/module=number/);
+  });
+
+  it("leaves out the options of an optimizer or adapter that is not chosen", () => {
+    expect([...inapplicableFields({})].sort()).toEqual(
+      ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init", "lokr_decompose_both", "lokr_factor",
+        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction"].sort(),
+    );
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_eps: "1e-6", prodigy_d_coef: "2", lokr_factor: "4" };
+    const adamw = buildConfig(v, flux).config;
+    expect(adamw).toMatchObject({ optimizer: "adamw", optimizer_eps: 1e-6 });
+    expect(adamw).not.toHaveProperty("prodigy_d_coef");
+    expect(adamw).not.toHaveProperty("lokr_factor");
+    const lokr = buildConfig({ ...v, optimizer: "adafactor", adapter: "lokr" }, flux).config;
+    expect(lokr).toMatchObject({ adapter: "lokr", lokr_factor: 4 });
+    expect(lokr).not.toHaveProperty("optimizer_eps");
+  });
+
+  it("gives Prodigy a learning rate of 1 and the family's back when leaving it", () => {
+    const v = initialValues(flux);
+    const prodigy = withSetting(v, "optimizer", "prodigy", flux);
+    expect(prodigy.learning_rate).toBe("1");
+    expect(withSetting(prodigy, "optimizer", "adamw", flux).learning_rate).toBe("0.0004");
+    const mine = withSetting({ ...v, learning_rate: "0.5" }, "optimizer", "prodigy", flux);
+    expect(mine.learning_rate).toBe("0.5"); // a rate the user chose stays
   });
 });

@@ -17,6 +17,8 @@ type AttentionBackend = NonNullable<TrainConfig["attention_backend"]>;
 type FuseProjections = NonNullable<TrainConfig["fuse_projections"]>;
 type Precision = NonNullable<TrainConfig["base_precision"]>;
 type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
+type Optimizer = NonNullable<TrainConfig["optimizer"]>;
+type Adapter = NonNullable<TrainConfig["adapter"]>;
 
 /** Every scheduler the config accepts (a Record, so the compiler checks the list is complete). */
 export const SCHEDULERS: Record<Scheduler, string> = {
@@ -46,6 +48,7 @@ export const COMPILE_MODES: Record<CompileMode, string> = {
 export const ATTENTION_BACKENDS: Record<AttentionBackend, string> = {
   auto: "Auto",
   cudnn: "cuDNN",
+  fa4: "FlashAttention-4",
   flash: "Flash",
   efficient: "Memory-efficient",
   math: "Math (slow)",
@@ -73,6 +76,62 @@ export const CHECKPOINTING: Record<Checkpointing, string> = {
   selective: "Selective (cheap ops recomputed)",
   full: "Full (every block recomputed)",
 };
+
+/** The optimizers (the 8-bit ones need CUDA and bitsandbytes: the server says so when they cannot run). */
+export const OPTIMIZERS: Record<Optimizer, string> = {
+  adamw: "AdamW (fused)",
+  adamw8bit: "AdamW 8-bit (bitsandbytes, CUDA)",
+  lion8bit: "Lion 8-bit (bitsandbytes, CUDA)",
+  prodigy: "Prodigy (learns its step size)",
+  adafactor: "Adafactor",
+};
+/** The options each optimizer reads (config_rules.OPTIMIZER_OPTIONS): the form shows and sends only the chosen one's. */
+export const OPTIMIZER_OPTIONS: Record<Optimizer, readonly Key[]> = {
+  adamw: ["optimizer_betas", "optimizer_eps"],
+  adamw8bit: ["optimizer_betas", "optimizer_eps"],
+  lion8bit: ["optimizer_betas"],
+  prodigy: ["optimizer_betas", "optimizer_eps", "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction"],
+  adafactor: ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init"],
+};
+export const ADAPTERS: Record<Adapter, string> = {
+  lora: "LoRA",
+  dora: "DoRA (LoRA + magnitude)",
+  loha: "LoHa (Hadamard)",
+  lokr: "LoKr (Kronecker)",
+};
+/** Settings of one adapter only (the others' are hidden and not sent). */
+export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
+  lora: [],
+  dora: [],
+  loha: [],
+  lokr: ["lokr_factor", "lokr_decompose_both"],
+};
+
+/** The method settings that do not apply to the form's optimizer and adapter: hidden and not sent. */
+export function inapplicableFields(values: Partial<FormValues>): Set<Key> {
+  const optimizer = (values.optimizer || "adamw") as Optimizer;
+  const adapter = (values.adapter || "lora") as Adapter;
+  const mine = new Set<Key>([...(OPTIMIZER_OPTIONS[optimizer] ?? []), ...(ADAPTER_OPTIONS[adapter] ?? [])]);
+  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS)].flat();
+  const hidden = new Set(all.filter((k) => !mine.has(k)));
+  if (optimizer === "adafactor" && values.adafactor_relative_step === true) hidden.add("learning_rate"); // Adafactor's own
+  return hidden;
+}
+
+/**
+ * `values` with setting `key` changed to `value`, and what follows from it: Prodigy's learning
+ * rate is a multiplier of the step size it learns (the server's default 1.0), so picking Prodigy
+ * sets a learning rate left at the family's default to 1, and leaving Prodigy puts it back.
+ */
+export function withSetting(values: FormValues, key: keyof FormValues, value: string | boolean, family?: Family): FormValues {
+  const next: FormValues = { ...values, [key]: value };
+  if (key !== "optimizer" || value === values.optimizer) return next;
+  const familyLr = (family?.defaults as Partial<TrainConfig> | undefined)?.learning_rate;
+  const lr = typeof values.learning_rate === "string" ? values.learning_rate.trim() : "";
+  if (value === "prodigy" && (lr === "" || Number(lr) === familyLr)) next.learning_rate = "1";
+  else if (values.optimizer === "prodigy" && Number(lr) === 1 && familyLr != null) next.learning_rate = String(familyLr);
+  return next;
+}
 
 /** The precision choices of `host`: its `precisions`, in the config's order, with labels. */
 export function precisionChoices(precisions: readonly string[]): Record<string, string> {
@@ -105,18 +164,18 @@ export function compileAvailable(mode: CompileMode, host: Host, family?: Family)
 }
 
 /**
- * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient without
+ * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient / fa4 without
  * CUDA, and flash on a device with no flash kernel: neither CUDA nor the CPU).
  */
 export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
-  if (backend === "cudnn" || backend === "efficient") return host.device === "cuda";
+  if (backend === "cudnn" || backend === "efficient" || backend === "fa4") return host.device === "cuda";
   if (backend === "flash") return host.device === "cuda" || host.device === "cpu";
   return true;
 }
 
 /** The attention setting's hint: what auto does here and why some kernels are greyed out. */
 export function attentionHint(host: Host): string {
-  if (host.device === "cuda") return "auto = cuDNN for transformers when a probe at the run's shapes passes, else flash";
+  if (host.device === "cuda") return "auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash";
   const flash = host.device === "cpu" ? "" : ", flash a CUDA GPU or the CPU";
   return `auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
 }
@@ -126,9 +185,10 @@ export function attentionHint(host: Host): string {
  * to the config fails the type-check until the form handles it.
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
- * - length: steps or num_epochs, from the Length input and its unit.
+ * - length: steps or num_epochs, from the Length input and its unit;
+ * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object).
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length";
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "numbers" | "mapping";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -185,6 +245,24 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   max_sequence_length: "integer",
   assistant_lora: "text",
   num_gpus: "integer",
+  optimizer: "text",
+  optimizer_betas: "numbers",
+  optimizer_eps: "number",
+  prodigy_d_coef: "number",
+  prodigy_safeguard_warmup: "bool",
+  prodigy_use_bias_correction: "bool",
+  adafactor_relative_step: "bool",
+  adafactor_scale_parameter: "bool",
+  adafactor_warmup_init: "bool",
+  ema_decay: "number",
+  ema_update_every: "integer",
+  ema_on_cpu: "bool",
+  sample_with_ema: "bool",
+  adapter: "text",
+  lokr_factor: "integer",
+  lokr_decompose_both: "bool",
+  rank_pattern: "mapping",
+  alpha_pattern: "mapping",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -224,6 +302,8 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "memory_budget_gb",
   "num_gpus",
   "enable_tf32",
+  "optimizer",
+  "adapter",
   "sample_prompts",
   "sample_every",
   "sample_seed",
@@ -233,6 +313,7 @@ function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (typeof v === "boolean") return v;
   if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
+  if (typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, n]) => `${k}=${n}`).join(", ");
   return String(v);
 }
 
@@ -244,6 +325,30 @@ export function promptLines(text: string | boolean | undefined): string[] {
 /** Module names of a list input: separated by commas or white space. */
 export function nameList(text: string | boolean | undefined): string[] {
   return typeof text === "string" ? text.split(/[\s,]+/).filter((t) => t !== "") : [];
+}
+
+/** Numbers separated by commas or white space; undefined when blank, a problem text when one is not a number. */
+export function numberList(text: string | boolean | undefined): number[] | string | undefined {
+  const items = nameList(text);
+  if (!items.length) return undefined;
+  const numbers = items.map(Number);
+  return numbers.every(Number.isFinite) ? numbers : "must be numbers separated by commas";
+}
+
+/** "name=number" pairs separated by commas; undefined when blank, a problem text when malformed. */
+export function numberMapping(text: string | boolean | undefined): Record<string, number> | string | undefined {
+  const items = typeof text === "string" ? text.split(",").map((t) => t.trim()).filter((t) => t !== "") : [];
+  if (!items.length) return undefined;
+  const out: Record<string, number> = {};
+  for (const item of items) {
+    const [name, value, ...rest] = item.split("=").map((t) => t.trim());
+    const n = Number(value);
+    if (!name || value === undefined || value === "" || rest.length || !Number.isFinite(n)) {
+      return "write module=number pairs separated by commas (e.g. to_k=8, to_v=8)";
+    }
+    out[name] = n;
+  }
+  return out;
 }
 
 /** Form values for `family`, keeping the user's family-independent settings from `keep`. */
@@ -283,7 +388,8 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
   const config: Record<string, unknown> = {};
   const problems: Record<string, string> = {};
   const supported = new Set(family?.supports ?? []);
-  const skip = (k: Key) => (FAMILY_FIELDS as readonly Key[]).includes(k) && !supported.has(k);
+  const hidden = inapplicableFields(values);
+  const skip = (k: Key) => ((FAMILY_FIELDS as readonly Key[]).includes(k) && !supported.has(k)) || hidden.has(k);
 
   for (const [key, kind] of Object.entries(FIELD_KINDS) as [Key, Kind][]) {
     const v = values[key];
@@ -295,6 +401,12 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
     if (kind === "lines" || kind === "list") {
       const items = kind === "lines" ? promptLines(v) : nameList(v);
       if (items.length) config[key] = items;
+      continue;
+    }
+    if (kind === "numbers" || kind === "mapping") {
+      const parsed = kind === "numbers" ? numberList(v) : numberMapping(v);
+      if (typeof parsed === "string") problems[key] = parsed;
+      else if (parsed !== undefined) config[key] = parsed;
       continue;
     }
     const blank = typeof v !== "string" || v.trim() === "";

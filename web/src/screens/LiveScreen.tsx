@@ -78,6 +78,11 @@ export function LiveScreen() {
       {error && <div className="banner error">{error}</div>}
       {job.error && <div className="banner error">{job.error}</div>}
       {phaseText(job) && <div className="banner info">{phaseText(job)}</div>}
+      {job.status === "stopping" && job.busy && (
+        <div className="banner info" data-testid="stop-waits">
+          Stopping: waiting for the {job.busy.work} in progress to finish.
+        </div>
+      )}
       <div className="card">
         <div className="stats dense">
           <Stat label="Step" testId="stat-step">
@@ -137,7 +142,15 @@ export function LiveScreen() {
           </ol>
         </div>
       ) : null}
-      {asking && <StopDialog step={step} busy={stopping} onStop={(s) => void stop(s)} onCancel={() => setAsking(false)} />}
+      {asking && (
+        <StopDialog
+          step={step}
+          busy={stopping}
+          work={job.busy?.work}
+          onStop={(s) => void stop(s)}
+          onCancel={() => setAsking(false)}
+        />
+      )}
     </section>
   );
 }

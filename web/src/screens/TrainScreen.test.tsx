@@ -2,7 +2,7 @@ import { screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { Info } from "../api/types";
-import { FAMILY_FIELDS, FIELD_KINDS } from "../lib/trainForm";
+import { FAMILY_FIELDS, FIELD_KINDS, inapplicableFields, OPTIMIZER_OPTIONS } from "../lib/trainForm";
 import { CATALOGUE, type Call, INFO } from "../test/fixtures";
 import { input, mockTrainServer, renderTrain } from "../test/trainServer";
 
@@ -60,6 +60,9 @@ describe("TrainScreen", () => {
     const report = await screen.findByTestId("preflight");
     expect(report).toHaveTextContent("bad.png");
     expect(report).toHaveTextContent("1.25 GB");
+    expect(screen.getByTestId("preflight-family-note")).toHaveTextContent(
+      "Tiny (step-distilled): train the base checkpoint instead",
+    );
     const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
     expect(sent.config).toMatchObject({ family: "flux", num_epochs: 5, lora_rank: 32, data_dir: "shapes" });
     expect(sent.config).not.toHaveProperty("steps");
@@ -84,6 +87,7 @@ describe("TrainScreen", () => {
       (Object.keys(FIELD_KINDS) as (keyof typeof FIELD_KINDS)[]).filter((key) => {
         if (FIELD_KINDS[key] === "length" || key === "family") return false;
         if ((FAMILY_FIELDS as readonly string[]).includes(key) && !family.supports.includes(key)) return false;
+        if (inapplicableFields({}).has(key)) return false; // another optimizer's / adapter's: see below
         return document.querySelector(`[name="${key}"]`) === null;
       });
     expect(missing(INFO.families[1])).toEqual([]);
@@ -145,5 +149,38 @@ describe("TrainScreen", () => {
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     await waitFor(() => expect(input("cache_variants").closest("label")).toHaveTextContent("needs random_crop"));
     expect(details.open).toBe(true);
+  });
+  it("shows only the chosen optimizer's and adapter's options, and sends only those", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    const shown = (key: string) => document.querySelector(`[name="${key}"]`) !== null;
+    expect(shown("optimizer_eps") && shown("optimizer_betas")).toBe(true); // AdamW's
+    expect(shown("prodigy_d_coef") || shown("adafactor_relative_step") || shown("lokr_factor")).toBe(false);
+    await userEvent.selectOptions(input("optimizer"), "prodigy");
+    expect(OPTIMIZER_OPTIONS.prodigy.every(shown)).toBe(true);
+    expect(input("learning_rate")).toHaveValue("1"); // Prodigy's LR multiplies the step size it learns
+    await userEvent.type(input("prodigy_d_coef"), "2");
+    await userEvent.selectOptions(input("optimizer"), "adafactor");
+    expect(shown("prodigy_d_coef") || shown("optimizer_eps") || shown("optimizer_betas")).toBe(false);
+    expect(input("learning_rate")).toHaveValue("0.0004"); // the family's again
+    await userEvent.click(input("adafactor_relative_step"));
+    expect(input("learning_rate")).toBeDisabled();
+    await userEvent.selectOptions(input("adapter"), "lokr");
+    await userEvent.type(input("lokr_factor"), "4");
+    await userEvent.type(input("rank_pattern"), "to_k=8, to_v=2");
+    await userEvent.type(input("ema_decay"), "0.999");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config).toMatchObject({
+      optimizer: "adafactor",
+      adafactor_relative_step: true,
+      adapter: "lokr",
+      lokr_factor: 4,
+      rank_pattern: { to_k: 8, to_v: 2 },
+      ema_decay: 0.999,
+    });
+    for (const key of ["prodigy_d_coef", "learning_rate", "optimizer_eps"]) expect(sent.config).not.toHaveProperty(key);
   });
 });

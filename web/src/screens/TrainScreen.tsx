@@ -26,10 +26,12 @@ import {
   FIELD_KINDS,
   type FormValues,
   gpuInput,
+  inapplicableFields,
   initialValues,
   LORA_FORMATS,
   precisionChoices,
   SCHEDULERS,
+  withSetting,
 } from "../lib/trainForm";
 
 type Errors = Record<string, string>;
@@ -63,7 +65,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
   if (!info || !models || !values) return <section className="screen muted">Loading…</section>;
 
   const set = (k: keyof FormValues, v: string | boolean) => {
-    setValues({ ...values, [k]: v });
+    setValues(withSetting(values, k, v, family));
     setReport(null);
     if (errors[k as string]) setErrors({ ...errors, [k as string]: "" });
   };
@@ -110,6 +112,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
 
   const c = trainControls(values, errors, set);
   const { text, num } = c;
+  const hidden = inapplicableFields(values);
   const cuda = info.host.device === "cuda";
   const gpus = gpuInput(info.host);
 
@@ -169,7 +172,10 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             </Field>
             {num("batch_size", "Batch size")}
             {num("grad_accum", "Gradient accumulation")}
-            {num("learning_rate", "Learning rate")}
+            {num("learning_rate", "Learning rate", {
+              disabled: hidden.has("learning_rate"),
+              hint: hidden.has("learning_rate") ? "Adafactor's relative step sizes the steps" : undefined,
+            })}
             {c.choice("lr_scheduler", "Scheduler", SCHEDULERS)}
             {num("lr_warmup_steps", "Warmup steps")}
           </div>
@@ -228,7 +234,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {c.choice("lora_format", "LoRA file format", LORA_FORMATS, { hint: "kohya: for ComfyUI / A1111" })}
             {num("seed", "Seed", { hint: "same seed + data = same run" })}
           </div>
-          <AdvancedSettings controls={c} family={family} />
+          <AdvancedSettings controls={c} family={family} hidden={hidden} />
         </div>
 
         {general.length > 0 && (

@@ -80,6 +80,7 @@ export function mockTrainServer(info: () => Info): Call[] {
           schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
           precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
           memory: { estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null },
+          family: { name: cfg.family, variant: "Tiny (step-distilled)", notes: ["train the base checkpoint instead"] },
         },
       };
     }

@@ -1,20 +1,19 @@
 """/api/datasets: list, upload into, inspect, caption, thumbnail and delete dataset images.
 
 Every name is one safe path component under the datasets root. Edits are refused (409) while
-a live (running or queued) job trains on the dataset.
+a live (running or queued) job trains on the dataset. Files are read without following links
+(data.safe_open); thumbnails are decoded reduced, two at a time, and cached (data.thumbnails).
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
-from PIL import Image
+from fastapi.responses import JSONResponse, Response
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from lorastudio.api.deps import service_dep, settings_dep
@@ -24,8 +23,11 @@ from lorastudio.api.schemas import (
 from lorastudio.api.schemas_files import CaptionOut, DatasetDetail, DatasetList, DeletedFiles, UploadOut
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.captions import read_metadata, read_sidecar
-from lorastudio.data.discovery import discover
-from lorastudio.data.images import ALLOWED_FORMATS, load_rgb, probe_image
+from lorastudio.data.decode_slots import DecodeBusy
+from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.image_headers import header_size
+from lorastudio.data.safe_open import open_in_folder
+from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
 from lorastudio.data.uploads import (
     UploadBatch,
     UploadTooLarge,
@@ -42,6 +44,9 @@ from lorastudio.settings import Settings
 router = APIRouter(prefix="/api/datasets", tags=["datasets"])
 
 MAX_FILES_PER_UPLOAD = 10_000
+# The upload route streams its body to disk under settings.max_upload_mb (checked in the route),
+# not under the app's cap on JSON bodies (settings.max_json_mb, create_app's max_body_size).
+STREAMED_BODY_LIMIT = 2**62
 
 
 def dataset_path(settings: Settings, name: str) -> Path:
@@ -65,33 +70,54 @@ def datasets(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
 
 @router.get("/{name}", response_model=DatasetDetail)
 def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
-    """The images of a dataset with their captions (txt wins over metadata.jsonl) and sizes."""
+    """The images of a dataset with their captions (txt wins over metadata.jsonl) and stored
+    sizes (from the file headers). Links are listed as dropped, never read; a caption file or
+    metadata.jsonl that cannot be used is listed as dropped with the reason."""
     folder = dataset_path(settings, name)
     if not folder.is_dir():
         raise NotFound(f"no dataset named {name!r}")
     files = discover(folder)
-    rows = read_metadata(files.metadata).captions if files.metadata else {}
+    dropped = list(files.dropped)
+    rows: dict[str, str] = {}
+    if files.metadata:
+        try:
+            table = read_metadata(files.metadata)
+            rows = table.captions
+            dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE} ")) for p in table.problems]
+        except DatasetError as err:
+            dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
     images = []
     for path in files.images:
         sidecar = files.sidecars.get(path.stem)
-        caption = read_sidecar(sidecar) if sidecar else rows.get(path.name)
-        images.append({"file": path.name, "caption": caption, "bytes": path.stat().st_size, **_size(path)})
+        caption = rows.get(path.name)
+        if sidecar:
+            try:
+                caption = read_sidecar(sidecar)
+            except DatasetError as err:
+                caption = None
+                dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]
+        images.append({"file": path.name, "caption": caption, **_stored_size(path)})
     return {
         **dataset_summary(folder),
         "files": images,
-        "dropped": [{"file": n, "reason": r} for n, r in files.dropped],
+        "dropped": [{"file": n, "reason": r} for n, r in dropped],
     }
 
 
-def _size(path: Path) -> dict[str, int | None]:
+def _stored_size(path: Path) -> dict[str, int | None]:
+    """{"bytes", "width", "height"}: width and height from the file's header (None where it
+    cannot be read)."""
+    size = None
     try:
-        with Image.open(path, formats=ALLOWED_FORMATS) as img:
-            return {"width": img.width, "height": img.height}
-    except (OSError, ValueError, Image.DecompressionBombError):
-        return {"width": None, "height": None}
+        with open_in_folder(path) as fh:
+            size = header_size(fh)
+    except (DatasetError, OSError):
+        pass
+    width, height = size if size else (None, None)
+    return {"bytes": path.lstat().st_size, "width": width, "height": height}
 
 
-@router.post("/{name}/files", status_code=201, response_model=UploadOut)
+@router.post("/{name}/files", status_code=201, response_model=UploadOut, max_body_size=STREAMED_BODY_LIMIT)
 async def upload(
     name: str,
     request: Request,
@@ -99,7 +125,14 @@ async def upload(
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-    completely, then committed at once; repeated uploads accumulate. 413 above the size cap."""
+    completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
+    for a body that is not multipart/form-data."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data") or "boundary=" not in content_type:
+        raise DatasetError(
+            "an upload must be a multipart/form-data body (files as form fields)",
+            [f"Content-Type is {content_type!r}" if content_type else "no Content-Type header"],
+        )
     folder = _editable(settings, service, name)
     cap = settings.max_upload_mb * 2**20
     declared = request.headers.get("content-length")
@@ -121,7 +154,9 @@ async def upload(
 
 
 def _commit(settings: Settings, folder: Path, uploads: list[Any]) -> list[str]:
-    with UploadBatch(settings.datasets_dir, folder, settings.max_image_pixels) as batch:
+    with UploadBatch(
+        settings.datasets_dir, folder, settings.max_image_pixels, settings.max_decode_pixels
+    ) as batch:
         for up in uploads:
             batch.add(up.filename or "", up.file)
         return batch.commit()
@@ -143,14 +178,30 @@ def thumbnail(
     size: int = Query(default=256, ge=16, le=1024),
     settings: Settings = Depends(settings_dep),
 ) -> Response:
-    """A JPEG thumbnail (longest side `size`) of one dataset image."""
+    """A JPEG thumbnail (longest side `size`) of one dataset image, decoded at reduced size and
+    cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
+    placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
+    server's decode slots stay busy."""
     path = existing_image(dataset_path(settings, name), file)
-    probe_image(path, settings.max_image_pixels)
-    img = load_rgb(path)
-    img.thumbnail((size, size))
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=85)
-    return Response(buf.getvalue(), media_type="image/jpeg", headers={"Cache-Control": "no-cache"})
+    headers = {"Cache-Control": "no-cache"}
+    try:
+        data = thumbnail_jpeg(
+            path,
+            size,
+            cache_dir=settings.thumbnail_cache_dir,
+            max_pixels=settings.max_image_pixels,
+            decode_pixels=settings.max_decode_pixels,
+        )
+    except TooLargeToPreview as err:
+        data = placeholder_jpeg(size)
+        headers["X-Lorastudio-Placeholder"] = str(err).encode("ascii", "replace").decode("ascii")
+    except DecodeBusy as err:
+        return JSONResponse(
+            {"error": "DecodeBusy", "detail": str(err)},
+            status_code=503,
+            headers={"Retry-After": str(err.retry_after_s)},
+        )
+    return Response(data, media_type="image/jpeg", headers=headers)
 
 
 @router.put("/{name}/captions/{file}", response_model=CaptionOut)
@@ -177,5 +228,5 @@ def remove_image(
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
-    """Delete one image and its .txt caption."""
+    """Delete one image and its .txt caption (kept while another image of that stem uses it)."""
     return {"deleted": delete_image(_editable(settings, service, name), file)}

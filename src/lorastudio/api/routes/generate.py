@@ -1,4 +1,7 @@
-"""/api/generate: one image from a base model + LoRAs, saved to the gallery; /gallery serves it."""
+"""/api/generate: one image from a base model + LoRAs, saved to the gallery; /gallery serves it.
+
+The route only routes: the request is checked and run by the GenerationService, whose worker
+process holds the pipeline (no torch in the server)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ router = APIRouter(tags=["generate"])
 
 @router.post("/api/generate", status_code=201, response_model=GenerateOut)
 def generate(body: GenerateBody, service: GenerationService = Depends(generation_dep)) -> dict[str, Any]:
-    """Generate one image; 201 with its gallery file and URL. 409 while training runs."""
+    """Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
+    (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
+    the generation worker died (killed, out of memory): the next request starts a fresh one."""
     req = GenerationRequest(
         family=body.family,
         base_model=body.base_model,

@@ -1,0 +1,148 @@
+"""Which Host headers the server answers (DNS rebinding), and the anti-framing headers.
+
+DNS rebinding: a page served from `evil.example`, whose name the attacker then resolves to
+127.0.0.1, is same-origin with the studio in the browser. Its requests reach the loopback
+server with `Host: evil.example:7860` (and a matching `Origin`, so the same-origin check of
+api/origin.py passes), and the page can read every answer. The one thing the attacker cannot
+forge is that Host header, so `HostGuard` (pure ASGI middleware, installed outermost) answers a
+request on any route (API, event streams, static UI, gallery files, downloads) only when its
+Host names:
+
+- a loopback name or address: `localhost`, 127.0.0.0/8, `[::1]`, with any port;
+- a host of `settings.allowed_hosts` (LORASTUDIO_ALLOWED_HOSTS, comma-separated);
+- the address the server binds, when that is a specific public address and a token is set.
+  With a token set and a wildcard bind (0.0.0.0, ::) and no allowed hosts configured, every
+  Host is answered: the token guards every API route and the page cannot know it.
+
+Others get 421 Misdirected Request with a JSON body naming the Host and the setting to change.
+Every response (refusals included) carries `X-Frame-Options: DENY` and
+`Content-Security-Policy: frame-ancestors 'self'`, so no other site can frame the UI.
+
+Hand-written rather than Starlette's TrustedHostMiddleware: that one splits the port off at
+the first ':' (so `[::1]:7860` never matches), cannot express 127.0.0.0/8 and answers a plain
+400 without saying which setting to change.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lorastudio.settings import Settings
+
+WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
+SECURITY_HEADERS = (
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'self'"),
+)
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1; IPv6 brackets allowed)."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The host part of a Host header value, lower-cased, without port or IPv6 brackets
+    ("[::1]:7860" -> "::1", "Localhost:80" -> "localhost"). "" for an empty or malformed one."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[1:end] if end > 0 else ""
+    if value.count(":") > 1:  # a bare IPv6 address (not valid in Host, but unambiguous)
+        return value
+    return value.partition(":")[0]
+
+
+class HostPolicy:
+    """The Host names a server answers (see the module docstring).
+
+    Takes: `allowed`, extra host names (lower-case, no port); `any_host`, answer every Host.
+    """
+
+    def __init__(self, allowed: frozenset[str], any_host: bool = False):
+        self.allowed = allowed
+        self.any_host = any_host
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HostPolicy:
+        """The policy of a server started with `settings` (settings.host is the bind address)."""
+        allowed = set(settings.allowed_hosts)
+        bind = settings.host.strip("[]").lower()
+        if settings.api_token and not is_loopback(bind):
+            if bind in WILDCARD_BINDS:
+                return cls(frozenset(allowed), any_host=not allowed)
+            allowed.add(bind)
+        return cls(frozenset(allowed))
+
+    def accepts(self, header: str | None) -> bool:
+        """Whether a request with this Host header value (None: absent) is answered."""
+        if self.any_host:
+            return True
+        name = host_name(header or "")
+        return bool(name) and (is_loopback(name) or name.rstrip(".") in self.allowed)
+
+
+class HostGuard:
+    """ASGI middleware: refuse (421) requests whose Host the policy does not accept, and add
+    the anti-framing headers to every HTTP response."""
+
+    def __init__(self, app: ASGIApp, policy: HostPolicy):
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"host"), None)
+        if not self.policy.accepts(host):
+            if scope["type"] == "websocket":  # none are served; close without answering
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await send_json(send, 421, "HostNotAllowed", _refusal(host), SECURITY_HEADERS)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+
+
+def _refusal(host: str | None) -> str:
+    shown = "no Host header" if host is None else f"Host {host!r}"
+    return (
+        f"request refused: {shown} is not a name of this server. lorastudio answers loopback names"
+        " (localhost, 127.0.0.1, [::1]) and the hosts listed in LORASTUDIO_ALLOWED_HOSTS"
+        " (comma-separated); add this host there if you reach the studio under that name"
+        " (this guards against DNS rebinding)"
+    )
+
+
+async def send_json(
+    send: Send, status: int, error: str, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """Answer with `{"error": error, "detail": detail}` (JSON, the shape of api/errors.py) and
+    `headers` added."""
+    body = json.dumps({"error": error, "detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

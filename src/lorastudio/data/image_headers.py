@@ -1,0 +1,263 @@
+"""Image file headers, read before Pillow sees a file (no pixel is decoded here).
+
+Pillow trusts headers: it keeps every private PNG chunk and every JPEG APPn/COM segment in
+memory when it opens a file, and reads a whole WebP file into memory to open it. So:
+
+- `walk_png` walks a PNG chunk by chunk (every CRC checked in bounded pieces, huge ancillary
+  chunks refused) and returns the byte ranges Pillow should see (`RangesFile` shows only those);
+- `walk_jpeg` walks the JPEG markers up to the image data and refuses more than
+  MAX_JPEG_HEADER_BYTES of metadata segments;
+- WebP files larger than MAX_WEBP_BYTES are refused;
+- `header_size` reads the stored width and height of a PNG, JPEG or WebP from its first bytes
+  (listings use it: no file is read whole, nothing is decoded).
+
+Hand-written because Pillow offers no bounded header reader; the formats' header layouts are
+those of the PNG, JPEG (ITU T.81) and WebP (RIFF, VP8/VP8L/VP8X) specifications.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from pathlib import Path
+from typing import BinaryIO
+
+from lorastudio.errors import DatasetError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Ancillary chunks above this size are refused (real ICC profiles and metadata are far smaller).
+MAX_PNG_ANCILLARY_CHUNK_BYTES = 16 * 2**20
+# More chunks than this are refused (walking them would cost seconds of CPU).
+MAX_PNG_CHUNKS = 1_000_000
+_PNG_READ_PIECE = 2**20  # bytes read at once while checking a chunk's CRC
+# Ancillary chunks passed on to Pillow; all others (private/unknown data, APNG frames) are hidden.
+_PNG_ANCILLARY_USED = frozenset(
+    {b"tRNS", b"gAMA", b"cHRM", b"sRGB", b"iCCP", b"pHYs", b"tEXt", b"zTXt", b"iTXt", b"eXIf"}
+)
+
+
+def bad_image(path: Path, reason: str) -> DatasetError:
+    """The DatasetError of one unusable image file: one problem "<name>: <reason>"."""
+    return DatasetError(f"cannot use image {path.name}", [f"{path.name}: {reason}"])
+
+
+def _read_exact(fh: BinaryIO, size: int, path: Path, what: str) -> bytes:
+    data = fh.read(size)
+    if len(data) != size:
+        raise bad_image(path, f"corrupt (truncated PNG file: {what} cut short)")
+    return data
+
+
+def walk_png(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
+    """Check every chunk of a PNG file without holding a chunk in memory.
+
+    Takes: any file, open at its start (`path` names it in errors). Returns None when it does not start with the PNG signature (not a PNG);
+    otherwise the byte ranges [(start, length)] of the file that Pillow should see (the file is left at an unspecified position): the
+    signature, every critical chunk and the ancillary chunks in `_PNG_ANCILLARY_USED`, adjacent
+    ranges merged, up to and including IEND.
+    Raises: DatasetError when the file is truncated, has a bad chunk length, type or CRC, does
+    not start with IHDR, has more than MAX_PNG_CHUNKS chunks, or has an ancillary chunk larger
+    than MAX_PNG_ANCILLARY_CHUNK_BYTES.
+    """
+    if fh.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+        return None
+    ranges: list[tuple[int, int]] = [(0, len(PNG_SIGNATURE))]
+    offset = len(PNG_SIGNATURE)
+    for index in range(MAX_PNG_CHUNKS):
+        length, ctype = struct.unpack(">I4s", _read_exact(fh, 8, path, "chunk header"))
+        name = ctype.decode("latin-1")
+        if not ctype.isalpha() or not ctype.isascii():
+            raise bad_image(path, f"corrupt (invalid PNG chunk type {ctype!r})")
+        if length > 2**31 - 1:
+            raise bad_image(path, f"corrupt (PNG chunk {name} claims {length:,} bytes)")
+        if index == 0 and ctype != b"IHDR":
+            raise bad_image(path, f"corrupt (PNG starts with {name}, not IHDR)")
+        ancillary = ctype[:1].islower()
+        if ancillary and length > MAX_PNG_ANCILLARY_CHUNK_BYTES:
+            raise bad_image(
+                path,
+                f"refused: ancillary PNG chunk {name} of {length:,} bytes is larger than the "
+                f"{MAX_PNG_ANCILLARY_CHUNK_BYTES // 2**20} MB allowed for metadata",
+            )
+        crc = zlib.crc32(ctype)
+        left = length
+        while left:
+            piece = _read_exact(fh, min(left, _PNG_READ_PIECE), path, f"chunk {name}")
+            crc = zlib.crc32(piece, crc)
+            left -= len(piece)
+        (stored_crc,) = struct.unpack(">I", _read_exact(fh, 4, path, f"chunk {name} CRC"))
+        if stored_crc != crc:
+            raise bad_image(path, f"corrupt (bad CRC in PNG chunk {name})")
+        size = 12 + length
+        if not ancillary or ctype in _PNG_ANCILLARY_USED:
+            last_start, last_len = ranges[-1]
+            if last_start + last_len == offset:
+                ranges[-1] = (last_start, last_len + size)
+            else:
+                ranges.append((offset, size))
+        offset += size
+        if ctype == b"IEND":
+            return ranges
+    raise bad_image(path, f"refused: more than {MAX_PNG_CHUNKS:,} PNG chunks")
+
+
+class RangesFile(io.RawIOBase):
+    """A read-only seekable view of chosen byte ranges of an open file, as one stream.
+
+    Takes: the real file (kept open by the caller) and [(start, length)] ranges in file order.
+    """
+
+    def __init__(self, real: BinaryIO, ranges: list[tuple[int, int]]) -> None:
+        super().__init__()
+        self._real = real
+        self._ranges: list[tuple[int, int, int]] = []  # (view start, file start, length)
+        view = 0
+        for start, length in ranges:
+            self._ranges.append((view, start, length))
+            view += length
+        self._size = view
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        out = memoryview(buffer).cast("B")
+        done = 0
+        for view_start, file_start, length in self._ranges:
+            if done == len(out) or self._pos >= self._size:
+                break
+            if self._pos >= view_start + length:
+                continue
+            skip = self._pos - view_start
+            take = min(length - skip, len(out) - done)
+            self._real.seek(file_start + skip)
+            got = self._real.readinto(out[done : done + take])
+            done += got
+            self._pos += got
+            if got < take:
+                break
+        return done
+
+
+# Metadata segments (APPn, COM) of a JPEG above this total are refused (real EXIF/ICC/XMP data
+# is far smaller; Pillow keeps every segment in memory when it opens a file).
+MAX_JPEG_HEADER_BYTES = 16 * 2**20
+# WebP files above this size are refused: Pillow reads a WebP file whole to open it.
+MAX_WEBP_BYTES = 64 * 2**20
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def walk_jpeg(fh: BinaryIO, path: Path) -> tuple[int, int] | None:
+    """Walk a JPEG's markers up to its first frame header, without keeping any segment.
+
+    Takes: any file, open at its start. Returns None when it does not start with a JPEG SOI
+    marker; else (width, height) stored in the frame header (0 when not given there).
+    Raises: DatasetError when the header is truncated or malformed, or its metadata segments
+    exceed MAX_JPEG_HEADER_BYTES in total.
+    """
+    if fh.read(2) != b"\xff\xd8":
+        return None
+    metadata = 0
+    while True:
+        head = fh.read(2)
+        while head[:1] == b"\xff" and head[1:] == b"\xff":  # fill bytes before a marker
+            head = b"\xff" + fh.read(1)
+        if len(head) != 2 or head[0] != 0xFF:
+            raise bad_image(path, "corrupt (truncated or malformed JPEG header)")
+        marker = head[1]
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            continue
+        raw = fh.read(2)
+        if len(raw) != 2 or struct.unpack(">H", raw)[0] < 2:
+            raise bad_image(path, "corrupt (truncated or malformed JPEG header)")
+        length = struct.unpack(">H", raw)[0] - 2
+        if marker in _SOF_MARKERS:
+            frame = fh.read(5)
+            if len(frame) != 5:
+                raise bad_image(path, "corrupt (truncated JPEG frame header)")
+            height, width = struct.unpack(">HH", frame[1:5])
+            return width, height
+        if marker == 0xDA:  # image data before any frame header
+            raise bad_image(path, "corrupt (JPEG image data before its frame header)")
+        if 0xE0 <= marker <= 0xEF or marker == 0xFE:
+            metadata += length
+            if metadata > MAX_JPEG_HEADER_BYTES:
+                raise bad_image(
+                    path,
+                    f"refused: JPEG metadata segments larger than the "
+                    f"{MAX_JPEG_HEADER_BYTES // 2**20} MB allowed",
+                )
+        fh.seek(length, io.SEEK_CUR)
+
+
+def webp_size(head: bytes) -> tuple[int, int] | None:
+    """(width, height) from the first 30 bytes of a WebP file; None if they are not a WebP."""
+    if len(head) < 30 or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return None
+    kind = head[12:16]
+    if kind == b"VP8X":
+        width = int.from_bytes(head[24:27], "little") + 1
+        height = int.from_bytes(head[27:30], "little") + 1
+        return width, height
+    if kind == b"VP8L" and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if kind == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":
+        width = int.from_bytes(head[26:28], "little") & 0x3FFF
+        height = int.from_bytes(head[28:30], "little") & 0x3FFF
+        return width, height
+    return None
+
+
+def check_header(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
+    """Check a file's header before Pillow opens it (see the module docstring).
+
+    Returns the ranges Pillow should see of a PNG (`walk_png`), else None (show it the whole
+    file). The file is left at its start. Raises: DatasetError for what the walks refuse and for
+    a WebP file over MAX_WEBP_BYTES.
+    """
+    ranges = walk_png(fh, path)
+    fh.seek(0)
+    if ranges is None:
+        walk_jpeg(fh, path)
+        fh.seek(0)
+        head = fh.read(30)
+        fh.seek(0)
+        if webp_size(head) is not None:
+            size = fh.seek(0, io.SEEK_END)
+            fh.seek(0)
+            if size > MAX_WEBP_BYTES:
+                raise bad_image(
+                    path,
+                    f"refused: WebP file of {size:,} bytes is larger than the "
+                    f"{MAX_WEBP_BYTES // 2**20} MB allowed",
+                )
+    return ranges
+
+
+def header_size(fh: BinaryIO) -> tuple[int, int] | None:
+    """The stored (width, height) of a PNG, JPEG or WebP file (before EXIF orientation), read
+    from its header only; None when it is none of these or the header is malformed."""
+    head = fh.read(30)
+    if head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR" and len(head) >= 24:
+        return struct.unpack(">II", head[16:24])
+    if head[:2] == b"\xff\xd8":
+        fh.seek(0)
+        try:
+            return walk_jpeg(fh, Path("image"))
+        except DatasetError:
+            return None
+    return webp_size(head)

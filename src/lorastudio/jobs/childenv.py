@@ -1,0 +1,82 @@
+"""Secrets never reach a child process's environment.
+
+A process's environment is fixed when it is exec'd: /proc/PID/environ shows it for the
+process's life, whatever the process later removes from os.environ. So the secrets are kept out
+of the children's environment before they start:
+
+- `serve` calls `drop_process_secrets` once, right after the settings were read (they hold the
+  API token and the hub token from then on) and before anything is started: every child of the
+  server (the training workers, which multiprocessing's spawn starts with the server's own
+  environment, its resource tracker, a torchrun launch) is built from an environment without
+  them;
+- `child_environment` is the environment handed explicitly to a child started with an `env=`
+  (the torchrun launch, jobs/launcher.py), as a second line;
+- a worker that needs the hub token (a run whose base model is a hub id, not a local folder)
+  gets it inside WorkerArgs.settings (pickled over its spawn pipe or the rank channel, never
+  through the environment) and `give_hub_token` puts it in that process's os.environ as
+  HF_TOKEN (what from_pretrained reads) after the exec, so no /proc/PID/environ shows it.
+
+Secret names: LORASTUDIO_API_TOKEN, LORASTUDIO_HF_TOKEN, HF_TOKEN, HUGGING_FACE_HUB_TOKEN, and any
+name with a TOKEN, SECRET, PASSWORD, PASSWD, KEY, APIKEY or CREDENTIALS word (underscore
+separated: GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, OPENAI_API_KEY; TOKENIZERS_PARALLELISM
+is not one). No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from lorastudio.settings import Settings
+
+SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIALS"})
+HUB_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # what huggingface_hub reads
+
+
+def is_secret(name: str) -> bool:
+    """Whether environment variable `name` may hold a secret (see the module docstring)."""
+    upper = name.upper()
+    return upper in {"LORASTUDIO_API_TOKEN", "LORASTUDIO_HF_TOKEN", *HUB_TOKEN_NAMES} or bool(
+        SECRET_WORDS.intersection(upper.split("_"))
+    )
+
+
+def child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `env` without any secret, for a child process started with it."""
+    return {name: value for name, value in env.items() if not is_secret(name)}
+
+
+def drop_secrets(env: MutableMapping[str, str]) -> list[str]:
+    """Remove every secret from `env`; returns the removed names (sorted)."""
+    removed = sorted(name for name in env if is_secret(name))
+    for name in removed:
+        del env[name]
+    return removed
+
+
+def drop_process_secrets(settings: Settings) -> Settings:
+    """Remove every secret from this process's environment (so from every child it starts from
+    now on). Returns `settings` with the hub token kept: the studio's own (LORASTUDIO_HF_TOKEN,
+    already read), else the HF_TOKEN / HUGGING_FACE_HUB_TOKEN the environment had (which the
+    hub client would have read there)."""
+    if settings.hf_token is None:
+        found = next((os.environ[n] for n in HUB_TOKEN_NAMES if os.environ.get(n)), None)
+        if found:
+            settings = settings.model_copy(update={"hf_token": SecretStr(found)})
+    drop_secrets(os.environ)
+    return settings
+
+
+def give_hub_token(settings: Settings, base_model: str | None) -> bool:
+    """In a worker, after its start: remove any secret it was started with (a worker started
+    by an embedding process that kept them), then make the studio's hub token the HF_TOKEN of
+    this process when the run loads its base model from the hub (`base_model` is not a local
+    folder). Returns whether it did."""
+    drop_secrets(os.environ)
+    if settings.hf_token is None or not base_model or Path(base_model).expanduser().is_dir():
+        return False
+    os.environ["HF_TOKEN"] = settings.hf_token.get_secret_value()
+    return True

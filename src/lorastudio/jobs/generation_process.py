@@ -1,0 +1,198 @@
+"""The server's handle on the generation worker process: spawn it, send it jobs, notice its death.
+
+No torch here. The worker is spawned (spawn context) from one long-lived thread, `Spawner`: the
+child arms PR_SET_PDEATHSIG (jobs/worker.bind_to_parent), which fires when the *thread* that
+started it exits, so it must not be started from a request thread (those come and go). A worker
+that dies during a job (kill -9, the kernel's out-of-memory killer, a segfault) or that reports
+running out of memory is reported as GenerationWorkerLost; the handle is then spent and the
+service starts a fresh one for the next job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from lorastudio import errors
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, GenerationFailed, GenerationWorkerLost
+from lorastudio.jobs.generation_worker import GenerationJob, GenerationWorkerArgs, generation_worker_main
+from lorastudio.settings import Settings
+
+GenerationTarget = Callable[[GenerationWorkerArgs, Any], None]
+POLL_S = 0.1  # how often a waiting request checks that the worker is alive
+READY_TIMEOUT_S = 120.0  # a spawned child says "ready" before importing anything heavy
+STOP_GRACE_S = 5.0  # after asking the worker to exit, before it is killed
+
+
+class Spawner:
+    """One thread that lives as long as the generation service and starts its worker processes."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], Any], Future[Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="lorastudio-generation-spawner", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            fn, future = item
+            try:
+                future.set_result(fn())
+            except BaseException as err:  # noqa: BLE001 - handed to the caller, which raises it
+                future.set_exception(err)
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the spawner thread and return its result (its exception is raised here)."""
+        future: Future[Any] = Future()
+        self._jobs.put((fn, future))
+        return future.result()
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(5)
+
+
+def death_reason(exitcode: int | None) -> str:
+    """Why the worker is gone, from its exit code (negative: the signal that killed it)."""
+    if exitcode is not None and exitcode < 0:
+        sig = -exitcode
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else f"signal {sig}"
+        if sig == signal.SIGKILL:
+            return f"the generation worker was killed ({name}; out of memory?)"
+        if sig == signal.SIGSEGV:
+            return f"the generation worker crashed ({name})"
+        return f"the generation worker was killed ({name})"
+    return f"the generation worker exited unexpectedly (code {exitcode})"
+
+
+def rebuild_error(kind: str, message: str, problems: list[tuple[str, str]]) -> errors.LorastudioError:
+    """The domain error the worker reported, as an exception of the same class where it can be
+    rebuilt from its message (else GenerationFailed with the message)."""
+    if kind == "ConfigError":
+        return ConfigError([FieldProblem(f, m) for f, m in problems])
+    if kind == "DatasetError":
+        return DatasetError(message.split("\n", 1)[0], [m for _, m in problems])
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.LorastudioError):
+        if cls.__init__ is Exception.__init__:  # constructed from its message alone
+            return cls(message)
+        if issubclass(cls, errors.ModelSourceError):
+            return errors.ModelSourceError(message)
+    return GenerationFailed(message)
+
+
+class GenerationProcess:
+    """One spawned generation worker. `start()`, then `call(job)` any number of times, `stop()`."""
+
+    def __init__(
+        self,
+        spawner: Spawner,
+        target: GenerationTarget = generation_worker_main,
+        settings: Settings | None = None,
+    ):
+        ctx = mp.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe(duplex=True)
+        self._child_conn = child_conn
+        self.process = ctx.Process(
+            target=target,
+            args=(GenerationWorkerArgs(parent_pid=os.getpid(), settings=settings), child_conn),
+            name="lorastudio-generate",
+            daemon=True,
+        )
+        self._spawner = spawner
+        self._pid: int | None = None
+        self.spent = False  # True once the worker died or was stopped: never used again
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid once started (kept after it exited)."""
+        return self._pid
+
+    def start(self) -> int:
+        """Spawn the child (from the spawner thread) and wait for its "ready"; returns its pid.
+        Raises GenerationWorkerLost when it dies or stays silent before that."""
+        self._spawner.run(self.process.start)
+        self._pid = self.process.pid
+        self._child_conn.close()  # the child holds its own copy: EOF here once it dies
+        reply = self._receive(time.monotonic() + READY_TIMEOUT_S)
+        if not (isinstance(reply, tuple) and reply[:1] == ("ready",)):
+            self.stop()
+            raise GenerationWorkerLost(f"the generation worker sent {reply!r} instead of ready")
+        return int(reply[1])
+
+    def call(self, job: GenerationJob) -> dict[str, Any]:
+        """Run `job` in the worker; returns its "ok" fields (width, height, seconds, loaded).
+        Raises the domain error it reported, GenerationFailed (an unexpected pipeline error) or
+        GenerationWorkerLost (it died or ran out of memory: this handle is then spent)."""
+        try:
+            self._conn.send(job)
+        except (OSError, ValueError) as err:  # the pipe is broken: the child is gone
+            self._lost(f"{death_reason(self._reap())}: {err}")
+        reply = self._receive(None)
+        status = reply[0] if isinstance(reply, tuple) and reply else None
+        if status == "ok":
+            return dict(reply[1])
+        if status == "error":
+            raise rebuild_error(reply[1], reply[2], list(reply[3]))
+        if status == "failed":
+            raise GenerationFailed(f"generation failed: {reply[1]}")
+        if status == "oom":
+            self._reap()
+            self._lost(
+                f"the generation worker ran out of memory ({reply[1]}); try a smaller size or fewer steps"
+            )
+        self.stop()
+        raise GenerationFailed(f"the generation worker sent an unexpected reply {reply!r}")
+
+    def _receive(self, deadline: float | None) -> Any:
+        """The next message from the child, checking every POLL_S that it is alive."""
+        while True:
+            try:
+                if self._conn.poll(POLL_S):
+                    return self._conn.recv()
+            except (EOFError, OSError):  # the child's end closed: it died
+                self._lost(death_reason(self._reap()))
+            if not self.process.is_alive():
+                if self._conn.poll(0):  # it may have answered just before it exited
+                    continue
+                self._lost(death_reason(self._reap()))
+            if deadline is not None and time.monotonic() > deadline:
+                self.stop()
+                raise GenerationWorkerLost("the generation worker did not start in time")
+
+    def _reap(self, timeout: float = 2.0) -> int | None:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def _lost(self, message: str) -> None:
+        self.stop()
+        raise GenerationWorkerLost(message)
+
+    def kill(self) -> None:
+        """SIGKILL the child now (from any thread); a request waiting on it then fails."""
+        if self._pid is not None:
+            with contextlib.suppress(ProcessLookupError):  # already gone
+                os.kill(self._pid, signal.SIGKILL)
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Ask the worker to exit, then kill it if it has not after `grace` s. Idempotent."""
+        if self.spent:
+            return
+        self.spent = True
+        if self.process.exitcode is None and self.process.pid is not None:
+            with contextlib.suppress(OSError, ValueError):  # a broken pipe: the child is exiting
+                self._conn.send(None)
+            self.process.join(grace)
+            if self.process.exitcode is None:
+                self.process.kill()
+                self.process.join(5)
+        self._conn.close()
+        if self.process.exitcode is not None:
+            self.process.close()

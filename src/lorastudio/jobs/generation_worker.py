@@ -1,0 +1,179 @@
+"""The generation worker: the child process that owns the resident generation pipeline.
+
+Spawned by jobs/generation_process.py (spawn context). Like the training worker it binds itself to
+the server's lifetime (jobs/worker.py: `bind_to_parent`); it starts without secrets in its
+environment (jobs/childenv.py) and, for a base model from the hub, gets the studio's hub token from
+its pickled settings as an in-memory HF_TOKEN (`give_hub_token`). It is the only server-side place that imports the generation engine
+(`lorastudio.generate`: torch, diffusers), lazily, inside the child; this module itself imports no
+torch, so the server can name it as a spawn target.
+
+Protocol over one duplex multiprocessing Connection (plain picklable values):
+  child -> parent   ("ready", pid)                              once, before anything heavy
+  parent -> child   GenerationJob                               one image (reply below)
+                    None                                        exit
+  child -> parent   ("ok", {"width", "height", "seconds", "loaded"})
+                    ("error", class name, message, [(field, message), ...])   a domain error
+                    ("failed", message)                         an unexpected pipeline error
+                    ("oom", message)                            out of memory: the child exits
+                                                                after sending it
+The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
+next job names another one. The PNG is written to `job.out_path` (a hidden staging name the
+server chose in the gallery); the server renames it into place.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lorastudio.errors import ConfigError, DatasetError, LorastudioError
+from lorastudio.jobs.childenv import drop_secrets, give_hub_token
+from lorastudio.jobs.worker import bind_to_parent
+from lorastudio.settings import Settings
+
+OOM_EXIT_CODE = 4  # the child exits with this after reporting that it ran out of memory
+
+
+@dataclass(frozen=True)
+class GenerationWorkerArgs:
+    """What the child needs at start (picklable)."""
+
+    parent_pid: int
+    settings: Settings | None = None  # the hub token for hub-id base models (never the environment)
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    """One image: `source` is the resolved base model (folder or hub id), `loras` (file, scale)
+    pairs already checked by the server, `out_path` where the PNG goes."""
+
+    source: str
+    family: str
+    revision: str | None
+    prompt: str
+    seed: int
+    steps: int | None
+    width: int
+    height: int
+    guidance: float | None
+    loras: tuple[tuple[str, float], ...]
+    out_path: str
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """What the resident pipeline is: (source, family, revision)."""
+        return (self.source, self.family, self.revision)
+
+
+class Resident:
+    """The child's resident pipeline and what it was loaded from."""
+
+    def __init__(self) -> None:
+        self.pipe: Any = None
+        self.key: tuple[str, str, str | None] | None = None
+
+    def drop(self) -> None:
+        """Free the pipeline (and the GPU memory torch caches for it)."""
+        self.pipe = None
+        self.key = None
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for an allocation failure: MemoryError, torch's CUDA OutOfMemoryError, or the CPU
+    allocator's RuntimeError ("DefaultCPUAllocator: can't allocate memory ...")."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def error_reply(err: LorastudioError) -> tuple[str, str, str, list[tuple[str, str]]]:
+    """The reply of a domain error: the parent rebuilds it (see generation_process.rebuild_error)."""
+    if isinstance(err, ConfigError):
+        problems = [(p.field, p.message) for p in err.problems]
+    elif isinstance(err, DatasetError):
+        problems = [("", p) for p in err.problems]
+    else:
+        problems = []
+    return ("error", type(err).__name__, str(err), problems)
+
+
+def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
+    """Generate one image for `job`; returns (reply, fatal): fatal = the child must exit (it ran
+    out of memory, its state is not to be trusted)."""
+    oom: str | None = None
+    try:
+        from lorastudio import generate as gen
+        from lorastudio.families.base import quiet_loading
+
+        quiet_loading()  # no loading progress bars in the server's log
+
+        t0 = time.perf_counter()
+        loaded = resident.key != job.key
+        if loaded:
+            resident.drop()
+            resident.pipe = gen.load_pipeline(job.source, job.family, revision=job.revision)
+            resident.key = job.key
+        gen.apply_loras(resident.pipe, list(job.loras))
+        image = gen.generate_image(
+            resident.pipe,
+            job.family,
+            prompt=job.prompt,
+            seed=job.seed,
+            steps=job.steps,
+            width=job.width,
+            height=job.height,
+            guidance=job.guidance,
+        )
+        image.save(job.out_path, format="PNG")
+        seconds = time.perf_counter() - t0
+        return (
+            "ok",
+            {"width": image.width, "height": image.height, "seconds": seconds, "loaded": loaded},
+        ), False
+    except LorastudioError as err:
+        return error_reply(err), False
+    except Exception as err:  # noqa: BLE001 - any pipeline failure is reported to the server, not lost
+        if not is_out_of_memory(err):
+            return ("failed", f"{type(err).__name__}: {err}"), False
+        oom = f"{type(err).__name__}: {str(err)[:500]}"
+    # Out of memory: the exception (and the frames holding the big tensors) is gone here.
+    resident.drop()
+    return ("oom", oom), True
+
+
+def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
+    """Child entry point (multiprocessing spawn target): serve jobs from `conn` until told to
+    exit (None), the parent closes the pipe, or memory runs out (exit code OOM_EXIT_CODE)."""
+    bind_to_parent(args.parent_pid)
+    drop_secrets(os.environ)
+    resident = Resident()
+    conn.send(("ready", os.getpid()))
+    code = 0
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):  # the server closed its end
+            break
+        if job is None:
+            break
+        if args.settings is not None:
+            give_hub_token(args.settings, job.source)
+        reply, fatal = run_job(resident, job)
+        conn.send(reply)
+        if fatal:
+            code = OOM_EXIT_CODE
+            break
+    conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Exit at once: the interpreter's teardown (torch, CUDA) would only delay freeing the GPU.
+    os._exit(code)

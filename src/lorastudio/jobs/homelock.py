@@ -1,0 +1,127 @@
+"""One owner per studio home: an advisory lock (flock) on `<home>/lorastudio.lock`.
+
+A server holds it exclusively for its whole life, with its pid and port written in the file, so
+a second server on the same home is refused with a message naming the first. A CLI `train`
+holds it shared while it runs: it is refused while a server owns the home (whose job service,
+store and start-up cleanup assume no other writer), several CLI runs may share a home, and a
+server does not start while one runs. The kernel drops the lock when its holder dies (kill -9
+included), so a crashed server never leaves the home locked; a stale pid in the file means
+nothing. No torch, no HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from lorastudio.errors import HomeInUse
+
+LOCK_NAME = "lorastudio.lock"
+
+
+class HomeLock:
+    """A held lock on a studio home; `release()` (or the process's end) frees it."""
+
+    def __init__(self, path: Path, fd: int, exclusive: bool):
+        self.path = path
+        self.exclusive = exclusive
+        self._fd: int | None = fd
+
+    @classmethod
+    def for_server(cls, home: Path, port: int | None) -> HomeLock:
+        """Take `home` exclusively for a server listening on `port` (None: not known, e.g. an
+        app served by a test harness). Raises HomeInUse naming the holder."""
+        lock = cls._take(home, exclusive=True)
+        assert lock._fd is not None
+        info = {"pid": os.getpid(), "port": port, "kind": "server"}
+        os.ftruncate(lock._fd, 0)
+        os.pwrite(lock._fd, (json.dumps(info) + "\n").encode(), 0)
+        return lock
+
+    @classmethod
+    def for_cli_run(cls, home: Path) -> HomeLock:
+        """Share `home` with other CLI runs for a `lorastudio train` in this process. Raises
+        HomeInUse while a server owns it."""
+        return cls._take(home, exclusive=False)
+
+    @classmethod
+    def _take(cls, home: Path, exclusive: bool) -> HomeLock:
+        home.mkdir(parents=True, exist_ok=True)
+        path = home / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise HomeInUse(_held_message(home, path, exclusive)) from None
+        except OSError:
+            os.close(fd)
+            raise
+        return cls(path, fd, exclusive)
+
+    def release(self) -> None:
+        """Free the lock (a server empties the file first). Idempotent."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        with contextlib.suppress(OSError):
+            if self.exclusive:
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __enter__(self) -> HomeLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def holder_info(path: Path) -> dict[str, Any] | None:
+    """The server recorded in lock file `path` ({"pid", "port", ...}); None if none is."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8") or "null")
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None
+
+
+def lock_holders(path: Path) -> list[int]:
+    """Pids holding a flock on `path`, from /proc/locks (Linux; [] elsewhere or unknown)."""
+    try:
+        st = path.stat()
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    for line in lines:
+        fields = line.split()
+        if "FLOCK" in fields and "->" not in fields and len(fields) >= 6 and fields[5] == key:
+            with contextlib.suppress(ValueError):
+                pids.append(int(fields[4]))
+    return sorted(set(pids))
+
+
+def _held_message(home: Path, path: Path, wanted_exclusive: bool) -> str:
+    info = holder_info(path)
+    holders = lock_holders(path)
+    if info is not None and (not holders or info["pid"] in holders):
+        port = info.get("port")
+        at = f"port {port}" if port else "an unknown port"
+        owner = f"a lorastudio server (pid {info['pid']}, {at}) owns the studio home {home}"
+        if wanted_exclusive:
+            return f"{owner}; only one server may use a home. Use that server, or stop it first."
+        return (
+            f"{owner}; train through it (web UI or POST /api/train/start on http://127.0.0.1:{port}/) "
+            "or give this command another home (LORASTUDIO_HOME=...)"
+        )
+    pids = ", ".join(str(p) for p in holders) or "unknown"
+    return (
+        f"the studio home {home} is in use by a `lorastudio train` run (pid {pids}); a server "
+        "starts once it has ended, or use another home (LORASTUDIO_HOME=...)"
+    )

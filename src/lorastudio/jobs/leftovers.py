@@ -1,0 +1,132 @@
+"""Crash leftovers in the studio home, removed when a server starts.
+
+Every multi-file write of lorastudio stages into a hidden folder and renames it into place, and
+every delete renames first and then removes. A kill -9 (or a power cut) in between leaves the
+hidden folder behind, for ever: an upload's `datasets/.uploads/<id>/` (hundreds of MB), a run
+delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
+`models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
+export's `outputs/<run>/.staging-<id>/`, a checkpoint's `outputs/<run>/checkpoints/.staging-*`
+or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`.
+
+`start_leftover_cleanup` runs right after the server took the home lock (jobs/homelock.py): no
+other server and no CLI run writes to the home then, so none of these is in use. (A tiny-model
+staging folder names its writer's pid and is kept while that process lives: `lorastudio tiny`
+does not take the lock.) The folders are listed at once and removed in a background thread
+(removing 56,884 files takes a while; new staging folders have new names, so nothing the new
+server writes is touched), each logged with its size. Model fetches stage in
+`models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+from lorastudio.settings import Settings
+
+log = logging.getLogger("lorastudio.jobs")
+
+UPLOAD_STAGING = ".uploads"  # data/uploads.py STAGING_DIR
+_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # api/routes/runs.py
+_MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
+_TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
+_EXPORT_STAGING = re.compile(r"^\.staging-[0-9a-f]+$")  # training/export.py, training/checkpoint.py
+_CHECKPOINT_REMOVAL = re.compile(r"^\.removing-[0-9a-f-]+$")  # training/checkpoint.py
+_CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/uploads.py staged_write
+
+
+def find_leftovers(settings: Settings) -> list[Path]:
+    """Every crash leftover in the home (see the module docstring), without touching them."""
+    found: list[Path] = []
+    found += _children(settings.datasets_dir / UPLOAD_STAGING)
+    found += [p for p in _children(settings.outputs_dir) if _RUN_DELETE.match(p.name)]
+    for item in _children(settings.models_dir):
+        tiny = _TINY_STAGING.match(item.name)
+        if _MODEL_DELETE.match(item.name) or (tiny and not _alive(int(tiny.group(1)))):
+            found.append(item)
+    for run in _children(settings.outputs_dir):
+        if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
+            continue
+        found += [p for p in _children(run) if _EXPORT_STAGING.match(p.name)]
+        found += [
+            p
+            for p in _children(run / "checkpoints")
+            if _EXPORT_STAGING.match(p.name) or _CHECKPOINT_REMOVAL.match(p.name)
+        ]
+    for dataset in _children(settings.datasets_dir):
+        if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
+            continue
+        found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
+    return sorted(found)
+
+
+def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
+    """List the home's crash leftovers now and remove them in a background thread (returned;
+    None when there are none). Call only while holding the home lock."""
+    found = find_leftovers(settings)
+    if not found:
+        return None
+    thread = threading.Thread(target=remove_leftovers, args=(found,), name="lorastudio-cleanup", daemon=True)
+    thread.start()
+    return thread
+
+
+def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
+    """Remove `paths` (folders with their content, or files), logging each with its size.
+    Returns (files, bytes) removed. A path that cannot be removed is logged and skipped."""
+    total_files = total_bytes = 0
+    for path in paths:
+        files, size = _size(path)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError as err:
+            log.warning("could not remove the crash leftover %s: %s", path, err)
+            continue
+        total_files += files
+        total_bytes += size
+        log.warning("removed the crash leftover %s (%d files, %.1f MB)", path, files, size / 2**20)
+    parent = [p.parent for p in paths if p.parent.name == UPLOAD_STAGING]
+    for folder in set(parent):
+        with contextlib.suppress(OSError):  # still holds a new upload's staging folder
+            folder.rmdir()
+    return total_files, total_bytes
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:  # missing or not a folder
+        return []
+
+
+def _size(path: Path) -> tuple[int, int]:
+    """(files, bytes) under `path` (a file: 1 and its size)."""
+    if not path.is_dir() or path.is_symlink():
+        with contextlib.suppress(OSError):
+            return 1, path.lstat().st_size
+        return 0, 0
+    files = size = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            files += 1
+            with contextlib.suppress(OSError):
+                size += os.lstat(os.path.join(root, name)).st_size
+    return files, size
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

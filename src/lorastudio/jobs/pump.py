@@ -1,0 +1,120 @@
+"""The job service's pump: a running worker's events folded into its job, stored and logged,
+until the worker has exited; the stop deadline enforced meanwhile (jobs/busy.py). A mixin of
+JobService (jobs/service.py), split out to keep each file short: it uses the service's lock,
+store, event log and bookkeeping (`_finish`, `_log_status`, `_log_event`). No torch, no HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from lorastudio.jobs.busy import stop_deadline
+from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
+from lorastudio.jobs.persist import STORE_ERRORS, store_failure
+from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts
+from lorastudio.jobs.records import Job, JobStatus
+from lorastudio.jobs.store import RunStore
+
+log = logging.getLogger("lorastudio.jobs")
+
+POLL_S = 0.1  # how often the pump checks the worker between events
+DRAIN_S = 0.3  # how long to wait for the last events of a worker that exited
+
+
+class EventPump:
+    """The pump half of JobService (see there for the attributes it shares)."""
+
+    _cond: threading.Condition
+    _closing: bool
+    _stop_at: float | None
+    timeouts: Timeouts
+    store: RunStore
+    ignored_events: int
+
+    def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:
+        raise NotImplementedError
+
+    def _log_status(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def _log_event(self, job: Job, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _pump(self, job: Job, worker: JobWorker) -> None:
+        """Fold the worker's events into `job` until it ended and the process exited."""
+        ended_at: float | None = None  # monotonic time of the terminal event
+        while True:
+            item = worker.next_event(POLL_S)
+            if item is not None:
+                if self._ingest_or_fail(job, worker, item) and ended_at is None:
+                    ended_at = time.monotonic()
+            elif worker.exitcode is not None:
+                self._drain(job, worker)
+                break
+            if self._closing:
+                worker.kill()
+                worker.join(5.0)
+                with self._cond:
+                    if job.live:
+                        self._finish(job, JobStatus.INTERRUPTED, error="the server stopped during this run")
+                break
+            with self._cond:  # a stop waits for a sample round or checkpoint in flight (jobs/busy.py)
+                deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
+            worker.escalate(self.timeouts, deadline, ended_at)
+        with self._cond:
+            if job.live:
+                if job.status == JobStatus.STOPPING:
+                    note = "the worker did not stop in time and was terminated; no LoRA was saved"
+                    self._finish(job, JobStatus.STOPPED, error=note)
+                else:
+                    self._finish(job, JobStatus.FAILED, error=worker.failure_reason())
+        worker.close()
+
+    def _drain(self, job: Job, worker: JobWorker) -> None:
+        """Ingest what the exited worker still had in flight."""
+        while (item := worker.next_event(DRAIN_S)) is not None:
+            self._ingest_or_fail(job, worker, item)
+
+    def _ingest_or_fail(self, job: Job, worker: JobWorker, item: TaggedEvent) -> bool:
+        """`_ingest`; when the store cannot record the event (a full disk), the job fails with
+        the reason and its worker is killed (its progress could not be kept). Returns True if
+        the job ended."""
+        try:
+            return self._ingest(job, item)
+        except STORE_ERRORS as err:
+            log.error("job %s: storing a worker event failed: %s", job.id, err)
+            worker.kill()
+            with self._cond:
+                if job.live:
+                    self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))
+            return True
+
+    def _ingest(self, job: Job, item: TaggedEvent) -> bool:
+        """The one ingestion point: fence by worker identity, fold (`ingest.fold_event`), log,
+        store. Returns True if `item` was `job`'s terminal event."""
+        parsed = parse_tagged(item)
+        if parsed is None:
+            self.ignored_events += 1
+            return False
+        generation, pid, data = parsed
+        with self._cond:
+            if generation != job.generation or pid != job.pid or not job.live:
+                self.ignored_events += 1
+                return False
+            folded = fold_event(job, data)
+            if folded.now_running:
+                self._log_status(job)
+                self.store.update_run(job.id, status=job.status)  # under the lock: a stop comes after
+            self._log_event(job, data)
+            if folded.final is not None:
+                self._finish(job, *folded.final)
+        if folded.plan is not None:
+            self.store.set_plan(job.id, folded.plan)
+        if folded.point is not None:
+            self.store.add_metric(job.id, folded.point)
+        elif data["type"] == "progress":
+            self.store.update_run(job.id, steps_run=job.steps_run)
+        return data["type"] in TERMINAL_EVENTS

@@ -1,0 +1,202 @@
+"""Read and check a LoRA file's safetensors header before any tensor is loaded (no torch).
+
+A safetensors file is an 8-byte little-endian header length N, N bytes of JSON
+({"__metadata__": {str: str}, name: {"dtype", "shape", "data_offsets": [begin, end]}, ...}),
+then the tensor bytes. `read_header` reads only the length and the header, with a size cap, and
+checks what the format promises: JSON object, string metadata, known dtypes, non-negative
+shapes whose byte size matches their offsets, offsets that tile the data exactly (what the
+safetensors library itself requires). `check_lora_header` then refuses what cannot be a LoRA of
+the requested family: no tensors, a rank-0 (empty) adapter, a header or key layout naming
+another family. Hand-written because safetensors' own reader loads the header whole (up to
+100 MB) and reports these cases as one opaque error; each refusal here names the file and the
+fact that is wrong (ModelSourceError).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorastudio.errors import ModelSourceError, NotFound
+
+MAX_HEADER_BYTES = 16 * 1024 * 1024  # a LoRA's header (names, shapes, metadata) is KBs to a few MB
+MAX_TENSORS = 100_000
+MAX_DIMS = 8
+DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
+    "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8,
+}  # fmt: skip
+FAMILY_KEY = "lorastudio.family"
+ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
+# kohya's ss_base_model_version (prefix) -> the family it is, or what it is when no family of ours
+_KOHYA_VERSIONS = (
+    ("sdxl", "sdxl"), ("flux", "flux"), ("qwen_image", "qwen-image"), ("z_image", "z-image"),
+    ("sd_v1", "Stable Diffusion 1.x"), ("sd_v2", "Stable Diffusion 2.x"), ("sd3", "Stable Diffusion 3"),
+)  # fmt: skip
+# key patterns that only one family's denoiser has (diffusers or original names, dots or kohya's
+# "_"); the U-Net's are SDXL's (an SD 1.x / 2.x U-Net LoRA is told apart by its shapes, at load)
+_KEY_KINDS = (
+    ("sdxl", re.compile(r"(^|[._])(down_blocks|up_blocks|mid_block|input_blocks|output_blocks|middle_block)[._]")),
+    ("flux", re.compile(r"(^|[._])(single_transformer_blocks|double_blocks|single_blocks)[._]\d")),
+    ("z-image", re.compile(r"(^|[._])(noise_refiner|context_refiner|layers)[._]\d+[._](attention|feed_forward)")),
+)  # fmt: skip
+_DOWN = re.compile(r"(lora_A|lora_down|lora\.down)(\.[A-Za-z_]+)?\.weight$")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class LoraHeader:
+    """A checked safetensors header: string metadata and each tensor's dtype, shape, offsets."""
+
+    path: Path
+    metadata: dict[str, str]
+    tensors: dict[str, TensorInfo]
+
+
+def _bad(path: Path, why: str) -> ModelSourceError:
+    return ModelSourceError(f"{path} is not a usable safetensors LoRA: {why}")
+
+
+def read_header(path: Path, max_bytes: int = MAX_HEADER_BYTES) -> LoraHeader:
+    """The checked header of the safetensors file `path`, reading at most 8 + `max_bytes` bytes.
+    Raises NotFound (no such file), ModelSourceError (anything the format does not allow)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 8:
+                raise _bad(path, f"{size} bytes, too short for a safetensors header")
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > max_bytes:
+                raise _bad(path, f"a header of {length} bytes is larger than the {max_bytes} allowed")
+            if length > size - 8:
+                raise _bad(path, f"the header length ({length} bytes) runs past the end of the file")
+            raw = f.read(length)
+    except FileNotFoundError:
+        raise NotFound(f"LoRA file not found: {path}") from None
+    except IsADirectoryError:
+        raise _bad(path, "it is a folder") from None
+    except OSError as err:
+        raise _bad(path, f"cannot be read ({err.strerror or err})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise _bad(path, "its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise _bad(path, "its header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise _bad(path, "__metadata__ is not an object")
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise _bad(path, f"metadata {key[:80]!r} is a {type(value).__name__}, not a string")
+    if len(header) > MAX_TENSORS:
+        raise _bad(path, f"{len(header)} tensors, more than the {MAX_TENSORS} allowed")
+    tensors = {name: _tensor(path, name, entry) for name, entry in header.items()}
+    _check_tiling(path, tensors, size - 8 - length)
+    return LoraHeader(path, dict(metadata), tensors)
+
+
+def _tensor(path: Path, name: str, entry: object) -> TensorInfo:
+    label = repr(name[:120])
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise _bad(path, f"tensor {label} is not described by dtype, shape and data_offsets")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if dtype not in DTYPE_BYTES:
+        raise _bad(path, f"tensor {label} has an unknown dtype {str(dtype)[:20]!r}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_DIMS
+        or not all(type(d) is int and 0 <= d < 2**40 for d in shape)
+    ):
+        raise _bad(path, f"tensor {label} has an impossible shape {str(shape)[:80]}")
+    if not (
+        isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
+    ):
+        raise _bad(path, f"tensor {label} has impossible data_offsets {str(offsets)[:80]}")
+    begin, end = offsets
+    numel = 1
+    for d in shape:
+        numel *= d
+    if end < begin or end - begin != numel * DTYPE_BYTES[dtype]:
+        raise _bad(
+            path, f"tensor {label}: offsets {begin}..{end} do not hold a {dtype} tensor of shape {shape}"
+        )
+    return TensorInfo(dtype, tuple(shape), begin, end)
+
+
+def _check_tiling(path: Path, tensors: Mapping[str, TensorInfo], data_bytes: int) -> None:
+    """The tensors' byte ranges must cover the data exactly, without gaps or overlaps."""
+    at = 0
+    for info in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
+        if info.begin != at:
+            raise _bad(path, f"tensor data overlaps or leaves a gap at byte {at}")
+        at = info.end
+    if at != data_bytes:
+        raise _bad(path, f"the tensors describe {at} bytes of data, the file holds {data_bytes}")
+
+
+def lora_family_hint(header: LoraHeader) -> tuple[str, str] | None:
+    """(what the file is for, the evidence) from its header: `lorastudio.family`, kohya's
+    ss_base_model_version, else key names only one kind of denoiser has. None: no sign."""
+    named = header.metadata.get(FAMILY_KEY)
+    if named:
+        return named, f"its header says {FAMILY_KEY}={named!r}"
+    version = header.metadata.get("ss_base_model_version", "")
+    for prefix, what in _KOHYA_VERSIONS:
+        if version.startswith(prefix):
+            return what, f"its header says ss_base_model_version={version!r}"
+    for what, pattern in _KEY_KINDS:
+        key = next((k for k in header.tensors if pattern.search(k)), None)
+        if key is not None:
+            return what, f"it has layers such as {key[:120]!r}"
+    return None
+
+
+def check_lora_header(header: LoraHeader, family: str) -> None:
+    """Refuse a file that cannot be a LoRA of `family`: no tensors, a rank-0 adapter (an empty
+    down/A matrix or r = 0 in its adapter config), or a header / layers of another family.
+    Raises ModelSourceError naming the file and the reason."""
+    path = header.path
+    if not header.tensors:
+        raise _bad(path, "it holds no tensors")
+    for name, info in header.tensors.items():
+        if _DOWN.search(name) and (not info.shape or info.shape[0] == 0):
+            raise _bad(path, f"rank 0: the adapter matrix {name[:120]!r} has shape {list(info.shape)}")
+        if info.shape and 0 in info.shape:
+            raise _bad(path, f"the tensor {name[:120]!r} is empty (shape {list(info.shape)})")
+    if header.metadata.get("ss_network_dim", "").strip() == "0":
+        raise _bad(path, "rank 0 (ss_network_dim = 0)")
+    packed = header.metadata.get(ADAPTER_METADATA_KEY)
+    if packed is not None:
+        try:
+            config = json.loads(packed)
+        except (ValueError, RecursionError):
+            raise _bad(path, f"{ADAPTER_METADATA_KEY} is not JSON") from None
+        ranks = (
+            [v for k, v in config.items() if k.endswith(".r") or k == "r"] if isinstance(config, dict) else []
+        )
+        if any(not (type(r) is int and r >= 1) for r in ranks):
+            raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible rank {ranks[:3]}")
+    hint = lora_family_hint(header)
+    if hint is not None and hint[0] != family:
+        raise ModelSourceError(f"{path} is not a {family} LoRA: {hint[1]}")
+
+
+def check_lora_file(path: Path, family: str) -> LoraHeader:
+    """`read_header` then `check_lora_header`: the checks every LoRA passes before it is loaded."""
+    header = read_header(path)
+    check_lora_header(header, family)
+    return header

@@ -1,0 +1,70 @@
+"""The LyCORIS file of a trained DoRA / LoHa / LoKr adapter (lora_format "kohya"): the tensors in
+the layout ComfyUI reads (lora/lycoris.py), the header, and ComfyUI's key check for the sidecar.
+Called by training/export.py `save_lora`; the model-side facts (per-module rank / alpha, DoRA's
+base-weight norms) are read here, the conversion itself is pure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from lorastudio.lora.comfy import comfy_key_map
+from lorastudio.lora.lycoris import check_lycoris_keys, peft_to_lycoris
+from lorastudio.lora.metadata import PREFIX
+from lorastudio.training.lora import lora_state_dict, module_scales
+
+
+def dora_scales(denoiser: Any, adapter: str = "default") -> dict[str, torch.Tensor]:
+    """{module: [out, 1]} = m * ||W|| / ||W + delta|| per output row, for each DoRA layer (peft's
+    magnitude m, base weight W, delta = B @ A x scaling): the dora_scale under which ComfyUI's
+    output-axis DoRA gives peft's weight (lora/lycoris.py docstring)."""
+    out = {}
+    with torch.no_grad():
+        for name, module in denoiser.named_modules():
+            magnitude = getattr(module, "lora_magnitude_vector", None)
+            if magnitude is None or adapter not in magnitude:
+                continue
+            weight = module.get_base_layer().weight.detach().float()  # [out, in]
+            a, b = (
+                module.lora_A[adapter].weight.float(),
+                module.lora_B[adapter].weight.float(),
+            )  # [r, in], [out, r]
+            merged = weight + (b @ a) * module.scaling[adapter]  # [out, in]
+            m = magnitude[adapter].weight.detach().float()  # [out]
+            out[name] = (m * weight.norm(dim=1) / merged.norm(dim=1)).unsqueeze(1).cpu()  # [out, 1]
+    return out
+
+
+def lycoris_file(
+    denoiser: Any,
+    family: str,
+    adapter: str,
+    info: Mapping[str, str],
+    module_shapes: Mapping[str, tuple[int, ...]],
+) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, Any]]:
+    """(tensors, header, ComfyUI key check as JSON) of `denoiser`'s `adapter` ("dora", "loha" or
+    "lokr") in the LyCORIS layout. `info`: the `lorastudio.*` header strings; `module_shapes`:
+    {diffusers module: base weight shape} (export.base_weight_shapes)."""
+    scales = module_scales(denoiser)
+    extra = dora_scales(denoiser) if adapter == "dora" else None
+    tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra)
+    key_map = comfy_key_map(family, module_shapes)
+    check = check_lycoris_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
+    ranks = sorted({r for r, _ in scales.values()})
+    alphas = sorted({a for _, a in scales.values()})
+    header = {
+        "format": "pt",
+        **info,
+        PREFIX + "lora_format": "lycoris",
+        PREFIX + "adapter": adapter,
+        "ss_network_module": "lycoris.kohya",
+        "ss_network_args": json.dumps(
+            {"algo": "lora" if adapter == "dora" else adapter, "dora_wd": adapter == "dora"}
+        ),
+        "ss_network_dim": str(ranks[-1]) if ranks else "",
+        "ss_network_alpha": f"{alphas[-1]:g}" if alphas else "",
+    }
+    return tensors, header, check

@@ -1,0 +1,99 @@
+"""Hostile LoRA files for the header checks (lora/header.py): each case is the file's bytes and a
+fragment of the refusal it must get when used as a FLUX.1 LoRA. Shared by the unit, API and CLI
+tests."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+FLUX_KEY = "transformer.single_transformer_blocks.0.attn.to_q"
+
+
+def safetensors_bytes(header: dict | bytes, data: bytes = b"") -> bytes:
+    """A safetensors file: 8-byte little-endian header length, the header, the data."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def _tensor(shape: list[int], begin: int, dtype: str = "F32") -> dict:
+    size = 4
+    for d in shape:
+        size *= d
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, begin + size]}
+
+
+def flux_lora_bytes(rank: int = 2, metadata: dict | None = None, key: str = FLUX_KEY) -> bytes:
+    """A well-formed tiny LoRA (one module, A [rank, 4], B [4, rank]) with `metadata`."""
+    a = _tensor([rank, 4], 0)
+    b = _tensor([4, rank], a["data_offsets"][1])
+    header: dict = {f"{key}.lora_A.weight": a, f"{key}.lora_B.weight": b}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    return safetensors_bytes(header, bytes(b["data_offsets"][1]))
+
+
+def hostile_cases() -> dict[str, tuple[bytes, str]]:
+    """name -> (file bytes, what the refusal says)."""
+    unet = "unet.down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q"
+    return {
+        "too_short": (b"abc", "too short for a safetensors header"),
+        "huge_header": (struct.pack("<Q", 2**40) + b"{}", "is larger than the 16777216 allowed"),
+        "header_past_end": (struct.pack("<Q", 1000) + b"{}", "runs past the end of the file"),
+        "not_json": (safetensors_bytes(b"\xff\xfe not json"), "its header is not JSON"),
+        "deep_json": (safetensors_bytes(b"[" * 200_000 + b"]" * 200_000), "its header is not JSON"),
+        "json_array": (safetensors_bytes(b"[1, 2]"), "its header is not a JSON object"),
+        "metadata_not_string": (
+            flux_lora_bytes(metadata={"lorastudio.family": "flux", "lorastudio.rank": 2}),
+            "metadata 'lorastudio.rank' is a int, not a string",
+        ),
+        "metadata_not_object": (flux_lora_bytes(metadata=["x"]), "__metadata__ is not an object"),  # type: ignore[arg-type]
+        "absurd_shape": (
+            safetensors_bytes(
+                {
+                    f"{FLUX_KEY}.lora_A.weight": {
+                        "dtype": "F32",
+                        "shape": [2**39, 2**39],
+                        "data_offsets": [0, 16],
+                    }
+                },
+                bytes(16),
+            ),
+            "do not hold a F32 tensor of shape",
+        ),  # fmt: skip
+        "negative_shape": (
+            safetensors_bytes({"x": {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 16]}}, bytes(16)),
+            "impossible shape",
+        ),
+        "unknown_dtype": (
+            safetensors_bytes({"x": {"dtype": "X99", "shape": [4], "data_offsets": [0, 16]}}, bytes(16)),
+            "unknown dtype",
+        ),
+        "offsets_past_the_data": (
+            safetensors_bytes({"x": _tensor([2, 2], 0)}, bytes(8)),
+            "the tensors describe 16 bytes of data, the file holds 8",
+        ),
+        "overlapping_tensors": (
+            safetensors_bytes({"x": _tensor([2, 2], 0), "y": _tensor([2, 2], 0)}, bytes(32)),
+            "overlaps or leaves a gap",
+        ),
+        "no_tensors": (safetensors_bytes({"__metadata__": {"format": "pt"}}), "it holds no tensors"),
+        "rank_0": (flux_lora_bytes(rank=0), "rank 0: the adapter matrix"),
+        "adapter_config_rank_0": (
+            flux_lora_bytes(metadata={"lora_adapter_metadata": json.dumps({"transformer.r": 0})}),
+            "lora_adapter_metadata gives an impossible rank",
+        ),
+        "kohya_dim_0": (flux_lora_bytes(metadata={"ss_network_dim": "0"}), "rank 0 (ss_network_dim = 0)"),
+        "another_family_in_header": (
+            flux_lora_bytes(metadata={"lorastudio.family": "sdxl"}),
+            "is not a flux LoRA: its header says lorastudio.family='sdxl'",
+        ),
+        "an_sd15_kohya_file": (
+            flux_lora_bytes(metadata={"ss_base_model_version": "sd_v1"}),
+            "is not a flux LoRA: its header says ss_base_model_version='sd_v1'",
+        ),
+        "unet_layers": (
+            flux_lora_bytes(key=unet),
+            "is not a flux LoRA: it has layers such as 'unet.down_blocks",
+        ),
+    }

@@ -1,0 +1,58 @@
+"""The studio home lock (jobs/homelock.py): one server, or any number of CLI runs; the holder
+is named in the refusal; the kernel frees it when the holder dies."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lorastudio.errors import HomeInUse
+from lorastudio.jobs.homelock import HomeLock, lock_holders
+
+HOLD = "import sys, time; from pathlib import Path; from lorastudio.jobs.homelock import HomeLock; HomeLock.{}; print('held', flush=True); time.sleep(60)"
+
+
+def _holder(home: Path, call: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD.format(call)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_server_excludes_servers_and_cli_runs_and_dies_with_its_process(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    server = _holder(home, f"for_server(Path({str(home)!r}), 7861)")
+    try:
+        with pytest.raises(HomeInUse, match=rf"pid {server.pid}, port 7861.*only one server"):
+            HomeLock.for_server(home, 7862)
+        with pytest.raises(HomeInUse, match=rf"pid {server.pid}.*LORASTUDIO_HOME"):
+            HomeLock.for_cli_run(home)
+        assert lock_holders(home / "lorastudio.lock") == [server.pid]
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+    with HomeLock.for_server(home, 7862) as lock:  # free at once after the kill
+        assert lock.exclusive
+
+
+def test_cli_runs_share_the_home_and_keep_a_server_out(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with HomeLock.for_server(home, 7000):
+        pass  # a previous server's pid stays in the file: it must not be named as the holder
+    run = _holder(home, f"for_cli_run(Path({str(home)!r}))")
+    try:
+        with (
+            HomeLock.for_cli_run(home),  # a second CLI run shares it
+            pytest.raises(HomeInUse, match=rf"`lorastudio train` run \(pid .*{run.pid}"),
+        ):
+            HomeLock.for_server(home, 7001)
+    finally:
+        run.kill()
+        run.wait(10)
+    t0 = time.monotonic()
+    HomeLock.for_server(home, 7001).release()
+    assert time.monotonic() - t0 < 1

@@ -1,0 +1,79 @@
+"""LoRA headers are read with a size cap and checked before any tensor is loaded (lora/header.py):
+every hostile case is refused with the reason; well-formed files (ours, diffusers', kohya's) pass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from hostile_loras import flux_lora_bytes, hostile_cases
+from lorastudio.errors import ModelSourceError, NotFound
+from lorastudio.lora.files import read_lora_file
+from lorastudio.lora.header import check_lora_file, read_header
+
+CASES = hostile_cases()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_hostile_lora_is_refused_with_the_reason(case: str, tmp_path: Path) -> None:
+    data, reason = CASES[case]
+    path = tmp_path / f"{case}.safetensors"
+    path.write_bytes(data)
+    with pytest.raises(ModelSourceError) as info:
+        check_lora_file(path, "flux")
+    assert reason in str(info.value) and str(path) in str(info.value)
+
+
+def test_a_huge_header_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A header length over the cap is refused from the first 8 bytes: nothing more is read."""
+    path = tmp_path / "big.safetensors"
+    body = json.dumps({"__metadata__": {"x": "y" * 200_000}}).encode()
+    path.write_bytes(len(body).to_bytes(8, "little") + body)
+    with pytest.raises(ModelSourceError, match="larger than the 100000 allowed"):
+        read_header(path, max_bytes=100_000)
+    assert read_header(path, max_bytes=300_000).metadata == {"x": "y" * 200_000}
+
+
+def test_well_formed_loras_pass(tmp_path: Path) -> None:
+    ours = tmp_path / "ours.safetensors"
+    ours.write_bytes(flux_lora_bytes(metadata={"lorastudio.family": "flux", "ss_network_dim": "2"}))
+    header = check_lora_file(ours, "flux")
+    assert header.tensors["transformer.single_transformer_blocks.0.attn.to_q.lora_A.weight"].shape == (2, 4)
+    # written by safetensors itself (alignment padding, a scalar alpha, kohya names, bf16)
+    kohya = tmp_path / "kohya.safetensors"
+    save_file(
+        {
+            "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": torch.zeros(
+                4, 8, dtype=torch.bfloat16
+            ),
+            "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight": torch.zeros(24, 4, dtype=torch.bfloat16),
+            "lora_unet_double_blocks_0_img_attn_qkv.alpha": torch.tensor(4.0),
+        },
+        str(kohya),
+        metadata={"ss_base_model_version": "flux1", "ss_network_dim": "4"},
+    )
+    check_lora_file(kohya, "flux")
+    with pytest.raises(
+        ModelSourceError, match="not a sdxl LoRA: its header says ss_base_model_version='flux1'"
+    ):
+        check_lora_file(kohya, "sdxl")
+    zimage = tmp_path / "z.safetensors"
+    zimage.write_bytes(flux_lora_bytes(key="diffusion_model.layers.0.attention.to_q"))
+    check_lora_file(zimage, "z-image")
+    with pytest.raises(
+        ModelSourceError, match="not a flux LoRA: it has layers such as 'diffusion_model.layers.0"
+    ):
+        check_lora_file(zimage, "flux")
+    with pytest.raises(NotFound):
+        check_lora_file(tmp_path / "missing.safetensors", "flux")
+
+
+def test_read_lora_file_checks_the_header_first(tmp_path: Path) -> None:
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(CASES["metadata_not_string"][0])
+    with pytest.raises(ModelSourceError, match="is a int, not a string"):
+        read_lora_file(path)

@@ -1,0 +1,178 @@
+"""The adapters of TrainConfig.adapter (peft's LoRA with DoRA, LoHa, LoKr) on the tiny models: each
+learns (the loss of a fixed batch falls); the file each writes loads where users load it, to the
+same layer outputs as the trained model: LoHa / LoKr / DoRA in the LyCORIS layout ComfyUI reads
+(merged here the way ComfyUI's comfy/weight_adapter readers merge, lora/lycoris.py), DoRA also in
+diffusers' layout (diffusers' own loader); rank / alpha patterns reach the layers and the file;
+a stopped run resumes bitwise; settings an adapter cannot honour are refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from methods_cases import mini_config, mini_run
+from safetensors.torch import load_file
+
+from lorastudio import families
+from lorastudio.config import parse_train_config
+from lorastudio.errors import ConfigError
+from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, module_key
+from lorastudio.settings import get_settings
+from lorastudio.training.events import StopRequest
+from lorastudio.training.loop import train
+from lorastudio.training.lora import module_scales
+
+ADAPTERS = ["dora", "loha", "lokr"]
+
+
+@pytest.mark.parametrize("family", ["flux", "sdxl"])
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_each_adapter_learns(family, adapter, tiny_model):
+    run = mini_run(mini_config(family, tiny_model(family), adapter=adapter), steps=4)
+    assert all(b < a for a, b in zip(run.losses, run.losses[1:], strict=False)), run.losses
+    names = {n for n, p in run.denoiser.named_parameters() if p.requires_grad}
+    marker = {"dora": "lora_magnitude_vector", "loha": "hada_w1_a", "lokr": "lokr_w1"}[adapter]
+    assert any(marker in n for n in names) and not any(".lora_A." in n for n in names if adapter != "dora")
+
+
+def _adapted(denoiser):
+    return {
+        n: m
+        for n, m in denoiser.named_modules()
+        if hasattr(m, "get_base_layer") and n in module_scales(denoiser)
+    }
+
+
+def _comfy_weight(parts: dict[str, torch.Tensor], base: torch.Tensor) -> torch.Tensor:
+    """The weight ComfyUI patches from one module's LyCORIS tensors (strength 1)."""
+    if "dora_scale" in parts:  # comfy/weight_adapter/base.py weight_decompose, output axis
+        scale = float(parts["alpha"]) / parts["lora_down.weight"].shape[0]
+        merged = base + parts["lora_up.weight"] @ parts["lora_down.weight"] * scale  # [out, in]
+        norm = base.norm(dim=1, keepdim=True) + torch.finfo(base.dtype).eps  # [out, 1]
+        return merged * (parts["dora_scale"] / norm)
+    return base + comfy_delta(parts)
+
+
+@pytest.mark.parametrize(
+    ("family", "adapter", "extra"),
+    [
+        ("flux", "lokr", {}),
+        ("flux", "lokr", {"lokr_decompose_both": True, "lora_rank": 2, "lokr_factor": 4}),
+        ("sdxl", "lokr", {"alpha_pattern": {"to_k": 2.0}}),
+        ("flux", "loha", {"rank_pattern": {"to_k": 2}}),
+        ("sdxl", "loha", {}),
+        ("flux", "dora", {"lora_format": "kohya"}),
+        ("z-image", "lokr", {}),
+        ("qwen-image", "loha", {}),
+    ],
+)
+def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, extra, make_config):
+    result = train(
+        make_config(family, adapter=adapter, **extra), [].append, device="cpu", return_denoiser=True
+    )
+    tensors = load_file(str(result.lora_path))
+    assert tensors and all(k.startswith("lycoris_") and k.split(".", 1)[1] in COMFY_SUFFIXES for k in tensors)
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
+    assert sidecar["comfyui_keys"] == {"checked": True, "unconsumed": [], "mismatched": []}
+    denoiser = result.denoiser
+    scales = module_scales(denoiser)
+    adapted, moved = _adapted(denoiser), []
+    assert adapted
+    for name, module in adapted.items():
+        x = module_key(name)
+        parts = {k.removeprefix(x + "."): v for k, v in tensors.items() if k.startswith(x + ".")}
+        base = module.get_base_layer().weight.detach().float()  # [out, in]
+        inputs = torch.randn(3, base.shape[1], generator=torch.Generator().manual_seed(0))  # [3, in]
+        with torch.no_grad():
+            want = module(inputs)  # peft's forward with the trained adapter
+            bias = module.get_base_layer().bias
+            got = torch.nn.functional.linear(inputs, _comfy_weight(parts, base), bias)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        moved.append(float((want - torch.nn.functional.linear(inputs, base, bias)).abs().max()))
+        if "lokr_w1_a" in parts or "lokr_w2_a" in parts or "hada_w1_a" in parts or "dora_scale" in parts:
+            assert float(parts["alpha"]) == scales[name][1]  # the per-module alpha (patterns included)
+    assert max(moved) > 1e-3  # the adapter changed the layers (so the check above can fail)
+    if "rank_pattern" in extra:
+        assert {r for n, (r, _) in scales.items() if n.endswith("to_k")} == {2}
+        assert {r for n, (r, _) in scales.items() if n.endswith("to_q")} == {4}
+    if "alpha_pattern" in extra:
+        assert {a for n, (_, a) in scales.items() if n.endswith("to_k")} == {2.0}
+
+
+@pytest.mark.parametrize("family", ["flux", "sdxl"])
+def test_dora_in_the_diffusers_layout_reloads_to_the_same_outputs(family, make_config, tiny_model):
+    result = train(make_config(family, adapter="dora"), [].append, device="cpu", return_denoiser=True)
+    tensors = load_file(str(result.lora_path))
+    assert any(k.endswith("lora_magnitude_vector") for k in tensors)
+    fam = families.get(family)
+    fresh = fam.load_denoiser(str(tiny_model(family)), None, torch.float32, torch.device("cpu"))
+    prefix = "unet" if family == "sdxl" else "transformer"
+    fresh.load_lora_adapter(str(result.lora_path), prefix=prefix, adapter_name="default")
+    trained, reloaded = _adapted(result.denoiser), dict(fresh.named_modules())
+    assert trained
+    moved = []
+    for name, module in trained.items():
+        width = module.get_base_layer().weight.shape[1]
+        inputs = torch.randn(3, width, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            want = module(inputs)
+            torch.testing.assert_close(reloaded[name](inputs), want, rtol=1e-5, atol=1e-6)
+            moved.append(float((want - module.get_base_layer()(inputs)).abs().max()))
+    assert max(moved) > 1e-3  # the adapter changed the layers
+
+
+def _stop_at(step: int):
+    events: list = []
+
+    def check() -> StopRequest | None:
+        done = [e for e in events if e.type == "progress"]
+        return StopRequest(save=True) if done and done[-1].step >= step else None
+
+    return events, check
+
+
+@pytest.mark.parametrize(
+    ("family", "adapter"),
+    [("flux", "lokr"), ("sdxl", "loha"), ("flux", "dora"), ("z-image", "lokr"), ("qwen-image", "dora")],
+)
+def test_stop_and_resume_is_bitwise(family, adapter, make_config):
+    settings = {"steps": 4, "caption_dropout": 0.3, "adapter": adapter}
+    full = train(make_config(family, output_name="full", **settings), [].append, device="cpu")
+    events, stop = _stop_at(2)
+    train(make_config(family, output_name="part", **settings), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "part"
+    resumed = train(
+        make_config(family, output_name="part", **settings), [].append, device="cpu", resume=run_dir
+    )
+    assert resumed.losses == full.losses
+    a, b = load_file(str(full.lora_path)), load_file(str(resumed.lora_path))
+    assert a.keys() == b.keys() and a and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _base(**kw):
+    return {"family": "flux", "base_model": "a/b", "data_dir": "d", **kw}
+
+
+def test_settings_an_adapter_cannot_honour_are_refused():
+    with pytest.raises(ConfigError) as err:
+        parse_train_config(_base(lokr_factor=4, lokr_decompose_both=True))
+    assert {p.field for p in err.value.problems} == {"lokr_factor", "lokr_decompose_both"}
+    with pytest.raises(ConfigError) as err:
+        parse_train_config(
+            _base(adapter="loha", lora_format="diffusers", lora_dropout=0.1, base_precision="nf4")
+        )
+    assert {p.field for p in err.value.problems} == {"lora_format", "lora_dropout", "base_precision"}
+    assert "diffusers cannot load a loha file" in str(err.value)
+    with pytest.raises(ConfigError, match="fuse_projections"):
+        parse_train_config(_base(adapter="dora", fuse_projections="on"))
+    with pytest.raises(ConfigError, match="rank_pattern"):
+        parse_train_config(_base(lora_format="kohya", rank_pattern={"to_k": 2}))
+    with pytest.raises(ConfigError, match="lokr_factor"):
+        parse_train_config(_base(adapter="lokr", lokr_factor=0))
+
+
+def test_a_pattern_that_matches_no_layer_is_refused(make_config):
+    with pytest.raises(ConfigError, match="rank_pattern: 'to_nothing' matches no adapted layer"):
+        train(make_config(adapter="lokr", rank_pattern={"to_nothing": 2}), [].append, device="cpu")
