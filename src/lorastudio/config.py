@@ -258,12 +258,23 @@ class TrainConfig(BaseModel):
         default=None, ge=1, description="checkpoint every N optimizer steps (null: only on stop-and-save)"
     )
     keep_last: int = Field(default=2, ge=1, le=1000, description="checkpoints retained (oldest removed)")
+    save_lora_every: int | None = Field(
+        default=None,
+        ge=1,
+        description="write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N "
+        "optimizer steps; every checkpoint writes one too (null: only with checkpoints)",
+    )
+    keep_loras: int | None = Field(
+        default=None, ge=1, le=100_000, description="LoRA snapshots retained (oldest removed; null: all)"
+    )
     max_bad_steps: int = Field(
         default=5, ge=1, le=1000, description="consecutive non-finite steps before the run fails as diverged"
     )
     lora_format: LoraFormat = Field(
         default="diffusers",
-        description="key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)",
+        description="key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's "
+        "portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI "
+        "and diffusers at the trained strength)",
     )
 
     # sample previews (rendered with the live LoRA; they never change the training maths)

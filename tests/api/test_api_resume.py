@@ -99,3 +99,15 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     result = train(reference.model_copy(update={"output_name": "ref"}), [].append, device="cpu")
     expected, got = load_file(str(result.lora_path)), load_file(done["lora_path"])
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+    # a finished run: a plain resume is refused (it would re-run its last steps and overwrite its
+    # LoRA); setting a larger total trains it longer, recorded in the sidecar (training/extend.py)
+    finished = client.post(f"/api/runs/{first['id']}/resume", json={})
+    assert finished.status_code == 400 and "set steps above" in finished.text, finished.text
+    longer = client.post(f"/api/runs/{first['id']}/resume", json={"settings": {"steps": STEPS + 2}})
+    assert longer.status_code == 201, longer.text
+    extended = wait_status(client, longer.json()["id"], FINAL)
+    wait_idle(client)
+    assert extended["status"] == "completed" and extended["steps_run"] == STEPS + 2, extended["error"]
+    record = json.loads((outputs / "res" / "res.json").read_text())["extensions"]
+    assert [(r["from_steps"], r["to_steps"]) for r in record] == [(STEPS, STEPS + 2)]

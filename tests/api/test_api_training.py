@@ -6,6 +6,7 @@ test_api_resume.py; a killed worker: tests/reliability/test_worker_kills.py)."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,7 @@ FULL_JOB = {
     "sample_every": 2,
     "sample_steps": 1,
     "max_sequence_length": 16,
+    "save_lora_every": 2,
 }
 
 
@@ -132,6 +134,14 @@ def test_full_job_start_events_complete_listed_and_generate(
     assert download.status_code == 200 and download.content == Path(loras[0]["path"]).read_bytes()
     assert client.get("/api/loras/..%2Fx/file").status_code in (400, 404)
 
+    # the run's LoRAs by step: the save_lora_every snapshot at step 2, then the final LoRA
+    by_step = client.get(f"/api/runs/{job_id}/loras").json()
+    assert by_step == client.get(f"/api/loras/{name}/steps").json()
+    assert [(lo["step"], lo["final"]) for lo in by_step["loras"]] == [(2, False), (4, True)]
+    snapshot = client.get(by_step["loras"][0]["url"])
+    assert snapshot.status_code == 200 and snapshot.content == Path(by_step["loras"][0]["path"]).read_bytes()
+    assert client.get(f"/api/loras/{name}/file", params={"step": 3}).status_code == 404
+
     body = {
         "family": "flux",
         "base_model": str(flux_config()["base_model"]),
@@ -148,9 +158,21 @@ def test_full_job_start_events_complete_listed_and_generate(
     assert image.status_code == 200 and image.content.startswith(b"\x89PNG")
     gallery = client.get("/api/gallery").json()["images"]
     assert [(g["file"], g["prompt"], g["seed"]) for g in gallery] == [(gen.json()["file"], "a red circle", 3)]
-    assert gallery[0]["loras"] == [{"name": name, "scale": 0.8}] and gallery[0]["url"] == gen.json()["url"]
+    assert gallery[0]["loras"] == [{"name": name, "scale": 0.8, "step": None}]
+    assert gallery[0]["url"] == gen.json()["url"]
     missing = client.post("/api/generate", json={**body, "loras": [{"name": "nope", "scale": 1.0}]})
     assert missing.status_code == 404
+    # the snapshot of step 2 (a grid over steps renders one prompt and seed with each), the PNG
+    # carrying its prompt and seed
+    at_step = client.post("/api/generate", json={**body, "loras": [{"name": name, "scale": 0.8, "step": 2}]})
+    assert at_step.status_code == 201, at_step.text
+    assert at_step.json()["loras"] == [{"name": name, "scale": 0.8, "step": 2}]
+    png = Image.open(io.BytesIO(client.get(at_step.json()["url"]).content))
+    assert png.text["prompt"] == "a red circle" and png.text["seed"] == "3"
+    assert json.loads(png.text["lorastudio"])["loras"] == [{"name": name, "scale": 0.8, "step": 2}]
+    assert client.get(at_step.json()["url"]).content != image.content  # step 2's LoRA, not the final one
+    no_step = client.post("/api/generate", json={**body, "loras": [{"name": name, "step": 3}]})
+    assert no_step.status_code == 404 and "at step 3" in no_step.text
 
     # the run lists its samples and serves them
     samples = client.get(f"/api/runs/{job_id}/samples")

@@ -47,7 +47,7 @@ class ResumeBody(_Body):
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="settings to change that do not change the maths (save_every, keep_last, "
-        "max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
+        "save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
         "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)",
     )
     queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
@@ -60,6 +60,11 @@ class CaptionBody(_Body):
 class LoraRef(_Body):
     name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
     scale: float = Field(default=1.0, ge=-4.0, le=4.0, allow_inf_nan=False)
+    step: int | None = Field(
+        default=None,
+        ge=0,
+        description="one of its snapshots by step (loras/<name>-step-N); null: the final LoRA",
+    )
 
 
 class GenerateBody(_Body):

@@ -56,6 +56,18 @@ class LoraList(_Out):
     loras: list[LoraOut]
 
 
+class LoraStep(_Out):
+    step: int | None = Field(description="optimizer step the LoRA was saved at (null: unknown)")
+    path: str
+    final: bool = Field(description="the run's final LoRA (else a snapshot under loras/)")
+    url: str = Field(description="download URL of the file")
+
+
+class LoraSteps(_Out):
+    name: str
+    loras: list[LoraStep] = Field(description="by step, ascending; the final LoRA last")
+
+
 class GenerateOut(_Out):
     file: str
     url: str

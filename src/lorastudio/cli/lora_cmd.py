@@ -1,5 +1,8 @@
 """`lorastudio lora convert IN OUT --to kohya|diffusers [--family F]`: rewrite a LoRA file in the
-other key layout (diffusers/peft <-> kohya/ComfyUI), keeping its training metadata."""
+other key layout (diffusers/peft <-> kohya/ComfyUI), keeping its training metadata.
+`lorastudio lora list RUN`: a run's LoRAs by step (snapshots under loras/, then the final file).
+`lorastudio lora merge A:0.7 B:0.3 --out M` and `lorastudio lora resize IN --rank r --out OUT`
+(lorastudio.lora.ops)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ from pathlib import Path
 import typer
 
 lora_app = typer.Typer(
-    help="LoRA files: convert between diffusers and kohya/ComfyUI layouts.", no_args_is_help=True
+    help="LoRA files: list a run's LoRAs by step, convert between diffusers and kohya/ComfyUI layouts, "
+    "merge, resize.",
+    no_args_is_help=True,
 )
 
 
@@ -29,3 +34,56 @@ def convert_cmd(
 
     source = convert_file(src, dst, to, family, overwrite=force)  # type: ignore[arg-type]
     typer.echo(f"{src} ({source}) -> {dst} ({to})")
+
+
+@lora_app.command("list")
+def list_cmd(
+    run: str = typer.Argument(..., help="a run folder, or a run name under the studio's outputs/"),
+) -> None:
+    """A run's LoRA files by step: the snapshots (every checkpoint, every save_lora_every), then
+    the final LoRA."""
+    from lorastudio.lora.snapshots import run_loras
+    from lorastudio.settings import get_settings
+
+    run_dir = Path(run)
+    if not run_dir.is_dir():
+        run_dir = get_settings().outputs_dir / run
+    if not run_dir.is_dir():
+        typer.echo(f"no run folder {run} (nor {run_dir})", err=True)
+        raise typer.Exit(2)
+    typer.echo("step  file")
+    for item in run_loras(run_dir):
+        step = "?" if item["step"] is None else str(item["step"])
+        typer.echo(f"{step:<5} {item['path']}{'  (final)' if item['final'] else ''}")
+
+
+@lora_app.command("merge")
+def merge_cmd(
+    loras: list[str] = typer.Argument(..., help="FILE:WEIGHT (weight 1.0 when left out), two or more"),
+    out: Path = typer.Option(..., "--out", help="the merged .safetensors to write"),
+    family: str | None = typer.Option(None, "--family", help="model family (default: from the headers)"),
+    force: bool = typer.Option(False, "--force", help="replace OUT if it exists"),
+) -> None:
+    """Merge LoRAs of one family and layout: the result applies sum of WEIGHT x each LoRA's
+    change exactly (ranks concatenated; resize it afterwards to shrink it)."""
+    from lorastudio.cli.generate_cmd import parse_lora_arg
+    from lorastudio.lora.ops import merge_files
+
+    inputs = [parse_lora_arg(value) for value in loras]
+    merge_files(inputs, out, family, overwrite=force)
+    typer.echo(" + ".join(f"{w:g} x {p}" for p, w in inputs) + f" -> {out}")
+
+
+@lora_app.command("resize")
+def resize_cmd(
+    src: Path = typer.Argument(..., help="the LoRA .safetensors to read"),
+    rank: int = typer.Option(..., "--rank", min=1, help="the new (smaller) rank"),
+    out: Path = typer.Option(..., "--out", help="the .safetensors to write"),
+    force: bool = typer.Option(False, "--force", help="replace OUT if it exists"),
+) -> None:
+    """Reduce a LoRA's rank by SVD (per layer, the best rank-r approximation of its change)."""
+    from lorastudio.lora.ops import resize_file
+
+    resized = resize_file(src, out, rank, overwrite=force)
+    worst = min(resized.kept_energy.values(), default=1.0)
+    typer.echo(f"{src} -> {out} (rank {rank}; energy kept: worst layer {worst:.1%})")

@@ -2,7 +2,9 @@
 live progress bar. Ctrl-C once stops and saves the LoRA of the steps run (and a checkpoint);
 twice aborts. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_every=N ...]`
 continues a run from its newest (or the given) checkpoint with the checkpoint's settings; with a
-CONFIG too, the config must match the checkpoint's identity.
+CONFIG too, the config must match the checkpoint's identity. `--set steps=N` (N above the run's
+total) trains a stopped or finished run longer (training/extend.py: the schedule of a fresh
+N-step run from there on); a finished run resumed without it is refused.
 
 `--gpus N` (or num_gpus = N in the config) runs data-parallel: this command launches itself
 through torchrun, one process per GPU (`--device cpu`: N gloo processes on the CPU, for testing),
@@ -143,7 +145,8 @@ def train_cmd(
     resume: Path | None = typer.Option(
         None,
         "--resume",
-        help="continue a run: its output folder (newest checkpoint) or a checkpoint folder",
+        help="continue a run: its output folder (newest checkpoint) or a checkpoint folder; "
+        "--set steps=N (above its total) trains it longer",
     ),
     gpus: int | None = typer.Option(
         None,

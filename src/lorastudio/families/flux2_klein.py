@@ -113,4 +113,5 @@ class Flux2KleinFamily(Flux2Family):
         """The empty prompt's features for a base checkpoint's CFG (a distilled one ignores them)."""
         return {"negative_prompt_embeds": cond["prompt_embeds"].to(device, dtype)}  # [1, L, D]
 
+
 FAMILY = Flux2KleinFamily()

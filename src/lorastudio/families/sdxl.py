@@ -31,7 +31,15 @@ SPEC = FamilySpec(
     denoiser_class="UNet2DConditionModel",
     vae_class="AutoencoderKL",
     vae_in_fp32=True,
-    defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "snr_gamma": 5.0},
+    defaults={
+        "resolution": 1024,
+        "learning_rate": 1e-4,
+        "lora_rank": 16,
+        "snr_gamma": 5.0,
+        # ComfyUI maps SDXL diffusers keys only in the old `processor.to_q` spelling, and
+        # A1111/Forge read kohya names: the portable SDXL file is kohya's (README: LoRA files)
+        "lora_format": "kohya",
+    },
     supports=frozenset({"snr_gamma", "noise_offset"}),
     generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
     # the attention blocks' parents and the convolutional glue between them (bench note 13)

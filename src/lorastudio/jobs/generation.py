@@ -39,6 +39,7 @@ from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarg
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.lora.header import check_lora_file
+from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
@@ -50,10 +51,12 @@ MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP
 
 @dataclass(frozen=True)
 class LoraChoice:
-    """A trained LoRA by its output name, applied at `scale`."""
+    """A trained LoRA by its output name, applied at `scale`; `step`: one of its snapshots
+    (loras/<name>-step-N, lorastudio.lora.snapshots) instead of its final file."""
 
     name: str
     scale: float = 1.0
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,40 @@ class GenerationRequest:
     loras: tuple[LoraChoice, ...] = ()
 
 
+def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
+    """The settings of one gallery image (its sidecar and PNG text, less the size the worker
+    reports)."""
+    return {
+        "prompt": req.prompt,
+        "seed": req.seed,
+        "family": family,
+        "base_model": req.base_model,
+        "steps": req.steps,
+        "guidance": req.guidance,
+        "loras": [
+            {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
+            for c in req.loras
+        ],
+    }
+
+
 def gallery_dir(settings: Settings) -> Path:
     return settings.home / "gallery"
 
 
-def lora_file(settings: Settings, name: str) -> Path:
-    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors), kept inside the
-    outputs root. Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
+def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
+    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors), or its snapshot
+    at `step` (outputs/<name>/loras/<name>-step-N.safetensors), kept inside the outputs root.
+    Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
     safe_component(name, field="loras.name")
     root = settings.outputs_dir.resolve()
-    path = (root / name / f"{name}.safetensors").resolve()
+    if step is None:
+        path = (root / name / f"{name}.safetensors").resolve()
+    else:
+        path = (root / name / LORAS / f"{snapshot_name(name, step)}.safetensors").resolve()
     if not path.is_relative_to(root) or not path.is_file():
-        raise NotFound(f"no trained LoRA named {name!r} in {settings.outputs_dir}")
+        at = "" if step is None else f" at step {step}"
+        raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")
     return path
 
 
@@ -182,7 +207,7 @@ class GenerationService:
         problems = budget_problems(req.width, req.height, req.steps, family.spec.resolution_multiple)
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
-        loras = [(lora_file(self.settings, c.name), c.scale) for c in req.loras]
+        loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
         for i, (path, _) in enumerate(loras):
             try:
                 check_lora_file(path, family.spec.name)
@@ -217,21 +242,12 @@ class GenerationService:
             guidance=req.guidance,
             loras=tuple(loras),
             out_path=str(staging),
+            png_meta=json.dumps(meta_of(req, family)),
         )
         try:
             with self.arbiter.generation(), self._lock:
                 result = self._run_locked(job)
-            meta = {
-                "prompt": req.prompt,
-                "seed": req.seed,
-                "family": family,
-                "base_model": req.base_model,
-                "steps": req.steps,
-                "guidance": req.guidance,
-                "width": result["width"],
-                "height": result["height"],
-                "loras": [{"name": c.name, "scale": c.scale} for c in req.loras],
-            }
+            meta = {**meta_of(req, family), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             with staged_write(target.with_suffix(".json")) as tmp:
                 tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

@@ -24,6 +24,7 @@ server chose in the gallery); the server renames it into place.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 import time
@@ -62,6 +63,7 @@ class GenerationJob:
     guidance: float | None
     loras: tuple[tuple[str, float], ...]
     out_path: str
+    png_meta: str = "{}"  # the image's settings as JSON: written into the PNG with its size
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -106,6 +108,18 @@ def error_reply(err: LorastudioError) -> tuple[str, str, str, list[tuple[str, st
     return ("error", type(err).__name__, str(err), problems)
 
 
+def png_text(meta: dict[str, Any]) -> Any:
+    """PNG text chunks of a gallery image: its prompt and seed (readable by any PNG viewer) and
+    every setting as JSON under "lorastudio"."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("prompt", str(meta["prompt"]))
+    info.add_text("seed", str(meta["seed"]))
+    info.add_text("lorastudio", json.dumps(meta, sort_keys=True))
+    return info
+
+
 def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
     """Generate one image for `job`; returns (reply, fatal): fatal = the child must exit (it ran
     out of memory, its state is not to be trusted)."""
@@ -133,7 +147,8 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
             height=job.height,
             guidance=job.guidance,
         )
-        image.save(job.out_path, format="PNG")
+        meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
+        image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
         seconds = time.perf_counter() - t0
         return (
             "ok",

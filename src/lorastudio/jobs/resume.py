@@ -29,6 +29,7 @@ from lorastudio.training.checkpoint import (
     read_checkpoint_info,
     resume_settings,
 )
+from lorastudio.training.extend import extension_steps, finished_problem
 from lorastudio.training.identity import check_identity, run_identity
 
 
@@ -76,7 +77,8 @@ def validate_resume(
     """Check a request to resume the run whose output folder is `run_dir`.
 
     Takes the run folder, a checkpoint folder name ("step-000123"; None = the newest), the
-    settings to change (only those that do not change the maths), the settings, and the output
+    settings to change (only those that do not change the maths, or `steps` above the run's
+    total to train it longer: training/extend.py), the settings, and the output
     names of live jobs. Returns a ValidatedResume. Raises JobActive (the folder is in use),
     NotFound (no such checkpoint), ConfigError listing every problem (refused overrides, a
     checkpoint with no step left, base model / dataset problems, settings this host cannot run,
@@ -93,7 +95,11 @@ def validate_resume(
             )
         found = find_checkpoint(run_dir / CHECKPOINTS / checkpoint)
     info = read_checkpoint_info(found)
-    step, total = int(info["step"]), int(info["total_steps"])
+    new_total = extension_steps(info, overrides)  # training it longer (training/extend.py)
+    step, total = int(info["step"]), new_total or int(info["total_steps"])
+    finished = finished_problem(run_dir, new_total is not None)
+    if finished is not None:
+        raise ConfigError([finished])
     if step >= total:
         raise ConfigError(
             [FieldProblem("checkpoint", f"{found.name} is at step {step} of {total}: nothing left")]
@@ -122,5 +128,6 @@ def validate_resume(
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
     if problems:
         raise ConfigError(problems)
-    check_identity(info["identity"], run_identity(cfg, scan.fingerprint, family.spec.lora_targets))
+    before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
+    check_identity(info["identity"], run_identity(before, scan.fingerprint, family.spec.lora_targets))
     return ValidatedResume(config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total)

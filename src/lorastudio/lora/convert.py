@@ -21,6 +21,11 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
 
 `to_kohya(peft_sd, family, alpha)` and `to_diffusers(kohya_sd, family)` are inverse: a round trip
 returns equal tensors (torch.equal) and the same alpha (krea2: the same weight change).
+
+`fold_strength(lora)` puts alpha/rank into lora_B (alpha becomes rank): the diffusers layout is
+written so, because ComfyUI reads alpha only from per-module `.alpha` tensors (none in a diffusers
+file: it patches with scale 1.0) while diffusers reads it from the header; with alpha = rank both
+apply the same weight, whatever loader reads the file.
 """
 
 from __future__ import annotations
@@ -54,6 +59,16 @@ class PeftLora:
     tensors: dict[str, torch.Tensor]
     rank: int
     alpha: float
+
+
+def fold_strength(lora: PeftLora) -> PeftLora:
+    """The same adapter with alpha/rank folded into every lora_B and alpha = rank, so that a loader
+    that ignores alpha (scale 1.0) applies the intended weight (alpha/rank) * B @ A."""
+    scale = lora.alpha / lora.rank
+    if scale == 1.0:
+        return lora
+    tensors = {k: v * scale if k.endswith(_B) else v for k, v in lora.tensors.items()}
+    return PeftLora(tensors, lora.rank, float(lora.rank))
 
 
 def _problem(message: str) -> ConfigError:

@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
-from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules, to_diffusers, to_kohya
+from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
 from lorastudio.lora.header import read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import kohya_layout
@@ -54,6 +54,11 @@ def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
         return "kohya"
     odd = [k for k in keys if not k.startswith(("unet.", "transformer.", "lora_unet_", "diffusion_model."))]
     detail = f" (e.g. {odd[0]!r})" if odd else ""
+    if odd and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys):
+        detail += (
+            ": bare peft names, as in a checkpoint's resume state (checkpoints/step-N/lora.safetensors);"
+            " the run's LoRA file of that step is loras/<name>-step-N.safetensors"
+        )
     raise ModelSourceError(f"not a diffusers or kohya LoRA of a denoiser{detail}")
 
 
@@ -116,11 +121,19 @@ def file_for_layout(
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, header) of `lora` in `layout`; `info` = the `lorastudio.*` header strings;
     `adapter_metadata` = the peft LoraConfig dict a diffusers file records (default: built from
-    the LoRA's rank, alpha and module names)."""
+    the LoRA's rank, alpha and module names). A diffusers file holds alpha/rank folded into its
+    lora_B weights and records alpha = rank (see convert.fold_strength): ComfyUI, which reads no
+    alpha from a diffusers file, then applies the same weight as diffusers."""
     info = {**info, PREFIX + "lora_format": layout}
     if layout == "kohya":
         tensors = to_kohya(lora.tensors, family, lora.alpha)
         return tensors, {"format": "pt", **info, **kohya_metadata(info, lora.rank, lora.alpha)}
+    lora = fold_strength(lora)
+    if adapter_metadata is not None:
+        # every module now at alpha = its rank (also a rank_pattern module: see
+        # training.export.fold_module_strengths)
+        ranks = dict(adapter_metadata.get("rank_pattern") or {})  # type: ignore[call-overload]
+        adapter_metadata = {**adapter_metadata, "lora_alpha": float(lora.rank), "alpha_pattern": ranks}
     tensors, header = diffusers_file(lora, family, adapter_metadata)
     return tensors, {**header, **info}
 

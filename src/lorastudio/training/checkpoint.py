@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
+from lorastudio.training.extend import extension_steps
 from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
 
 CHECKPOINTS = "checkpoints"
@@ -118,8 +119,10 @@ def checkpoint_plan(info: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def resume_settings(info: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The raw settings of a resumed run: the checkpoint's resolved config with `overrides` (only
-    settings that do not change the maths). Raises ConfigError naming each refused override."""
-    problems = override_problems(overrides)
+    settings that do not change the maths, and `steps` above the run's total: training it longer,
+    training/extend.py). Raises ConfigError naming each refused override."""
+    extended = extension_steps(info, overrides) is not None
+    problems = override_problems({k: v for k, v in overrides.items() if not (extended and k == "steps")})
     if problems:
         raise ConfigError(problems)
     return {**dict(info["config"]), **dict(overrides)}

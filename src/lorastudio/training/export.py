@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import __version__
-from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
+from lorastudio.lora.portability import check_loaders
+from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.training.assistant import assistant_sidecar
-from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict
+from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import FamilySpec
+    from lorastudio.training.preflight import PreparedRun
 
 SIDECAR_FORMAT = "lorastudio.lora/1"
 
@@ -44,9 +46,11 @@ def build_sidecar(
     num_images: int,
     lora_file: str,
     variant: str | None = None,
+    extensions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
-    `variant`: the base model's flavour (FamilySpec.variants) when the family has them."""
+    `variant`: the base model's flavour (FamilySpec.variants) when the family has them;
+    "extensions": each time the run was trained longer (training/extend.py)."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
@@ -59,6 +63,7 @@ def build_sidecar(
         "steps": steps_run,
         "total_steps": total_steps,
         "stopped": stopped,
+        "extensions": list(extensions or []),
         "resolution": cfg.resolution,
         "trigger_word": cfg.trigger_word,
         "dataset": {"path": str(dataset_root), "fingerprint": dataset_fingerprint, "images": num_images},
@@ -67,6 +72,57 @@ def build_sidecar(
         "lorastudio_version": __version__,
         **assistant_sidecar(cfg),  # a distilled base's assistant LoRA: merged for training, not in this file
     }
+
+
+def run_sidecar(
+    run: PreparedRun,
+    *,
+    steps_run: int,
+    total_steps: int,
+    stopped: bool,
+    lora_file: str,
+    extensions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """build_sidecar for a prepared run (its resolved config and scanned dataset)."""
+    return build_sidecar(
+        run.cfg,
+        steps_run=steps_run,
+        total_steps=total_steps,
+        stopped=stopped,
+        dataset_root=run.scan.root,
+        dataset_fingerprint=run.scan.fingerprint,
+        num_images=len(run.scan.items),
+        lora_file=lora_file,
+        extensions=extensions,
+    )
+
+
+def save_lora_snapshot(
+    run: PreparedRun,
+    denoiser: Any,
+    lora_config: LoraConfig,
+    *,
+    step: int,
+    total_steps: int,
+    extensions: list[dict[str, Any]] | None = None,
+) -> Path | None:
+    """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
+    in the run's layout with its sidecar ("snapshot": true), checked like the final file.
+    Returns the .safetensors path, or None when that step's snapshot is already on disk (a
+    step re-run by a resume: the run's history is not rewritten)."""
+    name = snapshot_name(str(run.cfg.output_name), step)
+    if (run.run_dir / LORAS / f"{name}.safetensors").is_file():
+        return None
+    sidecar = run_sidecar(
+        run,
+        steps_run=step,
+        total_steps=total_steps,
+        stopped=False,
+        lora_file=f"{LORAS}/{name}.safetensors",
+        extensions=extensions,
+    )
+    sidecar["snapshot"] = True
+    return save_lora(run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar)
 
 
 def save_lora(
@@ -83,8 +139,8 @@ def save_lora(
     `<spec.pipeline_class>.load_lora_weights(path)` loads (keys prefixed with the denoiser name,
     the adapter config under `lora_adapter_metadata`); "kohya" is the family's kohya / ComfyUI
     layout (see lorastudio.lora.convert) with kohya's `ss_*` header keys. Both carry the training
-    facts as `lorastudio.*` header strings. The sidecar gains "lora_format" and "comfyui_keys"
-    (ComfyUI's key check of a kohya file: {"checked": true, "unconsumed": [...], ...}).
+    facts as `lorastudio.*` header strings. The sidecar gains "lora_format" and "loaders": the
+    save-time check against ComfyUI, diffusers and A1111/Forge (lorastudio.lora.portability).
     On any failure the staging folder is removed and nothing is left in run_dir.
     Raises ConfigError when a trained layer has no name in the kohya layout.
     """
@@ -95,15 +151,48 @@ def save_lora(
         tensors, header, check = lycoris_file(
             denoiser, spec.name, adapter, info, base_weight_shapes(denoiser)
         )
+        loaders = {
+            "comfyui": check,
+            "diffusers": {"checked": False, "reason": f"diffusers has no loader for LyCORIS {adapter} files"},
+            "a1111_forge": {"checked": False, "reason": "not checked for LyCORIS files"},
+        }
     else:
         lora = PeftLora(lora_state_dict(denoiser), int(lora_config.r), adapter_alpha(lora_config))
+        if layout == "diffusers" and (
+            getattr(lora_config, "rank_pattern", None) or getattr(lora_config, "alpha_pattern", None)
+        ):
+            lora = fold_module_strengths(lora, module_scales(denoiser))
         tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
-        check = {"checked": False, "reason": "diffusers layout; lora_format=kohya writes ComfyUI's layout"}
-        if layout == "kohya":
-            key_map = comfy_key_map(spec.name, base_weight_shapes(denoiser))
-            check = check_comfy_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
-    sidecar = {**sidecar, "lora_format": layout, "adapter": adapter, "comfyui_keys": check}
+        unet_config = getattr(denoiser, "config", None) if spec.name == "sdxl" else None
+        loaders = check_loaders(
+            tensors, header, spec.name, base_weight_shapes(denoiser), spec.pipeline_class, unet_config
+        )
+    sidecar = {**sidecar, "lora_format": layout, "adapter": adapter, "loaders": loaders}
+    return write_lora_pair(run_dir, name, tensors, header, sidecar)
+
+
+def fold_module_strengths(lora: PeftLora, scales: dict[str, tuple[int, float]]) -> PeftLora:
+    """`lora` with each module's own alpha/rank (rank / alpha patterns: `scales` =
+    training.lora.module_scales) folded into its lora_B and alpha = rank, so that a loader applying
+    scale 1 per module (ComfyUI without `.alpha`; diffusers with alpha_pattern = rank_pattern, as
+    lora.files.file_for_layout records) applies the trained weight."""
+    tensors = {}
+    for key, value in lora.tensors.items():
+        module = key.removesuffix(".lora_B.weight")
+        if module != key and module in scales:
+            rank, alpha = scales[module]
+            value = value * (alpha / rank)
+        tensors[key] = value
+    return PeftLora(tensors, lora.rank, float(lora.rank))
+
+
+def write_lora_pair(
+    run_dir: Path, name: str, tensors: dict[str, Any], header: dict[str, str], sidecar: dict[str, Any]
+) -> Path:
+    """Write <run_dir>/<name>.safetensors and its sidecar <name>.json through a staging folder
+    (the sidecar renamed into place first, the LoRA last). Returns the LoRA path."""
     weight_name = f"{name}.safetensors"
+    run_dir.mkdir(parents=True, exist_ok=True)
     staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
@@ -118,9 +207,15 @@ def save_lora(
 
 def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
     """{module name: weight shape} of the denoiser's own layers (a LoRA-wrapped layer under its
-    plain name; the LoRA's own parameters left out)."""
+    plain name; the LoRA's own parameters left out). A linear layer reports its logical
+    (out_features, in_features): a quantized base (nf4, int8) stores its weight packed."""
+    modules = dict(denoiser.named_modules())
     shapes = {}
     for key, param in denoiser.named_parameters():
         if key.endswith(".weight") and ".lora_" not in key:
-            shapes[key.removesuffix(".weight").replace(".base_layer", "")] = tuple(param.shape)
+            name = key.removesuffix(".weight")
+            module = modules.get(name)
+            logical = (getattr(module, "out_features", None), getattr(module, "in_features", None))
+            shape = logical if None not in logical else tuple(param.shape)
+            shapes[name.replace(".base_layer", "")] = tuple(shape)
     return shapes

@@ -28,6 +28,8 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "data_dir",  # the fingerprint of the dataset's content is compared instead
         "save_every",
         "keep_last",
+        "save_lora_every",  # LoRA snapshots are written from the state, they never change it
+        "keep_loras",
         "max_bad_steps",
         "lora_format",
         "compile",

@@ -44,6 +44,7 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
+from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
     apply_attention,
@@ -78,7 +79,8 @@ from lorastudio.training.events import (
     Preparing,
     StopCheck,
 )
-from lorastudio.training.export import build_sidecar, save_lora
+from lorastudio.training.export import run_sidecar, save_lora
+from lorastudio.training.extend import extension_record
 from lorastudio.training.latents import (
     EncodedPerStep,
     LatentSource,
@@ -159,6 +161,8 @@ def train(
         run, state.identity = _prepare_session(
             cfg, settings, process_device(device, state.ctx), state.resume, meter
         )
+        if state.resume is not None:
+            _note_extension(run, state)
         state.ctx = start_group(state.ctx, run.device)
         if wants_compile(run.cfg.compile, run.device):
             keep_compile_cache(settings.compile_cache_dir)
@@ -168,6 +172,7 @@ def train(
                 claim_run_dir(run.run_dir)
         claimed = main
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
+        state.loras = SnapshotKeeper(run.run_dir, run.cfg.save_lora_every, run.cfg.keep_loras)
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
@@ -182,6 +187,7 @@ def train(
         elif not save or state.resume is None:
             if state.previews is not None and state.resume is not None:
                 state.previews.discard()  # a fresh run's samples go with its folder
+            state.loras.discard()
             discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
     except BaseException as err:
@@ -206,6 +212,17 @@ def train(
         free_accelerator_memory(run.device)
     resumed_from = state.steps_at_start if state.resume is not None else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
+
+
+def _note_extension(run: PreparedRun, state: RunState) -> None:
+    """A resume whose total exceeds its checkpoint's trains the run longer (training/extend.py):
+    remember it (the schedule is re-spanned after the checkpoint loads) and its record."""
+    info = read_checkpoint_info(state.resume)
+    longer = run.cfg.num_epochs == 0 and int(run.cfg.steps) > int(info["total_steps"])
+    state.extended = longer
+    state.extensions = extension_record(info, int(run.cfg.steps) if longer else None)
+    if longer and state.ctx.is_main:
+        keep_final_as_snapshot(run.run_dir)  # the LoRA of the old total stays, as a snapshot
 
 
 def _prepare_session(
@@ -246,16 +263,14 @@ def _message(err: BaseException, attention: str = "default") -> str:
 def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
     cfg = run.cfg
     name = str(cfg.output_name)
-    sidecar = build_sidecar(
-        cfg,
+    sidecar = run_sidecar(
+        run,
         steps_run=state.steps_run,
         total_steps=state.total_steps,
         stopped=stopped,
-        dataset_root=run.scan.root,
-        dataset_fingerprint=run.scan.fingerprint,
-        num_images=len(run.scan.items),
         lora_file=f"{name}.safetensors",
         variant=getattr(run.family.source_variant(cfg.base_model, cfg.revision), "title", None),
+        extensions=state.extensions,
     )
     if state.ema is None:
         return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from lorastudio.errors import TrainingStopped
+from lorastudio.lora.snapshots import SnapshotKeeper
 from lorastudio.training.checkpoint import CheckpointKeeper
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import (
@@ -41,6 +42,8 @@ from lorastudio.training.distributed import (
 )
 from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.events import Emit, Progress, SampleReady
+from lorastudio.training.export import save_lora_snapshot
+from lorastudio.training.extend import respan_schedule
 from lorastudio.training.latents import LatentBatch, LatentSource
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -72,6 +75,9 @@ class RunState:
     resume: Path | None = None  # the checkpoint this session continues from
     steps_at_start: int = 0  # steps done before this session (the checkpoint's step)
     keeper: CheckpointKeeper | None = None
+    extensions: list[dict[str, Any]] = field(default_factory=list)  # training/extend.py's record
+    extended: bool = False  # this session trains the run longer than the checkpoint's total
+    loras: SnapshotKeeper | None = None  # LoRA snapshots (every checkpoint, every save_lora_every)
     identity: dict[str, Any] = field(default_factory=dict)
     checkpointed_step: int | None = None  # step of this session's latest checkpoint
     previews: SamplePreviews | None = None  # set when the config has sample prompts (rank 0)
@@ -119,6 +125,8 @@ def optimize(
     state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
         state.steps_run, state.losses = load_checkpoint(state.resume, parts)
+        if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
+            respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
     pipelined = (
@@ -154,8 +162,11 @@ def optimize(
                 _save_for_stop(request, run, state, parts)
                 raise
             in_flight = None
-        due = (state.keeper is not None and state.keeper.due(step, num_steps)) or (
-            state.previews is not None and state.previews.due(step, num_steps)
+        snapshot_due = state.loras is not None and state.loras.due(step, num_steps)
+        due = (
+            (state.keeper is not None and state.keeper.due(step, num_steps))
+            or (state.previews is not None and state.previews.due(step, num_steps))
+            or snapshot_due
         )
         if pipelined and not due and step < num_steps:
             in_flight = flight  # its host values are read after the next step is queued
@@ -168,7 +179,9 @@ def optimize(
         if step >= num_steps:
             break
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
-            _checkpoint(run, state, parts)
+            _checkpoint(run, state, parts)  # with its LoRA snapshot
+        elif snapshot_due:
+            _lora_snapshot(run, state)
         try:
             stop()
         except TrainingStopped as request:
@@ -299,10 +312,24 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         identity=state.identity,
         config=run.cfg.model_dump(mode="json"),
         plan=state.plan.as_dict() if state.plan is not None else None,
+        extensions=state.extensions,
     )
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:
         state.keeper.record(path)
+    _lora_snapshot(run, state)
+
+
+def _lora_snapshot(run: PreparedRun, state: RunState) -> None:
+    """Write the LoRA snapshot of the step just done (rank 0) and apply keep_loras."""
+    if not state.ctx.is_main or state.loras is None:
+        return
+    path = save_lora_snapshot(
+        run, state.denoiser, state.lora_config, step=state.steps_run, total_steps=state.total_steps,
+        extensions=state.extensions,
+    )  # fmt: skip
+    if path is not None:
+        state.loras.record(path)
 
 
 def _micro_step(

@@ -22,6 +22,7 @@ from lorastudio.training.checkpoint import (
     remove_leftovers,
     run_dir_of,
 )
+from lorastudio.training.extend import finished_problem
 from lorastudio.training.identity import check_identity, run_identity
 from lorastudio.training.preflight import PreparedRun, preflight
 
@@ -36,15 +37,21 @@ def prepare_session(
     """Preflight the run and compute its identity. For a resume (`checkpoint` set) the run folder
     is the checkpoint's and the identity must equal the checkpoint's.
 
+    A resume whose cfg.steps exceeds the checkpoint's total trains the run longer: the identity
+    is compared with the checkpoint's steps, and the returned one has the new total.
     Returns (prepared run, identity). Raises ConfigError: every preflight problem, an
-    output_name other than the checkpoint's folder, a checkpoint with no step left, or one
-    problem per identity field that differs; plus what preflight raises.
+    output_name other than the checkpoint's folder, a checkpoint with no step left, a finished
+    run resumed without a larger total, or one problem per identity field that differs; plus
+    what preflight raises.
     """
     if checkpoint is None:
         run = preflight(cfg, settings, device)
         return run, run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
     run_dir = run_dir_of(checkpoint)
     info = read_checkpoint_info(checkpoint)
+    old_total = int(info["total_steps"])
+    extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/extend.py)
+    total = cfg.steps if extended else old_total
     problems = []
     if cfg.output_name is not None and cfg.output_name != run_dir.name:
         problems.append(
@@ -52,10 +59,15 @@ def prepare_session(
                 "output_name", f"a resume continues in {run_dir}: leave it unset or {run_dir.name!r}"
             )
         )
-    if int(info["step"]) >= int(info["total_steps"]):
+    finished = finished_problem(run_dir, extended)
+    if finished is not None:
+        problems.append(finished)
+    elif int(info["step"]) >= total:
         problems.append(
             FieldProblem(
-                "resume", f"{checkpoint} is at step {info['step']} of {info['total_steps']}: nothing left"
+                "resume",
+                f"{checkpoint} is at step {info['step']} of {total}: nothing left "
+                "(set steps above it to train longer)",
             )
         )
     if problems:
@@ -66,7 +78,8 @@ def prepare_session(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )
     identity = run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
-    check_identity(info["identity"], identity)
+    before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
+    check_identity(info["identity"], run_identity(before, run.scan.fingerprint, run.family.spec.lora_targets))
     return run, identity
 
 

@@ -32,6 +32,7 @@ from lorastudio.training.checkpoint import (
     write_checkpoint_folder,
 )
 from lorastudio.training.ema import AdapterEma
+from lorastudio.training.extend import EXTENSIONS_KEY
 from lorastudio.training.identity import IDENTITY_FORMAT
 from lorastudio.training.lora import lora_state_dict
 from lorastudio.training.meter import DivergenceGuard, StepMeter
@@ -104,10 +105,12 @@ def save_checkpoint(
     identity: dict[str, Any],
     config: dict[str, Any],
     plan: dict[str, Any] | None = None,
+    extensions: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write checkpoint `step` of the run (atomically; see training/checkpoint.py). Returns its
     folder. `identity` is the run's identity, `config` its resolved config (JSON dict), `plan`
-    the plan it runs (training/plan.py Plan.as_dict; a resume reuses it)."""
+    the plan it runs (training/plan.py Plan.as_dict; a resume reuses it), `extensions` the
+    record of the times the run was trained longer (training/extend.py)."""
     from safetensors.torch import save_file
 
     state = {
@@ -129,6 +132,7 @@ def save_checkpoint(
         "identity": identity,
         "config": config,
         **({PLAN_KEY: plan} if plan is not None else {}),
+        **({EXTENSIONS_KEY: extensions} if extensions else {}),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
     }

@@ -57,9 +57,11 @@ def test_comfyui_check_reports_foreign_keys_and_wrong_shapes(layer_shapes):
     shapes = layer_shapes("sdxl")
     kohya = to_kohya(_synthetic(shapes), "sdxl", ALPHA)
     diffusers_keys = {f"unet.{k}": tuple(v.shape) for k, v in _synthetic(shapes).items()}
-    assert set(check_comfy_keys(diffusers_keys, comfy_key_map("sdxl", shapes)).unconsumed) == set(
-        diffusers_keys
-    )
+    # ComfyUI maps SDXL diffusers names only in the `processor.to_q` spelling: every attention
+    # projection of a diffusers file is left out, the other layers (proj_in, ff, convs) load
+    attention = {k for k in diffusers_keys if ".to_" in k}
+    assert attention and len(attention) < len(diffusers_keys)
+    assert set(check_comfy_keys(diffusers_keys, comfy_key_map("sdxl", shapes)).unconsumed) == attention
     key = "lora_unet_input_blocks_4_1_proj_in.lora_up.weight"
     bad = {k: tuple(v.shape) for k, v in kohya.items()} | {key: (999, RANK), "lora_unet_nonsense.alpha": ()}
     result = check_comfy_keys(bad, comfy_key_map("sdxl", shapes))

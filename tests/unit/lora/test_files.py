@@ -18,7 +18,7 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
-from lorastudio.lora.files import convert_file, read_lora_file
+from lorastudio.lora.files import convert_file, peft_from_file, read_lora_file
 from lorastudio.settings import Settings
 from lorastudio.training.loop import TrainResult, train
 
@@ -60,6 +60,7 @@ def _run(key: str, family: str, tiny_model, sample_dataset: Path, tmp_root: Path
             **(_extra(family) or {}),
             **overrides,
         }
+        raw = {k: v for k, v in raw.items() if v is not None}  # None: the family's default
         settings = Settings(home=tmp_root / key)
         _runs[key] = train(
             TrainConfig.model_validate(raw), [].append, settings=settings, device="cpu", return_denoiser=True
@@ -105,7 +106,12 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     assert tensors and all(k.startswith(prefix) for k in tensors)
     assert sum(k.endswith(".alpha") for k in tensors) * 3 == len(tensors)
     assert sidecar["lora_format"] == "kohya"
-    assert sidecar["comfyui_keys"] == {"checked": True, "unconsumed": [], "mismatched": []}
+    comfy = sidecar["loaders"]["comfyui"]
+    assert comfy["ok"] and comfy["unconsumed"] == comfy["mismatched"] == comfy["wrong_strength"] == []
+    assert comfy["rules"].startswith("ComfyUI comfy/lora.py@")
+    # diffusers' kohya FLUX.1 reader needs FLUX.1-dev's single-block widths (not the tiny model's)
+    assert sidecar["loaders"]["diffusers"]["ok"] is (family != "flux")
+    assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
     assert header["ss_network_dim"] == "4" and header["ss_network_alpha"] == "8"
     assert header["ss_network_module"] == "networks.lora" and header["ss_base_model_version"]
     assert header["ss_steps"] == str(result.steps_run) == header["lorastudio.steps"]
@@ -122,7 +128,27 @@ def test_a_diffusers_run_records_its_facts_in_the_header(tiny_model, sample_data
     assert header["lorastudio.rank"] == "4" and header["lorastudio.lora_format"] == "diffusers"
     assert not any(k.startswith("ss_") for k in header)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
-    assert sidecar["comfyui_keys"]["checked"] is False
+    assert sidecar["loaders"]["comfyui"]["ok"] and sidecar["loaders"]["diffusers"]["ok"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
+    family, tiny_model, sample_dataset, tmp_root
+):
+    """The file a run writes when lora_format is not set (kohya for SDXL, diffusers for the
+    others; alpha 8 != rank 4): the save-time check passes it for ComfyUI and diffusers, and
+    plain diffusers `load_lora_weights` gives the in-memory adapter's image."""
+    result = _run(f"default-{family}", family, tiny_model, sample_dataset, tmp_root, lora_format=None)
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    assert sidecar["lora_format"] == ("kohya" if family == "sdxl" else "diffusers")
+    assert sidecar["loaders"]["comfyui"]["ok"] and sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]
+    assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
+    assert sidecar["loaders"]["a1111_forge"].get("ok", True) is True
+    in_memory, base = _in_memory_and_base(result, family, tiny_model(family))
+    fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    fresh.load_lora_weights(str(result.lora_path))
+    assert np.abs(in_memory - base).mean() > 0.5  # the LoRA visibly changes the image
+    assert np.abs(_image(fresh, family) - in_memory).max() <= 1.0
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -137,6 +163,19 @@ def test_diffusers_loads_the_kohya_file_and_gives_the_in_memory_image(
     from_file = _image(fresh, family)
     assert np.abs(in_memory - base).mean() > 0.5  # the LoRA visibly changes the image
     assert np.abs(from_file - in_memory).max() <= 1.0
+
+
+def _deltas(path: Path, family: str) -> dict[str, torch.Tensor]:
+    """{module: (alpha / rank) * B @ A}: the weight change every loader applies for the file."""
+    tensors, header = read_lora_file(path)
+    lora = peft_from_file(tensors, header, family)
+    modules = {k.rsplit(".lora_", 1)[0] for k in lora.tensors}
+    return {
+        m: lora.alpha
+        / lora.rank
+        * (lora.tensors[f"{m}.lora_B.weight"].flatten(1) @ lora.tensors[f"{m}.lora_A.weight"].flatten(1))
+        for m in modules
+    }
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -156,9 +195,14 @@ def test_convert_round_trip_is_lossless_and_both_files_give_the_in_memory_image(
     assert convert_file(as_diffusers, as_kohya, "kohya") == "diffusers"
     original, header = read_lora_file(result.lora_path)
     again, header_again = read_lora_file(as_kohya)
-    assert original.keys() == again.keys() and all(torch.equal(original[k], again[k]) for k in original)
-    assert {k: v for k, v in header.items() if k != "lorastudio.lora_format"} == {
-        k: v for k, v in header_again.items() if k != "lorastudio.lora_format"
+    assert original.keys() == again.keys()  # same names; the diffusers file folded alpha/rank into B
+    before, after = _deltas(result.lora_path, family), _deltas(as_kohya, family)
+    assert before.keys() == after.keys() == _deltas(as_diffusers, family).keys()
+    for m in before:
+        torch.testing.assert_close(after[m], before[m], rtol=1e-6, atol=1e-7)
+    changed = {"lorastudio.lora_format", "ss_network_alpha"}  # alpha = rank after the fold
+    assert {k: v for k, v in header.items() if k not in changed} == {
+        k: v for k, v in header_again.items() if k not in changed
     }
     in_memory, _ = _in_memory_and_base(result, family, tiny_model(family))
     fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")

@@ -17,6 +17,7 @@ import type {
   Info,
   Job,
   LoraList,
+  LoraSteps,
   PreflightReport,
   ResumeBody,
   RunDeleted,
@@ -63,12 +64,16 @@ export const api = {
     withToken(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),
   /** The checkpoints in a run's folder, oldest first, and the step a resume would start from. */
   runCheckpoints: (id: string) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`),
+  /** A run's LoRAs by step (snapshots under loras/, then the final file); 404 when it has none. */
+  runLoras: (id: string) => get<LoraSteps>(`/api/runs/${seg(id)}/loras`),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 
   loras: (family?: string) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`),
   /** Download URL of a trained LoRA's .safetensors (served as an attachment). */
   loraFileUrl: (name: string) => withToken(`/api/loras/${seg(name)}/file`),
+  /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
+  loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),

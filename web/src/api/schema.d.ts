@@ -33,7 +33,9 @@ export interface paths {
         };
         /**
          * Dataset
-         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and sizes.
+         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and stored
+         *     sizes (from the file headers). Links are listed as dropped, never read; a caption file or
+         *     metadata.jsonl that cannot be used is listed as dropped with the reason.
          */
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
@@ -98,7 +100,7 @@ export interface paths {
         post?: never;
         /**
          * Remove Image
-         * @description Delete one image and its .txt caption.
+         * @description Delete one image and its .txt caption (kept while another image of that stem uses it).
          */
         delete: operations["remove_image_api_datasets__name__images__file__delete"];
         options?: never;
@@ -115,7 +117,10 @@ export interface paths {
         };
         /**
          * Thumbnail
-         * @description A JPEG thumbnail (longest side `size`) of one dataset image.
+         * @description A JPEG thumbnail (longest side `size`) of one dataset image, decoded at reduced size and
+         *     cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
+         *     placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
+         *     server's decode slots stay busy.
          */
         get: operations["thumbnail_api_datasets__name__thumbnails__file__get"];
         put?: never;
@@ -220,9 +225,30 @@ export interface paths {
         };
         /**
          * Download
-         * @description The .safetensors file of trained LoRA `name` (404 when missing).
+         * @description The .safetensors file of trained LoRA `name`, or of its snapshot at `step` (404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/loras/{name}/steps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Steps
+         * @description The LoRAs of run output `name` by step: its snapshots (every checkpoint and every
+         *     save_lora_every steps, under loras/) and its final LoRA. 404 when the run has none.
+         */
+        get: operations["steps_api_loras__name__steps_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -465,6 +491,27 @@ export interface paths {
          *     when the run is unknown.
          */
         get: operations["run_checkpoints_api_runs__run_id__checkpoints_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/loras": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Loras
+         * @description The run's LoRAs by step (snapshots, then the final LoRA; see /api/loras/{name}/steps).
+         *     404 when the run is unknown or has no LoRA yet.
+         */
+        get: operations["run_loras_api_runs__run_id__loras_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1259,6 +1306,41 @@ export interface components {
              * @default 1
              */
             scale?: number;
+            /**
+             * Step
+             * @description one of its snapshots by step (loras/<name>-step-N); null: the final LoRA
+             */
+            step?: number | null;
+        };
+        /** LoraStep */
+        LoraStep: {
+            /**
+             * Final
+             * @description the run's final LoRA (else a snapshot under loras/)
+             */
+            final: boolean;
+            /** Path */
+            path: string;
+            /**
+             * Step
+             * @description optimizer step the LoRA was saved at (null: unknown)
+             */
+            step: number | null;
+            /**
+             * Url
+             * @description download URL of the file
+             */
+            url: string;
+        };
+        /** LoraSteps */
+        LoraSteps: {
+            /**
+             * Loras
+             * @description by step, ascending; the final LoRA last
+             */
+            loras: components["schemas"]["LoraStep"][];
+            /** Name */
+            name: string;
         };
         /** MemoryEstimate */
         MemoryEstimate: {
@@ -1780,7 +1862,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
              */
             settings?: {
                 [key: string]: unknown;
@@ -2196,6 +2278,12 @@ export interface components {
              */
             keep_last?: number;
             /**
+             * Keep Loras
+             * @description LoRA snapshots retained (oldest removed; null: all)
+             * @default null
+             */
+            keep_loras?: number | null;
+            /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
              * @default 8
@@ -2241,7 +2329,7 @@ export interface components {
             lora_dropout?: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
@@ -2435,6 +2523,12 @@ export interface components {
              * @default null
              */
             save_every?: number | null;
+            /**
+             * Save Lora Every
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             * @default null
+             */
+            save_lora_every?: number | null;
             /**
              * Seed
              * @default 42
@@ -2634,6 +2728,11 @@ export interface components {
              */
             keep_last: number;
             /**
+             * Keep Loras
+             * @description LoRA snapshots retained (oldest removed; null: all)
+             */
+            keep_loras: number | null;
+            /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
              * @default 8
@@ -2673,7 +2772,7 @@ export interface components {
             lora_dropout: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft or kohya (ComfyUI, A1111)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
@@ -2846,6 +2945,11 @@ export interface components {
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
              */
             save_every: number | null;
+            /**
+             * Save Lora Every
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             */
+            save_lora_every: number | null;
             /**
              * Seed
              * @default 42
@@ -3548,7 +3652,10 @@ export interface operations {
     };
     download_api_loras__name__file_get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description a snapshot's step (default: the final LoRA) */
+                step?: number | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -3563,6 +3670,71 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    steps_api_loras__name__steps_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoraSteps"];
+                };
             };
             /** @description invalid request (every problem listed) */
             400: {
@@ -4472,6 +4644,71 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_loras_api_runs__run_id__loras_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoraSteps"];
                 };
             };
             /** @description invalid request (every problem listed) */

@@ -52,6 +52,7 @@ export type SampleRound = Schemas["SampleRound"];
 export type SampleImage = Schemas["SampleImage"];
 export type SampleList = Schemas["SampleList"];
 export type LoraList = Schemas["LoraList"];
+export type LoraSteps = Schemas["LoraSteps"];
 export type Lora = Schemas["LoraOut"];
 export type GenerateResult = Schemas["GenerateOut"];
 export type GalleryList = Schemas["GalleryList"];

@@ -3,7 +3,7 @@ import type { Lora, LoraRef } from "../api/types";
 import { formatBytes } from "../lib/format";
 
 /** A chosen LoRA and its scale. */
-export type LoraPick = Required<LoraRef>;
+export type LoraPick = Required<Pick<LoraRef, "name" | "scale">>;
 
 interface Props {
   loras: readonly Lora[];

@@ -35,6 +35,15 @@ describe("GenerateScreen", () => {
         return { body: { root: "/o", loras: [{ name: "cats", family: "flux", path: "/o/cats/cats.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
       }
       if (url === "/api/gallery") return { body: { images } };
+      if (url === "/api/loras/cats/steps") {
+        const at = (step: number, final: boolean) => ({
+          step,
+          final,
+          path: final ? "/o/cats/cats.safetensors" : `/o/cats/loras/cats-step-00000${step}.safetensors`,
+          url: final ? "/api/loras/cats/file" : `/api/loras/cats/file?step=${step}`,
+        });
+        return { body: { name: "cats", loras: [at(2, false), at(4, false), at(6, true)] } };
+      }
       if (method === "POST" && url === "/api/generate") {
         images = [NEW, OLD];
         return { status: 201, body: { file: "new.png", url: "/gallery/new.png", path: "/g/new.png", seconds: 1.5, seed: 3, width: 64, height: 64, prompt: "a new dog", loras: [] } };
@@ -92,5 +101,19 @@ describe("GenerateScreen", () => {
     await userEvent.type(prompt, "a dog{Control>}{Enter}{/Control}");
     await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
     expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ prompt: "a dog" });
+  });
+
+  it("renders one prompt and seed over the chosen steps of a LoRA as a grid", async () => {
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.click(await screen.findByLabelText("use LoRA cats"));
+    const grid = await screen.findByTestId("step-grid");
+    await userEvent.click(within(grid).getByLabelText("step 4")); // leave step 4 out
+    await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(2 images/ }));
+    await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(2));
+    const sent = calls.filter((c) => c.url === "/api/generate").map((c) => c.body as Record<string, unknown>);
+    expect(sent.map((b) => b.loras)).toEqual([[{ name: "cats", scale: 1, step: 2 }], [{ name: "cats", scale: 1 }]]);
+    expect(new Set(sent.map((b) => `${b.prompt}|${b.seed}`)).size).toBe(1); // one prompt and seed
+    expect(within(grid).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["cats step 2", "cats final (step 6)"]);
   });
 });

@@ -11,6 +11,7 @@ import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { Gallery, imageMeta, LoraChips } from "../components/Gallery";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
+import { StepGrid } from "../components/StepGrid";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 const GPU_RETRIES = 15;
@@ -88,26 +89,28 @@ export function GenerateScreen() {
     setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1 })));
   };
 
+  const settings: Omit<GenerateBody, "loras"> = {
+    family,
+    base_model: baseModel,
+    prompt,
+    seed: Number(seed),
+    steps: Number(steps),
+    width: Number(width),
+    height: Number(height),
+  };
+  const run = (body: GenerateBody) =>
+    generateWithRetry(body, job != null && LIVE.has(job.status), () =>
+      setGeneral("Waiting for the finished training run to release the GPU…"),
+    );
+
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     setBusy(true);
     setErrors({});
     setGeneral(null);
-    const body: GenerateBody = {
-      family,
-      base_model: baseModel,
-      prompt,
-      seed: Number(seed),
-      steps: Number(steps),
-      width: Number(width),
-      height: Number(height),
-      loras: picks,
-    };
+    const body: GenerateBody = { ...settings, loras: picks };
     try {
-      const jobLive = job != null && LIVE.has(job.status);
-      const res = await generateWithRetry(body, jobLive, () =>
-        setGeneral("Waiting for the finished training run to release the GPU…"),
-      );
+      const res = await run(body);
       setGeneral(null);
       setSeconds(res.seconds);
       await loadGallery(res.file);
@@ -200,6 +203,16 @@ export function GenerateScreen() {
           )}
         </div>
       </div>
+      {picks.length === 1 && (
+        <StepGrid
+          pick={picks[0]}
+          body={settings}
+          generate={run}
+          onDone={() => void loadGallery().catch(() => undefined)}
+          busy={busy}
+          setBusy={setBusy}
+        />
+      )}
       <div className="section-head">
         <h3>Gallery</h3>
         {gallery != null && (

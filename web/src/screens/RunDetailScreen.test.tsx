@@ -38,6 +38,10 @@ function serve(run: RunDetail, checkpoints: CheckpointList, resume?: { status: n
     if (url === "/api/runs/r1") return { body: run };
     if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
     if (url === "/api/runs/r1/checkpoints") return { body: checkpoints };
+    if (url === "/api/runs/r1/loras") {
+      const snap = (step: number) => ({ step, final: false, path: `${OUT}/loras/portrait-step-000${step}.safetensors`, url: `/api/loras/portrait/file?step=${step}` });
+      return { body: { name: "portrait", loras: [snap(80), snap(120), { step: 120, final: true, path: `${OUT}/portrait.safetensors`, url: "/api/loras/portrait/file" }] } };
+    }
     if (url === "/api/runs/r1/resume") return resume ?? { status: 201, body: { id: "j2", status: "queued" } };
     return undefined;
   });
@@ -61,6 +65,16 @@ describe("RunDetailScreen", () => {
     const resume = calls.find((c) => c.url === "/api/runs/r1/resume");
     expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
     expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
+  });
+
+  it("lists the run's LoRAs by step, each downloadable", async () => {
+    serve(RUN, CHECKPOINTS);
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("lora-steps");
+    const links = within(card).getAllByRole("link");
+    expect(links.map((a) => a.textContent)).toEqual(["step 80", "step 120", "final (step 120)"]);
+    expect(links[0]).toHaveAttribute("href", "/api/loras/portrait/file?step=80");
+    expect(within(card).getByText("portrait-step-00080.safetensors")).toBeInTheDocument();
   });
 
   it("shows a refused resume above the run, which stays on screen", async () => {

@@ -1,6 +1,6 @@
 import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
-import type { Checkpoint, RunDetail, SampleImage } from "../api/types";
+import type { Checkpoint, LoraSteps, RunDetail, SampleImage } from "../api/types";
 import { CheckpointsCard } from "../components/CheckpointsCard";
 import { LineChart } from "../components/LineChart";
 import { PlanSummary } from "../components/PlanSummary";
@@ -21,7 +21,9 @@ export function RunDetailScreen({ id }: { id: string }) {
   const [actionError, setActionError] = useState<string | null>(null);
   const [samples, setSamples] = useState<SampleImage[]>([]);
   const [checkpoints, setCheckpoints] = useState<Checkpoint[] | null>(null);
+  const [loras, setLoras] = useState<LoraSteps["loras"]>([]);
   useEffect(() => {
+    api.runLoras(id).then((l) => setLoras(l.loras), () => setLoras([]));
     api.run(id).then(setRun, (err: Error) => setError(err.message));
     api.runSamples(id).then((s) => setSamples(s.samples), () => setSamples([]));
     api.runCheckpoints(id).then((c) => setCheckpoints(c.checkpoints), () => setCheckpoints([]));
@@ -89,6 +91,21 @@ export function RunDetailScreen({ id }: { id: string }) {
           {groupByStep(samples).map((r) => (
             <SampleRound key={r.step} step={r.step} tiles={r.tiles} />
           ))}
+        </div>
+      )}
+      {loras.length > 1 && (
+        <div className="card" data-testid="lora-steps">
+          <h3>LoRA by step</h3>
+          <ul className="plain lora-steps">
+            {loras.map((l) => (
+              <li key={l.path}>
+                <a href={api.imageUrl(l.url)} download aria-label={`download the LoRA of step ${l.step ?? "?"}`}>
+                  {l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}
+                </a>{" "}
+                <code className="muted small">{l.path.split(/[\\/]/).pop()}</code>
+              </li>
+            ))}
+          </ul>
         </div>
       )}
       <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} onError={setActionError} />

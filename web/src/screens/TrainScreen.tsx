@@ -231,7 +231,9 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
           <div className="grid">
             {num("save_every", "Checkpoint every", { placeholder: "on stop only", hint: "optimizer steps (resume points)" })}
             {num("keep_last", "Keep last", { hint: "checkpoints retained" })}
-            {c.choice("lora_format", "LoRA file format", LORA_FORMATS, { hint: "kohya: for ComfyUI / A1111" })}
+            {num("save_lora_every", "LoRA snapshot every", { placeholder: "with checkpoints", hint: "optimizer steps (loras/<name>-step-N)" })}
+            {num("keep_loras", "Keep snapshots", { placeholder: "all", hint: "LoRA snapshots retained" })}
+            {c.choice("lora_format", "LoRA file format", LORA_FORMATS, { hint: "both load in ComfyUI and diffusers; A1111/Forge: kohya" })}
             {num("seed", "Seed", { hint: "same seed + data = same run" })}
           </div>
           <AdvancedSettings controls={c} family={family} hidden={hidden} />

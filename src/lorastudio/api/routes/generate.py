@@ -42,7 +42,7 @@ def generate(body: GenerateBody, service: GenerationService = Depends(generation
         width=body.width,
         height=body.height,
         guidance=body.guidance,
-        loras=tuple(LoraChoice(r.name, r.scale) for r in body.loras),
+        loras=tuple(LoraChoice(r.name, r.scale, r.step) for r in body.loras),
     )
     result = service.generate(req)
     return {**result, "url": f"/gallery/{result['file']}"}

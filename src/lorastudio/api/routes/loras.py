@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import settings_dep
-from lorastudio.api.schemas_files import LoraList
+from lorastudio.api.schemas_files import LoraList, LoraSteps
+from lorastudio.data.paths import safe_component
+from lorastudio.errors import NotFound
 from lorastudio.jobs.generation import lora_file
+from lorastudio.lora.snapshots import run_loras
 from lorastudio.settings import Settings
 
 router = APIRouter(prefix="/api/loras", tags=["loras"])
@@ -51,11 +55,42 @@ def loras(
     return {"root": str(root), "loras": found}
 
 
+@router.get("/{name}/steps", response_model=LoraSteps)
+def steps(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """The LoRAs of run output `name` by step: its snapshots (every checkpoint and every
+    save_lora_every steps, under loras/) and its final LoRA. 404 when the run has none."""
+    return lora_steps(settings, name)
+
+
 @router.get("/{name}/file", response_class=FileResponse)
-def download(name: str, settings: Settings = Depends(settings_dep)) -> FileResponse:
-    """The .safetensors file of trained LoRA `name` (404 when missing)."""
-    path = lora_file(settings, name)
+def download(
+    name: str,
+    step: int | None = Query(default=None, ge=0, description="a snapshot's step (default: the final LoRA)"),
+    settings: Settings = Depends(settings_dep),
+) -> FileResponse:
+    """The .safetensors file of trained LoRA `name`, or of its snapshot at `step` (404 when missing)."""
+    if step is None:
+        path = lora_file(settings, name)
+    else:
+        found = [i for i in lora_steps(settings, name)["loras"] if i["step"] == step and not i["final"]]
+        if not found:
+            raise NotFound(f"run {name!r} has no LoRA snapshot at step {step}")
+        path = Path(found[0]["path"])
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
+
+
+def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
+    """{"name", "loras": [{"step", "path", "final", "url"}]} of run output `name` (see steps).
+    Raises NotFound (also for a name that is not a plain folder name of the outputs root)."""
+    safe_component(name, field="loras.name")
+    run_dir = settings.outputs_dir / name
+    found = run_loras(run_dir) if run_dir.is_dir() else []
+    if not found:
+        raise NotFound(f"no LoRA of a run named {name!r} in {settings.outputs_dir}")
+    for item in found:
+        query = "" if item["final"] else f"?step={item['step']}"
+        item["url"] = f"/api/loras/{name}/file{query}"
+    return {"name": name, "loras": found}
 
 
 def _sidecar(path: Any) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import service_dep, settings_dep, store_dep
+from lorastudio.api.routes.loras import lora_steps
 from lorastudio.api.schemas import (
     CheckpointList,
     JobOut,
@@ -21,6 +22,7 @@ from lorastudio.api.schemas import (
     RunList,
     SampleList,
 )
+from lorastudio.api.schemas_files import LoraSteps
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.records import LIVE_STATUSES
 from lorastudio.jobs.resume import resumable_step
@@ -63,6 +65,18 @@ def run_checkpoints(
         "checkpoints": [{"name": p.name, "step": checkpoint_step(p), "path": str(p)} for p in found],
         "resume_step": run["resume_step"],
     }
+
+
+@router.get("/{run_id}/loras", response_model=LoraSteps)
+def run_loras(
+    run_id: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
+) -> dict[str, Any]:
+    """The run's LoRAs by step (snapshots, then the final LoRA; see /api/loras/{name}/steps).
+    404 when the run is unknown or has no LoRA yet."""
+    run = store.get_run(run_id, max_points=2)
+    if not run["output_name"]:
+        raise NotFound(f"run {run_id} has no output folder")
+    return lora_steps(settings, run["output_name"])
 
 
 @router.get("/{run_id}/samples", response_model=SampleList)

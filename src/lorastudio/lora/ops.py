@@ -1,0 +1,171 @@
+"""Merging and resizing LoRA files, without the base model.
+
+    merge_files([(Path("a.safetensors"), 0.7), (Path("b.safetensors"), 0.3)], Path("m.safetensors"))
+    resize_file(Path("a.safetensors"), Path("a-r8.safetensors"), rank=8)
+
+Hand-written because peft's `add_weighted_adapter` (combination "cat" / "svd") works on
+adapters injected into a loaded model; these work on the files alone (CPU, seconds), in the
+files' own layout, with the strength rules of lorastudio.lora.convert:
+
+- merge: the weight change sum_i w_i * (alpha_i / r_i) * B_i @ A_i, exactly: the ranks are
+  concatenated (peft's "cat"), each LoRA's w_i * alpha_i / r_i folded into its B rows, alpha =
+  the new rank (sum of the ranks). A layer only some inputs train gets zero blocks from the others.
+- resize: per layer, the truncated SVD of (alpha / r) * B @ A (convolutions flattened): the best
+  rank-r approximation in Frobenius norm; B = U sqrt(S), A = sqrt(S) V^T, alpha = r. The kept
+  share of the change's energy (sum of the kept S^2 over all) is reported per layer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules
+from lorastudio.lora.files import (
+    Layout,
+    detect_layout,
+    file_for_layout,
+    peft_from_file,
+    read_lora_file,
+    write_lora_file,
+)
+from lorastudio.lora.metadata import PREFIX
+
+_A, _B = ".lora_A.weight", ".lora_B.weight"
+
+
+def _problem(field: str, message: str) -> ConfigError:
+    return ConfigError([FieldProblem(field, message)])
+
+
+def merge(loras: Sequence[tuple[PeftLora, float]]) -> PeftLora:
+    """One LoRA whose weight change is sum_i w_i * (alpha_i / r_i) * B_i @ A_i (see the module
+    docstring). Raises ConfigError when a layer has different shapes in two inputs."""
+    if not loras:
+        raise _problem("loras", "nothing to merge")
+    parts = [(peft_modules(lora.tensors), lora, weight) for lora, weight in loras]
+    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # module: (A[1:], B[0], B[2:])
+    for modules, _, _ in parts:
+        for m, (a, b) in modules.items():
+            shape = (tuple(a.shape[1:]), (b.shape[0], *b.shape[2:]))
+            if shapes.setdefault(m, shape) != shape:
+                raise _problem(
+                    "loras", f"layer {m} has different shapes in the inputs: {shapes[m]} vs {shape}"
+                )
+    rank = sum(lora.rank for _, lora, _ in parts)
+    out: dict[str, torch.Tensor] = {}
+    for m, (a_tail, (rows, *b_tail)) in sorted(shapes.items()):
+        a_blocks, b_blocks = [], []
+        for modules, lora, weight in parts:
+            if m in modules:
+                a, b = modules[m]
+                a_blocks.append(a.float())  # [r_i, in(, kh, kw)]
+                b_blocks.append(b.float() * (weight * lora.alpha / lora.rank))  # [out, r_i(, 1, 1)]
+            else:
+                a_blocks.append(torch.zeros(lora.rank, *a_tail))
+                b_blocks.append(torch.zeros(rows, lora.rank, *b_tail))
+        out[m + _A] = torch.cat(a_blocks, dim=0)  # [sum r, in(, kh, kw)]
+        out[m + _B] = torch.cat(b_blocks, dim=1)  # [out, sum r(, 1, 1)]
+    return PeftLora(out, rank, float(rank))
+
+
+@dataclass(frozen=True)
+class Resized:
+    lora: PeftLora
+    kept_energy: dict[str, float]  # module: share of sum S^2 kept (1.0 = exact)
+
+
+def resize(lora: PeftLora, rank: int) -> Resized:
+    """The best rank-`rank` approximation of every layer's change (truncated SVD; see the module
+    docstring). Raises ConfigError unless 1 <= rank < the LoRA's rank."""
+    if not 1 <= rank < lora.rank:
+        raise _problem("rank", f"must be between 1 and {lora.rank - 1} (the LoRA's rank is {lora.rank})")
+    out: dict[str, torch.Tensor] = {}
+    kept: dict[str, float] = {}
+    for m, (a, b) in sorted(peft_modules(lora.tensors).items()):
+        delta = (lora.alpha / lora.rank) * (b.flatten(1).double() @ a.flatten(1).double())  # [out, in*k]
+        u, s, vh = torch.linalg.svd(delta, full_matrices=False)  # [out, q], [q], [q, in*k]
+        k = min(rank, s.numel())
+        root = s[:k].sqrt()
+        new_b = torch.zeros(delta.shape[0], rank, dtype=torch.float64)
+        new_a = torch.zeros(rank, delta.shape[1], dtype=torch.float64)
+        new_b[:, :k] = u[:, :k] * root  # [out, rank]
+        new_a[:k] = root[:, None] * vh[:k]  # [rank, in*k]
+        total = float((s**2).sum())
+        kept[m] = float((s[:k] ** 2).sum()) / total if total > 0 else 1.0
+        out[m + _A] = new_a.reshape(rank, *a.shape[1:]).to(a.dtype)
+        out[m + _B] = new_b.reshape(b.shape[0], rank, *b.shape[2:]).to(b.dtype)
+    return Resized(PeftLora(out, rank, float(rank)), kept)
+
+
+def _load(path: Path, family: str | None) -> tuple[PeftLora, Layout, str, dict[str, str]]:
+    """(LoRA, layout, family, lorastudio.* header) of a file; family from its header if not given."""
+    tensors, header = read_lora_file(path)
+    family = family or header.get(PREFIX + "family")
+    if not family:
+        raise _problem("family", f"{path} does not name its family: pass --family")
+    if family not in FAMILIES:
+        raise _problem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    layout = detect_layout(tensors)
+    info = {k: v for k, v in header.items() if k.startswith(PREFIX)}
+    return peft_from_file(tensors, header, family), layout, family, info
+
+
+def _check_out(out: Path, inputs: Sequence[Path], overwrite: bool) -> None:
+    if any(out.resolve() == p.resolve() for p in inputs):
+        raise _problem("out", "the output must be another file than the inputs")
+    if out.exists() and not overwrite:
+        raise _problem("out", f"{out} already exists")
+
+
+def merge_files(
+    inputs: Sequence[tuple[Path, float]], out: Path, family: str | None = None, *, overwrite: bool = False
+) -> Path:
+    """Merge LoRA files of one family and one layout into `out` (that layout), weights as given.
+    Raises NotFound, ModelSourceError, ConfigError (fewer than two inputs, mixed families or
+    layouts, `out` exists or is an input, different layer shapes)."""
+    if len(inputs) < 2:
+        raise _problem("loras", "give at least two LoRA files to merge (FILE:WEIGHT ...)")
+    _check_out(out, [p for p, _ in inputs], overwrite)
+    loaded = [(_load(path, family), weight) for path, weight in inputs]
+    families = {fam for (_, _, fam, _), _ in loaded}
+    layouts = {layout for (_, layout, _, _), _ in loaded}
+    if len(families) > 1:
+        raise _problem("family", f"the inputs are of different families: {', '.join(sorted(families))}")
+    if len(layouts) > 1:
+        raise _problem(
+            "loras", "the inputs have different layouts: convert one first (lorastudio lora convert)"
+        )
+    merged = merge([(lora, weight) for (lora, _, _, _), weight in loaded])
+    ((_, layout, fam, info), _) = loaded[0]
+    info = {
+        **info,
+        PREFIX + "family": fam,
+        PREFIX + "rank": str(merged.rank),
+        PREFIX + "alpha": f"{merged.alpha:g}",
+        PREFIX + "merged_from": json.dumps([[p.name, w] for p, w in inputs]),
+    }
+    tensors, header = file_for_layout(merged, fam, layout, info)
+    return write_lora_file(out, tensors, header)
+
+
+def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> Resized:
+    """Write `src` resized to `rank` (SVD) at `out`, in `src`'s layout. Returns the Resized
+    (kept energy per layer). Raises NotFound, ModelSourceError, ConfigError."""
+    _check_out(out, [src], overwrite)
+    lora, layout, family, info = _load(src, None)
+    resized = resize(lora, rank)
+    info = {
+        **info,
+        PREFIX + "rank": str(rank),
+        PREFIX + "alpha": f"{float(rank):g}",
+        PREFIX + "resized_from_rank": str(lora.rank),
+    }
+    tensors, header = file_for_layout(resized.lora, family, layout, info)
+    write_lora_file(out, tensors, header)
+    return resized

@@ -1,0 +1,140 @@
+"""The save-time portability check of a LoRA file: would ComfyUI, diffusers and (for SDXL)
+A1111/Forge load every layer of it, at the strength the run trained?
+
+    loaders = check_loaders(tensors, header, family, module_shapes, pipeline_class, unet_config)
+
+- ComfyUI: its key map, consumption and strength rules, restated in `lorastudio.lora.comfy` (no
+  installable ComfyUI exists to call); the strength ComfyUI applies is compared with the one
+  diffusers applies (the header's alpha / rank for a diffusers file; for a kohya file both read
+  the per-layer `.alpha` tensor, so they agree by construction).
+- diffusers: the pipeline's own `lora_state_dict` (the conversion `load_lora_weights` runs, no
+  model needed) on the file, then every converted key must name a layer of the denoiser under its
+  prefix (`unet.` / `transformer.`) with fitting shapes: `load_lora_weights` silently drops keys
+  without the prefix, which is how a file can "load" and change nothing.
+- A1111/Forge (SDXL only; A1111 has no FLUX/Qwen-Image/Z-Image): kohya's `lora_unet_<SGM name>`
+  keys with a `.alpha` per layer are what its Lora networks read; they are the names ComfyUI's
+  native map consumes, so the ComfyUI check of a kohya SDXL file covers them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
+from lorastudio.lora.files import ADAPTER_METADATA_KEY, denoiser_prefix, detect_layout
+
+Shape = tuple[int, ...]
+_A, _B = ".lora_A.weight", ".lora_B.weight"
+
+
+def diffusers_scale(header: Mapping[str, str], family: str) -> float | None:
+    """alpha / r that diffusers applies to a diffusers-layout file (from its adapter metadata);
+    None when the header records none (diffusers then uses alpha = rank: 1.0)."""
+    if ADAPTER_METADATA_KEY not in header:
+        return None
+    prefix = denoiser_prefix(family) + "."
+    packed = json.loads(header[ADAPTER_METADATA_KEY])
+    r = packed.get(prefix + "r")
+    alpha = packed.get(prefix + "lora_alpha", r)
+    return None if not r else float(alpha) / float(r)
+
+
+def check_comfyui(
+    tensors: Mapping[str, torch.Tensor],
+    header: Mapping[str, str],
+    family: str,
+    module_shapes: Mapping[str, Shape],
+) -> dict[str, Any]:
+    """ComfyUI's key, shape and strength check of a file (see lorastudio.lora.comfy)."""
+    layout = detect_layout(tensors)
+    expected = (diffusers_scale(header, family) or 1.0) if layout == "diffusers" else None
+    alphas = {k: float(v.item()) for k, v in tensors.items() if k.endswith(".alpha")}
+    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    return check_comfy_keys(shapes, comfy_key_map(family, module_shapes), alphas, expected).to_json()
+
+
+def check_diffusers(
+    tensors: Mapping[str, torch.Tensor],
+    family: str,
+    module_shapes: Mapping[str, Shape],
+    pipeline_class: str,
+    unet_config: Any = None,
+) -> dict[str, Any]:
+    """Run diffusers' own `<pipeline_class>.lora_state_dict` on the file and check that every key
+    it yields lands on a layer of the denoiser (see the module docstring)."""
+    import diffusers
+
+    cls = getattr(diffusers, pipeline_class)
+    kwargs = {"unet_config": unet_config} if family == "sdxl" and unet_config is not None else {}
+    rules = f"diffusers {diffusers.__version__} {pipeline_class}.lora_state_dict"
+    try:
+        out = cls.lora_state_dict(dict(tensors), **kwargs)
+    except (ValueError, KeyError, IndexError, RuntimeError, AttributeError, AssertionError) as err:
+        reason = (str(err).splitlines() or [type(err).__name__])[0]
+        return {"checked": True, "ok": False, "rules": rules, "error": reason[:300]}
+    from diffusers.utils import convert_unet_state_dict_to_peft
+
+    converted = out[0] if isinstance(out, tuple) else out
+    prefix = denoiser_prefix(family) + "."
+    dropped = sorted(k for k in converted if not k.startswith(prefix))  # load_lora_adapter's filter
+    ours = {k.removeprefix(prefix): v for k, v in converted.items() if k.startswith(prefix)}
+    if ours and "lora_A" not in next(iter(ours)):  # load_lora_adapter's own normalisation
+        ours = convert_unet_state_dict_to_peft(ours)
+    unknown, mismatched, loaded = [], [], 0
+    for name, value in ours.items():
+        key = prefix + name
+        suffix = next((s for s in (_A, _B) if name.endswith(s)), None)
+        module = name.removesuffix(suffix) if suffix else name
+        if suffix is None or module not in module_shapes:
+            unknown.append(key)
+            continue
+        target = module_shapes[module]
+        dim, want = (1, target[1]) if suffix == _A else (0, target[0])
+        if value.shape[dim] != want:
+            mismatched.append(f"{key}: {tuple(value.shape)} vs layer {target}")
+        loaded += 1
+    ok = loaded > 0 and not (dropped or unknown or mismatched)
+    return {
+        "checked": True,
+        "ok": ok,
+        "rules": rules,
+        "loaded": loaded,
+        "dropped": dropped[:20],
+        "unknown": sorted(unknown)[:20],
+        "mismatched": mismatched[:20],
+    }
+
+
+def check_loaders(
+    tensors: Mapping[str, torch.Tensor],
+    header: Mapping[str, str],
+    family: str,
+    module_shapes: Mapping[str, Shape],
+    pipeline_class: str,
+    unet_config: Any = None,
+) -> dict[str, Any]:
+    """{"comfyui": {...}, "diffusers": {...}, "a1111_forge": {...}}: each {"checked", "ok", ...}
+    (see the module docstring); the sidecar records it under "loaders"."""
+    comfy = check_comfyui(tensors, header, family, module_shapes)
+    result = {
+        "comfyui": comfy,
+        "diffusers": check_diffusers(tensors, family, module_shapes, pipeline_class, unet_config),
+    }
+    if family == "sdxl":
+        kohya = detect_layout(tensors) == "kohya"
+        result["a1111_forge"] = {
+            "checked": True,
+            "ok": kohya and comfy["ok"],
+            "rules": "kohya lora_unet_<SGM name> keys + .alpha (ComfyUI's native map covers the same names)",
+            **({} if kohya else {"reason": "A1111/Forge read kohya names: lora_format=kohya"}),
+        }
+    else:
+        result["a1111_forge"] = {
+            "checked": False,
+            "reason": f"A1111 has no {family}; Forge uses ComfyUI's map",
+        }
+    return result

@@ -1,0 +1,132 @@
+"""LoRA snapshots of a run: the LoRA at an intermediate step, in the run's layout, with its
+sidecar, ready for diffusers / ComfyUI like the final file. No torch here (what is written is
+training/export.py's business).
+
+Layout: <run_dir>/loras/<output_name>-step-000500.safetensors + <output_name>-step-000500.json
+(the sidecar: the run's sidecar format with "steps" = the snapshot's step and "snapshot": true).
+Written at every checkpoint and every `save_lora_every` steps; the newest `keep_loras` are kept
+(None: all). The pair is written through a staging folder (sidecar first, LoRA last), so a
+snapshot whose .safetensors is visible is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+LORAS = "loras"
+_NAME = re.compile(r"^(?P<run>.+)-step-(?P<step>\d{6,})\.safetensors$")
+
+
+def snapshot_name(output_name: str, step: int) -> str:
+    """File stem of the snapshot after optimizer step `step` ("my-run-step-000500")."""
+    return f"{output_name}-step-{step:06d}"
+
+
+def snapshot_step(path: Path) -> int | None:
+    """The step of a snapshot file name, or None when the name is not one."""
+    match = _NAME.match(path.name)
+    return int(match.group("step")) if match else None
+
+
+def list_lora_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
+    """[(step, .safetensors path)] of the run's complete snapshots (a LoRA and its sidecar),
+    oldest step first."""
+    folder = run_dir / LORAS
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        step = snapshot_step(path)
+        if step is not None and path.is_file() and path.with_suffix(".json").is_file():
+            found.append((step, path))
+    return sorted(found)
+
+
+def run_loras(run_dir: Path) -> list[dict[str, Any]]:
+    """Every LoRA of a run by step: the snapshots, then the final <name>.safetensors when present
+    (its step from its sidecar). Each {"step", "path", "final"}; steps ascending."""
+    found: list[dict[str, Any]] = [
+        {"step": step, "path": str(path), "final": False} for step, path in list_lora_snapshots(run_dir)
+    ]
+    final = run_dir / f"{run_dir.name}.safetensors"
+    if final.is_file():
+        try:
+            step = json.loads(final.with_suffix(".json").read_text(encoding="utf-8")).get("steps")
+        except (OSError, ValueError, AttributeError):
+            step = None
+        found.append({"step": step if isinstance(step, int) else None, "path": str(final), "final": True})
+    return found
+
+
+def keep_final_as_snapshot(run_dir: Path) -> Path | None:
+    """Copy the run's final LoRA and sidecar to loras/ as the snapshot of its step (before a
+    session that trains the run longer overwrites them). Returns the snapshot, or None when there
+    is no final LoRA (or no readable step). An existing snapshot of that step is left alone."""
+    final = run_dir / f"{run_dir.name}.safetensors"
+    try:
+        sidecar = json.loads(final.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    step = sidecar.get("steps") if isinstance(sidecar, dict) else None
+    if not final.is_file() or not isinstance(step, int):
+        return None
+    name = snapshot_name(run_dir.name, step)
+    target = run_dir / LORAS / f"{name}.safetensors"
+    if target.is_file():
+        return target
+    target.parent.mkdir(exist_ok=True)
+    staged = target.with_name(f".{name}.{os.getpid()}.staging")
+    try:
+        shutil.copyfile(final, staged)
+        info = {**sidecar, "snapshot": True, "lora_file": f"{LORAS}/{name}.safetensors"}
+        target.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
+    return target
+
+
+def remove_snapshot(path: Path) -> None:
+    """Remove a snapshot: its LoRA first (it stops being listed), then its sidecar."""
+    path.unlink(missing_ok=True)
+    path.with_suffix(".json").unlink(missing_ok=True)
+
+
+class SnapshotKeeper:
+    """Snapshot bookkeeping of one session of a run.
+
+    `due(step, total)`: whether a `save_lora_every` snapshot falls on `step` (not the last step:
+    the final LoRA is the run's result). `record(path)` registers a written snapshot and removes
+    the oldest beyond `keep` (None: keep all). `discard()` removes the snapshots this session
+    wrote (a stop without save of a resumed run leaves the folder as it found it).
+    """
+
+    def __init__(self, run_dir: Path, every: int | None, keep: int | None):
+        self.run_dir = run_dir
+        self.every = every
+        self.keep = keep
+        self.written: list[Path] = []
+
+    def due(self, step: int, total_steps: int) -> bool:
+        return self.every is not None and step % self.every == 0 and step < total_steps
+
+    def record(self, path: Path) -> None:
+        if path not in self.written:
+            self.written.append(path)
+        if self.keep is not None:
+            everything = list_lora_snapshots(self.run_dir)
+            for _, old in everything[: max(0, len(everything) - self.keep)]:
+                remove_snapshot(old)
+
+    def discard(self) -> None:
+        for path in self.written:
+            remove_snapshot(path)
+        self.written = []
+        folder = self.run_dir / LORAS
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()

@@ -1,0 +1,181 @@
+"""`lorastudio lora merge` and `lorastudio lora resize` on files shaped like the tiny denoisers:
+the merged file applies w_A * change_A + w_B * change_B exactly (and gives the image of both
+LoRAs applied at those weights), the resized one the best rank-r approximation (truncated SVD);
+both load in plain diffusers, in the inputs' layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lorastudio import families
+from lorastudio.errors import ConfigError
+from lorastudio.generate import apply_loras, generate_image, load_pipeline
+from lorastudio.lora.convert import PeftLora
+from lorastudio.lora.files import (
+    detect_layout,
+    file_for_layout,
+    peft_from_file,
+    read_lora_file,
+    write_lora_file,
+)
+from lorastudio.lora.ops import merge_files, resize_file
+
+
+def _cli(*args: str):
+    from lorastudio.cli.app import _register, app
+
+    _register()
+    return CliRunner().invoke(app, ["lora", *args])
+
+
+def _lora(shapes: dict, family: str, rank: int, alpha: float, seed: int, every: int = 1) -> PeftLora:
+    """A random LoRA on every `every`-th default target layer of the family (small weights)."""
+    targets = families.get(family).spec.lora_targets
+    names = [
+        n for n, s in shapes.items() if len(s) == 2 and any(n == t or n.endswith("." + t) for t in targets)
+    ]
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for n in names[::every]:
+        out, inp = shapes[n]
+        sd[f"{n}.lora_A.weight"] = 0.3 * torch.randn(rank, inp, generator=g)  # [r, in]
+        sd[f"{n}.lora_B.weight"] = 0.3 * torch.randn(out, rank, generator=g)  # [out, r]
+    return PeftLora(sd, rank, alpha)
+
+
+def _write(lora: PeftLora, family: str, layout: str, path: Path) -> Path:
+    tensors, header = file_for_layout(lora, family, layout, {"lorastudio.family": family})  # type: ignore[arg-type]
+    return write_lora_file(path, tensors, header)
+
+
+def _deltas(lora: PeftLora) -> dict[str, torch.Tensor]:
+    modules = {k.rsplit(".lora_", 1)[0] for k in lora.tensors}
+    return {
+        m: lora.alpha / lora.rank * (lora.tensors[f"{m}.lora_B.weight"] @ lora.tensors[f"{m}.lora_A.weight"])
+        for m in modules
+    }
+
+
+def _file_deltas(path: Path, family: str) -> dict[str, torch.Tensor]:
+    tensors, header = read_lora_file(path)
+    return _deltas(peft_from_file(tensors, header, family))
+
+
+def _image(pipe, family: str) -> np.ndarray:
+    extra = (
+        {"max_sequence_length": 16} if "max_sequence_length" in families.get(family).spec.supports else None
+    )
+    img = generate_image(
+        pipe, family, prompt="a red circle", seed=0, steps=2, width=32, height=32, extra=extra
+    )
+    return np.asarray(img, dtype=np.float32)
+
+
+@pytest.mark.parametrize(("family", "layout"), [("flux", "diffusers"), ("sdxl", "kohya")])
+def test_merge_applies_the_weighted_sum_of_the_changes(family, layout, layer_shapes, tmp_path):
+    shapes = layer_shapes(family)
+    a, b = _lora(shapes, family, 4, 16.0, seed=1), _lora(shapes, family, 2, 1.0, seed=2, every=2)
+    path_a, path_b = (
+        _write(a, family, layout, tmp_path / "a.safetensors"),
+        _write(b, family, layout, tmp_path / "b.safetensors"),
+    )
+    out = _cli("merge", f"{path_a}:0.7", f"{path_b}:0.3", "--out", str(tmp_path / "m.safetensors"))
+    assert out.exit_code == 0, out.output
+    merged = tmp_path / "m.safetensors"
+    tensors, header = read_lora_file(merged)
+    assert detect_layout(tensors) == layout and header["lorastudio.rank"] == "6"
+    da, db, dm = _deltas(a), _deltas(b), _file_deltas(merged, family)
+    assert dm.keys() == da.keys() and set(db) < set(da)  # B trains every other layer only
+    for m, delta in dm.items():
+        expected = 0.7 * da[m] + (0.3 * db[m] if m in db else 0)
+        torch.testing.assert_close(delta, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_merged_file_gives_the_image_of_both_loras_at_their_weights(layer_shapes, tiny_model, tmp_path):
+    family, shapes = "flux", layer_shapes("flux")
+    path_a = _write(_lora(shapes, family, 4, 16.0, seed=1), family, "diffusers", tmp_path / "a.safetensors")
+    path_b = _write(
+        _lora(shapes, family, 2, 1.0, seed=2, every=2), family, "diffusers", tmp_path / "b.safetensors"
+    )
+    merged = merge_files([(path_a, 0.7), (path_b, 0.3)], tmp_path / "m.safetensors")
+    both = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    apply_loras(both, [(path_a, 0.7), (path_b, 0.3)])
+    one = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    one.load_lora_weights(str(merged))  # plain diffusers
+    base = _image(load_pipeline(str(tiny_model(family)), family, device="cpu"), family)
+    expected = _image(both, family)
+    assert np.abs(expected - base).mean() > 0.5
+    assert np.abs(_image(one, family) - expected).max() <= 1.0
+
+
+def test_resize_is_the_truncated_svd_and_exact_for_a_low_rank_change(layer_shapes, tiny_model, tmp_path):
+    family, shapes = "flux", layer_shapes("flux")
+    full = _lora(shapes, family, 8, 4.0, seed=3)
+    src = _write(full, family, "diffusers", tmp_path / "r8.safetensors")
+    out = _cli("resize", str(src), "--rank", "3", "--out", str(tmp_path / "r3.safetensors"))
+    assert out.exit_code == 0, out.output
+    assert "energy kept: worst layer" in out.output
+    resized = _file_deltas(tmp_path / "r3.safetensors", family)
+    for m, delta in _deltas(full).items():
+        s = torch.linalg.svdvals(delta.double())
+        error = torch.linalg.matrix_norm((resized[m] - delta).double())
+        assert torch.linalg.matrix_rank(resized[m].double(), atol=1e-6) <= 3
+        torch.testing.assert_close(error, s[3:].square().sum().sqrt(), rtol=1e-4, atol=1e-6)  # Eckart-Young
+
+    # a rank-2 change stored at rank 8 resizes to rank 2 exactly
+    g = torch.Generator().manual_seed(4)
+    low = {}
+    for k, v in full.tensors.items():
+        if k.endswith(".lora_A.weight"):
+            low[k] = torch.randn(8, 2, generator=g) @ torch.randn(
+                2, v.shape[1], generator=g
+            )  # [8, in], rank 2
+        else:
+            low[k] = v
+    low_lora = PeftLora(low, 8, 4.0)
+    resized2 = resize_file(
+        _write(low_lora, family, "diffusers", tmp_path / "low.safetensors"), tmp_path / "low2.safetensors", 2
+    )
+    assert min(resized2.kept_energy.values()) == pytest.approx(1.0, abs=1e-9)
+    for m, delta in _deltas(low_lora).items():
+        torch.testing.assert_close(
+            _file_deltas(tmp_path / "low2.safetensors", family)[m], delta, rtol=1e-4, atol=1e-5
+        )
+    pipe = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    pipe.load_lora_weights(str(tmp_path / "r3.safetensors"))  # loads in plain diffusers
+    layers = [m for m in pipe.transformer.modules() if hasattr(m, "lora_A") and m.lora_A]
+    assert len(layers) == len(resized) and all(
+        m.lora_A[next(iter(m.lora_A))].weight.shape[0] == 3 for m in layers
+    )
+
+
+def test_bad_merge_and_resize_requests_are_refused(layer_shapes, tmp_path):
+    flux = _write(
+        _lora(layer_shapes("flux"), "flux", 4, 4.0, 1), "flux", "diffusers", tmp_path / "f.safetensors"
+    )
+    flux_k = _write(
+        _lora(layer_shapes("flux"), "flux", 4, 4.0, 2), "flux", "kohya", tmp_path / "fk.safetensors"
+    )
+    qwen = _write(
+        _lora(layer_shapes("qwen-image"), "qwen-image", 4, 4.0, 3),
+        "qwen-image",
+        "diffusers",
+        tmp_path / "q.safetensors",
+    )
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(ConfigError, match="different families"):
+        merge_files([(flux, 0.5), (qwen, 0.5)], out)
+    with pytest.raises(ConfigError, match="different layouts"):
+        merge_files([(flux, 0.5), (flux_k, 0.5)], out)
+    with pytest.raises(ConfigError, match="at least two"):
+        merge_files([(flux, 1.0)], out)
+    with pytest.raises(ConfigError, match="between 1 and 3"):
+        resize_file(flux, out, 4)
+    with pytest.raises(ConfigError, match="another file"):
+        resize_file(flux, flux, 2)
+    assert not out.exists()
