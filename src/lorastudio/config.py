@@ -546,7 +546,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
     for key in set(FAMILY_SPECIFIC_FIELDS) - fam.spec.supports:
         values[key] = _inert_value(key)
     values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
-    values["lora_format"] = adapter_lora_format(cfg)
+    values["lora_format"] = adapter_lora_format(cfg, values["lora_format"])
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:

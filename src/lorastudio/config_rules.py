@@ -284,12 +284,13 @@ LYCORIS_ONLY_ADAPTERS: tuple[str, ...] = ("loha", "lokr")  # files diffusers can
 LOKR_OPTIONS: tuple[str, ...] = ("lokr_factor", "lokr_decompose_both")
 
 
-def adapter_lora_format(cfg: TrainConfig) -> str:
+def adapter_lora_format(cfg: TrainConfig, family_default: str) -> str:
     """The resolved lora_format: LoHa / LoKr files are always in the LyCORIS layout ComfyUI
-    reads ("kohya"), which is what an unset lora_format gives them; else cfg.lora_format."""
+    reads ("kohya"), which is what an unset lora_format gives them; else the user's lora_format,
+    or `family_default` (the family's portable layout) when unset."""
     if cfg.adapter in LYCORIS_ONLY_ADAPTERS and "lora_format" not in cfg.model_fields_set:
         return "kohya"
-    return cfg.lora_format
+    return family_default
 
 
 def adapter_problems(cfg: TrainConfig) -> list[FieldProblem]:

@@ -68,6 +68,9 @@ SPEC = FamilySpec(
     # resolution-dependent shift (base 0.5 to max 1.15 over 256..4096 tokens, from the
     # checkpoint's scheduler config), the train scheduler of ai-toolkit's FLUX.2 model.
     defaults={
+        # ComfyUI maps FLUX.2 LoRAs by their BFL names only (no diffusers-key table for it);
+        # diffusers' FLUX.2 loader reads the same kohya/BFL file: the portable default
+        "lora_format": "kohya",
         "resolution": 1024,
         "learning_rate": 1e-4,
         "lora_rank": 16,

@@ -68,6 +68,9 @@ SPEC = FamilySpec(
     # lr 1e-4, rank 32: DiffSynth-Studio's FLUX.2-klein-base-4B LoRA recipe
     # (examples/flux2/model_training/lora/FLUX.2-klein-base-4B.sh); timesteps as FLUX.2 dev
     defaults={
+        # ComfyUI maps FLUX.2 LoRAs by their BFL names only (no diffusers-key table for it);
+        # diffusers' FLUX.2 loader reads the same kohya/BFL file: the portable default
+        "lora_format": "kohya",
         "resolution": 1024,
         "learning_rate": 1e-4,
         "lora_rank": 32,

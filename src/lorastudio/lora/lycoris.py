@@ -186,7 +186,13 @@ class LycorisCheck:
         return not self.unconsumed and not self.mismatched
 
     def to_json(self) -> dict[str, Any]:
-        return {"checked": True, "unconsumed": self.unconsumed, "mismatched": self.mismatched}
+        return {
+            "checked": True,
+            "ok": not self.unconsumed and not self.mismatched,
+            "rules": "ComfyUI comfy/weight_adapter (lokr, loha, lora + dora_scale) key readers",
+            "unconsumed": self.unconsumed,
+            "mismatched": self.mismatched,
+        }
 
 
 def check_lycoris_keys(

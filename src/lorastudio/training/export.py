@@ -83,9 +83,12 @@ def run_sidecar(
     lora_file: str,
     extensions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """build_sidecar for a prepared run (its resolved config and scanned dataset)."""
+    """build_sidecar for a prepared run (its resolved config and scanned dataset; the base
+    model's flavour when the family has them)."""
+    flavour = run.family.source_variant(run.cfg.base_model, run.cfg.revision)
     return build_sidecar(
         run.cfg,
+        variant=getattr(flavour, "title", None),
         steps_run=steps_run,
         total_steps=total_steps,
         stopped=stopped,

@@ -269,7 +269,6 @@ def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         total_steps=state.total_steps,
         stopped=stopped,
         lora_file=f"{name}.safetensors",
-        variant=getattr(run.family.source_variant(cfg.base_model, cfg.revision), "title", None),
         extensions=state.extensions,
     )
     if state.ema is None:

@@ -135,12 +135,12 @@ def test_a_diffusers_run_records_its_facts_in_the_header(tiny_model, sample_data
 def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
     family, tiny_model, sample_dataset, tmp_root
 ):
-    """The file a run writes when lora_format is not set (kohya for SDXL, diffusers for the
-    others; alpha 8 != rank 4): the save-time check passes it for ComfyUI and diffusers, and
+    """The file a run writes when lora_format is not set (the family's portable default: kohya
+    for SDXL and FLUX.2, diffusers for the others; alpha 8 != rank 4): the save-time check passes it for ComfyUI and diffusers, and
     plain diffusers `load_lora_weights` gives the in-memory adapter's image."""
     result = _run(f"default-{family}", family, tiny_model, sample_dataset, tmp_root, lora_format=None)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
-    assert sidecar["lora_format"] == ("kohya" if family == "sdxl" else "diffusers")
+    assert sidecar["lora_format"] == families.get(family).spec.defaults.get("lora_format", "diffusers")
     assert sidecar["loaders"]["comfyui"]["ok"] and sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]
     assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
     assert sidecar["loaders"]["a1111_forge"].get("ok", True) is True

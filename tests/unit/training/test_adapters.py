@@ -75,7 +75,8 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     assert tensors and all(k.startswith("lycoris_") and k.split(".", 1)[1] in COMFY_SUFFIXES for k in tensors)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
-    assert sidecar["comfyui_keys"] == {"checked": True, "unconsumed": [], "mismatched": []}
+    comfy = sidecar["loaders"]["comfyui"]
+    assert (comfy["checked"], comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, True, [], [])
     denoiser = result.denoiser
     scales = module_scales(denoiser)
     adapted, moved = _adapted(denoiser), []
@@ -103,7 +104,12 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
 
 @pytest.mark.parametrize("family", ["flux", "sdxl"])
 def test_dora_in_the_diffusers_layout_reloads_to_the_same_outputs(family, make_config, tiny_model):
-    result = train(make_config(family, adapter="dora"), [].append, device="cpu", return_denoiser=True)
+    result = train(
+        make_config(family, adapter="dora", lora_format="diffusers"),
+        [].append,
+        device="cpu",
+        return_denoiser=True,
+    )
     tensors = load_file(str(result.lora_path))
     assert any(k.endswith("lora_magnitude_vector") for k in tensors)
     fam = families.get(family)
