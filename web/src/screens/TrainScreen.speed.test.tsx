@@ -27,8 +27,8 @@ describe("TrainScreen: memory and speed", () => {
     expect(attention.closest("label")).toHaveTextContent("Attention");
     expect(attention.closest("label")).toHaveAttribute("title", CONFIG_DESCRIPTIONS.attention_backend);
     const options = [...(attention as unknown as HTMLSelectElement).options];
-    expect(options.map((o) => o.value)).toEqual(["auto", "cudnn", "flash", "efficient", "math"]);
-    expect(options.filter((o) => o.disabled).map((o) => o.value)).toEqual(["cudnn", "efficient"]);
+    expect(options.map((o) => o.value)).toEqual(["auto", "cudnn", "fa4", "flash", "efficient", "math"]);
+    expect(options.filter((o) => o.disabled).map((o) => o.value)).toEqual(["cudnn", "fa4", "efficient"]);
     expect(screen.getByRole("option", { name: "Math (slow)" })).toBeEnabled();
     expect(attention.closest("label")).toHaveTextContent("auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU (this host: cpu)");
 
@@ -69,7 +69,7 @@ describe("TrainScreen: memory and speed", () => {
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     const options = [...(input("attention_backend") as unknown as HTMLSelectElement).options];
     expect(options.filter((o) => o.disabled)).toEqual([]);
-    expect(input("attention_backend").closest("label")).toHaveTextContent("auto = cuDNN for transformers when a probe at the run's shapes passes, else flash");
+    expect(input("attention_backend").closest("label")).toHaveTextContent("auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash");
     expect(input("attention_backend").closest("label")).not.toHaveTextContent("need a CUDA GPU");
     await userEvent.selectOptions(input("attention_backend"), "cudnn");
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
