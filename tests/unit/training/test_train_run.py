@@ -32,9 +32,10 @@ def test_stop_with_save_writes_the_lora_of_the_steps_run(make_config):
     assert events[-1] == Complete(lora_path=str(result.lora_path), steps_run=2, stopped=True)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["steps"] == 2 and sidecar["total_steps"] == 5 and sidecar["stopped"] is True
-    # stop-and-save also writes a checkpoint (resumable)
+    # stop-and-save also writes a checkpoint (resumable) and, with it, the step's LoRA snapshot
     assert sorted(p.name for p in result.lora_path.parent.iterdir()) == [
         "checkpoints",
+        "loras",
         "run.json",
         "run.safetensors",
     ]

@@ -170,7 +170,7 @@ describe("train form: checkpoints, speed and every other setting", () => {
     expect(offered(cuda)).toEqual(["auto", "cudnn", "flash", "efficient", "math"]);
     expect(offered(cpu)).toEqual(["auto", "flash", "math"]);
     expect(offered(mps)).toEqual(["auto", "math"]);
-    expect(attentionHint(cpu)).toBe("auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU (this host: cpu)");
+    expect(attentionHint(cpu)).toBe("auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU (this host: cpu)");
     expect(attentionHint(mps)).toMatch(/flash a CUDA GPU or the CPU \(this host: Apple M2\)/);
     expect(attentionHint(cuda)).not.toMatch(/need/);
   });

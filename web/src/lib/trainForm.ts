@@ -177,7 +177,7 @@ export function attentionAvailable(backend: AttentionBackend, host: Host): boole
 export function attentionHint(host: Host): string {
   if (host.device === "cuda") return "auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash";
   const flash = host.device === "cpu" ? "" : ", flash a CUDA GPU or the CPU";
-  return `auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
+  return `auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
 }
 
 /**

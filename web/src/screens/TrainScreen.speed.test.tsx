@@ -30,7 +30,7 @@ describe("TrainScreen: memory and speed", () => {
     expect(options.map((o) => o.value)).toEqual(["auto", "cudnn", "fa4", "flash", "efficient", "math"]);
     expect(options.filter((o) => o.disabled).map((o) => o.value)).toEqual(["cudnn", "fa4", "efficient"]);
     expect(screen.getByRole("option", { name: "Math (slow)" })).toBeEnabled();
-    expect(attention.closest("label")).toHaveTextContent("auto = torch's default here; cuDNN and memory-efficient need a CUDA GPU (this host: cpu)");
+    expect(attention.closest("label")).toHaveTextContent("auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU (this host: cpu)");
 
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     await screen.findByTestId("preflight");
