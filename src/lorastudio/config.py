@@ -336,6 +336,15 @@ class TrainConfig(BaseModel):
     flow_shift: float | None = Field(default=None, gt=0, le=100, description="static sigma shift (flow)")
     guidance: float | None = Field(default=None, ge=0, le=100, description="guidance-distilled bases")
     max_sequence_length: int | None = Field(default=None, ge=1, le=4096, description="text tokens")
+    assistant_lora: str | None = Field(
+        default=None,
+        min_length=1,
+        description="step-distilled (turbo) bases only: a LoRA merged into the frozen base while "
+        "training, so the distilled model does not collapse under the new LoRA; never part of the "
+        "saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file "
+        "owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/"
+        "zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo",
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
@@ -475,6 +484,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     if isinstance(res, int) and res % mult:
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
     problems += combination_problems(cfg)
+    problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
     if cfg.fuse_projections == "on" and not fam.spec.fused_projection_groups:
         problems.append(
             FieldProblem(
@@ -493,6 +503,22 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
         )
     problems += fam.config_problems(cfg)
     return problems
+
+
+def _default_sampling_problems(cfg: TrainConfig, family_default: Any) -> list[FieldProblem]:
+    """logit_mean / logit_std set while timestep_sampling is left to a family default other than
+    logit_normal (Chroma's and Krea 2's "sigmoid"): they would be ignored, so they are refused."""
+    if "timestep_sampling" in cfg.model_fields_set or family_default in (None, "logit_normal"):
+        return []
+    return [
+        FieldProblem(
+            name,
+            f"only applies to timestep_sampling='logit_normal'; this family samples with "
+            f"{family_default!r} by default: set timestep_sampling='logit_normal' too",
+        )
+        for name in ("logit_mean", "logit_std")
+        if name in cfg.model_fields_set and getattr(cfg, name) != TrainConfig.model_fields[name].default
+    ]
 
 
 # Settings where an explicit null is meaningful ("off"), so a family default must not replace it.

@@ -60,7 +60,7 @@ def list_cmd(
         return
     table = Table("id", "family", "trainable", "size", "source", "notes")
     for e in entries:
-        notes = e.reason or ""
+        notes = e.reason or e.checkpoint or ("step-distilled" if e.distilled else "")
         table.add_row(
             e.id, e.family or "-", "yes" if e.trainable else "no", _size(e.size_bytes), e.source, notes
         )

@@ -23,6 +23,8 @@ _BUILTIN: dict[str, str] = {
     "z-image": "lorastudio.families.z_image:FAMILY",
     "flux2": "lorastudio.families.flux2:FAMILY",
     "flux2-klein": "lorastudio.families.flux2_klein:FAMILY",
+    "chroma": "lorastudio.families.chroma:FAMILY",
+    "krea2": "lorastudio.families.krea2:FAMILY",
 }
 _loaded: dict[str, Family] = {}
 

@@ -29,6 +29,7 @@ from lorastudio.errors import (
 )
 from lorastudio.jobs.hardware import host_info
 from lorastudio.settings import Settings
+from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.parallel_rules import data_parallel_problems
 from lorastudio.training.plan import plan_host_problems
 
@@ -117,6 +118,8 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 
+    if cfg is not None and model_source is not None and family is not None:  # a distilled base?
+        problems += assistant_problems(cfg.model_copy(update={"base_model": model_source}), family)
     if model_dir is not None and isinstance(raw.get("revision"), str):
         problems.append(FieldProblem("revision", "only applies to hub ids, not to a local folder"))
     if problems or given is None or cfg is None or scan is None or model_source is None or data_dir is None:

@@ -102,6 +102,7 @@ class ComfyKeyCheck:
 def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, Shape]:
     """ComfyUI's key map for a model whose diffusers modules have `module_shapes` ({diffusers
     module name: weight shape}): {name a LoRA file may use: shape of the weight (slice) it patches}."""
+    family = names.kohya_layout(family)
     native = _native_shapes(family, module_shapes)
     key_map: dict[str, Shape] = {}
     for n, shape in native.items():
@@ -149,6 +150,8 @@ def _native_shapes(family: str, module_shapes: Mapping[str, Shape]) -> dict[str,
                     out[n] = (rows + shape[0], *shape[1:])
             elif family == "qwen-image":
                 out[d] = shape
+            elif family == "krea2":
+                out[names.to_original(d, family)] = shape
         except ConfigError:
             continue  # a module with no original name cannot be addressed that way
     return out

@@ -19,6 +19,7 @@ from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFo
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
 from lorastudio.lora.header import read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
+from lorastudio.lora.names import kohya_layout
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -152,7 +153,7 @@ def convert_file(
     family = family or metadata.get(PREFIX + "family")
     if not family:
         raise ConfigError([FieldProblem("family", f"{src} does not name its family: pass --family")])
-    if family not in FAMILIES:
+    if kohya_layout(family) not in FAMILIES:
         raise ConfigError(
             [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
         )

@@ -15,6 +15,8 @@ BASE_MODEL_VERSION = {
     "z-image": "z_image",
     "flux2": "flux2",  # ai-toolkit's names for FLUX.2 dev / klein
     "flux2-klein": "flux2_klein",
+    "chroma": "chroma",
+    "krea2": "krea2",
 }
 
 

@@ -27,7 +27,16 @@ from lorastudio.tiny.staging import is_empty_dir, publish_dir
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
-TINY_FAMILIES: tuple[str, ...] = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein")
+TINY_FAMILIES: tuple[str, ...] = (
+    "sdxl",
+    "flux",
+    "qwen-image",
+    "z-image",
+    "flux2",
+    "flux2-klein",
+    "chroma",
+    "krea2",
+)
 SAMPLE_DATASET_NAME = "tiny-shapes"  # default dataset folder name under the studio's datasets/
 MARKER_FILE = "lorastudio_tiny.json"  # written last into a tiny model folder: {"family", "seed", "format"}
 _FORMAT = 1  # bump when the tiny architectures change, so old folders are not taken as current

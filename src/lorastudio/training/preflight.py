@@ -17,6 +17,7 @@ import torch
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_rules import optimizer_host_problems
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.plan import plan_host_problems
@@ -100,4 +101,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     )
     source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
+    problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
+    if problems:
+        raise ConfigError(problems)
     return PreparedRun(resolved, family, scan, run_dir, dev, pick_dtype(resolved.base_precision, dev))

@@ -759,6 +759,11 @@ export interface components {
         /** CatalogueModelOut */
         CatalogueModelOut: {
             /**
+             * Checkpoint
+             * @description a known checkpoint: its title and note (e.g. Qwen-Image-2512 trains as qwen-image)
+             */
+            checkpoint?: string | null;
+            /**
              * Complete
              * @description every component folder and its weights are present
              */
@@ -768,6 +773,11 @@ export interface components {
              * @description lorastudio downloaded or created it (DELETE allowed)
              */
             deletable: boolean;
+            /**
+             * Distilled
+             * @description step-distilled (turbo) base, from the checkpoint; null when unknown
+             */
+            distilled?: boolean | null;
             /**
              * Family
              * @description the family that trains this pipeline; null when none does
@@ -2141,6 +2151,12 @@ export interface components {
              */
             aspect_buckets?: boolean;
             /**
+             * Assistant Lora
+             * @description step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo
+             * @default null
+             */
+            assistant_lora?: string | null;
+            /**
              * Attention Backend
              * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
@@ -2590,6 +2606,11 @@ export interface components {
              * @default true
              */
             aspect_buckets: boolean;
+            /**
+             * Assistant Lora
+             * @description step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo
+             */
+            assistant_lora: string | null;
             /**
              * Attention Backend
              * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first

@@ -245,6 +245,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   flow_shift: "number",
   guidance: "number",
   max_sequence_length: "integer",
+  assistant_lora: "text",
   num_gpus: "integer",
   optimizer: "text",
   optimizer_betas: "numbers",
