@@ -1,4 +1,4 @@
-"""`lorastudio datasets list|import DIR [--name N]`: the studio's dataset folders."""
+"""`lorastudio datasets list|import DIR [--name N] [--strict]|delete NAME`: the studio's dataset folders."""
 
 from __future__ import annotations
 
@@ -36,9 +36,11 @@ def list_cmd() -> None:
 def import_cmd(
     source: Path = typer.Argument(..., exists=True, file_okay=False, dir_okay=True, help="folder to import"),
     name: str | None = typer.Option(None, "--name", help="dataset name (default: the folder's name)"),
+    strict: bool = typer.Option(False, "--strict", help="import nothing when any file is bad"),
 ) -> None:
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
-    is checked first; nothing is written unless all pass. Other files and symbolic links (never
+    is checked first; the good ones are imported and the bad ones listed with the reason (with
+    --strict, nothing is written unless all pass). Other files and symbolic links (never
     followed) are skipped (listed)."""
     from lorastudio.data import resolve_dataset_dir, safe_component
     from lorastudio.data.safe_open import open_in_folder
@@ -61,16 +63,45 @@ def import_cmd(
         except DatasetError:
             skipped.append(path.name)
     with UploadBatch(
-        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels
+        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
     ) as batch:
         for path in wanted:
             with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                 batch.add(path.name, fh)
-        committed = batch.commit()
+        result = batch.commit()
     summary = dataset_summary(target)
-    typer.echo(f"imported {len(committed)} file(s) into {target}")
+    typer.echo(f"imported {len(result.stored)} file(s) into {target}")
+    for file, reason in result.refused:
+        typer.echo(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:
         typer.echo(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
     for link in links:
         typer.echo(f"skipped {link} (a symbolic link: links are not followed)")
+
+
+@datasets_app.command("delete")
+def delete_cmd(
+    name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+) -> None:
+    """Delete datasets/<NAME> with every file in it. The command holds the studio home
+    exclusively meanwhile, so it is refused while a server owns the home (delete through it:
+    the UI or DELETE /api/datasets/NAME, which refuses while a job uses the dataset) or a
+    `lorastudio train` runs."""
+    from lorastudio.data.dataset_delete import delete_dataset
+    from lorastudio.errors import HomeInUse
+    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.settings import get_settings
+
+    settings = get_settings().ensure_dirs()
+    try:
+        lock = HomeLock.for_server(settings.home, None)  # no server, no training run meanwhile
+    except HomeInUse as err:
+        typer.echo(f"dataset {name} not deleted: {err}", err=True)
+        raise typer.Exit(1) from None
+    with lock:
+        if not yes:
+            typer.confirm(f"delete dataset {name} and every file in it?", abort=True)
+        delete_dataset(settings.datasets_dir, name, in_use=set)  # the lock excludes every job
+    typer.echo(f"deleted dataset {name}")

@@ -5,7 +5,7 @@
  */
 import type { DroppedFile } from "../api/types";
 
-export const IMAGE_EXTENSIONS = [".png", ".jpg", ".jpeg", ".webp", ".bmp"] as const;
+export const IMAGE_EXTENSIONS = [".png", ".jpg", ".jpeg", ".webp"] as const;
 export const SIDECAR_EXTENSIONS = [".txt", ".jsonl"] as const;
 
 /** A file left out, and why: refused here before upload, or by the server (same shape). */
