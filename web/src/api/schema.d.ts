@@ -40,7 +40,13 @@ export interface paths {
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Remove Dataset
+         * @description Delete a dataset folder with every file in it: 409 while a queued or running job trains
+         *     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
+         *     (gone from listings at once), then removed.
+         */
+        delete: operations["remove_dataset_api_datasets__name__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -77,9 +83,11 @@ export interface paths {
         put?: never;
         /**
          * Upload
-         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
-         *     for a body that is not multipart/form-data.
+         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Every file
+         *     is checked, then the good ones are committed at once (201, listing `committed` and
+         *     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
+         *     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
+         *     400 for a body that is not multipart/form-data.
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -853,6 +861,14 @@ export interface components {
              * @constant
              */
             type?: "complete";
+        };
+        /** DatasetDeleted */
+        DatasetDeleted: {
+            /**
+             * Deleted
+             * @description the name of the deleted dataset
+             */
+            deleted: string;
         };
         /** DatasetDetail */
         DatasetDetail: {
@@ -2971,7 +2987,10 @@ export interface components {
              * @description images with a .txt caption or a metadata.jsonl row
              */
             captions: number;
-            /** Committed */
+            /**
+             * Committed
+             * @description the files stored by this upload, sorted
+             */
             committed: string[];
             /** Images */
             images: number;
@@ -2979,6 +2998,11 @@ export interface components {
             name: string;
             /** Path */
             path: string;
+            /**
+             * Refused
+             * @description the files this upload refused, with the reason (one entry per problem)
+             */
+            refused: components["schemas"]["DroppedFile"][];
         };
         /** ValidationError */
         ValidationError: {
@@ -3121,6 +3145,71 @@ export interface operations {
             };
         };
     };
+    remove_dataset_api_datasets__name__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DatasetDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     put_caption_api_datasets__name__captions__file__put: {
         parameters: {
             query?: never;
@@ -3193,7 +3282,10 @@ export interface operations {
     };
     upload_api_datasets__name__files_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description refuse the whole upload when any file is bad */
+                strict?: boolean;
+            };
             header?: never;
             path: {
                 name: string;
