@@ -1678,6 +1678,11 @@ export interface components {
             path: string;
             /** Unique Captions */
             unique_captions: number;
+            /**
+             * Warnings
+             * @description what may hurt the run, e.g. images upscaled by more than 2x
+             */
+            warnings?: string[];
         };
         /** PreflightFamily */
         PreflightFamily: {
@@ -2387,6 +2392,12 @@ export interface components {
              */
             micro_batch_size?: number | null;
             /**
+             * No Upscale
+             * @description train an image smaller than its bucket at the largest bucket inside its own size instead of upscaling it
+             * @default false
+             */
+            no_upscale?: boolean;
+            /**
              * Noise Offset
              * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
              * @default null
@@ -2817,6 +2828,12 @@ export interface components {
              * @description samples per forward/backward pass (batch_size must divide by it; same maths); null = batch_size (with memory_budget_gb: what the measured plan needs)
              */
             micro_batch_size: number | null;
+            /**
+             * No Upscale
+             * @description train an image smaller than its bucket at the largest bucket inside its own size instead of upscaling it
+             * @default false
+             */
+            no_upscale: boolean;
             /**
              * Noise Offset
              * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
