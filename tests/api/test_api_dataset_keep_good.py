@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -136,6 +135,7 @@ def test_the_cli_deletes_a_dataset(cli: typer.Typer, settings: Settings) -> None
     assert isinstance(missing.exception, NotFound) and "no dataset named 'old'" in str(missing.exception)
 
 
+@pytest.mark.slow  # a real worker (~15 s); the fast variant is in tests/unit/data/test_data_delete.py
 def test_a_dataset_a_running_job_uses_cannot_be_deleted(
     server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
 ) -> None:
@@ -143,11 +143,7 @@ def test_a_dataset_a_running_job_uses_cannot_be_deleted(
     assert upload_folder(client, "shapes", sample_dataset).status_code == 201
     started = client.post("/api/train/start", json={"config": flux_config(output_name="busy", steps=400)})
     assert started.status_code == 201, started.text
-    job_id = started.json()["id"]
-    deadline = time.monotonic() + 90
-    while (client.get("/api/train/status").json()["job"]["progress"] or {}).get("step", 0) < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    job_id = started.json()["id"]  # from here the job is live (starting, then running)
     refused = client.delete("/api/datasets/shapes")
     assert refused.status_code == 409 and refused.json()["error"] == "JobActive"
     assert client.get("/api/datasets/shapes").json()["images"] == 8
