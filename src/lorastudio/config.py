@@ -89,6 +89,12 @@ class TrainConfig(BaseModel):
     # data
     resolution: int | None = Field(default=None, ge=16, le=4096, description="training side in pixels")
     aspect_buckets: bool = Field(default=True, description="batch images by aspect ratio (else square)")
+    # issue 29 part 5: no enlargement of small images (data.buckets.choose_bucket)
+    no_upscale: bool = Field(
+        default=False,
+        description="train an image smaller than its bucket at the largest bucket inside its own size "
+        "instead of upscaling it",
+    )
     random_crop: bool = Field(default=False, description="random instead of centre crop")
     random_flip: bool = Field(default=False, description="horizontal flip augmentation")
     cache_variants: int | None = Field(

@@ -20,6 +20,9 @@ class PreflightDataset(_Out):
     unique_captions: int
     buckets: dict[str, int] = Field(description='"WxH" -> images')
     fingerprint: str
+    warnings: list[str] = Field(
+        default_factory=list, description="what may hurt the run, e.g. images upscaled by more than 2x"
+    )
 
 
 class PreflightSchedule(_Out):

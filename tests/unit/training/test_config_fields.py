@@ -26,6 +26,7 @@ from lorastudio.training.memory import checkpointing_mode
 CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
     "resolution": ({}, 48, "run"),
     "aspect_buckets": ({"resolution": 64}, False, "run"),
+    "no_upscale": ({"resolution": 96}, True, "run"),  # the 64 px images train at 64, not 96
     "random_crop": ({}, True, "run"),
     "random_flip": ({}, True, "run"),
     "cache_variants": ({"random_crop": True}, 2, "run"),

@@ -40,7 +40,13 @@ export interface paths {
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Remove Dataset
+         * @description Delete a dataset folder with every file in it: 409 while a queued or running job trains
+         *     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
+         *     (gone from listings at once), then removed.
+         */
+        delete: operations["remove_dataset_api_datasets__name__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -77,9 +83,11 @@ export interface paths {
         put?: never;
         /**
          * Upload
-         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
-         *     for a body that is not multipart/form-data.
+         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Every file
+         *     is checked, then the good ones are committed at once (201, listing `committed` and
+         *     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
+         *     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
+         *     400 for a body that is not multipart/form-data.
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -863,6 +871,14 @@ export interface components {
              * @constant
              */
             type?: "complete";
+        };
+        /** DatasetDeleted */
+        DatasetDeleted: {
+            /**
+             * Deleted
+             * @description the name of the deleted dataset
+             */
+            deleted: string;
         };
         /** DatasetDetail */
         DatasetDetail: {
@@ -1672,6 +1688,11 @@ export interface components {
             path: string;
             /** Unique Captions */
             unique_captions: number;
+            /**
+             * Warnings
+             * @description what may hurt the run, e.g. images upscaled by more than 2x
+             */
+            warnings?: string[];
         };
         /** PreflightFamily */
         PreflightFamily: {
@@ -2387,6 +2408,12 @@ export interface components {
              */
             micro_batch_size?: number | null;
             /**
+             * No Upscale
+             * @description train an image smaller than its bucket at the largest bucket inside its own size instead of upscaling it
+             * @default false
+             */
+            no_upscale?: boolean;
+            /**
              * Noise Offset
              * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
              * @default null
@@ -2823,6 +2850,12 @@ export interface components {
              */
             micro_batch_size: number | null;
             /**
+             * No Upscale
+             * @description train an image smaller than its bucket at the largest bucket inside its own size instead of upscaling it
+             * @default false
+             */
+            no_upscale: boolean;
+            /**
              * Noise Offset
              * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
              */
@@ -2992,7 +3025,10 @@ export interface components {
              * @description images with a .txt caption or a metadata.jsonl row
              */
             captions: number;
-            /** Committed */
+            /**
+             * Committed
+             * @description the files stored by this upload, sorted
+             */
             committed: string[];
             /** Images */
             images: number;
@@ -3000,6 +3036,11 @@ export interface components {
             name: string;
             /** Path */
             path: string;
+            /**
+             * Refused
+             * @description the files this upload refused, with the reason (one entry per problem)
+             */
+            refused: components["schemas"]["DroppedFile"][];
         };
         /** ValidationError */
         ValidationError: {
@@ -3142,6 +3183,71 @@ export interface operations {
             };
         };
     };
+    remove_dataset_api_datasets__name__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DatasetDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     put_caption_api_datasets__name__captions__file__put: {
         parameters: {
             query?: never;
@@ -3214,7 +3320,10 @@ export interface operations {
     };
     upload_api_datasets__name__files_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description refuse the whole upload when any file is bad */
+                strict?: boolean;
+            };
             header?: never;
             path: {
                 name: string;

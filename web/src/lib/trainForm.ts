@@ -197,6 +197,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   output_name: "text",
   resolution: "integer",
   aspect_buckets: "bool",
+  no_upscale: "bool",
   random_crop: "bool",
   random_flip: "bool",
   cache_variants: "integer",
