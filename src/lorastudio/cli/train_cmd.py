@@ -156,6 +156,15 @@ def train_cmd(
         help="data-parallel processes, one per GPU, launched through torchrun (sets num_gpus; "
         "with --device cpu: gloo processes on the CPU)",
     ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="print the preflight report (settings, dataset, schedule, plan, warnings) and exit "
+        "without training: 0 when the run would start, 2 with every problem when not",
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="replace the outputs of a previous run of the same output_name"
+    ),
 ) -> None:
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
     or resume one from a checkpoint."""
@@ -168,6 +177,10 @@ def train_cmd(
     try:
         home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
+        if not launched and config is not None and resume is None:
+            _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
+        elif check:
+            raise ConfigError([FieldProblem("--check", "checks a fresh run's config file, not a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)
@@ -199,6 +212,26 @@ def train_cmd(
     typer.echo(f"{state}: {result.steps_run} step(s)")
     typer.echo(f"LoRA     {result.lora_path}")
     typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
+
+
+def _check_fresh_run(
+    config: Path, overrides: list[str], device: str | None, *, check: bool, overwrite: bool
+) -> None:
+    """Validate a fresh run like the job service (every problem at once: cli/train_check.py).
+    With `check`, print the preflight report and exit 0; with `overwrite`, remove the previous
+    run's outputs of that name. Raises ConfigError."""
+    from lorastudio.cli.train_check import check_run, print_report, replace_outputs
+    from lorastudio.jobs.preflight import preflight_report
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    data = localize_paths(apply_overrides(load_config_file(config), overrides))
+    run = check_run(data, settings, overwrite=overwrite, device=device)
+    if check:
+        print_report(preflight_report(run))
+        raise typer.Exit(0)
+    if overwrite and (removed := replace_outputs(str(run.config.output_name), settings)) is not None:
+        typer.echo(f"replaced the previous outputs in {removed}", err=True)
 
 
 def _flavour_notes(cfg: Any) -> list[str]:
