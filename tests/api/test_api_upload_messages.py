@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from live_server import LOOPBACK
 
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
