@@ -192,7 +192,7 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible rank {ranks[:3]}")
     hint = lora_family_hint(header)
     if hint is not None and hint[0] != family:
-        raise ModelSourceError(f"{path} is not a {family} LoRA: {hint[1]}")
+        raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {hint[0]} one ({hint[1]})")
 
 
 def check_lora_file(path: Path, family: str) -> LoraHeader:

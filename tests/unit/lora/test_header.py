@@ -58,14 +58,16 @@ def test_well_formed_loras_pass(tmp_path: Path) -> None:
     )
     check_lora_file(kohya, "flux")
     with pytest.raises(
-        ModelSourceError, match="not a sdxl LoRA: its header says ss_base_model_version='flux1'"
+        ModelSourceError,
+        match="not a sdxl LoRA: it is a flux one \\(its header says ss_base_model_version='flux1'",
     ):
         check_lora_file(kohya, "sdxl")
     zimage = tmp_path / "z.safetensors"
     zimage.write_bytes(flux_lora_bytes(key="diffusion_model.layers.0.attention.to_q"))
     check_lora_file(zimage, "z-image")
     with pytest.raises(
-        ModelSourceError, match="not a flux LoRA: it has layers such as 'diffusion_model.layers.0"
+        ModelSourceError,
+        match="not a flux LoRA: it is a z-image one .it has layers such as 'diffusion_model.layers.0",
     ):
         check_lora_file(zimage, "flux")
     with pytest.raises(NotFound):
