@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from lorastudio.cli.tables import print_table
 
 datasets_app = typer.Typer(help="Dataset folders under the studio home.", no_args_is_help=True)
 
@@ -26,10 +26,8 @@ def list_cmd() -> None:
     if not found:
         typer.echo(f"no datasets in {settings.datasets_dir}")
         return
-    table = Table("name", "images", "captions", "path")
-    for d in found:
-        table.add_row(d["name"], str(d["images"]), str(d["captions"]), d["path"])
-    Console().print(table)
+    rows = [[d["name"], str(d["images"]), str(d["captions"]), d["path"]] for d in found]
+    print_table(("name", "images", "captions", "path"), rows, keep=("name",))
 
 
 @datasets_app.command("import")
