@@ -8,7 +8,9 @@ import typer
 
 from lorastudio.cli.tables import print_table
 
-datasets_app = typer.Typer(help="Dataset folders under the studio home.", no_args_is_help=True)
+datasets_app = typer.Typer(
+    help="Dataset folders under the studio home.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:

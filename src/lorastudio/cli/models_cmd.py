@@ -19,7 +19,9 @@ from rich.progress import (
 
 from lorastudio.cli.tables import print_table
 
-models_app = typer.Typer(help="Base models: list, fetch from the hub, delete.", no_args_is_help=True)
+models_app = typer.Typer(
+    help="Base models: list, fetch from the hub, delete.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,9 @@ from lorastudio.cli.tables import print_table
 if TYPE_CHECKING:
     from lorastudio.jobs.store import RunStore
 
-runs_app = typer.Typer(help="Training runs recorded in the run store.", no_args_is_help=True)
+runs_app = typer.Typer(
+    help="Training runs recorded in the run store.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:

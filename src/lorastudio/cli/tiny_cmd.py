@@ -13,6 +13,7 @@ import typer
 tiny_app = typer.Typer(
     help="Tiny random-weight models of every family and a sample dataset, built offline.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 

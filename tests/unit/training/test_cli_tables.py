@@ -97,3 +97,15 @@ def test_a_terminal_too_narrow_for_the_kept_columns_gets_records() -> None:
     )
     lines = buffer.getvalue().splitlines()
     assert "id      " + "i" * 30 in lines and "output  " + "o" * 30 in lines
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["train"], ["generate"], ["models", "list"], ["runs", "show"], ["lora", "list"], ["tiny", "model"]],
+)
+def test_help_shows_no_value_type_for_a_flag(command: list[str]) -> None:
+    """A flag (--check, --overwrite, --json, --help) takes no value: its help line names none."""
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output and "BOOLEAN" not in result.output
+    assert "--help" in result.output
