@@ -1252,7 +1252,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             stop_requested: components["schemas"]["StopRequested"] | null;
@@ -1906,7 +1906,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             /** Total Steps */
@@ -1950,7 +1950,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             /** Total Steps */
@@ -2052,7 +2052,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /**
              * Type
              * @default status
