@@ -1,6 +1,7 @@
 """`lorastudio train CONFIG [--set key=value ...]`: one training run in this process, with a
 live progress bar. Ctrl-C once stops and saves the LoRA of the steps run (and a checkpoint);
-twice aborts. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_every=N ...]`
+twice aborts, saying what the run left on disk. Exit codes: 0 done, 2 refused (every problem
+listed), 130 stopped by Ctrl-C (what was saved is printed), 1 an unexpected error. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_every=N ...]`
 continues a run from its newest (or the given) checkpoint with the checkpoint's settings; with a
 CONFIG too, the config must match the checkpoint's identity. `--set steps=N` (N above the run's
 total) trains a stopped or finished run longer (training/extend.py: the schedule of a fresh
@@ -41,6 +42,7 @@ from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.training.events import Event
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C (saved or not: the command says what it kept)
 
 
 def register(app: typer.Typer) -> None:
@@ -174,6 +176,7 @@ def train_cmd(
     if launched:
         _bind_to_agent()
     home_lock = None
+    cfg = None
     try:
         home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
@@ -187,6 +190,10 @@ def train_cmd(
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
         from lorastudio.training.loop import train
 
+        if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
+            from lorastudio.config import resolve_train_config
+
+            cfg = cfg.model_copy(update={"output_name": resolve_train_config(cfg).output_name})
         for note in _flavour_notes(cfg):
             typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
@@ -198,6 +205,10 @@ def train_cmd(
         prefix = "error" if rank == 0 else f"error (rank {rank})"
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
+    except KeyboardInterrupt:  # a second Ctrl-C: the run ended where it was
+        if rank == 0:
+            _report_abort(run_dir_of_cfg(cfg) if cfg is not None else None)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if home_lock is not None:
             home_lock.release()
@@ -207,11 +218,39 @@ def train_cmd(
         typer.echo(f"resumed from step {result.resumed_from}")
     if result.lora_path is None:
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
-        return
+        raise typer.Exit(EXIT_INTERRUPTED if result.stopped and not launched else 0)
     state = "stopped early, saved" if result.stopped else "done"
     typer.echo(f"{state}: {result.steps_run} step(s)")
     typer.echo(f"LoRA     {result.lora_path}")
     typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
+    if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def run_dir_of_cfg(cfg: Any) -> Path | None:
+    """outputs/<output_name> of a run's config (None without a name)."""
+    from lorastudio.settings import get_settings
+
+    return get_settings().outputs_dir / cfg.output_name if cfg.output_name else None
+
+
+def _report_abort(run_dir: Path | None) -> None:
+    """After a second Ctrl-C: say what the run left on disk (its LoRA, snapshots, checkpoints
+    to --resume from) or that nothing was kept."""
+    from lorastudio.lora.snapshots import LORAS
+    from lorastudio.training.checkpoint import list_checkpoints
+
+    typer.secho("aborted (Ctrl-C twice)", fg=typer.colors.YELLOW, err=True)
+    kept = []
+    if run_dir is not None and run_dir.is_dir():
+        final = run_dir / f"{run_dir.name}.safetensors"
+        kept += [f"LoRA        {final}"] if final.is_file() else []
+        kept += [f"snapshot    {p}" for p in sorted((run_dir / LORAS).glob("*.safetensors"))]
+        kept += [f"checkpoint  {p} (lorastudio train --resume {run_dir})" for p in list_checkpoints(run_dir)]
+    for line in kept:
+        typer.echo(line)
+    if not kept:
+        typer.echo("nothing saved")
 
 
 def _check_fresh_run(
