@@ -182,8 +182,9 @@ def train_cmd(
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
         if not launched and config is not None and resume is None:
             _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
-        elif check:
-            raise ConfigError([FieldProblem("--check", "checks a fresh run's config file, not a --resume")])
+        elif check or (overwrite and resume is not None):
+            flag = "--check" if check else "--overwrite"
+            raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)

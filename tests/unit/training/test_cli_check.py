@@ -107,3 +107,9 @@ def test_an_interrupted_preparation_leaves_no_folder(interrupt, make_config):
         assert train(cfg, emit, stop, device="cpu").lora_path is None
     assert any(seen), "the run never claimed its folder"
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("flag", ["--check", "--overwrite"])
+def test_check_and_overwrite_are_refused_with_resume(flag, tmp_path):
+    result = _invoke("train", "--resume", str(tmp_path), flag)
+    assert result.exit_code == 2 and flag in result.output and "--resume" in result.output
