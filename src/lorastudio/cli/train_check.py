@@ -29,6 +29,25 @@ def free_name(name: str, outputs: Path) -> str:
     return f"{name}-{n}"
 
 
+def gpu_count_problems(num_gpus: int, device: str | None) -> list[FieldProblem]:
+    """A data-parallel CLI run needs num_gpus CUDA GPUs, unless --device cpu runs its ranks as
+    gloo processes on the CPU."""
+    if num_gpus <= 1 or device == "cpu":
+        return []
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count >= num_gpus:
+        return []
+    return [
+        FieldProblem(
+            "num_gpus",
+            f"{num_gpus} processes need {num_gpus} CUDA GPUs, but this host has {count}; use fewer, "
+            "or --device cpu to run them as gloo processes on the CPU",
+        )
+    ]
+
+
 def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, device: str | None) -> Any:
     """Validate a CLI run's settings like the job service; returns the ValidatedRun.
 
@@ -37,8 +56,10 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
     is explained with `--overwrite` and a free name."""
     from lorastudio.jobs.validation import validate_run
 
-    if device == "cpu" and not settings.cpu_data_parallel:
-        settings = settings.model_copy(update={"cpu_data_parallel": True})  # --gpus N --device cpu
+    # the GPU count is checked with the CLI's own terms (gpu_count_problems: --device cpu)
+    settings = settings.model_copy(update={"cpu_data_parallel": True})
+    num_gpus = data.get("num_gpus")
+    launch = gpu_count_problems(num_gpus, device) if isinstance(num_gpus, int) else []
     name = data.get("output_name")
     taken = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
     taken = taken and ((settings.outputs_dir / name).exists() or (settings.outputs_dir / name).is_symlink())
@@ -51,7 +72,9 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
         problems = [
             _explain(p, name, settings) if taken and p.field == "output_name" else p for p in err.problems
         ]
-        raise ConfigError(problems) from None
+        raise ConfigError(problems + launch) from None
+    if launch:
+        raise ConfigError(launch)
     if taken and overwrite:  # the report names the folder the run replaces
         run = dataclasses.replace(run, config=run.config.model_copy(update={"output_name": name}))
     return run

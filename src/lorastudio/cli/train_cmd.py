@@ -314,6 +314,7 @@ def _bind_to_agent() -> None:
 
 def _check_launch(cfg: Any, device: str | None) -> None:
     """Refuse a data-parallel launch this host or config cannot run. Raises ConfigError."""
+    from lorastudio.cli.train_check import gpu_count_problems
     from lorastudio.training.parallel_rules import data_parallel_problems
 
     problems = data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
@@ -325,18 +326,7 @@ def _check_launch(cfg: Any, device: str | None) -> None:
                 "CUDA_VISIBLE_DEVICES); use --device cuda or cpu",
             )
         )
-    if device != "cpu":
-        import torch
-
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count < cfg.num_gpus:
-            problems.append(
-                FieldProblem(
-                    "num_gpus",
-                    f"{cfg.num_gpus} processes need {cfg.num_gpus} CUDA GPUs, but this host has "
-                    f"{count}; use fewer, or --device cpu to run them as gloo processes on the CPU",
-                )
-            )
+    problems += gpu_count_problems(cfg.num_gpus, device)
     if problems:
         raise ConfigError(problems)
 
