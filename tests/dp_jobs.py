@@ -22,7 +22,7 @@ from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings
 from lorastudio.training.loop import train
 
-FINAL = {"completed", "stopped", "failed", "interrupted"}
+FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 IMAGES = 8  # the sample dataset
 # Two processes sum the batch's losses in another order than one: float32 rounding, compounded
 # over the steps by Adam; far below what a wrong shard, scale or cache would give.

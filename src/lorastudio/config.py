@@ -10,6 +10,7 @@ Rules:
 from __future__ import annotations
 
 import datetime
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -417,13 +418,22 @@ class TrainConfig(BaseModel):
         return v
 
 
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """'; did you mean X?' for an unknown top-level setting close to a TrainConfig field
+    (difflib), else ''."""
+    if len(loc) != 1 or not isinstance(loc[0], str):
+        return ""
+    close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
     out = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown setting"
+            msg = "unknown setting" + _did_you_mean(e["loc"])
         out.append(FieldProblem(loc, msg))
     return out
 

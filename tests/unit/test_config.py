@@ -171,3 +171,11 @@ def test_registry_families_have_consistent_specs_and_tiny_models():
         assert set(spec.defaults) <= set(TrainConfig.model_fields)
         assert spec.defaults["resolution"] % spec.resolution_multiple == 0
         assert spec.pipeline_class in spec.accepted_pipelines
+
+
+def test_unknown_setting_suggests_close_fields():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "lerning_rate": 1e-4, "zzz_qqq": 1})
+    by_field = {p.field: p.message for p in exc.value.problems}
+    assert by_field["lerning_rate"] == "unknown setting; did you mean learning_rate?"
+    assert by_field["zzz_qqq"] == "unknown setting"  # nothing close: no guess

@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-datasets_app = typer.Typer(help="Dataset folders under the studio home.", no_args_is_help=True)
+from lorastudio.cli.tables import print_table
+
+datasets_app = typer.Typer(
+    help="Dataset folders under the studio home.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,10 +29,8 @@ def list_cmd() -> None:
     if not found:
         typer.echo(f"no datasets in {settings.datasets_dir}")
         return
-    table = Table("name", "images", "captions", "path")
-    for d in found:
-        table.add_row(d["name"], str(d["images"]), str(d["captions"]), d["path"])
-    Console().print(table)
+    rows = [[d["name"], str(d["images"]), str(d["captions"]), d["path"]] for d in found]
+    print_table(("name", "images", "captions", "path"), rows, keep=("name",))
 
 
 @datasets_app.command("import")

@@ -49,9 +49,16 @@ class ValidatedRun:
     model_dir: Path | None
 
 
-def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_names: set[str]) -> ValidatedRun:
+def validate_run(
+    raw: Mapping[str, Any],
+    settings: Settings,
+    *,
+    live_output_names: set[str],
+    allow_outside_root: bool = False,
+) -> ValidatedRun:
     """Check a training request completely. Takes the raw config mapping, the settings and the
-    output names of live jobs. Returns a ValidatedRun. Raises ConfigError listing every problem
+    output names of live jobs; `allow_outside_root` only for the CLI (a dataset folder anywhere,
+    as data/paths.resolve_dataset_dir allows trusted local callers). Returns a ValidatedRun. Raises ConfigError listing every problem
     (config fields, base model, dataset files, output name, precision)."""
     problems: list[FieldProblem] = []
     given: TrainConfig | None = None
@@ -67,7 +74,9 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     data_dir: Path | None = None
     if "data_dir" not in reported and isinstance(raw.get("data_dir"), str):
         try:
-            data_dir = resolve_dataset_dir(raw["data_dir"], settings.datasets_dir, allow_outside_root=False)
+            data_dir = resolve_dataset_dir(
+                raw["data_dir"], settings.datasets_dir, allow_outside_root=allow_outside_root
+            )
         except (ConfigError, PathOutsideRoot) as err:
             problems += _as_problems("data_dir", err)
 

@@ -197,7 +197,7 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
     hint = lora_family_hint(header)
     by_keys = hint is not None and hint[1].startswith("it has layers")
     if hint is not None and hint[0] != family and not (by_keys and family in _SHARED_KEYS.get(hint[0], ())):
-        raise ModelSourceError(f"{path} is not a {family} LoRA: {hint[1]}")
+        raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {hint[0]} one ({hint[1]})")
 
 
 def check_lora_file(path: Path, family: str) -> LoraHeader:

@@ -58,7 +58,8 @@ def test_well_formed_loras_pass(tmp_path: Path) -> None:
     )
     check_lora_file(kohya, "flux")
     with pytest.raises(
-        ModelSourceError, match="not a sdxl LoRA: its header says ss_base_model_version='flux1'"
+        ModelSourceError,
+        match="not a sdxl LoRA: it is a flux one \\(its header says ss_base_model_version='flux1'",
     ):
         check_lora_file(kohya, "sdxl")
     keys_only = tmp_path / "keys.safetensors"  # no header: only its BFL block names say what it is
@@ -78,7 +79,8 @@ def test_well_formed_loras_pass(tmp_path: Path) -> None:
     zimage.write_bytes(flux_lora_bytes(key="diffusion_model.layers.0.attention.to_q"))
     check_lora_file(zimage, "z-image")
     with pytest.raises(
-        ModelSourceError, match="not a flux LoRA: it has layers such as 'diffusion_model.layers.0"
+        ModelSourceError,
+        match="not a flux LoRA: it is a z-image one .it has layers such as 'diffusion_model.layers.0",
     ):
         check_lora_file(zimage, "flux")
     with pytest.raises(NotFound):

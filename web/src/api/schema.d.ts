@@ -1278,7 +1278,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             stop_requested: components["schemas"]["StopRequested"] | null;
@@ -1937,7 +1937,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             /** Total Steps */
@@ -1981,7 +1981,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             /** Total Steps */
@@ -2083,7 +2083,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /**
              * Type
              * @default status
