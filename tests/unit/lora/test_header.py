@@ -66,13 +66,16 @@ def test_well_formed_loras_pass(tmp_path: Path) -> None:
     save_file(load_file(str(kohya)), str(keys_only))
     for family in ("flux", "chroma", "flux2", "flux2-klein"):  # FLUX.1's block names are theirs too
         check_lora_file(keys_only, family)
-    with pytest.raises(ModelSourceError, match="not a sdxl LoRA: it has layers such as 'lora_unet_double"):
+    with pytest.raises(
+        ModelSourceError, match="not a sdxl LoRA: it is a flux one \\(it has layers such as 'lora_unet_double"
+    ):
         check_lora_file(keys_only, "sdxl")
     flux2 = tmp_path / "flux2.safetensors"  # a header naming FLUX.2 is not taken for FLUX.1's
     save_file(load_file(str(kohya)), str(flux2), metadata={"ss_base_model_version": "flux2"})
     check_lora_file(flux2, "flux2")
     with pytest.raises(
-        ModelSourceError, match="not a flux LoRA: its header says ss_base_model_version='flux2'"
+        ModelSourceError,
+        match="not a flux LoRA: it is a flux2 one \\(its header says ss_base_model_version='flux2'",
     ):
         check_lora_file(flux2, "flux")
     zimage = tmp_path / "z.safetensors"
