@@ -22,7 +22,7 @@ from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings
 from lorastudio.training.loop import train
 
-FINAL = {"completed", "stopped", "failed", "interrupted"}
+FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 IMAGES = 8  # the sample dataset
 # Two processes sum the batch's losses in another order than one: float32 rounding, compounded
 # over the steps by Adam; far below what a wrong shard, scale or cache would give.
@@ -116,7 +116,7 @@ def two_rank_job_stops_and_saves_and_resumes_in_one_process(
     assert service.ignored_events == ignored  # every event came from rank 0, tagged as the agent
     run_dir = settings.outputs_dir / "dp"
     assert snap["lora_path"] == str(run_dir / "dp.safetensors")
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "dp.json", "dp.safetensors"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "dp.json", "dp.safetensors", "loras"]
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step-{stopped_at:06d}"]
     agent = snap["pid"]
     wait_job(service, job["id"], lambda s: not process_alive(agent), 10, "the agent's exit")

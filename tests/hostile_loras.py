@@ -86,14 +86,14 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
         "kohya_dim_0": (flux_lora_bytes(metadata={"ss_network_dim": "0"}), "rank 0 (ss_network_dim = 0)"),
         "another_family_in_header": (
             flux_lora_bytes(metadata={"lorastudio.family": "sdxl"}),
-            "is not a flux LoRA: its header says lorastudio.family='sdxl'",
+            "is not a flux LoRA: it is a sdxl one (its header says lorastudio.family='sdxl'",
         ),
         "an_sd15_kohya_file": (
             flux_lora_bytes(metadata={"ss_base_model_version": "sd_v1"}),
-            "is not a flux LoRA: its header says ss_base_model_version='sd_v1'",
+            "is not a flux LoRA: it is a Stable Diffusion 1.x one (its header says ss_base_model_version='sd_v1'",
         ),
         "unet_layers": (
             flux_lora_bytes(key=unet),
-            "is not a flux LoRA: it has layers such as 'unet.down_blocks",
+            "is not a flux LoRA: it is a sdxl one (it has layers such as 'unet.down_blocks",
         ),
     }

@@ -10,6 +10,7 @@ Rules:
 from __future__ import annotations
 
 import datetime
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -89,6 +90,12 @@ class TrainConfig(BaseModel):
     # data
     resolution: int | None = Field(default=None, ge=16, le=4096, description="training side in pixels")
     aspect_buckets: bool = Field(default=True, description="batch images by aspect ratio (else square)")
+    # issue 29 part 5: no enlargement of small images (data.buckets.choose_bucket)
+    no_upscale: bool = Field(
+        default=False,
+        description="train an image smaller than its bucket at the largest bucket inside its own size "
+        "instead of upscaling it",
+    )
     random_crop: bool = Field(default=False, description="random instead of centre crop")
     random_flip: bool = Field(default=False, description="horizontal flip augmentation")
     cache_variants: int | None = Field(
@@ -343,6 +350,15 @@ class TrainConfig(BaseModel):
     flow_shift: float | None = Field(default=None, gt=0, le=100, description="static sigma shift (flow)")
     guidance: float | None = Field(default=None, ge=0, le=100, description="guidance-distilled bases")
     max_sequence_length: int | None = Field(default=None, ge=1, le=4096, description="text tokens")
+    assistant_lora: str | None = Field(
+        default=None,
+        min_length=1,
+        description="step-distilled (turbo) bases only: a LoRA merged into the frozen base while "
+        "training, so the distilled model does not collapse under the new LoRA; never part of the "
+        "saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file "
+        "owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/"
+        "zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo",
+    )
 
     @field_validator("gradient_checkpointing", mode="before")
     @classmethod
@@ -409,13 +425,22 @@ class TrainConfig(BaseModel):
         return v
 
 
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """'; did you mean X?' for an unknown top-level setting close to a TrainConfig field
+    (difflib), else ''."""
+    if len(loc) != 1 or not isinstance(loc[0], str):
+        return ""
+    close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
     out = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown setting"
+            msg = "unknown setting" + _did_you_mean(e["loc"])
         out.append(FieldProblem(loc, msg))
     return out
 
@@ -482,6 +507,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     if isinstance(res, int) and res % mult:
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
     problems += combination_problems(cfg)
+    problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
     if cfg.fuse_projections == "on" and not fam.spec.fused_projection_groups:
         problems.append(
             FieldProblem(
@@ -500,6 +526,22 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
         )
     problems += fam.config_problems(cfg)
     return problems
+
+
+def _default_sampling_problems(cfg: TrainConfig, family_default: Any) -> list[FieldProblem]:
+    """logit_mean / logit_std set while timestep_sampling is left to a family default other than
+    logit_normal (Chroma's and Krea 2's "sigmoid"): they would be ignored, so they are refused."""
+    if "timestep_sampling" in cfg.model_fields_set or family_default in (None, "logit_normal"):
+        return []
+    return [
+        FieldProblem(
+            name,
+            f"only applies to timestep_sampling='logit_normal'; this family samples with "
+            f"{family_default!r} by default: set timestep_sampling='logit_normal' too",
+        )
+        for name in ("logit_mean", "logit_std")
+        if name in cfg.model_fields_set and getattr(cfg, name) != TrainConfig.model_fields[name].default
+    ]
 
 
 # Settings where an explicit null is meaningful ("off"), so a family default must not replace it.

@@ -125,6 +125,8 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
     problems += optimizer_problems(cfg)
     problems += ema_problems(cfg)
     problems += adapter_problems(cfg)
+    if cfg.assistant_lora is not None:
+        problems += assistant_lora_problems(cfg.assistant_lora)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:
         problems.append(
             FieldProblem(
@@ -343,3 +345,20 @@ def adapter_problems(cfg: TrainConfig) -> list[FieldProblem]:
             )
         )
     return problems
+
+
+def assistant_lora_problems(value: str) -> list[FieldProblem]:
+    """The form of TrainConfig.assistant_lora: a .safetensors file given as an absolute path
+    ("~" allowed) or as a hub file owner/repo/path.safetensors. Whether the file exists and the
+    base is step-distilled is checked by preflight (training/assistant.py)."""
+    if not value.endswith(".safetensors"):
+        return [FieldProblem("assistant_lora", "must be a .safetensors LoRA file (path or owner/repo/file)")]
+    local = value.startswith(("/", "~"))
+    if not local and (value.count("/") < 2 or value.startswith(".") or ".." in value.split("/")):
+        return [
+            FieldProblem(
+                "assistant_lora",
+                "use an absolute path (/... or ~/...) or a hub file owner/repo/path.safetensors",
+            )
+        ]
+    return []

@@ -18,7 +18,7 @@ def upload_folder(client: httpx.Client | object, name: str, folder: Path) -> htt
     return client.post(f"/api/datasets/{name}/files", files=files)  # type: ignore[attr-defined]
 
 
-FINAL = {"completed", "stopped", "failed", "interrupted"}
+FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 
 
 def wait_status(client: httpx.Client, job_id: str, statuses: set[str], timeout: float = 90) -> dict:

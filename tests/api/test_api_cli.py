@@ -26,9 +26,13 @@ def test_datasets_import_checks_everything_and_lists(
     assert "portraits" in listed.output and "8" in listed.output
 
     (source / "broken.png").write_bytes(b"garbage")
-    bad = runner.invoke(cli, ["datasets", "import", str(source), "--name", "other"])
+    bad = runner.invoke(cli, ["datasets", "import", str(source), "--name", "other", "--strict"])
     assert isinstance(bad.exception, DatasetError) and "broken.png" in str(bad.exception)
     assert not (settings.datasets_dir / "other").exists()
+    kept = runner.invoke(cli, ["datasets", "import", str(source), "--name", "other"])
+    assert kept.exit_code == 0, kept.output
+    assert "imported 16 file(s)" in kept.output and "refused broken.png: " in kept.output
+    assert not (settings.datasets_dir / "other" / "broken.png").exists()
 
     escape = runner.invoke(cli, ["datasets", "import", str(source), "--name", "../up"])
     assert escape.exit_code != 0 and not (settings.home / "up").exists()

@@ -109,12 +109,12 @@ def test_uploads_accumulate_and_can_be_inspected_and_edited(client: TestClient, 
         ([("f", ("huge.png", _png((400, 400))))], 400, "oversized"),
     ],
 )
-def test_bad_uploads_are_refused_whole_and_leave_nothing(
+def test_bad_uploads_are_refused_whole_with_strict_and_leave_nothing(
     settings: Settings, client: TestClient, files: list, status: int, needle: str
 ) -> None:
     client.app.state.settings.max_image_pixels = 100_000  # 400x400 = 160,000 px is a bomb here
     before = _tree(settings.home)
-    resp = client.post("/api/datasets/fresh/files", files=files)
+    resp = client.post("/api/datasets/fresh/files", params={"strict": "true"}, files=files)
     assert resp.status_code == status, resp.text
     assert needle in resp.text
     assert _tree(settings.home) == before

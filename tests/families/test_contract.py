@@ -122,3 +122,26 @@ def test_plain_diffusers_loads_the_file_at_the_trained_strength(family, trained,
         a, b = module.lora_A[adapter].weight.flatten(1), module.lora_B[adapter].weight.flatten(1)
         a0, b0 = reference.lora_A["default"].weight.flatten(1), reference.lora_B["default"].weight.flatten(1)
         torch.testing.assert_close(module.scaling[adapter] * (b @ a), ALPHA / RANK * (b0 @ a0))
+
+
+@pytest.mark.parametrize("family", families.names())
+def test_the_kohya_layout_passes_comfyuis_key_check_and_converts_back_exactly(family, trained):
+    """The trained layers in the family's kohya / ComfyUI layout: every key is one ComfyUI's
+    LoRA loader consumes for this model, with the shape of the weight it patches; converting
+    back gives the same layers with the same weight change (alpha / rank) * B @ A."""
+    from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
+    from lorastudio.lora.convert import to_diffusers, to_kohya
+    from lorastudio.training.export import base_weight_shapes
+    from lorastudio.training.lora import lora_state_dict
+
+    peft = lora_state_dict(trained.denoiser)
+    kohya = to_kohya(peft, family, ALPHA)
+    key_map = comfy_key_map(family, base_weight_shapes(trained.denoiser))
+    check = check_comfy_keys({k: tuple(v.shape) for k, v in kohya.items()}, key_map)
+    assert check.ok and kohya, (check.unconsumed[:3], check.mismatched[:3])
+    back = to_diffusers(kohya, family)
+    assert back.rank == RANK and back.tensors.keys() == peft.keys()
+    for key in (k for k in peft if k.endswith(".lora_A.weight")):
+        up = key.replace(".lora_A.", ".lora_B.")
+        delta = ALPHA / RANK * peft[up] @ peft[key]  # [out, in]
+        torch.testing.assert_close(back.alpha / back.rank * back.tensors[up] @ back.tensors[key], delta)

@@ -40,7 +40,8 @@ def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level, co
 
 @pytest.mark.parametrize("family", [n for n in families.names() if families.get(n).spec.objective == "flow"])
 def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
-    """From pure noise (sigma 1) one Euler step to sigma 0 gives x0 = noise - velocity."""
+    """From pure noise (sigma 1) one Euler step to sigma 0 gives x0 = noise - velocity. The
+    pipeline runs one conditional pass (spec.no_cfg_kwargs), in its own latent layout."""
     from diffusers import DiffusionPipeline
 
     base = str(tiny_model(family))
@@ -73,7 +74,7 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
         height=RES,
         width=RES,
         num_inference_steps=1,
-        latents=fam.to_pipeline_latents(noise),
+        latents=fam.to_pipeline_latents(pipe, noise),
         output_type="latent",
         max_sequence_length=cfg.max_sequence_length,
         **kwargs,

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from lorastudio import families
 from lorastudio.families.base import config_facts
@@ -67,3 +68,41 @@ def _cfg(family: str, folder: Path):
     from lorastudio.config import TrainConfig
 
     return TrainConfig(family=family, base_model=str(folder), data_dir="unused")
+
+
+DISTILLED_ROWS = [
+    n for n in WITH_VARIANTS if any("is_distilled" in r.when for r in families.get(n).spec.variants)
+]
+
+
+@pytest.mark.parametrize("family", DISTILLED_ROWS)
+def test_the_variant_and_family_distilled_read_one_flag(family, tiny_model, tmp_path):
+    """Family.distilled (what assistant_lora needs) reads model_index's is_distilled as the variant
+    rows do: a distilled flavour is a distilled base (assistant_lora accepted), a base flavour is
+    not (refused), and an absent flag is the pipeline's default for both."""
+    from safetensors.torch import save_file
+
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.assistant_rules import assistant_problems
+
+    fam = families.get(family)
+    adapter = tmp_path / "assistant.safetensors"
+    save_file({"x": torch.zeros(1)}, str(adapter))
+    for flag in (True, False, None):
+        facts = {} if flag is None else {"is_distilled": flag}
+        folder = _with_facts(tiny_model(family), tmp_path / f"flag-{flag}", fam.spec.denoiser, facts)
+        if flag is None:  # no flag at all: the pipeline's default
+            index = json.loads((folder / "model_index.json").read_text())
+            index.pop("is_distilled", None)
+            (folder / "model_index.json").write_text(json.dumps(index))
+        distilled, where = fam.distilled(str(folder), None)
+        assert distilled is (flag is True) and "model_index.json" in where
+        assert fam.folder_variant(folder).when.get("is_distilled", False) is distilled
+        cfg = TrainConfig(
+            family=family, base_model=str(folder), data_dir="unused", assistant_lora=str(adapter)
+        )
+        problems = assistant_problems(cfg, fam)
+        if distilled:
+            assert problems == []
+        else:
+            assert len(problems) == 1 and "not step-distilled" in problems[0].message

@@ -7,7 +7,8 @@ production worker never reads it):
   them, so a kill can land with a half-written file inside the checkpoint's staging folder;
 - "enospc_checkpoint:N": the N-th checkpoint write (1-based) writes half of state.pt, then fails
   with OSError(ENOSPC), as a full disk would;
-- "enospc_lora": the final LoRA file write writes half, then fails with OSError(ENOSPC).
+- "enospc_lora": the final LoRA file write (not a step's snapshot under loras/) writes half, then
+  fails with OSError(ENOSPC).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.jobs.worker import WorkerArgs, worker_main
+from lorastudio.lora.snapshots import LORAS
 
 FAULT_ENV = "LORASTUDIO_TEST_FAULT"
 SLOW_WRITE_PAUSE_S = 0.3
@@ -62,7 +64,8 @@ def _install(fault: str) -> None:
 
     def save_file(tensors: Any, filename: str, metadata: Any = None) -> None:
         name = Path(filename).name
-        if kind == "enospc_lora" and name.startswith(".") and name.endswith(".staging"):
+        snapshot = LORAS in Path(filename).parts  # a step's LoRA snapshot, not the final file
+        if kind == "enospc_lora" and name.startswith(".") and name.endswith(".staging") and not snapshot:
             data = safetensors.torch.save(tensors, metadata=metadata)
             _half_write(Path(filename), data, "enospc")
         real_save_file(tensors, filename, metadata=metadata)

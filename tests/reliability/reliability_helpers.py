@@ -21,7 +21,7 @@ from live_server import LiveServer, live_server  # noqa: F401 (re-exported for t
 from lorastudio.jobs.launcher import process_alive  # noqa: F401 (re-exported for the tests)
 from lorastudio.settings import Settings
 
-FINAL = {"completed", "stopped", "failed", "interrupted"}
+FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 FIGURES_ENV = "LORASTUDIO_FIGURES_DIR"  # where record_figure writes (unset: print only)
 
 

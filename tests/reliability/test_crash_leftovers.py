@@ -37,6 +37,7 @@ def test_the_next_server_removes_crash_leftovers_and_keeps_the_rest(
     leftovers = [
         _files(settings.datasets_dir / ".uploads" / hexid, 3, 4 << 20),  # a killed upload: 12 MB
         _files(settings.outputs_dir / f".deleting-{hexid}", DELETED_RUN_FILES),  # a killed run delete
+        _files(settings.datasets_dir / f".deleting-{hexid}", 3),  # a killed dataset delete
         _files(settings.models_dir / ".old.deleting-1a2b3c4d", 2),  # a killed model delete
         _files(settings.models_dir / f".tiny-flux.staging-{dead.pid}-1a2b3c4d", 2),  # its writer is dead
         _files(settings.outputs_dir / "run1" / ".staging-1a2b3c4d", 2),  # a killed LoRA export

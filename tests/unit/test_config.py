@@ -86,13 +86,25 @@ def test_each_family_refuses_the_specific_settings_it_cannot_honour(family):
     assert set(values) == set(FAMILY_SPECIFIC_FIELDS)
     for name, value in values.items():
         raw = {**BASE, "family": family, name: value}
-        if name in spec.supports:
+        if name in spec.supports:  # the logit settings shape logit_normal (some families default to another)
+            raw.update({"timestep_sampling": "logit_normal"} if name.startswith("logit_") else {})
             assert getattr(resolve_train_config(parse_train_config(raw)), name) == value
         else:
             with pytest.raises(ConfigError) as exc:
                 parse_train_config(raw)
             assert _fields(exc.value) == {name}
             assert "cannot honour" in str(exc.value)
+
+
+def test_logit_settings_are_refused_when_the_family_default_sampling_ignores_them():
+    sigmoid = [
+        n for n in families.names() if families.get(n).spec.defaults.get("timestep_sampling") == "sigmoid"
+    ]
+    assert sigmoid  # Chroma and Krea 2 follow ai-toolkit's default sigmoid timesteps
+    for family in sigmoid:
+        with pytest.raises(ConfigError) as exc:
+            parse_train_config({**BASE, "family": family, "logit_std": 1.5})
+        assert _fields(exc.value) == {"logit_std"} and "'sigmoid' by default" in str(exc.value)
 
 
 def test_explicit_null_snr_gamma_turns_it_off_for_sdxl():
@@ -147,9 +159,12 @@ def test_registry_get_unknown_raises_listing_valid_names():
     assert "sdxl" in str(exc.value) and "z-image" in str(exc.value)
 
 
-def test_registry_has_the_families_with_consistent_specs():
+def test_registry_families_have_consistent_specs_and_tiny_models():
+    from lorastudio.tiny import TINY_FAMILIES
+
     assert families.names()[:4] == ["sdxl", "flux", "qwen-image", "z-image"]  # then the newer ones
     assert len(set(families.names())) == len(families.names())
+    assert set(families.names()) == set(TINY_FAMILIES)  # the contract suite trains each one
     assert "flux-kontext" in families.names()
     for fam in families.all_families():
         spec = fam.spec
@@ -157,3 +172,11 @@ def test_registry_has_the_families_with_consistent_specs():
         assert set(spec.defaults) <= set(TrainConfig.model_fields)
         assert spec.defaults["resolution"] % spec.resolution_multiple == 0
         assert spec.pipeline_class in spec.accepted_pipelines
+
+
+def test_unknown_setting_suggests_close_fields():
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "lerning_rate": 1e-4, "zzz_qqq": 1})
+    by_field = {p.field: p.message for p in exc.value.problems}
+    assert by_field["lerning_rate"] == "unknown setting; did you mean learning_rate?"
+    assert by_field["zzz_qqq"] == "unknown setting"  # nothing close: no guess

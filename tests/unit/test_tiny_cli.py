@@ -63,3 +63,19 @@ def test_bad_family_fails_clearly_and_writes_nothing(tmp_path):
     assert "unknown model family 'sd15'" in result.stderr
     assert "sdxl, flux, qwen-image, z-image" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_tiny_model_prints_only_its_folder(tmp_path):
+    """No library warnings, info lines or shard progress bars: the folder is the only output
+    (issue 30)."""
+    out = tmp_path / "sdxl"
+    command = "import sys; from lorastudio.cli.app import main; sys.argv[0] = 'lorastudio'; main()"
+    result = subprocess.run(
+        [sys.executable, "-c", command, "tiny", "model", "--family", "sdxl", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{out}\n" and result.stderr == ""

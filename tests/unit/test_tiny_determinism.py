@@ -58,6 +58,7 @@ def test_two_processes_build_identical_files(tmp_path):
         assert (
             sum(k.startswith(f"tiny-{family}/") for k in first["weights"]) >= 3
         )  # denoiser, vae, encoder(s)
-    assert len(first["ids"]) >= len(TINY_FAMILIES)  # every family's tokenizer(s) (sdxl and flux: 2)
+    assert {k.split("/")[0] for k in first["ids"]} == set(TINY_FAMILIES)  # every family's tokenizer(s)
+    assert sum(k.startswith(("sdxl/", "flux/")) for k in first["ids"]) == 4  # two tokenizers each
     assert all(len(ids) == len(PROMPTS) and all(ids) for ids in first["ids"].values())
     assert len(first["dataset"]) == 16

@@ -87,7 +87,7 @@ class GenerateBody(_Body):
 # generated from them). Numbers that can be non-finite in training are nullable.
 
 JobStatusName = Literal[
-    "queued", "preparing", "running", "stopping", "completed", "stopped", "failed", "interrupted"
+    "queued", "preparing", "running", "stopping", "completed", "stopped", "cancelled", "failed", "interrupted"
 ]
 
 

@@ -29,7 +29,14 @@ class DatasetList(_Out):
 
 
 class UploadOut(DatasetSummary):
-    committed: list[str]
+    committed: list[str] = Field(description="the files stored by this upload, sorted")
+    refused: list[DroppedFile] = Field(
+        description="the files this upload refused, with the reason (one entry per problem)"
+    )
+
+
+class DatasetDeleted(_Out):
+    deleted: str = Field(description="the name of the deleted dataset")
 
 
 class CaptionOut(_Out):

@@ -36,6 +36,13 @@ class CatalogueModelOut(_Out):
     complete: bool = Field(description="every component folder and its weights are present")
     missing: list[str] = Field(description="what training needs and the folder lacks")
     deletable: bool = Field(description="lorastudio downloaded or created it (DELETE allowed)")
+    checkpoint: str | None = Field(
+        default=None,
+        description="a known checkpoint: its title and note (e.g. Qwen-Image-2512 trains as qwen-image)",
+    )
+    distilled: bool | None = Field(
+        default=None, description="step-distilled (turbo) base, from the checkpoint; null when unknown"
+    )
 
 
 FetchStatus = Literal["running", "completed", "failed", "cancelled"]

@@ -20,6 +20,9 @@ class PreflightDataset(_Out):
     unique_captions: int
     buckets: dict[str, int] = Field(description='"WxH" -> images')
     fingerprint: str
+    warnings: list[str] = Field(
+        default_factory=list, description="what may hurt the run, e.g. images upscaled by more than 2x"
+    )
     controls: dict[str, Any] | None = Field(
         default=None,
         description="paired datasets: pairs, per_image (controls per target), sources, buckets, resize, "

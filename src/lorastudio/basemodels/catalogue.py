@@ -63,6 +63,8 @@ class ModelEntry:
     complete: bool
     missing: list[str]
     deletable: bool
+    checkpoint: str | None = None  # a known checkpoint's title and note (basemodels/checkpoints.py)
+    distilled: bool | None = None  # step-distilled (turbo); None when nothing says
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,6 +138,8 @@ def _entry(
         complete=rec.complete,
         missing=list(rec.missing),
         deletable=deletable,
+        checkpoint=rec.checkpoint,
+        distilled=rec.distilled,
     )
 
 

@@ -20,6 +20,7 @@ from lorastudio.basemodels.accepted import (
     accepted_text,
     family_of_pipeline,
 )
+from lorastudio.basemodels.checkpoints import KnownCheckpoint, checkpoint_facts
 from lorastudio.basemodels.layout import (
     MODEL_INDEX,
     inference_only_formats,
@@ -42,6 +43,9 @@ class Recognition:
     reason: str | None
     complete: bool
     missing: tuple[str, ...]
+    # a known checkpoint (basemodels/checkpoints.py): "Qwen-Image-2512: <note>"; None when unlisted
+    checkpoint: str | None = None
+    distilled: bool | None = None  # step-distilled (turbo); None when nothing says
 
 
 def read_model_index(folder: Path) -> dict[str, Any]:
@@ -126,9 +130,17 @@ def inspect_folder(folder: Path) -> Recognition:
     fam = family_of_pipeline(cls)
     if fam is None:
         return Recognition(None, cls, False, untrainable_reason(class_name), not missing, missing)
+    facts = checkpoint_facts(folder)
+    known = {"checkpoint": _checkpoint_text(facts.known), "distilled": facts.distilled}
     if missing:
-        return Recognition(fam.name, cls, False, incomplete_reason(folder, missing), False, missing)
-    return Recognition(fam.name, cls, True, None, True, ())
+        return Recognition(fam.name, cls, False, incomplete_reason(folder, missing), False, missing, **known)
+    return Recognition(fam.name, cls, True, None, True, (), **known)
+
+
+def _checkpoint_text(known: KnownCheckpoint | None) -> str | None:
+    if known is None:
+        return None
+    return f"{known.title}: {known.note}" if known.note else known.title
 
 
 def incomplete_reason(folder: Path, missing: tuple[str, ...] | list[str]) -> str:

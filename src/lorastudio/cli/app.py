@@ -14,6 +14,9 @@ app = typer.Typer(
     help="Train LoRA adapters for SDXL, FLUX.1, Qwen-Image and Z-Image, and generate with them.",
     no_args_is_help=True,
     add_completion=False,
+    # click's plain help: a flag shows no value type (typer's rich help labels every flag
+    # "<bool>", --help too); every sub-app (runs, models, ...) sets the same.
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 

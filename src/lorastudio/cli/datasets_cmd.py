@@ -1,14 +1,17 @@
-"""`lorastudio datasets list|import DIR [--name N]`: the studio's dataset folders."""
+"""`lorastudio datasets list|import DIR [--name N] [--strict]|delete NAME`: the studio's dataset folders."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-datasets_app = typer.Typer(help="Dataset folders under the studio home.", no_args_is_help=True)
+from lorastudio.cli.tables import print_table
+
+datasets_app = typer.Typer(
+    help="Dataset folders under the studio home.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -26,20 +29,27 @@ def list_cmd() -> None:
     if not found:
         typer.echo(f"no datasets in {settings.datasets_dir}")
         return
-    table = Table("name", "images", "captions", "path")
-    for d in found:
-        table.add_row(d["name"], str(d["images"]), str(d["captions"]), d["path"])
-    Console().print(table)
+    rows = [[d["name"], str(d["images"]), str(d["captions"]), d["path"]] for d in found]
+    print_table(("name", "images", "captions", "path"), rows, keep=("name",))
 
 
 @datasets_app.command("import")
 def import_cmd(
     source: Path = typer.Argument(..., exists=True, file_okay=False, dir_okay=True, help="folder to import"),
     name: str | None = typer.Option(None, "--name", help="dataset name (default: the folder's name)"),
+    strict: bool = typer.Option(False, "--strict", help="import nothing when any file is bad"),
+    kohya: bool = typer.Option(
+        False,
+        "--kohya",
+        help="DIR holds kohya <repeats>_<words> folders: flatten them (repeats in metadata.jsonl)",
+    ),
 ) -> None:
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
-    is checked first; nothing is written unless all pass. Other files and symbolic links (never
-    followed) are skipped (listed)."""
+    is checked first; the good ones are imported and the bad ones listed with the reason (with
+    --strict, nothing is written unless all pass). Other files and symbolic links (never
+    followed) are skipped (listed). With --kohya, DIR's `N_words` sub-folders are flattened into a
+    new dataset: each image once, its caption (the .txt, else the folder's words) and the
+    folder's repeats in a metadata.jsonl row."""
     from lorastudio.data import resolve_dataset_dir, safe_component
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch, dataset_summary, upload_kind
@@ -50,6 +60,9 @@ def import_cmd(
     dataset = safe_component(name or source.resolve().name, field="--name")
     target = resolve_dataset_dir(dataset, settings.datasets_dir, allow_outside_root=False)
     source = source.resolve()  # the folder the user named may be a link; links inside it are not followed
+    if kohya:
+        _import_kohya(source, target, strict)
+        return
     entries = sorted(p for p in source.iterdir() if not p.name.startswith("."))
     links = [p.name for p in entries if p.is_symlink()]
     files = [p for p in entries if not p.is_symlink() and p.is_file()]
@@ -61,16 +74,99 @@ def import_cmd(
         except DatasetError:
             skipped.append(path.name)
     with UploadBatch(
-        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels
+        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
     ) as batch:
         for path in wanted:
             with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                 batch.add(path.name, fh)
-        committed = batch.commit()
+        result = batch.commit()
     summary = dataset_summary(target)
-    typer.echo(f"imported {len(committed)} file(s) into {target}")
+    typer.echo(f"imported {len(result.stored)} file(s) into {target}")
+    for file, reason in result.refused:
+        typer.echo(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:
         typer.echo(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
     for link in links:
         typer.echo(f"skipped {link} (a symbolic link: links are not followed)")
+
+
+@datasets_app.command("delete")
+def delete_cmd(
+    name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+) -> None:
+    """Delete datasets/<NAME> with every file in it. The command holds the studio home
+    exclusively meanwhile, so it is refused while a server owns the home (delete through it:
+    the UI or DELETE /api/datasets/NAME, which refuses while a job uses the dataset) or a
+    `lorastudio train` runs."""
+    from lorastudio.data.dataset_delete import delete_dataset
+    from lorastudio.errors import HomeInUse
+    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.settings import get_settings
+
+    settings = get_settings().ensure_dirs()
+    try:
+        lock = HomeLock.for_server(settings.home, None)  # no server, no training run meanwhile
+    except HomeInUse as err:
+        typer.echo(f"dataset {name} not deleted: {err}", err=True)
+        raise typer.Exit(1) from None
+    with lock:
+        if not yes:
+            typer.confirm(f"delete dataset {name} and every file in it?", abort=True)
+        delete_dataset(settings.datasets_dir, name, in_use=set)  # the lock excludes every job
+    typer.echo(f"deleted dataset {name}")
+
+
+def _import_kohya(source: Path, target: Path, strict: bool) -> None:
+    """`datasets import --kohya`: flatten DIR's kohya folders into the new dataset `target`."""
+    import io
+    import os
+
+    from lorastudio.data.kohya import plan_kohya_import
+    from lorastudio.data.safe_open import open_in_folder
+    from lorastudio.data.uploads import UploadBatch, dataset_summary
+    from lorastudio.errors import DatasetError
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    if os.path.lexists(target):
+        raise DatasetError(
+            f"dataset {target.name} already exists",
+            [f"{target.name}: a kohya import makes a new dataset; choose another --name"],
+        )
+    plan = plan_kohya_import(source)
+    _drop_bad_images(plan, settings.max_image_pixels, settings.max_decode_pixels)  # no row without its image
+    if strict and plan.skipped:
+        raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped])
+    with UploadBatch(
+        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
+    ) as batch:
+        for path, name in plan.images:
+            with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                batch.add(name, fh)
+        batch.add("metadata.jsonl", io.BytesIO(plan.metadata_jsonl()))
+        result = batch.commit()
+    summary = dataset_summary(target)
+    folders = sorted({str(r["kohya_folder"]) for r in plan.rows})
+    typer.echo(f"imported {len(result.stored)} file(s) from {len(folders)} kohya folder(s) into {target}")
+    typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
+    for file, reason in plan.skipped + result.refused:
+        typer.echo(f"skipped {file}: {reason}")
+
+
+def _drop_bad_images(plan: Any, max_pixels: int, decode_pixels: int) -> None:
+    """Move the images that an upload would refuse (corrupt, oversized) from `plan` to its
+    skipped list, with their metadata rows."""
+    from lorastudio.data.images import probe_image
+    from lorastudio.errors import DatasetError
+
+    bad = set()
+    for path, name in plan.images:
+        try:
+            probe_image(path, max_pixels, decode_pixels)
+        except DatasetError as err:
+            plan.skipped.append((f"{path.parent.name}/{path.name}", err.problems[0].split(": ", 1)[-1]))
+            bad.add(name)
+    plan.images = [(p, n) for p, n in plan.images if n not in bad]
+    plan.rows = [r for r in plan.rows if r["file_name"] not in bad]

@@ -60,7 +60,7 @@ def _save_png(image: Image.Image, path: Path) -> None:
 
 
 def demo_cmd(
-    family: str = typer.Option("flux", "--family", help="a registered family (lorastudio families)"),
+    family: str = typer.Option("flux", "--family", help="a registered family (`lorastudio families`)"),
     steps: int = typer.Option(30, "--steps", min=1, max=10_000, help="training steps"),
 ) -> None:
     """Train a short LoRA on a tiny built-in model and generate with it (offline, CPU is fine)."""

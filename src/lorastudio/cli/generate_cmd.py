@@ -44,6 +44,28 @@ def parse_lora_arg(value: str) -> tuple[Path, float]:
     return Path(path).expanduser(), scale
 
 
+def resolve_lora_arg(path: Path, outputs: Path) -> Path:
+    """A --lora value as a file: an existing path as it is, else a run's name (the LoRA of
+    outputs/NAME/NAME.safetensors, as the UI and API name a LoRA). Raises NotFound naming both
+    places looked at."""
+    if path.is_file():
+        return path
+    name = str(path)
+    if "/" not in name and path.suffix != ".safetensors":
+        from lorastudio.data import safe_component
+        from lorastudio.errors import PathOutsideRoot
+
+        try:
+            safe_component(name, field="--lora")
+            candidate = outputs / name / f"{name}.safetensors"
+        except (ConfigError, PathOutsideRoot):
+            candidate = None
+        if candidate is not None and candidate.is_file():
+            return candidate
+        raise NotFound(f"{name}: no such file, and no run named {name!r} with a LoRA in {outputs}")
+    raise NotFound(f"{path} not found")
+
+
 def generate_cmd(
     base: str = typer.Option(
         ..., "--base", help="base model: hub id, pipeline folder, or a folder name under models/"
@@ -51,7 +73,10 @@ def generate_cmd(
     prompt: str = typer.Option(..., "--prompt", help="text prompt"),
     out: Path = typer.Option(..., "--out", help="image file to write (.png, .jpg or .webp)"),
     lora: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
-        [], "--lora", help="LoRA file, optionally with a scale: PATH[:SCALE] (repeatable)"
+        [],
+        "--lora",
+        help="LoRA file or a run's name (outputs/NAME/NAME.safetensors), optionally with a scale: "
+        "PATH[:SCALE] or NAME[:SCALE] (repeatable)",
     ),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the folder)"),
     seed: int = typer.Option(0, "--seed", min=0),
@@ -130,11 +155,15 @@ def _generate(
             problems.append(
                 FieldProblem("--family" if isinstance(err, UnknownFamily) else "--base", str(err))
             )
-    loras = [parse_lora_arg(v) for v in lora_args]
-    for path, _ in loras:
-        if not path.is_file():
-            problems.append(FieldProblem("--lora", f"{path} not found"))
-        elif family is not None:  # the header (size-capped) checked before any tensor is loaded
+    loras = []
+    for path, scale in (parse_lora_arg(v) for v in lora_args):
+        try:
+            path = resolve_lora_arg(path, settings.outputs_dir)
+        except NotFound as err:
+            problems.append(FieldProblem("--lora", str(err)))
+            continue
+        loras.append((path, scale))
+        if family is not None:  # the header (size-capped) checked before any tensor is loaded
             try:
                 check_lora_file(path, family)
             except (ModelSourceError, NotFound) as err:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+
+from lorastudio.cli.tables import print_table
 
 
 def register(app: typer.Typer) -> None:
@@ -20,16 +19,14 @@ def families_cmd() -> None:
     from lorastudio import families
     from lorastudio.config import FAMILY_SPECIFIC_FIELDS
 
-    table = Table("family", "title", "objective", "defaults", "family settings")
+    rows = []
     for fam in families.all_families():
         s = fam.spec
         own = ", ".join(f for f in FAMILY_SPECIFIC_FIELDS if f in s.supports)
         # the flavours it tells apart in a checkpoint (FamilySpec.variants), one per line
         title = "\n".join([s.title, *(f"- {v.title}" for v in s.variants)])
-        table.add_row(
-            s.name, escape(title), s.objective, ", ".join(f"{k}={v}" for k, v in s.defaults.items()), own
-        )
-    Console().print(table)
+        rows.append([s.name, title, s.objective, ", ".join(f"{k}={v}" for k, v in s.defaults.items()), own])
+    print_table(("family", "title", "objective", "defaults", "family settings"), rows, keep=("family",))
 
 
 def paths_cmd() -> None:

@@ -14,6 +14,7 @@ lora_app = typer.Typer(
     help="LoRA files: list a run's LoRAs by step, convert between diffusers and kohya/ComfyUI layouts, "
     "merge, resize.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 

@@ -8,7 +8,6 @@ import json
 import threading
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -17,9 +16,12 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
-from rich.table import Table
 
-models_app = typer.Typer(help="Base models: list, fetch from the hub, delete.", no_args_is_help=True)
+from lorastudio.cli.tables import print_table
+
+models_app = typer.Typer(
+    help="Base models: list, fetch from the hub, delete.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -58,13 +60,18 @@ def list_cmd(
     if not entries:
         typer.echo("no base models yet: `lorastudio models fetch OWNER/NAME` or `lorastudio tiny`")
         return
-    table = Table("id", "family", "trainable", "size", "source", "notes")
-    for e in entries:
-        notes = e.reason or ""
-        table.add_row(
-            e.id, e.family or "-", "yes" if e.trainable else "no", _size(e.size_bytes), e.source, notes
-        )
-    Console().print(table)
+    rows = [
+        [
+            e.id,
+            e.family or "-",
+            "yes" if e.trainable else "no",
+            _size(e.size_bytes),
+            e.source,
+            e.reason or e.checkpoint or ("step-distilled" if e.distilled else ""),
+        ]
+        for e in entries
+    ]
+    print_table(("id", "family", "trainable", "size", "source", "notes"), rows, keep=("id",))
 
 
 @models_app.command("fetch")

@@ -3,7 +3,10 @@ display of train()'s events, the plan line, the Ctrl-C stop handler, and quietin
 own progress bars.
 
 On a terminal the display is live bars (one per preparation phase, then training with loss,
-average loss, LR, samples/s, peak memory and ETA). When stderr is not a terminal (a log file,
+average loss, LR, samples/s, peak memory and ETA). A narrow terminal (below WIDE_COLUMNS) drops
+the bar's elapsed time and draws a shorter bar, and the step's figures drop the least important
+ones first (lr, memory, average loss, then speed) so that the line is never cut: loss, the step
+count and the ETA always show. When stderr is not a terminal (a log file,
 nohup, CI) live bars would end up as one truncated line, so the display prints plain log lines
 instead: each preparation phase when it completes, and the training step with the same figures
 on the first step, every `every` steps (default a tenth of the run), at least once a minute, and
@@ -33,6 +36,10 @@ from lorastudio.training.events import Event, PlanChosen, StopRequest
 from lorastudio.training.events import Progress as ProgressEvent
 
 PLAIN_LINE_MAX_GAP_S = 60.0
+WIDE_COLUMNS = 120  # a terminal at least this wide shows every column of the live bar
+# The narrow live bar's columns other than the figures: "training " (9), a 10-wide bar, "N/M"
+# (up to 13), "eta H:MM:SS" (11), rich's separators (1 each).
+_NARROW_FIXED = 9 + 10 + 13 + 11 + 5
 
 
 def quiet_libraries() -> None:
@@ -46,16 +53,30 @@ def quiet_libraries() -> None:
         logging.disable_progress_bar()
 
 
-def step_stats(event: ProgressEvent) -> str:
+def step_stats(event: ProgressEvent, width: int | None = None) -> str:
     """The figures of one training step: "loss 0.1234 avg 0.1300 lr 1.0e-04 2.50 img/s mem 41.2 GB"
-    (samples/s "-" until there is a steady-state figure; memory only when the run reports it)."""
+    (samples/s "-" until there is a steady-state figure; memory only when the run reports it).
+    With `width`, the least important figures are left out until the text fits (lr, memory,
+    average loss, speed); the loss and skipped steps always stay."""
     sps = f"{event.samples_per_second:.2f}" if event.samples_per_second is not None else "-"
-    stats = f"loss {event.loss:.4f} avg {event.avg_loss:.4f} lr {event.lr:.1e} {sps} img/s"
+    parts = {  # in display order; _DROP_ORDER says which go first
+        "loss": f"loss {event.loss:.4f}",
+        "avg": f"avg {event.avg_loss:.4f}",
+        "lr": f"lr {event.lr:.1e}",
+        "speed": f"{sps} img/s",
+    }
     if event.peak_memory_gb is not None:
-        stats += f" mem {event.peak_memory_gb:.1f} GB"
+        parts["mem"] = f"mem {event.peak_memory_gb:.1f} GB"
     if event.skipped_steps:
-        stats += f" skipped {event.skipped_steps}"
-    return stats
+        parts["skipped"] = f"skipped {event.skipped_steps}"
+    for name in _DROP_ORDER:
+        if width is None or len(" ".join(parts.values())) <= width:
+            break
+        parts.pop(name, None)
+    return " ".join(parts.values())
+
+
+_DROP_ORDER = ("lr", "mem", "avg", "speed")
 
 
 def _clock_text(seconds: float) -> str:
@@ -76,16 +97,14 @@ class ProgressDisplay:
     ):
         self.console = console or Console(stderr=True, log_path=False)
         self.live = self.console.is_terminal
-        self.progress = Progress(
-            TextColumn("[bold]{task.description:<12}"),
-            BarColumn(bar_width=16),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[stats]}"),
-            console=self.console,
-        )
+        self.wide = self.console.width >= WIDE_COLUMNS
+        columns = [TextColumn("[bold]{task.description:<12}" if self.wide else "[bold]{task.description}")]
+        columns.append(BarColumn(bar_width=16 if self.wide else 10))
+        columns.append(MofNCompleteColumn())
+        if self.wide:
+            columns.append(TimeElapsedColumn())
+        columns += [TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}")]
+        self.progress = Progress(*columns, console=self.console)
         self.tasks: dict[str, TaskID] = {}
         self.last_error: str | None = None
         self.every = every
@@ -131,7 +150,8 @@ class ProgressDisplay:
         elif event.type == "progress":
             if self.live:
                 task = self._task("train", "training", event.total_steps)
-                self.progress.update(task, completed=event.step, stats=step_stats(event))
+                room = None if self.wide else max(11, self.console.width - _NARROW_FIXED)
+                self.progress.update(task, completed=event.step, stats=step_stats(event, room))
             else:
                 self._plain_step(event)
         elif event.type == "plan_chosen":

@@ -6,13 +6,15 @@ import json
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from lorastudio.cli.tables import print_table
 
 if TYPE_CHECKING:
     from lorastudio.jobs.store import RunStore
 
-runs_app = typer.Typer(help="Training runs recorded in the run store.", no_args_is_help=True)
+runs_app = typer.Typer(
+    help="Training runs recorded in the run store.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,12 +40,13 @@ def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this 
     if not runs:
         typer.echo("no runs yet")
         return
-    table = Table("id", "status", "family", "output", "steps", "last loss", "created")
+    rows = []
     for r in runs:
         loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
         steps = f"{r['steps_run']}/{r['total_steps'] or '?'}"
-        table.add_row(r["id"], r["status"], r["family"], r["output_name"], steps, loss, r["created_at"][:19])
-    Console().print(table)
+        rows.append([r["id"], r["status"], r["family"], r["output_name"], steps, loss, r["created_at"][:19]])
+    headers = ("id", "status", "family", "output", "steps", "last loss", "created")
+    print_table(headers, rows, keep=("id", "output"))
 
 
 @runs_app.command("show")

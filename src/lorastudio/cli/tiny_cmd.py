@@ -13,6 +13,7 @@ import typer
 tiny_app = typer.Typer(
     help="Tiny random-weight models of every family and a sample dataset, built offline.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 
@@ -31,6 +32,9 @@ def model_cmd(
     seed: int = typer.Option(0, "--seed", min=0, help="weights seed (same seed, same files)"),
 ) -> None:
     """Write a tiny diffusers pipeline of FAMILY (loads with DiffusionPipeline.from_pretrained)."""
+    from lorastudio.cli.run_display import quiet_libraries
+
+    quiet_libraries()  # before the libraries load: no info lines or shard progress bars
     from lorastudio import tiny
     from lorastudio.settings import get_settings
 

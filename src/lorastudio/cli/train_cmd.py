@@ -1,6 +1,7 @@
 """`lorastudio train CONFIG [--set key=value ...]`: one training run in this process, with a
 live progress bar. Ctrl-C once stops and saves the LoRA of the steps run (and a checkpoint);
-twice aborts. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_every=N ...]`
+twice aborts, saying what the run left on disk. Exit codes: 0 done, 2 refused (every problem
+listed), 130 stopped by Ctrl-C (what was saved is printed), 1 an unexpected error. `lorastudio train --resume RUN_FOLDER_OR_CHECKPOINT [--set save_every=N ...]`
 continues a run from its newest (or the given) checkpoint with the checkpoint's settings; with a
 CONFIG too, the config must match the checkpoint's identity. `--set steps=N` (N above the run's
 total) trains a stopped or finished run longer (training/extend.py: the schedule of a fresh
@@ -41,6 +42,7 @@ from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.training.events import Event
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C (saved or not: the command says what it kept)
 
 
 def register(app: typer.Typer) -> None:
@@ -156,6 +158,15 @@ def train_cmd(
         help="data-parallel processes, one per GPU, launched through torchrun (sets num_gpus; "
         "with --device cpu: gloo processes on the CPU)",
     ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="print the preflight report (settings, dataset, schedule, plan, warnings) and exit "
+        "without training: 0 when the run would start, 2 with every problem when not",
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="replace the outputs of a previous run of the same output_name"
+    ),
 ) -> None:
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
     or resume one from a checkpoint."""
@@ -165,15 +176,25 @@ def train_cmd(
     if launched:
         _bind_to_agent()
     home_lock = None
+    cfg = None
     try:
         home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
+        if not launched and config is not None and resume is None:
+            _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
+        elif check or (overwrite and resume is not None):
+            flag = "--check" if check else "--overwrite"
+            raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
         from lorastudio.training.loop import train
 
+        if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
+            from lorastudio.config import resolve_train_config
+
+            cfg = cfg.model_copy(update={"output_name": resolve_train_config(cfg).output_name})
         for note in _flavour_notes(cfg):
             typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
@@ -185,6 +206,10 @@ def train_cmd(
         prefix = "error" if rank == 0 else f"error (rank {rank})"
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
+    except KeyboardInterrupt:  # a second Ctrl-C: the run ended where it was
+        if rank == 0:
+            _report_abort(run_dir_of_cfg(cfg) if cfg is not None else None)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if home_lock is not None:
             home_lock.release()
@@ -194,11 +219,59 @@ def train_cmd(
         typer.echo(f"resumed from step {result.resumed_from}")
     if result.lora_path is None:
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
-        return
+        raise typer.Exit(EXIT_INTERRUPTED if result.stopped and not launched else 0)
     state = "stopped early, saved" if result.stopped else "done"
     typer.echo(f"{state}: {result.steps_run} step(s)")
     typer.echo(f"LoRA     {result.lora_path}")
     typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
+    if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def run_dir_of_cfg(cfg: Any) -> Path | None:
+    """outputs/<output_name> of a run's config (None without a name)."""
+    from lorastudio.settings import get_settings
+
+    return get_settings().outputs_dir / cfg.output_name if cfg.output_name else None
+
+
+def _report_abort(run_dir: Path | None) -> None:
+    """After a second Ctrl-C: say what the run left on disk (its LoRA, snapshots, checkpoints
+    to --resume from) or that nothing was kept."""
+    from lorastudio.lora.snapshots import LORAS
+    from lorastudio.training.checkpoint import list_checkpoints
+
+    typer.secho("aborted (Ctrl-C twice)", fg=typer.colors.YELLOW, err=True)
+    kept = []
+    if run_dir is not None and run_dir.is_dir():
+        final = run_dir / f"{run_dir.name}.safetensors"
+        kept += [f"LoRA        {final}"] if final.is_file() else []
+        kept += [f"snapshot    {p}" for p in sorted((run_dir / LORAS).glob("*.safetensors"))]
+        kept += [f"checkpoint  {p} (lorastudio train --resume {run_dir})" for p in list_checkpoints(run_dir)]
+    for line in kept:
+        typer.echo(line)
+    if not kept:
+        typer.echo("nothing saved")
+
+
+def _check_fresh_run(
+    config: Path, overrides: list[str], device: str | None, *, check: bool, overwrite: bool
+) -> None:
+    """Validate a fresh run like the job service (every problem at once: cli/train_check.py).
+    With `check`, print the preflight report and exit 0; with `overwrite`, remove the previous
+    run's outputs of that name. Raises ConfigError."""
+    from lorastudio.cli.train_check import check_run, print_report, replace_outputs
+    from lorastudio.jobs.preflight import preflight_report
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    data = localize_paths(apply_overrides(load_config_file(config), overrides))
+    run = check_run(data, settings, overwrite=overwrite, device=device)
+    if check:
+        print_report(preflight_report(run))
+        raise typer.Exit(0)
+    if overwrite and (removed := replace_outputs(str(run.config.output_name), settings)) is not None:
+        typer.echo(f"replaced the previous outputs in {removed}", err=True)
 
 
 def _flavour_notes(cfg: Any) -> list[str]:
@@ -241,6 +314,7 @@ def _bind_to_agent() -> None:
 
 def _check_launch(cfg: Any, device: str | None) -> None:
     """Refuse a data-parallel launch this host or config cannot run. Raises ConfigError."""
+    from lorastudio.cli.train_check import gpu_count_problems
     from lorastudio.training.parallel_rules import data_parallel_problems
 
     problems = data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
@@ -252,18 +326,7 @@ def _check_launch(cfg: Any, device: str | None) -> None:
                 "CUDA_VISIBLE_DEVICES); use --device cuda or cpu",
             )
         )
-    if device != "cpu":
-        import torch
-
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count < cfg.num_gpus:
-            problems.append(
-                FieldProblem(
-                    "num_gpus",
-                    f"{cfg.num_gpus} processes need {cfg.num_gpus} CUDA GPUs, but this host has "
-                    f"{count}; use fewer, or --device cpu to run them as gloo processes on the CPU",
-                )
-            )
+    problems += gpu_count_problems(cfg.num_gpus, device)
     if problems:
         raise ConfigError(problems)
 

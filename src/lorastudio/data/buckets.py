@@ -70,3 +70,44 @@ def nearest_bucket(width: int, height: int, buckets: list[tuple[int, int]]) -> t
         raise ConfigError([FieldProblem("size", f"image size must be positive (got {width}x{height})")])
     target = math.log(width / height)
     return min(buckets, key=lambda b: (abs(math.log(b[0] / b[1]) - target), -b[0] * b[1], b))
+
+
+def upscale_factor(width: int, height: int, bucket: tuple[int, int]) -> float:
+    """How much an image of `width` x `height` is enlarged to cover `bucket` (data.crop scales
+    by max(bucket_w / width, bucket_h / height)); above 1 it is upscaled."""
+    return max(bucket[0] / width, bucket[1] / height)
+
+
+def fitting_bucket(
+    width: int, height: int, cap: tuple[int, int], multiple: int, max_ratio: float = 4.0, square: bool = False
+) -> tuple[int, int]:
+    """The largest bucket inside the image itself: each side a multiple of `multiple`, at most
+    the image's side and the side of `cap` (the bucket it replaces, so the area never grows),
+    at least `multiple` (an image smaller than that is still enlarged to it); the long side is
+    shortened to keep the ratio within `max_ratio`; `square` gives a square bucket."""
+    w = max(multiple, min(width, cap[0]) // multiple * multiple)
+    h = max(multiple, min(height, cap[1]) // multiple * multiple)
+    if square:
+        w = h = min(w, h)
+    if w > h * max_ratio:
+        w = max(multiple, int(h * max_ratio) // multiple * multiple)
+    elif h > w * max_ratio:
+        h = max(multiple, int(w * max_ratio) // multiple * multiple)
+    return w, h
+
+
+def choose_bucket(
+    width: int,
+    height: int,
+    buckets: list[tuple[int, int]],
+    multiple: int,
+    *,
+    no_upscale: bool = False,
+    square: bool = False,
+) -> tuple[int, int]:
+    """The bucket an image trains at: `nearest_bucket`, or, with `no_upscale` when that one
+    would enlarge the image, the `fitting_bucket` of the image's own size (no enlargement)."""
+    bucket = nearest_bucket(width, height, buckets)
+    if no_upscale and upscale_factor(width, height, bucket) > 1.0:
+        return fitting_bucket(width, height, bucket, multiple, square=square)
+    return bucket

@@ -18,6 +18,7 @@ still checked; the training worker decodes the image and reports it if it is cor
 from __future__ import annotations
 
 import io
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -64,6 +65,15 @@ class ImageInfo:
 
 
 _bad = bad_image
+# A file object's repr in a decoder's message ("<_io.BufferedReader name='/…/.uploads/…'>").
+_FILE_REPR = re.compile(r"\s*<[\w.]+ name=(?:'[^']*'|\"[^\"]*\"|\d+)>")
+
+
+def _reason(err: BaseException, path: Path) -> str:
+    """A decoder's message in the user's terms: no file object reprs or staging paths, the
+    file's own name instead of its path."""
+    text = _FILE_REPR.sub("", str(err)).replace(str(path), path.name).strip()
+    return text or type(err).__name__
 
 
 @contextmanager
@@ -79,9 +89,9 @@ def open_image(path: Path, folder_id: FolderId | None = None) -> Iterator[Image.
         try:
             img = Image.open(source, formats=ALLOWED_FORMATS)
         except Image.DecompressionBombError as err:
-            raise _bad(path, f"oversized (decompression bomb refused: {err})") from None
+            raise _bad(path, f"oversized (decompression bomb refused: {_reason(err, path)})") from None
         except DECODE_ERRORS as err:
-            raise _bad(path, f"corrupt or not a PNG/JPEG/WebP image ({err})") from None
+            raise _bad(path, f"corrupt or not a PNG/JPEG/WebP image ({_reason(err, path)})") from None
         with img:
             yield img
 
@@ -121,7 +131,7 @@ def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
             img.draft("RGB", (max(1, img.width // 8), max(1, img.height // 8)))
         img.load()
     except DECODE_ERRORS as err:
-        raise _bad(path, f"corrupt ({err})") from None
+        raise _bad(path, f"corrupt ({_reason(err, path)})") from None
 
 
 def probe_image(
@@ -185,6 +195,6 @@ def load_rgb(path: Path, folder_id: FolderId | None = None) -> Image.Image:
             img.load()
             rgb = to_rgb(img)
         except DECODE_ERRORS as err:
-            raise _bad(path, f"corrupt ({err})") from None
+            raise _bad(path, f"corrupt ({_reason(err, path)})") from None
     fix = ORIENTATION_FIX.get(orientation)
     return rgb.transpose(fix) if fix is not None else rgb

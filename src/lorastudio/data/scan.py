@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from lorastudio.data.buckets import make_buckets, nearest_bucket, resolution_problems
+from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_problems
 from lorastudio.data.captions import choose_caption, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
@@ -68,6 +68,7 @@ def scan_dataset(
     max_pixels: int = 64_000_000,
     skip_bad_images: bool = False,
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
+    no_upscale: bool = False,
     control_dirs: Sequence[Path] = (),
     control_images: tuple[int, int] = (0, 0),
     family: str = "this family",
@@ -79,9 +80,11 @@ def scan_dataset(
     (see lorastudio.data.captions for the precedence); `max_pixels`, the largest accepted
     width*height; `skip_bad_images`, True to leave corrupt/oversized images out (each listed in
     `dropped`) instead of refusing the dataset; `decode_pixels`, the most pixels one check
-    decodes (settings.max_decode_pixels); `control_dirs` (parallel control folders),
-    `control_images` (the family's (min, max) controls per image) and `family` (its name, for
-    messages): the pairing of targets with control images (data/pairs.py).
+    decodes (settings.max_decode_pixels); `no_upscale`, True to train an image smaller than its
+    bucket at the largest bucket inside its own size (data.buckets.choose_bucket) instead;
+    `control_dirs` (parallel control folders), `control_images` (the family's (min, max) controls
+    per image) and `family` (its name, for messages): the pairing of targets with control images
+    (data/pairs.py).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -138,7 +141,9 @@ def scan_dataset(
             uncaptioned.append(path.name)
             continue
         caption, source = chosen
-        bucket = nearest_bucket(info.width, info.height, buckets)
+        bucket = choose_bucket(
+            info.width, info.height, buckets, multiple, no_upscale=no_upscale, square=not aspect_buckets
+        )
         items.append(ImageItem(path, caption, source, info.width, info.height, bucket, folder_id=folder_id))
 
     # -- paired samples (data/pairs.py): controls attached to the items, problems reported here

@@ -4,9 +4,11 @@ caption edits, image deletion, and dataset listings.
 An upload is a batch of named files: images (PNG/JPEG/WebP), `<stem>.txt` captions and at most
 one `metadata.jsonl`. `UploadBatch` writes them into a hidden staging folder under the datasets
 root, checks every one (safe name, allowed kind, image header size limit + decode check, UTF-8
-captions, metadata rows), and only then commits: a new dataset by renaming the whole staging
-folder, an existing one file by file (each rename atomic; files of the same name are replaced;
-metadata.jsonl rows are merged, the new row winning). A refused batch leaves nothing behind.
+captions, metadata rows), and only then commits the files that passed (all or nothing with
+`strict`): a new dataset by renaming the staging folder, an existing one file by file (each
+rename atomic; files of the same name are replaced; metadata.jsonl rows are merged, the new row
+winning). Refused files (a caption whose image was refused among them) are listed with their
+reasons and never reach the dataset; a batch with nothing to store leaves nothing behind.
 Commits into one dataset are serialised by `dataset_lock` (an flock on a hidden lock file per
 dataset, so concurrent uploads, also from another process, never lose metadata.jsonl rows).
 """
@@ -18,17 +20,18 @@ import fcntl
 import json
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, discover, is_image_name
+from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import probe_image
+from lorastudio.data.listing import dataset_summary, list_datasets  # noqa: F401 (re-exported)
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import open_folder
 from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, NotFound, PathOutsideRoot, is_no_space
@@ -36,6 +39,8 @@ from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, NotFound, 
 STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
 LOCKS_DIR = ".locks"  # hidden folder under the datasets root: one lock file per dataset name
 _COPY_CHUNK = 1 << 20
+# Images refused with their own reason (the web picker's accept list leaves them out too).
+REFUSED_IMAGE_EXTENSIONS = (".bmp", ".dib")
 
 
 class UploadTooLarge(DatasetError):
@@ -56,17 +61,33 @@ def upload_kind(name: str) -> str:
         return "metadata"
     if name.lower().endswith(CAPTION_EXTENSION):
         return "caption"
-    raise DatasetError(
-        f"cannot upload {name}",
-        [f"{name}: not an image (png/jpg/jpeg/webp), a .txt caption or {METADATA_FILE}"],
-    )
+    if name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
+        reason = "BMP images are not accepted: convert it to PNG, JPEG or WebP"
+    else:
+        reason = (
+            f"not an image ({'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}), a .txt caption or {METADATA_FILE}"
+        )
+    raise DatasetError(f"cannot upload {name}", [f"{name}: {reason}"])
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What one upload stored and what it refused.
+
+    `stored`: the committed file names (sorted); `refused`: (file name, reason) pairs, sorted
+    by name, one per problem (a file may have several)."""
+
+    stored: list[str]
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
 
 class UploadBatch:
     """Stage, check and commit one upload into `dataset_dir` (a folder under `datasets_root`).
 
     Use as `with UploadBatch(...) as batch: batch.add(name, stream); batch.commit()`; leaving
-    the block without commit (or with an error) deletes the staging folder."""
+    the block without commit (or with an error) deletes the staging folder. By default the good
+    files are stored and the bad ones refused with their reasons (a caption whose image was
+    refused is refused too); `strict=True` refuses the whole batch when any file is bad."""
 
     def __init__(
         self,
@@ -74,13 +95,15 @@ class UploadBatch:
         dataset_dir: Path,
         max_pixels: int,
         decode_pixels: int = DEFAULT_DECODE_PIXELS,
+        strict: bool = False,
     ):
         self.dataset_dir = dataset_dir
         self.max_pixels = max_pixels
         self.decode_pixels = decode_pixels
+        self.strict = strict
         self.staging = datasets_root / STAGING_DIR / uuid.uuid4().hex
         self._names: dict[str, str] = {}  # file name -> kind
-        self.problems: list[str] = []
+        self.refused: list[tuple[str, str]] = []  # (file name, reason)
 
     def __enter__(self) -> UploadBatch:
         while True:  # another batch's exit may remove the (empty) staging root meanwhile
@@ -109,33 +132,46 @@ class UploadBatch:
         with contextlib.suppress(OSError):  # still holds another upload's staging folder
             self.staging.parent.rmdir()
 
+    @property
+    def problems(self) -> list[str]:
+        """The refusals as "<file>: <reason>" strings (the DatasetError problem format)."""
+        return [f"{name}: {reason}" if name else reason for name, reason in self.refused]
+
+    def _refuse(self, name: str, err_or_reason: Exception | str) -> None:
+        reasons = [err_or_reason] if isinstance(err_or_reason, str) else _messages(err_or_reason)
+        for reason in reasons:
+            self.refused.append((name, reason.removeprefix(f"{name}: ") if name else reason))
+
     def add(self, name: str, stream: BinaryIO) -> None:
-        """Stage one file. A bad name or kind is recorded as a problem (reported by commit)."""
+        """Stage one file. A bad name or kind is recorded as refused (reported by commit)."""
         try:
             name = safe_component(name, field="file name")  # stored under its NFC form
             kind = upload_kind(name)
         except (DatasetError, ConfigError, PathOutsideRoot) as err:
-            self.problems += _messages(err)
+            self._refuse(name, err)
             return
         if name in self._names:
-            self.problems.append(f"{name}: sent twice in one upload")
+            self._refuse(name, "sent twice in one upload")
             return
         with self._no_space(), (self.staging / name).open("wb") as out:
             shutil.copyfileobj(stream, out, _COPY_CHUNK)
         self._names[name] = kind
 
-    def commit(self) -> list[str]:
-        """Check every staged file and move them into the dataset. Returns the committed names
-        (sorted). Raises DatasetError listing every problem; nothing is committed then. The
-        checks against the dataset, the metadata merge and the moves hold `dataset_lock`."""
-        if not self._names and not self.problems:
-            self.problems.append("no files in the upload")
+    def commit(self) -> UploadResult:
+        """Check every staged file and move the good ones into the dataset. Returns the stored
+        names and the refused files with their reasons. Raises DatasetError listing every
+        problem when nothing can be stored, or (strict) when any file is refused; nothing is
+        committed then. The checks against the dataset, the metadata merge and the moves hold
+        `dataset_lock`."""
+        if not self._names and not self.refused:
+            self._refuse("", "no files in the upload")
         with dataset_lock(self.staging.parent.parent, self.dataset_dir.name):
             self._check_files()
-            if self.problems:
+            self.refused.sort(key=lambda r: r[0])
+            if not self._names or (self.strict and self.refused):
                 raise DatasetError(f"upload to {self.dataset_dir.name} refused", self.problems)
             with self._no_space():
-                return self._move_in()
+                return UploadResult(self._move_in(), list(self.refused))
 
     def _move_in(self) -> list[str]:
         """Merge metadata.jsonl and move the staged files into the dataset (under the lock)."""
@@ -143,6 +179,8 @@ class UploadBatch:
             self._merge_metadata()
         names = sorted(self._names)
         if not os.path.lexists(self.dataset_dir):
+            for leftover in {p.name for p in self.staging.iterdir()} - set(names):
+                (self.staging / leftover).unlink()  # a refused file never reaches the dataset
             try:
                 os.rename(self.staging, self.dataset_dir)
                 return names
@@ -159,34 +197,49 @@ class UploadBatch:
         return names
 
     def _check_files(self) -> None:
-        existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
-        image_stems = {Path(n).stem for n, k in self._names.items() if k == "image"} | existing_stems
+        """Check the staged files; drop each bad one from the batch (recorded in `refused`).
+        Images first, so that a caption whose image was refused is refused too."""
+        bad: set[str] = set()
         for name, kind in sorted(self._names.items()):
             path = self.staging / name
-            if kind == "image":
-                try:
+            try:
+                if kind == "image":
                     probe_image(path, self.max_pixels, self.decode_pixels)
-                except DatasetError as err:
-                    self.problems += err.problems
-            elif kind == "caption":
-                self._check_caption(path, image_stems)
-            else:
-                try:
-                    self.problems += read_metadata(path).problems
-                except DatasetError as err:
-                    self.problems += err.problems
+                elif kind == "metadata":
+                    table_problems = read_metadata(path).problems
+                    if table_problems:
+                        raise DatasetError("bad metadata.jsonl", table_problems)
+            except DatasetError as err:
+                self._refuse(name, err)
+                bad.add(name)
+        refused_images = {Path(n).stem: n for n in bad if self._names[n] == "image"}
+        existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
+        good_stems = {Path(n).stem for n, k in self._names.items() if k == "image" and n not in bad}
+        for name in sorted(n for n, k in self._names.items() if k == "caption"):
+            path = self.staging / name
+            stem = Path(name).stem
+            if stem in refused_images and stem not in good_stems:
+                self._refuse(name, f"its image {refused_images[stem]} was refused")
+                bad.add(name)
+            elif not self._caption_ok(path, good_stems | existing_stems):
+                bad.add(name)
+        for name in bad:
+            del self._names[name]
 
-    def _check_caption(self, path: Path, image_stems: set[str]) -> None:
+    def _caption_ok(self, path: Path, image_stems: set[str]) -> bool:
+        """Check one staged caption (size, a matching image, UTF-8); record why it is refused."""
         if path.stat().st_size > MAX_CAPTION_BYTES:
-            self.problems.append(f"{path.name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB")
-            return
+            self._refuse(path.name, f"caption larger than {MAX_CAPTION_BYTES // 1024} KB")
+            return False
         if path.stem not in image_stems:
-            self.problems.append(f"{path.name}: no image named {path.stem}.* in the upload or the dataset")
-            return
+            self._refuse(path.name, f"no image named {path.stem}.* in the upload or the dataset")
+            return False
         try:
             read_sidecar(path)
         except DatasetError as err:
-            self.problems += err.problems
+            self._refuse(path.name, err)
+            return False
+        return True
 
     def _merge_metadata(self) -> None:
         """Merge the existing metadata.jsonl rows under the uploaded ones (the upload wins)."""
@@ -318,57 +371,3 @@ def existing_image(dataset_dir: Path, image_name: str) -> Path:
     if not is_image_name(image_name) or path.is_symlink() or not path.is_file():
         raise NotFound(f"no image {image_name!r} in dataset {dataset_dir.name}")
     return path
-
-
-def dataset_summary(folder: Path) -> dict[str, Any]:
-    """{"name", "path", "images", "captions"}: captions counts images with a .txt or a
-    metadata.jsonl row. metadata.jsonl is read once per version of the file (`_metadata_names`);
-    one that cannot be read counts no rows here (the dataset's detail and preflight say why)."""
-    files = discover(folder)
-    rows = _metadata_names(files.metadata) if files.metadata else frozenset()
-    captioned = sum(1 for p in files.images if p.stem in files.sidecars or p.name in rows)
-    return {"name": folder.name, "path": str(folder), "images": len(files.images), "captions": captioned}
-
-
-_NAMES_CACHE: dict[tuple[str, int, int, int, int], frozenset[str]] = {}
-_NAMES_CACHE_MAX = 64
-_NAMES_LOCK = threading.Lock()
-
-
-def _metadata_names(path: Path) -> frozenset[str]:
-    """The file names metadata.jsonl gives a caption, cached by (path, device, inode, size,
-    mtime): listings (/api/info, /api/datasets) do not re-read an unchanged file."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return frozenset()
-    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    with _NAMES_LOCK:
-        names = _NAMES_CACHE.get(key)
-    if names is None:
-        try:
-            names = frozenset(read_metadata(path).captions)
-        except DatasetError:
-            names = frozenset()
-        with _NAMES_LOCK:
-            if len(_NAMES_CACHE) >= _NAMES_CACHE_MAX:
-                _NAMES_CACHE.pop(next(iter(_NAMES_CACHE)))
-            _NAMES_CACHE[key] = names
-    return names
-
-
-def list_datasets(root: Path) -> list[dict[str, Any]]:
-    """Summaries of every visible dataset folder under `root`, by name (symbolic links are not
-    followed, so a link to a folder elsewhere is not listed)."""
-    if not root.is_dir():
-        return []
-    folders = sorted(
-        p for p in root.iterdir() if not p.name.startswith(".") and not p.is_symlink() and p.is_dir()
-    )
-    out = []
-    for folder in folders:
-        try:
-            out.append(dataset_summary(folder))
-        except DatasetError:
-            continue  # unreadable folder: not listed
-    return out

@@ -24,6 +24,8 @@ _BUILTIN: dict[str, str] = {
     "flux2": "lorastudio.families.flux2:FAMILY",
     "flux2-klein": "lorastudio.families.flux2_klein:FAMILY",
     "flux-kontext": "lorastudio.families.flux_kontext:FAMILY",
+    "chroma": "lorastudio.families.chroma:FAMILY",
+    "krea2": "lorastudio.families.krea2:FAMILY",
 }
 _loaded: dict[str, Family] = {}
 

@@ -75,8 +75,13 @@ class FamilySpec:
     # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
     fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     # pipeline __call__ kwargs that make each step ONE conditional denoiser call (classifier-free
-    # guidance off), e.g. {"guidance_scale": 1.0}; empty where the defaults already do
+    # guidance off), e.g. {"guidance_scale": 1.0}; empty where the defaults already do. What "one
+    # denoising step of the pipeline" means for predict's contract (tests/families)
     no_cfg_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # the pipeline's default guidance (generation_defaults) runs a second pass on a negative
+    # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
+    # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
+    guides_with_negative: bool = False
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
     variants: tuple[Variant, ...] = ()
     # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
@@ -108,6 +113,13 @@ class Family(ABC):
 
     Each hook loads or computes one thing and returns it; none keeps hidden state between calls,
     so the loop can free what it no longer needs (text encoders after phase 1, VAE after phase 2).
+
+    Optional hooks with defaults: config_problems, distilled (is the base step-distilled: read
+    from the checkpoint), pipeline_negative_kwargs (previews of a pipeline that guides with a
+    negative prompt, spec.guides_with_negative), to_pipeline_latents / from_pipeline_latents
+    (the pipeline's own latent layout, e.g. packed tokens), adapt_denoiser, encode_pixels,
+    collate_conditioning, shift_sigmas. The contract suite (tests/families) checks every family
+    through these hooks only: a new family adds no test code.
     """
 
     spec: FamilySpec
@@ -169,6 +181,25 @@ class Family(ABC):
         """Problems specific to this family beyond the generic checks (default: none)."""
         return []
 
+    def distilled(self, source: str, revision: str | None) -> tuple[bool | None, str | None]:
+        """Whether the base at `source` (a pipeline folder, or a hub id as preflight resolved
+        it) is step-distilled (turbo / few-step: what TrainConfig.assistant_lora is for), and
+        where that was read; (None, None) when nothing says. Default: model_index.json's
+        `is_distilled` (absent: its pipeline's default), the flag variant rows such as
+        flux2-klein's read too, else the known-checkpoint row of its hub repo
+        (basemodels/checkpoints.py). A family whose checkpoints say it another way overrides this."""
+        from lorastudio.basemodels.checkpoints import checkpoint_facts
+        from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+
+        folder = Path(source).expanduser()
+        if folder.is_dir():
+            facts = checkpoint_facts(folder)
+        elif is_hub_id(source):
+            facts = checkpoint_facts(cached_snapshot(source, revision), source)
+        else:
+            return None, None
+        return facts.distilled, facts.distilled_from
+
     # -- phase 1: conditioning --------------------------------------------------------------
     def load_text_encoders(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
@@ -205,6 +236,14 @@ class Family(ABC):
         collated conditioning of ONE prompt (`collate_conditioning([item])`), moved to
         device/dtype, so a pipeline without text encoders renders exactly what the prompt
         would render (sample previews)."""
+
+    def pipeline_negative_kwargs(
+        self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        """Like pipeline_prompt_kwargs, for the negative prompt of classifier-free guidance
+        (negative_prompt_embeds and friends), from the collated conditioning of "". Only
+        families with spec.guides_with_negative are asked. Default: none."""
+        return {}
 
     # -- phase 2: latents ----------------------------------------------------------------------
     def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
@@ -278,14 +317,16 @@ class Family(ABC):
         prediction [B,C,h,w] in the objective's target space: epsilon or v for DDPM (per the
         scheduler config), noise - x0 for flow."""
 
-    def to_pipeline_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents [B,C,h,w] (normalised) -> what the pipeline's `latents=` argument takes.
-        Default: the same tensor."""
+    def to_pipeline_latents(self, pipe: Any, latents: torch.Tensor) -> torch.Tensor:
+        """latents [B,C,h,w] (normalised) -> what `pipe`'s `latents=` argument takes (packed
+        tokens for the patched transformers; `pipe` for what the layout needs, e.g. its
+        denoiser's patch size). Default: the same tensor."""
         return latents
 
     def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
-        """`pipe`'s output_type="latent" result -> latents [B,C,h,w] in the family's latent space
-        (`pipe` for what the conversion needs, e.g. its VAE's statistics). Default: as is."""
+        """Inverse of to_pipeline_latents: `pipe`'s output_type="latent" result -> latents
+        [B,C,h,w] in the family's latent space (latent_hw = (h, w); `pipe` for what the
+        conversion needs, e.g. its VAE's statistics or its denoiser's patch size). Default: as is."""
         return out
 
     # -- noise schedule ------------------------------------------------------------------------

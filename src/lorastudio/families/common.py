@@ -35,6 +35,22 @@ def unpack_2x2(packed: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return x.reshape(b, c, h, w)
 
 
+def pack_patches(latents: torch.Tensor, p: int) -> torch.Tensor:
+    """[B, C, h, w] -> [B, (h/p)*(w/p), C*p*p]: pack_2x2 for any patch side p (Krea 2's)."""
+    b, c, h, w = latents.shape
+    x = latents.view(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5)  # [B, h/p, w/p, C, p, p]
+    return x.reshape(b, (h // p) * (w // p), c * p * p)
+
+
+def unpack_patches(packed: torch.Tensor, h: int, w: int, p: int) -> torch.Tensor:
+    """Inverse of pack_patches: [B, (h/p)*(w/p), C*p*p] -> [B, C, h, w]."""
+    b, _, cpp = packed.shape
+    x = packed.view(b, h // p, w // p, cpp // (p * p), p, p).permute(
+        0, 3, 1, 4, 2, 5
+    )  # [B, C, h/p, p, w/p, p]
+    return x.reshape(b, cpp // (p * p), h, w)
+
+
 def kl_posterior(vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """AutoencoderKL posterior of pixels [B,3,H,W] in [-1,1], normalised like the pipelines do
     (z - shift_factor) * scaling_factor. Returns (mean, std), each [B, C, h, w] float32."""
@@ -43,6 +59,21 @@ def kl_posterior(vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     shift = float(vae.config.shift_factor or 0.0)
     mean = (dist.mean.float() - shift) * scale  # [B, C, h, w]
     std = dist.std.float() * scale  # [B, C, h, w]
+    return mean, std
+
+
+@torch.no_grad()
+def qwen_vae_posterior(vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """AutoencoderKLQwenImage posterior of pixels [B,3,H,W] in [-1,1] (one frame of its 5-D
+    input), normalised with its per-channel latents_mean / latents_std as the Qwen-Image and
+    Krea 2 pipelines do. Returns (mean, std), each [B, C, h, w] float32."""
+    dist = vae.encode(pixels.to(vae.dtype)[:, :, None]).latent_dist  # 5-D: [B, 3, 1, H, W] in
+    shape = (1, -1, 1, 1)
+    stats = {"dtype": torch.float32, "device": pixels.device}
+    lat_mean = torch.tensor(vae.config.latents_mean, **stats).view(shape)  # [1, C, 1, 1]
+    lat_std = torch.tensor(vae.config.latents_std, **stats).view(shape)  # [1, C, 1, 1]
+    mean = (dist.mean[:, :, 0].float() - lat_mean) / lat_std  # [B, C, h, w]
+    std = dist.std[:, :, 0].float() / lat_std  # [B, C, h, w]
     return mean, std
 
 
@@ -78,3 +109,14 @@ def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:
 def frozen(module: Any, device: torch.device) -> Any:
     """Move a loaded model to device, eval mode, no gradients; returns it."""
     return module.to(device).eval().requires_grad_(False)
+
+
+class Packed2x2Latents:
+    """Family mixin: the pipeline's latents are pack_2x2 tokens [B, hw/4, C*4] (FLUX.1,
+    Qwen-Image, Chroma): Family.to_pipeline_latents / from_pipeline_latents."""
+
+    def to_pipeline_latents(self, pipe: Any, latents: torch.Tensor) -> torch.Tensor:
+        return pack_2x2(latents)  # [B, hw/4, C*4]
+
+    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
+        return unpack_2x2(out, *latent_hw)  # [B, C, h, w]

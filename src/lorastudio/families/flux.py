@@ -11,7 +11,7 @@ import torch
 
 from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, pack_2x2, unpack_2x2
+from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, pack_2x2, unpack_2x2
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -50,7 +50,7 @@ SPEC = FamilySpec(
 )
 
 
-class FluxFamily(Family):
+class FluxFamily(Packed2x2Latents, Family):
     spec = SPEC
 
     def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
@@ -74,12 +74,6 @@ class FluxFamily(Family):
             "prompt_embeds": cond["prompt_embeds"].to(device, dtype),  # [1, L, D]
             "pooled_prompt_embeds": cond["pooled"].to(device, dtype),  # [1, Dp]
         }
-
-    def to_pipeline_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        return pack_2x2(latents)  # [B, hw/4, C*4]: the pipeline's packed latents
-
-    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
-        return unpack_2x2(out, *latent_hw)  # [B, C, h, w]
 
     def predict(
         self,

@@ -6,9 +6,9 @@ Flux2KleinPipeline.encode_prompt.
 Flavours are rows of SPEC.variants, read from the checkpoint: `is_distilled` from
 model_index.json (what Flux2KleinPipeline registers and reads: a distilled checkpoint ignores
 guidance), the size from the transformer config (4B: 5 dual-stream blocks, 9B: 8). Base
-checkpoints render with real classifier-free guidance: their cached conditioning then carries
-the empty prompt's features too, so sample previews can run the pipeline's CFG without its
-text encoder.
+checkpoints render with real classifier-free guidance on the empty prompt: the spec says
+guides_with_negative, so sample previews get the cached features of "" through
+pipeline_negative_kwargs and run the pipeline's CFG without its text encoder.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ SPEC = FamilySpec(
     generation_defaults={"num_inference_steps": 50, "guidance_scale": 4.0},
     fused_projection_groups=FLUX2_SPEC.fused_projection_groups,
     no_cfg_kwargs={"guidance_scale": 1.0},
+    guides_with_negative=True,  # base checkpoints: real CFG on "" (distilled ones: guidance 1, unused)
     variants=(
         *_rows("4b", 5),
         *_rows("9b", 8),
@@ -107,28 +108,13 @@ class Flux2KleinFamily(Flux2Family):
         embeds, _ = encoders.encode_prompt(
             list(prompts), device=encoders.device, max_sequence_length=length
         )  # [N, L, 3*D]
-        items = [{"prompt_embeds": e.cpu()} for e in embeds]
-        if not encoders.config.is_distilled:  # real CFG at inference: keep the empty prompt's too
-            empty, _ = encoders.encode_prompt([""], device=encoders.device, max_sequence_length=length)
-            negative = empty[0].cpu()  # [L, 3*D], one tensor shared by every item
-            for item in items:
-                item["negative_prompt_embeds"] = negative
-        return items
+        return [{"prompt_embeds": e.cpu()} for e in embeds]
 
-    def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
-        """Stack the prompts' features; the empty prompt's (base checkpoints) once, [1, L, D]."""
-        out: dict[str, Any] = {"prompt_embeds": torch.stack([it["prompt_embeds"] for it in items])}
-        if "negative_prompt_embeds" in items[0]:
-            out["negative_prompt_embeds"] = items[0]["negative_prompt_embeds"][None]
-        return out
-
-    def pipeline_prompt_kwargs(
+    def pipeline_negative_kwargs(
         self, cond: dict[str, Any], device: torch.device, dtype: torch.dtype
     ) -> dict[str, Any]:
-        kwargs = {"prompt_embeds": cond["prompt_embeds"].to(device, dtype)}  # [1, L, D]
-        if "negative_prompt_embeds" in cond:
-            kwargs["negative_prompt_embeds"] = cond["negative_prompt_embeds"].to(device, dtype)
-        return kwargs
+        """The empty prompt's features for a base checkpoint's CFG (a distilled one ignores them)."""
+        return {"negative_prompt_embeds": cond["prompt_embeds"].to(device, dtype)}  # [1, L, D]
 
 
 FAMILY = Flux2KleinFamily()

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, pack_2x2, unpack_2x2
+from lorastudio.families.common import (
+    DUAL_STREAM_QKV,
+    Packed2x2Latents,
+    pack_2x2,
+    qwen_vae_posterior,
+    unpack_2x2,
+)
 from lorastudio.families.real_rope import use_real_rope
 
 if TYPE_CHECKING:
@@ -39,7 +45,7 @@ SPEC = FamilySpec(
 )
 
 
-class QwenImageFamily(Family):
+class QwenImageFamily(Packed2x2Latents, Family):
     spec = SPEC
 
     def adapt_denoiser(self, denoiser: Any) -> None:
@@ -77,22 +83,8 @@ class QwenImageFamily(Family):
             "prompt_embeds_mask": cond["prompt_mask"].to(device),  # [1, L]
         }
 
-    @torch.no_grad()
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dist = vae.encode(pixels.to(vae.dtype)[:, :, None]).latent_dist  # 5-D: [B, 3, 1, H, W] in
-        shape = (1, -1, 1, 1)
-        stats = {"dtype": torch.float32, "device": pixels.device}
-        lat_mean = torch.tensor(vae.config.latents_mean, **stats).view(shape)  # [1, C, 1, 1]
-        lat_std = torch.tensor(vae.config.latents_std, **stats).view(shape)  # [1, C, 1, 1]
-        mean = (dist.mean[:, :, 0].float() - lat_mean) / lat_std  # [B, C, h, w]
-        std = dist.std[:, :, 0].float() / lat_std  # [B, C, h, w]
-        return mean, std
-
-    def to_pipeline_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        return pack_2x2(latents)  # [B, hw/4, C*4]: the pipeline's packed latents
-
-    def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
-        return unpack_2x2(out, *latent_hw)  # [B, C, h, w]
+        return qwen_vae_posterior(vae, pixels)
 
     def predict(
         self,

@@ -23,6 +23,14 @@ from contextlib import contextmanager
 from lorastudio.errors import JobActive
 
 
+def device_words() -> str:
+    """The accelerator as messages name it: "the GPU" on a CUDA host, "the CPU" otherwise (a CPU
+    host trains and generates on the CPU, one workload at a time all the same)."""
+    from lorastudio.jobs.hardware import host_info
+
+    return "the GPU" if host_info().device == "cuda" else "the CPU"
+
+
 class GpuArbiter:
     """Thread-safe arbiter between the training job and resident GPU workloads."""
 
@@ -65,12 +73,14 @@ class GpuArbiter:
             raise ValueError(f"a training job reserves at least one device, not {devices}")
         with self._cond:
             if self._training is not None and self._training != job_id:
-                raise JobActive(f"training job {self._training} is using the GPU")
+                raise JobActive(f"training job {self._training} is using {device_words()}")
             self._training = job_id
             if not self._cond.wait_for(lambda: self._generations == 0, timeout=wait_s):
                 self._training = None
                 self._cond.notify_all()
-                raise JobActive("a generation is still running on the GPU; try again when it finishes")
+                raise JobActive(
+                    f"a generation is still running on {device_words()}; try again when it finishes"
+                )
             self._devices = tuple(range(devices))
             releases = list(self._residents.values())
         for release in releases:
@@ -91,7 +101,8 @@ class GpuArbiter:
         with self._cond:
             if self._training is not None:
                 raise JobActive(
-                    f"training job {self._training} is using the GPU; generation is available when it ends"
+                    f"training job {self._training} is using {device_words()}; generation is available "
+                    "when it ends"
                 )
             self._generations += 1
         try:

@@ -32,7 +32,7 @@ from lorastudio.settings import Settings
 log = logging.getLogger("lorastudio.jobs")
 
 UPLOAD_STAGING = ".uploads"  # data/uploads.py STAGING_DIR
-_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # api/routes/runs.py
+_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # api/routes/runs.py, data/dataset_delete.py
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _EXPORT_STAGING = re.compile(r"^\.staging-[0-9a-f]+$")  # training/export.py, training/checkpoint.py
@@ -45,6 +45,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
     found: list[Path] = []
     found += _children(settings.datasets_dir / UPLOAD_STAGING)
     found += [p for p in _children(settings.outputs_dir) if _RUN_DELETE.match(p.name)]
+    found += [p for p in _children(settings.datasets_dir) if _RUN_DELETE.match(p.name)]  # dataset deletes
     for item in _children(settings.models_dir):
         tiny = _TINY_STAGING.match(item.name)
         if _MODEL_DELETE.match(item.name) or (tiny and not _alive(int(tiny.group(1)))):

@@ -22,6 +22,7 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
+from lorastudio.data.upscaling import upscale_warning
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
 
@@ -91,6 +92,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "unique_captions": len(scan.captions()),
             "buckets": scan.bucket_histogram(),
             "fingerprint": scan.fingerprint,
+            "warnings": [w for w in [upscale_warning(scan.items, cfg.no_upscale)] if w],
             "controls": _controls_section(scan),
         },
         "schedule": {

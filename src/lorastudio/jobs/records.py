@@ -23,6 +23,7 @@ class JobStatus(StrEnum):
     STOPPING = "stopping"
     COMPLETED = "completed"
     STOPPED = "stopped"
+    CANCELLED = "cancelled"  # a queued job stopped before it started
     FAILED = "failed"
     INTERRUPTED = "interrupted"
 

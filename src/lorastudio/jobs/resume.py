@@ -121,6 +121,7 @@ def validate_resume(
         resolution=int(cfg.resolution or 0),
         multiple=family.spec.resolution_multiple,
         aspect_buckets=cfg.aspect_buckets,
+        no_upscale=cfg.no_upscale,
         trigger_word=cfg.trigger_word,
         default_caption=cfg.default_caption,
         max_pixels=settings.max_image_pixels,

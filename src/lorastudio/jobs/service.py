@@ -230,7 +230,7 @@ class JobService(EventPump):
             queued = next((j for j in self._queue if j.id == job_id), None)
             if queued is not None:
                 self._queue.remove(queued)
-                self._finish(queued, JobStatus.STOPPED, error=None)
+                self._finish(queued, JobStatus.CANCELLED, error=None)
                 return queued.snapshot()
             job = self._active
             if job is None or not job.live or (job_id is not None and job.id != job_id):

@@ -30,6 +30,7 @@ from lorastudio.errors import (
 )
 from lorastudio.jobs.hardware import host_info
 from lorastudio.settings import Settings
+from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.parallel_rules import data_parallel_problems
 from lorastudio.training.plan import plan_host_problems
 
@@ -49,9 +50,16 @@ class ValidatedRun:
     model_dir: Path | None
 
 
-def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_names: set[str]) -> ValidatedRun:
+def validate_run(
+    raw: Mapping[str, Any],
+    settings: Settings,
+    *,
+    live_output_names: set[str],
+    allow_outside_root: bool = False,
+) -> ValidatedRun:
     """Check a training request completely. Takes the raw config mapping, the settings and the
-    output names of live jobs. Returns a ValidatedRun. Raises ConfigError listing every problem
+    output names of live jobs; `allow_outside_root` only for the CLI (a dataset folder anywhere,
+    as data/paths.resolve_dataset_dir allows trusted local callers). Returns a ValidatedRun. Raises ConfigError listing every problem
     (config fields, base model, dataset files, output name, precision)."""
     problems: list[FieldProblem] = []
     given: TrainConfig | None = None
@@ -67,7 +75,9 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     data_dir: Path | None = None
     if "data_dir" not in reported and isinstance(raw.get("data_dir"), str):
         try:
-            data_dir = resolve_dataset_dir(raw["data_dir"], settings.datasets_dir, allow_outside_root=False)
+            data_dir = resolve_dataset_dir(
+                raw["data_dir"], settings.datasets_dir, allow_outside_root=allow_outside_root
+            )
         except (ConfigError, PathOutsideRoot) as err:
             problems += _as_problems("data_dir", err)
 
@@ -109,6 +119,7 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
                 resolution=cfg.resolution or 0,
                 multiple=family.spec.resolution_multiple,
                 aspect_buckets=cfg.aspect_buckets,
+                no_upscale=cfg.no_upscale,
                 trigger_word=cfg.trigger_word,
                 default_caption=cfg.default_caption,
                 max_pixels=settings.max_image_pixels,
@@ -124,6 +135,8 @@ def validate_run(raw: Mapping[str, Any], settings: Settings, *, live_output_name
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 
+    if cfg is not None and model_source is not None and family is not None:  # a distilled base?
+        problems += assistant_problems(cfg.model_copy(update={"base_model": model_source}), family)
     if model_dir is not None and isinstance(raw.get("revision"), str):
         problems.append(FieldProblem("revision", "only applies to hub ids, not to a local folder"))
     if problems or given is None or cfg is None or scan is None or model_source is None or data_dir is None:

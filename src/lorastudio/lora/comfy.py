@@ -65,7 +65,6 @@ COMFYUI_RULES = "ComfyUI comfy/lora.py@ec93dcac, lora_convert.py@2bffe2f4, weigh
 # families addressed by BFL checkpoint names (fused linears: rows summed over their parts)
 _BFL_NAMES = {
     "flux": names.flux_to_original,
-    "flux-kontext": names.flux_to_original,  # FLUX.1's transformer: ComfyUI maps it as FLUX.1
     "flux2": names_flux2.to_original,
     "flux2-klein": names_flux2.to_original,
 }
@@ -103,6 +102,7 @@ class ComfyKeyCheck:
 def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, Shape]:
     """ComfyUI's key map for a model whose diffusers modules have `module_shapes` ({diffusers
     module name: weight shape}): {name a LoRA file may use: shape of the weight (slice) it patches}."""
+    family = names.kohya_layout(family)
     native = _native_shapes(family, module_shapes)
     key_map: dict[str, Shape] = {}
     for n, shape in native.items():
@@ -115,7 +115,7 @@ def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, 
             spelled = d.replace(".to_", ".processor.to_")
             spelled = spelled[:-2] if spelled.endswith(".to_out.0") else spelled
             key_map.update({spelled: shape, "unet." + spelled: shape})
-        elif family in ("flux", "flux-kontext"):
+        elif family == "flux":
             key_map.update(
                 {
                     "transformer." + d: shape,
@@ -150,6 +150,8 @@ def _native_shapes(family: str, module_shapes: Mapping[str, Shape]) -> dict[str,
                     out[n] = (rows + shape[0], *shape[1:])
             elif family == "qwen-image":
                 out[d] = shape
+            elif family == "krea2":
+                out[names.to_original(d, family)] = shape
         except ConfigError:
             continue  # a module with no original name cannot be addressed that way
     return out

@@ -9,15 +9,18 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
               are ONE fused linear there: down = concat of the parts' A [k*r, in], up =
               block-diagonal of the parts' B [sum(out), k*r], alpha = k * alpha (same scale);
               parts not trained are zero blocks (dropped again on the way back)
-  flux-kontext  FLUX.1's (the same transformer; ComfyUI loads Kontext LoRAs as FLUX.1 ones)
   flux2, flux2-klein  the same with FLUX.2's BFL names (lora/names_flux2.py): only the dual
               blocks' q,k,v are fused (the single blocks' linear1 is fused in diffusers too)
   qwen-image  lora_unet_<diffusers name>.lora_down / .lora_up (ComfyUI's names are diffusers')
   z-image     diffusion_model.<diffusers name>.lora_A / .lora_B (ComfyUI maps these onto its fused
               attention.qkv itself)
+  chroma      FLUX.1's layout (its checkpoint keeps FLUX.1's names: names.KOHYA_LAYOUT_OF)
+  krea2       diffusion_model.<original name>.lora_A / .lora_B, no .alpha: alpha / rank folded
+              into lora_B (diffusers' Krea 2 reader refuses other keys); a round trip keeps each
+              layer's weight change, with alpha = rank
 
 `to_kohya(peft_sd, family, alpha)` and `to_diffusers(kohya_sd, family)` are inverse: a round trip
-returns equal tensors (torch.equal) and the same alpha.
+returns equal tensors (torch.equal) and the same alpha (krea2: the same weight change).
 
 `fold_strength(lora)` puts alpha/rank into lora_B (alpha becomes rank): the diffusers layout is
 written so, because ComfyUI reads alpha only from per-module `.alpha` tensors (none in a diffusers
@@ -36,12 +39,11 @@ import torch
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.lora import names, names_flux2
 
-FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "flux-kontext")
+FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "krea2")
 # families whose kohya layout is the BFL checkpoint's, with fused linears:
 # (diffusers name -> (BFL name, part or None), BFL name -> diffusers names)
 _BFL: dict[str, tuple[Callable[[str], tuple[str, int | None]], Callable[[str], list[str]]]] = {
     "flux": (names.flux_to_original, names.flux_from_original),
-    "flux-kontext": (names.flux_to_original, names.flux_from_original),  # FLUX.1's transformer
     "flux2": (names_flux2.to_original, names_flux2.from_original),
     "flux2-klein": (names_flux2.to_original, names_flux2.from_original),
 }
@@ -98,17 +100,21 @@ def peft_modules(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.T
 def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> dict[str, torch.Tensor]:
     """peft state dict (diffusers module names, no prefix) -> the family's kohya/ComfyUI state
     dict, with a `.alpha` tensor per module. Raises ConfigError for a layer with no kohya name."""
+    family = names.kohya_layout(family)
     _check_family(family)
     modules = peft_modules(tensors)
     if family in _BFL:
         return _flux_to_kohya(modules, alpha, _BFL[family][0])
     out: dict[str, torch.Tensor] = {}
     for module, (a, b) in modules.items():
-        if family == "z-image":
-            base = f"diffusion_model.{module}"
+        if family in names.PEFT_SUFFIXED:
+            base = f"diffusion_model.{names.to_original(module, family)}"
+            if family in names.ALPHA_IN_B:
+                out.update({base + _A: a, base + _B: b * (float(alpha) / a.shape[0])})
+                continue
             out.update({base + _A: a, base + _B: b})
         else:
-            native = names.sdxl_to_original(module) if family == "sdxl" else module
+            native = names.to_original(module, family)
             base = "lora_unet_" + native.replace(".", "_")
             out.update({base + _DOWN: a, base + _UP: b})
         out[base + ".alpha"] = torch.tensor(float(alpha))
@@ -121,6 +127,7 @@ def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
     A missing `.alpha` means alpha = rank (kohya's default). Raises ConfigError for keys of
     another layout, modules of mixed rank or alpha/rank, or a fused layer of the wrong shape.
     """
+    family = names.kohya_layout(family)
     _check_family(family)
     layers = _kohya_layers(tensors, family)
     out: dict[str, torch.Tensor] = {}
@@ -141,7 +148,8 @@ def _kohya_layers(
     tensors: Mapping[str, torch.Tensor], family: str
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor, float | None]]:
     """kohya keys -> {dotted module name: (down, up, alpha or None)}."""
-    prefix, down_s, up_s = ("diffusion_model.", _A, _B) if family == "z-image" else ("lora_unet_", _DOWN, _UP)
+    peft_suffixed = family in names.PEFT_SUFFIXED
+    prefix, down_s, up_s = ("diffusion_model.", _A, _B) if peft_suffixed else ("lora_unet_", _DOWN, _UP)
     parts: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, value in tensors.items():
         suffix = next((s for s in (down_s, up_s, ".alpha") if key.endswith(s)), None)
@@ -152,7 +160,7 @@ def _kohya_layers(
     for flat, found in parts.items():
         if down_s not in found or up_s not in found:
             raise _problem(f"layer {prefix}{flat} lacks its {down_s.strip('.')} or {up_s.strip('.')}")
-        name = flat if family == "z-image" else names.undot(flat, family)
+        name = flat if peft_suffixed else names.undot(flat, family)
         alpha = float(found[".alpha"].item()) if ".alpha" in found else None
         layers[name] = (found[down_s], found[up_s], alpha)
     return layers
@@ -164,10 +172,8 @@ def _split_layer(
     """One kohya layer -> [(diffusers module, A, B, alpha)] (several for a fused FLUX linear)."""
     rank = down.shape[0]
     alpha = float(rank) if alpha is None else alpha
-    if family == "sdxl":
-        return [(names.sdxl_from_original(native), down, up, alpha)]
     if family not in _BFL:
-        return [(native, down, up, alpha)]
+        return [(names.from_original(native, family), down, up, alpha)]
     modules = _BFL[family][1](native)
     if len(modules) == 1:
         b = _swap_halves(up) if native == names.FLUX_SWAPPED else up
@@ -253,14 +259,15 @@ def _flux_to_kohya(
 def unmapped_layers(family: str, modules: list[str]) -> list[str]:
     """The diffusers module names among `modules` that have no name in the family's kohya layout
     (for a preflight check of lora_format="kohya" before training starts)."""
+    family = names.kohya_layout(family)
     _check_family(family)
     missing = []
     for module in modules:
         try:
-            if family == "sdxl":
-                names.sdxl_to_original(module)
-            elif family in _BFL:
+            if family in _BFL:
                 _BFL[family][0](module)
+            else:
+                names.to_original(module, family)
         except ConfigError:
             missing.append(module)
     return missing

@@ -19,6 +19,7 @@ from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFo
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
 from lorastudio.lora.header import read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
+from lorastudio.lora.names import kohya_layout
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -97,6 +98,16 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
     return PeftLora(peft, rank, alpha)
 
 
+def process_umask() -> int:
+    """This process's umask, read without changing it (Linux: /proc/self/status; elsewhere the
+    common 0o022). os.umask would set it process-wide for a moment, racing other threads."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+        return next((int(line.split()[1], 8) for line in lines if line.startswith("Umask:")), 0o022)
+    except (OSError, ValueError, IndexError):
+        return 0o022
+
+
 def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> Path:
     """Write a .safetensors file next to `path`, then rename it into place (no partial file is
     ever visible at `path`). Returns `path`."""
@@ -105,6 +116,7 @@ def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: M
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
     try:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata))
+        os.chmod(staged, 0o666 & ~process_umask())  # safetensors writes 0600; other outputs follow the umask
         os.replace(staged, path)
     finally:
         staged.unlink(missing_ok=True)
@@ -152,7 +164,7 @@ def convert_file(
     family = family or metadata.get(PREFIX + "family")
     if not family:
         raise ConfigError([FieldProblem("family", f"{src} does not name its family: pass --family")])
-    if family not in FAMILIES:
+    if kohya_layout(family) not in FAMILIES:
         raise ConfigError(
             [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
         )

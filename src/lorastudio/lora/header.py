@@ -35,7 +35,8 @@ FAMILY_KEY = "lorastudio.family"
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
 # kohya's ss_base_model_version (prefix) -> the family it is, or what it is when no family of ours
 _KOHYA_VERSIONS = (
-    ("sdxl", "sdxl"), ("flux", "flux"), ("qwen_image", "qwen-image"), ("z_image", "z-image"),
+    ("sdxl", "sdxl"), ("flux2_klein", "flux2-klein"), ("flux2", "flux2"), ("flux", "flux"),
+    ("qwen_image", "qwen-image"), ("z_image", "z-image"), ("chroma", "chroma"), ("krea2", "krea2"),
     ("sd_v1", "Stable Diffusion 1.x"), ("sd_v2", "Stable Diffusion 2.x"), ("sd3", "Stable Diffusion 3"),
 )  # fmt: skip
 # key patterns that only one family's denoiser has (diffusers or original names, dots or kohya's
@@ -45,6 +46,11 @@ _KEY_KINDS = (
     ("flux", re.compile(r"(^|[._])(single_transformer_blocks|double_blocks|single_blocks)[._]\d")),
     ("z-image", re.compile(r"(^|[._])(noise_refiner|context_refiner|layers)[._]\d+[._](attention|feed_forward)")),
 )  # fmt: skip
+# families whose denoisers share one key kind's names: FLUX.1's double/single blocks are also
+# Chroma's (its checkpoint keeps FLUX.1's names) and FLUX.2's (BFL names), so keys alone cannot tell
+_SHARED_KEYS: dict[str, frozenset[str]] = {
+    "flux": frozenset({"flux", "flux-kontext", "chroma", "flux2", "flux2-klein"})
+}
 _DOWN = re.compile(r"(lora_A|lora_down|lora\.down)(\.[A-Za-z_]+)?\.weight$")
 
 
@@ -191,8 +197,9 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
         if any(not (type(r) is int and r >= 1) for r in ranks):
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible rank {ranks[:3]}")
     hint = lora_family_hint(header)
-    if hint is not None and hint[0] != family:
-        raise ModelSourceError(f"{path} is not a {family} LoRA: {hint[1]}")
+    by_keys = hint is not None and hint[1].startswith("it has layers")
+    if hint is not None and hint[0] != family and not (by_keys and family in _SHARED_KEYS.get(hint[0], ())):
+        raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {hint[0]} one ({hint[1]})")
 
 
 def check_lora_file(path: Path, family: str) -> LoraHeader:

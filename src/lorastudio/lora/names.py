@@ -6,6 +6,7 @@ Names here are module paths without the `.weight` suffix and without any file pr
   FLUX.1 diffusers `transformer_blocks.0.attn.to_q` <-> BFL `double_blocks.0.img_attn.qkv` (part 0
          of a fused linear: see FUSED_PARTS)
   FLUX.2 (dev, klein): BFL names too, in lora/names_flux2.py
+  Chroma: FLUX.1's BFL names (KOHYA_LAYOUT_OF); Krea 2: its original names, lora/krea2_names.py
   Qwen-Image, Z-Image: ComfyUI addresses the diffusers names (Z-Image maps them onto its fused
          `attention.qkv` itself), so no renaming is needed.
 
@@ -19,7 +20,20 @@ import re
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.lora import names_flux2
+from lorastudio.lora.krea2_names import WORDS as KREA2_WORDS
+from lorastudio.lora.krea2_names import krea2_from_original, krea2_to_original
 
+# families whose kohya / ComfyUI files use another family's layout, because their original
+# checkpoints keep that family's module names: Chroma keeps FLUX.1's double_blocks /
+# single_blocks (ComfyUI's Chroma model subclasses its Flux one and maps LoRAs the same way); FLUX.1
+# Kontext is FLUX.1's transformer (ComfyUI loads its LoRAs as FLUX.1 ones)
+KOHYA_LAYOUT_OF: dict[str, str] = {"chroma": "flux", "flux-kontext": "flux"}  # Kontext: FLUX.1
+# families whose ComfyUI files are `diffusion_model.<original name>.lora_A / .lora_B` (peft
+# suffixes) rather than kohya's `lora_unet_<name>.lora_down / .lora_up`
+PEFT_SUFFIXED: frozenset[str] = frozenset({"z-image", "krea2"})
+# ...of which these carry no `.alpha` key: diffusers' Krea 2 reader refuses any key it does not
+# map, so alpha / rank is folded into lora_B (ComfyUI and diffusers then both apply scale 1)
+ALPHA_IN_B: frozenset[str] = frozenset({"krea2"})
 SDXL_LAYERS_PER_BLOCK = 2  # every SDXL U-Net (and the tiny one): input blocks hold 2 + 1 downsampler
 
 # fused original linear -> its diffusers parts, in row order; "*" is the block index
@@ -69,69 +83,55 @@ _SDXL_TOP = {
 # multi-word names kept whole when re-dotting kohya's underscored names
 _WORDS: dict[str, tuple[str, ...]] = {
     "sdxl": (
-        "input_blocks",
-        "middle_block",
-        "output_blocks",
-        "transformer_blocks",
-        "proj_in",
-        "proj_out",
-        "to_q",
-        "to_k",
-        "to_v",
-        "to_out",
-        "in_layers",
-        "out_layers",
-        "emb_layers",
-        "skip_connection",
-        "time_embed",
-        "label_emb",
+        "input_blocks", "middle_block", "output_blocks", "transformer_blocks", "proj_in", "proj_out",
+        "to_q", "to_k", "to_v", "to_out", "in_layers", "out_layers", "emb_layers", "skip_connection",
+        "time_embed", "label_emb",
     ),
     "flux": (
-        "double_blocks",
-        "single_blocks",
-        "img_attn",
-        "txt_attn",
-        "img_mlp",
-        "txt_mlp",
-        "img_mod",
-        "txt_mod",
-        "img_in",
-        "txt_in",
-        "time_in",
-        "vector_in",
-        "guidance_in",
-        "in_layer",
-        "out_layer",
-        "final_layer",
-        "adaLN_modulation",
+        "double_blocks", "single_blocks", "img_attn", "txt_attn", "img_mlp", "txt_mlp", "img_mod",
+        "txt_mod", "img_in", "txt_in", "time_in", "vector_in", "guidance_in", "in_layer", "out_layer",
+        "final_layer", "adaLN_modulation",
     ),
     "qwen-image": (
-        "transformer_blocks",
-        "to_q",
-        "to_k",
-        "to_v",
-        "to_out",
-        "add_q_proj",
-        "add_k_proj",
-        "add_v_proj",
-        "to_add_out",
-        "img_mlp",
-        "txt_mlp",
-        "img_mod",
-        "txt_mod",
-        "img_in",
-        "txt_in",
-        "proj_out",
-        "norm_out",
-        "time_text_embed",
-        "timestep_embedder",
-        "linear_1",
-        "linear_2",
+        "transformer_blocks", "to_q", "to_k", "to_v", "to_out", "add_q_proj", "add_k_proj", "add_v_proj",
+        "to_add_out", "img_mlp", "txt_mlp", "img_mod", "txt_mod", "img_in", "txt_in", "proj_out",
+        "norm_out", "time_text_embed", "timestep_embedder", "linear_1", "linear_2",
     ),
     "flux2": names_flux2.WORDS,
     "flux2-klein": names_flux2.WORDS,
-}
-_WORDS["flux-kontext"] = _WORDS["flux"]  # FLUX.1 Kontext: FLUX.1's transformer, FLUX.1's names  # fmt: skip
+    "krea2": KREA2_WORDS,
+}  # fmt: skip
+
+
+def to_original(name: str, family: str) -> str:
+    """diffusers module name -> the original layout's, for the families whose names are renamed
+    one to one (SDXL, Krea 2); others keep the diffusers name. Raises ConfigError if unmapped."""
+    if family == "sdxl":
+        return sdxl_to_original(name)
+    if family == "krea2":
+        native = krea2_to_original(name)
+        if native is None:
+            raise _unsupported(name, family)
+        return native
+    return name
+
+
+def from_original(name: str, family: str) -> str:
+    """Inverse of to_original. Raises ConfigError for a name of no layer."""
+    if family == "sdxl":
+        return sdxl_from_original(name)
+    if family == "krea2":
+        module = krea2_from_original(name)
+        if module is None:
+            raise _unsupported(name, family)
+        return module
+    return name
+
+
+def kohya_layout(family: str) -> str:
+    """The family whose kohya / ComfyUI layout `family`'s LoRA files use (itself unless listed
+    in KOHYA_LAYOUT_OF)."""
+    return KOHYA_LAYOUT_OF.get(family, family)
 
 
 def _unsupported(name: str, family: str) -> ConfigError:

@@ -35,6 +35,8 @@ TINY_FAMILIES: tuple[str, ...] = (
     "flux2",
     "flux2-klein",
     "flux-kontext",
+    "chroma",
+    "krea2",
 )
 SAMPLE_DATASET_NAME = "tiny-shapes"  # default dataset folder name under the studio's datasets/
 MARKER_FILE = "lorastudio_tiny.json"  # written last into a tiny model folder: {"family", "seed", "format"}

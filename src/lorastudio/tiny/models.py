@@ -362,7 +362,17 @@ BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {
     "z-image": build_z_image,
     "flux2": tiny_flux2.build_flux2,
     "flux2-klein": tiny_flux2.build_flux2_klein,
+    "chroma": lambda seed: _more("chroma", seed),
+    "krea2": lambda seed: _more("krea2", seed),
 }
+
+
+def _more(family: str, seed: int) -> DiffusionPipeline:
+    """Builders kept in their own modules (tiny/chroma.py, ...), imported when used."""
+    import importlib
+
+    module = importlib.import_module(f"lorastudio.tiny.{family.replace('-', '_')}")
+    return getattr(module, f"build_{family.replace('-', '_')}")(seed)
 
 
 def build(family: str, seed: int) -> DiffusionPipeline:

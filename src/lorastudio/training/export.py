@@ -21,6 +21,7 @@ from lorastudio.lora.files import file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
 from lorastudio.lora.portability import check_loaders
 from lorastudio.lora.snapshots import LORAS, snapshot_name
+from lorastudio.training.assistant import assistant_sidecar
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
 
@@ -69,6 +70,7 @@ def build_sidecar(
         "config": cfg.model_dump(mode="json"),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
+        **assistant_sidecar(cfg),  # a distilled base's assistant LoRA: merged for training, not in this file
     }
 
 

@@ -94,7 +94,7 @@ from lorastudio.training.plan_build import build_denoiser
 from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.samples import SamplePreviews
+from lorastudio.training.samples import SamplePreviews, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 
 
@@ -294,7 +294,7 @@ def _run_phases(
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
     captions = [it.caption for it in items]
-    texts = [captions_to_encode(captions, cfg.caption_dropout), list(dict.fromkeys(cfg.sample_prompts))]
+    texts = [captions_to_encode(captions, cfg.caption_dropout), sample_texts(cfg, family)]
     conds, prompt_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without

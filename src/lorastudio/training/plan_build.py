@@ -69,6 +69,7 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
 
     Returns the BuiltDenoiser. Raises ModelSourceError (load), ConfigError (LoRA targets, a
     precision the device cannot run), torch.OutOfMemoryError."""
+    from lorastudio.training.assistant import merge_assistant
     from lorastudio.training.block_swap import attach_block_swap, swap_candidates
     from lorastudio.training.memory import apply_checkpointing
     from lorastudio.training.quantize import apply_base_precision
@@ -78,6 +79,7 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
     stage_on_cpu = is_quantised(plan.base_precision) or plan.offload_blocks > 0
     load_device = torch.device("cpu") if stage_on_cpu else device
     denoiser = family.load_denoiser(cfg.base_model, cfg.revision, dtype, load_device)
+    merge_assistant(denoiser, cfg, family)  # a distilled base's assistant LoRA, into the frozen weights
     blocks = swap_candidates(denoiser, plan.offload_blocks) if plan.offload_blocks > 0 else []
     fallbacks = list(apply_base_precision(denoiser, plan.base_precision, device, stay_on_cpu=blocks))
     fusion = fusion_choice(

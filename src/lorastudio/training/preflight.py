@@ -8,6 +8,7 @@ ModelSourceError.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,10 +18,13 @@ import torch
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_rules import optimizer_host_problems
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from lorastudio.data import DatasetScan
@@ -97,6 +101,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         resolution=int(resolved.resolution),
         multiple=family.spec.resolution_multiple,
         aspect_buckets=resolved.aspect_buckets,
+        no_upscale=resolved.no_upscale,
         trigger_word=resolved.trigger_word,
         default_caption=resolved.default_caption,
         max_pixels=settings.max_image_pixels,
@@ -105,6 +110,14 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         control_images=family.spec.control_images,
         family=family.spec.name,
     )
+    from lorastudio.data.upscaling import upscale_warning
+
+    warning = upscale_warning(scan.items, resolved.no_upscale)
+    if warning:
+        log.warning("%s", warning)  # the job service's preflight report lists it too
     source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
+    problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
+    if problems:
+        raise ConfigError(problems)
     return PreparedRun(resolved, family, scan, run_dir, dev, pick_dtype(resolved.base_precision, dev))

@@ -46,6 +46,8 @@ _OPTIONAL_PARTS = frozenset({"image_encoder", "feature_extractor"})
 if TYPE_CHECKING:
     from PIL import Image
 
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import Family
     from lorastudio.training.conditioning import Conditioning
     from lorastudio.training.preflight import PreparedRun
 
@@ -127,11 +129,23 @@ class SamplePreviews:
         if cfg.sample_steps is not None:
             kwargs["num_inference_steps"] = cfg.sample_steps
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
+        if family.spec.guides_with_negative:  # the pipeline's default negative prompt: ""
+            negative = family.collate_conditioning([self.conds[""]])
+            kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
         size = int(cfg.resolution or 0)
         kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, size, size))
         generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
         out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
+
+
+def sample_texts(cfg: TrainConfig, family: Family) -> list[str]:
+    """The texts phase 1 encodes for sample previews: each sample prompt once, plus "" (the
+    negative prompt) when the family's pipeline guides with one (spec.guides_with_negative)."""
+    texts = list(dict.fromkeys(cfg.sample_prompts))
+    if texts and family.spec.guides_with_negative and "" not in texts:
+        texts.append("")
+    return texts
 
 
 def _references(run: PreparedRun) -> list[Image.Image]:

@@ -56,3 +56,20 @@ def test_a_generation_that_overstays_gives_the_gpu_back_untouched() -> None:
             arbiter.begin_training("job", wait_s=0.1)
         assert arbiter.training_job is None
     assert released == []
+
+
+@pytest.mark.parametrize("device, words", [("cpu", "the CPU"), ("cuda", "the GPU")])
+def test_the_refusal_names_the_device_the_host_trains_on(
+    device: str, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU host does not say "using the GPU" (issue 30)."""
+    from lorastudio.jobs import hardware
+
+    host = hardware.HostInfo(device, device, None, hardware.precisions_for(device))
+    monkeypatch.setattr(hardware, "host_info", lambda: host)
+    arbiter = GpuArbiter()
+    arbiter.begin_training("job1")
+    with pytest.raises(JobActive, match=f"job1 is using {words}"), arbiter.generation():
+        pass
+    with pytest.raises(JobActive, match=f"is using {words}"):
+        arbiter.begin_training("job2")

@@ -18,7 +18,7 @@ from lorastudio.jobs.service import JobService, Timeouts
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 
-FINAL = {"completed", "stopped", "failed", "interrupted"}
+FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 
 
 def _service(settings: Settings, target: WorkerTarget, **timeouts: float) -> JobService:
@@ -180,7 +180,8 @@ def test_queue_is_fifo_and_refusals_change_nothing(settings: Settings, model: Pa
         assert [r["output_name"] for r in service.store.list_runs()] == ["two", "one"]
         assert [q["id"] for q in service.status()["queue"]] == [second["id"]]
         cancelled = service.stop(save=False, job_id=second["id"])  # cancel the queued one
-        assert cancelled["status"] == "stopped"
+        assert cancelled["status"] == "cancelled"  # never started: not "stopped"
+        assert service.store.get_run(second["id"])["status"] == "cancelled"
         _wait(service, first["id"], {"preparing"})
         service.stop(save=False)
         assert _wait(service, first["id"], FINAL)["status"] == "stopped"

@@ -168,3 +168,20 @@ def test_base_precisions_follow_what_this_host_runs(
             _cfg(tiny_model("flux"), base_precision=precision), settings, live_output_names=set()
         )
         assert run.config.base_precision == precision
+
+
+def test_an_assistant_lora_is_refused_at_submission_unless_the_base_is_distilled(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    adapter = tmp_path / "adapter.safetensors"
+    adapter.write_bytes(b"")  # its content is read by the worker; submission checks the base
+    with pytest.raises(ConfigError) as err:  # the tiny FLUX.1 says nothing of being distilled
+        validate_run(_cfg(tiny_model("flux"), assistant_lora=str(adapter)), settings, live_output_names=set())
+    assert "cannot tell whether the base" in _fields(err)["assistant_lora"]
+    schnell = settings.models_dir / "schnell"
+    shutil.copytree(tiny_model("flux"), schnell)
+    (schnell / "lorastudio_fetch.json").write_text(
+        json.dumps({"repo_id": "black-forest-labs/FLUX.1-schnell"})
+    )
+    run = validate_run(_cfg(schnell, assistant_lora=str(adapter)), settings, live_output_names=set())
+    assert run.config.assistant_lora == str(adapter)

@@ -18,11 +18,22 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
+from lorastudio.lora import names
 from lorastudio.lora.files import convert_file, peft_from_file, read_lora_file
 from lorastudio.settings import Settings
 from lorastudio.training.loop import TrainResult, train
 
-FAMILIES = ["sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "flux-kontext"]
+FAMILIES = [
+    "sdxl",
+    "flux",
+    "qwen-image",
+    "z-image",
+    "flux2",
+    "flux2-klein",
+    "flux-kontext",
+    "chroma",
+    "krea2",
+]
 # diffusers' kohya FLUX loader hard-codes FLUX.1-dev's single-block widths (3072 / 12288), so a
 # tiny model's single_blocks linear1 cannot go through it: train the double blocks only there
 FLUX_DOUBLE_ONLY = [f"transformer_blocks.0.attn.to_{p}" for p in "qkv"] + [
@@ -106,15 +117,17 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     result = _run(f"kohya-{family}", family, tiny_model, sample_dataset, tmp_root)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     tensors, header = read_lora_file(result.lora_path)
-    prefix = "diffusion_model." if family == "z-image" else "lora_unet_"
+    prefix = "diffusion_model." if family in names.PEFT_SUFFIXED else "lora_unet_"
     assert tensors and all(k.startswith(prefix) for k in tensors)
-    assert sum(k.endswith(".alpha") for k in tensors) * 3 == len(tensors)
+    alphas = 0 if family in names.ALPHA_IN_B else len(tensors) // 3  # Krea 2: alpha folded into B
+    assert sum(k.endswith(".alpha") for k in tensors) == alphas
     assert sidecar["lora_format"] == "kohya"
     comfy = sidecar["loaders"]["comfyui"]
     assert comfy["ok"] and comfy["unconsumed"] == comfy["mismatched"] == comfy["wrong_strength"] == []
     assert comfy["rules"].startswith("ComfyUI comfy/lora.py@")
-    # diffusers' kohya FLUX.1 reader needs FLUX.1-dev's single-block widths (not the tiny model's)
-    assert sidecar["loaders"]["diffusers"]["ok"] is (family not in ("flux", "flux-kontext"))
+    # diffusers' kohya FLUX.1 reader needs FLUX.1-dev's single-block widths (not the tiny model's);
+    # Chroma's and FLUX.1 Kontext's files are in FLUX.1's layout
+    assert sidecar["loaders"]["diffusers"]["ok"] is (names.kohya_layout(family) != "flux")
     assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
     assert header["ss_network_dim"] == "4" and header["ss_network_alpha"] == "8"
     assert header["ss_network_module"] == "networks.lora" and header["ss_base_model_version"]
@@ -140,7 +153,7 @@ def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
     family, tiny_model, sample_dataset, tmp_root
 ):
     """The file a run writes when lora_format is not set (the family's portable default: kohya
-    for SDXL and FLUX.2, diffusers for the others; alpha 8 != rank 4): the save-time check passes it for ComfyUI and diffusers, and
+    for SDXL, FLUX.2 and Krea 2, diffusers for the others; alpha 8 != rank 4): the save-time check passes it for ComfyUI and diffusers, and
     plain diffusers `load_lora_weights` gives the in-memory adapter's image."""
     result = _run(f"default-{family}", family, tiny_model, sample_dataset, tmp_root, lora_format=None)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
@@ -159,7 +172,7 @@ def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
 def test_diffusers_loads_the_kohya_file_and_gives_the_in_memory_image(
     family, tiny_model, sample_dataset, tmp_root
 ):
-    targets = {"lora_targets": FLUX_DOUBLE_ONLY} if family in ("flux", "flux-kontext") else {}
+    targets = {"lora_targets": FLUX_DOUBLE_ONLY} if names.kohya_layout(family) == "flux" else {}
     result = _run(f"load-{family}", family, tiny_model, sample_dataset, tmp_root, **targets)
     in_memory, base = _in_memory_and_base(result, family, tiny_model(family))
     fresh = load_pipeline(str(tiny_model(family)), family, device="cpu")

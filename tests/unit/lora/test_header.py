@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from hostile_loras import flux_lora_bytes, hostile_cases
 from lorastudio.errors import ModelSourceError, NotFound
@@ -58,14 +58,32 @@ def test_well_formed_loras_pass(tmp_path: Path) -> None:
     )
     check_lora_file(kohya, "flux")
     with pytest.raises(
-        ModelSourceError, match="not a sdxl LoRA: its header says ss_base_model_version='flux1'"
+        ModelSourceError,
+        match="not a sdxl LoRA: it is a flux one \\(its header says ss_base_model_version='flux1'",
     ):
         check_lora_file(kohya, "sdxl")
+    keys_only = tmp_path / "keys.safetensors"  # no header: only its BFL block names say what it is
+    save_file(load_file(str(kohya)), str(keys_only))
+    for family in ("flux", "chroma", "flux2", "flux2-klein"):  # FLUX.1's block names are theirs too
+        check_lora_file(keys_only, family)
+    with pytest.raises(
+        ModelSourceError, match="not a sdxl LoRA: it is a flux one \\(it has layers such as 'lora_unet_double"
+    ):
+        check_lora_file(keys_only, "sdxl")
+    flux2 = tmp_path / "flux2.safetensors"  # a header naming FLUX.2 is not taken for FLUX.1's
+    save_file(load_file(str(kohya)), str(flux2), metadata={"ss_base_model_version": "flux2"})
+    check_lora_file(flux2, "flux2")
+    with pytest.raises(
+        ModelSourceError,
+        match="not a flux LoRA: it is a flux2 one \\(its header says ss_base_model_version='flux2'",
+    ):
+        check_lora_file(flux2, "flux")
     zimage = tmp_path / "z.safetensors"
     zimage.write_bytes(flux_lora_bytes(key="diffusion_model.layers.0.attention.to_q"))
     check_lora_file(zimage, "z-image")
     with pytest.raises(
-        ModelSourceError, match="not a flux LoRA: it has layers such as 'diffusion_model.layers.0"
+        ModelSourceError,
+        match="not a flux LoRA: it is a z-image one .it has layers such as 'diffusion_model.layers.0",
     ):
         check_lora_file(zimage, "flux")
     with pytest.raises(NotFound):

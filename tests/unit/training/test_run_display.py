@@ -85,3 +85,28 @@ def test_a_terminal_gets_live_bars_not_lines():
         assert display.live
         display.emit(_step(1))
         assert display.tasks  # the training bar exists
+
+
+def test_figures_drop_the_least_important_first_to_fit():
+    event = _step(2, total=2000)
+    assert step_stats(event, 200) == step_stats(event)
+    assert step_stats(event, 40) == "loss 0.5000 avg 0.6000 2.50 img/s"  # no lr, no memory
+    assert step_stats(event, 25) == "loss 0.5000 2.50 img/s"
+    assert step_stats(event, 5) == "loss 0.5000"  # the loss always shows
+    assert step_stats(_step(2, skipped=3), 5) == "loss 0.5000 skipped 3"
+
+
+def test_the_live_bar_at_80_columns_shows_loss_and_eta_uncut():
+    """At 80 columns the live bar keeps its figures readable: no "…", the loss and the step
+    count whole, and an ETA (issue 30: it collapsed to "training ━ … eta loss…")."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80, log_path=False, color_system=None)
+    with ProgressDisplay(console) as display:
+        display.emit(_step(1, total=2000))
+        display.emit(_step(20, total=2000))
+        display.progress.refresh()
+    text = out.getvalue()
+    last = [line for line in re.split(r"[\r\n]|\x1b\[[0-9;]*[A-Za-z]", text) if "training" in line][-1]
+    assert "…" not in last, last
+    assert "loss 0.5000" in last and "20/2000" in last and "eta" in last and "img/s" in last, last
+    assert len(last) <= 80

@@ -9,6 +9,7 @@ import type {
   CaptionResult,
   CatalogueModel,
   CheckpointList,
+  DatasetDeleted,
   DatasetDetail,
   DeletedFiles,
   GalleryList,
@@ -45,6 +46,7 @@ export const api = {
   },
   setCaption: (name: string, file: string, caption: string) =>
     put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
+  deleteDataset: (name: string) => del<DatasetDeleted>(`/api/datasets/${seg(name)}`),
   removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
 
   preflight: (config: Partial<TrainConfig>) => post<PreflightReport>("/api/train/preflight", { config }),

@@ -40,7 +40,13 @@ export interface paths {
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Remove Dataset
+         * @description Delete a dataset folder with every file in it: 409 while a queued or running job trains
+         *     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
+         *     (gone from listings at once), then removed.
+         */
+        delete: operations["remove_dataset_api_datasets__name__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -77,9 +83,11 @@ export interface paths {
         put?: never;
         /**
          * Upload
-         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-         *     completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
-         *     for a body that is not multipart/form-data.
+         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Every file
+         *     is checked, then the good ones are committed at once (201, listing `committed` and
+         *     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
+         *     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
+         *     400 for a body that is not multipart/form-data.
          */
         post: operations["upload_api_datasets__name__files_post"];
         delete?: never;
@@ -759,6 +767,11 @@ export interface components {
         /** CatalogueModelOut */
         CatalogueModelOut: {
             /**
+             * Checkpoint
+             * @description a known checkpoint: its title and note (e.g. Qwen-Image-2512 trains as qwen-image)
+             */
+            checkpoint?: string | null;
+            /**
              * Complete
              * @description every component folder and its weights are present
              */
@@ -768,6 +781,11 @@ export interface components {
              * @description lorastudio downloaded or created it (DELETE allowed)
              */
             deletable: boolean;
+            /**
+             * Distilled
+             * @description step-distilled (turbo) base, from the checkpoint; null when unknown
+             */
+            distilled?: boolean | null;
             /**
              * Family
              * @description the family that trains this pipeline; null when none does
@@ -853,6 +871,14 @@ export interface components {
              * @constant
              */
             type?: "complete";
+        };
+        /** DatasetDeleted */
+        DatasetDeleted: {
+            /**
+             * Deleted
+             * @description the name of the deleted dataset
+             */
+            deleted: string;
         };
         /** DatasetDetail */
         DatasetDetail: {
@@ -1257,7 +1283,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             stop_requested: components["schemas"]["StopRequested"] | null;
@@ -1674,6 +1700,11 @@ export interface components {
             path: string;
             /** Unique Captions */
             unique_captions: number;
+            /**
+             * Warnings
+             * @description what may hurt the run, e.g. images upscaled by more than 2x
+             */
+            warnings?: string[];
         };
         /** PreflightFamily */
         PreflightFamily: {
@@ -1918,7 +1949,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             /** Total Steps */
@@ -1962,7 +1993,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /** Steps Run */
             steps_run: number;
             /** Total Steps */
@@ -2064,7 +2095,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "failed" | "interrupted";
+            status: "queued" | "preparing" | "running" | "stopping" | "completed" | "stopped" | "cancelled" | "failed" | "interrupted";
             /**
              * Type
              * @default status
@@ -2152,6 +2183,12 @@ export interface components {
              * @default true
              */
             aspect_buckets?: boolean;
+            /**
+             * Assistant Lora
+             * @description step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo
+             * @default null
+             */
+            assistant_lora?: string | null;
             /**
              * Attention Backend
              * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
@@ -2388,6 +2425,12 @@ export interface components {
              */
             micro_batch_size?: number | null;
             /**
+             * No Upscale
+             * @description train an image smaller than its bucket at the largest bucket inside its own size instead of upscaling it
+             * @default false
+             */
+            no_upscale?: boolean;
+            /**
              * Noise Offset
              * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
              * @default null
@@ -2608,6 +2651,11 @@ export interface components {
              */
             aspect_buckets: boolean;
             /**
+             * Assistant Lora
+             * @description step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo
+             */
+            assistant_lora: string | null;
+            /**
              * Attention Backend
              * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
@@ -2824,6 +2872,12 @@ export interface components {
              */
             micro_batch_size: number | null;
             /**
+             * No Upscale
+             * @description train an image smaller than its bucket at the largest bucket inside its own size instead of upscaling it
+             * @default false
+             */
+            no_upscale: boolean;
+            /**
              * Noise Offset
              * @description DDPM families: add noise_offset x N(0, 1) per image and channel to the training noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off
              */
@@ -2993,7 +3047,10 @@ export interface components {
              * @description images with a .txt caption or a metadata.jsonl row
              */
             captions: number;
-            /** Committed */
+            /**
+             * Committed
+             * @description the files stored by this upload, sorted
+             */
             committed: string[];
             /** Images */
             images: number;
@@ -3001,6 +3058,11 @@ export interface components {
             name: string;
             /** Path */
             path: string;
+            /**
+             * Refused
+             * @description the files this upload refused, with the reason (one entry per problem)
+             */
+            refused: components["schemas"]["DroppedFile"][];
         };
         /** ValidationError */
         ValidationError: {
@@ -3143,6 +3205,71 @@ export interface operations {
             };
         };
     };
+    remove_dataset_api_datasets__name__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DatasetDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     put_caption_api_datasets__name__captions__file__put: {
         parameters: {
             query?: never;
@@ -3215,7 +3342,10 @@ export interface operations {
     };
     upload_api_datasets__name__files_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description refuse the whole upload when any file is bad */
+                strict?: boolean;
+            };
             header?: never;
             path: {
                 name: string;

@@ -29,6 +29,7 @@ export type DatasetDetail = Schemas["DatasetDetail"];
 export type DatasetImage = Schemas["DatasetFile"];
 export type DroppedFile = Schemas["DroppedFile"];
 export type UploadResult = Schemas["UploadOut"];
+export type DatasetDeleted = Schemas["DatasetDeleted"];
 export type CaptionResult = Schemas["CaptionOut"];
 export type DeletedFiles = Schemas["DeletedFiles"];
 export type PreflightReport = Schemas["PreflightOut"];

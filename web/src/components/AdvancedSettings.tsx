@@ -80,6 +80,11 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           wide: true,
         })}
         {c.line("revision", "Hub revision", { placeholder: "default branch", hint: "branch, tag or commit (hub ids only)" })}
+        {c.line("assistant_lora", "Assistant LoRA", {
+          placeholder: "none",
+          hint: "distilled (turbo) bases only: merged while training, not in the LoRA (.safetensors path or owner/repo/file)",
+          wide: true,
+        })}
         <div className="checks">{c.check("enable_tf32", "TF32 matmuls")}</div>
 
         {objective && <h4 className="grid-head">Objective</h4>}

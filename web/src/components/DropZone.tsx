@@ -1,4 +1,5 @@
 import { type DragEvent, useRef, useState } from "react";
+import { PICKER_ACCEPT } from "../lib/upload";
 
 interface Props {
   onFiles: (files: File[]) => void;
@@ -30,14 +31,14 @@ export function DropZone({ onFiles, disabled }: Props) {
       aria-label="drop images and captions, or click to choose files"
     >
       <strong>Drop images and .txt captions</strong>
-      <span className="muted small">PNG, JPEG, WebP · captions pair by file name (cat.png + cat.txt) · or click to choose</span>
+      <span className="muted small">PNG, JPEG, WebP (not BMP) · captions pair by file name (cat.png + cat.txt) · or click to choose</span>
       <input
         ref={input}
         type="file"
         multiple
         hidden
         data-testid="file-input"
-        accept=".png,.jpg,.jpeg,.webp,.bmp,.txt,.jsonl"
+        accept={PICKER_ACCEPT}
         onChange={(e) => {
           const files = Array.from(e.target.files ?? []);
           e.target.value = "";

@@ -1,4 +1,5 @@
 import { api } from "../api/endpoints";
+import { LORA_SCALE } from "../api/limits.gen";
 import type { Lora, LoraRef } from "../api/types";
 import { formatBytes } from "../lib/format";
 
@@ -41,8 +42,8 @@ export function LoraPicker({ loras, picks, onChange, family }: Props) {
                     <span className="scale">
                       <input
                         type="range"
-                        min={-2}
-                        max={2}
+                        min={LORA_SCALE.min}
+                        max={LORA_SCALE.max}
                         step={0.05}
                         value={pick.scale}
                         aria-label={`scale of ${l.name}`}

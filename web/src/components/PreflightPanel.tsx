@@ -93,6 +93,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}
         </div>
       ))}
+      {(dataset.warnings ?? []).map((w) => (
+        <div className="banner warn" data-testid="preflight-dataset-warning" key={w}>
+          {w}
+        </div>
+      ))}
       {dataset.dropped.length > 0 && (
         <div className="banner warn">
           <strong>{dataset.dropped.length} file(s) dropped</strong>

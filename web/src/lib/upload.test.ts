@@ -22,6 +22,15 @@ describe("planUpload", () => {
     expect(plan.refused.filter((r) => r.file === "a.png")[0].reason).toMatch(/duplicate/);
   });
 
+  it("refuses .bmp by name, and the caption of a refused image names that image", () => {
+    const plan = planUpload([file("a.png"), file("scan.bmp"), file("scan.txt"), file("e.png", 0), file("e.txt")]);
+    expect(plan.batches.flat().map((f) => f.name)).toEqual(["a.png"]);
+    const reasons = Object.fromEntries(plan.refused.map((r) => [r.file, r.reason]));
+    expect(reasons["scan.bmp"]).toBe("BMP images are not accepted: convert it to PNG, JPEG or WebP");
+    expect(reasons["scan.txt"]).toBe("its image scan.bmp was refused");
+    expect(reasons["e.txt"]).toBe("its image e.png was refused");
+  });
+
   it("splits by bytes and gives an oversized image a batch of its own", () => {
     const plan = planUpload([file("a.png", 60), file("b.png", 60), file("c.png", 500)], 100, 100);
     expect(plan.batches.map((b) => b.map((f) => f.name))).toEqual([["a.png"], ["b.png"], ["c.png"]]);

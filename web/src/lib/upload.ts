@@ -5,8 +5,14 @@
  */
 import type { DroppedFile } from "../api/types";
 
-export const IMAGE_EXTENSIONS = [".png", ".jpg", ".jpeg", ".webp", ".bmp"] as const;
+/** The server's image types (data/discovery.py IMAGE_EXTENSIONS; a Python test compares them). */
+export const IMAGE_EXTENSIONS = [".png", ".jpg", ".jpeg", ".webp"] as const;
 export const SIDECAR_EXTENSIONS = [".txt", ".jsonl"] as const;
+/** Images the server refuses by name (data/uploads.py REFUSED_IMAGE_EXTENSIONS). */
+export const REFUSED_IMAGE_EXTENSIONS = [".bmp", ".dib"] as const;
+/** The file picker's `accept` list: exactly what the server takes. */
+export const PICKER_ACCEPT = [...IMAGE_EXTENSIONS, ...SIDECAR_EXTENSIONS].join(",");
+export const BMP_REASON = "BMP images are not accepted: convert it to PNG, JPEG or WebP";
 
 /** A file left out, and why: refused here before upload, or by the server (same shape). */
 export type RefusedFile = DroppedFile;
@@ -58,13 +64,18 @@ export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 
     if (isImageName(f.name)) {
       if (f.size === 0) refused.push({ file: f.name, reason: "empty file" });
       else images.push(f);
+    } else if ((REFUSED_IMAGE_EXTENSIONS as readonly string[]).includes(ext)) {
+      refused.push({ file: f.name, reason: BMP_REASON });
     } else if (ext === ".txt") captions.set(stem(f.name), f);
     else if (f.name === "metadata.jsonl") extra.push(f);
     else refused.push({ file: f.name, reason: `not an image or caption (${ext || "no extension"})` });
   }
   const imageStems = new Set(images.map((f) => stem(f.name)));
+  const refusedImages = new Map(refused.filter((r) => isImageName(r.file) || r.reason === BMP_REASON).map((r) => [stem(r.file), r.file]));
   for (const [s, f] of captions) {
-    if (!imageStems.has(s)) refused.push({ file: f.name, reason: "caption without a matching image" });
+    if (imageStems.has(s)) continue;
+    const image = refusedImages.get(s);
+    refused.push({ file: f.name, reason: image ? `its image ${image} was refused` : "caption without a matching image" });
   }
   images.sort((a, b) => a.name.localeCompare(b.name));
   const batches: File[][] = [];

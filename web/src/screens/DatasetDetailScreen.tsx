@@ -7,7 +7,7 @@ import { CaptionCard } from "../components/CaptionCard";
 import { DropZone } from "../components/DropZone";
 import { ProgressBar } from "../components/ProgressBar";
 import { formatBytes } from "../lib/format";
-import { href } from "../lib/route";
+import { href, navigate } from "../lib/route";
 import { planUpload, type RefusedFile } from "../lib/upload";
 
 interface UploadState {
@@ -16,6 +16,8 @@ interface UploadState {
   batch: number;
   batches: number;
   done: boolean;
+  /** Files the server stored, over every batch of this upload. */
+  stored: string[];
 }
 
 /** Refused-file messages from an upload error: "name: reason" strings or field problems. */
@@ -30,7 +32,8 @@ function refusedFrom(err: unknown): RefusedFile[] {
   return [{ file: "", reason: err instanceof Error ? err.message : String(err) }];
 }
 
-/** One dataset: upload by drag-and-drop (batched, with progress), thumbnails, inline captions. */
+/** One dataset: upload by drag-and-drop (batched, with progress; the server keeps the good files
+ * of a batch and lists the refused ones), thumbnails, inline captions, delete. */
 export function DatasetDetailScreen({ name }: { name: string }) {
   const { reload: reloadInfo } = useInfo();
   const [data, setData] = useState<DatasetDetail | null>(null);
@@ -38,6 +41,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const [loadError, setLoadError] = useState<string | null>(null);
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
+  const [deleteError, setDeleteError] = useState<string | null>(null);
 
   const load = useCallback(async () => {
     try {
@@ -62,14 +66,19 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     setRefused(problems);
     if (!plan.batches.length) return;
     let sentBefore = 0;
-    setUpload({ sentBytes: 0, totalBytes: plan.bytes, batch: 1, batches: plan.batches.length, done: false });
+    const stored: string[] = [];
+    setUpload({ sentBytes: 0, totalBytes: plan.bytes, batch: 1, batches: plan.batches.length, done: false, stored });
     for (const [i, batch] of plan.batches.entries()) {
       const batchBytes = batch.reduce((n, f) => n + f.size, 0);
       try {
-        await api.upload(name, batch, (sent, total) => {
+        const result = await api.upload(name, batch, (sent, total) => {
           const frac = total > 0 ? sent / total : 0;
           setUpload((u) => u && { ...u, batch: i + 1, sentBytes: sentBefore + frac * batchBytes });
         });
+        stored.push(...result.committed);
+        problems.push(...result.refused);
+        setRefused([...problems]);
+        setUpload((u) => u && { ...u, stored: [...stored] });
       } catch (err) {
         problems.push(...refusedFrom(err));
         setRefused([...problems]);
@@ -79,6 +88,17 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     }
     setUpload((u) => u && { ...u, done: true });
     await Promise.all([load(), reloadInfo()]);
+  };
+
+  const onDelete = async () => {
+    if (!window.confirm(`Delete dataset ${name} and every file in it?`)) return;
+    try {
+      await api.deleteDataset(name);
+      await reloadInfo();
+      navigate("datasets");
+    } catch (err) {
+      setDeleteError(err instanceof Error ? err.message : String(err));
+    }
   };
 
   const files = data?.files ?? [];
@@ -104,9 +124,19 @@ export function DatasetDetailScreen({ name }: { name: string }) {
               Train on it
             </a>
           )}
+          {data && (
+            <button className="ghost danger" onClick={() => void onDelete()} data-testid="delete-dataset">
+              Delete dataset
+            </button>
+          )}
         </div>
       </div>
       {loadError && <div className="banner error">{loadError}</div>}
+      {deleteError && (
+        <div className="banner error" role="alert" data-testid="delete-error">
+          Not deleted: {deleteError}
+        </div>
+      )}
       {missing && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
       <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} />
       {upload && (
@@ -120,12 +150,30 @@ export function DatasetDetailScreen({ name }: { name: string }) {
             </span>
           </div>
           <ProgressBar value={upload.sentBytes} max={upload.totalBytes} label="upload progress" />
+          {upload.done && (
+            <p data-testid="upload-summary">
+              {upload.stored.length} file{upload.stored.length === 1 ? "" : "s"} stored
+              {refused.length > 0 && `, ${refused.length} refused (listed below)`}
+            </p>
+          )}
+          {upload.stored.length > 0 && (
+            <details data-testid="stored-files">
+              <summary>Stored files</summary>
+              <ul>
+                {upload.stored.map((f) => (
+                  <li key={f}>
+                    <code>{f}</code>
+                  </li>
+                ))}
+              </ul>
+            </details>
+          )}
         </div>
       )}
       {refused.length > 0 && (
         <div className="banner error" role="alert" data-testid="refused">
           <strong>
-            {refused.length} file{refused.length > 1 ? "s" : ""} refused
+            {refused.length} file{refused.length > 1 ? "s" : ""} refused (not stored)
           </strong>
           <ul>
             {refused.map((r, i) => (

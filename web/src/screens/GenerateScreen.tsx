@@ -100,7 +100,7 @@ export function GenerateScreen() {
   };
   const run = (body: GenerateBody) =>
     generateWithRetry(body, job != null && LIVE.has(job.status), () =>
-      setGeneral("Waiting for the finished training run to release the GPU…"),
+      setGeneral("Waiting for the finished training run to release its memory…"),
     );
 
   const submit = async (e: FormEvent) => {

@@ -189,7 +189,10 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {num("lora_dropout", "Dropout")}
             {num("resolution", "Resolution", { hint: family ? `multiple of ${family.resolution_multiple}` : undefined })}
             {num("caption_dropout", "Caption dropout")}
-            <div className="checks">{c.check("aspect_buckets", "Aspect-ratio buckets")}</div>
+            <div className="checks">
+              {c.check("aspect_buckets", "Aspect-ratio buckets")}
+              {c.check("no_upscale", "Don't upscale small images")}
+            </div>
           </div>
         </div>
 

@@ -31,6 +31,10 @@ export const cudaInfo = (gpuCount: number): Info => ({
   host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount },
 });
 
+/** The preflight's warning about small images (the real wording), gone with no_upscale. */
+export const UPSCALE_WARNING =
+  "1 image(s) would be upscaled by more than 2x to fill their bucket: tiny.png (3.2x); set no_upscale = true to train them at their own size, or use larger images";
+
 /** The preflight's 400 answers: a config whose `field` is `value` is refused with these problems. */
 const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
   ["cache_variants", 3, [{ field: "cache_variants", message: "> 1 needs random_crop or random_flip" }]],
@@ -76,7 +80,7 @@ export function mockTrainServer(info: () => Info): Call[] {
               source: source(name),
             })),
           },
-          dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 } },
+          dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 }, warnings: cfg.no_upscale ? [] : [UPSCALE_WARNING] },
           schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
           precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
           memory: { estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null },

@@ -20,9 +20,17 @@ from lorastudio.api.deps import service_dep, settings_dep
 from lorastudio.api.schemas import (
     CaptionBody,
 )
-from lorastudio.api.schemas_files import CaptionOut, DatasetDetail, DatasetList, DeletedFiles, UploadOut
+from lorastudio.api.schemas_files import (
+    CaptionOut,
+    DatasetDeleted,
+    DatasetDetail,
+    DatasetList,
+    DeletedFiles,
+    UploadOut,
+)
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.captions import read_metadata, read_sidecar
+from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_size
@@ -30,6 +38,7 @@ from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
 from lorastudio.data.uploads import (
     UploadBatch,
+    UploadResult,
     UploadTooLarge,
     dataset_summary,
     delete_image,
@@ -117,16 +126,32 @@ def _stored_size(path: Path) -> dict[str, int | None]:
     return {"bytes": path.lstat().st_size, "width": width, "height": height}
 
 
+@router.delete("/{name}", response_model=DatasetDeleted)
+def remove_dataset(
+    name: str,
+    settings: Settings = Depends(settings_dep),
+    service: JobService = Depends(service_dep),
+) -> dict[str, Any]:
+    """Delete a dataset folder with every file in it: 409 while a queued or running job trains
+    on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
+    (gone from listings at once), then removed."""
+    delete_dataset(settings.datasets_dir, name, in_use=service.datasets_in_use)
+    return {"deleted": name}
+
+
 @router.post("/{name}/files", status_code=201, response_model=UploadOut, max_body_size=STREAMED_BODY_LIMIT)
 async def upload(
     name: str,
     request: Request,
+    strict: bool = Query(default=False, description="refuse the whole upload when any file is bad"),
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
-    """Upload images, .txt captions and metadata.jsonl (multipart, any field names). Checked
-    completely, then committed at once; repeated uploads accumulate. 413 above the size cap, 400
-    for a body that is not multipart/form-data."""
+    """Upload images, .txt captions and metadata.jsonl (multipart, any field names). Every file
+    is checked, then the good ones are committed at once (201, listing `committed` and
+    `refused` with reasons); 400 listing every problem when nothing could be stored, or with
+    `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
+    400 for a body that is not multipart/form-data."""
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data") or "boundary=" not in content_type:
         raise DatasetError(
@@ -147,15 +172,16 @@ async def upload(
         raise DatasetError("malformed multipart upload", [err.message]) from None
     try:
         uploads = [v for _, v in form.multi_items() if not isinstance(v, str)]
-        committed = await run_in_threadpool(_commit, settings, folder, uploads)
+        result = await run_in_threadpool(_commit, settings, folder, uploads, strict)
     finally:
         await form.close()
-    return {**dataset_summary(folder), "committed": committed}
+    refused = [{"file": name, "reason": reason} for name, reason in result.refused]
+    return {**dataset_summary(folder), "committed": result.stored, "refused": refused}
 
 
-def _commit(settings: Settings, folder: Path, uploads: list[Any]) -> list[str]:
+def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) -> UploadResult:
     with UploadBatch(
-        settings.datasets_dir, folder, settings.max_image_pixels, settings.max_decode_pixels
+        settings.datasets_dir, folder, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
     ) as batch:
         for up in uploads:
             batch.add(up.filename or "", up.file)

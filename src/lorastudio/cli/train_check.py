@@ -1,0 +1,161 @@
+"""The checks `lorastudio train` runs before it trains, and `train --check`'s report.
+
+`check_run` validates a CLI config exactly as the job service does (jobs/validation.validate_run:
+config, base model, dataset, output name, precision and host, every problem at once), with the
+CLI's freedoms: a dataset folder anywhere, and `--overwrite` to replace a previous run's
+outputs. A taken output name is refused with a message naming `--overwrite` and a free name.
+`print_report` prints the preflight report (jobs/preflight.preflight_report, what POST
+/api/train/preflight returns) as lines a user reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.settings import Settings
+
+
+def free_name(name: str, outputs: Path) -> str:
+    """The first of NAME-2, NAME-3, ... with no folder in `outputs`."""
+    n = 2
+    while (outputs / f"{name}-{n}").exists() or (outputs / f"{name}-{n}").is_symlink():
+        n += 1
+    return f"{name}-{n}"
+
+
+def gpu_count_problems(num_gpus: int, device: str | None) -> list[FieldProblem]:
+    """A data-parallel CLI run needs num_gpus CUDA GPUs, unless --device cpu runs its ranks as
+    gloo processes on the CPU."""
+    if num_gpus <= 1 or device == "cpu":
+        return []
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count >= num_gpus:
+        return []
+    return [
+        FieldProblem(
+            "num_gpus",
+            f"{num_gpus} processes need {num_gpus} CUDA GPUs, but this host has {count}; use fewer, "
+            "or --device cpu to run them as gloo processes on the CPU",
+        )
+    ]
+
+
+def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, device: str | None) -> Any:
+    """Validate a CLI run's settings like the job service; returns the ValidatedRun.
+
+    With `overwrite`, an output folder of that name does not count against the run (the caller
+    removes it: replace_outputs). Raises ConfigError listing every problem; a taken output_name
+    is explained with `--overwrite` and a free name."""
+    from lorastudio.jobs.validation import validate_run
+
+    # the GPU count is checked with the CLI's own terms (gpu_count_problems: --device cpu)
+    settings = settings.model_copy(update={"cpu_data_parallel": True})
+    num_gpus = data.get("num_gpus")
+    launch = gpu_count_problems(num_gpus, device) if isinstance(num_gpus, int) else []
+    name = data.get("output_name")
+    taken = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+    taken = taken and ((settings.outputs_dir / name).exists() or (settings.outputs_dir / name).is_symlink())
+    raw = dict(data)
+    if taken and overwrite:
+        raw["output_name"] = free_name(name, settings.outputs_dir)  # validated as if free
+    try:
+        run = validate_run(raw, settings, live_output_names=set(), allow_outside_root=True)
+    except ConfigError as err:
+        problems = [
+            _explain(p, name, settings) if taken and p.field == "output_name" else p for p in err.problems
+        ]
+        raise ConfigError(problems + launch) from None
+    if launch:
+        raise ConfigError(launch)
+    if taken and overwrite:  # the report names the folder the run replaces
+        run = dataclasses.replace(run, config=run.config.model_copy(update={"output_name": name}))
+    return run
+
+
+def _explain(problem: FieldProblem, name: str, settings: Settings) -> FieldProblem:
+    folder = settings.outputs_dir / name
+    return FieldProblem(
+        "output_name",
+        f"{folder} already exists (a previous run's outputs); pass --overwrite to replace it, "
+        f"or choose a free name: --set output_name={free_name(name, settings.outputs_dir)}",
+    )
+
+
+def replace_outputs(name: str, settings: Settings) -> Path | None:
+    """Remove outputs/NAME (a previous run's folder) for `--overwrite`; returns the folder
+    removed, or None when there was none. A link is removed, never followed."""
+    folder = settings.outputs_dir / name
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+        return folder
+    if folder.is_dir():
+        shutil.rmtree(folder)
+        return folder
+    return None
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """Print the preflight report: settings, dataset, schedule, precision and plan, memory, warnings."""
+    cfg = report["config"]
+    echo = typer.echo
+    echo("would train (nothing was loaded or written):")
+    for key in (
+        "family",
+        "base_model",
+        "data_dir",
+        "output_name",
+        "resolution",
+        "lora_rank",
+        "learning_rate",
+    ):
+        echo(f"  {key:<15}{cfg.get(key)}")
+    data = report["dataset"]
+    echo("dataset:")
+    echo(f"  images         {data['images_used']} used of {data['images_found']} found")
+    echo(f"  captions       {', '.join(f'{k}: {v}' for k, v in data['caption_sources'].items()) or '-'}")
+    echo(f"  buckets        {', '.join(f'{k}: {v}' for k, v in data['buckets'].items()) or '-'}")
+    sched = report["schedule"]
+    echo("schedule:")
+    echo(
+        f"  steps          {sched['steps']} ({sched['epochs']} epochs of {sched['steps_per_epoch']} steps; "
+        f"batch {sched['batch_size']} x accumulation {sched['grad_accum']})"
+    )
+    prec = report["precision"]
+    echo("precision:")
+    echo(f"  device         {prec['device']} ({report['host']['name']})")
+    echo(f"  base weights   {prec['base_dtype']} (requested {prec['requested']}); LoRA {prec['lora_dtype']}")
+    plan = report["plan"]
+    echo(f"plan (decided by {plan['decided_by']}):")
+    for field in plan["fields"]:
+        value = "measured at the start" if field["value"] is None else field["value"]
+        echo(f"  {field['name']:<23}{value} ({field['source']})")
+    mem = report["memory"]
+    gb = "unknown" if mem["estimated_gb"] is None else f"~{mem['estimated_gb']} GB"
+    echo(f"memory: {gb} ({mem['note']})")
+    for line in warnings(report):
+        typer.secho(f"warning: {line}", fg=typer.colors.YELLOW)
+
+
+def warnings(report: dict[str, Any]) -> list[str]:
+    """What a user should know before the run: dropped files, images without a caption file,
+    the base model flavour's notes."""
+    data = report["dataset"]
+    out = [f"{d['file']} is not used: {d['reason']}" for d in data["dropped"]]
+    if data["missing_captions"]:
+        shown = ", ".join(data["missing_captions"][:5])
+        more = len(data["missing_captions"]) - 5
+        out.append(
+            f"{len(data['missing_captions'])} image(s) have no caption file ({shown}"
+            + (f", and {more} more" if more > 0 else "")
+            + "): they train on the trigger word or default caption"
+        )
+    out += report["family"]["notes"]
+    return out

@@ -1,0 +1,52 @@
+"""Deleting a whole dataset folder (no torch, no HTTP), for the API and the CLI.
+
+The folder is renamed to a hidden `<datasets root>/.deleting-<hex>` under the dataset's lock
+(one atomic step: listings, uploads and new jobs no longer see it), then removed. A removal cut
+short by a crash leaves only that hidden folder, the naming the start-up cleanup of run deletes
+uses (jobs/leftovers.py `_RUN_DELETE`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from lorastudio.data.paths import safe_component
+from lorastudio.data.uploads import dataset_lock
+from lorastudio.errors import JobActive, NotFound
+
+TRASH_PREFIX = ".deleting-"
+
+
+def delete_dataset(datasets_root: Path, name: str, in_use: Callable[[], set[Path]]) -> None:
+    """Delete dataset `name` (one safe component) directly under `datasets_root`.
+
+    Args:
+        datasets_root: the studio's datasets folder.
+        name: the dataset's name.
+        in_use: returns the (resolved) dataset folders that a queued or running job trains on;
+            called under the dataset's lock, just before the folder is moved aside.
+    Raises:
+        ConfigError / PathOutsideRoot: a bad name.
+        NotFound: no dataset folder of that name.
+        JobActive: a queued or running job uses the dataset (nothing is changed).
+    A symbolic link of that name is only unlinked (its target is never touched).
+    """
+    name = safe_component(name, field="dataset name")
+    folder = datasets_root / name
+    with dataset_lock(datasets_root, name):
+        if not os.path.lexists(folder) or not (folder.is_symlink() or folder.is_dir()):
+            raise NotFound(f"no dataset named {name!r}")
+        if folder.resolve() in in_use():
+            raise JobActive(
+                f"dataset {name!r} is used by a queued or running training job; delete it when the job ends"
+            )
+        if folder.is_symlink():
+            folder.unlink()
+            return
+        trash = datasets_root / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+        os.rename(folder, trash)
+    shutil.rmtree(trash)

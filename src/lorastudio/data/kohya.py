@@ -1,0 +1,123 @@
+"""kohya-ss style dataset folders (no torch, no HTTP): `DIR/<N>_<name>/` sub-folders, where N is
+how many times each image repeats per epoch and <name> the instance/class words (kohya's
+sd-scripts "DreamBooth" layout; e.g. `img/10_sks ball/`).
+
+`parse_kohya_folder` reads one folder name; `plan_kohya_import` flattens such a DIR into the
+files of one studio dataset: the images under their own names and one metadata.jsonl row each,
+{"file_name", "text", "repeats", "kohya_folder"}: the caption is the image's `.txt` sidecar, or
+the folder's words when it has none. The studio does not yet weight images by `repeats` (issue
+29 part 1): the rows record it. Hand-written: the layout is a naming convention, no library
+parses it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lorastudio.data.captions import read_sidecar
+from lorastudio.data.discovery import CAPTION_EXTENSION, is_image_name
+from lorastudio.errors import DatasetError
+
+_FOLDER = re.compile(r"^(\d+)_(.+)$")
+
+
+@dataclass(frozen=True)
+class KohyaFolder:
+    """One `N_name` folder: `repeats` (N >= 1) and `words`, the instance/class words of the
+    name (the caption of an image without one)."""
+
+    repeats: int
+    words: str
+
+
+def parse_kohya_folder(name: str) -> KohyaFolder:
+    """Read a kohya folder name `N_words` ("10_sks ball" -> repeats 10, words "sks ball").
+
+    Raises: DatasetError naming the folder when the name is not `<number>_<words>`, the number
+    is 0, or the words are blank."""
+    match = _FOLDER.match(name)
+    if match is None:
+        raise DatasetError(
+            f"{name}: not a kohya folder", [f"{name}: expected <repeats>_<words>, e.g. 10_sks ball"]
+        )
+    repeats, words = int(match.group(1)), " ".join(match.group(2).replace("_", " ").split())
+    problems = []
+    if repeats < 1:
+        problems.append(f"{name}: repeats must be at least 1")
+    if not words:
+        problems.append(f"{name}: no words after the repeats")
+    if problems:
+        raise DatasetError(f"{name}: not a kohya folder", problems)
+    return KohyaFolder(repeats, words)
+
+
+@dataclass
+class KohyaPlan:
+    """What a kohya DIR flattens to: `images` (source path, dataset file name), the
+    metadata.jsonl `rows`, and `skipped` (path relative to DIR, reason)."""
+
+    images: list[tuple[Path, str]] = field(default_factory=list)
+    rows: list[dict[str, object]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def metadata_jsonl(self) -> bytes:
+        """The rows as metadata.jsonl bytes (UTF-8, one object per line)."""
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.rows).encode("utf-8")
+
+
+def plan_kohya_import(source: Path) -> KohyaPlan:
+    """Flatten the kohya folders directly under `source` (links are never followed; hidden
+    entries are ignored). A sub-folder whose name is not `N_words`, files beside the folders,
+    non-image files and an image name already taken by another folder are skipped (listed).
+    Raises DatasetError when no folder is a kohya folder."""
+    plan = KohyaPlan()
+    taken: dict[str, str] = {}
+    folders = 0
+    for sub in sorted(p for p in source.iterdir() if not p.name.startswith(".")):
+        if sub.is_symlink() or not sub.is_dir():
+            plan.skipped.append((sub.name, "not a kohya N_name folder (a file or a link)"))
+            continue
+        try:
+            kohya = parse_kohya_folder(sub.name)
+        except DatasetError as err:
+            plan.skipped.append((sub.name, err.problems[0].split(": ", 1)[-1]))
+            continue
+        folders += 1
+        for path in sorted(p for p in sub.iterdir() if not p.name.startswith(".")):
+            where = f"{sub.name}/{path.name}"
+            if path.is_symlink() or not path.is_file():
+                plan.skipped.append((where, "a link or a folder (not followed)"))
+            elif path.suffix.lower() == CAPTION_EXTENSION:
+                if not any(is_image_name(q.name) and q.stem == path.stem for q in sub.iterdir()):
+                    plan.skipped.append((where, "caption without an image"))
+            elif not is_image_name(path.name):
+                plan.skipped.append((where, "not an image or a .txt caption"))
+            elif path.name in taken:
+                plan.skipped.append((where, f"{path.name} is already taken by {taken[path.name]}"))
+            else:
+                try:
+                    row = _row(path, sub.name, kohya)
+                except DatasetError as err:  # its caption cannot be read: the pair is skipped
+                    plan.skipped.append((where, err.problems[0]))
+                    continue
+                taken[path.name] = sub.name
+                plan.images.append((path, path.name))
+                plan.rows.append(row)
+    if not folders:
+        raise DatasetError(
+            f"no kohya folders in {source}",
+            [f"{source}: no <repeats>_<words> sub-folders (e.g. 10_sks ball)"]
+            + [f"{name}: {why}" for name, why in plan.skipped],
+        )
+    return plan
+
+
+def _row(image: Path, folder: str, kohya: KohyaFolder) -> dict[str, object]:
+    sidecar = image.with_suffix(CAPTION_EXTENSION)
+    text = kohya.words
+    if sidecar.is_file() and not sidecar.is_symlink():
+        text = read_sidecar(sidecar) or kohya.words  # raises DatasetError naming a bad caption
+    return {"file_name": image.name, "text": text, "repeats": kohya.repeats, "kohya_folder": folder}

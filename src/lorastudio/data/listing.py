@@ -1,0 +1,69 @@
+"""Dataset listings (no torch, no HTTP): each dataset folder's image and caption counts.
+
+metadata.jsonl is read once per version of the file (cached by device, inode, size and mtime),
+so the listings behind /api/info and /api/datasets do not re-read an unchanged file.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from lorastudio.data.captions import read_metadata
+from lorastudio.data.discovery import discover
+from lorastudio.errors import DatasetError
+
+
+def dataset_summary(folder: Path) -> dict[str, Any]:
+    """{"name", "path", "images", "captions"}: captions counts images with a .txt or a
+    metadata.jsonl row. metadata.jsonl is read once per version of the file (`_metadata_names`);
+    one that cannot be read counts no rows here (the dataset's detail and preflight say why)."""
+    files = discover(folder)
+    rows = _metadata_names(files.metadata) if files.metadata else frozenset()
+    captioned = sum(1 for p in files.images if p.stem in files.sidecars or p.name in rows)
+    return {"name": folder.name, "path": str(folder), "images": len(files.images), "captions": captioned}
+
+
+_NAMES_CACHE: dict[tuple[str, int, int, int, int], frozenset[str]] = {}
+_NAMES_CACHE_MAX = 64
+_NAMES_LOCK = threading.Lock()
+
+
+def _metadata_names(path: Path) -> frozenset[str]:
+    """The file names metadata.jsonl gives a caption, cached by (path, device, inode, size,
+    mtime): listings (/api/info, /api/datasets) do not re-read an unchanged file."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return frozenset()
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _NAMES_LOCK:
+        names = _NAMES_CACHE.get(key)
+    if names is None:
+        try:
+            names = frozenset(read_metadata(path).captions)
+        except DatasetError:
+            names = frozenset()
+        with _NAMES_LOCK:
+            if len(_NAMES_CACHE) >= _NAMES_CACHE_MAX:
+                _NAMES_CACHE.pop(next(iter(_NAMES_CACHE)))
+            _NAMES_CACHE[key] = names
+    return names
+
+
+def list_datasets(root: Path) -> list[dict[str, Any]]:
+    """Summaries of every visible dataset folder under `root`, by name (symbolic links are not
+    followed, so a link to a folder elsewhere is not listed)."""
+    if not root.is_dir():
+        return []
+    folders = sorted(
+        p for p in root.iterdir() if not p.name.startswith(".") and not p.is_symlink() and p.is_dir()
+    )
+    out = []
+    for folder in folders:
+        try:
+            out.append(dataset_summary(folder))
+        except DatasetError:
+            continue  # unreadable folder: not listed
+    return out

@@ -1,0 +1,40 @@
+"""Which images a run would enlarge a lot, for the preflight's warning (no torch, no HTTP).
+
+A small image trained at a large bucket is enlarged (Lanczos) to cover it: past about 2x the
+model learns the blur of the enlargement. The preflight names those files so the user can
+replace them or set `no_upscale` (data.buckets.choose_bucket).
+"""
+
+from __future__ import annotations
+
+from lorastudio.data.buckets import upscale_factor
+from lorastudio.data.items import ImageItem
+
+UPSCALE_WARN_FACTOR = 2.0  # warn above this enlargement
+NAMED_FILES = 10  # files named in the warning; the rest are counted
+
+
+def upscaled_images(items: list[ImageItem], over: float = UPSCALE_WARN_FACTOR) -> list[tuple[str, float]]:
+    """(file name, factor) of every item enlarged by more than `over` to cover its bucket,
+    largest factor first (ties by name)."""
+    found = [(i.path.name, upscale_factor(i.width, i.height, i.bucket)) for i in items]
+    return sorted(((n, f) for n, f in found if f > over), key=lambda nf: (-nf[1], nf[0]))
+
+
+def upscale_warning(items: list[ImageItem], no_upscale: bool) -> str | None:
+    """The preflight line naming the images enlarged by more than 2x (the first NAMED_FILES
+    and a count of the others), or None when there are none."""
+    found = upscaled_images(items)
+    if not found:
+        return None
+    named = ", ".join(f"{name} ({factor:.1f}x)" for name, factor in found[:NAMED_FILES])
+    more = f" and {len(found) - NAMED_FILES} more" if len(found) > NAMED_FILES else ""
+    hint = (
+        "they are smaller than the smallest bucket"
+        if no_upscale
+        else "set no_upscale = true to train them at their own size, or use larger images"
+    )
+    return (
+        f"{len(found)} image(s) would be upscaled by more than {UPSCALE_WARN_FACTOR:g}x to fill their "
+        f"bucket: {named}{more}; {hint}"
+    )

@@ -1,0 +1,59 @@
+"""Issue 29 part 7 in a real browser on a real server: an upload with a broken image, its
+caption and a .bmp stores the good files and says exactly which were stored and which refused;
+the dataset is then deleted with the confirm dialog and leaves the list."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+
+def _png(color: str) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (24, 24), color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.mark.timeout(120)
+def test_upload_keeps_the_good_files_and_delete(studio, browser, tmp_path: Path) -> None:
+    files = {
+        "good.png": _png("red"),
+        "good.txt": b"a red square",
+        "broken.png": b"\x89PNG\r\n\x1a\n truncated",
+        "broken.txt": b"caption of the broken one",
+        "scan.bmp": b"BM not uploaded",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{studio['url']}/#/datasets/keepgood")
+        page.get_by_test_id("file-input").set_input_files([str(tmp_path / n) for n in sorted(files)])
+        summary = page.get_by_test_id("upload-summary")
+        summary.wait_for()
+        assert summary.inner_text() == "2 files stored, 3 refused (listed below)"
+        page.get_by_test_id("stored-files").locator("summary").click()
+        stored = page.get_by_test_id("stored-files").locator("li").all_inner_texts()
+        assert stored == ["good.png", "good.txt"]
+        refused = page.get_by_test_id("refused").locator("li").all_inner_texts()
+        assert refused[0].startswith("scan.bmp BMP images are not accepted")
+        assert (
+            refused[1].startswith("broken.png ")
+            and refused[2] == "broken.txt its image broken.png was refused"
+        )
+        page.get_by_test_id("thumb-grid").locator("figure.thumb").first.wait_for()
+        assert page.get_by_test_id("thumb-grid").locator("figure.thumb").count() == 1
+
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_test_id("delete-dataset").click()
+        page.wait_for_url("**/#/datasets")
+        page.get_by_role("button", name="Create").wait_for()
+        assert page.get_by_text("keepgood").count() == 0
+        assert not (Path(studio["home"]) / "datasets" / "keepgood").exists()
+    finally:
+        context.close()

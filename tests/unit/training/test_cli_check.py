@@ -1,0 +1,115 @@
+"""`lorastudio train --check`, every problem of a CLI run at once, `--overwrite` and the free
+name suggested for a taken output_name, "did you mean" for a misspelt setting (issue 30)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.settings import get_settings
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    if not app.registered_commands:
+        _register()
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _config(tmp_path, settings: dict, name: str = "run.toml"):
+    path = tmp_path / name
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
+    return path
+
+
+def test_check_prints_the_preflight_report_and_trains_nothing(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 7}))
+    result = _invoke("train", str(config), "--check", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "would train" in out and "family         flux" in out
+    assert "4 used of 4 found" in out  # the dataset's counts
+    assert "steps          7" in out and "base_precision" in out  # schedule and plan
+    assert not (get_settings().outputs_dir / "run").exists()
+
+
+def test_check_lists_every_problem_and_exits_2(tiny_model, tmp_path, run_settings):
+    settings = run_settings("flux", tiny_model("flux"), tmp_path / "no-such-dataset", {"lerning_rate": 1e-4})
+    result = _invoke("train", str(_config(tmp_path, settings)), "--check", "--set", "lora_rank=0")
+    assert result.exit_code == 2
+    assert "lerning_rate" in result.output and "did you mean learning_rate" in result.output
+    assert "lora_rank" in result.output
+
+
+def test_rerun_names_overwrite_and_a_free_name_with_the_other_problems(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """Re-running a TOML whose output exists: the output_name problem does not hide a missing
+    data_dir; it names --overwrite and a free name (NAME-2, NAME-3 when NAME-2 is taken too)."""
+    outputs = get_settings().outputs_dir
+    (outputs / "run").mkdir(parents=True)
+    (outputs / "run" / "run.safetensors").write_bytes(b"old")
+    (outputs / "run-2").mkdir()
+    missing = tmp_path / "gone"
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), missing, {}))
+    result = _invoke("train", str(config), "--device", "cpu")
+    assert result.exit_code == 2
+    assert "--overwrite" in result.output and "output_name=run-3" in result.output
+    assert "data_dir" in result.output and "gone" in result.output
+    assert (outputs / "run" / "run.safetensors").read_bytes() == b"old"
+
+
+def test_overwrite_replaces_the_previous_runs_outputs(tiny_model, small_dataset, tmp_path, run_settings):
+    outputs = get_settings().outputs_dir
+    (outputs / "run").mkdir(parents=True)
+    (outputs / "run" / "stale.txt").write_text("old")
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 1}))
+    assert _invoke("train", str(config), "--check", "--overwrite", "--device", "cpu").exit_code == 0
+    assert (outputs / "run" / "stale.txt").exists()  # --check changes nothing
+    result = _invoke("train", str(config), "--overwrite", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert not (outputs / "run" / "stale.txt").exists()
+    assert (outputs / "run" / "run.safetensors").is_file()
+
+
+@pytest.mark.parametrize("interrupt", ["stop", "abort"])
+def test_an_interrupted_preparation_leaves_no_folder(interrupt, make_config):
+    """Ctrl-C (stop) or a second Ctrl-C (KeyboardInterrupt) once the run claimed its folder and
+    before its first step: the output name stays free for the next run."""
+    from lorastudio.training.events import StopRequest
+    from lorastudio.training.loop import train
+
+    folder = get_settings().outputs_dir / "interrupted"
+    seen = []
+
+    def stop() -> StopRequest | None:
+        seen.append(folder.is_dir())
+        return StopRequest(save=True) if interrupt == "stop" and folder.is_dir() else None
+
+    def emit(event: object) -> None:
+        seen.append(folder.is_dir())
+        if interrupt == "abort" and folder.is_dir() and type(event).__name__ != "Error":
+            raise KeyboardInterrupt
+
+    cfg = make_config("flux", output_name="interrupted")
+    if interrupt == "abort":
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, emit, stop, device="cpu")
+    else:
+        assert train(cfg, emit, stop, device="cpu").lora_path is None
+    assert any(seen), "the run never claimed its folder"
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("flag", ["--check", "--overwrite"])
+def test_check_and_overwrite_are_refused_with_resume(flag, tmp_path):
+    result = _invoke("train", "--resume", str(tmp_path), flag)
+    assert result.exit_code == 2 and flag in result.output and "--resume" in result.output

@@ -1,0 +1,62 @@
+"""Ctrl-C on `lorastudio train` in a real process: once stops, saves and exits 130 naming the
+LoRA; twice aborts with 130 and says what the run left on disk (issue 30)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lorastudio.settings import get_settings
+
+
+def _start(tmp_path: Path, settings: dict) -> subprocess.Popen[str]:
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(settings))
+    cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--device", "cpu"]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+
+
+def _wait_for_training(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    """stderr up to the first step line (the Ctrl-C handler is installed by then)."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if "] step " in line:
+            return "".join(seen)
+    proc.kill()
+    raise AssertionError(f"no step line: {''.join(seen)}")
+
+
+@pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_ctrl_c_exits_130_and_says_what_was_saved(presses, tiny_model, small_dataset, tmp_path, run_settings):
+    settings = run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 5000, "output_name": "cc"})
+    proc = _start(tmp_path, settings)
+    _wait_for_training(proc)
+    proc.send_signal(signal.SIGINT)
+    if presses == 2:
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    lora = get_settings().outputs_dir / "cc" / "cc.safetensors"
+    if presses == 1:
+        assert "stopped early, saved" in out and str(lora) in out and lora.is_file()
+    else:
+        assert "aborted" in err
+        assert (str(lora) in out) == lora.is_file()
+        assert lora.is_file() or "nothing saved" in out or "checkpoint" in out

@@ -1,0 +1,139 @@
+import { render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { InfoProvider } from "../api/info";
+import type { DatasetDetail, UploadResult } from "../api/types";
+import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { DatasetDetailScreen } from "./DatasetDetailScreen";
+
+const DETAIL: DatasetDetail = {
+  name: "mix",
+  path: "/home/u/.lorastudio/datasets/mix",
+  images: 1,
+  captions: 1,
+  files: [{ file: "a.png", caption: "a red square", bytes: 100, width: 24, height: 16 }],
+  dropped: [],
+};
+
+/** The upload answer of the real server for a batch with one broken image and its caption. */
+const UPLOADED: UploadResult = {
+  ...DETAIL,
+  committed: ["a.png", "a.txt"],
+  refused: [
+    { file: "broken.png", reason: "corrupt or unreadable image (cannot identify image file)" },
+    { file: "broken.txt", reason: "its image broken.png was refused" },
+  ],
+};
+
+/** XMLHttpRequest stand-in: records the multipart file names and answers `answer`. */
+function fakeXhr(answer: { status: number; body: unknown }) {
+  const sent: string[][] = [];
+  class FakeXhr {
+    status = 0;
+    statusText = "";
+    responseText = "";
+    upload = { onprogress: null as null | ((e: { loaded: number; total: number }) => void) };
+    onload: null | (() => void) = null;
+    onerror: null | (() => void) = null;
+    open() {}
+    setRequestHeader() {}
+    send(form: FormData) {
+      sent.push(form.getAll("files").map((f) => (f as File).name));
+      this.status = answer.status;
+      this.responseText = JSON.stringify(answer.body);
+      setTimeout(() => this.onload?.(), 0);
+    }
+  }
+  vi.stubGlobal("XMLHttpRequest", FakeXhr);
+  return sent;
+}
+
+function serve(deleteAnswer = { status: 200, body: { deleted: "mix" } as unknown }): Call[] {
+  return mockFetch(({ url, method }) => {
+    if (url === "/api/info") return { body: INFO };
+    if (url === "/api/datasets/mix" && method === "DELETE") return deleteAnswer;
+    if (url === "/api/datasets/mix") return { body: DETAIL };
+    return undefined;
+  });
+}
+
+const renderScreen = () =>
+  render(
+    <InfoProvider>
+      <DatasetDetailScreen name="mix" />
+    </InfoProvider>,
+  );
+
+const file = (name: string, bytes = 10) => new File([new Uint8Array(bytes)], name);
+
+afterEach(() => {
+  vi.unstubAllGlobals();
+  vi.restoreAllMocks();
+  window.location.hash = "";
+});
+
+describe("DatasetDetailScreen upload", () => {
+  it("offers exactly the server's file types in the picker", async () => {
+    serve();
+    renderScreen();
+    const picker = await screen.findByTestId("file-input");
+    expect(picker.getAttribute("accept")).toBe(".png,.jpg,.jpeg,.webp,.txt,.jsonl");
+  });
+
+  it("says which files were stored and which were refused, with the reasons", async () => {
+    serve();
+    const sent = fakeXhr({ status: 201, body: UPLOADED });
+    renderScreen();
+    const picker = await screen.findByTestId("file-input");
+    const user = userEvent.setup({ applyAccept: false });
+    await user.upload(picker, ["a.png", "a.txt", "broken.png", "broken.txt", "scan.bmp"].map((n) => file(n)));
+    const summary = await screen.findByTestId("upload-summary");
+    expect(summary.textContent).toBe("2 files stored, 3 refused (listed below)");
+    expect(sent).toEqual([["a.png", "a.txt", "broken.png", "broken.txt"]]); // the .bmp never left
+    const stored = within(screen.getByTestId("stored-files")).getAllByRole("listitem").map((li) => li.textContent);
+    expect(stored).toEqual(["a.png", "a.txt"]);
+    const refused = within(screen.getByTestId("refused"))
+      .getAllByRole("listitem")
+      .map((li) => li.textContent);
+    expect(refused).toEqual([
+      "scan.bmp BMP images are not accepted: convert it to PNG, JPEG or WebP",
+      "broken.png corrupt or unreadable image (cannot identify image file)",
+      "broken.txt its image broken.png was refused",
+    ]);
+  });
+
+  it("lists every problem when the server stored nothing", async () => {
+    serve();
+    fakeXhr({ status: 400, body: { error: "DatasetError", detail: "upload to mix refused", problems: ["x.png: corrupt", "x.txt: its image x.png was refused"] } });
+    renderScreen();
+    const user = userEvent.setup();
+    await user.upload(await screen.findByTestId("file-input"), [file("x.png"), file("x.txt")]);
+    expect((await screen.findByTestId("upload-summary")).textContent).toBe("0 files stored, 2 refused (listed below)");
+    const refused = within(screen.getByTestId("refused")).getAllByRole("listitem").map((li) => li.textContent);
+    expect(refused).toEqual(["x.png corrupt", "x.txt its image x.png was refused"]);
+  });
+});
+
+describe("DatasetDetailScreen delete", () => {
+  it("deletes after confirmation and goes back to the dataset list", async () => {
+    const calls = serve();
+    const confirm = vi.spyOn(window, "confirm").mockReturnValue(true);
+    renderScreen();
+    await userEvent.click(await screen.findByTestId("delete-dataset"));
+    expect(confirm).toHaveBeenCalledWith("Delete dataset mix and every file in it?");
+    await waitFor(() => expect(window.location.hash).toBe("#/datasets"));
+    expect(calls.filter((c) => c.method === "DELETE").map((c) => c.url)).toEqual(["/api/datasets/mix"]);
+  });
+
+  it("deletes nothing when not confirmed, and shows the server's refusal", async () => {
+    const calls = serve({ status: 409, body: { error: "JobActive", detail: "dataset 'mix' is used by a queued or running training job" } });
+    const confirm = vi.spyOn(window, "confirm").mockReturnValue(false);
+    renderScreen();
+    await userEvent.click(await screen.findByTestId("delete-dataset"));
+    expect(calls.some((c) => c.method === "DELETE")).toBe(false);
+    confirm.mockReturnValue(true);
+    await userEvent.click(screen.getByTestId("delete-dataset"));
+    expect((await screen.findByTestId("delete-error")).textContent).toMatch(/used by a queued or running training job/);
+    expect(window.location.hash).toBe("");
+  });
+});
