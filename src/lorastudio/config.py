@@ -5,26 +5,16 @@ Rules:
 - a field left at None means "the family's default" and is filled by `resolve_train_config`;
 - a family-specific field (see `FAMILY_SPECIFIC_FIELDS`) that the user sets explicitly for a
   family that cannot honour it is refused, never silently ignored.
+This module is the schema; parsing and resolving are in config_resolve.py (importable from here).
 """
 
 from __future__ import annotations
 
-import datetime
-import difflib
 import math
 import re
-from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from lorastudio.config_rules import (
-    adapter_lora_format,
-    combination_problems,
-    optimizer_learning_rate,
-    relative_step,
-)
-from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 LrScheduler = Literal[
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
@@ -425,167 +415,15 @@ class TrainConfig(BaseModel):
         return v
 
 
-def _did_you_mean(loc: tuple[Any, ...]) -> str:
-    """'; did you mean X?' for an unknown top-level setting close to a TrainConfig field
-    (difflib), else ''."""
-    if len(loc) != 1 or not isinstance(loc[0], str):
-        return ""
-    close = difflib.get_close_matches(loc[0].lower(), list(TrainConfig.model_fields), n=2, cutoff=0.75)
-    return f"; did you mean {' or '.join(close)}?" if close else ""
+# The parse / resolve functions live in config_resolve.py (this module is the schema); callers
+# import them from here: they are looked up there on first use (PEP 562), which keeps the import
+# order free of cycles (config_resolve imports TrainConfig from here).
+_RESOLVE_NAMES = frozenset({"family_problems", "parse_train_config", "resolve_train_config"})
 
 
-def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
-    out = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown setting" + _did_you_mean(e["loc"])
-        out.append(FieldProblem(loc, msg))
-    return out
+def __getattr__(name: str) -> Any:
+    if name in _RESOLVE_NAMES:
+        from lorastudio import config_resolve
 
-
-def parse_train_config(data: Mapping[str, Any]) -> TrainConfig:
-    """Validate raw settings into a TrainConfig and check them against the family.
-
-    Returns the config as given (family defaults not yet filled: see resolve_train_config).
-    Raises ConfigError listing every problem at once (unknown keys, bad values, settings the
-    family cannot honour); UnknownFamily becomes one of those problems.
-    """
-    try:
-        cfg = TrainConfig.model_validate(dict(data))
-    except ValidationError as err:
-        problems = _pydantic_problems(err)
-        fam_name = data.get("family") if isinstance(data, Mapping) else None
-        if isinstance(fam_name, str):
-            problems += _family_problems_raw(fam_name, data)
-        raise ConfigError(problems) from None
-    problems = family_problems(cfg)
-    if problems:
-        raise ConfigError(problems)
-    return cfg
-
-
-def _family_problems_raw(fam_name: str, data: Mapping[str, Any]) -> list[FieldProblem]:
-    from lorastudio import families
-
-    try:
-        fam = families.get(fam_name)
-    except UnknownFamily as err:
-        return [FieldProblem("family", str(err))]
-    given = {f for f in set(data) & set(FAMILY_SPECIFIC_FIELDS) if data[f] != _inert_value(f)}
-    return [_unsupported(fam.spec.name, f) for f in sorted(given - fam.spec.supports)]
-
-
-def _inert_value(field: str) -> Any:
-    """The value an unsupported family-specific field holds in a resolved config (null, or the
-    schema default for non-nullable ones): setting it to that value asks for nothing."""
-    return TrainConfig.model_fields[field].default if field in _NOT_NULLABLE else None
-
-
-def _unsupported(family: str, field: str) -> FieldProblem:
-    return FieldProblem(field, f"the {family} family cannot honour this setting; remove it")
-
-
-def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
-    """Problems between a parsed config and its family (unknown family, unsupported settings,
-    resolution not a multiple of what the family needs) and combinations that would be ignored.
-    Empty list when all is well."""
-    from lorastudio import families
-
-    try:
-        fam = families.get(cfg.family)
-    except UnknownFamily as err:
-        return [FieldProblem("family", str(err))]
-    problems = [
-        _unsupported(fam.spec.name, f)
-        for f in sorted((cfg.model_fields_set & set(FAMILY_SPECIFIC_FIELDS)) - fam.spec.supports)
-        if getattr(cfg, f) != _inert_value(f)
-    ]
-    res = cfg.resolution if cfg.resolution is not None else fam.spec.defaults.get("resolution")
-    mult = fam.spec.resolution_multiple
-    if isinstance(res, int) and res % mult:
-        problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
-    problems += combination_problems(cfg)
-    problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
-    if cfg.fuse_projections == "on" and not fam.spec.fused_projection_groups:
-        problems.append(
-            FieldProblem(
-                "fuse_projections",
-                f"{fam.spec.title}'s {fam.spec.denoiser} has no projections that share an input to"
-                " fuse: use 'auto' or 'off'",
-            )
-        )
-    if cfg.compile == "wide" and not fam.spec.wide_compile_blocks:
-        problems.append(
-            FieldProblem(
-                "compile",
-                f"'wide' compiles a U-Net's glue around its attention blocks; {fam.spec.title}'s repeated"
-                " blocks already hold all its compute: use 'on' or 'auto'",
-            )
-        )
-    problems += fam.config_problems(cfg)
-    return problems
-
-
-def _default_sampling_problems(cfg: TrainConfig, family_default: Any) -> list[FieldProblem]:
-    """logit_mean / logit_std set while timestep_sampling is left to a family default other than
-    logit_normal (Chroma's and Krea 2's "sigmoid"): they would be ignored, so they are refused."""
-    if "timestep_sampling" in cfg.model_fields_set or family_default in (None, "logit_normal"):
-        return []
-    return [
-        FieldProblem(
-            name,
-            f"only applies to timestep_sampling='logit_normal'; this family samples with "
-            f"{family_default!r} by default: set timestep_sampling='logit_normal' too",
-        )
-        for name in ("logit_mean", "logit_std")
-        if name in cfg.model_fields_set and getattr(cfg, name) != TrainConfig.model_fields[name].default
-    ]
-
-
-# Settings where an explicit null is meaningful ("off"), so a family default must not replace it.
-NULL_MEANS_OFF = frozenset({"snr_gamma", "noise_offset", "flow_shift", "max_grad_norm"})
-
-
-def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
-    """Fill every family default and null the family-specific fields the family does not use.
-
-    A field takes the family default (FamilySpec.defaults) when the user did not set it, or set
-    it to null where null has no meaning of its own. Returns a new config; `cfg` is unchanged.
-    Raises ConfigError if the config is not valid for its family.
-    """
-    from lorastudio import families
-
-    problems = family_problems(cfg)
-    if problems:
-        raise ConfigError(problems)
-    fam = families.get(cfg.family)
-    values = cfg.model_dump()
-    for key, default in fam.spec.defaults.items():
-        explicit = key in cfg.model_fields_set
-        if not explicit or (values[key] is None and key not in NULL_MEANS_OFF):
-            values[key] = default
-    for key in set(FAMILY_SPECIFIC_FIELDS) - fam.spec.supports:
-        values[key] = _inert_value(key)
-    values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
-    values["lora_format"] = adapter_lora_format(cfg, values["lora_format"])
-    if values["lora_alpha"] is None:
-        values["lora_alpha"] = float(values["lora_rank"])
-    if values["cache_variants"] is None:
-        values["cache_variants"] = 4 if cfg.random_crop else 2 if cfg.random_flip else 1
-    if values["output_name"] is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        values["output_name"] = f"{fam.spec.name}-{stamp}"
-    resolved = TrainConfig.model_validate(values)
-    needed = (
-        ("resolution", "lora_rank") if relative_step(cfg) else ("resolution", "learning_rate", "lora_rank")
-    )
-    missing = [k for k in needed if getattr(resolved, k) is None]
-    if missing:
-        raise ConfigError([FieldProblem(k, f"no default for {fam.spec.name}; set it") for k in missing])
-    return resolved
-
-
-# Family-specific fields whose schema default is not null: inert for families that do not use them.
-_NOT_NULLABLE = ("timestep_sampling", "logit_mean", "logit_std")
+        return getattr(config_resolve, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,7 @@ store, event log and bookkeeping (`_finish`, `_log_status`, `_log_event`). No to
 
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 import time
@@ -24,8 +25,9 @@ POLL_S = 0.1  # how often the pump checks the worker between events
 DRAIN_S = 0.3  # how long to wait for the last events of a worker that exited
 
 
-class EventPump:
-    """The pump half of JobService (see there for the attributes it shares)."""
+class EventPump(abc.ABC):
+    """The pump half of JobService (see there for the attributes it shares; the abstract
+    methods are the service's bookkeeping, which JobService implements)."""
 
     _cond: threading.Condition
     _closing: bool
@@ -34,14 +36,17 @@ class EventPump:
     store: RunStore
     ignored_events: int
 
+    @abc.abstractmethod
     def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:
-        raise NotImplementedError
+        """Implemented by JobService."""
 
+    @abc.abstractmethod
     def _log_status(self, job: Job) -> None:
-        raise NotImplementedError
+        """Implemented by JobService."""
 
+    @abc.abstractmethod
     def _log_event(self, job: Job, data: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Implemented by JobService."""
 
     def _pump(self, job: Job, worker: JobWorker) -> None:
         """Fold the worker's events into `job` until it ended and the process exited."""
