@@ -16,7 +16,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
-from lorastudio.training.events import PlanChosen, PlanTrial, StopRequest
+from lorastudio.training.events import PlanChosen, PlanTrial
 from lorastudio.training.loop import TrainResult, train
 from lorastudio.training.plan import (
     GIB,
@@ -303,23 +303,11 @@ def test_out_of_memory_means_does_not_fit_and_the_search_goes_on(make_config):
 def test_a_resume_reuses_the_measured_plan(make_config):
     full, events = _quantised_run(make_config)
     chosen = _plan_event(events)
-    # the same run stopped (with save) after its first step: a finished run is not resumed
-    floor = _plan_event(_run(make_config, "fp32-floor")[1]).trials[0].peak_memory_gb
-    part_events: list[Any] = []
-
-    def stop_after_one_step() -> StopRequest | None:
-        return StopRequest(save=True) if any(e.type == "progress" for e in part_events) else None
-
-    cfg = make_config(
-        output_name="quantised-part",
-        **{**BUDGETED, "memory_budget_gb": 0.9 * floor, "steps": 3, "save_every": 1, **LIGHT},
-    )
-    train(cfg, part_events.append, stop_after_one_step, device="cpu", meter=FakeDeviceMeter())
-    fields = set(Plan.__dataclass_fields__)
-    assert _plan_event(part_events).model_dump(include=fields) == chosen.model_dump(include=fields)
-    checkpoint = find_checkpoint(
-        get_settings().outputs_dir / "quantised-part" / "checkpoints" / "step-000001"
-    )
+    # the run as a kill right after its first checkpoint leaves it (a finished run, with its final
+    # LoRA and sidecar, is only resumed to train longer)
+    full.lora_path.unlink()
+    full.lora_path.with_suffix(".json").unlink()
+    checkpoint = find_checkpoint(full.lora_path.parent / "checkpoints" / "step-000001")
     info = read_checkpoint_info(checkpoint)
     assert info["plan"] == chosen.model_dump(include=set(Plan.__dataclass_fields__))
 
