@@ -3,10 +3,7 @@ sampler, gradient accumulation, clipping, the divergence guard, the LR schedule,
 sample previews, checkpoints and the stop poll after every step. Resumed runs restore every piece
 of loop state (training/snapshot.py) before the first step.
 
-Micro-batches (the plan's micro_batch_size): each sampler batch is split into chunks of that many
-samples for forward/backward, with the same maths as the unsplit batch: the latents, noise and
-timesteps are drawn for the whole batch first (the same draws), each chunk takes its slice, and
-every chunk's loss share already divides by the step's sample count.
+Micro-batches: training/micro_batches.py (batch_forward_backward).
 
 Pipelined steps (CUDA, one process, bf16/fp32, fused AdamW): the host reads a step's loss and
 gradient norm only after the NEXT step's forward/backward is queued, so the GPU never waits for
@@ -34,18 +31,17 @@ from lorastudio.lora.snapshots import SnapshotKeeper
 from lorastudio.training.checkpoint import CheckpointKeeper
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import (
-    BatchShard,
     ParallelContext,
     StopPoll,
     all_reduce_sum,
-    gradient_sync,
 )
 from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.events import Emit, Progress, SampleReady
 from lorastudio.training.export import save_lora_snapshot
 from lorastudio.training.extend import respan_schedule
-from lorastudio.training.latents import LatentBatch, LatentSource
+from lorastudio.training.latents import LatentSource
 from lorastudio.training.meter import DivergenceGuard, StepMeter
+from lorastudio.training.micro_batches import batch_forward_backward
 from lorastudio.training.noise import DdpmObjective, FlowObjective
 from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, make_optimizer, total_steps
 from lorastudio.training.plan import Plan
@@ -56,7 +52,6 @@ from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkp
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
-    from lorastudio.families.base import Family
 
 
 PIPELINED_DEVICES = ("cuda",)  # where a step is queued before the last one's values are read
@@ -358,63 +353,3 @@ def _micro_step(
         run.family, state.denoiser, objective, batch, cond, run.cfg, generator, step_samples,
         scaler, micro, ctx=state.ctx, ddp=state.ddp, sync=last,
     )  # fmt: skip
-
-
-def micro_batch_shards(size: int, micro_batch_size: int, ctx: ParallelContext) -> list[BatchShard | None]:
-    """The slices of a batch of `size` samples that the forward/backward passes take: one per
-    micro-batch of `micro_batch_size` (the last may be smaller), each narrowed to this rank's
-    part in a data-parallel run. [None] for one unsplit pass of a single process."""
-    if micro_batch_size >= size and not ctx.distributed:
-        return [None]
-    shards: list[BatchShard | None] = []
-    for start in range(0, size, micro_batch_size):
-        stop = min(start + micro_batch_size, size)
-        if ctx.distributed:
-            mine = ctx.shard(stop - start)  # this rank's slice of the micro-batch
-            shards.append(BatchShard(start + mine.start, start + mine.stop, size, mine.grad_factor))
-        else:
-            shards.append(BatchShard(start, stop, size, 1.0))
-    return shards
-
-
-def batch_forward_backward(
-    family: Family,
-    denoiser: Any,
-    objective: DdpmObjective | FlowObjective,
-    batch: LatentBatch,
-    cond: dict[str, Any],
-    cfg: TrainConfig,
-    generator: torch.Generator,
-    step_samples: int,
-    scaler: torch.amp.GradScaler,
-    micro_batch_size: int,
-    *,
-    ctx: ParallelContext,
-    ddp: Any = None,
-    sync: bool = True,
-) -> list[torch.Tensor]:
-    """Forward + backward of one sampler batch in micro-batches of `micro_batch_size` samples,
-    with the maths of the unsplit batch (module docstring). Takes the batch's latents
-    [B, C, h, w] (training dtype, on the device) and collated conditioning; `ddp` the DDP wrapper
-    (None: single process); `sync`: let DDP all-reduce in the batch's last backward.
-    Returns one 0-d device tensor per pass: its share of the step loss (no host sync)."""
-    from lorastudio.training.step import forward_backward
-
-    info = {
-        "original_size": batch.original_size,
-        "crop_top_left": batch.crop_top_left,
-        "target_size": batch.target_size,
-    }
-    if batch.controls is not None:  # paired samples: the family reads them in predict
-        info["controls"] = batch.controls  # [B, N, C, h, w]
-    shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
-    drawn = objective.noise(batch.latents, generator) if len(shards) > 1 else None  # the whole batch's
-    shares = []
-    for i, shard in enumerate(shards):
-        with gradient_sync(ddp, sync=sync and i == len(shards) - 1):
-            share = forward_backward(
-                family, denoiser, objective, batch.latents, cond, info, cfg, generator, step_samples,
-                scaler, shard=shard, forward_module=ddp, noised=drawn,
-            )  # fmt: skip
-        shares.append(share)  # [] on the device
-    return shares

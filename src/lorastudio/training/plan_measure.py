@@ -4,7 +4,7 @@ holds the search).
 A trial builds a FRESH denoiser for the candidate plan (training/plan_build.py, the run's own
 build path, compile off), then runs 1 warm-up + 2 timed optimizer steps of the run's real shapes:
 one sampler batch of the dataset's largest bucket with its captions' conditioning, the real
-`batch_forward_backward` (training/optimize.py: micro-batches, training.step.forward_backward)
+`batch_forward_backward` (training/micro_batches.py: micro-batches, training.step.forward_backward)
 and an AdamW step. It reports seconds per sample and the peak device memory, then frees
 everything. Out of memory (torch.OutOfMemoryError) means "does not fit"; the trial is freed and
 the search goes on. Trials use their own random streams: the run's draws are unchanged.
@@ -216,8 +216,8 @@ def measure_plan(
     """One trial of `plan` (module docstring). Returns its PlanTrial: fits = no out-of-memory and
     peak <= the run's memory_budget_gb. Raises what the build or a step raises other than
     torch.OutOfMemoryError (e.g. ModelSourceError)."""
+    from lorastudio.training.micro_batches import batch_forward_backward
     from lorastudio.training.optim import make_optimizer
-    from lorastudio.training.optimize import batch_forward_backward
     from lorastudio.training.plan_build import BuiltDenoiser, build_denoiser
 
     cfg = run.cfg

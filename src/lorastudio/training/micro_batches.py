@@ -1,0 +1,82 @@
+"""One sampler batch's forward + backward in micro-batches (the plan's micro_batch_size).
+
+Each sampler batch is split into chunks of that many samples for forward/backward, with the same
+maths as the unsplit batch: the latents, noise and timesteps are drawn for the whole batch first
+(the same draws), each chunk takes its slice, and every chunk's loss share already divides by the
+step's sample count. Used by the step loop (training/optimize.py) and the memory plan's
+measured trials (training/plan_measure.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.training.distributed import BatchShard, ParallelContext, gradient_sync
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import Family
+    from lorastudio.training.latents import LatentBatch
+    from lorastudio.training.noise import DdpmObjective, FlowObjective
+
+
+def micro_batch_shards(size: int, micro_batch_size: int, ctx: ParallelContext) -> list[BatchShard | None]:
+    """The slices of a batch of `size` samples that the forward/backward passes take: one per
+    micro-batch of `micro_batch_size` (the last may be smaller), each narrowed to this rank's
+    part in a data-parallel run. [None] for one unsplit pass of a single process."""
+    if micro_batch_size >= size and not ctx.distributed:
+        return [None]
+    shards: list[BatchShard | None] = []
+    for start in range(0, size, micro_batch_size):
+        stop = min(start + micro_batch_size, size)
+        if ctx.distributed:
+            mine = ctx.shard(stop - start)  # this rank's slice of the micro-batch
+            shards.append(BatchShard(start + mine.start, start + mine.stop, size, mine.grad_factor))
+        else:
+            shards.append(BatchShard(start, stop, size, 1.0))
+    return shards
+
+
+def batch_forward_backward(
+    family: Family,
+    denoiser: Any,
+    objective: DdpmObjective | FlowObjective,
+    batch: LatentBatch,
+    cond: dict[str, Any],
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    step_samples: int,
+    scaler: torch.amp.GradScaler,
+    micro_batch_size: int,
+    *,
+    ctx: ParallelContext,
+    ddp: Any = None,
+    sync: bool = True,
+) -> list[torch.Tensor]:
+    """Forward + backward of one sampler batch in micro-batches of `micro_batch_size` samples,
+    with the maths of the unsplit batch (see the module docstring). Takes the batch's latents
+    [B, C, h, w] (training dtype, on the device) and collated conditioning; `ddp` the DDP wrapper
+    (None: single process); `sync`: let DDP all-reduce in the batch's last backward.
+    Returns one 0-d device tensor per pass: its share of the step loss (no host sync)."""
+    from lorastudio.training.step import forward_backward
+
+    info = {
+        "original_size": batch.original_size,
+        "crop_top_left": batch.crop_top_left,
+        "target_size": batch.target_size,
+    }
+    if batch.controls is not None:  # paired samples: the family reads them in predict
+        info["controls"] = batch.controls  # [B, N, C, h, w]
+    shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
+    drawn = objective.noise(batch.latents, generator) if len(shards) > 1 else None  # the whole batch's
+    shares = []
+    for i, shard in enumerate(shards):
+        with gradient_sync(ddp, sync=sync and i == len(shards) - 1):
+            share = forward_backward(
+                family, denoiser, objective, batch.latents, cond, info, cfg, generator, step_samples,
+                scaler, shard=shard, forward_module=ddp, noised=drawn,
+            )  # fmt: skip
+        shares.append(share)  # [] on the device
+    return shares
