@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import FamilySpec
+    from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
 
 SIDECAR_FORMAT = "lorastudio.lora/1"
@@ -222,3 +223,28 @@ def base_weight_shapes(denoiser: Any) -> dict[str, tuple[int, ...]]:
             shape = logical if None not in logical else tuple(param.shape)
             shapes[name.replace(".base_layer", "")] = tuple(shape)
     return shapes
+
+
+def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
+    """Write the run's LoRA (<output_name>.safetensors + sidecar) from the loop's state; with EMA,
+    the raw weights first as <output_name>.raw.safetensors, then the EMA ones under the run's name
+    (the sidecars say which is which). Returns the run's LoRA path."""
+    cfg = run.cfg
+    name = str(cfg.output_name)
+    sidecar = run_sidecar(
+        run,
+        steps_run=state.steps_run,
+        total_steps=state.total_steps,
+        stopped=stopped,
+        lora_file=f"{name}.safetensors",
+        extensions=state.extensions,
+    )
+    if state.ema is None:
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+    raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
+    raw_sidecar = {**sidecar, "lora_file": f"{raw}.safetensors"}
+    raw_sidecar["ema"] = {**ema, "weights": "raw", "ema_file": f"{name}.safetensors"}
+    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar)
+    sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
+    with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)

@@ -79,7 +79,7 @@ from lorastudio.training.events import (
     Preparing,
     StopCheck,
 )
-from lorastudio.training.export import run_sidecar, save_lora
+from lorastudio.training.export import export_run
 from lorastudio.training.extend import extension_record
 from lorastudio.training.latents import (
     EncodedPerStep,
@@ -182,7 +182,7 @@ def train(
         if not main:
             pass  # rank 0 writes (or removes) every file of the run
         elif save and state.steps_run > state.steps_at_start:
-            lora_path = _export(run, state, stopped)
+            lora_path = export_run(run, state, stopped)
             state.keeper.finish()
         elif not save or state.resume is None:
             if state.previews is not None and state.resume is not None:
@@ -258,28 +258,6 @@ def _message(err: BaseException, attention: str = "default") -> str:
             'retry with attention_backend = "flash")'
         )
     return text
-
-
-def _export(run: PreparedRun, state: RunState, stopped: bool) -> Path:
-    cfg = run.cfg
-    name = str(cfg.output_name)
-    sidecar = run_sidecar(
-        run,
-        steps_run=state.steps_run,
-        total_steps=state.total_steps,
-        stopped=stopped,
-        lora_file=f"{name}.safetensors",
-        extensions=state.extensions,
-    )
-    if state.ema is None:
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
-    raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
-    raw_sidecar = {**sidecar, "lora_file": f"{raw}.safetensors"}
-    raw_sidecar["ema"] = {**ema, "weights": "raw", "ema_file": f"{name}.safetensors"}
-    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar)
-    sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
-    with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
 
 
 def _run_phases(
