@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lorastudio.config_datasets import MAX_DATASET_ENTRIES, DatasetEntry
+
 LrScheduler = Literal[
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
 ]
@@ -68,7 +70,24 @@ class TrainConfig(BaseModel):
     family: str = Field(description="model family: a registered name (`lorastudio families`, /api/info)")
     base_model: str = Field(min_length=1, description="hub id (owner/name) or local pipeline folder")
     revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
-    data_dir: str = Field(min_length=1, description="dataset folder (absolute, or a name under datasets/)")
+    data_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        description="dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry",
+    )
+    # issue 29 part 1: several folders, each with its own sampling and captions (config_datasets.py)
+    datasets: list[DatasetEntry] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_DATASET_ENTRIES,
+        description="several dataset folders, each {path, repeats | weight, trigger_word, default_caption, "
+        "caption_dropout, resolution, loss_weight}; instead of data_dir",
+    )
+    kohya_folders: bool = Field(
+        default=False,
+        description="each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry "
+        "(repeats from the number, trigger word and default caption from the words)",
+    )
     output_name: str | None = Field(
         default=None,
         min_length=1,

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
+from lorastudio.config_datasets import raw_dataset_problems, resolution_entry_problems
 from lorastudio.config_rules import (
     adapter_lora_format,
     combination_problems,
@@ -56,6 +57,9 @@ def parse_train_config(data: Mapping[str, Any]) -> TrainConfig:
         cfg = TrainConfig.model_validate(dict(data))
     except ValidationError as err:
         problems = _pydantic_problems(err)
+        if isinstance(data, Mapping):
+            seen = {p.field for p in problems}
+            problems += [p for p in raw_dataset_problems(data) if p.field not in seen]
         fam_name = data.get("family") if isinstance(data, Mapping) else None
         if isinstance(fam_name, str):
             problems += _family_problems_raw(fam_name, data)
@@ -106,6 +110,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     mult = fam.spec.resolution_multiple
     if isinstance(res, int) and res % mult:
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
+    problems += resolution_entry_problems(cfg, mult, fam.spec.name)
     problems += combination_problems(cfg)
     problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
     if cfg.fuse_projections == "on" and not fam.spec.fused_projection_groups:

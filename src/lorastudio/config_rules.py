@@ -91,7 +91,9 @@ SAMPLE_SETTINGS: tuple[str, ...] = ("sample_every", "sample_steps", "sample_seed
 
 def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """Settings that are valid alone but would be ignored (or meaningless) in combination."""
-    problems = []
+    from lorastudio.config_datasets import dataset_problems
+
+    problems = dataset_problems(cfg)
     augmenting = cfg.random_crop or cfg.random_flip
     if cfg.cache_variants is not None and cfg.cache_variants > 1 and not augmenting:
         problems.append(

@@ -10,6 +10,20 @@ from pydantic import ConfigDict, Field
 from lorastudio.api.schemas import DroppedFile, HostOut, TrainConfigOut, _Out
 
 
+class PreflightEntry(_Out):
+    label: str = Field(description="the entry as configured (a kohya sub-folder: parent/N_words)")
+    path: str
+    images: int
+    repeats: int | None
+    weight: float | None
+    samples_per_epoch: int = Field(description="samples the entry gives per epoch (repeats / weight)")
+    share: float = Field(description="its share of the epoch's samples, 0..1")
+    loss_weight: float
+    caption_dropout: float
+    resolution: int
+    trigger_word: str | None
+
+
 class PreflightDataset(_Out):
     path: str
     images_found: int
@@ -28,6 +42,10 @@ class PreflightDataset(_Out):
         description="paired datasets: pairs, per_image (controls per target), sources, buckets, resize, "
         "examples (target -> controls); null for a text-to-image dataset",
     )
+    entries: list[PreflightEntry] = Field(
+        default_factory=list, description="each dataset entry (data_dir: one) with its count and share"
+    )
+    samples_per_epoch: int = Field(default=0, description="samples of one epoch, over every entry")
 
 
 class PreflightSchedule(_Out):

@@ -120,6 +120,14 @@ def print_report(report: dict[str, Any]) -> None:
     data = report["dataset"]
     echo("dataset:")
     echo(f"  images         {data['images_used']} used of {data['images_found']} found")
+    for entry in data.get("entries") or []:
+        sampling = (
+            f"weight {entry['weight']:g}" if entry["weight"] is not None else f"x{entry['repeats'] or 1}"
+        )
+        echo(
+            f"  entry          {entry['label']}: {entry['images']} image(s) {sampling} -> "
+            f"{entry['samples_per_epoch']} per epoch ({entry['share']:.1%}), loss weight {entry['loss_weight']:g}"
+        )
     echo(f"  captions       {', '.join(f'{k}: {v}' for k, v in data['caption_sources'].items()) or '-'}")
     echo(f"  buckets        {', '.join(f'{k}: {v}' for k, v in data['buckets'].items()) or '-'}")
     sched = report["schedule"]

@@ -125,12 +125,19 @@ def localize_path(value: str, *, may_be_hub_id: bool) -> str:
 
 
 def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with its data_dir and base_model localized (localize_path): a config file's paths
+    """`data` with its data_dir (each datasets entry's path) and base_model localized (localize_path): a config file's paths
     are taken relative to the directory the command runs in."""
     out = dict(data)
     for key, hub in (("data_dir", False), ("base_model", True)):
         if isinstance(out.get(key), str):
             out[key] = localize_path(out[key], may_be_hub_id=hub)
+    if isinstance(out.get("datasets"), list):  # each entry's folder, like data_dir
+        out["datasets"] = [
+            {**e, "path": localize_path(e["path"])}
+            if isinstance(e, dict) and isinstance(e.get("path"), str)
+            else e
+            for e in out["datasets"]
+        ]
     return out
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.data.captions import CaptionSource
+from lorastudio.data.mix import MixEntry
 from lorastudio.data.safe_open import FolderId
 
 
@@ -31,6 +32,7 @@ class ImageItem:
     controls: tuple[Path, ...] = ()
     folder_id: FolderId | None = None
     control_folder_ids: tuple[FolderId, ...] = ()  # the folder identity of each control, in order
+    entry: int = 0  # index of the run's dataset entry the image came from (DatasetScan.entries)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class DatasetScan:
     dropped: list[tuple[str, str]]  # (file name, reason): not used, listed for the preflight report
     fingerprint: str
     control_sources: tuple[str, ...] = ()  # where the controls came from (data/pairs.py)
+    # the run's dataset entries (data/entries.py), in order; ImageItem.entry indexes them. Empty
+    # for a scan of one folder made directly with scan_dataset (one entry, sampled plainly).
+    entries: tuple[MixEntry, ...] = ()
 
     def bucket_histogram(self) -> dict[str, int]:
         """Images per bucket: "WxH" -> count, buckets ordered by (width, height)."""

@@ -5,20 +5,21 @@ sd-scripts "DreamBooth" layout; e.g. `img/10_sks ball/`).
 `parse_kohya_folder` reads one folder name; `plan_kohya_import` flattens such a DIR into the
 files of one studio dataset: the images under their own names and one metadata.jsonl row each,
 {"file_name", "text", "repeats", "kohya_folder"}: the caption is the image's `.txt` sidecar, or
-the folder's words when it has none. The studio does not yet weight images by `repeats` (issue
-29 part 1): the rows record it. Hand-written: the layout is a naming convention, no library
-parses it.
+the folder's words when it has none. `kohya_entries` reads such a DIR as a run's dataset
+entries instead (TrainConfig.kohya_folders): one entry per folder, repeats N. Hand-written: the
+layout is a naming convention, no library parses it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lorastudio.data.captions import read_sidecar
 from lorastudio.data.discovery import CAPTION_EXTENSION, is_image_name
+from lorastudio.data.mix import MixEntry
 from lorastudio.errors import DatasetError
 
 _FOLDER = re.compile(r"^(\d+)_(.+)$")
@@ -121,3 +122,42 @@ def _row(image: Path, folder: str, kohya: KohyaFolder) -> dict[str, object]:
     if sidecar.is_file() and not sidecar.is_symlink():
         text = read_sidecar(sidecar) or kohya.words  # raises DatasetError naming a bad caption
     return {"file_name": image.name, "text": text, "repeats": kohya.repeats, "kohya_folder": folder}
+
+
+def kohya_entries(parent: MixEntry) -> list[MixEntry]:
+    """The dataset entries of a folder of kohya `N_words` sub-folders (TrainConfig.kohya_folders):
+    one per sub-folder (sorted by name), labelled "parent/N_words", with repeats N, the first
+    word as the trigger word and the words as the default caption (unless the parent has its own,
+    from the entry or the run); the parent's other settings carry over.
+    Raises DatasetError naming the folder when it holds no kohya sub-folder, listing the other
+    sub-folders (links are never followed)."""
+    from lorastudio.data.discovery import require_folder
+
+    require_folder(parent.root)
+    found: list[MixEntry] = []
+    others: list[str] = []
+    for sub in sorted(p for p in parent.root.iterdir() if not p.name.startswith(".")):
+        if sub.is_symlink() or not sub.is_dir():
+            continue  # the parent's own files are not part of any entry
+        try:
+            kohya = parse_kohya_folder(sub.name)
+        except DatasetError as err:
+            others.append(err.problems[0])
+            continue
+        found.append(
+            replace(
+                parent,
+                label=f"{parent.label}/{sub.name}",
+                root=sub,
+                repeats=kohya.repeats,
+                trigger_word=parent.trigger_word or kohya.words.split()[0],
+                default_caption=parent.default_caption or kohya.words,
+            )
+        )
+    if not found or others:
+        raise DatasetError(
+            f"{parent.root}: not a folder of kohya sub-folders",
+            [f"{parent.root}: no <repeats>_<words> sub-folders (e.g. 10_sks ball)"] * (not found)
+            + [f"{parent.root}/{why}" for why in others],
+        )
+    return found

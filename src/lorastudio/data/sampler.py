@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
+
+if TYPE_CHECKING:
+    from lorastudio.data.mix import EpochMix
 
 
 class BucketBatchSampler:
@@ -24,12 +27,23 @@ class BucketBatchSampler:
     be called after `load_state_dict`). `state_dict()` is {"epoch", "position"}, position = the
     number of batches of that epoch already yielded; restoring it continues the same sequence.
     One iterator at a time: iterating advances the sampler's own state.
+
+    With `mix` (data/mix.py: several dataset entries with repeats or weights) an epoch holds
+    each bucket's indices as the mix counts them (an index may appear several times, or not at
+    all in a given epoch); the shuffling and batching are the same, and so is the epoch length
+    every epoch. Without it (or with every entry used once) every index appears once.
     """
 
     def __init__(
-        self, buckets: Sequence[tuple[int, int]], batch_size: int, seed: int, drop_last: bool = False
+        self,
+        buckets: Sequence[tuple[int, int]],
+        batch_size: int,
+        seed: int,
+        drop_last: bool = False,
+        mix: EpochMix | None = None,
     ):
-        """Takes the bucket of each item (index i -> buckets[i]), the batch size, the seed.
+        """Takes the bucket of each item (index i -> buckets[i]), the batch size, the seed and
+        the entries' mix (None: every item once per epoch).
 
         Raises: ConfigError for batch_size < 1 or no items; DatasetError when drop_last leaves
         no batch at all (no bucket holds batch_size images).
@@ -45,9 +59,11 @@ class BucketBatchSampler:
         for index, bucket in enumerate(buckets):
             groups.setdefault((int(bucket[0]), int(bucket[1])), []).append(index)
         self._groups = [np.asarray(groups[key], dtype=np.int64) for key in sorted(groups)]
-        self._len = sum(self._batches_in(len(g)) for g in self._groups)
+        self._mix = mix
+        counts = {key: len(groups[key]) for key in groups} if mix is None else mix.bucket_counts()
+        self._len = sum(self._batches_in(n) for n in counts.values())
         if self._len == 0:
-            sizes = ", ".join(f"{w}x{h}: {len(groups[(w, h)])}" for (w, h) in sorted(groups))
+            sizes = ", ".join(f"{w}x{h}: {counts[(w, h)]}" for (w, h) in sorted(counts))
             raise DatasetError(
                 f"no batch of {batch_size} images fits in one bucket with drop_last",
                 [f"images per bucket: {sizes}", "lower batch_size or turn drop_last off"],
@@ -84,7 +100,8 @@ class BucketBatchSampler:
         """Every batch of `epoch` in order (a pure function of seed, epoch and the buckets)."""
         rng = np.random.default_rng([self.seed, epoch])
         batches: list[list[int]] = []
-        for group in self._groups:
+        groups = self._groups if self._mix is None else self._mix.epoch_groups(self.seed, epoch)
+        for group in groups:
             order = group[rng.permutation(len(group))]
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]

@@ -22,6 +22,7 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
+from lorastudio.data.entries import entry_report, epoch_bucket_counts
 from lorastudio.data.upscaling import upscale_warning
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
@@ -69,7 +70,8 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
     scan = run.scan
     host = host or host_info()
     sources = Counter(item.caption_source for item in scan.items)
-    batches = sum(math.ceil(n / cfg.batch_size) for n in scan.bucket_histogram().values())
+    per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py)
+    batches = sum(math.ceil(n / cfg.batch_size) for n in per_epoch.values())
     steps_per_epoch = max(1, math.ceil(batches / cfg.grad_accum))
     steps = cfg.num_epochs * steps_per_epoch if cfg.num_epochs > 0 else cfg.steps
     dtype = resolved_dtype(cfg.base_precision, host)
@@ -94,6 +96,8 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "fingerprint": scan.fingerprint,
             "warnings": [w for w in [upscale_warning(scan.items, cfg.no_upscale)] if w],
             "controls": _controls_section(scan),
+            "entries": entry_report(scan),
+            "samples_per_epoch": sum(per_epoch.values()),
         },
         "schedule": {
             "steps": steps,

@@ -17,7 +17,7 @@ from typing import Any
 from lorastudio import families
 from lorastudio.basemodels import resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.data import resolve_dataset_dir, scan_dataset
+from lorastudio.data.entries import resolve_entries, scan_entries
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
 from lorastudio.jobs.validation import host_problems
@@ -115,15 +115,11 @@ def validate_resume(
         resolve_base_model(cfg.base_model, family.spec.name, settings)
     except ModelSourceError as err:
         problems.append(FieldProblem("base_model", str(err)))
-    data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)
-    scan = scan_dataset(
-        data_dir,
-        resolution=int(cfg.resolution or 0),
+    scan = scan_entries(
+        resolve_entries(cfg, settings.datasets_dir, allow_outside_root=False),
         multiple=family.spec.resolution_multiple,
         aspect_buckets=cfg.aspect_buckets,
         no_upscale=cfg.no_upscale,
-        trigger_word=cfg.trigger_word,
-        default_caption=cfg.default_caption,
         max_pixels=settings.max_image_pixels,
         control_dirs=resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False),
         control_images=family.spec.control_images,

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lorastudio.config_datasets import dataset_paths
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
@@ -134,9 +135,10 @@ class JobService(EventPump):
         return self.event_log.after(seq)
 
     def datasets_in_use(self) -> set[Path]:
-        """Dataset folders (resolved) that the active or a queued job trains on."""
+        """Dataset folders (resolved) that the active or a queued job trains on (data_dir, or
+        every datasets entry's folder)."""
         with self._cond:
-            return {Path(j.config.data_dir) for j in self._live_jobs()}
+            return {Path(p) for j in self._live_jobs() for p in dataset_paths(j.config)}
 
     def _busy(self) -> bool:
         """A live active job or a queued one; a final job whose worker is still exiting does not

@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 from lorastudio import families
 from lorastudio.basemodels import inspect_folder, resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
+from lorastudio.config_datasets import with_paths
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
-from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
+from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
+from lorastudio.data.entries import entry_field, resolve_entries, resolved_folders, scan_entries
+from lorastudio.data.mix import MixEntry
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.errors import (
     ConfigError,
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ValidatedRun:
     """A request that passed every cheap check. config is resolved (family defaults filled,
-    data_dir the absolute dataset folder, base_model the absolute folder or the hub id);
+    data_dir / each datasets entry's path the absolute folder, base_model the absolute folder or the hub id);
     model_dir is the local pipeline folder (None for a hub id)."""
 
     config: TrainConfig
@@ -72,12 +75,15 @@ def validate_run(
     reported = {p.field for p in problems}
     family = _family_or_none(raw.get("family"))
 
-    data_dir: Path | None = None
-    if "data_dir" not in reported and isinstance(raw.get("data_dir"), str):
+    entries: list[MixEntry] | None = None
+    if cfg is not None:
         try:
-            data_dir = resolve_dataset_dir(
-                raw["data_dir"], settings.datasets_dir, allow_outside_root=allow_outside_root
-            )
+            entries = resolve_entries(cfg, settings.datasets_dir, allow_outside_root=allow_outside_root)
+        except (ConfigError, PathOutsideRoot, DatasetError) as err:
+            problems += _as_problems(entry_field(cfg, 0), err)
+    elif "data_dir" not in reported and isinstance(raw.get("data_dir"), str):  # reported with the rest
+        try:
+            resolve_dataset_dir(raw["data_dir"], settings.datasets_dir, allow_outside_root=allow_outside_root)
         except (ConfigError, PathOutsideRoot) as err:
             problems += _as_problems("data_dir", err)
 
@@ -111,17 +117,14 @@ def validate_run(
         problems += host_problems(cfg, settings)
 
     scan: DatasetScan | None = None
-    if cfg is not None and data_dir is not None and family is not None:
+    if cfg is not None and entries is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_dataset(
-                data_dir,
-                resolution=cfg.resolution or 0,
+            scan = scan_entries(
+                entries,
                 multiple=family.spec.resolution_multiple,
                 aspect_buckets=cfg.aspect_buckets,
                 no_upscale=cfg.no_upscale,
-                trigger_word=cfg.trigger_word,
-                default_caption=cfg.default_caption,
                 max_pixels=settings.max_image_pixels,
                 control_dirs=control_dirs,
                 control_images=family.spec.control_images,
@@ -129,7 +132,7 @@ def validate_run(
                 decode_pixels=settings.max_decode_pixels,
             )
         except DatasetError as err:
-            problems += _as_problems("data_dir", err)
+            problems += _as_problems("data_dir" if cfg.datasets is None else "datasets", err)
         except (ConfigError, PathOutsideRoot) as err:
             problems += _as_problems("control_dirs", err)
     if cfg is not None:
@@ -139,9 +142,10 @@ def validate_run(
         problems += assistant_problems(cfg.model_copy(update={"base_model": model_source}), family)
     if model_dir is not None and isinstance(raw.get("revision"), str):
         problems.append(FieldProblem("revision", "only applies to hub ids, not to a local folder"))
-    if problems or given is None or cfg is None or scan is None or model_source is None or data_dir is None:
+    if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
         raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
-    fixed = {"data_dir": str(data_dir), "base_model": model_source, "output_name": cfg.output_name}
+    folders = [str(p) for p in resolved_folders(cfg, settings.datasets_dir, allow_outside_root)]
+    fixed = with_paths({"base_model": model_source, "output_name": cfg.output_name}, cfg, folders)
     # The worker re-resolves the config, so it gets the user's explicit fields as they were given.
     return ValidatedRun(
         config=TrainConfig.model_validate({**cfg.model_dump(), **fixed}),

@@ -58,10 +58,12 @@ def encoder_bytes(pipe: object) -> int:
     return total
 
 
-def captions_to_encode(captions: Sequence[str], caption_dropout: float) -> list[str]:
-    """The unique captions, in first-seen order, plus "" when caption dropout is on."""
+def captions_to_encode(captions: Sequence[str], caption_dropout: float | Sequence[float]) -> list[str]:
+    """The unique captions, in first-seen order, plus "" when caption dropout is on (for any
+    item, when given per item)."""
     unique = list(dict.fromkeys(captions))
-    if caption_dropout > 0 and "" not in unique:
+    dropping = max(caption_dropout, default=0.0) if isinstance(caption_dropout, Sequence) else caption_dropout
+    if dropping > 0 and "" not in unique:
         unique.append("")
     return unique
 
@@ -157,15 +159,19 @@ def encode_texts(
 
 class CaptionPicker:
     """Chooses the caption used for each training sample: the item's own, or "" with
-    probability `dropout`, drawn from the run's seeded numpy Generator."""
+    probability `dropout` (one for all items, or one per item: its dataset entry's), drawn from
+    the run's seeded numpy Generator."""
 
-    def __init__(self, captions: Sequence[str], dropout: float, rng: np.random.Generator):
+    def __init__(self, captions: Sequence[str], dropout: float | Sequence[float], rng: np.random.Generator):
         self.captions = list(captions)
-        self.dropout = dropout
+        self.dropout = (
+            [float(d) for d in dropout] if isinstance(dropout, Sequence) else [float(dropout)] * len(captions)
+        )
         self.rng = rng
 
     def pick(self, indices: Sequence[int]) -> list[str]:
-        """Captions for the items at `indices` (one rng draw per item when dropout is on)."""
-        if self.dropout <= 0:
-            return [self.captions[i] for i in indices]
-        return ["" if self.rng.random() < self.dropout else self.captions[i] for i in indices]
+        """Captions for the items at `indices` (one rng draw per item whose dropout is on)."""
+        return [
+            "" if self.dropout[i] > 0 and self.rng.random() < self.dropout[i] else self.captions[i]
+            for i in indices
+        ]

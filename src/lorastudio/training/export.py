@@ -48,6 +48,7 @@ def build_sidecar(
     lora_file: str,
     variant: str | None = None,
     extensions: list[dict[str, Any]] | None = None,
+    dataset_entries: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
     `variant`: the base model's flavour (FamilySpec.variants) when the family has them;
@@ -67,7 +68,12 @@ def build_sidecar(
         "extensions": list(extensions or []),
         "resolution": cfg.resolution,
         "trigger_word": cfg.trigger_word,
-        "dataset": {"path": str(dataset_root), "fingerprint": dataset_fingerprint, "images": num_images},
+        "dataset": {
+            "path": str(dataset_root),
+            "fingerprint": dataset_fingerprint,  # over every entry (data/entries.py)
+            "images": num_images,
+            "entries": list(dataset_entries or []),
+        },
         "config": cfg.model_dump(mode="json"),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
@@ -96,6 +102,16 @@ def run_sidecar(
         dataset_root=run.scan.root,
         dataset_fingerprint=run.scan.fingerprint,
         num_images=len(run.scan.items),
+        dataset_entries=[
+            {
+                "label": e.label,
+                "path": str(e.root),
+                "images": e.images,
+                "fingerprint": e.fingerprint,
+                **e.settings(),
+            }
+            for e in run.scan.entries
+        ],
         lora_file=lora_file,
         extensions=extensions,
     )

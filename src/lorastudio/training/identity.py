@@ -4,8 +4,8 @@ service validates resume requests with it).
 
 Identity = every setting of the resolved TrainConfig except those in RESUMABLE_FIELDS, with the
 LoRA targets resolved (the family's defaults when unset), plus the dataset fingerprint (file
-names, image bytes and final captions). `data_dir` itself is not part of it: a dataset that was
-moved but not changed still resumes.
+names, image bytes and final captions of every dataset entry). `data_dir` and the entries'
+`path`s are not part of it: a dataset that was moved but not changed still resumes.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def run_identity(
     and the family's default LoRA targets (used when cfg.lora_targets is unset)."""
     values = cfg.model_dump(mode="json")
     identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
+    if identity.get("datasets") is not None:  # each entry's settings; its folder, like data_dir, is not
+        identity["datasets"] = [{k: v for k, v in e.items() if k != "path"} for e in identity["datasets"]]
     identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))
     identity["dataset_fingerprint"] = dataset_fingerprint
     return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back

@@ -272,7 +272,8 @@ def _run_phases(
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
     captions = [it.caption for it in items]
-    texts = [captions_to_encode(captions, cfg.caption_dropout), sample_texts(cfg, family)]
+    dropouts = item_caption_dropouts(run.scan, cfg.caption_dropout)  # each item's entry's
+    texts = [captions_to_encode(captions, dropouts), sample_texts(cfg, family)]
     conds, prompt_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
@@ -296,8 +297,16 @@ def _run_phases(
         state.previews = SamplePreviews(run, prompt_conds)
     params = _prepare_denoiser(run, state, emit, plan, decided_by, trials)
     stop()
-    picker = CaptionPicker(captions, cfg.caption_dropout, rng)
+    picker = CaptionPicker(captions, dropouts, rng)
     optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
+
+
+def item_caption_dropouts(scan: Any, run_dropout: float) -> list[float]:
+    """Each item's caption dropout: its dataset entry's (data/entries.py), or the run's for a
+    scan without entries."""
+    if not scan.entries:
+        return [run_dropout] * len(scan.items)
+    return [scan.entries[it.entry].caption_dropout for it in scan.items]
 
 
 def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:

@@ -54,11 +54,14 @@ def batch_forward_backward(
     ctx: ParallelContext,
     ddp: Any = None,
     sync: bool = True,
+    loss_weights: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """Forward + backward of one sampler batch in micro-batches of `micro_batch_size` samples,
     with the maths of the unsplit batch (see the module docstring). Takes the batch's latents
     [B, C, h, w] (training dtype, on the device) and collated conditioning; `ddp` the DDP wrapper
-    (None: single process); `sync`: let DDP all-reduce in the batch's last backward.
+    (None: single process); `sync`: let DDP all-reduce in the batch's last backward;
+    `loss_weights` [B] fp32 (the samples' dataset entries' loss_weight, data/mix.py), multiplied
+    into the objective's per-sample weights (None: all 1, nothing multiplied).
     Returns one 0-d device tensor per pass: its share of the step loss (no host sync)."""
     from lorastudio.training.step import forward_backward
 
@@ -70,7 +73,12 @@ def batch_forward_backward(
     if batch.controls is not None:  # paired samples: the family reads them in predict
         info["controls"] = batch.controls  # [B, N, C, h, w]
     shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
-    drawn = objective.noise(batch.latents, generator) if len(shards) > 1 else None  # the whole batch's
+    drawn = None
+    if len(shards) > 1 or loss_weights is not None:
+        drawn = objective.noise(batch.latents, generator)  # the whole batch's, the draws of an unsplit one
+    if loss_weights is not None and drawn is not None:
+        weight = drawn.weight * loss_weights.to(drawn.weight.device)  # [B]
+        drawn = type(drawn)(drawn.noisy, drawn.noise_level, drawn.target, weight)
     shares = []
     for i, shard in enumerate(shards):
         with gradient_sync(ddp, sync=sync and i == len(shards) - 1):

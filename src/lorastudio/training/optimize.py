@@ -52,6 +52,7 @@ from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkp
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
 
 
 PIPELINED_DEVICES = ("cuda",)  # where a step is queued before the last one's values are read
@@ -98,10 +99,10 @@ def optimize(
     emit: Emit,
     stop: StopPoll,
 ) -> None:
-    from lorastudio.data import BucketBatchSampler
+    from lorastudio.data.entries import run_sampler
 
     cfg = run.cfg
-    sampler = BucketBatchSampler([it.bucket for it in run.scan.items], cfg.batch_size, cfg.seed)
+    sampler = run_sampler(run.scan, cfg.batch_size, cfg.seed)  # the entries' repeats / weights
     num_steps = total_steps(cfg, len(sampler))
     state.total_steps = num_steps
     optimizer = make_optimizer(params, cfg)
@@ -352,4 +353,13 @@ def _micro_step(
     return batch_forward_backward(
         run.family, state.denoiser, objective, batch, cond, run.cfg, generator, step_samples,
         scaler, micro, ctx=state.ctx, ddp=state.ddp, sync=last,
+        loss_weights=entry_loss_weights(run.scan, indices),
     )  # fmt: skip
+
+
+def entry_loss_weights(scan: DatasetScan, indices: list[int]) -> torch.Tensor | None:
+    """[B] fp32: the loss_weight of each sample's dataset entry; None when every entry's is 1."""
+    entries = scan.entries
+    if all(e.loss_weight == 1.0 for e in entries):
+        return None
+    return torch.tensor([entries[scan.items[i].entry].loss_weight for i in indices], dtype=torch.float32)

@@ -68,7 +68,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     ModelSourceError.
     """
     from lorastudio import families
-    from lorastudio.data import resolve_dataset_dir, scan_dataset
+    from lorastudio.data.entries import resolve_entries, scan_entries
     from lorastudio.data.pairs import resolve_control_dirs
     from lorastudio.data.safe_open import check_not_relinked
 
@@ -90,20 +90,16 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     resolved = resolve_train_config(cfg)
     family = families.get(resolved.family)
     run_dir = settings.outputs_dir / str(resolved.output_name)
-    root = resolve_dataset_dir(resolved.data_dir, settings.datasets_dir, allow_outside_root=True)
     # A folder the server validated and then swapped for a link is refused, not followed.
-    check_not_relinked(str(resolved.data_dir), root, settings.datasets_dir)
+    entries = resolve_entries(resolved, settings.datasets_dir, allow_outside_root=True, check_links=True)
     control_dirs = resolve_control_dirs(resolved.control_dirs, settings.datasets_dir, allow_outside_root=True)
     for given, control_dir in zip(resolved.control_dirs, control_dirs, strict=True):
         check_not_relinked(given, control_dir, settings.datasets_dir)
-    scan = scan_dataset(
-        root,
-        resolution=int(resolved.resolution),
+    scan = scan_entries(
+        entries,
         multiple=family.spec.resolution_multiple,
         aspect_buckets=resolved.aspect_buckets,
         no_upscale=resolved.no_upscale,
-        trigger_word=resolved.trigger_word,
-        default_caption=resolved.default_caption,
         max_pixels=settings.max_image_pixels,
         decode_pixels=settings.max_decode_pixels,
         control_dirs=control_dirs,

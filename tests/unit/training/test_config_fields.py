@@ -65,6 +65,9 @@ ELSEWHERE = {
     "family": "tests/families (the contract suite runs every family)",
     "base_model": "test_preflight (missing / other family / incomplete) and every run",
     "data_dir": "test_preflight (missing / empty / uncaptioned) and every run",
+    "datasets": "tests/unit/training/test_datasets_mix (repeats, loss_weight, caption_dropout, resume) and "
+    "tests/unit/data/test_data_mix, test_data_entries",
+    "kohya_folders": "tests/unit/training/test_datasets_mix::test_kohya_folders_train_with_their_repeats",
     "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
     "revision": "test_preflight (refused for a local folder)",
     "enable_tf32": "test_train_run (matmul precision during and after the run)",

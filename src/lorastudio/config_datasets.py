@@ -1,0 +1,157 @@
+"""The `datasets` setting of TrainConfig: several dataset folders in one run (issue 29 part 1).
+
+Each entry is a folder (a stored dataset name or a path, as `data_dir` accepts) with its own
+sampling (`repeats`, or a sampling `weight`), caption options (`trigger_word`,
+`default_caption`, `caption_dropout`; unset: the run's), `resolution` (unset: the run's) and
+`loss_weight`. `data_dir` stays as shorthand for one entry with the run's options; giving both
+is refused.
+
+Sampling, per epoch (data/mix.py does the counting):
+- `repeats` N: every image of the entry N times (kohya's N_name folders; the default is 1);
+- `weight` w: the entry's share of the epoch is w / (sum of the weights), an epoch being as many
+  samples as there are images in all entries; an entry gets exactly its share (rounded by
+  largest remainder), its images as evenly as possible (every image floor(share / images) times,
+  the rest a seeded draw that changes every epoch). Either every entry sets `weight` or none
+  does (a mix would have no one meaning of an epoch), and an entry sets at most one of the two.
+
+With `kohya_folders = true` every entry (or data_dir) is a folder of kohya `N_words` sub-folders
+(data/kohya.py): each sub-folder becomes an entry of its own with repeats N, the first word as
+its trigger word and the words as the caption of images without one; the entry's other options
+carry over to them (its repeats / weight cannot be set: the names give them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lorastudio.errors import FieldProblem
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+MAX_DATASET_ENTRIES = 32
+
+
+class DatasetEntry(BaseModel):
+    """One dataset folder of a run and how it is sampled and captioned (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    path: str = Field(
+        min_length=1, description="dataset folder (absolute, or a name under datasets/), as data_dir"
+    )
+    repeats: int | None = Field(
+        default=None, ge=1, le=10_000, description="every image N times per epoch (null: 1, or the weight)"
+    )
+    weight: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="sampling weight: the entry's share of an epoch is weight / sum of the weights "
+        "(every entry sets one, or none does)",
+    )
+    trigger_word: str | None = Field(default=None, max_length=200, description="null: the run's trigger_word")
+    default_caption: str | None = Field(
+        default=None, max_length=2000, description="null: the run's default_caption"
+    )
+    caption_dropout: float | None = Field(
+        default=None, ge=0.0, lt=1.0, description="null: the run's caption_dropout"
+    )
+    resolution: int | None = Field(
+        default=None, ge=16, le=4096, description="training side of this entry's images (null: the run's)"
+    )
+    loss_weight: float = Field(
+        default=1.0, gt=0, le=100, description="multiplies the loss of this entry's samples"
+    )
+
+    @field_validator("weight", "loss_weight", "caption_dropout")
+    @classmethod
+    def _finite(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+
+def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """Why the run's dataset settings cannot be honoured together (empty when they can): neither
+    or both of data_dir and datasets, an entry with both repeats and weight, weights on some
+    entries only, repeats / weight with kohya_folders, control_dirs with several entries."""
+    problems = raw_dataset_problems({"data_dir": cfg.data_dir, "datasets": cfg.datasets})
+    entries = cfg.datasets or []
+    weighted = [i for i, e in enumerate(entries) if e.weight is not None]
+    for i, entry in enumerate(entries):
+        if entry.weight is not None and entry.repeats is not None:
+            problems.append(
+                FieldProblem(f"datasets.{i}", "set repeats or weight, not both (see the datasets help)")
+            )
+        if cfg.kohya_folders and (entry.weight is not None or entry.repeats is not None):
+            problems.append(
+                FieldProblem(
+                    f"datasets.{i}",
+                    "kohya_folders: the N_name sub-folders give the repeats; remove repeats / weight",
+                )
+            )
+    if cfg.control_dirs and (len(entries) > 1 or cfg.kohya_folders):
+        problems.append(
+            FieldProblem(
+                "control_dirs",
+                "parallel control folders pair with one dataset folder; with several entries put a "
+                "control/ sub-folder in each entry instead",
+            )
+        )
+    if weighted and len(weighted) != len(entries):
+        missing = ", ".join(str(i) for i in range(len(entries)) if i not in weighted)
+        problems.append(
+            FieldProblem(
+                "datasets",
+                f"weight is set on some entries only (not on {missing}): set it on every entry, or use "
+                "repeats everywhere",
+            )
+        )
+    return problems
+
+
+def raw_dataset_problems(data: Mapping[str, Any]) -> list[FieldProblem]:
+    """The data_dir / datasets presence rule on raw settings (reported beside pydantic's
+    problems when the config does not validate, so every problem still comes at once)."""
+    given = [k for k in ("data_dir", "datasets") if data.get(k) is not None]
+    if not given:
+        return [FieldProblem("data_dir", "set data_dir (one dataset folder) or datasets (several)")]
+    if len(given) == 2:
+        return [FieldProblem("datasets", "data_dir and datasets are both given: data_dir is the shorthand "
+                             "for one entry; keep one of them")]  # fmt: skip
+    return []
+
+
+def resolution_entry_problems(cfg: TrainConfig, multiple: int, family: str) -> list[FieldProblem]:
+    """Entries whose resolution is not a multiple of the family's `multiple`."""
+    return [
+        FieldProblem(f"datasets.{i}.resolution", f"must be a multiple of {multiple} for {family}")
+        for i, e in enumerate(cfg.datasets or [])
+        if e.resolution is not None and e.resolution % multiple
+    ]
+
+
+def config_entries(cfg: TrainConfig) -> list[DatasetEntry]:
+    """The run's entries as configured: `datasets`, or one entry for `data_dir`."""
+    if cfg.datasets is not None:
+        return list(cfg.datasets)
+    return [DatasetEntry(path=str(cfg.data_dir))] if cfg.data_dir is not None else []
+
+
+def dataset_paths(cfg: TrainConfig) -> list[str]:
+    """Every folder the run names (data_dir, or each entry's path), in order."""
+    return [e.path for e in config_entries(cfg)]
+
+
+def with_paths(cfg_values: dict[str, Any], cfg: TrainConfig, paths: list[str]) -> dict[str, Any]:
+    """`cfg_values` with the run's dataset folders replaced by `paths` (same order as
+    `dataset_paths`): data_dir for the shorthand, each entry's path otherwise."""
+    if cfg.datasets is None:
+        return {**cfg_values, "data_dir": paths[0]}
+    entries = [e.model_copy(update={"path": p}) for e, p in zip(cfg.datasets, paths, strict=True)]
+    return {**cfg_values, "datasets": entries}

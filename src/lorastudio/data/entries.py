@@ -1,0 +1,225 @@
+"""A run's dataset entries (config_datasets): resolve each folder, expand kohya folders, scan
+every entry, and join them into one DatasetScan whose items know their entry (no torch, no HTTP).
+
+The joined scan: items of entry 0, then entry 1, ... (each entry's sorted by file name, with
+`ImageItem.entry` set); `dropped` names each file with its entry's label when there are several;
+`entries` holds the resolved MixEntry of each (images and fingerprint filled); the fingerprint is
+the single entry's own (so a run of one plain folder keeps the fingerprint it always had), else a
+sha256 over every entry's fingerprint and sampling settings, in order. Problems of every entry are
+reported at once, each prefixed with its entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lorastudio.config_datasets import config_entries
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.data.mix import EpochMix, MixEntry, is_plain
+from lorastudio.data.paths import resolve_dataset_dir
+from lorastudio.data.sampler import BucketBatchSampler
+from lorastudio.data.scan import scan_dataset
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+
+def entry_field(cfg: TrainConfig, index: int) -> str:
+    """The setting that names entry `index`'s folder: data_dir, or datasets.N.path."""
+    return "data_dir" if cfg.datasets is None else f"datasets.{index}.path"
+
+
+def resolve_entries(
+    cfg: TrainConfig, datasets_root: Path, *, allow_outside_root: bool, check_links: bool = False
+) -> list[MixEntry]:
+    """The run's entries with their folders resolved (data.paths.resolve_dataset_dir) and the
+    run's caption options / resolution filled where an entry leaves them unset; with
+    cfg.kohya_folders, each folder's kohya sub-folders instead (data.kohya.kohya_entries).
+    `cfg` must be resolved (its resolution set). `check_links`: refuse a folder that now leads
+    through a link (safe_open.check_not_relinked, for the worker).
+
+    Raises: for one folder, what resolving it raises (ConfigError, PathOutsideRoot, DatasetError);
+    for several, one ConfigError naming every bad entry (datasets.N.path)."""
+    from lorastudio.data.kohya import kohya_entries
+    from lorastudio.data.safe_open import check_not_relinked
+
+    given = config_entries(cfg)
+    out: list[MixEntry] = []
+    errors: list[tuple[int, Exception]] = []
+    for i, entry in enumerate(given):
+        try:
+            root = resolve_dataset_dir(entry.path, datasets_root, allow_outside_root=allow_outside_root)
+            if check_links:
+                check_not_relinked(entry.path, root, datasets_root)
+            mixed = MixEntry(
+                label=entry.path,
+                root=root,
+                repeats=entry.repeats,
+                weight=entry.weight,
+                loss_weight=entry.loss_weight,
+                caption_dropout=_pick(entry.caption_dropout, cfg.caption_dropout),
+                trigger_word=_pick(entry.trigger_word, cfg.trigger_word),
+                default_caption=_pick(entry.default_caption, cfg.default_caption),
+                resolution=int(_pick(entry.resolution, cfg.resolution) or 0),
+            )
+            out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
+        except (ConfigError, PathOutsideRoot, DatasetError) as err:
+            errors.append((i, err))
+    if errors and len(given) == 1:
+        raise errors[0][1]
+    if errors:
+        raise ConfigError([p for i, err in errors for p in _problems(entry_field(cfg, i), err)])
+    return out
+
+
+def resolved_folders(cfg: TrainConfig, datasets_root: Path, allow_outside_root: bool) -> list[Path]:
+    """The configured folders (data_dir, or each entry's path; kohya parents as given), resolved
+    like resolve_entries does. Raises what resolve_dataset_dir raises."""
+    return [
+        resolve_dataset_dir(e.path, datasets_root, allow_outside_root=allow_outside_root)
+        for e in config_entries(cfg)
+    ]
+
+
+def _pick(own: object, run: object) -> object:
+    return run if own is None else own
+
+
+def _problems(field: str, err: Exception) -> list[FieldProblem]:
+    if isinstance(err, ConfigError):
+        return [FieldProblem(field, p.message) for p in err.problems]
+    if isinstance(err, DatasetError) and err.problems:
+        return [FieldProblem(field, p) for p in err.problems]
+    return [FieldProblem(field, str(err))]
+
+
+def scan_entries(
+    entries: Sequence[MixEntry],
+    *,
+    multiple: int,
+    aspect_buckets: bool = True,
+    no_upscale: bool = False,
+    max_pixels: int = 64_000_000,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
+    control_dirs: Sequence[Path] = (),
+    control_images: tuple[int, int] = (0, 0),
+    family: str = "this family",
+) -> DatasetScan:
+    """Scan every entry (data.scan.scan_dataset with the entry's resolution and captions) and
+    join them (see the module docstring). Raises DatasetError listing every entry's problems
+    (one entry: scan_dataset's own error)."""
+    many = len(entries) > 1
+    scans: list[DatasetScan] = []
+    problems: list[str] = []
+    for entry in entries:
+        try:
+            scans.append(
+                scan_dataset(
+                    entry.root,
+                    resolution=entry.resolution,
+                    multiple=multiple,
+                    aspect_buckets=aspect_buckets,
+                    no_upscale=no_upscale,
+                    trigger_word=entry.trigger_word,
+                    default_caption=entry.default_caption,
+                    max_pixels=max_pixels,
+                    control_dirs=control_dirs,
+                    control_images=control_images,
+                    family=family,
+                    decode_pixels=decode_pixels,
+                )
+            )
+        except DatasetError as err:
+            if not many:
+                raise  # one folder: its own error, as scan_dataset words it
+            problems += [f"{entry.label}: {p}" for p in err.problems or [str(err)]]
+    if problems:
+        raise DatasetError(f"{len(problems)} dataset problem(s)", problems)
+    filled = tuple(
+        replace(e, images=len(s.items), fingerprint=s.fingerprint)
+        for e, s in zip(entries, scans, strict=True)
+    )
+    items: list[ImageItem] = []
+    dropped: list[tuple[str, str]] = []
+    for index, (entry, scan) in enumerate(zip(filled, scans, strict=True)):
+        items += [replace(it, entry=index) for it in scan.items]
+        dropped += [(f"{entry.label}/{name}" if many else name, why) for name, why in scan.dropped]
+    return DatasetScan(
+        root=scans[0].root,
+        items=items,
+        dropped=dropped,
+        fingerprint=mix_fingerprint(filled),
+        control_sources=tuple(dict.fromkeys(s for scan in scans for s in scan.control_sources)),
+        entries=filled,
+    )
+
+
+def mix_fingerprint(entries: Sequence[MixEntry]) -> str:
+    """The fingerprint of the run's data: the single plain entry's own, else a sha256 over each
+    entry's fingerprint and settings, in order."""
+    if len(entries) == 1 and is_plain(entries) and entries[0].loss_weight == 1.0:
+        return entries[0].fingerprint
+    rows = [[e.fingerprint, e.settings()] for e in entries]
+    payload = json.dumps(rows, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(b"lorastudio-datasets-v1\n" + payload).hexdigest()
+
+
+def run_sampler(scan: DatasetScan, batch_size: int, seed: int, drop_last: bool = False) -> BucketBatchSampler:
+    """The run's bucket sampler: with the entries' mix (data/mix.py) unless every item is used
+    once per epoch."""
+    mix = None
+    if scan.entries and not is_plain(scan.entries):
+        mix = EpochMix([it.entry for it in scan.items], [it.bucket for it in scan.items], scan.entries)
+    return BucketBatchSampler(
+        [it.bucket for it in scan.items], batch_size, seed, drop_last=drop_last, mix=mix
+    )
+
+
+def epoch_bucket_counts(scan: DatasetScan) -> dict[tuple[int, int], int]:
+    """Samples per bucket in one epoch of the run (with the entries' repeats / weights)."""
+    if scan.entries and not is_plain(scan.entries):
+        return EpochMix(
+            [it.entry for it in scan.items], [it.bucket for it in scan.items], scan.entries
+        ).bucket_counts()
+    counts: dict[tuple[int, int], int] = {}
+    for it in scan.items:
+        counts[it.bucket] = counts.get(it.bucket, 0) + 1
+    return counts
+
+
+def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
+    """The preflight's line per entry: label, folder, images, sampling, samples per epoch and
+    share of the epoch, loss weight, resolution, trigger word."""
+    entries = scan.entries
+    if not entries:
+        return []
+    if is_plain(entries):
+        samples = [e.images for e in entries]
+    else:
+        samples = EpochMix(
+            [it.entry for it in scan.items], [it.bucket for it in scan.items], entries
+        ).entry_samples
+    total = sum(samples) or 1
+    return [
+        {
+            "label": e.label,
+            "path": str(e.root),
+            "images": e.images,
+            "repeats": e.repeats,
+            "weight": e.weight,
+            "samples_per_epoch": n,
+            "share": round(n / total, 4),
+            "loss_weight": e.loss_weight,
+            "caption_dropout": e.caption_dropout,
+            "resolution": e.resolution,
+            "trigger_word": e.trigger_word,
+        }
+        for e, n in zip(entries, samples, strict=True)
+    ]

@@ -1,0 +1,112 @@
+"""A run's dataset entries (data/entries.py): each folder resolved and scanned with its own
+captions and resolution, kohya N_name folders read as entries, every entry's problems at once,
+and a fingerprint that covers every entry (a single plain folder keeps its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from lorastudio.config import TrainConfig
+from lorastudio.data import scan_dataset
+from lorastudio.data.entries import entry_report, resolve_entries, scan_entries
+from lorastudio.errors import ConfigError, DatasetError
+
+
+def _folder(path: Path, names: dict[str, str | None], size: tuple[int, int] = (64, 64)) -> Path:
+    path.mkdir(parents=True)
+    for i, (stem, caption) in enumerate(names.items()):
+        Image.new("RGB", size, (40 * i, 80, 120)).save(path / f"{stem}.png")
+        if caption is not None:
+            (path / f"{stem}.txt").write_text(caption)
+    return path
+
+
+def _cfg(**kw: object) -> TrainConfig:
+    return TrainConfig.model_validate({"family": "flux", "base_model": "x", "resolution": 64, **kw})
+
+
+def test_entries_get_their_own_captions_resolution_and_index(tmp_path: Path) -> None:
+    a = _folder(tmp_path / "a", {"a1": "a red thing", "a2": None})
+    b = _folder(tmp_path / "b", {"b1": "blue"}, size=(128, 64))
+    cfg = _cfg(
+        trigger_word="run",
+        default_caption="fallback",
+        datasets=[
+            {"path": str(a), "repeats": 3},
+            {"path": str(b), "trigger_word": "sks", "resolution": 32, "loss_weight": 2.0},
+        ],
+    )
+    entries = resolve_entries(cfg, tmp_path, allow_outside_root=True)
+    scan = scan_entries(entries, multiple=16)
+    assert [(it.path.name, it.caption, it.entry) for it in scan.items] == [
+        ("a1.png", "run, a red thing", 0),
+        ("a2.png", "run, fallback", 0),
+        ("b1.png", "sks, blue", 1),
+    ]
+    assert scan.items[2].bucket[0] * scan.items[2].bucket[1] <= 32 * 32  # entry b trains at 32
+    assert scan.items[0].bucket == (64, 64)
+    report = entry_report(scan)
+    assert [(r["images"], r["samples_per_epoch"], r["share"], r["loss_weight"]) for r in report] == [
+        (2, 6, 0.8571, 1.0),
+        (1, 1, 0.1429, 2.0),
+    ]
+
+
+def test_a_single_plain_folder_keeps_its_fingerprint_and_more_entries_change_it(tmp_path: Path) -> None:
+    a = _folder(tmp_path / "a", {"a1": "x", "a2": "y"})
+    b = _folder(tmp_path / "b", {"b1": "z"})
+    plain = scan_entries(
+        resolve_entries(_cfg(data_dir=str(a)), tmp_path, allow_outside_root=True), multiple=16
+    )
+    assert plain.fingerprint == scan_dataset(a, resolution=64, multiple=16).fingerprint
+    both = [{"path": str(a)}, {"path": str(b)}]
+    two = scan_entries(resolve_entries(_cfg(datasets=both), tmp_path, allow_outside_root=True), multiple=16)
+    assert two.fingerprint != plain.fingerprint
+    weighted = [{"path": str(a), "repeats": 2}, {"path": str(b)}]
+    more = scan_entries(
+        resolve_entries(_cfg(datasets=weighted), tmp_path, allow_outside_root=True), multiple=16
+    )
+    assert more.fingerprint != two.fingerprint  # the sampling is part of it
+    (b / "b1.txt").write_text("changed")
+    changed = scan_entries(
+        resolve_entries(_cfg(datasets=both), tmp_path, allow_outside_root=True), multiple=16
+    )
+    assert changed.fingerprint != two.fingerprint  # any entry's content
+
+
+def test_every_entry_problem_is_reported_at_once(tmp_path: Path) -> None:
+    a = _folder(tmp_path / "a", {"a1": None})  # no caption, no trigger word
+    b = tmp_path / "empty"
+    b.mkdir()
+    cfg = _cfg(datasets=[{"path": str(a)}, {"path": str(b)}])
+    with pytest.raises(DatasetError) as err:
+        scan_entries(resolve_entries(cfg, tmp_path, allow_outside_root=True), multiple=16)
+    assert len(err.value.problems) == 2
+    assert err.value.problems[0].startswith(f"{a}: a1.png: no caption")
+    assert err.value.problems[1].startswith(f"{b}: ") and "no png" in err.value.problems[1]
+    outside = _cfg(datasets=[{"path": "/etc"}, {"path": "../x"}])
+    with pytest.raises(ConfigError) as bad:
+        resolve_entries(outside, tmp_path / "root", allow_outside_root=False)
+    assert [p.field for p in bad.value.problems] == ["datasets.0.path", "datasets.1.path"]
+
+
+def test_kohya_folders_become_entries_with_repeats_and_trigger(tmp_path: Path) -> None:
+    img = tmp_path / "img"
+    _folder(img / "10_sks ball", {"a": "a red sks ball", "b": None})
+    _folder(img / "2_ball", {"c": None})
+    cfg = _cfg(data_dir=str(img), kohya_folders=True, caption_dropout=0.1)
+    entries = resolve_entries(cfg, tmp_path, allow_outside_root=True)
+    assert [(e.label, e.repeats, e.trigger_word, e.default_caption, e.caption_dropout) for e in entries] == [
+        (f"{img}/10_sks ball", 10, "sks", "sks ball", 0.1),
+        (f"{img}/2_ball", 2, "ball", "ball", 0.1),
+    ]
+    scan = scan_entries(entries, multiple=16)
+    assert [it.caption for it in scan.items] == ["sks, a red sks ball", "sks ball", "ball"]
+    assert [r["samples_per_epoch"] for r in entry_report(scan)] == [20, 2]
+    (img / "notes").mkdir()
+    with pytest.raises(DatasetError, match="not a folder of kohya") as err:
+        resolve_entries(cfg, tmp_path, allow_outside_root=True)
+    assert any("notes" in p for p in err.value.problems)

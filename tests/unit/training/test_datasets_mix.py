@@ -1,0 +1,117 @@
+"""Several dataset entries in one run on a tiny model (CPU): the epoch follows the entries'
+repeats, an entry's loss_weight and caption_dropout change the run, one plain entry is the
+data_dir run bitwise, a kohya folder trains with its repeats, and a weighted mix resumes
+bitwise like an uninterrupted run."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lorastudio.config import TrainConfig
+from lorastudio.errors import ConfigError
+from lorastudio.settings import get_settings
+from lorastudio.training.events import StopRequest
+from lorastudio.training.loop import TrainResult, train
+
+
+@pytest.fixture(scope="module")
+def two_folders(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """small_dataset split in two: 3 images and 1 image, each with its captions."""
+    root = tmp_path_factory.mktemp("mix")
+    a, b = root / "a", root / "b"
+    a.mkdir()
+    b.mkdir()
+    images = sorted(small_dataset.glob("*.png"))
+    for n, img in enumerate(images):
+        to = a if n < 3 else b
+        shutil.copy(img, to / img.name)
+        shutil.copy(img.with_suffix(".txt"), to / f"{img.stem}.txt")
+    return a, b
+
+
+def _mix(make_config: Callable[..., TrainConfig], entries: list[dict], **kw: object) -> TrainConfig:
+    return make_config("flux", data_dir=None, datasets=entries, **kw)
+
+
+def _weights(result: TrainResult) -> dict[str, torch.Tensor]:
+    assert result.lora_path is not None
+    return load_file(str(result.lora_path))
+
+
+def test_an_epoch_follows_the_repeats(make_config, two_folders) -> None:
+    a, b = two_folders
+    cfg = _mix(make_config, [{"path": str(a)}, {"path": str(b), "repeats": 5}], num_epochs=1, batch_size=1)
+    result = train(cfg, [].append, device="cpu")
+    assert result.steps_run == 3 + 5  # batch 1: one step per sample, 3 x 1 + 1 x 5
+
+
+def test_one_plain_entry_is_the_data_dir_run_and_loss_weight_changes_it(make_config, small_dataset) -> None:
+    by_dir = train(make_config("flux", output_name="dir"), [].append, device="cpu")
+    by_entry = train(
+        _mix(make_config, [{"path": str(small_dataset)}], output_name="entry"), [].append, device="cpu"
+    )
+    assert by_entry.losses == by_dir.losses
+    assert all(
+        torch.equal(x, y) for x, y in zip(_weights(by_dir).values(), _weights(by_entry).values(), strict=True)
+    )
+    heavy = _mix(make_config, [{"path": str(small_dataset), "loss_weight": 3.0}], output_name="heavy")
+    weighted = train(heavy, [].append, device="cpu")
+    assert weighted.losses[0] == pytest.approx(3 * by_dir.losses[0], rel=1e-5)  # same draws, 3x the loss
+
+
+def test_caption_dropout_per_entry_changes_the_run(make_config, two_folders) -> None:
+    a, b = two_folders
+    plain = train(
+        _mix(make_config, [{"path": str(a)}, {"path": str(b)}], output_name="p"), [].append, device="cpu"
+    )
+    dropping = [{"path": str(a), "caption_dropout": 0.9}, {"path": str(b)}]
+    dropped = train(_mix(make_config, dropping, output_name="d", steps=3), [].append, device="cpu")
+    assert dropped.losses[:2] != plain.losses
+
+
+def test_kohya_folders_train_with_their_repeats(make_config, small_dataset, tmp_path) -> None:
+    img = tmp_path / "img"
+    for name, picks in (("3_sks shape", slice(0, 2)), ("1_shape", slice(2, 4))):
+        (img / name).mkdir(parents=True)
+        for p in sorted(small_dataset.glob("*.png"))[picks]:
+            shutil.copy(p, img / name / p.name)
+    cfg = make_config("flux", data_dir=str(img), kohya_folders=True, num_epochs=1, batch_size=1)
+    assert train(cfg, [].append, device="cpu").steps_run == 2 * 3 + 2 * 1
+    with pytest.raises(ConfigError, match="kohya_folders"):
+        train(
+            _mix(make_config, [{"path": str(img), "repeats": 2}], kohya_folders=True), [].append, device="cpu"
+        )
+
+
+def test_a_weighted_mix_resumes_bitwise(make_config, two_folders) -> None:
+    a, b = two_folders
+    entries = [{"path": str(a), "weight": 1.0}, {"path": str(b), "weight": 3.0, "loss_weight": 0.5}]
+    extra = {"steps": 5, "batch_size": 1, "caption_dropout": 0.3, "random_flip": True}
+    full = train(_mix(make_config, entries, output_name="full", **extra), [].append, device="cpu")
+    events: list = []
+
+    def stop() -> StopRequest | None:
+        done = [e for e in events if e.type == "progress"]
+        return StopRequest(save=True) if done and done[-1].step >= 2 else None
+
+    first = train(_mix(make_config, entries, output_name="part", **extra), events.append, stop, device="cpu")
+    assert first.stopped and first.losses == full.losses[:2]
+    run_dir = get_settings().outputs_dir / "part"
+    cfg = _mix(make_config, entries, output_name="part", **extra)
+    resumed = train(cfg, [].append, device="cpu", resume=run_dir)
+    assert resumed.losses == full.losses
+    assert all(
+        torch.equal(x, y) for x, y in zip(_weights(full).values(), _weights(resumed).values(), strict=True)
+    )
+    changed = [{"path": str(a), "weight": 2.0}, {"path": str(b), "weight": 3.0, "loss_weight": 0.5}]
+    longer = {**extra, "steps": 6}  # trained longer, with other weights: refused, naming the field
+    with pytest.raises(ConfigError, match="datasets: differs from the checkpoint"):
+        train(
+            _mix(make_config, changed, output_name="part", **longer), [].append, device="cpu", resume=run_dir
+        )
