@@ -1,10 +1,12 @@
 """`lorastudio datasets import DIR --kohya`: a kohya `img/10_sks ball/` folder (which a plain
-import or upload does not read) becomes one dataset whose metadata.jsonl records each image's
-caption and repeats, and which a training preflight accepts."""
+import or upload does not read) becomes one dataset per folder, and the `datasets` entries that
+train them with their repeats are printed (and written with --entries); a run with those entries
+passes validation and samples each folder as often as its repeats say."""
 
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import typer
@@ -12,11 +14,13 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from lorastudio.data import scan_dataset
+from lorastudio.jobs.preflight import preflight_report
+from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
 
 
-def test_a_kohya_folder_imports_as_a_dataset_with_repeats(
-    cli: typer.Typer, settings: Settings, tmp_path: Path
+def test_a_kohya_folder_imports_as_datasets_with_their_entries(
+    cli: typer.Typer, settings: Settings, tmp_path: Path, tiny_model
 ) -> None:
     src = tmp_path / "img"
     (src / "10_sks ball").mkdir(parents=True)
@@ -25,19 +29,33 @@ def test_a_kohya_folder_imports_as_a_dataset_with_repeats(
     (src / "10_sks ball" / "a.txt").write_text("a red sks ball")
     Image.new("RGB", (32, 32), "blue").save(src / "10_sks ball" / "b.png")
     Image.new("RGB", (32, 32), "green").save(src / "3_ball" / "c.png")
+    Image.new("RGB", (32, 32), "white").save(src / "3_ball" / "a.png")  # a name of the other folder too
     (src / "3_ball" / "broken.png").write_bytes(b"not a png")
-    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "balls", "--kohya"])
+    out = tmp_path / "entries.toml"
+    args = ["datasets", "import", str(src), "--name", "balls", "--kohya", "--entries", str(out)]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "from 2 kohya folder(s)" in result.output and "3 image(s), 3 captioned" in result.output
+    assert "imported 2 kohya folder(s)" in result.output
+    assert "dataset balls-10_sks ball: 2 image(s), 2 captioned" in result.output
     assert "skipped 3_ball/broken.png: " in result.output
-    folder = settings.datasets_dir / "balls"
-    assert sorted(p.name for p in folder.iterdir()) == ["a.png", "b.png", "c.png", "metadata.jsonl"]
-    rows = {r["file_name"]: r for r in map(json.loads, (folder / "metadata.jsonl").read_text().splitlines())}
-    assert (rows["a.png"]["text"], rows["a.png"]["repeats"]) == ("a red sks ball", 10)
-    assert (rows["b.png"]["text"], rows["c.png"]["text"], rows["c.png"]["repeats"]) == ("sks ball", "ball", 3)
-    scan = scan_dataset(folder, resolution=32, multiple=16)
-    assert sorted(i.caption for i in scan.items) == ["a red sks ball", "ball", "sks ball"]
-    assert scan.dropped == []  # no row without its image
+    entries = tomllib.loads(out.read_text())["datasets"]
+    assert entries == [
+        {"path": "balls-10_sks ball", "repeats": 10, "trigger_word": "sks"},
+        {"path": "balls-3_ball", "repeats": 3, "trigger_word": "ball"},
+    ]
+    assert '[[datasets]]\npath = "balls-10_sks ball"\nrepeats = 10' in result.output
+    first = settings.datasets_dir / "balls-10_sks ball"
+    assert sorted(p.name for p in first.iterdir()) == ["a.png", "b.png", "metadata.jsonl"]
+    rows = {r["file_name"]: r["text"] for r in map(json.loads, (first / "metadata.jsonl").read_text().splitlines())}
+    assert rows == {"a.png": "a red sks ball", "b.png": "sks ball"}
+    scan = scan_dataset(settings.datasets_dir / "balls-3_ball", resolution=32, multiple=16)
+    assert [i.caption for i in scan.items] == ["ball", "ball"] and scan.dropped == []
 
+    raw = {"family": "flux", "base_model": str(tiny_model("flux")), "resolution": 32, "datasets": entries}
+    report = preflight_report(validate_run(raw, settings, live_output_names=set()))
+    assert [(e["label"], e["samples_per_epoch"]) for e in report["dataset"]["entries"]] == [
+        ("balls-10_sks ball", 20),
+        ("balls-3_ball", 6),
+    ]
     again = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "balls", "--kohya"])
     assert again.exit_code != 0 and "already exists" in str(again.exception)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,19 @@ def import_cmd(
     kohya: bool = typer.Option(
         False,
         "--kohya",
-        help="DIR holds kohya <repeats>_<words> folders: flatten them (repeats in metadata.jsonl)",
+        help="DIR holds kohya <repeats>_<words> folders: one dataset each, and the datasets entries "
+        "(repeats, trigger word) printed for the training config",
+    ),
+    entries: Path | None = typer.Option(
+        None, "--entries", help="with --kohya: also write the datasets entries to this new TOML file"
     ),
 ) -> None:
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
     is checked first; the good ones are imported and the bad ones listed with the reason (with
     --strict, nothing is written unless all pass). Other files and symbolic links (never
-    followed) are skipped (listed). With --kohya, DIR's `N_words` sub-folders are flattened into a
-    new dataset: each image once, its caption (the .txt, else the folder's words) and the
-    folder's repeats in a metadata.jsonl row."""
+    followed) are skipped (listed). With --kohya, each of DIR's `N_words` sub-folders becomes a
+    new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
+    and the `datasets` entries that train them with their repeats are printed (TOML)."""
     from lorastudio.data import resolve_dataset_dir, safe_component
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch, dataset_summary, upload_kind
@@ -61,11 +66,13 @@ def import_cmd(
     target = resolve_dataset_dir(dataset, settings.datasets_dir, allow_outside_root=False)
     source = source.resolve()  # the folder the user named may be a link; links inside it are not followed
     if kohya:
-        _import_kohya(source, target, strict)
+        _import_kohya(source, target, strict, entries)
         return
-    entries = sorted(p for p in source.iterdir() if not p.name.startswith("."))
-    links = [p.name for p in entries if p.is_symlink()]
-    files = [p for p in entries if not p.is_symlink() and p.is_file()]
+    if entries is not None:
+        raise typer.BadParameter("--entries writes the entries of a --kohya import; add --kohya")
+    listing = sorted(p for p in source.iterdir() if not p.name.startswith("."))
+    links = [p.name for p in listing if p.is_symlink()]
+    files = [p for p in listing if not p.is_symlink() and p.is_file()]
     wanted, skipped = [], []
     for path in files:
         try:
@@ -118,40 +125,72 @@ def delete_cmd(
     typer.echo(f"deleted dataset {name}")
 
 
-def _import_kohya(source: Path, target: Path, strict: bool) -> None:
-    """`datasets import --kohya`: flatten DIR's kohya folders into the new dataset `target`."""
+def _write_new(path: Path, text: str) -> None:
+    """Write `text` to the new file `path` (staged, then renamed; an existing file is refused)."""
+    import os
+
+    from lorastudio.errors import DatasetError
+
+    if os.path.lexists(path):
+        raise DatasetError(f"{path} already exists", [f"{path}: choose another --entries file"])
+    staged = path.with_name(f".{path.name}.part")
+    staged.write_text(text, encoding="utf-8")
+    os.replace(staged, path)
+
+
+def _import_kohya(source: Path, target: Path, strict: bool, entries_file: Path | None) -> None:
+    """`datasets import --kohya`: each of DIR's kohya folders becomes the dataset
+    `<name>-<N_words>` (its images, and a metadata.jsonl row each: the .txt caption, else the
+    folder's words), and the run's `datasets` entries that train them with their repeats are
+    printed (TOML, to paste into a config), and written to `entries_file` when given."""
     import io
     import os
 
-    from lorastudio.data.kohya import plan_kohya_import
+    from lorastudio.data.kohya import kohya_entries_toml, plan_kohya_import
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch, dataset_summary
     from lorastudio.errors import DatasetError
     from lorastudio.settings import get_settings
 
     settings = get_settings()
-    if os.path.lexists(target):
-        raise DatasetError(
-            f"dataset {target.name} already exists",
-            [f"{target.name}: a kohya import makes a new dataset; choose another --name"],
-        )
-    plan = plan_kohya_import(source)
+    plan = plan_kohya_import(source, flat=False)  # one dataset per folder: names may repeat across them
     _drop_bad_images(plan, settings.max_image_pixels, settings.max_decode_pixels)  # no row without its image
     if strict and plan.skipped:
         raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped])
-    with UploadBatch(
-        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
-    ) as batch:
-        for path, name in plan.images:
-            with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                batch.add(name, fh)
-        batch.add("metadata.jsonl", io.BytesIO(plan.metadata_jsonl()))
-        result = batch.commit()
-    summary = dataset_summary(target)
     folders = sorted({str(r["kohya_folder"]) for r in plan.rows})
-    typer.echo(f"imported {len(result.stored)} file(s) from {len(folders)} kohya folder(s) into {target}")
-    typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
-    for file, reason in plan.skipped + result.refused:
+    names = {folder: f"{target.name}-{folder}" for folder in folders}
+    taken = [n for n in names.values() if os.path.lexists(target.parent / n)]
+    if taken:
+        raise DatasetError(
+            f"dataset {taken[0]} already exists",
+            [f"{n}: a kohya import makes new datasets; choose another --name" for n in taken],
+        )
+    refused: list[tuple[str, str]] = []
+    for folder in folders:
+        rows = [r for r in plan.rows if r["kohya_folder"] == folder]
+        with UploadBatch(
+            settings.datasets_dir,
+            target.parent / names[folder],
+            settings.max_image_pixels,
+            settings.max_decode_pixels,
+            strict=strict,
+        ) as batch:
+            for path, name in plan.images:
+                if path.parent.name == folder:
+                    with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                        batch.add(name, fh)
+            table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
+            batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
+            refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
+        summary = dataset_summary(target.parent / names[folder])
+        typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
+    toml = kohya_entries_toml([(names[f], f) for f in folders])
+    typer.echo(f"imported {len(folders)} kohya folder(s) from {source}; train them with these entries:")
+    typer.echo(toml)
+    if entries_file is not None:
+        _write_new(entries_file, toml)
+        typer.echo(f"entries written to {entries_file}")
+    for file, reason in plan.skipped + refused:
         typer.echo(f"skipped {file}: {reason}")
 
 
@@ -167,6 +206,6 @@ def _drop_bad_images(plan: Any, max_pixels: int, decode_pixels: int) -> None:
             probe_image(path, max_pixels, decode_pixels)
         except DatasetError as err:
             plan.skipped.append((f"{path.parent.name}/{path.name}", err.problems[0].split(": ", 1)[-1]))
-            bad.add(name)
-    plan.images = [(p, n) for p, n in plan.images if n not in bad]
-    plan.rows = [r for r in plan.rows if r["file_name"] not in bad]
+            bad.add((path.parent.name, name))
+    plan.images = [(p, n) for p, n in plan.images if (p.parent.name, n) not in bad]
+    plan.rows = [r for r in plan.rows if (r["kohya_folder"], r["file_name"]) not in bad]

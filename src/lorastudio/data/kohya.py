@@ -69,10 +69,11 @@ class KohyaPlan:
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.rows).encode("utf-8")
 
 
-def plan_kohya_import(source: Path) -> KohyaPlan:
+def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
     """Flatten the kohya folders directly under `source` (links are never followed; hidden
     entries are ignored). A sub-folder whose name is not `N_words`, files beside the folders,
-    non-image files and an image name already taken by another folder are skipped (listed).
+    non-image files and (with `flat`: one dataset for all folders) an image name already taken by
+    another folder are skipped (listed).
     Raises DatasetError when no folder is a kohya folder."""
     plan = KohyaPlan()
     taken: dict[str, str] = {}
@@ -96,7 +97,7 @@ def plan_kohya_import(source: Path) -> KohyaPlan:
                     plan.skipped.append((where, "caption without an image"))
             elif not is_image_name(path.name):
                 plan.skipped.append((where, "not an image or a .txt caption"))
-            elif path.name in taken:
+            elif flat and path.name in taken:
                 plan.skipped.append((where, f"{path.name} is already taken by {taken[path.name]}"))
             else:
                 try:
@@ -161,3 +162,19 @@ def kohya_entries(parent: MixEntry) -> list[MixEntry]:
             + [f"{parent.root}/{why}" for why in others],
         )
     return found
+
+
+def kohya_entries_toml(datasets: list[tuple[str, str]]) -> str:
+    """The `[[datasets]]` TOML entries of imported kohya folders: (stored dataset name, kohya
+    folder name) -> path, repeats N and the folder's first word as trigger_word."""
+    lines: list[str] = []
+    for name, folder in datasets:
+        kohya = parse_kohya_folder(folder)
+        lines += [
+            "[[datasets]]",
+            f"path = {json.dumps(name, ensure_ascii=False)}",
+            f"repeats = {kohya.repeats}",
+            f"trigger_word = {json.dumps(kohya.words.split()[0], ensure_ascii=False)}",
+            "",
+        ]
+    return "\n".join(lines)
