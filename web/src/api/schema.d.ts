@@ -898,6 +898,59 @@ export interface components {
             /** Path */
             path: string;
         };
+        /**
+         * DatasetEntry
+         * @description One dataset folder of a run and how it is sampled and captioned (see the module docstring).
+         */
+        DatasetEntry: {
+            /**
+             * Caption Dropout
+             * @description null: the run's caption_dropout
+             * @default null
+             */
+            caption_dropout?: number | null;
+            /**
+             * Default Caption
+             * @description null: the run's default_caption
+             * @default null
+             */
+            default_caption?: string | null;
+            /**
+             * Loss Weight
+             * @description multiplies the loss of this entry's samples
+             * @default 1
+             */
+            loss_weight?: number;
+            /**
+             * Path
+             * @description dataset folder (absolute, or a name under datasets/), as data_dir
+             */
+            path: string;
+            /**
+             * Repeats
+             * @description every image N times per epoch (null: 1, or the weight)
+             * @default null
+             */
+            repeats?: number | null;
+            /**
+             * Resolution
+             * @description training side of this entry's images (null: the run's)
+             * @default null
+             */
+            resolution?: number | null;
+            /**
+             * Trigger Word
+             * @description null: the run's trigger_word
+             * @default null
+             */
+            trigger_word?: string | null;
+            /**
+             * Weight
+             * @description sampling weight: the entry's share of an epoch is weight / sum of the weights (every entry sets one, or none does)
+             * @default null
+             */
+            weight?: number | null;
+        };
         /** DatasetFile */
         DatasetFile: {
             /** Bytes */
@@ -1685,6 +1738,11 @@ export interface components {
             } | null;
             /** Dropped */
             dropped: components["schemas"]["DroppedFile"][];
+            /**
+             * Entries
+             * @description each dataset entry (data_dir: one) with its count and share
+             */
+            entries?: components["schemas"]["PreflightEntry"][];
             /** Fingerprint */
             fingerprint: string;
             /** Images Found */
@@ -1698,6 +1756,12 @@ export interface components {
             missing_captions: string[];
             /** Path */
             path: string;
+            /**
+             * Samples Per Epoch
+             * @description samples of one epoch, over every entry
+             * @default 0
+             */
+            samples_per_epoch?: number;
             /** Unique Captions */
             unique_captions: number;
             /**
@@ -1705,6 +1769,40 @@ export interface components {
              * @description what may hurt the run, e.g. images upscaled by more than 2x
              */
             warnings?: string[];
+        };
+        /** PreflightEntry */
+        PreflightEntry: {
+            /** Caption Dropout */
+            caption_dropout: number;
+            /** Images */
+            images: number;
+            /**
+             * Label
+             * @description the entry as configured (a kohya sub-folder: parent/N_words)
+             */
+            label: string;
+            /** Loss Weight */
+            loss_weight: number;
+            /** Path */
+            path: string;
+            /** Repeats */
+            repeats: number | null;
+            /** Resolution */
+            resolution: number;
+            /**
+             * Samples Per Epoch
+             * @description samples the entry gives per epoch (repeats / weight)
+             */
+            samples_per_epoch: number;
+            /**
+             * Share
+             * @description its share of the epoch's samples, 0..1
+             */
+            share: number;
+            /** Trigger Word */
+            trigger_word: string | null;
+            /** Weight */
+            weight: number | null;
         };
         /** PreflightFamily */
         PreflightFamily: {
@@ -2239,9 +2337,16 @@ export interface components {
             control_dirs?: string[];
             /**
              * Data Dir
-             * @description dataset folder (absolute, or a name under datasets/)
+             * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry
+             * @default null
              */
-            data_dir: string;
+            data_dir?: string | null;
+            /**
+             * Datasets
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight}; instead of data_dir
+             * @default null
+             */
+            datasets?: components["schemas"]["DatasetEntry"][] | null;
             /**
              * Default Caption
              * @description caption of images without one (instance prompt)
@@ -2321,6 +2426,12 @@ export interface components {
              * @default null
              */
             keep_loras?: number | null;
+            /**
+             * Kohya Folders
+             * @description each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry (repeats from the number, trigger word and default caption from the words)
+             * @default false
+             */
+            kohya_folders?: boolean;
             /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step
@@ -2704,9 +2815,14 @@ export interface components {
             control_dirs: string[];
             /**
              * Data Dir
-             * @description dataset folder (absolute, or a name under datasets/)
+             * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry
              */
-            data_dir: string;
+            data_dir: string | null;
+            /**
+             * Datasets
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight}; instead of data_dir
+             */
+            datasets: components["schemas"]["DatasetEntry"][] | null;
             /**
              * Default Caption
              * @description caption of images without one (instance prompt)
@@ -2781,6 +2897,12 @@ export interface components {
              * @description LoRA snapshots retained (oldest removed; null: all)
              */
             keep_loras: number | null;
+            /**
+             * Kohya Folders
+             * @description each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry (repeats from the number, trigger word and default caption from the words)
+             * @default false
+             */
+            kohya_folders: boolean;
             /**
              * Latent Cache Max Gb
              * @description RAM budget of the latent cache; above it, encode per step

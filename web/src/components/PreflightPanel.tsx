@@ -88,6 +88,32 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           ))}
         </p>
       )}
+      {(dataset.entries ?? []).length > 1 && (
+        <table className="small" data-testid="preflight-entries">
+          <thead>
+            <tr>
+              <th>Folder</th>
+              <th>Images</th>
+              <th>Sampling</th>
+              <th>Per epoch</th>
+              <th>Share</th>
+              <th>Loss weight</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(dataset.entries ?? []).map((e) => (
+              <tr key={e.label}>
+                <td>{e.label}</td>
+                <td>{e.images}</td>
+                <td>{e.weight != null ? `weight ${e.weight}` : `× ${e.repeats ?? 1}`}</td>
+                <td>{e.samples_per_epoch}</td>
+                <td>{(e.share * 100).toFixed(1)} %</td>
+                <td>{e.loss_weight}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
       {report.family?.notes?.map((note) => (
         <div className="banner warn" data-testid="preflight-family-note" key={note}>
           <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}

@@ -5,6 +5,7 @@
  */
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import type { Family, Host, TrainConfig } from "../api/types";
+import { buildEntries, entriesValue, parseRows } from "./datasetEntries";
 
 type Key = keyof TrainConfig;
 export type FormValues = Partial<Record<Key, string | boolean>> & { unit: "steps" | "epochs"; length: string };
@@ -186,14 +187,17 @@ export function attentionHint(host: Host): string {
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
  * - length: steps or num_epochs, from the Length input and its unit;
- * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object).
+ * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object);
+ * - entries: the datasets editor's rows as one JSON string (lib/datasetEntries.ts).
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "numbers" | "mapping";
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "numbers" | "mapping" | "entries";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
   revision: "text",
   data_dir: "text",
+  datasets: "entries",
+  kohya_folders: "bool",
   control_dirs: "lines",
   output_name: "text",
   resolution: "integer",
@@ -289,6 +293,8 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "base_model",
   "revision",
   "data_dir",
+  "datasets",
+  "kohya_folders",
   "output_name",
   "trigger_word",
   "default_caption",
@@ -317,6 +323,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
 
 function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
+  if (FIELD_KINDS[key] === "entries") return entriesValue(v as TrainConfig["datasets"]) || undefined;
   if (typeof v === "boolean") return v;
   if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
   if (typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, n]) => `${k}=${n}`).join(", ");
@@ -409,6 +416,13 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       if (items.length) config[key] = items;
       continue;
     }
+    if (kind === "entries") {
+      const rows = parseRows(v);
+      const built = buildEntries(rows);
+      if (typeof built === "string") problems[key] = built;
+      else if (built.length) config[key] = built;
+      continue;
+    }
     if (kind === "numbers" || kind === "mapping") {
       const parsed = kind === "numbers" ? numberList(v) : numberMapping(v);
       if (typeof parsed === "string") problems[key] = parsed;
@@ -440,8 +454,9 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
     config.steps = length;
     config.num_epochs = 0;
   }
-  for (const k of ["family", "base_model", "data_dir"] as const) {
-    if (!config[k]) problems[k] = "required";
+  if (config.datasets) delete config.data_dir; // the entries name every folder (data_dir is their shorthand)
+  for (const k of ["family", "base_model", config.datasets || problems.datasets ? "datasets" : "data_dir"] as const) {
+    if (!config[k] && !problems[k]) problems[k] = "required";
   }
   return { config: config as Partial<TrainConfig>, problems };
 }

@@ -183,4 +183,25 @@ describe("TrainScreen", () => {
     });
     for (const key of ["prodigy_d_coef", "learning_rate", "optimizer_eps"]) expect(sent.config).not.toHaveProperty(key);
   });
+
+  it("trains several dataset folders: the list editor sends datasets with their repeats, the preflight shows their shares", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("data_dir")).toHaveValue("shapes"));
+    await userEvent.click(screen.getByRole("button", { name: "Several folders…" }));
+    expect(document.querySelector('[name="data_dir"]')).toBeNull(); // the entries name every folder
+    expect(screen.getByLabelText("folder 1")).toHaveValue("shapes");
+    await userEvent.selectOptions(screen.getByLabelText("folder 2"), "faces");
+    await userEvent.type(screen.getByLabelText("repeats 1"), "3");
+    await userEvent.type(screen.getByLabelText("loss weight 2"), "0.5");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    const table = await screen.findByTestId("preflight-entries");
+    expect(table).toHaveTextContent("shapes4× 31275.0 %");
+    expect(table).toHaveTextContent("faces4× 1425.0 %0.5");
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config.datasets).toEqual([{ path: "shapes", repeats: 3 }, { path: "faces", loss_weight: 0.5 }]);
+    expect(sent.config).not.toHaveProperty("data_dir");
+    await userEvent.click(screen.getByRole("button", { name: "remove folder 2" }));
+    await userEvent.click(screen.getByRole("button", { name: "remove folder 1" }));
+    expect(input("data_dir")).toHaveValue("shapes"); // no entries: back to the one folder
+  });
 });

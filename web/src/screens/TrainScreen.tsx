@@ -7,6 +7,7 @@ import { useTraining } from "../api/training";
 import type { Family, PreflightReport } from "../api/types";
 import { AdvancedSettings } from "../components/AdvancedSettings";
 import { BaseModelPicker } from "../components/BaseModelPicker";
+import { DatasetEntries } from "../components/DatasetEntries";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
@@ -143,18 +144,28 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
               error={errors.base_model}
               modelsRoot={info.models_root}
             />
-            <Field label="Dataset" error={errors.data_dir}>
-              <select name="data_dir" value={text("data_dir")} onChange={(e) => set("data_dir", e.target.value)}>
-                {!info.datasets.some((d) => d.name === values.data_dir) && <option value={text("data_dir")}>{text("data_dir") || "— pick one —"}</option>}
-                {info.datasets.map((d) => (
-                  <option key={d.name} value={d.name}>
-                    {d.name} ({d.images} images)
-                  </option>
-                ))}
-              </select>
-            </Field>
+            {!text("datasets") && (
+              <Field label="Dataset" error={errors.data_dir}>
+                <select name="data_dir" value={text("data_dir")} onChange={(e) => set("data_dir", e.target.value)}>
+                  {!info.datasets.some((d) => d.name === values.data_dir) && <option value={text("data_dir")}>{text("data_dir") || "— pick one —"}</option>}
+                  {info.datasets.map((d) => (
+                    <option key={d.name} value={d.name}>
+                      {d.name} ({d.images} images)
+                    </option>
+                  ))}
+                </select>
+              </Field>
+            )}
             {c.line("output_name", "Output name", { hint: "folder and file name of the LoRA", placeholder: `${values.family}-<date>-<time>` })}
             {c.line("trigger_word", "Trigger word", { hint: "prepended to every caption", placeholder: "none" })}
+            <DatasetEntries
+              value={text("datasets")}
+              dataDir={text("data_dir")}
+              datasets={info.datasets}
+              error={errors.datasets}
+              onChange={(v) => set("datasets", v)}
+            />
+            {c.check("kohya_folders", "Kohya N_name sub-folders")}
           </div>
         </div>
 

@@ -49,6 +49,17 @@ const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
   ["micro_batch_size", 3, [{ field: "micro_batch_size", message: "batch_size (1) must be a multiple of it" }]],
 ];
 
+/** The preflight's entries of a config's datasets: 4 images each, sampled by their repeats. */
+function fakeEntries(datasets: unknown) {
+  const list = Array.isArray(datasets) ? (datasets as { path: string; repeats?: number; loss_weight?: number }[]) : [];
+  const total = list.reduce((n, e) => n + 4 * (e.repeats ?? 1), 0);
+  return list.map((e) => ({
+    label: e.path, path: `/d/${e.path}`, images: 4, repeats: e.repeats ?? null, weight: null,
+    samples_per_epoch: 4 * (e.repeats ?? 1), share: (4 * (e.repeats ?? 1)) / total, loss_weight: e.loss_weight ?? 1,
+    caption_dropout: 0, resolution: 512, trigger_word: null,
+  }));
+}
+
 /** Install the fake server; `info()` is read on each /api/info call. Returns the call log. */
 export function mockTrainServer(info: () => Info): Call[] {
   return mockFetch(({ method, url, body }) => {
@@ -80,7 +91,7 @@ export function mockTrainServer(info: () => Info): Call[] {
               source: source(name),
             })),
           },
-          dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 }, warnings: cfg.no_upscale ? [] : [UPSCALE_WARNING] },
+          dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 }, warnings: cfg.no_upscale ? [] : [UPSCALE_WARNING], entries: fakeEntries(cfg.datasets) },
           schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
           precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
           memory: { estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null },

@@ -1,0 +1,81 @@
+import type { DatasetSummary } from "../api/types";
+import { type EntryRow, emptyRow, parseRows, rowsValue } from "../lib/datasetEntries";
+
+interface Props {
+  /** The form's `datasets` value (rows as a JSON string; "" = one folder, data_dir). */
+  value: string;
+  /** The one folder of the data_dir form, which becomes the first entry. */
+  dataDir: string;
+  datasets: DatasetSummary[];
+  error?: string;
+  onChange: (value: string) => void;
+}
+
+const NUMBERS: [keyof EntryRow, string, string][] = [
+  ["trigger_word", "Trigger word", "the run's"],
+  ["caption_dropout", "Caption dropout", "the run's"],
+  ["resolution", "Resolution", "the run's"],
+  ["loss_weight", "Loss weight", "1"],
+];
+
+/**
+ * The `datasets` list editor: one row per dataset folder, each with its repeats (or sampling
+ * weight), trigger word, caption dropout, resolution and loss weight. With no rows the form
+ * trains the one Dataset folder (data_dir); "Several folders" starts the list with it.
+ */
+export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Props) {
+  const rows = parseRows(value);
+  const update = (next: EntryRow[]) => onChange(rowsValue(next));
+  const edit = (i: number, key: keyof EntryRow, v: string) => update(rows.map((r, n) => (n === i ? { ...r, [key]: v } : r)));
+  if (!rows.length) {
+    return (
+      <button type="button" name="datasets" className="secondary" onClick={() => update([emptyRow(dataDir), emptyRow()])}>
+        Several folders…
+      </button>
+    );
+  }
+  return (
+    <fieldset name="datasets" className="dataset-entries wide" aria-label="dataset folders">
+      <legend>Dataset folders (each with its own repeats or weight)</legend>
+      {rows.map((row, i) => (
+        <div className="entry-row" key={i} data-testid={`entry-${i}`}>
+          <select aria-label={`folder ${i + 1}`} value={row.path} onChange={(e) => edit(i, "path", e.target.value)}>
+            {!datasets.some((d) => d.name === row.path) && <option value={row.path}>{row.path || "— pick one —"}</option>}
+            {datasets.map((d) => (
+              <option key={d.name} value={d.name}>
+                {d.name} ({d.images} images)
+              </option>
+            ))}
+          </select>
+          <select aria-label={`sampling ${i + 1}`} value={row.mode} onChange={(e) => edit(i, "mode", e.target.value)}>
+            <option value="repeats">repeats</option>
+            <option value="weight">weight</option>
+          </select>
+          <input aria-label={`${row.mode} ${i + 1}`} inputMode="decimal" placeholder="1" value={row.amount} onChange={(e) => edit(i, "amount", e.target.value)} />
+          {NUMBERS.map(([key, label, placeholder]) => (
+            <input
+              key={key}
+              aria-label={`${label.toLowerCase()} ${i + 1}`}
+              title={label}
+              placeholder={`${label}: ${placeholder}`}
+              inputMode={key === "trigger_word" ? "text" : "decimal"}
+              value={String(row[key])}
+              onChange={(e) => edit(i, key, e.target.value)}
+            />
+          ))}
+          <button type="button" className="secondary" aria-label={`remove folder ${i + 1}`} onClick={() => update(rows.filter((_, n) => n !== i))}>
+            ✕
+          </button>
+        </div>
+      ))}
+      <button type="button" className="secondary" onClick={() => update([...rows, emptyRow()])}>
+        Add folder
+      </button>
+      {error && (
+        <span className="field-error" role="alert">
+          {error}
+        </span>
+      )}
+    </fieldset>
+  );
+}

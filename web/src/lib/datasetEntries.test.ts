@@ -1,0 +1,39 @@
+import { describe, expect, it } from "vitest";
+import { INFO } from "../test/fixtures";
+import { buildEntries, emptyRow, entriesValue, parseRows, rowsValue } from "./datasetEntries";
+import { buildConfig, initialValues } from "./trainForm";
+
+const flux = INFO.families.find((f) => f.name === "flux")!;
+
+describe("datasets entries", () => {
+  it("rows become the config's entries: repeats or weight, the numbers parsed, blanks left to the run", () => {
+    const rows = [
+      { ...emptyRow("shapes"), amount: "10", trigger_word: "sks" },
+      { ...emptyRow("faces"), mode: "weight" as const, amount: "0.5", loss_weight: "2", resolution: "512" },
+    ];
+    expect(buildEntries(rows)).toEqual([
+      { path: "shapes", repeats: 10, trigger_word: "sks" },
+      { path: "faces", weight: 0.5, loss_weight: 2, resolution: 512 },
+    ]);
+    expect(buildEntries([{ ...emptyRow("shapes"), amount: "1.5" }])).toBe("folder 1: repeats must be a whole number");
+    expect(buildEntries([emptyRow("")])).toBe("folder 1: pick a dataset");
+  });
+
+  it("a config's entries round-trip through the form value", () => {
+    const entries = [{ path: "shapes", repeats: 3, loss_weight: 1 }, { path: "faces", weight: 2, loss_weight: 0.5, caption_dropout: 0.1 }];
+    expect(buildEntries(parseRows(entriesValue(entries)))).toEqual([
+      { path: "shapes", repeats: 3 },
+      { path: "faces", weight: 2, loss_weight: 0.5, caption_dropout: 0.1 },
+    ]);
+  });
+
+  it("the form sends datasets instead of data_dir, and names a bad row", () => {
+    const rows = rowsValue([{ ...emptyRow("shapes"), amount: "4" }, emptyRow("faces")]);
+    const built = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "shapes", datasets: rows }, flux);
+    expect(built.problems).toEqual({});
+    expect(built.config.datasets).toEqual([{ path: "shapes", repeats: 4 }, { path: "faces" }]);
+    expect(built.config).not.toHaveProperty("data_dir");
+    const bad = buildConfig({ ...initialValues(flux), base_model: "m", datasets: rowsValue([emptyRow("")]) }, flux);
+    expect(bad.problems).toEqual({ datasets: "folder 1: pick a dataset" });
+  });
+});

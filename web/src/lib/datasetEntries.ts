@@ -1,0 +1,84 @@
+/**
+ * The Train form's `datasets` entries (several dataset folders in one run): the rows as their
+ * inputs hold them (strings), kept in the form as one JSON string, and turned into the
+ * config's `datasets` list. Pure functions, no React.
+ */
+import type { TrainConfig } from "../api/types";
+
+export type DatasetEntry = NonNullable<TrainConfig["datasets"]>[number];
+
+/** One row of the editor: every input's text ("" = unset: the run's value or the default). */
+export interface EntryRow {
+  path: string;
+  /** "repeats" or "weight": how the number in `amount` samples the folder. */
+  mode: "repeats" | "weight";
+  amount: string;
+  trigger_word: string;
+  caption_dropout: string;
+  resolution: string;
+  loss_weight: string;
+}
+
+export function emptyRow(path = ""): EntryRow {
+  return { path, mode: "repeats", amount: "", trigger_word: "", caption_dropout: "", resolution: "", loss_weight: "" };
+}
+
+/** The rows held in the form value (a JSON string); [] when blank or unreadable. */
+export function parseRows(value: string | boolean | undefined): EntryRow[] {
+  if (typeof value !== "string" || value.trim() === "") return [];
+  try {
+    const rows = JSON.parse(value) as unknown;
+    return Array.isArray(rows) ? rows.map((r) => ({ ...emptyRow(), ...(r as Partial<EntryRow>) })) : [];
+  } catch {
+    return [];
+  }
+}
+
+/** The form value of `rows` ("" when there are none). */
+export function rowsValue(rows: EntryRow[]): string {
+  return rows.length ? JSON.stringify(rows) : "";
+}
+
+/** The form value of a config's `datasets` (e.g. a run being cloned); "" for none. */
+export function entriesValue(entries: DatasetEntry[] | null | undefined): string {
+  if (!entries?.length) return "";
+  const text = (v: unknown) => (v == null ? "" : String(v));
+  return rowsValue(
+    entries.map((e) => ({
+      path: e.path,
+      mode: e.weight != null ? "weight" : "repeats",
+      amount: text(e.weight ?? e.repeats),
+      trigger_word: text(e.trigger_word),
+      caption_dropout: text(e.caption_dropout),
+      resolution: text(e.resolution),
+      loss_weight: e.loss_weight === 1 ? "" : text(e.loss_weight),
+    })),
+  );
+}
+
+/** The config's `datasets` of the rows, or the first problem found (a text naming the row). */
+export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
+  const out: DatasetEntry[] = [];
+  for (const [i, row] of rows.entries()) {
+    const where = `folder ${i + 1}`;
+    if (!row.path.trim()) return `${where}: pick a dataset`;
+    const entry: Record<string, unknown> = { path: row.path.trim() };
+    const numbers: [keyof EntryRow, string, boolean][] = [
+      ["amount", row.mode, row.mode === "repeats"],
+      ["caption_dropout", "caption_dropout", false],
+      ["resolution", "resolution", true],
+      ["loss_weight", "loss_weight", false],
+    ];
+    for (const [key, name, whole] of numbers) {
+      const text = String(row[key]).trim();
+      if (text === "") continue;
+      const n = Number(text);
+      if (!Number.isFinite(n)) return `${where}: ${name} must be a number`;
+      if (whole && !Number.isInteger(n)) return `${where}: ${name} must be a whole number`;
+      entry[name] = n;
+    }
+    if (row.trigger_word !== "") entry.trigger_word = row.trigger_word;
+    out.push(entry as unknown as DatasetEntry);
+  }
+  return out;
+}
