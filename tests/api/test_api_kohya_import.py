@@ -46,7 +46,10 @@ def test_a_kohya_folder_imports_as_datasets_with_their_entries(
     assert '[[datasets]]\npath = "balls-10_sks ball"\nrepeats = 10' in result.output
     first = settings.datasets_dir / "balls-10_sks ball"
     assert sorted(p.name for p in first.iterdir()) == ["a.png", "b.png", "metadata.jsonl"]
-    rows = {r["file_name"]: r["text"] for r in map(json.loads, (first / "metadata.jsonl").read_text().splitlines())}
+    rows = {
+        r["file_name"]: r["text"]
+        for r in map(json.loads, (first / "metadata.jsonl").read_text().splitlines())
+    }
     assert rows == {"a.png": "a red sks ball", "b.png": "sks ball"}
     scan = scan_dataset(settings.datasets_dir / "balls-3_ball", resolution=32, multiple=16)
     assert [i.caption for i in scan.items] == ["ball", "ball"] and scan.dropped == []

@@ -183,7 +183,9 @@ def _import_kohya(source: Path, target: Path, strict: bool, entries_file: Path |
             batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
             refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
         summary = dataset_summary(target.parent / names[folder])
-        typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
+        typer.echo(
+            f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
+        )
     toml = kohya_entries_toml([(names[f], f) for f in folders])
     typer.echo(f"imported {len(folders)} kohya folder(s) from {source}; train them with these entries:")
     typer.echo(toml)

@@ -45,8 +45,8 @@ def resolve_entries(
     `cfg` must be resolved (its resolution set). `check_links`: refuse a folder that now leads
     through a link (safe_open.check_not_relinked, for the worker).
 
-    Raises: for one folder, what resolving it raises (ConfigError, PathOutsideRoot, DatasetError);
-    for several, one ConfigError naming every bad entry (datasets.N.path)."""
+    Raises: for data_dir, what resolving it raises (ConfigError, PathOutsideRoot, DatasetError);
+    for datasets, one ConfigError naming every bad entry (datasets.N.path)."""
     from lorastudio.data.kohya import kohya_entries
     from lorastudio.data.safe_open import check_not_relinked
 
@@ -72,8 +72,8 @@ def resolve_entries(
             out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
         except (ConfigError, PathOutsideRoot, DatasetError) as err:
             errors.append((i, err))
-    if errors and len(given) == 1:
-        raise errors[0][1]
+    if errors and cfg.datasets is None:
+        raise errors[0][1]  # data_dir: its own error, as before entries
     if errors:
         raise ConfigError([p for i, err in errors for p in _problems(entry_field(cfg, i), err)])
     return out

@@ -79,7 +79,9 @@ def validate_run(
     if cfg is not None:
         try:
             entries = resolve_entries(cfg, settings.datasets_dir, allow_outside_root=allow_outside_root)
-        except (ConfigError, PathOutsideRoot, DatasetError) as err:
+        except ConfigError as err:  # several entries: each problem names its entry's field
+            problems += err.problems if cfg.datasets else _as_problems("data_dir", err)
+        except (PathOutsideRoot, DatasetError) as err:
             problems += _as_problems(entry_field(cfg, 0), err)
     elif "data_dir" not in reported and isinstance(raw.get("data_dir"), str):  # reported with the rest
         try:

@@ -1,0 +1,83 @@
+"""Issue 29 part 1 through the API: a run of several stored datasets (`datasets` entries) is
+previewed with each entry's images, samples per epoch and share, and the schedule follows the
+mix; data_dir with datasets, weights on some entries only, and a folder outside the datasets
+root are refused, every problem at once and naming its field."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from live_server import LOOPBACK
+from lorastudio.api.app import create_app
+from lorastudio.settings import Settings
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
+        yield test_client
+
+
+def _upload(client: TestClient, name: str, count: int) -> None:
+    files = []
+    for i in range(count):
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32), (30 * i, 90, 200)).save(buf, format="PNG")
+        files += [
+            ("files", (f"{name}{i}.png", buf.getvalue())),
+            ("files", (f"{name}{i}.txt", f"{name} {i}".encode())),
+        ]
+    assert client.post(f"/api/datasets/{name}/files", files=files).status_code == 201
+
+
+def test_the_preflight_lists_each_entry_and_the_schedule_follows_the_mix(
+    client: TestClient, flux_config: Callable[..., dict]
+) -> None:
+    _upload(client, "person", 2)
+    _upload(client, "style", 6)
+    entries = [{"path": "person", "repeats": 5, "trigger_word": "sks"}, {"path": "style", "loss_weight": 0.5}]
+    cfg = flux_config(data_dir=None, datasets=entries, num_epochs=2, batch_size=1)
+    cfg.pop("data_dir")
+    report = client.post("/api/train/preflight", json={"config": cfg})
+    assert report.status_code == 200, report.text
+    data = report.json()["dataset"]
+    assert [
+        (e["label"], e["images"], e["samples_per_epoch"], e["share"], e["loss_weight"])
+        for e in data["entries"]
+    ] == [
+        ("person", 2, 10, 0.625, 1.0),
+        ("style", 6, 6, 0.375, 0.5),
+    ]
+    assert data["samples_per_epoch"] == 16 and data["images_used"] == 8
+    assert report.json()["schedule"]["steps"] == 2 * 16  # batch 1: a step per sample
+
+    weighted = [{"path": "person", "weight": 1.0}, {"path": "style", "weight": 1.0}]
+    report = client.post("/api/train/preflight", json={"config": {**cfg, "datasets": weighted}})
+    assert [e["samples_per_epoch"] for e in report.json()["dataset"]["entries"]] == [4, 4]  # 8 images, halved
+
+
+def test_bad_dataset_settings_are_refused_together(
+    client: TestClient, flux_config: Callable[..., dict]
+) -> None:
+    _upload(client, "person", 1)
+    bad = flux_config(datasets=[{"path": "person", "weight": 2.0}, {"path": "/etc"}])
+    answer = client.post("/api/train/preflight", json={"config": bad})
+    assert answer.status_code == 400
+    fields = {p["field"] for p in answer.json()["problems"]}
+    assert {"config.datasets"} <= fields or {"datasets"} <= fields, answer.text
+    messages = " ".join(p["message"] for p in answer.json()["problems"])
+    assert "both given" in messages and "weight is set on some entries only" in messages
+    outside = flux_config(data_dir=None, datasets=[{"path": "person"}, {"path": "/etc"}, {"path": "../x"}])
+    answer = client.post(
+        "/api/train/preflight", json={"config": {k: v for k, v in outside.items() if v is not None}}
+    )
+    assert answer.status_code == 400
+    assert [p["field"].rsplit("config.", 1)[-1] for p in answer.json()["problems"]] == [
+        "datasets.1.path",
+        "datasets.2.path",
+    ]
