@@ -133,7 +133,7 @@ def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
             out[key] = localize_path(out[key], may_be_hub_id=hub)
     if isinstance(out.get("datasets"), list):  # each entry's folder, like data_dir
         out["datasets"] = [
-            {**e, "path": localize_path(e["path"])}
+            {**e, "path": localize_path(e["path"], may_be_hub_id=False)}
             if isinstance(e, dict) and isinstance(e.get("path"), str)
             else e
             for e in out["datasets"]

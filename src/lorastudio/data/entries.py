@@ -139,7 +139,8 @@ def scan_entries(
         except DatasetError as err:
             if not many:
                 raise  # one folder: its own error, as scan_dataset words it
-            problems += [f"{entry.label}: {p}" for p in err.problems or [str(err)]]
+            named = err.problems or [str(err)]  # each names its entry (a folder's own already does)
+            problems += [p if p.startswith(str(entry.root)) else f"{entry.label}: {p}" for p in named]
     if problems:
         raise DatasetError(f"{len(problems)} dataset problem(s)", problems)
     filled = tuple(

@@ -113,3 +113,28 @@ def test_an_interrupted_preparation_leaves_no_folder(interrupt, make_config):
 def test_check_and_overwrite_are_refused_with_resume(flag, tmp_path):
     result = _invoke("train", "--resume", str(tmp_path), flag)
     assert result.exit_code == 2 and flag in result.output and "--resume" in result.output
+
+
+def test_check_of_a_toml_with_datasets_entries_lists_each_entry(
+    tiny_model, small_dataset, tmp_path, run_settings, monkeypatch
+):
+    """[[datasets]] tables in the TOML (paths relative to where the command runs): each entry's
+    count and share in the report."""
+    raw = run_settings("flux", tiny_model("flux"), small_dataset, {})
+    del raw["data_dir"]
+    text = "".join(f"{k} = {json.dumps(v)}\n" for k, v in raw.items())
+    (tmp_path / "more").mkdir()
+    for p in sorted(small_dataset.iterdir())[:2]:
+        (tmp_path / "more" / p.name).write_bytes(p.read_bytes())
+    text += f'[[datasets]]\npath = "{small_dataset}"\nrepeats = 2\n[[datasets]]\npath = "./more"\nloss_weight = 0.5\n'
+    (tmp_path / "run.toml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        app, ["train", str(tmp_path / "run.toml"), "--check", "--device", "cpu"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        f"entry          {small_dataset}: 4 image(s) x2 -> 8 per epoch (88.9%), loss weight 1"
+        in result.output
+    )
+    assert f"{tmp_path / 'more'}: 1 image(s) x1 -> 1 per epoch (11.1%), loss weight 0.5" in result.output
