@@ -78,7 +78,9 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
     plan = preflight_plan(cfg, host)
     if cfg.compile == "wide" and plan["compile"]:
         plan["compile_shapes"] = len(
-            batch_shapes(scan.bucket_histogram(), cfg.batch_size, cfg.micro_batch_size)
+            batch_shapes(
+                {f"{w}x{h}": n for (w, h), n in per_epoch.items()}, cfg.batch_size, cfg.micro_batch_size
+            )
         )
     return {
         "config": cfg.model_dump(mode="json"),
