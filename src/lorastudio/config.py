@@ -121,6 +121,29 @@ class TrainConfig(BaseModel):
         default=None, max_length=2000, description="caption of images without one (instance prompt)"
     )
     caption_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability of an empty caption")
+    # issue 29 part 3: caption augmentation (data/caption_variants.py)
+    shuffle_tags: bool = Field(
+        default=False, description="shuffle each caption's comma-separated tags (after the first keep_tokens)"
+    )
+    keep_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="tags at the start of a caption kept in place (the trigger word is one)",
+    )
+    tag_dropout: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="probability of dropping each tag after the first keep_tokens",
+    )
+    caption_variants: int | None = Field(
+        default=None,
+        ge=2,
+        le=64,
+        description="with shuffle_tags / tag_dropout: caption variants drawn per image and encoded once each "
+        "(their text embeddings are cached; null: 8)",
+    )
     control_dirs: list[str] = Field(
         default_factory=list,
         max_length=9,

@@ -64,6 +64,9 @@ class DatasetEntry(BaseModel):
     resolution: int | None = Field(
         default=None, ge=16, le=4096, description="training side of this entry's images (null: the run's)"
     )
+    shuffle_tags: bool | None = Field(default=None, description="null: the run's shuffle_tags")
+    keep_tokens: int | None = Field(default=None, ge=0, le=100, description="null: the run's keep_tokens")
+    tag_dropout: float | None = Field(default=None, ge=0.0, lt=1.0, description="null: the run's tag_dropout")
     loss_weight: float = Field(
         default=1.0, gt=0, le=100, description="multiplies the loss of this entry's samples"
     )
@@ -79,7 +82,8 @@ class DatasetEntry(BaseModel):
 def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """Why the run's dataset settings cannot be honoured together (empty when they can): neither
     or both of data_dir and datasets, an entry with both repeats and weight, weights on some
-    entries only, repeats / weight with kohya_folders, control_dirs with several entries."""
+    entries only, repeats / weight with kohya_folders, control_dirs with several entries, caption
+    settings that nothing varies."""
     problems = raw_dataset_problems({"data_dir": cfg.data_dir, "datasets": cfg.datasets})
     entries = cfg.datasets or []
     weighted = [i for i, e in enumerate(entries) if e.weight is not None]
@@ -103,6 +107,7 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "control/ sub-folder in each entry instead",
             )
         )
+    problems += caption_problems(cfg)
     if weighted and len(weighted) != len(entries):
         missing = ", ".join(str(i) for i in range(len(entries)) if i not in weighted)
         problems.append(
@@ -112,6 +117,26 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "repeats everywhere",
             )
         )
+    return problems
+
+
+def caption_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """keep_tokens or caption_variants where no caption varies (they would be ignored)."""
+    entries = cfg.datasets or [DatasetEntry(path="-")]
+    varies = any(
+        (cfg.shuffle_tags if e.shuffle_tags is None else e.shuffle_tags)
+        or (cfg.tag_dropout if e.tag_dropout is None else e.tag_dropout) > 0
+        for e in entries
+    )
+    if varies:
+        return []
+    why = "needs shuffle_tags or tag_dropout (no caption varies)"
+    problems = [FieldProblem(name, why) for name in ("keep_tokens", "caption_variants") if getattr(cfg, name)]
+    problems += [
+        FieldProblem(f"datasets.{i}.keep_tokens", why)
+        for i, e in enumerate(cfg.datasets or [])
+        if e.keep_tokens
+    ]
     return problems
 
 

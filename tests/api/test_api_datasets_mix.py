@@ -81,3 +81,29 @@ def test_bad_dataset_settings_are_refused_together(
         "datasets.1.path",
         "datasets.2.path",
     ]
+
+
+def test_the_preflight_shows_three_captions_as_the_model_sees_them_and_their_cost(
+    client: TestClient, flux_config: Callable[..., dict]
+) -> None:
+    _upload(client, "person", 4)  # captions "person 0" ... "person 3"
+    for i in range(4):
+        body = {"caption": f"[trigger], red, round, shiny, number {i}"}
+        assert client.put(f"/api/datasets/person/captions/person{i}.png", json=body).status_code == 200
+    plain = client.post(
+        "/api/train/preflight", json={"config": flux_config(data_dir="person", trigger_word="ohwx")}
+    )
+    captions = plain.json()["dataset"]["captions"]
+    assert captions["examples"] == ["ohwx, red, round, shiny, number 0", "ohwx, red, round, shiny, number 2",
+                                    "ohwx, red, round, shiny, number 3"]  # fmt: skip
+    assert (captions["variants_per_image"], captions["texts_encoded"], captions["cost"]) == (1, 4, None)
+    cfg = flux_config(
+        data_dir="person", trigger_word="ohwx", shuffle_tags=True, keep_tokens=1, caption_variants=4
+    )
+    varied = client.post("/api/train/preflight", json={"config": cfg}).json()["dataset"]["captions"]
+    assert (
+        all(e.startswith("ohwx, ") for e in varied["examples"]) and varied["examples"] != captions["examples"]
+    )
+    assert sorted(varied["examples"][0].split(", ")) == sorted(captions["examples"][0].split(", "))
+    assert varied["variants_per_image"] == 4 and 4 < varied["texts_encoded"] <= 16
+    assert "4 caption variants per image" in varied["cost"] and "embeddings cached" in varied["cost"]

@@ -24,6 +24,17 @@ class PreflightEntry(_Out):
     trigger_word: str | None
 
 
+class PreflightCaptions(_Out):
+    examples: list[str] = Field(
+        description="three captions as the model sees them (trigger, shuffle, dropout)"
+    )
+    variants_per_image: int = Field(
+        description="caption variants encoded per image (1: captions as they are)"
+    )
+    texts_encoded: int = Field(description="distinct texts encoded in phase 1 (their embeddings are cached)")
+    cost: str | None = Field(default=None, description="what tag shuffle / dropout costs; null when off")
+
+
 class PreflightDataset(_Out):
     path: str
     images_found: int
@@ -46,6 +57,7 @@ class PreflightDataset(_Out):
         default_factory=list, description="each dataset entry (data_dir: one) with its count and share"
     )
     samples_per_epoch: int = Field(default=0, description="samples of one epoch, over every entry")
+    captions: PreflightCaptions | None = None
 
 
 class PreflightSchedule(_Out):

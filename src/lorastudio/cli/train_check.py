@@ -120,6 +120,11 @@ def print_report(report: dict[str, Any]) -> None:
     data = report["dataset"]
     echo("dataset:")
     echo(f"  images         {data['images_used']} used of {data['images_found']} found")
+    captions = data.get("captions") or {}
+    for example in captions.get("examples", []):
+        echo(f"  caption        {example}")
+    if captions.get("cost"):
+        echo(f"  variants       {captions['cost']}")
     for entry in data.get("entries") or []:
         sampling = (
             f"weight {entry['weight']:g}" if entry["weight"] is not None else f"x{entry['repeats'] or 1}"

@@ -7,7 +7,8 @@ Precedence for one image (first non-empty wins):
   3. `default_caption` (the instance prompt);
   4. the trigger word alone.
 The trigger word is then prepended ("<trigger>, <caption>") unless the caption already starts
-with it as a whole word.
+with it as a whole word; a "[trigger]" in the caption is replaced by it instead (a caption with
+"[trigger]" and no trigger word is a problem the scan reports).
 
 Both sources are read bounded and without following links (`data.safe_open`): a caption is at
 most MAX_CAPTION_BYTES (UTF-8) wherever it comes from, a metadata.jsonl line at most
@@ -28,6 +29,7 @@ from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 
 CaptionSource = Literal["txt", "metadata", "default", "trigger"]
+TRIGGER_PLACEHOLDER = "[trigger]"  # replaced by the run's (or the dataset entry's) trigger word
 _TEXT_KEYS = ("text", "caption")
 MAX_CAPTION_BYTES = 64 * 1024
 MAX_METADATA_LINE_BYTES = 8 * MAX_CAPTION_BYTES  # a capped caption JSON-escaped, with its file name
@@ -167,7 +169,8 @@ def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTabl
 
 
 def apply_trigger(caption: str, trigger_word: str | None) -> str:
-    """Prepend "<trigger>, " unless `caption` already starts with the trigger as a whole word.
+    """Prepend "<trigger>, " unless `caption` already starts with the trigger as a whole word;
+    a caption holding the TRIGGER_PLACEHOLDER "[trigger]" gets the word there instead.
 
     `trigger_word` None or blank leaves the caption unchanged; an empty caption becomes the
     trigger alone.
@@ -175,6 +178,8 @@ def apply_trigger(caption: str, trigger_word: str | None) -> str:
     trigger = _clean(trigger_word)
     if trigger is None:
         return caption
+    if TRIGGER_PLACEHOLDER in caption:  # the caption says where the trigger word goes
+        return caption.replace(TRIGGER_PLACEHOLDER, trigger)
     if not caption:
         return trigger
     if caption.startswith(trigger):

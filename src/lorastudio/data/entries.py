@@ -68,6 +68,9 @@ def resolve_entries(
                 trigger_word=_pick(entry.trigger_word, cfg.trigger_word),
                 default_caption=_pick(entry.default_caption, cfg.default_caption),
                 resolution=int(_pick(entry.resolution, cfg.resolution) or 0),
+                shuffle_tags=bool(_pick(entry.shuffle_tags, cfg.shuffle_tags)),
+                keep_tokens=int(_pick(entry.keep_tokens, cfg.keep_tokens)),  # type: ignore[call-overload]
+                tag_dropout=float(_pick(entry.tag_dropout, cfg.tag_dropout)),  # type: ignore[arg-type]
             )
             out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
         except (ConfigError, PathOutsideRoot, DatasetError) as err:

@@ -47,6 +47,9 @@ class MixEntry:
     trigger_word: str | None = None
     default_caption: str | None = None
     resolution: int = 0
+    shuffle_tags: bool = False
+    keep_tokens: int = 0
+    tag_dropout: float = 0.0
     images: int = 0
     fingerprint: str = ""
 
@@ -58,6 +61,9 @@ class MixEntry:
             "loss_weight": self.loss_weight,
             "caption_dropout": self.caption_dropout,
             "resolution": self.resolution,
+            "shuffle_tags": self.shuffle_tags,
+            "keep_tokens": self.keep_tokens,
+            "tag_dropout": self.tag_dropout,
         }
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_problems
-from lorastudio.data.captions import choose_caption, read_metadata, read_sidecar
+from lorastudio.data.captions import TRIGGER_PLACEHOLDER, choose_caption, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
 from lorastudio.data.images import ImageInfo, probe_image
@@ -89,7 +89,8 @@ def scan_dataset(
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
     trigger word and no default caption), corrupt or oversized images (unless skip_bad_images),
-    unreadable caption files and bad metadata.jsonl lines.
+    unreadable caption files, bad metadata.jsonl lines and a "[trigger]" caption without a
+    trigger word.
     """
     root = Path(root)
     bad_resolution = resolution_problems(resolution, multiple)
@@ -141,6 +142,9 @@ def scan_dataset(
             uncaptioned.append(path.name)
             continue
         caption, source = chosen
+        if TRIGGER_PLACEHOLDER in caption:
+            problems.append(f"{path.name}: the caption has {TRIGGER_PLACEHOLDER} but no trigger word is set")
+            continue
         bucket = choose_bucket(
             info.width, info.height, buckets, multiple, no_upscale=no_upscale, square=not aspect_buckets
         )

@@ -22,6 +22,7 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
+from lorastudio.data.caption_variants import caption_report
 from lorastudio.data.entries import entry_report, epoch_bucket_counts
 from lorastudio.data.upscaling import upscale_warning
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
@@ -99,6 +100,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "warnings": [w for w in [upscale_warning(scan.items, cfg.no_upscale)] if w],
             "controls": _controls_section(scan),
             "entries": entry_report(scan),
+            "captions": caption_report(scan, cfg.caption_variants, cfg.seed),
             "samples_per_epoch": sum(per_epoch.values()),
         },
         "schedule": {

@@ -2,7 +2,9 @@
 dropout is on), and so is every sample prompt, with only the text encoders loaded; the encoders
 are freed before phase 2. A data-parallel run shares the chunks out over its ranks and
 all-gathers the results (every rank gets every caption's tensors, as one process computes them).
-During training `CaptionPicker` swaps a caption for "" with probability cfg.caption_dropout.
+During training `CaptionPicker` takes one of an item's caption variants (tag shuffle / dropout,
+data/caption_variants.py: each variant is encoded here like a caption) and swaps it for "" with
+the item's caption dropout.
 """
 
 from __future__ import annotations
@@ -162,16 +164,27 @@ class CaptionPicker:
     probability `dropout` (one for all items, or one per item: its dataset entry's), drawn from
     the run's seeded numpy Generator."""
 
-    def __init__(self, captions: Sequence[str], dropout: float | Sequence[float], rng: np.random.Generator):
+    def __init__(
+        self,
+        captions: Sequence[str],
+        dropout: float | Sequence[float],
+        rng: np.random.Generator,
+        variants: Sequence[Sequence[str]] | None = None,
+    ):
         self.captions = list(captions)
         self.dropout = (
             [float(d) for d in dropout] if isinstance(dropout, Sequence) else [float(dropout)] * len(captions)
         )
         self.rng = rng
+        self.variants = [list(v) for v in variants] if variants is not None else [[c] for c in self.captions]
 
     def pick(self, indices: Sequence[int]) -> list[str]:
-        """Captions for the items at `indices` (one rng draw per item whose dropout is on)."""
-        return [
-            "" if self.dropout[i] > 0 and self.rng.random() < self.dropout[i] else self.captions[i]
-            for i in indices
-        ]
+        """Captions for the items at `indices`: one of the item's caption variants (a draw
+        when it has several, data/caption_variants.py), then "" by caption dropout (a draw
+        when its dropout is on)."""
+        out = []
+        for i in indices:
+            options = self.variants[i]
+            caption = options[int(self.rng.integers(len(options)))] if len(options) > 1 else options[0]
+            out.append("" if self.dropout[i] > 0 and self.rng.random() < self.dropout[i] else caption)
+        return out

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from lorastudio.config import TrainConfig
+from lorastudio.data.caption_variants import item_dropouts, scan_variants
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
@@ -271,8 +272,10 @@ def _run_phases(
     rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
-    captions = [it.caption for it in items]
-    dropouts = item_caption_dropouts(run.scan, cfg.caption_dropout)  # each item's entry's
+    variants = scan_variants(run.scan, cfg.caption_variants, cfg.seed)  # per item (tag shuffle / dropout)
+    dropouts = item_dropouts(run.scan, cfg.caption_dropout)  # each item's entry's
+    # the captions themselves too: the memory plan's trials read them (training/plan_measure.py)
+    captions = [it.caption for it in items] + [v for vs in variants for v in vs]
     texts = [captions_to_encode(captions, dropouts), sample_texts(cfg, family)]
     conds, prompt_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
@@ -297,16 +300,8 @@ def _run_phases(
         state.previews = SamplePreviews(run, prompt_conds)
     params = _prepare_denoiser(run, state, emit, plan, decided_by, trials)
     stop()
-    picker = CaptionPicker(captions, dropouts, rng)
+    picker = CaptionPicker([vs[0] for vs in variants], dropouts, rng, variants=variants)
     optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
-
-
-def item_caption_dropouts(scan: Any, run_dropout: float) -> list[float]:
-    """Each item's caption dropout: its dataset entry's (data/entries.py), or the run's for a
-    scan without entries."""
-    if not scan.entries:
-        return [run_dropout] * len(scan.items)
-    return [scan.entries[it.entry].caption_dropout for it in scan.items]
 
 
 def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:

@@ -67,6 +67,10 @@ ELSEWHERE = {
     "data_dir": "test_preflight (missing / empty / uncaptioned) and every run",
     "datasets": "tests/unit/training/test_datasets_mix (repeats, loss_weight, caption_dropout, resume) and "
     "tests/unit/data/test_data_mix, test_data_entries",
+    "shuffle_tags": "tests/unit/training/test_caption_variants_run (the run changes, variants encoded, resume)",
+    "keep_tokens": "tests/unit/data/test_data_caption_variants and test_caption_variants_run",
+    "tag_dropout": "tests/unit/data/test_data_caption_variants and test_caption_variants_run",
+    "caption_variants": "tests/unit/training/test_caption_variants_run (the texts encoded in phase 1)",
     "kohya_folders": "tests/unit/training/test_datasets_mix::test_kohya_folders_train_with_their_repeats",
     "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
     "revision": "test_preflight (refused for a local folder)",

@@ -1,0 +1,58 @@
+"""Caption augmentation (data/caption_variants.py): the first keep_tokens tags stay in place,
+tag dropout never drops the trigger word nor every tag, variants are a pure function of the
+seed, and "[trigger]" places the trigger word (a caption with it and no trigger is refused)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lorastudio.data import scan_dataset
+from lorastudio.data.caption_variants import CaptionStyle, caption_variant, caption_variants, split_tags
+from lorastudio.errors import DatasetError
+
+CAPTION = "sks, red, round, shiny, small, ball"
+
+
+def test_shuffle_keeps_the_first_tags_and_every_tag() -> None:
+    style = CaptionStyle(shuffle=True, keep_tokens=2)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(30):
+        tags = split_tags(caption_variant(CAPTION, style, rng))
+        assert tags[:2] == ["sks", "red"] and sorted(tags) == sorted(split_tags(CAPTION))
+        seen.add(tuple(tags))
+    assert len(seen) > 5  # the other tags really move
+
+
+def test_tag_dropout_drops_tags_but_never_the_trigger_nor_all() -> None:
+    style = CaptionStyle(tag_dropout=0.9, trigger="sks")
+    rng = np.random.default_rng(1)
+    lengths = set()
+    for _ in range(50):
+        tags = split_tags(caption_variant(CAPTION, style, rng))
+        assert "sks" in tags and tags == [t for t in split_tags(CAPTION) if t in tags]  # order kept
+        lengths.add(len(tags))
+    assert min(lengths) == 1 and max(lengths) < 6
+    lone = CaptionStyle(tag_dropout=0.99)
+    assert all(caption_variant("a, b", lone, rng) in ("a", "b") for _ in range(20))  # one always stays
+
+
+def test_variants_are_a_function_of_the_seed_and_inactive_styles_keep_the_caption() -> None:
+    styles = [CaptionStyle(shuffle=True, keep_tokens=1), CaptionStyle()]
+    a = caption_variants([CAPTION, "x, y"], styles, 4, seed=7)
+    assert a == caption_variants([CAPTION, "x, y"], styles, 4, seed=7)
+    assert a != caption_variants([CAPTION, "x, y"], styles, 4, seed=8)
+    assert len(a[0]) == 4 and a[1] == ["x, y"]
+
+
+def test_the_trigger_placeholder(tmp_path: Path) -> None:
+    Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
+    (tmp_path / "a.txt").write_text("a photo of [trigger], smiling")
+    scan = scan_dataset(tmp_path, resolution=32, multiple=16, trigger_word="ohwx")
+    assert scan.items[0].caption == "a photo of ohwx, smiling"  # placed there, not prepended
+    with pytest.raises(DatasetError, match=r"a.png: the caption has \[trigger\] but no trigger word is set"):
+        scan_dataset(tmp_path, resolution=32, multiple=16)
