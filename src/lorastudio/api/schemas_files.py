@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Out
+from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Body, _Out
 
 
 class DatasetFile(_Out):
@@ -43,6 +43,30 @@ class CaptionOut(_Out):
     file: str
     caption: str | None
     caption_file: str | None
+
+
+class BulkCaptionBody(_Body):
+    find: str = Field(
+        default="", max_length=2000, description="text to replace (plain text, every occurrence)"
+    )
+    replace: str = Field(default="", max_length=2000, description="what replaces find")
+    prepend: str = Field(default="", max_length=2000, description="put in front of every caption, as typed")
+    append: str = Field(default="", max_length=2000, description="put at the end of every caption, as typed")
+    dry_run: bool = Field(default=False, description="count and show the changes, write nothing")
+
+
+class BulkCaptionExample(_Out):
+    file: str
+    before: str
+    after: str
+
+
+class BulkCaptionOut(_Out):
+    changed: int = Field(description="captions changed (written unless dry_run)")
+    captions: int = Field(description="captions looked at (images without one are left without)")
+    files: list[str] = Field(description="the images whose caption changed")
+    examples: list[BulkCaptionExample]
+    written: bool
 
 
 class DeletedFiles(_Out):

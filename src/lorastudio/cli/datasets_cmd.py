@@ -1,4 +1,5 @@
-"""`lorastudio datasets list|import DIR [--name N] [--strict]|delete NAME`: the studio's dataset folders."""
+"""`lorastudio datasets list|import DIR [--name N] [--strict] [--kohya]|captions NAME|delete NAME`:
+the studio's dataset folders."""
 
 from __future__ import annotations
 
@@ -123,6 +124,43 @@ def delete_cmd(
             typer.confirm(f"delete dataset {name} and every file in it?", abort=True)
         delete_dataset(settings.datasets_dir, name, in_use=set)  # the lock excludes every job
     typer.echo(f"deleted dataset {name}")
+
+
+@datasets_app.command("captions")
+def captions_cmd(
+    name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
+    find: str = typer.Option("", "--find", help="text to replace (plain text, every occurrence)"),
+    replace: str = typer.Option("", "--replace", help="what replaces --find"),
+    prepend: str = typer.Option("", "--prepend", help="put in front of every caption, as typed"),
+    append: str = typer.Option("", "--append", help="put at the end of every caption, as typed"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="show what would change, write nothing"),
+) -> None:
+    """Edit every caption of datasets/NAME at once: --find/--replace, then --prepend, then
+    --append (all or nothing; each file staged and renamed). Like `delete`, it holds the studio
+    home exclusively, so it is refused while a server owns it (edit through the UI or POST
+    /api/datasets/NAME/captions, refused while a job uses the dataset) or a run trains."""
+    from lorastudio.data import resolve_dataset_dir, safe_component
+    from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
+    from lorastudio.errors import HomeInUse
+    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.settings import get_settings
+
+    settings = get_settings().ensure_dirs()
+    folder = resolve_dataset_dir(
+        safe_component(name, field="NAME"), settings.datasets_dir, allow_outside_root=False
+    )
+    try:
+        lock = HomeLock.for_server(settings.home, None)
+    except HomeInUse as err:
+        typer.echo(f"captions of {name} not edited: {err}", err=True)
+        raise typer.Exit(1) from None
+    with lock:
+        edit = CaptionEdit(find=find, replace=replace, prepend=prepend, append=append)
+        result = bulk_edit_captions(folder, edit, dry_run=dry_run)
+    verb = "would change" if dry_run else "changed"
+    typer.echo(f"{verb} {len(result.changed)} of {result.captions} caption(s) in {name}")
+    for file, before, after in result.examples:
+        typer.echo(f"  {file}: {before!r} -> {after!r}")
 
 
 def _write_new(path: Path, text: str) -> None:

@@ -5,6 +5,8 @@
 import { withToken } from "./auth";
 import { del, get, post, postWithProgress, put, seg } from "./client";
 import type {
+  BulkCaptionBody,
+  BulkCaptionResult,
   CaptionBody,
   CaptionResult,
   CatalogueModel,
@@ -46,6 +48,9 @@ export const api = {
   },
   setCaption: (name: string, file: string, caption: string) =>
     put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
+  /** Find / replace, prepend, append over every caption of the dataset (dry_run: count only). */
+  bulkCaptions: (name: string, body: BulkCaptionBody) =>
+    post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, body),
   deleteDataset: (name: string) => del<DatasetDeleted>(`/api/datasets/${seg(name)}`),
   removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
 

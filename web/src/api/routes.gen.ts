@@ -2,6 +2,7 @@
 export const ROUTES: ReadonlySet<string> = new Set([
   "/api/datasets",
   "/api/datasets/{name}",
+  "/api/datasets/{name}/captions",
   "/api/datasets/{name}/captions/{file}",
   "/api/datasets/{name}/files",
   "/api/datasets/{name}/images/{file}",

@@ -52,6 +52,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/datasets/{name}/captions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Bulk Captions
+         * @description Find / replace, prepend and append over every caption of the dataset (data/caption_bulk.py:
+         *     all or nothing, each file staged and renamed); `dry_run` counts and shows, writes nothing.
+         */
+        post: operations["bulk_captions_api_datasets__name__captions_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets/{name}/captions/{file}": {
         parameters: {
             query?: never;
@@ -729,6 +750,70 @@ export interface components {
              */
             path: string;
         };
+        /** BulkCaptionBody */
+        BulkCaptionBody: {
+            /**
+             * Append
+             * @description put at the end of every caption, as typed
+             * @default
+             */
+            append?: string;
+            /**
+             * Dry Run
+             * @description count and show the changes, write nothing
+             * @default false
+             */
+            dry_run?: boolean;
+            /**
+             * Find
+             * @description text to replace (plain text, every occurrence)
+             * @default
+             */
+            find?: string;
+            /**
+             * Prepend
+             * @description put in front of every caption, as typed
+             * @default
+             */
+            prepend?: string;
+            /**
+             * Replace
+             * @description what replaces find
+             * @default
+             */
+            replace?: string;
+        };
+        /** BulkCaptionExample */
+        BulkCaptionExample: {
+            /** After */
+            after: string;
+            /** Before */
+            before: string;
+            /** File */
+            file: string;
+        };
+        /** BulkCaptionOut */
+        BulkCaptionOut: {
+            /**
+             * Captions
+             * @description captions looked at (images without one are left without)
+             */
+            captions: number;
+            /**
+             * Changed
+             * @description captions changed (written unless dry_run)
+             */
+            changed: number;
+            /** Examples */
+            examples: components["schemas"]["BulkCaptionExample"][];
+            /**
+             * Files
+             * @description the images whose caption changed
+             */
+            files: string[];
+            /** Written */
+            written: boolean;
+        };
         /** BusyOut */
         BusyOut: {
             /**
@@ -916,6 +1001,12 @@ export interface components {
              */
             default_caption?: string | null;
             /**
+             * Keep Tokens
+             * @description null: the run's keep_tokens
+             * @default null
+             */
+            keep_tokens?: number | null;
+            /**
              * Loss Weight
              * @description multiplies the loss of this entry's samples
              * @default 1
@@ -938,6 +1029,18 @@ export interface components {
              * @default null
              */
             resolution?: number | null;
+            /**
+             * Shuffle Tags
+             * @description null: the run's shuffle_tags
+             * @default null
+             */
+            shuffle_tags?: boolean | null;
+            /**
+             * Tag Dropout
+             * @description null: the run's tag_dropout
+             * @default null
+             */
+            tag_dropout?: number | null;
             /**
              * Trigger Word
              * @description null: the run's trigger_word
@@ -1716,6 +1819,29 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** PreflightCaptions */
+        PreflightCaptions: {
+            /**
+             * Cost
+             * @description what tag shuffle / dropout costs; null when off
+             */
+            cost?: string | null;
+            /**
+             * Examples
+             * @description three captions as the model sees them (trigger, shuffle, dropout)
+             */
+            examples: string[];
+            /**
+             * Texts Encoded
+             * @description distinct texts encoded in phase 1 (their embeddings are cached)
+             */
+            texts_encoded: number;
+            /**
+             * Variants Per Image
+             * @description caption variants encoded per image (1: captions as they are)
+             */
+            variants_per_image: number;
+        };
         /** PreflightDataset */
         PreflightDataset: {
             /**
@@ -1729,6 +1855,7 @@ export interface components {
             caption_sources: {
                 [key: string]: number;
             };
+            captions?: components["schemas"]["PreflightCaptions"] | null;
             /**
              * Controls
              * @description paired datasets: pairs, per_image (controls per target), sources, buckets, resize, examples (target -> controls); null for a text-to-image dataset
@@ -2324,6 +2451,12 @@ export interface components {
              */
             caption_dropout?: number;
             /**
+             * Caption Variants
+             * @description with shuffle_tags / tag_dropout: caption variants drawn per image and encoded once each (their text embeddings are cached; null: 8)
+             * @default null
+             */
+            caption_variants?: number | null;
+            /**
              * Compile
              * @description regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)
              * @default auto
@@ -2426,6 +2559,12 @@ export interface components {
              * @default null
              */
             keep_loras?: number | null;
+            /**
+             * Keep Tokens
+             * @description tags at the start of a caption kept in place (the trigger word is one)
+             * @default 0
+             */
+            keep_tokens?: number;
             /**
              * Kohya Folders
              * @description each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry (repeats from the number, trigger word and default caption from the words)
@@ -2690,6 +2829,12 @@ export interface components {
              */
             seed?: number;
             /**
+             * Shuffle Tags
+             * @description shuffle each caption's comma-separated tags (after the first keep_tokens)
+             * @default false
+             */
+            shuffle_tags?: boolean;
+            /**
              * Snr Gamma
              * @description min-SNR weighting (DDPM families); null = off
              * @default 5
@@ -2701,6 +2846,12 @@ export interface components {
              * @default 1000
              */
             steps?: number;
+            /**
+             * Tag Dropout
+             * @description probability of dropping each tag after the first keep_tokens
+             * @default 0
+             */
+            tag_dropout?: number;
             /**
              * Timestep Sampling
              * @description flow families
@@ -2802,6 +2953,11 @@ export interface components {
              */
             caption_dropout: number;
             /**
+             * Caption Variants
+             * @description with shuffle_tags / tag_dropout: caption variants drawn per image and encoded once each (their text embeddings are cached; null: 8)
+             */
+            caption_variants: number | null;
+            /**
              * Compile
              * @description regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)
              * @default auto
@@ -2897,6 +3053,12 @@ export interface components {
              * @description LoRA snapshots retained (oldest removed; null: all)
              */
             keep_loras: number | null;
+            /**
+             * Keep Tokens
+             * @description tags at the start of a caption kept in place (the trigger word is one)
+             * @default 0
+             */
+            keep_tokens: number;
             /**
              * Kohya Folders
              * @description each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry (repeats from the number, trigger word and default caption from the words)
@@ -3133,6 +3295,12 @@ export interface components {
              */
             seed: number;
             /**
+             * Shuffle Tags
+             * @description shuffle each caption's comma-separated tags (after the first keep_tokens)
+             * @default false
+             */
+            shuffle_tags: boolean;
+            /**
              * Snr Gamma
              * @description min-SNR weighting (DDPM families); null = off
              * @default 5
@@ -3144,6 +3312,12 @@ export interface components {
              * @default 1000
              */
             steps: number;
+            /**
+             * Tag Dropout
+             * @description probability of dropping each tag after the first keep_tokens
+             * @default 0
+             */
+            tag_dropout: number;
             /**
              * Timestep Sampling
              * @description flow families
@@ -3345,6 +3519,75 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DatasetDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    bulk_captions_api_datasets__name__captions_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BulkCaptionBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BulkCaptionOut"];
                 };
             };
             /** @description invalid request (every problem listed) */

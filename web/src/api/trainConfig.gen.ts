@@ -17,6 +17,7 @@ export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
   "grad_accum": 1,
   "gradient_checkpointing": "auto",
   "keep_last": 2,
+  "keep_tokens": 0,
   "kohya_folders": false,
   "latent_cache_max_gb": 8,
   "logit_mean": 0,
@@ -36,8 +37,10 @@ export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
   "sample_seed": 0,
   "sample_with_ema": true,
   "seed": 42,
+  "shuffle_tags": false,
   "snr_gamma": 5,
   "steps": 1000,
+  "tag_dropout": 0,
   "timestep_sampling": "logit_normal",
   "weight_decay": 0.0001
 };
@@ -56,6 +59,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "base_precision": "frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)",
   "cache_variants": "crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
   "caption_dropout": "probability of an empty caption",
+  "caption_variants": "with shuffle_tags / tag_dropout: caption variants drawn per image and encoded once each (their text embeddings are cached; null: 8)",
   "compile": "regional torch.compile of the repeated blocks: auto = on for CUDA; wide (SDXL, CUDA) also compiles the U-Net's ResNet blocks and samplers (faster steps, longer first step)",
   "control_dirs": "paired datasets: parallel folders of control images matched to the targets by file stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders (each absolute, or a name under datasets/, like data_dir)",
   "data_dir": "dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry",
@@ -73,6 +77,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "guidance": "guidance-distilled bases",
   "keep_last": "checkpoints retained (oldest removed)",
   "keep_loras": "LoRA snapshots retained (oldest removed; null: all)",
+  "keep_tokens": "tags at the start of a caption kept in place (the trigger word is one)",
   "kohya_folders": "each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry (repeats from the number, trigger word and default caption from the words)",
   "latent_cache_max_gb": "RAM budget of the latent cache; above it, encode per step",
   "lokr_decompose_both": "lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is below half its size)",
@@ -109,8 +114,10 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "sample_with_ema": "with ema_decay: sample previews render the EMA weights (false: the raw ones)",
   "save_every": "checkpoint every N optimizer steps (null: only on stop-and-save)",
   "save_lora_every": "write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)",
+  "shuffle_tags": "shuffle each caption's comma-separated tags (after the first keep_tokens)",
   "snr_gamma": "min-SNR weighting (DDPM families); null = off",
   "steps": "optimizer steps (ignored if num_epochs>0)",
+  "tag_dropout": "probability of dropping each tag after the first keep_tokens",
   "timestep_sampling": "flow families",
   "trigger_word": "prepended to captions"
 };

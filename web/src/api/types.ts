@@ -15,6 +15,8 @@ export type StartBody = Schemas["StartBody"];
 export type StopBody = Schemas["StopBody"];
 export type ResumeBody = Schemas["ResumeBody"];
 export type CaptionBody = Schemas["CaptionBody"];
+export type BulkCaptionBody = Schemas["BulkCaptionBody"];
+export type BulkCaptionResult = Schemas["BulkCaptionOut"];
 export type GenerateBody = Schemas["GenerateBody"];
 export type LoraRef = Schemas["LoraRef"];
 

@@ -88,6 +88,19 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           ))}
         </p>
       )}
+      {dataset.captions && dataset.captions.examples.length > 0 && (
+        <div className="small" data-testid="preflight-captions">
+          Captions as the model sees them:
+          <ul>
+            {dataset.captions.examples.map((e, i) => (
+              <li key={i}>
+                <code>{e}</code>
+              </li>
+            ))}
+          </ul>
+          {dataset.captions.cost && <p className="muted">{dataset.captions.cost}</p>}
+        </div>
+      )}
       {(dataset.entries ?? []).length > 1 && (
         <table className="small" data-testid="preflight-entries">
           <thead>

@@ -17,6 +17,8 @@ export interface EntryRow {
   caption_dropout: string;
   resolution: string;
   loss_weight: string;
+  /** The entry's other settings (tag shuffle / dropout...), kept as they were. */
+  extra?: Record<string, unknown>;
 }
 
 export function emptyRow(path = ""): EntryRow {
@@ -43,8 +45,10 @@ export function rowsValue(rows: EntryRow[]): string {
 export function entriesValue(entries: DatasetEntry[] | null | undefined): string {
   if (!entries?.length) return "";
   const text = (v: unknown) => (v == null ? "" : String(v));
+  const shown = new Set(["path", "repeats", "weight", "trigger_word", "caption_dropout", "resolution", "loss_weight"]);
   return rowsValue(
     entries.map((e) => ({
+      extra: Object.fromEntries(Object.entries(e).filter(([k, v]) => !shown.has(k) && v != null)),
       path: e.path,
       mode: e.weight != null ? "weight" : "repeats",
       amount: text(e.weight ?? e.repeats),
@@ -62,7 +66,7 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
   for (const [i, row] of rows.entries()) {
     const where = `folder ${i + 1}`;
     if (!row.path.trim()) return `${where}: pick a dataset`;
-    const entry: Record<string, unknown> = { path: row.path.trim() };
+    const entry: Record<string, unknown> = { ...(row.extra ?? {}), path: row.path.trim() };
     const numbers: [keyof EntryRow, string, boolean][] = [
       ["amount", row.mode, row.mode === "repeats"],
       ["caption_dropout", "caption_dropout", false],

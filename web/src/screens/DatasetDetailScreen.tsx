@@ -3,6 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import type { DatasetDetail } from "../api/types";
+import { BulkCaptions } from "../components/BulkCaptions";
 import { CaptionCard } from "../components/CaptionCard";
 import { DropZone } from "../components/DropZone";
 import { ProgressBar } from "../components/ProgressBar";
@@ -197,6 +198,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           ))}
         </div>
       )}
+      {files.length > 0 && <BulkCaptions name={name} onDone={() => void load()} />}
       <div className="thumb-grid" data-testid="thumb-grid">
         {files.map((f) => (
           <CaptionCard key={f.file} dataset={name} image={f} onRemoved={() => void Promise.all([load(), reloadInfo()])} />

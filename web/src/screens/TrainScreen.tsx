@@ -200,9 +200,13 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {num("lora_dropout", "Dropout")}
             {num("resolution", "Resolution", { hint: family ? `multiple of ${family.resolution_multiple}` : undefined })}
             {num("caption_dropout", "Caption dropout")}
+            {num("keep_tokens", "Keep first tags", { hint: "fixed when shuffling (1 keeps the trigger word first)" })}
+            {num("tag_dropout", "Tag dropout", { hint: "drop each other tag with this probability" })}
+            {num("caption_variants", "Caption variants", { placeholder: "8", hint: "per image, each encoded once" })}
             <div className="checks">
               {c.check("aspect_buckets", "Aspect-ratio buckets")}
               {c.check("no_upscale", "Don't upscale small images")}
+              {c.check("shuffle_tags", "Shuffle caption tags")}
             </div>
           </div>
         </div>

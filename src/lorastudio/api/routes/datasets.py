@@ -1,4 +1,5 @@
-"""/api/datasets: list, upload into, inspect, caption, thumbnail and delete dataset images.
+"""/api/datasets: list, upload into, inspect, caption (one, or in bulk), thumbnail and delete
+dataset images.
 
 Every name is one safe path component under the datasets root. Edits are refused (409) while
 a live (running or queued) job trains on the dataset. Files are read without following links
@@ -21,6 +22,8 @@ from lorastudio.api.schemas import (
     CaptionBody,
 )
 from lorastudio.api.schemas_files import (
+    BulkCaptionBody,
+    BulkCaptionOut,
     CaptionOut,
     DatasetDeleted,
     DatasetDetail,
@@ -29,6 +32,7 @@ from lorastudio.api.schemas_files import (
     UploadOut,
 )
 from lorastudio.data import resolve_dataset_dir, safe_component
+from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.decode_slots import DecodeBusy
@@ -244,6 +248,26 @@ def put_caption(
         "file": file,
         "caption": body.caption.strip() or None,
         "caption_file": path.name if path else None,
+    }
+
+
+@router.post("/{name}/captions", response_model=BulkCaptionOut)
+def bulk_captions(
+    name: str,
+    body: BulkCaptionBody,
+    settings: Settings = Depends(settings_dep),
+    service: JobService = Depends(service_dep),
+) -> dict[str, Any]:
+    """Find / replace, prepend and append over every caption of the dataset (data/caption_bulk.py:
+    all or nothing, each file staged and renamed); `dry_run` counts and shows, writes nothing."""
+    edit = CaptionEdit(find=body.find, replace=body.replace, prepend=body.prepend, append=body.append)
+    result = bulk_edit_captions(_editable(settings, service, name), edit, dry_run=body.dry_run)
+    return {
+        "changed": len(result.changed),
+        "captions": result.captions,
+        "files": result.changed,
+        "examples": [{"file": f, "before": b, "after": a} for f, b, a in result.examples],
+        "written": result.written,
     }
 
 

@@ -1,0 +1,138 @@
+"""Bulk caption edit over one dataset (issue 29 part 3; no torch, no HTTP): find / replace,
+prepend and append over every caption the dataset has (the `.txt` sidecars, and the
+metadata.jsonl rows of images without one), in that order.
+
+`find` is plain text (every occurrence replaced; no regular expressions). Only captions that
+exist are edited (an image without one keeps none). All or nothing: every new caption is
+checked first (an edit that would leave a caption empty or over MAX_CAPTION_BYTES refuses the
+whole edit, naming the files); then each changed .txt is written staged and renamed, and
+metadata.jsonl is rewritten once the same way, keeping every other field and line of it. The
+dataset's lock (data.uploads.dataset_lock) is held meanwhile, so uploads and other edits wait.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
+from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.uploads import dataset_lock, staged_write
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, NoSpaceLeft, is_no_space
+
+EXAMPLES = 5  # (file, before, after) rows returned
+
+
+@dataclass(frozen=True)
+class CaptionEdit:
+    """What to do to every caption: replace `find` by `replace` (when find is not empty), then
+    put `prepend` in front and `append` at the end (texts taken literally, spaces included)."""
+
+    find: str = ""
+    replace: str = ""
+    prepend: str = ""
+    append: str = ""
+
+    def problems(self) -> list[FieldProblem]:
+        """Why the edit is empty or inconsistent (a replace without find)."""
+        if self.replace and not self.find:
+            return [FieldProblem("replace", "needs find (the text to replace)")]
+        if not (self.find or self.prepend or self.append):
+            return [FieldProblem("find", "give find (and replace), prepend or append")]
+        return []
+
+    def apply(self, caption: str) -> str:
+        text = caption.replace(self.find, self.replace) if self.find else caption
+        return f"{self.prepend}{text}{self.append}".strip()
+
+
+@dataclass
+class BulkResult:
+    """`changed`: the images whose caption changed (sorted); `captions`: captions looked at;
+    `examples`: up to EXAMPLES (file, before, after); `written`: whether files were written
+    (False for a dry run)."""
+
+    changed: list[str] = field(default_factory=list)
+    captions: int = 0
+    examples: list[tuple[str, str, str]] = field(default_factory=list)
+    written: bool = False
+
+
+def bulk_edit_captions(folder: Path, edit: CaptionEdit, *, dry_run: bool = False) -> BulkResult:
+    """Apply `edit` to every caption of the dataset folder `folder` (see the module docstring).
+
+    Returns the BulkResult. Raises ConfigError for an empty edit; DatasetError naming every
+    caption the edit would leave empty or make too long (nothing written), or a caption file /
+    metadata.jsonl that cannot be read; NoSpaceLeft on a full disk."""
+    problems = edit.problems()
+    if problems:
+        raise ConfigError(problems)
+    with dataset_lock(folder.parent, folder.name):
+        files = discover(folder)
+        table = read_metadata(files.metadata).captions if files.metadata else {}
+        result = BulkResult()
+        txt: dict[Path, str] = {}
+        rows: dict[str, str] = {}
+        bad: list[str] = []
+        for image in files.images:
+            sidecar = files.sidecars.get(image.stem)
+            before = read_sidecar(sidecar) if sidecar is not None else table.get(image.name)
+            if not before:
+                continue
+            result.captions += 1
+            after = edit.apply(before)
+            if after == before:
+                continue
+            if not after or len(after.encode("utf-8")) > MAX_CAPTION_BYTES:
+                bad.append(
+                    f"{image.name}: the edit would leave the caption {'empty' if not after else 'too long'}"
+                )
+                continue
+            result.changed.append(image.name)
+            if len(result.examples) < EXAMPLES:
+                result.examples.append((image.name, before, after))
+            if sidecar is not None:
+                txt[sidecar] = after
+            else:
+                rows[image.name] = after
+        if bad:
+            raise DatasetError(f"caption edit refused ({len(bad)} caption(s))", bad)
+        if not dry_run and (txt or rows):
+            _write(folder, txt, rows, files.metadata)
+            result.written = True
+    return result
+
+
+def _write(folder: Path, txt: dict[Path, str], rows: dict[str, str], metadata: Path | None) -> None:
+    try:
+        for path, text in sorted(txt.items()):
+            with staged_write(path) as tmp:
+                tmp.write_text(text + "\n", encoding="utf-8")
+        if rows and metadata is not None:
+            lines = metadata.read_text(encoding="utf-8-sig").splitlines()
+            with staged_write(metadata) as tmp:
+                tmp.write_text("".join(_row(line, rows) + "\n" for line in lines), encoding="utf-8")
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(f"the captions of {folder.name} could not be written", folder) from err
+        raise
+
+
+def _row(line: str, rows: dict[str, str]) -> str:
+    """A metadata.jsonl line with its caption replaced when its file is in `rows` (every other
+    field kept; a line that is not such a row is kept as it is)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return line
+    if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+        return line
+    name = row["file_name"].strip().removeprefix("./")
+    if name not in rows:
+        return line
+    key = "text" if "text" in row else "caption"
+    return json.dumps({**row, key: rows[name]}, ensure_ascii=False)
+
+
+__all__ = ["METADATA_FILE", "BulkResult", "CaptionEdit", "bulk_edit_captions"]

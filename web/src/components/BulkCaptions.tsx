@@ -1,0 +1,74 @@
+import { useState } from "react";
+import { ApiError } from "../api/client";
+import { api } from "../api/endpoints";
+import type { BulkCaptionResult } from "../api/types";
+
+/**
+ * Bulk caption edit of one dataset: find / replace, prepend, append over every caption.
+ * "Preview" asks the server for a dry run (the count and a few before / after examples);
+ * "Apply" writes (all or nothing, each file staged and renamed) and reports the count.
+ */
+export function BulkCaptions({ name, onDone }: { name: string; onDone: () => void }) {
+  const [edit, setEdit] = useState({ find: "", replace: "", prepend: "", append: "" });
+  const [result, setResult] = useState<BulkCaptionResult | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const run = async (dry_run: boolean) => {
+    setBusy(true);
+    setError(null);
+    try {
+      const answer = await api.bulkCaptions(name, { ...edit, dry_run });
+      setResult(answer);
+      if (!dry_run) onDone();
+    } catch (err) {
+      setResult(null);
+      setError(err instanceof ApiError && err.problems.length ? err.problems.map((p) => p.message).join("; ") : String(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const input = (key: keyof typeof edit, label: string) => (
+    <label className="field">
+      <span className="field-label">{label}</span>
+      <input name={`bulk-${key}`} value={edit[key]} onChange={(e) => setEdit({ ...edit, [key]: e.target.value })} />
+    </label>
+  );
+  return (
+    <details className="card bulk-captions" data-testid="bulk-captions">
+      <summary>Edit all captions</summary>
+      <div className="grid">
+        {input("find", "Find")}
+        {input("replace", "Replace with")}
+        {input("prepend", "Prepend")}
+        {input("append", "Append")}
+      </div>
+      <div className="row">
+        <button type="button" className="secondary" disabled={busy} onClick={() => void run(true)}>
+          Preview
+        </button>
+        <button type="button" className="primary" disabled={busy} onClick={() => void run(false)}>
+          Apply to all captions
+        </button>
+      </div>
+      {error && (
+        <div className="banner error" role="alert">
+          {error}
+        </div>
+      )}
+      {result && (
+        <div data-testid="bulk-result">
+          <p>
+            {result.written ? "Changed" : "Would change"} {result.changed} of {result.captions} caption(s).
+          </p>
+          <ul className="small">
+            {result.examples.map((e) => (
+              <li key={e.file}>
+                <code>{e.file}</code>: {e.before} → {e.after}
+              </li>
+            ))}
+          </ul>
+        </div>
+      )}
+    </details>
+  );
+}
