@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lorastudio.config_datasets import MAX_DATASET_ENTRIES, DatasetEntry
+from lorastudio.config_datasets import MAX_DATASET_ENTRIES, DatasetEntry, check_resolution
 
 LrScheduler = Literal[
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
@@ -97,7 +97,11 @@ class TrainConfig(BaseModel):
     )
 
     # data
-    resolution: int | None = Field(default=None, ge=16, le=4096, description="training side in pixels")
+    resolution: int | list[int] | None = Field(
+        default=None,
+        description="training side in pixels; a list ([512, 768, 1024]) trains every image at each, with "
+        "the buckets of each",
+    )
     aspect_buckets: bool = Field(default=True, description="batch images by aspect ratio (else square)")
     # issue 29 part 5: no enlargement of small images (data.buckets.choose_bucket)
     no_upscale: bool = Field(
@@ -406,6 +410,11 @@ class TrainConfig(BaseModel):
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError("must be a finite number")
         return v
+
+    @field_validator("resolution")
+    @classmethod
+    def _resolution_sides(cls, v: int | list[int] | None) -> int | list[int] | None:
+        return check_resolution(v)
 
     @field_validator("lokr_factor")
     @classmethod

@@ -34,6 +34,33 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 MAX_DATASET_ENTRIES = 32
+MAX_RESOLUTIONS = 8
+
+
+def check_resolution(value: int | list[int] | None) -> int | list[int] | None:
+    """Validate a `resolution` setting: one side, or a list of 1..MAX_RESOLUTIONS distinct
+    sides, each 16..4096 pixels (issue 29 part 5: several resolutions in one run).
+    Raises ValueError saying why."""
+    sides = [value] if isinstance(value, int) else value or []
+    if isinstance(value, list) and not 1 <= len(value) <= MAX_RESOLUTIONS:
+        raise ValueError(f"give 1 to {MAX_RESOLUTIONS} resolutions (got {len(value)})")
+    bad = [s for s in sides if not 16 <= s <= 4096]
+    if bad:
+        raise ValueError(f"each side must be 16..4096 pixels (got {bad})")
+    if len(set(sides)) != len(sides):
+        raise ValueError("a resolution is listed twice")
+    return value
+
+
+def resolution_list(value: int | list[int] | None) -> list[int]:
+    """The sides of a `resolution` setting, in the order given ([] for None)."""
+    return [value] if isinstance(value, int) else list(value or [])
+
+
+def top_resolution(value: int | list[int] | None) -> int:
+    """The largest side of a `resolution` setting (0 for None): what samples, the attention
+    probe and the memory estimate size for."""
+    return max(resolution_list(value), default=0)
 
 
 class DatasetEntry(BaseModel):
@@ -61,8 +88,8 @@ class DatasetEntry(BaseModel):
     caption_dropout: float | None = Field(
         default=None, ge=0.0, lt=1.0, description="null: the run's caption_dropout"
     )
-    resolution: int | None = Field(
-        default=None, ge=16, le=4096, description="training side of this entry's images (null: the run's)"
+    resolution: int | list[int] | None = Field(
+        default=None, description="training side(s) of this entry's images, as the run's (null: the run's)"
     )
     shuffle_tags: bool | None = Field(default=None, description="null: the run's shuffle_tags")
     keep_tokens: int | None = Field(default=None, ge=0, le=100, description="null: the run's keep_tokens")
@@ -70,6 +97,11 @@ class DatasetEntry(BaseModel):
     loss_weight: float = Field(
         default=1.0, gt=0, le=100, description="multiplies the loss of this entry's samples"
     )
+
+    @field_validator("resolution")
+    @classmethod
+    def _sides(cls, v: int | list[int] | None) -> int | list[int] | None:
+        return check_resolution(v)
 
     @field_validator("weight", "loss_weight", "caption_dropout")
     @classmethod
@@ -157,7 +189,7 @@ def resolution_entry_problems(cfg: TrainConfig, multiple: int, family: str) -> l
     return [
         FieldProblem(f"datasets.{i}.resolution", f"must be a multiple of {multiple} for {family}")
         for i, e in enumerate(cfg.datasets or [])
-        if e.resolution is not None and e.resolution % multiple
+        if any(side % multiple for side in resolution_list(e.resolution))
     ]
 
 

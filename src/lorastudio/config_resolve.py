@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
-from lorastudio.config_datasets import raw_dataset_problems, resolution_entry_problems
+from lorastudio.config_datasets import raw_dataset_problems, resolution_entry_problems, resolution_list
 from lorastudio.config_rules import (
     adapter_lora_format,
     combination_problems,
@@ -108,7 +108,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     ]
     res = cfg.resolution if cfg.resolution is not None else fam.spec.defaults.get("resolution")
     mult = fam.spec.resolution_multiple
-    if isinstance(res, int) and res % mult:
+    if any(side % mult for side in resolution_list(res)):
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
     problems += resolution_entry_problems(cfg, mult, fam.spec.name)
     problems += combination_problems(cfg)

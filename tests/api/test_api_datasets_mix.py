@@ -107,3 +107,17 @@ def test_the_preflight_shows_three_captions_as_the_model_sees_them_and_their_cos
     assert sorted(varied["examples"][0].split(", ")) == sorted(captions["examples"][0].split(", "))
     assert varied["variants_per_image"] == 4 and 4 < varied["texts_encoded"] <= 16
     assert "4 caption variants per image" in varied["cost"] and "embeddings cached" in varied["cost"]
+
+
+def test_the_preflight_shows_buckets_per_resolution(
+    client: TestClient, flux_config: Callable[..., dict]
+) -> None:
+    _upload(client, "person", 2)  # 32 x 32 images
+    report = client.post(
+        "/api/train/preflight", json={"config": flux_config(data_dir="person", resolution=[32, 64])}
+    )
+    assert report.status_code == 200, report.text
+    data = report.json()["dataset"]
+    assert data["buckets_by_resolution"] == {"32": {"32x32": 2}, "64": {"64x64": 2}}
+    assert data["samples_per_epoch"] == 4 and data["entries"][0]["resolution"] == [32, 64]
+    assert report.json()["config"]["resolution"] == [32, 64]

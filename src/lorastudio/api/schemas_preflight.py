@@ -20,7 +20,7 @@ class PreflightEntry(_Out):
     share: float = Field(description="its share of the epoch's samples, 0..1")
     loss_weight: float
     caption_dropout: float
-    resolution: int
+    resolution: list[int] = Field(description="the entry's training side(s)")
     trigger_word: str | None
 
 
@@ -44,6 +44,9 @@ class PreflightDataset(_Out):
     caption_sources: dict[str, int]
     unique_captions: int
     buckets: dict[str, int] = Field(description='"WxH" -> images')
+    buckets_by_resolution: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description='resolution -> {"WxH" -> images} (each image at each resolution)'
+    )
     fingerprint: str
     warnings: list[str] = Field(
         default_factory=list, description="what may hurt the run, e.g. images upscaled by more than 2x"

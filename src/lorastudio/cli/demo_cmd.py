@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from lorastudio.config_datasets import top_resolution
 from lorastudio.errors import LorastudioError
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
         return
     caption = sorted(dataset.glob("*.txt"))[0]
     prompt = caption.read_text(encoding="utf-8").strip()
-    size = int(cfg.resolution)
+    size = top_resolution(cfg.resolution)
     extra = (
         {"max_sequence_length": 32} if "max_sequence_length" in families.get(family).spec.supports else None
     )

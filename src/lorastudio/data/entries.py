@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lorastudio.config_datasets import config_entries
+from lorastudio.config_datasets import config_entries, resolution_list
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.mix import EpochMix, MixEntry, is_plain
 from lorastudio.data.paths import resolve_dataset_dir
+from lorastudio.data.resolutions import at_resolution
 from lorastudio.data.sampler import BucketBatchSampler
 from lorastudio.data.scan import scan_dataset
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot
@@ -67,7 +69,7 @@ def resolve_entries(
                 caption_dropout=_pick(entry.caption_dropout, cfg.caption_dropout),
                 trigger_word=_pick(entry.trigger_word, cfg.trigger_word),
                 default_caption=_pick(entry.default_caption, cfg.default_caption),
-                resolution=int(_pick(entry.resolution, cfg.resolution) or 0),
+                resolutions=tuple(resolution_list(_pick(entry.resolution, cfg.resolution))),  # type: ignore[arg-type]
                 shuffle_tags=bool(_pick(entry.shuffle_tags, cfg.shuffle_tags)),
                 keep_tokens=int(_pick(entry.keep_tokens, cfg.keep_tokens)),  # type: ignore[call-overload]
                 tag_dropout=float(_pick(entry.tag_dropout, cfg.tag_dropout)),  # type: ignore[arg-type]
@@ -126,7 +128,7 @@ def scan_entries(
             scans.append(
                 scan_dataset(
                     entry.root,
-                    resolution=entry.resolution,
+                    resolution=entry.resolutions[0] if entry.resolutions else 0,
                     multiple=multiple,
                     aspect_buckets=aspect_buckets,
                     no_upscale=no_upscale,
@@ -153,7 +155,12 @@ def scan_entries(
     items: list[ImageItem] = []
     dropped: list[tuple[str, str]] = []
     for index, (entry, scan) in enumerate(zip(filled, scans, strict=True)):
-        items += [replace(it, entry=index) for it in scan.items]
+        first = [replace(it, entry=index, resolution=entry.resolutions[0]) for it in scan.items]
+        items += first
+        for side in entry.resolutions[1:]:  # each image again at each other resolution
+            items += at_resolution(
+                first, side, multiple, aspect_buckets=aspect_buckets, no_upscale=no_upscale
+            )
         dropped += [(f"{entry.label}/{name}" if many else name, why) for name, why in scan.dropped]
     return DatasetScan(
         root=scans[0].root,
@@ -205,7 +212,8 @@ def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
     if not entries:
         return []
     if is_plain(entries):
-        samples = [e.images for e in entries]
+        per_entry = Counter(it.entry for it in scan.items)  # an image at k resolutions counts k times
+        samples = [per_entry[i] for i in range(len(entries))]
     else:
         samples = EpochMix(
             [it.entry for it in scan.items], [it.bucket for it in scan.items], entries
@@ -222,7 +230,7 @@ def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
             "share": round(n / total, 4),
             "loss_weight": e.loss_weight,
             "caption_dropout": e.caption_dropout,
-            "resolution": e.resolution,
+            "resolution": list(e.resolutions),
             "trigger_word": e.trigger_word,
         }
         for e, n in zip(entries, samples, strict=True)

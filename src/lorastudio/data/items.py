@@ -33,6 +33,7 @@ class ImageItem:
     folder_id: FolderId | None = None
     control_folder_ids: tuple[FolderId, ...] = ()  # the folder identity of each control, in order
     entry: int = 0  # index of the run's dataset entry the image came from (DatasetScan.entries)
+    resolution: int = 0  # the training side its bucket was chosen for (data/resolutions.py; 0: unset)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ class MixEntry:
 
     label: how reports name it (the path as configured; a kohya sub-folder as "parent/N_words");
     repeats / weight: the sampling (config_datasets; repeats None with weight None means 1);
-    resolution: the training side of its images; images / fingerprint: filled by the scan."""
+    resolutions: the training side(s) of its images (each image is used at each);
+    images / fingerprint: filled by the scan."""
 
     label: str
     root: Path
@@ -46,7 +47,7 @@ class MixEntry:
     caption_dropout: float = 0.0
     trigger_word: str | None = None
     default_caption: str | None = None
-    resolution: int = 0
+    resolutions: tuple[int, ...] = ()
     shuffle_tags: bool = False
     keep_tokens: int = 0
     tag_dropout: float = 0.0
@@ -60,7 +61,7 @@ class MixEntry:
             "weight": self.weight,
             "loss_weight": self.loss_weight,
             "caption_dropout": self.caption_dropout,
-            "resolution": self.resolution,
+            "resolution": list(self.resolutions),
             "shuffle_tags": self.shuffle_tags,
             "keep_tokens": self.keep_tokens,
             "tag_dropout": self.tag_dropout,

@@ -15,10 +15,14 @@ NAMED_FILES = 10  # files named in the warning; the rest are counted
 
 
 def upscaled_images(items: list[ImageItem], over: float = UPSCALE_WARN_FACTOR) -> list[tuple[str, float]]:
-    """(file name, factor) of every item enlarged by more than `over` to cover its bucket,
-    largest factor first (ties by name)."""
-    found = [(i.path.name, upscale_factor(i.width, i.height, i.bucket)) for i in items]
-    return sorted(((n, f) for n, f in found if f > over), key=lambda nf: (-nf[1], nf[0]))
+    """(file name, factor) of every image enlarged by more than `over` to cover its bucket (at
+    its largest enlargement when it trains at several resolutions), largest factor first (ties
+    by name)."""
+    largest: dict[str, float] = {}  # an image at several resolutions: its largest enlargement
+    for i in items:
+        factor = upscale_factor(i.width, i.height, i.bucket)
+        largest[i.path.name] = max(factor, largest.get(i.path.name, 0.0))
+    return sorted(((n, f) for n, f in largest.items() if f > over), key=lambda nf: (-nf[1], nf[0]))
 
 
 def upscale_warning(items: list[ImageItem], no_upscale: bool) -> str | None:

@@ -20,10 +20,12 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+from lorastudio.config_datasets import top_resolution
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report
 from lorastudio.data.entries import entry_report, epoch_bucket_counts
+from lorastudio.data.resolutions import buckets_by_resolution
 from lorastudio.data.upscaling import upscale_warning
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
@@ -96,6 +98,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "caption_sources": dict(sorted(sources.items())),
             "unique_captions": len(scan.captions()),
             "buckets": scan.bucket_histogram(),
+            "buckets_by_resolution": buckets_by_resolution(scan.items),
             "fingerprint": scan.fingerprint,
             "warnings": [w for w in [upscale_warning(scan.items, cfg.no_upscale)] if w],
             "controls": _controls_section(scan),
@@ -311,7 +314,7 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
     resident = _resident_block_params(blocks, plan.offload_blocks)
     weights_gb = (other * per) + resident * block_bytes / 1e9
     lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
-    pixels = ((cfg.resolution or 1024) / 1024) ** 2
+    pixels = ((top_resolution(cfg.resolution) or 1024) / 1024) ** 2  # the largest of several
     pixels *= 1 + fam.spec.control_images[1]  # an edit family's control tokens join the sequence
     act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
     act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]

@@ -3,6 +3,7 @@ plus kohya's `ss_*` keys in kohya files (so kohya-aware tools recognise them).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,6 +61,9 @@ def kohya_metadata(info: Mapping[str, str], rank: int, alpha: float) -> dict[str
         return info.get(PREFIX + key, "")
 
     resolution = get("resolution")
+    if resolution.startswith("["):  # several resolutions: kohya's key names one, the largest
+        sides = json.loads(resolution)
+        resolution = str(max(sides)) if sides else ""
     keys = {
         "ss_network_module": "networks.lora",
         "ss_network_dim": str(rank),

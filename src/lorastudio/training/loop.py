@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from lorastudio.config import TrainConfig
+from lorastudio.config_datasets import top_resolution
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
@@ -349,7 +350,7 @@ def _attention_shapes(
     head dim, image tokens at the run's resolution (+ an edit run's control tokens, + the text
     tokens)."""
     spec, cfg = run.family.spec, run.cfg  # resolved: resolution and max_sequence_length filled
-    side = int(cfg.resolution or 0) // (spec.vae_scale_factor * spec.patch_size)
+    side = top_resolution(cfg.resolution) // (spec.vae_scale_factor * spec.patch_size)  # the largest
     text = int(cfg.max_sequence_length or 0)  # None for SDXL, whose U-Net gives no shapes anyway
     image = side * side * (1 + run.scan.controls_per_image())  # control tokens join the sequence
     return probe_shapes(dict(getattr(denoiser, "config", {})), image, text, plan.micro_batch_size)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.config_datasets import top_resolution
 from lorastudio.families.common import pipeline_facts
 from lorastudio.generate.pipeline import reference_kwargs
 from lorastudio.training.precision import free_accelerator_memory
@@ -132,7 +133,7 @@ class SamplePreviews:
         if family.spec.guides_with_negative:  # the pipeline's default negative prompt: ""
             negative = family.collate_conditioning([self.conds[""]])
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
-        size = int(cfg.resolution or 0)
+        size = top_resolution(cfg.resolution)  # a run of several resolutions samples at the largest
         kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, size, size))
         generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
         out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)

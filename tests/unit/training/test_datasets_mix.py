@@ -115,3 +115,30 @@ def test_a_weighted_mix_resumes_bitwise(make_config, two_folders) -> None:
         train(
             _mix(make_config, changed, output_name="part", **longer), [].append, device="cpu", resume=run_dir
         )
+
+
+def test_several_resolutions_train_each_image_at_each_and_resume_bitwise(make_config) -> None:
+    """resolution = [32, 48]: an epoch is every image at both (4 images -> 8 samples), the
+    batches hold latents of both sizes, and a stopped run resumes as the uninterrupted one."""
+    extra = {"resolution": [32, 48], "num_epochs": 1, "batch_size": 1}
+    full = train(make_config("flux", output_name="multi", **extra), [].append, device="cpu")
+    assert full.steps_run == 8
+    events: list = []
+
+    def stop() -> StopRequest | None:
+        done = [e for e in events if e.type == "progress"]
+        return StopRequest(save=True) if done and done[-1].step >= 3 else None
+
+    cfg = make_config("flux", output_name="multi-part", **extra)
+    assert train(cfg, events.append, stop, device="cpu").stopped
+    resumed = train(cfg, [].append, device="cpu", resume=get_settings().outputs_dir / "multi-part")
+    assert resumed.losses == full.losses
+    assert all(
+        torch.equal(x, y) for x, y in zip(_weights(full).values(), _weights(resumed).values(), strict=True)
+    )
+    single = train(
+        make_config("flux", output_name="single", resolution=32, num_epochs=1, batch_size=1),
+        [].append,
+        device="cpu",
+    )
+    assert single.steps_run == 4

@@ -1025,10 +1025,10 @@ export interface components {
             repeats?: number | null;
             /**
              * Resolution
-             * @description training side of this entry's images (null: the run's)
+             * @description training side(s) of this entry's images, as the run's (null: the run's)
              * @default null
              */
-            resolution?: number | null;
+            resolution?: number | number[] | null;
             /**
              * Shuffle Tags
              * @description null: the run's shuffle_tags
@@ -1851,6 +1851,15 @@ export interface components {
             buckets: {
                 [key: string]: number;
             };
+            /**
+             * Buckets By Resolution
+             * @description resolution -> {"WxH" -> images} (each image at each resolution)
+             */
+            buckets_by_resolution?: {
+                [key: string]: {
+                    [key: string]: number;
+                };
+            };
             /** Caption Sources */
             caption_sources: {
                 [key: string]: number;
@@ -1914,8 +1923,11 @@ export interface components {
             path: string;
             /** Repeats */
             repeats: number | null;
-            /** Resolution */
-            resolution: number;
+            /**
+             * Resolution
+             * @description the entry's training side(s)
+             */
+            resolution: number[];
             /**
              * Samples Per Epoch
              * @description samples the entry gives per epoch (repeats / weight)
@@ -2772,10 +2784,10 @@ export interface components {
             } | null;
             /**
              * Resolution
-             * @description training side in pixels
+             * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
              * @default null
              */
-            resolution?: number | null;
+            resolution?: number | number[] | null;
             /**
              * Revision
              * @description hub revision (branch, tag or commit)
@@ -3244,9 +3256,9 @@ export interface components {
             } | null;
             /**
              * Resolution
-             * @description training side in pixels
+             * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
              */
-            resolution: number | null;
+            resolution: number | number[] | null;
             /**
              * Revision
              * @description hub revision (branch, tag or commit)

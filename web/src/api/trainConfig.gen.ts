@@ -105,7 +105,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "random_crop": "random instead of centre crop",
   "random_flip": "horizontal flip augmentation",
   "rank_pattern": "per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank",
-  "resolution": "training side in pixels",
+  "resolution": "training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each",
   "revision": "hub revision (branch, tag or commit)",
   "sample_every": "render the samples every N optimizer steps (null: only at the end)",
   "sample_prompts": "validation prompts rendered during training (one image each, at the training resolution)",

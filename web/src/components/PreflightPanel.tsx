@@ -78,7 +78,18 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
         </p>
       )}
       <p className="muted small">{memory.note}</p>
-      {Object.keys(dataset.buckets).length > 0 && (
+      {Object.keys(dataset.buckets_by_resolution ?? {}).length > 1 &&
+        Object.entries(dataset.buckets_by_resolution ?? {}).map(([side, buckets]) => (
+          <p className="small" key={side} data-testid={`preflight-buckets-${side}`}>
+            Buckets at {side}:{" "}
+            {Object.entries(buckets).map(([k, n]) => (
+              <span className="chip" key={k}>
+                {k} × {n}
+              </span>
+            ))}
+          </p>
+        ))}
+      {Object.keys(dataset.buckets_by_resolution ?? {}).length <= 1 && Object.keys(dataset.buckets).length > 0 && (
         <p className="small">
           Buckets:{" "}
           {Object.entries(dataset.buckets).map(([k, n]) => (

@@ -10,10 +10,12 @@ describe("datasets entries", () => {
     const rows = [
       { ...emptyRow("shapes"), amount: "10", trigger_word: "sks" },
       { ...emptyRow("faces"), mode: "weight" as const, amount: "0.5", loss_weight: "2", resolution: "512" },
+      { ...emptyRow("more"), resolution: "512, 768" },
     ];
     expect(buildEntries(rows)).toEqual([
       { path: "shapes", repeats: 10, trigger_word: "sks" },
       { path: "faces", weight: 0.5, loss_weight: 2, resolution: 512 },
+      { path: "more", resolution: [512, 768] },
     ]);
     expect(buildEntries([{ ...emptyRow("shapes"), amount: "1.5" }])).toBe("folder 1: repeats must be a whole number");
     expect(buildEntries([emptyRow("")])).toBe("folder 1: pick a dataset");
@@ -25,6 +27,15 @@ describe("datasets entries", () => {
       { path: "shapes", repeats: 3 },
       { path: "faces", weight: 2, loss_weight: 0.5, caption_dropout: 0.1 },
     ]);
+  });
+
+  it("the run's resolution: one side, or several", () => {
+    const one = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512" }, flux);
+    expect(one.config.resolution).toBe(512);
+    const many = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512, 768,1024" }, flux);
+    expect(many.config.resolution).toEqual([512, 768, 1024]);
+    const bad = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512, x" }, flux);
+    expect(bad.problems.resolution).toBe("whole numbers separated by commas");
   });
 
   it("the form sends datasets instead of data_dir, and names a bad row", () => {

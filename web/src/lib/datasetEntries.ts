@@ -70,7 +70,6 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
     const numbers: [keyof EntryRow, string, boolean][] = [
       ["amount", row.mode, row.mode === "repeats"],
       ["caption_dropout", "caption_dropout", false],
-      ["resolution", "resolution", true],
       ["loss_weight", "loss_weight", false],
     ];
     for (const [key, name, whole] of numbers) {
@@ -81,6 +80,9 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
       if (whole && !Number.isInteger(n)) return `${where}: ${name} must be a whole number`;
       entry[name] = n;
     }
+    const sides = row.resolution.split(/[\s,]+/).filter((t) => t !== "").map(Number);
+    if (sides.some((n) => !Number.isInteger(n))) return `${where}: resolution must be whole numbers separated by commas`;
+    if (sides.length) entry.resolution = sides.length === 1 ? sides[0] : sides;
     if (row.trigger_word !== "") entry.trigger_word = row.trigger_word;
     out.push(entry as unknown as DatasetEntry);
   }

@@ -188,9 +188,10 @@ export function attentionHint(host: Host): string {
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
  * - length: steps or num_epochs, from the Length input and its unit;
  * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object);
- * - entries: the datasets editor's rows as one JSON string (lib/datasetEntries.ts).
+ * - entries: the datasets editor's rows as one JSON string (lib/datasetEntries.ts);
+ * - sides: one whole number, or several separated by commas (a list: every image at each).
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "numbers" | "mapping" | "entries";
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "numbers" | "mapping" | "entries" | "sides";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -200,7 +201,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   kohya_folders: "bool",
   control_dirs: "lines",
   output_name: "text",
-  resolution: "integer",
+  resolution: "sides",
   aspect_buckets: "bool",
   no_upscale: "bool",
   random_crop: "bool",
@@ -425,6 +426,12 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       const built = buildEntries(rows);
       if (typeof built === "string") problems[key] = built;
       else if (built.length) config[key] = built;
+      continue;
+    }
+    if (kind === "sides") {
+      const parsed = numberList(v);
+      if (typeof parsed === "string" || (parsed && !parsed.every(Number.isInteger))) problems[key] = "whole numbers separated by commas";
+      else if (parsed) config[key] = parsed.length === 1 ? parsed[0] : parsed;
       continue;
     }
     if (kind === "numbers" || kind === "mapping") {

@@ -198,7 +198,7 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
             {num("lora_rank", "Rank")}
             {num("lora_alpha", "Alpha", { placeholder: "= rank" })}
             {num("lora_dropout", "Dropout")}
-            {num("resolution", "Resolution", { hint: family ? `multiple of ${family.resolution_multiple}` : undefined })}
+            {num("resolution", "Resolution", { hint: family ? `multiple of ${family.resolution_multiple}; several: 512, 768, 1024` : undefined })}
             {num("caption_dropout", "Caption dropout")}
             {num("keep_tokens", "Keep first tags", { hint: "fixed when shuffling (1 keeps the trigger word first)" })}
             {num("tag_dropout", "Tag dropout", { hint: "drop each other tag with this probability" })}
