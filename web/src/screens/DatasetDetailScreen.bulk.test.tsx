@@ -59,5 +59,6 @@ describe("bulk caption edit", () => {
       { find: "dog", replace: "sks dog", prepend: "", append: "", dry_run: false },
     ]);
     await waitFor(() => expect(calls.filter((c) => c.url === "/api/datasets/mix").length).toBeGreaterThan(1)); // reloaded
+    await waitFor(() => expect(screen.getAllByRole("textbox").some((t) => (t as HTMLTextAreaElement).value === "a sks dog")).toBe(true));
   });
 });

@@ -201,7 +201,8 @@ export function DatasetDetailScreen({ name }: { name: string }) {
       {files.length > 0 && <BulkCaptions name={name} onDone={() => void load()} />}
       <div className="thumb-grid" data-testid="thumb-grid">
         {files.map((f) => (
-          <CaptionCard key={f.file} dataset={name} image={f} onRemoved={() => void Promise.all([load(), reloadInfo()])} />
+          // keyed by the caption too: a bulk edit's reload shows the new captions in the cards
+          <CaptionCard key={`${f.file}\n${f.caption ?? ""}`} dataset={name} image={f} onRemoved={() => void Promise.all([load(), reloadInfo()])} />
         ))}
       </div>
     </section>
