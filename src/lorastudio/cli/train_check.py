@@ -134,7 +134,12 @@ def print_report(report: dict[str, Any]) -> None:
             f"{entry['samples_per_epoch']} per epoch ({entry['share']:.1%}), loss weight {entry['loss_weight']:g}"
         )
     echo(f"  captions       {', '.join(f'{k}: {v}' for k, v in data['caption_sources'].items()) or '-'}")
-    echo(f"  buckets        {', '.join(f'{k}: {v}' for k, v in data['buckets'].items()) or '-'}")
+    by_side = data.get("buckets_by_resolution") or {}
+    if len(by_side) > 1:  # several resolutions: each one's buckets
+        for side, buckets in by_side.items():
+            echo(f"  buckets {side:<7}{', '.join(f'{k}: {v}' for k, v in buckets.items())}")
+    else:
+        echo(f"  buckets        {', '.join(f'{k}: {v}' for k, v in data['buckets'].items()) or '-'}")
     sched = report["schedule"]
     echo("schedule:")
     echo(

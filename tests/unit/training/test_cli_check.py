@@ -138,3 +138,9 @@ def test_check_of_a_toml_with_datasets_entries_lists_each_entry(
         in result.output
     )
     assert f"{tmp_path / 'more'}: 1 image(s) x1 -> 1 per epoch (11.1%), loss weight 0.5" in result.output
+    several = CliRunner().invoke(
+        app,
+        ["train", str(tmp_path / "run.toml"), "--check", "--device", "cpu", "--set", "resolution=[32, 64]"],
+    )
+    assert several.exit_code == 0, several.output
+    assert "  buckets 32     32x32: " in several.output and "  buckets 64     " in several.output
