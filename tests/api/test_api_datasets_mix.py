@@ -120,4 +120,5 @@ def test_the_preflight_shows_buckets_per_resolution(
     data = report.json()["dataset"]
     assert data["buckets_by_resolution"] == {"32": {"32x32": 2}, "64": {"64x64": 2}}
     assert data["samples_per_epoch"] == 4 and data["entries"][0]["resolution"] == [32, 64]
+    assert (data["images_used"], data["images_found"]) == (2, 2)  # each image once
     assert report.json()["config"]["resolution"] == [32, 64]

@@ -59,6 +59,17 @@ class DatasetScan:
         """Control images per sample (0 for a text-to-image dataset; the same for every item)."""
         return len(self.items[0].controls) if self.items else 0
 
+    def images(self) -> list[ImageItem]:
+        """The items less the copies of an image at its other resolutions (data/resolutions.py):
+        one per (entry, file), in order. What "images used" counts."""
+        seen: set[tuple[int, Path]] = set()
+        out = []
+        for item in self.items:
+            if (item.entry, item.path) not in seen:
+                seen.add((item.entry, item.path))
+                out.append(item)
+        return out
+
     def captions(self) -> list[str]:
         """The unique final captions, sorted (what the conditioning phase encodes)."""
         return sorted({item.caption for item in self.items})

@@ -72,7 +72,8 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
     cfg = run.config
     scan = run.scan
     host = host or host_info()
-    sources = Counter(item.caption_source for item in scan.items)
+    images = scan.images()  # each image once (a run of several resolutions has a copy at each)
+    sources = Counter(item.caption_source for item in images)
     per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py)
     batches = sum(math.ceil(n / cfg.batch_size) for n in per_epoch.values())
     steps_per_epoch = max(1, math.ceil(batches / cfg.grad_accum))
@@ -89,11 +90,11 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
         "config": cfg.model_dump(mode="json"),
         "dataset": {
             "path": str(scan.root),
-            "images_found": len(scan.items) + sum(1 for name, _ in scan.dropped if is_image_name(name)),
-            "images_used": len(scan.items),
+            "images_found": len(images) + sum(1 for name, _ in scan.dropped if is_image_name(name)),
+            "images_used": len(images),
             "dropped": [{"file": name, "reason": why} for name, why in scan.dropped],
             "missing_captions": sorted(
-                i.path.name for i in scan.items if i.caption_source in ("default", "trigger")
+                i.path.name for i in images if i.caption_source in ("default", "trigger")
             ),
             "caption_sources": dict(sorted(sources.items())),
             "unique_captions": len(scan.captions()),

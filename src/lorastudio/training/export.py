@@ -101,7 +101,7 @@ def run_sidecar(
         stopped=stopped,
         dataset_root=run.scan.root,
         dataset_fingerprint=run.scan.fingerprint,
-        num_images=len(run.scan.items),
+        num_images=len(run.scan.images()),  # each image once, whatever its resolutions
         dataset_entries=[
             {
                 "label": e.label,
