@@ -9,7 +9,7 @@ is refused.
 Sampling, per epoch (data/mix.py does the counting):
 - `repeats` N: every image of the entry N times (kohya's N_name folders; the default is 1);
 - `weight` w: the entry's share of the epoch is w / (sum of the weights), an epoch being as many
-  samples as there are images in all entries; an entry gets exactly its share (rounded by
+  samples as there are items in all entries (an image at k resolutions is k items); an entry gets exactly its share (rounded by
   largest remainder), its images as evenly as possible (every image floor(share / images) times,
   the rest a seeded draw that changes every epoch). Either every entry sets `weight` or none
   does (a mix would have no one meaning of an epoch), and an entry sets at most one of the two.
