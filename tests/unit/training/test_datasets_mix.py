@@ -5,6 +5,7 @@ bitwise like an uninterrupted run."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from lorastudio.config import TrainConfig
+from lorastudio.data import scan_dataset
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
@@ -49,6 +51,15 @@ def test_an_epoch_follows_the_repeats(make_config, two_folders) -> None:
     cfg = _mix(make_config, [{"path": str(a)}, {"path": str(b), "repeats": 5}], num_epochs=1, batch_size=1)
     result = train(cfg, [].append, device="cpu")
     assert result.steps_run == 3 + 5  # batch 1: one step per sample, 3 x 1 + 1 x 5
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    dataset = sidecar["dataset"]
+    assert [(e["label"], e["images"], e["repeats"]) for e in dataset["entries"]] == [
+        (str(a), 3, None),
+        (str(b), 1, 5),
+    ]
+    own = [scan_dataset(p, resolution=32, multiple=16).fingerprint for p in (a, b)]
+    assert [e["fingerprint"] for e in dataset["entries"]] == own
+    assert dataset["fingerprint"] not in own and dataset["images"] == 4  # over both entries
 
 
 def test_one_plain_entry_is_the_data_dir_run_and_loss_weight_changes_it(make_config, small_dataset) -> None:
