@@ -8,8 +8,9 @@ rest; the tags are joined with ", ".
 
 Cached text embeddings are per caption, so a run with shuffle or tag dropout pre-draws
 `variants` captions per image from a generator seeded by (seed, image index) and encodes each
-distinct one once in phase 1 (ai-toolkit's and OneTrainer's per-variant cache; kohya instead
-encodes every step with the text encoders kept loaded). The cost: up to `variants` x the texts
+distinct one once in phase 1: a per-variant cache (kohya's sd-scripts instead refuses to cache
+text-encoder outputs with caption shuffle / dropout and encodes every step, the text encoders
+kept loaded through training). The cost: up to `variants` x the texts
 encoded and held in RAM; the text encoders are still freed before training. Each step then
 takes one of the image's variants (training/conditioning.CaptionPicker). Everything is a pure
 function of (seed, captions, settings), so a resume rebuilds the same variants.
