@@ -115,7 +115,16 @@ def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, 
         # training methods (issue 28): Prodigy, EMA and LoKr across ranks
         "methods": ("train", make_config(output_name="ddp", num_gpus=WORLD, **METHODS), None),
         "caches": ("caches", _caches_config(make_config), None),
+        # issue 29: a dataset entry's repeats and loss_weight across ranks
+        "mix": ("train", make_config(output_name="ddp", num_gpus=WORLD, **_mix(make_config)), None),
     }
+
+
+def _mix(make_config: Callable[..., TrainConfig]) -> dict:
+    """A run of one datasets entry with repeats 2 and loss_weight 0.5 (data/mix.py)."""
+    folder = str(make_config().data_dir)
+    entries = [{"path": folder, "repeats": 2, "loss_weight": 0.5}]
+    return {"data_dir": None, "datasets": entries, "steps": 4, "batch_size": 2}
 
 
 def _launched_main(
@@ -174,6 +183,18 @@ def test_two_gloo_processes_train_like_one_with_prodigy_ema_and_lokr(make_config
         assert sorted(got) == sorted(expected) and all(k.startswith("lycoris_") for k in got)
         for key, tensor in expected.items():
             torch.testing.assert_close(got[key], tensor, atol=LORA_ATOL, rtol=LORA_RTOL, msg=key)
+
+
+def test_two_gloo_processes_train_a_weighted_entry_like_one(make_config, launched):
+    """The entry's loss_weight scales each sample before the batch is cut into the ranks'
+    slices: two ranks train the LoRA of one process."""
+    single = train(make_config(output_name="single", **_mix(make_config)), [].append, device="cpu")
+    (rank0, _) = launched.ranks("mix")
+    assert rank0["losses"] == pytest.approx(single.losses, rel=LOSS_RTOL)
+    expected, got = load_file(str(single.lora_path)), load_file(rank0["lora_path"])
+    assert sorted(got) == sorted(expected)
+    for key, tensor in expected.items():
+        torch.testing.assert_close(got[key], tensor, atol=LORA_ATOL, rtol=LORA_RTOL, msg=key)
 
 
 @pytest.mark.parametrize("family", ["flux", "qwen-image"])  # Qwen-Image: a LoRA layer without a gradient
