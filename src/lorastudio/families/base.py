@@ -82,6 +82,10 @@ class FamilySpec:
     # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
     # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
     guides_with_negative: bool = False
+    # every joint attention call carries the text mask (Chroma's additive 0/1 float mask): flash
+    # cannot take it and cuDNN's SDPA crashed on it (illegal memory access, H200, torch 2.11: bench
+    # note 24), so attention "auto" runs the efficient kernel and "cudnn" is refused
+    masked_attention: bool = False
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
     variants: tuple[Variant, ...] = ()
     # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;

@@ -3,6 +3,8 @@ text-only pipeline loading. Pure functions; no family knows another family."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -120,3 +122,18 @@ class Packed2x2Latents:
 
     def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
         return unpack_2x2(out, *latent_hw)  # [B, C, h, w]
+
+
+@contextmanager
+def without_cudnn(masked: bool) -> Iterator[None]:
+    """Keep cuDNN's SDPA out of the attention calls made inside (forward, and so their backward)
+    when `masked`: a batch whose captions differ in length hands attention a text mask, which
+    cuDNN's SDPA crashed on (bench note 24). A no-op when unmasked or cuDNN is not enabled."""
+    if not masked or not torch.backends.cuda.cudnn_sdp_enabled():
+        yield
+        return
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)

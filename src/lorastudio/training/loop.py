@@ -369,6 +369,7 @@ def _prepare_denoiser(
         run.device,
         run.dtype,
         _attention_shapes(run, plan, built.denoiser),
+        masked=run.family.spec.masked_attention,
     )
     apply_attention(attention)  # process-wide until run_numerics exits
     prepare_denoiser_attention(built.denoiser, attention)  # cuDNN: contiguous grads; fa4: routing
