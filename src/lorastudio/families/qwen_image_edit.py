@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.errors import DatasetError
+from lorastudio.errors import DatasetError, FieldProblem
 from lorastudio.families.base import Variant
 from lorastudio.families.qwen_image import SPEC as QWEN_SPEC
 from lorastudio.families.qwen_image import QwenImageFamily
@@ -48,6 +48,10 @@ SPEC = replace(
     title="Qwen-Image-Edit",
     pipeline_class=EDIT,
     accepted_pipelines=(EDIT, PLUS),
+    # the edit pipelines never truncate the instruction (their encode_prompt ignores
+    # max_sequence_length): the setting is not offered rather than silently ignored
+    defaults={k: v for k, v in QWEN_SPEC.defaults.items() if k != "max_sequence_length"},
+    supports=QWEN_SPEC.supports - {"max_sequence_length"},
     control_images=(1, 3),  # the most any flavour takes; each row says its own
     prompt_sees_controls=True,
     variants=(
@@ -80,6 +84,17 @@ def _vl_images(encoders: Any, images: Sequence[Image.Image]) -> Any:
 class QwenImageEditFamily(QwenImageFamily):
     spec = SPEC
 
+    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
+        if cfg.random_flip:  # the latents would be flipped, the controls Qwen2.5-VL reads not
+            return [
+                FieldProblem(
+                    "random_flip",
+                    "Qwen-Image-Edit's text encoder reads each caption with its unflipped control "
+                    "images, so flipped samples would contradict their conditioning: turn it off",
+                )
+            ]
+        return []
+
     @torch.no_grad()
     def encode_prompts(
         self,
@@ -95,9 +110,9 @@ class QwenImageEditFamily(QwenImageFamily):
         out = []
         for prompt, images in zip(prompts, controls, strict=True):
             embeds, _ = encoders.encode_prompt(
-                [prompt], image=_vl_images(encoders, images), device=encoders.device,
-                max_sequence_length=cfg.max_sequence_length or 512,
-            )  # [1, L, D]; one prompt: no padding  # fmt: skip
+                [prompt], image=_vl_images(encoders, images), device=encoders.device
+            )
+            # [1, L, D]; one prompt: no padding
             out.append({"prompt_embeds": embeds[0].cpu()})
         return out
 

@@ -49,7 +49,7 @@ def build_qwen_image_edit(seed: int, plus: bool = False, zero_cond_t: bool = Fal
     )
     if zero_cond_t:  # the 2511 transformer: same weights, reference tokens modulated at t = 0
         transformer = qwen_image_transformer(seed)
-        parts["transformer"] = type(transformer).from_config({**transformer.config, "zero_cond_t": True})
+        parts["transformer"] = type(transformer).from_config(transformer.config, zero_cond_t=True)
         parts["transformer"].load_state_dict(transformer.state_dict())
     cls = QwenImageEditPlusPipeline if plus else QwenImageEditPipeline
     return cls(processor=qwen_vl_processor(), **parts)
