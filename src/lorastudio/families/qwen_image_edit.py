@@ -9,7 +9,8 @@ caption + control files). `predict` packs the control latents with the pipeline'
 appends them to the target's tokens and gives the transformer every image's shape (img_shapes:
 its RoPE positions; 2511's zero_cond_t modulation reads them too); only the target tokens'
 prediction is the output. Controls are cropped like their target (data/pairs.py), encoded as the
-pipelines encode a reference (the posterior mean) and never noised.
+pipelines encode a reference (the posterior mean) and never noised; predict also takes them as a
+list of K [B, C, hc, wc] (references of different sizes, as the Plus pipeline encodes them).
 
 Flavours are rows of SPEC.variants read from the checkpoint: model_index's `_class_name` (Plus
 or not) and, for Plus, the transformer's `zero_cond_t` (set in 2511's config, absent in 2509's).
@@ -141,9 +142,10 @@ class QwenImageEditFamily(QwenImageFamily):
 
         b, c, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
-        controls = batch_info.get("controls")  # [B, K, C, hc, wc]
+        controls = batch_info.get("controls")  # [B, K, C, hc, wc], or K x [B, C, hc_k, wc_k]
         if controls is None:
             raise DatasetError("Qwen-Image-Edit trains on paired images: the batch has no control image")
+        slots = list(controls.unbind(1)) if isinstance(controls, torch.Tensor) else list(controls)
         parts = SimpleNamespace(
             vae_scale_factor=self.spec.vae_scale_factor,
             latent_channels=c,
@@ -152,13 +154,11 @@ class QwenImageEditFamily(QwenImageFamily):
         scale = self.spec.vae_scale_factor
         latents, references = QwenImageEditPlusPipeline.prepare_latents(
             parts,
-            [controls[:, k, :, None].to(device, dtype) for k in range(controls.shape[1])],  # [B, C, 1, hc, wc]
+            [slot[:, :, None].to(device, dtype) for slot in slots],  # K x [B, C, 1, hc, wc]
             b, c, h * scale, w * scale, dtype, device, None,
             latents=pack_2x2(noisy),  # [B, hw/4, C*4]
         )  # references [B, K*hc*wc/4, C*4], in slot order  # fmt: skip
-        shapes = [(1, h // 2, w // 2)] + [
-            (1, ch // 2, cw // 2) for ch, cw in [controls.shape[-2:]] * controls.shape[1]
-        ]
+        shapes = [(1, h // 2, w // 2)] + [(1, sl.shape[-2] // 2, sl.shape[-1] // 2) for sl in slots]
         mask = cond["prompt_mask"]  # [B, L], on the CPU
         out = denoiser(
             hidden_states=torch.cat([latents, references], dim=1),  # [B, hw/4 + K*hc*wc/4, C*4]
