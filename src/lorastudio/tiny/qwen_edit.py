@@ -3,7 +3,8 @@ Qwen-Image parts (tiny/models.py: Qwen2.5-VL with its vision tower, MM-DiT, Qwen
 Qwen2VLProcessor over the tiny Qwen tokenizer and the Qwen2-VL image processor. The processor
 keeps the real patching (14 px patches, 2x2 merge, 2 frames) and caps the pixels an image may
 take (`max_pixels`) so a control image costs at most 64 vision tokens. The VAE is narrower than
-tiny Qwen-Image's (4 base channels): the edit pipelines encode every reference at ~1 MP."""
+tiny Qwen-Image's (2 channels at every level; same 8x, same latent space): the edit pipelines
+encode every reference at ~1 MP, where CPU 3-D convolutions cost seconds."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def build_qwen_image_edit(seed: int, plus: bool = False, zero_cond_t: bool = Fal
     parts = dict(build_qwen_image(seed).components)
     _seed_for(seed, "edit-vae")
     parts["vae"] = AutoencoderKLQwenImage(  # latents_mean / latents_std: the real defaults
-        base_dim=4, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1, temperal_downsample=[False, True, True]
+        base_dim=2, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
     )
     if zero_cond_t:  # the 2511 transformer: same weights, reference tokens modulated at t = 0
         transformer = qwen_image_transformer(seed)
