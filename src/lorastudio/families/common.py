@@ -104,8 +104,9 @@ def load_text_pipeline(
 
 
 def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:
-    """config_facts of a loaded pipeline (its config and its denoiser's)."""
-    return config_facts(pipe.config, denoiser_name, getattr(pipe, denoiser_name).config)
+    """config_facts of a loaded pipeline (its config, its class as `_class_name`, its denoiser's)."""
+    index = {**pipe.config, "_class_name": type(pipe).__name__}
+    return config_facts(index, denoiser_name, getattr(pipe, denoiser_name).config)
 
 
 def frozen(module: Any, device: torch.device) -> Any:

@@ -304,7 +304,7 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
     weights_gb = (other * per) + resident * block_bytes / 1e9
     lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
     pixels = ((cfg.resolution or 1024) / 1024) ** 2
-    pixels *= 1 + fam.spec.control_images[1]  # an edit family's control tokens join the sequence
+    pixels *= 1 + fam.source_control_images(model_dir)[1]  # an edit family's control tokens join the sequence
     act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
     act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
     phases = {

@@ -111,8 +111,9 @@ def validate_resume(
         raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
     family = families.get(cfg.family)
     problems: list[FieldProblem] = []
+    model_dir = None
     try:
-        resolve_base_model(cfg.base_model, family.spec.name, settings)
+        _, model_dir = resolve_base_model(cfg.base_model, family.spec.name, settings)
     except ModelSourceError as err:
         problems.append(FieldProblem("base_model", str(err)))
     data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)
@@ -126,7 +127,7 @@ def validate_resume(
         default_caption=cfg.default_caption,
         max_pixels=settings.max_image_pixels,
         control_dirs=resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False),
-        control_images=family.spec.control_images,
+        control_images=family.source_control_images(model_dir),  # the checkpoint flavour's
         family=family.spec.name,
         decode_pixels=settings.max_decode_pixels,
     )

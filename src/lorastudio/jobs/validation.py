@@ -124,7 +124,7 @@ def validate_run(
                 default_caption=cfg.default_caption,
                 max_pixels=settings.max_image_pixels,
                 control_dirs=control_dirs,
-                control_images=family.spec.control_images,
+                control_images=family.source_control_images(model_dir),  # the checkpoint flavour's
                 family=family.spec.name,
                 decode_pixels=settings.max_decode_pixels,
             )

@@ -59,7 +59,7 @@ from lorastudio.training.checkpoint import (
     read_checkpoint_info,
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
-from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, encode_texts
+from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, edit_prompts, encode_texts
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -272,7 +272,13 @@ def _run_phases(
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
     captions = [it.caption for it in items]
-    texts = [captions_to_encode(captions, cfg.caption_dropout), sample_texts(cfg, family)]
+    sees = family.spec.prompt_sees_controls  # encoded per caption + controls (Qwen-Image-Edit)
+    to_encode = (
+        edit_prompts(items, cfg.caption_dropout)
+        if sees
+        else captions_to_encode(captions, cfg.caption_dropout)
+    )
+    texts = [to_encode, sample_texts(cfg, family, items)]
     conds, prompt_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
@@ -296,7 +302,9 @@ def _run_phases(
         state.previews = SamplePreviews(run, prompt_conds)
     params = _prepare_denoiser(run, state, emit, plan, decided_by, trials)
     stop()
-    picker = CaptionPicker(captions, cfg.caption_dropout, rng)
+    picker = CaptionPicker(
+        captions, cfg.caption_dropout, rng, [it.controls for it in items] if sees else None
+    )
     optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
 
 

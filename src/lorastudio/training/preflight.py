@@ -17,7 +17,7 @@ import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_rules import optimizer_host_problems
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
@@ -116,6 +116,13 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     if warning:
         log.warning("%s", warning)  # the job service's preflight report lists it too
     source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
+    flavour = family.source_variant(source, resolved.revision)  # e.g. Qwen-Image-Edit: 1 control, Plus: 3
+    if flavour is not None and flavour.control_images is not None:
+        from lorastudio.data.pairs import too_many_controls
+
+        excess = too_many_controls(scan.items, flavour.control_images, flavour.title)
+        if excess:
+            raise DatasetError(f"{root}: more control images than {flavour.title} takes", excess)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     if problems:
