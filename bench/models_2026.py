@@ -9,6 +9,12 @@ where those are the release):
   klein9b  FLUX.2 [klein] 9B: 8 + 24 blocks, 32 heads, Qwen3-8B features 3 x 4096 = 12288
   chroma   Chroma1-HD, 8.9B: ChromaTransformer2DModel() (FLUX.1's 19 + 38 blocks, no CLIP)
   krea2    Krea 2: Krea2Transformer2DModel() (28 blocks, 48 heads of 128, 12 text layers of 2560)
+  qedit    Qwen-Image-Edit: QwenImageTransformer2DModel() (Qwen-Image's 20B), one 1024 px control
+           whose tokens join the sequence; the instruction's Qwen2.5-VL features hold the control
+           as the pipeline sees it (~1 MP: 1024 px / 28 px per merged patch = 1369 vision tokens)
+           + 64 text tokens
+  qedit2   Qwen-Image-Edit-2511 (Plus, zero_cond_t): two 1024 px controls; the VL sees each at
+           384 px (196 vision tokens each) + 64 text tokens
 Text lengths are what a run caches: FLUX.2 / klein 512 (encode_prompt pads to it, no mask),
 Chroma 512 T5 tokens of which a caption's ~64 are real (the mask hides the rest, as the
 pipeline's), Krea 2 the real tokens only (128, as Qwen-Image / Z-Image here).
@@ -26,12 +32,23 @@ FAMILY_KEYS = {
     "klein9b": "flux2-klein",
     "chroma": "chroma",
     "krea2": "krea2",
+    "qedit": "qwen-image-edit",
+    "qedit2": "qwen-image-edit",
 }
+CONTROLS = {"qedit": 1, "qedit2": 2}
 KLEIN = {
     "klein4b": dict(num_layers=5, num_single_layers=20, num_attention_heads=24, joint_attention_dim=7680),
     "klein9b": dict(num_layers=8, num_single_layers=24, num_attention_heads=32, joint_attention_dim=12288),
 }
-TEXT_TOKENS = {"flux2": 512, "klein4b": 512, "klein9b": 512, "chroma": 512, "krea2": 128}
+TEXT_TOKENS = {
+    "flux2": 512,
+    "klein4b": 512,
+    "klein9b": 512,
+    "chroma": 512,
+    "krea2": 128,
+    "qedit": 1433,
+    "qedit2": 456,
+}
 CHROMA_REAL_TOKENS = 64
 FLOW_SHIFTED = {
     "shift": 3.0,
@@ -47,7 +64,16 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
     "klein9b": FLOW_SHIFTED,
     "chroma": FLOW_SHIFTED,
     "krea2": {**FLOW_SHIFTED, "shift": 1.0},
+    "qedit": {  # Qwen-Image's
+        "use_dynamic_shifting": True,
+        "base_image_seq_len": 256,
+        "max_image_seq_len": 8192,
+        "base_shift": 0.5,
+        "max_shift": 0.9,
+        "time_shift_type": "exponential",
+    },
 }
+SCHEDULERS["qedit2"] = SCHEDULERS["qedit"]
 
 
 def _construct(name: str) -> Any:
@@ -61,6 +87,8 @@ def _construct(name: str) -> Any:
         return diffusers.ChromaTransformer2DModel()
     if name == "krea2":
         return diffusers.Krea2Transformer2DModel()
+    if name in CONTROLS:
+        return diffusers.QwenImageTransformer2DModel(zero_cond_t=name == "qedit2")
     raise ValueError(f"unknown bench family {name!r}")
 
 
@@ -85,6 +113,8 @@ def _text_dim(name: str) -> int:
         return KLEIN[name]["joint_attention_dim"]
     if name == "chroma":
         return 4096
+    if name in CONTROLS:
+        return 3584  # Qwen2.5-VL 7B
     return 2560  # krea2: per text layer
 
 
@@ -104,6 +134,14 @@ def synthetic_batch(
         mask = torch.zeros(batch, n_txt)  # [B, L] 0/1 float, as ChromaPipeline.encode_prompt
         mask[:, :CHROMA_REAL_TOKENS] = 1
         cond = {"prompt_embeds": torch.randn(batch, n_txt, 4096, generator=g).to(dtype), "prompt_mask": mask}
+    elif name in CONTROLS:  # Qwen-Image latents; K controls of the target's size, not noised
+        side = resolution // 8
+        latents = torch.randn(batch, 16, side, side, generator=g)  # [B,16,h,w]
+        cond = {
+            "prompt_embeds": torch.randn(batch, n_txt, _text_dim(name), generator=g).to(dtype),
+            "prompt_mask": torch.ones(batch, n_txt, dtype=torch.long),
+        }
+        controls = torch.randn(batch, CONTROLS[name], 16, side, side, generator=g)  # [B,K,16,h,w]
     else:  # krea2: the real tokens of 12 text layers, all real (mask all True)
         latents = torch.randn(batch, 16, resolution // 8, resolution // 8, generator=g)  # [B,16,h,w]
         layers = 12
@@ -112,11 +150,13 @@ def synthetic_batch(
             "prompt_mask": torch.ones(batch, n_txt, dtype=torch.bool),
             "layout": torch.ones(batch, n_txt, dtype=torch.bool),
         }
-    info = {
+    info: dict[str, Any] = {
         "original_size": [(resolution, resolution)] * batch,
         "crop_top_left": [(0, 0)] * batch,
         "target_size": (resolution, resolution),
     }
+    if name in CONTROLS:
+        info["controls"] = controls.to(device, dtype)  # as the loop hands control latents over
     return latents.to(device, dtype), cond, info
 
 
@@ -162,6 +202,17 @@ def baseline_inputs(
             return_dict=False,
         )
         return kw, r(batch, side * side, 64)
+    if name in CONTROLS:  # the target's tokens, then each control's; the loss over all outputs
+        k = CONTROLS[name]
+        kw = dict(
+            hidden_states=r(batch, (1 + k) * side * side, 64),
+            encoder_hidden_states=r(batch, n_txt, 3584),
+            encoder_hidden_states_mask=torch.ones(batch, n_txt, device=device, dtype=torch.long),
+            timestep=t,
+            img_shapes=[[(1, side, side)] * (1 + k)] * batch,
+            return_dict=False,
+        )
+        return kw, r(batch, (1 + k) * side * side, 64)
     kw = dict(  # krea2
         hidden_states=r(batch, side * side, 64),
         encoder_hidden_states=r(batch, n_txt, 12, 2560),

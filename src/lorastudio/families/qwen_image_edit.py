@@ -138,7 +138,7 @@ class QwenImageEditFamily(QwenImageFamily):
     ) -> torch.Tensor:
         from diffusers import QwenImageEditPlusPipeline
 
-        from lorastudio.families.common import pack_2x2, unpack_2x2
+        from lorastudio.families.common import pack_2x2, unpack_2x2, without_cudnn
 
         b, c, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
@@ -160,14 +160,15 @@ class QwenImageEditFamily(QwenImageFamily):
         )  # references [B, K*hc*wc/4, C*4], in slot order  # fmt: skip
         shapes = [(1, h // 2, w // 2)] + [(1, sl.shape[-2] // 2, sl.shape[-1] // 2) for sl in slots]
         mask = cond["prompt_mask"]  # [B, L], on the CPU
-        out = denoiser(
-            hidden_states=torch.cat([latents, references], dim=1),  # [B, hw/4 + K*hc*wc/4, C*4]
-            encoder_hidden_states=cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
-            encoder_hidden_states_mask=None if bool(mask.all()) else mask.to(device),
-            timestep=noise_level.to(dtype),
-            img_shapes=[shapes] * b,
-            return_dict=False,
-        )[0][:, : latents.shape[1]]  # [B, hw/4, C*4]: the target tokens
+        with without_cudnn(not bool(mask.all())):  # a mask keeps cuDNN out (bench note 24)
+            out = denoiser(
+                hidden_states=torch.cat([latents, references], dim=1),  # [B, hw/4 + K*hc*wc/4, C*4]
+                encoder_hidden_states=cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
+                encoder_hidden_states_mask=None if bool(mask.all()) else mask.to(device),
+                timestep=noise_level.to(dtype),
+                img_shapes=[shapes] * b,
+                return_dict=False,
+            )[0][:, : latents.shape[1]]  # [B, hw/4, C*4]: the target tokens
         return unpack_2x2(out, h, w)  # [B, C, h, w]
 
 
