@@ -68,6 +68,11 @@ class LoraStep(_Out):
     path: str
     final: bool = Field(description="the run's final LoRA (else a snapshot under loras/)")
     url: str = Field(description="download URL of the file")
+    validation_loss: float | None = Field(
+        default=None, description="the validation loss of its step (null: the step was not validated)"
+    )
+    best: bool = Field(default=False, description="the LoRA of the run's best validation round")
+    last: bool = Field(default=False, description="the LoRA of the run's last validation round")
 
 
 class LoraSteps(_Out):

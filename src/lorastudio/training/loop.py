@@ -96,6 +96,7 @@ from lorastudio.training.precision import free_accelerator_memory, pick_dtype, r
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import SamplePreviews, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
+from lorastudio.training.validate import ValidationRounds, encode_held_out
 
 
 @dataclass
@@ -272,12 +273,13 @@ def _run_phases(
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
     captions = [it.caption for it in items]
-    texts = [captions_to_encode(captions, cfg.caption_dropout), sample_texts(cfg, family)]
-    conds, prompt_conds = encode_texts(
+    held_captions = list(dict.fromkeys(it.caption for it in run.validation))  # the validation images'
+    texts = [captions_to_encode(captions, cfg.caption_dropout), sample_texts(cfg, family), held_captions]
+    conds, prompt_conds, state.held_out_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
     stop()
-    source = _prepare_latents(run, rng, emit, stop)
+    source = _prepare_latents(run, state, rng, emit, stop)
     stop()
     objective = make_objective(family, cfg, family.scheduler_config(cfg.base_model, cfg.revision))
     trials: list[Any] = []
@@ -315,12 +317,17 @@ def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
     return resolve_fixed_plan(cfg, run.device), "settings"
 
 
-def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, stop: StopPoll) -> LatentSource:
+def _prepare_latents(
+    run: PreparedRun, state: RunState, rng: np.random.Generator, emit: Emit, stop: StopPoll
+) -> LatentSource:
     cfg, family, items = run.cfg, run.family, run.scan.items
     emit(ModelLoadStarted(component="vae"))
     t0 = time.perf_counter()
     vae = family.load_vae(cfg.base_model, cfg.revision, run.dtype, run.device)
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
+    if run.validation:  # the held-out images: encoded once, drawing from no run stream
+        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)
+        state.validation = ValidationRounds(cfg.validate_every)
     spec = family.spec
     need = cache_bytes(
         [it.bucket for it in items],

@@ -27,7 +27,7 @@ from lorastudio.training.precision import pick_device, pick_dtype, precision_pro
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from lorastudio.data import DatasetScan
+    from lorastudio.data import DatasetScan, ImageItem
     from lorastudio.families.base import Family
     from lorastudio.settings import Settings
 
@@ -42,6 +42,7 @@ class PreparedRun:
     run_dir: Path  # outputs/<output_name> (does not exist yet)
     device: torch.device
     dtype: torch.dtype
+    validation: tuple[ImageItem, ...] = ()  # held out of training (data/holdout.py): the validation images
 
 
 def resolve_model_source(
@@ -69,6 +70,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     """
     from lorastudio import families
     from lorastudio.data import resolve_dataset_dir, scan_dataset
+    from lorastudio.data.holdout import split_validation
     from lorastudio.data.pairs import resolve_control_dirs
     from lorastudio.data.safe_open import check_not_relinked
 
@@ -96,20 +98,34 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     control_dirs = resolve_control_dirs(resolved.control_dirs, settings.datasets_dir, allow_outside_root=True)
     for given, control_dir in zip(resolved.control_dirs, control_dirs, strict=True):
         check_not_relinked(given, control_dir, settings.datasets_dir)
-    scan = scan_dataset(
-        root,
-        resolution=int(resolved.resolution),
-        multiple=family.spec.resolution_multiple,
-        aspect_buckets=resolved.aspect_buckets,
-        no_upscale=resolved.no_upscale,
-        trigger_word=resolved.trigger_word,
-        default_caption=resolved.default_caption,
-        max_pixels=settings.max_image_pixels,
-        decode_pixels=settings.max_decode_pixels,
-        control_dirs=control_dirs,
-        control_images=family.spec.control_images,
-        family=family.spec.name,
+
+    def scan_folder(folder: Path, controls: list[Path] | tuple[Path, ...] = ()) -> DatasetScan:
+        return scan_dataset(
+            folder,
+            resolution=int(resolved.resolution),
+            multiple=family.spec.resolution_multiple,
+            aspect_buckets=resolved.aspect_buckets,
+            no_upscale=resolved.no_upscale,
+            trigger_word=resolved.trigger_word,
+            default_caption=resolved.default_caption,
+            max_pixels=settings.max_image_pixels,
+            decode_pixels=settings.max_decode_pixels,
+            control_dirs=controls,
+            control_images=family.spec.control_images,
+            family=family.spec.name,
+        )
+
+    scan = scan_folder(root, control_dirs)
+    holdout = split_validation(
+        scan,
+        resolved.validation_split,
+        resolved.seed,
+        resolve_folder=lambda given: resolve_dataset_dir(
+            given, settings.datasets_dir, allow_outside_root=True
+        ),
+        scan_folder=scan_folder,
     )
+    scan = holdout.train
     from lorastudio.data.upscaling import upscale_warning
 
     warning = upscale_warning(scan.items, resolved.no_upscale)
@@ -120,4 +136,5 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     if problems:
         raise ConfigError(problems)
-    return PreparedRun(resolved, family, scan, run_dir, dev, pick_dtype(resolved.base_precision, dev))
+    dtype = pick_dtype(resolved.base_precision, dev)
+    return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation)
