@@ -1287,6 +1287,11 @@ export interface components {
             /** Steps Run */
             steps_run: number;
             stop_requested: components["schemas"]["StopRequested"] | null;
+            /**
+             * Validation
+             * @description the validation rounds so far (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** LoraList */
         LoraList: {
@@ -1336,10 +1341,22 @@ export interface components {
         /** LoraStep */
         LoraStep: {
             /**
+             * Best
+             * @description the LoRA of the run's best validation round
+             * @default false
+             */
+            best?: boolean;
+            /**
              * Final
              * @description the run's final LoRA (else a snapshot under loras/)
              */
             final: boolean;
+            /**
+             * Last
+             * @description the LoRA of the run's last validation round
+             * @default false
+             */
+            last?: boolean;
             /** Path */
             path: string;
             /**
@@ -1352,6 +1369,11 @@ export interface components {
              * @description download URL of the file
              */
             url: string;
+            /**
+             * Validation Loss
+             * @description the validation loss of its step (null: the step was not validated)
+             */
+            validation_loss?: number | null;
         };
         /** LoraSteps */
         LoraSteps: {
@@ -1700,6 +1722,8 @@ export interface components {
             path: string;
             /** Unique Captions */
             unique_captions: number;
+            /** @description the validation hold-out (validation_split); null without one */
+            validation?: components["schemas"]["PreflightValidation"] | null;
             /**
              * Warnings
              * @description what may hurt the run, e.g. images upscaled by more than 2x
@@ -1777,6 +1801,34 @@ export interface components {
             steps: number;
             /** Steps Per Epoch */
             steps_per_epoch: number;
+        };
+        /** PreflightValidation */
+        PreflightValidation: {
+            /**
+             * Every
+             * @description validate_every (null: only after the last step)
+             */
+            every: number | null;
+            /**
+             * Held Out
+             * @description images held out of training for the validation loss
+             */
+            held_out: number;
+            /**
+             * Images
+             * @description their file names
+             */
+            images: string[];
+            /**
+             * Source
+             * @description where they come from (a seeded fraction of the dataset, or a folder)
+             */
+            source: string;
+            /**
+             * Train Images
+             * @description images left to train on
+             */
+            train_images: number;
         };
         /** Preparing */
         Preparing: {
@@ -1954,6 +2006,11 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /**
+             * Validation
+             * @description the run's validation rounds (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** RunList */
         RunList: {
@@ -2604,6 +2661,18 @@ export interface components {
              */
             trigger_word?: string | null;
             /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             * @default null
+             */
+            validate_every?: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @default null
+             */
+            validation_split?: number | string | null;
+            /**
              * Weight Decay
              * @default 0.0001
              */
@@ -3035,6 +3104,16 @@ export interface components {
              */
             trigger_word: string | null;
             /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             */
+            validate_every: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             */
+            validation_split: number | string | null;
+            /**
              * Weight Decay
              * @default 0.0001
              */
@@ -3076,6 +3155,43 @@ export interface components {
             msg: string;
             /** Error Type */
             type: string;
+        };
+        /**
+         * ValidationEvent
+         * @description A validation round after optimizer step `step` (training/validate.py): `loss` is the mean
+         *     loss over the `images` held-out images at the fixed noise levels; `best_step` / `best_loss`
+         *     the lowest round of the run so far (this one included).
+         */
+        ValidationEvent: {
+            /** Best Loss */
+            best_loss: number;
+            /** Best Step */
+            best_step: number;
+            /** Images */
+            images: number;
+            /** Loss */
+            loss: number;
+            /** Step */
+            step: number;
+            /**
+             * Type
+             * @default validation
+             * @constant
+             */
+            type?: "validation";
+        };
+        /** ValidationPoint */
+        ValidationPoint: {
+            /**
+             * Loss
+             * @description mean loss over the held-out images at fixed noise (null: not finite)
+             */
+            loss: number | null;
+            /**
+             * Step
+             * @description the optimizer step the validation round followed
+             */
+            step: number;
         };
     };
     responses: never;

@@ -109,5 +109,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "snr_gamma": "min-SNR weighting (DDPM families); null = off",
   "steps": "optimizer steps (ignored if num_epochs>0)",
   "timestep_sampling": "flow families",
-  "trigger_word": "prepended to captions"
+  "trigger_word": "prepended to captions",
+  "validate_every": "with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)",
+  "validation_split": "images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off"
 };
