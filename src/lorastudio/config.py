@@ -110,6 +110,20 @@ class TrainConfig(BaseModel):
         "(each absolute, or a name under datasets/, like data_dir)",
     )
 
+    # masked loss (issue 29 part 4; data/masks.py): a dataset's masks/ folder (same file stems), or alpha
+    alpha_mask: bool = Field(
+        default=False,
+        description="use each image's alpha channel as its loss mask (opaque = trained, transparent = "
+        "unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)",
+    )
+    unmasked_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = "
+        "in between, or alpha_mask); 0 = they teach nothing",
+    )
+
     # validation loss (issue 29 part 6; data/holdout.py, training/validate.py)
     validation_split: float | str | None = Field(
         default=None,

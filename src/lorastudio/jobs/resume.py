@@ -18,6 +18,7 @@ from lorastudio import families
 from lorastudio.basemodels import resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.data import resolve_dataset_dir, scan_dataset
+from lorastudio.data.masks import attach_masks
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
 from lorastudio.jobs.validation import host_problems
@@ -128,6 +129,13 @@ def validate_resume(
         control_dirs=resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False),
         control_images=family.spec.control_images,
         family=family.spec.name,
+        decode_pixels=settings.max_decode_pixels,
+    )
+    scan = attach_masks(  # the fingerprint covers the loss masks (data/masks.py)
+        scan,
+        alpha_mask=cfg.alpha_mask,
+        unmasked_weight=cfg.unmasked_weight,
+        max_pixels=settings.max_image_pixels,
         decode_pixels=settings.max_decode_pixels,
     )
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host

@@ -20,6 +20,7 @@ from lorastudio.config import TrainConfig, parse_train_config, resolve_train_con
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.data.holdout import Holdout, split_validation
+from lorastudio.data.masks import MASK_FIELDS, attach_masks
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.errors import (
     ConfigError,
@@ -118,7 +119,7 @@ def validate_run(
         fam, run_cfg = family, cfg
 
         def scan_folder(folder: Path, controls: list[Path] | tuple[Path, ...] = ()) -> DatasetScan:
-            return scan_dataset(
+            scanned = scan_dataset(
                 folder,
                 resolution=run_cfg.resolution or 0,
                 multiple=fam.spec.resolution_multiple,
@@ -132,13 +133,24 @@ def validate_run(
                 family=fam.spec.name,
                 decode_pixels=settings.max_decode_pixels,
             )
+            return attach_masks(
+                scanned,
+                alpha_mask=run_cfg.alpha_mask,
+                unmasked_weight=run_cfg.unmasked_weight,
+                max_pixels=settings.max_image_pixels,
+                decode_pixels=settings.max_decode_pixels,
+            )
 
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
             scan = scan_folder(data_dir, control_dirs)
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
-        except (ConfigError, PathOutsideRoot) as err:
+        except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
+            problems += [
+                p if p.field in MASK_FIELDS else FieldProblem("control_dirs", p.message) for p in err.problems
+            ]
+        except PathOutsideRoot as err:
             problems += _as_problems("control_dirs", err)
         if scan is not None:  # the validation hold-out (data/holdout.py)
             try:
@@ -151,7 +163,7 @@ def validate_run(
                     ),
                     scan_folder=scan_folder,
                 )
-            except (ConfigError, PathOutsideRoot) as err:
+            except (ConfigError, PathOutsideRoot, DatasetError) as err:
                 problems += _as_problems("validation_split", err)
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)

@@ -71,6 +71,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     from lorastudio import families
     from lorastudio.data import resolve_dataset_dir, scan_dataset
     from lorastudio.data.holdout import split_validation
+    from lorastudio.data.masks import attach_masks, mask_warning
     from lorastudio.data.pairs import resolve_control_dirs
     from lorastudio.data.safe_open import check_not_relinked
 
@@ -100,7 +101,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         check_not_relinked(given, control_dir, settings.datasets_dir)
 
     def scan_folder(folder: Path, controls: list[Path] | tuple[Path, ...] = ()) -> DatasetScan:
-        return scan_dataset(
+        scanned = scan_dataset(
             folder,
             resolution=int(resolved.resolution),
             multiple=family.spec.resolution_multiple,
@@ -113,6 +114,13 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
             control_dirs=controls,
             control_images=family.spec.control_images,
             family=family.spec.name,
+        )
+        return attach_masks(
+            scanned,
+            alpha_mask=resolved.alpha_mask,
+            unmasked_weight=resolved.unmasked_weight,
+            max_pixels=settings.max_image_pixels,
+            decode_pixels=settings.max_decode_pixels,
         )
 
     scan = scan_folder(root, control_dirs)
@@ -128,9 +136,9 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     scan = holdout.train
     from lorastudio.data.upscaling import upscale_warning
 
-    warning = upscale_warning(scan.items, resolved.no_upscale)
-    if warning:
-        log.warning("%s", warning)  # the job service's preflight report lists it too
+    for warning in (upscale_warning(scan.items, resolved.no_upscale), mask_warning(scan.items)):
+        if warning:
+            log.warning("%s", warning)  # the job service's preflight report lists it too
     source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?

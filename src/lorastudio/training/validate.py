@@ -7,7 +7,8 @@ and is measured at the same fixed noise levels, LEVELS: quantiles spread over th
 timestep floor(q x T); flow: sigma q, shifted by the family's hook like a sampled one). A round
 runs under torch.no_grad() with the denoiser (and so the adapter) in eval mode (no LoRA dropout),
 then puts the mode back. Its value is the mean over images and levels of the per-sample MSE times
-the objective's weight (the training loss's weighting: min-SNR for DDPM, 1 for flow), so it is a
+the objective's weight (the training loss's weighting: min-SNR for DDPM, 1 for flow; a masked
+image's pixels weighted by its mask, training/step.py), so it is a
 function of the adapter weights alone: comparable across steps, and across runs with the same seed,
 dataset and split. It draws from no training stream: a run with validation trains exactly as one
 without it.
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from lorastudio.training.compile import run_compiled
+from lorastudio.training.step import mask_weights, weighted_mse_share
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -54,6 +56,7 @@ class HeldOut:
     original_size: tuple[int, int]
     crop_top_left: tuple[int, int]
     target_size: tuple[int, int]
+    mask: torch.Tensor | None = None  # [h, w] fp32 loss mask (data/masks.py), None: unmasked
 
 
 def fixed_noise(seed: int, index: int, shape: Sequence[int]) -> torch.Tensor:
@@ -69,7 +72,7 @@ def encode_held_out(
 ) -> list[HeldOut]:
     """Encode the held-out `items` (see the module docstring). Draws from no run stream."""
     from lorastudio.data import load_crop
-    from lorastudio.training.latents import encode_controls
+    from lorastudio.training.latents import crop_masks, encode_controls
 
     still = np.random.default_rng(0)  # a centre crop draws nothing; load_crop wants a generator
     encoded = []
@@ -80,6 +83,7 @@ def encode_held_out(
             mean, _ = family.encode_pixels(vae, pixels)  # [1, C, h, w] fp32
             controls = encode_controls(family, vae, item, [crop], [False], device)  # [1, N, C, h, w] | None
         mean = mean[0].detach().float().cpu()  # [C, h, w]
+        masks = crop_masks(item, [crop], [False], family.spec.vae_scale_factor)  # [1, h, w] | None
         encoded.append(
             HeldOut(
                 name=item.path.name,
@@ -90,6 +94,7 @@ def encode_held_out(
                 original_size=crop.original_size,
                 crop_top_left=crop.crop_top_left,
                 target_size=(int(crop.pixels.shape[1]), int(crop.pixels.shape[2])),
+                mask=None if masks is None else masks[0],
             )
         )
     return encoded
@@ -154,10 +159,12 @@ def _chunk_loss(
         info["controls"] = item.controls.unsqueeze(0).expand(b, *item.controls.shape).to(device, dtype)
     cond = family.collate_conditioning([conds[item.caption]] * b)
 
+    mask = None if item.mask is None else item.mask.expand(b, 1, *item.mask.shape)  # [B, 1, h, w]
+    pixel_weight = mask_weights(None if mask is None else mask.to(device), cfg.unmasked_weight)
+
     def forward() -> torch.Tensor:
         pred = family.predict(denoiser, noised.noisy, noised.noise_level, cond, info, cfg)  # [B, C, h, w]
-        per_sample = ((pred.float() - noised.target) ** 2).mean(dim=(1, 2, 3)) * noised.weight  # [B]
-        return per_sample.double().sum()
+        return weighted_mse_share(pred, noised.target, noised.weight, 1, pixel_weight).double()  # [] summed
 
     return run_compiled(denoiser, forward)
 
