@@ -16,6 +16,10 @@ class DatasetFile(_Out):
     bytes: int
     width: int | None
     height: int | None
+    mask: str | None = Field(
+        default=None,
+        description="its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail",
+    )
 
 
 class DatasetDetail(DatasetSummary):
