@@ -116,6 +116,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/datasets/{name}/masks/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Mask Thumbnail
+         * @description A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
+         *     image thumbnails. 404 when there is no such mask (or the masks folder is a link).
+         */
+        get: operations["mask_thumbnail_api_datasets__name__masks__file__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets/{name}/thumbnails/{file}": {
         parameters: {
             query?: never;
@@ -908,6 +929,11 @@ export interface components {
             file: string;
             /** Height */
             height: number | null;
+            /**
+             * Mask
+             * @description its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail
+             */
+            mask?: string | null;
             /** Width */
             width: number | null;
         };
@@ -1713,6 +1739,8 @@ export interface components {
             images_found: number;
             /** Images Used */
             images_used: number;
+            /** @description the loss masks (masks/ folder or alpha_mask); null when no image is masked */
+            masks?: components["schemas"]["PreflightMasks"] | null;
             /**
              * Missing Captions
              * @description images captioned only by the default caption / trigger
@@ -1744,6 +1772,21 @@ export interface components {
              * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
              */
             variant?: string | null;
+        };
+        /** PreflightMasks */
+        PreflightMasks: {
+            /** Images With Mask */
+            images_with_mask: number;
+            /**
+             * Source
+             * @description where the masks come from: "masks/ folder" or "alpha channel"
+             */
+            source: string;
+            /**
+             * Without Mask
+             * @description images that train unmasked (no mask file / no alpha)
+             */
+            without_mask: string[];
         };
         /** PreflightOut */
         PreflightOut: {
@@ -2227,6 +2270,12 @@ export interface components {
              */
             adapter?: "lora" | "dora" | "loha" | "lokr";
             /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask?: boolean;
+            /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
              * @default null
@@ -2661,6 +2710,12 @@ export interface components {
              */
             trigger_word?: string | null;
             /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight?: number;
+            /**
              * Validate Every
              * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
              * @default null
@@ -2706,6 +2761,12 @@ export interface components {
              * @enum {string}
              */
             adapter: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask: boolean;
             /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
@@ -3103,6 +3164,12 @@ export interface components {
              * @description prepended to captions
              */
             trigger_word: string | null;
+            /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight: number;
             /**
              * Validate Every
              * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
@@ -3544,6 +3611,72 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["DeletedFiles"];
                 };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    mask_thumbnail_api_datasets__name__masks__file__get: {
+        parameters: {
+            query?: {
+                size?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid request (every problem listed) */
             400: {

@@ -42,6 +42,12 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {c.num("cache_variants", "Cached variants", { placeholder: "auto", hint: "crop/flip variants per image" })}
         {c.num("latent_cache_max_gb", "Latent cache (GB)", { hint: "RAM budget; above it, encode per step" })}
 
+        <h4 className="grid-head">Masked loss</h4>
+        {c.num("unmasked_weight", "Unmasked weight", {
+          hint: "loss weight outside each image's mask (the dataset's masks/ folder, same file names); 0 = ignored",
+        })}
+        <div className="checks">{c.check("alpha_mask", "Mask = alpha channel")}</div>
+
         <h4 className="grid-head">Validation</h4>
         {c.line("validation_split", "Validation split", {
           placeholder: "off",

@@ -110,6 +110,13 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           </ul>
         </div>
       )}
+      {dataset.masks && (
+        <p className="small" data-testid="preflight-masks">
+          Masked loss: {dataset.masks.images_with_mask} image(s) with a mask ({dataset.masks.source}), unmasked pixels weighted{" "}
+          {report.config.unmasked_weight ?? 0}
+          {dataset.masks.without_mask.length > 0 && `; ${dataset.masks.without_mask.length} without one train unmasked`}.
+        </p>
+      )}
       {dataset.validation && (
         <p className="small" data-testid="preflight-validation">
           Validation: {dataset.validation.held_out} image(s) held out of training ({dataset.validation.source}),

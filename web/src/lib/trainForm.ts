@@ -281,6 +281,8 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   alpha_pattern: "mapping",
   validation_split: "number-or-text",
   validate_every: "integer",
+  alpha_mask: "bool",
+  unmasked_weight: "number",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -329,6 +331,8 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "sample_seed",
   "validation_split",
   "validate_every",
+  "alpha_mask",
+  "unmasked_weight",
 ];
 
 function show(key: Key, v: unknown): string | boolean | undefined {
