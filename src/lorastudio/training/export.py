@@ -48,10 +48,13 @@ def build_sidecar(
     lora_file: str,
     variant: str | None = None,
     extensions: list[dict[str, Any]] | None = None,
+    masked_images: int = 0,
+    validation_images: int = 0,
 ) -> dict[str, Any]:
     """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
     `variant`: the base model's flavour (FamilySpec.variants) when the family has them;
-    "extensions": each time the run was trained longer (training/extend.py)."""
+    "extensions": each time the run was trained longer (training/extend.py); the dataset's
+    images with a loss mask (data/masks.py) and held out for validation (data/holdout.py)."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
@@ -67,7 +70,13 @@ def build_sidecar(
         "extensions": list(extensions or []),
         "resolution": cfg.resolution,
         "trigger_word": cfg.trigger_word,
-        "dataset": {"path": str(dataset_root), "fingerprint": dataset_fingerprint, "images": num_images},
+        "dataset": {
+            "path": str(dataset_root),
+            "fingerprint": dataset_fingerprint,
+            "images": num_images,
+            "masked_images": masked_images,
+            "validation_images": validation_images,
+        },
         "config": cfg.model_dump(mode="json"),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
@@ -98,6 +107,8 @@ def run_sidecar(
         num_images=len(run.scan.items),
         lora_file=lora_file,
         extensions=extensions,
+        masked_images=sum(1 for it in run.scan.items if it.mask is not None),
+        validation_images=len(run.validation),
     )
 
 

@@ -12,6 +12,7 @@ gradient clip, before the update) while the objective's target is changed in one
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +114,8 @@ def test_a_white_mask_trains_like_no_mask_and_a_half_mask_does_not(make_config, 
     assert runs["half"] != runs["plain"]
 
 
-def test_alpha_mask_feeds_the_step_the_alpha_channel(monkeypatch, make_config, tmp_path):
+@pytest.mark.parametrize("cache_gb", [8.0, 0.0])  # the latent cache, and encoding every step
+def test_alpha_mask_feeds_the_step_the_alpha_channel(monkeypatch, make_config, tmp_path, cache_gb):
     root = tmp_path / "alpha"
     root.mkdir()
     rgba = np.random.default_rng(1).integers(0, 256, (SIDE, SIDE, 4), dtype=np.uint8)
@@ -130,9 +132,40 @@ def test_alpha_mask_feeds_the_step_the_alpha_channel(monkeypatch, make_config, t
 
     monkeypatch.setattr(optimize_module, "batch_forward_backward", recording)
     cfg = make_config(
-        data_dir=str(root), output_name="alpha", steps=1, batch_size=1, resolution=SIDE, alpha_mask=True
-    )
+        data_dir=str(root), output_name="alpha", steps=1, batch_size=1, resolution=SIDE, alpha_mask=True,
+        latent_cache_max_gb=cache_gb,
+    )  # fmt: skip
     train(cfg, [].append, device="cpu")
     expected = torch.zeros(1, 1, 4, 4)
     expected[..., :2, :] = 1.0
     assert masks and torch.equal(masks[0].cpu(), expected)
+
+
+def test_a_masked_run_resumes_exactly(make_config, masked_dataset):
+    from lorastudio.config import parse_train_config
+    from lorastudio.errors import ConfigError
+    from lorastudio.settings import get_settings
+    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+    from lorastudio.training.events import StopRequest
+
+    common = {
+        "data_dir": str(masked_dataset),
+        "steps": 4,
+        "batch_size": 1,
+        "resolution": SIDE,
+        "save_every": 2,
+    }
+    whole = train(make_config(output_name="whole", unmasked_weight=0.25, **common), [].append, device="cpu")
+    events: list = []
+    cfg = make_config(output_name="parted", unmasked_weight=0.25, **common)
+    stop = lambda: StopRequest(save=True) if sum(e.type == "progress" for e in events) >= 2 else None  # noqa: E731
+    assert train(cfg, events.append, stop, device="cpu").steps_run == 2
+    checkpoint = find_checkpoint(get_settings().outputs_dir / "parted")
+    again = parse_train_config(resume_settings(read_checkpoint_info(checkpoint), {}))
+    resumed = train(again, [].append, device="cpu", resume=checkpoint)
+    assert resumed.losses == whole.losses
+    sidecar = json.loads(resumed.lora_path.with_suffix(".json").read_text())
+    assert sidecar["dataset"]["masked_images"] == 2 and sidecar["config"]["unmasked_weight"] == 0.25
+    (masked_dataset / "masks" / "a.png").unlink()  # another mask: the dataset is not the checkpoint's
+    with pytest.raises(ConfigError, match="dataset_fingerprint"):
+        train(again.model_copy(update={"steps": 5}), [].append, device="cpu", resume=checkpoint)

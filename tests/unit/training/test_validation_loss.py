@@ -65,6 +65,22 @@ def test_held_out_images_are_never_trained_on(make_config, monkeypatch):
     assert {it.path.name for it in again.validation} == held
 
 
+def test_a_validation_folder_is_held_out_and_the_whole_dataset_trains(make_config, small_dataset, tmp_path):
+    held = tmp_path / "held"
+    held.mkdir()
+    first = sorted(small_dataset.glob("*.png"))[0]
+    (held / "other.png").write_bytes(first.read_bytes())
+    (held / "other.txt").write_text("another image")
+    cfg = make_config(output_name="folder", validation_split=str(held))
+    run = preflight(cfg, get_settings(), "cpu")
+    assert [it.path.name for it in run.validation] == ["other.png"] and len(run.scan.items) == 4
+    events: list = []
+    train(cfg, events.append, device="cpu")
+    assert [(e.step, e.images) for e in _rounds(events)] == [(2, 1)]
+    with pytest.raises(ConfigError, match="the dataset itself"):
+        preflight(make_config(output_name="same", validation_split=str(small_dataset)), get_settings(), "cpu")
+
+
 def test_best_and_last_marked_and_the_best_snapshot_kept(make_config, monkeypatch):
     # a scripted series (the real one is the measured one: these marks are about bookkeeping)
     losses = iter([0.5, 0.2, 0.4, 0.3])
