@@ -11,6 +11,8 @@
   phase 3    denoiser + LoRA (built for the plan: training/plan_build.py): batched,
              gradient-accumulated optimizer steps (training/optimizers.py) in the plan's
              micro-batches, with an LR schedule
+  validate   with validation_split: the held-out images encoded in phase 2, their loss measured at
+             fixed noise every cfg.validate_every steps and after the last one (training/validate.py)
   samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
              cfg.sample_every steps and after the last one (training/samples.py), SampleReady
   export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed);
