@@ -150,3 +150,30 @@ def test_a_fraction_out_of_range_is_refused_by_the_schema():
     with pytest.raises(ConfigError) as err:
         parse_train_config(raw)
     assert [p.field for p in err.value.problems] == ["validation_split"]
+
+
+def test_a_round_runs_the_adapter_in_eval_mode_and_restores_the_mode(make_config, monkeypatch):
+    from lorastudio.training import validate
+
+    captured: dict = {}
+    real = optimize_module.validation_round
+
+    def capturing(run, state, objective, step, emit):
+        captured.update(run=run, objective=objective, held=state.held_out, conds=state.held_out_conds)
+        return real(run, state, objective, step, emit)
+
+    monkeypatch.setattr(optimize_module, "validation_round", capturing)
+    cfg = make_config(output_name="modes", validation_split=0.25, lora_dropout=0.5)
+    result = train(cfg, [].append, device="cpu", return_denoiser=True)
+    denoiser, run = result.denoiser, captured["run"]
+    denoiser.train()  # as the loop holds it: LoRA dropout active
+
+    def measure() -> float:
+        return validate.validation_loss(
+            run.family, denoiser, captured["objective"], captured["held"], captured["conds"], run.cfg,
+            dtype=run.dtype, device=run.device,
+        )  # fmt: skip
+
+    assert measure() == measure()  # dropout off in eval mode: the same value twice
+    assert denoiser.training  # the mode is put back
+    assert all(p.grad is None for p in denoiser.parameters())  # no gradient
