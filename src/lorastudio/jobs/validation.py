@@ -18,10 +18,11 @@ from lorastudio import families
 from lorastudio.basemodels import inspect_folder, resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
-from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
+from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
 from lorastudio.data.holdout import Holdout, split_validation
-from lorastudio.data.masks import MASK_FIELDS, attach_masks
+from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -116,34 +117,9 @@ def validate_run(
     scan: DatasetScan | None = None
     holdout: Holdout | None = None
     if cfg is not None and data_dir is not None and family is not None:
-        fam, run_cfg = family, cfg
-
-        def scan_folder(folder: Path, controls: list[Path] | tuple[Path, ...] = ()) -> DatasetScan:
-            scanned = scan_dataset(
-                folder,
-                resolution=run_cfg.resolution or 0,
-                multiple=fam.spec.resolution_multiple,
-                aspect_buckets=run_cfg.aspect_buckets,
-                no_upscale=run_cfg.no_upscale,
-                trigger_word=run_cfg.trigger_word,
-                default_caption=run_cfg.default_caption,
-                max_pixels=settings.max_image_pixels,
-                control_dirs=controls,
-                control_images=fam.spec.control_images,
-                family=fam.spec.name,
-                decode_pixels=settings.max_decode_pixels,
-            )
-            return attach_masks(
-                scanned,
-                alpha_mask=run_cfg.alpha_mask,
-                unmasked_weight=run_cfg.unmasked_weight,
-                max_pixels=settings.max_image_pixels,
-                decode_pixels=settings.max_decode_pixels,
-            )
-
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_folder(data_dir, control_dirs)
+            scan = scan_for_run(data_dir, cfg, family.spec, settings, control_dirs)
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
         except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
@@ -153,6 +129,7 @@ def validate_run(
         except PathOutsideRoot as err:
             problems += _as_problems("control_dirs", err)
         if scan is not None:  # the validation hold-out (data/holdout.py)
+            run_cfg, spec = cfg, family.spec
             try:
                 holdout = split_validation(
                     scan,
@@ -161,7 +138,7 @@ def validate_run(
                     resolve_folder=lambda given: resolve_dataset_dir(
                         given, settings.datasets_dir, allow_outside_root=allow_outside_root
                     ),
-                    scan_folder=scan_folder,
+                    scan_folder=lambda folder: scan_for_run(folder, run_cfg, spec, settings),
                 )
             except (ConfigError, PathOutsideRoot, DatasetError) as err:
                 problems += _as_problems("validation_split", err)

@@ -69,10 +69,11 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     ModelSourceError.
     """
     from lorastudio import families
-    from lorastudio.data import resolve_dataset_dir, scan_dataset
+    from lorastudio.data import resolve_dataset_dir
     from lorastudio.data.holdout import split_validation
-    from lorastudio.data.masks import attach_masks, mask_warning
+    from lorastudio.data.masks import mask_warning
     from lorastudio.data.pairs import resolve_control_dirs
+    from lorastudio.data.run_scan import scan_for_run
     from lorastudio.data.safe_open import check_not_relinked
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
@@ -100,30 +101,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     for given, control_dir in zip(resolved.control_dirs, control_dirs, strict=True):
         check_not_relinked(given, control_dir, settings.datasets_dir)
 
-    def scan_folder(folder: Path, controls: list[Path] | tuple[Path, ...] = ()) -> DatasetScan:
-        scanned = scan_dataset(
-            folder,
-            resolution=int(resolved.resolution),
-            multiple=family.spec.resolution_multiple,
-            aspect_buckets=resolved.aspect_buckets,
-            no_upscale=resolved.no_upscale,
-            trigger_word=resolved.trigger_word,
-            default_caption=resolved.default_caption,
-            max_pixels=settings.max_image_pixels,
-            decode_pixels=settings.max_decode_pixels,
-            control_dirs=controls,
-            control_images=family.spec.control_images,
-            family=family.spec.name,
-        )
-        return attach_masks(
-            scanned,
-            alpha_mask=resolved.alpha_mask,
-            unmasked_weight=resolved.unmasked_weight,
-            max_pixels=settings.max_image_pixels,
-            decode_pixels=settings.max_decode_pixels,
-        )
-
-    scan = scan_folder(root, control_dirs)
+    scan = scan_for_run(root, resolved, family.spec, settings, control_dirs)
     holdout = split_validation(
         scan,
         resolved.validation_split,
@@ -131,7 +109,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         resolve_folder=lambda given: resolve_dataset_dir(
             given, settings.datasets_dir, allow_outside_root=True
         ),
-        scan_folder=scan_folder,
+        scan_folder=lambda folder: scan_for_run(folder, resolved, family.spec, settings),
     )
     scan = holdout.train
     from lorastudio.data.upscaling import upscale_warning
