@@ -191,6 +191,8 @@ def train(
             if state.previews is not None and state.resume is not None:
                 state.previews.discard()  # a fresh run's samples go with its folder
             state.loras.discard()
+            if state.validation is not None and state.resume is not None:
+                state.validation.discard()  # the record as this session found it
             discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
     except BaseException as err:
@@ -329,7 +331,7 @@ def _prepare_latents(
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
         state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)
-        state.validation = ValidationRounds(cfg.validate_every)
+        state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
     spec = family.spec
     need = cache_bytes(
         [it.bucket for it in items],

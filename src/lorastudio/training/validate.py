@@ -19,8 +19,10 @@ objective and family hooks so it measures exactly what training optimises.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -172,11 +174,27 @@ def _chunk_loss(
 class ValidationRounds:
     """When a run validates and what it found: `due(step, total)` every `every` steps and at the
     last step; `record(step, loss)` keeps the series, `best` the lowest point. The series is
-    saved in checkpoints (a resumed run continues it: `restore`)."""
+    saved in checkpoints (a resumed run continues it: `restore`). `discard()` puts the run
+    folder's validation.json back as this session found it (a resumed run stopped without save)."""
 
-    def __init__(self, every: int | None):
+    def __init__(self, every: int | None, run_dir: Path | None = None):
+        from lorastudio.training.validation_file import VALIDATION_FILE
+
         self.every = every
         self.series: list[dict[str, float | int]] = []
+        self._file = None if run_dir is None else run_dir / VALIDATION_FILE
+        self._before = self._file.read_bytes() if self._file is not None and self._file.is_file() else None
+
+    def discard(self) -> None:
+        """Restore validation.json as it was when the session started (remove it if it had none)."""
+        if self._file is None:
+            return
+        if self._before is None:
+            self._file.unlink(missing_ok=True)
+        else:
+            staging = self._file.with_name(f".{self._file.name}.staging")
+            staging.write_bytes(self._before)
+            os.replace(staging, self._file)
 
     def due(self, step: int, total_steps: int) -> bool:
         return step >= total_steps or (self.every is not None and step % self.every == 0)

@@ -116,6 +116,15 @@ def test_a_run_with_validation_resumes_exactly(make_config):
     checkpoint = find_checkpoint(get_settings().outputs_dir / "parted")
     assert [p["step"] for p in read_checkpoint_info(checkpoint)["validation"]] == [1, 2]
     again = parse_train_config(resume_settings(read_checkpoint_info(checkpoint), {}))
+    record = get_settings().outputs_dir / "parted" / "validation.json"
+    found = record.read_bytes()
+    dropped: list = []
+
+    def discard():
+        return StopRequest(save=False) if any(e.type == "validation" for e in dropped) else None
+
+    assert train(again, dropped.append, discard, device="cpu", resume=checkpoint).stopped
+    assert [e.step for e in _rounds(dropped)] == [3] and record.read_bytes() == found  # as it was found
     rest: list = []
     train(again, rest.append, device="cpu", resume=checkpoint)
     assert [(e.step, e.loss) for e in _rounds(events) + _rounds(rest)] == [
