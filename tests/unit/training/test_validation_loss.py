@@ -134,6 +134,13 @@ def test_a_run_with_validation_resumes_exactly(make_config):
     assert [p["step"] for p in record["series"]] == [1, 2, 3, 4]
 
 
+def test_an_edit_family_validates_with_the_held_out_controls(make_config):
+    events: list = []
+    train(make_config("flux-kontext", output_name="edit", validation_split=0.25), events.append, device="cpu")
+    rounds = _rounds(events)
+    assert [(e.step, e.images) for e in rounds] == [(2, 1)] and rounds[0].loss > 0
+
+
 def test_sdxl_validates_at_fixed_timesteps(make_config):
     events: list = []
     train(make_config("sdxl", output_name="sd", validation_split=0.25), events.append, device="cpu")
