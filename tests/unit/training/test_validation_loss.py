@@ -99,6 +99,18 @@ def test_best_and_last_marked_and_the_best_snapshot_kept(make_config, monkeypatc
     assert sidecar["last"] == {"step": 4, "loss": 0.3, "lora": "marks.safetensors"}
     assert [p["step"] for p in sidecar["series"]] == [1, 2, 3, 4] and len(sidecar["images"]) == 1
     assert read_validation(run_dir)["best"] == {"step": 2, "loss": 0.2}
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    listed = CliRunner().invoke(app, ["lora", "list", str(run_dir)]).output.strip().splitlines()[1:]
+    assert [line.split("  (")[-1] for line in listed] == [
+        "val 0.2, best)",
+        "val 0.4)",
+        "final, val 0.3, last)",
+    ]
 
 
 def test_a_run_with_validation_resumes_exactly(make_config):
