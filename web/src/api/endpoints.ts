@@ -39,6 +39,9 @@ export const api = {
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
+  /** A thumbnail of a loss mask of the dataset (masks/<file>). */
+  maskThumbnailUrl: (name: string, file: string, size = 256) =>
+    withToken(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void) => {
     const form = new FormData();
     for (const f of files) form.append("files", f, f.name);
