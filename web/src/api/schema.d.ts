@@ -1895,7 +1895,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the run's total to train it longer (RunSummary.train_longer)
              */
             settings?: {
                 [key: string]: unknown;
@@ -1954,6 +1954,8 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
         };
         /** RunList */
         RunList: {
@@ -1998,6 +2000,8 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
         };
         /** SampleImage */
         SampleImage: {
@@ -3039,6 +3043,19 @@ export interface components {
              * @default 0.0001
              */
             weight_decay: number;
+        };
+        /** TrainLongerOut */
+        TrainLongerOut: {
+            /**
+             * From Step
+             * @description the newest checkpoint's step: the extension continues from it
+             */
+            from_step: number;
+            /**
+             * Steps
+             * @description the run's total steps now: the new total must be above it
+             */
+            steps: number;
         };
         /** UploadOut */
         UploadOut: {
