@@ -139,3 +139,26 @@ def test_the_card_names_a_hub_base_model():
         "text-to-image",
         "flux",
     ]
+
+
+def test_the_api_pushes_and_answers_each_failure_with_its_status(run_home, hub):
+    from fastapi.testclient import TestClient
+
+    from live_server import LOOPBACK
+    from lorastudio.api.app import create_app
+
+    with TestClient(create_app(_settings(run_home, WRITE_TOKEN)), base_url=LOOPBACK) as client:
+        done = client.post("/api/loras/pushme/push", json={"repo": "me/api-lora", "create": True})
+        assert done.status_code == 201, done.text
+        assert done.json()["url"] == f"{hub.url}/me/api-lora" and "README.md" in done.json()["files"]
+        assert "pushme.safetensors" in hub.repos["me/api-lora"]
+        missing = client.post("/api/loras/pushme/push", json={"repo": "me/missing"})
+        assert missing.status_code == 404 and "--create" in missing.json()["detail"]
+        assert client.post("/api/loras/nope/push", json={"repo": "me/x"}).status_code == 404
+        assert client.post("/api/loras/pushme/push", json={"repo": "no-owner"}).status_code == 422
+    with TestClient(create_app(_settings(run_home, READ_TOKEN)), base_url=LOOPBACK) as client:
+        refused = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
+        assert refused.status_code == 403 and refused.json()["error"] == "HubAccessDenied"
+    with TestClient(create_app(_settings(run_home, None)), base_url=LOOPBACK) as client:
+        no_token = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
+        assert no_token.status_code == 400 and "LORASTUDIO_HF_TOKEN" in no_token.json()["detail"]
