@@ -65,6 +65,7 @@ describe("RunDetailScreen", () => {
     const resume = calls.find((c) => c.url === "/api/runs/r1/resume");
     expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
     expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
+    expect(screen.getByRole("button", { name: "push portrait to the hub" })).toBeInTheDocument();
   });
 
   it("lists the run's LoRAs by step, each downloadable", async () => {
@@ -96,6 +97,7 @@ describe("RunDetailScreen", () => {
     await waitFor(() => expect(card).toHaveTextContent("No checkpoints"));
     expect(within(card).queryByRole("button")).toBeNull();
     expect(screen.queryByRole("link", { name: "Download LoRA" })).toBeNull();
+    expect(screen.queryByRole("button", { name: /to the hub/ })).toBeNull();
   });
 
   it("lists the checkpoints of a completed run without a resume", async () => {
