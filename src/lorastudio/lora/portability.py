@@ -31,6 +31,7 @@ from lorastudio.lora.files import ADAPTER_METADATA_KEY, denoiser_prefix, detect_
 
 Shape = tuple[int, ...]
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+_PLAIN_LORA = (_A, _B, ".lora_up.weight", ".lora_down.weight", ".alpha")
 
 
 def diffusers_scale(header: Mapping[str, str], family: str) -> float | None:
@@ -58,8 +59,9 @@ def check_comfyui(
     shapes = {k: tuple(v.shape) for k, v in tensors.items()}
     result = check_comfy_keys(shapes, comfy_key_map(family, module_shapes), alphas, expected).to_json()
     default = families.get(family).spec.defaults.get("lora_format", "diffusers")
-    if family in COMFYUI_LOADER_CHECKED and layout == default:  # this layout went through ComfyUI's loader
-        result["loader_checked"] = COMFYUI_LOADER
+    plain = all(k.endswith(_PLAIN_LORA) for k in tensors)  # not LyCORIS / DoRA: what the check ran on
+    if family in COMFYUI_LOADER_CHECKED and layout == default and plain:
+        result["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
     return result
 
 
