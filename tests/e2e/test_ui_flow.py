@@ -1,6 +1,6 @@
 """The whole studio in a real browser: upload a dataset, check the memory plan, train (with
 checkpoints), see the plan the run reports, watch the chart, stop and save, find the run, its plan
-and its checkpoints, download its LoRA, generate with it, find the image in the server's gallery,
+and its checkpoints, download its LoRA, push it to a (local) hub, generate with it, find the image in the server's gallery,
 resume the run from an older checkpoint it picked, and train it longer than its total.
 
 Every screen is shot at 1280 and 420 px into tests/e2e/artifacts/ (for a person to look at), and
@@ -181,6 +181,20 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     picker = checkpoints.get_by_label("checkpoint to resume from")
     assert picker.input_value() == f"step-{steps[0]:06d}"
     shoot(page, "run")
+    # push the LoRA to the (local, fake) hub, creating the repo
+    page.get_by_role("button", name="push e2e-lora to the hub").click()
+    push = page.get_by_test_id("push-hub")
+    push.locator('[name="hub_repo"]').fill("me/e2e-lora")
+    push.get_by_label("Create the repo if it does not exist").check()
+    shoot(page, "push-hub")
+    push.get_by_role("button", name="Push", exact=True).click()
+    push.get_by_role("status").wait_for()
+    assert (
+        push.get_by_role("link", name="me/e2e-lora").get_attribute("href")
+        == f"{studio['hub'].url}/me/e2e-lora"
+    )
+    pushed = studio["hub"].repos["me/e2e-lora"]
+    assert pushed["e2e-lora.safetensors"][8:9] == b"{" and "README.md" in pushed and "e2e-lora.json" in pushed
 
     # 6. Generate with the LoRA (tiny model preselected) and find the image in the gallery
     page.goto(f"{url}/#/generate")

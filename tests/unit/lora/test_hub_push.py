@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_hub_upload import READ_TOKEN, WRITE_TOKEN, UploadHub, UploadHubServer
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
+from fake_hub_upload import READ_TOKEN, WRITE_TOKEN, UploadHub, UploadHubServer
 from lorastudio.config import TrainConfig
 from lorastudio.errors import HubAccessDenied, HubTokenMissing, NotFound
 from lorastudio.lora.hub_card import hub_base_model, model_card
