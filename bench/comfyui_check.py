@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+from lorastudio.errors import ConfigError
 from lorastudio.lora import names_flux2
 from lorastudio.settings import Settings
 from lorastudio.training.loop import train
@@ -122,7 +123,7 @@ def flux2_native(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             continue
         try:
             bfl, part = names_flux2.to_original(key.removesuffix(".weight"))
-        except Exception:  # noqa: BLE001 - a module with no BFL name is not patched by a LoRA
+        except ConfigError:  # a module with no BFL name is not one a LoRA patches
             continue
         parts.setdefault(bfl + ".weight", {})[0 if part is None else part] = value
     return {k: torch.cat([p[i] for i in sorted(p)], dim=0) for k, p in parts.items()}
