@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Out
+from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Body, _Out
 
 
 class DatasetFile(_Out):
@@ -112,3 +112,18 @@ class GalleryImage(_Out):
 
 class GalleryList(_Out):
     images: list[GalleryImage]
+
+
+class PushBody(_Body):
+    repo: str = Field(
+        pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", max_length=200, description="hub model repo id, owner/name"
+    )
+    create: bool = Field(default=False, description="create the repo first when it does not exist")
+    private: bool = Field(default=False, description="with create: make the new repo private")
+
+
+class PushOut(_Out):
+    repo_id: str
+    url: str = Field(description="the repo's page on the hub")
+    commit: str | None = Field(description="the commit the push made")
+    files: list[str] = Field(description="the files of the commit (LoRA, sidecar, README.md, samples/...)")

@@ -2,7 +2,8 @@
 other key layout (diffusers/peft <-> kohya/ComfyUI), keeping its training metadata.
 `lorastudio lora list RUN`: a run's LoRAs by step (snapshots under loras/, then the final file).
 `lorastudio lora merge A:0.7 B:0.3 --out M` and `lorastudio lora resize IN --rank r --out OUT`
-(lorastudio.lora.ops)."""
+(lorastudio.lora.ops). `lorastudio lora push RUN --repo ID [--create] [--private]`: upload the
+run's LoRA, sidecar, model card and newest samples to a hub repo (lorastudio.lora.hub_push)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import typer
 
 lora_app = typer.Typer(
     help="LoRA files: list a run's LoRAs by step, convert between diffusers and kohya/ComfyUI layouts, "
-    "merge, resize.",
+    "merge, resize, push to the hub.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -95,3 +96,26 @@ def resize_cmd(
     resized = resize_file(src, out, rank, overwrite=force)
     worst = min(resized.kept_energy.values(), default=1.0)
     typer.echo(f"{src} -> {out} (rank {rank}; energy kept: worst layer {worst:.1%})")
+
+
+@lora_app.command("push")
+def push_cmd(
+    run: str = typer.Argument(..., help="the run's name (its folder under outputs/)"),
+    repo: str = typer.Option(..., "--repo", help="hub model repo id, e.g. me/my-lora"),
+    create: bool = typer.Option(False, "--create", help="create the repo first if it does not exist"),
+    private: bool = typer.Option(False, "--private", help="with --create: make the new repo private"),
+) -> None:
+    """Upload a run's LoRA with its sidecar, a model card and its newest samples to a hub repo,
+    with the studio's hub token (LORASTUDIO_HF_TOKEN, else huggingface_hub's login)."""
+    from lorastudio.errors import LorastudioError
+    from lorastudio.lora.hub_push import push_lora
+    from lorastudio.settings import get_settings
+
+    try:
+        result = push_lora(get_settings(), run, repo, create=create, private=private)
+    except LorastudioError as err:  # no token, refused, repo missing: say which
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"pushed to {result.url} (commit {result.commit}):")
+    for name in result.files:
+        typer.echo(f"  {name}")

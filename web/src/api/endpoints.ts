@@ -20,6 +20,8 @@ import type {
   LoraList,
   LoraSteps,
   PreflightReport,
+  PushBody,
+  PushResult,
   ResumeBody,
   RunDeleted,
   RunDetail,
@@ -79,6 +81,8 @@ export const api = {
   loraFileUrl: (name: string) => withToken(`/api/loras/${seg(name)}/file`),
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
+  /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
+  pushLora: (name: string, body: PushBody) => post<PushResult>(`/api/loras/${seg(name)}/push`, body),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),

@@ -12,6 +12,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/info",
   "/api/loras",
   "/api/loras/{name}/file",
+  "/api/loras/{name}/push",
   "/api/loras/{name}/steps",
   "/api/models",
   "/api/models/added",

@@ -265,6 +265,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/loras/{name}/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Push
+         * @description Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
+         *     repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no
+         *     hub token set; 403 the hub refused the token or gave it no write access; 404 no such LoRA,
+         *     or no such repo without `create`; 502 the hub failed.
+         */
+        post: operations["push_api_loras__name__push_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/loras/{name}/steps": {
         parameters: {
             query?: never;
@@ -1968,6 +1991,46 @@ export interface components {
              */
             type?: "progress";
         };
+        /** PushBody */
+        PushBody: {
+            /**
+             * Create
+             * @description create the repo first when it does not exist
+             * @default false
+             */
+            create?: boolean;
+            /**
+             * Private
+             * @description with create: make the new repo private
+             * @default false
+             */
+            private?: boolean;
+            /**
+             * Repo
+             * @description hub model repo id, owner/name
+             */
+            repo: string;
+        };
+        /** PushOut */
+        PushOut: {
+            /**
+             * Commit
+             * @description the commit the push made
+             */
+            commit: string | null;
+            /**
+             * Files
+             * @description the files of the commit (LoRA, sidecar, README.md, samples/...)
+             */
+            files: string[];
+            /** Repo Id */
+            repo_id: string;
+            /**
+             * Url
+             * @description the repo's page on the hub
+             */
+            url: string;
+        };
         /** QueuedJob */
         QueuedJob: {
             /** Id */
@@ -1990,7 +2053,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the run's total to train it longer (RunSummary.train_longer)
              */
             settings?: {
                 [key: string]: unknown;
@@ -2049,6 +2112,8 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
             /**
              * Validation
              * @description the run's validation rounds (validation_split), by step
@@ -2098,6 +2163,8 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
         };
         /** SampleImage */
         SampleImage: {
@@ -3186,6 +3253,19 @@ export interface components {
              */
             weight_decay: number;
         };
+        /** TrainLongerOut */
+        TrainLongerOut: {
+            /**
+             * From Step
+             * @description the newest checkpoint's step: the extension continues from it
+             */
+            from_step: number;
+            /**
+             * Steps
+             * @description the run's total steps now: the new total must be above it
+             */
+            steps: number;
+        };
         /** UploadOut */
         UploadOut: {
             /**
@@ -4050,6 +4130,75 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    push_api_loras__name__push_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushOut"];
+                };
             };
             /** @description invalid request (every problem listed) */
             400: {

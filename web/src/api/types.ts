@@ -17,6 +17,7 @@ export type ResumeBody = Schemas["ResumeBody"];
 export type CaptionBody = Schemas["CaptionBody"];
 export type GenerateBody = Schemas["GenerateBody"];
 export type LoraRef = Schemas["LoraRef"];
+export type PushBody = Schemas["PushBody"];
 
 // ---- responses ------------------------------------------------------------------------------
 export type Info = Schemas["InfoOut"];
@@ -57,6 +58,7 @@ export type SampleList = Schemas["SampleList"];
 export type LoraList = Schemas["LoraList"];
 export type LoraSteps = Schemas["LoraSteps"];
 export type Lora = Schemas["LoraOut"];
+export type PushResult = Schemas["PushOut"];
 export type GenerateResult = Schemas["GenerateOut"];
 export type GalleryList = Schemas["GalleryList"];
 export type GalleryImage = Schemas["GalleryImage"];

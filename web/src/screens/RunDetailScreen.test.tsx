@@ -65,6 +65,7 @@ describe("RunDetailScreen", () => {
     const resume = calls.find((c) => c.url === "/api/runs/r1/resume");
     expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
     expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
+    expect(screen.getByRole("button", { name: "push portrait to the hub" })).toBeInTheDocument();
   });
 
   it("lists the run's LoRAs by step, each downloadable", async () => {
@@ -128,6 +129,7 @@ describe("RunDetailScreen", () => {
     await waitFor(() => expect(card).toHaveTextContent("No checkpoints"));
     expect(within(card).queryByRole("button")).toBeNull();
     expect(screen.queryByRole("link", { name: "Download LoRA" })).toBeNull();
+    expect(screen.queryByRole("button", { name: /to the hub/ })).toBeNull();
   });
 
   it("lists the checkpoints of a completed run without a resume", async () => {
@@ -137,6 +139,22 @@ describe("RunDetailScreen", () => {
     await waitFor(() => expect(within(card).getAllByRole("listitem")).toHaveLength(2));
     expect(card).toHaveTextContent("finished all its steps");
     expect(within(card).queryByRole("button")).toBeNull();
+  });
+
+  it("trains a completed run longer from its newest checkpoint and opens Live", async () => {
+    const done = { ...RUN, status: "completed" as const, steps_run: 1000, resume_step: null, train_longer: { from_step: 120, steps: 1000 } };
+    window.location.hash = "#/runs/r1";
+    const calls = serve(done, { ...CHECKPOINTS, resume_step: null });
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("checkpoints");
+    await userEvent.click(await within(card).findByRole("button", { name: "train portrait longer" }));
+    expect(within(card).queryByRole("button", { name: /resume portrait/ })).toBeNull();
+    const input = within(card).getByRole("spinbutton", { name: "New total steps" });
+    await userEvent.clear(input);
+    await userEvent.type(input, "1600");
+    await userEvent.click(within(card).getByRole("button", { name: "Train to 1600 steps" }));
+    await waitFor(() => expect(window.location.hash).toBe("#/live"));
+    expect(calls.find((c) => c.url === "/api/runs/r1/resume")).toMatchObject({ method: "POST", body: { settings: { steps: 1600 } } });
   });
   it("shows the plan the run used, with its measured trials", async () => {
     const trial = { base_precision: "int8", gradient_checkpointing: "full", micro_batch_size: 1, seconds_per_sample: 1.5, note: null };

@@ -4,6 +4,7 @@ import type { Checkpoint, LoraSteps, RunDetail, SampleImage } from "../api/types
 import { CheckpointsCard } from "../components/CheckpointsCard";
 import { LineChart } from "../components/LineChart";
 import { PlanSummary } from "../components/PlanSummary";
+import { PushToHub } from "../components/PushToHub";
 import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
@@ -11,8 +12,8 @@ import { href, navigate } from "../lib/route";
 import { chartData, fromPoints } from "../lib/series";
 
 /**
- * One run: the plan it used, its chart, sample previews, checkpoints (resume from a picked one), config and
- * outputs; download the LoRA; delete.
+ * One run: the plan it used, its chart, sample previews, checkpoints (resume from a picked one, train longer),
+ * config and outputs; download the LoRA or push it to the hub; delete.
  */
 export function RunDetailScreen({ id }: { id: string }) {
   const [run, setRun] = useState<RunDetail | null>(null);
@@ -81,6 +82,11 @@ export function RunDetailScreen({ id }: { id: string }) {
           <Stat label="Started">{formatWhen(run.started_at ?? run.created_at)}</Stat>
         </div>
         {run.plan && <PlanSummary plan={run.plan} />}
+        {download && (
+          <div className="push-hub-slot">
+            <PushToHub name={run.output_name} />
+          </div>
+        )}
       </div>
       <div className="card">
         <LineChart {...chartData(series, run.validation)} empty="No metric points recorded." />

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import settings_dep
-from lorastudio.api.schemas_files import LoraList, LoraSteps
+from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
 from lorastudio.jobs.generation import lora_file
@@ -78,6 +78,19 @@ def download(
             raise NotFound(f"run {name!r} has no LoRA snapshot at step {step}")
         path = Path(found[0]["path"])
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
+
+
+@router.post("/{name}/push", status_code=201, response_model=PushOut)
+def push(name: str, body: PushBody, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
+    repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no
+    hub token set; 403 the hub refused the token or gave it no write access; 404 no such LoRA,
+    or no such repo without `create`; 502 the hub failed."""
+    from lorastudio.lora.hub_push import push_lora
+
+    safe_component(name, field="name")
+    result = push_lora(settings, name, body.repo, create=body.create, private=body.private)
+    return {"repo_id": result.repo_id, "url": result.url, "commit": result.commit, "files": result.files}
 
 
 def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
