@@ -28,6 +28,8 @@ AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math", "fa4"]
 FuseProjections = Literal["auto", "on", "off"]
 AdapterName = Literal["lora", "dora", "loha", "lokr"]
 OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
+LossName = Literal["mse", "l1", "huber", "smooth_l1"]
+HuberSchedule = Literal["constant", "exponential", "snr"]
 
 # Fields that only some families honour. A family lists the ones it supports in
 # FamilySpec.supports; setting one explicitly for another family is a ConfigError.
@@ -321,6 +323,24 @@ class TrainConfig(BaseModel):
         "file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or "
         "LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / "
         "int8 / nf4)",
+    )
+
+    # the loss (issue 28; training/losses.py): every family and objective
+    loss: LossName = Field(
+        default="mse",
+        description="mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like "
+        "above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top",
+    )
+    huber_c: float | None = Field(
+        default=None,
+        gt=0,
+        le=10,
+        description="huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise",
+    )
+    huber_schedule: HuberSchedule | None = Field(
+        default=None,
+        description="huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean "
+        "latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)",
     )
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)

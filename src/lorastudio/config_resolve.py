@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
+from lorastudio.config_methods import resolve_loss
 from lorastudio.config_rules import (
     adapter_lora_format,
     combination_problems,
@@ -170,6 +171,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
         values[key] = _inert_value(key)
     values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
     values["lora_format"] = adapter_lora_format(cfg, values["lora_format"])
+    resolve_loss(cfg, values)
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:

@@ -1,6 +1,7 @@
 """The per-micro-batch training computation shared by the loop and the GPU benchmark.
 
-`forward_backward` = objective noise -> family.predict -> weighted MSE -> (scaled) backward, with
+`forward_backward` = objective noise -> family.predict -> weighted loss (TrainConfig.loss, see
+training/losses.py) -> (scaled) backward, with
 the regional-compile fallback around the denoiser call. It never reads a value back to the host:
 it returns the micro-batch's loss share as a 0-d device tensor, so a caller can accumulate
 shares on the device and synchronise once per optimizer step (or per logging interval).
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.training.compile import run_compiled
+from lorastudio.training.losses import per_sample_loss
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -22,13 +24,19 @@ if TYPE_CHECKING:
     from lorastudio.training.noise import DdpmObjective, FlowObjective, NoisedBatch
 
 
-def weighted_mse_share(
-    pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, step_samples: int
+def weighted_loss_share(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor,
+    step_samples: int,
+    kind: str = "mse",
+    loss_c: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sum over the micro-batch of the per-sample MSE (fp32) times its weight, divided by the
-    samples of the whole optimizer step: pred [B,C,h,w] (any float dtype), target [B,C,h,w] fp32,
-    weight [B] fp32 -> [] fp32. Summing the shares of a step's micro-batches gives its mean loss."""
-    per_sample = ((pred.float() - target) ** 2).mean(dim=(1, 2, 3)) * weight  # [B]
+    """Sum over the micro-batch of the per-sample loss `kind` (fp32; training/losses.py) times
+    its weight, divided by the samples of the whole optimizer step: pred [B,C,h,w] (any float
+    dtype), target [B,C,h,w] fp32, weight [B] fp32, loss_c [B] the Huber thresholds (huber /
+    smooth_l1) -> [] fp32. Summing the shares of a step's micro-batches gives its mean loss."""
+    per_sample = per_sample_loss(kind, pred, target, loss_c) * weight  # [B]
     return per_sample.sum() / step_samples  # []
 
 
@@ -73,7 +81,9 @@ def forward_backward(
 
     def run() -> torch.Tensor:
         pred = family.predict(module, noised.noisy, noised.noise_level, cond, batch_info, cfg)  # [B,C,h,w]
-        share = weighted_mse_share(pred, noised.target, noised.weight, step_samples)  # []
+        share = weighted_loss_share(
+            pred, noised.target, noised.weight, step_samples, cfg.loss, noised.loss_c
+        )  # []
         scaled = share if shard is None else share * shard.grad_factor  # DDP averages over ranks
         scaler.scale(scaled).backward()
         return share.detach()

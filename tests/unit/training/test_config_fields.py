@@ -59,6 +59,9 @@ CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
     "guidance": ({}, 4.0, "run"),
     "max_sequence_length": ({}, 24, "run"),
     "output_name": ({}, "elsewhere", "output"),
+    "loss": ({}, "l1", "run"),
+    "huber_c": ({"loss": "huber"}, 0.5, "run"),
+    "huber_schedule": ({"loss": "huber"}, "snr", "run"),
 }
 # fields whose behaviour is tested elsewhere (or is the identity of the run)
 ELSEWHERE = {
