@@ -2310,6 +2310,18 @@ export interface components {
              */
             guidance?: number | null;
             /**
+             * Huber C
+             * @description huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise
+             * @default null
+             */
+            huber_c?: number | null;
+            /**
+             * Huber Schedule
+             * @description huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)
+             * @default null
+             */
+            huber_schedule?: ("constant" | "exponential" | "snr") | null;
+            /**
              * Keep Last
              * @description checkpoints retained (oldest removed)
              * @default 2
@@ -2383,6 +2395,13 @@ export interface components {
              * @default null
              */
             lora_targets?: string[] | null;
+            /**
+             * Loss
+             * @description mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top
+             * @default mse
+             * @enum {string}
+             */
+            loss?: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
              * @default constant
@@ -2771,6 +2790,16 @@ export interface components {
              */
             guidance: number | null;
             /**
+             * Huber C
+             * @description huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise
+             */
+            huber_c: number | null;
+            /**
+             * Huber Schedule
+             * @description huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)
+             */
+            huber_schedule: ("constant" | "exponential" | "snr") | null;
+            /**
              * Keep Last
              * @description checkpoints retained (oldest removed)
              * @default 2
@@ -2833,6 +2862,13 @@ export interface components {
              * @description module name suffixes
              */
             lora_targets: string[] | null;
+            /**
+             * Loss
+             * @description mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top
+             * @default mse
+             * @enum {string}
+             */
+            loss: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
              * @default constant

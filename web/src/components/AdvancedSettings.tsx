@@ -1,6 +1,6 @@
 import { useEffect, useRef } from "react";
 import type { Family } from "../api/types";
-import { ADAPTERS, FAMILY_FIELDS, OPTIMIZERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
+import { ADAPTERS, FAMILY_FIELDS, HUBER_SCHEDULES, LOSSES, OPTIMIZERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
@@ -86,6 +86,11 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           wide: true,
         })}
         <div className="checks">{c.check("enable_tf32", "TF32 matmuls")}</div>
+
+        <h4 className="grid-head">Loss</h4>
+        {c.choice("loss", "Loss", LOSSES, { hint: "huber / smooth L1: MSE-like for small errors, L1-like for large (robust to outliers)" })}
+        {shown("huber_c") && c.num("huber_c", "Huber c", { placeholder: "0.1", hint: "the threshold (with a schedule: its value at pure noise)" })}
+        {shown("huber_schedule") && c.choice("huber_schedule", "Huber schedule", HUBER_SCHEDULES, { hint: "c by noise level" })}
 
         {objective && <h4 className="grid-head">Objective</h4>}
         {supports.has("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}

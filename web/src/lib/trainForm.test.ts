@@ -243,7 +243,7 @@ describe("train form: the memory plan and GPUs", () => {
   it("leaves out the options of an optimizer or adapter that is not chosen", () => {
     expect([...inapplicableFields({})].sort()).toEqual(
       ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init", "lokr_decompose_both", "lokr_factor",
-        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction"].sort(),
+        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction", "huber_c", "huber_schedule"].sort(),
     );
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_eps: "1e-6", prodigy_d_coef: "2", lokr_factor: "4" };
     const adamw = buildConfig(v, flux).config;
@@ -253,6 +253,16 @@ describe("train form: the memory plan and GPUs", () => {
     const lokr = buildConfig({ ...v, optimizer: "adafactor", adapter: "lokr" }, flux).config;
     expect(lokr).toMatchObject({ adapter: "lokr", lokr_factor: 4 });
     expect(lokr).not.toHaveProperty("optimizer_eps");
+  });
+
+  it("sends the Huber settings only with a Huber loss", () => {
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "d", huber_c: "0.2", huber_schedule: "snr" };
+    const mse = buildConfig(v, flux).config;
+    expect(mse.loss).toBe("mse");
+    expect(mse).not.toHaveProperty("huber_c");
+    expect(mse).not.toHaveProperty("huber_schedule");
+    expect(buildConfig({ ...v, loss: "l1" }, flux).config).not.toHaveProperty("huber_c");
+    expect(buildConfig({ ...v, loss: "smooth_l1" }, flux).config).toMatchObject({ loss: "smooth_l1", huber_c: 0.2, huber_schedule: "snr" });
   });
 
   it("gives Prodigy a learning rate of 1 and the family's back when leaving it", () => {

@@ -19,6 +19,8 @@ type Precision = NonNullable<TrainConfig["base_precision"]>;
 type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 type Optimizer = NonNullable<TrainConfig["optimizer"]>;
 type Adapter = NonNullable<TrainConfig["adapter"]>;
+type Loss = NonNullable<TrainConfig["loss"]>;
+type HuberSchedule = NonNullable<TrainConfig["huber_schedule"]>;
 
 /** Every scheduler the config accepts (a Record, so the compiler checks the list is complete). */
 export const SCHEDULERS: Record<Scheduler, string> = {
@@ -99,6 +101,26 @@ export const ADAPTERS: Record<Adapter, string> = {
   loha: "LoHa (Hadamard)",
   lokr: "LoKr (Kronecker)",
 };
+/** The training losses (min-SNR, where the family has it, weights each of them). */
+export const LOSSES: Record<Loss, string> = {
+  mse: "MSE",
+  l1: "L1",
+  huber: "Huber (pseudo-Huber)",
+  smooth_l1: "Smooth L1",
+};
+/** How huber / smooth_l1 move their threshold with the noise level. */
+export const HUBER_SCHEDULES: Record<HuberSchedule, string> = {
+  constant: "Constant",
+  exponential: "Exponential (1 → c with noise)",
+  snr: "SNR (1 → c with noise, as SimpleTuner)",
+};
+/** The settings each loss reads (config_methods.HUBER_OPTIONS): the others' are hidden and not sent. */
+export const LOSS_OPTIONS: Record<Loss, readonly Key[]> = {
+  mse: [],
+  l1: [],
+  huber: ["huber_c", "huber_schedule"],
+  smooth_l1: ["huber_c", "huber_schedule"],
+};
 /** Settings of one adapter only (the others' are hidden and not sent). */
 export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
   lora: [],
@@ -111,8 +133,13 @@ export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
 export function inapplicableFields(values: Partial<FormValues>): Set<Key> {
   const optimizer = (values.optimizer || "adamw") as Optimizer;
   const adapter = (values.adapter || "lora") as Adapter;
-  const mine = new Set<Key>([...(OPTIMIZER_OPTIONS[optimizer] ?? []), ...(ADAPTER_OPTIONS[adapter] ?? [])]);
-  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS)].flat();
+  const loss = (values.loss || "mse") as Loss;
+  const mine = new Set<Key>([
+    ...(OPTIMIZER_OPTIONS[optimizer] ?? []),
+    ...(ADAPTER_OPTIONS[adapter] ?? []),
+    ...(LOSS_OPTIONS[loss] ?? []),
+  ]);
+  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS), ...Object.values(LOSS_OPTIONS)].flat();
   const hidden = new Set(all.filter((k) => !mine.has(k)));
   if (optimizer === "adafactor" && values.adafactor_relative_step === true) hidden.add("learning_rate"); // Adafactor's own
   return hidden;
@@ -267,6 +294,9 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   lokr_decompose_both: "bool",
   rank_pattern: "mapping",
   alpha_pattern: "mapping",
+  loss: "text",
+  huber_c: "number",
+  huber_schedule: "text",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -310,6 +340,9 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "enable_tf32",
   "optimizer",
   "adapter",
+  "loss",
+  "huber_c",
+  "huber_schedule",
   "sample_prompts",
   "sample_every",
   "sample_seed",
