@@ -29,6 +29,7 @@ FuseProjections = Literal["auto", "on", "off"]
 AdapterName = Literal["lora", "dora", "loha", "lokr"]
 OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
 LossName = Literal["mse", "l1", "huber", "smooth_l1"]
+SaveDtype = Literal["fp32", "bf16", "fp16"]
 HuberSchedule = Literal["constant", "exponential", "snr"]
 
 # Fields that only some families honour. A family lists the ones it supports in
@@ -281,6 +282,11 @@ class TrainConfig(BaseModel):
         description="key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's "
         "portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI "
         "and diffusers at the trained strength)",
+    )
+    save_dtype: SaveDtype = Field(
+        default="fp32",
+        description="dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): "
+        "fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32",
     )
 
     # sample previews (rendered with the live LoRA; they never change the training maths)

@@ -123,6 +123,34 @@ def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: M
     return path
 
 
+SAVE_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def cast_for_file(tensors: Mapping[str, torch.Tensor], save_dtype: str) -> dict[str, torch.Tensor]:
+    """`tensors` with every floating tensor in TrainConfig.save_dtype `save_dtype` (fp32 / bf16 /
+    fp16); other tensors unchanged. Raises ConfigError (field save_dtype) naming the first tensor
+    whose finite values do not fit the dtype (fp16 tops out at 65504), rather than writing inf."""
+    dtype = SAVE_DTYPES[save_dtype]
+    out = {}
+    for key, value in tensors.items():
+        if not value.is_floating_point() or value.dtype == dtype:
+            out[key] = value
+            continue
+        cast = value.to(dtype)
+        if not bool(torch.isfinite(cast).all()) and bool(torch.isfinite(value).all()):
+            limit = torch.finfo(dtype).max
+            raise ConfigError(
+                [
+                    FieldProblem(
+                        "save_dtype",
+                        f"{key} holds values beyond {save_dtype}'s range ({limit:g}): use bf16 or fp32",
+                    )
+                ]
+            )
+        out[key] = cast
+    return out
+
+
 def file_for_layout(
     lora: PeftLora,
     family: str,

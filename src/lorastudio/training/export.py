@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio import __version__
 from lorastudio.lora.convert import PeftLora
-from lorastudio.lora.files import file_for_layout, write_lora_file
+from lorastudio.lora.files import cast_for_file, file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
 from lorastudio.lora.portability import check_loaders
 from lorastudio.lora.snapshots import LORAS, snapshot_name
@@ -139,7 +139,8 @@ def save_lora(
 ) -> Path:
     """Write <run_dir>/<name>.safetensors and <run_dir>/<name>.json; returns the LoRA path.
 
-    The layout is the run's `lora_format` (sidecar["config"]): "diffusers" is what
+    The layout is the run's `lora_format` (sidecar["config"]), the tensors in its `save_dtype`
+    (fp32 / bf16 / fp16; lora.files.cast_for_file): "diffusers" is what
     `<spec.pipeline_class>.load_lora_weights(path)` loads (keys prefixed with the denoiser name,
     the adapter config under `lora_adapter_metadata`); "kohya" is the family's kohya / ComfyUI
     layout (see lorastudio.lora.convert) with kohya's `ss_*` header keys. Both carry the training
@@ -150,11 +151,13 @@ def save_lora(
     """
     layout = sidecar.get("config", {}).get("lora_format", "diffusers")
     adapter = sidecar.get("config", {}).get("adapter", "lora")
+    save_dtype = sidecar.get("config", {}).get("save_dtype", "fp32")
     info = training_metadata(sidecar)
     if adapter != "lora" and layout == "kohya":  # DoRA / LoHa / LoKr: the LyCORIS layout ComfyUI reads
         tensors, header, check = lycoris_file(
             denoiser, spec.name, adapter, info, base_weight_shapes(denoiser)
         )
+        tensors = cast_for_file(tensors, save_dtype)
         loaders = {
             "comfyui": check,
             "diffusers": {"checked": False, "reason": f"diffusers has no loader for LyCORIS {adapter} files"},
@@ -167,6 +170,7 @@ def save_lora(
         ):
             lora = fold_module_strengths(lora, module_scales(denoiser))
         tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
+        tensors = cast_for_file(tensors, save_dtype)  # the loader check below reads the file's tensors
         unet_config = getattr(denoiser, "config", None) if spec.name == "sdxl" else None
         loaders = check_loaders(
             tensors, header, spec.name, base_weight_shapes(denoiser), spec.pipeline_class, unet_config

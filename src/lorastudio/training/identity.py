@@ -32,6 +32,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "keep_loras",
         "max_bad_steps",
         "lora_format",
+        "save_dtype",  # the dtype of the written LoRA files; checkpoints stay fp32
         "compile",
         "fuse_projections",  # the same sums as one matmul (rounding aside), the same LoRA names
         "gradient_checkpointing",  # recomputation gives the same values

@@ -107,6 +107,7 @@ ELSEWHERE = {
     "lokr_decompose_both": "test_adapters (low-rank w1 exported as lokr_w1_a / _b; refused for another adapter)",
     "rank_pattern": "test_adapters (to_k at rank 2; a pattern matching nothing refused; kohya LoRA refused)",
     "alpha_pattern": "test_adapters (to_k at alpha 2 in the layers and the file's .alpha)",
+    "save_dtype": "test_save_dtype (every LoRA file in the dtype, the fp32 weights rounded; loads in diffusers; fp16 overflow refused)",
     "assistant_lora": "test_assistant (merged for training, not in the LoRA, refused on a base not distilled)",
 }
 

@@ -1895,7 +1895,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
              */
             settings?: {
                 [key: string]: unknown;
@@ -2581,6 +2581,13 @@ export interface components {
              */
             sample_with_ema?: boolean;
             /**
+             * Save Dtype
+             * @description dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32
+             * @default fp32
+             * @enum {string}
+             */
+            save_dtype?: "fp32" | "bf16" | "fp16";
+            /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
              * @default null
@@ -3031,6 +3038,13 @@ export interface components {
              * @default true
              */
             sample_with_ema: boolean;
+            /**
+             * Save Dtype
+             * @description dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32
+             * @default fp32
+             * @enum {string}
+             */
+            save_dtype: "fp32" | "bf16" | "fp16";
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)

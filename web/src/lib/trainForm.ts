@@ -20,6 +20,7 @@ type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 type Optimizer = NonNullable<TrainConfig["optimizer"]>;
 type Adapter = NonNullable<TrainConfig["adapter"]>;
 type Loss = NonNullable<TrainConfig["loss"]>;
+type SaveDtype = NonNullable<TrainConfig["save_dtype"]>;
 type HuberSchedule = NonNullable<TrainConfig["huber_schedule"]>;
 
 /** Every scheduler the config accepts (a Record, so the compiler checks the list is complete). */
@@ -39,6 +40,12 @@ export const TIMESTEP_SAMPLING: Record<Sampling, string> = {
 export const LORA_FORMATS: Record<LoraFormat, string> = {
   diffusers: "Diffusers / PEFT",
   kohya: "Kohya (ComfyUI, A1111)",
+};
+/** The dtype of the LoRA files' tensors (checkpoints stay fp32). */
+export const SAVE_DTYPES: Record<SaveDtype, string> = {
+  fp32: "fp32 (exact)",
+  bf16: "bf16 (half size)",
+  fp16: "fp16 (half size)",
 };
 export const COMPILE_MODES: Record<CompileMode, string> = {
   auto: "Auto",
@@ -297,6 +304,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   loss: "text",
   huber_c: "number",
   huber_schedule: "text",
+  save_dtype: "text",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -329,6 +337,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "keep_loras",
   "max_bad_steps",
   "lora_format",
+  "save_dtype",
   "compile",
   "attention_backend",
   "fuse_projections",
