@@ -43,6 +43,8 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
     "flow_shift",
     "guidance",
     "max_sequence_length",
+    "train_text_encoder",
+    "text_encoder_lr",
 )
 
 
@@ -213,6 +215,20 @@ class TrainConfig(BaseModel):
     alpha_pattern: dict[str, float] | None = Field(
         default=None,
         description="per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
+    )
+
+    # SDXL text-encoder LoRA (family-specific; training/text_encoders.py)
+    train_text_encoder: bool = Field(
+        default=False,
+        description="SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / "
+        "lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's "
+        "(diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)",
+    )
+    text_encoder_lr: float | None = Field(
+        default=None,
+        gt=0,
+        le=1.0,
+        description="SDXL with train_text_encoder: its learning rate (null: learning_rate)",
     )
 
     # numerics

@@ -44,14 +44,27 @@ def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
         raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
 
 
+_DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.")  # SDXL text-encoder LoRA keys (lora/text_encoders.py)
+_KOHYA_TE = ("lora_te1_", "lora_te2_")
+_TEXT_ENCODER_KEYS = _DIFFUSERS_TE + _KOHYA_TE
+
+
+def _mixed() -> Layout:
+    raise ModelSourceError(
+        "a LoRA file mixes diffusers and kohya names between its denoiser and text encoders"
+    )
+
+
 def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
-    """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.).
+    """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.),
+    SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...).
     Raises ModelSourceError for anything else (or a mix)."""
     keys = list(tensors)
-    if keys and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in keys):
-        return "diffusers"
-    if keys and all(k.startswith(("lora_unet_", "diffusion_model.")) for k in keys):
-        return "kohya"
+    denoiser = [k for k in keys if not k.startswith(_TEXT_ENCODER_KEYS)]  # SDXL text-encoder LoRA beside
+    if denoiser and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in denoiser):
+        return "diffusers" if all(not k.startswith(_KOHYA_TE) for k in keys) else _mixed()
+    if denoiser and all(k.startswith(("lora_unet_", "diffusion_model.")) for k in denoiser):
+        return "kohya" if all(not k.startswith(_DIFFUSERS_TE) for k in keys) else _mixed()
     odd = [k for k in keys if not k.startswith(("unet.", "transformer.", "lora_unet_", "diffusion_model."))]
     detail = f" (e.g. {odd[0]!r})" if odd else ""
     if odd and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys):

@@ -17,10 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio import __version__
 from lorastudio.lora.convert import PeftLora
-from lorastudio.lora.files import cast_for_file, file_for_layout, write_lora_file
+from lorastudio.lora.files import ADAPTER_METADATA_KEY, cast_for_file, file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
 from lorastudio.lora.portability import check_loaders
 from lorastudio.lora.snapshots import LORAS, snapshot_name
+from lorastudio.lora.text_encoders import (
+    file_clip_shapes,
+    to_diffusers_tensors,
+    to_kohya_tensors,
+    with_adapter_metadata,
+)
 from lorastudio.training.assistant import assistant_sidecar
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import FamilySpec
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
+    from lorastudio.training.text_encoders import TextEncoderLora
 
 SIDECAR_FORMAT = "lorastudio.lora/1"
 
@@ -109,6 +116,7 @@ def save_lora_snapshot(
     step: int,
     total_steps: int,
     extensions: list[dict[str, Any]] | None = None,
+    text_encoders: TextEncoderLora | None = None,
 ) -> Path | None:
     """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
     in the run's layout with its sidecar ("snapshot": true), checked like the final file.
@@ -126,7 +134,9 @@ def save_lora_snapshot(
         extensions=extensions,
     )
     sidecar["snapshot"] = True
-    return save_lora(run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar)
+    return save_lora(
+        run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar, text_encoders
+    )
 
 
 def save_lora(
@@ -136,8 +146,11 @@ def save_lora(
     denoiser: Any,
     lora_config: LoraConfig,
     sidecar: dict[str, Any],
+    text_encoders: TextEncoderLora | None = None,
 ) -> Path:
     """Write <run_dir>/<name>.safetensors and <run_dir>/<name>.json; returns the LoRA path.
+    With `text_encoders` (SDXL's train_text_encoder) their LoRA joins the file in the same
+    layout (lora/text_encoders.py) and the loader check covers it.
 
     The layout is the run's `lora_format` (sidecar["config"]), the tensors in its `save_dtype`
     (fp32 / bf16 / fp16; lora.files.cast_for_file): "diffusers" is what
@@ -170,13 +183,35 @@ def save_lora(
         ):
             lora = fold_module_strengths(lora, module_scales(denoiser))
         tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
+        clip = None
+        if text_encoders is not None:
+            tensors, header = _with_text_encoders(tensors, header, layout, text_encoders, lora)
+            clip = file_clip_shapes(text_encoders.module_shapes())
         tensors = cast_for_file(tensors, save_dtype)  # the loader check below reads the file's tensors
         unet_config = getattr(denoiser, "config", None) if spec.name == "sdxl" else None
         loaders = check_loaders(
-            tensors, header, spec.name, base_weight_shapes(denoiser), spec.pipeline_class, unet_config
+            tensors, header, spec.name, base_weight_shapes(denoiser), spec.pipeline_class, unet_config, clip
         )
     sidecar = {**sidecar, "lora_format": layout, "adapter": adapter, "loaders": loaders}
     return write_lora_pair(run_dir, name, tensors, header, sidecar)
+
+
+def _with_text_encoders(
+    tensors: dict[str, Any],
+    header: dict[str, str],
+    layout: str,
+    text_encoders: TextEncoderLora,
+    lora: PeftLora,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The file's tensors and header with the text encoders' LoRA (same rank and alpha as the
+    denoiser's) in `layout`: kohya lora_te1_ / lora_te2_ keys with .alpha, or diffusers
+    text_encoder. / text_encoder_2. keys with alpha / rank folded in and their adapter metadata."""
+    state = text_encoders.state_dict()
+    if layout == "kohya":
+        return {**tensors, **to_kohya_tensors(state, lora.alpha)}, header
+    config = adapter_metadata(text_encoders.lora_config)
+    header = with_adapter_metadata(header, config, lora.rank, ADAPTER_METADATA_KEY)
+    return {**tensors, **to_diffusers_tensors(state, lora.rank, lora.alpha)}, header
 
 
 def fold_module_strengths(lora: PeftLora, scales: dict[str, tuple[int, float]]) -> PeftLora:
@@ -243,12 +278,13 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         lora_file=f"{name}.safetensors",
         extensions=state.extensions,
     )
+    te = state.text_encoders
     if state.ema is None:
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
     raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
     raw_sidecar = {**sidecar, "lora_file": f"{raw}.safetensors"}
     raw_sidecar["ema"] = {**ema, "weights": "raw", "ema_file": f"{name}.safetensors"}
-    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar)
+    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar, te)
     sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
     with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
