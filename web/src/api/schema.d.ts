@@ -2617,12 +2617,24 @@ export interface components {
              */
             steps?: number;
             /**
+             * Text Encoder Lr
+             * @description SDXL with train_text_encoder: its learning rate (null: learning_rate)
+             * @default null
+             */
+            text_encoder_lr?: number | null;
+            /**
              * Timestep Sampling
              * @description flow families
              * @default logit_normal
              * @enum {string}
              */
             timestep_sampling?: "logit_normal" | "uniform" | "sigmoid";
+            /**
+             * Train Text Encoder
+             * @description SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)
+             * @default false
+             */
+            train_text_encoder?: boolean;
             /**
              * Trigger Word
              * @description prepended to captions
@@ -3073,12 +3085,23 @@ export interface components {
              */
             steps: number;
             /**
+             * Text Encoder Lr
+             * @description SDXL with train_text_encoder: its learning rate (null: learning_rate)
+             */
+            text_encoder_lr: number | null;
+            /**
              * Timestep Sampling
              * @description flow families
              * @default logit_normal
              * @enum {string}
              */
             timestep_sampling: "logit_normal" | "uniform" | "sigmoid";
+            /**
+             * Train Text Encoder
+             * @description SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)
+             * @default false
+             */
+            train_text_encoder: boolean;
             /**
              * Trigger Word
              * @description prepended to captions

@@ -40,6 +40,7 @@ export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
   "snr_gamma": 5,
   "steps": 1000,
   "timestep_sampling": "logit_normal",
+  "train_text_encoder": false,
   "weight_decay": 0.0001
 };
 
@@ -114,6 +115,8 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "save_lora_every": "write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)",
   "snr_gamma": "min-SNR weighting (DDPM families); null = off",
   "steps": "optimizer steps (ignored if num_epochs>0)",
+  "text_encoder_lr": "SDXL with train_text_encoder: its learning rate (null: learning_rate)",
   "timestep_sampling": "flow families",
+  "train_text_encoder": "SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)",
   "trigger_word": "prepended to captions"
 };

@@ -74,6 +74,11 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {shown("lokr_decompose_both") && <div className="checks">{c.check("lokr_decompose_both", "Low-rank w1 too")}</div>}
         {c.line("rank_pattern", "Rank per module", { placeholder: "none", hint: "module=rank, comma-separated (e.g. to_k=8)", wide: true })}
         {c.line("alpha_pattern", "Alpha per module", { placeholder: "none", hint: "module=alpha, comma-separated", wide: true })}
+        {supports.has("train_text_encoder") && (
+          <div className="checks">{c.check("train_text_encoder", "Train the text encoders")}</div>
+        )}
+        {supports.has("text_encoder_lr") &&
+          c.num("text_encoder_lr", "Text encoder LR", { placeholder: "learning rate", hint: "with text-encoder training (captions then encode every step)" })}
         {c.line("lora_targets", "Target modules", {
           placeholder: family?.lora_targets.join(", ") || "the family's",
           hint: "module name suffixes, comma-separated (blank: the family's)",

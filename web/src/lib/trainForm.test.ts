@@ -255,6 +255,15 @@ describe("train form: the memory plan and GPUs", () => {
     expect(lokr).not.toHaveProperty("optimizer_eps");
   });
 
+  it("sends text-encoder training for SDXL, never for a family without it", () => {
+    const te = { train_text_encoder: true, text_encoder_lr: "1e-5" };
+    const forSdxl = buildConfig({ ...initialValues(sdxl), base_model: "m", data_dir: "d", ...te }, sdxl).config;
+    expect(forSdxl).toMatchObject({ train_text_encoder: true, text_encoder_lr: 1e-5 });
+    const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...te }, flux).config;
+    expect(forFlux).not.toHaveProperty("train_text_encoder");
+    expect(forFlux).not.toHaveProperty("text_encoder_lr");
+  });
+
   it("sends the Huber settings only with a Huber loss", () => {
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", huber_c: "0.2", huber_schedule: "snr" };
     const mse = buildConfig(v, flux).config;

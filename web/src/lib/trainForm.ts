@@ -305,6 +305,8 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   huber_c: "number",
   huber_schedule: "text",
   save_dtype: "text",
+  train_text_encoder: "bool",
+  text_encoder_lr: "number",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -317,6 +319,8 @@ export const FAMILY_FIELDS = [
   "flow_shift",
   "guidance",
   "max_sequence_length",
+  "train_text_encoder",
+  "text_encoder_lr",
 ] as const satisfies readonly Key[];
 
 /** Fields where null means "off": a blank input sends null (else the default would apply). */

@@ -184,6 +184,17 @@ describe("TrainScreen", () => {
     for (const key of ["prodigy_d_coef", "learning_rate", "optimizer_eps"]) expect(sent.config).not.toHaveProperty(key);
   });
 
+  it("offers text-encoder training for SDXL only", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    expect(document.querySelector('[name="train_text_encoder"]')).toBeNull(); // FLUX.1: not offered
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    await userEvent.click(input("train_text_encoder"));
+    expect(input("train_text_encoder")).toBeChecked();
+    expect(input("text_encoder_lr")).toHaveValue("");
+  });
+
   it("shows the Huber threshold and schedule only for a Huber loss, and sends them", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
