@@ -56,9 +56,7 @@ class TextEncoderLora:
         self.params: list[torch.nn.Parameter] = []
         from peft import inject_adapter_in_model
 
-        with torch.random.fork_rng(
-            devices=[]
-        ):  # LoRA A init from the run's seed; the global stream untouched
+        with torch.random.fork_rng(devices=[]):  # LoRA A init from the run's seed, global stream kept
             torch.manual_seed(cfg.seed)
             for module in self.modules.values():
                 module.requires_grad_(False)
@@ -67,6 +65,7 @@ class TextEncoderLora:
                 inject_adapter_in_model(self.lora_config, module, adapter_name="default")
                 module.peft_config = {"default": self.lora_config}
                 module.train()
+        for module in self.modules.values():
             for p in module.parameters():
                 if p.requires_grad:
                     p.data = p.data.float()  # fp32 LoRA weights whatever the encoders' dtype

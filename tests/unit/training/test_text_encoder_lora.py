@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from safetensors.torch import load_file
 
 from lorastudio import families
@@ -55,6 +56,27 @@ def test_both_text_encoders_train_and_the_kohya_file_holds_them(make_config):
     loaders = sidecar["loaders"]
     assert loaders["comfyui"]["ok"] and loaders["diffusers"]["ok"] and loaders["a1111_forge"]["ok"], loaders
     assert loaders["diffusers"]["loaded"] > len([k for k in tensors if k.startswith("lora_unet_")]) * 2 // 3
+    pipe = load_pipeline(str(make_config(**TE).base_model), "sdxl", device="cpu")
+    ids = pipe.tokenizer_2(
+        ["a red circle"], padding="max_length", max_length=77, return_tensors="pt"
+    ).input_ids
+    before = pipe.text_encoder_2(ids, output_hidden_states=True).hidden_states[-2]
+    apply_loras(pipe, [(result.lora_path, 1.0)])  # generation's loader reads the kohya names too
+    after = pipe.text_encoder_2(ids, output_hidden_states=True).hidden_states[-2]
+    assert float((after - before).detach().abs().max()) > 1e-3
+
+
+def test_previews_render_with_the_live_text_encoder_lora(make_config):
+    events: list = []
+    cfg = make_config(output_name="te-s", sample_prompts=["a red circle"], sample_every=1, **TE)
+    train(cfg, events.append, device="cpu")
+    rounds = [e for e in events if e.type == "sample_ready"]
+    assert [r.step for r in rounds] == [1, 2, 3]
+    run_dir = get_settings().outputs_dir / "te-s"
+    first, last = (
+        np.asarray(Image.open(run_dir / r.images[0]), dtype=np.float32) for r in (rounds[0], rounds[-1])
+    )
+    assert np.abs(first - last).mean() > 0.5  # the previews follow the training
 
 
 def test_text_encoder_lr_sets_their_own_step_size(make_config):
