@@ -169,7 +169,10 @@ def _check_text_encoder(
     part = {k.removeprefix(encoder + "."): v for k, v in converted.items() if k.startswith(encoder + ".")}
     if not part:
         return 0, [], []
-    part = convert_state_dict_to_peft(convert_state_dict_to_diffusers(part))
+    try:
+        part = convert_state_dict_to_peft(convert_state_dict_to_diffusers(part))
+    except ValueError as err:  # e.g. kohya CLIP keys without any out_proj: its type is not inferred
+        return 0, [f"{encoder}: diffusers' text-encoder loader refuses these keys ({err})"], []
     targets = {file_module(m): s for m, s in shapes.items()}
     loaded, unknown, mismatched = 0, [], []
     for name, value in part.items():
