@@ -155,3 +155,16 @@ def test_stop_and_resume_is_bitwise_with_a_scheduled_huber_loss(make_config):
         "huber_c": 0.05,
         "huber_schedule": "snr",
     }
+
+
+def test_a_checkpoint_older_than_these_settings_resumes_when_they_keep_their_defaults():
+    from lorastudio.training.identity import identity_problems, run_identity
+
+    base = {"family": "sdxl", "base_model": "a/b", "data_dir": "d", "learning_rate": 1e-4}
+    current = run_identity(resolve_train_config(parse_train_config(base)), "fp", ("to_q",))
+    newer = ("loss", "huber_c", "huber_schedule", "train_text_encoder", "text_encoder_lr")
+    older = {k: v for k, v in current.items() if k not in newer}  # written before these fields existed
+    assert identity_problems(older, current) == []
+    huber = run_identity(resolve_train_config(parse_train_config({**base, "loss": "huber"})), "fp", ("to_q",))
+    assert {p.field for p in identity_problems(older, huber)} == {"loss", "huber_c", "huber_schedule"}
+    assert [p.field for p in identity_problems({**older, "gone": 1}, current)] == ["gone"]
