@@ -20,6 +20,13 @@ from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modu
 from lorastudio.lora.header import read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import kohya_layout
+from lorastudio.lora.text_encoders import (
+    folded_peft,
+    split_text_encoders,
+    to_diffusers_tensors,
+    to_kohya_tensors,
+    with_adapter_metadata,
+)
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -214,9 +221,42 @@ def convert_file(
     if dst.exists() and not overwrite:
         raise ConfigError([FieldProblem("out", f"{dst} already exists")])
     source_layout = detect_layout(tensors)
-    lora = peft_from_file(tensors, metadata, family)
+    denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
+    lora = peft_from_file(denoiser, metadata, family)
     info = {k: v for k, v in metadata.items() if k.startswith(PREFIX)}
     info[PREFIX + "family"] = family
     out_tensors, header = file_for_layout(lora, family, to, info)
+    if text_encoders:
+        out_tensors, header = _convert_text_encoders(text_encoders, to, out_tensors, header)
     write_lora_file(dst, out_tensors, header)
     return source_layout
+
+
+def _convert_text_encoders(
+    tensors: Mapping[str, torch.Tensor], to: Layout, out: dict[str, torch.Tensor], header: dict[str, str]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """`out` / `header` with the text encoders' LoRA of a file (`tensors`) in layout `to`, each
+    module's strength folded into its lora_B (alpha = rank). Raises ConfigError for a key of
+    neither layout."""
+    from peft import LoraConfig
+
+    try:
+        folded = folded_peft(tensors)
+    except ValueError as err:
+        raise ConfigError([FieldProblem("lora", str(err))]) from None
+    if to == "kohya":
+        return {**out, **to_kohya_tensors(folded, None)}, header
+    ranks = {v.shape[0] for k, v in folded.items() if k.endswith(".lora_A.weight")}
+    if len(ranks) != 1:
+        raise ConfigError(
+            [FieldProblem("lora", f"the text encoders' layers have several ranks {sorted(ranks)}")]
+        )
+    rank = ranks.pop()
+    targets = sorted(
+        {k.removesuffix(".lora_A.weight").rsplit(".", 1)[1] for k in folded if k.endswith(".lora_A.weight")}
+    )
+    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets).to_dict()
+    config["target_modules"] = targets
+    config["rank_pattern"] = {}
+    header = with_adapter_metadata(header, config, rank, ADAPTER_METADATA_KEY)
+    return {**out, **to_diffusers_tensors(folded, 1, 1.0)}, header

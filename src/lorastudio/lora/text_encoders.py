@@ -69,14 +69,15 @@ def to_diffusers_tensors(
     return out
 
 
-def to_kohya_tensors(tensors: Mapping[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
-    """The kohya keys (lora_te1_ / lora_te2_, lora_down / lora_up / alpha) of a text-encoder LoRA."""
+def to_kohya_tensors(tensors: Mapping[str, torch.Tensor], alpha: float | None) -> dict[str, torch.Tensor]:
+    """The kohya keys (lora_te1_ / lora_te2_, lora_down / lora_up / alpha) of a text-encoder LoRA;
+    alpha None: each module's rank (a LoRA whose strength is folded into lora_B)."""
     out = {}
     for (encoder, module), (a, b) in _modules(tensors).items():
         name = ENCODER_PREFIXES[encoder] + module.replace(".", "_")
         out[name + ".lora_down.weight"] = a
         out[name + ".lora_up.weight"] = b
-        out[name + ".alpha"] = torch.tensor(float(alpha))
+        out[name + ".alpha"] = torch.tensor(float(a.shape[0] if alpha is None else alpha))
     return out
 
 
@@ -120,3 +121,50 @@ def with_adapter_metadata(
     for encoder in ENCODER_PREFIXES:
         packed.update({f"{encoder}.{k}": v for k, v in own.items()})
     return {**header, metadata_key: json.dumps(packed, indent=2, sort_keys=True)}
+
+
+_KOHYA_MODULE = re.compile(r"text_model_encoder_layers_(\d+)_(self_attn_(?:q|k|v|out)_proj|mlp_fc[12])")
+_DOTTED = {  # kohya's flat projection names (ComfyUI's LORA_CLIP_MAP, reversed)
+    **{f"self_attn_{p}_proj": f"self_attn.{p}_proj" for p in ("q", "k", "v", "out")},
+    "mlp_fc1": "mlp.fc1",
+    "mlp_fc2": "mlp.fc2",
+}
+
+
+def split_text_encoders(
+    tensors: Mapping[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the denoiser's tensors, the text encoders') of a LoRA file in either layout."""
+    te_prefixes = (*ENCODER_PREFIXES.values(), *(f"{e}." for e in ENCODER_PREFIXES))
+    denoiser = {k: v for k, v in tensors.items() if not k.startswith(te_prefixes)}
+    return denoiser, {k: v for k, v in tensors.items() if k.startswith(te_prefixes)}
+
+
+def folded_peft(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The text encoders' part of a file (either layout) in peft naming with each module's
+    alpha / rank folded into its lora_B (a diffusers file holds them folded already). Raises
+    ValueError naming a key of neither layout."""
+    out: dict[str, torch.Tensor] = {}
+    encoders = {prefix: encoder for encoder, prefix in ENCODER_PREFIXES.items()}
+    for key, value in tensors.items():
+        prefix = next((p for p in encoders if key.startswith(p)), None)
+        if prefix is None:  # diffusers: "<encoder>.text_model....lora_A.weight"
+            if not key.endswith((_A, _B)):
+                raise ValueError(f"not a text-encoder LoRA key: {key!r}")
+            out[key] = value
+            continue
+        name, _, suffix = key[len(prefix) :].partition(".")
+        match = _KOHYA_MODULE.fullmatch(name)
+        if match is None or suffix not in ("lora_down.weight", "lora_up.weight", "alpha"):
+            raise ValueError(f"not a text-encoder LoRA key: {key!r}")
+        if suffix == "alpha":
+            continue
+        module = f"{encoders[prefix]}.text_model.encoder.layers.{match.group(1)}.{_DOTTED[match.group(2)]}"
+        if suffix == "lora_down.weight":
+            out[module + _A] = value
+        else:
+            down = tensors[key.replace("lora_up.weight", "lora_down.weight")]
+            alpha = tensors.get(key.replace("lora_up.weight", "alpha"))
+            scale = float(alpha) / down.shape[0] if alpha is not None else 1.0
+            out[module + _B] = value * scale if scale != 1 else value
+    return out

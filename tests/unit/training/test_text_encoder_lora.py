@@ -189,3 +189,32 @@ def test_the_preflight_report_says_captions_are_encoded_every_step(make_config):
     assert "every step" in report["conditioning"]["note"]
     plain = preflight_report(validated(make_config(family="sdxl")))
     assert plain["conditioning"]["per_step"] is False
+
+
+def test_lora_convert_keeps_the_text_encoders_in_both_directions(make_config, tiny_model, tmp_path):
+    from lorastudio.lora.files import convert_file
+
+    result = train(make_config(output_name="te-c", **TE), [].append, device="cpu")  # kohya
+    as_diffusers, again = tmp_path / "d.safetensors", tmp_path / "k.safetensors"
+    assert convert_file(result.lora_path, as_diffusers, "diffusers") == "kohya"
+    assert convert_file(as_diffusers, again, "kohya") == "diffusers"
+    assert _te_keys(load_file(str(as_diffusers)))["text_encoder_2."]
+    assert load_file(str(again)).keys() == load_file(str(result.lora_path)).keys()
+
+    def encoded(path) -> list[torch.Tensor]:
+        pipe = load_pipeline(str(tiny_model("sdxl")), "sdxl", device="cpu")
+        if path is not None:
+            apply_loras(pipe, [(path, 1.0)])
+        out = []
+        for tok, enc in ((pipe.tokenizer, pipe.text_encoder), (pipe.tokenizer_2, pipe.text_encoder_2)):
+            ids = tok(["a red circle"], padding="max_length", max_length=77, return_tensors="pt").input_ids
+            out.append(enc(ids, output_hidden_states=True).hidden_states[-2].detach())
+        return out
+
+    bases = encoded(None)
+    for base, a, b, c in zip(
+        bases, encoded(result.lora_path), encoded(as_diffusers), encoded(again), strict=True
+    ):
+        assert float((a - base).abs().max()) > 1e-4  # the file changes each encoder
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)  # the same text-encoder change
+        torch.testing.assert_close(c, a, rtol=1e-5, atol=1e-5)
