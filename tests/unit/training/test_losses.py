@@ -14,6 +14,7 @@ import torch
 from methods_cases import NOISE_SEED, mini_batch, mini_config, mini_run
 from safetensors.torch import load_file
 
+from lorastudio import families
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
@@ -106,6 +107,19 @@ def test_a_run_trains_on_the_formula_of_its_loss(family, settings, tiny_model):
     if settings["loss"] != "mse":
         mse = mini_run(mini_config(family, tiny_model(family), snr_gamma=settings.get("snr_gamma")), steps=3)
         assert mse.losses[0] != pytest.approx(run.losses[0])
+
+
+OTHER_OBJECTIVES = [  # every other family's prediction target (edit families need reference images)
+    n for n in families.names() if n not in ("flux", "sdxl") and not families.get(n).spec.control_images[0]
+]
+
+
+@pytest.mark.parametrize("family", OTHER_OBJECTIVES)
+def test_every_family_trains_on_the_scheduled_smooth_l1_formula(family, tiny_model):
+    cfg = mini_config(family, tiny_model(family), loss="smooth_l1", huber_schedule="snr", huber_c=0.2)
+    run = mini_run(cfg, steps=2)
+    assert run.losses[0] == pytest.approx(_first_loss_by_hand(cfg), rel=1e-5)
+    assert run.losses[1] < run.losses[0]
 
 
 def test_resolving_fills_the_huber_defaults_and_leaves_other_losses_alone():
