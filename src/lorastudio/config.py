@@ -28,6 +28,9 @@ AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math", "fa4"]
 FuseProjections = Literal["auto", "on", "off"]
 AdapterName = Literal["lora", "dora", "loha", "lokr"]
 OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
+LossName = Literal["mse", "l1", "huber", "smooth_l1"]
+SaveDtype = Literal["fp32", "bf16", "fp16"]
+HuberSchedule = Literal["constant", "exponential", "snr"]
 
 # Fields that only some families honour. A family lists the ones it supports in
 # FamilySpec.supports; setting one explicitly for another family is a ConfigError.
@@ -40,6 +43,8 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
     "flow_shift",
     "guidance",
     "max_sequence_length",
+    "train_text_encoder",
+    "text_encoder_lr",
 )
 
 
@@ -241,6 +246,20 @@ class TrainConfig(BaseModel):
         description="per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
     )
 
+    # SDXL text-encoder LoRA (family-specific; training/text_encoders.py)
+    train_text_encoder: bool = Field(
+        default=False,
+        description="SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / "
+        "lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's "
+        "(diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)",
+    )
+    text_encoder_lr: float | None = Field(
+        default=None,
+        gt=0,
+        le=1.0,
+        description="SDXL with train_text_encoder: its learning rate (null: learning_rate)",
+    )
+
     # numerics
     base_precision: BasePrecision = Field(
         default="auto",
@@ -309,6 +328,11 @@ class TrainConfig(BaseModel):
         "portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI "
         "and diffusers at the trained strength)",
     )
+    save_dtype: SaveDtype = Field(
+        default="fp32",
+        description="dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): "
+        "fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32",
+    )
 
     # sample previews (rendered with the live LoRA; they never change the training maths)
     sample_prompts: list[str] = Field(
@@ -350,6 +374,24 @@ class TrainConfig(BaseModel):
         "file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or "
         "LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / "
         "int8 / nf4)",
+    )
+
+    # the loss (issue 28; training/losses.py): every family and objective
+    loss: LossName = Field(
+        default="mse",
+        description="mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like "
+        "above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top",
+    )
+    huber_c: float | None = Field(
+        default=None,
+        gt=0,
+        le=10,
+        description="huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise",
+    )
+    huber_schedule: HuberSchedule | None = Field(
+        default=None,
+        description="huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean "
+        "latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)",
     )
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)

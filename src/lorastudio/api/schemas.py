@@ -47,7 +47,7 @@ class ResumeBody(_Body):
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="settings to change that do not change the maths (save_every, keep_last, "
-        "save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
+        "save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, "
         "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the "
         "run's total to train it longer (RunSummary.train_longer)",
     )

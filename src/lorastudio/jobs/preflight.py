@@ -119,10 +119,23 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "gradient_checkpointing": cfg.gradient_checkpointing,
         },
         "plan": plan,
+        "conditioning": conditioning_section(cfg),
         "memory": _memory_section(cfg, run.model_dir, host),
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
     }
+
+
+def conditioning_section(cfg: TrainConfig) -> dict[str, Any]:
+    """How captions become conditioning: encoded once before training (the caption cache), or in
+    every step (SDXL's train_text_encoder: the encoders train, so no embedding stays fixed)."""
+    if cfg.train_text_encoder:
+        note = (
+            "train_text_encoder: both CLIP text encoders stay loaded and train with a LoRA, so captions "
+            "are encoded in every step (no caption cache): more memory and time per step"
+        )
+        return {"per_step": True, "note": note}
+    return {"per_step": False, "note": "each unique caption is encoded once before training (caption cache)"}
 
 
 def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:

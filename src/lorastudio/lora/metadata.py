@@ -47,6 +47,7 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
         "learning_rate": config.get("learning_rate"),
         "seed": config.get("seed"),
         "lora_format": config.get("lora_format", "diffusers"),
+        "save_dtype": config.get("save_dtype", "fp32"),
         "created_at": sidecar.get("created_at"),
         "version": sidecar.get("lorastudio_version"),
     }

@@ -98,6 +98,7 @@ from lorastudio.training.precision import free_accelerator_memory, pick_dtype, r
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import SamplePreviews, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
+from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
 from lorastudio.training.validate import ValidationRounds, encode_held_out
 
 
@@ -115,6 +116,9 @@ class TrainResult:
     losses: list[float]
     denoiser: Any = field(default=None, repr=False, compare=False)
     resumed_from: int | None = None
+    text_encoders: Any = field(
+        default=None, repr=False, compare=False
+    )  # with return_denoiser (train_text_encoder)
 
 
 def train(
@@ -216,7 +220,8 @@ def train(
     if run is not None:
         free_accelerator_memory(run.device)
     resumed_from = state.steps_at_start if state.resume is not None else None
-    return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
+    encoders = state.text_encoders if return_denoiser else None
+    return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from, encoders)
 
 
 def _note_extension(run: PreparedRun, state: RunState) -> None:
@@ -289,6 +294,8 @@ def _run_phases(
         else list(dict.fromkeys(it.caption for it in run.validation))
     )
     texts = [to_encode, sample_texts(cfg, family, items), held]
+    if cfg.train_text_encoder:  # encoded in every step, through the text encoders' LoRA
+        texts = [[], [], []]
     conds, prompt_conds, state.held_out_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
@@ -308,6 +315,9 @@ def _run_phases(
     # phases 1-2 ran in the config's dtype; the denoiser phase runs in the plan's compute dtype
     # (they differ only where a budget or a resumed plan quantises a base whose default is fp32)
     run = dataclasses.replace(run, dtype=pick_dtype(plan.base_precision, run.device))
+    if cfg.train_text_encoder:
+        state.text_encoders = load_text_encoder_lora(family, cfg, run.dtype, run.device, emit)
+        prompt_conds = LivePromptConds(state.text_encoders, sample_texts(cfg, family))  # type: ignore[assignment]
     if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)
     params = _prepare_denoiser(run, state, emit, plan, decided_by, trials)

@@ -6,6 +6,10 @@ per-sample loss weight). Two objectives cover every family:
 - rectified flow (FLUX.1, Qwen-Image, Z-Image): sigma sampled per cfg.timestep_sampling, then
   the family's shift hook; noisy = (1 - s) x + s eps, target eps - x.
 
+For the Huber losses (training/losses.py) each objective also gives every sample its threshold
+(`loss_c`), scheduled by that sample's noise level; it is computed on the CPU from the drawn
+timesteps / sigmas, so no value is read back from the device.
+
 All randomness comes from the caller's torch.Generator (CPU), so a run is reproducible on any
 device. Arithmetic is fp32; `noisy` is cast to the training dtype at the end.
 """
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import ModelSourceError
+from lorastudio.training.losses import LossSettings, huber_thresholds, loss_settings
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -31,6 +36,7 @@ class NoisedBatch:
     noise_level: torch.Tensor  # [B] DDPM: int64 timesteps; flow: float32 sigmas in (0, 1)
     target: torch.Tensor  # [B, C, h, w] float32
     weight: torch.Tensor  # [B] float32 per-sample loss weight
+    loss_c: torch.Tensor | None = None  # [B] float32 Huber threshold per sample (huber / smooth_l1 only)
 
 
 def min_snr_weights(snr: torch.Tensor, gamma: float, prediction_type: str) -> torch.Tensor:
@@ -62,7 +68,11 @@ class DdpmObjective:
     """Epsilon / v-prediction DDPM objective built from the base model's scheduler config."""
 
     def __init__(
-        self, scheduler_config: Mapping[str, Any], snr_gamma: float | None, noise_offset: float | None = None
+        self,
+        scheduler_config: Mapping[str, Any],
+        snr_gamma: float | None,
+        noise_offset: float | None = None,
+        loss: LossSettings | None = None,
     ):
         from diffusers import DDPMScheduler
 
@@ -77,6 +87,7 @@ class DdpmObjective:
         self.num_timesteps = int(sched.config.num_train_timesteps)
         self.snr_gamma = snr_gamma
         self.noise_offset = noise_offset
+        self.loss = loss or LossSettings()
 
     def noise(self, latents: torch.Tensor, generator: torch.Generator) -> NoisedBatch:
         """latents [B,C,h,w] -> DDPM-noised batch with uniform integer timesteps. With a noise
@@ -107,16 +118,28 @@ class DdpmObjective:
         if self.snr_gamma is not None:
             snr = (ac / (1 - ac)).view(b)  # [B]
             weight = min_snr_weights(snr, self.snr_gamma, self.prediction_type)
-        return NoisedBatch(noisy.to(latents.dtype), t.to(latents.device), target, weight)
+        loss_c = None
+        if self.loss.needs_threshold:
+            a = self.alphas_cumprod[t]  # [B] on the CPU
+            time = t.float() / self.num_timesteps  # [B] in [0, 1)
+            loss_c = huber_thresholds(self.loss, time, ((1 - a) / a).sqrt()).to(latents.device)  # [B]
+        return NoisedBatch(noisy.to(latents.dtype), t.to(latents.device), target, weight, loss_c)
 
 
 class FlowObjective:
     """Rectified-flow objective: sigma sampling, the family's shift, velocity target."""
 
-    def __init__(self, family: Family, cfg: TrainConfig, scheduler_config: Mapping[str, Any]):
+    def __init__(
+        self,
+        family: Family,
+        cfg: TrainConfig,
+        scheduler_config: Mapping[str, Any],
+        loss: LossSettings | None = None,
+    ):
         self.family = family
         self.cfg = cfg
         self.scheduler_config = dict(scheduler_config)
+        self.loss = loss or LossSettings()
 
     def sigmas(self, n: int, latent_hw: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         """n training sigmas [n] float32: sampled, then shifted by the family hook."""
@@ -148,13 +171,18 @@ class FlowObjective:
         noisy = (1 - sv) * x0 + sv * eps  # [B, C, h, w]
         target = eps - x0  # [B, C, h, w]
         weight = torch.ones(b, device=latents.device)
-        return NoisedBatch(noisy.to(latents.dtype), s.to(latents.device), target, weight)
+        loss_c = None
+        if self.loss.needs_threshold:  # time = sigma; noise-to-signal std ratio sigma / (1 - sigma)
+            loss_c = huber_thresholds(self.loss, s, s / (1 - s)).to(latents.device)  # [B]
+        return NoisedBatch(noisy.to(latents.dtype), s.to(latents.device), target, weight, loss_c)
 
 
 def make_objective(
     family: Family, cfg: TrainConfig, scheduler_config: Mapping[str, Any]
 ) -> DdpmObjective | FlowObjective:
-    """The objective of `family` (spec.objective), configured from cfg and the scheduler config."""
+    """The objective of `family` (spec.objective), configured from cfg and the scheduler config
+    (with the run's loss settings, which the Huber losses' thresholds need)."""
+    loss = loss_settings(cfg)
     if family.spec.objective == "ddpm":
-        return DdpmObjective(scheduler_config, cfg.snr_gamma, cfg.noise_offset)
-    return FlowObjective(family, cfg, scheduler_config)
+        return DdpmObjective(scheduler_config, cfg.snr_gamma, cfg.noise_offset, loss)
+    return FlowObjective(family, cfg, scheduler_config, loss)

@@ -53,6 +53,7 @@ from lorastudio.training.validate import HeldOut, ValidationRounds, validation_r
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.training.text_encoders import TextEncoderLora
 
 
 PIPELINED_DEVICES = ("cuda",)  # where a step is queued before the last one's values are read
@@ -87,6 +88,7 @@ class RunState:
     validation: ValidationRounds | None = None  # the validation rounds (cfg.validation_split)
     held_out: list[HeldOut] = field(default_factory=list)  # the encoded validation images
     held_out_conds: Conditioning = field(default_factory=dict)  # their captions' conditioning
+    text_encoders: TextEncoderLora | None = None  # SDXL train_text_encoder: encoders with their LoRA
 
 
 def optimize(
@@ -108,7 +110,9 @@ def optimize(
     sampler = BucketBatchSampler([it.bucket for it in run.scan.items], cfg.batch_size, cfg.seed)
     num_steps = total_steps(cfg, len(sampler))
     state.total_steps = num_steps
-    optimizer = make_optimizer(params, cfg)
+    te = state.text_encoders
+    optimizer = make_optimizer(params, cfg, te.params if te is not None else None)
+    trained = [*params, *(te.params if te is not None else [])]  # clipped and averaged together
     parts = LoopParts(
         denoiser=state.denoiser,
         optimizer=optimizer,
@@ -119,7 +123,8 @@ def optimize(
         guard=DivergenceGuard(cfg.max_bad_steps),
         rng=rng,
         generator=generator,
-        ema=make_ema(state.denoiser, params, cfg),
+        ema=make_ema(state.denoiser, trained, cfg, te.named_parameters() if te is not None else None),
+        text_encoders=te,
     )
     state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
@@ -151,7 +156,7 @@ def optimize(
                 run, state, source, conds, picker, objective, micro, samples, generator, parts.scaler, last
             )
         parts.scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(params, clip)  # [] on the device
+        norm = torch.nn.utils.clip_grad_norm_(trained, clip)  # [] on the device
         values = torch.stack([torch.stack(shares).double().sum(), norm.double()])  # [2] loss, norm
         flight = StepInFlight(step, epoch, lr, samples, values)
         if pipelined:
@@ -334,7 +339,7 @@ def _lora_snapshot(run: PreparedRun, state: RunState) -> None:
         return
     path = save_lora_snapshot(
         run, state.denoiser, state.lora_config, step=state.steps_run, total_steps=state.total_steps,
-        extensions=state.extensions,
+        extensions=state.extensions, text_encoders=state.text_encoders,
     )  # fmt: skip
     if path is not None:
         state.loras.record(path)
@@ -358,7 +363,11 @@ def _micro_step(
     of the step loss as 0-d device tensors (data-parallel: this rank's part of them). `last`: the
     step's last batch (DDP all-reduces the gradients in its last backward)."""
     batch = source.sample(indices, generator, run.dtype, run.device)
-    cond = run.family.collate_conditioning([conds[c] for c in picker.pick(indices)])
+    captions = picker.pick(indices)
+    if state.text_encoders is not None:  # encoded now, through the text encoders' LoRA
+        cond = state.text_encoders.encode(captions)
+    else:
+        cond = run.family.collate_conditioning([conds[c] for c in captions])
     micro = (
         state.plan.micro_batch_size if state.plan is not None else run.cfg.micro_batch_size or len(indices)
     )

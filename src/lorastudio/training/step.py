@@ -1,7 +1,8 @@
 """The per-micro-batch training computation shared by the loop and the GPU benchmark.
 
-`forward_backward` = objective noise -> family.predict -> weighted MSE (a masked image's pixels
-weighted by its loss mask: batch_info["loss_mask"]) -> (scaled) backward, with
+`forward_backward` = objective noise -> family.predict -> weighted loss (TrainConfig.loss, see
+training/losses.py; a masked image's pixels weighted by its loss mask: batch_info["loss_mask"])
+-> (scaled) backward, with
 the regional-compile fallback around the denoiser call. It never reads a value back to the host:
 it returns the micro-batch's loss share as a 0-d device tensor, so a caller can accumulate
 shares on the device and synchronise once per optimizer step (or per logging interval).
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.training.compile import run_compiled
+from lorastudio.training.losses import elementwise_loss, per_sample_loss
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -23,22 +25,27 @@ if TYPE_CHECKING:
     from lorastudio.training.noise import DdpmObjective, FlowObjective, NoisedBatch
 
 
-def weighted_mse_share(
+def weighted_loss_share(
     pred: torch.Tensor,
     target: torch.Tensor,
     weight: torch.Tensor,
     step_samples: int,
+    kind: str = "mse",
+    loss_c: torch.Tensor | None = None,
     pixel_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sum over the micro-batch of the per-sample MSE (fp32) times its weight, divided by the
-    samples of the whole optimizer step: pred [B,C,h,w] (any float dtype), target [B,C,h,w] fp32,
-    weight [B] fp32 -> [] fp32. Summing the shares of a step's micro-batches gives its mean loss.
+    """Sum over the micro-batch of the per-sample loss `kind` (fp32; training/losses.py) times
+    its weight, divided by the samples of the whole optimizer step: pred [B,C,h,w] (any float
+    dtype), target [B,C,h,w] fp32, weight [B] fp32, loss_c [B] the Huber thresholds (huber /
+    smooth_l1) -> [] fp32. Summing the shares of a step's micro-batches gives its mean loss.
     `pixel_weight` [B,1,h,w] fp32 (a masked loss, `mask_weights`) weights each latent pixel's
-    squared error before the mean over all of them (a pixel of weight 0 teaches nothing)."""
-    squared = (pred.float() - target) ** 2  # [B, C, h, w]
-    if pixel_weight is not None:
-        squared = squared * pixel_weight  # [B, C, h, w]
-    per_sample = squared.mean(dim=(1, 2, 3)) * weight  # [B]
+    loss before the mean over all of them (a pixel of weight 0 teaches nothing)."""
+    if pixel_weight is None:
+        per_sample = per_sample_loss(kind, pred, target, loss_c)  # [B]
+    else:
+        elements = elementwise_loss(kind, pred.float() - target, loss_c)  # [B, C, h, w]
+        per_sample = (elements * pixel_weight).flatten(1).mean(dim=1)  # [B]
+    per_sample = per_sample * weight  # [B]
     return per_sample.sum() / step_samples  # []
 
 
@@ -94,7 +101,9 @@ def forward_backward(
 
     def run() -> torch.Tensor:
         pred = family.predict(module, noised.noisy, noised.noise_level, cond, info, cfg)  # [B,C,h,w]
-        share = weighted_mse_share(pred, noised.target, noised.weight, step_samples, pixel_weight)  # []
+        share = weighted_loss_share(
+            pred, noised.target, noised.weight, step_samples, cfg.loss, noised.loss_c, pixel_weight
+        )  # []
         scaled = share if shard is None else share * shard.grad_factor  # DDP averages over ranks
         scaler.scale(scaled).backward()
         return share.detach()

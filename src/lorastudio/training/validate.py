@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from lorastudio.training.compile import run_compiled
-from lorastudio.training.step import mask_weights, weighted_mse_share
+from lorastudio.training.step import mask_weights, weighted_loss_share
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -169,7 +169,9 @@ def _chunk_loss(
 
     def forward() -> torch.Tensor:
         pred = family.predict(denoiser, noised.noisy, noised.noise_level, cond, info, cfg)  # [B, C, h, w]
-        return weighted_mse_share(pred, noised.target, noised.weight, 1, pixel_weight).double()  # [] summed
+        return weighted_loss_share(
+            pred, noised.target, noised.weight, 1, "mse", None, pixel_weight
+        ).double()  # [] summed: the MSE whatever the run's loss
 
     return run_compiled(denoiser, forward)
 
@@ -266,6 +268,7 @@ def validation_round(
         path = save_lora_snapshot(
             run, state.denoiser, state.lora_config, step=step, total_steps=state.total_steps,
             extensions=state.extensions, validation={"step": step, "loss": loss},
+            text_encoders=state.text_encoders,
         )  # fmt: skip
         if path is not None and state.loras is not None:
             state.loras.record(path)

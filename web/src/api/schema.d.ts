@@ -2053,7 +2053,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the run's total to train it longer (RunSummary.train_longer)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the run's total to train it longer (RunSummary.train_longer)
              */
             settings?: {
                 [key: string]: unknown;
@@ -2483,6 +2483,18 @@ export interface components {
              */
             guidance?: number | null;
             /**
+             * Huber C
+             * @description huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise
+             * @default null
+             */
+            huber_c?: number | null;
+            /**
+             * Huber Schedule
+             * @description huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)
+             * @default null
+             */
+            huber_schedule?: ("constant" | "exponential" | "snr") | null;
+            /**
              * Keep Last
              * @description checkpoints retained (oldest removed)
              * @default 2
@@ -2556,6 +2568,13 @@ export interface components {
              * @default null
              */
             lora_targets?: string[] | null;
+            /**
+             * Loss
+             * @description mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top
+             * @default mse
+             * @enum {string}
+             */
+            loss?: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
              * @default constant
@@ -2735,6 +2754,13 @@ export interface components {
              */
             sample_with_ema?: boolean;
             /**
+             * Save Dtype
+             * @description dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32
+             * @default fp32
+             * @enum {string}
+             */
+            save_dtype?: "fp32" | "bf16" | "fp16";
+            /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
              * @default null
@@ -2764,12 +2790,24 @@ export interface components {
              */
             steps?: number;
             /**
+             * Text Encoder Lr
+             * @description SDXL with train_text_encoder: its learning rate (null: learning_rate)
+             * @default null
+             */
+            text_encoder_lr?: number | null;
+            /**
              * Timestep Sampling
              * @description flow families
              * @default logit_normal
              * @enum {string}
              */
             timestep_sampling?: "logit_normal" | "uniform" | "sigmoid";
+            /**
+             * Train Text Encoder
+             * @description SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)
+             * @default false
+             */
+            train_text_encoder?: boolean;
             /**
              * Trigger Word
              * @description prepended to captions
@@ -2968,6 +3006,16 @@ export interface components {
              */
             guidance: number | null;
             /**
+             * Huber C
+             * @description huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise
+             */
+            huber_c: number | null;
+            /**
+             * Huber Schedule
+             * @description huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)
+             */
+            huber_schedule: ("constant" | "exponential" | "snr") | null;
+            /**
              * Keep Last
              * @description checkpoints retained (oldest removed)
              * @default 2
@@ -3030,6 +3078,13 @@ export interface components {
              * @description module name suffixes
              */
             lora_targets: string[] | null;
+            /**
+             * Loss
+             * @description mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top
+             * @default mse
+             * @enum {string}
+             */
+            loss: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
              * @default constant
@@ -3193,6 +3248,13 @@ export interface components {
              */
             sample_with_ema: boolean;
             /**
+             * Save Dtype
+             * @description dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32
+             * @default fp32
+             * @enum {string}
+             */
+            save_dtype: "fp32" | "bf16" | "fp16";
+            /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
              */
@@ -3220,12 +3282,23 @@ export interface components {
              */
             steps: number;
             /**
+             * Text Encoder Lr
+             * @description SDXL with train_text_encoder: its learning rate (null: learning_rate)
+             */
+            text_encoder_lr: number | null;
+            /**
              * Timestep Sampling
              * @description flow families
              * @default logit_normal
              * @enum {string}
              */
             timestep_sampling: "logit_normal" | "uniform" | "sigmoid";
+            /**
+             * Train Text Encoder
+             * @description SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)
+             * @default false
+             */
+            train_text_encoder: boolean;
             /**
              * Trigger Word
              * @description prepended to captions

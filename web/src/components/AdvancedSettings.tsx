@@ -1,6 +1,6 @@
 import { useEffect, useRef } from "react";
 import type { Family } from "../api/types";
-import { ADAPTERS, FAMILY_FIELDS, OPTIMIZERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
+import { ADAPTERS, FAMILY_FIELDS, HUBER_SCHEDULES, LOSSES, OPTIMIZERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
@@ -90,6 +90,11 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {shown("lokr_decompose_both") && <div className="checks">{c.check("lokr_decompose_both", "Low-rank w1 too")}</div>}
         {c.line("rank_pattern", "Rank per module", { placeholder: "none", hint: "module=rank, comma-separated (e.g. to_k=8)", wide: true })}
         {c.line("alpha_pattern", "Alpha per module", { placeholder: "none", hint: "module=alpha, comma-separated", wide: true })}
+        {supports.has("train_text_encoder") && (
+          <div className="checks">{c.check("train_text_encoder", "Train the text encoders")}</div>
+        )}
+        {supports.has("text_encoder_lr") &&
+          c.num("text_encoder_lr", "Text encoder LR", { placeholder: "learning rate", hint: "with text-encoder training (captions then encode every step)" })}
         {c.line("lora_targets", "Target modules", {
           placeholder: family?.lora_targets.join(", ") || "the family's",
           hint: "module name suffixes, comma-separated (blank: the family's)",
@@ -102,6 +107,11 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           wide: true,
         })}
         <div className="checks">{c.check("enable_tf32", "TF32 matmuls")}</div>
+
+        <h4 className="grid-head">Loss</h4>
+        {c.choice("loss", "Loss", LOSSES, { hint: "huber / smooth L1: MSE-like for small errors, L1-like for large (robust to outliers)" })}
+        {shown("huber_c") && c.num("huber_c", "Huber c", { placeholder: "0.1", hint: "the threshold (with a schedule: its value at pure noise)" })}
+        {shown("huber_schedule") && c.choice("huber_schedule", "Huber schedule", HUBER_SCHEDULES, { hint: "c by noise level" })}
 
         {objective && <h4 className="grid-head">Objective</h4>}
         {supports.has("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}

@@ -250,7 +250,7 @@ describe("train form: the memory plan and GPUs", () => {
   it("leaves out the options of an optimizer or adapter that is not chosen", () => {
     expect([...inapplicableFields({})].sort()).toEqual(
       ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init", "lokr_decompose_both", "lokr_factor",
-        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction"].sort(),
+        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction", "huber_c", "huber_schedule"].sort(),
     );
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_eps: "1e-6", prodigy_d_coef: "2", lokr_factor: "4" };
     const adamw = buildConfig(v, flux).config;
@@ -260,6 +260,25 @@ describe("train form: the memory plan and GPUs", () => {
     const lokr = buildConfig({ ...v, optimizer: "adafactor", adapter: "lokr" }, flux).config;
     expect(lokr).toMatchObject({ adapter: "lokr", lokr_factor: 4 });
     expect(lokr).not.toHaveProperty("optimizer_eps");
+  });
+
+  it("sends text-encoder training for SDXL, never for a family without it", () => {
+    const te = { train_text_encoder: true, text_encoder_lr: "1e-5" };
+    const forSdxl = buildConfig({ ...initialValues(sdxl), base_model: "m", data_dir: "d", ...te }, sdxl).config;
+    expect(forSdxl).toMatchObject({ train_text_encoder: true, text_encoder_lr: 1e-5 });
+    const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...te }, flux).config;
+    expect(forFlux).not.toHaveProperty("train_text_encoder");
+    expect(forFlux).not.toHaveProperty("text_encoder_lr");
+  });
+
+  it("sends the Huber settings only with a Huber loss", () => {
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "d", huber_c: "0.2", huber_schedule: "snr" };
+    const mse = buildConfig(v, flux).config;
+    expect(mse.loss).toBe("mse");
+    expect(mse).not.toHaveProperty("huber_c");
+    expect(mse).not.toHaveProperty("huber_schedule");
+    expect(buildConfig({ ...v, loss: "l1" }, flux).config).not.toHaveProperty("huber_c");
+    expect(buildConfig({ ...v, loss: "smooth_l1" }, flux).config).toMatchObject({ loss: "smooth_l1", huber_c: 0.2, huber_schedule: "snr" });
   });
 
   it("gives Prodigy a learning rate of 1 and the family's back when leaving it", () => {

@@ -19,6 +19,9 @@ type Precision = NonNullable<TrainConfig["base_precision"]>;
 type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 type Optimizer = NonNullable<TrainConfig["optimizer"]>;
 type Adapter = NonNullable<TrainConfig["adapter"]>;
+type Loss = NonNullable<TrainConfig["loss"]>;
+type SaveDtype = NonNullable<TrainConfig["save_dtype"]>;
+type HuberSchedule = NonNullable<TrainConfig["huber_schedule"]>;
 
 /** Every scheduler the config accepts (a Record, so the compiler checks the list is complete). */
 export const SCHEDULERS: Record<Scheduler, string> = {
@@ -37,6 +40,12 @@ export const TIMESTEP_SAMPLING: Record<Sampling, string> = {
 export const LORA_FORMATS: Record<LoraFormat, string> = {
   diffusers: "Diffusers / PEFT",
   kohya: "Kohya (ComfyUI, A1111)",
+};
+/** The dtype of the LoRA files' tensors (checkpoints stay fp32). */
+export const SAVE_DTYPES: Record<SaveDtype, string> = {
+  fp32: "fp32 (exact)",
+  bf16: "bf16 (half size)",
+  fp16: "fp16 (half size)",
 };
 export const COMPILE_MODES: Record<CompileMode, string> = {
   auto: "Auto",
@@ -99,6 +108,26 @@ export const ADAPTERS: Record<Adapter, string> = {
   loha: "LoHa (Hadamard)",
   lokr: "LoKr (Kronecker)",
 };
+/** The training losses (min-SNR, where the family has it, weights each of them). */
+export const LOSSES: Record<Loss, string> = {
+  mse: "MSE",
+  l1: "L1",
+  huber: "Huber (pseudo-Huber)",
+  smooth_l1: "Smooth L1",
+};
+/** How huber / smooth_l1 move their threshold with the noise level. */
+export const HUBER_SCHEDULES: Record<HuberSchedule, string> = {
+  constant: "Constant",
+  exponential: "Exponential (1 → c with noise)",
+  snr: "SNR (1 → c with noise, as SimpleTuner)",
+};
+/** The settings each loss reads (config_methods.HUBER_OPTIONS): the others' are hidden and not sent. */
+export const LOSS_OPTIONS: Record<Loss, readonly Key[]> = {
+  mse: [],
+  l1: [],
+  huber: ["huber_c", "huber_schedule"],
+  smooth_l1: ["huber_c", "huber_schedule"],
+};
 /** Settings of one adapter only (the others' are hidden and not sent). */
 export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
   lora: [],
@@ -111,8 +140,13 @@ export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
 export function inapplicableFields(values: Partial<FormValues>): Set<Key> {
   const optimizer = (values.optimizer || "adamw") as Optimizer;
   const adapter = (values.adapter || "lora") as Adapter;
-  const mine = new Set<Key>([...(OPTIMIZER_OPTIONS[optimizer] ?? []), ...(ADAPTER_OPTIONS[adapter] ?? [])]);
-  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS)].flat();
+  const loss = (values.loss || "mse") as Loss;
+  const mine = new Set<Key>([
+    ...(OPTIMIZER_OPTIONS[optimizer] ?? []),
+    ...(ADAPTER_OPTIONS[adapter] ?? []),
+    ...(LOSS_OPTIONS[loss] ?? []),
+  ]);
+  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS), ...Object.values(LOSS_OPTIONS)].flat();
   const hidden = new Set(all.filter((k) => !mine.has(k)));
   if (optimizer === "adafactor" && values.adafactor_relative_step === true) hidden.add("learning_rate"); // Adafactor's own
   return hidden;
@@ -283,6 +317,12 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   validate_every: "integer",
   alpha_mask: "bool",
   unmasked_weight: "number",
+  loss: "text",
+  huber_c: "number",
+  huber_schedule: "text",
+  save_dtype: "text",
+  train_text_encoder: "bool",
+  text_encoder_lr: "number",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -295,6 +335,8 @@ export const FAMILY_FIELDS = [
   "flow_shift",
   "guidance",
   "max_sequence_length",
+  "train_text_encoder",
+  "text_encoder_lr",
 ] as const satisfies readonly Key[];
 
 /** Fields where null means "off": a blank input sends null (else the default would apply). */
@@ -315,6 +357,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "keep_loras",
   "max_bad_steps",
   "lora_format",
+  "save_dtype",
   "compile",
   "attention_backend",
   "fuse_projections",
@@ -326,6 +369,9 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "enable_tf32",
   "optimizer",
   "adapter",
+  "loss",
+  "huber_c",
+  "huber_schedule",
   "sample_prompts",
   "sample_every",
   "sample_seed",
