@@ -81,7 +81,8 @@ def test_cli_caption(tiny_vlm: Path) -> None:
     Image.new("RGB", (64, 64), (200, 10, 10)).save(folder / "b.png")
     (folder / "b.txt").write_text("mine\n", encoding="utf-8")
     (folder / "c.png").write_bytes(b"broken")
-    _register()
+    if not app.registered_commands:
+        _register()
     result = CliRunner().invoke(
         app, ["datasets", "caption", "cli", "--model", str(tiny_vlm), "--prefix", "zzq", "--max-tokens", "5"]
     )
