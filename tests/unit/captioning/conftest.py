@@ -35,3 +35,10 @@ def make_dataset(tmp_path: Path) -> Callable[..., Path]:
         return folder
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_florence(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from lorastudio.tiny.vlm import save_tiny_vlm
+
+    return save_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny-florence", kind="florence2")

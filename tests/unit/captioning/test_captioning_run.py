@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from lorastudio.captioning.options import CaptionOptions
@@ -94,3 +96,19 @@ def test_cli_caption(tiny_vlm: Path) -> None:
     assert lines[3] == "done: 1 captioned, 1 skipped, 1 failed"
     assert lines[4].startswith("  failed c.png: corrupt")
     assert (folder / "a.txt").read_text(encoding="utf-8").startswith("zzq, ")
+
+
+def test_florence2_native_captions(tiny_florence: Path, make_dataset: Callable[..., Path]) -> None:
+    first, second = make_dataset(name="one"), make_dataset(name="two")
+    assert resolve_captioner(get_settings(), str(tiny_florence)).kind == "florence2"
+    summary, events = _run(first, tiny_florence, prefix="zzq")  # the default prompt: the <CAPTION> task
+    _run(second, tiny_florence, prefix="zzq")
+    assert len(summary.captioned) == 4 and not summary.failures
+    assert _captions(first) == _captions(second)
+    assert all(text.startswith("zzq, ") and len(text) > len("zzq, \n") for text in _captions(first).values())
+    with pytest.raises(ValueError, match="only content in the prompt"):  # Florence-2's own prompt rule
+        from lorastudio.captioning.vlm import Captioner
+
+        Captioner(resolve_captioner(get_settings(), str(tiny_florence)), "cpu").caption(
+            Image.new("RGB", (32, 32)), "<CAPTION> of a dog", 4
+        )
