@@ -112,3 +112,16 @@ def test_florence2_native_captions(tiny_florence: Path, make_dataset: Callable[.
         Captioner(resolve_captioner(get_settings(), str(tiny_florence)), "cpu").caption(
             Image.new("RGB", (32, 32)), "<CAPTION> of a dog", 4
         )
+
+
+def test_tiny_vlm_command(tmp_path: Path) -> None:
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    result = CliRunner().invoke(app, ["tiny", "vlm", str(tmp_path / "v")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == str(tmp_path / "v")
+    assert resolve_captioner(get_settings(), str(tmp_path / "v")).kind == "qwen2_5_vl"
+    again = CliRunner().invoke(app, ["tiny", "vlm", str(tmp_path / "v"), "--florence"])
+    assert again.exit_code != 0 and "is not the tiny florence2 VLM" in again.output + str(again.exception)
