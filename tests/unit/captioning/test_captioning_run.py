@@ -125,3 +125,18 @@ def test_tiny_vlm_command(tmp_path: Path) -> None:
     assert resolve_captioner(get_settings(), str(tmp_path / "v")).kind == "qwen2_5_vl"
     again = CliRunner().invoke(app, ["tiny", "vlm", str(tmp_path / "v"), "--florence"])
     assert again.exit_code != 0 and "is not the tiny florence2 VLM" in again.output + str(again.exception)
+
+
+def test_cli_refused_while_a_server_owns_the_home(tiny_vlm: Path) -> None:
+    from lorastudio.cli.app import _register, app
+    from lorastudio.jobs.homelock import HomeLock
+
+    if not app.registered_commands:
+        _register()
+    settings = get_settings().ensure_dirs()
+    (settings.datasets_dir / "busy").mkdir()
+    Image.new("RGB", (32, 32)).save(settings.datasets_dir / "busy" / "a.png")
+    with HomeLock.for_server(settings.home, 7860):
+        result = CliRunner().invoke(app, ["datasets", "caption", "busy", "--model", str(tiny_vlm)])
+    assert result.exit_code == 1 and "dataset busy not captioned" in result.output
+    assert not (settings.datasets_dir / "busy" / "a.txt").exists()
