@@ -6,14 +6,20 @@ file, caption}, caption_failed {index, total, file, reason}, and the summary (Ca
 at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
 since every write is atomic (captioning/targets.py) no caption file is ever half-written.
 A broken image (corrupt, unreadable) is named in the failures and skipped; the run goes on.
+An image over MAX_PIXELS is shrunk to about that many pixels (same aspect) before the model sees
+it: a caption needs no more, and Qwen2.5-VL's vision tokens grow with the pixels (a 24 MP photo
+would cost ~30k tokens at its processor's default cap).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from PIL import Image
 
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.captioning.source import CaptionerSource
@@ -22,6 +28,17 @@ from lorastudio.data.images import load_rgb
 from lorastudio.errors import DatasetError
 
 Emit = Callable[[dict[str, Any]], None]
+MAX_PIXELS = 1024 * 1024
+
+
+def fit_pixels(image: Image.Image, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """`image`, or a copy shrunk (Lanczos, same aspect) to at most `max_pixels` pixels."""
+    width, height = image.size
+    if width * height <= max_pixels:
+        return image
+    scale = math.sqrt(max_pixels / (width * height))
+    size = (max(1, int(width * scale)), max(1, int(height * scale)))
+    return image.resize(size, Image.Resampling.LANCZOS)
 
 
 @dataclass
@@ -81,7 +98,7 @@ def caption_dataset(
                 break
             where = {"index": index, "total": total, "file": image.name}
             try:
-                rgb = load_rgb(image)
+                rgb = fit_pixels(load_rgb(image))
                 text = clean_caption(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
                 )

@@ -54,3 +54,14 @@ def test_clean_caption() -> None:
     assert len(clean_caption("é" * MAX_CAPTION_BYTES).encode()) <= MAX_CAPTION_BYTES
     with pytest.raises(ValueError, match="empty caption"):
         clean_caption("\x00 \n")
+
+
+def test_fit_pixels_keeps_small_images_and_shrinks_large_ones() -> None:
+    from PIL import Image
+
+    from lorastudio.captioning.run import MAX_PIXELS, fit_pixels
+
+    small = Image.new("RGB", (640, 480))
+    assert fit_pixels(small) is small
+    big = fit_pixels(Image.new("RGB", (4000, 3000)))
+    assert big.width * big.height <= MAX_PIXELS and abs(big.width / big.height - 4 / 3) < 0.01
