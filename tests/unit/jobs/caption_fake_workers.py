@@ -39,3 +39,25 @@ def slow_fake_captioner(args: CaptionWorkerArgs, events: Any, cancel: Any) -> No
     events.close()
     events.join_thread()
     os._exit(0)
+
+
+def stuck_fake_captioner(args: CaptionWorkerArgs, events: Any, cancel: Any) -> None:
+    """Writes one caption and a staged (half-written) one as if killed mid-write, reports the first,
+    then hangs, ignoring the cancel (the service must kill it and remove the staged file)."""
+    bind_to_parent(args.parent_pid)
+    folder = Path(args.folder)
+    plan = plan_captions(folder, args.options.overwrite)
+    events.put({"type": "caption_started", "total": len(plan.todo), "skipped": 0, "store": plan.store})
+    store_caption(folder, plan.todo[0], "the first caption", plan.store)
+    (folder / f".{plan.todo[1].stem}.txt.0123abcd.tmp").write_text("half a capt", encoding="utf-8")
+    events.put(
+        {
+            "type": "caption_progress",
+            "index": 1,
+            "total": len(plan.todo),
+            "file": plan.todo[0].name,
+            "caption": "x",
+        }
+    )
+    while True:
+        time.sleep(1)

@@ -123,3 +123,25 @@ def test_dataset_used_by_training_is_refused(dataset: Path, model: str) -> None:
             jobs.start("ds", CaptionOptions(model=model))
     finally:
         jobs.shutdown()
+
+
+def test_a_worker_that_ignores_cancel_is_killed_and_its_staged_file_removed(
+    dataset: Path, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from caption_fake_workers import stuck_fake_captioner
+
+    import lorastudio.jobs.captioning as captioning
+
+    monkeypatch.setattr(captioning, "STOP_GRACE_S", 0.5)
+    jobs = CaptionJobs(
+        get_settings(), GpuArbiter(), set, target=stuck_fake_captioner, host_device=lambda: "cpu"
+    )
+    try:
+        job = jobs.start("ds", CaptionOptions(model=model))
+        _wait_for(jobs, job["id"], 1)
+        jobs.cancel(job["id"])
+        final = jobs.wait(job["id"], 30)
+        assert final["status"] == "cancelled" and final["captioned"] == 1
+        assert _whole(dataset) == {"img0": "the first caption\n"}  # the staged half-caption is gone
+    finally:
+        jobs.shutdown()
