@@ -9,7 +9,8 @@ training job that starts meanwhile stops it (between images; the job ends "cance
 reason) before it takes the GPU. A dataset a live training job uses is not captioned (edits to
 it are refused meanwhile). A cancel is honoured between images; a worker that does not stop
 within STOP_GRACE_S is killed, and its staged (hidden) caption file is removed: every caption
-file is old or new, never half-written.
+file is old or new, never half-written. The API creates the service on first use (from a request
+thread, so the caption worker inherits the server's lowered priority: training goes first).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import multiprocessing as mp
 import os
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,8 +209,8 @@ class CaptionJobs:
                 event = events.get(timeout=POLL_S)
             except queue.Empty:
                 if job.cancel.is_set() and deadline is None:
-                    deadline = _monotonic() + STOP_GRACE_S
-                if deadline is not None and _monotonic() > deadline:
+                    deadline = time.monotonic() + STOP_GRACE_S
+                if deadline is not None and time.monotonic() > deadline:
                     process.kill()
                     return "cancelled", None
                 if not process.is_alive():
@@ -302,12 +304,6 @@ class CaptionJobs:
             if job.thread is not None:
                 job.thread.join(STOP_GRACE_S + 10)
         self._spawner.close()
-
-
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def _remove_staged(folder: Path) -> None:
