@@ -6,6 +6,8 @@ import { withToken } from "./auth";
 import { del, get, post, postWithProgress, put, seg } from "./client";
 import type {
   CaptionBody,
+  CaptionJob,
+  CaptionOptions,
   CaptionResult,
   CatalogueModel,
   CheckpointList,
@@ -53,6 +55,10 @@ export const api = {
     put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
   deleteDataset: (name: string) => del<DatasetDeleted>(`/api/datasets/${seg(name)}`),
   removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
+  /** Start auto-captioning a dataset with a vision-language model (202: the caption job). */
+  captionDataset: (name: string, body: CaptionOptions) => post<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body),
+  captionJob: (id: string) => get<CaptionJob>(`/api/captions/${seg(id)}`),
+  cancelCaption: (id: string) => post<CaptionJob>(`/api/captions/${seg(id)}/cancel`),
 
   preflight: (config: Partial<TrainConfig>) => post<PreflightReport>("/api/train/preflight", { config }),
   start: (config: Partial<TrainConfig>, queue = true) => post<Job>("/api/train/start", { config, queue }),

@@ -4,6 +4,66 @@
  */
 
 export interface paths {
+    "/api/captions/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Events
+         * @description Server-sent events of every caption job, as `id:`, `event:`, `data:`.
+         */
+        get: operations["events_api_captions_events_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/captions/{job_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Status
+         * @description One caption job: progress, failures by file, the first captions.
+         */
+        get: operations["status_api_captions__job_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/captions/{job_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel
+         * @description Stop a running caption job after its current image (captions written are kept).
+         */
+        post: operations["cancel_api_captions__job_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets": {
         parameters: {
             query?: never;
@@ -47,6 +107,32 @@ export interface paths {
          *     (gone from listings at once), then removed.
          */
         delete: operations["remove_dataset_api_datasets__name__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/datasets/{name}/caption": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Latest
+         * @description The dataset's newest caption job of this server's life (404: none).
+         */
+        get: operations["latest_api_datasets__name__caption_get"];
+        put?: never;
+        /**
+         * Start
+         * @description Caption the images of dataset `name` that have no caption (all with `overwrite`) with a
+         *     vision-language model (hub id or model folder), in a worker. 400 bad model / device, 404 no
+         *     such dataset, 409 a caption job runs, training uses the dataset or holds the GPU.
+         */
+        post: operations["start_api_datasets__name__caption_post"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -799,12 +885,116 @@ export interface components {
              */
             caption: string;
         };
+        /** CaptionFailure */
+        CaptionFailure: {
+            /** File */
+            file: string;
+            /** Reason */
+            reason: string;
+        };
+        /** CaptionJobOut */
+        CaptionJobOut: {
+            /** Cancel Reason */
+            cancel_reason: string | null;
+            /** Captioned */
+            captioned: number;
+            /** Created At */
+            created_at: string;
+            /** Dataset */
+            dataset: string;
+            /**
+             * Device
+             * @enum {string}
+             */
+            device: "cpu" | "cuda";
+            /**
+             * Done
+             * @description images captioned or failed so far
+             */
+            done: number;
+            /** Error */
+            error: string | null;
+            /** Failures */
+            failures: components["schemas"]["CaptionFailure"][];
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: string;
+            /** Model */
+            model: string;
+            /** Overwrite */
+            overwrite: boolean;
+            /** Prefix */
+            prefix: string | null;
+            /**
+             * Preview
+             * @description the first captions written
+             */
+            preview: components["schemas"]["CaptionPreview"][];
+            /**
+             * Skipped
+             * @description images that keep their caption
+             */
+            skipped: number;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "completed" | "failed" | "cancelled";
+            /**
+             * Total
+             * @description images to caption (null until the worker has planned)
+             */
+            total: number | null;
+        };
+        /**
+         * CaptionOptions
+         * @description model: a hub id (owner/name; the hub cache, `revision`, the studio's hub token) or a
+         *     model folder (absolute, or a name under the models folder). prompt: None takes the model's
+         *     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
+         *     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled). overwrite: caption every
+         *     image, not only those without a caption. max_tokens: new tokens per caption (greedy).
+         *     device: "auto" (the GPU when there is one), "cpu" or "cuda".
+         */
+        CaptionOptions: {
+            /**
+             * Device
+             * @default auto
+             * @enum {string}
+             */
+            device?: "auto" | "cpu" | "cuda";
+            /**
+             * Max Tokens
+             * @default 60
+             */
+            max_tokens?: number;
+            /** Model */
+            model: string;
+            /**
+             * Overwrite
+             * @default false
+             */
+            overwrite?: boolean;
+            /** Prefix */
+            prefix?: string | null;
+            /** Prompt */
+            prompt?: string | null;
+            /** Revision */
+            revision?: string | null;
+        };
         /** CaptionOut */
         CaptionOut: {
             /** Caption */
             caption: string | null;
             /** Caption File */
             caption_file: string | null;
+            /** File */
+            file: string;
+        };
+        /** CaptionPreview */
+        CaptionPreview: {
+            /** Caption */
+            caption: string;
             /** File */
             file: string;
         };
@@ -3422,6 +3612,202 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    events_api_captions_events_get: {
+        parameters: {
+            query?: {
+                /** @description resume after this event id */
+                after?: number | null;
+            };
+            header?: {
+                "last-event-id"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    status_api_captions__job_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_api_captions__job_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     datasets_api_datasets_get: {
         parameters: {
             query?: never;
@@ -3559,6 +3945,140 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DatasetDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    latest_api_datasets__name__caption_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    start_api_datasets__name__caption_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CaptionOptions"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
             /** @description invalid request (every problem listed) */

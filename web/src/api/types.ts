@@ -15,6 +15,8 @@ export type StartBody = Schemas["StartBody"];
 export type StopBody = Schemas["StopBody"];
 export type ResumeBody = Schemas["ResumeBody"];
 export type CaptionBody = Schemas["CaptionBody"];
+/** POST /api/datasets/{name}/caption: the auto-captioning settings. */
+export type CaptionOptions = Schemas["CaptionOptions"];
 export type GenerateBody = Schemas["GenerateBody"];
 export type LoraRef = Schemas["LoraRef"];
 export type PushBody = Schemas["PushBody"];
@@ -32,6 +34,7 @@ export type DroppedFile = Schemas["DroppedFile"];
 export type UploadResult = Schemas["UploadOut"];
 export type DatasetDeleted = Schemas["DatasetDeleted"];
 export type CaptionResult = Schemas["CaptionOut"];
+export type CaptionJob = Schemas["CaptionJobOut"];
 export type DeletedFiles = Schemas["DeletedFiles"];
 export type PreflightReport = Schemas["PreflightOut"];
 /** The preflight's memory plan: each plan setting's value and where it comes from. */

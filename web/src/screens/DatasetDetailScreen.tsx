@@ -3,6 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import type { DatasetDetail } from "../api/types";
+import { AutoCaptionPanel } from "../components/AutoCaptionPanel";
 import { CaptionCard } from "../components/CaptionCard";
 import { DropZone } from "../components/DropZone";
 import { ProgressBar } from "../components/ProgressBar";
@@ -146,6 +147,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         </div>
       )}
       {missing && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
+      {files.length > 0 && <AutoCaptionPanel dataset={name} onFinished={() => void Promise.all([load(), reloadInfo()])} />}
       <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} />
       {upload && (
         <div className="upload-status card" data-testid="upload-status">
