@@ -52,7 +52,9 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     h = w = RES // fam.spec.vae_scale_factor
     g = torch.Generator().manual_seed(0)
     noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=g)
-    n_controls = fam.spec.control_images[1]
+    n_controls = fam.spec.control_images[
+        0
+    ]  # the references it needs (tests/families/test_reference_predict.py: optional ones)
     controls = torch.randn(1, n_controls, fam.spec.latent_channels, h, w, generator=g) if n_controls else None
 
     velocity = _hooks_prediction(family, base, cfg, noise, torch.ones(1), controls)  # [1, C, h, w]
