@@ -246,6 +246,10 @@ class SampleImage(_Out):
     prompt: str | None = Field(description="the sample prompt (null when the config no longer has it)")
     name: str = Field(description="file name: step-000123-0.png")
     url: str = Field(description="where the PNG is served")
+    references: list[str] = Field(
+        default_factory=list,
+        description="URLs of the reference images the prompt was rendered with (an edit family's), slot order",
+    )
 
 
 class SampleList(_Out):

@@ -20,6 +20,7 @@ from lorastudio.config import TrainConfig, parse_train_config, resolve_train_con
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.sample_refs import sample_references
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -132,6 +133,16 @@ def validate_run(
             problems += _as_problems("data_dir", err)
         except (ConfigError, PathOutsideRoot) as err:
             problems += _as_problems("control_dirs", err)
+    if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
+        _, refs = sample_references(
+            cfg.sample_prompts,
+            scan,
+            family.spec.control_images,
+            family=family.spec.name,
+            max_pixels=settings.max_image_pixels,
+            decode_pixels=settings.max_decode_pixels,
+        )
+        problems += [FieldProblem("sample_prompts", p) for p in refs]
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 

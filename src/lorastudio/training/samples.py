@@ -12,8 +12,10 @@ How a round renders (exactly what inference would render):
   second from the page cache). It decodes in the run's dtype, as in the inference pipeline
   loaded in that dtype (SDXL's pipeline upcasts an fp16 VAE itself). A run that encodes latents
   every step already holds its VAE: that one is reused when its dtype is the run's;
-- a paired (edit) run renders every prompt as an edit of the first dataset image's control
-  images (its references), fitted to the sample size as `lorastudio generate --control` does;
+- an edit family renders each prompt with its reference images (config_samples.SamplePrompt:
+  the prompt's `controls`, else on a paired run the first paired image's controls: see
+  data/sample_refs.py), fitted to the sample size as `lorastudio generate --control` does; a copy
+  of each is kept beside the samples (samples/ref-<prompt>-<slot>.png) for the gallery;
 - each prompt's noise comes from a CPU generator seeded with `sample_seed` (the same image for
   the same LoRA on any device), at the training resolution, with the family's generation
   defaults and `sample_steps` inference steps.
@@ -35,10 +37,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.config_samples import prompt_text
 from lorastudio.families.common import pipeline_facts
 from lorastudio.generate.pipeline import reference_kwargs
 from lorastudio.training.precision import free_accelerator_memory
-from lorastudio.training.sample_files import remove_samples, sample_name, samples_dir, write_sample_files
+from lorastudio.training.sample_files import (
+    remove_samples,
+    sample_name,
+    samples_dir,
+    write_reference_files,
+    write_sample_files,
+)
 
 # Optional pipeline components (default None in __init__) that sampling never uses.
 _OPTIONAL_PARTS = frozenset({"image_encoder", "feature_extractor"})
@@ -62,14 +71,15 @@ class SamplePreviews:
 
     def __init__(self, run: PreparedRun, prompt_conds: Conditioning):
         self.run = run
-        self.prompts = list(run.cfg.sample_prompts)
-        self.references = _references(run)
+        self.prompts = [prompt_text(p) for p in run.cfg.sample_prompts]
+        self.references = _references(run)  # per prompt, its reference images
         missing = [p for p in self.prompts if p not in prompt_conds]
         if missing:
             raise KeyError(f"sample prompts without conditioning: {missing}")
         self.conds = prompt_conds
         self.every = run.cfg.sample_every
         self.created: list[Path] = []  # files this session created (not merely replaced)
+        self.kept = False  # the reference copies are written
 
     @property
     def enabled(self) -> bool:
@@ -91,9 +101,24 @@ class SamplePreviews:
         images = self._images(denoiser, vae)
         writers = [_png_writer(image) for image in images]
         existing = {p for p in _round_paths(self.run.run_dir, step, len(images)) if p.exists()}
+        self._keep_references()
         paths = write_sample_files(self.run.run_dir, step, writers)
         self.created += [p for p in paths if p not in existing and p not in self.created]
         return [p.relative_to(self.run.run_dir).as_posix() for p in paths]
+
+    def _keep_references(self) -> None:
+        """Copy each prompt's reference images beside the samples (once per session)."""
+        if self.kept or not any(self.references):
+            return
+        writers = {
+            (i, slot): _png_writer(image)
+            for i, refs in enumerate(self.references)
+            for slot, image in enumerate(refs)
+        }
+        existing = set(self.run.run_dir.glob("samples/ref-*.png"))
+        paths = write_reference_files(self.run.run_dir, writers)
+        self.created += [p for p in paths if p not in existing and p not in self.created]
+        self.kept = True
 
     def discard(self) -> None:
         """Remove the sample files this session created."""
@@ -113,7 +138,10 @@ class SamplePreviews:
             pipe = sampling_pipeline(run, denoiser, vae)
             denoiser.eval()
             with _isolated(run.device):
-                return [self._one(pipe, prompt) for prompt in self.prompts]
+                return [
+                    self._one(pipe, prompt, refs)
+                    for prompt, refs in zip(self.prompts, self.references, strict=True)
+                ]
         finally:
             denoiser.train(was_training)
             del pipe
@@ -121,7 +149,7 @@ class SamplePreviews:
                 del vae
                 free_accelerator_memory(run.device)
 
-    def _one(self, pipe: Any, prompt: str) -> Image.Image:
+    def _one(self, pipe: Any, prompt: str, references: list[Image.Image]) -> Image.Image:
         run = self.run
         cfg, family = run.cfg, run.family
         cond = family.collate_conditioning([self.conds[prompt]])
@@ -133,7 +161,7 @@ class SamplePreviews:
             negative = family.collate_conditioning([self.conds[""]])
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
         size = int(cfg.resolution or 0)
-        kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, size, size))
+        kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], references, size, size))
         generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
         out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
@@ -142,21 +170,33 @@ class SamplePreviews:
 def sample_texts(cfg: TrainConfig, family: Family) -> list[str]:
     """The texts phase 1 encodes for sample previews: each sample prompt once, plus "" (the
     negative prompt) when the family's pipeline guides with one (spec.guides_with_negative)."""
-    texts = list(dict.fromkeys(cfg.sample_prompts))
+    texts = list(dict.fromkeys(prompt_text(p) for p in cfg.sample_prompts))
     if texts and family.spec.guides_with_negative and "" not in texts:
         texts.append("")
     return texts
 
 
-def _references(run: PreparedRun) -> list[Image.Image]:
-    """The reference images of a paired run's samples: the first dataset image's controls."""
+def _references(run: PreparedRun) -> list[list[Image.Image]]:
+    """Each sample prompt's reference images (data/sample_refs.py), decoded. Raises
+    DatasetError naming the prompt and file when one is missing, unreadable or too many."""
     from lorastudio.data.images import load_rgb
-    from lorastudio.data.pairs import control_folder_ids
+    from lorastudio.data.safe_open import folder_identity
+    from lorastudio.data.sample_refs import sample_references
+    from lorastudio.errors import DatasetError
+    from lorastudio.settings import get_settings
 
-    items = run.scan.items
-    if not items:
-        return []
-    return [load_rgb(p, fid) for p, fid in zip(items[0].controls, control_folder_ids(items[0]), strict=True)]
+    spec, settings = run.family.spec, get_settings()
+    paths, problems = sample_references(
+        run.cfg.sample_prompts,
+        run.scan,
+        spec.control_images,
+        family=spec.name,
+        max_pixels=settings.max_image_pixels,
+        decode_pixels=settings.max_decode_pixels,
+    )
+    if problems:
+        raise DatasetError("the sample prompts' reference images cannot be used", problems)
+    return [[load_rgb(p, folder_identity(p.parent)) for p in refs] for refs in paths]
 
 
 def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> Any:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
+from PIL import Image
 from safetensors.torch import load_file
 
 from lorastudio.training.loop import train
@@ -37,3 +39,43 @@ def test_flux2_klein_trains_a_mixed_dataset_and_the_references_count(make_config
     a, b = load_file(mixed.lora_path), load_file(plain.lora_path)
     assert a.keys() == b.keys()
     assert any(not (a[k] == b[k]).all() for k in a)  # the same targets, the references changed the LoRA
+
+
+def test_sample_prompts_render_with_their_references_and_keep_copies(make_config, small_pairs):
+    """{"prompt", "controls"} renders with those references, [] without, a plain prompt with
+    the first paired image's; a copy of each reference is kept beside the samples."""
+    from lorastudio.training.sample_files import list_references
+
+    first, other = sorted(p.name for p in (small_pairs / "control").glob("*.png"))[:2]
+    prompt = "invert the colours"
+    cfg = make_config(
+        "flux2-klein",
+        data_dir=str(small_pairs),
+        resolution=64,  # Flux2ImageProcessor refuses references under 64 px
+        steps=1,
+        sample_steps=1,
+        sample_prompts=[
+            {"prompt": prompt, "controls": [f"control/{other}"]},
+            {"prompt": prompt, "controls": []},
+            prompt,
+        ],
+    )
+    events: list = []
+    result = train(cfg, events.append, device="cpu")
+    run_dir = result.lora_path.parent
+    images = [
+        np.asarray(Image.open(run_dir / f"samples/step-000001-{i}.png"), dtype=np.float32) for i in range(3)
+    ]
+    assert np.abs(images[0] - images[1]).max() > 0  # the reference changes the render
+    assert np.abs(images[0] - images[2]).max() > 0  # another reference, another render
+    assert list_references(run_dir) == {0: ["ref-0-0.png"], 2: ["ref-2-0.png"]}
+    with (
+        Image.open(run_dir / "samples/ref-0-0.png") as kept,
+        Image.open(small_pairs / "control" / other) as src,
+    ):
+        assert np.array_equal(np.asarray(kept.convert("RGB")), np.asarray(src.convert("RGB")))
+    with (
+        Image.open(run_dir / "samples/ref-2-0.png") as kept,
+        Image.open(small_pairs / "control" / first) as src,
+    ):
+        assert np.array_equal(np.asarray(kept.convert("RGB")), np.asarray(src.convert("RGB")))
