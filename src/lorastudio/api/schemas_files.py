@@ -13,6 +13,10 @@ from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Out
 class DatasetFile(_Out):
     file: str
     caption: str | None
+    controls: list[str] = Field(
+        default_factory=list,
+        description="its control images (paired datasets): paths in the dataset, slot order",
+    )
     bytes: int
     width: int | None
     height: int | None
