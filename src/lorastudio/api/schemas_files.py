@@ -89,6 +89,10 @@ class GenerateOut(_Out):
     height: int
     prompt: str
     loras: list[LoraRef]
+    references: list[str] = Field(default_factory=list, description="ids of the reference images used")
+    reference_urls: list[str] = Field(
+        default_factory=list, description="where the reference images are served"
+    )
 
 
 class GalleryImage(_Out):
@@ -103,7 +107,20 @@ class GalleryImage(_Out):
     base_model: str | None = None
     steps: int | None = None
     loras: list[LoraRef] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list, description="ids of the reference images used")
+    reference_urls: list[str] = Field(
+        default_factory=list, description="where the reference images are served"
+    )
 
 
 class GalleryList(_Out):
     images: list[GalleryImage]
+
+
+class ReferenceOut(_Out):
+    id: str = Field(description="give it in GenerateBody.references")
+    url: str
+
+
+class ReferencesOut(_Out):
+    references: list[ReferenceOut] = Field(description="the uploaded reference images, in upload order")

@@ -38,6 +38,7 @@ from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFo
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.references import reference_path, reference_problems
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.settings import Settings
@@ -71,6 +72,7 @@ class GenerationRequest:
     guidance: float | None = None
     revision: str | None = None
     loras: tuple[LoraChoice, ...] = ()
+    references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
 
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
@@ -87,6 +89,7 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
             {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
             for c in req.loras
         ],
+        "references": list(req.references),
     }
 
 
@@ -207,6 +210,7 @@ class GenerationService:
         problems = budget_problems(req.width, req.height, req.steps, family.spec.resolution_multiple)
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
+        problems += reference_problems(self.settings, family.spec.name, req.references)
         loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
         for i, (path, _) in enumerate(loras):
             try:
@@ -241,6 +245,7 @@ class GenerationService:
             height=req.height,
             guidance=req.guidance,
             loras=tuple(loras),
+            references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),
             png_meta=json.dumps(meta_of(req, family)),
         )
