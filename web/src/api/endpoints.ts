@@ -20,6 +20,7 @@ import type {
   LoraList,
   LoraSteps,
   PreflightReport,
+  ReferencesResult,
   ResumeBody,
   RunDeleted,
   RunDetail,
@@ -39,10 +40,17 @@ export const api = {
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
-  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void) => {
+  /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
+   * whose control images pair with the targets by file name. */
+  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field = "files") => {
     const form = new FormData();
-    for (const f of files) form.append("files", f, f.name);
+    for (const f of files) form.append(field, f, f.name);
     return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files`, form, onProgress);
+  },
+  /** Thumbnail of a control image: `path` as the dataset lists it ("control_2/a.png"). */
+  controlThumbnailUrl: (name: string, path: string, size = 128) => {
+    const [folder, file] = path.split("/");
+    return withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
   },
   setCaption: (name: string, file: string, caption: string) =>
     put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
@@ -77,6 +85,12 @@ export const api = {
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
+  /** Upload reference images (slot order) for generation with an edit family; their ids go in GenerateBody.references. */
+  uploadReferences: (files: File[]) => {
+    const form = new FormData();
+    for (const f of files) form.append("files", f, f.name);
+    return post<ReferencesResult>("/api/generate/references", form);
+  },
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */

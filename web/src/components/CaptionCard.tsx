@@ -50,6 +50,18 @@ export function CaptionCard({ dataset, image, onRemoved }: Props) {
         </button>
       </div>
       <figcaption>
+        {(image.controls ?? []).length > 0 && (
+          <div className="pair-controls small" data-testid={`controls-of-${image.file}`}>
+            <span className="muted">controls</span>
+            {(image.controls ?? []).map((c) =>
+              /^control(_[2-9])?\//.test(c) ? (
+                <img key={c} src={api.controlThumbnailUrl(dataset, c)} alt={c} title={c} loading="lazy" />
+              ) : (
+                <code key={c}>{c}</code>
+              ),
+            )}
+          </div>
+        )}
         <div className="row-between small">
           <span className="filename" title={image.file}>
             {image.file}
