@@ -68,6 +68,7 @@ def test_pairs_upload_into_control_folders_and_show_beside_their_targets(
         "b.png": ["control/b.png"],
         "c.png": ["control/c.png"],
     }
+    assert detail["dropped"] == []  # the control folders are read, not "sub-folders not scanned"
     thumb = client.get("/api/datasets/edits/thumbnails/a.jpg?control=control_2&size=32")
     assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
     assert client.get("/api/datasets/edits/thumbnails/a.png?control=..").status_code == 404

@@ -99,6 +99,7 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
         except DatasetError as err:
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
     controls, orphans = listed_controls(folder, files.images)
+    dropped = [(n, why) for n, why in dropped if control_slot(n) is None]  # control/ folders are read
     dropped += [(o, "control image with no target of the same name") for o in orphans]
     images = []
     for path in files.images:
