@@ -78,7 +78,15 @@ def test_bad_references_are_refused_by_name_before_any_work(
     answer = client.post(
         "/api/generate", json={**klein, "references": ["../../etc/passwd", "nope.png"] + [ref] * 3}
     )
-    fields = {p["field"]: p["message"] for p in answer.json()["problems"]}
-    assert answer.status_code == 400 and "references.0" in fields and "references.1" in fields
-    assert fields["references"] == "flux2-klein takes at most 4 reference images, got 5"
+    problems = [(p["field"], p["message"]) for p in answer.json()["problems"]]
+    assert answer.status_code == 400 and {f for f, _ in problems} == {
+        "references.0",
+        "references.1",
+        "references",
+    }
+    assert ("references", "flux2-klein takes at most 4 reference images, got 5") in problems
+    assert (
+        "references",
+        "flux2-klein takes reference images of at least 64 px a side: render at 64 px or more",
+    ) in problems
     assert server.app.state.generation.worker_pid is None  # nothing was started

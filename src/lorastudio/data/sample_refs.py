@@ -77,3 +77,11 @@ def sample_references(
             problems.append(f"{where}: {len(asked)} control image(s), {family} needs at least {low}")
         found.append(tuple(paths))
     return found, problems
+
+
+def reference_size_problem(family: str, min_side: int, width: int, height: int) -> str | None:
+    """Why references cannot be rendered at width x height (a reference is fitted to the output
+    size, and the family's pipeline refuses one under `min_side` pixels), or None."""
+    if min_side and min(width, height) < min_side:
+        return f"{family} takes reference images of at least {min_side} px a side: render at {min_side} px or more"
+    return None

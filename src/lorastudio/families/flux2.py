@@ -95,6 +95,7 @@ SPEC = FamilySpec(
     # the dual-stream blocks' q/k/v per stream (the single blocks' are one linear already)
     fused_projection_groups={"Flux2TransformerBlock": DUAL_STREAM_QKV},
     control_images=(0, MAX_REFERENCES_DEV),  # text-to-image, or edit with 1..10 references
+    min_reference_side=64,  # Flux2ImageProcessor.check_image_input
 )
 
 

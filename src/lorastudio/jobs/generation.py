@@ -33,6 +33,7 @@ from lorastudio import families
 from lorastudio.basemodels import resolve_base_model
 from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
+from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.uploads import staged_write
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
@@ -211,6 +212,11 @@ class GenerationService:
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
         problems += reference_problems(self.settings, family.spec.name, req.references)
+        small = reference_size_problem(
+            family.spec.name, family.spec.min_reference_side, req.width, req.height
+        )
+        if req.references and small:
+            problems.append(FieldProblem("references", small))
         loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
         for i, (path, _) in enumerate(loras):
             try:

@@ -20,7 +20,7 @@ from lorastudio.config import TrainConfig, parse_train_config, resolve_train_con
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
 from lorastudio.data.pairs import resolve_control_dirs
-from lorastudio.data.sample_refs import sample_references
+from lorastudio.data.sample_refs import reference_size_problem, sample_references
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -134,7 +134,7 @@ def validate_run(
         except (ConfigError, PathOutsideRoot) as err:
             problems += _as_problems("control_dirs", err)
     if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
-        _, refs = sample_references(
+        paths, refs = sample_references(
             cfg.sample_prompts,
             scan,
             family.spec.control_images,
@@ -142,6 +142,10 @@ def validate_run(
             max_pixels=settings.max_image_pixels,
             decode_pixels=settings.max_decode_pixels,
         )
+        side = int(cfg.resolution or 0)  # samples render at the training resolution
+        small = reference_size_problem(family.spec.name, family.spec.min_reference_side, side, side)
+        if small and any(paths):
+            refs.append(f"samples with references at resolution {side}: {small}")
         problems += [FieldProblem("sample_prompts", p) for p in refs]
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)

@@ -77,6 +77,10 @@ def test_sample_prompt_references_are_checked_with_the_dataset(
     assert "sample prompt 3: 5 control images, flux2-klein takes at most 4" in messages
     assert "sample prompt 4: control notes/link.png is a link out of the dataset folder" in messages
     assert not any(m.startswith("sample prompt 5") for m in messages)
+    assert (
+        "samples with references at resolution 32: flux2-klein takes reference images of at least 64 px a side: render at 64 px or more"
+        in messages
+    )
 
     flux = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
     (settings.datasets_dir / "shapes").mkdir()
