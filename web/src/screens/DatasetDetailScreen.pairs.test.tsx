@@ -76,6 +76,7 @@ describe("DatasetDetailScreen pairs", () => {
     renderScreen();
     await screen.findByTestId("controls-of-a.png");
     await userEvent.selectOptions(screen.getByLabelText("upload as"), "control_2");
+    expect(screen.getByText("Drop control images into control_2/")).toBeInTheDocument();
     const user = userEvent.setup({ applyAccept: false });
     const files = ["b.png", "b.txt"].map((n) => new File([new Uint8Array(10)], n));
     await user.upload(screen.getByTestId("file-input"), files);

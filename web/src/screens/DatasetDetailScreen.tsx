@@ -157,7 +157,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           ))}
         </select>
       </label>
-      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} />
+      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
       {upload && (
         <div className="upload-status card" data-testid="upload-status">
           <div className="row-between">
