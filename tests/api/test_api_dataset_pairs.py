@@ -103,3 +103,11 @@ def test_controls_without_a_target_are_refused_by_name_and_nothing_is_half_writt
     assert strict.status_code == 400 and "control/nomatch.png" in strict.text
     assert _tree(settings.datasets_dir / "edits") == {"a.png"}
     assert _tree(settings.datasets_dir / ".uploads") == set()  # no staging left
+
+    # a control put there by hand with no target is listed as not used, naming it
+    (settings.datasets_dir / "edits" / "control").mkdir()
+    (settings.datasets_dir / "edits" / "control" / "orphan.png").write_bytes(_png())
+    detail = client.get("/api/datasets/edits").json()
+    assert detail["dropped"] == [
+        {"file": "control/orphan.png", "reason": "control image with no target of the same name"}
+    ]
