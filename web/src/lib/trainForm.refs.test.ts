@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { INFO } from "../test/fixtures";
-import { buildConfig, initialValues, samplePromptEntries } from "./trainForm";
+import { samplePromptEntries } from "./samplePrompts";
+import { buildConfig, initialValues } from "./trainForm";
 
 describe("train form: sample prompts with reference images", () => {
   it("reads 'prompt || ref, ref' lines as {prompt, controls}, '||' alone as none, others as prompts", () => {

@@ -5,6 +5,9 @@
  */
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import type { Family, Host, TrainConfig } from "../api/types";
+import { samplePromptEntries, showSamplePrompt } from "./samplePrompts";
+
+export { samplePromptEntries } from "./samplePrompts";
 
 type Key = keyof TrainConfig;
 export type FormValues = Partial<Record<Key, string | boolean>> & { unit: "steps" | "epochs"; length: string };
@@ -327,31 +330,6 @@ function show(key: Key, v: unknown): string | boolean | undefined {
 /** The sample prompts of the form's textarea: one per non-blank line, trimmed. */
 export function promptLines(text: string | boolean | undefined): string[] {
   return typeof text === "string" ? text.split("\n").map((l) => l.trim()).filter((l) => l !== "") : [];
-}
-
-/** Separates a sample prompt from its reference images in the form: "make it blue || control/a.png". */
-export const REFERENCES_SEPARATOR = "||";
-
-/** A sample prompt line of the form: "prompt", or "prompt || ref1, ref2" (an edit family's
- * reference images, paths in the dataset; nothing after "||" renders without any). */
-export type SamplePromptEntry = string | { prompt: string; controls: string[] };
-
-export function samplePromptEntries(text: string | boolean | undefined): SamplePromptEntry[] {
-  return promptLines(text).map((line) => {
-    const at = line.indexOf(REFERENCES_SEPARATOR);
-    if (at < 0) return line;
-    const controls = line.slice(at + REFERENCES_SEPARATOR.length).split(",").map((c) => c.trim()).filter((c) => c !== "");
-    return { prompt: line.slice(0, at).trim(), controls };
-  });
-}
-
-function showSamplePrompt(entry: unknown): string {
-  if (entry && typeof entry === "object") {
-    const { prompt, controls } = entry as { prompt?: unknown; controls?: unknown };
-    if (!Array.isArray(controls)) return String(prompt ?? "");
-    return `${String(prompt ?? "")} ${REFERENCES_SEPARATOR} ${controls.join(", ")}`.trimEnd();
-  }
-  return String(entry);
 }
 
 /** Module names of a list input: separated by commas or white space. */
