@@ -7,8 +7,6 @@ import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import type { Family, Host, TrainConfig } from "../api/types";
 import { samplePromptEntries, showSamplePrompt } from "./samplePrompts";
 
-export { samplePromptEntries } from "./samplePrompts";
-
 type Key = keyof TrainConfig;
 export type FormValues = Partial<Record<Key, string | boolean>> & { unit: "steps" | "epochs"; length: string };
 
