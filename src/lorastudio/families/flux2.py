@@ -54,8 +54,8 @@ FLUX2_SUPPORTS = frozenset(
     {"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}
 )
 MAX_TEXT_TOKENS = 512  # Flux2Pipeline.tokenizer_max_length
-# reference images per sample: BFL's limits (docs.bfl.ml image-editing overview: the FLUX.2
-# family takes up to 10 references, [klein] 4B/9B up to 4); the pipelines themselves set none
+# reference images per sample (docs.bfl.ml image-editing overview: FLUX.2 [dev] "recommended
+# max 6", the FLUX.2 API up to 10; [klein] 4B/9B up to 4); the pipelines themselves set none
 MAX_REFERENCES_DEV = 10
 MAX_REFERENCES_KLEIN = 4
 

@@ -79,3 +79,37 @@ def test_sample_prompts_render_with_their_references_and_keep_copies(make_config
         Image.open(small_pairs / "control" / first) as src,
     ):
         assert np.array_equal(np.asarray(kept.convert("RGB")), np.asarray(src.convert("RGB")))
+
+
+def test_the_plan_trial_batch_is_the_heaviest_group_of_a_mixed_dataset(make_config, small_pairs, tmp_path):
+    """A memory budget measures one batch group (bucket and control count), the one with the
+    most tokens (the references join the sequence); a bucket holding paired and unpaired
+    samples never makes a mixed trial batch (whose controls could not be stacked)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from lorastudio import families
+    from lorastudio.config import resolve_train_config
+    from lorastudio.data import scan_dataset
+    from lorastudio.training.latents import build_latent_cache
+    from lorastudio.training.plan_measure import trial_inputs
+
+    data = tmp_path / "mixed-largest"
+    shutil.copytree(small_pairs, data)
+    fam = families.get("flux2-klein")
+    items = scan_dataset(data, resolution=32, multiple=16, control_images=fam.spec.control_images).items
+    largest = max((it.bucket for it in items), key=lambda b: b[0] * b[1])
+    first = next(it for it in items if it.bucket == largest)
+    (data / "control" / first.path.name).unlink()  # the largest bucket's first sample: unpaired
+    scan = scan_dataset(data, resolution=32, multiple=16, control_images=fam.spec.control_images)
+    cfg = resolve_train_config(make_config("flux2-klein", data_dir=str(data), batch_size=2))
+    vae = fam.load_vae(cfg.base_model, None, torch.float32, torch.device("cpu"))
+    rng = np.random.default_rng(0)
+    source = build_latent_cache(
+        fam, vae, scan.items, cfg, rng, device=torch.device("cpu"), emit=[].append, check_stop=lambda: None
+    )
+    conds = {it.caption: {"prompt_embeds": torch.zeros(3, 8)} for it in scan.items}  # collated only
+    run = SimpleNamespace(scan=scan, cfg=cfg, family=fam)
+    inputs = trial_inputs(run, source, conds, rng)
+    assert inputs.batch.controls is not None and inputs.batch.controls.shape[:2] == (2, 1)  # [B, K, ...]
