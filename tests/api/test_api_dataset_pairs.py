@@ -73,6 +73,16 @@ def test_pairs_upload_into_control_folders_and_show_beside_their_targets(
     assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
     assert client.get("/api/datasets/edits/thumbnails/a.png?control=..").status_code == 404
 
+    # deleting a target takes its controls along (left behind, they would be orphans)
+    gone = client.delete("/api/datasets/edits/images/a.png")
+    assert gone.status_code == 200 and gone.json()["deleted"] == [
+        "a.png",
+        "a.txt",
+        "control/a.png",
+        "control_2/a.jpg",
+    ]
+    assert (root / "control" / "b.png").is_file() and not (root / "control_2" / "a.jpg").exists()
+
 
 def test_controls_without_a_target_are_refused_by_name_and_nothing_is_half_written(
     client: TestClient, settings: Settings

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.pairs import CONTROL_FOLDER
+from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders
 from lorastudio.errors import DatasetError
 
 
@@ -68,3 +68,15 @@ def make_control_folder(dir_fd: int, slot: str, dataset: str) -> None:
         raise DatasetError(
             f"cannot store controls in {dataset}/{slot}", [f"{slot}: exists and is not a folder (a link?)"]
         )
+
+
+def controls_of(dataset_dir: Path, stem: str) -> list[Path]:
+    """The control images of target stem `stem` in the dataset's control folders (regular
+    files, not links), in slot order: what goes with the target when it is deleted."""
+    return [
+        path
+        for folder in control_subfolders(dataset_dir)
+        if not folder.is_symlink()
+        for path in sorted(folder.iterdir())
+        if path.stem == stem and is_image_name(path.name) and path.is_file() and not path.is_symlink()
+    ]

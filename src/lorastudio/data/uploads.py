@@ -38,6 +38,7 @@ from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import open_folder
 from lorastudio.data.upload_pairs import (
     control_key,
+    controls_of,
     dataset_image_stems,
     make_control_folder,
     unmatched_controls,
@@ -371,8 +372,9 @@ def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | No
 
 
 def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
-    """Delete image `image_name`, and its .txt caption unless another image of the same stem
-    (a.jpg beside a.png) still uses it. Returns the deleted file names."""
+    """Delete image `image_name`, and its .txt caption and control images (control/ folders)
+    unless another image of the same stem (a.jpg beside a.png) still uses them. Returns the
+    deleted file names (controls as "control/a.png")."""
     image = existing_image(dataset_dir, image_name)
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
         deleted = [image.name]
@@ -385,6 +387,10 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
         if not shared and caption.is_file():
             caption.unlink()
             deleted.append(caption.name)
+        if not shared:  # its control images would be orphans, which a run refuses
+            for control in controls_of(dataset_dir, image.stem):
+                control.unlink()
+                deleted.append(control.relative_to(dataset_dir).as_posix())
     return deleted
 
 

@@ -32,7 +32,9 @@ export function CaptionCard({ dataset, image, onRemoved }: Props) {
   };
 
   const remove = async () => {
-    if (!window.confirm(`Remove ${image.file} and its caption?`)) return;
+    const paired = (image.controls ?? []).length > 0;
+    const what = paired ? `${image.file}, its caption and its control images` : `${image.file} and its caption`;
+    if (!window.confirm(`Remove ${what}?`)) return;
     try {
       await api.removeImage(dataset, image.file);
       onRemoved();

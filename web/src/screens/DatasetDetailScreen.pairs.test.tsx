@@ -71,6 +71,17 @@ describe("DatasetDetailScreen pairs", () => {
     expect(screen.getByText(/control\/zzz.png: control image with no target/)).toBeInTheDocument();
   });
 
+  it("says that removing a paired target removes its controls too", async () => {
+    renderScreen();
+    await screen.findByTestId("controls-of-a.png");
+    const confirm = vi.spyOn(window, "confirm").mockReturnValue(false);
+    await userEvent.click(screen.getByRole("button", { name: "remove a.png" }));
+    expect(confirm).toHaveBeenCalledWith("Remove a.png, its caption and its control images?");
+    await userEvent.click(screen.getByRole("button", { name: "remove b.png" }));
+    expect(confirm).toHaveBeenLastCalledWith("Remove b.png and its caption?");
+    confirm.mockRestore();
+  });
+
   it("uploads control images into the chosen slot and refuses captions there", async () => {
     const sent = fakeXhr();
     renderScreen();
