@@ -89,4 +89,14 @@ def test_bad_references_are_refused_by_name_before_any_work(
         "references",
         "flux2-klein takes reference images of at least 64 px a side: render at 64 px or more",
     ) in problems
+    edit = {**flux, "family": "qwen-image-edit", "base_model": str(tiny_model("qwen-image-edit"))}
+    answer = client.post("/api/generate", json={**edit, "references": [ref, ref]})  # the family takes 1-3
+    assert (
+        answer.status_code == 400
+        and {  # the checkpoint's flavour (Qwen-Image-Edit, not Plus): 1
+            "field": "references",
+            "message": "Qwen-Image-Edit takes at most 1 reference images, got 2",
+        }
+        in answer.json()["problems"]
+    )
     assert server.app.state.generation.worker_pid is None  # nothing was started

@@ -1,8 +1,11 @@
 """Contract: a family that trains text-to-image and edit alike (spec.control_images = (0, K))
 predicts with reference images exactly as its pipeline denoises with `image=` references. The
 references go to the pipeline as PIL images (what a user gives, through generate's own
-reference_kwargs) and to the hooks through Family.encode_controls of the same pixels, so the
-test covers the encoding, the packing and the position ids of the references at once."""
+reference_kwargs) and to the hooks as the pipeline prepares them (Family.reference_pixels)
+through Family.encode_controls, and to encode_prompts too where the prompt sees them
+(spec.prompt_sees_controls), so the test covers the encoding, the packing and the position ids
+of the references at once. Families that need references (min >= 1: FLUX.1 Kontext,
+Qwen-Image-Edit) are checked with them by test_predict_matches_pipeline.py."""
 
 from __future__ import annotations
 
@@ -29,12 +32,6 @@ def _references(count: int) -> list[Image.Image]:
     return [Image.fromarray(rng.integers(0, 256, (RES, RES, 3), dtype=np.uint8)) for _ in range(count)]
 
 
-def _pixels(images: list[Image.Image]) -> torch.Tensor:
-    """PIL images -> [N, 3, H, W] in [-1, 1], as data.pairs.load_control_crop gives a control."""
-    arr = np.stack([np.asarray(img, dtype=np.float32).transpose(2, 0, 1) for img in images])
-    return torch.from_numpy(arr / 127.5 - 1.0)
-
-
 @pytest.mark.parametrize("family", BOTH)
 def test_predict_with_references_matches_one_pipeline_step(family, tiny_model):
     from diffusers import DiffusionPipeline
@@ -49,14 +46,17 @@ def test_predict_with_references_matches_one_pipeline_step(family, tiny_model):
         TrainConfig(family=family, base_model=base, data_dir="unused", resolution=RES, **extra)
     )
     dev, dt = torch.device("cpu"), torch.float32
-    refs = _references(2)
+    refs = _references(min(2, fam.source_control_images(base)[1]))
     h = w = RES // fam.spec.vae_scale_factor
     noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=torch.Generator().manual_seed(0))
 
     vae = fam.load_vae(base, None, dt, dev)
-    controls = fam.encode_controls(vae, _pixels(refs))[None]  # [1, 2, C, h, w]
+    with torch.no_grad():
+        pixels = torch.stack([fam.reference_pixels(im, RES, RES) for im in refs])  # [K, 3, H, W]
+        controls = fam.encode_controls(vae, pixels)[None]  # [1, K, C, h, w]
     enc = fam.load_text_encoders(base, None, dt, dev)
-    cond = fam.collate_conditioning(fam.encode_prompts(enc, [PROMPT], cfg))
+    seen = {"controls": [refs]} if fam.spec.prompt_sees_controls else {}
+    cond = fam.collate_conditioning(fam.encode_prompts(enc, [PROMPT], cfg, **seen))
     den = fam.load_denoiser(base, None, dt, dev)
     info = {"original_size": [(RES, RES)], "crop_top_left": [(0, 0)], "target_size": (RES, RES)}
     with torch.no_grad():

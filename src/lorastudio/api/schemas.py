@@ -232,6 +232,13 @@ class MetricPoint(_Out):
     peak_memory_gb: float | None = None
 
 
+class ValidationPoint(_Out):
+    step: int = Field(description="the optimizer step the validation round followed")
+    loss: float | None = Field(
+        description="mean loss over the held-out images at fixed noise (null: not finite)"
+    )
+
+
 class ProgressOut(MetricPoint):
     type: Literal["progress"] = "progress"
     total_steps: int
@@ -282,6 +289,9 @@ class JobOut(_Out):
     phase: PhaseOut | None = Field(description="the last model_load_* / preparing event")
     progress: ProgressOut | None
     metrics: list[MetricPoint]
+    validation: list[ValidationPoint] = Field(
+        default_factory=list, description="the validation rounds so far (validation_split), by step"
+    )
     lora_path: str | None
     steps_run: int
     error: str | None
@@ -339,6 +349,9 @@ class RunDetail(RunSummary):
     config: TrainConfigOut = Field(description="the resolved TrainConfig the run was started with")
     plan: PlanOut | None = Field(default=None, description="the plan the run used (null: none reported)")
     metrics: list[MetricPoint]
+    validation: list[ValidationPoint] = Field(
+        default_factory=list, description="the run's validation rounds (validation_split), by step"
+    )
     outputs: list[OutputOut]
 
 

@@ -20,6 +20,10 @@ class DatasetFile(_Out):
     bytes: int
     width: int | None
     height: int | None
+    mask: str | None = Field(
+        default=None,
+        description="its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail",
+    )
 
 
 class DatasetDetail(DatasetSummary):
@@ -72,6 +76,11 @@ class LoraStep(_Out):
     path: str
     final: bool = Field(description="the run's final LoRA (else a snapshot under loras/)")
     url: str = Field(description="download URL of the file")
+    validation_loss: float | None = Field(
+        default=None, description="the validation loss of its step (null: the step was not validated)"
+    )
+    best: bool = Field(default=False, description="the LoRA of the run's best validation round")
+    last: bool = Field(default=False, description="the LoRA of the run's last validation round")
 
 
 class LoraSteps(_Out):

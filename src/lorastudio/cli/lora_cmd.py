@@ -45,6 +45,7 @@ def list_cmd(
     the final LoRA."""
     from lorastudio.lora.snapshots import run_loras
     from lorastudio.settings import get_settings
+    from lorastudio.training.validation_file import mark_loras, read_validation
 
     run_dir = Path(run)
     if not run_dir.is_dir():
@@ -53,9 +54,15 @@ def list_cmd(
         typer.echo(f"no run folder {run} (nor {run_dir})", err=True)
         raise typer.Exit(2)
     typer.echo("step  file")
-    for item in run_loras(run_dir):
+    for item in mark_loras(run_loras(run_dir), read_validation(run_dir)):
         step = "?" if item["step"] is None else str(item["step"])
-        typer.echo(f"{step:<5} {item['path']}{'  (final)' if item['final'] else ''}")
+        notes = [
+            *(["final"] if item["final"] else []),
+            *([f"val {item['validation_loss']:.5g}"] if item["validation_loss"] is not None else []),
+            *([mark for mark in ("best", "last") if item[mark]]),
+        ]
+        shown = "  (" + ", ".join(notes) + ")" if notes else ""
+        typer.echo(f"{step:<5} {item['path']}{shown}")
 
 
 @lora_app.command("merge")

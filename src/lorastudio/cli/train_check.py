@@ -128,6 +128,14 @@ def print_report(report: dict[str, Any]) -> None:
     if controls:
         echo(f"  pairs          {controls['pairs']} (up to {controls['per_image']} control(s) each; "
              f"from {', '.join(controls['sources'])})")  # fmt: skip
+    if data.get("masks"):
+        masks = data["masks"]
+        echo(f"  masks          {masks['images_with_mask']} image(s) ({masks['source']})")
+    if data.get("validation"):
+        val = data["validation"]
+        every = f"every {val['every']} steps and " if val["every"] else ""
+        echo(f"  validation     {val['held_out']} held out ({val['source']}), {every}after the last step:")
+        echo(f"                 {', '.join(val['images'])}")
     sched = report["schedule"]
     echo("schedule:")
     echo(
@@ -163,5 +171,6 @@ def warnings(report: dict[str, Any]) -> list[str]:
             + (f", and {more} more" if more > 0 else "")
             + "): they train on the trigger word or default caption"
         )
+    out += data.get("warnings") or []  # e.g. upscaled images, images without a mask
     out += report["family"]["notes"]
     return out

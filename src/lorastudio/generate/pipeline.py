@@ -73,11 +73,12 @@ def load_pipeline(
     dev = torch.device(device) if device is not None else _default_device()
     if dtype is None:
         dtype = torch.bfloat16 if dev.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    class_name = families.get(family).source_pipeline_class(base_model, revision)  # the checkpoint's flavour
+    pipeline_cls = getattr(diffusers, class_name)
     try:
         pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype)
     except (OSError, ValueError) as err:
-        raise ModelSourceError(f"cannot load {spec.pipeline_class} from {base_model!r}: {err}") from err
+        raise ModelSourceError(f"cannot load {class_name} from {base_model!r}: {err}") from err
     pipe.to(dev)
     pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -181,19 +182,22 @@ def generate_image(
     ]
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
-    low, high = spec.control_images
+    facts = pipeline_facts(pipe, spec.denoiser)  # the checkpoint's flavour
+    low, high = fam.control_images(facts)
     if controls and not low <= len(controls) <= high:
         takes = f"{low}-{high}" if high else "none"
         problems.append(
-            FieldProblem("controls", f"{spec.name} takes {takes} reference images, got {len(controls)}")
+            FieldProblem(
+                "controls", f"{type(pipe).__name__} takes {takes} reference images, got {len(controls)}"
+            )
         )
     small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
     if controls and small:
         problems.append(FieldProblem("controls", small))
     if problems:
         raise ConfigError(problems)
-    kwargs = fam.generation_defaults(pipeline_facts(pipe, spec.denoiser))  # the checkpoint's flavour
-    kwargs.update(reference_kwargs(pipe, spec.control_images[1], controls, width, height))
+    kwargs = fam.generation_defaults(facts)
+    kwargs.update(reference_kwargs(pipe, high, controls, width, height))
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:

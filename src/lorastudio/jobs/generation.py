@@ -225,7 +225,13 @@ class GenerationService:
                 problems.append(FieldProblem(f"loras.{i}", str(err)))
         if problems:
             raise ConfigError(problems)
-        source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
+        source, model_dir = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
+        flavour = family.folder_variant(model_dir) if model_dir is not None else None
+        if req.references and flavour is not None and flavour.control_images is not None:
+            # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 1-3)
+            problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
+            if problems:
+                raise ConfigError(problems)
         return source, [(str(p), s) for p, s in loras]
 
     def generate(self, req: GenerationRequest) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import shutil
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from lorastudio import families
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
@@ -20,6 +20,9 @@ from lorastudio.data.images import probe_image
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot
 from lorastudio.settings import Settings
+
+if TYPE_CHECKING:
+    from lorastudio.families.base import Variant
 
 _COPY_CHUNK = 1 << 20
 
@@ -67,10 +70,15 @@ def reference_path(settings: Settings, ref_id: str) -> Path | None:
     return path
 
 
-def reference_problems(settings: Settings, family: str, refs: Sequence[str]) -> list[FieldProblem]:
+def reference_problems(
+    settings: Settings, family: str, refs: Sequence[str], flavour: Variant | None = None
+) -> list[FieldProblem]:
     """What is wrong with the references of a generation request: an unknown id, more or fewer
-    than the family takes (spec.control_images), any for a text-to-image family."""
+    than the family takes (spec.control_images; `flavour`: the base checkpoint's Variant, whose
+    own control_images count then, named by its title), any for a text-to-image family."""
     low, high = families.get(family).spec.control_images
+    if flavour is not None and flavour.control_images is not None:
+        (low, high), family = flavour.control_images, flavour.title
     problems = [
         FieldProblem(
             f"references.{i}", f"no uploaded reference {ref!r} (POST /api/generate/references first)"

@@ -17,8 +17,9 @@ from typing import Any
 from lorastudio import families
 from lorastudio.basemodels import resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.data import resolve_dataset_dir, scan_dataset
+from lorastudio.data import resolve_dataset_dir
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
 from lorastudio.jobs.validation import host_problems
 from lorastudio.settings import Settings
@@ -111,25 +112,16 @@ def validate_resume(
         raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
     family = families.get(cfg.family)
     problems: list[FieldProblem] = []
+    model_dir = None
     try:
-        resolve_base_model(cfg.base_model, family.spec.name, settings)
+        _, model_dir = resolve_base_model(cfg.base_model, family.spec.name, settings)
     except ModelSourceError as err:
         problems.append(FieldProblem("base_model", str(err)))
     data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)
-    scan = scan_dataset(
-        data_dir,
-        resolution=int(cfg.resolution or 0),
-        multiple=family.spec.resolution_multiple,
-        aspect_buckets=cfg.aspect_buckets,
-        no_upscale=cfg.no_upscale,
-        trigger_word=cfg.trigger_word,
-        default_caption=cfg.default_caption,
-        max_pixels=settings.max_image_pixels,
-        control_dirs=resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False),
-        control_images=family.spec.control_images,
-        family=family.spec.name,
-        decode_pixels=settings.max_decode_pixels,
-    )
+    control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False)
+    scan = scan_for_run(
+        data_dir, cfg, family.spec, settings, control_dirs, family.source_control_images(model_dir)
+    )  # with its masks: the fingerprint
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
     if problems:
         raise ConfigError(problems)

@@ -18,8 +18,11 @@ from lorastudio import families
 from lorastudio.basemodels import inspect_folder, resolve_base_model
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
-from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
+from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
+from lorastudio.data.holdout import Holdout, split_validation
+from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.run_scan import scan_for_run
 from lorastudio.data.sample_refs import reference_size_problem, sample_references
 from lorastudio.errors import (
     ConfigError,
@@ -47,8 +50,9 @@ class ValidatedRun:
 
     config: TrainConfig
     worker_config: TrainConfig  # the config as given (explicit fields kept) + resolved paths/name
-    scan: DatasetScan
+    scan: DatasetScan  # what trains: the validation hold-out (if any) left out
     model_dir: Path | None
+    holdout: Holdout | None = None  # the validation hold-out (data/holdout.py)
 
 
 def validate_run(
@@ -112,32 +116,42 @@ def validate_run(
         problems += host_problems(cfg, settings)
 
     scan: DatasetScan | None = None
+    holdout: Holdout | None = None
+    # (min, max) control images of the base checkpoint's flavour (a hub id: the family's)
+    flavour_controls = family.source_control_images(model_dir) if family is not None else (0, 0)
     if cfg is not None and data_dir is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_dataset(
-                data_dir,
-                resolution=cfg.resolution or 0,
-                multiple=family.spec.resolution_multiple,
-                aspect_buckets=cfg.aspect_buckets,
-                no_upscale=cfg.no_upscale,
-                trigger_word=cfg.trigger_word,
-                default_caption=cfg.default_caption,
-                max_pixels=settings.max_image_pixels,
-                control_dirs=control_dirs,
-                control_images=family.spec.control_images,
-                family=family.spec.name,
-                decode_pixels=settings.max_decode_pixels,
-            )
+            scan = scan_for_run(data_dir, cfg, family.spec, settings, control_dirs, flavour_controls)
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
-        except (ConfigError, PathOutsideRoot) as err:
+        except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
+            problems += [
+                p if p.field in MASK_FIELDS else FieldProblem("control_dirs", p.message) for p in err.problems
+            ]
+        except PathOutsideRoot as err:
             problems += _as_problems("control_dirs", err)
+        if scan is not None:  # the validation hold-out (data/holdout.py)
+            run_cfg, spec = cfg, family.spec
+            try:
+                holdout = split_validation(
+                    scan,
+                    cfg.validation_split,
+                    cfg.seed,
+                    resolve_folder=lambda given: resolve_dataset_dir(
+                        given, settings.datasets_dir, allow_outside_root=allow_outside_root
+                    ),
+                    scan_folder=lambda folder: scan_for_run(
+                        folder, run_cfg, spec, settings, (), flavour_controls
+                    ),
+                )
+            except (ConfigError, PathOutsideRoot, DatasetError) as err:
+                problems += _as_problems("validation_split", err)
     if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
-        paths, refs = sample_references(
+        paths, refs = sample_references(  # checked against the images the run trains on
             cfg.sample_prompts,
-            scan,
-            family.spec.control_images,
+            holdout.train if holdout is not None else scan,
+            flavour_controls,
             family=family.spec.name,
             max_pixels=settings.max_image_pixels,
             decode_pixels=settings.max_decode_pixels,
@@ -161,8 +175,9 @@ def validate_run(
     return ValidatedRun(
         config=TrainConfig.model_validate({**cfg.model_dump(), **fixed}),
         worker_config=given.model_copy(update=fixed),
-        scan=scan,
+        scan=holdout.train if holdout is not None else scan,
         model_dir=model_dir,
+        holdout=holdout,
     )
 
 

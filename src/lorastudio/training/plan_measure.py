@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten
 
 from lorastudio.errors import ConfigError
+from lorastudio.training.conditioning import item_key
 from lorastudio.training.events import PlanTrial
 from lorastudio.training.plan import (
     GIB,
@@ -204,7 +205,7 @@ def trial_inputs(
     finally:
         rng.bit_generator.state = saved
     latents = batch.latents.detach().to("cpu", torch.float32)  # [B, C, h, w]
-    cond = run.family.collate_conditioning([conds[items[i].caption] for i in indices])
+    cond = run.family.collate_conditioning([conds[item_key(run.family, items[i])] for i in indices])
     return TrialInputs(replace(batch, latents=latents), cond)
 
 

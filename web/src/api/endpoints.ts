@@ -40,6 +40,9 @@ export const api = {
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
+  /** A thumbnail of a loss mask of the dataset (masks/<file>). */
+  maskThumbnailUrl: (name: string, file: string, size = 256) =>
+    withToken(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
   /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
    * whose control images pair with the targets by file name. */
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field = "files") => {

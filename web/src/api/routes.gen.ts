@@ -5,6 +5,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/datasets/{name}/captions/{file}",
   "/api/datasets/{name}/files",
   "/api/datasets/{name}/images/{file}",
+  "/api/datasets/{name}/masks/{file}",
   "/api/datasets/{name}/thumbnails/{file}",
   "/api/gallery",
   "/api/generate",

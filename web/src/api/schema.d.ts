@@ -119,6 +119,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/datasets/{name}/masks/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Mask Thumbnail
+         * @description A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
+         *     image thumbnails. 404 when there is no such mask (or the masks folder is a link).
+         */
+        get: operations["mask_thumbnail_api_datasets__name__masks__file__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets/{name}/thumbnails/{file}": {
         parameters: {
             query?: never;
@@ -958,6 +979,11 @@ export interface components {
             file: string;
             /** Height */
             height: number | null;
+            /**
+             * Mask
+             * @description its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail
+             */
+            mask?: string | null;
             /** Width */
             width: number | null;
         };
@@ -1362,6 +1388,11 @@ export interface components {
             /** Steps Run */
             steps_run: number;
             stop_requested: components["schemas"]["StopRequested"] | null;
+            /**
+             * Validation
+             * @description the validation rounds so far (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** LoraList */
         LoraList: {
@@ -1411,10 +1442,22 @@ export interface components {
         /** LoraStep */
         LoraStep: {
             /**
+             * Best
+             * @description the LoRA of the run's best validation round
+             * @default false
+             */
+            best?: boolean;
+            /**
              * Final
              * @description the run's final LoRA (else a snapshot under loras/)
              */
             final: boolean;
+            /**
+             * Last
+             * @description the LoRA of the run's last validation round
+             * @default false
+             */
+            last?: boolean;
             /** Path */
             path: string;
             /**
@@ -1427,6 +1470,11 @@ export interface components {
              * @description download URL of the file
              */
             url: string;
+            /**
+             * Validation Loss
+             * @description the validation loss of its step (null: the step was not validated)
+             */
+            validation_loss?: number | null;
         };
         /** LoraSteps */
         LoraSteps: {
@@ -1766,6 +1814,8 @@ export interface components {
             images_found: number;
             /** Images Used */
             images_used: number;
+            /** @description the loss masks (masks/ folder or alpha_mask); null when no image is masked */
+            masks?: components["schemas"]["PreflightMasks"] | null;
             /**
              * Missing Captions
              * @description images captioned only by the default caption / trigger
@@ -1777,6 +1827,8 @@ export interface components {
             path: string;
             /** Unique Captions */
             unique_captions: number;
+            /** @description the validation hold-out (validation_split); null without one */
+            validation?: components["schemas"]["PreflightValidation"] | null;
             /**
              * Warnings
              * @description what may hurt the run, e.g. images upscaled by more than 2x
@@ -1797,6 +1849,21 @@ export interface components {
              * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
              */
             variant?: string | null;
+        };
+        /** PreflightMasks */
+        PreflightMasks: {
+            /** Images With Mask */
+            images_with_mask: number;
+            /**
+             * Source
+             * @description where the masks come from: "masks/ folder" or "alpha channel"
+             */
+            source: string;
+            /**
+             * Without Mask
+             * @description images that train unmasked (no mask file / no alpha)
+             */
+            without_mask: string[];
         };
         /** PreflightOut */
         PreflightOut: {
@@ -1854,6 +1921,34 @@ export interface components {
             steps: number;
             /** Steps Per Epoch */
             steps_per_epoch: number;
+        };
+        /** PreflightValidation */
+        PreflightValidation: {
+            /**
+             * Every
+             * @description validate_every (null: only after the last step)
+             */
+            every: number | null;
+            /**
+             * Held Out
+             * @description images held out of training for the validation loss
+             */
+            held_out: number;
+            /**
+             * Images
+             * @description their file names
+             */
+            images: string[];
+            /**
+             * Source
+             * @description where they come from (a seeded fraction of the dataset, or a folder)
+             */
+            source: string;
+            /**
+             * Train Images
+             * @description images left to train on
+             */
+            train_images: number;
         };
         /** Preparing */
         Preparing: {
@@ -2049,6 +2144,11 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /**
+             * Validation
+             * @description the run's validation rounds (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** RunList */
         RunList: {
@@ -2286,6 +2386,12 @@ export interface components {
              * @enum {string}
              */
             adapter?: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask?: boolean;
             /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
@@ -2721,6 +2827,24 @@ export interface components {
              */
             trigger_word?: string | null;
             /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight?: number;
+            /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             * @default null
+             */
+            validate_every?: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @default null
+             */
+            validation_split?: number | string | null;
+            /**
              * Weight Decay
              * @default 0.0001
              */
@@ -2754,6 +2878,12 @@ export interface components {
              * @enum {string}
              */
             adapter: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask: boolean;
             /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
@@ -3152,6 +3282,22 @@ export interface components {
              */
             trigger_word: string | null;
             /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight: number;
+            /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             */
+            validate_every: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             */
+            validation_split: number | string | null;
+            /**
              * Weight Decay
              * @default 0.0001
              */
@@ -3203,6 +3349,43 @@ export interface components {
             msg: string;
             /** Error Type */
             type: string;
+        };
+        /**
+         * ValidationEvent
+         * @description A validation round after optimizer step `step` (training/validate.py): `loss` is the mean
+         *     loss over the `images` held-out images at the fixed noise levels; `best_step` / `best_loss`
+         *     the lowest round of the run so far (this one included).
+         */
+        ValidationEvent: {
+            /** Best Loss */
+            best_loss: number;
+            /** Best Step */
+            best_step: number;
+            /** Images */
+            images: number;
+            /** Loss */
+            loss: number;
+            /** Step */
+            step: number;
+            /**
+             * Type
+             * @default validation
+             * @constant
+             */
+            type?: "validation";
+        };
+        /** ValidationPoint */
+        ValidationPoint: {
+            /**
+             * Loss
+             * @description mean loss over the held-out images at fixed noise (null: not finite)
+             */
+            loss: number | null;
+            /**
+             * Step
+             * @description the optimizer step the validation round followed
+             */
+            step: number;
         };
     };
     responses: never;
@@ -3555,6 +3738,72 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["DeletedFiles"];
                 };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    mask_thumbnail_api_datasets__name__masks__file__get: {
+        parameters: {
+            query?: {
+                size?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid request (every problem listed) */
             400: {

@@ -42,6 +42,8 @@ export type PlanTrial = Schemas["PlanTrialOut"];
 export type Job = Schemas["JobOut"];
 export type JobStatus = Job["status"];
 export type MetricPoint = Schemas["MetricPoint"];
+/** One validation round of a run: the held-out loss after `step`. */
+export type ValidationPoint = Schemas["ValidationPoint"];
 export type TrainStatus = Schemas["StatusOut"];
 export type RunSummary = Schemas["RunSummary"];
 export type RunList = Schemas["RunList"];
@@ -71,6 +73,7 @@ export type CompleteEvent = Tagged<Schemas["CompleteEvent"]>;
 export type ErrorEvent = Tagged<Schemas["ErrorEvent"]>;
 export type SampleReadyEvent = Tagged<Schemas["SampleReadyEvent"]>;
 export type PlanChosenEvent = Tagged<Schemas["PlanChosenEvent"]>;
+export type ValidationEvent = Tagged<Schemas["ValidationEvent"]>;
 /** What a job's `phase` holds: the last load/preparing event (a tagged union). */
 export type PhaseEvent = NonNullable<Job["phase"]>;
 export type PreparingEvent = Extract<PhaseEvent, { type: "preparing" }>;
@@ -84,6 +87,7 @@ export type TrainEvent = (
   | ProgressEvent
   | SampleReadyEvent
   | PlanChosenEvent
+  | ValidationEvent
   | CompleteEvent
   | ErrorEvent
   | StatusEvent

@@ -77,6 +77,38 @@ describe("RunDetailScreen", () => {
     expect(within(card).getByText("portrait-step-00080.safetensors")).toBeInTheDocument();
   });
 
+  it("charts the validation loss beside the training loss and marks the best and last LoRA", async () => {
+    const validation = [
+      { step: 1, loss: 0.3 },
+      { step: 3, loss: 0.35 },
+    ];
+    mockFetch(({ url }) => {
+      if (url === "/api/runs/r1") return { body: { ...RUN, validation } };
+      if (url === "/api/runs/r1/loras") {
+        const lora = (step: number, final: boolean, loss: number, marks: object) => ({
+          step, final, path: `${OUT}/${step}-${final}.safetensors`, url: `/x/${step}`, validation_loss: loss, best: false, last: false, ...marks,
+        });
+        return { body: { name: "portrait", loras: [lora(1, false, 0.3, { best: true }), lora(3, true, 0.35, { last: true })] } };
+      }
+      if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
+      if (url === "/api/runs/r1/checkpoints") return { body: CHECKPOINTS };
+      return undefined;
+    });
+    render(<RunDetailScreen id="r1" />);
+    const chart = await screen.findByTestId("chart");
+    expect(chart).toHaveAttribute("data-points", "3"); // steps 1, 2 (training) and 3 (validation)
+    const val = chart.querySelector('path[data-series="val loss"]');
+    expect(val?.getAttribute("d")).toMatch(/^M[\d.]+,[\d.]+L[\d.]+,[\d.]+$/); // one line through both rounds
+    const loss = chart.querySelector('path[data-series="loss"]');
+    expect(loss?.getAttribute("d")).toMatch(/^M[\d.]+,[\d.]+L[\d.]+,[\d.]+$/);
+    const card = await screen.findByTestId("lora-steps");
+    const items = within(card).getAllByRole("listitem");
+    expect(within(items[0]).getByTestId("lora-best")).toBeInTheDocument();
+    expect(items[0]).toHaveTextContent("val 0.3");
+    expect(within(items[1]).getByTestId("lora-last")).toBeInTheDocument();
+    expect(within(items[1]).queryByTestId("lora-best")).toBeNull();
+  });
+
   it("shows a refused resume above the run, which stays on screen", async () => {
     serve(RUN, CHECKPOINTS, {
       status: 400,

@@ -34,6 +34,7 @@ from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_size
+from lorastudio.data.masks import MASKS_DIR, mask_files
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
@@ -89,7 +90,8 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     if not folder.is_dir():
         raise NotFound(f"no dataset named {name!r}")
     files = discover(folder)
-    dropped = list(files.dropped)
+    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*
+    dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
     rows: dict[str, str] = {}
     if files.metadata:
         try:
@@ -111,11 +113,13 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
             except DatasetError as err:
                 caption = None
                 dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]
+        mask = masks.get(path.stem)
         images.append(
             {
                 "file": path.name,
                 "caption": caption,
                 "controls": controls.get(path.name, []),
+                "mask": mask.name if mask else None,
                 **_stored_size(path),
             }
         )
@@ -234,7 +238,26 @@ def thumbnail(
         folder = folder / control
         if folder.is_symlink():
             raise NotFound(f"no control folder {control!r} in dataset {name}")
-    path = existing_image(folder, file)
+    return _thumbnail(existing_image(folder, file), size, settings)
+
+
+@router.get("/{name}/masks/{file}", response_class=Response)
+def mask_thumbnail(
+    name: str,
+    file: str,
+    size: int = Query(default=256, ge=16, le=1024),
+    settings: Settings = Depends(settings_dep),
+) -> Response:
+    """A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
+    image thumbnails. 404 when there is no such mask (or the masks folder is a link)."""
+    masks = dataset_path(settings, name) / MASKS_DIR
+    if masks.is_symlink():
+        raise NotFound(f"dataset {name!r} has no masks folder")
+    return _thumbnail(existing_image(masks, file), size, settings)
+
+
+def _thumbnail(path: Path, size: int, settings: Settings) -> Response:
+    """The thumbnail response of an image file (see `thumbnail`)."""
     headers = {"Cache-Control": "no-cache"}
     try:
         data = thumbnail_jpeg(

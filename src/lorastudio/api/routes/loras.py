@@ -16,6 +16,7 @@ from lorastudio.errors import NotFound
 from lorastudio.jobs.generation import lora_file
 from lorastudio.lora.snapshots import run_loras
 from lorastudio.settings import Settings
+from lorastudio.training.validation_file import mark_loras, read_validation
 
 router = APIRouter(prefix="/api/loras", tags=["loras"])
 
@@ -80,11 +81,12 @@ def download(
 
 
 def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
-    """{"name", "loras": [{"step", "path", "final", "url"}]} of run output `name` (see steps).
+    """{"name", "loras": [{"step", "path", "final", "url", "validation_loss", "best", "last"}]} of
+    run output `name` (see steps; the validation marks: training/validation_file.py).
     Raises NotFound (also for a name that is not a plain folder name of the outputs root)."""
     safe_component(name, field="loras.name")
     run_dir = settings.outputs_dir / name
-    found = run_loras(run_dir) if run_dir.is_dir() else []
+    found = mark_loras(run_loras(run_dir), read_validation(run_dir)) if run_dir.is_dir() else []
     if not found:
         raise NotFound(f"no LoRA of a run named {name!r} in {settings.outputs_dir}")
     for item in found:
