@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lorastudio.config_samples import SamplePrompt, prompt_text
+
 LrScheduler = Literal[
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
 ]
@@ -335,10 +337,12 @@ class TrainConfig(BaseModel):
     )
 
     # sample previews (rendered with the live LoRA; they never change the training maths)
-    sample_prompts: list[str] = Field(
+    sample_prompts: list[str | SamplePrompt] = Field(
         default_factory=list,
         max_length=MAX_SAMPLE_PROMPTS,
-        description="validation prompts rendered during training (one image each, at the training resolution)",
+        description="validation prompts rendered during training (one image each, at the training "
+        'resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir]} '
+        "for an edit family",
     )
     sample_every: int | None = Field(
         default=None, ge=1, description="render the samples every N optimizer steps (null: only at the end)"
@@ -472,8 +476,8 @@ class TrainConfig(BaseModel):
 
     @field_validator("sample_prompts")
     @classmethod
-    def _prompts_sized(cls, v: list[str]) -> list[str]:
-        for i, prompt in enumerate(v):
+    def _prompts_sized(cls, v: list[str | SamplePrompt]) -> list[str | SamplePrompt]:
+        for i, prompt in enumerate(prompt_text(entry) for entry in v):
             if not prompt.strip():
                 raise ValueError(f"prompt {i} is empty")
             if len(prompt) > MAX_SAMPLE_PROMPT_CHARS:

@@ -1,10 +1,11 @@
 """Contract: each family's `predict` hook speaks the same convention as the family's own
 diffusers pipeline. One denoising step of the real pipeline from a known latent must equal the
 step computed from `family.predict` (same conditioning, same time input, same sign). Families that
-take control images get the pipeline the reference images (`image`) and the hooks their latents
-through batch_info["controls"] (Family.reference_pixels, as the pipeline prepares a reference,
-encoded with encode_controls), and the images too where the prompt sees them
-(spec.prompt_sees_controls)."""
+need control images (min >= 1 for the checkpoint's flavour) get the pipeline the reference images
+(`image`) and the hooks their latents through batch_info["controls"] (Family.reference_pixels, as
+the pipeline prepares a reference, encoded with encode_controls), and the images too where the
+prompt sees them (spec.prompt_sees_controls). A family that also predicts without references
+(min 0: FLUX.2) runs text-to-image here; test_reference_predict.py checks its references."""
 
 from __future__ import annotations
 
@@ -30,13 +31,16 @@ def _cfg(family: str, base: str, **extra) -> TrainConfig:
 
 
 def _references(family: str, base: str) -> tuple[list, torch.Tensor | None]:
-    """Seeded reference images (as many as the checkpoint's flavour takes) and their latents
-    [1, K, C, hc, wc] as the family encodes them; ([], None) for a text-to-image family."""
+    """Seeded reference images and their latents [1, K, C, hc, wc] as the family encodes them,
+    for a family that needs references (as many as the checkpoint's flavour takes); ([], None)
+    for one that also predicts without (spec.control_images min 0: its references are
+    tests/families/test_reference_predict.py's) and for a text-to-image family."""
     import numpy as np
     from PIL import Image
 
     fam = families.get(family)
-    count = fam.source_control_images(base)[1]
+    low, high = fam.source_control_images(base)
+    count = high if low > 0 else 0
     if not count:
         return [], None
     rng = np.random.default_rng(3)

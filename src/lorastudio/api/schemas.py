@@ -81,6 +81,11 @@ class GenerateBody(_Body):
     height: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
     guidance: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
+    references: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description="reference images of an edit family (ids from POST /api/generate/references), slot order",
+    )
 
 
 # -- responses ---------------------------------------------------------------------------------
@@ -254,6 +259,10 @@ class SampleImage(_Out):
     prompt: str | None = Field(description="the sample prompt (null when the config no longer has it)")
     name: str = Field(description="file name: step-000123-0.png")
     url: str = Field(description="where the PNG is served")
+    references: list[str] = Field(
+        default_factory=list,
+        description="URLs of the reference images the prompt was rendered with (an edit family's), slot order",
+    )
 
 
 class SampleList(_Out):

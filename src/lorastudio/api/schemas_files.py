@@ -13,6 +13,10 @@ from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Body, 
 class DatasetFile(_Out):
     file: str
     caption: str | None
+    controls: list[str] = Field(
+        default_factory=list,
+        description="its control images (paired datasets): paths in the dataset, slot order",
+    )
     bytes: int
     width: int | None
     height: int | None
@@ -94,6 +98,10 @@ class GenerateOut(_Out):
     height: int
     prompt: str
     loras: list[LoraRef]
+    references: list[str] = Field(default_factory=list, description="ids of the reference images used")
+    reference_urls: list[str] = Field(
+        default_factory=list, description="where the reference images are served"
+    )
 
 
 class GalleryImage(_Out):
@@ -108,6 +116,10 @@ class GalleryImage(_Out):
     base_model: str | None = None
     steps: int | None = None
     loras: list[LoraRef] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list, description="ids of the reference images used")
+    reference_urls: list[str] = Field(
+        default_factory=list, description="where the reference images are served"
+    )
 
 
 class GalleryList(_Out):
@@ -127,3 +139,12 @@ class PushOut(_Out):
     url: str = Field(description="the repo's page on the hub")
     commit: str | None = Field(description="the commit the push made")
     files: list[str] = Field(description="the files of the commit (LoRA, sidecar, README.md, samples/...)")
+
+
+class ReferenceOut(_Out):
+    id: str = Field(description="give it in GenerateBody.references")
+    url: str
+
+
+class ReferencesOut(_Out):
+    references: list[ReferenceOut] = Field(description="the uploaded reference images, in upload order")

@@ -10,6 +10,13 @@ from pydantic import ConfigDict, Field
 from lorastudio.api.schemas import DroppedFile, HostOut, TrainConfigOut, _Out
 
 
+class TrainingMode(_Out):
+    kind: Literal["text-to-image", "edit", "mixed"] | None = Field(
+        default=None, description="null: a text-to-image-only family"
+    )
+    note: str | None = None
+
+
 class PreflightValidation(_Out):
     held_out: int = Field(description="images held out of training for the validation loss")
     images: list[str] = Field(description="their file names")
@@ -41,6 +48,10 @@ class PreflightDataset(_Out):
         default=None,
         description="paired datasets: pairs, per_image (controls per target), sources, buckets, resize, "
         "examples (target -> controls); null for a text-to-image dataset",
+    )
+    mode: TrainingMode = Field(
+        default_factory=lambda: TrainingMode(),
+        description="for a family that takes control images: text-to-image, edit or both (mixed)",
     )
     masks: PreflightMasks | None = Field(
         default=None, description="the loss masks (masks/ folder or alpha_mask); null when no image is masked"

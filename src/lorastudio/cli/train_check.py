@@ -122,6 +122,12 @@ def print_report(report: dict[str, Any]) -> None:
     echo(f"  images         {data['images_used']} used of {data['images_found']} found")
     echo(f"  captions       {', '.join(f'{k}: {v}' for k, v in data['caption_sources'].items()) or '-'}")
     echo(f"  buckets        {', '.join(f'{k}: {v}' for k, v in data['buckets'].items()) or '-'}")
+    mode, controls = data.get("mode") or {}, data.get("controls")
+    if mode.get("note"):  # a family that takes control images: text-to-image, edit or both
+        echo(f"  trains         {mode['kind']}: {mode['note']}")
+    if controls:
+        echo(f"  pairs          {controls['pairs']} (up to {controls['per_image']} control(s) each; "
+             f"from {', '.join(controls['sources'])})")  # fmt: skip
     if data.get("masks"):
         masks = data["masks"]
         echo(f"  masks          {masks['images_with_mask']} image(s) ({masks['source']})")

@@ -95,6 +95,9 @@ class FamilySpec:
     # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
     # an edit family reads their latents from batch_info["controls"] in predict (data/pairs.py)
     control_images: tuple[int, int] = (0, 0)
+    # the smallest side in pixels the pipeline accepts for a reference image (FLUX.2: 64), so a
+    # sample preview or generation at a smaller size is refused up front; 0: no limit
+    min_reference_side: int = 0
     # the pipeline's encode_prompt reads the control images too (Qwen-Image-Edit's Qwen2.5-VL
     # sees them): conditioning is encoded per (caption, controls) and keyed by both
     # (training/conditioning.py cond_key); encode_prompts then takes `controls`

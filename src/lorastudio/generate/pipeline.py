@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 
 if TYPE_CHECKING:
@@ -190,6 +191,9 @@ def generate_image(
                 "controls", f"{type(pipe).__name__} takes {takes} reference images, got {len(controls)}"
             )
         )
+    small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
+    if controls and small:
+        problems.append(FieldProblem("controls", small))
     if problems:
         raise ConfigError(problems)
     kwargs = fam.generation_defaults(facts)

@@ -33,11 +33,13 @@ from lorastudio import families
 from lorastudio.basemodels import resolve_base_model
 from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
+from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.uploads import staged_write
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.references import reference_path, reference_problems
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.settings import Settings
@@ -71,6 +73,7 @@ class GenerationRequest:
     guidance: float | None = None
     revision: str | None = None
     loras: tuple[LoraChoice, ...] = ()
+    references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
 
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
@@ -87,6 +90,7 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
             {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
             for c in req.loras
         ],
+        "references": list(req.references),
     }
 
 
@@ -207,6 +211,12 @@ class GenerationService:
         problems = budget_problems(req.width, req.height, req.steps, family.spec.resolution_multiple)
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
+        problems += reference_problems(self.settings, family.spec.name, req.references)
+        small = reference_size_problem(
+            family.spec.name, family.spec.min_reference_side, req.width, req.height
+        )
+        if req.references and small:
+            problems.append(FieldProblem("references", small))
         loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
         for i, (path, _) in enumerate(loras):
             try:
@@ -215,7 +225,13 @@ class GenerationService:
                 problems.append(FieldProblem(f"loras.{i}", str(err)))
         if problems:
             raise ConfigError(problems)
-        source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
+        source, model_dir = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
+        flavour = family.folder_variant(model_dir) if model_dir is not None else None
+        if req.references and flavour is not None and flavour.control_images is not None:
+            # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 1-3)
+            problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
+            if problems:
+                raise ConfigError(problems)
         return source, [(str(p), s) for p, s in loras]
 
     def generate(self, req: GenerationRequest) -> dict[str, Any]:
@@ -241,6 +257,7 @@ class GenerationService:
             height=req.height,
             guidance=req.guidance,
             loras=tuple(loras),
+            references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),
             png_meta=json.dumps(meta_of(req, family)),
         )

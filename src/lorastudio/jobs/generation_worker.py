@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError
@@ -64,6 +65,7 @@ class GenerationJob:
     loras: tuple[tuple[str, float], ...]
     out_path: str
     png_meta: str = "{}"  # the image's settings as JSON: written into the PNG with its size
+    references: tuple[str, ...] = ()  # reference image files (checked by the server), slot order
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -126,6 +128,7 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
     oom: str | None = None
     try:
         from lorastudio import generate as gen
+        from lorastudio.data.images import load_rgb
         from lorastudio.families.base import quiet_loading
 
         quiet_loading()  # no loading progress bars in the server's log
@@ -146,6 +149,7 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
             width=job.width,
             height=job.height,
             guidance=job.guidance,
+            controls=[load_rgb(Path(p)) for p in job.references],
         )
         meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
         image.save(job.out_path, format="PNG", pnginfo=png_text(meta))

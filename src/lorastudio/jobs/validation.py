@@ -23,6 +23,7 @@ from lorastudio.data.holdout import Holdout, split_validation
 from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.run_scan import scan_for_run
+from lorastudio.data.sample_refs import reference_size_problem, sample_references
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -116,12 +117,12 @@ def validate_run(
 
     scan: DatasetScan | None = None
     holdout: Holdout | None = None
+    # (min, max) control images of the base checkpoint's flavour (a hub id: the family's)
+    flavour_controls = family.source_control_images(model_dir) if family is not None else (0, 0)
     if cfg is not None and data_dir is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_for_run(
-                data_dir, cfg, family.spec, settings, control_dirs, family.source_control_images(model_dir)
-            )
+            scan = scan_for_run(data_dir, cfg, family.spec, settings, control_dirs, flavour_controls)
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
         except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
@@ -140,10 +141,26 @@ def validate_run(
                     resolve_folder=lambda given: resolve_dataset_dir(
                         given, settings.datasets_dir, allow_outside_root=allow_outside_root
                     ),
-                    scan_folder=lambda folder: scan_for_run(folder, run_cfg, spec, settings),
+                    scan_folder=lambda folder: scan_for_run(
+                        folder, run_cfg, spec, settings, (), flavour_controls
+                    ),
                 )
             except (ConfigError, PathOutsideRoot, DatasetError) as err:
                 problems += _as_problems("validation_split", err)
+    if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
+        paths, refs = sample_references(  # checked against the images the run trains on
+            cfg.sample_prompts,
+            holdout.train if holdout is not None else scan,
+            flavour_controls,
+            family=family.spec.name,
+            max_pixels=settings.max_image_pixels,
+            decode_pixels=settings.max_decode_pixels,
+        )
+        side = int(cfg.resolution or 0)  # samples render at the training resolution
+        small = reference_size_problem(family.spec.name, family.spec.min_reference_side, side, side)
+        if small and any(paths):
+            refs.append(f"samples with references at resolution {side}: {small}")
+        problems += [FieldProblem("sample_prompts", p) for p in refs]
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 

@@ -96,7 +96,7 @@ from lorastudio.training.plan_build import build_denoiser
 from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.samples import SamplePreviews, sample_texts
+from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
 from lorastudio.training.validate import ValidationRounds, encode_held_out
@@ -293,7 +293,8 @@ def _run_phases(
         if sees
         else list(dict.fromkeys(it.caption for it in run.validation))
     )
-    texts = [to_encode, sample_texts(cfg, family, items), held]
+    samples = sample_texts(cfg, family, sample_reference_paths(cfg, family, run.scan))  # with references
+    texts = [to_encode, samples, held]
     if cfg.train_text_encoder:  # encoded in every step, through the text encoders' LoRA
         texts = [[], [], []]
     conds, prompt_conds, state.held_out_conds = encode_texts(

@@ -107,7 +107,7 @@ def optimize(
     from lorastudio.data import BucketBatchSampler
 
     cfg = run.cfg
-    sampler = BucketBatchSampler([it.bucket for it in run.scan.items], cfg.batch_size, cfg.seed)
+    sampler = BucketBatchSampler(run.scan.batch_keys(), cfg.batch_size, cfg.seed)
     num_steps = total_steps(cfg, len(sampler))
     state.total_steps = num_steps
     te = state.text_encoders

@@ -3,7 +3,7 @@ holds the search).
 
 A trial builds a FRESH denoiser for the candidate plan (training/plan_build.py, the run's own
 build path, compile off), then runs 1 warm-up + 2 timed optimizer steps of the run's real shapes:
-one sampler batch of the dataset's largest bucket with its captions' conditioning, the real
+one sampler batch of the dataset's largest batch group (bucket and control count) with its captions' conditioning, the real
 `batch_forward_backward` (training/micro_batches.py: micro-batches, training.step.forward_backward)
 and an AdamW step. It reports seconds per sample and the peak device memory, then frees
 everything. Out of memory (torch.OutOfMemoryError) means "does not fit"; the trial is freed and
@@ -179,7 +179,7 @@ class _CountingMode(TorchDispatchMode):
 
 @dataclass(frozen=True)
 class TrialInputs:
-    """One sampler batch of the run's largest bucket, drawn once for every trial: latents fp32
+    """One sampler batch of the run's largest batch group, drawn once for every trial: latents fp32
     [B, C, h, w] (with their crop info) and the collated conditioning of their captions."""
 
     batch: LatentBatch
@@ -189,11 +189,14 @@ class TrialInputs:
 def trial_inputs(
     run: PreparedRun, source: LatentSource, conds: Conditioning, rng: np.random.Generator
 ) -> TrialInputs:
-    """batch_size items of the largest bucket (by pixels; repeated when the bucket has fewer),
-    sampled with a private generator; the run's numpy stream `rng` is left as it was."""
+    """batch_size items of the largest batch group (by pixels, the control images' included:
+    their tokens join the sequence; repeated when the group has fewer), sampled with a private
+    generator; the run's numpy stream `rng` is left as it was. A group is a bucket and a control
+    count (DatasetScan.batch_keys): a batch never mixes them."""
     items = run.scan.items
-    largest = max((it.bucket for it in items), key=lambda b: (b[0] * b[1], b))
-    members = [i for i, it in enumerate(items) if it.bucket == largest]
+    keys = run.scan.batch_keys()  # (width, height, controls) per item
+    largest = max(keys, key=lambda k: (k[0] * k[1] * (1 + k[2]), k))
+    members = [i for i, key in enumerate(keys) if key == largest]
     indices = (members * math.ceil(run.cfg.batch_size / len(members)))[: run.cfg.batch_size]
     saved = rng.bit_generator.state
     try:

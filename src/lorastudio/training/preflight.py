@@ -122,7 +122,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     if flavour is not None and flavour.control_images is not None:
         from lorastudio.data.pairs import too_many_controls
 
-        excess = too_many_controls(scan.items, flavour.control_images, flavour.title)
+        excess = too_many_controls([*scan.items, *holdout.validation], flavour.control_images, flavour.title)
         if excess:
             raise DatasetError(f"{root}: more control images than {flavour.title} takes", excess)
     resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read

@@ -132,3 +132,18 @@ def test_an_interrupted_preparation_leaves_no_folder(interrupt, make_config):
 def test_check_and_overwrite_are_refused_with_resume(flag, tmp_path):
     result = _invoke("train", "--resume", str(tmp_path), flag)
     assert result.exit_code == 2 and flag in result.output and "--resume" in result.output
+
+
+def test_check_says_what_a_flux2_run_trains(tiny_model, small_dataset, small_pairs, tmp_path, run_settings):
+    """FLUX.2 trains text-to-image without controls and reference editing with them: --check says which."""
+    plain = _config(
+        tmp_path, run_settings("flux2-klein", tiny_model("flux2-klein"), small_dataset, {}), "plain.toml"
+    )
+    out = _invoke("train", str(plain), "--check", "--device", "cpu").output
+    assert "trains         text-to-image: no control images" in out and "pairs" not in out
+    paired = _config(
+        tmp_path, run_settings("flux2-klein", tiny_model("flux2-klein"), small_pairs, {}), "pairs.toml"
+    )
+    out = _invoke("train", str(paired), "--check", "--device", "cpu").output
+    assert "trains         edit: every sample edits with its reference images (1 per sample)" in out
+    assert "pairs          4 (up to 1 control(s) each; from control/)" in out

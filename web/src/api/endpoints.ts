@@ -24,6 +24,7 @@ import type {
   PreflightReport,
   PushBody,
   PushResult,
+  ReferencesResult,
   ResumeBody,
   RunDeleted,
   RunDetail,
@@ -46,10 +47,17 @@ export const api = {
   /** A thumbnail of a loss mask of the dataset (masks/<file>). */
   maskThumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
-  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void) => {
+  /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
+   * whose control images pair with the targets by file name. */
+  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field = "files") => {
     const form = new FormData();
-    for (const f of files) form.append("files", f, f.name);
+    for (const f of files) form.append(field, f, f.name);
     return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files`, form, onProgress);
+  },
+  /** Thumbnail of a control image: `path` as the dataset lists it ("control_2/a.png"). */
+  controlThumbnailUrl: (name: string, path: string, size = 128) => {
+    const [folder, file] = path.split("/");
+    return withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
   },
   setCaption: (name: string, file: string, caption: string) =>
     put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
@@ -90,6 +98,12 @@ export const api = {
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
   pushLora: (name: string, body: PushBody) => post<PushResult>(`/api/loras/${seg(name)}/push`, body),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
+  /** Upload reference images (slot order) for generation with an edit family; their ids go in GenerateBody.references. */
+  uploadReferences: (files: File[]) => {
+    const form = new FormData();
+    for (const f of files) form.append("files", f, f.name);
+    return post<ReferencesResult>("/api/generate/references", form);
+  },
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */

@@ -13,6 +13,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/datasets/{name}/thumbnails/{file}",
   "/api/gallery",
   "/api/generate",
+  "/api/generate/references",
   "/api/info",
   "/api/loras",
   "/api/loras/{name}/file",
@@ -38,5 +39,6 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/train/start",
   "/api/train/status",
   "/api/train/stop",
+  "/gallery/references/{ref_id}",
   "/gallery/{file}"
 ]);

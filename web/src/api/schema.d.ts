@@ -93,8 +93,9 @@ export interface paths {
         };
         /**
          * Dataset
-         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and stored
-         *     sizes (from the file headers). Links are listed as dropped, never read; a caption file or
+         * @description The images of a dataset with their captions (txt wins over metadata.jsonl), control
+         *     images (paired datasets: relative paths, slot order; orphan controls listed as dropped) and
+         *     stored sizes (from the file headers). Links are listed as dropped, never read; a caption file or
          *     metadata.jsonl that cannot be used is listed as dropped with the reason.
          */
         get: operations["dataset_api_datasets__name__get"];
@@ -169,7 +170,9 @@ export interface paths {
         put?: never;
         /**
          * Upload
-         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Every file
+         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names), and the
+         *     control images of a paired dataset in fields named after their control folder (`control`,
+         *     `control_2` ... `control_9`; stored there, each matching a target image by stem). Every file
          *     is checked, then the good ones are committed at once (201, listing `committed` and
          *     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
          *     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
@@ -282,6 +285,28 @@ export interface paths {
          *     the generation worker died (killed, out of memory): the next request starts a fresh one.
          */
         post: operations["generate_api_generate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/generate/references": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload References
+         * @description Upload reference images for generation with an edit family (multipart, any field names,
+         *     in slot order): each is checked like a dataset image and kept; 201 with their ids (give
+         *     them as GenerateBody.references) and URLs. 400 naming every refused file (then none is kept).
+         */
+        post: operations["upload_references_api_generate_references_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -827,6 +852,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/gallery/references/{ref_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Reference File
+         * @description An uploaded reference image.
+         */
+        get: operations["reference_file_gallery_references__ref_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/gallery/{file}": {
         parameters: {
             query?: never;
@@ -1138,6 +1183,11 @@ export interface components {
             bytes: number;
             /** Caption */
             caption: string | null;
+            /**
+             * Controls
+             * @description its control images (paired datasets): paths in the dataset, slot order
+             */
+            controls?: string[];
             /** File */
             file: string;
             /** Height */
@@ -1355,6 +1405,16 @@ export interface components {
             loras?: components["schemas"]["LoraRef"][];
             /** Prompt */
             prompt?: string | null;
+            /**
+             * Reference Urls
+             * @description where the reference images are served
+             */
+            reference_urls?: string[];
+            /**
+             * References
+             * @description ids of the reference images used
+             */
+            references?: string[];
             /** Seed */
             seed?: number | null;
             /** Steps */
@@ -1390,6 +1450,11 @@ export interface components {
             loras?: components["schemas"]["LoraRef"][];
             /** Prompt */
             prompt: string;
+            /**
+             * References
+             * @description reference images of an edit family (ids from POST /api/generate/references), slot order
+             */
+            references?: string[];
             /** Revision */
             revision?: string | null;
             /**
@@ -1422,6 +1487,16 @@ export interface components {
             path: string;
             /** Prompt */
             prompt: string;
+            /**
+             * Reference Urls
+             * @description where the reference images are served
+             */
+            reference_urls?: string[];
+            /**
+             * References
+             * @description ids of the reference images used
+             */
+            references?: string[];
             /** Seconds */
             seconds: number;
             /** Seed */
@@ -1959,6 +2034,8 @@ export interface components {
              * @description images captioned only by the default caption / trigger
              */
             missing_captions: string[];
+            /** @description for a family that takes control images: text-to-image, edit or both (mixed) */
+            mode?: components["schemas"]["TrainingMode"];
             /** Path */
             path: string;
             /** Unique Captions */
@@ -2228,6 +2305,24 @@ export interface components {
             /** Output Name */
             output_name: string | null;
         };
+        /** ReferenceOut */
+        ReferenceOut: {
+            /**
+             * Id
+             * @description give it in GenerateBody.references
+             */
+            id: string;
+            /** Url */
+            url: string;
+        };
+        /** ReferencesOut */
+        ReferencesOut: {
+            /**
+             * References
+             * @description the uploaded reference images, in upload order
+             */
+            references: components["schemas"]["ReferenceOut"][];
+        };
         /** ResumeBody */
         ResumeBody: {
             /**
@@ -2373,6 +2468,11 @@ export interface components {
              * @description the sample prompt (null when the config no longer has it)
              */
             prompt: string | null;
+            /**
+             * References
+             * @description URLs of the reference images the prompt was rendered with (an edit family's), slot order
+             */
+            references?: string[];
             /** Step */
             step: number;
             /**
@@ -2388,6 +2488,23 @@ export interface components {
              * @description oldest step first, then prompt order
              */
             samples: components["schemas"]["SampleImage"][];
+        };
+        /**
+         * SamplePrompt
+         * @description One sample prompt with its reference images.
+         */
+        SamplePrompt: {
+            /**
+             * Controls
+             * @description reference images, paths relative to the dataset folder (null: the first paired image's controls on a paired dataset, none otherwise; []: none)
+             * @default null
+             */
+            controls?: string[] | null;
+            /**
+             * Prompt
+             * @description the prompt (the edit instruction)
+             */
+            prompt: string;
         };
         /**
          * SampleReadyEvent
@@ -2922,9 +3039,9 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution)
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir]} for an edit family
              */
-            sample_prompts?: string[];
+            sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
              * Sample Seed
              * @description noise seed of every sample
@@ -3417,9 +3534,9 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution)
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir]} for an edit family
              */
-            sample_prompts: string[];
+            sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**
              * Sample Seed
              * @description noise seed of every sample
@@ -3528,6 +3645,16 @@ export interface components {
              * @description the run's total steps now: the new total must be above it
              */
             steps: number;
+        };
+        /** TrainingMode */
+        TrainingMode: {
+            /**
+             * Kind
+             * @description null: a text-to-image-only family
+             */
+            kind?: ("text-to-image" | "edit" | "mixed") | null;
+            /** Note */
+            note?: string | null;
         };
         /** UploadOut */
         UploadOut: {
@@ -4400,6 +4527,8 @@ export interface operations {
         parameters: {
             query?: {
                 size?: number;
+                /** @description a control folder (control, control_2 ...): the thumbnail of its image `file` */
+                control?: string | null;
             };
             header?: never;
             path: {
@@ -4579,6 +4708,60 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    upload_references_api_generate_references_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReferencesOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };
@@ -6363,6 +6546,69 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["JobOut"];
                 };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    reference_file_gallery_references__ref_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                ref_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid request (every problem listed) */
             400: {

@@ -65,6 +65,8 @@ export type PushResult = Schemas["PushOut"];
 export type GenerateResult = Schemas["GenerateOut"];
 export type GalleryList = Schemas["GalleryList"];
 export type GalleryImage = Schemas["GalleryImage"];
+export type ReferencesResult = Schemas["ReferencesOut"];
+export type UploadedReference = Schemas["ReferenceOut"];
 export type ErrorBody = Schemas["ErrorOut"];
 export type ProblemOut = Schemas["ProblemOut"];
 

@@ -126,7 +126,7 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
 
         <h4 className="grid-head">Sample previews</h4>
         {c.area("sample_prompts", "Sample prompts", {
-          hint: "one per line: previews rendered with the LoRA as it trains",
+          hint: "one per line: previews rendered with the LoRA as it trains; an edit model's references after ||, e.g. make it blue || control/a.png",
           wide: true,
         })}
         {c.num("sample_every", "Sample every", { placeholder: "end only", hint: "optimizer steps" })}

@@ -34,7 +34,9 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
   };
 
   const remove = async () => {
-    if (!window.confirm(`Remove ${image.file} and its caption?`)) return;
+    const paired = (image.controls ?? []).length > 0;
+    const what = paired ? `${image.file}, its caption and its control images` : `${image.file} and its caption`;
+    if (!window.confirm(`Remove ${what}?`)) return;
     try {
       await api.removeImage(dataset, image.file);
       onRemoved();
@@ -56,6 +58,18 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
         </button>
       </div>
       <figcaption>
+        {(image.controls ?? []).length > 0 && (
+          <div className="pair-controls small" data-testid={`controls-of-${image.file}`}>
+            <span className="muted">controls</span>
+            {(image.controls ?? []).map((c) =>
+              /^control(_[2-9])?\//.test(c) ? (
+                <img key={c} src={api.controlThumbnailUrl(dataset, c)} alt={c} title={c} loading="lazy" />
+              ) : (
+                <code key={c}>{c}</code>
+              ),
+            )}
+          </div>
+        )}
         <div className="row-between small">
           <span className="filename" title={image.file}>
             {image.file}

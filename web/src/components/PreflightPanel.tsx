@@ -93,6 +93,12 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}
         </div>
       ))}
+      {dataset.mode?.note && (
+        <p className="small" data-testid="preflight-mode">
+          <strong>{dataset.mode.kind}:</strong> {dataset.mode.note}
+          {dataset.controls ? ` · ${String(dataset.controls["pairs"])} pair(s)` : ""}
+        </p>
+      )}
       {(dataset.warnings ?? []).map((w) => (
         <div className="banner warn" data-testid="preflight-dataset-warning" key={w}>
           {w}

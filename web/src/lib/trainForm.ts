@@ -5,6 +5,7 @@
  */
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import type { Family, Host, TrainConfig } from "../api/types";
+import { samplePromptEntries, showSamplePrompt } from "./samplePrompts";
 
 type Key = keyof TrainConfig;
 export type FormValues = Partial<Record<Key, string | boolean>> & { unit: "steps" | "epochs"; length: string };
@@ -384,6 +385,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
 function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (typeof v === "boolean") return v;
+  if (key === "sample_prompts" && Array.isArray(v)) return v.map(showSamplePrompt).join("\n");
   if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
   if (typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, n]) => `${k}=${n}`).join(", ");
   return String(v);
@@ -471,7 +473,7 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       continue;
     }
     if (kind === "lines" || kind === "list") {
-      const items = kind === "lines" ? promptLines(v) : nameList(v);
+      const items = key === "sample_prompts" ? samplePromptEntries(v) : kind === "lines" ? promptLines(v) : nameList(v);
       if (items.length) config[key] = items;
       continue;
     }

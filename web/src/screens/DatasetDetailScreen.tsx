@@ -9,7 +9,7 @@ import { DropZone } from "../components/DropZone";
 import { ProgressBar } from "../components/ProgressBar";
 import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
-import { planUpload, type RefusedFile } from "../lib/upload";
+import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
 
 interface UploadState {
   sentBytes: number;
@@ -44,6 +44,8 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
   const [deleteError, setDeleteError] = useState<string | null>(null);
+  /** Where dropped files go: "files" (targets and captions) or a control folder. */
+  const [slot, setSlot] = useState("files");
   const [showMasks, setShowMasks] = useState(false);
 
   const load = useCallback(async () => {
@@ -64,7 +66,8 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   }, [load]);
 
   const onFiles = async (files: File[]) => {
-    const plan = planUpload(files);
+    const field = slot;
+    const plan = field === "files" ? planUpload(files) : planControlUpload(files);
     const problems = [...plan.refused];
     setRefused(problems);
     if (!plan.batches.length) return;
@@ -74,10 +77,15 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     for (const [i, batch] of plan.batches.entries()) {
       const batchBytes = batch.reduce((n, f) => n + f.size, 0);
       try {
-        const result = await api.upload(name, batch, (sent, total) => {
-          const frac = total > 0 ? sent / total : 0;
-          setUpload((u) => u && { ...u, batch: i + 1, sentBytes: sentBefore + frac * batchBytes });
-        });
+        const result = await api.upload(
+          name,
+          batch,
+          (sent, total) => {
+            const frac = total > 0 ? sent / total : 0;
+            setUpload((u) => u && { ...u, batch: i + 1, sentBytes: sentBefore + frac * batchBytes });
+          },
+          field,
+        );
         stored.push(...result.committed);
         problems.push(...result.refused);
         setRefused([...problems]);
@@ -148,7 +156,18 @@ export function DatasetDetailScreen({ name }: { name: string }) {
       )}
       {missing && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
       {files.length > 0 && <AutoCaptionPanel dataset={name} onFinished={() => void Promise.all([load(), reloadInfo()])} />}
-      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} />
+      <label className="upload-slot small">
+        Upload as{" "}
+        <select aria-label="upload as" value={slot} onChange={(e) => setSlot(e.target.value)}>
+          <option value="files">images and captions (targets)</option>
+          {CONTROL_SLOTS.map((c, i) => (
+            <option key={c} value={c}>
+              control images, slot {i + 1} ({c}/, paired by file name)
+            </option>
+          ))}
+        </select>
+      </label>
+      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
       {upload && (
         <div className="upload-status card" data-testid="upload-status">
           <div className="row-between">

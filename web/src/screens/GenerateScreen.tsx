@@ -4,13 +4,14 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { GalleryImage, GenerateBody, GenerateResult, Lora } from "../api/types";
+import type { GalleryImage, GenerateBody, GenerateResult, Lora, UploadedReference } from "../api/types";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { Gallery, imageMeta, LoraChips } from "../components/Gallery";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
+import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
@@ -39,6 +40,7 @@ export function GenerateScreen() {
   const [baseModel, setBaseModel] = useState("");
   const [loras, setLoras] = useState<Lora[]>([]);
   const [picks, setPicks] = useState<LoraPick[]>([]);
+  const [refs, setRefs] = useState<UploadedReference[]>([]);
   const [prompt, setPrompt] = useState("a red circle on a blue background");
   const [seed, setSeed] = useState("0");
   const [steps, setSteps] = useState("20");
@@ -76,6 +78,7 @@ export function GenerateScreen() {
   const pickFamily = (name: string) => {
     setFamily(name);
     setPicks([]);
+    setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
   };
   const reuse = (img: GalleryImage) => {
@@ -87,6 +90,7 @@ export function GenerateScreen() {
     if (img.width != null) setWidth(String(img.width));
     if (img.height != null) setHeight(String(img.height));
     setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1 })));
+    setRefs(referencesOf(img));
   };
 
   const settings: Omit<GenerateBody, "loras"> = {
@@ -97,6 +101,7 @@ export function GenerateScreen() {
     steps: Number(steps),
     width: Number(width),
     height: Number(height),
+    references: refs.map((r) => r.id),
   };
   const run = (body: GenerateBody) =>
     generateWithRetry(body, job != null && LIVE.has(job.status), () =>
@@ -147,6 +152,12 @@ export function GenerateScreen() {
             modelsRoot={info.models_root}
           />
           <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} />
+          <ReferenceImages
+            max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
+            value={refs}
+            onChange={setRefs}
+            error={errors.references}
+          />
           <Field label="Prompt" error={errors.prompt} hint="Ctrl+Enter generates" wide>
             <textarea
               name="prompt"
@@ -190,6 +201,7 @@ export function GenerateScreen() {
                 </p>
                 <p>
                   <LoraChips loras={selected.loras} />
+                  <ReferenceStrip urls={selected.reference_urls ?? []} />
                 </p>
                 <button type="button" className="secondary small" onClick={() => reuse(selected)}>
                   Reuse these settings

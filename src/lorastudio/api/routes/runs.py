@@ -30,7 +30,7 @@ from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
-from lorastudio.training.sample_files import list_samples, sample_path
+from lorastudio.training.sample_files import list_references, list_samples, sample_path
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -86,8 +86,10 @@ def run_samples(
     """The sample previews in the run's output folder (shared by every session of the run),
     oldest step first, each with its prompt and URL. 404 when the run is unknown."""
     run = store.get_run(run_id, max_points=2)
-    prompts = run["config"].get("sample_prompts") or []
-    found = list_samples(settings.outputs_dir / run["output_name"]) if run["output_name"] else []
+    prompts = [_prompt_of(p) for p in run["config"].get("sample_prompts") or []]
+    run_dir = settings.outputs_dir / run["output_name"] if run["output_name"] else None
+    found = list_samples(run_dir) if run_dir else []
+    refs = list_references(run_dir) if run_dir else {}
     return {
         "samples": [
             {
@@ -96,10 +98,18 @@ def run_samples(
                 "prompt": prompts[f.index] if f.index < len(prompts) else None,
                 "name": f.name,
                 "url": f"/api/runs/{run_id}/samples/{f.name}",
+                "references": [f"/api/runs/{run_id}/samples/{n}" for n in refs.get(f.index, [])],
             }
             for f in found
         ]
     }
+
+
+def _prompt_of(entry: Any) -> str | None:
+    """The text of a stored sample_prompts entry: a prompt, or {"prompt", "controls"}."""
+    if isinstance(entry, dict):
+        entry = entry.get("prompt")
+    return entry if isinstance(entry, str) else None
 
 
 @router.get("/{run_id}/samples/{name}", response_class=FileResponse)
