@@ -115,8 +115,21 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     warning = upscale_warning(scan.items, resolved.no_upscale)
     if warning:
         log.warning("%s", warning)  # the job service's preflight report lists it too
-    source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
-    resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
+    from lorastudio.basemodels import resolve_base
+    from lorastudio.basemodels.single_file import base_updates
+
+    found = resolve_base(
+        resolved.base_model, family.spec.name, settings, resolved.revision, resolved.base_config
+    )
+    updates, problems = base_updates(
+        found.source, found.folder, found.file, found.config,
+        resolved.base_config, resolved.v_prediction, resolved.revision,
+    )  # fmt: skip
+    if problems:
+        raise ConfigError(problems)
+    if found.file is not None:
+        log.info("base model: single file %s with the config of %s", found.source, found.config)
+    resolved = resolved.model_copy(update=updates)  # what the loaders read
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     if problems:
         raise ConfigError(problems)

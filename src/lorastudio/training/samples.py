@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.families.common import pipeline_facts
+from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
 from lorastudio.generate.pipeline import reference_kwargs
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import remove_samples, sample_name, samples_dir, write_sample_files
@@ -104,7 +105,7 @@ class SamplePreviews:
         run = self.run
         own_vae = vae is None or vae.dtype != run.dtype
         if own_vae:
-            vae = run.family.load_vae(run.cfg.base_model, run.cfg.revision, run.dtype, run.device)
+            vae = run.family.load_vae(model_source(run.cfg), run.cfg.revision, run.dtype, run.device)
             if vae.dtype != run.dtype:  # SDXL's VAE loads in fp32: decode as the inference pipeline
                 vae = vae.to(dtype=run.dtype)
         was_training = denoiser.training
@@ -180,9 +181,11 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     parts.update({"vae": vae, spec.denoiser: denoiser})
     quiet_loading()
     try:
-        pipe = pipeline_cls.from_pretrained(run.cfg.base_model, revision=run.cfg.revision, **parts)
+        source = model_source(run.cfg)  # a single file: its base config's scheduler, with its overrides
+        pipe = pipeline_cls.from_pretrained(config_of(source), revision=run.cfg.revision, **parts)
     except (OSError, ValueError, KeyError) as err:
         raise ModelSourceError(f"cannot build the {spec.pipeline_class} for samples: {err}") from err
+    apply_scheduler_overrides(pipe, source)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

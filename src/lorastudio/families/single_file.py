@@ -1,0 +1,207 @@
+"""Loading a family's components from a single-file checkpoint through diffusers'
+`from_single_file`, with the configs (and the components the file lacks) of a base config.
+
+A run's base is either a source string (a pipeline folder or hub id) or a `SingleFile` (the
+checkpoint, its base config, and the prediction type the run trains it as); `model_source(cfg)`
+says which, and the Family hooks take both (families/base.py). Which components a file replaces
+is the layout row's (basemodels/single_file.LAYOUTS): SDXL files hold the U-Net, the VAE and both
+text encoders (diffusers converts each: convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint,
+the CLIP / OpenCLIP converters); FLUX.1 / Chroma files hold the transformer only, converted by
+families/bfl_keys.py (diffusers' converter is fixed to FLUX.1's width) and loaded by
+`from_single_file` as it is. A component whose weights the file lacks is refused with its
+missing keys (diffusers would leave them uninitialised on the meta device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.errors import ModelSourceError
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import FamilySpec
+
+
+@dataclass(frozen=True)
+class SingleFile:
+    """A single-file base: `file` the .safetensors checkpoint, `config` the pipeline folder or
+    hub id of its configs and missing components (the hooks' `revision` is that hub id's);
+    `v_prediction` None = the config's scheduler decides; `zero_terminal_snr` from the file."""
+
+    file: str
+    config: str
+    components: tuple[str, ...]
+    v_prediction: bool | None = None
+    zero_terminal_snr: bool = False
+
+
+def model_source(cfg: TrainConfig) -> str | SingleFile:
+    """What a resolved run config's base loads from: `cfg.base_model` (folder or hub id), or a
+    SingleFile when it is a checkpoint file (preflight resolved `cfg.base_config` for it)."""
+    if cfg.base_config is None or not Path(cfg.base_model).is_file():
+        return cfg.base_model
+    return single_file(cfg.base_model, cfg.base_config, cfg.v_prediction)
+
+
+def single_file(file: str, config: str, v_prediction: bool | None) -> SingleFile:
+    """The SingleFile of checkpoint `file` (read from its header: layout, markers) with base
+    config `config`; `v_prediction` None takes what the file says. Raises ModelSourceError."""
+    from lorastudio.basemodels.single_file import read_file_facts
+
+    facts = read_file_facts(Path(file))
+    v_pred = v_prediction if v_prediction is not None else facts.v_prediction
+    return SingleFile(file, config, facts.layout.components, v_pred, facts.zero_terminal_snr)
+
+
+def config_of(source: str | SingleFile) -> str:
+    """Where configs are read: the source itself, or a single file's base config."""
+    return source.config if isinstance(source, SingleFile) else source
+
+
+def scheduler_overrides(source: str | SingleFile) -> dict[str, Any]:
+    """Scheduler config entries a single file sets over its base config's: prediction_type
+    (v_prediction given or read from the file), rescale_betas_zero_snr (its `ztsnr` marker)."""
+    if not isinstance(source, SingleFile):
+        return {}
+    out: dict[str, Any] = {}
+    if source.v_prediction is not None:
+        out["prediction_type"] = "v_prediction" if source.v_prediction else "epsilon"
+    if source.zero_terminal_snr:
+        out["rescale_betas_zero_snr"] = True
+    return out
+
+
+def _checkpoint(sf: SingleFile) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(sf.file)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise ModelSourceError(f"cannot read the checkpoint {sf.file}: {err}") from err
+
+
+def _no_meta(model: Any, sf: SingleFile, component: str) -> Any:
+    missing = [name for name, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise ModelSourceError(
+            f"{sf.file} lacks {len(missing)} weight(s) of its {component} ({', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}): the checkpoint is incomplete"
+        )
+    return model
+
+
+def load_file_component(
+    cls: Any, sf: SingleFile, subfolder: str, revision: str | None, dtype: torch.dtype
+) -> Any:
+    """Component `subfolder` (class `cls`) of a single-file base: from the file when it holds
+    it (diffusers' from_single_file with the base config's `subfolder` config), else from the
+    base config. Raises ModelSourceError (unreadable, incomplete, not the config's shape)."""
+    from lorastudio.families.base import load_component, quiet_loading
+
+    if subfolder not in sf.components:
+        return load_component(cls, sf.config, subfolder, revision, dtype=dtype)
+    quiet_loading()
+    checkpoint: Any = sf.file
+    if cls.__name__ in ("FluxTransformer2DModel", "ChromaTransformer2DModel"):
+        checkpoint = _bfl_checkpoint(cls, sf, revision)
+    try:
+        model = cls.from_single_file(
+            checkpoint, config=sf.config, subfolder=subfolder, config_revision=revision, torch_dtype=dtype
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ModelSourceError(
+            f"cannot load {subfolder!r} ({cls.__name__}) from {sf.file} with the config of {sf.config}: {err}"
+        ) from err
+    return _no_meta(model, sf, subfolder)
+
+
+def _bfl_checkpoint(cls: Any, sf: SingleFile, revision: str | None) -> dict[str, torch.Tensor]:
+    """The file's transformer in diffusers' keys (bfl_keys), checked against the model the base
+    config builds: every weight present. Raises ModelSourceError naming the missing ones."""
+    from lorastudio.families.bfl_keys import bfl_to_diffusers
+
+    try:
+        config = cls.load_config(sf.config, subfolder="transformer", revision=revision)
+        converted = bfl_to_diffusers(_checkpoint(sf), config)
+        with torch.device("meta"):
+            expected = set(cls.from_config(config).state_dict())
+    except (OSError, ValueError) as err:
+        raise ModelSourceError(f"cannot convert the transformer of {sf.file}: {err}") from err
+    missing = sorted(expected - set(converted))
+    if missing:
+        raise ModelSourceError(
+            f"{sf.file} lacks {len(missing)} transformer weight(s) the config of {sf.config} has "
+            f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}): the checkpoint is "
+            "incomplete or of another shape"
+        )
+    return {k: converted[k] for k in expected}
+
+
+def load_file_text_pipeline(
+    spec: FamilySpec, sf: SingleFile, revision: str | None, dtype: torch.dtype, device: torch.device
+) -> Any:
+    """The family's pipeline with only its text parts, the text encoders from the file when it
+    holds them (SDXL: diffusers' from_single_file converts CLIP-L and OpenCLIP-bigG), else from
+    the base config. Raises ModelSourceError."""
+    import diffusers
+
+    from lorastudio.families.common import load_text_pipeline
+
+    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    skip = {spec.denoiser: None, "vae": None}
+    if "text_encoder" not in sf.components:
+        return load_text_pipeline(pipeline_cls, sf.config, revision, dtype, device, **skip)
+    pipe = _file_pipeline(pipeline_cls, sf, revision, dtype, **skip)
+    pipe.to(device)
+    for name in ("text_encoder", "text_encoder_2"):
+        _no_meta(getattr(pipe, name), sf, name).eval().requires_grad_(False)
+    return pipe
+
+
+def _file_pipeline(
+    pipeline_cls: Any, sf: SingleFile, revision: str | None, dtype: torch.dtype, **parts: Any
+) -> Any:
+    from lorastudio.families.base import quiet_loading
+
+    quiet_loading()
+    try:
+        pipe = pipeline_cls.from_single_file(
+            sf.file, config=sf.config, revision=revision, dtype=dtype, **parts
+        )
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ModelSourceError(f"cannot load {sf.file} with the config of {sf.config}: {err}") from err
+    apply_scheduler_overrides(pipe, sf)
+    return pipe
+
+
+def apply_scheduler_overrides(pipe: Any, source: str | SingleFile) -> None:
+    """Give `pipe` a scheduler with the single file's overrides (scheduler_overrides)."""
+    extra = scheduler_overrides(source)
+    if extra and getattr(pipe, "scheduler", None) is not None:
+        pipe.scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config, **extra)
+
+
+def load_file_pipeline(spec: FamilySpec, sf: SingleFile, revision: str | None, dtype: torch.dtype) -> Any:
+    """The family's whole pipeline on a single-file base (generation): the file's components
+    converted by diffusers, the rest from the base config; the scheduler with the file's
+    prediction type. Raises ModelSourceError."""
+    import diffusers
+
+    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    if "text_encoder" in sf.components:
+        return _file_pipeline(pipeline_cls, sf, revision, dtype)
+    denoiser_cls = getattr(diffusers, spec.denoiser_class)
+    denoiser = load_file_component(denoiser_cls, sf, spec.denoiser, revision, dtype)
+    try:
+        pipe = pipeline_cls.from_pretrained(
+            sf.config, revision=revision, dtype=dtype, **{spec.denoiser: denoiser}
+        )
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelSourceError(f"cannot load {spec.pipeline_class} from {sf.config!r}: {err}") from err
+    apply_scheduler_overrides(pipe, sf)
+    return pipe
