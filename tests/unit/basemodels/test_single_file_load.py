@@ -4,7 +4,6 @@ tiny folder as base config, to the folder's exact weights; incomplete files are 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,7 @@ import torch
 from lorastudio import families
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.single_file import single_file
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from single_files import flux_to_bfl, write_sdxl_file, write_transformer_file  # noqa: E402
+from single_files import flux_to_bfl, write_sdxl_file, write_transformer_file
 
 CPU, F32 = torch.device("cpu"), torch.float32
 

@@ -1,0 +1,82 @@
+"""Training and generating on a single-file SDXL checkpoint (the tiny model in SGM's layout,
+tests/single_files.py) with the tiny folder as base_config: the engine resolves it, the loss
+falls, the LoRA loads into the single-file pipeline, v_prediction changes the objective and the
+pipeline's scheduler, and settings a base cannot honour are refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from methods_cases import mini_config, mini_run
+
+from lorastudio.config import parse_train_config
+from lorastudio.errors import ConfigError
+from lorastudio.generate import apply_loras, generate_image, load_pipeline
+from lorastudio.training.loop import train
+from single_files import write_sdxl_file
+
+
+@pytest.fixture(scope="module")
+def sdxl_file(tiny_model, tmp_path_factory) -> tuple[Path, Path]:
+    folder = tiny_model("sdxl")
+    return write_sdxl_file(folder, tmp_path_factory.mktemp("sf") / "finetune.safetensors"), folder
+
+
+def test_loss_falls_on_the_single_file(sdxl_file):
+    file, folder = sdxl_file
+    run = mini_run(mini_config("sdxl", file, base_config=str(folder)), steps=4)
+    assert all(b < a for a, b in zip(run.losses, run.losses[1:], strict=False)), run.losses
+    eps = mini_run(mini_config("sdxl", folder), steps=1).losses[0]
+    assert run.losses[0] == pytest.approx(eps, rel=1e-6)  # same weights, same maths as the folder
+
+
+def test_v_prediction_changes_the_objective_and_the_scheduler(sdxl_file):
+    file, folder = sdxl_file
+    eps = mini_run(mini_config("sdxl", file, base_config=str(folder)), steps=1).losses[0]
+    v = mini_run(mini_config("sdxl", file, base_config=str(folder), v_prediction=True), steps=1).losses[0]
+    assert v != pytest.approx(eps, rel=1e-3)
+    pipe = load_pipeline(str(file), "sdxl", base_config=str(folder), v_prediction=True, device="cpu")
+    assert pipe.scheduler.config.prediction_type == "v_prediction"
+    plain = load_pipeline(str(file), "sdxl", base_config=str(folder), device="cpu")
+    assert plain.scheduler.config.prediction_type == "epsilon"
+
+
+def test_train_then_generate_with_the_lora(sdxl_file, make_config):
+    file, folder = sdxl_file
+    result = train(
+        make_config("sdxl", base_model=str(file), base_config=str(folder)), [].append, device="cpu"
+    )
+    assert result.lora_path is not None and result.steps_run == 2
+    import json
+
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    assert sidecar["config"]["base_model"] == str(file) and sidecar["config"]["base_config"] == str(folder)
+    pipe = load_pipeline(str(file), "sdxl", base_config=str(folder), device="cpu")
+    before = generate_image(pipe, "sdxl", prompt="a red circle", seed=1, steps=2, width=64, height=64)
+    apply_loras(pipe, [(result.lora_path, 1.0)])
+    after = generate_image(pipe, "sdxl", prompt="a red circle", seed=1, steps=2, width=64, height=64)
+    assert before.size == after.size == (64, 64)
+    assert before.tobytes() != after.tobytes()  # the LoRA took effect
+
+
+def test_settings_a_base_cannot_honour_are_refused(sdxl_file, make_config, tiny_model):
+    from lorastudio.settings import get_settings
+    from lorastudio.training.preflight import preflight
+
+    file, folder = sdxl_file
+    marked = write_sdxl_file(folder, file.with_name("vpred.safetensors"), extra={"v_pred": torch.tensor([])})
+    with pytest.raises(ConfigError) as err:
+        preflight(make_config("sdxl", base_model=str(marked), base_config=str(folder), v_prediction=False),
+                  get_settings(), "cpu")  # fmt: skip
+    assert err.value.problems[0].field == "v_prediction" and "v_pred marker" in err.value.problems[0].message
+    prepared = preflight(
+        make_config("sdxl", base_model=str(marked), base_config=str(folder)), get_settings(), "cpu"
+    )
+    assert prepared.cfg.v_prediction is True and prepared.cfg.base_config == str(folder)
+    with pytest.raises(ConfigError) as err:
+        preflight(make_config("sdxl", base_config=str(folder), v_prediction=True), get_settings(), "cpu")
+    assert {p.field for p in err.value.problems} == {"base_config", "v_prediction"}
+    with pytest.raises(ConfigError, match="v_prediction"):
+        parse_train_config({"family": "flux", "base_model": "x/y", "data_dir": "d", "v_prediction": True})
