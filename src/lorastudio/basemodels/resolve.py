@@ -114,7 +114,9 @@ def resolve_base(
         vet_pipeline_folder(resolved, family)
         return ResolvedBase(str(resolved), resolved)
     if given.is_absolute():
-        raise ModelSourceError(f"base model folder or file not found: {base_model}")
+        raise ModelSourceError(
+            f"base model folder not found: {base_model} (no folder or checkpoint file there)"
+        )
     if is_hub_id(base_model):
         return ResolvedBase(*resolve_hub_id(settings, base_model, revision, family))
     raise ModelSourceError(

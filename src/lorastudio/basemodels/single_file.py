@@ -22,9 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lorastudio.basemodels.layout import INFERENCE_ONLY, weight_suffix
 from lorastudio.errors import FieldProblem, ModelSourceError, NotFound
+
+if TYPE_CHECKING:
+    from lorastudio.basemodels.vetting import Recognition
 
 MAX_CHECKPOINT_HEADER = 64 * 1024 * 1024  # an SDXL file's header is ~250 KB; 64 MB is no checkpoint
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
@@ -254,3 +258,19 @@ def base_updates(
         if v_prediction is None and facts.v_prediction is not None:
             updates["v_prediction"] = facts.v_prediction
     return updates, problems
+
+
+def inspect_file(path: Path) -> Recognition:
+    """The catalogue's view of a checkpoint file (never raises): its family when a layout row
+    matches and every key group is there, else the reason (GGUF, pickle, incomplete, unknown)."""
+    from lorastudio.basemodels.vetting import Recognition
+
+    try:
+        facts = read_file_facts(path)
+    except (ModelSourceError, NotFound) as err:
+        return Recognition(None, None, False, str(err), False, ())
+    row = facts.layout
+    note = f"single-file checkpoint: {row.title}; configs from base_config (default {row.default_config})"
+    if facts.v_prediction:
+        note += "; v-prediction (its v_pred marker)"
+    return Recognition(row.family, None, True, None, True, (), checkpoint=note)

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.basemodels import resolve_base_model
+from lorastudio.basemodels import ResolvedBase, resolve_base
+from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
 from lorastudio.data.uploads import staged_write
@@ -71,6 +72,8 @@ class GenerationRequest:
     guidance: float | None = None
     revision: str | None = None
     loras: tuple[LoraChoice, ...] = ()
+    base_config: str | None = None  # a single-file base_model's configs (basemodels.resolve_base)
+    v_prediction: bool | None = None
 
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
@@ -81,6 +84,7 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
         "seed": req.seed,
         "family": family,
         "base_model": req.base_model,
+        **({"base_config": req.base_config} if req.base_config is not None else {}),
         "steps": req.steps,
         "guidance": req.guidance,
         "loras": [
@@ -159,13 +163,13 @@ class GenerationService:
         self._lock = threading.Lock()
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
-        self._key: tuple[str, str, str | None] | None = None
+        self._key: tuple[Any, ...] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
     def loaded(self) -> tuple[str, str, str | None] | None:
         """(base model source, family, revision) of the worker's resident pipeline, or None."""
-        return self._key
+        return None if self._key is None else self._key[:3]
 
     @property
     def worker_pid(self) -> int | None:
@@ -198,9 +202,9 @@ class GenerationService:
         self._process = None
         self._key = None
 
-    def check(self, req: GenerationRequest) -> tuple[str, list[tuple[str, float]]]:
-        """Check everything about `req` before any work: returns (base model source, [(LoRA file,
-        scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
+    def check(self, req: GenerationRequest) -> tuple[ResolvedBase, list[tuple[str, float]]]:
+        """Check everything about `req` before any work: returns (the resolved base model,
+        [(LoRA file, scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
         not a LoRA of this family: every problem at once), NotFound (a LoRA name),
         ModelSourceError (the base model)."""
         family = families.get(req.family)
@@ -215,15 +219,24 @@ class GenerationService:
                 problems.append(FieldProblem(f"loras.{i}", str(err)))
         if problems:
             raise ConfigError(problems)
-        source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
-        return source, [(str(p), s) for p, s in loras]
+        base = resolve_base(req.base_model, family.spec.name, self.settings, req.revision, req.base_config)
+        _, base_problems = base_updates(
+            base.source, base.folder, base.file, base.config, req.base_config, req.v_prediction, req.revision
+        )
+        if req.v_prediction is not None and "v_prediction" not in family.spec.supports:
+            base_problems.append(
+                FieldProblem("v_prediction", f"{family.spec.title} has no v-prediction setting")
+            )
+        if base_problems:
+            raise ConfigError(base_problems)
+        return base, [(str(p), s) for p, s in loras]
 
     def generate(self, req: GenerationRequest) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
         Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises what `check` raises,
         JobActive (training holds the GPU), GenerationFailed / GenerationWorkerLost (the worker
         failed / died: the next request starts a fresh worker)."""
-        source, loras = self.check(req)
+        base, loras = self.check(req)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +244,9 @@ class GenerationService:
         target = out_dir / f"{stamp}-{req.seed}-{uuid.uuid4().hex[:8]}.png"
         staging = target.with_name(f".{target.name}.partial")
         job = GenerationJob(
-            source=source,
+            source=base.source,
+            base_config=base.config,
+            v_prediction=req.v_prediction,
             family=family,
             revision=req.revision,
             prompt=req.prompt,
