@@ -797,6 +797,13 @@ export interface components {
              */
             id: string;
             /**
+             * Kind
+             * @description a diffusers pipeline folder, or one .safetensors checkpoint (trained with base_config)
+             * @default pipeline
+             * @enum {string}
+             */
+            kind?: "pipeline" | "single-file";
+            /**
              * Missing
              * @description what training needs and the folder lacks
              */
@@ -808,7 +815,7 @@ export interface components {
             name: string;
             /**
              * Path
-             * @description absolute folder; usable as base_model
+             * @description absolute folder or checkpoint file; usable as base_model
              */
             path: string;
             /**
@@ -1133,8 +1140,13 @@ export interface components {
         /** GenerateBody */
         GenerateBody: {
             /**
+             * Base Config
+             * @description single-file base_model: pipeline folder or hub id of its configs (default: the original model's)
+             */
+            base_config?: string | null;
+            /**
              * Base Model
-             * @description hub id, absolute folder, or name under models/
+             * @description hub id, absolute folder or .safetensors checkpoint, or name under models/
              */
             base_model: string;
             /** Family */
@@ -1164,6 +1176,11 @@ export interface components {
              * @default 20
              */
             steps?: number;
+            /**
+             * V Prediction
+             * @description SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says
+             */
+            v_prediction?: boolean | null;
             /**
              * Width
              * @description pixels; at most 4096, and width x height <= 4.2 MP
@@ -1716,6 +1733,11 @@ export interface components {
              */
             notes?: string[];
             /**
+             * Single File
+             * @description a single-file base: the checkpoint, its layout, the base config its configs come from, and the prediction type; null for a pipeline folder or hub id
+             */
+            single_file?: string | null;
+            /**
              * Variant
              * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
              */
@@ -2197,8 +2219,14 @@ export interface components {
              */
             attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
+             * Base Config
+             * @description single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)
+             * @default null
+             */
+            base_config?: string | null;
+            /**
              * Base Model
-             * @description hub id (owner/name) or local pipeline folder
+             * @description hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)
              */
             base_model: string;
             /**
@@ -2604,6 +2632,12 @@ export interface components {
              */
             trigger_word?: string | null;
             /**
+             * V Prediction
+             * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
+             * @default null
+             */
+            v_prediction?: boolean | null;
+            /**
              * Weight Decay
              * @default 0.0001
              */
@@ -2663,8 +2697,13 @@ export interface components {
              */
             attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
+             * Base Config
+             * @description single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)
+             */
+            base_config: string | null;
+            /**
              * Base Model
-             * @description hub id (owner/name) or local pipeline folder
+             * @description hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)
              */
             base_model: string;
             /**
@@ -3034,6 +3073,11 @@ export interface components {
              * @description prepended to captions
              */
             trigger_word: string | null;
+            /**
+             * V Prediction
+             * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
+             */
+            v_prediction: boolean | null;
             /**
              * Weight Decay
              * @default 0.0001

@@ -51,7 +51,8 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "aspect_buckets": "batch images by aspect ratio (else square)",
   "assistant_lora": "step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo",
   "attention_backend": "SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first",
-  "base_model": "hub id (owner/name) or local pipeline folder",
+  "base_config": "single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)",
+  "base_model": "hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)",
   "base_precision": "frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)",
   "cache_variants": "crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
   "caption_dropout": "probability of an empty caption",
@@ -109,5 +110,6 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "snr_gamma": "min-SNR weighting (DDPM families); null = off",
   "steps": "optimizer steps (ignored if num_epochs>0)",
   "timestep_sampling": "flow families",
-  "trigger_word": "prepended to captions"
+  "trigger_word": "prepended to captions",
+  "v_prediction": "SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler"
 };

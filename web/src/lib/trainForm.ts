@@ -99,6 +99,12 @@ export const ADAPTERS: Record<Adapter, string> = {
   loha: "LoHa (Hadamard)",
   lokr: "LoKr (Kronecker)",
 };
+/** v_prediction's choices (a tristate field: "" leaves it to the checkpoint). */
+export const V_PREDICTION: Record<"" | "true" | "false", string> = {
+  "": "as the checkpoint says",
+  true: "v-prediction",
+  false: "epsilon",
+};
 /** Settings of one adapter only (the others' are hidden and not sent). */
 export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
   lora: [],
@@ -188,7 +194,8 @@ export function attentionHint(host: Host): string {
  * - length: steps or num_epochs, from the Length input and its unit;
  * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object).
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "numbers" | "mapping";
+/** tristate: a select of "" (unset: the base decides) / "true" / "false", sent as null-less booleans. */
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "tristate" | "list" | "lines" | "length" | "numbers" | "mapping";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -248,6 +255,8 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   guidance: "number",
   max_sequence_length: "integer",
   assistant_lora: "text",
+  base_config: "text",
+  v_prediction: "tristate",
   num_gpus: "integer",
   optimizer: "text",
   optimizer_betas: "numbers",
@@ -279,6 +288,7 @@ export const FAMILY_FIELDS = [
   "flow_shift",
   "guidance",
   "max_sequence_length",
+  "v_prediction",
 ] as const satisfies readonly Key[];
 
 /** Fields where null means "off": a blank input sends null (else the default would apply). */
@@ -287,6 +297,7 @@ export const OFF_WHEN_BLANK: ReadonlySet<Key> = new Set<Key>(["max_grad_norm", "
 /** Settings that do not depend on the family: kept when the user picks another family. */
 const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "base_model",
+  "base_config",
   "revision",
   "data_dir",
   "output_name",
@@ -402,6 +413,10 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
     if (skip(key) || kind === "length") continue;
     if (kind === "bool") {
       if (typeof v === "boolean") config[key] = v;
+      continue;
+    }
+    if (kind === "tristate") {
+      if (v === "true" || v === "false") config[key] = v === "true";
       continue;
     }
     if (kind === "lines" || kind === "list") {
