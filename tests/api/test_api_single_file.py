@@ -70,4 +70,6 @@ def test_catalogue_preflight_refusals_and_generation(
         )
         assert image.status_code == 201, image.text
         sidecar = json.loads(Path(image.json()["path"]).with_suffix(".json").read_text())
-        assert sidecar["base_model"] == "chroma-finetune.safetensors" and sidecar["base_config"] == str(folder)
+        assert sidecar["base_model"] == "chroma-finetune.safetensors" and sidecar["base_config"] == str(
+            folder
+        )

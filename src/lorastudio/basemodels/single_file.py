@@ -226,6 +226,10 @@ def single_file_problems(
                     "says its prediction type",
                 )
             )
+    elif v_prediction is not None and facts.family != "sdxl":
+        problems.append(
+            FieldProblem("v_prediction", f"{facts.layout.title}: a flow model, no prediction type to set")
+        )
     elif v_prediction is not None and facts.v_prediction is not None and v_prediction != facts.v_prediction:
         says = "v-prediction (it carries the v_pred marker)" if facts.v_prediction else "epsilon prediction"
         problems.append(

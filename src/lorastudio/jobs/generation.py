@@ -223,10 +223,6 @@ class GenerationService:
         _, base_problems = base_updates(
             base.source, base.folder, base.file, base.config, req.base_config, req.v_prediction, req.revision
         )
-        if req.v_prediction is not None and "v_prediction" not in family.spec.supports:
-            base_problems.append(
-                FieldProblem("v_prediction", f"{family.spec.title} has no v-prediction setting")
-            )
         if base_problems:
             raise ConfigError(base_problems)
         return base, [(str(p), s) for p, s in loras]

@@ -80,3 +80,21 @@ def test_settings_a_base_cannot_honour_are_refused(sdxl_file, make_config, tiny_
     assert {p.field for p in err.value.problems} == {"base_config", "v_prediction"}
     with pytest.raises(ConfigError, match="v_prediction"):
         parse_train_config({"family": "flux", "base_model": "x/y", "data_dir": "d", "v_prediction": True})
+
+
+def test_cli_generate_with_a_single_file(sdxl_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    file, folder = sdxl_file
+    out = tmp_path / "img.png"
+    args = ["generate", "--base", str(file), "--base-config", str(folder), "--prompt", "a red circle",
+            "--out", str(out), "--steps", "1", "--width", "64", "--height", "64", "--device", "cpu"]  # fmt: skip
+    done = CliRunner().invoke(app, [*args, "--v-prediction"])
+    assert done.exit_code == 0, done.output
+    assert out.is_file() and "wrote" in done.output  # the family read from the file's keys
+    refused = CliRunner().invoke(app, [*args[:-2], "--family", "flux", "--overwrite"])
+    assert refused.exit_code == 2 and "flux family takes single files of FLUX" in refused.output
