@@ -1,6 +1,7 @@
 """Single-file base checkpoints through the API: the catalogue lists and vets a .safetensors
 under models/, the preflight resolves it with its base_config and names both, a GGUF file and an
-incomplete file are refused naming the file and the reason, and generation renders with it."""
+incomplete file are refused naming the file and the reason, generation renders with it and a
+training job (the worker process) trains on it."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.basemodels import resolve_base_model
+from lorastudio.basemodels import resolve_base
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.data import resolve_dataset_dir, scan_dataset
 from lorastudio.data.pairs import resolve_control_dirs
@@ -112,7 +112,7 @@ def validate_resume(
     family = families.get(cfg.family)
     problems: list[FieldProblem] = []
     try:
-        resolve_base_model(cfg.base_model, family.spec.name, settings)
+        resolve_base(cfg.base_model, family.spec.name, settings, cfg.revision, cfg.base_config)
     except ModelSourceError as err:
         problems.append(FieldProblem("base_model", str(err)))
     data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)
