@@ -139,7 +139,14 @@ def _bfl_checkpoint(cls: Any, sf: SingleFile, revision: str | None) -> dict[str,
             f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}): the checkpoint is "
             "incomplete or of another shape"
         )
-    return {k: converted[k] for k in expected}
+    unexpected = sorted(set(converted) - expected)
+    if unexpected:  # e.g. a FLUX.1 [dev] file (guidance embedding) with a [schnell] config
+        raise ModelSourceError(
+            f"{sf.file} has {len(unexpected)} transformer weight(s) the config of {sf.config} does not "
+            f"({', '.join(unexpected[:4])}{', ...' if len(unexpected) > 4 else ''}): give the base_config of "
+            "the model this file was made from"
+        )
+    return converted
 
 
 def load_file_text_pipeline(

@@ -92,6 +92,21 @@ def test_a_file_missing_weights_inside_a_part_is_refused_at_load(tiny_model, tmp
         families.get("flux").load_denoiser(single_file(str(file), str(folder), None), None, F32, CPU)
 
 
+def test_a_file_of_another_config_is_refused(tiny_model, tmp_path):
+    """A FLUX.1 [dev]-class file (guidance embedding) with a config without one: refused, not
+    loaded without its guidance weights."""
+    import json
+    import shutil
+
+    config = tmp_path / "schnell"
+    shutil.copytree(tiny_model("flux"), config)
+    cfg_file = config / "transformer" / "config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()), "guidance_embeds": False}))
+    file = write_transformer_file(tiny_model("flux"), tmp_path / "dev.safetensors")
+    with pytest.raises(ModelSourceError, match=r"dev\.safetensors has 4 transformer weight\(s\) the config"):
+        families.get("flux").load_denoiser(single_file(str(file), str(config), None), None, F32, CPU)
+
+
 def test_bfl_keys_equal_diffusers_converter_at_flux1_width():
     """At FLUX.1's width (3072 / 12288, which diffusers' converter hard-codes) our converter gives
     diffusers' exact result: thin tensors (one column) keep the test small."""
