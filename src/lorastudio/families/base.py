@@ -15,7 +15,6 @@ Tensor conventions used by every hook:
 from __future__ import annotations
 
 import json
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lorastudio.errors import FieldProblem, ModelSourceError
+from lorastudio.families.loading import load_component, quiet_loading  # noqa: F401 (re-exported)
+from lorastudio.families.shifts import dynamic_shift_mu, static_shift, time_shift
 
 if TYPE_CHECKING:
     import torch
@@ -412,44 +413,3 @@ def config_facts(
         {f"{denoiser_name}.{k}": v for k, v in dict(denoiser_config).items() if not k.startswith("_")}
     )
     return facts
-
-
-def static_shift(sigmas: torch.Tensor, shift: float) -> torch.Tensor:
-    """SD3-style static shift: s*x / (1 + (s - 1)*x); shift 1 is the identity."""
-    return shift * sigmas / (1 + (shift - 1) * sigmas)
-
-
-def dynamic_shift_mu(image_seq_len: int, scheduler_config: Mapping[str, Any]) -> float:
-    """mu for dynamic shifting, linear in the image sequence length (diffusers calculate_shift)."""
-    base_len = scheduler_config.get("base_image_seq_len", 256)
-    max_len = scheduler_config.get("max_image_seq_len", 4096)
-    base_shift = scheduler_config.get("base_shift", 0.5)
-    max_shift = scheduler_config.get("max_shift", 1.15)
-    m = (max_shift - base_shift) / (max_len - base_len)
-    return image_seq_len * m + (base_shift - m * base_len)
-
-
-def time_shift(sigmas: torch.Tensor, mu: float, kind: str = "exponential") -> torch.Tensor:
-    """FlowMatchEulerDiscreteScheduler's time shift of sigmas [B] by mu (sigma exponent 1)."""
-    if kind == "exponential":
-        return math.exp(mu) / (math.exp(mu) + (1 / sigmas - 1))
-    return mu / (mu + (1 / sigmas - 1))
-
-
-def load_component(cls: Any, source: str, subfolder: str, revision: str | None, **kwargs: Any) -> Any:
-    """`cls.from_pretrained(source, subfolder=..., revision=..., **kwargs)`, with a clear
-    ModelSourceError naming the component when it is missing or unreadable."""
-    quiet_loading()
-    try:
-        return cls.from_pretrained(source, subfolder=subfolder, revision=revision, **kwargs)
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot load {subfolder!r} ({cls.__name__}) from {source!r}: {err}") from err
-
-
-def quiet_loading() -> None:
-    """Silence diffusers'/transformers' loading progress bars (the engine reports progress)."""
-    import diffusers.utils.logging as dlog
-    import transformers.utils.logging as tlog
-
-    dlog.disable_progress_bar()
-    tlog.disable_progress_bar()

@@ -101,7 +101,7 @@ def load_file_component(
     """Component `subfolder` (class `cls`) of a single-file base: from the file when it holds
     it (diffusers' from_single_file with the base config's `subfolder` config), else from the
     base config. Raises ModelSourceError (unreadable, incomplete, not the config's shape)."""
-    from lorastudio.families.base import load_component, quiet_loading
+    from lorastudio.families.loading import load_component, quiet_loading
 
     if subfolder not in sf.components:
         return load_component(cls, sf.config, subfolder, revision, dtype=dtype)
@@ -173,7 +173,7 @@ def load_file_text_pipeline(
 def _file_pipeline(
     pipeline_cls: Any, sf: SingleFile, revision: str | None, dtype: torch.dtype, **parts: Any
 ) -> Any:
-    from lorastudio.families.base import quiet_loading
+    from lorastudio.families.loading import quiet_loading
 
     quiet_loading()
     try:
