@@ -98,3 +98,34 @@ def test_cli_generate_with_a_single_file(sdxl_file, tmp_path):
     assert out.is_file() and "wrote" in done.output  # the family read from the file's keys
     refused = CliRunner().invoke(app, [*args[:-2], "--family", "flux", "--overwrite"])
     assert refused.exit_code == 2 and "flux family takes single files of FLUX" in refused.output
+
+
+def test_cli_check_names_the_file_and_its_config(sdxl_file, small_dataset, tmp_path, run_settings):
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    file, folder = sdxl_file
+    settings = run_settings("sdxl", file, small_dataset, {"base_config": str(folder), "v_prediction": True})
+    config = tmp_path / "run.toml"
+    config.write_text("".join(f"{k} = {_json.dumps(v)}\n" for k, v in settings.items()))
+    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert f"single file    {file} (SDXL checkpoint" in result.output
+    assert f"with the configs of {folder}; v-prediction (v_prediction setting)" in result.output
+
+
+def test_the_catalogue_lists_an_added_checkpoint_file(sdxl_file, tmp_path):
+    from lorastudio.basemodels import add_folder, list_models
+    from lorastudio.settings import get_settings
+
+    file, _ = sdxl_file
+    settings = get_settings()
+    assert add_folder(settings, str(file)) == file
+    entry = next(m for m in list_models(settings, hub_cache=False) if m.path == str(file))
+    assert (entry.source, entry.kind, entry.family, entry.trainable) == ("added", "single-file", "sdxl", True)
+    assert entry.size_bytes == file.stat().st_size
