@@ -183,6 +183,7 @@ def test_family_specific_settings_are_refused_where_not_supported(family, tiny_m
         "flow_shift": 2.0,
         "guidance": 2.0,
         "max_sequence_length": 64,
+        "v_prediction": True,
     }
     assert set(values) == set(FAMILY_SPECIFIC_FIELDS)
     base = {"family": family, "base_model": str(tiny_model(family)), "data_dir": str(small_dataset)}
