@@ -1106,6 +1106,11 @@ export interface components {
         };
         /** GalleryImage */
         GalleryImage: {
+            /**
+             * Base Config
+             * @description a single-file base_model's base config
+             */
+            base_config?: string | null;
             /** Base Model */
             base_model?: string | null;
             /**

@@ -37,6 +37,7 @@ export function GenerateScreen() {
   const { job } = useTraining();
   const [family, setFamily] = useState<string | null>(null);
   const [baseModel, setBaseModel] = useState("");
+  const [baseConfig, setBaseConfig] = useState("");
   const [loras, setLoras] = useState<Lora[]>([]);
   const [picks, setPicks] = useState<LoraPick[]>([]);
   const [prompt, setPrompt] = useState("a red circle on a blue background");
@@ -81,6 +82,7 @@ export function GenerateScreen() {
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
     if (img.base_model) setBaseModel(img.base_model);
+    setBaseConfig(img.base_config ?? "");
     if (img.prompt != null) setPrompt(img.prompt);
     if (img.seed != null) setSeed(String(img.seed));
     if (img.steps != null) setSteps(String(img.steps));
@@ -89,9 +91,11 @@ export function GenerateScreen() {
     setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1 })));
   };
 
+  const singleFile = baseModel.toLowerCase().endsWith(".safetensors");
   const settings: Omit<GenerateBody, "loras"> = {
     family,
     base_model: baseModel,
+    ...(singleFile && baseConfig.trim() ? { base_config: baseConfig.trim() } : {}),
     prompt,
     seed: Number(seed),
     steps: Number(steps),
@@ -146,6 +150,16 @@ export function GenerateScreen() {
             error={errors.base_model}
             modelsRoot={info.models_root}
           />
+          {singleFile && (
+            <Field
+              label="Base config"
+              error={errors.base_config}
+              hint="single-file checkpoint: pipeline folder or hub id of its configs (blank: the original model's)"
+              wide
+            >
+              <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
+            </Field>
+          )}
           <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} />
           <Field label="Prompt" error={errors.prompt} hint="Ctrl+Enter generates" wide>
             <textarea
