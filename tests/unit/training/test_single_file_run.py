@@ -45,10 +45,14 @@ def test_v_prediction_changes_the_objective_and_the_scheduler(sdxl_file):
 
 def test_train_then_generate_with_the_lora(sdxl_file, make_config):
     file, folder = sdxl_file
-    result = train(
-        make_config("sdxl", base_model=str(file), base_config=str(folder)), [].append, device="cpu"
+    events: list = []
+    cfg = make_config(
+        "sdxl", base_model=str(file), base_config=str(folder), sample_prompts=["a cat"], sample_steps=1
     )
+    result = train(cfg, events.append, device="cpu")
     assert result.lora_path is not None and result.steps_run == 2
+    (ready,) = [e for e in events if type(e).__name__ == "SampleReady"]  # the preview pipeline builds
+    assert (result.lora_path.parent / ready.images[0]).is_file()
     import json
 
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
