@@ -107,43 +107,54 @@ def test_a_file_of_another_config_is_refused(tiny_model, tmp_path):
         families.get("flux").load_denoiser(single_file(str(file), str(config), None), None, F32, CPU)
 
 
-def test_bfl_keys_equal_diffusers_converter_at_flux1_width():
-    """At FLUX.1's width (3072 / 12288, which diffusers' converter hard-codes) our converter gives
-    diffusers' exact result: thin tensors (one column) keep the test small."""
-    from diffusers.loaders.single_file_utils import convert_flux_transformer_checkpoint_to_diffusers
+def _thin_transformer(chroma: bool) -> dict[str, torch.Tensor]:
+    """A diffusers FLUX.1 / Chroma transformer state dict at FLUX.1's width with one column per
+    tensor (the converters split and rename along the output axis only)."""
+    gen = torch.Generator().manual_seed(0)
+    inner, mlp = 3072, 12288
+    rows: dict[str, int] = {}
+    for name in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out"):
+        rows[f"transformer_blocks.0.attn.{name}"] = inner
+    for name, n in {"ff.net.0.proj": mlp, "ff.net.2": inner, "ff_context.net.0.proj": mlp, "ff_context.net.2": inner}.items():  # fmt: skip
+        rows[f"transformer_blocks.0.{name}"] = n
+    for name, n in {"attn.to_q": inner, "attn.to_k": inner, "attn.to_v": inner, "proj_mlp": mlp, "proj_out": inner}.items():  # fmt: skip
+        rows[f"single_transformer_blocks.0.{name}"] = n
+    rows |= {"context_embedder": inner, "x_embedder": inner, "proj_out": 64}
+    if chroma:
+        rows |= {"distilled_guidance_layer.in_proj": 5120, "distilled_guidance_layer.out_proj": inner,
+                 "distilled_guidance_layer.layers.0.linear_1": 5120, "distilled_guidance_layer.layers.0.linear_2": 5120}  # fmt: skip
+    else:
+        rows |= {"transformer_blocks.0.norm1.linear": 6 * inner, "transformer_blocks.0.norm1_context.linear": 6 * inner,
+                 "single_transformer_blocks.0.norm.linear": 3 * inner, "norm_out.linear": 2 * inner}  # fmt: skip
+        for emb in ("timestep_embedder", "text_embedder", "guidance_embedder"):
+            rows |= {f"time_text_embed.{emb}.linear_1": inner, f"time_text_embed.{emb}.linear_2": inner}
+    sd = {
+        f"{k}.{part}": torch.randn(n, generator=gen) for k, n in rows.items() for part in ("weight", "bias")
+    }
+    norms = [f"transformer_blocks.0.attn.{n}" for n in ("norm_q", "norm_k", "norm_added_q", "norm_added_k")]
+    norms += ["single_transformer_blocks.0.attn.norm_q", "single_transformer_blocks.0.attn.norm_k"]
+    norms += ["distilled_guidance_layer.norms.0"] if chroma else []
+    sd |= {f"{k}.weight": torch.randn(128, generator=gen) for k in norms}
+    return sd
+
+
+@pytest.mark.parametrize("family", ["flux", "chroma"])
+def test_bfl_keys_equal_diffusers_converter_at_flux1_width(family):
+    """At FLUX.1's width (3072 / 12288, which diffusers' converters hard-code) our converter gives
+    diffusers' exact result, and the test helper's reverse is its inverse."""
+    from diffusers.loaders import single_file_utils as sfu
 
     from lorastudio.families.bfl_keys import bfl_to_diffusers
 
-    gen = torch.Generator().manual_seed(0)
-    inner, mlp = 3072, 12288
-    shapes = {"to_q": inner, "to_k": inner, "to_v": inner, "add_q_proj": inner, "add_k_proj": inner,
-              "add_v_proj": inner, "to_out.0": inner, "to_add_out": inner}  # fmt: skip
-    sd = {}
-    for name, rows in shapes.items():
-        for part in ("weight", "bias"):
-            sd[f"transformer_blocks.0.attn.{name}.{part}"] = torch.randn(rows, generator=gen)
-    for name in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
-        sd[f"transformer_blocks.0.attn.{name}.weight"] = torch.randn(128, generator=gen)
-    for name in ("norm_q", "norm_k"):
-        sd[f"single_transformer_blocks.0.attn.{name}.weight"] = torch.randn(128, generator=gen)
-    for name, rows in {"ff.net.0.proj": mlp, "ff.net.2": inner, "ff_context.net.0.proj": mlp, "ff_context.net.2": inner,
-                       "norm1.linear": 6 * inner, "norm1_context.linear": 6 * inner}.items():  # fmt: skip
-        for part in ("weight", "bias"):
-            sd[f"transformer_blocks.0.{name}.{part}"] = torch.randn(rows, generator=gen)
-    for name, rows in {"attn.to_q": inner, "attn.to_k": inner, "attn.to_v": inner, "proj_mlp": mlp,
-                       "proj_out": inner, "norm.linear": 3 * inner}.items():  # fmt: skip
-        for part in ("weight", "bias"):
-            sd[f"single_transformer_blocks.0.{name}.{part}"] = torch.randn(rows, generator=gen)
-    for name, rows in {"context_embedder": inner, "x_embedder": inner, "proj_out": 64, "norm_out.linear": 2 * inner,
-                       "time_text_embed.timestep_embedder.linear_1": inner, "time_text_embed.timestep_embedder.linear_2": inner,
-                       "time_text_embed.text_embedder.linear_1": inner, "time_text_embed.text_embedder.linear_2": inner,
-                       "time_text_embed.guidance_embedder.linear_1": inner,
-                       "time_text_embed.guidance_embedder.linear_2": inner}.items():  # fmt: skip
-        for part in ("weight", "bias"):
-            sd[f"{name}.{part}"] = torch.randn(rows, generator=gen)
-    bfl = flux_to_bfl(sd)
+    sd = _thin_transformer(chroma=family == "chroma")
+    bfl = flux_to_bfl(sd, chroma=family == "chroma")
+    convert = (
+        sfu.convert_chroma_transformer_checkpoint_to_diffusers
+        if family == "chroma"
+        else sfu.convert_flux_transformer_checkpoint_to_diffusers
+    )
     ours = bfl_to_diffusers(bfl, {"num_attention_heads": 24, "attention_head_dim": 128})
-    theirs = convert_flux_transformer_checkpoint_to_diffusers(dict(bfl))
+    theirs = convert(dict(bfl))
     assert set(ours) == set(theirs) == set(sd)
     for k in ours:
         assert torch.equal(ours[k], theirs[k]) and torch.equal(ours[k], sd[k]), k
