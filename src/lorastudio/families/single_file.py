@@ -9,7 +9,8 @@ text encoders (diffusers converts each: convert_ldm_unet_checkpoint, convert_ldm
 the CLIP / OpenCLIP converters); FLUX.1 / Chroma files hold the transformer only, converted by
 families/bfl_keys.py (diffusers' converter is fixed to FLUX.1's width) and loaded by
 `from_single_file` as it is. A component whose weights the file lacks is refused with its
-missing keys (diffusers would leave them uninitialised on the meta device).
+missing keys (diffusers would leave them uninitialised on the meta device). Imports torch
+only when loading: the server reads `model_source` through training/assistant_rules.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.errors import ModelSourceError
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import FamilySpec
 
@@ -123,6 +124,8 @@ def load_file_component(
 def _bfl_checkpoint(cls: Any, sf: SingleFile, revision: str | None) -> dict[str, torch.Tensor]:
     """The file's transformer in diffusers' keys (bfl_keys), checked against the model the base
     config builds: every weight present. Raises ModelSourceError naming the missing ones."""
+    import torch
+
     from lorastudio.families.bfl_keys import bfl_to_diffusers
 
     try:

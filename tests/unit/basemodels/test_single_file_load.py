@@ -158,3 +158,17 @@ def test_bfl_keys_equal_diffusers_converter_at_flux1_width(family):
     assert set(ours) == set(theirs) == set(sd)
     for k in ours:
         assert torch.equal(ours[k], theirs[k]) and torch.equal(ours[k], sd[k]), k
+
+
+def test_the_server_side_stays_torch_free():
+    """Vetting a single file reads its header only; the API app and the job validation (which
+    reads a run's model_source) import no torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lorastudio.api.app, lorastudio.jobs.validation, lorastudio.basemodels.single_file; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
