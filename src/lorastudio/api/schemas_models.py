@@ -21,7 +21,11 @@ class FetchBody(_Body):
 
 
 class AddFolderBody(_Body):
-    path: str = Field(min_length=1, max_length=4096, description="absolute path of a folder to list")
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="absolute path of a folder or .safetensors checkpoint to list",
+    )
 
 
 class CatalogueModelOut(_Out):

@@ -725,7 +725,7 @@ export interface components {
         AddFolderBody: {
             /**
              * Path
-             * @description absolute path of a folder to list
+             * @description absolute path of a folder or .safetensors checkpoint to list
              */
             path: string;
         };
