@@ -77,11 +77,25 @@ def scheduler_overrides(source: str | SingleFile) -> dict[str, Any]:
     return out
 
 
-def _checkpoint(sf: SingleFile) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
+# the keys of a component in an SGM file (read alone: one component in memory, not the file)
+COMPONENT_PREFIXES = {"unet": ("model.diffusion_model.",), "vae": ("first_stage_model.",)}
+# parts a ComfyUI "full" FLUX.1 / Chroma file bundles beside its transformer (not read)
+BUNDLED_PREFIXES = ("vae.", "first_stage_model.", "text_encoders.", "conditioner.", "cond_stage_model.")
 
+
+def _checkpoint(sf: SingleFile, subfolder: str) -> dict[str, torch.Tensor]:
+    """The file's tensors of component `subfolder` (safetensors' lazy reader: nothing else is
+    read). Raises ModelSourceError when the file cannot be read."""
+    from safetensors import safe_open
+
+    wanted = COMPONENT_PREFIXES.get(subfolder)
     try:
-        return load_file(sf.file)
+        with safe_open(sf.file, framework="pt") as f:
+            return {
+                k: f.get_tensor(k)
+                for k in f.keys()  # noqa: SIM118 (safe_open has no __iter__)
+                if (k.startswith(wanted) if wanted else not k.startswith(BUNDLED_PREFIXES))
+            }
     except (OSError, ValueError, RuntimeError) as err:
         raise ModelSourceError(f"cannot read the checkpoint {sf.file}: {err}") from err
 
@@ -107,45 +121,56 @@ def load_file_component(
     if subfolder not in sf.components:
         return load_component(cls, sf.config, subfolder, revision, dtype=dtype)
     quiet_loading()
-    checkpoint: Any = sf.file
-    if cls.__name__ in ("FluxTransformer2DModel", "ChromaTransformer2DModel"):
-        checkpoint = _bfl_checkpoint(cls, sf, revision)
-    try:
+    checkpoint = _converted(cls, sf, subfolder, revision)
+    try:  # keys already diffusers': from_single_file loads them as they are
         model = cls.from_single_file(
-            checkpoint, config=sf.config, subfolder=subfolder, config_revision=revision, torch_dtype=dtype
+            checkpoint, config=sf.config, subfolder=subfolder, config_revision=revision
         )
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise ModelSourceError(
             f"cannot load {subfolder!r} ({cls.__name__}) from {sf.file} with the config of {sf.config}: {err}"
         ) from err
-    return _no_meta(model, sf, subfolder)
+    return _no_meta(model, sf, subfolder).to(dtype)
 
 
-def _bfl_checkpoint(cls: Any, sf: SingleFile, revision: str | None) -> dict[str, torch.Tensor]:
-    """The file's transformer in diffusers' keys (bfl_keys), checked against the model the base
-    config builds: every weight present. Raises ModelSourceError naming the missing ones."""
+def _converted(cls: Any, sf: SingleFile, subfolder: str, revision: str | None) -> dict[str, torch.Tensor]:
+    """Component `subfolder` of the file in diffusers' keys (SGM: diffusers' own converter of
+    `cls`, convert_ldm_unet_checkpoint / convert_ldm_vae_checkpoint; BFL: bfl_keys), checked
+    against the model the base config builds: every weight there, none left over. Raises
+    ModelSourceError naming the missing or extra weights (an incomplete file, another config)."""
     import torch
+    from diffusers.loaders.single_file_model import SINGLE_FILE_LOADABLE_CLASSES
 
     from lorastudio.families.bfl_keys import bfl_to_diffusers
 
     try:
-        config = cls.load_config(sf.config, subfolder="transformer", revision=revision)
-        converted = bfl_to_diffusers(_checkpoint(sf), config)
+        config = cls.load_config(sf.config, subfolder=subfolder, revision=revision)
+        raw = _checkpoint(sf, subfolder)
+        if cls.__name__ in ("FluxTransformer2DModel", "ChromaTransformer2DModel"):
+            converted = bfl_to_diffusers(raw, config)
+        else:
+            converted = SINGLE_FILE_LOADABLE_CLASSES[cls.__name__]["checkpoint_mapping_fn"](
+                checkpoint=raw, config=config
+            )
         with torch.device("meta"):
             expected = set(cls.from_config(config).state_dict())
-    except (OSError, ValueError) as err:
-        raise ModelSourceError(f"cannot convert the transformer of {sf.file}: {err}") from err
+    except KeyError as err:
+        raise ModelSourceError(
+            f"{sf.file} lacks {err} of its {subfolder}: the checkpoint is incomplete"
+        ) from err
+    except (OSError, ValueError, RuntimeError) as err:
+        raise ModelSourceError(f"cannot convert the {subfolder} of {sf.file}: {err}") from err
     missing = sorted(expected - set(converted))
     if missing:
         raise ModelSourceError(
-            f"{sf.file} lacks {len(missing)} transformer weight(s) the config of {sf.config} has "
+            f"{sf.file} lacks {len(missing)} {subfolder} weight(s) the config of {sf.config} has "
             f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}): the checkpoint is "
             "incomplete or of another shape"
         )
     unexpected = sorted(set(converted) - expected)
     if unexpected:  # e.g. a FLUX.1 [dev] file (guidance embedding) with a [schnell] config
         raise ModelSourceError(
-            f"{sf.file} has {len(unexpected)} transformer weight(s) the config of {sf.config} does not "
+            f"{sf.file} has {len(unexpected)} {subfolder} weight(s) the config of {sf.config} does not "
             f"({', '.join(unexpected[:4])}{', ...' if len(unexpected) > 4 else ''}): give the base_config of "
             "the model this file was made from"
         )

@@ -90,6 +90,14 @@ def test_a_file_missing_weights_inside_a_part_is_refused_at_load(tiny_model, tmp
     file = write_transformer_file(folder, tmp_path / "pruned.safetensors", drop=("single_blocks.1.",))
     with pytest.raises(ModelSourceError, match=r"pruned\.safetensors lacks \d+ transformer weight"):
         families.get("flux").load_denoiser(single_file(str(file), str(folder), None), None, F32, CPU)
+    sdxl = tiny_model("sdxl")
+    file = write_sdxl_file(
+        sdxl, tmp_path / "pruned-xl.safetensors", drop=("model.diffusion_model.output_blocks.8.",)
+    )
+    with pytest.raises(
+        ModelSourceError, match=r"pruned-xl\.safetensors lacks \d+ unet weight\(s\) the config"
+    ):
+        families.get("sdxl").load_denoiser(single_file(str(file), str(sdxl), None), None, F32, CPU)
 
 
 def test_a_file_of_another_config_is_refused(tiny_model, tmp_path):
