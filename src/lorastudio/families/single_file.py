@@ -5,12 +5,16 @@ A run's base is either a source string (a pipeline folder or hub id) or a `Singl
 checkpoint, its base config, and the prediction type the run trains it as); `model_source(cfg)`
 says which, and the Family hooks take both (families/base.py). Which components a file replaces
 is the layout row's (basemodels/single_file.LAYOUTS): SDXL files hold the U-Net, the VAE and both
-text encoders (diffusers converts each: convert_ldm_unet_checkpoint, convert_ldm_vae_checkpoint,
-the CLIP / OpenCLIP converters); FLUX.1 / Chroma files hold the transformer only, converted by
-families/bfl_keys.py (diffusers' converter is fixed to FLUX.1's width) and loaded by
-`from_single_file` as it is. A component whose weights the file lacks is refused with its
-missing keys (diffusers would leave them uninitialised on the meta device). Imports torch
-only when loading: the server reads `model_source` through training/assistant_rules.
+text encoders; FLUX.1 / Chroma files the transformer only.
+
+A denoiser or VAE from the file: only its keys are read (safetensors' lazy reader), converted by
+diffusers' own mapping function of the class (convert_ldm_unet_checkpoint,
+convert_ldm_vae_checkpoint) or, for BFL's layout, by families/bfl_keys.py (diffusers' converter
+is fixed to FLUX.1's width), checked against the model the config builds (missing or extra
+weights are refused by name: diffusers would leave missing ones on the meta device), then
+handed to `from_single_file`, which loads them as they are. SDXL's text encoders come through
+the pipeline's `from_single_file` (diffusers' CLIP / OpenCLIP converters). Imports torch only
+when loading: the server reads `model_source` through training/assistant_rules.
 """
 
 from __future__ import annotations
