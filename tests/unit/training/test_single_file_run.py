@@ -15,7 +15,7 @@ from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
 from lorastudio.training.loop import train
-from single_files import write_sdxl_file
+from single_files import write_sdxl_file, write_transformer_file
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,14 @@ def test_loss_falls_on_the_single_file(sdxl_file):
     assert all(b < a for a, b in zip(run.losses, run.losses[1:], strict=False)), run.losses
     eps = mini_run(mini_config("sdxl", folder), steps=1).losses[0]
     assert run.losses[0] == pytest.approx(eps, rel=1e-6)  # same weights, same maths as the folder
+
+
+def test_loss_falls_on_a_flux_transformer_file(tiny_model, tmp_path):
+    folder = tiny_model("flux")
+    file = write_transformer_file(folder, tmp_path / "flux-finetune.safetensors")
+    run = mini_run(mini_config("flux", file, base_config=str(folder)), steps=4)
+    assert all(b < a for a, b in zip(run.losses, run.losses[1:], strict=False)), run.losses
+    assert run.losses[0] == pytest.approx(mini_run(mini_config("flux", folder), steps=1).losses[0], rel=1e-6)
 
 
 def test_v_prediction_changes_the_objective_and_the_scheduler(sdxl_file):
