@@ -153,6 +153,7 @@ def _generate(
         problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
     settings = get_settings()
     base = localize_path(base, may_be_hub_id=True)
+    base_config = localize_path(base_config, may_be_hub_id=True) if base_config else None
     family = family or detect_family(base) or detect_family(str(settings.models_dir / base))
     as_file = next((p for p in (Path(base), settings.models_dir / base) if p.is_file()), None)
     if family is None and as_file is not None:  # a single-file checkpoint says its family
