@@ -126,6 +126,35 @@ class TrainConfig(BaseModel):
         "(each absolute, or a name under datasets/, like data_dir)",
     )
 
+    # masked loss (issue 29 part 4; data/masks.py): a dataset's masks/ folder (same file stems), or alpha
+    alpha_mask: bool = Field(
+        default=False,
+        description="use each image's alpha channel as its loss mask (opaque = trained, transparent = "
+        "unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)",
+    )
+    unmasked_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = "
+        "in between, or alpha_mask); 0 = they teach nothing",
+    )
+
+    # validation loss (issue 29 part 6; data/holdout.py, training/validate.py)
+    validation_split: float | str | None = Field(
+        default=None,
+        description="images held out of training for the validation loss: a fraction of the dataset (0-1, "
+        "chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off",
+    )
+    validate_every: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="with validation_split: the mean loss over the held-out images at fixed noise levels and "
+        "seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of "
+        "its step, so the best one is marked and kept (null: only after the last step)",
+    )
+
     # schedule
     steps: int = Field(
         default=1000, ge=1, le=10_000_000, description="optimizer steps (ignored if num_epochs>0)"
@@ -379,6 +408,15 @@ class TrainConfig(BaseModel):
     def _finite(cls, v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("validation_split")
+    @classmethod
+    def _split_shape(cls, v: float | str | None) -> float | str | None:
+        if isinstance(v, float | int) and not isinstance(v, bool) and not 0 < v < 1:
+            raise ValueError("a fraction must be between 0 and 1 (exclusive); or give a folder")
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("must be a fraction or a folder, not empty")
         return v
 
     @field_validator("lokr_factor")

@@ -121,6 +121,12 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             for name in SAMPLE_SETTINGS
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
+    if cfg.validate_every is not None and cfg.validation_split is None:
+        problems.append(
+            FieldProblem(
+                "validate_every", "needs validation_split (there are no held-out images to validate on)"
+            )
+        )
     problems += _plan_problems(cfg)
     problems += optimizer_problems(cfg)
     problems += ema_problems(cfg)

@@ -48,7 +48,8 @@ class ResumeBody(_Body):
         default_factory=dict,
         description="settings to change that do not change the maths (save_every, keep_last, "
         "save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
-        "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)",
+        "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the "
+        "run's total to train it longer (RunSummary.train_longer)",
     )
     queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
 
@@ -238,6 +239,13 @@ class MetricPoint(_Out):
     peak_memory_gb: float | None = None
 
 
+class ValidationPoint(_Out):
+    step: int = Field(description="the optimizer step the validation round followed")
+    loss: float | None = Field(
+        description="mean loss over the held-out images at fixed noise (null: not finite)"
+    )
+
+
 class ProgressOut(MetricPoint):
     type: Literal["progress"] = "progress"
     total_steps: int
@@ -284,6 +292,9 @@ class JobOut(_Out):
     phase: PhaseOut | None = Field(description="the last model_load_* / preparing event")
     progress: ProgressOut | None
     metrics: list[MetricPoint]
+    validation: list[ValidationPoint] = Field(
+        default_factory=list, description="the validation rounds so far (validation_split), by step"
+    )
     lora_path: str | None
     steps_run: int
     error: str | None
@@ -312,6 +323,11 @@ class StatusOut(_Out):
     event_seq: int = Field(description="id of the latest event (resume /api/train/events after it)")
 
 
+class TrainLongerOut(_Out):
+    from_step: int = Field(description="the newest checkpoint's step: the extension continues from it")
+    steps: int = Field(description="the run's total steps now: the new total must be above it")
+
+
 class RunSummary(_Out):
     id: str
     output_name: str
@@ -330,6 +346,11 @@ class RunSummary(_Out):
     lora_file: bool = Field(
         default=False, description="the run's LoRA file (outputs/<name>/<name>.safetensors) exists"
     )
+    train_longer: TrainLongerOut | None = Field(
+        default=None,
+        description="a resume with settings.steps above `steps` trains the run longer from `from_step` "
+        "(null: the run is live, has no checkpoint or counts epochs)",
+    )
 
 
 class OutputOut(_Out):
@@ -341,6 +362,9 @@ class RunDetail(RunSummary):
     config: TrainConfigOut = Field(description="the resolved TrainConfig the run was started with")
     plan: PlanOut | None = Field(default=None, description="the plan the run used (null: none reported)")
     metrics: list[MetricPoint]
+    validation: list[ValidationPoint] = Field(
+        default_factory=list, description="the run's validation rounds (validation_split), by step"
+    )
     outputs: list[OutputOut]
 
 

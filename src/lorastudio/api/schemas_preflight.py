@@ -10,6 +10,20 @@ from pydantic import ConfigDict, Field
 from lorastudio.api.schemas import DroppedFile, HostOut, TrainConfigOut, _Out
 
 
+class PreflightValidation(_Out):
+    held_out: int = Field(description="images held out of training for the validation loss")
+    images: list[str] = Field(description="their file names")
+    source: str = Field(description="where they come from (a seeded fraction of the dataset, or a folder)")
+    train_images: int = Field(description="images left to train on")
+    every: int | None = Field(description="validate_every (null: only after the last step)")
+
+
+class PreflightMasks(_Out):
+    source: str = Field(description='where the masks come from: "masks/ folder" or "alpha channel"')
+    images_with_mask: int
+    without_mask: list[str] = Field(description="images that train unmasked (no mask file / no alpha)")
+
+
 class PreflightDataset(_Out):
     path: str
     images_found: int
@@ -27,6 +41,12 @@ class PreflightDataset(_Out):
         default=None,
         description="paired datasets: pairs, per_image (controls per target), sources, buckets, resize, "
         "examples (target -> controls); null for a text-to-image dataset",
+    )
+    masks: PreflightMasks | None = Field(
+        default=None, description="the loss masks (masks/ folder or alpha_mask); null when no image is masked"
+    )
+    validation: PreflightValidation | None = Field(
+        default=None, description="the validation hold-out (validation_split); null without one"
     )
 
 

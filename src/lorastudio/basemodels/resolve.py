@@ -81,6 +81,12 @@ class ResolvedBase:
     config: str | None = None
     file: SingleFileFacts | None = None
 
+    @property
+    def configs(self) -> str | Path:
+        """Where the base's configs (its flavour: Family.source_control_images) are read: the
+        local folder, else a single file's base config, else the source (a hub id)."""
+        return self.folder or self.config or self.source
+
 
 def resolve_base(
     base_model: str,

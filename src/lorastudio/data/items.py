@@ -11,6 +11,17 @@ from lorastudio.data.safe_open import FolderId
 
 
 @dataclass(frozen=True)
+class MaskRef:
+    """Where an image's loss mask comes from (data/masks.py): a grey image `path` of the dataset's
+    masks/ folder (opened from `folder_id`), or the image's own alpha channel (`alpha`: path is
+    the image)."""
+
+    path: Path
+    folder_id: FolderId | None = None
+    alpha: bool = False
+
+
+@dataclass(frozen=True)
 class ImageItem:
     """One training image.
 
@@ -31,6 +42,7 @@ class ImageItem:
     controls: tuple[Path, ...] = ()
     folder_id: FolderId | None = None
     control_folder_ids: tuple[FolderId, ...] = ()  # the folder identity of each control, in order
+    mask: MaskRef | None = None  # the loss mask (data/masks.py); None: every pixel counts fully
 
 
 @dataclass(frozen=True)

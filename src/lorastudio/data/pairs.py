@@ -290,6 +290,17 @@ def _count_problems(report: PairReport, allowed: tuple[int, int], family: str) -
     return problems
 
 
+def too_many_controls(items: Sequence[ImageItem], allowed: tuple[int, int], model: str) -> list[str]:
+    """The items with more control images than `model` (a family flavour taking allowed =
+    (min, max)) takes, each naming its files; [] when none has."""
+    return [
+        f"{item.path.name}: {len(item.controls)} control images ({', '.join(p.name for p in item.controls)}), "
+        f"{model} takes at most {allowed[1]}"
+        for item in items
+        if len(item.controls) > allowed[1]
+    ]
+
+
 def control_folder_ids(item: ImageItem) -> tuple[FolderId | None, ...]:
     """The folder identity to open each of `item.controls` with (None: not recorded)."""
     ids = item.control_folder_ids

@@ -49,6 +49,10 @@ class Variant:
     when: Mapping[str, Any]  # checkpoint fact -> value, e.g. {"is_distilled": True}
     generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # over the spec's
     note: str | None = None  # what training this flavour means (preflight report, run notes)
+    # what this flavour's checkpoints run with, where it differs from the spec's: its diffusers
+    # pipeline class (Qwen-Image-Edit's Plus checkpoints) and its (min, max) control images
+    pipeline_class: str | None = None
+    control_images: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,11 +92,19 @@ class FamilySpec:
     # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
     # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
     guides_with_negative: bool = False
+    # every joint attention call carries the text mask (Chroma's additive 0/1 float mask): flash
+    # cannot take it and cuDNN's SDPA crashed on it (illegal memory access, H200, torch 2.11: bench
+    # note 24), so attention "auto" runs the efficient kernel and "cudnn" is refused
+    masked_attention: bool = False
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
     variants: tuple[Variant, ...] = ()
     # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
     # an edit family reads their latents from batch_info["controls"] in predict (data/pairs.py)
     control_images: tuple[int, int] = (0, 0)
+    # the pipeline's encode_prompt reads the control images too (Qwen-Image-Edit's Qwen2.5-VL
+    # sees them): conditioning is encoded per (caption, controls) and keyed by both
+    # (training/conditioning.py cond_key); encode_prompts then takes `controls`
+    prompt_sees_controls: bool = False
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -186,6 +198,38 @@ class Family(ABC):
                 return row
         return None
 
+    def pipeline_class(self, facts: Mapping[str, Any]) -> str:
+        """The diffusers pipeline class of the checkpoint with these facts: its variant's, else
+        spec.pipeline_class."""
+        row = self.variant(facts)
+        return row.pipeline_class if row and row.pipeline_class else self.spec.pipeline_class
+
+    def control_images(self, facts: Mapping[str, Any]) -> tuple[int, int]:
+        """(min, max) control images per sample for the checkpoint with these facts: its
+        variant's, else spec.control_images (the most any flavour takes)."""
+        row = self.variant(facts)
+        return row.control_images if row and row.control_images else self.spec.control_images
+
+    def source_pipeline_class(self, source: str | SingleFile, revision: str | None) -> str:
+        """pipeline_class of a run's base model source (source_variant, a single file's from its
+        base config; the spec's when unread)."""
+        row = self.source_variant(source, revision)
+        return row.pipeline_class if row and row.pipeline_class else self.spec.pipeline_class
+
+    def source_control_images(
+        self, source: str | Path | SingleFile | None, revision: str | None = None
+    ) -> tuple[int, int]:
+        """control_images of a base model source: a local folder's variant's (folder_variant; a
+        single file's base config's), else spec.control_images (a hub id is checked again when
+        the run loads it)."""
+        from lorastudio.families.single_file import SingleFile
+
+        if isinstance(source, SingleFile):
+            source = source.config
+        folder = Path(source).expanduser() if source else None
+        row = self.folder_variant(folder) if folder is not None and folder.is_dir() else None
+        return row.control_images if row and row.control_images else self.spec.control_images
+
     def generation_defaults(self, facts: Mapping[str, Any]) -> dict[str, Any]:
         """spec.generation_defaults with the checkpoint's variant's overrides applied."""
         row = self.variant(facts)
@@ -230,10 +274,11 @@ class Family(ABC):
         from lorastudio.families.common import load_text_pipeline
         from lorastudio.families.single_file import SingleFile, load_file_text_pipeline
 
+        class_name = self.source_pipeline_class(source, revision)  # the checkpoint's flavour
         if isinstance(source, SingleFile):
-            return load_file_text_pipeline(self.spec, source, revision, dtype, device)
+            return load_file_text_pipeline(self.spec, source, revision, dtype, device, class_name)
 
-        pipeline_cls = getattr(diffusers, self.spec.pipeline_class)
+        pipeline_cls = getattr(diffusers, class_name)
         skip = {self.spec.denoiser: None, "vae": None}
         return load_text_pipeline(pipeline_cls, source, revision, dtype, device, **skip)
 
@@ -241,7 +286,9 @@ class Family(ABC):
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
-        """Encode each prompt; returns one dict of CPU tensors (no batch axis) per prompt."""
+        """Encode each prompt; returns one dict of CPU tensors (no batch axis) per prompt.
+        A family with spec.prompt_sees_controls also takes the keyword `controls`: per prompt,
+        its control images (PIL RGB, slot order), which its pipeline's encode_prompt reads."""
 
     def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         """Batch per-caption conditioning (default: stack each key). Families with variable-length
@@ -305,6 +352,20 @@ class Family(ABC):
         Only called for families whose spec.control_images allows controls; predict receives
         them as batch_info["controls"] [B, K, C, h, w] (K controls per sample, slot order)."""
         return self.encode_pixels(vae, pixels)[0]
+
+    def reference_pixels(self, image: Any, width: int, height: int) -> torch.Tensor:
+        """A reference (control) PIL image as the family's edit pipeline prepares it for its VAE
+        when asked for a width x height output: [3, H, W] float32 in [-1, 1]. Default: fitted to
+        width x height (resized to cover, centre-cropped: generate.fit_reference), as the
+        Kontext pipeline takes a reference of the output's size. The contract suite encodes it
+        with encode_controls to check predict against the pipeline."""
+        import numpy as np
+        import torch
+
+        from lorastudio.generate.pipeline import fit_reference
+
+        arr = np.asarray(fit_reference(image, width, height), dtype=np.float32)  # [H, W, 3]
+        return torch.from_numpy(arr.transpose(2, 0, 1).copy()) / 127.5 - 1.0  # [3, H, W]
 
     # -- phase 3: denoiser -----------------------------------------------------------------------
     def load_denoiser(
@@ -404,11 +465,12 @@ def config_facts(
     index: Mapping[str, Any], denoiser_name: str, denoiser_config: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Checkpoint facts (Family.checkpoint_facts) from a pipeline's model_index / pipe.config and
-    its denoiser's config: the plain (non-component, non-private) attributes of the first, and
-    every public key of the second as "<denoiser_name>.<key>"."""
+    its denoiser's config: the plain (non-component, non-private) attributes of the first and its
+    `_class_name`, and every public key of the second as "<denoiser_name>.<key>"."""
     facts = {
         k: v for k, v in dict(index).items() if not k.startswith("_") and not isinstance(v, (list, tuple))
     }
+    facts["_class_name"] = dict(index).get("_class_name")  # the pipeline class the checkpoint names
     facts.update(
         {f"{denoiser_name}.{k}": v for k, v in dict(denoiser_config).items() if not k.startswith("_")}
     )

@@ -182,16 +182,22 @@ def _converted(cls: Any, sf: SingleFile, subfolder: str, revision: str | None) -
 
 
 def load_file_text_pipeline(
-    spec: FamilySpec, sf: SingleFile, revision: str | None, dtype: torch.dtype, device: torch.device
+    spec: FamilySpec,
+    sf: SingleFile,
+    revision: str | None,
+    dtype: torch.dtype,
+    device: torch.device,
+    pipeline_class: str | None = None,
 ) -> Any:
-    """The family's pipeline with only its text parts, the text encoders from the file when it
-    holds them (SDXL: diffusers' from_single_file converts CLIP-L and OpenCLIP-bigG), else from
-    the base config. Raises ModelSourceError."""
+    """The family's pipeline (`pipeline_class`, default spec.pipeline_class: the base config's
+    flavour's, Family.source_pipeline_class) with only its text parts, the text encoders from
+    the file when it holds them (SDXL: diffusers' from_single_file converts CLIP-L and
+    OpenCLIP-bigG), else from the base config. Raises ModelSourceError."""
     import diffusers
 
     from lorastudio.families.common import load_text_pipeline
 
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    pipeline_cls = getattr(diffusers, pipeline_class or spec.pipeline_class)
     skip = {spec.denoiser: None, "vae": None}
     if "text_encoder" not in sf.components:
         return load_text_pipeline(pipeline_cls, sf.config, revision, dtype, device, **skip)
@@ -225,13 +231,20 @@ def apply_scheduler_overrides(pipe: Any, source: str | SingleFile) -> None:
         pipe.scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config, **extra)
 
 
-def load_file_pipeline(spec: FamilySpec, sf: SingleFile, revision: str | None, dtype: torch.dtype) -> Any:
-    """The family's whole pipeline on a single-file base (generation): the file's components
-    converted by diffusers, the rest from the base config; the scheduler with the file's
-    prediction type. Raises ModelSourceError."""
+def load_file_pipeline(
+    spec: FamilySpec,
+    sf: SingleFile,
+    revision: str | None,
+    dtype: torch.dtype,
+    pipeline_class: str | None = None,
+) -> Any:
+    """The family's whole pipeline (`pipeline_class`, default spec.pipeline_class) on a
+    single-file base (generation): the file's components converted by diffusers, the rest from
+    the base config; the scheduler with the file's prediction type. Raises ModelSourceError."""
     import diffusers
 
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    class_name = pipeline_class or spec.pipeline_class
+    pipeline_cls = getattr(diffusers, class_name)
     if "text_encoder" in sf.components:
         return _file_pipeline(pipeline_cls, sf, revision, dtype)
     denoiser_cls = getattr(diffusers, spec.denoiser_class)
@@ -241,6 +254,6 @@ def load_file_pipeline(spec: FamilySpec, sf: SingleFile, revision: str | None, d
             sf.config, revision=revision, dtype=dtype, **{spec.denoiser: denoiser}
         )
     except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot load {spec.pipeline_class} from {sf.config!r}: {err}") from err
+        raise ModelSourceError(f"cannot load {class_name} from {sf.config!r}: {err}") from err
     apply_scheduler_overrides(pipe, sf)
     return pipe

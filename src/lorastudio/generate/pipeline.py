@@ -73,7 +73,8 @@ def load_pipeline(
 
         dev = torch.device(device) if device is not None else _default_device()
         sf = single_file(base_model, base_config, v_prediction)
-        pipe = load_file_pipeline(spec, sf, revision, dtype or _default_dtype(dev))
+        class_name = families.get(family).source_pipeline_class(sf, revision)  # its base config's flavour
+        pipe = load_file_pipeline(spec, sf, revision, dtype or _default_dtype(dev), class_name)
         pipe.to(dev)
         pipe.set_progress_bar_config(disable=True)
         return pipe
@@ -85,11 +86,12 @@ def load_pipeline(
         raise ModelSourceError(f"{base_model} is a {found} model, not {spec.name}")
     dev = torch.device(device) if device is not None else _default_device()
     dtype = dtype or _default_dtype(dev)
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    class_name = families.get(family).source_pipeline_class(base_model, revision)  # the checkpoint's flavour
+    pipeline_cls = getattr(diffusers, class_name)
     try:
         pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype)
     except (OSError, ValueError) as err:
-        raise ModelSourceError(f"cannot load {spec.pipeline_class} from {base_model!r}: {err}") from err
+        raise ModelSourceError(f"cannot load {class_name} from {base_model!r}: {err}") from err
     pipe.to(dev)
     pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -197,16 +199,19 @@ def generate_image(
     ]
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
-    low, high = spec.control_images
+    facts = pipeline_facts(pipe, spec.denoiser)  # the checkpoint's flavour
+    low, high = fam.control_images(facts)
     if controls and not low <= len(controls) <= high:
         takes = f"{low}-{high}" if high else "none"
         problems.append(
-            FieldProblem("controls", f"{spec.name} takes {takes} reference images, got {len(controls)}")
+            FieldProblem(
+                "controls", f"{type(pipe).__name__} takes {takes} reference images, got {len(controls)}"
+            )
         )
     if problems:
         raise ConfigError(problems)
-    kwargs = fam.generation_defaults(pipeline_facts(pipe, spec.denoiser))  # the checkpoint's flavour
-    kwargs.update(reference_kwargs(pipe, spec.control_images[1], controls, width, height))
+    kwargs = fam.generation_defaults(facts)
+    kwargs.update(reference_kwargs(pipe, high, controls, width, height))
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:

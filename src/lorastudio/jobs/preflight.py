@@ -22,6 +22,8 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
+from lorastudio.data.holdout import validation_section
+from lorastudio.data.masks import mask_section, mask_warning
 from lorastudio.data.upscaling import upscale_warning
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
@@ -82,7 +84,9 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
         "config": cfg.model_dump(mode="json"),
         "dataset": {
             "path": str(scan.root),
-            "images_found": len(scan.items) + sum(1 for name, _ in scan.dropped if is_image_name(name)),
+            "images_found": len(scan.items)
+            + sum(1 for name, _ in scan.dropped if is_image_name(name))
+            + (len(run.holdout.validation) if run.holdout and isinstance(cfg.validation_split, float) else 0),
             "images_used": len(scan.items),
             "dropped": [{"file": name, "reason": why} for name, why in scan.dropped],
             "missing_captions": sorted(
@@ -92,8 +96,12 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "unique_captions": len(scan.captions()),
             "buckets": scan.bucket_histogram(),
             "fingerprint": scan.fingerprint,
-            "warnings": [w for w in [upscale_warning(scan.items, cfg.no_upscale)] if w],
+            "warnings": [
+                w for w in [upscale_warning(scan.items, cfg.no_upscale), mask_warning(scan.items)] if w
+            ],
+            "masks": mask_section(scan.items, cfg.alpha_mask),
             "controls": _controls_section(scan),
+            "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
         },
         "schedule": {
             "steps": steps,
@@ -322,7 +330,7 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
     weights_gb = (other * per) + resident * block_bytes / 1e9
     lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
     pixels = ((cfg.resolution or 1024) / 1024) ** 2
-    pixels *= 1 + fam.spec.control_images[1]  # an edit family's control tokens join the sequence
+    pixels *= 1 + fam.source_control_images(model_dir)[1]  # an edit family's control tokens join the sequence
     act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
     act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
     phases = {

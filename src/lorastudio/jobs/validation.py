@@ -19,8 +19,11 @@ from lorastudio.basemodels import inspect_folder, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
-from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
+from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
+from lorastudio.data.holdout import Holdout, split_validation
+from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -47,8 +50,9 @@ class ValidatedRun:
 
     config: TrainConfig
     worker_config: TrainConfig  # the config as given (explicit fields kept) + resolved paths/name
-    scan: DatasetScan
+    scan: DatasetScan  # what trains: the validation hold-out (if any) left out
     model_dir: Path | None
+    holdout: Holdout | None = None  # the validation hold-out (data/holdout.py)
 
 
 def validate_run(
@@ -84,6 +88,7 @@ def validate_run(
 
     model_source: str | None = None
     model_dir: Path | None = None
+    configs: str | Path | None = None  # where the base's flavour is read (its control images)
     base: dict[str, Any] = {}
     if (
         not {"base_model", "revision", "base_config"} & reported  # a bad revision never reaches the hub cache
@@ -99,7 +104,7 @@ def validate_run(
                 found.source, found.folder, found.file, found.config, given_config, v_pred, revision
             )
             problems += base_problems
-            model_source, model_dir = found.source, found.folder
+            model_source, model_dir, configs = found.source, found.folder, found.configs
         except ModelSourceError as err:
             field = "base_config" if str(err).startswith("base_config ") else "base_model"
             problems.append(FieldProblem(field, str(err)))
@@ -118,27 +123,35 @@ def validate_run(
         problems += host_problems(cfg, settings)
 
     scan: DatasetScan | None = None
+    holdout: Holdout | None = None
     if cfg is not None and data_dir is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_dataset(
-                data_dir,
-                resolution=cfg.resolution or 0,
-                multiple=family.spec.resolution_multiple,
-                aspect_buckets=cfg.aspect_buckets,
-                no_upscale=cfg.no_upscale,
-                trigger_word=cfg.trigger_word,
-                default_caption=cfg.default_caption,
-                max_pixels=settings.max_image_pixels,
-                control_dirs=control_dirs,
-                control_images=family.spec.control_images,
-                family=family.spec.name,
-                decode_pixels=settings.max_decode_pixels,
+            scan = scan_for_run(
+                data_dir, cfg, family.spec, settings, control_dirs, family.source_control_images(configs)
             )
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
-        except (ConfigError, PathOutsideRoot) as err:
+        except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
+            problems += [
+                p if p.field in MASK_FIELDS else FieldProblem("control_dirs", p.message) for p in err.problems
+            ]
+        except PathOutsideRoot as err:
             problems += _as_problems("control_dirs", err)
+        if scan is not None:  # the validation hold-out (data/holdout.py)
+            run_cfg, spec = cfg, family.spec
+            try:
+                holdout = split_validation(
+                    scan,
+                    cfg.validation_split,
+                    cfg.seed,
+                    resolve_folder=lambda given: resolve_dataset_dir(
+                        given, settings.datasets_dir, allow_outside_root=allow_outside_root
+                    ),
+                    scan_folder=lambda folder: scan_for_run(folder, run_cfg, spec, settings),
+                )
+            except (ConfigError, PathOutsideRoot, DatasetError) as err:
+                problems += _as_problems("validation_split", err)
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 
@@ -151,8 +164,9 @@ def validate_run(
     return ValidatedRun(
         config=TrainConfig.model_validate({**cfg.model_dump(), **fixed}),
         worker_config=given.model_copy(update=fixed),
-        scan=scan,
+        scan=holdout.train if holdout is not None else scan,
         model_dir=model_dir,
+        holdout=holdout,
     )
 
 

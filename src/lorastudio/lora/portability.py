@@ -4,7 +4,8 @@ A1111/Forge load every layer of it, at the strength the run trained?
     loaders = check_loaders(tensors, header, family, module_shapes, pipeline_class, unet_config)
 
 - ComfyUI: its key map, consumption and strength rules, restated in `lorastudio.lora.comfy` (no
-  installable ComfyUI exists to call); the strength ComfyUI applies is compared with the one
+  installable ComfyUI exists to call at save time; bench/comfyui_check.py runs ComfyUI's own
+  loader on each family's default layout, and the result names it as "loader_checked"); the strength ComfyUI applies is compared with the one
   diffusers applies (the header's alpha / rank for a diffusers file; for a kohya file both read
   the per-layer `.alpha` tensor, so they agree by construction).
 - diffusers: the pipeline's own `lora_state_dict` (the conversion `load_lora_weights` runs, no
@@ -24,11 +25,13 @@ from typing import Any
 
 import torch
 
-from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
+from lorastudio import families
+from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, check_comfy_keys, comfy_key_map
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, denoiser_prefix, detect_layout
 
 Shape = tuple[int, ...]
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+_PLAIN_LORA = (_A, _B, ".lora_up.weight", ".lora_down.weight", ".alpha")
 
 
 def diffusers_scale(header: Mapping[str, str], family: str) -> float | None:
@@ -54,7 +57,12 @@ def check_comfyui(
     expected = (diffusers_scale(header, family) or 1.0) if layout == "diffusers" else None
     alphas = {k: float(v.item()) for k, v in tensors.items() if k.endswith(".alpha")}
     shapes = {k: tuple(v.shape) for k, v in tensors.items()}
-    return check_comfy_keys(shapes, comfy_key_map(family, module_shapes), alphas, expected).to_json()
+    result = check_comfy_keys(shapes, comfy_key_map(family, module_shapes), alphas, expected).to_json()
+    default = families.get(family).spec.defaults.get("lora_format", "diffusers")
+    plain = all(k.endswith(_PLAIN_LORA) for k in tensors)  # not LyCORIS / DoRA: what the check ran on
+    if family in COMFYUI_LOADER_CHECKED and layout == default and plain:
+        result["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
+    return result
 
 
 def check_diffusers(

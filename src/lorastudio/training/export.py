@@ -49,10 +49,13 @@ def build_sidecar(
     lora_file: str,
     variant: str | None = None,
     extensions: list[dict[str, Any]] | None = None,
+    masked_images: int = 0,
+    validation_images: int = 0,
 ) -> dict[str, Any]:
     """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
     `variant`: the base model's flavour (FamilySpec.variants) when the family has them;
-    "extensions": each time the run was trained longer (training/extend.py)."""
+    "extensions": each time the run was trained longer (training/extend.py); the dataset's
+    images with a loss mask (data/masks.py) and held out for validation (data/holdout.py)."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
@@ -68,7 +71,13 @@ def build_sidecar(
         "extensions": list(extensions or []),
         "resolution": cfg.resolution,
         "trigger_word": cfg.trigger_word,
-        "dataset": {"path": str(dataset_root), "fingerprint": dataset_fingerprint, "images": num_images},
+        "dataset": {
+            "path": str(dataset_root),
+            "fingerprint": dataset_fingerprint,
+            "images": num_images,
+            "masked_images": masked_images,
+            "validation_images": validation_images,
+        },
         "config": cfg.model_dump(mode="json"),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
@@ -99,6 +108,8 @@ def run_sidecar(
         num_images=len(run.scan.items),
         lora_file=lora_file,
         extensions=extensions,
+        masked_images=sum(1 for it in run.scan.items if it.mask is not None),
+        validation_images=len(run.validation),
     )
 
 
@@ -110,9 +121,11 @@ def save_lora_snapshot(
     step: int,
     total_steps: int,
     extensions: list[dict[str, Any]] | None = None,
+    validation: dict[str, Any] | None = None,
 ) -> Path | None:
     """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
-    in the run's layout with its sidecar ("snapshot": true), checked like the final file.
+    in the run's layout with its sidecar ("snapshot": true; "validation": {step, loss} when the
+    step was validated, training/validate.py), checked like the final file.
     Returns the .safetensors path, or None when that step's snapshot is already on disk (a
     step re-run by a resume: the run's history is not rewritten)."""
     name = snapshot_name(str(run.cfg.output_name), step)
@@ -127,6 +140,8 @@ def save_lora_snapshot(
         extensions=extensions,
     )
     sidecar["snapshot"] = True
+    if validation is not None:
+        sidecar["validation"] = validation
     return save_lora(run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar)
 
 
@@ -240,6 +255,8 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         lora_file=f"{name}.safetensors",
         extensions=state.extensions,
     )
+    if state.validation is not None and state.validation.series:
+        sidecar["validation"] = validation_summary(state, name)
     if state.ema is None:
         return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
     raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
@@ -249,3 +266,22 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
     sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
     with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
         return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+
+
+def validation_summary(state: RunState, name: str) -> dict[str, Any]:
+    """The final sidecar's "validation": the record (training/validation_file.py) with the file of
+    the best and of the last round (a snapshot under loras/, or this LoRA for the last step); the
+    losses are those of the raw weights (the ones the snapshots hold)."""
+    assert state.validation is not None
+    record = state.validation.record_of([h.name for h in state.held_out])
+    for key in ("best", "last"):
+        point = record[key]
+        if point is not None:
+            final = point["step"] == state.steps_run
+            point["lora"] = (
+                f"{name}.safetensors"
+                if final
+                else f"{LORAS}/{snapshot_name(name, point['step'])}.safetensors"
+            )
+    record["weights"] = "raw"
+    return record

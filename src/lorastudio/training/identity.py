@@ -45,6 +45,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "sample_steps",
         "sample_seed",
         "sample_with_ema",
+        "validate_every",  # measures the weights, never changes them (training/validate.py)
     }
 )
 

@@ -87,7 +87,18 @@ class DdpmObjective:
         eps = torch.randn(latents.shape, generator=generator)  # [B, C, h, w]
         if self.noise_offset is not None:
             eps = eps + self.noise_offset * torch.randn(b, c, 1, 1, generator=generator)  # [B, C, h, w]
-        eps = eps.to(latents.device)
+        return self._mix(latents, t, eps.to(latents.device))
+
+    def at_levels(self, latents: torch.Tensor, levels: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """The batch at fixed noise levels (the validation loss: training/validate.py): levels [B]
+        in (0, 1) as quantiles of the schedule (t = floor(level x T)), eps [B,C,h,w] fp32 the
+        given noise. Draws nothing."""
+        t = (levels.float() * self.num_timesteps).long().clamp(0, self.num_timesteps - 1)  # [B]
+        return self._mix(latents, t, eps.to(latents.device))
+
+    def _mix(self, latents: torch.Tensor, t: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """noisy, target and weight of latents [B,C,h,w] at timesteps t [B] with noise eps."""
+        b = latents.shape[0]
         ac = self.alphas_cumprod[t].to(latents.device).view(b, 1, 1, 1)  # [B, 1, 1, 1]
         x0 = latents.float()
         noisy = ac.sqrt() * x0 + (1 - ac).sqrt() * eps  # [B, C, h, w]
@@ -119,6 +130,19 @@ class FlowObjective:
         b, _, h, w = latents.shape
         s = self.sigmas(b, (h, w), generator)  # [B]
         eps = torch.randn(latents.shape, generator=generator).to(latents.device)  # [B, C, h, w]
+        return self._mix(latents, s, eps)
+
+    def at_levels(self, latents: torch.Tensor, levels: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """The batch at fixed noise levels (the validation loss: training/validate.py): levels [B]
+        in (0, 1), shifted by the family hook like sampled sigmas; eps [B,C,h,w] fp32 the given
+        noise. Draws nothing."""
+        h, w = latents.shape[2:]
+        shifted = self.family.shift_sigmas(levels.float(), (h, w), self.cfg, self.scheduler_config)
+        return self._mix(latents, torch.as_tensor(shifted, dtype=torch.float32), eps.to(latents.device))
+
+    def _mix(self, latents: torch.Tensor, s: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """(1-s) x + s eps and target eps - x of latents [B,C,h,w] at sigmas s [B], noise eps."""
+        b = latents.shape[0]
         x0 = latents.float()
         sv = s.to(latents.device).view(b, 1, 1, 1)  # [B, 1, 1, 1]
         noisy = (1 - sv) * x0 + sv * eps  # [B, C, h, w]

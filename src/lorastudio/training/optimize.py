@@ -28,7 +28,7 @@ import torch
 
 from lorastudio.errors import TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper
-from lorastudio.training.checkpoint import CheckpointKeeper
+from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_info
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import (
     ParallelContext,
@@ -49,6 +49,7 @@ from lorastudio.training.precision import peak_memory_gb
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
+from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -83,6 +84,9 @@ class RunState:
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
     attention: str = "default"  # the SDPA kernel of the denoiser phase (training/attention.py)
     ema: AdapterEma | None = None  # the adapter EMA (cfg.ema_decay): the exported LoRA is its weights
+    validation: ValidationRounds | None = None  # the validation rounds (cfg.validation_split)
+    held_out: list[HeldOut] = field(default_factory=list)  # the encoded validation images
+    held_out_conds: Conditioning = field(default_factory=dict)  # their captions' conditioning
 
 
 def optimize(
@@ -123,6 +127,10 @@ def optimize(
         if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
             respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run
+        if state.validation is not None:  # the rounds before the checkpoint, as the run recorded them
+            state.validation.restore(
+                read_checkpoint_info(state.resume).get("validation", []), state.steps_run
+            )
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
     pipelined = (
         run.device.type in PIPELINED_DEVICES
@@ -158,10 +166,12 @@ def optimize(
                 raise
             in_flight = None
         snapshot_due = state.loras is not None and state.loras.due(step, num_steps)
+        validating = state.validation is not None and state.validation.due(step, num_steps)
         due = (
             (state.keeper is not None and state.keeper.due(step, num_steps))
             or (state.previews is not None and state.previews.due(step, num_steps))
             or snapshot_due
+            or validating
         )
         if pipelined and not due and step < num_steps:
             in_flight = flight  # its host values are read after the next step is queued
@@ -171,6 +181,8 @@ def optimize(
             with _sample_weights(parts, cfg):
                 images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
             emit(SampleReady(step=step, images=images))
+        if validating:  # with its LoRA snapshot (not after the last step: the final LoRA is that one)
+            validation_round(run, state, objective, step, emit)
         if step >= num_steps:
             break
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
@@ -308,6 +320,7 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         config=run.cfg.model_dump(mode="json"),
         plan=state.plan.as_dict() if state.plan is not None else None,
         extensions=state.extensions,
+        validation=state.validation.series if state.validation is not None else None,
     )
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:

@@ -31,6 +31,7 @@ from torch.utils._pytree import tree_flatten
 
 from lorastudio.errors import ConfigError
 from lorastudio.families.single_file import config_of, model_source
+from lorastudio.training.conditioning import item_key
 from lorastudio.training.events import PlanTrial
 from lorastudio.training.plan import (
     GIB,
@@ -202,7 +203,7 @@ def trial_inputs(
     finally:
         rng.bit_generator.state = saved
     latents = batch.latents.detach().to("cpu", torch.float32)  # [B, C, h, w]
-    cond = run.family.collate_conditioning([conds[items[i].caption] for i in indices])
+    cond = run.family.collate_conditioning([conds[item_key(run.family, items[i])] for i in indices])
     return TrialInputs(replace(batch, latents=latents), cond)
 
 

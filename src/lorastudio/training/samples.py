@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ import torch
 from lorastudio.families.common import pipeline_facts
 from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
 from lorastudio.generate.pipeline import reference_kwargs
+from lorastudio.training.conditioning import EditPrompt, Text, item_key
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.sample_files import remove_samples, sample_name, samples_dir, write_sample_files
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from lorastudio.config import TrainConfig
+    from lorastudio.data import ImageItem
     from lorastudio.families.base import Family
     from lorastudio.training.conditioning import Conditioning
     from lorastudio.training.preflight import PreparedRun
@@ -65,7 +67,11 @@ class SamplePreviews:
         self.run = run
         self.prompts = list(run.cfg.sample_prompts)
         self.references = _references(run)
-        missing = [p for p in self.prompts if p not in prompt_conds]
+        first = run.scan.items[0] if run.scan.items else None
+        self.keys = {  # prompt -> its conditioning key (with the references where the prompt sees them)
+            p: item_key(run.family, first, p) if first is not None else p for p in [*self.prompts, ""]
+        }
+        missing = [p for p in self.prompts if self.keys[p] not in prompt_conds]
         if missing:
             raise KeyError(f"sample prompts without conditioning: {missing}")
         self.conds = prompt_conds
@@ -125,28 +131,36 @@ class SamplePreviews:
     def _one(self, pipe: Any, prompt: str) -> Image.Image:
         run = self.run
         cfg, family = run.cfg, run.family
-        cond = family.collate_conditioning([self.conds[prompt]])
+        cond = family.collate_conditioning([self.conds[self.keys[prompt]]])
         kwargs = family.generation_defaults(pipeline_facts(pipe, family.spec.denoiser))
         if cfg.sample_steps is not None:
             kwargs["num_inference_steps"] = cfg.sample_steps
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
         if family.spec.guides_with_negative:  # the pipeline's default negative prompt: ""
-            negative = family.collate_conditioning([self.conds[""]])
+            negative = family.collate_conditioning([self.conds[self.keys[""]]])
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
         size = int(cfg.resolution or 0)
-        kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, size, size))
+        facts = pipeline_facts(pipe, family.spec.denoiser)
+        kwargs.update(reference_kwargs(pipe, family.control_images(facts)[1], self.references, size, size))
         generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
         out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
 
 
-def sample_texts(cfg: TrainConfig, family: Family) -> list[str]:
+def sample_texts(cfg: TrainConfig, family: Family, items: Sequence[ImageItem] = ()) -> list[Text]:
     """The texts phase 1 encodes for sample previews: each sample prompt once, plus "" (the
-    negative prompt) when the family's pipeline guides with one (spec.guides_with_negative)."""
+    negative prompt) when the family's pipeline guides with one (spec.guides_with_negative);
+    where the family's prompt sees the controls, each with the first item's controls (the
+    previews' references)."""
     texts = list(dict.fromkeys(cfg.sample_prompts))
     if texts and family.spec.guides_with_negative and "" not in texts:
         texts.append("")
-    return texts
+    if family.spec.prompt_sees_controls and items and items[0].controls:
+        from lorastudio.data.pairs import control_folder_ids
+
+        first, size = items[0], int(cfg.resolution or 0)  # the previews' references, as _one fits them
+        return [EditPrompt(t, tuple(first.controls), control_folder_ids(first), (size, size)) for t in texts]
+    return list(texts)
 
 
 def _references(run: PreparedRun) -> list[Image.Image]:
@@ -170,7 +184,9 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     from lorastudio.families.base import quiet_loading
 
     spec = run.family.spec
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    source = model_source(run.cfg)  # a single file: its base config's scheduler, with its overrides
+    class_name = run.family.source_pipeline_class(source, run.cfg.revision)  # the checkpoint's flavour
+    pipeline_cls = getattr(diffusers, class_name)
     params = inspect.signature(pipeline_cls.__init__).parameters
     components = [  # required __init__ arguments are the components; plus the optional ones
         name
@@ -181,10 +197,9 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     parts.update({"vae": vae, spec.denoiser: denoiser})
     quiet_loading()
     try:
-        source = model_source(run.cfg)  # a single file: its base config's scheduler, with its overrides
         pipe = pipeline_cls.from_pretrained(config_of(source), revision=run.cfg.revision, **parts)
     except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot build the {spec.pipeline_class} for samples: {err}") from err
+        raise ModelSourceError(f"cannot build the {class_name} for samples: {err}") from err
     apply_scheduler_overrides(pipe, source)
     pipe.set_progress_bar_config(disable=True)
     return pipe

@@ -106,11 +106,13 @@ def save_checkpoint(
     config: dict[str, Any],
     plan: dict[str, Any] | None = None,
     extensions: list[dict[str, Any]] | None = None,
+    validation: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write checkpoint `step` of the run (atomically; see training/checkpoint.py). Returns its
     folder. `identity` is the run's identity, `config` its resolved config (JSON dict), `plan`
     the plan it runs (training/plan.py Plan.as_dict; a resume reuses it), `extensions` the
-    record of the times the run was trained longer (training/extend.py)."""
+    record of the times the run was trained longer (training/extend.py), `validation` the
+    validation rounds so far ({step, loss} each, training/validate.py; a resume continues them)."""
     from safetensors.torch import save_file
 
     state = {
@@ -133,6 +135,7 @@ def save_checkpoint(
         "config": config,
         **({PLAN_KEY: plan} if plan is not None else {}),
         **({EXTENSIONS_KEY: extensions} if extensions else {}),
+        **({"validation": validation} if validation is not None else {}),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
     }

@@ -180,3 +180,28 @@ def test_the_server_side_stays_torch_free():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_edit_families_refuse_single_files_and_a_files_flavour_is_its_base_configs(tiny_model, tmp_path):
+    """Edit families (their flavour, pipeline class and control count come from the checkpoint's
+    folder) take no single files, naming why; a SingleFile's flavour hooks read its base config."""
+    import json
+
+    from lorastudio.basemodels.single_file import vet_single_file
+    from lorastudio.families.single_file import SingleFile
+
+    file = write_transformer_file(tiny_model("flux"), tmp_path / "flux.safetensors")
+    for family in ("flux-kontext", "qwen-image-edit"):
+        with pytest.raises(ModelSourceError, match=f"the {family} family takes no single-file checkpoints"):
+            vet_single_file(file, family)
+    fam = families.get("qwen-image-edit")
+    for name, index, zero_cond_t, want in (
+        ("plus", "QwenImageEditPlusPipeline", True, ("QwenImageEditPlusPipeline", (1, 3))),
+        ("edit", "QwenImageEditPipeline", False, ("QwenImageEditPipeline", (1, 1))),
+    ):
+        config = tmp_path / name
+        (config / "transformer").mkdir(parents=True)
+        (config / "model_index.json").write_text(json.dumps({"_class_name": index}))
+        (config / "transformer" / "config.json").write_text(json.dumps({"zero_cond_t": zero_cond_t}))
+        sf = SingleFile(str(file), str(config), ("transformer",))
+        assert (fam.source_pipeline_class(sf, None), fam.source_control_images(sf)) == want

@@ -107,6 +107,12 @@ ELSEWHERE = {
     "rank_pattern": "test_adapters (to_k at rank 2; a pattern matching nothing refused; kohya LoRA refused)",
     "alpha_pattern": "test_adapters (to_k at alpha 2 in the layers and the file's .alpha)",
     "assistant_lora": "test_assistant (merged for training, not in the LoRA, refused on a base not distilled)",
+    # issue 29 part 4
+    "alpha_mask": "test_masked_loss (the step gets the RGBA alpha) and tests/unit/data/test_data_masks",
+    "unmasked_weight": "test_masked_loss (0: unmasked errors teach nothing; 0.5: they count)",
+    # issue 29 part 6
+    "validation_split": "test_validation_loss (seeded hold-out never trained on; a folder; refused when nothing trains)",
+    "validate_every": "test_validation_loss (rounds every N steps, same series for the same seed, exact resume)",
 }
 
 

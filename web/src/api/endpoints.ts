@@ -20,6 +20,8 @@ import type {
   LoraList,
   LoraSteps,
   PreflightReport,
+  PushBody,
+  PushResult,
   ResumeBody,
   RunDeleted,
   RunDetail,
@@ -39,6 +41,9 @@ export const api = {
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
+  /** A thumbnail of a loss mask of the dataset (masks/<file>). */
+  maskThumbnailUrl: (name: string, file: string, size = 256) =>
+    withToken(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void) => {
     const form = new FormData();
     for (const f of files) form.append("files", f, f.name);
@@ -76,6 +81,8 @@ export const api = {
   loraFileUrl: (name: string) => withToken(`/api/loras/${seg(name)}/file`),
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
+  /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
+  pushLora: (name: string, body: PushBody) => post<PushResult>(`/api/loras/${seg(name)}/push`, body),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),

@@ -116,6 +116,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/datasets/{name}/masks/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Mask Thumbnail
+         * @description A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
+         *     image thumbnails. 404 when there is no such mask (or the masks folder is a link).
+         */
+        get: operations["mask_thumbnail_api_datasets__name__masks__file__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets/{name}/thumbnails/{file}": {
         parameters: {
             query?: never;
@@ -238,6 +259,29 @@ export interface paths {
         get: operations["download_api_loras__name__file_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/loras/{name}/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Push
+         * @description Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
+         *     repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no
+         *     hub token set; 403 the hub refused the token or gave it no write access; 404 no such LoRA,
+         *     or no such repo without `create`; 502 the hub failed.
+         */
+        post: operations["push_api_loras__name__push_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -915,6 +959,11 @@ export interface components {
             file: string;
             /** Height */
             height: number | null;
+            /**
+             * Mask
+             * @description its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail
+             */
+            mask?: string | null;
             /** Width */
             width: number | null;
         };
@@ -1309,6 +1358,11 @@ export interface components {
             /** Steps Run */
             steps_run: number;
             stop_requested: components["schemas"]["StopRequested"] | null;
+            /**
+             * Validation
+             * @description the validation rounds so far (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** LoraList */
         LoraList: {
@@ -1358,10 +1412,22 @@ export interface components {
         /** LoraStep */
         LoraStep: {
             /**
+             * Best
+             * @description the LoRA of the run's best validation round
+             * @default false
+             */
+            best?: boolean;
+            /**
              * Final
              * @description the run's final LoRA (else a snapshot under loras/)
              */
             final: boolean;
+            /**
+             * Last
+             * @description the LoRA of the run's last validation round
+             * @default false
+             */
+            last?: boolean;
             /** Path */
             path: string;
             /**
@@ -1374,6 +1440,11 @@ export interface components {
              * @description download URL of the file
              */
             url: string;
+            /**
+             * Validation Loss
+             * @description the validation loss of its step (null: the step was not validated)
+             */
+            validation_loss?: number | null;
         };
         /** LoraSteps */
         LoraSteps: {
@@ -1713,6 +1784,8 @@ export interface components {
             images_found: number;
             /** Images Used */
             images_used: number;
+            /** @description the loss masks (masks/ folder or alpha_mask); null when no image is masked */
+            masks?: components["schemas"]["PreflightMasks"] | null;
             /**
              * Missing Captions
              * @description images captioned only by the default caption / trigger
@@ -1722,6 +1795,8 @@ export interface components {
             path: string;
             /** Unique Captions */
             unique_captions: number;
+            /** @description the validation hold-out (validation_split); null without one */
+            validation?: components["schemas"]["PreflightValidation"] | null;
             /**
              * Warnings
              * @description what may hurt the run, e.g. images upscaled by more than 2x
@@ -1747,6 +1822,21 @@ export interface components {
              * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
              */
             variant?: string | null;
+        };
+        /** PreflightMasks */
+        PreflightMasks: {
+            /** Images With Mask */
+            images_with_mask: number;
+            /**
+             * Source
+             * @description where the masks come from: "masks/ folder" or "alpha channel"
+             */
+            source: string;
+            /**
+             * Without Mask
+             * @description images that train unmasked (no mask file / no alpha)
+             */
+            without_mask: string[];
         };
         /** PreflightOut */
         PreflightOut: {
@@ -1804,6 +1894,34 @@ export interface components {
             steps: number;
             /** Steps Per Epoch */
             steps_per_epoch: number;
+        };
+        /** PreflightValidation */
+        PreflightValidation: {
+            /**
+             * Every
+             * @description validate_every (null: only after the last step)
+             */
+            every: number | null;
+            /**
+             * Held Out
+             * @description images held out of training for the validation loss
+             */
+            held_out: number;
+            /**
+             * Images
+             * @description their file names
+             */
+            images: string[];
+            /**
+             * Source
+             * @description where they come from (a seeded fraction of the dataset, or a folder)
+             */
+            source: string;
+            /**
+             * Train Images
+             * @description images left to train on
+             */
+            train_images: number;
         };
         /** Preparing */
         Preparing: {
@@ -1900,6 +2018,46 @@ export interface components {
              */
             type?: "progress";
         };
+        /** PushBody */
+        PushBody: {
+            /**
+             * Create
+             * @description create the repo first when it does not exist
+             * @default false
+             */
+            create?: boolean;
+            /**
+             * Private
+             * @description with create: make the new repo private
+             * @default false
+             */
+            private?: boolean;
+            /**
+             * Repo
+             * @description hub model repo id, owner/name
+             */
+            repo: string;
+        };
+        /** PushOut */
+        PushOut: {
+            /**
+             * Commit
+             * @description the commit the push made
+             */
+            commit: string | null;
+            /**
+             * Files
+             * @description the files of the commit (LoRA, sidecar, README.md, samples/...)
+             */
+            files: string[];
+            /** Repo Id */
+            repo_id: string;
+            /**
+             * Url
+             * @description the repo's page on the hub
+             */
+            url: string;
+        };
         /** QueuedJob */
         QueuedJob: {
             /** Id */
@@ -1922,7 +2080,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the run's total to train it longer (RunSummary.train_longer)
              */
             settings?: {
                 [key: string]: unknown;
@@ -1981,6 +2139,13 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
+            /**
+             * Validation
+             * @description the run's validation rounds (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** RunList */
         RunList: {
@@ -2025,6 +2190,8 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
         };
         /** SampleImage */
         SampleImage: {
@@ -2196,6 +2363,12 @@ export interface components {
              * @enum {string}
              */
             adapter?: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask?: boolean;
             /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
@@ -2637,11 +2810,29 @@ export interface components {
              */
             trigger_word?: string | null;
             /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight?: number;
+            /**
              * V Prediction
              * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
              * @default null
              */
             v_prediction?: boolean | null;
+            /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             * @default null
+             */
+            validate_every?: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @default null
+             */
+            validation_split?: number | string | null;
             /**
              * Weight Decay
              * @default 0.0001
@@ -2676,6 +2867,12 @@ export interface components {
              * @enum {string}
              */
             adapter: "lora" | "dora" | "loha" | "lokr";
+            /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask: boolean;
             /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
@@ -3079,15 +3276,44 @@ export interface components {
              */
             trigger_word: string | null;
             /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight: number;
+            /**
              * V Prediction
              * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
              */
             v_prediction: boolean | null;
             /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             */
+            validate_every: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             */
+            validation_split: number | string | null;
+            /**
              * Weight Decay
              * @default 0.0001
              */
             weight_decay: number;
+        };
+        /** TrainLongerOut */
+        TrainLongerOut: {
+            /**
+             * From Step
+             * @description the newest checkpoint's step: the extension continues from it
+             */
+            from_step: number;
+            /**
+             * Steps
+             * @description the run's total steps now: the new total must be above it
+             */
+            steps: number;
         };
         /** UploadOut */
         UploadOut: {
@@ -3125,6 +3351,43 @@ export interface components {
             msg: string;
             /** Error Type */
             type: string;
+        };
+        /**
+         * ValidationEvent
+         * @description A validation round after optimizer step `step` (training/validate.py): `loss` is the mean
+         *     loss over the `images` held-out images at the fixed noise levels; `best_step` / `best_loss`
+         *     the lowest round of the run so far (this one included).
+         */
+        ValidationEvent: {
+            /** Best Loss */
+            best_loss: number;
+            /** Best Step */
+            best_step: number;
+            /** Images */
+            images: number;
+            /** Loss */
+            loss: number;
+            /** Step */
+            step: number;
+            /**
+             * Type
+             * @default validation
+             * @constant
+             */
+            type?: "validation";
+        };
+        /** ValidationPoint */
+        ValidationPoint: {
+            /**
+             * Loss
+             * @description mean loss over the held-out images at fixed noise (null: not finite)
+             */
+            loss: number | null;
+            /**
+             * Step
+             * @description the optimizer step the validation round followed
+             */
+            step: number;
         };
     };
     responses: never;
@@ -3523,6 +3786,72 @@ export interface operations {
             };
         };
     };
+    mask_thumbnail_api_datasets__name__masks__file__get: {
+        parameters: {
+            query?: {
+                size?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     thumbnail_api_datasets__name__thumbnails__file__get: {
         parameters: {
             query?: {
@@ -3850,6 +4179,75 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    push_api_loras__name__push_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushOut"];
+                };
             };
             /** @description invalid request (every problem listed) */
             400: {

@@ -4,6 +4,7 @@ import type { TrainConfig } from "./types";
 /** TrainConfig's own defaults (lorastudio.config), null ones left out. */
 export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
   "adapter": "lora",
+  "alpha_mask": false,
   "aspect_buckets": true,
   "attention_backend": "auto",
   "base_precision": "auto",
@@ -38,6 +39,7 @@ export const CONFIG_DEFAULTS: Partial<TrainConfig> = {
   "snr_gamma": 5,
   "steps": 1000,
   "timestep_sampling": "logit_normal",
+  "unmasked_weight": 0,
   "weight_decay": 0.0001
 };
 
@@ -47,6 +49,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "adafactor_scale_parameter": "adafactor: scale the step by each parameter's RMS (null: off)",
   "adafactor_warmup_init": "adafactor: warm the relative step up from 1e-6 (needs relative_step)",
   "adapter": "lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads (lora_format kohya: diffusers cannot load them)",
+  "alpha_mask": "use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)",
   "alpha_pattern": "per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
   "aspect_buckets": "batch images by aspect ratio (else square)",
   "assistant_lora": "step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo",
@@ -111,5 +114,8 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "steps": "optimizer steps (ignored if num_epochs>0)",
   "timestep_sampling": "flow families",
   "trigger_word": "prepended to captions",
-  "v_prediction": "SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler"
+  "unmasked_weight": "loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing",
+  "v_prediction": "SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler",
+  "validate_every": "with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)",
+  "validation_split": "images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off"
 };

@@ -17,6 +17,7 @@ export type ResumeBody = Schemas["ResumeBody"];
 export type CaptionBody = Schemas["CaptionBody"];
 export type GenerateBody = Schemas["GenerateBody"];
 export type LoraRef = Schemas["LoraRef"];
+export type PushBody = Schemas["PushBody"];
 
 // ---- responses ------------------------------------------------------------------------------
 export type Info = Schemas["InfoOut"];
@@ -42,6 +43,8 @@ export type PlanTrial = Schemas["PlanTrialOut"];
 export type Job = Schemas["JobOut"];
 export type JobStatus = Job["status"];
 export type MetricPoint = Schemas["MetricPoint"];
+/** One validation round of a run: the held-out loss after `step`. */
+export type ValidationPoint = Schemas["ValidationPoint"];
 export type TrainStatus = Schemas["StatusOut"];
 export type RunSummary = Schemas["RunSummary"];
 export type RunList = Schemas["RunList"];
@@ -55,6 +58,7 @@ export type SampleList = Schemas["SampleList"];
 export type LoraList = Schemas["LoraList"];
 export type LoraSteps = Schemas["LoraSteps"];
 export type Lora = Schemas["LoraOut"];
+export type PushResult = Schemas["PushOut"];
 export type GenerateResult = Schemas["GenerateOut"];
 export type GalleryList = Schemas["GalleryList"];
 export type GalleryImage = Schemas["GalleryImage"];
@@ -69,6 +73,7 @@ export type CompleteEvent = Tagged<Schemas["CompleteEvent"]>;
 export type ErrorEvent = Tagged<Schemas["ErrorEvent"]>;
 export type SampleReadyEvent = Tagged<Schemas["SampleReadyEvent"]>;
 export type PlanChosenEvent = Tagged<Schemas["PlanChosenEvent"]>;
+export type ValidationEvent = Tagged<Schemas["ValidationEvent"]>;
 /** What a job's `phase` holds: the last load/preparing event (a tagged union). */
 export type PhaseEvent = NonNullable<Job["phase"]>;
 export type PreparingEvent = Extract<PhaseEvent, { type: "preparing" }>;
@@ -82,6 +87,7 @@ export type TrainEvent = (
   | ProgressEvent
   | SampleReadyEvent
   | PlanChosenEvent
+  | ValidationEvent
   | CompleteEvent
   | ErrorEvent
   | StatusEvent

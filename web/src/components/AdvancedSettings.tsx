@@ -42,6 +42,22 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {c.num("cache_variants", "Cached variants", { placeholder: "auto", hint: "crop/flip variants per image" })}
         {c.num("latent_cache_max_gb", "Latent cache (GB)", { hint: "RAM budget; above it, encode per step" })}
 
+        <h4 className="grid-head">Masked loss</h4>
+        {c.num("unmasked_weight", "Unmasked weight", {
+          hint: "loss weight outside each image's mask (the dataset's masks/ folder, same file names); 0 = ignored",
+        })}
+        <div className="checks">{c.check("alpha_mask", "Mask = alpha channel")}</div>
+
+        <h4 className="grid-head">Validation</h4>
+        {c.line("validation_split", "Validation split", {
+          placeholder: "off",
+          hint: "a fraction held out of training (e.g. 0.1, chosen by the seed) or a folder of validation images",
+        })}
+        {c.num("validate_every", "Validate every", {
+          placeholder: "end only",
+          hint: "optimizer steps: the held-out loss at fixed noise; best / last LoRA marked",
+        })}
+
         <h4 className="grid-head">Optimizer</h4>
         {c.choice("optimizer", "Optimizer", OPTIMIZERS, { hint: "8-bit ones need a CUDA GPU and bitsandbytes" })}
         {shown("optimizer_betas") && c.line("optimizer_betas", "Betas", { placeholder: "optimizer's", hint: "beta1, beta2" })}

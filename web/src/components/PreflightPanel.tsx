@@ -115,6 +115,22 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           </ul>
         </div>
       )}
+      {dataset.masks && (
+        <p className="small" data-testid="preflight-masks">
+          Masked loss: {dataset.masks.images_with_mask} image(s) with a mask ({dataset.masks.source}), unmasked pixels weighted{" "}
+          {report.config.unmasked_weight ?? 0}
+          {dataset.masks.without_mask.length > 0 && `; ${dataset.masks.without_mask.length} without one train unmasked`}.
+        </p>
+      )}
+      {dataset.validation && (
+        <p className="small" data-testid="preflight-validation">
+          Validation: {dataset.validation.held_out} image(s) held out of training ({dataset.validation.source}),
+          measured {dataset.validation.every ? `every ${dataset.validation.every} steps and ` : ""}after the last step:{" "}
+          {dataset.validation.images.map((name) => (
+            <code key={name}>{name} </code>
+          ))}
+        </p>
+      )}
       {dataset.missing_captions.length > 0 && (
         <p className="small warn-text">
           {dataset.missing_captions.length} image(s) without a caption use the default caption or trigger word.

@@ -28,6 +28,13 @@ describe("train form", () => {
     expect(v.aspect_buckets).toBe(true);
   });
 
+  it("sends the validation split as a fraction or a folder name, and validate_every as a number", () => {
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "shapes", validate_every: "50" };
+    expect(buildConfig({ ...v, validation_split: "0.1" }, flux).config).toMatchObject({ validation_split: 0.1, validate_every: 50 });
+    expect(buildConfig({ ...v, validation_split: " held-out " }, flux).config.validation_split).toBe("held-out");
+    expect(buildConfig({ ...v, validation_split: "" }, flux).config).not.toHaveProperty("validation_split");
+  });
+
   it("builds a config: numbers parsed, steps vs epochs, unsupported family fields left out", () => {
     const v = { ...initialValues(sdxl), base_model: "m", data_dir: "shapes", guidance: "3" };
     const steps = buildConfig({ ...v, unit: "steps", length: "250" }, sdxl);

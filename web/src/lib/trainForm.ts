@@ -192,10 +192,23 @@ export function attentionHint(host: Host): string {
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
  * - length: steps or num_epochs, from the Length input and its unit;
- * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object).
+ * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object);
+ * - number-or-text: a number when it reads as one (a fraction), else the trimmed text (a folder);
+ * - tristate: a select of "" (unset: the base decides) / "true" / "false", sent as null-less booleans.
  */
-/** tristate: a select of "" (unset: the base decides) / "true" / "false", sent as null-less booleans. */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "tristate" | "list" | "lines" | "length" | "numbers" | "mapping";
+type Kind =
+  | "text"
+  | "raw-text"
+  | "number"
+  | "integer"
+  | "bool"
+  | "tristate"
+  | "list"
+  | "lines"
+  | "length"
+  | "numbers"
+  | "mapping"
+  | "number-or-text";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -276,6 +289,10 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   lokr_decompose_both: "bool",
   rank_pattern: "mapping",
   alpha_pattern: "mapping",
+  validation_split: "number-or-text",
+  validate_every: "integer",
+  alpha_mask: "bool",
+  unmasked_weight: "number",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -324,6 +341,10 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "sample_prompts",
   "sample_every",
   "sample_seed",
+  "validation_split",
+  "validate_every",
+  "alpha_mask",
+  "unmasked_weight",
 ];
 
 function show(key: Key, v: unknown): string | boolean | undefined {
@@ -436,7 +457,10 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       continue;
     }
     const text = v as string;
-    if (kind === "text") config[key] = text.trim();
+    if (kind === "number-or-text") {
+      const n = Number(text.trim());
+      config[key] = Number.isFinite(n) ? n : text.trim();
+    } else if (kind === "text") config[key] = text.trim();
     else if (kind === "raw-text") config[key] = text;
     else {
       const n = Number(text);

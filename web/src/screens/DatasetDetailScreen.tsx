@@ -33,7 +33,8 @@ function refusedFrom(err: unknown): RefusedFile[] {
 }
 
 /** One dataset: upload by drag-and-drop (batched, with progress; the server keeps the good files
- * of a batch and lists the refused ones), thumbnails, inline captions, delete. */
+ * of a batch and lists the refused ones), thumbnails (each loss mask over its image when "Show
+ * masks" is ticked), inline captions, delete. */
 export function DatasetDetailScreen({ name }: { name: string }) {
   const { reload: reloadInfo } = useInfo();
   const [data, setData] = useState<DatasetDetail | null>(null);
@@ -42,6 +43,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
   const [deleteError, setDeleteError] = useState<string | null>(null);
+  const [showMasks, setShowMasks] = useState(false);
 
   const load = useCallback(async () => {
     try {
@@ -103,6 +105,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
 
   const files = data?.files ?? [];
   const captioned = files.filter((f) => f.caption).length;
+  const masked = files.filter((f) => f.mask).length;
   return (
     <section className="screen">
       <div className="screen-head">
@@ -116,8 +119,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         <div className="head-actions">
           {data && (
             <span className="muted" data-testid="dataset-counts">
-              {files.length} images · {captioned} captioned
+              {files.length} images · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
             </span>
+          )}
+          {masked > 0 && (
+            <label className="small" data-testid="mask-toggle">
+              <input type="checkbox" checked={showMasks} onChange={(e) => setShowMasks(e.target.checked)} /> Show masks
+            </label>
           )}
           {files.length > 0 && (
             <a className="button primary" href={href("train", name)}>
@@ -199,7 +207,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
       )}
       <div className="thumb-grid" data-testid="thumb-grid">
         {files.map((f) => (
-          <CaptionCard key={f.file} dataset={name} image={f} onRemoved={() => void Promise.all([load(), reloadInfo()])} />
+          <CaptionCard
+            key={f.file}
+            dataset={name}
+            image={f}
+            showMask={showMasks}
+            onRemoved={() => void Promise.all([load(), reloadInfo()])}
+          />
         ))}
       </div>
     </section>

@@ -41,6 +41,8 @@ describe("GenerateScreen", () => {
           final,
           path: final ? "/o/cats/cats.safetensors" : `/o/cats/loras/cats-step-00000${step}.safetensors`,
           url: final ? "/api/loras/cats/file" : `/api/loras/cats/file?step=${step}`,
+          best: step === 2, // the validation marks of a run with validation_split
+          last: final,
         });
         return { body: { name: "cats", loras: [at(2, false), at(4, false), at(6, true)] } };
       }
@@ -124,6 +126,8 @@ describe("GenerateScreen", () => {
     await screen.findByTestId("gallery");
     await userEvent.click(await screen.findByLabelText("use LoRA cats"));
     const grid = await screen.findByTestId("step-grid");
+    expect(within(grid).getByLabelText("step 2 · best")).toBeChecked(); // the validation marks
+    expect(within(grid).getByLabelText("final (step 6) · last")).toBeChecked();
     await userEvent.click(within(grid).getByLabelText("step 4")); // leave step 4 out
     await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(2 images/ }));
     await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(2));

@@ -34,6 +34,7 @@ from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_size
+from lorastudio.data.masks import MASKS_DIR, mask_files
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
 from lorastudio.data.uploads import (
@@ -86,7 +87,8 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     if not folder.is_dir():
         raise NotFound(f"no dataset named {name!r}")
     files = discover(folder)
-    dropped = list(files.dropped)
+    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*
+    dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
     rows: dict[str, str] = {}
     if files.metadata:
         try:
@@ -105,7 +107,10 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
             except DatasetError as err:
                 caption = None
                 dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]
-        images.append({"file": path.name, "caption": caption, **_stored_size(path)})
+        mask = masks.get(path.stem)
+        images.append(
+            {"file": path.name, "caption": caption, "mask": mask.name if mask else None, **_stored_size(path)}
+        )
     return {
         **dataset_summary(folder),
         "files": images,
@@ -208,7 +213,26 @@ def thumbnail(
     cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
     placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
     server's decode slots stay busy."""
-    path = existing_image(dataset_path(settings, name), file)
+    return _thumbnail(existing_image(dataset_path(settings, name), file), size, settings)
+
+
+@router.get("/{name}/masks/{file}", response_class=Response)
+def mask_thumbnail(
+    name: str,
+    file: str,
+    size: int = Query(default=256, ge=16, le=1024),
+    settings: Settings = Depends(settings_dep),
+) -> Response:
+    """A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
+    image thumbnails. 404 when there is no such mask (or the masks folder is a link)."""
+    masks = dataset_path(settings, name) / MASKS_DIR
+    if masks.is_symlink():
+        raise NotFound(f"dataset {name!r} has no masks folder")
+    return _thumbnail(existing_image(masks, file), size, settings)
+
+
+def _thumbnail(path: Path, size: int, settings: Settings) -> Response:
+    """The thumbnail response of an image file (see `thumbnail`)."""
     headers = {"Cache-Control": "no-cache"}
     try:
         data = thumbnail_jpeg(

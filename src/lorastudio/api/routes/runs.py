@@ -25,7 +25,7 @@ from lorastudio.api.schemas import (
 from lorastudio.api.schemas_files import LoraSteps
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.records import LIVE_STATUSES
-from lorastudio.jobs.resume import resumable_step
+from lorastudio.jobs.resume import ResumePoints, resume_points
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
@@ -127,11 +127,15 @@ def resume_run(run_id: str, body: ResumeBody, service: JobService = Depends(serv
 
 
 def _with_resume_step(run: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The run with what its folder offers: resume_step, train_longer (jobs/resume.py) and lora_file."""
     live = run["status"] in {s.value for s in LIVE_STATUSES}
     name = run.get("output_name")
-    step = None if live or not name else resumable_step(settings.outputs_dir / name)
+    points = ResumePoints() if live or not name else resume_points(settings.outputs_dir / name)
+    longer = None
+    if points.extend_from is not None and points.total_steps is not None:
+        longer = {"from_step": points.extend_from, "steps": points.total_steps}
     lora = bool(name) and (settings.outputs_dir / name / f"{name}.safetensors").is_file()
-    return {**run, "resume_step": step, "lora_file": lora}
+    return {**run, "resume_step": points.resume_step, "train_longer": longer, "lora_file": lora}
 
 
 @router.delete("/{run_id}", response_model=RunDeleted)
