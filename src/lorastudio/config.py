@@ -47,6 +47,7 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
     "max_sequence_length",
     "train_text_encoder",
     "text_encoder_lr",
+    "v_prediction",
 )
 
 
@@ -73,8 +74,23 @@ class TrainConfig(BaseModel):
 
     # what to train on
     family: str = Field(description="model family: a registered name (`lorastudio families`, /api/info)")
-    base_model: str = Field(min_length=1, description="hub id (owner/name) or local pipeline folder")
+    base_model: str = Field(
+        min_length=1,
+        description="hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)",
+    )
     revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
+    base_config: str | None = Field(
+        default=None,
+        min_length=1,
+        description="single-file base_model (.safetensors): the pipeline folder or hub id whose configs, "
+        "tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; "
+        "default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)",
+    )
+    v_prediction: bool | None = Field(
+        default=None,
+        description="SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon "
+        "(false); unset: as the file says (its v_pred key), else the base config's scheduler",
+    )
     data_dir: str = Field(min_length=1, description="dataset folder (absolute, or a name under datasets/)")
     output_name: str | None = Field(
         default=None,

@@ -70,8 +70,19 @@ class LoraRef(_Body):
 
 class GenerateBody(_Body):
     family: str
-    base_model: str = Field(min_length=1, description="hub id, absolute folder, or name under models/")
+    base_model: str = Field(
+        min_length=1, description="hub id, absolute folder or .safetensors checkpoint, or name under models/"
+    )
     revision: str | None = None
+    base_config: str | None = Field(
+        default=None,
+        min_length=1,
+        description="single-file base_model: pipeline folder or hub id of its configs (default: the original model's)",
+    )
+    v_prediction: bool | None = Field(
+        default=None,
+        description="SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says",
+    )
     prompt: str = Field(max_length=4000)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     # sizes and steps are checked against the generation budget (400 with the reason):

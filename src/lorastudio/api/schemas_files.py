@@ -114,6 +114,7 @@ class GalleryImage(_Out):
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None
+    base_config: str | None = Field(default=None, description="a single-file base_model's base config")
     steps: int | None = None
     loras: list[LoraRef] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")

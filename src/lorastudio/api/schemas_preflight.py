@@ -127,6 +127,11 @@ class PreflightFamily(_Out):
         "null for a family with one flavour or a hub id",
     )
     notes: list[str] = Field(default_factory=list, description="what training this flavour means")
+    single_file: str | None = Field(
+        default=None,
+        description="a single-file base: the checkpoint, its layout, the base config its configs come from, "
+        "and the prediction type; null for a pipeline folder or hub id",
+    )
 
 
 class PreflightOut(_Out):

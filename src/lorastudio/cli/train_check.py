@@ -117,6 +117,8 @@ def print_report(report: dict[str, Any]) -> None:
         "learning_rate",
     ):
         echo(f"  {key:<15}{cfg.get(key)}")
+    if report["family"].get("single_file"):
+        echo(f"  single file    {report['family']['single_file']}")
     data = report["dataset"]
     echo("dataset:")
     echo(f"  images         {data['images_used']} used of {data['images_found']} found")

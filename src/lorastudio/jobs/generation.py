@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.basemodels import resolve_base_model
+from lorastudio.basemodels import ResolvedBase, resolve_base
+from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
@@ -74,6 +75,8 @@ class GenerationRequest:
     revision: str | None = None
     loras: tuple[LoraChoice, ...] = ()
     references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
+    base_config: str | None = None  # a single-file base_model's configs (basemodels.resolve_base)
+    v_prediction: bool | None = None
 
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
@@ -84,6 +87,7 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
         "seed": req.seed,
         "family": family,
         "base_model": req.base_model,
+        **({"base_config": req.base_config} if req.base_config is not None else {}),
         "steps": req.steps,
         "guidance": req.guidance,
         "loras": [
@@ -163,13 +167,13 @@ class GenerationService:
         self._lock = threading.Lock()
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
-        self._key: tuple[str, str, str | None] | None = None
+        self._key: tuple[Any, ...] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
     def loaded(self) -> tuple[str, str, str | None] | None:
         """(base model source, family, revision) of the worker's resident pipeline, or None."""
-        return self._key
+        return None if self._key is None else self._key[:3]
 
     @property
     def worker_pid(self) -> int | None:
@@ -202,9 +206,9 @@ class GenerationService:
         self._process = None
         self._key = None
 
-    def check(self, req: GenerationRequest) -> tuple[str, list[tuple[str, float]]]:
-        """Check everything about `req` before any work: returns (base model source, [(LoRA file,
-        scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
+    def check(self, req: GenerationRequest) -> tuple[ResolvedBase, list[tuple[str, float]]]:
+        """Check everything about `req` before any work: returns (the resolved base model,
+        [(LoRA file, scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
         not a LoRA of this family: every problem at once), NotFound (a LoRA name),
         ModelSourceError (the base model)."""
         family = families.get(req.family)
@@ -225,21 +229,28 @@ class GenerationService:
                 problems.append(FieldProblem(f"loras.{i}", str(err)))
         if problems:
             raise ConfigError(problems)
-        source, model_dir = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
-        flavour = family.folder_variant(model_dir) if model_dir is not None else None
+        base = resolve_base(req.base_model, family.spec.name, self.settings, req.revision, req.base_config)
+        _, base_problems = base_updates(
+            base.source, base.folder, base.file, base.config, req.base_config, req.v_prediction, req.revision
+        )
+        if base_problems:
+            raise ConfigError(base_problems)
+        configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
+        folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
+        flavour = family.folder_variant(folder) if folder is not None and folder.is_dir() else None
         if req.references and flavour is not None and flavour.control_images is not None:
             # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 1-3)
             problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
             if problems:
                 raise ConfigError(problems)
-        return source, [(str(p), s) for p, s in loras]
+        return base, [(str(p), s) for p, s in loras]
 
     def generate(self, req: GenerationRequest) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
         Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises what `check` raises,
         JobActive (training holds the GPU), GenerationFailed / GenerationWorkerLost (the worker
         failed / died: the next request starts a fresh worker)."""
-        source, loras = self.check(req)
+        base, loras = self.check(req)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -247,7 +258,9 @@ class GenerationService:
         target = out_dir / f"{stamp}-{req.seed}-{uuid.uuid4().hex[:8]}.png"
         staging = target.with_name(f".{target.name}.partial")
         job = GenerationJob(
-            source=source,
+            source=base.source,
+            base_config=base.config,
+            v_prediction=req.v_prediction,
             family=family,
             revision=req.revision,
             prompt=req.prompt,

@@ -66,11 +66,13 @@ class GenerationJob:
     out_path: str
     png_meta: str = "{}"  # the image's settings as JSON: written into the PNG with its size
     references: tuple[str, ...] = ()  # reference image files (checked by the server), slot order
+    base_config: str | None = None  # a single-file source's configs (resolved folder or hub id)
+    v_prediction: bool | None = None
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
-        """What the resident pipeline is: (source, family, revision)."""
-        return (self.source, self.family, self.revision)
+    def key(self) -> tuple[Any, ...]:
+        """What the resident pipeline is: (source, family, revision, base config, v_prediction)."""
+        return (self.source, self.family, self.revision, self.base_config, self.v_prediction)
 
 
 class Resident:
@@ -78,7 +80,7 @@ class Resident:
 
     def __init__(self) -> None:
         self.pipe: Any = None
-        self.key: tuple[str, str, str | None] | None = None
+        self.key: tuple[Any, ...] | None = None
 
     def drop(self) -> None:
         """Free the pipeline (and the GPU memory torch caches for it)."""
@@ -137,7 +139,13 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
         loaded = resident.key != job.key
         if loaded:
             resident.drop()
-            resident.pipe = gen.load_pipeline(job.source, job.family, revision=job.revision)
+            resident.pipe = gen.load_pipeline(
+                job.source,
+                job.family,
+                revision=job.revision,
+                base_config=job.base_config,
+                v_prediction=job.v_prediction,
+            )
             resident.key = job.key
         gen.apply_loras(resident.pipe, list(job.loras))
         image = gen.generate_image(

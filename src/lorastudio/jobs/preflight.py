@@ -150,7 +150,25 @@ def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:
         "name": fam.spec.name,
         "variant": row.title if row else None,
         "notes": [row.note] if row and row.note else [],
+        "single_file": single_file_text(cfg),
     }
+
+
+def single_file_text(cfg: TrainConfig) -> str | None:
+    """'<file> (<layout>) with the configs of <base config>; <prediction>' for a resolved
+    single-file run; None for a folder or hub id."""
+    if cfg.base_config is None or not Path(cfg.base_model).is_file():
+        return None
+    from lorastudio.basemodels.single_file import read_file_facts
+
+    facts = read_file_facts(Path(cfg.base_model))
+    if cfg.v_prediction is None:
+        pred = "prediction type: the base config's scheduler" if cfg.family == "sdxl" else None
+    else:
+        told = "the file says so" if facts.v_prediction is not None else "v_prediction setting"
+        pred = f"{'v-prediction' if cfg.v_prediction else 'epsilon'} ({told})"
+    text = f"{cfg.base_model} ({facts.layout.title}) with the configs of {cfg.base_config}"
+    return f"{text}; {pred}" if pred else text
 
 
 def default_plan_values(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
@@ -292,7 +310,7 @@ def estimate_memory_gb(
         return {
             "estimated_gb": None,
             "phases": None,
-            "note": "base model is a hub id: no local weights to size",
+            "note": "base model is not a local pipeline folder (a hub id or a single file): no local weights to size",
         }
     fam = families.get(cfg.family)
     compute = _COMPUTE_DTYPE.get(plan.base_precision, plan.base_precision)

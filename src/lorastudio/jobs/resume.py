@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.basemodels import resolve_base_model
+from lorastudio.basemodels import resolve_base
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.data import resolve_dataset_dir
 from lorastudio.data.pairs import resolve_control_dirs
@@ -122,15 +122,17 @@ def validate_resume(
         raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
     family = families.get(cfg.family)
     problems: list[FieldProblem] = []
-    model_dir = None
+    configs = None  # where the base's flavour is read (its control images)
     try:
-        _, model_dir = resolve_base_model(cfg.base_model, family.spec.name, settings)
+        configs = resolve_base(
+            cfg.base_model, family.spec.name, settings, cfg.revision, cfg.base_config
+        ).configs
     except ModelSourceError as err:
         problems.append(FieldProblem("base_model", str(err)))
     data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)
     control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False)
     scan = scan_for_run(
-        data_dir, cfg, family.spec, settings, control_dirs, family.source_control_images(model_dir)
+        data_dir, cfg, family.spec, settings, control_dirs, family.source_control_images(configs)
     )  # with its masks: the fingerprint
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
     if problems:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
-from lorastudio.basemodels import inspect_folder, resolve_base_model
+from lorastudio.basemodels import inspect_folder, resolve_base
+from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
@@ -88,19 +89,26 @@ def validate_run(
 
     model_source: str | None = None
     model_dir: Path | None = None
+    configs: str | Path | None = None  # where the base's flavour is read (its control images)
+    base: dict[str, Any] = {}
     if (
-        "base_model" not in reported
-        and "revision" not in reported  # a bad revision never reaches the hub cache's paths
+        not {"base_model", "revision", "base_config"} & reported  # a bad revision never reaches the hub cache
         and isinstance(raw.get("base_model"), str)
         and family is not None
     ):
+        revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
+        given_config = raw.get("base_config") if isinstance(raw.get("base_config"), str) else None
+        v_pred = raw.get("v_prediction") if isinstance(raw.get("v_prediction"), bool) else None
         try:
-            revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
-            model_source, model_dir = resolve_base_model(
-                raw["base_model"], family.spec.name, settings, revision
+            found = resolve_base(raw["base_model"], family.spec.name, settings, revision, given_config)
+            base, base_problems = base_updates(
+                found.source, found.folder, found.file, found.config, given_config, v_pred, revision
             )
+            problems += base_problems
+            model_source, model_dir, configs = found.source, found.folder, found.configs
         except ModelSourceError as err:
-            problems.append(FieldProblem("base_model", str(err)))
+            field = "base_config" if str(err).startswith("base_config ") else "base_model"
+            problems.append(FieldProblem(field, str(err)))
 
     precision = raw.get("base_precision", "auto")
     if "base_precision" not in reported and precision not in host_info().precisions:
@@ -118,7 +126,7 @@ def validate_run(
     scan: DatasetScan | None = None
     holdout: Holdout | None = None
     # (min, max) control images of the base checkpoint's flavour (a hub id: the family's)
-    flavour_controls = family.source_control_images(model_dir) if family is not None else (0, 0)
+    flavour_controls = family.source_control_images(configs) if family is not None else (0, 0)
     if cfg is not None and data_dir is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
@@ -165,12 +173,10 @@ def validate_run(
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 
     if cfg is not None and model_source is not None and family is not None:  # a distilled base?
-        problems += assistant_problems(cfg.model_copy(update={"base_model": model_source}), family)
-    if model_dir is not None and isinstance(raw.get("revision"), str):
-        problems.append(FieldProblem("revision", "only applies to hub ids, not to a local folder"))
+        problems += assistant_problems(cfg.model_copy(update=base), family)
     if problems or given is None or cfg is None or scan is None or model_source is None or data_dir is None:
         raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
-    fixed = {"data_dir": str(data_dir), "base_model": model_source, "output_name": cfg.output_name}
+    fixed = {"data_dir": str(data_dir), **base, "output_name": cfg.output_name}
     # The worker re-resolves the config, so it gets the user's explicit fields as they were given.
     return ValidatedRun(
         config=TrainConfig.model_validate({**cfg.model_dump(), **fixed}),

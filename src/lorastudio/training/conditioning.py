@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lorastudio.families.single_file import model_source
 from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
 from lorastudio.training.precision import free_accelerator_memory
@@ -204,7 +205,7 @@ def encode_texts(
         t0 = time.perf_counter()
         budgeted = cfg.memory_budget_gb is not None and device.type == "cuda"
         load_on = torch.device("cpu") if budgeted else device
-        encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, load_on)
+        encoders = family.load_text_encoders(model_source(cfg), cfg.revision, dtype, load_on)
         if budgeted:
             placed, note = encoder_placement(encoder_bytes(encoders), device, cfg.memory_budget_gb)
             if note is None:

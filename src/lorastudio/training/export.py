@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import __version__
+from lorastudio.families.single_file import model_source
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, cast_for_file, file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
@@ -102,7 +103,7 @@ def run_sidecar(
 ) -> dict[str, Any]:
     """build_sidecar for a prepared run (its resolved config and scanned dataset; the base
     model's flavour when the family has them)."""
-    flavour = run.family.source_variant(run.cfg.base_model, run.cfg.revision)
+    flavour = run.family.source_variant(model_source(run.cfg), run.cfg.revision)
     return build_sidecar(
         run.cfg,
         variant=getattr(flavour, "title", None),

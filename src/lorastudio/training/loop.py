@@ -46,6 +46,7 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
+from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
@@ -303,7 +304,7 @@ def _run_phases(
     stop()
     source = _prepare_latents(run, state, rng, emit, stop)
     stop()
-    objective = make_objective(family, cfg, family.scheduler_config(cfg.base_model, cfg.revision))
+    objective = make_objective(family, cfg, family.scheduler_config(model_source(cfg), cfg.revision))
     trials: list[Any] = []
     if plan is None:  # a memory budget: measure candidate plans on the run's own data
         plan, trials = choose_plan(
@@ -350,7 +351,7 @@ def _prepare_latents(
     cfg, family, items = run.cfg, run.family, run.scan.items
     emit(ModelLoadStarted(component="vae"))
     t0 = time.perf_counter()
-    vae = family.load_vae(cfg.base_model, cfg.revision, run.dtype, run.device)
+    vae = family.load_vae(model_source(cfg), cfg.revision, run.dtype, run.device)
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
         state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)

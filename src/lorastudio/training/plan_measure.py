@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten
 
 from lorastudio.errors import ConfigError
+from lorastudio.families.single_file import config_of, model_source
 from lorastudio.training.conditioning import item_key
 from lorastudio.training.events import PlanTrial
 from lorastudio.training.plan import (
@@ -278,7 +279,7 @@ def repeated_block_count(run: PreparedRun) -> int:
 
     spec, cfg = run.family.spec, run.cfg
     cls = getattr(diffusers, spec.denoiser_class)
-    config = cls.load_config(cfg.base_model, subfolder=spec.denoiser, revision=cfg.revision)
+    config = cls.load_config(config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision)
     with torch.device("meta"):
         model = cls.from_config(config)
     return len(repeated_blocks(model))

@@ -117,15 +117,30 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     for warning in (upscale_warning(scan.items, resolved.no_upscale), mask_warning(scan.items)):
         if warning:
             log.warning("%s", warning)  # the job service's preflight report lists it too
-    source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
-    flavour = family.source_variant(source, resolved.revision)  # e.g. Qwen-Image-Edit: 1 control, Plus: 3
+    from lorastudio.basemodels import resolve_base
+    from lorastudio.basemodels.single_file import base_updates
+    from lorastudio.families.single_file import model_source
+
+    found = resolve_base(
+        resolved.base_model, family.spec.name, settings, resolved.revision, resolved.base_config
+    )
+    updates, problems = base_updates(
+        found.source, found.folder, found.file, found.config,
+        resolved.base_config, resolved.v_prediction, resolved.revision,
+    )  # fmt: skip
+    if problems:
+        raise ConfigError(problems)
+    if found.file is not None:
+        log.info("base model: single file %s with the config of %s", found.source, found.config)
+    resolved = resolved.model_copy(update=updates)  # what the loaders read
+    # e.g. Qwen-Image-Edit: 1 control, Plus: 3 (a single file: its base config's flavour)
+    flavour = family.source_variant(model_source(resolved), resolved.revision)
     if flavour is not None and flavour.control_images is not None:
         from lorastudio.data.pairs import too_many_controls
 
         excess = too_many_controls([*scan.items, *holdout.validation], flavour.control_images, flavour.title)
         if excess:
             raise DatasetError(f"{root}: more control images than {flavour.title} takes", excess)
-    resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     if problems:
         raise ConfigError(problems)

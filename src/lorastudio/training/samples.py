@@ -43,6 +43,7 @@ from lorastudio.config_samples import prompt_text
 from lorastudio.data.images import load_rgb
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.families.common import pipeline_facts
+from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
 from lorastudio.generate.pipeline import reference_kwargs
 from lorastudio.training.conditioning import EditPrompt, Text
 from lorastudio.training.precision import free_accelerator_memory
@@ -141,7 +142,7 @@ class SamplePreviews:
         run = self.run
         own_vae = vae is None or vae.dtype != run.dtype
         if own_vae:
-            vae = run.family.load_vae(run.cfg.base_model, run.cfg.revision, run.dtype, run.device)
+            vae = run.family.load_vae(model_source(run.cfg), run.cfg.revision, run.dtype, run.device)
             if vae.dtype != run.dtype:  # SDXL's VAE loads in fp32: decode as the inference pipeline
                 vae = vae.to(dtype=run.dtype)
         was_training = denoiser.training
@@ -251,7 +252,8 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     from lorastudio.families.base import quiet_loading
 
     spec = run.family.spec
-    class_name = run.family.source_pipeline_class(run.cfg.base_model, run.cfg.revision)
+    source = model_source(run.cfg)  # a single file: its base config's scheduler, with its overrides
+    class_name = run.family.source_pipeline_class(source, run.cfg.revision)  # the checkpoint's flavour
     pipeline_cls = getattr(diffusers, class_name)
     params = inspect.signature(pipeline_cls.__init__).parameters
     components = [  # required __init__ arguments are the components; plus the optional ones
@@ -263,9 +265,10 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     parts.update({"vae": vae, spec.denoiser: denoiser})
     quiet_loading()
     try:
-        pipe = pipeline_cls.from_pretrained(run.cfg.base_model, revision=run.cfg.revision, **parts)
+        pipe = pipeline_cls.from_pretrained(config_of(source), revision=run.cfg.revision, **parts)
     except (OSError, ValueError, KeyError) as err:
         raise ModelSourceError(f"cannot build the {class_name} for samples: {err}") from err
+    apply_scheduler_overrides(pipe, source)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

@@ -12,6 +12,7 @@ import torch
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
+from lorastudio.families.single_file import model_source
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optim import make_lr_scheduler, make_optimizer
@@ -57,7 +58,7 @@ def mini_batch(cfg: TrainConfig) -> MiniBatch:
     """The tiny `cfg.family` denoiser with a fresh adapter (seed 0), its objective, and one fixed
     batch of 2 random latents with 2 captions (what mini_run trains on)."""
     fam = families.get(cfg.family)
-    spec, model = fam.spec, str(cfg.base_model)
+    spec, model = fam.spec, model_source(cfg)  # a folder, or a single file with its base config
     encoders = fam.load_text_encoders(model, None, torch.float32, CPU)
     cond = fam.collate_conditioning(fam.encode_prompts(encoders, ["a red circle", "a blue square"], cfg))
     size = max(32, 2 * spec.resolution_multiple)

@@ -70,6 +70,8 @@ ELSEWHERE = {
     "data_dir": "test_preflight (missing / empty / uncaptioned) and every run",
     "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
     "revision": "test_preflight (refused for a local folder)",
+    "base_config": "test_single_file_run (a single file trains and generates with its configs; refused without one)",
+    "v_prediction": "test_single_file_run (v-prediction objective and scheduler; refused against the file's v_pred marker)",
     "enable_tf32": "test_train_run (matmul precision during and after the run)",
     "save_every": "test_checkpoints (a checkpoint every N steps, resumable)",
     "keep_last": "test_checkpoints (older checkpoints removed)",
@@ -195,6 +197,7 @@ def test_family_specific_settings_are_refused_where_not_supported(family, tiny_m
         "max_sequence_length": 64,
         "train_text_encoder": True,
         "text_encoder_lr": 1e-5,
+        "v_prediction": True,
     }
     assert set(values) == set(FAMILY_SPECIFIC_FIELDS)
     base = {"family": family, "base_model": str(tiny_model(family)), "data_dir": str(small_dataset)}

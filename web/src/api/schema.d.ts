@@ -900,7 +900,7 @@ export interface components {
         AddFolderBody: {
             /**
              * Path
-             * @description absolute path of a folder to list
+             * @description absolute path of a folder or .safetensors checkpoint to list
              */
             path: string;
         };
@@ -1076,6 +1076,13 @@ export interface components {
              */
             id: string;
             /**
+             * Kind
+             * @description a diffusers pipeline folder, or one .safetensors checkpoint (trained with base_config)
+             * @default pipeline
+             * @enum {string}
+             */
+            kind?: "pipeline" | "single-file";
+            /**
              * Missing
              * @description what training needs and the folder lacks
              */
@@ -1087,7 +1094,7 @@ export interface components {
             name: string;
             /**
              * Path
-             * @description absolute folder; usable as base_model
+             * @description absolute folder or checkpoint file; usable as base_model
              */
             path: string;
             /**
@@ -1388,6 +1395,11 @@ export interface components {
         };
         /** GalleryImage */
         GalleryImage: {
+            /**
+             * Base Config
+             * @description a single-file base_model's base config
+             */
+            base_config?: string | null;
             /** Base Model */
             base_model?: string | null;
             /**
@@ -1432,8 +1444,13 @@ export interface components {
         /** GenerateBody */
         GenerateBody: {
             /**
+             * Base Config
+             * @description single-file base_model: pipeline folder or hub id of its configs (default: the original model's)
+             */
+            base_config?: string | null;
+            /**
              * Base Model
-             * @description hub id, absolute folder, or name under models/
+             * @description hub id, absolute folder or .safetensors checkpoint, or name under models/
              */
             base_model: string;
             /** Family */
@@ -1468,6 +1485,11 @@ export interface components {
              * @default 20
              */
             steps?: number;
+            /**
+             * V Prediction
+             * @description SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says
+             */
+            v_prediction?: boolean | null;
             /**
              * Width
              * @description pixels; at most 4096, and width x height <= 4.2 MP
@@ -2057,6 +2079,11 @@ export interface components {
              * @description what training this flavour means
              */
             notes?: string[];
+            /**
+             * Single File
+             * @description a single-file base: the checkpoint, its layout, the base config its configs come from, and the prediction type; null for a pipeline folder or hub id
+             */
+            single_file?: string | null;
             /**
              * Variant
              * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
@@ -2677,8 +2704,14 @@ export interface components {
              */
             attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
+             * Base Config
+             * @description single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)
+             * @default null
+             */
+            base_config?: string | null;
+            /**
              * Base Model
-             * @description hub id (owner/name) or local pipeline folder
+             * @description hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)
              */
             base_model: string;
             /**
@@ -3128,6 +3161,12 @@ export interface components {
              */
             unmasked_weight?: number;
             /**
+             * V Prediction
+             * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
+             * @default null
+             */
+            v_prediction?: boolean | null;
+            /**
              * Validate Every
              * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
              * @default null
@@ -3205,8 +3244,13 @@ export interface components {
              */
             attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
+             * Base Config
+             * @description single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)
+             */
+            base_config: string | null;
+            /**
              * Base Model
-             * @description hub id (owner/name) or local pipeline folder
+             * @description hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)
              */
             base_model: string;
             /**
@@ -3617,6 +3661,11 @@ export interface components {
              * @default 0
              */
             unmasked_weight: number;
+            /**
+             * V Prediction
+             * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
+             */
+            v_prediction: boolean | null;
             /**
              * Validate Every
              * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)

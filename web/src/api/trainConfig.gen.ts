@@ -57,7 +57,8 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "aspect_buckets": "batch images by aspect ratio (else square)",
   "assistant_lora": "step-distilled (turbo) bases only: a LoRA merged into the frozen base while training, so the distilled model does not collapse under the new LoRA; never part of the saved LoRA nor of inference. A .safetensors file (absolute path) or a hub file owner/repo/path.safetensors, e.g. ostris/zimage_turbo_training_adapter/zimage_turbo_training_adapter_v2.safetensors for Z-Image Turbo",
   "attention_backend": "SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first",
-  "base_model": "hub id (owner/name) or local pipeline folder",
+  "base_config": "single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)",
+  "base_model": "hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)",
   "base_precision": "frozen base: auto = bf16 on a capable GPU, else fp32 (with memory_budget_gb: the fastest measured plan that fits); fp8 = fp8 matmuls on bf16 weights (Ada/Hopper GPUs); int8 / nf4 = quantised base weights with bf16 compute (QLoRA)",
   "cache_variants": "crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
   "caption_dropout": "probability of an empty caption",
@@ -123,6 +124,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "train_text_encoder": "SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)",
   "trigger_word": "prepended to captions",
   "unmasked_weight": "loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing",
+  "v_prediction": "SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler",
   "validate_every": "with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)",
   "validation_split": "images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off"
 };

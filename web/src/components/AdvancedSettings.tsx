@@ -1,6 +1,6 @@
 import { useEffect, useRef } from "react";
 import type { Family } from "../api/types";
-import { ADAPTERS, FAMILY_FIELDS, HUBER_SCHEDULES, LOSSES, OPTIMIZERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
+import { ADAPTERS, FAMILY_FIELDS, HUBER_SCHEDULES, LOSSES, OPTIMIZERS, TIMESTEP_SAMPLING, V_PREDICTION } from "../lib/trainForm";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
@@ -101,6 +101,15 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           wide: true,
         })}
         {c.line("revision", "Hub revision", { placeholder: "default branch", hint: "branch, tag or commit (hub ids only)" })}
+        {c.line("base_config", "Base config", {
+          placeholder: "the original model's hub id",
+          hint: "single-file base model (.safetensors): pipeline folder or hub id its configs, tokenizers and missing parts come from",
+          wide: true,
+        })}
+        {supports.has("v_prediction") &&
+          c.choice("v_prediction", "Prediction type", V_PREDICTION, {
+            hint: "single-file SDXL checkpoints: as the file says (v_pred marker), else pick",
+          })}
         {c.line("assistant_lora", "Assistant LoRA", {
           placeholder: "none",
           hint: "distilled (turbo) bases only: merged while training, not in the LoRA (.safetensors path or owner/repo/file)",

@@ -88,6 +88,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           ))}
         </p>
       )}
+      {report.family?.single_file && (
+        <p className="small" data-testid="preflight-single-file">
+          <strong>Single-file base:</strong> {report.family.single_file}
+        </p>
+      )}
       {report.family?.notes?.map((note) => (
         <div className="banner warn" data-testid="preflight-family-note" key={note}>
           <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}

@@ -46,6 +46,16 @@ describe("train form", () => {
     expect(epochs.config).not.toHaveProperty("steps");
   });
 
+  it("a single-file base: base_config as text, v_prediction unset / true / false (SDXL only)", () => {
+    const v = { ...initialValues(sdxl), base_model: "/m/pony.safetensors", data_dir: "d", base_config: " /m/sdxl " };
+    const unset = buildConfig(v, sdxl);
+    expect(unset.config).toMatchObject({ base_model: "/m/pony.safetensors", base_config: "/m/sdxl" });
+    expect(unset.config).not.toHaveProperty("v_prediction");
+    expect(buildConfig({ ...v, v_prediction: "true" }, sdxl).config.v_prediction).toBe(true);
+    expect(buildConfig({ ...v, v_prediction: "false" }, sdxl).config.v_prediction).toBe(false);
+    expect(buildConfig({ ...v, family: "flux", v_prediction: "true" }, flux).config).not.toHaveProperty("v_prediction");
+  });
+
   it("reports bad numbers and missing required fields before asking the server", () => {
     const v = { ...initialValues(flux), base_model: "", data_dir: "d", lora_rank: "1.5", learning_rate: "fast" };
     const { problems } = buildConfig({ ...v, length: "0" }, flux);

@@ -129,6 +129,12 @@ export const LOSS_OPTIONS: Record<Loss, readonly Key[]> = {
   huber: ["huber_c", "huber_schedule"],
   smooth_l1: ["huber_c", "huber_schedule"],
 };
+/** v_prediction's choices (a tristate field: "" leaves it to the checkpoint). */
+export const V_PREDICTION: Record<"" | "true" | "false", string> = {
+  "": "as the checkpoint says",
+  true: "v-prediction",
+  false: "epsilon",
+};
 /** Settings of one adapter only (the others' are hidden and not sent). */
 export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
   lora: [],
@@ -222,7 +228,8 @@ export function attentionHint(host: Host): string {
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
  * - length: steps or num_epochs, from the Length input and its unit;
  * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object);
- * - number-or-text: a number when it reads as one (a fraction), else the trimmed text (a folder).
+ * - number-or-text: a number when it reads as one (a fraction), else the trimmed text (a folder);
+ * - tristate: a select of "" (unset: the base decides) / "true" / "false", sent as null-less booleans.
  */
 type Kind =
   | "text"
@@ -230,6 +237,7 @@ type Kind =
   | "number"
   | "integer"
   | "bool"
+  | "tristate"
   | "list"
   | "lines"
   | "length"
@@ -295,6 +303,8 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   guidance: "number",
   max_sequence_length: "integer",
   assistant_lora: "text",
+  base_config: "text",
+  v_prediction: "tristate",
   num_gpus: "integer",
   optimizer: "text",
   optimizer_betas: "numbers",
@@ -338,6 +348,7 @@ export const FAMILY_FIELDS = [
   "max_sequence_length",
   "train_text_encoder",
   "text_encoder_lr",
+  "v_prediction",
 ] as const satisfies readonly Key[];
 
 /** Fields where null means "off": a blank input sends null (else the default would apply). */
@@ -346,6 +357,7 @@ export const OFF_WHEN_BLANK: ReadonlySet<Key> = new Set<Key>(["max_grad_norm", "
 /** Settings that do not depend on the family: kept when the user picks another family. */
 const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "base_model",
+  "base_config",
   "revision",
   "data_dir",
   "output_name",
@@ -470,6 +482,10 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
     if (skip(key) || kind === "length") continue;
     if (kind === "bool") {
       if (typeof v === "boolean") config[key] = v;
+      continue;
+    }
+    if (kind === "tristate") {
+      if (v === "true" || v === "false") config[key] = v === "true";
       continue;
     }
     if (kind === "lines" || kind === "list") {

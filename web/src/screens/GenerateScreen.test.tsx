@@ -95,6 +95,22 @@ describe("GenerateScreen", () => {
     expect(items[0]).toHaveAttribute("aria-pressed", "true");
   });
 
+  it("a single-file base model asks for its base config and sends it", async () => {
+    images = [{ ...OLD, base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-", loras: [] }];
+    renderScreen();
+    expect(document.querySelector('[name="gen_base_config"]')).toBeNull();
+    const item = within(await screen.findByTestId("gallery")).getByRole("button", { name: /an old cat/ });
+    await userEvent.click(item);
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    const config = document.querySelector('[name="gen_base_config"]') as HTMLElement;
+    expect(config).toHaveValue("/m/flux-"); // reused from the image's settings
+    await userEvent.type(config, "dev");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/generate")?.body as Record<string, unknown>;
+    expect(sent).toMatchObject({ base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-dev" });
+  });
+
   it("Ctrl+Enter in the prompt generates", async () => {
     renderScreen();
     await screen.findByTestId("gallery");

@@ -38,6 +38,7 @@ export function GenerateScreen() {
   const { job } = useTraining();
   const [family, setFamily] = useState<string | null>(null);
   const [baseModel, setBaseModel] = useState("");
+  const [baseConfig, setBaseConfig] = useState("");
   const [loras, setLoras] = useState<Lora[]>([]);
   const [picks, setPicks] = useState<LoraPick[]>([]);
   const [refs, setRefs] = useState<UploadedReference[]>([]);
@@ -84,6 +85,7 @@ export function GenerateScreen() {
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
     if (img.base_model) setBaseModel(img.base_model);
+    setBaseConfig(img.base_config ?? "");
     if (img.prompt != null) setPrompt(img.prompt);
     if (img.seed != null) setSeed(String(img.seed));
     if (img.steps != null) setSteps(String(img.steps));
@@ -93,9 +95,11 @@ export function GenerateScreen() {
     setRefs(referencesOf(img));
   };
 
+  const singleFile = baseModel.toLowerCase().endsWith(".safetensors");
   const settings: Omit<GenerateBody, "loras"> = {
     family,
     base_model: baseModel,
+    ...(singleFile && baseConfig.trim() ? { base_config: baseConfig.trim() } : {}),
     prompt,
     seed: Number(seed),
     steps: Number(steps),
@@ -151,6 +155,16 @@ export function GenerateScreen() {
             error={errors.base_model}
             modelsRoot={info.models_root}
           />
+          {singleFile && (
+            <Field
+              label="Base config"
+              error={errors.base_config}
+              hint="single-file checkpoint: pipeline folder or hub id of its configs (blank: the original model's)"
+              wide
+            >
+              <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
+            </Field>
+          )}
           <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} />
           <ReferenceImages
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
