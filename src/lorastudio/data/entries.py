@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,10 +116,12 @@ def scan_entries(
     control_dirs: Sequence[Path] = (),
     control_images: tuple[int, int] = (0, 0),
     family: str = "this family",
+    prepare: Callable[[DatasetScan], DatasetScan] | None = None,
 ) -> DatasetScan:
     """Scan every entry (data.scan.scan_dataset with the entry's resolution and captions) and
-    join them (see the module docstring). Raises DatasetError listing every entry's problems
-    (one entry: scan_dataset's own error)."""
+    join them (see the module docstring); `prepare` is applied to each entry's own scan before
+    the join (e.g. data.masks.attach_masks: each folder's masks/). Raises DatasetError listing
+    every entry's problems (one entry: scan_dataset's own error), and what `prepare` raises."""
     many = len(entries) > 1
     scans: list[DatasetScan] = []
     problems: list[str] = []
@@ -141,6 +143,8 @@ def scan_entries(
                     decode_pixels=decode_pixels,
                 )
             )
+            if prepare is not None:
+                scans[-1] = prepare(scans[-1])
         except DatasetError as err:
             if not many:
                 raise  # one folder: its own error, as scan_dataset words it
@@ -183,26 +187,23 @@ def mix_fingerprint(entries: Sequence[MixEntry]) -> str:
 
 
 def run_sampler(scan: DatasetScan, batch_size: int, seed: int, drop_last: bool = False) -> BucketBatchSampler:
-    """The run's bucket sampler: with the entries' mix (data/mix.py) unless every item is used
-    once per epoch."""
+    """The run's bucket sampler over DatasetScan.batch_keys (bucket + control count): with the
+    entries' mix (data/mix.py) unless every item is used once per epoch."""
     mix = None
     if scan.entries and not is_plain(scan.entries):
-        mix = EpochMix([it.entry for it in scan.items], [it.bucket for it in scan.items], scan.entries)
-    return BucketBatchSampler(
-        [it.bucket for it in scan.items], batch_size, seed, drop_last=drop_last, mix=mix
-    )
+        mix = EpochMix([it.entry for it in scan.items], scan.batch_keys(), scan.entries)
+    return BucketBatchSampler(scan.batch_keys(), batch_size, seed, drop_last=drop_last, mix=mix)
 
 
-def epoch_bucket_counts(scan: DatasetScan) -> dict[tuple[int, int], int]:
-    """Samples per bucket in one epoch of the run (with the entries' repeats / weights)."""
-    if scan.entries and not is_plain(scan.entries):
-        return EpochMix(
-            [it.entry for it in scan.items], [it.bucket for it in scan.items], scan.entries
-        ).bucket_counts()
-    counts: dict[tuple[int, int], int] = {}
-    for it in scan.items:
-        counts[it.bucket] = counts.get(it.bucket, 0) + 1
-    return counts
+def epoch_bucket_counts(scan: DatasetScan) -> dict[str, int]:
+    """Samples per batch group in one epoch of the run (with the entries' repeats / weights),
+    labelled as DatasetScan.batch_histogram: "WxH", or "WxH+N" (N controls) when samples differ
+    in their control count."""
+    if not (scan.entries and not is_plain(scan.entries)):
+        return scan.batch_histogram()
+    counts = EpochMix([it.entry for it in scan.items], scan.batch_keys(), scan.entries).bucket_counts()
+    one = len({key[2] for key in counts}) <= 1
+    return {f"{k[0]}x{k[1]}" if one else f"{k[0]}x{k[1]}+{k[2]}": counts[k] for k in sorted(counts)}
 
 
 def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
@@ -215,9 +216,7 @@ def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
         per_entry = Counter(it.entry for it in scan.items)  # an image at k resolutions counts k times
         samples = [per_entry[i] for i in range(len(entries))]
     else:
-        samples = EpochMix(
-            [it.entry for it in scan.items], [it.bucket for it in scan.items], entries
-        ).entry_samples
+        samples = EpochMix([it.entry for it in scan.items], scan.batch_keys(), entries).entry_samples
     total = sum(samples) or 1
     return [
         {

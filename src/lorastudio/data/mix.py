@@ -96,21 +96,22 @@ def is_plain(entries: Sequence[MixEntry]) -> bool:
 class EpochMix:
     """The item indices of each epoch, per bucket, with the counts of the module docstring.
 
-    Takes each item's entry index and bucket, and the entries."""
+    Takes each item's entry index and bucket (width, height, or any longer key a batch must
+    share, e.g. DatasetScan.batch_keys), and the entries."""
 
     def __init__(
         self,
         item_entries: Sequence[int],
-        item_buckets: Sequence[tuple[int, int]],
+        item_buckets: Sequence[tuple[int, ...]],
         entries: Sequence[MixEntry],
     ):
-        per_entry: dict[int, dict[tuple[int, int], list[int]]] = {}
+        per_entry: dict[int, dict[tuple[int, ...], list[int]]] = {}
         for index, (entry, bucket) in enumerate(zip(item_entries, item_buckets, strict=True)):
-            per_entry.setdefault(entry, {}).setdefault((int(bucket[0]), int(bucket[1])), []).append(index)
+            per_entry.setdefault(entry, {}).setdefault(tuple(int(v) for v in bucket), []).append(index)
         sizes = [sum(len(m) for m in per_entry.get(e, {}).values()) for e in range(len(entries))]
         counts = entry_counts(entries, sizes)
         # groups: (bucket, members, target count), in (entry, bucket) order
-        self.groups: list[tuple[tuple[int, int], np.ndarray, int]] = []
+        self.groups: list[tuple[tuple[int, ...], np.ndarray, int]] = []
         for e in range(len(entries)):
             buckets = sorted(per_entry.get(e, {}))
             if not buckets:
@@ -122,9 +123,9 @@ class EpochMix:
                 self.groups.append((bucket, np.asarray(m, dtype=np.int64), c))
         self.entry_samples = counts
 
-    def bucket_counts(self) -> dict[tuple[int, int], int]:
+    def bucket_counts(self) -> dict[tuple[int, ...], int]:
         """Samples per bucket in every epoch."""
-        totals: dict[tuple[int, int], int] = {}
+        totals: dict[tuple[int, ...], int] = {}
         for bucket, _, count in self.groups:
             totals[bucket] = totals.get(bucket, 0) + count
         return totals
@@ -132,7 +133,7 @@ class EpochMix:
     def epoch_groups(self, seed: int, epoch: int) -> list[np.ndarray]:
         """The item indices of `epoch` per bucket (buckets sorted; an index may repeat), before
         the sampler shuffles them. A pure function of (seed, epoch)."""
-        merged: dict[tuple[int, int], list[np.ndarray]] = {}
+        merged: dict[tuple[int, ...], list[np.ndarray]] = {}
         for g, (bucket, members, count) in enumerate(self.groups):
             copies, extra = divmod(count, len(members))
             chosen = [np.tile(members, copies)]

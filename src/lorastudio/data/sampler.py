@@ -36,14 +36,16 @@ class BucketBatchSampler:
 
     def __init__(
         self,
-        buckets: Sequence[tuple[int, int]],
+        buckets: Sequence[tuple[int, ...]],
         batch_size: int,
         seed: int,
         drop_last: bool = False,
         mix: EpochMix | None = None,
     ):
-        """Takes the bucket of each item (index i -> buckets[i]), the batch size, the seed and
-        the entries' mix (None: every item once per epoch).
+        """Takes the bucket of each item (index i -> buckets[i]: (width, height), or any longer
+        tuple of ints a batch must share, e.g. DatasetScan.batch_keys' (width, height, controls)),
+        the batch size, the seed and the entries' mix (None: every item once per epoch; its
+        buckets must be keyed the same way).
 
         Raises: ConfigError for batch_size < 1 or no items; DatasetError when drop_last leaves
         no batch at all (no bucket holds batch_size images).
@@ -55,15 +57,15 @@ class BucketBatchSampler:
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = drop_last
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
         for index, bucket in enumerate(buckets):
-            groups.setdefault((int(bucket[0]), int(bucket[1])), []).append(index)
+            groups.setdefault(tuple(int(v) for v in bucket), []).append(index)
         self._groups = [np.asarray(groups[key], dtype=np.int64) for key in sorted(groups)]
         self._mix = mix
         counts = {key: len(groups[key]) for key in groups} if mix is None else mix.bucket_counts()
         self._len = sum(self._batches_in(n) for n in counts.values())
         if self._len == 0:
-            sizes = ", ".join(f"{w}x{h}: {counts[(w, h)]}" for (w, h) in sorted(counts))
+            sizes = ", ".join(f"{_label(key)}: {counts[key]}" for key in sorted(counts))
             raise DatasetError(
                 f"no batch of {batch_size} images fits in one bucket with drop_last",
                 [f"images per bucket: {sizes}", "lower batch_size or turn drop_last off"],
@@ -148,3 +150,9 @@ class BucketBatchSampler:
         if position == self._len:
             epoch, position = epoch + 1, 0
         self._epoch, self._position = epoch, position
+
+
+def _label(key: tuple[int, ...]) -> str:
+    """A group's name in messages: "WxH", plus " with N controls" for a paired group."""
+    name = f"{key[0]}x{key[1]}"
+    return name if len(key) < 3 else f"{name} with {key[2]} controls"

@@ -4,15 +4,16 @@ import type { Checkpoint, LoraSteps, RunDetail, SampleImage } from "../api/types
 import { CheckpointsCard } from "../components/CheckpointsCard";
 import { LineChart } from "../components/LineChart";
 import { PlanSummary } from "../components/PlanSummary";
+import { PushToHub } from "../components/PushToHub";
 import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
-import { chartSeries, fromPoints } from "../lib/series";
+import { chartData, fromPoints } from "../lib/series";
 
 /**
- * One run: the plan it used, its chart, sample previews, checkpoints (resume from a picked one), config and
- * outputs; download the LoRA; delete.
+ * One run: the plan it used, its chart, sample previews, checkpoints (resume from a picked one, train longer),
+ * config and outputs; download the LoRA or push it to the hub; delete.
  */
 export function RunDetailScreen({ id }: { id: string }) {
   const [run, setRun] = useState<RunDetail | null>(null);
@@ -81,9 +82,14 @@ export function RunDetailScreen({ id }: { id: string }) {
           <Stat label="Started">{formatWhen(run.started_at ?? run.created_at)}</Stat>
         </div>
         {run.plan && <PlanSummary plan={run.plan} />}
+        {download && (
+          <div className="push-hub-slot">
+            <PushToHub name={run.output_name} />
+          </div>
+        )}
       </div>
       <div className="card">
-        <LineChart xs={series.steps} series={chartSeries(series)} empty="No metric points recorded." />
+        <LineChart {...chartData(series, run.validation)} empty="No metric points recorded." />
       </div>
       {samples.length > 0 && (
         <div className="card">
@@ -102,6 +108,9 @@ export function RunDetailScreen({ id }: { id: string }) {
                 <a href={api.imageUrl(l.url)} download aria-label={`download the LoRA of step ${l.step ?? "?"}`}>
                   {l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}
                 </a>{" "}
+                {l.validation_loss != null && <span className="small">val {formatNumber(l.validation_loss)} </span>}
+                {l.best && <span className="chip ok" data-testid="lora-best">best</span>}
+                {l.last && <span className="chip" data-testid="lora-last">last</span>}{" "}
                 <code className="muted small">{l.path.split(/[\\/]/).pop()}</code>
               </li>
             ))}

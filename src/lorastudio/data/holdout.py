@@ -1,0 +1,135 @@
+"""The validation hold-out of a run (TrainConfig.validation_split): which images are kept out of
+training to measure the validation loss on (training/validate.py). No torch.
+
+- a fraction f of the scanned dataset, per dataset entry (data/entries.py): max(1, round(f x N))
+  of the entry's N images chosen by the run's seed (numpy's Generator over [seed, HOLDOUT_STREAM]
+  and, for entry e > 0, e: the same images for the same seed and dataset, whatever else the
+  config says); a held image goes with all its copies at the run's other resolutions; the others
+  train, in their scan order;
+- a folder (absolute, or a name under datasets/): every image of that folder, scanned like the
+  dataset; the whole dataset trains. It must not be one of the dataset folders.
+
+The training scan keeps the fingerprint of the whole dataset folder: the split is a function of
+the config (validation_split, seed), which is part of the run's identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem
+
+HOLDOUT_STREAM = 29  # the seed stream of the hold-out draw (independent of every training stream)
+FIELD = "validation_split"
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """A dataset split for validation: `train` (the scan the run trains on) and `validation` (the
+    held-out items, sorted by file name); `source` says where they came from, for the preflight."""
+
+    train: DatasetScan
+    validation: tuple[ImageItem, ...]
+    source: str
+
+    def names(self) -> list[str]:
+        """The held-out images' file names (an image held at several resolutions: once)."""
+        return list(dict.fromkeys(item.path.name for item in self.validation))
+
+
+def held_out_indices(count: int, fraction: float, seed: int, stream: int = 0) -> list[int]:
+    """Indices (ascending) of the `count` scanned items held out for `fraction` with `seed`
+    (`stream` > 0: a dataset entry's own draw). Raises ConfigError (validation_split) when
+    nothing would be left to train on."""
+    held = max(1, round(fraction * count))
+    if held >= count:
+        raise ConfigError(
+            [
+                FieldProblem(
+                    FIELD,
+                    f"holding out {held} of {count} image(s) leaves no training image; "
+                    "use a smaller fraction, more images or a validation folder",
+                )
+            ]
+        )
+    rng = np.random.default_rng([int(seed), HOLDOUT_STREAM, *([stream] if stream else [])])
+    return sorted(int(i) for i in rng.choice(count, size=held, replace=False))
+
+
+def split_validation(
+    scan: DatasetScan,
+    split: float | str | None,
+    seed: int,
+    *,
+    resolve_folder: Callable[[str], Path],
+    scan_folder: Callable[[Path], DatasetScan],
+) -> Holdout:
+    """Split `scan` for `split` (see the module docstring). `resolve_folder` turns a folder
+    setting into a checked path (data.resolve_dataset_dir with the caller's root rules), and
+    `scan_folder` scans it with the run's dataset settings. Returns a Holdout (no validation
+    items when split is None). Raises ConfigError (field validation_split) naming the problem: a
+    fraction that leaves no training image, the dataset folder itself, a folder that cannot be
+    used (its DatasetError problems)."""
+    if split is None:
+        return Holdout(scan, (), "none")
+    if isinstance(split, float | int):
+        return _split_fraction(scan, float(split), seed)
+    folder = resolve_folder(split)
+    roots = [Path(e.root).resolve() for e in scan.entries] or [Path(scan.root).resolve()]
+    if folder.resolve() in roots:
+        raise ConfigError(
+            [FieldProblem(FIELD, f"{folder} is the dataset itself: its images would be trained on")]
+        )
+    try:
+        other = scan_folder(folder)
+    except DatasetError as err:
+        raise ConfigError(
+            [FieldProblem(FIELD, f"validation folder {folder}: {p}") for p in (err.problems or [str(err)])]
+        ) from None
+    return Holdout(scan, tuple(other.items), f"every image of {folder}")
+
+
+def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
+    """Hold out `fraction` of each dataset entry's images (held_out_indices per entry; entry e > 0
+    draws from its own stream), every copy of a held image (one per resolution, data/
+    resolutions.py) with it: no image trains at one resolution and validates at another."""
+    per_entry: dict[int, list[Path]] = {}
+    for item in scan.images():  # each (entry, file) once
+        per_entry.setdefault(item.entry, []).append(item.path)
+    held_keys: set[tuple[int, Path]] = set()
+    for entry, paths in sorted(per_entry.items()):
+        try:
+            picked = held_out_indices(len(paths), fraction, seed, stream=entry)
+        except ConfigError as err:
+            if len(per_entry) == 1:
+                raise
+            label = scan.entries[entry].label if entry < len(scan.entries) else str(entry)
+            raise ConfigError(
+                [FieldProblem(FIELD, f"entry {label}: {p.message}") for p in err.problems]
+            ) from None
+        held_keys |= {(entry, paths[i]) for i in picked}
+    train = [it for it in scan.items if (it.entry, it.path) not in held_keys]
+    held = tuple(it for it in scan.items if (it.entry, it.path) in held_keys)
+    count = sum(len(p) for p in per_entry.values())
+    where = scan.root if len(per_entry) == 1 else f"{len(per_entry)} dataset entries (each its fraction)"
+    source = f"{len(held_keys)} of {count} images of {where} (fraction {fraction:g}, seed {seed})"
+    return Holdout(replace(scan, items=train), held, source)
+
+
+def validation_section(holdout: Holdout, validate_every: int | None) -> dict[str, object] | None:
+    """The preflight report's validation section (None without a hold-out): the images held
+    out (count, names), where they came from and how often the loss is measured."""
+    if not holdout.validation:
+        return None
+    return {
+        "held_out": len(holdout.names()),
+        "images": holdout.names(),
+        "source": holdout.source,
+        "train_images": len(holdout.train.images()),
+        "every": validate_every,
+    }

@@ -1,0 +1,69 @@
+"""The scan of a run's dataset with its settings: every dataset entry (data/entries.py:
+data.scan_dataset with the entry's resolution(s) and captions and the family's resolution
+multiple and control images, joined), each entry's loss masks attached (data/masks.py) before
+the join. The one call of the engine's preflight, the job service's validation and its resume
+check, for the dataset entries and for a validation folder (data/holdout.py). No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lorastudio.config_datasets import resolution_list
+from lorastudio.data.entries import scan_entries
+from lorastudio.data.items import DatasetScan
+from lorastudio.data.masks import attach_masks
+from lorastudio.data.mix import MixEntry
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import FamilySpec
+    from lorastudio.settings import Settings
+
+
+def scan_for_run(
+    source: Path | Sequence[MixEntry],
+    cfg: TrainConfig,
+    spec: FamilySpec,
+    settings: Settings,
+    control_dirs: Sequence[Path] = (),
+    control_images: tuple[int, int] | None = None,
+) -> DatasetScan:
+    """Scan `source` for a run of `cfg` (resolved) on the family `spec`, with the host limits of
+    `settings`. `source`: the run's entries (data.entries.resolve_entries), or one folder (a
+    validation folder: scanned as one entry with the run's captions and resolution(s));
+    `control_dirs`: the run's parallel control folders (data/pairs.py); `control_images`: the
+    (min, max) controls of the checkpoint's flavour (Family.source_control_images; default the
+    family's spec.control_images). Raises what scan_entries and attach_masks raise
+    (DatasetError; ConfigError naming a mask setting)."""
+    if isinstance(source, Path):
+        source = [
+            MixEntry(
+                label=str(source),
+                root=source,
+                trigger_word=cfg.trigger_word,
+                default_caption=cfg.default_caption,
+                resolutions=tuple(resolution_list(cfg.resolution)) or (0,),
+            )
+        ]
+    return scan_entries(
+        source,
+        multiple=spec.resolution_multiple,
+        aspect_buckets=cfg.aspect_buckets,
+        no_upscale=cfg.no_upscale,
+        max_pixels=settings.max_image_pixels,
+        decode_pixels=settings.max_decode_pixels,
+        control_dirs=control_dirs,
+        control_images=spec.control_images if control_images is None else control_images,
+        family=spec.name,
+        prepare=partial(
+            attach_masks,
+            alpha_mask=cfg.alpha_mask,
+            unmasked_weight=cfg.unmasked_weight,
+            max_pixels=settings.max_image_pixels,
+            decode_pixels=settings.max_decode_pixels,
+        ),
+    )
