@@ -2,7 +2,8 @@
 training to measure the validation loss on (training/validate.py). No torch.
 
 - a fraction f of the scanned dataset, per dataset entry (data/entries.py): max(1, round(f x N))
-  of the entry's N images chosen by the run's seed (numpy's Generator over [seed, HOLDOUT_STREAM]
+  of the entry's N images (none of an entry that would be left without an image, when others
+  are held from; refused when no entry can give any) chosen by the run's seed (numpy's Generator over [seed, HOLDOUT_STREAM]
   and, for entry e > 0, e: the same images for the same seed and dataset, whatever else the
   config says); a held image goes with all its copies at the run's other resolutions; the others
   train, in their scan order;
@@ -97,27 +98,39 @@ def split_validation(
 def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     """Hold out `fraction` of each dataset entry's images (held_out_indices per entry; entry e > 0
     draws from its own stream), every copy of a held image (one per resolution, data/
-    resolutions.py) with it: no image trains at one resolution and validates at another."""
+    resolutions.py) with it: no image trains at one resolution and validates at another. An
+    entry too small to split (of several) holds none out; ConfigError when none can."""
     per_entry: dict[int, list[Path]] = {}
     for item in scan.images():  # each (entry, file) once
         per_entry.setdefault(item.entry, []).append(item.path)
     held_keys: set[tuple[int, Path]] = set()
+    too_small: list[str] = []
     for entry, paths in sorted(per_entry.items()):
         try:
             picked = held_out_indices(len(paths), fraction, seed, stream=entry)
-        except ConfigError as err:
+        except ConfigError:
             if len(per_entry) == 1:
                 raise
-            label = scan.entries[entry].label if entry < len(scan.entries) else str(entry)
-            raise ConfigError(
-                [FieldProblem(FIELD, f"entry {label}: {p.message}") for p in err.problems]
-            ) from None
+            too_small.append(scan.entries[entry].label if entry < len(scan.entries) else str(entry))
+            continue  # an entry too small to split trains whole (the source names it)
         held_keys |= {(entry, paths[i]) for i in picked}
+    if not held_keys:
+        raise ConfigError(
+            [
+                FieldProblem(
+                    FIELD,
+                    f"holding out {fraction:g} of each dataset entry leaves none of them an image to train "
+                    "on; use a smaller fraction, more images or a validation folder",
+                )
+            ]
+        )
     train = [it for it in scan.items if (it.entry, it.path) not in held_keys]
     held = tuple(it for it in scan.items if (it.entry, it.path) in held_keys)
     count = sum(len(p) for p in per_entry.values())
     where = scan.root if len(per_entry) == 1 else f"{len(per_entry)} dataset entries (each its fraction)"
     source = f"{len(held_keys)} of {count} images of {where} (fraction {fraction:g}, seed {seed})"
+    if too_small:
+        source += f"; none of {', '.join(too_small)} (too few images to split)"
     return Holdout(replace(scan, items=train), held, source)
 
 

@@ -73,11 +73,16 @@ def test_the_hold_out_draws_per_entry_and_keeps_an_image_s_copies_together(tmp_p
     assert again.validation == holdout.validation  # a function of the seed
 
 
-def test_a_fraction_that_empties_one_entry_names_it(tmp_path: Path) -> None:
+def test_an_entry_too_small_to_split_trains_whole_and_none_at_all_is_refused(tmp_path: Path) -> None:
     cfg, _, scan = _run_scan(tmp_path)
+    small = [it for it in scan.items if it.entry == 0 or it.path.name == "b0.png"]  # b: 1 image
+    one = type(scan)(**{**scan.__dict__, "items": small})
+    holdout = split_validation(one, 0.25, cfg.seed, resolve_folder=Path, scan_folder=lambda f: one)
+    assert [it.entry for it in holdout.validation] == [0]
+    assert "b0.png" in {it.path.name for it in holdout.train.items} and "too few images" in holdout.source
     with pytest.raises(ConfigError) as err:
         split_validation(scan, 0.9, cfg.seed, resolve_folder=Path, scan_folder=lambda f: scan)
-    assert err.value.problems[0].field == "validation_split" and "entry " in err.value.problems[0].message
+    assert err.value.problems[0].field == "validation_split" and "each dataset entry" in str(err.value)
 
 
 def test_a_validation_folder_may_not_be_one_of_the_entries(tmp_path: Path) -> None:

@@ -153,3 +153,43 @@ def test_several_resolutions_train_each_image_at_each_and_resume_bitwise(make_co
         device="cpu",
     )
     assert single.steps_run == 4
+
+
+def test_entries_with_two_resolutions_a_validation_split_and_masks_train(
+    make_config, two_folders, tmp_path
+) -> None:
+    """Entries with main's run features: entry a's masks/ folder masks its images only, 0.34 of each
+    entry is held out with both copies of a held image (resolution [32, 48]), the held images are
+    never trained on, and the sidecar counts images once."""
+    from PIL import Image
+
+    from lorastudio.training.preflight import preflight
+
+    a, b = (tmp_path / "a", tmp_path / "b")
+    shutil.copytree(two_folders[0], a)
+    shutil.copytree(two_folders[1], b)
+    (a / "masks").mkdir()
+    for img in sorted(a.glob("*.png")):
+        with Image.open(img) as im:
+            Image.new("L", im.size, 255).save(a / "masks" / img.name)
+    cfg = _mix(
+        make_config,
+        [{"path": str(a)}, {"path": str(b), "repeats": 2}],
+        output_name="entries-val-masks",
+        resolution=[32, 48],
+        validation_split=0.34,
+        unmasked_weight=0.0,
+        num_epochs=1,
+        batch_size=1,
+    )
+    run = preflight(cfg, get_settings(), "cpu")
+    held = {(it.entry, it.path.name) for it in run.validation}
+    assert [e for e, _ in sorted(held)] == [0]  # 1 of a's 3; b (1 image) is too small to split
+    assert len(run.validation) == 2 and {it.resolution for it in run.validation} == {32, 48}
+    trained = {(it.entry, it.path.name) for it in run.scan.items}
+    assert not held & trained and len(run.scan.items) == 2 * 2 + 2  # a: 2 images, b: 1, each at 2 sides
+    assert all((it.mask is not None) == (it.entry == 0) for it in run.scan.items)
+    result = train(cfg, [].append, device="cpu")
+    assert result.steps_run == 2 * 2 + 2 * 2  # a x1 at 2 sides, b x2 at 2 sides
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())["dataset"]
+    assert (sidecar["images"], sidecar["masked_images"], sidecar["validation_images"]) == (3, 2, 1)
