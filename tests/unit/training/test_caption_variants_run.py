@@ -83,3 +83,47 @@ def test_a_run_with_caption_variants_resumes_bitwise(make_config, tagged) -> Non
     assert resumed.losses == full.losses
     a, b = load_file(str(full.lora_path)), load_file(str(resumed.lora_path))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def tagged_pairs(small_pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """small_pairs with tag captions ("sks, <words of its caption>")."""
+    out = tmp_path_factory.mktemp("tagged-pairs") / "pairs"
+    shutil.copytree(small_pairs, out)
+    for txt in sorted(out.glob("*.txt")):
+        txt.write_text(", ".join(["sks", *txt.read_text().split()]))
+    return out
+
+
+def test_caption_variants_train_an_edit_family_keyed_with_the_controls(make_config, tagged_pairs) -> None:
+    """Qwen-Image-Edit's prompt sees the controls: each caption variant is encoded with its item's
+    controls (more conditionings than captions), the run trains, and the variants change it."""
+    common = {"data_dir": str(tagged_pairs), "steps": 4, "batch_size": 1}
+    plain_events: list = []
+    plain = train(
+        make_config("qwen-image-edit", output_name="e-plain", **common), plain_events.append, device="cpu"
+    )
+    events: list = []
+    varied = train(
+        make_config("qwen-image-edit", output_name="e-varied", **{**common, **AUGMENT}),
+        events.append,
+        device="cpu",
+    )
+    assert varied.steps_run == 4 and all(torch.isfinite(torch.tensor(varied.losses)))
+    assert _conditioning_total(events) > _conditioning_total(plain_events)
+    assert plain.losses != varied.losses
+
+
+def test_caption_variants_with_sdxl_text_encoder_training_encode_the_pick_in_the_step(
+    make_config, tagged
+) -> None:
+    """train_text_encoder encodes each step's captions through the text encoders' LoRA: the
+    picked variant is what it encodes, so shuffle / dropout change the run there too."""
+    common = {"data_dir": str(tagged), "train_text_encoder": True, "steps": 3, "batch_size": 1}
+    plain = train(make_config("sdxl", output_name="te-plain", **common), [].append, device="cpu")
+    varied = train(
+        make_config("sdxl", output_name="te-varied", **{**common, **AUGMENT, "steps": 3}),
+        [].append,
+        device="cpu",
+    )
+    assert varied.steps_run == 3 and plain.losses != varied.losses
