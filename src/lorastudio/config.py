@@ -402,8 +402,8 @@ class TrainConfig(BaseModel):
         default_factory=list,
         max_length=MAX_SAMPLE_PROMPTS,
         description="validation prompts rendered during training (one image each, at the training "
-        'resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir]} '
-        "for an edit family",
+        'resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir, '
+        "or to the first datasets entry's folder]} for an edit family",
     )
     sample_every: int | None = Field(
         default=None, ge=1, description="render the samples every N optimizer steps (null: only at the end)"

@@ -4,10 +4,10 @@ images an edit family renders it with.
     "sample_prompts": ["a red circle",
                        {"prompt": "make it blue", "controls": ["control/shape_00.png"]}]
 
-`controls` are paths relative to the dataset folder (data_dir), inside it, in slot order; they
-are checked with the dataset (data/sample_refs.py). Left out (null): a paired run renders the
-prompt as an edit of the first paired dataset image's controls, a text-to-image run without
-references; [] asks for none (text-to-image, for a family that also trains it: FLUX.2)."""
+`controls` are paths relative to the dataset folder (data_dir; with `datasets`, the first entry's
+folder), inside it, in slot order; they are checked with the dataset (data/sample_refs.py). Left
+out (null): a paired run renders the prompt as an edit of the first paired dataset image's
+controls, a text-to-image run without references; [] asks for none (text-to-image, for a family that also trains it: FLUX.2)."""
 
 from __future__ import annotations
 

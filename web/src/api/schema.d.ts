@@ -3334,7 +3334,7 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir]} for an edit family
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir, or to the first datasets entry's folder]} for an edit family
              */
             sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -3874,7 +3874,7 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir]} for an edit family
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir, or to the first datasets entry's folder]} for an edit family
              */
             sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**

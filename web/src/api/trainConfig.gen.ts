@@ -118,7 +118,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "resolution": "training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each",
   "revision": "hub revision (branch, tag or commit)",
   "sample_every": "render the samples every N optimizer steps (null: only at the end)",
-  "sample_prompts": "validation prompts rendered during training (one image each, at the training resolution): a prompt, or {\"prompt\", \"controls\": [reference images relative to data_dir]} for an edit family",
+  "sample_prompts": "validation prompts rendered during training (one image each, at the training resolution): a prompt, or {\"prompt\", \"controls\": [reference images relative to data_dir, or to the first datasets entry's folder]} for an edit family",
   "sample_seed": "noise seed of every sample",
   "sample_steps": "inference steps per sample (null: the family's default)",
   "sample_with_ema": "with ema_decay: sample previews render the EMA weights (false: the raw ones)",
