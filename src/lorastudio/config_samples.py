@@ -7,7 +7,8 @@ images an edit family renders it with.
 `controls` are paths relative to the dataset folder (data_dir; with `datasets`, the first entry's
 folder), inside it, in slot order; they are checked with the dataset (data/sample_refs.py). Left
 out (null): a paired run renders the prompt as an edit of the first paired dataset image's
-controls, a text-to-image run without references; [] asks for none (text-to-image, for a family that also trains it: FLUX.2)."""
+controls, a text-to-image run without references; [] asks for none (text-to-image, for a family
+that also trains it: FLUX.2)."""
 
 from __future__ import annotations
 

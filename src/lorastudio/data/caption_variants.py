@@ -110,23 +110,41 @@ def item_dropouts(scan: DatasetScan, run_dropout: float) -> list[float]:
     return [scan.entries[it.entry].caption_dropout for it in scan.items]
 
 
-def caption_report(scan: DatasetScan, count: int | None, seed: int) -> dict[str, object]:
+def caption_report(
+    scan: DatasetScan,
+    count: int | None,
+    seed: int,
+    *,
+    with_controls: bool = False,
+    in_step: bool = False,
+) -> dict[str, object]:
     """The preflight's caption section: three example captions as the model sees them (the first
     variant of three images spread over the dataset), the variants per image and what they cost
-    (texts encoded in phase 1 and cached, against the captions alone)."""
+    (texts encoded in phase 1 and cached, against the captions alone). `with_controls`: a family
+    whose prompt sees the control images (each variant is encoded per control set);
+    `in_step`: train_text_encoder (each step encodes its picks, nothing is cached)."""
     variants = scan_variants(scan, count, seed)
     n = len(variants)
     picks = sorted({0, n // 2, n - 1}) if n else []
     varied = any(len(vs) > 1 for vs in variants)
-    encoded, plain = variant_cost([it.caption for it in scan.items], variants)
+    if with_controls:  # conditioning keyed by (text, controls), as training/conditioning.py
+        encoded = len({(v, it.controls) for it, vs in zip(scan.items, variants, strict=True) for v in vs})
+        plain = len({(it.caption, it.controls) for it in scan.items})
+    else:
+        encoded, plain = variant_cost([it.caption for it in scan.items], variants)
     per_image = (count or DEFAULT_VARIANTS) if varied else 1
-    cost = (
-        f"tag shuffle / dropout: {per_image} caption variants per image, {encoded} texts encoded once in "
-        f"phase 1 and their embeddings cached ({encoded / max(plain, 1):.1f}x the {plain} captions); "
-        "the text encoders are freed before training as usual"
-        if varied
-        else None
-    )
+    cost = None
+    if varied and in_step:
+        cost = (
+            f"tag shuffle / dropout: {per_image} caption variants per image; train_text_encoder encodes "
+            "each step's pick through the text encoders' LoRA (nothing cached)"
+        )
+    elif varied:
+        cost = (
+            f"tag shuffle / dropout: {per_image} caption variants per image, {encoded} texts encoded once in "
+            f"phase 1 and their embeddings cached ({encoded / max(plain, 1):.1f}x the {plain} captions); "
+            "the text encoders are freed before training as usual"
+        )
     return {
         "examples": [variants[i][0] for i in picks],
         "variants_per_image": per_image,

@@ -110,7 +110,13 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "mode": training_mode(cfg.family, scan),
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
             "entries": entry_report(scan),
-            "captions": caption_report(scan, cfg.caption_variants, cfg.seed),
+            "captions": caption_report(
+                scan,
+                cfg.caption_variants,
+                cfg.seed,
+                with_controls=families.get(cfg.family).spec.prompt_sees_controls,
+                in_step=cfg.train_text_encoder,
+            ),
             "samples_per_epoch": sum(per_epoch.values()),
         },
         "schedule": {

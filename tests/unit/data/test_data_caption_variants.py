@@ -56,3 +56,30 @@ def test_the_trigger_placeholder(tmp_path: Path) -> None:
     assert scan.items[0].caption == "a photo of ohwx, smiling"  # placed there, not prepended
     with pytest.raises(DatasetError, match=r"a.png: the caption has \[trigger\] but no trigger word is set"):
         scan_dataset(tmp_path, resolution=32, multiple=16)
+
+
+def test_the_report_counts_variants_per_control_set_and_says_when_the_step_encodes(tmp_path: Path) -> None:
+    """An edit family's conditioning is keyed by (text, controls): the report counts the variants
+    of one caption once per control set; with train_text_encoder nothing is cached."""
+    from dataclasses import replace
+
+    from lorastudio.data.caption_variants import caption_report, scan_variants
+    from lorastudio.data.items import DatasetScan
+    from lorastudio.data.mix import MixEntry
+
+    root = tmp_path / "d"
+    root.mkdir()
+    for name in ("a", "b"):
+        Image.new("RGB", (64, 64)).save(root / f"{name}.png")
+        (root / f"{name}.txt").write_text("red, round, shiny, small")
+    scan = scan_dataset(root, resolution=64, multiple=16)
+    entry = MixEntry(label="d", root=root, resolutions=(64,), shuffle_tags=True)
+    items = [replace(it, controls=(root / f"c{i}.png",)) for i, it in enumerate(scan.items)]
+    scan = DatasetScan(root, items, [], scan.fingerprint, entries=(entry,))
+    plain = caption_report(scan, 4, 0)
+    keyed = caption_report(scan, 4, 0, with_controls=True)
+    variants = scan_variants(scan, 4, 0)
+    assert plain["texts_encoded"] == len({v for vs in variants for v in vs})  # shared across images
+    assert keyed["texts_encoded"] == sum(len(set(vs)) for vs in variants)  # once per control set
+    assert "the 1 captions" in str(plain["cost"]) and "the 2 captions" in str(keyed["cost"])
+    assert "nothing cached" in str(caption_report(scan, 4, 0, in_step=True)["cost"])
