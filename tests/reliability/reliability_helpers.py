@@ -43,18 +43,27 @@ def serve_process(
     env: Mapping[str, str] | None = None,
     client_timeout: float = 30.0,
     log: Path | None = None,
+    own_session: bool = False,
 ) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
     """A real `lorastudio serve` process on a free loopback port, with settings.home as its home
     and `env` added to its environment, waited for until /api/info answers. Yields (process,
     client); the process is terminated (then killed) and reaped when the block ends. Its
-    standard output goes to the file `log` (None: discarded)."""
+    standard output goes to the file `log` (None: discarded). `own_session`: the server leads its
+    own session and process group, like a server started in a terminal (its stderr joins `log`),
+    so a signal to the group reaches its children as a terminal's Ctrl-C does."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     full_env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), **(env or {})}
     cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
     with open(log or os.devnull, "wb") as out:
-        proc = subprocess.Popen(cmd, env=full_env, stdout=out, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT if own_session else subprocess.DEVNULL,
+            start_new_session=own_session,
+        )
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=client_timeout) as client:
 

@@ -21,6 +21,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
@@ -193,17 +194,48 @@ def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None =
     settings = drop_process_secrets(settings)  # before any child exists: none inherits a secret
     install_log_redaction()  # the access log prints paths: hide ?token= values
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
+    config = uvicorn.Config(
+        create_app(settings, home_lock=lock),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     try:
-        uvicorn.run(
-            create_app(settings, home_lock=lock),
-            host=host,
-            port=port,
-            log_level="info",
-            timeout_graceful_shutdown=5,
-            timeout_keep_alive=KEEP_ALIVE_S,
-        )
+        _stopping_server(config).run()
     finally:
         lock.release()
+
+
+def _stopping_server(config: Any) -> Any:
+    """A uvicorn.Server for `config` that, after the graceful shutdown a Ctrl-C or SIGTERM starts, returns from
+    run() instead of raising the signal again. uvicorn re-raises it (>= 0.29) so that the process
+    dies of it; here that only turned into KeyboardInterrupt inside the event loop and a
+    traceback of the cancelled lifespan task on every Ctrl-C. The shutdown itself (the job
+    service stops its worker: the run is marked interrupted, resumable) is unchanged; `serve`
+    returns and the CLI exits 0."""
+    import contextlib
+    import signal
+    import threading
+
+    import uvicorn
+    from uvicorn.server import HANDLED_SIGNALS
+
+    class StoppingServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[no-untyped-def]
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return StoppingServer(config)
 
 
 def lower_serving_priority(nice: int) -> int:

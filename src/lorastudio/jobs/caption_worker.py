@@ -39,9 +39,11 @@ class CaptionWorkerArgs:
 def caption_worker_main(args: CaptionWorkerArgs, events: Any, cancel: Any) -> None:
     """Child entry point (spawn target): caption, report, exit."""
     from lorastudio.jobs.childenv import drop_secrets, give_hub_token
-    from lorastudio.jobs.worker import bind_to_parent
+    from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
 
     bind_to_parent(args.parent_pid)
+
+    ignore_terminal_interrupt()  # the server stops its children itself
     drop_secrets(os.environ)
     give_hub_token(args.settings, args.source.source)
     code = 0

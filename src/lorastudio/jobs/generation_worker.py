@@ -34,7 +34,7 @@ from typing import Any
 
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
-from lorastudio.jobs.worker import bind_to_parent
+from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
 from lorastudio.settings import Settings
 
 OOM_EXIT_CODE = 4  # the child exits with this after reporting that it ran out of memory
@@ -181,6 +181,7 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
     """Child entry point (multiprocessing spawn target): serve jobs from `conn` until told to
     exit (None), the parent closes the pipe, or memory runs out (exit code OOM_EXIT_CODE)."""
     bind_to_parent(args.parent_pid)
+    ignore_terminal_interrupt()  # the server stops its children itself
     drop_secrets(os.environ)
     resident = Resident()
     conn.send(("ready", os.getpid()))

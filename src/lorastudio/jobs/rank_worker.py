@@ -37,7 +37,7 @@ from lorastudio.jobs.channel import (
 )
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
-from lorastudio.jobs.worker import bind_to_parent
+from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
 EXIT_SERVICE_GONE = 3
@@ -146,6 +146,7 @@ def run_rank(job: RankJob, channel: RankChannel) -> tuple[int, str | None]:
 def main() -> None:
     """Entry point under torchrun. Exits with the run's code (0 done, 1 failed, 3 service gone)."""
     bind_to_parent(int(os.environ[AGENT_PID_ENV]))
+    ignore_terminal_interrupt()  # the server stops its children itself
     rank = int(os.environ["RANK"])
     sock, job = connect(os.environ[CHANNEL_ENV], rank)
     give_hub_token(job.args.settings, job.args.config.base_model)

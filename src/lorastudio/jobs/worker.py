@@ -64,6 +64,14 @@ def bind_to_parent(parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watchdog", daemon=True).start()
 
 
+def ignore_terminal_interrupt() -> None:
+    """In a child of the server (training, generation and caption worker; multi-GPU ranks):
+    ignore SIGINT (not the torchrun agent, which the CLI's data-parallel runs use too). A Ctrl-C in the server's terminal reaches the whole process group;
+    the server's own shutdown stops its children (a running job is marked interrupted), so a
+    child must not die of it first, mid-step, with a KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _watch_parent(parent_pid: int) -> None:
     while True:
         time.sleep(WATCHDOG_PERIOD_S)
@@ -111,6 +119,7 @@ def prepare_child(args: WorkerArgs) -> None:
     """What every worker does first: bind to the parent's lifetime; the hub token (from its
     settings, never its environment) as HF_TOKEN where the run needs the hub (jobs/childenv.py)."""
     bind_to_parent(args.parent_pid)
+    ignore_terminal_interrupt()  # the server stops its children itself
     give_hub_token(args.settings, args.config.base_model)
 
 
