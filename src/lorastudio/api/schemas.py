@@ -313,6 +313,9 @@ class RunSummary(_Out):
     total_steps: int | None
     last_loss: float | None
     error: str | None
+    source: Literal["service", "cli"] = Field(
+        default="service", description="who started the run: the job service (API, UI) or `lorastudio train`"
+    )
     resume_step: int | None = Field(
         default=None, description="the step a resume would continue from (null: not resumable)"
     )
@@ -346,6 +349,13 @@ class CheckpointOut(_Out):
 class CheckpointList(_Out):
     checkpoints: list[CheckpointOut] = Field(description="oldest first")
     resume_step: int | None = Field(description="the step a resume would continue from (null: not resumable)")
+
+
+class RunLog(_Out):
+    lines: list[str] = Field(description="the log's last lines, oldest first")
+    truncated: bool = Field(description="earlier lines exist that are not shown")
+    size_bytes: int = Field(description="the log file's size (0: no log)")
+    note: str | None = Field(default=None, description="why a run has no log here (a CLI run, an older run)")
 
 
 class RunDeleted(_Out):
