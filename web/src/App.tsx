@@ -42,6 +42,8 @@ function Screen({ route }: { route: string[] }) {
       return arg ? <RunDetailScreen id={arg} /> : <RunsScreen />;
     case "generate":
       return <GenerateScreen />;
+    case "clone":
+      return <TrainScreen cloneOf={arg} />;
     default:
       return <TrainScreen dataset={top === "train" ? arg : undefined} />;
   }
@@ -51,7 +53,7 @@ function Shell() {
   const route = useRoute();
   const { error, info } = useInfo();
   const { token } = useAuth();
-  const current = route[0] ?? "train";
+  const current = route[0] === "clone" ? "train" : (route[0] ?? "train");
   return (
     <div className="app">
       <header className="topbar">

@@ -24,6 +24,7 @@ import type {
   RunDeleted,
   RunDetail,
   RunList,
+  RunLog,
   SampleList,
   StopBody,
   TrainConfig,
@@ -68,6 +69,10 @@ export const api = {
   runCheckpoints: (id: string) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`),
   /** A run's LoRAs by step (snapshots under loras/, then the final file); 404 when it has none. */
   runLoras: (id: string) => get<LoraSteps>(`/api/runs/${seg(id)}/loras`),
+  /** Download URL of a run's resolved config as a file `lorastudio train` takes. */
+  runConfigUrl: (id: string, format: "json" | "toml") => withToken(`/api/runs/${seg(id)}/config?format=${format}`),
+  /** The last `lines` lines of a run's worker log (bounded by the server). */
+  runLog: (id: string, lines = 500) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 

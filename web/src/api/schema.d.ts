@@ -477,8 +477,8 @@ export interface paths {
         post?: never;
         /**
          * Delete Run
-         * @description Delete a finished run's record and (unless keep_files, or another run shares it) its
-         *     output folder. 409 while the run is live, 404 when unknown.
+         * @description Delete a finished run's record, its log and (unless keep_files, or another run shares it)
+         *     its output folder. 409 while the run is live, 404 when unknown.
          */
         delete: operations["delete_run_api_runs__run_id__delete"];
         options?: never;
@@ -499,6 +499,51 @@ export interface paths {
          *     when the run is unknown.
          */
         get: operations["run_checkpoints_api_runs__run_id__checkpoints_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Config
+         * @description The resolved config the run was started with, as a file `lorastudio train` takes. TOML
+         *     has no null: a null setting is left out (it then takes its default), and one whose null means
+         *     "off" where the default is on is named in a comment at the top (the JSON file keeps it). 404
+         *     when the run is unknown.
+         */
+        get: operations["run_config_api_runs__run_id__config_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Log
+         * @description The last `lines` lines of the run's worker log (its stdout, stderr and log records; a
+         *     line per engine event), reading at most 1 MiB from the end. A CLI run has none here (its
+         *     lines went to its terminal). 404 when the run is unknown.
+         */
+        get: operations["run_log_api_runs__run_id__log_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1943,6 +1988,13 @@ export interface components {
              * @description the step a resume would continue from (null: not resumable)
              */
             resume_step?: number | null;
+            /**
+             * Source
+             * @description who started the run: the job service (API, UI) or `lorastudio train`
+             * @default service
+             * @enum {string}
+             */
+            source?: "service" | "cli";
             /** Started At */
             started_at: string | null;
             /**
@@ -1959,6 +2011,29 @@ export interface components {
         RunList: {
             /** Runs */
             runs: components["schemas"]["RunSummary"][];
+        };
+        /** RunLog */
+        RunLog: {
+            /**
+             * Lines
+             * @description the log's last lines, oldest first
+             */
+            lines: string[];
+            /**
+             * Note
+             * @description why a run has no log here (a CLI run, an older run)
+             */
+            note?: string | null;
+            /**
+             * Size Bytes
+             * @description the log file's size (0: no log)
+             */
+            size_bytes: number;
+            /**
+             * Truncated
+             * @description earlier lines exist that are not shown
+             */
+            truncated: boolean;
         };
         /** RunSummary */
         RunSummary: {
@@ -1987,6 +2062,13 @@ export interface components {
              * @description the step a resume would continue from (null: not resumable)
              */
             resume_step?: number | null;
+            /**
+             * Source
+             * @description who started the run: the job service (API, UI) or `lorastudio train`
+             * @default service
+             * @enum {string}
+             */
+            source?: "service" | "cli";
             /** Started At */
             started_at: string | null;
             /**
@@ -4775,6 +4857,145 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_config_api_runs__run_id__config_get: {
+        parameters: {
+            query?: {
+                /** @description json or toml */
+                format?: "json" | "toml";
+                /** @description served as an attachment (<output_name>.<format>) */
+                download?: boolean;
+            };
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "application/toml": unknown;
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_log_api_runs__run_id__log_get: {
+        parameters: {
+            query?: {
+                /** @description how many of the last lines */
+                lines?: number;
+            };
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunLog"];
                 };
             };
             /** @description invalid request (every problem listed) */

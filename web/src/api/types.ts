@@ -47,6 +47,7 @@ export type RunSummary = Schemas["RunSummary"];
 export type RunList = Schemas["RunList"];
 export type RunDetail = Schemas["RunDetail"];
 export type RunDeleted = Schemas["RunDeleted"];
+export type RunLog = Schemas["RunLog"];
 export type CheckpointList = Schemas["CheckpointList"];
 export type Checkpoint = Schemas["CheckpointOut"];
 export type SampleRound = Schemas["SampleRound"];

@@ -379,6 +379,28 @@ export function initialValues(family: Family, keep?: Partial<FormValues>): FormV
   return values;
 }
 
+/**
+ * Form values that repeat a run: `family`'s form filled from the run's resolved `config` (every
+ * setting the form has), its length in the run's unit; the output name left blank so the clone
+ * gets a new one.
+ */
+export function valuesFromConfig(family: Family, config: Partial<Record<Key, unknown>>): FormValues {
+  const values = initialValues(family);
+  for (const [k, v] of Object.entries(config)) {
+    const kind = FIELD_KINDS[k as Key];
+    if (kind === undefined || kind === "length") continue;
+    const s = show(k as Key, v);
+    if (s !== undefined) values[k as Key] = s;
+    else if (kind !== "bool") values[k as Key] = "";
+  }
+  const epochs = typeof config.num_epochs === "number" && config.num_epochs > 0; // epochs override steps
+  values.unit = epochs ? "epochs" : "steps";
+  values.length = String((epochs ? config.num_epochs : config.steps) ?? values.length);
+  values.family = family.name;
+  values.output_name = "";
+  return values;
+}
+
 export interface BuiltConfig {
   config: Partial<TrainConfig>;
   /** Problems found before asking the server (field -> message). */
