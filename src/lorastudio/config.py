@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lorastudio.config_samples import MAX_SAMPLE_PROMPT_CHARS, MAX_SAMPLE_PROMPTS, SamplePrompt, prompt_text
+
 LrScheduler = Literal[
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
 ]
@@ -53,10 +55,6 @@ def revision_problem(revision: str) -> str | None:
     if not REVISION.fullmatch(revision) or ".." in revision:
         return f"{revision[:80]!r} is not a branch, tag or commit"
     return None
-
-
-MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
-MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
 
 
 class TrainConfig(BaseModel):
@@ -282,10 +280,11 @@ class TrainConfig(BaseModel):
     )
 
     # sample previews (rendered with the live LoRA; they never change the training maths)
-    sample_prompts: list[str] = Field(
+    sample_prompts: list[str | SamplePrompt] = Field(
         default_factory=list,
         max_length=MAX_SAMPLE_PROMPTS,
-        description="validation prompts rendered during training (one image each, at the training resolution)",
+        description="validation prompts rendered during training (one image each, at the training resolution): "
+        "a prompt, or an object that also sets its own width, height, seed and guidance",
     )
     sample_every: int | None = Field(
         default=None, ge=1, description="render the samples every N optimizer steps (null: only at the end)"
@@ -392,8 +391,9 @@ class TrainConfig(BaseModel):
 
     @field_validator("sample_prompts")
     @classmethod
-    def _prompts_sized(cls, v: list[str]) -> list[str]:
-        for i, prompt in enumerate(v):
+    def _prompts_sized(cls, v: list[str | SamplePrompt]) -> list[str | SamplePrompt]:
+        for i, entry in enumerate(v):
+            prompt = prompt_text(entry)
             if not prompt.strip():
                 raise ValueError(f"prompt {i} is empty")
             if len(prompt) > MAX_SAMPLE_PROMPT_CHARS:

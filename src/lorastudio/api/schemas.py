@@ -78,7 +78,14 @@ class GenerateBody(_Body):
     steps: int = Field(default=20, description="at most 200, and width x height x steps <= 209.7 M")
     width: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
     height: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
-    guidance: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+    guidance: float | None = Field(
+        default=None, ge=0, le=100, allow_inf_nan=False, description="null: the family's default"
+    )
+    negative_prompt: str | None = Field(
+        default=None,
+        max_length=4000,
+        description="what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)",
+    )
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
 
 
@@ -180,6 +187,13 @@ class FamilyOut(_Out):
         default_factory=lambda: [0, 0],
         description="[min, max] control (reference) images per training sample: [0, 0] text-to-image only",
     )
+    guidance: Literal["cfg", "true_cfg", "embedded"] = Field(
+        default="cfg",
+        description="how its pipeline guides: classifier-free (cfg), true CFG (true_cfg_scale), or a "
+        "distilled guidance embedding (embedded: no negative prompt)",
+    )
+    guidance_default: float | None = Field(default=None, description="the pipeline's default guidance scale")
+    negative_prompt: bool = Field(default=False, description="generation takes a negative prompt")
     precisions: list[str] = Field(description="base_precision values this host can run")
 
 

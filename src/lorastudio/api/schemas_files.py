@@ -84,6 +84,8 @@ class GenerateOut(_Out):
     width: int
     height: int
     prompt: str
+    negative_prompt: str | None = None
+    guidance: float | None = Field(default=None, description="null: the family's default")
     loras: list[LoraRef]
 
 
@@ -94,6 +96,8 @@ class GalleryImage(_Out):
     width: int | None = None
     height: int | None = None
     prompt: str | None = None
+    negative_prompt: str | None = None
+    guidance: float | None = None
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None

@@ -71,6 +71,7 @@ class GenerationRequest:
     guidance: float | None = None
     revision: str | None = None
     loras: tuple[LoraChoice, ...] = ()
+    negative_prompt: str | None = None  # only for a family whose pipeline takes one
 
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
@@ -83,11 +84,19 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
         "base_model": req.base_model,
         "steps": req.steps,
         "guidance": req.guidance,
+        **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
         "loras": [
             {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
             for c in req.loras
         ],
     }
+
+
+def negative_prompt_refusal(spec: Any) -> str:
+    """Why family `spec` takes no negative prompt (FamilySpec.guidance, negative_prompt)."""
+    if spec.guidance == "embedded":
+        return f"{spec.title} guides with a distilled guidance embedding in one pass: it takes no negative prompt"
+    return f"the {spec.title} pipeline takes no negative prompt"
 
 
 def gallery_dir(settings: Settings) -> Path:
@@ -207,6 +216,8 @@ class GenerationService:
         problems = budget_problems(req.width, req.height, req.steps, family.spec.resolution_multiple)
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
+        if req.negative_prompt and not family.spec.negative_prompt:
+            problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
         loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
         for i, (path, _) in enumerate(loras):
             try:
@@ -240,6 +251,7 @@ class GenerationService:
             width=req.width,
             height=req.height,
             guidance=req.guidance,
+            negative_prompt=req.negative_prompt or None,
             loras=tuple(loras),
             out_path=str(staging),
             png_meta=json.dumps(meta_of(req, family)),

@@ -64,6 +64,7 @@ class GenerationJob:
     loras: tuple[tuple[str, float], ...]
     out_path: str
     png_meta: str = "{}"  # the image's settings as JSON: written into the PNG with its size
+    negative_prompt: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -146,6 +147,7 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
             width=job.width,
             height=job.height,
             guidance=job.guidance,
+            negative_prompt=job.negative_prompt,
         )
         meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
         image.save(job.out_path, format="PNG", pnginfo=png_text(meta))

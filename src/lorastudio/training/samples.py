@@ -16,7 +16,8 @@ How a round renders (exactly what inference would render):
   images (its references), fitted to the sample size as `lorastudio generate --control` does;
 - each prompt's noise comes from a CPU generator seeded with `sample_seed` (the same image for
   the same LoRA on any device), at the training resolution, with the family's generation
-  defaults and `sample_steps` inference steps.
+  defaults and `sample_steps` inference steps; a prompt given as an object (SamplePrompt) may
+  set its own width, height, seed and guidance scale (the family's guidance keyword).
 
 A round never changes the training: the denoiser runs in eval mode under no_grad (back to train
 mode after), the global CPU/CUDA RNG states are forked and restored (LoRA dropout draws from
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.config_samples import SamplePrompt, prompt_text
 from lorastudio.families.common import pipeline_facts
 from lorastudio.generate.pipeline import reference_kwargs
 from lorastudio.training.precision import free_accelerator_memory
@@ -64,7 +66,7 @@ class SamplePreviews:
         self.run = run
         self.prompts = list(run.cfg.sample_prompts)
         self.references = _references(run)
-        missing = [p for p in self.prompts if p not in prompt_conds]
+        missing = [prompt_text(p) for p in self.prompts if prompt_text(p) not in prompt_conds]
         if missing:
             raise KeyError(f"sample prompts without conditioning: {missing}")
         self.conds = prompt_conds
@@ -121,28 +123,33 @@ class SamplePreviews:
                 del vae
                 free_accelerator_memory(run.device)
 
-    def _one(self, pipe: Any, prompt: str) -> Image.Image:
+    def _one(self, pipe: Any, entry: str | SamplePrompt) -> Image.Image:
         run = self.run
         cfg, family = run.cfg, run.family
-        cond = family.collate_conditioning([self.conds[prompt]])
+        own = entry if isinstance(entry, SamplePrompt) else SamplePrompt(prompt=entry)
+        cond = family.collate_conditioning([self.conds[own.prompt]])
         kwargs = family.generation_defaults(pipeline_facts(pipe, family.spec.denoiser))
         if cfg.sample_steps is not None:
             kwargs["num_inference_steps"] = cfg.sample_steps
+        if own.guidance is not None:
+            kwargs[family.spec.guidance_kwarg] = own.guidance
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
         if family.spec.guides_with_negative:  # the pipeline's default negative prompt: ""
             negative = family.collate_conditioning([self.conds[""]])
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
         size = int(cfg.resolution or 0)
-        kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, size, size))
-        generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
-        out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)
+        width, height = own.width or size, own.height or size
+        kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, width, height))
+        seed = cfg.sample_seed if own.seed is None else own.seed
+        generator = torch.Generator("cpu").manual_seed(seed)
+        out = pipe(width=width, height=height, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
 
 
 def sample_texts(cfg: TrainConfig, family: Family) -> list[str]:
     """The texts phase 1 encodes for sample previews: each sample prompt once, plus "" (the
     negative prompt) when the family's pipeline guides with one (spec.guides_with_negative)."""
-    texts = list(dict.fromkeys(cfg.sample_prompts))
+    texts = list(dict.fromkeys(prompt_text(p) for p in cfg.sample_prompts))
     if texts and family.spec.guides_with_negative and "" not in texts:
         texts.append("")
     return texts

@@ -87,7 +87,9 @@ def run_samples(
     """The sample previews in the run's output folder (shared by every session of the run),
     oldest step first, each with its prompt and URL. 404 when the run is unknown."""
     run = store.get_run(run_id, max_points=2)
-    prompts = run["config"].get("sample_prompts") or []
+    prompts = [
+        p if isinstance(p, str) else p.get("prompt") for p in run["config"].get("sample_prompts") or []
+    ]
     found = list_samples(settings.outputs_dir / run["output_name"]) if run["output_name"] else []
     return {
         "samples": [
