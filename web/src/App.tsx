@@ -41,7 +41,7 @@ function Screen({ route }: { route: string[] }) {
     case "runs":
       return arg ? <RunDetailScreen id={arg} /> : <RunsScreen />;
     case "generate":
-      return <GenerateScreen />;
+      return <GenerateScreen fromRun={arg} />;
     case "clone":
       return <TrainScreen cloneOf={arg} />;
     default:

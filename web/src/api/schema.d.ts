@@ -1035,12 +1035,30 @@ export interface components {
              * @default false
              */
             fuse_projections?: boolean;
+            /**
+             * Guidance
+             * @description how its pipeline guides: classifier-free (cfg), true CFG (true_cfg_scale), or a distilled guidance embedding (embedded: no negative prompt)
+             * @default cfg
+             * @enum {string}
+             */
+            guidance?: "cfg" | "true_cfg" | "embedded";
+            /**
+             * Guidance Default
+             * @description the pipeline's default guidance scale
+             */
+            guidance_default?: number | null;
             /** Latent Channels */
             latent_channels: number;
             /** Lora Targets */
             lora_targets: string[];
             /** Name */
             name: string;
+            /**
+             * Negative Prompt
+             * @description generation takes a negative prompt
+             * @default false
+             */
+            negative_prompt?: boolean;
             /** Objective */
             objective: string;
             /**
@@ -1155,10 +1173,14 @@ export interface components {
             family?: string | null;
             /** File */
             file: string;
+            /** Guidance */
+            guidance?: number | null;
             /** Height */
             height?: number | null;
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
+            /** Negative Prompt */
+            negative_prompt?: string | null;
             /** Prompt */
             prompt?: string | null;
             /** Seed */
@@ -1184,7 +1206,10 @@ export interface components {
             base_model: string;
             /** Family */
             family: string;
-            /** Guidance */
+            /**
+             * Guidance
+             * @description null: the family's default
+             */
             guidance?: number | null;
             /**
              * Height
@@ -1194,6 +1219,11 @@ export interface components {
             height?: number;
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
+            /**
+             * Negative Prompt
+             * @description what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)
+             */
+            negative_prompt?: string | null;
             /** Prompt */
             prompt: string;
             /** Revision */
@@ -1220,10 +1250,17 @@ export interface components {
         GenerateOut: {
             /** File */
             file: string;
+            /**
+             * Guidance
+             * @description null: the family's default
+             */
+            guidance?: number | null;
             /** Height */
             height: number;
             /** Loras */
             loras: components["schemas"]["LoraRef"][];
+            /** Negative Prompt */
+            negative_prompt?: string | null;
             /** Path */
             path: string;
             /** Prompt */
@@ -2115,6 +2152,38 @@ export interface components {
             samples: components["schemas"]["SampleImage"][];
         };
         /**
+         * SamplePrompt
+         * @description One sample prompt and the settings it renders with instead of the run's.
+         */
+        SamplePrompt: {
+            /**
+             * Guidance
+             * @description guidance scale (null: the family's)
+             * @default null
+             */
+            guidance?: number | null;
+            /**
+             * Height
+             * @description pixels (null: the training resolution)
+             * @default null
+             */
+            height?: number | null;
+            /** Prompt */
+            prompt: string;
+            /**
+             * Seed
+             * @description noise seed (null: sample_seed)
+             * @default null
+             */
+            seed?: number | null;
+            /**
+             * Width
+             * @description pixels (null: the training resolution)
+             * @default null
+             */
+            width?: number | null;
+        };
+        /**
          * SampleReadyEvent
          * @description Sample previews of optimizer step `step` were written: `images` are paths relative to the
          *     run folder ("samples/step-000123-0.png"), one per sample prompt, in the config's order.
@@ -2622,9 +2691,9 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution)
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance
              */
-            sample_prompts?: string[];
+            sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
              * Sample Seed
              * @description noise seed of every sample
@@ -3057,9 +3126,9 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution)
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance
              */
-            sample_prompts: string[];
+            sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**
              * Sample Seed
              * @description noise seed of every sample

@@ -100,7 +100,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "resolution": "training side in pixels",
   "revision": "hub revision (branch, tag or commit)",
   "sample_every": "render the samples every N optimizer steps (null: only at the end)",
-  "sample_prompts": "validation prompts rendered during training (one image each, at the training resolution)",
+  "sample_prompts": "validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance",
   "sample_seed": "noise seed of every sample",
   "sample_steps": "inference steps per sample (null: the family's default)",
   "sample_with_ema": "with ema_decay: sample previews render the EMA weights (false: the raw ones)",

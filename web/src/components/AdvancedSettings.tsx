@@ -100,7 +100,7 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
 
         <h4 className="grid-head">Sample previews</h4>
         {c.area("sample_prompts", "Sample prompts", {
-          hint: "one per line: previews rendered with the LoRA as it trains",
+          hint: 'one per line: previews rendered with the LoRA as it trains; a line may be an object with its own size, seed and guidance: {"prompt": "a cat", "width": 768, "seed": 3}',
           wide: true,
         })}
         {c.num("sample_every", "Sample every", { placeholder: "end only", hint: "optimizer steps" })}

@@ -8,10 +8,11 @@ export interface SampleTile {
   prompt: string | null;
 }
 
-/** The sample prompts of a (resolved) config dict; [] when it has none. */
+/** The sample prompts' texts of a (resolved) config dict, in order (an entry may be a prompt or an object with one); [] when it has none. */
 export function samplePrompts(config: Record<string, unknown> | null | undefined): string[] {
   const prompts = config?.["sample_prompts"];
-  return Array.isArray(prompts) ? prompts.filter((p): p is string => typeof p === "string") : [];
+  if (!Array.isArray(prompts)) return [];
+  return prompts.map((p) => (typeof p === "string" ? p : String((p as { prompt?: unknown } | null)?.prompt ?? "")));
 }
 
 /** The tiles of one round from run-relative image paths (one per prompt, in prompt order). */

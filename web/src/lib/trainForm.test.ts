@@ -13,6 +13,7 @@ import {
   numberList,
   numberMapping,
   precisionChoices,
+  samplePromptLines,
   valuesFromConfig,
   withSetting,
 } from "./trainForm";
@@ -297,5 +298,15 @@ describe("train form: the memory plan and GPUs", () => {
     expect(built.config).not.toHaveProperty("output_name");
     const bySteps = valuesFromConfig(flux, { ...run, num_epochs: 0, steps: 750 });
     expect([bySteps.unit, bySteps.length]).toEqual(["steps", "750"]);
+  });
+
+  it("sample prompts: a line starting with { is an object with its own settings; shown back compactly", () => {
+    expect(samplePromptLines('a cat\n{"prompt": "a dog", "width": 768, "seed": 3}\n')).toEqual(["a cat", { prompt: "a dog", width: 768, seed: 3 }]);
+    expect(samplePromptLines("a cat\n{not json")).toBe('line 2 starts with "{" but is not a JSON object like {"prompt": "a cat", "seed": 3}');
+    const v = valuesFromConfig(flux, { sample_prompts: ["a cat", { prompt: "a dog", width: null, height: null, seed: 3, guidance: null }] });
+    expect(v.sample_prompts).toBe('a cat\n{"prompt":"a dog","seed":3}');
+    const built = buildConfig({ ...v, base_model: "m", data_dir: "d", sample_prompts: "a cat\n{oops" }, flux);
+    expect(built.problems.sample_prompts).toMatch(/line 2/);
+    expect(buildConfig({ ...v, base_model: "m", data_dir: "d" }, flux).config.sample_prompts).toEqual(["a cat", { prompt: "a dog", seed: 3 }]);
   });
 });

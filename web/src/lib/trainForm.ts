@@ -185,10 +185,11 @@ export function attentionHint(host: Host): string {
  * to the config fails the type-check until the form handles it.
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
+ * - prompts: one sample prompt per line, a line starting with "{" a JSON object (SamplePrompt);
  * - length: steps or num_epochs, from the Length input and its unit;
  * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object).
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "length" | "numbers" | "mapping";
+type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "prompts" | "length" | "numbers" | "mapping";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -232,7 +233,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   keep_loras: "integer",
   max_bad_steps: "integer",
   lora_format: "text",
-  sample_prompts: "lines",
+  sample_prompts: "prompts",
   sample_every: "integer",
   sample_steps: "integer",
   sample_seed: "integer",
@@ -318,9 +319,39 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
 function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (typeof v === "boolean") return v;
-  if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
+  if (Array.isArray(v)) {
+    if (FIELD_KINDS[key] === "prompts") return v.map((p) => (typeof p === "string" ? p : JSON.stringify(compact(p)))).join("\n");
+    return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
+  }
   if (typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, n]) => `${k}=${n}`).join(", ");
   return String(v);
+}
+
+/** An object without its null entries (a resolved SamplePrompt lists every setting). */
+function compact(v: unknown): unknown {
+  return v && typeof v === "object" ? Object.fromEntries(Object.entries(v).filter(([, x]) => x != null)) : v;
+}
+
+/**
+ * The sample prompts of the form's textarea: one per non-blank line; a line starting with "{" is a JSON
+ * object (a prompt with its own size, seed, guidance). Returns a problem text for a malformed object.
+ */
+export function samplePromptLines(text: string | boolean | undefined): (string | Record<string, unknown>)[] | string {
+  const out: (string | Record<string, unknown>)[] = [];
+  for (const [i, line] of promptLines(text).entries()) {
+    if (!line.startsWith("{")) {
+      out.push(line);
+      continue;
+    }
+    try {
+      const parsed: unknown = JSON.parse(line);
+      if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new Error("not an object");
+      out.push(parsed as Record<string, unknown>);
+    } catch {
+      return `line ${i + 1} starts with "{" but is not a JSON object like {"prompt": "a cat", "seed": 3}`;
+    }
+  }
+  return out;
 }
 
 /** The sample prompts of the form's textarea: one per non-blank line, trimmed. */
@@ -424,6 +455,12 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
     if (skip(key) || kind === "length") continue;
     if (kind === "bool") {
       if (typeof v === "boolean") config[key] = v;
+      continue;
+    }
+    if (kind === "prompts") {
+      const prompts = samplePromptLines(v);
+      if (typeof prompts === "string") problems[key] = prompts;
+      else if (prompts.length) config[key] = prompts;
       continue;
     }
     if (kind === "lines" || kind === "list") {

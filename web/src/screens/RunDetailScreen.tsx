@@ -62,6 +62,11 @@ export function RunDetailScreen({ id }: { id: string }) {
               Download LoRA
             </a>
           )}
+          {download && (
+            <a className="button secondary" href={href("generate", run.id)}>
+              Generate with it
+            </a>
+          )}
           <button className="danger" onClick={() => void remove()}>
             Delete
           </button>
