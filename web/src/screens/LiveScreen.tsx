@@ -6,6 +6,7 @@ import { LineChart } from "../components/LineChart";
 import { LoraSaved } from "../components/LoraSaved";
 import { PlanSummary } from "../components/PlanSummary";
 import { ProgressBar } from "../components/ProgressBar";
+import { SampleHistory } from "../components/SampleHistory";
 import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
@@ -115,6 +116,7 @@ export function LiveScreen() {
           />
         </div>
       )}
+      <SampleHistory runId={job.id} latest={job.samples ?? null} prompts={samplePrompts(job.config)} />
       {status?.queue.length ? (
         <div className="card">
           <h3>Queue</h3>
