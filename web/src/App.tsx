@@ -7,6 +7,7 @@ import { DatasetDetailScreen } from "./screens/DatasetDetailScreen";
 import { DatasetsScreen } from "./screens/DatasetsScreen";
 import { GenerateScreen } from "./screens/GenerateScreen";
 import { LiveScreen } from "./screens/LiveScreen";
+import { ModelsScreen } from "./screens/ModelsScreen";
 import { RunDetailScreen } from "./screens/RunDetailScreen";
 import { RunsScreen } from "./screens/RunsScreen";
 import { TrainScreen } from "./screens/TrainScreen";
@@ -17,6 +18,7 @@ const NAV = [
   ["live", "Live"],
   ["runs", "Runs"],
   ["generate", "Generate"],
+  ["models", "Models"],
 ] as const;
 
 function LiveBadge() {
@@ -42,6 +44,8 @@ function Screen({ route }: { route: string[] }) {
       return arg ? <RunDetailScreen id={arg} /> : <RunsScreen />;
     case "generate":
       return <GenerateScreen fromRun={arg} />;
+    case "models":
+      return <ModelsScreen />;
     case "clone":
       return <TrainScreen cloneOf={arg} />;
     default:

@@ -12,6 +12,9 @@ import type {
   DatasetDeleted,
   DatasetDetail,
   DeletedFiles,
+  Fetch,
+  FetchBody,
+  FetchList,
   GalleryList,
   GenerateBody,
   GenerateResult,
@@ -36,6 +39,16 @@ export const api = {
   info: () => get<Info>("/api/info"),
   /** The base-model catalogue: models/, added folders and the hub cache, vetted. */
   models: () => get<CatalogueModel[]>("/api/models"),
+  /** Start fetching a hub repo (202); `token`: a hub token for this fetch only (a gated repo). */
+  fetchModel: (body: FetchBody) => post<Fetch>("/api/models/fetch", body),
+  fetches: () => get<FetchList>("/api/models/fetch"),
+  cancelFetch: (id: string) => post<Fetch>(`/api/models/fetch/${seg(id)}/cancel`, {}),
+  /** List an existing folder (absolute path) in the catalogue. */
+  addModelFolder: (path: string) => post<CatalogueModel>("/api/models/added", { path }),
+  /** Remove an added folder from the catalogue (its files stay). */
+  forgetModelFolder: (id: string) => del<unknown>(`/api/models/added/${seg(id)}`),
+  /** Delete a model lorastudio downloaded or created. */
+  deleteModel: (id: string) => del<unknown>(`/api/models/${seg(id)}`),
 
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>

@@ -1091,6 +1091,11 @@ export interface components {
              * @description branch, tag or commit
              */
             revision?: string | null;
+            /**
+             * Token
+             * @description a hub token for this fetch only (a gated repo the studio's token cannot read); never stored
+             */
+            token?: string | null;
         };
         /** FetchList */
         FetchList: {
