@@ -293,6 +293,12 @@ class TrainConfig(BaseModel):
         default=None, ge=1, le=1000, description="inference steps per sample (null: the family's default)"
     )
     sample_seed: int = Field(default=0, ge=0, le=2**32 - 1, description="noise seed of every sample")
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list,
+        max_length=2,
+        description="experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and "
+        "sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases",
+    )
 
     # speed
     num_gpus: int = Field(

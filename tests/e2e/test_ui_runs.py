@@ -100,7 +100,9 @@ def test_run_page_log_config_and_clone(studio, browser, artifacts: Path, shoot) 
 
 
 @pytest.mark.timeout(180)
-def test_models_screen_lists_adds_and_forgets(studio, browser, artifacts: Path, shoot, tmp_path: Path) -> None:
+def test_models_screen_lists_adds_and_forgets(
+    studio, browser, artifacts: Path, shoot, tmp_path: Path
+) -> None:
     from lorastudio.tiny import save_tiny_model
 
     url = str(studio["url"])

@@ -45,6 +45,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "sample_steps",
         "sample_seed",
         "sample_with_ema",
+        "report_to",  # trackers read the events, they never change the training (training/trackers.py)
     }
 )
 

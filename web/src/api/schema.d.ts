@@ -2677,6 +2677,11 @@ export interface components {
                 [key: string]: number;
             } | null;
             /**
+             * Report To
+             * @description experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases
+             */
+            report_to?: ("tensorboard" | "wandb")[];
+            /**
              * Resolution
              * @description training side in pixels
              * @default null
@@ -3114,6 +3119,11 @@ export interface components {
             rank_pattern: {
                 [key: string]: number;
             } | null;
+            /**
+             * Report To
+             * @description experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases
+             */
+            report_to: ("tensorboard" | "wandb")[];
             /**
              * Resolution
              * @description training side in pixels

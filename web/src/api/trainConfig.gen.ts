@@ -97,6 +97,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "random_crop": "random instead of centre crop",
   "random_flip": "horizontal flip augmentation",
   "rank_pattern": "per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank",
+  "report_to": "experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases",
   "resolution": "training side in pixels",
   "revision": "hub revision (branch, tag or commit)",
   "sample_every": "render the samples every N optimizer steps (null: only at the end)",

@@ -106,6 +106,10 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {c.num("sample_every", "Sample every", { placeholder: "end only", hint: "optimizer steps" })}
         {c.num("sample_steps", "Sample steps", { placeholder: "model's", hint: "inference steps" })}
         {c.num("sample_seed", "Sample seed")}
+        {c.line("report_to", "Experiment trackers", {
+          placeholder: "none",
+          hint: "tensorboard, wandb (optional extras on the server; the studio's charts need neither)",
+        })}
       </div>
     </details>
   );

@@ -237,6 +237,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   sample_every: "integer",
   sample_steps: "integer",
   sample_seed: "integer",
+  report_to: "list",
   compile: "text",
   attention_backend: "text",
   fuse_projections: "text",
