@@ -126,7 +126,7 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     1 when it failed (after an Error event), 3 when the parent is gone; an unexpected
     exception is reported as an Error event, then re-raised (traceback in the server log)."""
     prepare_child(args)
-    worker_log = _start_log(args)
+    worker_log = start_log(args)
     channel = WorkerChannel(args, events, stop_event, stop_save)
     code = 0
     try:
@@ -156,7 +156,7 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     os._exit(code)
 
 
-def _start_log(args: WorkerArgs) -> WorkerLog | None:
+def start_log(args: WorkerArgs) -> WorkerLog | None:
     """The run's log (jobs/worker_log.py); None, with a line on stderr, when its file cannot be
     opened (the run goes on: the log is a copy of what the terminal shows)."""
     try:

@@ -48,6 +48,8 @@ def test_a_cli_run_is_listed_under_runs(tiny_model, small_dataset, tmp_path, run
         assert kinds["lora"].endswith("from-cli/from-cli.safetensors") and kinds["sidecar"].endswith(".json")
         log = client.get(f"/api/runs/{run['id']}/log").json()
         assert log["lines"] == [] and "terminal" in log["note"]
+    shown = CliRunner().invoke(app, ["runs", "show", runs[0]["id"]])
+    assert shown.exit_code == 0 and "source       cli" in shown.output
 
 
 def test_a_failed_cli_run_records_its_error(tiny_model, small_dataset):
