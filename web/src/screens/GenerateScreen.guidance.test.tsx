@@ -4,6 +4,7 @@ import { beforeEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { imageMeta } from "../components/Gallery";
 import { GenerateScreen } from "./GenerateScreen";
 
 const RUN = { id: "r1", family: "sdxl", output_name: "portrait", lora_file: true, config: { base_model: "/m/sdxl-base" } };
@@ -68,5 +69,10 @@ describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
     await waitFor(() => expect(screen.getByRole("radio", { name: "Stable Diffusion XL" })).toHaveAttribute("aria-checked", "true"));
     expect(input("gen_base_model")).toHaveValue("/m/sdxl-base");
     await waitFor(() => expect(screen.getByLabelText("use LoRA portrait")).toBeChecked());
+  });
+
+  it("a gallery image shows its guidance and negative prompt", () => {
+    const img = { file: "a.png", url: "/gallery/a.png", created: 1, seed: 3, width: 64, height: 64, steps: 2, guidance: 6.5, negative_prompt: "blurry", loras: [] };
+    expect(imageMeta(img)).toBe("seed 3 · 64×64 · 2 steps · guidance 6.5 · not: blurry");
   });
 });
