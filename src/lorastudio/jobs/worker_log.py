@@ -5,7 +5,8 @@ A spawned worker inherits the server's stdout and stderr, so without this its li
 warnings, tracebacks, the engine's log records) reach only the terminal that started the server.
 `WorkerLog.start` (in the child) points file descriptors 1 and 2 at a pipe and copies what comes
 through, in a thread, to the log file and to the original stderr, so the terminal still shows it;
-the engine's log records (INFO and up, which the server never prints) go to the file only. The
+the engine's INFO log records (which the server never printed) go to the file only, its warnings
+to both. The
 file stops growing at MAX_LOG_BYTES (a line says so); the terminal copy goes on.
 
 Hand-written: a tee at the file-descriptor level (which also catches what C extensions print)
@@ -46,7 +47,7 @@ class WorkerLog:
         self._file = None
         self._thread: threading.Thread | None = None
         self._saved: tuple[int, int] | None = None
-        self._handler: logging.Handler | None = None
+        self._handlers: list[logging.Handler] = []
 
     def start(self) -> WorkerLog:
         """Open the log file (appending: a resumed run's worker has its own run id, so its own
@@ -64,11 +65,17 @@ class WorkerLog:
         os.close(write_end)
         self._thread = threading.Thread(target=self._copy, args=(read_end,), name="worker-log", daemon=True)
         self._thread.start()
-        self._handler = logging.StreamHandler(_LineWriter(self))
-        self._handler.setFormatter(logging.Formatter(_FORMAT))
-        self._handler.setLevel(logging.INFO)
+        # INFO records to the file only; WARNING and up through stderr (the tee), so the terminal
+        # keeps seeing them as before and the file gets each record once
+        quiet = logging.StreamHandler(_LineWriter(self))
+        quiet.addFilter(lambda record: record.levelno < logging.WARNING)
+        loud = logging.StreamHandler(sys.stderr)
+        loud.setLevel(logging.WARNING)
+        self._handlers = [quiet, loud]
         root = logging.getLogger()
-        root.addHandler(self._handler)
+        for handler in self._handlers:
+            handler.setFormatter(logging.Formatter(_FORMAT))
+            root.addHandler(handler)
         if root.level > logging.INFO or root.level == logging.NOTSET:
             root.setLevel(logging.INFO)
         return self
@@ -98,8 +105,8 @@ class WorkerLog:
         pipe, close the file. Safe to call twice."""
         if self._saved is None:
             return
-        if self._handler is not None:
-            logging.getLogger().removeHandler(self._handler)
+        for handler in self._handlers:
+            logging.getLogger().removeHandler(handler)
         with contextlib.suppress(ValueError, OSError):
             sys.stdout.flush()
             sys.stderr.flush()

@@ -16,6 +16,7 @@ log = WorkerLog(Path(sys.argv[1]), limit=int(sys.argv[2])).start()
 print("from print")
 os.write(2, b"from fd 2\\n")
 logging.getLogger("lorastudio.worker").info("a log record")
+logging.getLogger("lorastudio.worker").warning("a warning")
 print("x" * int(sys.argv[3]))
 log.close()
 print("after close")
@@ -42,6 +43,7 @@ def test_the_tee_keeps_every_line_and_the_terminal_still_sees_them(tmp_path: Pat
     terminal = done.stdout + done.stderr
     assert "from print" in terminal and "from fd 2" in terminal and "after close" in terminal
     assert "a log record" not in terminal
+    assert text.count("WARNING lorastudio.worker: a warning") == 1 and "a warning" in terminal
 
 
 def test_the_file_stops_at_its_limit(tmp_path: Path) -> None:
