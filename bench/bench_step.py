@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from bench import models_2026
 from bench.harness import engine_config
 from bench.models import BASELINE_TARGETS, FAMILY_KEYS, baseline_inputs, build_denoiser, synthetic_batch
 
@@ -55,6 +56,7 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
         "beta_schedule": "scaled_linear",
         "prediction_type": "epsilon",
     },
+    **models_2026.SCHEDULERS,
 }
 
 
@@ -132,13 +134,19 @@ class Engine:
     """The engine's objects for one family: config, family hooks, objective, denoiser + LoRA."""
 
     def __init__(
-        self, name: str, before_lora: Any = None, targets: tuple[str, ...] | None = None, fuse: bool = False
+        self,
+        name: str,
+        before_lora: Any = None,
+        targets: tuple[str, ...] | None = None,
+        fuse: bool = False,
+        overrides: dict[str, Any] | None = None,
     ):
         """before_lora: an optional callable(model) applied to the built denoiser before the LoRA
         is added (e.g. training.quantize.apply_base_precision); targets: the LoRA target module
         suffixes (a run's `lora_targets`; None: the family's defaults); fuse: the family's
         same-input projections fused and their LoRA inputs shared, as build_denoiser does for
-        fuse_projections on (training/fused_projections.py)."""
+        fuse_projections on (training/fused_projections.py); overrides: settings of the run's
+        config changed from engine_config's (e.g. adapter="dora", optimizer="adamw8bit")."""
         from lorastudio import families
         from lorastudio.training.fused_projections import fuse_projections, share_lora_inputs
         from lorastudio.training.lora import add_lora, lora_config_for
@@ -146,7 +154,7 @@ class Engine:
 
         self.name = name
         self.family = families.get(FAMILY_KEYS[name])
-        self.cfg = engine_config(name)
+        self.cfg = engine_config(name, **(overrides or {}))
         self.objective = make_objective(self.family, self.cfg, SCHEDULERS[name])
         self.model = build_denoiser(name, DEV, DT)
         self.family.adapt_denoiser(self.model)  # as the family's load_denoiser does

@@ -16,14 +16,14 @@ from typing import Any
 ROW_PREFIX = "ROW "
 
 
-def engine_config(name: str) -> Any:
-    """The TrainConfig every bench case of family `name` (flux, qwen, zimage, sdxl) trains with:
+def engine_config(name: str, **overrides: Any) -> Any:
+    """The TrainConfig every bench case of family `name` (bench.models.FAMILY_KEYS) trains with:
     LoRA rank 16 (alpha 16) on the family's default targets, lr 1e-4, clipping at 1.0, min-SNR 5
-    for SDXL."""
+    for SDXL; `overrides` replace or add settings (e.g. adapter="lokr", optimizer="adamw8bit")."""
     from bench.models import FAMILY_KEYS
     from lorastudio.config import TrainConfig
 
-    return TrainConfig(
+    settings: dict[str, Any] = dict(
         family=FAMILY_KEYS[name],
         base_model="bench/random-init",
         data_dir="bench",
@@ -31,8 +31,9 @@ def engine_config(name: str) -> Any:
         lora_alpha=16.0,
         learning_rate=1e-4,
         max_grad_norm=1.0,
-        **({"snr_gamma": 5.0} if name == "sdxl" else {"snr_gamma": None}),
+        snr_gamma=5.0 if name == "sdxl" else None,
     )
+    return TrainConfig(**{**settings, **overrides})
 
 
 def loop_step(

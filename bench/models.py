@@ -12,7 +12,15 @@ from typing import Any
 
 import torch
 
-FAMILY_KEYS = {"flux": "flux", "qwen": "qwen-image", "zimage": "z-image", "sdxl": "sdxl"}
+from bench import models_2026
+
+FAMILY_KEYS = {
+    "flux": "flux",
+    "qwen": "qwen-image",
+    "zimage": "z-image",
+    "sdxl": "sdxl",
+    **models_2026.FAMILY_KEYS,
+}
 TEXT_TOKENS = {"flux": 512, "qwen": 128, "zimage": 128, "sdxl": 77}
 TEXT_DIM = {"flux": 4096, "qwen": 3584, "zimage": 2560, "sdxl": 2048}
 POOLED_DIM = {"flux": 768, "sdxl": 1280}
@@ -40,8 +48,11 @@ SDXL_UNET = dict(
 
 def build_denoiser(name: str, device: str, dtype: torch.dtype, seed: int = 0) -> Any:
     """The full-size denoiser of bench family `name` (flux, qwen, zimage, sdxl), random init,
-    built directly on `device` in `dtype`, frozen, train mode."""
+    built directly on `device` in `dtype`, frozen, train mode (the 2026 families: models_2026)."""
     import diffusers
+
+    if name in models_2026.FAMILY_KEYS:
+        return models_2026.build_denoiser(name, device, dtype, seed)
 
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
@@ -72,6 +83,8 @@ def synthetic_batch(
 ) -> tuple[torch.Tensor, dict[str, Any], dict[str, Any]]:
     """(latents [B,C,h,w] dtype on device, collated conditioning as the family's
     collate_conditioning returns it (CPU, like the loop's cache), batch_info) of real shapes."""
+    if name in models_2026.FAMILY_KEYS:
+        return models_2026.synthetic_batch(name, batch, resolution, device, dtype, seed)
     g = torch.Generator().manual_seed(seed)
     h = w = resolution // 8
     latents = torch.randn(batch, LATENT_CHANNELS[name], h, w, generator=g).to(device, dtype)  # [B,C,h,w]
@@ -104,6 +117,8 @@ def baseline_inputs(
 ) -> tuple[dict[str, Any], torch.Tensor]:
     """Keyword arguments of a plain diffusers forward and a random target, as the diffusers
     example scripts feed them (the plain baseline)."""
+    if name in models_2026.FAMILY_KEYS:
+        return models_2026.baseline_inputs(name, batch, resolution, device, dtype)
     g = torch.Generator(device).manual_seed(1)
 
     def r(*shape: int) -> torch.Tensor:

@@ -5,6 +5,7 @@ stacked), the same as training/optimize.py.
 
 variants:
   base       the plain diffusers + peft baseline step (bench_step's), timed in the same call
+  basegc     the same with diffusers' gradient checkpointing (when the plain step does not fit)
   ref        the compiled engine step as the loop runs it (one sync per step)
   eager      the same step without compile (the reference of the issue's parity check)
   wide       the engine's compile "wide": regional compile of the family's wide_compile_blocks
@@ -53,6 +54,8 @@ variants:
   fp8        frozen-base linears of the repeated blocks as training.fp8.Fp8FrozenLinear
   fp8ao      torchao convert_to_float8_training (rowwise) on the same linears, for comparison
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
+  dora, loha, lokr     the run's `adapter` (peft's DoRA / LoHa / LoKr, rank 16 as the LoRA)
+  a8, prodigy          the run's `optimizer`: adamw8bit (bitsandbytes) / prodigy (prodigyopt)
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
@@ -103,8 +106,10 @@ def second_bucket(step_on: Any, data: Any, family: str, batch: int) -> dict[str,
     return out
 
 
-def baseline_case(family: str, batch: int) -> dict[str, Any]:
-    """The plain diffusers + peft step of bench_step (the issue's baseline), timed the same way."""
+def baseline_case(family: str, batch: int, checkpointing: bool = False) -> dict[str, Any]:
+    """The plain diffusers + peft step of bench_step (the issue's baseline), timed the same way;
+    `checkpointing`: with diffusers' gradient checkpointing on (the example scripts'
+    --gradient_checkpointing, for a model whose plain step does not fit)."""
     import torch
 
     from bench.bench_step import DEV, baseline_model, baseline_step_fn, timed
@@ -112,7 +117,9 @@ def baseline_case(family: str, batch: int) -> dict[str, Any]:
 
     with run_numerics(True, torch.device(DEV)):
         model, params = baseline_model(family)
-        row = {"family": family, "variant": "base", "batch": batch}
+        if checkpointing:
+            model.enable_gradient_checkpointing()
+        row = {"family": family, "variant": "basegc" if checkpointing else "base", "batch": batch}
         row.update(timed(baseline_step_fn(family, model, params, batch), batch))
     return row
 
@@ -127,8 +134,8 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
 
     row: dict[str, Any] = {"family": family, "variant": variant, "batch": batch}
     parts = set(variant.split("+"))
-    if variant == "base":
-        return baseline_case(family, batch)
+    if variant in ("base", "basegc"):
+        return baseline_case(family, batch, checkpointing=variant == "basegc")
     known = {
         "ref",
         "eager",
@@ -158,6 +165,11 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "fp8q",
         "int8q",
         "nf4q",
+        "dora",
+        "loha",
+        "lokr",
+        "a8",
+        "prodigy",
     }
     if parts - known:
         raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
@@ -193,8 +205,17 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
             before = fused_base(family, before, qkv_only="fbq" in parts)
         elif "fbq" in parts:
             raise ValueError("fbq restricts fb / fbl: combine it with one of them")
-        eng = Engine(family, before_lora=before, targets=targets)
+        overrides: dict[str, Any] = {}
+        if adapter := parts & {"dora", "loha", "lokr"}:
+            overrides["adapter"] = next(iter(adapter))
+        if "a8" in parts:
+            overrides["optimizer"] = "adamw8bit"
+        elif "prodigy" in parts:
+            overrides.update(optimizer="prodigy", learning_rate=1.0)
+        eng = Engine(family, before_lora=before, targets=targets, overrides=overrides)
         row["lora_params"] = sum(p.numel() for p in eng.params)
+        if family not in TFLOP_PER_SAMPLE and not base:  # bf16 FLOPs of one fwd+bwd, for the MFU
+            row["tflop_per_sample"] = round(eng.flops_per_sample() / 1e12, 1)
         if "fbl" in parts:
             from lorastudio.training.fused_projections import share_lora_inputs
 
@@ -342,16 +363,22 @@ NOT_BF16 = {"fp8", "fp8ao", "fp8q", "int8q", "nf4q", "bt"}  # parts after which 
 
 def add_ratios(row: dict[str, Any], base_samples_per_s: dict[str, float]) -> None:
     """Add to a timed probe row `x_base` (its samples/s over the same call's `base` row of its
-    family, when one ran before it) and `mfu` (bf16 rows with the default LoRA targets)."""
+    family, when one ran before it) and `mfu` (bf16 rows with the default LoRA targets; fp8 or
+    quantised rows: `mfu_bf16_equiv`, the bf16 FLOPs of the step over the bf16 peak)."""
     fam, sps = row["family"], row.get("samples_per_s")
     if not sps:
         return
-    if row["variant"] == "base":
-        base_samples_per_s[fam] = sps
+    if row["variant"] in ("base", "basegc"):
+        base_samples_per_s.setdefault(fam, sps)  # the first plain row that ran is the reference
     elif fam in base_samples_per_s:
         row["x_base"] = round(sps / base_samples_per_s[fam], 3)
-    if row["variant"] != "base" and not set(row["variant"].split("+")) & NOT_BF16:
-        row["mfu"] = round(TFLOP_PER_SAMPLE[fam] * sps / PEAK_BF16_TFLOPS, 3)
+    tflop = row.get("tflop_per_sample") or TFLOP_PER_SAMPLE.get(fam)
+    if row["variant"] in ("base", "basegc") or not tflop:
+        return
+    if not set(row["variant"].split("+")) & NOT_BF16:
+        row["mfu"] = round(tflop * sps / PEAK_BF16_TFLOPS, 3)
+    else:  # an fp8 / quantised base: the same bf16 FLOPs over the bf16 peak (what a user compares)
+        row["mfu_bf16_equiv"] = round(tflop * sps / PEAK_BF16_TFLOPS, 3)
 
 
 def main() -> None:

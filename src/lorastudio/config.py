@@ -30,6 +30,9 @@ AttentionBackend = Literal["auto", "cudnn", "flash", "efficient", "math", "fa4"]
 FuseProjections = Literal["auto", "on", "off"]
 AdapterName = Literal["lora", "dora", "loha", "lokr"]
 OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
+LossName = Literal["mse", "l1", "huber", "smooth_l1"]
+SaveDtype = Literal["fp32", "bf16", "fp16"]
+HuberSchedule = Literal["constant", "exponential", "snr"]
 
 # Fields that only some families honour. A family lists the ones it supports in
 # FamilySpec.supports; setting one explicitly for another family is a ConfigError.
@@ -42,6 +45,9 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
     "flow_shift",
     "guidance",
     "max_sequence_length",
+    "train_text_encoder",
+    "text_encoder_lr",
+    "v_prediction",
 )
 
 
@@ -64,8 +70,23 @@ class TrainConfig(BaseModel):
 
     # what to train on
     family: str = Field(description="model family: a registered name (`lorastudio families`, /api/info)")
-    base_model: str = Field(min_length=1, description="hub id (owner/name) or local pipeline folder")
+    base_model: str = Field(
+        min_length=1,
+        description="hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)",
+    )
     revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
+    base_config: str | None = Field(
+        default=None,
+        min_length=1,
+        description="single-file base_model (.safetensors): the pipeline folder or hub id whose configs, "
+        "tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; "
+        "default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)",
+    )
+    v_prediction: bool | None = Field(
+        default=None,
+        description="SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon "
+        "(false); unset: as the file says (its v_pred key), else the base config's scheduler",
+    )
     data_dir: str = Field(min_length=1, description="dataset folder (absolute, or a name under datasets/)")
     output_name: str | None = Field(
         default=None,
@@ -106,6 +127,35 @@ class TrainConfig(BaseModel):
         description="paired datasets: parallel folders of control images matched to the targets by file "
         "stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders "
         "(each absolute, or a name under datasets/, like data_dir)",
+    )
+
+    # masked loss (issue 29 part 4; data/masks.py): a dataset's masks/ folder (same file stems), or alpha
+    alpha_mask: bool = Field(
+        default=False,
+        description="use each image's alpha channel as its loss mask (opaque = trained, transparent = "
+        "unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)",
+    )
+    unmasked_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = "
+        "in between, or alpha_mask); 0 = they teach nothing",
+    )
+
+    # validation loss (issue 29 part 6; data/holdout.py, training/validate.py)
+    validation_split: float | str | None = Field(
+        default=None,
+        description="images held out of training for the validation loss: a fraction of the dataset (0-1, "
+        "chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off",
+    )
+    validate_every: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="with validation_split: the mean loss over the held-out images at fixed noise levels and "
+        "seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of "
+        "its step, so the best one is marked and kept (null: only after the last step)",
     )
 
     # schedule
@@ -210,6 +260,20 @@ class TrainConfig(BaseModel):
         description="per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
     )
 
+    # SDXL text-encoder LoRA (family-specific; training/text_encoders.py)
+    train_text_encoder: bool = Field(
+        default=False,
+        description="SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / "
+        "lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's "
+        "(diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)",
+    )
+    text_encoder_lr: float | None = Field(
+        default=None,
+        gt=0,
+        le=1.0,
+        description="SDXL with train_text_encoder: its learning rate (null: learning_rate)",
+    )
+
     # numerics
     base_precision: BasePrecision = Field(
         default="auto",
@@ -278,13 +342,19 @@ class TrainConfig(BaseModel):
         "portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI "
         "and diffusers at the trained strength)",
     )
+    save_dtype: SaveDtype = Field(
+        default="fp32",
+        description="dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): "
+        "fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32",
+    )
 
     # sample previews (rendered with the live LoRA; they never change the training maths)
     sample_prompts: list[str | SamplePrompt] = Field(
         default_factory=list,
         max_length=MAX_SAMPLE_PROMPTS,
-        description="validation prompts rendered during training (one image each, at the training resolution): "
-        "a prompt, or an object that also sets its own width, height, seed and guidance",
+        description="validation prompts rendered during training (one image each, at the training "
+        "resolution): a prompt, or an object that also sets its own width, height, seed and guidance "
+        'and, for an edit family, "controls": [reference images relative to data_dir]',
     )
     sample_every: int | None = Field(
         default=None, ge=1, description="render the samples every N optimizer steps (null: only at the end)"
@@ -326,6 +396,24 @@ class TrainConfig(BaseModel):
         "file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or "
         "LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / "
         "int8 / nf4)",
+    )
+
+    # the loss (issue 28; training/losses.py): every family and objective
+    loss: LossName = Field(
+        default="mse",
+        description="mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like "
+        "above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top",
+    )
+    huber_c: float | None = Field(
+        default=None,
+        gt=0,
+        le=10,
+        description="huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise",
+    )
+    huber_schedule: HuberSchedule | None = Field(
+        default=None,
+        description="huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean "
+        "latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)",
     )
 
     # objective (family-specific: see FAMILY_SPECIFIC_FIELDS)
@@ -370,6 +458,15 @@ class TrainConfig(BaseModel):
             raise ValueError("must be a finite number")
         return v
 
+    @field_validator("validation_split")
+    @classmethod
+    def _split_shape(cls, v: float | str | None) -> float | str | None:
+        if isinstance(v, float | int) and not isinstance(v, bool) and not 0 < v < 1:
+            raise ValueError("a fraction must be between 0 and 1 (exclusive); or give a folder")
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("must be a fraction or a folder, not empty")
+        return v
+
     @field_validator("lokr_factor")
     @classmethod
     def _factor_not_zero(cls, v: int | None) -> int | None:
@@ -398,8 +495,7 @@ class TrainConfig(BaseModel):
     @field_validator("sample_prompts")
     @classmethod
     def _prompts_sized(cls, v: list[str | SamplePrompt]) -> list[str | SamplePrompt]:
-        for i, entry in enumerate(v):
-            prompt = prompt_text(entry)
+        for i, prompt in enumerate(prompt_text(entry) for entry in v):
             if not prompt.strip():
                 raise ValueError(f"prompt {i} is empty")
             if len(prompt) > MAX_SAMPLE_PROMPT_CHARS:

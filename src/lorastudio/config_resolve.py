@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
+from lorastudio.config_methods import FAMILY_FIELD_REASONS, resolve_loss
 from lorastudio.config_rules import (
     adapter_lora_format,
     combination_problems,
@@ -84,7 +85,8 @@ def _inert_value(field: str) -> Any:
 
 
 def _unsupported(family: str, field: str) -> FieldProblem:
-    return FieldProblem(field, f"the {family} family cannot honour this setting; remove it")
+    reason = FAMILY_FIELD_REASONS.get(field, "")
+    return FieldProblem(field, f"the {family} family cannot honour this setting{reason}; remove it")
 
 
 def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
@@ -179,6 +181,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
         values[key] = _inert_value(key)
     values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
     values["lora_format"] = adapter_lora_format(cfg, values["lora_format"])
+    resolve_loss(cfg, values)
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:
@@ -197,4 +200,4 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
 
 
 # Family-specific fields whose schema default is not null: inert for families that do not use them.
-_NOT_NULLABLE = ("timestep_sampling", "logit_mean", "logit_std")
+_NOT_NULLABLE = ("timestep_sampling", "logit_mean", "logit_std", "train_text_encoder")

@@ -8,6 +8,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.config_methods import loss_problems, text_encoder_problems
 from lorastudio.errors import FieldProblem
 
 if TYPE_CHECKING:
@@ -121,10 +122,18 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
             for name in SAMPLE_SETTINGS
             if getattr(cfg, name) != type(cfg).model_fields[name].default
         ]
+    if cfg.validate_every is not None and cfg.validation_split is None:
+        problems.append(
+            FieldProblem(
+                "validate_every", "needs validation_split (there are no held-out images to validate on)"
+            )
+        )
     problems += _plan_problems(cfg)
     problems += optimizer_problems(cfg)
     problems += ema_problems(cfg)
     problems += adapter_problems(cfg)
+    problems += loss_problems(cfg)
+    problems += text_encoder_problems(cfg)
     if cfg.assistant_lora is not None:
         problems += assistant_lora_problems(cfg.assistant_lora)
     if cfg.fuse_projections == "on" and cfg.base_precision in UNFUSED_BASES:

@@ -1,10 +1,18 @@
-"""Sample prompts with their own settings: a TrainConfig.sample_prompts entry is a prompt (text)
-or a SamplePrompt object that also sets its own size, seed and guidance; each setting it leaves
-unset takes the run's (resolution, sample_seed, the family's default guidance). Part of the one
-config schema (config.py); no torch.
+"""Sample prompts of TrainConfig: a plain prompt (text), or a SamplePrompt object that also sets
+its own size, seed and guidance, and the reference (control) images an edit family renders it with.
+Each setting an object leaves unset takes the run's (resolution, sample_seed, the family's default
+guidance, the run's default references). Part of the one config schema (config.py); no torch.
+
+    "sample_prompts": ["a red circle",
+                       {"prompt": "a dog", "width": 768, "height": 512, "seed": 3, "guidance": 4.0},
+                       {"prompt": "make it blue", "controls": ["control/shape_00.png"]}]
 
 In TOML: sample_prompts = ["a cat", { prompt = "a dog", width = 768, height = 512, seed = 3 }].
-"""
+
+`controls` are paths relative to the dataset folder (data_dir), inside it, in slot order; they
+are checked with the dataset (data/sample_refs.py). Left out (null): a paired run renders the
+prompt as an edit of the first paired dataset image's controls, a text-to-image run without
+references; [] asks for none (text-to-image, for a family that also trains it: FLUX.2)."""
 
 from __future__ import annotations
 
@@ -13,14 +21,23 @@ from pydantic import BaseModel, ConfigDict, Field
 MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
 MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
 MAX_SAMPLE_SIDE = 2048  # pixels per side of one sample preview
+MAX_SAMPLE_CONTROLS = 10  # references per sample prompt (the most any family takes: FLUX.2 dev)
 
 
 class SamplePrompt(BaseModel):
-    """One sample prompt and the settings it renders with instead of the run's."""
+    """One sample prompt, the settings it renders with instead of the run's, and its references."""
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=MAX_SAMPLE_PROMPT_CHARS)
+    prompt: str = Field(
+        min_length=1, max_length=MAX_SAMPLE_PROMPT_CHARS, description="the prompt (the edit instruction)"
+    )
+    controls: list[str] | None = Field(
+        default=None,
+        max_length=MAX_SAMPLE_CONTROLS,
+        description="reference images, paths relative to the dataset folder (null: the first paired "
+        "image's controls on a paired dataset, none otherwise; []: none)",
+    )
     width: int | None = Field(
         default=None, ge=16, le=MAX_SAMPLE_SIDE, description="pixels (null: the training resolution)"
     )
@@ -34,5 +51,10 @@ class SamplePrompt(BaseModel):
 
 
 def prompt_text(entry: str | SamplePrompt) -> str:
-    """The text of a sample_prompts entry."""
+    """The prompt of a sample_prompts entry."""
     return entry if isinstance(entry, str) else entry.prompt
+
+
+def prompt_controls(entry: str | SamplePrompt) -> list[str] | None:
+    """The reference images asked for by a sample_prompts entry (None: the run's default)."""
+    return None if isinstance(entry, str) else entry.controls

@@ -90,6 +90,24 @@ class ModelAccessDenied(ModelSourceError):
         super().__init__(message)
 
 
+class HubUploadError(LorastudioError):
+    """A push of a LoRA to the hub that failed: no hub token set, or the hub unreachable or
+    failing (the message names the repo and the hub's answer)."""
+
+
+class HubTokenMissing(HubUploadError):
+    """A push with no hub token configured (LORASTUDIO_HF_TOKEN, or huggingface_hub's login)."""
+
+
+class HubAccessDenied(HubUploadError):
+    """The hub refused the push: `status` 401 (token not accepted) or 403 (no write access to
+    the repo)."""
+
+    def __init__(self, message: str, status: int):
+        self.status = status
+        super().__init__(message)
+
+
 class ModelNotDeletable(LorastudioError):
     """A base model lorastudio did not download or create (it never deletes those)."""
 

@@ -62,7 +62,8 @@ class Settings(BaseSettings):
         ),
     )
     hf_token: SecretStr | None = Field(
-        default=None, description="hub token for gated/private repos (else huggingface_hub's own login)"
+        default=None,
+        description="hub token for gated/private repos and LoRA pushes (else huggingface_hub's own login)",
     )
     server_nice: int = Field(
         default=10,

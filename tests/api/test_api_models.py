@@ -26,7 +26,7 @@ from fake_hub import FakeHub, FakeHubServer, FakeRepo, flux_repo_files  # noqa: 
 
 SECRET = "hf_api_secret_not_valid_on_the_hub_42"  # the studio's token: the fake hub accepts another
 ENTRY_KEYS = {"id", "name", "source", "path", "family", "trainable", "reason", "size_bytes", "complete",
-              "missing", "deletable", "checkpoint", "distilled"}  # fmt: skip
+              "missing", "deletable", "checkpoint", "distilled", "kind"}  # fmt: skip
 
 
 @pytest.fixture

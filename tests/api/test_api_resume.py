@@ -67,6 +67,7 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
 
     listed = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == first["id"])
     assert listed["resume_step"] == stopped_at
+    assert listed["train_longer"] == {"from_step": stopped_at, "steps": STEPS}  # from the stop's checkpoint
     checkpoints = client.get(f"/api/runs/{first['id']}/checkpoints").json()
     assert checkpoints["resume_step"] == stopped_at
     assert checkpoints["checkpoints"][-1]["name"] == f"step-{stopped_at:06d}"
@@ -104,6 +105,11 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     # LoRA); setting a larger total trains it longer, recorded in the sidecar (training/extend.py)
     finished = client.post(f"/api/runs/{first['id']}/resume", json={})
     assert finished.status_code == 400 and "set steps above" in finished.text, finished.text
+    newest = client.get(f"/api/runs/{first['id']}/checkpoints").json()["checkpoints"][-1]["step"]
+    offered = client.get(f"/api/runs/{done['id']}").json()
+    assert offered["resume_step"] is None and offered["train_longer"] == {"from_step": newest, "steps": STEPS}
+    same = client.post(f"/api/runs/{done['id']}/resume", json={"settings": {"steps": STEPS}})
+    assert same.status_code == 400 and same.json()["problems"][0]["field"] == "steps", same.text
     longer = client.post(f"/api/runs/{first['id']}/resume", json={"settings": {"steps": STEPS + 2}})
     assert longer.status_code == 201, longer.text
     extended = wait_status(client, longer.json()["id"], FINAL)
@@ -111,3 +117,4 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     assert extended["status"] == "completed" and extended["steps_run"] == STEPS + 2, extended["error"]
     record = json.loads((outputs / "res" / "res.json").read_text())["extensions"]
     assert [(r["from_steps"], r["to_steps"]) for r in record] == [(STEPS, STEPS + 2)]
+    assert client.get(f"/api/runs/{extended['id']}").json()["train_longer"]["steps"] == STEPS + 2

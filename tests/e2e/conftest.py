@@ -127,16 +127,27 @@ def _require_ui() -> None:
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
-    """A running server: {"url", "home", "model", "sample", "log"}, with the tiny FLUX model
-    under models/; stopped (and its log shown on failure) at the end of the module."""
+    """A running server: {"url", "home", "model", "sample", "log", "hub"}, with the tiny FLUX model
+    under models/ and a fake hub (tests/fake_hub_upload.py) as its hub, with a write token;
+    stopped (and its log shown on failure) at the end of the module."""
     _require_ui()
+    from fake_hub_upload import WRITE_TOKEN, UploadHub, UploadHubServer
     from lorastudio.tiny import make_sample_dataset, save_tiny_model
 
     home = tmp_path_factory.mktemp("home")
     model = save_tiny_model("flux", home / "models" / "tiny-flux")
     sample = make_sample_dataset(tmp_path_factory.mktemp("upload") / "sample")
-    with _running_studio(home, {}) as url:
-        yield {"url": url, "home": home, "model": model, "sample": sample, "log": home / "server.log"}
+    with UploadHubServer(UploadHub()) as hub:  # a local hub the run page pushes to
+        hub_env = {"HF_ENDPOINT": hub.url, "LORASTUDIO_HF_TOKEN": WRITE_TOKEN, "HF_HUB_OFFLINE": "0"}
+        with _running_studio(home, hub_env) as url:
+            yield {
+                "url": url,
+                "home": home,
+                "model": model,
+                "sample": sample,
+                "log": home / "server.log",
+                "hub": hub,
+            }
 
 
 @pytest.fixture(scope="module")

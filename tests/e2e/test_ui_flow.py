@@ -1,7 +1,7 @@
 """The whole studio in a real browser: upload a dataset, check the memory plan, train (with
 checkpoints), see the plan the run reports, watch the chart, stop and save, find the run, its plan
-and its checkpoints, download its LoRA, generate with it, find the image in the server's gallery,
-and resume the run from an older checkpoint it picked.
+and its checkpoints, download its LoRA, push it to a (local) hub, generate with it, find the image in the server's gallery,
+resume the run from an older checkpoint it picked, and train it longer than its total.
 
 Every screen is shot at 1280 and 420 px into tests/e2e/artifacts/ (for a person to look at), and
 at 420 px no screen may be wider than the viewport (no sideways scrolling).
@@ -181,6 +181,20 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     picker = checkpoints.get_by_label("checkpoint to resume from")
     assert picker.input_value() == f"step-{steps[0]:06d}"
     shoot(page, "run")
+    # push the LoRA to the (local, fake) hub, creating the repo
+    page.get_by_role("button", name="push e2e-lora to the hub").click()
+    push = page.get_by_test_id("push-hub")
+    push.locator('[name="hub_repo"]').fill("me/e2e-lora")
+    push.get_by_label("Create the repo if it does not exist").check()
+    shoot(page, "push-hub")
+    push.get_by_role("button", name="Push", exact=True).click()
+    push.get_by_role("status").wait_for()
+    assert (
+        push.get_by_role("link", name="me/e2e-lora").get_attribute("href")
+        == f"{studio['hub'].url}/me/e2e-lora"
+    )
+    pushed = studio["hub"].repos["me/e2e-lora"]
+    assert pushed["e2e-lora.safetensors"][8:9] == b"{" and "README.md" in pushed and "e2e-lora.json" in pushed
 
     # 6. Generate with the LoRA (tiny model preselected) and find the image in the gallery
     page.goto(f"{url}/#/generate")
@@ -220,6 +234,25 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     job = page.request.get(f"{url}/api/train/status").json()["job"]
     assert job["id"] != run_id and job["output_name"] == "e2e-lora", job
     assert job["metrics"][0]["step"] == 1 and job["progress"]["step"] > steps[-1]
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_role("button", name="Stop and discard").click()
+    page.locator("h1 .status-stopped").wait_for(timeout=60_000)
+
+    # 8. Train it longer: a new total above the run's 3000 steps, from the newest checkpoint
+    page.goto(f"{url}/#/runs/{job['id']}")
+    checkpoints = page.get_by_test_id("checkpoints")
+    checkpoints.get_by_role("button", name="train e2e-lora longer").click()
+    checkpoints.locator('[name="train_longer_steps"]').fill("3001")
+    shoot(page, "train-longer")
+    checkpoints.get_by_role("button", name="Train to 3001 steps").click()
+    page.wait_for_url(re.compile(r"#/live$"))
+    page.locator("h1 .status-running").wait_for(timeout=90_000)
+    page.wait_for_function(
+        "() => /\\/\\s*3001/.test(document.querySelector('[data-testid=stat-step]')?.textContent || '')",
+        timeout=90_000,
+    )
+    longer = page.request.get(f"{url}/api/train/status").json()["job"]
+    assert longer["id"] not in (run_id, job["id"]) and longer["progress"]["total_steps"] == 3001, longer
     page.get_by_role("button", name="Stop", exact=True).click()
     page.get_by_role("button", name="Stop and discard").click()
     page.locator("h1 .status-stopped").wait_for(timeout=60_000)

@@ -54,11 +54,11 @@ def four_pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def training_data(four_images: Path, four_pairs: Path) -> Callable[[str], Path]:
-    """family -> its 4-sample overfitting dataset (paired when the family takes controls)."""
+    """family -> its 4-sample overfitting dataset (paired when the family needs controls)."""
     from lorastudio import families
 
     def pick(family: str) -> Path:
-        return four_pairs if families.get(family).spec.control_images[1] > 0 else four_images
+        return four_pairs if families.get(family).spec.control_images[0] > 0 else four_images
 
     return pick
 
@@ -69,7 +69,7 @@ def controls_for(family: str, data: Path, prompt_file: Path) -> list:
 
     from lorastudio import families
 
-    if families.get(family).spec.control_images[1] == 0:
+    if families.get(family).spec.control_images[0] == 0:
         return []
     with Image.open(data / "control" / f"{prompt_file.stem}.png") as img:
         return [img.convert("RGB")]

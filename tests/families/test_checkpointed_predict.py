@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from PIL import Image
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
@@ -23,15 +24,21 @@ def test_a_checkpointed_prediction_equals_the_plain_one(family, tiny_model):
         TrainConfig(family=family, base_model=base, data_dir="unused", resolution=RES, **extra)
     )
     dev, dt = torch.device("cpu"), torch.float32
+    n_controls = min(fam.source_control_images(base)[1], 2)  # up to 2 the tiny checkpoint's flavour takes
+    seen = {"controls": [[Image.new("RGB", (RES, RES), "gray")] * n_controls]}  # the prompt sees them
     cond = fam.collate_conditioning(
-        fam.encode_prompts(fam.load_text_encoders(base, None, dt, dev), ["a red circle"], cfg)
+        fam.encode_prompts(
+            fam.load_text_encoders(base, None, dt, dev),
+            ["a red circle"],
+            cfg,
+            **(seen if fam.spec.prompt_sees_controls else {}),
+        )
     )
     denoiser = fam.load_denoiser(base, None, dt, dev)
     h = w = RES // fam.spec.vae_scale_factor
     noisy = torch.randn(1, fam.spec.latent_channels, h, w, generator=torch.Generator().manual_seed(0))
     level = torch.tensor([500]) if fam.spec.objective == "ddpm" else torch.tensor([0.6])
     info = {"original_size": [(RES, RES)], "crop_top_left": [(0, 0)], "target_size": (RES, RES)}
-    n_controls = fam.spec.control_images[1]
     if n_controls:  # an edit family's reference latents: [1, K, C, h, w]
         g = torch.Generator().manual_seed(1)
         info["controls"] = torch.randn(1, n_controls, fam.spec.latent_channels, h, w, generator=g)

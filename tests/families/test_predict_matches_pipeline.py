@@ -1,10 +1,15 @@
 """Contract: each family's `predict` hook speaks the same convention as the family's own
 diffusers pipeline. One denoising step of the real pipeline from a known latent must equal the
 step computed from `family.predict` (same conditioning, same time input, same sign). Families that
-take control images get control latents through batch_info["controls"], and the pipeline the
-same latents as its reference `image` (a latent tensor is used as given)."""
+need control images (min >= 1 for the checkpoint's flavour) get the pipeline the reference images
+(`image`) and the hooks their latents through batch_info["controls"] (Family.reference_pixels, as
+the pipeline prepares a reference, encoded with encode_controls), and the images too where the
+prompt sees them (spec.prompt_sees_controls). A family that also predicts without references
+(min 0: FLUX.2) runs text-to-image here; test_reference_predict.py checks its references."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -25,11 +30,33 @@ def _cfg(family: str, base: str, **extra) -> TrainConfig:
     )
 
 
-def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level, controls=None):
+def _references(family: str, base: str) -> tuple[list, torch.Tensor | None]:
+    """Seeded reference images and their latents [1, K, C, hc, wc] as the family encodes them,
+    for a family that needs references (as many as the checkpoint's flavour takes); ([], None)
+    for one that also predicts without (spec.control_images min 0: its references are
+    tests/families/test_reference_predict.py's) and for a text-to-image family."""
+    import numpy as np
+    from PIL import Image
+
+    fam = families.get(family)
+    low, high = fam.source_control_images(base)
+    count = high if low > 0 else 0
+    if not count:
+        return [], None
+    rng = np.random.default_rng(3)
+    images = [Image.fromarray(rng.integers(0, 256, (RES, RES, 3), dtype=np.uint8)) for _ in range(count)]
+    vae = fam.load_vae(base, None, torch.float32, torch.device("cpu"))
+    with torch.no_grad():
+        latents = [fam.encode_controls(vae, fam.reference_pixels(im, RES, RES)[None])[0] for im in images]
+    return images, torch.stack(latents)[None]  # [1, K, C, hc, wc]
+
+
+def _hooks_prediction(family: str, base: str, cfg: TrainConfig, noisy, level, controls=None, images=()):
     fam = families.get(family)
     dev, dt = torch.device("cpu"), torch.float32
     enc = fam.load_text_encoders(base, None, dt, dev)
-    cond = fam.collate_conditioning(fam.encode_prompts(enc, [PROMPT], cfg))
+    seen = {"controls": [list(images)]} if fam.spec.prompt_sees_controls else {}
+    cond = fam.collate_conditioning(fam.encode_prompts(enc, [PROMPT], cfg, **seen))
     den = fam.load_denoiser(base, None, dt, dev)
     info = {"original_size": [(RES, RES)], "crop_top_left": [(0, 0)], "target_size": (RES, RES)}
     if controls is not None:
@@ -52,10 +79,9 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     h = w = RES // fam.spec.vae_scale_factor
     g = torch.Generator().manual_seed(0)
     noise = torch.randn(1, fam.spec.latent_channels, h, w, generator=g)
-    n_controls = fam.spec.control_images[1]
-    controls = torch.randn(1, n_controls, fam.spec.latent_channels, h, w, generator=g) if n_controls else None
+    images, controls = _references(family, base)
 
-    velocity = _hooks_prediction(family, base, cfg, noise, torch.ones(1), controls)  # [1, C, h, w]
+    velocity = _hooks_prediction(family, base, cfg, noise, torch.ones(1), controls, images)  # [1, C, h, w]
     expected = noise - velocity
 
     pipe = DiffusionPipeline.from_pretrained(base)
@@ -64,11 +90,10 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     pipe.set_progress_bar_config(disable=True)
     kwargs = {k: v for k, v in fam.spec.generation_defaults.items() if k != "num_inference_steps"}
     kwargs.update(fam.spec.no_cfg_kwargs)
-    if controls is not None:  # the reference latents, and the output size as asked
-        kwargs |= {
-            "image": controls[:, 0] if n_controls == 1 else list(controls[0, :, None]),
-            "max_area": RES**2,
-        }
+    if images:  # the reference images, and the output size as asked
+        kwargs["image"] = images[0] if len(images) == 1 else images
+        if "max_area" in inspect.signature(type(pipe).__call__).parameters:
+            kwargs["max_area"] = RES**2
     out = pipe(
         prompt=PROMPT,
         height=RES,

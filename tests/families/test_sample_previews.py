@@ -1,7 +1,9 @@
 """Sample previews work for every registered family, and a preview is exactly inference: the
 image rendered from the cached prompt conditioning during training equals the one the family's
 full pipeline (with its text encoders) generates for the prompt text with the trained LoRA (for
-an edit family: as an edit of the first dataset image's controls, the run's sample references)."""
+an edit family: as an edit of the first dataset image's controls, the run's sample references;
+on a paired dataset one more prompt names other references: the first prompt's text with the
+second image's controls, rendered, and where the prompt sees them encoded, with those)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,13 @@ SAMPLE_STEPS, SAMPLE_SEED = 2, 5
 def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, training_data, tmp_path):
     spec = families.get(family).spec
     data = training_data(family)
-    references = controls_for(family, data, sorted(data.glob("*.txt"))[0])
+    captions = sorted(data.glob("*.txt"))
+    references = controls_for(family, data, captions[0])
+    prompts: list = [*PROMPTS]
+    expected_refs = [references] * len(PROMPTS)
+    if references:  # a paired dataset: a sample prompt with references of its own
+        prompts.append({"prompt": PROMPTS[0], "controls": [f"control/{captions[1].stem}.png"]})
+        expected_refs.append(controls_for(family, data, captions[1]))
     size = max(32, 2 * spec.resolution_multiple)
     extra = {"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}
     raw = {
@@ -40,7 +48,7 @@ def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, tr
         "learning_rate": 5e-2,
         "lora_rank": 4,
         "seed": 0,
-        "sample_prompts": PROMPTS,
+        "sample_prompts": prompts,
         "sample_steps": SAMPLE_STEPS,
         "sample_seed": SAMPLE_SEED,
         **extra,
@@ -54,10 +62,11 @@ def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, tr
         return_denoiser=True,
     )
     ready = [e for e in events if e.type == "sample_ready"]
-    assert [(e.step, len(e.images)) for e in ready] == [(1, len(PROMPTS))]
+    assert [(e.step, len(e.images)) for e in ready] == [(1, len(prompts))]
     pipe = load_pipeline(str(tiny_model(family)), family, device="cpu")
     setattr(pipe, spec.denoiser, result.denoiser)  # the LoRA as trained
-    for prompt, rel in zip(PROMPTS, ready[0].images, strict=True):
+    for entry, refs, rel in zip(prompts, expected_refs, ready[0].images, strict=True):
+        prompt = entry if isinstance(entry, str) else entry["prompt"]
         sample = Path(result.lora_path.parent, rel)
         with Image.open(sample) as image:
             rendered = np.asarray(image.convert("RGB"))
@@ -70,6 +79,6 @@ def test_a_sample_equals_the_pipeline_image_of_its_prompt(family, tiny_model, tr
             width=size,
             height=size,
             extra=extra,
-            controls=references,
+            controls=refs,
         )
         assert np.array_equal(rendered, np.asarray(expected)), f"{family}: {rel} differs from inference"

@@ -82,12 +82,15 @@ def test_family_problems_reported_together_with_schema_problems():
 def test_each_family_refuses_the_specific_settings_it_cannot_honour(family):
     spec = families.get(family).spec
     values = {"snr_gamma": 5.0, "noise_offset": 0.05, "timestep_sampling": "uniform", "logit_mean": 0.5,
-              "logit_std": 1.5, "flow_shift": 3.0, "guidance": 2.0, "max_sequence_length": 64}  # fmt: skip
+              "logit_std": 1.5, "flow_shift": 3.0, "guidance": 2.0, "max_sequence_length": 64,
+              "train_text_encoder": True, "text_encoder_lr": 1e-5,
+              "v_prediction": True}  # fmt: skip
     assert set(values) == set(FAMILY_SPECIFIC_FIELDS)
     for name, value in values.items():
         raw = {**BASE, "family": family, name: value}
         if name in spec.supports:  # the logit settings shape logit_normal (some families default to another)
             raw.update({"timestep_sampling": "logit_normal"} if name.startswith("logit_") else {})
+            raw.update({"train_text_encoder": True} if name == "text_encoder_lr" else {})
             assert getattr(resolve_train_config(parse_train_config(raw)), name) == value
         else:
             with pytest.raises(ConfigError) as exc:

@@ -23,6 +23,7 @@ EXTRA_MODELS: dict[str, Any] = {
     "TrainConfig": TrainConfig,
     "ProgressEvent": events.Progress,
     "SampleReadyEvent": events.SampleReady,
+    "ValidationEvent": events.Validated,
     "PlanChosenEvent": events.PlanChosen,
     "CompleteEvent": events.Complete,
     "ErrorEvent": events.Error,

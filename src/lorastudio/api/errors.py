@@ -3,7 +3,8 @@
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
 UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, NoSpaceLeft 507 (Insufficient
-Storage: a full disk, raised where files and the run store are written), HomeInUse 409. Every error
+Storage: a full disk, raised where files and the run store are written), HomeInUse 409; a hub
+push: HubTokenMissing 400, HubAccessDenied 403, HubUploadError 502. Every error
 body is {"error": <class name>, "detail": <message>, ...}.
 """
 
@@ -19,6 +20,9 @@ from lorastudio.errors import (
     GenerationFailed,
     GenerationWorkerLost,
     HomeInUse,
+    HubAccessDenied,
+    HubTokenMissing,
+    HubUploadError,
     JobActive,
     LorastudioError,
     ModelAccessDenied,
@@ -38,6 +42,9 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     ModelSourceError: 400,
     ModelAccessDenied: 403,  # the hub refused (gated/private): not a lorastudio auth failure
     ModelNotDeletable: 403,
+    HubUploadError: 502,  # the hub failed or could not be reached
+    HubAccessDenied: 403,  # the hub refused the token or the repo: not a lorastudio auth failure
+    HubTokenMissing: 400,
     NotFound: 404,
     JobActive: 409,
     UploadTooLarge: 413,

@@ -47,8 +47,9 @@ class ResumeBody(_Body):
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="settings to change that do not change the maths (save_every, keep_last, "
-        "save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, "
-        "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)",
+        "save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, "
+        "micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the "
+        "run's total to train it longer (RunSummary.train_longer)",
     )
     queue: bool = Field(default=True, description="wait in the queue when busy (false: 409 when busy)")
 
@@ -69,8 +70,19 @@ class LoraRef(_Body):
 
 class GenerateBody(_Body):
     family: str
-    base_model: str = Field(min_length=1, description="hub id, absolute folder, or name under models/")
+    base_model: str = Field(
+        min_length=1, description="hub id, absolute folder or .safetensors checkpoint, or name under models/"
+    )
     revision: str | None = None
+    base_config: str | None = Field(
+        default=None,
+        min_length=1,
+        description="single-file base_model: pipeline folder or hub id of its configs (default: the original model's)",
+    )
+    v_prediction: bool | None = Field(
+        default=None,
+        description="SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says",
+    )
     prompt: str = Field(max_length=4000)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     # sizes and steps are checked against the generation budget (400 with the reason):
@@ -87,6 +99,11 @@ class GenerateBody(_Body):
         description="what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)",
     )
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
+    references: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description="reference images of an edit family (ids from POST /api/generate/references), slot order",
+    )
 
 
 # -- responses ---------------------------------------------------------------------------------
@@ -241,6 +258,13 @@ class MetricPoint(_Out):
     peak_memory_gb: float | None = None
 
 
+class ValidationPoint(_Out):
+    step: int = Field(description="the optimizer step the validation round followed")
+    loss: float | None = Field(
+        description="mean loss over the held-out images at fixed noise (null: not finite)"
+    )
+
+
 class ProgressOut(MetricPoint):
     type: Literal["progress"] = "progress"
     total_steps: int
@@ -260,6 +284,10 @@ class SampleImage(_Out):
     prompt: str | None = Field(description="the sample prompt (null when the config no longer has it)")
     name: str = Field(description="file name: step-000123-0.png")
     url: str = Field(description="where the PNG is served")
+    references: list[str] = Field(
+        default_factory=list,
+        description="URLs of the reference images the prompt was rendered with (an edit family's), slot order",
+    )
 
 
 class SampleList(_Out):
@@ -287,6 +315,9 @@ class JobOut(_Out):
     phase: PhaseOut | None = Field(description="the last model_load_* / preparing event")
     progress: ProgressOut | None
     metrics: list[MetricPoint]
+    validation: list[ValidationPoint] = Field(
+        default_factory=list, description="the validation rounds so far (validation_split), by step"
+    )
     lora_path: str | None
     steps_run: int
     error: str | None
@@ -315,6 +346,11 @@ class StatusOut(_Out):
     event_seq: int = Field(description="id of the latest event (resume /api/train/events after it)")
 
 
+class TrainLongerOut(_Out):
+    from_step: int = Field(description="the newest checkpoint's step: the extension continues from it")
+    steps: int = Field(description="the run's total steps now: the new total must be above it")
+
+
 class RunSummary(_Out):
     id: str
     output_name: str
@@ -336,6 +372,11 @@ class RunSummary(_Out):
     lora_file: bool = Field(
         default=False, description="the run's LoRA file (outputs/<name>/<name>.safetensors) exists"
     )
+    train_longer: TrainLongerOut | None = Field(
+        default=None,
+        description="a resume with settings.steps above `steps` trains the run longer from `from_step` "
+        "(null: the run is live, has no checkpoint or counts epochs)",
+    )
 
 
 class OutputOut(_Out):
@@ -347,6 +388,9 @@ class RunDetail(RunSummary):
     config: TrainConfigOut = Field(description="the resolved TrainConfig the run was started with")
     plan: PlanOut | None = Field(default=None, description="the plan the run used (null: none reported)")
     metrics: list[MetricPoint]
+    validation: list[ValidationPoint] = Field(
+        default_factory=list, description="the run's validation rounds (validation_split), by step"
+    )
     outputs: list[OutputOut]
 
 

@@ -7,15 +7,23 @@ from typing import Any
 
 from pydantic import Field
 
-from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Out
+from lorastudio.api.schemas import DatasetSummary, DroppedFile, LoraRef, _Body, _Out
 
 
 class DatasetFile(_Out):
     file: str
     caption: str | None
+    controls: list[str] = Field(
+        default_factory=list,
+        description="its control images (paired datasets): paths in the dataset, slot order",
+    )
     bytes: int
     width: int | None
     height: int | None
+    mask: str | None = Field(
+        default=None,
+        description="its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail",
+    )
 
 
 class DatasetDetail(DatasetSummary):
@@ -68,6 +76,11 @@ class LoraStep(_Out):
     path: str
     final: bool = Field(description="the run's final LoRA (else a snapshot under loras/)")
     url: str = Field(description="download URL of the file")
+    validation_loss: float | None = Field(
+        default=None, description="the validation loss of its step (null: the step was not validated)"
+    )
+    best: bool = Field(default=False, description="the LoRA of the run's best validation round")
+    last: bool = Field(default=False, description="the LoRA of the run's last validation round")
 
 
 class LoraSteps(_Out):
@@ -87,6 +100,10 @@ class GenerateOut(_Out):
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, description="null: the family's default")
     loras: list[LoraRef]
+    references: list[str] = Field(default_factory=list, description="ids of the reference images used")
+    reference_urls: list[str] = Field(
+        default_factory=list, description="where the reference images are served"
+    )
 
 
 class GalleryImage(_Out):
@@ -101,9 +118,38 @@ class GalleryImage(_Out):
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None
+    base_config: str | None = Field(default=None, description="a single-file base_model's base config")
     steps: int | None = None
     loras: list[LoraRef] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list, description="ids of the reference images used")
+    reference_urls: list[str] = Field(
+        default_factory=list, description="where the reference images are served"
+    )
 
 
 class GalleryList(_Out):
     images: list[GalleryImage]
+
+
+class PushBody(_Body):
+    repo: str = Field(
+        pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", max_length=200, description="hub model repo id, owner/name"
+    )
+    create: bool = Field(default=False, description="create the repo first when it does not exist")
+    private: bool = Field(default=False, description="with create: make the new repo private")
+
+
+class PushOut(_Out):
+    repo_id: str
+    url: str = Field(description="the repo's page on the hub")
+    commit: str | None = Field(description="the commit the push made")
+    files: list[str] = Field(description="the files of the commit (LoRA, sidecar, README.md, samples/...)")
+
+
+class ReferenceOut(_Out):
+    id: str = Field(description="give it in GenerateBody.references")
+    url: str
+
+
+class ReferencesOut(_Out):
+    references: list[ReferenceOut] = Field(description="the uploaded reference images, in upload order")

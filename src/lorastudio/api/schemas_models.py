@@ -26,14 +26,18 @@ class FetchBody(_Body):
 
 
 class AddFolderBody(_Body):
-    path: str = Field(min_length=1, max_length=4096, description="absolute path of a folder to list")
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="absolute path of a folder or .safetensors checkpoint to list",
+    )
 
 
 class CatalogueModelOut(_Out):
     id: str = Field(description="catalogue id (URL-safe): a models/ folder name, added:..., hub:...")
     name: str = Field(description="display name: folder name, or the hub id")
     source: Literal["local", "hub-cache", "tiny", "added"]
-    path: str = Field(description="absolute folder; usable as base_model")
+    path: str = Field(description="absolute folder or checkpoint file; usable as base_model")
     family: str | None = Field(description="the family that trains this pipeline; null when none does")
     trainable: bool = Field(description="a family trains it and every component needed is present")
     reason: str | None = Field(description="why it is not trainable (null when trainable)")
@@ -47,6 +51,10 @@ class CatalogueModelOut(_Out):
     )
     distilled: bool | None = Field(
         default=None, description="step-distilled (turbo) base, from the checkpoint; null when unknown"
+    )
+    kind: Literal["pipeline", "single-file"] = Field(
+        default="pipeline",
+        description="a diffusers pipeline folder, or one .safetensors checkpoint (trained with base_config)",
     )
 
 

@@ -10,6 +10,27 @@ from pydantic import ConfigDict, Field
 from lorastudio.api.schemas import DroppedFile, HostOut, TrainConfigOut, _Out
 
 
+class TrainingMode(_Out):
+    kind: Literal["text-to-image", "edit", "mixed"] | None = Field(
+        default=None, description="null: a text-to-image-only family"
+    )
+    note: str | None = None
+
+
+class PreflightValidation(_Out):
+    held_out: int = Field(description="images held out of training for the validation loss")
+    images: list[str] = Field(description="their file names")
+    source: str = Field(description="where they come from (a seeded fraction of the dataset, or a folder)")
+    train_images: int = Field(description="images left to train on")
+    every: int | None = Field(description="validate_every (null: only after the last step)")
+
+
+class PreflightMasks(_Out):
+    source: str = Field(description='where the masks come from: "masks/ folder" or "alpha channel"')
+    images_with_mask: int
+    without_mask: list[str] = Field(description="images that train unmasked (no mask file / no alpha)")
+
+
 class PreflightDataset(_Out):
     path: str
     images_found: int
@@ -27,6 +48,16 @@ class PreflightDataset(_Out):
         default=None,
         description="paired datasets: pairs, per_image (controls per target), sources, buckets, resize, "
         "examples (target -> controls); null for a text-to-image dataset",
+    )
+    mode: TrainingMode = Field(
+        default_factory=lambda: TrainingMode(),
+        description="for a family that takes control images: text-to-image, edit or both (mixed)",
+    )
+    masks: PreflightMasks | None = Field(
+        default=None, description="the loss masks (masks/ folder or alpha_mask); null when no image is masked"
+    )
+    validation: PreflightValidation | None = Field(
+        default=None, description="the validation hold-out (validation_split); null without one"
     )
 
 
@@ -96,6 +127,11 @@ class PreflightFamily(_Out):
         "null for a family with one flavour or a hub id",
     )
     notes: list[str] = Field(default_factory=list, description="what training this flavour means")
+    single_file: str | None = Field(
+        default=None,
+        description="a single-file base: the checkpoint, its layout, the base config its configs come from, "
+        "and the prediction type; null for a pipeline folder or hub id",
+    )
 
 
 class PreflightOut(_Out):

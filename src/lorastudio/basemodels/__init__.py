@@ -13,8 +13,10 @@ Public API:
     run_fetch(settings, plan, ...) / fetch_model(settings, repo_id, ...) -> FetchOutcome
     FetchManager(settings)                                 fetches as background server tasks
     resolve_hub_id(settings, repo_id, revision)            where a hub id's files are on disk
-    resolve_base_model(value, family, settings)            THE base-model resolution (folder,
-                                                           name under models/, hub id)
+    resolve_base(value, family, settings, base_config=)   THE base-model resolution (folder,
+                                                           single file + its base config, name
+                                                           under models/, hub id); resolve_base_model
+                                                           its (source, folder) short form
 """
 
 from lorastudio.basemodels.accepted import AcceptedFamily, accepted_families, accepted_text
@@ -23,7 +25,7 @@ from lorastudio.basemodels.catalogue import ModelEntry, delete_model, get_model,
 from lorastudio.basemodels.fetch import FetchOutcome, FetchPlan, fetch_model, plan_fetch, run_fetch
 from lorastudio.basemodels.fetches import FetchManager
 from lorastudio.basemodels.hubcache import hub_offline, is_hub_id
-from lorastudio.basemodels.resolve import resolve_base_model, resolve_hub_id
+from lorastudio.basemodels.resolve import ResolvedBase, resolve_base, resolve_base_model, resolve_hub_id
 from lorastudio.basemodels.vetting import Recognition, inspect_folder, vet_pipeline_folder
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "FetchPlan",
     "ModelEntry",
     "Recognition",
+    "ResolvedBase",
     "accepted_families",
     "accepted_text",
     "add_folder",
@@ -46,6 +49,7 @@ __all__ = [
     "is_hub_id",
     "list_models",
     "plan_fetch",
+    "resolve_base",
     "resolve_base_model",
     "resolve_hub_id",
     "run_fetch",

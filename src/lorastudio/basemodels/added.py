@@ -11,6 +11,7 @@ import os
 import threading
 from pathlib import Path
 
+from lorastudio.basemodels.single_file import is_single_file
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.settings import Settings
 
@@ -83,7 +84,8 @@ def refusal(folder: Path, settings: Settings) -> str | None:
 
 
 def add_folder(settings: Settings, path: str) -> Path:
-    """Add an existing folder (absolute path) to the catalogue; returns its resolved path.
+    """Add an existing folder or single-file checkpoint (absolute path) to the catalogue;
+    returns its resolved path.
     Idempotent. Raises ConfigError for a relative path, a path that is not a folder, or a folder
     that is no model's (see `refusal`: a system folder, the studio home or one around or in it,
     models/ which is listed already)."""
@@ -91,8 +93,8 @@ def add_folder(settings: Settings, path: str) -> Path:
     if not given.is_absolute():
         raise ConfigError([FieldProblem("path", f"{path!r}: give an absolute folder path")])
     folder = given.resolve()
-    if not folder.is_dir():
-        raise ConfigError([FieldProblem("path", f"{folder} is not an existing folder")])
+    if not folder.is_dir() and not is_single_file(folder):
+        raise ConfigError([FieldProblem("path", f"{folder} is not an existing folder or checkpoint file")])
     why = refusal(folder, settings)
     if why is not None:
         raise ConfigError([FieldProblem("path", why)])

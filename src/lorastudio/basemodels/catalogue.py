@@ -31,7 +31,8 @@ from typing import Any, Literal
 
 from lorastudio.basemodels.added import added_folders, added_id, refusal
 from lorastudio.basemodels.hubcache import cached_repos
-from lorastudio.basemodels.layout import MODEL_INDEX, FolderSize, folder_size
+from lorastudio.basemodels.layout import MODEL_INDEX, FolderSize, folder_size, weight_suffix
+from lorastudio.basemodels.single_file import inspect_file
 from lorastudio.basemodels.vetting import Recognition, inspect_folder
 from lorastudio.errors import JobActive, ModelNotDeletable, NotFound
 from lorastudio.settings import Settings
@@ -65,6 +66,7 @@ class ModelEntry:
     deletable: bool
     checkpoint: str | None = None  # a known checkpoint's title and note (basemodels/checkpoints.py)
     distilled: bool | None = None  # step-distilled (turbo); None when nothing says
+    kind: Literal["pipeline", "single-file"] = "pipeline"  # a folder, or one checkpoint file
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,7 +127,13 @@ def scan_folder(folder: Path, *, walk: bool = True) -> tuple[Recognition, Folder
 def _entry(
     model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
 ) -> ModelEntry:
-    rec, found = scan_folder(folder, walk=size is None)
+    if folder.is_file():  # a single-file checkpoint (basemodels/single_file.py): its header only
+        rec = inspect_file(folder)
+        found = FolderSize(folder.stat().st_size if size is None else size, True)
+        kind: Literal["pipeline", "single-file"] = "single-file"
+    else:
+        rec, found = scan_folder(folder, walk=size is None)
+        kind = "pipeline"
     return ModelEntry(
         id=model_id,
         name=name,
@@ -140,6 +148,7 @@ def _entry(
         deletable=deletable,
         checkpoint=rec.checkpoint,
         distilled=rec.distilled,
+        kind=kind,
     )
 
 
@@ -149,7 +158,11 @@ def _models_dir_entries(settings: Settings) -> list[ModelEntry]:
         return []
     entries = []
     for folder in sorted(root.iterdir(), key=lambda p: p.name.lower()):
-        if folder.name.startswith(".") or not folder.is_dir():
+        if folder.name.startswith("."):
+            continue
+        if not folder.is_dir():
+            if folder.is_file() and weight_suffix(folder.name) is not None:
+                entries.append(_entry(folder.name, folder.name, "local", folder, False, None))
             continue
         owned = not folder.is_symlink()
         marker = read_fetch_marker(folder) if owned else None

@@ -9,10 +9,12 @@ on disk is refused with a message that says so.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.basemodels.catalogue import fetched_folder
 from lorastudio.basemodels.hubcache import cached_snapshot, hub_cache_dir, hub_offline, is_hub_id
+from lorastudio.basemodels.single_file import SingleFileFacts, vet_single_file
 from lorastudio.basemodels.vetting import inspect_folder, vet_pipeline_folder
 from lorastudio.errors import ModelSourceError
 from lorastudio.settings import Settings
@@ -57,13 +59,47 @@ def resolve_base_model(
     base_model: str, family: str, settings: Settings, revision: str | None = None
 ) -> tuple[str, Path | None]:
     """Where to load `base_model`, trained or run as family `family`, from: an absolute pipeline
-    folder ("~" expanded), a folder name under the models root, or a hub id (owner/name:
-    lorastudio's fetched copy, the hub cache, or the hub). The one resolution of a base model:
-    the job service, the engine's preflight and `lorastudio generate` all call it. Every folder
-    is vetted by vet_pipeline_folder (the one base-model check).
-    Returns (source, local folder or None). Raises ModelSourceError for a missing, incomplete,
-    inference-only or untrainable folder, a pipeline of another family, a hub id that is not on
-    disk in offline mode, or a value that is neither a folder nor a hub id."""
+    folder or single-file checkpoint ("~" expanded), a name under the models root, or a hub id
+    (owner/name: lorastudio's fetched copy, the hub cache, or the hub). Every folder is vetted by
+    vet_pipeline_folder (the one base-model check), every file by vet_single_file; a file's base
+    config is resolved by resolve_base. Returns (source, local folder or None). Raises
+    ModelSourceError for a missing, incomplete, inference-only or untrainable folder or file, a
+    model of another family, a hub id that is not on disk in offline mode, or a value that is
+    neither a folder, a file nor a hub id."""
+    found = resolve_base(base_model, family, settings, revision)
+    return found.source, found.folder
+
+
+@dataclass(frozen=True)
+class ResolvedBase:
+    """A resolved base model: `source` is what the loaders read (a folder path, a hub id, or a
+    single file's path); `folder` the local pipeline folder (None otherwise); for a single
+    file, `file` its facts and `config` the pipeline folder or hub id its configs come from."""
+
+    source: str
+    folder: Path | None
+    config: str | None = None
+    file: SingleFileFacts | None = None
+
+    @property
+    def configs(self) -> str | Path:
+        """Where the base's configs (its flavour: Family.source_control_images) are read: the
+        local folder, else a single file's base config, else the source (a hub id)."""
+        return self.folder or self.config or self.source
+
+
+def resolve_base(
+    base_model: str,
+    family: str,
+    settings: Settings,
+    revision: str | None = None,
+    base_config: str | None = None,
+) -> ResolvedBase:
+    """THE base-model resolution (the job service, the engine's preflight and generation all
+    call it). A single-file checkpoint is vetted (basemodels.single_file) and its base config
+    resolved like a base model (`base_config`, else the file layout's original hub id), vetted
+    as a pipeline of the same family; `revision` then applies to that config's hub id.
+    Raises ModelSourceError (see resolve_base_model; base_config problems name base_config)."""
     given = Path(base_model).expanduser()
     if given.is_absolute():
         candidate: Path | None = given
@@ -74,14 +110,37 @@ def resolve_base_model(
     else:
         candidate = settings.models_dir / given
     if candidate is not None and os.path.lexists(candidate):
-        folder = candidate.resolve()
-        vet_pipeline_folder(folder, family)
-        return str(folder), folder
+        resolved = candidate.resolve()
+        if resolved.is_file():
+            facts = vet_single_file(resolved, family)
+            config = resolve_base_config(
+                base_config or facts.layout.default_config, family, settings, revision
+            )
+            return ResolvedBase(str(resolved), None, config, facts)
+        vet_pipeline_folder(resolved, family)
+        return ResolvedBase(str(resolved), resolved)
     if given.is_absolute():
-        raise ModelSourceError(f"base model folder not found: {base_model}")
+        raise ModelSourceError(
+            f"base model folder not found: {base_model} (no folder or checkpoint file there)"
+        )
     if is_hub_id(base_model):
-        return resolve_hub_id(settings, base_model, revision, family)
+        return ResolvedBase(*resolve_hub_id(settings, base_model, revision, family))
     raise ModelSourceError(
-        f"{base_model!r} is neither a pipeline folder (absolute, or a name under {settings.models_dir}) "
-        "nor a hub id (owner/name)"
+        f"{base_model!r} is neither a pipeline folder or checkpoint file (absolute, or a name under "
+        f"{settings.models_dir}) nor a hub id (owner/name)"
     )
+
+
+def resolve_base_config(base_config: str, family: str, settings: Settings, revision: str | None) -> str:
+    """Where a single file's configs (and the components it lacks) come from: a pipeline folder
+    (absolute or under models/) or a hub id, vetted as a pipeline of `family`. Returns the
+    folder path or hub id. Raises ModelSourceError naming base_config."""
+    try:
+        found = resolve_base(base_config, family, settings, revision)
+    except ModelSourceError as err:
+        raise ModelSourceError(f"base_config {base_config!r}: {err}") from None
+    if found.file is not None:
+        raise ModelSourceError(
+            f"base_config {base_config!r} is a checkpoint file; give a pipeline folder or hub id"
+        )
+    return found.source

@@ -52,6 +52,9 @@ def _register() -> None:
     serve_cmd.register(app)
     runs_cmd.register(app)
     datasets_cmd.register(app)
+    from lorastudio.cli import caption_cmd
+
+    caption_cmd.register(datasets_cmd.datasets_app)
     from lorastudio.cli import models_cmd
 
     models_cmd.register(app)

@@ -38,7 +38,7 @@ def demo_config(family: str, base_model: Path, steps: int, output_name: str) -> 
     raw: dict[str, Any] = {
         "family": family,
         "base_model": str(base_model),
-        "data_dir": DEMO_PAIRED_DATASET if spec.control_images[1] else DEMO_DATASET,
+        "data_dir": DEMO_PAIRED_DATASET if spec.control_images[0] else DEMO_DATASET,
         "output_name": output_name,
         "steps": steps,
         "resolution": max(32, 2 * spec.resolution_multiple),
@@ -92,7 +92,7 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
     display = ProgressDisplay(console)
     display.say(f"building the tiny {family} model and the sample dataset")
     model = save_tiny_model(family, tiny_model_dir(family, settings.models_dir))
-    paired = families.get(family).spec.control_images[1] > 0
+    paired = families.get(family).spec.control_images[0] > 0  # FLUX.2 (optional references): text-to-image
     if paired:
         from lorastudio.tiny.paired import make_paired_dataset
 

@@ -88,6 +88,17 @@ def generate_cmd(
         None, "--negative", help="negative prompt (families whose pipeline takes one: `lorastudio families`)"
     ),
     revision: str | None = typer.Option(None, "--revision", help="hub revision"),
+    base_config: str | None = typer.Option(
+        None,
+        "--base-config",
+        help="a single-file --base (.safetensors): pipeline folder or hub id of its configs "
+        "(default: the original model's hub id)",
+    ),
+    v_prediction: bool | None = typer.Option(
+        None,
+        "--v-prediction/--epsilon",
+        help="SDXL single file: the prediction type (default: as the file says)",
+    ),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace --out if it exists"),
     control: list[Path] = typer.Option(  # noqa: B006 (typer needs a list default)
@@ -98,7 +109,7 @@ def generate_cmd(
     try:
         _generate(
             base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device, overwrite,
-            control, negative,
+            control, base_config, v_prediction, negative,
         )  # fmt: skip
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
@@ -120,11 +131,14 @@ def _generate(
     device: str | None,
     overwrite: bool,
     control: list[Path] | None = None,
+    base_config: str | None = None,
+    v_prediction: bool | None = None,
     negative: str | None = None,
 ) -> None:
 
     from lorastudio import families
-    from lorastudio.basemodels import resolve_base_model
+    from lorastudio.basemodels import resolve_base
+    from lorastudio.basemodels.single_file import base_updates, read_file_facts
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.cli.train_cmd import localize_path
     from lorastudio.config import revision_problem
@@ -143,8 +157,16 @@ def _generate(
         problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
     settings = get_settings()
     base = localize_path(base, may_be_hub_id=True)
+    base_config = localize_path(base_config, may_be_hub_id=True) if base_config else None
     family = family or detect_family(base) or detect_family(str(settings.models_dir / base))
+    as_file = next((p for p in (Path(base), settings.models_dir / base) if p.is_file()), None)
+    if family is None and as_file is not None:  # a single-file checkpoint says its family
+        try:
+            family = read_file_facts(as_file).family
+        except (ModelSourceError, NotFound) as err:
+            problems.append(FieldProblem("--base", str(err)))
     source = None
+    found = None
     bad_revision = revision_problem(revision) if revision is not None else None
     if bad_revision:  # checked before the revision can name a path in the hub cache
         problems.append(FieldProblem("--revision", bad_revision))
@@ -154,7 +176,14 @@ def _generate(
         not bad_revision
     ):  # the same check as a training run's base_model: folder, name under models/, hub id
         try:
-            source, _ = resolve_base_model(base, families.get(family).spec.name, settings, revision)
+            found = resolve_base(base, families.get(family).spec.name, settings, revision, base_config)
+            source = found.source
+            problems += [
+                FieldProblem(f"--{p.field.replace('_', '-')}", p.message)
+                for p in base_updates(
+                    found.source, found.folder, found.file, found.config, base_config, v_prediction, revision
+                )[1]
+            ]
         except (UnknownFamily, ModelSourceError) as err:
             problems.append(
                 FieldProblem("--family" if isinstance(err, UnknownFamily) else "--base", str(err))
@@ -184,7 +213,14 @@ def _generate(
     default_side = int(spec.defaults.get("resolution", 1024))
     dev = pick_device(device)
     quiet_libraries()
-    pipe = load_pipeline(source, spec.name, revision=revision, device=dev)
+    pipe = load_pipeline(
+        source,
+        spec.name,
+        revision=revision,
+        device=dev,
+        base_config=found.config if found is not None else None,
+        v_prediction=v_prediction,
+    )
     apply_loras(pipe, loras)
     image = generate_image(
         pipe,

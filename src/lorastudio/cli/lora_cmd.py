@@ -2,7 +2,8 @@
 other key layout (diffusers/peft <-> kohya/ComfyUI), keeping its training metadata.
 `lorastudio lora list RUN`: a run's LoRAs by step (snapshots under loras/, then the final file).
 `lorastudio lora merge A:0.7 B:0.3 --out M` and `lorastudio lora resize IN --rank r --out OUT`
-(lorastudio.lora.ops)."""
+(lorastudio.lora.ops). `lorastudio lora push RUN --repo ID [--create] [--private]`: upload the
+run's LoRA, sidecar, model card and newest samples to a hub repo (lorastudio.lora.hub_push)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import typer
 
 lora_app = typer.Typer(
     help="LoRA files: list a run's LoRAs by step, convert between diffusers and kohya/ComfyUI layouts, "
-    "merge, resize.",
+    "merge, resize, push to the hub.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -45,6 +46,7 @@ def list_cmd(
     the final LoRA."""
     from lorastudio.lora.snapshots import run_loras
     from lorastudio.settings import get_settings
+    from lorastudio.training.validation_file import mark_loras, read_validation
 
     run_dir = Path(run)
     if not run_dir.is_dir():
@@ -53,9 +55,15 @@ def list_cmd(
         typer.echo(f"no run folder {run} (nor {run_dir})", err=True)
         raise typer.Exit(2)
     typer.echo("step  file")
-    for item in run_loras(run_dir):
+    for item in mark_loras(run_loras(run_dir), read_validation(run_dir)):
         step = "?" if item["step"] is None else str(item["step"])
-        typer.echo(f"{step:<5} {item['path']}{'  (final)' if item['final'] else ''}")
+        notes = [
+            *(["final"] if item["final"] else []),
+            *([f"val {item['validation_loss']:.5g}"] if item["validation_loss"] is not None else []),
+            *([mark for mark in ("best", "last") if item[mark]]),
+        ]
+        shown = "  (" + ", ".join(notes) + ")" if notes else ""
+        typer.echo(f"{step:<5} {item['path']}{shown}")
 
 
 @lora_app.command("merge")
@@ -88,3 +96,26 @@ def resize_cmd(
     resized = resize_file(src, out, rank, overwrite=force)
     worst = min(resized.kept_energy.values(), default=1.0)
     typer.echo(f"{src} -> {out} (rank {rank}; energy kept: worst layer {worst:.1%})")
+
+
+@lora_app.command("push")
+def push_cmd(
+    run: str = typer.Argument(..., help="the run's name (its folder under outputs/)"),
+    repo: str = typer.Option(..., "--repo", help="hub model repo id, e.g. me/my-lora"),
+    create: bool = typer.Option(False, "--create", help="create the repo first if it does not exist"),
+    private: bool = typer.Option(False, "--private", help="with --create: make the new repo private"),
+) -> None:
+    """Upload a run's LoRA with its sidecar, a model card and its newest samples to a hub repo,
+    with the studio's hub token (LORASTUDIO_HF_TOKEN, else huggingface_hub's login)."""
+    from lorastudio.errors import LorastudioError
+    from lorastudio.lora.hub_push import push_lora
+    from lorastudio.settings import get_settings
+
+    try:
+        result = push_lora(get_settings(), run, repo, create=create, private=private)
+    except LorastudioError as err:  # no token, refused, repo missing: say which
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"pushed to {result.url} (commit {result.commit}):")
+    for name in result.files:
+        typer.echo(f"  {name}")

@@ -140,8 +140,10 @@ def rm_cmd(
 
 
 @models_app.command("add")
-def add_cmd(path: str = typer.Argument(..., help="absolute path of a folder to list")) -> None:
-    """List a folder of yours in the catalogue (lorastudio never writes to or deletes it)."""
+def add_cmd(
+    path: str = typer.Argument(..., help="absolute path of a folder or .safetensors checkpoint to list"),
+) -> None:
+    """List a folder or single-file checkpoint of yours in the catalogue (never written to or deleted)."""
     from lorastudio.basemodels import add_folder, get_model
     from lorastudio.basemodels.added import added_id
     from lorastudio.settings import get_settings

@@ -158,6 +158,11 @@ class ProgressDisplay:
             self.say(plan_line(event))
         elif event.type == "sample_ready":
             self.say(f"samples of step {event.step}: {', '.join(event.images)}")
+        elif event.type == "validation":
+            self.say(
+                f"validation loss of step {event.step}: {event.loss:.5g} over {event.images} held-out "
+                f"image(s) (best {event.best_loss:.5g} at step {event.best_step})"
+            )
         elif event.type == "error":
             self.last_error = event.message
 

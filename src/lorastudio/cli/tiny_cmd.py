@@ -67,3 +67,22 @@ def dataset_cmd(
     target = out if out is not None else get_settings().datasets_dir / tiny.SAMPLE_DATASET_NAME
     path = tiny.make_sample_dataset(target, seed=seed)
     typer.echo(str(path))
+
+
+@tiny_app.command("vlm")
+def vlm_cmd(
+    out: Path | None = typer.Argument(None, help="folder to write (default: <models>/tiny-vlm)"),
+    seed: int = typer.Option(0, "--seed", min=0, help="weights seed (same seed, same files)"),
+    florence: bool = typer.Option(False, "--florence", help="a tiny Florence-2 instead of Qwen2.5-VL"),
+) -> None:
+    """Write a tiny random Qwen2.5-VL (or Florence-2) captioner (model + processor; use it with
+    `datasets caption --model PATH`)."""
+    from lorastudio.cli.run_display import quiet_libraries
+
+    quiet_libraries()
+    from lorastudio.settings import get_settings
+    from lorastudio.tiny.vlm import TINY_VLM_NAME, save_tiny_vlm
+
+    target = out if out is not None else get_settings().models_dir / TINY_VLM_NAME
+    kind = "florence2" if florence else "qwen2_5_vl"
+    typer.echo(str(save_tiny_vlm(target, seed=seed, kind=kind)))

@@ -117,11 +117,27 @@ def print_report(report: dict[str, Any]) -> None:
         "learning_rate",
     ):
         echo(f"  {key:<15}{cfg.get(key)}")
+    if report["family"].get("single_file"):
+        echo(f"  single file    {report['family']['single_file']}")
     data = report["dataset"]
     echo("dataset:")
     echo(f"  images         {data['images_used']} used of {data['images_found']} found")
     echo(f"  captions       {', '.join(f'{k}: {v}' for k, v in data['caption_sources'].items()) or '-'}")
     echo(f"  buckets        {', '.join(f'{k}: {v}' for k, v in data['buckets'].items()) or '-'}")
+    mode, controls = data.get("mode") or {}, data.get("controls")
+    if mode.get("note"):  # a family that takes control images: text-to-image, edit or both
+        echo(f"  trains         {mode['kind']}: {mode['note']}")
+    if controls:
+        echo(f"  pairs          {controls['pairs']} (up to {controls['per_image']} control(s) each; "
+             f"from {', '.join(controls['sources'])})")  # fmt: skip
+    if data.get("masks"):
+        masks = data["masks"]
+        echo(f"  masks          {masks['images_with_mask']} image(s) ({masks['source']})")
+    if data.get("validation"):
+        val = data["validation"]
+        every = f"every {val['every']} steps and " if val["every"] else ""
+        echo(f"  validation     {val['held_out']} held out ({val['source']}), {every}after the last step:")
+        echo(f"                 {', '.join(val['images'])}")
     sched = report["schedule"]
     echo("schedule:")
     echo(
@@ -157,5 +173,6 @@ def warnings(report: dict[str, Any]) -> list[str]:
             + (f", and {more} more" if more > 0 else "")
             + "): they train on the trigger word or default caption"
         )
+    out += data.get("warnings") or []  # e.g. upscaled images, images without a mask
     out += report["family"]["notes"]
     return out

@@ -116,22 +116,22 @@ def localize_path(value: str, *, may_be_hub_id: bool) -> str:
     """A CLI path setting made independent of the current directory: "~..." is expanded, a
     relative path ("./x", "../x", "a/b") becomes absolute against the current directory; a bare
     name stays as it is (a dataset under datasets/, a model under models/). With
-    `may_be_hub_id`, "owner/name" stays a hub id unless such a folder exists here."""
+    `may_be_hub_id`, "owner/name" stays a hub id unless such a folder (or checkpoint file) exists here."""
     if value.startswith("~"):
         return str(Path(value).expanduser().resolve())
     path = Path(value)
     if path.is_absolute() or ("/" not in value and not value.startswith(".")):
         return value
-    if may_be_hub_id and not value.startswith(".") and not path.is_dir():
+    if may_be_hub_id and not value.startswith(".") and not path.exists():
         return value
     return str(path.resolve())
 
 
 def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with its data_dir and base_model localized (localize_path): a config file's paths
-    are taken relative to the directory the command runs in."""
+    """`data` with its data_dir, base_model and base_config localized (localize_path): a config
+    file's paths are taken relative to the directory the command runs in."""
     out = dict(data)
-    for key, hub in (("data_dir", False), ("base_model", True)):
+    for key, hub in (("data_dir", False), ("base_model", True), ("base_config", True)):
         if isinstance(out.get(key), str):
             out[key] = localize_path(out[key], may_be_hub_id=hub)
     return out

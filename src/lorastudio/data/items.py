@@ -11,6 +11,17 @@ from lorastudio.data.safe_open import FolderId
 
 
 @dataclass(frozen=True)
+class MaskRef:
+    """Where an image's loss mask comes from (data/masks.py): a grey image `path` of the dataset's
+    masks/ folder (opened from `folder_id`), or the image's own alpha channel (`alpha`: path is
+    the image)."""
+
+    path: Path
+    folder_id: FolderId | None = None
+    alpha: bool = False
+
+
+@dataclass(frozen=True)
 class ImageItem:
     """One training image.
 
@@ -31,6 +42,7 @@ class ImageItem:
     controls: tuple[Path, ...] = ()
     folder_id: FolderId | None = None
     control_folder_ids: tuple[FolderId, ...] = ()  # the folder identity of each control, in order
+    mask: MaskRef | None = None  # the loss mask (data/masks.py); None: every pixel counts fully
 
 
 @dataclass(frozen=True)
@@ -50,8 +62,21 @@ class DatasetScan:
         return {f"{w}x{h}": counts[(w, h)] for (w, h) in sorted(counts)}
 
     def controls_per_image(self) -> int:
-        """Control images per sample (0 for a text-to-image dataset; the same for every item)."""
-        return len(self.items[0].controls) if self.items else 0
+        """The most control images of a sample (0 for a text-to-image dataset); samples may
+        differ, a mixed dataset holds samples without any (data/pairs.py)."""
+        return max((len(item.controls) for item in self.items), default=0)
+
+    def batch_keys(self) -> list[tuple[int, int, int]]:
+        """Per item what the samples of one batch share: (bucket width, height, control count)
+        (a batch stacks latents and controls: data.BucketBatchSampler groups by this)."""
+        return [(item.bucket[0], item.bucket[1], len(item.controls)) for item in self.items]
+
+    def batch_histogram(self) -> dict[str, int]:
+        """Images per batch group: "WxH" -> count for a dataset with one control count (as
+        bucket_histogram), else "WxH+N" (N controls) -> count."""
+        counts = Counter(self.batch_keys())
+        one = len({k for _, _, k in counts}) <= 1
+        return {f"{w}x{h}" if one else f"{w}x{h}+{k}": counts[(w, h, k)] for (w, h, k) in sorted(counts)}
 
     def captions(self) -> list[str]:
         """The unique final captions, sorted (what the conditioning phase encodes)."""

@@ -16,8 +16,12 @@ stem's image from every control folder. The pairing is checked against what the 
 (FamilySpec.control_images = (min, max); (0, 0) for text-to-image families): every problem is
 reported at once, naming the files: a control named in metadata that is missing, outside the
 dataset or unreadable; targets without controls (when the family needs them); control images
-that match no target (orphans); more controls than the family takes; targets with different
-numbers of controls (a batch stacks them); controls given to a text-to-image family.
+that match no target (orphans); more or fewer controls than the family takes; controls given to a
+text-to-image family. Targets without controls beside paired ones (a mixed dataset) are allowed
+where the family trains both (min 0: FLUX.2, whose pipelines edit with references or generate
+without), and refused naming them where it needs controls (min >= 1: FLUX.1 Kontext). Targets
+may differ in their number of controls: each batch takes samples of one count
+(data/sampler.py groups them by bucket and count).
 
 Controls are resized to cover the target's bucket and cropped like the target (data/crop.py):
 each control latent has the target latent's size, so the family can place it in its sequence as
@@ -262,12 +266,7 @@ def _count_problems(report: PairReport, allowed: tuple[int, int], family: str) -
                 f"{len(report.controls)} image(s) ({paired}): use an edit family or remove them"
             )
         return problems
-    if report.controls and report.unpaired and low == 0:
-        problems.append(
-            "mixed paired and unpaired samples are not supported yet: no control for "
-            + ", ".join(report.unpaired[:10])
-        )
-    elif low > 0:
+    if low > 0:
         problems += [
             f"{name}: no control image ({family} takes {low}-{high} per image; "
             "add control/<same name> or a control_files row)"
@@ -282,12 +281,18 @@ def _count_problems(report: PairReport, allowed: tuple[int, int], family: str) -
         for name, n in counts.items()
         if 0 < n < low
     ]
-    if len(set(counts.values())) > 1:
-        problems.append(
-            "every image needs the same number of control images; found "
-            + ", ".join(f"{n} for {name}" for name, n in sorted(counts.items())[:10])
-        )
     return problems
+
+
+def too_many_controls(items: Sequence[ImageItem], allowed: tuple[int, int], model: str) -> list[str]:
+    """The items with more control images than `model` (a family flavour taking allowed =
+    (min, max)) takes, each naming its files; [] when none has."""
+    return [
+        f"{item.path.name}: {len(item.controls)} control images ({', '.join(p.name for p in item.controls)}), "
+        f"{model} takes at most {allowed[1]}"
+        for item in items
+        if len(item.controls) > allowed[1]
+    ]
 
 
 def control_folder_ids(item: ImageItem) -> tuple[FolderId | None, ...]:

@@ -27,9 +27,11 @@ class BucketBatchSampler:
     """
 
     def __init__(
-        self, buckets: Sequence[tuple[int, int]], batch_size: int, seed: int, drop_last: bool = False
+        self, buckets: Sequence[tuple[int, ...]], batch_size: int, seed: int, drop_last: bool = False
     ):
-        """Takes the bucket of each item (index i -> buckets[i]), the batch size, the seed.
+        """Takes the bucket of each item (index i -> buckets[i]: (width, height), or any longer
+        tuple of ints a batch must share, e.g. DatasetScan.batch_keys' (width, height, controls)),
+        the batch size, the seed.
 
         Raises: ConfigError for batch_size < 1 or no items; DatasetError when drop_last leaves
         no batch at all (no bucket holds batch_size images).
@@ -41,13 +43,13 @@ class BucketBatchSampler:
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = drop_last
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
         for index, bucket in enumerate(buckets):
-            groups.setdefault((int(bucket[0]), int(bucket[1])), []).append(index)
+            groups.setdefault(tuple(int(v) for v in bucket), []).append(index)
         self._groups = [np.asarray(groups[key], dtype=np.int64) for key in sorted(groups)]
         self._len = sum(self._batches_in(len(g)) for g in self._groups)
         if self._len == 0:
-            sizes = ", ".join(f"{w}x{h}: {len(groups[(w, h)])}" for (w, h) in sorted(groups))
+            sizes = ", ".join(f"{_label(key)}: {len(groups[key])}" for key in sorted(groups))
             raise DatasetError(
                 f"no batch of {batch_size} images fits in one bucket with drop_last",
                 [f"images per bucket: {sizes}", "lower batch_size or turn drop_last off"],
@@ -131,3 +133,9 @@ class BucketBatchSampler:
         if position == self._len:
             epoch, position = epoch + 1, 0
         self._epoch, self._position = epoch, position
+
+
+def _label(key: tuple[int, ...]) -> str:
+    """A group's name in messages: "WxH", plus " with N controls" for a paired group."""
+    name = f"{key[0]}x{key[1]}"
+    return name if len(key) < 3 else f"{name} with {key[2]} controls"

@@ -7,8 +7,10 @@ root, checks every one (safe name, allowed kind, image header size limit + decod
 captions, metadata rows), and only then commits the files that passed (all or nothing with
 `strict`): a new dataset by renaming the staging folder, an existing one file by file (each
 rename atomic; files of the same name are replaced; metadata.jsonl rows are merged, the new row
-winning). Refused files (a caption whose image was refused among them) are listed with their
-reasons and never reach the dataset; a batch with nothing to store leaves nothing behind.
+winning). Control images of paired datasets come in form fields named after their control
+folder and land in it (data/upload_pairs.py). Refused files (a caption whose image was refused
+among them, a control whose target was) are listed with their reasons and never reach the
+dataset; a batch with nothing to store leaves nothing behind.
 Commits into one dataset are serialised by `dataset_lock` (an flock on a hidden lock file per
 dataset, so concurrent uploads, also from another process, never lose metadata.jsonl rows).
 """
@@ -34,6 +36,13 @@ from lorastudio.data.images import probe_image
 from lorastudio.data.listing import dataset_summary, list_datasets  # noqa: F401 (re-exported)
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import open_folder
+from lorastudio.data.upload_pairs import (
+    control_key,
+    controls_of,
+    dataset_image_stems,
+    make_control_folder,
+    unmatched_controls,
+)
 from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, NotFound, PathOutsideRoot, is_no_space
 
 STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
@@ -142,17 +151,23 @@ class UploadBatch:
         for reason in reasons:
             self.refused.append((name, reason.removeprefix(f"{name}: ") if name else reason))
 
-    def add(self, name: str, stream: BinaryIO) -> None:
-        """Stage one file. A bad name or kind is recorded as refused (reported by commit)."""
+    def add(self, name: str, stream: BinaryIO, slot: str | None = None) -> None:
+        """Stage one file; `slot`: the control folder of a control image ("control", "control_2"
+        ...: data/upload_pairs.py), None for a dataset file. A bad name or kind is recorded as
+        refused (reported by commit)."""
         try:
             name = safe_component(name, field="file name")  # stored under its NFC form
             kind = upload_kind(name)
+            if slot is not None:
+                name, kind = control_key(slot, name), "control"
         except (DatasetError, ConfigError, PathOutsideRoot) as err:
-            self._refuse(name, err)
+            self._refuse(f"{slot}/{name}" if slot else name, err)
             return
         if name in self._names:
             self._refuse(name, "sent twice in one upload")
             return
+        if slot is not None:
+            (self.staging / slot).mkdir(exist_ok=True)
         with self._no_space(), (self.staging / name).open("wb") as out:
             shutil.copyfileobj(stream, out, _COPY_CHUNK)
         self._names[name] = kind
@@ -179,7 +194,7 @@ class UploadBatch:
             self._merge_metadata()
         names = sorted(self._names)
         if not os.path.lexists(self.dataset_dir):
-            for leftover in {p.name for p in self.staging.iterdir()} - set(names):
+            for leftover in {p.name for p in self.staging.iterdir()} - {n.split("/")[0] for n in names}:
                 (self.staging / leftover).unlink()  # a refused file never reaches the dataset
             try:
                 os.rename(self.staging, self.dataset_dir)
@@ -190,6 +205,8 @@ class UploadBatch:
                 self.dataset_dir.mkdir(exist_ok=True)
         dir_fd = open_folder(self.dataset_dir)  # a dataset folder swapped for a link is refused
         try:
+            for slot in sorted({n.split("/")[0] for n in names if "/" in n}):
+                make_control_folder(dir_fd, slot, self.dataset_dir.name)
             for name in names:
                 os.replace(self.staging / name, name, dst_dir_fd=dir_fd)
         finally:
@@ -203,7 +220,7 @@ class UploadBatch:
         for name, kind in sorted(self._names.items()):
             path = self.staging / name
             try:
-                if kind == "image":
+                if kind in ("image", "control"):
                     probe_image(path, self.max_pixels, self.decode_pixels)
                 elif kind == "metadata":
                     table_problems = read_metadata(path).problems
@@ -223,8 +240,17 @@ class UploadBatch:
                 bad.add(name)
             elif not self._caption_ok(path, good_stems | existing_stems):
                 bad.add(name)
+        controls = [n for n, k in self._names.items() if k == "control" and n not in bad]
+        targets = good_stems | dataset_image_stems(self.dataset_dir)
+        for name, reason in unmatched_controls(controls, targets, refused_images).items():
+            self._refuse(name, reason)
+            bad.add(name)
         for name in bad:
             del self._names[name]
+            (self.staging / name).unlink(missing_ok=True)  # a refused file never reaches the dataset
+        for folder in self.staging.iterdir():
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()  # a control folder whose every file was refused
 
     def _caption_ok(self, path: Path, image_stems: set[str]) -> bool:
         """Check one staged caption (size, a matching image, UTF-8); record why it is refused."""
@@ -346,8 +372,9 @@ def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | No
 
 
 def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
-    """Delete image `image_name`, and its .txt caption unless another image of the same stem
-    (a.jpg beside a.png) still uses it. Returns the deleted file names."""
+    """Delete image `image_name`, and its .txt caption and control images (control/ folders)
+    unless another image of the same stem (a.jpg beside a.png) still uses them. Returns the
+    deleted file names (controls as "control/a.png")."""
     image = existing_image(dataset_dir, image_name)
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
         deleted = [image.name]
@@ -360,6 +387,10 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
         if not shared and caption.is_file():
             caption.unlink()
             deleted.append(caption.name)
+        if not shared:  # its control images would be orphans, which a run refuses
+            for control in controls_of(dataset_dir, image.stem):
+                control.unlink()
+                deleted.append(control.relative_to(dataset_dir).as_posix())
     return deleted
 
 

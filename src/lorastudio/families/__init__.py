@@ -24,6 +24,7 @@ _BUILTIN: dict[str, str] = {
     "flux2": "lorastudio.families.flux2:FAMILY",
     "flux2-klein": "lorastudio.families.flux2_klein:FAMILY",
     "flux-kontext": "lorastudio.families.flux_kontext:FAMILY",
+    "qwen-image-edit": "lorastudio.families.qwen_image_edit:FAMILY",
     "chroma": "lorastudio.families.chroma:FAMILY",
     "krea2": "lorastudio.families.krea2:FAMILY",
 }

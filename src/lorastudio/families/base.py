@@ -15,7 +15,6 @@ Tensor conventions used by every hook:
 from __future__ import annotations
 
 import json
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,11 +22,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lorastudio.errors import FieldProblem, ModelSourceError
+from lorastudio.families.loading import load_component, quiet_loading  # noqa: F401 (re-exported)
+from lorastudio.families.shifts import dynamic_shift_mu, static_shift, time_shift
 
 if TYPE_CHECKING:
     import torch
 
     from lorastudio.config import TrainConfig
+    from lorastudio.families.single_file import SingleFile
+
+# A run's base is a pipeline folder or hub id (str), or a single-file checkpoint with its base
+# config (SingleFile, families/single_file.py: model_source(cfg)); every hook that loads or
+# reads the base takes both.
 
 Objective = Literal["ddpm", "flow"]
 
@@ -43,6 +49,10 @@ class Variant:
     when: Mapping[str, Any]  # checkpoint fact -> value, e.g. {"is_distilled": True}
     generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # over the spec's
     note: str | None = None  # what training this flavour means (preflight report, run notes)
+    # what this flavour's checkpoints run with, where it differs from the spec's: its diffusers
+    # pipeline class (Qwen-Image-Edit's Plus checkpoints) and its (min, max) control images
+    pipeline_class: str | None = None
+    control_images: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,11 +100,22 @@ class FamilySpec:
     # its pipeline takes a negative prompt (text) for its guidance; the contract suite checks
     # that __call__ has `negative_prompt` and the guidance keyword
     negative_prompt: bool = False
+    # every joint attention call carries the text mask (Chroma's additive 0/1 float mask): flash
+    # cannot take it and cuDNN's SDPA crashed on it (illegal memory access, H200, torch 2.11: bench
+    # note 24), so attention "auto" runs the efficient kernel and "cudnn" is refused
+    masked_attention: bool = False
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
     variants: tuple[Variant, ...] = ()
     # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
     # an edit family reads their latents from batch_info["controls"] in predict (data/pairs.py)
     control_images: tuple[int, int] = (0, 0)
+    # the smallest side in pixels the pipeline accepts for a reference image (FLUX.2: 64), so a
+    # sample preview or generation at a smaller size is refused up front; 0: no limit
+    min_reference_side: int = 0
+    # the pipeline's encode_prompt reads the control images too (Qwen-Image-Edit's Qwen2.5-VL
+    # sees them): conditioning is encoded per (caption, controls) and keyed by both
+    # (training/conditioning.py cond_key); encode_prompts then takes `controls`
+    prompt_sees_controls: bool = False
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""
@@ -141,11 +162,16 @@ class Family(ABC):
     spec: FamilySpec
 
     # -- flavours ------------------------------------------------------------------------------
-    def checkpoint_facts(self, source: str, revision: str | None) -> dict[str, Any]:
+    def checkpoint_facts(self, source: str | SingleFile, revision: str | None) -> dict[str, Any]:
         """What the checkpoint says about its flavour: model_index.json's plain attributes (e.g.
         `is_distilled`) and the denoiser's config as "<denoiser>.<key>" (e.g.
-        "transformer.guidance_embeds"). Raises ModelSourceError when they cannot be read."""
+        "transformer.guidance_embeds"); a single file's from its base config. Raises
+        ModelSourceError when they cannot be read."""
         import diffusers
+
+        from lorastudio.families.single_file import config_of
+
+        source = config_of(source)
 
         cls = getattr(diffusers, self.spec.denoiser_class)
         try:
@@ -168,11 +194,15 @@ class Family(ABC):
             return None
         return self.variant(config_facts(index, self.spec.denoiser, denoiser))
 
-    def source_variant(self, source: str, revision: str | None) -> Variant | None:
+    def source_variant(self, source: str | SingleFile, revision: str | None) -> Variant | None:
         """The variant of a run's base model source: a local folder's (folder_variant), else the
-        hub checkpoint's configs (checkpoint_facts; None when they cannot be read)."""
+        hub checkpoint's configs (checkpoint_facts; None when they cannot be read); a single
+        file's base config's."""
+        from lorastudio.families.single_file import config_of
+
         if not self.spec.variants:
             return None
+        source = config_of(source)
         if Path(source).is_dir():
             return self.folder_variant(Path(source))
         try:
@@ -187,6 +217,38 @@ class Family(ABC):
                 return row
         return None
 
+    def pipeline_class(self, facts: Mapping[str, Any]) -> str:
+        """The diffusers pipeline class of the checkpoint with these facts: its variant's, else
+        spec.pipeline_class."""
+        row = self.variant(facts)
+        return row.pipeline_class if row and row.pipeline_class else self.spec.pipeline_class
+
+    def control_images(self, facts: Mapping[str, Any]) -> tuple[int, int]:
+        """(min, max) control images per sample for the checkpoint with these facts: its
+        variant's, else spec.control_images (the most any flavour takes)."""
+        row = self.variant(facts)
+        return row.control_images if row and row.control_images else self.spec.control_images
+
+    def source_pipeline_class(self, source: str | SingleFile, revision: str | None) -> str:
+        """pipeline_class of a run's base model source (source_variant, a single file's from its
+        base config; the spec's when unread)."""
+        row = self.source_variant(source, revision)
+        return row.pipeline_class if row and row.pipeline_class else self.spec.pipeline_class
+
+    def source_control_images(
+        self, source: str | Path | SingleFile | None, revision: str | None = None
+    ) -> tuple[int, int]:
+        """control_images of a base model source: a local folder's variant's (folder_variant; a
+        single file's base config's), else spec.control_images (a hub id is checked again when
+        the run loads it)."""
+        from lorastudio.families.single_file import SingleFile
+
+        if isinstance(source, SingleFile):
+            source = source.config
+        folder = Path(source).expanduser() if source else None
+        row = self.folder_variant(folder) if folder is not None and folder.is_dir() else None
+        return row.control_images if row and row.control_images else self.spec.control_images
+
     def generation_defaults(self, facts: Mapping[str, Any]) -> dict[str, Any]:
         """spec.generation_defaults with the checkpoint's variant's overrides applied."""
         row = self.variant(facts)
@@ -197,7 +259,7 @@ class Family(ABC):
         """Problems specific to this family beyond the generic checks (default: none)."""
         return []
 
-    def distilled(self, source: str, revision: str | None) -> tuple[bool | None, str | None]:
+    def distilled(self, source: str | SingleFile, revision: str | None) -> tuple[bool | None, str | None]:
         """Whether the base at `source` (a pipeline folder, or a hub id as preflight resolved
         it) is step-distilled (turbo / few-step: what TrainConfig.assistant_lora is for), and
         where that was read; (None, None) when nothing says. Default: model_index.json's
@@ -206,7 +268,9 @@ class Family(ABC):
         (basemodels/checkpoints.py). A family whose checkpoints say it another way overrides this."""
         from lorastudio.basemodels.checkpoints import checkpoint_facts
         from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+        from lorastudio.families.single_file import config_of
 
+        source = config_of(source)  # a single file: its base config's
         folder = Path(source).expanduser()
         if folder.is_dir():
             facts = checkpoint_facts(folder)
@@ -218,16 +282,22 @@ class Family(ABC):
 
     # -- phase 1: conditioning --------------------------------------------------------------
     def load_text_encoders(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+        self, source: str | SingleFile, revision: str | None, dtype: torch.dtype, device: torch.device
     ) -> Any:
-        """Load tokenizers + text encoders (eval mode, no grad) from a pipeline folder or hub id:
-        the family's pipeline without its denoiser and VAE, so `encode_prompts` can use the
-        pipeline's own encode_prompt and match inference exactly. Raises ModelSourceError."""
+        """Load tokenizers + text encoders (eval mode, no grad) from a pipeline folder or hub id
+        (or a single file with its base config): the family's pipeline without its denoiser and
+        VAE, so `encode_prompts` can use the pipeline's own encode_prompt and match inference
+        exactly. Raises ModelSourceError."""
         import diffusers
 
         from lorastudio.families.common import load_text_pipeline
+        from lorastudio.families.single_file import SingleFile, load_file_text_pipeline
 
-        pipeline_cls = getattr(diffusers, self.spec.pipeline_class)
+        class_name = self.source_pipeline_class(source, revision)  # the checkpoint's flavour
+        if isinstance(source, SingleFile):
+            return load_file_text_pipeline(self.spec, source, revision, dtype, device, class_name)
+
+        pipeline_cls = getattr(diffusers, class_name)
         skip = {self.spec.denoiser: None, "vae": None}
         return load_text_pipeline(pipeline_cls, source, revision, dtype, device, **skip)
 
@@ -235,7 +305,9 @@ class Family(ABC):
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
-        """Encode each prompt; returns one dict of CPU tensors (no batch axis) per prompt."""
+        """Encode each prompt; returns one dict of CPU tensors (no batch axis) per prompt.
+        A family with spec.prompt_sees_controls also takes the keyword `controls`: per prompt,
+        its control images (PIL RGB, slot order), which its pipeline's encode_prompt reads."""
 
     def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         """Batch per-caption conditioning (default: stack each key). Families with variable-length
@@ -262,18 +334,23 @@ class Family(ABC):
         return {}
 
     # -- phase 2: latents ----------------------------------------------------------------------
-    def load_vae(self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device) -> Any:
-        """Load the VAE (spec.vae_class; eval mode, no grad; fp32 when spec.vae_in_fp32).
-        Raises ModelSourceError."""
+    def load_vae(
+        self, source: str | SingleFile, revision: str | None, dtype: torch.dtype, device: torch.device
+    ) -> Any:
+        """Load the VAE (spec.vae_class; eval mode, no grad; fp32 when spec.vae_in_fp32), from
+        a single file when it holds one. Raises ModelSourceError."""
         import diffusers
         import torch
 
         from lorastudio.families.common import frozen
+        from lorastudio.families.single_file import SingleFile, load_file_component
 
         vae_dtype = torch.float32 if self.spec.vae_in_fp32 else dtype
-        vae = load_component(
-            getattr(diffusers, self.spec.vae_class), source, "vae", revision, dtype=vae_dtype
-        )
+        cls = getattr(diffusers, self.spec.vae_class)
+        if isinstance(source, SingleFile):
+            vae = load_file_component(cls, source, "vae", revision, vae_dtype)
+        else:
+            vae = load_component(cls, source, "vae", revision, dtype=vae_dtype)
         return frozen(vae, device)
 
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -295,18 +372,38 @@ class Family(ABC):
         them as batch_info["controls"] [B, K, C, h, w] (K controls per sample, slot order)."""
         return self.encode_pixels(vae, pixels)[0]
 
+    def reference_pixels(self, image: Any, width: int, height: int) -> torch.Tensor:
+        """A reference (control) PIL image as the family's edit pipeline prepares it for its VAE
+        when asked for a width x height output: [3, H, W] float32 in [-1, 1]. Default: fitted to
+        width x height (resized to cover, centre-cropped: generate.fit_reference), as the
+        Kontext pipeline takes a reference of the output's size. The contract suite encodes it
+        with encode_controls to check predict against the pipeline."""
+        import numpy as np
+        import torch
+
+        from lorastudio.generate.pipeline import fit_reference
+
+        arr = np.asarray(fit_reference(image, width, height), dtype=np.float32)  # [H, W, 3]
+        return torch.from_numpy(arr.transpose(2, 0, 1).copy()) / 127.5 - 1.0  # [3, H, W]
+
     # -- phase 3: denoiser -----------------------------------------------------------------------
     def load_denoiser(
-        self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device
+        self, source: str | SingleFile, revision: str | None, dtype: torch.dtype, device: torch.device
     ) -> Any:
-        """Load the denoiser (spec.denoiser_class from the spec.denoiser subfolder; frozen, eval
-        mode; adapt_denoiser applied; the loop adds the LoRA). Raises ModelSourceError."""
+        """Load the denoiser (spec.denoiser_class from the spec.denoiser subfolder, or from a
+        single file; frozen, eval mode; adapt_denoiser applied; the loop adds the LoRA).
+        Raises ModelSourceError."""
         import diffusers
 
         from lorastudio.families.common import frozen
+        from lorastudio.families.single_file import SingleFile, load_file_component
 
         cls = getattr(diffusers, self.spec.denoiser_class)
-        denoiser = frozen(load_component(cls, source, self.spec.denoiser, revision, dtype=dtype), device)
+        if isinstance(source, SingleFile):
+            loaded = load_file_component(cls, source, self.spec.denoiser, revision, dtype)
+        else:
+            loaded = load_component(cls, source, self.spec.denoiser, revision, dtype=dtype)
+        denoiser = frozen(loaded, device)
         self.adapt_denoiser(denoiser)
         return denoiser
 
@@ -346,13 +443,17 @@ class Family(ABC):
         return out
 
     # -- noise schedule ------------------------------------------------------------------------
-    def scheduler_config(self, source: str, revision: str | None) -> dict[str, Any]:
-        """The base model's scheduler config (scheduler/scheduler_config.json) as a dict.
+    def scheduler_config(self, source: str | SingleFile, revision: str | None) -> dict[str, Any]:
+        """The base model's scheduler config (scheduler/scheduler_config.json) as a dict; a
+        single file's: its base config's with the file's prediction type (scheduler_overrides).
         Raises ModelSourceError when it cannot be read."""
         from diffusers import DDPMScheduler  # any scheduler class reads scheduler_config.json
 
+        from lorastudio.families.single_file import config_of, scheduler_overrides
+
         try:
-            return dict(DDPMScheduler.load_config(source, subfolder="scheduler", revision=revision))
+            found = DDPMScheduler.load_config(config_of(source), subfolder="scheduler", revision=revision)
+            return {**dict(found), **scheduler_overrides(source)}
         except (OSError, ValueError) as err:
             raise ModelSourceError(f"cannot read the scheduler config of {source!r}: {err}") from err
 
@@ -383,53 +484,13 @@ def config_facts(
     index: Mapping[str, Any], denoiser_name: str, denoiser_config: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Checkpoint facts (Family.checkpoint_facts) from a pipeline's model_index / pipe.config and
-    its denoiser's config: the plain (non-component, non-private) attributes of the first, and
-    every public key of the second as "<denoiser_name>.<key>"."""
+    its denoiser's config: the plain (non-component, non-private) attributes of the first and its
+    `_class_name`, and every public key of the second as "<denoiser_name>.<key>"."""
     facts = {
         k: v for k, v in dict(index).items() if not k.startswith("_") and not isinstance(v, (list, tuple))
     }
+    facts["_class_name"] = dict(index).get("_class_name")  # the pipeline class the checkpoint names
     facts.update(
         {f"{denoiser_name}.{k}": v for k, v in dict(denoiser_config).items() if not k.startswith("_")}
     )
     return facts
-
-
-def static_shift(sigmas: torch.Tensor, shift: float) -> torch.Tensor:
-    """SD3-style static shift: s*x / (1 + (s - 1)*x); shift 1 is the identity."""
-    return shift * sigmas / (1 + (shift - 1) * sigmas)
-
-
-def dynamic_shift_mu(image_seq_len: int, scheduler_config: Mapping[str, Any]) -> float:
-    """mu for dynamic shifting, linear in the image sequence length (diffusers calculate_shift)."""
-    base_len = scheduler_config.get("base_image_seq_len", 256)
-    max_len = scheduler_config.get("max_image_seq_len", 4096)
-    base_shift = scheduler_config.get("base_shift", 0.5)
-    max_shift = scheduler_config.get("max_shift", 1.15)
-    m = (max_shift - base_shift) / (max_len - base_len)
-    return image_seq_len * m + (base_shift - m * base_len)
-
-
-def time_shift(sigmas: torch.Tensor, mu: float, kind: str = "exponential") -> torch.Tensor:
-    """FlowMatchEulerDiscreteScheduler's time shift of sigmas [B] by mu (sigma exponent 1)."""
-    if kind == "exponential":
-        return math.exp(mu) / (math.exp(mu) + (1 / sigmas - 1))
-    return mu / (mu + (1 / sigmas - 1))
-
-
-def load_component(cls: Any, source: str, subfolder: str, revision: str | None, **kwargs: Any) -> Any:
-    """`cls.from_pretrained(source, subfolder=..., revision=..., **kwargs)`, with a clear
-    ModelSourceError naming the component when it is missing or unreadable."""
-    quiet_loading()
-    try:
-        return cls.from_pretrained(source, subfolder=subfolder, revision=revision, **kwargs)
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot load {subfolder!r} ({cls.__name__}) from {source!r}: {err}") from err
-
-
-def quiet_loading() -> None:
-    """Silence diffusers'/transformers' loading progress bars (the engine reports progress)."""
-    import diffusers.utils.logging as dlog
-    import transformers.utils.logging as tlog
-
-    dlog.disable_progress_bar()
-    tlog.disable_progress_bar()

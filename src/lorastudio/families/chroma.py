@@ -4,7 +4,9 @@ modulations come from a small "distilled guidance" approximator fed with the tim
 FLUX.1, T5 runs with its attention mask and the transformer gets a text mask: every token up to
 and including the first padding token counts, the rest are masked. That mask is the one
 ChromaPipeline builds (a 0/1 float mask, which diffusers' attention adds to the logits), so
-training sees exactly what inference sees. Guidance is real classifier-free guidance with a
+training sees exactly what inference sees (dropping the masked tokens would not: they keep their
+unbiased logits). Flash attention cannot take such a mask and cuDNN's crashed on it (bench note
+24): spec.masked_attention keeps "auto" on the efficient kernel and refuses "cudnn". Guidance is real classifier-free guidance with a
 negative prompt (no guidance embedding): `guidance` is refused, previews guide like inference.
 
 diffusers 0.42.1's ChromaTransformer2DModel calls its single blocks without the text mask on its
@@ -63,6 +65,7 @@ SPEC = FamilySpec(
     },
     no_cfg_kwargs={"guidance_scale": 1.0},  # ChromaPipeline guides when guidance_scale > 1
     guides_with_negative=True,
+    masked_attention=True,  # the text mask reaches every joint attention call (see the docstring)
 )
 
 
@@ -94,9 +97,18 @@ class ChromaFamily(Packed2x2Latents, Family):
             block.register_forward_pre_hook(give, with_kwargs=True)
 
     def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
+        problems = []
         if cfg.max_sequence_length is not None and cfg.max_sequence_length > 512:
-            return [FieldProblem("max_sequence_length", "Chroma's T5 takes at most 512 tokens")]
-        return []
+            problems.append(FieldProblem("max_sequence_length", "Chroma's T5 takes at most 512 tokens"))
+        if cfg.attention_backend == "cudnn":
+            problems.append(
+                FieldProblem(
+                    "attention_backend",
+                    "Chroma's text mask reaches every attention call and cuDNN's attention crashed on "
+                    "it (illegal memory access on an H200); use 'auto' (the efficient kernel)",
+                )
+            )
+        return problems
 
     @torch.no_grad()
     def encode_prompts(

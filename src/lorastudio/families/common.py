@@ -3,6 +3,8 @@ text-only pipeline loading. Pure functions; no family knows another family."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -102,8 +104,9 @@ def load_text_pipeline(
 
 
 def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:
-    """config_facts of a loaded pipeline (its config and its denoiser's)."""
-    return config_facts(pipe.config, denoiser_name, getattr(pipe, denoiser_name).config)
+    """config_facts of a loaded pipeline (its config, its class as `_class_name`, its denoiser's)."""
+    index = {**pipe.config, "_class_name": type(pipe).__name__}
+    return config_facts(index, denoiser_name, getattr(pipe, denoiser_name).config)
 
 
 def frozen(module: Any, device: torch.device) -> Any:
@@ -120,3 +123,18 @@ class Packed2x2Latents:
 
     def from_pipeline_latents(self, pipe: Any, out: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
         return unpack_2x2(out, *latent_hw)  # [B, C, h, w]
+
+
+@contextmanager
+def without_cudnn(masked: bool) -> Iterator[None]:
+    """Keep cuDNN's SDPA out of the attention calls made inside (forward, and so their backward)
+    when `masked`: a batch whose captions differ in length hands attention a text mask, which
+    cuDNN's SDPA crashed on (bench note 24). A no-op when unmasked or cuDNN is not enabled."""
+    if not masked or not torch.backends.cuda.cudnn_sdp_enabled():
+        yield
+        return
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)

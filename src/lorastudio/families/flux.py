@@ -118,7 +118,7 @@ class FluxFamily(Packed2x2Latents, Family):
     ) -> torch.Tensor:
         """FLUX.1 trains on the sampled sigmas as they are (logit-normal by default); a static
         cfg.flow_shift is the one option."""
-        from lorastudio.families.base import static_shift
+        from lorastudio.families.shifts import static_shift
 
         return sigmas if cfg.flow_shift is None else static_shift(sigmas, cfg.flow_shift)
 

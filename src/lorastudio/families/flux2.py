@@ -7,6 +7,14 @@ Latent space: the FLUX.2 VAE's 32-channel latents patchified 2x2 into 128 channe
 normalised by the VAE's BatchNorm running statistics, exactly the tensor the pipeline denoises
 (`latents` [B, 128, H/16, W/16]); one latent cell is one token (patch_size 1).
 
+Reference images (edit, multi-reference): Flux2Pipeline's `image=` references are VAE-encoded
+(posterior mean) into the same normalised latent space, packed to tokens and appended after the
+target's tokens, with position ids from Flux2Pipeline._prepare_image_ids (time axis 10, 20, ...
+per reference); only the target tokens' prediction is kept. `predict` builds them with those
+pipeline functions from batch_info["controls"], so it is one step of the pipeline with references.
+The same family trains text-to-image (no controls) and edits, also mixed in one dataset: each
+batch holds samples with the same number of references (data/sampler.py groups them).
+
 The shared pieces (latents, predict, time shift) live here and serve FLUX.2 [klein] too
 (families/flux2_klein.py), which differs only in its text encoder and guidance.
 """
@@ -46,6 +54,10 @@ FLUX2_SUPPORTS = frozenset(
     {"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}
 )
 MAX_TEXT_TOKENS = 512  # Flux2Pipeline.tokenizer_max_length
+# reference images per sample (docs.bfl.ml image-editing overview: FLUX.2 [dev] "recommended
+# max 6", the FLUX.2 API up to 10; [klein] 4B/9B up to 4); the pipelines themselves set none
+MAX_REFERENCES_DEV = 10
+MAX_REFERENCES_KLEIN = 4
 
 SPEC = FamilySpec(
     name="flux2",
@@ -83,6 +95,8 @@ SPEC = FamilySpec(
     guidance="embedded",
     # the dual-stream blocks' q/k/v per stream (the single blocks' are one linear already)
     fused_projection_groups={"Flux2TransformerBlock": DUAL_STREAM_QKV},
+    control_images=(0, MAX_REFERENCES_DEV),  # text-to-image, or edit with 1..10 references
+    min_reference_side=64,  # Flux2ImageProcessor.check_image_input
 )
 
 
@@ -95,6 +109,19 @@ def normalise(patched: torch.Tensor, vae: Any) -> torch.Tensor:
     """Patchified VAE latents [B, 4C, h, w] -> the normalised latent space (BatchNorm stats)."""
     mean = vae.bn.running_mean.float().view(1, -1, 1, 1).to(patched.device)  # [1, 4C, 1, 1]
     return (patched.float() - mean) / bn_std(vae).to(patched.device)
+
+
+def reference_tokens(controls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference latents [B, K, C, h, w] -> (tokens [B, K*h*w, C], position ids [B, K*h*w, 4]),
+    as Flux2Pipeline.prepare_image_latents lays out its encoded `image=` references: each packed
+    row-major, concatenated in slot order, ids from Flux2Pipeline._prepare_image_ids."""
+    from diffusers import Flux2Pipeline
+
+    b, k = controls.shape[:2]
+    per_slot = [controls[:, i] for i in range(k)]  # K x [B, C, h, w]
+    ids = Flux2Pipeline._prepare_image_ids([lat[:1] for lat in per_slot])  # [1, K*h*w, 4]
+    tokens = torch.cat([Flux2Pipeline._pack_latents(lat) for lat in per_slot], dim=1)  # [B, K*h*w, C]
+    return tokens, ids.expand(b, -1, -1).to(controls.device)
 
 
 def tokens_to_latents(tokens: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
@@ -189,15 +216,22 @@ class Flux2Family(Family):
         b, c, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
         embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
+        tokens = Flux2Pipeline._pack_latents(noisy)  # [B, h*w, C]
+        ids = Flux2Pipeline._prepare_latent_ids(noisy).to(device)  # [B, h*w, 4]
+        controls = batch_info.get("controls")  # [B, K, C, h', w'] or None (text-to-image)
+        if controls is not None:
+            refs, ref_ids = reference_tokens(controls.to(device, dtype))  # [B, R, C], [B, R, 4]
+            tokens = torch.cat([tokens, refs], dim=1)  # [B, h*w + R, C]
+            ids = torch.cat([ids, ref_ids], dim=1)  # [B, h*w + R, 4]
         out = denoiser(
-            hidden_states=Flux2Pipeline._pack_latents(noisy),  # [B, h*w, C]
+            hidden_states=tokens,
             encoder_hidden_states=embeds,
             timestep=noise_level.to(dtype),  # sigma: the pipeline passes t / 1000
-            img_ids=Flux2Pipeline._prepare_latent_ids(noisy).to(device),  # [B, h*w, 4]
+            img_ids=ids,
             txt_ids=Flux2Pipeline._prepare_text_ids(embeds).to(device),  # [B, L, 4]
             guidance=self.guidance(denoiser, cfg, b, device),
             return_dict=False,
-        )[0]  # [B, h*w, C]
+        )[0][:, : h * w]  # [B, h*w, C]: the target tokens
         return tokens_to_latents(out, (h, w))  # [B, C, h, w]
 
 

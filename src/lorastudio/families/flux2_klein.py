@@ -1,7 +1,7 @@
 """FLUX.2 [klein] (4B, 9B; base and step-distilled): the FLUX.2 transformer without a guidance
 embedding, Qwen3 text features (hidden states 9, 18 and 27 stacked per token), the FLUX.2 VAE.
-Latents, predict and time shift are FLUX.2's (families/flux2.py); conditioning comes from
-Flux2KleinPipeline.encode_prompt.
+Latents, predict (with reference images) and time shift are FLUX.2's (families/flux2.py);
+conditioning comes from Flux2KleinPipeline.encode_prompt.
 
 Flavours are rows of SPEC.variants, read from the checkpoint: `is_distilled` from
 model_index.json (what Flux2KleinPipeline registers and reads: a distilled checkpoint ignores
@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.families.base import FamilySpec, Variant
-from lorastudio.families.flux2 import FLUX2_SUPPORTS, FLUX2_TARGETS, MAX_TEXT_TOKENS, Flux2Family
+from lorastudio.families.flux2 import (
+    FLUX2_SUPPORTS,
+    FLUX2_TARGETS,
+    MAX_REFERENCES_KLEIN,
+    MAX_TEXT_TOKENS,
+    Flux2Family,
+)
 from lorastudio.families.flux2 import SPEC as FLUX2_SPEC
 
 if TYPE_CHECKING:
@@ -82,6 +88,8 @@ SPEC = FamilySpec(
     guidance="cfg",
     fused_projection_groups=FLUX2_SPEC.fused_projection_groups,
     no_cfg_kwargs={"guidance_scale": 1.0},
+    control_images=(0, MAX_REFERENCES_KLEIN),  # text-to-image, or edit with 1..4 references
+    min_reference_side=FLUX2_SPEC.min_reference_side,
     guides_with_negative=True,  # base checkpoints: real CFG on "" (distilled ones: guidance 1, unused)
     variants=(
         *_rows("4b", 5),

@@ -23,7 +23,7 @@ import torch
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import pack_patches, qwen_vae_posterior, unpack_patches
+from lorastudio.families.common import pack_patches, qwen_vae_posterior, unpack_patches, without_cudnn
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -178,14 +178,15 @@ class Krea2Family(Family):
         positions = Krea2Pipeline.prepare_position_ids(
             embeds.shape[1], h // p, w // p, device
         )  # [L+hw/p^2, 3]
-        out = denoiser(
-            hidden_states=pack_patches(noisy, p),  # [B, hw/p^2, C*p^2]
-            encoder_hidden_states=embeds,
-            timestep=noise_level.to(dtype),  # sigma: the pipeline passes t / num_train_timesteps
-            position_ids=positions,
-            encoder_attention_mask=None if bool(mask.all()) else mask.to(device),
-            return_dict=False,
-        )[0]
+        with without_cudnn(not bool(mask.all())):  # a mask keeps cuDNN out (bench note 24)
+            out = denoiser(
+                hidden_states=pack_patches(noisy, p),  # [B, hw/p^2, C*p^2]
+                encoder_hidden_states=embeds,
+                timestep=noise_level.to(dtype),  # sigma: the pipeline passes t / num_train_timesteps
+                position_ids=positions,
+                encoder_attention_mask=None if bool(mask.all()) else mask.to(device),
+                return_dict=False,
+            )[0]
         return unpack_patches(out, h, w, p)  # [B, C, h, w]
 
 

@@ -17,6 +17,7 @@ from lorastudio.families.common import (
     pack_2x2,
     qwen_vae_posterior,
     unpack_2x2,
+    without_cudnn,
 )
 from lorastudio.families.real_rope import use_real_rope
 
@@ -100,15 +101,17 @@ class QwenImageFamily(Packed2x2Latents, Family):
         b, _, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
         mask = cond["prompt_mask"]  # [B, L], on the CPU: checking it costs no device sync
-        # no padding -> no mask, so attention can take the fast (flash) kernel
-        out = denoiser(
-            hidden_states=pack_2x2(noisy),  # [B, hw/4, C*4]
-            encoder_hidden_states=cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
-            encoder_hidden_states_mask=None if bool(mask.all()) else mask.to(device),
-            timestep=noise_level.to(dtype),
-            img_shapes=[[(1, h // 2, w // 2)]] * b,
-            return_dict=False,
-        )[0]
+        # no padding -> no mask, so attention can take the fast (flash) kernel; a mask keeps
+        # cuDNN out of the call (it crashed on masks: bench note 24)
+        with without_cudnn(not bool(mask.all())):
+            out = denoiser(
+                hidden_states=pack_2x2(noisy),  # [B, hw/4, C*4]
+                encoder_hidden_states=cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
+                encoder_hidden_states_mask=None if bool(mask.all()) else mask.to(device),
+                timestep=noise_level.to(dtype),
+                img_shapes=[[(1, h // 2, w // 2)]] * b,
+                return_dict=False,
+            )[0]
         return unpack_2x2(out, h, w)  # [B, C, h, w]
 
 

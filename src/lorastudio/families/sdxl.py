@@ -40,7 +40,9 @@ SPEC = FamilySpec(
         # A1111/Forge read kohya names: the portable SDXL file is kohya's (README: LoRA files)
         "lora_format": "kohya",
     },
-    supports=frozenset({"snr_gamma", "noise_offset"}),
+    supports=frozenset(
+        {"snr_gamma", "noise_offset", "train_text_encoder", "text_encoder_lr", "v_prediction"}
+    ),
     generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
     guidance="cfg",
     negative_prompt=True,

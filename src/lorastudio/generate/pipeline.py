@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 
 if TYPE_CHECKING:
@@ -52,9 +53,14 @@ def load_pipeline(
     revision: str | None = None,
     dtype: torch.dtype | None = None,
     device: str | torch.device | None = None,
+    base_config: str | None = None,
+    v_prediction: bool | None = None,
 ) -> DiffusionPipeline:
     """Load `base_model` (hub id or local folder) with the family's pipeline class, in `dtype`
     (default: bf16 on a bf16-capable GPU, else fp32) on `device` (default: CUDA if available).
+    With `base_config` (a resolved pipeline folder or hub id), `base_model` is a single-file
+    checkpoint loaded through from_single_file (families/single_file.py; `v_prediction` None:
+    as the file says, else the config's scheduler).
 
     Raises UnknownFamily, ModelSourceError (missing, unreadable or another family's model).
     """
@@ -63,6 +69,16 @@ def load_pipeline(
     from lorastudio import families
 
     spec = families.get(family).spec
+    if base_config is not None:
+        from lorastudio.families.single_file import load_file_pipeline, single_file
+
+        dev = torch.device(device) if device is not None else _default_device()
+        sf = single_file(base_model, base_config, v_prediction)
+        class_name = families.get(family).source_pipeline_class(sf, revision)  # its base config's flavour
+        pipe = load_file_pipeline(spec, sf, revision, dtype or _default_dtype(dev), class_name)
+        pipe.to(dev)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
     found = detect_family(base_model)
     local = Path(base_model).expanduser()
     if local.exists() and found is None and not (local / "model_index.json").is_file():
@@ -70,16 +86,20 @@ def load_pipeline(
     if found is not None and found != spec.name:
         raise ModelSourceError(f"{base_model} is a {found} model, not {spec.name}")
     dev = torch.device(device) if device is not None else _default_device()
-    if dtype is None:
-        dtype = torch.bfloat16 if dev.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    dtype = dtype or _default_dtype(dev)
+    class_name = families.get(family).source_pipeline_class(base_model, revision)  # the checkpoint's flavour
+    pipeline_cls = getattr(diffusers, class_name)
     try:
         pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype)
     except (OSError, ValueError) as err:
-        raise ModelSourceError(f"cannot load {spec.pipeline_class} from {base_model!r}: {err}") from err
+        raise ModelSourceError(f"cannot load {class_name} from {base_model!r}: {err}") from err
     pipe.to(dev)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def _default_dtype(dev: torch.device) -> torch.dtype:
+    return torch.bfloat16 if dev.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
 
 
 def _default_device() -> torch.device:
@@ -185,16 +205,22 @@ def generate_image(
         problems.append(FieldProblem("steps", "must be >= 1"))
     if negative_prompt and not spec.negative_prompt:
         problems.append(FieldProblem("negative_prompt", f"{spec.name} takes no negative prompt"))
-    low, high = spec.control_images
+    facts = pipeline_facts(pipe, spec.denoiser)  # the checkpoint's flavour
+    low, high = fam.control_images(facts)
     if controls and not low <= len(controls) <= high:
         takes = f"{low}-{high}" if high else "none"
         problems.append(
-            FieldProblem("controls", f"{spec.name} takes {takes} reference images, got {len(controls)}")
+            FieldProblem(
+                "controls", f"{type(pipe).__name__} takes {takes} reference images, got {len(controls)}"
+            )
         )
+    small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
+    if controls and small:
+        problems.append(FieldProblem("controls", small))
     if problems:
         raise ConfigError(problems)
-    kwargs = fam.generation_defaults(pipeline_facts(pipe, spec.denoiser))  # the checkpoint's flavour
-    kwargs.update(reference_kwargs(pipe, spec.control_images[1], controls, width, height))
+    kwargs = fam.generation_defaults(facts)
+    kwargs.update(reference_kwargs(pipe, high, controls, width, height))
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:

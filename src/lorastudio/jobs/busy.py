@@ -26,10 +26,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from lorastudio.config import TrainConfig
-from lorastudio.training.events import Event, Progress, SampleReady, StopRequest
+from lorastudio.training.events import Event, Progress, SampleReady, StopRequest, Validated
 
 BUSY = "busy"
 SAMPLE_ROUND = "sample round"
+VALIDATION_ROUND = "validation round"
 CHECKPOINT = "checkpoint"
 FINAL_SAVE = "saving the LoRA"
 STOP_SAVE = "saving the checkpoint and LoRA of the stop"
@@ -51,6 +52,8 @@ class BusyTracker:
         self._prompts = bool(config.sample_prompts)
         self._sample_every = config.sample_every
         self._save_every = config.save_every
+        self._validates = config.validation_split is not None
+        self._validate_every = config.validate_every
         self.work: str | None = None
         self._pending: list[str] = []
 
@@ -59,9 +62,10 @@ class BusyTracker:
         if isinstance(event, Progress):
             self._pending = self._due(event.step, event.total_steps)
             return self._set(" + ".join(self._pending) or None, event.step) if self._pending else None
-        if isinstance(event, SampleReady) and SAMPLE_ROUND in self._pending:
-            self._pending = [w for w in self._pending if w != SAMPLE_ROUND]
-            return self._set(" + ".join(self._pending) or None, event.step)
+        for kind, work in ((SampleReady, SAMPLE_ROUND), (Validated, VALIDATION_ROUND)):
+            if isinstance(event, kind) and work in self._pending:
+                self._pending = [w for w in self._pending if w != work]
+                return self._set(" + ".join(self._pending) or None, event.step)
         return None
 
     def after_poll(self, request: StopRequest | None) -> dict[str, Any] | None:
@@ -79,6 +83,10 @@ class BusyTracker:
             step >= total or (self._sample_every is not None and step % self._sample_every == 0)
         ):
             work.append(SAMPLE_ROUND)
+        if self._validates and (
+            step >= total or (self._validate_every is not None and step % self._validate_every == 0)
+        ):
+            work.append(VALIDATION_ROUND)
         if self._save_every is not None and step % self._save_every == 0 and step < total:
             work.append(CHECKPOINT)
         if step >= total:

@@ -30,14 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.basemodels import resolve_base_model
+from lorastudio.basemodels import ResolvedBase, resolve_base
+from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
+from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.uploads import staged_write
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.references import reference_path, reference_problems
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.settings import Settings
@@ -72,6 +75,9 @@ class GenerationRequest:
     revision: str | None = None
     loras: tuple[LoraChoice, ...] = ()
     negative_prompt: str | None = None  # only for a family whose pipeline takes one
+    references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
+    base_config: str | None = None  # a single-file base_model's configs (basemodels.resolve_base)
+    v_prediction: bool | None = None
 
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
@@ -82,6 +88,7 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
         "seed": req.seed,
         "family": family,
         "base_model": req.base_model,
+        **({"base_config": req.base_config} if req.base_config is not None else {}),
         "steps": req.steps,
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
@@ -89,6 +96,7 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
             {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
             for c in req.loras
         ],
+        "references": list(req.references),
     }
 
 
@@ -168,13 +176,13 @@ class GenerationService:
         self._lock = threading.Lock()
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
-        self._key: tuple[str, str, str | None] | None = None
+        self._key: tuple[Any, ...] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
     def loaded(self) -> tuple[str, str, str | None] | None:
         """(base model source, family, revision) of the worker's resident pipeline, or None."""
-        return self._key
+        return None if self._key is None else self._key[:3]
 
     @property
     def worker_pid(self) -> int | None:
@@ -207,9 +215,9 @@ class GenerationService:
         self._process = None
         self._key = None
 
-    def check(self, req: GenerationRequest) -> tuple[str, list[tuple[str, float]]]:
-        """Check everything about `req` before any work: returns (base model source, [(LoRA file,
-        scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
+    def check(self, req: GenerationRequest) -> tuple[ResolvedBase, list[tuple[str, float]]]:
+        """Check everything about `req` before any work: returns (the resolved base model,
+        [(LoRA file, scale)]). Raises UnknownFamily, ConfigError (revision, size budget, a LoRA file that is
         not a LoRA of this family: every problem at once), NotFound (a LoRA name),
         ModelSourceError (the base model)."""
         family = families.get(req.family)
@@ -218,6 +226,12 @@ class GenerationService:
             problems.append(FieldProblem("revision", why))
         if req.negative_prompt and not family.spec.negative_prompt:
             problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
+        problems += reference_problems(self.settings, family.spec.name, req.references)
+        small = reference_size_problem(
+            family.spec.name, family.spec.min_reference_side, req.width, req.height
+        )
+        if req.references and small:
+            problems.append(FieldProblem("references", small))
         loras = [(lora_file(self.settings, c.name, c.step), c.scale) for c in req.loras]
         for i, (path, _) in enumerate(loras):
             try:
@@ -226,15 +240,28 @@ class GenerationService:
                 problems.append(FieldProblem(f"loras.{i}", str(err)))
         if problems:
             raise ConfigError(problems)
-        source, _ = resolve_base_model(req.base_model, family.spec.name, self.settings, req.revision)
-        return source, [(str(p), s) for p, s in loras]
+        base = resolve_base(req.base_model, family.spec.name, self.settings, req.revision, req.base_config)
+        _, base_problems = base_updates(
+            base.source, base.folder, base.file, base.config, req.base_config, req.v_prediction, req.revision
+        )
+        if base_problems:
+            raise ConfigError(base_problems)
+        configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
+        folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
+        flavour = family.folder_variant(folder) if folder is not None and folder.is_dir() else None
+        if req.references and flavour is not None and flavour.control_images is not None:
+            # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 1-3)
+            problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
+            if problems:
+                raise ConfigError(problems)
+        return base, [(str(p), s) for p, s in loras]
 
     def generate(self, req: GenerationRequest) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
         Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises what `check` raises,
         JobActive (training holds the GPU), GenerationFailed / GenerationWorkerLost (the worker
         failed / died: the next request starts a fresh worker)."""
-        source, loras = self.check(req)
+        base, loras = self.check(req)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -242,7 +269,9 @@ class GenerationService:
         target = out_dir / f"{stamp}-{req.seed}-{uuid.uuid4().hex[:8]}.png"
         staging = target.with_name(f".{target.name}.partial")
         job = GenerationJob(
-            source=source,
+            source=base.source,
+            base_config=base.config,
+            v_prediction=req.v_prediction,
             family=family,
             revision=req.revision,
             prompt=req.prompt,
@@ -253,6 +282,7 @@ class GenerationService:
             guidance=req.guidance,
             negative_prompt=req.negative_prompt or None,
             loras=tuple(loras),
+            references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),
             png_meta=json.dumps(meta_of(req, family)),
         )

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ConfigError, DatasetError, LorastudioError
@@ -65,11 +66,14 @@ class GenerationJob:
     out_path: str
     png_meta: str = "{}"  # the image's settings as JSON: written into the PNG with its size
     negative_prompt: str | None = None
+    references: tuple[str, ...] = ()  # reference image files (checked by the server), slot order
+    base_config: str | None = None  # a single-file source's configs (resolved folder or hub id)
+    v_prediction: bool | None = None
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
-        """What the resident pipeline is: (source, family, revision)."""
-        return (self.source, self.family, self.revision)
+    def key(self) -> tuple[Any, ...]:
+        """What the resident pipeline is: (source, family, revision, base config, v_prediction)."""
+        return (self.source, self.family, self.revision, self.base_config, self.v_prediction)
 
 
 class Resident:
@@ -77,7 +81,7 @@ class Resident:
 
     def __init__(self) -> None:
         self.pipe: Any = None
-        self.key: tuple[str, str, str | None] | None = None
+        self.key: tuple[Any, ...] | None = None
 
     def drop(self) -> None:
         """Free the pipeline (and the GPU memory torch caches for it)."""
@@ -127,6 +131,7 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
     oom: str | None = None
     try:
         from lorastudio import generate as gen
+        from lorastudio.data.images import load_rgb
         from lorastudio.families.base import quiet_loading
 
         quiet_loading()  # no loading progress bars in the server's log
@@ -135,7 +140,13 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
         loaded = resident.key != job.key
         if loaded:
             resident.drop()
-            resident.pipe = gen.load_pipeline(job.source, job.family, revision=job.revision)
+            resident.pipe = gen.load_pipeline(
+                job.source,
+                job.family,
+                revision=job.revision,
+                base_config=job.base_config,
+                v_prediction=job.v_prediction,
+            )
             resident.key = job.key
         gen.apply_loras(resident.pipe, list(job.loras))
         image = gen.generate_image(
@@ -148,6 +159,7 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
             height=job.height,
             guidance=job.guidance,
             negative_prompt=job.negative_prompt,
+            controls=[load_rgb(Path(p)) for p in job.references],
         )
         meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
         image.save(job.out_path, format="PNG", pnginfo=png_text(meta))

@@ -26,12 +26,14 @@ TERMINAL_EVENTS = frozenset({"complete", "error"})
 class Folded:
     """What folding one event changed.
 
-    point: a new metric point to store (None: none); plan: the plan_chosen event to store in the
+    point: a new metric point to store (None: none); validation: a validation round's point
+    to store (None: none); plan: the plan_chosen event to store in the
     run record (None: none); now_running: the job went from preparing to running; final: the
     (status, error) the job ends with (None: it goes on)."""
 
     point: dict[str, Any] | None = None
     plan: dict[str, Any] | None = None
+    validation: dict[str, Any] | None = None  # a validation round to store: {step, loss}
     now_running: bool = False
     final: tuple[JobStatus, str | None] | None = None
 
@@ -72,6 +74,10 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
     elif kind == "plan_chosen":
         job.plan = data
         return Folded(plan=data)
+    elif kind == "validation":
+        point = {"step": data["step"], "loss": data["loss"]}  # loss None: not finite
+        job.validation = [p for p in job.validation if p["step"] != point["step"]] + [point]
+        return Folded(validation=point)
     elif kind == "sample_ready":
         job.samples = {"step": data["step"], "images": data["images"]}
     elif kind == "complete":

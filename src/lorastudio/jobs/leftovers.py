@@ -6,7 +6,8 @@ hidden folder behind, for ever: an upload's `datasets/.uploads/<id>/` (hundreds 
 delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
 export's `outputs/<run>/.staging-<id>/`, a checkpoint's `outputs/<run>/checkpoints/.staging-*`
-or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`.
+or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an
+uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`.
 
 `start_leftover_cleanup` runs right after the server took the home lock (jobs/homelock.py): no
 other server and no CLI run writes to the home then, so none of these is in use. (A tiny-model
@@ -38,6 +39,7 @@ _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.p
 _EXPORT_STAGING = re.compile(r"^\.staging-[0-9a-f]+$")  # training/export.py, training/checkpoint.py
 _CHECKPOINT_REMOVAL = re.compile(r"^\.removing-[0-9a-f-]+$")  # training/checkpoint.py
 _CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/uploads.py staged_write
+_PARTIAL = re.compile(r"^\..+\.partial$")  # jobs/generation.py image, jobs/references.py upload
 
 
 def find_leftovers(settings: Settings) -> list[Path]:
@@ -63,6 +65,9 @@ def find_leftovers(settings: Settings) -> list[Path]:
         if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
             continue
         found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
+    gallery = settings.home / "gallery"  # jobs/generation.py gallery_dir, jobs/references.py
+    for folder in (gallery, gallery / "references"):
+        found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
     return sorted(found)
 
 

@@ -21,9 +21,12 @@ from typing import Any
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
-from lorastudio.data import DatasetScan, is_image_name
+from lorastudio.data import is_image_name
+from lorastudio.data.holdout import validation_section
+from lorastudio.data.masks import mask_section, mask_warning
 from lorastudio.data.upscaling import upscale_warning
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
+from lorastudio.jobs.preflight_pairs import controls_section, training_mode
 from lorastudio.jobs.validation import ValidatedRun
 
 # Bytes per frozen base weight. fp8 keeps bf16 weights (fp8 is the matmul, not the storage);
@@ -69,20 +72,22 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
     scan = run.scan
     host = host or host_info()
     sources = Counter(item.caption_source for item in scan.items)
-    batches = sum(math.ceil(n / cfg.batch_size) for n in scan.bucket_histogram().values())
+    batches = sum(math.ceil(n / cfg.batch_size) for n in scan.batch_histogram().values())
     steps_per_epoch = max(1, math.ceil(batches / cfg.grad_accum))
     steps = cfg.num_epochs * steps_per_epoch if cfg.num_epochs > 0 else cfg.steps
     dtype = resolved_dtype(cfg.base_precision, host)
     plan = preflight_plan(cfg, host)
     if cfg.compile == "wide" and plan["compile"]:
         plan["compile_shapes"] = len(
-            batch_shapes(scan.bucket_histogram(), cfg.batch_size, cfg.micro_batch_size)
+            batch_shapes(scan.batch_histogram(), cfg.batch_size, cfg.micro_batch_size)
         )
     return {
         "config": cfg.model_dump(mode="json"),
         "dataset": {
             "path": str(scan.root),
-            "images_found": len(scan.items) + sum(1 for name, _ in scan.dropped if is_image_name(name)),
+            "images_found": len(scan.items)
+            + sum(1 for name, _ in scan.dropped if is_image_name(name))
+            + (len(run.holdout.validation) if run.holdout and isinstance(cfg.validation_split, float) else 0),
             "images_used": len(scan.items),
             "dropped": [{"file": name, "reason": why} for name, why in scan.dropped],
             "missing_captions": sorted(
@@ -92,8 +97,13 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "unique_captions": len(scan.captions()),
             "buckets": scan.bucket_histogram(),
             "fingerprint": scan.fingerprint,
-            "warnings": [w for w in [upscale_warning(scan.items, cfg.no_upscale)] if w],
-            "controls": _controls_section(scan),
+            "warnings": [
+                w for w in [upscale_warning(scan.items, cfg.no_upscale), mask_warning(scan.items)] if w
+            ],
+            "masks": mask_section(scan.items, cfg.alpha_mask),
+            "controls": controls_section(scan),
+            "mode": training_mode(cfg.family, scan),
+            "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
         },
         "schedule": {
             "steps": steps,
@@ -111,10 +121,23 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "gradient_checkpointing": cfg.gradient_checkpointing,
         },
         "plan": plan,
-        "memory": _memory_section(cfg, run.model_dir, host),
+        "conditioning": conditioning_section(cfg),
+        "memory": _memory_section(cfg, run.model_dir, host, scan.controls_per_image()),
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
     }
+
+
+def conditioning_section(cfg: TrainConfig) -> dict[str, Any]:
+    """How captions become conditioning: encoded once before training (the caption cache), or in
+    every step (SDXL's train_text_encoder: the encoders train, so no embedding stays fixed)."""
+    if cfg.train_text_encoder:
+        note = (
+            "train_text_encoder: both CLIP text encoders stay loaded and train with a LoRA, so captions "
+            "are encoded in every step (no caption cache): more memory and time per step"
+        )
+        return {"per_step": True, "note": note}
+    return {"per_step": False, "note": "each unique caption is encoded once before training (caption cache)"}
 
 
 def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:
@@ -127,32 +150,25 @@ def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:
         "name": fam.spec.name,
         "variant": row.title if row else None,
         "notes": [row.note] if row and row.note else [],
+        "single_file": single_file_text(cfg),
     }
 
 
-def _controls_section(scan: DatasetScan) -> dict[str, Any] | None:
-    """Paired datasets: pairs, controls per image, where they came from, and how controls are
-    sized (each resized to cover its target's bucket and cropped like it: data/pairs.py)."""
-    per_image = scan.controls_per_image()
-    if per_image == 0:
+def single_file_text(cfg: TrainConfig) -> str | None:
+    """'<file> (<layout>) with the configs of <base config>; <prediction>' for a resolved
+    single-file run; None for a folder or hub id."""
+    if cfg.base_config is None or not Path(cfg.base_model).is_file():
         return None
-    return {
-        "pairs": len(scan.items),
-        "per_image": per_image,
-        "sources": list(scan.control_sources),
-        "buckets": scan.bucket_histogram(),
-        "resize": "each control is resized to cover its target's bucket and cropped like the target",
-        "examples": [
-            {
-                "target": it.path.name,
-                "controls": [
-                    str(c.relative_to(scan.root)) if c.is_relative_to(scan.root) else str(c)
-                    for c in it.controls
-                ],
-            }
-            for it in scan.items[:20]
-        ],
-    }
+    from lorastudio.basemodels.single_file import read_file_facts
+
+    facts = read_file_facts(Path(cfg.base_model))
+    if cfg.v_prediction is None:
+        pred = "prediction type: the base config's scheduler" if cfg.family == "sdxl" else None
+    else:
+        told = "the file says so" if facts.v_prediction is not None else "v_prediction setting"
+        pred = f"{'v-prediction' if cfg.v_prediction else 'epsilon'} ({told})"
+    text = f"{cfg.base_model} ({facts.layout.title}) with the configs of {cfg.base_config}"
+    return f"{text}; {pred}" if pred else text
 
 
 def default_plan_values(cfg: TrainConfig, host: HostInfo) -> dict[str, Any]:
@@ -252,13 +268,16 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
     return PlanValues(**values)
 
 
-def _memory_section(cfg: TrainConfig, model_dir: Path | None, host: HostInfo) -> dict[str, Any]:
-    """estimate_memory_gb for the fastest plan; with a budget choosing some settings, also
-    `lightest_gb`: the estimate of the lightest plan the budget may choose."""
-    section = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host))
+def _memory_section(
+    cfg: TrainConfig, model_dir: Path | None, host: HostInfo, controls: int
+) -> dict[str, Any]:
+    """estimate_memory_gb for the fastest plan (`controls`: the dataset's most control images
+    per sample); with a budget choosing some settings, also `lightest_gb`: the estimate of the
+    lightest plan the budget may choose."""
+    section = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host), controls)
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
-        lightest = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host, lightest=True))
+        lightest = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), controls)
         section["note"] += (
             "; settings left to the memory budget are assumed at their fastest (default) values:"
             " the run measures and picks lighter ones when they do not fit"
@@ -267,12 +286,15 @@ def _memory_section(cfg: TrainConfig, model_dir: Path | None, host: HostInfo) ->
     return section
 
 
-def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValues) -> dict[str, Any]:
+def estimate_memory_gb(
+    cfg: TrainConfig, model_dir: Path | None, plan: PlanValues, controls: int | None = None
+) -> dict[str, Any]:
     """Rough peak accelerator memory of the run, per phase (the engine loads text encoders, VAE
     and denoiser one after another). Parameter counts come from the safetensors headers of the
     local pipeline; for a hub id nothing is known locally and the estimate is None.
 
-    Takes the config (resolution, LoRA rank) and the plan to size. Returns {"estimated_gb",
+    Takes the config (resolution, LoRA rank), the plan to size and the control images per sample
+    (None: the fewest the checkpoint's flavour takes, Family.source_control_images). Returns {"estimated_gb",
     "phases": {conditioning, latents, denoiser} in GB, "note"}.
 
     denoiser phase = base weights (WEIGHT_BYTES of the plan's precision for the repeated blocks'
@@ -280,7 +302,7 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
     count except IN_FLIGHT_BLOCKS of them) + LoRA (rank/16 x 1% of the denoiser) with fp32
     weights, grads and AdamW state (16 B/param) + activations (2.5 GB per billion denoiser
     parameters per sample of the micro-batch at 1024 px, scaled by pixels (target + the edit
-    family's most control images, whose tokens join the sequence), x ACTIVATION_FACTOR
+    sample's control images, whose tokens join the sequence), x ACTIVATION_FACTOR
     of the checkpointing mode) + 1 GB. Calibrated on four H200 measurements without
     quantisation, checkpointing modes or block swap; expect it to be off by up to ~50%."""
     note = "rough formula (weights + LoRA/optimizer + activations scaled from H200 baselines), +-50%"
@@ -288,7 +310,7 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
         return {
             "estimated_gb": None,
             "phases": None,
-            "note": "base model is a hub id: no local weights to size",
+            "note": "base model is not a local pipeline folder (a hub id or a single file): no local weights to size",
         }
     fam = families.get(cfg.family)
     compute = _COMPUTE_DTYPE.get(plan.base_precision, plan.base_precision)
@@ -304,7 +326,9 @@ def estimate_memory_gb(cfg: TrainConfig, model_dir: Path | None, plan: PlanValue
     weights_gb = (other * per) + resident * block_bytes / 1e9
     lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
     pixels = ((cfg.resolution or 1024) / 1024) ** 2
-    pixels *= 1 + fam.spec.control_images[1]  # an edit family's control tokens join the sequence
+    if controls is None:  # unknown dataset: the fewest the checkpoint's flavour takes
+        controls = fam.source_control_images(model_dir)[0]
+    pixels *= 1 + controls  # an edit sample's control tokens join the sequence
     act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
     act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
     phases = {

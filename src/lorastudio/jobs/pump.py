@@ -118,6 +118,8 @@ class EventPump(abc.ABC):
                 self._finish(job, *folded.final)
         if folded.plan is not None:
             self.store.set_plan(job.id, folded.plan)
+        if folded.validation is not None:
+            self.store.add_validation(job.id, folded.validation)
         if folded.point is not None:
             self.store.add_metric(job.id, folded.point)
         elif data["type"] == "progress":

@@ -118,6 +118,7 @@ class Job:
     samples: dict[str, Any] | None = None  # the last sample_ready event: {step, images (run-relative)}
     plan: dict[str, Any] | None = None  # the plan_chosen event: how the denoiser phase runs
     history: MetricHistory = field(default_factory=MetricHistory)
+    validation: list[dict[str, Any]] = field(default_factory=list)  # validation rounds: {step, loss}
     lora_path: str | None = None
     steps_run: int = 0
     error: str | None = None
@@ -146,6 +147,7 @@ class Job:
             "samples": self.samples,
             "plan": self.plan,
             "metrics": self.history.since(since),
+            "validation": list(self.validation),
             "lora_path": self.lora_path,
             "steps_run": self.steps_run,
             "error": self.error,

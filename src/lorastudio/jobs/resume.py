@@ -8,17 +8,17 @@ changed dataset or base model is refused with every differing field named.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lorastudio import families
-from lorastudio.basemodels import resolve_base_model
+from lorastudio.basemodels import resolve_base
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.data import resolve_dataset_dir, scan_dataset
+from lorastudio.data import resolve_dataset_dir
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
 from lorastudio.jobs.validation import host_problems
 from lorastudio.settings import Settings
@@ -45,26 +45,37 @@ class ValidatedResume:
     total_steps: int
 
 
-def resumable_step(run_dir: Path) -> int | None:
-    """The step a resume of `run_dir` would start from: its newest checkpoint's, unless the run
-    folder holds a finished LoRA (sidecar with stopped=false) or the checkpoint has no step
-    left. None when nothing can be resumed."""
+@dataclass(frozen=True)
+class ResumePoints:
+    """What a run folder offers (read from its newest checkpoint): `resume_step`, the step a
+    plain resume continues from (None: finished, or nothing left); `extend_from`, the step a
+    "train longer" (a resume setting `steps` above `total_steps`: training/extend.py) continues
+    from (None: no checkpoint, or the run counts epochs); `total_steps`, the newest checkpoint's
+    total."""
+
+    resume_step: int | None = None
+    extend_from: int | None = None
+    total_steps: int | None = None
+
+
+def resume_points(run_dir: Path) -> ResumePoints:
+    """The ResumePoints of `run_dir` (one read of its newest checkpoint and its sidecar)."""
     found = list_checkpoints(run_dir)
     if not found:
-        return None
-    sidecar = run_dir / f"{run_dir.name}.json"
-    try:
-        meta = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
-    except (OSError, ValueError):
-        meta = {}
-    if isinstance(meta, dict) and meta.get("stopped") is False:
-        return None
+        return ResumePoints()
     try:
         info = read_checkpoint_info(found[-1])
     except ConfigError:
-        return None
-    step = int(info["step"])
-    return step if step < int(info["total_steps"]) else None
+        return ResumePoints()
+    step, total = int(info["step"]), int(info["total_steps"])
+    config = info["config"] if isinstance(info["config"], Mapping) else {}
+    epochs = int(config.get("num_epochs") or 0)
+    finished = finished_problem(run_dir, extended=False) is not None
+    return ResumePoints(
+        resume_step=step if step < total and not finished else None,
+        extend_from=None if epochs > 0 else step,
+        total_steps=total,
+    )
 
 
 def validate_resume(
@@ -111,25 +122,18 @@ def validate_resume(
         raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
     family = families.get(cfg.family)
     problems: list[FieldProblem] = []
+    configs = None  # where the base's flavour is read (its control images)
     try:
-        resolve_base_model(cfg.base_model, family.spec.name, settings)
+        configs = resolve_base(
+            cfg.base_model, family.spec.name, settings, cfg.revision, cfg.base_config
+        ).configs
     except ModelSourceError as err:
         problems.append(FieldProblem("base_model", str(err)))
     data_dir = resolve_dataset_dir(cfg.data_dir, settings.datasets_dir, allow_outside_root=False)
-    scan = scan_dataset(
-        data_dir,
-        resolution=int(cfg.resolution or 0),
-        multiple=family.spec.resolution_multiple,
-        aspect_buckets=cfg.aspect_buckets,
-        no_upscale=cfg.no_upscale,
-        trigger_word=cfg.trigger_word,
-        default_caption=cfg.default_caption,
-        max_pixels=settings.max_image_pixels,
-        control_dirs=resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False),
-        control_images=family.spec.control_images,
-        family=family.spec.name,
-        decode_pixels=settings.max_decode_pixels,
-    )
+    control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False)
+    scan = scan_for_run(
+        data_dir, cfg, family.spec, settings, control_dirs, family.source_control_images(configs)
+    )  # with its masks: the fingerprint
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
     if problems:
         raise ConfigError(problems)

@@ -48,6 +48,12 @@ CREATE TABLE IF NOT EXISTS metrics (
     peak_memory_gb REAL,
     PRIMARY KEY (run_id, step)
 );
+CREATE TABLE IF NOT EXISTS validation (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    loss REAL,
+    PRIMARY KEY (run_id, step)
+);
 CREATE TABLE IF NOT EXISTS outputs (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     kind TEXT NOT NULL,
@@ -196,6 +202,14 @@ class RunStore:
                 (point["step"], point.get("loss"), run_id),
             )
 
+    def add_validation(self, run_id: str, point: dict[str, Any]) -> None:
+        """Store one validation round of a run ({step, loss}; a round of the same step replaces it)."""
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT OR REPLACE INTO validation (run_id, step, loss) VALUES (?, ?, ?)",
+                (run_id, point["step"], point.get("loss")),
+            )
+
     def set_plan(self, run_id: str, plan: dict[str, Any]) -> None:
         """Record the plan a run uses (its sanitised plan_chosen event: precision, checkpointing,
         offload, micro-batch, compile, how it was decided, trials, fallbacks). A later call
@@ -242,7 +256,7 @@ class RunStore:
 
     def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
         """One run with config, plan (None until the run reported one), metric points (decimated
-        to at most `max_points`) and outputs. Raises NotFound."""
+        to at most `max_points`), validation rounds ({step, loss}) and outputs. Raises NotFound."""
         with self._lock:
             row = self._conn.execute(
                 f"SELECT {', '.join(_RUN_COLUMNS)}, config_json, plan_json FROM runs WHERE id=?", (run_id,)
@@ -251,6 +265,9 @@ class RunStore:
                 raise NotFound(f"no run with id {run_id!r}")
             metrics = self._conn.execute(
                 f"SELECT {', '.join(METRIC_KEYS)} FROM metrics WHERE run_id=? ORDER BY step", (run_id,)
+            ).fetchall()
+            validation = self._conn.execute(
+                "SELECT step, loss FROM validation WHERE run_id=? ORDER BY step", (run_id,)
             ).fetchall()
             outputs = self._conn.execute(
                 "SELECT kind, path FROM outputs WHERE run_id=? ORDER BY kind, path", (run_id,)
@@ -267,6 +284,7 @@ class RunStore:
                 picked.append(points[-1])
             points = picked
         run["metrics"] = points
+        run["validation"] = [dict(v) for v in validation]
         run["outputs"] = [dict(o) for o in outputs]
         return run
 

@@ -15,11 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
-from lorastudio.basemodels import inspect_folder, resolve_base_model
+from lorastudio.basemodels import inspect_folder, resolve_base
+from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
-from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component, scan_dataset
+from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
+from lorastudio.data.holdout import Holdout, split_validation
+from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.pairs import resolve_control_dirs
+from lorastudio.data.run_scan import scan_for_run
+from lorastudio.data.sample_refs import reference_size_problem, sample_references
 from lorastudio.errors import (
     ConfigError,
     DatasetError,
@@ -47,8 +52,9 @@ class ValidatedRun:
 
     config: TrainConfig
     worker_config: TrainConfig  # the config as given (explicit fields kept) + resolved paths/name
-    scan: DatasetScan
+    scan: DatasetScan  # what trains: the validation hold-out (if any) left out
     model_dir: Path | None
+    holdout: Holdout | None = None  # the validation hold-out (data/holdout.py)
 
 
 def validate_run(
@@ -84,19 +90,26 @@ def validate_run(
 
     model_source: str | None = None
     model_dir: Path | None = None
+    configs: str | Path | None = None  # where the base's flavour is read (its control images)
+    base: dict[str, Any] = {}
     if (
-        "base_model" not in reported
-        and "revision" not in reported  # a bad revision never reaches the hub cache's paths
+        not {"base_model", "revision", "base_config"} & reported  # a bad revision never reaches the hub cache
         and isinstance(raw.get("base_model"), str)
         and family is not None
     ):
+        revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
+        given_config = raw.get("base_config") if isinstance(raw.get("base_config"), str) else None
+        v_pred = raw.get("v_prediction") if isinstance(raw.get("v_prediction"), bool) else None
         try:
-            revision = raw.get("revision") if isinstance(raw.get("revision"), str) else None
-            model_source, model_dir = resolve_base_model(
-                raw["base_model"], family.spec.name, settings, revision
+            found = resolve_base(raw["base_model"], family.spec.name, settings, revision, given_config)
+            base, base_problems = base_updates(
+                found.source, found.folder, found.file, found.config, given_config, v_pred, revision
             )
+            problems += base_problems
+            model_source, model_dir, configs = found.source, found.folder, found.configs
         except ModelSourceError as err:
-            problems.append(FieldProblem("base_model", str(err)))
+            field = "base_config" if str(err).startswith("base_config ") else "base_model"
+            problems.append(FieldProblem(field, str(err)))
 
     precision = raw.get("base_precision", "auto")
     if "base_precision" not in reported and precision not in host_info().precisions:
@@ -112,43 +125,66 @@ def validate_run(
         problems += host_problems(cfg, settings)
 
     scan: DatasetScan | None = None
+    holdout: Holdout | None = None
+    # (min, max) control images of the base checkpoint's flavour (a hub id: the family's)
+    flavour_controls = family.source_control_images(configs) if family is not None else (0, 0)
     if cfg is not None and data_dir is not None and family is not None:
         try:
             control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, False)
-            scan = scan_dataset(
-                data_dir,
-                resolution=cfg.resolution or 0,
-                multiple=family.spec.resolution_multiple,
-                aspect_buckets=cfg.aspect_buckets,
-                no_upscale=cfg.no_upscale,
-                trigger_word=cfg.trigger_word,
-                default_caption=cfg.default_caption,
-                max_pixels=settings.max_image_pixels,
-                control_dirs=control_dirs,
-                control_images=family.spec.control_images,
-                family=family.spec.name,
-                decode_pixels=settings.max_decode_pixels,
-            )
+            scan = scan_for_run(data_dir, cfg, family.spec, settings, control_dirs, flavour_controls)
         except DatasetError as err:
             problems += _as_problems("data_dir", err)
-        except (ConfigError, PathOutsideRoot) as err:
+        except ConfigError as err:  # control_dirs, or a mask setting (data/masks.py) that names itself
+            problems += [
+                p if p.field in MASK_FIELDS else FieldProblem("control_dirs", p.message) for p in err.problems
+            ]
+        except PathOutsideRoot as err:
             problems += _as_problems("control_dirs", err)
+        if scan is not None:  # the validation hold-out (data/holdout.py)
+            run_cfg, spec = cfg, family.spec
+            try:
+                holdout = split_validation(
+                    scan,
+                    cfg.validation_split,
+                    cfg.seed,
+                    resolve_folder=lambda given: resolve_dataset_dir(
+                        given, settings.datasets_dir, allow_outside_root=allow_outside_root
+                    ),
+                    scan_folder=lambda folder: scan_for_run(
+                        folder, run_cfg, spec, settings, (), flavour_controls
+                    ),
+                )
+            except (ConfigError, PathOutsideRoot, DatasetError) as err:
+                problems += _as_problems("validation_split", err)
+    if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
+        paths, refs = sample_references(  # checked against the images the run trains on
+            cfg.sample_prompts,
+            holdout.train if holdout is not None else scan,
+            flavour_controls,
+            family=family.spec.name,
+            max_pixels=settings.max_image_pixels,
+            decode_pixels=settings.max_decode_pixels,
+        )
+        side = int(cfg.resolution or 0)  # samples render at the training resolution
+        small = reference_size_problem(family.spec.name, family.spec.min_reference_side, side, side)
+        if small and any(paths):
+            refs.append(f"samples with references at resolution {side}: {small}")
+        problems += [FieldProblem("sample_prompts", p) for p in refs]
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 
     if cfg is not None and model_source is not None and family is not None:  # a distilled base?
-        problems += assistant_problems(cfg.model_copy(update={"base_model": model_source}), family)
-    if model_dir is not None and isinstance(raw.get("revision"), str):
-        problems.append(FieldProblem("revision", "only applies to hub ids, not to a local folder"))
+        problems += assistant_problems(cfg.model_copy(update=base), family)
     if problems or given is None or cfg is None or scan is None or model_source is None or data_dir is None:
         raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
-    fixed = {"data_dir": str(data_dir), "base_model": model_source, "output_name": cfg.output_name}
+    fixed = {"data_dir": str(data_dir), **base, "output_name": cfg.output_name}
     # The worker re-resolves the config, so it gets the user's explicit fields as they were given.
     return ValidatedRun(
         config=TrainConfig.model_validate({**cfg.model_dump(), **fixed}),
         worker_config=given.model_copy(update=fixed),
-        scan=scan,
+        scan=holdout.train if holdout is not None else scan,
         model_dir=model_dir,
+        holdout=holdout,
     )
 
 

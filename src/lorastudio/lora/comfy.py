@@ -35,6 +35,13 @@ Rules mirrored:
       else `alpha = 1.0`; then `weight += (strength * alpha) * (up @ down)`. The header (kohya's
       ss_network_alpha, diffusers' lora_adapter_metadata) is never read.
 
+Checked against ComfyUI's own code: bench/comfyui_check.py runs ComfyUI v0.19.3 (upstream commit
+3086026401180c9216bcb6ace442a4e3587d2c66) `comfy.sd.load_lora_for_models` + `ModelPatcher.
+patch_weight_to_device` on each family's default file of a tiny run (every key loaded, every
+patched weight == the trained (alpha / rank) * B @ A; the SDXL diffusers layout: 0 keys loaded).
+Krea 2 is not in v0.19.3 (its rules above are read from the later lora.py). The sidecar names
+that check for the families it covers (COMFYUI_LOADER_CHECKED).
+
 The model's weights are named here from the diffusers model (module -> weight shape) through
 `lorastudio.lora.names`; shapes are checked too (ComfyUI would fail to patch a wrong shape).
 """
@@ -61,6 +68,13 @@ _PAIRS = (
     (".lora_B.default.weight", ".lora_A.default.weight"),
 )
 COMFYUI_RULES = "ComfyUI comfy/lora.py@ec93dcac, lora_convert.py@2bffe2f4, weight_adapter/lora.py@6f98b150"
+# the families whose default layout ComfyUI's own loader was run on (bench/comfyui_check.py)
+COMFYUI_LOADER_CHECKED = frozenset(
+    {"sdxl", "flux", "flux-kontext", "chroma", "qwen-image", "z-image", "flux2", "flux2-klein"}
+)
+COMFYUI_LOADER = (
+    "ComfyUI v0.19.3 (3086026401180c9216bcb6ace442a4e3587d2c66) load_lora_for_models, bench/comfyui_check.py"
+)
 # diffusers names covered by ComfyUI's z_image_to_diffusers (weights only)
 # families addressed by BFL checkpoint names (fused linears: rows summed over their parts)
 _BFL_NAMES = {

@@ -15,6 +15,7 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
   z-image     diffusion_model.<diffusers name>.lora_A / .lora_B (ComfyUI maps these onto its fused
               attention.qkv itself)
   chroma      FLUX.1's layout (its checkpoint keeps FLUX.1's names: names.KOHYA_LAYOUT_OF)
+  qwen-image-edit  Qwen-Image's layout (the same transformer: names.KOHYA_LAYOUT_OF)
   krea2       diffusion_model.<original name>.lora_A / .lora_B, no .alpha: alpha / rank folded
               into lora_B (diffusers' Krea 2 reader refuses other keys); a round trip keeps each
               layer's weight change, with alpha = rank

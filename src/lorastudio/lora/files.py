@@ -20,6 +20,13 @@ from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modu
 from lorastudio.lora.header import read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import kohya_layout
+from lorastudio.lora.text_encoders import (
+    folded_peft,
+    split_text_encoders,
+    to_diffusers_tensors,
+    to_kohya_tensors,
+    with_adapter_metadata,
+)
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -44,14 +51,27 @@ def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
         raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
 
 
+_DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.")  # SDXL text-encoder LoRA keys (lora/text_encoders.py)
+_KOHYA_TE = ("lora_te1_", "lora_te2_")
+_TEXT_ENCODER_KEYS = _DIFFUSERS_TE + _KOHYA_TE
+
+
+def _mixed() -> Layout:
+    raise ModelSourceError(
+        "a LoRA file mixes diffusers and kohya names between its denoiser and text encoders"
+    )
+
+
 def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
-    """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.).
+    """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.),
+    SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...).
     Raises ModelSourceError for anything else (or a mix)."""
     keys = list(tensors)
-    if keys and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in keys):
-        return "diffusers"
-    if keys and all(k.startswith(("lora_unet_", "diffusion_model.")) for k in keys):
-        return "kohya"
+    denoiser = [k for k in keys if not k.startswith(_TEXT_ENCODER_KEYS)]  # SDXL text-encoder LoRA beside
+    if denoiser and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in denoiser):
+        return "diffusers" if all(not k.startswith(_KOHYA_TE) for k in keys) else _mixed()
+    if denoiser and all(k.startswith(("lora_unet_", "diffusion_model.")) for k in denoiser):
+        return "kohya" if all(not k.startswith(_DIFFUSERS_TE) for k in keys) else _mixed()
     odd = [k for k in keys if not k.startswith(("unet.", "transformer.", "lora_unet_", "diffusion_model."))]
     detail = f" (e.g. {odd[0]!r})" if odd else ""
     if odd and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys):
@@ -123,6 +143,34 @@ def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: M
     return path
 
 
+SAVE_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def cast_for_file(tensors: Mapping[str, torch.Tensor], save_dtype: str) -> dict[str, torch.Tensor]:
+    """`tensors` with every floating tensor in TrainConfig.save_dtype `save_dtype` (fp32 / bf16 /
+    fp16); other tensors unchanged. Raises ConfigError (field save_dtype) naming the first tensor
+    whose finite values do not fit the dtype (fp16 tops out at 65504), rather than writing inf."""
+    dtype = SAVE_DTYPES[save_dtype]
+    out = {}
+    for key, value in tensors.items():
+        if not value.is_floating_point() or value.dtype == dtype:
+            out[key] = value
+            continue
+        cast = value.to(dtype)
+        if not bool(torch.isfinite(cast).all()) and bool(torch.isfinite(value).all()):
+            limit = torch.finfo(dtype).max
+            raise ConfigError(
+                [
+                    FieldProblem(
+                        "save_dtype",
+                        f"{key} holds values beyond {save_dtype}'s range ({limit:g}): use bf16 or fp32",
+                    )
+                ]
+            )
+        out[key] = cast
+    return out
+
+
 def file_for_layout(
     lora: PeftLora,
     family: str,
@@ -173,9 +221,42 @@ def convert_file(
     if dst.exists() and not overwrite:
         raise ConfigError([FieldProblem("out", f"{dst} already exists")])
     source_layout = detect_layout(tensors)
-    lora = peft_from_file(tensors, metadata, family)
+    denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
+    lora = peft_from_file(denoiser, metadata, family)
     info = {k: v for k, v in metadata.items() if k.startswith(PREFIX)}
     info[PREFIX + "family"] = family
     out_tensors, header = file_for_layout(lora, family, to, info)
+    if text_encoders:
+        out_tensors, header = _convert_text_encoders(text_encoders, to, out_tensors, header)
     write_lora_file(dst, out_tensors, header)
     return source_layout
+
+
+def _convert_text_encoders(
+    tensors: Mapping[str, torch.Tensor], to: Layout, out: dict[str, torch.Tensor], header: dict[str, str]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """`out` / `header` with the text encoders' LoRA of a file (`tensors`) in layout `to`, each
+    module's strength folded into its lora_B (alpha = rank). Raises ConfigError for a key of
+    neither layout."""
+    from peft import LoraConfig
+
+    try:
+        folded = folded_peft(tensors)
+    except ValueError as err:
+        raise ConfigError([FieldProblem("lora", str(err))]) from None
+    if to == "kohya":
+        return {**out, **to_kohya_tensors(folded, None)}, header
+    ranks = {v.shape[0] for k, v in folded.items() if k.endswith(".lora_A.weight")}
+    if len(ranks) != 1:
+        raise ConfigError(
+            [FieldProblem("lora", f"the text encoders' layers have several ranks {sorted(ranks)}")]
+        )
+    rank = ranks.pop()
+    targets = sorted(
+        {k.removesuffix(".lora_A.weight").rsplit(".", 1)[1] for k in folded if k.endswith(".lora_A.weight")}
+    )
+    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets).to_dict()
+    config["target_modules"] = targets
+    config["rank_pattern"] = {}
+    header = with_adapter_metadata(header, config, rank, ADAPTER_METADATA_KEY)
+    return {**out, **to_diffusers_tensors(folded, 1, 1.0)}, header

@@ -36,7 +36,7 @@ ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_ba
 # kohya's ss_base_model_version (prefix) -> the family it is, or what it is when no family of ours
 _KOHYA_VERSIONS = (
     ("sdxl", "sdxl"), ("flux2_klein", "flux2-klein"), ("flux2", "flux2"), ("flux", "flux"),
-    ("qwen_image", "qwen-image"), ("z_image", "z-image"), ("chroma", "chroma"), ("krea2", "krea2"),
+    ("qwen_image_edit", "qwen-image-edit"), ("qwen_image", "qwen-image"), ("z_image", "z-image"), ("chroma", "chroma"), ("krea2", "krea2"),
     ("sd_v1", "Stable Diffusion 1.x"), ("sd_v2", "Stable Diffusion 2.x"), ("sd3", "Stable Diffusion 3"),
 )  # fmt: skip
 # key patterns that only one family's denoiser has (diffusers or original names, dots or kohya's

@@ -16,6 +16,7 @@ BASE_MODEL_VERSION = {
     "flux2": "flux2",  # ai-toolkit's names for FLUX.2 dev / klein
     "flux2-klein": "flux2_klein",
     "flux-kontext": "flux1",  # FLUX.1's layout, which kohya tools read as flux1
+    "qwen-image-edit": "qwen_image_edit",  # Qwen-Image's layout; told apart from Qwen-Image LoRAs
     "chroma": "chroma",
     "krea2": "krea2",
 }
@@ -46,6 +47,7 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
         "learning_rate": config.get("learning_rate"),
         "seed": config.get("seed"),
         "lora_format": config.get("lora_format", "diffusers"),
+        "save_dtype": config.get("save_dtype", "fp32"),
         "created_at": sidecar.get("created_at"),
         "version": sidecar.get("lorastudio_version"),
     }

@@ -26,8 +26,9 @@ from lorastudio.lora.krea2_names import krea2_from_original, krea2_to_original
 # families whose kohya / ComfyUI files use another family's layout, because their original
 # checkpoints keep that family's module names: Chroma keeps FLUX.1's double_blocks /
 # single_blocks (ComfyUI's Chroma model subclasses its Flux one and maps LoRAs the same way); FLUX.1
-# Kontext is FLUX.1's transformer (ComfyUI loads its LoRAs as FLUX.1 ones)
-KOHYA_LAYOUT_OF: dict[str, str] = {"chroma": "flux", "flux-kontext": "flux"}  # Kontext: FLUX.1
+# Kontext is FLUX.1's transformer (ComfyUI loads its LoRAs as FLUX.1 ones); Qwen-Image-Edit is
+# Qwen-Image's transformer (ComfyUI's QwenImage model runs both and maps their LoRAs alike)
+KOHYA_LAYOUT_OF: dict[str, str] = {"chroma": "flux", "flux-kontext": "flux", "qwen-image-edit": "qwen-image"}
 # families whose ComfyUI files are `diffusion_model.<original name>.lora_A / .lora_B` (peft
 # suffixes) rather than kohya's `lora_unet_<name>.lora_down / .lora_up`
 PEFT_SUFFIXED: frozenset[str] = frozenset({"z-image", "krea2"})

@@ -4,7 +4,8 @@ A1111/Forge load every layer of it, at the strength the run trained?
     loaders = check_loaders(tensors, header, family, module_shapes, pipeline_class, unet_config)
 
 - ComfyUI: its key map, consumption and strength rules, restated in `lorastudio.lora.comfy` (no
-  installable ComfyUI exists to call); the strength ComfyUI applies is compared with the one
+  installable ComfyUI exists to call at save time; bench/comfyui_check.py runs ComfyUI's own
+  loader on each family's default layout, and the result names it as "loader_checked"); the strength ComfyUI applies is compared with the one
   diffusers applies (the header's alpha / rank for a diffusers file; for a kohya file both read
   the per-layer `.alpha` tensor, so they agree by construction).
 - diffusers: the pipeline's own `lora_state_dict` (the conversion `load_lora_weights` runs, no
@@ -14,6 +15,10 @@ A1111/Forge load every layer of it, at the strength the run trained?
 - A1111/Forge (SDXL only; A1111 has no FLUX/Qwen-Image/Z-Image): kohya's `lora_unet_<SGM name>`
   keys with a `.alpha` per layer are what its Lora networks read; they are the names ComfyUI's
   native map consumes, so the ComfyUI check of a kohya SDXL file covers them.
+- SDXL text-encoder LoRA (`clip_shapes` given: {encoder: {module: weight shape}}): ComfyUI's CLIP
+  key map joins the denoiser's (lora/text_encoders.py); diffusers' converted `text_encoder.` /
+  `text_encoder_2.` keys must land on a layer of that encoder, after the normalisation its
+  text-encoder loader applies (old-diffusers -> peft names), like the denoiser's.
 """
 
 from __future__ import annotations
@@ -24,11 +29,14 @@ from typing import Any
 
 import torch
 
-from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
+from lorastudio import families
+from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, check_comfy_keys, comfy_key_map
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, denoiser_prefix, detect_layout
+from lorastudio.lora.text_encoders import clip_key_map, file_module
 
 Shape = tuple[int, ...]
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+_PLAIN_LORA = (_A, _B, ".lora_up.weight", ".lora_down.weight", ".alpha")
 
 
 def diffusers_scale(header: Mapping[str, str], family: str) -> float | None:
@@ -48,13 +56,21 @@ def check_comfyui(
     header: Mapping[str, str],
     family: str,
     module_shapes: Mapping[str, Shape],
+    clip_shapes: Mapping[str, Mapping[str, Shape]] | None = None,
 ) -> dict[str, Any]:
-    """ComfyUI's key, shape and strength check of a file (see lorastudio.lora.comfy)."""
+    """ComfyUI's key, shape and strength check of a file (see lorastudio.lora.comfy), the text
+    encoders' keys too when `clip_shapes` is given."""
     layout = detect_layout(tensors)
     expected = (diffusers_scale(header, family) or 1.0) if layout == "diffusers" else None
     alphas = {k: float(v.item()) for k, v in tensors.items() if k.endswith(".alpha")}
     shapes = {k: tuple(v.shape) for k, v in tensors.items()}
-    return check_comfy_keys(shapes, comfy_key_map(family, module_shapes), alphas, expected).to_json()
+    key_map = {**comfy_key_map(family, module_shapes), **clip_key_map(clip_shapes or {})}
+    result = check_comfy_keys(shapes, key_map, alphas, expected).to_json()
+    default = families.get(family).spec.defaults.get("lora_format", "diffusers")
+    plain = all(k.endswith(_PLAIN_LORA) for k in tensors)  # not LyCORIS / DoRA: what the check ran on
+    if family in COMFYUI_LOADER_CHECKED and layout == default and plain and not clip_shapes:
+        result["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
+    return result
 
 
 def check_diffusers(
@@ -63,9 +79,11 @@ def check_diffusers(
     module_shapes: Mapping[str, Shape],
     pipeline_class: str,
     unet_config: Any = None,
+    clip_shapes: Mapping[str, Mapping[str, Shape]] | None = None,
 ) -> dict[str, Any]:
     """Run diffusers' own `<pipeline_class>.lora_state_dict` on the file and check that every key
-    it yields lands on a layer of the denoiser (see the module docstring)."""
+    it yields lands on a layer of the denoiser, or of a text encoder in `clip_shapes` (see the
+    module docstring)."""
     import diffusers
 
     cls = getattr(diffusers, pipeline_class)
@@ -80,7 +98,9 @@ def check_diffusers(
 
     converted = out[0] if isinstance(out, tuple) else out
     prefix = denoiser_prefix(family) + "."
-    dropped = sorted(k for k in converted if not k.startswith(prefix))  # load_lora_adapter's filter
+    clip = dict(clip_shapes or {})
+    encoders = tuple(f"{e}." for e in clip)
+    dropped = sorted(k for k in converted if not k.startswith((prefix, *encoders)))  # the loaders' filter
     ours = {k.removeprefix(prefix): v for k, v in converted.items() if k.startswith(prefix)}
     if ours and "lora_A" not in next(iter(ours)):  # load_lora_adapter's own normalisation
         ours = convert_unet_state_dict_to_peft(ours)
@@ -97,6 +117,9 @@ def check_diffusers(
         if value.shape[dim] != want:
             mismatched.append(f"{key}: {tuple(value.shape)} vs layer {target}")
         loaded += 1
+    for encoder, shapes in clip.items():
+        te_loaded, te_unknown, te_mismatched = _check_text_encoder(converted, encoder, shapes)
+        loaded, unknown, mismatched = loaded + te_loaded, unknown + te_unknown, mismatched + te_mismatched
     ok = loaded > 0 and not (dropped or unknown or mismatched)
     return {
         "checked": True,
@@ -116,13 +139,16 @@ def check_loaders(
     module_shapes: Mapping[str, Shape],
     pipeline_class: str,
     unet_config: Any = None,
+    clip_shapes: Mapping[str, Mapping[str, Shape]] | None = None,
 ) -> dict[str, Any]:
     """{"comfyui": {...}, "diffusers": {...}, "a1111_forge": {...}}: each {"checked", "ok", ...}
     (see the module docstring); the sidecar records it under "loaders"."""
-    comfy = check_comfyui(tensors, header, family, module_shapes)
+    comfy = check_comfyui(tensors, header, family, module_shapes, clip_shapes)
     result = {
         "comfyui": comfy,
-        "diffusers": check_diffusers(tensors, family, module_shapes, pipeline_class, unet_config),
+        "diffusers": check_diffusers(
+            tensors, family, module_shapes, pipeline_class, unet_config, clip_shapes
+        ),
     }
     if family == "sdxl":
         kohya = detect_layout(tensors) == "kohya"
@@ -138,3 +164,34 @@ def check_loaders(
             "reason": f"A1111 has no {family}; Forge uses ComfyUI's map",
         }
     return result
+
+
+def _check_text_encoder(
+    converted: Mapping[str, torch.Tensor], encoder: str, shapes: Mapping[str, Shape]
+) -> tuple[int, list[str], list[str]]:
+    """(layers' tensors loaded, unknown keys, shape mismatches) of diffusers' `encoder.` keys
+    against that text encoder's {module: weight shape}, after the normalisation diffusers'
+    text-encoder loader applies (lora_base._load_lora_into_text_encoder)."""
+    from diffusers.utils import convert_state_dict_to_diffusers, convert_state_dict_to_peft
+
+    part = {k.removeprefix(encoder + "."): v for k, v in converted.items() if k.startswith(encoder + ".")}
+    if not part:
+        return 0, [], []
+    try:
+        part = convert_state_dict_to_peft(convert_state_dict_to_diffusers(part))
+    except ValueError as err:  # e.g. kohya CLIP keys without any out_proj: its type is not inferred
+        return 0, [f"{encoder}: diffusers' text-encoder loader refuses these keys ({err})"], []
+    targets = {file_module(m): s for m, s in shapes.items()}
+    loaded, unknown, mismatched = 0, [], []
+    for name, value in part.items():
+        suffix = next((s for s in (_A, _B) if name.endswith(s)), None)
+        module = file_module(name.removesuffix(suffix)) if suffix else name
+        if suffix is None or module not in targets:
+            unknown.append(f"{encoder}.{name}")
+            continue
+        target = targets[module]
+        dim, want = (1, target[1]) if suffix == _A else (0, target[0])
+        if value.shape[dim] != want:
+            mismatched.append(f"{encoder}.{name}: {tuple(value.shape)} vs layer {target}")
+        loaded += 1
+    return loaded, unknown, mismatched

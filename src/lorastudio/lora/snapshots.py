@@ -102,7 +102,8 @@ class SnapshotKeeper:
 
     `due(step, total)`: whether a `save_lora_every` snapshot falls on `step` (not the last step:
     the final LoRA is the run's result). `record(path)` registers a written snapshot and removes
-    the oldest beyond `keep` (None: keep all). `discard()` removes the snapshots this session
+    the oldest beyond `keep` (None: keep all); the snapshot of step `protected` (the best
+    validation round, training/validate.py) is kept besides those. `discard()` removes the snapshots this session
     wrote (a stop without save of a resumed run leaves the folder as it found it).
     """
 
@@ -111,6 +112,7 @@ class SnapshotKeeper:
         self.every = every
         self.keep = keep
         self.written: list[Path] = []
+        self.protected: int | None = None  # the step of the best validation round: never removed
 
     def due(self, step: int, total_steps: int) -> bool:
         return self.every is not None and step % self.every == 0 and step < total_steps
@@ -120,7 +122,8 @@ class SnapshotKeeper:
             self.written.append(path)
         if self.keep is not None:
             everything = list_lora_snapshots(self.run_dir)
-            for _, old in everything[: max(0, len(everything) - self.keep)]:
+            removable = [old for step, old in everything if step != self.protected]
+            for old in removable[: max(0, len(removable) - self.keep)]:
                 remove_snapshot(old)
 
     def discard(self) -> None:

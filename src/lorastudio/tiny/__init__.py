@@ -35,6 +35,7 @@ TINY_FAMILIES: tuple[str, ...] = (
     "flux2",
     "flux2-klein",
     "flux-kontext",
+    "qwen-image-edit",
     "chroma",
     "krea2",
 )

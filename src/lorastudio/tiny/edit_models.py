@@ -23,4 +23,14 @@ def build_flux_kontext(seed: int) -> DiffusionPipeline:
     )
 
 
-EDIT_BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {"flux-kontext": build_flux_kontext}
+def build_qwen_image_edit(seed: int) -> DiffusionPipeline:
+    """Qwen-Image-Edit: the tiny Qwen-Image parts in a QwenImageEditPipeline (tiny/qwen_edit.py)."""
+    from lorastudio.tiny.qwen_edit import build_qwen_image_edit as build
+
+    return build(seed)
+
+
+EDIT_BUILDERS: dict[str, Callable[[int], DiffusionPipeline]] = {
+    "flux-kontext": build_flux_kontext,
+    "qwen-image-edit": build_qwen_image_edit,
+}

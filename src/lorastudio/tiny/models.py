@@ -257,10 +257,9 @@ def z_image_transformer_inputs() -> dict[str, Any]:
     }
 
 
-def build_qwen_image(seed: int) -> DiffusionPipeline:
-    """Qwen-Image: Qwen2.5-VL text encoder, MM-DiT (patch 2), 5-D Qwen VAE with its real latent stats."""
-    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+def qwen_vl_config() -> Any:
+    """The tiny Qwen2.5-VL (Qwen-Image's text encoder, the tiny captioner) over the tiny Qwen tokenizer."""
+    from transformers import Qwen2_5_VLConfig
 
     tokenizer = toks.qwen_tokenizer()
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in toks.QWEN_SPECIALS}
@@ -269,7 +268,7 @@ def build_qwen_image(seed: int) -> DiffusionPipeline:
         "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": tokenizer.pad_token_id,
     }
-    config = Qwen2_5_VLConfig(
+    return Qwen2_5_VLConfig(
         text_config={
             "hidden_size": 32,
             "intermediate_size": 64,
@@ -295,6 +294,14 @@ def build_qwen_image(seed: int) -> DiffusionPipeline:
         vision_token_id=ids["<|vision_pad|>"],
         **special_ids,
     )
+
+
+def build_qwen_image(seed: int) -> DiffusionPipeline:
+    """Qwen-Image: Qwen2.5-VL text encoder, MM-DiT (patch 2), 5-D Qwen VAE with its real latent stats."""
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    config = qwen_vl_config()
     _seed_for(seed, "text_encoder")
     text_encoder = Qwen2_5_VLForConditionalGeneration(config)
     transformer = qwen_image_transformer(seed)
@@ -318,7 +325,11 @@ def build_qwen_image(seed: int) -> DiffusionPipeline:
         time_shift_type="exponential",
     )
     return QwenImagePipeline(
-        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=toks.qwen_tokenizer(),
+        transformer=transformer,
     )
 
 
@@ -351,7 +362,11 @@ def build_z_image(seed: int) -> DiffusionPipeline:
         num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False
     )
     return ZImagePipeline(
-        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=toks.qwen_tokenizer(),
+        transformer=transformer,
     )
 
 

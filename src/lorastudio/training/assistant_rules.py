@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.errors import FieldProblem
+from lorastudio.families.single_file import model_source
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -33,7 +34,7 @@ def assistant_problems(cfg: TrainConfig, family: Family) -> list[FieldProblem]:
     if value is None:
         return []
     problems = []
-    distilled, where = family.distilled(cfg.base_model, cfg.revision)
+    distilled, where = family.distilled(model_source(cfg), cfg.revision)
     if distilled is False:
         problems.append(
             FieldProblem(

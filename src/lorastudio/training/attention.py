@@ -126,16 +126,24 @@ def choose_attention(
     device: torch.device,
     dtype: torch.dtype,
     shapes: list[tuple[int, int, int, int]],
+    masked: bool = False,
 ) -> AttentionChoice:
     """The backend for a run that asked for `requested` (see the module docstring). "auto" on
     CUDA probes cuDNN (and FA4 where fa4_unavailable finds nothing against it) at `shapes` in a
     child process (<= PROBE_TIMEOUT_S); without CUDA or shapes (a U-Net) it keeps torch's default
     (cuDNN off); an explicit backend is returned as asked (attention_problems refused what
-    cannot run)."""
+    cannot run). `masked`: the family's every attention call carries a text mask
+    (FamilySpec.masked_attention): "auto" takes the efficient kernel without probing."""
     if requested != "auto":
         return AttentionChoice(requested)
     if device.type != "cuda" or not shapes:
         return AttentionChoice("default")
+    if masked:
+        return AttentionChoice(
+            "efficient",
+            "attention: every call carries the text mask, which flash cannot take and cuDNN crashed "
+            "on (bench note 24): the efficient kernel",
+        )
     if dtype not in (torch.bfloat16, torch.float16):
         return AttentionChoice("flash", f"attention: cuDNN needs bf16/fp16 compute (this run: {dtype})")
     fa4_reason = fa4_unavailable(device)

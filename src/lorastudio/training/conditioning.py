@@ -3,17 +3,25 @@ dropout is on), and so is every sample prompt, with only the text encoders loade
 are freed before phase 2. A data-parallel run shares the chunks out over its ranks and
 all-gathers the results (every rank gets every caption's tensors, as one process computes them).
 During training `CaptionPicker` swaps a caption for "" with probability cfg.caption_dropout.
+
+A family whose prompt sees the control images (spec.prompt_sees_controls: Qwen-Image-Edit's
+Qwen2.5-VL reads them) is encoded per (caption, controls): its texts are `EditPrompt`s and the
+conditioning is keyed by `cond_key(caption, control files)` (the caption alone for every other
+family), "" included per control set for caption dropout.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from lorastudio.families.single_file import model_source
 from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
 from lorastudio.training.precision import free_accelerator_memory
@@ -22,7 +30,8 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
 
-Conditioning = dict[str, dict[str, torch.Tensor]]  # caption -> per-caption tensors (CPU, no batch axis)
+Conditioning = dict[str, dict[str, torch.Tensor]]  # cond_key -> per-caption tensors (CPU, no batch axis)
+KEY_SEP = "\x1f"  # between a caption and its control files in a cond_key (a control char: in no caption)
 
 ENCODE_CHUNK = 8  # captions per encoder call
 # Share of a memory budget the text encoders' weights may take on the device (the rest: their
@@ -58,6 +67,78 @@ def encoder_bytes(pipe: object) -> int:
     return total
 
 
+def cond_key(caption: str, controls: Sequence[Path] = ()) -> str:
+    """The conditioning key of a caption: the caption, or (controls given: a family whose prompt
+    sees them) the caption and its control files' paths, in slot order."""
+    return KEY_SEP.join([caption, *map(str, controls)]) if controls else caption
+
+
+@dataclass(frozen=True)
+class EditPrompt:
+    """A caption with the control images its family's encode_prompt reads (spec.prompt_sees_controls);
+    `folder_ids` as data.pairs records them (opened through data.safe_open)."""
+
+    caption: str
+    controls: tuple[Path, ...]
+    folder_ids: tuple[Any, ...] = ()
+    fit: tuple[int, int] | None = None  # (width, height): each image fitted to it (sample previews)
+
+    @property
+    def key(self) -> str:
+        return cond_key(self.caption, self.controls)
+
+    def images(self) -> list[Any]:
+        """The control images, RGB PIL, slot order (fitted to `fit` when set, as the sample
+        previews hand them to the pipeline). Raises DatasetError for an unreadable one."""
+        from lorastudio.data.images import load_rgb
+
+        ids = self.folder_ids if len(self.folder_ids) == len(self.controls) else (None,) * len(self.controls)
+        images = [load_rgb(path, fid) for path, fid in zip(self.controls, ids, strict=True)]
+        if self.fit is None:
+            return images
+        from lorastudio.generate.pipeline import fit_reference
+
+        return [fit_reference(image, *self.fit) for image in images]
+
+
+Text = str | EditPrompt  # what phase 1 encodes: a caption, or a caption with its controls
+
+
+def _key(text: Text) -> str:
+    return text.key if isinstance(text, EditPrompt) else text
+
+
+def edit_prompts(items: Sequence[Any], caption_dropout: float) -> list[EditPrompt]:
+    """The unique (caption, controls) of a paired dataset's items (data.ImageItem), first-seen
+    order, plus ("", controls) for each control set when caption dropout is on."""
+    from lorastudio.data.pairs import control_folder_ids
+
+    out: dict[str, EditPrompt] = {}
+    for captions in ([it.caption for it in items], [""] * len(items) if caption_dropout > 0 else []):
+        for caption, it in zip(captions, items, strict=False):
+            prompt = EditPrompt(caption, tuple(it.controls), control_folder_ids(it))
+            out.setdefault(prompt.key, prompt)
+    return list(out.values())
+
+
+def _encode(family: Family, encoders: Any, texts: Sequence[Text], cfg: TrainConfig) -> list[dict]:
+    """family.encode_prompts of a chunk of texts (with their control images for EditPrompts)."""
+    if any(isinstance(t, EditPrompt) for t in texts):
+        prompts = [t for t in texts if isinstance(t, EditPrompt)]
+        if len(prompts) != len(texts):
+            raise ValueError("a chunk mixes captions with and without control images")
+        controls = [p.images() for p in prompts]
+        return family.encode_prompts(encoders, [p.caption for p in prompts], cfg, controls=controls)
+    return family.encode_prompts(encoders, list(texts), cfg)  # type: ignore[arg-type]
+
+
+def item_key(family: Family, item: Any, caption: str | None = None) -> str:
+    """The conditioning key of a dataset item (data.ImageItem) with `caption` (default: its own):
+    cond_key with its controls where the family's prompt sees them, else the caption."""
+    text = item.caption if caption is None else caption
+    return cond_key(text, item.controls) if family.spec.prompt_sees_controls else text
+
+
 def captions_to_encode(captions: Sequence[str], caption_dropout: float) -> list[str]:
     """The unique captions, in first-seen order, plus "" when caption dropout is on."""
     unique = list(dict.fromkeys(captions))
@@ -89,7 +170,7 @@ def encode_captions(
 def encode_texts(
     family: Family,
     cfg: TrainConfig,
-    groups: Sequence[Sequence[str]],
+    groups: Sequence[Sequence[Text]],
     *,
     dtype: torch.dtype,
     device: torch.device,
@@ -99,7 +180,8 @@ def encode_texts(
 ) -> list[Conditioning]:
     """Like encode_captions, for several groups of texts (e.g. the captions, then the sample
     prompts) with one load of the encoders. Each group is chunked on its own, so a group's
-    tensors are those it would get encoded alone. Returns one text -> tensors dict per group.
+    tensors are those it would get encoded alone. Returns one cond_key -> tensors dict per group
+    (an EditPrompt is encoded with its control images and keyed by caption + controls).
 
     With cfg.memory_budget_gb on a CUDA device the encoders are loaded on the CPU first and moved
     to the device only when they fit the budget (`encoder_placement`); otherwise they encode on
@@ -123,7 +205,7 @@ def encode_texts(
         t0 = time.perf_counter()
         budgeted = cfg.memory_budget_gb is not None and device.type == "cuda"
         load_on = torch.device("cpu") if budgeted else device
-        encoders = family.load_text_encoders(cfg.base_model, cfg.revision, dtype, load_on)
+        encoders = family.load_text_encoders(model_source(cfg), cfg.revision, dtype, load_on)
         if budgeted:
             placed, note = encoder_placement(encoder_bytes(encoders), device, cfg.memory_budget_gb)
             if note is None:
@@ -141,12 +223,12 @@ def encode_texts(
                 texts = chunks[mine][1]
                 encoded = [
                     {k: v.detach().cpu() for k, v in tensors.items()}
-                    for tensors in family.encode_prompts(encoders, texts, cfg)
+                    for tensors in _encode(family, encoders, texts, cfg)
                 ]
             for index, result in zip(members, gather_round(encoded, ctx), strict=False):
                 group, texts = chunks[index]
                 for text, tensors in zip(texts, result, strict=True):
-                    out[group][text] = tensors
+                    out[group][_key(text)] = tensors
                 done += len(texts)
             emit(Preparing(phase="conditioning", done=done, total=total))
     finally:
@@ -157,15 +239,27 @@ def encode_texts(
 
 class CaptionPicker:
     """Chooses the caption used for each training sample: the item's own, or "" with
-    probability `dropout`, drawn from the run's seeded numpy Generator."""
+    probability `dropout`, drawn from the run's seeded numpy Generator. `controls` (a family
+    whose prompt sees them): per item, its control files; the picks are then cond_keys."""
 
-    def __init__(self, captions: Sequence[str], dropout: float, rng: np.random.Generator):
+    def __init__(
+        self,
+        captions: Sequence[str],
+        dropout: float,
+        rng: np.random.Generator,
+        controls: Sequence[Sequence[Path]] | None = None,
+    ):
         self.captions = list(captions)
         self.dropout = dropout
         self.rng = rng
+        self.controls = [tuple(c) for c in controls] if controls is not None else None
 
     def pick(self, indices: Sequence[int]) -> list[str]:
-        """Captions for the items at `indices` (one rng draw per item when dropout is on)."""
+        """Conditioning keys for the items at `indices` (one rng draw per item when dropout is on)."""
         if self.dropout <= 0:
-            return [self.captions[i] for i in indices]
-        return ["" if self.rng.random() < self.dropout else self.captions[i] for i in indices]
+            picked = [self.captions[i] for i in indices]
+        else:
+            picked = ["" if self.rng.random() < self.dropout else self.captions[i] for i in indices]
+        if self.controls is None:
+            return picked
+        return [cond_key(c, self.controls[i]) for c, i in zip(picked, indices, strict=True)]

@@ -289,7 +289,8 @@ class BatchShard:
             part = slice(0, 1)
         noisy = noised.noisy[part]  # [b, C, h, w]
         weight = noised.weight[part] * 0 if empty else noised.weight[part]  # [b]
-        local = type(noised)(noisy, noised.noise_level[part], noised.target[part], weight)
+        loss_c = None if noised.loss_c is None else noised.loss_c[part]  # [b]
+        local = type(noised)(noisy, noised.noise_level[part], noised.target[part], weight, loss_c)
         return local, _slice_values(cond, part, self.size), _slice_values(batch_info, part, self.size)
 
 

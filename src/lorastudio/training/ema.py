@@ -93,11 +93,18 @@ class AdapterEma:
         self.updates = int(state["updates"])
 
 
-def make_ema(denoiser: torch.nn.Module, params: list[torch.nn.Parameter], cfg: Any) -> AdapterEma | None:
-    """The run's AdapterEma of `params` (named as in `denoiser`) from cfg.ema_decay /
+def make_ema(
+    denoiser: torch.nn.Module,
+    params: list[torch.nn.Parameter],
+    cfg: Any,
+    extra: dict[str, torch.nn.Parameter] | None = None,
+) -> AdapterEma | None:
+    """The run's AdapterEma of `params` (named as in `denoiser`, or by `extra`: {name: parameter},
+    the text encoders' LoRA of an SDXL train_text_encoder run) from cfg.ema_decay /
     ema_update_every / ema_on_cpu; None without ema_decay."""
     if cfg.ema_decay is None:
         return None
     names = {id(p): n for n, p in denoiser.named_parameters()}
+    names.update({id(p): n for n, p in (extra or {}).items()})
     named = {names.get(id(p), f"param{i}"): p for i, p in enumerate(params)}
     return AdapterEma(named, cfg.ema_decay, cfg.ema_update_every, cfg.ema_on_cpu)

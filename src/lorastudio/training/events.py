@@ -66,6 +66,19 @@ class SampleReady(_Event):
     images: list[str]
 
 
+class Validated(_Event):
+    """A validation round after optimizer step `step` (training/validate.py): `loss` is the mean
+    loss over the `images` held-out images at the fixed noise levels; `best_step` / `best_loss`
+    the lowest round of the run so far (this one included)."""
+
+    type: Literal["validation"] = "validation"
+    step: int
+    loss: float
+    images: int
+    best_step: int
+    best_loss: float
+
+
 class PlanTrial(BaseModel):
     """One candidate plan measured by the plan chooser: its settings (as in PlanChosen), the
     measured seconds per sample and peak GPU memory, or why it could not run (out of memory)."""
@@ -131,6 +144,7 @@ Event = Annotated[
     | PlanChosen
     | Progress
     | SampleReady
+    | Validated
     | Complete
     | Error,
     Field(discriminator="type"),

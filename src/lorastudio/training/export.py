@@ -16,11 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorastudio import __version__
+from lorastudio.families.single_file import model_source
 from lorastudio.lora.convert import PeftLora
-from lorastudio.lora.files import file_for_layout, write_lora_file
+from lorastudio.lora.files import ADAPTER_METADATA_KEY, cast_for_file, file_for_layout, write_lora_file
 from lorastudio.lora.metadata import training_metadata
 from lorastudio.lora.portability import check_loaders
 from lorastudio.lora.snapshots import LORAS, snapshot_name
+from lorastudio.lora.text_encoders import (
+    file_clip_shapes,
+    to_diffusers_tensors,
+    to_kohya_tensors,
+    with_adapter_metadata,
+)
 from lorastudio.training.assistant import assistant_sidecar
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import FamilySpec
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
+    from lorastudio.training.text_encoders import TextEncoderLora
 
 SIDECAR_FORMAT = "lorastudio.lora/1"
 
@@ -48,10 +56,13 @@ def build_sidecar(
     lora_file: str,
     variant: str | None = None,
     extensions: list[dict[str, Any]] | None = None,
+    masked_images: int = 0,
+    validation_images: int = 0,
 ) -> dict[str, Any]:
     """The sidecar JSON of a run (cfg must be resolved): what was trained, on what, how far;
     `variant`: the base model's flavour (FamilySpec.variants) when the family has them;
-    "extensions": each time the run was trained longer (training/extend.py)."""
+    "extensions": each time the run was trained longer (training/extend.py); the dataset's
+    images with a loss mask (data/masks.py) and held out for validation (data/holdout.py)."""
     return {
         "format": SIDECAR_FORMAT,
         "lora_file": lora_file,
@@ -67,7 +78,13 @@ def build_sidecar(
         "extensions": list(extensions or []),
         "resolution": cfg.resolution,
         "trigger_word": cfg.trigger_word,
-        "dataset": {"path": str(dataset_root), "fingerprint": dataset_fingerprint, "images": num_images},
+        "dataset": {
+            "path": str(dataset_root),
+            "fingerprint": dataset_fingerprint,
+            "images": num_images,
+            "masked_images": masked_images,
+            "validation_images": validation_images,
+        },
         "config": cfg.model_dump(mode="json"),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
@@ -86,7 +103,7 @@ def run_sidecar(
 ) -> dict[str, Any]:
     """build_sidecar for a prepared run (its resolved config and scanned dataset; the base
     model's flavour when the family has them)."""
-    flavour = run.family.source_variant(run.cfg.base_model, run.cfg.revision)
+    flavour = run.family.source_variant(model_source(run.cfg), run.cfg.revision)
     return build_sidecar(
         run.cfg,
         variant=getattr(flavour, "title", None),
@@ -98,6 +115,8 @@ def run_sidecar(
         num_images=len(run.scan.items),
         lora_file=lora_file,
         extensions=extensions,
+        masked_images=sum(1 for it in run.scan.items if it.mask is not None),
+        validation_images=len(run.validation),
     )
 
 
@@ -109,9 +128,12 @@ def save_lora_snapshot(
     step: int,
     total_steps: int,
     extensions: list[dict[str, Any]] | None = None,
+    validation: dict[str, Any] | None = None,
+    text_encoders: TextEncoderLora | None = None,
 ) -> Path | None:
     """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
-    in the run's layout with its sidecar ("snapshot": true), checked like the final file.
+    in the run's layout with its sidecar ("snapshot": true; "validation": {step, loss} when the
+    step was validated, training/validate.py), checked like the final file.
     Returns the .safetensors path, or None when that step's snapshot is already on disk (a
     step re-run by a resume: the run's history is not rewritten)."""
     name = snapshot_name(str(run.cfg.output_name), step)
@@ -126,7 +148,11 @@ def save_lora_snapshot(
         extensions=extensions,
     )
     sidecar["snapshot"] = True
-    return save_lora(run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar)
+    if validation is not None:
+        sidecar["validation"] = validation
+    return save_lora(
+        run.run_dir / LORAS, name, run.family.spec, denoiser, lora_config, sidecar, text_encoders
+    )
 
 
 def save_lora(
@@ -136,10 +162,14 @@ def save_lora(
     denoiser: Any,
     lora_config: LoraConfig,
     sidecar: dict[str, Any],
+    text_encoders: TextEncoderLora | None = None,
 ) -> Path:
     """Write <run_dir>/<name>.safetensors and <run_dir>/<name>.json; returns the LoRA path.
+    With `text_encoders` (SDXL's train_text_encoder) their LoRA joins the file in the same
+    layout (lora/text_encoders.py) and the loader check covers it.
 
-    The layout is the run's `lora_format` (sidecar["config"]): "diffusers" is what
+    The layout is the run's `lora_format` (sidecar["config"]), the tensors in its `save_dtype`
+    (fp32 / bf16 / fp16; lora.files.cast_for_file): "diffusers" is what
     `<spec.pipeline_class>.load_lora_weights(path)` loads (keys prefixed with the denoiser name,
     the adapter config under `lora_adapter_metadata`); "kohya" is the family's kohya / ComfyUI
     layout (see lorastudio.lora.convert) with kohya's `ss_*` header keys. Both carry the training
@@ -150,11 +180,13 @@ def save_lora(
     """
     layout = sidecar.get("config", {}).get("lora_format", "diffusers")
     adapter = sidecar.get("config", {}).get("adapter", "lora")
+    save_dtype = sidecar.get("config", {}).get("save_dtype", "fp32")
     info = training_metadata(sidecar)
     if adapter != "lora" and layout == "kohya":  # DoRA / LoHa / LoKr: the LyCORIS layout ComfyUI reads
         tensors, header, check = lycoris_file(
             denoiser, spec.name, adapter, info, base_weight_shapes(denoiser)
         )
+        tensors = cast_for_file(tensors, save_dtype)
         loaders = {
             "comfyui": check,
             "diffusers": {"checked": False, "reason": f"diffusers has no loader for LyCORIS {adapter} files"},
@@ -167,12 +199,35 @@ def save_lora(
         ):
             lora = fold_module_strengths(lora, module_scales(denoiser))
         tensors, header = file_for_layout(lora, spec.name, layout, info, adapter_metadata(lora_config))
+        clip = None
+        if text_encoders is not None:
+            tensors, header = _with_text_encoders(tensors, header, layout, text_encoders, lora)
+            clip = file_clip_shapes(text_encoders.module_shapes())
+        tensors = cast_for_file(tensors, save_dtype)  # the loader check below reads the file's tensors
         unet_config = getattr(denoiser, "config", None) if spec.name == "sdxl" else None
         loaders = check_loaders(
-            tensors, header, spec.name, base_weight_shapes(denoiser), spec.pipeline_class, unet_config
+            tensors, header, spec.name, base_weight_shapes(denoiser), spec.pipeline_class, unet_config, clip
         )
     sidecar = {**sidecar, "lora_format": layout, "adapter": adapter, "loaders": loaders}
     return write_lora_pair(run_dir, name, tensors, header, sidecar)
+
+
+def _with_text_encoders(
+    tensors: dict[str, Any],
+    header: dict[str, str],
+    layout: str,
+    text_encoders: TextEncoderLora,
+    lora: PeftLora,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The file's tensors and header with the text encoders' LoRA (same rank and alpha as the
+    denoiser's) in `layout`: kohya lora_te1_ / lora_te2_ keys with .alpha, or diffusers
+    text_encoder. / text_encoder_2. keys with alpha / rank folded in and their adapter metadata."""
+    state = text_encoders.state_dict()
+    if layout == "kohya":
+        return {**tensors, **to_kohya_tensors(state, lora.alpha)}, header
+    config = adapter_metadata(text_encoders.lora_config)
+    header = with_adapter_metadata(header, config, lora.rank, ADAPTER_METADATA_KEY)
+    return {**tensors, **to_diffusers_tensors(state, lora.rank, lora.alpha)}, header
 
 
 def fold_module_strengths(lora: PeftLora, scales: dict[str, tuple[int, float]]) -> PeftLora:
@@ -239,12 +294,34 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         lora_file=f"{name}.safetensors",
         extensions=state.extensions,
     )
+    if state.validation is not None and state.validation.series:
+        sidecar["validation"] = validation_summary(state, name)
+    te = state.text_encoders
     if state.ema is None:
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
     raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
     raw_sidecar = {**sidecar, "lora_file": f"{raw}.safetensors"}
     raw_sidecar["ema"] = {**ema, "weights": "raw", "ema_file": f"{name}.safetensors"}
-    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar)
+    save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar, te)
     sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
     with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar)
+        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
+
+
+def validation_summary(state: RunState, name: str) -> dict[str, Any]:
+    """The final sidecar's "validation": the record (training/validation_file.py) with the file of
+    the best and of the last round (a snapshot under loras/, or this LoRA for the last step); the
+    losses are those of the raw weights (the ones the snapshots hold)."""
+    assert state.validation is not None
+    record = state.validation.record_of([h.name for h in state.held_out])
+    for key in ("best", "last"):
+        point = record[key]
+        if point is not None:
+            final = point["step"] == state.steps_run
+            point["lora"] = (
+                f"{name}.safetensors"
+                if final
+                else f"{LORAS}/{snapshot_name(name, point['step'])}.safetensors"
+            )
+    record["weights"] = "raw"
+    return record

@@ -32,6 +32,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "keep_loras",
         "max_bad_steps",
         "lora_format",
+        "save_dtype",  # the dtype of the written LoRA files; checkpoints stay fp32
         "compile",
         "fuse_projections",  # the same sums as one matmul (rounding aside), the same LoRA names
         "gradient_checkpointing",  # recomputation gives the same values
@@ -46,6 +47,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "sample_seed",
         "sample_with_ema",
         "report_to",  # trackers read the events, they never change the training (training/trackers.py)
+        "validate_every",  # measures the weights, never changes them (training/validate.py)
     }
 )
 
@@ -64,10 +66,13 @@ def run_identity(
 
 def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[FieldProblem]:
     """One FieldProblem per field whose value differs between the checkpoint's identity (`saved`)
-    and this run's (`current`); empty when they match."""
+    and this run's (`current`); empty when they match. A field the checkpoint does not record
+    (added to TrainConfig after it was written) matches when this run leaves it at its default."""
     problems = []
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if key not in saved and _is_schema_default(key, now):
+            continue  # a setting newer than the checkpoint, left at its default: the maths the run had
         if was != now:
             problems.append(
                 FieldProblem(
@@ -77,6 +82,17 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
                 )
             )
     return problems
+
+
+def _is_schema_default(key: str, value: Any) -> bool:
+    """Whether `value` (as JSON gives it) is TrainConfig field `key`'s schema default, which is
+    what a run made before the field existed computed."""
+    from lorastudio.config import TrainConfig
+
+    field = TrainConfig.model_fields.get(key)
+    if field is None or field.is_required():
+        return False
+    return json.loads(json.dumps(field.get_default(call_default_factory=True))) == value
 
 
 def check_identity(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:

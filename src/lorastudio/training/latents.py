@@ -7,6 +7,9 @@ Paired datasets (data/pairs.py): each crop variant's control images are cropped 
 (same bucket, crop and flip), encoded with `family.encode_controls` (the posterior mean: controls
 are not noised) and cached beside it; a batch hands them on as LatentBatch.controls.
 
+Masked images (data/masks.py): each variant's loss mask, cut like its crop and box-averaged to the
+latent grid, is kept beside it (LatentBatch.mask).
+
 Both sources answer `sample(indices, generator, dtype, device) -> LatentBatch`.
 """
 
@@ -39,6 +42,7 @@ class LatentBatch:
     crop_top_left: list[tuple[int, int]]  # per sample (top, left) of the crop
     target_size: tuple[int, int]  # (H, W) pixels of the bucket
     controls: torch.Tensor | None = None  # [B, K, C, h, w] control latents (paired datasets), else None
+    mask: torch.Tensor | None = None  # [B, 1, h, w] fp32 loss mask in [0, 1] (data/masks.py), else None
 
 
 def cache_bytes(
@@ -75,17 +79,25 @@ class CachedLatents:
         self.crops: list[list[tuple[tuple[int, int], tuple[int, int]]]] = []  # per image, per variant
         self.sizes: list[tuple[int, int]] = []  # per image (H, W) pixels
         self.controls: list[torch.Tensor | None] = []  # per image [K_variants, K, C, h, w] or None
+        self.masks: list[torch.Tensor | None] = []  # per image [K_variants, h, w] fp32 or None
 
     def add(self, mean: torch.Tensor, std: torch.Tensor, crops: Sequence[CroppedImage]) -> None:
         """Store one image's K variants: mean/std [K, C, h, w] and the K crops they came from."""
         self.add_encoded(mean, std, crops_info(crops))
 
     def add_encoded(
-        self, mean: torch.Tensor, std: torch.Tensor, info: CropInfo, controls: torch.Tensor | None = None
+        self,
+        mean: torch.Tensor,
+        std: torch.Tensor,
+        info: CropInfo,
+        controls: torch.Tensor | None = None,
+        masks: torch.Tensor | None = None,
     ) -> None:
-        """Store one image's K variants: mean/std [K, C, h, w], its `crops_info`, and for a paired
-        sample its control latents [K, N, C, h, w] (N controls per variant)."""
+        """Store one image's K variants: mean/std [K, C, h, w], its `crops_info`, for a paired
+        sample its control latents [K, N, C, h, w] (N controls per variant), and for a masked
+        image its loss masks [K, h, w] (data/masks.py)."""
         self.controls.append(None if controls is None else controls.detach().float().cpu())
+        self.masks.append(masks)
         self.means.append(mean.detach().float().cpu())
         self.stds.append(std.detach().float().cpu())
         self.crops.append(list(info[0]))
@@ -104,9 +116,37 @@ class CachedLatents:
         if self.controls[indices[0]] is not None:
             picked = [self.controls[i][k] for i, k in zip(indices, picks, strict=True)]  # [N, C, h, w] each
             controls = torch.stack(picked).to(device=device, dtype=dtype)  # [B, N, C, h, w]
+        picked_masks = [
+            self.masks[i] if self.masks[i] is None else self.masks[i][k]
+            for i, k in zip(indices, picks, strict=True)
+        ]
+        mask = batch_mask(picked_masks, latents)
         return LatentBatch(
-            latents, [c[0] for c in crops], [c[1] for c in crops], self.sizes[indices[0]], controls
+            latents, [c[0] for c in crops], [c[1] for c in crops], self.sizes[indices[0]], controls, mask
         )
+
+
+def crop_masks(
+    item: ImageItem, crops: Sequence[CroppedImage], flips: Sequence[bool], scale: int
+) -> torch.Tensor | None:
+    """The loss masks of an item's crops on the latent grid (data.masks.mask_crop: cut like each
+    crop): [V, h, w] fp32 on the CPU, or None for an item without a mask."""
+    if item.mask is None:
+        return None
+    from lorastudio.data.masks import mask_crop
+
+    arrays = [mask_crop(item, c.crop_top_left, f, scale) for c, f in zip(crops, flips, strict=True)]
+    return torch.from_numpy(np.stack(arrays))  # [V, h, w]
+
+
+def batch_mask(masks: Sequence[torch.Tensor | None], latents: torch.Tensor) -> torch.Tensor | None:
+    """A batch's loss mask [B, 1, h, w] fp32 on the latents' device from each sample's [h, w]
+    (None: an unmasked sample, all ones), or None when no sample of the batch is masked."""
+    if all(m is None for m in masks):
+        return None
+    h, w = latents.shape[2:]
+    full = [torch.ones(h, w) if m is None else m for m in masks]
+    return torch.stack(full).unsqueeze(1).to(latents.device)  # [B, 1, h, w]
 
 
 def build_latent_cache(
@@ -149,7 +189,14 @@ def build_latent_cache(
             with torch.no_grad():
                 mean, std = family.encode_pixels(vae, pixels)  # [K, C, h, w] each, fp32
                 controls = encode_controls(family, vae, items[n], crops, flips, device)  # [K, N, C, h, w]
-            encoded = (mean.detach().float().cpu(), std.detach().float().cpu(), crops_info(crops), controls)
+            masks = crop_masks(items[n], crops, flips, family.spec.vae_scale_factor)  # [K, h, w] | None
+            encoded = (
+                mean.detach().float().cpu(),
+                std.detach().float().cpu(),
+                crops_info(crops),
+                controls,
+                masks,
+            )
         for result in gather_round(encoded, ctx)[: len(members)]:
             cache.add_encoded(*result)
         done = members[-1] + 1
@@ -238,12 +285,17 @@ class EncodedPerStep:
                 ]  # [1, N, C, h, w] each
                 controls = torch.cat(per_item).to(device=device, dtype=dtype)  # [B, N, C, h, w]
         latents = _draw(mean.float(), std.float(), generator).to(dtype=dtype)  # [B, C, h, w]
+        scale = self.family.spec.vae_scale_factor
+        masks = [
+            crop_masks(self.items[i], [c], [f], scale) for i, c, f in zip(indices, crops, flips, strict=True)
+        ]
         return LatentBatch(
             latents,
             [c.original_size for c in crops],
             [c.crop_top_left for c in crops],
             (int(pixels.shape[2]), int(pixels.shape[3])),
             controls,
+            batch_mask([None if m is None else m[0] for m in masks], latents),
         )
 
 

@@ -11,6 +11,8 @@
   phase 3    denoiser + LoRA (built for the plan: training/plan_build.py): batched,
              gradient-accumulated optimizer steps (training/optimizers.py) in the plan's
              micro-batches, with an LR schedule
+  validate   with validation_split: the held-out images encoded in phase 2, their loss measured at
+             fixed noise every cfg.validate_every steps and after the last one (training/validate.py)
   samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
              cfg.sample_every steps and after the last one (training/samples.py), SampleReady
   export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed);
@@ -44,6 +46,7 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError, TrainingStopped
+from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.attention import (
@@ -59,7 +62,7 @@ from lorastudio.training.checkpoint import (
     read_checkpoint_info,
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
-from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, encode_texts
+from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, edit_prompts, encode_texts
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -94,9 +97,11 @@ from lorastudio.training.plan_build import build_denoiser
 from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.samples import SamplePreviews, sample_texts
+from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
+from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
 from lorastudio.training.trackers import TrackerSink
+from lorastudio.training.validate import ValidationRounds, encode_held_out
 
 
 @dataclass
@@ -113,6 +118,9 @@ class TrainResult:
     losses: list[float]
     denoiser: Any = field(default=None, repr=False, compare=False)
     resumed_from: int | None = None
+    text_encoders: Any = field(
+        default=None, repr=False, compare=False
+    )  # with return_denoiser (train_text_encoder)
 
 
 def train(
@@ -191,6 +199,8 @@ def train(
             if state.previews is not None and state.resume is not None:
                 state.previews.discard()  # a fresh run's samples go with its folder
             state.loras.discard()
+            if state.validation is not None and state.resume is not None:
+                state.validation.discard()  # the record as this session found it
             discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
     except BaseException as err:
@@ -214,7 +224,8 @@ def train(
     if run is not None:
         free_accelerator_memory(run.device)
     resumed_from = state.steps_at_start if state.resume is not None else None
-    return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from)
+    encoders = state.text_encoders if return_denoiser else None
+    return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from, encoders)
 
 
 def _note_extension(run: PreparedRun, state: RunState) -> None:
@@ -275,14 +286,28 @@ def _run_phases(
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
     captions = [it.caption for it in items]
-    texts = [captions_to_encode(captions, cfg.caption_dropout), sample_texts(cfg, family)]
-    conds, prompt_conds = encode_texts(
+    sees = family.spec.prompt_sees_controls  # encoded per caption + controls (Qwen-Image-Edit)
+    to_encode = (
+        edit_prompts(items, cfg.caption_dropout)
+        if sees
+        else captions_to_encode(captions, cfg.caption_dropout)
+    )
+    held = (  # the validation images' conditioning, keyed as training/validate.py looks it up
+        edit_prompts(run.validation, 0.0)
+        if sees
+        else list(dict.fromkeys(it.caption for it in run.validation))
+    )
+    samples = sample_texts(cfg, family, sample_reference_paths(cfg, family, run.scan))  # with references
+    texts = [to_encode, samples, held]
+    if cfg.train_text_encoder:  # encoded in every step, through the text encoders' LoRA
+        texts = [[], [], []]
+    conds, prompt_conds, state.held_out_conds = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
     stop()
-    source = _prepare_latents(run, rng, emit, stop)
+    source = _prepare_latents(run, state, rng, emit, stop)
     stop()
-    objective = make_objective(family, cfg, family.scheduler_config(cfg.base_model, cfg.revision))
+    objective = make_objective(family, cfg, family.scheduler_config(model_source(cfg), cfg.revision))
     trials: list[Any] = []
     if plan is None:  # a memory budget: measure candidate plans on the run's own data
         plan, trials = choose_plan(
@@ -295,11 +320,16 @@ def _run_phases(
     # phases 1-2 ran in the config's dtype; the denoiser phase runs in the plan's compute dtype
     # (they differ only where a budget or a resumed plan quantises a base whose default is fp32)
     run = dataclasses.replace(run, dtype=pick_dtype(plan.base_precision, run.device))
+    if cfg.train_text_encoder:
+        state.text_encoders = load_text_encoder_lora(family, cfg, run.dtype, run.device, emit)
+        prompt_conds = LivePromptConds(state.text_encoders, sample_texts(cfg, family))  # type: ignore[assignment]
     if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)
     params = _prepare_denoiser(run, state, emit, plan, decided_by, trials)
     stop()
-    picker = CaptionPicker(captions, cfg.caption_dropout, rng)
+    picker = CaptionPicker(
+        captions, cfg.caption_dropout, rng, [it.controls for it in items] if sees else None
+    )
     optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
 
 
@@ -318,12 +348,17 @@ def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
     return resolve_fixed_plan(cfg, run.device), "settings"
 
 
-def _prepare_latents(run: PreparedRun, rng: np.random.Generator, emit: Emit, stop: StopPoll) -> LatentSource:
+def _prepare_latents(
+    run: PreparedRun, state: RunState, rng: np.random.Generator, emit: Emit, stop: StopPoll
+) -> LatentSource:
     cfg, family, items = run.cfg, run.family, run.scan.items
     emit(ModelLoadStarted(component="vae"))
     t0 = time.perf_counter()
-    vae = family.load_vae(cfg.base_model, cfg.revision, run.dtype, run.device)
+    vae = family.load_vae(model_source(cfg), cfg.revision, run.dtype, run.device)
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
+    if run.validation:  # the held-out images: encoded once, drawing from no run stream
+        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)
+        state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
     spec = family.spec
     need = cache_bytes(
         [it.bucket for it in items],
@@ -372,6 +407,7 @@ def _prepare_denoiser(
         run.device,
         run.dtype,
         _attention_shapes(run, plan, built.denoiser),
+        masked=run.family.spec.masked_attention,
     )
     apply_attention(attention)  # process-wide until run_numerics exits
     prepare_denoiser_attention(built.denoiser, attention)  # cuDNN: contiguous grads; fa4: routing

@@ -69,6 +69,8 @@ def batch_forward_backward(
     }
     if batch.controls is not None:  # paired samples: the family reads them in predict
         info["controls"] = batch.controls  # [B, N, C, h, w]
+    if batch.mask is not None:  # masked images: the loss weights their pixels (training/step.py)
+        info["loss_mask"] = batch.mask  # [B, 1, h, w]
     shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
     drawn = objective.noise(batch.latents, generator) if len(shards) > 1 else None  # the whole batch's
     shares = []

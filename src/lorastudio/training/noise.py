@@ -6,6 +6,10 @@ per-sample loss weight). Two objectives cover every family:
 - rectified flow (FLUX.1, Qwen-Image, Z-Image): sigma sampled per cfg.timestep_sampling, then
   the family's shift hook; noisy = (1 - s) x + s eps, target eps - x.
 
+For the Huber losses (training/losses.py) each objective also gives every sample its threshold
+(`loss_c`), scheduled by that sample's noise level; it is computed on the CPU from the drawn
+timesteps / sigmas, so no value is read back from the device.
+
 All randomness comes from the caller's torch.Generator (CPU), so a run is reproducible on any
 device. Arithmetic is fp32; `noisy` is cast to the training dtype at the end.
 """
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.errors import ModelSourceError
+from lorastudio.training.losses import LossSettings, huber_thresholds, loss_settings
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -31,6 +36,7 @@ class NoisedBatch:
     noise_level: torch.Tensor  # [B] DDPM: int64 timesteps; flow: float32 sigmas in (0, 1)
     target: torch.Tensor  # [B, C, h, w] float32
     weight: torch.Tensor  # [B] float32 per-sample loss weight
+    loss_c: torch.Tensor | None = None  # [B] float32 Huber threshold per sample (huber / smooth_l1 only)
 
 
 def min_snr_weights(snr: torch.Tensor, gamma: float, prediction_type: str) -> torch.Tensor:
@@ -62,7 +68,11 @@ class DdpmObjective:
     """Epsilon / v-prediction DDPM objective built from the base model's scheduler config."""
 
     def __init__(
-        self, scheduler_config: Mapping[str, Any], snr_gamma: float | None, noise_offset: float | None = None
+        self,
+        scheduler_config: Mapping[str, Any],
+        snr_gamma: float | None,
+        noise_offset: float | None = None,
+        loss: LossSettings | None = None,
     ):
         from diffusers import DDPMScheduler
 
@@ -77,6 +87,7 @@ class DdpmObjective:
         self.num_timesteps = int(sched.config.num_train_timesteps)
         self.snr_gamma = snr_gamma
         self.noise_offset = noise_offset
+        self.loss = loss or LossSettings()
 
     def noise(self, latents: torch.Tensor, generator: torch.Generator) -> NoisedBatch:
         """latents [B,C,h,w] -> DDPM-noised batch with uniform integer timesteps. With a noise
@@ -87,7 +98,18 @@ class DdpmObjective:
         eps = torch.randn(latents.shape, generator=generator)  # [B, C, h, w]
         if self.noise_offset is not None:
             eps = eps + self.noise_offset * torch.randn(b, c, 1, 1, generator=generator)  # [B, C, h, w]
-        eps = eps.to(latents.device)
+        return self._mix(latents, t, eps.to(latents.device))
+
+    def at_levels(self, latents: torch.Tensor, levels: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """The batch at fixed noise levels (the validation loss: training/validate.py): levels [B]
+        in (0, 1) as quantiles of the schedule (t = floor(level x T)), eps [B,C,h,w] fp32 the
+        given noise. Draws nothing."""
+        t = (levels.float() * self.num_timesteps).long().clamp(0, self.num_timesteps - 1)  # [B]
+        return self._mix(latents, t, eps.to(latents.device))
+
+    def _mix(self, latents: torch.Tensor, t: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """noisy, target and weight of latents [B,C,h,w] at timesteps t [B] with noise eps."""
+        b = latents.shape[0]
         ac = self.alphas_cumprod[t].to(latents.device).view(b, 1, 1, 1)  # [B, 1, 1, 1]
         x0 = latents.float()
         noisy = ac.sqrt() * x0 + (1 - ac).sqrt() * eps  # [B, C, h, w]
@@ -96,16 +118,28 @@ class DdpmObjective:
         if self.snr_gamma is not None:
             snr = (ac / (1 - ac)).view(b)  # [B]
             weight = min_snr_weights(snr, self.snr_gamma, self.prediction_type)
-        return NoisedBatch(noisy.to(latents.dtype), t.to(latents.device), target, weight)
+        loss_c = None
+        if self.loss.needs_threshold:
+            a = self.alphas_cumprod[t]  # [B] on the CPU
+            time = t.float() / self.num_timesteps  # [B] in [0, 1)
+            loss_c = huber_thresholds(self.loss, time, ((1 - a) / a).sqrt()).to(latents.device)  # [B]
+        return NoisedBatch(noisy.to(latents.dtype), t.to(latents.device), target, weight, loss_c)
 
 
 class FlowObjective:
     """Rectified-flow objective: sigma sampling, the family's shift, velocity target."""
 
-    def __init__(self, family: Family, cfg: TrainConfig, scheduler_config: Mapping[str, Any]):
+    def __init__(
+        self,
+        family: Family,
+        cfg: TrainConfig,
+        scheduler_config: Mapping[str, Any],
+        loss: LossSettings | None = None,
+    ):
         self.family = family
         self.cfg = cfg
         self.scheduler_config = dict(scheduler_config)
+        self.loss = loss or LossSettings()
 
     def sigmas(self, n: int, latent_hw: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
         """n training sigmas [n] float32: sampled, then shifted by the family hook."""
@@ -119,18 +153,36 @@ class FlowObjective:
         b, _, h, w = latents.shape
         s = self.sigmas(b, (h, w), generator)  # [B]
         eps = torch.randn(latents.shape, generator=generator).to(latents.device)  # [B, C, h, w]
+        return self._mix(latents, s, eps)
+
+    def at_levels(self, latents: torch.Tensor, levels: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """The batch at fixed noise levels (the validation loss: training/validate.py): levels [B]
+        in (0, 1), shifted by the family hook like sampled sigmas; eps [B,C,h,w] fp32 the given
+        noise. Draws nothing."""
+        h, w = latents.shape[2:]
+        shifted = self.family.shift_sigmas(levels.float(), (h, w), self.cfg, self.scheduler_config)
+        return self._mix(latents, torch.as_tensor(shifted, dtype=torch.float32), eps.to(latents.device))
+
+    def _mix(self, latents: torch.Tensor, s: torch.Tensor, eps: torch.Tensor) -> NoisedBatch:
+        """(1-s) x + s eps and target eps - x of latents [B,C,h,w] at sigmas s [B], noise eps."""
+        b = latents.shape[0]
         x0 = latents.float()
         sv = s.to(latents.device).view(b, 1, 1, 1)  # [B, 1, 1, 1]
         noisy = (1 - sv) * x0 + sv * eps  # [B, C, h, w]
         target = eps - x0  # [B, C, h, w]
         weight = torch.ones(b, device=latents.device)
-        return NoisedBatch(noisy.to(latents.dtype), s.to(latents.device), target, weight)
+        loss_c = None
+        if self.loss.needs_threshold:  # time = sigma; noise-to-signal std ratio sigma / (1 - sigma)
+            loss_c = huber_thresholds(self.loss, s, s / (1 - s)).to(latents.device)  # [B]
+        return NoisedBatch(noisy.to(latents.dtype), s.to(latents.device), target, weight, loss_c)
 
 
 def make_objective(
     family: Family, cfg: TrainConfig, scheduler_config: Mapping[str, Any]
 ) -> DdpmObjective | FlowObjective:
-    """The objective of `family` (spec.objective), configured from cfg and the scheduler config."""
+    """The objective of `family` (spec.objective), configured from cfg and the scheduler config
+    (with the run's loss settings, which the Huber losses' thresholds need)."""
+    loss = loss_settings(cfg)
     if family.spec.objective == "ddpm":
-        return DdpmObjective(scheduler_config, cfg.snr_gamma, cfg.noise_offset)
-    return FlowObjective(family, cfg, scheduler_config)
+        return DdpmObjective(scheduler_config, cfg.snr_gamma, cfg.noise_offset, loss)
+    return FlowObjective(family, cfg, scheduler_config, loss)

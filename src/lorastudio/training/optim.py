@@ -81,12 +81,23 @@ def iter_sampler_steps(
             pending = []
 
 
-def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(
+    params: list[torch.nn.Parameter],
+    cfg: TrainConfig,
+    text_encoder_params: list[torch.nn.Parameter] | None = None,
+) -> torch.optim.Optimizer:
     """The run's optimizer over the LoRA parameters: cfg.optimizer's builder (training/
-    optimizers.py; default: fused AdamW with cfg.learning_rate and cfg.weight_decay)."""
+    optimizers.py; default: fused AdamW with cfg.learning_rate and cfg.weight_decay). With
+    `text_encoder_params` (SDXL's train_text_encoder) they are a second param group at
+    cfg.text_encoder_lr (null: the learning rate); the schedule scales both groups alike."""
     from lorastudio.training.optimizers import build_optimizer
 
-    return build_optimizer(params, cfg)
+    if not text_encoder_params:
+        return build_optimizer(params, cfg)
+    groups: list[dict] = [{"params": params}, {"params": text_encoder_params}]
+    if cfg.text_encoder_lr is not None:
+        groups[1]["lr"] = cfg.text_encoder_lr
+    return build_optimizer(groups, cfg)  # type: ignore[arg-type]
 
 
 def make_lr_scheduler(

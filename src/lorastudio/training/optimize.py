@@ -28,7 +28,7 @@ import torch
 
 from lorastudio.errors import TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper
-from lorastudio.training.checkpoint import CheckpointKeeper
+from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_info
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import (
     ParallelContext,
@@ -49,9 +49,11 @@ from lorastudio.training.precision import peak_memory_gb
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
+from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.training.text_encoders import TextEncoderLora
 
 
 PIPELINED_DEVICES = ("cuda",)  # where a step is queued before the last one's values are read
@@ -83,6 +85,10 @@ class RunState:
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
     attention: str = "default"  # the SDPA kernel of the denoiser phase (training/attention.py)
     ema: AdapterEma | None = None  # the adapter EMA (cfg.ema_decay): the exported LoRA is its weights
+    validation: ValidationRounds | None = None  # the validation rounds (cfg.validation_split)
+    held_out: list[HeldOut] = field(default_factory=list)  # the encoded validation images
+    held_out_conds: Conditioning = field(default_factory=dict)  # their captions' conditioning
+    text_encoders: TextEncoderLora | None = None  # SDXL train_text_encoder: encoders with their LoRA
 
 
 def optimize(
@@ -101,10 +107,12 @@ def optimize(
     from lorastudio.data import BucketBatchSampler
 
     cfg = run.cfg
-    sampler = BucketBatchSampler([it.bucket for it in run.scan.items], cfg.batch_size, cfg.seed)
+    sampler = BucketBatchSampler(run.scan.batch_keys(), cfg.batch_size, cfg.seed)
     num_steps = total_steps(cfg, len(sampler))
     state.total_steps = num_steps
-    optimizer = make_optimizer(params, cfg)
+    te = state.text_encoders
+    optimizer = make_optimizer(params, cfg, te.params if te is not None else None)
+    trained = [*params, *(te.params if te is not None else [])]  # clipped and averaged together
     parts = LoopParts(
         denoiser=state.denoiser,
         optimizer=optimizer,
@@ -115,7 +123,8 @@ def optimize(
         guard=DivergenceGuard(cfg.max_bad_steps),
         rng=rng,
         generator=generator,
-        ema=make_ema(state.denoiser, params, cfg),
+        ema=make_ema(state.denoiser, trained, cfg, te.named_parameters() if te is not None else None),
+        text_encoders=te,
     )
     state.ema = parts.ema
     if state.resume is not None:  # every stream continues where the interrupted run left it
@@ -123,6 +132,10 @@ def optimize(
         if state.extended:  # the LR from here on is the new total's schedule (training/extend.py)
             respan_schedule(parts.scheduler)
         state.steps_at_start = state.checkpointed_step = state.steps_run
+        if state.validation is not None:  # the rounds before the checkpoint, as the run recorded them
+            state.validation.restore(
+                read_checkpoint_info(state.resume).get("validation", []), state.steps_run
+            )
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
     pipelined = (
         run.device.type in PIPELINED_DEVICES
@@ -143,7 +156,7 @@ def optimize(
                 run, state, source, conds, picker, objective, micro, samples, generator, parts.scaler, last
             )
         parts.scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(params, clip)  # [] on the device
+        norm = torch.nn.utils.clip_grad_norm_(trained, clip)  # [] on the device
         values = torch.stack([torch.stack(shares).double().sum(), norm.double()])  # [2] loss, norm
         flight = StepInFlight(step, epoch, lr, samples, values)
         if pipelined:
@@ -158,10 +171,12 @@ def optimize(
                 raise
             in_flight = None
         snapshot_due = state.loras is not None and state.loras.due(step, num_steps)
+        validating = state.validation is not None and state.validation.due(step, num_steps)
         due = (
             (state.keeper is not None and state.keeper.due(step, num_steps))
             or (state.previews is not None and state.previews.due(step, num_steps))
             or snapshot_due
+            or validating
         )
         if pipelined and not due and step < num_steps:
             in_flight = flight  # its host values are read after the next step is queued
@@ -171,6 +186,8 @@ def optimize(
             with _sample_weights(parts, cfg):
                 images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
             emit(SampleReady(step=step, images=images))
+        if validating:  # with its LoRA snapshot (not after the last step: the final LoRA is that one)
+            validation_round(run, state, objective, step, emit)
         if step >= num_steps:
             break
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
@@ -308,6 +325,7 @@ def _checkpoint(run: PreparedRun, state: RunState, parts: LoopParts) -> None:
         config=run.cfg.model_dump(mode="json"),
         plan=state.plan.as_dict() if state.plan is not None else None,
         extensions=state.extensions,
+        validation=state.validation.series if state.validation is not None else None,
     )
     state.checkpointed_step = state.steps_run
     if state.keeper is not None:
@@ -321,7 +339,7 @@ def _lora_snapshot(run: PreparedRun, state: RunState) -> None:
         return
     path = save_lora_snapshot(
         run, state.denoiser, state.lora_config, step=state.steps_run, total_steps=state.total_steps,
-        extensions=state.extensions,
+        extensions=state.extensions, text_encoders=state.text_encoders,
     )  # fmt: skip
     if path is not None:
         state.loras.record(path)
@@ -345,7 +363,11 @@ def _micro_step(
     of the step loss as 0-d device tensors (data-parallel: this rank's part of them). `last`: the
     step's last batch (DDP all-reduces the gradients in its last backward)."""
     batch = source.sample(indices, generator, run.dtype, run.device)
-    cond = run.family.collate_conditioning([conds[c] for c in picker.pick(indices)])
+    captions = picker.pick(indices)
+    if state.text_encoders is not None:  # encoded now, through the text encoders' LoRA
+        cond = state.text_encoders.encode(captions)
+    else:
+        cond = run.family.collate_conditioning([conds[c] for c in captions])
     micro = (
         state.plan.micro_batch_size if state.plan is not None else run.cfg.micro_batch_size or len(indices)
     )

@@ -39,7 +39,8 @@ def build_adamw(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.opt
     """torch AdamW; the fused kernel when every parameter is a float tensor on a device that has
     it (CPU or CUDA). With betas / eps unset, exactly the engine's AdamW before optimizers were
     selectable."""
-    fused = all(p.is_floating_point() and p.device.type in ("cuda", "cpu") for p in params)
+    tensors = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]  # param groups too
+    fused = all(p.is_floating_point() and p.device.type in ("cuda", "cpu") for p in tensors)
     return torch.optim.AdamW(
         params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, fused=fused, **_adam_options(cfg)
     )
@@ -102,7 +103,8 @@ OPTIMIZERS: dict[str, Builder] = {
 
 
 def build_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimizer cfg.optimizer names, over `params` (the trainable adapter parameters)."""
+    """The optimizer cfg.optimizer names, over `params` (the trainable adapter parameters, or
+    torch param-group dicts: a group's own "lr" overrides cfg.learning_rate)."""
     return OPTIMIZERS[cfg.optimizer](params, cfg)
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.config_rules import fusion_choice
+from lorastudio.families.single_file import model_source
 from lorastudio.training.fused_projections import fuse_for_run, share_lora_inputs
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.precision import is_quantised, pick_dtype
@@ -78,7 +79,7 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
     dtype = pick_dtype(plan.base_precision, device)
     stage_on_cpu = is_quantised(plan.base_precision) or plan.offload_blocks > 0
     load_device = torch.device("cpu") if stage_on_cpu else device
-    denoiser = family.load_denoiser(cfg.base_model, cfg.revision, dtype, load_device)
+    denoiser = family.load_denoiser(model_source(cfg), cfg.revision, dtype, load_device)
     merge_assistant(denoiser, cfg, family)  # a distilled base's assistant LoRA, into the frozen weights
     blocks = swap_candidates(denoiser, plan.offload_blocks) if plan.offload_blocks > 0 else []
     fallbacks = list(apply_base_precision(denoiser, plan.base_precision, device, stay_on_cpu=blocks))

@@ -3,7 +3,7 @@ holds the search).
 
 A trial builds a FRESH denoiser for the candidate plan (training/plan_build.py, the run's own
 build path, compile off), then runs 1 warm-up + 2 timed optimizer steps of the run's real shapes:
-one sampler batch of the dataset's largest bucket with its captions' conditioning, the real
+one sampler batch of the dataset's largest batch group (bucket and control count) with its captions' conditioning, the real
 `batch_forward_backward` (training/micro_batches.py: micro-batches, training.step.forward_backward)
 and an AdamW step. It reports seconds per sample and the peak device memory, then frees
 everything. Out of memory (torch.OutOfMemoryError) means "does not fit"; the trial is freed and
@@ -30,6 +30,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten
 
 from lorastudio.errors import ConfigError
+from lorastudio.families.single_file import config_of, model_source
+from lorastudio.training.conditioning import item_key
 from lorastudio.training.events import PlanTrial
 from lorastudio.training.plan import (
     GIB,
@@ -178,7 +180,7 @@ class _CountingMode(TorchDispatchMode):
 
 @dataclass(frozen=True)
 class TrialInputs:
-    """One sampler batch of the run's largest bucket, drawn once for every trial: latents fp32
+    """One sampler batch of the run's largest batch group, drawn once for every trial: latents fp32
     [B, C, h, w] (with their crop info) and the collated conditioning of their captions."""
 
     batch: LatentBatch
@@ -188,11 +190,14 @@ class TrialInputs:
 def trial_inputs(
     run: PreparedRun, source: LatentSource, conds: Conditioning, rng: np.random.Generator
 ) -> TrialInputs:
-    """batch_size items of the largest bucket (by pixels; repeated when the bucket has fewer),
-    sampled with a private generator; the run's numpy stream `rng` is left as it was."""
+    """batch_size items of the largest batch group (by pixels, the control images' included:
+    their tokens join the sequence; repeated when the group has fewer), sampled with a private
+    generator; the run's numpy stream `rng` is left as it was. A group is a bucket and a control
+    count (DatasetScan.batch_keys): a batch never mixes them."""
     items = run.scan.items
-    largest = max((it.bucket for it in items), key=lambda b: (b[0] * b[1], b))
-    members = [i for i, it in enumerate(items) if it.bucket == largest]
+    keys = run.scan.batch_keys()  # (width, height, controls) per item
+    largest = max(keys, key=lambda k: (k[0] * k[1] * (1 + k[2]), k))
+    members = [i for i, key in enumerate(keys) if key == largest]
     indices = (members * math.ceil(run.cfg.batch_size / len(members)))[: run.cfg.batch_size]
     saved = rng.bit_generator.state
     try:
@@ -201,7 +206,7 @@ def trial_inputs(
     finally:
         rng.bit_generator.state = saved
     latents = batch.latents.detach().to("cpu", torch.float32)  # [B, C, h, w]
-    cond = run.family.collate_conditioning([conds[items[i].caption] for i in indices])
+    cond = run.family.collate_conditioning([conds[item_key(run.family, items[i])] for i in indices])
     return TrialInputs(replace(batch, latents=latents), cond)
 
 
@@ -274,7 +279,7 @@ def repeated_block_count(run: PreparedRun) -> int:
 
     spec, cfg = run.family.spec, run.cfg
     cls = getattr(diffusers, spec.denoiser_class)
-    config = cls.load_config(cfg.base_model, subfolder=spec.denoiser, revision=cfg.revision)
+    config = cls.load_config(config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision)
     with torch.device("meta"):
         model = cls.from_config(config)
     return len(repeated_blocks(model))

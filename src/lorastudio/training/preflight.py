@@ -17,7 +17,7 @@ import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_rules import optimizer_host_problems
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
@@ -28,7 +28,7 @@ from lorastudio.training.trackers import tracker_problems
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from lorastudio.data import DatasetScan
+    from lorastudio.data import DatasetScan, ImageItem
     from lorastudio.families.base import Family
     from lorastudio.settings import Settings
 
@@ -43,6 +43,7 @@ class PreparedRun:
     run_dir: Path  # outputs/<output_name> (does not exist yet)
     device: torch.device
     dtype: torch.dtype
+    validation: tuple[ImageItem, ...] = ()  # held out of training (data/holdout.py): the validation images
 
 
 def resolve_model_source(
@@ -69,8 +70,11 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     ModelSourceError.
     """
     from lorastudio import families
-    from lorastudio.data import resolve_dataset_dir, scan_dataset
+    from lorastudio.data import resolve_dataset_dir
+    from lorastudio.data.holdout import split_validation
+    from lorastudio.data.masks import mask_warning
     from lorastudio.data.pairs import resolve_control_dirs
+    from lorastudio.data.run_scan import scan_for_run
     from lorastudio.data.safe_open import check_not_relinked
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
@@ -98,28 +102,49 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     control_dirs = resolve_control_dirs(resolved.control_dirs, settings.datasets_dir, allow_outside_root=True)
     for given, control_dir in zip(resolved.control_dirs, control_dirs, strict=True):
         check_not_relinked(given, control_dir, settings.datasets_dir)
-    scan = scan_dataset(
-        root,
-        resolution=int(resolved.resolution),
-        multiple=family.spec.resolution_multiple,
-        aspect_buckets=resolved.aspect_buckets,
-        no_upscale=resolved.no_upscale,
-        trigger_word=resolved.trigger_word,
-        default_caption=resolved.default_caption,
-        max_pixels=settings.max_image_pixels,
-        decode_pixels=settings.max_decode_pixels,
-        control_dirs=control_dirs,
-        control_images=family.spec.control_images,
-        family=family.spec.name,
+
+    scan = scan_for_run(root, resolved, family.spec, settings, control_dirs)
+    holdout = split_validation(
+        scan,
+        resolved.validation_split,
+        resolved.seed,
+        resolve_folder=lambda given: resolve_dataset_dir(
+            given, settings.datasets_dir, allow_outside_root=True
+        ),
+        scan_folder=lambda folder: scan_for_run(folder, resolved, family.spec, settings),
     )
+    scan = holdout.train
     from lorastudio.data.upscaling import upscale_warning
 
-    warning = upscale_warning(scan.items, resolved.no_upscale)
-    if warning:
-        log.warning("%s", warning)  # the job service's preflight report lists it too
-    source = resolve_model_source(resolved.base_model, resolved.revision, family, settings)
-    resolved = resolved.model_copy(update={"base_model": source})  # what the loaders read
+    for warning in (upscale_warning(scan.items, resolved.no_upscale), mask_warning(scan.items)):
+        if warning:
+            log.warning("%s", warning)  # the job service's preflight report lists it too
+    from lorastudio.basemodels import resolve_base
+    from lorastudio.basemodels.single_file import base_updates
+    from lorastudio.families.single_file import model_source
+
+    found = resolve_base(
+        resolved.base_model, family.spec.name, settings, resolved.revision, resolved.base_config
+    )
+    updates, problems = base_updates(
+        found.source, found.folder, found.file, found.config,
+        resolved.base_config, resolved.v_prediction, resolved.revision,
+    )  # fmt: skip
+    if problems:
+        raise ConfigError(problems)
+    if found.file is not None:
+        log.info("base model: single file %s with the config of %s", found.source, found.config)
+    resolved = resolved.model_copy(update=updates)  # what the loaders read
+    # e.g. Qwen-Image-Edit: 1 control, Plus: 3 (a single file: its base config's flavour)
+    flavour = family.source_variant(model_source(resolved), resolved.revision)
+    if flavour is not None and flavour.control_images is not None:
+        from lorastudio.data.pairs import too_many_controls
+
+        excess = too_many_controls([*scan.items, *holdout.validation], flavour.control_images, flavour.title)
+        if excess:
+            raise DatasetError(f"{root}: more control images than {flavour.title} takes", excess)
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     if problems:
         raise ConfigError(problems)
-    return PreparedRun(resolved, family, scan, run_dir, dev, pick_dtype(resolved.base_precision, dev))
+    dtype = pick_dtype(resolved.base_precision, dev)
+    return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation)

@@ -1,7 +1,9 @@
 """Sample preview files of a run: names, writing (staged, then renamed) and listing. No torch
 here: the API lists and serves the files with these functions.
 
-Layout: <run_dir>/samples/step-000123-0.png, one PNG per (optimizer step, sample prompt index).
+Layout: <run_dir>/samples/step-000123-0.png, one PNG per (optimizer step, sample prompt index);
+ref-<prompt index>-<slot>.png, a copy of each reference image a prompt is rendered with (an
+edit family's samples: the gallery shows them beside the samples, whatever the dataset becomes).
 A file of that name is always complete: it is written under a hidden staging name in the same
 folder and renamed into place.
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 SAMPLES = "samples"
 _NAME = re.compile(r"^step-(\d{6,})-(\d+)\.png$")
+_REFERENCE = re.compile(r"^ref-(\d+)-(\d+)\.png$")  # ref-<prompt index>-<slot>.png
 _STAGING_PREFIX = ".staging-"
 
 
@@ -29,6 +32,25 @@ def parse_sample_name(name: str) -> tuple[int, int] | None:
     """(step, prompt index) of a sample file name, or None when `name` is not one."""
     match = _NAME.match(name)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def reference_name(index: int, slot: int) -> str:
+    """File name of the copy of reference image `slot` of sample prompt `index`."""
+    return f"ref-{index}-{slot}.png"
+
+
+def list_references(run_dir: Path) -> dict[int, list[str]]:
+    """Sample prompt index -> the names of its reference copies in slot order (regular files
+    only; prompts without references absent)."""
+    folder = samples_dir(run_dir)
+    if not folder.is_dir() or folder.is_symlink():
+        return {}
+    found: dict[int, list[tuple[int, str]]] = {}
+    for path in folder.iterdir():
+        match = _REFERENCE.match(path.name)
+        if match and path.is_file() and not path.is_symlink():
+            found.setdefault(int(match.group(1)), []).append((int(match.group(2)), path.name))
+    return {i: [name for _, name in sorted(names)] for i, names in sorted(found.items())}
 
 
 def samples_dir(run_dir: Path) -> Path:
@@ -66,8 +88,9 @@ def list_samples(run_dir: Path) -> list[SampleFile]:
 def sample_path(run_dir: Path, name: str) -> Path | None:
     """The path of the sample file `name` of `run_dir`, or None when `name` is not a sample
     name or no such regular file (symlinks excluded) lies directly in the run's samples folder.
-    `name` cannot escape the folder: only names matching step-NNNNNN-I.png are accepted."""
-    if parse_sample_name(name) is None:
+    `name` cannot escape the folder: only names matching step-NNNNNN-I.png (and the reference
+    copies' ref-I-S.png) are accepted."""
+    if parse_sample_name(name) is None and not _REFERENCE.match(name):
         return None
     folder = samples_dir(run_dir)
     path = folder / name
@@ -76,12 +99,28 @@ def sample_path(run_dir: Path, name: str) -> Path | None:
     return path
 
 
+def write_reference_files(
+    run_dir: Path, writers: dict[tuple[int, int], Callable[[Path], None]]
+) -> list[Path]:
+    """Write the reference copies: writers[(index, slot)](staging_path) writes the PNG of slot
+    `slot` of prompt `index`; staged, then renamed as write_sample_files does. Returns the paths."""
+    keys = list(writers)
+    names = [reference_name(i, slot) for i, slot in keys]
+    return _write_staged(samples_dir(run_dir), [writers[k] for k in keys], names)
+
+
 def write_sample_files(run_dir: Path, step: int, writers: list[Callable[[Path], None]]) -> list[Path]:
     """Write the samples of `step`: writers[i](staging_path) writes the PNG of prompt i. Every
     file is first written under a staging name; once all are written they are renamed into
     place (replacing older files of the same name). Returns the final paths in prompt order.
     On failure no staging file is left behind (and no file of this round is renamed)."""
-    folder = samples_dir(run_dir)
+    names = [sample_name(step, i) for i in range(len(writers))]
+    return _write_staged(samples_dir(run_dir), writers, names)
+
+
+def _write_staged(folder: Path, writers: list[Callable[[Path], None]], names: list[str]) -> list[Path]:
+    """Each writer writes a staging file in `folder`; once all are written, they are renamed to
+    `names` (in order). No staging file is left behind on failure."""
     folder.mkdir(exist_ok=True)
     staged: list[Path] = []
     try:
@@ -89,7 +128,7 @@ def write_sample_files(run_dir: Path, step: int, writers: list[Callable[[Path], 
             staging = folder / f"{_STAGING_PREFIX}{uuid.uuid4().hex[:8]}.png"
             staged.append(staging)
             write(staging)
-        finals = [folder / sample_name(step, i) for i in range(len(writers))]
+        finals = [folder / name for name in names]
         for staging, final in zip(staged, finals, strict=True):
             os.replace(staging, final)
         return finals

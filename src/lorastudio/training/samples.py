@@ -12,8 +12,12 @@ How a round renders (exactly what inference would render):
   second from the page cache). It decodes in the run's dtype, as in the inference pipeline
   loaded in that dtype (SDXL's pipeline upcasts an fp16 VAE itself). A run that encodes latents
   every step already holds its VAE: that one is reused when its dtype is the run's;
-- a paired (edit) run renders every prompt as an edit of the first dataset image's control
-  images (its references), fitted to the sample size as `lorastudio generate --control` does;
+- an edit family renders each prompt with its reference images (config_samples.SamplePrompt:
+  the prompt's `controls`, else on a paired run the first paired image's controls: see
+  data/sample_refs.py), fitted to the sample size as `lorastudio generate --control` does; a copy
+  of each is kept beside the samples (samples/ref-<prompt>-<slot>.png) for the gallery. Where the
+  family's prompt sees the controls (spec.prompt_sees_controls: Qwen-Image-Edit), phase 1 encoded
+  each prompt with its own references (sample_texts: EditPrompts keyed by prompt + files);
 - each prompt's noise comes from a CPU generator seeded with `sample_seed` (the same image for
   the same LoRA on any device), at the training resolution, with the family's generation
   defaults and `sample_steps` inference steps; a prompt given as an object (SamplePrompt) may
@@ -30,17 +34,27 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lorastudio.config_samples import SamplePrompt, prompt_text
+from lorastudio.data.images import load_rgb
+from lorastudio.data.safe_open import folder_identity
 from lorastudio.families.common import pipeline_facts
+from lorastudio.families.single_file import apply_scheduler_overrides, config_of, model_source
 from lorastudio.generate.pipeline import reference_kwargs
+from lorastudio.training.conditioning import EditPrompt, Text
 from lorastudio.training.precision import free_accelerator_memory
-from lorastudio.training.sample_files import remove_samples, sample_name, samples_dir, write_sample_files
+from lorastudio.training.sample_files import (
+    remove_samples,
+    sample_name,
+    samples_dir,
+    write_reference_files,
+    write_sample_files,
+)
 
 # Optional pipeline components (default None in __init__) that sampling never uses.
 _OPTIONAL_PARTS = frozenset({"image_encoder", "feature_extractor"})
@@ -49,6 +63,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
     from lorastudio.families.base import Family
     from lorastudio.training.conditioning import Conditioning
     from lorastudio.training.preflight import PreparedRun
@@ -64,14 +79,22 @@ class SamplePreviews:
 
     def __init__(self, run: PreparedRun, prompt_conds: Conditioning):
         self.run = run
-        self.prompts = list(run.cfg.sample_prompts)
-        self.references = _references(run)
-        missing = [prompt_text(p) for p in self.prompts if prompt_text(p) not in prompt_conds]
+        self.entries = [_entry(p) for p in run.cfg.sample_prompts]  # each with its own settings
+        self.prompts = [e.prompt for e in self.entries]
+        paths = sample_reference_paths(run.cfg, run.family, run.scan)  # per prompt, its references
+        self.references = [[load_rgb(p, folder_identity(p.parent)) for p in refs] for refs in paths]
+        # per prompt, the conditioning keys of it and of its negative "" (with its references
+        # where the family's prompt sees them: phase 1 encoded them so, sample_texts)
+        self.keys = [
+            (_key(text), _key(negative)) for text, negative in _prompt_texts(run.cfg, run.family, paths)
+        ]
+        missing = [p for p, (key, _) in zip(self.prompts, self.keys, strict=True) if key not in prompt_conds]
         if missing:
             raise KeyError(f"sample prompts without conditioning: {missing}")
         self.conds = prompt_conds
         self.every = run.cfg.sample_every
         self.created: list[Path] = []  # files this session created (not merely replaced)
+        self.kept = False  # the reference copies are written
 
     @property
     def enabled(self) -> bool:
@@ -93,9 +116,24 @@ class SamplePreviews:
         images = self._images(denoiser, vae)
         writers = [_png_writer(image) for image in images]
         existing = {p for p in _round_paths(self.run.run_dir, step, len(images)) if p.exists()}
+        self._keep_references()
         paths = write_sample_files(self.run.run_dir, step, writers)
         self.created += [p for p in paths if p not in existing and p not in self.created]
         return [p.relative_to(self.run.run_dir).as_posix() for p in paths]
+
+    def _keep_references(self) -> None:
+        """Copy each prompt's reference images beside the samples (once per session)."""
+        if self.kept or not any(self.references):
+            return
+        writers = {
+            (i, slot): _png_writer(image)
+            for i, refs in enumerate(self.references)
+            for slot, image in enumerate(refs)
+        }
+        existing = set(self.run.run_dir.glob("samples/ref-*.png"))
+        paths = write_reference_files(self.run.run_dir, writers)
+        self.created += [p for p in paths if p not in existing and p not in self.created]
+        self.kept = True
 
     def discard(self) -> None:
         """Remove the sample files this session created."""
@@ -106,7 +144,7 @@ class SamplePreviews:
         run = self.run
         own_vae = vae is None or vae.dtype != run.dtype
         if own_vae:
-            vae = run.family.load_vae(run.cfg.base_model, run.cfg.revision, run.dtype, run.device)
+            vae = run.family.load_vae(model_source(run.cfg), run.cfg.revision, run.dtype, run.device)
             if vae.dtype != run.dtype:  # SDXL's VAE loads in fp32: decode as the inference pipeline
                 vae = vae.to(dtype=run.dtype)
         was_training = denoiser.training
@@ -115,7 +153,7 @@ class SamplePreviews:
             pipe = sampling_pipeline(run, denoiser, vae)
             denoiser.eval()
             with _isolated(run.device):
-                return [self._one(pipe, prompt) for prompt in self.prompts]
+                return [self._one(pipe, i) for i in range(len(self.prompts))]
         finally:
             denoiser.train(was_training)
             del pipe
@@ -123,47 +161,102 @@ class SamplePreviews:
                 del vae
                 free_accelerator_memory(run.device)
 
-    def _one(self, pipe: Any, entry: str | SamplePrompt) -> Image.Image:
+    def _one(self, pipe: Any, index: int) -> Image.Image:
+        """Sample prompt `index` rendered with its references and its own size, seed and guidance."""
         run = self.run
         cfg, family = run.cfg, run.family
-        own = entry if isinstance(entry, SamplePrompt) else SamplePrompt(prompt=entry)
-        cond = family.collate_conditioning([self.conds[own.prompt]])
-        kwargs = family.generation_defaults(pipeline_facts(pipe, family.spec.denoiser))
+        own = self.entries[index]
+        key, negative_key = self.keys[index]
+        cond = family.collate_conditioning([self.conds[key]])
+        facts = pipeline_facts(pipe, family.spec.denoiser)  # the checkpoint's flavour
+        kwargs = family.generation_defaults(facts)
         if cfg.sample_steps is not None:
             kwargs["num_inference_steps"] = cfg.sample_steps
         if own.guidance is not None:
             kwargs[family.spec.guidance_kwarg] = own.guidance
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
         if family.spec.guides_with_negative:  # the pipeline's default negative prompt: ""
-            negative = family.collate_conditioning([self.conds[""]])
+            negative = family.collate_conditioning([self.conds[negative_key]])
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
-        size = int(cfg.resolution or 0)
-        width, height = own.width or size, own.height or size
-        kwargs.update(reference_kwargs(pipe, family.spec.control_images[1], self.references, width, height))
+        width, height = _sample_size(cfg, own)
+        references = self.references[index]
+        kwargs.update(reference_kwargs(pipe, family.control_images(facts)[1], references, width, height))
         seed = cfg.sample_seed if own.seed is None else own.seed
         generator = torch.Generator("cpu").manual_seed(seed)
         out = pipe(width=width, height=height, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
 
 
-def sample_texts(cfg: TrainConfig, family: Family) -> list[str]:
+def sample_reference_paths(cfg: TrainConfig, family: Family, scan: DatasetScan) -> list[tuple[Path, ...]]:
+    """Each sample prompt's reference image paths (data/sample_refs.py), counted against the
+    base checkpoint's flavour (Family.source_control_images). Raises DatasetError naming the
+    prompt and file when one is missing, unreadable, or too many / too few."""
+    from lorastudio.data.sample_refs import sample_references
+    from lorastudio.errors import DatasetError
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    paths, problems = sample_references(
+        cfg.sample_prompts,
+        scan,
+        family.source_control_images(cfg.base_model, cfg.revision),
+        family=family.spec.name,
+        max_pixels=settings.max_image_pixels,
+        decode_pixels=settings.max_decode_pixels,
+    )
+    if problems:
+        raise DatasetError("the sample prompts' reference images cannot be used", problems)
+    return paths
+
+
+def sample_texts(
+    cfg: TrainConfig, family: Family, references: Sequence[tuple[Path, ...]] | None = None
+) -> list[Text]:
     """The texts phase 1 encodes for sample previews: each sample prompt once, plus "" (the
-    negative prompt) when the family's pipeline guides with one (spec.guides_with_negative)."""
-    texts = list(dict.fromkeys(prompt_text(p) for p in cfg.sample_prompts))
-    if texts and family.spec.guides_with_negative and "" not in texts:
-        texts.append("")
-    return texts
+    negative prompt) when the family's pipeline guides with one (spec.guides_with_negative).
+    Where the family's prompt sees the controls (spec.prompt_sees_controls), each is an
+    EditPrompt with that prompt's references (`references`: sample_reference_paths), fitted
+    to the sample size as the previews hand them to the pipeline."""
+    refs = references if references is not None else [()] * len(cfg.sample_prompts)
+    pairs = _prompt_texts(cfg, family, refs)
+    texts: dict[str | None, Text] = {}
+    for text in [p for p, _ in pairs] + [n for _, n in pairs if n is not None]:  # prompts, then ""s
+        texts.setdefault(_key(text), text)
+    return list(texts.values())
 
 
-def _references(run: PreparedRun) -> list[Image.Image]:
-    """The reference images of a paired run's samples: the first dataset image's controls."""
-    from lorastudio.data.images import load_rgb
-    from lorastudio.data.pairs import control_folder_ids
+def _prompt_texts(
+    cfg: TrainConfig, family: Family, references: Sequence[tuple[Path, ...]]
+) -> list[tuple[Text, Text | None]]:
+    """Per sample prompt: what phase 1 encodes for it and for its negative prompt "" (None
+    unless spec.guides_with_negative); EditPrompts with its references where the prompt sees them."""
+    out: list[tuple[Text, Text | None]] = []
+    for entry, paths in zip(cfg.sample_prompts, references, strict=True):
+        size = _sample_size(cfg, _entry(entry))  # the preview's size: _one fits the references to it
+        captions: list[str] = [prompt_text(entry), *([""] if family.spec.guides_with_negative else [])]
+        if family.spec.prompt_sees_controls:
+            ids = tuple(folder_identity(p.parent) for p in paths)
+            texts: list[Text] = [EditPrompt(c, tuple(paths), ids, size) for c in captions]
+        else:
+            texts = list(captions)
+        out.append((texts[0], texts[1] if len(texts) > 1 else None))
+    return out
 
-    items = run.scan.items
-    if not items:
-        return []
-    return [load_rgb(p, fid) for p, fid in zip(items[0].controls, control_folder_ids(items[0]), strict=True)]
+
+def _entry(entry: str | SamplePrompt) -> SamplePrompt:
+    """A sample_prompts entry as an object (a plain prompt sets none of its own settings)."""
+    return entry if isinstance(entry, SamplePrompt) else SamplePrompt(prompt=entry)
+
+
+def _sample_size(cfg: TrainConfig, own: SamplePrompt) -> tuple[int, int]:
+    """(width, height) of one sample preview: its own, else the training resolution."""
+    size = int(cfg.resolution or 0)
+    return own.width or size, own.height or size
+
+
+def _key(text: Text | None) -> str | None:
+    """The conditioning key of a phase-1 text (None for no text)."""
+    return text.key if isinstance(text, EditPrompt) else text
 
 
 def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> Any:
@@ -176,7 +269,9 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     from lorastudio.families.base import quiet_loading
 
     spec = run.family.spec
-    pipeline_cls = getattr(diffusers, spec.pipeline_class)
+    source = model_source(run.cfg)  # a single file: its base config's scheduler, with its overrides
+    class_name = run.family.source_pipeline_class(source, run.cfg.revision)  # the checkpoint's flavour
+    pipeline_cls = getattr(diffusers, class_name)
     params = inspect.signature(pipeline_cls.__init__).parameters
     components = [  # required __init__ arguments are the components; plus the optional ones
         name
@@ -187,9 +282,10 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
     parts.update({"vae": vae, spec.denoiser: denoiser})
     quiet_loading()
     try:
-        pipe = pipeline_cls.from_pretrained(run.cfg.base_model, revision=run.cfg.revision, **parts)
+        pipe = pipeline_cls.from_pretrained(config_of(source), revision=run.cfg.revision, **parts)
     except (OSError, ValueError, KeyError) as err:
-        raise ModelSourceError(f"cannot build the {spec.pipeline_class} for samples: {err}") from err
+        raise ModelSourceError(f"cannot build the {class_name} for samples: {err}") from err
+    apply_scheduler_overrides(pipe, source)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

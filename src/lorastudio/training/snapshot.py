@@ -5,7 +5,7 @@ state.pt = torch.save of {"step", "losses", "optimizer", "scheduler", "scaler", 
 "meter", "guard", "rng", "ema"}; "ema" = the adapter EMA's shadow (None without one); "rng" = python `random`, numpy's global state, torch CPU, every CUDA
 device, plus the run's own streams: the numpy Generator (crops, flips, caption dropout) and the
 CPU torch.Generator (noise, timesteps, cached-variant choice). lora.safetensors holds the LoRA
-weights (peft naming). Loading uses torch.load(weights_only=True).
+weights (peft naming); text_encoders.safetensors the text encoders' (SDXL train_text_encoder). Loading uses torch.load(weights_only=True).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from lorastudio.training.identity import IDENTITY_FORMAT
 from lorastudio.training.lora import lora_state_dict
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 
+TEXT_ENCODERS_FILE = "text_encoders.safetensors"  # the text encoders' LoRA (train_text_encoder)
 _STATE_KEYS = ("step", "losses", "optimizer", "scheduler", "scaler", "sampler", "meter", "guard", "rng")
 
 
@@ -54,6 +55,7 @@ class LoopParts:
     rng: np.random.Generator  # the run's numpy stream (crops, flips, caption dropout)
     generator: torch.Generator  # the run's CPU torch stream (noise, timesteps, variants)
     ema: AdapterEma | None = None  # the EMA of the adapter weights (cfg.ema_decay), saved as "ema"
+    text_encoders: Any = None  # SDXL train_text_encoder: TextEncoderLora, saved as TEXT_ENCODERS_FILE
 
 
 def capture_rng(rng: np.random.Generator, generator: torch.Generator) -> dict[str, Any]:
@@ -106,11 +108,13 @@ def save_checkpoint(
     config: dict[str, Any],
     plan: dict[str, Any] | None = None,
     extensions: list[dict[str, Any]] | None = None,
+    validation: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write checkpoint `step` of the run (atomically; see training/checkpoint.py). Returns its
     folder. `identity` is the run's identity, `config` its resolved config (JSON dict), `plan`
     the plan it runs (training/plan.py Plan.as_dict; a resume reuses it), `extensions` the
-    record of the times the run was trained longer (training/extend.py)."""
+    record of the times the run was trained longer (training/extend.py), `validation` the
+    validation rounds so far ({step, loss} each, training/validate.py; a resume continues them)."""
     from safetensors.torch import save_file
 
     state = {
@@ -133,12 +137,15 @@ def save_checkpoint(
         "config": config,
         **({PLAN_KEY: plan} if plan is not None else {}),
         **({EXTENSIONS_KEY: extensions} if extensions else {}),
+        **({"validation": validation} if validation is not None else {}),
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "lorastudio_version": __version__,
     }
 
     def write(folder: Path) -> None:
         save_file(lora_state_dict(parts.denoiser), str(folder / LORA_FILE))
+        if parts.text_encoders is not None:
+            save_file(parts.text_encoders.state_dict(), str(folder / TEXT_ENCODERS_FILE))
         torch.save(state, folder / STATE_FILE)
         (folder / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
@@ -173,6 +180,8 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float
     result = set_peft_model_state_dict(parts.denoiser, weights)
     if getattr(result, "unexpected_keys", None):
         raise ConfigError([FieldProblem("resume", f"unexpected LoRA keys in {checkpoint}")])
+    if parts.text_encoders is not None:
+        _load_text_encoders(checkpoint, parts.text_encoders)
     parts.optimizer.load_state_dict(state["optimizer"])
     parts.scheduler.load_state_dict(state["scheduler"])
     parts.scaler.load_state_dict(state["scaler"])
@@ -188,3 +197,19 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float
         except ValueError as err:
             raise ConfigError([FieldProblem("resume", f"{checkpoint}: {err}")]) from None
     return int(state["step"]), [float(x) for x in state["losses"]]
+
+
+def _load_text_encoders(checkpoint: Path, text_encoders: Any) -> None:
+    """Restore the text encoders' LoRA of a train_text_encoder run from `checkpoint`. Raises
+    ConfigError (field "resume") when the file is missing or does not fit."""
+    from safetensors.torch import load_file
+
+    path = checkpoint / TEXT_ENCODERS_FILE
+    if not path.is_file():
+        raise ConfigError(
+            [FieldProblem("resume", f"{checkpoint} holds no text-encoder LoRA for train_text_encoder")]
+        )
+    try:
+        text_encoders.load_state_dict(load_file(str(path)))
+    except (OSError, ValueError, RuntimeError) as err:
+        raise ConfigError([FieldProblem("resume", f"{path}: {err}")]) from None

@@ -96,9 +96,10 @@ def test_counts_are_checked_against_the_family(tmp_path):
     with pytest.raises(DatasetError) as err:
         _scan(tmp_path)  # takes 1: a has 2
     assert any("a.png: 2 control images, edit-fam takes at most 1" in p for p in err.value.problems)
+    assert [len(it.controls) for it in _scan(tmp_path, allowed=(1, 3)).items] == [2, 1]  # counts may differ
     with pytest.raises(DatasetError) as err:
-        _scan(tmp_path, allowed=(1, 3))  # a has 2, b has 1
-    assert any("same number of control images" in p for p in err.value.problems)
+        _scan(tmp_path, allowed=(2, 3))  # b has 1
+    assert any("b.png: 1 control image(s), edit-fam takes at least 2" in p for p in err.value.problems)
     with pytest.raises(DatasetError) as err:
         _scan(tmp_path, allowed=(0, 0))  # a text-to-image family
     assert any("trains text-to-image only" in p for p in err.value.problems)
@@ -164,3 +165,25 @@ def test_controls_are_opened_without_following_links_and_from_the_checked_folder
     resized = resized_size(item.width, item.height, item.bucket)
     with pytest.raises(DatasetError, match="changed after it was checked"):
         load_control_crop(item.controls[0], item.bucket, (0, 0), resized, False, item.control_folder_ids[0])
+
+
+def test_a_family_taking_0_to_k_controls_accepts_mixed_and_varying_counts(tmp_path):
+    """FLUX.2 (0..K): unpaired targets beside paired ones, and 1 or 2 controls per target; the
+    batches group samples by bucket and control count."""
+    from lorastudio.data import BucketBatchSampler
+
+    _targets(tmp_path, ["a", "b", "c", "d"])
+    for folder, stems in (("control", ["a", "b"]), ("control_2", ["a"])):
+        (tmp_path / folder).mkdir()
+        for stem in stems:
+            write_image(tmp_path / folder / f"{stem}.png")
+    scan = _scan(tmp_path, allowed=(0, 4))
+    assert [len(it.controls) for it in scan.items] == [2, 1, 0, 0] and scan.controls_per_image() == 2
+    assert scan.batch_histogram() == {"80x48+0": 2, "80x48+1": 1, "80x48+2": 1}
+    sampler = BucketBatchSampler(scan.batch_keys(), batch_size=2, seed=0)
+    for batch in sampler.epoch_batches(0):
+        assert len({len(scan.items[i].controls) for i in batch}) == 1  # one count per batch
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path, allowed=(1, 4))  # a family needing controls names the unpaired targets
+    assert any(p.startswith("c.png: no control image") for p in err.value.problems)
+    assert any(p.startswith("d.png: no control image") for p in err.value.problems)

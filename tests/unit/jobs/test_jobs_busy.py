@@ -6,9 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorastudio.config import parse_train_config
-from lorastudio.jobs.busy import CHECKPOINT, FINAL_SAVE, SAMPLE_ROUND, STOP_SAVE, BusyTracker, stop_deadline
+from lorastudio.jobs.busy import (
+    CHECKPOINT,
+    FINAL_SAVE,
+    SAMPLE_ROUND,
+    STOP_SAVE,
+    VALIDATION_ROUND,
+    BusyTracker,
+    stop_deadline,
+)
 from lorastudio.jobs.process import Timeouts
-from lorastudio.training.events import Progress, SampleReady, StopRequest
+from lorastudio.training.events import Progress, SampleReady, StopRequest, Validated
 
 
 def _progress(step: int, total: int = 10) -> Progress:
@@ -32,6 +40,19 @@ def test_the_tracker_reports_sample_rounds_checkpoints_and_the_saves(tmp_path: P
     assert busy.after_poll(StopRequest(save=True))["work"] == STOP_SAVE
     assert busy.after_event(_progress(10))["work"] == f"{SAMPLE_ROUND} + {FINAL_SAVE}"
     assert busy.after_poll(StopRequest(save=False)) is None  # a discard writes nothing
+
+
+def test_the_tracker_reports_validation_rounds(tmp_path: Path) -> None:
+    cfg = parse_train_config(
+        {"family": "flux", "base_model": str(tmp_path), "data_dir": str(tmp_path), "steps": 10,
+         "validation_split": 0.2, "validate_every": 5, "sample_prompts": ["x"], "sample_every": 5}
+    )  # fmt: skip
+    busy = BusyTracker(cfg)
+    assert busy.after_event(_progress(4)) is None
+    assert busy.after_event(_progress(5))["work"] == f"{SAMPLE_ROUND} + {VALIDATION_ROUND}"
+    assert busy.after_event(SampleReady(step=5, images=["a.png"]))["work"] == VALIDATION_ROUND
+    done = Validated(step=5, loss=0.2, images=2, best_step=5, best_loss=0.2)
+    assert busy.after_event(done) == {"type": "busy", "work": None, "step": 5}
 
 
 def test_the_stop_deadline_covers_the_work_in_flight_up_to_a_bound() -> None:

@@ -65,3 +65,47 @@ def test_an_edit_family_refuses_an_unpaired_dataset_by_name(
         validate_run(_cfg(tiny_model("flux-kontext"), data_dir="shapes"), settings, live_output_names=set())
     messages = [p.message for p in err.value.problems if p.field == "data_dir"]
     assert any("shape_00.png: no control image (flux-kontext takes 1-1" in m for m in messages)
+
+
+def _flux2_cfg(model: Path, data_dir: str) -> dict:
+    return {
+        "family": "flux2-klein",
+        "base_model": str(model),
+        "data_dir": data_dir,
+        "resolution": 32,
+        "steps": 3,
+    }
+
+
+def test_flux2_states_text_to_image_edit_or_both_in_the_preflight(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """FLUX.2 trains text-to-image without controls, edit with them, and both on a mixed set
+    (the unpaired targets are allowed); the memory estimate counts the references it has."""
+    model = tiny_model("flux2-klein")
+    plain = preflight_report(validate_run(_flux2_cfg(model, "shapes"), settings, live_output_names=set()))
+    assert plain["dataset"]["mode"]["kind"] == "text-to-image" and plain["dataset"]["controls"] is None
+    assert "trains text-to-image here" in plain["dataset"]["mode"]["note"]
+
+    pairs = make_paired_dataset(settings.datasets_dir / "pairs")
+    for stem in ("shape_06", "shape_07"):  # two targets lose their controls: a mixed set
+        (pairs / "control" / f"{stem}.png").unlink()
+    mixed = preflight_report(validate_run(_flux2_cfg(model, "pairs"), settings, live_output_names=set()))
+    assert mixed["dataset"]["mode"]["kind"] == "mixed"
+    assert "6 edit sample(s)" in mixed["dataset"]["mode"]["note"]
+    assert mixed["dataset"]["controls"]["pairs"] == 6 and mixed["dataset"]["controls"]["unpaired"] == 2
+    assert mixed["memory"]["phases"]["denoiser"] >= plain["memory"]["phases"]["denoiser"]
+
+
+def test_flux_kontext_refuses_a_mixed_dataset_naming_the_unpaired_files(
+    settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    """Kontext needs a reference per sample (FLUX.1 Kontext [dev] is released as an editing
+    model; text-to-image LoRAs are FLUX.1's): the targets without one are named."""
+    pairs = make_paired_dataset(settings.datasets_dir / "pairs")
+    (pairs / "control" / "shape_03.png").unlink()
+    with pytest.raises(ConfigError) as err:
+        validate_run(_cfg(tiny_model("flux-kontext")), settings, live_output_names=set())
+    messages = [p.message for p in err.value.problems if p.field == "data_dir"]
+    assert any("shape_03.png: no control image" in m for m in messages)
+    assert not any("shape_02.png" in m for m in messages)

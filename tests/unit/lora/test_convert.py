@@ -11,7 +11,16 @@ from lorastudio.lora import names
 from lorastudio.lora.comfy import check_comfy_keys, comfy_key_map
 from lorastudio.lora.convert import to_diffusers, to_kohya, unmapped_layers
 
-FAMILIES = ["sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "flux-kontext"]
+FAMILIES = [
+    "sdxl",
+    "flux",
+    "qwen-image",
+    "z-image",
+    "flux2",
+    "flux2-klein",
+    "flux-kontext",
+    "qwen-image-edit",
+]
 RANK, ALPHA = 4, 8.0
 # layers that have no kohya/SGM name (down/upsampler convs) are left out of the SDXL layout
 NO_KOHYA_NAME = ("downsamplers", "upsamplers")

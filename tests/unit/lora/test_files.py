@@ -159,6 +159,9 @@ def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["lora_format"] == families.get(family).spec.defaults.get("lora_format", "diffusers")
     assert sidecar["loaders"]["comfyui"]["ok"] and sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]
+    # the default layouts went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py); Krea 2 is newer
+    checked = sidecar["loaders"]["comfyui"].get("loader_checked", "")
+    assert checked.startswith("ComfyUI v0.19.3 (3086026") is (family != "krea2"), checked
     assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
     assert sidecar["loaders"]["a1111_forge"].get("ok", True) is True
     in_memory, base = _in_memory_and_base(result, family, tiny_model(family))

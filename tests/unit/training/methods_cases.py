@@ -12,6 +12,7 @@ import torch
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, resolve_train_config
+from lorastudio.families.single_file import model_source
 from lorastudio.training.lora import add_lora, lora_config_for
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optim import make_lr_scheduler, make_optimizer
@@ -40,11 +41,24 @@ class MiniRun:
     optimizer: torch.optim.Optimizer
 
 
-def mini_run(cfg: TrainConfig, steps: int = 6) -> MiniRun:
-    """`steps` optimizer steps of cfg's optimizer (and schedule) on one fixed batch of 2 random
-    latents with 2 captions and the same noise every step; losses measured before each update."""
+@dataclass
+class MiniBatch:
+    """The fixed batch of a mini run and the freshly adapted denoiser it trains."""
+
+    family: Any
+    denoiser: Any
+    params: list[torch.nn.Parameter]
+    objective: Any
+    latents: torch.Tensor  # [2, C, h, w]
+    cond: dict[str, Any]
+    info: dict[str, Any]
+
+
+def mini_batch(cfg: TrainConfig) -> MiniBatch:
+    """The tiny `cfg.family` denoiser with a fresh adapter (seed 0), its objective, and one fixed
+    batch of 2 random latents with 2 captions (what mini_run trains on)."""
     fam = families.get(cfg.family)
-    spec, model = fam.spec, str(cfg.base_model)
+    spec, model = fam.spec, model_source(cfg)  # a folder, or a single file with its base config
     encoders = fam.load_text_encoders(model, None, torch.float32, CPU)
     cond = fam.collate_conditioning(fam.encode_prompts(encoders, ["a red circle", "a blue square"], cfg))
     size = max(32, 2 * spec.resolution_multiple)
@@ -56,15 +70,27 @@ def mini_run(cfg: TrainConfig, steps: int = 6) -> MiniRun:
     params = add_lora(denoiser, lora_config_for(cfg, spec.lora_targets))
     denoiser.train()
     objective = make_objective(fam, cfg, fam.scheduler_config(model, None))
-    optimizer = make_optimizer(params, cfg)
+    return MiniBatch(fam, denoiser, params, objective, latents, cond, info)
+
+
+NOISE_SEED = 10  # the generator seed of every mini-run step (the same noise and timesteps)
+
+
+def mini_run(cfg: TrainConfig, steps: int = 6) -> MiniRun:
+    """`steps` optimizer steps of cfg's optimizer (and schedule) on one fixed batch of 2 random
+    latents with 2 captions and the same noise every step; losses measured before each update."""
+    mb = mini_batch(cfg)
+    optimizer = make_optimizer(mb.params, cfg)
     scheduler = make_lr_scheduler(optimizer, cfg, steps)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     losses = []
     for _ in range(steps):
-        gen = torch.Generator().manual_seed(10)  # the same noise and timesteps every step
-        share = forward_backward(fam, denoiser, objective, latents, cond, info, cfg, gen, 2, scaler)  # []
+        gen = torch.Generator().manual_seed(NOISE_SEED)  # the same noise and timesteps every step
+        share = forward_backward(
+            mb.family, mb.denoiser, mb.objective, mb.latents, mb.cond, mb.info, cfg, gen, 2, scaler
+        )  # []
         losses.append(float(share))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
-    return MiniRun(losses, denoiser, params, optimizer)
+    return MiniRun(losses, mb.denoiser, mb.params, optimizer)

@@ -158,7 +158,7 @@ def test_a_run_on_cudnn_hooks_every_attention_module_and_a_flash_run_none(make_c
     monkeypatch.setattr(attention, "contiguous_attention_grads", spy)
     monkeypatch.setattr(loop, "apply_attention", lambda choice: None)
     for backend in ("flash", "cudnn"):
-        monkeypatch.setattr(loop, "choose_attention", lambda *_, b=backend: AttentionChoice(b))
+        monkeypatch.setattr(loop, "choose_attention", lambda *_, b=backend, **_kw: AttentionChoice(b))
         events: list = []
         train(make_config("flux", steps=1, output_name=f"hooks-{backend}"), events.append, device="cpu")
         (plan,) = [e for e in events if e.type == "plan_chosen"]
@@ -233,3 +233,31 @@ def test_contiguous_attention_grads_hands_the_attention_a_contiguous_gradient_an
     assert len(seen_hooked) == single and all(seen_hooked)
     torch.testing.assert_close(got_out, want_out, rtol=0, atol=0)
     torch.testing.assert_close(got_grad, want_grad, rtol=0, atol=0)
+
+
+def test_chroma_never_gets_cudnn_its_text_mask_crashed_it(make_config, monkeypatch):
+    """Chroma's additive text mask reaches every attention call; cuDNN's SDPA hit an illegal
+    memory access on it on the H200 (bench note 24). Asking for cudnn is refused naming why, and
+    auto takes the efficient kernel without a probe (the probe's unmasked shapes would pass)."""
+    from lorastudio.families.common import without_cudnn
+
+    problems = family_problems(make_config("chroma", attention_backend="cudnn"))
+    (problem,) = [p for p in problems if p.field == "attention_backend"]
+    assert "text mask" in problem.message and "'auto'" in problem.message
+    assert family_problems(make_config("chroma", attention_backend="auto")) == []
+    monkeypatch.setattr(attention, "probe_attention", lambda *_a: pytest.fail("masked: no probe"))
+    shapes = [(1, 24, 4608, 128)]
+    choice = choose_attention("auto", CUDA, torch.bfloat16, shapes, masked=True)
+    assert choice.backend == "efficient" and "text mask" in choice.fallback_reason
+    # a family whose batches are masked only sometimes (mixed caption lengths) keeps cuDNN out of
+    # those calls alone
+    previous = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        with without_cudnn(True):
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        with without_cudnn(False):
+            assert torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(previous)

@@ -229,7 +229,7 @@ def test_a_run_on_fa4_routes_the_denoiser_and_reports_it(make_config, monkeypatc
 
     monkeypatch.setattr(loop, "prepare_denoiser_attention", spy)
     monkeypatch.setattr(loop, "apply_attention", lambda choice: None)
-    monkeypatch.setattr(loop, "choose_attention", lambda *_: AttentionChoice("fa4"))
+    monkeypatch.setattr(loop, "choose_attention", lambda *_, **_kw: AttentionChoice("fa4"))
     events: list = []
     result = train(make_config("flux", steps=2, output_name="fa4-run"), events.append, device="cpu")
     (plan,) = [e for e in events if e.type == "plan_chosen"]

@@ -108,15 +108,22 @@ def test_config_paths_are_taken_from_where_the_command_runs(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "owner" / "local-model").mkdir(parents=True)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "pony.safetensors").write_bytes(b"")
     data = {
         "data_dir": "shots/dogs", "base_model": "~/models/flux", "steps": 3, "output_name": "a/b",
+        "base_config": "owner/local-model",
     }  # fmt: skip
     assert localize_paths(data) == {
         "data_dir": str(tmp_path / "shots" / "dogs"),  # a path even if it does not exist (yet)
         "base_model": str(tmp_path / "home" / "models" / "flux"),
         "steps": 3,
-        "output_name": "a/b",  # only the two path settings are touched
+        "output_name": "a/b",  # only the path settings are touched
+        "base_config": str(tmp_path / "owner" / "local-model"),
     }
+    assert localize_path("ckpt/pony.safetensors", may_be_hub_id=True) == str(
+        tmp_path / "ckpt" / "pony.safetensors"
+    )
     assert localize_path("black-forest-labs/FLUX.1-dev", may_be_hub_id=True) == "black-forest-labs/FLUX.1-dev"
     assert localize_path("owner/local-model", may_be_hub_id=True) == str(tmp_path / "owner" / "local-model")
     assert localize_path("./flux", may_be_hub_id=True) == str(tmp_path / "flux")

@@ -41,6 +41,25 @@ def test_check_prints_the_preflight_report_and_trains_nothing(
     assert not (get_settings().outputs_dir / "run").exists()
 
 
+def test_check_states_the_validation_hold_out_and_the_masks(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    data = tmp_path / "masked"
+    data.mkdir()
+    for path in small_dataset.iterdir():
+        (data / path.name).write_bytes(path.read_bytes())
+    (data / "masks").mkdir()
+    first = sorted(data.glob("*.png"))[0]
+    (data / "masks" / first.name).write_bytes(first.read_bytes())  # a mask of the image's size
+    over = {"validation_split": 0.25, "validate_every": 5, "unmasked_weight": 0.1}
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), data, over))
+    result = _invoke("train", str(config), "--check", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "masks          1 image(s) (masks/ folder)" in result.output
+    assert "validation     1 held out (1 of 4 images of" in result.output and "every 5 steps" in result.output
+    assert "warning: 2 image(s) have no mask and train unmasked" in result.output  # 3 train, 1 masked
+
+
 def test_check_lists_every_problem_and_exits_2(tiny_model, tmp_path, run_settings):
     settings = run_settings("flux", tiny_model("flux"), tmp_path / "no-such-dataset", {"lerning_rate": 1e-4})
     result = _invoke("train", str(_config(tmp_path, settings)), "--check", "--set", "lora_rank=0")
@@ -113,3 +132,18 @@ def test_an_interrupted_preparation_leaves_no_folder(interrupt, make_config):
 def test_check_and_overwrite_are_refused_with_resume(flag, tmp_path):
     result = _invoke("train", "--resume", str(tmp_path), flag)
     assert result.exit_code == 2 and flag in result.output and "--resume" in result.output
+
+
+def test_check_says_what_a_flux2_run_trains(tiny_model, small_dataset, small_pairs, tmp_path, run_settings):
+    """FLUX.2 trains text-to-image without controls and reference editing with them: --check says which."""
+    plain = _config(
+        tmp_path, run_settings("flux2-klein", tiny_model("flux2-klein"), small_dataset, {}), "plain.toml"
+    )
+    out = _invoke("train", str(plain), "--check", "--device", "cpu").output
+    assert "trains         text-to-image: no control images" in out and "pairs" not in out
+    paired = _config(
+        tmp_path, run_settings("flux2-klein", tiny_model("flux2-klein"), small_pairs, {}), "pairs.toml"
+    )
+    out = _invoke("train", str(paired), "--check", "--device", "cpu").output
+    assert "trains         edit: every sample edits with its reference images (1 per sample)" in out
+    assert "pairs          4 (up to 1 control(s) each; from control/)" in out

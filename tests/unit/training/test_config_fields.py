@@ -59,6 +59,9 @@ CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
     "guidance": ({}, 4.0, "run"),
     "max_sequence_length": ({}, 24, "run"),
     "output_name": ({}, "elsewhere", "output"),
+    "loss": ({}, "l1", "run"),
+    "huber_c": ({"loss": "huber"}, 0.5, "run"),
+    "huber_schedule": ({"loss": "huber"}, "snr", "run"),
 }
 # fields whose behaviour is tested elsewhere (or is the identity of the run)
 ELSEWHERE = {
@@ -67,6 +70,8 @@ ELSEWHERE = {
     "data_dir": "test_preflight (missing / empty / uncaptioned) and every run",
     "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
     "revision": "test_preflight (refused for a local folder)",
+    "base_config": "test_single_file_run (a single file trains and generates with its configs; refused without one)",
+    "v_prediction": "test_single_file_run (v-prediction objective and scheduler; refused against the file's v_pred marker)",
     "enable_tf32": "test_train_run (matmul precision during and after the run)",
     "save_every": "test_checkpoints (a checkpoint every N steps, resumable)",
     "keep_last": "test_checkpoints (older checkpoints removed)",
@@ -105,7 +110,16 @@ ELSEWHERE = {
     "lokr_decompose_both": "test_adapters (low-rank w1 exported as lokr_w1_a / _b; refused for another adapter)",
     "rank_pattern": "test_adapters (to_k at rank 2; a pattern matching nothing refused; kohya LoRA refused)",
     "alpha_pattern": "test_adapters (to_k at alpha 2 in the layers and the file's .alpha)",
+    "save_dtype": "test_save_dtype (every LoRA file in the dtype, the fp32 weights rounded; loads in diffusers; fp16 overflow refused)",
+    "train_text_encoder": "test_text_encoder_lora (both CLIPs train; kohya / diffusers files load; exact resume; other families refused)",
+    "text_encoder_lr": "test_text_encoder_lora (1e-6 leaves the encoders nearly still while the U-Net trains)",
     "assistant_lora": "test_assistant (merged for training, not in the LoRA, refused on a base not distilled)",
+    # issue 29 part 4
+    "alpha_mask": "test_masked_loss (the step gets the RGBA alpha) and tests/unit/data/test_data_masks",
+    "unmasked_weight": "test_masked_loss (0: unmasked errors teach nothing; 0.5: they count)",
+    # issue 29 part 6
+    "validation_split": "test_validation_loss (seeded hold-out never trained on; a folder; refused when nothing trains)",
+    "validate_every": "test_validation_loss (rounds every N steps, same series for the same seed, exact resume)",
 }
 
 
@@ -182,6 +196,9 @@ def test_family_specific_settings_are_refused_where_not_supported(family, tiny_m
         "flow_shift": 2.0,
         "guidance": 2.0,
         "max_sequence_length": 64,
+        "train_text_encoder": True,
+        "text_encoder_lr": 1e-5,
+        "v_prediction": True,
     }
     assert set(values) == set(FAMILY_SPECIFIC_FIELDS)
     base = {"family": family, "base_model": str(tiny_model(family)), "data_dir": str(small_dataset)}
@@ -190,6 +207,7 @@ def test_family_specific_settings_are_refused_where_not_supported(family, tiny_m
             field in spec.supports
         ):  # the logit settings shape logit_normal sampling (some families default to another)
             needs = {"timestep_sampling": "logit_normal"} if field.startswith("logit_") else {}
+            needs |= {"train_text_encoder": True} if field == "text_encoder_lr" else {}
             parse_train_config({**base, field: value, **needs})
         else:
             with pytest.raises(ConfigError, match=field):

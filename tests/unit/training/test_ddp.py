@@ -161,10 +161,13 @@ def launched(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.T
     return Launched(out)
 
 
-METHODS = {"steps": 4, "batch_size": 2, "optimizer": "prodigy", "ema_decay": 0.5, "adapter": "lokr"}
+METHODS = {
+    "steps": 4, "batch_size": 2, "optimizer": "prodigy", "ema_decay": 0.5, "adapter": "lokr",
+    "loss": "huber", "huber_schedule": "snr",  # each rank takes its slice of the per-sample thresholds
+}  # fmt: skip
 
 
-def test_two_gloo_processes_train_like_one_with_prodigy_ema_and_lokr(make_config, launched):
+def test_two_gloo_processes_train_like_one_with_prodigy_ema_lokr_and_huber(make_config, launched):
     single = train(make_config(output_name="single", **METHODS), [].append, device="cpu")
     (rank0, _) = launched.ranks("methods")
     assert rank0["losses"] == pytest.approx(single.losses, rel=LOSS_RTOL)

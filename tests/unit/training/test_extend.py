@@ -7,6 +7,7 @@ refused instead of re-running its last steps."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
+from lorastudio.jobs.resume import ResumePoints, resume_points
 from lorastudio.lora.files import read_lora_file
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
@@ -70,7 +72,10 @@ def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sam
     cli = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--device", "cpu"])
     assert cli.exit_code != 0 and "finished at step 20 of 20" in cli.output, cli.output
     before = short.lora_path.read_bytes()
+    # what the Runs screen offers (jobs/resume.py): no plain resume, "train longer" from step 10
+    assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=10, total_steps=20)
     extended, _ = _extend(run_dir, 40, tmp_path)
+    assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=30, total_steps=40)
     full, _ = _train(_config(tiny_model, sample_dataset, "full", steps=40), tmp_path)
 
     assert extended.resumed_from == 10 and extended.steps_run == 40  # from the newest checkpoint
@@ -89,6 +94,14 @@ def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sam
     assert (record["from_steps"], record["to_steps"], record["resumed_at_step"]) == (20, 40, 10)
     checkpoint_info = read_checkpoint_info(find_checkpoint(run_dir))
     assert checkpoint_info["step"] == 30 and checkpoint_info["extensions"] == sidecar["extensions"]
+
+    # a run that counts epochs is not offered "train longer" (extension_steps refuses it)
+    epochs = tmp_path / "copy" / run_dir.name
+    shutil.copytree(run_dir, epochs)
+    info_file = find_checkpoint(epochs) / "identity.json"
+    info = json.loads(info_file.read_text())
+    info_file.write_text(json.dumps({**info, "config": {**info["config"], "num_epochs": 2}}))
+    assert resume_points(epochs).extend_from is None
 
 
 def test_an_extended_cosine_schedule_follows_the_new_total(tiny_model, sample_dataset, tmp_path):

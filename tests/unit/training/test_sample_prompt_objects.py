@@ -36,7 +36,10 @@ def test_sample_prompt_objects_round_trip_and_bad_ones_are_refused(tiny_model, s
         parse_train_config({**base, "sample_prompts": ["a", {"prompt": "b", "seed": 2}]})
     )
     dumped = cfg.model_dump(mode="json")["sample_prompts"]
-    assert dumped == ["a", {"prompt": "b", "width": None, "height": None, "seed": 2, "guidance": None}]
+    assert dumped == [
+        "a",
+        {"prompt": "b", "controls": None, "width": None, "height": None, "seed": 2, "guidance": None},
+    ]
     assert resolve_train_config(parse_train_config({**base, "sample_prompts": dumped})) == cfg
     for bad, field in (
         ({"prompt": "b", "width": 40}, "sample_prompts.0.width"),  # not a multiple of 16 for flux

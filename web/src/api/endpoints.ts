@@ -6,6 +6,8 @@ import { withToken } from "./auth";
 import { del, get, post, postWithProgress, put, seg } from "./client";
 import type {
   CaptionBody,
+  CaptionJob,
+  CaptionOptions,
   CaptionResult,
   CatalogueModel,
   CheckpointList,
@@ -23,6 +25,9 @@ import type {
   LoraList,
   LoraSteps,
   PreflightReport,
+  PushBody,
+  PushResult,
+  ReferencesResult,
   ResumeBody,
   RunDeleted,
   RunDetail,
@@ -53,15 +58,29 @@ export const api = {
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
-  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void) => {
+  /** A thumbnail of a loss mask of the dataset (masks/<file>). */
+  maskThumbnailUrl: (name: string, file: string, size = 256) =>
+    withToken(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
+  /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
+   * whose control images pair with the targets by file name. */
+  upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field = "files") => {
     const form = new FormData();
-    for (const f of files) form.append("files", f, f.name);
+    for (const f of files) form.append(field, f, f.name);
     return postWithProgress<UploadResult>(`/api/datasets/${seg(name)}/files`, form, onProgress);
+  },
+  /** Thumbnail of a control image: `path` as the dataset lists it ("control_2/a.png"). */
+  controlThumbnailUrl: (name: string, path: string, size = 128) => {
+    const [folder, file] = path.split("/");
+    return withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
   },
   setCaption: (name: string, file: string, caption: string) =>
     put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
   deleteDataset: (name: string) => del<DatasetDeleted>(`/api/datasets/${seg(name)}`),
   removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
+  /** Start auto-captioning a dataset with a vision-language model (202: the caption job). */
+  captionDataset: (name: string, body: CaptionOptions) => post<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body),
+  captionJob: (id: string) => get<CaptionJob>(`/api/captions/${seg(id)}`),
+  cancelCaption: (id: string) => post<CaptionJob>(`/api/captions/${seg(id)}/cancel`),
 
   preflight: (config: Partial<TrainConfig>) => post<PreflightReport>("/api/train/preflight", { config }),
   start: (config: Partial<TrainConfig>, queue = true) => post<Job>("/api/train/start", { config, queue }),
@@ -94,7 +113,15 @@ export const api = {
   loraFileUrl: (name: string) => withToken(`/api/loras/${seg(name)}/file`),
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
+  /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
+  pushLora: (name: string, body: PushBody) => post<PushResult>(`/api/loras/${seg(name)}/push`, body),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
+  /** Upload reference images (slot order) for generation with an edit family; their ids go in GenerateBody.references. */
+  uploadReferences: (files: File[]) => {
+    const form = new FormData();
+    for (const f of files) form.append("files", f, f.name);
+    return post<ReferencesResult>("/api/generate/references", form);
+  },
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */

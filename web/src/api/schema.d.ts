@@ -4,6 +4,66 @@
  */
 
 export interface paths {
+    "/api/captions/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Events
+         * @description Server-sent events of every caption job, as `id:`, `event:`, `data:`.
+         */
+        get: operations["events_api_captions_events_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/captions/{job_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Status
+         * @description One caption job: progress, failures by file, the first captions.
+         */
+        get: operations["status_api_captions__job_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/captions/{job_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel
+         * @description Stop a running caption job after its current image (captions written are kept).
+         */
+        post: operations["cancel_api_captions__job_id__cancel_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets": {
         parameters: {
             query?: never;
@@ -33,8 +93,9 @@ export interface paths {
         };
         /**
          * Dataset
-         * @description The images of a dataset with their captions (txt wins over metadata.jsonl) and stored
-         *     sizes (from the file headers). Links are listed as dropped, never read; a caption file or
+         * @description The images of a dataset with their captions (txt wins over metadata.jsonl), control
+         *     images (paired datasets: relative paths, slot order; orphan controls listed as dropped) and
+         *     stored sizes (from the file headers). Links are listed as dropped, never read; a caption file or
          *     metadata.jsonl that cannot be used is listed as dropped with the reason.
          */
         get: operations["dataset_api_datasets__name__get"];
@@ -47,6 +108,32 @@ export interface paths {
          *     (gone from listings at once), then removed.
          */
         delete: operations["remove_dataset_api_datasets__name__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/datasets/{name}/caption": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Latest
+         * @description The dataset's newest caption job of this server's life (404: none).
+         */
+        get: operations["latest_api_datasets__name__caption_get"];
+        put?: never;
+        /**
+         * Start
+         * @description Caption the images of dataset `name` that have no caption (all with `overwrite`) with a
+         *     vision-language model (hub id or model folder), in a worker. 400 bad model / device, 404 no
+         *     such dataset, 409 a caption job runs, training uses the dataset or holds the GPU.
+         */
+        post: operations["start_api_datasets__name__caption_post"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -83,7 +170,9 @@ export interface paths {
         put?: never;
         /**
          * Upload
-         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names). Every file
+         * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names), and the
+         *     control images of a paired dataset in fields named after their control folder (`control`,
+         *     `control_2` ... `control_9`; stored there, each matching a target image by stem). Every file
          *     is checked, then the good ones are committed at once (201, listing `committed` and
          *     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
          *     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
@@ -111,6 +200,27 @@ export interface paths {
          * @description Delete one image and its .txt caption (kept while another image of that stem uses it).
          */
         delete: operations["remove_image_api_datasets__name__images__file__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/datasets/{name}/masks/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Mask Thumbnail
+         * @description A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
+         *     image thumbnails. 404 when there is no such mask (or the masks folder is a link).
+         */
+        get: operations["mask_thumbnail_api_datasets__name__masks__file__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -181,6 +291,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/generate/references": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload References
+         * @description Upload reference images for generation with an edit family (multipart, any field names,
+         *     in slot order): each is checked like a dataset image and kept; 201 with their ids (give
+         *     them as GenerateBody.references) and URLs. 400 naming every refused file (then none is kept).
+         */
+        post: operations["upload_references_api_generate_references_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/info": {
         parameters: {
             query?: never;
@@ -238,6 +370,29 @@ export interface paths {
         get: operations["download_api_loras__name__file_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/loras/{name}/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Push
+         * @description Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
+         *     repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no
+         *     hub token set; 403 the hub refused the token or gave it no write access; 404 no such LoRA,
+         *     or no such repo without `create`; 502 the hub failed.
+         */
+        post: operations["push_api_loras__name__push_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -742,6 +897,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/gallery/references/{ref_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Reference File
+         * @description An uploaded reference image.
+         */
+        get: operations["reference_file_gallery_references__ref_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/gallery/{file}": {
         parameters: {
             query?: never;
@@ -770,7 +945,7 @@ export interface components {
         AddFolderBody: {
             /**
              * Path
-             * @description absolute path of a folder to list
+             * @description absolute path of a folder or .safetensors checkpoint to list
              */
             path: string;
         };
@@ -800,12 +975,116 @@ export interface components {
              */
             caption: string;
         };
+        /** CaptionFailure */
+        CaptionFailure: {
+            /** File */
+            file: string;
+            /** Reason */
+            reason: string;
+        };
+        /** CaptionJobOut */
+        CaptionJobOut: {
+            /** Cancel Reason */
+            cancel_reason: string | null;
+            /** Captioned */
+            captioned: number;
+            /** Created At */
+            created_at: string;
+            /** Dataset */
+            dataset: string;
+            /**
+             * Device
+             * @enum {string}
+             */
+            device: "cpu" | "cuda";
+            /**
+             * Done
+             * @description images captioned or failed so far
+             */
+            done: number;
+            /** Error */
+            error: string | null;
+            /** Failures */
+            failures: components["schemas"]["CaptionFailure"][];
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: string;
+            /** Model */
+            model: string;
+            /** Overwrite */
+            overwrite: boolean;
+            /** Prefix */
+            prefix: string | null;
+            /**
+             * Preview
+             * @description the first captions written
+             */
+            preview: components["schemas"]["CaptionPreview"][];
+            /**
+             * Skipped
+             * @description images that keep their caption
+             */
+            skipped: number;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "completed" | "failed" | "cancelled";
+            /**
+             * Total
+             * @description images to caption (null until the worker has planned)
+             */
+            total: number | null;
+        };
+        /**
+         * CaptionOptions
+         * @description model: a hub id (owner/name; the hub cache, `revision`, the studio's hub token) or a
+         *     model folder (absolute, or a name under the models folder). prompt: None takes the model's
+         *     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
+         *     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled). overwrite: caption every
+         *     image, not only those without a caption. max_tokens: new tokens per caption (greedy).
+         *     device: "auto" (the GPU when there is one), "cpu" or "cuda".
+         */
+        CaptionOptions: {
+            /**
+             * Device
+             * @default auto
+             * @enum {string}
+             */
+            device?: "auto" | "cpu" | "cuda";
+            /**
+             * Max Tokens
+             * @default 60
+             */
+            max_tokens?: number;
+            /** Model */
+            model: string;
+            /**
+             * Overwrite
+             * @default false
+             */
+            overwrite?: boolean;
+            /** Prefix */
+            prefix?: string | null;
+            /** Prompt */
+            prompt?: string | null;
+            /** Revision */
+            revision?: string | null;
+        };
         /** CaptionOut */
         CaptionOut: {
             /** Caption */
             caption: string | null;
             /** Caption File */
             caption_file: string | null;
+            /** File */
+            file: string;
+        };
+        /** CaptionPreview */
+        CaptionPreview: {
+            /** Caption */
+            caption: string;
             /** File */
             file: string;
         };
@@ -842,6 +1121,13 @@ export interface components {
              */
             id: string;
             /**
+             * Kind
+             * @description a diffusers pipeline folder, or one .safetensors checkpoint (trained with base_config)
+             * @default pipeline
+             * @enum {string}
+             */
+            kind?: "pipeline" | "single-file";
+            /**
              * Missing
              * @description what training needs and the folder lacks
              */
@@ -853,7 +1139,7 @@ export interface components {
             name: string;
             /**
              * Path
-             * @description absolute folder; usable as base_model
+             * @description absolute folder or checkpoint file; usable as base_model
              */
             path: string;
             /**
@@ -949,10 +1235,20 @@ export interface components {
             bytes: number;
             /** Caption */
             caption: string | null;
+            /**
+             * Controls
+             * @description its control images (paired datasets): paths in the dataset, slot order
+             */
+            controls?: string[];
             /** File */
             file: string;
             /** Height */
             height: number | null;
+            /**
+             * Mask
+             * @description its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail
+             */
+            mask?: string | null;
             /** Width */
             width: number | null;
         };
@@ -1167,6 +1463,11 @@ export interface components {
         };
         /** GalleryImage */
         GalleryImage: {
+            /**
+             * Base Config
+             * @description a single-file base_model's base config
+             */
+            base_config?: string | null;
             /** Base Model */
             base_model?: string | null;
             /**
@@ -1188,6 +1489,16 @@ export interface components {
             negative_prompt?: string | null;
             /** Prompt */
             prompt?: string | null;
+            /**
+             * Reference Urls
+             * @description where the reference images are served
+             */
+            reference_urls?: string[];
+            /**
+             * References
+             * @description ids of the reference images used
+             */
+            references?: string[];
             /** Seed */
             seed?: number | null;
             /** Steps */
@@ -1205,8 +1516,13 @@ export interface components {
         /** GenerateBody */
         GenerateBody: {
             /**
+             * Base Config
+             * @description single-file base_model: pipeline folder or hub id of its configs (default: the original model's)
+             */
+            base_config?: string | null;
+            /**
              * Base Model
-             * @description hub id, absolute folder, or name under models/
+             * @description hub id, absolute folder or .safetensors checkpoint, or name under models/
              */
             base_model: string;
             /** Family */
@@ -1231,6 +1547,11 @@ export interface components {
             negative_prompt?: string | null;
             /** Prompt */
             prompt: string;
+            /**
+             * References
+             * @description reference images of an edit family (ids from POST /api/generate/references), slot order
+             */
+            references?: string[];
             /** Revision */
             revision?: string | null;
             /**
@@ -1244,6 +1565,11 @@ export interface components {
              * @default 20
              */
             steps?: number;
+            /**
+             * V Prediction
+             * @description SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says
+             */
+            v_prediction?: boolean | null;
             /**
              * Width
              * @description pixels; at most 4096, and width x height <= 4.2 MP
@@ -1270,6 +1596,16 @@ export interface components {
             path: string;
             /** Prompt */
             prompt: string;
+            /**
+             * Reference Urls
+             * @description where the reference images are served
+             */
+            reference_urls?: string[];
+            /**
+             * References
+             * @description ids of the reference images used
+             */
+            references?: string[];
             /** Seconds */
             seconds: number;
             /** Seed */
@@ -1374,6 +1710,11 @@ export interface components {
             /** Steps Run */
             steps_run: number;
             stop_requested: components["schemas"]["StopRequested"] | null;
+            /**
+             * Validation
+             * @description the validation rounds so far (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** LoraList */
         LoraList: {
@@ -1423,10 +1764,22 @@ export interface components {
         /** LoraStep */
         LoraStep: {
             /**
+             * Best
+             * @description the LoRA of the run's best validation round
+             * @default false
+             */
+            best?: boolean;
+            /**
              * Final
              * @description the run's final LoRA (else a snapshot under loras/)
              */
             final: boolean;
+            /**
+             * Last
+             * @description the LoRA of the run's last validation round
+             * @default false
+             */
+            last?: boolean;
             /** Path */
             path: string;
             /**
@@ -1439,6 +1792,11 @@ export interface components {
              * @description download URL of the file
              */
             url: string;
+            /**
+             * Validation Loss
+             * @description the validation loss of its step (null: the step was not validated)
+             */
+            validation_loss?: number | null;
         };
         /** LoraSteps */
         LoraSteps: {
@@ -1778,15 +2136,21 @@ export interface components {
             images_found: number;
             /** Images Used */
             images_used: number;
+            /** @description the loss masks (masks/ folder or alpha_mask); null when no image is masked */
+            masks?: components["schemas"]["PreflightMasks"] | null;
             /**
              * Missing Captions
              * @description images captioned only by the default caption / trigger
              */
             missing_captions: string[];
+            /** @description for a family that takes control images: text-to-image, edit or both (mixed) */
+            mode?: components["schemas"]["TrainingMode"];
             /** Path */
             path: string;
             /** Unique Captions */
             unique_captions: number;
+            /** @description the validation hold-out (validation_split); null without one */
+            validation?: components["schemas"]["PreflightValidation"] | null;
             /**
              * Warnings
              * @description what may hurt the run, e.g. images upscaled by more than 2x
@@ -1803,10 +2167,30 @@ export interface components {
              */
             notes?: string[];
             /**
+             * Single File
+             * @description a single-file base: the checkpoint, its layout, the base config its configs come from, and the prediction type; null for a pipeline folder or hub id
+             */
+            single_file?: string | null;
+            /**
              * Variant
              * @description the base model's flavour (e.g. FLUX.2 klein 9B step-distilled), read from its configs; null for a family with one flavour or a hub id
              */
             variant?: string | null;
+        };
+        /** PreflightMasks */
+        PreflightMasks: {
+            /** Images With Mask */
+            images_with_mask: number;
+            /**
+             * Source
+             * @description where the masks come from: "masks/ folder" or "alpha channel"
+             */
+            source: string;
+            /**
+             * Without Mask
+             * @description images that train unmasked (no mask file / no alpha)
+             */
+            without_mask: string[];
         };
         /** PreflightOut */
         PreflightOut: {
@@ -1864,6 +2248,34 @@ export interface components {
             steps: number;
             /** Steps Per Epoch */
             steps_per_epoch: number;
+        };
+        /** PreflightValidation */
+        PreflightValidation: {
+            /**
+             * Every
+             * @description validate_every (null: only after the last step)
+             */
+            every: number | null;
+            /**
+             * Held Out
+             * @description images held out of training for the validation loss
+             */
+            held_out: number;
+            /**
+             * Images
+             * @description their file names
+             */
+            images: string[];
+            /**
+             * Source
+             * @description where they come from (a seeded fraction of the dataset, or a folder)
+             */
+            source: string;
+            /**
+             * Train Images
+             * @description images left to train on
+             */
+            train_images: number;
         };
         /** Preparing */
         Preparing: {
@@ -1960,12 +2372,70 @@ export interface components {
              */
             type?: "progress";
         };
+        /** PushBody */
+        PushBody: {
+            /**
+             * Create
+             * @description create the repo first when it does not exist
+             * @default false
+             */
+            create?: boolean;
+            /**
+             * Private
+             * @description with create: make the new repo private
+             * @default false
+             */
+            private?: boolean;
+            /**
+             * Repo
+             * @description hub model repo id, owner/name
+             */
+            repo: string;
+        };
+        /** PushOut */
+        PushOut: {
+            /**
+             * Commit
+             * @description the commit the push made
+             */
+            commit: string | null;
+            /**
+             * Files
+             * @description the files of the commit (LoRA, sidecar, README.md, samples/...)
+             */
+            files: string[];
+            /** Repo Id */
+            repo_id: string;
+            /**
+             * Url
+             * @description the repo's page on the hub
+             */
+            url: string;
+        };
         /** QueuedJob */
         QueuedJob: {
             /** Id */
             id: string;
             /** Output Name */
             output_name: string | null;
+        };
+        /** ReferenceOut */
+        ReferenceOut: {
+            /**
+             * Id
+             * @description give it in GenerateBody.references
+             */
+            id: string;
+            /** Url */
+            url: string;
+        };
+        /** ReferencesOut */
+        ReferencesOut: {
+            /**
+             * References
+             * @description the uploaded reference images, in upload order
+             */
+            references: components["schemas"]["ReferenceOut"][];
         };
         /** ResumeBody */
         ResumeBody: {
@@ -1982,7 +2452,7 @@ export interface components {
             queue?: boolean;
             /**
              * Settings
-             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir)
+             * @description settings to change that do not change the maths (save_every, keep_last, save_lora_every, keep_loras, max_bad_steps, lora_format, save_dtype, compile, gradient_checkpointing, offload_blocks, micro_batch_size, memory_budget_gb, num_gpus, sample settings, data_dir), or steps above the run's total to train it longer (RunSummary.train_longer)
              */
             settings?: {
                 [key: string]: unknown;
@@ -2048,6 +2518,13 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
+            /**
+             * Validation
+             * @description the run's validation rounds (validation_split), by step
+             */
+            validation?: components["schemas"]["ValidationPoint"][];
         };
         /** RunList */
         RunList: {
@@ -2122,6 +2599,8 @@ export interface components {
             steps_run: number;
             /** Total Steps */
             total_steps: number | null;
+            /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
+            train_longer?: components["schemas"]["TrainLongerOut"] | null;
         };
         /** SampleImage */
         SampleImage: {
@@ -2140,6 +2619,11 @@ export interface components {
              * @description the sample prompt (null when the config no longer has it)
              */
             prompt: string | null;
+            /**
+             * References
+             * @description URLs of the reference images the prompt was rendered with (an edit family's), slot order
+             */
+            references?: string[];
             /** Step */
             step: number;
             /**
@@ -2158,9 +2642,15 @@ export interface components {
         };
         /**
          * SamplePrompt
-         * @description One sample prompt and the settings it renders with instead of the run's.
+         * @description One sample prompt, the settings it renders with instead of the run's, and its references.
          */
         SamplePrompt: {
+            /**
+             * Controls
+             * @description reference images, paths relative to the dataset folder (null: the first paired image's controls on a paired dataset, none otherwise; []: none)
+             * @default null
+             */
+            controls?: string[] | null;
             /**
              * Guidance
              * @description guidance scale (null: the family's)
@@ -2173,7 +2663,10 @@ export interface components {
              * @default null
              */
             height?: number | null;
-            /** Prompt */
+            /**
+             * Prompt
+             * @description the prompt (the edit instruction)
+             */
             prompt: string;
             /**
              * Seed
@@ -2326,6 +2819,12 @@ export interface components {
              */
             adapter?: "lora" | "dora" | "loha" | "lokr";
             /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask?: boolean;
+            /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
              * @default null
@@ -2353,8 +2852,14 @@ export interface components {
              */
             attention_backend?: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
+             * Base Config
+             * @description single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)
+             * @default null
+             */
+            base_config?: string | null;
+            /**
              * Base Model
-             * @description hub id (owner/name) or local pipeline folder
+             * @description hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)
              */
             base_model: string;
             /**
@@ -2466,6 +2971,18 @@ export interface components {
              */
             guidance?: number | null;
             /**
+             * Huber C
+             * @description huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise
+             * @default null
+             */
+            huber_c?: number | null;
+            /**
+             * Huber Schedule
+             * @description huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)
+             * @default null
+             */
+            huber_schedule?: ("constant" | "exponential" | "snr") | null;
+            /**
              * Keep Last
              * @description checkpoints retained (oldest removed)
              * @default 2
@@ -2539,6 +3056,13 @@ export interface components {
              * @default null
              */
             lora_targets?: string[] | null;
+            /**
+             * Loss
+             * @description mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top
+             * @default mse
+             * @enum {string}
+             */
+            loss?: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
              * @default constant
@@ -2701,7 +3225,7 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir]
              */
             sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -2722,6 +3246,13 @@ export interface components {
              * @default true
              */
             sample_with_ema?: boolean;
+            /**
+             * Save Dtype
+             * @description dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32
+             * @default fp32
+             * @enum {string}
+             */
+            save_dtype?: "fp32" | "bf16" | "fp16";
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
@@ -2752,6 +3283,12 @@ export interface components {
              */
             steps?: number;
             /**
+             * Text Encoder Lr
+             * @description SDXL with train_text_encoder: its learning rate (null: learning_rate)
+             * @default null
+             */
+            text_encoder_lr?: number | null;
+            /**
              * Timestep Sampling
              * @description flow families
              * @default logit_normal
@@ -2759,11 +3296,41 @@ export interface components {
              */
             timestep_sampling?: "logit_normal" | "uniform" | "sigmoid";
             /**
+             * Train Text Encoder
+             * @description SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)
+             * @default false
+             */
+            train_text_encoder?: boolean;
+            /**
              * Trigger Word
              * @description prepended to captions
              * @default null
              */
             trigger_word?: string | null;
+            /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight?: number;
+            /**
+             * V Prediction
+             * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
+             * @default null
+             */
+            v_prediction?: boolean | null;
+            /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             * @default null
+             */
+            validate_every?: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             * @default null
+             */
+            validation_split?: number | string | null;
             /**
              * Weight Decay
              * @default 0.0001
@@ -2799,6 +3366,12 @@ export interface components {
              */
             adapter: "lora" | "dora" | "loha" | "lokr";
             /**
+             * Alpha Mask
+             * @description use each image's alpha channel as its loss mask (opaque = trained, transparent = unmasked_weight) instead of a masks/ folder; images without alpha train unmasked (named by the preflight)
+             * @default false
+             */
+            alpha_mask: boolean;
+            /**
              * Alpha Pattern
              * @description per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha
              */
@@ -2824,8 +3397,13 @@ export interface components {
              */
             attention_backend: "auto" | "cudnn" | "flash" | "efficient" | "math" | "fa4";
             /**
+             * Base Config
+             * @description single-file base_model (.safetensors): the pipeline folder or hub id whose configs, tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)
+             */
+            base_config: string | null;
+            /**
              * Base Model
-             * @description hub id (owner/name) or local pipeline folder
+             * @description hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)
              */
             base_model: string;
             /**
@@ -2932,6 +3510,16 @@ export interface components {
              */
             guidance: number | null;
             /**
+             * Huber C
+             * @description huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise
+             */
+            huber_c: number | null;
+            /**
+             * Huber Schedule
+             * @description huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)
+             */
+            huber_schedule: ("constant" | "exponential" | "snr") | null;
+            /**
              * Keep Last
              * @description checkpoints retained (oldest removed)
              * @default 2
@@ -2994,6 +3582,13 @@ export interface components {
              * @description module name suffixes
              */
             lora_targets: string[] | null;
+            /**
+             * Loss
+             * @description mse | l1 | huber (pseudo-Huber 2c(sqrt(r^2 + c^2) - c): MSE-like below huber_c, L1-like above, robust to outliers) | smooth_l1 (huber / c); min-SNR weighting (SDXL) applies on top
+             * @default mse
+             * @enum {string}
+             */
+            loss: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
              * @default constant
@@ -3141,7 +3736,7 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir]
              */
             sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -3161,6 +3756,13 @@ export interface components {
              * @default true
              */
             sample_with_ema: boolean;
+            /**
+             * Save Dtype
+             * @description dtype of the tensors in the LoRA files (the run's LoRA, its EMA / raw pair, snapshots): fp32 (default, the trained weights exactly) | bf16 / fp16 (half the size); checkpoints stay fp32
+             * @default fp32
+             * @enum {string}
+             */
+            save_dtype: "fp32" | "bf16" | "fp16";
             /**
              * Save Every
              * @description checkpoint every N optimizer steps (null: only on stop-and-save)
@@ -3189,6 +3791,11 @@ export interface components {
              */
             steps: number;
             /**
+             * Text Encoder Lr
+             * @description SDXL with train_text_encoder: its learning rate (null: learning_rate)
+             */
+            text_encoder_lr: number | null;
+            /**
              * Timestep Sampling
              * @description flow families
              * @default logit_normal
@@ -3196,15 +3803,65 @@ export interface components {
              */
             timestep_sampling: "logit_normal" | "uniform" | "sigmoid";
             /**
+             * Train Text Encoder
+             * @description SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's (diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)
+             * @default false
+             */
+            train_text_encoder: boolean;
+            /**
              * Trigger Word
              * @description prepended to captions
              */
             trigger_word: string | null;
             /**
+             * Unmasked Weight
+             * @description loss weight of the pixels outside an image's mask (masks/ folder of the dataset, grey = in between, or alpha_mask); 0 = they teach nothing
+             * @default 0
+             */
+            unmasked_weight: number;
+            /**
+             * V Prediction
+             * @description SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon (false); unset: as the file says (its v_pred key), else the base config's scheduler
+             */
+            v_prediction: boolean | null;
+            /**
+             * Validate Every
+             * @description with validation_split: the mean loss over the held-out images at fixed noise levels and seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of its step, so the best one is marked and kept (null: only after the last step)
+             */
+            validate_every: number | null;
+            /**
+             * Validation Split
+             * @description images held out of training for the validation loss: a fraction of the dataset (0-1, chosen by the seed) or a folder (absolute, or a name under datasets/) of validation images; null = off
+             */
+            validation_split: number | string | null;
+            /**
              * Weight Decay
              * @default 0.0001
              */
             weight_decay: number;
+        };
+        /** TrainLongerOut */
+        TrainLongerOut: {
+            /**
+             * From Step
+             * @description the newest checkpoint's step: the extension continues from it
+             */
+            from_step: number;
+            /**
+             * Steps
+             * @description the run's total steps now: the new total must be above it
+             */
+            steps: number;
+        };
+        /** TrainingMode */
+        TrainingMode: {
+            /**
+             * Kind
+             * @description null: a text-to-image-only family
+             */
+            kind?: ("text-to-image" | "edit" | "mixed") | null;
+            /** Note */
+            note?: string | null;
         };
         /** UploadOut */
         UploadOut: {
@@ -3243,6 +3900,43 @@ export interface components {
             /** Error Type */
             type: string;
         };
+        /**
+         * ValidationEvent
+         * @description A validation round after optimizer step `step` (training/validate.py): `loss` is the mean
+         *     loss over the `images` held-out images at the fixed noise levels; `best_step` / `best_loss`
+         *     the lowest round of the run so far (this one included).
+         */
+        ValidationEvent: {
+            /** Best Loss */
+            best_loss: number;
+            /** Best Step */
+            best_step: number;
+            /** Images */
+            images: number;
+            /** Loss */
+            loss: number;
+            /** Step */
+            step: number;
+            /**
+             * Type
+             * @default validation
+             * @constant
+             */
+            type?: "validation";
+        };
+        /** ValidationPoint */
+        ValidationPoint: {
+            /**
+             * Loss
+             * @description mean loss over the held-out images at fixed noise (null: not finite)
+             */
+            loss: number | null;
+            /**
+             * Step
+             * @description the optimizer step the validation round followed
+             */
+            step: number;
+        };
     };
     responses: never;
     parameters: never;
@@ -3252,6 +3946,202 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    events_api_captions_events_get: {
+        parameters: {
+            query?: {
+                /** @description resume after this event id */
+                after?: number | null;
+            };
+            header?: {
+                "last-event-id"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    status_api_captions__job_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    cancel_api_captions__job_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     datasets_api_datasets_get: {
         parameters: {
             query?: never;
@@ -3389,6 +4279,140 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DatasetDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    latest_api_datasets__name__caption_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    start_api_datasets__name__caption_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CaptionOptions"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CaptionJobOut"];
                 };
             };
             /** @description invalid request (every problem listed) */
@@ -3640,10 +4664,78 @@ export interface operations {
             };
         };
     };
+    mask_thumbnail_api_datasets__name__masks__file__get: {
+        parameters: {
+            query?: {
+                size?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     thumbnail_api_datasets__name__thumbnails__file__get: {
         parameters: {
             query?: {
                 size?: number;
+                /** @description a control folder (control, control_2 ...): the thumbnail of its image `file` */
+                control?: string | null;
             };
             header?: never;
             path: {
@@ -3827,6 +4919,60 @@ export interface operations {
             };
         };
     };
+    upload_references_api_generate_references_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReferencesOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     info_api_info_get: {
         parameters: {
             query?: never;
@@ -3967,6 +5113,75 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    push_api_loras__name__push_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushOut"];
+                };
             };
             /** @description invalid request (every problem listed) */
             400: {
@@ -5677,6 +6892,69 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["JobOut"];
                 };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    reference_file_gallery_references__ref_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                ref_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid request (every problem listed) */
             400: {

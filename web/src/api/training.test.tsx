@@ -92,6 +92,32 @@ describe("live training state", () => {
     expect(calls[calls.length - 1].url).toBe("/api/train/status?since=6");
   });
 
+  it("charts each validation event beside the loss and shows the latest and best, without re-fetching", async () => {
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    await waitFor(() => expect(screen.getByTestId("chart").dataset.points).toBe("1"));
+    const fetchesBefore = calls.length;
+    const round = (step: number, loss: number, best: number) => ({
+      type: "validation", job_id: "j1", step, loss, images: 2, best_step: best, best_loss: loss,
+    });
+    act(() => {
+      FakeEventSource.last?.emit("progress", progress(2));
+      FakeEventSource.last?.emit("validation", round(2, 0.25, 2));
+      FakeEventSource.last?.emit("progress", progress(3));
+      FakeEventSource.last?.emit("progress", progress(4));
+      FakeEventSource.last?.emit("validation", round(4, 0.5, 2));
+    });
+    expect(screen.getByTestId("chart").dataset.points).toBe("4");
+    const val = screen.getByTestId("chart").querySelector('path[data-series="val loss"]');
+    expect(val?.getAttribute("d")?.match(/[ML]/g)).toEqual(["M", "L"]); // steps 2 and 4, joined
+    expect(screen.getByTestId("stat-val-loss")).toHaveTextContent("0.5");
+    expect(screen.getByTestId("stat-val-loss")).toHaveTextContent("best 0.25");
+    expect(calls.length).toBe(fetchesBefore);
+  });
+
   it("the Stop button opens the dialog; Stop and save posts save=true", async () => {
     render(
       <TrainingProvider>

@@ -2,7 +2,8 @@
  * Live training state shared by every screen: the status snapshot, fetched once, then kept
  * current from the server-sent event stream. A progress event appends one chart point and
  * replaces the progress read-out, a load/preparing event replaces the phase, a sample_ready event
- * replaces the latest sample previews, a plan_chosen event sets the job's plan (no re-fetch); the
+ * replaces the latest sample previews, a plan_chosen event sets the job's plan, a validation event
+ * adds a point to the job's validation series (no re-fetch); the
  * rare others (status changes, complete, error, a new job) re-fetch the small status snapshot
  * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
  * changes (the stream carries it as `?token=`).
@@ -10,9 +11,9 @@
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
 import { useAuth } from "./auth";
 import { api } from "./endpoints";
-import type { Job, PlanChosenEvent, ProgressEvent, SampleReadyEvent, TrainEvent, TrainStatus } from "./types";
+import type { Job, PlanChosenEvent, ProgressEvent, SampleReadyEvent, TrainEvent, TrainStatus, ValidationEvent } from "./types";
 import { planFromEvent } from "../lib/plan";
-import { appendPoint, emptySeries, fromPoints, type MetricSeries } from "../lib/series";
+import { appendPoint, emptySeries, fromPoints, type MetricSeries, withValidation } from "../lib/series";
 
 export const EVENT_TYPES = [
   "model_load_started",
@@ -21,6 +22,7 @@ export const EVENT_TYPES = [
   "progress",
   "sample_ready",
   "plan_chosen",
+  "validation",
   "complete",
   "error",
   "status",
@@ -62,6 +64,11 @@ export function withSamples(job: Job, ev: SampleReadyEvent): Job {
 /** Fold one plan_chosen event into a job snapshot: the plan the job runs with. */
 export function withPlan(job: Job, ev: PlanChosenEvent): Job {
   return { ...job, plan: planFromEvent(ev) };
+}
+
+/** Fold one validation event into a job snapshot: its validation series gains the round. */
+export function withRound(job: Job, ev: ValidationEvent): Job {
+  return { ...job, validation: withValidation(job.validation ?? [], { step: ev.step, loss: ev.loss }) };
 }
 
 export function TrainingProvider({ children }: { children: ReactNode }) {
@@ -116,6 +123,12 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
       const sameJob = current && (!ev.job_id || ev.job_id === current.id);
       if (sameJob && ev.type === "sample_ready") {
         const next = withSamples(current, ev);
+        jobRef.current = next;
+        setJob(next);
+        return;
+      }
+      if (sameJob && ev.type === "validation") {
+        const next = withRound(current, ev);
         jobRef.current = next;
         setJob(next);
         return;

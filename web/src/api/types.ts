@@ -15,8 +15,11 @@ export type StartBody = Schemas["StartBody"];
 export type StopBody = Schemas["StopBody"];
 export type ResumeBody = Schemas["ResumeBody"];
 export type CaptionBody = Schemas["CaptionBody"];
+/** POST /api/datasets/{name}/caption: the auto-captioning settings. */
+export type CaptionOptions = Schemas["CaptionOptions"];
 export type GenerateBody = Schemas["GenerateBody"];
 export type LoraRef = Schemas["LoraRef"];
+export type PushBody = Schemas["PushBody"];
 
 // ---- responses ------------------------------------------------------------------------------
 export type Info = Schemas["InfoOut"];
@@ -34,6 +37,7 @@ export type DroppedFile = Schemas["DroppedFile"];
 export type UploadResult = Schemas["UploadOut"];
 export type DatasetDeleted = Schemas["DatasetDeleted"];
 export type CaptionResult = Schemas["CaptionOut"];
+export type CaptionJob = Schemas["CaptionJobOut"];
 export type DeletedFiles = Schemas["DeletedFiles"];
 export type PreflightReport = Schemas["PreflightOut"];
 /** The preflight's memory plan: each plan setting's value and where it comes from. */
@@ -45,6 +49,8 @@ export type PlanTrial = Schemas["PlanTrialOut"];
 export type Job = Schemas["JobOut"];
 export type JobStatus = Job["status"];
 export type MetricPoint = Schemas["MetricPoint"];
+/** One validation round of a run: the held-out loss after `step`. */
+export type ValidationPoint = Schemas["ValidationPoint"];
 export type TrainStatus = Schemas["StatusOut"];
 export type RunSummary = Schemas["RunSummary"];
 export type RunList = Schemas["RunList"];
@@ -59,9 +65,12 @@ export type SampleList = Schemas["SampleList"];
 export type LoraList = Schemas["LoraList"];
 export type LoraSteps = Schemas["LoraSteps"];
 export type Lora = Schemas["LoraOut"];
+export type PushResult = Schemas["PushOut"];
 export type GenerateResult = Schemas["GenerateOut"];
 export type GalleryList = Schemas["GalleryList"];
 export type GalleryImage = Schemas["GalleryImage"];
+export type ReferencesResult = Schemas["ReferencesOut"];
+export type UploadedReference = Schemas["ReferenceOut"];
 export type ErrorBody = Schemas["ErrorOut"];
 export type ProblemOut = Schemas["ProblemOut"];
 
@@ -73,6 +82,7 @@ export type CompleteEvent = Tagged<Schemas["CompleteEvent"]>;
 export type ErrorEvent = Tagged<Schemas["ErrorEvent"]>;
 export type SampleReadyEvent = Tagged<Schemas["SampleReadyEvent"]>;
 export type PlanChosenEvent = Tagged<Schemas["PlanChosenEvent"]>;
+export type ValidationEvent = Tagged<Schemas["ValidationEvent"]>;
 /** What a job's `phase` holds: the last load/preparing event (a tagged union). */
 export type PhaseEvent = NonNullable<Job["phase"]>;
 export type PreparingEvent = Extract<PhaseEvent, { type: "preparing" }>;
@@ -86,6 +96,7 @@ export type TrainEvent = (
   | ProgressEvent
   | SampleReadyEvent
   | PlanChosenEvent
+  | ValidationEvent
   | CompleteEvent
   | ErrorEvent
   | StatusEvent

@@ -1,6 +1,6 @@
 import { useEffect, useRef } from "react";
 import type { Family } from "../api/types";
-import { ADAPTERS, FAMILY_FIELDS, OPTIMIZERS, TIMESTEP_SAMPLING } from "../lib/trainForm";
+import { ADAPTERS, FAMILY_FIELDS, HUBER_SCHEDULES, LOSSES, OPTIMIZERS, TIMESTEP_SAMPLING, V_PREDICTION } from "../lib/trainForm";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
@@ -42,6 +42,22 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {c.num("cache_variants", "Cached variants", { placeholder: "auto", hint: "crop/flip variants per image" })}
         {c.num("latent_cache_max_gb", "Latent cache (GB)", { hint: "RAM budget; above it, encode per step" })}
 
+        <h4 className="grid-head">Masked loss</h4>
+        {c.num("unmasked_weight", "Unmasked weight", {
+          hint: "loss weight outside each image's mask (the dataset's masks/ folder, same file names); 0 = ignored",
+        })}
+        <div className="checks">{c.check("alpha_mask", "Mask = alpha channel")}</div>
+
+        <h4 className="grid-head">Validation</h4>
+        {c.line("validation_split", "Validation split", {
+          placeholder: "off",
+          hint: "a fraction held out of training (e.g. 0.1, chosen by the seed) or a folder of validation images",
+        })}
+        {c.num("validate_every", "Validate every", {
+          placeholder: "end only",
+          hint: "optimizer steps: the held-out loss at fixed noise; best / last LoRA marked",
+        })}
+
         <h4 className="grid-head">Optimizer</h4>
         {c.choice("optimizer", "Optimizer", OPTIMIZERS, { hint: "8-bit ones need a CUDA GPU and bitsandbytes" })}
         {shown("optimizer_betas") && c.line("optimizer_betas", "Betas", { placeholder: "optimizer's", hint: "beta1, beta2" })}
@@ -74,18 +90,37 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {shown("lokr_decompose_both") && <div className="checks">{c.check("lokr_decompose_both", "Low-rank w1 too")}</div>}
         {c.line("rank_pattern", "Rank per module", { placeholder: "none", hint: "module=rank, comma-separated (e.g. to_k=8)", wide: true })}
         {c.line("alpha_pattern", "Alpha per module", { placeholder: "none", hint: "module=alpha, comma-separated", wide: true })}
+        {supports.has("train_text_encoder") && (
+          <div className="checks">{c.check("train_text_encoder", "Train the text encoders")}</div>
+        )}
+        {supports.has("text_encoder_lr") &&
+          c.num("text_encoder_lr", "Text encoder LR", { placeholder: "learning rate", hint: "with text-encoder training (captions then encode every step)" })}
         {c.line("lora_targets", "Target modules", {
           placeholder: family?.lora_targets.join(", ") || "the family's",
           hint: "module name suffixes, comma-separated (blank: the family's)",
           wide: true,
         })}
         {c.line("revision", "Hub revision", { placeholder: "default branch", hint: "branch, tag or commit (hub ids only)" })}
+        {c.line("base_config", "Base config", {
+          placeholder: "the original model's hub id",
+          hint: "single-file base model (.safetensors): pipeline folder or hub id its configs, tokenizers and missing parts come from",
+          wide: true,
+        })}
+        {supports.has("v_prediction") &&
+          c.choice("v_prediction", "Prediction type", V_PREDICTION, {
+            hint: "single-file SDXL checkpoints: as the file says (v_pred marker), else pick",
+          })}
         {c.line("assistant_lora", "Assistant LoRA", {
           placeholder: "none",
           hint: "distilled (turbo) bases only: merged while training, not in the LoRA (.safetensors path or owner/repo/file)",
           wide: true,
         })}
         <div className="checks">{c.check("enable_tf32", "TF32 matmuls")}</div>
+
+        <h4 className="grid-head">Loss</h4>
+        {c.choice("loss", "Loss", LOSSES, { hint: "huber / smooth L1: MSE-like for small errors, L1-like for large (robust to outliers)" })}
+        {shown("huber_c") && c.num("huber_c", "Huber c", { placeholder: "0.1", hint: "the threshold (with a schedule: its value at pure noise)" })}
+        {shown("huber_schedule") && c.choice("huber_schedule", "Huber schedule", HUBER_SCHEDULES, { hint: "c by noise level" })}
 
         {objective && <h4 className="grid-head">Objective</h4>}
         {supports.has("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}
@@ -100,7 +135,7 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
 
         <h4 className="grid-head">Sample previews</h4>
         {c.area("sample_prompts", "Sample prompts", {
-          hint: 'one per line: previews rendered with the LoRA as it trains; a line may be an object with its own size, seed and guidance: {"prompt": "a cat", "width": 768, "seed": 3}',
+          hint: 'one per line: previews rendered with the LoRA as it trains; an edit model\'s references after ||, e.g. make it blue || control/a.png; a line may be a JSON object with its own size, seed and guidance: {"prompt": "a cat", "width": 768, "seed": 3}',
           wide: true,
         })}
         {c.num("sample_every", "Sample every", { placeholder: "end only", hint: "optimizer steps" })}

@@ -6,12 +6,14 @@ interface Props {
   dataset: string;
   image: DatasetImage;
   onRemoved: () => void;
+  /** Lay the image's loss mask (if it has one) over it: the unmasked part darkened. */
+  showMask?: boolean;
 }
 
 type SaveState = "idle" | "saving" | "saved" | "error";
 
-/** A thumbnail with its caption, editable in place (saved on blur or Ctrl/Cmd+Enter). */
-export function CaptionCard({ dataset, image, onRemoved }: Props) {
+/** A thumbnail (with its loss mask over it when asked) and its caption, editable in place (saved on blur or Ctrl/Cmd+Enter). */
+export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Props) {
   const [text, setText] = useState(image.caption ?? "");
   const [saved, setSaved] = useState(image.caption ?? "");
   const [state, setState] = useState<SaveState>("idle");
@@ -32,7 +34,9 @@ export function CaptionCard({ dataset, image, onRemoved }: Props) {
   };
 
   const remove = async () => {
-    if (!window.confirm(`Remove ${image.file} and its caption?`)) return;
+    const paired = (image.controls ?? []).length > 0;
+    const what = paired ? `${image.file}, its caption and its control images` : `${image.file} and its caption`;
+    if (!window.confirm(`Remove ${what}?`)) return;
     try {
       await api.removeImage(dataset, image.file);
       onRemoved();
@@ -45,11 +49,27 @@ export function CaptionCard({ dataset, image, onRemoved }: Props) {
     <figure className="thumb" data-file={image.file}>
       <div className="thumb-img">
         <img src={api.thumbnailUrl(dataset, image.file)} alt={image.file} loading="lazy" />
+        {showMask && image.mask && (
+          <img className="mask-overlay" src={api.maskThumbnailUrl(dataset, image.mask)} alt={`mask of ${image.file}`} loading="lazy" />
+        )}
+        {image.mask && <span className="chip mask-chip" title={`masks/${image.mask}`}>mask</span>}
         <button className="icon-button remove" title={`remove ${image.file}`} aria-label={`remove ${image.file}`} onClick={() => void remove()}>
           ×
         </button>
       </div>
       <figcaption>
+        {(image.controls ?? []).length > 0 && (
+          <div className="pair-controls small" data-testid={`controls-of-${image.file}`}>
+            <span className="muted">controls</span>
+            {(image.controls ?? []).map((c) =>
+              /^control(_[2-9])?\//.test(c) ? (
+                <img key={c} src={api.controlThumbnailUrl(dataset, c)} alt={c} title={c} loading="lazy" />
+              ) : (
+                <code key={c}>{c}</code>
+              ),
+            )}
+          </div>
+        )}
         <div className="row-between small">
           <span className="filename" title={image.file}>
             {image.file}

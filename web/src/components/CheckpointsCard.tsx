@@ -1,5 +1,6 @@
 import type { Checkpoint, Job, RunSummary } from "../api/types";
 import { ResumeButton } from "./ResumeButton";
+import { TrainLonger } from "./TrainLonger";
 
 interface Props {
   run: RunSummary;
@@ -11,7 +12,10 @@ interface Props {
 
 const LIVE: ReadonlySet<RunSummary["status"]> = new Set(["queued", "preparing", "running", "stopping"]);
 
-/** A run's checkpoints (step and folder), and the Resume control with its checkpoint picker. */
+/**
+ * A run's checkpoints (step and folder), the Resume control with its checkpoint picker, and
+ * "Train longer" (continue past the run's total steps from the newest checkpoint).
+ */
 export function CheckpointsCard({ run, checkpoints, onResumed, onError }: Props) {
   const newest = checkpoints?.at(-1);
   return (
@@ -41,12 +45,15 @@ export function CheckpointsCard({ run, checkpoints, onResumed, onError }: Props)
       )}
       {checkpoints && checkpoints.length > 0 && run.resume_step == null && (
         <p className="muted small">
-          {LIVE.has(run.status) ? "Resume is possible once the run has ended." : "Nothing to resume: the run finished all its steps."}
+          {LIVE.has(run.status)
+            ? "Resume is possible once the run has ended."
+            : "Nothing to resume: the run finished all its steps. Train it longer to continue past them."}
         </p>
       )}
       {checkpoints && checkpoints.length > 0 && (
         <ResumeButton run={run} checkpoints={checkpoints} onResumed={onResumed} onError={onError} />
       )}
+      {checkpoints && checkpoints.length > 0 && <TrainLonger run={run} onStarted={onResumed} onError={onError} />}
     </div>
   );
 }

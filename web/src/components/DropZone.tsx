@@ -4,10 +4,12 @@ import { PICKER_ACCEPT } from "../lib/upload";
 interface Props {
   onFiles: (files: File[]) => void;
   disabled?: boolean;
+  /** A control folder ("control", "control_2" ...) the dropped images go to; none: targets and captions. */
+  control?: string;
 }
 
 /** Drop images and .txt captions here, or click to pick them. */
-export function DropZone({ onFiles, disabled }: Props) {
+export function DropZone({ onFiles, disabled, control }: Props) {
   const input = useRef<HTMLInputElement | null>(null);
   const [over, setOver] = useState(false);
   const drop = (e: DragEvent) => {
@@ -28,10 +30,19 @@ export function DropZone({ onFiles, disabled }: Props) {
       role="button"
       tabIndex={0}
       onKeyDown={(e) => (e.key === "Enter" || e.key === " ") && input.current?.click()}
-      aria-label="drop images and captions, or click to choose files"
+      aria-label={control ? `drop control images for ${control}/, or click to choose files` : "drop images and captions, or click to choose files"}
     >
-      <strong>Drop images and .txt captions</strong>
-      <span className="muted small">PNG, JPEG, WebP (not BMP) · captions pair by file name (cat.png + cat.txt) · or click to choose</span>
+      {control ? (
+        <>
+          <strong>Drop control images into {control}/</strong>
+          <span className="muted small">PNG, JPEG, WebP · each pairs with the target of the same name (a.png + {control}/a.png) · or click to choose</span>
+        </>
+      ) : (
+        <>
+          <strong>Drop images and .txt captions</strong>
+          <span className="muted small">PNG, JPEG, WebP (not BMP) · captions pair by file name (cat.png + cat.txt) · or click to choose</span>
+        </>
+      )}
       <input
         ref={input}
         type="file"

@@ -1,5 +1,6 @@
 import { api } from "../api/endpoints";
 import type { GalleryImage } from "../api/types";
+import { ReferenceStrip } from "./ReferenceImages";
 
 /** "seed 3 · 512×512 · 20 steps" for an image (parts it lacks are left out). */
 export function imageMeta(img: GalleryImage): string {
@@ -52,6 +53,7 @@ export function Gallery({ images, selected, onSelect }: Props) {
               <span className="gallery-loras">
                 <LoraChips loras={img.loras} />
               </span>
+              <ReferenceStrip urls={img.reference_urls ?? []} />
             </span>
           </button>
         </li>

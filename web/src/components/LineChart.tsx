@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useRef, useState } from "react";
 import { formatNumber } from "../lib/format";
 
-/** One plotted line: `values[i]` is the y of `xs[i]` (null = gap). */
+/** One plotted line: `values[i]` is the y of `xs[i]` (null = gap; undefined = no point at that x, the line runs on). */
 export interface Series {
   name: string;
   color: string;
@@ -47,7 +47,7 @@ export function decimate(n: number, max: number): number[] {
   return out;
 }
 
-/** SVG path of one series, gaps (null) split the line into segments. */
+/** SVG path of one series: gaps (null, non-finite) split the line into segments; x's without a point (undefined) are passed over. */
 export function seriesPath(
   xs: number[],
   values: (number | null | undefined)[],
@@ -59,7 +59,8 @@ export function seriesPath(
   let pen = false;
   for (const i of idx) {
     const v = values[i];
-    if (v == null || !Number.isFinite(v)) {
+    if (v === undefined) continue; // no sample at this x (e.g. a validation round between them)
+    if (v === null || !Number.isFinite(v)) {
       pen = false;
       continue;
     }

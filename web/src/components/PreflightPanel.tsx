@@ -88,11 +88,22 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           ))}
         </p>
       )}
+      {report.family?.single_file && (
+        <p className="small" data-testid="preflight-single-file">
+          <strong>Single-file base:</strong> {report.family.single_file}
+        </p>
+      )}
       {report.family?.notes?.map((note) => (
         <div className="banner warn" data-testid="preflight-family-note" key={note}>
           <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}
         </div>
       ))}
+      {dataset.mode?.note && (
+        <p className="small" data-testid="preflight-mode">
+          <strong>{dataset.mode.kind}:</strong> {dataset.mode.note}
+          {dataset.controls ? ` · ${String(dataset.controls["pairs"])} pair(s)` : ""}
+        </p>
+      )}
       {(dataset.warnings ?? []).map((w) => (
         <div className="banner warn" data-testid="preflight-dataset-warning" key={w}>
           {w}
@@ -109,6 +120,22 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
             ))}
           </ul>
         </div>
+      )}
+      {dataset.masks && (
+        <p className="small" data-testid="preflight-masks">
+          Masked loss: {dataset.masks.images_with_mask} image(s) with a mask ({dataset.masks.source}), unmasked pixels weighted{" "}
+          {report.config.unmasked_weight ?? 0}
+          {dataset.masks.without_mask.length > 0 && `; ${dataset.masks.without_mask.length} without one train unmasked`}.
+        </p>
+      )}
+      {dataset.validation && (
+        <p className="small" data-testid="preflight-validation">
+          Validation: {dataset.validation.held_out} image(s) held out of training ({dataset.validation.source}),
+          measured {dataset.validation.every ? `every ${dataset.validation.every} steps and ` : ""}after the last step:{" "}
+          {dataset.validation.images.map((name) => (
+            <code key={name}>{name} </code>
+          ))}
+        </p>
       )}
       {dataset.missing_captions.length > 0 && (
         <p className="small warn-text">

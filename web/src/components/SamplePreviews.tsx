@@ -1,18 +1,25 @@
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
+import { ReferenceStrip } from "./ReferenceImages";
 
 /** One sample image of a round: where it is served and the prompt it shows. */
 export interface SampleTile {
   index: number;
   url: string;
   prompt: string | null;
+  /** The reference images it was rendered with (an edit family's), slot order. */
+  references?: string[];
 }
 
 /** The sample prompts' texts of a (resolved) config dict, in order (an entry may be a prompt or an object with one); [] when it has none. */
 export function samplePrompts(config: Record<string, unknown> | null | undefined): string[] {
   const prompts = config?.["sample_prompts"];
   if (!Array.isArray(prompts)) return [];
-  return prompts.map((p) => (typeof p === "string" ? p : String((p as { prompt?: unknown } | null)?.prompt ?? "")));
+  return prompts.map((p: unknown) => {
+    if (typeof p === "string") return p;
+    const text = p && typeof p === "object" ? (p as { prompt?: unknown }).prompt : undefined;
+    return typeof text === "string" ? text : ""; // a malformed entry keeps its index (tiles are in prompt order)
+  });
 }
 
 /** The tiles of one round from run-relative image paths (one per prompt, in prompt order). */
@@ -25,7 +32,7 @@ export function groupByStep(samples: SampleImage[]): { step: number; tiles: Samp
   const rounds = new Map<number, SampleTile[]>();
   for (const s of samples) {
     const tiles = rounds.get(s.step) ?? [];
-    tiles.push({ index: s.index, url: api.imageUrl(s.url), prompt: s.prompt ?? null });
+    tiles.push({ index: s.index, url: api.imageUrl(s.url), prompt: s.prompt ?? null, references: s.references ?? [] });
     rounds.set(s.step, tiles);
   }
   return [...rounds.entries()]
@@ -44,7 +51,9 @@ export function SampleRound({ step, tiles }: { step: number; tiles: SampleTile[]
             <div className="thumb-img">
               <img src={t.url} alt={t.prompt ?? `sample ${t.index + 1}`} loading="lazy" />
             </div>
-            <figcaption className="small muted">{t.prompt ?? `prompt ${t.index + 1}`}</figcaption>
+            <figcaption className="small muted">
+              {t.prompt ?? `prompt ${t.index + 1}`} <ReferenceStrip urls={t.references ?? []} />
+            </figcaption>
           </figure>
         ))}
       </div>

@@ -24,6 +24,8 @@ interface Props {
 }
 
 const stepLabel = (item: StepLora) => (item.final ? `final (step ${item.step ?? "?"})` : `step ${item.step}`);
+/** The validation marks of a step's LoRA (a run with validation_split): " · best", " · last". */
+const marks = (item: StepLora) => `${item.best ? " · best" : ""}${item.last ? " · last" : ""}`;
 
 /**
  * Compare a LoRA over its training steps: one prompt and seed rendered with each chosen
@@ -84,6 +86,7 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
           <label key={stepLabel(item)}>
             <input type="checkbox" checked={chosen.has(stepLabel(item))} onChange={() => toggle(stepLabel(item))} />{" "}
             {stepLabel(item)}
+            {marks(item)}
           </label>
         ))}
       </div>

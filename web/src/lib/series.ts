@@ -3,7 +3,7 @@
  * arrays sorted by step and replaces a point of a repeated step (resume after reconnect).
  */
 import type { Series } from "../components/LineChart";
-import type { MetricPoint, ProgressEvent } from "../api/types";
+import type { MetricPoint, ProgressEvent, ValidationPoint } from "../api/types";
 
 export interface MetricSeries {
   steps: number[];
@@ -57,4 +57,28 @@ export function chartSeries(s: MetricSeries): Series[] {
     { name: "avg loss", color: "#f2b84b", values: s.avgLoss },
     { name: "lr", color: "#4cc9a0", values: s.lr, axis: "right", dashed: true },
   ];
+}
+
+/** A job's or run's validation rounds with `p` added (a round of the same step replaced), by step. */
+export function withValidation(points: ValidationPoint[], p: ValidationPoint): ValidationPoint[] {
+  return [...points.filter((q) => q.step !== p.step), { step: p.step, loss: p.loss }].sort((a, b) => a.step - b.step);
+}
+
+/**
+ * The chart's x values and lines: the training lines of `s` and, when there are validation rounds,
+ * a "val loss" line beside the loss (left axis). The x values are the union of both steps; a line
+ * has no point (undefined) where only the other has one, so neither breaks there.
+ */
+export function chartData(s: MetricSeries, validation: ValidationPoint[] = []): { xs: number[]; series: Series[] } {
+  const lines = chartSeries(s);
+  if (!validation.length) return { xs: s.steps, series: lines };
+  const xs = [...new Set([...s.steps, ...validation.map((v) => v.step)])].sort((a, b) => a - b);
+  const at = new Map(s.steps.map((x, i) => [x, i]));
+  const val = new Map(validation.map((v) => [v.step, v.loss ?? null]));
+  const series: Series[] = lines.map((line) => ({
+    ...line,
+    values: xs.map((x) => (at.has(x) ? line.values[at.get(x) as number] : undefined)),
+  }));
+  series.splice(2, 0, { name: "val loss", color: "#e5484d", values: xs.map((x) => (val.has(x) ? val.get(x) : undefined)) });
+  return { xs, series };
 }

@@ -1,3 +1,4 @@
+import { samplePromptEntries } from "./samplePrompts";
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO } from "../test/fixtures";
@@ -13,7 +14,6 @@ import {
   numberList,
   numberMapping,
   precisionChoices,
-  samplePromptLines,
   valuesFromConfig,
   withSetting,
 } from "./trainForm";
@@ -30,6 +30,13 @@ describe("train form", () => {
     expect(v.aspect_buckets).toBe(true);
   });
 
+  it("sends the validation split as a fraction or a folder name, and validate_every as a number", () => {
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "shapes", validate_every: "50" };
+    expect(buildConfig({ ...v, validation_split: "0.1" }, flux).config).toMatchObject({ validation_split: 0.1, validate_every: 50 });
+    expect(buildConfig({ ...v, validation_split: " held-out " }, flux).config.validation_split).toBe("held-out");
+    expect(buildConfig({ ...v, validation_split: "" }, flux).config).not.toHaveProperty("validation_split");
+  });
+
   it("builds a config: numbers parsed, steps vs epochs, unsupported family fields left out", () => {
     const v = { ...initialValues(sdxl), base_model: "m", data_dir: "shapes", guidance: "3" };
     const steps = buildConfig({ ...v, unit: "steps", length: "250" }, sdxl);
@@ -39,6 +46,16 @@ describe("train form", () => {
     const epochs = buildConfig({ ...v, unit: "epochs", length: "3" }, sdxl);
     expect(epochs.config.num_epochs).toBe(3);
     expect(epochs.config).not.toHaveProperty("steps");
+  });
+
+  it("a single-file base: base_config as text, v_prediction unset / true / false (SDXL only)", () => {
+    const v = { ...initialValues(sdxl), base_model: "/m/pony.safetensors", data_dir: "d", base_config: " /m/sdxl " };
+    const unset = buildConfig(v, sdxl);
+    expect(unset.config).toMatchObject({ base_model: "/m/pony.safetensors", base_config: "/m/sdxl" });
+    expect(unset.config).not.toHaveProperty("v_prediction");
+    expect(buildConfig({ ...v, v_prediction: "true" }, sdxl).config.v_prediction).toBe(true);
+    expect(buildConfig({ ...v, v_prediction: "false" }, sdxl).config.v_prediction).toBe(false);
+    expect(buildConfig({ ...v, family: "flux", v_prediction: "true" }, flux).config).not.toHaveProperty("v_prediction");
   });
 
   it("reports bad numbers and missing required fields before asking the server", () => {
@@ -245,7 +262,7 @@ describe("train form: the memory plan and GPUs", () => {
   it("leaves out the options of an optimizer or adapter that is not chosen", () => {
     expect([...inapplicableFields({})].sort()).toEqual(
       ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init", "lokr_decompose_both", "lokr_factor",
-        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction"].sort(),
+        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction", "huber_c", "huber_schedule"].sort(),
     );
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_eps: "1e-6", prodigy_d_coef: "2", lokr_factor: "4" };
     const adamw = buildConfig(v, flux).config;
@@ -255,6 +272,25 @@ describe("train form: the memory plan and GPUs", () => {
     const lokr = buildConfig({ ...v, optimizer: "adafactor", adapter: "lokr" }, flux).config;
     expect(lokr).toMatchObject({ adapter: "lokr", lokr_factor: 4 });
     expect(lokr).not.toHaveProperty("optimizer_eps");
+  });
+
+  it("sends text-encoder training for SDXL, never for a family without it", () => {
+    const te = { train_text_encoder: true, text_encoder_lr: "1e-5" };
+    const forSdxl = buildConfig({ ...initialValues(sdxl), base_model: "m", data_dir: "d", ...te }, sdxl).config;
+    expect(forSdxl).toMatchObject({ train_text_encoder: true, text_encoder_lr: 1e-5 });
+    const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...te }, flux).config;
+    expect(forFlux).not.toHaveProperty("train_text_encoder");
+    expect(forFlux).not.toHaveProperty("text_encoder_lr");
+  });
+
+  it("sends the Huber settings only with a Huber loss", () => {
+    const v = { ...initialValues(flux), base_model: "m", data_dir: "d", huber_c: "0.2", huber_schedule: "snr" };
+    const mse = buildConfig(v, flux).config;
+    expect(mse.loss).toBe("mse");
+    expect(mse).not.toHaveProperty("huber_c");
+    expect(mse).not.toHaveProperty("huber_schedule");
+    expect(buildConfig({ ...v, loss: "l1" }, flux).config).not.toHaveProperty("huber_c");
+    expect(buildConfig({ ...v, loss: "smooth_l1" }, flux).config).toMatchObject({ loss: "smooth_l1", huber_c: 0.2, huber_schedule: "snr" });
   });
 
   it("gives Prodigy a learning rate of 1 and the family's back when leaving it", () => {
@@ -301,8 +337,8 @@ describe("train form: the memory plan and GPUs", () => {
   });
 
   it("sample prompts: a line starting with { is an object with its own settings; shown back compactly", () => {
-    expect(samplePromptLines('a cat\n{"prompt": "a dog", "width": 768, "seed": 3}\n')).toEqual(["a cat", { prompt: "a dog", width: 768, seed: 3 }]);
-    expect(samplePromptLines("a cat\n{not json")).toBe('line 2 starts with "{" but is not a JSON object like {"prompt": "a cat", "seed": 3}');
+    expect(samplePromptEntries('a cat\n{"prompt": "a dog", "width": 768, "seed": 3}\n')).toEqual(["a cat", { prompt: "a dog", width: 768, seed: 3 }]);
+    expect(samplePromptEntries("a cat\n{not json")).toBe('line 2 starts with "{" but is not a JSON object like {"prompt": "a cat", "seed": 3}');
     const v = valuesFromConfig(flux, { sample_prompts: ["a cat", { prompt: "a dog", width: null, height: null, seed: 3, guidance: null }] });
     expect(v.sample_prompts).toBe('a cat\n{"prompt":"a dog","seed":3}');
     const built = buildConfig({ ...v, base_model: "m", data_dir: "d", sample_prompts: "a cat\n{oops" }, flux);

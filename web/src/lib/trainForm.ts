@@ -5,6 +5,7 @@
  */
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import type { Family, Host, TrainConfig } from "../api/types";
+import { samplePromptEntries, showSamplePrompt } from "./samplePrompts";
 
 type Key = keyof TrainConfig;
 export type FormValues = Partial<Record<Key, string | boolean>> & { unit: "steps" | "epochs"; length: string };
@@ -19,6 +20,9 @@ type Precision = NonNullable<TrainConfig["base_precision"]>;
 type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 type Optimizer = NonNullable<TrainConfig["optimizer"]>;
 type Adapter = NonNullable<TrainConfig["adapter"]>;
+type Loss = NonNullable<TrainConfig["loss"]>;
+type SaveDtype = NonNullable<TrainConfig["save_dtype"]>;
+type HuberSchedule = NonNullable<TrainConfig["huber_schedule"]>;
 
 /** Every scheduler the config accepts (a Record, so the compiler checks the list is complete). */
 export const SCHEDULERS: Record<Scheduler, string> = {
@@ -37,6 +41,12 @@ export const TIMESTEP_SAMPLING: Record<Sampling, string> = {
 export const LORA_FORMATS: Record<LoraFormat, string> = {
   diffusers: "Diffusers / PEFT",
   kohya: "Kohya (ComfyUI, A1111)",
+};
+/** The dtype of the LoRA files' tensors (checkpoints stay fp32). */
+export const SAVE_DTYPES: Record<SaveDtype, string> = {
+  fp32: "fp32 (exact)",
+  bf16: "bf16 (half size)",
+  fp16: "fp16 (half size)",
 };
 export const COMPILE_MODES: Record<CompileMode, string> = {
   auto: "Auto",
@@ -99,6 +109,32 @@ export const ADAPTERS: Record<Adapter, string> = {
   loha: "LoHa (Hadamard)",
   lokr: "LoKr (Kronecker)",
 };
+/** The training losses (min-SNR, where the family has it, weights each of them). */
+export const LOSSES: Record<Loss, string> = {
+  mse: "MSE",
+  l1: "L1",
+  huber: "Huber (pseudo-Huber)",
+  smooth_l1: "Smooth L1",
+};
+/** How huber / smooth_l1 move their threshold with the noise level. */
+export const HUBER_SCHEDULES: Record<HuberSchedule, string> = {
+  constant: "Constant",
+  exponential: "Exponential (1 → c with noise)",
+  snr: "SNR (1 → c with noise, as SimpleTuner)",
+};
+/** The settings each loss reads (config_methods.HUBER_OPTIONS): the others' are hidden and not sent. */
+export const LOSS_OPTIONS: Record<Loss, readonly Key[]> = {
+  mse: [],
+  l1: [],
+  huber: ["huber_c", "huber_schedule"],
+  smooth_l1: ["huber_c", "huber_schedule"],
+};
+/** v_prediction's choices (a tristate field: "" leaves it to the checkpoint). */
+export const V_PREDICTION: Record<"" | "true" | "false", string> = {
+  "": "as the checkpoint says",
+  true: "v-prediction",
+  false: "epsilon",
+};
 /** Settings of one adapter only (the others' are hidden and not sent). */
 export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
   lora: [],
@@ -111,8 +147,13 @@ export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
 export function inapplicableFields(values: Partial<FormValues>): Set<Key> {
   const optimizer = (values.optimizer || "adamw") as Optimizer;
   const adapter = (values.adapter || "lora") as Adapter;
-  const mine = new Set<Key>([...(OPTIMIZER_OPTIONS[optimizer] ?? []), ...(ADAPTER_OPTIONS[adapter] ?? [])]);
-  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS)].flat();
+  const loss = (values.loss || "mse") as Loss;
+  const mine = new Set<Key>([
+    ...(OPTIMIZER_OPTIONS[optimizer] ?? []),
+    ...(ADAPTER_OPTIONS[adapter] ?? []),
+    ...(LOSS_OPTIONS[loss] ?? []),
+  ]);
+  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS), ...Object.values(LOSS_OPTIONS)].flat();
   const hidden = new Set(all.filter((k) => !mine.has(k)));
   if (optimizer === "adafactor" && values.adafactor_relative_step === true) hidden.add("learning_rate"); // Adafactor's own
   return hidden;
@@ -185,11 +226,26 @@ export function attentionHint(host: Host): string {
  * to the config fails the type-check until the form handles it.
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
- * - prompts: one sample prompt per line, a line starting with "{" a JSON object (SamplePrompt);
+ * - prompts: one sample prompt per line: a prompt, "prompt || ref, ref", or a JSON SamplePrompt object (lib/samplePrompts.ts);
  * - length: steps or num_epochs, from the Length input and its unit;
- * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object).
+ * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object);
+ * - number-or-text: a number when it reads as one (a fraction), else the trimmed text (a folder);
+ * - tristate: a select of "" (unset: the base decides) / "true" / "false", sent as null-less booleans.
  */
-type Kind = "text" | "raw-text" | "number" | "integer" | "bool" | "list" | "lines" | "prompts" | "length" | "numbers" | "mapping";
+type Kind =
+  | "text"
+  | "raw-text"
+  | "number"
+  | "integer"
+  | "bool"
+  | "tristate"
+  | "list"
+  | "lines"
+  | "prompts"
+  | "length"
+  | "numbers"
+  | "mapping"
+  | "number-or-text";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
   base_model: "text",
@@ -250,6 +306,8 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   guidance: "number",
   max_sequence_length: "integer",
   assistant_lora: "text",
+  base_config: "text",
+  v_prediction: "tristate",
   num_gpus: "integer",
   optimizer: "text",
   optimizer_betas: "numbers",
@@ -269,6 +327,16 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   lokr_decompose_both: "bool",
   rank_pattern: "mapping",
   alpha_pattern: "mapping",
+  validation_split: "number-or-text",
+  validate_every: "integer",
+  alpha_mask: "bool",
+  unmasked_weight: "number",
+  loss: "text",
+  huber_c: "number",
+  huber_schedule: "text",
+  save_dtype: "text",
+  train_text_encoder: "bool",
+  text_encoder_lr: "number",
 };
 
 /** Fields shown only when the family lists them in `supports`. */
@@ -281,6 +349,9 @@ export const FAMILY_FIELDS = [
   "flow_shift",
   "guidance",
   "max_sequence_length",
+  "train_text_encoder",
+  "text_encoder_lr",
+  "v_prediction",
 ] as const satisfies readonly Key[];
 
 /** Fields where null means "off": a blank input sends null (else the default would apply). */
@@ -289,6 +360,7 @@ export const OFF_WHEN_BLANK: ReadonlySet<Key> = new Set<Key>(["max_grad_norm", "
 /** Settings that do not depend on the family: kept when the user picks another family. */
 const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "base_model",
+  "base_config",
   "revision",
   "data_dir",
   "output_name",
@@ -301,6 +373,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "keep_loras",
   "max_bad_steps",
   "lora_format",
+  "save_dtype",
   "compile",
   "attention_backend",
   "fuse_projections",
@@ -312,47 +385,25 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "enable_tf32",
   "optimizer",
   "adapter",
+  "loss",
+  "huber_c",
+  "huber_schedule",
   "sample_prompts",
   "sample_every",
   "sample_seed",
+  "validation_split",
+  "validate_every",
+  "alpha_mask",
+  "unmasked_weight",
 ];
 
 function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (typeof v === "boolean") return v;
-  if (Array.isArray(v)) {
-    if (FIELD_KINDS[key] === "prompts") return v.map((p) => (typeof p === "string" ? p : JSON.stringify(compact(p)))).join("\n");
-    return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
-  }
+  if (FIELD_KINDS[key] === "prompts" && Array.isArray(v)) return v.map(showSamplePrompt).join("\n");
+  if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
   if (typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, n]) => `${k}=${n}`).join(", ");
   return String(v);
-}
-
-/** An object without its null entries (a resolved SamplePrompt lists every setting). */
-function compact(v: unknown): unknown {
-  return v && typeof v === "object" ? Object.fromEntries(Object.entries(v).filter(([, x]) => x != null)) : v;
-}
-
-/**
- * The sample prompts of the form's textarea: one per non-blank line; a line starting with "{" is a JSON
- * object (a prompt with its own size, seed, guidance). Returns a problem text for a malformed object.
- */
-export function samplePromptLines(text: string | boolean | undefined): (string | Record<string, unknown>)[] | string {
-  const out: (string | Record<string, unknown>)[] = [];
-  for (const [i, line] of promptLines(text).entries()) {
-    if (!line.startsWith("{")) {
-      out.push(line);
-      continue;
-    }
-    try {
-      const parsed: unknown = JSON.parse(line);
-      if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new Error("not an object");
-      out.push(parsed as Record<string, unknown>);
-    } catch {
-      return `line ${i + 1} starts with "{" but is not a JSON object like {"prompt": "a cat", "seed": 3}`;
-    }
-  }
-  return out;
 }
 
 /** The sample prompts of the form's textarea: one per non-blank line, trimmed. */
@@ -459,9 +510,13 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       continue;
     }
     if (kind === "prompts") {
-      const prompts = samplePromptLines(v);
+      const prompts = samplePromptEntries(v);
       if (typeof prompts === "string") problems[key] = prompts;
       else if (prompts.length) config[key] = prompts;
+      continue;
+    }
+    if (kind === "tristate") {
+      if (v === "true" || v === "false") config[key] = v === "true";
       continue;
     }
     if (kind === "lines" || kind === "list") {
@@ -481,7 +536,10 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       continue;
     }
     const text = v as string;
-    if (kind === "text") config[key] = text.trim();
+    if (kind === "number-or-text") {
+      const n = Number(text.trim());
+      config[key] = Number.isFinite(n) ? n : text.trim();
+    } else if (kind === "text") config[key] = text.trim();
     else if (kind === "raw-text") config[key] = text;
     else {
       const n = Number(text);

@@ -100,3 +100,17 @@ export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 
   const bytes = batches.flat().reduce((n, f) => n + f.size, 0);
   return { batches, refused, images: images.length, bytes };
 }
+
+/** The control folders a paired upload can fill (data/pairs.py: control, control_2 ...). */
+export const CONTROL_SLOTS = ["control", "control_2", "control_3"] as const;
+
+/**
+ * Plan an upload of control images (one control folder): images only, batched like targets;
+ * captions and other files are refused (a control pairs with its target by file name).
+ */
+export function planControlUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 1024): UploadPlan {
+  const images = files.filter((f) => isImageName(f.name));
+  const plan = planUpload(images, maxFiles, maxBytes);
+  const others = files.filter((f) => !isImageName(f.name));
+  return { ...plan, refused: [...others.map((f) => ({ file: f.name, reason: "control images only (PNG, JPEG, WebP): captions go with the targets" })), ...plan.refused] };
+}

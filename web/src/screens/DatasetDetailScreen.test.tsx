@@ -137,3 +137,38 @@ describe("DatasetDetailScreen delete", () => {
     expect(window.location.hash).toBe("");
   });
 });
+
+describe("DatasetDetailScreen masks", () => {
+  it("lays each image's loss mask over it when Show masks is ticked", async () => {
+    const masked: DatasetDetail = {
+      ...DETAIL,
+      images: 2,
+      files: [
+        { file: "a.png", caption: "a red square", bytes: 100, width: 24, height: 16, mask: "a.png" },
+        { file: "b.png", caption: "a blue square", bytes: 100, width: 24, height: 16, mask: null },
+      ],
+    };
+    mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url === "/api/datasets/mix") return { body: masked };
+      return undefined;
+    });
+    renderScreen();
+    expect(await screen.findByTestId("dataset-counts")).toHaveTextContent("2 images · 2 captioned · 1 masked");
+    expect(screen.queryByAltText("mask of a.png")).toBeNull(); // off until asked
+    await userEvent.click(within(screen.getByTestId("mask-toggle")).getByRole("checkbox"));
+    const overlay = await screen.findByAltText("mask of a.png");
+    expect(overlay).toHaveAttribute("src", "/api/datasets/mix/masks/a.png?size=256");
+    expect(overlay).toHaveClass("mask-overlay");
+    expect(screen.queryByAltText("mask of b.png")).toBeNull(); // b has no mask
+    await userEvent.click(within(screen.getByTestId("mask-toggle")).getByRole("checkbox"));
+    expect(screen.queryByAltText("mask of a.png")).toBeNull();
+  });
+
+  it("offers no mask toggle for a dataset without masks", async () => {
+    serve();
+    renderScreen();
+    await screen.findByTestId("dataset-counts");
+    expect(screen.queryByTestId("mask-toggle")).toBeNull();
+  });
+});

@@ -3,12 +3,13 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import type { DatasetDetail } from "../api/types";
+import { AutoCaptionPanel } from "../components/AutoCaptionPanel";
 import { CaptionCard } from "../components/CaptionCard";
 import { DropZone } from "../components/DropZone";
 import { ProgressBar } from "../components/ProgressBar";
 import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
-import { planUpload, type RefusedFile } from "../lib/upload";
+import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
 
 interface UploadState {
   sentBytes: number;
@@ -33,7 +34,8 @@ function refusedFrom(err: unknown): RefusedFile[] {
 }
 
 /** One dataset: upload by drag-and-drop (batched, with progress; the server keeps the good files
- * of a batch and lists the refused ones), thumbnails, inline captions, delete. */
+ * of a batch and lists the refused ones), thumbnails (each loss mask over its image when "Show
+ * masks" is ticked), inline captions, delete. */
 export function DatasetDetailScreen({ name }: { name: string }) {
   const { reload: reloadInfo } = useInfo();
   const [data, setData] = useState<DatasetDetail | null>(null);
@@ -42,6 +44,9 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
   const [deleteError, setDeleteError] = useState<string | null>(null);
+  /** Where dropped files go: "files" (targets and captions) or a control folder. */
+  const [slot, setSlot] = useState("files");
+  const [showMasks, setShowMasks] = useState(false);
 
   const load = useCallback(async () => {
     try {
@@ -61,7 +66,8 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   }, [load]);
 
   const onFiles = async (files: File[]) => {
-    const plan = planUpload(files);
+    const field = slot;
+    const plan = field === "files" ? planUpload(files) : planControlUpload(files);
     const problems = [...plan.refused];
     setRefused(problems);
     if (!plan.batches.length) return;
@@ -71,10 +77,15 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     for (const [i, batch] of plan.batches.entries()) {
       const batchBytes = batch.reduce((n, f) => n + f.size, 0);
       try {
-        const result = await api.upload(name, batch, (sent, total) => {
-          const frac = total > 0 ? sent / total : 0;
-          setUpload((u) => u && { ...u, batch: i + 1, sentBytes: sentBefore + frac * batchBytes });
-        });
+        const result = await api.upload(
+          name,
+          batch,
+          (sent, total) => {
+            const frac = total > 0 ? sent / total : 0;
+            setUpload((u) => u && { ...u, batch: i + 1, sentBytes: sentBefore + frac * batchBytes });
+          },
+          field,
+        );
         stored.push(...result.committed);
         problems.push(...result.refused);
         setRefused([...problems]);
@@ -103,6 +114,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
 
   const files = data?.files ?? [];
   const captioned = files.filter((f) => f.caption).length;
+  const masked = files.filter((f) => f.mask).length;
   return (
     <section className="screen">
       <div className="screen-head">
@@ -116,8 +128,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         <div className="head-actions">
           {data && (
             <span className="muted" data-testid="dataset-counts">
-              {files.length} images · {captioned} captioned
+              {files.length} images · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
             </span>
+          )}
+          {masked > 0 && (
+            <label className="small" data-testid="mask-toggle">
+              <input type="checkbox" checked={showMasks} onChange={(e) => setShowMasks(e.target.checked)} /> Show masks
+            </label>
           )}
           {files.length > 0 && (
             <a className="button primary" href={href("train", name)}>
@@ -138,7 +155,19 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         </div>
       )}
       {missing && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
-      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} />
+      {files.length > 0 && <AutoCaptionPanel dataset={name} onFinished={() => void Promise.all([load(), reloadInfo()])} />}
+      <label className="upload-slot small">
+        Upload as{" "}
+        <select aria-label="upload as" value={slot} onChange={(e) => setSlot(e.target.value)}>
+          <option value="files">images and captions (targets)</option>
+          {CONTROL_SLOTS.map((c, i) => (
+            <option key={c} value={c}>
+              control images, slot {i + 1} ({c}/, paired by file name)
+            </option>
+          ))}
+        </select>
+      </label>
+      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
       {upload && (
         <div className="upload-status card" data-testid="upload-status">
           <div className="row-between">
@@ -199,7 +228,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
       )}
       <div className="thumb-grid" data-testid="thumb-grid">
         {files.map((f) => (
-          <CaptionCard key={f.file} dataset={name} image={f} onRemoved={() => void Promise.all([load(), reloadInfo()])} />
+          <CaptionCard
+            key={f.file}
+            dataset={name}
+            image={f}
+            showMask={showMasks}
+            onRemoved={() => void Promise.all([load(), reloadInfo()])}
+          />
         ))}
       </div>
     </section>

@@ -41,6 +41,8 @@ describe("GenerateScreen", () => {
           final,
           path: final ? "/o/cats/cats.safetensors" : `/o/cats/loras/cats-step-00000${step}.safetensors`,
           url: final ? "/api/loras/cats/file" : `/api/loras/cats/file?step=${step}`,
+          best: step === 2, // the validation marks of a run with validation_split
+          last: final,
         });
         return { body: { name: "cats", loras: [at(2, false), at(4, false), at(6, true)] } };
       }
@@ -93,6 +95,22 @@ describe("GenerateScreen", () => {
     expect(items[0]).toHaveAttribute("aria-pressed", "true");
   });
 
+  it("a single-file base model asks for its base config and sends it", async () => {
+    images = [{ ...OLD, base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-", loras: [] }];
+    renderScreen();
+    expect(document.querySelector('[name="gen_base_config"]')).toBeNull();
+    const item = within(await screen.findByTestId("gallery")).getByRole("button", { name: /an old cat/ });
+    await userEvent.click(item);
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    const config = document.querySelector('[name="gen_base_config"]') as HTMLElement;
+    expect(config).toHaveValue("/m/flux-"); // reused from the image's settings
+    await userEvent.type(config, "dev");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    const sent = calls.find((c) => c.url === "/api/generate")?.body as Record<string, unknown>;
+    expect(sent).toMatchObject({ base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-dev" });
+  });
+
   it("Ctrl+Enter in the prompt generates", async () => {
     renderScreen();
     await screen.findByTestId("gallery");
@@ -108,6 +126,8 @@ describe("GenerateScreen", () => {
     await screen.findByTestId("gallery");
     await userEvent.click(await screen.findByLabelText("use LoRA cats"));
     const grid = await screen.findByTestId("step-grid");
+    expect(within(grid).getByLabelText("step 2 · best")).toBeChecked(); // the validation marks
+    expect(within(grid).getByLabelText("final (step 6) · last")).toBeChecked();
     await userEvent.click(within(grid).getByLabelText("step 4")); // leave step 4 out
     await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(2 images/ }));
     await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(2));

@@ -4,7 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { GalleryImage, GenerateBody, GenerateResult, Lora } from "../api/types";
+import type { GalleryImage, GenerateBody, GenerateResult, Lora, UploadedReference } from "../api/types";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
@@ -12,6 +12,7 @@ import { Field } from "../components/Field";
 import { Gallery, imageMeta, LoraChips } from "../components/Gallery";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
 import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
+import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
 
@@ -43,8 +44,10 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const { job } = useTraining();
   const [family, setFamily] = useState<string | null>(null);
   const [baseModel, setBaseModel] = useState("");
+  const [baseConfig, setBaseConfig] = useState("");
   const [loras, setLoras] = useState<Lora[]>([]);
   const [picks, setPicks] = useState<LoraPick[]>([]);
+  const [refs, setRefs] = useState<UploadedReference[]>([]);
   const [prompt, setPrompt] = useState("a red circle on a blue background");
   const [seed, setSeed] = useState("0");
   const [steps, setSteps] = useState("20");
@@ -92,11 +95,13 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const pickFamily = (name: string) => {
     setFamily(name);
     setPicks([]);
+    setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
   };
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
     if (img.base_model) setBaseModel(img.base_model);
+    setBaseConfig(img.base_config ?? "");
     if (img.prompt != null) setPrompt(img.prompt);
     if (img.seed != null) setSeed(String(img.seed));
     if (img.steps != null) setSteps(String(img.steps));
@@ -105,17 +110,21 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setGuidance(img.guidance != null ? String(img.guidance) : "");
     setNegative(img.negative_prompt ?? "");
     setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1 })));
+    setRefs(referencesOf(img));
   };
 
+  const singleFile = baseModel.toLowerCase().endsWith(".safetensors");
   const settings: Omit<GenerateBody, "loras"> = {
     family,
     base_model: baseModel,
+    ...(singleFile && baseConfig.trim() ? { base_config: baseConfig.trim() } : {}),
     prompt,
     seed: Number(seed),
     steps: Number(steps),
     width: Number(width),
     height: Number(height),
     ...guidanceBody(info.families.find((f) => f.name === family), guidance, negative),
+    references: refs.map((r) => r.id),
   };
   const run = (body: GenerateBody) =>
     generateWithRetry(body, job != null && LIVE.has(job.status), () =>
@@ -166,7 +175,23 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             error={errors.base_model}
             modelsRoot={info.models_root}
           />
+          {singleFile && (
+            <Field
+              label="Base config"
+              error={errors.base_config}
+              hint="single-file checkpoint: pipeline folder or hub id of its configs (blank: the original model's)"
+              wide
+            >
+              <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
+            </Field>
+          )}
           <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} />
+          <ReferenceImages
+            max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
+            value={refs}
+            onChange={setRefs}
+            error={errors.references}
+          />
           <Field label="Prompt" error={errors.prompt} hint="Ctrl+Enter generates" wide>
             <textarea
               name="prompt"
@@ -220,6 +245,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
                 </p>
                 <p>
                   <LoraChips loras={selected.loras} />
+                  <ReferenceStrip urls={selected.reference_urls ?? []} />
                 </p>
                 <button type="button" className="secondary small" onClick={() => reuse(selected)}>
                   Reuse these settings

@@ -13,7 +13,7 @@ import { StopDialog } from "../components/StopDialog";
 import { etaSeconds, formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
 import { describePhase } from "../lib/phase";
 import { href } from "../lib/route";
-import { chartSeries } from "../lib/series";
+import { chartData } from "../lib/series";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -95,6 +95,12 @@ export function LiveScreen() {
           <Stat label="Epoch">{p?.epoch ?? "–"}</Stat>
           <Stat label="Loss">{formatNumber(p?.loss)}</Stat>
           <Stat label="Avg loss">{formatNumber(p?.avg_loss)}</Stat>
+          {job.validation?.length ? (
+            <Stat label="Val loss" testId="stat-val-loss">
+              {formatNumber(job.validation[job.validation.length - 1].loss)}
+              <small> best {formatNumber(Math.min(...job.validation.map((v) => v.loss ?? Infinity)))}</small>
+            </Stat>
+          ) : null}
           <Stat label="Learning rate">{formatNumber(p?.lr, 3)}</Stat>
           <Stat label="Samples/s">{formatNumber(p?.samples_per_second, 3)}</Stat>
           <Stat label="Peak memory">{formatGb(p?.peak_memory_gb)}</Stat>
@@ -105,7 +111,7 @@ export function LiveScreen() {
         {job.plan && <PlanSummary plan={job.plan} />}
       </div>
       <div className="card">
-        <LineChart xs={series.steps} series={chartSeries(series)} empty="Waiting for the first step…" />
+        <LineChart {...chartData(series, job.validation)} empty="Waiting for the first step…" />
       </div>
       {job.samples && (
         <div className="card">

@@ -73,6 +73,7 @@ describe("RunDetailScreen", () => {
     const resume = calls.find((c) => c.url === "/api/runs/r1/resume");
     expect(resume).toMatchObject({ method: "POST", body: { checkpoint: "step-80" } });
     expect(screen.getByRole("link", { name: "Download LoRA" })).toHaveAttribute("href", "/api/loras/portrait/file");
+    expect(screen.getByRole("button", { name: "push portrait to the hub" })).toBeInTheDocument();
   });
 
   it("lists the run's LoRAs by step, each downloadable", async () => {
@@ -83,6 +84,38 @@ describe("RunDetailScreen", () => {
     expect(links.map((a) => a.textContent)).toEqual(["step 80", "step 120", "final (step 120)"]);
     expect(links[0]).toHaveAttribute("href", "/api/loras/portrait/file?step=80");
     expect(within(card).getByText("portrait-step-00080.safetensors")).toBeInTheDocument();
+  });
+
+  it("charts the validation loss beside the training loss and marks the best and last LoRA", async () => {
+    const validation = [
+      { step: 1, loss: 0.3 },
+      { step: 3, loss: 0.35 },
+    ];
+    mockFetch(({ url }) => {
+      if (url === "/api/runs/r1") return { body: { ...RUN, validation } };
+      if (url === "/api/runs/r1/loras") {
+        const lora = (step: number, final: boolean, loss: number, marks: object) => ({
+          step, final, path: `${OUT}/${step}-${final}.safetensors`, url: `/x/${step}`, validation_loss: loss, best: false, last: false, ...marks,
+        });
+        return { body: { name: "portrait", loras: [lora(1, false, 0.3, { best: true }), lora(3, true, 0.35, { last: true })] } };
+      }
+      if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
+      if (url === "/api/runs/r1/checkpoints") return { body: CHECKPOINTS };
+      return undefined;
+    });
+    render(<RunDetailScreen id="r1" />);
+    const chart = await screen.findByTestId("chart");
+    expect(chart).toHaveAttribute("data-points", "3"); // steps 1, 2 (training) and 3 (validation)
+    const val = chart.querySelector('path[data-series="val loss"]');
+    expect(val?.getAttribute("d")).toMatch(/^M[\d.]+,[\d.]+L[\d.]+,[\d.]+$/); // one line through both rounds
+    const loss = chart.querySelector('path[data-series="loss"]');
+    expect(loss?.getAttribute("d")).toMatch(/^M[\d.]+,[\d.]+L[\d.]+,[\d.]+$/);
+    const card = await screen.findByTestId("lora-steps");
+    const items = within(card).getAllByRole("listitem");
+    expect(within(items[0]).getByTestId("lora-best")).toBeInTheDocument();
+    expect(items[0]).toHaveTextContent("val 0.3");
+    expect(within(items[1]).getByTestId("lora-last")).toBeInTheDocument();
+    expect(within(items[1]).queryByTestId("lora-best")).toBeNull();
   });
 
   it("shows a refused resume above the run, which stays on screen", async () => {
@@ -104,6 +137,7 @@ describe("RunDetailScreen", () => {
     await waitFor(() => expect(card).toHaveTextContent("No checkpoints"));
     expect(within(card).queryByRole("button")).toBeNull();
     expect(screen.queryByRole("link", { name: "Download LoRA" })).toBeNull();
+    expect(screen.queryByRole("button", { name: /to the hub/ })).toBeNull();
   });
 
   it("lists the checkpoints of a completed run without a resume", async () => {
@@ -113,6 +147,22 @@ describe("RunDetailScreen", () => {
     await waitFor(() => expect(within(card).getAllByRole("listitem")).toHaveLength(2));
     expect(card).toHaveTextContent("finished all its steps");
     expect(within(card).queryByRole("button")).toBeNull();
+  });
+
+  it("trains a completed run longer from its newest checkpoint and opens Live", async () => {
+    const done = { ...RUN, status: "completed" as const, steps_run: 1000, resume_step: null, train_longer: { from_step: 120, steps: 1000 } };
+    window.location.hash = "#/runs/r1";
+    const calls = serve(done, { ...CHECKPOINTS, resume_step: null });
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("checkpoints");
+    await userEvent.click(await within(card).findByRole("button", { name: "train portrait longer" }));
+    expect(within(card).queryByRole("button", { name: /resume portrait/ })).toBeNull();
+    const input = within(card).getByRole("spinbutton", { name: "New total steps" });
+    await userEvent.clear(input);
+    await userEvent.type(input, "1600");
+    await userEvent.click(within(card).getByRole("button", { name: "Train to 1600 steps" }));
+    await waitFor(() => expect(window.location.hash).toBe("#/live"));
+    expect(calls.find((c) => c.url === "/api/runs/r1/resume")).toMatchObject({ method: "POST", body: { settings: { steps: 1600 } } });
   });
   it("shows the plan the run used, with its measured trials", async () => {
     const trial = { base_precision: "int8", gradient_checkpointing: "full", micro_batch_size: 1, seconds_per_sample: 1.5, note: null };

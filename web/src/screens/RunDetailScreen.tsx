@@ -6,15 +6,16 @@ import { LineChart } from "../components/LineChart";
 import { PlanSummary } from "../components/PlanSummary";
 import { RunFiles } from "../components/RunFiles";
 import { RunLog } from "../components/RunLog";
+import { PushToHub } from "../components/PushToHub";
 import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
-import { chartSeries, fromPoints } from "../lib/series";
+import { chartData, fromPoints } from "../lib/series";
 
 /**
  * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
- * one), config and outputs; clone it, download its config or LoRA; delete.
+ * one, train longer), config and outputs; clone it, download its config or LoRA, push it to the hub; delete.
  */
 export function RunDetailScreen({ id }: { id: string }) {
   const [run, setRun] = useState<RunDetail | null>(null);
@@ -90,9 +91,14 @@ export function RunDetailScreen({ id }: { id: string }) {
           <Stat label="Started">{formatWhen(run.started_at ?? run.created_at)}</Stat>
         </div>
         {run.plan && <PlanSummary plan={run.plan} />}
+        {download && (
+          <div className="push-hub-slot">
+            <PushToHub name={run.output_name} />
+          </div>
+        )}
       </div>
       <div className="card">
-        <LineChart xs={series.steps} series={chartSeries(series)} empty="No metric points recorded." />
+        <LineChart {...chartData(series, run.validation)} empty="No metric points recorded." />
       </div>
       {samples.length > 0 && (
         <div className="card">
@@ -111,6 +117,9 @@ export function RunDetailScreen({ id }: { id: string }) {
                 <a href={api.imageUrl(l.url)} download aria-label={`download the LoRA of step ${l.step ?? "?"}`}>
                   {l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}
                 </a>{" "}
+                {l.validation_loss != null && <span className="small">val {formatNumber(l.validation_loss)} </span>}
+                {l.best && <span className="chip ok" data-testid="lora-best">best</span>}
+                {l.last && <span className="chip" data-testid="lora-last">last</span>}{" "}
                 <code className="muted small">{l.path.split(/[\\/]/).pop()}</code>
               </li>
             ))}

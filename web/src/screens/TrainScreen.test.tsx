@@ -183,4 +183,31 @@ describe("TrainScreen", () => {
     });
     for (const key of ["prodigy_d_coef", "learning_rate", "optimizer_eps"]) expect(sent.config).not.toHaveProperty(key);
   });
+
+  it("offers text-encoder training for SDXL only", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    expect(document.querySelector('[name="train_text_encoder"]')).toBeNull(); // FLUX.1: not offered
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    await userEvent.click(input("train_text_encoder"));
+    expect(input("train_text_encoder")).toBeChecked();
+    expect(input("text_encoder_lr")).toHaveValue("");
+  });
+
+  it("shows the Huber threshold and schedule only for a Huber loss, and sends them", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    const shown = (key: string) => document.querySelector(`[name="${key}"]`) !== null;
+    expect(input("loss")).toHaveValue("mse");
+    expect(shown("huber_c") || shown("huber_schedule")).toBe(false);
+    await userEvent.selectOptions(input("loss"), "huber");
+    await userEvent.type(input("huber_c"), "0.05");
+    await userEvent.selectOptions(input("huber_schedule"), "snr");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await screen.findByTestId("preflight");
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config).toMatchObject({ loss: "huber", huber_c: 0.05, huber_schedule: "snr" });
+  });
 });

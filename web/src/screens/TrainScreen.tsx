@@ -31,6 +31,7 @@ import {
   initialValues,
   LORA_FORMATS,
   precisionChoices,
+  SAVE_DTYPES,
   SCHEDULERS,
   withSetting,
 } from "../lib/trainForm";
@@ -248,6 +249,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
             {num("save_lora_every", "LoRA snapshot every", { placeholder: "with checkpoints", hint: "optimizer steps (loras/<name>-step-N)" })}
             {num("keep_loras", "Keep snapshots", { placeholder: "all", hint: "LoRA snapshots retained" })}
             {c.choice("lora_format", "LoRA file format", LORA_FORMATS, { hint: "both load in ComfyUI and diffusers; A1111/Forge: kohya" })}
+            {c.choice("save_dtype", "LoRA file dtype", SAVE_DTYPES, { hint: "fp32 keeps the trained weights exactly; bf16 / fp16 halve the file" })}
             {num("seed", "Seed", { hint: "same seed + data = same run" })}
           </div>
           <AdvancedSettings controls={c} family={family} hidden={hidden} />

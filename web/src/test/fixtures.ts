@@ -20,7 +20,7 @@ export const INFO: Info = {
       resolution_multiple: 32,
       lora_targets: ["to_q"],
       defaults: { resolution: 1024, learning_rate: 0.0001, lora_rank: 16, snr_gamma: 5 },
-      supports: ["snr_gamma", "noise_offset"],
+      supports: ["snr_gamma", "noise_offset", "train_text_encoder", "text_encoder_lr", "v_prediction"],
       wide_compile: true,
       fuse_projections: true,
       guidance: "cfg",

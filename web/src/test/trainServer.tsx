@@ -82,7 +82,12 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
               source: source(name),
             })),
           },
-          dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 }, warnings: cfg.no_upscale ? [] : [UPSCALE_WARNING] },
+          dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 }, warnings: cfg.no_upscale ? [] : [UPSCALE_WARNING],
+            masks: cfg.unmasked_weight != null ? { source: "masks/ folder", images_with_mask: 7, without_mask: ["plain.png"] } : null,
+            validation: cfg.validation_split != null
+              ? { held_out: 1, images: ["held.png"], source: `1 of 9 images of /d (fraction ${cfg.validation_split}, seed 42)`, train_images: 8, every: cfg.validate_every ?? null }
+              : null,
+          },
           schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
           precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
           memory: { estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null },

@@ -34,8 +34,11 @@ from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_size
+from lorastudio.data.masks import MASKS_DIR, mask_files
+from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
+from lorastudio.data.upload_pairs import control_slot
 from lorastudio.data.uploads import (
     UploadBatch,
     UploadResult,
@@ -79,14 +82,16 @@ def datasets(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
 
 @router.get("/{name}", response_model=DatasetDetail)
 def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
-    """The images of a dataset with their captions (txt wins over metadata.jsonl) and stored
-    sizes (from the file headers). Links are listed as dropped, never read; a caption file or
+    """The images of a dataset with their captions (txt wins over metadata.jsonl), control
+    images (paired datasets: relative paths, slot order; orphan controls listed as dropped) and
+    stored sizes (from the file headers). Links are listed as dropped, never read; a caption file or
     metadata.jsonl that cannot be used is listed as dropped with the reason."""
     folder = dataset_path(settings, name)
     if not folder.is_dir():
         raise NotFound(f"no dataset named {name!r}")
     files = discover(folder)
-    dropped = list(files.dropped)
+    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*
+    dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
     rows: dict[str, str] = {}
     if files.metadata:
         try:
@@ -95,6 +100,9 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE} ")) for p in table.problems]
         except DatasetError as err:
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
+    controls, orphans = listed_controls(folder, files.images)
+    dropped = [(n, why) for n, why in dropped if control_slot(n) is None]  # control/ folders are read
+    dropped += [(o, "control image with no target of the same name") for o in orphans]
     images = []
     for path in files.images:
         sidecar = files.sidecars.get(path.stem)
@@ -105,7 +113,16 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
             except DatasetError as err:
                 caption = None
                 dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]
-        images.append({"file": path.name, "caption": caption, **_stored_size(path)})
+        mask = masks.get(path.stem)
+        images.append(
+            {
+                "file": path.name,
+                "caption": caption,
+                "controls": controls.get(path.name, []),
+                "mask": mask.name if mask else None,
+                **_stored_size(path),
+            }
+        )
     return {
         **dataset_summary(folder),
         "files": images,
@@ -147,7 +164,9 @@ async def upload(
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
-    """Upload images, .txt captions and metadata.jsonl (multipart, any field names). Every file
+    """Upload images, .txt captions and metadata.jsonl (multipart, any field names), and the
+    control images of a paired dataset in fields named after their control folder (`control`,
+    `control_2` ... `control_9`; stored there, each matching a target image by stem). Every file
     is checked, then the good ones are committed at once (201, listing `committed` and
     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
@@ -171,7 +190,7 @@ async def upload(
     except MultiPartException as err:
         raise DatasetError("malformed multipart upload", [err.message]) from None
     try:
-        uploads = [v for _, v in form.multi_items() if not isinstance(v, str)]
+        uploads = [(k, v) for k, v in form.multi_items() if not isinstance(v, str)]
         result = await run_in_threadpool(_commit, settings, folder, uploads, strict)
     finally:
         await form.close()
@@ -183,8 +202,8 @@ def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) 
     with UploadBatch(
         settings.datasets_dir, folder, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
     ) as batch:
-        for up in uploads:
-            batch.add(up.filename or "", up.file)
+        for field, up in uploads:  # a field named control, control_2 ... holds control images
+            batch.add(up.filename or "", up.file, control_slot(field))
         return batch.commit()
 
 
@@ -202,13 +221,43 @@ def thumbnail(
     name: str,
     file: str,
     size: int = Query(default=256, ge=16, le=1024),
+    control: str | None = Query(
+        default=None,
+        description="a control folder (control, control_2 ...): the thumbnail of its image `file`",
+    ),
     settings: Settings = Depends(settings_dep),
 ) -> Response:
     """A JPEG thumbnail (longest side `size`) of one dataset image, decoded at reduced size and
     cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
     placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
     server's decode slots stay busy."""
-    path = existing_image(dataset_path(settings, name), file)
+    folder = dataset_path(settings, name)
+    if control is not None:
+        if control_slot(control) is None:
+            raise NotFound(f"{control!r} is not a control folder (control, control_2 ... control_9)")
+        folder = folder / control
+        if folder.is_symlink():
+            raise NotFound(f"no control folder {control!r} in dataset {name}")
+    return _thumbnail(existing_image(folder, file), size, settings)
+
+
+@router.get("/{name}/masks/{file}", response_class=Response)
+def mask_thumbnail(
+    name: str,
+    file: str,
+    size: int = Query(default=256, ge=16, le=1024),
+    settings: Settings = Depends(settings_dep),
+) -> Response:
+    """A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
+    image thumbnails. 404 when there is no such mask (or the masks folder is a link)."""
+    masks = dataset_path(settings, name) / MASKS_DIR
+    if masks.is_symlink():
+        raise NotFound(f"dataset {name!r} has no masks folder")
+    return _thumbnail(existing_image(masks, file), size, settings)
+
+
+def _thumbnail(path: Path, size: int, settings: Settings) -> Response:
+    """The thumbnail response of an image file (see `thumbnail`)."""
     headers = {"Cache-Control": "no-cache"}
     try:
         data = thumbnail_jpeg(

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.schemas import GenerateBody
-from lorastudio.api.schemas_files import GalleryList, GenerateOut
+from lorastudio.api.schemas_files import GalleryList, GenerateOut, ReferencesOut
 from lorastudio.data import safe_component
-from lorastudio.errors import NotFound
+from lorastudio.errors import DatasetError, NotFound
 from lorastudio.jobs.generation import (
     GenerationRequest,
     GenerationService,
@@ -22,7 +23,11 @@ from lorastudio.jobs.generation import (
     gallery_dir,
     gallery_images,
 )
+from lorastudio.jobs.references import reference_path, references_dir, store_reference
 from lorastudio.settings import Settings
+
+MAX_REFERENCES = 10  # the most any family takes (FLUX.2 dev)
+REFERENCES_BODY_LIMIT = 200 * 2**20  # bytes: 10 large photos
 
 router = APIRouter(tags=["generate"])
 
@@ -36,6 +41,8 @@ def generate(body: GenerateBody, service: GenerationService = Depends(generation
         family=body.family,
         base_model=body.base_model,
         revision=body.revision,
+        base_config=body.base_config,
+        v_prediction=body.v_prediction,
         prompt=body.prompt,
         seed=body.seed,
         steps=body.steps,
@@ -44,15 +51,66 @@ def generate(body: GenerateBody, service: GenerationService = Depends(generation
         guidance=body.guidance,
         negative_prompt=body.negative_prompt,
         loras=tuple(LoraChoice(r.name, r.scale, r.step) for r in body.loras),
+        references=tuple(body.references),
     )
     result = service.generate(req)
-    return {**result, "url": f"/gallery/{result['file']}"}
+    return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
+
+
+def _reference_urls(meta: dict[str, Any]) -> list[str]:
+    refs = meta.get("references")
+    return [f"/gallery/references/{r}" for r in refs if isinstance(r, str)] if isinstance(refs, list) else []
+
+
+@router.post(
+    "/api/generate/references",
+    status_code=201,
+    response_model=ReferencesOut,
+    max_body_size=REFERENCES_BODY_LIMIT,
+)
+async def upload_references(request: Request, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """Upload reference images for generation with an edit family (multipart, any field names,
+    in slot order): each is checked like a dataset image and kept; 201 with their ids (give
+    them as GenerateBody.references) and URLs. 400 naming every refused file (then none is kept)."""
+    form = await request.form(max_files=MAX_REFERENCES, max_fields=MAX_REFERENCES)
+    try:
+        uploads = [v for _, v in form.multi_items() if not isinstance(v, str)]
+        if not uploads:
+            raise DatasetError("no reference images in the upload", ["send the images as multipart files"])
+        stored: list[str] = []
+        problems: list[str] = []
+        for up in uploads:
+            try:
+                stored.append(await run_in_threadpool(store_reference, settings, up.filename or "", up.file))
+            except DatasetError as err:
+                problems += err.problems
+        if problems:  # all or nothing: the references of one request go together
+            for ref in stored:
+                (references_dir(settings) / ref).unlink(missing_ok=True)
+            raise DatasetError("reference images refused", problems)
+    finally:
+        await form.close()
+    return {"references": [{"id": r, "url": f"/gallery/references/{r}"} for r in stored]}
+
+
+@router.get("/gallery/references/{ref_id}", response_class=FileResponse)
+def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> FileResponse:
+    """An uploaded reference image."""
+    path = reference_path(settings, ref_id)
+    if path is None:
+        raise NotFound(f"no reference image {ref_id!r}")
+    return FileResponse(path)
 
 
 @router.get("/api/gallery", response_model=GalleryList)
 def gallery(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """The generated images, newest first, with their settings (prompt, seed, LoRAs, ...)."""
-    return {"images": [{**img, "url": f"/gallery/{img['file']}"} for img in gallery_images(settings)]}
+    return {
+        "images": [
+            {**img, "url": f"/gallery/{img['file']}", "reference_urls": _reference_urls(img)}
+            for img in gallery_images(settings)
+        ]
+    }
 
 
 @router.get("/gallery/{file}", response_class=FileResponse)

@@ -10,12 +10,13 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import settings_dep
-from lorastudio.api.schemas_files import LoraList, LoraSteps
+from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
 from lorastudio.jobs.generation import lora_file
 from lorastudio.lora.snapshots import run_loras
 from lorastudio.settings import Settings
+from lorastudio.training.validation_file import mark_loras, read_validation
 
 router = APIRouter(prefix="/api/loras", tags=["loras"])
 
@@ -79,12 +80,26 @@ def download(
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
 
+@router.post("/{name}/push", status_code=201, response_model=PushOut)
+def push(name: str, body: PushBody, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """Upload trained LoRA `name` with its sidecar, a model card and its newest samples to hub
+    repo `body.repo`, with the studio's hub token (lora/hub_push.py). 201 with the commit; 400 no
+    hub token set; 403 the hub refused the token or gave it no write access; 404 no such LoRA,
+    or no such repo without `create`; 502 the hub failed."""
+    from lorastudio.lora.hub_push import push_lora
+
+    safe_component(name, field="name")
+    result = push_lora(settings, name, body.repo, create=body.create, private=body.private)
+    return {"repo_id": result.repo_id, "url": result.url, "commit": result.commit, "files": result.files}
+
+
 def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
-    """{"name", "loras": [{"step", "path", "final", "url"}]} of run output `name` (see steps).
+    """{"name", "loras": [{"step", "path", "final", "url", "validation_loss", "best", "last"}]} of
+    run output `name` (see steps; the validation marks: training/validation_file.py).
     Raises NotFound (also for a name that is not a plain folder name of the outputs root)."""
     safe_component(name, field="loras.name")
     run_dir = settings.outputs_dir / name
-    found = run_loras(run_dir) if run_dir.is_dir() else []
+    found = mark_loras(run_loras(run_dir), read_validation(run_dir)) if run_dir.is_dir() else []
     if not found:
         raise NotFound(f"no LoRA of a run named {name!r} in {settings.outputs_dir}")
     for item in found:

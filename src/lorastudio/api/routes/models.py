@@ -66,7 +66,8 @@ def _forbidden(err: LorastudioError) -> JSONResponse:
 
 
 def _models_in_use(service: JobService) -> set[Path]:
-    """Base-model folders of the active and queued training jobs."""
+    """Base-model folders (and a single file's base config folders) of the active and queued
+    training jobs."""
     status = service.status()
     configs = []
     job = status["job"]
@@ -74,7 +75,8 @@ def _models_in_use(service: JobService) -> set[Path]:
         configs.append(job["config"])
     for queued in status["queue"]:
         configs.append(service.job(queued["id"])["config"])
-    return {Path(c["base_model"]) for c in configs if Path(c["base_model"]).is_absolute()}
+    paths = [c["base_model"] for c in configs] + [c["base_config"] for c in configs if c.get("base_config")]
+    return {Path(p) for p in paths if Path(p).is_absolute()}
 
 
 @router.get("", response_model=list[CatalogueModelOut])

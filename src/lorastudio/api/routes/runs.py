@@ -25,13 +25,13 @@ from lorastudio.api.schemas import (
 from lorastudio.api.schemas_files import LoraSteps
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.records import LIVE_STATUSES
-from lorastudio.jobs.resume import resumable_step
+from lorastudio.jobs.resume import ResumePoints, resume_points
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.worker_log import log_path
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
-from lorastudio.training.sample_files import list_samples, sample_path
+from lorastudio.training.sample_files import list_references, list_samples, sample_path
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -87,10 +87,10 @@ def run_samples(
     """The sample previews in the run's output folder (shared by every session of the run),
     oldest step first, each with its prompt and URL. 404 when the run is unknown."""
     run = store.get_run(run_id, max_points=2)
-    prompts = [
-        p if isinstance(p, str) else p.get("prompt") for p in run["config"].get("sample_prompts") or []
-    ]
-    found = list_samples(settings.outputs_dir / run["output_name"]) if run["output_name"] else []
+    prompts = [_prompt_of(p) for p in run["config"].get("sample_prompts") or []]
+    run_dir = settings.outputs_dir / run["output_name"] if run["output_name"] else None
+    found = list_samples(run_dir) if run_dir else []
+    refs = list_references(run_dir) if run_dir else {}
     return {
         "samples": [
             {
@@ -99,10 +99,18 @@ def run_samples(
                 "prompt": prompts[f.index] if f.index < len(prompts) else None,
                 "name": f.name,
                 "url": f"/api/runs/{run_id}/samples/{f.name}",
+                "references": [f"/api/runs/{run_id}/samples/{n}" for n in refs.get(f.index, [])],
             }
             for f in found
         ]
     }
+
+
+def _prompt_of(entry: Any) -> str | None:
+    """The text of a stored sample_prompts entry: a prompt, or {"prompt", "controls"}."""
+    if isinstance(entry, dict):
+        entry = entry.get("prompt")
+    return entry if isinstance(entry, str) else None
 
 
 @router.get("/{run_id}/samples/{name}", response_class=FileResponse)
@@ -130,11 +138,15 @@ def resume_run(run_id: str, body: ResumeBody, service: JobService = Depends(serv
 
 
 def _with_resume_step(run: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The run with what its folder offers: resume_step, train_longer (jobs/resume.py) and lora_file."""
     live = run["status"] in {s.value for s in LIVE_STATUSES}
     name = run.get("output_name")
-    step = None if live or not name else resumable_step(settings.outputs_dir / name)
+    points = ResumePoints() if live or not name else resume_points(settings.outputs_dir / name)
+    longer = None
+    if points.extend_from is not None and points.total_steps is not None:
+        longer = {"from_step": points.extend_from, "steps": points.total_steps}
     lora = bool(name) and (settings.outputs_dir / name / f"{name}.safetensors").is_file()
-    return {**run, "resume_step": step, "lora_file": lora}
+    return {**run, "resume_step": points.resume_step, "train_longer": longer, "lora_file": lora}
 
 
 @router.delete("/{run_id}", response_model=RunDeleted)

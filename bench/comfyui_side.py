@@ -1,0 +1,212 @@
+"""The ComfyUI half of bench/comfyui_check.py: runs ComfyUI's own LoRA loader on one LoRA file.
+
+    python bench/comfyui_side.py --comfyui /path/to/ComfyUI CASE_DIR     (prints one JSON line)
+
+Imports no lorastudio code: everything here is ComfyUI's (a checkout given by --comfyui, not
+vendored) plus torch and safetensors. CASE_DIR (written by comfyui_check.py) holds case.json,
+base.safetensors (the tiny denoiser's weights, diffusers names; for "native": "given", the
+model's own names) and expected.safetensors (the weight change the trained adapter makes,
+(alpha / rank) * B @ A per layer, same names).
+
+What runs, all ComfyUI's code:
+1. the model's weights in ComfyUI's names, by ComfyUI's own diffusers loading conversion:
+   `comfy.utils.unet_to_diffusers` (SDXL, as `comfy.sd.load_diffusion_model_state_dict` does for
+   a diffusers U-Net), `comfy.model_detection.convert_diffusers_mmdit` (FLUX.1, Chroma, Kontext,
+   Z-Image), none for Qwen-Image (ComfyUI's model uses the diffusers names); FLUX.2 has no
+   diffusers conversion in ComfyUI, so its BFL-named weights are given by the caller. The
+   expected change is converted the same way: convert(base + change) - convert(base).
+2. `comfy.sd.load_lora_for_models(model_patcher, None, lora, 1.0, 0)`: the LoraLoaderModelOnly
+   node's call (model_lora_keys_unet + lora_convert.convert_lora + lora.load_lora + add_patches),
+   then `ModelPatcher.patch_weight_to_device(key, return_weight=True)` for each patched weight
+   (lora.calculate_weight, the LoRA adapter's strength rule).
+3. every "lora key not loaded" / "NOT LOADED" warning is collected; the patched weight minus the
+   original must equal the expected change on every layer, and nothing else may change.
+
+The stub surface, and why: ComfyUI's model classes cannot be built at the tiny models' sizes
+(its model detection and constructors assume real widths: head counts of hidden_size / 128,
+Qwen-Image's 3072), so the model handed to the loader is an instance of ComfyUI's real class
+(comfy.model_base.SDXL / Flux / Flux2 / Chroma / QwenImage / Lumina2; lora.py dispatches on it
+with isinstance) made without its constructor, holding the converted weights under
+`diffusion_model.` and the unet_config ComfyUI's own `detect_unet_config` reads from them (SDXL:
+written by the caller and checked to name every weight). torchvision is replaced by an absent
+module (only CUDA wheels exist for this CPU torch; only models never built here import it).
+Model management runs for real with --cpu.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import json
+import logging
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+
+class _Absent(types.ModuleType):
+    """A module that is not installed: every use raises (see the module docstring)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        sub = _Absent(f"{self.__name__}.{name}")
+        sub.__spec__ = importlib.machinery.ModuleSpec(sub.__name__, None)
+        sys.modules[sub.__name__] = sub
+        return sub
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{self.__name__} is not available in this check")
+
+
+def import_comfy(root: Path) -> types.SimpleNamespace:
+    """Import ComfyUI's modules from the checkout at `root` (on the CPU)."""
+    sys.path.insert(0, str(root))
+    try:
+        import torchvision  # noqa: F401
+    except (ImportError, RuntimeError, OSError):
+        for name in ("torchvision", "torchvision.transforms", "torchvision.models", "torchvision.ops"):
+            sys.modules[name] = _Absent(name)
+            sys.modules[name].__spec__ = importlib.machinery.ModuleSpec(name, None)
+    import comfy.cli_args
+
+    comfy.cli_args.args.cpu = True
+    import comfy.lora
+    import comfy.lora_convert
+    import comfy.model_base
+    import comfy.model_detection
+    import comfy.model_management
+    import comfy.model_patcher
+    import comfy.sd
+    import comfy.utils
+
+    return types.SimpleNamespace(
+        base=comfy.model_base,
+        detection=comfy.model_detection,
+        patcher=comfy.model_patcher,
+        sd=comfy.sd,
+        utils=comfy.utils,
+    )
+
+
+def _tree(weights: dict[str, Any]) -> Any:
+    """An nn.Module holding `weights` at their dotted names (no forward)."""
+    import torch
+
+    root = torch.nn.Module()
+    for name, value in weights.items():
+        *path, leaf = name.split(".")
+        module = root
+        for part in path:
+            if part not in module._modules:
+                module.add_module(part, torch.nn.Module())
+            module = module._modules[part]
+        module.register_parameter(leaf, torch.nn.Parameter(value.clone(), requires_grad=False))
+    return root
+
+
+def native_weights(comfy: Any, case: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
+    """`weights` (diffusers names) in ComfyUI's names, by ComfyUI's diffusers conversion."""
+    kind = case["native"]
+    weights = {k: v.clone() for k, v in weights.items()}  # ComfyUI's conversion writes into its input
+    if kind == "given" or kind == "identity":
+        return dict(weights)
+    if kind == "unet":
+        mapping = comfy.utils.unet_to_diffusers(case["unet_config"])
+        missing = sorted(k for k in weights if k not in mapping)
+        if missing:
+            raise SystemExit(f"unet_config does not name {len(missing)} weights, e.g. {missing[:3]}")
+        return {mapping[k]: v for k, v in weights.items()}
+    converted = comfy.detection.convert_diffusers_mmdit(dict(weights), "")
+    if converted is None:
+        raise SystemExit("ComfyUI's convert_diffusers_mmdit does not recognise this model")
+    return converted
+
+
+def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
+    """Load the case's LoRA with ComfyUI's loader; compare every patched weight (module docstring)."""
+    import torch
+    from safetensors.torch import load_file
+
+    case = json.loads((case_dir / "case.json").read_text())
+    base = load_file(str(case_dir / "base.safetensors"))
+    change = load_file(str(case_dir / "expected.safetensors"))
+    native = native_weights(comfy, case, base)
+    moved = native_weights(comfy, case, {k: v + change.get(k, 0) for k, v in base.items()})
+    expected = {k: moved[k] - v for k, v in native.items() if not torch.equal(moved[k], v)}
+    unet_config = case.get("unet_config") or comfy.detection.detect_unet_config(native, "")
+    if case["native"] == "unet":  # the written config must be the one ComfyUI reads off the weights
+        read = comfy.detection.detect_unet_config(native, "")
+        if comfy.utils.unet_to_diffusers(read) != comfy.utils.unet_to_diffusers(unet_config):
+            raise SystemExit(f"detect_unet_config reads another U-Net: {read}")
+
+    cls = getattr(comfy.base, case["model_class"])
+    model = cls.__new__(cls)  # see the module docstring: ComfyUI's class, no constructor
+    torch.nn.Module.__init__(model)
+    model.model_config = types.SimpleNamespace(unet_config=unet_config)
+    model.diffusion_model = _tree(native)
+    model.device = torch.device("cpu")
+    patcher = comfy.patcher.ModelPatcher(model, load_device=model.device, offload_device=model.device)
+
+    lora = load_file(case["lora"])
+    warnings: list[str] = []
+    handler = _Collect(warnings)
+    logging.getLogger().addHandler(handler)
+    try:
+        patched, _ = comfy.sd.load_lora_for_models(patcher, None, lora, case.get("strength", 1.0), 0)
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+    errors, worst = [], 0.0
+    prefixed = {"diffusion_model." + k: v for k, v in expected.items()}
+    for key in sorted(set(patched.patches) | set(prefixed)):
+        if key not in patched.patches:
+            errors.append(f"{key}: the LoRA changes it, ComfyUI does not patch it")
+            continue
+        before = comfy.utils.get_attr(model, key).detach().float()
+        after = patched.patch_weight_to_device(key, return_weight=True).float()
+        want = prefixed.get(key, torch.zeros_like(before)).float()
+        diff = (after - before - want).abs().max().item()
+        scale = max(want.abs().max().item(), 1e-12)
+        worst = max(worst, diff / scale)
+        if diff > 1e-4 * scale + 1e-7:
+            errors.append(
+                f"{key}: patched change differs from the trained one by {diff:.3g} (max {scale:.3g})"
+            )
+    return {
+        "family": case["family"],
+        "lora_keys": len(lora),
+        "patched_weights": len(patched.patches),
+        "expected_weights": len(expected),
+        "not_loaded": warnings,
+        "errors": errors,
+        "worst_relative_error": worst,
+        "ok": not warnings and not errors and len(expected) > 0,
+    }
+
+
+class _Collect(logging.Handler):
+    """Collects ComfyUI's "lora key not loaded" / "NOT LOADED" warnings."""
+
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "not loaded" in message.lower():
+            self.sink.append(message)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--comfyui", type=Path, required=True, help="a ComfyUI checkout (its root folder)")
+    parser.add_argument("case_dir", type=Path)
+    args = parser.parse_args()
+    comfy = import_comfy(args.comfyui)
+    print(json.dumps(run_case(comfy, args.case_dir)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Caption jobs: start one for a dataset, its status, cancel, the event stream.
+
+POST /api/datasets/{name}/caption (202) starts one (jobs/captioning.py: 409 while another runs,
+while training uses the dataset or holds the GPU it needs); GET the same path gives the dataset's
+newest job. The job's events (caption_job, caption_started, caption_progress, caption_failed,
+caption_summary, caption_error, caption_end) stream at /api/captions/events.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from lorastudio.api.schemas_caption import CaptionJobOut
+from lorastudio.api.sse import event_stream
+from lorastudio.captioning.options import CaptionOptions
+from lorastudio.jobs.captioning import CaptionJobs
+
+router = APIRouter(tags=["captions"])
+_lock = threading.Lock()
+
+
+def captions_dep(request: Request) -> CaptionJobs:
+    """The app's CaptionJobs (created on first use with the app's arbiter, kept on app.state)."""
+    with _lock:
+        jobs = getattr(request.app.state, "captions", None)
+        if jobs is None:
+            state = request.app.state
+            jobs = CaptionJobs(state.settings, state.arbiter, state.service.datasets_in_use)
+            state.captions = jobs
+        return jobs
+
+
+@router.post("/api/datasets/{name}/caption", status_code=202, response_model=CaptionJobOut)
+def start(name: str, body: CaptionOptions, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
+    """Caption the images of dataset `name` that have no caption (all with `overwrite`) with a
+    vision-language model (hub id or model folder), in a worker. 400 bad model / device, 404 no
+    such dataset, 409 a caption job runs, training uses the dataset or holds the GPU."""
+    return jobs.start(name, body)
+
+
+@router.get("/api/datasets/{name}/caption", response_model=CaptionJobOut)
+def latest(name: str, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
+    """The dataset's newest caption job of this server's life (404: none)."""
+    return jobs.latest(name)
+
+
+@router.get("/api/captions/events", response_class=StreamingResponse)
+async def events(
+    request: Request,
+    after: int | None = Query(default=None, ge=0, description="resume after this event id"),
+    last_event_id: str | None = Header(default=None),
+    jobs: CaptionJobs = Depends(captions_dep),
+) -> StreamingResponse:
+    """Server-sent events of every caption job, as `id:`, `event:`, `data:`."""
+    return event_stream(request, jobs, after, last_event_id)
+
+
+@router.get("/api/captions/{job_id}", response_model=CaptionJobOut)
+def status(job_id: str, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
+    """One caption job: progress, failures by file, the first captions."""
+    return jobs.get(job_id)
+
+
+@router.post("/api/captions/{job_id}/cancel", response_model=CaptionJobOut)
+def cancel(job_id: str, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
+    """Stop a running caption job after its current image (captions written are kept)."""
+    return jobs.cancel(job_id)

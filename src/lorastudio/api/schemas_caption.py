@@ -1,0 +1,43 @@
+"""API schemas of caption jobs (POST /api/datasets/{name}/caption, /api/captions/...)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CaptionStatus = Literal["running", "completed", "failed", "cancelled"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class CaptionFailure(_Out):
+    file: str
+    reason: str
+
+
+class CaptionPreview(_Out):
+    file: str
+    caption: str
+
+
+class CaptionJobOut(_Out):
+    id: str
+    dataset: str
+    model: str
+    device: Literal["cpu", "cuda"]
+    prefix: str | None
+    overwrite: bool
+    status: CaptionStatus
+    total: int | None = Field(description="images to caption (null until the worker has planned)")
+    done: int = Field(description="images captioned or failed so far")
+    captioned: int
+    skipped: int = Field(description="images that keep their caption")
+    failures: list[CaptionFailure]
+    preview: list[CaptionPreview] = Field(description="the first captions written")
+    error: str | None
+    cancel_reason: str | None
+    created_at: str
+    finished_at: str | None

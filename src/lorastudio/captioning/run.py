@@ -1,0 +1,117 @@
+"""Caption a dataset: plan, load the model once, caption image by image, report each.
+
+Events (plain dicts, JSON-ready; the CLI prints them, the caption worker sends them to the job
+service): caption_started {total, skipped, store, device}, caption_progress {index, total,
+file, caption}, caption_failed {index, total, file, reason}, and the summary (CaptionSummary)
+at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
+since every write is atomic (captioning/targets.py) no caption file is ever half-written.
+A broken image (corrupt, unreadable) is named in the failures and skipped; the run goes on.
+An image over MAX_PIXELS is shrunk to about that many pixels (same aspect) before the model sees
+it: a caption needs no more, and Qwen2.5-VL's vision tokens grow with the pixels (a 24 MP photo
+would cost ~30k tokens at its processor's default cap).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.source import CaptionerSource
+from lorastudio.captioning.targets import clean_caption, plan_captions, store_caption
+from lorastudio.data.images import load_rgb
+from lorastudio.errors import DatasetError
+
+Emit = Callable[[dict[str, Any]], None]
+MAX_PIXELS = 1024 * 1024
+
+
+def fit_pixels(image: Image.Image, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """`image`, or a copy shrunk (Lanczos, same aspect) to at most `max_pixels` pixels."""
+    width, height = image.size
+    if width * height <= max_pixels:
+        return image
+    scale = math.sqrt(max_pixels / (width * height))
+    size = (max(1, int(width * scale)), max(1, int(height * scale)))
+    return image.resize(size, Image.Resampling.LANCZOS)
+
+
+@dataclass
+class CaptionSummary:
+    """captioned: (file, caption) written; skipped: files that kept their caption; failures:
+    (file, reason); cancelled: the run was stopped before the end."""
+
+    captioned: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    cancelled: bool = False
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "type": "caption_summary",
+            "captioned": len(self.captioned),
+            "skipped": len(self.skipped),
+            "failures": [{"file": f, "reason": r} for f, r in self.failures],
+            "cancelled": self.cancelled,
+        }
+
+
+def caption_dataset(
+    folder: Path,
+    source: CaptionerSource,
+    options: CaptionOptions,
+    emit: Emit,
+    cancelled: Callable[[], bool] = lambda: False,
+    token: str | None = None,
+) -> CaptionSummary:
+    """Caption the images of dataset `folder` per `options` with the model at `source`.
+    Returns the summary (also emitted last). Raises DatasetError (the folder), ModelSourceError
+    (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops)."""
+    from lorastudio.captioning.vlm import Captioner
+
+    plan = plan_captions(folder, options.overwrite)
+    summary = CaptionSummary(skipped=list(plan.skipped))
+    if not plan.todo:
+        emit({"type": "caption_started", "total": 0, "skipped": len(plan.skipped), "store": plan.store})
+        emit(summary.public())
+        return summary
+    captioner = Captioner(source, options.device, token)
+    total = len(plan.todo)
+    emit(
+        {
+            "type": "caption_started",
+            "total": total,
+            "skipped": len(plan.skipped),
+            "store": plan.store,
+            "device": captioner.device,
+        }
+    )
+    try:
+        for index, image in enumerate(plan.todo, start=1):
+            if cancelled():
+                summary.cancelled = True
+                break
+            where = {"index": index, "total": total, "file": image.name}
+            try:
+                rgb = fit_pixels(load_rgb(image))
+                text = clean_caption(
+                    captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix
+                )
+                store_caption(folder, image, text, plan.store)
+            except (DatasetError, ValueError, OSError) as err:
+                reason = err.problems[0] if isinstance(err, DatasetError) and err.problems else str(err)
+                reason = reason.removeprefix(f"{image.name}: ")
+                summary.failures.append((image.name, reason))
+                emit({"type": "caption_failed", **where, "reason": reason})
+                continue
+            summary.captioned.append((image.name, text))
+            emit({"type": "caption_progress", **where, "caption": text})
+    finally:
+        captioner.close()
+    emit(summary.public())
+    return summary

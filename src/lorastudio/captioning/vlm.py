@@ -1,0 +1,94 @@
+"""The captioning model: load a vision-language model with its processor, caption one image.
+
+Qwen2.5-VL / Qwen2-VL: the processor's chat template with an image part and the prompt, greedy
+generate, the new tokens decoded. Florence-2 (native transformers class): the prompt is a task
+token (<CAPTION>, <DETAILED_CAPTION>, <MORE_DETAILED_CAPTION>) that its processor expands.
+Decoding is greedy (do_sample False, one beam): the same image, prompt and model give the same
+caption every run. Where torchvision is missing, Qwen's processor loads without its video
+processor (families/qwen_vl_processor.py). Only workers and the CLI import this module (torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from PIL import Image
+
+from lorastudio.captioning.options import DEFAULT_PROMPT, FLORENCE_DEFAULT_TASK
+from lorastudio.captioning.source import CaptionerSource
+from lorastudio.errors import ModelSourceError
+
+
+def pick_device(device: str) -> str:
+    """ "auto" -> "cuda" when a GPU is visible, else "cpu"; "cuda" without a GPU is refused."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelSourceError(
+            "device 'cuda' asked for captioning but no GPU is visible; use 'cpu' or 'auto'"
+        )
+    return device
+
+
+class Captioner:
+    """A loaded captioning model. `caption(image)` returns the model's raw text (not cleaned)."""
+
+    def __init__(self, source: CaptionerSource, device: str, token: str | None = None):
+        from transformers import AutoProcessor
+
+        self.kind = source.kind
+        self.device = pick_device(device)
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        kwargs: dict[str, Any] = {"revision": source.revision, "token": token}
+        if self.kind != "florence2":
+            from lorastudio.families.qwen_vl_processor import allow_processor_without_torchvision
+
+            allow_processor_without_torchvision()
+        cls = _model_class(self.kind)
+        try:
+            self.processor = AutoProcessor.from_pretrained(source.source, **kwargs)
+            self.model = cls.from_pretrained(source.source, dtype=dtype, **kwargs).to(self.device).eval()
+        except (OSError, ValueError) as err:
+            raise ModelSourceError(f"captioning model {source.source} cannot be loaded: {err}") from None
+
+    def default_prompt(self) -> str:
+        return FLORENCE_DEFAULT_TASK if self.kind == "florence2" else DEFAULT_PROMPT
+
+    @torch.inference_mode()
+    def caption(self, image: Image.Image, prompt: str | None, max_tokens: int) -> str:
+        """The model's text for `image` (RGB) asked with `prompt` (None: the default)."""
+        prompt = prompt or self.default_prompt()
+        if self.kind == "florence2":
+            inputs = self.processor(text=prompt, images=image, return_tensors="pt")
+        else:
+            messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+            text = self.processor.apply_chat_template(messages, add_generation_prompt=True)
+            inputs = self.processor(text=[text], images=[image], return_tensors="pt")
+        inputs = {k: v.to(self.device) for k, v in inputs.items()}
+        if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
+            inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+        out = self.model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, num_beams=1)  # [1, L]
+        # decoder-only models echo the prompt: keep the new tokens [1, N]; Florence-2's decoder does not
+        new = out if self.kind == "florence2" else out[:, inputs["input_ids"].shape[1] :]
+        return self.processor.batch_decode(new, skip_special_tokens=True)[0]
+
+    def close(self) -> None:
+        """Drop the weights (and the GPU's cached blocks)."""
+        del self.model
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _model_class(kind: str) -> Any:
+    import transformers
+
+    names = {
+        "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+        "qwen2_vl": "Qwen2VLForConditionalGeneration",
+        "florence2": "Florence2ForConditionalGeneration",
+    }
+    cls = getattr(transformers, names[kind], None)
+    if cls is None:
+        raise ModelSourceError(f"this transformers ({transformers.__version__}) has no {names[kind]}")
+    return cls

@@ -1,0 +1,88 @@
+"""`lorastudio datasets caption NAME --model ID`: caption a dataset's images with a VLM, here.
+
+Runs in this process (the model on the GPU when there is one, `--device cpu` otherwise) while
+holding the studio home, like `datasets delete`: refused while a server owns the home (caption
+through it then: the UI or POST /api/datasets/NAME/caption, which respects the GPU arbiter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+
+def register(datasets_app: typer.Typer) -> None:
+    datasets_app.command("caption")(caption_cmd)
+
+
+def caption_cmd(
+    name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
+    model: str = typer.Option(..., "--model", help="captioning VLM: hub id or model folder"),
+    revision: str | None = typer.Option(None, "--revision", help="hub revision (branch, tag, commit)"),
+    prompt: str | None = typer.Option(None, "--prompt", help="what to ask (default: a one-sentence caption)"),
+    prefix: str | None = typer.Option(
+        None, "--prefix", help="put first in every new caption (a trigger word)"
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="caption every image, not only uncaptioned ones"
+    ),
+    max_tokens: int = typer.Option(60, "--max-tokens", min=1, help="new tokens per caption"),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
+) -> None:
+    """Caption the images of dataset NAME that have no caption (all with --overwrite) with a
+    vision-language model (Qwen2.5-VL, Qwen2-VL, Florence-2), greedy: the same model gives the
+    same captions. Prints a line per image and a summary; exits 1 when an image failed."""
+    from lorastudio.cli.run_display import quiet_libraries
+
+    quiet_libraries()
+    from pydantic import ValidationError
+
+    from lorastudio.captioning.options import CaptionOptions
+    from lorastudio.captioning.run import caption_dataset
+    from lorastudio.captioning.source import resolve_captioner
+    from lorastudio.data import resolve_dataset_dir, safe_component
+    from lorastudio.errors import ConfigError, FieldProblem, HomeInUse
+    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.settings import get_settings
+
+    try:
+        options = CaptionOptions(
+            model=model, revision=revision, prompt=prompt, prefix=prefix, overwrite=overwrite,
+            max_tokens=max_tokens, device=device,
+        )  # fmt: skip
+    except ValidationError as err:
+        problems = [FieldProblem(".".join(map(str, e["loc"])), e["msg"]) for e in err.errors()]
+        raise ConfigError(problems) from None
+    settings = get_settings().ensure_dirs()
+    folder = resolve_dataset_dir(
+        safe_component(name, field="NAME"), settings.datasets_dir, allow_outside_root=False
+    )
+    source = resolve_captioner(settings, options.model, options.revision)
+    try:
+        lock = HomeLock.for_server(settings.home, None)
+    except HomeInUse as err:
+        typer.echo(f"dataset {name} not captioned: {err}", err=True)
+        raise typer.Exit(1) from None
+    token = settings.hf_token.get_secret_value() if settings.hf_token else None
+    with lock:
+        summary = caption_dataset(folder, source, options, _print_event, token=token)
+    raise typer.Exit(1 if summary.failures else 0)
+
+
+def _print_event(event: dict[str, Any]) -> None:
+    kind = event["type"]
+    if kind == "caption_started":
+        device = f" on {event['device']}" if "device" in event else ""
+        typer.echo(f"captioning {event['total']} image(s){device}; {event['skipped']} already captioned")
+    elif kind == "caption_progress":
+        typer.echo(f"[{event['index']}/{event['total']}] {event['file']}: {event['caption']}")
+    elif kind == "caption_failed":
+        typer.echo(f"[{event['index']}/{event['total']}] {event['file']}: FAILED: {event['reason']}")
+    elif kind == "caption_summary":
+        typer.echo(
+            f"done: {event['captioned']} captioned, {event['skipped']} skipped, "
+            f"{len(event['failures'])} failed"
+        )
+        for failure in event["failures"]:
+            typer.echo(f"  failed {failure['file']}: {failure['reason']}")

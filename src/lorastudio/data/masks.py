@@ -1,0 +1,216 @@
+"""Loss masks of a dataset (TrainConfig.alpha_mask / unmasked_weight, issue 29 part 4). No torch.
+
+Where a mask comes from: a grey image in the dataset's `masks/` sub-folder with the image's file
+stem (any supported image type; white = the pixel is trained fully, black = it gets
+`unmasked_weight`, grey in between), or, with `alpha_mask`, the image's own alpha channel (opaque
+= trained). A mask must have its image's size (after EXIF orientation); an image without one
+trains unmasked and is named by the preflight. `attach_masks` checks and attaches them to a scan
+(its fingerprint then covers the masks' bytes too); `mask_crop` gives one crop's mask on the
+latent grid, cut exactly like the image (data/crop.py: the same resize, crop and flip), then
+box-averaged down by the VAE's scale factor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from lorastudio.data.crop import _REDUCING_GAP, resized_size
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.discovery import is_image_name
+from lorastudio.data.images import (
+    DECODE_ERRORS,
+    ORIENTATION_FIX,
+    exif_orientation,
+    open_image,
+    probe_image,
+    to_rgb,
+)
+from lorastudio.data.items import DatasetScan, ImageItem, MaskRef
+from lorastudio.data.safe_open import folder_identity
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem
+
+MASKS_DIR = "masks"
+MASK_FIELDS = ("alpha_mask", "unmasked_weight")  # the config fields attach_masks may refuse
+_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
+
+
+def mask_files(root: Path) -> dict[str, Path]:
+    """stem -> mask file of `root`/masks/ (image files only; links and other entries skipped;
+    {} when there is no masks/ folder)."""
+    folder = root / MASKS_DIR
+    if folder.is_symlink() or not folder.is_dir():
+        return {}
+    with os.scandir(folder) as it:
+        entries = sorted(
+            e.name for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False)
+        )
+    return {Path(name).stem: folder / name for name in entries if is_image_name(name)}
+
+
+def has_alpha(item: ImageItem) -> bool:
+    """Whether the image has an alpha channel (read from its header)."""
+    with open_image(item.path, item.folder_id) as img:
+        return img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info)
+
+
+def attach_masks(
+    scan: DatasetScan,
+    *,
+    alpha_mask: bool,
+    unmasked_weight: float,
+    max_pixels: int = 64_000_000,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
+) -> DatasetScan:
+    """`scan` with each item's MaskRef (see the module docstring) and a fingerprint that covers
+    the masks. Unchanged when there is no masks/ folder and alpha_mask is off.
+    Raises: ConfigError for alpha_mask with a masks/ folder too (which one?), and for an
+    unmasked_weight set when no image has a mask (nothing would be weighted); DatasetError naming
+    every mask that cannot be used (undecodable, another size than its image, no image of its
+    stem)."""
+    files = mask_files(Path(scan.root))
+    if alpha_mask and files:
+        raise ConfigError(
+            [FieldProblem("alpha_mask", f"{scan.root}/{MASKS_DIR} holds masks too: use one or the other")]
+        )
+    items, problems = (
+        _alpha_items(scan.items) if alpha_mask else _folder_items(scan, files, max_pixels, decode_pixels)
+    )
+    if problems:
+        raise DatasetError(f"masks of {scan.root} cannot be used ({len(problems)} problem(s))", problems)
+    if unmasked_weight != 0 and not any(it.mask for it in items):
+        source = "no image has an alpha channel" if alpha_mask else f"{scan.root} has no {MASKS_DIR}/ folder"
+        raise ConfigError([FieldProblem("unmasked_weight", f"nothing is masked ({source})")])
+    if not files and not alpha_mask:
+        return scan
+    dropped = [(name, why) for name, why in scan.dropped if name != MASKS_DIR]
+    return replace(scan, items=items, dropped=dropped, fingerprint=_fingerprint(scan.fingerprint, items))
+
+
+def _folder_items(
+    scan: DatasetScan, files: dict[str, Path], max_pixels: int, decode_pixels: int
+) -> tuple[list[ImageItem], list[str]]:
+    """The items with their masks/ files, and every problem with those files."""
+    if not files:
+        return list(scan.items), []
+    folder_id = folder_identity(Path(scan.root) / MASKS_DIR)
+    stems = {it.path.stem for it in scan.items}
+    problems = [
+        f"{MASKS_DIR}/{path.name}: no image named {stem}.* in the dataset"
+        for stem, path in files.items()
+        if stem not in stems
+    ]
+    items = []
+    for item in scan.items:
+        path = files.get(item.path.stem)
+        if path is None:
+            items.append(item)
+            continue
+        try:
+            info = probe_image(path, max_pixels, decode_pixels, folder_id)
+        except DatasetError as err:
+            problems += [f"{MASKS_DIR}/{p}" for p in err.problems]
+            continue
+        if (info.width, info.height) != (item.width, item.height):
+            problems.append(
+                f"{MASKS_DIR}/{path.name}: {info.width}x{info.height}, but {item.path.name} is "
+                f"{item.width}x{item.height} (a mask must have its image's size)"
+            )
+            continue
+        items.append(replace(item, mask=MaskRef(path, folder_id)))
+    return items, problems
+
+
+def _alpha_items(items: list[ImageItem]) -> tuple[list[ImageItem], list[str]]:
+    """The items whose image has an alpha channel, masked by it."""
+    out = [
+        replace(it, mask=MaskRef(it.path, it.folder_id, alpha=True)) if has_alpha(it) else it for it in items
+    ]
+    return out, []
+
+
+def _fingerprint(base: str, items: list[ImageItem]) -> str:
+    """The dataset fingerprint with the masks: each masked image's mask file bytes (or "alpha")."""
+    from lorastudio.data.scan import file_sha256
+
+    rows = [
+        [
+            it.path.name,
+            "alpha" if it.mask.alpha else [it.mask.path.name, file_sha256(it.mask.path, it.mask.folder_id)],
+        ]
+        for it in items
+        if it.mask is not None
+    ]
+    payload = json.dumps(sorted(rows), separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(f"lorastudio-masks-v1\n{base}\n".encode() + payload).hexdigest()
+
+
+def load_mask(item: ImageItem) -> Image.Image:
+    """The item's mask as an upright "L" image of the image's size (white = trained fully).
+    Raises DatasetError naming the file when it cannot be decoded."""
+    ref = item.mask
+    if ref is None:
+        raise ValueError(f"{item.path.name} has no mask")
+    with open_image(ref.path, ref.folder_id) as img:
+        orientation = exif_orientation(img)
+        try:
+            img.load()
+            grey = img.convert("RGBA").getchannel("A") if ref.alpha else to_rgb(img).convert("L")
+        except DECODE_ERRORS as err:
+            raise DatasetError(f"cannot decode mask {ref.path.name}", [f"{ref.path.name}: {err}"]) from None
+    fix = ORIENTATION_FIX.get(orientation)
+    return grey.transpose(fix) if fix is not None else grey
+
+
+def mask_crop(item: ImageItem, crop_top_left: tuple[int, int], flip: bool, scale: int) -> np.ndarray | None:
+    """The mask of one crop of `item` on the latent grid: [bucket_h // scale, bucket_w // scale]
+    float32 in [0, 1], or None for an item without a mask. The mask is resized like the image
+    (Lanczos to cover the bucket, clipped to [0, 1]), cut at the crop's `crop_top_left` (as
+    data.crop.CroppedImage reports it: mirrored when flipped) and flipped with it, then
+    box-averaged by the VAE's `scale`. Draws nothing from any rng."""
+    if item.mask is None:
+        return None
+    grey = load_mask(item)
+    bw, bh = item.bucket
+    rw, rh = resized_size(grey.width, grey.height, item.bucket)
+    if (rw, rh) != grey.size:
+        grey = grey.resize((rw, rh), Image.Resampling.LANCZOS, reducing_gap=_REDUCING_GAP)
+    top, left = crop_top_left
+    if flip:  # undo the mirroring of `left` that load_crop reports for a flipped crop
+        left = rw - left - bw
+    arr = np.asarray(grey, dtype=np.float32)[top : top + bh, left : left + bw] / 255.0  # [bh, bw]
+    if flip:
+        arr = arr[:, ::-1]  # [bh, bw] mirrored
+    pixels = Image.fromarray(np.ascontiguousarray(np.clip(arr, 0.0, 1.0), dtype=np.float32))  # mode "F"
+    small = pixels.resize((bw // scale, bh // scale), Image.Resampling.BOX)  # the latent grid
+    return np.asarray(small, dtype=np.float32).copy()  # [h, w]
+
+
+def mask_section(items: list[ImageItem], alpha_mask: bool) -> dict[str, object] | None:
+    """The preflight report's mask section (None when no image is masked): where the masks come
+    from, how many images have one and the names of those without (they train unmasked)."""
+    masked = [it for it in items if it.mask is not None]
+    if not masked:
+        return None
+    without = sorted(it.path.name for it in items if it.mask is None)
+    return {
+        "source": "alpha channel" if alpha_mask else f"{MASKS_DIR}/ folder",
+        "images_with_mask": len(masked),
+        "without_mask": without,
+    }
+
+
+def mask_warning(items: list[ImageItem]) -> str | None:
+    """The preflight's warning naming the images that train unmasked in a masked dataset."""
+    if not any(it.mask for it in items):
+        return None
+    without = sorted(it.path.name for it in items if it.mask is None)
+    if not without:
+        return None
+    return f"{len(without)} image(s) have no mask and train unmasked: {', '.join(without)}"

@@ -1,0 +1,37 @@
+"""The controls of each image of a dataset folder, for listings (the dataset screen): the
+pairing of data/pairs.py (control sub-folders by stem, metadata.jsonl control rows) without
+opening any control image. Orphans (controls matching no image) are listed so a user sees them
+before a run refuses them. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lorastudio.data.discovery import METADATA_FILE
+from lorastudio.data.pairs import _folder_images, control_subfolders, read_metadata_controls
+
+
+def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, list[str]], list[str]]:
+    """(image file name -> its controls as paths relative to `folder`, in slot order; orphan
+    control paths). Images without controls are absent from the first."""
+    subs = [(sub.name, _folder_images(sub)) for sub in control_subfolders(folder)]
+    metadata = folder / METADATA_FILE
+    rows, _ = read_metadata_controls(metadata) if metadata.is_file() else ({}, [])
+    stems = {img.stem for img in images}
+    found: dict[str, list[str]] = {}
+    for img in images:
+        if img.name in rows:
+            names = [n for n in rows[img.name] if (folder / n).is_file()]
+        else:
+            names = [f"{label}/{files[img.stem].name}" for label, files in subs if img.stem in files]
+        if names:
+            found[img.name] = names
+    used = {n for names in rows.values() for n in names}
+    orphans = [
+        f"{label}/{path.name}"
+        for label, files in subs
+        for stem, path in sorted(files.items())
+        if stem not in stems and f"{label}/{path.name}" not in used
+    ]
+    return found, orphans

@@ -1,0 +1,87 @@
+"""The reference images of a run's sample prompts (config_samples.SamplePrompt.controls):
+paths relative to the dataset folder, checked with the dataset and opened like its files.
+
+Which references a prompt renders with: its `controls` when given ([] = none); left out, a
+paired run's first paired image's controls (the edit a reader of the samples expects), a
+text-to-image run's none. A family that needs references (spec.control_images min >= 1) gets
+at least that many; no prompt gets more than the family takes. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lorastudio.config_samples import SamplePrompt, prompt_controls
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.images import probe_image
+from lorastudio.data.items import DatasetScan
+from lorastudio.data.safe_open import folder_identity
+from lorastudio.errors import DatasetError
+
+
+def default_references(scan: DatasetScan) -> tuple[Path, ...]:
+    """The controls of the dataset's first paired image (() for a text-to-image dataset)."""
+    return next((it.controls for it in scan.items if it.controls), ())
+
+
+def sample_references(
+    prompts: Sequence[str | SamplePrompt],
+    scan: DatasetScan,
+    allowed: tuple[int, int],
+    *,
+    family: str,
+    max_pixels: int,
+    decode_pixels: int = DEFAULT_DECODE_PIXELS,
+) -> tuple[list[tuple[Path, ...]], list[str]]:
+    """Each sample prompt's reference image paths, and every problem found (naming the prompt
+    and the file): a path outside the dataset folder, missing or not a readable image; more
+    references than the family takes (`allowed` = spec.control_images), fewer than it needs, or
+    any for a text-to-image family. The paths are usable only when the problems are empty."""
+    low, high = allowed
+    default = default_references(scan)
+    found: list[tuple[Path, ...]] = []
+    problems: list[str] = []
+    for i, entry in enumerate(prompts):
+        asked = prompt_controls(entry)
+        where = f"sample prompt {i}"
+        if asked is None:
+            found.append(default[:high])
+            continue
+        paths: list[Path] = []
+        for name in asked:
+            rel = Path(name)
+            if not name.strip() or rel.is_absolute() or ".." in rel.parts:
+                problems.append(
+                    f"{where}: control {name!r} must be a relative path inside the dataset folder"
+                )
+                continue
+            path = scan.root / rel
+            if not path.resolve().is_relative_to(scan.root.resolve()):
+                problems.append(f"{where}: control {name} is a link out of the dataset folder")
+                continue
+            if not path.is_file():
+                problems.append(f"{where}: control image {name} not found in {scan.root.name}/")
+                continue
+            try:
+                probe_image(path, max_pixels, decode_pixels, folder_identity(path.parent))
+            except DatasetError as err:
+                problems += [f"{where}: control {p}" for p in err.problems]
+                continue
+            paths.append(path)
+        if high == 0 and asked:
+            problems.append(f"{where}: {family} takes no reference images (a text-to-image family)")
+        elif len(asked) > high:
+            problems.append(f"{where}: {len(asked)} control images, {family} takes at most {high}")
+        elif len(asked) < low:
+            problems.append(f"{where}: {len(asked)} control image(s), {family} needs at least {low}")
+        found.append(tuple(paths))
+    return found, problems
+
+
+def reference_size_problem(family: str, min_side: int, width: int, height: int) -> str | None:
+    """Why references cannot be rendered at width x height (a reference is fitted to the output
+    size, and the family's pipeline refuses one under `min_side` pixels), or None."""
+    if min_side and min(width, height) < min_side:
+        return f"{family} takes reference images of at least {min_side} px a side: render at {min_side} px or more"
+    return None

@@ -1,0 +1,26 @@
+"""Loading one pipeline component with errors that name it, and quiet library loaders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lorastudio.errors import ModelSourceError
+
+
+def load_component(cls: Any, source: str, subfolder: str, revision: str | None, **kwargs: Any) -> Any:
+    """`cls.from_pretrained(source, subfolder=..., revision=..., **kwargs)`, with a clear
+    ModelSourceError naming the component when it is missing or unreadable."""
+    quiet_loading()
+    try:
+        return cls.from_pretrained(source, subfolder=subfolder, revision=revision, **kwargs)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelSourceError(f"cannot load {subfolder!r} ({cls.__name__}) from {source!r}: {err}") from err
+
+
+def quiet_loading() -> None:
+    """Silence diffusers'/transformers' loading progress bars (the engine reports progress)."""
+    import diffusers.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    dlog.disable_progress_bar()
+    tlog.disable_progress_bar()

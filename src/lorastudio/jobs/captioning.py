@@ -1,0 +1,315 @@
+"""Caption jobs for the server: start (checked synchronously, so refusals are immediate), status
+snapshots with progress and a preview of the first captions, cancel, an event log for the API's
+event stream. No HTTP, no torch: the model runs in a spawned caption worker (caption_worker.py).
+
+One caption job at a time. The GPU arbiter is respected: a job that would run on the GPU
+(device "cuda", or "auto" on a GPU host) is refused (JobActive) while a training job holds the
+GPU (device "cpu" runs beside it), and it registers as a resident workload of the arbiter, so a
+training job that starts meanwhile stops it (between images; the job ends "cancelled" with the
+reason) before it takes the GPU. A dataset a live training job uses is not captioned (edits to
+it are refused meanwhile). A cancel is honoured between images; a worker that does not stop
+within STOP_GRACE_S is killed, and its staged (hidden) caption file is removed: every caption
+file is old or new, never half-written. The API creates the service on first use (from a request
+thread, so the caption worker inherits the server's lowered priority: training goes first).
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.source import CaptionerSource, resolve_captioner
+from lorastudio.data import resolve_dataset_dir, safe_component
+from lorastudio.data.discovery import require_folder
+from lorastudio.errors import ConfigError, FieldProblem, JobActive, NotFound
+from lorastudio.event_log import EventLog
+from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
+from lorastudio.jobs.generation_process import Spawner, death_reason
+from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.settings import Settings
+
+PREVIEW = 5  # captions kept in a job's snapshot (the first ones)
+STOP_GRACE_S = 30.0  # a cancelled worker finishes its image, then is killed
+POLL_S = 0.2
+MAX_EVENTS = 2000
+CaptionTarget = Callable[[CaptionWorkerArgs, Any, Any], None]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _host_device() -> str:
+    from lorastudio.jobs.hardware import host_info
+
+    return host_info().device
+
+
+@dataclass
+class CaptionJob:
+    """The state of one caption job (see `snapshot`)."""
+
+    id: str
+    dataset: str
+    folder: Path
+    options: CaptionOptions
+    device: str
+    status: str = "running"  # running | completed | failed | cancelled
+    total: int | None = None
+    done: int = 0
+    captioned: int = 0
+    skipped: int = 0
+    failures: list[dict[str, str]] = field(default_factory=list)
+    preview: list[dict[str, str]] = field(default_factory=list)
+    error: str | None = None
+    cancel_reason: str | None = None
+    created_at: str = field(default_factory=_now)
+    finished_at: str | None = None
+    cancel: Any = None  # the worker's multiprocessing Event
+    thread: threading.Thread | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "dataset": self.dataset,
+            "model": self.options.model,
+            "device": self.device,
+            "prefix": self.options.prefix,
+            "overwrite": self.options.overwrite,
+            "status": self.status,
+            "total": self.total,
+            "done": self.done,
+            "captioned": self.captioned,
+            "skipped": self.skipped,
+            "failures": list(self.failures),
+            "preview": list(self.preview),
+            "error": self.error,
+            "cancel_reason": self.cancel_reason,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+        }
+
+
+class CaptionJobs:
+    """The server's caption jobs. Thread-safe. `datasets_in_use()`: folders of live training
+    jobs; `target` (tests) and `host_device` (tests: "cuda" on a CPU host) are injectable."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        arbiter: GpuArbiter,
+        datasets_in_use: Callable[[], set[Path]] = set,
+        target: CaptionTarget = caption_worker_main,
+        host_device: Callable[[], str] = _host_device,
+    ):
+        self.settings = settings
+        self.arbiter = arbiter
+        self._in_use = datasets_in_use
+        self._target = target
+        self._host_device = host_device
+        self._lock = threading.Lock()
+        self._jobs: dict[str, CaptionJob] = {}
+        self._log = EventLog(MAX_EVENTS)
+        self._spawner = Spawner()  # a long-lived thread: the worker dies with the thread that started it
+
+    def _device(self, options: CaptionOptions) -> str:
+        host = self._host_device()
+        if options.device == "cuda" and host != "cuda":
+            raise ConfigError(
+                [FieldProblem("device", "'cuda' asked but this host has no GPU; use 'cpu' or 'auto'")]
+            )
+        return "cpu" if options.device == "cpu" or host != "cuda" else "cuda"
+
+    def start(self, dataset: str, options: CaptionOptions) -> dict[str, Any]:
+        """Check and start captioning dataset `dataset`; returns the job's snapshot. Raises
+        ConfigError / PathOutsideRoot (name, device), DatasetError (no such folder),
+        ModelSourceError / ModelAccessDenied / NotFound (the model), JobActive (a caption job
+        runs, training uses the dataset, or training holds the GPU this job needs)."""
+        safe_component(dataset, field="dataset name")
+        folder = resolve_dataset_dir(dataset, self.settings.datasets_dir, allow_outside_root=False)
+        if not os.path.lexists(folder):
+            raise NotFound(f"no dataset named {dataset!r} in {self.settings.datasets_dir}")
+        require_folder(folder)
+        device = self._device(options)
+        source = resolve_captioner(self.settings, options.model, options.revision)
+        if folder in self._in_use():
+            raise JobActive(
+                f"dataset {dataset!r} is used by a live training job; caption it when the job ends"
+            )
+        job = CaptionJob(
+            uuid.uuid4().hex[:12], dataset, folder, options.model_copy(update={"device": device}), device
+        )
+        ctx = mp.get_context("spawn")
+        events, job.cancel = ctx.Queue(), ctx.Event()
+        with self._lock:
+            busy = next((j for j in self._jobs.values() if j.status == "running"), None)
+            if busy is not None:
+                raise JobActive(f"caption job {busy.id} (dataset {busy.dataset!r}) is running; one at a time")
+            if device == "cuda":
+                holder = self.arbiter.training_job
+                if holder is not None:
+                    raise JobActive(
+                        f"training job {holder} is using the GPU; caption when it ends, or on the CPU (device 'cpu')"
+                    )
+                self.arbiter.register_resident(self._resident(job), lambda: self._yield_gpu(job))
+            self._jobs[job.id] = job
+        self._log.append({"type": "caption_job", "job_id": job.id, **job.snapshot()})
+        job.thread = threading.Thread(
+            target=self._run, args=(job, source, events), name=f"caption-{job.id}", daemon=True
+        )
+        job.thread.start()
+        return job.snapshot()
+
+    @staticmethod
+    def _resident(job: CaptionJob) -> str:
+        return f"caption-{job.id}"
+
+    def _yield_gpu(self, job: CaptionJob) -> None:
+        """The arbiter's release: training starts, so this GPU job stops (and its worker exits)."""
+        self._cancel(job, "a training job took the GPU")
+        if job.thread is not None and job.thread is not threading.current_thread():
+            job.thread.join(STOP_GRACE_S + 10)
+
+    def _run(self, job: CaptionJob, source: CaptionerSource, events: Any) -> None:
+        ctx = mp.get_context("spawn")
+        args = CaptionWorkerArgs(os.getpid(), str(job.folder), source, job.options, self.settings)
+        process = ctx.Process(
+            target=self._target, args=(args, events, job.cancel), name="lorastudio-caption", daemon=True
+        )
+        final: tuple[str, str | None] = ("failed", "the caption worker ended without a summary")
+        try:
+            self._spawner.run(process.start)
+            final = self._pump(job, process, events)
+        finally:
+            if process.exitcode is None:
+                process.kill()
+            process.join(10)
+            _remove_staged(job.folder)
+            self.arbiter.unregister_resident(self._resident(job))
+            with self._lock:
+                job.status, job.error, job.finished_at = final[0], final[1], _now()
+                self._log.append({"type": "caption_end", "job_id": job.id, **job.snapshot()})
+
+    def _pump(self, job: CaptionJob, process: Any, events: Any) -> tuple[str, str | None]:
+        """Fold the worker's events into `job` until its summary or error; kill it when a cancel
+        outlives STOP_GRACE_S or it dies. Returns (final status, error)."""
+        deadline: float | None = None
+        while True:
+            try:
+                event = events.get(timeout=POLL_S)
+            except queue.Empty:
+                if job.cancel.is_set() and deadline is None:
+                    deadline = time.monotonic() + STOP_GRACE_S
+                if deadline is not None and time.monotonic() > deadline:
+                    process.kill()
+                    return "cancelled", None
+                if not process.is_alive():
+                    process.join(1)
+                    return "failed", death_reason(process.exitcode).replace("generation", "caption")
+                continue
+            done = self._fold(job, event)
+            if done is not None:
+                return done
+
+    def _fold(self, job: CaptionJob, event: dict[str, Any]) -> tuple[str, str | None] | None:
+        kind = event.get("type")
+        with self._lock:
+            if kind == "caption_started":
+                job.total, job.skipped = event["total"], event["skipped"]
+            elif kind == "caption_progress":
+                job.done, job.captioned = job.done + 1, job.captioned + 1
+                if len(job.preview) < PREVIEW:
+                    job.preview.append({"file": event["file"], "caption": event["caption"]})
+            elif kind == "caption_failed":
+                job.done += 1
+                job.failures.append({"file": event["file"], "reason": event["reason"]})
+            self._log.append({**event, "job_id": job.id})
+        if kind == "caption_summary":
+            return ("cancelled" if event["cancelled"] else "completed"), None
+        if kind == CAPTION_ERROR:
+            return "failed", str(event["message"])
+        return None
+
+    def _cancel(self, job: CaptionJob, reason: str) -> None:
+        with self._lock:
+            if job.status != "running" or job.cancel_reason is not None:
+                return
+            job.cancel_reason = reason
+            job.cancel.set()
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Stop a running job after its current image (captions written are kept). Returns its
+        snapshot. Raises NotFound (also when it has ended)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None or job.status != "running":
+            raise NotFound(f"no running caption job with id {job_id!r}")
+        self._cancel(job, "cancelled by the user")
+        return self.get(job_id)
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        """The snapshot of a caption job of this server's life. Raises NotFound."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise NotFound(f"no caption job with id {job_id!r} in this server's life")
+            return self._jobs[job_id].snapshot()
+
+    def latest(self, dataset: str) -> dict[str, Any]:
+        """The newest caption job of `dataset`. Raises NotFound when it has none."""
+        with self._lock:
+            jobs = [j for j in self._jobs.values() if j.dataset == dataset]
+            if not jobs:
+                raise NotFound(f"dataset {dataset!r} has no caption job in this server's life")
+            return jobs[-1].snapshot()
+
+    def busy_folders(self) -> set[Path]:
+        """Dataset folders being captioned now."""
+        with self._lock:
+            return {j.folder for j in self._jobs.values() if j.status == "running"}
+
+    def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Wait for a job's thread to end (tests, shutdown); returns its snapshot."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no caption job with id {job_id!r} in this server's life")
+        if job.thread is not None:
+            job.thread.join(timeout)
+        return self.get(job_id)
+
+    @property
+    def event_seq(self) -> int:
+        return self._log.seq
+
+    def events_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
+        return self._log.after(seq)
+
+    def shutdown(self) -> None:
+        """Cancel the running job, wait for it, stop the spawner thread."""
+        with self._lock:
+            running = [j for j in self._jobs.values() if j.status == "running"]
+        for job in running:
+            self._cancel(job, "the server is stopping")
+        for job in running:
+            if job.thread is not None:
+                job.thread.join(STOP_GRACE_S + 10)
+        self._spawner.close()
+
+
+def _remove_staged(folder: Path) -> None:
+    """Remove the hidden staged caption files a killed worker left (data.uploads.staged_write's
+    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written."""
+    for path in folder.glob(".*.tmp"):
+        name = path.name[1:].rsplit(".", 2)[0]
+        if name.endswith(".txt") or name == "metadata.jsonl":
+            path.unlink(missing_ok=True)

@@ -1,0 +1,101 @@
+"""Reference images for generation with an edit family (POST /api/generate/references, then
+GenerateBody.references): uploaded once, checked like dataset images (header size cap and a
+decode check, data/images.py), stored under <home>/gallery/references/<id><ext> and kept there,
+so a gallery image's sidecar can name the references it was rendered with. No torch, no HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from lorastudio import families
+from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.discovery import is_image_name
+from lorastudio.data.images import probe_image
+from lorastudio.data.paths import safe_component
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, PathOutsideRoot
+from lorastudio.settings import Settings
+
+if TYPE_CHECKING:
+    from lorastudio.families.base import Variant
+
+_COPY_CHUNK = 1 << 20
+
+
+def references_dir(settings: Settings) -> Path:
+    """Where uploaded reference images are kept: <home>/gallery/references."""
+    return settings.home / "gallery" / "references"
+
+
+def store_reference(
+    settings: Settings, name: str, stream: BinaryIO, decode_pixels: int = DEFAULT_DECODE_PIXELS
+) -> str:
+    """Check one uploaded image and keep it; returns its id (the stored file name). Written
+    under a hidden staging name, checked, then renamed: a refused file leaves nothing.
+    Raises DatasetError naming the file (not a PNG/JPEG/WebP, corrupt, over the size cap)."""
+    if not is_image_name(name):
+        raise DatasetError(f"cannot use {name} as a reference", [f"{name}: not a PNG, JPEG or WebP image"])
+    folder = references_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    ref_id = f"{uuid.uuid4().hex}{Path(name).suffix.lower()}"
+    staging = folder / f".{ref_id}.partial"
+    try:
+        with staging.open("wb") as out:
+            shutil.copyfileobj(stream, out, _COPY_CHUNK)
+        try:
+            probe_image(staging, settings.max_image_pixels, decode_pixels)
+        except DatasetError as err:
+            problems = [p.replace(staging.name, name) for p in err.problems]
+            raise DatasetError(f"cannot use {name} as a reference", problems) from None
+        os.replace(staging, folder / ref_id)
+    finally:
+        staging.unlink(missing_ok=True)
+    return ref_id
+
+
+def reference_path(settings: Settings, ref_id: str) -> Path | None:
+    """The stored reference `ref_id` (a plain file name in references_dir), None if there is none."""
+    try:
+        safe_component(ref_id, field="reference")
+    except (ConfigError, PathOutsideRoot):
+        return None
+    path = references_dir(settings) / ref_id
+    if ref_id.startswith(".") or path.is_symlink() or not path.is_file():
+        return None
+    return path
+
+
+def reference_problems(
+    settings: Settings, family: str, refs: Sequence[str], flavour: Variant | None = None
+) -> list[FieldProblem]:
+    """What is wrong with the references of a generation request: an unknown id, more or fewer
+    than the family takes (spec.control_images; `flavour`: the base checkpoint's Variant, whose
+    own control_images count then, named by its title), any for a text-to-image family."""
+    low, high = families.get(family).spec.control_images
+    if flavour is not None and flavour.control_images is not None:
+        (low, high), family = flavour.control_images, flavour.title
+    problems = [
+        FieldProblem(
+            f"references.{i}", f"no uploaded reference {ref!r} (POST /api/generate/references first)"
+        )
+        for i, ref in enumerate(refs)
+        if reference_path(settings, ref) is None
+    ]
+    if refs and high == 0:
+        problems.append(
+            FieldProblem("references", f"{family} takes no reference images (text-to-image only)")
+        )
+    elif len(refs) > high:
+        problems.append(
+            FieldProblem("references", f"{family} takes at most {high} reference images, got {len(refs)}")
+        )
+    elif len(refs) < low:
+        problems.append(
+            FieldProblem("references", f"{family} needs {low} reference image(s), got {len(refs)}")
+        )
+    return problems

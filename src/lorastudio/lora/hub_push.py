@@ -1,0 +1,139 @@
+"""Push a trained LoRA to a Hugging Face Hub model repo, in one commit:
+
+    <name>.safetensors, <name>.json (the sidecar), README.md (lora/hub_card.py), samples/*.png
+
+    push_lora(settings, "my-run", "me/my-lora", create=False, private=False) -> PushResult
+
+The run's newest sample round goes with it (the card shows it). The token is the studio's
+(settings.hf_token, LORASTUDIO_HF_TOKEN) else huggingface_hub's login; the endpoint is
+HF_ENDPOINT's (basemodels/hubcache.py). huggingface_hub does the upload (`create_commit`: its
+preupload + commit protocol); this module picks the files, writes the card and names the failures. No HTTP
+server code: the API route and the CLI call push_lora.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorastudio.basemodels.hubcache import hub_endpoint
+from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, NotFound
+from lorastudio.lora.hub_card import model_card
+from lorastudio.settings import Settings
+from lorastudio.training.sample_files import list_samples
+
+TOKEN_HINT = "set LORASTUDIO_HF_TOKEN to a token with write access (or log in with `hf auth login`)"
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push left on the hub: the repo's URL, the commit and the files in it."""
+
+    repo_id: str
+    url: str
+    commit: str | None
+    files: list[str]
+
+
+def push_lora(
+    settings: Settings, name: str, repo_id: str, *, create: bool = False, private: bool = False
+) -> PushResult:
+    """Upload the LoRA of run `name` (outputs/<name>/) to the model repo `repo_id`.
+
+    create: make the repo first when it does not exist (private when `private`). Raises NotFound
+    (no such LoRA; the repo missing and not `create`), HubTokenMissing (no token), HubAccessDenied
+    (the hub refused the token: 401, or it has no write access to the repo: 403), HubUploadError
+    (the hub unreachable or failing).
+    """
+    run_dir = settings.outputs_dir / name
+    lora, sidecar_path = run_dir / f"{name}.safetensors", run_dir / f"{name}.json"
+    if "/" in name or not lora.is_file():
+        raise NotFound(f"no LoRA {name!r} (looked for {lora})")
+    try:
+        sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise NotFound(f"{sidecar_path} cannot be read ({err}); the push needs the LoRA's sidecar") from None
+    token = _token(settings)
+    samples = _newest_round(run_dir, sidecar)
+    files: dict[str, Path | bytes] = {lora.name: lora, sidecar_path.name: sidecar_path}
+    files.update({rel: run_dir / rel for rel, _ in samples})
+    files["README.md"] = model_card(sidecar, name, samples).encode("utf-8")
+    commit = _upload(files, repo_id, token, create=create, private=private, name=name)
+    return PushResult(repo_id=repo_id, url=f"{hub_endpoint()}/{repo_id}", commit=commit, files=sorted(files))
+
+
+def _token(settings: Settings) -> str:
+    if settings.hf_token is not None:
+        return settings.hf_token.get_secret_value()
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise HubTokenMissing(f"no hub token to push with: {TOKEN_HINT}")
+    return token
+
+
+def _newest_round(run_dir: Path, sidecar: dict) -> list[tuple[str, str | None]]:
+    """(path relative to the run, prompt) of the newest step's sample images."""
+    found = list_samples(run_dir)
+    if not found:
+        return []
+    prompts = (sidecar.get("config") or {}).get("sample_prompts") or []
+    newest = max(f.step for f in found)
+    return [
+        (f.relative, prompts[f.index] if f.index < len(prompts) else None) for f in found if f.step == newest
+    ]
+
+
+def _upload(
+    files: dict[str, Path | bytes], repo_id: str, token: str, *, create: bool, private: bool, name: str
+) -> str | None:
+    """One commit of `files` ({path in the repo: file or bytes}) to `repo_id` (created first when
+    `create`); returns the commit id."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    endpoint = hub_endpoint()
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        if create:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+        operations = [
+            CommitOperationAdd(path_in_repo=dest, path_or_fileobj=src if isinstance(src, bytes) else str(src))
+            for dest, src in files.items()
+        ]
+        info = api.create_commit(repo_id, operations, commit_message=f"lorastudio: LoRA {name}")
+    except RepositoryNotFoundError as err:
+        status = _status(err)
+        if status == 401:
+            raise HubAccessDenied(
+                f"the hub at {endpoint} refused the token for {repo_id} (401: not accepted, or the "
+                f"repo does not exist for it): {TOKEN_HINT}",
+                401,
+            ) from None
+        raise NotFound(
+            f"no model repo {repo_id!r} on {endpoint}: create it there, or push with create (--create)"
+        ) from None
+    except HfHubHTTPError as err:
+        status = _status(err)
+        if status in (401, 403):
+            what = "refused the token (401)" if status == 401 else "gave this token no write access (403)"
+            raise HubAccessDenied(
+                f"the hub at {endpoint} {what} for {repo_id}: {TOKEN_HINT}", status
+            ) from None
+        raise HubUploadError(
+            f"pushing to {repo_id} on {endpoint} failed: {status}: {_first_line(err)}"
+        ) from None
+    except (OSError, ValueError) as err:  # connection refused, DNS, a bad repo id
+        raise HubUploadError(f"pushing to {repo_id} on {endpoint} failed: {_first_line(err)}") from None
+    return getattr(info, "oid", None)
+
+
+def _status(err: Exception) -> int | None:
+    response = getattr(err, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0][:300]

@@ -1,0 +1,75 @@
+"""A run's validation record on disk: <run_dir>/validation.json (no torch: the API reads it).
+
+{"format", "images": held-out file names, "levels": the fixed noise levels, "series": [{step,
+loss}], "best": {step, loss}, "last": {step, loss}}, rewritten (staged, then renamed) after every
+validation round. `mark_loras` marks the run's LoRAs with it: each LoRA of a validated step gets
+its validation loss, and `best` / `last` flag the LoRAs of the best and of the last round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+VALIDATION_FILE = "validation.json"
+VALIDATION_FORMAT = "lorastudio.validation/1"
+
+
+def validation_record(
+    images: Sequence[str], levels: Sequence[float], series: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """The record of a run's validation so far (best: the lowest loss, the earliest on a tie)."""
+    points = [{"step": int(p["step"]), "loss": float(p["loss"])} for p in series]
+    finite = [p for p in points if p["loss"] == p["loss"] and abs(p["loss"]) != float("inf")]
+    best = min(finite, key=lambda p: (p["loss"], p["step"])) if finite else None
+    return {
+        "format": VALIDATION_FORMAT,
+        "images": list(images),
+        "levels": list(levels),
+        "series": points,
+        "best": best,
+        "last": points[-1] if points else None,
+    }
+
+
+def write_validation(run_dir: Path, record: dict[str, Any]) -> Path:
+    """Write <run_dir>/validation.json through a staging file in the same folder."""
+    target = run_dir / VALIDATION_FILE
+    staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}.json"
+    try:
+        staging.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        os.replace(staging, target)
+    finally:
+        staging.unlink(missing_ok=True)
+    return target
+
+
+def read_validation(run_dir: Path) -> dict[str, Any] | None:
+    """The run's validation record, or None when it has none (or it cannot be read)."""
+    try:
+        record = json.loads((run_dir / VALIDATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("series"), list) else None
+
+
+def mark_loras(loras: list[dict[str, Any]], record: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """`loras` (lora.snapshots.run_loras rows: {"step", "path", "final"}) each with
+    "validation_loss" (None: its step was not validated) and "best" / "last" (the LoRA of the best /
+    the last validation round; the final LoRA when that round was the last step)."""
+    losses = {int(p["step"]): float(p["loss"]) for p in (record or {}).get("series", [])}
+    best = ((record or {}).get("best") or {}).get("step")
+    last = ((record or {}).get("last") or {}).get("step")
+    return [
+        {
+            **row,
+            "validation_loss": losses.get(row["step"]) if row["step"] is not None else None,
+            "best": best is not None and row["step"] == best,
+            "last": last is not None and row["step"] == last,
+        }
+        for row in loras
+    ]

@@ -1,0 +1,123 @@
+"""Paired uploads: control images sent in fields named after their control folder land there,
+the dataset detail shows each target beside its controls (and serves their thumbnails), and a
+control with no target (or a refused one) is refused by name, leaving nothing behind."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from live_server import LOOPBACK
+from lorastudio.api.app import create_app
+from lorastudio.settings import Settings
+
+
+def _png(color: str = "red") -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (24, 16), color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
+        yield test_client
+
+
+def _tree(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")} if root.exists() else set()
+
+
+def test_pairs_upload_into_control_folders_and_show_beside_their_targets(
+    client: TestClient, settings: Settings
+) -> None:
+    files = [
+        ("files", ("a.png", _png())),
+        ("files", ("a.txt", b"make it blue")),
+        ("files", ("b.png", _png("green"))),
+        ("control", ("a.png", _png("blue"))),
+        ("control_2", ("a.jpg", _png("white"))),
+        ("control", ("b.png", _png("black"))),
+    ]
+    up = client.post("/api/datasets/edits/files", files=files)
+    assert up.status_code == 201, up.text
+    assert up.json()["committed"] == [
+        "a.png",
+        "a.txt",
+        "b.png",
+        "control/a.png",
+        "control/b.png",
+        "control_2/a.jpg",
+    ]
+    root = settings.datasets_dir / "edits"
+    assert (root / "control" / "a.png").is_file() and (root / "control_2" / "a.jpg").is_file()
+
+    # a second upload adds a pair to the existing dataset (its control folder exists already)
+    more = [("files", ("c.png", _png())), ("control", ("c.png", _png("blue")))]
+    assert client.post("/api/datasets/edits/files", files=more).status_code == 201
+
+    detail = client.get("/api/datasets/edits").json()
+    rows = {f["file"]: f["controls"] for f in detail["files"]}
+    assert rows == {
+        "a.png": ["control/a.png", "control_2/a.jpg"],
+        "b.png": ["control/b.png"],
+        "c.png": ["control/c.png"],
+    }
+    assert detail["dropped"] == []  # the control folders are read, not "sub-folders not scanned"
+    thumb = client.get("/api/datasets/edits/thumbnails/a.jpg?control=control_2&size=32")
+    assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
+    assert client.get("/api/datasets/edits/thumbnails/a.png?control=..").status_code == 404
+
+    # deleting a target takes its controls along (left behind, they would be orphans)
+    gone = client.delete("/api/datasets/edits/images/a.png")
+    assert gone.status_code == 200 and gone.json()["deleted"] == [
+        "a.png",
+        "a.txt",
+        "control/a.png",
+        "control_2/a.jpg",
+    ]
+    assert (root / "control" / "b.png").is_file() and not (root / "control_2" / "a.jpg").exists()
+
+
+def test_controls_without_a_target_are_refused_by_name_and_nothing_is_half_written(
+    client: TestClient, settings: Settings
+) -> None:
+    files = [
+        ("files", ("a.png", _png())),
+        ("files", ("bad.png", b"not an image")),
+        ("control", ("zzz.png", _png())),  # no target named zzz
+        ("control", ("bad.png", _png())),  # its target is refused
+        ("control", ("a.txt", b"text")),  # a control must be an image
+    ]
+    up = client.post("/api/datasets/edits/files", files=files)
+    assert up.status_code == 201, up.text
+    refused = {(r["file"], r["reason"]) for r in up.json()["refused"]}
+    assert (
+        "control/zzz.png",
+        "no target image named zzz.* in the upload or the dataset (controls pair by name)",
+    ) in refused
+    assert ("control/bad.png", "its target bad.png was refused") in refused
+    assert any(f == "control/a.txt" and "must be PNG, JPEG or WebP" in r for f, r in refused)
+    assert up.json()["committed"] == ["a.png"]
+    assert _tree(settings.datasets_dir / "edits") == {"a.png"}  # no empty control folder either
+
+    strict = client.post(
+        "/api/datasets/edits/files?strict=true",
+        files=[("files", ("b.png", _png())), ("control", ("nomatch.png", _png()))],
+    )
+    assert strict.status_code == 400 and "control/nomatch.png" in strict.text
+    assert _tree(settings.datasets_dir / "edits") == {"a.png"}
+    assert _tree(settings.datasets_dir / ".uploads") == set()  # no staging left
+
+    # a control put there by hand with no target is listed as not used, naming it
+    (settings.datasets_dir / "edits" / "control").mkdir()
+    (settings.datasets_dir / "edits" / "control" / "orphan.png").write_bytes(_png())
+    detail = client.get("/api/datasets/edits").json()
+    assert detail["dropped"] == [
+        {"file": "control/orphan.png", "reason": "control image with no target of the same name"}
+    ]

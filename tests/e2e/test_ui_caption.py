@@ -1,0 +1,41 @@
+"""Issue 29 part 8 in a real browser on a real server: "Caption with AI" on a dataset's page runs a
+caption job with the tiny random Qwen2.5-VL, shows the outcome and the first captions, and the
+page's counts follow (the captioned image kept its caption)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+
+@pytest.mark.timeout(240)
+def test_caption_with_ai(studio, browser) -> None:
+    from lorastudio.tiny.vlm import save_tiny_vlm
+
+    home = Path(studio["home"])
+    vlm = save_tiny_vlm(home / "models" / "tiny-vlm")
+    folder = home / "datasets" / "aicap"
+    folder.mkdir(parents=True)
+    Image.new("RGB", (40, 32), "red").save(folder / "a.png")
+    Image.new("RGB", (40, 32), "blue").save(folder / "b.png")
+    (folder / "b.txt").write_text("my own caption\n", encoding="utf-8")
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(f"{studio['url']}/#/datasets/aicap")
+        assert page.get_by_test_id("dataset-counts").inner_text() == "2 images · 1 captioned"
+        page.get_by_test_id("caption-ai").click()
+        page.get_by_test_id("caption-model").fill(str(vlm))
+        page.get_by_test_id("caption-prefix").fill("sks")
+        page.get_by_test_id("caption-start").click()
+        page.get_by_text("Caption job completed: 1 captioned, 1 kept their caption, 0 failed").wait_for()
+        preview = page.get_by_test_id("caption-preview").locator("li").all_inner_texts()
+        assert len(preview) == 1 and preview[0].startswith("a.png sks, ")
+        page.get_by_text("2 images · 2 captioned").wait_for()
+        assert (folder / "a.txt").read_text(encoding="utf-8").startswith("sks, ")
+        assert (folder / "b.txt").read_text(encoding="utf-8") == "my own caption\n"
+    finally:
+        context.close()

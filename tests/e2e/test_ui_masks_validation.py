@@ -1,0 +1,84 @@
+"""Issue 29 parts 4 and 6 in a real browser on a real server: the dataset page lays each loss mask
+over its image when "Show masks" is ticked; a run with a validation split charts its validation
+loss beside the training loss (Live and the run page) and marks the best and last LoRA."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+
+def _api(url: str, path: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{url}{path}", data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as res:
+        return json.loads(res.read())
+
+
+@pytest.mark.timeout(240)
+def test_mask_overlay_and_the_validation_chart(studio, browser, artifacts: Path, shoot) -> None:
+    url, home = str(studio["url"]), Path(studio["home"])
+    data = home / "datasets" / "masked"
+    (data / "masks").mkdir(parents=True)
+    for path in sorted(Path(studio["sample"]).iterdir()):
+        shutil.copy(path, data / path.name)
+    first = sorted(data.glob("*.png"))[0]
+    with Image.open(first) as img:
+        mask = Image.new("L", img.size, 0)
+        mask.paste(255, (0, 0, img.width // 2, img.height))  # the left half trained
+    mask.save(data / "masks" / first.name)
+
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{url}/#/datasets/masked")
+        page.get_by_test_id("dataset-counts").get_by_text("1 masked").wait_for()
+        overlay = page.get_by_alt_text(f"mask of {first.name}")
+        assert overlay.count() == 0
+        page.get_by_test_id("mask-toggle").get_by_role("checkbox").check()
+        overlay.wait_for()
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=overlay.element_handle())
+        shoot(page, "dataset-masks")
+
+        config = {
+            "family": "flux",
+            "base_model": str(studio["model"]),
+            "data_dir": "masked",
+            "resolution": 32,
+            "steps": 3,
+            "max_sequence_length": 16,
+            "output_name": "validated",
+            "validation_split": 0.25,
+            "validate_every": 1,
+            "unmasked_weight": 0.1,
+        }
+        job = _api(url, "/api/train/start", {"config": config})
+        deadline = time.monotonic() + 180
+        while _api(url, "/api/train/status")["job"]["status"] not in ("completed", "failed"):
+            assert time.monotonic() < deadline, "the run did not finish"
+            time.sleep(0.5)
+        assert _api(url, "/api/train/status")["job"]["status"] == "completed"
+
+        page.goto(f"{url}/#/live")
+        page.get_by_test_id("stat-val-loss").wait_for()
+        assert page.locator('path[data-series="val loss"]').get_attribute("d").count("L") == 2  # 3 rounds
+        page.goto(f"{url}/#/runs/{job['id']}")
+        page.get_by_test_id("lora-best").wait_for()
+        assert page.get_by_test_id("lora-last").count() == 1
+        assert page.locator('path[data-series="val loss"]').get_attribute("d").count("L") == 2
+        shoot(page, "run-validation")
+        assert errors == []
+    except Exception:
+        page.screenshot(path=artifacts / "masks-validation-failure.png", full_page=True)
+        raise
+    finally:
+        context.close()

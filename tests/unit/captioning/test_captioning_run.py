@@ -1,0 +1,142 @@
+"""Captioning a dataset with the tiny random Qwen2.5-VL: which files get captions, prefix,
+determinism, a broken image, a stop between images, the CLI's lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from lorastudio.captioning.options import CaptionOptions
+from lorastudio.captioning.run import caption_dataset
+from lorastudio.captioning.source import resolve_captioner
+from lorastudio.settings import get_settings
+
+
+def _run(folder: Path, vlm: Path, **opts: Any) -> tuple[Any, list[dict[str, Any]]]:
+    events: list[dict[str, Any]] = []
+    cancel_after = opts.pop("cancel_after", None)
+
+    def cancelled() -> bool:
+        return (
+            cancel_after is not None and sum(e["type"] == "caption_progress" for e in events) >= cancel_after
+        )
+
+    options = CaptionOptions(model=str(vlm), max_tokens=6, device="cpu", **opts)
+    source = resolve_captioner(get_settings(), options.model)
+    return caption_dataset(folder, source, options, events.append, cancelled), events
+
+
+def _captions(folder: Path) -> dict[str, str]:
+    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))}
+
+
+def test_uncaptioned_only_prefix_broken_image(tiny_vlm: Path, make_dataset: Callable[..., Path]) -> None:
+    folder = make_dataset(captions={"red": "a red card"}, broken=True)
+    summary, events = _run(folder, tiny_vlm, prefix="sks")
+    captions = _captions(folder)
+    assert captions["red"] == "a red card\n"  # kept
+    assert set(captions) == {"red", "green", "blue", "white"}  # no caption for the broken file
+    for stem in ("green", "blue", "white"):
+        assert captions[stem].startswith("sks, ") and len(captions[stem]) > len("sks, \n")
+    assert [f for f, _ in summary.captioned] == ["blue.png", "green.png", "white.png"]
+    assert summary.skipped == ["red.png"]
+    assert [f for f, _ in summary.failures] == ["broken.png"] and "corrupt" in summary.failures[0][1]
+    kinds = [e["type"] for e in events]
+    progress, failed = "caption_progress", "caption_failed"  # by name: blue, broken, green, white
+    assert kinds == ["caption_started", progress, failed, progress, progress, "caption_summary"]
+    assert events[0]["total"] == 4 and events[0]["skipped"] == 1
+    assert events[-1]["failures"] == [{"file": "broken.png", "reason": summary.failures[0][1]}]
+
+
+def test_overwrite_and_deterministic(tiny_vlm: Path, make_dataset: Callable[..., Path]) -> None:
+    first = make_dataset(captions={"red": "a red card"}, name="one")
+    second = make_dataset(name="two")
+    _run(first, tiny_vlm, overwrite=True)
+    _run(second, tiny_vlm, overwrite=True)
+    assert _captions(first) == _captions(second)  # greedy: same model, same images, same captions
+    assert len(_captions(first)) == 4 and _captions(first)["red"] != "a red card\n"
+
+
+def test_stop_between_images_leaves_whole_files(tiny_vlm: Path, make_dataset: Callable[..., Path]) -> None:
+    folder = make_dataset()
+    summary, events = _run(folder, tiny_vlm, cancel_after=1)
+    assert summary.cancelled and len(summary.captioned) == 1
+    assert set(_captions(folder)) == {"blue"}
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staged leftovers
+    assert events[-1]["cancelled"] is True
+
+
+def test_cli_caption(tiny_vlm: Path) -> None:
+    from PIL import Image
+
+    from lorastudio.cli.app import _register, app
+
+    settings = get_settings().ensure_dirs()
+    folder = settings.datasets_dir / "cli"
+    folder.mkdir()
+    Image.new("RGB", (64, 64), (10, 200, 10)).save(folder / "a.png")
+    Image.new("RGB", (64, 64), (200, 10, 10)).save(folder / "b.png")
+    (folder / "b.txt").write_text("mine\n", encoding="utf-8")
+    (folder / "c.png").write_bytes(b"broken")
+    if not app.registered_commands:
+        _register()
+    result = CliRunner().invoke(
+        app, ["datasets", "caption", "cli", "--model", str(tiny_vlm), "--prefix", "zzq", "--max-tokens", "5"]
+    )
+    lines = result.output.splitlines()
+    assert result.exit_code == 1, result.output  # an image failed
+    assert lines[0].startswith("captioning 2 image(s) on ") and lines[0].endswith("1 already captioned")
+    assert lines[1].startswith("[1/2] a.png: zzq, ")
+    assert lines[2].startswith("[2/2] c.png: FAILED: corrupt")
+    assert lines[3] == "done: 1 captioned, 1 skipped, 1 failed"
+    assert lines[4].startswith("  failed c.png: corrupt")
+    assert (folder / "a.txt").read_text(encoding="utf-8").startswith("zzq, ")
+
+
+def test_florence2_native_captions(tiny_florence: Path, make_dataset: Callable[..., Path]) -> None:
+    first, second = make_dataset(name="one"), make_dataset(name="two")
+    assert resolve_captioner(get_settings(), str(tiny_florence)).kind == "florence2"
+    summary, events = _run(first, tiny_florence, prefix="zzq")  # the default prompt: the <CAPTION> task
+    _run(second, tiny_florence, prefix="zzq")
+    assert len(summary.captioned) == 4 and not summary.failures
+    assert _captions(first) == _captions(second)
+    assert all(text.startswith("zzq, ") and len(text) > len("zzq, \n") for text in _captions(first).values())
+    with pytest.raises(ValueError, match="only content in the prompt"):  # Florence-2's own prompt rule
+        from lorastudio.captioning.vlm import Captioner
+
+        Captioner(resolve_captioner(get_settings(), str(tiny_florence)), "cpu").caption(
+            Image.new("RGB", (32, 32)), "<CAPTION> of a dog", 4
+        )
+
+
+def test_tiny_vlm_command(tmp_path: Path) -> None:
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    result = CliRunner().invoke(app, ["tiny", "vlm", str(tmp_path / "v")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == str(tmp_path / "v")
+    assert resolve_captioner(get_settings(), str(tmp_path / "v")).kind == "qwen2_5_vl"
+    again = CliRunner().invoke(app, ["tiny", "vlm", str(tmp_path / "v"), "--florence"])
+    assert again.exit_code != 0 and "is not the tiny florence2 VLM" in again.output + str(again.exception)
+
+
+def test_cli_refused_while_a_server_owns_the_home(tiny_vlm: Path) -> None:
+    from lorastudio.cli.app import _register, app
+    from lorastudio.jobs.homelock import HomeLock
+
+    if not app.registered_commands:
+        _register()
+    settings = get_settings().ensure_dirs()
+    (settings.datasets_dir / "busy").mkdir()
+    Image.new("RGB", (32, 32)).save(settings.datasets_dir / "busy" / "a.png")
+    with HomeLock.for_server(settings.home, 7860):
+        result = CliRunner().invoke(app, ["datasets", "caption", "busy", "--model", str(tiny_vlm)])
+    assert result.exit_code == 1 and "dataset busy not captioned" in result.output
+    assert not (settings.datasets_dir / "busy" / "a.txt").exists()

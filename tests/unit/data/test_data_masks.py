@@ -1,0 +1,113 @@
+"""Issue 29 part 4, data side: loss masks from a masks/ folder or the alpha channel, checked and
+named at scan time, covered by the fingerprint, and cut exactly like the image's crop (resize,
+random crop, flip) down to the latent grid."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lorastudio.data import load_crop, scan_dataset
+from lorastudio.data.masks import attach_masks, mask_crop, mask_section, mask_warning
+from lorastudio.errors import ConfigError, DatasetError
+
+
+def _noise_image(size: tuple[int, int], seed: int, mode: str = "RGB") -> Image.Image:
+    rng = np.random.default_rng(seed)
+    channels = len(mode)
+    arr = rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8)
+    return Image.fromarray(arr, mode=mode) if channels > 1 else Image.fromarray(arr[..., 0], mode="L")
+
+
+def _dataset(tmp_path: Path, sizes: dict[str, tuple[int, int]]) -> Path:
+    root = tmp_path / "data"
+    root.mkdir()
+    for i, (name, size) in enumerate(sizes.items()):
+        _noise_image(size, i).save(root / f"{name}.png")
+        (root / f"{name}.txt").write_text(f"image {name}")
+    return root
+
+
+def _scan(root: Path, **kwargs):
+    scan = scan_dataset(root, resolution=64, multiple=16, aspect_buckets=kwargs.pop("aspect_buckets", True))
+    return attach_masks(
+        scan, alpha_mask=kwargs.pop("alpha_mask", False), unmasked_weight=kwargs.pop("uw", 0.0)
+    )
+
+
+def test_masks_folder_attached_counted_fingerprinted_and_missing_ones_named(tmp_path: Path) -> None:
+    root = _dataset(tmp_path, {"a": (80, 64), "b": (64, 64), "c": (64, 96)})
+    plain = scan_dataset(root, resolution=64, multiple=16)
+    assert attach_masks(plain, alpha_mask=False, unmasked_weight=0.0) is plain  # no masks/: unchanged
+    (root / "masks").mkdir()
+    _noise_image((80, 64), 10, "L").save(root / "masks" / "a.png")
+    _noise_image((64, 64), 11, "L").save(root / "masks" / "b.jpg")
+    scan = _scan(root)
+    assert [it.mask is not None for it in scan.items] == [True, True, False]
+    assert scan.fingerprint != plain.fingerprint and "masks" not in dict(scan.dropped)
+    assert mask_section(scan.items, False) == {
+        "source": "masks/ folder",
+        "images_with_mask": 2,
+        "without_mask": ["c.png"],
+    }
+    assert mask_warning(scan.items) == "1 image(s) have no mask and train unmasked: c.png"
+    _noise_image((80, 64), 12, "L").save(root / "masks" / "a.png")  # another mask: another fingerprint
+    assert _scan(root).fingerprint != scan.fingerprint
+
+
+def test_a_wrong_size_or_orphan_mask_is_named_and_settings_that_mean_nothing_are_refused(
+    tmp_path: Path,
+) -> None:
+    root = _dataset(tmp_path, {"a": (80, 64), "b": (64, 64)})
+    with pytest.raises(ConfigError) as nothing:
+        _scan(root, uw=0.5)
+    assert nothing.value.problems[0].field == "unmasked_weight"
+    (root / "masks").mkdir()
+    _noise_image((64, 80), 1, "L").save(root / "masks" / "a.png")  # rotated: wrong size
+    _noise_image((64, 64), 2, "L").save(root / "masks" / "zz.png")  # no image zz
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert err.value.problems == [
+        "masks/zz.png: no image named zz.* in the dataset",
+        "masks/a.png: 64x80, but a.png is 80x64 (a mask must have its image's size)",
+    ]
+    with pytest.raises(ConfigError) as both:
+        _scan(root, alpha_mask=True)
+    assert both.value.problems[0].field == "alpha_mask"
+
+
+def test_alpha_mask_reads_the_rgba_alpha_channel(tmp_path: Path) -> None:
+    root = _dataset(tmp_path, {"opaque": (64, 64)})
+    rgba = _noise_image((64, 64), 5, "RGBA")
+    rgba.save(root / "cut.png")
+    (root / "cut.txt").write_text("cut out")
+    scan = _scan(root, alpha_mask=True)
+    cut = next(it for it in scan.items if it.path.name == "cut.png")
+    assert cut.mask is not None and cut.mask.alpha
+    assert next(it for it in scan.items if it.path.name == "opaque.png").mask is None
+    assert mask_warning(scan.items) == "1 image(s) have no mask and train unmasked: opaque.png"
+    grid = mask_crop(cut, (0, 0), False, 1)  # the full-resolution grid: the alpha itself
+    np.testing.assert_allclose(grid, np.asarray(rgba.getchannel("A"), dtype=np.float32) / 255.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_a_mask_is_cut_like_its_image_down_to_the_latent_grid(tmp_path: Path, flip: bool) -> None:
+    root = _dataset(tmp_path, {"wide": (150, 90)})  # resized to cover the 64x64 bucket, then cropped
+    image = Image.open(root / "wide.png")
+    (root / "masks").mkdir()
+    image.getchannel("R").save(root / "masks" / "wide.png")  # the mask is the image's red channel
+    item = _scan(root, aspect_buckets=False).items[0]
+    crop = load_crop(item, random_crop=True, flip=flip, rng=np.random.default_rng(3))
+    assert 0 < crop.crop_top_left[1] < 107 - 64  # a real offset (resized to 107x64), so alignment is tested
+    red = (crop.pixels[0] + 1.0) * 127.5 / 255.0  # [H, W] the crop's red channel in [0, 1]
+    h, w = red.shape[0] // 8, red.shape[1] // 8
+    expected = red.reshape(h, 8, w, 8).mean(axis=(1, 3))  # box average over 8x8 cells
+    got = mask_crop(item, crop.crop_top_left, flip, 8)
+    assert got.shape == (h, w)
+    np.testing.assert_allclose(got, expected, atol=2e-3)
+    wrong = mask_crop(replace(item), crop.crop_top_left, not flip, 8)
+    assert np.abs(wrong - expected).max() > 0.05  # the other flip does not line up

@@ -1,0 +1,103 @@
+"""Bad reference input is refused at validation, naming the file, before any work (issue 27):
+an unreadable control, more controls than FLUX.2 klein takes, and sample prompts whose
+reference images are missing, outside the dataset, unreadable, too many or given to a
+text-to-image family."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lorastudio.errors import ConfigError
+from lorastudio.jobs.validation import validate_run
+from lorastudio.settings import Settings
+from lorastudio.tiny.paired import make_paired_dataset
+
+
+def _cfg(model: Path, **over: object) -> dict:
+    base = {
+        "family": "flux2-klein",
+        "base_model": str(model),
+        "data_dir": "pairs",
+        "resolution": 32,
+        "steps": 2,
+    }
+    return {**base, **over}
+
+
+def _problems(settings: Settings, raw: dict) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as err:
+        validate_run(raw, settings, live_output_names=set())
+    return [(p.field, p.message) for p in err.value.problems]
+
+
+def test_an_unreadable_control_and_too_many_controls_are_named(
+    settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    pairs = make_paired_dataset(settings.datasets_dir / "pairs")
+    (pairs / "control" / "shape_01.png").write_bytes(b"\x89PNG broken")
+    for n in range(2, 6):  # shape_00 gets 5 controls: klein takes 4
+        (pairs / f"control_{n}").mkdir()
+        (pairs / f"control_{n}" / "shape_00.png").write_bytes(
+            (pairs / "control" / "shape_00.png").read_bytes()
+        )
+    problems = _problems(settings, _cfg(tiny_model("flux2-klein")))
+    messages = [m for f, m in problems if f == "data_dir"]
+    assert any(m.startswith("control shape_01.png:") for m in messages), messages
+    assert "shape_00.png: 5 control images, flux2-klein takes at most 4" in messages
+
+
+def test_sample_prompt_references_are_checked_with_the_dataset(
+    settings: Settings, tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    pairs = make_paired_dataset(settings.datasets_dir / "pairs")
+    (pairs / "notes").mkdir()
+    (pairs / "notes" / "bad.png").write_bytes(b"not a png")
+    outside = tmp_path / "secret.png"
+    outside.write_bytes((pairs / "shape_00.png").read_bytes())
+    (pairs / "notes" / "link.png").symlink_to(outside)
+    prompts = [
+        {"prompt": "a", "controls": ["control/missing.png"]},
+        {"prompt": "b", "controls": ["../escape.png"]},
+        {"prompt": "c", "controls": ["notes/bad.png"]},
+        {"prompt": "d", "controls": ["control/shape_00.png"] * 5},
+        {"prompt": "e", "controls": ["notes/link.png"]},
+        {"prompt": "f", "controls": ["control/shape_00.png", "control/shape_01.png"]},  # fine
+    ]
+    problems = _problems(settings, _cfg(tiny_model("flux2-klein"), sample_prompts=prompts))
+    messages = [m for f, m in problems if f == "sample_prompts"]
+    assert "sample prompt 0: control image control/missing.png not found in pairs/" in messages
+    assert (
+        "sample prompt 1: control '../escape.png' must be a relative path inside the dataset folder"
+        in messages
+    )
+    assert any(m.startswith("sample prompt 2: control bad.png:") for m in messages), messages
+    assert "sample prompt 3: 5 control images, flux2-klein takes at most 4" in messages
+    assert "sample prompt 4: control notes/link.png is a link out of the dataset folder" in messages
+    assert not any(m.startswith("sample prompt 5") for m in messages)
+    assert (
+        "samples with references at resolution 32: flux2-klein takes reference images of at least 64 px a side: render at 64 px or more"
+        in messages
+    )
+
+    flux = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32}
+    (settings.datasets_dir / "shapes").mkdir()
+    for name in ("shape_00.png", "shape_00.txt"):
+        (settings.datasets_dir / "shapes" / name).write_bytes((pairs / name).read_bytes())
+    refs = [{"prompt": "x", "controls": ["shape_00.png"]}]
+    messages = [m for f, m in _problems(settings, {**flux, "sample_prompts": refs}) if f == "sample_prompts"]
+    assert messages == ["sample prompt 0: flux takes no reference images (a text-to-image family)"]
+
+
+def test_kontext_sample_prompts_need_their_reference(
+    settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    raw = {**_cfg(tiny_model("flux-kontext"), family="flux-kontext"), "max_sequence_length": 16}
+    prompts = [{"prompt": "x", "controls": []}, "plain: the first pair's reference"]
+    messages = [
+        m for f, m in _problems(settings, {**raw, "sample_prompts": prompts}) if f == "sample_prompts"
+    ]
+    assert messages == ["sample prompt 0: 0 control image(s), flux-kontext needs at least 1"]

@@ -1,0 +1,164 @@
+"""Pushing a LoRA to the hub (lora/hub_push.py) against a local fake hub (fake_hub_upload.py) with
+huggingface_hub's real client: one commit with the file, its sidecar, the model card and the
+newest sample round; the card names the base model, trigger word and settings; failures (no
+token, a refused token, a read-only token, a missing repo) are named errors; the CLI pushes too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+from typer.testing import CliRunner
+
+from fake_hub_upload import READ_TOKEN, WRITE_TOKEN, UploadHub, UploadHubServer
+from lorastudio.config import TrainConfig
+from lorastudio.errors import HubAccessDenied, HubTokenMissing, NotFound
+from lorastudio.lora.hub_card import hub_base_model, model_card
+from lorastudio.lora.hub_push import push_lora
+from lorastudio.settings import Settings
+from lorastudio.training.loop import train
+
+PROMPTS = ["sks, a red circle", "sks, a blue square"]
+
+
+@pytest.fixture(scope="module")
+def run_home(tiny_model, sample_dataset, tmp_path_factory) -> Path:
+    """A studio home with one finished tiny run "pushme" (samples at steps 2 and 4)."""
+    home = tmp_path_factory.mktemp("push-home")
+    raw = {
+        "family": "z-image",
+        "base_model": str(tiny_model("z-image")),
+        "data_dir": str(sample_dataset),
+        "resolution": 32,
+        "steps": 4,
+        "lora_rank": 4,
+        "output_name": "pushme",
+        "trigger_word": "sks",
+        "sample_prompts": PROMPTS,
+        "sample_every": 2,
+        "sample_steps": 1,
+    }
+    train(TrainConfig.model_validate(raw), [].append, settings=Settings(home=home), device="cpu")
+    return home
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[UploadHub]:
+    from huggingface_hub import constants
+
+    fake = UploadHub(repos={"me/existing": {}})
+    with UploadHubServer(fake):
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        monkeypatch.setattr(constants, "ENDPOINT", fake.url)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no login of this machine's user
+        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
+        yield fake
+
+
+def _settings(home: Path, token: str | None) -> Settings:
+    return Settings(home=home, hf_token=SecretStr(token) if token else None)
+
+
+def test_a_push_is_one_commit_of_the_lora_its_sidecar_card_and_newest_samples(run_home, hub):
+    result = push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/existing")
+    (commit,) = hub.commits
+    run = run_home / "outputs" / "pushme"
+    assert commit["repo"] == "me/existing" and commit["summary"] == "lorastudio: LoRA pushme"
+    files = commit["files"]
+    assert sorted(files) == result.files == [
+        "README.md", "pushme.json", "pushme.safetensors", "samples/step-000004-0.png", "samples/step-000004-1.png",
+    ]  # fmt: skip
+    assert files["pushme.safetensors"] == (run / "pushme.safetensors").read_bytes()
+    assert files["pushme.json"] == (run / "pushme.json").read_bytes()
+    assert files["samples/step-000004-1.png"] == (run / "samples" / "step-000004-1.png").read_bytes()
+    card = files["README.md"].decode()
+    assert card.startswith("---\n") and 'instance_prompt: "sks"' in card
+    assert '"tags": ' not in card and 'tags: ["lora", "lorastudio", "text-to-image", "z-image"]' in card
+    assert '{"text": "sks, a blue square", "output": {"url": "samples/step-000004-1.png"}}' in card
+    assert "base_model:" not in card  # a local tiny model is no hub id
+    (meta,) = hub.cards  # the hub parsed the front matter (its validate-yaml call)
+    assert meta["instance_prompt"] == "sks" and meta["widget"][0]["text"] == PROMPTS[0]
+    assert "| steps | `4` |" in card and "| lora_rank | `4` |" in card and "Trigger word: `sks`" in card
+    assert result.commit and result.url == f"{hub.url}/me/existing"
+
+
+def test_create_makes_the_repo_private_when_asked(run_home, hub):
+    push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/new-lora", create=True, private=True)
+    assert "me/new-lora" in hub.private and "pushme.safetensors" in hub.repos["me/new-lora"]
+    push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/new-lora", create=True)  # exists: fine
+    assert len(hub.commits) == 2
+
+
+def test_failures_are_named(run_home, hub):
+    with pytest.raises(HubTokenMissing, match="LORASTUDIO_HF_TOKEN"):
+        push_lora(_settings(run_home, None), "pushme", "me/existing")
+    with pytest.raises(HubAccessDenied, match=r"refused the token \(401\)") as denied:
+        push_lora(_settings(run_home, "hf_not_a_known_token_000000000"), "pushme", "me/existing")
+    assert denied.value.status == 401
+    with pytest.raises(HubAccessDenied, match=r"no write access \(403\)") as read_only:
+        push_lora(_settings(run_home, READ_TOKEN), "pushme", "me/existing")
+    assert read_only.value.status == 403
+    with pytest.raises(NotFound, match="no model repo 'me/missing'.*--create"):
+        push_lora(_settings(run_home, WRITE_TOKEN), "pushme", "me/missing")
+    with pytest.raises(NotFound, match="no LoRA 'nope'"):
+        push_lora(_settings(run_home, WRITE_TOKEN), "nope", "me/existing")
+    assert hub.commits == []
+
+
+def test_the_cli_pushes_with_the_studio_token(run_home, hub, monkeypatch):
+    from lorastudio.cli.app import _register, app
+    from lorastudio.settings import get_settings
+
+    _register()
+    monkeypatch.setenv("LORASTUDIO_HOME", str(run_home))
+    monkeypatch.setenv("LORASTUDIO_HF_TOKEN", WRITE_TOKEN)
+    get_settings.cache_clear()
+    out = CliRunner().invoke(app, ["lora", "push", "pushme", "--repo", "me/existing"])
+    assert out.exit_code == 0, out.output
+    assert f"{hub.url}/me/existing" in out.output and "pushme.safetensors" in out.output
+    monkeypatch.delenv("LORASTUDIO_HF_TOKEN")
+    get_settings.cache_clear()
+    refused = CliRunner().invoke(app, ["lora", "push", "pushme", "--repo", "me/existing"])
+    assert refused.exit_code == 2 and "LORASTUDIO_HF_TOKEN" in refused.output
+    get_settings.cache_clear()
+
+
+def test_the_card_names_a_hub_base_model():
+    sidecar = {"family": "flux", "base_model": "black-forest-labs/FLUX.1-dev", "config": {"steps": 10}}
+    card = model_card(sidecar, "x")
+    assert 'base_model: "black-forest-labs/FLUX.1-dev"' in card and "Trigger word: none" in card
+    assert hub_base_model("/home/u/models/flux") is None and hub_base_model("./a/b") is None
+    assert json.loads(card.split("tags: ", 1)[1].splitlines()[0]) == [
+        "lora",
+        "lorastudio",
+        "text-to-image",
+        "flux",
+    ]
+
+
+def test_the_api_pushes_and_answers_each_failure_with_its_status(run_home, hub):
+    from fastapi.testclient import TestClient
+
+    from live_server import LOOPBACK
+    from lorastudio.api.app import create_app
+
+    with TestClient(create_app(_settings(run_home, WRITE_TOKEN)), base_url=LOOPBACK) as client:
+        done = client.post("/api/loras/pushme/push", json={"repo": "me/api-lora", "create": True})
+        assert done.status_code == 201, done.text
+        assert done.json()["url"] == f"{hub.url}/me/api-lora" and "README.md" in done.json()["files"]
+        assert "pushme.safetensors" in hub.repos["me/api-lora"]
+        missing = client.post("/api/loras/pushme/push", json={"repo": "me/missing"})
+        assert missing.status_code == 404 and "--create" in missing.json()["detail"]
+        assert client.post("/api/loras/nope/push", json={"repo": "me/x"}).status_code == 404
+        assert client.post("/api/loras/pushme/push", json={"repo": "no-owner"}).status_code == 422
+    with TestClient(create_app(_settings(run_home, READ_TOKEN)), base_url=LOOPBACK) as client:
+        refused = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
+        assert refused.status_code == 403 and refused.json()["error"] == "HubAccessDenied"
+    with TestClient(create_app(_settings(run_home, None)), base_url=LOOPBACK) as client:
+        no_token = client.post("/api/loras/pushme/push", json={"repo": "me/existing"})
+        assert no_token.status_code == 400 and "LORASTUDIO_HF_TOKEN" in no_token.json()["detail"]

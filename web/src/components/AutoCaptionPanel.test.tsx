@@ -1,0 +1,131 @@
+import { render, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import type { CaptionJob } from "../api/types";
+import { mockFetch } from "../test/fixtures";
+import { AutoCaptionPanel } from "./AutoCaptionPanel";
+
+const RUNNING: CaptionJob = {
+  id: "c1",
+  dataset: "mix",
+  model: "/models/tiny-vlm",
+  device: "cpu",
+  prefix: "sks",
+  overwrite: true,
+  status: "running",
+  total: 3,
+  done: 1,
+  captioned: 1,
+  skipped: 0,
+  failures: [],
+  preview: [{ file: "a.png", caption: "sks, a red square" }],
+  error: null,
+  cancel_reason: null,
+  created_at: "2026-12-04T18:00:00+00:00",
+  finished_at: null,
+};
+
+const DONE: CaptionJob = {
+  ...RUNNING,
+  status: "completed",
+  done: 3,
+  captioned: 2,
+  failures: [{ file: "broken.png", reason: "corrupt or not a PNG/JPEG/WebP image" }],
+  preview: [...RUNNING.preview, { file: "c.png", caption: "sks, a blue circle" }],
+  finished_at: "2026-12-04T18:00:09+00:00",
+};
+
+afterEach(() => {
+  vi.unstubAllGlobals();
+  vi.restoreAllMocks();
+});
+
+describe("AutoCaptionPanel", () => {
+  it("starts a caption job with the model, prefix and overwrite, shows progress, the preview and failures", async () => {
+    let polls = 0;
+    const calls = mockFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
+      if (url === "/api/captions/c1") return { body: ++polls > 1 ? DONE : RUNNING };
+      return undefined;
+    });
+    const onFinished = vi.fn();
+    render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    const model = screen.getByTestId("caption-model");
+    await userEvent.clear(model);
+    await userEvent.type(model, "/models/tiny-vlm");
+    await userEvent.type(screen.getByTestId("caption-prefix"), "sks");
+    await userEvent.click(screen.getByTestId("caption-overwrite"));
+    await userEvent.click(screen.getByTestId("caption-start"));
+    const start = calls.find((c) => c.method === "POST");
+    expect(start?.body).toEqual({ model: "/models/tiny-vlm", prefix: "sks", overwrite: true });
+    expect(await screen.findByText("Captioning 1 / 3 on cpu")).toBeTruthy();
+    expect(screen.getByRole("progressbar").getAttribute("aria-valuenow")).toBe("1");
+    expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a red square");
+    await waitFor(() => expect(onFinished).toHaveBeenCalledTimes(1), { timeout: 4000 });
+    expect(screen.getByTestId("caption-status").textContent).toContain(
+      "Caption job completed: 2 captioned, 0 kept their caption, 1 failed",
+    );
+    expect(screen.getByTestId("caption-preview").textContent).toContain("sks, a blue circle");
+    expect(screen.getByTestId("caption-failures").textContent).toContain("broken.png");
+    expect(screen.queryByTestId("caption-cancel")).toBeNull();
+  });
+
+  it("cancels a running job and shows a refusal from the server", async () => {
+    const calls = mockFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
+      if (url === "/api/captions/c1/cancel")
+        return { body: { ...RUNNING, status: "cancelled", cancel_reason: "cancelled by the user" } };
+      if (url === "/api/captions/c1") return { body: RUNNING };
+      return undefined;
+    });
+    render(<AutoCaptionPanel dataset="mix" onFinished={() => {}} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    await userEvent.click(screen.getByTestId("caption-start"));
+    await userEvent.click(await screen.findByTestId("caption-cancel"));
+    expect(calls.some((c) => c.url === "/api/captions/c1/cancel" && c.method === "POST")).toBe(true);
+    expect((await screen.findByTestId("caption-status")).textContent).toContain("(cancelled by the user)");
+  });
+
+  it("names the server's refusal", async () => {
+    mockFetch(({ url }) =>
+      url === "/api/datasets/mix/caption"
+        ? { status: 409, body: { error: "JobActive", detail: "training job t1 is using the GPU" } }
+        : undefined,
+    );
+    render(<AutoCaptionPanel dataset="mix" onFinished={() => {}} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect((await screen.findByTestId("caption-error")).textContent).toContain("training job t1 is using the GPU");
+  });
+});
+
+describe("DatasetDetailScreen", () => {
+  it("offers Caption with AI on a dataset with images", async () => {
+    const { InfoProvider } = await import("../api/info");
+    const { DatasetDetailScreen } = await import("../screens/DatasetDetailScreen");
+    const { INFO } = await import("../test/fixtures");
+    mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url === "/api/datasets/mix")
+        return {
+          body: {
+            name: "mix",
+            path: "/d/mix",
+            images: 1,
+            captions: 0,
+            files: [{ file: "a.png", caption: null, bytes: 100, width: 24, height: 16 }],
+            dropped: [],
+          },
+        };
+      return undefined;
+    });
+    render(
+      <InfoProvider>
+        <DatasetDetailScreen name="mix" />
+      </InfoProvider>,
+    );
+    await userEvent.click(await screen.findByTestId("caption-ai"));
+    expect(screen.getByTestId("caption-panel")).toBeTruthy();
+  });
+});

@@ -1,0 +1,99 @@
+import { useState } from "react";
+import { api } from "../api/endpoints";
+import type { PushResult } from "../api/types";
+
+interface Props {
+  /** The run's output name (its LoRA is outputs/<name>/<name>.safetensors). */
+  name: string;
+}
+
+const REPO = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
+
+/**
+ * "Push to hub" for a run with a LoRA: asks the repo id (owner/name), optionally creates it
+ * (private or not), and uploads the LoRA with its sidecar, a generated model card and its newest
+ * samples with the studio's hub token (POST /api/loras/{name}/push). Shows the repo link when
+ * done, the server's message when refused (no token, token refused, repo missing).
+ */
+export function PushToHub({ name }: Props) {
+  const [open, setOpen] = useState(false);
+  const [repo, setRepo] = useState("");
+  const [create, setCreate] = useState(false);
+  const [priv, setPriv] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [done, setDone] = useState<PushResult | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const valid = REPO.test(repo.trim());
+  const push = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      setDone(await api.pushLora(name, { repo: repo.trim(), create, private: create && priv }));
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  if (!open) {
+    return (
+      <button className="ghost" onClick={() => setOpen(true)} aria-label={`push ${name} to the hub`}>
+        Push to hub…
+      </button>
+    );
+  }
+  return (
+    <form
+      className="card push-hub"
+      data-testid="push-hub"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (valid && !busy) void push();
+      }}
+    >
+      <h3>Push to hub</h3>
+      <label>
+        Repo id
+        <input
+          name="hub_repo"
+          placeholder="you/my-lora"
+          value={repo}
+          disabled={busy}
+          onChange={(e) => setRepo(e.target.value)}
+          aria-invalid={repo !== "" && !valid}
+        />
+      </label>
+      <label className="check">
+        <input type="checkbox" checked={create} disabled={busy} onChange={(e) => setCreate(e.target.checked)} /> Create the
+        repo if it does not exist
+      </label>
+      {create && (
+        <label className="check">
+          <input type="checkbox" checked={priv} disabled={busy} onChange={(e) => setPriv(e.target.checked)} /> Private
+        </label>
+      )}
+      <p className="muted small">Uploads the LoRA, its settings (JSON), a model card and the newest sample images, with the studio's hub token.</p>
+      {error && (
+        <div className="banner error" role="alert">
+          {error}
+        </div>
+      )}
+      {done && (
+        <div className="banner ok" role="status">
+          Pushed {done.files.length} files to{" "}
+          <a href={done.url} target="_blank" rel="noreferrer">
+            {done.repo_id}
+          </a>
+        </div>
+      )}
+      <div className="train-longer-actions">
+        <button type="submit" className="primary" disabled={!valid || busy}>
+          {busy ? "Pushing…" : "Push"}
+        </button>
+        <button type="button" className="ghost" disabled={busy} onClick={() => setOpen(false)}>
+          Close
+        </button>
+      </div>
+    </form>
+  );
+}

@@ -1,0 +1,93 @@
+import { render, screen, waitFor, within } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { beforeEach, describe, expect, it, vi } from "vitest";
+import { InfoProvider } from "../api/info";
+import { TrainingProvider } from "../api/training";
+import type { GalleryImage, Info } from "../api/types";
+import { GenerateScreen } from "../screens/GenerateScreen";
+import { ReferenceImages } from "./ReferenceImages";
+import { type Call, INFO, mockFetch } from "../test/fixtures";
+
+/** INFO with FLUX.2 klein (0..4 references) as the only family and model. */
+const KLEIN: Info = {
+  ...INFO,
+  families: [{ ...INFO.families[1], name: "flux2-klein", title: "FLUX.2 klein", control_images: [0, 4] }],
+  models: [{ name: "tiny-klein", path: "/m/tiny-klein", family: "flux2-klein" }],
+};
+const EDITED: GalleryImage = {
+  file: "edit.png",
+  url: "/gallery/edit.png",
+  created: 1,
+  prompt: "make it blue",
+  seed: 1,
+  family: "flux2-klein",
+  base_model: "/m/tiny-klein",
+  loras: [],
+  references: ["r1.png"],
+  reference_urls: ["/gallery/references/r1.png"],
+};
+
+describe("ReferenceImages on the Generate screen", () => {
+  let calls: Call[];
+  let uploaded = 0;
+  beforeEach(() => {
+    vi.unstubAllGlobals();
+    uploaded = 0;
+    calls = mockFetch(({ method, url }) => {
+      if (url === "/api/info") return { body: KLEIN };
+      if (url === "/api/models") return { body: [] };
+      if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      if (url.startsWith("/api/loras")) return { body: { root: "/o", loras: [] } };
+      if (url === "/api/gallery") return { body: { images: [EDITED] } };
+      if (method === "POST" && url === "/api/generate/references") {
+        uploaded += 1;
+        const id = `u${uploaded}.png`;
+        return { status: 201, body: { references: [{ id, url: `/gallery/references/${id}` }] } };
+      }
+      if (method === "POST" && url === "/api/generate") {
+        return { status: 201, body: { ...EDITED, path: "/g/edit.png", seconds: 1, width: 64, height: 64 } };
+      }
+      return undefined;
+    });
+  });
+
+  const renderScreen = () =>
+    render(
+      <InfoProvider>
+        <TrainingProvider>
+          <GenerateScreen />
+        </TrainingProvider>
+      </InfoProvider>,
+    );
+
+  it("uploads picked references, sends their ids in slot order, and lets one be removed", async () => {
+    renderScreen();
+    const field = await screen.findByTestId("reference-images");
+    const user = userEvent.setup();
+    await user.upload(within(field).getByTestId("reference-input"), new File([new Uint8Array(4)], "a.png"));
+    await user.upload(within(field).getByTestId("reference-input"), new File([new Uint8Array(4)], "b.png"));
+    await waitFor(() => expect(within(field).getAllByRole("img")).toHaveLength(2));
+    const posted = calls.filter((c) => c.url === "/api/generate/references");
+    expect(posted.map((c) => (c.body as FormData).getAll("files").map((f) => (f as File).name))).toEqual([["a.png"], ["b.png"]]);
+    await user.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ references: ["u1.png", "u2.png"] });
+    await user.click(within(field).getByRole("button", { name: "remove reference 1" }));
+    expect(within(field).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["reference 1"]);
+    expect(within(field).getByRole("img")).toHaveAttribute("src", "/gallery/references/u2.png");
+  });
+
+  it("shows the gallery's references and reuses them", async () => {
+    renderScreen();
+    const gallery = await screen.findByTestId("gallery");
+    expect(within(gallery).getByAltText("reference 1")).toHaveAttribute("src", "/gallery/references/r1.png");
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    const field = screen.getByTestId("reference-images");
+    expect(within(field).getByRole("img")).toHaveAttribute("src", "/gallery/references/r1.png");
+  });
+
+  it("is hidden for a text-to-image family", () => {
+    render(<ReferenceImages max={0} value={[]} onChange={() => undefined} />);
+    expect(screen.queryByTestId("reference-images")).toBeNull();
+  });
+});

@@ -1,0 +1,90 @@
+import { useRef, useState } from "react";
+import { api } from "../api/endpoints";
+import type { GalleryImage, UploadedReference } from "../api/types";
+import { IMAGE_EXTENSIONS } from "../lib/upload";
+
+interface Props {
+  /** The most reference images the family takes (FamilyOut.control_images[1]); 0 hides the field. */
+  max: number;
+  value: UploadedReference[];
+  onChange: (refs: UploadedReference[]) => void;
+  error?: string;
+}
+
+/** Reference images of an edit family (FLUX.2, Kontext): picked files are uploaded at once
+ * (POST /api/generate/references) and shown in slot order, each removable. */
+export function ReferenceImages({ max, value, onChange, error }: Props) {
+  const input = useRef<HTMLInputElement | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [problem, setProblem] = useState<string | null>(null);
+  if (max === 0) return null;
+  const add = async (files: File[]) => {
+    const room = max - value.length;
+    if (files.length > room) {
+      setProblem(`this model takes at most ${max} reference image${max === 1 ? "" : "s"}`);
+      files = files.slice(0, room);
+    } else setProblem(null);
+    if (!files.length) return;
+    setBusy(true);
+    try {
+      const { references } = await api.uploadReferences(files);
+      onChange([...value, ...references]);
+    } catch (err) {
+      setProblem(err instanceof Error ? err.message : String(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div className="field wide" data-testid="reference-images">
+      <span className="field-label">
+        Reference images <span className="muted small">(edit: up to {max}, in order; none: text-to-image)</span>
+      </span>
+      <ReferenceStrip urls={value.map((r) => r.url)} onRemove={(i) => onChange(value.filter((_, j) => j !== i))} />
+      {value.length < max && (
+        <button type="button" className="secondary small" disabled={busy} onClick={() => input.current?.click()}>
+          {busy ? "Uploading…" : "Add reference image"}
+        </button>
+      )}
+      <input
+        ref={input}
+        type="file"
+        multiple
+        hidden
+        data-testid="reference-input"
+        accept={IMAGE_EXTENSIONS.join(",")}
+        onChange={(e) => {
+          const files = Array.from(e.target.files ?? []);
+          e.target.value = "";
+          void add(files);
+        }}
+      />
+      {(problem ?? error) && <span className="field-error">{problem ?? error}</span>}
+    </div>
+  );
+}
+
+/** Reference image thumbnails in slot order ("1", "2" ...); removable when `onRemove` is given. */
+export function ReferenceStrip({ urls, onRemove }: { urls: readonly string[]; onRemove?: (index: number) => void }) {
+  if (!urls.length) return null;
+  return (
+    <span className="reference-strip" data-testid="reference-strip">
+      {urls.map((url, i) => (
+        <span className="reference" key={`${url}-${i}`}>
+          <img src={api.imageUrl(url)} alt={`reference ${i + 1}`} loading="lazy" />
+          {onRemove && (
+            <button type="button" className="icon-button remove" aria-label={`remove reference ${i + 1}`} onClick={() => onRemove(i)}>
+              ×
+            </button>
+          )}
+        </span>
+      ))}
+    </span>
+  );
+}
+
+/** The references a gallery image was made with, as uploaded references (for "reuse"). */
+export function referencesOf(img: GalleryImage): UploadedReference[] {
+  const urls = img.reference_urls ?? [];
+  return (img.references ?? []).map((id, i) => ({ id, url: urls[i] ?? `/gallery/references/${id}` }));
+}

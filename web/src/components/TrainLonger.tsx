@@ -1,0 +1,84 @@
+import { useState } from "react";
+import { api } from "../api/endpoints";
+import type { Job, RunSummary } from "../api/types";
+
+interface Props {
+  run: RunSummary;
+  /** Called with the new job once the server accepted the extension. */
+  onStarted: (job: Job) => void;
+  /** Called with a user-facing message when the server refused it. */
+  onError: (message: string) => void;
+}
+
+/**
+ * "Train longer" for a stopped or finished run with a checkpoint (the server offers it in
+ * `train_longer`): asks the new total steps, above the run's total, and resumes the run from its
+ * newest checkpoint with `steps` set to it (POST /api/runs/{id}/resume {settings: {steps}}); the
+ * LR schedule is the one a fresh run of that total would have (training/extend.py). Renders
+ * nothing for a run that cannot be trained longer (live, no checkpoint, counts epochs).
+ */
+export function TrainLonger({ run, onStarted, onError }: Props) {
+  const offer = run.train_longer;
+  const [open, setOpen] = useState(false);
+  const [value, setValue] = useState(() => String(offer ? offer.steps * 2 : ""));
+  const [busy, setBusy] = useState(false);
+  if (!offer) return null;
+  const steps = Number(value);
+  const valid = value.trim() !== "" && Number.isInteger(steps) && steps > offer.steps;
+  const start = async () => {
+    setBusy(true);
+    try {
+      onStarted(await api.resumeRun(run.id, { settings: { steps } }));
+    } catch (err) {
+      onError(err instanceof Error ? err.message : String(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  if (!open) {
+    return (
+      <div className="train-longer">
+        <button className="ghost" onClick={() => setOpen(true)} aria-label={`train ${run.output_name} longer`}>
+          Train longer…
+        </button>
+      </div>
+    );
+  }
+  return (
+    <form
+      className="train-longer"
+      data-testid="train-longer"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (valid) void start();
+      }}
+    >
+      <label>
+        New total steps
+        <input
+          type="number"
+          name="train_longer_steps"
+          min={offer.steps + 1}
+          step={1}
+          value={value}
+          disabled={busy}
+          onChange={(e) => setValue(e.target.value)}
+          aria-invalid={!valid}
+        />
+      </label>
+      <p className="muted small">
+        {valid
+          ? `Continues from the checkpoint at step ${offer.from_step} to step ${steps}; the learning-rate schedule is the one a ${steps}-step run has.`
+          : `Set more than the run's ${offer.steps} steps.`}
+      </p>
+      <div className="train-longer-actions">
+        <button type="submit" className="primary" disabled={!valid || busy}>
+          {busy ? "Starting…" : valid ? `Train to ${steps} steps` : "Train longer"}
+        </button>
+        <button type="button" className="ghost" disabled={busy} onClick={() => setOpen(false)}>
+          Cancel
+        </button>
+      </div>
+    </form>
+  );
+}
