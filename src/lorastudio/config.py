@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lorastudio.config_datasets import MAX_DATASET_ENTRIES, DatasetEntry, check_resolution
-from lorastudio.config_samples import SamplePrompt, prompt_text
+from lorastudio.config_samples import MAX_SAMPLE_PROMPT_CHARS, MAX_SAMPLE_PROMPTS, SamplePrompt, prompt_text
 
 LrScheduler = Literal[
     "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
@@ -62,10 +62,6 @@ def revision_problem(revision: str) -> str | None:
     if not REVISION.fullmatch(revision) or ".." in revision:
         return f"{revision[:80]!r} is not a branch, tag or commit"
     return None
-
-
-MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
-MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
 
 
 class TrainConfig(BaseModel):
@@ -402,8 +398,9 @@ class TrainConfig(BaseModel):
         default_factory=list,
         max_length=MAX_SAMPLE_PROMPTS,
         description="validation prompts rendered during training (one image each, at the training "
-        'resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir, '
-        "or to the first datasets entry's folder]} for an edit family",
+        "resolution): a prompt, or an object that also sets its own width, height, seed and guidance "
+        'and, for an edit family, "controls": [reference images relative to data_dir, or to the first '
+        "datasets entry's folder]",
     )
     sample_every: int | None = Field(
         default=None, ge=1, description="render the samples every N optimizer steps (null: only at the end)"
@@ -412,6 +409,12 @@ class TrainConfig(BaseModel):
         default=None, ge=1, le=1000, description="inference steps per sample (null: the family's default)"
     )
     sample_seed: int = Field(default=0, ge=0, le=2**32 - 1, description="noise seed of every sample")
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list,
+        max_length=2,
+        description="experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and "
+        "sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases",
+    )
 
     # speed
     num_gpus: int = Field(

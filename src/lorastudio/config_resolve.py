@@ -113,6 +113,15 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     if any(side % mult for side in resolution_list(res)):
         problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
     problems += resolution_entry_problems(cfg, mult, fam.spec.name)
+    for i, entry in enumerate(cfg.sample_prompts):  # a sample's own size (config_samples.py)
+        for side in ("width", "height"):
+            value = getattr(entry, side, None)
+            if value is not None and value % mult:
+                problems.append(
+                    FieldProblem(
+                        f"sample_prompts.{i}.{side}", f"must be a multiple of {mult} for {fam.spec.name}"
+                    )
+                )
     problems += combination_problems(cfg)
     problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
     if cfg.fuse_projections == "on" and not fam.spec.fused_projection_groups:

@@ -1,8 +1,13 @@
-"""Sample prompts of TrainConfig: a plain prompt, or a prompt with the reference (control)
-images an edit family renders it with.
+"""Sample prompts of TrainConfig: a plain prompt (text), or a SamplePrompt object that also sets
+its own size, seed and guidance, and the reference (control) images an edit family renders it with.
+Each setting an object leaves unset takes the run's (resolution, sample_seed, the family's default
+guidance, the run's default references). Part of the one config schema (config.py); no torch.
 
     "sample_prompts": ["a red circle",
+                       {"prompt": "a dog", "width": 768, "height": 512, "seed": 3, "guidance": 4.0},
                        {"prompt": "make it blue", "controls": ["control/shape_00.png"]}]
+
+In TOML: sample_prompts = ["a cat", { prompt = "a dog", width = 768, height = 512, seed = 3 }].
 
 `controls` are paths relative to the dataset folder (data_dir; with `datasets`, the first entry's
 folder), inside it, in slot order; they are checked with the dataset (data/sample_refs.py). Left
@@ -14,20 +19,35 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_SAMPLE_PROMPTS = 8  # sample prompts per run
+MAX_SAMPLE_PROMPT_CHARS = 1000  # characters per sample prompt
+MAX_SAMPLE_SIDE = 2048  # pixels per side of one sample preview
 MAX_SAMPLE_CONTROLS = 10  # references per sample prompt (the most any family takes: FLUX.2 dev)
 
 
 class SamplePrompt(BaseModel):
-    """One sample prompt with its reference images."""
+    """One sample prompt, the settings it renders with instead of the run's, and its references."""
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(description="the prompt (the edit instruction)")
+    prompt: str = Field(
+        min_length=1, max_length=MAX_SAMPLE_PROMPT_CHARS, description="the prompt (the edit instruction)"
+    )
     controls: list[str] | None = Field(
         default=None,
         max_length=MAX_SAMPLE_CONTROLS,
         description="reference images, paths relative to the dataset folder (null: the first paired "
         "image's controls on a paired dataset, none otherwise; []: none)",
+    )
+    width: int | None = Field(
+        default=None, ge=16, le=MAX_SAMPLE_SIDE, description="pixels (null: the training resolution)"
+    )
+    height: int | None = Field(
+        default=None, ge=16, le=MAX_SAMPLE_SIDE, description="pixels (null: the training resolution)"
+    )
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1, description="noise seed (null: sample_seed)")
+    guidance: float | None = Field(
+        default=None, ge=0, le=100, allow_inf_nan=False, description="guidance scale (null: the family's)"
     )
 
 

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
         return self.home / "lorastudio.db"
 
     @property
+    def logs_dir(self) -> Path:
+        """The training workers' own lines, one file per run (jobs/worker_log.py)."""
+        return self.home / "logs"
+
+    @property
     def thumbnail_cache_dir(self) -> Path:
         return self.home / "cache" / "thumbs"
 

@@ -7,6 +7,7 @@ import { DatasetDetailScreen } from "./screens/DatasetDetailScreen";
 import { DatasetsScreen } from "./screens/DatasetsScreen";
 import { GenerateScreen } from "./screens/GenerateScreen";
 import { LiveScreen } from "./screens/LiveScreen";
+import { ModelsScreen } from "./screens/ModelsScreen";
 import { RunDetailScreen } from "./screens/RunDetailScreen";
 import { RunsScreen } from "./screens/RunsScreen";
 import { TrainScreen } from "./screens/TrainScreen";
@@ -17,6 +18,7 @@ const NAV = [
   ["live", "Live"],
   ["runs", "Runs"],
   ["generate", "Generate"],
+  ["models", "Models"],
 ] as const;
 
 function LiveBadge() {
@@ -41,7 +43,11 @@ function Screen({ route }: { route: string[] }) {
     case "runs":
       return arg ? <RunDetailScreen id={arg} /> : <RunsScreen />;
     case "generate":
-      return <GenerateScreen />;
+      return <GenerateScreen fromRun={arg} />;
+    case "models":
+      return <ModelsScreen />;
+    case "clone":
+      return <TrainScreen cloneOf={arg} />;
     default:
       return <TrainScreen dataset={top === "train" ? arg : undefined} />;
   }
@@ -51,7 +57,7 @@ function Shell() {
   const route = useRoute();
   const { error, info } = useInfo();
   const { token } = useAuth();
-  const current = route[0] ?? "train";
+  const current = route[0] === "clone" ? "train" : (route[0] ?? "train");
   return (
     <div className="app">
       <header className="topbar">

@@ -90,7 +90,14 @@ class GenerateBody(_Body):
     steps: int = Field(default=20, description="at most 200, and width x height x steps <= 209.7 M")
     width: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
     height: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
-    guidance: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+    guidance: float | None = Field(
+        default=None, ge=0, le=100, allow_inf_nan=False, description="null: the family's default"
+    )
+    negative_prompt: str | None = Field(
+        default=None,
+        max_length=4000,
+        description="what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)",
+    )
     loras: list[LoraRef] = Field(default_factory=list, max_length=8)
     references: list[str] = Field(
         default_factory=list,
@@ -197,6 +204,13 @@ class FamilyOut(_Out):
         default_factory=lambda: [0, 0],
         description="[min, max] control (reference) images per training sample: [0, 0] text-to-image only",
     )
+    guidance: Literal["cfg", "true_cfg", "embedded"] = Field(
+        default="cfg",
+        description="how its pipeline guides: classifier-free (cfg), true CFG (true_cfg_scale), or a "
+        "distilled guidance embedding (embedded: no negative prompt)",
+    )
+    guidance_default: float | None = Field(default=None, description="the pipeline's default guidance scale")
+    negative_prompt: bool = Field(default=False, description="generation takes a negative prompt")
     precisions: list[str] = Field(description="base_precision values this host can run")
 
 
@@ -349,6 +363,9 @@ class RunSummary(_Out):
     total_steps: int | None
     last_loss: float | None
     error: str | None
+    source: Literal["service", "cli"] = Field(
+        default="service", description="who started the run: the job service (API, UI) or `lorastudio train`"
+    )
     resume_step: int | None = Field(
         default=None, description="the step a resume would continue from (null: not resumable)"
     )
@@ -390,6 +407,13 @@ class CheckpointOut(_Out):
 class CheckpointList(_Out):
     checkpoints: list[CheckpointOut] = Field(description="oldest first")
     resume_step: int | None = Field(description="the step a resume would continue from (null: not resumable)")
+
+
+class RunLog(_Out):
+    lines: list[str] = Field(description="the log's last lines, oldest first")
+    truncated: bool = Field(description="earlier lines exist that are not shown")
+    size_bytes: int = Field(description="the log file's size (0: no log)")
+    note: str | None = Field(default=None, description="why a run has no log here (a CLI run, an older run)")
 
 
 class RunDeleted(_Out):

@@ -121,6 +121,8 @@ class GenerateOut(_Out):
     width: int
     height: int
     prompt: str
+    negative_prompt: str | None = None
+    guidance: float | None = Field(default=None, description="null: the family's default")
     loras: list[LoraRef]
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")
     reference_urls: list[str] = Field(
@@ -135,6 +137,8 @@ class GalleryImage(_Out):
     width: int | None = None
     height: int | None = None
     prompt: str | None = None
+    negative_prompt: str | None = None
+    guidance: float | None = None
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class _Body(BaseModel):
@@ -18,6 +18,11 @@ class _Out(BaseModel):
 class FetchBody(_Body):
     repo_id: str = Field(min_length=3, max_length=200, description="hub model id, owner/name")
     revision: str | None = Field(default=None, max_length=200, description="branch, tag or commit")
+    token: SecretStr | None = Field(
+        default=None,
+        max_length=400,
+        description="a hub token for this fetch only (a gated repo the studio's token cannot read); never stored",
+    )
 
 
 class AddFolderBody(_Body):

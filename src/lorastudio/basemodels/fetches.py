@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from lorastudio.basemodels.events import FetchEvent, FetchFailed
 from lorastudio.basemodels.fetch import FetchPlan, plan_fetch, run_fetch, staging_folder
 from lorastudio.errors import JobActive, LorastudioError, ModelSourceError, NotFound
@@ -46,6 +48,7 @@ class Fetch:
     finished_at: str | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    settings: Settings | None = None  # the manager's, with this fetch's own hub token if it has one
 
     def snapshot(self) -> dict[str, Any]:
         plan = self.plan
@@ -80,12 +83,17 @@ class FetchManager:
         self._fetches: dict[str, Fetch] = {}
         self._log = EventLog(MAX_EVENTS)
 
-    def start(self, repo_id: str, revision: str | None = None) -> dict[str, Any]:
+    def start(self, repo_id: str, revision: str | None = None, token: str | None = None) -> dict[str, Any]:
         """Plan the fetch now (raising its refusals: ConfigError, ModelAccessDenied, NotFound,
         ModelSourceError), then download in a background thread. Returns the fetch's snapshot.
+        `token`: a hub token for this fetch only (a gated repo the studio's token cannot read),
+        used instead of settings.hf_token, kept in memory for the download and never stored.
         Raises JobActive when the same model is being fetched already."""
-        plan = plan_fetch(self.settings, repo_id, revision)
-        fetch = Fetch(uuid.uuid4().hex[:12], plan)
+        settings = self.settings
+        if token:
+            settings = settings.model_copy(update={"hf_token": SecretStr(token)})
+        plan = plan_fetch(settings, repo_id, revision)
+        fetch = Fetch(uuid.uuid4().hex[:12], plan, settings=settings)
         with self._lock:
             busy = next(
                 (f for f in self._fetches.values() if f.status == "running" and f.plan.target == plan.target),
@@ -103,7 +111,11 @@ class FetchManager:
     def _run(self, fetch: Fetch) -> None:
         try:
             outcome = run_fetch(
-                self.settings, fetch.plan, fetch_id=fetch.id, emit=self._ingest, cancel=fetch.cancel
+                fetch.settings or self.settings,
+                fetch.plan,
+                fetch_id=fetch.id,
+                emit=self._ingest,
+                cancel=fetch.cancel,
             )
         except LorastudioError as err:
             resumable = isinstance(err, ModelSourceError) and staging_folder(fetch.plan.target).is_dir()

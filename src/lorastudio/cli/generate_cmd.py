@@ -84,6 +84,9 @@ def generate_cmd(
     width: int | None = typer.Option(None, "--width", help="default: the family's training resolution"),
     height: int | None = typer.Option(None, "--height", help="default: the family's training resolution"),
     guidance: float | None = typer.Option(None, "--guidance", min=0, help="default: the family's"),
+    negative: str | None = typer.Option(
+        None, "--negative", help="negative prompt (families whose pipeline takes one: `lorastudio families`)"
+    ),
     revision: str | None = typer.Option(None, "--revision", help="hub revision"),
     base_config: str | None = typer.Option(
         None,
@@ -106,7 +109,7 @@ def generate_cmd(
     try:
         _generate(
             base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device, overwrite,
-            control, base_config, v_prediction,
+            control, base_config, v_prediction, negative,
         )  # fmt: skip
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
@@ -130,6 +133,7 @@ def _generate(
     control: list[Path] | None = None,
     base_config: str | None = None,
     v_prediction: bool | None = None,
+    negative: str | None = None,
 ) -> None:
 
     from lorastudio import families
@@ -198,6 +202,11 @@ def _generate(
             except (ModelSourceError, NotFound) as err:
                 problems.append(FieldProblem("--lora", str(err)))
     references = _read_controls(control or [], problems)
+    if negative and family is not None and family in families.names():
+        from lorastudio.jobs.generation import negative_prompt_refusal
+
+        if not families.get(family).spec.negative_prompt:  # refused before the pipeline loads
+            problems.append(FieldProblem("--negative", negative_prompt_refusal(families.get(family).spec)))
     if problems or source is None or family is None:
         raise ConfigError(problems)
     spec = families.get(family).spec
@@ -222,6 +231,7 @@ def _generate(
         width=width or default_side,
         height=height or default_side,
         guidance=guidance,
+        negative_prompt=negative,
         controls=references,
     )
     staging = out.with_name(f".{out.name}.partial")

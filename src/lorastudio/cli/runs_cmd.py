@@ -63,7 +63,17 @@ def show_cmd(
     if as_json:
         typer.echo(json.dumps(run, indent=2))
         return
-    for key in ("id", "status", "family", "output_name", "created_at", "started_at", "finished_at", "error"):
+    for key in (
+        "id",
+        "status",
+        "source",
+        "family",
+        "output_name",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "error",
+    ):
         typer.echo(f"{key:12} {run[key] if run[key] is not None else '-'}")
     typer.echo(f"{'steps':12} {run['steps_run']}/{run['total_steps'] or '?'}")
     for out in run["outputs"]:

@@ -13,6 +13,9 @@ the same way the job service does (jobs/agent.py: torchrun bound to this process
 Rank 0 shows the progress and writes the files; Ctrl-C reaches every rank through torchrun, and
 rank 0's stop-and-save is what every rank does.
 
+The run is recorded in the studio's run store (jobs/cli_record.py, marked as a CLI run), so it
+is listed under Runs by the server, the UI and `runs list`.
+
 A server owns its studio home: on a home whose server is live this command is refused (train
 through the server, or use another LORASTUDIO_HOME); see jobs/homelock.py.
 
@@ -184,6 +187,7 @@ def train_cmd(
         _bind_to_agent()
     home_lock = None
     cfg = None
+    record = None
     try:
         home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
@@ -196,6 +200,7 @@ def train_cmd(
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
+        from lorastudio.jobs.cli_record import open_cli_record
         from lorastudio.training.loop import train
 
         if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
@@ -206,18 +211,32 @@ def train_cmd(
             typer.secho(f"note: {note}", fg=typer.colors.YELLOW, err=True)
         quiet_libraries()
         display = ProgressDisplay(console) if rank == 0 else None
+        record = open_cli_record(cfg) if rank == 0 else None  # listed under Runs like a server's run
         with StopOnInterrupt(console) as stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
+            emit = record.wrap(emit) if record is not None else emit
             result = train(cfg, emit, stopper.check, device=device, resume=checkpoint)
+        if record is not None:
+            record.end(result.stopped, result.steps_run, result.lora_path)
     except LorastudioError as err:
+        if record is not None:
+            record.fail(str(err))
         prefix = "error" if rank == 0 else f"error (rank {rank})"
         typer.secho(f"{prefix}: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(EXIT_USER_ERROR) from None
     except KeyboardInterrupt:  # a second Ctrl-C: the run ended where it was
+        if record is not None:
+            record.abort("aborted by a second Ctrl-C")
         if rank == 0:
             _report_abort(run_dir_of_cfg(cfg) if cfg is not None else None)
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Exception as err:
+        if record is not None:
+            record.fail(f"{type(err).__name__}: {err}")
+        raise
     finally:
+        if record is not None:
+            record.close()
         if home_lock is not None:
             home_lock.release()
     if rank != 0:

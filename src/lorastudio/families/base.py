@@ -92,6 +92,14 @@ class FamilySpec:
     # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
     # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
     guides_with_negative: bool = False
+    # how its pipeline guides at generation (the Generate form, GenerateBody, sample prompts):
+    # "cfg" classifier-free guidance (guidance_scale), "true_cfg" the same through
+    # true_cfg_scale (Qwen-Image), "embedded" a distilled guidance embedding (guidance_scale:
+    # FLUX.1, FLUX.2; one pass, no negative prompt)
+    guidance: Literal["cfg", "true_cfg", "embedded"] = "cfg"
+    # its pipeline takes a negative prompt (text) for its guidance; the contract suite checks
+    # that __call__ has `negative_prompt` and the guidance keyword
+    negative_prompt: bool = False
     # every joint attention call carries the text mask (Chroma's additive 0/1 float mask): flash
     # cannot take it and cuDNN's SDPA crashed on it (illegal memory access, H200, torch 2.11: bench
     # note 24), so attention "auto" runs the efficient kernel and "cudnn" is refused
@@ -124,7 +132,15 @@ class FamilySpec:
             "fuse_projections": bool(self.fused_projection_groups),
             "variants": [v.title for v in self.variants],
             "control_images": list(self.control_images),
+            "guidance": self.guidance,
+            "guidance_default": self.generation_defaults.get(self.guidance_kwarg),
+            "negative_prompt": self.negative_prompt,
         }
+
+    @property
+    def guidance_kwarg(self) -> str:
+        """The pipeline __call__ keyword a guidance scale goes to."""
+        return "true_cfg_scale" if self.guidance == "true_cfg" else "guidance_scale"
 
 
 class Family(ABC):

@@ -57,6 +57,8 @@ SPEC = FamilySpec(
     supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
     # Chroma1-HD's model card: CFG 4.0, 40 steps, empty negative prompt
     generation_defaults={"num_inference_steps": 40, "guidance_scale": 4.0},
+    guidance="cfg",
+    negative_prompt=True,
     fused_projection_groups={
         "ChromaTransformerBlock": DUAL_STREAM_QKV,
         "ChromaSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),

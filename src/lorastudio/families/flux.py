@@ -42,6 +42,7 @@ SPEC = FamilySpec(
         {"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "guidance", "max_sequence_length"}
     ),
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 3.5},
+    guidance="embedded",
     fused_projection_groups={
         "FluxTransformerBlock": DUAL_STREAM_QKV,
         # the single blocks' MLP input projection reads the same normed states as q/k/v

@@ -92,6 +92,7 @@ SPEC = FamilySpec(
     supports=FLUX2_SUPPORTS | {"guidance"},
     # Flux2Pipeline's documented call: 50 steps, guidance 4 (the embedded guidance)
     generation_defaults={"num_inference_steps": 50, "guidance_scale": 4.0},
+    guidance="embedded",
     # the dual-stream blocks' q/k/v per stream (the single blocks' are one linear already)
     fused_projection_groups={"Flux2TransformerBlock": DUAL_STREAM_QKV},
     control_images=(0, MAX_REFERENCES_DEV),  # text-to-image, or edit with 1..10 references

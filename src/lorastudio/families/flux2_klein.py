@@ -85,6 +85,7 @@ SPEC = FamilySpec(
     supports=FLUX2_SUPPORTS,  # no guidance embedding: `guidance` is refused
     # a base checkpoint: Flux2KleinPipeline's documented call (50 steps, CFG 4); distilled: DISTILLED
     generation_defaults={"num_inference_steps": 50, "guidance_scale": 4.0},
+    guidance="cfg",
     fused_projection_groups=FLUX2_SPEC.fused_projection_groups,
     no_cfg_kwargs={"guidance_scale": 1.0},
     control_images=(0, MAX_REFERENCES_KLEIN),  # text-to-image, or edit with 1..4 references

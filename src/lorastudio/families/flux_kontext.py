@@ -35,6 +35,7 @@ SPEC = replace(
     # the reference is resized to the output's size (as in training): the pipeline's snapping of
     # references to its preferred ~1 MP resolutions would give it another size than the target
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 2.5, "_auto_resize": False},
+    guidance="embedded",
     control_images=(1, 1),
 )
 

@@ -60,6 +60,8 @@ SPEC = FamilySpec(
     },
     supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 4.5},  # Krea2Pipeline's base defaults
+    guidance="cfg",
+    negative_prompt=True,
     fused_projection_groups={
         "Krea2TransformerBlock": (
             ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_gate"),

@@ -42,6 +42,8 @@ SPEC = FamilySpec(
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "max_sequence_length": 512},
     supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
     generation_defaults={"num_inference_steps": 30, "true_cfg_scale": 4.0},
+    guidance="true_cfg",
+    negative_prompt=True,
     fused_projection_groups={"QwenImageTransformerBlock": DUAL_STREAM_QKV},
 )
 

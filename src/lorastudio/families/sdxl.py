@@ -44,6 +44,8 @@ SPEC = FamilySpec(
         {"snr_gamma", "noise_offset", "train_text_encoder", "text_encoder_lr", "v_prediction"}
     ),
     generation_defaults={"num_inference_steps": 30, "guidance_scale": 5.0},
+    guidance="cfg",
+    negative_prompt=True,
     # the attention blocks' parents and the convolutional glue between them (bench note 13)
     wide_compile_blocks=("Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D"),
     # self-attention q/k/v read the block's hidden states, cross-attention k/v the prompt's

@@ -34,6 +34,8 @@ SPEC = FamilySpec(
     defaults={"resolution": 1024, "learning_rate": 1e-4, "lora_rank": 16, "max_sequence_length": 512},
     supports=frozenset({"timestep_sampling", "logit_mean", "logit_std", "flow_shift", "max_sequence_length"}),
     generation_defaults={"num_inference_steps": 8, "guidance_scale": 0.0},
+    guidance="cfg",
+    negative_prompt=True,
     no_cfg_kwargs={"guidance_scale": 0.0},
     fused_projection_groups={
         "ZImageTransformerBlock": (

@@ -174,11 +174,14 @@ def generate_image(
     width: int,
     height: int,
     guidance: float | None = None,
+    negative_prompt: str | None = None,
     extra: Mapping[str, Any] | None = None,
     controls: Sequence[Image.Image] = (),
 ) -> Image.Image:
     """One image for `prompt`. steps/guidance default to the family's generation defaults (those
     of the pipeline's variant: Family.generation_defaults);
+    `guidance` goes to the family's guidance keyword (spec.guidance_kwarg); `negative_prompt`
+    only to a family whose pipeline takes one (spec.negative_prompt);
     `extra` adds pipeline call arguments (e.g. max_sequence_length). The noise comes from a CPU
     generator seeded with `seed`, so a seed gives the same image on any device. `controls`: the
     reference images of an edit family (spec.control_images), each resized to cover
@@ -200,6 +203,8 @@ def generate_image(
     ]
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
+    if negative_prompt and not spec.negative_prompt:
+        problems.append(FieldProblem("negative_prompt", f"{spec.name} takes no negative prompt"))
     facts = pipeline_facts(pipe, spec.denoiser)  # the checkpoint's flavour
     low, high = fam.control_images(facts)
     if controls and not low <= len(controls) <= high:
@@ -219,7 +224,9 @@ def generate_image(
     if steps is not None:
         kwargs["num_inference_steps"] = steps
     if guidance is not None:
-        kwargs["true_cfg_scale" if "true_cfg_scale" in kwargs else "guidance_scale"] = guidance
+        kwargs[spec.guidance_kwarg] = guidance
+    if negative_prompt:
+        kwargs["negative_prompt"] = negative_prompt
     kwargs.update(extra or {})
     generator = torch.Generator("cpu").manual_seed(seed)
     with torch.inference_mode():

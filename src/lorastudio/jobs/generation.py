@@ -74,6 +74,7 @@ class GenerationRequest:
     guidance: float | None = None
     revision: str | None = None
     loras: tuple[LoraChoice, ...] = ()
+    negative_prompt: str | None = None  # only for a family whose pipeline takes one
     references: tuple[str, ...] = ()  # ids of uploaded reference images (jobs/references.py)
     base_config: str | None = None  # a single-file base_model's configs (basemodels.resolve_base)
     v_prediction: bool | None = None
@@ -90,12 +91,20 @@ def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
         **({"base_config": req.base_config} if req.base_config is not None else {}),
         "steps": req.steps,
         "guidance": req.guidance,
+        **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
         "loras": [
             {"name": c.name, "scale": c.scale, **({"step": c.step} if c.step is not None else {})}
             for c in req.loras
         ],
         "references": list(req.references),
     }
+
+
+def negative_prompt_refusal(spec: Any) -> str:
+    """Why family `spec` takes no negative prompt (FamilySpec.guidance, negative_prompt)."""
+    if spec.guidance == "embedded":
+        return f"{spec.title} guides with a distilled guidance embedding in one pass: it takes no negative prompt"
+    return f"the {spec.title} pipeline takes no negative prompt"
 
 
 def gallery_dir(settings: Settings) -> Path:
@@ -215,6 +224,8 @@ class GenerationService:
         problems = budget_problems(req.width, req.height, req.steps, family.spec.resolution_multiple)
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
+        if req.negative_prompt and not family.spec.negative_prompt:
+            problems.append(FieldProblem("negative_prompt", negative_prompt_refusal(family.spec)))
         problems += reference_problems(self.settings, family.spec.name, req.references)
         small = reference_size_problem(
             family.spec.name, family.spec.min_reference_side, req.width, req.height
@@ -269,6 +280,7 @@ class GenerationService:
             width=req.width,
             height=req.height,
             guidance=req.guidance,
+            negative_prompt=req.negative_prompt or None,
             loras=tuple(loras),
             references=tuple(str(reference_path(self.settings, r)) for r in req.references),
             out_path=str(staging),

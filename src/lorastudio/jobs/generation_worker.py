@@ -65,6 +65,7 @@ class GenerationJob:
     loras: tuple[tuple[str, float], ...]
     out_path: str
     png_meta: str = "{}"  # the image's settings as JSON: written into the PNG with its size
+    negative_prompt: str | None = None
     references: tuple[str, ...] = ()  # reference image files (checked by the server), slot order
     base_config: str | None = None  # a single-file source's configs (resolved folder or hub id)
     v_prediction: bool | None = None
@@ -157,6 +158,7 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
             width=job.width,
             height=job.height,
             guidance=job.guidance,
+            negative_prompt=job.negative_prompt,
             controls=[load_rgb(Path(p)) for p in job.references],
         )
         meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}

@@ -37,7 +37,7 @@ from lorastudio.jobs.channel import (
 )
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
-from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
+from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt, start_log
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
 EXIT_SERVICE_GONE = 3
@@ -150,6 +150,8 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     sock, job = connect(os.environ[CHANNEL_ENV], rank)
     give_hub_token(job.args.settings, job.args.config.base_model)
+    # rank 0's own lines are the run's log, as a one-process worker's (jobs/worker_log.py)
+    worker_log = start_log(job.args) if rank == 0 else None
     folder = output_folder(job.args.settings.outputs_dir, job.args.config.output_name)
     channel = RankChannel(sock, job.tag, rank, folder, BusyTracker(job.args.config))
     channel.listen()
@@ -159,6 +161,8 @@ def main() -> None:
     # the GPU (the service kills what is left of the job once rank 0 is done).
     sys.stdout.flush()
     sys.stderr.flush()
+    if worker_log is not None:
+        worker_log.close()
     os._exit(code)
 
 

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS runs (
     total_steps INTEGER,
     last_loss REAL,
     error TEXT,
-    plan_json TEXT
+    plan_json TEXT,
+    source TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -73,10 +74,13 @@ _RUN_COLUMNS = (
     "total_steps",
     "last_loss",
     "error",
+    "source",
 )
-_UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "output_name", "family", "created_at"}
+_UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "output_name", "family", "created_at", "source"}
 # Columns added after the first release: (name, SQL type), added to an older store on open.
-_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (("plan_json", "TEXT"),)
+_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (("plan_json", "TEXT"), ("source", "TEXT"))
+# Who started a run: the job service (API, UI) or a `lorastudio train` command.
+SOURCES: frozenset[str] = frozenset({"service", "cli"})
 
 
 class RunStore:
@@ -143,21 +147,33 @@ class RunStore:
             return cur.rowcount
 
     def create_run(
-        self, run_id: str, output_name: str, family: str, config: dict[str, Any], created_at: str
+        self,
+        run_id: str,
+        output_name: str,
+        family: str,
+        config: dict[str, Any],
+        created_at: str,
+        *,
+        source: str = "service",
+        status: JobStatus = JobStatus.QUEUED,
     ) -> None:
-        """Record a new queued run with its resolved config."""
+        """Record a new run (queued unless `status` says otherwise) with its resolved config;
+        `source` (SOURCES) says who started it. Raises ValueError for an unknown source."""
+        if source not in SOURCES:
+            raise ValueError(f"unknown run source {source!r}")
         with self._tx() as cur:
             cur.execute(
-                "INSERT INTO runs (id, output_name, family, status, created_at, config_json, total_steps)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (id, output_name, family, status, created_at, config_json, total_steps,"
+                " source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     output_name,
                     family,
-                    JobStatus.QUEUED.value,
+                    status.value,
                     created_at,
                     json.dumps(config),
                     config.get("steps"),
+                    source,
                 ),
             )
 
@@ -236,7 +252,7 @@ class RunStore:
                 f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?",
                 (limit,),
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [_with_source(dict(r)) for r in rows]
 
     def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
         """One run with config, plan (None until the run reported one), metric points (decimated
@@ -256,7 +272,7 @@ class RunStore:
             outputs = self._conn.execute(
                 "SELECT kind, path FROM outputs WHERE run_id=? ORDER BY kind, path", (run_id,)
             ).fetchall()
-        run = dict(row)
+        run = _with_source(dict(row))
         run["config"] = json.loads(run.pop("config_json"))
         plan = run.pop("plan_json")
         run["plan"] = json.loads(plan) if plan else None
@@ -277,6 +293,13 @@ class RunStore:
         with self._lock:
             rows = self._conn.execute("SELECT id FROM runs WHERE output_name=?", (output_name,)).fetchall()
         return [r["id"] for r in rows]
+
+
+def _with_source(run: dict[str, Any]) -> dict[str, Any]:
+    """A run row with its source; a run recorded before sources were (only the job service
+    recorded runs then) reads as "service"."""
+    run["source"] = run.get("source") or "service"
+    return run
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:

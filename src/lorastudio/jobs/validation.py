@@ -41,6 +41,7 @@ from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.parallel_rules import data_parallel_problems
 from lorastudio.training.plan import plan_host_problems
+from lorastudio.training.trackers import tracker_problems
 
 if TYPE_CHECKING:
     from lorastudio.families.base import Family
@@ -233,6 +234,7 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
         problems += data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
     problems += plan_host_problems(cfg, host.device)  # memory_budget_gb / offload_blocks need CUDA
     problems += optimizer_host_problems(cfg.optimizer, host.device)  # 8-bit: CUDA + bitsandbytes
+    problems += tracker_problems(cfg.report_to)  # report_to: the tracker's package installed
     return problems
 
 

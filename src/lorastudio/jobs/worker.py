@@ -6,7 +6,9 @@ This is the only module that imports the training engine (lazily, inside the chi
    the race where the parent died before prctl);
 2. starts with an environment without secrets (jobs/childenv.py: the server dropped them before
    it started anything); a run from a hub id gets the hub token from its settings as HF_TOKEN;
-3. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=..., resume=...)`
+3. keeps its own lines (stdout, stderr, log records, a line per engine event other than
+   progress) in logs/<job id>.log (jobs/worker_log.py), still copied to the server's terminal;
+4. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=..., resume=...)`
    (resume: the checkpoint folder of a resumed run, else None), sending every
    event to the parent tagged with (generation, pid) so the parent can ignore events of a
    superseded process; a failure the engine did not report becomes an Error event.
@@ -18,6 +20,7 @@ signal fires when the *thread* that forked the child exits.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -32,11 +35,13 @@ from lorastudio.errors import LorastudioError
 from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
+from lorastudio.jobs.worker_log import WorkerLog, log_path
 from lorastudio.settings import Settings
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
 PR_SET_PDEATHSIG = 1
 WATCHDOG_PERIOD_S = 0.5
+log = logging.getLogger("lorastudio.worker")
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ class WorkerChannel:
             event = Error(message=explain_write_failure(event.message, self._folder))
         if isinstance(event, Complete | Error):
             self.terminal_sent = True
+        if event.type != "progress":  # the log shows the run's course; metrics are stored apart
+            log.info("%s: %s", event.type, event.model_dump_json(exclude={"type"}))
         self._events.put((*self._tag, event.model_dump(mode="python")))
         self._send_busy(self._busy.after_event(event))
 
@@ -128,6 +135,7 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     1 when it failed (after an Error event), 3 when the parent is gone; an unexpected
     exception is reported as an Error event, then re-raised (traceback in the server log)."""
     prepare_child(args)
+    worker_log = start_log(args)
     channel = WorkerChannel(args, events, stop_event, stop_save)
     code = 0
     try:
@@ -142,11 +150,26 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     except BaseException as err:
         if not channel.terminal_sent:
             channel.emit(Error(message=f"{type(err).__name__}: {err}"))
+        log.exception("the worker failed")  # the traceback in the run's log (the terminal gets it too)
         channel.close()
+        if worker_log is not None:
+            worker_log.close()
         raise
     channel.close()
     # Exit at once: the run's files are written and its events flushed; the interpreter's
     # teardown (torch, CUDA) would only delay handing the GPU back.
     sys.stdout.flush()
     sys.stderr.flush()
+    if worker_log is not None:
+        worker_log.close()
     os._exit(code)
+
+
+def start_log(args: WorkerArgs) -> WorkerLog | None:
+    """The run's log (jobs/worker_log.py); None, with a line on stderr, when its file cannot be
+    opened (the run goes on: the log is a copy of what the terminal shows)."""
+    try:
+        return WorkerLog(log_path(args.settings, args.job_id)).start()
+    except OSError as err:
+        print(f"[worker] the run's log could not be opened: {err}", file=sys.stderr)
+        return None

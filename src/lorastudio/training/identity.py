@@ -46,6 +46,7 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
         "sample_steps",
         "sample_seed",
         "sample_with_ema",
+        "report_to",  # trackers read the events, they never change the training (training/trackers.py)
         "validate_every",  # measures the weights, never changes them (training/validate.py)
     }
 )

@@ -102,6 +102,7 @@ from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
+from lorastudio.training.trackers import TrackerSink
 from lorastudio.training.validate import ValidationRounds, encode_held_out
 
 
@@ -165,7 +166,8 @@ def train(
     try:
         state.ctx = launched_context()
         main = state.ctx.is_main
-        emit = emit if main else _emit_nothing
+        trackers = TrackerSink(cfg.report_to if main else [])  # report_to (training/trackers.py)
+        emit = trackers.wrap(emit if main else _emit_nothing)
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
         run, state.identity = _prepare_session(
@@ -181,6 +183,7 @@ def train(
             if main:
                 claim_run_dir(run.run_dir)
         claimed = main
+        trackers.open(run.run_dir, run.cfg.model_dump(mode="json"))
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
         state.loras = SnapshotKeeper(run.run_dir, run.cfg.save_lora_every, run.cfg.keep_loras)
         save = True

@@ -23,6 +23,7 @@ from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
+from lorastudio.training.trackers import tracker_problems
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     problems += attention_problems(cfg.attention_backend, dev)
     problems += plan_host_problems(cfg, dev.type)
     problems += optimizer_host_problems(cfg.optimizer, dev.type)  # 8-bit: CUDA + bitsandbytes
+    problems += tracker_problems(cfg.report_to)  # report_to: the tracker's package installed
     if cfg.output_name is not None:
         taken = settings.outputs_dir / cfg.output_name
         if taken.exists() or taken.is_symlink():

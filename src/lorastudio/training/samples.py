@@ -20,7 +20,8 @@ How a round renders (exactly what inference would render):
   each prompt with its own references (sample_texts: EditPrompts keyed by prompt + files);
 - each prompt's noise comes from a CPU generator seeded with `sample_seed` (the same image for
   the same LoRA on any device), at the training resolution, with the family's generation
-  defaults and `sample_steps` inference steps.
+  defaults and `sample_steps` inference steps; a prompt given as an object (SamplePrompt) may
+  set its own width, height, seed and guidance scale (the family's guidance keyword).
 
 A round never changes the training: the denoiser runs in eval mode under no_grad (back to train
 mode after), the global CPU/CUDA RNG states are forked and restored (LoRA dropout draws from
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.config_datasets import top_resolution
-from lorastudio.config_samples import prompt_text
+from lorastudio.config_samples import SamplePrompt, prompt_text
 from lorastudio.data.images import load_rgb
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.families.common import pipeline_facts
@@ -79,7 +80,8 @@ class SamplePreviews:
 
     def __init__(self, run: PreparedRun, prompt_conds: Conditioning):
         self.run = run
-        self.prompts = [prompt_text(p) for p in run.cfg.sample_prompts]
+        self.entries = [_entry(p) for p in run.cfg.sample_prompts]  # each with its own settings
+        self.prompts = [e.prompt for e in self.entries]
         paths = sample_reference_paths(run.cfg, run.family, run.scan)  # per prompt, its references
         self.references = [[load_rgb(p, folder_identity(p.parent)) for p in refs] for refs in paths]
         # per prompt, the conditioning keys of it and of its negative "" (with its references
@@ -161,24 +163,28 @@ class SamplePreviews:
                 free_accelerator_memory(run.device)
 
     def _one(self, pipe: Any, index: int) -> Image.Image:
-        """Sample prompt `index` rendered with its references."""
+        """Sample prompt `index` rendered with its references and its own size, seed and guidance."""
         run = self.run
         cfg, family = run.cfg, run.family
+        own = self.entries[index]
         key, negative_key = self.keys[index]
         cond = family.collate_conditioning([self.conds[key]])
         facts = pipeline_facts(pipe, family.spec.denoiser)  # the checkpoint's flavour
         kwargs = family.generation_defaults(facts)
         if cfg.sample_steps is not None:
             kwargs["num_inference_steps"] = cfg.sample_steps
+        if own.guidance is not None:
+            kwargs[family.spec.guidance_kwarg] = own.guidance
         kwargs.update(family.pipeline_prompt_kwargs(cond, run.device, run.dtype))
         if family.spec.guides_with_negative:  # the pipeline's default negative prompt: ""
             negative = family.collate_conditioning([self.conds[negative_key]])
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
-        size = top_resolution(cfg.resolution)  # a run of several resolutions samples at the largest
+        width, height = _sample_size(cfg, own)
         references = self.references[index]
-        kwargs.update(reference_kwargs(pipe, family.control_images(facts)[1], references, size, size))
-        generator = torch.Generator("cpu").manual_seed(cfg.sample_seed)
-        out = pipe(width=size, height=size, generator=generator, output_type="pil", **kwargs)
+        kwargs.update(reference_kwargs(pipe, family.control_images(facts)[1], references, width, height))
+        seed = cfg.sample_seed if own.seed is None else own.seed
+        generator = torch.Generator("cpu").manual_seed(seed)
+        out = pipe(width=width, height=height, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
 
 
@@ -225,17 +231,28 @@ def _prompt_texts(
 ) -> list[tuple[Text, Text | None]]:
     """Per sample prompt: what phase 1 encodes for it and for its negative prompt "" (None
     unless spec.guides_with_negative); EditPrompts with its references where the prompt sees them."""
-    size = top_resolution(cfg.resolution)  # the previews' size: _one fits the references to it
     out: list[tuple[Text, Text | None]] = []
     for entry, paths in zip(cfg.sample_prompts, references, strict=True):
+        size = _sample_size(cfg, _entry(entry))  # the preview's size: _one fits the references to it
         captions: list[str] = [prompt_text(entry), *([""] if family.spec.guides_with_negative else [])]
         if family.spec.prompt_sees_controls:
             ids = tuple(folder_identity(p.parent) for p in paths)
-            texts: list[Text] = [EditPrompt(c, tuple(paths), ids, (size, size)) for c in captions]
+            texts: list[Text] = [EditPrompt(c, tuple(paths), ids, size) for c in captions]
         else:
             texts = list(captions)
         out.append((texts[0], texts[1] if len(texts) > 1 else None))
     return out
+
+
+def _entry(entry: str | SamplePrompt) -> SamplePrompt:
+    """A sample_prompts entry as an object (a plain prompt sets none of its own settings)."""
+    return entry if isinstance(entry, SamplePrompt) else SamplePrompt(prompt=entry)
+
+
+def _sample_size(cfg: TrainConfig, own: SamplePrompt) -> tuple[int, int]:
+    """(width, height) of one sample preview: its own, else the training resolution."""
+    size = top_resolution(cfg.resolution)  # a run of several resolutions samples at the largest
+    return own.width or size, own.height or size
 
 
 def _key(text: Text | None) -> str | None:

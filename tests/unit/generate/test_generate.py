@@ -142,6 +142,8 @@ def test_generate_cli_refuses_bad_input_and_writes_nothing(tiny_model, tmp_path)
     assert no_base.exit_code == 2 and "base model folder not found" in no_base.output
     wrong_family = CliRunner().invoke(app, [*args, "--family", "sdxl"])
     assert wrong_family.exit_code == 2 and "Use family 'flux'" in wrong_family.output
+    negative = CliRunner().invoke(app, [*args, "--negative", "blurry"])
+    assert negative.exit_code == 2 and "FLUX.1 guides with a distilled guidance embedding" in negative.output
     assert list(tmp_path.iterdir()) == []
 
 

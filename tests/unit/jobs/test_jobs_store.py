@@ -90,3 +90,27 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         store.update_run("a", id="b")  # not an updatable column
     assert [r["id"] for r in store.list_runs()] == ["a"]
+
+
+def test_a_run_records_who_started_it_and_an_older_store_gains_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)  # a store of a version without sources: its runs are the service's
+    conn.execute(
+        "CREATE TABLE runs (id TEXT PRIMARY KEY, output_name TEXT NOT NULL, family TEXT NOT NULL,"
+        " status TEXT NOT NULL, created_at TEXT NOT NULL, started_at TEXT, finished_at TEXT,"
+        " config_json TEXT NOT NULL, steps_run INTEGER NOT NULL DEFAULT 0, total_steps INTEGER,"
+        " last_loss REAL, error TEXT)"
+    )
+    conn.execute("INSERT INTO runs (id, output_name, family, status, created_at, config_json) VALUES"
+                 " ('old', 'o', 'flux', 'completed', '2026-01-01', '{}')")  # fmt: skip
+    conn.commit()
+    conn.close()
+    store = RunStore.open(path)
+    store.create_run("c", "c", "flux", {}, now_iso(), source="cli", status=JobStatus.RUNNING)
+    assert {r["id"]: (r["source"], r["status"]) for r in store.list_runs()} == {
+        "old": ("service", "completed"),
+        "c": ("cli", "running"),
+    }
+    assert store.get_run("old")["plan"] is None
+    with pytest.raises(ValueError, match="unknown run source"):
+        store.create_run("x", "x", "flux", {}, now_iso(), source="cron")

@@ -112,6 +112,9 @@ def test_a_two_rank_job_completes_and_a_two_rank_resume_continues_it(
         assert snap["status"] == "completed", snap["error"]
         assert assert_one_set_of_events(job_events(service, done["id"]), ranks=2) == [1, 2, 3, 4]
         full = load_file(str(snap["lora_path"]))
+        assert (
+            dp_settings.logs_dir / f"{done['id']}.log"
+        ).is_file()  # rank 0's own lines (jobs/worker_log.py)
 
         job = service.submit(dp_config(model, num_gpus=2, steps=10, output_name="halves"))
         wait_job(service, job["id"], lambda s: (s["progress"] or {}).get("step", 0) >= 2, 240, "step 2")

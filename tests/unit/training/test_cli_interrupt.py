@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lorastudio.jobs.store import RunStore
 from lorastudio.settings import get_settings
 
 
@@ -54,9 +55,13 @@ def test_ctrl_c_exits_130_and_says_what_was_saved(presses, tiny_model, small_dat
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err, err
     lora = get_settings().outputs_dir / "cc" / "cc.safetensors"
+    runs = RunStore.open(get_settings().db_path, recover=False).list_runs()
+    assert [(r["output_name"], r["source"]) for r in runs] == [("cc", "cli")]  # listed under Runs
     if presses == 1:
         assert "stopped early, saved" in out and str(lora) in out and lora.is_file()
+        assert runs[0]["status"] == "stopped" and runs[0]["steps_run"] >= 1
     else:
         assert "aborted" in err
+        assert runs[0]["status"] in ("interrupted", "stopped")  # the 2nd press may come after the save
         assert (str(lora) in out) == lora.is_file()
         assert lora.is_file() or "nothing saved" in out or "checkpoint" in out

@@ -97,6 +97,7 @@ ELSEWHERE = {
     "sample_every": "test_samples (a round every N steps and at the end)",
     "sample_steps": "tests/families/test_sample_previews (the sample equals inference with these steps)",
     "sample_seed": "test_samples (another seed, another image) and tests/families/test_sample_previews",
+    "report_to": "test_trackers (refused without the package; TensorBoard gets the metrics and samples)",
     # training methods (issue 28)
     "optimizer": "test_optimizers (prodigy / adafactor losses fall; 8-bit refused on the CPU; exact resume)",
     "optimizer_betas": "test_optimizers (reach AdamW; refused for Adafactor)",

@@ -113,3 +113,42 @@ def test_the_plan_trial_batch_is_the_heaviest_group_of_a_mixed_dataset(make_conf
     run = SimpleNamespace(scan=scan, cfg=cfg, family=fam)
     inputs = trial_inputs(run, source, conds, rng)
     assert inputs.batch.controls is not None and inputs.batch.controls.shape[:2] == (2, 1)  # [B, K, ...]
+
+
+def test_a_sample_prompt_sets_its_own_size_and_seed_with_its_references(make_config, small_pairs):
+    """One SamplePrompt carries both: its references and its own width/height/seed."""
+    other = sorted(p.name for p in (small_pairs / "control").glob("*.png"))[1]
+    own = {"prompt": "invert the colours", "controls": [f"control/{other}"]}
+    cfg = make_config(
+        "flux2-klein",
+        data_dir=str(small_pairs),
+        resolution=64,
+        steps=1,
+        sample_steps=1,
+        sample_prompts=[own, {**own, "width": 128, "height": 64, "seed": 7}],
+    )
+    run_dir = train(cfg, [].append, device="cpu").lora_path.parent
+    shapes = [Image.open(run_dir / f"samples/step-000001-{i}.png").size for i in range(2)]
+    assert shapes == [(64, 64), (128, 64)]  # (width, height)
+
+
+def test_edit_prompts_are_fitted_to_each_sample_prompts_own_size(small_pairs):
+    """Where the prompt sees the references (Qwen-Image-Edit), phase 1 encodes them fitted to the
+    size that sample renders at (its own width/height, else the resolution)."""
+    from lorastudio import families
+    from lorastudio.config import TrainConfig
+    from lorastudio.training.conditioning import EditPrompt
+    from lorastudio.training.samples import sample_texts
+
+    cfg = TrainConfig(
+        family="qwen-image-edit",
+        base_model="m",
+        data_dir=str(small_pairs),
+        resolution=64,
+        sample_prompts=["a", {"prompt": "b", "width": 128, "height": 96}],
+    )
+    x, y = sorted((small_pairs / "control").glob("*.png"))[:2]
+    refs = [(x,), (y,)]
+    texts = sample_texts(cfg, families.get("qwen-image-edit"), refs)
+    fits = {t.caption: t.fit for t in texts if isinstance(t, EditPrompt) and t.caption}
+    assert fits == {"a": (64, 64), "b": (128, 96)}

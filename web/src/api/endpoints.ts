@@ -16,6 +16,9 @@ import type {
   DatasetDeleted,
   DatasetDetail,
   DeletedFiles,
+  Fetch,
+  FetchBody,
+  FetchList,
   GalleryList,
   GenerateBody,
   GenerateResult,
@@ -31,6 +34,7 @@ import type {
   RunDeleted,
   RunDetail,
   RunList,
+  RunLog,
   SampleList,
   StopBody,
   TrainConfig,
@@ -42,6 +46,16 @@ export const api = {
   info: () => get<Info>("/api/info"),
   /** The base-model catalogue: models/, added folders and the hub cache, vetted. */
   models: () => get<CatalogueModel[]>("/api/models"),
+  /** Start fetching a hub repo (202); `token`: a hub token for this fetch only (a gated repo). */
+  fetchModel: (body: FetchBody) => post<Fetch>("/api/models/fetch", body),
+  fetches: () => get<FetchList>("/api/models/fetch"),
+  cancelFetch: (id: string) => post<Fetch>(`/api/models/fetch/${seg(id)}/cancel`, {}),
+  /** List an existing folder (absolute path) in the catalogue. */
+  addModelFolder: (path: string) => post<CatalogueModel>("/api/models/added", { path }),
+  /** Remove an added folder from the catalogue (its files stay). */
+  forgetModelFolder: (id: string) => del<unknown>(`/api/models/added/${seg(id)}`),
+  /** Delete a model lorastudio downloaded or created. */
+  deleteModel: (id: string) => del<unknown>(`/api/models/${seg(id)}`),
 
   dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
   thumbnailUrl: (name: string, file: string, size = 256) =>
@@ -92,6 +106,10 @@ export const api = {
   runCheckpoints: (id: string) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`),
   /** A run's LoRAs by step (snapshots under loras/, then the final file); 404 when it has none. */
   runLoras: (id: string) => get<LoraSteps>(`/api/runs/${seg(id)}/loras`),
+  /** Download URL of a run's resolved config as a file `lorastudio train` takes. */
+  runConfigUrl: (id: string, format: "json" | "toml") => withToken(`/api/runs/${seg(id)}/config?format=${format}`),
+  /** The last `lines` lines of a run's worker log (bounded by the server). */
+  runLog: (id: string, lines = 500) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 

@@ -31,6 +31,8 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/runs",
   "/api/runs/{run_id}",
   "/api/runs/{run_id}/checkpoints",
+  "/api/runs/{run_id}/config",
+  "/api/runs/{run_id}/log",
   "/api/runs/{run_id}/loras",
   "/api/runs/{run_id}/resume",
   "/api/runs/{run_id}/samples",

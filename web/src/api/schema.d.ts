@@ -653,8 +653,8 @@ export interface paths {
         post?: never;
         /**
          * Delete Run
-         * @description Delete a finished run's record and (unless keep_files, or another run shares it) its
-         *     output folder. 409 while the run is live, 404 when unknown.
+         * @description Delete a finished run's record, its log and (unless keep_files, or another run shares it)
+         *     its output folder. 409 while the run is live, 404 when unknown.
          */
         delete: operations["delete_run_api_runs__run_id__delete"];
         options?: never;
@@ -675,6 +675,51 @@ export interface paths {
          *     when the run is unknown.
          */
         get: operations["run_checkpoints_api_runs__run_id__checkpoints_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Config
+         * @description The resolved config the run was started with, as a file `lorastudio train` takes. TOML
+         *     has no null: a null setting is left out (it then takes its default), and one whose null means
+         *     "off" where the default is on is named in a comment at the top (the JSON file keeps it). 404
+         *     when the run is unknown.
+         */
+        get: operations["run_config_api_runs__run_id__config_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/runs/{run_id}/log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Run Log
+         * @description The last `lines` lines of the run's worker log (its stdout, stderr and log records; a
+         *     line per engine event), reading at most 1 MiB from the end. A CLI run has none here (its
+         *     lines went to its terminal). 404 when the run is unknown.
+         */
+        get: operations["run_log_api_runs__run_id__log_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1442,12 +1487,30 @@ export interface components {
              * @default false
              */
             fuse_projections?: boolean;
+            /**
+             * Guidance
+             * @description how its pipeline guides: classifier-free (cfg), true CFG (true_cfg_scale), or a distilled guidance embedding (embedded: no negative prompt)
+             * @default cfg
+             * @enum {string}
+             */
+            guidance?: "cfg" | "true_cfg" | "embedded";
+            /**
+             * Guidance Default
+             * @description the pipeline's default guidance scale
+             */
+            guidance_default?: number | null;
             /** Latent Channels */
             latent_channels: number;
             /** Lora Targets */
             lora_targets: string[];
             /** Name */
             name: string;
+            /**
+             * Negative Prompt
+             * @description generation takes a negative prompt
+             * @default false
+             */
+            negative_prompt?: boolean;
             /** Objective */
             objective: string;
             /**
@@ -1480,6 +1543,11 @@ export interface components {
              * @description branch, tag or commit
              */
             revision?: string | null;
+            /**
+             * Token
+             * @description a hub token for this fetch only (a gated repo the studio's token cannot read); never stored
+             */
+            token?: string | null;
         };
         /** FetchList */
         FetchList: {
@@ -1567,10 +1635,14 @@ export interface components {
             family?: string | null;
             /** File */
             file: string;
+            /** Guidance */
+            guidance?: number | null;
             /** Height */
             height?: number | null;
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
+            /** Negative Prompt */
+            negative_prompt?: string | null;
             /** Prompt */
             prompt?: string | null;
             /**
@@ -1611,7 +1683,10 @@ export interface components {
             base_model: string;
             /** Family */
             family: string;
-            /** Guidance */
+            /**
+             * Guidance
+             * @description null: the family's default
+             */
             guidance?: number | null;
             /**
              * Height
@@ -1621,6 +1696,11 @@ export interface components {
             height?: number;
             /** Loras */
             loras?: components["schemas"]["LoraRef"][];
+            /**
+             * Negative Prompt
+             * @description what to steer away from; only for families whose pipeline takes one (FamilyOut.negative_prompt)
+             */
+            negative_prompt?: string | null;
             /** Prompt */
             prompt: string;
             /**
@@ -1657,10 +1737,17 @@ export interface components {
         GenerateOut: {
             /** File */
             file: string;
+            /**
+             * Guidance
+             * @description null: the family's default
+             */
+            guidance?: number | null;
             /** Height */
             height: number;
             /** Loras */
             loras: components["schemas"]["LoraRef"][];
+            /** Negative Prompt */
+            negative_prompt?: string | null;
             /** Path */
             path: string;
             /** Prompt */
@@ -2650,6 +2737,13 @@ export interface components {
              * @description the step a resume would continue from (null: not resumable)
              */
             resume_step?: number | null;
+            /**
+             * Source
+             * @description who started the run: the job service (API, UI) or `lorastudio train`
+             * @default service
+             * @enum {string}
+             */
+            source?: "service" | "cli";
             /** Started At */
             started_at: string | null;
             /**
@@ -2673,6 +2767,29 @@ export interface components {
         RunList: {
             /** Runs */
             runs: components["schemas"]["RunSummary"][];
+        };
+        /** RunLog */
+        RunLog: {
+            /**
+             * Lines
+             * @description the log's last lines, oldest first
+             */
+            lines: string[];
+            /**
+             * Note
+             * @description why a run has no log here (a CLI run, an older run)
+             */
+            note?: string | null;
+            /**
+             * Size Bytes
+             * @description the log file's size (0: no log)
+             */
+            size_bytes: number;
+            /**
+             * Truncated
+             * @description earlier lines exist that are not shown
+             */
+            truncated: boolean;
         };
         /** RunSummary */
         RunSummary: {
@@ -2701,6 +2818,13 @@ export interface components {
              * @description the step a resume would continue from (null: not resumable)
              */
             resume_step?: number | null;
+            /**
+             * Source
+             * @description who started the run: the job service (API, UI) or `lorastudio train`
+             * @default service
+             * @enum {string}
+             */
+            source?: "service" | "cli";
             /** Started At */
             started_at: string | null;
             /**
@@ -2755,7 +2879,7 @@ export interface components {
         };
         /**
          * SamplePrompt
-         * @description One sample prompt with its reference images.
+         * @description One sample prompt, the settings it renders with instead of the run's, and its references.
          */
         SamplePrompt: {
             /**
@@ -2765,10 +2889,34 @@ export interface components {
              */
             controls?: string[] | null;
             /**
+             * Guidance
+             * @description guidance scale (null: the family's)
+             * @default null
+             */
+            guidance?: number | null;
+            /**
+             * Height
+             * @description pixels (null: the training resolution)
+             * @default null
+             */
+            height?: number | null;
+            /**
              * Prompt
              * @description the prompt (the edit instruction)
              */
             prompt: string;
+            /**
+             * Seed
+             * @description noise seed (null: sample_seed)
+             * @default null
+             */
+            seed?: number | null;
+            /**
+             * Width
+             * @description pixels (null: the training resolution)
+             * @default null
+             */
+            width?: number | null;
         };
         /**
          * SampleReadyEvent
@@ -3315,6 +3463,11 @@ export interface components {
                 [key: string]: number;
             } | null;
             /**
+             * Report To
+             * @description experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases
+             */
+            report_to?: ("tensorboard" | "wandb")[];
+            /**
              * Resolution
              * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
              * @default null
@@ -3334,7 +3487,7 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir, or to the first datasets entry's folder]} for an edit family
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
              */
             sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -3858,6 +4011,11 @@ export interface components {
                 [key: string]: number;
             } | null;
             /**
+             * Report To
+             * @description experiment trackers (optional extras): loss, LR, grad norm, samples/s, memory and sample images to TensorBoard (<run>/tensorboard) and/or Weights & Biases
+             */
+            report_to: ("tensorboard" | "wandb")[];
+            /**
              * Resolution
              * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
              */
@@ -3874,7 +4032,7 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or {"prompt", "controls": [reference images relative to data_dir, or to the first datasets entry's folder]} for an edit family
+             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
              */
             sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -6375,6 +6533,145 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CheckpointList"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_config_api_runs__run_id__config_get: {
+        parameters: {
+            query?: {
+                /** @description json or toml */
+                format?: "json" | "toml";
+                /** @description served as an attachment (<output_name>.<format>) */
+                download?: boolean;
+            };
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "application/toml": unknown;
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    run_log_api_runs__run_id__log_get: {
+        parameters: {
+            query?: {
+                /** @description how many of the last lines */
+                lines?: number;
+            };
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunLog"];
                 };
             };
             /** @description invalid request (every problem listed) */

@@ -135,12 +135,16 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
 
         <h4 className="grid-head">Sample previews</h4>
         {c.area("sample_prompts", "Sample prompts", {
-          hint: "one per line: previews rendered with the LoRA as it trains; an edit model's references after ||, e.g. make it blue || control/a.png",
+          hint: 'one per line: previews rendered with the LoRA as it trains; an edit model\'s references after ||, e.g. make it blue || control/a.png; a line may be a JSON object with its own size, seed and guidance: {"prompt": "a cat", "width": 768, "seed": 3}',
           wide: true,
         })}
         {c.num("sample_every", "Sample every", { placeholder: "end only", hint: "optimizer steps" })}
         {c.num("sample_steps", "Sample steps", { placeholder: "model's", hint: "inference steps" })}
         {c.num("sample_seed", "Sample seed")}
+        {c.line("report_to", "Experiment trackers", {
+          placeholder: "none",
+          hint: "tensorboard, wandb (optional extras on the server; the studio's charts need neither)",
+        })}
       </div>
     </details>
   );

@@ -1,5 +1,6 @@
 import { useState } from "react";
 import { type ModelChoice, modelsFor } from "../lib/baseModels";
+import { href } from "../lib/route";
 import { Field } from "./Field";
 
 const OTHER = "\u0000other";
@@ -68,6 +69,11 @@ export function BaseModelPicker({ name, models, family, value, onChange, error, 
             spellCheck={false}
             onChange={(e) => onChange(e.target.value)}
           />
+        )}
+        {options.length === 0 && (
+          <a className="small" href={href("models")}>
+            Fetch or add a {family} model on the Models screen
+          </a>
         )}
       </div>
     </Field>

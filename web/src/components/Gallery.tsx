@@ -8,6 +8,8 @@ export function imageMeta(img: GalleryImage): string {
   if (img.seed != null) parts.push(`seed ${img.seed}`);
   if (img.width != null && img.height != null) parts.push(`${img.width}×${img.height}`);
   if (img.steps != null) parts.push(`${img.steps} steps`);
+  if (img.guidance != null) parts.push(`guidance ${img.guidance}`);
+  if (img.negative_prompt) parts.push(`not: ${img.negative_prompt}`);
   return parts.join(" · ");
 }
 

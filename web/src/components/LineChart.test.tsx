@@ -1,6 +1,6 @@
 import { render, screen } from "@testing-library/react";
 import { describe, expect, it } from "vitest";
-import { decimate, LineChart, seriesPath } from "./LineChart";
+import { decimate, extent, LineChart, seriesPath } from "./LineChart";
 
 describe("LineChart", () => {
   it("draws one path per series with a vertex per point, and a gap for null", () => {
@@ -36,5 +36,15 @@ describe("LineChart", () => {
 
   it("maps values through the scales", () => {
     expect(seriesPath([0, 10], [1, 2], [0, 1], (x) => x * 2, (y) => 100 - y)).toBe("M0.0,99.0L20.0,98.0");
+  });
+
+  it("keeps the axis of a non-negative series at or above zero", () => {
+    const [lo, hi] = extent([0.01, 0.5, 1.2, null]) ?? [NaN, NaN];
+    expect(lo).toBe(0); // 0.01 - 6 % of the span would be below zero
+    expect(hi).toBeCloseTo(1.2 + 0.0714, 3);
+    expect(extent([0, 0])).toEqual([0, 0.05]);
+    expect(extent([2, 3])?.[0]).toBeCloseTo(1.94, 5); // far from zero: padded as before
+    expect(extent([-1, 1])?.[0]).toBeCloseTo(-1.12, 5); // a negative series keeps its padding
+    expect(extent([null, NaN])).toBeNull();
   });
 });

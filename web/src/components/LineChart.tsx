@@ -22,7 +22,8 @@ interface Props {
 
 const PAD = { top: 12, right: 56, bottom: 24, left: 52 };
 
-function extent(values: (number | null | undefined)[]): [number, number] | null {
+/** The padded [low, high] of the finite values (null: none); values that are all non-negative (a loss, a learning rate) never get an axis below zero. */
+export function extent(values: (number | null | undefined)[]): [number, number] | null {
   let lo = Infinity;
   let hi = -Infinity;
   for (const v of values) {
@@ -31,9 +32,10 @@ function extent(values: (number | null | undefined)[]): [number, number] | null 
     hi = Math.max(hi, v);
   }
   if (lo === Infinity) return null;
-  if (lo === hi) return [lo - (Math.abs(lo) || 1) * 0.05, hi + (Math.abs(hi) || 1) * 0.05];
+  const floor = (x: number) => (lo >= 0 ? Math.max(0, x) : x);
+  if (lo === hi) return [floor(lo - (Math.abs(lo) || 1) * 0.05), hi + (Math.abs(hi) || 1) * 0.05];
   const pad = (hi - lo) * 0.06;
-  return [lo - pad, hi + pad];
+  return [floor(lo - pad), hi + pad];
 }
 
 /** At most `max` indices spread evenly over 0..n-1 (the last index always included). */

@@ -5,7 +5,7 @@ import { groupByStep, SampleRound, samplePrompts } from "./SamplePreviews";
 describe("sample previews of an edit family", () => {
   it("reads {prompt, controls} entries and shows the references each sample used", () => {
     const config = { sample_prompts: ["plain", { prompt: "make it blue", controls: ["control/a.png"] }, { controls: [] }] };
-    expect(samplePrompts(config)).toEqual(["plain", "make it blue"]);
+    expect(samplePrompts(config)).toEqual(["plain", "make it blue", ""]); // a malformed entry keeps its index
     const [round] = groupByStep([
       { step: 2, index: 1, prompt: "make it blue", name: "step-000002-1.png", url: "/api/runs/r/samples/step-000002-1.png", references: ["/api/runs/r/samples/ref-1-0.png"] },
       { step: 2, index: 0, prompt: "plain", name: "step-000002-0.png", url: "/api/runs/r/samples/step-000002-0.png" },

@@ -69,7 +69,8 @@ describe("sample previews", () => {
       "/api/runs/j%201/samples/step-000004-1.png?token=s3cret",
     ]);
     expect(tiles.map((t) => t.prompt)).toEqual(["only one", null]);
-    expect(samplePrompts({ sample_prompts: ["a", 3, "b"] })).toEqual(["a", "b"]);
+    // an object entry gives its prompt; every entry keeps its index (the round's images are in prompt order)
+    expect(samplePrompts({ sample_prompts: ["a", { prompt: "c", seed: 3 }, 3, "b"] })).toEqual(["a", "c", "", "b"]);
     expect(samplePrompts({})).toEqual([]);
   });
 

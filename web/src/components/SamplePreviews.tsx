@@ -11,14 +11,14 @@ export interface SampleTile {
   references?: string[];
 }
 
-/** The sample prompts of a (resolved) config dict; [] when it has none. */
+/** The sample prompts' texts of a (resolved) config dict, in order (an entry may be a prompt or an object with one); [] when it has none. */
 export function samplePrompts(config: Record<string, unknown> | null | undefined): string[] {
   const prompts = config?.["sample_prompts"];
   if (!Array.isArray(prompts)) return [];
-  return prompts.flatMap((p: unknown) => {
-    if (typeof p === "string") return [p];
+  return prompts.map((p: unknown) => {
+    if (typeof p === "string") return p;
     const text = p && typeof p === "object" ? (p as { prompt?: unknown }).prompt : undefined;
-    return typeof text === "string" ? [text] : []; // {prompt, controls}: an edit family's sample
+    return typeof text === "string" ? text : ""; // a malformed entry keeps its index (tiles are in prompt order)
   });
 }
 

@@ -1,3 +1,4 @@
+import { samplePromptEntries } from "./samplePrompts";
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO } from "../test/fixtures";
@@ -13,6 +14,7 @@ import {
   numberList,
   numberMapping,
   precisionChoices,
+  valuesFromConfig,
   withSetting,
 } from "./trainForm";
 
@@ -298,5 +300,49 @@ describe("train form: the memory plan and GPUs", () => {
     expect(withSetting(prodigy, "optimizer", "adamw", flux).learning_rate).toBe("0.0004");
     const mine = withSetting({ ...v, learning_rate: "0.5" }, "optimizer", "prodigy", flux);
     expect(mine.learning_rate).toBe("0.5"); // a rate the user chose stays
+  });
+
+  it("a cloned run's config fills the form and builds back the same settings, with a new output name", () => {
+    const run = {
+      ...CONFIG_DEFAULTS,
+      ...(flux.defaults as object),
+      family: "flux",
+      base_model: "/models/flux",
+      data_dir: "/data/shapes",
+      output_name: "portrait",
+      lora_rank: 8,
+      max_grad_norm: null,
+      sample_prompts: ["a cat", "a dog"],
+      rank_pattern: { to_k: 4 },
+      num_epochs: 3,
+    };
+    const v = valuesFromConfig(flux, run);
+    expect(v.output_name).toBe("");
+    expect([v.unit, v.length]).toEqual(["epochs", "3"]);
+    expect(v.sample_prompts).toBe("a cat\na dog");
+    const built = buildConfig(v, flux);
+    expect(built.problems).toEqual({});
+    expect(built.config).toMatchObject({
+      base_model: "/models/flux",
+      data_dir: "/data/shapes",
+      lora_rank: 8,
+      max_grad_norm: null, // off in the run: off in the clone
+      sample_prompts: ["a cat", "a dog"],
+      rank_pattern: { to_k: 4 },
+      num_epochs: 3,
+    });
+    expect(built.config).not.toHaveProperty("output_name");
+    const bySteps = valuesFromConfig(flux, { ...run, num_epochs: 0, steps: 750 });
+    expect([bySteps.unit, bySteps.length]).toEqual(["steps", "750"]);
+  });
+
+  it("sample prompts: a line starting with { is an object with its own settings; shown back compactly", () => {
+    expect(samplePromptEntries('a cat\n{"prompt": "a dog", "width": 768, "seed": 3}\n')).toEqual(["a cat", { prompt: "a dog", width: 768, seed: 3 }]);
+    expect(samplePromptEntries("a cat\n{not json")).toBe('line 2 starts with "{" but is not a JSON object like {"prompt": "a cat", "seed": 3}');
+    const v = valuesFromConfig(flux, { sample_prompts: ["a cat", { prompt: "a dog", width: null, height: null, seed: 3, guidance: null }] });
+    expect(v.sample_prompts).toBe('a cat\n{"prompt":"a dog","seed":3}');
+    const built = buildConfig({ ...v, base_model: "m", data_dir: "d", sample_prompts: "a cat\n{oops" }, flux);
+    expect(built.problems.sample_prompts).toMatch(/line 2/);
+    expect(buildConfig({ ...v, base_model: "m", data_dir: "d" }, flux).config.sample_prompts).toEqual(["a cat", { prompt: "a dog", seed: 3 }]);
   });
 });

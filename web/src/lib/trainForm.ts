@@ -227,6 +227,7 @@ export function attentionHint(host: Host): string {
  * to the config fails the type-check until the form handles it.
  * - text: trimmed; raw-text: sent as typed; number / integer: parsed (blank: left to the server);
  * - bool: a checkbox; list: comma- or space-separated names; lines: one entry per line;
+ * - prompts: one sample prompt per line: a prompt, "prompt || ref, ref", or a JSON SamplePrompt object (lib/samplePrompts.ts);
  * - length: steps or num_epochs, from the Length input and its unit;
  * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object);
  * - entries: the datasets editor's rows as one JSON string (lib/datasetEntries.ts);
@@ -243,6 +244,7 @@ type Kind =
   | "tristate"
   | "list"
   | "lines"
+  | "prompts"
   | "length"
   | "numbers"
   | "mapping"
@@ -298,10 +300,11 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   keep_loras: "integer",
   max_bad_steps: "integer",
   lora_format: "text",
-  sample_prompts: "lines",
+  sample_prompts: "prompts",
   sample_every: "integer",
   sample_steps: "integer",
   sample_seed: "integer",
+  report_to: "list",
   compile: "text",
   attention_backend: "text",
   fuse_projections: "text",
@@ -411,7 +414,7 @@ function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (FIELD_KINDS[key] === "entries") return entriesValue(v as TrainConfig["datasets"]) || undefined;
   if (typeof v === "boolean") return v;
-  if (key === "sample_prompts" && Array.isArray(v)) return v.map(showSamplePrompt).join("\n");
+  if (FIELD_KINDS[key] === "prompts" && Array.isArray(v)) return v.map(showSamplePrompt).join("\n");
   if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
   if (typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, n]) => `${k}=${n}`).join(", ");
   return String(v);
@@ -473,6 +476,28 @@ export function initialValues(family: Family, keep?: Partial<FormValues>): FormV
   return values;
 }
 
+/**
+ * Form values that repeat a run: `family`'s form filled from the run's resolved `config` (every
+ * setting the form has), its length in the run's unit; the output name left blank so the clone
+ * gets a new one.
+ */
+export function valuesFromConfig(family: Family, config: Partial<Record<Key, unknown>>): FormValues {
+  const values = initialValues(family);
+  for (const [k, v] of Object.entries(config)) {
+    const kind = FIELD_KINDS[k as Key];
+    if (kind === undefined || kind === "length") continue;
+    const s = show(k as Key, v);
+    if (s !== undefined) values[k as Key] = s;
+    else if (kind !== "bool") values[k as Key] = "";
+  }
+  const epochs = typeof config.num_epochs === "number" && config.num_epochs > 0; // epochs override steps
+  values.unit = epochs ? "epochs" : "steps";
+  values.length = String((epochs ? config.num_epochs : config.steps) ?? values.length);
+  values.family = family.name;
+  values.output_name = "";
+  return values;
+}
+
 export interface BuiltConfig {
   config: Partial<TrainConfig>;
   /** Problems found before asking the server (field -> message). */
@@ -498,12 +523,18 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       if (typeof v === "boolean") config[key] = v;
       continue;
     }
+    if (kind === "prompts") {
+      const prompts = samplePromptEntries(v);
+      if (typeof prompts === "string") problems[key] = prompts;
+      else if (prompts.length) config[key] = prompts;
+      continue;
+    }
     if (kind === "tristate") {
       if (v === "true" || v === "false") config[key] = v === "true";
       continue;
     }
     if (kind === "lines" || kind === "list") {
-      const items = key === "sample_prompts" ? samplePromptEntries(v) : kind === "lines" ? promptLines(v) : nameList(v);
+      const items = kind === "lines" ? promptLines(v) : nameList(v);
       if (items.length) config[key] = items;
       continue;
     }

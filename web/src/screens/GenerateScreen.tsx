@@ -11,8 +11,10 @@ import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { Gallery, imageMeta, LoraChips } from "../components/Gallery";
 import { type LoraPick, LoraPicker } from "../components/LoraPicker";
+import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
 import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
+import { useRunPreset } from "../lib/runPreset";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 const GPU_RETRIES = 15;
@@ -31,9 +33,13 @@ async function generateWithRetry(body: GenerateBody, jobLive: boolean, onWait: (
   }
 }
 
-/** Generate: base model + trained LoRAs with scales, prompt, seed, steps, size; the server's gallery. */
-export function GenerateScreen() {
+/**
+ * Generate: base model + trained LoRAs with scales, prompt (and a negative prompt where the family takes one),
+ * guidance, seed, steps, size; the server's gallery. `fromRun`: start on that run's family, base model and LoRA.
+ */
+export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const { info } = useInfo();
+  const fromRunState = useRunPreset(fromRun);
   const models = useModelChoices();
   const { job } = useTraining();
   const [family, setFamily] = useState<string | null>(null);
@@ -47,6 +53,8 @@ export function GenerateScreen() {
   const [steps, setSteps] = useState("20");
   const [width, setWidth] = useState("512");
   const [height, setHeight] = useState("512");
+  const [guidance, setGuidance] = useState("");
+  const [negative, setNegative] = useState("");
   const [gallery, setGallery] = useState<GalleryImage[] | null>(null);
   const [selected, setSelected] = useState<GalleryImage | null>(null);
   const [seconds, setSeconds] = useState<number | null>(null);
@@ -55,12 +63,19 @@ export function GenerateScreen() {
   const [general, setGeneral] = useState<string | null>(null);
 
   useEffect(() => {
-    if (!info || !models || family) return;
+    if (!info || !models || family || fromRunState.pending) return;
+    const preset = fromRunState.preset;
+    if (preset) {
+      setFamily(preset.family);
+      setBaseModel(preset.base_model);
+      if (preset.lora) setPicks([{ name: preset.lora, scale: 1 }]);
+      return;
+    }
     const start = defaultFamily(models, info.families);
     if (!start) return;
     setFamily(start);
     setBaseModel(defaultBaseModel(models, start));
-  }, [info, models, family]);
+  }, [info, models, family, fromRunState.pending, fromRunState.preset]);
   useEffect(() => {
     if (family) api.loras(family).then((l) => setLoras(l.loras), () => setLoras([]));
   }, [family]);
@@ -76,6 +91,7 @@ export function GenerateScreen() {
 
   if (!info || !models || !family) return <section className="screen muted">Loading…</section>;
 
+  const famInfo = info.families.find((f) => f.name === family);
   const pickFamily = (name: string) => {
     setFamily(name);
     setPicks([]);
@@ -91,6 +107,8 @@ export function GenerateScreen() {
     if (img.steps != null) setSteps(String(img.steps));
     if (img.width != null) setWidth(String(img.width));
     if (img.height != null) setHeight(String(img.height));
+    setGuidance(img.guidance != null ? String(img.guidance) : "");
+    setNegative(img.negative_prompt ?? "");
     setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1 })));
     setRefs(referencesOf(img));
   };
@@ -105,6 +123,7 @@ export function GenerateScreen() {
     steps: Number(steps),
     width: Number(width),
     height: Number(height),
+    ...guidanceBody(info.families.find((f) => f.name === family), guidance, negative),
     references: refs.map((r) => r.id),
   };
   const run = (body: GenerateBody) =>
@@ -142,6 +161,7 @@ export function GenerateScreen() {
       <div className="screen-head">
         <h1>Generate</h1>
       </div>
+      {fromRunState.error && <div className="banner error">{fromRunState.error}</div>}
       <div className="generate">
         <form className="card gen-form" onSubmit={(e) => void submit(e)}>
           <FamilyPicker families={info.families} value={family} onChange={pickFamily} />
@@ -186,6 +206,16 @@ export function GenerateScreen() {
               }}
             />
           </Field>
+          {famInfo && (
+            <GuidanceFields
+              family={famInfo}
+              guidance={guidance}
+              negative={negative}
+              onGuidance={setGuidance}
+              onNegative={setNegative}
+              errors={errors}
+            />
+          )}
           <div className="grid quad">
             {numberField("Seed", "gen_seed", seed, setSeed)}
             {numberField("Steps", "gen_steps", steps, setSteps)}

@@ -3,8 +3,10 @@ import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
 import type { Job } from "../api/types";
 import { LineChart } from "../components/LineChart";
+import { LoraSaved } from "../components/LoraSaved";
 import { PlanSummary } from "../components/PlanSummary";
 import { ProgressBar } from "../components/ProgressBar";
+import { SampleHistory } from "../components/SampleHistory";
 import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
@@ -77,6 +79,7 @@ export function LiveScreen() {
       </div>
       {error && <div className="banner error">{error}</div>}
       {job.error && <div className="banner error">{job.error}</div>}
+      {job.lora_path && <LoraSaved jobId={job.id} path={job.lora_path} outputName={job.output_name} />}
       {phaseText(job) && <div className="banner info">{phaseText(job)}</div>}
       {job.status === "stopping" && job.busy && (
         <div className="banner info" data-testid="stop-waits">
@@ -119,20 +122,7 @@ export function LiveScreen() {
           />
         </div>
       )}
-      {job.lora_path && (
-        <div className="banner ok">
-          LoRA saved: <code>{job.lora_path}</code> ·{" "}
-          {job.output_name && (
-            <>
-              <a href={api.loraFileUrl(job.output_name)} download>
-                Download
-              </a>{" "}
-              ·{" "}
-            </>
-          )}
-          <a href={href("generate")}>Generate with it</a>
-        </div>
-      )}
+      <SampleHistory runId={job.id} latest={job.samples ?? null} prompts={samplePrompts(job.config)} />
       {status?.queue.length ? (
         <div className="card">
           <h3>Queue</h3>

@@ -33,7 +33,14 @@ const CHECKPOINTS: CheckpointList = {
   resume_step: 120,
 };
 
-function serve(run: RunDetail, checkpoints: CheckpointList, resume?: { status: number; body: unknown }) {
+const LOG = {
+  lines: ["2025-01-01 INFO lorastudio.worker: model_load_started: {}", "Traceback (most recent call last):"],
+  truncated: true,
+  size_bytes: 4096,
+  note: null as string | null,
+};
+
+function serve(run: RunDetail, checkpoints: CheckpointList, resume?: { status: number; body: unknown }, log = LOG) {
   return mockFetch(({ url }) => {
     if (url === "/api/runs/r1") return { body: run };
     if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
@@ -42,6 +49,7 @@ function serve(run: RunDetail, checkpoints: CheckpointList, resume?: { status: n
       const snap = (step: number) => ({ step, final: false, path: `${OUT}/loras/portrait-step-000${step}.safetensors`, url: `/api/loras/portrait/file?step=${step}` });
       return { body: { name: "portrait", loras: [snap(80), snap(120), { step: 120, final: true, path: `${OUT}/portrait.safetensors`, url: "/api/loras/portrait/file" }] } };
     }
+    if (url.startsWith("/api/runs/r1/log?")) return { body: log };
     if (url === "/api/runs/r1/resume") return resume ?? { status: 201, body: { id: "j2", status: "queued" } };
     return undefined;
   });
@@ -199,5 +207,28 @@ describe("RunDetailScreen", () => {
     render(<RunDetailScreen id="r1" />);
     await screen.findByTestId("checkpoints");
     expect(screen.queryByTestId("plan")).toBeNull();
+  });
+
+  it("offers clone and the config files, and shows the worker log", async () => {
+    const calls = serve(RUN, CHECKPOINTS);
+    render(<RunDetailScreen id="r1" />);
+    expect(await screen.findByRole("link", { name: "Clone" })).toHaveAttribute("href", "#/clone/r1");
+    expect(screen.getByRole("link", { name: "download the config as TOML" })).toHaveAttribute("href", "/api/runs/r1/config?format=toml");
+    expect(screen.getByRole("link", { name: "download the config as JSON" })).toHaveAttribute("href", "/api/runs/r1/config?format=json");
+    const log = await screen.findByLabelText("run log");
+    expect(log).toHaveTextContent("lorastudio.worker: model_load_started");
+    expect(screen.getByTestId("run-log")).toHaveTextContent("Showing the last 2 lines.");
+    await userEvent.click(within(screen.getByTestId("run-log")).getByRole("button", { name: "Refresh" }));
+    await waitFor(() => expect(calls.filter((c) => c.url.startsWith("/api/runs/r1/log")).length).toBe(2));
+    expect(screen.queryByText("CLI")).toBeNull();
+  });
+
+  it("marks a CLI run and says where its lines went", async () => {
+    const note = "a run started with `lorastudio train` prints its lines to its terminal";
+    serve({ ...RUN, source: "cli" }, CHECKPOINTS, undefined, { lines: [], truncated: false, size_bytes: 0, note });
+    render(<RunDetailScreen id="r1" />);
+    expect(await screen.findByText("CLI")).toHaveAttribute("title", "started with lorastudio train");
+    expect(await within(screen.getByTestId("run-log")).findByText(note)).toBeInTheDocument();
+    expect(screen.queryByLabelText("run log")).toBeNull();
   });
 });

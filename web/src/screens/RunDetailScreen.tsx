@@ -4,6 +4,8 @@ import type { Checkpoint, LoraSteps, RunDetail, SampleImage } from "../api/types
 import { CheckpointsCard } from "../components/CheckpointsCard";
 import { LineChart } from "../components/LineChart";
 import { PlanSummary } from "../components/PlanSummary";
+import { RunFiles } from "../components/RunFiles";
+import { RunLog } from "../components/RunLog";
 import { PushToHub } from "../components/PushToHub";
 import { groupByStep, SampleRound } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
@@ -12,8 +14,8 @@ import { href, navigate } from "../lib/route";
 import { chartData, fromPoints } from "../lib/series";
 
 /**
- * One run: the plan it used, its chart, sample previews, checkpoints (resume from a picked one, train longer),
- * config and outputs; download the LoRA or push it to the hub; delete.
+ * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
+ * one, train longer), config and outputs; clone it, download its config or LoRA, push it to the hub; delete.
  */
 export function RunDetailScreen({ id }: { id: string }) {
   const [run, setRun] = useState<RunDetail | null>(null);
@@ -52,11 +54,18 @@ export function RunDetailScreen({ id }: { id: string }) {
           </a>
           <span className="crumb-sep">/</span>
           {run.output_name} <span className={`status status-${run.status}`}>{run.status}</span>
+          {run.source === "cli" && <span className="chip source" title="started with lorastudio train">CLI</span>}
         </h1>
         <div className="head-actions">
+          <RunFiles runId={run.id} />
           {download && (
             <a className="button primary" href={download} download>
               Download LoRA
+            </a>
+          )}
+          {download && (
+            <a className="button secondary" href={href("generate", run.id)}>
+              Generate with it
             </a>
           )}
           <button className="danger" onClick={() => void remove()}>
@@ -117,6 +126,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           </ul>
         </div>
       )}
+      <RunLog runId={run.id} />
       <CheckpointsCard run={run} checkpoints={checkpoints} onResumed={() => navigate("live")} onError={setActionError} />
       <div className="two-col">
         <div className="card">

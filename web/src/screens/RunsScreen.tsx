@@ -72,6 +72,7 @@ export function RunsScreen() {
                 <tr key={r.id}>
                   <td className="primary-cell">
                     <a href={href("runs", r.id)}>{r.output_name}</a>
+                    {r.source === "cli" && <span className="chip source" title="started with lorastudio train">CLI</span>}
                   </td>
                   <td data-label="Family">{r.family}</td>
                   <td data-label="Status">

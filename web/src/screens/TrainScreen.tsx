@@ -13,7 +13,8 @@ import { FamilyPicker } from "../components/FamilyPicker";
 import { Field } from "../components/Field";
 import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
-import { navigate } from "../lib/route";
+import { useCloneValues } from "../lib/clone";
+import { href, navigate } from "../lib/route";
 import {
   ATTENTION_BACKENDS,
   FUSE_PROJECTIONS,
@@ -39,11 +40,12 @@ import {
 type Errors = Record<string, string>;
 
 /** Train: family, base model, dataset, settings; Check shows the preflight report; Start queues the run. */
-export function TrainScreen({ dataset }: { dataset?: string }) {
+export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: string }) {
   const { info } = useInfo();
   const models = useModelChoices();
   const { refresh } = useTraining();
   const [values, setValues] = useState<FormValues | null>(null);
+  const clone = useCloneValues(cloneOf, info?.families);
   const [errors, setErrors] = useState<Errors>({});
   const [general, setGeneral] = useState<string[]>([]);
   const [report, setReport] = useState<PreflightReport | null>(null);
@@ -51,19 +53,23 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
 
   const family: Family | undefined = info?.families.find((f) => f.name === values?.family);
   useEffect(() => {
-    if (!info || !models || values || !info.families.length) return;
+    if (clone.values && !values) setValues(clone.values);
+  }, [clone.values, values]);
+  useEffect(() => {
+    if (!info || !models || values || !info.families.length || cloneOf) return;
     const start = defaultFamily(models, info.families);
     const fam = info.families.find((f) => f.name === start) ?? info.families[0];
     const v = initialValues(fam);
     v.base_model = defaultBaseModel(models, fam.name);
     v.data_dir = dataset ?? info.datasets[0]?.name ?? "";
     setValues(v);
-  }, [info, models, values, dataset]);
+  }, [info, models, values, dataset, cloneOf]);
 
   const precisions = useMemo(
     () => family?.precisions ?? info?.host.precisions ?? ["auto"],
     [family, info],
   );
+  if (clone.error) return <section className="screen"><div className="banner error">{clone.error}</div></section>;
   if (!info || !models || !values) return <section className="screen muted">Loading…</section>;
 
   const set = (k: keyof FormValues, v: string | boolean) => {
@@ -123,6 +129,11 @@ export function TrainScreen({ dataset }: { dataset?: string }) {
       <div className="screen-head">
         <h1>Train a LoRA</h1>
       </div>
+      {clone.from && (
+        <div className="banner info" data-testid="clone-note">
+          Settings of run <a href={href("runs", clone.from.id)}>{clone.from.output_name}</a>; the new run gets its own output name.
+        </div>
+      )}
       <form
         className="train-form"
         onSubmit={(e) => {

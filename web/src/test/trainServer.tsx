@@ -12,11 +12,11 @@ import { CATALOGUE, type Call, INFO, mockFetch } from "./fixtures";
 
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
 
-export function renderTrain() {
+export function renderTrain(props: { cloneOf?: string } = {}) {
   return render(
     <InfoProvider>
       <TrainingProvider>
-        <TrainScreen />
+        <TrainScreen {...props} />
       </TrainingProvider>
     </InfoProvider>,
   );
@@ -60,10 +60,12 @@ function fakeEntries(datasets: unknown) {
   }));
 }
 
-/** Install the fake server; `info()` is read on each /api/info call. Returns the call log. */
-export function mockTrainServer(info: () => Info): Call[] {
+/** Install the fake server; `info()` is read on each /api/info call; `runs` answers /api/runs/<id>. Returns the call log. */
+export function mockTrainServer(info: () => Info, runs: Record<string, unknown> = {}): Call[] {
   return mockFetch(({ method, url, body }) => {
     if (url === "/api/info") return { body: info() };
+    const run = url.match(/^\/api\/runs\/([^/?]+)$/)?.[1];
+    if (run !== undefined) return run in runs ? { body: runs[run] } : undefined;
     if (url === "/api/models") return { body: CATALOGUE };
     if (url.startsWith("/api/train/status")) return { body: STATUS };
     if (method === "POST" && url === "/api/train/preflight") {

@@ -49,6 +49,7 @@ def generate(body: GenerateBody, service: GenerationService = Depends(generation
         width=body.width,
         height=body.height,
         guidance=body.guidance,
+        negative_prompt=body.negative_prompt,
         loras=tuple(LoraChoice(r.name, r.scale, r.step) for r in body.loras),
         references=tuple(body.references),
     )

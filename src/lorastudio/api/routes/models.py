@@ -100,7 +100,8 @@ def fetch_start(body: FetchBody, fetches: FetchManager = Depends(fetches_dep)) -
     needs in the background: 202 with the fetch. 400 bad id / untrainable / offline and not on
     disk, 403 gated or private without access, 404 no such repo or revision, 409 being fetched."""
     try:
-        return fetches.start(body.repo_id, body.revision)
+        token = body.token.get_secret_value() if body.token is not None else None
+        return fetches.start(body.repo_id, body.revision, token=token)
     except ModelAccessDenied as err:
         return _forbidden(err)
 

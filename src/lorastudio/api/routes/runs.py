@@ -28,6 +28,7 @@ from lorastudio.jobs.records import LIVE_STATUSES
 from lorastudio.jobs.resume import ResumePoints, resume_points
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
+from lorastudio.jobs.worker_log import log_path
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
 from lorastudio.training.sample_files import list_references, list_samples, sample_path
@@ -156,14 +157,15 @@ def delete_run(
     service: JobService = Depends(service_dep),
     settings: Settings = Depends(settings_dep),
 ) -> dict[str, Any]:
-    """Delete a finished run's record and (unless keep_files, or another run shares it) its
-    output folder. 409 while the run is live, 404 when unknown."""
+    """Delete a finished run's record, its log and (unless keep_files, or another run shares it)
+    its output folder. 409 while the run is live, 404 when unknown."""
     run = store.get_run(run_id, max_points=2)
     if run["status"] in {s.value for s in LIVE_STATUSES}:
         raise JobActive(f"run {run_id} is {run['status']}; stop it first")
     name = run["output_name"]
     shared = [r for r in store.runs_with_output_name(name) if r != run_id]
     store.delete_run(run_id)
+    log_path(settings, run_id).unlink(missing_ok=True)
     removed = False
     if not keep_files and not shared and name:
         removed = _remove_output_dir(settings, name)

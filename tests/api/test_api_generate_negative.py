@@ -1,0 +1,62 @@
+"""POST /api/generate with a negative prompt and a guidance scale: honoured where the family's
+pipeline takes them (both recorded in the PNG's text chunks, the sidecar and the gallery with the
+prompt and seed), refused naming the family where it does not; /api/info says which is which."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from api_helpers import LiveServer
+from PIL import Image
+
+
+def test_negative_prompt_where_the_family_takes_one(
+    server: LiveServer, tiny_model: Callable[[str], Path]
+) -> None:
+    client = server.client
+    fams = {f["name"]: f for f in client.get("/api/info").json()["families"]}
+    assert (fams["sdxl"]["guidance"], fams["sdxl"]["negative_prompt"], fams["sdxl"]["guidance_default"]) == (
+        "cfg",
+        True,
+        5.0,
+    )
+    assert (fams["flux"]["guidance"], fams["flux"]["negative_prompt"]) == ("embedded", False)
+    assert (fams["qwen-image"]["guidance"], fams["qwen-image"]["guidance_default"]) == ("true_cfg", 4.0)
+
+    flux = {
+        "family": "flux",
+        "base_model": str(tiny_model("flux")),
+        "prompt": "x",
+        "steps": 1,
+        "width": 32,
+        "height": 32,
+    }
+    refused = client.post("/api/generate", json={**flux, "negative_prompt": "blurry"})
+    assert refused.status_code == 400
+    assert refused.json()["problems"] == [
+        {
+            "field": "negative_prompt",
+            "message": "FLUX.1 guides with a distilled guidance embedding in one pass: it takes no negative prompt",
+        }
+    ]
+    assert server.app.state.generation.worker_pid is None
+
+    body = {"family": "sdxl", "base_model": str(tiny_model("sdxl")), "prompt": "a red circle", "seed": 7,
+            "steps": 2, "width": 64, "height": 64, "guidance": 6.5, "negative_prompt": "blurry"}  # fmt: skip
+    made = client.post("/api/generate", json=body)
+    assert made.status_code == 201, made.text
+    out = made.json()
+    assert (out["negative_prompt"], out["guidance"], out["seed"]) == ("blurry", 6.5, 7)
+    png = Image.open(io.BytesIO(client.get(out["url"]).content))
+    assert png.text["prompt"] == "a red circle" and png.text["seed"] == "7"
+    settings = json.loads(png.text["lorastudio"])
+    assert (settings["negative_prompt"], settings["guidance"], settings["width"]) == ("blurry", 6.5, 64)
+    listed = client.get("/api/gallery").json()["images"][0]
+    assert (listed["negative_prompt"], listed["guidance"], listed["prompt"]) == (
+        "blurry",
+        6.5,
+        "a red circle",
+    )

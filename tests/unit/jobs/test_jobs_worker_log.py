@@ -1,0 +1,51 @@
+"""The worker's log tee (jobs/worker_log.py) in a real child process: what the process writes to
+fds 1 and 2 (Python and C level) and its log records land in the file and still reach the
+terminal; the file stops at its size limit and says so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import logging, os, sys
+from pathlib import Path
+from lorastudio.jobs.worker_log import WorkerLog
+log = WorkerLog(Path(sys.argv[1]), limit=int(sys.argv[2])).start()
+print("from print")
+os.write(2, b"from fd 2\\n")
+logging.getLogger("lorastudio.worker").info("a log record")
+logging.getLogger("lorastudio.worker").warning("a warning")
+print("x" * int(sys.argv[3]))
+log.close()
+print("after close")
+"""
+
+
+def _run(tmp_path: Path, limit: int, extra: int) -> tuple[str, subprocess.CompletedProcess[str]]:
+    path = tmp_path / "logs" / "run.log"
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path), str(limit), str(extra)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return path.read_text(), done
+
+
+def test_the_tee_keeps_every_line_and_the_terminal_still_sees_them(tmp_path: Path) -> None:
+    text, done = _run(tmp_path, 1 << 20, 10)
+    assert "from print\n" in text and "from fd 2\n" in text and "x" * 10 in text
+    assert "INFO lorastudio.worker: a log record" in text  # log records: the file only
+    assert "after close" not in text
+    terminal = done.stdout + done.stderr
+    assert "from print" in terminal and "from fd 2" in terminal and "after close" in terminal
+    assert "a log record" not in terminal
+    assert text.count("WARNING lorastudio.worker: a warning") == 1 and "a warning" in terminal
+
+
+def test_the_file_stops_at_its_limit(tmp_path: Path) -> None:
+    text, _ = _run(tmp_path, 200, 5000)
+    assert len(text.encode()) < 300 and text.endswith("[log truncated: the file reached its size limit]\n")

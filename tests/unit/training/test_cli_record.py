@@ -1,0 +1,93 @@
+"""A `lorastudio train` run is recorded in the run store like a server's run (marked as a CLI
+run) and listed by the API; a failed run records its error; a store that cannot be written
+never stops the training."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from typer.testing import CliRunner
+
+from live_server import LOOPBACK
+from lorastudio.api.app import create_app
+from lorastudio.cli.app import _register, app
+from lorastudio.config import parse_train_config
+from lorastudio.jobs.cli_record import open_cli_record
+from lorastudio.jobs.store import RunStore
+from lorastudio.settings import Settings, get_settings
+from lorastudio.training.events import Error as ErrorEvent
+from lorastudio.training.events import Progress
+
+
+def _train(tmp_path, settings: dict, *extra: str):
+    _register()
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(settings))
+    return CliRunner().invoke(app, ["train", str(config), "--device", "cpu", *extra])
+
+
+def test_a_cli_run_is_listed_under_runs(tiny_model, small_dataset, tmp_path, run_settings):
+    from fastapi.testclient import TestClient
+
+    settings = run_settings(
+        "flux", tiny_model("flux"), small_dataset, {"steps": 3, "output_name": "from-cli"}
+    )
+    result = _train(tmp_path, settings)
+    assert result.exit_code == 0, result.output
+    with TestClient(create_app(Settings(home=get_settings().home)), base_url=LOOPBACK) as client:
+        runs = client.get("/api/runs").json()["runs"]
+        assert [(r["output_name"], r["source"], r["status"]) for r in runs] == [
+            ("from-cli", "cli", "completed")
+        ]
+        run = client.get(f"/api/runs/{runs[0]['id']}").json()
+        assert [p["step"] for p in run["metrics"]] == [1, 2, 3] and run["steps_run"] == 3
+        assert run["started_at"] and run["finished_at"] and run["plan"] is not None
+        assert run["config"]["lora_rank"] > 0 and run["config"]["output_name"] == "from-cli"  # resolved
+        kinds = {o["kind"]: o["path"] for o in run["outputs"]}
+        assert kinds["lora"].endswith("from-cli/from-cli.safetensors") and kinds["sidecar"].endswith(".json")
+        log = client.get(f"/api/runs/{run['id']}/log").json()
+        assert log["lines"] == [] and "terminal" in log["note"]
+    shown = CliRunner().invoke(app, ["runs", "show", runs[0]["id"]])
+    assert shown.exit_code == 0 and "source       cli" in shown.output
+
+
+def test_a_failed_cli_run_records_its_error(tiny_model, small_dataset):
+    """The engine's error (or one it did not report) ends the record as failed, with the metric
+    points it had (non-finite numbers stored as null, as the job service stores them)."""
+    config = parse_train_config(
+        {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": str(small_dataset), "steps": 5}
+    )
+    record = open_cli_record(config.model_copy(update={"output_name": "broken"}))
+    assert record is not None
+    step = {"total_steps": 5, "epoch": 0, "lr": 1e-4, "samples_per_second": None, "peak_memory_gb": 1.0}
+    record.emit(Progress(step=1, loss=0.5, avg_loss=0.5, grad_norm=float("nan"), **step))
+    record.emit(ErrorEvent(message="the loss was not finite for 3 steps"))
+    record.fail("ignored: the run is already final")
+    record.close()
+    run = RunStore.open(get_settings().db_path, recover=False).get_run(record.run_id)
+    assert (run["source"], run["status"], run["error"]) == (
+        "cli",
+        "failed",
+        "the loss was not finite for 3 steps",
+    )
+    assert run["metrics"][0]["step"] == 1 and run["metrics"][0]["grad_norm"] is None
+    assert run["started_at"] and run["finished_at"] and run["config"]["lora_rank"] > 0
+
+
+def test_an_unwritable_store_does_not_stop_the_run(tiny_model, small_dataset, tmp_path, run_settings):
+    db = get_settings().db_path
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = RunStore.open(db)
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    conn.commit()
+    conn.close()
+    settings = run_settings(
+        "flux", tiny_model("flux"), small_dataset, {"steps": 2, "output_name": "unrecorded"}
+    )
+    result = _train(tmp_path, settings)
+    assert result.exit_code == 0, result.output
+    assert "no longer recorded in the run store" in result.output
+    assert (get_settings().outputs_dir / "unrecorded" / "unrecorded.safetensors").is_file()

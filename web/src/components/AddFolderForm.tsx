@@ -1,0 +1,31 @@
+import { type FormEvent, useState } from "react";
+import { api } from "../api/endpoints";
+import type { CatalogueModel } from "../api/types";
+import { Field } from "./Field";
+
+/** List an existing pipeline folder (an absolute path on the server) in the catalogue; lorastudio never writes to it. */
+export function AddFolderForm({ onAdded }: { onAdded: (model: CatalogueModel) => void }) {
+  const [path, setPath] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(null);
+    try {
+      onAdded(await api.addModelFolder(path.trim()));
+      setPath("");
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+  return (
+    <form className="card" onSubmit={(e) => void submit(e)}>
+      <h3>Add a folder</h3>
+      <Field label="Folder on the server" error={error ?? undefined} hint="absolute path of a diffusers pipeline (model_index.json)" wide>
+        <input name="model_folder" value={path} placeholder="/data/models/my-sdxl" autoComplete="off" spellCheck={false} onChange={(e) => setPath(e.target.value)} />
+      </Field>
+      <button type="submit" className="secondary" disabled={!path.trim()}>
+        Add folder
+      </button>
+    </form>
+  );
+}

@@ -1,0 +1,57 @@
+import { type FormEvent, useState } from "react";
+import { ApiError } from "../api/client";
+import { api } from "../api/endpoints";
+import type { Fetch } from "../api/types";
+import { Field } from "./Field";
+import { HubTokenDialog } from "./HubTokenDialog";
+
+/** Fetch a base model from the hub: repo id and revision; a gated repo (403) asks for a token and tries again with it. */
+export function FetchForm({ onStarted }: { onStarted: (fetch: Fetch) => void }) {
+  const [repo, setRepo] = useState("");
+  const [revision, setRevision] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const [denied, setDenied] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const start = async (token?: string) => {
+    setBusy(true);
+    setError(null);
+    try {
+      const fetch = await api.fetchModel({ repo_id: repo.trim(), revision: revision.trim() || null, ...(token ? { token } : {}) });
+      setDenied(null);
+      onStarted(fetch);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 403) setDenied(err.message);
+      else setError(err instanceof Error ? err.message : String(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    void start();
+  };
+  return (
+    <>
+      <form className="card fetch-form" onSubmit={submit}>
+        <h3>Fetch from the hub</h3>
+        <div className="grid">
+          <Field label="Hub model id" hint="owner/name of a diffusers pipeline" wide>
+            <input name="repo_id" value={repo} placeholder="black-forest-labs/FLUX.1-dev" autoComplete="off" spellCheck={false} onChange={(e) => setRepo(e.target.value)} />
+          </Field>
+          <Field label="Revision" hint="branch, tag or commit (blank: main)">
+            <input name="revision" value={revision} placeholder="main" autoComplete="off" spellCheck={false} onChange={(e) => setRevision(e.target.value)} />
+          </Field>
+        </div>
+        {error && (
+          <div className="banner error" role="alert">
+            {error}
+          </div>
+        )}
+        <button type="submit" className="primary" disabled={busy || !repo.trim()}>
+          {busy ? "Checking…" : "Fetch"}
+        </button>
+      </form>
+      {denied && <HubTokenDialog repo={repo.trim()} message={denied} onToken={(t) => void start(t)} onClose={() => setDenied(null)} />}
+    </>
+  );
+}

@@ -1,0 +1,36 @@
+import type { Fetch } from "../api/types";
+import { formatBytes } from "../lib/format";
+import { ProgressBar } from "./ProgressBar";
+
+/** The fetches of this server's life, newest first: progress (files, bytes), Cancel while running, the error or result after. */
+export function FetchProgress({ fetches, onCancel }: { fetches: Fetch[]; onCancel: (id: string) => void }) {
+  if (!fetches.length) return null;
+  return (
+    <div className="card" data-testid="fetches">
+      <h3>Downloads</h3>
+      <ul className="plain fetches">
+        {[...fetches].reverse().map((f) => (
+          <li key={f.id} data-testid={`fetch-${f.repo_id}`}>
+            <div className="card-head">
+              <span>
+                <b>{f.repo_id}</b> <span className={`status status-${f.status}`}>{f.status}</span>
+              </span>
+              {f.status === "running" && (
+                <button type="button" className="ghost small" onClick={() => onCancel(f.id)} aria-label={`cancel the download of ${f.repo_id}`}>
+                  Cancel
+                </button>
+              )}
+            </div>
+            {f.status === "running" && <ProgressBar value={f.bytes_done} max={f.bytes_total} label={`download of ${f.repo_id}`} />}
+            <p className="muted small">
+              {f.files_done}/{f.files_total} files · {formatBytes(f.bytes_done)} of {formatBytes(f.bytes_total)}
+              {f.already_present ? " · already on disk" : ""}
+              {f.status === "cancelled" && f.resumable ? " · fetching again continues where it stopped" : ""}
+            </p>
+            {f.error && <p className="field-error">{f.error}</p>}
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}

@@ -1,0 +1,38 @@
+import { render, screen, waitFor, within } from "@testing-library/react";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { mockFetch } from "../test/fixtures";
+import { SampleHistory } from "./SampleHistory";
+
+const PROMPTS = ["a red circle", "a blue square"];
+const file = (step: number, index: number) => {
+  const name = `step-${String(step).padStart(6, "0")}-${index}.png`;
+  return { step, index, prompt: PROMPTS[index], name, url: `/api/runs/j1/samples/${name}` };
+};
+
+afterEach(() => vi.unstubAllGlobals());
+
+describe("SampleHistory", () => {
+  it("shows the stored rounds side by side and adds new rounds from events without fetching again", async () => {
+    const calls = mockFetch(({ url }) =>
+      url === "/api/runs/j1/samples" ? { body: { samples: [file(200, 1), file(100, 0), file(100, 1), file(200, 0)] } } : undefined,
+    );
+    const { rerender } = render(<SampleHistory runId="j1" latest={null} prompts={PROMPTS} />);
+    const table = await screen.findByRole("table");
+    expect(within(table).getAllByRole("columnheader").map((h) => h.textContent)).toEqual(["", "step 100", "step 200"]);
+    const rows = within(table).getAllByRole("row").slice(1);
+    expect(rows.map((r) => within(r).getByRole("rowheader").textContent)).toEqual(PROMPTS);
+    expect(within(rows[1]).getByAltText("a blue square, step 200")).toHaveAttribute("src", "/api/runs/j1/samples/step-000200-1.png");
+
+    rerender(<SampleHistory runId="j1" latest={{ step: 300, images: ["samples/step-000300-0.png", "samples/step-000300-1.png"] }} prompts={PROMPTS} />);
+    await waitFor(() => expect(within(table).getAllByRole("columnheader")).toHaveLength(4));
+    expect(screen.getByAltText("a red circle, step 300")).toHaveAttribute("src", "/api/runs/j1/samples/step-000300-0.png");
+    expect(calls.filter((c) => c.url === "/api/runs/j1/samples")).toHaveLength(1);
+  });
+
+  it("stays hidden until there are two rounds to compare", async () => {
+    const calls = mockFetch(() => undefined); // no samples stored yet (404)
+    render(<SampleHistory runId="j1" latest={{ step: 100, images: ["samples/step-000100-0.png"] }} prompts={PROMPTS} />);
+    await waitFor(() => expect(calls).toHaveLength(1));
+    expect(screen.queryByTestId("sample-history")).toBeNull();
+  });
+});

@@ -1,0 +1,78 @@
+import { useEffect, useState } from "react";
+import { api } from "../api/endpoints";
+import type { SampleImage } from "../api/types";
+
+/** Sample rounds by step: each round's image URLs in prompt order. */
+export type Rounds = Map<number, string[]>;
+
+/** Rounds from a run's stored sample files (GET /api/runs/{id}/samples). */
+export function roundsFromFiles(samples: SampleImage[]): Rounds {
+  const rounds: Rounds = new Map();
+  for (const s of samples) {
+    const urls = rounds.get(s.step) ?? [];
+    urls[s.index] = api.imageUrl(s.url);
+    rounds.set(s.step, urls);
+  }
+  return rounds;
+}
+
+/** `rounds` with one more round (a sample_ready event: run-relative image paths), replacing a round of the same step. */
+export function withRound(rounds: Rounds, runId: string, step: number, images: string[]): Rounds {
+  const next = new Map(rounds);
+  next.set(step, images.map((p) => api.sampleUrl(runId, p)));
+  return next;
+}
+
+/**
+ * Every sample round of a run side by side: one column per step (oldest left), one row per prompt. Loads the
+ * rounds already on disk once, then adds each new round (`latest`, from the event stream) without asking the
+ * server again. Shown from the second round on.
+ */
+export function SampleHistory({ runId, latest, prompts }: { runId: string; latest: { step: number; images: string[] } | null; prompts: string[] }) {
+  const [rounds, setRounds] = useState<Rounds>(new Map());
+  useEffect(() => {
+    setRounds(new Map());
+    api.runSamples(runId).then(
+      (s) => setRounds((now) => new Map([...roundsFromFiles(s.samples), ...now])),
+      () => undefined, // no history yet: the rounds of the event stream still show
+    );
+  }, [runId]);
+  useEffect(() => {
+    if (latest) setRounds((now) => withRound(now, runId, latest.step, latest.images));
+  }, [runId, latest]);
+  const steps = [...rounds.keys()].sort((a, b) => a - b);
+  if (steps.length < 2) return null;
+  const rows = Math.max(...steps.map((s) => rounds.get(s)?.length ?? 0));
+  return (
+    <div className="card" data-testid="sample-history">
+      <h3>Sample history</h3>
+      <div className="table-wrap">
+        <table className="sample-history">
+          <thead>
+            <tr>
+              <th />
+              {steps.map((s) => (
+                <th key={s} scope="col">
+                  step {s}
+                </th>
+              ))}
+            </tr>
+          </thead>
+          <tbody>
+            {Array.from({ length: rows }, (_, i) => (
+              <tr key={i}>
+                <th scope="row" className="small muted">
+                  {prompts[i] || `prompt ${i + 1}`}
+                </th>
+                {steps.map((s) => {
+                  const url = rounds.get(s)?.[i];
+                  return <td key={s}>{url && <img src={url} alt={`${prompts[i] || `prompt ${i + 1}`}, step ${s}`} loading="lazy" />}</td>;
+                })}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </div>
+  );
+}

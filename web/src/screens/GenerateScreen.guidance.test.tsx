@@ -1,0 +1,78 @@
+import { render, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { beforeEach, describe, expect, it, vi } from "vitest";
+import { InfoProvider } from "../api/info";
+import { TrainingProvider } from "../api/training";
+import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { imageMeta } from "../components/Gallery";
+import { GenerateScreen } from "./GenerateScreen";
+
+const RUN = { id: "r1", family: "sdxl", output_name: "portrait", lora_file: true, config: { base_model: "/m/sdxl-base" } };
+const input = (name: string) => document.querySelector(`[name="${name}"]`) as HTMLInputElement;
+
+describe("GenerateScreen: guidance, negative prompt, a run's preset", () => {
+  let calls: Call[];
+  beforeEach(() => {
+    vi.unstubAllGlobals();
+    calls = mockFetch(({ method, url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      if (url.startsWith("/api/loras?family=")) {
+        const portrait = { name: "portrait", family: "sdxl", path: "/o/portrait/portrait.safetensors", bytes: 2048, modified: 1, sidecar: null };
+        return { body: { root: "/o", loras: url.endsWith("sdxl") ? [portrait] : [] } };
+      }
+      if (url === "/api/gallery") return { body: { images: [] } };
+      if (url === "/api/runs/r1") return { body: RUN };
+      if (method === "POST" && url === "/api/generate") {
+        return { status: 201, body: { file: "n.png", url: "/gallery/n.png", path: "/g/n.png", seconds: 1, seed: 0, width: 64, height: 64, prompt: "p", loras: [] } };
+      }
+      return undefined;
+    });
+  });
+
+  const renderScreen = (fromRun?: string) =>
+    render(
+      <InfoProvider>
+        <TrainingProvider>
+          <GenerateScreen fromRun={fromRun} />
+        </TrainingProvider>
+      </InfoProvider>,
+    );
+
+  it("offers a negative prompt only where the family takes one, and sends both settings", async () => {
+    renderScreen();
+    await waitFor(() => expect(input("gen_guidance")).toBeInTheDocument());
+    expect(screen.getByText("Guidance (distilled)")).toBeInTheDocument();
+    expect(input("gen_guidance")).toHaveAttribute("placeholder", "3.5");
+    expect(input("negative_prompt")).toBeNull(); // FLUX.1: one pass, no negative prompt
+    await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
+    expect(screen.getByText("CFG scale")).toBeInTheDocument();
+    expect(input("gen_guidance")).toHaveAttribute("placeholder", "5");
+    await userEvent.type(input("negative_prompt"), "blurry");
+    await userEvent.type(input("gen_guidance"), "7.5");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    const body = calls.find((c) => c.url === "/api/generate")?.body;
+    expect(body).toMatchObject({ family: "sdxl", guidance: 7.5, negative_prompt: "blurry" });
+  });
+
+  it("a blank guidance is the family's default and a hidden negative prompt is not sent", async () => {
+    renderScreen();
+    await waitFor(() => expect(input("gen_guidance")).toBeInTheDocument());
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    expect(calls.find((c) => c.url === "/api/generate")?.body).toMatchObject({ family: "flux", guidance: null, negative_prompt: null });
+  });
+
+  it("Generate with it: starts on the run's family, base model and LoRA", async () => {
+    renderScreen("r1");
+    await waitFor(() => expect(screen.getByRole("radio", { name: "Stable Diffusion XL" })).toHaveAttribute("aria-checked", "true"));
+    expect(input("gen_base_model")).toHaveValue("/m/sdxl-base");
+    await waitFor(() => expect(screen.getByLabelText("use LoRA portrait")).toBeChecked());
+  });
+
+  it("a gallery image shows its guidance and negative prompt", () => {
+    const img = { file: "a.png", url: "/gallery/a.png", created: 1, seed: 3, width: 64, height: 64, steps: 2, guidance: 6.5, negative_prompt: "blurry", loras: [] };
+    expect(imageMeta(img)).toBe("seed 3 · 64×64 · 2 steps · guidance 6.5 · not: blurry");
+  });
+});

@@ -1,0 +1,123 @@
+import { useCallback, useEffect, useState } from "react";
+import { api } from "../api/endpoints";
+import type { CatalogueModel, Fetch } from "../api/types";
+import { AddFolderForm } from "../components/AddFolderForm";
+import { FetchForm } from "../components/FetchForm";
+import { FetchProgress } from "../components/FetchProgress";
+import { formatBytes } from "../lib/format";
+
+const SOURCES: Record<CatalogueModel["source"], string> = {
+  local: "models/",
+  "hub-cache": "hub cache",
+  tiny: "tiny demo",
+  added: "added folder",
+};
+const POLL_MS = 1000;
+
+/** What removing a model does: delete what lorastudio made, forget an added folder; null when it cannot be removed here. */
+export function removal(m: CatalogueModel): { label: string; confirm: string } | null {
+  if (m.source === "added") return { label: "Forget", confirm: `Remove ${m.name} from the list? Its files stay in ${m.path}.` };
+  if (m.deletable) return { label: "Delete", confirm: `Delete ${m.name} and its files (${formatBytes(m.size_bytes)})?` };
+  return null;
+}
+
+/** Models: the base models on this server (models/, the hub cache, tiny demos, added folders), hub downloads with progress, add or remove. */
+export function ModelsScreen() {
+  const [models, setModels] = useState<CatalogueModel[] | null>(null);
+  const [fetches, setFetches] = useState<Fetch[]>([]);
+  const [error, setError] = useState<string | null>(null);
+  const load = useCallback(() => {
+    api.models().then(setModels, (err: Error) => setError(err.message));
+    api.fetches().then((f) => setFetches(f.fetches), () => undefined);
+  }, []);
+  useEffect(load, [load]);
+  const running = fetches.some((f) => f.status === "running");
+  useEffect(() => {
+    if (!running) return;
+    const timer = window.setInterval(() => {
+      api.fetches().then((f) => {
+        setFetches(f.fetches);
+        if (!f.fetches.some((x) => x.status === "running")) api.models().then(setModels, () => undefined);
+      }, () => undefined);
+    }, POLL_MS);
+    return () => window.clearInterval(timer);
+  }, [running]);
+
+  const act = async (m: CatalogueModel) => {
+    const what = removal(m);
+    if (!what || !window.confirm(what.confirm)) return;
+    try {
+      await (m.source === "added" ? api.forgetModelFolder(m.id) : api.deleteModel(m.id));
+      load();
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+  const cancel = (id: string) => void api.cancelFetch(id).then(load, (err: Error) => setError(err.message));
+
+  return (
+    <section className="screen">
+      <div className="screen-head">
+        <h1>Base models</h1>
+        <button className="ghost" onClick={load}>
+          Refresh
+        </button>
+      </div>
+      {error && (
+        <div className="banner error" role="alert">
+          {error}
+        </div>
+      )}
+      <div className="two-col">
+        <FetchForm onStarted={(f) => setFetches((now) => [...now.filter((x) => x.id !== f.id), f])} />
+        <AddFolderForm onAdded={load} />
+      </div>
+      <FetchProgress fetches={fetches} onCancel={cancel} />
+      {models && models.length === 0 && (
+        <div className="empty card">
+          <strong>No base models yet</strong>
+          <p>Fetch one from the hub above, add a folder, or make the tiny demo model with <code>lorastudio tiny model flux</code>.</p>
+        </div>
+      )}
+      {models && models.length > 0 && (
+        <div className="table-wrap card">
+          <table className="table stack" data-testid="models-table">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Family</th>
+                <th>Source</th>
+                <th className="num">Size</th>
+                <th>State</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {models.map((m) => (
+                <tr key={m.id}>
+                  <td className="primary-cell">
+                    <span title={m.path}>{m.name}</span>
+                    {m.checkpoint && <div className="muted small">{m.checkpoint}</div>}
+                  </td>
+                  <td data-label="Family">{m.family ?? "–"}</td>
+                  <td data-label="Source">{SOURCES[m.source]}</td>
+                  <td className="num" data-label="Size">
+                    {formatBytes(m.size_bytes)}
+                  </td>
+                  <td data-label="State">{m.trainable ? <span className="status status-completed">trainable</span> : <span className="muted small">{m.reason}</span>}</td>
+                  <td className="actions">
+                    {removal(m) && (
+                      <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
+                        {removal(m)?.label}
+                      </button>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}
