@@ -25,6 +25,8 @@ from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.holdout import validation_section
 from lorastudio.data.masks import mask_section, mask_warning
 from lorastudio.data.upscaling import upscale_warning
+from lorastudio.errors import HostMemoryShort
+from lorastudio.jobs import host_memory
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.validation import ValidatedRun
 
@@ -119,7 +121,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "gradient_checkpointing": cfg.gradient_checkpointing,
         },
         "plan": plan,
-        "memory": _memory_section(cfg, run.model_dir, host),
+        "memory": _memory_section(cfg, run.model_dir, host, scan),
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
     }
@@ -260,10 +262,15 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
     return PlanValues(**values)
 
 
-def _memory_section(cfg: TrainConfig, model_dir: Path | None, host: HostInfo) -> dict[str, Any]:
+def _memory_section(
+    cfg: TrainConfig, model_dir: Path | None, host: HostInfo, scan: DatasetScan
+) -> dict[str, Any]:
     """estimate_memory_gb for the fastest plan; with a budget choosing some settings, also
-    `lightest_gb`: the estimate of the lightest plan the budget may choose."""
-    section = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host))
+    `lightest_gb`: the estimate of the lightest plan the budget may choose; and the host RAM
+    forecast (jobs/host_memory.py): `host_gb`, `host_phases`, `host_certain`, `available_gb`
+    (what this host has free now) and `host_warning` (a forecast that exceeds it)."""
+    plan = plan_for_estimate(cfg, host)
+    section = estimate_memory_gb(cfg, model_dir, plan)
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
         lightest = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host, lightest=True))
@@ -272,6 +279,18 @@ def _memory_section(cfg: TrainConfig, model_dir: Path | None, host: HostInfo) ->
             " the run measures and picks lighter ones when they do not fit"
         )
     section["lightest_gb"] = lightest["estimated_gb"] if lightest else None
+    forecast = host_memory.host_memory_forecast(
+        cfg, model_dir, plan, host, scan.bucket_histogram(), scan.controls_per_image()
+    )
+    available = host_memory.available_host_bytes()
+    section["host_gb"] = forecast["host_gb"]
+    section["host_phases"] = forecast["phases"]
+    section["host_certain"] = forecast["certain"]
+    section["available_gb"] = None if available is None else round(available / 1e9, 2)
+    try:
+        section["host_warning"] = host_memory.check_host_memory(forecast, cfg, available)
+    except HostMemoryShort as err:
+        section["host_warning"] = str(err)
     return section
 
 
