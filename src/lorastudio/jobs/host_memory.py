@@ -20,8 +20,8 @@ so the peak is the process's base plus the largest phase:
 
 On CPU the weights and activations live in host RAM (weights in the run's dtype: fp32 for auto;
 activations as jobs.preflight.estimate_memory_gb). On CUDA they live on the GPU and host RAM
-holds the base process (CUDA context included), the latent cache and the blocks swapped to the
-CPU; that forecast has not been measured against a run, so it only ever warns (`certain` False).
+holds the base process (CUDA context included), the latent cache, the blocks swapped to the CPU
+and, while a component loads, its weights (they pass through host RAM on their way to the GPU); that forecast has not been measured against a run, so it only ever warns (`certain` False).
 
 VAE_ACT_PER_CHANNEL_PIXEL and BASE_PROCESS_GB are fitted on CPU runs of the tiny SDXL and FLUX.1
 pipelines at 256-2048 px (bench/host_memory.py; figures in RELIABILITY.md).
@@ -90,9 +90,18 @@ def host_memory_forecast(
     vae_act = VAE_ACT_PER_CHANNEL_PIXEL * c0 * pixels * max(encoded_at_once, 1) * act_bytes / 1e9
     if host.device == "cuda":
         # weights and activations on the GPU: host RAM holds the cache and the swapped blocks
-        _, blocks = denoiser_param_split(model_dir / spec.denoiser)
-        swapped = sum(sorted(blocks)[: max(plan.offload_blocks, 0)]) * WEIGHT_BYTES[compute] / 1e9
-        phases = {"conditioning": 0.0, "latents": cache, "denoiser": cache + swapped}
+        # each component's weights pass through host RAM while they load (then move to the GPU)
+        per = WEIGHT_BYTES[compute] / 1e9
+        other, blocks = denoiser_param_split(model_dir / spec.denoiser)
+        swapped = sum(sorted(blocks)[: max(plan.offload_blocks, 0)]) * per
+        encoders = max(
+            _param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
+        )
+        phases = {
+            "conditioning": encoders * per,
+            "latents": cache + _param_count(model_dir / "vae") * per,
+            "denoiser": cache + max(swapped, (other + sum(blocks)) * per),
+        }
         base = BASE_PROCESS_GB + CUDA_CONTEXT_GB
     else:
         per = WEIGHT_BYTES[compute] / 1e9
