@@ -5,6 +5,8 @@ value the run will use and where it comes from: fixed by the settings, the plain
 setting left at auto (no memory budget), or chosen at the start of the run by measuring a few
 real steps against `memory_budget_gb` (value unknown until then). The VRAM estimate is a rough
 formula (see `estimate_memory_gb`), not a measurement.
+The host RAM forecast (`memory.host_gb`, jobs/host_memory.py) is fitted on measured CPU runs and
+says whether the run fits the memory available now.
 """
 
 from __future__ import annotations
