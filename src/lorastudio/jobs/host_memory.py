@@ -4,7 +4,9 @@ Computed from the configs and safetensors headers of the local pipeline, without
 The engine runs its phases one after another (text encoders, then the VAE, then the denoiser),
 so the peak is the process's base plus the largest phase:
 
-    host = BASE_PROCESS_GB + max(conditioning, latents, denoiser)            (GB, 10^9 bytes)
+    host = processes x (BASE_PROCESS_GB + max(conditioning, latents, denoiser))   (GB, 10^9 bytes)
+    processes = num_gpus (a data-parallel run: every rank encodes its share of the images and
+                holds the whole gathered cache)
     conditioning = text encoder weights
     latents  = VAE weights + VAE_ACT_PER_CHANNEL_PIXEL x c0 x pixels x K x dtype bytes + cache
     denoiser = denoiser weights + LoRA (fp32 weights, grads, AdamW state) + activations + cache
@@ -64,7 +66,7 @@ def host_memory_forecast(
 ) -> dict[str, Any]:
     """Peak host RAM of the run (module docstring). `buckets`: "WxH" -> images (the scan's
     histogram); `controls`: control images per sample. Returns {"host_gb": GB or None (a hub id:
-    nothing to size), "phases": {...} or None, "certain": whether the formula has been measured
+    nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
     from lorastudio.jobs.preflight import WEIGHT_BYTES, _param_count, denoiser_param_split, estimate_memory_gb
 
@@ -118,8 +120,9 @@ def host_memory_forecast(
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
             phases["samples"] = phases["denoiser"] + vae_act / max(encoded_at_once, 1)
         base = BASE_PROCESS_GB
+    processes = max(int(cfg.num_gpus), 1)  # data-parallel: each rank a process with all of the above
     return {
-        "host_gb": round(base + max(phases.values()), 2),
+        "host_gb": round(processes * (base + max(phases.values())), 2),
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "certain": host.device != "cuda",
         "vae_pixels": pixels,

@@ -66,6 +66,16 @@ def test_the_vae_term_grows_with_the_pixels_and_the_cache_matches_the_engines(
     assert held["phases"]["denoiser"] - none["phases"]["denoiser"] == pytest.approx(engine, abs=0.001)
 
 
+def test_a_data_parallel_run_forecasts_every_rank(settings: Settings, model: Path) -> None:
+    run = validate_run(_cfg(model, resolution=1024), settings, live_output_names=set())
+    plan, buckets = plan_for_estimate(run.config, CPU), run.scan.bucket_histogram()
+    one = host_memory.host_memory_forecast(run.config, run.model_dir, plan, CPU, buckets)
+    four = host_memory.host_memory_forecast(
+        run.config.model_copy(update={"num_gpus": 4}), run.model_dir, plan, CPU, buckets
+    )
+    assert four["host_gb"] == pytest.approx(4 * one["host_gb"], abs=0.02) and four["phases"] == one["phases"]
+
+
 def test_a_run_that_will_not_fit_is_refused_before_anything_is_queued(
     settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
