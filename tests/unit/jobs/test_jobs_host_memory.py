@@ -11,7 +11,7 @@ import jobs_fake_workers as fakes
 import pytest
 
 from lorastudio.errors import HostMemoryShort
-from lorastudio.jobs import hardware, host_memory
+from lorastudio.jobs import hardware, host_memory, preflight
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.preflight import plan_for_estimate
@@ -104,6 +104,15 @@ def test_a_run_that_will_not_fit_is_refused_before_anything_is_queued(
         }
     finally:
         service.shutdown()
+
+
+def test_a_cpu_forecast_led_by_the_rough_activation_formula_only_warns(
+    settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _forecast(settings, _cfg(model))["certain"] is True  # the VAE and the base lead: measured
+    monkeypatch.setattr(preflight, "_ACT_GB_PER_BPARAM", 1e5)  # activations now lead the peak
+    forecast = _forecast(settings, _cfg(model))
+    assert max(forecast["phases"], key=forecast["phases"].get) == "denoiser" and forecast["certain"] is False
 
 
 def test_an_uncertain_forecast_warns_instead(settings: Settings, model: Path) -> None:
