@@ -115,8 +115,8 @@ class MemoryEstimate(_Out):
     )
     host_certain: bool = Field(
         default=False,
-        description="the host forecast is measured on this kind of host (CPU): a run above the available "
-        "memory is refused; false (CUDA): it only warns",
+        description="the host forecast is measured (CPU, the rough activation formula <= 15 % of the peak): "
+        "a run above the available memory is refused; false (CUDA, or activations leading): it only warns",
     )
     available_gb: float | None = Field(default=None, description="host memory available now, GB")
     host_warning: str | None = Field(

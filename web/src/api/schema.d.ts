@@ -1425,7 +1425,7 @@ export interface components {
             estimated_gb: number | null;
             /**
              * Host Certain
-             * @description the host forecast is measured on this kind of host (CPU): a run above the available memory is refused; false (CUDA): it only warns
+             * @description the host forecast is measured (CPU, the rough activation formula <= 15 % of the peak): a run above the available memory is refused; false (CUDA, or activations leading): it only warns
              * @default false
              */
             host_certain: boolean;

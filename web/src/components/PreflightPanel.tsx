@@ -43,7 +43,7 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           </span>
         </div>
         {memory.host_gb != null && (
-          <div className="stat" data-testid="preflight-host-ram" title="forecast peak RAM of this machine (measured on CPU runs; a guide on a GPU)">
+          <div className="stat" data-testid="preflight-host-ram" title="forecast peak RAM of this machine (measured on CPU runs; a guide where it only warns)">
             <span className="stat-label">Host RAM (forecast)</span>
             <span className="stat-value">
               {formatGb(memory.host_gb)}
