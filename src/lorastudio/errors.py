@@ -132,6 +132,16 @@ class NoSpaceLeft(LorastudioError):
         super().__init__(f"no space left on device: {what}{where}; free some space and retry")
 
 
+class HostMemoryShort(LorastudioError):
+    """A run refused before loading any model: its forecast peak host RAM (jobs/host_memory.py)
+    exceeds the memory available to it. The message names both and the settings that lower it."""
+
+    def __init__(self, message: str, *, forecast_gb: float, available_gb: float):
+        self.forecast_gb = forecast_gb
+        self.available_gb = available_gb
+        super().__init__(message)
+
+
 class HomeInUse(LorastudioError):
     """The studio home is owned by another live lorastudio process (one server per home)."""
 

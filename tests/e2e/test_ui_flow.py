@@ -118,6 +118,8 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     assert re.search(rf"images used\s*{len(images)} / {len(images)}", report.inner_text(), re.IGNORECASE)
     plan_chips = page.get_by_test_id("preflight-plan").inner_text()
     assert "Precision: fp32 (default)" in plan_chips and "Micro-batch: 1 (default)" in plan_chips, plan_chips
+    host_ram = page.get_by_test_id("preflight-host-ram").inner_text()  # the forecast beside the free memory
+    assert re.search(r"\d+\.\d+ GB\s*of \d+(\.\d+)? GB free", host_ram), host_ram
     shoot(page, "train")
     page.get_by_text("Advanced settings").click()
     page.locator('[name="lora_targets"]').wait_for()

@@ -3,8 +3,9 @@
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
 UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, NoSpaceLeft 507 (Insufficient
-Storage: a full disk, raised where files and the run store are written), HomeInUse 409; a hub
-push: HubTokenMissing 400, HubAccessDenied 403, HubUploadError 502. Every error
+Storage: a full disk, raised where files and the run store are written), HomeInUse 409, HostMemoryShort
+409 (the run's forecast host RAM exceeds what is available); a hub push: HubTokenMissing 400,
+HubAccessDenied 403, HubUploadError 502. Every error
 body is {"error": <class name>, "detail": <message>, ...}.
 """
 
@@ -20,6 +21,7 @@ from lorastudio.errors import (
     GenerationFailed,
     GenerationWorkerLost,
     HomeInUse,
+    HostMemoryShort,
     HubAccessDenied,
     HubTokenMissing,
     HubUploadError,
@@ -51,6 +53,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     GenerationFailed: 500,  # the pipeline failed in the generation worker (the server is fine)
     GenerationWorkerLost: 503,  # the generation worker was killed / ran out of memory; retry starts a fresh one
     HomeInUse: 409,
+    HostMemoryShort: 409,  # the run would not fit this host's RAM now (forecast and available in the body)
     NoSpaceLeft: 507,  # Insufficient Storage
 }
 
@@ -70,6 +73,8 @@ def error_body(err: LorastudioError) -> dict:
         body["problems"] = [{"field": p.field, "message": p.message} for p in err.problems]
     elif isinstance(err, DatasetError):
         body["problems"] = list(err.problems)
+    elif isinstance(err, HostMemoryShort):
+        body["forecast_gb"], body["available_gb"] = err.forecast_gb, err.available_gb
     return body
 
 

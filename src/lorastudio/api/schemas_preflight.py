@@ -150,6 +150,22 @@ class MemoryEstimate(_Out):
         default=None,
         description="with a memory budget: the rough peak of the lightest plan it may choose (null otherwise)",
     )
+    host_gb: float | None = Field(
+        default=None,
+        description="forecast peak host RAM of the run in GB (jobs/host_memory.py; null for a hub id)",
+    )
+    host_phases: dict[str, float] | None = Field(
+        default=None, description="host RAM of each phase above the process's base, GB"
+    )
+    host_certain: bool = Field(
+        default=False,
+        description="the host forecast is measured (CPU, the rough activation formula <= 15 % of the peak): "
+        "a run above the available memory is refused; false (CUDA, or activations leading): it only warns",
+    )
+    available_gb: float | None = Field(default=None, description="host memory available now, GB")
+    host_warning: str | None = Field(
+        default=None, description="the forecast exceeds the available memory: what to lower (null: it fits)"
+    )
 
 
 class PreflightFamily(_Out):

@@ -174,6 +174,12 @@ def print_report(report: dict[str, Any]) -> None:
     mem = report["memory"]
     gb = "unknown" if mem["estimated_gb"] is None else f"~{mem['estimated_gb']} GB"
     echo(f"memory: {gb} ({mem['note']})")
+    if mem.get("host_gb") is not None:
+        free = "unknown" if mem.get("available_gb") is None else f"{mem['available_gb']} GB"
+        sure = "" if mem.get("host_certain") else " (not measured on this kind of host: a guide)"
+        echo(f"host RAM: ~{mem['host_gb']} GB at the peak, {free} available{sure}")
+    if mem.get("host_warning"):
+        typer.secho(f"warning: {mem['host_warning']}", fg=typer.colors.YELLOW)
     for line in warnings(report):
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW)
 

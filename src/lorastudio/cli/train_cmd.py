@@ -287,6 +287,7 @@ def _check_fresh_run(
     With `check`, print the preflight report and exit 0; with `overwrite`, remove the previous
     run's outputs of that name. Raises ConfigError."""
     from lorastudio.cli.train_check import check_run, print_report, replace_outputs
+    from lorastudio.jobs.host_memory import refuse_if_short
     from lorastudio.jobs.preflight import preflight_report
     from lorastudio.settings import get_settings
 
@@ -296,6 +297,9 @@ def _check_fresh_run(
     if check:
         print_report(preflight_report(run))
         raise typer.Exit(0)
+    warning = refuse_if_short(run)  # HostMemoryShort before any model loads
+    if warning:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if overwrite and (removed := replace_outputs(str(run.config.output_name), settings)) is not None:
         typer.echo(f"replaced the previous outputs in {removed}", err=True)
 

@@ -5,6 +5,8 @@ value the run will use and where it comes from: fixed by the settings, the plain
 setting left at auto (no memory budget), or chosen at the start of the run by measuring a few
 real steps against `memory_budget_gb` (value unknown until then). The VRAM estimate is a rough
 formula (see `estimate_memory_gb`), not a measurement.
+The host RAM forecast (`memory.host_gb`, jobs/host_memory.py) is fitted on measured CPU runs and
+says whether the run fits the memory available now.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_datasets import top_resolution
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
-from lorastudio.data import is_image_name
+from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report
 from lorastudio.data.entries import entry_report, epoch_bucket_counts
 from lorastudio.data.holdout import validation_section
 from lorastudio.data.masks import mask_section, mask_warning
 from lorastudio.data.resolutions import buckets_by_resolution
 from lorastudio.data.upscaling import upscale_warning
+from lorastudio.errors import HostMemoryShort
+from lorastudio.jobs import host_memory
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
 from lorastudio.jobs.validation import ValidatedRun
@@ -136,7 +140,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
         },
         "plan": plan,
         "conditioning": conditioning_section(cfg),
-        "memory": _memory_section(cfg, run.model_dir, host, scan.controls_per_image()),
+        "memory": _memory_section(cfg, run.model_dir, host, scan),
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
     }
@@ -283,20 +287,37 @@ def plan_for_estimate(cfg: TrainConfig, host: HostInfo, *, lightest: bool = Fals
 
 
 def _memory_section(
-    cfg: TrainConfig, model_dir: Path | None, host: HostInfo, controls: int
+    cfg: TrainConfig, model_dir: Path | None, host: HostInfo, scan: DatasetScan
 ) -> dict[str, Any]:
-    """estimate_memory_gb for the fastest plan (`controls`: the dataset's most control images
-    per sample); with a budget choosing some settings, also `lightest_gb`: the estimate of the
-    lightest plan the budget may choose."""
-    section = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host), controls)
+    """estimate_memory_gb for the fastest plan (with the dataset's most control images per
+    sample); with a budget choosing some settings, also `lightest_gb`: the estimate of the
+    lightest plan the budget may choose; and the host RAM forecast (jobs/host_memory.py):
+    `host_gb`, `host_phases`, `host_certain`, `available_gb` (what this host has free now) and
+    `host_warning` (a forecast that exceeds it)."""
+    plan = plan_for_estimate(cfg, host)
+    section = estimate_memory_gb(cfg, model_dir, plan, scan.controls_per_image())
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
-        lightest = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), controls)
+        lightest = estimate_memory_gb(
+            cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), scan.controls_per_image()
+        )
         section["note"] += (
             "; settings left to the memory budget are assumed at their fastest (default) values:"
             " the run measures and picks lighter ones when they do not fit"
         )
     section["lightest_gb"] = lightest["estimated_gb"] if lightest else None
+    forecast = host_memory.host_memory_forecast(
+        cfg, model_dir, plan, host, scan.bucket_histogram(), scan.controls_per_image()
+    )
+    available = host_memory.available_host_bytes()
+    section["host_gb"] = forecast["host_gb"]
+    section["host_phases"] = forecast["phases"]
+    section["host_certain"] = forecast["certain"]
+    section["available_gb"] = None if available is None else round(available / 1e9, 2)
+    try:
+        section["host_warning"] = host_memory.check_host_memory(forecast, cfg, available)
+    except HostMemoryShort as err:
+        section["host_warning"] = str(err)
     return section
 
 

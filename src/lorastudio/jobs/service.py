@@ -38,6 +38,7 @@ from lorastudio.config_datasets import dataset_paths
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.host_memory import refuse_if_short
 from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
@@ -154,8 +155,12 @@ class JobService(EventPump):
 
     def submit(self, raw: Mapping[str, Any], queue: bool = True) -> dict[str, Any]:
         """Validate and queue a job; returns its snapshot. Raises ConfigError (every problem),
-        JobActive when `queue` is False and a job is active or queued."""
+        JobActive when `queue` is False and a job is active or queued, HostMemoryShort when the
+        run's forecast host RAM exceeds what this host has available (jobs/host_memory.py)."""
         run = self._validate(raw)
+        warning = refuse_if_short(run)
+        if warning:
+            log.warning("%s", warning)
         with self._cond:
             job = self._enqueue(run.config, run.worker_config, queue)
             return job.snapshot()

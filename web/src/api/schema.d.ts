@@ -1967,10 +1967,38 @@ export interface components {
         /** MemoryEstimate */
         MemoryEstimate: {
             /**
+             * Available Gb
+             * @description host memory available now, GB
+             */
+            available_gb: number | null;
+            /**
              * Estimated Gb
              * @description rough peak (a formula, not a measurement)
              */
             estimated_gb: number | null;
+            /**
+             * Host Certain
+             * @description the host forecast is measured (CPU, the rough activation formula <= 15 % of the peak): a run above the available memory is refused; false (CUDA, or activations leading): it only warns
+             * @default false
+             */
+            host_certain: boolean;
+            /**
+             * Host Gb
+             * @description forecast peak host RAM of the run in GB (jobs/host_memory.py; null for a hub id)
+             */
+            host_gb: number | null;
+            /**
+             * Host Phases
+             * @description host RAM of each phase above the process's base, GB
+             */
+            host_phases: {
+                [key: string]: number;
+            } | null;
+            /**
+             * Host Warning
+             * @description the forecast exceeds the available memory: what to lower (null: it fits)
+             */
+            host_warning: string | null;
             /**
              * Lightest Gb
              * @description with a memory budget: the rough peak of the lightest plan it may choose (null otherwise)

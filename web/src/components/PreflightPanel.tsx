@@ -7,7 +7,7 @@ import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
  * The preflight report: what the run will train on, how long, in what precision, with which memory
  * plan (each setting fixed, a default, or measured at start against the memory budget), the
  * attention setting (auto: the kernel is chosen at the start of the run), how much memory (a
- * rough formula) and what training the base model's flavour means (e.g. a step-distilled one).
+ * rough formula for the accelerator, a measured forecast of host RAM beside what is free) and what training the base model's flavour means (e.g. a step-distilled one).
  */
 export function PreflightPanel({ report }: { report: PreflightReport }) {
   const { dataset, schedule, precision, memory, plan } = report;
@@ -42,6 +42,15 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
             {memory.lightest_gb != null && <small> down to {formatGb(memory.lightest_gb)}</small>}
           </span>
         </div>
+        {memory.host_gb != null && (
+          <div className="stat" data-testid="preflight-host-ram" title="forecast peak RAM of this machine (measured on CPU runs; a guide where it only warns)">
+            <span className="stat-label">Host RAM (forecast)</span>
+            <span className="stat-value">
+              {formatGb(memory.host_gb)}
+              {memory.available_gb != null && <small> of {formatGb(memory.available_gb)} free</small>}
+            </span>
+          </div>
+        )}
         <div className="stat">
           <span className="stat-label">Precision</span>
           <span className="stat-value">
@@ -142,6 +151,12 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
         <p className="small" data-testid="preflight-single-file">
           <strong>Single-file base:</strong> {report.family.single_file}
         </p>
+      )}
+      {memory.host_warning && (
+        <div className="banner warn" data-testid="preflight-host-warning">
+          {memory.host_certain ? "Will not start: " : ""}
+          {memory.host_warning}
+        </div>
       )}
       {report.family?.notes?.map((note) => (
         <div className="banner warn" data-testid="preflight-family-note" key={note}>

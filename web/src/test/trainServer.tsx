@@ -35,6 +35,10 @@ export const cudaInfo = (gpuCount: number): Info => ({
 export const UPSCALE_WARNING =
   "1 image(s) would be upscaled by more than 2x to fill their bucket: tiny.png (3.2x); set no_upscale = true to train them at their own size, or use larger images";
 
+/** The preflight's host RAM warning (the real wording) of a run at 2048 px and more. */
+export const HOST_WARNING =
+  "the run is forecast to need 5.58 GB of host RAM at its peak and 3.00 GB is available; lower resolution (now 4096), batch_size (now 1), cache_variants (now 1) or latent_cache_max_gb (now 8.0), or free memory";
+
 /** The preflight's 400 answers: a config whose `field` is `value` is refused with these problems. */
 const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
   ["cache_variants", 3, [{ field: "cache_variants", message: "> 1 needs random_crop or random_flip" }]],
@@ -101,7 +105,11 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
           },
           schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
           precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
-          memory: { estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null },
+          memory: {
+            estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null,
+            host_gb: Number(cfg.resolution ?? 1024) >= 2048 ? 5.58 : 0.79, host_phases: null, host_certain: true, available_gb: 3,
+            host_warning: Number(cfg.resolution ?? 1024) >= 2048 ? HOST_WARNING : null,
+          },
           family: { name: cfg.family, variant: "Tiny (step-distilled)", notes: ["train the base checkpoint instead"] },
         },
       };

@@ -1,0 +1,99 @@
+"""Measured peak host RAM of CPU runs on the tiny models vs the preflight's forecast.
+
+Each point runs `lorastudio train` (CPU, a copy of the sample dataset) in its own child process
+and reads that child's peak RSS from os.wait4 (ru_maxrss, KiB on Linux); the forecast is
+jobs.preflight's `host_gb` for the same config. Usage:
+
+    PYTHONPATH=$PWD/src python -m bench.host_memory --family flux --resolution 256 1024 2048
+
+Prints one JSON line per point: family, resolution, images, measured_gb, forecast_gb, error (%),
+seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def measure(
+    family: str, model: Path, data: Path, resolution: int, home: Path, steps: int = 1
+) -> dict[str, Any]:
+    """Train `steps` steps of `family` at `resolution` on the CPU in a child process; returns the
+    child's peak RSS in GB (10^9 bytes), the wall seconds and the preflight's forecast."""
+    from lorastudio.jobs.preflight import preflight_report
+    from lorastudio.jobs.validation import validate_run
+
+    name = f"hm-{family}-{resolution}-{time.time_ns()}"
+    cfg = {
+        "family": family,
+        "base_model": str(model),
+        "data_dir": str(data),
+        "resolution": resolution,
+        "steps": steps,
+        "output_name": name,
+        "lora_rank": 4,
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / f"{name}.json"
+    path.write_text(json.dumps(cfg))
+    env = {**os.environ, "LORASTUDIO_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    os.environ["LORASTUDIO_HOME"] = str(home)
+    from lorastudio.settings import get_settings
+
+    get_settings.cache_clear()
+    run = validate_run(cfg, get_settings(), live_output_names=set(), allow_outside_root=True)
+    report = preflight_report(run)
+    entry = "import sys; from lorastudio.cli.app import main; sys.argv[0] = 'lorastudio'; main()"
+    command = [sys.executable, "-c", entry, "train", str(path), "--device", "cpu"]
+    t0 = time.perf_counter()
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(
+            f"{family} at {resolution}: {child.stderr.read().decode()[-2000:] if child.stderr else ''}"
+        )
+    measured = usage.ru_maxrss * 1024 / 1e9
+    forecast = report["memory"].get("host_gb")
+    return {
+        "family": family,
+        "resolution": resolution,
+        "images": len(report["dataset"]["buckets"]) and sum(report["dataset"]["buckets"].values()),
+        "measured_gb": round(measured, 3),
+        "forecast_gb": forecast,
+        "error_pct": None if forecast is None else round(100 * (forecast - measured) / measured, 1),
+        "seconds": round(seconds, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--family", nargs="+", default=["sdxl", "flux"])
+    parser.add_argument("--resolution", type=int, nargs="+", default=[256, 1024, 2048])
+    parser.add_argument("--images", type=int, default=2, help="images of the sample dataset to train on")
+    args = parser.parse_args()
+    from lorastudio.tiny import make_sample_dataset, save_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data = make_sample_dataset(root / "shapes")
+        for extra in sorted(data.iterdir()):
+            stem = extra.stem.rsplit("_", 1)[-1]
+            if stem.isdigit() and int(stem) >= args.images:
+                extra.unlink()
+        for family in args.family:
+            model = save_tiny_model(family, root / family)
+            for resolution in args.resolution:
+                print(json.dumps(measure(family, model, data, resolution, root / "home")), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""The forecast of a run's peak host RAM, and the check that refuses a run that will not fit.
+
+Computed from the configs and safetensors headers of the local pipeline, without loading it.
+The engine runs its phases one after another (text encoders, then the VAE, then the denoiser),
+so the peak is the process's base plus the largest phase:
+
+    host = processes x (BASE_PROCESS_GB + max(conditioning, latents, denoiser))   (GB, 10^9 bytes)
+    processes = num_gpus (a data-parallel run: every rank encodes its share of the images and
+                holds the whole gathered cache)
+    conditioning = text encoder weights
+    latents  = VAE weights + VAE_ACT_PER_CHANNEL_PIXEL x c0 x pixels x K x dtype bytes + cache
+    denoiser = denoiser weights + LoRA (fp32 weights, grads, AdamW state) + activations + cache
+
+    c0      the VAE's channels at full resolution (vae/config.json block_out_channels[0]): the
+            encoder's first level (and the decoder's last, for samples) holds c0 x H x W tensors,
+            which dwarf everything else of a tiny model at high resolution
+    pixels  the largest bucket's W x H (the run's resolution when no bucket is known)
+    K       images encoded in one VAE call: cache_variants per image when the latent cache fits
+            latent_cache_max_gb, else the batch (encoded every step); 1 for a sample decode
+    cache   the latent cache held in RAM (mean + std fp32 per variant, as
+            training.latents.cache_bytes), 0 when it exceeds latent_cache_max_gb
+
+On CPU the weights and activations live in host RAM (weights in the run's dtype: fp32 for auto;
+activations as jobs.preflight.estimate_memory_gb). On CUDA they live on the GPU and host RAM
+holds the base process (CUDA context included), the latent cache, the blocks swapped to the CPU
+and, while a component loads, its weights (they pass through host RAM on their way to the GPU).
+
+`certain`: the forecast refuses a run that does not fit (HostMemoryShort) only when it is measured:
+on CPU, with the denoiser's LoRA and activations (the accelerator formula, +-50 %) at most
+UNCERTAIN_SHARE of the peak. Otherwise (every CUDA forecast: not measured against a run) it warns.
+
+VAE_ACT_PER_CHANNEL_PIXEL and BASE_PROCESS_GB are fitted on CPU runs of the tiny SDXL and FLUX.1
+pipelines at 256-4096 px (bench/host_memory.py: within 3 % of the measured peak RSS at every
+point; figures in RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lorastudio import families
+from lorastudio.config_datasets import top_resolution
+from lorastudio.errors import HostMemoryShort
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.hardware import HostInfo
+    from lorastudio.jobs.preflight import PlanValues
+    from lorastudio.jobs.validation import ValidatedRun
+
+# Peak RSS of a training process before any model is loaded (Python, torch, diffusers,
+# transformers imported), measured on CPU: ~0.49 GB at 256 px on the tiny models.
+BASE_PROCESS_GB = 0.47
+# The CUDA context and its libraries add to the host process (not measured here: a warning only).
+CUDA_CONTEXT_GB = 1.5
+# Bytes of VAE working memory per full-resolution pixel, per channel of the first level, per
+# byte of the dtype: the residual blocks keep input, normalised and convolved copies at once
+# (fitted: see the module docstring).
+VAE_ACT_PER_CHANNEL_PIXEL = 4.7
+# The share of the peak a forecast may draw from the accelerator formula and still refuse a run.
+UNCERTAIN_SHARE = 0.15
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def host_memory_forecast(
+    cfg: TrainConfig,
+    model_dir: Path | None,
+    plan: PlanValues,
+    host: HostInfo,
+    buckets: dict[str, int],
+    controls: int = 0,
+) -> dict[str, Any]:
+    """Peak host RAM of the run (module docstring). `buckets`: "WxH" -> images (the scan's
+    histogram); `controls`: control images per sample. Returns {"host_gb": GB or None (a hub id:
+    nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
+    on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
+    from lorastudio.jobs.preflight import WEIGHT_BYTES, _param_count, denoiser_param_split, estimate_memory_gb
+
+    if model_dir is None:
+        return {"host_gb": None, "phases": None, "certain": False, "vae_pixels": None}
+    fam = families.get(cfg.family)
+    spec = fam.spec
+    sizes = [tuple(int(v) for v in key.split("x")) for key in buckets] or [
+        (top_resolution(cfg.resolution) or 1024,) * 2
+    ]
+    pixels = max(w * h for w, h in sizes)
+    variants = int(cfg.cache_variants or 1)
+    cells = sum(
+        (w // spec.vae_scale_factor) * (h // spec.vae_scale_factor) * n
+        for (w, h), n in zip(sizes, buckets.values(), strict=False)
+    )
+    cache = cells * spec.latent_channels * variants * (2 + controls) * 4 / 1e9
+    if cache > cfg.latent_cache_max_gb * 1024**3 / 1e9:
+        cache, encoded_at_once = 0.0, cfg.batch_size * (1 + controls)
+    else:
+        encoded_at_once = variants * (1 + controls) if controls else variants
+    compute = "bf16" if plan.base_precision in ("fp8", "int8", "nf4") else plan.base_precision
+    act_bytes = _DTYPE_BYTES.get(compute, 4)
+    c0 = _vae_first_channels(model_dir / "vae")
+    vae_act = VAE_ACT_PER_CHANNEL_PIXEL * c0 * pixels * max(encoded_at_once, 1) * act_bytes / 1e9
+    if host.device == "cuda":
+        # weights and activations on the GPU: host RAM holds the cache and the swapped blocks
+        # each component's weights pass through host RAM while they load (then move to the GPU)
+        per = WEIGHT_BYTES[compute] / 1e9
+        other, blocks = denoiser_param_split(model_dir / spec.denoiser)
+        swapped = sum(sorted(blocks)[: max(plan.offload_blocks, 0)]) * per
+        encoders = max(
+            _param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
+        )
+        phases = {
+            "conditioning": encoders * per,
+            "latents": cache + _param_count(model_dir / "vae") * per,
+            "denoiser": cache + max(swapped, (other + sum(blocks)) * per),
+        }
+        base = BASE_PROCESS_GB + CUDA_CONTEXT_GB
+        rough = float("inf")  # not measured on a GPU host
+    else:
+        per = WEIGHT_BYTES[compute] / 1e9
+        encoders = sum(
+            _param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
+        )
+        device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
+        phases = {
+            "conditioning": encoders * per,
+            "latents": _param_count(model_dir / "vae") * per + vae_act + cache,
+            # the accelerator formula's denoiser phase less its fixed allowance, plus the cache
+            "denoiser": max(device_gb.get("denoiser", 1.0) - 1.0, 0.0) + cache,
+        }
+        if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
+            phases["samples"] = phases["denoiser"] + vae_act / max(encoded_at_once, 1)
+        base = BASE_PROCESS_GB
+        # the denoiser's LoRA and activations come from the accelerator formula (+-50 %): where
+        # they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
+        other, blocks = denoiser_param_split(model_dir / spec.denoiser)
+        weights = (other + sum(blocks)) * per
+        rough = phases["denoiser"] - cache - weights if max(phases, key=phases.get) == "denoiser" else 0.0
+    processes = max(int(cfg.num_gpus), 1)  # data-parallel: each rank a process with all of the above
+    return {
+        "host_gb": round(processes * (base + max(phases.values())), 2),
+        "phases": {k: round(v, 3) for k, v in phases.items()},
+        "certain": rough <= UNCERTAIN_SHARE * (base + max(phases.values())),
+        "vae_pixels": pixels,
+    }
+
+
+def _vae_first_channels(folder: Path) -> int:
+    """block_out_channels[0] of the VAE's config.json (128, the SD/FLUX.1 VAE's, when unreadable)."""
+    try:
+        channels = json.loads((folder / "config.json").read_text()).get("block_out_channels")
+        return int(channels[0]) if channels else 128
+    except (OSError, ValueError, TypeError):
+        return 128
+
+
+def available_host_bytes() -> int | None:
+    """Memory this process may still use: /proc/meminfo's MemAvailable, lowered to the cgroup's
+    limit less its usage when a cgroup (v2 memory.max or v1 memory.limit_in_bytes) sets one.
+    None where neither can be read."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        try:
+            limit, usage = Path(limit_file).read_text().strip(), Path(usage_file).read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
+            found.append(max(int(limit) - int(usage), 0))
+    return min(found) if found else None
+
+
+def check_host_memory(forecast: dict[str, Any], cfg: TrainConfig, available: int | None) -> str | None:
+    """Refuse a run whose certain forecast exceeds `available` bytes: raises HostMemoryShort naming
+    the forecast, the available memory and the settings that lower it. Returns a warning for an
+    uncertain forecast that exceeds it, else None."""
+    gb = forecast.get("host_gb")
+    if gb is None or available is None or gb * 1e9 <= available:
+        return None
+    message = (
+        f"the run is forecast to need {gb:.2f} GB of host RAM at its peak and {available / 1e9:.2f} GB is"
+        f" available; lower resolution (now {cfg.resolution}), batch_size (now {cfg.batch_size}),"
+        f" cache_variants (now {cfg.cache_variants}) or latent_cache_max_gb (now {cfg.latent_cache_max_gb}),"
+        " or free memory"
+    )
+    if forecast.get("certain"):
+        raise HostMemoryShort(message, forecast_gb=gb, available_gb=round(available / 1e9, 2))
+    return "may not fit: " + message
+
+
+def refuse_if_short(run: ValidatedRun, host: HostInfo | None = None) -> str | None:
+    """The check a run passes before any model loads (job service submit, `lorastudio train`):
+    the forecast of `run` on `host` (default this machine) against available_host_bytes().
+    Raises HostMemoryShort (a certain forecast that does not fit); returns a warning (an
+    uncertain one that does not) or None."""
+    from lorastudio.jobs.hardware import host_info
+    from lorastudio.jobs.preflight import plan_for_estimate
+
+    host = host or host_info()
+    cfg = run.config
+    forecast = host_memory_forecast(
+        cfg,
+        run.model_dir,
+        plan_for_estimate(cfg, host),
+        host,
+        run.scan.bucket_histogram(),
+        run.scan.controls_per_image(),
+    )
+    return check_host_memory(forecast, cfg, available_host_bytes())

@@ -1,0 +1,39 @@
+"""`lorastudio train` refuses a run whose host RAM forecast exceeds the available memory before
+any model loads, and `--check` prints the forecast (issue 31 item 5)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.jobs import hardware, host_memory
+from lorastudio.jobs.hardware import HostInfo, precisions_for
+from lorastudio.settings import get_settings
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    if not app.registered_commands:
+        _register()
+
+
+def test_train_refuses_a_run_that_will_not_fit_before_loading(
+    tiny_model, small_dataset, tmp_path, run_settings, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(hardware, "host_info", lambda: HostInfo("cpu", "cpu", None, precisions_for("cpu")))
+    monkeypatch.setattr(host_memory, "available_host_bytes", lambda: 1_000_000_000)
+    raw = run_settings("flux", tiny_model("flux"), small_dataset, {"resolution": 2048, "output_name": "big"})
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(raw))
+    checked = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    assert checked.exit_code == 0, checked.output
+    assert "host RAM: ~" in checked.output and "1.0 GB available" in checked.output
+    assert "1.00 GB is available" in checked.output  # the warning
+    result = CliRunner().invoke(app, ["train", str(config), "--device", "cpu"])
+    assert result.exit_code == 2, result.output  # cli.app.main: a domain error exits 2 with its message
+    assert "GB of host RAM" in result.output and "1.00 GB is available" in result.output
+    assert "resolution (now 2048)" in result.output
+    assert not (get_settings().outputs_dir / "big").exists()  # nothing loaded, nothing written
