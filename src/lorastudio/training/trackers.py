@@ -3,8 +3,9 @@ engine's own events, never needed for the studio's charts (the run store has the
 
 A tracker is an event sink beside the caller's: `TrackerSink.wrap(emit)` passes every event on
 and writes, per optimizer step (Progress), loss, average loss, learning rate, gradient norm,
-samples/s and peak memory, and each sample round's images (SampleReady, read from the run
-folder). The engine reports no validation loss, so none is written. Both are optional extras
+samples/s and peak memory, each validation round's loss (Validated: validation/loss and
+validation/best_loss, when the run has a validation_split) and each sample round's images
+(SampleReady, read from the run folder). Both are optional extras
 (`pip install 'lorastudio[tensorboard]'` / `'lorastudio[wandb]'`, pinned in pyproject.toml), off
 by default; a run that asks for one whose package is missing is refused with the reason
 (`tracker_problems`, called by the preflight and the job service). TensorBoard writes into
@@ -99,6 +100,9 @@ class TrackerSink:
         """Write one event to every open tracker; a tracker that fails is closed (logged)."""
         if event.type == "progress":
             values = {tag: getattr(event, key) for tag, key in _SCALARS if getattr(event, key) is not None}
+            self._each(lambda w: w.scalars(values, event.step))  # type: ignore[attr-defined]
+        elif event.type == "validation":
+            values = {"validation/loss": event.loss, "validation/best_loss": event.best_loss}  # type: ignore[attr-defined]
             self._each(lambda w: w.scalars(values, event.step))  # type: ignore[attr-defined]
         elif event.type == "sample_ready" and self._run_dir is not None:
             paths = [self._run_dir / rel for rel in event.images]  # type: ignore[attr-defined]

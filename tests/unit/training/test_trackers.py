@@ -58,8 +58,9 @@ def test_tensorboard_gets_the_metrics_and_the_sample_images(make_config):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     cfg = make_config(
-        report_to=["tensorboard"], sample_prompts=["a red circle"], sample_every=1, sample_steps=1
-    )
+        report_to=["tensorboard"], sample_prompts=["a red circle"], sample_every=1, sample_steps=1,
+        validation_split=0.25, validate_every=1,
+    )  # fmt: skip
     result = train(cfg, [].append, device="cpu")
     acc = EventAccumulator(str(result.lora_path.parent / "tensorboard"), size_guidance={"images": 0})
     acc.Reload()
@@ -68,3 +69,26 @@ def test_tensorboard_gets_the_metrics_and_the_sample_images(make_config):
         assert [e.step for e in acc.Scalars(tag)] == [1, 2], tag
     assert [e.value for e in acc.Scalars("train/loss")] == pytest.approx(result.losses)
     assert [e.step for e in acc.Images("samples/0")] == [1, 2] and "samples/0" in tags["images"]
+    assert [e.step for e in acc.Scalars("validation/loss")] == [1, 2]
+
+
+def test_a_validation_round_reaches_every_tracker_as_scalars():
+    """The Validated event (training/validate.py) is written as validation/loss and
+    validation/best_loss at its step, whichever tracker is open (a recording writer here: the
+    tracker packages are optional extras)."""
+    from lorastudio.training.events import Validated
+    from lorastudio.training.trackers import TrackerSink
+
+    class Recorder:
+        name = "recorder"
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[dict[str, float], int]] = []
+
+        def scalars(self, values: dict[str, float], step: int) -> None:
+            self.calls.append((values, step))
+
+    sink, writer = TrackerSink([]), Recorder()
+    sink._writers = [writer]
+    sink.write(Validated(step=20, loss=0.25, images=3, best_step=10, best_loss=0.2))
+    assert writer.calls == [({"validation/loss": 0.25, "validation/best_loss": 0.2}, 20)]
