@@ -1,7 +1,7 @@
 """The Family protocol: what the shared training loop needs to know about one model family.
 
-A family is a declarative `FamilySpec` (constants: prediction objective, latent channels, LoRA
-targets, default hyper-parameters, capabilities) plus typed hooks (load parts, encode prompts,
+A family is a declarative `FamilySpec` (families/spec.py: prediction objective, latent channels,
+LoRA targets, default hyper-parameters, capabilities) plus typed hooks (load parts, encode prompts,
 encode images, denoiser forward). Families never subclass or fork the loop: the loop in
 `lorastudio.training` calls these hooks and nothing else family-specific.
 
@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import FieldProblem, ModelSourceError
 from lorastudio.families.loading import load_component, quiet_loading  # noqa: F401 (re-exported)
 from lorastudio.families.shifts import dynamic_shift_mu, static_shift, time_shift
+from lorastudio.families.spec import FamilySpec, Objective, Variant  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import torch
@@ -34,113 +34,6 @@ if TYPE_CHECKING:
 # A run's base is a pipeline folder or hub id (str), or a single-file checkpoint with its base
 # config (SingleFile, families/single_file.py: model_source(cfg)); every hook that loads or
 # reads the base takes both.
-
-Objective = Literal["ddpm", "flow"]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One flavour of a family's architecture (FLUX.2 klein 4B / 9B, base / distilled ...): a
-    row of FamilySpec.variants, told apart by facts read from the checkpoint (see
-    `checkpoint_facts`), never by its name. The first row whose `when` facts all match wins."""
-
-    name: str  # "klein-9b-distilled"
-    title: str  # "FLUX.2 [klein] 9B (step-distilled)"
-    when: Mapping[str, Any]  # checkpoint fact -> value, e.g. {"is_distilled": True}
-    generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # over the spec's
-    note: str | None = None  # what training this flavour means (preflight report, run notes)
-    # what this flavour's checkpoints run with, where it differs from the spec's: its diffusers
-    # pipeline class (Qwen-Image-Edit's Plus checkpoints) and its (min, max) control images
-    pipeline_class: str | None = None
-    control_images: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
-class FamilySpec:
-    """Declarative constants of a family. No behaviour lives here."""
-
-    name: str  # registry key: "sdxl", "flux", "qwen-image", "z-image"
-    title: str  # human name: "FLUX.1"
-    pipeline_class: str  # diffusers pipeline class used for loading, generation and LoRA files
-    accepted_pipelines: tuple[str, ...]  # model_index.json `_class_name`s this family trains
-    denoiser: str  # pipeline component trained with LoRA: "unet" or "transformer"
-    objective: Objective  # "ddpm" (epsilon / v from the scheduler config) or "flow" (rectified)
-    latent_channels: int
-    vae_scale_factor: int  # pixels per latent cell along one side
-    resolution_multiple: int  # training resolutions must be multiples of this (pixels)
-    lora_targets: tuple[str, ...]  # default LoRA target module names (peft suffix match)
-    lora_layers_kwarg: str  # keyword of pipeline.save_lora_weights for the denoiser's layers
-    patch_size: int  # latent cells per token side (2 for the packed/patched transformers, 1 for U-Nets)
-    denoiser_class: str  # diffusers model class of the denoiser, e.g. "FluxTransformer2DModel"
-    vae_class: str  # diffusers model class of the VAE, e.g. "AutoencoderKL"
-    defaults: Mapping[str, Any]  # TrainConfig field -> family default (learning_rate, lora_rank, ...)
-    supports: frozenset[str]  # family-specific TrainConfig fields this family honours
-    generation_defaults: Mapping[str, Any] = field(default_factory=dict)  # pipeline __call__ kwargs
-    vae_in_fp32: bool = False  # keep the VAE in fp32 whatever the training dtype (SDXL's overflows in fp16)
-    # block classes compile "wide" compiles (wider regions than the repeated blocks: the U-Net's
-    # glue); empty: the repeated blocks already hold the family's compute, "wide" is refused
-    wide_compile_blocks: tuple[str, ...] = ()
-    # block class name -> groups of its frozen projections that read the same input (member
-    # module paths), fused into one matmul per group by TrainConfig.fuse_projections
-    # (training/fused_projections.py); empty: nothing to fuse, fuse_projections "on" is refused
-    fused_projection_groups: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
-    # pipeline __call__ kwargs that make each step ONE conditional denoiser call (classifier-free
-    # guidance off), e.g. {"guidance_scale": 1.0}; empty where the defaults already do. What "one
-    # denoising step of the pipeline" means for predict's contract (tests/families)
-    no_cfg_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    # the pipeline's default guidance (generation_defaults) runs a second pass on a negative
-    # prompt ("" unless given): sample previews then encode "" in phase 1 and pass it through
-    # Family.pipeline_negative_kwargs, so a preview is exactly what inference renders
-    guides_with_negative: bool = False
-    # how its pipeline guides at generation (the Generate form, GenerateBody, sample prompts):
-    # "cfg" classifier-free guidance (guidance_scale), "true_cfg" the same through
-    # true_cfg_scale (Qwen-Image), "embedded" a distilled guidance embedding (guidance_scale:
-    # FLUX.1, FLUX.2; one pass, no negative prompt)
-    guidance: Literal["cfg", "true_cfg", "embedded"] = "cfg"
-    # its pipeline takes a negative prompt (text) for its guidance; the contract suite checks
-    # that __call__ has `negative_prompt` and the guidance keyword
-    negative_prompt: bool = False
-    # every joint attention call carries the text mask (Chroma's additive 0/1 float mask): flash
-    # cannot take it and cuDNN's SDPA crashed on it (illegal memory access, H200, torch 2.11: bench
-    # note 24), so attention "auto" runs the efficient kernel and "cudnn" is refused
-    masked_attention: bool = False
-    # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
-    variants: tuple[Variant, ...] = ()
-    # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
-    # an edit family reads their latents from batch_info["controls"] in predict (data/pairs.py)
-    control_images: tuple[int, int] = (0, 0)
-    # the smallest side in pixels the pipeline accepts for a reference image (FLUX.2: 64), so a
-    # sample preview or generation at a smaller size is refused up front; 0: no limit
-    min_reference_side: int = 0
-    # the pipeline's encode_prompt reads the control images too (Qwen-Image-Edit's Qwen2.5-VL
-    # sees them): conditioning is encoded per (caption, controls) and keyed by both
-    # (training/conditioning.py cond_key); encode_prompts then takes `controls`
-    prompt_sees_controls: bool = False
-
-    def public(self) -> dict[str, Any]:
-        """A JSON-able description (for /api/info and the UI)."""
-        return {
-            "name": self.name,
-            "title": self.title,
-            "objective": self.objective,
-            "latent_channels": self.latent_channels,
-            "resolution_multiple": self.resolution_multiple,
-            "lora_targets": list(self.lora_targets),
-            "defaults": dict(self.defaults),
-            "supports": sorted(self.supports),
-            "wide_compile": bool(self.wide_compile_blocks),
-            "fuse_projections": bool(self.fused_projection_groups),
-            "variants": [v.title for v in self.variants],
-            "control_images": list(self.control_images),
-            "guidance": self.guidance,
-            "guidance_default": self.generation_defaults.get(self.guidance_kwarg),
-            "negative_prompt": self.negative_prompt,
-        }
-
-    @property
-    def guidance_kwarg(self) -> str:
-        """The pipeline __call__ keyword a guidance scale goes to."""
-        return "true_cfg_scale" if self.guidance == "true_cfg" else "guidance_scale"
 
 
 class Family(ABC):
