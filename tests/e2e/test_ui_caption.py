@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+# browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.timeout(240)
 def test_caption_with_ai(studio, browser) -> None:

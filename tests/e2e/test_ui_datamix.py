@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+# browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
+pytestmark = pytest.mark.slow
+
 
 def _upload(page, url: str, name: str, count: int, caption: str) -> None:
     files = []

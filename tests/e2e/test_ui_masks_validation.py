@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+# browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
+pytestmark = pytest.mark.slow
+
 
 def _api(url: str, path: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()

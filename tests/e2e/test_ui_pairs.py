@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from tests.e2e.conftest import _require_ui, _running_studio
 
+# browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def klein_studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:

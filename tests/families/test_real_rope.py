@@ -96,6 +96,7 @@ def _complex_nodes(model: torch.nn.Module, blocks: list[torch.nn.Module], inputs
     return found
 
 
+@pytest.mark.slow  # compiles the blocks on the CPU
 def test_compiled_blocks_hold_no_complex_op_with_the_real_rope(complex_rope):
     model = _tiny_transformer()
     assert _complex_nodes(
@@ -128,6 +129,7 @@ def _z_blocks(model: ZImageTransformer2DModel) -> list[torch.nn.Module]:
     return [*model.noise_refiner, *model.context_refiner, *model.layers]
 
 
+@pytest.mark.slow  # compiles the blocks on the CPU
 def test_compiled_z_image_blocks_hold_no_complex_op_with_the_real_processors():
     model = _tiny_z_image()
     assert _complex_nodes(

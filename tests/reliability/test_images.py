@@ -155,6 +155,7 @@ def _twelve_at_once(client: httpx.Client, dataset: str, names: list[str]) -> lis
     return [out[n] for n in names]
 
 
+@pytest.mark.slow  # memory figure of 12 large decodes
 def test_twelve_concurrent_thumbnails_of_large_images_stay_within_300_mb(settings: Settings) -> None:
     """12 concurrent thumbnails of 64-megapixel PNGs (a few hundred KB each), then of 16.7 MP
     RGBA PNGs (decoded: 64 MB each), of 64 MP JPEGs (decoded at 1/8) and of 4.2 MP WebPs (at

@@ -207,6 +207,7 @@ def _clients_during_a_run(
     return figures
 
 
+@pytest.mark.slow  # load figure (test_50_concurrent_starts stays in the default suite)
 def test_40_clients_during_a_run(server: LiveServer, flux_config: Callable[..., dict]) -> None:
     figures = _clients_during_a_run(server, flux_config, 40, burst=2.5, bursts=4)
     record_figure("clients_40", figures)
@@ -288,6 +289,7 @@ def _upload_to_a_server_process(
     }
 
 
+@pytest.mark.slow  # load figure
 def test_a_200_mb_upload_streams_with_bounded_memory(settings: Settings) -> None:
     figures = _upload_to_a_server_process(settings.ensure_dirs(), 200)
     record_figure("upload_200mb", figures)

@@ -34,6 +34,8 @@ from dp_jobs import two_rank_job_stops_and_saves_and_resumes_in_one_process
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
+pytestmark = pytest.mark.slow  # two CPU ranks under torchrun: a heavy variant of the worker-death tests
+
 DETECT_S = 5.0  # "within a few seconds"
 
 

@@ -206,6 +206,7 @@ def _summary(results: list[dict]) -> dict:
     }
 
 
+@pytest.mark.slow  # heavy variant: a kill at every kind of point (test_server_kill keeps one kill in the default suite)
 def test_kill_the_worker_once_at_each_kind_of_point(
     server: LiveServer, flux_config: Callable[..., dict]
 ) -> None:

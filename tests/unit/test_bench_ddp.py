@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the GPU bench harness on the CPU (bench/, not the product)
+
 REPO = Path(__file__).resolve().parents[2]
 BATCHES = (2, 4)
 # One process computes a batch of 2 in one forward, two compute one sample each: float32 noise

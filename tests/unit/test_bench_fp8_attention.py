@@ -3,8 +3,11 @@ cuDNN frontend: bench/probe_fp8_attention.py measures them there, RESULTS.md not
 
 from __future__ import annotations
 
+import pytest
 import torch
 from bench import fp8_attention as fa8
+
+pytestmark = pytest.mark.slow  # the GPU bench harness on the CPU (bench/, not the product)
 
 
 def test_quantize_maps_the_largest_magnitude_to_the_format_maximum_and_round_trips():

@@ -3,9 +3,12 @@ the next kernel late."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from bench.gaps import CpuRange, Kernel, gap_summary, kineto_gaps
 from torch.profiler import ProfilerActivity, profile
+
+pytestmark = pytest.mark.slow  # the GPU bench harness on the CPU (bench/, not the product)
 
 US = 10_000  # ns: times below in units of 10 us
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from bench.probe_speed import PEAK_BF16_TFLOPS, TFLOP_PER_SAMPLE, add_ratios
+
+pytestmark = pytest.mark.slow  # the GPU bench harness on the CPU (bench/, not the product)
 
 
 def test_rows_get_the_ratio_to_the_calls_base_row_and_bf16_mfu():

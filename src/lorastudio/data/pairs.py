@@ -35,6 +35,7 @@ real path leaves the dataset folder and the control_dirs is refused before it is
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -106,22 +107,22 @@ def read_metadata_controls(
     problems). Lines without control keys are skipped; malformed lines, a link or a file over
     the size cap are reported by the caption reader (data/captions.py), so only bad control
     values are reported here. The file is opened as data.safe_open does."""
-    from lorastudio.data.captions import MAX_METADATA_BYTES
+    from lorastudio.data.captions import MAX_METADATA_BYTES, _lines
 
     controls: dict[str, list[str]] = {}
     problems: list[str] = []
-    try:
+    lines: list[tuple[int, bytes]] = []
+    try:  # line by line, each at most MAX_METADATA_LINE_BYTES (a longer one is never held)
         with open_in_folder(path, folder_id) as fh:
-            raw = fh.read(MAX_METADATA_BYTES + 1)
-        if len(raw) > MAX_METADATA_BYTES:
-            return {}, []
-        text = raw.decode("utf-8-sig")
-    except (DatasetError, OSError, UnicodeDecodeError):
+            if os.fstat(fh.fileno()).st_size > MAX_METADATA_BYTES:
+                return {}, []
+            lines = [(n, line) for n, line in _lines(fh) if line is not None and b"control" in line]
+    except (DatasetError, OSError):
         return {}, []  # the caption reader reports it
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, raw_line in lines:
         try:
-            row = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:
+            row = json.loads(raw_line.decode("utf-8-sig"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
             continue

@@ -174,6 +174,13 @@ class Family(ABC):
         return facts.distilled, facts.distilled_from
 
     # -- phase 1: conditioning --------------------------------------------------------------
+    def prepare_pipeline_loading(self) -> None:
+        """Called by every path that loads this family's pipeline or its parts (engine, sample
+        previews, generation) just before it does; never in the server, which must not import
+        the pipeline libraries. Default: nothing (Qwen-Image-Edit: its processor's patch for
+        hosts without torchvision)."""
+        return None
+
     def load_text_encoders(
         self, source: str | SingleFile, revision: str | None, dtype: torch.dtype, device: torch.device
     ) -> Any:
@@ -186,6 +193,7 @@ class Family(ABC):
         from lorastudio.families.common import load_text_pipeline
         from lorastudio.families.single_file import SingleFile, load_file_text_pipeline
 
+        self.prepare_pipeline_loading()
         class_name = self.source_pipeline_class(source, revision)  # the checkpoint's flavour
         if isinstance(source, SingleFile):
             return load_file_text_pipeline(self.spec, source, revision, dtype, device, class_name)

@@ -117,6 +117,11 @@ class QwenImageEditFamily(QwenImageFamily):
             out.append({"prompt_embeds": embeds[0].cpu()})
         return out
 
+    def prepare_pipeline_loading(self) -> None:
+        """Its pipelines' Qwen2VLProcessor loads on hosts without torchvision (this imports
+        transformers: called only where a pipeline loads, never at import)."""
+        allow_processor_without_torchvision()
+
     def reference_pixels(self, image: Image.Image, width: int, height: int) -> torch.Tensor:
         """The pipelines' VAE input for a reference: ~1 MP (VAE_IMAGE_SIZE) in its aspect ratio,
         whatever the output size. Returns [3, H, W] in [-1, 1]."""
@@ -172,5 +177,4 @@ class QwenImageEditFamily(QwenImageFamily):
         return unpack_2x2(out, h, w)  # [B, C, h, w]
 
 
-allow_processor_without_torchvision()  # its pipelines' Qwen2VLProcessor loads on CPU-only hosts
 FAMILY = QwenImageEditFamily()

@@ -69,6 +69,7 @@ def load_pipeline(
     from lorastudio import families
 
     spec = families.get(family).spec
+    families.get(family).prepare_pipeline_loading()
     if base_config is not None:
         from lorastudio.families.single_file import load_file_pipeline, single_file
 

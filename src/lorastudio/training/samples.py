@@ -271,6 +271,7 @@ def sampling_pipeline(run: PreparedRun, denoiser: torch.nn.Module, vae: Any) -> 
 
     spec = run.family.spec
     source = model_source(run.cfg)  # a single file: its base config's scheduler, with its overrides
+    run.family.prepare_pipeline_loading()
     class_name = run.family.source_pipeline_class(source, run.cfg.revision)  # the checkpoint's flavour
     pipeline_cls = getattr(diffusers, class_name)
     params = inspect.signature(pipeline_cls.__init__).parameters

@@ -61,6 +61,7 @@ def test_wide_needs_cuda_and_refuses_block_swap():
     assert block_swap_searchable(_cfg("sdxl", compile="on"), "cpu") is False
 
 
+@pytest.mark.slow  # compiles on the CPU
 def test_wide_compiles_the_outermost_regions_with_the_eager_loss_and_gradients():
     reference = Case("sdxl").step()
     case = Case("sdxl")
@@ -81,6 +82,7 @@ def test_wide_compiles_the_outermost_regions_with_the_eager_loss_and_gradients()
 
 
 @pytest.mark.parametrize("backend", ["dynamo", pytest.param("aot_eager", marks=pytest.mark.slow)])
+@pytest.mark.slow  # compiles on the CPU
 def test_wide_with_selective_checkpointing_checkpoints_in_full_inside_the_regions(backend: str, caplog):
     """Full checkpointing of the attention blocks runs INSIDE the compiled Transformer2DModels
     (diffusers checkpoints them in its forward): Dynamo must trace it (it could not with an
@@ -131,6 +133,7 @@ class _ModeBackend(CountingBackend):
         return super().__call__(gm, example_inputs)
 
 
+@pytest.mark.slow  # compiles on the CPU
 def test_cuda_graphs_start_a_new_generation_per_forward_backward(monkeypatch):
     marks = []
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))

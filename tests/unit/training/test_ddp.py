@@ -176,6 +176,7 @@ METHODS = {
 }  # fmt: skip
 
 
+@pytest.mark.slow  # a heavy variant of the two-rank test
 def test_two_gloo_processes_train_like_one_with_prodigy_ema_lokr_and_huber(make_config, launched):
     single = train(make_config(output_name="single", **METHODS), [].append, device="cpu")
     (rank0, _) = launched.ranks("methods")
