@@ -46,7 +46,9 @@ def test_server_kill_then_restart_and_resume(
     with serve_process(settings, log=log) as (proc, client):
         url = str(client.base_url).rstrip("/")
         assert f"{url}/" in log.read_text().splitlines()[0]  # `serve` announces where it listens
-        job = client.post("/api/train/start", json={"config": config}).json()
+        started = client.post("/api/train/start", json={"config": config})
+        assert started.status_code == 201, started.text
+        job = started.json()
         seen = wait_for(
             lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 25 and j,
             120,
