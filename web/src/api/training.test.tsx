@@ -59,6 +59,13 @@ const progress = (step: number) => ({
   peak_memory_gb: 1.5,
 });
 
+/** Let the effects and fetches a render started finish (their promises resolve in later ticks). */
+async function settle(): Promise<void> {
+  await act(async () => {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  });
+}
+
 describe("live training state", () => {
   let calls: Call[];
   beforeEach(() => {
@@ -79,6 +86,7 @@ describe("live training state", () => {
     );
     await waitFor(() => expect(screen.getByTestId("chart").dataset.points).toBe("1"));
     expect(screen.getByText("next-one")).toBeInTheDocument();
+    await settle(); // the mount's own fetches (e.g. the stored sample rounds) land first
     const fetchesBefore = calls.length;
     act(() => {
       for (let s = 2; s <= 6; s++) FakeEventSource.last?.emit("progress", progress(s));
@@ -99,6 +107,7 @@ describe("live training state", () => {
       </TrainingProvider>,
     );
     await waitFor(() => expect(screen.getByTestId("chart").dataset.points).toBe("1"));
+    await settle();
     const fetchesBefore = calls.length;
     const round = (step: number, loss: number, best: number) => ({
       type: "validation", job_id: "j1", step, loss, images: 2, best_step: best, best_loss: loss,
