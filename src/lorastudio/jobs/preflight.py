@@ -11,10 +11,7 @@ says whether the run fits the memory available now.
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +19,6 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
-from lorastudio.config_datasets import top_resolution
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report
@@ -36,30 +32,17 @@ from lorastudio.jobs import host_memory
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
 from lorastudio.jobs.validation import ValidatedRun
+from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
+    ACTIVATION_FACTOR,
+    IN_FLIGHT_BLOCKS,
+    WEIGHT_BYTES,
+    _param_count,
+    denoiser_param_split,
+    estimate_memory_gb,
+)
 
-# Bytes per frozen base weight. fp8 keeps bf16 weights (fp8 is the matmul, not the storage);
-# int8 stores one byte per weight plus per-row scales; nf4 half a byte plus block scales (~0.56).
-WEIGHT_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "int8": 1.0, "nf4": 0.56}
-# The dtype of everything a quantised / fp8 plan does not quantise (encoders, VAE, embedders).
-_COMPUTE_DTYPE = {"fp8": "bf16", "int8": "bf16", "nf4": "bf16"}
-# Quantisation applies to the linears of the repeated blocks only (quant engineer's contract).
-_QUANTISED = frozenset({"int8", "nf4"})
-# Activation memory kept for the backward, relative to no checkpointing.
-ACTIVATION_FACTOR: dict[str, float] = {"off": 1.0, "selective": 0.5, "full": 0.1}
-# Swapped blocks resident on the device at a time (the one computing + the one prefetched).
-IN_FLIGHT_BLOCKS = 2
 # Lightest first: the precision a memory budget may fall back to (auto never picks fp8).
 _LIGHTEST_PRECISIONS = ("nf4", "int8", "bf16", "fp16", "fp32")
-
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
-# Activation memory per billion denoiser parameters per sample at 1024 px, in GB, fitted on the
-# H200 baselines of the four families (batch 1: 1.6-5.9, typical ~2.5).
-_ACT_GB_PER_BPARAM = 2.5
-_OVERHEAD_GB = 1.0
-# A weight of a repeated block (diffusers' _repeated_blocks): the transformer blocks of FLUX.1,
-# Qwen-Image and the U-Net's attentions, Z-Image's layers and refiners. The first match is the
-# block itself (an SDXL key nests it inside down_blocks.N.attentions.M).
-_BLOCK_KEY = re.compile(r"^(.*?(?:transformer_blocks|layers|refiner)\.\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -319,107 +302,3 @@ def _memory_section(
     except HostMemoryShort as err:
         section["host_warning"] = str(err)
     return section
-
-
-def estimate_memory_gb(
-    cfg: TrainConfig, model_dir: Path | None, plan: PlanValues, controls: int | None = None
-) -> dict[str, Any]:
-    """Rough peak accelerator memory of the run, per phase (the engine loads text encoders, VAE
-    and denoiser one after another). Parameter counts come from the safetensors headers of the
-    local pipeline; for a hub id nothing is known locally and the estimate is None.
-
-    Takes the config (resolution, LoRA rank), the plan to size and the control images per sample
-    (None: the fewest the checkpoint's flavour takes, Family.source_control_images). Returns {"estimated_gb",
-    "phases": {conditioning, latents, denoiser} in GB, "note"}.
-
-    denoiser phase = base weights (WEIGHT_BYTES of the plan's precision for the repeated blocks'
-    weights when quantised, the compute dtype for the rest; blocks swapped to CPU RAM do not
-    count except IN_FLIGHT_BLOCKS of them) + LoRA (rank/16 x 1% of the denoiser) with fp32
-    weights, grads and AdamW state (16 B/param) + activations (2.5 GB per billion denoiser
-    parameters per sample of the micro-batch at 1024 px, scaled by pixels (target + the edit
-    sample's control images, whose tokens join the sequence), x ACTIVATION_FACTOR
-    of the checkpointing mode) + 1 GB. Calibrated on four H200 measurements without
-    quantisation, checkpointing modes or block swap; expect it to be off by up to ~50%."""
-    note = "rough formula (weights + LoRA/optimizer + activations scaled from H200 baselines), +-50%"
-    if model_dir is None:
-        return {
-            "estimated_gb": None,
-            "phases": None,
-            "note": "base model is not a local pipeline folder (a hub id or a single file): no local weights to size",
-        }
-    fam = families.get(cfg.family)
-    compute = _COMPUTE_DTYPE.get(plan.base_precision, plan.base_precision)
-    per = WEIGHT_BYTES[compute] / 1e9
-    encoders = sum(
-        _param_count(model_dir / sub) for sub in ("text_encoder", "text_encoder_2", "text_encoder_3")
-    )
-    vae = _param_count(model_dir / "vae")
-    other, blocks = denoiser_param_split(model_dir / fam.spec.denoiser)
-    denoiser = other + sum(blocks)
-    block_bytes = WEIGHT_BYTES[plan.base_precision if plan.base_precision in _QUANTISED else compute]
-    resident = _resident_block_params(blocks, plan.offload_blocks)
-    weights_gb = (other * per) + resident * block_bytes / 1e9
-    lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
-    pixels = ((top_resolution(cfg.resolution) or 1024) / 1024) ** 2  # the largest of several
-    if controls is None:  # unknown dataset: the fewest the checkpoint's flavour takes
-        controls = fam.source_control_images(model_dir)[0]
-    pixels *= 1 + controls  # an edit sample's control tokens join the sequence
-    act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
-    act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
-    phases = {
-        "conditioning": round(encoders * per + _OVERHEAD_GB, 2),
-        "latents": round(vae * per * 3 + _OVERHEAD_GB, 2),
-        "denoiser": round(weights_gb + lora * 16 / 1e9 + act + _OVERHEAD_GB, 2),
-    }
-    return {"estimated_gb": max(phases.values()), "phases": phases, "note": note}
-
-
-def _resident_block_params(blocks: list[int], offload: int) -> float:
-    """Parameters of the repeated blocks on the device: all but the `offload` swapped ones, plus
-    IN_FLIGHT_BLOCKS of those (their average size: which blocks swap is the engine's choice)."""
-    if not blocks:
-        return 0.0
-    swapped = min(max(offload, 0), len(blocks))
-    average = sum(blocks) / len(blocks)
-    return average * (len(blocks) - swapped + min(IN_FLIGHT_BLOCKS, swapped))
-
-
-def denoiser_param_split(folder: Path) -> tuple[int, list[int]]:
-    """(parameters outside the repeated blocks, parameters of each repeated block) of the
-    denoiser's *.safetensors files in `folder` (0 and [] when there are none)."""
-    other = 0
-    blocks: dict[str, int] = {}
-    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        for name, count in _safetensors_tensors(file):
-            match = _BLOCK_KEY.match(name)
-            if match:
-                blocks[match.group(1)] = blocks.get(match.group(1), 0) + count
-            else:
-                other += count
-    return other, list(blocks.values())
-
-
-def _param_count(folder: Path) -> int:
-    """Parameters stored in the *.safetensors files of `folder` (0 when there are none)."""
-    total = 0
-    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        total += sum(count for _, count in _safetensors_tensors(file))
-    return total
-
-
-def _safetensors_tensors(file: Path) -> list[tuple[str, int]]:
-    """(tensor name, element count) of every tensor in a safetensors header (reads only the
-    header; [] when it cannot be read)."""
-    try:
-        with file.open("rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(min(size, 100_000_000)))
-    except (OSError, ValueError, struct.error):
-        return []
-    out = []
-    for name, meta in header.items():
-        if name == "__metadata__" or not isinstance(meta, dict):
-            continue
-        begin, end = meta.get("data_offsets", (0, 0))
-        out.append((name, (end - begin) // _DTYPE_BYTES.get(meta.get("dtype", "F32"), 4)))
-    return out

@@ -11,7 +11,7 @@ import jobs_fake_workers as fakes
 import pytest
 
 from lorastudio.errors import HostMemoryShort
-from lorastudio.jobs import hardware, host_memory, preflight
+from lorastudio.jobs import hardware, host_memory, vram_estimate
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.preflight import plan_for_estimate
@@ -110,7 +110,7 @@ def test_a_cpu_forecast_led_by_the_rough_activation_formula_only_warns(
     settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert _forecast(settings, _cfg(model))["certain"] is True  # the VAE and the base lead: measured
-    monkeypatch.setattr(preflight, "_ACT_GB_PER_BPARAM", 1e5)  # activations now lead the peak
+    monkeypatch.setattr(vram_estimate, "_ACT_GB_PER_BPARAM", 1e5)  # activations now lead the peak
     forecast = _forecast(settings, _cfg(model))
     assert max(forecast["phases"], key=forecast["phases"].get) == "denoiser" and forecast["certain"] is False
 

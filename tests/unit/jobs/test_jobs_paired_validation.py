@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lorastudio.errors import ConfigError
-from lorastudio.jobs import preflight
+from lorastudio.jobs import vram_estimate
 from lorastudio.jobs.hardware import host_info
 from lorastudio.jobs.preflight import estimate_memory_gb, plan_for_estimate, preflight_report
 from lorastudio.jobs.validation import validate_run
@@ -35,7 +35,7 @@ def test_the_preflight_shows_the_pairs(
     assert sum(controls["buckets"].values()) == 8
     json.dumps(controls)
     # the reference tokens join the sequence: more activation memory than FLUX.1 on the same weights
-    monkeypatch.setattr(preflight, "_ACT_GB_PER_BPARAM", 1e6)  # tiny weights: make activations count
+    monkeypatch.setattr(vram_estimate, "_ACT_GB_PER_BPARAM", 1e6)  # tiny weights: make activations count
     plan = plan_for_estimate(run.config, host_info())
     kontext = estimate_memory_gb(run.config, run.model_dir, plan)["phases"]["denoiser"]
     flux = estimate_memory_gb(run.config.model_copy(update={"family": "flux"}), run.model_dir, plan)
