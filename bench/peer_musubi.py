@@ -22,7 +22,7 @@ The peer's settings for an 80+ GB card, with their sources (musubi commit in .pe
   - row `compile`: + `--compile` (docs/torch_compile.md: "Qwen-Image ... Default mode: ~10.5 %
     faster", its per-block regional compile).
 Timing: musubi_run's hook after each optimizer step (device-synced); steady = the steps after
-`--warm`; samples/s = 1 / mean steady step (its loop's host work included, as a user sees it);
+`--warm` (5), each row ending once they span `--steady-s` (25 s); samples/s = 1 / mean steady step (its loop's host work included, as a user sees it);
 peak = torch.cuda.max_memory_allocated after the warm-up reset (as bench_step.timed).
 
 usage (GPU): python3 -m bench.peer_musubi --out $OUT --deadline-s 560
@@ -99,9 +99,13 @@ def work_dir(requested: str | None, need_gib: float) -> Path:
 
 
 def steady(timing: dict[str, Any], warm: int) -> dict[str, Any]:
-    """Steady-state figures from musubi_run's per-step end times."""
+    """Steady-state figures from musubi_run's per-step end times: step k's time is end k minus
+    end k-1 (step 1's is unknown: its start is inside musubi's setup); steps 2..warm are the
+    warm-up (`warmup_steps_s`), the rest the steady window."""
     ends = timing.get("step_end_s", [])
-    steps = [b - a for a, b in zip(ends, ends[1:], strict=False)][max(warm - 1, 0) :]
+    intervals = [b - a for a, b in zip(ends, ends[1:], strict=False)]  # steps 2..N
+    cut = max(warm - 1, 0)
+    steps = intervals[cut:]
     out: dict[str, Any] = {"steps_done": len(ends), "steps_timed": len(steps)}
     if steps:
         mean = sum(steps) / len(steps)
@@ -111,9 +115,7 @@ def steady(timing: dict[str, Any], warm: int) -> dict[str, Any]:
             spread=round((max(steps) - min(steps)) / mean, 3),
             samples_per_s=round(1 / mean, 3),
             steady_window_s=round(sum(steps), 1),
-            first_steps_s=[
-                round(b - a, 2) for a, b in zip(ends[: warm + 1], ends[1 : warm + 1], strict=False)
-            ],
+            warmup_steps_s=[round(x, 2) for x in intervals[:cut]],
         )
     for key in ("peak_gib_steady", "peak_gib_load_and_warmup", "standins", "finished"):
         if key in timing:
@@ -154,6 +156,8 @@ def run_peer_row(
         str(timing),
         "--warm",
         str(args.warm),
+        "--steady-s",
+        str(args.steady_s),
         "--",
         *musubi_args,
     ]
@@ -196,8 +200,11 @@ def run_ours(cases: list[str], out: Path, left_s: float) -> list[dict[str, Any]]
     ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
-    subprocess.run(cmd, env=env, cwd=ROOT, timeout=left_s)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    try:
+        subprocess.run(cmd, env=env, cwd=ROOT, timeout=left_s)
+    except subprocess.TimeoutExpired:
+        rows.append({"trainer": "lorastudio", "timeout_s": round(left_s)})
     jsonl = out / "probe.jsonl"
     for line in jsonl.read_text().splitlines() if jsonl.exists() else []:
         rows.append({"trainer": "lorastudio", **json.loads(line)})
@@ -227,6 +234,17 @@ def table(peer: list[dict[str, Any]], ours: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_result(out: Path, result: dict[str, Any], t0: float) -> str:
+    """out/peer.json and out/peer.md (each staged, then renamed); returns the table."""
+    result["total_s"] = round(time.monotonic() - t0, 1)
+    md = table(result["peer"], result["ours"])
+    for name, text in (("peer.json", json.dumps(result, indent=1)), ("peer.md", md)):
+        staged = out / f".{name}.tmp"
+        staged.write_text(text)
+        staged.replace(out / name)
+    return md
+
+
 def main() -> None:
     global PEER  # --peer: peer_env and the checks below read it
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -235,12 +253,17 @@ def main() -> None:
     parser.add_argument(
         "--tiny", action="store_true", help="CPU proof: 1 block, 64 px, 2 steps, no probe rows"
     )
-    parser.add_argument("--rows", default="bf16,compile", help=f"musubi rows, of {sorted(ROWS)}")
+    parser.add_argument(
+        "--rows", default=None, help=f"musubi rows, of {sorted(ROWS)} (default bf16,compile; --tiny: bf16)"
+    )
     parser.add_argument(
         "--ours", default="qwen:base,fp8+cudnn+lag", help="bench.probe_speed cases ('' for none)"
     )
     parser.add_argument("--ours-s", type=float, default=240.0, help="seconds kept for our rows")
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=150, help="musubi's max_train_steps (an upper bound)")
+    parser.add_argument(
+        "--steady-s", type=float, default=25.0, help="each musubi row ends once its steady steps span this"
+    )
     parser.add_argument("--warm", type=int, default=5)
     parser.add_argument("--peer", type=Path, default=PEER, help="the folder fetch_musubi.sh filled")
     parser.add_argument(
@@ -254,8 +277,8 @@ def main() -> None:
     args.layers = None
     if args.tiny:
         resolution, tokens, device, shards = 64, 8, "cpu", 2
-        args.layers, args.steps, args.warm, args.ours = 1, 2, 0, ""
-        args.rows = "bf16"
+        args.layers, args.steps, args.warm, args.steady_s, args.ours = 1, 2, 0, 0.0, ""
+    args.rows = args.rows or ("bf16" if args.tiny else "bf16,compile")
     rows = [r for r in args.rows.split(",") if r]
     unknown = set(rows) - set(ROWS)
     if unknown:
@@ -295,12 +318,16 @@ def main() -> None:
     if args.layers:
         prep += ["--layers", str(args.layers)]
     t = time.monotonic()
-    proc = subprocess.run(
-        prep, capture_output=True, text=True, env=peer_env(), cwd=ROOT, timeout=max(deadline - t, 1)
-    )
+    try:
+        proc = subprocess.run(
+            prep, capture_output=True, text=True, env=peer_env(), cwd=ROOT, timeout=max(deadline - t, 1)
+        )
+    except subprocess.TimeoutExpired:
+        proc = subprocess.CompletedProcess(prep, -9, "", "prepare ran past the deadline")
     result["prepare_s"] = round(time.monotonic() - t, 1)
     if proc.returncode != 0:
-        result["prepare_error"] = proc.stderr[-2000:]
+        result["prepare_error"] = (proc.stdout[-1000:], proc.stderr[-2000:])
+        print(proc.stderr[-2000:], flush=True)
     else:
         result["prepare"] = json.loads(proc.stdout.strip().splitlines()[-1])
         for name in rows:
@@ -314,12 +341,10 @@ def main() -> None:
             result["peer"].append(row)
             print(json.dumps(row), flush=True)
     shutil.rmtree(wd, ignore_errors=True)  # the weights leave RAM / disk before our rows
+    md = write_result(args.out, result, t0)  # the peer's rows stay even if ours do not finish
     if args.ours:
         result["ours"] = run_ours(args.ours.split(), args.out, deadline - time.monotonic())
-    result["total_s"] = round(time.monotonic() - t0, 1)
-    (args.out / "peer.json").write_text(json.dumps(result, indent=1))
-    md = table(result["peer"], result["ours"])
-    (args.out / "peer.md").write_text(md)
+        md = write_result(args.out, result, t0)
     print(md)
     ok = all("samples_per_s" in r for r in result["peer"]) and "prepare" in result
     sys.exit(0 if ok else 1)

@@ -12,11 +12,14 @@ on PYTHONPATH), one subprocess per row of bench/peer_musubi.py.
     [tokens, 3584] (bench.models' Qwen-Image shapes: 128 tokens), bf16;
   - the dataset TOML (cache-only: no images, no VAE or text encoder is ever loaded; musubi
     loads those only to sample).
-`train TIMING [--warm K] -- ARGS`: musubi's `qwen_image_train_network.main()` with ARGS, its trainer class
+`train TIMING [--warm K] [--steady-s S] -- ARGS`: musubi's `qwen_image_train_network.main()` with ARGS, its trainer class
   replaced by a subclass whose `on_post_optimizer_step` (musubi's extension point for EMA and
   bookkeeping, a no-op in its base) records, after each optimizer step, the time (after a device
   sync: musubi's loop syncs there anyway, reading the loss) and the CUDA peak, rewriting TIMING
-  (JSON) each step so a row killed at its deadline still reports. Nothing of the step changes.
+  (JSON) each step so a row killed at its deadline still reports; once the steps after the
+  warm-up span `--steady-s` seconds it lowers `args.max_train_steps` to the current step, so
+  musubi's own loop ends there (its `global_step >= max_train_steps` check) and saves the LoRA.
+  Nothing of the step changes.
 
 Modules musubi imports that this host may lack and the timed step never reaches get an empty
 stand-in only when absent (recorded in TIMING): `av` (video decoding in dataset/media_utils.py)
@@ -171,12 +174,13 @@ class StepClock:
     peak; the peak counter is reset after `warm` steps so `peak_gib_steady` is the steady
     step's (bench_step.timed resets after its warm-up the same way)."""
 
-    def __init__(self, path: Path, warm: int, standins: list[str]) -> None:
-        self.path, self.warm = path, warm
+    def __init__(self, path: Path, warm: int, steady_s: float, standins: list[str]) -> None:
+        self.path, self.warm, self.steady_s = path, warm, steady_s
         self.times: list[float] = []
         self.out: dict[str, Any] = {"standins": standins, "step_end_s": self.times, "t0": time.time()}
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """Record one step; True once the steady window (after `warm` steps) holds `steady_s`."""
         import torch
 
         cuda = torch.cuda.is_available()
@@ -193,13 +197,18 @@ class StepClock:
         staged = self.path.with_suffix(".tmp")
         staged.write_text(json.dumps(self.out))
         staged.replace(self.path)
+        steady = (
+            len(self.times) > self.warm
+            and self.times[-1] - self.times[max(self.warm - 1, 0)] >= self.steady_s
+        )
+        return self.steady_s > 0 and steady
 
 
-def train(timing: Path, warm: int, musubi_args: list[str]) -> None:
+def train(timing: Path, warm: int, steady_s: float, musubi_args: list[str]) -> None:
     standins = import_musubi()
     from musubi_tuner import qwen_image_train_network as qtn
 
-    clock = StepClock(timing, warm, standins)
+    clock = StepClock(timing, warm, steady_s, standins)
     base = qtn.QwenImageNetworkTrainer
 
     class TimedTrainer(base):  # type: ignore[misc, valid-type]
@@ -209,8 +218,10 @@ def train(timing: Path, warm: int, musubi_args: list[str]) -> None:
             super().on_post_optimizer_step(
                 args, accelerator, network, transformer, sync_gradients, global_step
             )
-            if sync_gradients:
-                clock.tick()
+            if sync_gradients and clock.tick():
+                # enough steady steps: end where musubi's loop checks its step budget (right
+                # after this hook, with global_step + 1), as a run of that many steps would
+                args.max_train_steps = global_step + 1
 
     qtn.QwenImageNetworkTrainer = TimedTrainer  # main() looks the class up at call time
     sys.argv = ["qwen_image_train_network.py", *musubi_args]
@@ -234,6 +245,9 @@ def main() -> None:
     t = sub.add_parser("train")
     t.add_argument("timing", type=Path)
     t.add_argument("--warm", type=int, default=5)
+    t.add_argument(
+        "--steady-s", type=float, default=0.0, help="stop once the steady steps span this (0: never)"
+    )
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -241,7 +255,7 @@ def main() -> None:
     if args.cmd == "prepare":
         prepare(args)
     else:
-        train(args.timing, args.warm, argv[split + 1 :])
+        train(args.timing, args.warm, args.steady_s, argv[split + 1 :])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def test_steady_figures_drop_the_warmup_steps_and_reset_nothing_else():
     row = steady(timing, warm=3)  # steps 2 and 3 are warm-up: intervals of steps 4, 5, 6 remain
     assert row["steps_done"] == 6 and row["steps_timed"] == 3
     assert row["s_per_step"] == 0.5 and row["samples_per_s"] == 2.0 and row["spread"] == 0.0
-    assert row["first_steps_s"] == [3.0, 1.0, 0.5] and row["peak_gib_steady"] == 70.1
+    assert row["warmup_steps_s"] == [3.0, 1.0] and row["peak_gib_steady"] == 70.1
     assert steady({"step_end_s": [1.0]}, warm=0) == {"steps_done": 1, "steps_timed": 0}
 
 
@@ -81,3 +81,28 @@ def test_tiny_run_trains_two_steps_through_musubis_own_loop(tmp_path: Path):
     assert "create LoRA for U-Net/DiT: 14 modules" in log  # its default targets, rank 16
     assert "saving checkpoint" in log  # its loop ran to the end
     assert not (tmp_path / "w").exists()  # the weights are removed before our rows
+
+
+def test_step_clock_ends_the_run_once_the_steady_steps_span_the_asked_seconds(tmp_path: Path, monkeypatch):
+    from bench.peer import musubi_run
+
+    clock_times = iter([10.0, 11.0, 11.5, 12.0, 12.6])
+    monkeypatch.setattr(musubi_run.time, "monotonic", lambda: next(clock_times))
+    clock = musubi_run.StepClock(tmp_path / "timing.json", warm=2, steady_s=1.0, standins=["av"])
+    # steps 1-2 are warm-up; the steady window starts at step 2's end (11.0)
+    assert [clock.tick() for _ in range(4)] == [False, False, False, True]
+    written = json.loads((tmp_path / "timing.json").read_text())
+    assert written["step_end_s"] == [10.0, 11.0, 11.5, 12.0] and written["standins"] == ["av"]
+    assert steady(written, warm=2) == {
+        "steps_done": 4,
+        "steps_timed": 2,
+        "s_per_step": 0.5,
+        "s_per_step_median": 0.5,
+        "spread": 0.0,
+        "samples_per_s": 2.0,
+        "steady_window_s": 1.0,
+        "warmup_steps_s": [1.0],
+        "standins": ["av"],
+    }
+    never = musubi_run.StepClock(tmp_path / "t2.json", warm=0, steady_s=0.0, standins=[])
+    assert never.tick() is False  # steady_s 0: musubi's own step budget ends the run
