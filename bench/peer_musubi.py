@@ -260,11 +260,11 @@ def main() -> None:
         "--ours", default="qwen:base,fp8+cudnn+lag", help="bench.probe_speed cases ('' for none)"
     )
     parser.add_argument("--ours-s", type=float, default=240.0, help="seconds kept for our rows")
-    parser.add_argument("--steps", type=int, default=150, help="musubi's max_train_steps (an upper bound)")
+    parser.add_argument("--steps", type=int, help="musubi's max_train_steps, an upper bound (150; --tiny: 2)")
     parser.add_argument(
-        "--steady-s", type=float, default=25.0, help="each musubi row ends once its steady steps span this"
+        "--steady-s", type=float, help="a musubi row ends once its steady steps span this (25)"
     )
-    parser.add_argument("--warm", type=int, default=5)
+    parser.add_argument("--warm", type=int, help="warm-up steps left out of the figures (5; --tiny: 0)")
     parser.add_argument("--peer", type=Path, default=PEER, help="the folder fetch_musubi.sh filled")
     parser.add_argument(
         "--work", default=None, help="folder for the weights and caches (default: /dev/shm or /tmp)"
@@ -277,7 +277,11 @@ def main() -> None:
     args.layers = None
     if args.tiny:
         resolution, tokens, device, shards = 64, 8, "cpu", 2
-        args.layers, args.steps, args.warm, args.steady_s, args.ours = 1, 2, 0, 0.0, ""
+        args.layers, args.ours = 1, ""
+    tiny = args.tiny
+    args.steps = args.steps if args.steps is not None else (2 if tiny else 150)
+    args.warm = args.warm if args.warm is not None else (0 if tiny else 5)
+    args.steady_s = args.steady_s if args.steady_s is not None else (0.0 if tiny else 25.0)
     args.rows = args.rows or ("bf16" if args.tiny else "bf16,compile")
     rows = [r for r in args.rows.split(",") if r]
     unknown = set(rows) - set(ROWS)

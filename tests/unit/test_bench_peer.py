@@ -83,6 +83,30 @@ def test_tiny_run_trains_two_steps_through_musubis_own_loop(tmp_path: Path):
     assert not (tmp_path / "w").exists()  # the weights are removed before our rows
 
 
+@pytest.mark.slow  # ~35 s: as above
+@pytest.mark.skipif(
+    not (PEER / "musubi" / "src").is_dir(), reason="run bash bench/peer/fetch_musubi.sh --local"
+)
+def test_tiny_run_ends_through_musubis_step_budget_once_the_steady_window_is_timed(tmp_path: Path):
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.peer_musubi",
+        "--tiny",
+        "--out",
+        str(out),
+        "--work",
+        str(tmp_path / "w"),
+    ]
+    cmd += ["--steps", "8", "--warm", "1", "--steady-s", "0.01"]  # steady after step 2
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads((out / "peer.json").read_text())["peer"]
+    assert row["steps_done"] == 2 and row["steps_timed"] == 1 and row["finished"]  # not 8
+    assert "saving checkpoint" in (out / "musubi_bf16.log").read_text()
+
+
 def test_step_clock_ends_the_run_once_the_steady_steps_span_the_asked_seconds(tmp_path: Path, monkeypatch):
     from bench.peer import musubi_run
 
