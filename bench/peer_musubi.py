@@ -237,6 +237,10 @@ def table(peer: list[dict[str, Any]], ours: list[dict[str, Any]]) -> str:
 def write_result(out: Path, result: dict[str, Any], t0: float) -> str:
     """out/peer.json and out/peer.md (each staged, then renamed); returns the table."""
     result["total_s"] = round(time.monotonic() - t0, 1)
+    base = next((r.get("samples_per_s") for r in result["ours"] if r.get("variant") == "base"), None)
+    for r in result["peer"] + result["ours"]:
+        if base and r.get("samples_per_s"):
+            r["x_plain"] = round(r["samples_per_s"] / base, 3)
     md = table(result["peer"], result["ours"])
     for name, text in (("peer.json", json.dumps(result, indent=1)), ("peer.md", md)):
         staged = out / f".{name}.tmp"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.peer_musubi import PEER, ROOT, steady, table
+from bench.peer_musubi import PEER, ROOT, steady, table, write_result
 
 
 def test_steady_figures_drop_the_warmup_steps_and_reset_nothing_else():
@@ -52,6 +52,23 @@ def test_table_gives_each_row_its_ratio_to_the_same_calls_plain_step():
     md = table(peer, ours)
     assert "| musubi-tuner | bf16 | 0.8 | 1.25 | 1.25x | 60 |" in md
     assert "| lorastudio | qwen:fp8+cudnn+lag@1 | - | 2.5 | 2.50x | - |" in md
+
+
+def test_result_files_carry_each_rows_ratio_to_the_plain_step(tmp_path: Path):
+    result = {
+        "peer": [
+            {"trainer": "musubi-tuner", "row": "bf16", "samples_per_s": 1.5},
+            {"trainer": "musubi-tuner", "row": "compile", "timeout_s": 200},
+        ],
+        "ours": [
+            {"trainer": "lorastudio", "family": "qwen", "variant": "base", "batch": 1, "samples_per_s": 1.2}
+        ],
+    }
+    md = write_result(tmp_path, result, t0=0.0)
+    written = json.loads((tmp_path / "peer.json").read_text())
+    assert written["peer"][0]["x_plain"] == 1.25 and "x_plain" not in written["peer"][1]
+    assert written["ours"][0]["x_plain"] == 1.0 and (tmp_path / "peer.md").read_text() == md
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["peer.json", "peer.md"]  # no staged files left
 
 
 @pytest.mark.slow  # ~35 s on 2 cores: musubi's imports, a 1-block model written and loaded
