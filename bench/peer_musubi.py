@@ -22,10 +22,11 @@ The peer's settings for an 80+ GB card, with their sources (musubi commit in .pe
   - row `compile`: + `--compile` (docs/torch_compile.md: "Qwen-Image ... Default mode: ~10.5 %
     faster", its per-block regional compile).
 Timing: musubi_run's hook after each optimizer step (device-synced); steady = the steps after
-`--warm` (5), each row ending once they span `--steady-s` (25 s); samples/s = 1 / mean steady step (its loop's host work included, as a user sees it);
-peak = torch.cuda.max_memory_allocated after the warm-up reset (as bench_step.timed).
+`--warm` (5), each row ending once they span `--steady-s` (25 s); samples/s = 1 / mean steady
+step (its loop's host work included, as a user sees it); peak = torch.cuda.max_memory_allocated
+after the warm-up reset (as bench_step.timed). bench/peer/README.md has the device command.
 
-usage (GPU): python3 -m bench.peer_musubi --out $OUT --deadline-s 560
+usage (GPU): python3 -m bench.peer_musubi --out $OUT --deadline-s 550
 usage (CPU proof, 2 steps of a 1-block model at 64 px): python3 -m bench.peer_musubi --tiny --out DIR
 """
 
@@ -225,12 +226,20 @@ def table(peer: list[dict[str, Any]], ours: list[dict[str, Any]]) -> str:
         peak = r.get("peak_gib_steady", r.get("peak_gib", "-"))
         note = "; ".join(
             f"{k}={r[k]}"
-            for k in ("spread", "steps_timed", "timeout_s", "returncode", "skipped", "crash")
+            for k in (
+                "spread",
+                "steps_timed",
+                "timeout_s",
+                "returncode",
+                "skipped",
+                "crash",
+                "timeout",
+                "error",
+            )
             if k in r
         )
-        lines.append(
-            f"| {r['trainer']} | {name} | {r.get('s_per_step', '-')} | {sps or '-'} | {ratio} | {peak} | {note} |"
-        )
+        s_step = r.get("s_per_step", "-")
+        lines.append(f"| {r['trainer']} | {name} | {s_step} | {sps or '-'} | {ratio} | {peak} | {note} |")
     return "\n".join(lines) + "\n"
 
 

@@ -12,9 +12,9 @@ on PYTHONPATH), one subprocess per row of bench/peer_musubi.py.
     [tokens, 3584] (bench.models' Qwen-Image shapes: 128 tokens), bf16;
   - the dataset TOML (cache-only: no images, no VAE or text encoder is ever loaded; musubi
     loads those only to sample).
-`train TIMING [--warm K] [--steady-s S] -- ARGS`: musubi's `qwen_image_train_network.main()` with ARGS, its trainer class
-  replaced by a subclass whose `on_post_optimizer_step` (musubi's extension point for EMA and
-  bookkeeping, a no-op in its base) records, after each optimizer step, the time (after a device
+`train TIMING [--warm K] [--steady-s S] -- ARGS`: musubi's `qwen_image_train_network.main()`
+  with ARGS, its trainer class replaced by a subclass whose `on_post_optimizer_step` (musubi's
+  extension point for EMA and bookkeeping, a no-op in its base) records, after each optimizer step, the time (after a device
   sync: musubi's loop syncs there anyway, reading the loss) and the CUDA peak, rewriting TIMING
   (JSON) each step so a row killed at its deadline still reports; once the steps after the
   warm-up span `--steady-s` seconds it lowers `args.max_train_steps` to the current step, so
