@@ -14,8 +14,9 @@ on PYTHONPATH), one subprocess per row of bench/peer_musubi.py.
     loads those only to sample).
 `train TIMING [--warm K] [--steady-s S] -- ARGS`: musubi's `qwen_image_train_network.main()`
   with ARGS, its trainer class replaced by a subclass whose `on_post_optimizer_step` (musubi's
-  extension point for EMA and bookkeeping, a no-op in its base) records, after each optimizer step, the time (after a device
-  sync: musubi's loop syncs there anyway, reading the loss) and the CUDA peak, rewriting TIMING
+  extension point for EMA and bookkeeping, a no-op in its base) records, after each optimizer
+  step, the time (after a device sync: musubi's loop syncs there anyway, reading the loss) and
+  the CUDA peak, rewriting TIMING
   (JSON) each step so a row killed at its deadline still reports; once the steps after the
   warm-up span `--steady-s` seconds it lowers `args.max_train_steps` to the current step, so
   musubi's own loop ends there (its `global_step >= max_train_steps` check) and saves the LoRA.
