@@ -3,9 +3,12 @@
 Input: (seconds since the run started, typed event) pairs, as the engine emitted them (CLI mode:
 the event sink in the run's process) or as the job service streamed them (API mode: arrival
 times of the server-sent events, <= 0.25 s late: api/sse.py polls its log that often). Only the
-product's event names are read: model_load_started / model_load_completed (per component),
-preparing (conditioning / latents / denoiser), plan_chosen, progress, sample_ready, complete,
-and, where the engine emits them, attention_probe and first_step (training/events.py).
+product's event names are read: model_load_started / model_load_completed (per component:
+text_encoders, vae, denoiser), preparing (conditioning / latents / denoiser), plan_chosen,
+progress, sample_ready, complete / error. The attention probe starts as the run begins
+(training/attention_early.py): `plan_and_probe_s` (denoiser loaded -> plan_chosen) is what the
+run waited for it (and for a memory budget's plan measurement), the first step runs from
+plan_chosen to the first progress event.
 """
 
 from __future__ import annotations
@@ -36,13 +39,6 @@ def phase_table(events: Timed, total_s: float) -> dict[str, Any]:
         done = [t for t, e in events if e.type == "preparing" and e.phase == phase and e.done == e.total]
         if start and done:
             out[f"{phase}_s"] = round(done[-1] - start[0], 1)
-    probe = _first(events, "attention_probe")
-    if probe is not None:
-        out["attention_probe"] = {
-            k: getattr(probe[1], k)
-            for k in ("seconds", "waited_s", "cached", "backend")
-            if hasattr(probe[1], k)
-        }
     loaded = _first(events, "model_load_completed", component="denoiser")
     plan = _first(events, "plan_chosen")
     if loaded and plan:  # the plan's measurement (if any) and the wait for the attention probe
@@ -70,9 +66,6 @@ def phase_table(events: Timed, total_s: float) -> dict[str, Any]:
         ]
         out["steps_run"] = progress[-1][1].step
         out["final_loss"] = progress[-1][1].loss
-    first = _first(events, "first_step")
-    if first is not None and hasattr(first[1], "seconds"):
-        out["first_step_event_s"] = round(first[1].seconds, 1)
     end = _first(events, "complete") or _first(events, "error")
     if end is not None:
         out["end"] = end[1].type if end[1].type == "complete" else f"error: {end[1].message[:300]}"

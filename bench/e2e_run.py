@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import shutil
@@ -107,6 +108,20 @@ def timed_calls(module: Any, name: str, log: list[float]) -> None:
     setattr(module, name, wrapper)
 
 
+class AttentionLog(logging.Handler):
+    """The engine's attention log records (probe started / cached / timed / chosen) with their
+    time since `t0`: the probe has no event of its own."""
+
+    def __init__(self, t0: float) -> None:
+        super().__init__(logging.INFO)
+        self.t0 = t0
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("lorastudio.training.attention"):
+            self.lines.append(f"{time.monotonic() - self.t0:.1f} s {record.getMessage()}")
+
+
 def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str, Any]:
     """The CLI's path in this process; t0: this process's start (before torch was imported)."""
     import torch
@@ -121,8 +136,12 @@ def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
     save_s: list[float] = []
     timed_calls(optimize, "save_checkpoint", save_s)
     rec = Recorder(t0)
+    notes = AttentionLog(t0)
+    logging.getLogger().addHandler(notes)
+    logging.getLogger().setLevel(logging.INFO)
     loop.train(config, rec, device=device)
     table = phase_table(rec.events, time.monotonic() - t0)
+    table["attention_log"] = notes.lines
     table["checkpoint_write_s"] = [round(s, 2) for s in save_s]
     cuda = device.startswith("cuda")
     table["peak_vram_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1) if cuda else None
@@ -144,6 +163,13 @@ def run_api(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
         resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2
     )
     table["server_log"] = str(log)
+    worker_log = e2e_build.home_dir(root) / "logs" / f"{job}.log"  # the worker's INFO records
+    if worker_log.is_file():
+        table["attention_log"] = [
+            line.strip()
+            for line in worker_log.read_text(errors="replace").splitlines()
+            if "training.attention" in line
+        ]
     return table
 
 

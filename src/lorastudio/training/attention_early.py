@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 PROBE_COMMAND = [sys.executable, "-m", "lorastudio.training.attention_probe"]  # + the spec (JSON)
 TIMING_S = 60.0  # the most the released child may take to time the kernels and exit
+HOLD_S = 7 * 24 * 3600.0  # the held child waits for phases 1-2 of any size (EOF ends it sooner)
 Shapes = list[tuple[int, int, int, int]]
 
 
@@ -108,7 +109,7 @@ class RunningProbe:
             "kernels": kernels,
             "time": len(kernels) > 1,
             "hold": True,
-            "hold_timeout_s": attention.PROBE_TIMEOUT_S * 4,  # the run's phases 1-2 come first
+            "hold_timeout_s": HOLD_S,
         }
         self.kernels = kernels
         self.started = time.monotonic()
