@@ -9,6 +9,10 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another
   cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
+  cache/attention-probe/  attention_backend auto's probe results, keyed by GPU, driver,
+                      torch / cuDNN / FA4 versions, dtype and shapes (training/probe_cache.py)
+  cache/fa4/          FlashAttention-4's compiled kernels (its JIT cache), shared by the probe
+                      and the run unless FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED / _DIR are set
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
@@ -128,6 +132,14 @@ class Settings(BaseSettings):
     @property
     def compile_cache_dir(self) -> Path:
         return self.home / "cache" / "inductor"
+
+    @property
+    def probe_cache_dir(self) -> Path:
+        return self.home / "cache" / "attention-probe"
+
+    @property
+    def fa4_cache_dir(self) -> Path:
+        return self.home / "cache" / "fa4"
 
     def ensure_dirs(self) -> Settings:
         """Create the home and its sub-folders if missing; returns self."""

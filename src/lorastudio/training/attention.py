@@ -134,6 +134,21 @@ def choose_attention(
     (cuDNN off); an explicit backend is returned as asked (attention_problems refused what
     cannot run). `masked`: the family's every attention call carries a text mask
     (FamilySpec.masked_attention): "auto" takes the efficient kernel without probing."""
+    settled = settled_choice(requested, device, dtype, shapes, masked)
+    if settled is not None:
+        return settled
+    return pick_kernel(probe_attention(device, dtype, shapes, probe_kernels(device)))
+
+
+def settled_choice(
+    requested: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    shapes: list[tuple[int, int, int, int]],
+    masked: bool = False,
+) -> AttentionChoice | None:
+    """choose_attention's answer where it needs no probe (an explicit backend, no CUDA, no
+    shapes, a masked family, a dtype cuDNN cannot take); None when "auto" must probe."""
     if requested != "auto":
         return AttentionChoice(requested)
     if device.type != "cuda" or not shapes:
@@ -146,11 +161,16 @@ def choose_attention(
         )
     if dtype not in (torch.bfloat16, torch.float16):
         return AttentionChoice("flash", f"attention: cuDNN needs bf16/fp16 compute (this run: {dtype})")
+    return None
+
+
+def probe_kernels(device: torch.device) -> list[str]:
+    """The kernels auto probes on `device`: cuDNN, and FA4 where fa4_unavailable finds nothing
+    against it."""
     fa4_reason = fa4_unavailable(device)
     if fa4_reason is not None:
         log.info("attention: FlashAttention-4 not probed: %s", fa4_reason)
-    kernels = ["cudnn"] if fa4_reason is not None else ["cudnn", "fa4"]
-    return pick_kernel(probe_attention(device, dtype, shapes, kernels))
+    return ["cudnn"] if fa4_reason is not None else ["cudnn", "fa4"]
 
 
 def pick_kernel(results: Mapping[str, KernelProbe]) -> AttentionChoice:
@@ -208,15 +228,33 @@ def probe_attention(
         }
     except OSError as err:
         return {k: KernelProbe(False, f"the probe could not start: {err}") for k in kernels}
+    return read_probe_output(done.stdout, done.stderr, done.returncode, kernels)
+
+
+def read_probe_output(
+    stdout: str, stderr: str, returncode: int, kernels: list[str]
+) -> dict[str, KernelProbe]:
+    """Each kernel's KernelProbe from the probe child's output (training/attention_probe.py): its
+    result line; a kernel without one passed when the child checked it and crashed later on
+    another ("checked" line: passed, untimed), else failed with the exit status and the child's
+    last error line."""
     results: dict[str, KernelProbe] = {}
-    for line in done.stdout.splitlines():
+    checked: set[str] = set()
+    for line in stdout.splitlines():
         if line.startswith("{"):
             row = json.loads(line)
-            results[row["kernel"]] = KernelProbe(bool(row["ok"]), row.get("reason"), row.get("ms"))
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    for kernel in kernels:
-        if kernel not in results:
-            results[kernel] = KernelProbe(False, f"the probe exited with {done.returncode}: {tail[:300]}")
+            if row.get("checked"):
+                checked.add(row["kernel"])
+            elif "kernel" in row:
+                results[row["kernel"]] = KernelProbe(bool(row["ok"]), row.get("reason"), row.get("ms"))
+    tail = (stderr.strip().splitlines() or ["no output"])[-1]
+    missing = [k for k in kernels if k not in results]
+    blamed = next((k for k in missing if k not in checked), missing[0] if missing else None)
+    for kernel in missing:
+        if kernel in checked and kernel != blamed:
+            results[kernel] = KernelProbe(True)
+        else:
+            results[kernel] = KernelProbe(False, f"the probe exited with {returncode}: {tail[:300]}")
     return results
 
 

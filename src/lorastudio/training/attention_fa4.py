@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +39,23 @@ MODULE = "flash_attn.cute.interface"
 SUPPORTED_MAJORS = (9, 10, 11, 12)  # Hopper sm90; Blackwell sm100/103, sm110, sm120/121
 DTYPES = (torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128  # on every supported arch (sm90 takes up to 256, sm10x 128 or special shapes)
+
+
+CACHE_ENV, CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
+
+
+def keep_fa4_cache(cache_dir: Path) -> bool:
+    """Turn on FA4's on-disk JIT cache in `cache_dir` (flash_attn.cute.cache_utils reads the two
+    variables when it is first imported; its entries are keyed by FA4's sources and the CuTe DSL's
+    version) unless the user set either variable, so that a run loads the kernels its attention
+    probe (a child process: it inherits the environment) or an earlier run compiled, instead of
+    compiling them again in its first step. Process-wide; call before flash_attn.cute is
+    imported. Returns whether this call set them (False: the user's choice stands)."""
+    if CACHE_ENV in os.environ or CACHE_DIR_ENV in os.environ:
+        return False
+    os.environ[CACHE_ENV] = "1"
+    os.environ[CACHE_DIR_ENV] = str(cache_dir)
+    return True
 
 
 @cache

@@ -5,16 +5,24 @@ op) at given shapes, compared with flash attention and, when asked, timed. Usage
     python -m lorastudio.training.attention_probe '{"device": "cuda:0", "dtype": "bfloat16",
         "shapes": [[batch, heads, tokens, head_dim], ...], "kernels": ["cudnn", "fa4"], "time": true}'
 
-Prints one JSON line per kernel as soon as it is done, {"kernel": "cudnn", "ok": true, "ms": 1.6}
-or {"kernel": "fa4", "ok": false, "reason": "..."}, and exits 0; a crash of a kernel (the case
-this guards against) ends the process with a non-zero code instead, and the parent blames the
-first kernel without a line. The inputs are laid out [B, L, H, D] as the denoisers' attention
+Every kernel is first checked (forward + backward at each shape against flash attention; FA4
+JIT-compiles here), then, when asked, timed. After a passing check it prints
+{"kernel": "cudnn", "checked": true}; its result line comes when it is done: {"kernel": "cudnn",
+"ok": true, "ms": 1.6} (ms: null when not timed) or {"kernel": "fa4", "ok": false, "reason": "..."}
+(printed at once for a failed check). With "hold": true in the spec the child prints {"ready":
+true} after the checks and waits for a line on its standard input before timing (EOF or
+HOLD_TIMEOUT_S: it exits without timing): the parent runs the slow checks beside its own work
+(training/attention_early.py) and lets the timing run only once its GPU is quiet. Exits 0; a crash
+of a kernel (the case this guards against) ends the process with a non-zero code instead, and the
+parent blames the kernel it was checking (the first one with neither a "checked" nor a result
+line), else the first without a result line. The inputs are laid out [B, L, H, D] as the denoisers' attention
 processors hand them over (SDPA gets the [B, H, L, D] view, as diffusers' native backend does).
 """
 
 from __future__ import annotations
 
 import json
+import select
 import sys
 from collections.abc import Callable
 
@@ -24,6 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 TOLERANCE = 2e-2  # max |kernel - flash| / max |flash| of the output and of each q/k/v gradient
 WARMUP, REPEATS = 2, 10  # fwd + bwd runs per shape; FA4 compiles on its first call
+HOLD_TIMEOUT_S = 600.0  # a held child waits this long for its parent's go, then exits untimed
 Attn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -75,21 +84,33 @@ def time_ms(attn: Attn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad:
     return start.elapsed_time(end) / REPEATS
 
 
-def probe_kernel(
-    name: str, device: torch.device, dtype: torch.dtype, shapes: list[list[int]], timed: bool
-) -> dict:
-    """{"kernel": name, "ok": True, "ms": ...} when `name` matches flash within TOLERANCE at every
-    shape (ms: summed medians when `timed`, else None), else {"ok": False, "reason": ...}."""
+def _inputs(
+    device: torch.device, dtype: torch.dtype, shapes: list[list[int]]
+) -> list[tuple[int, list[torch.Tensor]]]:
+    """(tokens, [q, k, v, grad] [B, L, H, D]) per shape, the same on every call (seeded)."""
     gen = torch.Generator(device=device).manual_seed(0)
-    total_ms = 0.0
-    for batch, heads, tokens, head_dim in shapes:
-        q, k, v, grad = (
-            torch.randn(batch, tokens, heads, head_dim, device=device, dtype=dtype, generator=gen)
-            for _ in range(4)
-        )  # [B, L, H, D]
+    return [
+        (
+            tokens,
+            [
+                torch.randn(batch, tokens, heads, head_dim, device=device, dtype=dtype, generator=gen)
+                for _ in range(4)
+            ],
+        )
+        for batch, heads, tokens, head_dim in shapes
+    ]
+
+
+def _kernel(name: str) -> Attn:
+    return fa4() if name == "fa4" else sdpa(SDPBackend.CUDNN_ATTENTION)
+
+
+def check_kernel(name: str, device: torch.device, dtype: torch.dtype, shapes: list[list[int]]) -> dict | None:
+    """None when `name` matches flash within TOLERANCE at every shape, else its failed result
+    line {"kernel": name, "ok": False, "reason": ...}."""
+    for tokens, (q, k, v, grad) in _inputs(device, dtype, shapes):
         try:
-            attn = fa4() if name == "fa4" else sdpa(SDPBackend.CUDNN_ATTENTION)
-            got = run_one(attn, q, k, v, grad)
+            got = run_one(_kernel(name), q, k, v, grad)
         except (RuntimeError, ImportError, AssertionError, ValueError, TypeError) as err:  # no kernel here
             first = (str(err).splitlines() or [type(err).__name__])[0][:200]
             return {"kernel": name, "ok": False, "reason": f"no {name} kernel at {tokens} tokens: {first}"}
@@ -102,9 +123,30 @@ def probe_kernel(
                     "ok": False,
                     "reason": f"{name} {part} differs from flash by {err:.3g} at {tokens} tokens",
                 }
-        if timed:
-            total_ms += time_ms(attn, q, k, v, grad)
-    return {"kernel": name, "ok": True, "ms": round(total_ms, 4) if timed else None}
+    return None
+
+
+def time_kernel(name: str, device: torch.device, dtype: torch.dtype, shapes: list[list[int]]) -> float:
+    """The summed fwd + bwd milliseconds of `name` over the shapes (time_ms each)."""
+    return sum(time_ms(_kernel(name), q, k, v, grad) for _, (q, k, v, grad) in _inputs(device, dtype, shapes))
+
+
+def probe_kernel(
+    name: str, device: torch.device, dtype: torch.dtype, shapes: list[list[int]], timed: bool
+) -> dict:
+    """{"kernel": name, "ok": True, "ms": ...} when `name` matches flash within TOLERANCE at every
+    shape (ms: summed medians when `timed`, else None), else {"ok": False, "reason": ...}."""
+    failed = check_kernel(name, device, dtype, shapes)
+    if failed is not None:
+        return failed
+    ms = round(time_kernel(name, device, dtype, shapes), 4) if timed else None
+    return {"kernel": name, "ok": True, "ms": ms}
+
+
+def _released(timeout: float) -> bool:
+    """Wait for the parent's line on stdin: True when it came, False on EOF or timeout."""
+    ready, _, _ = select.select([sys.stdin], [], [], timeout)
+    return bool(ready) and bool(sys.stdin.readline())
 
 
 def main() -> None:
@@ -114,9 +156,21 @@ def main() -> None:
         device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
     dtype = getattr(torch, spec["dtype"])
+    shapes, timed = spec["shapes"], bool(spec.get("time"))
+    passed = []
     for name in spec.get("kernels", ["cudnn"]):
-        row = probe_kernel(name, device, dtype, spec["shapes"], bool(spec.get("time")))
-        print(json.dumps(row), flush=True)
+        failed = check_kernel(name, device, dtype, shapes)
+        print(json.dumps(failed or {"kernel": name, "checked": True}), flush=True)
+        if failed is None:
+            passed.append(name)
+    if spec.get("hold"):
+        torch.cuda.empty_cache()  # hold no more GPU memory than the context while waiting
+        print(json.dumps({"ready": True}), flush=True)
+        if not _released(float(spec.get("hold_timeout_s", HOLD_TIMEOUT_S))):
+            return
+    for name in passed:
+        ms = round(time_kernel(name, device, dtype, shapes), 4) if timed else None
+        print(json.dumps({"kernel": name, "ok": True, "ms": ms}), flush=True)
 
 
 if __name__ == "__main__":

@@ -45,18 +45,14 @@ import numpy as np
 import torch
 
 from lorastudio.config import TrainConfig
-from lorastudio.config_datasets import top_resolution
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
-from lorastudio.training.attention import (
-    apply_attention,
-    choose_attention,
-    prepare_denoiser_attention,
-    probe_shapes,
-)
+from lorastudio.training.attention import apply_attention, prepare_denoiser_attention
+from lorastudio.training.attention_early import PendingAttention, run_shapes, start_attention
+from lorastudio.training.attention_fa4 import keep_fa4_cache
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
     checkpoint_plan,
@@ -158,6 +154,7 @@ def train(
     a run folder that holds one is kept, resumable.
     """
     settings = settings or get_settings()
+    keep_fa4_cache(settings.fa4_cache_dir)  # before FA4 is imported: the run reuses its probe's kernels
     state = RunState()
     run: PreparedRun | None = None
     claimed = False
@@ -189,7 +186,8 @@ def train(
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
-                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device), meter)
+                stop = StopPoll(should_stop, state.ctx, run.device)
+                _run_phases(run, state, emit, stop, meter, settings.probe_cache_dir)
         except TrainingStopped as request:
             stopped, save = True, request.save
         if not main:
@@ -277,13 +275,14 @@ def _message(err: BaseException, attention: str = "default") -> str:
 
 
 def _run_phases(
-    run: PreparedRun, state: RunState, emit: Emit, stop: StopPoll, meter: DeviceMeter | None
+    run: PreparedRun, state: RunState, emit: Emit, stop: StopPoll, meter: DeviceMeter | None, probes: Path
 ) -> None:
     cfg, family, items = run.cfg, run.family, run.scan.items
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
     stop()
     plan, decided_by = _settled_plan(run, state)
+    attention = start_attention(run, plan, probes)  # auto's probe runs beside phases 1-2 (attention_early)
     rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -330,7 +329,7 @@ def _run_phases(
         prompt_conds = LivePromptConds(state.text_encoders, sample_texts(cfg, family))  # type: ignore[assignment]
     if cfg.sample_prompts and state.ctx.is_main:
         state.previews = SamplePreviews(run, prompt_conds)
-    params = _prepare_denoiser(run, state, emit, plan, decided_by, trials)
+    params = _prepare_denoiser(run, state, emit, plan, decided_by, trials, attention)
     stop()
     picker = CaptionPicker(
         [vs[0] for vs in variants],
@@ -385,21 +384,14 @@ def _prepare_latents(
         free_accelerator_memory(run.device)
 
 
-def _attention_shapes(
-    run: PreparedRun, plan: Plan, denoiser: torch.nn.Module
-) -> list[tuple[int, int, int, int]]:
-    """The attention shapes training.attention probes: the micro-batch, the denoiser's heads and
-    head dim, image tokens at the run's resolution (+ an edit run's control tokens, + the text
-    tokens)."""
-    spec, cfg = run.family.spec, run.cfg  # resolved: resolution and max_sequence_length filled
-    side = top_resolution(cfg.resolution) // (spec.vae_scale_factor * spec.patch_size)  # the largest
-    text = int(cfg.max_sequence_length or 0)  # None for SDXL, whose U-Net gives no shapes anyway
-    image = side * side * (1 + run.scan.controls_per_image())  # control tokens join the sequence
-    return probe_shapes(dict(getattr(denoiser, "config", {})), image, text, plan.micro_batch_size)
-
-
 def _prepare_denoiser(
-    run: PreparedRun, state: RunState, emit: Emit, plan: Plan, decided_by: str, trials: list[Any]
+    run: PreparedRun,
+    state: RunState,
+    emit: Emit,
+    plan: Plan,
+    decided_by: str,
+    trials: list[Any],
+    pending: PendingAttention,
 ) -> list[torch.nn.Parameter]:
     """Build the denoiser for `plan` (training/plan_build.py), keep it in `state` and emit
     PlanChosen (with the fallbacks known now). Returns the trainable LoRA parameters."""
@@ -411,13 +403,7 @@ def _prepare_denoiser(
     emit(Preparing(phase="denoiser", done=0, total=1))
     state.denoiser, state.lora_config, state.swap = built.denoiser, built.lora_config, built.swap
     state.plan = plan
-    attention = choose_attention(
-        cfg.attention_backend,
-        run.device,
-        run.dtype,
-        _attention_shapes(run, plan, built.denoiser),
-        masked=run.family.spec.masked_attention,
-    )
+    attention = pending.result(run.dtype, run_shapes(run, plan, getattr(built.denoiser, "config", {})))
     apply_attention(attention)  # process-wide until run_numerics exits
     prepare_denoiser_attention(built.denoiser, attention)  # cuDNN: contiguous grads; fa4: routing
     state.attention = attention.backend

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from lorastudio.config import family_problems
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build
-from lorastudio.training import attention
+from lorastudio.training import attention, attention_early
 from lorastudio.training.attention import (
     AttentionChoice,
     KernelProbe,
@@ -158,7 +158,7 @@ def test_a_run_on_cudnn_hooks_every_attention_module_and_a_flash_run_none(make_c
     monkeypatch.setattr(attention, "contiguous_attention_grads", spy)
     monkeypatch.setattr(loop, "apply_attention", lambda choice: None)
     for backend in ("flash", "cudnn"):
-        monkeypatch.setattr(loop, "choose_attention", lambda *_, b=backend, **_kw: AttentionChoice(b))
+        monkeypatch.setattr(attention_early, "choose_cached", lambda *_, b=backend, **_kw: AttentionChoice(b))
         events: list = []
         train(make_config("flux", steps=1, output_name=f"hooks-{backend}"), events.append, device="cpu")
         (plan,) = [e for e in events if e.type == "plan_chosen"]

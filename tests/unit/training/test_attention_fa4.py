@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from lorastudio.errors import ConfigError
 from lorastudio.tiny.models import build, qwen_image_transformer_inputs, z_image_transformer_inputs
-from lorastudio.training import attention, attention_fa4
+from lorastudio.training import attention, attention_early, attention_fa4
 from lorastudio.training.attention import (
     FA4_MARGIN,
     AttentionChoice,
@@ -229,7 +229,7 @@ def test_a_run_on_fa4_routes_the_denoiser_and_reports_it(make_config, monkeypatc
 
     monkeypatch.setattr(loop, "prepare_denoiser_attention", spy)
     monkeypatch.setattr(loop, "apply_attention", lambda choice: None)
-    monkeypatch.setattr(loop, "choose_attention", lambda *_, **_kw: AttentionChoice("fa4"))
+    monkeypatch.setattr(attention_early, "choose_cached", lambda *_, **_kw: AttentionChoice("fa4"))
     events: list = []
     result = train(make_config("flux", steps=2, output_name="fa4-run"), events.append, device="cpu")
     (plan,) = [e for e in events if e.type == "plan_chosen"]
