@@ -299,4 +299,9 @@ class EncodedPerStep:
         )
 
 
-LatentSource = CachedLatents | EncodedPerStep
+if TYPE_CHECKING:  # the on-disk cache's source (training/latents_disk.py) imports this module
+    from lorastudio.training.latents_disk import DiskLatents
+
+    LatentSource = CachedLatents | EncodedPerStep | DiskLatents
+else:
+    LatentSource = CachedLatents | EncodedPerStep

@@ -3,7 +3,9 @@
   preflight  config, engine settings, output folder, precision, dataset, model source (no I/O)
   phase 1    text encoders only: encode each unique caption once, free the encoders
   phase 2    VAE only: latent cache (posterior mean/std per crop/flip variant), free the VAE
-             (or keep it and encode every step when the cache would exceed its RAM budget)
+             (or keep it and encode every step when the cache would exceed its RAM budget);
+             latent_cache "disk" (or "auto" above the RAM budget) keeps it on disk across runs
+             (training/latents_disk.py)
   plan       how the denoiser phase runs (training/plan.py): the config's settings; with
              memory_budget_gb, the fastest measured plan that fits (after phase 2: trials use
              the run's conditioning and latents); a resume reuses its checkpoint's plan.
@@ -47,6 +49,7 @@ import torch
 from lorastudio.config import TrainConfig
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
+from lorastudio.data.disk_cache import cache_root, latent_mode
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
@@ -92,6 +95,7 @@ from lorastudio.training.latents import (
     build_latent_cache,
     cache_bytes,
 )
+from lorastudio.training.latents_disk import open_disk_latents
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
 from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
@@ -189,7 +193,7 @@ def train(
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
-                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device), meter)
+                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device), meter, settings)
         except TrainingStopped as request:
             stopped, save = True, request.save
         if not main:
@@ -277,7 +281,12 @@ def _message(err: BaseException, attention: str = "default") -> str:
 
 
 def _run_phases(
-    run: PreparedRun, state: RunState, emit: Emit, stop: StopPoll, meter: DeviceMeter | None
+    run: PreparedRun,
+    state: RunState,
+    emit: Emit,
+    stop: StopPoll,
+    meter: DeviceMeter | None,
+    settings: Settings,
 ) -> None:
     cfg, family, items = run.cfg, run.family, run.scan.items
     if run.device.type == "cuda":
@@ -310,7 +319,7 @@ def _run_phases(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
     stop()
-    source = _prepare_latents(run, state, rng, emit, stop)
+    source = _prepare_latents(run, state, rng, emit, stop, settings)
     stop()
     objective = make_objective(family, cfg, family.scheduler_config(model_source(cfg), cfg.revision))
     trials: list[Any] = []
@@ -358,7 +367,12 @@ def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
 
 
 def _prepare_latents(
-    run: PreparedRun, state: RunState, rng: np.random.Generator, emit: Emit, stop: StopPoll
+    run: PreparedRun,
+    state: RunState,
+    rng: np.random.Generator,
+    emit: Emit,
+    stop: StopPoll,
+    settings: Settings,
 ) -> LatentSource:
     cfg, family, items = run.cfg, run.family, run.scan.items
     emit(ModelLoadStarted(component="vae"))
@@ -376,9 +390,12 @@ def _prepare_latents(
         spec.vae_scale_factor,
         controls=run.scan.controls_per_image(),
     )
-    if need > cfg.latent_cache_max_gb * 1024**3:
+    mode = latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)  # data/disk_cache.py
+    if mode == "per_step":
         return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run
     try:
+        if mode == "disk":
+            return open_disk_latents(run, vae, rng, cache_root(settings), emit=emit, check_stop=stop)
         return build_latent_cache(family, vae, items, cfg, rng, device=run.device, emit=emit, check_stop=stop)
     finally:
         del vae
