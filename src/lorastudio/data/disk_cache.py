@@ -177,3 +177,8 @@ def latent_mode(setting: str, need_bytes: int, max_gb: float) -> str:
     if setting == "memory":
         return "memory" if fits else "per_step"
     return "memory" if fits else "disk"
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the shards under one model folder (0 when it does not exist)."""
+    return sum(p.stat().st_size for p in _shards(folder))

@@ -26,17 +26,17 @@ import copy
 import json
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from lorastudio.data.disk_cache import shard_key, shard_path, staging_name
+from lorastudio.data.disk_cache import shard_path, staging_name
+from lorastudio.data.latent_keys import Variant, encoder_parts, plan_variants
 from lorastudio.training.distributed import barrier, gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, Preparing
-from lorastudio.training.latents import LatentBatch, _draw, batch_mask, encode_controls, variant_flips
+from lorastudio.training.latents import LatentBatch, _draw, batch_mask, encode_controls
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -44,60 +44,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import Family
 
 KIND = "latents"
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One cached crop/flip variant of an image: its shard key, the rng as it was before its
-    crop draws (to decode it on a miss), and what LatentBatch reports of it."""
-
-    key: str
-    rng: np.random.Generator
-    flip: bool
-    original_size: tuple[int, int]  # (height, width) of the source
-    crop_top_left: tuple[int, int]  # (top, left) after the flip, as data.load_crop reports it
-
-
-def image_hashes(item: ImageItem) -> tuple[str, list[str]]:
-    """sha256 of an item's image bytes and of each of its control images (data.scan.file_sha256)."""
-    from lorastudio.data.pairs import control_folder_ids
-    from lorastudio.data.scan import file_sha256
-
-    controls = [file_sha256(p, f) for p, f in zip(item.controls, control_folder_ids(item), strict=True)]
-    return file_sha256(item.path, item.folder_id), controls
-
-
-def plan_variants(
-    items: Sequence[ImageItem], cfg: TrainConfig, rng: np.random.Generator, encoder: dict[str, Any]
-) -> list[list[Variant]]:
-    """Every image's cfg.cache_variants variants with their shard keys; advances `rng` exactly as
-    build_latent_cache does. `encoder`: the key parts of the encode (family, VAE fingerprint,
-    dtype, device kind). Reads every image's bytes (its hash), decodes none."""
-    from lorastudio.data.crop import crop_offset, resized_size
-
-    out = []
-    for item in items:
-        image, controls = image_hashes(item)
-        resized = resized_size(item.width, item.height, item.bucket)
-        variants = []
-        for flip in variant_flips(int(cfg.cache_variants), cfg.random_flip, rng):
-            before = copy.deepcopy(rng)
-            top, left = crop_offset(resized, item.bucket, random_crop=cfg.random_crop, rng=rng)
-            parts = {
-                **encoder,
-                "image": image,
-                "controls": controls,
-                "bucket": list(item.bucket),
-                "resized": list(resized),
-                "crop": [top, left],
-                "flip": flip,
-            }
-            shown_left = resized[0] - left - item.bucket[0] if flip else left
-            variants.append(
-                Variant(shard_key(parts), before, flip, (item.height, item.width), (top, shown_left))
-            )
-        out.append(variants)
-    return out
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as the preflight names them
 
 
 def _crc(tensors: dict[str, torch.Tensor]) -> str:
@@ -289,13 +236,8 @@ def open_disk_latents(
 
     cfg, spec = run.cfg, run.family.spec
     model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
-    encoder = {
-        "family": spec.name,
-        "vae": model,
-        "dtype": str(run.dtype),
-        "vae_in_fp32": bool(spec.vae_in_fp32),
-        "device": run.device.type,
-    }
+    dtype = str(run.dtype).removeprefix("torch.")
+    encoder = encoder_parts(spec, model, _DTYPE_NAMES.get(dtype, dtype), run.device.type)
     source, _ = build_disk_latents(
         run.family,
         vae,

@@ -157,3 +157,52 @@ def test_modes_and_clear():
     (stats,) = cache_stats(root)
     assert (stats.kind, stats.model, stats.files) == ("latents", "abc", 1)
     assert clear_cache(root) == stats.bytes and cache_stats(root) == []
+
+
+def test_cli_lists_and_clears_the_cache(make_config):
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+
+    _register()
+    _run(make_config, "cli", steps=1)
+    listed = CliRunner().invoke(app, ["cache", "ls"])
+    assert listed.exit_code == 0, listed.output
+    assert "latents" in listed.output and "total: 8 shards" in listed.output
+    missing = CliRunner().invoke(app, ["cache", "clear", "--model", "nope", "--yes"])
+    assert missing.exit_code != 0 and not missing.output.startswith("freed")
+    cleared = CliRunner().invoke(app, ["cache", "clear", "--yes"])
+    assert cleared.exit_code == 0 and cleared.output.startswith("freed 0.0")
+    assert _shards() == [] and "total: 0 shards" in CliRunner().invoke(app, ["cache", "ls"]).output
+
+
+def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_dataset, run_settings):
+    from lorastudio.jobs.hardware import HostInfo, precisions_for
+    from lorastudio.jobs.preflight import preflight_report
+    from lorastudio.jobs.validation import validate_run
+
+    cpu = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
+    settings = get_settings().ensure_dirs()
+    shutil.copytree(small_dataset, settings.datasets_dir / "small")
+    raw = run_settings("flux", tiny_model("flux"), Path("small"), {**AUGMENTED, "latent_cache": "disk"})
+
+    def section(name: str) -> dict:
+        run = validate_run({**raw, "output_name": name}, settings, live_output_names=set())
+        return preflight_report(run, cpu)["latent_cache"]
+
+    before = section("a")
+    assert (before["mode"], before["images"], before["images_cached"], before["disk_bytes"]) == ("disk", 4, 0, 0)
+    train(
+        validate_run({**raw, "output_name": "a"}, settings, live_output_names=set()).worker_config,
+        [].append,
+        device="cpu",
+    )
+    after = section("b")
+    assert after["images_cached"] == 4 and after["disk_bytes"] > 0 and "reuses 4 of 4" in after["note"]
+    shard = _shards()[0]
+    shard.unlink()
+    assert section("c")["images_cached"] == 3
+    auto = validate_run(
+        {**raw, "latent_cache": "auto", "output_name": "e"}, settings, live_output_names=set()
+    )
+    assert preflight_report(auto, cpu)["latent_cache"]["mode"] == "memory"
