@@ -1872,6 +1872,46 @@ export interface components {
              */
             validation?: components["schemas"]["ValidationPoint"][];
         };
+        /** LatentCacheOut */
+        LatentCacheOut: {
+            /**
+             * Disk Bytes
+             * @description on disk: that folder's size now, bytes
+             */
+            disk_bytes?: number | null;
+            /**
+             * Folder
+             * @description on disk: the shards' folder (this base's VAE)
+             */
+            folder?: string | null;
+            /**
+             * Images
+             * @description on disk: images the run caches
+             */
+            images?: number | null;
+            /**
+             * Images Cached
+             * @description on disk: images whose every variant is already cached (reused, not encoded)
+             */
+            images_cached?: number | null;
+            /**
+             * Mode
+             * @description what the run does: memory | disk | per_step (encoded every step)
+             */
+            mode: string;
+            /** Note */
+            note?: string | null;
+            /**
+             * Ram Gb
+             * @description RAM the in-memory cache would take (mean + std fp32 per variant), GB
+             */
+            ram_gb: number;
+            /**
+             * Setting
+             * @description latent_cache as set: auto | memory | disk | off
+             */
+            setting: string;
+        };
         /** LoraList */
         LoraList: {
             /** Loras */
@@ -2464,6 +2504,7 @@ export interface components {
             dataset: components["schemas"]["PreflightDataset"];
             family?: components["schemas"]["PreflightFamily"] | null;
             host: components["schemas"]["HostOut"];
+            latent_cache?: components["schemas"]["LatentCacheOut"] | null;
             memory: components["schemas"]["MemoryEstimate"];
             plan: components["schemas"]["PreflightPlan"];
             precision: components["schemas"]["PrecisionPlan"];
@@ -3285,8 +3326,15 @@ export interface components {
              */
             kohya_folders?: boolean;
             /**
+             * Latent Cache
+             * @description where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), off (encoded every step)
+             * @default auto
+             * @enum {string}
+             */
+            latent_cache?: "auto" | "memory" | "disk" | "off";
+            /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, encode per step
+             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
              * @default 8
              */
             latent_cache_max_gb?: number;
@@ -3855,8 +3903,15 @@ export interface components {
              */
             kohya_folders: boolean;
             /**
+             * Latent Cache
+             * @description where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), off (encoded every step)
+             * @default auto
+             * @enum {string}
+             */
+            latent_cache: "auto" | "memory" | "disk" | "off";
+            /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, encode per step
+             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
              * @default 8
              */
             latent_cache_max_gb: number;
