@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "lorastudio-encoded-v1"
-KINDS = ("latents",)
+KINDS = ("latents", "text")
 FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
 SAMPLES = 64  # chunks sampled from a larger file
 SAMPLE_BYTES = 64 * 1024

@@ -48,9 +48,11 @@ _DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as 
 
 
 def _crc(tensors: dict[str, torch.Tensor]) -> str:
+    """crc32 over the tensors' bytes, in name order (any dtype: bf16 and bool too)."""
     crc = 0
     for name in sorted(tensors):
-        crc = zlib.crc32(tensors[name].contiguous().numpy().view(np.uint8).reshape(-1), crc)
+        flat = tensors[name].contiguous().reshape(-1)
+        crc = zlib.crc32(flat.view(torch.uint8).numpy() if flat.numel() else b"", crc)
     return f"{crc:08x}"
 
 
@@ -70,9 +72,12 @@ def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> bool:
     return True
 
 
-def read_shard(path: Path, shape: tuple[int, ...] | None = None) -> dict[str, torch.Tensor] | None:
+def read_shard(
+    path: Path, shape: tuple[int, ...] | None = None, required: tuple[str, ...] = ("mean", "std")
+) -> dict[str, torch.Tensor] | None:
     """A shard's tensors (memory-mapped by safe_open, copied out), or None when it is missing,
-    truncated, unreadable, fails its crc32, or its mean is not `shape` (when given)."""
+    truncated, unreadable, fails its crc32, lacks a `required` tensor, or its mean is not
+    `shape` (when given)."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -81,7 +86,7 @@ def read_shard(path: Path, shape: tuple[int, ...] | None = None) -> dict[str, to
             tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 (no __iter__)
     except (OSError, SafetensorError, RuntimeError, json.JSONDecodeError):
         return None
-    if "mean" not in tensors or "std" not in tensors or crc != _crc(tensors):
+    if any(name not in tensors for name in required) or crc != _crc(tensors):
         return None
     if shape is not None and tuple(tensors["mean"].shape) != shape:
         return None

@@ -38,6 +38,7 @@ only rank 0 emits events and writes files, and stop requests are agreed on by ev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,7 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
 from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, edit_prompts, encode_texts
+from lorastudio.training.conditioning_disk import encode_texts_on_disk
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -315,7 +317,10 @@ def _run_phases(
     texts = [to_encode, samples, held]
     if cfg.train_text_encoder:  # encoded in every step (the picked variant), through the TE LoRA
         texts = [[], [], []]
-    conds, prompt_conds, state.held_out_conds = encode_texts(
+    encode = encode_texts
+    if _latent_mode(run) == "disk" and not sees and not cfg.train_text_encoder:  # captions on disk too
+        encode = functools.partial(encode_texts_on_disk, root=cache_root(settings))  # conditioning_disk.py
+    conds, prompt_conds, state.held_out_conds = encode(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
     stop()
@@ -366,6 +371,19 @@ def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
     return resolve_fixed_plan(cfg, run.device), "settings"
 
 
+def _latent_mode(run: PreparedRun) -> str:
+    """memory | disk | per_step (data/disk_cache.latent_mode) for the run's cache size."""
+    cfg, spec = run.cfg, run.family.spec
+    need = cache_bytes(
+        [it.bucket for it in run.scan.items],
+        int(cfg.cache_variants),
+        spec.latent_channels,
+        spec.vae_scale_factor,
+        controls=run.scan.controls_per_image(),
+    )
+    return latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
+
+
 def _prepare_latents(
     run: PreparedRun,
     state: RunState,
@@ -382,15 +400,7 @@ def _prepare_latents(
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
         state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)
         state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
-    spec = family.spec
-    need = cache_bytes(
-        [it.bucket for it in items],
-        int(cfg.cache_variants),
-        spec.latent_channels,
-        spec.vae_scale_factor,
-        controls=run.scan.controls_per_image(),
-    )
-    mode = latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)  # data/disk_cache.py
+    mode = _latent_mode(run)
     if mode == "per_step":
         return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run
     try:

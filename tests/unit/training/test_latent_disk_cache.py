@@ -37,8 +37,23 @@ def encodes(monkeypatch) -> list[int]:
     return calls
 
 
-def _shards() -> list[Path]:
-    return sorted((cache_root(get_settings()) / "latents").rglob("*.safetensors"))
+@pytest.fixture
+def text_encodes(monkeypatch) -> list[str]:
+    """The captions the runs of a test encode (the FLUX.1 family's encode_prompts, recorded)."""
+    cls = type(families.get("flux"))
+    real = cls.encode_prompts
+    seen: list[str] = []
+
+    def recording(self, encoders, prompts, cfg, **kwargs):
+        seen.extend(prompts)
+        return real(self, encoders, prompts, cfg, **kwargs)
+
+    monkeypatch.setattr(cls, "encode_prompts", recording)
+    return seen
+
+
+def _shards(kind: str = "latents") -> list[Path]:
+    return sorted((cache_root(get_settings()) / kind).rglob("*.safetensors"))
 
 
 def _run(make_config, name: str, **overrides):
@@ -48,13 +63,15 @@ def _run(make_config, name: str, **overrides):
     return result, events
 
 
-def test_a_second_run_encodes_nothing_and_trains_bitwise_alike(make_config, encodes):
+def test_a_second_run_encodes_nothing_and_trains_bitwise_alike(make_config, encodes, text_encodes):
     first, _ = _run(make_config, "first")
     assert len(encodes) == 4 and set(encodes) == {2}  # 4 images, their 2 variants in one call each
     assert len(_shards()) == 8 and not list(cache_root(get_settings()).rglob("*.tmp"))
+    assert len(text_encodes) == 4 and len(_shards("text")) == 4  # the 4 captions
     encodes.clear()
+    text_encodes.clear()
     second, events = _run(make_config, "second")
-    assert encodes == []
+    assert encodes == [] and text_encodes == []
     latents = [e for e in events if e.type == "preparing" and e.phase == "latents"]
     assert (latents[0].done, latents[0].total) == (4, 4)  # every image found on disk
     assert second.losses == first.losses
@@ -63,12 +80,16 @@ def test_a_second_run_encodes_nothing_and_trains_bitwise_alike(make_config, enco
 
 
 def test_changed_image_bucket_or_vae_re_encodes_only_what_changed(
-    make_config, encodes, small_dataset, tmp_path
+    make_config, encodes, text_encodes, small_dataset, tmp_path
 ):
     data = tmp_path / "data"
     shutil.copytree(small_dataset, data)
     _run(make_config, "a", data_dir=str(data))
     encodes.clear()
+    text_encodes.clear()
+    sorted(data.glob("*.txt"))[1].write_text("a new caption")
+    _run(make_config, "a2", data_dir=str(data))
+    assert encodes == [] and text_encodes == ["a new caption"]  # only the changed caption
     image = sorted(data.glob("*.png"))[0]
     from PIL import Image
 
@@ -168,12 +189,15 @@ def test_cli_lists_and_clears_the_cache(make_config):
     _run(make_config, "cli", steps=1)
     listed = CliRunner().invoke(app, ["cache", "ls"])
     assert listed.exit_code == 0, listed.output
-    assert "latents" in listed.output and "total: 8 shards" in listed.output
+    assert "latents" in listed.output and "total: 12 shards" in listed.output  # 8 latents, 4 captions
     missing = CliRunner().invoke(app, ["cache", "clear", "--model", "nope", "--yes"])
     assert missing.exit_code != 0 and not missing.output.startswith("freed")
     cleared = CliRunner().invoke(app, ["cache", "clear", "--yes"])
     assert cleared.exit_code == 0 and cleared.output.startswith("freed 0.0")
-    assert _shards() == [] and "total: 0 shards" in CliRunner().invoke(app, ["cache", "ls"]).output
+    assert (
+        _shards() == _shards("text") == []
+        and "total: 0 shards" in CliRunner().invoke(app, ["cache", "ls"]).output
+    )
 
 
 def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_dataset, run_settings):
@@ -191,7 +215,12 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
         return preflight_report(run, cpu)["latent_cache"]
 
     before = section("a")
-    assert (before["mode"], before["images"], before["images_cached"], before["disk_bytes"]) == ("disk", 4, 0, 0)
+    assert (before["mode"], before["images"], before["images_cached"], before["disk_bytes"]) == (
+        "disk",
+        4,
+        0,
+        0,
+    )
     train(
         validate_run({**raw, "output_name": "a"}, settings, live_output_names=set()).worker_config,
         [].append,
