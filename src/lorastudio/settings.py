@@ -9,7 +9,7 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another
   cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
-  cache/encoded/      VAE latents of runs with latent_cache "disk" (data/disk_cache.py), kept across
+  cache/encoded/      VAE latents and caption embeddings of runs with latent_cache "disk" (data/disk_cache.py), kept across
                       runs; LORASTUDIO_CACHE_DIR puts them elsewhere; `lorastudio cache ls|clear`
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo

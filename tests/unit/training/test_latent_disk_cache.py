@@ -235,3 +235,13 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
         {**raw, "latent_cache": "auto", "output_name": "e"}, settings, live_output_names=set()
     )
     assert preflight_report(auto, cpu)["latent_cache"]["mode"] == "memory"
+
+
+def test_shards_the_disk_refuses_stay_in_ram_for_the_run(make_config, monkeypatch):
+    from lorastudio.training import conditioning_disk, latents_disk
+
+    first, _ = _run(make_config, "first", latent_cache="memory")
+    monkeypatch.setattr(latents_disk, "write_shard", lambda path, tensors: False)  # a full disk
+    monkeypatch.setattr(conditioning_disk, "write_shard", lambda path, tensors: False)
+    full, _ = _run(make_config, "full")
+    assert full.losses == first.losses and _shards() == _shards("text") == []
