@@ -185,7 +185,8 @@ def test_cli_lists_and_clears_the_cache(make_config):
 
     from lorastudio.cli.app import _register, app
 
-    _register()
+    if not app.registered_commands:
+        _register()
     _run(make_config, "cli", steps=1)
     listed = CliRunner().invoke(app, ["cache", "ls"])
     assert listed.exit_code == 0, listed.output

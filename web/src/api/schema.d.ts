@@ -4,6 +4,31 @@
  */
 
 export interface paths {
+    "/api/cache": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Cache
+         * @description Each (kind, encoder fingerprint) folder of the cache with its shards and bytes.
+         */
+        get: operations["list_cache_api_cache_get"];
+        put?: never;
+        post?: never;
+        /**
+         * Clear
+         * @description Remove the cache (or one model's shards). 409 while a training job is live (it may be
+         *     reading them), 404 for an unknown model.
+         */
+        delete: operations["clear_api_cache_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/captions/events": {
         parameters: {
             query?: never;
@@ -1051,6 +1076,43 @@ export interface components {
              * @description "sample round", "checkpoint", "saving the LoRA", ...
              */
             work: string;
+        };
+        /** CacheClearedOut */
+        CacheClearedOut: {
+            /** Freed Bytes */
+            freed_bytes: number;
+        };
+        /** CacheEntryOut */
+        CacheEntryOut: {
+            /** Bytes */
+            bytes: number;
+            /** Files */
+            files: number;
+            /**
+             * Kind
+             * @description latents (VAE posteriors) | text (caption embeddings)
+             */
+            kind: string;
+            /**
+             * Model
+             * @description the encoder's content fingerprint (one per base model's VAE / text encoders)
+             */
+            model: string;
+        };
+        /** CacheOut */
+        CacheOut: {
+            /**
+             * Bytes
+             * @description all entries together
+             */
+            bytes: number;
+            /** Entries */
+            entries: components["schemas"]["CacheEntryOut"][];
+            /**
+             * Folder
+             * @description where the cache lives (LORASTUDIO_CACHE_DIR, default <home>/cache/encoded)
+             */
+            folder: string;
         };
         /** CaptionBody */
         CaptionBody: {
@@ -4337,6 +4399,126 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    list_cache_api_cache_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CacheOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    clear_api_cache_delete: {
+        parameters: {
+            query?: {
+                /** @description only this encoder fingerprint */
+                model?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CacheClearedOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     events_api_captions_events_get: {
         parameters: {
             query?: {
