@@ -246,3 +246,35 @@ def test_shards_the_disk_refuses_stay_in_ram_for_the_run(make_config, monkeypatc
     monkeypatch.setattr(conditioning_disk, "write_shard", lambda path, tensors: False)
     full, _ = _run(make_config, "full")
     assert full.losses == first.losses and _shards() == _shards("text") == []
+
+
+def test_a_paired_run_caches_its_control_latents_and_re_encodes_a_changed_control(
+    make_config, small_pairs, tmp_path, monkeypatch
+):
+    data = tmp_path / "pairs"
+    shutil.copytree(small_pairs, data)
+    settings = {**AUGMENTED, "data_dir": str(data)}
+    cls = type(families.get("flux-kontext"))
+    calls: list[int] = []
+    real = cls.encode_controls
+
+    def counting(self, vae, pixels):
+        calls.append(int(pixels.shape[0]))
+        return real(self, vae, pixels)
+
+    monkeypatch.setattr(cls, "encode_controls", counting)
+
+    def run(name: str, mode: str = "disk"):
+        cfg = make_config("flux-kontext", output_name=name, latent_cache=mode, **settings)
+        return train(cfg, [].append, device="cpu")
+
+    memory = run("m", "memory")
+    first = run("a")
+    assert first.losses == memory.losses and all("controls" in load_file(str(s)) for s in _shards())
+    calls.clear()
+    second = run("b")
+    assert calls == [] and second.losses == first.losses
+    controls = sorted((data / "control").glob("*.png"))
+    shutil.copy(controls[1], controls[0])  # another control image for the first target
+    run("c")
+    assert len(calls) == 1  # the one target whose control changed
