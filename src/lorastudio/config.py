@@ -24,6 +24,7 @@ LrScheduler = Literal[
 ]
 BasePrecision = Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "nf4"]
 CheckpointingMode = Literal["auto", "off", "selective", "full"]
+LatentCacheMode = Literal["auto", "memory", "disk", "off"]
 TimestepSampling = Literal["logit_normal", "uniform", "sigmoid"]
 LoraFormat = Literal["diffusers", "kohya"]
 CompileMode = Literal["off", "on", "auto", "wide"]
@@ -136,7 +137,17 @@ class TrainConfig(BaseModel):
         description="crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
     )
     latent_cache_max_gb: float = Field(
-        default=8.0, ge=0, le=1024, description="RAM budget of the latent cache; above it, encode per step"
+        default=8.0,
+        ge=0,
+        le=1024,
+        description="RAM budget of the latent cache; above it, the disk cache (auto) or encode per step",
+    )
+    # issue 31 part 6: the on-disk latent cache (data/disk_cache.py, training/latents_disk.py)
+    latent_cache: LatentCacheMode = Field(
+        default="auto",
+        description="where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded "
+        "per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), "
+        "off (encoded every step)",
     )
     trigger_word: str | None = Field(default=None, max_length=200, description="prepended to captions")
     default_caption: str | None = Field(

@@ -13,6 +13,8 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
                       torch / cuDNN / FA4 versions, dtype and shapes (training/probe_cache.py)
   cache/fa4/          FlashAttention-4's compiled kernels (its JIT cache), shared by the probe
                       and the run unless FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED / _DIR are set
+  cache/encoded/      VAE latents and caption embeddings of runs with latent_cache "disk" (data/disk_cache.py), kept across
+                      runs; LORASTUDIO_CACHE_DIR puts them elsewhere; `lorastudio cache ls|clear`
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
@@ -78,6 +80,10 @@ class Settings(BaseSettings):
             " it starts), so that under load they yield the CPU to training (the job dispatcher"
             " thread and the training workers keep the server's original priority); 0 = off"
         ),
+    )
+    cache_dir: Path | None = Field(
+        default=None,
+        description="folder of the on-disk encode cache (latent_cache = disk); default <home>/cache/encoded",
     )
     cpu_data_parallel: bool = Field(
         default=False,

@@ -35,7 +35,18 @@ from lorastudio.api.deps import require_token
 from lorastudio.api.errors import install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
-from lorastudio.api.routes import captions, datasets, generate, info, loras, models, run_files, runs, train
+from lorastudio.api.routes import (
+    cache,
+    captions,
+    datasets,
+    generate,
+    info,
+    loras,
+    models,
+    run_files,
+    runs,
+    train,
+)
 from lorastudio.api.schemas import ERROR_RESPONSES
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.childenv import drop_process_secrets
@@ -99,7 +110,7 @@ def create_app(
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(require_token)]
     _add_docs(app, guarded)
-    for module in (train, runs, run_files, datasets, captions, loras, generate, info, models):
+    for module in (train, runs, run_files, datasets, captions, loras, generate, info, models, cache):
         app.include_router(module.router, dependencies=guarded, responses=ERROR_RESPONSES)
     if web_dist.is_dir():
         app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")

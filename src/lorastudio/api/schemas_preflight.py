@@ -183,6 +183,20 @@ class PreflightFamily(_Out):
     )
 
 
+class LatentCacheOut(_Out):
+    setting: str = Field(description="latent_cache as set: auto | memory | disk | off")
+    mode: str = Field(description="what the run does: memory | disk | per_step (encoded every step)")
+    ram_gb: float = Field(description="RAM the in-memory cache would take (mean + std fp32 per variant), GB")
+    folder: str | None = Field(default=None, description="on disk: the shards' folder (this base's VAE)")
+    disk_bytes: int | None = Field(default=None, description="on disk: that folder's size now, bytes")
+    images: int | None = Field(default=None, description="on disk: images the run caches")
+    images_cached: int | None = Field(
+        default=None,
+        description="on disk: images whose every variant is already cached (reused, not encoded)",
+    )
+    note: str | None = None
+
+
 class PreflightOut(_Out):
     config: TrainConfigOut = Field(description="the resolved TrainConfig")
     dataset: PreflightDataset
@@ -190,5 +204,6 @@ class PreflightOut(_Out):
     precision: PrecisionPlan
     plan: PreflightPlan
     memory: MemoryEstimate
+    latent_cache: LatentCacheOut | None = None
     host: HostOut
     family: PreflightFamily | None = None

@@ -61,6 +61,9 @@ def _register() -> None:
     from lorastudio.cli import lora_cmd
 
     lora_cmd.register(app)
+    from lorastudio.cli import cache_cmd
+
+    cache_cmd.register(app)
 
 
 def main() -> None:

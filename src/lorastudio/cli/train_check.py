@@ -178,6 +178,12 @@ def print_report(report: dict[str, Any]) -> None:
         free = "unknown" if mem.get("available_gb") is None else f"{mem['available_gb']} GB"
         sure = "" if mem.get("host_certain") else " (not measured on this kind of host: a guide)"
         echo(f"host RAM: ~{mem['host_gb']} GB at the peak, {free} available{sure}")
+    cache = report.get("latent_cache")
+    if cache:
+        where = {"memory": "in RAM", "disk": "on disk", "per_step": "none: encoded every step"}[cache["mode"]]
+        echo(f"latent cache: {where} (latent_cache = {cache['setting']}; {cache['ram_gb']} GB in RAM)")
+        if cache["mode"] == "disk":
+            echo(f"  {cache['note']}; {cache['folder']} holds {cache['disk_bytes'] / 1e9:.3f} GB")
     if mem.get("host_warning"):
         typer.secho(f"warning: {mem['host_warning']}", fg=typer.colors.YELLOW)
     for line in warnings(report):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -27,9 +28,39 @@ from lorastudio.errors import DatasetError
 _HASH_CHUNK = 1 << 20
 
 
+_HASH_MEMO_MAX = 200_000
+_hash_memo: dict[tuple, str] = {}  # (path, folder, dev, inode, size, mtime, ctime) -> sha256
+
+
 def file_sha256(path: Path, folder_id: FolderId | None = None) -> str:
-    """Hex sha256 of a dataset file's bytes (opened as `safe_open.open_in_folder` does).
-    Raises DatasetError if it cannot be read."""
+    """Hex sha256 of a dataset file's bytes (opened as `safe_open.open_in_folder` does),
+    remembered per process while the file's (device, inode, size, mtime, ctime) stay the same (the scan's
+    fingerprint and the on-disk latent cache's keys hash the same files). Raises DatasetError if
+    it cannot be read."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        memo_key: tuple | None = (
+            str(path),
+            folder_id,
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+        )
+    except OSError:
+        memo_key = None
+    if memo_key is not None and memo_key in _hash_memo:
+        return _hash_memo[memo_key]
+    hexdigest = _read_sha256(path, folder_id)
+    if memo_key is not None:
+        if len(_hash_memo) >= _HASH_MEMO_MAX:
+            _hash_memo.clear()
+        _hash_memo[memo_key] = hexdigest
+    return hexdigest
+
+
+def _read_sha256(path: Path, folder_id: FolderId | None) -> str:
     digest = hashlib.sha256()
     try:
         with open_in_folder(path, folder_id) as fh:

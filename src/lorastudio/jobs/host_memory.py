@@ -15,10 +15,11 @@ so the peak is the process's base plus the largest phase:
             encoder's first level (and the decoder's last, for samples) holds c0 x H x W tensors,
             which dwarf everything else of a tiny model at high resolution
     pixels  the largest bucket's W x H (the run's resolution when no bucket is known)
-    K       images encoded in one VAE call: cache_variants per image when the latent cache fits
-            latent_cache_max_gb, else the batch (encoded every step); 1 for a sample decode
+    K       images encoded in one VAE call: cache_variants per image when the latents are cached
+            (in RAM or on disk), else the batch (encoded every step); 1 for a sample decode
     cache   the latent cache held in RAM (mean + std fp32 per variant, as
-            training.latents.cache_bytes), 0 when it exceeds latent_cache_max_gb
+            training.latents.cache_bytes) when latent_cache puts it in memory (data/disk_cache.
+            latent_mode); 0 on disk (a batch's shards are read per step) or encoded per step
 
 On CPU the weights and activations live in host RAM (weights in the run's dtype: fp32 for auto;
 activations as jobs.preflight.estimate_memory_gb). On CUDA they live on the GPU and host RAM
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
 from lorastudio.config_datasets import top_resolution
+from lorastudio.data.disk_cache import latent_mode
 from lorastudio.errors import HostMemoryShort
 
 if TYPE_CHECKING:
@@ -92,9 +94,11 @@ def host_memory_forecast(
         for (w, h), n in zip(sizes, buckets.values(), strict=False)
     )
     cache = cells * spec.latent_channels * variants * (2 + controls) * 4 / 1e9
-    if cache > cfg.latent_cache_max_gb * 1024**3 / 1e9:
+    mode = latent_mode(cfg.latent_cache, int(cache * 1e9), cfg.latent_cache_max_gb)
+    if mode == "per_step":
         cache, encoded_at_once = 0.0, cfg.batch_size * (1 + controls)
-    else:
+    else:  # memory: the set's posteriors in RAM; disk: only a batch's shards (read per step)
+        cache = cache if mode == "memory" else 0.0
         encoded_at_once = variants * (1 + controls) if controls else variants
     compute = "bf16" if plan.base_precision in ("fp8", "int8", "nf4") else plan.base_precision
     act_bytes = _DTYPE_BYTES.get(compute, 4)

@@ -30,6 +30,7 @@ from lorastudio.data.upscaling import upscale_warning
 from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
+from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
 from lorastudio.jobs.validation import ValidatedRun
 from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
@@ -40,6 +41,7 @@ from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_mem
     denoiser_param_split,
     estimate_memory_gb,
 )
+from lorastudio.settings import get_settings
 
 # Lightest first: the precision a memory budget may fall back to (auto never picks fp8).
 _LIGHTEST_PRECISIONS = ("nf4", "int8", "bf16", "fp16", "fp32")
@@ -124,6 +126,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
         "plan": plan,
         "conditioning": conditioning_section(cfg),
         "memory": _memory_section(cfg, run.model_dir, host, scan),
+        "latent_cache": latent_cache_section(cfg, scan, host, dtype, get_settings()),
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
     }

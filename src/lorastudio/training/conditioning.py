@@ -199,11 +199,14 @@ def encode_texts(
     emit: Emit,
     check_stop: Callable[[], None],
     notes: list[str] | None = None,
+    sink: Callable[[int, str, dict[str, torch.Tensor]], bool] | None = None,
 ) -> list[Conditioning]:
     """Like encode_captions, for several groups of texts (e.g. the captions, then the sample
     prompts) with one load of the encoders. Each group is chunked on its own, so a group's
     tensors are those it would get encoded alone. Returns one cond_key -> tensors dict per group
     (an EditPrompt is encoded with its control images and keyed by caption + controls).
+    `sink(group, key, tensors)` (optional) is handed each text's tensors as they come; a text it
+    returns True for is left out of the result (the on-disk cache took it: conditioning_disk.py).
 
     With cfg.memory_budget_gb on a CUDA device the encoders are loaded on the CPU first and moved
     to the device only when they fit the budget (`encoder_placement`); otherwise they encode on
@@ -250,7 +253,8 @@ def encode_texts(
             for index, result in zip(members, gather_round(encoded, ctx), strict=False):
                 group, texts = chunks[index]
                 for text, tensors in zip(texts, result, strict=True):
-                    out[group][_key(text)] = tensors
+                    if sink is None or not sink(group, _key(text), tensors):
+                        out[group][_key(text)] = tensors
                 done += len(texts)
             emit(Preparing(phase="conditioning", done=done, total=total))
     finally:

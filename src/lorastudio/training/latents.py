@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lorastudio.data.latent_keys import variant_flips
 from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, Preparing
 
@@ -52,16 +53,6 @@ def cache_bytes(
     per image of bucket (w, h)."""
     cells = sum((w // scale) * (h // scale) for w, h in buckets)
     return cells * channels * variants * (2 + controls) * 4
-
-
-def variant_flips(variants: int, random_flip: bool, rng: np.random.Generator) -> list[bool]:
-    """Flip flags of an image's cached variants: alternating (half flipped) when there are
-    several, a coin toss for a single variant, none without random_flip."""
-    if not random_flip:
-        return [False] * variants
-    if variants == 1:
-        return [bool(rng.random() < 0.5)]
-    return [v % 2 == 1 for v in range(variants)]
 
 
 def _draw(mean: torch.Tensor, std: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -299,4 +290,9 @@ class EncodedPerStep:
         )
 
 
-LatentSource = CachedLatents | EncodedPerStep
+if TYPE_CHECKING:  # the on-disk cache's source (training/latents_disk.py) imports this module
+    from lorastudio.training.latents_disk import DiskLatents
+
+    LatentSource = CachedLatents | EncodedPerStep | DiskLatents
+else:
+    LatentSource = CachedLatents | EncodedPerStep

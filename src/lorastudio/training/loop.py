@@ -3,7 +3,9 @@
   preflight  config, engine settings, output folder, precision, dataset, model source (no I/O)
   phase 1    text encoders only: encode each unique caption once, free the encoders
   phase 2    VAE only: latent cache (posterior mean/std per crop/flip variant), free the VAE
-             (or keep it and encode every step when the cache would exceed its RAM budget)
+             (or keep it and encode every step when the cache would exceed its RAM budget);
+             latent_cache "disk" (or "auto" above the RAM budget) keeps it on disk across runs
+             (training/latents_disk.py)
   plan       how the denoiser phase runs (training/plan.py): the config's settings; with
              memory_budget_gb, the fastest measured plan that fits (after phase 2: trials use
              the run's conditioning and latents); a resume reuses its checkpoint's plan.
@@ -36,6 +38,7 @@ only rank 0 emits events and writes files, and stop requests are agreed on by ev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +49,7 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
+from lorastudio.data.disk_cache import cache_root, latent_mode
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
@@ -61,6 +65,7 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
 from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, edit_prompts, encode_texts
+from lorastudio.training.conditioning_disk import encode_texts_on_disk
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -88,6 +93,7 @@ from lorastudio.training.latents import (
     build_latent_cache,
     cache_bytes,
 )
+from lorastudio.training.latents_disk import open_disk_latents
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
 from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
@@ -186,8 +192,7 @@ def train(
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
-                stop = StopPoll(should_stop, state.ctx, run.device)
-                _run_phases(run, state, emit, stop, meter, settings.probe_cache_dir)
+                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device), meter, settings)
         except TrainingStopped as request:
             stopped, save = True, request.save
         if not main:
@@ -275,14 +280,19 @@ def _message(err: BaseException, attention: str = "default") -> str:
 
 
 def _run_phases(
-    run: PreparedRun, state: RunState, emit: Emit, stop: StopPoll, meter: DeviceMeter | None, probes: Path
+    run: PreparedRun,
+    state: RunState,
+    emit: Emit,
+    stop: StopPoll,
+    meter: DeviceMeter | None,
+    settings: Settings,
 ) -> None:
     cfg, family, items = run.cfg, run.family, run.scan.items
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
     stop()
     plan, decided_by = _settled_plan(run, state)
-    attention = start_attention(run, plan, probes)  # auto's probe runs beside phases 1-2 (attention_early)
+    attention = start_attention(run, plan, settings.probe_cache_dir)  # auto's probe runs beside phases 1-2 (attention_early)
     rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -305,11 +315,14 @@ def _run_phases(
     texts = [to_encode, samples, held]
     if cfg.train_text_encoder:  # encoded in every step (the picked variant), through the TE LoRA
         texts = [[], [], []]
-    conds, prompt_conds, state.held_out_conds = encode_texts(
+    encode = encode_texts
+    if _latent_mode(run) == "disk" and not sees and not cfg.train_text_encoder:  # captions on disk too
+        encode = functools.partial(encode_texts_on_disk, root=cache_root(settings))  # conditioning_disk.py
+    conds, prompt_conds, state.held_out_conds = encode(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
     stop()
-    source = _prepare_latents(run, state, rng, emit, stop)
+    source = _prepare_latents(run, state, rng, emit, stop, settings)
     stop()
     objective = make_objective(family, cfg, family.scheduler_config(model_source(cfg), cfg.revision))
     trials: list[Any] = []
@@ -356,8 +369,26 @@ def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
     return resolve_fixed_plan(cfg, run.device), "settings"
 
 
+def _latent_mode(run: PreparedRun) -> str:
+    """memory | disk | per_step (data/disk_cache.latent_mode) for the run's cache size."""
+    cfg, spec = run.cfg, run.family.spec
+    need = cache_bytes(
+        [it.bucket for it in run.scan.items],
+        int(cfg.cache_variants),
+        spec.latent_channels,
+        spec.vae_scale_factor,
+        controls=run.scan.controls_per_image(),
+    )
+    return latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
+
+
 def _prepare_latents(
-    run: PreparedRun, state: RunState, rng: np.random.Generator, emit: Emit, stop: StopPoll
+    run: PreparedRun,
+    state: RunState,
+    rng: np.random.Generator,
+    emit: Emit,
+    stop: StopPoll,
+    settings: Settings,
 ) -> LatentSource:
     cfg, family, items = run.cfg, run.family, run.scan.items
     emit(ModelLoadStarted(component="vae"))
@@ -367,17 +398,12 @@ def _prepare_latents(
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
         state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)
         state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
-    spec = family.spec
-    need = cache_bytes(
-        [it.bucket for it in items],
-        int(cfg.cache_variants),
-        spec.latent_channels,
-        spec.vae_scale_factor,
-        controls=run.scan.controls_per_image(),
-    )
-    if need > cfg.latent_cache_max_gb * 1024**3:
+    mode = _latent_mode(run)
+    if mode == "per_step":
         return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run
     try:
+        if mode == "disk":
+            return open_disk_latents(run, vae, rng, cache_root(settings), emit=emit, check_stop=stop)
         return build_latent_cache(family, vae, items, cfg, rng, device=run.device, emit=emit, check_stop=stop)
     finally:
         del vae

@@ -147,3 +147,13 @@ def test_the_forecast_is_within_15_percent_of_measured_cpu_runs(tmp_path: Path, 
         for resolution in (256, 1024):
             point = measure(family, folder, data, resolution, tmp_path / "home")
             assert abs(point["error_pct"]) <= 15, point
+
+
+def test_the_disk_cache_keeps_the_latents_out_of_ram(settings: Settings, model: Path) -> None:
+    memory = _forecast(settings, _cfg(model, resolution=1024, latent_cache="memory"))
+    disk = _forecast(settings, _cfg(model, resolution=1024, latent_cache="disk"))
+    over = _forecast(settings, _cfg(model, resolution=1024, latent_cache_max_gb=0))  # auto: disk
+    run = validate_run(_cfg(model, resolution=1024), settings, live_output_names=set())
+    engine = cache_bytes([it.bucket for it in run.scan.items], 1, 16, 8) / 1e9
+    assert memory["phases"]["denoiser"] - disk["phases"]["denoiser"] == pytest.approx(engine, abs=0.001)
+    assert disk["phases"] == over["phases"] and disk["phases"]["latents"] == over["phases"]["latents"]

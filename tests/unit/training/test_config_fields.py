@@ -30,7 +30,9 @@ CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
     "random_crop": ({}, True, "run"),
     "random_flip": ({}, True, "run"),
     "cache_variants": ({"random_crop": True}, 2, "run"),
-    "latent_cache_max_gb": ({}, 0.0, "run"),
+    "latent_cache_max_gb": ({"latent_cache": "memory"}, 0.0, "run"),  # over it: encoded per step
+    # "disk" trains like "memory" (test_latent_disk_cache: bitwise); "off" draws crops every step
+    "latent_cache": ({}, "off", "run"),
     "trigger_word": ({}, "sks", "run"),
     "default_caption": ({"trigger_word": "sks", "data_dir": "<partly captioned>"}, "a shape", "run"),
     "caption_dropout": ({}, 0.5, "run"),

@@ -115,6 +115,12 @@ def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, 
         # training methods (issue 28): Prodigy, EMA and LoKr across ranks
         "methods": ("train", make_config(output_name="ddp", num_gpus=WORLD, **METHODS), None),
         "caches": ("caches", _caches_config(make_config), None),
+        # issue 31 part 6: the on-disk latent and caption cache, written and read by both ranks
+        "disk": (
+            "train",
+            make_config(steps=4, batch_size=2, output_name="ddp", num_gpus=WORLD, latent_cache="disk"),
+            None,
+        ),
         # issue 29: a dataset entry's repeats and loss_weight across ranks
         "mix": ("train", make_config(output_name="ddp", num_gpus=WORLD, **_mix(make_config)), None),
     }
@@ -403,3 +409,12 @@ def test_replayed_crop_draws_advance_the_rng_like_loading_the_crop(sample_datase
             replay_crop_draws(item, random_crop, replayed)
             assert replayed.bit_generator.state == loaded.bit_generator.state
     assert loaded.bit_generator.state != np.random.default_rng(3).bit_generator.state
+
+
+def test_two_gloo_processes_train_from_the_disk_cache_like_one(make_config, launched):
+    single = train(make_config(steps=4, batch_size=2, output_name="single"), [].append, device="cpu")
+    for record in launched.ranks("disk"):
+        assert record["losses"] == pytest.approx(single.losses, rel=LOSS_RTOL)
+    cache = launched.out / "disk" / "home" / "cache" / "encoded"
+    assert len(list((cache / "latents").rglob("*.safetensors"))) == 4  # one variant of 4 images
+    assert len(list((cache / "text").rglob("*.safetensors"))) == 4 and not list(cache.rglob("*.tmp"))

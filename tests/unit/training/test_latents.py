@@ -112,7 +112,9 @@ def test_variants_alternate_flips():
 
 def test_over_budget_cache_falls_back_to_per_step_encoding(make_config):
     events: list = []
-    result = train(make_config(latent_cache_max_gb=0.0, steps=3), events.append, device="cpu")
+    result = train(
+        make_config(latent_cache="memory", latent_cache_max_gb=0.0, steps=3), events.append, device="cpu"
+    )
     assert result.steps_run == 3 and result.lora_path.is_file()
     assert not any(e.type == "preparing" and e.phase == "latents" for e in events)
     assert any(e.type == "model_load_completed" and e.component == "vae" for e in events)

@@ -114,8 +114,8 @@ def test_a_white_mask_trains_like_no_mask_and_a_half_mask_does_not(make_config, 
     assert runs["half"] != runs["plain"]
 
 
-@pytest.mark.parametrize("cache_gb", [8.0, 0.0])  # the latent cache, and encoding every step
-def test_alpha_mask_feeds_the_step_the_alpha_channel(monkeypatch, make_config, tmp_path, cache_gb):
+@pytest.mark.parametrize("cache", ["memory", "off", "disk"])  # the latent cache, encoding every step, disk
+def test_alpha_mask_feeds_the_step_the_alpha_channel(monkeypatch, make_config, tmp_path, cache):
     root = tmp_path / "alpha"
     root.mkdir()
     rgba = np.random.default_rng(1).integers(0, 256, (SIDE, SIDE, 4), dtype=np.uint8)
@@ -133,7 +133,7 @@ def test_alpha_mask_feeds_the_step_the_alpha_channel(monkeypatch, make_config, t
     monkeypatch.setattr(optimize_module, "batch_forward_backward", recording)
     cfg = make_config(
         data_dir=str(root), output_name="alpha", steps=1, batch_size=1, resolution=SIDE, alpha_mask=True,
-        latent_cache_max_gb=cache_gb,
+        latent_cache=cache,
     )  # fmt: skip
     train(cfg, [].append, device="cpu")
     expected = torch.zeros(1, 1, 4, 4)

@@ -4,6 +4,31 @@
  */
 
 export interface paths {
+    "/api/cache": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Cache
+         * @description Each (kind, encoder fingerprint) folder of the cache with its shards and bytes.
+         */
+        get: operations["list_cache_api_cache_get"];
+        put?: never;
+        post?: never;
+        /**
+         * Clear
+         * @description Remove the cache (or one model's shards). 409 while a training job is live (it may be
+         *     reading them), 404 for an unknown model.
+         */
+        delete: operations["clear_api_cache_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/captions/events": {
         parameters: {
             query?: never;
@@ -1052,6 +1077,43 @@ export interface components {
              */
             work: string;
         };
+        /** CacheClearedOut */
+        CacheClearedOut: {
+            /** Freed Bytes */
+            freed_bytes: number;
+        };
+        /** CacheEntryOut */
+        CacheEntryOut: {
+            /** Bytes */
+            bytes: number;
+            /** Files */
+            files: number;
+            /**
+             * Kind
+             * @description latents (VAE posteriors) | text (caption embeddings)
+             */
+            kind: string;
+            /**
+             * Model
+             * @description the encoder's content fingerprint (one per base model's VAE / text encoders)
+             */
+            model: string;
+        };
+        /** CacheOut */
+        CacheOut: {
+            /**
+             * Bytes
+             * @description all entries together
+             */
+            bytes: number;
+            /** Entries */
+            entries: components["schemas"]["CacheEntryOut"][];
+            /**
+             * Folder
+             * @description where the cache lives (LORASTUDIO_CACHE_DIR, default <home>/cache/encoded)
+             */
+            folder: string;
+        };
         /** CaptionBody */
         CaptionBody: {
             /**
@@ -1872,6 +1934,46 @@ export interface components {
              */
             validation?: components["schemas"]["ValidationPoint"][];
         };
+        /** LatentCacheOut */
+        LatentCacheOut: {
+            /**
+             * Disk Bytes
+             * @description on disk: that folder's size now, bytes
+             */
+            disk_bytes?: number | null;
+            /**
+             * Folder
+             * @description on disk: the shards' folder (this base's VAE)
+             */
+            folder?: string | null;
+            /**
+             * Images
+             * @description on disk: images the run caches
+             */
+            images?: number | null;
+            /**
+             * Images Cached
+             * @description on disk: images whose every variant is already cached (reused, not encoded)
+             */
+            images_cached?: number | null;
+            /**
+             * Mode
+             * @description what the run does: memory | disk | per_step (encoded every step)
+             */
+            mode: string;
+            /** Note */
+            note?: string | null;
+            /**
+             * Ram Gb
+             * @description RAM the in-memory cache would take (mean + std fp32 per variant), GB
+             */
+            ram_gb: number;
+            /**
+             * Setting
+             * @description latent_cache as set: auto | memory | disk | off
+             */
+            setting: string;
+        };
         /** LoraList */
         LoraList: {
             /** Loras */
@@ -2464,6 +2566,7 @@ export interface components {
             dataset: components["schemas"]["PreflightDataset"];
             family?: components["schemas"]["PreflightFamily"] | null;
             host: components["schemas"]["HostOut"];
+            latent_cache?: components["schemas"]["LatentCacheOut"] | null;
             memory: components["schemas"]["MemoryEstimate"];
             plan: components["schemas"]["PreflightPlan"];
             precision: components["schemas"]["PrecisionPlan"];
@@ -3285,8 +3388,15 @@ export interface components {
              */
             kohya_folders?: boolean;
             /**
+             * Latent Cache
+             * @description where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), off (encoded every step)
+             * @default auto
+             * @enum {string}
+             */
+            latent_cache?: "auto" | "memory" | "disk" | "off";
+            /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, encode per step
+             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
              * @default 8
              */
             latent_cache_max_gb?: number;
@@ -3855,8 +3965,15 @@ export interface components {
              */
             kohya_folders: boolean;
             /**
+             * Latent Cache
+             * @description where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), off (encoded every step)
+             * @default auto
+             * @enum {string}
+             */
+            latent_cache: "auto" | "memory" | "disk" | "off";
+            /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, encode per step
+             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
              * @default 8
              */
             latent_cache_max_gb: number;
@@ -4282,6 +4399,126 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    list_cache_api_cache_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CacheOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    clear_api_cache_delete: {
+        parameters: {
+            query?: {
+                /** @description only this encoder fingerprint */
+                model?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CacheClearedOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     events_api_captions_events_get: {
         parameters: {
             query?: {

@@ -1,6 +1,15 @@
 import { useEffect, useRef } from "react";
 import type { Family } from "../api/types";
-import { ADAPTERS, FAMILY_FIELDS, HUBER_SCHEDULES, LOSSES, OPTIMIZERS, TIMESTEP_SAMPLING, V_PREDICTION } from "../lib/trainForm";
+import {
+  ADAPTERS,
+  FAMILY_FIELDS,
+  HUBER_SCHEDULES,
+  LATENT_CACHES,
+  LOSSES,
+  OPTIMIZERS,
+  TIMESTEP_SAMPLING,
+  V_PREDICTION,
+} from "../lib/trainForm";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
@@ -40,7 +49,10 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           {c.check("random_flip", "Random flip")}
         </div>
         {c.num("cache_variants", "Cached variants", { placeholder: "auto", hint: "crop/flip variants per image" })}
-        {c.num("latent_cache_max_gb", "Latent cache (GB)", { hint: "RAM budget; above it, encode per step" })}
+        {c.choice("latent_cache", "Latent cache", LATENT_CACHES, {
+          hint: "disk: memory-mapped files under the studio home, reused by later runs on the same images and model",
+        })}
+        {c.num("latent_cache_max_gb", "Latent cache RAM (GB)", { hint: "RAM budget; above it, disk (auto) or encode per step" })}
 
         <h4 className="grid-head">Masked loss</h4>
         {c.num("unmasked_weight", "Unmasked weight", {

@@ -74,6 +74,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
             {plan.fuse_projections ? "projections fused" : "projections fused if the measured plan allows"}
           </span>
         )}
+        {report.latent_cache && (
+          <span className="chip" data-testid="preflight-latent-cache" title={CONFIG_DESCRIPTIONS.latent_cache}>
+            {latentCacheText(report.latent_cache)}
+          </span>
+        )}
         {attention && (
           <span className="chip" data-testid="preflight-attention" title={CONFIG_DESCRIPTIONS.attention_backend}>
             Attention: {attention === "auto" ? "auto (chosen at start)" : attention}
@@ -209,4 +214,12 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
       )}
     </div>
   );
+}
+
+/** Where the run caches its latents (latent_cache), and on disk how many images are cached already. */
+export function latentCacheText(cache: NonNullable<PreflightReport["latent_cache"]>): string {
+  if (cache.mode === "per_step") return "Latents: encoded every step";
+  if (cache.mode === "memory") return `Latents: in RAM (${formatGb(cache.ram_gb)})`;
+  const size = formatGb((cache.disk_bytes ?? 0) / 1e9);
+  return `Latents: on disk, ${cache.images_cached ?? 0} of ${cache.images ?? 0} images cached (${size}), reused by later runs`;
 }

@@ -13,6 +13,7 @@ export type FuseProjections = NonNullable<TrainConfig["fuse_projections"]>;
 export type Precision = NonNullable<TrainConfig["base_precision"]>;
 export type Checkpointing = NonNullable<TrainConfig["gradient_checkpointing"]>;
 export type Optimizer = NonNullable<TrainConfig["optimizer"]>;
+export type LatentCache = NonNullable<TrainConfig["latent_cache"]>;
 export type Adapter = NonNullable<TrainConfig["adapter"]>;
 export type Loss = NonNullable<TrainConfig["loss"]>;
 export type SaveDtype = NonNullable<TrainConfig["save_dtype"]>;
@@ -102,6 +103,13 @@ export const ADAPTERS: Record<Adapter, string> = {
   dora: "DoRA (LoRA + magnitude)",
   loha: "LoHa (Hadamard)",
   lokr: "LoKr (Kronecker)",
+};
+/** Where the VAE latents are cached (issue 31 part 6). */
+export const LATENT_CACHES: Record<LatentCache, string> = {
+  auto: "Auto (RAM when it fits, else disk)",
+  memory: "RAM (else encoded every step)",
+  disk: "Disk (reused by later runs)",
+  off: "Off (encoded every step)",
 };
 /** The training losses (min-SNR, where the family has it, weights each of them). */
 export const LOSSES: Record<Loss, string> = {

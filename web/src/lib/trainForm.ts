@@ -147,6 +147,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   random_flip: "bool",
   cache_variants: "integer",
   latent_cache_max_gb: "number",
+  latent_cache: "text",
   trigger_word: "raw-text",
   default_caption: "raw-text",
   caption_dropout: "number",

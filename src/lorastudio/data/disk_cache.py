@@ -1,0 +1,184 @@
+"""The on-disk encode cache: where its shards live, how they are keyed, listed and cleared.
+
+A shard is one safetensors file holding what one encoder call produced for one thing (a crop/flip
+variant of an image: its VAE posterior; see training/latents_disk.py). Layout under the cache
+folder (Settings.cache_dir, default <home>/cache/encoded):
+
+    <kind>/<model>/<key[:2]>/<key>.safetensors     kind "latents"; model: the encoder's fingerprint
+
+`key` is the sha256 of every key part (`shard_key`): the schema version, the family, the encoder
+fingerprint, the image's content hash, the bucket, the resized size, the crop offset and flip, the
+dtype and device kind of the encode, and the content hashes of its control images. Any change
+gives another file name: a stale shard is never read, only left for `clear`. Shards are written
+to a temporary name in the same folder and renamed onto the final one, so a reader sees a whole
+file or none; two runs writing one key write the same bytes and the last rename wins.
+
+The encoder fingerprint (`component_fingerprint`) covers the component's files (names, sizes, a
+sample of their bytes: all of a file up to FULL_HASH_BYTES, else its header and SAMPLES spread
+chunks) and its config.json: a different VAE (even one with identical shapes, e.g. another random
+initialisation) is another model folder. Hand-written: diffusers and huggingface_hub keep no
+content hash of a local folder's weights.
+
+Imports no torch (the server and the CLI list and clear the cache through it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "lorastudio-encoded-v1"
+KINDS = ("latents", "text")
+FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
+SAMPLES = 64  # chunks sampled from a larger file
+SAMPLE_BYTES = 64 * 1024
+SHARD_SUFFIX = ".safetensors"
+
+_file_memo: dict[tuple[Any, ...], str] = {}
+
+
+def cache_root(settings: Any) -> Path:
+    """The cache folder of `settings` (Settings.cache_dir, else <home>/cache/encoded)."""
+    return Path(settings.cache_dir) if settings.cache_dir is not None else settings.home / "cache" / "encoded"
+
+
+def _sampled_digest(path: Path) -> str:
+    """sha256 of a file's size and bytes (whole up to FULL_HASH_BYTES, else its first 1 MiB and
+    SAMPLES chunks spread evenly), memoised per (path, inode, size, mtime)."""
+    st = path.stat()
+    memo_key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    hit = _file_memo.get(memo_key)
+    if hit is not None:
+        return hit
+    digest = hashlib.sha256(str(st.st_size).encode())
+    with path.open("rb") as fh:
+        if st.st_size <= FULL_HASH_BYTES:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        else:
+            digest.update(fh.read(1 << 20))  # a safetensors header: names, shapes, offsets
+            step = st.st_size // SAMPLES
+            for n in range(SAMPLES):
+                fh.seek(n * step)
+                digest.update(fh.read(SAMPLE_BYTES))
+    _file_memo[memo_key] = digest.hexdigest()
+    return _file_memo[memo_key]
+
+
+def _hub_folder(repo: str, component: str, revision: str | None) -> Path | None:
+    """The local snapshot folder of a hub repo's component, when the hub cache holds it."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(repo, f"{component}/config.json", revision=revision)
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def component_fingerprint(source: Any, component: str, revision: str | None) -> str:
+    """A short content fingerprint of one component (e.g. "vae") of a run's base: `source` is
+    model_source(cfg) (a folder, a hub id, or a SingleFile holding the component). A hub id that
+    is not in the local hub cache is fingerprinted by its id and revision."""
+    parts: list[str] = [component]
+    file = getattr(source, "file", None)
+    if file is not None and component in getattr(source, "components", ()):
+        parts.append(_sampled_digest(Path(file)))
+        source = source.config
+    elif file is not None:
+        source = source.config
+    folder = (
+        Path(source) / component if Path(source).is_dir() else _hub_folder(str(source), component, revision)
+    )
+    if folder is None or not folder.is_dir():
+        parts += [f"hub:{source}@{revision}"]
+    else:
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.startswith("."):
+                parts += [path.name, _sampled_digest(path)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def shard_key(parts: dict[str, Any]) -> str:
+    """The file name (hex sha256) of a shard with these key parts (JSON-able values)."""
+    payload = json.dumps({"schema": SCHEMA, **parts}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def shard_path(root: Path, kind: str, model: str, key: str) -> Path:
+    """Where the shard `key` of encoder fingerprint `model` lives."""
+    return root / kind / model / key[:2] / f"{key}{SHARD_SUFFIX}"
+
+
+def staging_name(final: Path) -> Path:
+    """A temporary name beside `final`, unique to this process (renamed onto `final` when whole)."""
+    return final.with_name(f".{final.name}.{os.getpid()}.tmp")
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """One kind's shards on disk: per encoder fingerprint, files and bytes."""
+
+    kind: str
+    model: str
+    files: int
+    bytes: int
+
+
+def _shards(folder: Path) -> Iterable[Path]:
+    return folder.glob(f"*/*{SHARD_SUFFIX}") if folder.is_dir() else ()
+
+
+def cache_stats(root: Path) -> list[CacheStats]:
+    """Every (kind, model fingerprint) folder under `root` with its shard count and bytes."""
+    out = []
+    for kind in KINDS:
+        base = root / kind
+        for model in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
+            sizes = [p.stat().st_size for p in _shards(model)]
+            out.append(CacheStats(kind, model.name, len(sizes), sum(sizes)))
+    return out
+
+
+def count_present(root: Path, kind: str, model: str, keys: Sequence[str]) -> int:
+    """How many of `keys` have a shard on disk (not checked: a run verifies each it reads)."""
+    return sum(shard_path(root, kind, model, k).is_file() for k in keys)
+
+
+def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -> int:
+    """Remove shards: every kind, one `kind`, or one kind's `model` folder. Each folder is first
+    renamed aside (so no run finds a half-removed set), then deleted. Returns bytes freed."""
+    freed = 0
+    for stats in cache_stats(root):
+        if (kind is not None and stats.kind != kind) or (model is not None and stats.model != model):
+            continue
+        folder = root / stats.kind / stats.model
+        aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}")
+        folder.rename(aside)
+        shutil.rmtree(aside)
+        freed += stats.bytes
+    return freed
+
+
+def latent_mode(setting: str, need_bytes: int, max_gb: float) -> str:
+    """How a run caches its latents: "memory", "disk" or "per_step" (encoded every step), from
+    cfg.latent_cache (`setting`), the RAM the in-memory cache would take and latent_cache_max_gb:
+    memory = RAM up to the budget, else per step; auto = RAM up to the budget, else disk."""
+    fits = need_bytes <= max_gb * 1024**3
+    if setting == "off":
+        return "per_step"
+    if setting == "disk":
+        return "disk"
+    if setting == "memory":
+        return "memory" if fits else "per_step"
+    return "memory" if fits else "disk"
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the shards under one model folder (0 when it does not exist)."""
+    return sum(p.stat().st_size for p in _shards(folder))

@@ -1,0 +1,98 @@
+"""The keys of the on-disk latent cache (data/disk_cache.py): which crop/flip variants a run caches
+of each image, drawn exactly as the in-memory cache draws them (training/latents.py: per image
+its flips, then each variant's crop offset, from the run's numpy rng), and each variant's shard
+key. No image is decoded and no torch is imported: the preflight counts the shards a run will
+reuse with the same keys the run computes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lorastudio.data.disk_cache import shard_key
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.data import ImageItem
+    from lorastudio.families.spec import FamilySpec
+
+
+def variant_flips(variants: int, random_flip: bool, rng: np.random.Generator) -> list[bool]:
+    """Flip flags of an image's cached variants: alternating (half flipped) when there are
+    several, a coin toss for a single variant, none without random_flip."""
+    if not random_flip:
+        return [False] * variants
+    if variants == 1:
+        return [bool(rng.random() < 0.5)]
+    return [v % 2 == 1 for v in range(variants)]
+
+
+def encoder_parts(spec: FamilySpec, vae: str, dtype: str, device: str) -> dict[str, Any]:
+    """The key parts of a run's VAE encode: family, the VAE's content fingerprint
+    (disk_cache.component_fingerprint), the dtype it encodes in ("fp32" for a VAE the family keeps
+    in fp32, else the run's compute dtype: fp32 / bf16 / fp16) and the device kind."""
+    return {
+        "family": spec.name,
+        "vae": vae,
+        "dtype": "fp32" if spec.vae_in_fp32 else dtype,
+        "device": device,
+    }
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One cached crop/flip variant of an image: its shard key, the rng as it was before its
+    crop draws (to decode it on a miss), and what LatentBatch reports of it."""
+
+    key: str
+    rng: np.random.Generator
+    flip: bool
+    original_size: tuple[int, int]  # (height, width) of the source
+    crop_top_left: tuple[int, int]  # (top, left) after the flip, as data.load_crop reports it
+
+
+def image_hashes(item: ImageItem) -> tuple[str, list[str]]:
+    """sha256 of an item's image bytes and of each of its control images (data.scan.file_sha256)."""
+    from lorastudio.data.pairs import control_folder_ids
+    from lorastudio.data.scan import file_sha256
+
+    controls = [file_sha256(p, f) for p, f in zip(item.controls, control_folder_ids(item), strict=True)]
+    return file_sha256(item.path, item.folder_id), controls
+
+
+def plan_variants(
+    items: Sequence[ImageItem], cfg: TrainConfig, rng: np.random.Generator, encoder: dict[str, Any]
+) -> list[list[Variant]]:
+    """Every image's cfg.cache_variants variants with their shard keys; advances `rng` exactly as
+    build_latent_cache does. `encoder`: the key parts of the encode (family, VAE fingerprint,
+    dtype, device kind). Reads every image's bytes (its hash), decodes none."""
+    from lorastudio.data.crop import crop_offset, resized_size
+
+    out = []
+    for item in items:
+        image, controls = image_hashes(item)
+        resized = resized_size(item.width, item.height, item.bucket)
+        variants = []
+        for flip in variant_flips(int(cfg.cache_variants), cfg.random_flip, rng):
+            before = copy.deepcopy(rng)
+            top, left = crop_offset(resized, item.bucket, random_crop=cfg.random_crop, rng=rng)
+            parts = {
+                **encoder,
+                "image": image,
+                "controls": controls,
+                "bucket": list(item.bucket),
+                "resized": list(resized),
+                "crop": [top, left],
+                "flip": flip,
+            }
+            shown_left = resized[0] - left - item.bucket[0] if flip else left
+            variants.append(
+                Variant(shard_key(parts), before, flip, (item.height, item.width), (top, shown_left))
+            )
+        out.append(variants)
+    return out

@@ -1,0 +1,67 @@
+"""The preflight's latent cache section: where the run caches its VAE latents (cfg.latent_cache,
+data/disk_cache.latent_mode) and, on disk, how many images' shards it will find already there.
+
+The count uses the run's own keys (data/latent_keys.plan_variants with the run's seed: the same
+crop/flip draws) and the VAE's content fingerprint, so a second run on the same data and model
+reports "reuses M of M". A shard is only looked up here; the run verifies each it reads (a
+damaged one is re-encoded). No model is loaded and no image decoded; every image's bytes are
+hashed (the scan's fingerprint hashed them already: data.scan.file_sha256 remembers them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lorastudio import families
+from lorastudio.data.disk_cache import (
+    cache_root,
+    component_fingerprint,
+    count_present,
+    folder_bytes,
+    latent_mode,
+)
+from lorastudio.data.latent_keys import encoder_parts, plan_variants
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
+    from lorastudio.jobs.hardware import HostInfo
+    from lorastudio.settings import Settings
+
+
+def latent_cache_section(
+    cfg: TrainConfig, scan: DatasetScan, host: HostInfo, dtype: str, settings: Settings
+) -> dict[str, Any]:
+    """{"setting", "mode" ("memory" | "disk" | "per_step"), "ram_gb" (what the RAM cache would
+    take), and on disk: "folder", "disk_bytes" (its size now), "images", "images_cached", "note"}.
+    `dtype`: the run's compute dtype (jobs.hardware.resolved_dtype; fp8/int8/nf4 compute in bf16)."""
+    from lorastudio.families.single_file import model_source
+
+    spec = families.get(cfg.family).spec
+    variants = int(cfg.cache_variants or 1)
+    controls = scan.controls_per_image()
+    scale = spec.vae_scale_factor
+    cells = sum((w // scale) * (h // scale) for w, h in (it.bucket for it in scan.items))
+    need = cells * spec.latent_channels * variants * (2 + controls) * 4
+    mode = latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
+    out: dict[str, Any] = {"setting": cfg.latent_cache, "mode": mode, "ram_gb": round(need / 1e9, 3)}
+    if mode != "disk":
+        return out
+    root = cache_root(settings)
+    model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
+    compute = "bf16" if dtype in ("fp8", "int8", "nf4") else dtype
+    keys = plan_variants(
+        scan.items, cfg, np.random.default_rng(cfg.seed), encoder_parts(spec, model, compute, host.device)
+    )
+    cached = sum(count_present(root, "latents", model, [v.key for v in vs]) == len(vs) for vs in keys)
+    folder = root / "latents" / model
+    out.update(
+        folder=str(folder),
+        disk_bytes=folder_bytes(folder),
+        images=len(keys),
+        images_cached=cached,
+        note=f"latents on disk: reuses {cached} of {len(keys)} images' latents, encodes {len(keys) - cached}",
+    )
+    return out

@@ -1,0 +1,139 @@
+"""Phase 1 with the on-disk cache: the captions' text embeddings as shards, reused by later runs.
+
+A run whose latents go to disk (data/disk_cache.latent_mode) keeps its captions' conditioning
+there too: one safetensors shard per caption (variant) under <cache>/text/<encoders>/ (layout:
+data/disk_cache.py), keyed by the family, the text encoders' and tokenizers' content fingerprint,
+the dtype and device kind of the encode, max_sequence_length and the caption's sha256. Captions
+with a valid shard (crc32 checked, as the latent shards) are not encoded; the others go through
+conditioning.encode_texts as before (the same chunks a run without the cache makes of them) and
+each result is written as it comes (staged, then renamed), so RAM never holds the set's tensors.
+During training `DiskConditioning[key]` reads one caption's shard (memory-mapped by safe_open).
+
+Not on disk: sample prompts and held-out captions (a few, in RAM as before), and the prompts of
+a family whose prompt sees the control images (Qwen-Image-Edit: keyed by images too; in RAM).
+A data-parallel run: rank 0 writes the shards, every rank reads them after a barrier; a shard
+rank 0 cannot write stops the run (DatasetError naming it). One process keeps such a caption in
+RAM instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.data.disk_cache import component_fingerprint, shard_key, shard_path
+from lorastudio.errors import DatasetError
+from lorastudio.training.conditioning import Conditioning, Text, encode_texts
+from lorastudio.training.distributed import barrier, gather_round, group_context
+from lorastudio.training.latents_disk import read_shard, write_shard
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.families.base import Family
+    from lorastudio.training.events import Emit
+
+KIND = "text"
+TEXT_COMPONENTS = (
+    "text_encoder",
+    "text_encoder_2",
+    "text_encoder_3",
+    "tokenizer",
+    "tokenizer_2",
+    "tokenizer_3",
+)
+
+
+def text_fingerprint(source: Any, revision: str | None) -> str:
+    """The content fingerprint of a base's text encoders and tokenizers (those it has)."""
+    parts = [component_fingerprint(source, name, revision) for name in TEXT_COMPONENTS]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
+    """cond_key -> a caption's tensors, read from its shard on each lookup (RAM for `kept`)."""
+
+    def __init__(self, root: Path, model: str, keys: dict[str, str], kept: Conditioning):
+        self.root, self.model, self.keys, self.kept = root, model, keys, kept
+
+    def __getitem__(self, text: str) -> dict[str, torch.Tensor]:
+        if text in self.kept:
+            return self.kept[text]
+        path = shard_path(self.root, KIND, self.model, self.keys[text])
+        found = read_shard(path, required=())
+        if found is None:
+            raise DatasetError(
+                "a text embedding shard vanished or was damaged during the run",
+                [f"{path}: unreadable; restart the run (it re-encodes)"],
+            )
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def encode_texts_on_disk(
+    family: Family,
+    cfg: TrainConfig,
+    groups: Sequence[Sequence[Text]],
+    *,
+    root: Path,
+    dtype: torch.dtype,
+    device: torch.device,
+    emit: Emit,
+    check_stop: Callable[[], None],
+    notes: list[str] | None = None,
+) -> list[Conditioning]:
+    """conditioning.encode_texts with the first group (the captions: plain strings) on disk; the
+    other groups as encode_texts gives them. Returns the first group as a DiskConditioning."""
+    from lorastudio.families.single_file import model_source
+
+    model = text_fingerprint(model_source(cfg), cfg.revision)
+    encoder = {
+        "family": family.spec.name,
+        "encoders": model,
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": device.type,
+        "max_sequence_length": cfg.max_sequence_length,
+    }
+    captions = [str(t) for t in groups[0]]
+    keys = {t: shard_key({**encoder, "text": hashlib.sha256(t.encode()).hexdigest()}) for t in captions}
+    ctx = group_context()
+    valid = [
+        t for t in captions if read_shard(shard_path(root, KIND, model, keys[t]), required=()) is not None
+    ]
+    valid = set(gather_round(valid, ctx)[0])  # rank 0's view: every rank encodes the same chunks
+    missing = [t for t in captions if t not in valid]
+
+    def sink(group: int, text: str, tensors: dict[str, torch.Tensor]) -> bool:
+        if group != 0 or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+            return False
+        if ctx.rank != 0:
+            return True  # rank 0 writes it; this rank reads it after the barrier
+        own = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
+        written = write_shard(shard_path(root, KIND, model, keys[text]), own)
+        if not written and ctx.distributed:
+            raise DatasetError(
+                "cannot write the text embedding cache", [f"{shard_path(root, KIND, model, keys[text])}"]
+            )
+        return written
+
+    found = encode_texts(
+        family,
+        cfg,
+        [missing, *groups[1:]],
+        dtype=dtype,
+        device=device,
+        emit=emit,
+        check_stop=check_stop,
+        notes=notes,
+        sink=sink,
+    )
+    barrier(ctx)
+    return [DiskConditioning(root, model, keys, found[0]), *found[1:]]

@@ -1,0 +1,259 @@
+"""Phase 2 with latent_cache = "disk": the VAE posteriors on disk, reused by later runs.
+
+Each crop/flip variant of an image is one safetensors shard (data/disk_cache.py: layout, key,
+listing): its posterior mean and std [C, h, w] fp32 and, for a paired sample, its control latents
+[N, C, h, w]. The variants are drawn exactly as training/latents.build_latent_cache draws them
+(the same `rng` draws, flips then crop offsets per image, without decoding), so the keys are known
+before any image is opened and `rng` ends where the in-memory cache leaves it. An image whose
+variants all have a valid shard is neither decoded nor encoded; the others are encoded (all their
+variants in one VAE call, as the in-memory cache does) and their shards written (staged, then
+renamed). A shard that cannot be read, is truncated, has the wrong shapes or fails its crc32 is
+re-encoded and rewritten. A shard that cannot be written (disk full, the cache cleared under the
+run) is kept in RAM for this run instead.
+
+`DiskLatents.sample` draws like CachedLatents.sample (one variant pick per index, then
+mean + std * randn from the same generator), reading only the batch's shards (memory-mapped by
+safetensors' safe_open): host RAM holds the batch, not the set. Masks are cut from the mask file
+per sample (data.masks.mask_crop), as the cache would have stored them.
+
+A data-parallel run shares the images to encode out round-robin; each rank writes the shards it
+encoded, and after a barrier every rank reads them (one host: the ranks share the disk).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from lorastudio.data.disk_cache import shard_path, staging_name
+from lorastudio.data.latent_keys import Variant, encoder_parts, plan_variants
+from lorastudio.training.distributed import barrier, gather_round, group_context, round_robin
+from lorastudio.training.events import Emit, Preparing
+from lorastudio.training.latents import LatentBatch, _draw, batch_mask, encode_controls
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.data import ImageItem
+    from lorastudio.families.base import Family
+
+KIND = "latents"
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as the preflight names them
+
+
+def _crc(tensors: dict[str, torch.Tensor]) -> str:
+    """crc32 over the tensors' bytes, in name order (any dtype: bf16 and bool too)."""
+    crc = 0
+    for name in sorted(tensors):
+        flat = tensors[name].contiguous().reshape(-1)
+        crc = zlib.crc32(flat.view(torch.uint8).numpy() if flat.numel() else b"", crc)
+    return f"{crc:08x}"
+
+
+def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> bool:
+    """Write `tensors` (CPU, fp32) to `path`: staged beside it, then renamed onto it (another
+    writer of the same key writes the same bytes). Returns False when the disk refused it."""
+    from safetensors.torch import save_file
+
+    staged = staging_name(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(staged), metadata={"crc32": _crc(tensors)})
+        staged.replace(path)
+    except OSError:
+        staged.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def read_shard(
+    path: Path, shape: tuple[int, ...] | None = None, required: tuple[str, ...] = ("mean", "std")
+) -> dict[str, torch.Tensor] | None:
+    """A shard's tensors (memory-mapped by safe_open, copied out), or None when it is missing,
+    truncated, unreadable, fails its crc32, lacks a `required` tensor, or its mean is not
+    `shape` (when given)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            crc = (fh.metadata() or {}).get("crc32")
+            tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 (no __iter__)
+    except (OSError, SafetensorError, RuntimeError, json.JSONDecodeError):
+        return None
+    if any(name not in tensors for name in required) or crc != _crc(tensors):
+        return None
+    if shape is not None and tuple(tensors["mean"].shape) != shape:
+        return None
+    return tensors
+
+
+class DiskLatents:
+    """The latent source of a disk-cached run: reads each batch's shards (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: Path,
+        model: str,
+        items: Sequence[ImageItem],
+        variants: list[list[Variant]],
+        scale: int,
+        kept: dict[str, dict[str, torch.Tensor]],
+    ):
+        self.root, self.model, self.items, self.variants, self.scale = (
+            root,
+            model,
+            list(items),
+            variants,
+            scale,
+        )
+        self.kept = kept  # shards that could not be written: key -> tensors
+
+    def _tensors(self, key: str) -> dict[str, torch.Tensor]:
+        if key in self.kept:
+            return self.kept[key]
+        from lorastudio.errors import DatasetError
+
+        found = read_shard(shard_path(self.root, KIND, self.model, key))
+        if found is None:
+            raise DatasetError(
+                f"latent cache shard {key} vanished or was damaged during the run",
+                [
+                    f"{shard_path(self.root, KIND, self.model, key)}: unreadable; restart the run (it re-encodes)"
+                ],
+            )
+        return found
+
+    def sample(
+        self, indices: Sequence[int], generator: torch.Generator, dtype: torch.dtype, device: torch.device
+    ) -> LatentBatch:
+        """One latent per index from a uniformly chosen variant (CachedLatents.sample's draws)."""
+        from lorastudio.data.masks import mask_crop
+
+        picks = [int(torch.randint(len(self.variants[i]), (1,), generator=generator)) for i in indices]
+        chosen = [self.variants[i][k] for i, k in zip(indices, picks, strict=True)]
+        shards = [self._tensors(v.key) for v in chosen]
+        mean = torch.stack([s["mean"] for s in shards])  # [B, C, h, w]
+        std = torch.stack([s["std"] for s in shards])  # [B, C, h, w]
+        latents = _draw(mean, std, generator).to(device=device, dtype=dtype)  # [B, C, h, w]
+        controls = None
+        if "controls" in shards[0]:
+            controls = torch.stack([s["controls"] for s in shards]).to(
+                device=device, dtype=dtype
+            )  # [B,N,C,h,w]
+        masks = [
+            None
+            if self.items[i].mask is None
+            else torch.from_numpy(mask_crop(self.items[i], v.crop_top_left, v.flip, self.scale))
+            for i, v in zip(indices, chosen, strict=True)
+        ]
+        bw, bh = self.items[indices[0]].bucket
+        return LatentBatch(
+            latents,
+            [v.original_size for v in chosen],
+            [v.crop_top_left for v in chosen],
+            (bh, bw),
+            controls,
+            batch_mask(masks, latents),
+        )
+
+
+def build_disk_latents(
+    family: Family,
+    vae: Any,
+    items: Sequence[ImageItem],
+    cfg: TrainConfig,
+    rng: np.random.Generator,
+    *,
+    root: Path,
+    model: str,
+    encoder: dict[str, Any],
+    device: torch.device,
+    emit: Emit,
+    check_stop: Callable[[], None],
+) -> tuple[DiskLatents, int]:
+    """Plan every variant (plan_variants), verify the shards on disk, encode and write the images
+    with any missing or damaged one. Returns the source and how many images were encoded.
+    Emits Preparing("latents", done, total) as build_latent_cache does; calls check_stop()
+    before each round."""
+    from lorastudio.data import load_crop
+
+    variants = plan_variants(items, cfg, rng, encoder)
+    spec = family.spec
+    todo = []
+    for n, item in enumerate(items):
+        shape = (
+            spec.latent_channels,
+            item.bucket[1] // spec.vae_scale_factor,
+            item.bucket[0] // spec.vae_scale_factor,
+        )
+        if any(read_shard(shard_path(root, KIND, model, v.key), shape) is None for v in variants[n]):
+            todo.append(n)
+    ctx = group_context()
+    kept: dict[str, dict[str, torch.Tensor]] = {}
+    total, every = len(items), max(1, len(todo) // 100)
+    emit(Preparing(phase="latents", done=total - len(todo), total=total))
+    for members, mine in round_robin(len(todo), ctx):
+        check_stop()
+        failed = None
+        if mine is not None:
+            n = todo[mine]
+            flips = [v.flip for v in variants[n]]
+            crops = [
+                load_crop(items[n], random_crop=cfg.random_crop, flip=v.flip, rng=copy.deepcopy(v.rng))
+                for v in variants[n]
+            ]
+            pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [K, 3, H, W]
+            with torch.no_grad():
+                mean, std = family.encode_pixels(vae, pixels)  # [K, C, h, w] each, fp32
+                controls = encode_controls(family, vae, items[n], crops, flips, device)  # [K, N, C, h, w]
+            failed = {}
+            for k, v in enumerate(variants[n]):
+                tensors = {
+                    "mean": mean[k].detach().float().cpu().contiguous(),
+                    "std": std[k].detach().float().cpu().contiguous(),
+                }
+                if controls is not None:
+                    tensors["controls"] = controls[k].contiguous()
+                if not write_shard(shard_path(root, KIND, model, v.key), tensors):
+                    failed[v.key] = tensors
+        for result in gather_round(failed, ctx)[: len(members)]:
+            kept.update(result or {})
+        done = members[-1] + 1
+        if done % every < len(members) or done == len(todo):
+            emit(Preparing(phase="latents", done=total - len(todo) + done, total=total))
+    barrier(ctx)
+    return DiskLatents(root, model, items, variants, spec.vae_scale_factor, kept), len(todo)
+
+
+def open_disk_latents(
+    run: Any, vae: Any, rng: np.random.Generator, root: Path, *, emit: Emit, check_stop: Callable[[], None]
+) -> DiskLatents:
+    """build_disk_latents for a prepared run (training/preflight.PreparedRun): the shards of
+    its base model's VAE (its content fingerprint), its dtype and device kind, under `root`."""
+    from lorastudio.data.disk_cache import component_fingerprint
+    from lorastudio.families.single_file import model_source
+
+    cfg, spec = run.cfg, run.family.spec
+    model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
+    dtype = str(run.dtype).removeprefix("torch.")
+    encoder = encoder_parts(spec, model, _DTYPE_NAMES.get(dtype, dtype), run.device.type)
+    source, _ = build_disk_latents(
+        run.family,
+        vae,
+        run.scan.items,
+        cfg,
+        rng,
+        root=root,
+        model=model,
+        encoder=encoder,
+        device=run.device,
+        emit=emit,
+        check_stop=check_stop,
+    )
+    return source
