@@ -99,7 +99,14 @@ class TrainConfig(BaseModel):
         min_length=1,
         max_length=MAX_DATASET_ENTRIES,
         description="several dataset folders, each {path, repeats | weight, trigger_word, default_caption, "
-        "caption_dropout, resolution, loss_weight}; instead of data_dir",
+        "caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir",
+    )
+    prior_loss_weight: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="multiplies the loss of the samples of regularisation entries (datasets entries with "
+        "regularisation = true; kohya's prior_loss_weight)",
     )
     kohya_folders: bool = Field(
         default=False,

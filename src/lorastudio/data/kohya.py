@@ -151,7 +151,9 @@ def kohya_entries(parent: MixEntry) -> list[MixEntry]:
                 label=f"{parent.label}/{sub.name}",
                 root=sub,
                 repeats=kohya.repeats,
-                trigger_word=parent.trigger_word or kohya.words.split()[0],
+                # a regularisation folder's words are its class, its captions' words, never a trigger
+                trigger_word=parent.trigger_word
+                or (None if parent.regularisation else kohya.words.split()[0]),
                 default_caption=parent.default_caption or kohya.words,
             )
         )
