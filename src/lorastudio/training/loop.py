@@ -86,12 +86,7 @@ from lorastudio.training.events import (
 )
 from lorastudio.training.export import export_run
 from lorastudio.training.extend import extension_record
-from lorastudio.training.latents import (
-    EncodedPerStep,
-    LatentSource,
-    build_latent_cache,
-    cache_bytes,
-)
+from lorastudio.training.latents import EncodedPerStep, LatentSource, build_latent_cache, cache_bytes
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
 from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
@@ -99,6 +94,7 @@ from lorastudio.training.plan_build import build_denoiser
 from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.preservation import encode_list, preservation_texts
 from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
@@ -303,12 +299,14 @@ def _run_phases(
         else list(dict.fromkeys(it.caption for it in run.validation))
     )
     samples = sample_texts(cfg, family, sample_reference_paths(cfg, family, run.scan))  # with references
-    texts = [to_encode, samples, held]
+    state.preservation = preservation_texts(cfg, run.scan)  # the class-word captions (preservation.py)
+    texts = [to_encode, samples, held, encode_list(state.preservation, run.scan, variants)]
     if cfg.train_text_encoder:  # encoded in every step (the picked variant), through the TE LoRA
-        texts = [[], [], []]
-    conds, prompt_conds, state.held_out_conds = encode_texts(
+        texts = [[], [], [], []]
+    conds, prompt_conds, state.held_out_conds, kept = encode_texts(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
-    )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
+    )  # each group in chunks of its own: the captions' tensors are those of a run without the others
+    conds = {**kept, **conds}
     stop()
     source = _prepare_latents(run, state, rng, emit, stop)
     stop()
