@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 MAX_PRESERVATION_PROMPTS = 64
+COST = (
+    "one extra no-grad forward + one extra forward/backward per micro-batch (about 1.7-2x a step's compute)"
+)
 
 
 class Preservation(BaseModel):
@@ -94,3 +97,16 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
                          "control images)")
         )  # fmt: skip
     return problems
+
+
+def preservation_line(cfg: TrainConfig) -> str | None:
+    """The preflight's line: what is preserved, its weight and the cost per step (None: off)."""
+    keep = cfg.preservation
+    if keep is None:
+        return None
+    what = (
+        f"{len(keep.prompts)} prompt(s)"
+        if keep.prompts
+        else f"the captions with the trigger word replaced by {keep.class_word!r}"
+    )
+    return f"the base model's output on {what}, weight {keep.weight:g}: {COST}"

@@ -103,6 +103,9 @@ class PreflightSchedule(_Out):
     steps_per_epoch: int
     batch_size: int
     grad_accum: int
+    preservation: str | None = Field(
+        default=None, description="differential output preservation: what, its weight, the cost per step"
+    )
 
 
 class PrecisionPlan(_Out):

@@ -163,6 +163,8 @@ def print_report(report: dict[str, Any]) -> None:
         f"  steps          {sched['steps']} ({sched['epochs']} epochs of {sched['steps_per_epoch']} steps; "
         f"batch {sched['batch_size']} x accumulation {sched['grad_accum']})"
     )
+    if sched.get("preservation"):
+        echo(f"  preservation   {sched['preservation']}")
     prec = report["precision"]
     echo("precision:")
     echo(f"  device         {prec['device']} ({report['host']['name']})")

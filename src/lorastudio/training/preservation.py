@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from lorastudio.training.distributed import BatchShard
     from lorastudio.training.noise import NoisedBatch
 
-COST = (
-    "one extra no-grad forward + one extra forward/backward per micro-batch (about 1.7-2x a step's compute)"
-)
-
 
 def replace_trigger(caption: str, trigger: str | None, class_word: str) -> str:
     """`caption` with every whole-word occurrence of `trigger` replaced by `class_word`
