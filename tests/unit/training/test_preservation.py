@@ -153,3 +153,24 @@ def test_combinations_it_cannot_honour_are_refused(make_config, tiny_model) -> N
     assert any(p.startswith("preservation: not for an edit family") for p in problems)
     with pytest.raises(ValidationError, match="preservation.class_word"):
         _cfg(make_config, preservation={"class_word": " "})
+
+
+@pytest.mark.slow  # the GPU bench harness on the CPU (bench/, not the product)
+def test_the_bench_dop_variant_adds_the_preservation_pass_to_the_loop_step(tiny_model) -> None:
+    """bench/probe_speed.py `+dop`: loop_step with `preserve` runs the preservation pass on the
+    same draws; its first step (the LoRA at zero) has the plain step's loss, the later ones not."""
+    import methods_cases
+    from bench.harness import loop_step
+
+    losses: dict[float | None, list[float]] = {}
+    for preserve in (None, 1.0):
+        cfg = methods_cases.mini_config("flux", tiny_model("flux"), learning_rate=2e-2)
+        mb = methods_cases.mini_batch(cfg)
+        losses[preserve] = []
+        step = loop_step(
+            mb.family, mb.denoiser, mb.objective, cfg, mb.params, (mb.latents, mb.cond, mb.info),
+            losses[preserve], preserve=preserve,
+        )  # fmt: skip
+        for _ in range(3):
+            step()
+    assert losses[None][0] == losses[1.0][0] and losses[None][1:] != losses[1.0][1:]
