@@ -1,6 +1,7 @@
 import { useEffect, useRef } from "react";
 import type { Family } from "../api/types";
 import { ADAPTERS, FAMILY_FIELDS, HUBER_SCHEDULES, LOSSES, OPTIMIZERS, TIMESTEP_SAMPLING, V_PREDICTION } from "../lib/trainForm";
+import { PreservationFields } from "./PreservationFields";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
@@ -41,6 +42,8 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         </div>
         {c.num("cache_variants", "Cached variants", { placeholder: "auto", hint: "crop/flip variants per image" })}
         {c.num("latent_cache_max_gb", "Latent cache (GB)", { hint: "RAM budget; above it, encode per step" })}
+
+        <PreservationFields value={c.text("preservation")} error={c.error("preservation")} onChange={(v) => c.set("preservation", v)} />
 
         <h4 className="grid-head">Masked loss</h4>
         {c.num("unmasked_weight", "Unmasked weight", {
