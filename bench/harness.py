@@ -51,6 +51,7 @@ def loop_step(
     ctx: Any = None,
     norms: list[float] | None = None,
     host_read: str = "sync",
+    preserve: float | None = None,
 ) -> Callable[[], None]:
     """One optimizer step the way training/optimize.py runs it (grad_accum 1): forward_backward,
     clip, ONE host read of the loss and grad norm together, fused AdamW, zero_grad. `batch` is
@@ -66,7 +67,11 @@ def loop_step(
     step, so the GPU drains once per step), "lag" (the engine's pipelined loop on CUDA,
     training/optimize.py StepInFlight: the update is queued at once, skipped on the device when
     a value is not finite, and the values are read after the next step is queued: the GPU never
-    drains; `losses` lags one step) or "none" (never read: the upper bound)."""
+    drains; `losses` lags one step) or "none" (never read: the upper bound).
+
+    `preserve`: the weight of differential output preservation (training/preservation.py): each
+    step also runs its pass on the same draws (the batch's conditioning standing in for the
+    class captions: the cost is the same), one process only."""
     import torch
 
     from lorastudio.training.distributed import all_reduce_sum
@@ -85,10 +90,17 @@ def loop_step(
 
     def backward() -> tuple[Any, Any]:
         """forward/backward and clipping: (loss share [], grad norm []) on the device."""
+        drawn = objective.noise(latents, generator) if preserve is not None else None
         share = forward_backward(
             family, denoiser, objective, latents, cond, info, cfg, generator, samples, scaler,
-            shard=shard, forward_module=forward_module,
+            shard=shard, forward_module=forward_module, noised=drawn,
         )  # fmt: skip
+        if preserve is not None:
+            from lorastudio.training.preservation import preservation_pass
+
+            share = share + preservation_pass(
+                family, denoiser, drawn, cond, info, cfg, preserve, samples, scaler
+            )  # type: ignore[arg-type]
         return share, torch.nn.utils.clip_grad_norm_(params, 1.0)
 
     def lagged_step() -> None:

@@ -56,6 +56,10 @@ variants:
   fp8q, int8q, nf4q   training.quantize.apply_base_precision before the LoRA (the engine's path)
   dora, loha, lokr     the run's `adapter` (peft's DoRA / LoHa / LoKr, rank 16 as the LoRA)
   a8, prodigy          the run's `optimizer`: adamw8bit (bitsandbytes) / prodigy (prodigyopt)
+  dop        differential output preservation (TrainConfig.preservation, weight 1): each step
+             also runs the base prediction (adapter disabled, no grad) and the LoRA's forward +
+             backward on the same draws (training/preservation.py); e.g. flux:ref,ref+dop gives
+             its cost per step beside the plain compiled step
 Variants combine with "+" (e.g. fp8+cudnn, fp8q+bf16lora): each part is applied in turn.
 
 usage: PYTHONPATH=src:. python -m bench.probe_speed --out DIR --deadline-s S flux:ref,fp8 qwen:cudnn ...
@@ -170,6 +174,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
         "lokr",
         "a8",
         "prodigy",
+        "dop",
     }
     if parts - known:
         raise ValueError(f"unknown probe variant part(s) {sorted(parts - known)}; known: {sorted(known)}")
@@ -270,7 +275,7 @@ def one_case(family: str, variant: str, batch: int) -> dict[str, Any]:
                 read = "lag" if "lag" in parts else "none" if "nosync" in parts else "sync"
                 steps[key] = loop_step(
                     eng.family, eng.model, eng.objective, eng.cfg, eng.params, batch_data, losses,
-                    host_read=read,
+                    host_read=read, preserve=1.0 if "dop" in parts else None,
                 )  # fmt: skip
             steps[key]()
 

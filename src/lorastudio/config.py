@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lorastudio.config_datasets import MAX_DATASET_ENTRIES, DatasetEntry, check_resolution
+from lorastudio.config_preservation import Preservation
 from lorastudio.config_samples import MAX_SAMPLE_PROMPT_CHARS, MAX_SAMPLE_PROMPTS, SamplePrompt, prompt_text
 
 LrScheduler = Literal[
@@ -100,7 +101,21 @@ class TrainConfig(BaseModel):
         min_length=1,
         max_length=MAX_DATASET_ENTRIES,
         description="several dataset folders, each {path, repeats | weight, trigger_word, default_caption, "
-        "caption_dropout, resolution, loss_weight}; instead of data_dir",
+        "caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir",
+    )
+    prior_loss_weight: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="multiplies the loss of the samples of regularisation entries (datasets entries with "
+        "regularisation = true; kohya's prior_loss_weight)",
+    )
+    preservation: Preservation | None = Field(
+        default=None,
+        description="differential output preservation, {class_word, weight, prompts}: the LoRA's output on "
+        "the captions with the trigger word replaced by class_word (or on prompts) is pulled to the base "
+        "model's (the LoRA disabled), computed in the same step (one extra no-grad forward and one extra "
+        "forward + backward per micro-batch)",
     )
     kohya_folders: bool = Field(
         default=False,

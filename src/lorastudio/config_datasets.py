@@ -14,6 +14,13 @@ Sampling, per epoch (data/mix.py does the counting):
   the rest a seeded draw that changes every epoch). Either every entry sets `weight` or none
   does (a mix would have no one meaning of an epoch), and an entry sets at most one of the two.
 
+An entry with `regularisation = true` holds class images with their captions (kohya's reg
+folders, for prior preservation): it is mixed by its repeats / weight like any entry (not paired
+1:1 with the training images per epoch as kohya does: give it the weight or repeats that
+reproduce the share you want; kohya's pairing is an equal share, e.g. weight 1 beside weight 1),
+its samples' loss is multiplied by the run's `prior_loss_weight` (and its own loss_weight), and
+it never gets the run's trigger_word (its own, if set, applies).
+
 With `kohya_folders = true` every entry (or data_dir) is a folder of kohya `N_words` sub-folders
 (data/kohya.py): each sub-folder becomes an entry of its own with repeats N, the first word as
 its trigger word and the words as the caption of images without one; the entry's other options
@@ -97,6 +104,11 @@ class DatasetEntry(BaseModel):
     loss_weight: float = Field(
         default=1.0, gt=0, le=100, description="multiplies the loss of this entry's samples"
     )
+    regularisation: bool = Field(
+        default=False,
+        description="class images with their captions (kohya's reg folders): sampled like any entry, "
+        "their loss also multiplied by the run's prior_loss_weight; never given the run's trigger_word",
+    )
 
     @field_validator("resolution")
     @classmethod
@@ -139,7 +151,7 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "control/ sub-folder in each entry instead",
             )
         )
-    problems += caption_problems(cfg)
+    problems += caption_problems(cfg) + regularisation_problems(cfg)
     if weighted and len(weighted) != len(entries):
         missing = ", ".join(str(i) for i in range(len(entries)) if i not in weighted)
         problems.append(
@@ -150,6 +162,18 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
             )
         )
     return problems
+
+
+def regularisation_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """prior_loss_weight without a regularisation entry (it would be ignored), or every entry
+    a regularisation one (nothing of the subject to learn)."""
+    entries = cfg.datasets or []
+    regs = [e.regularisation for e in entries]
+    if cfg.prior_loss_weight != 1.0 and not any(regs):
+        return [FieldProblem("prior_loss_weight", "needs a datasets entry with regularisation = true")]
+    if regs and all(regs):
+        return [FieldProblem("datasets", "every entry is a regularisation entry: add the images to learn")]
+    return []
 
 
 def caption_problems(cfg: TrainConfig) -> list[FieldProblem]:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
 from lorastudio.config_datasets import raw_dataset_problems, resolution_entry_problems, resolution_list
 from lorastudio.config_methods import FAMILY_FIELD_REASONS, resolve_loss
+from lorastudio.config_preservation import preservation_problems
 from lorastudio.config_rules import (
     adapter_lora_format,
     combination_problems,
@@ -140,6 +141,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 " blocks already hold all its compute: use 'on' or 'auto'",
             )
         )
+    problems += preservation_problems(cfg, fam.spec.prompt_sees_controls)
     problems += fam.config_problems(cfg)
     return problems
 

@@ -62,3 +62,50 @@ def test_a_kohya_folder_imports_as_datasets_with_their_entries(
     ]
     again = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "balls", "--kohya"])
     assert again.exit_code != 0 and "already exists" in str(again.exception)
+
+
+def test_a_kohya_reg_folder_imports_as_regularisation_entries(
+    cli: typer.Typer, settings: Settings, tmp_path: Path, tiny_model
+) -> None:
+    """--reg DIR (kohya's reg folder, `reg/1_person/`): its folders become NAME-reg-<folder>,
+    their entries regularisation = true without a trigger word; the run marks them."""
+    img, reg = tmp_path / "img", tmp_path / "reg"
+    (img / "10_sks person").mkdir(parents=True)
+    (reg / "1_person").mkdir(parents=True)
+    Image.new("RGB", (32, 32), "red").save(img / "10_sks person" / "a.png")
+    for n in range(3):
+        Image.new("RGB", (32, 32), (60 * n, 0, 0)).save(reg / "1_person" / f"r{n}.png")
+    out = tmp_path / "entries.toml"
+    args = [
+        "datasets",
+        "import",
+        str(img),
+        "--name",
+        "me",
+        "--kohya",
+        "--reg",
+        str(reg),
+        "--entries",
+        str(out),
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "dataset me-reg-1_person: 3 image(s), 3 captioned" in result.output
+    entries = tomllib.loads(out.read_text())["datasets"]
+    assert entries == [
+        {"path": "me-10_sks person", "repeats": 10, "trigger_word": "sks"},
+        {"path": "me-reg-1_person", "repeats": 1, "regularisation": True},
+    ]
+    raw = {
+        "family": "flux", "base_model": str(tiny_model("flux")), "resolution": 32, "datasets": entries,
+        "prior_loss_weight": 0.5,
+    }  # fmt: skip
+    run = validate_run(raw, settings, live_output_names=set())
+    assert {it.caption for it in run.scan.items if it.entry == 1} == {"person"}  # the class words, no trigger
+    report = preflight_report(run)
+    assert [(e["label"], e["regularisation"], e["loss_weight"]) for e in report["dataset"]["entries"]] == [
+        ("me-10_sks person", False, 1.0),
+        ("me-reg-1_person", True, 0.5),
+    ]
+    plain = CliRunner().invoke(cli, ["datasets", "import", str(reg), "--name", "x", "--reg", str(reg)])
+    assert plain.exit_code != 0 and "--kohya" in plain.output

@@ -18,7 +18,10 @@ class PreflightEntry(_Out):
     weight: float | None
     samples_per_epoch: int = Field(description="samples the entry gives per epoch (repeats / weight)")
     share: float = Field(description="its share of the epoch's samples, 0..1")
-    loss_weight: float
+    loss_weight: float = Field(
+        description="multiplies its samples' loss (a regularisation entry's: x prior_loss_weight)"
+    )
+    regularisation: bool = Field(default=False, description="class images (prior preservation)")
     caption_dropout: float
     resolution: list[int] = Field(description="the entry's training side(s)")
     trigger_word: str | None
@@ -100,6 +103,9 @@ class PreflightSchedule(_Out):
     steps_per_epoch: int
     batch_size: int
     grad_accum: int
+    preservation: str | None = Field(
+        default=None, description="differential output preservation: what, its weight, the cost per step"
+    )
 
 
 class PrecisionPlan(_Out):

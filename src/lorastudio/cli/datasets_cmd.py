@@ -49,6 +49,14 @@ def import_cmd(
     entries: Path | None = typer.Option(
         None, "--entries", help="with --kohya: also write the datasets entries to this new TOML file"
     ),
+    reg: Path | None = typer.Option(
+        None,
+        "--reg",
+        exists=True,
+        file_okay=False,
+        help="with --kohya: kohya's regularisation folder (its N_class sub-folders): imported as NAME-reg-<folder>, "
+        "their entries marked regularisation = true",
+    ),
 ) -> None:
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
     is checked first; the good ones are imported and the bad ones listed with the reason (with
@@ -67,10 +75,10 @@ def import_cmd(
     target = resolve_dataset_dir(dataset, settings.datasets_dir, allow_outside_root=False)
     source = source.resolve()  # the folder the user named may be a link; links inside it are not followed
     if kohya:
-        _import_kohya(source, target, strict, entries)
+        _import_kohya(source, target, strict, entries, reg)
         return
-    if entries is not None:
-        raise typer.BadParameter("--entries writes the entries of a --kohya import; add --kohya")
+    if entries is not None or reg is not None:
+        raise typer.BadParameter("--entries and --reg belong to a --kohya import; add --kohya")
     listing = sorted(p for p in source.iterdir() if not p.name.startswith("."))
     links = [p.name for p in listing if p.is_symlink()]
     files = [p for p in listing if not p.is_symlink() and p.is_file()]
@@ -176,15 +184,37 @@ def _write_new(path: Path, text: str) -> None:
     os.replace(staged, path)
 
 
-def _import_kohya(source: Path, target: Path, strict: bool, entries_file: Path | None) -> None:
+def _import_kohya(
+    source: Path, target: Path, strict: bool, entries_file: Path | None, reg_source: Path | None = None
+) -> None:
     """`datasets import --kohya`: each of DIR's kohya folders becomes the dataset
     `<name>-<N_words>` (its images, and a metadata.jsonl row each: the .txt caption, else the
     folder's words), and the run's `datasets` entries that train them with their repeats are
-    printed (TOML, to paste into a config), and written to `entries_file` when given."""
+    printed (TOML, to paste into a config), and written to `entries_file` when given. With
+    `reg_source` (kohya's reg folder, e.g. `reg/1_person`), its folders become `<name>-reg-<N_words>`
+    and their entries are marked `regularisation = true` (no trigger word)."""
+    from lorastudio.data.kohya import kohya_entries_toml
+
+    imported = _import_kohya_folders(source, target.parent, target.name, strict)
+    toml = kohya_entries_toml(imported)
+    if reg_source is not None:
+        reg = _import_kohya_folders(reg_source.resolve(), target.parent, f"{target.name}-reg", strict)
+        toml += "\n" + kohya_entries_toml(reg, regularisation=True)
+        imported += reg
+    typer.echo(f"imported {len(imported)} kohya folder(s); train them with these entries:")
+    typer.echo(toml)
+    if entries_file is not None:
+        _write_new(entries_file, toml)
+        typer.echo(f"entries written to {entries_file}")
+
+
+def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -> list[tuple[str, str]]:
+    """Import each kohya folder of `source` as the dataset `<prefix>-<folder>` under `root`
+    (see _import_kohya); lists what was skipped. Returns (dataset name, folder) per folder."""
     import io
     import os
 
-    from lorastudio.data.kohya import kohya_entries_toml, plan_kohya_import
+    from lorastudio.data.kohya import plan_kohya_import
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch, dataset_summary
     from lorastudio.errors import DatasetError
@@ -196,8 +226,8 @@ def _import_kohya(source: Path, target: Path, strict: bool, entries_file: Path |
     if strict and plan.skipped:
         raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped])
     folders = sorted({str(r["kohya_folder"]) for r in plan.rows})
-    names = {folder: f"{target.name}-{folder}" for folder in folders}
-    taken = [n for n in names.values() if os.path.lexists(target.parent / n)]
+    names = {folder: f"{prefix}-{folder}" for folder in folders}
+    taken = [n for n in names.values() if os.path.lexists(root / n)]
     if taken:
         raise DatasetError(
             f"dataset {taken[0]} already exists",
@@ -207,12 +237,9 @@ def _import_kohya(source: Path, target: Path, strict: bool, entries_file: Path |
     for folder in folders:
         rows = [r for r in plan.rows if r["kohya_folder"] == folder]
         with UploadBatch(
-            settings.datasets_dir,
-            target.parent / names[folder],
-            settings.max_image_pixels,
-            settings.max_decode_pixels,
+            settings.datasets_dir, root / names[folder], settings.max_image_pixels, settings.max_decode_pixels,
             strict=strict,
-        ) as batch:
+        ) as batch:  # fmt: skip
             for path, name in plan.images:
                 if path.parent.name == folder:
                     with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
@@ -220,18 +247,13 @@ def _import_kohya(source: Path, target: Path, strict: bool, entries_file: Path |
             table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
             batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
             refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
-        summary = dataset_summary(target.parent / names[folder])
+        summary = dataset_summary(root / names[folder])
         typer.echo(
             f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
         )
-    toml = kohya_entries_toml([(names[f], f) for f in folders])
-    typer.echo(f"imported {len(folders)} kohya folder(s) from {source}; train them with these entries:")
-    typer.echo(toml)
-    if entries_file is not None:
-        _write_new(entries_file, toml)
-        typer.echo(f"entries written to {entries_file}")
     for file, reason in plan.skipped + refused:
         typer.echo(f"skipped {file}: {reason}")
+    return [(names[f], f) for f in folders]
 
 
 def _drop_bad_images(plan: Any, max_pixels: int, decode_pixels: int) -> None:

@@ -134,6 +134,7 @@ def print_report(report: dict[str, Any]) -> None:
         echo(
             f"  entry          {entry['label']}: {entry['images']} image(s) {sampling} -> "
             f"{entry['samples_per_epoch']} per epoch ({entry['share']:.1%}), loss weight {entry['loss_weight']:g}"
+            + (" (regularisation: x prior_loss_weight)" if entry.get("regularisation") else "")
         )
     echo(f"  captions       {', '.join(f'{k}: {v}' for k, v in data['caption_sources'].items()) or '-'}")
     by_side = data.get("buckets_by_resolution") or {}
@@ -162,6 +163,8 @@ def print_report(report: dict[str, Any]) -> None:
         f"  steps          {sched['steps']} ({sched['epochs']} epochs of {sched['steps_per_epoch']} steps; "
         f"batch {sched['batch_size']} x accumulation {sched['grad_accum']})"
     )
+    if sched.get("preservation"):
+        echo(f"  preservation   {sched['preservation']}")
     prec = report["precision"]
     echo("precision:")
     echo(f"  device         {prec['device']} ({report['host']['name']})")

@@ -42,7 +42,8 @@ def resolve_entries(
     cfg: TrainConfig, datasets_root: Path, *, allow_outside_root: bool, check_links: bool = False
 ) -> list[MixEntry]:
     """The run's entries with their folders resolved (data.paths.resolve_dataset_dir) and the
-    run's caption options / resolution filled where an entry leaves them unset; with
+    run's caption options / resolution filled where an entry leaves them unset (a regularisation
+    entry: never the run's trigger word, and its loss_weight times cfg.prior_loss_weight); with
     cfg.kohya_folders, each folder's kohya sub-folders instead (data.kohya.kohya_entries).
     `cfg` must be resolved (its resolution set). `check_links`: refuse a folder that now leads
     through a link (safe_open.check_not_relinked, for the worker).
@@ -65,14 +66,17 @@ def resolve_entries(
                 root=root,
                 repeats=entry.repeats,
                 weight=entry.weight,
-                loss_weight=entry.loss_weight,
+                loss_weight=entry.loss_weight * (cfg.prior_loss_weight if entry.regularisation else 1.0),
                 caption_dropout=_pick(entry.caption_dropout, cfg.caption_dropout),
-                trigger_word=_pick(entry.trigger_word, cfg.trigger_word),
+                trigger_word=entry.trigger_word
+                if entry.regularisation
+                else _pick(entry.trigger_word, cfg.trigger_word),
                 default_caption=_pick(entry.default_caption, cfg.default_caption),
                 resolutions=tuple(resolution_list(_pick(entry.resolution, cfg.resolution))),  # type: ignore[arg-type]
                 shuffle_tags=bool(_pick(entry.shuffle_tags, cfg.shuffle_tags)),
                 keep_tokens=int(_pick(entry.keep_tokens, cfg.keep_tokens)),  # type: ignore[call-overload]
                 tag_dropout=float(_pick(entry.tag_dropout, cfg.tag_dropout)),  # type: ignore[arg-type]
+                regularisation=entry.regularisation,
             )
             out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
         except (ConfigError, PathOutsideRoot, DatasetError) as err:
@@ -208,7 +212,8 @@ def epoch_bucket_counts(scan: DatasetScan) -> dict[str, int]:
 
 def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
     """The preflight's line per entry: label, folder, images, sampling, samples per epoch and
-    share of the epoch, loss weight, resolution, trigger word."""
+    share of the epoch, loss weight (a regularisation entry's includes prior_loss_weight),
+    regularisation, resolution, trigger word."""
     entries = scan.entries
     if not entries:
         return []
@@ -228,6 +233,7 @@ def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
             "samples_per_epoch": n,
             "share": round(n / total, 4),
             "loss_weight": e.loss_weight,
+            "regularisation": e.regularisation,
             "caption_dropout": e.caption_dropout,
             "resolution": list(e.resolutions),
             "trigger_word": e.trigger_word,

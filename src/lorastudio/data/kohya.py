@@ -151,7 +151,9 @@ def kohya_entries(parent: MixEntry) -> list[MixEntry]:
                 label=f"{parent.label}/{sub.name}",
                 root=sub,
                 repeats=kohya.repeats,
-                trigger_word=parent.trigger_word or kohya.words.split()[0],
+                # a regularisation folder's words are its class, its captions' words, never a trigger
+                trigger_word=parent.trigger_word
+                or (None if parent.regularisation else kohya.words.split()[0]),
                 default_caption=parent.default_caption or kohya.words,
             )
         )
@@ -164,9 +166,11 @@ def kohya_entries(parent: MixEntry) -> list[MixEntry]:
     return found
 
 
-def kohya_entries_toml(datasets: list[tuple[str, str]]) -> str:
+def kohya_entries_toml(datasets: list[tuple[str, str]], regularisation: bool = False) -> str:
     """The `[[datasets]]` TOML entries of imported kohya folders: (stored dataset name, kohya
-    folder name) -> path, repeats N and the folder's first word as trigger_word."""
+    folder name) -> path, repeats N and the folder's first word as trigger_word; with
+    `regularisation` (kohya's reg folders: class images), `regularisation = true` instead of a
+    trigger word (their captions, else the class words, are used as they are)."""
     lines: list[str] = []
     for name, folder in datasets:
         kohya = parse_kohya_folder(folder)
@@ -174,7 +178,10 @@ def kohya_entries_toml(datasets: list[tuple[str, str]]) -> str:
             "[[datasets]]",
             f"path = {json.dumps(name, ensure_ascii=False)}",
             f"repeats = {kohya.repeats}",
-            f"trigger_word = {json.dumps(kohya.words.split()[0], ensure_ascii=False)}",
-            "",
         ]
+        if regularisation:
+            lines.append("regularisation = true")
+        else:
+            lines.append(f"trigger_word = {json.dumps(kohya.words.split()[0], ensure_ascii=False)}")
+        lines.append("")
     return "\n".join(lines)

@@ -37,6 +37,7 @@ class MixEntry:
     label: how reports name it (the path as configured; a kohya sub-folder as "parent/N_words");
     repeats / weight: the sampling (config_datasets; repeats None with weight None means 1);
     resolutions: the training side(s) of its images (each image is used at each);
+    regularisation: class images (loss_weight then includes the run's prior_loss_weight);
     images / fingerprint: filled by the scan."""
 
     label: str
@@ -51,6 +52,7 @@ class MixEntry:
     shuffle_tags: bool = False
     keep_tokens: int = 0
     tag_dropout: float = 0.0
+    regularisation: bool = False
     images: int = 0
     fingerprint: str = ""
 
@@ -65,7 +67,7 @@ class MixEntry:
             "shuffle_tags": self.shuffle_tags,
             "keep_tokens": self.keep_tokens,
             "tag_dropout": self.tag_dropout,
-        }
+        } | ({"regularisation": True} if self.regularisation else {})  # unset: the fingerprint of before
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:

@@ -7,7 +7,8 @@ One caption job at a time. The GPU arbiter is respected: a job that would run on
 GPU (device "cpu" runs beside it), and it registers as a resident workload of the arbiter, so a
 training job that starts meanwhile stops it (between images; the job ends "cancelled" with the
 reason) before it takes the GPU. A dataset a live training job uses is not captioned (edits to
-it are refused meanwhile). A cancel is honoured between images; a worker that does not stop
+it are refused meanwhile), and a run on a dataset being captioned is refused
+(jobs/dataset_locks.py). A cancel is honoured between images; a worker that does not stop
 within STOP_GRACE_S is killed, and its staged (hidden) caption file is removed: every caption
 file is old or new, never half-written. The API creates the service on first use (from a request
 thread, so the caption worker inherits the server's lowered priority: training goes first).
@@ -34,6 +35,7 @@ from lorastudio.data.discovery import require_folder
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
+from lorastudio.jobs.dataset_locks import overlaps
 from lorastudio.jobs.generation_process import Spawner, death_reason
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings
@@ -142,10 +144,6 @@ class CaptionJobs:
         require_folder(folder)
         device = self._device(options)
         source = resolve_captioner(self.settings, options.model, options.revision)
-        if folder in self._in_use():
-            raise JobActive(
-                f"dataset {dataset!r} is used by a live training job; caption it when the job ends"
-            )
         job = CaptionJob(
             uuid.uuid4().hex[:12], dataset, folder, options.model_copy(update={"device": device}), device
         )
@@ -163,12 +161,25 @@ class CaptionJobs:
                     )
                 self.arbiter.register_resident(self._resident(job), lambda: self._yield_gpu(job))
             self._jobs[job.id] = job
+        self._refuse_if_trained(job)  # after registering: jobs/dataset_locks.py
         self._log.append({"type": "caption_job", "job_id": job.id, **job.snapshot()})
         job.thread = threading.Thread(
             target=self._run, args=(job, source, events), name=f"caption-{job.id}", daemon=True
         )
         job.thread.start()
         return job.snapshot()
+
+    def _refuse_if_trained(self, job: CaptionJob) -> None:
+        """Withdraw the just-registered `job` and raise JobActive when a live training job reads
+        its folder (or a folder it lies in, or one inside it)."""
+        if not any(overlaps(job.folder, used) for used in self._in_use()):
+            return
+        with self._lock:
+            del self._jobs[job.id]
+        self.arbiter.unregister_resident(self._resident(job))
+        raise JobActive(
+            f"dataset {job.dataset!r} is used by a live training job; caption it when the job ends"
+        )
 
     @staticmethod
     def _resident(job: CaptionJob) -> str:
@@ -272,10 +283,10 @@ class CaptionJobs:
                 raise NotFound(f"dataset {dataset!r} has no caption job in this server's life")
             return jobs[-1].snapshot()
 
-    def busy_folders(self) -> set[Path]:
-        """Dataset folders being captioned now."""
+    def busy_jobs(self) -> dict[Path, str]:
+        """Dataset folders being captioned now -> the caption job's id (JobService.watch_captioning)."""
         with self._lock:
-            return {j.folder for j in self._jobs.values() if j.status == "running"}
+            return {j.folder: j.id for j in self._jobs.values() if j.status == "running"}
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Wait for a job's thread to end (tests, shutdown); returns its snapshot."""

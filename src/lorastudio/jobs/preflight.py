@@ -19,6 +19,7 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+from lorastudio.config_preservation import preservation_line
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report
@@ -114,6 +115,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "steps_per_epoch": steps_per_epoch,
             "batch_size": cfg.batch_size,
             "grad_accum": cfg.grad_accum,
+            "preservation": preservation_line(cfg),
         },
         "precision": {
             "requested": cfg.base_precision,

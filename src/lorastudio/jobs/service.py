@@ -30,13 +30,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from lorastudio.config_datasets import dataset_paths
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.dataset_locks import captioned_conflict
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.host_memory import refuse_if_short
 from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
@@ -83,6 +84,7 @@ class JobService(EventPump):
         self._stop_at: float | None = None  # monotonic time of the stop request
         self._generation = 0
         self._closing = False
+        self._captioning: Callable[[], dict[Path, str]] = dict  # folder -> caption job (watch_captioning)
         self.event_log = EventLog(event_log_size)  # appended to under self._cond only
         self.ignored_events = 0  # events fenced off (superseded worker) or malformed
         self._thread = threading.Thread(target=self._dispatch_loop, name="lorastudio-jobs", daemon=True)
@@ -140,6 +142,12 @@ class JobService(EventPump):
         every datasets entry's folder)."""
         with self._cond:
             return {Path(p) for j in self._live_jobs() for p in dataset_paths(j.config)}
+
+    def watch_captioning(self, busy: Callable[[], dict[Path, str]]) -> None:
+        """Refuse runs on the folders `busy()` names (dataset folder -> running caption job id);
+        it is called under this service's lock (jobs/dataset_locks.py gives the lock order)."""
+        with self._cond:
+            self._captioning = busy
 
     def _busy(self) -> bool:
         """A live active job or a queued one; a final job whose worker is still exiting does not
@@ -207,9 +215,13 @@ class JobService(EventPump):
             return job.snapshot()
 
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
-        """Record and queue a validated job (caller holds the lock). Raises JobActive."""
+        """Record and queue a validated job (caller holds the lock). Raises JobActive (also when
+        a caption job writes one of its datasets)."""
         if self._closing:
             raise JobActive("the server is shutting down")
+        conflict = captioned_conflict(dataset_paths(config), self._captioning())
+        if conflict is not None:
+            raise JobActive(conflict)
         if not queue and self._busy():
             raise JobActive("a training job is already running; stop it or queue this one")
         if config.output_name in self._live_output_names():

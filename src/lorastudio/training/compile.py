@@ -111,7 +111,8 @@ def compile_request(
     """The CompileRequest of TrainConfig.compile `compile_mode` for a family whose
     wide_compile_blocks are `wide_blocks`, a plan checkpointing `checkpointing` ("off", "full",
     "selective"), the training `device`, whether a step accumulates gradients over several
-    backward passes (grad_accum > 1 or micro-batches) and whether the run is data-parallel.
+    backward passes (grad_accum > 1, micro-batches, or differential output preservation's
+    second backward per micro-batch) and whether the run is data-parallel.
     "on" / "auto": the repeated blocks, as before. "wide": the wide blocks with static shapes
     and CUDA graphs, except where graphs are unsafe or unproven, where they are left off and
     `note` says why: on the CPU (none), with activation checkpointing (the checkpoint recomputes

@@ -78,6 +78,15 @@ class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
         return len(self.keys)
 
 
+def with_texts(conds: Conditioning, extra: Conditioning) -> Conditioning:
+    """`conds` with `extra`'s texts added (held in RAM; a text in both keeps `conds`' tensors).
+    A DiskConditioning stays lazy: the extra texts join its in-RAM part."""
+    if isinstance(conds, DiskConditioning):
+        conds.kept.update({k: v for k, v in extra.items() if k not in conds.keys})
+        return conds
+    return {**extra, **conds}
+
+
 def encode_texts_on_disk(
     family: Family,
     cfg: TrainConfig,

@@ -60,7 +60,10 @@ def run_identity(
     values = cfg.model_dump(mode="json")
     identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
     if identity.get("datasets") is not None:  # each entry's settings; its folder, like data_dir, is not
-        identity["datasets"] = [{k: v for k, v in e.items() if k != "path"} for e in identity["datasets"]]
+        identity["datasets"] = [  # regularisation only when set: checkpoints from before it still resume
+            {k: v for k, v in e.items() if k != "path" and (k != "regularisation" or v)}
+            for e in identity["datasets"]
+        ]
     identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))
     identity["dataset_fingerprint"] = dataset_fingerprint
     return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back

@@ -65,7 +65,7 @@ from lorastudio.training.checkpoint import (
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
 from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, edit_prompts, encode_texts
-from lorastudio.training.conditioning_disk import encode_texts_on_disk
+from lorastudio.training.conditioning_disk import encode_texts_on_disk, with_texts
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -101,6 +101,7 @@ from lorastudio.training.plan_build import build_denoiser
 from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.preservation import encode_list, preservation_texts
 from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
@@ -292,7 +293,9 @@ def _run_phases(
         torch.cuda.reset_peak_memory_stats(run.device)
     stop()
     plan, decided_by = _settled_plan(run, state)
-    attention = start_attention(run, plan, settings.probe_cache_dir)  # auto's probe runs beside phases 1-2 (attention_early)
+    attention = start_attention(
+        run, plan, settings.probe_cache_dir
+    )  # auto's probe runs beside phases 1-2 (attention_early)
     rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -312,15 +315,17 @@ def _run_phases(
         else list(dict.fromkeys(it.caption for it in run.validation))
     )
     samples = sample_texts(cfg, family, sample_reference_paths(cfg, family, run.scan))  # with references
-    texts = [to_encode, samples, held]
+    state.preservation = preservation_texts(cfg, run.scan)  # the class-word captions (preservation.py)
+    texts = [to_encode, samples, held, encode_list(state.preservation, run.scan, variants)]
     if cfg.train_text_encoder:  # encoded in every step (the picked variant), through the TE LoRA
-        texts = [[], [], []]
+        texts = [[], [], [], []]
     encode = encode_texts
     if _latent_mode(run) == "disk" and not sees and not cfg.train_text_encoder:  # captions on disk too
         encode = functools.partial(encode_texts_on_disk, root=cache_root(settings))  # conditioning_disk.py
-    conds, prompt_conds, state.held_out_conds = encode(
+    conds, prompt_conds, state.held_out_conds, kept = encode(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
-    )  # the sample prompts in chunks of their own: the captions' tensors are those of a run without
+    )  # each group in chunks of its own: the captions' tensors are those of a run without the others
+    conds = with_texts(conds, kept)  # the class-word captions beside the captions (RAM)
     stop()
     source = _prepare_latents(run, state, rng, emit, stop, settings)
     stop()

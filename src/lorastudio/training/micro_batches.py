@@ -55,14 +55,18 @@ def batch_forward_backward(
     ddp: Any = None,
     sync: bool = True,
     loss_weights: torch.Tensor | None = None,
+    preserve: tuple[dict[str, Any], float] | None = None,
 ) -> list[torch.Tensor]:
     """Forward + backward of one sampler batch in micro-batches of `micro_batch_size` samples,
     with the maths of the unsplit batch (see the module docstring). Takes the batch's latents
     [B, C, h, w] (training dtype, on the device) and collated conditioning; `ddp` the DDP wrapper
     (None: single process); `sync`: let DDP all-reduce in the batch's last backward;
     `loss_weights` [B] fp32 (the samples' dataset entries' loss_weight, data/mix.py), multiplied
-    into the objective's per-sample weights (None: all 1, nothing multiplied).
+    into the objective's per-sample weights (None: all 1, nothing multiplied); `preserve`: the
+    batch's class conditioning and weight (training/preservation.py), whose pass follows each
+    micro-batch's on the same draws.
     Returns one 0-d device tensor per pass: its share of the step loss (no host sync)."""
+    from lorastudio.training.preservation import preservation_pass
     from lorastudio.training.step import forward_backward
 
     info = {
@@ -76,7 +80,7 @@ def batch_forward_backward(
         info["loss_mask"] = batch.mask  # [B, 1, h, w]
     shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
     drawn = None
-    if len(shards) > 1 or loss_weights is not None:
+    if len(shards) > 1 or loss_weights is not None or preserve is not None:
         drawn = objective.noise(batch.latents, generator)  # the whole batch's, the draws of an unsplit one
     if loss_weights is not None and drawn is not None:
         weight = drawn.weight * loss_weights.to(drawn.weight.device)  # [B]
@@ -88,5 +92,20 @@ def batch_forward_backward(
                 family, denoiser, objective, batch.latents, cond, info, cfg, generator, step_samples,
                 scaler, shard=shard, forward_module=ddp, noised=drawn,
             )  # fmt: skip
-        shares.append(share)  # [] on the device
+            shares.append(share)  # [] on the device
+            if preserve is not None:  # the same noisy latents and timesteps, the class captions
+                shares.append(
+                    preservation_pass(
+                        family,
+                        denoiser,
+                        drawn,
+                        preserve[0],
+                        info,
+                        cfg,
+                        preserve[1],
+                        step_samples,
+                        scaler,
+                        shard,
+                    )  # type: ignore[arg-type]
+                )
     return shares

@@ -30,11 +30,7 @@ from lorastudio.errors import TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper
 from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_info
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
-from lorastudio.training.distributed import (
-    ParallelContext,
-    StopPoll,
-    all_reduce_sum,
-)
+from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum
 from lorastudio.training.ema import AdapterEma, make_ema
 from lorastudio.training.events import Emit, Progress, SampleReady
 from lorastudio.training.export import save_lora_snapshot
@@ -47,6 +43,7 @@ from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, mak
 from lorastudio.training.plan import Plan
 from lorastudio.training.precision import peak_memory_gb
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.preservation import preservation_cond
 from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
 from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
@@ -54,6 +51,7 @@ from lorastudio.training.validate import HeldOut, ValidationRounds, validation_r
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
+    from lorastudio.training.preservation import PreservationTexts
     from lorastudio.training.text_encoders import TextEncoderLora
 
 
@@ -90,6 +88,7 @@ class RunState:
     held_out: list[HeldOut] = field(default_factory=list)  # the encoded validation images
     held_out_conds: Conditioning = field(default_factory=dict)  # their captions' conditioning
     text_encoders: TextEncoderLora | None = None  # SDXL train_text_encoder: encoders with their LoRA
+    preservation: PreservationTexts | None = None  # cfg.preservation's texts (training/preservation.py)
 
 
 def optimize(
@@ -376,6 +375,7 @@ def _micro_step(
         run.family, state.denoiser, objective, batch, cond, run.cfg, generator, step_samples,
         scaler, micro, ctx=state.ctx, ddp=state.ddp, sync=last,
         loss_weights=entry_loss_weights(run.scan, indices),
+        preserve=preservation_cond(state.preservation, run.family, conds, captions, indices),
     )  # fmt: skip
 
 

@@ -110,7 +110,10 @@ def build_denoiser(run: PreparedRun, plan: Plan, *, compile_blocks: bool) -> Bui
             family.spec.wide_compile_blocks,
             plan.gradient_checkpointing,
             device,
-            accumulates=cfg.grad_accum > 1 or plan.micro_batch_size < cfg.batch_size,
+            # preservation (training/preservation.py) adds a second backward to every micro-batch
+            accumulates=cfg.grad_accum > 1
+            or plan.micro_batch_size < cfg.batch_size
+            or bool(getattr(cfg, "preservation", None)),
             distributed=cfg.num_gpus > 1,
         )
         state = compile_denoiser(

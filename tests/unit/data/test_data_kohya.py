@@ -71,3 +71,22 @@ def test_a_dir_without_kohya_folders_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as err:
         plan_kohya_import(tmp_path)
     assert "no <repeats>_<words> sub-folders" in err.value.problems[0]
+
+
+def test_a_regularisation_parent_gives_its_kohya_folders_no_trigger_word(tmp_path: Path) -> None:
+    """kohya_folders with a regularisation entry (kohya's reg/ folder): each `N_class` sub-folder
+    is a regularisation entry whose words caption its images, never a trigger word."""
+    from lorastudio.data.kohya import kohya_entries
+    from lorastudio.data.mix import MixEntry
+
+    (tmp_path / "1_person").mkdir()
+    (tmp_path / "1_person" / "a.png").write_bytes(b"")
+    [reg] = kohya_entries(MixEntry(label="reg", root=tmp_path, regularisation=True))
+    assert (reg.trigger_word, reg.default_caption, reg.regularisation, reg.repeats) == (
+        None,
+        "person",
+        True,
+        1,
+    )
+    [plain] = kohya_entries(MixEntry(label="img", root=tmp_path))
+    assert (plain.trigger_word, plain.regularisation) == ("person", False)

@@ -178,3 +178,25 @@ def test_check_says_what_a_flux2_run_trains(tiny_model, small_dataset, small_pai
     out = _invoke("train", str(paired), "--check", "--device", "cpu").output
     assert "trains         edit: every sample edits with its reference images (1 per sample)" in out
     assert "pairs          4 (up to 1 control(s) each; from control/)" in out
+
+
+def test_check_marks_a_regularisation_entry_and_states_preservation(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """A reg entry's line says its loss weight includes prior_loss_weight; the schedule states
+    differential output preservation with its cost per step."""
+    raw = run_settings(
+        "flux", tiny_model("flux"), small_dataset, {"trigger_word": "sks", "prior_loss_weight": 0.5}
+    )
+    del raw["data_dir"]
+    text = "".join(f"{k} = {json.dumps(v)}\n" for k, v in raw.items())
+    text += 'preservation = {class_word = "shape", prompts = ["a shape", "a star"]}\n'
+    text += f'[[datasets]]\npath = "{small_dataset}"\n[[datasets]]\npath = "{small_dataset}"\nregularisation = true\n'
+    (tmp_path / "run.toml").write_text(text)
+    result = _invoke("train", str(tmp_path / "run.toml"), "--check", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "loss weight 0.5 (regularisation: x prior_loss_weight)" in result.output
+    assert (
+        "  preservation   the base model's output on 2 prompt(s), weight 1: one extra no-grad forward + one "
+        "extra forward/backward per micro-batch" in result.output
+    )

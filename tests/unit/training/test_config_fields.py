@@ -76,6 +76,11 @@ ELSEWHERE = {
     "keep_tokens": "tests/unit/data/test_data_caption_variants and test_caption_variants_run",
     "tag_dropout": "tests/unit/data/test_data_caption_variants and test_caption_variants_run",
     "caption_variants": "tests/unit/training/test_caption_variants_run (the texts encoded in phase 1)",
+    "preservation": "test_preservation (the target is the base prediction bitwise, fused too; class-prompt "
+    "drift 14x smaller; exact resume; refused without a trigger word, with train_text_encoder, num_gpus > 1, "
+    "an edit family)",
+    "prior_loss_weight": "test_regularisation (a reg entry's loss x prior_loss_weight, bitwise a plain entry with that "
+    "loss_weight; exact resume; another value refused on resume; refused without a reg entry)",
     "kohya_folders": "tests/unit/training/test_datasets_mix::test_kohya_folders_train_with_their_repeats",
     "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
     "revision": "test_preflight (refused for a local folder)",

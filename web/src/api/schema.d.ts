@@ -1411,6 +1411,12 @@ export interface components {
              */
             path: string;
             /**
+             * Regularisation
+             * @description class images with their captions (kohya's reg folders): sampled like any entry, their loss also multiplied by the run's prior_loss_weight; never given the run's trigger_word
+             * @default false
+             */
+            regularisation?: boolean;
+            /**
              * Repeats
              * @description every image N times per epoch (null: 1, or the weight)
              * @default null
@@ -2498,10 +2504,19 @@ export interface components {
              * @description the entry as configured (a kohya sub-folder: parent/N_words)
              */
             label: string;
-            /** Loss Weight */
+            /**
+             * Loss Weight
+             * @description multiplies its samples' loss (a regularisation entry's: x prior_loss_weight)
+             */
             loss_weight: number;
             /** Path */
             path: string;
+            /**
+             * Regularisation
+             * @description class images (prior preservation)
+             * @default false
+             */
+            regularisation?: boolean;
             /** Repeats */
             repeats: number | null;
             /**
@@ -2612,6 +2627,11 @@ export interface components {
             epochs: number;
             /** Grad Accum */
             grad_accum: number;
+            /**
+             * Preservation
+             * @description differential output preservation: what, its weight, the cost per step
+             */
+            preservation?: string | null;
             /** Steps */
             steps: number;
             /** Steps Per Epoch */
@@ -2661,6 +2681,29 @@ export interface components {
              * @enum {string}
              */
             type: "preparing";
+        };
+        /**
+         * Preservation
+         * @description Differential output preservation (see the module docstring).
+         */
+        Preservation: {
+            /**
+             * Class Word
+             * @description replaces the trigger word in the captions whose base-model output is preserved (e.g. 'person' for 'sks person')
+             */
+            class_word: string;
+            /**
+             * Prompts
+             * @description prompts to preserve instead of the class-word captions (dataset sample i gets prompt i modulo their number); null: the captions with the trigger word replaced
+             * @default null
+             */
+            prompts?: string[] | null;
+            /**
+             * Weight
+             * @description multiplies the preservation loss
+             * @default 1
+             */
+            weight?: number;
         };
         /** ProblemOut */
         ProblemOut: {
@@ -3280,7 +3323,7 @@ export interface components {
             data_dir?: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
              * @default null
              */
             datasets?: components["schemas"]["DatasetEntry"][] | null;
@@ -3562,6 +3605,17 @@ export interface components {
              * @default null
              */
             output_name?: string | null;
+            /**
+             * @description differential output preservation, {class_word, weight, prompts}: the LoRA's output on the captions with the trigger word replaced by class_word (or on prompts) is pulled to the base model's (the LoRA disabled), computed in the same step (one extra no-grad forward and one extra forward + backward per micro-batch)
+             * @default null
+             */
+            preservation?: components["schemas"]["Preservation"] | null;
+            /**
+             * Prior Loss Weight
+             * @description multiplies the loss of the samples of regularisation entries (datasets entries with regularisation = true; kohya's prior_loss_weight)
+             * @default 1
+             */
+            prior_loss_weight?: number;
             /**
              * Prodigy D Coef
              * @description prodigy: multiplier of the learned step size (null: 1.0)
@@ -3865,7 +3919,7 @@ export interface components {
             data_dir: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
              */
             datasets: components["schemas"]["DatasetEntry"][] | null;
             /**
@@ -4121,6 +4175,14 @@ export interface components {
              * @description name of the run's output folder and LoRA file (default: family-date-time)
              */
             output_name: string | null;
+            /** @description differential output preservation, {class_word, weight, prompts}: the LoRA's output on the captions with the trigger word replaced by class_word (or on prompts) is pulled to the base model's (the LoRA disabled), computed in the same step (one extra no-grad forward and one extra forward + backward per micro-batch) */
+            preservation: components["schemas"]["Preservation"] | null;
+            /**
+             * Prior Loss Weight
+             * @description multiplies the loss of the samples of regularisation entries (datasets entries with regularisation = true; kohya's prior_loss_weight)
+             * @default 1
+             */
+            prior_loss_weight: number;
             /**
              * Prodigy D Coef
              * @description prodigy: multiplier of the learned step size (null: 1.0)

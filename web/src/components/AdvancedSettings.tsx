@@ -10,6 +10,7 @@ import {
   TIMESTEP_SAMPLING,
   V_PREDICTION,
 } from "../lib/trainForm";
+import { PreservationFields } from "./PreservationFields";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
@@ -53,6 +54,8 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           hint: "disk: memory-mapped files under the studio home, reused by later runs on the same images and model",
         })}
         {c.num("latent_cache_max_gb", "Latent cache RAM (GB)", { hint: "RAM budget; above it, disk (auto) or encode per step" })}
+
+        <PreservationFields value={c.text("preservation")} error={c.error("preservation")} onChange={(v) => c.set("preservation", v)} />
 
         <h4 className="grid-head">Masked loss</h4>
         {c.num("unmasked_weight", "Unmasked weight", {

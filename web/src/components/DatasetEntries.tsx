@@ -20,7 +20,8 @@ const NUMBERS: [keyof EntryRow, string, string][] = [
 
 /**
  * The `datasets` list editor: one row per dataset folder, each with its repeats (or sampling
- * weight), trigger word, caption dropout, resolution and loss weight. With no rows the form
+ * weight), trigger word, caption dropout, resolution, loss weight and whether it holds
+ * regularisation (class) images. With no rows the form
  * trains the one Dataset folder (data_dir); "Several folders" starts the list with it.
  */
 export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Props) {
@@ -63,6 +64,15 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
               onChange={(e) => edit(i, key, e.target.value)}
             />
           ))}
+          <label className="check" title="class images: their loss x prior loss weight, never the trigger word">
+            <input
+              type="checkbox"
+              aria-label={`regularisation ${i + 1}`}
+              checked={row.regularisation === true}
+              onChange={(e) => update(rows.map((r, n) => (n === i ? { ...r, regularisation: e.target.checked } : r)))}
+            />
+            reg
+          </label>
           <button type="button" className="secondary" aria-label={`remove folder ${i + 1}`} onClick={() => update(rows.filter((_, n) => n !== i))}>
             ✕
           </button>

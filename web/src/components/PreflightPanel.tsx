@@ -141,7 +141,10 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           <tbody>
             {(dataset.entries ?? []).map((e) => (
               <tr key={e.label}>
-                <td>{e.label}</td>
+                <td>
+                  {e.label}
+                  {e.regularisation && <small> (regularisation)</small>}
+                </td>
                 <td>{e.images}</td>
                 <td>{e.weight != null ? `weight ${e.weight}` : `× ${e.repeats ?? 1}`}</td>
                 <td>{e.samples_per_epoch}</td>
@@ -151,6 +154,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
             ))}
           </tbody>
         </table>
+      )}
+      {schedule.preservation && (
+        <p className="muted" data-testid="preflight-preservation">
+          Output preservation: {schedule.preservation}
+        </p>
       )}
       {report.family?.single_file && (
         <p className="small" data-testid="preflight-single-file">

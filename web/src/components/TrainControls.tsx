@@ -23,6 +23,10 @@ interface NumberOptions extends Options {
 export interface TrainControls {
   /** The field's value as its input holds it ("" when unset or boolean). */
   text(k: Key): string;
+  /** The server's (or the form's) error for the key, if any. */
+  error(k: Key): string | undefined;
+  /** Set the key's form value (for editors of their own, e.g. PreservationFields). */
+  set(k: Key, v: string | boolean): void;
   /** A numeric input (decimal keyboard); blank means "the default". */
   num(k: Key, label: string, opts?: NumberOptions): ReactNode;
   /** A free-text input. */
@@ -53,6 +57,8 @@ export function trainControls(
   );
   return {
     text,
+    error: (k) => errors[k],
+    set,
     num: (k, label, opts = {}) =>
       field(
         k,

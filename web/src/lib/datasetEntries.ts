@@ -17,6 +17,8 @@ export interface EntryRow {
   caption_dropout: string;
   resolution: string;
   loss_weight: string;
+  /** Class images (prior preservation): their loss x the run's prior_loss_weight, no trigger word. */
+  regularisation?: boolean;
   /** The entry's other settings (tag shuffle / dropout...), kept as they were. */
   extra?: Record<string, unknown>;
 }
@@ -45,7 +47,7 @@ export function rowsValue(rows: EntryRow[]): string {
 export function entriesValue(entries: DatasetEntry[] | null | undefined): string {
   if (!entries?.length) return "";
   const text = (v: unknown) => (v == null ? "" : String(v));
-  const shown = new Set(["path", "repeats", "weight", "trigger_word", "caption_dropout", "resolution", "loss_weight"]);
+  const shown = new Set(["path", "repeats", "weight", "trigger_word", "caption_dropout", "resolution", "loss_weight", "regularisation"]);
   return rowsValue(
     entries.map((e) => ({
       extra: Object.fromEntries(Object.entries(e).filter(([k, v]) => !shown.has(k) && v != null)),
@@ -56,6 +58,7 @@ export function entriesValue(entries: DatasetEntry[] | null | undefined): string
       caption_dropout: text(e.caption_dropout),
       resolution: text(e.resolution),
       loss_weight: e.loss_weight === 1 ? "" : text(e.loss_weight),
+      regularisation: e.regularisation === true,
     })),
   );
 }
@@ -84,6 +87,7 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
     if (sides.some((n) => !Number.isInteger(n))) return `${where}: resolution must be whole numbers separated by commas`;
     if (sides.length) entry.resolution = sides.length === 1 ? sides[0] : sides;
     if (row.trigger_word !== "") entry.trigger_word = row.trigger_word;
+    if (row.regularisation) entry.regularisation = true;
     out.push(entry as unknown as DatasetEntry);
   }
   return out;

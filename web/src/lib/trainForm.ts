@@ -6,6 +6,7 @@
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import type { Family, Host, TrainConfig } from "../api/types";
 import { buildEntries, entriesValue, parseRows } from "./datasetEntries";
+import { buildPreservation, parsePreservation, preservationFromConfig } from "./preservation";
 import { samplePromptEntries, showSamplePrompt } from "./samplePrompts";
 
 type Key = keyof TrainConfig;
@@ -111,6 +112,7 @@ export function attentionHint(host: Host): string {
  * - length: steps or num_epochs, from the Length input and its unit;
  * - numbers: comma-separated numbers (a list); mapping: "name=number" pairs, comma-separated (an object);
  * - entries: the datasets editor's rows as one JSON string (lib/datasetEntries.ts);
+ * - preservation: its inputs as one JSON string (lib/preservation.ts);
  * - sides: one whole number, or several separated by commas (a list: every image at each);
  * - number-or-text: a number when it reads as one (a fraction), else the trimmed text (a folder);
  * - tristate: a select of "" (unset: the base decides) / "true" / "false", sent as null-less booleans.
@@ -130,6 +132,7 @@ type Kind =
   | "mapping"
   | "number-or-text"
   | "entries"
+  | "preservation"
   | "sides";
 export const FIELD_KINDS: Record<Key, Kind> = {
   family: "text",
@@ -138,6 +141,8 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   data_dir: "text",
   datasets: "entries",
   kohya_folders: "bool",
+  prior_loss_weight: "number",
+  preservation: "preservation",
   control_dirs: "lines",
   output_name: "text",
   resolution: "sides",
@@ -257,6 +262,8 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
   "data_dir",
   "datasets",
   "kohya_folders",
+  "prior_loss_weight",
+  "preservation",
   "output_name",
   "trigger_word",
   "default_caption",
@@ -294,6 +301,7 @@ const KEPT_ON_FAMILY_SWITCH: readonly Key[] = [
 function show(key: Key, v: unknown): string | boolean | undefined {
   if (v == null) return undefined;
   if (FIELD_KINDS[key] === "entries") return entriesValue(v as TrainConfig["datasets"]) || undefined;
+  if (FIELD_KINDS[key] === "preservation") return preservationFromConfig(v as TrainConfig["preservation"]) || undefined;
   if (typeof v === "boolean") return v;
   if (FIELD_KINDS[key] === "prompts" && Array.isArray(v)) return v.map(showSamplePrompt).join("\n");
   if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
@@ -424,6 +432,12 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
       const built = buildEntries(rows);
       if (typeof built === "string") problems[key] = built;
       else if (built.length) config[key] = built;
+      continue;
+    }
+    if (kind === "preservation") {
+      const built = buildPreservation(parsePreservation(v));
+      if (typeof built === "string") problems[key] = built;
+      else if (built) config[key] = built;
       continue;
     }
     if (kind === "sides") {

@@ -205,6 +205,31 @@ describe("TrainScreen", () => {
     expect(input("data_dir")).toHaveValue("shapes"); // no entries: back to the one folder
   });
 
+  it("marks a folder as regularisation images, sets the prior loss weight and output preservation, and shows them in the preflight", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("data_dir")).toHaveValue("shapes"));
+    await userEvent.click(screen.getByRole("button", { name: "Several folders…" }));
+    await userEvent.selectOptions(screen.getByLabelText("folder 2"), "faces");
+    await userEvent.click(screen.getByLabelText("regularisation 2"));
+    await userEvent.clear(input("prior_loss_weight")); // the default, 1
+    await userEvent.type(input("prior_loss_weight"), "0.5");
+    await userEvent.type(input("trigger_word"), "sks");
+    await userEvent.click(screen.getByText("Advanced settings"));
+    await userEvent.type(screen.getByLabelText("preservation class word"), "person");
+    await userEvent.type(screen.getByLabelText("preservation weight"), "2");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    expect(await screen.findByTestId("preflight-entries")).toHaveTextContent("faces (regularisation)");
+    expect(screen.getByTestId("preflight-preservation")).toHaveTextContent(
+      "Output preservation: the base model's output on the captions with the trigger word replaced by 'person', weight 2: one extra no-grad forward",
+    );
+    const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(sent.config).toMatchObject({
+      datasets: [{ path: "shapes" }, { path: "faces", regularisation: true }],
+      prior_loss_weight: 0.5,
+      preservation: { class_word: "person", weight: 2 },
+    });
+  });
+
   it("offers text-encoder training for SDXL only", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));

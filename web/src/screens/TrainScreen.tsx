@@ -178,6 +178,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
               onChange={(v) => set("datasets", v)}
             />
             {c.check("kohya_folders", "Kohya N_name sub-folders")}
+            {c.num("prior_loss_weight", "Prior loss weight", { hint: "multiplies the loss of the folders marked reg (class images)" })}
           </div>
         </div>
 

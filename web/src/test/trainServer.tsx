@@ -55,13 +55,26 @@ const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
 
 /** The preflight's entries of a config's datasets: 4 images each, sampled by their repeats. */
 function fakeEntries(datasets: unknown) {
-  const list = Array.isArray(datasets) ? (datasets as { path: string; repeats?: number; loss_weight?: number }[]) : [];
+  const list = Array.isArray(datasets)
+    ? (datasets as { path: string; repeats?: number; loss_weight?: number; regularisation?: boolean }[])
+    : [];
   const total = list.reduce((n, e) => n + 4 * (e.repeats ?? 1), 0);
   return list.map((e) => ({
     label: e.path, path: `/d/${e.path}`, images: 4, repeats: e.repeats ?? null, weight: null,
     samples_per_epoch: 4 * (e.repeats ?? 1), share: (4 * (e.repeats ?? 1)) / total, loss_weight: e.loss_weight ?? 1,
-    caption_dropout: 0, resolution: 512, trigger_word: null,
+    caption_dropout: 0, resolution: 512, trigger_word: null, regularisation: e.regularisation ?? false,
   }));
+}
+
+/** The preflight's preservation line (the real wording: config_preservation.preservation_line). */
+function fakePreservation(p: unknown): string | null {
+  if (!p) return null;
+  const { class_word, weight, prompts } = p as { class_word: string; weight?: number; prompts?: string[] };
+  const what = prompts?.length ? `${prompts.length} prompt(s)` : `the captions with the trigger word replaced by '${class_word}'`;
+  return (
+    `the base model's output on ${what}, weight ${weight ?? 1}: one extra no-grad forward + one extra ` +
+    "forward/backward per micro-batch (about 1.7-2x a step's compute)"
+  );
 }
 
 /** Install the fake server; `info()` is read on each /api/info call; `runs` answers /api/runs/<id>. Returns the call log. */
@@ -103,7 +116,7 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
               ? { held_out: 1, images: ["held.png"], source: `1 of 9 images of /d (fraction ${cfg.validation_split}, seed 42)`, train_images: 8, every: cfg.validate_every ?? null }
               : null,
           },
-          schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1 },
+          schedule: { steps: 40, epochs: 5, steps_per_epoch: 8, batch_size: 1, grad_accum: 1, preservation: fakePreservation(cfg.preservation) },
           precision: { requested: "auto", base_dtype: "fp32", lora_dtype: "fp32", device: "cpu", tf32: false, gradient_checkpointing: "auto" },
           memory: {
             estimated_gb: 1.25, phases: null, note: "rough", lightest_gb: budget != null ? 0.75 : null,

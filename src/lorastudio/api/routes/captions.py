@@ -1,7 +1,8 @@
 """Caption jobs: start one for a dataset, its status, cancel, the event stream.
 
 POST /api/datasets/{name}/caption (202) starts one (jobs/captioning.py: 409 while another runs,
-while training uses the dataset or holds the GPU it needs); GET the same path gives the dataset's
+while training uses the dataset or holds the GPU it needs; a run on a dataset being captioned is
+refused likewise); GET the same path gives the dataset's
 newest job. The job's events (caption_job, caption_started, caption_progress, caption_failed,
 caption_summary, caption_error, caption_end) stream at /api/captions/events.
 """
@@ -30,6 +31,7 @@ def captions_dep(request: Request) -> CaptionJobs:
         if jobs is None:
             state = request.app.state
             jobs = CaptionJobs(state.settings, state.arbiter, state.service.datasets_in_use)
+            state.service.watch_captioning(jobs.busy_jobs)  # runs on a dataset being captioned: 409
             state.captions = jobs
         return jobs
 

@@ -1,0 +1,112 @@
+"""The `preservation` setting of TrainConfig: differential output preservation (issue 29 part 2;
+ai-toolkit's diff_output_preservation, OneTrainer's prior prediction). Runs in
+training/preservation.py.
+
+In every micro-batch, beside the usual loss, the denoiser runs on the same noisy latents and
+timesteps with the batch's captions with the trigger word replaced by `class_word` (or, when
+`prompts` are given, with those prompts: sample i of the dataset gets prompts[i % len]): once
+with the adapter disabled and no gradient (the base model's own prediction, the target), once
+with it (the prediction being trained), and weight x MSE(trained, base) is added to the loss.
+The LoRA thereby learns the trigger while its output on the class stays the base model's.
+Cost per micro-batch: one extra no-grad forward and one extra forward + backward (about 1.7-2x a
+plain step's compute; the passes run one after another, so the peak memory is a plain step's).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lorastudio.errors import FieldProblem
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+MAX_PRESERVATION_PROMPTS = 64
+COST = (
+    "one extra no-grad forward + one extra forward/backward per micro-batch (about 1.7-2x a step's compute)"
+)
+
+
+class Preservation(BaseModel):
+    """Differential output preservation (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    class_word: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"\S",
+        description="replaces the trigger word in the captions whose base-model output is preserved "
+        "(e.g. 'person' for 'sks person')",
+    )
+    weight: float = Field(default=1.0, gt=0, le=100, description="multiplies the preservation loss")
+    prompts: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PRESERVATION_PROMPTS,
+        description="prompts to preserve instead of the class-word captions (dataset sample i gets prompt "
+        "i modulo their number); null: the captions with the trigger word replaced",
+    )
+
+    @field_validator("weight")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not p.strip() or len(p) > 2000 for p in v):
+            raise ValueError("each prompt must be 1..2000 characters, not blank")
+        return v
+
+
+def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) -> list[FieldProblem]:
+    """Why cfg.preservation cannot be honoured (empty when it can, or when it is unset): no
+    trigger word to replace (without prompts), the text-encoder LoRA (the class captions would
+    need the encoders' LoRA disabled too), data-parallel runs (the extra backward would need its
+    own gradient all-reduce), an edit family (`prompt_sees_controls`: its prompts are encoded
+    with each image's controls)."""
+    keep = cfg.preservation
+    if keep is None:
+        return []
+    problems = []
+    triggers = [cfg.trigger_word, *(e.trigger_word for e in cfg.datasets or [])]
+    if keep.prompts is None and not any(triggers) and not cfg.kohya_folders:
+        problems.append(
+            FieldProblem(
+                "preservation",
+                "needs a trigger_word (the run's or an entry's) to replace by class_word, or prompts",
+            )
+        )
+    if cfg.train_text_encoder:
+        problems.append(
+            FieldProblem("preservation", "not with train_text_encoder (the base prediction would need the "
+                         "text encoders' LoRA disabled too)")
+        )  # fmt: skip
+    if cfg.num_gpus > 1:
+        problems.append(FieldProblem("preservation", "runs on one GPU (num_gpus 1) for now"))
+    if prompt_sees_controls:
+        problems.append(
+            FieldProblem("preservation", "not for an edit family (its prompts are encoded with each image's "
+                         "control images)")
+        )  # fmt: skip
+    return problems
+
+
+def preservation_line(cfg: TrainConfig) -> str | None:
+    """The preflight's line: what is preserved, its weight and the cost per step (None: off)."""
+    keep = cfg.preservation
+    if keep is None:
+        return None
+    what = (
+        f"{len(keep.prompts)} prompt(s)"
+        if keep.prompts
+        else f"the captions with the trigger word replaced by {keep.class_word!r}"
+    )
+    return f"the base model's output on {what}, weight {keep.weight:g}: {COST}"

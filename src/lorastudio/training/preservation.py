@@ -1,0 +1,161 @@
+"""Differential output preservation in the training step (TrainConfig.preservation; what it is
+and why: config_preservation.py). Phase 1 encodes the class-word captions (or the preservation
+prompts) beside the captions (`PreservationTexts.to_encode`); every micro-batch then runs
+`preservation_pass` after its usual forward + backward, on the same noisy latents and timesteps:
+
+  base   = denoiser(noisy, t, class captions) with the adapter disabled, no gradient  (the target)
+  pred   = denoiser(noisy, t, class captions) with the adapter                        (trained)
+  loss  += weight * MSE(pred, base), averaged like the step's loss (its share per sample)
+
+It draws nothing from any random stream, so a resumed run stays exact. The adapter is disabled
+with diffusers' PeftAdapterMixin.disable_adapters / enable_adapters (peft's layer flags): every
+adapted layer then returns its base layer's output, the fused projections' shared LoRA forward
+included (training/fused_projections.py reads the same flag); compiled blocks guard on the flag
+(a second graph per block for the disabled variant); the base prediction is cloned before the
+trained pass, so a CUDA-graph replay cannot overwrite it. The loss kind is always MSE (the
+base prediction is a target of the model's own scale: no timestep weighting, no mask, no
+dataset loss weight), as ai-toolkit's and OneTrainer's. Hand-written: no library has this step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lorastudio.training.compile import run_compiled
+from lorastudio.training.step import weighted_loss_share
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
+    from lorastudio.families.base import Family
+    from lorastudio.training.distributed import BatchShard
+    from lorastudio.training.noise import NoisedBatch
+
+
+def replace_trigger(caption: str, trigger: str | None, class_word: str) -> str:
+    """`caption` with every whole-word occurrence of `trigger` replaced by `class_word`
+    (unchanged without a trigger)."""
+    if not trigger:
+        return caption
+    return re.sub(rf"(?<!\w){re.escape(trigger)}(?!\w)", lambda _: class_word, caption)
+
+
+@dataclass(frozen=True)
+class PreservationTexts:
+    """The texts whose base-model output a run preserves: `text(caption, item)` for the caption
+    the sampler picked for dataset item `item` (its entry's trigger word replaced by the class
+    word, or the preservation prompt of the item)."""
+
+    class_word: str
+    weight: float
+    prompts: tuple[str, ...] | None
+    triggers: tuple[str | None, ...]  # per dataset item: its entry's trigger word
+
+    def text(self, caption: str, item: int) -> str:
+        if self.prompts is not None:
+            return self.prompts[item % len(self.prompts)]
+        return replace_trigger(caption, self.triggers[item], self.class_word)
+
+    def to_encode(self, captions: Sequence[Sequence[str]]) -> list[str]:
+        """Every text a step may ask for, given each item's possible captions (unique, in order)."""
+        texts = (self.text(c, i) for i, options in enumerate(captions) for c in options)
+        return list(dict.fromkeys(texts))
+
+
+def preservation_texts(cfg: TrainConfig, scan: DatasetScan) -> PreservationTexts | None:
+    """The run's PreservationTexts (None without cfg.preservation); each item's trigger word is
+    its dataset entry's (the run's for data_dir)."""
+    keep = cfg.preservation
+    if keep is None:
+        return None
+    entries = scan.entries
+    triggers = tuple(entries[it.entry].trigger_word if entries else cfg.trigger_word for it in scan.items)
+    prompts = tuple(keep.prompts) if keep.prompts else None
+    return PreservationTexts(keep.class_word, keep.weight, prompts, triggers)
+
+
+def encode_list(
+    texts: PreservationTexts | None, scan: DatasetScan, variants: Sequence[Sequence[str]]
+) -> list[str]:
+    """The texts phase 1 encodes for `texts` ([] without preservation): those of each item's
+    caption, its variants (data/caption_variants.py) and a dropped caption ("")."""
+    if texts is None:
+        return []
+    return texts.to_encode([[it.caption, "", *vs] for it, vs in zip(scan.items, variants, strict=True)])
+
+
+def preservation_cond(
+    texts: PreservationTexts | None,
+    family: Family,
+    conds: Mapping[str, Any],
+    captions: Sequence[str],
+    indices: Sequence[int],
+) -> tuple[dict[str, Any], float] | None:
+    """The collated conditioning of a batch's preserved texts and the loss weight (None without
+    preservation). `captions`: what the sampler picked for the dataset items `indices`."""
+    if texts is None:
+        return None
+    keys = [texts.text(c, i) for c, i in zip(captions, indices, strict=True)]
+    return family.collate_conditioning([conds[k] for k in keys]), texts.weight
+
+
+@contextmanager
+def adapters_off(denoiser: Any) -> Iterator[None]:
+    """The denoiser's adapter disabled inside (every adapted layer gives its base output)."""
+    denoiser.disable_adapters()
+    try:
+        yield
+    finally:
+        denoiser.enable_adapters()
+
+
+def base_prediction(
+    family: Family,
+    denoiser: Any,
+    noisy: torch.Tensor,
+    noise_level: torch.Tensor,
+    cond: dict[str, Any],
+    info: Mapping[str, Any],
+    cfg: TrainConfig,
+) -> torch.Tensor:
+    """The base model's prediction [B,C,h,w] (the adapter disabled, no gradient), a tensor of its own."""
+    with torch.no_grad(), adapters_off(denoiser):
+        return family.predict(denoiser, noisy, noise_level, cond, info, cfg).clone()  # [B, C, h, w]
+
+
+def preservation_pass(
+    family: Family,
+    denoiser: Any,
+    noised: NoisedBatch,
+    cond: dict[str, Any],
+    batch_info: Mapping[str, Any],
+    cfg: TrainConfig,
+    weight: float,
+    step_samples: int,
+    scaler: torch.amp.GradScaler,
+    shard: BatchShard | None = None,
+) -> torch.Tensor:
+    """The preservation term of one micro-batch (see the module docstring): the base prediction
+    on the class conditioning `cond`, then the adapter's on the same inputs, and the backward of
+    weight x MSE over the step's `step_samples`. `noised` / `cond` / `batch_info` are the whole
+    sampler batch's (`shard` selects the micro-batch, as in training/step.py).
+    Returns its share of the step loss, a detached 0-d fp32 device tensor."""
+    info = {k: v for k, v in batch_info.items() if k != "loss_mask"}  # the whole image is preserved
+    if shard is not None:
+        noised, cond, info = shard.take(noised, cond, info)
+
+    def run() -> torch.Tensor:
+        target = base_prediction(family, denoiser, noised.noisy, noised.noise_level, cond, info, cfg).float()
+        pred = family.predict(denoiser, noised.noisy, noised.noise_level, cond, info, cfg)  # [B, C, h, w]
+        weights = torch.full((pred.shape[0],), weight, dtype=torch.float32, device=pred.device)  # [B]
+        share = weighted_loss_share(pred, target, weights, step_samples, "mse")  # []
+        scaler.scale(share).backward()
+        return share.detach()
+
+    return run_compiled(denoiser, run)
