@@ -278,11 +278,16 @@ def _memory_section(
     `host_gb`, `host_phases`, `host_certain`, `available_gb` (what this host has free now) and
     `host_warning` (a forecast that exceeds it)."""
     plan = plan_for_estimate(cfg, host)
-    section = estimate_memory_gb(cfg, model_dir, plan, scan.controls_per_image())
+    compiled = compile_runs(cfg.compile, host.device)
+    section = estimate_memory_gb(cfg, model_dir, plan, scan.controls_per_image(), compiled=compiled)
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
         lightest = estimate_memory_gb(
-            cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), scan.controls_per_image()
+            cfg,
+            model_dir,
+            plan_for_estimate(cfg, host, lightest=True),
+            scan.controls_per_image(),
+            compiled=compiled,
         )
         section["note"] += (
             "; settings left to the memory budget are assumed at their fastest (default) values:"
