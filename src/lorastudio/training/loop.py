@@ -51,6 +51,7 @@ from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
+from lorastudio.timings import PhaseClock
 from lorastudio.training.attention import (
     apply_attention,
     choose_attention,
@@ -99,6 +100,7 @@ from lorastudio.training.plan_build import build_denoiser
 from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.run_timings import record_run_timings
 from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
@@ -158,6 +160,7 @@ def train(
     a run folder that holds one is kept, resumable.
     """
     settings = settings or get_settings()
+    clock = PhaseClock()  # stamps the events: the phases of a finished run are kept (run_timings.py)
     state = RunState()
     run: PreparedRun | None = None
     claimed = False
@@ -167,7 +170,7 @@ def train(
         state.ctx = launched_context()
         main = state.ctx.is_main
         trackers = TrackerSink(cfg.report_to if main else [])  # report_to (training/trackers.py)
-        emit = trackers.wrap(emit if main else _emit_nothing)
+        emit = clock.wrap(trackers.wrap(emit if main else _emit_nothing))
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
         run, state.identity = _prepare_session(
@@ -219,6 +222,8 @@ def train(
     emit(
         Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
     )
+    if lora_path is not None and not stopped and state.resume is None and state.plan is not None:
+        record_run_timings(run, state.plan, clock, settings)
     if denoiser is not None:
         denoiser.eval()
     kept = denoiser if return_denoiser else None
