@@ -1,5 +1,5 @@
 """Header-only pipeline folders of the released FLUX.1-dev and Qwen-Image configs, for the VRAM
-estimate's check against the measured H200 runs (tests/unit/jobs/test_vram_estimate_real.py).
+estimate's check against the measured H200 runs (tests/unit/jobs/test_real_size_forecasts.py).
 
 Each component is built on torch's meta device (no memory, no weights), and written as a
 diffusers / transformers folder: its config.json and one `model.safetensors` whose header lists
