@@ -16,7 +16,8 @@ forecast (jobs/time_forecast.py). No torch: the engine writes these records, the
     sample_rounds     each Progress(k) -> SampleReady(k)
     checkpoints       what else the loop spent beyond its steady steps and sample rounds
                       (checkpoints, validation rounds, LoRA snapshots)
-    export            the last step or sample round -> Complete
+    export            the last step or sample round -> the run's end (the LoRA written, Complete,
+                      memory freed)
     other             the rest of the total: preflight of the engine, freeing, gaps
 
 `run_signature` names what a run's time depends on (family, base model and its size, device,
@@ -72,14 +73,21 @@ class PhaseClock:
 
         return stamped
 
+    def elapsed(self) -> float:
+        """Seconds since the clock was made."""
+        return self._clock() - self._start
 
-def phase_seconds(stamped: list[tuple[float, dict[str, Any]]], save_every: int | None) -> dict[str, Any]:
-    """The phases (module docstring) of a run's stamped events, ending with Complete.
+
+def phase_seconds(
+    stamped: list[tuple[float, dict[str, Any]]], save_every: int | None, end: float | None = None
+) -> dict[str, Any]:
+    """The phases (module docstring) of a run's stamped events, ending with Complete; `end`: when
+    the run returned (its memory freed; default: the last event's time).
 
     Returns {"phases": {PHASES: seconds}, "total_s", "s_per_step" (None under 2 steps), "steps":
     steps run, "texts" / "latents": the last Preparing totals (0 when none), "sample_rounds",
     "checkpoints": steps at which a checkpoint was due (`save_every`)}."""
-    total = stamped[-1][0] if stamped else 0.0
+    total = max(end or 0.0, stamped[-1][0] if stamped else 0.0)
 
     def last(pred: Callable[[dict[str, Any]], bool]) -> tuple[float, dict[str, Any]] | None:
         return next(((t, e) for t, e in reversed(stamped) if pred(e)), None)

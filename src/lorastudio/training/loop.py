@@ -222,14 +222,14 @@ def train(
     emit(
         Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
     )
-    if lora_path is not None and not stopped and state.resume is None and state.plan is not None:
-        record_run_timings(run, state.plan, clock, settings)
     if denoiser is not None:
         denoiser.eval()
     kept = denoiser if return_denoiser else None
     del denoiser
     if run is not None:
         free_accelerator_memory(run.device)
+    if lora_path is not None and not stopped and state.resume is None and state.plan is not None:
+        record_run_timings(run, state.plan, clock, settings)  # the run's end: train() returns now
     resumed_from = state.steps_at_start if state.resume is not None else None
     encoders = state.text_encoders if return_denoiser else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from, encoders)

@@ -37,7 +37,7 @@ def record_run_timings(run: PreparedRun, plan: Any, clock: PhaseClock, settings:
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
     )
-    measured = phase_seconds(clock.stamped, cfg.save_every)
+    measured = phase_seconds(clock.stamped, cfg.save_every, end=clock.elapsed())
     try:
         write_record(settings.home, run.run_dir.name, {"signature": signature, **measured})
     except OSError:

@@ -1,6 +1,7 @@
 """The VRAM estimate (jobs/vram_estimate.py) and the cold wall-time forecast (jobs/time_forecast.py)
-against what was measured on the H200 (issue 31 item 5; bench/RESULTS.md note 25): header-only pipeline folders of the released FLUX.1-dev and
-Qwen-Image configs (bench/header_pipelines.py: real shapes and file sizes, sparse, no weights)."""
+against what was measured on the H200 (issue 31 item 5; bench/RESULTS.md note 25): header-only pipeline
+folders of the released FLUX.1-dev and Qwen-Image configs (bench/header_pipelines.py: real shapes and file
+sizes, sparse, no weights)."""
 
 from __future__ import annotations
 
