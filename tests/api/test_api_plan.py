@@ -76,6 +76,9 @@ def test_preflight_plan_shows_plain_defaults_and_fixed_settings(
     assert _preflight(client, flux_config(fuse_projections="on"))["plan"]["fuse_projections"] is True
     assert report["memory"]["lightest_gb"] is None and report["memory"]["estimated_gb"] > 0
     assert "rough" in report["memory"]["note"]
+    timing = report["time"]  # no run on this home yet: the model, labelled a guess
+    assert timing["source"] == "model" and timing["confidence"] == "guess" and timing["total_s"] > 0
+    assert {p["name"] for p in timing["phases"]} >= {"weights_load", "steps", "first_step"}
 
     fixed = flux_config(
         batch_size=2,

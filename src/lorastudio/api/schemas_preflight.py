@@ -201,6 +201,35 @@ class LatentCacheOut(_Out):
         description="on disk: images whose every variant is already cached (reused, not encoded)",
     )
     note: str | None = None
+class TimePhase(_Out):
+    name: Literal[
+        "weights_load",
+        "caption_encoding",
+        "latent_cache",
+        "probe_plan",
+        "first_step",
+        "steps",
+        "sample_rounds",
+        "checkpoints",
+        "export",
+        "other",
+    ]
+    seconds: float
+    basis: str = Field(description="where the number comes from (earlier runs here, the H200 table, a guess)")
+
+
+class TimeForecast(_Out):
+    total_s: float = Field(description="forecast wall time of the run, from the engine's start to its end")
+    phases: list[TimePhase]
+    source: Literal["history", "machine", "model"] = Field(
+        description="history: earlier runs of this base and plan on this machine; machine: runs of other "
+        "bases here, scaled; model: no run here (the H200 table of bench/RESULTS, or a guess)"
+    )
+    confidence: Literal["measured", "scaled", "guess"] = Field(
+        description="measured: within ~15 %; scaled: +-30 %; guess: a factor of 2 either way"
+    )
+    runs: int = Field(description="earlier runs the forecast is taken from")
+    note: str
 
 
 class PreflightOut(_Out):
@@ -213,3 +242,6 @@ class PreflightOut(_Out):
     latent_cache: LatentCacheOut | None = None
     host: HostOut
     family: PreflightFamily | None = None
+    time: TimeForecast | None = Field(
+        default=None, description="the wall-time forecast, per phase with its basis (jobs/time_forecast.py)"
+    )

@@ -189,8 +189,30 @@ def print_report(report: dict[str, Any]) -> None:
             echo(f"  {cache['note']}; {cache['folder']} holds {cache['disk_bytes'] / 1e9:.3f} GB")
     if mem.get("host_warning"):
         typer.secho(f"warning: {mem['host_warning']}", fg=typer.colors.YELLOW)
+    if report.get("time"):
+        print_time(report["time"])
     for line in warnings(report):
         typer.secho(f"warning: {line}", fg=typer.colors.YELLOW)
+
+
+def print_time(forecast: dict[str, Any]) -> None:
+    """The wall-time forecast: its total and confidence, each phase with its basis (the basis once
+    when every phase shares it)."""
+    echo = typer.echo
+    echo(f"time: ~{duration(forecast['total_s'])} ({forecast['confidence']}: {forecast['note']})")
+    bases = {p["basis"] for p in forecast["phases"] if p["name"] != "other"}
+    for phase in forecast["phases"]:
+        basis = "" if len(bases) == 1 else f"  ({phase['basis']})"
+        echo(f"  {phase['name']:<17}{duration(phase['seconds']):>9}{basis}")
+
+
+def duration(seconds: float) -> str:
+    """'42.0 s', '3 min 05 s' or '2 h 07 min'."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
 def warnings(report: dict[str, Any]) -> list[str]:

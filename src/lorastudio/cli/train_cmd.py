@@ -295,7 +295,7 @@ def _check_fresh_run(
     data = localize_paths(apply_overrides(load_config_file(config), overrides))
     run = check_run(data, settings, overwrite=overwrite, device=device)
     if check:
-        print_report(preflight_report(run))
+        print_report(preflight_report(run, home=settings.home))
         raise typer.Exit(0)
     warning = refuse_if_short(run)  # HostMemoryShort before any model loads
     if warning:

@@ -11,6 +11,7 @@ says whether the run fits the memory available now.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from lorastudio.jobs import host_memory
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
+from lorastudio.jobs.time_forecast import time_forecast
 from lorastudio.jobs.validation import ValidatedRun
 from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_memory, tests)
     ACTIVATION_FACTOR,
@@ -58,10 +60,14 @@ class PlanValues:
     micro_batch_size: int
 
 
-def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[str, Any]:
+def preflight_report(
+    run: ValidatedRun, host: HostInfo | None = None, home: Path | None = None
+) -> dict[str, Any]:
     """A JSON-able report: dataset (images found/used/dropped with reasons, captions, buckets),
     schedule (steps, epochs), precision, the memory plan (`plan`: each plan setting's value and
-    source), a rough memory estimate and the base model's flavour (`family`: family_section). `host` defaults to this machine (tests pass another)."""
+    source), a rough memory estimate, the base model's flavour (`family`: family_section) and the
+    wall-time forecast (`time`: jobs/time_forecast.py, from the run records under `home`, default
+    the settings' studio home). `host` defaults to this machine (tests pass another)."""
     cfg = run.config
     scan = run.scan
     host = host or host_info()
@@ -75,6 +81,28 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
     plan = preflight_plan(cfg, host)
     if cfg.compile == "wide" and plan["compile"]:
         plan["compile_shapes"] = len(batch_shapes(per_epoch, cfg.batch_size, cfg.micro_batch_size))
+    captions = caption_report(
+        scan,
+        cfg.caption_variants,
+        cfg.seed,
+        with_controls=families.get(cfg.family).spec.prompt_sees_controls,
+        in_step=cfg.train_text_encoder,
+    )
+    work = {
+        "steps": steps,
+        "texts": captions["texts_encoded"] + len(cfg.sample_prompts),
+        "images": len(scan.items),
+        "buckets": scan.bucket_histogram(),
+    }
+    timing = time_forecast(
+        cfg,
+        run.model_dir,
+        host,
+        dataclasses.asdict(plan_for_estimate(cfg, host)),
+        plan["compile"],
+        work,
+        home or get_settings().home,
+    )
     return {
         "config": cfg.model_dump(mode="json"),
         "dataset": {
@@ -100,13 +128,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
             "mode": training_mode(cfg.family, scan),
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
             "entries": entry_report(scan),
-            "captions": caption_report(
-                scan,
-                cfg.caption_variants,
-                cfg.seed,
-                with_controls=families.get(cfg.family).spec.prompt_sees_controls,
-                in_step=cfg.train_text_encoder,
-            ),
+            "captions": captions,
             "samples_per_epoch": sum(per_epoch.values()),
         },
         "schedule": {
@@ -131,6 +153,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
         "latent_cache": latent_cache_section(cfg, scan, host, dtype, get_settings()),
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
+        "time": timing,
     }
 
 
@@ -283,11 +306,16 @@ def _memory_section(
     `host_gb`, `host_phases`, `host_certain`, `available_gb` (what this host has free now) and
     `host_warning` (a forecast that exceeds it)."""
     plan = plan_for_estimate(cfg, host)
-    section = estimate_memory_gb(cfg, model_dir, plan, scan.controls_per_image())
+    compiled = compile_runs(cfg.compile, host.device)
+    section = estimate_memory_gb(cfg, model_dir, plan, scan.controls_per_image(), compiled=compiled)
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
         lightest = estimate_memory_gb(
-            cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), scan.controls_per_image()
+            cfg,
+            model_dir,
+            plan_for_estimate(cfg, host, lightest=True),
+            scan.controls_per_image(),
+            compiled=compiled,
         )
         section["note"] += (
             "; settings left to the memory budget are assumed at their fastest (default) values:"

@@ -159,7 +159,7 @@ class JobService(EventPump):
         """Validate like `submit` and report what a run would do; changes nothing.
         Raises ConfigError listing every problem."""
         run = self._validate(raw)
-        return preflight_report(run)
+        return preflight_report(run, home=self.settings.home)
 
     def submit(self, raw: Mapping[str, Any], queue: bool = True) -> dict[str, Any]:
         """Validate and queue a job; returns its snapshot. Raises ConfigError (every problem),

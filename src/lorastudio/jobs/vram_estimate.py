@@ -30,9 +30,26 @@ ACTIVATION_FACTOR: dict[str, float] = {"off": 1.0, "selective": 0.5, "full": 0.1
 # Swapped blocks resident on the device at a time (the one computing + the one prefetched).
 IN_FLIGHT_BLOCKS = 2
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
-# Activation memory per billion denoiser parameters per sample at 1024 px, in GB, fitted on the
-# H200 baselines of the four families (batch 1: 1.6-5.9, typical ~2.5).
+# Activation memory per billion denoiser parameters per sample at 1024 px, in GB, of a denoiser
+# class not measured below (eager; the four measured families span 1.8-4.5).
 _ACT_GB_PER_BPARAM = 2.5
+# Measured on the H200 (bench/RESULTS.md, the table of run 2 and note 23; session 15 checks the
+# estimate against them on header-only pipelines of the released configs): per denoiser class,
+# GB of activations per billion parameters per sample at 1024 px, (regional compile, eager).
+# Derived as (peak allocated - bf16 weights - LoRA state - _OVERHEAD_GB) / samples / billions:
+# FLUX.1 compiled 25.5 GB at b1 (e2e run, default targets), eager 1.28x compiled (run 2 b1);
+# Qwen-Image compiled 24.8 / 25.3 GB per sample (b1 / b2), eager 1.51x; Z-Image compiled 19 GB,
+# eager 2.1x; SDXL compiled 6.1 GB per sample (b4), eager 1.28x.
+_ACT_GB_PER_BPARAM_BY_CLASS: dict[str, tuple[float, float]] = {
+    "FluxTransformer2DModel": (2.14, 2.74),
+    "QwenImageTransformer2DModel": (1.22, 1.84),
+    "ZImageTransformer2DModel": (3.1, 6.5),
+    "UNet2DConditionModel": (2.37, 3.03),
+}
+# What regional compile saves of an unmeasured class's activations (the measured ones: 0.48-0.78).
+_COMPILED_SHARE = 0.75
+# Bytes per trainable LoRA parameter: fp32 weight, gradient and AdamW's two moments.
+_LORA_STATE_BYTES = 16
 _OVERHEAD_GB = 1.0
 # A weight of a repeated block (diffusers' _repeated_blocks): the transformer blocks of FLUX.1,
 # Qwen-Image and the U-Net's attentions, Z-Image's layers and refiners. The first match is the
@@ -41,7 +58,12 @@ _BLOCK_KEY = re.compile(r"^(.*?(?:transformer_blocks|layers|refiner)\.\d+)\.")
 
 
 def estimate_memory_gb(
-    cfg: TrainConfig, model_dir: Path | None, plan: PlanValues, controls: int | None = None
+    cfg: TrainConfig,
+    model_dir: Path | None,
+    plan: PlanValues,
+    controls: int | None = None,
+    *,
+    compiled: bool = False,
 ) -> dict[str, Any]:
     """Rough peak accelerator memory of the run, per phase (the engine loads text encoders, VAE
     and denoiser one after another). Parameter counts come from the safetensors headers of the
@@ -53,20 +75,30 @@ def estimate_memory_gb(
 
     denoiser phase = base weights (WEIGHT_BYTES of the plan's precision for the repeated blocks'
     weights when quantised, the compute dtype for the rest; blocks swapped to CPU RAM do not
-    count except IN_FLIGHT_BLOCKS of them) + LoRA (rank/16 x 1% of the denoiser) with fp32
-    weights, grads and AdamW state (16 B/param) + activations (2.5 GB per billion denoiser
-    parameters per sample of the micro-batch at 1024 px, scaled by pixels (target + the edit
+    count except IN_FLIGHT_BLOCKS of them) + LoRA (rank x (in + out) of every targeted linear in
+    the headers) with fp32 weights, grads and AdamW state (16 B/param) + activations (GB per
+    billion denoiser parameters per sample of the micro-batch at 1024 px: measured per denoiser
+    class, compiled (`compiled`: regional compile on) or eager, _ACT_GB_PER_BPARAM_BY_CLASS; else
+    2.5 eager, x _COMPILED_SHARE compiled; scaled by pixels (target + the edit
     sample's control images, whose tokens join the sequence), x ACTIVATION_FACTOR
-    of the checkpointing mode) + 1 GB. Calibrated on four H200 measurements without
-    quantisation, checkpointing modes or block swap; expect it to be off by up to ~50%."""
-    note = "rough formula (weights + LoRA/optimizer + activations scaled from H200 baselines), +-50%"
+    of the checkpointing mode) + 1 GB. Checked within 15 % of the measured H200 peaks of FLUX.1
+    and Qwen-Image (bf16 and fp8, compiled and eager, b1 and b2; tests/unit/jobs/
+    test_vram_estimate_real.py); quantisation, checkpointing and block swap are not measured."""
+    fam = families.get(cfg.family)
+    measured = fam.spec.denoiser_class in _ACT_GB_PER_BPARAM_BY_CLASS
+    note = (
+        "formula: the headers' weights + LoRA/optimizer + activations measured for this model class on"
+        " an H200 (within 15 % of the measured peaks of plans without checkpointing or block swap; rough"
+        " for those and for int8 / nf4, which are not measured)"
+        if measured
+        else "rough formula (weights + LoRA/optimizer + activations scaled from H200 baselines), +-50%"
+    )
     if model_dir is None:
         return {
             "estimated_gb": None,
             "phases": None,
             "note": "base model is not a local pipeline folder (a hub id or a single file): no local weights to size",
         }
-    fam = families.get(cfg.family)
     compute = _COMPUTE_DTYPE.get(plan.base_precision, plan.base_precision)
     per = WEIGHT_BYTES[compute] / 1e9
     encoders = sum(
@@ -78,17 +110,21 @@ def estimate_memory_gb(
     block_bytes = WEIGHT_BYTES[plan.base_precision if plan.base_precision in _QUANTISED else compute]
     resident = _resident_block_params(blocks, plan.offload_blocks)
     weights_gb = (other * per) + resident * block_bytes / 1e9
-    lora = denoiser * 0.01 * (cfg.lora_rank or 16) / 16
+    targets = tuple(cfg.lora_targets or fam.spec.lora_targets)
+    lora = lora_param_count(model_dir / fam.spec.denoiser, targets, cfg.lora_rank or 16)
     pixels = ((top_resolution(cfg.resolution) or 1024) / 1024) ** 2  # the largest of several
     if controls is None:  # unknown dataset: the fewest the checkpoint's flavour takes
         controls = fam.source_control_images(model_dir)[0]
     pixels *= 1 + controls  # an edit sample's control tokens join the sequence
-    act = _ACT_GB_PER_BPARAM * denoiser / 1e9 * plan.micro_batch_size * pixels
+    compiled_rate, eager_rate = _ACT_GB_PER_BPARAM_BY_CLASS.get(
+        fam.spec.denoiser_class, (_ACT_GB_PER_BPARAM * _COMPILED_SHARE, _ACT_GB_PER_BPARAM)
+    )
+    act = (compiled_rate if compiled else eager_rate) * denoiser / 1e9 * plan.micro_batch_size * pixels
     act *= ACTIVATION_FACTOR[plan.gradient_checkpointing]
     phases = {
         "conditioning": round(encoders * per + _OVERHEAD_GB, 2),
         "latents": round(vae * per * 3 + _OVERHEAD_GB, 2),
-        "denoiser": round(weights_gb + lora * 16 / 1e9 + act + _OVERHEAD_GB, 2),
+        "denoiser": round(weights_gb + lora * _LORA_STATE_BYTES / 1e9 + act + _OVERHEAD_GB, 2),
     }
     return {"estimated_gb": max(phases.values()), "phases": phases, "note": note}
 
@@ -118,6 +154,23 @@ def denoiser_param_split(folder: Path) -> tuple[int, list[int]]:
     return other, list(blocks.values())
 
 
+def lora_param_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
+    """Trainable parameters of a rank-`rank` LoRA on the linears of the denoiser in `folder` whose
+    module name is a target or ends with "." + a target (peft's suffix match): rank x (in + out)
+    each, from the 2-D `.weight` shapes in the safetensors headers (0 when there are none)."""
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        for name, shape in _safetensors_shapes(file):
+            module, _, leaf = name.rpartition(".")
+            if (
+                leaf == "weight"
+                and len(shape) == 2
+                and any(module == t or module.endswith("." + t) for t in targets)
+            ):
+                total += rank * (shape[0] + shape[1])
+    return total
+
+
 def _param_count(folder: Path) -> int:
     """Parameters stored in the *.safetensors files of `folder` (0 when there are none)."""
     total = 0
@@ -126,15 +179,30 @@ def _param_count(folder: Path) -> int:
     return total
 
 
-def _safetensors_tensors(file: Path) -> list[tuple[str, int]]:
-    """(tensor name, element count) of every tensor in a safetensors header (reads only the
-    header; [] when it cannot be read)."""
+def _read_header(file: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file ({} when it cannot be read)."""
     try:
         with file.open("rb") as fh:
             (size,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(min(size, 100_000_000)))
     except (OSError, ValueError, struct.error):
-        return []
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def _safetensors_shapes(file: Path) -> list[tuple[str, list[int]]]:
+    """(tensor name, shape) of every tensor in a safetensors header."""
+    return [
+        (name, list(meta.get("shape", [])))
+        for name, meta in _read_header(file).items()
+        if name != "__metadata__" and isinstance(meta, dict)
+    ]
+
+
+def _safetensors_tensors(file: Path) -> list[tuple[str, int]]:
+    """(tensor name, element count) of every tensor in a safetensors header (reads only the
+    header; [] when it cannot be read)."""
+    header = _read_header(file)
     out = []
     for name, meta in header.items():
         if name == "__metadata__" or not isinstance(meta, dict):

@@ -54,7 +54,11 @@ from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
-from lorastudio.training.attention import apply_attention, prepare_denoiser_attention
+from lorastudio.timings import PhaseClock
+from lorastudio.training.attention import (
+    apply_attention,
+    prepare_denoiser_attention,
+)
 from lorastudio.training.attention_early import PendingAttention, run_shapes, start_attention
 from lorastudio.training.attention_fa4 import keep_fa4_cache
 from lorastudio.training.checkpoint import (
@@ -102,6 +106,7 @@ from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.preservation import encode_list, preservation_texts
+from lorastudio.training.run_timings import record_run_timings
 from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
@@ -162,6 +167,7 @@ def train(
     """
     settings = settings or get_settings()
     keep_fa4_cache(settings.fa4_cache_dir)  # before FA4 is imported: the run reuses its probe's kernels
+    clock = PhaseClock()  # stamps the events: the phases of a finished run are kept (run_timings.py)
     state = RunState()
     run: PreparedRun | None = None
     claimed = False
@@ -171,7 +177,7 @@ def train(
         state.ctx = launched_context()
         main = state.ctx.is_main
         trackers = TrackerSink(cfg.report_to if main else [])  # report_to (training/trackers.py)
-        emit = trackers.wrap(emit if main else _emit_nothing)
+        emit = clock.wrap(trackers.wrap(emit if main else _emit_nothing))
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
         run, state.identity = _prepare_session(
@@ -229,6 +235,8 @@ def train(
     del denoiser
     if run is not None:
         free_accelerator_memory(run.device)
+    if lora_path is not None and not stopped and state.resume is None and state.plan is not None:
+        record_run_timings(run, state.plan, clock, settings)  # the run's end: train() returns now
     resumed_from = state.steps_at_start if state.resume is not None else None
     encoders = state.text_encoders if return_denoiser else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from, encoders)

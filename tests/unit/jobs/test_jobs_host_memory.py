@@ -110,7 +110,9 @@ def test_a_cpu_forecast_led_by_the_rough_activation_formula_only_warns(
     settings: Settings, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert _forecast(settings, _cfg(model))["certain"] is True  # the VAE and the base lead: measured
-    monkeypatch.setattr(vram_estimate, "_ACT_GB_PER_BPARAM", 1e5)  # activations now lead the peak
+    monkeypatch.setitem(
+        vram_estimate._ACT_GB_PER_BPARAM_BY_CLASS, "FluxTransformer2DModel", (1e5, 1e5)
+    )  # activations now lead the peak
     forecast = _forecast(settings, _cfg(model))
     assert max(forecast["phases"], key=forecast["phases"].get) == "denoiser" and forecast["certain"] is False
 

@@ -35,7 +35,9 @@ def test_the_preflight_shows_the_pairs(
     assert sum(controls["buckets"].values()) == 8
     json.dumps(controls)
     # the reference tokens join the sequence: more activation memory than FLUX.1 on the same weights
-    monkeypatch.setattr(vram_estimate, "_ACT_GB_PER_BPARAM", 1e6)  # tiny weights: make activations count
+    monkeypatch.setitem(
+        vram_estimate._ACT_GB_PER_BPARAM_BY_CLASS, "FluxTransformer2DModel", (1e6, 1e6)
+    )  # tiny weights: make activations count
     plan = plan_for_estimate(run.config, host_info())
     kontext = estimate_memory_gb(run.config, run.model_dir, plan)["phases"]["denoiser"]
     flux = estimate_memory_gb(run.config.model_copy(update={"family": "flux"}), run.model_dir, plan)

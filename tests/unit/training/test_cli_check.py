@@ -38,6 +38,7 @@ def test_check_prints_the_preflight_report_and_trains_nothing(
     assert "would train" in out and "family         flux" in out
     assert "4 used of 4 found" in out  # the dataset's counts
     assert "steps          7" in out and "base_precision" in out  # schedule and plan
+    assert "time: ~" in out and "(guess: a guess" in out and "first_step" in out  # no run here yet
     assert not (get_settings().outputs_dir / "run").exists()
 
 

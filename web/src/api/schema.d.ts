@@ -2586,6 +2586,8 @@ export interface components {
             plan: components["schemas"]["PreflightPlan"];
             precision: components["schemas"]["PrecisionPlan"];
             schedule: components["schemas"]["PreflightSchedule"];
+            /** @description the wall-time forecast, per phase with its basis (jobs/time_forecast.py) */
+            time?: components["schemas"]["TimeForecast"] | null;
         };
         /** PreflightPlan */
         PreflightPlan: {
@@ -3198,6 +3200,50 @@ export interface components {
         StopRequested: {
             /** Save */
             save: boolean;
+        };
+        /** TimeForecast */
+        TimeForecast: {
+            /**
+             * Confidence
+             * @description measured: within ~15 %; scaled: +-30 %; guess: a factor of 2 either way
+             * @enum {string}
+             */
+            confidence: "measured" | "scaled" | "guess";
+            /** Note */
+            note: string;
+            /** Phases */
+            phases: components["schemas"]["TimePhase"][];
+            /**
+             * Runs
+             * @description earlier runs the forecast is taken from
+             */
+            runs: number;
+            /**
+             * Source
+             * @description history: earlier runs of this base and plan on this machine; machine: runs of other bases here, scaled; model: no run here (the H200 table of bench/RESULTS, or a guess)
+             * @enum {string}
+             */
+            source: "history" | "machine" | "model";
+            /**
+             * Total S
+             * @description forecast wall time of the run, from the engine's start to its end
+             */
+            total_s: number;
+        };
+        /** TimePhase */
+        TimePhase: {
+            /**
+             * Basis
+             * @description where the number comes from (earlier runs here, the H200 table, a guess)
+             */
+            basis: string;
+            /**
+             * Name
+             * @enum {string}
+             */
+            name: "weights_load" | "caption_encoding" | "latent_cache" | "probe_plan" | "first_step" | "steps" | "sample_rounds" | "checkpoints" | "export" | "other";
+            /** Seconds */
+            seconds: number;
         };
         /**
          * TrainConfig

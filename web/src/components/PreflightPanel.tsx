@@ -1,13 +1,14 @@
 import { CONFIG_DESCRIPTIONS } from "../api/trainConfig.gen";
 import type { PreflightReport } from "../api/types";
-import { formatGb } from "../lib/format";
+import { formatDuration, formatGb } from "../lib/format";
 import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
 
 /**
  * The preflight report: what the run will train on, how long, in what precision, with which memory
  * plan (each setting fixed, a default, or measured at start against the memory budget), the
  * attention setting (auto: the kernel is chosen at the start of the run), how much memory (a
- * rough formula for the accelerator, a measured forecast of host RAM beside what is free) and what training the base model's flavour means (e.g. a step-distilled one).
+ * rough formula for the accelerator, a measured forecast of host RAM beside what is free), how long
+ * (the wall-time forecast per phase, each with its basis; a guess says so) and what training the base model's flavour means (e.g. a step-distilled one).
  */
 export function PreflightPanel({ report }: { report: PreflightReport }) {
   const { dataset, schedule, precision, memory, plan } = report;
@@ -48,6 +49,15 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
             <span className="stat-value">
               {formatGb(memory.host_gb)}
               {memory.available_gb != null && <small> of {formatGb(memory.available_gb)} free</small>}
+            </span>
+          </div>
+        )}
+        {report.time && (
+          <div className="stat" data-testid="preflight-time" title={report.time.note}>
+            <span className="stat-label">Time (forecast)</span>
+            <span className="stat-value">
+              {formatDuration(report.time.total_s)}
+              <small> {report.time.confidence}</small>
             </span>
           </div>
         )}
@@ -92,6 +102,19 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
         </p>
       )}
       <p className="muted small">{memory.note}</p>
+      {report.time && (
+        <p className="muted small" data-testid="preflight-time-phases">
+          Time {report.time.confidence === "guess" ? "(a guess)" : `(${report.time.confidence})`}:{" "}
+          {report.time.phases
+            .filter((p) => p.seconds >= 0.5)
+            .map((p) => (
+              <span className="chip" key={p.name} title={p.basis}>
+                {p.name.replace(/_/g, " ")} {formatDuration(p.seconds)}
+              </span>
+            ))}{" "}
+          {report.time.note}
+        </p>
+      )}
       {Object.keys(dataset.buckets_by_resolution ?? {}).length > 1 &&
         Object.entries(dataset.buckets_by_resolution ?? {}).map(([side, buckets]) => (
           <p className="small" key={side} data-testid={`preflight-buckets-${side}`}>

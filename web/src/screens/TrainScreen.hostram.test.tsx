@@ -4,19 +4,24 @@ import { beforeEach, describe, expect, it, vi } from "vitest";
 import { type Call, INFO } from "../test/fixtures";
 import { HOST_WARNING, input, mockTrainServer, renderTrain } from "../test/trainServer";
 
-describe("TrainScreen host RAM forecast (issue 31 item 5)", () => {
+describe("TrainScreen host RAM and wall-time forecasts (issue 31 item 5)", () => {
   let calls: Call[];
   beforeEach(() => {
     vi.unstubAllGlobals();
     calls = mockTrainServer(() => INFO);
   });
 
-  it("shows the forecast beside the free memory, and the refusal of a run that will not fit", async () => {
+  it("shows the forecasts (RAM beside the free memory, time per phase), and the refusal of a run that will not fit", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     expect(await screen.findByTestId("preflight-host-ram")).toHaveTextContent("0.79 GB of 3.00 GB free");
     expect(screen.queryByTestId("preflight-host-warning")).toBeNull();
+    // the wall-time forecast: total, confidence, each phase with its basis as the tooltip
+    expect(screen.getByTestId("preflight-time")).toHaveTextContent("measured");
+    const phases = screen.getByTestId("preflight-time-phases");
+    expect(phases).toHaveTextContent("weights load");
+    expect(phases).toHaveTextContent("measured by 2 earlier runs of this base and plan on this machine");
 
     await userEvent.clear(input("resolution"));
     await userEvent.type(input("resolution"), "4096");

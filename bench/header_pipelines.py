@@ -1,0 +1,155 @@
+"""Header-only pipeline folders of the released FLUX.1-dev and Qwen-Image configs, for the VRAM
+estimate's check against the measured H200 runs (tests/unit/jobs/test_real_size_forecasts.py).
+
+Each component is built on torch's meta device (no memory, no weights), and written as a
+diffusers / transformers folder: its config.json and one `model.safetensors` whose header lists
+every tensor of the state dict with its real shape and dtype (bf16), then `truncate`d to the full
+length: a sparse file of the real size that holds no data (the estimate reads headers only).
+Nothing here can be loaded as a model. safetensors' own writer needs the tensors' bytes, so the
+header is written by hand (the format: an 8-byte little-endian header length, the JSON header,
+then the data; https://github.com/huggingface/safetensors#format).
+
+usage: python -m bench.header_pipelines DIR   (writes DIR/flux1 and DIR/qwen-image)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+_DTYPES = {"torch.bfloat16": ("BF16", 2), "torch.float32": ("F32", 4), "torch.float16": ("F16", 2)}
+
+
+def write_header_only(model: Any, folder: Path, dtype: str = "BF16") -> int:
+    """Write `folder`/config.json and a sparse `folder`/model.safetensors of `model`'s state dict
+    (every tensor as `dtype`). Returns the file's length in bytes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "save_config"):  # diffusers
+        model.save_config(folder)
+    else:  # transformers
+        model.config.to_json_file(str(folder / "config.json"))
+    width = {"BF16": 2, "F16": 2, "F32": 4}[dtype]
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, tensor in model.state_dict().items():
+        size = tensor.numel() * width
+        header[name] = {"dtype": dtype, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = folder / "model.safetensors"
+    with path.open("wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+    os.truncate(path, 8 + len(raw) + offset)
+    return 8 + len(raw) + offset
+
+
+def build_flux1(root: Path) -> Path:
+    """root/flux1: FLUX.1-dev (12B MM-DiT with guidance embeds, T5-XXL, CLIP-L, the 16-channel VAE)."""
+    import torch
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    out = root / "flux1"
+    with torch.device("meta"):
+        parts = {
+            "text_encoder": CLIPTextModel(
+                CLIPTextConfig(
+                    vocab_size=49408,
+                    hidden_size=768,
+                    intermediate_size=3072,
+                    num_attention_heads=12,
+                    num_hidden_layers=12,
+                    max_position_embeddings=77,
+                    projection_dim=768,
+                )
+            ),
+            "text_encoder_2": T5EncoderModel(
+                T5Config(
+                    vocab_size=32128,
+                    d_model=4096,
+                    d_kv=64,
+                    d_ff=10240,
+                    num_layers=24,
+                    num_heads=64,
+                    feed_forward_proj="gated-gelu",
+                    is_encoder_decoder=False,
+                    tie_word_embeddings=False,
+                )
+            ),
+            "transformer": FluxTransformer2DModel(guidance_embeds=True),
+            "vae": AutoencoderKL(
+                down_block_types=["DownEncoderBlock2D"] * 4,
+                up_block_types=["UpDecoderBlock2D"] * 4,
+                block_out_channels=[128, 256, 512, 512],
+                layers_per_block=2,
+                latent_channels=16,
+                sample_size=1024,
+                scaling_factor=0.3611,
+                shift_factor=0.1159,
+                use_quant_conv=False,
+                use_post_quant_conv=False,
+            ),
+        }
+    for name, model in parts.items():
+        write_header_only(model, out / name)
+    _model_index(out, "FluxPipeline")
+    return out
+
+
+def build_qwen_image(root: Path) -> Path:
+    """root/qwen-image: Qwen-Image (20B MMDiT, the Qwen2.5-VL-7B text encoder, its 3D-causal VAE)."""
+    import torch
+    from diffusers import AutoencoderKLQwenImage, QwenImageTransformer2DModel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    out = root / "qwen-image"
+    vl = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": 152064,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "tie_word_embeddings": False,
+        },
+        vision_config={
+            "depth": 32,
+            "hidden_size": 1280,
+            "intermediate_size": 3420,
+            "num_heads": 16,
+            "out_hidden_size": 3584,
+        },
+        tie_word_embeddings=False,
+    )
+    with torch.device("meta"):
+        parts = {
+            "text_encoder": Qwen2_5_VLForConditionalGeneration(vl),
+            "transformer": QwenImageTransformer2DModel(),  # the released config's defaults
+            "vae": AutoencoderKLQwenImage(),
+        }
+    for name, model in parts.items():
+        write_header_only(model, out / name)
+    _model_index(out, "QwenImagePipeline")
+    return out
+
+
+def _model_index(folder: Path, pipeline: str) -> None:
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": pipeline}))
+
+
+def main() -> None:
+    root = Path(sys.argv[1])
+    for build in (build_flux1, build_qwen_image):
+        folder = build(root)
+        size = sum(f.stat().st_size for f in folder.rglob("*.safetensors"))
+        print(f"{folder}: {size / 1e9:.1f} GB (sparse)")
+
+
+if __name__ == "__main__":
+    main()

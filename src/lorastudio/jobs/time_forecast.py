@@ -1,0 +1,247 @@
+"""The preflight's forecast of a run's wall time, per phase, each number with its basis.
+
+Sources, best first:
+  history   records of finished runs on this machine (lorastudio/timings.py, written by the
+            engine under <home>/run_timings/) with the same family, base model, plan, compile,
+            attention setting, LoRA rank and device: the median of up to HISTORY_RUNS newest,
+            each phase scaled by its work (steps x pixels x samples per step, texts, images x
+            pixels, sample rounds x prompts x steps, checkpoints). Checked within 15 % on tiny
+            CPU runs (tests/unit/jobs/test_time_forecast.py).
+  machine   runs of other bases / plans on this device: its measured time per unit of work
+            (denoiser bytes x pixels x samples) scaled to this run; the fixed phases as measured.
+  model     no run on this device: the H200 step table of bench/RESULTS.md (seconds per sample
+            at 1024 px of each family's default plan) scaled by denoiser size and pixels, other
+            phases from the end-to-end FLUX.1 run (RESULTS note 23); on another GPU or a CPU a
+            guess (CPU: no calibration is run here, the job service does not import torch).
+Times are from train()'s start to its end; the worker's start (Python and torch imports, a few
+seconds) is not in them. No torch here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lorastudio import families
+from lorastudio.config import TrainConfig
+from lorastudio.timings import PHASES, read_records, run_signature
+
+HISTORY_RUNS = 3
+# Exact-match keys of a record (the rest is scaled): what changes the time per unit of work.
+_SAME = (
+    "family",
+    "base_model",
+    "denoiser_bytes",
+    "device_name",
+    "plan",
+    "compiled",
+    "attention_backend",
+    "lora_rank",
+)
+# H200, each family's default plan (bf16, regional compile), 1024 px: seconds per sample and the
+# bf16 denoiser bytes they were measured with (bench/RESULTS.md: FLUX.1 the e2e run, note 23;
+# the others run 2's engine-compile rows, b1; SDXL b4).
+_H200_S_PER_SAMPLE: dict[str, tuple[float, float]] = {
+    "FluxTransformer2DModel": (0.342, 23.8e9),
+    "QwenImageTransformer2DModel": (0.430, 40.9e9),
+    "ZImageTransformer2DModel": (0.306, 12.3e9),
+    "UNet2DConditionModel": (0.081, 5.1e9),
+}
+# The e2e FLUX.1 run's fixed phases (note 23, run 3 with cuDNN; the probe of run 1: 22 s).
+_E2E = {"load_gb_per_s": 33.7 / 22.6, "text_s": 1.3 / 17, "image_s": 1.8 / 16, "probe_s": 22.0}
+_E2E.update({"compile_s": 48.0, "sample_step_s": 5.3 / 20, "checkpoint_s": 0.6, "export_s": 1.0})
+
+
+def time_forecast(
+    cfg: TrainConfig,
+    model_dir: Path | None,
+    host: Any,
+    plan: dict[str, Any],
+    compiled: bool,
+    work: dict[str, Any],
+    home: Path,
+) -> dict[str, Any]:
+    """The forecast section of the preflight report.
+
+    Args: the resolved config, the local pipeline (None: a hub id), the HostInfo, the plan values
+    (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts", "images", "buckets"} of this run
+    and the studio home (its run_timings/ history).
+    Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
+    | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}."""
+    fam = families.get(cfg.family)
+    now = run_signature(
+        family=cfg.family,
+        base_model=str(cfg.base_model),
+        denoiser=fam.spec.denoiser,
+        device_name=host.name,
+        plan=plan,
+        compiled=compiled,
+        attention_backend=cfg.attention_backend,
+        buckets=work["buckets"],
+        batch_size=cfg.batch_size,
+        grad_accum=cfg.grad_accum,
+        lora_rank=cfg.lora_rank,
+    )
+    units = _units(cfg, now, work)
+    records = [r for r in read_records(home) if _usable(r)]
+    same = [r for r in records if all(r["signature"].get(k) == now[k] for k in _SAME)][:HISTORY_RUNS]
+    if same:
+        return _from_history(same, units, now)
+    machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]][:HISTORY_RUNS]
+    if machine and now["denoiser_bytes"]:
+        return _from_history(machine, units, now, other_base=True)
+    return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
+
+
+def _usable(record: dict[str, Any]) -> bool:
+    return isinstance(record.get("signature"), dict) and bool(record.get("s_per_step")) and "phases" in record
+
+
+def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[str, float]:
+    """This run's work per phase: the same units a record's phases are divided by."""
+    steps = int(work["steps"])
+    every = cfg.sample_every
+    rounds = 0
+    if cfg.sample_prompts:
+        rounds = steps // every + (1 if steps % every else 0) if every else 1
+    return {
+        "steps": steps,
+        "step_work": sig["pixels"] * sig["batch_size"] * sig["grad_accum"],
+        "texts": work["texts"],
+        "images": work["images"] * sig["pixels"],
+        "sample_rounds": rounds,
+        "sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1),
+        "checkpoints": (steps - 1) // cfg.save_every if cfg.save_every else 0,
+    }
+
+
+def _from_history(
+    records: list[dict[str, Any]], units: dict[str, float], now: dict[str, Any], *, other_base: bool = False
+) -> dict[str, Any]:
+    """Each phase: the median over `records` of the phase scaled by this run's work."""
+    exact = not other_base and all(
+        r["signature"]["pixels"] == now["pixels"]
+        and r["signature"]["batch_size"] == now["batch_size"]
+        and r["signature"]["grad_accum"] == now["grad_accum"]
+        for r in records
+    )
+    per: dict[str, list[float]] = {name: [] for name in PHASES}
+    for r in records:
+        sig, ph = r["signature"], r["phases"]
+        size = (
+            now["denoiser_bytes"] / sig["denoiser_bytes"] if other_base and sig.get("denoiser_bytes") else 1.0
+        )
+        step_work = sig["pixels"] * sig["batch_size"] * sig["grad_accum"]
+        step = r["s_per_step"] * size * _ratio(units["step_work"], step_work)
+        per["steps"].append(step * max(units["steps"] - 1, 0))
+        per["first_step"].append(ph["first_step"] * size * _ratio(units["step_work"], step_work))
+        per["weights_load"].append(ph["weights_load"] * size)
+        per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], r.get("texts", 0)))
+        image_work = r.get("latents", 0) * sig["pixels"]
+        per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
+        rounds = r.get("sample_rounds", 0)
+        one_round = ph["sample_rounds"] / rounds if rounds else 0.0
+        work_then = r.get("sample_work") or units["sample_work"]
+        per["sample_rounds"].append(
+            one_round * units["sample_rounds"] * _ratio(units["sample_work"], work_then)
+        )
+        checkpoints = r.get("checkpoints", 0)
+        per["checkpoints"].append(
+            ph["checkpoints"] / checkpoints * units["checkpoints"] if checkpoints else 0.0
+        )
+        for name in ("probe_plan", "export", "other"):
+            per[name].append(ph[name])
+    n = len(records)
+    runs = f"{n} earlier run{'s' if n > 1 else ''}"
+    if other_base:
+        basis = f"this machine's time per unit of work from {runs} of other bases or plans, scaled by denoiser size x pixels x samples"
+        source, confidence = "machine", "scaled"
+    elif exact:
+        basis = f"measured by {runs} of this base and plan on this machine"
+        source, confidence = "history", "measured"
+    else:
+        basis = f"{runs} of this base and plan on this machine, scaled by pixels x samples per step"
+        source, confidence = "history", "scaled"
+    bases = dict.fromkeys(PHASES, basis)
+    bases["other"] = f"{basis} (engine preflight, freeing memory, gaps between phases)"
+    phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
+    return _section(phases, source, confidence, n, basis)
+
+
+def _from_model(
+    cfg: TrainConfig, denoiser_class: str, host: Any, now: dict[str, Any], units: dict[str, float]
+) -> dict[str, Any]:
+    """No run on this device: the H200 table scaled by denoiser size and pixels (a guess elsewhere)."""
+    ref = _H200_S_PER_SAMPLE.get(denoiser_class)
+    gpu = host.device == "cuda"
+    h200 = gpu and ("H200" in host.name or "H100" in host.name)
+    size = now["denoiser_bytes"] or (ref[1] if ref else 0.0)
+    samples = now["batch_size"] * now["grad_accum"]
+    pixels = now["pixels"] / 1024**2 if now["pixels"] else 1.0
+    per_sample = (ref[0] / ref[1] if ref else 0.342 / 23.8e9) * size * pixels
+    if not gpu:
+        per_sample *= 200  # a guess: a CPU trains ~200x slower than an H200 (not calibrated)
+    if now["plan"].get("base_precision") == "fp32":
+        per_sample *= 2
+    step = max(per_sample * samples, 0.05)
+    compile_s = _E2E["compile_s"] * (size / 23.8e9) ** 0.5 if now["compiled"] else 2 * step
+    probe = _E2E["probe_s"] if gpu and cfg.attention_backend == "auto" else 0.0
+    load_rate = _E2E["load_gb_per_s"] * (1 if gpu else 0.5)
+    if h200:
+        what = "H200 table from bench/RESULTS scaled by denoiser size x pixels x samples"
+    elif gpu:
+        what = f"a guess: the H200 table of bench/RESULTS applied to {host.name} (not measured there)"
+    else:
+        what = "a guess: the H200 table of bench/RESULTS x 200 for a CPU (no run on this machine yet)"
+    e2e = "the FLUX.1 e2e run of bench/RESULTS note 23" + ("" if h200 else " (a guess on this device)")
+    phases = [
+        (
+            "weights_load",
+            1.4 * size / 1e9 / load_rate,
+            f"pipeline size / {load_rate:.1f} GB/s read rate from {e2e}",
+        ),
+        ("caption_encoding", units["texts"] * _E2E["text_s"], f"texts x time per text from {e2e}"),
+        ("latent_cache", units["images"] / 1024**2 * _E2E["image_s"], f"images x pixels from {e2e}"),
+        ("probe_plan", probe, f"attention probe of {e2e}" if probe else "no attention probe"),
+        (
+            "first_step",
+            compile_s,
+            f"regional compile of {e2e}" if now["compiled"] else "2 steps (no compile)",
+        ),
+        ("steps", step * max(units["steps"] - 1, 0), what),
+        (
+            "sample_rounds",
+            units["sample_rounds"] * units["sample_work"] * _E2E["sample_step_s"] * step / 0.342,
+            f"sample steps x {e2e}",
+        ),
+        ("checkpoints", units["checkpoints"] * _E2E["checkpoint_s"], f"checkpoint writes of {e2e}"),
+        ("export", _E2E["export_s"], f"{e2e}"),
+        ("other", 5.0, "a guess (engine preflight, freeing memory)"),
+    ]
+    rows = [{"name": n, "seconds": round(s, 2), "basis": b} for n, s, b in phases]
+    return _section(rows, "model", "scaled" if h200 and ref else "guess", 0, what)
+
+
+def _section(
+    phases: list[dict[str, Any]], source: str, confidence: str, runs: int, basis: str
+) -> dict[str, Any]:
+    total = round(sum(p["seconds"] for p in phases), 1)
+    notes = {
+        "measured": "within ~15 % when nothing else runs on the machine",
+        "scaled": "scaled from measured runs: expect +-30 %",
+        "guess": "a guess, no run of this kind measured on this machine: expect a factor of 2 either way; "
+        "after one run here the forecast uses its measured times",
+    }
+    return {
+        "total_s": total,
+        "phases": phases,
+        "source": source,
+        "confidence": confidence,
+        "runs": runs,
+        "note": f"{notes[confidence]} (basis: {basis}; from the engine's start to its end, the worker's start not included)",
+    }
+
+
+def _ratio(now: float, then: float) -> float:
+    return now / then if then else 1.0

@@ -1,0 +1,220 @@
+"""How long each phase of a finished run took, kept per machine for the preflight's wall-time
+forecast (jobs/time_forecast.py). No torch: the engine writes these records, the job service reads them.
+
+`PhaseClock` wraps a run's event sink and stamps every event with the time since the run began;
+`phase_seconds` turns the stamped events into phases:
+
+    weights_load      sum of ModelLoadCompleted.seconds (text encoders, VAE, denoiser)
+    caption_encoding  text encoders loaded -> the last Preparing("conditioning")
+    latent_cache      VAE loaded -> the last Preparing("latents")
+    probe_plan        Preparing("denoiser", 0) -> Preparing("denoiser", 1): the attention probe,
+                      the plan event (a memory budget's trials run before the denoiser loads and
+                      land in `other`)
+    first_step        Preparing("denoiser", 1) -> the first Progress: compile, the first step
+    steps             steady s/step (median of the step-to-step intervals with nothing else in
+                      them) x (steps - 1)
+    sample_rounds     each Progress(k) -> SampleReady(k)
+    checkpoints       what else the loop spent beyond its steady steps and sample rounds
+                      (checkpoints, validation rounds, LoRA snapshots)
+    export            the last step or sample round -> the run's end (the LoRA written, Complete,
+                      memory freed)
+    other             the rest of the total: preflight of the engine, freeing, gaps
+
+`run_signature` names what a run's time depends on (family, base model and its size, device,
+plan, resolution, batch); the same function describes a planned run in the preflight, so a
+finished run's record matches the runs that would take the same time. Records are one JSON file
+per finished run under `<home>/run_timings/` (staged, then renamed), outside the run folder so
+that `--overwrite` of a run keeps its history.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RECORD_VERSION = 1
+HISTORY_DIR = "run_timings"
+MAX_RECORDS = 200  # the newest kept; older records are removed when a run adds one
+
+PHASES = (
+    "weights_load",
+    "caption_encoding",
+    "latent_cache",
+    "probe_plan",
+    "first_step",
+    "steps",
+    "sample_rounds",
+    "checkpoints",
+    "export",
+    "other",
+)
+
+
+class PhaseClock:
+    """The event sink wrapper that stamps each event (seconds since the clock was made)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._start = clock()
+        self.stamped: list[tuple[float, dict[str, Any]]] = []
+
+    def wrap(self, emit: Callable[[Any], None]) -> Callable[[Any], None]:
+        """`emit` with every event stamped here first."""
+
+        def stamped(event: Any) -> None:
+            self.stamped.append((self._clock() - self._start, event.model_dump(mode="json")))
+            emit(event)
+
+        return stamped
+
+    def elapsed(self) -> float:
+        """Seconds since the clock was made."""
+        return self._clock() - self._start
+
+
+def phase_seconds(
+    stamped: list[tuple[float, dict[str, Any]]], save_every: int | None, end: float | None = None
+) -> dict[str, Any]:
+    """The phases (module docstring) of a run's stamped events, ending with Complete; `end`: when
+    the run returned (its memory freed; default: the last event's time).
+
+    Returns {"phases": {PHASES: seconds}, "total_s", "s_per_step" (None under 2 steps), "steps":
+    steps run, "texts" / "latents": the last Preparing totals (0 when none), "sample_rounds",
+    "checkpoints": steps at which a checkpoint was due (`save_every`)}."""
+    total = max(end or 0.0, stamped[-1][0] if stamped else 0.0)
+
+    def last(pred: Callable[[dict[str, Any]], bool]) -> tuple[float, dict[str, Any]] | None:
+        return next(((t, e) for t, e in reversed(stamped) if pred(e)), None)
+
+    def loaded(component: str) -> float | None:
+        hit = last(lambda e: e["type"] == "model_load_completed" and e["component"] == component)
+        return hit[0] if hit else None
+
+    def prepared(phase: str, done: int | None = None) -> tuple[float, dict[str, Any]] | None:
+        return last(
+            lambda e: e["type"] == "preparing" and e["phase"] == phase and (done is None or e["done"] == done)
+        )
+
+    phases = dict.fromkeys(PHASES, 0.0)
+    phases["weights_load"] = sum(e["seconds"] for _, e in stamped if e["type"] == "model_load_completed")
+    counts = {"texts": 0, "latents": 0}
+    for phase, component, key, name in (
+        ("conditioning", "text_encoders", "caption_encoding", "texts"),
+        ("latents", "vae", "latent_cache", "latents"),
+    ):
+        end, start = prepared(phase), loaded(component)
+        if end is not None:
+            phases[key] = max(end[0] - (start if start is not None and start <= end[0] else end[0]), 0.0)
+            counts[name] = int(end[1]["total"])
+    built, ready = prepared("denoiser", 0), prepared("denoiser", 1)
+    if built and ready:
+        phases["probe_plan"] = ready[0] - built[0]
+    progress = [(t, e) for t, e in stamped if e["type"] == "progress"]
+    samples = {e["step"]: t for t, e in stamped if e["type"] == "sample_ready"}
+    busy = {e["step"] for _, e in stamped if e["type"] in ("sample_ready", "validation")}
+    due = {
+        e["step"] for _, e in progress[:-1] if save_every and e["step"] % save_every == 0
+    }  # a checkpoint follows
+    s_per_step = None
+    if progress:
+        phases["first_step"] = progress[0][0] - (ready[0] if ready else progress[0][0])
+        clean = [
+            b[0] - a[0]
+            for a, b in zip(progress, progress[1:], strict=False)
+            if a[1]["step"] not in busy | due
+        ]
+        s_per_step = statistics.median(clean) if clean else None
+        rounds = [samples[e["step"]] - t for t, e in progress if e["step"] in samples]
+        phases["sample_rounds"] = sum(rounds)
+        loop = progress[-1][0] - progress[0][0]
+        inner = sum(samples[e["step"]] - t for t, e in progress[:-1] if e["step"] in samples)
+        phases["steps"] = (s_per_step or 0.0) * (len(progress) - 1)
+        phases["checkpoints"] = max(loop - phases["steps"] - inner, 0.0)
+        end_of_loop = max(progress[-1][0], max(samples.values(), default=0.0))
+        phases["export"] = max(total - end_of_loop, 0.0)
+    phases["other"] = max(total - sum(v for k, v in phases.items() if k != "other"), 0.0)
+    return {
+        "phases": {k: round(v, 3) for k, v in phases.items()},
+        "total_s": round(total, 3),
+        "s_per_step": None if s_per_step is None else round(s_per_step, 5),
+        "steps": len(progress),
+        **counts,
+        "sample_rounds": len(samples),
+        "checkpoints": len(due),
+    }
+
+
+def run_signature(
+    *,
+    family: str,
+    base_model: str,
+    denoiser: str,
+    device_name: str,
+    plan: dict[str, Any],
+    compiled: bool,
+    attention_backend: str,
+    buckets: dict[str, int],
+    batch_size: int,
+    grad_accum: int,
+    lora_rank: int | None,
+) -> dict[str, Any]:
+    """What a run's time depends on, the same for a finished run and a planned one. `plan`: the
+    four plan settings (base_precision resolved: fp32 / bf16 / ...); `buckets`: "WxH" -> images.
+    `denoiser_bytes` (the denoiser's safetensors, 0 for a hub id) tells two bases apart;
+    `pixels`: the mean pixels of a sample, which the time of a step scales with."""
+    folder = Path(base_model) / denoiser
+    size = sum(f.stat().st_size for f in folder.glob("*.safetensors")) if folder.is_dir() else 0
+    sizes = [(int(k.split("x")[0]) * int(k.split("x")[1]), n) for k, n in buckets.items()]
+    images = sum(n for _, n in sizes)
+    return {
+        "family": family,
+        "base_model": base_model,
+        "denoiser_bytes": size,
+        "device_name": device_name,
+        "plan": {
+            k: plan[k]
+            for k in ("base_precision", "gradient_checkpointing", "offload_blocks", "micro_batch_size")
+        },
+        "compiled": compiled,
+        "attention_backend": attention_backend,
+        "pixels": round(sum(p * n for p, n in sizes) / images) if images else 0,
+        "batch_size": batch_size,
+        "grad_accum": grad_accum,
+        "lora_rank": lora_rank,
+    }
+
+
+def write_record(home: Path, name: str, record: dict[str, Any]) -> Path:
+    """Write `record` as <home>/run_timings/<UTC stamp>-<name>.json (staged, then renamed) and
+    keep the MAX_RECORDS newest. Returns the path."""
+    folder = home / HISTORY_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
+    path = folder / f"{stamp}-{name}.json"
+    staged = path.with_suffix(".json.part")
+    staged.write_text(json.dumps({"version": RECORD_VERSION, **record}, indent=1))
+    os.replace(staged, path)
+    for old in sorted(folder.glob("*.json"))[:-MAX_RECORDS]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def read_records(home: Path) -> list[dict[str, Any]]:
+    """Every readable record of this version under <home>/run_timings/, newest first (a file that
+    is not one is skipped)."""
+    out = []
+    folder = home / HISTORY_DIR
+    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("version") == RECORD_VERSION:
+            out.append(record)
+    return out
