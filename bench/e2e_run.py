@@ -69,6 +69,7 @@ def train_config(
         "sample_prompts": ["a test pattern, waves and colours"],
         "sample_steps": 2 if tiny else 20,
         "attention_backend": attention,
+        "latent_cache": os.environ.get("E2E_LATENT_CACHE", "auto"),  # "disk": the 2nd run reuses the 1st's
     }
 
 
