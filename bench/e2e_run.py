@@ -182,6 +182,7 @@ def run_api(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
     )
     table["server_log"] = str(log)
     worker_log = e2e_build.home_dir(root) / "logs" / f"{job}.log"  # the worker's INFO records
+    table["worker_log"] = str(worker_log)
     if worker_log.is_file():
         table["attention_log"] = [
             line.strip()
@@ -214,6 +215,10 @@ def cmd_run(args: argparse.Namespace, t0: float) -> dict[str, Any]:
     device = args.device or ("cpu" if args.tiny else "cuda")
     table = (run_cli if args.mode == "cli" else run_api)(args.root, cfg, device, t0)
     tag = args.tag or args.mode
+    for key in ("server_log", "worker_log"):  # the API run's logs travel with the results
+        if args.out and table.get(key) and Path(table[key]).is_file():
+            args.out.mkdir(parents=True, exist_ok=True)
+            shutil.copy(table[key], args.out / f"{tag}-{Path(table[key]).name}")
     return {
         "family": args.family,
         "mode": args.mode,
