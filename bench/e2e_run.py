@@ -45,20 +45,19 @@ SAVE_EVERY = 100  # steps between sample rounds and checkpoints (and the export 
 # rough seconds of each step of a suite on an H200 (FLUX.1: RESULTS note 23), to skip what will not fit
 BUILD_S = {"flux": 90.0, "qwen-image": 150.0}
 START_S = {"flux": 110.0, "qwen-image": 150.0}  # load + caching + probe + compile, cold
+START_WARM_S = {"flux": 70.0, "qwen-image": 100.0}  # the same with the caches of an earlier run
 STEP_S = {"flux": 0.45, "qwen-image": 0.6}  # per step, sample rounds and checkpoints included
 TINY_S = 60.0  # any tiny phase on a CPU
 
 
-def train_config(
-    root: Path, family: str, mode: str, steps: int, tiny: bool, attention: str
-) -> dict[str, Any]:
+def train_config(root: Path, family: str, tag: str, steps: int, tiny: bool, attention: str) -> dict[str, Any]:
     """The run's config (the same for both modes but its output name)."""
     every = min(SAVE_EVERY, max(1, steps // 2))
     return {
         "family": family,
         "base_model": str(e2e_build.pipeline_dir(root, family).resolve()),
         "data_dir": str(e2e_build.dataset_dir(root).resolve()),
-        "output_name": f"e2e-{family}-{mode}",
+        "output_name": f"e2e-{family}-{tag}",
         "resolution": 32 if tiny else 1024,
         "batch_size": 1,
         "steps": steps,
@@ -123,6 +122,24 @@ class AttentionLog(logging.Handler):
             self.lines.append(f"{time.monotonic() - self.t0:.1f} s {record.getMessage()}")
 
 
+def compile_counters() -> dict[str, Any]:
+    """Dynamo's counters of this process's compiles: Inductor's FX graph cache and AOTAutograd's
+    cache hits and misses (did a warm run's compile come from the cache?), unique graphs."""
+    from torch._dynamo.utils import counters
+
+    wanted = {
+        "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+        "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
+        "stats": ("unique_graphs", "calls_captured"),
+    }
+    return {
+        f"{group}.{k}": counters[group][k]
+        for group, keys in wanted.items()
+        for k in keys
+        if counters[group][k]
+    }
+
+
 def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str, Any]:
     """The CLI's path in this process; t0: this process's start (before torch was imported)."""
     import torch
@@ -143,6 +160,7 @@ def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
     loop.train(config, rec, device=device)
     table = phase_table(rec.events, time.monotonic() - t0)
     table["attention_log"] = notes.lines
+    table["compile_caches"] = compile_counters()
     table["checkpoint_write_s"] = [round(s, 2) for s in save_s]
     cuda = device.startswith("cuda")
     table["peak_vram_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1) if cuda else None
@@ -165,6 +183,7 @@ def run_api(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
     )
     table["server_log"] = str(log)
     worker_log = e2e_build.home_dir(root) / "logs" / f"{job}.log"  # the worker's INFO records
+    table["worker_log"] = str(worker_log)
     if worker_log.is_file():
         table["attention_log"] = [
             line.strip()
@@ -192,19 +211,31 @@ def cmd_run(args: argparse.Namespace, t0: float) -> dict[str, Any]:
     os.environ["LORASTUDIO_HOME"] = str(e2e_build.home_dir(args.root).resolve())
     if args.cold:
         shutil.rmtree(e2e_build.home_dir(args.root) / "cache", ignore_errors=True)
-    cfg = train_config(args.root, args.family, args.mode, args.steps, args.tiny, args.attention)
+    cfg = train_config(args.root, args.family, args.tag or args.mode, args.steps, args.tiny, args.attention)
     _fresh_output(args.root, cfg["output_name"])
     device = args.device or ("cpu" if args.tiny else "cuda")
     table = (run_cli if args.mode == "cli" else run_api)(args.root, cfg, device, t0)
-    return {"family": args.family, "mode": args.mode, "tiny": args.tiny, "cold": args.cold, **table}
+    tag = args.tag or args.mode
+    for key in ("server_log", "worker_log"):  # the API run's logs travel with the results
+        if args.out and table.get(key) and Path(table[key]).is_file():
+            args.out.mkdir(parents=True, exist_ok=True)
+            shutil.copy(table[key], args.out / f"{tag}-{Path(table[key]).name}")
+    return {
+        "family": args.family,
+        "mode": args.mode,
+        "tag": tag,
+        "tiny": args.tiny,
+        "cold": args.cold,
+        **table,
+    }
 
 
-def _estimate(family: str, what: str, steps: int, tiny: bool) -> float:
+def _estimate(family: str, what: str, steps: int, tiny: bool, warm: bool) -> float:
     if tiny:
         return TINY_S
     if what == "build":
         return BUILD_S[family]
-    return START_S[family] + STEP_S[family] * steps
+    return (START_WARM_S if warm else START_S)[family] + STEP_S[family] * steps
 
 
 def cmd_suite(args: argparse.Namespace, t0: float) -> dict[str, Any]:
@@ -216,12 +247,16 @@ def cmd_suite(args: argparse.Namespace, t0: float) -> dict[str, Any]:
     plan: list[tuple[str, list[str]]] = []
     if not (e2e_build.pipeline_dir(args.root, args.family) / "model_index.json").is_file():
         plan.append(("build", ["build", *common]))
+    seen: dict[str, int] = {}
     for mode in args.modes.split(","):
-        run = ["run", *common, "--mode", mode, "--steps", str(args.steps), "--attention", args.attention]
-        plan.append((mode, run + (["--cold"] if args.cold else [])))
+        seen[mode] = seen.get(mode, 0) + 1
+        tag = mode if seen[mode] == 1 else f"{mode}{seen[mode]}"  # cli, api, cli2, ...
+        run = ["run", *common, "--mode", mode, "--tag", tag, "--steps", str(args.steps)]
+        plan.append((tag, run + ["--attention", args.attention] + (["--cold"] if args.cold else [])))
+    warm = False  # a run of this suite ended: the next one finds the caches warm (unless --cold)
     for what, argv in plan:
         left = deadline - time.monotonic()
-        need = _estimate(args.family, what, args.steps, args.tiny)
+        need = _estimate(args.family, what, args.steps, args.tiny, warm and not args.cold)
         if need > left:
             result["skipped"].append(f"{what}: needs ~{need:.0f} s, {left:.0f} s left")
             continue
@@ -241,8 +276,12 @@ def cmd_suite(args: argparse.Namespace, t0: float) -> dict[str, Any]:
                 break
             continue
         result[what] = json.loads((args.root / name).read_text())
-    if isinstance(result.get("cli"), dict) and isinstance(result.get("api"), dict):
-        result["overhead"] = overhead(result["cli"], result["api"])
+        warm = warm or what != "build"
+    runs = {tag: r for tag, r in result.items() if isinstance(r, dict) and r.get("end") == "complete"}
+    apis = [t for t in runs if runs[t]["mode"] == "api"]
+    clis = [t for t in runs if runs[t]["mode"] == "cli"]
+    if apis and clis:  # the API run against each CLI run (the first: cold, a later one: warm caches)
+        result["overhead"] = {f"{a}_vs_{c}": overhead(runs[c], runs[a]) for a in apis for c in clis}
     return result
 
 
@@ -253,7 +292,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--family", choices=e2e_build.FAMILIES, default="flux")
     p.add_argument("--tiny", action="store_true", help="lorastudio.tiny's pipeline on the CPU, a few steps")
     p.add_argument("--mode", choices=["cli", "api"], default="cli")
-    p.add_argument("--modes", default="cli,api", help="suite: the modes to run, in order")
+    p.add_argument(
+        "--modes", default="cli,api", help="suite: the modes to run, in order (repeats: cli2, ...)"
+    )
+    p.add_argument("--tag", default=None, help="run: names its output and JSON (default: the mode)")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--device", default=None, help="default: cuda (cpu with --tiny)")
     p.add_argument("--attention", default="auto", help="attention_backend of the run")
@@ -272,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         name = f"e2e-{args.family}-build.json"
     elif args.what == "run":
         result = cmd_run(args, t0)
-        name = f"e2e-{args.family}-{args.mode}.json"
+        name = f"e2e-{args.family}-{args.tag or args.mode}.json"
     else:
         result = cmd_suite(args, t0)
         name = f"e2e-{args.family}-suite.json"

@@ -33,12 +33,13 @@ def test_a_suite_past_its_deadline_skips_each_part_and_says_so(tmp_path: Path):
 
 @pytest.mark.slow  # ~60 s on 2 shared cores: a build, two runs and a server
 def test_tiny_suite_runs_the_cli_and_the_api_to_the_same_end(tmp_path: Path):
-    main(["suite", str(tmp_path), "--family", "flux", "--tiny", "--steps", "2", "--deadline-s", "400"])
+    argv = ["suite", str(tmp_path), "--family", "flux", "--tiny", "--steps", "2", "--modes", "cli,api,cli"]
+    main([*argv, "--deadline-s", "400"])
     out = json.loads((tmp_path / "e2e-flux-suite.json").read_text())
     assert out["skipped"] == []
     assert out["build"]["tiny"] and (tmp_path / "flux" / "model_index.json").is_file()
-    cli, api = out["cli"], out["api"]
-    for run in (cli, api):
+    cli, api, again = out["cli"], out["api"], out["cli2"]
+    for run in (cli, api, again):
         assert run["end"] == "complete" and run["steps_run"] == 2
         assert set(run["weights_load_s"]) == {"text_encoders", "vae", "denoiser"}
         assert {"conditioning_s", "latents_s", "plan_and_probe_s", "first_step_s"} <= set(run)
@@ -49,9 +50,10 @@ def test_tiny_suite_runs_the_cli_and_the_api_to_the_same_end(tmp_path: Path):
             tmp_path / "home" / "outputs" / f"e2e-flux-{run['mode']}" / f"e2e-flux-{run['mode']}.safetensors"
         )
         assert lora.is_file()
-    assert cli["final_loss"] == api["final_loss"]  # the same run through both paths
+    assert cli["final_loss"] == api["final_loss"] == again["final_loss"]  # the same run, every path
     assert cli["checkpoint_write_s"] and api["job_id"]
-    assert set(out["overhead"]) == {
+    assert set(out["overhead"]) == {"api_vs_cli", "api_vs_cli2"}
+    assert set(out["overhead"]["api_vs_cli"]) == {
         "api_vs_cli_wall",
         "api_vs_cli_after_first_step",
         "api_vs_cli_time_to_first_step_s",

@@ -1,6 +1,8 @@
 """`train()`: one family-agnostic training run, in phases that keep peak memory low.
 
   preflight  config, engine settings, output folder, precision, dataset, model source (no I/O)
+  attention  auto's kernel probe starts here, in a child process, and works beside phases 1-2
+             (training/attention_early.py; a result cached for this GPU and shapes skips it)
   phase 1    text encoders only: encode each unique caption once, free the encoders
   phase 2    VAE only: latent cache (posterior mean/std per crop/flip variant), free the VAE
              (or keep it and encode every step when the cache would exceed its RAM budget);
