@@ -7,7 +7,10 @@ prompts) beside the captions (`PreservationTexts.to_encode`); every micro-batch 
   pred   = denoiser(noisy, t, class captions) with the adapter                        (trained)
   loss  += weight * MSE(pred, base), averaged like the step's loss (its share per sample)
 
-It draws nothing from any random stream, so a resumed run stays exact. The adapter is disabled
+`prior_targets` (a regularisation entry's prior_prediction, OneTrainer's prior prediction)
+uses the same base prediction as the loss target of those samples, on their own captions.
+
+Neither draws from any random stream, so a resumed run stays exact. The adapter is disabled
 through peft's per-layer flag (`adapters_off`): every adapted layer then returns its base
 layer's output, the fused projections' shared LoRA forward included (training/
 fused_projections.py reads the same flag); compiled blocks guard on the flag (a second graph per
@@ -20,6 +23,7 @@ dataset loss weight), as ai-toolkit's and OneTrainer's. Hand-written: no library
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -148,6 +152,37 @@ def base_prediction(
     """The base model's prediction [B,C,h,w] (the adapter disabled, no gradient), a tensor of its own."""
     with torch.no_grad(), adapters_off(denoiser):
         return family.predict(denoiser, noisy, noise_level, cond, info, cfg).clone()  # [B, C, h, w]
+
+
+def prior_mask(scan: DatasetScan, indices: Sequence[int]) -> torch.Tensor | None:
+    """[B] bool: which of the dataset items `indices` come from an entry with prior_prediction
+    (None when none does)."""
+    entries = scan.entries
+    marked = [bool(entries and entries[scan.items[i].entry].prior_prediction) for i in indices]
+    return torch.tensor(marked) if any(marked) else None
+
+
+def prior_targets(
+    family: Family,
+    denoiser: Any,
+    noised: NoisedBatch,
+    cond: dict[str, Any],
+    batch_info: Mapping[str, Any],
+    cfg: TrainConfig,
+    prior: torch.Tensor,
+) -> NoisedBatch:
+    """`noised` with the target of the samples marked in `prior` [B] bool replaced by the base
+    model's prediction on their own noisy latents and captions (the adapter disabled, no
+    gradient: OneTrainer's prior prediction for a regularisation entry's class images). One
+    no-grad forward of the whole batch; the other samples keep their noise target."""
+    info = {k: v for k, v in batch_info.items() if k != "loss_mask"}
+
+    def run() -> torch.Tensor:
+        return base_prediction(family, denoiser, noised.noisy, noised.noise_level, cond, info, cfg)
+
+    base = run_compiled(denoiser, run).float()  # [B, C, h, w]
+    keep = prior.to(base.device)[:, None, None, None]  # [B, 1, 1, 1]
+    return dataclasses.replace(noised, target=torch.where(keep, base, noised.target))  # [B, C, h, w]
 
 
 def preservation_pass(
