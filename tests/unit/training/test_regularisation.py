@@ -159,3 +159,12 @@ def test_prior_prediction_needs_a_regularisation_entry(make_config, subject_and_
     result = train(_cfg(make_config, reg, steps=2, output_name="prior"), [].append, device="cpu")
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["dataset"]["entries"][1]["prior_prediction"] is True
+
+
+def test_a_huber_loss_with_entry_loss_weights_keeps_its_thresholds(make_config, subject_and_class) -> None:
+    """Entry loss weights (a reg entry's prior_loss_weight among them) re-weight the drawn batch;
+    the Huber thresholds stay with it (they were dropped: "the huber loss needs a threshold")."""
+    subject, klass = subject_and_class
+    reg = [{"path": str(subject)}, {"path": str(klass), "regularisation": True}]
+    cfg = _cfg(make_config, reg, loss="huber", prior_loss_weight=2.0, steps=2, output_name="huber")
+    assert train(cfg, [].append, device="cpu").steps_run == 2
