@@ -19,7 +19,10 @@ folders, for prior preservation): it is mixed by its repeats / weight like any e
 1:1 with the training images per epoch as kohya does: give it the weight or repeats that
 reproduce the share you want; kohya's pairing is an equal share, e.g. weight 1 beside weight 1),
 its samples' loss is multiplied by the run's `prior_loss_weight` (and its own loss_weight), and
-it never gets the run's trigger_word (its own, if set, applies).
+it never gets the run's trigger_word (its own, if set, applies). With `prior_prediction = true`
+its samples' target is the base model's own prediction (the LoRA disabled, one extra no-grad
+forward for a batch holding such samples) instead of the noise target (OneTrainer's prior
+prediction; training/preservation.py).
 
 With `kohya_folders = true` every entry (or data_dir) is a folder of kohya `N_words` sub-folders
 (data/kohya.py): each sub-folder becomes an entry of its own with repeats N, the first word as
@@ -109,6 +112,11 @@ class DatasetEntry(BaseModel):
         description="class images with their captions (kohya's reg folders): sampled like any entry, "
         "their loss also multiplied by the run's prior_loss_weight; never given the run's trigger_word",
     )
+    prior_prediction: bool = Field(
+        default=False,
+        description="with regularisation: its samples' loss target is the base model's own prediction (the "
+        "LoRA disabled) on the same noisy latents instead of the noise target (OneTrainer's prior prediction)",
+    )
 
     @field_validator("resolution")
     @classmethod
@@ -165,15 +173,25 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
 
 
 def regularisation_problems(cfg: TrainConfig) -> list[FieldProblem]:
-    """prior_loss_weight without a regularisation entry (it would be ignored), or every entry
-    a regularisation one (nothing of the subject to learn)."""
+    """prior_prediction on an entry that is not a regularisation one, prior_loss_weight without a
+    regularisation entry (it would be ignored), or every entry a regularisation one (nothing of
+    the subject to learn)."""
     entries = cfg.datasets or []
     regs = [e.regularisation for e in entries]
+    problems = [
+        FieldProblem(f"datasets.{i}.prior_prediction", "needs regularisation = true (class images)")
+        for i, e in enumerate(entries)
+        if e.prior_prediction and not e.regularisation
+    ]
     if cfg.prior_loss_weight != 1.0 and not any(regs):
-        return [FieldProblem("prior_loss_weight", "needs a datasets entry with regularisation = true")]
+        problems.append(
+            FieldProblem("prior_loss_weight", "needs a datasets entry with regularisation = true")
+        )
     if regs and all(regs):
-        return [FieldProblem("datasets", "every entry is a regularisation entry: add the images to learn")]
-    return []
+        problems.append(
+            FieldProblem("datasets", "every entry is a regularisation entry: add the images to learn")
+        )
+    return problems
 
 
 def caption_problems(cfg: TrainConfig) -> list[FieldProblem]:

@@ -99,8 +99,10 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
     return problems
 
 
-def preservation_line(cfg: TrainConfig) -> str | None:
-    """The preflight's line: what is preserved, its weight and the cost per step (None: off)."""
+def preservation_line(cfg: TrainConfig, samples: int | None = None) -> str | None:
+    """The preflight's line: what is preserved, its weight and the cost per step (None: off).
+    `samples`: the run's dataset items (each takes one prompt: more prompts than items are
+    named as unused)."""
     keep = cfg.preservation
     if keep is None:
         return None
@@ -109,4 +111,7 @@ def preservation_line(cfg: TrainConfig) -> str | None:
         if keep.prompts
         else f"the captions with the trigger word replaced by {keep.class_word!r}"
     )
-    return f"the base model's output on {what}, weight {keep.weight:g}: {COST}"
+    line = f"the base model's output on {what}, weight {keep.weight:g}: {COST}"
+    if keep.prompts and samples is not None and len(keep.prompts) > samples:
+        line += f"; only the first {samples} prompt(s) are used (dataset sample i takes prompt i)"
+    return line

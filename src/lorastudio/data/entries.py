@@ -77,6 +77,7 @@ def resolve_entries(
                 keep_tokens=int(_pick(entry.keep_tokens, cfg.keep_tokens)),  # type: ignore[call-overload]
                 tag_dropout=float(_pick(entry.tag_dropout, cfg.tag_dropout)),  # type: ignore[arg-type]
                 regularisation=entry.regularisation,
+                prior_prediction=entry.prior_prediction,
             )
             out += kohya_entries(mixed) if cfg.kohya_folders else [mixed]
         except (ConfigError, PathOutsideRoot, DatasetError) as err:

@@ -53,6 +53,7 @@ class MixEntry:
     keep_tokens: int = 0
     tag_dropout: float = 0.0
     regularisation: bool = False
+    prior_prediction: bool = False  # its samples' target: the base model's prediction
     images: int = 0
     fingerprint: str = ""
 
@@ -67,7 +68,7 @@ class MixEntry:
             "shuffle_tags": self.shuffle_tags,
             "keep_tokens": self.keep_tokens,
             "tag_dropout": self.tag_dropout,
-        } | ({"regularisation": True} if self.regularisation else {})  # unset: the fingerprint of before
+        } | {k: True for k in ("regularisation", "prior_prediction") if getattr(self, k)}  # unset: as before
 
 
 def apportion(total: int, weights: Sequence[float]) -> list[int]:

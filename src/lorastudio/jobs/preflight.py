@@ -137,7 +137,7 @@ def preflight_report(
             "steps_per_epoch": steps_per_epoch,
             "batch_size": cfg.batch_size,
             "grad_accum": cfg.grad_accum,
-            "preservation": preservation_line(cfg),
+            "preservation": preservation_line(cfg, len(scan.items)),
         },
         "precision": {
             "requested": cfg.base_precision,

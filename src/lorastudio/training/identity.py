@@ -61,7 +61,11 @@ def run_identity(
     identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
     if identity.get("datasets") is not None:  # each entry's settings; its folder, like data_dir, is not
         identity["datasets"] = [  # regularisation only when set: checkpoints from before it still resume
-            {k: v for k, v in e.items() if k != "path" and (k != "regularisation" or v)}
+            {
+                k: v
+                for k, v in e.items()
+                if k != "path" and (k not in ("regularisation", "prior_prediction") or v)
+            }
             for e in identity["datasets"]
         ]
     identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))

@@ -9,6 +9,7 @@ measured trials (training/plan_measure.py).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -56,6 +57,7 @@ def batch_forward_backward(
     sync: bool = True,
     loss_weights: torch.Tensor | None = None,
     preserve: tuple[dict[str, Any], float] | None = None,
+    prior: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """Forward + backward of one sampler batch in micro-batches of `micro_batch_size` samples,
     with the maths of the unsplit batch (see the module docstring). Takes the batch's latents
@@ -64,9 +66,10 @@ def batch_forward_backward(
     `loss_weights` [B] fp32 (the samples' dataset entries' loss_weight, data/mix.py), multiplied
     into the objective's per-sample weights (None: all 1, nothing multiplied); `preserve`: the
     batch's class conditioning and weight (training/preservation.py), whose pass follows each
-    micro-batch's on the same draws.
+    micro-batch's on the same draws; `prior` [B] bool: the samples whose target is the base
+    model's prediction (a regularisation entry's prior_prediction: preservation.prior_targets).
     Returns one 0-d device tensor per pass: its share of the step loss (no host sync)."""
-    from lorastudio.training.preservation import preservation_pass
+    from lorastudio.training.preservation import preservation_pass, prior_targets
     from lorastudio.training.step import forward_backward
 
     info = {
@@ -80,11 +83,13 @@ def batch_forward_backward(
         info["loss_mask"] = batch.mask  # [B, 1, h, w]
     shards = micro_batch_shards(batch.latents.shape[0], micro_batch_size, ctx)
     drawn = None
-    if len(shards) > 1 or loss_weights is not None or preserve is not None:
+    if len(shards) > 1 or loss_weights is not None or preserve is not None or prior is not None:
         drawn = objective.noise(batch.latents, generator)  # the whole batch's, the draws of an unsplit one
     if loss_weights is not None and drawn is not None:
         weight = drawn.weight * loss_weights.to(drawn.weight.device)  # [B]
-        drawn = type(drawn)(drawn.noisy, drawn.noise_level, drawn.target, weight)
+        drawn = dataclasses.replace(drawn, weight=weight)  # loss_c (Huber) kept
+    if prior is not None and drawn is not None:
+        drawn = prior_targets(family, denoiser, drawn, cond, info, cfg, prior)
     shares = []
     for i, shard in enumerate(shards):
         with gradient_sync(ddp, sync=sync and i == len(shards) - 1):

@@ -43,7 +43,7 @@ from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, mak
 from lorastudio.training.plan import Plan
 from lorastudio.training.precision import peak_memory_gb
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.preservation import preservation_cond
+from lorastudio.training.preservation import preservation_cond, prior_mask
 from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
 from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
@@ -376,6 +376,7 @@ def _micro_step(
         scaler, micro, ctx=state.ctx, ddp=state.ddp, sync=last,
         loss_weights=entry_loss_weights(run.scan, indices),
         preserve=preservation_cond(state.preservation, run.family, conds, captions, indices),
+        prior=prior_mask(run.scan, indices),
     )  # fmt: skip
 
 

@@ -7,19 +7,25 @@ prompts) beside the captions (`PreservationTexts.to_encode`); every micro-batch 
   pred   = denoiser(noisy, t, class captions) with the adapter                        (trained)
   loss  += weight * MSE(pred, base), averaged like the step's loss (its share per sample)
 
-It draws nothing from any random stream, so a resumed run stays exact. The adapter is disabled
-with diffusers' PeftAdapterMixin.disable_adapters / enable_adapters (peft's layer flags): every
-adapted layer then returns its base layer's output, the fused projections' shared LoRA forward
-included (training/fused_projections.py reads the same flag); compiled blocks guard on the flag
-(a second graph per block for the disabled variant); the base prediction is cloned before the
-trained pass, so a CUDA-graph replay cannot overwrite it. The loss kind is always MSE (the
+`prior_targets` (a regularisation entry's prior_prediction, OneTrainer's prior prediction)
+uses the same base prediction as the loss target of those samples, on their own captions.
+
+Neither draws from any random stream, so a resumed run stays exact. The adapter is disabled
+through peft's per-layer flag (`adapters_off`): every adapted layer then returns its base
+layer's output, the fused projections' shared LoRA forward included (training/
+fused_projections.py reads the same flag); compiled blocks guard on the flag (a second graph per
+block for the disabled variant); CUDA graphs stay off (the second backward per micro-batch is
+the accumulation case they get wrong: training/compile.py compile_request), and the base
+prediction is cloned anyway. The loss kind is always MSE (the
 base prediction is a target of the model's own scale: no timestep weighting, no mask, no
 dataset loss weight), as ai-toolkit's and OneTrainer's. Hand-written: no library has this step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -105,14 +111,33 @@ def preservation_cond(
     return family.collate_conditioning([conds[k] for k in keys]), texts.weight
 
 
+_LAYERS: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
 @contextmanager
 def adapters_off(denoiser: Any) -> Iterator[None]:
-    """The denoiser's adapter disabled inside (every adapted layer gives its base output)."""
-    denoiser.disable_adapters()
+    """The denoiser's adapter disabled inside (every adapted layer gives its base output); for
+    no-grad use only.
+
+    peft's flag on each adapted layer (BaseTunerLayer._disable_adapters, which its forward and
+    training/fused_projections.py read) is flipped on the denoiser's layers (found once, cached).
+    Not diffusers' disable_adapters / enable_adapters: 7.3 ms per pair on the tiny FLUX.1 (a
+    package version check and a walk of every module, per micro-batch); not peft's per-layer
+    enable_adapters: it also resets requires_grad on every adapter weight (44 us per layer, ~18 ms
+    for FLUX.1's ~400 layers), which a no-grad pass does not need. The flag alone: 9 us per layer."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = _LAYERS.get(denoiser)
+    if layers is None:
+        layers = _LAYERS[denoiser] = [m for m in denoiser.modules() if isinstance(m, BaseTunerLayer)]
+    was = [layer.disable_adapters for layer in layers]
+    for layer in layers:
+        layer._disable_adapters = True
     try:
         yield
     finally:
-        denoiser.enable_adapters()
+        for layer, flag in zip(layers, was, strict=True):
+            layer._disable_adapters = flag
 
 
 def base_prediction(
@@ -127,6 +152,37 @@ def base_prediction(
     """The base model's prediction [B,C,h,w] (the adapter disabled, no gradient), a tensor of its own."""
     with torch.no_grad(), adapters_off(denoiser):
         return family.predict(denoiser, noisy, noise_level, cond, info, cfg).clone()  # [B, C, h, w]
+
+
+def prior_mask(scan: DatasetScan, indices: Sequence[int]) -> torch.Tensor | None:
+    """[B] bool: which of the dataset items `indices` come from an entry with prior_prediction
+    (None when none does)."""
+    entries = scan.entries
+    marked = [bool(entries and entries[scan.items[i].entry].prior_prediction) for i in indices]
+    return torch.tensor(marked) if any(marked) else None
+
+
+def prior_targets(
+    family: Family,
+    denoiser: Any,
+    noised: NoisedBatch,
+    cond: dict[str, Any],
+    batch_info: Mapping[str, Any],
+    cfg: TrainConfig,
+    prior: torch.Tensor,
+) -> NoisedBatch:
+    """`noised` with the target of the samples marked in `prior` [B] bool replaced by the base
+    model's prediction on their own noisy latents and captions (the adapter disabled, no
+    gradient: OneTrainer's prior prediction for a regularisation entry's class images). One
+    no-grad forward of the whole batch; the other samples keep their noise target."""
+    info = {k: v for k, v in batch_info.items() if k != "loss_mask"}
+
+    def run() -> torch.Tensor:
+        return base_prediction(family, denoiser, noised.noisy, noised.noise_level, cond, info, cfg)
+
+    base = run_compiled(denoiser, run).float()  # [B, C, h, w]
+    keep = prior.to(base.device)[:, None, None, None]  # [B, 1, 1, 1]
+    return dataclasses.replace(noised, target=torch.where(keep, base, noised.target))  # [B, C, h, w]
 
 
 def preservation_pass(

@@ -201,3 +201,8 @@ def test_check_marks_a_regularisation_entry_and_states_preservation(
         "  preservation   the base model's output on 2 prompt(s), weight 1: one extra no-grad forward + one "
         "extra forward/backward per micro-batch" in result.output
     )
+    prompts = json.dumps([f"p{i}" for i in range(10)])
+    (tmp_path / "many.toml").write_text(text.replace('["a shape", "a star"]', prompts))
+    many = _invoke("train", str(tmp_path / "many.toml"), "--check", "--device", "cpu")
+    assert many.exit_code == 0, many.output
+    assert "only the first 8 prompt(s) are used (dataset sample i takes prompt i)" in many.output

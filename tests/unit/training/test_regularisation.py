@@ -2,7 +2,8 @@
 mixed by its repeats like any entry, their loss is multiplied by prior_loss_weight and they never
 get the run's trigger word (bitwise the run of a plain entry with that loss weight and no
 trigger), the preflight and sidecar name it, a reg run resumes bitwise and a resume with another
-prior_loss_weight is refused; prior_loss_weight without a reg entry, or only reg entries, refused."""
+prior_loss_weight is refused; prior_loss_weight without a reg entry, or only reg entries, refused;
+prior_prediction makes the base model's prediction the target of a reg entry's samples."""
 
 from __future__ import annotations
 
@@ -107,3 +108,63 @@ def test_prior_loss_weight_needs_a_reg_entry_and_a_run_needs_a_subject(
     only_reg = [{"path": str(klass), "regularisation": True}]
     with pytest.raises(ConfigError, match="every entry is a regularisation entry"):
         train(_cfg(make_config, only_reg), [].append, device="cpu")
+
+
+def test_a_prior_prediction_entry_targets_the_base_prediction(tiny_model) -> None:
+    """prior_prediction (OneTrainer's): the marked samples' target is the base model's prediction
+    on their own noisy latents (the LoRA disabled), the others keep the noise target. A fresh LoRA
+    (B = 0) predicts as the base: those samples' loss is exactly 0."""
+    import methods_cases
+
+    from lorastudio.training.distributed import ParallelContext
+    from lorastudio.training.latents import LatentBatch
+    from lorastudio.training.micro_batches import batch_forward_backward
+    from lorastudio.training.preservation import base_prediction
+    from lorastudio.training.step import weighted_loss_share
+
+    cfg = methods_cases.mini_config("flux", tiny_model("flux"))
+    mb = methods_cases.mini_batch(cfg)
+    info = mb.info
+    batch = LatentBatch(mb.latents, info["original_size"], info["crop_top_left"], info["target_size"])
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+
+    def loss(prior: torch.Tensor | None) -> float:
+        shares = batch_forward_backward(
+            mb.family, mb.denoiser, mb.objective, batch, mb.cond, cfg, torch.Generator().manual_seed(5), 2,
+            scaler, 2, ctx=ParallelContext(), prior=prior,
+        )  # fmt: skip
+        return float(sum(shares))
+
+    assert loss(torch.tensor([True, True])) == 0.0  # the LoRA starts as the base
+    assert loss(None) > 0
+    with torch.no_grad():
+        for p in mb.params:
+            p.normal_(std=0.05)
+    noised = mb.objective.noise(mb.latents, torch.Generator().manual_seed(5))  # the same draws
+    with torch.no_grad():
+        pred = mb.family.predict(mb.denoiser, noised.noisy, noised.noise_level, mb.cond, info, cfg)
+    base = base_prediction(mb.family, mb.denoiser, noised.noisy, noised.noise_level, mb.cond, info, cfg)
+    by_hand = weighted_loss_share(pred[:1], base[:1].float(), noised.weight[:1], 2) + weighted_loss_share(
+        pred[1:], noised.target[1:], noised.weight[1:], 2
+    )
+    assert loss(torch.tensor([True, False])) == pytest.approx(float(by_hand), rel=1e-5)
+
+
+def test_prior_prediction_needs_a_regularisation_entry(make_config, subject_and_class) -> None:
+    subject, klass = subject_and_class
+    entries = [{"path": str(subject), "prior_prediction": True}, {"path": str(klass)}]
+    with pytest.raises(ConfigError, match="datasets.0.prior_prediction: needs regularisation = true"):
+        train(_cfg(make_config, entries), [].append, device="cpu")
+    reg = [{"path": str(subject)}, {"path": str(klass), "regularisation": True, "prior_prediction": True}]
+    result = train(_cfg(make_config, reg, steps=2, output_name="prior"), [].append, device="cpu")
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    assert sidecar["dataset"]["entries"][1]["prior_prediction"] is True
+
+
+def test_a_huber_loss_with_entry_loss_weights_keeps_its_thresholds(make_config, subject_and_class) -> None:
+    """Entry loss weights (a reg entry's prior_loss_weight among them) re-weight the drawn batch;
+    the Huber thresholds stay with it (they were dropped: "the huber loss needs a threshold")."""
+    subject, klass = subject_and_class
+    reg = [{"path": str(subject)}, {"path": str(klass), "regularisation": True}]
+    cfg = _cfg(make_config, reg, loss="huber", prior_loss_weight=2.0, steps=2, output_name="huber")
+    assert train(cfg, [].append, device="cpu").steps_run == 2

@@ -1411,6 +1411,12 @@ export interface components {
              */
             path: string;
             /**
+             * Prior Prediction
+             * @description with regularisation: its samples' loss target is the base model's own prediction (the LoRA disabled) on the same noisy latents instead of the noise target (OneTrainer's prior prediction)
+             * @default false
+             */
+            prior_prediction?: boolean;
+            /**
              * Regularisation
              * @description class images with their captions (kohya's reg folders): sampled like any entry, their loss also multiplied by the run's prior_loss_weight; never given the run's trigger_word
              * @default false

@@ -73,6 +73,17 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
             />
             reg
           </label>
+          {row.regularisation && (
+            <label className="check" title="the loss target is the base model's own prediction (the LoRA disabled), not the noise">
+              <input
+                type="checkbox"
+                aria-label={`prior prediction ${i + 1}`}
+                checked={row.prior_prediction === true}
+                onChange={(e) => update(rows.map((r, n) => (n === i ? { ...r, prior_prediction: e.target.checked } : r)))}
+              />
+              base target
+            </label>
+          )}
           <button type="button" className="secondary" aria-label={`remove folder ${i + 1}`} onClick={() => update(rows.filter((_, n) => n !== i))}>
             ✕
           </button>

@@ -19,6 +19,8 @@ export interface EntryRow {
   loss_weight: string;
   /** Class images (prior preservation): their loss x the run's prior_loss_weight, no trigger word. */
   regularisation?: boolean;
+  /** With regularisation: the target is the base model's prediction (OneTrainer's prior prediction). */
+  prior_prediction?: boolean;
   /** The entry's other settings (tag shuffle / dropout...), kept as they were. */
   extra?: Record<string, unknown>;
 }
@@ -47,7 +49,7 @@ export function rowsValue(rows: EntryRow[]): string {
 export function entriesValue(entries: DatasetEntry[] | null | undefined): string {
   if (!entries?.length) return "";
   const text = (v: unknown) => (v == null ? "" : String(v));
-  const shown = new Set(["path", "repeats", "weight", "trigger_word", "caption_dropout", "resolution", "loss_weight", "regularisation"]);
+  const shown = new Set(["path", "repeats", "weight", "trigger_word", "caption_dropout", "resolution", "loss_weight", "regularisation", "prior_prediction"]);
   return rowsValue(
     entries.map((e) => ({
       extra: Object.fromEntries(Object.entries(e).filter(([k, v]) => !shown.has(k) && v != null)),
@@ -59,6 +61,7 @@ export function entriesValue(entries: DatasetEntry[] | null | undefined): string
       resolution: text(e.resolution),
       loss_weight: e.loss_weight === 1 ? "" : text(e.loss_weight),
       regularisation: e.regularisation === true,
+      prior_prediction: e.prior_prediction === true,
     })),
   );
 }
@@ -88,6 +91,7 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
     if (sides.length) entry.resolution = sides.length === 1 ? sides[0] : sides;
     if (row.trigger_word !== "") entry.trigger_word = row.trigger_word;
     if (row.regularisation) entry.regularisation = true;
+    if (row.regularisation && row.prior_prediction) entry.prior_prediction = true;
     out.push(entry as unknown as DatasetEntry);
   }
   return out;

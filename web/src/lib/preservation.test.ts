@@ -13,6 +13,9 @@ describe("regularisation and output preservation in the Train form", () => {
     expect(buildEntries(rows)).toEqual([{ path: "subject" }, { path: "class", regularisation: true }]);
     const entries = [{ path: "subject", loss_weight: 1 }, { path: "class", regularisation: true, loss_weight: 1 }];
     expect(buildEntries(parseRows(entriesValue(entries)))).toEqual([{ path: "subject" }, { path: "class", regularisation: true }]);
+    const prior = [{ path: "class", regularisation: true, prior_prediction: true, loss_weight: 1 }];
+    expect(buildEntries(parseRows(entriesValue(prior)))).toEqual([{ path: "class", regularisation: true, prior_prediction: true }]);
+    expect(buildEntries([{ ...emptyRow("x"), prior_prediction: true }])).toEqual([{ path: "x" }]); // only with reg
   });
 
   it("prior_loss_weight is a number of the form", () => {

@@ -210,7 +210,9 @@ describe("TrainScreen", () => {
     await waitFor(() => expect(input("data_dir")).toHaveValue("shapes"));
     await userEvent.click(screen.getByRole("button", { name: "Several folders…" }));
     await userEvent.selectOptions(screen.getByLabelText("folder 2"), "faces");
+    expect(screen.queryByLabelText("prior prediction 2")).toBeNull(); // offered for reg folders only
     await userEvent.click(screen.getByLabelText("regularisation 2"));
+    await userEvent.click(screen.getByLabelText("prior prediction 2"));
     await userEvent.clear(input("prior_loss_weight")); // the default, 1
     await userEvent.type(input("prior_loss_weight"), "0.5");
     await userEvent.type(input("trigger_word"), "sks");
@@ -224,7 +226,7 @@ describe("TrainScreen", () => {
     );
     const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
     expect(sent.config).toMatchObject({
-      datasets: [{ path: "shapes" }, { path: "faces", regularisation: true }],
+      datasets: [{ path: "shapes" }, { path: "faces", regularisation: true, prior_prediction: true }],
       prior_loss_weight: 0.5,
       preservation: { class_word: "person", weight: 2 },
     });
