@@ -172,3 +172,49 @@ def test_runs_of_another_base_on_this_machine_scale_by_size_pixels_and_samples(t
 def _touch(path: Path) -> Path:
     path.write_bytes(b"")
     return path
+
+
+def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_confidence(
+    tmp_path: Path,
+) -> None:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import SAMPLE_STEP_SHARE, time_forecast
+    from lorastudio.timings import run_signature, write_record
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    os.truncate(_touch(base / "transformer" / "model.safetensors"), 1_000_000)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "resolution": 256, "steps": 10}
+    buckets = {"256x256": 1}
+    signature = run_signature(
+        family="flux",
+        base_model=str(base),
+        denoiser="transformer",
+        device_name="cpu",
+        plan=plan,
+        compiled=False,
+        attention_backend="auto",
+        buckets=buckets,
+        batch_size=1,
+        grad_accum=1,
+        lora_rank=TrainConfig(**common).lora_rank,
+    )
+    phases = dict.fromkeys(PHASES, 1.0) | {"sample_rounds": 0.0, "steps": 9.0}
+    record = {"signature": signature, "phases": phases, "s_per_step": 1.0, "steps": 10, "sample_rounds": 0}
+    write_record(tmp_path, "plain", record)
+    work = {"steps": 10, "texts": 1, "images": 1, "buckets": buckets}
+    same = time_forecast(TrainConfig(**common), base, CPU, plan, False, work, tmp_path)
+    assert same["confidence"] == "measured" and same["total_s"] == pytest.approx(17.0)  # 8 x 1 s + 9 s
+    cfg = TrainConfig(**common, sample_prompts=["a", "b"], sample_steps=5, sample_every=5)
+    forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
+    rounds = {p["name"]: p for p in forecast["phases"]}["sample_rounds"]
+    assert rounds["seconds"] == pytest.approx(
+        2 * (2 * 5) * SAMPLE_STEP_SHARE
+    )  # 2 rounds of 2 prompts x 5 steps
+    assert "no sample round" in rounds["basis"] and forecast["confidence"] == "scaled"
