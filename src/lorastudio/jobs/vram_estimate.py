@@ -83,7 +83,7 @@ def estimate_memory_gb(
     sample's control images, whose tokens join the sequence), x ACTIVATION_FACTOR
     of the checkpointing mode) + 1 GB. Checked within 15 % (8 % measured) of the H200 peaks of
     FLUX.1, Qwen-Image, Z-Image and SDXL (bf16 and fp8, compiled and eager, b1-b8; tests/unit/jobs/
-    test_vram_estimate_real.py); quantisation, checkpointing and block swap are not measured."""
+    test_real_size_forecasts.py); quantisation, checkpointing and block swap are not measured."""
     fam = families.get(cfg.family)
     measured = fam.spec.denoiser_class in _ACT_GB_PER_BPARAM_BY_CLASS
     note = (
