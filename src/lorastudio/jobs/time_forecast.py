@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.timings import PHASES, read_records, run_signature
+
+if TYPE_CHECKING:
+    from lorastudio.jobs.hardware import HostInfo
 
 HISTORY_RUNS = 3
 # A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
@@ -58,7 +61,7 @@ _E2E.update({"compile_s": 48.0, "sample_step_s": 5.3 / 20, "checkpoint_s": 0.6, 
 def time_forecast(
     cfg: TrainConfig,
     model_dir: Path | None,
-    host: Any,
+    host: HostInfo,
     plan: dict[str, Any],
     compiled: bool,
     work: dict[str, Any],
@@ -67,8 +70,9 @@ def time_forecast(
     """The forecast section of the preflight report.
 
     Args: the resolved config, the local pipeline (None: a hub id), the HostInfo, the plan values
-    (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts", "images", "buckets"} of this run
-    and the studio home (its run_timings/ history).
+    (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts",
+    "images", "buckets"} of this run and the studio home (its run_timings/ history; records that
+    cannot be read or scaled are skipped).
     Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
     | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}."""
     fam = families.get(cfg.family)
@@ -97,7 +101,13 @@ def time_forecast(
 
 
 def _usable(record: dict[str, Any]) -> bool:
-    return isinstance(record.get("signature"), dict) and bool(record.get("s_per_step")) and "phases" in record
+    """A record this module can scale: its signature's numbers, every phase, a steady step time."""
+    sig, phases = record.get("signature"), record.get("phases")
+    if not isinstance(sig, dict) or not isinstance(phases, dict):
+        return False
+    numbers = [sig.get(k) for k in ("pixels", "batch_size", "grad_accum", "denoiser_bytes")]
+    numbers += [phases.get(k) for k in PHASES] + [record.get("s_per_step")]
+    return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
 
 
 def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[str, float]:
@@ -180,7 +190,7 @@ def _from_history(
 
 
 def _from_model(
-    cfg: TrainConfig, denoiser_class: str, host: Any, now: dict[str, Any], units: dict[str, float]
+    cfg: TrainConfig, denoiser_class: str, host: HostInfo, now: dict[str, Any], units: dict[str, float]
 ) -> dict[str, Any]:
     """No run on this device: the H200 table scaled by denoiser size and pixels (a guess elsewhere)."""
     ref = _H200_S_PER_SAMPLE.get(denoiser_class)

@@ -218,3 +218,25 @@ def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_conf
         2 * (2 * 5) * SAMPLE_STEP_SHARE
     )  # 2 rounds of 2 prompts x 5 steps
     assert "no sample round" in rounds["basis"] and forecast["confidence"] == "scaled"
+
+
+def test_records_that_cannot_be_read_or_scaled_are_skipped(tmp_path: Path) -> None:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.timings import HISTORY_DIR, write_record
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    os.truncate(_touch(base / "transformer" / "model.safetensors"), 1_000_000)
+    write_record(tmp_path, "partial", {"signature": {"device_name": "cpu"}, "phases": {}, "s_per_step": 1.0})
+    (tmp_path / HISTORY_DIR / "99999999T-broken.json").write_text("{not json")
+    cfg = TrainConfig(family="flux", base_model=str(base), data_dir="d", resolution=256, steps=3)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    work = {"steps": 3, "texts": 1, "images": 1, "buckets": {"256x256": 1}}
+    forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
+    assert forecast["source"] == "model" and forecast["runs"] == 0
