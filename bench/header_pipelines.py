@@ -1,4 +1,4 @@
-"""Header-only pipeline folders of the released FLUX.1-dev and Qwen-Image configs, for the VRAM
+"""Header-only pipeline folders of the released FLUX.1-dev, Qwen-Image, Z-Image and SDXL configs, for the VRAM
 estimate's check against the measured H200 runs (tests/unit/jobs/test_real_size_forecasts.py).
 
 Each component is built on torch's meta device (no memory, no weights), and written as a
@@ -9,7 +9,7 @@ Nothing here can be loaded as a model. safetensors' own writer needs the tensors
 header is written by hand (the format: an 8-byte little-endian header length, the JSON header,
 then the data; https://github.com/huggingface/safetensors#format).
 
-usage: python -m bench.header_pipelines DIR   (writes DIR/flux1 and DIR/qwen-image)
+usage: python -m bench.header_pipelines DIR   (writes DIR/flux1, DIR/qwen-image, DIR/z-image, DIR/sdxl)
 """
 
 from __future__ import annotations
@@ -139,13 +139,92 @@ def build_qwen_image(root: Path) -> Path:
     return out
 
 
+def build_z_image(root: Path) -> Path:
+    """root/z-image: Z-Image (6B single-stream DiT, the Qwen3-4B text encoder, FLUX.1's VAE)."""
+    import torch
+    from diffusers import AutoencoderKL, ZImageTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    out = root / "z-image"
+    with torch.device("meta"):
+        parts = {
+            "text_encoder": Qwen3Model(
+                Qwen3Config(
+                    vocab_size=151936,
+                    hidden_size=2560,
+                    intermediate_size=9728,
+                    num_hidden_layers=36,
+                    num_attention_heads=32,
+                    num_key_value_heads=8,
+                    head_dim=128,
+                )
+            ),
+            "transformer": ZImageTransformer2DModel(),  # the released config's defaults
+            "vae": AutoencoderKL(
+                down_block_types=["DownEncoderBlock2D"] * 4,
+                up_block_types=["UpDecoderBlock2D"] * 4,
+                block_out_channels=[128, 256, 512, 512],
+                layers_per_block=2,
+                latent_channels=16,
+                use_quant_conv=False,
+                use_post_quant_conv=False,
+            ),
+        }
+    for name, model in parts.items():
+        write_header_only(model, out / name)
+    _model_index(out, "ZImagePipeline")
+    return out
+
+
+def build_sdxl(root: Path) -> Path:
+    """root/sdxl: SDXL base (the 2.6B U-Net, CLIP-L and OpenCLIP bigG text encoders, its VAE)."""
+    import torch
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    from bench.models import SDXL_UNET
+
+    out = root / "sdxl"
+    with torch.device("meta"):
+        parts = {
+            "text_encoder": CLIPTextModel(
+                CLIPTextConfig(
+                    hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12
+                )
+            ),
+            "text_encoder_2": CLIPTextModelWithProjection(
+                CLIPTextConfig(
+                    hidden_size=1280,
+                    intermediate_size=5120,
+                    num_attention_heads=20,
+                    num_hidden_layers=32,
+                    projection_dim=1280,
+                    hidden_act="gelu",
+                )
+            ),
+            "unet": UNet2DConditionModel(**SDXL_UNET),
+            "vae": AutoencoderKL(
+                down_block_types=["DownEncoderBlock2D"] * 4,
+                up_block_types=["UpDecoderBlock2D"] * 4,
+                block_out_channels=[128, 256, 512, 512],
+                layers_per_block=2,
+                latent_channels=4,
+                sample_size=1024,
+            ),
+        }
+    for name, model in parts.items():
+        write_header_only(model, out / name)
+    _model_index(out, "StableDiffusionXLPipeline")
+    return out
+
+
 def _model_index(folder: Path, pipeline: str) -> None:
     (folder / "model_index.json").write_text(json.dumps({"_class_name": pipeline}))
 
 
 def main() -> None:
     root = Path(sys.argv[1])
-    for build in (build_flux1, build_qwen_image):
+    for build in (build_flux1, build_qwen_image, build_z_image, build_sdxl):
         folder = build(root)
         size = sum(f.stat().st_size for f in folder.rglob("*.safetensors"))
         print(f"{folder}: {size / 1e9:.1f} GB (sparse)")

@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.timings import PHASES, read_records, run_signature
 
+if TYPE_CHECKING:
+    from lorastudio.jobs.hardware import HostInfo
+
 HISTORY_RUNS = 3
+# A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
+SAMPLE_STEP_SHARE = 0.78
 # Exact-match keys of a record (the rest is scaled): what changes the time per unit of work.
 _SAME = (
     "family",
@@ -56,7 +61,7 @@ _E2E.update({"compile_s": 48.0, "sample_step_s": 5.3 / 20, "checkpoint_s": 0.6, 
 def time_forecast(
     cfg: TrainConfig,
     model_dir: Path | None,
-    host: Any,
+    host: HostInfo,
     plan: dict[str, Any],
     compiled: bool,
     work: dict[str, Any],
@@ -65,8 +70,9 @@ def time_forecast(
     """The forecast section of the preflight report.
 
     Args: the resolved config, the local pipeline (None: a hub id), the HostInfo, the plan values
-    (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts", "images", "buckets"} of this run
-    and the studio home (its run_timings/ history).
+    (plan_for_estimate's, as a dict), whether regional compile runs, `work` = {"steps", "texts",
+    "images", "buckets"} of this run and the studio home (its run_timings/ history; records that
+    cannot be read or scaled are skipped).
     Returns {"total_s", "phases": [{"name", "seconds", "basis"}], "source": "history" | "machine"
     | "model", "confidence": "measured" | "scaled" | "guess", "runs": records used, "note"}."""
     fam = families.get(cfg.family)
@@ -95,7 +101,13 @@ def time_forecast(
 
 
 def _usable(record: dict[str, Any]) -> bool:
-    return isinstance(record.get("signature"), dict) and bool(record.get("s_per_step")) and "phases" in record
+    """A record this module can scale: its signature's numbers, every phase, a steady step time."""
+    sig, phases = record.get("signature"), record.get("phases")
+    if not isinstance(sig, dict) or not isinstance(phases, dict):
+        return False
+    numbers = [sig.get(k) for k in ("pixels", "batch_size", "grad_accum", "denoiser_bytes")]
+    numbers += [phases.get(k) for k in PHASES] + [record.get("s_per_step")]
+    return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
 
 
 def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[str, float]:
@@ -127,6 +139,7 @@ def _from_history(
         for r in records
     )
     per: dict[str, list[float]] = {name: [] for name in PHASES}
+    unmeasured: set[str] = set()
     for r in records:
         sig, ph = r["signature"], r["phases"]
         size = (
@@ -141,14 +154,15 @@ def _from_history(
         image_work = r.get("latents", 0) * sig["pixels"]
         per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
-        one_round = ph["sample_rounds"] / rounds if rounds else 0.0
-        work_then = r.get("sample_work") or units["sample_work"]
-        per["sample_rounds"].append(
-            one_round * units["sample_rounds"] * _ratio(units["sample_work"], work_then)
-        )
+        if rounds:
+            one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
+        else:  # none measured: sample steps at the e2e run's share of a training step
+            one_round = step * units["sample_work"] * SAMPLE_STEP_SHARE
+            unmeasured.add("sample_rounds")
+        per["sample_rounds"].append(one_round * units["sample_rounds"])
         checkpoints = r.get("checkpoints", 0)
-        per["checkpoints"].append(
-            ph["checkpoints"] / checkpoints * units["checkpoints"] if checkpoints else 0.0
+        per["checkpoints"].append(  # with none written: validation rounds and snapshots, as measured
+            ph["checkpoints"] / checkpoints * units["checkpoints"] if checkpoints else ph["checkpoints"]
         )
         for name in ("probe_plan", "export", "other"):
             per[name].append(ph[name])
@@ -165,12 +179,18 @@ def _from_history(
         source, confidence = "history", "scaled"
     bases = dict.fromkeys(PHASES, basis)
     bases["other"] = f"{basis} (engine preflight, freeing memory, gaps between phases)"
+    if "sample_rounds" in unmeasured and units["sample_rounds"]:
+        bases["sample_rounds"] = (
+            f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"
+            " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
+        )
+        confidence = "scaled" if confidence == "measured" else confidence
     phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
     return _section(phases, source, confidence, n, basis)
 
 
 def _from_model(
-    cfg: TrainConfig, denoiser_class: str, host: Any, now: dict[str, Any], units: dict[str, float]
+    cfg: TrainConfig, denoiser_class: str, host: HostInfo, now: dict[str, Any], units: dict[str, float]
 ) -> dict[str, Any]:
     """No run on this device: the H200 table scaled by denoiser size and pixels (a guess elsewhere)."""
     ref = _H200_S_PER_SAMPLE.get(denoiser_class)

@@ -81,9 +81,9 @@ def estimate_memory_gb(
     class, compiled (`compiled`: regional compile on) or eager, _ACT_GB_PER_BPARAM_BY_CLASS; else
     2.5 eager, x _COMPILED_SHARE compiled; scaled by pixels (target + the edit
     sample's control images, whose tokens join the sequence), x ACTIVATION_FACTOR
-    of the checkpointing mode) + 1 GB. Checked within 15 % of the measured H200 peaks of FLUX.1
-    and Qwen-Image (bf16 and fp8, compiled and eager, b1 and b2; tests/unit/jobs/
-    test_vram_estimate_real.py); quantisation, checkpointing and block swap are not measured."""
+    of the checkpointing mode) + 1 GB. Checked within 15 % (8 % measured) of the H200 peaks of
+    FLUX.1, Qwen-Image, Z-Image and SDXL (bf16 and fp8, compiled and eager, b1-b8; tests/unit/jobs/
+    test_real_size_forecasts.py); quantisation, checkpointing and block swap are not measured."""
     fam = families.get(cfg.family)
     measured = fam.spec.denoiser_class in _ACT_GB_PER_BPARAM_BY_CLASS
     note = (

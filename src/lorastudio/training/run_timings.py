@@ -39,6 +39,7 @@ def record_run_timings(run: PreparedRun, plan: Any, clock: PhaseClock, settings:
     )
     measured = phase_seconds(clock.stamped, cfg.save_every, end=clock.elapsed())
     try:
-        write_record(settings.home, run.run_dir.name, {"signature": signature, **measured})
+        work = {"sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1)}  # as jobs/time_forecast
+        write_record(settings.home, run.run_dir.name, {"signature": signature, **measured, **work})
     except OSError:
         return

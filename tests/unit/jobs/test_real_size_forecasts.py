@@ -1,14 +1,14 @@
 """The VRAM estimate (jobs/vram_estimate.py) and the cold wall-time forecast (jobs/time_forecast.py)
-against what was measured on the H200 (issue 31 item 5; bench/RESULTS.md note 25): header-only pipeline
-folders of the released FLUX.1-dev and Qwen-Image configs (bench/header_pipelines.py: real shapes and file
-sizes, sparse, no weights)."""
+against what was measured on the H200 (issue 31 item 5; bench/RESULTS.md note 25): header-only
+pipeline folders of the released FLUX.1-dev, Qwen-Image, Z-Image and SDXL configs
+(bench/header_pipelines.py: real shapes and file sizes, sparse, no weights)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from bench.header_pipelines import build_flux1, build_qwen_image
+from bench.header_pipelines import build_flux1, build_qwen_image, build_sdxl, build_z_image
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
@@ -33,13 +33,27 @@ MEASURED = [
     ("qwen-image", "bf16", 1, False, BASELINE_TARGETS, 74.4, "run 2: engine-eager b1"),
     ("qwen-image", "fp8", 1, True, None, 62.5, "note 22: fp8 + cuDNN best plan"),
     ("qwen-image", "bf16", 1, False, BASELINE_TARGETS, 73.2, "run 2: the plain diffusers + peft step"),
+    ("z-image", "bf16", 1, True, BASELINE_TARGETS, 30.0, "run 2: engine-compile b1"),
+    ("z-image", "bf16", 2, True, BASELINE_TARGETS, 48.1, "run 2: engine-compile b2"),
+    ("z-image", "bf16", 1, False, BASELINE_TARGETS, 49.1, "run 2: engine-eager b1"),
+    ("z-image", "bf16", 1, False, BASELINE_TARGETS, 53.1, "run 2: the plain diffusers + peft step"),
+    ("sdxl", "bf16", 4, True, BASELINE_TARGETS, 28.4, "run 2: engine-compile b4"),
+    ("sdxl", "bf16", 8, True, BASELINE_TARGETS, 51.3, "run 2: engine-compile b8"),
+    ("sdxl", "bf16", 4, False, BASELINE_TARGETS, 34.8, "run 2: engine-eager b4"),
+    ("sdxl", "bf16", 1, False, BASELINE_TARGETS, 12.6, "run 2: the plain step b1"),
+    ("sdxl", "bf16", 4, False, BASELINE_TARGETS, 34.6, "run 2: the plain step b4"),
 ]
 
 
 @pytest.fixture(scope="module")
 def pipelines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("headers")
-    return {"flux": build_flux1(root), "qwen-image": build_qwen_image(root)}
+    return {
+        "flux": build_flux1(root),
+        "qwen-image": build_qwen_image(root),
+        "z-image": build_z_image(root),
+        "sdxl": build_sdxl(root),
+    }
 
 
 def test_the_header_folders_have_the_real_sizes(pipelines: dict[str, Path]) -> None:
@@ -52,6 +66,8 @@ def test_the_header_folders_have_the_real_sizes(pipelines: dict[str, Path]) -> N
     assert gb(pipelines["flux"] / "text_encoder_2") == pytest.approx(9.52, abs=0.3)
     assert gb(pipelines["qwen-image"] / "transformer") == pytest.approx(40.86, abs=0.1)
     assert gb(pipelines["qwen-image"] / "text_encoder") == pytest.approx(16.58, abs=0.1)
+    assert gb(pipelines["z-image"] / "transformer") == pytest.approx(12.31, abs=0.05)  # 6.15 B
+    assert gb(pipelines["sdxl"] / "unet") == pytest.approx(5.14, abs=0.05)  # 2.57 B
     # sparse: nothing is written past the headers
     used = sum(f.stat().st_blocks * 512 for f in pipelines["flux"].rglob("*.safetensors"))
     assert used < 50_000_000

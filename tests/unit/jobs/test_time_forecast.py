@@ -4,6 +4,7 @@ its measured phases, within 15 % of its wall time."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from lorastudio.jobs.hardware import HostInfo, precisions_for
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
-from lorastudio.timings import PHASES, read_records
+from lorastudio.timings import PHASES, phase_seconds, read_records
 from lorastudio.training.loop import train
 
 CPU = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
@@ -93,3 +94,149 @@ def test_a_second_run_is_forecast_within_15_percent_from_the_first(
     assert longer["confidence"] == "measured"  # same pixels and batch: only the counts differ
     rate = statistics.median(r["s_per_step"] for r in read_records(settings.home)[:3])
     assert now["steps"] == pytest.approx(rate * 35, abs=0.02)  # the median rate x the steps after the first
+
+
+def _event(kind: str, **fields: object) -> dict:
+    return {"type": kind, **fields}
+
+
+def test_phases_from_stamped_events() -> None:
+    # a run: loads, 4 texts, 2 images, probe, 6 steps of 1 s with a 3 s sample round after step 3
+    # and a 2 s checkpoint after step 3 (save_every 3), a final round, export
+    stamped = [
+        (0.5, _event("model_load_started", component="text_encoders")),
+        (2.5, _event("model_load_completed", component="text_encoders", seconds=2.0)),
+        (3.5, _event("preparing", phase="conditioning", done=4, total=4)),
+        (4.0, _event("model_load_completed", component="vae", seconds=0.4)),
+        (5.0, _event("preparing", phase="latents", done=2, total=2)),
+        (8.0, _event("model_load_completed", component="denoiser", seconds=3.0)),
+        (8.0, _event("preparing", phase="denoiser", done=0, total=1)),
+        (10.0, _event("preparing", phase="denoiser", done=1, total=1)),
+        (20.0, _event("progress", step=1)),
+        (21.0, _event("progress", step=2)),
+        (22.0, _event("progress", step=3)),
+        (25.0, _event("sample_ready", step=3)),
+        (28.0, _event("progress", step=4)),  # 3 s round + 2 s checkpoint + the 1 s step
+        (29.0, _event("progress", step=5)),
+        (30.0, _event("progress", step=6)),
+        (33.0, _event("sample_ready", step=6)),
+        (34.0, _event("complete", lora_path="x", steps_run=6, stopped=False)),
+    ]
+    out = phase_seconds(stamped, save_every=3, end=34.5)
+    ph = out["phases"]
+    assert out["s_per_step"] == 1.0 and out["steps"] == 6 and out["texts"] == 4 and out["latents"] == 2
+    assert (
+        ph["weights_load"] == pytest.approx(5.4)
+        and ph["caption_encoding"] == 1.0
+        and ph["latent_cache"] == 1.0
+    )
+    assert ph["probe_plan"] == 2.0 and ph["first_step"] == 10.0 and ph["steps"] == 5.0
+    assert ph["sample_rounds"] == 6.0 and out["sample_rounds"] == 2
+    assert ph["checkpoints"] == pytest.approx(2.0) and out["checkpoints"] == 1
+    assert ph["export"] == 1.5 and out["total_s"] == 34.5
+    assert sum(ph.values()) == pytest.approx(34.5)
+
+
+def test_runs_of_another_base_on_this_machine_scale_by_size_pixels_and_samples(tmp_path: Path) -> None:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.timings import write_record
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    os.truncate(_touch(base / "transformer" / "model.safetensors"), 2_000_000)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    signature = {"family": "flux", "base_model": "another", "denoiser_bytes": 1_000_000, "device_name": "cpu"}
+    signature |= {"plan": plan, "compiled": False, "attention_backend": "auto", "pixels": 256 * 256}
+    signature |= {"batch_size": 1, "grad_accum": 1, "lora_rank": 16}
+    phases = dict.fromkeys(PHASES, 1.0) | {"steps": 9.0}
+    write_record(
+        tmp_path, "other", {"signature": signature, "phases": phases, "s_per_step": 1.0, "steps": 10}
+    )
+    cfg = TrainConfig(
+        family="flux", base_model=str(base), data_dir="d", resolution=512, steps=11, batch_size=2
+    )
+    work = {"steps": 11, "texts": 1, "images": 1, "buckets": {"512x512": 1}}
+    forecast = time_forecast(cfg, base, CPU, plan | {"micro_batch_size": 2}, False, work, tmp_path)
+    assert forecast["source"] == "machine" and forecast["confidence"] == "scaled"
+    steps = {p["name"]: p["seconds"] for p in forecast["phases"]}["steps"]
+    assert steps == pytest.approx(1.0 * 2 * 4 * 2 * 10)  # s/step x size x pixels x samples x 10 steps
+    assert "other bases" in forecast["phases"][0]["basis"]
+
+
+def _touch(path: Path) -> Path:
+    path.write_bytes(b"")
+    return path
+
+
+def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_confidence(
+    tmp_path: Path,
+) -> None:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import SAMPLE_STEP_SHARE, time_forecast
+    from lorastudio.timings import run_signature, write_record
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    os.truncate(_touch(base / "transformer" / "model.safetensors"), 1_000_000)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "resolution": 256, "steps": 10}
+    buckets = {"256x256": 1}
+    signature = run_signature(
+        family="flux",
+        base_model=str(base),
+        denoiser="transformer",
+        device_name="cpu",
+        plan=plan,
+        compiled=False,
+        attention_backend="auto",
+        buckets=buckets,
+        batch_size=1,
+        grad_accum=1,
+        lora_rank=TrainConfig(**common).lora_rank,
+    )
+    phases = dict.fromkeys(PHASES, 1.0) | {"sample_rounds": 0.0, "steps": 9.0}
+    record = {"signature": signature, "phases": phases, "s_per_step": 1.0, "steps": 10, "sample_rounds": 0}
+    write_record(tmp_path, "plain", record)
+    work = {"steps": 10, "texts": 1, "images": 1, "buckets": buckets}
+    same = time_forecast(TrainConfig(**common), base, CPU, plan, False, work, tmp_path)
+    assert same["confidence"] == "measured" and same["total_s"] == pytest.approx(17.0)  # 8 x 1 s + 9 s
+    cfg = TrainConfig(**common, sample_prompts=["a", "b"], sample_steps=5, sample_every=5)
+    forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
+    rounds = {p["name"]: p for p in forecast["phases"]}["sample_rounds"]
+    assert rounds["seconds"] == pytest.approx(
+        2 * (2 * 5) * SAMPLE_STEP_SHARE
+    )  # 2 rounds of 2 prompts x 5 steps
+    assert "no sample round" in rounds["basis"] and forecast["confidence"] == "scaled"
+
+
+def test_records_that_cannot_be_read_or_scaled_are_skipped(tmp_path: Path) -> None:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import time_forecast
+    from lorastudio.timings import HISTORY_DIR, write_record
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    os.truncate(_touch(base / "transformer" / "model.safetensors"), 1_000_000)
+    write_record(tmp_path, "partial", {"signature": {"device_name": "cpu"}, "phases": {}, "s_per_step": 1.0})
+    (tmp_path / HISTORY_DIR / "99999999T-broken.json").write_text("{not json")
+    cfg = TrainConfig(family="flux", base_model=str(base), data_dir="d", resolution=256, steps=3)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    work = {"steps": 3, "texts": 1, "images": 1, "buckets": {"256x256": 1}}
+    forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
+    assert forecast["source"] == "model" and forecast["runs"] == 0
