@@ -45,10 +45,11 @@ def build_tiny_vlm(seed: int = 0) -> tuple[Any, Any]:
     """(model, processor): a tiny random Qwen2.5-VL in eval mode and its processor."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from lorastudio.tiny.models import _seed_for, qwen_vl_config
+    from lorastudio.tiny.parts import seed_for
     from lorastudio.tiny.qwen_edit import qwen_vl_processor
+    from lorastudio.tiny.qwen_image import qwen_vl_config
 
-    _seed_for(seed, "captioner")
+    seed_for(seed, "captioner")
     model = Qwen2_5_VLForConditionalGeneration(qwen_vl_config()).eval()
     processor = qwen_vl_processor()
     processor.chat_template = CHAT_TEMPLATE
@@ -65,7 +66,7 @@ def build_tiny_florence(seed: int = 0) -> tuple[Any, Any]:
         Florence2Processor,
     )
 
-    from lorastudio.tiny.models import _seed_for
+    from lorastudio.tiny.parts import seed_for
     from lorastudio.tiny.tokenizers import _qwen_vocab_merges
 
     vocab, merges = _qwen_vocab_merges()
@@ -106,7 +107,7 @@ def build_tiny_florence(seed: int = 0) -> tuple[Any, Any]:
         },
         image_token_id=tok.image_token_id,
     )
-    _seed_for(seed, "florence")
+    seed_for(seed, "florence")
     model = Florence2ForConditionalGeneration(config).eval()
     # random weights may end a caption at once: a few tokens first (the real models say more anyway)
     model.generation_config.min_new_tokens = 4
