@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.tiny import tokenizers as toks
-from lorastudio.tiny.parts import qwen3_config, seed_for
+from lorastudio.tiny.parts import flow_scheduler, qwen3_config, seed_for
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -126,19 +126,8 @@ def _vae(seed: int) -> Any:
 
 
 def _scheduler() -> Any:
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
     # FLUX.2's scheduler config (the pipeline computes its own mu per call)
-    return FlowMatchEulerDiscreteScheduler(
-        num_train_timesteps=1000,
-        shift=3.0,
-        use_dynamic_shifting=True,
-        base_shift=0.5,
-        max_shift=1.15,
-        base_image_seq_len=256,
-        max_image_seq_len=4096,
-        time_shift_type="exponential",
-    )
+    return flow_scheduler(shift=3.0, max_shift=1.15, max_image_seq_len=4096, time_shift_type="exponential")
 
 
 def build_flux2(seed: int) -> DiffusionPipeline:

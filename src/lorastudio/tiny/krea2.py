@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lorastudio.tiny import tokenizers as toks
-from lorastudio.tiny.parts import qwen_image_vae, seed_for
+from lorastudio.tiny.parts import flow_scheduler, qwen_image_vae, seed_for
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -21,7 +21,7 @@ SELECT_LAYERS = (1, 2, 3)  # hidden states stacked per token (the real model tap
 def build_krea2(seed: int) -> DiffusionPipeline:
     """Krea 2 (base, not distilled): 3-layer Qwen3-VL, single-stream DiT (patch 2, 3 tapped
     text layers), 5-D Qwen-Image VAE with its real latent stats."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, Krea2Pipeline, Krea2Transformer2DModel
+    from diffusers import Krea2Pipeline, Krea2Transformer2DModel
     from transformers import Qwen3VLConfig, Qwen3VLModel
 
     tokenizer = toks.qwen_tokenizer()
@@ -80,15 +80,8 @@ def build_krea2(seed: int) -> DiffusionPipeline:
         axes_dims_rope=(4, 6, 6),  # sums to the head dim
     )
     vae = qwen_image_vae(seed)
-    scheduler = FlowMatchEulerDiscreteScheduler(  # what Krea2Pipeline's docstring asks for
-        num_train_timesteps=1000,
-        shift=1.0,
-        use_dynamic_shifting=True,
-        base_shift=0.5,
-        max_shift=1.15,
-        base_image_seq_len=256,
-        max_image_seq_len=6400,
-        time_shift_type="exponential",
+    scheduler = flow_scheduler(  # what Krea2Pipeline's docstring asks for
+        shift=1.0, max_shift=1.15, max_image_seq_len=6400, time_shift_type="exponential"
     )
     return Krea2Pipeline(
         scheduler=scheduler,

@@ -109,19 +109,26 @@ def t5_encoder(seed: int, tokenizer: Any, component: str) -> Any:
     )
 
 
-def flux1_scheduler() -> Any:
-    """FLUX.1's FlowMatchEulerDiscreteScheduler config (Chroma1-HD ships the same one)."""
+def flow_scheduler(shift: float, max_shift: float, max_image_seq_len: int, **extra: Any) -> Any:
+    """A dynamic-shift FlowMatchEulerDiscreteScheduler (base shift 0.5 at 256 image tokens, the
+    FLUX.1 line) with the family's own `shift`, `max_shift`, `max_image_seq_len` and `extra` keys."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     return FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000,
-        shift=3.0,
+        shift=shift,
         use_dynamic_shifting=True,
         base_shift=0.5,
-        max_shift=1.15,
+        max_shift=max_shift,
         base_image_seq_len=256,
-        max_image_seq_len=4096,
+        max_image_seq_len=max_image_seq_len,
+        **extra,
     )
+
+
+def flux1_scheduler() -> Any:
+    """FLUX.1's scheduler config (Chroma1-HD ships the same one)."""
+    return flow_scheduler(shift=3.0, max_shift=1.15, max_image_seq_len=4096)
 
 
 def qwen_image_vae(seed: int) -> Any:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.tiny import tokenizers as toks
-from lorastudio.tiny.parts import qwen_image_vae, seed_for
+from lorastudio.tiny.parts import flow_scheduler, qwen_image_vae, seed_for
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -86,7 +86,7 @@ def qwen_vl_config() -> Any:
 
 def build_qwen_image(seed: int) -> DiffusionPipeline:
     """Qwen-Image: Qwen2.5-VL text encoder, MM-DiT (patch 2), 5-D Qwen VAE with its real latent stats."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
+    from diffusers import QwenImagePipeline
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     config = qwen_vl_config()
@@ -94,16 +94,8 @@ def build_qwen_image(seed: int) -> DiffusionPipeline:
     text_encoder = Qwen2_5_VLForConditionalGeneration(config)
     transformer = qwen_image_transformer(seed)
     vae = qwen_image_vae(seed)
-    scheduler = FlowMatchEulerDiscreteScheduler(
-        num_train_timesteps=1000,
-        shift=1.0,
-        use_dynamic_shifting=True,
-        base_shift=0.5,
-        max_shift=0.9,
-        base_image_seq_len=256,
-        max_image_seq_len=8192,
-        shift_terminal=0.02,
-        time_shift_type="exponential",
+    scheduler = flow_scheduler(
+        shift=1.0, max_shift=0.9, max_image_seq_len=8192, shift_terminal=0.02, time_shift_type="exponential"
     )
     return QwenImagePipeline(
         scheduler=scheduler,
