@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.tiny.staging import is_empty_dir, publish_dir
+from lorastudio.tiny.staging import publish_once
 
 MARKER_FILE = "lorastudio_tiny_vlm.json"
 TINY_VLM_NAME = "tiny-vlm"
@@ -131,12 +131,6 @@ def save_tiny_vlm(out_dir: str | Path, seed: int = 0, kind: str = "qwen2_5_vl") 
     if kind not in builders:
         raise ValueError(f"no tiny captioner of kind {kind!r} (kinds: {', '.join(builders)})")
     out = Path(out_dir)
-    if _holds_tiny_vlm(out, seed, kind):
-        return out
-    if out.exists() and not is_empty_dir(out):
-        raise ModelSourceError(
-            f"{out} already exists and is not the tiny {kind} VLM (seed {seed}); choose another folder"
-        )
 
     def fill(staging: Path) -> None:
         model, processor = builders[kind](seed)
@@ -144,10 +138,11 @@ def save_tiny_vlm(out_dir: str | Path, seed: int = 0, kind: str = "qwen2_5_vl") 
         processor.save_pretrained(staging)
         (staging / MARKER_FILE).write_text(json.dumps({"seed": seed, "kind": kind}) + "\n", encoding="utf-8")
 
-    try:
-        publish_dir(out, fill, lambda folder: _holds_tiny_vlm(folder, seed, kind))
-    except FileExistsError as err:
-        raise ModelSourceError(f"{out} was created by someone else while the tiny VLM was written") from err
-    except OSError as err:
-        raise ModelSourceError(f"cannot write the tiny VLM to {out}: {err}") from err
-    return out
+    return publish_once(
+        out,
+        fill,
+        lambda folder: _holds_tiny_vlm(folder, seed, kind),
+        ModelSourceError,
+        what="the tiny VLM",
+        refusal=f"{out} already exists and is not the tiny {kind} VLM (seed {seed}); choose another folder",
+    )
