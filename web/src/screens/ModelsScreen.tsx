@@ -6,6 +6,7 @@ import { DataTable } from "../components/DataTable";
 import { FetchForm } from "../components/FetchForm";
 import { FetchProgress } from "../components/FetchProgress";
 import { formatBytes } from "../lib/format";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 const SOURCES: Record<CatalogueModel["source"], string> = {
   local: "models/",
@@ -64,11 +65,7 @@ export function ModelsScreen() {
           Refresh
         </button>
       </div>
-      {error && (
-        <div className="banner error" role="alert">
-          {error}
-        </div>
-      )}
+      <ErrorBanner message={error} />
       <div className="two-col">
         <FetchForm onStarted={(f) => setFetches((now) => [...now.filter((x) => x.id !== f.id), f])} />
         <AddFolderForm onAdded={load} />

@@ -12,6 +12,7 @@ import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { chartData, fromPoints } from "../lib/series";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 /**
  * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
@@ -73,11 +74,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           </button>
         </div>
       </div>
-      {actionError && (
-        <div className="banner error" role="alert">
-          {actionError}
-        </div>
-      )}
+      <ErrorBanner message={actionError} />
       {run.error && <div className="banner error">{run.error}</div>}
       <div className="card">
         <div className="stats">
