@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lorastudio.tiny import tokenizers as toks
-from lorastudio.tiny.parts import flow_scheduler, qwen_image_vae, seed_for
+from lorastudio.tiny.parts import QWEN_VL_VISION, flow_scheduler, qwen_image_vae, qwen_vl_token_ids, seed_for
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -46,18 +46,8 @@ def build_krea2(seed: int) -> DiffusionPipeline:
             "pad_token_id": tokenizer.pad_token_id,
             **special,
         },
-        vision_config={
-            "depth": 1,
-            "hidden_size": 16,
-            "intermediate_size": 16,
-            "num_heads": 2,
-            "out_hidden_size": 32,
-            "deepstack_visual_indexes": [0],
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        vision_config={**QWEN_VL_VISION, "deepstack_visual_indexes": [0]},
+        **qwen_vl_token_ids(tokenizer),
     )
     seed_for(seed, "text_encoder")
     text_encoder = Qwen3VLModel(config)

@@ -30,6 +30,15 @@ FLUX1_DIT: dict[str, Any] = {
     "axes_dims_rope": (4, 6, 6),  # sums to the head dim
 }
 
+# The one-layer vision tower of the tiny Qwen VL text encoders (Qwen2.5-VL, Qwen3-VL), 32 wide out.
+QWEN_VL_VISION: dict[str, Any] = {
+    "depth": 1,
+    "hidden_size": 16,
+    "intermediate_size": 16,
+    "num_heads": 2,
+    "out_hidden_size": 32,
+}
+
 
 def seed_for(seed: int, component: str) -> None:
     """Seed torch's global CPU generator for one component (stable across processes)."""
@@ -165,3 +174,14 @@ def qwen3_config(tokenizer: Any, hidden: int, layers: int, head_dim: int) -> Any
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.pad_token_id,
     )
+
+
+def qwen_vl_token_ids(tokenizer: Any) -> dict[str, int]:
+    """The image / video / vision-span token ids of a Qwen VL config over the tiny Qwen tokenizer."""
+    names = {
+        "image_token_id": "<|image_pad|>",
+        "video_token_id": "<|video_pad|>",
+        "vision_start_token_id": "<|vision_start|>",
+        "vision_end_token_id": "<|vision_end|>",
+    }
+    return {key: tokenizer.convert_tokens_to_ids(token) for key, token in names.items()}

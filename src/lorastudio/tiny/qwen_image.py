@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.tiny import tokenizers as toks
-from lorastudio.tiny.parts import flow_scheduler, qwen_image_vae, seed_for
+from lorastudio.tiny.parts import QWEN_VL_VISION, flow_scheduler, qwen_image_vae, qwen_vl_token_ids, seed_for
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -68,17 +68,8 @@ def qwen_vl_config() -> Any:
             "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e6},
             **special_ids,
         },
-        vision_config={
-            "depth": 1,
-            "hidden_size": 16,
-            "intermediate_size": 16,
-            "num_heads": 2,
-            "out_hidden_size": 32,
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        vision_config=dict(QWEN_VL_VISION),
+        **qwen_vl_token_ids(tokenizer),
         vision_token_id=ids["<|vision_pad|>"],
         **special_ids,
     )

@@ -2,7 +2,7 @@ import { useCallback, useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import type { CatalogueModel, Fetch } from "../api/types";
 import { AddFolderForm } from "../components/AddFolderForm";
-import { DataTable } from "../components/DataTable";
+import { type Column, DataTable } from "../components/DataTable";
 import { FetchForm } from "../components/FetchForm";
 import { FetchProgress } from "../components/FetchProgress";
 import { formatBytes } from "../lib/format";
@@ -57,6 +57,36 @@ export function ModelsScreen() {
   };
   const cancel = (id: string) => void api.cancelFetch(id).then(load, (err: Error) => setError(err.message));
 
+  const columns: Column<CatalogueModel>[] = [
+    {
+      header: "Name",
+      kind: "primary",
+      cell: (m) => (
+        <>
+          <span title={m.path}>{m.name}</span>
+          {m.checkpoint && <div className="muted small">{m.checkpoint}</div>}
+        </>
+      ),
+    },
+    { header: "Family", cell: (m) => m.family ?? "–" },
+    { header: "Source", cell: (m) => SOURCES[m.source] },
+    { header: "Size", num: true, cell: (m) => formatBytes(m.size_bytes) },
+    {
+      header: "State",
+      cell: (m) => (m.trainable ? <span className="status status-completed">trainable</span> : <span className="muted small">{m.reason}</span>),
+    },
+    {
+      header: "",
+      kind: "actions",
+      cell: (m) =>
+        removal(m) && (
+          <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
+            {removal(m)?.label}
+          </button>
+        ),
+    },
+  ];
+
   return (
     <section className="screen">
       <div className="screen-head">
@@ -78,41 +108,7 @@ export function ModelsScreen() {
         </div>
       )}
       {models && models.length > 0 && (
-        <DataTable
-          rows={models}
-          rowKey={(m) => m.id}
-          stack
-          testId="models-table"
-          columns={[
-            {
-              header: "Name",
-              kind: "primary",
-              cell: (m) => (
-                <>
-                  <span title={m.path}>{m.name}</span>
-                  {m.checkpoint && <div className="muted small">{m.checkpoint}</div>}
-                </>
-              ),
-            },
-            { header: "Family", cell: (m) => m.family ?? "–" },
-            { header: "Source", cell: (m) => SOURCES[m.source] },
-            { header: "Size", num: true, cell: (m) => formatBytes(m.size_bytes) },
-            {
-              header: "State",
-              cell: (m) => (m.trainable ? <span className="status status-completed">trainable</span> : <span className="muted small">{m.reason}</span>),
-            },
-            {
-              header: "",
-              kind: "actions",
-              cell: (m) =>
-                removal(m) && (
-                  <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
-                    {removal(m)?.label}
-                  </button>
-                ),
-            },
-          ]}
-        />
+        <DataTable rows={models} rowKey={(m) => m.id} stack testId="models-table" columns={columns} />
       )}
     </section>
   );

@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
-import { DataTable } from "../components/DataTable";
+import { type Column, DataTable } from "../components/DataTable";
 import { ResumeButton } from "../components/ResumeButton";
 import type { RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
@@ -35,6 +35,54 @@ export function RunsScreen() {
     }
   };
 
+  const columns: Column<RunSummary>[] = [
+    {
+      header: "Name",
+      kind: "primary",
+      cell: (r) => (
+        <>
+          <a href={href("runs", r.id)}>{r.output_name}</a>
+          {r.source === "cli" && <span className="chip source" title="started with lorastudio train">CLI</span>}
+        </>
+      ),
+    },
+    { header: "Family", cell: (r) => r.family },
+    { header: "Status", cell: (r) => <span className={`status status-${r.status}`}>{r.status}</span> },
+    {
+      header: "Steps",
+      num: true,
+      cell: (r) => (
+        <>
+          {r.steps_run}
+          {r.total_steps ? <span className="muted">/{r.total_steps}</span> : null}
+        </>
+      ),
+    },
+    { header: "Final loss", num: true, cell: (r) => formatNumber(r.last_loss) },
+    { header: "Duration", num: true, cell: (r) => formatDuration(secondsBetween(r.started_at, r.finished_at)) },
+    { header: "Started", cell: (r) => formatWhen(r.created_at) },
+    {
+      header: "",
+      kind: "actions",
+      cell: (r) => (
+        <>
+          {r.lora_file && (
+            <a className="button ghost small" href={api.loraFileUrl(r.output_name)} download aria-label={`download LoRA ${r.output_name}`}>
+              Download
+            </a>
+          )}
+          <ResumeButton run={r} onResumed={() => navigate("live")} onError={setError} />
+          <a className="button ghost small" href={href("runs", r.id)}>
+            Open
+          </a>
+          <button className="ghost small danger-text" onClick={() => void remove(r)}>
+            Delete
+          </button>
+        </>
+      ),
+    },
+  ];
+
   return (
     <section className="screen">
       <div className="screen-head">
@@ -54,59 +102,7 @@ export function RunsScreen() {
         </div>
       )}
       {runs && runs.length > 0 && (
-        <DataTable
-          rows={runs}
-          rowKey={(r) => r.id}
-          stack
-          testId="runs-table"
-          columns={[
-            {
-              header: "Name",
-              kind: "primary",
-              cell: (r) => (
-                <>
-                  <a href={href("runs", r.id)}>{r.output_name}</a>
-                  {r.source === "cli" && <span className="chip source" title="started with lorastudio train">CLI</span>}
-                </>
-              ),
-            },
-            { header: "Family", cell: (r) => r.family },
-            { header: "Status", cell: (r) => <span className={`status status-${r.status}`}>{r.status}</span> },
-            {
-              header: "Steps",
-              num: true,
-              cell: (r) => (
-                <>
-                  {r.steps_run}
-                  {r.total_steps ? <span className="muted">/{r.total_steps}</span> : null}
-                </>
-              ),
-            },
-            { header: "Final loss", num: true, cell: (r) => formatNumber(r.last_loss) },
-            { header: "Duration", num: true, cell: (r) => formatDuration(secondsBetween(r.started_at, r.finished_at)) },
-            { header: "Started", cell: (r) => formatWhen(r.created_at) },
-            {
-              header: "",
-              kind: "actions",
-              cell: (r) => (
-                <>
-                  {r.lora_file && (
-                    <a className="button ghost small" href={api.loraFileUrl(r.output_name)} download aria-label={`download LoRA ${r.output_name}`}>
-                      Download
-                    </a>
-                  )}
-                  <ResumeButton run={r} onResumed={() => navigate("live")} onError={setError} />
-                  <a className="button ghost small" href={href("runs", r.id)}>
-                    Open
-                  </a>
-                  <button className="ghost small danger-text" onClick={() => void remove(r)}>
-                    Delete
-                  </button>
-                </>
-              ),
-            },
-          ]}
-        />
+        <DataTable rows={runs} rowKey={(r) => r.id} stack testId="runs-table" columns={columns} />
       )}
     </section>
   );
