@@ -21,8 +21,8 @@ from plan_workers import MEASURED, report_a_measured_plan
 
 from lorastudio import families
 from lorastudio.api.app import create_app
-from lorastudio.api.schemas import JobOut, RunDetail
 from lorastudio.api.schemas_preflight import PreflightOut
+from lorastudio.api.schemas_runs import JobOut, RunDetail
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS
 from lorastudio.jobs import preflight, validation

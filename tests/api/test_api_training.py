@@ -17,7 +17,7 @@ from PIL import Image
 from pydantic import TypeAdapter
 
 from lorastudio import families
-from lorastudio.api.schemas import PhaseOut, StatusEvent, TrainConfigOut
+from lorastudio.api.schemas_runs import PhaseOut, StatusEvent, TrainConfigOut
 from lorastudio.jobs.records import now_iso
 
 PROMPTS = ["a red circle", "a blue square"]

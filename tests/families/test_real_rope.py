@@ -20,12 +20,8 @@ from lorastudio.families.real_rope import (
     use_real_rope_processors,
 )
 from lorastudio.families.z_image_attention import RealRopeZImageAttnProcessor
-from lorastudio.tiny.models import (
-    qwen_image_transformer,
-    qwen_image_transformer_inputs,
-    z_image_transformer,
-    z_image_transformer_inputs,
-)
+from lorastudio.tiny.qwen_image import qwen_image_transformer, qwen_image_transformer_inputs
+from lorastudio.tiny.z_image import z_image_transformer, z_image_transformer_inputs
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from lorastudio.api.app import create_app
-from lorastudio.api.schemas import StatusEvent
+from lorastudio.api.schemas_runs import StatusEvent
 from lorastudio.config import TrainConfig
 from lorastudio.training import events
 

@@ -1,5 +1,5 @@
 """Response shapes of the file-library routes: datasets, trained LoRAs, generated images
-(the training and run shapes are in api/schemas.py; base models in api/schemas_models.py)."""
+(the training and run shapes are in api/schemas_runs.py; base models in api/schemas_models.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from lorastudio.api.schemas import DroppedFile, HostOut, TrainConfigOut, _Out
+from lorastudio.api.schemas import DroppedFile, HostOut, _Out
+from lorastudio.api.schemas_runs import TrainConfigOut
 
 
 class PreflightEntry(_Out):

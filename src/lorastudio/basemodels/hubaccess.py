@@ -5,6 +5,7 @@ errors whose messages say what to do (and never contain the token).
   gated repo (401/403) and private or missing repo without access (401) -> ModelAccessDenied,
   missing repo (404) or revision -> NotFound, offline / unreachable / other HTTP -> ModelSourceError.
 - `remote_listing(...)`: commit + {path: size} of a repo revision.
+- `hub_file(...)`: one file of a repo revision, downloaded into a temporary folder.
 - `remote_model_index(...)`: the parsed model_index.json (the first file read: this is where a
   gated repo without access is refused, before anything is written).
 """
@@ -108,24 +109,33 @@ def remote_listing(repo_id: str, revision: str | None, token: str | None) -> tup
     return commit, files
 
 
-def remote_model_index(repo_id: str, commit: str, token: str | None) -> dict[str, Any]:
-    """The parsed model_index.json of `repo_id` at `commit` (read through a temporary folder that
-    is removed). Raises as hub_errors, and ModelSourceError when it is not a JSON object."""
+@contextmanager
+def hub_file(repo_id: str, filename: str, revision: str | None, token: str | None) -> Iterator[Path]:
+    """Download one file of `repo_id` at `revision` into a temporary folder (through the studio's
+    hub cache and endpoint); yields its path, valid inside the block (the folder is removed
+    afterwards). Raises as hub_errors."""
     from huggingface_hub import hf_hub_download
 
-    with tempfile.TemporaryDirectory(prefix="lorastudio-index-") as tmp:
-        with hub_errors(repo_id, commit, token):
+    with tempfile.TemporaryDirectory(prefix="lorastudio-hub-") as tmp:
+        with hub_errors(repo_id, revision, token):
             path = hf_hub_download(
                 repo_id,
-                MODEL_INDEX,
-                revision=commit,
+                filename,
+                revision=revision,
                 local_dir=tmp,
                 cache_dir=hub_cache_dir(),
                 endpoint=hub_endpoint(),
                 token=token,
             )
+        yield Path(path)
+
+
+def remote_model_index(repo_id: str, commit: str, token: str | None) -> dict[str, Any]:
+    """The parsed model_index.json of `repo_id` at `commit` (read through a temporary folder that
+    is removed). Raises as hub_errors, and ModelSourceError when it is not a JSON object."""
+    with hub_file(repo_id, MODEL_INDEX, commit, token) as path:
         try:
-            meta = json.loads(Path(path).read_text(encoding="utf-8"))
+            meta = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             raise ModelSourceError(f"{repo_id}: model_index.json cannot be read: {err}") from None
     if not isinstance(meta, dict):

@@ -16,16 +16,14 @@ code (trust_remote_code); the converted repos (florence-community/Florence-2-*) 
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lorastudio.basemodels.hubaccess import hub_errors
+from lorastudio.basemodels.hubaccess import hub_file
 from lorastudio.basemodels.hubcache import (
     cached_snapshot,
     hub_cache_dir,
-    hub_endpoint,
     hub_offline,
     is_hub_id,
 )
@@ -90,20 +88,8 @@ def _read_config(path: Path, where: str) -> dict[str, Any]:
 
 
 def _remote_config(repo_id: str, revision: str | None, token: str | None) -> dict[str, Any]:
-    from huggingface_hub import hf_hub_download
-
-    with tempfile.TemporaryDirectory(prefix="lorastudio-vlm-") as tmp:
-        with hub_errors(repo_id, revision, token):
-            path = hf_hub_download(
-                repo_id,
-                CONFIG,
-                revision=revision,
-                local_dir=tmp,
-                cache_dir=hub_cache_dir(),
-                endpoint=hub_endpoint(),
-                token=token,
-            )
-        return _read_config(Path(path), repo_id)
+    with hub_file(repo_id, CONFIG, revision, token) as path:
+        return _read_config(path, repo_id)
 
 
 def resolve_captioner(settings: Settings, model: str, revision: str | None = None) -> CaptionerSource:

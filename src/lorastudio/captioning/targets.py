@@ -4,7 +4,7 @@ An image counts as captioned when it has a non-blank `<stem>.txt` or metadata.js
 sidecar that cannot be read also counts: it is not clobbered unless `overwrite`). New captions
 go where the dataset keeps its captions: into metadata.jsonl when the dataset has one and no .txt
 sidecars (the row's other keys, e.g. kohya repeats, are kept; a missing row is appended), else
-into `<stem>.txt`. Every write is staged then renamed (data.uploads.staged_write) under the
+into `<stem>.txt`. Every write is staged then renamed (data.writes.staged_write) under the
 dataset's lock, so a stop or a kill at any moment leaves each caption file old or new, never
 half-written. A caption is one line of text, capped at MAX_CAPTION_BYTES like every caption.
 """
@@ -20,7 +20,8 @@ from typing import Literal
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, apply_trigger, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
-from lorastudio.data.uploads import dataset_lock, staged_write, write_caption
+from lorastudio.data.image_edits import write_caption
+from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import DatasetError
 
 CaptionStore = Literal["txt", "metadata"]

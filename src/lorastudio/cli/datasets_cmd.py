@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 @datasets_app.command("list")
 def list_cmd() -> None:
     """List the dataset folders with their image and caption counts."""
-    from lorastudio.data.uploads import list_datasets
+    from lorastudio.data.listing import list_datasets
     from lorastudio.settings import get_settings
 
     settings = get_settings()
@@ -65,8 +65,9 @@ def import_cmd(
     new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
     from lorastudio.data import resolve_dataset_dir, safe_component
+    from lorastudio.data.listing import dataset_summary
     from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import UploadBatch, dataset_summary, upload_kind
+    from lorastudio.data.uploads import UploadBatch, upload_kind
     from lorastudio.errors import DatasetError
     from lorastudio.settings import get_settings
 
@@ -215,8 +216,9 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     import os
 
     from lorastudio.data.kohya import plan_kohya_import
+    from lorastudio.data.listing import dataset_summary
     from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import UploadBatch, dataset_summary
+    from lorastudio.data.uploads import UploadBatch
     from lorastudio.errors import DatasetError
     from lorastudio.settings import get_settings
 

@@ -7,7 +7,7 @@ exist are edited (an image without one keeps none). All or nothing: every new ca
 checked first (an edit that would leave a caption empty or over MAX_CAPTION_BYTES refuses the
 whole edit, naming the files); then each changed .txt is written staged and renamed, and
 metadata.jsonl is rewritten once the same way, keeping every other field and line of it. The
-dataset's lock (data.uploads.dataset_lock) is held meanwhile, so uploads and other edits wait.
+dataset's lock (data.writes.dataset_lock) is held meanwhile, so uploads and other edits wait.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
-from lorastudio.data.uploads import dataset_lock, staged_write
+from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, NoSpaceLeft, is_no_space
 
 EXAMPLES = 5  # (file, before, after) rows returned

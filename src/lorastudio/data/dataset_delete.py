@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lorastudio.data.paths import safe_component
-from lorastudio.data.uploads import dataset_lock
+from lorastudio.data.writes import dataset_lock
 from lorastudio.errors import JobActive, NotFound
 
 TRASH_PREFIX = ".deleting-"

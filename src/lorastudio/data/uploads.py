@@ -1,5 +1,6 @@
-"""Dataset management for the API and CLI (no torch, no HTTP): upload validation and staging,
-caption edits, image deletion, and dataset listings.
+"""Dataset uploads for the API and CLI (no torch, no HTTP): validation, staging and commit.
+(Caption edits and image deletion: data/image_edits.py; listings: data/listing.py; the lock
+and staged writes: data/writes.py.)
 
 An upload is a batch of named files: images (PNG/JPEG/WebP), `<stem>.txt` captions and at most
 one `metadata.jsonl`. `UploadBatch` writes them into a hidden staging folder under the datasets
@@ -11,14 +12,14 @@ winning). Control images of paired datasets come in form fields named after thei
 folder and land in it (data/upload_pairs.py). Refused files (a caption whose image was refused
 among them, a control whose target was) are listed with their reasons and never reach the
 dataset; a batch with nothing to store leaves nothing behind.
-Commits into one dataset are serialised by `dataset_lock` (an flock on a hidden lock file per
-dataset, so concurrent uploads, also from another process, never lose metadata.jsonl rows).
+Commits into one dataset are serialised by `dataset_lock` (data/writes.py: an flock on a hidden
+lock file per dataset, so concurrent uploads, also from another process, never lose
+metadata.jsonl rows).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -33,20 +34,18 @@ from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_side
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import probe_image
-from lorastudio.data.listing import dataset_summary, list_datasets  # noqa: F401 (re-exported)
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import open_folder
 from lorastudio.data.upload_pairs import (
     control_key,
-    controls_of,
     dataset_image_stems,
     make_control_folder,
     unmatched_controls,
 )
-from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, NotFound, PathOutsideRoot, is_no_space
+from lorastudio.data.writes import dataset_lock, make_dir
+from lorastudio.errors import ConfigError, DatasetError, NoSpaceLeft, PathOutsideRoot, is_no_space
 
 STAGING_DIR = ".uploads"  # hidden folder under the datasets root (ignored by dataset listings)
-LOCKS_DIR = ".locks"  # hidden folder under the datasets root: one lock file per dataset name
 _COPY_CHUNK = 1 << 20
 # Images refused with their own reason (the web picker's accept list leaves them out too).
 REFUSED_IMAGE_EXTENSIONS = (".bmp", ".dib")
@@ -116,7 +115,7 @@ class UploadBatch:
 
     def __enter__(self) -> UploadBatch:
         while True:  # another batch's exit may remove the (empty) staging root meanwhile
-            _make_dir(self.staging.parent)
+            make_dir(self.staging.parent)
             try:
                 with self._no_space():
                     self.staging.mkdir()
@@ -281,124 +280,9 @@ class UploadBatch:
         new_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _make_dir(folder: Path) -> None:
-    """Create `folder` if missing. A hidden working folder that another thread removes when it
-    empties can vanish again at any moment: callers retry their own step on FileNotFoundError
-    (Path.mkdir(exist_ok=True) raises FileExistsError when it vanishes between its two checks)."""
-    with contextlib.suppress(FileExistsError):
-        folder.mkdir(parents=True)
-
-
-@contextmanager
-def dataset_lock(datasets_root: Path, name: str) -> Iterator[None]:
-    """Hold the exclusive lock of dataset `name` (a safe component) for the block.
-
-    The lock is an flock on `<datasets_root>/.locks/<name>.lock`: it excludes other threads
-    (each open is its own lock holder) and other processes (a CLI import beside the server),
-    and the kernel drops it when its holder dies. The holder removes the file (and the folder
-    when empty) before it unlocks; a waiter that then gets the lock of a removed file retries.
-    """
-    folder = datasets_root / LOCKS_DIR
-    path = folder / f"{name}.lock"
-    while True:
-        _make_dir(folder)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        except FileNotFoundError:  # the folder was removed meanwhile
-            continue
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        held = os.fstat(fd)
-        try:
-            now = os.stat(path, follow_symlinks=False)
-        except FileNotFoundError:
-            now = None
-        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-            break
-        os.close(fd)  # locked a file its holder removed: take the new one
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # other locks live in it
-            folder.rmdir()
-        os.close(fd)
-
-
-@contextmanager
-def staged_write(target: Path) -> Iterator[Path]:
-    """Yield a temporary path next to `target`; on success it replaces `target` atomically,
-    on error it is removed."""
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _messages(err: Exception) -> list[str]:
     if isinstance(err, ConfigError):
         return [str(p) for p in err.problems]
     if isinstance(err, DatasetError) and err.problems:
         return list(err.problems)
     return [str(err)]
-
-
-def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | None:
-    """Set the .txt caption of image `image_name` (staged, then renamed); an empty caption
-    removes the .txt. Returns the caption path (None when removed). Raises NotFound when the
-    image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
-    NoSpaceLeft on a full disk."""
-    image = existing_image(dataset_dir, image_name)
-    target = image.with_suffix(CAPTION_EXTENSION)
-    text = caption.strip()
-    if not text:
-        if target.is_file():
-            target.unlink()
-        return None
-    if len(text.encode("utf-8")) > MAX_CAPTION_BYTES:
-        raise DatasetError(
-            "caption too long", [f"{image_name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB"]
-        )
-    try:
-        with staged_write(target) as tmp:
-            tmp.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        if is_no_space(err):
-            raise NoSpaceLeft(f"the caption of {image_name} could not be written", dataset_dir) from err
-        raise
-    return target
-
-
-def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
-    """Delete image `image_name`, and its .txt caption and control images (control/ folders)
-    unless another image of the same stem (a.jpg beside a.png) still uses them. Returns the
-    deleted file names (controls as "control/a.png")."""
-    image = existing_image(dataset_dir, image_name)
-    with dataset_lock(dataset_dir.parent, dataset_dir.name):
-        deleted = [image.name]
-        image.unlink()
-        caption = image.with_suffix(CAPTION_EXTENSION)
-        shared = any(
-            p.stem == image.stem and is_image_name(p.name) and p.name != image.name
-            for p in dataset_dir.iterdir()
-        )
-        if not shared and caption.is_file():
-            caption.unlink()
-            deleted.append(caption.name)
-        if not shared:  # its control images would be orphans, which a run refuses
-            for control in controls_of(dataset_dir, image.stem):
-                control.unlink()
-                deleted.append(control.relative_to(dataset_dir).as_posix())
-    return deleted
-
-
-def existing_image(dataset_dir: Path, image_name: str) -> Path:
-    """The path of image `image_name` directly in `dataset_dir` (not a symlink). Raises
-    ConfigError/PathOutsideRoot for a bad name, NotFound if it is not an existing image."""
-    image_name = safe_component(image_name, field="file name")  # NFC, as uploads store it
-    path = dataset_dir / image_name
-    if not is_image_name(image_name) or path.is_symlink() or not path.is_file():
-        raise NotFound(f"no image {image_name!r} in dataset {dataset_dir.name}")
-    return path

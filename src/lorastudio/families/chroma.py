@@ -23,7 +23,7 @@ import torch
 
 from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, pack_2x2, unpack_2x2
+from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -151,23 +151,17 @@ class ChromaFamily(Packed2x2Latents, Family):
 
         b, _, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
-        embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
-        image_tokens = (h // 2) * (w // 2)
-        img_ids = ChromaPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)  # [hw/4, 3]
-        txt_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)  # [L, 3]
         # the pipeline's joint mask: the text mask, then every image token (a float 0/1 mask)
-        image_mask = torch.ones(b, image_tokens, device=device, dtype=torch.bool)  # [B, hw/4]
+        image_mask = torch.ones(b, (h // 2) * (w // 2), device=device, dtype=torch.bool)  # [B, hw/4]
         mask = torch.cat([cond["prompt_mask"].to(device, dtype), image_mask], dim=1)  # [B, L + hw/4]
-        out = denoiser(
-            hidden_states=pack_2x2(noisy),  # [B, hw/4, C*4]
+        return flux_dit_predict(
+            denoiser,
+            ChromaPipeline,
+            noisy,
+            cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
             timestep=noise_level.to(dtype),  # sigma: the pipeline passes t / 1000
-            encoder_hidden_states=embeds,
-            txt_ids=txt_ids,
-            img_ids=img_ids,
             attention_mask=mask,
-            return_dict=False,
-        )[0]
-        return unpack_2x2(out, h, w)  # [B, C, h, w]
+        )  # [B, C, h, w]
 
 
 FAMILY = ChromaFamily()

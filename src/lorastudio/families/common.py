@@ -1,5 +1,5 @@
-"""Pieces shared by several families: latent packing, KL-VAE posterior normalisation and
-text-only pipeline loading. Pure functions; no family knows another family."""
+"""Pieces shared by several families: latent packing, the FLUX.1-style DiT call, KL-VAE posterior
+normalisation and text-only pipeline loading. Pure functions; no family knows another family."""
 
 from __future__ import annotations
 
@@ -112,6 +112,28 @@ def pipeline_facts(pipe: Any, denoiser_name: str) -> dict[str, Any]:
 def frozen(module: Any, device: torch.device) -> Any:
     """Move a loaded model to device, eval mode, no gradients; returns it."""
     return module.to(device).eval().requires_grad_(False)
+
+
+def flux_dit_predict(
+    denoiser: Any, pipeline_cls: Any, noisy: torch.Tensor, embeds: torch.Tensor, **inputs: Any
+) -> torch.Tensor:
+    """One forward of a FLUX.1-style MM-DiT (FLUX.1, Chroma) on noisy latents [B, C, h, w]: packs
+    them 2x2, builds the image position ids with `pipeline_cls._prepare_latent_image_ids` (the
+    pipeline's own) and all-zero text ids for `embeds` [B, L, D], passes `inputs` (timestep and
+    the family's conditioning) through, and unpacks the prediction. Returns [B, C, h, w]."""
+    b, _, h, w = noisy.shape
+    dtype, device = noisy.dtype, noisy.device
+    img_ids = pipeline_cls._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)  # [hw/4, 3]
+    txt_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)  # [L, 3]
+    out = denoiser(
+        hidden_states=pack_2x2(noisy),  # [B, hw/4, C*4]
+        encoder_hidden_states=embeds,
+        txt_ids=txt_ids,
+        img_ids=img_ids,
+        return_dict=False,
+        **inputs,
+    )[0]
+    return unpack_2x2(out, h, w)  # [B, C, h, w]
 
 
 class Packed2x2Latents:

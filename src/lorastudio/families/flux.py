@@ -11,7 +11,7 @@ import torch
 
 from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, pack_2x2, unpack_2x2
+from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -87,27 +87,21 @@ class FluxFamily(Packed2x2Latents, Family):
     ) -> torch.Tensor:
         from diffusers import FluxPipeline
 
-        b, _, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
-        embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
-        img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)  # [hw/4, 3]
-        txt_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)  # [L, 3]
         guidance = None
         if denoiser.config.guidance_embeds:
             guidance = torch.full(
-                (b,), float(cfg.guidance if cfg.guidance is not None else 1.0), device=device
+                (noisy.shape[0],), float(cfg.guidance if cfg.guidance is not None else 1.0), device=device
             )
-        out = denoiser(
-            hidden_states=pack_2x2(noisy),  # [B, hw/4, C*4]
+        return flux_dit_predict(
+            denoiser,
+            FluxPipeline,
+            noisy,
+            cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
             timestep=noise_level.to(dtype),
             guidance=guidance,
             pooled_projections=cond["pooled"].to(device, dtype),
-            encoder_hidden_states=embeds,
-            txt_ids=txt_ids,
-            img_ids=img_ids,
-            return_dict=False,
-        )[0]
-        return unpack_2x2(out, h, w)  # [B, C, h, w]
+        )  # [B, C, h, w]
 
     def shift_sigmas(
         self,

@@ -318,7 +318,7 @@ class CaptionJobs:
 
 
 def _remove_staged(folder: Path) -> None:
-    """Remove the hidden staged caption files a killed worker left (data.uploads.staged_write's
+    """Remove the hidden staged caption files a killed worker left (data.writes.staged_write's
     `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written."""
     for path in folder.glob(".*.tmp"):
         name = path.name[1:].rsplit(".", 2)[0]

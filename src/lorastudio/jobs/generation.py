@@ -35,7 +35,7 @@ from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
-from lorastudio.data.uploads import staged_write
+from lorastudio.data.writes import staged_write
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main

@@ -38,7 +38,7 @@ _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogu
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _EXPORT_STAGING = re.compile(r"^\.staging-[0-9a-f]+$")  # training/export.py, training/checkpoint.py
 _CHECKPOINT_REMOVAL = re.compile(r"^\.removing-[0-9a-f-]+$")  # training/checkpoint.py
-_CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/uploads.py staged_write
+_CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/writes.py staged_write
 _PARTIAL = re.compile(r"^\..+\.partial$")  # jobs/generation.py image, jobs/references.py upload
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.errors import DatasetError, ModelSourceError, UnknownFamily
-from lorastudio.tiny.staging import is_empty_dir, publish_dir
+from lorastudio.tiny.staging import publish_once
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -106,13 +106,6 @@ def save_tiny_model(family: str, out_dir: str | Path, seed: int = 0) -> Path:
     """
     _check_family(family)
     out = Path(out_dir)
-    if _holds_tiny_model(out, family, seed):
-        return out
-    if out.exists() and not is_empty_dir(out):
-        raise ModelSourceError(
-            f"{out} already exists and is not the tiny {family!r} model (seed {seed}); "
-            "remove it or choose another folder"
-        )
 
     def fill(staging: Path) -> None:
         pipe = build_tiny_pipeline(family, seed)
@@ -120,13 +113,15 @@ def save_tiny_model(family: str, out_dir: str | Path, seed: int = 0) -> Path:
         marker = {"family": family, "seed": seed, "format": _FORMAT}
         (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
-    try:
-        publish_dir(out, fill, lambda folder: _holds_tiny_model(folder, family, seed))
-    except FileExistsError as err:
-        raise ModelSourceError(f"{out} was created by someone else while the tiny model was written") from err
-    except OSError as err:
-        raise ModelSourceError(f"cannot write the tiny {family!r} model to {out}: {err}") from err
-    return out
+    return publish_once(
+        out,
+        fill,
+        lambda folder: _holds_tiny_model(folder, family, seed),
+        ModelSourceError,
+        what=f"the tiny {family!r} model",
+        refusal=f"{out} already exists and is not the tiny {family!r} model (seed {seed}); "
+        "remove it or choose another folder",
+    )
 
 
 def make_sample_dataset(out_dir: str | Path, seed: int = 0) -> Path:
@@ -149,22 +144,16 @@ def make_sample_dataset(out_dir: str | Path, seed: int = 0) -> Path:
             (folder / n).is_file() and (folder / n).read_bytes() == b for n, b in files.items()
         )
 
-    if holds_dataset(out):
-        return out
-    if out.exists() and not is_empty_dir(out):
-        raise DatasetError(
-            f"{out} already exists and is not the sample dataset (seed {seed}); "
-            "remove it or choose another folder"
-        )
-
     def fill(staging: Path) -> None:
         for name, data in files.items():
             (staging / name).write_bytes(data)
 
-    try:
-        publish_dir(out, fill, holds_dataset)
-    except FileExistsError as err:
-        raise DatasetError(f"{out} was created by someone else while the sample dataset was written") from err
-    except OSError as err:
-        raise DatasetError(f"cannot write the sample dataset to {out}: {err}") from err
-    return out
+    return publish_once(
+        out,
+        fill,
+        holds_dataset,
+        DatasetError,
+        what="the sample dataset",
+        refusal=f"{out} already exists and is not the sample dataset (seed {seed}); "
+        "remove it or choose another folder",
+    )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.tiny import tokenizers as toks
+from lorastudio.tiny.parts import flow_scheduler, qwen3_config, seed_for
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -80,16 +81,10 @@ def mistral_tokenizer() -> Any:
     return tok
 
 
-def _seed(seed: int, component: str) -> None:
-    from lorastudio.tiny.models import _seed_for
-
-    _seed_for(seed, component)
-
-
 def _transformer(seed: int, guidance_embeds: bool) -> Any:
     from diffusers import Flux2Transformer2DModel
 
-    _seed(seed, "transformer")
+    seed_for(seed, "transformer")
     transformer = Flux2Transformer2DModel(
         patch_size=1,
         in_channels=128,  # 32 VAE channels patchified 2x2
@@ -116,7 +111,7 @@ def _transformer(seed: int, guidance_embeds: bool) -> Any:
 def _vae(seed: int) -> Any:
     from diffusers import AutoencoderKLFlux2
 
-    _seed(seed, "vae")
+    seed_for(seed, "vae")
     vae = AutoencoderKLFlux2(
         block_out_channels=(16, 16, 32, 32),
         layers_per_block=1,
@@ -131,19 +126,8 @@ def _vae(seed: int) -> Any:
 
 
 def _scheduler() -> Any:
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
     # FLUX.2's scheduler config (the pipeline computes its own mu per call)
-    return FlowMatchEulerDiscreteScheduler(
-        num_train_timesteps=1000,
-        shift=3.0,
-        use_dynamic_shifting=True,
-        base_shift=0.5,
-        max_shift=1.15,
-        base_image_seq_len=256,
-        max_image_seq_len=4096,
-        time_shift_type="exponential",
-    )
+    return flow_scheduler(shift=3.0, max_shift=1.15, max_image_seq_len=4096, time_shift_type="exponential")
 
 
 def build_flux2(seed: int) -> DiffusionPipeline:
@@ -180,7 +164,7 @@ def build_flux2(seed: int) -> DiffusionPipeline:
         image_token_index=tokenizer.unk_token_id,
         spatial_merge_size=2,
     )
-    _seed(seed, "text_encoder")
+    seed_for(seed, "text_encoder")
     text_encoder = Mistral3ForConditionalGeneration(config)
     return Flux2Pipeline(
         scheduler=_scheduler(),
@@ -194,25 +178,12 @@ def build_flux2(seed: int) -> DiffusionPipeline:
 def build_flux2_klein(seed: int) -> DiffusionPipeline:
     """FLUX.2 [klein] base (not distilled): Qwen3 causal LM, no guidance embedding (real CFG)."""
     from diffusers import Flux2KleinPipeline
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     tokenizer = toks.qwen_tokenizer()
-    _seed(seed, "text_encoder")
+    seed_for(seed, "text_encoder")
     text_encoder = Qwen3ForCausalLM(
-        Qwen3Config(
-            hidden_size=TEXT_HIDDEN,
-            intermediate_size=32,
-            num_hidden_layers=KLEIN_LAYERS,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=8,
-            vocab_size=len(tokenizer),
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-            eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-            pad_token_id=tokenizer.pad_token_id,
-        )
+        qwen3_config(tokenizer, hidden=TEXT_HIDDEN, layers=KLEIN_LAYERS, head_dim=8)
     )
     return Flux2KleinPipeline(
         scheduler=_scheduler(),

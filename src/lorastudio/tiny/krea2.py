@@ -3,13 +3,14 @@ tokenizer and its chat template, a Krea2Transformer2DModel with its text-fusion 
 Qwen-Image VAE, Krea 2's dynamic-shift scheduler), shrunk like tiny/models.py's builders. The
 pipeline's own config carries the checkpoint facts the family reads: `text_encoder_select_layers`
 (which hidden states are stacked), `patch_size` and `is_distilled`. Deterministic: see
-tiny/models.py."""
+tiny/parts.py."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from lorastudio.tiny import tokenizers as toks
+from lorastudio.tiny.parts import QWEN_VL_VISION, flow_scheduler, qwen_image_vae, qwen_vl_token_ids, seed_for
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -20,15 +21,8 @@ SELECT_LAYERS = (1, 2, 3)  # hidden states stacked per token (the real model tap
 def build_krea2(seed: int) -> DiffusionPipeline:
     """Krea 2 (base, not distilled): 3-layer Qwen3-VL, single-stream DiT (patch 2, 3 tapped
     text layers), 5-D Qwen-Image VAE with its real latent stats."""
-    from diffusers import (
-        AutoencoderKLQwenImage,
-        FlowMatchEulerDiscreteScheduler,
-        Krea2Pipeline,
-        Krea2Transformer2DModel,
-    )
+    from diffusers import Krea2Pipeline, Krea2Transformer2DModel
     from transformers import Qwen3VLConfig, Qwen3VLModel
-
-    from lorastudio.tiny.models import _seed_for
 
     tokenizer = toks.qwen_tokenizer()
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in toks.QWEN_SPECIALS}
@@ -52,22 +46,12 @@ def build_krea2(seed: int) -> DiffusionPipeline:
             "pad_token_id": tokenizer.pad_token_id,
             **special,
         },
-        vision_config={
-            "depth": 1,
-            "hidden_size": 16,
-            "intermediate_size": 16,
-            "num_heads": 2,
-            "out_hidden_size": 32,
-            "deepstack_visual_indexes": [0],
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        vision_config={**QWEN_VL_VISION, "deepstack_visual_indexes": [0]},
+        **qwen_vl_token_ids(tokenizer),
     )
-    _seed_for(seed, "text_encoder")
+    seed_for(seed, "text_encoder")
     text_encoder = Qwen3VLModel(config)
-    _seed_for(seed, "transformer")
+    seed_for(seed, "transformer")
     transformer = Krea2Transformer2DModel(
         in_channels=64,  # 16 latent channels x patch 2 x 2
         num_layers=2,
@@ -85,23 +69,9 @@ def build_krea2(seed: int) -> DiffusionPipeline:
         num_refiner_text_blocks=1,
         axes_dims_rope=(4, 6, 6),  # sums to the head dim
     )
-    _seed_for(seed, "vae")
-    vae = AutoencoderKLQwenImage(  # latents_mean / latents_std: the real defaults
-        base_dim=16,
-        z_dim=16,
-        dim_mult=[1, 2, 4, 4],
-        num_res_blocks=1,
-        temperal_downsample=[False, True, True],
-    )
-    scheduler = FlowMatchEulerDiscreteScheduler(  # what Krea2Pipeline's docstring asks for
-        num_train_timesteps=1000,
-        shift=1.0,
-        use_dynamic_shifting=True,
-        base_shift=0.5,
-        max_shift=1.15,
-        base_image_seq_len=256,
-        max_image_seq_len=6400,
-        time_shift_type="exponential",
+    vae = qwen_image_vae(seed)
+    scheduler = flow_scheduler(  # what Krea2Pipeline's docstring asks for
+        shift=1.0, max_shift=1.15, max_image_seq_len=6400, time_shift_type="exponential"
     )
     return Krea2Pipeline(
         scheduler=scheduler,

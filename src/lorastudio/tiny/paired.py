@@ -16,7 +16,7 @@ from PIL import Image, ImageOps
 
 from lorastudio.errors import DatasetError
 from lorastudio.tiny.dataset import sample_items
-from lorastudio.tiny.staging import is_empty_dir, publish_dir
+from lorastudio.tiny.staging import publish_once
 
 PAIRED_DATASET_NAME = "tiny-shapes-paired"  # default folder name under the studio's datasets/
 
@@ -48,20 +48,17 @@ def make_paired_dataset(out_dir: str | Path, seed: int = 0) -> Path:
     renamed). Raises DatasetError if `out_dir` holds anything else or cannot be written."""
     out = Path(out_dir)
     files = paired_files(seed)
-    if _holds(out, files):
-        return out
-    if out.exists() and not is_empty_dir(out):
-        raise DatasetError(f"{out} already exists and is not the paired sample dataset (seed {seed})")
 
     def fill(staging: Path) -> None:
         (staging / "control").mkdir()
         for name, data in files.items():
             (staging / name).write_bytes(data)
 
-    try:
-        publish_dir(out, fill, lambda folder: _holds(folder, files))
-    except FileExistsError as err:
-        raise DatasetError(f"{out} was created by someone else while the paired dataset was written") from err
-    except OSError as err:
-        raise DatasetError(f"cannot write the paired dataset to {out}: {err}") from err
-    return out
+    return publish_once(
+        out,
+        fill,
+        lambda folder: _holds(folder, files),
+        DatasetError,
+        what="the paired dataset",
+        refusal=f"{out} already exists and is not the paired sample dataset (seed {seed})",
+    )

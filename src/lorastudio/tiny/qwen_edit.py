@@ -1,5 +1,5 @@
 """Tiny Qwen-Image-Edit pipelines (QwenImageEditPipeline, QwenImageEditPlusPipeline): the tiny
-Qwen-Image parts (tiny/models.py: Qwen2.5-VL with its vision tower, MM-DiT, Qwen VAE) plus a
+Qwen-Image parts (tiny/qwen_image.py: Qwen2.5-VL with its vision tower, MM-DiT, Qwen VAE) plus a
 Qwen2VLProcessor over the tiny Qwen tokenizer and the Qwen2-VL image processor. The processor
 keeps the real patching (14 px patches, 2x2 merge, 2 frames) and caps the pixels an image may
 take (`max_pixels`) so a control image costs at most 64 vision tokens. The VAE is narrower than
@@ -41,10 +41,11 @@ def build_qwen_image_edit(seed: int, plus: bool = False, zero_cond_t: bool = Fal
     Qwen-Image parts in the edit pipeline, with a Qwen2VLProcessor."""
     from diffusers import AutoencoderKLQwenImage, QwenImageEditPipeline, QwenImageEditPlusPipeline
 
-    from lorastudio.tiny.models import _seed_for, build_qwen_image, qwen_image_transformer
+    from lorastudio.tiny.parts import seed_for
+    from lorastudio.tiny.qwen_image import build_qwen_image, qwen_image_transformer
 
     parts = dict(build_qwen_image(seed).components)
-    _seed_for(seed, "edit-vae")
+    seed_for(seed, "edit-vae")
     parts["vae"] = AutoencoderKLQwenImage(  # latents_mean / latents_std: the real defaults
         base_dim=2, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
     )

@@ -50,3 +50,32 @@ def publish_dir(target: Path, fill: Callable[[Path], None], is_complete: Callabl
     finally:
         if staging.exists():
             shutil.rmtree(staging)
+
+
+def publish_once(
+    out: Path,
+    fill: Callable[[Path], None],
+    holds: Callable[[Path], bool],
+    error: Callable[[str], Exception],
+    *,
+    what: str,
+    refusal: str,
+) -> Path:
+    """Publish `out` with publish_dir unless it already holds the content (idempotent); returns `out`.
+
+    `holds(folder)` says whether a folder holds the wanted content, `what` names it in messages
+    ("the sample dataset"). Raises `error(refusal)` when `out` exists and holds anything else
+    (it is never overwritten), and `error` naming `what` when another writer published something
+    else meanwhile or `out` cannot be written (nothing half-written is left).
+    """
+    if holds(out):
+        return out
+    if out.exists() and not is_empty_dir(out):
+        raise error(refusal)
+    try:
+        publish_dir(out, fill, holds)
+    except FileExistsError as err:
+        raise error(f"{out} was created by someone else while {what} was written") from err
+    except OSError as err:
+        raise error(f"cannot write {what} to {out}: {err}") from err
+    return out

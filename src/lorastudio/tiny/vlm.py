@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.tiny.staging import is_empty_dir, publish_dir
+from lorastudio.tiny.staging import publish_once
 
 MARKER_FILE = "lorastudio_tiny_vlm.json"
 TINY_VLM_NAME = "tiny-vlm"
@@ -45,10 +45,11 @@ def build_tiny_vlm(seed: int = 0) -> tuple[Any, Any]:
     """(model, processor): a tiny random Qwen2.5-VL in eval mode and its processor."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from lorastudio.tiny.models import _seed_for, qwen_vl_config
+    from lorastudio.tiny.parts import seed_for
     from lorastudio.tiny.qwen_edit import qwen_vl_processor
+    from lorastudio.tiny.qwen_image import qwen_vl_config
 
-    _seed_for(seed, "captioner")
+    seed_for(seed, "captioner")
     model = Qwen2_5_VLForConditionalGeneration(qwen_vl_config()).eval()
     processor = qwen_vl_processor()
     processor.chat_template = CHAT_TEMPLATE
@@ -65,7 +66,7 @@ def build_tiny_florence(seed: int = 0) -> tuple[Any, Any]:
         Florence2Processor,
     )
 
-    from lorastudio.tiny.models import _seed_for
+    from lorastudio.tiny.parts import seed_for
     from lorastudio.tiny.tokenizers import _qwen_vocab_merges
 
     vocab, merges = _qwen_vocab_merges()
@@ -106,7 +107,7 @@ def build_tiny_florence(seed: int = 0) -> tuple[Any, Any]:
         },
         image_token_id=tok.image_token_id,
     )
-    _seed_for(seed, "florence")
+    seed_for(seed, "florence")
     model = Florence2ForConditionalGeneration(config).eval()
     # random weights may end a caption at once: a few tokens first (the real models say more anyway)
     model.generation_config.min_new_tokens = 4
@@ -130,12 +131,6 @@ def save_tiny_vlm(out_dir: str | Path, seed: int = 0, kind: str = "qwen2_5_vl") 
     if kind not in builders:
         raise ValueError(f"no tiny captioner of kind {kind!r} (kinds: {', '.join(builders)})")
     out = Path(out_dir)
-    if _holds_tiny_vlm(out, seed, kind):
-        return out
-    if out.exists() and not is_empty_dir(out):
-        raise ModelSourceError(
-            f"{out} already exists and is not the tiny {kind} VLM (seed {seed}); choose another folder"
-        )
 
     def fill(staging: Path) -> None:
         model, processor = builders[kind](seed)
@@ -143,10 +138,11 @@ def save_tiny_vlm(out_dir: str | Path, seed: int = 0, kind: str = "qwen2_5_vl") 
         processor.save_pretrained(staging)
         (staging / MARKER_FILE).write_text(json.dumps({"seed": seed, "kind": kind}) + "\n", encoding="utf-8")
 
-    try:
-        publish_dir(out, fill, lambda folder: _holds_tiny_vlm(folder, seed, kind))
-    except FileExistsError as err:
-        raise ModelSourceError(f"{out} was created by someone else while the tiny VLM was written") from err
-    except OSError as err:
-        raise ModelSourceError(f"cannot write the tiny VLM to {out}: {err}") from err
-    return out
+    return publish_once(
+        out,
+        fill,
+        lambda folder: _holds_tiny_vlm(folder, seed, kind),
+        ModelSourceError,
+        what="the tiny VLM",
+        refusal=f"{out} already exists and is not the tiny {kind} VLM (seed {seed}); choose another folder",
+    )

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from lorastudio.errors import ConfigError
-from lorastudio.tiny.models import build, qwen_image_transformer_inputs, z_image_transformer_inputs
+from lorastudio.tiny.models import build
+from lorastudio.tiny.qwen_image import qwen_image_transformer_inputs
+from lorastudio.tiny.z_image import z_image_transformer_inputs
 from lorastudio.training import attention, attention_early, attention_fa4
 from lorastudio.training.attention import (
     FA4_MARGIN,

@@ -107,12 +107,8 @@ def _compiled_run(model: torch.nn.Module, params: list[torch.nn.Parameter]):
 
 
 def test_qwen_image_and_z_image_blocks_fuse_with_the_same_outputs():
-    from lorastudio.tiny.models import (
-        qwen_image_transformer,
-        qwen_image_transformer_inputs,
-        z_image_transformer,
-        z_image_transformer_inputs,
-    )
+    from lorastudio.tiny.qwen_image import qwen_image_transformer, qwen_image_transformer_inputs
+    from lorastudio.tiny.z_image import z_image_transformer, z_image_transformer_inputs
 
     for family, build, inputs in (
         (

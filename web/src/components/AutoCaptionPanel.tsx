@@ -2,6 +2,7 @@ import { useEffect, useRef, useState } from "react";
 import { api } from "../api/endpoints";
 import type { CaptionJob } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
+import { ErrorBanner } from "./ErrorBanner";
 
 const POLL_MS = 1000;
 export const DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct";
@@ -94,11 +95,7 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
           </button>
         )}
       </div>
-      {error && (
-        <div className="banner error" role="alert" data-testid="caption-error">
-          {error}
-        </div>
-      )}
+      <ErrorBanner message={error} testId="caption-error" />
       {job && <CaptionJobStatus job={job} />}
     </div>
   );

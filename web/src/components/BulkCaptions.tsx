@@ -2,6 +2,7 @@ import { useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { BulkCaptionResult } from "../api/types";
+import { ErrorBanner } from "./ErrorBanner";
 
 /**
  * Bulk caption edit of one dataset: find / replace, prepend, append over every caption.
@@ -50,11 +51,7 @@ export function BulkCaptions({ name, onDone }: { name: string; onDone: () => voi
           Apply to all captions
         </button>
       </div>
-      {error && (
-        <div className="banner error" role="alert">
-          {error}
-        </div>
-      )}
+      <ErrorBanner message={error} />
       {result && (
         <div data-testid="bulk-result">
           <p>

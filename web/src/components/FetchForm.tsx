@@ -4,6 +4,7 @@ import { api } from "../api/endpoints";
 import type { Fetch } from "../api/types";
 import { Field } from "./Field";
 import { HubTokenDialog } from "./HubTokenDialog";
+import { ErrorBanner } from "./ErrorBanner";
 
 /** Fetch a base model from the hub: repo id and revision; a gated repo (403) asks for a token and tries again with it. */
 export function FetchForm({ onStarted }: { onStarted: (fetch: Fetch) => void }) {
@@ -42,11 +43,7 @@ export function FetchForm({ onStarted }: { onStarted: (fetch: Fetch) => void }) 
             <input name="revision" value={revision} placeholder="main" autoComplete="off" spellCheck={false} onChange={(e) => setRevision(e.target.value)} />
           </Field>
         </div>
-        {error && (
-          <div className="banner error" role="alert">
-            {error}
-          </div>
-        )}
+        <ErrorBanner message={error} />
         <button type="submit" className="primary" disabled={busy || !repo.trim()}>
           {busy ? "Checking…" : "Fetch"}
         </button>

@@ -1,6 +1,7 @@
 import { useState } from "react";
 import { api } from "../api/endpoints";
 import type { PushResult } from "../api/types";
+import { ErrorBanner } from "./ErrorBanner";
 
 interface Props {
   /** The run's output name (its LoRA is outputs/<name>/<name>.safetensors). */
@@ -73,11 +74,7 @@ export function PushToHub({ name }: Props) {
         </label>
       )}
       <p className="muted small">Uploads the LoRA, its settings (JSON), a model card and the newest sample images, with the studio's hub token.</p>
-      {error && (
-        <div className="banner error" role="alert">
-          {error}
-        </div>
-      )}
+      <ErrorBanner message={error} />
       {done && (
         <div className="banner ok" role="status">
           Pushed {done.files.length} files to{" "}

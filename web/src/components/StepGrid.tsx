@@ -2,6 +2,7 @@ import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import type { GenerateBody, GenerateResult, LoraSteps } from "../api/types";
 import type { LoraPick } from "./LoraPicker";
+import { ErrorBanner } from "./ErrorBanner";
 
 type StepLora = LoraSteps["loras"][number];
 
@@ -90,11 +91,7 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
           </label>
         ))}
       </div>
-      {error && (
-        <div className="banner error" role="alert">
-          {error}
-        </div>
-      )}
+      <ErrorBanner message={error} />
       <button type="button" className="secondary" disabled={busy || chosen.size === 0} onClick={() => void render()}>
         {busy ? "Rendering…" : `Render grid (${chosen.size} images, same prompt and seed)`}
       </button>

@@ -11,6 +11,7 @@ import { ProgressBar } from "../components/ProgressBar";
 import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
+import { Crumb } from "../components/Crumb";
 
 interface UploadState {
   sentBytes: number;
@@ -120,10 +121,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     <section className="screen">
       <div className="screen-head">
         <h1>
-          <a href={href("datasets")} className="crumb">
-            Datasets
-          </a>
-          <span className="crumb-sep">/</span>
+          <Crumb to="datasets" label="Datasets" />
           {name}
         </h1>
         <div className="head-actions">

@@ -1,5 +1,6 @@
 import { type FormEvent, useState } from "react";
 import { useInfo } from "../api/info";
+import { DataTable } from "../components/DataTable";
 import { href, navigate } from "../lib/route";
 
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
@@ -62,37 +63,33 @@ export function DatasetsScreen() {
           <p>Name one above, then drop its images with their .txt captions (cat.png + cat.txt).</p>
         </div>
       ) : (
-        <div className="table-wrap card">
-          <table className="table">
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th className="num">Images</th>
-                <th className="num">Captions</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {datasets.map((d) => (
-                <tr key={d.name}>
-                  <td>
-                    <a href={href("datasets", d.name)}>{d.name}</a>
-                  </td>
-                  <td className="num">{d.images}</td>
-                  <td className="num">
-                    {d.captions}
-                    {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
-                  </td>
-                  <td className="actions">
-                    <a className="button ghost" href={href("train", d.name)}>
-                      Train on it
-                    </a>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DataTable
+          rows={datasets}
+          rowKey={(d) => d.name}
+          columns={[
+            { header: "Name", cell: (d) => <a href={href("datasets", d.name)}>{d.name}</a> },
+            { header: "Images", num: true, cell: (d) => d.images },
+            {
+              header: "Captions",
+              num: true,
+              cell: (d) => (
+                <>
+                  {d.captions}
+                  {d.captions < d.images && <span className="warn-dot" title="some images have no caption" />}
+                </>
+              ),
+            },
+            {
+              header: "",
+              kind: "actions",
+              cell: (d) => (
+                <a className="button ghost" href={href("train", d.name)}>
+                  Train on it
+                </a>
+              ),
+            },
+          ]}
+        />
       )}
     </section>
   );

@@ -15,6 +15,7 @@ import { guidanceBody, GuidanceFields } from "../components/GuidanceFields";
 import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/ReferenceImages";
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 const GPU_RETRIES = 15;
@@ -222,11 +223,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             {numberField("Width", "gen_width", width, setWidth)}
             {numberField("Height", "gen_height", height, setHeight)}
           </div>
-          {general && (
-            <div className="banner error" role="alert">
-              {general}
-            </div>
-          )}
+          <ErrorBanner message={general} />
           <button type="submit" className="primary" disabled={busy}>
             {busy ? "Generating…" : "Generate"}
           </button>

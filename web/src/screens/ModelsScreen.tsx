@@ -2,9 +2,11 @@ import { useCallback, useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import type { CatalogueModel, Fetch } from "../api/types";
 import { AddFolderForm } from "../components/AddFolderForm";
+import { type Column, DataTable } from "../components/DataTable";
 import { FetchForm } from "../components/FetchForm";
 import { FetchProgress } from "../components/FetchProgress";
 import { formatBytes } from "../lib/format";
+import { ErrorBanner } from "../components/ErrorBanner";
 
 const SOURCES: Record<CatalogueModel["source"], string> = {
   local: "models/",
@@ -55,6 +57,36 @@ export function ModelsScreen() {
   };
   const cancel = (id: string) => void api.cancelFetch(id).then(load, (err: Error) => setError(err.message));
 
+  const columns: Column<CatalogueModel>[] = [
+    {
+      header: "Name",
+      kind: "primary",
+      cell: (m) => (
+        <>
+          <span title={m.path}>{m.name}</span>
+          {m.checkpoint && <div className="muted small">{m.checkpoint}</div>}
+        </>
+      ),
+    },
+    { header: "Family", cell: (m) => m.family ?? "–" },
+    { header: "Source", cell: (m) => SOURCES[m.source] },
+    { header: "Size", num: true, cell: (m) => formatBytes(m.size_bytes) },
+    {
+      header: "State",
+      cell: (m) => (m.trainable ? <span className="status status-completed">trainable</span> : <span className="muted small">{m.reason}</span>),
+    },
+    {
+      header: "",
+      kind: "actions",
+      cell: (m) =>
+        removal(m) && (
+          <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
+            {removal(m)?.label}
+          </button>
+        ),
+    },
+  ];
+
   return (
     <section className="screen">
       <div className="screen-head">
@@ -63,11 +95,7 @@ export function ModelsScreen() {
           Refresh
         </button>
       </div>
-      {error && (
-        <div className="banner error" role="alert">
-          {error}
-        </div>
-      )}
+      <ErrorBanner message={error} />
       <div className="two-col">
         <FetchForm onStarted={(f) => setFetches((now) => [...now.filter((x) => x.id !== f.id), f])} />
         <AddFolderForm onAdded={load} />
@@ -80,43 +108,7 @@ export function ModelsScreen() {
         </div>
       )}
       {models && models.length > 0 && (
-        <div className="table-wrap card">
-          <table className="table stack" data-testid="models-table">
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Family</th>
-                <th>Source</th>
-                <th className="num">Size</th>
-                <th>State</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {models.map((m) => (
-                <tr key={m.id}>
-                  <td className="primary-cell">
-                    <span title={m.path}>{m.name}</span>
-                    {m.checkpoint && <div className="muted small">{m.checkpoint}</div>}
-                  </td>
-                  <td data-label="Family">{m.family ?? "–"}</td>
-                  <td data-label="Source">{SOURCES[m.source]}</td>
-                  <td className="num" data-label="Size">
-                    {formatBytes(m.size_bytes)}
-                  </td>
-                  <td data-label="State">{m.trainable ? <span className="status status-completed">trainable</span> : <span className="muted small">{m.reason}</span>}</td>
-                  <td className="actions">
-                    {removal(m) && (
-                      <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
-                        {removal(m)?.label}
-                      </button>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DataTable rows={models} rowKey={(m) => m.id} stack testId="models-table" columns={columns} />
       )}
     </section>
   );

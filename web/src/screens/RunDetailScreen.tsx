@@ -12,6 +12,8 @@ import { Stat } from "../components/Stat";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { chartData, fromPoints } from "../lib/series";
+import { ErrorBanner } from "../components/ErrorBanner";
+import { Crumb } from "../components/Crumb";
 
 /**
  * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
@@ -49,10 +51,7 @@ export function RunDetailScreen({ id }: { id: string }) {
     <section className="screen">
       <div className="screen-head">
         <h1>
-          <a href={href("runs")} className="crumb">
-            Runs
-          </a>
-          <span className="crumb-sep">/</span>
+          <Crumb to="runs" label="Runs" />
           {run.output_name} <span className={`status status-${run.status}`}>{run.status}</span>
           {run.source === "cli" && <span className="chip source" title="started with lorastudio train">CLI</span>}
         </h1>
@@ -73,11 +72,7 @@ export function RunDetailScreen({ id }: { id: string }) {
           </button>
         </div>
       </div>
-      {actionError && (
-        <div className="banner error" role="alert">
-          {actionError}
-        </div>
-      )}
+      <ErrorBanner message={actionError} />
       {run.error && <div className="banner error">{run.error}</div>}
       <div className="card">
         <div className="stats">

@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
+import { type Column, DataTable } from "../components/DataTable";
 import { ResumeButton } from "../components/ResumeButton";
 import type { RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
@@ -34,6 +35,54 @@ export function RunsScreen() {
     }
   };
 
+  const columns: Column<RunSummary>[] = [
+    {
+      header: "Name",
+      kind: "primary",
+      cell: (r) => (
+        <>
+          <a href={href("runs", r.id)}>{r.output_name}</a>
+          {r.source === "cli" && <span className="chip source" title="started with lorastudio train">CLI</span>}
+        </>
+      ),
+    },
+    { header: "Family", cell: (r) => r.family },
+    { header: "Status", cell: (r) => <span className={`status status-${r.status}`}>{r.status}</span> },
+    {
+      header: "Steps",
+      num: true,
+      cell: (r) => (
+        <>
+          {r.steps_run}
+          {r.total_steps ? <span className="muted">/{r.total_steps}</span> : null}
+        </>
+      ),
+    },
+    { header: "Final loss", num: true, cell: (r) => formatNumber(r.last_loss) },
+    { header: "Duration", num: true, cell: (r) => formatDuration(secondsBetween(r.started_at, r.finished_at)) },
+    { header: "Started", cell: (r) => formatWhen(r.created_at) },
+    {
+      header: "",
+      kind: "actions",
+      cell: (r) => (
+        <>
+          {r.lora_file && (
+            <a className="button ghost small" href={api.loraFileUrl(r.output_name)} download aria-label={`download LoRA ${r.output_name}`}>
+              Download
+            </a>
+          )}
+          <ResumeButton run={r} onResumed={() => navigate("live")} onError={setError} />
+          <a className="button ghost small" href={href("runs", r.id)}>
+            Open
+          </a>
+          <button className="ghost small danger-text" onClick={() => void remove(r)}>
+            Delete
+          </button>
+        </>
+      ),
+    },
+  ];
+
   return (
     <section className="screen">
       <div className="screen-head">
@@ -53,57 +102,7 @@ export function RunsScreen() {
         </div>
       )}
       {runs && runs.length > 0 && (
-        <div className="table-wrap card">
-          <table className="table stack" data-testid="runs-table">
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Family</th>
-                <th>Status</th>
-                <th className="num">Steps</th>
-                <th className="num">Final loss</th>
-                <th className="num">Duration</th>
-                <th>Started</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {runs.map((r) => (
-                <tr key={r.id}>
-                  <td className="primary-cell">
-                    <a href={href("runs", r.id)}>{r.output_name}</a>
-                    {r.source === "cli" && <span className="chip source" title="started with lorastudio train">CLI</span>}
-                  </td>
-                  <td data-label="Family">{r.family}</td>
-                  <td data-label="Status">
-                    <span className={`status status-${r.status}`}>{r.status}</span>
-                  </td>
-                  <td className="num" data-label="Steps">
-                    {r.steps_run}
-                    {r.total_steps ? <span className="muted">/{r.total_steps}</span> : null}
-                  </td>
-                  <td className="num" data-label="Final loss">{formatNumber(r.last_loss)}</td>
-                  <td className="num" data-label="Duration">{formatDuration(secondsBetween(r.started_at, r.finished_at))}</td>
-                  <td data-label="Started">{formatWhen(r.created_at)}</td>
-                  <td className="actions">
-                    {r.lora_file && (
-                      <a className="button ghost small" href={api.loraFileUrl(r.output_name)} download aria-label={`download LoRA ${r.output_name}`}>
-                        Download
-                      </a>
-                    )}
-                    <ResumeButton run={r} onResumed={() => navigate("live")} onError={setError} />
-                    <a className="button ghost small" href={href("runs", r.id)}>
-                      Open
-                    </a>
-                    <button className="ghost small danger-text" onClick={() => void remove(r)}>
-                      Delete
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DataTable rows={runs} rowKey={(r) => r.id} stack testId="runs-table" columns={columns} />
       )}
     </section>
   );

@@ -37,22 +37,15 @@ from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.image_edits import delete_image, existing_image, write_caption
 from lorastudio.data.image_headers import header_size
+from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.masks import MASKS_DIR, mask_files
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
 from lorastudio.data.upload_pairs import control_slot
-from lorastudio.data.uploads import (
-    UploadBatch,
-    UploadResult,
-    UploadTooLarge,
-    dataset_summary,
-    delete_image,
-    existing_image,
-    list_datasets,
-    write_caption,
-)
+from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
 from lorastudio.errors import DatasetError, JobActive, NotFound
 from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings

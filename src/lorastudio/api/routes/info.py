@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 from lorastudio import __version__, families
 from lorastudio.api.deps import settings_dep
 from lorastudio.api.schemas import InfoOut
-from lorastudio.data.uploads import list_datasets
+from lorastudio.data.listing import list_datasets
 from lorastudio.jobs.hardware import host_info
 from lorastudio.jobs.validation import local_models
 from lorastudio.settings import Settings

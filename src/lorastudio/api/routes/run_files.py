@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from lorastudio.api.deps import settings_dep, store_dep
-from lorastudio.api.schemas import RunLog
+from lorastudio.api.schemas_runs import RunLog
 from lorastudio.config import TrainConfig
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.worker_log import log_path, read_tail

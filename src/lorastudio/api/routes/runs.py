@@ -13,16 +13,9 @@ from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import service_dep, settings_dep, store_dep
 from lorastudio.api.routes.loras import lora_steps
-from lorastudio.api.schemas import (
-    CheckpointList,
-    JobOut,
-    ResumeBody,
-    RunDeleted,
-    RunDetail,
-    RunList,
-    SampleList,
-)
+from lorastudio.api.schemas import ResumeBody
 from lorastudio.api.schemas_files import LoraSteps
+from lorastudio.api.schemas_runs import CheckpointList, JobOut, RunDeleted, RunDetail, RunList, SampleList
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.records import LIVE_STATUSES
 from lorastudio.jobs.resume import ResumePoints, resume_points

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from lorastudio.api.deps import service_dep
-from lorastudio.api.schemas import JobOut, PreflightBody, StartBody, StatusOut, StopBody
+from lorastudio.api.schemas import PreflightBody, StartBody, StopBody
 from lorastudio.api.schemas_preflight import PreflightOut
+from lorastudio.api.schemas_runs import JobOut, StatusOut
 from lorastudio.api.sse import event_stream
 from lorastudio.jobs.service import JobService
 
