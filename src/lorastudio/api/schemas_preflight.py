@@ -202,6 +202,8 @@ class LatentCacheOut(_Out):
         description="on disk: images whose every variant is already cached (reused, not encoded)",
     )
     note: str | None = None
+
+
 class TimePhase(_Out):
     name: Literal[
         "weights_load",
