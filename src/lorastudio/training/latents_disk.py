@@ -195,6 +195,7 @@ def build_disk_latents(
         if any(read_shard(shard_path(root, KIND, model, v.key), shape) is None for v in variants[n]):
             todo.append(n)
     ctx = group_context()
+    todo = gather_round(todo, ctx)[0]  # rank 0's view (a rank may write before another has looked)
     kept: dict[str, dict[str, torch.Tensor]] = {}
     total, every = len(items), max(1, len(todo) // 100)
     emit(Preparing(phase="latents", done=total - len(todo), total=total))
