@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import Family
 
 KIND = "latents"
-_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as the preflight names them
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as the preflight names them
 
 
 def _crc(tensors: dict[str, torch.Tensor]) -> str:
@@ -243,7 +243,7 @@ def open_disk_latents(
     cfg, spec = run.cfg, run.family.spec
     model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
     dtype = str(run.dtype).removeprefix("torch.")
-    encoder = encoder_parts(spec, model, _DTYPE_NAMES.get(dtype, dtype), run.device.type)
+    encoder = encoder_parts(spec, model, DTYPE_NAMES.get(dtype, dtype), run.device.type)
     source, _ = build_disk_latents(
         run.family,
         vae,
