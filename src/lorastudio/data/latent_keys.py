@@ -51,7 +51,7 @@ class Variant:
     crop draws (to decode it on a miss), and what LatentBatch reports of it."""
 
     key: str
-    rng: np.random.Generator
+    rng: np.random.Generator | None  # dropped once the cache is built (~0.8 KB each)
     flip: bool
     original_size: tuple[int, int]  # (height, width) of the source
     crop_top_left: tuple[int, int]  # (top, left) after the flip, as data.load_crop reports it
