@@ -171,6 +171,12 @@ def test_modes_and_clear():
     assert latent_mode("auto", 10, 1.0) == "memory" and latent_mode("auto", 2 * 1024**3, 1.0) == "disk"
     assert latent_mode("memory", 2 * 1024**3, 1.0) == "per_step" and latent_mode("off", 1, 8.0) == "per_step"
     assert latent_mode("disk", 1, 8.0) == "disk"
+    from lorastudio.config import parse_train_config
+    from lorastudio.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_train_config({"family": "flux", "base_model": "x", "data_dir": "d", "latent_cache": "ram"})
+    assert [p.field for p in err.value.problems] == ["latent_cache"]
     root = cache_root(get_settings())
     shard = root / "latents" / "abc" / "12" / "12ff.safetensors"
     shard.parent.mkdir(parents=True)
