@@ -16,7 +16,9 @@ host RSS.
 usage (device):
     python -m bench.e2e_flux build /tmp/e2e
     python -m bench.disk_cache data /tmp/e2e --images 512
-    python -m bench.disk_cache run /tmp/e2e --images 512 --steps 40 [--memory]
+    python -m bench.disk_cache run /tmp/e2e --images 512 --steps 40 [--memory] [--runs cold]
+(each run loads the 12B pipeline: with a 10-minute limit per call, one run per call, `--runs cold`
+then `--runs warm`, `--runs memory --memory`, keeps each inside it)
 CPU smoke test: `--model DIR` (a tiny FLUX.1 folder: lorastudio tiny) --resolution 64 --device cpu.
 """
 
@@ -107,6 +109,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     """cold, warm (and memory) runs, each a fresh process sharing one studio home."""
     home = args.root / f"home-{args.images}"
     runs = [("cold", "disk"), ("warm", "disk")] + ([("memory", "memory")] if args.memory else [])
+    if args.runs:  # a subset (one device call each: the home and its cache stay between calls)
+        runs = [(label, mode) for label, mode in runs if label in args.runs.split(",")]
     out: dict[str, Any] = {"images": args.images, "steps": args.steps}
     for label, mode in runs:
         cmd = [
@@ -134,6 +138,7 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="also a latent_cache = memory run")
     parser.add_argument("--model", type=Path, default=None, help="default ROOT/flux (bench.e2e_flux build)")
     parser.add_argument("--data", type=Path, default=None, help="default ROOT/data-N")
+    parser.add_argument("--runs", default="", help="comma-separated subset of cold,warm,memory")
     parser.add_argument("--mode", default="disk")
     parser.add_argument("--label", default="run")
     args = parser.parse_args()
@@ -146,7 +151,8 @@ def main() -> None:
         print(json.dumps(one_run(args), default=str), flush=True)
         return
     out = compare(args)
-    (args.root / f"disk-cache-{args.images}.json").write_text(json.dumps(out, indent=1, default=str))
+    name = f"disk-cache-{args.images}{'-' + args.runs.replace(',', '-') if args.runs else ''}.json"
+    (args.root / name).write_text(json.dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":

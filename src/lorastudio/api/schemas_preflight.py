@@ -201,6 +201,10 @@ class LatentCacheOut(_Out):
         default=None,
         description="on disk: images whose every variant is already cached (reused, not encoded)",
     )
+    captions: int | None = Field(
+        default=None, description="on disk: captions (variants included) the run encodes"
+    )
+    captions_cached: int | None = Field(default=None, description="on disk: of those, already cached")
     note: str | None = None
 
 

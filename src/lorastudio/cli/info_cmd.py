@@ -31,6 +31,7 @@ def families_cmd() -> None:
 
 def paths_cmd() -> None:
     """Show the studio home and its folders (set LORASTUDIO_HOME to move them)."""
+    from lorastudio.data.disk_cache import cache_root
     from lorastudio.settings import get_settings
 
     s = get_settings()
@@ -40,5 +41,6 @@ def paths_cmd() -> None:
         ("outputs", s.outputs_dir),
         ("models", s.models_dir),
         ("database", s.db_path),
+        ("cache", cache_root(s)),
     ]:
         typer.echo(f"{label:9} {p}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -139,7 +140,10 @@ def cache_stats(root: Path) -> list[CacheStats]:
     out = []
     for kind in KINDS:
         base = root / kind
-        for model in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
+        models = (
+            [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")] if base.is_dir() else []
+        )
+        for model in sorted(models):  # hidden: a folder being removed (clear_cache)
             sizes = [p.stat().st_size for p in _shards(model)]
             out.append(CacheStats(kind, model.name, len(sizes), sum(sizes)))
     return out
@@ -182,3 +186,42 @@ def latent_mode(setting: str, need_bytes: int, max_gb: float) -> str:
 def folder_bytes(folder: Path) -> int:
     """Bytes of the shards under one model folder (0 when it does not exist)."""
     return sum(p.stat().st_size for p in _shards(folder))
+
+
+_STAGED = re.compile(r"^\.[0-9a-f]{64}\.safetensors\.(\d+)\.tmp$")  # staging_name
+_REMOVING = re.compile(r"^\..+\.removing\.(\d+)$")  # clear_cache
+
+
+def cache_leftovers(root: Path) -> list[Path]:
+    """What a killed writer left in the cache: staged shards and folders renamed aside for
+    removal whose process (the pid in the name) is gone. jobs/leftovers.py removes them."""
+    found: list[Path] = []
+    for kind in KINDS:
+        for model in _entries(root / kind):
+            removing = _REMOVING.match(model.name)
+            if removing:
+                found += [model] if not _alive(int(removing.group(1))) else []
+                continue
+            for prefix in _entries(model):
+                for path in _entries(prefix):
+                    staged = _STAGED.match(path.name)
+                    if staged and not _alive(int(staged.group(1))):
+                        found.append(path)
+    return found
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

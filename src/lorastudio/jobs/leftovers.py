@@ -7,7 +7,9 @@ delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete'
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
 export's `outputs/<run>/.staging-<id>/`, a checkpoint's `outputs/<run>/checkpoints/.staging-*`
 or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an
-uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`.
+uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
+caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
+writer lives: the cache may be outside the home and shared).
 
 `start_leftover_cleanup` runs right after the server took the home lock (jobs/homelock.py): no
 other server and no CLI run writes to the home then, so none of these is in use. (A tiny-model
@@ -28,6 +30,7 @@ import shutil
 import threading
 from pathlib import Path
 
+from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
@@ -65,6 +68,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
         if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
             continue
         found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
+    found += cache_leftovers(cache_root(settings))  # data/disk_cache.py: staged shards of dead writers
     gallery = settings.home / "gallery"  # jobs/generation.py gallery_dir, jobs/references.py
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]

@@ -10,6 +10,7 @@ hashed (the scan's fingerprint hashed them already: data.scan.file_sha256 rememb
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from lorastudio.data.disk_cache import (
     folder_bytes,
     latent_mode,
 )
-from lorastudio.data.latent_keys import encoder_parts, plan_variants
+from lorastudio.data.latent_keys import encoder_parts, plan_variants, text_fingerprint, text_keys
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -57,11 +58,34 @@ def latent_cache_section(
     )
     cached = sum(count_present(root, "latents", model, [v.key for v in vs]) == len(vs) for vs in keys)
     folder = root / "latents" / model
-    out.update(
-        folder=str(folder),
-        disk_bytes=folder_bytes(folder),
-        images=len(keys),
-        images_cached=cached,
-        note=f"latents on disk: reuses {cached} of {len(keys)} images' latents, encodes {len(keys) - cached}",
-    )
+    note = f"latents on disk: reuses {cached} of {len(keys)} images' latents, encodes {len(keys) - cached}"
+    out.update(folder=str(folder), disk_bytes=folder_bytes(folder), images=len(keys), images_cached=cached)
+    texts = _captions_on_disk(cfg, scan, host.device, compute, root)
+    if texts is not None:
+        out.update(captions=texts[1], captions_cached=texts[0])
+        note += f"; captions: reuses {texts[0]} of {texts[1]}"
+    out["note"] = note
     return out
+
+
+def _captions_on_disk(
+    cfg: TrainConfig, scan: DatasetScan, device: str, dtype: str, root: Path
+) -> tuple[int, int] | None:
+    """(cached, total) of the captions (and caption variants, "" with caption dropout) the run
+    keeps on disk (training/conditioning_disk.py); None where its captions stay in RAM (a family
+    whose prompt sees the control images, train_text_encoder)."""
+    from lorastudio.data.caption_variants import item_dropouts, scan_variants
+    from lorastudio.families.single_file import model_source
+
+    spec = families.get(cfg.family).spec
+    if spec.prompt_sees_controls or cfg.train_text_encoder:
+        return None
+    variants = scan_variants(scan, cfg.caption_variants, cfg.seed)
+    dropouts = item_dropouts(scan, cfg.caption_dropout)
+    # as training.conditioning.captions_to_encode: unique, first seen, "" when any dropout is on
+    texts = list(dict.fromkeys([it.caption for it in scan.items] + [v for vs in variants for v in vs]))
+    if max(dropouts, default=0.0) > 0 and "" not in texts:
+        texts.append("")
+    model = text_fingerprint(model_source(cfg), cfg.revision)
+    keys = text_keys(spec, model, dtype, device, cfg.max_sequence_length, texts)
+    return count_present(root, "text", model, list(keys.values())), len(texts)

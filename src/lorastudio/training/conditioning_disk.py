@@ -18,18 +18,18 @@ RAM instead.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from lorastudio.data.disk_cache import component_fingerprint, shard_key, shard_path
+from lorastudio.data.disk_cache import shard_path
+from lorastudio.data.latent_keys import text_fingerprint, text_keys
 from lorastudio.errors import DatasetError
 from lorastudio.training.conditioning import Conditioning, Text, encode_texts
 from lorastudio.training.distributed import barrier, gather_round, group_context
-from lorastudio.training.latents_disk import read_shard, write_shard
+from lorastudio.training.latents_disk import DTYPE_NAMES, read_shard, write_shard
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -37,20 +37,6 @@ if TYPE_CHECKING:
     from lorastudio.training.events import Emit
 
 KIND = "text"
-TEXT_COMPONENTS = (
-    "text_encoder",
-    "text_encoder_2",
-    "text_encoder_3",
-    "tokenizer",
-    "tokenizer_2",
-    "tokenizer_3",
-)
-
-
-def text_fingerprint(source: Any, revision: str | None) -> str:
-    """The content fingerprint of a base's text encoders and tokenizers (those it has)."""
-    parts = [component_fingerprint(source, name, revision) for name in TEXT_COMPONENTS]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
 class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
@@ -104,15 +90,11 @@ def encode_texts_on_disk(
     from lorastudio.families.single_file import model_source
 
     model = text_fingerprint(model_source(cfg), cfg.revision)
-    encoder = {
-        "family": family.spec.name,
-        "encoders": model,
-        "dtype": str(dtype).removeprefix("torch."),
-        "device": device.type,
-        "max_sequence_length": cfg.max_sequence_length,
-    }
     captions = [str(t) for t in groups[0]]
-    keys = {t: shard_key({**encoder, "text": hashlib.sha256(t.encode()).hexdigest()}) for t in captions}
+    name = str(dtype).removeprefix("torch.")
+    keys = text_keys(
+        family.spec, model, DTYPE_NAMES.get(name, name), device.type, cfg.max_sequence_length, captions
+    )
     ctx = group_context()
     valid = [
         t for t in captions if read_shard(shard_path(root, KIND, model, keys[t]), required=()) is not None

@@ -23,6 +23,7 @@ encoded, and after a barrier every rank reads them (one host: the ranks share th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import zlib
 from collections.abc import Callable, Sequence
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from lorastudio.families.base import Family
 
 KIND = "latents"
-_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as the preflight names them
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as the preflight names them
 
 
 def _crc(tensors: dict[str, torch.Tensor]) -> str:
@@ -163,6 +164,13 @@ class DiskLatents:
         )
 
 
+def _replayed(variant: Variant) -> np.random.Generator:
+    """A copy of the rng as it was before the variant's crop draws (data.load_crop draws them again)."""
+    if variant.rng is None:
+        raise ValueError("the variant's rng was dropped: the cache is built")
+    return copy.deepcopy(variant.rng)
+
+
 def build_disk_latents(
     family: Family,
     vae: Any,
@@ -195,6 +203,7 @@ def build_disk_latents(
         if any(read_shard(shard_path(root, KIND, model, v.key), shape) is None for v in variants[n]):
             todo.append(n)
     ctx = group_context()
+    todo = gather_round(todo, ctx)[0]  # rank 0's view (a rank may write before another has looked)
     kept: dict[str, dict[str, torch.Tensor]] = {}
     total, every = len(items), max(1, len(todo) // 100)
     emit(Preparing(phase="latents", done=total - len(todo), total=total))
@@ -205,7 +214,7 @@ def build_disk_latents(
             n = todo[mine]
             flips = [v.flip for v in variants[n]]
             crops = [
-                load_crop(items[n], random_crop=cfg.random_crop, flip=v.flip, rng=copy.deepcopy(v.rng))
+                load_crop(items[n], random_crop=cfg.random_crop, flip=v.flip, rng=_replayed(v))
                 for v in variants[n]
             ]
             pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [K, 3, H, W]
@@ -228,7 +237,8 @@ def build_disk_latents(
         if done % every < len(members) or done == len(todo):
             emit(Preparing(phase="latents", done=total - len(todo) + done, total=total))
     barrier(ctx)
-    return DiskLatents(root, model, items, variants, spec.vae_scale_factor, kept), len(todo)
+    held = [[dataclasses.replace(v, rng=None) for v in vs] for vs in variants]  # the rngs are done with
+    return DiskLatents(root, model, items, held, spec.vae_scale_factor, kept), len(todo)
 
 
 def open_disk_latents(
@@ -242,7 +252,7 @@ def open_disk_latents(
     cfg, spec = run.cfg, run.family.spec
     model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
     dtype = str(run.dtype).removeprefix("torch.")
-    encoder = encoder_parts(spec, model, _DTYPE_NAMES.get(dtype, dtype), run.device.type)
+    encoder = encoder_parts(spec, model, DTYPE_NAMES.get(dtype, dtype), run.device.type)
     source, _ = build_disk_latents(
         run.family,
         vae,

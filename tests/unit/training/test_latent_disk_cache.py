@@ -171,6 +171,12 @@ def test_modes_and_clear():
     assert latent_mode("auto", 10, 1.0) == "memory" and latent_mode("auto", 2 * 1024**3, 1.0) == "disk"
     assert latent_mode("memory", 2 * 1024**3, 1.0) == "per_step" and latent_mode("off", 1, 8.0) == "per_step"
     assert latent_mode("disk", 1, 8.0) == "disk"
+    from lorastudio.config import parse_train_config
+    from lorastudio.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_train_config({"family": "flux", "base_model": "x", "data_dir": "d", "latent_cache": "ram"})
+    assert [p.field for p in err.value.problems] == ["latent_cache"]
     root = cache_root(get_settings())
     shard = root / "latents" / "abc" / "12" / "12ff.safetensors"
     shard.parent.mkdir(parents=True)
@@ -195,6 +201,8 @@ def test_cli_lists_and_clears_the_cache(make_config):
     assert missing.exit_code != 0 and not missing.output.startswith("freed")
     cleared = CliRunner().invoke(app, ["cache", "clear", "--yes"])
     assert cleared.exit_code == 0 and cleared.output.startswith("freed 0.0")
+    paths = CliRunner().invoke(app, ["paths"]).output
+    assert f"cache     {cache_root(get_settings())}" in paths
     assert (
         _shards() == _shards("text") == []
         and "total: 0 shards" in CliRunner().invoke(app, ["cache", "ls"]).output
@@ -209,7 +217,8 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
     cpu = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
     settings = get_settings().ensure_dirs()
     shutil.copytree(small_dataset, settings.datasets_dir / "small")
-    raw = run_settings("flux", tiny_model("flux"), Path("small"), {**AUGMENTED, "latent_cache": "disk"})
+    over = {**AUGMENTED, "latent_cache": "disk", "caption_dropout": 0.3}  # "" is encoded too
+    raw = run_settings("flux", tiny_model("flux"), Path("small"), over)
 
     def section(name: str) -> dict:
         run = validate_run({**raw, "output_name": name}, settings, live_output_names=set())
@@ -229,6 +238,7 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
     )
     after = section("b")
     assert after["images_cached"] == 4 and after["disk_bytes"] > 0 and "reuses 4 of 4" in after["note"]
+    assert (before["captions"], before["captions_cached"], after["captions_cached"]) == (5, 0, 5)
     shard = _shards()[0]
     shard.unlink()
     assert section("c")["images_cached"] == 3
