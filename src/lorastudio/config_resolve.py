@@ -140,6 +140,12 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 " blocks already hold all its compute: use 'on' or 'auto'",
             )
         )
+    if cfg.control_resolution != "pipeline" and fam.spec.control_sizing is None:
+        problems.append(
+            FieldProblem(
+                "control_resolution", f"{fam.spec.title} takes no control images: leave it at 'pipeline'"
+            )
+        )
     problems += fam.config_problems(cfg)
     return problems
 

@@ -71,6 +71,7 @@ class PairReport:
 
     controls: dict[str, tuple[Path, ...]] = field(default_factory=dict)
     folder_ids: dict[str, tuple[FolderId, ...]] = field(default_factory=dict)  # per control, its folder
+    dims: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # per control (width, height)
     folders: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)  # targets without any control
@@ -228,15 +229,18 @@ def pair_controls(
     identities: dict[Path, FolderId] = {}
     for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
         ids: list[FolderId] = []
+        dims: list[tuple[int, int]] = []
         for path in paths:
             try:
                 if path.parent not in identities:
                     identities[path.parent] = folder_identity(path.parent)
                 ids.append(identities[path.parent])
-                probe_image(path, max_pixels, decode_pixels, identities[path.parent])
+                info = probe_image(path, max_pixels, decode_pixels, identities[path.parent])
+                dims.append((info.width, info.height))
             except DatasetError as err:
                 problems += [f"control {p}" for p in err.problems]
         report.folder_ids[target] = tuple(ids)
+        report.dims[target] = tuple(dims)
     return report
 
 

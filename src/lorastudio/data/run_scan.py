@@ -8,11 +8,13 @@ check, for the dataset entries and for a validation folder (data/holdout.py). No
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.config_datasets import resolution_list
+from lorastudio.data.control_sizing import ControlRule, control_size
 from lorastudio.data.entries import scan_entries
 from lorastudio.data.items import DatasetScan
 from lorastudio.data.masks import attach_masks
@@ -49,7 +51,7 @@ def scan_for_run(
                 resolutions=tuple(resolution_list(cfg.resolution)) or (0,),
             )
         ]
-    return scan_entries(
+    scan = scan_entries(
         source,
         multiple=spec.resolution_multiple,
         aspect_buckets=cfg.aspect_buckets,
@@ -67,3 +69,19 @@ def scan_for_run(
             decode_pixels=settings.max_decode_pixels,
         ),
     )
+    return with_control_sizes(scan, spec, cfg.control_resolution)
+
+
+def with_control_sizes(scan: DatasetScan, spec: FamilySpec, rule: ControlRule) -> DatasetScan:
+    """`scan` with each control's training size set (ImageItem.control_sizes) for the run's
+    control_resolution `rule` and the family's pipeline rule (data/control_sizing.py); as it is
+    for "target" (controls take their targets' buckets) or a family without controls."""
+    if rule == "target" or spec.control_sizing is None or not scan.controls_per_image():
+        return scan
+    items = [
+        replace(
+            it, control_sizes=tuple(control_size(spec.control_sizing, rule, w, h) for w, h in it.control_dims)
+        )
+        for it in scan.items
+    ]
+    return replace(scan, items=items)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.control_sizing import KONTEXT_RESOLUTIONS, ControlSizing
 from lorastudio.errors import DatasetError
 from lorastudio.families.common import pack_2x2, unpack_2x2
 from lorastudio.families.flux import SPEC as FLUX_SPEC
@@ -37,6 +38,10 @@ SPEC = replace(
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 2.5, "_auto_resize": False},
     guidance="embedded",
     control_images=(1, 1),
+    # the pipeline's _auto_resize: the preferred resolution nearest the reference's aspect ratio
+    control_sizing=ControlSizing(
+        "preferred", multiple=16, resolutions=KONTEXT_RESOLUTIONS, label="preferred Kontext resolution"
+    ),
 )
 
 
@@ -68,13 +73,14 @@ class FluxKontextFamily(FluxFamily):
 
         b, c, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
-        controls = batch_info.get("controls")  # [B, 1, C, h, w]
+        controls = batch_info.get("controls")  # [B, 1, C, hc, wc], or a tuple of one [B, C, hc, wc]
         if controls is None:
             raise DatasetError("FLUX.1 Kontext trains on paired images: the batch has no control image")
+        reference = controls[0] if isinstance(controls, tuple) else controls[:, 0]  # [B, C, hc, wc]
         scale = self.spec.vae_scale_factor
         latents, reference, latent_ids, reference_ids = FluxKontextPipeline.prepare_latents(
             _pipeline_parts(c, scale),
-            controls[:, 0].to(device, dtype),  # [B, C, h, w]: latents, used as they are
+            reference.to(device, dtype),  # [B, C, hc, wc]: latents, used as they are (their own ids)
             b,
             c,
             h * scale,
@@ -82,7 +88,7 @@ class FluxKontextFamily(FluxFamily):
             dtype,
             device,
             latents=pack_2x2(noisy),  # [B, hw/4, C*4]
-        )  # reference [B, hw/4, C*4]; ids [hw/4, 3] each (the reference's first axis 1)
+        )  # reference [B, hc*wc/4, C*4]; ids [hw/4, 3], [hc*wc/4, 3] (the reference's first axis 1)
         embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
         guidance = None
         if denoiser.config.guidance_embeds:
@@ -90,13 +96,13 @@ class FluxKontextFamily(FluxFamily):
                 (b,), float(cfg.guidance if cfg.guidance is not None else 1.0), device=device
             )
         out = denoiser(
-            hidden_states=torch.cat([latents, reference], dim=1),  # [B, 2*hw/4, C*4]
+            hidden_states=torch.cat([latents, reference], dim=1),  # [B, hw/4 + hc*wc/4, C*4]
             timestep=noise_level.to(dtype),
             guidance=guidance,
             pooled_projections=cond["pooled"].to(device, dtype),
             encoder_hidden_states=embeds,
             txt_ids=torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype),  # [L, 3]
-            img_ids=torch.cat([latent_ids, reference_ids], dim=0),  # [2*hw/4, 3]
+            img_ids=torch.cat([latent_ids, reference_ids], dim=0),  # [hw/4 + hc*wc/4, 3]
             return_dict=False,
         )[0][:, : latents.shape[1]]  # [B, hw/4, C*4]: the target tokens
         return unpack_2x2(out, h, w)  # [B, C, h, w]

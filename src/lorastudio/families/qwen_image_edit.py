@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.errors import DatasetError, FieldProblem
 from lorastudio.families.base import Variant
 from lorastudio.families.qwen_image import SPEC as QWEN_SPEC
@@ -55,6 +56,8 @@ SPEC = replace(
     supports=QWEN_SPEC.supports - {"max_sequence_length"},
     control_images=(1, 3),  # the most any flavour takes; each row says its own
     prompt_sees_controls=True,
+    # both pipelines VAE-encode a reference at calculate_dimensions(1024 * 1024, its ratio)
+    control_sizing=ControlSizing("area", area=1024 * 1024, multiple=32, label="~1 MP"),
     variants=(
         Variant("edit-2511", "Qwen-Image-Edit-2511 (Plus)", {"_class_name": PLUS, "transformer.zero_cond_t": True},
                 note=PLUS_NOTE, pipeline_class=PLUS, control_images=(1, 3)),

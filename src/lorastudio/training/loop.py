@@ -47,6 +47,7 @@ import torch
 from lorastudio.config import TrainConfig
 from lorastudio.config_datasets import top_resolution
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
+from lorastudio.data.control_sizing import rule_area
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
@@ -366,7 +367,8 @@ def _prepare_latents(
     vae = family.load_vae(model_source(cfg), cfg.revision, run.dtype, run.device)
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
-        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)
+        area = rule_area(cfg.control_resolution)  # the int control_resolution's, else None
+        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device, area)
         state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
     spec = family.spec
     need = cache_bytes(
@@ -375,6 +377,7 @@ def _prepare_latents(
         spec.latent_channels,
         spec.vae_scale_factor,
         controls=run.scan.controls_per_image(),
+        control_sizes=[size for it in items for size in it.control_sizes],
     )
     if need > cfg.latent_cache_max_gb * 1024**3:
         return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run
@@ -395,6 +398,10 @@ def _attention_shapes(
     side = top_resolution(cfg.resolution) // (spec.vae_scale_factor * spec.patch_size)  # the largest
     text = int(cfg.max_sequence_length or 0)  # None for SDXL, whose U-Net gives no shapes anyway
     image = side * side * (1 + run.scan.controls_per_image())  # control tokens join the sequence
+    if run.scan.controls_sized():  # controls of their own sizes: the most control tokens of a sample
+        cell = spec.vae_scale_factor * spec.patch_size
+        own = max(sum((w // cell) * (h // cell) for w, h in it.control_sizes) for it in run.scan.items)
+        image = side * side + own
     return probe_shapes(dict(getattr(denoiser, "config", {})), image, text, plan.micro_batch_size)
 
 

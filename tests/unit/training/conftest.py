@@ -79,6 +79,8 @@ def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides:
     }
     if "max_sequence_length" in spec.supports:
         raw["max_sequence_length"] = 16
+    if spec.control_sizing is not None:  # the pipelines' ~1 MP controls would dwarf a 32 px target:
+        raw["control_resolution"] = "target"  # the rules' own runs are in test_control_resolution
     raw.update(overrides)
     return raw
 
