@@ -1,9 +1,10 @@
-"""TrainConfig.control_resolution (data/control_sizing.py): controls trained at the size their
-family's edit pipeline encodes a reference at ("pipeline"), at their target's bucket ("target")
-or at the pipeline's rule for another area (an int)."""
+"""TrainConfig.control_resolution (data/control_sizing.py) in runs: each control's latent has the
+shape its family's edit pipeline would encode (the pipelines' own resize arithmetic on the same
+image), batches never mix control sizes, and a run resumes exactly."""
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import numpy as np
@@ -18,44 +19,133 @@ from lorastudio.settings import get_settings
 from lorastudio.training.latents import build_latent_cache
 from lorastudio.training.loop import train
 
+AREA = 128  # the int rule's side in these tiny runs (the pipelines' ~1 MP would dwarf a 32 px target)
+
 
 @pytest.fixture(scope="module")
-def wide_pairs(small_dataset, tmp_path_factory):
-    """small_dataset with a control per target of another shape than its target (a 3:2 and a
-    2:3 one alternately), so its own size differs from the target's bucket."""
-    out = tmp_path_factory.mktemp("wide-pairs") / "wide"
+def shaped_pairs(small_dataset, tmp_path_factory):
+    """small_dataset with a control per target of another shape than its bucket: 64x96 and
+    96x64 alternately (two control sizes under every rule but "target")."""
+    out = tmp_path_factory.mktemp("shaped-pairs") / "shaped"
     shutil.copytree(small_dataset, out)
     (out / "control").mkdir()
     rng = np.random.default_rng(0)
     for i, img in enumerate(sorted(out.glob("*.png"))):
-        size = (96, 64) if i % 2 else (64, 96)
-        pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(out / "control" / img.name)
+        w, h = (96, 64) if i % 2 else (64, 96)
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(out / "control" / img.name)
     return out
 
 
-def _cache(family_name, cfg_overrides, data, make_config):
-    fam = families.get(family_name)
-    cfg = resolve_train_config(make_config(family_name, data_dir=str(data), **cfg_overrides))
-    scan = scan_for_run(data, cfg, fam.spec, get_settings())
+def _qwen_size(w, h, area):
+    """QwenImageEdit(Plus)Pipeline's calculate_dimensions at `area`."""
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus import calculate_dimensions
+
+    return calculate_dimensions(area, w / h)
+
+
+def _flux2_size(w, h, area):
+    """Flux2Pipeline's reference sizing with its 1 MP cap replaced by `area`."""
+    from diffusers.pipelines.flux2.image_processor import Flux2ImageProcessor
+
+    img = Image.new("RGB", (w, h))
+    if w * h > area:
+        img = Flux2ImageProcessor._resize_to_target_area(img, area)
+    return img.width // 16 * 16, img.height // 16 * 16
+
+
+def _kontext_size(w, h, area):
+    """Kontext at another area: the side ratio kept (calculate_dimensions' rounding, to 16)."""
+    side_w = math.sqrt(area * w / h)
+    return round(side_w / 16) * 16, round(side_w / (w / h) / 16) * 16
+
+
+@pytest.mark.parametrize(
+    ("family", "pipeline_size", "scale"),
+    [
+        ("qwen-image-edit", _qwen_size, 8),
+        ("flux-kontext", _kontext_size, 8),
+        ("flux2-klein", _flux2_size, 16),
+    ],
+)
+def test_control_latents_have_the_pipelines_shape(make_config, shaped_pairs, family, pipeline_size, scale):
+    fam = families.get(family)
+    cfg = resolve_train_config(
+        make_config(family, data_dir=str(shaped_pairs), control_resolution=AREA, resolution=32)
+    )
+    scan = scan_for_run(shaped_pairs, cfg, fam.spec, get_settings())
     vae = fam.load_vae(cfg.base_model, None, torch.float32, torch.device("cpu"))
     cache = build_latent_cache(
         fam, vae, scan.items, cfg, np.random.default_rng(0), device=torch.device("cpu"),
         emit=[].append, check_stop=lambda: None,
     )  # fmt: skip
-    return fam, scan, cache
+    for item, controls in zip(scan.items, cache.controls, strict=True):
+        ((w, h),), (size,) = item.control_dims, item.control_sizes
+        pw, ph = pipeline_size(w, h, AREA * AREA)
+        assert size == (pw, ph) != item.bucket
+        (slot,) = controls  # one slot [V, C, h, w] at its own size
+        assert slot.shape[-2:] == (ph // scale, pw // scale)
+    sizes = {it.control_sizes for it in scan.items}
+    assert len(sizes) == 2 and len({k for k in scan.batch_keys()}) >= 2  # batches never mix them
+    batch = cache.sample([0, 2], torch.Generator().manual_seed(0), torch.float32, torch.device("cpu"))
+    assert batch.controls.shape[:2] == (2, 1) and batch.controls.shape[-2:] == cache.controls[0][0].shape[-2:]
 
 
-def test_timing_pipeline(make_config, wide_pairs):
-    import time
+def test_the_pipeline_rule_encodes_a_control_at_the_pipelines_size(make_config, shaped_pairs, tmp_path):
+    """One sample at the real rule: Kontext's preferred resolution for a 2:3 control (832x1248)."""
+    data = tmp_path / "one"
+    data.mkdir()
+    (data / "control").mkdir()
+    first = sorted(shaped_pairs.glob("*.png"))[0]
+    for src, dst in (
+        (first, data / first.name),
+        (shaped_pairs / "control" / first.name, data / "control" / first.name),
+    ):
+        shutil.copy(src, dst)
+    shutil.copy(first.with_suffix(".txt"), data / first.with_suffix(".txt").name)
+    fam = families.get("flux-kontext")
+    cfg = resolve_train_config(make_config("flux-kontext", data_dir=str(data), control_resolution="pipeline"))
+    scan = scan_for_run(data, cfg, fam.spec, get_settings())
+    assert scan.items[0].control_sizes == ((832, 1248),)  # PREFERRED_KONTEXT_RESOLUTIONS' nearest to 2:3
+    vae = fam.load_vae(cfg.base_model, None, torch.float32, torch.device("cpu"))
+    cache = build_latent_cache(
+        fam, vae, scan.items, cfg, np.random.default_rng(0), device=torch.device("cpu"),
+        emit=[].append, check_stop=lambda: None,
+    )  # fmt: skip
+    assert cache.controls[0][0].shape[-2:] == (1248 // 8, 832 // 8)
 
-    t = time.perf_counter()
-    fam, scan, cache = _cache("flux-kontext", {"control_resolution": "pipeline"}, wide_pairs, make_config)
-    print("cache", time.perf_counter() - t, [it.control_sizes for it in scan.items])
-    t = time.perf_counter()
-    r = train(
-        make_config("flux-kontext", data_dir=str(wide_pairs), control_resolution="pipeline"),
-        [].append,
-        device="cpu",
-    )
-    print("train", time.perf_counter() - t, r.losses)
+
+def test_controls_of_their_own_sizes_train_and_change_the_run(make_config, shaped_pairs):
+    common = {"data_dir": str(shaped_pairs), "steps": 2, "batch_size": 2, "resolution": 32}
+    sized = train(make_config("qwen-image-edit", output_name="sized", control_resolution=AREA, **common),
+                  [].append, device="cpu")  # fmt: skip
+    target = train(make_config("qwen-image-edit", output_name="target", **common), [].append, device="cpu")
+    assert sized.steps_run == 2 and all(math.isfinite(x) for x in sized.losses)
+    assert sized.losses != target.losses
+
+
+def test_a_run_with_sized_controls_resumes_exactly(make_config, shaped_pairs):
+    from lorastudio.config import parse_train_config
+    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+    from lorastudio.training.events import StopRequest
+
+    common = {
+        "data_dir": str(shaped_pairs), "steps": 4, "batch_size": 1, "resolution": 32, "save_every": 2,
+        "control_resolution": AREA, "random_flip": True, "cache_variants": 2,
+    }  # fmt: skip
+    whole = train(make_config("flux-kontext", output_name="whole", **common), [].append, device="cpu")
+    events: list = []
+    cfg = make_config("flux-kontext", output_name="parted", **common)
+    stop = lambda: StopRequest(save=True) if sum(e.type == "progress" for e in events) >= 2 else None  # noqa: E731
+    assert train(cfg, events.append, stop, device="cpu").steps_run == 2
+    checkpoint = find_checkpoint(get_settings().outputs_dir / "parted")
+    again = parse_train_config(resume_settings(read_checkpoint_info(checkpoint), {}))
+    assert again.control_resolution == AREA
+    resumed = train(again, [].append, device="cpu", resume=checkpoint)
+    assert resumed.losses == whole.losses
+
+
+def test_control_resolution_is_refused_for_a_family_without_controls(make_config):
+    from lorastudio.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="control_resolution"):
+        resolve_train_config(make_config("flux", control_resolution="target"))
