@@ -40,7 +40,7 @@ SPEC = replace(
     control_images=(1, 1),
     # the pipeline's _auto_resize: the preferred resolution nearest the reference's aspect ratio
     control_sizing=ControlSizing(
-        "preferred", multiple=16, resolutions=KONTEXT_RESOLUTIONS, label="preferred Kontext resolution"
+        "preferred", multiple=16, resolutions=KONTEXT_RESOLUTIONS, label="~1 MP preferred size"
     ),
 )
 

@@ -93,7 +93,7 @@ def preflight_report(run: ValidatedRun, host: HostInfo | None = None) -> dict[st
                 w for w in [upscale_warning(scan.items, cfg.no_upscale), mask_warning(scan.items)] if w
             ],
             "masks": mask_section(scan.items, cfg.alpha_mask),
-            "controls": controls_section(scan),
+            "controls": controls_section(scan, cfg.control_resolution, cfg.family),
             "mode": training_mode(cfg.family, scan),
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
             "entries": entry_report(scan),

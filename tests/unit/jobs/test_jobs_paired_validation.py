@@ -109,3 +109,52 @@ def test_flux_kontext_refuses_a_mixed_dataset_naming_the_unpaired_files(
     messages = [p.message for p in err.value.problems if p.field == "data_dir"]
     assert any("shape_03.png: no control image" in m for m in messages)
     assert not any("shape_02.png" in m for m in messages)
+
+
+@pytest.mark.parametrize(
+    ("rule", "lines"),
+    [
+        (
+            "pipeline",  # FluxKontextPipeline's preferred resolution nearest each control's aspect ratio
+            [
+                "64x64 -> 1024x1024 (pipeline ~1 MP preferred size) x 6",
+                "96x64 -> 1248x832 (pipeline ~1 MP preferred size)",
+                "64x96 -> 832x1248 (pipeline ~1 MP preferred size)",
+            ],
+        ),
+        (
+            "target",
+            [
+                "64x64 -> 32x32 (target bucket) x 6",
+                "96x64 -> 32x32 (target bucket)",
+                "64x96 -> 32x32 (target bucket)",
+            ],
+        ),
+        (
+            256,
+            [
+                "64x64 -> 256x256 (256x256 area) x 6",
+                "96x64 -> 320x208 (256x256 area)",
+                "64x96 -> 208x320 (256x256 area)",
+            ],
+        ),
+    ],
+)
+def test_the_preflight_shows_how_controls_are_sized(
+    settings: Settings,
+    tiny_model: Callable[[str], Path],
+    rule: object,
+    lines: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lorastudio.cli.train_check import print_report  # the CLI's check prints the same line
+
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    run = validate_run(
+        _cfg(tiny_model("flux-kontext"), control_resolution=rule), settings, live_output_names=set()
+    )
+    report = preflight_report(run)
+    assert report["dataset"]["controls"]["sizes"] == lines
+    assert report["config"]["control_resolution"] == rule
+    print_report(report)
+    assert f"  controls       {lines[0]}\n" in capsys.readouterr().out

@@ -169,6 +169,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           {dataset.controls ? ` · ${String(dataset.controls["pairs"])} pair(s)` : ""}
         </p>
       )}
+      {controlSizes(dataset.controls).length > 0 && (
+        <p className="small" data-testid="preflight-control-sizes">
+          <strong>controls:</strong> {controlSizes(dataset.controls).join("; ")}
+        </p>
+      )}
       {(dataset.warnings ?? []).map((w) => (
         <div className="banner warn" data-testid="preflight-dataset-warning" key={w}>
           {w}
@@ -209,4 +214,10 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
       )}
     </div>
   );
+}
+
+/** The preflight's control sizing lines ("1024x1024 -> 1056x992 (pipeline ~1 MP)"), [] for none. */
+export function controlSizes(controls: Record<string, unknown> | null | undefined): string[] {
+  const sizes = controls?.["sizes"];
+  return Array.isArray(sizes) ? sizes.filter((s): s is string => typeof s === "string") : [];
 }

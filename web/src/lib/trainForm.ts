@@ -139,6 +139,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   datasets: "entries",
   kohya_folders: "bool",
   control_dirs: "lines",
+  control_resolution: "number-or-text",
   output_name: "text",
   resolution: "sides",
   aspect_buckets: "bool",
