@@ -18,8 +18,9 @@ reported at once, naming the files: a control named in metadata that is missing,
 dataset or unreadable; targets without controls (when the family needs them); control images
 that match no target (orphans); more or fewer controls than the family takes; controls given to a
 text-to-image family. Targets without controls beside paired ones (a mixed dataset) are allowed
-where the family trains both (min 0: FLUX.2, whose pipelines edit with references or generate
-without), and refused naming them where it needs controls (min >= 1: FLUX.1 Kontext). Targets
+where the family trains both (min 0: FLUX.2, FLUX.1 Kontext, Qwen-Image-Edit-Plus, whose
+pipelines edit with references or generate without), and refused naming them where it needs
+controls (min >= 1: the single-image Qwen-Image-Edit, whose prompt template always holds one). Targets
 may differ in their number of controls: each batch takes samples of one count
 (data/sampler.py groups them by bucket and count).
 
@@ -297,6 +298,19 @@ def too_many_controls(items: Sequence[ImageItem], allowed: tuple[int, int], mode
         f"{model} takes at most {allowed[1]}"
         for item in items
         if len(item.controls) > allowed[1]
+    ]
+
+
+def missing_controls(items: Sequence[ImageItem], allowed: tuple[int, int], model: str) -> list[str]:
+    """The items without a control image where `model` (a family flavour taking allowed =
+    (min, max)) needs at least one, each named; [] when none lacks one (or min is 0)."""
+    if allowed[0] == 0:
+        return []
+    return [
+        f"{item.path.name}: no control image ({model} takes {allowed[0]}-{allowed[1]} per image; "
+        "add control/<same name> or a control_files row)"
+        for item in items
+        if not item.controls
     ]
 
 

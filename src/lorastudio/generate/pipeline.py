@@ -229,9 +229,11 @@ def generate_image(
     if negative_prompt:
         kwargs["negative_prompt"] = negative_prompt
     kwargs.update(extra or {})
+    kwargs["prompt"] = prompt
     generator = torch.Generator("cpu").manual_seed(seed)
     with torch.inference_mode():
-        out = pipe(
-            prompt=prompt, width=width, height=height, generator=generator, output_type="pil", **kwargs
-        )
+        render = pipe
+        if high and not controls:  # an edit family without references: text-to-image (its hook)
+            render, kwargs = fam.render_without_references(pipe, kwargs)
+        out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
     return out.images[0]

@@ -181,10 +181,14 @@ class SamplePreviews:
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
         width, height = _sample_size(cfg, own)
         references = self.references[index]
-        kwargs.update(reference_kwargs(pipe, family.control_images(facts)[1], references, width, height))
+        high = family.control_images(facts)[1]
+        kwargs.update(reference_kwargs(pipe, high, references, width, height))
+        render = pipe
+        if high and not references:  # an edit family's prompt without references: text-to-image
+            render, kwargs = family.render_without_references(pipe, kwargs)
         seed = cfg.sample_seed if own.seed is None else own.seed
         generator = torch.Generator("cpu").manual_seed(seed)
-        out = pipe(width=width, height=height, generator=generator, output_type="pil", **kwargs)
+        out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
 
 

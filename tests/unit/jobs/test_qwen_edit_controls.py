@@ -1,6 +1,6 @@
 """Qwen-Image-Edit's flavours and their control counts: the Plus checkpoints (2509; 2511, whose
 transformer says zero_cond_t) are read from model_index and the transformer config and load as
-QwenImageEditPlusPipeline; Plus takes 1-3 controls per image, the edit pipeline one, and a
+QwenImageEditPlusPipeline; Plus takes 0-3 controls per image, the edit pipeline one, and a
 dataset with more is refused naming its files."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_each_checkpoint_is_its_flavour_and_loads_its_pipeline(plus, tiny_model:
         "2511": "edit-2511",
         "edit": "edit",
     }
-    assert fam.source_control_images(plus["2509"]) == (1, 3)
+    assert fam.source_control_images(plus["2509"]) == (0, 3)  # none: text-to-image
     assert fam.source_control_images(tiny_model(FAMILY)) == (1, 1)
     assert (
         type(load_pipeline(str(plus["2511"]), FAMILY, device="cpu")).__name__ == "QwenImageEditPlusPipeline"
