@@ -19,6 +19,7 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+from lorastudio.config_datasets import top_resolution
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report
@@ -278,12 +279,11 @@ def _memory_section(
     `host_gb`, `host_phases`, `host_certain`, `available_gb` (what this host has free now) and
     `host_warning` (a forecast that exceeds it)."""
     plan = plan_for_estimate(cfg, host)
-    section = estimate_memory_gb(cfg, model_dir, plan, scan.controls_per_image())
+    controls = control_load(scan, cfg)
+    section = estimate_memory_gb(cfg, model_dir, plan, controls)
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
-        lightest = estimate_memory_gb(
-            cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), scan.controls_per_image()
-        )
+        lightest = estimate_memory_gb(cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), controls)
         section["note"] += (
             "; settings left to the memory budget are assumed at their fastest (default) values:"
             " the run measures and picks lighter ones when they do not fit"
@@ -302,3 +302,13 @@ def _memory_section(
     except HostMemoryShort as err:
         section["host_warning"] = str(err)
     return section
+
+
+def control_load(scan: DatasetScan, cfg: TrainConfig) -> float:
+    """The most control pixels of a sample in units of a target at the training side (the
+    memory estimate's): the control count where controls take their targets' buckets, their
+    own sizes' pixels over side x side where control_resolution sizes them (data/control_sizing.py)."""
+    if not scan.controls_sized():
+        return float(scan.controls_per_image())
+    side = top_resolution(cfg.resolution) or 1024
+    return max(sum(w * h for w, h in it.control_sizes) for it in scan.items) / side**2

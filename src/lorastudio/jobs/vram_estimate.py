@@ -41,14 +41,15 @@ _BLOCK_KEY = re.compile(r"^(.*?(?:transformer_blocks|layers|refiner)\.\d+)\.")
 
 
 def estimate_memory_gb(
-    cfg: TrainConfig, model_dir: Path | None, plan: PlanValues, controls: int | None = None
+    cfg: TrainConfig, model_dir: Path | None, plan: PlanValues, controls: float | None = None
 ) -> dict[str, Any]:
     """Rough peak accelerator memory of the run, per phase (the engine loads text encoders, VAE
     and denoiser one after another). Parameter counts come from the safetensors headers of the
     local pipeline; for a hub id nothing is known locally and the estimate is None.
 
     Takes the config (resolution, LoRA rank), the plan to size and the control images per sample
-    (None: the fewest the checkpoint's flavour takes, Family.source_control_images). Returns {"estimated_gb",
+    in targets' pixels (controls of their own sizes: their pixels over the training side's
+    square; None: the fewest the checkpoint's flavour takes, Family.source_control_images). Returns {"estimated_gb",
     "phases": {conditioning, latents, denoiser} in GB, "note"}.
 
     denoiser phase = base weights (WEIGHT_BYTES of the plan's precision for the repeated blocks'
