@@ -40,6 +40,7 @@ SPEC = replace(
     guidance="embedded",
     # one reference, or none: FluxKontextPipeline with image=None generates text-to-image
     control_images=(0, 1),
+    edit_model=True,
     # the pipeline's _auto_resize: the preferred resolution nearest the reference's aspect ratio
     control_sizing=ControlSizing(
         "preferred", multiple=16, resolutions=KONTEXT_RESOLUTIONS, label="~1 MP preferred size"

@@ -56,6 +56,7 @@ SPEC = replace(
     defaults={k: v for k, v in QWEN_SPEC.defaults.items() if k != "max_sequence_length"},
     supports=QWEN_SPEC.supports - {"max_sequence_length"},
     control_images=(0, 3),  # the widest of the flavours; each row says its own
+    edit_model=True,
     prompt_sees_controls=True,
     # both pipelines VAE-encode a reference at calculate_dimensions(1024 * 1024, its ratio)
     control_sizing=ControlSizing("area", area=1024 * 1024, multiple=32, label="~1 MP"),

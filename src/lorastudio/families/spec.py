@@ -97,6 +97,9 @@ class FamilySpec:
     # aspect ratio (data/control_sizing.py): what TrainConfig.control_resolution "pipeline"
     # trains controls at; None for a family without control images
     control_sizing: ControlSizing | None = None
+    # its checkpoints are released as editing models (FLUX.1 Kontext, Qwen-Image-Edit), though
+    # some flavours also generate without a reference: the demo trains it on paired data
+    edit_model: bool = False
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""

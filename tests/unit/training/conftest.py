@@ -95,7 +95,7 @@ def make_config(
 
     def make(family: str = "flux", **overrides: object) -> TrainConfig:
         base = overrides.get("base_model") or tiny_model(family)
-        data = small_pairs if families.get(family).spec.control_images[0] else small_dataset
+        data = small_pairs if families.get(family).spec.edit_model else small_dataset
         return TrainConfig.model_validate(short_run_settings(family, base, data, overrides))
 
     return make
