@@ -120,3 +120,19 @@ def test_the_single_image_edit_model_refuses_targets_without_a_control_by_name(m
     assert all(
         any(p.startswith(f"{name}: no control image") for p in err.value.problems) for name in unpaired
     )
+
+
+def test_generate_without_references_renders_plus_and_refuses_the_single_image_model(plus_2511, tiny_model):
+    from lorastudio.errors import ConfigError
+    from lorastudio.generate import load_pipeline
+    from lorastudio.generate.pipeline import generate_image
+
+    pipe = load_pipeline(str(plus_2511), "qwen-image-edit", device="cpu")
+    args = {"prompt": PROMPT, "seed": 0, "steps": 2, "width": RES, "height": RES}
+    image = generate_image(pipe, "qwen-image-edit", **args)
+    assert image.size == (RES, RES) and np.asarray(image).std() > 0
+    again = generate_image(pipe, "qwen-image-edit", **args)
+    assert np.array_equal(np.asarray(image), np.asarray(again))  # the same seed, the same image
+    single = load_pipeline(str(tiny_model("qwen-image-edit")), "qwen-image-edit", device="cpu")
+    with pytest.raises(ConfigError, match="controls"):
+        generate_image(single, "qwen-image-edit", **args)
