@@ -182,3 +182,19 @@ def test_the_preflight_shows_how_controls_are_sized(
         assert denoiser > target["memory"]["phases"]["denoiser"]
     print_report(report)
     assert f"  controls       {lines[0]}\n" in capsys.readouterr().out
+
+
+def test_the_host_forecast_counts_controls_of_their_own_size(
+    settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    """Controls trained at the pipeline's ~1 MP (a 32 px target) take more cache and VAE memory
+    than controls at their targets' buckets."""
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    host = host_info()
+    gb = {}
+    for rule in ("target", "pipeline"):
+        run = validate_run(
+            _cfg(tiny_model("flux-kontext"), control_resolution=rule), settings, live_output_names=set()
+        )
+        gb[rule] = preflight_report(run, host)["memory"]["host_gb"]
+    assert gb["pipeline"] > gb["target"]
