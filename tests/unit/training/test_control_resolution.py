@@ -149,3 +149,43 @@ def test_control_resolution_is_refused_for_a_family_without_controls(make_config
 
     with pytest.raises(ConfigError, match="control_resolution"):
         resolve_train_config(make_config("flux", control_resolution="target"))
+
+
+@pytest.fixture(scope="module")
+def two_slot_pairs(shaped_pairs, tmp_path_factory):
+    """shaped_pairs with a control_2/ whose images have the other shape: two slots of two sizes."""
+    out = tmp_path_factory.mktemp("two-slots") / "two"
+    shutil.copytree(shaped_pairs, out)
+    (out / "control_2").mkdir()
+    for path in sorted((out / "control").glob("*.png")):
+        with Image.open(path) as img:
+            img.transpose(Image.Transpose.TRANSPOSE).save(out / "control_2" / path.name)  # 64x96 <-> 96x64
+    return out
+
+
+def test_slots_of_different_sizes_reach_predict_as_a_tuple_and_split_into_micro_batches(
+    make_config, two_slot_pairs, monkeypatch
+):
+    """FLUX.2 klein with two references of different shapes per sample: the batch holds one
+    [B, C, h_k, w_k] per slot, and micro-batches of 1 train as the unsplit batch of 2."""
+    from lorastudio.families.flux2 import Flux2Family
+
+    seen: list = []
+    original = Flux2Family.predict
+
+    def spy(self, denoiser, noisy, level, cond, info, cfg):
+        seen.append(info.get("controls"))
+        return original(self, denoiser, noisy, level, cond, info, cfg)
+
+    monkeypatch.setattr(Flux2Family, "predict", spy)
+    common = {"data_dir": str(two_slot_pairs), "steps": 2, "batch_size": 2, "resolution": 32,
+              "control_resolution": AREA}  # fmt: skip
+    whole = train(make_config("flux2-klein", output_name="whole", **common), [].append, device="cpu")
+    controls = seen[0]
+    assert isinstance(controls, tuple) and len(controls) == 2
+    assert controls[0].shape[0] == 2 and controls[0].shape[-2:] != controls[1].shape[-2:]
+    seen.clear()
+    split = train(make_config("flux2-klein", output_name="split", micro_batch_size=1, **common),
+                  [].append, device="cpu")  # fmt: skip
+    assert all(c[0].shape[0] == 1 for c in seen)  # each micro-batch: its own slice of every slot
+    assert split.losses == pytest.approx(whole.losses, rel=1e-5)
