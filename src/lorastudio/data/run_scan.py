@@ -19,6 +19,7 @@ from lorastudio.data.entries import scan_entries
 from lorastudio.data.items import DatasetScan
 from lorastudio.data.masks import attach_masks
 from lorastudio.data.mix import MixEntry
+from lorastudio.errors import FieldProblem
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -85,3 +86,16 @@ def with_control_sizes(scan: DatasetScan, spec: FamilySpec, rule: ControlRule) -
         for it in scan.items
     ]
     return replace(scan, items=items)
+
+
+def control_resolution_problems(scan: DatasetScan, rule: ControlRule) -> list[FieldProblem]:
+    """A control_resolution other than the default set for a dataset without control images
+    (it would size nothing): refused naming the field, not ignored."""
+    if rule == "pipeline" or scan.controls_per_image():
+        return []
+    return [
+        FieldProblem(
+            "control_resolution",
+            f"the dataset has no control images to size ({rule!r}): leave it at 'pipeline'",
+        )
+    ]

@@ -75,7 +75,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     from lorastudio.data.holdout import split_validation
     from lorastudio.data.masks import mask_warning
     from lorastudio.data.pairs import resolve_control_dirs
-    from lorastudio.data.run_scan import scan_for_run
+    from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
     from lorastudio.data.safe_open import check_not_relinked
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
@@ -104,6 +104,9 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         check_not_relinked(given, control_dir, settings.datasets_dir)
 
     scan = scan_for_run(entries, resolved, family.spec, settings, control_dirs)
+    sizing = control_resolution_problems(scan, resolved.control_resolution)
+    if sizing:
+        raise ConfigError(sizing)
     holdout = split_validation(
         scan,
         resolved.validation_split,

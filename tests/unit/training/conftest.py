@@ -79,9 +79,12 @@ def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides:
     }
     if "max_sequence_length" in spec.supports:
         raw["max_sequence_length"] = 16
-    if spec.control_sizing is not None:  # the pipelines' ~1 MP controls would dwarf a 32 px target:
-        raw["control_resolution"] = "target"  # the rules' own runs are in test_control_resolution
     raw.update(overrides)
+    paired = (Path(str(raw["data_dir"])) / "control").is_dir()
+    if spec.control_sizing is not None and paired and "control_resolution" not in overrides:
+        # the pipelines' ~1 MP controls would dwarf a 32 px target: the rules' own runs are in
+        # test_control_resolution
+        raw["control_resolution"] = "target"
     return raw
 
 

@@ -189,3 +189,23 @@ def test_slots_of_different_sizes_reach_predict_as_a_tuple_and_split_into_micro_
                   [].append, device="cpu")  # fmt: skip
     assert all(c[0].shape[0] == 1 for c in seen)  # each micro-batch: its own slice of every slot
     assert split.losses == pytest.approx(whole.losses, rel=1e-5)
+
+
+def test_a_control_resolution_for_a_dataset_without_controls_is_refused(make_config, small_dataset, tmp_path):
+    """Kontext on a text-to-image dataset: the setting would size nothing, so it is refused, by
+    the engine and by the job service's validation."""
+    from lorastudio.errors import ConfigError
+    from lorastudio.jobs.validation import validate_run
+    from lorastudio.settings import Settings
+
+    settings = Settings(home=tmp_path / "home").ensure_dirs()
+    cfg = make_config("flux-kontext", data_dir=str(small_dataset), control_resolution=AREA)
+    with pytest.raises(ConfigError, match="control_resolution"):
+        train(cfg, [].append, device="cpu")
+    shutil.copytree(small_dataset, settings.datasets_dir / "plain")
+    raw = {**cfg.model_dump(exclude_unset=True), "data_dir": "plain"}
+    with pytest.raises(ConfigError) as err:
+        validate_run(raw, settings, live_output_names=set())
+    assert [p.field for p in err.value.problems] == ["control_resolution"]
+    assert train(make_config("flux-kontext", data_dir=str(small_dataset), control_resolution="pipeline"),
+                 [].append, device="cpu").steps_run == 2  # fmt: skip
