@@ -10,9 +10,10 @@
     - "cap_area" (FLUX.2 / klein): scaled down to ~1 MP when larger (never up), each side floored
       to a multiple of 16, centre-cropped to it;
   * "target": each control resized to cover its target's bucket and cropped like the target
-    (data.pairs.load_control_crop), the layout of ai-toolkit's and older lorastudio runs;
+    (data.pairs.load_control_crop), lorastudio's sizing before this setting;
   * an int N: the pipeline's rule at an area of N x N pixels instead of its own (for "cap_area"
-    the cap).
+    the cap; for "preferred" the side ratio kept, rounded as "area" does). musubi-tuner's
+    dataset option of the same name sets a control's (width, height) the same way.
 
 The arithmetic mirrors the diffusers 0.42.1 pipelines' own (they are the reference:
 tests/unit/data/test_data_control_sizing.py compares sizes and pixels with the pipelines'

@@ -235,13 +235,9 @@ class Family(ABC):
         return {}
 
     def render_without_references(self, pipe: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """The pipeline and `__call__` kwargs that render a prompt without reference images on
-        `pipe` (a sample preview or a generation of a family taking controls). `kwargs` hold
-        either `prompt` (and `negative_prompt`) or the pipeline_prompt_kwargs of its encoding.
-        Default: `pipe` and `kwargs` as they are (its __call__ takes image=None). A family whose
-        edit pipeline needs an image but whose model also generates without (Qwen-Image-Edit-Plus)
-        returns a text-to-image pipeline on the same components, with the prompt encoded as its
-        edit pipeline encodes one without an image (what training without controls saw)."""
+        """The pipeline and kwargs (`prompt` or its pipeline_prompt_kwargs) that render a prompt
+        without references on an edit family's `pipe`. Default: both as they are (image=None);
+        Qwen-Image-Edit-Plus, whose __call__ needs an image: a text-to-image pipeline on its parts."""
         return pipe, kwargs
 
     # -- phase 2: latents ----------------------------------------------------------------------
