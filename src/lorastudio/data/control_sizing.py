@@ -12,8 +12,8 @@
   * "target": each control resized to cover its target's bucket and cropped like the target
     (data.pairs.load_control_crop), lorastudio's sizing before this setting;
   * an int N: the pipeline's rule at an area of N x N pixels instead of its own (for "cap_area"
-    the cap; for "preferred" the side ratio kept, rounded as "area" does). musubi-tuner's
-    dataset option of the same name sets a control's (width, height) the same way.
+    the cap; for "preferred" the side ratio kept, rounded as "area" does). The name is
+    musubi-tuner's (its dataset option sets a fixed control (width, height)).
 
 The arithmetic mirrors the diffusers 0.42.1 pipelines' own (they are the reference:
 tests/unit/data/test_data_control_sizing.py compares sizes and pixels with the pipelines'
