@@ -38,6 +38,13 @@ def training_mode(family: str, scan: DatasetScan) -> dict[str, Any]:
     return {"kind": "edit", "note": f"every sample edits with its reference images ({each} per sample)"}
 
 
+def _item_sizes(item: Any) -> list[str]:
+    """One item's controls as "WxH -> wxh" (source -> trained size; the bucket for "target")."""
+    sizes = item.control_sizes or (item.bucket,) * len(item.controls)
+    dims = item.control_dims or sizes
+    return [f"{sw}x{sh} -> {tw}x{th}" for (sw, sh), (tw, th) in zip(dims, sizes, strict=False)]
+
+
 def control_size_lines(scan: DatasetScan, label: str, limit: int = 8) -> list[str]:
     """How the controls are sized, one line per distinct (source size -> trained size), most
     frequent first: "1024x1024 -> 1056x992 (pipeline ~1 MP)", " x N" when N controls share it.
@@ -83,6 +90,7 @@ def controls_section(
                     str(c.relative_to(scan.root)) if c.is_relative_to(scan.root) else str(c)
                     for c in it.controls
                 ],
+                "sizes": _item_sizes(it),  # each control's source -> trained size
             }
             for it in scan.items[:20]
         ],

@@ -31,7 +31,11 @@ def test_the_preflight_shows_the_pairs(
     run = validate_run(_cfg(tiny_model("flux-kontext")), settings, live_output_names=set())
     controls = preflight_report(run)["dataset"]["controls"]
     assert controls["pairs"] == 8 and controls["per_image"] == 1 and controls["sources"] == ["control/"]
-    assert controls["examples"][0] == {"target": "shape_00.png", "controls": ["control/shape_00.png"]}
+    assert controls["examples"][0] == {
+        "target": "shape_00.png",
+        "controls": ["control/shape_00.png"],
+        "sizes": ["64x64 -> 1024x1024"],  # Kontext's preferred resolution for a square control
+    }
     assert sum(controls["buckets"].values()) == 8
     json.dumps(controls)
     # the reference tokens join the sequence: more activation memory than FLUX.1 on the same weights
