@@ -209,3 +209,45 @@ def test_a_control_resolution_for_a_dataset_without_controls_is_refused(make_con
     assert [p.field for p in err.value.problems] == ["control_resolution"]
     assert train(make_config("flux-kontext", data_dir=str(small_dataset), control_resolution="pipeline"),
                  [].append, device="cpu").steps_run == 2  # fmt: skip
+
+
+def test_a_preview_sizes_its_reference_as_training_did(make_config, shaped_pairs):
+    """Kontext at control_resolution 128: the preview renders its reference at the size training
+    encoded controls at (FluxKontextPipeline, _auto_resize off, takes the image's own size): the
+    same image as the pipeline given the sized reference."""
+    from lorastudio.data.control_sizing import control_size, sized_image
+    from lorastudio.data.images import load_rgb
+    from lorastudio.generate import load_pipeline
+    from lorastudio.generate.pipeline import generate_image
+
+    first = sorted((shaped_pairs / "control").glob("*.png"))[0]
+    prompt = {"prompt": "invert it", "controls": [f"control/{first.name}"]}
+    cfg = make_config(
+        "flux-kontext", data_dir=str(shaped_pairs), control_resolution=AREA, resolution=32, steps=1,
+        sample_steps=2, sample_prompts=[prompt],
+    )  # fmt: skip
+    result = train(cfg, [].append, device="cpu", return_denoiser=True)
+    with Image.open(result.lora_path.parent / "samples/step-000001-0.png") as image:
+        preview = np.asarray(image.convert("RGB"))
+    fam = families.get("flux-kontext")
+    reference = load_rgb(first)
+    sized = sized_image(
+        reference,
+        control_size(fam.spec.control_sizing, AREA, *reference.size),
+        fam.spec.control_sizing,
+        AREA**2,
+    )
+    assert sized.size in ((112, 160), (160, 112))  # the Kontext rule at 128 x 128, not the 32 px preview
+    pipe = load_pipeline(cfg.base_model, "flux-kontext", device="cpu")
+    pipe.transformer = result.denoiser  # the LoRA as trained
+    # generate_image fits a reference to the output size: the pipeline called with the sized one
+    pixels = pipe(
+        prompt="invert it", image=sized, width=32, height=32, num_inference_steps=2, guidance_scale=2.5,
+        _auto_resize=False, max_area=32 * 32, max_sequence_length=cfg.max_sequence_length,
+        generator=torch.Generator("cpu").manual_seed(cfg.sample_seed), output_type="pil",
+    ).images[0]  # fmt: skip
+    assert np.array_equal(preview, np.asarray(pixels))
+    fitted = generate_image(pipe, "flux-kontext", prompt="invert it", seed=cfg.sample_seed, steps=2,
+                            width=32, height=32, extra={"max_sequence_length": cfg.max_sequence_length},
+                            controls=[reference])  # fmt: skip
+    assert not np.array_equal(preview, np.asarray(fitted))  # the output-size reference differs
