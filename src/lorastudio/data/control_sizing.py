@@ -100,7 +100,7 @@ def control_size(sizing: ControlSizing | None, rule: ControlRule, width: int, he
 
 
 def rule_label(sizing: ControlSizing | None, rule: ControlRule) -> str:
-    """The rule in words for the preflight: "pipeline ~1 MP", "target bucket", "768 px area"."""
+    """The rule in words for the preflight: "pipeline ~1 MP", "target bucket", "768x768 area"."""
     if sizing is None or rule == "target":
         return "target bucket"
     if rule == "pipeline":
