@@ -142,6 +142,11 @@ def test_a_run_with_sized_controls_resumes_exactly(make_config, shaped_pairs):
     assert again.control_resolution == AREA
     resumed = train(again, [].append, device="cpu", resume=checkpoint)
     assert resumed.losses == whole.losses
+    from lorastudio.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="control_resolution"):  # other control latents: not this run
+        train(again.model_copy(update={"control_resolution": "target", "steps": 5}), [].append,
+              device="cpu", resume=checkpoint)  # fmt: skip
 
 
 def test_control_resolution_is_refused_for_a_family_without_controls(make_config):
