@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -198,6 +198,15 @@ class TrainConfig(BaseModel):
         description="paired datasets: parallel folders of control images matched to the targets by file "
         "stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders "
         "(each absolute, or a name under datasets/, like data_dir)",
+    )
+
+    # issue 27: the size controls train at (data/control_sizing.py); musubi-tuner's name
+    control_resolution: Literal["pipeline", "target"] | Annotated[int, Field(ge=64, le=4096)] = Field(
+        default="pipeline",
+        description="paired datasets: the size each control image trains at: 'pipeline' = the size the "
+        "family's edit pipeline encodes a reference at (Qwen-Image-Edit ~1 MP in its own aspect ratio, "
+        "FLUX.1 Kontext its preferred resolutions, FLUX.2 capped at 1 MP), 'target' = resized to cover "
+        "its target's bucket and cropped like it, or a side N = the pipeline's rule at an N x N area",
     )
 
     # masked loss (issue 29 part 4; data/masks.py): a dataset's masks/ folder (same file stems), or alpha

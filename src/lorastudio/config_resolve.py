@@ -142,6 +142,12 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
             )
         )
     problems += preservation_problems(cfg, fam.spec.prompt_sees_controls)
+    if cfg.control_resolution != "pipeline" and fam.spec.control_sizing is None:
+        problems.append(
+            FieldProblem(
+                "control_resolution", f"{fam.spec.title} takes no control images: leave it at 'pipeline'"
+            )
+        )
     problems += fam.config_problems(cfg)
     return problems
 

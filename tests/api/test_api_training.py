@@ -50,7 +50,7 @@ def test_full_job_start_events_complete_listed_and_generate(
     wide = {f["name"]: f["wide_compile"] for f in info["families"]}
     assert wide == {name: name == "sdxl" for name in families.names()}  # every family listed; wide: SDXL only
     kontext = next(f for f in info["families"] if f["name"] == "flux-kontext")
-    assert kontext["control_images"] == [1, 1] and flux["control_images"] == [0, 0]
+    assert kontext["control_images"] == [0, 1] and flux["control_images"] == [0, 0]  # Kontext: edit or not
 
     report = client.post("/api/train/preflight", json={"config": flux_config(output_name="e2e", **FULL_JOB)})
     assert report.status_code == 200, report.text

@@ -53,12 +53,17 @@ def four_pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def training_data(four_images: Path, four_pairs: Path) -> Callable[[str], Path]:
-    """family -> its 4-sample overfitting dataset (paired when the family needs controls)."""
+def training_data(
+    four_images: Path, four_pairs: Path, tiny_model: Callable[[str], Path]
+) -> Callable[[str], Path]:
+    """family -> its 4-sample overfitting dataset (paired when its tiny checkpoint's flavour
+    needs controls: the single-image Qwen-Image-Edit; the others, which also generate without,
+    train text-to-image here and with references in test_reference_predict and the unit tests)."""
     from lorastudio import families
 
     def pick(family: str) -> Path:
-        return four_pairs if families.get(family).spec.control_images[0] > 0 else four_images
+        needs = families.get(family).source_control_images(tiny_model(family))[0] > 0
+        return four_pairs if needs else four_images
 
     return pick
 
@@ -69,7 +74,7 @@ def controls_for(family: str, data: Path, prompt_file: Path) -> list:
 
     from lorastudio import families
 
-    if families.get(family).spec.control_images[0] == 0:
+    if families.get(family).spec.control_images[1] == 0 or not (data / "control").is_dir():
         return []
     with Image.open(data / "control" / f"{prompt_file.stem}.png") as img:
         return [img.convert("RGB")]

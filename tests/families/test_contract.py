@@ -37,6 +37,12 @@ def _extra(family: str) -> dict[str, Any] | None:
     )
 
 
+def _control_size(data: Path) -> dict[str, Any]:
+    """The run's control_resolution: "target" on a paired dataset (the pipelines' ~1 MP controls
+    would dwarf the 32 px targets; the rules: tests/unit/training/test_control_resolution)."""
+    return {"control_resolution": "target"} if (data / "control").is_dir() else {}
+
+
 @pytest.fixture
 def trained(request, tiny_model, training_data, tmp_path_factory) -> TrainResult:
     """The overfitting run of the test's family (trained once per session)."""
@@ -55,6 +61,7 @@ def trained(request, tiny_model, training_data, tmp_path_factory) -> TrainResult
             "lora_alpha": ALPHA,
             "seed": 0,
             **(_extra(family) or {}),
+            **_control_size(training_data(family)),
         }
         settings = Settings(home=tmp_path_factory.mktemp(f"contract-{family}"))
         _trained[family] = train(

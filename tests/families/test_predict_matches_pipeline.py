@@ -90,10 +90,10 @@ def test_flow_predict_matches_one_pipeline_step(family, tiny_model):
     pipe.set_progress_bar_config(disable=True)
     kwargs = {k: v for k, v in fam.spec.generation_defaults.items() if k != "num_inference_steps"}
     kwargs.update(fam.spec.no_cfg_kwargs)
-    if images:  # the reference images, and the output size as asked
+    if images:  # the reference images
         kwargs["image"] = images[0] if len(images) == 1 else images
-        if "max_area" in inspect.signature(type(pipe).__call__).parameters:
-            kwargs["max_area"] = RES**2
+    if "max_area" in inspect.signature(type(pipe).__call__).parameters:  # the output size as asked
+        kwargs["max_area"] = RES**2  # (Kontext sizes its output by it, with or without an image)
     out = pipe(
         prompt=PROMPT,
         height=RES,

@@ -40,7 +40,7 @@ def generate(pipe, family: str, prompt: str = PROMPT, seed: int = 0) -> np.ndarr
     }
     if family != "sdxl":
         kwargs["max_sequence_length"] = 32
-    if families.get(family).spec.control_images[0]:  # an edit family: a reference image
+    if families.get(family).spec.edit_model:  # an edit family: a reference image
         kwargs["image"] = Image.new("RGB", (32, 32), "red")
     if "max_area" in inspect.signature(type(pipe).__call__).parameters:
         kwargs["max_area"] = 32 * 32  # else the pipeline resizes the output to 1024x1024

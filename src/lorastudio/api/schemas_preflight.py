@@ -78,7 +78,8 @@ class PreflightDataset(_Out):
     )
     controls: dict[str, Any] | None = Field(
         default=None,
-        description="paired datasets: pairs, per_image (controls per target), sources, buckets, resize, "
+        description="paired datasets: pairs, per_image (controls per target), sources, buckets, rule "
+        "(control_resolution in words), sizes (source -> trained size lines), resize, "
         "examples (target -> controls); null for a text-to-image dataset",
     )
     entries: list[PreflightEntry] = Field(

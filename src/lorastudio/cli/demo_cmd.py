@@ -39,7 +39,7 @@ def demo_config(family: str, base_model: Path, steps: int, output_name: str) -> 
     raw: dict[str, Any] = {
         "family": family,
         "base_model": str(base_model),
-        "data_dir": DEMO_PAIRED_DATASET if spec.control_images[0] else DEMO_DATASET,
+        "data_dir": DEMO_PAIRED_DATASET if spec.edit_model else DEMO_DATASET,
         "output_name": output_name,
         "steps": steps,
         "resolution": max(32, 2 * spec.resolution_multiple),
@@ -50,6 +50,8 @@ def demo_config(family: str, base_model: Path, steps: int, output_name: str) -> 
     }
     if "max_sequence_length" in spec.supports:
         raw["max_sequence_length"] = 32
+    if spec.edit_model:  # the pipelines' ~1 MP controls would dwarf the 32 px targets of a demo
+        raw["control_resolution"] = "target"
     return raw
 
 
@@ -93,7 +95,7 @@ def _run_demo(family: str, steps: int, console: Console) -> None:
     display = ProgressDisplay(console)
     display.say(f"building the tiny {family} model and the sample dataset")
     model = save_tiny_model(family, tiny_model_dir(family, settings.models_dir))
-    paired = families.get(family).spec.control_images[0] > 0  # FLUX.2 (optional references): text-to-image
+    paired = families.get(family).spec.edit_model  # FLUX.2 (optional references): text-to-image
     if paired:
         from lorastudio.tiny.paired import make_paired_dataset
 

@@ -149,6 +149,8 @@ def print_report(report: dict[str, Any]) -> None:
     if controls:
         echo(f"  pairs          {controls['pairs']} (up to {controls['per_image']} control(s) each; "
              f"from {', '.join(controls['sources'])})")  # fmt: skip
+        for line in controls.get("sizes") or []:
+            echo(f"  controls       {line}")
     if data.get("masks"):
         masks = data["masks"]
         echo(f"  masks          {masks['images_with_mask']} image(s) ({masks['source']})")

@@ -43,6 +43,10 @@ class ImageItem:
     controls: tuple[Path, ...] = ()
     folder_id: FolderId | None = None
     control_folder_ids: tuple[FolderId, ...] = ()  # the folder identity of each control, in order
+    control_dims: tuple[tuple[int, int], ...] = ()  # each control's (width, height) after EXIF transpose
+    # the (width, height) each control trains at (data/control_sizing.py, set by data.run_scan
+    # for the run's control_resolution); empty: each control takes its target's bucket ("target")
+    control_sizes: tuple[tuple[int, int], ...] = ()
     entry: int = 0  # index of the run's dataset entry the image came from (DatasetScan.entries)
     resolution: int = 0  # the training side its bucket was chosen for (data/resolutions.py; 0: unset)
     mask: MaskRef | None = None  # the loss mask (data/masks.py); None: every pixel counts fully
@@ -72,17 +76,37 @@ class DatasetScan:
         differ, a mixed dataset holds samples without any (data/pairs.py)."""
         return max((len(item.controls) for item in self.items), default=0)
 
-    def batch_keys(self) -> list[tuple[int, int, int]]:
+    def batch_keys(self) -> list[tuple[int, ...]]:
         """Per item what the samples of one batch share: (bucket width, height, control count)
-        (a batch stacks latents and controls: data.BucketBatchSampler groups by this)."""
-        return [(item.bucket[0], item.bucket[1], len(item.controls)) for item in self.items]
+        followed by each control's trained (width, height) where controls are sized on their
+        own (ImageItem.control_sizes) (a batch stacks latents and each control slot:
+        data.BucketBatchSampler groups by this)."""
+        return [
+            (
+                item.bucket[0],
+                item.bucket[1],
+                len(item.controls),
+                *(s for size in item.control_sizes for s in size),
+            )
+            for item in self.items
+        ]
 
     def batch_histogram(self) -> dict[str, int]:
         """Images per batch group: "WxH" -> count for a dataset with one control count (as
-        bucket_histogram), else "WxH+N" (N controls) -> count."""
+        bucket_histogram), else "WxH+N" (N controls) -> count; control sizes of their own add
+        "+cWxH" per control."""
         counts = Counter(self.batch_keys())
-        one = len({k for _, _, k in counts}) <= 1
-        return {f"{w}x{h}" if one else f"{w}x{h}+{k}": counts[(w, h, k)] for (w, h, k) in sorted(counts)}
+        one = len({k[2] for k in counts}) <= 1
+        out: dict[str, int] = {}
+        for key in sorted(counts):
+            name = f"{key[0]}x{key[1]}" if one else f"{key[0]}x{key[1]}+{key[2]}"
+            name += "".join(f"+c{key[i]}x{key[i + 1]}" for i in range(3, len(key), 2))
+            out[name] = out.get(name, 0) + counts[key]
+        return out
+
+    def controls_sized(self) -> bool:
+        """Whether the controls train at sizes of their own (not their targets' buckets)."""
+        return any(item.control_sizes for item in self.items)
 
     def images(self) -> list[ImageItem]:
         """The items less the copies of an image at its other resolutions (data/resolutions.py):
@@ -98,3 +122,13 @@ class DatasetScan:
     def captions(self) -> list[str]:
         """The unique final captions, sorted (what the conditioning phase encodes)."""
         return sorted({item.caption for item in self.items})
+
+
+def batch_key_pixels(key: tuple[int, ...]) -> int:
+    """The pixels one sample of a batch group (DatasetScan.batch_keys) puts in the sequence: its
+    target's plus its controls' (their own sizes where given, else the target's each)."""
+    w, h, n = key[:3]
+    sized = key[3:]
+    if not sized:
+        return w * h * (1 + n)
+    return w * h + sum(sized[i] * sized[i + 1] for i in range(0, len(sized), 2))

@@ -18,8 +18,9 @@ reported at once, naming the files: a control named in metadata that is missing,
 dataset or unreadable; targets without controls (when the family needs them); control images
 that match no target (orphans); more or fewer controls than the family takes; controls given to a
 text-to-image family. Targets without controls beside paired ones (a mixed dataset) are allowed
-where the family trains both (min 0: FLUX.2, whose pipelines edit with references or generate
-without), and refused naming them where it needs controls (min >= 1: FLUX.1 Kontext). Targets
+where the family trains both (min 0: FLUX.2, FLUX.1 Kontext, Qwen-Image-Edit-Plus, whose
+pipelines edit with references or generate without), and refused naming them where it needs
+controls (min >= 1: the single-image Qwen-Image-Edit, whose prompt template always holds one). Targets
 may differ in their number of controls: each batch takes samples of one count
 (data/sampler.py groups them by bucket and count).
 
@@ -71,6 +72,7 @@ class PairReport:
 
     controls: dict[str, tuple[Path, ...]] = field(default_factory=dict)
     folder_ids: dict[str, tuple[FolderId, ...]] = field(default_factory=dict)  # per control, its folder
+    dims: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # per control (width, height)
     folders: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)  # targets without any control
@@ -228,15 +230,18 @@ def pair_controls(
     identities: dict[Path, FolderId] = {}
     for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
         ids: list[FolderId] = []
+        dims: list[tuple[int, int]] = []
         for path in paths:
             try:
                 if path.parent not in identities:
                     identities[path.parent] = folder_identity(path.parent)
                 ids.append(identities[path.parent])
-                probe_image(path, max_pixels, decode_pixels, identities[path.parent])
+                info = probe_image(path, max_pixels, decode_pixels, identities[path.parent])
+                dims.append((info.width, info.height))
             except DatasetError as err:
                 problems += [f"control {p}" for p in err.problems]
         report.folder_ids[target] = tuple(ids)
+        report.dims[target] = tuple(dims)
     return report
 
 
@@ -293,6 +298,19 @@ def too_many_controls(items: Sequence[ImageItem], allowed: tuple[int, int], mode
         f"{model} takes at most {allowed[1]}"
         for item in items
         if len(item.controls) > allowed[1]
+    ]
+
+
+def missing_controls(items: Sequence[ImageItem], allowed: tuple[int, int], model: str) -> list[str]:
+    """The items without a control image where `model` (a family flavour taking allowed =
+    (min, max)) needs at least one, each named; [] when none lacks one (or min is 0)."""
+    if allowed[0] == 0:
+        return []
+    return [
+        f"{item.path.name}: no control image ({model} takes {allowed[0]}-{allowed[1]} per image; "
+        "add control/<same name> or a control_files row)"
+        for item in items
+        if not item.controls
     ]
 
 

@@ -8,15 +8,18 @@ check, for the dataset entries and for a validation folder (data/holdout.py). No
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.config_datasets import resolution_list
+from lorastudio.data.control_sizing import ControlRule, control_size
 from lorastudio.data.entries import scan_entries
 from lorastudio.data.items import DatasetScan
 from lorastudio.data.masks import attach_masks
 from lorastudio.data.mix import MixEntry
+from lorastudio.errors import FieldProblem
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -49,7 +52,7 @@ def scan_for_run(
                 resolutions=tuple(resolution_list(cfg.resolution)) or (0,),
             )
         ]
-    return scan_entries(
+    scan = scan_entries(
         source,
         multiple=spec.resolution_multiple,
         aspect_buckets=cfg.aspect_buckets,
@@ -67,3 +70,32 @@ def scan_for_run(
             decode_pixels=settings.max_decode_pixels,
         ),
     )
+    return with_control_sizes(scan, spec, cfg.control_resolution)
+
+
+def with_control_sizes(scan: DatasetScan, spec: FamilySpec, rule: ControlRule) -> DatasetScan:
+    """`scan` with each control's training size set (ImageItem.control_sizes) for the run's
+    control_resolution `rule` and the family's pipeline rule (data/control_sizing.py); as it is
+    for "target" (controls take their targets' buckets) or a family without controls."""
+    if rule == "target" or spec.control_sizing is None or not scan.controls_per_image():
+        return scan
+    items = [
+        replace(
+            it, control_sizes=tuple(control_size(spec.control_sizing, rule, w, h) for w, h in it.control_dims)
+        )
+        for it in scan.items
+    ]
+    return replace(scan, items=items)
+
+
+def control_resolution_problems(scan: DatasetScan, rule: ControlRule) -> list[FieldProblem]:
+    """A control_resolution other than the default set for a dataset without control images
+    (it would size nothing): refused naming the field, not ignored."""
+    if rule == "pipeline" or scan.controls_per_image():
+        return []
+    return [
+        FieldProblem(
+            "control_resolution",
+            f"the dataset has no control images to size ({rule!r}): leave it at 'pipeline'",
+        )
+    ]

@@ -199,6 +199,7 @@ def scan_dataset(
             it,
             controls=pairs.controls.get(it.path.name, ()),
             control_folder_ids=pairs.folder_ids.get(it.path.name, ()),
+            control_dims=pairs.dims.get(it.path.name, ()),
         )
         for it in items
     ]

@@ -234,6 +234,12 @@ class Family(ABC):
         families with spec.guides_with_negative are asked. Default: none."""
         return {}
 
+    def render_without_references(self, pipe: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The pipeline and kwargs (`prompt` or its pipeline_prompt_kwargs) that render a prompt
+        without references on an edit family's `pipe`. Default: both as they are (image=None);
+        Qwen-Image-Edit-Plus, whose __call__ needs an image: a text-to-image pipeline on its parts."""
+        return pipe, kwargs
+
     # -- phase 2: latents ----------------------------------------------------------------------
     def load_vae(
         self, source: str | SingleFile, revision: str | None, dtype: torch.dtype, device: torch.device

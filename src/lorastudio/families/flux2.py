@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV
@@ -97,6 +98,8 @@ SPEC = FamilySpec(
     fused_projection_groups={"Flux2TransformerBlock": DUAL_STREAM_QKV},
     control_images=(0, MAX_REFERENCES_DEV),  # text-to-image, or edit with 1..10 references
     min_reference_side=64,  # Flux2ImageProcessor.check_image_input
+    # Flux2Pipeline scales a reference over 1 MP down to 1 MP, then floors its sides to 16
+    control_sizing=ControlSizing("cap_area", area=1024 * 1024, multiple=16, label="<= 1 MP"),
 )
 
 
@@ -111,17 +114,21 @@ def normalise(patched: torch.Tensor, vae: Any) -> torch.Tensor:
     return (patched.float() - mean) / bn_std(vae).to(patched.device)
 
 
-def reference_tokens(controls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference latents [B, K, C, h, w] -> (tokens [B, K*h*w, C], position ids [B, K*h*w, 4]),
-    as Flux2Pipeline.prepare_image_latents lays out its encoded `image=` references: each packed
+def reference_tokens(controls: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference latents [B, K, C, h, w] (or K slots [B, C, h_k, w_k] of their own sizes) ->
+    (tokens [B, R, C], position ids [B, R, 4]), R = the slots' cells, as
+    Flux2Pipeline.prepare_image_latents lays out its encoded `image=` references: each packed
     row-major, concatenated in slot order, ids from Flux2Pipeline._prepare_image_ids."""
     from diffusers import Flux2Pipeline
 
-    b, k = controls.shape[:2]
-    per_slot = [controls[:, i] for i in range(k)]  # K x [B, C, h, w]
+    if isinstance(controls, tuple):
+        per_slot = list(controls)  # K x [B, C, h_k, w_k]
+    else:
+        per_slot = [controls[:, i] for i in range(controls.shape[1])]  # K x [B, C, h, w]
+    b = per_slot[0].shape[0]
     ids = Flux2Pipeline._prepare_image_ids([lat[:1] for lat in per_slot])  # [1, K*h*w, 4]
     tokens = torch.cat([Flux2Pipeline._pack_latents(lat) for lat in per_slot], dim=1)  # [B, K*h*w, C]
-    return tokens, ids.expand(b, -1, -1).to(controls.device)
+    return tokens, ids.expand(b, -1, -1).to(per_slot[0].device)
 
 
 def tokens_to_latents(tokens: torch.Tensor, latent_hw: tuple[int, int]) -> torch.Tensor:
@@ -218,9 +225,10 @@ class Flux2Family(Family):
         embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
         tokens = Flux2Pipeline._pack_latents(noisy)  # [B, h*w, C]
         ids = Flux2Pipeline._prepare_latent_ids(noisy).to(device)  # [B, h*w, 4]
-        controls = batch_info.get("controls")  # [B, K, C, h', w'] or None (text-to-image)
+        controls = batch_info.get("controls")  # [B, K, C, h', w'], K x [B, C, h_k, w_k], or None
         if controls is not None:
-            refs, ref_ids = reference_tokens(controls.to(device, dtype))  # [B, R, C], [B, R, 4]
+            moved = tuple(c.to(device, dtype) for c in controls) if isinstance(controls, tuple) else None
+            refs, ref_ids = reference_tokens(moved or controls.to(device, dtype))  # [B, R, C], [B, R, 4]
             tokens = torch.cat([tokens, refs], dim=1)  # [B, h*w + R, C]
             ids = torch.cat([ids, ref_ids], dim=1)  # [B, h*w + R, 4]
         out = denoiser(

@@ -90,6 +90,7 @@ SPEC = FamilySpec(
     no_cfg_kwargs={"guidance_scale": 1.0},
     control_images=(0, MAX_REFERENCES_KLEIN),  # text-to-image, or edit with 1..4 references
     min_reference_side=FLUX2_SPEC.min_reference_side,
+    control_sizing=FLUX2_SPEC.control_sizing,  # Flux2KleinPipeline sizes references as Flux2Pipeline
     guides_with_negative=True,  # base checkpoints: real CFG on "" (distilled ones: guidance 1, unused)
     variants=(
         *_rows("4b", 5),

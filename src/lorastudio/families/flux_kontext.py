@@ -1,8 +1,10 @@
 """FLUX.1 Kontext: the FLUX.1 transformer editing an image. The reference image's latents are
 packed and appended to the image tokens, with position ids whose first axis is 1 (the target's
 are 0); only the target tokens' prediction is the output. Trained on paired datasets: one control
-image per target (data/pairs.py), cropped like the target, encoded as the pipeline encodes a
-reference (the posterior mean) and never noised.
+image per target (data/pairs.py), sized as the pipeline sizes a reference
+(TrainConfig.control_resolution), encoded as the pipeline encodes it (the posterior mean) and
+never noised. A target without a control trains text-to-image, as FluxKontextPipeline generates
+with image=None (FLUX.1's step: predict falls back to FluxFamily's), also mixed with pairs.
 
 The conditioning is built by FluxKontextPipeline's own code (prepare_latents: packing, the
 reference's position ids), called on the few attributes it reads, so `predict` is one denoising
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.errors import DatasetError
+from lorastudio.data.control_sizing import KONTEXT_RESOLUTIONS, ControlSizing
 from lorastudio.families.common import pack_2x2, unpack_2x2
 from lorastudio.families.flux import SPEC as FLUX_SPEC
 from lorastudio.families.flux import FluxFamily
@@ -36,7 +38,13 @@ SPEC = replace(
     # references to its preferred ~1 MP resolutions would give it another size than the target
     generation_defaults={"num_inference_steps": 28, "guidance_scale": 2.5, "_auto_resize": False},
     guidance="embedded",
-    control_images=(1, 1),
+    # one reference, or none: FluxKontextPipeline with image=None generates text-to-image
+    control_images=(0, 1),
+    edit_model=True,
+    # the pipeline's _auto_resize: the preferred resolution nearest the reference's aspect ratio
+    control_sizing=ControlSizing(
+        "preferred", multiple=16, resolutions=KONTEXT_RESOLUTIONS, label="~1 MP preferred size"
+    ),
 )
 
 
@@ -68,13 +76,14 @@ class FluxKontextFamily(FluxFamily):
 
         b, c, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
-        controls = batch_info.get("controls")  # [B, 1, C, h, w]
-        if controls is None:
-            raise DatasetError("FLUX.1 Kontext trains on paired images: the batch has no control image")
+        controls = batch_info.get("controls")  # [B, 1, C, hc, wc], a tuple of one [B, C, hc, wc], or None
+        if controls is None:  # text-to-image: the pipeline with image=None runs FLUX.1's step
+            return super().predict(denoiser, noisy, noise_level, cond, batch_info, cfg)
+        reference = controls[0] if isinstance(controls, tuple) else controls[:, 0]  # [B, C, hc, wc]
         scale = self.spec.vae_scale_factor
         latents, reference, latent_ids, reference_ids = FluxKontextPipeline.prepare_latents(
             _pipeline_parts(c, scale),
-            controls[:, 0].to(device, dtype),  # [B, C, h, w]: latents, used as they are
+            reference.to(device, dtype),  # [B, C, hc, wc]: latents, used as they are (their own ids)
             b,
             c,
             h * scale,
@@ -82,7 +91,7 @@ class FluxKontextFamily(FluxFamily):
             dtype,
             device,
             latents=pack_2x2(noisy),  # [B, hw/4, C*4]
-        )  # reference [B, hw/4, C*4]; ids [hw/4, 3] each (the reference's first axis 1)
+        )  # reference [B, hc*wc/4, C*4]; ids [hw/4, 3], [hc*wc/4, 3] (the reference's first axis 1)
         embeds = cond["prompt_embeds"].to(device, dtype)  # [B, L, D]
         guidance = None
         if denoiser.config.guidance_embeds:
@@ -90,13 +99,13 @@ class FluxKontextFamily(FluxFamily):
                 (b,), float(cfg.guidance if cfg.guidance is not None else 1.0), device=device
             )
         out = denoiser(
-            hidden_states=torch.cat([latents, reference], dim=1),  # [B, 2*hw/4, C*4]
+            hidden_states=torch.cat([latents, reference], dim=1),  # [B, hw/4 + hc*wc/4, C*4]
             timestep=noise_level.to(dtype),
             guidance=guidance,
             pooled_projections=cond["pooled"].to(device, dtype),
             encoder_hidden_states=embeds,
             txt_ids=torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype),  # [L, 3]
-            img_ids=torch.cat([latent_ids, reference_ids], dim=0),  # [2*hw/4, 3]
+            img_ids=torch.cat([latent_ids, reference_ids], dim=0),  # [hw/4 + hc*wc/4, 3]
             return_dict=False,
         )[0][:, : latents.shape[1]]  # [B, hw/4, C*4]: the target tokens
         return unpack_2x2(out, h, w)  # [B, C, h, w]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.errors import DatasetError, FieldProblem
 from lorastudio.families.base import Variant
 from lorastudio.families.qwen_image import SPEC as QWEN_SPEC
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 
 EDIT, PLUS = "QwenImageEditPipeline", "QwenImageEditPlusPipeline"
 PLUS_NOTE = (
-    "Qwen-Image-Edit-Plus takes 1 to 3 reference images per sample (control/, control_2/, "
-    "control_3/); its instruction template names them Picture 1..3 in slot order."
+    "Qwen-Image-Edit-Plus takes 0 to 3 reference images per sample (control/, control_2/, "
+    "control_3/); its instruction template names them Picture 1..3 in slot order. A sample without "
+    "any trains text-to-image (its encode_prompt without an image)."
 )
 
 SPEC = replace(
@@ -53,13 +55,16 @@ SPEC = replace(
     # max_sequence_length): the setting is not offered rather than silently ignored
     defaults={k: v for k, v in QWEN_SPEC.defaults.items() if k != "max_sequence_length"},
     supports=QWEN_SPEC.supports - {"max_sequence_length"},
-    control_images=(1, 3),  # the most any flavour takes; each row says its own
+    control_images=(0, 3),  # the widest of the flavours; each row says its own
+    edit_model=True,
     prompt_sees_controls=True,
+    # both pipelines VAE-encode a reference at calculate_dimensions(1024 * 1024, its ratio)
+    control_sizing=ControlSizing("area", area=1024 * 1024, multiple=32, label="~1 MP"),
     variants=(
         Variant("edit-2511", "Qwen-Image-Edit-2511 (Plus)", {"_class_name": PLUS, "transformer.zero_cond_t": True},
-                note=PLUS_NOTE, pipeline_class=PLUS, control_images=(1, 3)),
+                note=PLUS_NOTE, pipeline_class=PLUS, control_images=(0, 3)),
         Variant("edit-2509", "Qwen-Image-Edit-2509 (Plus)", {"_class_name": PLUS},
-                note=PLUS_NOTE, pipeline_class=PLUS, control_images=(1, 3)),
+                note=PLUS_NOTE, pipeline_class=PLUS, control_images=(0, 3)),
         Variant("edit", "Qwen-Image-Edit", {}, pipeline_class=EDIT, control_images=(1, 1)),
     ),
 )  # fmt: skip
@@ -105,17 +110,56 @@ class QwenImageEditFamily(QwenImageFamily):
         controls: Sequence[Sequence[Image.Image]] | None = None,
     ) -> list[dict[str, torch.Tensor]]:
         """Each prompt with its control images through the pipeline's encode_prompt, one prompt
-        per call (as the pipelines encode; Plus numbers the images of one prompt)."""
+        per call (as the pipelines encode; Plus numbers the images of one prompt). A prompt
+        without images (Plus: a text-to-image sample) is encoded with image=None, as the Plus
+        encode_prompt does (no "Picture" line, no vision tokens); the edit pipeline's template
+        always holds one image, so it refuses one."""
         if controls is None or len(controls) != len(prompts):
             raise DatasetError("Qwen-Image-Edit encodes each caption with its control images")
         out = []
         for prompt, images in zip(prompts, controls, strict=True):
+            if not images and type(encoders).__name__ != PLUS:
+                raise DatasetError(
+                    f"{EDIT} encodes every caption with one control image: {prompt!r} has none"
+                )
             embeds, _ = encoders.encode_prompt(
-                [prompt], image=_vl_images(encoders, images), device=encoders.device
+                [prompt], image=_vl_images(encoders, images) if images else None, device=encoders.device
             )
             # [1, L, D]; one prompt: no padding
             out.append({"prompt_embeds": embeds[0].cpu()})
         return out
+
+    def render_without_references(self, pipe: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Edit-Plus without a reference: QwenImageEditPlusPipeline.__call__ needs an image, so
+        the prompt renders through QwenImagePipeline on the same transformer (LoRA included), VAE
+        and scheduler, whose step is the Plus pipeline's with no reference tokens (img_shapes of
+        the target alone, the same time shift); a text prompt is first encoded by the Plus
+        pipeline's own encode_prompt with image=None (no "Picture" line), as training encodes a
+        control-less sample. The single-image edit pipeline cannot (its template holds an image):
+        refused with a ConfigError."""
+        from diffusers import QwenImagePipeline
+
+        from lorastudio.errors import ConfigError, FieldProblem
+
+        if type(pipe).__name__ != PLUS:
+            raise ConfigError(
+                [FieldProblem("controls", f"{type(pipe).__name__} edits one reference image: give one")]
+            )
+        out = dict(kwargs)
+        for text, embeds, mask in (
+            ("prompt", "prompt_embeds", "prompt_embeds_mask"),
+            ("negative_prompt", "negative_prompt_embeds", "negative_prompt_embeds_mask"),
+        ):
+            if out.get(text) is not None:
+                out[embeds], out[mask] = pipe.encode_prompt(
+                    out.pop(text), image=None, device=pipe._execution_device
+                )
+        parts = {
+            k: getattr(pipe, k) for k in ("scheduler", "vae", "text_encoder", "tokenizer", "transformer")
+        }
+        t2i = QwenImagePipeline(**parts)
+        t2i.set_progress_bar_config(**getattr(pipe, "_progress_bar_config", {}))
+        return t2i, out
 
     def prepare_pipeline_loading(self) -> None:
         """Its pipelines' Qwen2VLProcessor loads on hosts without torchvision (this imports
@@ -143,14 +187,18 @@ class QwenImageEditFamily(QwenImageFamily):
     ) -> torch.Tensor:
         from diffusers import QwenImageEditPlusPipeline
 
-        from lorastudio.families.common import pack_2x2, unpack_2x2, without_cudnn
+        from lorastudio.families.common import pack_2x2
 
         b, c, h, w = noisy.shape
         dtype, device = noisy.dtype, noisy.device
-        controls = batch_info.get("controls")  # [B, K, C, hc, wc], or K x [B, C, hc_k, wc_k]
-        if controls is None:
-            raise DatasetError("Qwen-Image-Edit trains on paired images: the batch has no control image")
-        slots = list(controls.unbind(1)) if isinstance(controls, torch.Tensor) else list(controls)
+        controls = batch_info.get("controls")  # [B, K, C, hc, wc], K x [B, C, hc_k, wc_k], or None
+        slots = (
+            []
+            if controls is None
+            else (list(controls.unbind(1)) if isinstance(controls, torch.Tensor) else list(controls))
+        )
+        if not slots:  # text-to-image (Plus): the target's tokens alone, as with no reference
+            return self._predict_tokens(denoiser, noisy, noise_level, cond, pack_2x2(noisy), None, [])
         parts = SimpleNamespace(
             vae_scale_factor=self.spec.vae_scale_factor,
             latent_channels=c,
@@ -163,11 +211,31 @@ class QwenImageEditFamily(QwenImageFamily):
             b, c, h * scale, w * scale, dtype, device, None,
             latents=pack_2x2(noisy),  # [B, hw/4, C*4]
         )  # references [B, K*hc*wc/4, C*4], in slot order  # fmt: skip
+        return self._predict_tokens(denoiser, noisy, noise_level, cond, latents, references, slots)
+
+    def _predict_tokens(
+        self,
+        denoiser: Any,
+        noisy: torch.Tensor,
+        noise_level: torch.Tensor,
+        cond: dict[str, Any],
+        latents: torch.Tensor,
+        references: torch.Tensor | None,
+        slots: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """The transformer on the packed target `latents` [B, hw/4, C*4] followed by the packed
+        `references` [B, R, C*4] (None: none), their shapes from `slots` (K x [B, C, hc, wc]);
+        returns the target tokens' prediction unpacked to [B, C, h, w]."""
+        from lorastudio.families.common import unpack_2x2, without_cudnn
+
+        b, _, h, w = noisy.shape
+        dtype, device = noisy.dtype, noisy.device
         shapes = [(1, h // 2, w // 2)] + [(1, sl.shape[-2] // 2, sl.shape[-1] // 2) for sl in slots]
+        tokens = latents if references is None else torch.cat([latents, references], dim=1)
         mask = cond["prompt_mask"]  # [B, L], on the CPU
         with without_cudnn(not bool(mask.all())):  # a mask keeps cuDNN out (bench note 24)
             out = denoiser(
-                hidden_states=torch.cat([latents, references], dim=1),  # [B, hw/4 + K*hc*wc/4, C*4]
+                hidden_states=tokens,  # [B, hw/4 (+ K*hc*wc/4), C*4]
                 encoder_hidden_states=cond["prompt_embeds"].to(device, dtype),  # [B, L, D]
                 encoder_hidden_states_mask=None if bool(mask.all()) else mask.to(device),
                 timestep=noise_level.to(dtype),

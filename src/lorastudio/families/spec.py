@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lorastudio.data.control_sizing import ControlSizing
+
 Objective = Literal["ddpm", "flow"]
 
 
@@ -91,6 +93,13 @@ class FamilySpec:
     # sees them): conditioning is encoded per (caption, controls) and keyed by both
     # (training/conditioning.py cond_key); encode_prompts then takes `controls`
     prompt_sees_controls: bool = False
+    # the size its edit pipeline encodes a reference (control) image at, from the image's own
+    # aspect ratio (data/control_sizing.py): what TrainConfig.control_resolution "pipeline"
+    # trains controls at; None for a family without control images
+    control_sizing: ControlSizing | None = None
+    # its checkpoints are released as editing models (FLUX.1 Kontext, Qwen-Image-Edit), though
+    # some flavours also generate without a reference: the demo trains it on paired data
+    edit_model: bool = False
 
     def public(self) -> dict[str, Any]:
         """A JSON-able description (for /api/info and the UI)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,14 +151,20 @@ def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
 
 
 def reference_kwargs(
-    pipe: Any, max_controls: int, controls: Sequence[Image.Image], width: int, height: int
+    pipe: Any,
+    max_controls: int,
+    controls: Sequence[Image.Image],
+    width: int,
+    height: int,
+    resize: Callable[[Image.Image], Image.Image] | None = None,
 ) -> dict[str, Any]:
     """The edit pipeline `__call__` arguments for reference images: `image` (each reference
-    fitted to width x height, one image for a family taking one, else a list) and, for a
-    pipeline that picks its own output size, max_area = width * height. {} for neither."""
+    fitted to width x height, or given to `resize` (a run's control sizing: sample previews);
+    one image for a family taking one, else a list) and, for a pipeline that picks its own
+    output size, max_area = width * height. {} for neither."""
     kwargs: dict[str, Any] = {}
     if controls:
-        fitted = [fit_reference(img, width, height) for img in controls]
+        fitted = [resize(img) if resize else fit_reference(img, width, height) for img in controls]
         kwargs["image"] = fitted[0] if max_controls == 1 else fitted
     if "max_area" in inspect.signature(type(pipe).__call__).parameters:
         kwargs["max_area"] = width * height  # else the edit pipeline picks its own output size
@@ -229,9 +235,11 @@ def generate_image(
     if negative_prompt:
         kwargs["negative_prompt"] = negative_prompt
     kwargs.update(extra or {})
+    kwargs["prompt"] = prompt
     generator = torch.Generator("cpu").manual_seed(seed)
     with torch.inference_mode():
-        out = pipe(
-            prompt=prompt, width=width, height=height, generator=generator, output_type="pil", **kwargs
-        )
+        render = pipe
+        if high and not controls:  # an edit family without references: text-to-image (its hook)
+            render, kwargs = fam.render_without_references(pipe, kwargs)
+        out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
     return out.images[0]

@@ -38,6 +38,7 @@ point; figures in RELIABILITY.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,9 +74,11 @@ def host_memory_forecast(
     host: HostInfo,
     buckets: dict[str, int],
     controls: int = 0,
+    control_sizes: Sequence[tuple[int, int]] = (),
 ) -> dict[str, Any]:
     """Peak host RAM of the run (module docstring). `buckets`: "WxH" -> images (the scan's
-    histogram); `controls`: control images per sample. Returns {"host_gb": GB or None (a hub id:
+    histogram); `controls`: control images per sample; `control_sizes`: every control's (w, h)
+    where controls train at sizes of their own (TrainConfig.control_resolution), else (). Returns {"host_gb": GB or None (a hub id:
     nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
     from lorastudio.jobs.preflight import WEIGHT_BYTES, _param_count, denoiser_param_split, estimate_memory_gb
@@ -94,6 +97,11 @@ def host_memory_forecast(
         for (w, h), n in zip(sizes, buckets.values(), strict=False)
     )
     cache = cells * spec.latent_channels * variants * (2 + controls) * 4 / 1e9
+    if control_sizes:  # controls of their own sizes: their cells, and the largest one decoded
+        scale = spec.vae_scale_factor
+        own = sum((w // scale) * (h // scale) for w, h in control_sizes)
+        cache = (cells * 2 + own) * spec.latent_channels * variants * 4 / 1e9
+        pixels = max(pixels, max(w * h for w, h in control_sizes))
     mode = latent_mode(cfg.latent_cache, int(cache * 1e9), cfg.latent_cache_max_gb)
     if mode == "per_step":
         cache, encoded_at_once = 0.0, cfg.batch_size * (1 + controls)
@@ -217,5 +225,6 @@ def refuse_if_short(run: ValidatedRun, host: HostInfo | None = None) -> str | No
         host,
         run.scan.bucket_histogram(),
         run.scan.controls_per_image(),
+        [size for it in run.scan.items for size in it.control_sizes],
     )
     return check_host_memory(forecast, cfg, available_host_bytes())

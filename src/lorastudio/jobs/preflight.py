@@ -20,6 +20,7 @@ from typing import Any
 
 from lorastudio import families
 from lorastudio.config import TrainConfig
+from lorastudio.config_datasets import top_resolution
 from lorastudio.config_preservation import preservation_line
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
@@ -124,7 +125,7 @@ def preflight_report(
                 w for w in [upscale_warning(scan.items, cfg.no_upscale), mask_warning(scan.items)] if w
             ],
             "masks": mask_section(scan.items, cfg.alpha_mask),
-            "controls": controls_section(scan),
+            "controls": controls_section(scan, cfg.control_resolution, cfg.family),
             "mode": training_mode(cfg.family, scan),
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
             "entries": entry_report(scan),
@@ -307,15 +308,12 @@ def _memory_section(
     `host_warning` (a forecast that exceeds it)."""
     plan = plan_for_estimate(cfg, host)
     compiled = compile_runs(cfg.compile, host.device)
-    section = estimate_memory_gb(cfg, model_dir, plan, scan.controls_per_image(), compiled=compiled)
+    controls = control_load(scan, cfg)
+    section = estimate_memory_gb(cfg, model_dir, plan, controls, compiled=compiled)
     lightest = None
     if cfg.memory_budget_gb is not None and plan_fields_left_auto(cfg) and section["estimated_gb"]:
         lightest = estimate_memory_gb(
-            cfg,
-            model_dir,
-            plan_for_estimate(cfg, host, lightest=True),
-            scan.controls_per_image(),
-            compiled=compiled,
+            cfg, model_dir, plan_for_estimate(cfg, host, lightest=True), controls, compiled=compiled
         )
         section["note"] += (
             "; settings left to the memory budget are assumed at their fastest (default) values:"
@@ -323,8 +321,9 @@ def _memory_section(
         )
     section["lightest_gb"] = lightest["estimated_gb"] if lightest else None
     forecast = host_memory.host_memory_forecast(
-        cfg, model_dir, plan, host, scan.bucket_histogram(), scan.controls_per_image()
-    )
+        cfg, model_dir, plan, host, scan.bucket_histogram(), scan.controls_per_image(),
+        [size for it in scan.items for size in it.control_sizes],
+    )  # fmt: skip
     available = host_memory.available_host_bytes()
     section["host_gb"] = forecast["host_gb"]
     section["host_phases"] = forecast["phases"]
@@ -335,3 +334,13 @@ def _memory_section(
     except HostMemoryShort as err:
         section["host_warning"] = str(err)
     return section
+
+
+def control_load(scan: DatasetScan, cfg: TrainConfig) -> float:
+    """The most control pixels of a sample in units of a target at the training side (the
+    memory estimate's): the control count where controls take their targets' buckets, their
+    own sizes' pixels over side x side where control_resolution sizes them (data/control_sizing.py)."""
+    if not scan.controls_sized():
+        return float(scan.controls_per_image())
+    side = top_resolution(cfg.resolution) or 1024
+    return max(sum(w * h for w, h in it.control_sizes) for it in scan.items) / side**2

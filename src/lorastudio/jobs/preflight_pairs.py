@@ -3,10 +3,12 @@ both, for a family that takes control images) and the pairs it found (data/pairs
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from lorastudio import families
 from lorastudio.data import DatasetScan
+from lorastudio.data.control_sizing import ControlRule, rule_label
 
 
 def training_mode(family: str, scan: DatasetScan) -> dict[str, Any]:
@@ -36,19 +38,51 @@ def training_mode(family: str, scan: DatasetScan) -> dict[str, Any]:
     return {"kind": "edit", "note": f"every sample edits with its reference images ({each} per sample)"}
 
 
-def controls_section(scan: DatasetScan) -> dict[str, Any] | None:
-    """Paired datasets: pairs, unpaired targets (a mixed dataset), the most controls per image, where they came from, and how controls are
-    sized (each resized to cover its target's bucket and cropped like it: data/pairs.py)."""
+def _item_sizes(item: Any) -> list[str]:
+    """One item's controls as "WxH -> wxh" (source -> trained size; the bucket for "target")."""
+    sizes = item.control_sizes or (item.bucket,) * len(item.controls)
+    dims = item.control_dims or sizes
+    return [f"{sw}x{sh} -> {tw}x{th}" for (sw, sh), (tw, th) in zip(dims, sizes, strict=False)]
+
+
+def control_size_lines(scan: DatasetScan, label: str, limit: int = 8) -> list[str]:
+    """How the controls are sized, one line per distinct (source size -> trained size), most
+    frequent first: "1024x1024 -> 1056x992 (pipeline ~1 MP)", " x N" when N controls share it.
+    A control of the "target" rule takes its target's bucket."""
+    counts: Counter[tuple[tuple[int, int], tuple[int, int]]] = Counter()
+    for item in scan.items:
+        sizes = item.control_sizes or (item.bucket,) * len(item.controls)
+        counts.update(zip(item.control_dims or sizes, sizes, strict=False))
+    return [
+        f"{sw}x{sh} -> {tw}x{th} ({label})" + (f" x {n}" if n > 1 else "")
+        for ((sw, sh), (tw, th)), n in counts.most_common(limit)
+    ]
+
+
+def controls_section(
+    scan: DatasetScan, rule: ControlRule = "target", family: str | None = None
+) -> dict[str, Any] | None:
+    """Paired datasets: pairs, unpaired targets (a mixed dataset), the most controls per image,
+    where they came from, and how controls are sized for the run's control_resolution `rule`
+    (data/control_sizing.py: `rule` in words, `sizes` its source -> trained sizes, `resize`)."""
     per_image = scan.controls_per_image()
     if per_image == 0:
         return None
+    sizing = families.get(family).spec.control_sizing if family else None
+    label = rule_label(sizing, rule)
+    if scan.controls_sized():
+        resize = f"each control is resized whole to the size its pipeline encodes a reference at ({label})"
+    else:
+        resize = "each control is resized to cover its target's bucket and cropped like the target"
     return {
+        "rule": label,
+        "sizes": control_size_lines(scan, label),
         "pairs": sum(1 for it in scan.items if it.controls),
         "unpaired": sum(1 for it in scan.items if not it.controls),  # text-to-image samples of a mixed set
         "per_image": per_image,  # the most of one sample
         "sources": list(scan.control_sources),
         "buckets": scan.bucket_histogram(),
-        "resize": "each control is resized to cover its target's bucket and cropped like the target",
+        "resize": resize,
         "examples": [
             {
                 "target": it.path.name,
@@ -56,6 +90,7 @@ def controls_section(scan: DatasetScan) -> dict[str, Any] | None:
                     str(c.relative_to(scan.root)) if c.is_relative_to(scan.root) else str(c)
                     for c in it.controls
                 ],
+                "sizes": _item_sizes(it),  # each control's source -> trained size
             }
             for it in scan.items[:20]
         ],

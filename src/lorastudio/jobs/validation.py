@@ -26,7 +26,7 @@ from lorastudio.data.holdout import Holdout, split_validation
 from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.mix import MixEntry
 from lorastudio.data.pairs import resolve_control_dirs
-from lorastudio.data.run_scan import scan_for_run
+from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
 from lorastudio.data.sample_refs import reference_size_problem, sample_references
 from lorastudio.errors import (
     ConfigError,
@@ -164,6 +164,8 @@ def validate_run(
                 )
             except (ConfigError, PathOutsideRoot, DatasetError) as err:
                 problems += _as_problems("validation_split", err)
+    if scan is not None and cfg is not None:
+        problems += control_resolution_problems(scan, cfg.control_resolution)
     if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
         paths, refs = sample_references(  # checked against the images the run trains on
             cfg.sample_prompts,

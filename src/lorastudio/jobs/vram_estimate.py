@@ -61,7 +61,7 @@ def estimate_memory_gb(
     cfg: TrainConfig,
     model_dir: Path | None,
     plan: PlanValues,
-    controls: int | None = None,
+    controls: float | None = None,
     *,
     compiled: bool = False,
 ) -> dict[str, Any]:
@@ -70,7 +70,8 @@ def estimate_memory_gb(
     local pipeline; for a hub id nothing is known locally and the estimate is None.
 
     Takes the config (resolution, LoRA rank), the plan to size and the control images per sample
-    (None: the fewest the checkpoint's flavour takes, Family.source_control_images). Returns {"estimated_gb",
+    in targets' pixels (controls of their own sizes: their pixels over the training side's
+    square; None: the fewest the checkpoint's flavour takes, Family.source_control_images). Returns {"estimated_gb",
     "phases": {conditioning, latents, denoiser} in GB, "note"}.
 
     denoiser phase = base weights (WEIGHT_BYTES of the plan's precision for the repeated blocks'

@@ -64,6 +64,10 @@ def run_shapes(run: PreparedRun, plan: Plan, denoiser_config: Mapping[str, Any])
     side = top_resolution(cfg.resolution) // (spec.vae_scale_factor * spec.patch_size)
     text = int(cfg.max_sequence_length or 0)  # None for SDXL, whose U-Net gives no shapes anyway
     image = side * side * (1 + run.scan.controls_per_image())  # control tokens join the sequence
+    if run.scan.controls_sized():  # controls of their own sizes: the most control tokens of a sample
+        cell = spec.vae_scale_factor * spec.patch_size
+        own = max(sum((w // cell) * (h // cell) for w, h in it.control_sizes) for it in run.scan.items)
+        image = side * side + own
     return attention.probe_shapes(dict(denoiser_config), image, text, plan.micro_batch_size)
 
 

@@ -297,6 +297,10 @@ class BatchShard:
 def _slice_values(values: dict[str, Any], part: slice, size: int) -> dict[str, Any]:
     out = {}
     for key, value in values.items():
+        if isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+            # per-slot tensors (control latents of their own sizes): each sliced on its batch axis
+            out[key] = tuple(v[part] if v.dim() > 0 and v.shape[0] == size else v for v in value)
+            continue
         per_sample = (isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == size) or (
             isinstance(value, list) and len(value) == size
         )

@@ -4,8 +4,12 @@ training dtype. A data-parallel run encodes each image on one rank and all-gathe
 encoded every step instead (the VAE stays loaded): same distribution, more compute.
 
 Paired datasets (data/pairs.py): each crop variant's control images are cropped like the target
-(same bucket, crop and flip), encoded with `family.encode_controls` (the posterior mean: controls
-are not noised) and cached beside it; a batch hands them on as LatentBatch.controls.
+(same bucket, crop and flip) or, where the run sizes controls on their own (ImageItem.control_sizes:
+TrainConfig.control_resolution, data/control_sizing.py), resized whole to their size (flipped with
+the target), encoded with `family.encode_controls` (the posterior mean: controls are not noised)
+and cached beside it; a batch hands them on as LatentBatch.controls: [B, K, C, h, w] when every
+slot has one size, else a tuple of K [B, C, h_k, w_k] (the samples of a batch share their
+control sizes: DatasetScan.batch_keys).
 
 Masked images (data/masks.py): each variant's loss mask, cut like its crop and box-averaged to the
 latent grid, is kept beside it (LatentBatch.mask).
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lorastudio.data.control_sizing import rule_area
 from lorastudio.data.latent_keys import variant_flips
 from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, Preparing
@@ -31,6 +36,11 @@ if TYPE_CHECKING:
     from lorastudio.data import CroppedImage, ImageItem
     from lorastudio.families.base import Family
 
+
+# a batch's control latents: [B, K, C, h, w], or K slots [B, C, h_k, w_k] of their own sizes
+Controls = torch.Tensor | tuple[torch.Tensor, ...]
+# one image's cached control latents: [V, K, C, h, w], or K slots [V, C, h_k, w_k]
+ItemControls = torch.Tensor | tuple[torch.Tensor, ...]
 
 # per variant ((height, width) of the source, (top, left) of the crop), and the crop's (H, W)
 CropInfo = tuple[list[tuple[tuple[int, int], tuple[int, int]]], tuple[int, ...]]
@@ -42,16 +52,25 @@ class LatentBatch:
     original_size: list[tuple[int, int]]  # per sample (height, width) of the source image
     crop_top_left: list[tuple[int, int]]  # per sample (top, left) of the crop
     target_size: tuple[int, int]  # (H, W) pixels of the bucket
-    controls: torch.Tensor | None = None  # [B, K, C, h, w] control latents (paired datasets), else None
+    controls: Controls | None = None  # control latents of a paired batch (see the module docstring)
     mask: torch.Tensor | None = None  # [B, 1, h, w] fp32 loss mask in [0, 1] (data/masks.py), else None
 
 
 def cache_bytes(
-    buckets: Sequence[tuple[int, int]], variants: int, channels: int, scale: int, controls: int = 0
+    buckets: Sequence[tuple[int, int]],
+    variants: int,
+    channels: int,
+    scale: int,
+    controls: int = 0,
+    control_sizes: Sequence[tuple[int, int]] = (),
 ) -> int:
     """RAM the cache would take: mean + std (+ one mean per control image), fp32, `variants`
-    per image of bucket (w, h)."""
+    per image of bucket (w, h); `control_sizes`: every control's own (w, h) where controls are
+    sized on their own (then `controls` is not used), else `controls` of the bucket's size each."""
     cells = sum((w // scale) * (h // scale) for w, h in buckets)
+    if control_sizes:
+        own = sum((w // scale) * (h // scale) for w, h in control_sizes)
+        return (cells * 2 + own) * channels * variants * 4
     return cells * channels * variants * (2 + controls) * 4
 
 
@@ -69,7 +88,7 @@ class CachedLatents:
         self.stds: list[torch.Tensor] = []  # per image [K, C, h, w]
         self.crops: list[list[tuple[tuple[int, int], tuple[int, int]]]] = []  # per image, per variant
         self.sizes: list[tuple[int, int]] = []  # per image (H, W) pixels
-        self.controls: list[torch.Tensor | None] = []  # per image [K_variants, K, C, h, w] or None
+        self.controls: list[ItemControls | None] = []  # per image (see ItemControls) or None
         self.masks: list[torch.Tensor | None] = []  # per image [K_variants, h, w] fp32 or None
 
     def add(self, mean: torch.Tensor, std: torch.Tensor, crops: Sequence[CroppedImage]) -> None:
@@ -81,13 +100,14 @@ class CachedLatents:
         mean: torch.Tensor,
         std: torch.Tensor,
         info: CropInfo,
-        controls: torch.Tensor | None = None,
+        controls: ItemControls | None = None,
         masks: torch.Tensor | None = None,
     ) -> None:
         """Store one image's K variants: mean/std [K, C, h, w], its `crops_info`, for a paired
-        sample its control latents [K, N, C, h, w] (N controls per variant), and for a masked
-        image its loss masks [K, h, w] (data/masks.py)."""
-        self.controls.append(None if controls is None else controls.detach().float().cpu())
+        sample its control latents [K, N, C, h, w] (N controls per variant; or N slots
+        [K, C, h_n, w_n] of their own sizes), and for a masked image its loss masks [K, h, w]
+        (data/masks.py)."""
+        self.controls.append(None if controls is None else _to_cpu(controls))
         self.masks.append(masks)
         self.means.append(mean.detach().float().cpu())
         self.stds.append(std.detach().float().cpu())
@@ -105,8 +125,8 @@ class CachedLatents:
         crops = [self.crops[i][k] for i, k in zip(indices, picks, strict=True)]
         controls = None
         if self.controls[indices[0]] is not None:
-            picked = [self.controls[i][k] for i, k in zip(indices, picks, strict=True)]  # [N, C, h, w] each
-            controls = torch.stack(picked).to(device=device, dtype=dtype)  # [B, N, C, h, w]
+            picked = [variant_controls(self.controls[i], k) for i, k in zip(indices, picks, strict=True)]
+            controls = stack_controls(picked, device, dtype)
         picked_masks = [
             self.masks[i] if self.masks[i] is None else self.masks[i][k]
             for i, k in zip(indices, picks, strict=True)
@@ -115,6 +135,33 @@ class CachedLatents:
         return LatentBatch(
             latents, [c[0] for c in crops], [c[1] for c in crops], self.sizes[indices[0]], controls, mask
         )
+
+
+def _to_cpu(controls: ItemControls) -> ItemControls:
+    """Cached control latents detached, fp32, on the CPU (either layout)."""
+    if isinstance(controls, torch.Tensor):
+        return controls.detach().float().cpu()
+    return tuple(c.detach().float().cpu() for c in controls)
+
+
+def variant_controls(controls: ItemControls, k: int) -> ItemControls:
+    """Variant k of an image's cached controls: [N, C, h, w], or N slots [C, h_n, w_n]."""
+    return controls[k] if isinstance(controls, torch.Tensor) else tuple(c[k] for c in controls)
+
+
+def stack_controls(picked: Sequence[ItemControls], device: torch.device, dtype: torch.dtype) -> Controls:
+    """A batch's controls from each sample's ([N, C, h, w], or N slots [C, h_n, w_n] of the same
+    sizes in every sample of a batch): [B, N, C, h, w], or a tuple of N [B, C, h_n, w_n] where the
+    slots' sizes differ (a tensor when they are all equal, as one stack holds them)."""
+    if isinstance(picked[0], torch.Tensor):
+        return torch.stack(list(picked)).to(device=device, dtype=dtype)  # [B, N, C, h, w]
+    slots = tuple(
+        torch.stack([sample[n] for sample in picked]).to(device=device, dtype=dtype)  # [B, C, h_n, w_n]
+        for n in range(len(picked[0]))
+    )
+    if len({s.shape for s in slots}) == 1:
+        return torch.stack(slots, dim=1)  # [B, N, C, h, w]
+    return slots
 
 
 def crop_masks(
@@ -164,6 +211,7 @@ def build_latent_cache(
 
     ctx = group_context()
     cache = CachedLatents()
+    area = rule_area(cfg.control_resolution)
     total = len(items)
     every = max(1, total // 100)
     for members, mine in round_robin(total, ctx):
@@ -179,7 +227,9 @@ def build_latent_cache(
             pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [K, 3, H, W]
             with torch.no_grad():
                 mean, std = family.encode_pixels(vae, pixels)  # [K, C, h, w] each, fp32
-                controls = encode_controls(family, vae, items[n], crops, flips, device)  # [K, N, C, h, w]
+                controls = encode_controls(
+                    family, vae, items[n], crops, flips, device, area
+                )  # [K, N, C, h, w]
             masks = crop_masks(items[n], crops, flips, family.spec.vae_scale_factor)  # [K, h, w] | None
             encoded = (
                 mean.detach().float().cpu(),
@@ -203,13 +253,19 @@ def encode_controls(
     crops: Sequence[CroppedImage],
     flips: Sequence[bool],
     device: torch.device,
-) -> torch.Tensor | None:
+    area: int | None = None,
+) -> ItemControls | None:
     """The control latents of a paired item's crops: each control cropped like its target crop
     (data.pairs.load_control_crop: same bucket, crop and flip) and encoded with
     family.encode_controls. Returns [V, N, C, h, w] fp32 on the CPU (V crops, N controls), or
-    None for an item without controls. Draws nothing from any rng."""
+    None for an item without controls; where the item's controls have sizes of their own
+    (ImageItem.control_sizes) each is resized whole to it (flipped with its crop): a tuple of N
+    slots [V, C, h_n, w_n] (`area`: the int control_resolution's, data.control_sizing.rule_area;
+    None: the pipeline's). Draws nothing from any rng."""
     if not item.controls:
         return None
+    if item.control_sizes:
+        return _encode_sized_controls(family, vae, item, flips, device, area)
     from lorastudio.data.crop import resized_size
     from lorastudio.data.pairs import control_folder_ids, load_control_crop
 
@@ -224,6 +280,30 @@ def encode_controls(
     latents = family.encode_controls(vae, torch.from_numpy(pixels).to(device))  # [V*N, C, h, w]
     v, n = len(crops), len(item.controls)
     return latents.detach().float().cpu().reshape(v, n, *latents.shape[1:])  # [V, N, C, h, w]
+
+
+def _encode_sized_controls(
+    family: Family,
+    vae: Any,
+    item: ImageItem,
+    flips: Sequence[bool],
+    device: torch.device,
+    area: int | None,
+) -> tuple[torch.Tensor, ...]:
+    """encode_controls for controls of their own sizes: per slot [V, C, h_n, w_n] fp32, CPU."""
+    from lorastudio.data.control_sizing import load_control_sized
+    from lorastudio.data.pairs import control_folder_ids
+
+    sizing = family.spec.control_sizing
+    if sizing is None:
+        raise ValueError(f"{family.spec.name} has no control sizing rule")
+    slots = []
+    for path, fid, size in zip(item.controls, control_folder_ids(item), item.control_sizes, strict=True):
+        unflipped = load_control_sized(path, size, sizing, flip=False, folder_id=fid, area=area)  # [3, H, W]
+        pixels = np.stack([unflipped[:, :, ::-1] if flip else unflipped for flip in flips])  # [V, 3, H, W]
+        latents = family.encode_controls(vae, torch.from_numpy(np.ascontiguousarray(pixels)).to(device))
+        slots.append(latents.detach().float().cpu())  # [V, C, h_n, w_n]
+    return tuple(slots)
 
 
 def replay_crop_draws(item: ImageItem, random_crop: bool, rng: np.random.Generator) -> None:
@@ -253,6 +333,7 @@ class EncodedPerStep:
         self.random_crop = cfg.random_crop
         self.random_flip = cfg.random_flip
         self.rng = rng
+        self.area = rule_area(cfg.control_resolution)  # the int control_resolution's, else None
 
     def sample(
         self, indices: Sequence[int], generator: torch.Generator, dtype: torch.dtype, device: torch.device
@@ -271,10 +352,12 @@ class EncodedPerStep:
             mean, std = self.family.encode_pixels(self.vae, pixels)  # [B, C, h, w] each, fp32
             if self.items[indices[0]].controls:
                 per_item = [
-                    encode_controls(self.family, self.vae, self.items[i], [crop], [flip], device)
+                    encode_controls(self.family, self.vae, self.items[i], [crop], [flip], device, self.area)
                     for i, crop, flip in zip(indices, crops, flips, strict=True)
-                ]  # [1, N, C, h, w] each
-                controls = torch.cat(per_item).to(device=device, dtype=dtype)  # [B, N, C, h, w]
+                ]  # [1, N, C, h, w] (or N slots [1, C, h_n, w_n]) each
+                controls = stack_controls(
+                    [variant_controls(c, 0) for c in per_item if c is not None], device, dtype
+                )
         latents = _draw(mean.float(), std.float(), generator).to(dtype=dtype)  # [B, C, h, w]
         scale = self.family.spec.vae_scale_factor
         masks = [

@@ -51,6 +51,7 @@ import torch
 
 from lorastudio.config import TrainConfig
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
+from lorastudio.data.control_sizing import rule_area
 from lorastudio.data.disk_cache import cache_root, latent_mode
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
@@ -393,6 +394,7 @@ def _latent_mode(run: PreparedRun) -> str:
         spec.latent_channels,
         spec.vae_scale_factor,
         controls=run.scan.controls_per_image(),
+        control_sizes=[size for it in run.scan.items for size in it.control_sizes],
     )
     return latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
 
@@ -411,7 +413,8 @@ def _prepare_latents(
     vae = family.load_vae(model_source(cfg), cfg.revision, run.dtype, run.device)
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
-        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device)
+        area = rule_area(cfg.control_resolution)  # the int control_resolution's, else None
+        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device, area)
         state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
     mode = _latent_mode(run)
     if mode == "per_step":

@@ -195,8 +195,10 @@ def trial_inputs(
     generator; the run's numpy stream `rng` is left as it was. A group is a bucket and a control
     count (DatasetScan.batch_keys): a batch never mixes them."""
     items = run.scan.items
-    keys = run.scan.batch_keys()  # (width, height, controls) per item
-    largest = max(keys, key=lambda k: (k[0] * k[1] * (1 + k[2]), k))
+    from lorastudio.data.items import batch_key_pixels
+
+    keys = run.scan.batch_keys()  # (width, height, controls, control sizes...) per item
+    largest = max(keys, key=lambda k: (batch_key_pixels(k), k))
     members = [i for i, key in enumerate(keys) if key == largest]
     indices = (members * math.ceil(run.cfg.batch_size / len(members)))[: run.cfg.batch_size]
     saved = rng.bit_generator.state

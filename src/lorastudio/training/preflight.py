@@ -75,7 +75,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     from lorastudio.data.holdout import split_validation
     from lorastudio.data.masks import mask_warning
     from lorastudio.data.pairs import resolve_control_dirs
-    from lorastudio.data.run_scan import scan_for_run
+    from lorastudio.data.run_scan import control_resolution_problems, scan_for_run
     from lorastudio.data.safe_open import check_not_relinked
 
     problems = family_problems(cfg)  # every config problem, before any default is filled
@@ -104,6 +104,9 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         check_not_relinked(given, control_dir, settings.datasets_dir)
 
     scan = scan_for_run(entries, resolved, family.spec, settings, control_dirs)
+    sizing = control_resolution_problems(scan, resolved.control_resolution)
+    if sizing:
+        raise ConfigError(sizing)
     holdout = split_validation(
         scan,
         resolved.validation_split,
@@ -135,14 +138,18 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     if found.file is not None:
         log.info("base model: single file %s with the config of %s", found.source, found.config)
     resolved = resolved.model_copy(update=updates)  # what the loaders read
-    # e.g. Qwen-Image-Edit: 1 control, Plus: 3 (a single file: its base config's flavour)
+    # e.g. Qwen-Image-Edit: 1 control, Plus: 0-3 (a single file: its base config's flavour)
     flavour = family.source_variant(model_source(resolved), resolved.revision)
     if flavour is not None and flavour.control_images is not None:
-        from lorastudio.data.pairs import too_many_controls
+        from lorastudio.data.pairs import missing_controls, too_many_controls
 
-        excess = too_many_controls([*scan.items, *holdout.validation], flavour.control_images, flavour.title)
+        checked = [*scan.items, *holdout.validation]
+        excess = too_many_controls(checked, flavour.control_images, flavour.title)
         if excess:
             raise DatasetError(f"{scan.root}: more control images than {flavour.title} takes", excess)
+        missing = missing_controls(checked, flavour.control_images, flavour.title)
+        if missing:  # e.g. a hub id whose flavour (the single-image edit model) needs one per image
+            raise DatasetError(f"{scan.root}: {flavour.title} needs a control image per image", missing)
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     if problems:
         raise ConfigError(problems)

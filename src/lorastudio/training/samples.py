@@ -14,10 +14,13 @@ How a round renders (exactly what inference would render):
   every step already holds its VAE: that one is reused when its dtype is the run's;
 - an edit family renders each prompt with its reference images (config_samples.SamplePrompt:
   the prompt's `controls`, else on a paired run the first paired image's controls: see
-  data/sample_refs.py), fitted to the sample size as `lorastudio generate --control` does; a copy
+  data/sample_refs.py), fitted to the sample size as `lorastudio generate --control` does, or,
+  where the run sizes its controls on their own (TrainConfig.control_resolution other than
+  "target"), sized as training sized them (data/control_sizing.py); a copy
   of each is kept beside the samples (samples/ref-<prompt>-<slot>.png) for the gallery. Where the
   family's prompt sees the controls (spec.prompt_sees_controls: Qwen-Image-Edit), phase 1 encoded
-  each prompt with its own references (sample_texts: EditPrompts keyed by prompt + files);
+  each prompt with its own references (sample_texts: EditPrompts keyed by prompt + files; fitted
+  to the sample size, or as they are where the run sizes controls: as training encodes them);
 - each prompt's noise comes from a CPU generator seeded with `sample_seed` (the same image for
   the same LoRA on any device), at the training resolution, with the family's generation
   defaults and `sample_steps` inference steps; a prompt given as an object (SamplePrompt) may
@@ -181,10 +184,14 @@ class SamplePreviews:
             kwargs.update(family.pipeline_negative_kwargs(negative, run.device, run.dtype))
         width, height = _sample_size(cfg, own)
         references = self.references[index]
-        kwargs.update(reference_kwargs(pipe, family.control_images(facts)[1], references, width, height))
+        high = family.control_images(facts)[1]
+        kwargs.update(reference_kwargs(pipe, high, references, width, height, control_resizer(cfg, family)))
+        render = pipe
+        if high and not references:  # an edit family's prompt without references: text-to-image
+            render, kwargs = family.render_without_references(pipe, kwargs)
         seed = cfg.sample_seed if own.seed is None else own.seed
         generator = torch.Generator("cpu").manual_seed(seed)
-        out = pipe(width=width, height=height, generator=generator, output_type="pil", **kwargs)
+        out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
         return out.images[0]
 
 
@@ -234,14 +241,32 @@ def _prompt_texts(
     out: list[tuple[Text, Text | None]] = []
     for entry, paths in zip(cfg.sample_prompts, references, strict=True):
         size = _sample_size(cfg, _entry(entry))  # the preview's size: _one fits the references to it
+        fit = None if control_resizer(cfg, family) else size  # or sizes them as training did
         captions: list[str] = [prompt_text(entry), *([""] if family.spec.guides_with_negative else [])]
         if family.spec.prompt_sees_controls:
             ids = tuple(folder_identity(p.parent) for p in paths)
-            texts: list[Text] = [EditPrompt(c, tuple(paths), ids, size) for c in captions]
+            texts: list[Text] = [EditPrompt(c, tuple(paths), ids, fit) for c in captions]
         else:
             texts = list(captions)
         out.append((texts[0], texts[1] if len(texts) > 1 else None))
     return out
+
+
+def control_resizer(cfg: TrainConfig, family: Family) -> Callable[[Image.Image], Image.Image] | None:
+    """How the previews size a reference where the run sizes its controls on their own
+    (control_resolution "pipeline" or a side; data/control_sizing.py): an RGB image -> the image
+    training would have encoded; None for "target" (previews fit it to their size)."""
+    from lorastudio.data.control_sizing import control_size, rule_area, sized_image
+
+    sizing, rule = family.spec.control_sizing, cfg.control_resolution
+    if sizing is None or rule == "target":
+        return None
+
+    def resize(image: Image.Image) -> Image.Image:
+        size = control_size(sizing, rule, image.width, image.height)
+        return image if size is None else sized_image(image, size, sizing, rule_area(rule))
+
+    return resize
 
 
 def _entry(entry: str | SamplePrompt) -> SamplePrompt:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from lorastudio.training.compile import run_compiled
+from lorastudio.training.latents import stack_controls, variant_controls
 from lorastudio.training.step import mask_weights, weighted_loss_share
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class HeldOut:
     caption: str
     mean: torch.Tensor
     noise: torch.Tensor
-    controls: torch.Tensor | None
+    controls: Any  # [N, C, h, w] fp32, or N slots [C, h_n, w_n] (controls of their own sizes), or None
     original_size: tuple[int, int]
     crop_top_left: tuple[int, int]
     target_size: tuple[int, int]
@@ -70,9 +71,15 @@ def fixed_noise(seed: int, index: int, shape: Sequence[int]) -> torch.Tensor:
 
 
 def encode_held_out(
-    family: Family, vae: Any, items: Sequence[ImageItem], seed: int, device: torch.device
+    family: Family,
+    vae: Any,
+    items: Sequence[ImageItem],
+    seed: int,
+    device: torch.device,
+    area: int | None = None,
 ) -> list[HeldOut]:
-    """Encode the held-out `items` (see the module docstring). Draws from no run stream."""
+    """Encode the held-out `items` (see the module docstring; `area`: the int
+    control_resolution's, training.latents.encode_controls). Draws from no run stream."""
     from lorastudio.data import load_crop
     from lorastudio.training.conditioning import item_key
     from lorastudio.training.latents import crop_masks, encode_controls
@@ -84,7 +91,9 @@ def encode_held_out(
         pixels = torch.from_numpy(crop.pixels[None]).to(device)  # [1, 3, H, W]
         with torch.no_grad():
             mean, _ = family.encode_pixels(vae, pixels)  # [1, C, h, w] fp32
-            controls = encode_controls(family, vae, item, [crop], [False], device)  # [1, N, C, h, w] | None
+            controls = encode_controls(
+                family, vae, item, [crop], [False], device, area
+            )  # [1, N, C, h, w] | None
         mean = mean[0].detach().float().cpu()  # [C, h, w]
         masks = crop_masks(item, [crop], [False], family.spec.vae_scale_factor)  # [1, h, w] | None
         encoded.append(
@@ -95,7 +104,7 @@ def encode_held_out(
                 ),  # the conditioning key (caption + controls where the prompt sees them)
                 mean=mean,
                 noise=fixed_noise(seed, index, mean.shape),
-                controls=None if controls is None else controls[0],
+                controls=None if controls is None else variant_controls(controls, 0),
                 original_size=crop.original_size,
                 crop_top_left=crop.crop_top_left,
                 target_size=(int(crop.pixels.shape[1]), int(crop.pixels.shape[2])),
@@ -161,7 +170,7 @@ def _chunk_loss(
         "target_size": item.target_size,
     }
     if item.controls is not None:
-        info["controls"] = item.controls.unsqueeze(0).expand(b, *item.controls.shape).to(device, dtype)
+        info["controls"] = stack_controls([item.controls] * b, device, dtype)  # [B, N, C, h, w] or slots
     cond = family.collate_conditioning([conds[item.caption]] * b)
 
     mask = None if item.mask is None else item.mask.expand(b, 1, *item.mask.shape)  # [B, 1, h, w]

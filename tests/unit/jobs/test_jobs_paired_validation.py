@@ -31,7 +31,11 @@ def test_the_preflight_shows_the_pairs(
     run = validate_run(_cfg(tiny_model("flux-kontext")), settings, live_output_names=set())
     controls = preflight_report(run)["dataset"]["controls"]
     assert controls["pairs"] == 8 and controls["per_image"] == 1 and controls["sources"] == ["control/"]
-    assert controls["examples"][0] == {"target": "shape_00.png", "controls": ["control/shape_00.png"]}
+    assert controls["examples"][0] == {
+        "target": "shape_00.png",
+        "controls": ["control/shape_00.png"],
+        "sizes": ["64x64 -> 1024x1024"],  # Kontext's preferred resolution for a square control
+    }
     assert sum(controls["buckets"].values()) == 8
     json.dumps(controls)
     # the reference tokens join the sequence: more activation memory than FLUX.1 on the same weights
@@ -39,7 +43,7 @@ def test_the_preflight_shows_the_pairs(
         vram_estimate._ACT_GB_PER_BPARAM_BY_CLASS, "FluxTransformer2DModel", (1e6, 1e6)
     )  # tiny weights: make activations count
     plan = plan_for_estimate(run.config, host_info())
-    kontext = estimate_memory_gb(run.config, run.model_dir, plan)["phases"]["denoiser"]
+    kontext = estimate_memory_gb(run.config, run.model_dir, plan, 1)["phases"]["denoiser"]
     flux = estimate_memory_gb(run.config.model_copy(update={"family": "flux"}), run.model_dir, plan)
     assert kontext > flux["phases"]["denoiser"]
 
@@ -63,10 +67,12 @@ def test_control_dirs_are_kept_under_the_datasets_root(
 def test_an_edit_family_refuses_an_unpaired_dataset_by_name(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
 ) -> None:
+    edit = {**_cfg(tiny_model("qwen-image-edit"), data_dir="shapes"), "family": "qwen-image-edit"}
+    edit.pop("max_sequence_length")  # the edit pipelines never truncate: not offered
     with pytest.raises(ConfigError) as err:
-        validate_run(_cfg(tiny_model("flux-kontext"), data_dir="shapes"), settings, live_output_names=set())
+        validate_run(edit, settings, live_output_names=set())
     messages = [p.message for p in err.value.problems if p.field == "data_dir"]
-    assert any("shape_00.png: no control image (flux-kontext takes 1-1" in m for m in messages)
+    assert any("shape_00.png: no control image (qwen-image-edit takes 1-1" in m for m in messages)
 
 
 def _flux2_cfg(model: Path, data_dir: str) -> dict:
@@ -99,15 +105,102 @@ def test_flux2_states_text_to_image_edit_or_both_in_the_preflight(
     assert mixed["memory"]["phases"]["denoiser"] >= plain["memory"]["phases"]["denoiser"]
 
 
-def test_flux_kontext_refuses_a_mixed_dataset_naming_the_unpaired_files(
+def test_flux_kontext_trains_a_mixed_dataset_the_single_image_edit_model_names_the_unpaired(
     settings: Settings, tiny_model: Callable[[str], Path]
 ) -> None:
-    """Kontext needs a reference per sample (FLUX.1 Kontext [dev] is released as an editing
-    model; text-to-image LoRAs are FLUX.1's): the targets without one are named."""
+    """Kontext generates with image=None (text-to-image), so a mixed set trains both; the
+    single-image Qwen-Image-Edit's prompt template always holds an image: its unpaired targets
+    are named."""
     pairs = make_paired_dataset(settings.datasets_dir / "pairs")
     (pairs / "control" / "shape_03.png").unlink()
-    with pytest.raises(ConfigError) as err:
+    mixed = preflight_report(
         validate_run(_cfg(tiny_model("flux-kontext")), settings, live_output_names=set())
+    )
+    assert (
+        mixed["dataset"]["mode"]["kind"] == "mixed" and "7 edit sample(s)" in mixed["dataset"]["mode"]["note"]
+    )
+    edit = {**_cfg(tiny_model("qwen-image-edit")), "family": "qwen-image-edit"}
+    edit.pop("max_sequence_length")
+    with pytest.raises(ConfigError) as err:
+        validate_run(edit, settings, live_output_names=set())
     messages = [p.message for p in err.value.problems if p.field == "data_dir"]
     assert any("shape_03.png: no control image" in m for m in messages)
     assert not any("shape_02.png" in m for m in messages)
+
+
+@pytest.mark.parametrize(
+    ("rule", "lines"),
+    [
+        (
+            "pipeline",  # FluxKontextPipeline's preferred resolution nearest each control's aspect ratio
+            [
+                "64x64 -> 1024x1024 (pipeline ~1 MP preferred size) x 6",
+                "96x64 -> 1248x832 (pipeline ~1 MP preferred size)",
+                "64x96 -> 832x1248 (pipeline ~1 MP preferred size)",
+            ],
+        ),
+        (
+            "target",
+            [
+                "64x64 -> 32x32 (target bucket) x 6",
+                "96x64 -> 32x32 (target bucket)",
+                "64x96 -> 32x32 (target bucket)",
+            ],
+        ),
+        (
+            256,
+            [
+                "64x64 -> 256x256 (256x256 area) x 6",
+                "96x64 -> 320x208 (256x256 area)",
+                "64x96 -> 208x320 (256x256 area)",
+            ],
+        ),
+    ],
+)
+def test_the_preflight_shows_how_controls_are_sized(
+    settings: Settings,
+    tiny_model: Callable[[str], Path],
+    rule: object,
+    lines: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lorastudio.cli.train_check import print_report  # the CLI's check prints the same line
+
+    monkeypatch.setattr(vram_estimate, "_ACT_GB_PER_BPARAM", 1e3)  # tiny weights: make activations count
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    run = validate_run(
+        _cfg(tiny_model("flux-kontext"), control_resolution=rule), settings, live_output_names=set()
+    )
+    report = preflight_report(run)
+    assert report["dataset"]["controls"]["sizes"] == lines
+    assert report["config"]["control_resolution"] == rule
+    # the estimate counts the controls' own pixels (1248x832 at a 32 px side: ~1000 targets' worth)
+    denoiser = report["memory"]["phases"]["denoiser"]
+    if rule == "pipeline":
+        target = preflight_report(
+            validate_run(
+                _cfg(tiny_model("flux-kontext"), control_resolution="target"),
+                settings,
+                live_output_names=set(),
+            )
+        )
+        assert denoiser > target["memory"]["phases"]["denoiser"]
+    print_report(report)
+    assert f"  controls       {lines[0]}\n" in capsys.readouterr().out
+
+
+def test_the_host_forecast_counts_controls_of_their_own_size(
+    settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    """Controls trained at the pipeline's ~1 MP (a 32 px target) take more cache and VAE memory
+    than controls at their targets' buckets."""
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    host = host_info()
+    gb = {}
+    for rule in ("target", "pipeline"):
+        run = validate_run(
+            _cfg(tiny_model("flux-kontext"), control_resolution=rule), settings, live_output_names=set()
+        )
+        gb[rule] = preflight_report(run, host)["memory"]["host_gb"]
+    assert gb["pipeline"] > gb["target"]

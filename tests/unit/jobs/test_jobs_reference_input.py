@@ -91,13 +91,18 @@ def test_sample_prompt_references_are_checked_with_the_dataset(
     assert messages == ["sample prompt 0: flux takes no reference images (a text-to-image family)"]
 
 
-def test_kontext_sample_prompts_need_their_reference(
+def test_single_image_edit_sample_prompts_need_their_reference(
     settings: Settings, tiny_model: Callable[[str], Path]
 ) -> None:
+    """The single-image Qwen-Image-Edit renders only with a reference; Kontext (image=None:
+    text-to-image) takes a sample prompt without one."""
     make_paired_dataset(settings.datasets_dir / "pairs")
-    raw = {**_cfg(tiny_model("flux-kontext"), family="flux-kontext"), "max_sequence_length": 16}
     prompts = [{"prompt": "x", "controls": []}, "plain: the first pair's reference"]
+    edit = _cfg(tiny_model("qwen-image-edit"), family="qwen-image-edit")
     messages = [
-        m for f, m in _problems(settings, {**raw, "sample_prompts": prompts}) if f == "sample_prompts"
+        m for f, m in _problems(settings, {**edit, "sample_prompts": prompts}) if f == "sample_prompts"
     ]
-    assert messages == ["sample prompt 0: 0 control image(s), flux-kontext needs at least 1"]
+    assert messages == ["sample prompt 0: 0 control image(s), qwen-image-edit needs at least 1"]
+    kontext = {**_cfg(tiny_model("flux-kontext"), family="flux-kontext"), "max_sequence_length": 16}
+    run = validate_run({**kontext, "sample_prompts": prompts}, settings, live_output_names=set())
+    assert run.config.family == "flux-kontext"

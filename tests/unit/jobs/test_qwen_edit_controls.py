@@ -1,6 +1,6 @@
 """Qwen-Image-Edit's flavours and their control counts: the Plus checkpoints (2509; 2511, whose
 transformer says zero_cond_t) are read from model_index and the transformer config and load as
-QwenImageEditPlusPipeline; Plus takes 1-3 controls per image, the edit pipeline one, and a
+QwenImageEditPlusPipeline; Plus takes 0-3 controls per image, the edit pipeline one, and a
 dataset with more is refused naming its files."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_each_checkpoint_is_its_flavour_and_loads_its_pipeline(plus, tiny_model:
         "2511": "edit-2511",
         "edit": "edit",
     }
-    assert fam.source_control_images(plus["2509"]) == (1, 3)
+    assert fam.source_control_images(plus["2509"]) == (0, 3)  # none: text-to-image
     assert fam.source_control_images(tiny_model(FAMILY)) == (1, 1)
     assert (
         type(load_pipeline(str(plus["2511"]), FAMILY, device="cpu")).__name__ == "QwenImageEditPlusPipeline"
@@ -79,3 +79,19 @@ def test_plus_refuses_a_fourth_control_by_name(plus, settings: Settings):
         validate_run(_cfg(plus["2511"]), settings, live_output_names=set())
     messages = [p.message for p in err.value.problems if p.field == "data_dir"]
     assert any("shape_03.png: 4 control images, qwen-image-edit takes at most 3" in m for m in messages)
+
+
+def test_plus_states_text_to_image_edit_or_both_in_the_preflight(plus, settings: Settings):
+    """Edit-Plus trains text-to-image without controls, edit with them, both on a mixed set."""
+    pairs = make_paired_dataset(settings.datasets_dir / "pairs")
+    mixed = preflight_report(validate_run(_cfg(plus["2511"]), settings, live_output_names=set()))
+    assert mixed["dataset"]["mode"]["kind"] == "edit"
+    (pairs / "control" / "shape_05.png").unlink()
+    mixed = preflight_report(validate_run(_cfg(plus["2511"]), settings, live_output_names=set()))
+    assert (
+        mixed["dataset"]["mode"]["kind"] == "mixed"
+        and "1 text-to-image sample(s)" in mixed["dataset"]["mode"]["note"]
+    )
+    shutil.rmtree(pairs / "control")
+    plain = preflight_report(validate_run(_cfg(plus["2509"]), settings, live_output_names=set()))
+    assert plain["dataset"]["mode"]["kind"] == "text-to-image" and plain["dataset"]["controls"] is None

@@ -54,7 +54,7 @@ def _size(family: str) -> int:
 
 def _run(key: str, family: str, tiny_model, sample_dataset: Path, tmp_root: Path, **overrides) -> TrainResult:
     if key not in _runs:
-        if families.get(family).spec.control_images[0]:  # an edit family trains on pairs
+        if families.get(family).spec.edit_model:  # an edit family trains on pairs
             from lorastudio.tiny.paired import make_paired_dataset
 
             sample_dataset = make_paired_dataset(tmp_root / "paired")

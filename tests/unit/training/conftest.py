@@ -80,6 +80,11 @@ def short_run_settings(family: str, base_model: Path, data_dir: Path, overrides:
     if "max_sequence_length" in spec.supports:
         raw["max_sequence_length"] = 16
     raw.update(overrides)
+    paired = (Path(str(raw["data_dir"])) / "control").is_dir()
+    if spec.control_sizing is not None and paired and "control_resolution" not in overrides:
+        # the pipelines' ~1 MP controls would dwarf a 32 px target: the rules' own runs are in
+        # test_control_resolution
+        raw["control_resolution"] = "target"
     return raw
 
 
@@ -93,7 +98,7 @@ def make_config(
 
     def make(family: str = "flux", **overrides: object) -> TrainConfig:
         base = overrides.get("base_model") or tiny_model(family)
-        data = small_pairs if families.get(family).spec.control_images[0] else small_dataset
+        data = small_pairs if families.get(family).spec.edit_model else small_dataset
         return TrainConfig.model_validate(short_run_settings(family, base, data, overrides))
 
     return make

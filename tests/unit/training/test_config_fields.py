@@ -83,6 +83,8 @@ ELSEWHERE = {
     "loss_weight; exact resume; another value refused on resume; refused without a reg entry)",
     "kohya_folders": "tests/unit/training/test_datasets_mix::test_kohya_folders_train_with_their_repeats",
     "control_dirs": "tests/unit/jobs/test_jobs_paired_validation and tests/unit/data/test_data_pairs (parallel control folders)",
+    "control_resolution": "tests/unit/training/test_control_resolution (latent shapes per rule, runs, resume) "
+    "and tests/unit/data/test_data_control_sizing (the pipelines' sizes and pixels)",
     "revision": "test_preflight (refused for a local folder)",
     "base_config": "test_single_file_run (a single file trains and generates with its configs; refused without one)",
     "v_prediction": "test_single_file_run (v-prediction objective and scheduler; refused against the file's v_pred marker)",

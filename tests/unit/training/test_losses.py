@@ -110,7 +110,7 @@ def test_a_run_trains_on_the_formula_of_its_loss(family, settings, tiny_model):
 
 
 OTHER_OBJECTIVES = [  # every other family's prediction target (edit families need reference images)
-    n for n in families.names() if n not in ("flux", "sdxl") and not families.get(n).spec.control_images[0]
+    n for n in families.names() if n not in ("flux", "sdxl") and not families.get(n).spec.edit_model
 ]
 
 

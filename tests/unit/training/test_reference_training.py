@@ -146,9 +146,18 @@ def test_edit_prompts_are_fitted_to_each_sample_prompts_own_size(small_pairs):
         data_dir=str(small_pairs),
         resolution=64,
         sample_prompts=["a", {"prompt": "b", "width": 128, "height": 96}],
+        control_resolution="target",
     )
     x, y = sorted((small_pairs / "control").glob("*.png"))[:2]
     refs = [(x,), (y,)]
     texts = sample_texts(cfg, families.get("qwen-image-edit"), refs)
     fits = {t.caption: t.fit for t in texts if isinstance(t, EditPrompt) and t.caption}
     assert fits == {"a": (64, 64), "b": (128, 96)}
+    # controls sized on their own ("pipeline"): the references as they are, as training encodes them
+    sized = sample_texts(
+        cfg.model_copy(update={"control_resolution": "pipeline"}), families.get("qwen-image-edit"), refs
+    )
+    assert {t.caption: t.fit for t in sized if isinstance(t, EditPrompt) and t.caption} == {
+        "a": None,
+        "b": None,
+    }

@@ -2464,7 +2464,7 @@ export interface components {
             captions?: components["schemas"]["PreflightCaptions"] | null;
             /**
              * Controls
-             * @description paired datasets: pairs, per_image (controls per target), sources, buckets, resize, examples (target -> controls); null for a text-to-image dataset
+             * @description paired datasets: pairs, per_image (controls per target), sources, buckets, rule (control_resolution in words), sizes (source -> trained size lines), resize, examples (target -> controls); null for a text-to-image dataset
              */
             controls?: {
                 [key: string]: unknown;
@@ -3378,6 +3378,12 @@ export interface components {
              */
             control_dirs?: string[];
             /**
+             * Control Resolution
+             * @description paired datasets: the size each control image trains at: 'pipeline' = the size the family's edit pipeline encodes a reference at (Qwen-Image-Edit ~1 MP in its own aspect ratio, FLUX.1 Kontext its preferred resolutions, FLUX.2 capped at 1 MP), 'target' = resized to cover its target's bucket and cropped like it, or a side N = the pipeline's rule at an N x N area
+             * @default pipeline
+             */
+            control_resolution?: ("pipeline" | "target") | number;
+            /**
              * Data Dir
              * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry
              * @default null
@@ -3974,6 +3980,12 @@ export interface components {
              * @description paired datasets: parallel folders of control images matched to the targets by file stem, folder N = control slot N after the dataset's control/, control_2/ ... sub-folders (each absolute, or a name under datasets/, like data_dir)
              */
             control_dirs: string[];
+            /**
+             * Control Resolution
+             * @description paired datasets: the size each control image trains at: 'pipeline' = the size the family's edit pipeline encodes a reference at (Qwen-Image-Edit ~1 MP in its own aspect ratio, FLUX.1 Kontext its preferred resolutions, FLUX.2 capped at 1 MP), 'target' = resized to cover its target's bucket and cropped like it, or a side N = the pipeline's rule at an N x N area
+             * @default pipeline
+             */
+            control_resolution: ("pipeline" | "target") | number;
             /**
              * Data Dir
              * @description dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry

@@ -45,6 +45,10 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           hint: "edit families: one folder per line, each holding every image's control (reference) of the same name",
           wide: true,
         })}
+        {c.line("control_resolution", "Control size", {
+          placeholder: "pipeline",
+          hint: "edit families: pipeline = the size the edit pipeline encodes a reference at (~1 MP); target = its target's bucket; a number N = the pipeline's rule at N x N",
+        })}
         <div className="checks">
           {c.check("random_crop", "Random crop")}
           {c.check("random_flip", "Random flip")}

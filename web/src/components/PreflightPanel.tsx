@@ -205,6 +205,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           {dataset.controls ? ` · ${String(dataset.controls["pairs"])} pair(s)` : ""}
         </p>
       )}
+      {controlSizes(dataset.controls).length > 0 && (
+        <p className="small" data-testid="preflight-control-sizes">
+          <strong>controls:</strong> {controlSizes(dataset.controls).join("; ")}
+        </p>
+      )}
       {(dataset.warnings ?? []).map((w) => (
         <div className="banner warn" data-testid="preflight-dataset-warning" key={w}>
           {w}
@@ -253,4 +258,10 @@ export function latentCacheText(cache: NonNullable<PreflightReport["latent_cache
   if (cache.mode === "memory") return `Latents: in RAM (${formatGb(cache.ram_gb)})`;
   const size = formatGb((cache.disk_bytes ?? 0) / 1e9);
   return `Latents: on disk, ${cache.images_cached ?? 0} of ${cache.images ?? 0} images cached (${size}), reused by later runs`;
+}
+
+/** The preflight's control sizing lines ("1024x1024 -> 1056x992 (pipeline ~1 MP)"), [] for none. */
+export function controlSizes(controls: Record<string, unknown> | null | undefined): string[] {
+  const sizes = controls?.["sizes"];
+  return Array.isArray(sizes) ? sizes.filter((s): s is string => typeof s === "string") : [];
 }

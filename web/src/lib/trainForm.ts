@@ -144,6 +144,7 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   prior_loss_weight: "number",
   preservation: "preservation",
   control_dirs: "lines",
+  control_resolution: "number-or-text",
   output_name: "text",
   resolution: "sides",
   aspect_buckets: "bool",

@@ -111,6 +111,11 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
             })),
           },
           dataset: { path: "/d", images_found: 9, images_used: 8, dropped: [{ file: "bad.png", reason: "cannot decode" }], missing_captions: [], caption_sources: {}, unique_captions: 8, buckets: { "512x512": 8 }, warnings: cfg.no_upscale ? [] : [UPSCALE_WARNING], entries: fakeEntries(cfg.datasets),
+            // a paired dataset when control_resolution is set: the real wording of its lines
+            mode: cfg.control_resolution != null ? { kind: "edit", note: "every sample edits with its reference images (1 per sample)" } : undefined,
+            controls: cfg.control_resolution != null
+              ? { pairs: 8, per_image: 1, sources: ["control/"], rule: controlRule(cfg.control_resolution), sizes: [`1024x768 -> ${controlSize(cfg.control_resolution)} (${controlRule(cfg.control_resolution)}) x 8`] }
+              : null,
             masks: cfg.unmasked_weight != null ? { source: "masks/ folder", images_with_mask: 7, without_mask: ["plain.png"] } : null,
             validation: cfg.validation_split != null
               ? { held_out: 1, images: ["held.png"], source: `1 of 9 images of /d (fraction ${cfg.validation_split}, seed 42)`, train_images: 8, every: cfg.validate_every ?? null }
@@ -141,4 +146,16 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
     }
     return undefined;
   });
+}
+
+/** The preflight's words for a control_resolution (jobs/preflight_pairs.py, Qwen-Image-Edit). */
+function controlRule(rule: unknown): string {
+  if (rule === "target") return "target bucket";
+  return typeof rule === "number" ? `${rule}x${rule} area` : "pipeline ~1 MP";
+}
+
+/** The size a 1024x768 control trains at under a control_resolution (a 512x512 bucket for "target"). */
+function controlSize(rule: unknown): string {
+  if (rule === "target") return "512x512";
+  return typeof rule === "number" ? `${Math.round(Math.sqrt((rule * rule * 4) / 3) / 32) * 32}x${Math.round(Math.sqrt((rule * rule * 3) / 4) / 32) * 32}` : "1184x896";
 }
