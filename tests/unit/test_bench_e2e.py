@@ -67,6 +67,19 @@ def test_a_build_that_fits_nowhere_is_refused_before_anything_is_written(tmp_pat
     assert not (tmp_path / "e2e").exists()
 
 
+def test_a_real_size_build_without_room_is_refused_before_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The real-size path (no GPU here): sized on the meta device, refused with exit 3 and the
+    reason in its JSON before CUDA is touched; nothing of the pipeline or home is written."""
+    monkeypatch.setattr(e2e_place, "SHM", tmp_path / "no-shm")  # a machine without /dev/shm
+    root = tmp_path / "e2e"
+    assert main(["build", str(root), "--family", "flux", "--place", "shm"]) == 3
+    out = json.loads((root / "e2e-flux-build.json").read_text())
+    assert "the pipeline needs 33.7 GB" in out["refused"] and "/dev/shm none" in out["refused"]
+    assert sorted(p.name for p in root.iterdir()) == ["e2e-flux-build.json"]
+
+
 def test_a_build_placed_in_shm_is_linked_from_the_e2e_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """--place shm: the pipeline is written under <shm>/lorastudio-e2e/ and DIR/<family> links
     to it (here <shm> is a folder of tmp_path standing for /dev/shm)."""
