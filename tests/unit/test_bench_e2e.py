@@ -96,6 +96,10 @@ def test_a_build_placed_in_shm_is_linked_from_the_e2e_folder(tmp_path: Path, mon
 
     pipe = Flux2KleinPipeline.from_pretrained(root / "flux2-klein")  # loads through the link
     assert pipe.transformer.config.num_layers == 1
+    # a rebuild on the disk replaces the linked build: the old folder in <shm> goes
+    assert main(["build", str(root), "--family", "flux2-klein", "--tiny", "--place", "disk"]) == 0
+    assert not (root / "flux2-klein").is_symlink() and (root / "flux2-klein" / "model_index.json").is_file()
+    assert not target.exists()
 
 
 RSS_PROBE = """
