@@ -101,8 +101,8 @@ def choose(
     ram = "unknown" if ram_free is None else f"{ram_free:.1f} GB"
     raise NoSpaceLeft(
         f"the pipeline needs {need_gb:.1f} GB + {MARGIN_GB:.0f} GB margin and its studio home"
-        f" {home_gb:.1f} GB (place {prefer}); free: disk {disk:.1f} GB, /dev/shm {shm}, host RAM {ram} of which the run"
-        f" needs {run_gb:.1f} GB beside anything in /dev/shm; nothing was written"
+        f" {home_gb:.1f} GB (place {prefer}); free: disk {disk:.1f} GB, /dev/shm {shm}, host RAM {ram}"
+        f" of which the run needs {run_gb:.1f} GB beside anything in /dev/shm; nothing was written"
     )
 
 
