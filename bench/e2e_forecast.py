@@ -8,7 +8,8 @@ as the engine recorded them (<home>/run_timings/) and its peak allocated VRAM. T
 forecast cold (the H200 table), the second from the first's record.
 
 usage (device, LORASTUDIO_HOME set): python -m bench.e2e_forecast ROOT [--steps 200] [--attention cudnn]
-(builds ROOT/flux + ROOT/data with bench.e2e_flux.build unless ROOT/flux exists); prints and
+(builds ROOT/flux and its dataset with bench.e2e_build.build_real unless ROOT/flux holds one;
+the layout is e2e_build's); prints and
 writes ROOT/e2e-forecast.json.
 """
 
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import e2e_build
+
 SAVE_EVERY = 100
 
 
@@ -29,8 +32,8 @@ def config(root: Path, name: str, steps: int, attention: str, resolution: int = 
     """bench.e2e_flux's run settings (note 23) under output name `name`."""
     return {
         "family": "flux",
-        "base_model": str(root / "flux"),
-        "data_dir": str(root / "data"),
+        "base_model": str(e2e_build.pipeline_dir(root, "flux").resolve()),
+        "data_dir": str(e2e_build.dataset_dir(root).resolve()),
         "output_name": name,
         "resolution": resolution,
         "batch_size": 1,
@@ -100,10 +103,8 @@ def main() -> None:
             flush=True,
         )
         return
-    if not (args.root / "flux").is_dir():
-        from bench.e2e_flux import build
-
-        print(json.dumps({"build": build(args.root)}), flush=True)
+    if not (e2e_build.pipeline_dir(args.root, "flux") / "model_index.json").is_file():
+        print(json.dumps({"build": e2e_build.build_real(args.root, "flux")}), flush=True)
     rows = []
     for i in range(args.runs):
         cmd = [sys.executable, "-m", "bench.e2e_forecast", str(args.root), "--steps", str(args.steps)]

@@ -1,9 +1,13 @@
 """End-to-end runs at real size through the product (issue 31 item 1), timed per phase.
 
-    build DIR --family flux|qwen-image [--tiny]
+    build DIR --family flux|qwen-image|flux2-klein [--tiny] [--place auto|shm|disk]
         a random-weight pipeline folder of the released configs (bench/e2e_build.py; built on
         the GPU in bf16, components saved in parallel) and its dataset under DIR/home/datasets.
-        Qwen-Image's folder is ~58 GB: on the 64 GiB device disk, build nothing else in that call.
+        Before building, the free space of DIR's disk, /dev/shm and host RAM decide where the
+        folder and the studio home go (bench/e2e_place.py: /dev/shm first when it and the run's
+        RAM fit, DIR/<family> and DIR/home then link there); a build that fits nowhere is refused
+        with needed vs free (exit 3, the JSON says "refused"). Folders: FLUX.1 33.7 GB,
+        Qwen-Image 57.7 GB, FLUX.2 [klein] 9B 34.7 GB.
     run DIR --family F --mode cli|api --steps N [--tiny] [--cold]
         cli: `lorastudio train`'s path (the CLI's config loader, then training.loop.train with an
         event sink instead of the console display), in this process.
@@ -17,7 +21,9 @@
     suite DIR --family F --steps N --deadline-s S [--tiny] [--modes cli,api]
         build (unless the folder is there) + each mode in its own process, skipping (and saying
         so) what would not fit in the deadline; writes DIR/e2e-<family>-suite.json with the job
-        service's overhead (API wall vs CLI wall for the same steps, bench/e2e_phases.overhead).
+        service's overhead (API wall vs CLI wall for the same steps, bench/e2e_phases.overhead)
+        and, under "df", the filesystems of DIR, the pipeline and /dev/shm and the host RAM
+        available before and after each part (also printed).
 
 --tiny: lorastudio.tiny's pipeline and sample dataset on the CPU (a few steps): what the tests run
 before GPU time is spent. See RESULTS.md note 23 and the report of issue 31 for the commands.
@@ -37,16 +43,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import e2e_build
+from bench import e2e_build, e2e_place
 from bench.e2e_phases import overhead, phase_table
+from lorastudio.errors import NoSpaceLeft
 
 REPO = Path(__file__).resolve().parents[1]  # bench/ is importable from here (the suite's children)
 SAVE_EVERY = 100  # steps between sample rounds and checkpoints (and the export at the end)
 # rough seconds of each step of a suite on an H200 (FLUX.1: RESULTS note 23), to skip what will not fit
-BUILD_S = {"flux": 90.0, "qwen-image": 150.0}
-START_S = {"flux": 110.0, "qwen-image": 150.0}  # load + caching + probe + compile, cold
-START_WARM_S = {"flux": 70.0, "qwen-image": 100.0}  # the same with the caches of an earlier run
-STEP_S = {"flux": 0.45, "qwen-image": 0.6}  # per step, sample rounds and checkpoints included
+# (FLUX.2 [klein] 9B: not measured yet, scaled from FLUX.1 by its parameters, CFG samples x2)
+BUILD_S = {"flux": 90.0, "qwen-image": 150.0, "flux2-klein": 90.0}
+START_S = {"flux": 110.0, "qwen-image": 150.0, "flux2-klein": 110.0}  # load, caching, probe, compile: cold
+START_WARM_S = {"flux": 70.0, "qwen-image": 100.0, "flux2-klein": 70.0}  # with an earlier run's caches
+STEP_S = {"flux": 0.45, "qwen-image": 0.6, "flux2-klein": 0.45}  # per step, samples and checkpoints included
 TINY_S = 60.0  # any tiny phase on a CPU
 
 
@@ -202,9 +210,20 @@ def _write(root: Path, out: Path | None, name: str, data: dict[str, Any]) -> Non
 
 
 def cmd_build(args: argparse.Namespace) -> dict[str, Any]:
-    if args.tiny:
-        return e2e_build.build_tiny(args.root, args.family)
-    return e2e_build.build_real(args.root, args.family)
+    """The build; a refusal for want of room (NoSpaceLeft) comes back as {"refused": why}."""
+    try:
+        if args.tiny:
+            return e2e_build.build_tiny(args.root, args.family, prefer=args.place or "disk")
+        return e2e_build.build_real(args.root, args.family, prefer=args.place or "auto")
+    except NoSpaceLeft as exc:
+        return {"family": args.family, "tiny": args.tiny, "refused": str(exc)}
+
+
+def disk_usage(root: Path, family: str) -> dict[str, Any]:
+    """df of DIR, the pipeline's folder (DIR/<family>'s target) and /dev/shm, and the host RAM
+    available (bench/e2e_place.usage)."""
+    pipeline = e2e_build.pipeline_dir(root, family)
+    return e2e_place.usage({"dir": root, "pipeline": pipeline.resolve(), "shm": e2e_place.SHM})
 
 
 def cmd_run(args: argparse.Namespace, t0: float) -> dict[str, Any]:
@@ -244,15 +263,17 @@ def cmd_suite(args: argparse.Namespace, t0: float) -> dict[str, Any]:
     result: dict[str, Any] = {"family": args.family, "steps": args.steps, "tiny": args.tiny, "skipped": []}
     common = [str(args.root), "--family", args.family] + (["--tiny"] if args.tiny else [])
     common += ["--device", args.device] if args.device else []
+    build = ["build", *common, *(["--place", args.place] if args.place else [])]
     plan: list[tuple[str, list[str]]] = []
     if not (e2e_build.pipeline_dir(args.root, args.family) / "model_index.json").is_file():
-        plan.append(("build", ["build", *common]))
+        plan.append(("build", build))
     seen: dict[str, int] = {}
     for mode in args.modes.split(","):
         seen[mode] = seen.get(mode, 0) + 1
         tag = mode if seen[mode] == 1 else f"{mode}{seen[mode]}"  # cli, api, cli2, ...
         run = ["run", *common, "--mode", mode, "--tag", tag, "--steps", str(args.steps)]
         plan.append((tag, run + ["--attention", args.attention] + (["--cold"] if args.cold else [])))
+    result["df"] = {}
     warm = False  # a run of this suite ended: the next one finds the caches warm (unless --cold)
     for what, argv in plan:
         left = deadline - time.monotonic()
@@ -260,6 +281,10 @@ def cmd_suite(args: argparse.Namespace, t0: float) -> dict[str, Any]:
         if need > left:
             result["skipped"].append(f"{what}: needs ~{need:.0f} s, {left:.0f} s left")
             continue
+        name = f"e2e-{args.family}-{what}.json"
+        (args.root / name).unlink(missing_ok=True)  # an earlier call's result is not this one's
+        df = {"before": disk_usage(args.root, args.family)}
+        print(f"df before {what}: {json.dumps(df['before'])}", flush=True)
         started = time.monotonic()
         cmd = [sys.executable, "-m", "bench.e2e_run", *argv, *(["--out", str(args.out)] if args.out else [])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -269,9 +294,12 @@ def cmd_suite(args: argparse.Namespace, t0: float) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             code = "killed at the deadline"
         result[f"{what}_process_s"] = round(time.monotonic() - started, 1)
-        name = f"e2e-{args.family}-{what}.json"
+        df["after"] = disk_usage(args.root, args.family)
+        result["df"][what] = df
+        print(f"df after {what}: {json.dumps(df['after'])}", flush=True)
         if code != 0 or not (args.root / name).is_file():
-            result[what] = {"failed": code}
+            known = json.loads((args.root / name).read_text()) if (args.root / name).is_file() else {}
+            result[what] = {"failed": code, **known}
             if what == "build":
                 break
             continue
@@ -299,6 +327,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--device", default=None, help="default: cuda (cpu with --tiny)")
     p.add_argument("--attention", default="auto", help="attention_backend of the run")
+    p.add_argument(
+        "--place",
+        choices=e2e_place.PLACES,
+        default=None,
+        help="build: where the pipeline goes (default: auto; disk with --tiny)",
+    )
     p.add_argument("--cold", action="store_true", help="empty DIR/home/cache before each run")
     p.add_argument("--deadline-s", type=float, default=570.0)
     p.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
@@ -312,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "build":
         result = cmd_build(args)
         name = f"e2e-{args.family}-build.json"
+        if "refused" in result:
+            _write(args.root, args.out, name, result)
+            print(f"build refused: {result['refused']}", file=sys.stderr, flush=True)
+            return 3
     elif args.what == "run":
         result = cmd_run(args, t0)
         name = f"e2e-{args.family}-{args.tag or args.mode}.json"
