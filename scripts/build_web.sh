@@ -34,7 +34,8 @@ else
 fi
 
 # 2. API types, generated from the server's OpenAPI schema (plus TrainConfig and the events).
-api_want=$(tree_hash "$ROOT/src/lorastudio/api" "$ROOT/src/lorastudio/config.py" "$ROOT/src/lorastudio/config_datasets.py" \
+# TrainConfig is config.py + its field groups config_fields_*.py + the config_*.py models they use
+api_want=$(tree_hash "$ROOT/src/lorastudio/api" "$ROOT"/src/lorastudio/config*.py \
   "$ROOT/src/lorastudio/training/events.py" "$WEB/scripts/dump_schema.py" "$WEB/scripts/routes.mjs")
 api_have=$(cat "$WEB/.api-stamp" 2>/dev/null || true)
 if [ "$api_want" != "$api_have" ] || [ ! -f "$WEB/src/api/schema.d.ts" ]; then

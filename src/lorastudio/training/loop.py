@@ -4,6 +4,7 @@
   attention  auto's kernel probe starts here, in a child process, and works beside phases 1-2
              (training/attention_early.py; a result cached for this GPU and shapes skips it)
   phase 1    text encoders only: encode each unique caption once, free the encoders
+             (phases 1-2: training/loop_inputs.py)
   phase 2    VAE only: latent cache (posterior mean/std per crop/flip variant), free the VAE
              (or keep it and encode every step when the cache would exceed its RAM budget);
              latent_cache "disk" (or "auto" above the RAM budget) keeps it on disk across runs
@@ -40,7 +41,6 @@ only rank 0 emits events and writes files, and stop requests are agreed on by ev
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,9 +50,6 @@ import numpy as np
 import torch
 
 from lorastudio.config import TrainConfig
-from lorastudio.data.caption_variants import item_dropouts, scan_variants
-from lorastudio.data.control_sizing import rule_area
-from lorastudio.data.disk_cache import cache_root, latent_mode
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
@@ -71,8 +68,7 @@ from lorastudio.training.checkpoint import (
     read_checkpoint_info,
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
-from lorastudio.training.conditioning import CaptionPicker, captions_to_encode, edit_prompts, encode_texts
-from lorastudio.training.conditioning_disk import encode_texts_on_disk, with_texts
+from lorastudio.training.conditioning import CaptionPicker
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -94,13 +90,7 @@ from lorastudio.training.events import (
 )
 from lorastudio.training.export import export_run
 from lorastudio.training.extend import extension_record
-from lorastudio.training.latents import (
-    EncodedPerStep,
-    LatentSource,
-    build_latent_cache,
-    cache_bytes,
-)
-from lorastudio.training.latents_disk import open_disk_latents
+from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
 from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
@@ -108,13 +98,11 @@ from lorastudio.training.plan_build import build_denoiser
 from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.preservation import encode_list, preservation_texts
 from lorastudio.training.run_timings import record_run_timings
-from lorastudio.training.samples import SamplePreviews, sample_reference_paths, sample_texts
+from lorastudio.training.samples import SamplePreviews, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
 from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
 from lorastudio.training.trackers import TrackerSink
-from lorastudio.training.validate import ValidationRounds, encode_held_out
 
 
 @dataclass
@@ -310,35 +298,10 @@ def _run_phases(
     rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
-    variants = scan_variants(run.scan, cfg.caption_variants, cfg.seed)  # per item (tag shuffle / dropout)
-    dropouts = item_dropouts(run.scan, cfg.caption_dropout)  # each item's entry's
-    captions = [it.caption for it in items]
     sees = family.spec.prompt_sees_controls  # encoded per caption + controls (Qwen-Image-Edit)
-    # the captions themselves too: the memory plan's trials read them (training/plan_measure.py)
-    to_encode = (
-        edit_prompts(items, dropouts, [[it.caption, *vs] for it, vs in zip(items, variants, strict=True)])
-        if sees
-        else captions_to_encode(captions + [v for vs in variants for v in vs], dropouts)
-    )
-    held = (  # the validation images' conditioning, keyed as training/validate.py looks it up
-        edit_prompts(run.validation, 0.0)
-        if sees
-        else list(dict.fromkeys(it.caption for it in run.validation))
-    )
-    samples = sample_texts(cfg, family, sample_reference_paths(cfg, family, run.scan))  # with references
-    state.preservation = preservation_texts(cfg, run.scan)  # the class-word captions (preservation.py)
-    texts = [to_encode, samples, held, encode_list(state.preservation, run.scan, variants)]
-    if cfg.train_text_encoder:  # encoded in every step (the picked variant), through the TE LoRA
-        texts = [[], [], [], []]
-    encode = encode_texts
-    if _latent_mode(run) == "disk" and not sees and not cfg.train_text_encoder:  # captions on disk too
-        encode = functools.partial(encode_texts_on_disk, root=cache_root(settings))  # conditioning_disk.py
-    conds, prompt_conds, state.held_out_conds, kept = encode(
-        family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
-    )  # each group in chunks of its own: the captions' tensors are those of a run without the others
-    conds = with_texts(conds, kept)  # the class-word captions beside the captions (RAM)
+    conds, prompt_conds, variants, dropouts = encode_conditioning(run, state, emit, stop, settings)
     stop()
-    source = _prepare_latents(run, state, rng, emit, stop, settings)
+    source = prepare_latents(run, state, rng, emit, stop, settings)
     stop()
     objective = make_objective(family, cfg, family.scheduler_config(model_source(cfg), cfg.revision))
     trials: list[Any] = []
@@ -383,49 +346,6 @@ def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
     if cfg.memory_budget_gb is not None:
         return None, "measured"
     return resolve_fixed_plan(cfg, run.device), "settings"
-
-
-def _latent_mode(run: PreparedRun) -> str:
-    """memory | disk | per_step (data/disk_cache.latent_mode) for the run's cache size."""
-    cfg, spec = run.cfg, run.family.spec
-    need = cache_bytes(
-        [it.bucket for it in run.scan.items],
-        int(cfg.cache_variants),
-        spec.latent_channels,
-        spec.vae_scale_factor,
-        controls=run.scan.controls_per_image(),
-        control_sizes=[size for it in run.scan.items for size in it.control_sizes],
-    )
-    return latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
-
-
-def _prepare_latents(
-    run: PreparedRun,
-    state: RunState,
-    rng: np.random.Generator,
-    emit: Emit,
-    stop: StopPoll,
-    settings: Settings,
-) -> LatentSource:
-    cfg, family, items = run.cfg, run.family, run.scan.items
-    emit(ModelLoadStarted(component="vae"))
-    t0 = time.perf_counter()
-    vae = family.load_vae(model_source(cfg), cfg.revision, run.dtype, run.device)
-    emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
-    if run.validation:  # the held-out images: encoded once, drawing from no run stream
-        area = rule_area(cfg.control_resolution)  # the int control_resolution's, else None
-        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device, area)
-        state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
-    mode = _latent_mode(run)
-    if mode == "per_step":
-        return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run
-    try:
-        if mode == "disk":
-            return open_disk_latents(run, vae, rng, cache_root(settings), emit=emit, check_stop=stop)
-        return build_latent_cache(family, vae, items, cfg, rng, device=run.device, emit=emit, check_stop=stop)
-    finally:
-        del vae
-        free_accelerator_memory(run.device)
 
 
 def _prepare_denoiser(

@@ -152,13 +152,13 @@ def test_over_budget_auto_run_holds_no_set_wide_tensors(make_config, small_datas
     from lorastudio.training import loop
 
     sources = []
-    real = loop._prepare_latents
+    real = loop.prepare_latents
 
     def keep(*args, **kwargs):
         sources.append(real(*args, **kwargs))
         return sources[-1]
 
-    monkeypatch.setattr(loop, "_prepare_latents", keep)
+    monkeypatch.setattr(loop, "prepare_latents", keep)
     train(make_config(output_name="auto", latent_cache_max_gb=1e-9, **AUGMENTED), [].append, device="cpu")
     (source,) = sources
     assert type(source).__name__ == "DiskLatents" and source.kept == {}

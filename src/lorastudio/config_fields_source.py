@@ -1,0 +1,95 @@
+"""TrainConfig's fields of what to train on: the family, the base model and the dataset folders.
+
+Also the hub-revision rule every place that takes a revision shares (`revision_problem`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+
+from lorastudio.config_datasets import MAX_DATASET_ENTRIES, DatasetEntry
+from lorastudio.config_fields_base import StrictFields
+from lorastudio.config_preservation import Preservation
+
+# A hub revision (branch, tag or commit): the one rule of every place that takes one (training
+# config, generate, model fetch; see revision_problem).
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why `revision` is not a hub branch, tag or commit name (None when it is one)."""
+    if not REVISION.fullmatch(revision) or ".." in revision:
+        return f"{revision[:80]!r} is not a branch, tag or commit"
+    return None
+
+
+class SourceFields(StrictFields):
+    """What to train on: family, base model (and its revision / config), datasets, output name."""
+
+    # what to train on
+    family: str = Field(description="model family: a registered name (`lorastudio families`, /api/info)")
+    base_model: str = Field(
+        min_length=1,
+        description="hub id (owner/name), local pipeline folder, or single-file checkpoint (.safetensors)",
+    )
+    revision: str | None = Field(default=None, description="hub revision (branch, tag or commit)")
+    base_config: str | None = Field(
+        default=None,
+        min_length=1,
+        description="single-file base_model (.safetensors): the pipeline folder or hub id whose configs, "
+        "tokenizers, scheduler and missing components (FLUX.1 / Chroma: text encoders and VAE) are used; "
+        "default: the original model's hub id (e.g. stabilityai/stable-diffusion-xl-base-1.0)",
+    )
+    v_prediction: bool | None = Field(
+        default=None,
+        description="SDXL single-file checkpoint: train and sample it as v-prediction (true) or epsilon "
+        "(false); unset: as the file says (its v_pred key), else the base config's scheduler",
+    )
+    data_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        description="dataset folder (absolute, or a name under datasets/): shorthand for one datasets entry",
+    )
+    # issue 29 part 1: several folders, each with its own sampling and captions (config_datasets.py)
+    datasets: list[DatasetEntry] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_DATASET_ENTRIES,
+        description="several dataset folders, each {path, repeats | weight, trigger_word, default_caption, "
+        "caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir",
+    )
+    prior_loss_weight: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="multiplies the loss of the samples of regularisation entries (datasets entries with "
+        "regularisation = true; kohya's prior_loss_weight)",
+    )
+    preservation: Preservation | None = Field(
+        default=None,
+        description="differential output preservation, {class_word, weight, prompts}: the LoRA's output on "
+        "the captions with the trigger word replaced by class_word (or on prompts) is pulled to the base "
+        "model's (the LoRA disabled), computed in the same step (one extra no-grad forward and one extra "
+        "forward + backward per micro-batch)",
+    )
+    kohya_folders: bool = Field(
+        default=False,
+        description="each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry "
+        "(repeats from the number, trigger word and default caption from the words)",
+    )
+    output_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="name of the run's output folder and LoRA file (default: family-date-time)",
+    )
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_shape(cls, v: str | None) -> str | None:
+        if v is not None and (problem := revision_problem(v)):
+            raise ValueError(problem)
+        return v

@@ -1,0 +1,167 @@
+"""TrainConfig's optimisation fields: the schedule, the LoRA / adapter, the optimizer, EMA, text-encoder LoRA."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from lorastudio.config_fields_base import StrictFields
+
+LrScheduler = Literal[
+    "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
+]
+AdapterName = Literal["lora", "dora", "loha", "lokr"]
+OptimizerName = Literal["adamw", "adamw8bit", "lion8bit", "prodigy", "adafactor"]
+
+
+class TrainingFields(StrictFields):
+    """The schedule, the adapter and its ranks, the optimizer and its options, EMA, SDXL text-encoder LoRA."""
+
+    # schedule
+    steps: int = Field(
+        default=1000, ge=1, le=10_000_000, description="optimizer steps (ignored if num_epochs>0)"
+    )
+    num_epochs: int = Field(default=0, ge=0, le=100_000, description="if > 0, overrides steps")
+    batch_size: int = Field(default=1, ge=1, le=256)
+    grad_accum: int = Field(default=1, ge=1, le=1024, description="micro-batches per optimizer step")
+    learning_rate: float | None = Field(default=None, gt=0, le=1.0)
+    lr_scheduler: LrScheduler = "constant"
+    lr_warmup_steps: int = Field(default=0, ge=0)
+    weight_decay: float = Field(default=1e-4, ge=0, le=1.0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0, description="gradient clipping; null = off")
+    seed: int = Field(default=42, ge=0, le=2**32 - 1)
+
+    # LoRA
+    lora_rank: int | None = Field(default=None, ge=1, le=1024)
+    lora_alpha: float | None = Field(default=None, gt=0, le=4096, description="default: equal to the rank")
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    lora_targets: list[str] | None = Field(default=None, min_length=1, description="module name suffixes")
+
+    # training methods (issue 28): the optimizer and its options (config_rules.OPTIMIZER_OPTIONS
+    # says which optimizer reads which option; an option of another optimizer is refused), EMA
+    optimizer: OptimizerName = Field(
+        default="adamw",
+        description="adamw (torch, fused kernel) | adamw8bit / lion8bit (bitsandbytes, CUDA; pip install "
+        "lorastudio[bnb]) | prodigy (prodigyopt: learns its own step size; learning_rate is a multiplier, "
+        "default 1.0) | adafactor (transformers: factored second moments, the least optimizer memory)",
+    )
+    optimizer_betas: tuple[float, float] | None = Field(
+        default=None,
+        description="[beta1, beta2] of adamw / adamw8bit / lion8bit / prodigy (null: the optimizer's own, "
+        "0.9, 0.999; Lion 0.9, 0.99)",
+    )
+    optimizer_eps: float | None = Field(
+        default=None, gt=0, le=1, description="epsilon of adamw / adamw8bit / prodigy (null: 1e-8)"
+    )
+    prodigy_d_coef: float | None = Field(
+        default=None, gt=0, le=100, description="prodigy: multiplier of the learned step size (null: 1.0)"
+    )
+    prodigy_safeguard_warmup: bool | None = Field(
+        default=None,
+        description="prodigy: leave the LR out of the step-size estimate (for warmup; null: off)",
+    )
+    prodigy_use_bias_correction: bool | None = Field(
+        default=None, description="prodigy: Adam's bias correction (null: off)"
+    )
+    adafactor_relative_step: bool | None = Field(
+        default=None,
+        description="adafactor: its own time-dependent step size instead of learning_rate (null: off); "
+        "then learning_rate, lr_scheduler and warmup are Adafactor's and cannot be set",
+    )
+    adafactor_scale_parameter: bool | None = Field(
+        default=None, description="adafactor: scale the step by each parameter's RMS (null: off)"
+    )
+    adafactor_warmup_init: bool | None = Field(
+        default=None, description="adafactor: warm the relative step up from 1e-6 (needs relative_step)"
+    )
+
+    ema_decay: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="EMA of the adapter weights (0.99-0.9999 typical): the saved LoRA is the EMA one, the raw "
+        "one is kept beside it as <name>.raw.safetensors; null = off",
+    )
+    ema_update_every: int = Field(
+        default=1, ge=1, le=10_000, description="EMA update every N optimizer steps"
+    )
+    ema_on_cpu: bool = Field(default=False, description="keep the EMA weights in CPU memory")
+    sample_with_ema: bool = Field(
+        default=True,
+        description="with ema_decay: sample previews render the EMA weights (false: the raw ones)",
+    )
+
+    adapter: AdapterName = Field(
+        default="lora",
+        description="lora | dora (LoRA with a learned magnitude per output row) | loha (Hadamard product of "
+        "two low-rank pairs) | lokr (Kronecker product: small files, the usual fix for weak Z-Image / FLUX.2 "
+        "LoRAs); peft's implementations. loha / lokr files are written in the LyCORIS layout ComfyUI reads "
+        "(lora_format kohya: diffusers cannot load them)",
+    )
+    lokr_factor: int | None = Field(
+        default=None,
+        ge=-1,
+        le=1024,
+        description="lokr: the Kronecker factor of each dimension (peft's decompose_factor; -1 = as square "
+        "as possible; null: -1)",
+    )
+    lokr_decompose_both: bool | None = Field(
+        default=None,
+        description="lokr: low-rank w1 too (null: off, w1 is a full matrix; w2 is low-rank when the rank is "
+        "below half its size)",
+    )
+    rank_pattern: dict[str, int] | None = Field(
+        default=None,
+        description="per-module ranks, {module name or regex: rank} (peft's rank_pattern); others: lora_rank",
+    )
+    alpha_pattern: dict[str, float] | None = Field(
+        default=None,
+        description="per-module alphas, {module name or regex: alpha} (peft's alpha_pattern); others: lora_alpha",
+    )
+
+    # SDXL text-encoder LoRA (family-specific; training/text_encoders.py)
+    train_text_encoder: bool = Field(
+        default=False,
+        description="SDXL: train a LoRA on both CLIP text encoders too (q/k/v/out projections, lora_rank / "
+        "lora_alpha); captions are then encoded in every step instead of once; saved with the U-Net's "
+        "(diffusers text_encoder. / text_encoder_2., kohya lora_te1_ / lora_te2_)",
+    )
+    text_encoder_lr: float | None = Field(
+        default=None,
+        gt=0,
+        le=1.0,
+        description="SDXL with train_text_encoder: its learning rate (null: learning_rate)",
+    )
+
+    @field_validator("lokr_factor")
+    @classmethod
+    def _factor_not_zero(cls, v: int | None) -> int | None:
+        if v == 0:
+            raise ValueError("must be -1 (as square as possible) or a factor >= 1")
+        return v
+
+    @field_validator("rank_pattern", "alpha_pattern")
+    @classmethod
+    def _patterns_positive(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            for key, value in v.items():
+                if not key.strip():
+                    raise ValueError("module patterns must be non-empty")
+                if not (0 < value <= 4096):
+                    raise ValueError(f"{key!r}: must be in (0, 4096]")
+        return v
+
+    @field_validator("optimizer_betas")
+    @classmethod
+    def _betas_in_range(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not all(0.0 <= b < 1.0 for b in v):
+            raise ValueError("each beta must be in [0, 1)")
+        return v
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _targets_nonempty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not t.strip() for t in v):
+            raise ValueError("target module names must be non-empty")
+        return v
