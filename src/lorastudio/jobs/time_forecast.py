@@ -13,8 +13,8 @@ Sources, best first:
             at 1024 px of each family's default plan) scaled by denoiser size and pixels, other
             phases from the end-to-end FLUX.1 run (RESULTS note 23); on another GPU or a CPU a
             guess (CPU: no calibration is run here, the job service does not import torch).
-Times are from train()'s start to its end; the worker's start (Python and torch imports, a few
-seconds) is not in them. No torch here.
+Times are from the process's start (the CLI's or job worker's: Python and torch imports, a few
+seconds, passed in to train() and kept as the process_start phase) to train()'s end. No torch here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
 
 HISTORY_RUNS = 3
+# A CLI or job worker process's start before train(): Python, torch, diffusers imports (5-7 s measured).
+PROCESS_START_S = 6.0
 # A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
 SAMPLE_STEP_SHARE = 0.78
 # Exact-match keys of a record (the rest is scaled): what changes the time per unit of work.
@@ -106,7 +108,7 @@ def _usable(record: dict[str, Any]) -> bool:
     if not isinstance(sig, dict) or not isinstance(phases, dict):
         return False
     numbers = [sig.get(k) for k in ("pixels", "batch_size", "grad_accum", "denoiser_bytes")]
-    numbers += [phases.get(k) for k in PHASES] + [record.get("s_per_step")]
+    numbers += [phases.get(k) for k in PHASES if k != "process_start"] + [record.get("s_per_step")]
     return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
 
 
@@ -150,9 +152,16 @@ def _from_history(
         per["steps"].append(step * max(units["steps"] - 1, 0))
         per["first_step"].append(ph["first_step"] * size * _ratio(units["step_work"], step_work))
         per["weights_load"].append(ph["weights_load"] * size)
-        per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], r.get("texts", 0)))
-        image_work = r.get("latents", 0) * sig["pixels"]
-        per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
+        # the encode phases scale by the texts / images still to encode (the disk cache holds the
+        # rest); a record that encoded none says nothing of their rate (one without the counts:
+        # taken as it is)
+        texts = r.get("texts")
+        if texts != 0 or not units["texts"]:
+            per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], texts or 0))
+        encoded = r.get("latents_encoded", r.get("latents"))
+        if encoded != 0 or not units["images"]:
+            image_work = (encoded or 0) * sig["pixels"]
+            per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
         if rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
@@ -166,6 +175,7 @@ def _from_history(
         )
         for name in ("probe_plan", "export", "other"):
             per[name].append(ph[name])
+        per["process_start"].append(ph.get("process_start", 0.0))  # older records: not measured
     n = len(records)
     runs = f"{n} earlier run{'s' if n > 1 else ''}"
     if other_base:
@@ -179,12 +189,23 @@ def _from_history(
         source, confidence = "history", "scaled"
     bases = dict.fromkeys(PHASES, basis)
     bases["other"] = f"{basis} (engine preflight, freeing memory, gaps between phases)"
+    bases["process_start"] = f"{basis} (the CLI's or job worker's start: Python and torch imports)"
     if "sample_rounds" in unmeasured and units["sample_rounds"]:
         bases["sample_rounds"] = (
             f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"
             " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
         )
         confidence = "scaled" if confidence == "measured" else confidence
+    for name, work, rate in (
+        ("caption_encoding", units["texts"], _E2E["text_s"]),
+        ("latent_cache", units["images"] / 1024**2, _E2E["image_s"]),
+    ):
+        if not per[name]:  # every record found its texts / images on disk: the e2e run's rate
+            per[name].append(work * rate * (10 if now["device_name"] == "cpu" else 1))
+            bases[name] = (
+                f"none encoded in the {runs}: the e2e FLUX.1 rate of bench/RESULTS note 23 (a guess here)"
+            )
+            confidence = "scaled" if confidence == "measured" else confidence
     phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
     return _section(phases, source, confidence, n, basis)
 
@@ -216,6 +237,11 @@ def _from_model(
         what = "a guess: the H200 table of bench/RESULTS x 200 for a CPU (no run on this machine yet)"
     e2e = "the FLUX.1 e2e run of bench/RESULTS note 23" + ("" if h200 else " (a guess on this device)")
     phases = [
+        (
+            "process_start",
+            PROCESS_START_S,
+            "a guess: the CLI's or job worker's start (Python and torch imports)",
+        ),
         (
             "weights_load",
             1.4 * size / 1e9 / load_rate,
@@ -259,7 +285,7 @@ def _section(
         "source": source,
         "confidence": confidence,
         "runs": runs,
-        "note": f"{notes[confidence]} (basis: {basis}; from the engine's start to its end, the worker's start not included)",
+        "note": f"{notes[confidence]} (basis: {basis}; from the CLI's or job worker's start to the run's end)",
     }
 
 

@@ -3,8 +3,9 @@
 A run whose latents go to disk (data/disk_cache.latent_mode) keeps its captions' conditioning
 there too: one safetensors shard per caption (variant) under <cache>/text/<encoders>/ (layout:
 data/disk_cache.py), keyed by the family, the text encoders' and tokenizers' content fingerprint,
-the dtype and device kind of the encode, max_sequence_length and the caption's sha256. Captions
-with a valid shard (crc32 checked, as the latent shards) are not encoded; the others go through
+the dtype and device kind of the encode, max_sequence_length and the caption's sha256
+(data/text_keys.py). Captions with a valid shard (crc32 checked, as the latent shards) are not
+encoded; the others go through
 conditioning.encode_texts as before (the same chunks a run without the cache makes of them) and
 each result is written as it comes (staged, then renamed), so RAM never holds the set's tensors.
 During training `DiskConditioning[key]` reads one caption's shard (memory-mapped by safe_open).
@@ -18,14 +19,14 @@ RAM instead.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from lorastudio.data.disk_cache import component_fingerprint, shard_key, shard_path
+from lorastudio.data.disk_cache import shard_path
+from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
 from lorastudio.training.conditioning import Conditioning, Text, encode_texts
 from lorastudio.training.distributed import barrier, gather_round, group_context
@@ -35,22 +36,6 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
     from lorastudio.training.events import Emit
-
-KIND = "text"
-TEXT_COMPONENTS = (
-    "text_encoder",
-    "text_encoder_2",
-    "text_encoder_3",
-    "tokenizer",
-    "tokenizer_2",
-    "tokenizer_3",
-)
-
-
-def text_fingerprint(source: Any, revision: str | None) -> str:
-    """The content fingerprint of a base's text encoders and tokenizers (those it has)."""
-    parts = [component_fingerprint(source, name, revision) for name in TEXT_COMPONENTS]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
 class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
@@ -104,15 +89,11 @@ def encode_texts_on_disk(
     from lorastudio.families.single_file import model_source
 
     model = text_fingerprint(model_source(cfg), cfg.revision)
-    encoder = {
-        "family": family.spec.name,
-        "encoders": model,
-        "dtype": str(dtype).removeprefix("torch."),
-        "device": device.type,
-        "max_sequence_length": cfg.max_sequence_length,
-    }
+    encoder = text_parts(
+        family.spec.name, model, str(dtype).removeprefix("torch."), device.type, cfg.max_sequence_length
+    )
     captions = [str(t) for t in groups[0]]
-    keys = {t: shard_key({**encoder, "text": hashlib.sha256(t.encode()).hexdigest()}) for t in captions}
+    keys = {t: text_key(encoder, t) for t in captions}
     ctx = group_context()
     valid = [
         t for t in captions if read_shard(shard_path(root, KIND, model, keys[t]), required=()) is not None

@@ -210,7 +210,7 @@ def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_conf
     write_record(tmp_path, "plain", record)
     work = {"steps": 10, "texts": 1, "images": 1, "buckets": buckets}
     same = time_forecast(TrainConfig(**common), base, CPU, plan, False, work, tmp_path)
-    assert same["confidence"] == "measured" and same["total_s"] == pytest.approx(17.0)  # 8 x 1 s + 9 s
+    assert same["confidence"] == "measured" and same["total_s"] == pytest.approx(18.0)  # 9 x 1 s + 9 s
     cfg = TrainConfig(**common, sample_prompts=["a", "b"], sample_steps=5, sample_every=5)
     forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
     rounds = {p["name"]: p for p in forecast["phases"]}["sample_rounds"]
