@@ -348,7 +348,7 @@ def _run_phases(
     trials: list[Any] = []
     if plan is None:  # a memory budget: measure candidate plans on the run's own data
         plan, trials = choose_plan(
-            run, source, conds, objective, rng, meter or CudaMeter(run.device), state.ctx
+            run, source, conds, objective, rng, meter or CudaMeter(run.device), state.ctx, state.preservation
         )
         decided_by = "measured"
         if run.device.type == "cuda":
