@@ -186,11 +186,13 @@ def run_signature(
     batch_size: int,
     grad_accum: int,
     lora_rank: int | None,
+    preservation: bool = False,
 ) -> dict[str, Any]:
     """What a run's time depends on, the same for a finished run and a planned one. `plan`: the
     four plan settings (base_precision resolved: fp32 / bf16 / ...); `buckets`: "WxH" -> images.
     `denoiser_bytes` (the denoiser's safetensors, 0 for a hub id) tells two bases apart;
-    `pixels`: the mean pixels of a sample, which the time of a step scales with."""
+    `pixels`: the mean pixels of a sample, which the time of a step scales with; `preservation`:
+    differential output preservation on (its pass makes a step ~2.3x the plain one)."""
     folder = Path(base_model) / denoiser
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors")) if folder.is_dir() else 0
     sizes = [(int(k.split("x")[0]) * int(k.split("x")[1]), n) for k, n in buckets.items()]
@@ -210,6 +212,7 @@ def run_signature(
         "batch_size": batch_size,
         "grad_accum": grad_accum,
         "lora_rank": lora_rank,
+        "preservation": preservation,
     }
 
 

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
 
 HISTORY_RUNS = 3
+# A step with differential output preservation over a plain one: + the base model's no-grad forward
+# (~1/3 of a forward + backward) + the adapter's second forward + backward (training/preservation.py).
+PRESERVATION_STEP = 1 + 1 / 3 + 1
 # A CLI or job worker process's start before train(): Python, torch, diffusers imports (5-7 s measured).
 PROCESS_START_S = 6.0
 # A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
@@ -45,6 +48,7 @@ _SAME = (
     "compiled",
     "attention_backend",
     "lora_rank",
+    "preservation",  # records before it: False
 )
 # H200, each family's default plan (bf16, regional compile), 1024 px: seconds per sample and the
 # bf16 denoiser bytes they were measured with (bench/RESULTS.md: FLUX.1 the e2e run, note 23;
@@ -90,16 +94,22 @@ def time_forecast(
         batch_size=cfg.batch_size,
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
+        preservation=cfg.preservation is not None,
     )
     units = _units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
-    same = [r for r in records if all(r["signature"].get(k) == now[k] for k in _SAME)][:HISTORY_RUNS]
+    same = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:HISTORY_RUNS]
     if same:
         return _from_history(same, units, now)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]][:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         return _from_history(machine, units, now, other_base=True)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
+
+
+def _key(record: dict[str, Any], name: str) -> Any:
+    """A record's signature value (`preservation` False in records written before it)."""
+    return record["signature"].get(name, False if name == "preservation" else None)
 
 
 def _usable(record: dict[str, Any]) -> bool:
@@ -148,9 +158,10 @@ def _from_history(
             now["denoiser_bytes"] / sig["denoiser_bytes"] if other_base and sig.get("denoiser_bytes") else 1.0
         )
         step_work = sig["pixels"] * sig["batch_size"] * sig["grad_accum"]
-        step = r["s_per_step"] * size * _ratio(units["step_work"], step_work)
+        dop = _dop(now["preservation"]) / _dop(_key(r, "preservation"))  # a step's own work
+        step = r["s_per_step"] * size * dop * _ratio(units["step_work"], step_work)
         per["steps"].append(step * max(units["steps"] - 1, 0))
-        per["first_step"].append(ph["first_step"] * size * _ratio(units["step_work"], step_work))
+        per["first_step"].append(ph["first_step"] * size * dop * _ratio(units["step_work"], step_work))
         per["weights_load"].append(ph["weights_load"] * size)
         # the encode phases scale by the texts / images still to encode (the disk cache holds the
         # rest); a record that encoded none says nothing of their rate (one without the counts:
@@ -189,6 +200,12 @@ def _from_history(
         source, confidence = "history", "scaled"
     bases = dict.fromkeys(PHASES, basis)
     bases["other"] = f"{basis} (engine preflight, freeing memory, gaps between phases)"
+    if any(_key(r, "preservation") != now["preservation"] for r in records):
+        for name in ("first_step", "steps"):
+            bases[name] += (
+                f"; differential output preservation's pass: x{PRESERVATION_STEP:.2f} a plain step"
+                " (a base forward + a second forward and backward), not measured in them"
+            )
     bases["process_start"] = f"{basis} (the CLI's or job worker's start: Python and torch imports)"
     if "sample_rounds" in unmeasured and units["sample_rounds"]:
         bases["sample_rounds"] = (
@@ -225,6 +242,7 @@ def _from_model(
         per_sample *= 200  # a guess: a CPU trains ~200x slower than an H200 (not calibrated)
     if now["plan"].get("base_precision") == "fp32":
         per_sample *= 2
+    per_sample *= _dop(now["preservation"])
     step = max(per_sample * samples, 0.05)
     compile_s = _E2E["compile_s"] * (size / 23.8e9) ** 0.5 if now["compiled"] else 2 * step
     probe = _E2E["probe_s"] if gpu and cfg.attention_backend == "auto" else 0.0
@@ -235,6 +253,8 @@ def _from_model(
         what = f"a guess: the H200 table of bench/RESULTS applied to {host.name} (not measured there)"
     else:
         what = "a guess: the H200 table of bench/RESULTS x 200 for a CPU (no run on this machine yet)"
+    if now["preservation"]:
+        what += f"; x{PRESERVATION_STEP:.2f} for differential output preservation's pass"
     e2e = "the FLUX.1 e2e run of bench/RESULTS note 23" + ("" if h200 else " (a guess on this device)")
     phases = [
         (
@@ -287,6 +307,11 @@ def _section(
         "runs": runs,
         "note": f"{notes[confidence]} (basis: {basis}; from the CLI's or job worker's start to the run's end)",
     }
+
+
+def _dop(preservation: bool) -> float:
+    """A step's work with differential output preservation on, in plain steps."""
+    return PRESERVATION_STEP if preservation else 1.0
 
 
 def _ratio(now: float, then: float) -> float:

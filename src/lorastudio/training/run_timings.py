@@ -40,6 +40,7 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         batch_size=cfg.batch_size,
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
+        preservation=cfg.preservation is not None,
     )
     measured = phase_seconds(clock.stamped, cfg.save_every, end=clock.elapsed(), before=clock.before)
     encoded = measured["latents"] if state.latents_encoded is None else state.latents_encoded
