@@ -91,7 +91,12 @@ def preflight_report(
     cache = latent_cache_section(cfg, scan, host, dtype, get_settings())
     work = {  # what phase 1 encodes: less what the on-disk cache holds already
         "steps": steps,
-        "texts": captions["texts_encoded"] - (cache.get("texts_cached") or 0) + len(cfg.sample_prompts),
+        "texts": (
+            cache["texts"] - cache["texts_cached"]
+            if cache.get("texts") is not None
+            else captions["texts_encoded"]
+        )
+        + len(cfg.sample_prompts),
         "images": len(scan.items) - (cache.get("images_cached") or 0),
         "buckets": scan.bucket_histogram(),
     }
