@@ -4,6 +4,9 @@ forecast (jobs/time_forecast.py). No torch: the engine writes these records, the
 `PhaseClock` wraps a run's event sink and stamps every event with the time since the run began;
 `phase_seconds` turns the stamped events into phases:
 
+    process_start     the process's start (the OS's) -> train(): Python, torch and the CLI's or
+                      job worker's imports; they pass `process_started_at()` in (0 for a train()
+                      called in a process that was already running)
     weights_load      sum of ModelLoadCompleted.seconds (text encoders, VAE, denoiser)
     caption_encoding  text encoders loaded -> the last Preparing("conditioning")
     latent_cache      VAE loaded -> the last Preparing("latents")
@@ -43,6 +46,7 @@ HISTORY_DIR = "run_timings"
 MAX_RECORDS = 200  # the newest kept; older records are removed when a run adds one
 
 PHASES = (
+    "process_start",
     "weights_load",
     "caption_encoding",
     "latent_cache",
@@ -56,12 +60,26 @@ PHASES = (
 )
 
 
-class PhaseClock:
-    """The event sink wrapper that stamps each event (seconds since the clock was made)."""
+def process_started_at() -> float | None:
+    """When this process started (time.time() seconds), from the OS: Linux's /proc/self/stat
+    start time against the boot clock (10 ms ticks). None where that cannot be read."""
+    try:
+        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(after_name[19])  # field 22, starttime: clock ticks after boot
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.time() - max(age, 0.0)
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+
+class PhaseClock:
+    """The event sink wrapper that stamps each event (seconds since the clock was made).
+    `started_at`: when the process started (process_started_at()), None: not counted."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, started_at: float | None = None) -> None:
         self._clock = clock
         self._start = clock()
+        self.before = max(time.time() - started_at, 0.0) if started_at is not None else 0.0
         self.stamped: list[tuple[float, dict[str, Any]]] = []
 
     def wrap(self, emit: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -79,10 +97,14 @@ class PhaseClock:
 
 
 def phase_seconds(
-    stamped: list[tuple[float, dict[str, Any]]], save_every: int | None, end: float | None = None
+    stamped: list[tuple[float, dict[str, Any]]],
+    save_every: int | None,
+    end: float | None = None,
+    before: float = 0.0,
 ) -> dict[str, Any]:
     """The phases (module docstring) of a run's stamped events, ending with Complete; `end`: when
-    the run returned (its memory freed; default: the last event's time).
+    the run returned (its memory freed; default: the last event's time); `before`: the process's
+    seconds before train() (the process_start phase, part of the total).
 
     Returns {"phases": {PHASES: seconds}, "total_s", "s_per_step" (None under 2 steps), "steps":
     steps run, "texts" / "latents": the last Preparing totals (0 when none), "sample_rounds",
@@ -139,9 +161,10 @@ def phase_seconds(
         end_of_loop = max(progress[-1][0], max(samples.values(), default=0.0))
         phases["export"] = max(total - end_of_loop, 0.0)
     phases["other"] = max(total - sum(v for k, v in phases.items() if k != "other"), 0.0)
+    phases["process_start"] = before
     return {
         "phases": {k: round(v, 3) for k, v in phases.items()},
-        "total_s": round(total, 3),
+        "total_s": round(total + before, 3),
         "s_per_step": None if s_per_step is None else round(s_per_step, 5),
         "steps": len(progress),
         **counts,
@@ -163,11 +186,13 @@ def run_signature(
     batch_size: int,
     grad_accum: int,
     lora_rank: int | None,
+    preservation: bool = False,
 ) -> dict[str, Any]:
     """What a run's time depends on, the same for a finished run and a planned one. `plan`: the
     four plan settings (base_precision resolved: fp32 / bf16 / ...); `buckets`: "WxH" -> images.
     `denoiser_bytes` (the denoiser's safetensors, 0 for a hub id) tells two bases apart;
-    `pixels`: the mean pixels of a sample, which the time of a step scales with."""
+    `pixels`: the mean pixels of a sample, which the time of a step scales with; `preservation`:
+    differential output preservation on (its pass makes a step ~2.3x the plain one)."""
     folder = Path(base_model) / denoiser
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors")) if folder.is_dir() else 0
     sizes = [(int(k.split("x")[0]) * int(k.split("x")[1]), n) for k, n in buckets.items()]
@@ -187,6 +212,7 @@ def run_signature(
         "batch_size": batch_size,
         "grad_accum": grad_accum,
         "lora_rank": lora_rank,
+        "preservation": preservation,
     }
 
 

@@ -122,6 +122,11 @@ def test_full_job_start_events_complete_listed_and_generate(
     assert run["status"] == "completed" and len(run["metrics"]) == 4
     assert {o["kind"] for o in run["outputs"]} == {"lora", "sidecar"}
     assert run["plan"] == plan
+    # the worker passed its process's start in: the next preflight's forecast adds it, as measured
+    assert report.json()["time"]["phases"][0]["name"] == "process_start"  # before any run: a guess
+    again = client.post("/api/train/preflight", json={"config": flux_config(output_name="next", **FULL_JOB)})
+    start = next(p for p in again.json()["time"]["phases"] if p["name"] == "process_start")
+    assert start["seconds"] > 0.3 and "measured by 1 earlier run" in start["basis"], start
     listed = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
     assert job_id in listed
     # the resolved config: the same TrainConfigOut from the job, the run detail and the preflight

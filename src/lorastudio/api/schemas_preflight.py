@@ -202,15 +202,18 @@ class LatentCacheOut(_Out):
         default=None,
         description="on disk: images whose every variant is already cached (reused, not encoded)",
     )
-    captions: int | None = Field(
-        default=None, description="on disk: captions (variants included) the run encodes"
+    texts: int | None = Field(
+        default=None, description="on disk: captions (with their variants) phase 1 encodes; null: kept in RAM"
     )
-    captions_cached: int | None = Field(default=None, description="on disk: of those, already cached")
+    texts_cached: int | None = Field(
+        default=None, description="on disk: those captions whose embeddings are already cached (not encoded)"
+    )
     note: str | None = None
 
 
 class TimePhase(_Out):
     name: Literal[
+        "process_start",
         "weights_load",
         "caption_encoding",
         "latent_cache",
@@ -227,7 +230,9 @@ class TimePhase(_Out):
 
 
 class TimeForecast(_Out):
-    total_s: float = Field(description="forecast wall time of the run, from the engine's start to its end")
+    total_s: float = Field(
+        description="forecast wall time of the run, from the CLI's or job worker's start to the run's end"
+    )
     phases: list[TimePhase]
     source: Literal["history", "machine", "model"] = Field(
         description="history: earlier runs of this base and plan on this machine; machine: runs of other "

@@ -201,6 +201,7 @@ def train_cmd(
             _check_launch(cfg, device)
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
         from lorastudio.jobs.cli_record import open_cli_record
+        from lorastudio.timings import process_started_at
         from lorastudio.training.loop import train
 
         if checkpoint is None and cfg.output_name is None and not launched:  # an abort says where
@@ -215,7 +216,8 @@ def train_cmd(
         with StopOnInterrupt(console) as stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
-            result = train(cfg, emit, stopper.check, device=device, resume=checkpoint)
+            started = process_started_at()  # the run's wall-time record counts the CLI's start
+            result = train(cfg, emit, stopper.check, device=device, resume=checkpoint, started_at=started)
         if record is not None:
             record.end(result.stopped, result.steps_run, result.lora_path)
     except LorastudioError as err:

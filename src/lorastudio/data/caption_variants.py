@@ -103,6 +103,17 @@ def scan_variants(scan: DatasetScan, count: int | None, seed: int) -> list[list[
     return caption_variants([it.caption for it in scan.items], styles, count or DEFAULT_VARIANTS, seed)
 
 
+def captions_to_encode(captions: Sequence[str], caption_dropout: float | Sequence[float]) -> list[str]:
+    """The unique captions, in first-seen order, plus "" when caption dropout is on (for any
+    item, when given per item): the texts phase 1 encodes (training/conditioning.py) and the
+    preflight counts on disk (jobs/preflight_cache.py)."""
+    unique = list(dict.fromkeys(captions))
+    dropping = max(caption_dropout, default=0.0) if isinstance(caption_dropout, Sequence) else caption_dropout
+    if dropping > 0 and "" not in unique:
+        unique.append("")
+    return unique
+
+
 def item_dropouts(scan: DatasetScan, run_dropout: float) -> list[float]:
     """Each item's caption dropout: its dataset entry's, or the run's for a scan without entries."""
     if not scan.entries:

@@ -8,7 +8,6 @@ reuse with the same keys the run computes.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -97,43 +96,3 @@ def plan_variants(
             )
         out.append(variants)
     return out
-
-
-TEXT_COMPONENTS = (
-    "text_encoder",
-    "text_encoder_2",
-    "text_encoder_3",
-    "tokenizer",
-    "tokenizer_2",
-    "tokenizer_3",
-)
-
-
-def text_fingerprint(source: Any, revision: str | None) -> str:
-    """The content fingerprint of a base's text encoders and tokenizers (those it has):
-    disk_cache.component_fingerprint of each, combined."""
-    from lorastudio.data.disk_cache import component_fingerprint
-
-    parts = [component_fingerprint(source, name, revision) for name in TEXT_COMPONENTS]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
-
-
-def text_keys(
-    spec: FamilySpec,
-    encoders: str,
-    dtype: str,
-    device: str,
-    max_sequence_length: int | None,
-    texts: Sequence[str],
-) -> dict[str, str]:
-    """caption -> shard key of its embeddings: the family, the text encoders' fingerprint, the
-    dtype (fp32 / bf16 / fp16) and device kind of the encode, max_sequence_length, the caption's
-    sha256."""
-    parts = {
-        "family": spec.name,
-        "encoders": encoders,
-        "dtype": dtype,
-        "device": device,
-        "max_sequence_length": max_sequence_length,
-    }
-    return {t: shard_key({**parts, "text": hashlib.sha256(t.encode()).hexdigest()}) for t in texts}

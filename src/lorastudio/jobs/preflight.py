@@ -89,10 +89,16 @@ def preflight_report(
         with_controls=families.get(cfg.family).spec.prompt_sees_controls,
         in_step=cfg.train_text_encoder,
     )
-    work = {
+    cache = latent_cache_section(cfg, scan, host, dtype, get_settings())
+    work = {  # what phase 1 encodes: less what the on-disk cache holds already
         "steps": steps,
-        "texts": captions["texts_encoded"] + len(cfg.sample_prompts),
-        "images": len(scan.items),
+        "texts": (
+            cache["texts"] - cache["texts_cached"]
+            if cache.get("texts") is not None
+            else captions["texts_encoded"]
+        )
+        + len(cfg.sample_prompts),
+        "images": len(scan.items) - (cache.get("images_cached") or 0),
         "buckets": scan.bucket_histogram(),
     }
     timing = time_forecast(
@@ -151,7 +157,7 @@ def preflight_report(
         "plan": plan,
         "conditioning": conditioning_section(cfg),
         "memory": _memory_section(cfg, run.model_dir, host, scan),
-        "latent_cache": latent_cache_section(cfg, scan, host, dtype, get_settings()),
+        "latent_cache": cache,
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
         "time": timing,

@@ -3,7 +3,8 @@ data/disk_cache.latent_mode) and, on disk, how many images' shards it will find 
 
 The count uses the run's own keys (data/latent_keys.plan_variants with the run's seed: the same
 crop/flip draws) and the VAE's content fingerprint, so a second run on the same data and model
-reports "reuses M of M". A shard is only looked up here; the run verifies each it reads (a
+reports "reuses M of M". The captions' text embeddings (also on disk in that mode) are counted
+the same way (data/text_keys.py); the wall-time forecast scales its encode phases by what is left. A shard is only looked up here; the run verifies each it reads (a
 damaged one is re-encoded). No model is loaded and no image decoded; every image's bytes are
 hashed (the scan's fingerprint hashed them already: data.scan.file_sha256 remembers them).
 """
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorastudio import families
+from lorastudio.data.caption_variants import captions_to_encode, item_dropouts, scan_variants
 from lorastudio.data.disk_cache import (
     cache_root,
     component_fingerprint,
@@ -23,9 +25,12 @@ from lorastudio.data.disk_cache import (
     folder_bytes,
     latent_mode,
 )
-from lorastudio.data.latent_keys import encoder_parts, plan_variants, text_fingerprint, text_keys
+from lorastudio.data.latent_keys import encoder_parts, plan_variants
+from lorastudio.data.text_keys import KIND, TORCH_DTYPE_NAMES, text_fingerprint, text_key, text_parts
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
     from lorastudio.jobs.hardware import HostInfo
@@ -36,7 +41,9 @@ def latent_cache_section(
     cfg: TrainConfig, scan: DatasetScan, host: HostInfo, dtype: str, settings: Settings
 ) -> dict[str, Any]:
     """{"setting", "mode" ("memory" | "disk" | "per_step"), "ram_gb" (what the RAM cache would
-    take), and on disk: "folder", "disk_bytes" (its size now), "images", "images_cached", "note"}.
+    take), and on disk: "folder", "disk_bytes" (its size now), "images", "images_cached", "texts"
+    / "texts_cached" (the captions phase 1 encodes / finds on disk; None where they stay in RAM),
+    "note"}.
     `dtype`: the run's compute dtype (jobs.hardware.resolved_dtype; fp8/int8/nf4 compute in bf16)."""
     from lorastudio.families.single_file import model_source
 
@@ -58,34 +65,37 @@ def latent_cache_section(
     )
     cached = sum(count_present(root, "latents", model, [v.key for v in vs]) == len(vs) for vs in keys)
     folder = root / "latents" / model
-    note = f"latents on disk: reuses {cached} of {len(keys)} images' latents, encodes {len(keys) - cached}"
-    out.update(folder=str(folder), disk_bytes=folder_bytes(folder), images=len(keys), images_cached=cached)
-    texts = _captions_on_disk(cfg, scan, host.device, compute, root)
-    if texts is not None:
-        out.update(captions=texts[1], captions_cached=texts[0])
-        note += f"; captions: reuses {texts[0]} of {texts[1]}"
-    out["note"] = note
+    texts = _texts_on_disk(cfg, scan, host, compute, root)
+    captions = f"; reuses {texts[1]} of {texts[0]} captions' embeddings" if texts else ""
+    out.update(
+        folder=str(folder),
+        disk_bytes=folder_bytes(folder),
+        images=len(keys),
+        images_cached=cached,
+        texts=texts[0] if texts else None,
+        texts_cached=texts[1] if texts else None,
+        note=f"latents on disk: reuses {cached} of {len(keys)} images' latents, encodes {len(keys) - cached}"
+        + captions,
+    )
     return out
 
 
-def _captions_on_disk(
-    cfg: TrainConfig, scan: DatasetScan, device: str, dtype: str, root: Path
+def _texts_on_disk(
+    cfg: TrainConfig, scan: DatasetScan, host: HostInfo, compute: str, root: Path
 ) -> tuple[int, int] | None:
-    """(cached, total) of the captions (and caption variants, "" with caption dropout) the run
-    keeps on disk (training/conditioning_disk.py); None where its captions stay in RAM (a family
-    whose prompt sees the control images, train_text_encoder)."""
-    from lorastudio.data.caption_variants import item_dropouts, scan_variants
+    """(captions phase 1 encodes, those with a shard on disk) of a disk-cached run, keyed as
+    training/conditioning_disk.py keys them; None where the captions stay in RAM (a family whose
+    prompt sees the control images, train_text_encoder)."""
     from lorastudio.families.single_file import model_source
 
     spec = families.get(cfg.family).spec
     if spec.prompt_sees_controls or cfg.train_text_encoder:
         return None
     variants = scan_variants(scan, cfg.caption_variants, cfg.seed)
-    dropouts = item_dropouts(scan, cfg.caption_dropout)
-    # as training.conditioning.captions_to_encode: unique, first seen, "" when any dropout is on
-    texts = list(dict.fromkeys([it.caption for it in scan.items] + [v for vs in variants for v in vs]))
-    if max(dropouts, default=0.0) > 0 and "" not in texts:
-        texts.append("")
+    captions = [it.caption for it in scan.items] + [v for vs in variants for v in vs]
+    texts = captions_to_encode(captions, item_dropouts(scan, cfg.caption_dropout))
     model = text_fingerprint(model_source(cfg), cfg.revision)
-    keys = text_keys(spec, model, dtype, device, cfg.max_sequence_length, texts)
-    return count_present(root, "text", model, list(keys.values())), len(texts)
+    parts = text_parts(
+        spec.name, model, TORCH_DTYPE_NAMES.get(compute, compute), host.device, cfg.max_sequence_length
+    )
+    return len(texts), count_present(root, KIND, model, [text_key(parts, t) for t in texts])

@@ -117,6 +117,7 @@ def connect(path: str, rank: int) -> tuple[socket.socket, RankJob]:
 def run_rank(job: RankJob, channel: RankChannel) -> tuple[int, str | None]:
     """Train; returns (exit code, error message or None). Rank 0 reports an unreported failure
     as an Error event. Exceptions other than LorastudioError are reported, then re-raised."""
+    from lorastudio.timings import process_started_at
     from lorastudio.training.loop import train
 
     args = job.args
@@ -129,6 +130,7 @@ def run_rank(job: RankJob, channel: RankChannel) -> tuple[int, str | None]:
             settings=args.settings,
             resume=resume,
             device=job.device,
+            started_at=process_started_at(),  # the run's wall-time record counts the rank's start
         )
     except LorastudioError as err:
         if not channel.terminal_sent:

@@ -13,8 +13,8 @@ Sources, best first:
             at 1024 px of each family's default plan) scaled by denoiser size and pixels, other
             phases from the end-to-end FLUX.1 run (RESULTS note 23); on another GPU or a CPU a
             guess (CPU: no calibration is run here, the job service does not import torch).
-Times are from train()'s start to its end; the worker's start (Python and torch imports, a few
-seconds) is not in them. No torch here.
+Times are from the process's start (the CLI's or job worker's: Python and torch imports, a few
+seconds, passed in to train() and kept as the process_start phase) to train()'s end. No torch here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     from lorastudio.jobs.hardware import HostInfo
 
 HISTORY_RUNS = 3
+# A step with differential output preservation over a plain one: + the base model's no-grad forward
+# (~1/3 of a forward + backward) + the adapter's second forward + backward (training/preservation.py).
+PRESERVATION_STEP = 1 + 1 / 3 + 1
+# A CLI or job worker process's start before train(): Python, torch, diffusers imports (5-7 s measured).
+PROCESS_START_S = 6.0
 # A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
 SAMPLE_STEP_SHARE = 0.78
 # Exact-match keys of a record (the rest is scaled): what changes the time per unit of work.
@@ -43,6 +48,7 @@ _SAME = (
     "compiled",
     "attention_backend",
     "lora_rank",
+    "preservation",  # records before it: False
 )
 # H200, each family's default plan (bf16, regional compile), 1024 px: seconds per sample and the
 # bf16 denoiser bytes they were measured with (bench/RESULTS.md: FLUX.1 the e2e run, note 23;
@@ -88,10 +94,11 @@ def time_forecast(
         batch_size=cfg.batch_size,
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
+        preservation=cfg.preservation is not None,
     )
     units = _units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
-    same = [r for r in records if all(r["signature"].get(k) == now[k] for k in _SAME)][:HISTORY_RUNS]
+    same = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:HISTORY_RUNS]
     if same:
         return _from_history(same, units, now)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]][:HISTORY_RUNS]
@@ -100,13 +107,18 @@ def time_forecast(
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
 
 
+def _key(record: dict[str, Any], name: str) -> Any:
+    """A record's signature value (`preservation` False in records written before it)."""
+    return record["signature"].get(name, False if name == "preservation" else None)
+
+
 def _usable(record: dict[str, Any]) -> bool:
     """A record this module can scale: its signature's numbers, every phase, a steady step time."""
     sig, phases = record.get("signature"), record.get("phases")
     if not isinstance(sig, dict) or not isinstance(phases, dict):
         return False
     numbers = [sig.get(k) for k in ("pixels", "batch_size", "grad_accum", "denoiser_bytes")]
-    numbers += [phases.get(k) for k in PHASES] + [record.get("s_per_step")]
+    numbers += [phases.get(k) for k in PHASES if k != "process_start"] + [record.get("s_per_step")]
     return all(isinstance(v, int | float) for v in numbers) and record["s_per_step"] > 0
 
 
@@ -146,13 +158,21 @@ def _from_history(
             now["denoiser_bytes"] / sig["denoiser_bytes"] if other_base and sig.get("denoiser_bytes") else 1.0
         )
         step_work = sig["pixels"] * sig["batch_size"] * sig["grad_accum"]
-        step = r["s_per_step"] * size * _ratio(units["step_work"], step_work)
+        dop = _dop(now["preservation"]) / _dop(_key(r, "preservation"))  # a step's own work
+        step = r["s_per_step"] * size * dop * _ratio(units["step_work"], step_work)
         per["steps"].append(step * max(units["steps"] - 1, 0))
-        per["first_step"].append(ph["first_step"] * size * _ratio(units["step_work"], step_work))
+        per["first_step"].append(ph["first_step"] * size * dop * _ratio(units["step_work"], step_work))
         per["weights_load"].append(ph["weights_load"] * size)
-        per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], r.get("texts", 0)))
-        image_work = r.get("latents", 0) * sig["pixels"]
-        per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
+        # the encode phases scale by the texts / images still to encode (the disk cache holds the
+        # rest); a record that encoded none says nothing of their rate (one without the counts:
+        # taken as it is)
+        texts = r.get("texts")
+        if texts != 0 or not units["texts"]:
+            per["caption_encoding"].append(ph["caption_encoding"] * _ratio(units["texts"], texts or 0))
+        encoded = r.get("latents_encoded", r.get("latents"))
+        if encoded != 0 or not units["images"]:
+            image_work = (encoded or 0) * sig["pixels"]
+            per["latent_cache"].append(ph["latent_cache"] * _ratio(units["images"], image_work))
         rounds = r.get("sample_rounds", 0)
         if rounds:
             one_round = ph["sample_rounds"] / rounds * _ratio(units["sample_work"], r.get("sample_work", 0))
@@ -166,6 +186,7 @@ def _from_history(
         )
         for name in ("probe_plan", "export", "other"):
             per[name].append(ph[name])
+        per["process_start"].append(ph.get("process_start", 0.0))  # older records: not measured
     n = len(records)
     runs = f"{n} earlier run{'s' if n > 1 else ''}"
     if other_base:
@@ -179,12 +200,29 @@ def _from_history(
         source, confidence = "history", "scaled"
     bases = dict.fromkeys(PHASES, basis)
     bases["other"] = f"{basis} (engine preflight, freeing memory, gaps between phases)"
+    if any(_key(r, "preservation") != now["preservation"] for r in records):
+        for name in ("first_step", "steps"):
+            bases[name] += (
+                f"; differential output preservation's pass: x{PRESERVATION_STEP:.2f} a plain step"
+                " (a base forward + a second forward and backward), not measured in them"
+            )
+    bases["process_start"] = f"{basis} (the CLI's or job worker's start: Python and torch imports)"
     if "sample_rounds" in unmeasured and units["sample_rounds"]:
         bases["sample_rounds"] = (
             f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"
             " (a sampling step's share of a training step in the e2e FLUX.1 run, bench/RESULTS note 23)"
         )
         confidence = "scaled" if confidence == "measured" else confidence
+    for name, work, rate in (
+        ("caption_encoding", units["texts"], _E2E["text_s"]),
+        ("latent_cache", units["images"] / 1024**2, _E2E["image_s"]),
+    ):
+        if not per[name]:  # every record found its texts / images on disk: the e2e run's rate
+            per[name].append(work * rate * (10 if now["device_name"] == "cpu" else 1))
+            bases[name] = (
+                f"none encoded in the {runs}: the e2e FLUX.1 rate of bench/RESULTS note 23 (a guess here)"
+            )
+            confidence = "scaled" if confidence == "measured" else confidence
     phases = [{"name": k, "seconds": round(statistics.median(per[k]), 2), "basis": bases[k]} for k in PHASES]
     return _section(phases, source, confidence, n, basis)
 
@@ -204,6 +242,7 @@ def _from_model(
         per_sample *= 200  # a guess: a CPU trains ~200x slower than an H200 (not calibrated)
     if now["plan"].get("base_precision") == "fp32":
         per_sample *= 2
+    per_sample *= _dop(now["preservation"])
     step = max(per_sample * samples, 0.05)
     compile_s = _E2E["compile_s"] * (size / 23.8e9) ** 0.5 if now["compiled"] else 2 * step
     probe = _E2E["probe_s"] if gpu and cfg.attention_backend == "auto" else 0.0
@@ -214,8 +253,15 @@ def _from_model(
         what = f"a guess: the H200 table of bench/RESULTS applied to {host.name} (not measured there)"
     else:
         what = "a guess: the H200 table of bench/RESULTS x 200 for a CPU (no run on this machine yet)"
+    if now["preservation"]:
+        what += f"; x{PRESERVATION_STEP:.2f} for differential output preservation's pass"
     e2e = "the FLUX.1 e2e run of bench/RESULTS note 23" + ("" if h200 else " (a guess on this device)")
     phases = [
+        (
+            "process_start",
+            PROCESS_START_S,
+            "a guess: the CLI's or job worker's start (Python and torch imports)",
+        ),
         (
             "weights_load",
             1.4 * size / 1e9 / load_rate,
@@ -259,8 +305,13 @@ def _section(
         "source": source,
         "confidence": confidence,
         "runs": runs,
-        "note": f"{notes[confidence]} (basis: {basis}; from the engine's start to its end, the worker's start not included)",
+        "note": f"{notes[confidence]} (basis: {basis}; from the CLI's or job worker's start to the run's end)",
     }
+
+
+def _dop(preservation: bool) -> float:
+    """A step's work with differential output preservation on, in plain steps."""
+    return PRESERVATION_STEP if preservation else 1.0
 
 
 def _ratio(now: float, then: float) -> float:

@@ -139,10 +139,18 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     channel = WorkerChannel(args, events, stop_event, stop_save)
     code = 0
     try:
+        from lorastudio.timings import process_started_at
         from lorastudio.training.loop import train
 
         resume = Path(args.resume) if args.resume is not None else None
-        train(args.config, channel.emit, channel.should_stop, settings=args.settings, resume=resume)
+        train(
+            args.config,
+            channel.emit,
+            channel.should_stop,
+            settings=args.settings,
+            resume=resume,
+            started_at=process_started_at(),  # the forecast counts this process's start (imports)
+        )
     except LorastudioError as err:
         if not channel.terminal_sent:
             channel.emit(Error(message=str(err)))

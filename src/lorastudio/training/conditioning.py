@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lorastudio.data.caption_variants import captions_to_encode as captions_to_encode  # moved (no torch)
 from lorastudio.families.single_file import model_source
 from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
@@ -157,16 +158,6 @@ def item_key(family: Family, item: Any, caption: str | None = None) -> str:
     cond_key with its controls where the family's prompt sees them, else the caption."""
     text = item.caption if caption is None else caption
     return cond_key(text, item.controls) if family.spec.prompt_sees_controls else text
-
-
-def captions_to_encode(captions: Sequence[str], caption_dropout: float | Sequence[float]) -> list[str]:
-    """The unique captions, in first-seen order, plus "" when caption dropout is on (for any
-    item, when given per item)."""
-    unique = list(dict.fromkeys(captions))
-    dropping = max(caption_dropout, default=0.0) if isinstance(caption_dropout, Sequence) else caption_dropout
-    if dropping > 0 and "" not in unique:
-        unique.append("")
-    return unique
 
 
 def encode_captions(

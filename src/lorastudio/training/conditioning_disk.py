@@ -3,8 +3,9 @@
 A run whose latents go to disk (data/disk_cache.latent_mode) keeps its captions' conditioning
 there too: one safetensors shard per caption (variant) under <cache>/text/<encoders>/ (layout:
 data/disk_cache.py), keyed by the family, the text encoders' and tokenizers' content fingerprint,
-the dtype and device kind of the encode, max_sequence_length and the caption's sha256. Captions
-with a valid shard (crc32 checked, as the latent shards) are not encoded; the others go through
+the dtype and device kind of the encode, max_sequence_length and the caption's sha256
+(data/text_keys.py). Captions with a valid shard (crc32 checked, as the latent shards) are not
+encoded; the others go through
 conditioning.encode_texts as before (the same chunks a run without the cache makes of them) and
 each result is written as it comes (staged, then renamed), so RAM never holds the set's tensors.
 During training `DiskConditioning[key]` reads one caption's shard (memory-mapped by safe_open).
@@ -25,18 +26,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from lorastudio.data.disk_cache import shard_path
-from lorastudio.data.latent_keys import text_fingerprint, text_keys
+from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
 from lorastudio.training.conditioning import Conditioning, Text, encode_texts
 from lorastudio.training.distributed import barrier, gather_round, group_context
-from lorastudio.training.latents_disk import DTYPE_NAMES, read_shard, write_shard
+from lorastudio.training.latents_disk import read_shard, write_shard
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
     from lorastudio.training.events import Emit
-
-KIND = "text"
 
 
 class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
@@ -90,11 +89,11 @@ def encode_texts_on_disk(
     from lorastudio.families.single_file import model_source
 
     model = text_fingerprint(model_source(cfg), cfg.revision)
-    captions = [str(t) for t in groups[0]]
-    name = str(dtype).removeprefix("torch.")
-    keys = text_keys(
-        family.spec, model, DTYPE_NAMES.get(name, name), device.type, cfg.max_sequence_length, captions
+    encoder = text_parts(
+        family.spec.name, model, str(dtype).removeprefix("torch."), device.type, cfg.max_sequence_length
     )
+    captions = [str(t) for t in groups[0]]
+    keys = {t: text_key(encoder, t) for t in captions}
     ctx = group_context()
     valid = [
         t for t in captions if read_shard(shard_path(root, KIND, model, keys[t]), required=()) is not None

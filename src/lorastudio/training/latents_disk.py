@@ -114,6 +114,7 @@ class DiskLatents:
             scale,
         )
         self.kept = kept  # shards that could not be written: key -> tensors
+        self.encoded = 0  # images encoded by this run (the others' shards were on disk)
 
     def _tensors(self, key: str) -> dict[str, torch.Tensor]:
         if key in self.kept:
@@ -253,7 +254,7 @@ def open_disk_latents(
     model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
     dtype = str(run.dtype).removeprefix("torch.")
     encoder = encoder_parts(spec, model, DTYPE_NAMES.get(dtype, dtype), run.device.type)
-    source, _ = build_disk_latents(
+    source, encoded = build_disk_latents(
         run.family,
         vae,
         run.scan.items,
@@ -266,4 +267,5 @@ def open_disk_latents(
         emit=emit,
         check_stop=check_stop,
     )
+    source.encoded = encoded
     return source

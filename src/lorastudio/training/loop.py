@@ -134,6 +134,7 @@ def train(
     return_denoiser: bool = False,
     resume: Path | None = None,
     meter: DeviceMeter | None = None,
+    started_at: float | None = None,
 ) -> TrainResult:
     """Run one training job described by `cfg`, reporting through `emit`.
 
@@ -146,6 +147,8 @@ def train(
     `meter` is a test hook: the DeviceMeter that measures the plans of a memory budget instead
     of the device's (a plan_measure.FakeDeviceMeter lets the chooser run on the CPU; with it,
     memory_budget_gb is accepted on a CPU host). Leave it None for real runs.
+    `started_at`: when the calling process started (timings.process_started_at(); the CLI and the
+    job worker pass it): the run's wall-time record counts the process's start (imports) too.
     Returns: TrainResult. A stop with save after >= 1 step of this session writes a checkpoint
     and the LoRA of the steps run. A stop without save removes what this session wrote: the
     whole run folder for a fresh run, this session's checkpoints for a resumed one.
@@ -158,7 +161,9 @@ def train(
     """
     settings = settings or get_settings()
     keep_fa4_cache(settings.fa4_cache_dir)  # before FA4 is imported: the run reuses its probe's kernels
-    clock = PhaseClock()  # stamps the events: the phases of a finished run are kept (run_timings.py)
+    clock = PhaseClock(
+        started_at=started_at
+    )  # stamps the events: the phases of a finished run are kept (run_timings.py)
     state = RunState()
     run: PreparedRun | None = None
     claimed = False
@@ -227,7 +232,7 @@ def train(
     if run is not None:
         free_accelerator_memory(run.device)
     if lora_path is not None and not stopped and state.resume is None and state.plan is not None:
-        record_run_timings(run, state.plan, clock, settings)  # the run's end: train() returns now
+        record_run_timings(run, state, clock, settings)  # the run's end: train() returns now
     resumed_from = state.steps_at_start if state.resume is not None else None
     encoders = state.text_encoders if return_denoiser else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from, encoders)
@@ -307,7 +312,7 @@ def _run_phases(
     trials: list[Any] = []
     if plan is None:  # a memory budget: measure candidate plans on the run's own data
         plan, trials = choose_plan(
-            run, source, conds, objective, rng, meter or CudaMeter(run.device), state.ctx
+            run, source, conds, objective, rng, meter or CudaMeter(run.device), state.ctx, state.preservation
         )
         decided_by = "measured"
         if run.device.type == "cuda":

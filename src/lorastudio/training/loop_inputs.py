@@ -116,7 +116,9 @@ def prepare_latents(
         return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run
     try:
         if mode == "disk":
-            return open_disk_latents(run, vae, rng, cache_root(settings), emit=emit, check_stop=stop)
+            disk = open_disk_latents(run, vae, rng, cache_root(settings), emit=emit, check_stop=stop)
+            state.latents_encoded = disk.encoded  # the wall-time record scales by it (run_timings.py)
+            return disk
         return build_latent_cache(family, vae, items, cfg, rng, device=run.device, emit=emit, check_stop=stop)
     finally:
         del vae

@@ -89,6 +89,7 @@ class RunState:
     held_out_conds: Conditioning = field(default_factory=dict)  # their captions' conditioning
     text_encoders: TextEncoderLora | None = None  # SDXL train_text_encoder: encoders with their LoRA
     preservation: PreservationTexts | None = None  # cfg.preservation's texts (training/preservation.py)
+    latents_encoded: int | None = None  # images phase 2 encoded (None: every image; the disk cache: fewer)
 
 
 def optimize(

@@ -4,8 +4,9 @@ holds the search).
 A trial builds a FRESH denoiser for the candidate plan (training/plan_build.py, the run's own
 build path, compile off), then runs 1 warm-up + 2 timed optimizer steps of the run's real shapes:
 one sampler batch of the dataset's largest batch group (bucket and control count) with its captions' conditioning, the real
-`batch_forward_backward` (training/micro_batches.py: micro-batches, training.step.forward_backward)
-and an AdamW step. It reports seconds per sample and the peak device memory, then frees
+`batch_forward_backward` (training/micro_batches.py: micro-batches, training.step.forward_backward,
+the preservation pass and prior targets of a run with differential output preservation) and an
+AdamW step. It reports seconds per sample and the peak device memory, then frees
 everything. Out of memory (torch.OutOfMemoryError) means "does not fit"; the trial is freed and
 the search goes on. Trials use their own random streams: the run's draws are unchanged.
 
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from lorastudio.training.latents import LatentBatch, LatentSource
     from lorastudio.training.noise import DdpmObjective, FlowObjective
     from lorastudio.training.preflight import PreparedRun
+    from lorastudio.training.preservation import PreservationTexts
 
 WARMUP_STEPS = 1
 TIMED_STEPS = 2
@@ -181,19 +183,31 @@ class _CountingMode(TorchDispatchMode):
 @dataclass(frozen=True)
 class TrialInputs:
     """One sampler batch of the run's largest batch group, drawn once for every trial: latents fp32
-    [B, C, h, w] (with their crop info) and the collated conditioning of their captions."""
+    [B, C, h, w] (with their crop info) and the collated conditioning of their captions; with
+    differential output preservation, the class conditioning and weight of its pass (`preserve`)
+    and the samples whose target is the base prediction (`prior` [B] bool), as the run's step."""
 
     batch: LatentBatch
     cond: dict[str, Any]
+    preserve: tuple[dict[str, Any], float] | None = None
+    prior: torch.Tensor | None = None
 
 
 def trial_inputs(
-    run: PreparedRun, source: LatentSource, conds: Conditioning, rng: np.random.Generator
+    run: PreparedRun,
+    source: LatentSource,
+    conds: Conditioning,
+    rng: np.random.Generator,
+    preservation: PreservationTexts | None = None,
 ) -> TrialInputs:
     """batch_size items of the largest batch group (by pixels, the control images' included:
     their tokens join the sequence; repeated when the group has fewer), sampled with a private
     generator; the run's numpy stream `rng` is left as it was. A group is a bucket and a control
-    count (DatasetScan.batch_keys): a batch never mixes them."""
+    count (DatasetScan.batch_keys): a batch never mixes them. `preservation`: the run's
+    (training/preservation.py; its texts are in `conds`): the trials run its pass, which costs a
+    DOP step about twice the plain step's time and more memory."""
+    from lorastudio.training.preservation import preservation_cond, prior_mask
+
     items = run.scan.items
     from lorastudio.data.items import batch_key_pixels
 
@@ -209,7 +223,9 @@ def trial_inputs(
         rng.bit_generator.state = saved
     latents = batch.latents.detach().to("cpu", torch.float32)  # [B, C, h, w]
     cond = run.family.collate_conditioning([conds[item_key(run.family, items[i])] for i in indices])
-    return TrialInputs(replace(batch, latents=latents), cond)
+    captions = [items[i].caption for i in indices]
+    preserve = preservation_cond(preservation, run.family, conds, captions, indices)
+    return TrialInputs(replace(batch, latents=latents), cond, preserve, prior_mask(run.scan, indices))
 
 
 def measure_plan(
@@ -253,6 +269,7 @@ def measure_plan(
                 batch_forward_backward(
                     run.family, built.denoiser, objective, batch, inputs.cond, cfg, generator,
                     cfg.batch_size, scaler, plan.micro_batch_size, ctx=ctx,
+                    preserve=inputs.preserve, prior=inputs.prior,
                 )  # fmt: skip
                 scaler.step(optimizer)
                 scaler.update()
@@ -295,10 +312,12 @@ def choose_plan(
     rng: np.random.Generator,
     meter: DeviceMeter,
     ctx: ParallelContext,
+    preservation: PreservationTexts | None = None,
 ) -> tuple[Plan, list[PlanTrial]]:
     """The fastest plan within the run's memory_budget_gb (training/plan.py's search over the
     fields left at auto), and the trials measured. A data-parallel run adopts rank 0's result
     (every rank measures on its own device; the maths must be the same on every rank).
+    `preservation`: the run's differential output preservation (trial_inputs): measured too.
     Raises ConfigError (memory_budget_gb) when no plan fits."""
     cfg, device = run.cfg, run.device
     swap_possible = block_swap_searchable(cfg, device.type)
@@ -310,7 +329,7 @@ def choose_plan(
         swap_possible=swap_possible,
         world_size=ctx.world_size,
     )
-    inputs = trial_inputs(run, source, conds, rng)
+    inputs = trial_inputs(run, source, conds, rng, preservation)
     search = PlanSearch(ladders, int(float(cfg.memory_budget_gb or 0) * GIB))
     outcome: tuple[Plan | None, list[PlanTrial], list[Any]]
     try:

@@ -3,7 +3,7 @@ wall-time forecast of later runs on this machine (jobs/time_forecast.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -12,6 +12,7 @@ from lorastudio.timings import PhaseClock, phase_seconds, run_signature, write_r
 
 if TYPE_CHECKING:
     from lorastudio.settings import Settings
+    from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
 
 
@@ -20,10 +21,13 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def record_run_timings(run: PreparedRun, plan: Any, clock: PhaseClock, settings: Settings) -> None:
-    """Write the record of a fresh run that finished (its events stamped by `clock`, its plan the
-    training/plan.Plan it ran). A record that cannot be written is skipped: the run is done."""
-    cfg = run.cfg
+def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, settings: Settings) -> None:
+    """Write the record of a fresh run that finished (its events stamped by `clock`; `state`: its
+    plan, the training/plan.Plan it ran, and the images it encoded, `latents_encoded`, fewer than
+    the dataset's when the disk cache held some). A record that cannot be written is skipped."""
+    cfg, plan = run.cfg, state.plan
+    if plan is None:
+        return
     signature = run_signature(
         family=cfg.family,
         base_model=str(cfg.base_model),
@@ -36,8 +40,11 @@ def record_run_timings(run: PreparedRun, plan: Any, clock: PhaseClock, settings:
         batch_size=cfg.batch_size,
         grad_accum=cfg.grad_accum,
         lora_rank=cfg.lora_rank,
+        preservation=cfg.preservation is not None,
     )
-    measured = phase_seconds(clock.stamped, cfg.save_every, end=clock.elapsed())
+    measured = phase_seconds(clock.stamped, cfg.save_every, end=clock.elapsed(), before=clock.before)
+    encoded = measured["latents"] if state.latents_encoded is None else state.latents_encoded
+    measured["latents_encoded"] = encoded  # the latent phase's work ("latents": the images in it)
     try:
         work = {"sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1)}  # as jobs/time_forecast
         write_record(settings.home, run.run_dir.name, {"signature": signature, **measured, **work})

@@ -210,7 +210,7 @@ def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_conf
     write_record(tmp_path, "plain", record)
     work = {"steps": 10, "texts": 1, "images": 1, "buckets": buckets}
     same = time_forecast(TrainConfig(**common), base, CPU, plan, False, work, tmp_path)
-    assert same["confidence"] == "measured" and same["total_s"] == pytest.approx(17.0)  # 8 x 1 s + 9 s
+    assert same["confidence"] == "measured" and same["total_s"] == pytest.approx(18.0)  # 9 x 1 s + 9 s
     cfg = TrainConfig(**common, sample_prompts=["a", "b"], sample_steps=5, sample_every=5)
     forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
     rounds = {p["name"]: p for p in forecast["phases"]}["sample_rounds"]
@@ -240,3 +240,49 @@ def test_records_that_cannot_be_read_or_scaled_are_skipped(tmp_path: Path) -> No
     work = {"steps": 3, "texts": 1, "images": 1, "buckets": {"256x256": 1}}
     forecast = time_forecast(cfg, base, CPU, plan, False, work, tmp_path)
     assert forecast["source"] == "model" and forecast["runs"] == 0
+
+
+def test_a_preservation_run_is_not_forecast_from_plain_runs_steps(tmp_path: Path) -> None:
+    """Differential output preservation is in the signature: its step (x PRESERVATION_STEP a plain
+    one) is scaled from plain runs' records, never taken as measured from them."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import PRESERVATION_STEP, time_forecast
+    from lorastudio.timings import run_signature, write_record
+
+    base = tmp_path / "base"
+    (base / "transformer").mkdir(parents=True)
+    os.truncate(_touch(base / "transformer" / "model.safetensors"), 1_000_000)
+    plan = {
+        "base_precision": "fp32",
+        "gradient_checkpointing": "off",
+        "offload_blocks": 0,
+        "micro_batch_size": 1,
+    }
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "resolution": 256, "steps": 11}
+    buckets = {"256x256": 1}
+    work = {"steps": 11, "texts": 1, "images": 1, "buckets": buckets}
+    signature = run_signature(
+        family="flux",
+        base_model=str(base),
+        denoiser="transformer",
+        device_name="cpu",
+        plan=plan,
+        compiled=False,
+        attention_backend="auto",
+        buckets=buckets,
+        batch_size=1,
+        grad_accum=1,
+        lora_rank=TrainConfig(**common).lora_rank,
+    )
+    del signature["preservation"]  # a record written before the key: a plain run
+    phases = dict.fromkeys(PHASES, 1.0) | {"steps": 10.0}
+    write_record(
+        tmp_path, "plain", {"signature": signature, "phases": phases, "s_per_step": 1.0, "steps": 11}
+    )
+    plain = time_forecast(TrainConfig(**common), base, CPU, plan, False, work, tmp_path)
+    assert plain["source"] == "history" and plain["confidence"] == "measured"
+    keep = TrainConfig(**common, trigger_word="sks", preservation={"class_word": "shape"})
+    dop = time_forecast(keep, base, CPU, plan, False, work, tmp_path)
+    steps = {p["name"]: p for p in dop["phases"]}["steps"]
+    assert dop["source"] == "machine" and steps["seconds"] == pytest.approx(10 * PRESERVATION_STEP, abs=0.01)
+    assert "differential output preservation" in steps["basis"]

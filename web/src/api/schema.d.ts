@@ -1995,6 +1995,16 @@ export interface components {
              * @description latent_cache as set: auto | memory | disk | off
              */
             setting: string;
+            /**
+             * Texts
+             * @description on disk: captions (with their variants) phase 1 encodes; null: kept in RAM
+             */
+            texts?: number | null;
+            /**
+             * Texts Cached
+             * @description on disk: those captions whose embeddings are already cached (not encoded)
+             */
+            texts_cached?: number | null;
         };
         /** LoraList */
         LoraList: {
@@ -3242,7 +3252,7 @@ export interface components {
             source: "history" | "machine" | "model";
             /**
              * Total S
-             * @description forecast wall time of the run, from the engine's start to its end
+             * @description forecast wall time of the run, from the CLI's or job worker's start to the run's end
              */
             total_s: number;
         };
@@ -3257,7 +3267,7 @@ export interface components {
              * Name
              * @enum {string}
              */
-            name: "weights_load" | "caption_encoding" | "latent_cache" | "probe_plan" | "first_step" | "steps" | "sample_rounds" | "checkpoints" | "export" | "other";
+            name: "process_start" | "weights_load" | "caption_encoding" | "latent_cache" | "probe_plan" | "first_step" | "steps" | "sample_rounds" | "checkpoints" | "export" | "other";
             /** Seconds */
             seconds: number;
         };
