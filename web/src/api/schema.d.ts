@@ -1949,16 +1949,6 @@ export interface components {
         /** LatentCacheOut */
         LatentCacheOut: {
             /**
-             * Captions
-             * @description on disk: captions (variants included) the run encodes
-             */
-            captions?: number | null;
-            /**
-             * Captions Cached
-             * @description on disk: of those, already cached
-             */
-            captions_cached?: number | null;
-            /**
              * Disk Bytes
              * @description on disk: that folder's size now, bytes
              */
