@@ -185,7 +185,7 @@ def train_cmd(
     launched = "WORLD_SIZE" in os.environ
     if launched:
         _bind_to_agent()
-    home_lock = None
+    home_lock = claim = None
     cfg = None
     record = None
     try:
@@ -197,6 +197,7 @@ def train_cmd(
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
+        claim = _claim_datasets(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
@@ -237,6 +238,8 @@ def train_cmd(
     finally:
         if record is not None:
             record.close()
+        if claim is not None:
+            claim.release()
         if home_lock is not None:
             home_lock.release()
     if rank != 0:
@@ -325,6 +328,18 @@ def _share_home() -> Any:
     from lorastudio.settings import get_settings
 
     return HomeLock.for_cli_run(get_settings().home)
+
+
+def _claim_datasets(cfg: Any) -> Any:
+    """Claim the run's datasets for reading (shared with other runs). Raises DatasetBusy naming
+    the dataset and its writer (a caption job, CLI caption or edit) while one is written."""
+    from lorastudio.config_datasets import dataset_paths
+    from lorastudio.jobs.dataset_claims import READ, DatasetClaim
+    from lorastudio.settings import get_settings
+
+    home, datasets = get_settings().home, get_settings().datasets_dir
+    holder = f"`lorastudio train` ({cfg.output_name or 'a run'})"
+    return DatasetClaim.take(home, datasets, dataset_paths(cfg), READ, holder)
 
 
 def _ignore(event: Event) -> None:

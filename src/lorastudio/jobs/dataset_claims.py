@@ -1,0 +1,154 @@
+"""Cross-process claims on dataset folders: caption writers alone, readers together.
+
+Every process of a studio home that writes captions into a dataset (a server caption job, `lorastudio
+datasets caption`, a bulk caption edit, an upload, a single caption edit, a dataset delete) takes an
+exclusive claim on it, and every run that reads captions (a server run, queued or running, and a
+CLI `lorastudio train`, each rank) takes a shared one. A claim is an advisory lock (flock, taken
+without waiting) on `<home>/claims/<key>.lock`: any number of readers, or one writer; a refusal
+raises DatasetBusy (409 in the API, exit 2 in the CLI) naming the dataset and the holders. The
+kernel drops the lock when its holder dies (kill -9 included), so a dead holder never leaves a
+dataset stuck. Each holder also writes `<key>.<pid>-<id>.holder` (who holds it, for the refusal
+message); a record whose pid holds no lock any more is a crash leftover, removed by the next
+take or refusal on that dataset.
+
+The key is the dataset, not the folder: a folder inside the home's datasets root is claimed as its
+top folder (`datasets/char/10_sks` claims `char`, so a kohya sub-folder and its parent conflict);
+any other folder (a CLI run's absolute data_dir) as itself. Two homes reading one folder are not
+coordinated (each has its own claims). flock is hand-used here as in jobs/homelock.py: the
+standard library has it, and no dependency gives reader/writer locks that die with their holder.
+No torch, no HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lorastudio.errors import DatasetBusy
+from lorastudio.jobs.homelock import lock_holders
+
+CLAIMS_DIR = "claims"
+READ = "read"
+WRITE = "write"
+
+
+def claim_root(folder: Path, datasets_dir: Path) -> Path:
+    """The dataset `folder` (resolved; a relative one is a name under `datasets_dir`, as in a
+    config) belongs to: its top folder under `datasets_dir`, or itself."""
+    root = Path(os.path.realpath(datasets_dir))
+    folder = Path(os.path.realpath(folder if Path(folder).is_absolute() else root / folder))
+    if root in folder.parents:
+        return root / folder.relative_to(root).parts[0]
+    return folder
+
+
+class DatasetClaim:
+    """Held claims on one or more datasets; `release()` (or the process's end) frees them."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[int, Path]] = []  # (lock fd, holder record)
+
+    @classmethod
+    def take(
+        cls, home: Path, datasets_dir: Path, folders: Iterable[Path | str], mode: str, holder: str
+    ) -> DatasetClaim:
+        """Claim every dataset of `folders` for `mode` (READ shared, WRITE exclusive) as `holder`
+        (said in refusals, e.g. "caption job 1a2b" or "`lorastudio train`"). All or nothing.
+        Raises DatasetBusy naming the first dataset held the other way, with its holders."""
+        roots = sorted({claim_root(Path(f), datasets_dir) for f in folders})
+        claim = cls()
+        try:
+            for root in roots:
+                claim._take_one(home / CLAIMS_DIR, root, mode, holder)
+        except BaseException:
+            claim.release()
+            raise
+        return claim
+
+    def _take_one(self, claims: Path, root: Path, mode: str, holder: str) -> None:
+        claims.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha256(os.fsencode(root)).hexdigest()[:24]
+        path = claims / f"{key}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if mode == WRITE else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DatasetBusy(_refusal(path, root, mode)) from None
+        except OSError:
+            os.close(fd)
+            raise
+        holders(path)  # removes the records that killed holders left
+        record = claims / f"{key}.{os.getpid()}-{uuid.uuid4().hex[:8]}.holder"
+        info = {"pid": os.getpid(), "mode": mode, "holder": holder, "dataset": str(root)}
+        staged = record.with_name(f".{record.name}.tmp")
+        staged.write_text(json.dumps(info), encoding="utf-8")
+        os.replace(staged, record)
+        self._held.append((fd, record))
+
+    def release(self) -> None:
+        """Free every claim held (records first, then the locks). Idempotent."""
+        held, self._held = self._held, []
+        for fd, record in held:
+            record.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __enter__(self) -> DatasetClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def holders(lock: Path) -> list[dict[str, Any]]:
+    """The live holders recorded for lock file `lock` ({"pid", "mode", "holder", "dataset"});
+    records of processes that hold no lock on it any more are removed (crash leftovers)."""
+    live = set(lock_holders(lock))
+    found = []
+    for record in sorted(lock.parent.glob(f"{lock.stem}.*.holder")):
+        try:
+            info = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # being written or removed right now
+        pid = info.get("pid") if isinstance(info, dict) else None
+        if not isinstance(pid, int):
+            continue
+        if (pid in live) if live else _alive(pid):  # no /proc/locks (or no match): by the pid
+            found.append(info)
+        else:
+            record.unlink(missing_ok=True)
+    return found
+
+
+def _refusal(lock: Path, root: Path, wanted: str) -> str:
+    """Why `wanted` on dataset `root` is refused, naming who holds it."""
+    found = holders(lock)
+    pids = lock_holders(lock)
+    if found:
+        who = "; ".join(f"{h['holder']} (pid {h['pid']})" for h in found)
+    else:
+        who = f"pid {', '.join(map(str, pids))}" if pids else "another lorastudio process"
+    held = "in use"
+    if found:
+        held = "having its captions written" if any(h["mode"] == WRITE for h in found) else "being read"
+    action = "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
+    return f"dataset {root.name!r} ({root}) is {held} by {who}; {action} until that ends"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
