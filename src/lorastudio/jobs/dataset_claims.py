@@ -13,7 +13,8 @@ take or refusal on that dataset.
 
 The key is the dataset, not the folder: a folder inside the home's datasets root is claimed as its
 top folder (`datasets/char/10_sks` claims `char`, so a kohya sub-folder and its parent conflict);
-any other folder (a CLI run's absolute data_dir) as itself. Two homes reading one folder are not
+any other folder (a CLI run's absolute data_dir) as itself. An edit through the API (an upload,
+a caption edit, a delete) claims `brief`ly: a take waits for it instead of being refused. Two homes reading one folder are not
 coordinated (each has its own claims). flock is hand-used here as in jobs/homelock.py: the
 standard library has it, and no dependency gives reader/writer locks that die with their holder.
 No torch, no HTTP.
@@ -26,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,6 +37,8 @@ from lorastudio.errors import DatasetBusy
 from lorastudio.jobs.homelock import lock_holders
 
 CLAIMS_DIR = "claims"
+BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and for a releasing holder)
+RETRY_S = 0.02
 READ = "read"
 WRITE = "write"
 
@@ -53,54 +57,85 @@ class DatasetClaim:
     """Held claims on one or more datasets; `release()` (or the process's end) frees them."""
 
     def __init__(self) -> None:
-        self._held: list[tuple[int, Path]] = []  # (lock fd, holder record)
+        self._held: list[tuple[int, Path, Path]] = []  # (lock fd, holder record, lock file)
 
     @classmethod
     def take(
-        cls, home: Path, datasets_dir: Path, folders: Iterable[Path | str], mode: str, holder: str
+        cls,
+        home: Path,
+        datasets_dir: Path,
+        folders: Iterable[Path | str],
+        mode: str,
+        holder: str,
+        brief: bool = False,
     ) -> DatasetClaim:
         """Claim every dataset of `folders` for `mode` (READ shared, WRITE exclusive) as `holder`
         (said in refusals, e.g. "caption job 1a2b" or "`lorastudio train`"). All or nothing.
-        Raises DatasetBusy naming the first dataset held the other way, with its holders."""
+        `brief`: a short edit (an upload, a caption edit): others wait for it (up to
+        BRIEF_WAIT_S) instead of being refused. Raises DatasetBusy naming the first dataset held
+        the other way by a claim that is not brief (or for longer than BRIEF_WAIT_S), with its
+        holders."""
         roots = sorted({claim_root(Path(f), datasets_dir) for f in folders})
         claim = cls()
         try:
             for root in roots:
-                claim._take_one(home / CLAIMS_DIR, root, mode, holder)
+                claim._take_one(home / CLAIMS_DIR, root, mode, holder, brief)
         except BaseException:
             claim.release()
             raise
         return claim
 
-    def _take_one(self, claims: Path, root: Path, mode: str, holder: str) -> None:
-        claims.mkdir(parents=True, exist_ok=True)
+    def _take_one(self, claims: Path, root: Path, mode: str, holder: str, brief: bool) -> None:
         key = hashlib.sha256(os.fsencode(root)).hexdigest()[:24]
         path = claims / f"{key}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if mode == WRITE else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DatasetBusy(_refusal(path, root, mode)) from None
-        except OSError:
-            os.close(fd)
-            raise
+        deadline = time.monotonic() + BRIEF_WAIT_S
+        while True:
+            claims.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except FileNotFoundError:  # a releasing holder removed the empty folder meanwhile
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if mode == WRITE else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                found = holders(path)  # none: its last holder is removing it (records go first)
+                if any(not h.get("brief") for h in found) or time.monotonic() > deadline:
+                    raise DatasetBusy(_refusal(path, root, mode)) from None
+                time.sleep(RETRY_S)  # brief edits end soon: wait for them
+                continue
+            except OSError:
+                os.close(fd)
+                raise
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # locked a file its last holder had just removed: take the new one
         holders(path)  # removes the records that killed holders left
         record = claims / f"{key}.{os.getpid()}-{uuid.uuid4().hex[:8]}.holder"
-        info = {"pid": os.getpid(), "mode": mode, "holder": holder, "dataset": str(root)}
+        info = {"pid": os.getpid(), "mode": mode, "holder": holder, "dataset": str(root), "brief": brief}
         staged = record.with_name(f".{record.name}.tmp")
         staged.write_text(json.dumps(info), encoding="utf-8")
         os.replace(staged, record)
-        self._held.append((fd, record))
+        self._held.append((fd, record, path))
 
     def release(self) -> None:
-        """Free every claim held (records first, then the locks). Idempotent."""
+        """Free every claim held: its record, then its lock; the last holder of a dataset also
+        removes the lock file (and the claims folder when empty), so a home keeps no trace of a
+        claim. Idempotent."""
         held, self._held = self._held, []
-        for fd, record in held:
+        for fd, record, path in held:
             record.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # alone: nobody else holds it
+                if _same_file(fd, path):
+                    path.unlink()
+                with contextlib.suppress(OSError):  # not empty: other datasets' claims
+                    path.parent.rmdir()
+            except OSError:  # others hold it (BlockingIOError) or it is gone: leave it to them
+                pass
+            os.close(fd)  # drops the lock
 
     def __enter__(self) -> DatasetClaim:
         return self
@@ -142,6 +177,15 @@ def _refusal(lock: Path, root: Path, wanted: str) -> str:
         held = "having its captions written" if any(h["mode"] == WRITE for h in found) else "being read"
     action = "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
     return f"dataset {root.name!r} ({root}) is {held} by {who}; {action} until that ends"
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether open file `fd` is still the file at `path` (not removed or replaced)."""
+    try:
+        st, now = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
 
 
 def _alive(pid: int) -> bool:

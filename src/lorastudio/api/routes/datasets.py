@@ -85,7 +85,7 @@ def _writing(settings: Settings, service: JobService, name: str) -> Iterator[Pat
 
 def _write_claim(settings: Settings, folder: Path) -> DatasetClaim:
     holder = f"an edit of dataset {folder.name!r} through the lorastudio server"
-    return DatasetClaim.take(settings.home, settings.datasets_dir, [folder], WRITE, holder)
+    return DatasetClaim.take(settings.home, settings.datasets_dir, [folder], WRITE, holder, brief=True)
 
 
 @router.get("", response_model=DatasetList)
