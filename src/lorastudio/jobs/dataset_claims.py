@@ -157,6 +157,8 @@ def holders(lock: Path) -> list[dict[str, Any]]:
         pid = info.get("pid") if isinstance(info, dict) else None
         if not isinstance(pid, int):
             continue
+        if live and pid not in live:  # a holder that locked after `live` was read has it now
+            live = set(lock_holders(lock))
         if (pid in live) if live else _alive(pid):  # no /proc/locks (or no match): by the pid
             found.append(info)
         else:
