@@ -37,7 +37,7 @@ from lorastudio.errors import DatasetBusy
 from lorastudio.jobs.homelock import lock_holders
 
 CLAIMS_DIR = "claims"
-BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and for a releasing holder)
+BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and a releasing holder) by default
 RETRY_S = 0.02
 READ = "read"
 WRITE = "write"
@@ -68,27 +68,27 @@ class DatasetClaim:
         mode: str,
         holder: str,
         brief: bool = False,
+        wait_s: float = BRIEF_WAIT_S,
     ) -> DatasetClaim:
         """Claim every dataset of `folders` for `mode` (READ shared, WRITE exclusive) as `holder`
         (said in refusals, e.g. "caption job 1a2b" or "`lorastudio train`"). All or nothing.
-        `brief`: a short edit (an upload, a caption edit): others wait for it (up to
-        BRIEF_WAIT_S) instead of being refused. Raises DatasetBusy naming the first dataset held
-        the other way by a claim that is not brief (or for longer than BRIEF_WAIT_S), with its
-        holders."""
+        `brief`: a short edit (an upload, a caption edit): others wait for it (up to their
+        `wait_s`) instead of being refused. Raises DatasetBusy naming the first dataset held the
+        other way by a claim that is not brief (or for longer than `wait_s`), with its holders."""
         roots = sorted({claim_root(Path(f), datasets_dir) for f in folders})
         claim = cls()
         try:
             for root in roots:
-                claim._take_one(home / CLAIMS_DIR, root, mode, holder, brief)
+                claim._take_one(home / CLAIMS_DIR, root, mode, holder, brief, wait_s)
         except BaseException:
             claim.release()
             raise
         return claim
 
-    def _take_one(self, claims: Path, root: Path, mode: str, holder: str, brief: bool) -> None:
+    def _take_one(self, claims: Path, root: Path, mode: str, holder: str, brief: bool, wait_s: float) -> None:
         key = hashlib.sha256(os.fsencode(root)).hexdigest()[:24]
         path = claims / f"{key}.lock"
-        deadline = time.monotonic() + BRIEF_WAIT_S
+        deadline = time.monotonic() + wait_s
         while True:
             claims.mkdir(parents=True, exist_ok=True)
             try:

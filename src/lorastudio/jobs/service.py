@@ -231,7 +231,7 @@ class JobService(EventPump):
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
         claim = DatasetClaim.take(  # other processes' caption writers: jobs/dataset_claims.py
             self.settings.home, self.settings.datasets_dir, dataset_paths(config), READ,
-            f"training job {job.id} of the lorastudio server",
+            f"training job {job.id} of the lorastudio server", wait_s=1.0,  # under the service's lock
         )  # fmt: skip
         try:
             self.store.create_run(
