@@ -42,6 +42,7 @@ from rich.console import Console
 
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_libraries
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
+from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.training.events import Event
 
 EXIT_USER_ERROR = 2
@@ -197,7 +198,7 @@ def train_cmd(
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
-        claim = _claim_datasets(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
+        claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
@@ -328,18 +329,6 @@ def _share_home() -> Any:
     from lorastudio.settings import get_settings
 
     return HomeLock.for_cli_run(get_settings().home)
-
-
-def _claim_datasets(cfg: Any) -> Any:
-    """Claim the run's datasets for reading (shared with other runs). Raises DatasetBusy naming
-    the dataset and its writer (a caption job, CLI caption or edit) while one is written."""
-    from lorastudio.config_datasets import dataset_paths
-    from lorastudio.jobs.dataset_claims import READ, DatasetClaim
-    from lorastudio.settings import get_settings
-
-    home, datasets = get_settings().home, get_settings().datasets_dir
-    holder = f"`lorastudio train` ({cfg.output_name or 'a run'})"
-    return DatasetClaim.take(home, datasets, dataset_paths(cfg), READ, holder)
 
 
 def _ignore(event: Event) -> None:

@@ -144,6 +144,17 @@ class DatasetClaim:
         self.release()
 
 
+def claim_cli_run(cfg: Any) -> DatasetClaim:
+    """Claim the datasets of a CLI `lorastudio train` config `cfg` for reading, on the home of
+    the current settings. Raises DatasetBusy naming the dataset and its writer."""
+    from lorastudio.config_datasets import dataset_paths
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    holder = f"`lorastudio train` ({cfg.output_name or 'a run'})"
+    return DatasetClaim.take(settings.home, settings.datasets_dir, dataset_paths(cfg), READ, holder)
+
+
 def holders(lock: Path) -> list[dict[str, Any]]:
     """The live holders recorded for lock file `lock` ({"pid", "mode", "holder", "dataset"});
     records of processes that hold no lock on it any more are removed (crash leftovers)."""
