@@ -69,6 +69,10 @@ class JobActive(LorastudioError):
     """The GPU is busy (a training job or a conflicting workload is active)."""
 
 
+class DatasetBusy(JobActive):
+    """A dataset is claimed the other way by another writer or reader (jobs/dataset_claims.py)."""
+
+
 class TrainingStopped(LorastudioError):
     """Raised inside the engine when a stop request is honoured; carries whether to save."""
 

@@ -1,8 +1,11 @@
 """`lorastudio datasets caption NAME --model ID`: caption a dataset's images with a VLM, here.
 
 Runs in this process (the model on the GPU when there is one, `--device cpu` otherwise) while
-holding the studio home, like `datasets delete`: refused while a server owns the home (caption
-through it then: the UI or POST /api/datasets/NAME/caption, which respects the GPU arbiter).
+sharing the studio home with other CLI commands: refused (exit 1) while a server owns the home
+(caption through it then: the UI or POST /api/datasets/NAME/caption, which respects the GPU
+arbiter). The dataset is claimed for writing (jobs/dataset_claims.py): refused (exit 3, naming
+the holder) while a CLI `train` reads it or another `datasets caption` writes it, and those are
+refused while this runs.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+
+EXIT_BUSY = 3  # the dataset is read by a run or captioned by another process: nothing written
 
 
 def register(datasets_app: typer.Typer) -> None:
@@ -42,7 +47,8 @@ def caption_cmd(
     from lorastudio.captioning.run import caption_dataset
     from lorastudio.captioning.source import resolve_captioner
     from lorastudio.data import resolve_dataset_dir, safe_component
-    from lorastudio.errors import ConfigError, FieldProblem, HomeInUse
+    from lorastudio.errors import ConfigError, DatasetBusy, FieldProblem, HomeInUse
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
@@ -60,13 +66,23 @@ def caption_cmd(
     )
     source = resolve_captioner(settings, options.model, options.revision)
     try:
-        lock = HomeLock.for_server(settings.home, None)
+        lock = HomeLock.for_cli_run(
+            settings.home, through=f"caption through it (web UI or POST /api/datasets/{name}/caption"
+        )
     except HomeInUse as err:
         typer.echo(f"dataset {name} not captioned: {err}", err=True)
         raise typer.Exit(1) from None
     token = settings.hf_token.get_secret_value() if settings.hf_token else None
     with lock:
-        summary = caption_dataset(folder, source, options, _print_event, token=token)
+        try:
+            claim = DatasetClaim.take(
+                settings.home, settings.datasets_dir, [folder], WRITE, f"`lorastudio datasets caption {name}`"
+            )
+        except DatasetBusy as err:
+            typer.echo(f"dataset {name} not captioned: {err}", err=True)
+            raise typer.Exit(EXIT_BUSY) from None
+        with claim:
+            summary = caption_dataset(folder, source, options, _print_event, token=token)
     raise typer.Exit(1 if summary.failures else 0)
 
 

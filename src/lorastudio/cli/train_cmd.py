@@ -42,6 +42,7 @@ from rich.console import Console
 
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_libraries
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
+from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.training.events import Event
 
 EXIT_USER_ERROR = 2
@@ -185,7 +186,7 @@ def train_cmd(
     launched = "WORLD_SIZE" in os.environ
     if launched:
         _bind_to_agent()
-    home_lock = None
+    home_lock = claim = None
     cfg = None
     record = None
     try:
@@ -197,6 +198,7 @@ def train_cmd(
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
+        claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)
             raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
@@ -239,6 +241,8 @@ def train_cmd(
     finally:
         if record is not None:
             record.close()
+        if claim is not None:
+            claim.release()
         if home_lock is not None:
             home_lock.release()
     if rank != 0:

@@ -8,7 +8,8 @@ GPU (device "cpu" runs beside it), and it registers as a resident workload of th
 training job that starts meanwhile stops it (between images; the job ends "cancelled" with the
 reason) before it takes the GPU. A dataset a live training job uses is not captioned (edits to
 it are refused meanwhile), and a run on a dataset being captioned is refused
-(jobs/dataset_locks.py). A cancel is honoured between images; a worker that does not stop
+(jobs/dataset_locks.py); a job claims its dataset for writing (jobs/dataset_claims.py), so a
+CLI run or caption on the same home is refused meanwhile, and it is refused while one runs. A cancel is honoured between images; a worker that does not stop
 within STOP_GRACE_S is killed, and its staged (hidden) caption file is removed: every caption
 file is old or new, never half-written. The API creates the service on first use (from a request
 thread, so the caption worker inherits the server's lowered priority: training goes first).
@@ -32,9 +33,10 @@ from lorastudio.captioning.options import CaptionOptions
 from lorastudio.captioning.source import CaptionerSource, resolve_captioner
 from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.discovery import require_folder
-from lorastudio.errors import ConfigError, FieldProblem, JobActive, NotFound
+from lorastudio.errors import ConfigError, DatasetBusy, FieldProblem, JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
+from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.dataset_locks import overlaps
 from lorastudio.jobs.generation_process import Spawner, death_reason
 from lorastudio.jobs.gpu import GpuArbiter
@@ -79,6 +81,7 @@ class CaptionJob:
     finished_at: str | None = None
     cancel: Any = None  # the worker's multiprocessing Event
     thread: threading.Thread | None = None
+    claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -162,6 +165,13 @@ class CaptionJobs:
                 self.arbiter.register_resident(self._resident(job), lambda: self._yield_gpu(job))
             self._jobs[job.id] = job
         self._refuse_if_trained(job)  # after registering: jobs/dataset_locks.py
+        try:  # other processes (a CLI train or caption on this home): jobs/dataset_claims.py
+            job.claim = DatasetClaim.take(
+                self.settings.home, self.settings.datasets_dir, [folder], WRITE, f"caption job {job.id}"
+            )
+        except DatasetBusy:
+            self._withdraw(job)
+            raise
         self._log.append({"type": "caption_job", "job_id": job.id, **job.snapshot()})
         job.thread = threading.Thread(
             target=self._run, args=(job, source, events), name=f"caption-{job.id}", daemon=True
@@ -174,12 +184,16 @@ class CaptionJobs:
         its folder (or a folder it lies in, or one inside it)."""
         if not any(overlaps(job.folder, used) for used in self._in_use()):
             return
-        with self._lock:
-            del self._jobs[job.id]
-        self.arbiter.unregister_resident(self._resident(job))
+        self._withdraw(job)
         raise JobActive(
             f"dataset {job.dataset!r} is used by a live training job; caption it when the job ends"
         )
+
+    def _withdraw(self, job: CaptionJob) -> None:
+        """Forget the just-registered `job` that was refused (it never ran)."""
+        with self._lock:
+            del self._jobs[job.id]
+        self.arbiter.unregister_resident(self._resident(job))
 
     @staticmethod
     def _resident(job: CaptionJob) -> str:
@@ -206,6 +220,8 @@ class CaptionJobs:
                 process.kill()
             process.join(10)
             _remove_staged(job.folder)
+            if job.claim is not None:
+                job.claim.release()
             self.arbiter.unregister_resident(self._resident(job))
             with self._lock:
                 job.status, job.error, job.finished_at = final[0], final[1], _now()

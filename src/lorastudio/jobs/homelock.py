@@ -2,7 +2,7 @@
 
 A server holds it exclusively for its whole life, with its pid and port written in the file, so
 a second server on the same home is refused with a message naming the first. A CLI `train`
-holds it shared while it runs: it is refused while a server owns the home (whose job service,
+(and a CLI `datasets caption`) holds it shared while it runs: it is refused while a server owns the home (whose job service,
 store and start-up cleanup assume no other writer), several CLI runs may share a home, and a
 server does not start while one runs. The kernel drops the lock when its holder dies (kill -9
 included), so a crashed server never leaves the home locked; a stale pid in the file means
@@ -21,6 +21,7 @@ from typing import Any
 from lorastudio.errors import HomeInUse
 
 LOCK_NAME = "lorastudio.lock"
+TRAIN_THROUGH = "train through it (web UI or POST /api/train/start"
 
 
 class HomeLock:
@@ -43,13 +44,14 @@ class HomeLock:
         return lock
 
     @classmethod
-    def for_cli_run(cls, home: Path) -> HomeLock:
-        """Share `home` with other CLI runs for a `lorastudio train` in this process. Raises
-        HomeInUse while a server owns it."""
-        return cls._take(home, exclusive=False)
+    def for_cli_run(cls, home: Path, through: str = TRAIN_THROUGH) -> HomeLock:
+        """Share `home` with other CLI commands for a `lorastudio train` (or `datasets caption`)
+        in this process. Raises HomeInUse while a server owns it, saying to use the server for
+        it (`through`: "<verb> through it (<how>)", the port's URL follows)."""
+        return cls._take(home, exclusive=False, through=through)
 
     @classmethod
-    def _take(cls, home: Path, exclusive: bool) -> HomeLock:
+    def _take(cls, home: Path, exclusive: bool, through: str = TRAIN_THROUGH) -> HomeLock:
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -57,7 +59,7 @@ class HomeLock:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise HomeInUse(_held_message(home, path, exclusive)) from None
+            raise HomeInUse(_held_message(home, path, exclusive, through)) from None
         except OSError:
             os.close(fd)
             raise
@@ -107,7 +109,7 @@ def lock_holders(path: Path) -> list[int]:
     return sorted(set(pids))
 
 
-def _held_message(home: Path, path: Path, wanted_exclusive: bool) -> str:
+def _held_message(home: Path, path: Path, wanted_exclusive: bool, through: str) -> str:
     info = holder_info(path)
     holders = lock_holders(path)
     if info is not None and (not holders or info["pid"] in holders):
@@ -117,11 +119,12 @@ def _held_message(home: Path, path: Path, wanted_exclusive: bool) -> str:
         if wanted_exclusive:
             return f"{owner}; only one server may use a home. Use that server, or stop it first."
         return (
-            f"{owner}; train through it (web UI or POST /api/train/start on http://127.0.0.1:{port}/) "
+            f"{owner}; {through} on http://127.0.0.1:{port}/) "
             "or give this command another home (LORASTUDIO_HOME=...)"
         )
     pids = ", ".join(str(p) for p in holders) or "unknown"
     return (
-        f"the studio home {home} is in use by a `lorastudio train` run (pid {pids}); a server "
+        f"the studio home {home} is in use by a `lorastudio train` run (pid {pids}; or a "
+        "`lorastudio datasets caption`); a server "
         "starts once it has ended, or use another home (LORASTUDIO_HOME=...)"
     )

@@ -37,6 +37,7 @@ from typing import Any
 from lorastudio.config_datasets import dataset_paths
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.dataset_claims import READ, DatasetClaim
 from lorastudio.jobs.dataset_locks import captioned_conflict
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.host_memory import refuse_if_short
@@ -85,6 +86,7 @@ class JobService(EventPump):
         self._generation = 0
         self._closing = False
         self._captioning: Callable[[], dict[Path, str]] = dict  # folder -> caption job (watch_captioning)
+        self._claims: dict[str, DatasetClaim] = {}  # job id -> its datasets' read claim, while live
         self.event_log = EventLog(event_log_size)  # appended to under self._cond only
         self.ignored_events = 0  # events fenced off (superseded worker) or malformed
         self._thread = threading.Thread(target=self._dispatch_loop, name="lorastudio-jobs", daemon=True)
@@ -216,7 +218,7 @@ class JobService(EventPump):
 
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
         """Record and queue a validated job (caller holds the lock). Raises JobActive (also when
-        a caption job writes one of its datasets)."""
+        a caption job writes one of its datasets), DatasetBusy (another process writes one)."""
         if self._closing:
             raise JobActive("the server is shutting down")
         conflict = captioned_conflict(dataset_paths(config), self._captioning())
@@ -227,13 +229,22 @@ class JobService(EventPump):
         if config.output_name in self._live_output_names():
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
-        self.store.create_run(
-            job.id,
-            config.output_name or "",
-            job.config.family,
-            job.config.model_dump(mode="json"),
-            job.created_at,
-        )
+        claim = DatasetClaim.take(  # other processes' caption writers: jobs/dataset_claims.py
+            self.settings.home, self.settings.datasets_dir, dataset_paths(config), READ,
+            f"training job {job.id} of the lorastudio server", wait_s=1.0,  # under the service's lock
+        )  # fmt: skip
+        try:
+            self.store.create_run(
+                job.id,
+                config.output_name or "",
+                job.config.family,
+                job.config.model_dump(mode="json"),
+                job.created_at,
+            )
+        except BaseException:
+            claim.release()
+            raise
+        self._claims[job.id] = claim
         if resume_from is not None:
             self._resume_from[job.id] = resume_from
         self._jobs[job.id] = job
@@ -377,6 +388,9 @@ class JobService(EventPump):
         job.finished_at = now_iso()
         self._recorder.record(job)  # a failed write is retried until the store has it
         self.arbiter.end_training(job.id)
+        claim = self._claims.pop(job.id, None)
+        if claim is not None:
+            claim.release()
         self._log_status(job)
 
     def _log_status(self, job: Job) -> None:

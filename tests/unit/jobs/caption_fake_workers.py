@@ -61,3 +61,16 @@ def stuck_fake_captioner(args: CaptionWorkerArgs, events: Any, cancel: Any) -> N
     )
     while True:
         time.sleep(1)
+
+
+def waiting_fake_captioner(args: CaptionWorkerArgs, events: Any, cancel: Any) -> None:
+    """Starts, then writes nothing until cancelled (a job that runs as long as a test needs)."""
+    bind_to_parent(args.parent_pid)
+    plan = plan_captions(Path(args.folder), args.options.overwrite)
+    events.put({"type": "caption_started", "total": len(plan.todo), "skipped": 0, "store": plan.store})
+    while not cancel.wait(0.1):
+        pass
+    events.put(CaptionSummary(skipped=plan.skipped, cancelled=True).public())
+    events.close()
+    events.join_thread()
+    os._exit(0)

@@ -2,13 +2,15 @@
 dataset images.
 
 Every name is one safe path component under the datasets root. Edits are refused (409) while
-a live (running or queued) job trains on the dataset. Files are read without following links
+a live (running or queued) job trains on the dataset, and while a caption job, a CLI `train` or
+`datasets caption` holds it (its write claim, jobs/dataset_claims.py, taken for the writes). Files are read without following links
 (data.safe_open); thumbnails are decoded reduced, two at a time, and cached (data.thumbnails).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thum
 from lorastudio.data.upload_pairs import control_slot
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
 from lorastudio.errors import DatasetError, JobActive, NotFound
+from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings
 
@@ -69,6 +72,20 @@ def _editable(settings: Settings, service: JobService, name: str) -> Path:
     if folder in service.datasets_in_use():
         raise JobActive(f"dataset {name!r} is used by a live training job; edit it when the job ends")
     return folder
+
+
+@contextmanager
+def _writing(settings: Settings, service: JobService, name: str) -> Iterator[Path]:
+    """The editable dataset folder `name`, claimed for writing while the block runs (a caption
+    job of this server, or a CLI train or caption on this home, holds it: DatasetBusy, 409)."""
+    folder = _editable(settings, service, name)
+    with _write_claim(settings, folder):
+        yield folder
+
+
+def _write_claim(settings: Settings, folder: Path) -> DatasetClaim:
+    holder = f"an edit of dataset {folder.name!r} through the lorastudio server"
+    return DatasetClaim.take(settings.home, settings.datasets_dir, [folder], WRITE, holder, brief=True)
 
 
 @router.get("", response_model=DatasetList)
@@ -149,7 +166,8 @@ def remove_dataset(
     """Delete a dataset folder with every file in it: 409 while a queued or running job trains
     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
     (gone from listings at once), then removed."""
-    delete_dataset(settings.datasets_dir, name, in_use=service.datasets_in_use)
+    with _write_claim(settings, settings.datasets_dir / safe_component(name, field="dataset name")):
+        delete_dataset(settings.datasets_dir, name, in_use=service.datasets_in_use)
     return {"deleted": name}
 
 
@@ -196,9 +214,16 @@ async def upload(
 
 
 def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) -> UploadResult:
-    with UploadBatch(
-        settings.datasets_dir, folder, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
-    ) as batch:
+    with (
+        _write_claim(settings, folder),
+        UploadBatch(
+            settings.datasets_dir,
+            folder,
+            settings.max_image_pixels,
+            settings.max_decode_pixels,
+            strict=strict,
+        ) as batch,
+    ):
         for field, up in uploads:  # a field named control, control_2 ... holds control images
             batch.add(up.filename or "", up.file, control_slot(field))
         return batch.commit()
@@ -285,7 +310,8 @@ def put_caption(
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """Set (or, when empty, remove) the .txt caption of one image."""
-    path = write_caption(_editable(settings, service, name), file, body.caption)
+    with _writing(settings, service, name) as folder:
+        path = write_caption(folder, file, body.caption)
     return {
         "file": file,
         "caption": body.caption.strip() or None,
@@ -303,7 +329,11 @@ def bulk_captions(
     """Find / replace, prepend and append over every caption of the dataset (data/caption_bulk.py:
     all or nothing, each file staged and renamed); `dry_run` counts and shows, writes nothing."""
     edit = CaptionEdit(find=body.find, replace=body.replace, prepend=body.prepend, append=body.append)
-    result = bulk_edit_captions(_editable(settings, service, name), edit, dry_run=body.dry_run)
+    if body.dry_run:  # reads only
+        result = bulk_edit_captions(_editable(settings, service, name), edit, dry_run=True)
+    else:
+        with _writing(settings, service, name) as folder:
+            result = bulk_edit_captions(folder, edit, dry_run=False)
     return {
         "changed": len(result.changed),
         "captions": result.captions,
@@ -321,4 +351,5 @@ def remove_image(
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
     """Delete one image and its .txt caption (kept while another image of that stem uses it)."""
-    return {"deleted": delete_image(_editable(settings, service, name), file)}
+    with _writing(settings, service, name) as folder:
+        return {"deleted": delete_image(folder, file)}

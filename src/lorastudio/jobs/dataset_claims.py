@@ -1,0 +1,211 @@
+"""Cross-process claims on dataset folders: caption writers alone, readers together.
+
+Every process of a studio home that writes captions into a dataset (a server caption job, `lorastudio
+datasets caption`, a bulk caption edit, an upload, a single caption edit, a dataset delete) takes an
+exclusive claim on it, and every run that reads captions (a server run, queued or running, and a
+CLI `lorastudio train`, each rank) takes a shared one. A claim is an advisory lock (flock, taken
+without waiting) on `<home>/claims/<key>.lock`: any number of readers, or one writer; a refusal
+raises DatasetBusy (409 in the API, exit 2 in the CLI) naming the dataset and the holders. The
+kernel drops the lock when its holder dies (kill -9 included), so a dead holder never leaves a
+dataset stuck. Each holder also writes `<key>.<pid>-<id>.holder` (who holds it, for the refusal
+message); a record whose pid holds no lock any more is a crash leftover, removed by the next
+take or refusal on that dataset.
+
+The key is the dataset, not the folder: a folder inside the home's datasets root is claimed as its
+top folder (`datasets/char/10_sks` claims `char`, so a kohya sub-folder and its parent conflict);
+any other folder (a CLI run's absolute data_dir) as itself. An edit through the API (an upload,
+a caption edit, a delete) claims `brief`ly: a take waits for it instead of being refused. Two homes reading one folder are not
+coordinated (each has its own claims). flock is hand-used here as in jobs/homelock.py: the
+standard library has it, and no dependency gives reader/writer locks that die with their holder.
+No torch, no HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lorastudio.errors import DatasetBusy
+from lorastudio.jobs.homelock import lock_holders
+
+CLAIMS_DIR = "claims"
+BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and a releasing holder) by default
+RETRY_S = 0.02
+READ = "read"
+WRITE = "write"
+
+
+def claim_root(folder: Path, datasets_dir: Path) -> Path:
+    """The dataset `folder` (resolved; a relative one is a name under `datasets_dir`, as in a
+    config) belongs to: its top folder under `datasets_dir`, or itself."""
+    root = Path(os.path.realpath(datasets_dir))
+    folder = Path(os.path.realpath(folder if Path(folder).is_absolute() else root / folder))
+    if root in folder.parents:
+        return root / folder.relative_to(root).parts[0]
+    return folder
+
+
+class DatasetClaim:
+    """Held claims on one or more datasets; `release()` (or the process's end) frees them."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[int, Path, Path]] = []  # (lock fd, holder record, lock file)
+
+    @classmethod
+    def take(
+        cls,
+        home: Path,
+        datasets_dir: Path,
+        folders: Iterable[Path | str],
+        mode: str,
+        holder: str,
+        brief: bool = False,
+        wait_s: float = BRIEF_WAIT_S,
+    ) -> DatasetClaim:
+        """Claim every dataset of `folders` for `mode` (READ shared, WRITE exclusive) as `holder`
+        (said in refusals, e.g. "caption job 1a2b" or "`lorastudio train`"). All or nothing.
+        `brief`: a short edit (an upload, a caption edit): others wait for it (up to their
+        `wait_s`) instead of being refused. Raises DatasetBusy naming the first dataset held the
+        other way by a claim that is not brief (or for longer than `wait_s`), with its holders."""
+        roots = sorted({claim_root(Path(f), datasets_dir) for f in folders})
+        claim = cls()
+        try:
+            for root in roots:
+                claim._take_one(home / CLAIMS_DIR, root, mode, holder, brief, wait_s)
+        except BaseException:
+            claim.release()
+            raise
+        return claim
+
+    def _take_one(self, claims: Path, root: Path, mode: str, holder: str, brief: bool, wait_s: float) -> None:
+        key = hashlib.sha256(os.fsencode(root)).hexdigest()[:24]
+        path = claims / f"{key}.lock"
+        deadline = time.monotonic() + wait_s
+        while True:
+            claims.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except FileNotFoundError:  # a releasing holder removed the empty folder meanwhile
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if mode == WRITE else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                found = holders(path)  # none: its last holder is removing it (records go first)
+                if any(not h.get("brief") for h in found) or time.monotonic() > deadline:
+                    raise DatasetBusy(_refusal(path, root, mode)) from None
+                time.sleep(RETRY_S)  # brief edits end soon: wait for them
+                continue
+            except OSError:
+                os.close(fd)
+                raise
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # locked a file its last holder had just removed: take the new one
+        holders(path)  # removes the records that killed holders left
+        record = claims / f"{key}.{os.getpid()}-{uuid.uuid4().hex[:8]}.holder"
+        info = {"pid": os.getpid(), "mode": mode, "holder": holder, "dataset": str(root), "brief": brief}
+        staged = record.with_name(f".{record.name}.tmp")
+        staged.write_text(json.dumps(info), encoding="utf-8")
+        os.replace(staged, record)
+        self._held.append((fd, record, path))
+
+    def release(self) -> None:
+        """Free every claim held: its record, then its lock; the last holder of a dataset also
+        removes the lock file (and the claims folder when empty), so a home keeps no trace of a
+        claim. Idempotent."""
+        held, self._held = self._held, []
+        for fd, record, path in held:
+            record.unlink(missing_ok=True)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # alone: nobody else holds it
+                if _same_file(fd, path):
+                    path.unlink()
+                with contextlib.suppress(OSError):  # not empty: other datasets' claims
+                    path.parent.rmdir()
+            except OSError:  # others hold it (BlockingIOError) or it is gone: leave it to them
+                pass
+            os.close(fd)  # drops the lock
+
+    def __enter__(self) -> DatasetClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def claim_cli_run(cfg: Any) -> DatasetClaim:
+    """Claim the datasets of a CLI `lorastudio train` config `cfg` for reading, on the home of
+    the current settings. Raises DatasetBusy naming the dataset and its writer."""
+    from lorastudio.config_datasets import dataset_paths
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    holder = f"`lorastudio train` ({cfg.output_name or 'a run'})"
+    return DatasetClaim.take(settings.home, settings.datasets_dir, dataset_paths(cfg), READ, holder)
+
+
+def holders(lock: Path) -> list[dict[str, Any]]:
+    """The live holders recorded for lock file `lock` ({"pid", "mode", "holder", "dataset"});
+    records of processes that hold no lock on it any more are removed (crash leftovers)."""
+    live = set(lock_holders(lock))
+    found = []
+    for record in sorted(lock.parent.glob(f"{lock.stem}.*.holder")):
+        try:
+            info = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # being written or removed right now
+        pid = info.get("pid") if isinstance(info, dict) else None
+        if not isinstance(pid, int):
+            continue
+        if live and pid not in live:  # a holder that locked after `live` was read has it now
+            live = set(lock_holders(lock))
+        if (pid in live) if live else _alive(pid):  # no /proc/locks (or no match): by the pid
+            found.append(info)
+        else:
+            record.unlink(missing_ok=True)
+    return found
+
+
+def _refusal(lock: Path, root: Path, wanted: str) -> str:
+    """Why `wanted` on dataset `root` is refused, naming who holds it."""
+    found = holders(lock)
+    pids = lock_holders(lock)
+    if found:
+        who = "; ".join(f"{h['holder']} (pid {h['pid']})" for h in found)
+    else:
+        who = f"pid {', '.join(map(str, pids))}" if pids else "another lorastudio process"
+    held = "in use"
+    if found:
+        held = "having its captions written" if any(h["mode"] == WRITE for h in found) else "being read"
+    action = "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
+    return f"dataset {root.name!r} ({root}) is {held} by {who}; {action} until that ends"
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether open file `fd` is still the file at `path` (not removed or replaced)."""
+    try:
+        st, now = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,55 @@
+"""Two `lorastudio datasets caption` runs on one dataset (jobs/dataset_claims.py): the second is
+refused (exit 3) naming the dataset and the first (a real CLI process, frozen with SIGSTOP while
+it holds its claim), writing nothing; after a kill -9 of the first, the dataset is captioned."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from PIL import Image
+from typer.testing import CliRunner
+
+from lorastudio.jobs.dataset_claims import CLAIMS_DIR
+from lorastudio.settings import get_settings
+
+
+def test_a_second_cli_caption_is_refused_and_a_killed_one_blocks_nothing(tiny_vlm: Path) -> None:
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    settings = get_settings().ensure_dirs()
+    folder = settings.datasets_dir / "cards"
+    folder.mkdir()
+    for i in range(4):
+        Image.new("RGB", (40, 32), (60 * i, 80, 200)).save(folder / f"card{i}.png")
+    args = ["datasets", "caption", "cards", "--model", str(tiny_vlm), "--device", "cpu", "--max-tokens", "4"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "lorastudio.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list((settings.home / CLAIMS_DIR).glob(f"*.{first.pid}-*.holder")):
+            assert first.poll() is None, first.communicate()[0]
+            assert time.monotonic() < deadline, "the first caption run never claimed its dataset"
+            time.sleep(0.02)
+        first.send_signal(signal.SIGSTOP)  # holds its claim, writes nothing more
+        written = {p.name for p in folder.glob("*.txt")}
+        second = CliRunner().invoke(app, args)
+        assert second.exit_code == 3, second.output
+        assert "dataset cards not captioned: dataset 'cards'" in second.output
+        assert f"having its captions written by `lorastudio datasets caption cards` (pid {first.pid})" in (
+            second.output
+        )
+        assert {p.name for p in folder.glob("*.txt")} == written  # the refused run wrote nothing
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    again = CliRunner().invoke(app, args)  # the kernel dropped the killed run's claim
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in folder.glob("*.txt")) == [f"card{i}.txt" for i in range(4)]
+    assert not (settings.home / CLAIMS_DIR).exists()  # the stale record went, the last holder left no trace
