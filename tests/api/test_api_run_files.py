@@ -85,7 +85,12 @@ def test_config_toml_of_datasets_entries_reads_back_as_the_same_config() -> None
         }
     )
     back = tomllib.loads(config_toml(cfg.model_dump(mode="json")))
-    assert back["datasets"][1] == {"path": "/b", "loss_weight": 0.5}
+    assert back["datasets"][1] == {  # null settings left out; booleans kept as they are
+        "path": "/b",
+        "loss_weight": 0.5,
+        "regularisation": False,
+        "prior_prediction": False,
+    }
     assert TrainConfig.model_validate(back) == cfg
 
 
