@@ -1,0 +1,129 @@
+"""The on-disk latent cache (latent_cache = "disk") with controls of their own sizes
+(control_resolution, data/control_sizing.py): a paired run at the pipeline's rule trains bitwise
+like the in-memory cache, a second run encodes nothing, and another rule re-encodes the controls
+(the shard key holds the rule and the sizes) rather than read latents of another size."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from safetensors.torch import load_file
+
+from lorastudio import families
+from lorastudio.data.disk_cache import cache_root
+from lorastudio.settings import get_settings
+from lorastudio.training.loop import train
+
+AUGMENTED = {"random_crop": True, "random_flip": True, "cache_variants": 2, "steps": 2, "batch_size": 1}
+
+
+@pytest.fixture(scope="module")
+def two_shapes(small_dataset, tmp_path_factory) -> Path:
+    """Two targets of small_dataset, each with control/ (64x96, then 96x64) and control_2/ (the
+    other shape): controls of two aspect ratios, two slots of different sizes per sample."""
+    out = tmp_path_factory.mktemp("two-shapes") / "pairs"
+    out.mkdir()
+    (out / "control").mkdir()
+    (out / "control_2").mkdir()
+    rng = np.random.default_rng(1)
+    for i, img in enumerate(sorted(small_dataset.glob("*.png"))[:2]):
+        shutil.copy(img, out / img.name)
+        shutil.copy(img.with_suffix(".txt"), out / img.with_suffix(".txt").name)
+        w, h = (96, 64) if i % 2 else (64, 96)
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(out / "control" / img.name)
+        Image.fromarray(rng.integers(0, 256, (w, h, 3), dtype=np.uint8)).save(out / "control_2" / img.name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def plus_2509(tmp_path_factory) -> Path:
+    """A tiny Qwen-Image-Edit-Plus (2509) folder: up to 3 controls per target."""
+    from lorastudio.tiny.qwen_edit import build_qwen_image_edit
+
+    folder = tmp_path_factory.mktemp("plus") / "plus-2509"
+    build_qwen_image_edit(0, plus=True).save_pretrained(folder)
+    return folder
+
+
+def _shards() -> list[Path]:
+    return sorted((cache_root(get_settings()) / "latents").rglob("*.safetensors"))
+
+
+@pytest.mark.parametrize(
+    ("base", "others"),
+    [
+        (128, (96, "target")),  # the int rule: the pipeline's arithmetic at a tiny area, fast
+        pytest.param("pipeline", (128, "target"), marks=pytest.mark.slow),  # ~1 MP controls: ~1 min
+    ],
+)
+@pytest.mark.parametrize(("family", "slots"), [("flux-kontext", 1), ("qwen-image-edit", 2)])
+def test_sized_controls_on_disk_train_as_in_memory_and_a_new_rule_re_encodes(
+    make_config, two_shapes, plus_2509, monkeypatch, family, slots, base, others
+):
+    """FLUX.1 Kontext (one control) and Qwen-Image-Edit-Plus (two, of transposed shapes): `base`
+    the run's control_resolution, `others` the rules it is then changed to."""
+    data = two_shapes
+    if slots == 1:  # Kontext takes one control: control/ only
+        data = two_shapes.parent / "one-slot"
+        shutil.copytree(two_shapes, data, ignore=shutil.ignore_patterns("control_2"), dirs_exist_ok=True)
+    cls = type(families.get(family))
+    calls: list[tuple[int, ...]] = []
+    real = cls.encode_controls
+
+    def counting(self, vae, pixels):
+        calls.append(tuple(pixels.shape))
+        return real(self, vae, pixels)
+
+    monkeypatch.setattr(cls, "encode_controls", counting)
+
+    # Qwen-Image-Edit refuses random_flip (its prompt sees the unflipped controls)
+    augmented = {**AUGMENTED, "random_flip": family == "flux-kontext"}
+    if slots == 2:
+        augmented["base_model"] = str(plus_2509)
+
+    def run(name: str, mode: str = "disk", rule: str | int = base):
+        cfg = make_config(
+            family,
+            output_name=name,
+            latent_cache=mode,
+            control_resolution=rule,
+            data_dir=str(data),
+            **augmented,
+        )
+        return train(cfg, [].append, device="cpu")
+
+    memory = run("memory", "memory")
+    calls.clear()
+    disk = run("disk")
+    assert disk.losses == memory.losses  # bitwise: the same latents, the same draws
+    assert len(calls) == 2 * slots  # per target, one VAE call per slot (its variants together)
+    assert all(c[2] * c[3] > (512 * 512 if base == "pipeline" else 64 * 64) for c in calls)
+    seen = {tuple(c[2:]) for c in calls}
+    shards = [load_file(str(s)) for s in _shards()]
+    # 2 targets x 2 variants (the flipped and the unflipped; without flips the two crops of a
+    # 32 px image in its 32 px bucket are one variant)
+    assert len(shards) == (4 if augmented["random_flip"] else 2)
+    for tensors in shards:
+        names = sorted(n for n in tensors if n.startswith("control"))
+        assert names == [f"control_{n}" for n in range(slots)]
+        if slots == 2:  # the slots' own (transposed) sizes
+            assert tensors["control_0"].shape[-2:] == tensors["control_1"].shape[-2:][::-1]
+    calls.clear()
+    again = run("again")
+    assert calls == [] and again.losses == disk.losses  # a second disk run encodes nothing
+    for rule in others:  # another rule: the controls encoded again, at its sizes
+        calls.clear()
+        other = run(f"rule-{rule}", rule=rule)
+        # one VAE call per target and slot (per target: "target" crops all its slots alike)
+        assert (
+            len(calls) == (2 if rule == "target" else 2 * slots) and not {tuple(c[2:]) for c in calls} & seen
+        )
+        assert other.losses != disk.losses
+        if rule != "target":  # the re-encoded latents are the in-memory cache's
+            assert run(f"memory-{rule}", "memory", rule).losses == other.losses
+    calls.clear()
+    assert run("back").losses == disk.losses and calls == []  # the first rule's shards still serve
