@@ -127,3 +127,43 @@ def test_sized_controls_on_disk_train_as_in_memory_and_a_new_rule_re_encodes(
             assert run(f"memory-{rule}", "memory", rule).losses == other.losses
     calls.clear()
     assert run("back").losses == disk.losses and calls == []  # the first rule's shards still serve
+
+
+def test_the_preflight_counts_and_sizes_the_cache_with_the_controls_own_sizes(
+    tiny_model, two_shapes, run_settings
+):
+    """The preflight's "reuses N of M" uses the run's keys (control sizes and rule included), and
+    its RAM figure (which picks memory or disk under "auto") counts each control at its own size
+    as the run does: a budget between the bucket-sized and the own-sized figure goes to disk."""
+    from lorastudio.jobs.hardware import HostInfo, precisions_for
+    from lorastudio.jobs.preflight import preflight_report
+    from lorastudio.jobs.validation import validate_run
+    from lorastudio.training.latents import cache_bytes
+
+    cpu = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
+    settings = get_settings().ensure_dirs()
+    shutil.copytree(two_shapes, settings.datasets_dir / "pairs", ignore=shutil.ignore_patterns("control_2"))
+    over = {**AUGMENTED, "latent_cache": "disk", "control_resolution": 128}
+    raw = run_settings("flux-kontext", tiny_model("flux-kontext"), Path("pairs"), over)
+
+    def validated(name: str, **changes):
+        return validate_run({**raw, **changes, "output_name": name}, settings, live_output_names=set())
+
+    def section(name: str, **changes) -> dict:
+        return preflight_report(validated(name, **changes), cpu)["latent_cache"]
+
+    assert (section("a")["images"], section("a")["images_cached"]) == (2, 0)
+    train(validated("a").worker_config, [].append, device="cpu")
+    assert "reuses 2 of 2" in section("b")["note"]
+    assert section("c", control_resolution=96)["images_cached"] == 0  # other sizes: other keys
+    assert section("d", control_resolution="target")["images_cached"] == 0
+
+    items = validated("e").scan.items
+    spec = families.get("flux-kontext").spec
+    sizing = ([it.bucket for it in items], 2, spec.latent_channels, spec.vae_scale_factor)
+    own = cache_bytes(*sizing, control_sizes=[s for it in items for s in it.control_sizes])
+    bucket_sized = cache_bytes(*sizing, controls=1)
+    assert own > bucket_sized
+    budget = (own - 1) / 1024**3  # the own-sized cache just does not fit
+    assert section("f", latent_cache="auto", latent_cache_max_gb=budget)["mode"] == "disk"
+    assert section("g", latent_cache="auto", latent_cache_max_gb=own / 1024**3)["mode"] == "memory"
