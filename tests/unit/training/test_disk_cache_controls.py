@@ -167,3 +167,43 @@ def test_the_preflight_counts_and_sizes_the_cache_with_the_controls_own_sizes(
     budget = (own - 1) / 1024**3  # the own-sized cache just does not fit
     assert section("f", latent_cache="auto", latent_cache_max_gb=budget)["mode"] == "disk"
     assert section("g", latent_cache="auto", latent_cache_max_gb=own / 1024**3)["mode"] == "memory"
+
+
+def test_per_step_encoding_and_held_out_images_take_the_controls_own_sizes(
+    make_config, two_shapes, plus_2509, monkeypatch
+):
+    """latent_cache "off" (EncodedPerStep) and the validation hold-out with two controls of
+    transposed shapes (control_resolution 128): every predict, trained or held out, gets the two
+    slots at their own sizes (a tuple), never the target's crop."""
+    from lorastudio.data.control_sizing import control_size
+    from lorastudio.families.qwen_image_edit import QwenImageEditFamily
+
+    seen: list = []
+    original = QwenImageEditFamily.predict
+
+    def spy(self, denoiser, noisy, level, cond, info, cfg):
+        seen.append((tuple(noisy.shape[-2:]), info.get("controls")))
+        return original(self, denoiser, noisy, level, cond, info, cfg)
+
+    monkeypatch.setattr(QwenImageEditFamily, "predict", spy)
+    cfg = make_config(
+        "qwen-image-edit", base_model=str(plus_2509), data_dir=str(two_shapes), output_name="off",
+        latent_cache="off", control_resolution=128, validation_split=0.5, validate_every=1, steps=2,
+        batch_size=1,
+    )  # fmt: skip
+    events: list = []
+    result = train(cfg, events.append, device="cpu")
+    rounds = [e for e in events if e.type == "validation"]
+    assert result.steps_run == 2 and len(rounds) == 2 and all(np.isfinite(e.loss) for e in rounds)
+    sizing = families.get("qwen-image-edit").spec.control_sizing
+    expected = {  # (h, w) latents of each slot of either target: 64x96 / 96x64 and transposed
+        tuple(
+            (s[1] // 8, s[0] // 8) for s in (control_size(sizing, 128, w, h), control_size(sizing, 128, h, w))
+        )
+        for w, h in ((64, 96), (96, 64))
+    }
+    assert len(seen) >= 4  # 2 training steps, 2 validation rounds
+    for target, controls in seen:
+        assert isinstance(controls, tuple) and len(controls) == 2
+        shapes = tuple(tuple(c.shape[-2:]) for c in controls)
+        assert shapes in expected and target not in shapes
