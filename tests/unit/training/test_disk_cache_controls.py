@@ -207,3 +207,43 @@ def test_per_step_encoding_and_held_out_images_take_the_controls_own_sizes(
         assert isinstance(controls, tuple) and len(controls) == 2
         shapes = tuple(tuple(c.shape[-2:]) for c in controls)
         assert shapes in expected and target not in shapes
+
+
+@pytest.mark.parametrize("mode", ["disk", "off"])
+def test_the_host_forecast_sizes_the_vae_call_the_run_makes(
+    tiny_model, two_shapes, run_settings, monkeypatch, mode
+):
+    """jobs/host_memory: with controls of their own sizes the VAE term is the largest VAE call
+    the run makes (images x pixels, recorded), on disk (a slot's variants per call) and encoded
+    per step (one control per call), not every control of a sample at the largest size at once."""
+    from lorastudio.jobs import host_memory
+    from lorastudio.jobs.hardware import HostInfo, precisions_for
+    from lorastudio.jobs.preflight import WEIGHT_BYTES, _param_count, plan_for_estimate
+    from lorastudio.jobs.validation import validate_run
+
+    cls = type(families.get("flux-kontext"))
+    calls: list[int] = []
+    for name in ("encode_pixels", "encode_controls"):
+        real = getattr(cls, name)
+
+        def recording(self, vae, pixels, real=real):
+            calls.append(int(pixels.shape[0] * pixels.shape[2] * pixels.shape[3]))
+            return real(self, vae, pixels)
+
+        monkeypatch.setattr(cls, name, recording)
+    cpu = HostInfo("cpu", "cpu", None, precisions_for("cpu"))
+    settings = get_settings().ensure_dirs()
+    shutil.copytree(two_shapes, settings.datasets_dir / "pairs", ignore=shutil.ignore_patterns("control_2"))
+    over = {**AUGMENTED, "latent_cache": mode, "control_resolution": 128, "batch_size": 2}
+    raw = run_settings("flux-kontext", tiny_model("flux-kontext"), Path("pairs"), over)
+    run = validate_run({**raw, "output_name": mode}, settings, live_output_names=set())
+    train(run.worker_config, [].append, device="cpu")
+    cfg, scan = run.config, run.scan
+    forecast = host_memory.host_memory_forecast(
+        cfg, run.model_dir, plan_for_estimate(cfg, cpu), cpu, scan.bucket_histogram(),
+        scan.controls_per_image(), [s for it in scan.items for s in it.control_sizes],
+    )  # fmt: skip
+    weights = _param_count(run.model_dir / "vae") * WEIGHT_BYTES["fp32"] / 1e9
+    c0 = host_memory._vae_first_channels(run.model_dir / "vae")
+    expected = host_memory.VAE_ACT_PER_CHANNEL_PIXEL * c0 * max(calls) * 4 / 1e9
+    assert forecast["phases"]["latents"] - weights == pytest.approx(expected, rel=0.1)  # phases: 3 decimals
