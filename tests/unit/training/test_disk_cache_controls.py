@@ -247,3 +247,21 @@ def test_the_host_forecast_sizes_the_vae_call_the_run_makes(
     c0 = host_memory._vae_first_channels(run.model_dir / "vae")
     expected = host_memory.VAE_ACT_PER_CHANNEL_PIXEL * c0 * max(calls) * 4 / 1e9
     assert forecast["phases"]["latents"] - weights == pytest.approx(expected, rel=0.1)  # phases: 3 decimals
+
+
+def test_a_mixed_dataset_on_disk_trains_as_in_memory(make_config, two_shapes, tmp_path):
+    """FLUX.1 Kontext with one target paired (a control of its own size) and one without: its
+    shard holds no controls, the other's one control_0, and the run trains bitwise as in RAM."""
+    data = tmp_path / "mixed"
+    shutil.copytree(two_shapes, data, ignore=shutil.ignore_patterns("control_2"))
+    sorted((data / "control").glob("*.png"))[0].unlink()
+
+    def run(name: str, mode: str):
+        cfg = make_config("flux-kontext", output_name=name, latent_cache=mode, control_resolution=128,
+                          data_dir=str(data), **AUGMENTED)  # fmt: skip
+        return train(cfg, [].append, device="cpu")
+
+    memory = run("memory", "memory")
+    assert run("disk", "disk").losses == memory.losses
+    names = sorted(tuple(sorted(load_file(str(s)))) for s in _shards())
+    assert names == [("control_0", "mean", "std")] * 2 + [("mean", "std")] * 2
