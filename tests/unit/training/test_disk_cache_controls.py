@@ -265,3 +265,36 @@ def test_a_mixed_dataset_on_disk_trains_as_in_memory(make_config, two_shapes, tm
     assert run("disk", "disk").losses == memory.losses
     names = sorted(tuple(sorted(load_file(str(s)))) for s in _shards())
     assert names == [("control_0", "mean", "std")] * 2 + [("mean", "std")] * 2
+
+
+def test_a_shard_whose_control_has_another_shape_is_re_encoded(
+    make_config, two_shapes, tmp_path, monkeypatch
+):
+    """A whole shard (valid crc32) under a right key whose control_0 has another size is not
+    read: its image is encoded again and the run trains as the first."""
+    from lorastudio.training.latents_disk import write_shard
+
+    data = tmp_path / "one-slot"
+    shutil.copytree(two_shapes, data, ignore=shutil.ignore_patterns("control_2"))
+    cls = type(families.get("flux-kontext"))
+    calls: list[int] = []
+    real = cls.encode_controls
+
+    def counting(self, vae, pixels):
+        calls.append(int(pixels.shape[0]))
+        return real(self, vae, pixels)
+
+    monkeypatch.setattr(cls, "encode_controls", counting)
+
+    def run(name: str):
+        cfg = make_config("flux-kontext", output_name=name, latent_cache="disk", control_resolution=128,
+                          data_dir=str(data), **AUGMENTED)  # fmt: skip
+        return train(cfg, [].append, device="cpu")
+
+    first = run("first")
+    shard = _shards()[0]
+    tensors = load_file(str(shard))
+    tensors["control_0"] = tensors["control_0"][:, :-1].contiguous()  # one latent row short
+    assert write_shard(shard, tensors)
+    calls.clear()
+    assert run("second").losses == first.losses and len(calls) == 1  # that one image, again
