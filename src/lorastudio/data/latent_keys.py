@@ -3,6 +3,10 @@ of each image, drawn exactly as the in-memory cache draws them (training/latents
 its flips, then each variant's crop offset, from the run's numpy rng), and each variant's shard
 key. No image is decoded and no torch is imported: the preflight counts the shards a run will
 reuse with the same keys the run computes.
+
+A paired item's key also holds how its controls are sized (TrainConfig.control_resolution and
+each control's training size, ImageItem.control_sizes: data/control_sizing.py), so a run under
+another rule re-encodes its controls rather than read latents of another size.
 """
 
 from __future__ import annotations
@@ -65,17 +69,47 @@ def image_hashes(item: ImageItem) -> tuple[str, list[str]]:
     return file_sha256(item.path, item.folder_id), controls
 
 
+def control_parts(item: ImageItem, rule: str | int) -> dict[str, Any]:
+    """The key parts of how a paired item's controls are encoded: the control_resolution `rule`
+    and every control's training (width, height) ([] where they take their target's crop); {}
+    for an item without controls (its key is a text-to-image one)."""
+    if not item.controls:
+        return {}
+    return {"control_rule": rule, "control_sizes": [list(size) for size in item.control_sizes]}
+
+
+def cache_bytes(
+    buckets: Sequence[tuple[int, int]],
+    variants: int,
+    channels: int,
+    scale: int,
+    controls: int = 0,
+    control_sizes: Sequence[tuple[int, int]] = (),
+) -> int:
+    """RAM the in-memory cache would take: mean + std (+ one mean per control image), fp32,
+    `variants` per image of bucket (w, h); `control_sizes`: every control's own (w, h) where
+    controls are sized on their own (then `controls` is not used), else `controls` of the
+    bucket's size each. (Here, without torch, for the preflight and the run alike.)"""
+    cells = sum((w // scale) * (h // scale) for w, h in buckets)
+    if control_sizes:
+        own = sum((w // scale) * (h // scale) for w, h in control_sizes)
+        return (cells * 2 + own) * channels * variants * 4
+    return cells * channels * variants * (2 + controls) * 4
+
+
 def plan_variants(
     items: Sequence[ImageItem], cfg: TrainConfig, rng: np.random.Generator, encoder: dict[str, Any]
 ) -> list[list[Variant]]:
     """Every image's cfg.cache_variants variants with their shard keys; advances `rng` exactly as
     build_latent_cache does. `encoder`: the key parts of the encode (family, VAE fingerprint,
-    dtype, device kind). Reads every image's bytes (its hash), decodes none."""
+    dtype, device kind); a paired item's keys add control_parts. Reads every image's bytes
+    (its hash), decodes none."""
     from lorastudio.data.crop import crop_offset, resized_size
 
     out = []
     for item in items:
         image, controls = image_hashes(item)
+        sizing = control_parts(item, cfg.control_resolution)
         resized = resized_size(item.width, item.height, item.bucket)
         variants = []
         for flip in variant_flips(int(cfg.cache_variants), cfg.random_flip, rng):
@@ -85,6 +119,7 @@ def plan_variants(
                 **encoder,
                 "image": image,
                 "controls": controls,
+                **sizing,
                 "bucket": list(item.bucket),
                 "resized": list(resized),
                 "crop": [top, left],

@@ -16,7 +16,10 @@ so the peak is the process's base plus the largest phase:
             which dwarf everything else of a tiny model at high resolution
     pixels  the largest bucket's W x H (the run's resolution when no bucket is known)
     K       images encoded in one VAE call: cache_variants per image when the latents are cached
-            (in RAM or on disk), else the batch (encoded every step); 1 for a sample decode
+            (in RAM or on disk), else the batch (encoded every step); 1 for a sample decode.
+            Controls of their own sizes (control_resolution) are encoded slot by slot: pixels x K
+            is then the largest call's, a slot's variants (cached) or one control (per step)
+            at its size, or the targets'
     cache   the latent cache held in RAM (mean + std fp32 per variant, as
             training.latents.cache_bytes) when latent_cache puts it in memory (data/disk_cache.
             latent_mode); 0 on disk (a batch's shards are read per step) or encoded per step
@@ -91,6 +94,7 @@ def host_memory_forecast(
         (top_resolution(cfg.resolution) or 1024,) * 2
     ]
     pixels = max(w * h for w, h in sizes)
+    target_pixels = pixels
     variants = int(cfg.cache_variants or 1)
     cells = sum(
         (w // spec.vae_scale_factor) * (h // spec.vae_scale_factor) * n
@@ -108,10 +112,18 @@ def host_memory_forecast(
     else:  # memory: the set's posteriors in RAM; disk: only a batch's shards (read per step)
         cache = cache if mode == "memory" else 0.0
         encoded_at_once = variants * (1 + controls) if controls else variants
+    call_pixels = pixels * max(encoded_at_once, 1)  # the largest VAE call: images x pixels
+    if control_sizes:  # the targets in one call, then each control slot alone (training.latents)
+        largest = max(w * h for w, h in control_sizes)
+        call_pixels = (
+            max(cfg.batch_size * target_pixels, largest)  # per step: one control per call
+            if mode == "per_step"
+            else variants * max(target_pixels, largest)  # cached: a slot's variants per call
+        )
     compute = "bf16" if plan.base_precision in ("fp8", "int8", "nf4") else plan.base_precision
     act_bytes = _DTYPE_BYTES.get(compute, 4)
     c0 = _vae_first_channels(model_dir / "vae")
-    vae_act = VAE_ACT_PER_CHANNEL_PIXEL * c0 * pixels * max(encoded_at_once, 1) * act_bytes / 1e9
+    vae_act = VAE_ACT_PER_CHANNEL_PIXEL * c0 * call_pixels * act_bytes / 1e9
     if host.device == "cuda":
         # weights and activations on the GPU: host RAM holds the cache and the swapped blocks
         # each component's weights pass through host RAM while they load (then move to the GPU)
@@ -141,7 +153,9 @@ def host_memory_forecast(
             "denoiser": max(device_gb.get("denoiser", 1.0) - 1.0, 0.0) + cache,
         }
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
-            phases["samples"] = phases["denoiser"] + vae_act / max(encoded_at_once, 1)
+            phases["samples"] = (
+                phases["denoiser"] + VAE_ACT_PER_CHANNEL_PIXEL * c0 * target_pixels * act_bytes / 1e9
+            )
         base = BASE_PROCESS_GB
         # the denoiser's LoRA and activations come from the accelerator formula (+-50 %): where
         # they are more than UNCERTAIN_SHARE of the peak, the forecast only warns

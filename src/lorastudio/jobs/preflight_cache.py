@@ -25,7 +25,7 @@ from lorastudio.data.disk_cache import (
     folder_bytes,
     latent_mode,
 )
-from lorastudio.data.latent_keys import encoder_parts, plan_variants
+from lorastudio.data.latent_keys import cache_bytes, encoder_parts, plan_variants
 from lorastudio.data.text_keys import KIND, TORCH_DTYPE_NAMES, text_fingerprint, text_key, text_parts
 
 if TYPE_CHECKING:
@@ -48,11 +48,14 @@ def latent_cache_section(
     from lorastudio.families.single_file import model_source
 
     spec = families.get(cfg.family).spec
-    variants = int(cfg.cache_variants or 1)
-    controls = scan.controls_per_image()
-    scale = spec.vae_scale_factor
-    cells = sum((w // scale) * (h // scale) for w, h in (it.bucket for it in scan.items))
-    need = cells * spec.latent_channels * variants * (2 + controls) * 4
+    need = cache_bytes(  # as the run sizes it (training/loop_inputs.run_latent_mode): controls at their own sizes
+        [it.bucket for it in scan.items],
+        int(cfg.cache_variants or 1),
+        spec.latent_channels,
+        spec.vae_scale_factor,
+        controls=scan.controls_per_image(),
+        control_sizes=[size for it in scan.items for size in it.control_sizes],
+    )
     mode = latent_mode(cfg.latent_cache, need, cfg.latent_cache_max_gb)
     out: dict[str, Any] = {"setting": cfg.latent_cache, "mode": mode, "ram_gb": round(need / 1e9, 3)}
     if mode != "disk":

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from lorastudio.data.control_sizing import rule_area
+from lorastudio.data.latent_keys import cache_bytes as cache_bytes  # the run sizes its cache with it
 from lorastudio.data.latent_keys import variant_flips
 from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, Preparing
@@ -54,24 +55,6 @@ class LatentBatch:
     target_size: tuple[int, int]  # (H, W) pixels of the bucket
     controls: Controls | None = None  # control latents of a paired batch (see the module docstring)
     mask: torch.Tensor | None = None  # [B, 1, h, w] fp32 loss mask in [0, 1] (data/masks.py), else None
-
-
-def cache_bytes(
-    buckets: Sequence[tuple[int, int]],
-    variants: int,
-    channels: int,
-    scale: int,
-    controls: int = 0,
-    control_sizes: Sequence[tuple[int, int]] = (),
-) -> int:
-    """RAM the cache would take: mean + std (+ one mean per control image), fp32, `variants`
-    per image of bucket (w, h); `control_sizes`: every control's own (w, h) where controls are
-    sized on their own (then `controls` is not used), else `controls` of the bucket's size each."""
-    cells = sum((w // scale) * (h // scale) for w, h in buckets)
-    if control_sizes:
-        own = sum((w // scale) * (h // scale) for w, h in control_sizes)
-        return (cells * 2 + own) * channels * variants * 4
-    return cells * channels * variants * (2 + controls) * 4
 
 
 def _draw(mean: torch.Tensor, std: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -1,13 +1,16 @@
 """Phase 2 with latent_cache = "disk": the VAE posteriors on disk, reused by later runs.
 
 Each crop/flip variant of an image is one safetensors shard (data/disk_cache.py: layout, key,
-listing): its posterior mean and std [C, h, w] fp32 and, for a paired sample, its control latents
-[N, C, h, w]. The variants are drawn exactly as training/latents.build_latent_cache draws them
+listing): its posterior mean and std [C, h, w] fp32 and, for a paired sample, its control latents:
+"controls" [N, C, h, w] where they take their target's crop (control_resolution "target"), else
+one "control_<n>" [C, h_n, w_n] per control at its own size (ImageItem.control_sizes; the key
+holds the sizes and the rule: data/latent_keys.control_parts). The variants are drawn exactly as training/latents.build_latent_cache draws them
 (the same `rng` draws, flips then crop offsets per image, without decoding), so the keys are known
 before any image is opened and `rng` ends where the in-memory cache leaves it. An image whose
 variants all have a valid shard is neither decoded nor encoded; the others are encoded (all their
 variants in one VAE call, as the in-memory cache does) and their shards written (staged, then
-renamed). A shard that cannot be read, is truncated, has the wrong shapes or fails its crc32 is
+renamed). A shard that cannot be read, is truncated, has the wrong shapes (of its latents or
+of its controls) or fails its crc32 is
 re-encoded and rewritten. A shard that cannot be written (disk full, the cache cleared under the
 run) is kept in RAM for this run instead.
 
@@ -37,7 +40,14 @@ from lorastudio.data.disk_cache import shard_path, staging_name
 from lorastudio.data.latent_keys import Variant, encoder_parts, plan_variants
 from lorastudio.training.distributed import barrier, gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, Preparing
-from lorastudio.training.latents import LatentBatch, _draw, batch_mask, encode_controls
+from lorastudio.training.latents import (
+    ItemControls,
+    LatentBatch,
+    _draw,
+    batch_mask,
+    encode_controls,
+    stack_controls,
+)
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -74,11 +84,14 @@ def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> bool:
 
 
 def read_shard(
-    path: Path, shape: tuple[int, ...] | None = None, required: tuple[str, ...] = ("mean", "std")
+    path: Path,
+    shape: tuple[int, ...] | None = None,
+    required: tuple[str, ...] = ("mean", "std"),
+    shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> dict[str, torch.Tensor] | None:
     """A shard's tensors (memory-mapped by safe_open, copied out), or None when it is missing,
-    truncated, unreadable, fails its crc32, lacks a `required` tensor, or its mean is not
-    `shape` (when given)."""
+    truncated, unreadable, fails its crc32, lacks a `required` tensor, its mean is not `shape`
+    (when given) or a tensor named in `shapes` is missing or of another shape."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -91,7 +104,39 @@ def read_shard(
         return None
     if shape is not None and tuple(tensors["mean"].shape) != shape:
         return None
+    if any(name not in tensors or tuple(tensors[name].shape) != s for name, s in (shapes or {}).items()):
+        return None
     return tensors
+
+
+def control_tensors(controls: ItemControls, k: int) -> dict[str, torch.Tensor]:
+    """Variant k's control latents as a shard stores them: {"controls": [N, C, h, w]} from
+    [V, N, C, h, w], or {"control_<n>": [C, h_n, w_n]} from N slots [V, C, h_n, w_n]."""
+    if isinstance(controls, torch.Tensor):
+        return {"controls": controls[k].contiguous()}
+    return {f"control_{n}": slot[k].contiguous() for n, slot in enumerate(controls)}
+
+
+def shard_controls(tensors: dict[str, torch.Tensor]) -> ItemControls | None:
+    """A shard's control latents (control_tensors' inverse, one variant): [N, C, h, w], N slots
+    [C, h_n, w_n], or None for a shard without controls."""
+    if "controls" in tensors:
+        return tensors["controls"]
+    slots = sorted(
+        (int(name.removeprefix("control_")), t) for name, t in tensors.items() if name.startswith("control_")
+    )
+    return tuple(t for _, t in slots) or None
+
+
+def control_shapes(item: ImageItem, channels: int, scale: int) -> dict[str, tuple[int, ...]]:
+    """The control tensors a valid shard of `item` holds and their shapes (control_tensors'
+    layout, latent channels `channels`, VAE scale `scale`); {} for an item without controls."""
+    if not item.controls:
+        return {}
+    if not item.control_sizes:
+        w, h = item.bucket
+        return {"controls": (len(item.controls), channels, h // scale, w // scale)}
+    return {f"control_{n}": (channels, h // scale, w // scale) for n, (w, h) in enumerate(item.control_sizes)}
 
 
 class DiskLatents:
@@ -143,11 +188,10 @@ class DiskLatents:
         mean = torch.stack([s["mean"] for s in shards])  # [B, C, h, w]
         std = torch.stack([s["std"] for s in shards])  # [B, C, h, w]
         latents = _draw(mean, std, generator).to(device=device, dtype=dtype)  # [B, C, h, w]
+        picked = [shard_controls(s) for s in shards]
         controls = None
-        if "controls" in shards[0]:
-            controls = torch.stack([s["controls"] for s in shards]).to(
-                device=device, dtype=dtype
-            )  # [B,N,C,h,w]
+        if picked[0] is not None:  # [B, N, C, h, w], or N slots [B, C, h_n, w_n] (stack_controls)
+            controls = stack_controls([c for c in picked if c is not None], device, dtype)
         masks = [
             None
             if self.items[i].mask is None
@@ -191,7 +235,9 @@ def build_disk_latents(
     Emits Preparing("latents", done, total) as build_latent_cache does; calls check_stop()
     before each round."""
     from lorastudio.data import load_crop
+    from lorastudio.data.control_sizing import rule_area
 
+    area = rule_area(cfg.control_resolution)  # the int control_resolution's, else None
     variants = plan_variants(items, cfg, rng, encoder)
     spec = family.spec
     todo = []
@@ -201,7 +247,11 @@ def build_disk_latents(
             item.bucket[1] // spec.vae_scale_factor,
             item.bucket[0] // spec.vae_scale_factor,
         )
-        if any(read_shard(shard_path(root, KIND, model, v.key), shape) is None for v in variants[n]):
+        controls = control_shapes(item, spec.latent_channels, spec.vae_scale_factor)
+        if any(
+            read_shard(shard_path(root, KIND, model, v.key), shape, shapes=controls) is None
+            for v in variants[n]
+        ):
             todo.append(n)
     ctx = group_context()
     todo = gather_round(todo, ctx)[0]  # rank 0's view (a rank may write before another has looked)
@@ -221,7 +271,9 @@ def build_disk_latents(
             pixels = torch.from_numpy(np.stack([c.pixels for c in crops])).to(device)  # [K, 3, H, W]
             with torch.no_grad():
                 mean, std = family.encode_pixels(vae, pixels)  # [K, C, h, w] each, fp32
-                controls = encode_controls(family, vae, items[n], crops, flips, device)  # [K, N, C, h, w]
+                controls = encode_controls(
+                    family, vae, items[n], crops, flips, device, area
+                )  # [K, N, C, h, w], or N slots [K, C, h_n, w_n]
             failed = {}
             for k, v in enumerate(variants[n]):
                 tensors = {
@@ -229,7 +281,7 @@ def build_disk_latents(
                     "std": std[k].detach().float().cpu().contiguous(),
                 }
                 if controls is not None:
-                    tensors["controls"] = controls[k].contiguous()
+                    tensors.update(control_tensors(controls, k))
                 if not write_shard(shard_path(root, KIND, model, v.key), tensors):
                     failed[v.key] = tensors
         for result in gather_round(failed, ctx)[: len(members)]:

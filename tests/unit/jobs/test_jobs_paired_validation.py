@@ -167,7 +167,8 @@ def test_the_preflight_shows_how_controls_are_sized(
 ) -> None:
     from lorastudio.cli.train_check import print_report  # the CLI's check prints the same line
 
-    monkeypatch.setattr(vram_estimate, "_ACT_GB_PER_BPARAM", 1e3)  # tiny weights: make activations count
+    # tiny weights: make activations count (FLUX.1's measured rate, which the estimate uses)
+    monkeypatch.setitem(vram_estimate._ACT_GB_PER_BPARAM_BY_CLASS, "FluxTransformer2DModel", (1e3, 1e3))
     make_paired_dataset(settings.datasets_dir / "pairs")
     run = validate_run(
         _cfg(tiny_model("flux-kontext"), control_resolution=rule), settings, live_output_names=set()

@@ -121,9 +121,18 @@ def _scenarios(make_config: Callable[..., TrainConfig]) -> dict[str, tuple[str, 
             make_config(steps=4, batch_size=2, output_name="ddp", num_gpus=WORLD, latent_cache="disk"),
             None,
         ),
+        # the disk cache with controls of their own size (control_resolution 128: one
+        # control_0 tensor per shard, not the target's crop), written and read by both ranks
+        "disk-controls": ("train", _sized_controls(make_config, num_gpus=WORLD, output_name="ddp"), None),
         # issue 29: a dataset entry's repeats and loss_weight across ranks
         "mix": ("train", make_config(output_name="ddp", num_gpus=WORLD, **_mix(make_config)), None),
     }
+
+
+def _sized_controls(make_config: Callable[..., TrainConfig], **overrides: object) -> TrainConfig:
+    """A FLUX.1 Kontext run on the disk cache whose controls are sized on their own (128 x 128)."""
+    settings = {"steps": 4, "batch_size": 2, "latent_cache": "disk", "control_resolution": 128}
+    return make_config("flux-kontext", **{**settings, **overrides})
 
 
 def _mix(make_config: Callable[..., TrainConfig]) -> dict:
@@ -409,6 +418,17 @@ def test_replayed_crop_draws_advance_the_rng_like_loading_the_crop(sample_datase
             replay_crop_draws(item, random_crop, replayed)
             assert replayed.bit_generator.state == loaded.bit_generator.state
     assert loaded.bit_generator.state != np.random.default_rng(3).bit_generator.state
+
+
+def test_two_gloo_processes_train_sized_controls_from_the_disk_cache_like_one(make_config, launched):
+    single = train(_sized_controls(make_config, latent_cache="memory", output_name="single-controls"),
+                   [].append, device="cpu")  # fmt: skip
+    for record in launched.ranks("disk-controls"):
+        assert record["losses"] == pytest.approx(single.losses, rel=LOSS_RTOL)
+    shards = list(
+        (launched.out / "disk-controls" / "home" / "cache" / "encoded" / "latents").rglob("*.safetensors")
+    )
+    assert len(shards) == 4 and all(sorted(load_file(str(s))) == ["control_0", "mean", "std"] for s in shards)
 
 
 def test_two_gloo_processes_train_from_the_disk_cache_like_one(make_config, launched):
