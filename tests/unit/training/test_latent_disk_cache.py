@@ -238,7 +238,7 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
     )
     after = section("b")
     assert after["images_cached"] == 4 and after["disk_bytes"] > 0 and "reuses 4 of 4" in after["note"]
-    assert (before["captions"], before["captions_cached"], after["captions_cached"]) == (5, 0, 5)
+    assert (before["texts"], before["texts_cached"], after["texts_cached"]) == (5, 0, 5)
     shard = _shards()[0]
     shard.unlink()
     assert section("c")["images_cached"] == 3
