@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file
 
 from lorastudio.config import TrainConfig
-from lorastudio.jobs.launcher import process_alive
 from lorastudio.jobs.service import JobService
+from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 from lorastudio.training.loop import train
 

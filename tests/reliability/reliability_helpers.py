@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
-from lorastudio.jobs.launcher import process_alive  # noqa: F401 (re-exported for the tests)
+from lorastudio.processes import process_alive  # noqa: F401 (re-exported for the tests)
 from lorastudio.settings import Settings
 
 FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}

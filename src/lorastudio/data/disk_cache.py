@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorastudio.processes import process_alive
+
 SCHEMA = "lorastudio-encoded-v1"
 KINDS = ("latents", "text")
 FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
@@ -200,12 +202,12 @@ def cache_leftovers(root: Path) -> list[Path]:
         for model in _entries(root / kind):
             removing = _REMOVING.match(model.name)
             if removing:
-                found += [model] if not _alive(int(removing.group(1))) else []
+                found += [model] if not process_alive(int(removing.group(1))) else []
                 continue
             for prefix in _entries(model):
                 for path in _entries(prefix):
                     staged = _STAGED.match(path.name)
-                    if staged and not _alive(int(staged.group(1))):
+                    if staged and not process_alive(int(staged.group(1))):
                         found.append(path)
     return found
 
@@ -215,13 +217,3 @@ def _entries(folder: Path) -> list[Path]:
         return list(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
     except OSError:
         return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

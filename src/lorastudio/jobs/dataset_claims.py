@@ -35,6 +35,7 @@ from typing import Any
 
 from lorastudio.errors import DatasetBusy
 from lorastudio.jobs.homelock import lock_holders
+from lorastudio.processes import process_alive
 
 CLAIMS_DIR = "claims"
 BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and a releasing holder) by default
@@ -170,7 +171,7 @@ def holders(lock: Path) -> list[dict[str, Any]]:
             continue
         if live and pid not in live:  # a holder that locked after `live` was read has it now
             live = set(lock_holders(lock))
-        if (pid in live) if live else _alive(pid):  # no /proc/locks (or no match): by the pid
+        if (pid in live) if live else process_alive(pid):  # no /proc/locks (or no match): by the pid
             found.append(info)
         else:
             record.unlink(missing_ok=True)
@@ -199,13 +200,3 @@ def _same_file(fd: int, path: Path) -> bool:
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

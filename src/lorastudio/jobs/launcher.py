@@ -44,6 +44,7 @@ from lorastudio.jobs.channel import CHANNEL_ENV, ChannelError, RankJob, recv_jso
 from lorastudio.jobs.childenv import child_environment
 from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
 from lorastudio.jobs.worker import WorkerArgs
+from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 from lorastudio.training.events import Error
 
@@ -82,23 +83,6 @@ def visible_devices(reserved: tuple[int, ...], server_visible: str | None) -> st
         return ",".join(str(i) for i in reserved)
     entries = [e.strip() for e in server_visible.split(",") if e.strip()]
     return ",".join(entries[i] for i in reserved)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` still runs (a zombie does not count)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc (not Linux): ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] not in ("Z", "X")
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

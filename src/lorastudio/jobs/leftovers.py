@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
+from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
@@ -53,7 +54,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
     found += [p for p in _children(settings.datasets_dir) if _RUN_DELETE.match(p.name)]  # dataset deletes
     for item in _children(settings.models_dir):
         tiny = _TINY_STAGING.match(item.name)
-        if _MODEL_DELETE.match(item.name) or (tiny and not _alive(int(tiny.group(1)))):
+        if _MODEL_DELETE.match(item.name) or (tiny and not process_alive(int(tiny.group(1)))):
             found.append(item)
     for run in _children(settings.outputs_dir):
         if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
@@ -130,13 +131,3 @@ def _size(path: Path) -> tuple[int, int]:
             with contextlib.suppress(OSError):
                 size += os.lstat(os.path.join(root, name)).st_size
     return files, size
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
