@@ -39,13 +39,13 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 RECORD_VERSION = 1
 HISTORY_DIR = "run_timings"
 MAX_RECORDS = 200  # the newest kept; older records are removed when a run adds one
 
-PHASES = (
+PhaseName = Literal[
     "process_start",
     "weights_load",
     "caption_encoding",
@@ -57,7 +57,8 @@ PHASES = (
     "checkpoints",
     "export",
     "other",
-)
+]
+PHASES: tuple[PhaseName, ...] = get_args(PhaseName)  # in the order a run passes them
 
 
 def process_started_at() -> float | None:

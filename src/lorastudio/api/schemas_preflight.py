@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 
 from lorastudio.api.schemas import DroppedFile, HostOut, _Out
 from lorastudio.api.schemas_runs import TrainConfigOut
+from lorastudio.timings import PhaseName
 
 
 class PreflightEntry(_Out):
@@ -212,19 +213,7 @@ class LatentCacheOut(_Out):
 
 
 class TimePhase(_Out):
-    name: Literal[
-        "process_start",
-        "weights_load",
-        "caption_encoding",
-        "latent_cache",
-        "probe_plan",
-        "first_step",
-        "steps",
-        "sample_rounds",
-        "checkpoints",
-        "export",
-        "other",
-    ]
+    name: PhaseName
     seconds: float
     basis: str = Field(description="where the number comes from (earlier runs here, the H200 table, a guess)")
 
