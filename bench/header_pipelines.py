@@ -48,95 +48,28 @@ def write_header_only(model: Any, folder: Path, dtype: str = "BF16") -> int:
     return 8 + len(raw) + offset
 
 
-def build_flux1(root: Path) -> Path:
-    """root/flux1: FLUX.1-dev (12B MM-DiT with guidance embeds, T5-XXL, CLIP-L, the 16-channel VAE)."""
-    import torch
-    from diffusers import AutoencoderKL, FluxTransformer2DModel
-    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+def _from_e2e(root: Path, name: str, family: str, pipeline: str) -> Path:
+    """root/name: the header-only folder of bench/e2e_models' real-size `family` pipeline (the same
+    configs the end-to-end runs build), built on the meta device."""
+    from bench.e2e_models import real_pipeline
 
-    out = root / "flux1"
-    with torch.device("meta"):
-        parts = {
-            "text_encoder": CLIPTextModel(
-                CLIPTextConfig(
-                    vocab_size=49408,
-                    hidden_size=768,
-                    intermediate_size=3072,
-                    num_attention_heads=12,
-                    num_hidden_layers=12,
-                    max_position_embeddings=77,
-                    projection_dim=768,
-                )
-            ),
-            "text_encoder_2": T5EncoderModel(
-                T5Config(
-                    vocab_size=32128,
-                    d_model=4096,
-                    d_kv=64,
-                    d_ff=10240,
-                    num_layers=24,
-                    num_heads=64,
-                    feed_forward_proj="gated-gelu",
-                    is_encoder_decoder=False,
-                    tie_word_embeddings=False,
-                )
-            ),
-            "transformer": FluxTransformer2DModel(guidance_embeds=True),
-            "vae": AutoencoderKL(
-                down_block_types=["DownEncoderBlock2D"] * 4,
-                up_block_types=["UpDecoderBlock2D"] * 4,
-                block_out_channels=[128, 256, 512, 512],
-                layers_per_block=2,
-                latent_channels=16,
-                sample_size=1024,
-                scaling_factor=0.3611,
-                shift_factor=0.1159,
-                use_quant_conv=False,
-                use_post_quant_conv=False,
-            ),
-        }
-    for name, model in parts.items():
-        write_header_only(model, out / name)
-    _model_index(out, "FluxPipeline")
+    out = root / name
+    pipe = real_pipeline(family, device="meta")
+    for component, model in pipe.components.items():
+        if hasattr(model, "state_dict"):  # the models (not the tokenizers or the scheduler)
+            write_header_only(model, out / component)
+    _model_index(out, pipeline)
     return out
+
+
+def build_flux1(root: Path) -> Path:
+    """root/flux1: FLUX.1-dev (12B MM-DiT with guidance embeddings, CLIP-L, T5-XXL, the 16-channel VAE)."""
+    return _from_e2e(root, "flux1", "flux", "FluxPipeline")
 
 
 def build_qwen_image(root: Path) -> Path:
     """root/qwen-image: Qwen-Image (20B MMDiT, the Qwen2.5-VL-7B text encoder, its 3D-causal VAE)."""
-    import torch
-    from diffusers import AutoencoderKLQwenImage, QwenImageTransformer2DModel
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-    out = root / "qwen-image"
-    vl = Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": 152064,
-            "hidden_size": 3584,
-            "intermediate_size": 18944,
-            "num_hidden_layers": 28,
-            "num_attention_heads": 28,
-            "num_key_value_heads": 4,
-            "tie_word_embeddings": False,
-        },
-        vision_config={
-            "depth": 32,
-            "hidden_size": 1280,
-            "intermediate_size": 3420,
-            "num_heads": 16,
-            "out_hidden_size": 3584,
-        },
-        tie_word_embeddings=False,
-    )
-    with torch.device("meta"):
-        parts = {
-            "text_encoder": Qwen2_5_VLForConditionalGeneration(vl),
-            "transformer": QwenImageTransformer2DModel(),  # the released config's defaults
-            "vae": AutoencoderKLQwenImage(),
-        }
-    for name, model in parts.items():
-        write_header_only(model, out / name)
-    _model_index(out, "QwenImagePipeline")
-    return out
+    return _from_e2e(root, "qwen-image", "qwen-image", "QwenImagePipeline")
 
 
 def build_z_image(root: Path) -> Path:
