@@ -41,18 +41,27 @@ def clear_cmd(
     model: str | None = typer.Option(None, "--model", help="Only this encoder fingerprint (see `cache ls`)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
 ) -> None:
-    """Remove cached shards (all, or one model's). A run reading them at the time stops with an
-    error naming the missing shard; the next run encodes again."""
+    """Remove cached shards (all, or one model's); the next run encodes again. Refused while a
+    server or a `lorastudio train` uses the studio home (a run may be reading them: use the
+    server's DELETE /api/cache, which refuses while a job is live)."""
     from lorastudio.data.disk_cache import cache_root, cache_stats, clear_cache
-    from lorastudio.errors import NotFound
+    from lorastudio.errors import HomeInUse, NotFound
+    from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
-    root = cache_root(get_settings())
+    settings = get_settings()
+    root = cache_root(settings)
     if model is not None and not any(s.model == model for s in cache_stats(root)):
         raise NotFound(f"no cached model {model!r} in {root} (see `lorastudio cache ls`)")
-    if not yes:
-        typer.confirm(
-            f"remove the cached {'shards of ' + model if model else 'shards'} in {root}?", abort=True
-        )
-    freed = clear_cache(root, model=model)
+    try:
+        lock = HomeLock.for_server(settings.ensure_dirs().home, None)  # no server, no run meanwhile
+    except HomeInUse as err:
+        typer.echo(f"cache not cleared: {err}", err=True)
+        raise typer.Exit(1) from None
+    with lock:
+        if not yes:
+            typer.confirm(
+                f"remove the cached {'shards of ' + model if model else 'shards'} in {root}?", abort=True
+            )
+        freed = clear_cache(root, model=model)
     typer.echo(f"freed {_gb(freed)}")

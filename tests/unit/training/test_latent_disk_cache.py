@@ -199,6 +199,12 @@ def test_cli_lists_and_clears_the_cache(make_config):
     assert "latents" in listed.output and "total: 12 shards" in listed.output  # 8 latents, 4 captions
     missing = CliRunner().invoke(app, ["cache", "clear", "--model", "nope", "--yes"])
     assert missing.exit_code != 0 and not missing.output.startswith("freed")
+    from lorastudio.jobs.homelock import HomeLock
+
+    with HomeLock.for_cli_run(get_settings().home):  # a `lorastudio train` reads them meanwhile
+        busy = CliRunner().invoke(app, ["cache", "clear", "--yes"])
+    assert busy.exit_code == 1 and "cache not cleared" in busy.output, busy.output
+    assert "total: 12 shards" in CliRunner().invoke(app, ["cache", "ls"]).output  # nothing removed
     cleared = CliRunner().invoke(app, ["cache", "clear", "--yes"])
     assert cleared.exit_code == 0 and cleared.output.startswith("freed 0.0")
     paths = CliRunner().invoke(app, ["paths"]).output
