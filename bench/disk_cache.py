@@ -54,7 +54,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     """One run in this process (LORASTUDIO_HOME set by the parent); returns its figures."""
     import torch
 
-    from bench.e2e_flux import Recorder, report
+    from bench.e2e_phases import phase_table
+    from bench.e2e_run import Recorder
     from lorastudio import families
     from lorastudio.config import parse_train_config
     from lorastudio.data.disk_cache import cache_root, cache_stats
@@ -95,11 +96,11 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             **({"max_sequence_length": 32} if args.device == "cpu" else {}),
         }
     )
-    rec = Recorder()
-    result = loop.train(cfg, rec, device=args.device)
-    total = time.monotonic() - rec.t0
+    rec = Recorder(time.monotonic())
+    loop.train(cfg, rec, device=args.device)
+    out = phase_table(rec.events, time.monotonic() - rec.t0)
     peak = torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else 0.0
-    out = report(rec.events, total, [], [], result, peak)
+    out["peak_vram_gib"] = round(peak, 1)
     stats = cache_stats(cache_root(get_settings()))
     out.update(counted, mode=args.mode, cache_gb={s.kind: round(s.bytes / 1e9, 3) for s in stats})
     return out

@@ -196,7 +196,7 @@ def test_edit_families_refuse_single_files_and_a_files_flavour_is_its_base_confi
             vet_single_file(file, family)
     fam = families.get("qwen-image-edit")
     for name, index, zero_cond_t, want in (
-        ("plus", "QwenImageEditPlusPipeline", True, ("QwenImageEditPlusPipeline", (1, 3))),
+        ("plus", "QwenImageEditPlusPipeline", True, ("QwenImageEditPlusPipeline", (0, 3))),  # Plus: 0-3
         ("edit", "QwenImageEditPipeline", False, ("QwenImageEditPipeline", (1, 1))),
     ):
         config = tmp_path / name

@@ -58,6 +58,7 @@ def _run(key: str, family: str, tiny_model, sample_dataset: Path, tmp_root: Path
             from lorastudio.tiny.paired import make_paired_dataset
 
             sample_dataset = make_paired_dataset(tmp_root / "paired")
+            overrides = {"control_resolution": "target", **overrides}  # tiny controls (the rule: elsewhere)
         raw = {
             "family": family,
             "base_model": str(tiny_model(family)),

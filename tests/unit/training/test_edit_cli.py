@@ -39,6 +39,7 @@ def test_train_kontext_on_the_paired_tiny_dataset_and_edit_with_a_reference(
         "output_name": "edit",
         "data_dir": "tiny-shapes-paired",
         "random_flip": True,
+        "control_resolution": "target",  # tiny controls (the pipeline rule: test_control_resolution.py)
     }
     config.write_text(json.dumps(run_settings("flux-kontext", tiny_model("flux-kontext"), data, overrides)))
     trained = _invoke("train", str(config), "--device", "cpu")
