@@ -35,4 +35,6 @@ def test_cold_then_warm_runs_through_the_bench(tmp_path: Path) -> None:
     assert "rc" not in cold and "rc" not in warm, out
     assert cold["vae_images"] > 0 and cold["captions"] > 0
     assert (warm["vae_images"], warm["captions"]) == (0, 0)  # everything came from the shards
-    assert warm["cache_gb"]["latents"] == cold["cache_gb"]["latents"] > 0
+    assert (
+        "latents" in cold["cache_gb"] and warm["cache_gb"] == cold["cache_gb"]
+    )  # nothing rewritten (GB, 3 places)
