@@ -42,12 +42,12 @@ class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
     """cond_key -> a caption's tensors, read from its shard on each lookup (RAM for `kept`)."""
 
     def __init__(self, root: Path, model: str, keys: dict[str, str], kept: Conditioning):
-        self.root, self.model, self.keys, self.kept = root, model, keys, kept
+        self.root, self.model, self.shard_keys, self.kept = root, model, keys, kept
 
     def __getitem__(self, text: str) -> dict[str, torch.Tensor]:
         if text in self.kept:
             return self.kept[text]
-        path = shard_path(self.root, KIND, self.model, self.keys[text])
+        path = shard_path(self.root, KIND, self.model, self.shard_keys[text])
         found = read_shard(path, required=())
         if found is None:
             raise DatasetError(
@@ -57,17 +57,17 @@ class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
         return found
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.keys)
+        return iter(self.shard_keys)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.shard_keys)
 
 
 def with_texts(conds: Conditioning, extra: Conditioning) -> Conditioning:
     """`conds` with `extra`'s texts added (held in RAM; a text in both keeps `conds`' tensors).
     A DiskConditioning stays lazy: the extra texts join its in-RAM part."""
     if isinstance(conds, DiskConditioning):
-        conds.kept.update({k: v for k, v in extra.items() if k not in conds.keys})
+        conds.kept.update({k: v for k, v in extra.items() if k not in conds.shard_keys})
         return conds
     return {**extra, **conds}
 

@@ -208,3 +208,15 @@ def test_compiled_blocks_give_the_eager_preservation_loss_and_gradients(tiny_mod
         for e, c in zip(eager_grads, grads, strict=True):
             torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-6)
     assert state.active and state.fallback_reason is None
+
+
+def test_with_captions_on_disk_a_preservation_run_equals_the_ram_run(make_config) -> None:
+    """latent_cache "disk" keeps the captions' embeddings on disk and the class-word captions in
+    RAM beside them (conditioning_disk.with_texts): the run equals the RAM-cache run, twice."""
+    extra = {"steps": 3, "batch_size": 1, "preservation": KEEP}
+    ram = train(_cfg(make_config, output_name="ram", latent_cache="memory", **extra), [].append, device="cpu")
+    for name in ("disk-cold", "disk-warm"):  # the second run reads every caption from its shard
+        disk = train(
+            _cfg(make_config, output_name=name, latent_cache="disk", **extra), [].append, device="cpu"
+        )
+        assert disk.losses == ram.losses, name
