@@ -152,7 +152,7 @@ def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
     """The CLI's path in this process; t0: this process's start (before torch was imported)."""
     import torch
 
-    from lorastudio.cli.train_cmd import load_config_file
+    from lorastudio.cli.config_file import load_config_file
     from lorastudio.config import parse_train_config
     from lorastudio.training import loop, optimize
 

@@ -139,8 +139,8 @@ def _generate(
     from lorastudio import families
     from lorastudio.basemodels import resolve_base
     from lorastudio.basemodels.single_file import base_updates, read_file_facts
+    from lorastudio.cli.config_file import localize_path
     from lorastudio.cli.run_display import quiet_libraries
-    from lorastudio.cli.train_cmd import localize_path
     from lorastudio.config import revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
     from lorastudio.lora.header import check_lora_file

@@ -19,20 +19,18 @@ is listed under Runs by the server, the UI and `runs list`.
 A server owns its studio home: on a home whose server is live this command is refused (train
 through the server, or use another LORASTUDIO_HOME); see jobs/homelock.py.
 
-Also home of the pieces the demo reuses: config file loading and --set overrides (the progress
-display and the Ctrl-C stop handler are in cli/run_display.py).
+Config file loading and --set overrides are in cli/config_file.py; the progress display and the
+Ctrl-C stop handler in cli/run_display.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import tempfile
-import tomllib
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_libraries
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
@@ -70,79 +69,6 @@ def _run_config(config: Path | None, overrides: list[str], resume: Path | None) 
             [FieldProblem("config", "give a config file, or --resume a run folder or checkpoint")]
         )
     return parse_train_config(data), checkpoint
-
-
-def load_config_file(path: Path) -> dict[str, Any]:
-    """Read a .json or .toml config file into a dict. Raises ConfigError (missing file,
-    unsupported extension, syntax error, not a table/object)."""
-    if not path.is_file():
-        raise ConfigError([FieldProblem("config", f"{path} not found")])
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-        elif suffix == ".toml":
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        else:
-            raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file")])
-    except (ValueError, OSError) as err:  # JSONDecodeError and TOMLDecodeError are ValueErrors
-        raise ConfigError([FieldProblem("config", f"cannot read {path}: {err}")]) from err
-    if not isinstance(data, dict):
-        raise ConfigError([FieldProblem("config", f"{path}: the top level must be an object of settings")])
-    return data
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `key=value` overrides; a value is parsed as JSON when it can be (numbers, true,
-    null, lists), else taken as a string. Returns a new dict. Raises ConfigError listing every
-    malformed override."""
-    out = dict(data)
-    problems = []
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            problems.append(FieldProblem("--set", f"{item!r} is not key=value"))
-            continue
-        try:
-            out[key] = json.loads(raw)
-        except ValueError:
-            out[key] = raw
-    if problems:
-        raise ConfigError(problems)
-    return out
-
-
-def localize_path(value: str, *, may_be_hub_id: bool) -> str:
-    """A CLI path setting made independent of the current directory: "~..." is expanded, a
-    relative path ("./x", "../x", "a/b") becomes absolute against the current directory; a bare
-    name stays as it is (a dataset under datasets/, a model under models/). With
-    `may_be_hub_id`, "owner/name" stays a hub id unless such a folder (or checkpoint file) exists here."""
-    if value.startswith("~"):
-        return str(Path(value).expanduser().resolve())
-    path = Path(value)
-    if path.is_absolute() or ("/" not in value and not value.startswith(".")):
-        return value
-    if may_be_hub_id and not value.startswith(".") and not path.exists():
-        return value
-    return str(path.resolve())
-
-
-def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with its data_dir (each datasets entry's path), base_model and base_config localized
-    (localize_path): a config file's paths are taken relative to the directory the command runs in."""
-    out = dict(data)
-    for key, hub in (("data_dir", False), ("base_model", True), ("base_config", True)):
-        if isinstance(out.get(key), str):
-            out[key] = localize_path(out[key], may_be_hub_id=hub)
-    if isinstance(out.get("datasets"), list):  # each entry's folder, like data_dir
-        out["datasets"] = [
-            {**e, "path": localize_path(e["path"], may_be_hub_id=False)}
-            if isinstance(e, dict) and isinstance(e.get("path"), str)
-            else e
-            for e in out["datasets"]
-        ]
-    return out
 
 
 def train_cmd(

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lorastudio.cli.app import _register, app
-from lorastudio.cli.train_cmd import apply_overrides, localize_path, localize_paths
+from lorastudio.cli.config_file import apply_overrides, localize_path, localize_paths
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 

@@ -1,0 +1,85 @@
+"""A CLI training config: a .json / .toml file read into a dict, `--set key=value` overrides, and
+its path settings made independent of the current directory. Shared by `train`, `demo` and
+`generate`, and by bench/e2e_run (the CLI's path at real size)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from lorastudio.errors import ConfigError, FieldProblem
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a .json or .toml config file into a dict. Raises ConfigError (missing file,
+    unsupported extension, syntax error, not a table/object)."""
+    if not path.is_file():
+        raise ConfigError([FieldProblem("config", f"{path} not found")])
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+        elif suffix == ".toml":
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        else:
+            raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file")])
+    except (ValueError, OSError) as err:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+        raise ConfigError([FieldProblem("config", f"cannot read {path}: {err}")]) from err
+    if not isinstance(data, dict):
+        raise ConfigError([FieldProblem("config", f"{path}: the top level must be an object of settings")])
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `key=value` overrides; a value is parsed as JSON when it can be (numbers, true,
+    null, lists), else taken as a string. Returns a new dict. Raises ConfigError listing every
+    malformed override."""
+    out = dict(data)
+    problems = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(FieldProblem("--set", f"{item!r} is not key=value"))
+            continue
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+def localize_path(value: str, *, may_be_hub_id: bool) -> str:
+    """A CLI path setting made independent of the current directory: "~..." is expanded, a
+    relative path ("./x", "../x", "a/b") becomes absolute against the current directory; a bare
+    name stays as it is (a dataset under datasets/, a model under models/). With
+    `may_be_hub_id`, "owner/name" stays a hub id unless such a folder (or checkpoint file) exists here."""
+    if value.startswith("~"):
+        return str(Path(value).expanduser().resolve())
+    path = Path(value)
+    if path.is_absolute() or ("/" not in value and not value.startswith(".")):
+        return value
+    if may_be_hub_id and not value.startswith(".") and not path.exists():
+        return value
+    return str(path.resolve())
+
+
+def localize_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with its data_dir (each datasets entry's path), base_model and base_config localized
+    (localize_path): a config file's paths are taken relative to the directory the command runs in."""
+    out = dict(data)
+    for key, hub in (("data_dir", False), ("base_model", True), ("base_config", True)):
+        if isinstance(out.get(key), str):
+            out[key] = localize_path(out[key], may_be_hub_id=hub)
+    if isinstance(out.get("datasets"), list):  # each entry's folder, like data_dir
+        out["datasets"] = [
+            {**e, "path": localize_path(e["path"], may_be_hub_id=False)}
+            if isinstance(e, dict) and isinstance(e.get("path"), str)
+            else e
+            for e in out["datasets"]
+        ]
+    return out
