@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from lorastudio.errors import JobActive
+from lorastudio.jobs.dataset_claims import READ, DatasetClaim
+
 
 def overlaps(a: Path, b: Path) -> bool:
     """Whether folder `a` is `b`, or either lies inside the other (paths as given, resolved)."""
@@ -35,3 +38,16 @@ def captioned_conflict(run_folders: Iterable[str | Path], captioning: Mapping[Pa
                     "start the run when it ends, or cancel it"
                 )
     return None
+
+
+def claim_for_run(
+    home: Path, datasets_dir: Path, folders: list[str], captioning: Mapping[Path, str], holder: str
+) -> DatasetClaim:
+    """The read claim of a server run on its dataset `folders`, taken under the job service's
+    lock: raises JobActive when a caption job of this server writes one of them (the lock order
+    above), DatasetBusy when another process does (jobs/dataset_claims.py; waits at most 1 s, as
+    the service's lock is held)."""
+    conflict = captioned_conflict(folders, captioning)
+    if conflict is not None:
+        raise JobActive(conflict)
+    return DatasetClaim.take(home, datasets_dir, folders, READ, holder, wait_s=1.0)

@@ -37,8 +37,8 @@ from typing import Any
 from lorastudio.config_datasets import dataset_paths
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
-from lorastudio.jobs.dataset_claims import READ, DatasetClaim
-from lorastudio.jobs.dataset_locks import captioned_conflict
+from lorastudio.jobs.dataset_claims import DatasetClaim
+from lorastudio.jobs.dataset_locks import claim_for_run
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.host_memory import refuse_if_short
 from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
@@ -221,17 +221,14 @@ class JobService(EventPump):
         a caption job writes one of its datasets), DatasetBusy (another process writes one)."""
         if self._closing:
             raise JobActive("the server is shutting down")
-        conflict = captioned_conflict(dataset_paths(config), self._captioning())
-        if conflict is not None:
-            raise JobActive(conflict)
         if not queue and self._busy():
             raise JobActive("a training job is already running; stop it or queue this one")
         if config.output_name in self._live_output_names():
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
-        claim = DatasetClaim.take(  # other processes' caption writers: jobs/dataset_claims.py
-            self.settings.home, self.settings.datasets_dir, dataset_paths(config), READ,
-            f"training job {job.id} of the lorastudio server", wait_s=1.0,  # under the service's lock
+        claim = claim_for_run(  # caption jobs here and other processes' caption writers
+            self.settings.home, self.settings.datasets_dir, dataset_paths(config), self._captioning(),
+            f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:
             self.store.create_run(
