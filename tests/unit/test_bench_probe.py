@@ -29,7 +29,7 @@ def test_rows_get_the_ratio_to_the_calls_base_row_and_bf16_mfu():
 
 
 def test_kernels_are_classed_by_name_as_the_h200_profiles_name_them():
-    from bench.probe_speed import kernel_class
+    from bench.kernel_profile import kernel_class
 
     names = {  # kernel names from the session-9 profiles (bench/RESULTS.md note 19)
         "nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT": "fp8_gemm",
