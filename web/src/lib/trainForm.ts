@@ -4,7 +4,7 @@
  * turned into a TrainConfig body. Pure functions, no React.
  */
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
-import type { Family, Host, TrainConfig } from "../api/types";
+import type { Family, TrainConfig } from "../api/types";
 import { buildEntries, entriesValue, parseRows } from "./datasetEntries";
 import { buildPreservation, parsePreservation, preservationFromConfig } from "./preservation";
 import { samplePromptEntries, showSamplePrompt } from "./samplePrompts";
@@ -13,14 +13,14 @@ type Key = keyof TrainConfig;
 export type FormValues = Partial<Record<Key, string | boolean>> & { unit: "steps" | "epochs"; length: string };
 
 export * from "./trainChoices";
+export * from "./hostChoices";
+export * from "./formText";
+import { nameList, numberList, numberMapping, promptLines } from "./formText";
 import {
   ADAPTER_OPTIONS,
   LOSS_OPTIONS,
   OPTIMIZER_OPTIONS,
-  PRECISIONS,
   type Adapter,
-  type AttentionBackend,
-  type CompileMode,
   type Loss,
   type Optimizer,
 } from "./trainChoices";
@@ -54,53 +54,6 @@ export function withSetting(values: FormValues, key: keyof FormValues, value: st
   if (value === "prodigy" && (lr === "" || Number(lr) === familyLr)) next.learning_rate = "1";
   else if (values.optimizer === "prodigy" && Number(lr) === 1 && familyLr != null) next.learning_rate = String(familyLr);
   return next;
-}
-
-/** The precision choices of `host`: its `precisions`, in the config's order, with labels. */
-export function precisionChoices(precisions: readonly string[]): Record<string, string> {
-  const known = Object.entries(PRECISIONS).filter(([p]) => precisions.includes(p));
-  const unknown = precisions.filter((p) => !(p in PRECISIONS)).map((p) => [p, p]);
-  return Object.fromEntries([...known, ...unknown]);
-}
-
-/** How the GPUs input behaves on `host`: at most `gpu_count`; disabled (with why) below 2 GPUs. */
-export function gpuInput(host: Host): { max: number; disabled: boolean; hint: string } {
-  const count = host.gpu_count ?? 0;
-  if (host.device !== "cuda" || count < 1) return { max: 1, disabled: true, hint: "data-parallel training needs CUDA GPUs; this host has none" };
-  if (count === 1) return { max: 1, disabled: true, hint: "this host has 1 GPU" };
-  return { max: count, disabled: false, hint: `data-parallel, up to ${count} on this host` };
-}
-
-/** The memory budget's hint: the GPU's memory, or why a budget cannot apply here. */
-export function budgetHint(host: Host): string {
-  if (host.device !== "cuda") return `needs a CUDA GPU (this host: ${host.name}); blank = no budget`;
-  return host.memory_gb != null ? `this GPU has ${host.memory_gb} GB; blank = no budget` : "blank = no budget";
-}
-
-/**
- * Whether `mode` can run on `host` for `family` (the server refuses compile on / wide without
- * CUDA, and wide for a family without wider compile regions: only SDXL has them).
- */
-export function compileAvailable(mode: CompileMode, host: Host, family?: Family): boolean {
-  if (mode === "wide" && !family?.wide_compile) return false;
-  return (mode !== "on" && mode !== "wide") || host.device === "cuda";
-}
-
-/**
- * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient / fa4 without
- * CUDA, and flash on a device with no flash kernel: neither CUDA nor the CPU).
- */
-export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
-  if (backend === "cudnn" || backend === "efficient" || backend === "fa4") return host.device === "cuda";
-  if (backend === "flash") return host.device === "cuda" || host.device === "cpu";
-  return true;
-}
-
-/** The attention setting's hint: what auto does here and why some kernels are greyed out. */
-export function attentionHint(host: Host): string {
-  if (host.device === "cuda") return "auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash";
-  const flash = host.device === "cpu" ? "" : ", flash a CUDA GPU or the CPU";
-  return `auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
 }
 
 /**
@@ -308,40 +261,6 @@ function show(key: Key, v: unknown): string | boolean | undefined {
   if (Array.isArray(v)) return v.join(FIELD_KINDS[key] === "lines" ? "\n" : ", ");
   if (typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, n]) => `${k}=${n}`).join(", ");
   return String(v);
-}
-
-/** The sample prompts of the form's textarea: one per non-blank line, trimmed. */
-export function promptLines(text: string | boolean | undefined): string[] {
-  return typeof text === "string" ? text.split("\n").map((l) => l.trim()).filter((l) => l !== "") : [];
-}
-
-/** Module names of a list input: separated by commas or white space. */
-export function nameList(text: string | boolean | undefined): string[] {
-  return typeof text === "string" ? text.split(/[\s,]+/).filter((t) => t !== "") : [];
-}
-
-/** Numbers separated by commas or white space; undefined when blank, a problem text when one is not a number. */
-export function numberList(text: string | boolean | undefined): number[] | string | undefined {
-  const items = nameList(text);
-  if (!items.length) return undefined;
-  const numbers = items.map(Number);
-  return numbers.every(Number.isFinite) ? numbers : "must be numbers separated by commas";
-}
-
-/** "name=number" pairs separated by commas; undefined when blank, a problem text when malformed. */
-export function numberMapping(text: string | boolean | undefined): Record<string, number> | string | undefined {
-  const items = typeof text === "string" ? text.split(",").map((t) => t.trim()).filter((t) => t !== "") : [];
-  if (!items.length) return undefined;
-  const out: Record<string, number> = {};
-  for (const item of items) {
-    const [name, value, ...rest] = item.split("=").map((t) => t.trim());
-    const n = Number(value);
-    if (!name || value === undefined || value === "" || rest.length || !Number.isFinite(n)) {
-      return "write module=number pairs separated by commas (e.g. to_k=8, to_v=8)";
-    }
-    out[name] = n;
-  }
-  return out;
 }
 
 /** Form values for `family`, keeping the user's family-independent settings from `keep`. */

@@ -1,0 +1,53 @@
+/**
+ * The Train form's choices that depend on the host (lib/trainForm.ts re-exports them): precisions,
+ * GPUs, the memory budget's hint, which compile modes and attention kernels can run here.
+ */
+import type { Family, Host } from "../api/types";
+import { PRECISIONS, type AttentionBackend, type CompileMode } from "./trainChoices";
+
+/** The precision choices of `host`: its `precisions`, in the config's order, with labels. */
+export function precisionChoices(precisions: readonly string[]): Record<string, string> {
+  const known = Object.entries(PRECISIONS).filter(([p]) => precisions.includes(p));
+  const unknown = precisions.filter((p) => !(p in PRECISIONS)).map((p) => [p, p]);
+  return Object.fromEntries([...known, ...unknown]);
+}
+
+/** How the GPUs input behaves on `host`: at most `gpu_count`; disabled (with why) below 2 GPUs. */
+export function gpuInput(host: Host): { max: number; disabled: boolean; hint: string } {
+  const count = host.gpu_count ?? 0;
+  if (host.device !== "cuda" || count < 1) return { max: 1, disabled: true, hint: "data-parallel training needs CUDA GPUs; this host has none" };
+  if (count === 1) return { max: 1, disabled: true, hint: "this host has 1 GPU" };
+  return { max: count, disabled: false, hint: `data-parallel, up to ${count} on this host` };
+}
+
+/** The memory budget's hint: the GPU's memory, or why a budget cannot apply here. */
+export function budgetHint(host: Host): string {
+  if (host.device !== "cuda") return `needs a CUDA GPU (this host: ${host.name}); blank = no budget`;
+  return host.memory_gb != null ? `this GPU has ${host.memory_gb} GB; blank = no budget` : "blank = no budget";
+}
+
+/**
+ * Whether `mode` can run on `host` for `family` (the server refuses compile on / wide without
+ * CUDA, and wide for a family without wider compile regions: only SDXL has them).
+ */
+export function compileAvailable(mode: CompileMode, host: Host, family?: Family): boolean {
+  if (mode === "wide" && !family?.wide_compile) return false;
+  return (mode !== "on" && mode !== "wide") || host.device === "cuda";
+}
+
+/**
+ * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient / fa4 without
+ * CUDA, and flash on a device with no flash kernel: neither CUDA nor the CPU).
+ */
+export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
+  if (backend === "cudnn" || backend === "efficient" || backend === "fa4") return host.device === "cuda";
+  if (backend === "flash") return host.device === "cuda" || host.device === "cpu";
+  return true;
+}
+
+/** The attention setting's hint: what auto does here and why some kernels are greyed out. */
+export function attentionHint(host: Host): string {
+  if (host.device === "cuda") return "auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash";
+  const flash = host.device === "cpu" ? "" : ", flash a CUDA GPU or the CPU";
+  return `auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
+}
