@@ -5,28 +5,13 @@ captions" previews, then rewrites every caption on disk."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
-from PIL import Image
+from tests.e2e.ui_uploads import upload_captioned
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
-
-
-def _upload(page, url: str, name: str, count: int, caption: str) -> None:
-    files = []
-    for i in range(count):
-        buf = io.BytesIO()
-        Image.new("RGB", (32, 32), (40 * i, 100, 200)).save(buf, format="PNG")
-        files += [(f"{name}{i}.png", buf.getvalue()), (f"{name}{i}.txt", f"{caption} {i}".encode())]
-    multipart = {
-        f"f{i}": {"name": n, "mimeType": "application/octet-stream", "buffer": b}
-        for i, (n, b) in enumerate(files)
-    }
-    answer = page.request.post(f"{url}/api/datasets/{name}/files", multipart=multipart)
-    assert answer.status == 201, answer.text()
 
 
 @pytest.mark.timeout(120)
@@ -36,8 +21,8 @@ def test_datasets_editor_preflight_and_bulk_captions(studio, browser) -> None:
     page = context.new_page()
     page.set_default_timeout(30_000)
     try:
-        _upload(page, url, "person", 2, "sks, a person")
-        _upload(page, url, "scenery", 6, "a landscape, green")
+        upload_captioned(page, url, "person", 2, "sks, a person")
+        upload_captioned(page, url, "scenery", 6, "a landscape, green")
         page.goto(f"{url}/#/train/person")
         page.locator('[name="resolution"]').fill("32, 64")
         page.locator('[name="shuffle_tags"]').check()

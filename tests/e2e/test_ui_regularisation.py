@@ -5,27 +5,11 @@ preservation line with its cost per step."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from PIL import Image
+from tests.e2e.ui_uploads import upload_captioned
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
-
-
-def _upload(page, url: str, name: str, count: int, caption: str) -> None:
-    files = []
-    for i in range(count):
-        buf = io.BytesIO()
-        Image.new("RGB", (32, 32), (40 * i, 100, 200)).save(buf, format="PNG")
-        files += [(f"{name}{i}.png", buf.getvalue()), (f"{name}{i}.txt", f"{caption} {i}".encode())]
-    multipart = {
-        f"f{i}": {"name": n, "mimeType": "application/octet-stream", "buffer": b}
-        for i, (n, b) in enumerate(files)
-    }
-    answer = page.request.post(f"{url}/api/datasets/{name}/files", multipart=multipart)
-    assert answer.status == 201, answer.text()
 
 
 @pytest.mark.timeout(120)
@@ -35,8 +19,8 @@ def test_reg_folder_prior_loss_weight_and_preservation_in_the_preflight(studio, 
     page = context.new_page()
     page.set_default_timeout(30_000)
     try:
-        _upload(page, url, "me", 2, "sks, a person")
-        _upload(page, url, "people", 4, "a person")
+        upload_captioned(page, url, "me", 2, "sks, a person")
+        upload_captioned(page, url, "people", 4, "a person")
         page.goto(f"{url}/#/train/me")
         page.locator('[name="resolution"]').fill("32")
         page.locator('[name="trigger_word"]').fill("sks")
