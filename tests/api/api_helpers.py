@@ -3,11 +3,13 @@ reading the event stream."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
 
 import httpx
+from PIL import Image
 
 from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
 
@@ -19,6 +21,18 @@ def upload_folder(client: httpx.Client | object, name: str, folder: Path) -> htt
 
 
 FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
+
+
+def upload_images(client: httpx.Client | object, name: str, count: int, caption: str | None = None) -> None:
+    """Upload `count` 32 x 32 PNGs with .txt captions to dataset `name` (caption: the same text for
+    each, default "`name` i"); asserts 201."""
+    files = []
+    for i in range(count):
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32), (30 * i, 90, 200)).save(buf, format="PNG")
+        text = caption if caption is not None else f"{name} {i}"
+        files += [("files", (f"{name}{i}.png", buf.getvalue())), ("files", (f"{name}{i}.txt", text.encode()))]
+    assert client.post(f"/api/datasets/{name}/files", files=files).status_code == 201  # type: ignore[attr-defined]
 
 
 def wait_status(client: httpx.Client, job_id: str, statuses: set[str], timeout: float = 90) -> dict:

@@ -1,5 +1,6 @@
-"""Fixtures of the API tests: settings on the per-test studio home, a real uvicorn server on
-127.0.0.1 (in a thread of the test process), a flux config factory and the CLI app."""
+"""Fixtures of the API tests: settings on the per-test studio home, an in-process client of the
+app, a real uvicorn server on 127.0.0.1 (in a thread of the test process), a flux config factory
+and the CLI app."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 import typer
 from api_helpers import LiveServer, live_server
+from fastapi.testclient import TestClient
 
+from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -17,6 +20,13 @@ from lorastudio.settings import Settings
 @pytest.fixture
 def settings(studio_home: Path) -> Settings:
     return Settings(home=studio_home)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    """The app in process (TestClient on a loopback base URL: the Host guard answers only those)."""
+    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
+        yield test_client
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 
-import pytest
 import typer
 from fastapi.testclient import TestClient
 from PIL import Image
@@ -18,12 +16,6 @@ from typer.testing import CliRunner
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def _png() -> bytes:

@@ -8,15 +8,11 @@ from __future__ import annotations
 import io
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from live_server import LOOPBACK
-from lorastudio.api.app import create_app
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.jobs.captioning import CaptionJobs
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
@@ -24,12 +20,6 @@ from lorastudio.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "jobs"))
 from caption_fake_workers import waiting_fake_captioner  # noqa: E402  (a real spawned worker)
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def _png() -> bytes:

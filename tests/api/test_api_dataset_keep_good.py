@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,8 +16,6 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from typer.testing import CliRunner
 
-from live_server import LOOPBACK
-from lorastudio.api.app import create_app
 from lorastudio.data.discovery import IMAGE_EXTENSIONS
 from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS
 from lorastudio.errors import NotFound
@@ -36,12 +34,6 @@ def _bmp() -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (8, 8), "blue").save(buf, format="BMP")
     return buf.getvalue()
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def _mixed() -> list:

@@ -5,15 +5,11 @@ control with no target (or a refused one) is refused by name, leaving nothing be
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from live_server import LOOPBACK
-from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
 
@@ -21,12 +17,6 @@ def _png(color: str = "red") -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (24, 16), color).save(buf, format="PNG")
     return buf.getvalue()
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def _tree(root: Path) -> set[str]:

@@ -17,7 +17,6 @@ from api_helpers import live_server, upload_folder
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -32,12 +31,6 @@ def _jpeg(size: tuple[int, int] = (24, 16)) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", size, "green").save(buf, format="JPEG")
     return buf.getvalue()
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def _tree(root: Path) -> set[str]:

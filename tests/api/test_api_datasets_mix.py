@@ -5,41 +5,17 @@ root are refused, every problem at once and naming its field."""
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
+from api_helpers import upload_images
 from fastapi.testclient import TestClient
-from PIL import Image
-
-from live_server import LOOPBACK
-from lorastudio.api.app import create_app
-from lorastudio.settings import Settings
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
-
-
-def _upload(client: TestClient, name: str, count: int) -> None:
-    files = []
-    for i in range(count):
-        buf = io.BytesIO()
-        Image.new("RGB", (32, 32), (30 * i, 90, 200)).save(buf, format="PNG")
-        files += [
-            ("files", (f"{name}{i}.png", buf.getvalue())),
-            ("files", (f"{name}{i}.txt", f"{name} {i}".encode())),
-        ]
-    assert client.post(f"/api/datasets/{name}/files", files=files).status_code == 201
 
 
 def test_the_preflight_lists_each_entry_and_the_schedule_follows_the_mix(
     client: TestClient, flux_config: Callable[..., dict]
 ) -> None:
-    _upload(client, "person", 2)
-    _upload(client, "style", 6)
+    upload_images(client, "person", 2)
+    upload_images(client, "style", 6)
     entries = [{"path": "person", "repeats": 5, "trigger_word": "sks"}, {"path": "style", "loss_weight": 0.5}]
     cfg = flux_config(data_dir=None, datasets=entries, num_epochs=2, batch_size=1)
     cfg.pop("data_dir")
@@ -64,7 +40,7 @@ def test_the_preflight_lists_each_entry_and_the_schedule_follows_the_mix(
 def test_bad_dataset_settings_are_refused_together(
     client: TestClient, flux_config: Callable[..., dict]
 ) -> None:
-    _upload(client, "person", 1)
+    upload_images(client, "person", 1)
     bad = flux_config(datasets=[{"path": "person", "weight": 2.0}, {"path": "/etc"}])
     answer = client.post("/api/train/preflight", json={"config": bad})
     assert answer.status_code == 400
@@ -86,7 +62,7 @@ def test_bad_dataset_settings_are_refused_together(
 def test_the_preflight_shows_three_captions_as_the_model_sees_them_and_their_cost(
     client: TestClient, flux_config: Callable[..., dict]
 ) -> None:
-    _upload(client, "person", 4)  # captions "person 0" ... "person 3"
+    upload_images(client, "person", 4)  # captions "person 0" ... "person 3"
     for i in range(4):
         body = {"caption": f"[trigger], red, round, shiny, number {i}"}
         assert client.put(f"/api/datasets/person/captions/person{i}.png", json=body).status_code == 200
@@ -112,7 +88,7 @@ def test_the_preflight_shows_three_captions_as_the_model_sees_them_and_their_cos
 def test_the_preflight_shows_buckets_per_resolution(
     client: TestClient, flux_config: Callable[..., dict]
 ) -> None:
-    _upload(client, "person", 2)  # 32 x 32 images
+    upload_images(client, "person", 2)  # 32 x 32 images
     report = client.post(
         "/api/train/preflight", json={"config": flux_config(data_dir="person", resolution=[32, 64])}
     )

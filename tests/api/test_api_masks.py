@@ -5,21 +5,12 @@ without one, and names a mask of the wrong size."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from live_server import LOOPBACK
-from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def _png(size: tuple[int, int], mode: str = "RGB", color: object = "red") -> bytes:

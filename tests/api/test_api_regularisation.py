@@ -5,38 +5,17 @@ refused together, naming their fields."""
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
+from api_helpers import upload_images
 from fastapi.testclient import TestClient
-from PIL import Image
-
-from live_server import LOOPBACK
-from lorastudio.api.app import create_app
-from lorastudio.settings import Settings
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
-
-
-def _upload(client: TestClient, name: str, count: int) -> None:
-    files = []
-    for i in range(count):
-        buf = io.BytesIO()
-        Image.new("RGB", (32, 32), (30 * i, 90, 200)).save(buf, format="PNG")
-        files += [("files", (f"{name}{i}.png", buf.getvalue())), ("files", (f"{name}{i}.txt", b"a person"))]
-    assert client.post(f"/api/datasets/{name}/files", files=files).status_code == 201
 
 
 def test_the_preflight_marks_reg_entries_and_states_preservation(
     client: TestClient, flux_config: Callable[..., dict]
 ) -> None:
-    _upload(client, "subject", 2)
-    _upload(client, "class", 4)
+    upload_images(client, "subject", 2, "a person")
+    upload_images(client, "class", 4, "a person")
     entries = [
         {"path": "subject", "repeats": 2},
         {"path": "class", "regularisation": True, "loss_weight": 2.0},
@@ -66,7 +45,7 @@ def test_the_preflight_marks_reg_entries_and_states_preservation(
 def test_reg_and_preservation_settings_that_cannot_be_honoured_are_refused_together(
     client: TestClient, flux_config: Callable[..., dict]
 ) -> None:
-    _upload(client, "subject", 1)
+    upload_images(client, "subject", 1, "a person")
     bad = flux_config(data_dir="subject", prior_loss_weight=2.0, preservation={"class_word": "person"})
     answer = client.post("/api/train/preflight", json={"config": bad})
     assert answer.status_code == 400

@@ -4,7 +4,7 @@ and the static UI mount."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,12 +20,6 @@ from lorastudio.data.paths import safe_component
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.records import JobStatus, now_iso
 from lorastudio.settings import Settings
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def test_with_a_token_every_api_route_requires_it(settings: Settings) -> None:

@@ -3,20 +3,7 @@ object's repr, the staging folder: issue 30)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from fastapi.testclient import TestClient
-
-from live_server import LOOPBACK
-from lorastudio.api.app import create_app
-from lorastudio.settings import Settings
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings), base_url=LOOPBACK) as test_client:
-        yield test_client
 
 
 def test_an_unreadable_image_is_named_by_its_own_name(client: TestClient) -> None:
