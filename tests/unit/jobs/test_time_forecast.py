@@ -174,13 +174,9 @@ def _touch(path: Path) -> Path:
     return path
 
 
-def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_confidence(
-    tmp_path: Path,
-) -> None:
-    from lorastudio.config import TrainConfig
-    from lorastudio.jobs.time_forecast import SAMPLE_STEP_SHARE, time_forecast
-    from lorastudio.timings import run_signature, write_record
-
+def _cpu_base(tmp_path: Path) -> tuple[Path, dict]:
+    """A 1 MB stand-in base (its transformer's file size is what the forecast scales by) and the
+    fp32 CPU plan of a tiny run."""
     base = tmp_path / "base"
     (base / "transformer").mkdir(parents=True)
     os.truncate(_touch(base / "transformer" / "model.safetensors"), 1_000_000)
@@ -190,9 +186,14 @@ def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_conf
         "offload_blocks": 0,
         "micro_batch_size": 1,
     }
-    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "resolution": 256, "steps": 10}
-    buckets = {"256x256": 1}
-    signature = run_signature(
+    return base, plan
+
+
+def _cpu_signature(base: Path, plan: dict, buckets: dict, lora_rank: int) -> dict:
+    """The run signature of a FLUX.1 run of `base` on the CPU (timings.run_signature)."""
+    from lorastudio.timings import run_signature
+
+    return run_signature(
         family="flux",
         base_model=str(base),
         denoiser="transformer",
@@ -203,8 +204,21 @@ def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_conf
         buckets=buckets,
         batch_size=1,
         grad_accum=1,
-        lora_rank=TrainConfig(**common).lora_rank,
+        lora_rank=lora_rank,
     )
+
+
+def test_sample_rounds_never_measured_come_from_the_step_time_and_lower_the_confidence(
+    tmp_path: Path,
+) -> None:
+    from lorastudio.config import TrainConfig
+    from lorastudio.jobs.time_forecast import SAMPLE_STEP_SHARE, time_forecast
+    from lorastudio.timings import write_record
+
+    base, plan = _cpu_base(tmp_path)
+    common = {"family": "flux", "base_model": str(base), "data_dir": "d", "resolution": 256, "steps": 10}
+    buckets = {"256x256": 1}
+    signature = _cpu_signature(base, plan, buckets, TrainConfig(**common).lora_rank)
     phases = dict.fromkeys(PHASES, 1.0) | {"sample_rounds": 0.0, "steps": 9.0}
     record = {"signature": signature, "phases": phases, "s_per_step": 1.0, "steps": 10, "sample_rounds": 0}
     write_record(tmp_path, "plain", record)
@@ -247,33 +261,13 @@ def test_a_preservation_run_is_not_forecast_from_plain_runs_steps(tmp_path: Path
     one) is scaled from plain runs' records, never taken as measured from them."""
     from lorastudio.config import TrainConfig
     from lorastudio.jobs.time_forecast import PRESERVATION_STEP, time_forecast
-    from lorastudio.timings import run_signature, write_record
+    from lorastudio.timings import write_record
 
-    base = tmp_path / "base"
-    (base / "transformer").mkdir(parents=True)
-    os.truncate(_touch(base / "transformer" / "model.safetensors"), 1_000_000)
-    plan = {
-        "base_precision": "fp32",
-        "gradient_checkpointing": "off",
-        "offload_blocks": 0,
-        "micro_batch_size": 1,
-    }
+    base, plan = _cpu_base(tmp_path)
     common = {"family": "flux", "base_model": str(base), "data_dir": "d", "resolution": 256, "steps": 11}
     buckets = {"256x256": 1}
     work = {"steps": 11, "texts": 1, "images": 1, "buckets": buckets}
-    signature = run_signature(
-        family="flux",
-        base_model=str(base),
-        denoiser="transformer",
-        device_name="cpu",
-        plan=plan,
-        compiled=False,
-        attention_backend="auto",
-        buckets=buckets,
-        batch_size=1,
-        grad_accum=1,
-        lora_rank=TrainConfig(**common).lora_rank,
-    )
+    signature = _cpu_signature(base, plan, buckets, TrainConfig(**common).lora_rank)
     del signature["preservation"]  # a record written before the key: a plain run
     phases = dict.fromkeys(PHASES, 1.0) | {"steps": 10.0}
     write_record(
