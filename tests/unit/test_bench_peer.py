@@ -71,22 +71,18 @@ def test_result_files_carry_each_rows_ratio_to_the_plain_step(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["peer.json", "peer.md"]  # no staged files left
 
 
+def _tiny_command(out: Path, work: Path) -> list[str]:
+    """bench.peer_musubi --tiny, writing to `out`, its weights under `work`."""
+    return [sys.executable, "-m", "bench.peer_musubi", "--tiny", "--out", str(out), "--work", str(work)]
+
+
 @pytest.mark.slow  # ~35 s on 2 cores: musubi's imports, a 1-block model written and loaded
 @pytest.mark.skipif(
     not (PEER / "musubi" / "src").is_dir(), reason="run bash bench/peer/fetch_musubi.sh --local"
 )
 def test_tiny_run_trains_two_steps_through_musubis_own_loop(tmp_path: Path):
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.peer_musubi",
-        "--tiny",
-        "--out",
-        str(out),
-        "--work",
-        str(tmp_path / "w"),
-    ]
+    cmd = _tiny_command(out, tmp_path / "w")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads((out / "peer.json").read_text())
@@ -106,16 +102,7 @@ def test_tiny_run_trains_two_steps_through_musubis_own_loop(tmp_path: Path):
 )
 def test_tiny_run_ends_through_musubis_step_budget_once_the_steady_window_is_timed(tmp_path: Path):
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.peer_musubi",
-        "--tiny",
-        "--out",
-        str(out),
-        "--work",
-        str(tmp_path / "w"),
-    ]
+    cmd = _tiny_command(out, tmp_path / "w")
     cmd += ["--steps", "8", "--warm", "1", "--steady-s", "0.01"]  # steady after step 2
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
