@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 MAX_DATASET_ENTRIES = 32
+MAX_REPEATS = 10_000  # an entry's repeats (a kohya N_words folder's N too: data/kohya.py)
 MAX_RESOLUTIONS = 8
 
 
@@ -82,7 +83,10 @@ class DatasetEntry(BaseModel):
         min_length=1, description="dataset folder (absolute, or a name under datasets/), as data_dir"
     )
     repeats: int | None = Field(
-        default=None, ge=1, le=10_000, description="every image N times per epoch (null: 1, or the weight)"
+        default=None,
+        ge=1,
+        le=MAX_REPEATS,
+        description="every image N times per epoch (null: 1, or the weight)",
     )
     weight: float | None = Field(
         default=None,

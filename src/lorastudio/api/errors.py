@@ -6,12 +6,19 @@ UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, NoSpaceLeft 
 Storage: a full disk, raised where files and the run store are written), HomeInUse 409, HostMemoryShort
 409 (the run's forecast host RAM exceeds what is available); a hub push: HubTokenMissing 400,
 HubAccessDenied 403, HubUploadError 502. Every error
-body is {"error": <class name>, "detail": <message>, ...}.
+body is {"error": <class name>, "detail": <message>, ...}. A request that fails validation is 422
+as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surrogates (JSON's
+"\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500).
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from lorastudio.data.uploads import UploadTooLarge
@@ -58,6 +65,15 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
 }
 
 
+class JSONOut(JSONResponse):
+    """JSONResponse whose text may hold lone surrogates (echoed input): written as \\uXXXX escapes."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+            "utf-8", "backslashreplace"
+        )
+
+
 def status_code_of(err: LorastudioError) -> int:
     """The HTTP status of a domain error (the most specific class wins; others are 400)."""
     for cls in type(err).__mro__:
@@ -81,9 +97,17 @@ def error_body(err: LorastudioError) -> dict:
 async def _handle(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, LorastudioError):  # only registered for LorastudioError
         raise err
-    return JSONResponse(error_body(err), status_code=status_code_of(err))
+    return JSONOut(error_body(err), status_code=status_code_of(err))
+
+
+async def _invalid_request(request: Request, err: Exception) -> JSONResponse:
+    if not isinstance(err, RequestValidationError):  # only registered for RequestValidationError
+        raise err
+    return JSONOut({"detail": jsonable_encoder(err.errors())}, status_code=422)
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every domain error to its status code (one handler for the whole hierarchy)."""
+    """Map every domain error to its status code (one handler for the whole hierarchy), and
+    answer invalid requests (422) with JSONOut."""
     app.add_exception_handler(LorastudioError, _handle)
+    app.add_exception_handler(RequestValidationError, _invalid_request)

@@ -196,6 +196,10 @@ def _import_kohya(
     and their entries are marked `regularisation = true` (no trigger word)."""
     from lorastudio.data.kohya import kohya_entries_toml
 
+    if reg_source is not None and _overlap(reg_source.resolve(), source):
+        raise typer.BadParameter(
+            f"--reg {reg_source} is the image folder, inside it or holds it: give kohya's separate reg folder"
+        )
     imported = _import_kohya_folders(source, target.parent, target.name, strict)
     toml = kohya_entries_toml(imported)
     if reg_source is not None:
@@ -207,6 +211,11 @@ def _import_kohya(
     if entries_file is not None:
         _write_new(entries_file, toml)
         typer.echo(f"entries written to {entries_file}")
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """Whether resolved folders `a` and `b` are one, or one lies inside the other."""
+    return a == b or a in b.parents or b in a.parents
 
 
 def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -> list[tuple[str, str]]:
@@ -227,8 +236,11 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     _drop_bad_images(plan, settings.max_image_pixels, settings.max_decode_pixels)  # no row without its image
     if strict and plan.skipped:
         raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped])
-    folders = sorted({str(r["kohya_folder"]) for r in plan.rows})
-    names = {folder: f"{prefix}-{folder}" for folder in folders}
+    names, unnamed = _kohya_dataset_names(prefix, sorted({str(r["kohya_folder"]) for r in plan.rows}))
+    if strict and unnamed:
+        raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in unnamed])
+    plan.skipped += unnamed
+    folders = sorted(names)
     taken = [n for n in names.values() if os.path.lexists(root / n)]
     if taken:
         raise DatasetError(
@@ -256,6 +268,24 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     for file, reason in plan.skipped + refused:
         typer.echo(f"skipped {file}: {reason}")
     return [(names[f], f) for f in folders]
+
+
+def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """The dataset name `<prefix>-<folder>` of each kohya folder, when it is a valid dataset name
+    (data.paths.safe_component: length, characters); the others as (folder, why) to skip."""
+    from lorastudio.data import safe_component
+    from lorastudio.errors import ConfigError, PathOutsideRoot
+
+    names: dict[str, str] = {}
+    unnamed: list[tuple[str, str]] = []
+    for folder in folders:
+        try:
+            names[folder] = safe_component(f"{prefix}-{folder}", field="dataset name")
+        except ConfigError as err:
+            unnamed.append((folder, f"{err.problems[0].field} {err.problems[0].message}"))
+        except PathOutsideRoot as err:
+            unnamed.append((folder, str(err)))
+    return names, unnamed
 
 
 def _drop_bad_images(plan: Any, max_pixels: int, decode_pixels: int) -> None:
