@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 
 from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
+    CacheError,
     ConfigError,
     DatasetError,
     GenerationFailed,
@@ -60,6 +61,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     GenerationFailed: 500,  # the pipeline failed in the generation worker (the server is fine)
     GenerationWorkerLost: 503,  # the generation worker was killed / ran out of memory; retry starts a fresh one
     HomeInUse: 409,
+    CacheError: 409,  # the cache holds links / foreign files where its folders go
     HostMemoryShort: 409,  # the run would not fit this host's RAM now (forecast and available in the body)
     NoSpaceLeft: 507,  # Insufficient Storage
 }
@@ -87,7 +89,7 @@ def error_body(err: LorastudioError) -> dict:
     body: dict = {"error": type(err).__name__, "detail": str(err)}
     if isinstance(err, ConfigError):
         body["problems"] = [{"field": p.field, "message": p.message} for p in err.problems]
-    elif isinstance(err, DatasetError):
+    elif isinstance(err, DatasetError | CacheError):
         body["problems"] = list(err.problems)
     elif isinstance(err, HostMemoryShort):
         body["forecast_gb"], body["available_gb"] = err.forecast_gb, err.available_gb
