@@ -25,7 +25,9 @@ def _shard(folder: Path, key: str = "ab" * 32) -> Path:
     return path
 
 
-def test_a_linked_kind_folder_is_not_listed_or_cleared(client: TestClient, settings: Settings, tmp_path: Path) -> None:
+def test_a_linked_kind_folder_is_not_listed_or_cleared(
+    client: TestClient, settings: Settings, tmp_path: Path
+) -> None:
     """`<cache>/latents` a link to a folder of the user's: the old clear renamed and deleted
     every folder in it."""
     outside = tmp_path / "precious"
@@ -41,7 +43,9 @@ def test_a_linked_kind_folder_is_not_listed_or_cleared(client: TestClient, setti
     assert kept.is_file() and (outside / "photos").is_dir()
 
 
-def test_a_linked_model_folder_is_skipped_not_a_500(client: TestClient, settings: Settings, tmp_path: Path) -> None:
+def test_a_linked_model_folder_is_skipped_not_a_500(
+    client: TestClient, settings: Settings, tmp_path: Path
+) -> None:
     outside = tmp_path / "elsewhere"
     kept = _shard(outside)
     (cache_root(settings) / "latents").mkdir(parents=True)
@@ -68,7 +72,9 @@ def test_a_model_folder_with_foreign_entries_is_refused_whole(
     refused = client.delete("/api/cache")
     assert refused.status_code == 409, refused.text
     body = refused.json()
-    assert body["error"] == "CacheError" and any(str(foreign) in p or str(foreign.parent) in p for p in body["problems"])
+    assert body["error"] == "CacheError" and any(
+        str(foreign) in p or str(foreign.parent) in p for p in body["problems"]
+    )
     assert ours.is_file() and other.is_file() and foreign.exists()  # nothing removed
     assert client.delete("/api/cache", params={"model": OTHER}).status_code == 200 and not other.exists()
 
@@ -93,6 +99,8 @@ def test_cache_clear_in_a_foreign_cache_dir_removes_nothing_of_its(
         assert listed.exit_code == 0 and "notes" not in listed.output
         cleared = CliRunner().invoke(cli, ["cache", "clear", "-y"])
         assert cleared.exit_code != 0 and "report.pdf" in cleared.output
-        assert (odd / "text" / "notes" / "todo.txt").is_file() and (odd / "latents" / MODEL / "report.pdf").is_file()
+        assert (odd / "text" / "notes" / "todo.txt").is_file() and (
+            odd / "latents" / MODEL / "report.pdf"
+        ).is_file()
     finally:
         get_settings.cache_clear()
