@@ -15,6 +15,7 @@ plain step's compute; the passes run one after another, so the peak memory is a 
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -68,7 +69,8 @@ class Preservation(BaseModel):
 
 def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) -> list[FieldProblem]:
     """Why cfg.preservation cannot be honoured (empty when it can, or when it is unset): no
-    trigger word to replace (without prompts), the text-encoder LoRA (the class captions would
+    trigger word to replace (without prompts), a class_word (or a preserved prompt) holding a
+    trigger word (the output preserved would be the trigger's own), the text-encoder LoRA (the class captions would
     need the encoders' LoRA disabled too), data-parallel runs (the extra backward would need its
     own gradient all-reduce), an edit family (`prompt_sees_controls`: its prompts are encoded
     with each image's controls)."""
@@ -89,6 +91,18 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
             FieldProblem("preservation", "not with train_text_encoder (the base prediction would need the "
                          "text encoders' LoRA disabled too)")
         )  # fmt: skip
+    for trigger in sorted({t for t in triggers if t}):
+        if _has_word(keep.class_word, trigger) and keep.prompts is None:
+            problems.append(
+                FieldProblem("preservation.class_word", f"holds the trigger word {trigger!r}: the preserved "
+                             "captions would keep it, pulling the LoRA back to the base model on the trigger")
+            )  # fmt: skip
+        problems += [
+            FieldProblem(f"preservation.prompts.{i}", f"holds the trigger word {trigger!r}: its output is "
+                         "preserved, so the LoRA would not learn the trigger")
+            for i, prompt in enumerate(keep.prompts or [])
+            if _has_word(prompt, trigger)
+        ]  # fmt: skip
     if cfg.num_gpus > 1:
         problems.append(FieldProblem("preservation", "runs on one GPU (num_gpus 1) for now"))
     if prompt_sees_controls:
@@ -97,6 +111,12 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
                          "control images)")
         )  # fmt: skip
     return problems
+
+
+def _has_word(text: str, word: str) -> bool:
+    """Whether `word` occurs in `text` as a whole word (as training/preservation.replace_trigger
+    finds it)."""
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
 
 
 def preservation_line(cfg: TrainConfig, samples: int | None = None) -> str | None:

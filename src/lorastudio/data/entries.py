@@ -49,18 +49,26 @@ def resolve_entries(
     through a link (safe_open.check_not_relinked, for the worker).
 
     Raises: for data_dir, what resolving it raises (ConfigError, PathOutsideRoot, DatasetError);
-    for datasets, one ConfigError naming every bad entry (datasets.N.path)."""
+    for datasets, one ConfigError naming every bad entry (datasets.N.path), an entry whose
+    folder (resolved: another spelling, a link) an earlier entry names included."""
     from lorastudio.data.kohya import kohya_entries
     from lorastudio.data.safe_open import check_not_relinked
 
     given = config_entries(cfg)
     out: list[MixEntry] = []
     errors: list[tuple[int, Exception]] = []
+    seen: dict[Path, int] = {}
     for i, entry in enumerate(given):
         try:
             root = resolve_dataset_dir(entry.path, datasets_root, allow_outside_root=allow_outside_root)
             if check_links:
                 check_not_relinked(entry.path, root, datasets_root)
+            if root in seen:  # the same images twice: repeats / weight say that, two settings would clash
+                raise ConfigError(
+                    [FieldProblem(entry_field(cfg, i), f"the same folder as datasets.{seen[root]} ({root}): one "
+                                  "entry per folder (give it repeats or a weight)")]
+                )  # fmt: skip
+            seen[root] = i
             mixed = MixEntry(
                 label=entry.path,
                 root=root,

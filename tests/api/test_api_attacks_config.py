@@ -1,0 +1,97 @@
+"""Attacks on the session-15 config blocks (`[[datasets]]`, `preservation`): settings the
+engine cannot honour are refused, all at once and each by its field, the same by the API's
+preflight and by the CLI's `train --check` (exit 2): two entries on one folder (however it is
+spelled: its absolute path, a link to it), a preservation class word or prompt holding the trigger word (its output preserved
+is the trigger's own, so the LoRA cannot learn it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from fastapi.testclient import TestClient
+from PIL import Image
+from typer.testing import CliRunner
+
+from live_server import LOOPBACK
+from lorastudio.api.app import create_app
+from lorastudio.settings import Settings
+
+CASES = {
+    "same-folder": (
+        {"datasets": [{"path": "shapes"}, {"path": "shapes", "repeats": 3}]},
+        ["datasets.1.path"],
+    ),
+    "spelled-otherwise": (
+        {"datasets": [{"path": "shapes"}, {"path": "alias"}, {"path": "ABS"}, {"path": "reg"}]},
+        ["datasets.1.path", "datasets.2.path"],
+    ),
+    "class-is-trigger": (
+        {"data_dir": "shapes", "trigger_word": "sks", "preservation": {"class_word": "sks"}},
+        ["preservation.class_word"],
+    ),
+    "class-holds-trigger": (
+        {"data_dir": "shapes", "trigger_word": "sks", "preservation": {"class_word": "a sks person"}},
+        ["preservation.class_word"],
+    ),
+    "prompt-holds-entry-trigger": (
+        {
+            "datasets": [{"path": "shapes", "trigger_word": "ohwx"}, {"path": "reg", "regularisation": True}],
+            "preservation": {"class_word": "dog", "prompts": ["a dog", "an ohwx dog, photo"]},
+        },
+        ["preservation.prompts.1"],
+    ),
+    "every-prompt-named": (
+        {
+            "datasets": [{"path": "shapes", "trigger_word": "ohwx"}, {"path": "reg", "trigger_word": "sks"}],
+            "preservation": {"class_word": "dog", "prompts": ["sks dog", "a dog", "ohwx"]},
+        },
+        ["preservation.prompts.0", "preservation.prompts.2"],
+    ),
+}
+
+
+@pytest.fixture
+def base(settings: Settings, tiny_model) -> dict:
+    for name in ("shapes", "reg"):
+        folder = settings.datasets_dir / name
+        folder.mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (32, 32), (90 * i, 20, 20)).save(folder / f"{name}{i}.png")
+            (folder / f"{name}{i}.txt").write_text(f"sks thing {i}")
+    (settings.datasets_dir / "alias").symlink_to(settings.datasets_dir / "shapes", target_is_directory=True)
+    return {"family": "flux", "base_model": str(tiny_model("flux")), "resolution": 32, "steps": 2}
+
+
+def _fields(body: dict) -> list[str]:
+    return sorted({p["field"] for p in body.get("problems", [])})
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_unhonourable_blocks_are_refused_alike_by_the_api_and_the_cli(
+    cli: typer.Typer, settings: Settings, base: dict, tmp_path: Path, case: str
+) -> None:
+    over, fields = CASES[case]
+    text = json.dumps({**base, **over}).replace('"ABS"', json.dumps(str(settings.datasets_dir / "shapes")))
+    with TestClient(create_app(settings), base_url=LOOPBACK) as client:  # closed: the CLI needs the home
+        answer = client.post("/api/train/preflight", json={"config": json.loads(text)})
+    assert answer.status_code == 400 and _fields(answer.json()) == fields, answer.text
+    config = tmp_path / "run.json"
+    config.write_text(text)
+    checked = CliRunner().invoke(cli, ["train", str(config), "--check", "--device", "cpu"])
+    assert checked.exit_code == 2, checked.output
+    for field in fields:
+        assert field in checked.output
+
+
+def test_the_same_blocks_without_the_clash_pass(client: TestClient, base: dict) -> None:
+    ok = {
+        "datasets": [{"path": "shapes", "trigger_word": "sks"}, {"path": "reg", "regularisation": True}],
+        "preservation": {
+            "class_word": "thing",
+            "prompts": ["a thing", "asks nothing"],
+        },  # "asks": not the word
+    }
+    assert client.post("/api/train/preflight", json={"config": {**base, **ok}}).status_code == 200
