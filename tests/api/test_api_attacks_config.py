@@ -2,7 +2,8 @@
 engine cannot honour are refused, all at once and each by its field, the same by the API's
 preflight and by the CLI's `train --check` (exit 2): two entries on one folder (however it is
 spelled: its absolute path, a link to it), a preservation class word or prompt holding the trigger word (its output preserved
-is the trigger's own, so the LoRA cannot learn it)."""
+is the trigger's own, so the LoRA cannot learn it), an entry whose weight's share of the
+epoch rounds to no sample."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ CASES = {
     "spelled-otherwise": (
         {"datasets": [{"path": "shapes"}, {"path": "alias"}, {"path": "ABS"}, {"path": "reg"}]},
         ["datasets.1.path", "datasets.2.path"],
+    ),
+    "weight-share-rounds-to-zero": (  # the subject never sampled: a run of class images alone
+        {
+            "datasets": [
+                {"path": "shapes", "weight": 1},
+                {"path": "reg", "weight": 1e6, "regularisation": True},
+            ]
+        },
+        ["datasets.0.weight"],
     ),
     "class-is-trigger": (
         {"data_dir": "shapes", "trigger_word": "sks", "preservation": {"class_word": "sks"}},
@@ -88,7 +98,10 @@ def test_unhonourable_blocks_are_refused_alike_by_the_api_and_the_cli(
 
 def test_the_same_blocks_without_the_clash_pass(client: TestClient, base: dict) -> None:
     ok = {
-        "datasets": [{"path": "shapes", "trigger_word": "sks"}, {"path": "reg", "regularisation": True}],
+        "datasets": [
+            {"path": "shapes", "trigger_word": "sks", "weight": 3},
+            {"path": "reg", "regularisation": True, "weight": 1},
+        ],
         "preservation": {
             "class_word": "thing",
             "prompts": ["a thing", "asks nothing"],

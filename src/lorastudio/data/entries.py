@@ -219,6 +219,26 @@ def epoch_bucket_counts(scan: DatasetScan) -> dict[str, int]:
     return {f"{k[0]}x{k[1]}" if one else f"{k[0]}x{k[1]}+{k[2]}": counts[k] for k in sorted(counts)}
 
 
+def unsampled_problems(scan: DatasetScan, cfg: TrainConfig) -> list[FieldProblem]:
+    """Entries whose weight gives them no sample of an epoch (their share of the epoch's N
+    samples rounds to 0, e.g. weight 1 beside 10^6): accepted, they would never be trained on
+    (a run of its regularisation entry alone, when it is the subject's)."""
+    entries = scan.entries
+    if not entries or not all(e.weight is not None for e in entries):
+        return []
+    samples = EpochMix([it.entry for it in scan.items], scan.batch_keys(), entries).entry_samples
+    aligned = cfg.datasets is not None and len(cfg.datasets) == len(entries)
+    return [
+        FieldProblem(
+            f"datasets.{i}.weight" if aligned else "datasets",
+            f"{e.label}: weight {e.weight:g} gives it 0 of the epoch's {sum(samples)} samples (its share "
+            f"rounds to nothing): raise it, or leave the entry out",
+        )
+        for i, (e, n) in enumerate(zip(entries, samples, strict=True))
+        if n == 0 and e.images
+    ]
+
+
 def entry_report(scan: DatasetScan) -> list[dict[str, object]]:
     """The preflight's line per entry: label, folder, images, sampling, samples per epoch and
     share of the epoch, loss weight (a regularisation entry's includes prior_loss_weight),
