@@ -5,6 +5,8 @@ refused (409 / exit 1) naming it, removing nothing."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,25 @@ def test_cache_clear_in_a_foreign_cache_dir_removes_nothing_of_its(
         ).is_file()
     finally:
         get_settings.cache_clear()
+
+
+def test_a_clear_while_another_process_reads_the_cache_is_a_409(
+    client: TestClient, settings: Settings
+) -> None:
+    """A run of another home sharing this cache folder (LORASTUDIO_CACHE_DIR) holds its readers
+    lock: DELETE /api/cache is refused naming its pid until it ends."""
+    root = cache_root(settings)
+    shard = _shard(root / "latents" / MODEL)
+    code = (
+        "import sys, time, pathlib; from lorastudio.data.cache_io import hold_readers; "
+        f"hold_readers(pathlib.Path({str(root)!r})); print('held', flush=True); time.sleep(60)"
+    )
+    reader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "held"
+        refused = client.delete("/api/cache")
+        assert refused.status_code == 409 and f"pid {reader.pid}" in refused.text and shard.is_file()
+    finally:
+        reader.kill()
+        reader.wait()
+    assert client.delete("/api/cache").status_code == 200 and not shard.exists()

@@ -12,9 +12,10 @@ Hand-written: pathlib and safetensors open by path and follow links. No torch.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from lorastudio.data.disk_cache import staging_name
@@ -119,3 +120,53 @@ def write_shard_bytes(shard: Path, data: bytes) -> bool:
     finally:
         os.close(folder)
     return True
+
+
+READERS_LOCK = ".readers.lock"  # in the cache folder: runs hold it shared, a clear exclusive
+
+
+def hold_readers(root: Path) -> int:
+    """Take the cache's readers lock shared (flock on `root`/READERS_LOCK, made when missing;
+    waits while a clear holds it): held by a run that reads shards, so a clear (`readers_gone`)
+    from any process or studio home sharing this cache folder is refused meanwhile. Returns the
+    descriptor: closing it (or the process's end, kill -9 included) releases it.
+    Raises CacheError naming the lock when it cannot be made (a link or a folder there)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise CacheError(
+            "the on-disk encode cache cannot be used",
+            [f"{root / READERS_LOCK}: {err.strerror or err} (remove what is there)"],
+        ) from None
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+@contextlib.contextmanager
+def readers_gone(root: Path) -> Iterator[None]:
+    """Hold the cache's readers lock exclusively for a clear. Raises CacheError naming the
+    pids of the runs that read the cache (jobs may share one cache folder across homes)."""
+    try:
+        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:  # no cache folder: nothing to clear, nobody reads it
+        yield
+        return
+    except OSError as err:
+        raise CacheError(
+            "the cache was not cleared", [f"{root / READERS_LOCK}: {err.strerror or err}"]
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            from lorastudio.jobs.homelock import lock_holders
+
+            pids = ", ".join(map(str, lock_holders(root / READERS_LOCK))) or "unknown"
+            raise CacheError(
+                "the cache was not cleared: a training run reads it",
+                [f"{root}: read by the run of pid {pids}; clear it when the run ends"],
+            ) from None
+        yield
+    finally:
+        os.close(fd)

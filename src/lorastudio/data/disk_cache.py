@@ -233,7 +233,8 @@ def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -
     """Remove shards: every kind, one `kind`, or one kind's `model` folder. Each folder is first
     renamed aside (so no run finds a half-removed set), then deleted. Returns bytes freed.
     Raises CacheError, removing nothing, when a folder to clear holds anything the cache did
-    not write (each path named, at most 20)."""
+    not write (each path named, at most 20) or a run reads the cache (cache_io.readers_gone:
+    a run holds its readers lock shared, from any studio home sharing the folder)."""
     chosen = [
         s
         for s in cache_stats(root)
@@ -248,13 +249,16 @@ def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -
                 for p in foreign[:20]
             ],
         )
+    from lorastudio.data.cache_io import readers_gone
+
     freed = 0
-    for stats in chosen:
-        folder = root / stats.kind / stats.model
-        aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}")
-        folder.rename(aside)
-        shutil.rmtree(aside)
-        freed += stats.bytes
+    with readers_gone(root):  # CacheError while a run (of any home sharing the folder) reads it
+        for stats in chosen:
+            folder = root / stats.kind / stats.model
+            aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}")
+            folder.rename(aside)
+            shutil.rmtree(aside)
+            freed += stats.bytes
     return freed
 
 

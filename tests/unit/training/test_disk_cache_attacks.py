@@ -141,3 +141,25 @@ def test_a_run_with_planted_prefix_links_trains_and_writes_nothing_outside(
         make_config(output_name="planted", latent_cache="disk", **settings), [].append, device="cpu"
     )
     assert planted.losses == first.losses and list(outside.iterdir()) == []
+
+
+def test_a_clear_while_a_disk_cached_run_reads_is_refused_then_allowed(make_config) -> None:
+    """The run holds the cache's readers lock from its captions' encode to its end: a clear
+    meanwhile (from this process, another one or another home sharing the folder) is a
+    CacheError naming the run's pid, not shards vanishing under the run; after it, a clear frees them."""
+    from lorastudio.data.disk_cache import clear_cache
+    from lorastudio.training.events import Preparing
+
+    root = cache_root(get_settings())
+    refusals: list[str] = []
+
+    def emit(event: object) -> None:
+        if isinstance(event, Preparing) and event.phase == "latents" and not refusals:
+            with pytest.raises(CacheError) as err:
+                clear_cache(root)
+            refusals.append(str(err.value))
+
+    settings = {"random_crop": True, "random_flip": True, "cache_variants": 2, "steps": 2}
+    train(make_config(output_name="read", latent_cache="disk", **settings), emit, device="cpu")
+    assert refusals and f"pid {os.getpid()}" in refusals[0]
+    assert clear_cache(root) > 0
