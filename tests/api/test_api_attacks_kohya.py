@@ -37,6 +37,7 @@ def test_odd_kohya_folders_are_skipped_with_the_reason(
     src = tmp_path / "img"
     for name in [*ODD, "10_" + "a" * 120, "5_ok"]:
         _img(src / name)
+    (src / "3_empty").mkdir()
     out = tmp_path / "entries.toml"
     args = ["datasets", "import", str(src), "--name", "k", "--kohya", "--entries", str(out)]
     result = CliRunner().invoke(cli, args)
@@ -48,6 +49,7 @@ def test_odd_kohya_folders_are_skipped_with_the_reason(
     for why in ODD.values():
         assert why in result.output
     assert "must be at most 100 characters" in result.output  # k-10_aaa...: too long a dataset name
+    assert "skipped 3_empty: no images to import in this folder" in result.output
     strict = CliRunner().invoke(cli, [*args[:-2], "--name", "k2", "--strict"])
     assert strict.exit_code != 0 and not (settings.datasets_dir / "k2-5_ok").exists()
 

@@ -102,6 +102,7 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
             plan.skipped.append((sub.name, err.problems[0].split(": ", 1)[-1]))
             continue
         folders += 1
+        before = len(plan.images)
         for path in sorted(p for p in sub.iterdir() if not p.name.startswith(".")):
             where = f"{sub.name}/{path.name}"
             if path.is_symlink() or not path.is_file():
@@ -122,6 +123,8 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
                 taken[path.name] = sub.name
                 plan.images.append((path, path.name))
                 plan.rows.append(row)
+        if len(plan.images) == before:  # else it vanished from the import without a word
+            plan.skipped.append((sub.name, "no images to import in this folder"))
     if not folders:
         raise DatasetError(
             f"no kohya folders in {source}",
