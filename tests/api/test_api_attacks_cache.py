@@ -128,3 +128,32 @@ def test_a_clear_while_another_process_reads_the_cache_is_a_409(
         reader.kill()
         reader.wait()
     assert client.delete("/api/cache").status_code == 200 and not shard.exists()
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_a_blank_cache_dir_is_the_default_not_the_current_folder(
+    cli: typer.Typer, tmp_path: Path, monkeypatch, value: str
+) -> None:
+    """`export LORASTUDIO_CACHE_DIR=` made the cache (and `cache clear`) the current folder."""
+    from lorastudio.settings import get_settings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LORASTUDIO_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LORASTUDIO_CACHE_DIR", value)
+    get_settings.cache_clear()
+    try:
+        assert cache_root(get_settings()) == tmp_path / "home" / "cache" / "encoded"
+        assert (
+            f"cache: {tmp_path / 'home' / 'cache' / 'encoded'}"
+            in CliRunner().invoke(cli, ["cache", "ls"]).output
+        )
+    finally:
+        get_settings.cache_clear()
+
+
+def test_a_relative_or_tilde_cache_dir_is_made_absolute_once(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert Settings(cache_dir="rel/c").cache_dir == tmp_path / "rel" / "c"
+    assert Settings(cache_dir="~/c").cache_dir == tmp_path / "user" / "c"  # not a folder named "~"
+    assert Settings(home="~/h").home == tmp_path / "user" / "h"
