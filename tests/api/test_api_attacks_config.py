@@ -108,3 +108,39 @@ def test_the_same_blocks_without_the_clash_pass(client: TestClient, base: dict) 
         },  # "asks": not the word
     }
     assert client.post("/api/train/preflight", json={"config": {**base, **ok}}).status_code == 200
+
+
+WEIRD = [None, True, 0, -1, 2**63, 10**30, 1.5, 1e308, 1e-308, "", " ", "a" * 5000, "\u202e", "\x00", [], ["a"],
+         {}, {"a": 1}, "NaN", "Infinity", "shapes", "reg", "/", "..", "sks", "../shapes"]  # fmt: skip
+ENTRY_FIELDS = ["path", "repeats", "weight", "trigger_word", "default_caption", "caption_dropout", "resolution",
+                "shuffle_tags", "keep_tokens", "tag_dropout", "loss_weight", "regularisation", "prior_prediction"]  # fmt: skip
+TOP_FIELDS = ["prior_loss_weight", "preservation", "control_resolution", "latent_cache", "latent_cache_max_gb",
+              "kohya_folders", "trigger_word", "cache_variants"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_fuzzed_blocks_never_give_a_5xx(client: TestClient, base: dict) -> None:
+    """300 random mixes of odd values in the datasets / preservation / cache blocks: every
+    answer is 200 or a 4xx with a JSON body (seeded: a failure reproduces)."""
+    import random
+
+    rng = random.Random(16)
+    for _ in range(300):
+        entries = [
+            {
+                "path": rng.choice(["shapes", "reg"]),
+                **{f: rng.choice(WEIRD) for f in rng.sample(ENTRY_FIELDS, 2)},
+            }
+            for _ in range(rng.randint(1, 4))
+        ]
+        cfg = {**base, "datasets": entries}
+        for name in rng.sample(TOP_FIELDS, rng.randint(0, 3)):
+            value = rng.choice(WEIRD)
+            cfg[name] = (
+                {"class_word": "p", "prompts": value}
+                if name == "preservation" and rng.random() < 0.5
+                else value
+            )
+        answer = client.post("/api/train/preflight", content=json.dumps({"config": cfg}),
+                             headers={"content-type": "application/json"})  # fmt: skip
+        assert answer.status_code < 500 and isinstance(answer.json(), dict), json.dumps(cfg)[:500]
