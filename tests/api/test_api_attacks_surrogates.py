@@ -40,3 +40,22 @@ def test_safe_component_refuses_a_lone_surrogate_by_field() -> None:
     with pytest.raises(ConfigError) as err:
         safe_component("a\udcff", field="output_name")
     assert err.value.problems[0].field == "output_name" and "UTF-8" in err.value.problems[0].message
+
+
+def test_folder_and_file_names_that_are_not_utf8_are_listed_not_a_500(client: TestClient, settings) -> None:
+    """A dataset folder or image whose name is latin-1 bytes (an old archive copied in): Python
+    names it with lone surrogates, which the response's UTF-8 encode refused (500)."""
+    import os
+
+    from PIL import Image
+
+    folder = settings.datasets_dir / "set"
+    folder.mkdir(parents=True)
+    Image.new("RGB", (32, 32)).save(folder / "a.png")
+    Image.new("RGB", (32, 32)).save(os.fsdecode(os.fsencode(folder) + b"/caf\xe9.png"))
+    os.mkdir(os.fsencode(settings.datasets_dir) + b"/d\xe9j\xe0")
+    listed = client.get("/api/datasets")
+    assert listed.status_code == 200 and len(json.loads(listed.content)["datasets"]) == 2
+    detail = client.get("/api/datasets/set")
+    assert detail.status_code == 200
+    assert sorted(f["file"] for f in json.loads(detail.content)["files"]) == ["a.png", "caf\udce9.png"]
