@@ -12,6 +12,7 @@ Hand-written: pathlib and safetensors open by path and follow links. No torch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -44,21 +45,25 @@ def _open_folder(root: Path, names: Sequence[str], create: bool) -> int:
     return fd
 
 
+_IN_THE_WAY = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EEXIST})  # a link or a file where a folder goes
+
+
 def prepare_cache_folder(root: Path, kind: str, model: str) -> Path:
     """Make `root`/kind/model for a run's shards (root with its parents) and return it.
-    Raises CacheError naming the path when a link, a file or a permission is in the way (a
-    run would otherwise keep every shard in RAM)."""
+    Raises CacheError naming the path when a link or a file is in the way (the run would
+    otherwise keep every shard in RAM without a word). A cache it may not write (read-only, no
+    permission) is left to the reads: its shards are used, the missing ones kept in RAM."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         os.close(_open_folder(root, (kind, model), create=True))
-        if not os.access(root / kind / model, os.W_OK | os.X_OK):
-            raise PermissionError(f"{root / kind / model}: not writable")
     except OSError as err:
+        if err.errno not in _IN_THE_WAY:
+            return root / kind / model
         raise CacheError(
             "the on-disk encode cache cannot be used",
             [
-                f"{root / kind / model}: {err.strerror or err} (a link, a file or no permission where the "
-                "cache's folders go: remove it, or set LORASTUDIO_CACHE_DIR to another folder)"
+                f"{root / kind / model}: {err.strerror or err} (a link or a file where the cache's folders "
+                "go: remove it, or set LORASTUDIO_CACHE_DIR to another folder)"
             ],
         ) from None
     return root / kind / model
@@ -125,16 +130,24 @@ def write_shard_bytes(shard: Path, data: bytes) -> bool:
 READERS_LOCK = ".readers.lock"  # in the cache folder: runs hold it shared, a clear exclusive
 
 
-def hold_readers(root: Path) -> int:
+def hold_readers(root: Path) -> int | None:
     """Take the cache's readers lock shared (flock on `root`/READERS_LOCK, made when missing;
     waits while a clear holds it): held by a run that reads shards, so a clear (`readers_gone`)
     from any process or studio home sharing this cache folder is refused meanwhile. Returns the
-    descriptor: closing it (or the process's end, kill -9 included) releases it.
-    Raises CacheError naming the lock when it cannot be made (a link or a folder there)."""
+    descriptor: closing it (or the process's end, kill -9 included) releases it; None for a
+    cache this process may not write (read-only: it cannot clear it either).
+    Raises CacheError naming the lock when a link or a folder is there."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as err:
+        if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            try:
+                fd = os.open(root / READERS_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                return None
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            return fd
         raise CacheError(
             "the on-disk encode cache cannot be used",
             [f"{root / READERS_LOCK}: {err.strerror or err} (remove what is there)"],
