@@ -5,6 +5,7 @@ refused (409 / exit 1) naming it, removing nothing."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,15 @@ def test_a_relative_or_tilde_cache_dir_is_made_absolute_once(tmp_path: Path, mon
     assert Settings(cache_dir="rel/c").cache_dir == tmp_path / "rel" / "c"
     assert Settings(cache_dir="~/c").cache_dir == tmp_path / "user" / "c"  # not a folder named "~"
     assert Settings(home="~/h").home == tmp_path / "user" / "h"
+
+
+def test_a_clear_beside_a_crashed_clears_leftover_of_the_same_pid(
+    client: TestClient, settings: Settings
+) -> None:
+    """A killed clear's `.<model>.removing.<pid>` (pid since reused by this server): the rename
+    aside onto it failed (ENOTEMPTY: a 500)."""
+    root = cache_root(settings)
+    shard = _shard(root / "latents" / MODEL)
+    _shard(root / "latents" / f".{MODEL}.removing.{os.getpid()}")
+    cleared = client.delete("/api/cache")
+    assert cleared.status_code == 200 and not shard.exists()

@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import stat
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,7 +256,8 @@ def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -
     with readers_gone(root):  # CacheError while a run (of any home sharing the folder) reads it
         for stats in chosen:
             folder = root / stats.kind / stats.model
-            aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}")
+            # unique per clear: a killed clear's aside of a since reused pid may lie there
+            aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}.{uuid.uuid4().hex[:8]}")
             folder.rename(aside)
             shutil.rmtree(aside)
             freed += stats.bytes
@@ -282,7 +284,7 @@ def folder_bytes(folder: Path) -> int:
 
 
 _STAGED = re.compile(r"^\.[0-9a-f]{64}\.safetensors\.(\d+)\.tmp$")  # staging_name
-_REMOVING = re.compile(r"^\..+\.removing\.(\d+)$")  # clear_cache
+_REMOVING = re.compile(r"^\..+\.removing\.(\d+)(?:\.[0-9a-f]{8})?$")  # clear_cache (older: no id)
 
 
 def cache_leftovers(root: Path) -> list[Path]:
