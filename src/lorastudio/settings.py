@@ -85,6 +85,15 @@ class Settings(BaseSettings):
         default=None,
         description="folder of the on-disk encode cache (latent_cache = disk); default <home>/cache/encoded",
     )
+    generation_timeout_scale: float = Field(
+        default=1.0,
+        gt=0,
+        le=1000,
+        description=(
+            "factor on the time the generation worker may take to start, load a model and generate"
+            " before it is stopped as hung (jobs/generation_allowance.py; 504): raise it on a slow machine"
+        ),
+    )
     cpu_data_parallel: bool = Field(
         default=False,
         description="run num_gpus > 1 as gloo processes on the CPU: for testing the launcher",
