@@ -128,7 +128,7 @@ class GenerationWorkerLost(GenerationFailed):
 
 class GenerationTimedOut(GenerationWorkerLost):
     """The generation worker did not answer within the allowance of what the request asked for
-    (jobs/generation_allowance.py): it was stopped (SIGTERM, then SIGKILL) as hung, and the next
+    (jobs/worker_allowance.py): it was stopped (SIGTERM, then SIGKILL) as hung, and the next
     request starts a fresh one. The message names what timed out and after how long."""
 
 

@@ -85,13 +85,14 @@ class Settings(BaseSettings):
         default=None,
         description="folder of the on-disk encode cache (latent_cache = disk); default <home>/cache/encoded",
     )
-    generation_timeout_scale: float = Field(
+    worker_timeout_scale: float = Field(
         default=1.0,
         gt=0,
         le=1000,
         description=(
-            "factor on the time the generation worker may take to start, load a model and generate"
-            " before it is stopped as hung (jobs/generation_allowance.py; 504): raise it on a slow machine"
+            "factor on the time the generation and caption workers may take to start, load a model,"
+            " generate an image or caption one before they are stopped as hung"
+            " (jobs/worker_allowance.py): raise it on a slow machine"
         ),
     )
     cpu_data_parallel: bool = Field(

@@ -7,7 +7,7 @@ workload of the GPU arbiter: generation is refused (JobActive) while training ru
 starting training stops the worker, which frees its memory. A worker that dies during a request
 (killed by the out-of-memory killer, kill -9, a crash) or runs out of memory is reported as
 GenerationWorkerLost (HTTP 503), one that hangs past the allowance of what was asked
-(jobs/generation_allowance.py) is stopped and reported as GenerationTimedOut (504); the next
+(jobs/worker_allowance.py) is stopped and reported as GenerationTimedOut (504); the next
 request starts a fresh one; the server goes on.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
@@ -39,11 +39,11 @@ from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.writes import staged_write
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
-from lorastudio.jobs.generation_allowance import GenerationAllowance
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.references import reference_path, reference_problems
+from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.settings import Settings
@@ -166,8 +166,8 @@ class GenerationService:
     """Checks requests and runs them in the one generation worker; thread-safe.
 
     `worker_target` is the worker's entry point (tests wrap it to inject faults); `allowance`
-    how long the worker may take before it counts as hung (default: jobs/generation_allowance.py
-    scaled by settings.generation_timeout_scale)."""
+    how long the worker may take before it counts as hung (default: jobs/worker_allowance.py
+    scaled by settings.worker_timeout_scale)."""
 
     def __init__(
         self,
@@ -179,7 +179,7 @@ class GenerationService:
         self.settings = settings
         self.arbiter = arbiter
         self._target = worker_target
-        self._allowance = allowance or GenerationAllowance().scaled(settings.generation_timeout_scale)
+        self._allowance = allowance or GenerationAllowance().scaled(settings.worker_timeout_scale)
         self._lock = threading.Lock()
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None

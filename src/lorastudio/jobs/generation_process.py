@@ -6,7 +6,7 @@ started it exits, so it must not be started from a request thread (those come an
 that dies during a job (kill -9, the kernel's out-of-memory killer, a segfault) or that reports
 running out of memory is reported as GenerationWorkerLost; the handle is then spent and the
 service starts a fresh one for the next job. A worker that stays alive but does not answer within
-the allowance of what was asked (jobs/generation_allowance.py: starting, loading, generating) is
+the allowance of what was asked (jobs/worker_allowance.py: starting, loading, generating) is
 stopped as hung, SIGTERM then SIGKILL, and reported as GenerationTimedOut.
 """
 
@@ -32,8 +32,8 @@ from lorastudio.errors import (
     GenerationTimedOut,
     GenerationWorkerLost,
 )
-from lorastudio.jobs.generation_allowance import GenerationAllowance, timed_out_message, work_words
 from lorastudio.jobs.generation_worker import GenerationJob, GenerationWorkerArgs, generation_worker_main
+from lorastudio.jobs.worker_allowance import GenerationAllowance, timed_out_message, work_words
 from lorastudio.settings import Settings
 
 GenerationTarget = Callable[[GenerationWorkerArgs, Any], None]
@@ -109,9 +109,9 @@ class GenerationProcess:
         allowance: GenerationAllowance | None = None,
     ):
         """`allowance`: how long each phase may take before the worker counts as hung (default:
-        GenerationAllowance() scaled by settings.generation_timeout_scale)."""
+        GenerationAllowance() scaled by settings.worker_timeout_scale)."""
         if allowance is None:
-            scale = settings.generation_timeout_scale if settings is not None else 1.0
+            scale = settings.worker_timeout_scale if settings is not None else 1.0
             allowance = GenerationAllowance().scaled(scale)
         self.allowance = allowance
         ctx = mp.get_context("spawn")

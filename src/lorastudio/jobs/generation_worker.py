@@ -18,7 +18,7 @@ Protocol over one duplex multiprocessing Connection (plain picklable values):
                     ("failed", message)                         an unexpected pipeline error
                     ("oom", message)                            out of memory: the child exits
                                                                 after sending it
-The parent times each phase (jobs/generation_allowance.py): the load until "loaded", the work
+The parent times each phase (jobs/worker_allowance.py): the load until "loaded", the work
 from there. The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
 next job names another one. The PNG is written to `job.out_path` (a hidden staging name the
 server chose in the gallery); the server renames it into place.

@@ -1,5 +1,5 @@
 """A generation worker that hangs is timed out (RELIABILITY.md fix 28): each phase (start, load,
-generate) has an allowance derived from the request (jobs/generation_allowance.py); past it the
+generate) has an allowance derived from the request (jobs/worker_allowance.py); past it the
 worker is stopped, SIGTERM then SIGKILL, the request gets GenerationTimedOut (504) naming what
 timed out and after how long, and the next request starts a fresh worker. Real spawned workers
 (generation_hang_workers.py) and the tiny FLUX.1 model."""
@@ -23,8 +23,8 @@ from generation_hang_workers import (
 from lorastudio.api.errors import status_code_of
 from lorastudio.errors import GenerationTimedOut
 from lorastudio.jobs.generation import GenerationRequest, GenerationService
-from lorastudio.jobs.generation_allowance import GenerationAllowance
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.settings import Settings
 
 
@@ -62,7 +62,7 @@ def test_the_allowance_follows_the_request() -> None:
     slow = allowance.scaled(3.0)
     assert (slow.ready_s, slow.load_s, slow.work_s(1, 64, 64)) == (360.0, 5400.0, 3 * 150.0)
     assert slow.kill_grace_s == allowance.kill_grace_s
-    scaled = GenerationService(Settings(generation_timeout_scale=0.5), GpuArbiter())
+    scaled = GenerationService(Settings(worker_timeout_scale=0.5), GpuArbiter())
     try:
         assert scaled._allowance.load_s == 900.0
     finally:
@@ -89,7 +89,7 @@ def test_a_worker_that_never_says_ready_or_hangs_loading_is_stopped(
     try:
         _, loading, message = _timed_out(hanging, _request(tiny_model, f"{HANG_LOAD_PROMPT} a red circle"))
         assert message.startswith("the generation worker did not load the model within 1.5 s"), message
-        assert "LORASTUDIO_GENERATION_TIMEOUT_SCALE" in message
+        assert "LORASTUDIO_WORKER_TIMEOUT_SCALE" in message
     finally:
         hanging.shutdown()
     assert [p.name for p in (settings.home / "gallery").iterdir()] == []  # no staging left
