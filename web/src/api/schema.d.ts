@@ -328,7 +328,8 @@ export interface paths {
          * Generate
          * @description Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
          *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
-         *     the generation worker died (killed, out of memory): the next request starts a fresh one.
+         *     the generation worker died (killed, out of memory), 504 when it hung past the allowance of
+         *     what was asked (it is stopped): the next request starts a fresh one.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
