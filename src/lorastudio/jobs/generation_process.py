@@ -39,7 +39,7 @@ from lorastudio.settings import Settings
 GenerationTarget = Callable[[GenerationWorkerArgs, Any], None]
 POLL_S = 0.1  # how often a waiting request checks that the worker is alive
 STOP_GRACE_S = 5.0  # after asking the worker to exit, before it is killed
-UNKNOWN_STEPS = 50  # the steps a job without a step count is allowed (the family's default is below)
+UNKNOWN_STEPS = 50  # steps allowed for a job that leaves them to the family's default (fewer)
 
 
 class Spawner:
@@ -191,7 +191,7 @@ class GenerationProcess:
                 self._lost(death_reason(self._reap()))
             if time.monotonic() > deadline:
                 how = self._stop_hung()
-                raise GenerationTimedOut(f"{timed_out_message(what, allowed_s)} ({how})")
+                raise GenerationTimedOut(timed_out_message(what, allowed_s, how))
 
     def _reap(self, timeout: float = 2.0) -> int | None:
         self.process.join(timeout)

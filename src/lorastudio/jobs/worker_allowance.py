@@ -91,9 +91,10 @@ def work_words(steps: int, width: int, height: int) -> str:
     return f"{steps} step{'s' if steps != 1 else ''} at {width}x{height}"
 
 
-def timed_out_message(what: str, seconds: float) -> str:
-    """The message of GenerationTimedOut: what timed out, after how long, and what to do."""
+def timed_out_message(what: str, seconds: float, how: str) -> str:
+    """The message of GenerationTimedOut: what timed out, after how long, how the worker was
+    stopped (`how`: "SIGTERM", ...), and what to do."""
     return (
-        f"the generation worker did not {what} within {seconds_words(seconds)} and was stopped as hung; "
-        f"the next request starts a fresh worker (on a slow machine raise {SCALE_SETTING})"
+        f"the generation worker did not {what} within {seconds_words(seconds)} and was stopped as hung"
+        f" ({how}); the next request starts a fresh worker (on a slow machine raise {SCALE_SETTING})"
     )
