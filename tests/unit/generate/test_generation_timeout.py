@@ -54,7 +54,7 @@ def _timed_out(service: GenerationService, req: GenerationRequest) -> tuple[int,
     return pid, seconds, str(info.value)
 
 
-def test_the_allowance_follows_the_request() -> None:
+def test_the_allowance_follows_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
     allowance = GenerationAllowance()
     assert allowance.work_s(20, 1024, 1024) == pytest.approx(120 + 30 * 20 * 1.048576)
     assert allowance.work_s(2, 32, 32) == 120 + 30 * 2  # below a megapixel counts as one
@@ -68,6 +68,8 @@ def test_the_allowance_follows_the_request() -> None:
     finally:
         scaled.shutdown()
     assert status_code_of(GenerationTimedOut("x")) == 504
+    monkeypatch.setenv("LORASTUDIO_WORKER_TIMEOUT_SCALE", "3")
+    assert Settings().worker_timeout_scale == 3.0
 
 
 def test_a_worker_that_never_says_ready_or_hangs_loading_is_stopped(
