@@ -4,6 +4,7 @@ leftovers, dataset claims) and the on-disk cache (staged files of a dead writer)
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 
@@ -27,23 +28,35 @@ def process_alive(pid: int) -> bool:
 
 
 def start_token(pid: int) -> str | None:
-    """What tells process `pid` from any other process that had (or will have) its pid: the boot
-    id and its start time in clock ticks after boot, from /proc. None where /proc cannot tell
-    (not Linux, or the process is gone)."""
+    """What tells process `pid` from any other process that had (or will have) its pid:
+    "host|boot id|pid namespace|start time in clock ticks after boot", from /proc. None where
+    /proc cannot tell (not Linux, or the process is gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return f"{boot}:{fields[19]}"  # field 22 of stat, starttime
+    ticks = stat[stat.rindex(")") + 2 :].split()[19]  # field 22 of stat, starttime
+    return "|".join((socket.gethostname(), boot, namespace, ticks))
 
 
-def same_process_alive(pid: int, token: str | None) -> bool:
-    """Whether the process recorded as (`pid`, `token` = start_token(pid) then) still runs: `pid`
-    is alive and, where both tokens are known, started when the recorded one did (a reused pid is
-    another process)."""
+def process_gone(pid: int, token: str | None) -> bool:
+    """True only when this process can tell that the process recorded as (`pid`, `token` =
+    its start_token then) has ended: `pid` is not running, or runs another process (a reused
+    pid), or this machine rebooted since. A process recorded on another host (a shared network
+    home) or in another pid namespace cannot be told: False."""
+    mine = start_token(os.getpid())
+    recorded = token.split("|") if token is not None else []
+    if len(recorded) == 4 and mine is not None:
+        host, boot, namespace, _ = mine.split("|")
+        if recorded[0] != host:
+            return False
+        if recorded[1] != boot:
+            return True
+        if recorded[2] != namespace:
+            return False
     if not process_alive(pid):
-        return False
+        return True
     now = start_token(pid) if token is not None else None
-    return now is None or now == token
+    return now is not None and now != token

@@ -21,7 +21,7 @@ from typing import Any
 
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
-from lorastudio.processes import same_process_alive
+from lorastudio.processes import process_gone
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -180,7 +180,7 @@ class RunStore:
                 "error": DEAD_OWNER_ERROR.format(pid=r["owner_pid"]),
             }
             for r in rows
-            if not same_process_alive(r["owner_pid"], r["owner_start"])
+            if process_gone(r["owner_pid"], r["owner_start"])
         }
         if not dead:
             return dead

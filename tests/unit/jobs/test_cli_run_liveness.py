@@ -1,7 +1,8 @@
 """A `lorastudio train` run killed outright (SIGKILL: it cannot record its end) is read as
 interrupted by the next reader of the runs (`runs list|show`, the API), with the checkpoint it
 can resume from (RELIABILITY.md fix 29). The record names the process by pid and start token, so
-a live run is never marked and a reused pid is not taken for the run's process."""
+a live run is never marked, a reused pid is not taken for the run's process, and a run recorded
+on another host or in another pid namespace (which this reader cannot see) is left alone."""
 
 from __future__ import annotations
 
@@ -21,14 +22,13 @@ from live_server import LOOPBACK
 from lorastudio.api.app import create_app
 from lorastudio.jobs.records import JobStatus, now_iso
 from lorastudio.jobs.store import RunStore
-from lorastudio.processes import same_process_alive, start_token
+from lorastudio.processes import process_gone, start_token
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
 
 
 def _dead_pid() -> int:
-    done = subprocess.run(["true"], check=True)
-    assert done.returncode == 0
+    """The pid of a process that has ended (and was reaped)."""
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
@@ -37,12 +37,16 @@ def _dead_pid() -> int:
 def test_a_run_whose_process_is_gone_or_another_is_read_as_interrupted(settings: Settings) -> None:
     store = RunStore.open(settings.db_path, recover=False)
     me, token = os.getpid(), start_token(os.getpid())
-    assert token is not None and same_process_alive(me, token)
-    assert not same_process_alive(me, "another-boot:1")  # the pid, reused by another process
+    assert token is not None and not process_gone(me, token)
+    host, boot, namespace, ticks = token.split("|")
+    reused = "|".join((host, boot, namespace, str(int(ticks) - 1)))  # the pid, reused by another process
     owners = {
         "alive": (me, token),
-        "dead": (_dead_pid(), "b:1"),
-        "reused": (me, "another-boot:1"),
+        "dead": (_dead_pid(), token),
+        "reused": (me, reused),
+        "rebooted": (me, "|".join((host, "another-boot", namespace, ticks))),
+        "other-host": (_dead_pid(), "|".join(("another-host", boot, namespace, ticks))),
+        "other-pid-namespace": (_dead_pid(), "|".join((host, boot, "pid:[1]", ticks))),
     }
     try:
         for run_id, owner in owners.items():
@@ -51,7 +55,8 @@ def test_a_run_whose_process_is_gone_or_another_is_read_as_interrupted(settings:
         store.create_run("server", "server", "flux", {"steps": 9}, now_iso(), status=JobStatus.RUNNING)
         runs = {r["id"]: r for r in store.list_runs()}
         assert {k: r["status"] for k, r in runs.items()} == {
-            "alive": "running", "dead": "interrupted", "reused": "interrupted", "server": "running"
+            "alive": "running", "dead": "interrupted", "reused": "interrupted", "rebooted": "interrupted",
+            "other-host": "running", "other-pid-namespace": "running", "server": "running",
         }  # fmt: skip
         assert runs["dead"]["error"].startswith(
             f"the `lorastudio train` process (pid {owners['dead'][0]}) ended"
