@@ -134,7 +134,8 @@ class RuntimeFields(StrictFields):
         default="auto",
         description="SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra "
         "lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else "
-        "cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first",
+        "cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the "
+        "efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first",
     )
 
     fuse_projections: FuseProjections = Field(

@@ -133,3 +133,8 @@ def test_runs_list_marks_the_cli_runs():
     assert out.exit_code == 0, out.output
     rows = {line.split()[0]: line.split() for line in out.output.splitlines()[1:]}
     assert rows["clirun000001"][2] == "cli" and rows["servicerun01"][2] == "service"
+
+
+def test_the_datasets_description_names_every_entry_key():
+    text = TrainConfig.model_fields["datasets"].description or ""
+    assert [k for k in DatasetEntry.model_fields if k not in text] == []

@@ -3319,7 +3319,7 @@ export interface components {
             assistant_lora?: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
@@ -3392,7 +3392,7 @@ export interface components {
             data_dir?: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, prior_prediction}; instead of data_dir
              * @default null
              */
             datasets?: components["schemas"]["DatasetEntry"][] | null;
@@ -3935,7 +3935,7 @@ export interface components {
             assistant_lora: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
@@ -4004,7 +4004,7 @@ export interface components {
             data_dir: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, prior_prediction}; instead of data_dir
              */
             datasets: components["schemas"]["DatasetEntry"][] | null;
             /**
