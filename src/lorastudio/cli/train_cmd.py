@@ -124,6 +124,11 @@ def train_cmd(
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
+        if checkpoint is not None:  # refused before it is recorded, as a fresh run's preflight is
+            from lorastudio.training.session import resume_problems
+
+            if problems := resume_problems(cfg, checkpoint):
+                raise ConfigError(problems)
         claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)
