@@ -106,7 +106,9 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
-    or resume one from a checkpoint."""
+    or resume one from a checkpoint. Ctrl-C once stops and saves, twice aborts. Exits 0 when
+    done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C, 1 on an unexpected
+    error."""
     console = Console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
