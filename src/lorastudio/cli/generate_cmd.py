@@ -111,7 +111,9 @@ def generate_cmd(
         "--v-prediction/--epsilon",
         help="SDXL single file: the prediction type (default: as the file says)",
     ),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N"),
+    device: str | None = typer.Option(
+        None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace --out if it exists"),
     control: list[Path] = typer.Option(  # noqa: B006 (typer needs a list default)
         [], "--control", help="reference image of an edit family, e.g. flux-kontext (repeatable)"
