@@ -25,21 +25,21 @@ import annotated_types as at
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from lorastudio.config_datasets import DatasetEntry
+from lorastudio.config_fields_data import DataFields
+from lorastudio.config_fields_objective import ObjectiveFields
+from lorastudio.config_fields_runtime import RuntimeFields
+from lorastudio.config_fields_source import SourceFields
+from lorastudio.config_fields_training import TrainingFields
+from lorastudio.config_preservation import Preservation
+from lorastudio.config_samples import SamplePrompt
+
 START = "<!-- settings-reference:start (generated: python -m lorastudio.config_reference README.md) -->"
 END = "<!-- settings-reference:end -->"
 
 
 def _groups() -> list[tuple[str, type[BaseModel]]]:
-    """The field groups in form order, then the nested objects (imported here: config imports families)."""
-    from lorastudio.config_datasets import DatasetEntry
-    from lorastudio.config_fields_data import DataFields
-    from lorastudio.config_fields_objective import ObjectiveFields
-    from lorastudio.config_fields_runtime import RuntimeFields
-    from lorastudio.config_fields_source import SourceFields
-    from lorastudio.config_fields_training import TrainingFields
-    from lorastudio.config_preservation import Preservation
-    from lorastudio.config_samples import SamplePrompt
-
+    """TrainConfig's field groups in form order, then the nested objects."""
     return [
         ("Model, data and output", SourceFields),
         ("Images, captions, masks and validation", DataFields),
