@@ -84,6 +84,10 @@ def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sam
     cli = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--device", "cpu"])
     assert cli.exit_code == 2 and "finished at step 20 of 20" in cli.output, cli.output
     assert _cli_runs() == []  # refused before it is recorded, like a fresh run's refused config
+    from lorastudio.training.session import resume_problems
+
+    elsewhere = _config(tiny_model, sample_dataset, "other", steps=40)
+    assert [p.field for p in resume_problems(elsewhere, find_checkpoint(run_dir))] == ["output_name"]
     before = short.lora_path.read_bytes()
     # what the Runs screen offers (jobs/resume.py): no plain resume, "train longer" from step 10
     assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=10, total_steps=20)
