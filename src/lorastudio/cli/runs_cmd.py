@@ -32,7 +32,7 @@ def _store() -> RunStore:
 
 @runs_app.command("list")
 def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first")) -> None:
-    """List runs, newest first."""
+    """List runs, newest first: the server's (source service) and `lorastudio train`'s (source cli)."""
     store = _store()
     try:
         runs = store.list_runs(limit)
@@ -45,8 +45,18 @@ def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this 
     for r in runs:
         loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
         steps = f"{r['steps_run']}/{r['total_steps'] or '?'}"
-        rows.append([r["id"], r["status"], r["family"], r["output_name"], steps, loss, r["created_at"][:19]])
-    headers = ("id", "status", "family", "output", "steps", "last loss", "created")
+        row = [
+            r["id"],
+            r["status"],
+            r["source"],
+            r["family"],
+            r["output_name"],
+            steps,
+            loss,
+            r["created_at"][:19],
+        ]
+        rows.append(row)
+    headers = ("id", "status", "source", "family", "output", "steps", "last loss", "created")
     print_table(headers, rows, keep=("id", "output"))
 
 

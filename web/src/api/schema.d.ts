@@ -3320,7 +3320,7 @@ export interface components {
             assistant_lora?: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
@@ -3345,6 +3345,7 @@ export interface components {
             base_precision?: "auto" | "fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4";
             /**
              * Batch Size
+             * @description images per batch (one bucket); grad_accum batches make an optimizer step
              * @default 1
              */
             batch_size?: number;
@@ -3392,7 +3393,7 @@ export interface components {
             data_dir?: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, prior_prediction}; instead of data_dir
              * @default null
              */
             datasets?: components["schemas"]["DatasetEntry"][] | null;
@@ -3433,7 +3434,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description static sigma shift (flow)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
              * @default null
              */
             flow_shift?: number | null;
@@ -3459,7 +3460,7 @@ export interface components {
             gradient_checkpointing?: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
              * @default null
              */
             guidance?: number | null;
@@ -3514,16 +3515,19 @@ export interface components {
             latent_cache_max_gb?: number;
             /**
              * Learning Rate
+             * @description peak learning rate of the adapter (null: the family's default, `lorastudio families`; prodigy: 1.0, a multiplier of its learned step size)
              * @default null
              */
             learning_rate?: number | null;
             /**
              * Logit Mean
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often)
              * @default 0
              */
             logit_mean?: number;
             /**
              * Logit Std
+             * @description logit_normal sampling: the spread of the noise levels
              * @default 1
              */
             logit_std?: number;
@@ -3547,24 +3551,26 @@ export interface components {
             lora_alpha?: number | null;
             /**
              * Lora Dropout
+             * @description dropout probability on the adapter's input (peft's lora_dropout)
              * @default 0
              */
             lora_dropout?: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, FLUX.2, FLUX.2 klein and Krea 2, diffusers for the others; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
             lora_format?: "diffusers" | "kohya";
             /**
              * Lora Rank
+             * @description rank of each adapter layer (null: the family's default)
              * @default null
              */
             lora_rank?: number | null;
             /**
              * Lora Targets
-             * @description module name suffixes
+             * @description suffixes of the denoiser's module names that get an adapter, e.g. ["to_q", "to_k"] (null: the family's targets)
              * @default null
              */
             lora_targets?: string[] | null;
@@ -3577,12 +3583,14 @@ export interface components {
             loss?: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
              * @default constant
              * @enum {string}
              */
             lr_scheduler?: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
              * @default 0
              */
             lr_warmup_steps?: number;
@@ -3600,7 +3608,7 @@ export interface components {
             max_grad_norm?: number | null;
             /**
              * Max Sequence Length
-             * @description text tokens
+             * @description text tokens per caption the text encoder reads (longer captions are cut; null: the family's default)
              * @default null
              */
             max_sequence_length?: number | null;
@@ -3730,7 +3738,7 @@ export interface components {
             report_to?: ("tensorboard" | "wandb")[];
             /**
              * Resolution
-             * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
+             * @description training side in pixels, 16-4096 and a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
              * @default null
              */
             resolution?: number | number[] | null;
@@ -3748,7 +3756,7 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
+             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
              */
             sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -3790,6 +3798,7 @@ export interface components {
             save_lora_every?: number | null;
             /**
              * Seed
+             * @description seed of the adapter's initial weights, the data order, crops, flips, noise and timesteps: the same seed, settings and data train the same run
              * @default 42
              */
             seed?: number;
@@ -3825,7 +3834,7 @@ export interface components {
             text_encoder_lr?: number | null;
             /**
              * Timestep Sampling
-             * @description flow families
+             * @description flow families: how training noise levels are drawn: logit_normal (sigmoid of N(logit_mean, logit_std)) | uniform | sigmoid (sigmoid of N(0, 1); Chroma's and Krea 2's default)
              * @default logit_normal
              * @enum {string}
              */
@@ -3868,6 +3877,7 @@ export interface components {
             validation_split?: number | string | null;
             /**
              * Weight Decay
+             * @description decoupled weight decay of the optimizer on the adapter weights
              * @default 0.0001
              */
             weight_decay?: number;
@@ -3926,7 +3936,7 @@ export interface components {
             assistant_lora: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
@@ -3950,6 +3960,7 @@ export interface components {
             base_precision: "auto" | "fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4";
             /**
              * Batch Size
+             * @description images per batch (one bucket); grad_accum batches make an optimizer step
              * @default 1
              */
             batch_size: number;
@@ -3994,7 +4005,7 @@ export interface components {
             data_dir: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, prior_prediction}; instead of data_dir
              */
             datasets: components["schemas"]["DatasetEntry"][] | null;
             /**
@@ -4032,7 +4043,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description static sigma shift (flow)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
              */
             flow_shift: number | null;
             /**
@@ -4057,7 +4068,7 @@ export interface components {
             gradient_checkpointing: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
              */
             guidance: number | null;
             /**
@@ -4106,15 +4117,20 @@ export interface components {
              * @default 8
              */
             latent_cache_max_gb: number;
-            /** Learning Rate */
+            /**
+             * Learning Rate
+             * @description peak learning rate of the adapter (null: the family's default, `lorastudio families`; prodigy: 1.0, a multiplier of its learned step size)
+             */
             learning_rate: number | null;
             /**
              * Logit Mean
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often)
              * @default 0
              */
             logit_mean: number;
             /**
              * Logit Std
+             * @description logit_normal sampling: the spread of the noise levels
              * @default 1
              */
             logit_std: number;
@@ -4135,21 +4151,25 @@ export interface components {
             lora_alpha: number | null;
             /**
              * Lora Dropout
+             * @description dropout probability on the adapter's input (peft's lora_dropout)
              * @default 0
              */
             lora_dropout: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, FLUX.2, FLUX.2 klein and Krea 2, diffusers for the others; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
             lora_format: "diffusers" | "kohya";
-            /** Lora Rank */
+            /**
+             * Lora Rank
+             * @description rank of each adapter layer (null: the family's default)
+             */
             lora_rank: number | null;
             /**
              * Lora Targets
-             * @description module name suffixes
+             * @description suffixes of the denoiser's module names that get an adapter, e.g. ["to_q", "to_k"] (null: the family's targets)
              */
             lora_targets: string[] | null;
             /**
@@ -4161,12 +4181,14 @@ export interface components {
             loss: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
              * @default constant
              * @enum {string}
              */
             lr_scheduler: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
              * @default 0
              */
             lr_warmup_steps: number;
@@ -4184,7 +4206,7 @@ export interface components {
             max_grad_norm: number | null;
             /**
              * Max Sequence Length
-             * @description text tokens
+             * @description text tokens per caption the text encoder reads (longer captions are cut; null: the family's default)
              */
             max_sequence_length: number | null;
             /**
@@ -4299,7 +4321,7 @@ export interface components {
             report_to: ("tensorboard" | "wandb")[];
             /**
              * Resolution
-             * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
+             * @description training side in pixels, 16-4096 and a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
              */
             resolution: number | number[] | null;
             /**
@@ -4314,7 +4336,7 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
+             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
              */
             sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -4353,6 +4375,7 @@ export interface components {
             save_lora_every: number | null;
             /**
              * Seed
+             * @description seed of the adapter's initial weights, the data order, crops, flips, noise and timesteps: the same seed, settings and data train the same run
              * @default 42
              */
             seed: number;
@@ -4387,7 +4410,7 @@ export interface components {
             text_encoder_lr: number | null;
             /**
              * Timestep Sampling
-             * @description flow families
+             * @description flow families: how training noise levels are drawn: logit_normal (sigmoid of N(logit_mean, logit_std)) | uniform | sigmoid (sigmoid of N(0, 1); Chroma's and Krea 2's default)
              * @default logit_normal
              * @enum {string}
              */
@@ -4426,6 +4449,7 @@ export interface components {
             validation_split: number | string | null;
             /**
              * Weight Decay
+             * @description decoupled weight decay of the optimizer on the adapter weights
              * @default 0.0001
              */
             weight_decay: number;

@@ -48,3 +48,20 @@ describe("datasets entries", () => {
     expect(bad.problems).toEqual({ datasets: "folder 1: pick a dataset" });
   });
 });
+
+describe("datasets entries: captions per folder", () => {
+  it("default caption, tag shuffle, keep tokens and tag dropout round-trip; a blank leaves the run's", () => {
+    const entries = [
+      { path: "tags", shuffle_tags: true, keep_tokens: 2, tag_dropout: 0.1, default_caption: "a cat" },
+      { path: "plain", shuffle_tags: false },
+      { path: "runs", loss_weight: 1 },
+    ];
+    expect(buildEntries(parseRows(entriesValue(entries)))).toEqual([
+      { path: "tags", shuffle_tags: true, keep_tokens: 2, tag_dropout: 0.1, default_caption: "a cat" },
+      { path: "plain", shuffle_tags: false },
+      { path: "runs" },
+    ]);
+    expect(buildEntries([{ ...emptyRow("x"), keep_tokens: "1.5" }])).toBe("folder 1: keep_tokens must be a whole number");
+    expect(buildEntries([{ ...emptyRow("x"), tag_dropout: "lots" }])).toBe("folder 1: tag_dropout must be a number");
+  });
+});
