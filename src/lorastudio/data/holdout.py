@@ -32,15 +32,22 @@ FIELD = "validation_split"
 @dataclass(frozen=True)
 class Holdout:
     """A dataset split for validation: `train` (the scan the run trains on) and `validation` (the
-    held-out items, sorted by file name); `source` says where they came from, for the preflight."""
+    held-out items, sorted by file name); `source` says where they came from, for the preflight;
+    `labels`: the dataset entries' labels when the items come from several entries (their names
+    are then "label/file": two entries may hold files of the same name)."""
 
     train: DatasetScan
     validation: tuple[ImageItem, ...]
     source: str
+    labels: tuple[str, ...] = ()
 
     def names(self) -> list[str]:
-        """The held-out images' file names (an image held at several resolutions: once)."""
-        return list(dict.fromkeys(item.path.name for item in self.validation))
+        """The held-out images, one per (entry, file) (an image held at several resolutions:
+        once): file names, prefixed by the entry's label when they come from several entries."""
+        keys = dict.fromkeys((item.entry, item.path.name) for item in self.validation)
+        if not self.labels:
+            return [name for _, name in keys]
+        return [f"{self.labels[entry]}/{name}" for entry, name in keys]
 
 
 def held_out_indices(count: int, fraction: float, seed: int, stream: int = 0) -> list[int]:
@@ -131,7 +138,9 @@ def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     source = f"{len(held_keys)} of {count} images of {where} (fraction {fraction:g}, seed {seed})"
     if too_small:
         source += f"; none of {', '.join(too_small)} (too few images to split)"
-    return Holdout(replace(scan, items=train), held, source)
+    several = len(per_entry) > 1 and len(scan.entries) > max(per_entry)
+    labels = tuple(e.label for e in scan.entries) if several else ()
+    return Holdout(replace(scan, items=train), held, source, labels)
 
 
 def validation_section(holdout: Holdout, validate_every: int | None) -> dict[str, object] | None:

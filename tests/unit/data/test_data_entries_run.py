@@ -73,6 +73,22 @@ def test_the_hold_out_draws_per_entry_and_keeps_an_image_s_copies_together(tmp_p
     assert again.validation == holdout.validation  # a function of the seed
 
 
+def test_held_out_images_of_entries_with_the_same_file_names_are_each_counted_and_named(tmp_path: Path) -> None:
+    a, b = _folder(tmp_path / "a" / "x", 4), _folder(tmp_path / "b" / "x", 4)  # same file names x0..x3
+    cfg = resolve_train_config(
+        TrainConfig.model_validate(
+            {"family": "flux", "base_model": "x", "datasets": [{"path": str(a)}, {"path": str(b)}]}
+        )
+    )
+    entries = resolve_entries(cfg, tmp_path, allow_outside_root=True)
+    scan = scan_for_run(entries, cfg, families.get("flux").spec, Settings(home=tmp_path / "home"))
+    holdout = split_validation(scan, 0.25, cfg.seed, resolve_folder=Path, scan_folder=lambda f: scan)
+    held = sorted((it.entry, it.path.name) for it in holdout.validation)
+    assert [e for e, _ in held] == [0, 1]
+    names = holdout.names()  # the preflight's count and list: one per held image, its entry named
+    assert sorted(names) == sorted(f"{entries[e].label}/{n}" for e, n in held)
+
+
 def test_an_entry_too_small_to_split_trains_whole_and_none_at_all_is_refused(tmp_path: Path) -> None:
     cfg, _, scan = _run_scan(tmp_path)
     small = [it for it in scan.items if it.entry == 0 or it.path.name == "b0.png"]  # b: 1 image
