@@ -16,6 +16,7 @@ the config (validation_split, seed), which is part of the run's identity.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -106,7 +107,8 @@ def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     """Hold out `fraction` of each dataset entry's images (held_out_indices per entry; entry e > 0
     draws from its own stream), every copy of a held image (one per resolution, data/
     resolutions.py) with it: no image trains at one resolution and validates at another. An
-    entry too small to split (of several) holds none out; ConfigError when none can."""
+    entry too small to split (of several) holds none out; ConfigError when none can. The train
+    scan's entries count the images they keep (MixEntry.images: the preflight's and sidecar's)."""
     per_entry: dict[int, list[Path]] = {}
     for item in scan.images():  # each (entry, file) once
         per_entry.setdefault(item.entry, []).append(item.path)
@@ -140,7 +142,9 @@ def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
         source += f"; none of {', '.join(too_small)} (too few images to split)"
     several = len(per_entry) > 1 and len(scan.entries) > max(per_entry)
     labels = tuple(e.label for e in scan.entries) if several else ()
-    return Holdout(replace(scan, items=train), held, source, labels)
+    kept = Counter(entry for entry, _ in {(it.entry, it.path) for it in train})  # images each entry trains on
+    entries = tuple(replace(e, images=kept[i]) for i, e in enumerate(scan.entries))
+    return Holdout(replace(scan, items=train, entries=entries), held, source, labels)
 
 
 def validation_section(holdout: Holdout, validate_every: int | None) -> dict[str, object] | None:

@@ -73,7 +73,9 @@ def test_the_hold_out_draws_per_entry_and_keeps_an_image_s_copies_together(tmp_p
     assert again.validation == holdout.validation  # a function of the seed
 
 
-def test_held_out_images_of_entries_with_the_same_file_names_are_each_counted_and_named(tmp_path: Path) -> None:
+def test_held_out_images_of_entries_with_the_same_file_names_are_each_counted_and_named(
+    tmp_path: Path,
+) -> None:
     a, b = _folder(tmp_path / "a" / "x", 4), _folder(tmp_path / "b" / "x", 4)  # same file names x0..x3
     cfg = resolve_train_config(
         TrainConfig.model_validate(
@@ -87,6 +89,8 @@ def test_held_out_images_of_entries_with_the_same_file_names_are_each_counted_an
     assert [e for e, _ in held] == [0, 1]
     names = holdout.names()  # the preflight's count and list: one per held image, its entry named
     assert sorted(names) == sorted(f"{entries[e].label}/{n}" for e, n in held)
+    # what each entry trains on (the preflight's and the sidecar's image count): 4 less the held one
+    assert [e.images for e in scan.entries] == [4, 4] and [e.images for e in holdout.train.entries] == [3, 3]
 
 
 def test_an_entry_too_small_to_split_trains_whole_and_none_at_all_is_refused(tmp_path: Path) -> None:
