@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.data.items import DatasetScan, ImageItem, item_name
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
 HOLDOUT_STREAM = 29  # the seed stream of the hold-out draw (independent of every training stream)
@@ -44,11 +44,8 @@ class Holdout:
 
     def names(self) -> list[str]:
         """The held-out images, one per (entry, file) (an image held at several resolutions:
-        once): file names, prefixed by the entry's label when they come from several entries."""
-        keys = dict.fromkeys((item.entry, item.path.name) for item in self.validation)
-        if not self.labels:
-            return [name for _, name in keys]
-        return [f"{self.labels[entry]}/{name}" for entry, name in keys]
+        once), named by data.items.item_name (prefixed by the entry's label with several entries)."""
+        return list(dict.fromkeys(item_name(item, self.labels) for item in self.validation))
 
 
 def held_out_indices(count: int, fraction: float, seed: int, stream: int = 0) -> list[int]:
@@ -140,8 +137,7 @@ def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     source = f"{len(held_keys)} of {count} images of {where} (fraction {fraction:g}, seed {seed})"
     if too_small:
         source += f"; none of {', '.join(too_small)} (too few images to split)"
-    several = len(per_entry) > 1 and len(scan.entries) > max(per_entry)
-    labels = tuple(e.label for e in scan.entries) if several else ()
+    labels = scan.labels() if len(per_entry) > 1 else ()
     kept = Counter(entry for entry, _ in {(it.entry, it.path) for it in train})  # images each entry trains on
     entries = tuple(replace(e, images=kept[i]) for i, e in enumerate(scan.entries))
     return Holdout(replace(scan, items=train, entries=entries), held, source, labels)

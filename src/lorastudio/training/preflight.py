@@ -119,7 +119,10 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     scan = holdout.train
     from lorastudio.data.upscaling import upscale_warning
 
-    for warning in (upscale_warning(scan.items, resolved.no_upscale), mask_warning(scan.items)):
+    for warning in (
+        upscale_warning(scan.items, resolved.no_upscale, scan.labels()),
+        mask_warning(scan.items, scan.labels()),
+    ):
         if warning:
             log.warning("%s", warning)  # the job service's preflight report lists it too
     from lorastudio.basemodels import resolve_base
