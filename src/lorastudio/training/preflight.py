@@ -44,6 +44,9 @@ class PreparedRun:
     device: torch.device
     dtype: torch.dtype
     validation: tuple[ImageItem, ...] = ()  # held out of training (data/holdout.py): the validation images
+    validation_labels: tuple[
+        str, ...
+    ] = ()  # Holdout.labels: the entries that name them (data.items.item_name)
 
 
 def resolve_model_source(
@@ -157,4 +160,4 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
-    return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation)
+    return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels)

@@ -189,7 +189,13 @@ def test_entries_with_two_resolutions_a_validation_split_and_masks_train(
     trained = {(it.entry, it.path.name) for it in run.scan.items}
     assert not held & trained and len(run.scan.items) == 2 * 2 + 2  # a: 2 images, b: 1, each at 2 sides
     assert all((it.mask is not None) == (it.entry == 0) for it in run.scan.items)
-    result = train(cfg, [].append, device="cpu")
+    events: list = []
+    result = train(cfg, events.append, device="cpu")
     assert result.steps_run == 2 * 2 + 2 * 2  # a x1 at 2 sides, b x2 at 2 sides
-    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())["dataset"]
-    assert (sidecar["images"], sidecar["masked_images"], sidecar["validation_images"]) == (3, 2, 1)
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    dataset = sidecar["dataset"]
+    assert (dataset["images"], dataset["masked_images"], dataset["validation_images"]) == (3, 2, 1)
+    # the held image is one image (at two sides), named with its entry as the preflight names it
+    assert [e.images for e in events if e.type == "validation"] == [1]
+    (name,) = {it.path.name for it in run.validation}
+    assert sidecar["validation"]["images"] == [f"{run.scan.entries[0].label}/{name}"]
