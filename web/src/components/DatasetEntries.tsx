@@ -18,10 +18,17 @@ const NUMBERS: [keyof EntryRow, string, string][] = [
   ["loss_weight", "Loss weight", "1"],
 ];
 
+/** The row's caption augmentation numbers: key, label, what it does. */
+const CAPTION_NUMBERS: [keyof EntryRow, string, string][] = [
+  ["keep_tokens", "Keep tags", "tags at the start kept in place when shuffling or dropping"],
+  ["tag_dropout", "Tag dropout", "probability of dropping each other tag"],
+];
+
 /**
  * The `datasets` list editor: one row per dataset folder, each with its repeats (or sampling
- * weight), trigger word, caption dropout, resolution, loss weight and whether it holds
- * regularisation (class) images. With no rows the form
+ * weight), trigger word, caption dropout, resolution, loss weight, whether it holds
+ * regularisation (class) images, and its caption options (default caption, tag shuffle, keep
+ * tags, tag dropout; blank: the run's). With no rows the form
  * trains the one Dataset folder (data_dir); "Several folders" starts the list with it.
  */
 export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Props) {
@@ -84,6 +91,31 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
               base target
             </label>
           )}
+          <div className="entry-captions">
+            <input
+              aria-label={`default caption ${i + 1}`}
+              title="caption of this folder's images without one"
+              placeholder="Default caption: the run's"
+              value={row.default_caption ?? ""}
+              onChange={(e) => edit(i, "default_caption", e.target.value)}
+            />
+            <select aria-label={`shuffle tags ${i + 1}`} title="shuffle each caption's comma-separated tags" value={row.shuffle_tags ?? ""} onChange={(e) => edit(i, "shuffle_tags", e.target.value)}>
+              <option value="">Shuffle tags: the run's</option>
+              <option value="on">Shuffle tags: on</option>
+              <option value="off">Shuffle tags: off</option>
+            </select>
+            {CAPTION_NUMBERS.map(([key, label, title]) => (
+              <input
+                key={key}
+                aria-label={`${label.toLowerCase()} ${i + 1}`}
+                title={title}
+                placeholder={`${label}: the run's`}
+                inputMode="decimal"
+                value={String(row[key] ?? "")}
+                onChange={(e) => edit(i, key, e.target.value)}
+              />
+            ))}
+          </div>
           <button type="button" className="secondary" aria-label={`remove folder ${i + 1}`} onClick={() => update(rows.filter((_, n) => n !== i))}>
             ✕
           </button>

@@ -17,6 +17,14 @@ export interface EntryRow {
   caption_dropout: string;
   resolution: string;
   loss_weight: string;
+  /** Caption of its images without one ("" = the run's default_caption). */
+  default_caption?: string;
+  /** Tag shuffle: "on", "off" or "" (the run's shuffle_tags). */
+  shuffle_tags?: "" | "on" | "off";
+  /** Tags kept in place when shuffling / dropping ("" = the run's keep_tokens). */
+  keep_tokens?: string;
+  /** Probability of dropping each tag ("" = the run's tag_dropout). */
+  tag_dropout?: string;
   /** Class images (prior preservation): their loss x the run's prior_loss_weight, no trigger word. */
   regularisation?: boolean;
   /** With regularisation: the target is the base model's prediction (OneTrainer's prior prediction). */
@@ -26,7 +34,19 @@ export interface EntryRow {
 }
 
 export function emptyRow(path = ""): EntryRow {
-  return { path, mode: "repeats", amount: "", trigger_word: "", caption_dropout: "", resolution: "", loss_weight: "" };
+  return {
+    path,
+    mode: "repeats",
+    amount: "",
+    trigger_word: "",
+    caption_dropout: "",
+    resolution: "",
+    loss_weight: "",
+    default_caption: "",
+    shuffle_tags: "",
+    keep_tokens: "",
+    tag_dropout: "",
+  };
 }
 
 /** The rows held in the form value (a JSON string); [] when blank or unreadable. */
@@ -49,7 +69,21 @@ export function rowsValue(rows: EntryRow[]): string {
 export function entriesValue(entries: DatasetEntry[] | null | undefined): string {
   if (!entries?.length) return "";
   const text = (v: unknown) => (v == null ? "" : String(v));
-  const shown = new Set(["path", "repeats", "weight", "trigger_word", "caption_dropout", "resolution", "loss_weight", "regularisation", "prior_prediction"]);
+  const shown = new Set([
+    "path",
+    "repeats",
+    "weight",
+    "trigger_word",
+    "caption_dropout",
+    "resolution",
+    "loss_weight",
+    "regularisation",
+    "prior_prediction",
+    "default_caption",
+    "shuffle_tags",
+    "keep_tokens",
+    "tag_dropout",
+  ]);
   return rowsValue(
     entries.map((e) => ({
       extra: Object.fromEntries(Object.entries(e).filter(([k, v]) => !shown.has(k) && v != null)),
@@ -60,6 +94,10 @@ export function entriesValue(entries: DatasetEntry[] | null | undefined): string
       caption_dropout: text(e.caption_dropout),
       resolution: text(e.resolution),
       loss_weight: e.loss_weight === 1 ? "" : text(e.loss_weight),
+      default_caption: text(e.default_caption),
+      shuffle_tags: e.shuffle_tags == null ? ("" as const) : e.shuffle_tags ? ("on" as const) : ("off" as const),
+      keep_tokens: text(e.keep_tokens),
+      tag_dropout: text(e.tag_dropout),
       regularisation: e.regularisation === true,
       prior_prediction: e.prior_prediction === true,
     })),
@@ -77,9 +115,11 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
       ["amount", row.mode, row.mode === "repeats"],
       ["caption_dropout", "caption_dropout", false],
       ["loss_weight", "loss_weight", false],
+      ["keep_tokens", "keep_tokens", true],
+      ["tag_dropout", "tag_dropout", false],
     ];
     for (const [key, name, whole] of numbers) {
-      const text = String(row[key]).trim();
+      const text = String(row[key] ?? "").trim();
       if (text === "") continue;
       const n = Number(text);
       if (!Number.isFinite(n)) return `${where}: ${name} must be a number`;
@@ -90,6 +130,8 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
     if (sides.some((n) => !Number.isInteger(n))) return `${where}: resolution must be whole numbers separated by commas`;
     if (sides.length) entry.resolution = sides.length === 1 ? sides[0] : sides;
     if (row.trigger_word !== "") entry.trigger_word = row.trigger_word;
+    if (row.default_caption) entry.default_caption = row.default_caption;
+    if (row.shuffle_tags) entry.shuffle_tags = row.shuffle_tags === "on";
     if (row.regularisation) entry.regularisation = true;
     if (row.regularisation && row.prior_prediction) entry.prior_prediction = true;
     out.push(entry as unknown as DatasetEntry);
