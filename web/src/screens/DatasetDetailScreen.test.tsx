@@ -1,9 +1,10 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { fireEvent, render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import type { DatasetDetail, UploadResult } from "../api/types";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { FOLDER_REASON } from "../lib/upload";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
 
 const DETAIL: DatasetDetail = {
@@ -100,6 +101,20 @@ describe("DatasetDetailScreen upload", () => {
       "broken.png corrupt or unreadable image (cannot identify image file)",
       "broken.txt its image broken.png was refused",
     ]);
+  });
+
+  it("refuses a dropped folder by name with what to do instead, and uploads the files beside it", async () => {
+    serve();
+    const sent = fakeXhr({ status: 201, body: { ...DETAIL, committed: ["a.png"], refused: [] } });
+    renderScreen();
+    const zone = await screen.findByRole("button", { name: /drop images and captions/ });
+    const files = [file("a.png"), file("10_sks ball", 0)];
+    const items = files.map((f) => ({ kind: "file", webkitGetAsEntry: () => ({ name: f.name, isDirectory: f.name === "10_sks ball" }) }));
+    fireEvent.drop(zone, { dataTransfer: { files, items, types: ["Files"] } });
+    expect((await screen.findByTestId("upload-summary")).textContent).toBe("1 file stored, 1 refused (listed below)");
+    expect(sent).toEqual([["a.png"]]);
+    const refused = within(screen.getByTestId("refused")).getAllByRole("listitem").map((li) => li.textContent);
+    expect(refused).toEqual([`10_sks ball/ ${FOLDER_REASON}`]);
   });
 
   it("lists every problem when the server stored nothing", async () => {

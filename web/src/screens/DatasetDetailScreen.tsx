@@ -67,9 +67,9 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     void load();
   }, [load]);
 
-  const onFiles = async (files: File[]) => {
+  const onFiles = async (files: File[], folders: string[] = []) => {
     const field = slot;
-    const plan = field === "files" ? planUpload(files) : planControlUpload(files);
+    const plan = field === "files" ? planUpload(files, undefined, undefined, folders) : planControlUpload(files, undefined, undefined, folders);
     const problems = [...plan.refused];
     setRefused(problems);
     if (!plan.batches.length) return;
@@ -166,7 +166,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           ))}
         </select>
       </label>
-      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
+      <DropZone onFiles={(f, folders) => void onFiles(f, folders)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
       {upload && (
         <div className="upload-status card" data-testid="upload-status">
           <div className="row-between">
