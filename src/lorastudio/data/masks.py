@@ -55,10 +55,27 @@ def mask_files(root: Path) -> dict[str, Path]:
     return {Path(name).stem: folder / name for name in entries if is_image_name(name)}
 
 
+def image_has_alpha(img: Image.Image) -> bool:
+    """Whether the opened (header-only) image has an alpha channel: what alpha_mask reads."""
+    return img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info)
+
+
 def has_alpha(item: ImageItem) -> bool:
     """Whether the image has an alpha channel (read from its header)."""
     with open_image(item.path, item.folder_id) as img:
-        return img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info)
+        return image_has_alpha(img)
+
+
+def file_has_alpha(path: Path) -> bool:
+    """Whether the image file `path` has an alpha channel (its header; a JPEG never has one);
+    False when it cannot be read (the listing names such files elsewhere)."""
+    if path.suffix.lower() in (".jpg", ".jpeg"):
+        return False
+    try:
+        with open_image(path) as img:
+            return image_has_alpha(img)
+    except DatasetError:
+        return False
 
 
 def attach_masks(
