@@ -180,6 +180,30 @@ describe("DatasetDetailScreen masks", () => {
     expect(screen.queryByAltText("mask of a.png")).toBeNull();
   });
 
+  it("lays an image's alpha channel over it (the mask alpha_mask reads); a masks/ mask comes first", async () => {
+    const cutouts: DatasetDetail = {
+      ...DETAIL,
+      images: 3,
+      files: [
+        { file: "a.png", caption: "a", bytes: 100, width: 24, height: 16, mask: null, alpha: true },
+        { file: "b.png", caption: "b", bytes: 100, width: 24, height: 16, mask: null, alpha: false },
+        { file: "c.png", caption: "c", bytes: 100, width: 24, height: 16, mask: "c.png", alpha: true },
+      ],
+    };
+    mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url === "/api/datasets/mix") return { body: cutouts };
+      return undefined;
+    });
+    renderScreen();
+    expect(await screen.findByTestId("dataset-counts")).toHaveTextContent("3 images · 3 captioned · 1 masked · 2 with alpha");
+    await userEvent.click(within(screen.getByTestId("mask-toggle")).getByRole("checkbox"));
+    expect(await screen.findByAltText("alpha of a.png")).toHaveAttribute("src", "/api/datasets/mix/alpha/a.png?size=256");
+    expect(screen.getByAltText("mask of c.png")).toHaveAttribute("src", "/api/datasets/mix/masks/c.png?size=256");
+    expect(screen.queryByAltText("alpha of c.png")).toBeNull();
+    expect(screen.queryByAltText("alpha of b.png")).toBeNull();
+  });
+
   it("offers no mask toggle for a dataset without masks", async () => {
     serve();
     renderScreen();

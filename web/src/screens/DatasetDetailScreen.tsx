@@ -117,6 +117,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const files = data?.files ?? [];
   const captioned = files.filter((f) => f.caption).length;
   const masked = files.filter((f) => f.mask).length;
+  const alpha = files.filter((f) => f.alpha).length; // alpha_mask's masks
   return (
     <section className="screen">
       <div className="screen-head">
@@ -128,10 +129,11 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           {data && (
             <span className="muted" data-testid="dataset-counts">
               {files.length} images · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
+              {alpha > 0 && ` · ${alpha} with alpha`}
             </span>
           )}
-          {masked > 0 && (
-            <label className="small" data-testid="mask-toggle">
+          {masked + alpha > 0 && (
+            <label className="small" data-testid="mask-toggle" title="masks/ folder masks, else each image's alpha channel (alpha_mask)">
               <input type="checkbox" checked={showMasks} onChange={(e) => setShowMasks(e.target.checked)} /> Show masks
             </label>
           )}
