@@ -76,6 +76,21 @@ def test_one_plain_entry_is_the_data_dir_run_and_loss_weight_changes_it(make_con
     assert weighted.losses[0] == pytest.approx(3 * by_dir.losses[0], rel=1e-5)  # same draws, 3x the loss
 
 
+def test_each_entry_s_loss_weight_weights_its_own_samples_only(make_config, two_folders) -> None:
+    """Two entries, the second with loss_weight 3: over one epoch (batch 1, a learning rate too
+    small to move the LoRA) exactly the step of b's one image has 3x the loss of the unweighted
+    run, a's three steps the same loss."""
+    a, b = two_folders
+    kw = {"batch_size": 1, "num_epochs": 1, "learning_rate": 1e-12}
+    plain = train(_mix(make_config, [{"path": str(a)}, {"path": str(b)}], output_name="lw1", **kw), [].append,
+                  device="cpu")  # fmt: skip
+    heavy = [{"path": str(a)}, {"path": str(b), "loss_weight": 3.0}]
+    weighted = train(_mix(make_config, heavy, output_name="lw3", **kw), [].append, device="cpu")
+    assert len(plain.losses) == len(weighted.losses) == 4
+    ratios = sorted(round(w / p, 4) for w, p in zip(weighted.losses, plain.losses, strict=True))
+    assert ratios == [1.0, 1.0, 1.0, 3.0]
+
+
 def test_caption_dropout_per_entry_changes_the_run(make_config, two_folders) -> None:
     a, b = two_folders
     plain = train(
