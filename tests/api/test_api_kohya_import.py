@@ -109,3 +109,41 @@ def test_a_kohya_reg_folder_imports_as_regularisation_entries(
     ]
     plain = CliRunner().invoke(cli, ["datasets", "import", str(reg), "--name", "x", "--reg", str(reg)])
     assert plain.exit_code != 0 and "--kohya" in plain.output
+
+
+def test_a_plain_import_of_kohya_folders_says_to_add_kohya_and_names_skipped_folders(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """The issue's `img/10_sks ball/` imported without --kohya: not "no files in the upload" but
+    the kohya folders named with the flag that reads them; beside files, every sub-folder that
+    is not imported is named with the reason (a masks/ folder too: copy it by hand)."""
+    from lorastudio.errors import DatasetError
+
+    src = tmp_path / "img"
+    (src / "10_sks ball").mkdir(parents=True)
+    (src / "3_ball").mkdir()
+    Image.new("RGB", (32, 32), "red").save(src / "10_sks ball" / "a.png")
+    Image.new("RGB", (32, 32), "blue").save(src / "3_ball" / "b.png")
+    plain = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "balls"])
+    assert isinstance(plain.exception, DatasetError), plain.output
+    assert plain.exception.problems == [
+        f"{src} holds no images but kohya folder(s) 10_sks ball, 3_ball: import them with --kohya "
+        "(one dataset each, and the datasets entries with their repeats and trigger words)"
+    ]
+    assert not (settings.datasets_dir / "balls").exists()
+
+    Image.new("RGB", (32, 32), "green").save(src / "c.png")
+    (src / "masks").mkdir()
+    Image.new("L", (32, 32), 255).save(src / "masks" / "c.png")
+    mixed = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "balls"])
+    assert mixed.exit_code == 0, mixed.output
+    assert "imported 1 file(s)" in mixed.output
+    assert "skipped 10_sks ball/ (a kohya folder: import the parent with --kohya)" in mixed.output
+    assert "skipped 3_ball/ (a kohya folder: import the parent with --kohya)" in mixed.output
+    assert "skipped masks/ (loss masks are not imported: copy the folder into " in mixed.output
+    one = CliRunner().invoke(cli, ["datasets", "import", str(src / "10_sks ball")])  # the kohya folder itself
+    assert one.exit_code == 0, one.output
+    assert (
+        "note: the folder's name reads as kohya's N_words (repeats 10, words 'sks ball'); import its parent "
+        "with --kohya for them" in one.output
+    )
