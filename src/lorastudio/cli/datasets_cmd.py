@@ -70,7 +70,7 @@ def import_cmd(
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import UploadBatch, upload_kind
+    from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, upload_kind
     from lorastudio.errors import DatasetError
     from lorastudio.settings import get_settings
 
@@ -93,7 +93,12 @@ def import_cmd(
             upload_kind(path.name)
             wanted.append(path)
         except DatasetError:
-            skipped.append(path.name)
+            if path.name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
+                wanted.append(
+                    path
+                )  # an image of a refused type: the batch refuses it (and its caption) saying why
+            else:
+                skipped.append(path.name)
     kohya_folders = [f for f in folders if is_kohya_folder(f)]
     if kohya_folders and not any(is_image_name(p.name) for p in wanted):  # the img/10_sks ball/
         raise DatasetError(
