@@ -61,7 +61,8 @@ def import_cmd(
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
     is checked first; the good ones are imported and the bad ones listed with the reason (with
     --strict, nothing is written unless all pass). Other files and symbolic links (never
-    followed) are skipped (listed), and so are sub-folders, each with the reason (kohya
+    followed) are skipped (listed), and so are sub-folders but masks/ (its loss masks are checked
+    and imported, data/mask_import.py), each with the reason (kohya
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
     new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
@@ -69,6 +70,7 @@ def import_cmd(
     from lorastudio.data.discovery import is_image_name
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
+    from lorastudio.data.mask_import import copy_masks, plan_masks
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, upload_kind
     from lorastudio.errors import DatasetError
@@ -108,6 +110,12 @@ def import_cmd(
                 "--kohya (one dataset each, and the datasets entries with their repeats and trigger words)"
             ],
         )
+    incoming = {p.stem for p in wanted if is_image_name(p.name)}
+    masks = plan_masks(source, incoming | _image_stems(target), target, settings.max_image_pixels)
+    if strict and masks.refused:
+        raise DatasetError(
+            f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
+        )
     with UploadBatch(
         settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
     ) as batch:
@@ -115,9 +123,16 @@ def import_cmd(
             with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                 batch.add(path.name, fh)
         result = batch.commit()
+    stems = _image_stems(target)
+    copied = copy_masks(masks, target, settings.datasets_dir, stems)
     summary = dataset_summary(target)
     typer.echo(f"imported {len(result.stored)} file(s) into {target}")
     for file, reason in result.refused:
+        typer.echo(f"refused {file}: {reason}")
+    if copied:
+        typer.echo(f"imported {len(copied)} mask(s) into {target / 'masks'}")
+    for file, reason in masks.refused + [(f"masks/{p.name}", "its image was refused") for p in masks.good
+                                         if p.stem not in stems]:  # fmt: skip
         typer.echo(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:
@@ -125,7 +140,8 @@ def import_cmd(
     for link in links:
         typer.echo(f"skipped {link} (a symbolic link: links are not followed)")
     for folder in folders:
-        typer.echo(f"skipped {folder}/ ({_folder_reason(folder, target)})")
+        if folder != "masks":  # imported above
+            typer.echo(f"skipped {folder}/ ({_folder_reason(folder, target)})")
     if is_kohya_folder(source.name):  # e.g. img/10_sks ball imported on its own
         own = parse_kohya_folder(source.name)
         typer.echo(
@@ -134,16 +150,20 @@ def import_cmd(
         )
 
 
+def _image_stems(folder: Path) -> set[str]:
+    """The stems of the images of dataset `folder` (none when it does not exist yet)."""
+    from lorastudio.data.discovery import discover
+
+    return {p.stem for p in discover(folder).images} if folder.is_dir() else set()
+
+
 def _folder_reason(folder: str, target: Path) -> str:
     """Why a plain `datasets import` leaves the sub-folder `folder` out (it imports files only)."""
     from lorastudio.data.kohya import is_kohya_folder
-    from lorastudio.data.masks import MASKS_DIR
     from lorastudio.data.upload_pairs import control_slot
 
     if is_kohya_folder(folder):
         return "a kohya folder: import the parent with --kohya"
-    if folder == MASKS_DIR:
-        return f"loss masks are not imported: copy the folder into {target}"
     if control_slot(folder) is not None:
         return f"control images are not imported: upload them on the dataset page or copy the folder into {target}"
     return "a sub-folder: import it on its own"
