@@ -2614,7 +2614,7 @@ export interface components {
             source: string;
             /**
              * Without Mask
-             * @description images that train unmasked (no mask file / no alpha)
+             * @description images that train unmasked (no mask file / no alpha; "<entry label>/<file>" with several entries)
              */
             without_mask: string[];
         };
@@ -2697,7 +2697,7 @@ export interface components {
             held_out: number;
             /**
              * Images
-             * @description their file names
+             * @description their file names ("<entry label>/<file>" when they come from several dataset entries)
              */
             images: string[];
             /**
