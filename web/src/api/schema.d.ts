@@ -138,6 +138,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/datasets/{name}/alpha/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Alpha Thumbnail
+         * @description A JPEG thumbnail of the alpha channel of one image of the dataset (grey, opaque = white:
+         *     its loss mask with alpha_mask, data/masks.py), like the image thumbnails. 404 when there is
+         *     no such image or it has no alpha channel.
+         */
+        get: operations["alpha_thumbnail_api_datasets__name__alpha__file__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets/{name}/caption": {
         parameters: {
             query?: never;
@@ -1462,6 +1484,12 @@ export interface components {
         };
         /** DatasetFile */
         DatasetFile: {
+            /**
+             * Alpha
+             * @description it has an alpha channel (its loss mask with alpha_mask); served as a thumbnail at /api/datasets/{name}/alpha/{file}
+             * @default false
+             */
+            alpha?: boolean;
             /** Bytes */
             bytes: number;
             /** Caption */
@@ -2587,7 +2615,7 @@ export interface components {
             source: string;
             /**
              * Without Mask
-             * @description images that train unmasked (no mask file / no alpha)
+             * @description images that train unmasked (no mask file / no alpha; "<entry label>/<file>" with several entries)
              */
             without_mask: string[];
         };
@@ -2670,7 +2698,7 @@ export interface components {
             held_out: number;
             /**
              * Images
-             * @description their file names
+             * @description their file names ("<entry label>/<file>" when they come from several dataset entries)
              */
             images: string[];
             /**
@@ -5014,6 +5042,72 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["DatasetDeleted"];
                 };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    alpha_thumbnail_api_datasets__name__alpha__file__get: {
+        parameters: {
+            query?: {
+                size?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid request (every problem listed) */
             400: {
