@@ -60,7 +60,8 @@ def import_cmd(
 ) -> None:
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
     is checked first; the good ones are imported and the bad ones listed with the reason (with
-    --strict, nothing is written unless all pass). Other files and symbolic links (never
+    --strict, nothing is written unless all pass); refused while a run reads the dataset or a
+    caption job writes it (its write claim, jobs/dataset_claims.py). Other files and symbolic links (never
     followed) are skipped (listed), and so are sub-folders but masks/ (its loss masks are checked
     and imported, data/mask_import.py), each with the reason (kohya
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
@@ -74,6 +75,7 @@ def import_cmd(
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, upload_kind
     from lorastudio.errors import DatasetError
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
@@ -110,21 +112,28 @@ def import_cmd(
                 "--kohya (one dataset each, and the datasets entries with their repeats and trigger words)"
             ],
         )
-    incoming = {p.stem for p in wanted if is_image_name(p.name)}
-    masks = plan_masks(source, incoming | _image_stems(target), target, settings.max_image_pixels)
-    if strict and masks.refused:
-        raise DatasetError(
-            f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
-        )
-    with UploadBatch(
-        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
-    ) as batch:
-        for path in wanted:
-            with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                batch.add(path.name, fh)
-        result = batch.commit()
-    stems = _image_stems(target)
-    copied = copy_masks(masks, target, settings.datasets_dir, stems)
+    holder = f"`lorastudio datasets import` into {dataset}"
+    # written like an upload: refused (DatasetBusy) while a run reads the dataset or a caption job writes it
+    with DatasetClaim.take(settings.home, settings.datasets_dir, [target], WRITE, holder):
+        incoming = {p.stem for p in wanted if is_image_name(p.name)}
+        masks = plan_masks(source, incoming | _image_stems(target), target, settings.max_image_pixels)
+        if strict and masks.refused:
+            raise DatasetError(
+                f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
+            )
+        with UploadBatch(
+            settings.datasets_dir,
+            target,
+            settings.max_image_pixels,
+            settings.max_decode_pixels,
+            strict=strict,
+        ) as batch:
+            for path in wanted:
+                with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                    batch.add(path.name, fh)
+            result = batch.commit()
+        stems = _image_stems(target)
+        copied = copy_masks(masks, target, settings.datasets_dir, stems)
     summary = dataset_summary(target)
     typer.echo(f"imported {len(result.stored)} file(s) into {target}")
     for file, reason in result.refused:
