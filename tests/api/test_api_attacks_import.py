@@ -3,6 +3,9 @@ import into a dataset a run reads, odd file names in the source folder, masks th
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import typer
@@ -43,3 +46,37 @@ def test_an_import_into_a_dataset_a_run_reads_is_refused_writing_nothing(
     assert sorted(p.name for p in dataset.iterdir()) == ["a.png", "masks", "old.png", "old.txt"]
     with DatasetClaim.take(settings.home, settings.datasets_dir, [dataset], READ, "a run"):
         pass  # the import let go of its claim
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lorastudio ARGS` in a process whose stdout is strict UTF-8 (as under en_US.UTF-8)."""
+    env = {**os.environ, "LORASTUDIO_HOME": str(home), "PYTHONIOENCODING": "utf-8:strict"}
+    return subprocess.run(
+        [sys.executable, "-m", "lorastudio.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_names_that_are_not_utf8_are_refused_by_name_and_the_rest_imported(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """An image named in latin-1 bytes aborted the whole import (ConfigError from the name check
+    before the batch), and printing such a name (a kohya folder's) raised UnicodeEncodeError;
+    a name holding a terminal escape sequence was printed raw (it cleared the screen)."""
+    src = tmp_path / "old"
+    src.mkdir()
+    Image.new("RGB", (32, 32)).save(src / "good.png")
+    Image.new("RGB", (32, 32)).save(os.fsdecode(os.fsencode(src) + b"/caf\xe9.png"))
+    Image.new("RGB", (32, 32)).save(src / "clear\x1b[2J\u202egnp.png")  # a terminal escape, a bidi override
+    plain = _cli(settings.home, "datasets", "import", str(src), "--name", "old")
+    assert plain.returncode == 0, plain.stderr
+    assert "refused caf\\udce9.png: file name: must be valid UTF-8 text" in plain.stdout
+    assert "refused clear\\x1b[2J\\u202egnp.png: file name: must not contain control" in plain.stdout
+    assert "\x1b" not in plain.stdout and "\u202e" not in plain.stdout
+    assert sorted(p.name for p in (settings.datasets_dir / "old").iterdir()) == ["good.png"]
+    kohya = tmp_path / "img"
+    (kohya / "10_sks").mkdir(parents=True)
+    Image.new("RGB", (32, 32)).save(kohya / "10_sks" / "a.png")
+    os.mkdir(os.fsencode(kohya) + b"/3_caf\xe9")
+    result = _cli(settings.home, "datasets", "import", str(kohya), "--name", "k", "--kohya")
+    assert result.returncode == 0, result.stderr
+    assert "skipped 3_caf\\udce9: " in result.stdout and "dataset k-10_sks: 1 image(s)" in result.stdout

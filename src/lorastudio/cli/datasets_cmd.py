@@ -74,7 +74,7 @@ def import_cmd(
     from lorastudio.data.mask_import import copy_masks, plan_masks
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, upload_kind
-    from lorastudio.errors import DatasetError
+    from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
     from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
 
@@ -96,6 +96,10 @@ def import_cmd(
         try:
             upload_kind(path.name)
             wanted.append(path)
+        except (ConfigError, PathOutsideRoot):
+            wanted.append(
+                path
+            )  # an unsafe name (control characters, not UTF-8): the batch refuses it saying why
         except DatasetError:
             if path.name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
                 wanted.append(
@@ -137,26 +141,34 @@ def import_cmd(
     summary = dataset_summary(target)
     typer.echo(f"imported {len(result.stored)} file(s) into {target}")
     for file, reason in result.refused:
-        typer.echo(f"refused {file}: {reason}")
+        _say(f"refused {file}: {reason}")
     if copied:
         typer.echo(f"imported {len(copied)} mask(s) into {target / 'masks'}")
     for file, reason in masks.refused + [(f"masks/{p.name}", "its image was refused") for p in masks.good
                                          if p.stem not in stems]:  # fmt: skip
-        typer.echo(f"refused {file}: {reason}")
+        _say(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:
-        typer.echo(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
+        _say(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
     for link in links:
-        typer.echo(f"skipped {link} (a symbolic link: links are not followed)")
+        _say(f"skipped {link} (a symbolic link: links are not followed)")
     for folder in folders:
         if folder != "masks":  # imported above
-            typer.echo(f"skipped {folder}/ ({_folder_reason(folder, target)})")
+            _say(f"skipped {folder}/ ({_folder_reason(folder, target)})")
     if is_kohya_folder(source.name):  # e.g. img/10_sks ball imported on its own
         own = parse_kohya_folder(source.name)
         typer.echo(
             f"note: the folder's name reads as kohya's N_words (repeats {own.repeats}, words {own.words!r}); "
             "import its parent with --kohya for them"
         )
+
+
+def _say(line: str) -> None:
+    """Print a line naming files of the user's folder with their control, invisible and
+    non-UTF-8 characters escaped (data.paths.shown_name)."""
+    from lorastudio.data.paths import shown_name
+
+    typer.echo(shown_name(line))
 
 
 def _image_stems(folder: Path) -> set[str]:
@@ -336,7 +348,7 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
             f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
         )
     for file, reason in plan.skipped + refused:
-        typer.echo(f"skipped {file}: {reason}")
+        _say(f"skipped {file}: {reason}")
     return [(names[f], f) for f in folders]
 
 

@@ -102,6 +102,19 @@ def hidden_characters(name: str) -> str:
     return ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" for ch in hidden)
 
 
+def shown_name(text: str) -> str:
+    """`text` (a line naming files of a folder the user did not write: an archive's) safe to print
+    on a terminal: its control, invisible and text-direction characters and lone surrogates
+    (bytes that are not UTF-8) escaped as \\xNN / \\uNNNN, so no name moves the cursor, sends an
+    escape sequence or reads backwards."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}
+        else ch
+        for ch in text
+    )
+
+
 def _is_strictly_inside(path: Path, root: Path) -> bool:
     return path != root and path.is_relative_to(root)
 
