@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import typer
@@ -80,3 +81,49 @@ def test_names_that_are_not_utf8_are_refused_by_name_and_the_rest_imported(
     result = _cli(settings.home, "datasets", "import", str(kohya), "--name", "k", "--kohya")
     assert result.returncode == 0, result.stderr
     assert "skipped 3_caf\\udce9: " in result.stdout and "dataset k-10_sks: 1 image(s)" in result.stdout
+
+
+def test_a_mask_named_in_nfd_is_imported_under_its_image_s_nfc_name(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """A folder from macOS names `café` in NFD: the image was stored under its NFC name and its
+    mask refused as 'its image was refused' (the stems were compared as found)."""
+    stem = unicodedata.normalize("NFD", "café")
+    src = _source(tmp_path, (stem,))
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "mac"])
+    assert result.exit_code == 0, result.output
+    dataset = settings.datasets_dir / "mac"
+    assert "imported 1 mask(s)" in result.output and "refused" not in result.output
+    nfc = unicodedata.normalize("NFC", "café.png")
+    assert os.listdir(dataset / "masks") == [nfc] and nfc in os.listdir(dataset)  # as the image is stored
+
+
+def test_two_masks_of_one_image_are_refused_in_the_import_the_listing_and_the_run(
+    cli: typer.Typer, client, settings: Settings, tmp_path: Path, flux_config
+) -> None:
+    """masks/a.png and masks/a.webp: both were imported and a run used a.webp (the last by name)
+    without a word."""
+    src = _source(tmp_path, ("a", "b"))
+    Image.new("L", (32, 32), 0).save(src / "masks" / "a.webp")
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "two"])
+    assert result.exit_code == 0, result.output
+    for name in ("a.png", "a.webp"):
+        assert (
+            f"refused masks/{name}: 2 masks for the image a.* in masks/ (which one?): keep one"
+            in result.output
+        )
+    masks = settings.datasets_dir / "two" / "masks"
+    assert sorted(os.listdir(masks)) == ["b.png"]
+
+    Image.new("L", (32, 32), 255).save(masks / "a.png")
+    Image.new("L", (32, 32), 0).save(masks / "a.webp")  # copied in by hand
+    detail = client.get("/api/datasets/two").json()
+    assert {f["file"]: f["mask"] for f in detail["files"]} == {"a.png": None, "b.png": "b.png"}
+    assert sorted(d["file"] for d in detail["dropped"]) == ["masks/a.png", "masks/a.webp"]
+    config = flux_config(data_dir="two", resolution=32, trigger_word="sks", output_name="two")
+    refused = client.post("/api/train/preflight", json={"config": config})
+    assert refused.status_code == 400, refused.text
+    assert {
+        "field": "data_dir",
+        "message": "masks/a.png, masks/a.webp: 2 masks for the image a.* (which one?): keep one",
+    } in refused.json()["problems"]

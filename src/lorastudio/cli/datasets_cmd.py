@@ -144,8 +144,8 @@ def import_cmd(
         _say(f"refused {file}: {reason}")
     if copied:
         typer.echo(f"imported {len(copied)} mask(s) into {target / 'masks'}")
-    for file, reason in masks.refused + [(f"masks/{p.name}", "its image was refused") for p in masks.good
-                                         if p.stem not in stems]:  # fmt: skip
+    for file, reason in masks.refused + [(f"masks/{p.name}", "its image was refused") for p, n in masks.good
+                                         if Path(n).stem not in stems]:  # fmt: skip
         _say(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:

@@ -42,7 +42,7 @@ from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_edits import delete_image, existing_image, write_caption
 from lorastudio.data.image_headers import header_size
 from lorastudio.data.listing import dataset_summary, list_datasets
-from lorastudio.data.masks import MASKS_DIR, file_has_alpha, mask_files
+from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
@@ -106,6 +106,9 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     files = discover(folder)
     masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*
     dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
+    for stem, names in mask_clashes(folder).items():  # a run refuses them: no mask is shown
+        masks.pop(stem)
+        dropped += [(f"{MASKS_DIR}/{n}", clash_problem(stem, names).split(": ", 1)[1]) for n in names]
     rows: dict[str, str] = {}
     if files.metadata:
         try:
