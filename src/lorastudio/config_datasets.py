@@ -33,7 +33,9 @@ carry over to them (its repeats / weight cannot be set: the names give them).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -249,6 +251,16 @@ def config_entries(cfg: TrainConfig) -> list[DatasetEntry]:
 def dataset_paths(cfg: TrainConfig) -> list[str]:
     """Every folder the run names (data_dir, or each entry's path), in order."""
     return [e.path for e in config_entries(cfg)]
+
+
+def read_folders(cfg: TrainConfig, datasets_dir: Path) -> list[Path]:
+    """Every folder the run reads images from, in order, resolved (a name is under
+    `datasets_dir`): its datasets (`dataset_paths`) and the validation folder (validation_split
+    given as a folder). What a run claims for reading, and what dataset edits, deletes and
+    caption jobs are refused on while it is live."""
+    split = cfg.validation_split
+    named = dataset_paths(cfg) + ([split] if isinstance(split, str) else [])
+    return [Path(os.path.realpath(p if Path(p).is_absolute() else datasets_dir / p)) for p in named]
 
 
 def with_paths(cfg_values: dict[str, Any], cfg: TrainConfig, paths: list[str]) -> dict[str, Any]:

@@ -153,12 +153,14 @@ class DatasetClaim:
 def claim_cli_run(cfg: Any) -> DatasetClaim:
     """Claim the datasets of a CLI `lorastudio train` config `cfg` for reading, on the home of
     the current settings. Raises DatasetBusy naming the dataset and its writer."""
-    from lorastudio.config_datasets import dataset_paths
+    from lorastudio.config_datasets import read_folders
     from lorastudio.settings import get_settings
 
     settings = get_settings()
     holder = f"`lorastudio train` ({cfg.output_name or 'a run'})"
-    return DatasetClaim.take(settings.home, settings.datasets_dir, dataset_paths(cfg), READ, holder)
+    return DatasetClaim.take(
+        settings.home, settings.datasets_dir, read_folders(cfg, settings.datasets_dir), READ, holder
+    )
 
 
 def holders(lock: Path) -> list[dict[str, Any]]:
