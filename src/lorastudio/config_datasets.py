@@ -253,6 +253,14 @@ def dataset_paths(cfg: TrainConfig) -> list[str]:
     return [e.path for e in config_entries(cfg)]
 
 
+def effective_trigger(word: str | None) -> str | None:
+    """A trigger_word as the captions get it (data/captions.apply_trigger): stripped; None when
+    unset or blank. Whatever finds the trigger in a caption (caption variants, preservation)
+    looks for this form."""
+    word = word.strip() if word is not None else None
+    return word or None
+
+
 def read_folders(cfg: TrainConfig, datasets_dir: Path) -> list[Path]:
     """Every folder the run reads images from, in order, resolved (a name is under
     `datasets_dir`): its datasets (`dataset_paths`) and the validation folder (validation_split

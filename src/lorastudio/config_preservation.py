@@ -77,8 +77,12 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
     keep = cfg.preservation
     if keep is None:
         return []
+    from lorastudio.config_datasets import effective_trigger
+
     problems = []
-    triggers = [cfg.trigger_word, *(e.trigger_word for e in cfg.datasets or [])]
+    triggers = [
+        effective_trigger(t) for t in (cfg.trigger_word, *(e.trigger_word for e in cfg.datasets or []))
+    ]
     if keep.prompts is None and not any(triggers) and not cfg.kohya_folders:
         problems.append(
             FieldProblem(
@@ -86,6 +90,14 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
                 "needs a trigger_word (the run's or an entry's) to replace by class_word, or prompts",
             )
         )
+    elif keep.prompts is None and not cfg.kohya_folders:
+        problems += [
+            FieldProblem(f"datasets.{i}.trigger_word", "none (nor the run's): preservation would keep the base "
+                         "model's output on this entry's own captions, undoing what it trains; give it one, "
+                         "mark it regularisation, or give preservation.prompts")
+            for i, e in enumerate(cfg.datasets or [])
+            if not e.regularisation and effective_trigger(cfg.trigger_word if e.trigger_word is None else e.trigger_word) is None
+        ]  # fmt: skip
     if cfg.train_text_encoder:
         problems.append(
             FieldProblem("preservation", "not with train_text_encoder (the base prediction would need the "

@@ -2,8 +2,9 @@
 engine cannot honour are refused, all at once and each by its field, the same by the API's
 preflight and by the CLI's `train --check` (exit 2): two entries on one folder (however it is
 spelled: its absolute path, a link to it), a preservation class word or prompt holding the trigger word (its output preserved
-is the trigger's own, so the LoRA cannot learn it), an entry whose weight's share of the
-epoch rounds to no sample."""
+is the trigger's own, so the LoRA cannot learn it), preservation of an entry without a trigger
+word (its own captions preserved), an entry whose weight's share of the epoch rounds to no
+sample; a trigger word typed with blanks around it works as without them."""
 
 from __future__ import annotations
 
@@ -59,6 +60,25 @@ CASES = {
             "preservation": {"class_word": "dog", "prompts": ["sks dog", "a dog", "ohwx"]},
         },
         ["preservation.prompts.0", "preservation.prompts.2"],
+    ),
+    "entry-without-trigger": (  # its captions preserved as they are: the LoRA cannot learn them
+        {
+            "datasets": [{"path": "shapes", "trigger_word": "sks"}, {"path": "reg"}],
+            "preservation": {"class_word": "thing"},
+        },
+        ["datasets.1.trigger_word"],
+    ),
+    "entry-trigger-blanked": (  # "" or blanks: no trigger (the run's is not taken)
+        {
+            "trigger_word": "sks",
+            "datasets": [{"path": "shapes"}, {"path": "reg", "trigger_word": "  "}],
+            "preservation": {"class_word": "thing"},
+        },
+        ["datasets.1.trigger_word"],
+    ),
+    "blank-trigger": (  # blanks are no trigger word: nothing to replace
+        {"data_dir": "shapes", "trigger_word": " ", "preservation": {"class_word": "thing"}},
+        ["preservation"],
     ),
 }
 
@@ -144,3 +164,29 @@ def test_fuzzed_blocks_never_give_a_5xx(client: TestClient, base: dict) -> None:
         answer = client.post("/api/train/preflight", content=json.dumps({"config": cfg}),
                              headers={"content-type": "application/json"})  # fmt: skip
         assert answer.status_code < 500 and isinstance(answer.json(), dict), json.dumps(cfg)[:500]
+
+
+def test_a_trigger_word_with_blanks_around_it_is_replaced_and_kept_like_the_captions_get_it(
+    settings: Settings, base: dict
+) -> None:
+    """trigger_word " sks ": captions got "sks, ..." (stripped), but preservation looked for
+    " sks " (so every preserved caption was the training caption itself, undoing the LoRA) and
+    tag_dropout did not know the trigger tag (it was dropped like any tag)."""
+    from lorastudio.data.caption_variants import scan_variants
+    from lorastudio.jobs.validation import validate_run
+    from lorastudio.training.preservation import preservation_texts
+
+    for i in range(2):
+        (settings.datasets_dir / "shapes" / f"shapes{i}.txt").write_text(f"red, circle, big, {i}")
+    raw = {
+        **base, "data_dir": "shapes", "trigger_word": " sks ", "tag_dropout": 0.9,
+        "preservation": {"class_word": "thing"},
+    }  # fmt: skip
+    run = validate_run(raw, settings, live_output_names=set())
+    texts = preservation_texts(run.config, run.scan)
+    assert texts is not None
+    for i, item in enumerate(run.scan.items):
+        assert item.caption.startswith("sks, red, ")
+        assert texts.text(item.caption, i) == "thing, " + item.caption.removeprefix("sks, ")
+    variants = scan_variants(run.scan, 16, run.config.seed)
+    assert all("sks" in v.split(", ") for options in variants for v in options), variants

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lorastudio.config_datasets import config_entries, resolution_list
+from lorastudio.config_datasets import config_entries, effective_trigger, resolution_list
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.mix import EpochMix, MixEntry, is_plain
@@ -76,9 +76,11 @@ def resolve_entries(
                 weight=entry.weight,
                 loss_weight=entry.loss_weight * (cfg.prior_loss_weight if entry.regularisation else 1.0),
                 caption_dropout=_pick(entry.caption_dropout, cfg.caption_dropout),
-                trigger_word=entry.trigger_word
-                if entry.regularisation
-                else _pick(entry.trigger_word, cfg.trigger_word),
+                trigger_word=effective_trigger(
+                    entry.trigger_word
+                    if entry.regularisation
+                    else _pick(entry.trigger_word, cfg.trigger_word)
+                ),  # type: ignore[arg-type]
                 default_caption=_pick(entry.default_caption, cfg.default_caption),
                 resolutions=tuple(resolution_list(_pick(entry.resolution, cfg.resolution))),  # type: ignore[arg-type]
                 shuffle_tags=bool(_pick(entry.shuffle_tags, cfg.shuffle_tags)),
