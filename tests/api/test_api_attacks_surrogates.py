@@ -59,3 +59,23 @@ def test_folder_and_file_names_that_are_not_utf8_are_listed_not_a_500(client: Te
     detail = client.get("/api/datasets/set")
     assert detail.status_code == 200
     assert sorted(f["file"] for f in json.loads(detail.content)["files"]) == ["a.png", "caf\udce9.png"]
+
+
+@pytest.mark.parametrize("number", [b"1e999", b"-1e999", b"NaN", b"Infinity"])
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", "/api/generate", b'{"family": "flux", "base_model": "x", "prompt": "p", "guidance": %s}'),
+        ("post", "/api/datasets/x/caption", b'{"model": "a/b", "max_tokens": %s}'),
+        ("post", "/api/datasets/x/captions", b'{"find": %s}'),
+        ("post", "/api/train/stop", b'{"save": %s}'),
+    ],
+)
+def test_non_finite_numbers_get_a_4xx_with_a_json_body(
+    client: TestClient, method: str, path: str, body: bytes, number: bytes
+) -> None:
+    """Python's JSON parser reads `1e999` as inf and takes `NaN`; the 422 echoing it could not
+    be encoded (allow_nan=False raised): a 500."""
+    answer = client.request(method.upper(), path, content=body % number, headers=JSON)
+    assert 400 <= answer.status_code < 500, answer.text
+    assert json.loads(answer.content)  # standard JSON: the number is written as a string

@@ -9,12 +9,14 @@ Storage: a full disk, raised where files and the run store are written), HomeInU
 HubAccessDenied 403, HubUploadError 502. Every error
 body is {"error": <class name>, "detail": <message>, ...}. A request that fails validation is 422
 as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surrogates (JSON's
-"\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500).
+"\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
+number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -71,12 +73,27 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
 
 
 class JSONOut(JSONResponse):
-    """JSONResponse whose text may hold lone surrogates (echoed input): written as \\uXXXX escapes."""
+    """JSONResponse whose text may hold lone surrogates (echoed input): written as \\uXXXX escapes;
+    and non-finite numbers (a 422 echoes a body's `1e999` or `NaN`, which Python's JSON parser
+    reads as inf / nan): written as the strings "Infinity", "-Infinity", "NaN" (JSON has none)."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
-            "utf-8", "backslashreplace"
-        )
+        try:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except ValueError:  # "Out of range float values are not JSON compliant"
+            text = json.dumps(_finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float replaced by its name as a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def status_code_of(err: LorastudioError) -> int:
