@@ -48,12 +48,15 @@ def _mask_names(root: Path) -> list[str]:
     folder = root / MASKS_DIR
     if folder.is_symlink() or not folder.is_dir():
         return []
-    with os.scandir(folder) as it:
-        return sorted(
-            e.name
-            for e in it
-            if not e.name.startswith(".") and e.is_file(follow_symlinks=False) and is_image_name(e.name)
-        )
+    try:
+        with os.scandir(folder) as it:
+            return sorted(
+                e.name
+                for e in it
+                if not e.name.startswith(".") and e.is_file(follow_symlinks=False) and is_image_name(e.name)
+            )
+    except (FileNotFoundError, NotADirectoryError):  # removed (or replaced) since the check above
+        return []
 
 
 def mask_files(root: Path) -> dict[str, Path]:

@@ -122,6 +122,9 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     dropped += [(o, "control image with no target of the same name") for o in orphans]
     images = []
     for path in files.images:
+        stored = _stored_size(path)
+        if stored is None:
+            continue  # deleted since the folder was listed (a delete racing this listing)
         sidecar = files.sidecars.get(path.stem)
         caption = rows.get(path.name)
         if sidecar:
@@ -138,7 +141,7 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
                 "controls": controls.get(path.name, []),
                 "mask": mask.name if mask else None,
                 "alpha": file_has_alpha(path),
-                **_stored_size(path),
+                **stored,
             }
         )
     return {
@@ -148,17 +151,21 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     }
 
 
-def _stored_size(path: Path) -> dict[str, int | None]:
+def _stored_size(path: Path) -> dict[str, int | None] | None:
     """{"bytes", "width", "height"}: width and height from the file's header (None where it
-    cannot be read)."""
+    cannot be read); None when the file is gone."""
     size = None
     try:
         with open_in_folder(path) as fh:
             size = header_size(fh)
     except (DatasetError, OSError):
         pass
+    try:
+        stored = path.lstat().st_size
+    except FileNotFoundError:
+        return None
     width, height = size if size else (None, None)
-    return {"bytes": path.lstat().st_size, "width": width, "height": height}
+    return {"bytes": stored, "width": width, "height": height}
 
 
 @router.delete("/{name}", response_model=DatasetDeleted)
@@ -319,6 +326,8 @@ def _thumbnail(path: Path, size: int, settings: Settings, alpha: bool = False) -
             status_code=503,
             headers={"Retry-After": str(err.retry_after_s)},
         )
+    except FileNotFoundError:  # deleted since it was found (its cache key stats it)
+        raise NotFound(f"no image {path.name!r} in dataset {path.parent.name}") from None
     return Response(data, media_type="image/jpeg", headers=headers)
 
 
