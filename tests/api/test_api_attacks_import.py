@@ -9,6 +9,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
+import pytest
 import typer
 from PIL import Image
 from typer.testing import CliRunner
@@ -127,3 +128,24 @@ def test_two_masks_of_one_image_are_refused_in_the_import_the_listing_and_the_ru
         "field": "data_dir",
         "message": "masks/a.png, masks/a.webp: 2 masks for the image a.* (which one?): keep one",
     } in refused.json()["problems"]
+
+
+@pytest.mark.parametrize("plant", ["file", "link"])
+def test_a_dataset_whose_masks_is_a_file_or_a_link_refuses_the_masks_before_anything_is_written(
+    cli: typer.Typer, settings: Settings, tmp_path: Path, plant: str
+) -> None:
+    """The images were imported and then the mask copy raised (NotADirectoryError: a traceback;
+    a link: an error after the images were in)."""
+    dataset = settings.datasets_dir / "set"
+    dataset.mkdir(parents=True)
+    if plant == "file":
+        (dataset / "masks").write_text("notes")
+    else:
+        (dataset / "masks").symlink_to(tmp_path, target_is_directory=True)
+    src = _source(tmp_path)
+    strict = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "set", "--strict"])
+    assert strict.exit_code != 0 and not (dataset / "a.png").exists()
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "set"])
+    assert result.exit_code == 0, result.output
+    assert f"refused masks/: {dataset / 'masks'} is " in result.output and (dataset / "a.png").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # nothing written through the link

@@ -43,13 +43,19 @@ class MaskPlan:
 def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pixels: int) -> MaskPlan:
     """Check every entry of `source`/masks (see the module docstring) against the dataset's
     image stems `image_stems` (those imported and those already in `dataset`; compared in NFC).
-    An empty plan when there is no masks/ folder (or it is a link, refused)."""
+    An empty plan when there is no masks/ folder (or it is a link, refused; or the dataset's
+    masks/ is a link or a file: every mask refused, before anything is written)."""
     plan = MaskPlan()
     folder = source / MASKS_DIR
     if folder.is_symlink():
         plan.refused.append((f"{MASKS_DIR}/", "a symbolic link: links are not followed"))
         return plan
     if not folder.is_dir():
+        return plan
+    target = dataset / MASKS_DIR
+    if target.is_symlink() or (os.path.lexists(target) and not target.is_dir()):
+        kind = "a symbolic link" if target.is_symlink() else "not a folder"
+        plan.refused.append((f"{MASKS_DIR}/", f"{target} is {kind}: no mask is imported"))
         return plan
     stems = {unicodedata.normalize("NFC", s) for s in image_stems}
     existing = mask_files(dataset)
