@@ -4,6 +4,7 @@ name suggested for a taken output_name, "did you mean" for a misspelt setting (i
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -192,7 +193,8 @@ def test_check_marks_a_regularisation_entry_and_states_preservation(
     del raw["data_dir"]
     text = "".join(f"{k} = {json.dumps(v)}\n" for k, v in raw.items())
     text += 'preservation = {class_word = "shape", prompts = ["a shape", "a star"]}\n'
-    text += f'[[datasets]]\npath = "{small_dataset}"\n[[datasets]]\npath = "{small_dataset}"\nregularisation = true\n'
+    reg = shutil.copytree(small_dataset, tmp_path / "reg")  # one entry per folder
+    text += f'[[datasets]]\npath = "{small_dataset}"\n[[datasets]]\npath = "{reg}"\nregularisation = true\n'
     (tmp_path / "run.toml").write_text(text)
     result = _invoke("train", str(tmp_path / "run.toml"), "--check", "--device", "cpu")
     assert result.exit_code == 0, result.output
