@@ -46,3 +46,31 @@ def test_paths_the_file_system_cannot_take_are_a_4xx(
     answer = client.request(method.upper(), path, json=body)
     assert 400 <= answer.status_code < 500, answer.text
     assert answer.json().get("error") or answer.json().get("detail"), answer.text
+
+
+def test_a_folder_outside_the_datasets_is_refused_naming_its_own_setting(
+    client: TestClient, settings: Settings, flux_config: Callable[..., dict]
+) -> None:
+    """The refusal of a validation folder or an entry's path outside the datasets folder said
+    "data_dir '/etc' is outside ..." under another field."""
+    from PIL import Image
+
+    (settings.datasets_dir / "shapes").mkdir(parents=True)
+    for i in range(2):
+        Image.new("RGB", (32, 32), (90 * i, 0, 0)).save(settings.datasets_dir / "shapes" / f"{i}.png")
+    for over, field, start in (
+        (
+            {"validation_split": "/etc"},
+            "validation_split",
+            "validation_split '/etc' is outside the datasets folder",
+        ),
+        (
+            {"data_dir": None, "datasets": [{"path": "a/../.."}]},
+            "datasets.0.path",
+            "path 'a/../..' must not contain",
+        ),
+    ):
+        answer = client.post("/api/train/preflight", json={"config": flux_config(trigger_word="sks", **over)})
+        assert answer.status_code == 400, answer.text
+        messages = [p["message"] for p in answer.json()["problems"] if p["field"] == field]
+        assert messages and messages[0].startswith(start), answer.text

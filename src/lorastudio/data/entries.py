@@ -60,7 +60,12 @@ def resolve_entries(
     seen: dict[Path, int] = {}
     for i, entry in enumerate(given):
         try:
-            root = resolve_dataset_dir(entry.path, datasets_root, allow_outside_root=allow_outside_root)
+            root = resolve_dataset_dir(
+                entry.path,
+                datasets_root,
+                allow_outside_root,
+                field="path" if cfg.datasets is not None else "data_dir",
+            )
             if check_links:
                 check_not_relinked(entry.path, root, datasets_root)
             if root in seen:  # the same images twice: repeats / weight say that, two settings would clash

@@ -119,21 +119,24 @@ def _is_strictly_inside(path: Path, root: Path) -> bool:
     return path != root and path.is_relative_to(root)
 
 
-def _resolve(path: Path, data_dir: str) -> Path:
+def _resolve(path: Path, data_dir: str, field: str = "data_dir") -> Path:
     try:
         return path.resolve()
     except (OSError, RuntimeError) as err:  # symlink loops, names too long for the OS
-        raise _config_error("data_dir", f"cannot resolve {data_dir!r}: {err}") from None
+        raise _config_error(field, f"cannot resolve {data_dir!r}: {err}") from None
 
 
-def resolve_dataset_dir(data_dir: str, datasets_root: Path, allow_outside_root: bool) -> Path:
+def resolve_dataset_dir(
+    data_dir: str, datasets_root: Path, allow_outside_root: bool, field: str = "data_dir"
+) -> Path:
     """Turn a user's `data_dir` into an absolute, symlink-free dataset folder path.
 
     Takes: `data_dir`, either a name under the datasets root ("portraits", or nested
     "people/anna"; each component must pass `safe_component` and is taken in its NFC form) or
     an absolute path;
     `datasets_root`, the studio's datasets folder; `allow_outside_root`, True only for trusted
-    local callers (the CLI) that may train on any folder.
+    local callers (the CLI) that may train on any folder; `field`, the setting that messages
+    name (validation_split, a datasets entry's path).
     Returns: the resolved path (symlinks followed). Existence is not checked here: see
     `scan_dataset`.
     Raises: ConfigError for an empty/NUL-containing value or a bad component; PathOutsideRoot
@@ -141,30 +144,30 @@ def resolve_dataset_dir(data_dir: str, datasets_root: Path, allow_outside_root: 
     root itself, or a symlink inside it points outside.
     """
     if not isinstance(data_dir, str) or not data_dir.strip():
-        raise _config_error("data_dir", "must be a non-empty dataset name or folder path")
+        raise _config_error(field, "must be a non-empty dataset name or folder path")
     if "\x00" in data_dir:
-        raise _config_error("data_dir", "must not contain a NUL character")
+        raise _config_error(field, "must not contain a NUL character")
     root = _resolve(Path(datasets_root), str(datasets_root))
     given = Path(data_dir)
     if given.is_absolute():
-        resolved = _resolve(given, data_dir)
+        resolved = _resolve(given, data_dir, field)
         if allow_outside_root or _is_strictly_inside(resolved, root):
             return resolved
         raise PathOutsideRoot(
-            f"data_dir {data_dir!r} is outside the datasets folder {root}; "
+            f"{field} {data_dir!r} is outside the datasets folder {root}; "
             "give a dataset name, or an absolute path inside that folder"
         )
     parts = [p for p in data_dir.replace("\\", "/").split("/") if p]
     if allow_outside_root:
-        return _resolve(root.joinpath(*parts), data_dir)
+        return _resolve(root.joinpath(*parts), data_dir, field)
     for i, part in enumerate(parts):
         if part == "..":
-            raise PathOutsideRoot(f"data_dir {data_dir!r} must not contain '..' (it would leave {root})")
-        parts[i] = safe_component(part, field="data_dir")  # NFC
-    resolved = _resolve(root.joinpath(*parts), data_dir)
+            raise PathOutsideRoot(f"{field} {data_dir!r} must not contain '..' (it would leave {root})")
+        parts[i] = safe_component(part, field=field)  # NFC
+    resolved = _resolve(root.joinpath(*parts), data_dir, field)
     if not _is_strictly_inside(resolved, root):
         raise PathOutsideRoot(
-            f"data_dir {data_dir!r} resolves to {resolved}, outside the datasets folder {root} "
+            f"{field} {data_dir!r} resolves to {resolved}, outside the datasets folder {root} "
             "(a symbolic link inside it points out)"
         )
     return resolved

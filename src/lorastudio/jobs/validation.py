@@ -156,7 +156,7 @@ def validate_run(
                     cfg.validation_split,
                     cfg.seed,
                     resolve_folder=lambda given: resolve_dataset_dir(
-                        given, settings.datasets_dir, allow_outside_root=allow_outside_root
+                        given, settings.datasets_dir, allow_outside_root, field="validation_split"
                     ),
                     scan_folder=lambda folder: scan_for_run(
                         folder, run_cfg, spec, settings, (), flavour_controls

@@ -115,7 +115,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         resolved.validation_split,
         resolved.seed,
         resolve_folder=lambda given: resolve_dataset_dir(
-            given, settings.datasets_dir, allow_outside_root=True
+            given, settings.datasets_dir, allow_outside_root=True, field="validation_split"
         ),
         scan_folder=lambda folder: scan_for_run(folder, resolved, family.spec, settings),
     )
