@@ -30,6 +30,7 @@ from lorastudio.basemodels.hubcache import (
 from lorastudio.config import revision_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.settings import Settings
+from lorastudio.user_paths import expand_user, is_dir
 
 CaptionerKind = Literal["qwen2_5_vl", "qwen2_vl", "florence2"]
 KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "florence2")
@@ -98,12 +99,12 @@ def resolve_captioner(settings: Settings, model: str, revision: str | None = Non
     captioner, remote code, offline and not cached), ModelAccessDenied / NotFound (hub)."""
     if revision is not None and (why := revision_problem(revision)):
         raise ConfigError([FieldProblem("revision", why)])
-    given = Path(model).expanduser()
+    given = expand_user(model)
     local = given if given.is_absolute() else settings.models_dir / given
     if given.is_absolute() or (
-        ".." not in given.parts and not model.startswith((".", "~")) and local.is_dir()
+        ".." not in given.parts and not model.startswith((".", "~")) and is_dir(local)
     ):
-        if not local.is_dir():
+        if not is_dir(local):
             raise ModelSourceError(f"captioning model folder not found: {model}")
         folder = local.resolve()
         kind = captioner_kind(_read_config(folder / CONFIG, str(folder)), str(folder))

@@ -222,10 +222,15 @@ class CaptionJobs:
         try:
             self._spawner.run(process.start)
             final = self._pump(job, process, events)
+        except (OSError, RuntimeError) as err:  # spawn failures (no memory, no free pid, ...)
+            if process.pid is not None:
+                raise
+            final = ("failed", f"could not start the caption worker: {err}")
         finally:
-            if process.exitcode is None:
-                process.kill()
-            process.join(10)
+            if process.pid is not None:  # started (a failed start left nothing to stop)
+                if process.exitcode is None:
+                    process.kill()
+                process.join(10)
             _remove_staged(job.folder)
             if job.claim is not None:
                 job.claim.release()

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lorastudio.config_datasets import dataset_paths
+from lorastudio.config_datasets import read_folders
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
 from lorastudio.jobs.dataset_claims import DatasetClaim
@@ -140,10 +140,10 @@ class JobService(EventPump):
         return self.event_log.after(seq)
 
     def datasets_in_use(self) -> set[Path]:
-        """Dataset folders (resolved) that the active or a queued job trains on (data_dir, or
-        every datasets entry's folder)."""
+        """Dataset folders (resolved) that the active or a queued job reads (data_dir, or every
+        datasets entry's folder, and a validation folder: config_datasets.read_folders)."""
         with self._cond:
-            return {Path(p) for j in self._live_jobs() for p in dataset_paths(j.config)}
+            return {p for j in self._live_jobs() for p in read_folders(j.config, self.settings.datasets_dir)}
 
     def watch_captioning(self, busy: Callable[[], dict[Path, str]]) -> None:
         """Refuse runs on the folders `busy()` names (dataset folder -> running caption job id);
@@ -227,7 +227,7 @@ class JobService(EventPump):
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
-            self.settings.home, self.settings.datasets_dir, dataset_paths(config), self._captioning(),
+            self.settings.home, self.settings.datasets_dir, read_folders(config, self.settings.datasets_dir), self._captioning(),
             f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:

@@ -184,3 +184,36 @@ def test_a_silent_worker_is_stopped_as_hung_and_frees_its_dataset_and_the_gpu(
         finally:
             jobs.shutdown()
     assert _whole(dataset) == {"img0": "the first caption\n"}  # the stuck worker's staged file is gone
+
+
+def test_a_worker_that_cannot_be_started_fails_the_job_and_frees_everything(
+    dataset: Path, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spawn itself failing (no memory, no free pid): the job thread died on process.kill()
+    of a process never started, leaving the job "running" with the dataset's claim and the one
+    caption slot held until the server restarted."""
+    import errno
+    from multiprocessing.context import SpawnProcess
+
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
+
+    def no_fork(self: SpawnProcess) -> None:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    settings, arbiter = get_settings(), GpuArbiter()
+    jobs = _jobs(arbiter)
+    try:
+        monkeypatch.setattr(SpawnProcess, "start", no_fork)
+        final = jobs.wait(jobs.start("ds", CaptionOptions(model=model))["id"], 30)
+        assert final["status"] == "failed", final
+        assert (
+            final["error"]
+            == "could not start the caption worker: [Errno 11] Resource temporarily unavailable"
+        )
+        assert arbiter._residents == {}
+        DatasetClaim.take(settings.home, settings.datasets_dir, [dataset], WRITE, "test").release()
+        monkeypatch.undo()
+        again = jobs.wait(jobs.start("ds", CaptionOptions(model=model))["id"], 60)  # the slot is free
+        assert again["status"] == "completed", again
+    finally:
+        jobs.shutdown()
