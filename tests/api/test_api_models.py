@@ -26,7 +26,7 @@ from fake_hub import FakeHub, FakeHubServer, FakeRepo, flux_repo_files  # noqa: 
 
 SECRET = "hf_api_secret_not_valid_on_the_hub_42"  # the studio's token: the fake hub accepts another
 ENTRY_KEYS = {"id", "name", "source", "path", "family", "trainable", "reason", "size_bytes", "complete",
-              "missing", "deletable", "checkpoint", "distilled", "kind"}  # fmt: skip
+              "missing", "deletable", "checkpoint", "distilled", "kind", "repo_id", "licence"}  # fmt: skip
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_catalogue_add_forget_and_delete_rules(
     gguf = settings.models_dir / "flux-gguf"
     gguf.mkdir()
     (gguf / "flux1-dev-Q4_0.gguf").write_bytes(b"GGUF")
-    models = client.get("/api/models").json()
+    models = [m for m in client.get("/api/models").json() if m["source"] != "catalogue"]
     assert [m["id"] for m in models] == ["flux-gguf", "tiny-flux"] and all(
         set(m) == ENTRY_KEYS for m in models
     )
@@ -120,7 +120,7 @@ def test_catalogue_add_forget_and_delete_rules(
 
     deleted = client.delete("/api/models/tiny-flux")
     assert deleted.status_code == 200 and deleted.json()["deleted"] == "tiny-flux"
-    assert [m["id"] for m in client.get("/api/models").json()] == ["flux-gguf"]
+    assert [m["id"] for m in client.get("/api/models").json() if m["source"] != "catalogue"] == ["flux-gguf"]
 
 
 def test_fetch_in_the_background_with_progress_then_train_refuses_a_bad_base(
@@ -198,7 +198,9 @@ def test_cli_fetch_list_rm(cli: typer.Typer, settings: Settings, hub: FakeHub) -
     assert "fetched acme/flux" in fetched.output and SECRET not in fetched.output
     listed = runner.invoke(cli, ["models", "list", "--json", "--no-hub-cache"])
     entries = json.loads(listed.output)
-    assert [(e["id"], e["family"], e["trainable"]) for e in entries] == [("acme--flux", "flux", True)]
+    assert [(e["id"], e["family"], e["trainable"]) for e in entries if e["kind"] != "captioner"] == [
+        ("acme--flux", "flux", True)
+    ]
     assert "already on disk" in runner.invoke(cli, ["models", "fetch", "acme/flux"]).output
 
     refused = runner.invoke(cli, ["models", "fetch", "acme/gated"])
@@ -226,7 +228,11 @@ def test_a_fetch_is_one_at_a_time_per_model_cancellable_and_resumable(
     cancelled = _wait_fetch(client, first["id"])
     assert (cancelled["status"], cancelled["resumable"], cancelled["model_id"]) == ("cancelled", True, None)
     assert client.post(f"/api/models/fetch/{first['id']}/cancel").status_code == 404
-    assert [m["id"] for m in client.get("/api/models", params={}).json() if m["source"] != "hub-cache"] == []
+    assert [
+        m["id"]
+        for m in client.get("/api/models", params={}).json()
+        if m["source"] not in ("hub-cache", "catalogue")
+    ] == []
 
     resumed = _wait_fetch(
         client, client.post("/api/models/fetch", json={"repo_id": "acme/flux"}).json()["id"]
