@@ -99,7 +99,9 @@ def _print_captioners(entries: list[ModelEntry]) -> None:
         ]
         for e in entries
     ]
-    typer.echo("captioning models (`lorastudio datasets caption NAME --model ID`; fetch: `models fetch REPO`):")
+    typer.echo(
+        "captioning models (`lorastudio datasets caption NAME --model ID`; fetch: `models fetch REPO`):"
+    )
     print_table(("id", "repo", "state", "size", "licence"), rows, keep=("id",))
     typer.echo("")
 

@@ -3,10 +3,14 @@ snapshots with progress and a preview of the first captions, cancel, an event lo
 event stream. No HTTP, no torch: the model runs in a spawned caption worker (caption_worker.py).
 
 One caption job at a time. The GPU arbiter is respected: a job that would run on the GPU
-(device "cuda", or "auto" on a GPU host) is refused (JobActive) while a training job holds the
-GPU (device "cpu" runs beside it), and it registers as a resident workload of the arbiter, so a
-training job that starts meanwhile stops it (between images; the job ends "cancelled" with the
-reason) before it takes the GPU. A dataset a live training job uses is not captioned (edits to
+(device "cuda", or "auto" on a GPU host) is placed by jobs/caption_gpu.py: on a GPU the training
+job did not reserve when there is one (the last GPU), else beside the training run only when the
+captioning model's estimated need fits into what the run leaves free (refused otherwise, JobActive
+naming needed vs free GiB, or which figure is unknown); the worker uses exactly that GPU (its
+index, `gpu` in the snapshot). Device "cpu" runs beside training. A GPU job registers as a
+resident workload of the arbiter, so a training job that starts meanwhile and needs its GPU stops
+it (between images; the job ends "cancelled" with the reason) before it takes the GPU; on a GPU
+the training does not reserve, or fitting beside the training's planned peak, it keeps running. A dataset a live training job uses is not captioned (edits to
 it are refused meanwhile), and a run on a dataset being captioned is refused
 (jobs/dataset_locks.py); a job claims its dataset for writing (jobs/dataset_claims.py), so a
 CLI run or caption on the same home is refused meanwhile, and it is refused while one runs. A cancel is honoured between images; a worker that does not stop
@@ -37,6 +41,14 @@ from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.discovery import require_folder
 from lorastudio.errors import ConfigError, DatasetBusy, FieldProblem, JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.caption_gpu import (
+    CaptionNeed,
+    Placement,
+    TrainingMemory,
+    caption_need,
+    fits_beside,
+    place_caption,
+)
 from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.dataset_locks import overlaps
@@ -62,6 +74,16 @@ def _host_device() -> str:
     return host_info().device
 
 
+def _host_gpus() -> tuple[float, ...]:
+    from lorastudio.jobs.hardware import host_info
+
+    return host_info().gpu_memory_gb
+
+
+def _nothing_known() -> TrainingMemory | None:
+    return None
+
+
 @dataclass
 class CaptionJob:
     """The state of one caption job (see `snapshot`)."""
@@ -71,6 +93,9 @@ class CaptionJob:
     folder: Path
     options: CaptionOptions
     device: str
+    gpu: int | None = None  # the GPU index (among the server's) a "cuda" job runs on
+    need: CaptionNeed | None = None  # the captioner's estimated GPU memory (a "cuda" job)
+    beside: str | None = None  # the training job whose GPU this job shares (it fits beside)
     status: str = "running"  # running | completed | failed | cancelled
     total: int | None = None
     done: int = 0
@@ -92,6 +117,8 @@ class CaptionJob:
             "dataset": self.dataset,
             "model": self.options.model,
             "device": self.device,
+            "gpu": self.gpu,
+            "beside_training": self.beside,
             "prefix": self.options.prefix,
             "overwrite": self.options.overwrite,
             "status": self.status,
@@ -110,9 +137,10 @@ class CaptionJob:
 
 class CaptionJobs:
     """The server's caption jobs. Thread-safe. `datasets_in_use()`: folders of live training
-    jobs; `target` (tests), `host_device` (tests: "cuda" on a CPU host) and `allowance` (how
-    long the worker may stay silent; default CaptionAllowance scaled by
-    settings.worker_timeout_scale) are injectable."""
+    jobs; `training_memory()`: what the job service knows of the live training job's GPU memory
+    (JobService.training_memory; None: nothing); `target` (tests), `host_device` and `gpus`
+    (tests: "cuda" and the GPUs' GiB on a CPU host) and `allowance` (how long the worker may stay
+    silent; default CaptionAllowance scaled by settings.worker_timeout_scale) are injectable."""
 
     def __init__(
         self,
@@ -122,6 +150,9 @@ class CaptionJobs:
         target: CaptionTarget = caption_worker_main,
         host_device: Callable[[], str] = _host_device,
         allowance: CaptionAllowance | None = None,
+        *,
+        gpus: Callable[[], tuple[float, ...]] = _host_gpus,
+        training_memory: Callable[[], TrainingMemory | None] = _nothing_known,
     ):
         self.settings = settings
         self.allowance = allowance or CaptionAllowance().scaled(settings.worker_timeout_scale)
@@ -129,6 +160,8 @@ class CaptionJobs:
         self._in_use = datasets_in_use
         self._target = target
         self._host_device = host_device
+        self._gpus = gpus
+        self._training_memory = training_memory
         self._lock = threading.Lock()
         self._jobs: dict[str, CaptionJob] = {}
         self._log = EventLog(MAX_EVENTS)
@@ -157,6 +190,11 @@ class CaptionJobs:
         job = CaptionJob(
             uuid.uuid4().hex[:12], dataset, folder, options.model_copy(update={"device": device}), device
         )
+        holder: str | None = None
+        if device == "cuda":  # outside self._lock: the job service's lock comes first
+            job.need = caption_need(source)
+            holder, placement = self._place(job.need)
+            job.gpu, job.beside = placement.index, placement.beside
         ctx = mp.get_context("spawn")
         events, job.cancel = ctx.Queue(), ctx.Event()
         with self._lock:
@@ -164,12 +202,12 @@ class CaptionJobs:
             if busy is not None:
                 raise JobActive(f"caption job {busy.id} (dataset {busy.dataset!r}) is running; one at a time")
             if device == "cuda":
-                holder = self.arbiter.training_job
-                if holder is not None:
-                    raise JobActive(
-                        f"training job {holder} is using the GPU; caption when it ends, or on the CPU (device 'cpu')"
-                    )
-                self.arbiter.register_resident(self._resident(job), lambda: self._yield_gpu(job))
+                self.arbiter.admit_resident(
+                    self._resident(job),
+                    lambda: self._yield_gpu(job),
+                    lambda devices: self._stays(job, devices),
+                    training=holder,
+                )
             self._jobs[job.id] = job
         self._refuse_if_trained(job)  # after registering: jobs/dataset_locks.py
         try:  # other processes (a CLI train or caption on this home): jobs/dataset_claims.py
@@ -185,6 +223,33 @@ class CaptionJobs:
         )
         job.thread.start()
         return job.snapshot()
+
+    def _training(self, holder: str) -> TrainingMemory:
+        """What is known of training job `holder`'s GPU memory (nothing when the job service's
+        figure is of another job)."""
+        known = self._training_memory()
+        return known if known is not None and known.job_id == holder else TrainingMemory(holder)
+
+    def _place(self, need: CaptionNeed) -> tuple[str | None, Placement]:
+        """(the training job seen, the GPU this job runs on). Raises JobActive (caption_gpu)."""
+        holder, reserved = self.arbiter.training_job, self.arbiter.reserved_devices
+        training = self._training(holder) if holder is not None else None
+        return holder, place_caption(self._gpus(), reserved, training, need)
+
+    def _stays(self, job: CaptionJob, devices: tuple[int, ...]) -> bool:
+        """The arbiter's question when a training job starts with GPUs `devices`: may `job` keep
+        running (its GPU is not reserved, or it fits beside the run's planned peak)?"""
+        if job.gpu is None or job.gpu not in devices:
+            return True
+        holder = self.arbiter.training_job
+        gpus = self._gpus()
+        if holder is None or job.need is None or job.gpu >= len(gpus):
+            return False
+        if fits_beside(gpus[job.gpu], job.gpu, self._training(holder), job.need) is not None:
+            return False
+        with self._lock:
+            job.beside = holder
+        return True
 
     def _refuse_if_trained(self, job: CaptionJob) -> None:
         """Withdraw the just-registered `job` and raise JobActive when a live training job reads
@@ -214,7 +279,7 @@ class CaptionJobs:
 
     def _run(self, job: CaptionJob, source: CaptionerSource, events: Any) -> None:
         ctx = mp.get_context("spawn")
-        args = CaptionWorkerArgs(os.getpid(), str(job.folder), source, job.options, self.settings)
+        args = CaptionWorkerArgs(os.getpid(), str(job.folder), source, job.options, self.settings, job.gpu)
         process = ctx.Process(
             target=self._target, args=(args, events, job.cancel), name="lorastudio-caption", daemon=True
         )
