@@ -23,7 +23,6 @@ thread, so the caption worker inherits the server's lowered priority: training g
 
 from __future__ import annotations
 
-import datetime
 import multiprocessing as mp
 import os
 import queue
@@ -31,7 +30,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +47,7 @@ from lorastudio.jobs.caption_gpu import (
     fits_beside,
     place_caption,
 )
+from lorastudio.jobs.caption_job import CaptionJob, now_iso, remove_staged
 from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.dataset_locks import overlaps
@@ -62,10 +61,6 @@ STOP_GRACE_S = 30.0  # a cancelled worker finishes its image, then is killed
 POLL_S = 0.2
 MAX_EVENTS = 2000
 CaptionTarget = Callable[[CaptionWorkerArgs, Any, Any], None]
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _host_device() -> str:
@@ -82,57 +77,6 @@ def _host_gpus() -> tuple[float, ...]:
 
 def _nothing_known() -> TrainingMemory | None:
     return None
-
-
-@dataclass
-class CaptionJob:
-    """The state of one caption job (see `snapshot`)."""
-
-    id: str
-    dataset: str
-    folder: Path
-    options: CaptionOptions
-    device: str
-    gpu: int | None = None  # the GPU index (among the server's) a "cuda" job runs on
-    need: CaptionNeed | None = None  # the captioner's estimated GPU memory (a "cuda" job)
-    beside: str | None = None  # the training job whose GPU this job shares (it fits beside)
-    status: str = "running"  # running | completed | failed | cancelled
-    total: int | None = None
-    done: int = 0
-    captioned: int = 0
-    skipped: int = 0
-    failures: list[dict[str, str]] = field(default_factory=list)
-    preview: list[dict[str, str]] = field(default_factory=list)
-    error: str | None = None
-    cancel_reason: str | None = None
-    created_at: str = field(default_factory=_now)
-    finished_at: str | None = None
-    cancel: Any = None  # the worker's multiprocessing Event
-    thread: threading.Thread | None = None
-    claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "dataset": self.dataset,
-            "model": self.options.model,
-            "device": self.device,
-            "gpu": self.gpu,
-            "beside_training": self.beside,
-            "prefix": self.options.prefix,
-            "overwrite": self.options.overwrite,
-            "status": self.status,
-            "total": self.total,
-            "done": self.done,
-            "captioned": self.captioned,
-            "skipped": self.skipped,
-            "failures": list(self.failures),
-            "preview": list(self.preview),
-            "error": self.error,
-            "cancel_reason": self.cancel_reason,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-        }
 
 
 class CaptionJobs:
@@ -291,12 +235,12 @@ class CaptionJobs:
             if process.exitcode is None:
                 process.kill()
             process.join(10)
-            _remove_staged(job.folder)
+            remove_staged(job.folder)
             if job.claim is not None:
                 job.claim.release()
             self.arbiter.unregister_resident(self._resident(job))
             with self._lock:
-                job.status, job.error, job.finished_at = final[0], final[1], _now()
+                job.status, job.error, job.finished_at = final[0], final[1], now_iso()
                 self._log.append({"type": "caption_end", "job_id": job.id, **job.snapshot()})
 
     def _pump(self, job: CaptionJob, process: Any, events: Any) -> tuple[str, str | None]:
@@ -423,12 +367,3 @@ class CaptionJobs:
             if job.thread is not None:
                 job.thread.join(STOP_GRACE_S + 10)
         self._spawner.close()
-
-
-def _remove_staged(folder: Path) -> None:
-    """Remove the hidden staged caption files a killed worker left (data.writes.staged_write's
-    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written."""
-    for path in folder.glob(".*.tmp"):
-        name = path.name[1:].rsplit(".", 2)[0]
-        if name.endswith(".txt") or name == "metadata.jsonl":
-            path.unlink(missing_ok=True)
