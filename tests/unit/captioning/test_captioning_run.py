@@ -153,6 +153,10 @@ def test_the_worker_uses_exactly_the_gpu_it_was_placed_on(monkeypatch: pytest.Mo
     assert pick_device("cpu", 1) == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert (pick_device("cuda", 1), pick_device("auto", 0), pick_device("cuda")) == ("cuda:1", "cuda:0", "cuda")
+    assert (pick_device("cuda", 1), pick_device("auto", 0), pick_device("cuda")) == (
+        "cuda:1",
+        "cuda:0",
+        "cuda",
+    )
     with pytest.raises(ModelSourceError, match="placed on GPU 2 but this process sees 2 GPU"):
         pick_device("cuda", 2)
