@@ -135,6 +135,16 @@ def captioner_problems(folder: Path) -> list[str]:
     """What a captioner folder lacks to load: its config.json, safetensors weights (every shard
     its index names) and a processor config. [] when complete."""
     problems = [] if (folder / CONFIG).is_file() else [CONFIG]
+    problems += weight_problems(folder)
+    if not any((folder / n).is_file() for n in ("preprocessor_config.json", "processor_config.json")):
+        problems.append("preprocessor_config.json")
+    return problems
+
+
+def weight_problems(folder: Path) -> list[str]:
+    """The safetensors weights a captioner folder lacks (every shard its index names, or any
+    *.safetensors without an index). [] when its weights are all there."""
+    problems: list[str] = []
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -144,8 +154,6 @@ def captioner_problems(folder: Path) -> list[str]:
         problems += sorted(s for s in shards if not (folder / s).is_file())
     elif not any(folder.glob("*.safetensors")):
         problems.append("*.safetensors weights")
-    if not any((folder / n).is_file() for n in ("preprocessor_config.json", "processor_config.json")):
-        problems.append("preprocessor_config.json")
     return problems
 
 

@@ -18,7 +18,8 @@ The figures (GiB, 2**30 bytes):
   context. Both figures are assumptions of this module, not measured here;
 - the captioner's: weights x CAPTION_BYTES_PER_PARAM (the caption worker loads bf16 on a GPU,
   captioning/vlm.py) x CAPTION_ACTIVATION_FACTOR + CUDA_CONTEXT_GIB. Parameters come from the
-  safetensors headers of the model on disk (its folder or hub-cache snapshot), else from the
+  safetensors headers of the model on disk (its folder or hub-cache snapshot, all its weights
+  there), else from the
   catalogue's row (basemodels/captioners.py) of its hub id or of the repo its fetch marker names;
   otherwise unknown.
 
@@ -105,14 +106,15 @@ def need_for_params(params: int, where: str) -> CaptionNeed:
 def caption_need(source: CaptionerSource) -> CaptionNeed:
     """The need of captioner `source`: its safetensors headers on disk (its folder, else its
     hub-cache snapshot), else the catalogue row of its hub id, else unknown."""
-    from lorastudio.basemodels.captioners import known_captioner
+    from lorastudio.basemodels.captioners import known_captioner, weight_problems
     from lorastudio.basemodels.checkpoints import repo_of_folder
     from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
     from lorastudio.jobs.vram_estimate import param_count
 
     hub_id = is_hub_id(source.source) and source.folder is None
     folder = source.folder or (cached_snapshot(source.source, source.revision) if hub_id else None)
-    params = param_count(folder) if folder is not None else 0
+    # a partial download (a hub-cache snapshot with some shards) would undercount: not used
+    params = param_count(folder) if folder is not None and not weight_problems(folder) else 0
     if params:
         return need_for_params(params, "its safetensors headers")
     known = known_captioner(source.source if hub_id else repo_of_folder(folder) if folder else None)

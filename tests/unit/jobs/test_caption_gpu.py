@@ -7,6 +7,8 @@ does not need its GPU or leaves room for it."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,6 +103,14 @@ def test_the_need_comes_from_the_headers_else_the_catalogue(
     need = caption_need(CaptionerSource(str(folder), "qwen2_5_vl", None, folder))
     assert need.gib == pytest.approx(params * 2 / GIB * CAPTION_ACTIVATION_FACTOR + CUDA_CONTEXT_GIB)
     assert "safetensors headers" in need.why
+    # a partial hub-cache snapshot (one shard of two): its headers would undercount, the row counts
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-VL-7B-Instruct" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("a" * 40)
+    shards = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
+    shutil.copy(folder / "model.safetensors", snapshot / shards["a"])
     known = caption_need(CaptionerSource("Qwen/Qwen2.5-VL-7B-Instruct", "qwen2_5_vl", None, None))
     assert known.gib == pytest.approx(8.29e9 * 2 / GIB * 1.2 + 0.5) and "catalogue" in known.why
     unknown = caption_need(CaptionerSource("acme/vlm", "qwen2_5_vl", None, None))
@@ -167,7 +177,6 @@ def dataset(settings: Settings) -> Path:
 def model(tmp_path: Path) -> str:
     """A captioner folder whose safetensors header says 3.75 B parameters (no weights behind it:
     the fake worker does not load it)."""
-    import json
     import struct
 
     folder = tmp_path / "vlm"
