@@ -30,6 +30,7 @@ class CaptionJob:
     gpu: int | None = None  # the GPU index (among the server's) a "cuda" job runs on
     need: CaptionNeed | None = None  # the captioner's estimated GPU memory (a "cuda" job)
     beside: str | None = None  # the training job whose GPU this job shares (it fits beside)
+    model_folder: Path | None = None  # the captioner's local folder (not deleted while running)
     status: str = "running"  # running | completed | failed | cancelled
     total: int | None = None
     done: int = 0

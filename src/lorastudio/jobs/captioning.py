@@ -134,6 +134,7 @@ class CaptionJobs:
         job = CaptionJob(
             uuid.uuid4().hex[:12], dataset, folder, options.model_copy(update={"device": device}), device
         )
+        job.model_folder = source.folder
         holder: str | None = None
         if device == "cuda":  # outside self._lock: the job service's lock comes first
             job.need = caption_need(source)
@@ -339,6 +340,11 @@ class CaptionJobs:
         """Dataset folders being captioned now -> the caption job's id (JobService.watch_captioning)."""
         with self._lock:
             return {j.folder: j.id for j in self._jobs.values() if j.status == "running"}
+
+    def models_in_use(self) -> set[Path]:
+        """The captioner folders of running jobs (a model delete is refused meanwhile)."""
+        with self._lock:
+            return {j.model_folder for j in self._jobs.values() if j.status == "running" and j.model_folder}
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Wait for a job's thread to end (tests, shutdown); returns its snapshot."""

@@ -210,7 +210,9 @@ def test_two_gpus_the_caption_job_runs_on_the_one_training_did_not_reserve(
     try:
         job = jobs.start("ds", CaptionOptions(model=model))
         assert (job["device"], job["gpu"], job["beside_training"]) == ("cuda", 1, None)
+        assert jobs.models_in_use() == {Path(model).resolve()}  # not deleted under the running job
         final = jobs.wait(job["id"], 60)
+        assert jobs.models_in_use() == set()
         assert (final["status"], final["captioned"]) == ("completed", 4)
         assert _texts(dataset) == {"cuda:1"}  # the worker was given exactly GPU 1
     finally:
