@@ -85,6 +85,13 @@ def test_caption_refusals(server: LiveServer, settings: Settings, tmp_path: Path
     assert missing.status_code == 404
     refused = server.client.post("/api/datasets/cards/caption", json={"model": str(remote)})
     assert refused.status_code == 400 and "trust_remote_code" in refused.text
+    not_fetched = server.client.post(
+        "/api/datasets/cards/caption", json={"model": "florence-community--Florence-2-base"}
+    )
+    assert not_fetched.status_code == 400, not_fetched.text
+    assert "`lorastudio models fetch florence-community/Florence-2-base`" in not_fetched.json()["detail"]
+    unknown_id = server.client.post("/api/datasets/cards/caption", json={"model": "no-such-captioner"})
+    assert unknown_id.status_code == 400 and "a captioner of the catalogue" in unknown_id.text
     unknown = server.client.post("/api/datasets/cards/caption", json={"model": str(remote), "beams": 4})
     assert unknown.status_code == 422 and "beams" in unknown.text  # strict body: unknown keys refused
     assert server.client.get("/api/datasets/cards/caption").status_code == 404
