@@ -239,3 +239,56 @@ def test_a_fetch_is_one_at_a_time_per_model_cancellable_and_resumable(
     )
     assert resumed["status"] == "completed" and len(hub.gets(weights)) == 2
     assert len(hub.gets("vae/diffusion_pytorch_model.safetensors")) == 1  # done before the cancel: kept
+
+
+def test_a_captioner_is_fetched_through_the_api_and_captions_by_its_catalogue_id(
+    server: LiveServer, settings: Settings, hub: FakeHub, tmp_path: Path
+) -> None:
+    """The base models' fetch route takes a captioning model (progress events, the catalogue
+    entry of kind captioner), and a caption job runs with it by its catalogue id (the tiny
+    random Qwen2.5-VL on this host's CPU)."""
+    from PIL import Image
+
+    from lorastudio.tiny.vlm import save_tiny_vlm
+
+    vlm = save_tiny_vlm(tmp_path / "vlm")
+    files = {p.relative_to(vlm).as_posix(): p.read_bytes() for p in vlm.rglob("*") if p.is_file()}
+    files.pop("lorastudio_tiny_vlm.json")
+    hub.repos["Qwen/Qwen2.5-VL-3B-Instruct"] = FakeRepo({**files, "README.md": b"#"})
+    client = server.client
+    listed = {m["id"]: m for m in client.get("/api/models").json()}
+    assert listed["Qwen--Qwen2.5-VL-3B-Instruct"]["source"] == "catalogue"
+    started = client.post("/api/models/fetch", json={"repo_id": "Qwen/Qwen2.5-VL-3B-Instruct"})
+    assert started.status_code == 202, started.text
+    assert started.json()["family"] is None
+    kinds = [e["type"] for e in _fetch_events(client)]
+    assert kinds[0] == "fetch_started" and kinds[-1] == "fetch_complete"
+    done = _wait_fetch(client, started.json()["id"])
+    assert (done["status"], done["model_id"]) == ("completed", "Qwen--Qwen2.5-VL-3B-Instruct")
+    entry = client.get("/api/models/Qwen--Qwen2.5-VL-3B-Instruct").json()
+    assert (entry["kind"], entry["source"], entry["complete"], entry["trainable"]) == (
+        "captioner",
+        "local",
+        True,
+        False,
+    )
+    assert entry["licence"] == "Qwen Research License (non-commercial)"
+
+    folder = settings.ensure_dirs().datasets_dir / "cards"
+    folder.mkdir()
+    Image.new("RGB", (48, 40), (200, 20, 20)).save(folder / "card0.png")
+    job = client.post("/api/datasets/cards/caption", json={"model": entry["id"], "max_tokens": 4})
+    assert job.status_code == 202, job.text
+    deadline = time.monotonic() + 120
+    while (state := client.get(f"/api/captions/{job.json()['id']}").json())["status"] == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert (state["status"], state["captioned"], state["device"], state["gpu"]) == (
+        "completed",
+        1,
+        "cpu",
+        None,
+    )
+    assert (folder / "card0.txt").read_text(encoding="utf-8").strip()
+    deleted = client.delete("/api/models/Qwen--Qwen2.5-VL-3B-Instruct")
+    assert deleted.status_code == 200 and not (settings.models_dir / "Qwen--Qwen2.5-VL-3B-Instruct").exists()
