@@ -1,5 +1,5 @@
-"""Caption jobs and the GPU arbiter: a GPU caption job is refused while training holds the GPU
-(a CPU one runs), training starting meanwhile stops it before it takes the GPU, cancel keeps
+"""Caption jobs and the GPU arbiter: a GPU caption job is refused while training holds the only GPU
+and nothing is known of its memory (a CPU one runs; placement by the figures: test_caption_gpu.py), training starting meanwhile stops it before it takes the GPU, cancel keeps
 whole caption files, one job at a time. The worker is a real spawned child (caption_fake_workers)."""
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def model(tmp_path: Path) -> str:
 
 def _jobs(arbiter: GpuArbiter, host: str = "cuda", in_use: set[Path] | None = None) -> CaptionJobs:
     return CaptionJobs(
-        get_settings(), arbiter, lambda: in_use or set(), target=slow_fake_captioner, host_device=lambda: host
-    )
+        get_settings(), arbiter, lambda: in_use or set(), target=slow_fake_captioner,
+        host_device=lambda: host, gpus=lambda: (24.0,) if host == "cuda" else (),
+    )  # fmt: skip
 
 
 def _wait_for(jobs: CaptionJobs, job_id: str, done: int) -> None:
@@ -59,7 +60,9 @@ def test_gpu_job_refused_while_training_cpu_job_runs(dataset: Path, model: str) 
     arbiter.begin_training("train1")
     jobs = _jobs(arbiter)
     try:
-        with pytest.raises(JobActive, match="training job train1 is using the GPU.*device 'cpu'"):
+        with pytest.raises(
+            JobActive, match="training job train1 holds GPU 0 and how much .* not known.*device 'cpu'"
+        ):
             jobs.start("ds", CaptionOptions(model=model))
         job = jobs.start("ds", CaptionOptions(model=model, device="cpu"))
         assert job["device"] == "cpu"
@@ -167,7 +170,15 @@ def test_a_silent_worker_is_stopped_as_hung_and_frees_its_dataset_and_the_gpu(
             "(SIGKILL: SIGTERM was ignored for 0.5 s)",
         ),
     ):
-        jobs = CaptionJobs(settings, arbiter, set, target=target, host_device=lambda: "cuda", allowance=quick)
+        jobs = CaptionJobs(
+            settings,
+            arbiter,
+            set,
+            target=target,
+            host_device=lambda: "cuda",
+            allowance=quick,
+            gpus=lambda: (24.0,),
+        )
         try:
             t0 = time.monotonic()
             job = jobs.start("ds", CaptionOptions(model=model))
