@@ -658,8 +658,8 @@ export interface paths {
         /**
          * Delete
          * @description Delete a model lorastudio downloaded or created (fetched or tiny). 403 for anything else
-         *     (the user's folders, added folders, the hub cache), 409 while a job or fetch uses it, 404
-         *     when unknown.
+         *     (the user's folders, added folders, the hub cache), 409 while a job, a caption job or a fetch
+         *     uses it, 404 when unknown.
          */
         delete: operations["delete_api_models__model_id__delete"];
         options?: never;
