@@ -161,12 +161,17 @@ def test_a_silent_worker_is_stopped_as_hung_and_frees_its_dataset_and_the_gpu(
     from lorastudio.jobs.worker_allowance import CaptionAllowance
 
     settings, arbiter = get_settings(), GpuArbiter()
-    quick = CaptionAllowance(load_s=1.0, image_s=1.0, kill_grace_s=0.5)
-    for target, what, how in (
-        (stuck_fake_captioner, "caption an image within 1.0 s", "(SIGTERM)"),
+    # a spawned interpreter on a loaded 2-core machine may take seconds to start: the stuck worker
+    # (the per-image allowance) gets a long load allowance, the silent one 5 s so that it has
+    # installed its SIGTERM handler (the case of SIGKILL after an ignored SIGTERM) when stopped
+    stuck = CaptionAllowance(load_s=60.0, image_s=1.0, kill_grace_s=0.5)
+    silent = CaptionAllowance(load_s=5.0, image_s=1.0, kill_grace_s=0.5)
+    for target, quick, what, how in (
+        (stuck_fake_captioner, stuck, "caption an image within 1.0 s", "(SIGTERM)"),
         (
             silent_fake_captioner,
-            "load the captioning model within 1.0 s",
+            silent,
+            "load the captioning model within 5.0 s",
             "(SIGKILL: SIGTERM was ignored for 0.5 s)",
         ),
     ):
