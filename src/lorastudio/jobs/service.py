@@ -37,6 +37,7 @@ from typing import Any
 from lorastudio.config_datasets import read_folders
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.caption_gpu import TrainingMemory, planned_gpu_gib
 from lorastudio.jobs.dataset_claims import DatasetClaim
 from lorastudio.jobs.dataset_locks import claim_for_run
 from lorastudio.jobs.gpu import GpuArbiter
@@ -145,6 +146,21 @@ class JobService(EventPump):
         with self._cond:
             return {p for j in self._live_jobs() for p in read_folders(j.config, self.settings.datasets_dir)}
 
+    def training_memory(self) -> TrainingMemory | None:
+        """What is known of the live active training job's GPU memory (None: no live active
+        job): its planned peak (memory_budget_gb or the preflight estimate, taken at submit) and
+        its measured peak so far (the last progress event's peak_memory_gb, GiB). Read by the
+        caption jobs (jobs/caption_gpu.py)."""
+        with self._cond:
+            job = self._active
+            if job is None or not job.live:
+                return None
+            planned, source = job.gpu_plan or (None, None)
+            measured = (job.progress or {}).get("peak_memory_gb")
+            return TrainingMemory(
+                job.id, planned, source, measured if isinstance(measured, float | int) else None
+            )
+
     def watch_captioning(self, busy: Callable[[], dict[Path, str]]) -> None:
         """Refuse runs on the folders `busy()` names (dataset folder -> running caption job id);
         it is called under this service's lock (jobs/dataset_locks.py gives the lock order)."""
@@ -171,8 +187,10 @@ class JobService(EventPump):
         warning = refuse_if_short(run)
         if warning:
             log.warning("%s", warning)
+        gpu_plan = planned_gpu_gib(run.config, run.model_dir, run.scan)
         with self._cond:
             job = self._enqueue(run.config, run.worker_config, queue)
+            job.gpu_plan = gpu_plan
             return job.snapshot()
 
     def submit_resume(
@@ -203,6 +221,7 @@ class JobService(EventPump):
         )
         with self._cond:
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
+            job.gpu_plan = planned_gpu_gib(resume.config, None, None)  # its budget, if any
             earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
             try:
                 for point in earlier:

@@ -66,6 +66,11 @@ def test_a_cli_run_stores_its_validation_rounds(tiny_model, small_dataset, tmp_p
     rounds = run["validation"]
     assert [r["step"] for r in rounds] == [2, 4], rounds
     assert all(isinstance(r["loss"], float) and r["loss"] > 0 for r in rounds)
+    shown = CliRunner().invoke(app, ["runs", "show", listed["id"]]).output
+    lines = [line for line in shown.splitlines() if line.startswith("validation ")]
+    assert [line.split()[2] for line in lines] == ["2:", "4:"] and sum("(best)" in x for x in lines) == 1, (
+        shown
+    )
 
 
 def test_a_failed_cli_run_records_its_error(tiny_model, small_dataset):
