@@ -1,7 +1,9 @@
 """The LyCORIS file of a trained DoRA / LoHa / LoKr adapter (lora_format "kohya"): the tensors in
 the layout ComfyUI reads (lora/lycoris.py), the header, and ComfyUI's key check for the sidecar.
 Called by training/export.py `save_lora`; the model-side facts (per-module rank / alpha, DoRA's
-base-weight norms) are read here, the conversion itself is pure."""
+base-weight norms) are read here, the conversion itself is pure. The layout went through ComfyUI's
+own loader for the families of COMFYUI_LOADER_CHECKED (bench/comfyui_check.py, every adapter
+kind): the key check names that run as "loader_checked"."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import torch
 
-from lorastudio.lora.comfy import comfy_key_map
+from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, comfy_key_map
 from lorastudio.lora.lycoris import check_lycoris_keys, peft_to_lycoris
 from lorastudio.lora.metadata import PREFIX
 from lorastudio.training.lora import lora_state_dict, module_scales
@@ -53,6 +55,8 @@ def lycoris_file(
     tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra)
     key_map = comfy_key_map(family, module_shapes)
     check = check_lycoris_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
+    if family in COMFYUI_LOADER_CHECKED:
+        check["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
     ranks = sorted({r for r, _ in scales.values()})
     alphas = sorted({a for _, a in scales.values()})
     header = {

@@ -77,6 +77,8 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
     comfy = sidecar["loaders"]["comfyui"]
     assert (comfy["checked"], comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, True, [], [])
+    # the LyCORIS layout of each adapter went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py)
+    assert comfy["loader_checked"].startswith("ComfyUI v0.19.3 (3086026"), comfy
     denoiser = result.denoiser
     scales = module_scales(denoiser)
     adapted, moved = _adapted(denoiser), []
