@@ -63,6 +63,13 @@ def test_a_bf16_dora_file_loads_at_the_trained_strength_within_bf16_rounding(tmp
     assert result["tolerance"] == TOLERANCE["bf16"]
 
 
+def test_comfyui_loads_a_flux2_file_in_the_diffusers_layout_too(tmp_path):
+    """FLUX.2 is a Flux class in ComfyUI: FLUX.1's diffusers table maps its diffusers names."""
+    result = check_family("flux2", COMFYUI, tmp_path, DEPS, "diffusers")
+    _assert_loaded_at_the_trained_strength(result, "lora")
+    assert json.loads(Path(result["lora"]).with_suffix(".json").read_text())["loaders"]["comfyui"]["ok"]
+
+
 def test_comfyui_loads_nothing_of_an_sdxl_file_in_the_diffusers_layout(tmp_path):
     result = check_family("sdxl", COMFYUI, tmp_path, DEPS, "diffusers")
     assert result["ok"] is False and result["patched_weights"] == 0

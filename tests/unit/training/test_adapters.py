@@ -65,6 +65,7 @@ def _comfy_weight(parts: dict[str, torch.Tensor], base: torch.Tensor) -> torch.T
         ("flux", "dora", {"lora_format": "kohya"}),
         ("z-image", "lokr", {}),
         ("qwen-image", "loha", {}),
+        ("flux2", "lokr", {}),  # ComfyUI maps FLUX.2's diffusers names through FLUX.1's table
     ],
 )
 def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, extra, make_config):
