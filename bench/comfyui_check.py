@@ -71,10 +71,11 @@ CASES: dict[str, dict[str, Any]] = {
     "lokr-lowrank-w1": {"adapter": "lokr", "lokr_factor": 16, "lokr_decompose_both": True},
     "dora-bf16": {"adapter": "dora", "lora_format": "kohya", "save_dtype": "bf16"},
 }
-# relative to the largest trained change of a layer: fp32 files agree to rounding; a bf16 file
-# rounds every factor to 8 significant bits (2^-9 relative), and DoRA's row scale multiplies the
-# whole row (base included), so its error is measured against the change, not the weight
-TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2}
+# relative to the largest trained change of a layer (beyond the weight's fp32 rounding:
+# comfyui_side.compare): fp32 files agree to rounding (measured <= 9e-7); a bf16 file rounds each
+# factor to 8 significant bits (2^-9 relative; measured <= 4.7e-3 on DoRA, whose row scales the
+# file keeps in fp32: lora.files.FP32_PARTS)
+TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}
 
 
 def trained_change(denoiser: Any) -> dict[str, torch.Tensor]:

@@ -42,7 +42,8 @@ Rules mirrored:
 Checked against ComfyUI's own code: bench/comfyui_check.py runs ComfyUI v0.19.3 (upstream commit
 3086026401180c9216bcb6ace442a4e3587d2c66) `comfy.sd.load_lora_for_models` + `ModelPatcher.
 patch_weight_to_device` on each family's default file of a tiny run (every key loaded, every
-patched weight == the trained (alpha / rank) * B @ A; the SDXL diffusers layout: 0 keys loaded).
+patched weight == the trained (alpha / rank) * B @ A; the SDXL diffusers layout: 0 keys loaded),
+and on DoRA / LoHa / LoKr files in the LyCORIS layout (lora/lycoris.py).
 Krea 2 is not in v0.19.3 (its rules above are read from the later lora.py). The sidecar names
 that check for the families it covers (COMFYUI_LOADER_CHECKED).
 

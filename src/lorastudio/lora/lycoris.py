@@ -23,6 +23,11 @@ Scales (ComfyUI's `calculate_weight`, restated in `comfy_delta`):
   dora  ComfyUI (0.3.77 and later) with a [out, 1] dora_scale: W' = (W + delta) * dora_scale / ||W||
         per output row; peft's DoRA: W' = m * (W + delta) / ||W + delta||. So dora_scale =
         m * ||W|| / ||W + delta||, which needs the base weights: the caller passes it.
+
+Checked against ComfyUI's own code: bench/comfyui_check.py runs ComfyUI v0.19.3's
+`load_lora_for_models` + `patch_weight_to_device` on DoRA, LoHa and LoKr files (full and low-rank
+w1 / w2) of tiny runs of every family it has: every key loads, every patched weight is peft's
+merged weight (lora/comfy.py COMFYUI_LOADER).
 """
 
 from __future__ import annotations
