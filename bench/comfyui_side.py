@@ -173,6 +173,7 @@ def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
         "lora_keys": len(lora),
         "patched_weights": len(patched.patches),
         "expected_weights": len(expected),
+        "conv_weights": sum(1 for v in expected.values() if v.dim() == 4),
         "not_loaded": [w for w in warnings if "not loaded" in w.lower()],
         "comfy_errors": [w for w in warnings if "not loaded" not in w.lower()],
         "errors": errors,

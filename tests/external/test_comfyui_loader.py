@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import pytest
-from bench.comfyui_check import CASES, COMFY_MODEL, TOLERANCE, check_family
+from bench.comfyui_check import CASES, COMFY_MODEL, CONV_FAMILIES, TOLERANCE, check_family
 
 COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
 DEPS = os.environ.get("LORASTUDIO_COMFYUI_DEPS")
@@ -38,7 +38,9 @@ FILE_KEYS = {
     "lokr-lowrank-w1": {"lokr_w1_a", "lokr_w1_b", "lokr_w2", "alpha"},
     "dora-bf16": {"dora_scale", "lora_up.weight", "lora_down.weight", "alpha"},
 }
-FP32_CASES = [c for c in CASES if "save_dtype" not in CASES[c]]
+FILE_KEYS |= {f"conv-{a}": FILE_KEYS[a] for a in ("lora", "dora", "loha", "lokr")}
+FP32_CASES = [c for c in CASES if "save_dtype" not in CASES[c] and not c.startswith("conv-")]
+CONV_CASES = [c for c in CASES if c.startswith("conv-")]
 
 
 def _assert_loaded_at_the_trained_strength(result: dict, case: str) -> None:
@@ -55,6 +57,16 @@ def test_comfyuis_loader_applies_each_adapter_file_at_the_trained_strength(famil
     result = check_family(family, COMFYUI, tmp_path, DEPS, case=case)
     _assert_loaded_at_the_trained_strength(result, case)
     assert result["tolerance"] == TOLERANCE["fp32"]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("family", CONV_FAMILIES)
+def test_conv_layers_of_each_adapter_kind_load_at_the_trained_strength(family, case, tmp_path):
+    result = check_family(family, COMFYUI, tmp_path, DEPS, case=case)
+    _assert_loaded_at_the_trained_strength(result, case)
+    assert result["conv_weights"] > 0  # 3x3 conv weights among the patched ones
+    sidecar = json.loads(Path(result["lora"]).with_suffix(".json").read_text())
+    assert sidecar["loaders"]["comfyui"]["ok"], sidecar["loaders"]["comfyui"]  # the save-time check agrees
 
 
 def test_a_bf16_dora_file_loads_at_the_trained_strength_within_bf16_rounding(tmp_path):
