@@ -36,6 +36,7 @@ from lorastudio.lora.text_encoders import clip_key_map, file_module
 
 Shape = tuple[int, ...]
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+_M = ".lora_magnitude_vector"  # peft's DoRA magnitude in a diffusers-layout file: [out] ([1, out, 1, 1] on a conv)
 _PLAIN_LORA = (_A, _B, ".lora_up.weight", ".lora_down.weight", ".alpha")
 
 
@@ -107,14 +108,18 @@ def check_diffusers(
     unknown, mismatched, loaded = [], [], 0
     for name, value in ours.items():
         key = prefix + name
-        suffix = next((s for s in (_A, _B) if name.endswith(s)), None)
+        suffix = next((s for s in (_A, _B, _M) if name.endswith(s)), None)
         module = name.removesuffix(suffix) if suffix else name
         if suffix is None or module not in module_shapes:
             unknown.append(key)
             continue
         target = module_shapes[module]
-        dim, want = (1, target[1]) if suffix == _A else (0, target[0])
-        if value.shape[dim] != want:
+        if suffix == _M:  # one magnitude per output row (diffusers hands it to peft's DoRA layer)
+            fits = value.numel() == target[0]
+        else:
+            dim, want = (1, target[1]) if suffix == _A else (0, target[0])
+            fits = value.shape[dim] == want
+        if not fits:
             mismatched.append(f"{key}: {tuple(value.shape)} vs layer {target}")
         loaded += 1
     for encoder, shapes in clip.items():
