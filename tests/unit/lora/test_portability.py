@@ -241,3 +241,22 @@ def test_comfyui_maps_flux2s_diffusers_names_that_flux1s_table_covers(family, la
     file, header = file_for_layout(_lora_on(modulation), family, "diffusers", {})
     check = check_comfyui(file, header, family, shapes)
     assert not check["ok"] and len(check["unconsumed"]) == 2 * len(modulation)
+
+
+def test_diffusers_check_takes_doras_magnitudes_and_names_a_wrong_one(layer_shapes):
+    """A diffusers-layout DoRA file: one `lora_magnitude_vector` per output row of each layer
+    (diffusers hands it to peft's DoRA layer); a magnitude of the wrong length is named."""
+    shapes = layer_shapes("flux")
+    lora = _adapter(shapes, "flux", 16.0)
+    file, _ = file_for_layout(lora, "flux", "diffusers", {})
+    modules = sorted({k.removesuffix(".lora_A.weight") for k in file if k.endswith(".lora_A.weight")})
+    rows = {m: file[m + ".lora_B.weight"].shape[0] for m in modules}
+    dora = {**file, **{f"{m}.lora_magnitude_vector": torch.ones(rows[m]) for m in modules}}
+    result = check_diffusers(dora, "flux", shapes, "FluxPipeline")
+    assert result["ok"] and result["loaded"] == len(dora), result
+    wrong = {**dora, f"{modules[0]}.lora_magnitude_vector": torch.ones(rows[modules[0]] + 1)}
+    result = check_diffusers(wrong, "flux", shapes, "FluxPipeline")
+    assert not result["ok"] and result["mismatched"] == [
+        f"{modules[0]}.lora_magnitude_vector: ({rows[modules[0]] + 1},) vs layer "
+        f"{shapes[modules[0].removeprefix('transformer.')]}"
+    ]
