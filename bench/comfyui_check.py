@@ -1,11 +1,11 @@
 """Does ComfyUI's own LoRA loader load lorastudio's files, of every adapter kind, at the trained strength?
 
     python -m bench.comfyui_check --comfyui /path/to/ComfyUI [--pythonpath DIR]
-        [--case lora|dora|loha|lokr|lokr-lowrank-w2|lokr-lowrank-w1|dora-bf16|conv-dora|... ...] [FAMILY ...]
+        [--case lora|lora-kohya|dora|loha|lokr|lokr-full|lokr-lowrank-w2|lokr-lowrank-w1|dora-bf16|conv-dora|... ...] [FAMILY ...]
 
-For each family x case (CASES: the adapter kinds, LoKr with full and low-rank factors, one bf16
-file; SDXL's conv layers with each kind): trains a tiny adapter for 3 steps on the CPU (rank 4, alpha 8: alpha != rank, so a lost
-alpha shows), takes the exact weight change the trained adapter makes from the adapter in memory,
+For each family x case (CASES: LoRA in the default and the kohya layout, the other adapter kinds,
+LoKr with full and low-rank factors, one bf16 file; SDXL's conv layers with each kind): trains a
+tiny adapter for 3 steps on the CPU (rank 4, alpha 8: alpha != rank, so a lost alpha shows), takes the exact weight change the trained adapter makes from the adapter in memory,
 not from the file (peft's own merge of each adapted layer minus its base weight: for DoRA the
 merged weight minus the base), and hands the file, the tiny denoiser's weights and that change to
 bench/comfyui_side.py, which runs ComfyUI's code (its docstring says which functions and the one
@@ -15,7 +15,8 @@ within the case's tolerance (TOLERANCE: relative to the largest change of the la
 may be left unloaded. Prints one line per case and a JSON summary.
 
 ComfyUI is not on PyPI: give a checkout (`fetch` of Comfy-Org/ComfyUI or a fork that merges it;
-checked with v0.19.3, upstream commit 3086026401180c9216bcb6ace442a4e3587d2c66). Its
+checked with v0.19.3, upstream commit 3086026401180c9216bcb6ace442a4e3587d2c66, e.g. from the
+YellowRoseCx/ComfyUI snapshot: the files of that commit, two missing tokenizer blobs aside). Its
 dependencies beyond this venv (einops, scipy, torchsde, trampoline, comfy-aimdo) go in a folder
 given by --pythonpath (`pip install --no-deps --target DIR ...`). Krea 2 is not a ComfyUI
 v0.19.3 model, so it is reported as not checked there.
@@ -51,22 +52,27 @@ COMFY_MODEL = {
     "chroma": ("Chroma", "mmdit"),
     "z-image": ("Lumina2", "mmdit"),
     "qwen-image": ("QwenImage", "identity"),
+    "qwen-image-edit": ("QwenImage", "identity"),  # the same model class (its edit inputs are not weights)
     "flux2": ("Flux2", "given"),
     "flux2-klein": ("Flux2", "given"),
 }
 NOT_IN_COMFYUI = {"krea2": "ComfyUI v0.19.3 has no Krea 2 model (comfy/ldm has no krea2)"}
 RANK, ALPHA = 4, 8.0
-# case -> TrainConfig settings over the defaults. DoRA's ComfyUI file is lora_format "kohya" (the
-# LyCORIS layout with .dora_scale); LoHa / LoKr files are always that layout. LoKr's factors
+# case -> TrainConfig settings over the defaults ("lora": the family's default layout, "lora-kohya"
+# its kohya one). DoRA's ComfyUI file is lora_format "kohya" (the LyCORIS layout with
+# .dora_scale); LoHa / LoKr files are always that layout. LoKr's factors
 # (peft's factorization: w1 takes `lokr_factor` rows / columns, w2 the rest; w2 is low-rank when
 # rank < max(w2 dims) / 2, w1 with lokr_decompose_both when rank < max(w1 dims) / 2): the default
-# gives full w1 and w2 on most tiny layers (ComfyUI's scale 1 branch), factor 2 a low-rank w2,
-# factor 16 + decompose_both a low-rank w1 (ComfyUI's alpha / rank branch, each factor's rank).
+# gives what a user gets (full w1; w2 full on the narrow tiny layers, low-rank on FLUX.2's),
+# factor 64 full w1 and w2 (ComfyUI's scale-1 branch, alpha / rank folded into w1), factor 2 a
+# low-rank w2, factor 16 + decompose_both a low-rank w1 (ComfyUI's alpha / rank branch).
 CASES: dict[str, dict[str, Any]] = {
     "lora": {},
+    "lora-kohya": {"lora_format": "kohya"},  # the kohya / ComfyUI layout where it is not the default
     "dora": {"adapter": "dora", "lora_format": "kohya"},
     "loha": {"adapter": "loha"},
     "lokr": {"adapter": "lokr"},
+    "lokr-full": {"adapter": "lokr", "lokr_factor": 64},
     "lokr-lowrank-w2": {"adapter": "lokr", "lokr_factor": 2},
     "lokr-lowrank-w1": {"adapter": "lokr", "lokr_factor": 16, "lokr_decompose_both": True},
     "dora-bf16": {"adapter": "dora", "lora_format": "kohya", "save_dtype": "bf16"},
@@ -110,10 +116,10 @@ def train_case(
 
     spec = families.get(family).spec
     model = save_tiny_model(family, tiny_model_dir(family, work / "models"))
-    if spec.control_images[0]:
-        data = make_paired_dataset(work / "paired")
+    if spec.edit_model:  # an edit family trains on pairs, its controls at the targets' size
+        data, pairs = make_paired_dataset(work / "paired"), {"control_resolution": "target"}
     else:
-        data = make_sample_dataset(work / "data" / "shapes")
+        data, pairs = make_sample_dataset(work / "data" / "shapes"), {}
     raw: dict[str, Any] = {
         "family": family,
         "base_model": str(model),
@@ -126,6 +132,7 @@ def train_case(
         "batch_size": 2,
         "output_name": f"comfy-{family}-{case}",
         "seed": 0,
+        **pairs,
         **CASES[case],
         **({"lora_format": lora_format} if lora_format else {}),
         **({"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}),

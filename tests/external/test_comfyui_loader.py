@@ -1,14 +1,17 @@
 """ComfyUI's own LoRA loader on lorastudio's files of every adapter kind (bench/comfyui_check.py):
-for every family ComfyUI has and every case of CASES (LoRA in the family's default layout; DoRA,
+for every family ComfyUI has and every case of CASES (LoRA in the family's default layout and in its kohya layout; DoRA,
 LoHa and LoKr in the LyCORIS layout, LoKr with full and with low-rank factors; one bf16 file), a
 3-step tiny run's file goes through ComfyUI's `comfy.sd.load_lora_for_models` and
 `ModelPatcher.patch_weight_to_device` (ComfyUI's code, in a process of its own) and every patched
 weight equals the trained change (peft's merged weight minus the base) within the case's
-tolerance; no key is left unloaded and ComfyUI logs no failed patch. The SDXL diffusers layout
+tolerance; no key is left unloaded and ComfyUI logs no failed patch. FLUX.2's diffusers layout
+loads too. The SDXL diffusers layout
 and a DoRA file in the diffusers layout are the counter-examples the defaults avoid.
 
 Needs a ComfyUI checkout (not on PyPI, never vendored): LORASTUDIO_COMFYUI=/path/to/ComfyUI, and
 its extra dependencies in LORASTUDIO_COMFYUI_DEPS (see bench/comfyui_check.py). Skipped without.
+Krea 2 is not a ComfyUI v0.19.3 model: its files are checked against lora/comfy.py's restated
+rules only (tests/unit/lora).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from bench.comfyui_check import CASES, COMFY_MODEL, CONV_FAMILIES, TOLERANCE, check_family
+
+from lorastudio import families
 
 COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
 DEPS = os.environ.get("LORASTUDIO_COMFYUI_DEPS")
@@ -31,16 +36,24 @@ pytestmark = [
 # the factors each case's file must hold (so that the case exercises the reader it names)
 FILE_KEYS = {
     "lora": set(),
+    "lora-kohya": {"alpha"},  # the per-layer alpha ComfyUI reads
     "dora": {"dora_scale", "lora_up.weight", "lora_down.weight", "alpha"},
     "loha": {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "alpha"},
-    "lokr": {"lokr_w1", "lokr_w2", "alpha"},
+    "lokr": {"lokr_w1", "alpha"},  # w2 full or low-rank, as the tiny widths make it
+    "lokr-full": {"lokr_w1", "lokr_w2", "alpha"},
     "lokr-lowrank-w2": {"lokr_w1", "lokr_w2_a", "lokr_w2_b", "alpha"},
     "lokr-lowrank-w1": {"lokr_w1_a", "lokr_w1_b", "lokr_w2", "alpha"},
     "dora-bf16": {"dora_scale", "lora_up.weight", "lora_down.weight", "alpha"},
 }
 FILE_KEYS |= {f"conv-{a}": FILE_KEYS[a] for a in ("lora", "dora", "loha", "lokr")}
+FILE_KEYS["conv-lokr"] = {"lokr_w1", "lokr_w2", "alpha"}  # a conv's w2 holds its kernel: never low-rank here
 FP32_CASES = [c for c in CASES if "save_dtype" not in CASES[c] and not c.startswith("conv-")]
 CONV_CASES = [c for c in CASES if c.startswith("conv-")]
+# "lora-kohya" where the kohya layout is not the family's default (there it is the "lora" case)
+KOHYA_DEFAULT = {f for f in COMFY_MODEL if families.get(f).spec.defaults.get("lora_format") == "kohya"}
+FP32_RUNS = [
+    (f, c) for f in COMFY_MODEL for c in FP32_CASES if not (c == "lora-kohya" and f in KOHYA_DEFAULT)
+]
 
 
 def _assert_loaded_at_the_trained_strength(result: dict, case: str) -> None:
@@ -51,8 +64,7 @@ def _assert_loaded_at_the_trained_strength(result: dict, case: str) -> None:
     assert result["worst_relative_error"] <= result["tolerance"]
 
 
-@pytest.mark.parametrize("case", FP32_CASES)
-@pytest.mark.parametrize("family", list(COMFY_MODEL))
+@pytest.mark.parametrize(("family", "case"), FP32_RUNS)
 def test_comfyuis_loader_applies_each_adapter_file_at_the_trained_strength(family, case, tmp_path):
     result = check_family(family, COMFYUI, tmp_path, DEPS, case=case)
     _assert_loaded_at_the_trained_strength(result, case)
@@ -75,9 +87,10 @@ def test_a_bf16_dora_file_loads_at_the_trained_strength_within_bf16_rounding(tmp
     assert result["tolerance"] == TOLERANCE["bf16"]
 
 
-def test_comfyui_loads_a_flux2_file_in_the_diffusers_layout_too(tmp_path):
+@pytest.mark.parametrize("family", ["flux2", "flux2-klein"])
+def test_comfyui_loads_a_flux2_file_in_the_diffusers_layout_too(family, tmp_path):
     """FLUX.2 is a Flux class in ComfyUI: FLUX.1's diffusers table maps its diffusers names."""
-    result = check_family("flux2", COMFYUI, tmp_path, DEPS, "diffusers")
+    result = check_family(family, COMFYUI, tmp_path, DEPS, "diffusers")
     _assert_loaded_at_the_trained_strength(result, "lora")
     assert json.loads(Path(result["lora"]).with_suffix(".json").read_text())["loaders"]["comfyui"]["ok"]
 

@@ -43,7 +43,8 @@ Checked against ComfyUI's own code: bench/comfyui_check.py runs ComfyUI v0.19.3 
 3086026401180c9216bcb6ace442a4e3587d2c66) `comfy.sd.load_lora_for_models` + `ModelPatcher.
 patch_weight_to_device` on each family's default file of a tiny run (every key loaded, every
 patched weight == the trained (alpha / rank) * B @ A; the SDXL diffusers layout: 0 keys loaded),
-and on DoRA / LoHa / LoKr files in the LyCORIS layout (lora/lycoris.py).
+on each family's kohya layout, and on DoRA / LoHa / LoKr files in the LyCORIS layout
+(lora/lycoris.py).
 Krea 2 is not in v0.19.3 (its rules above are read from the later lora.py). The sidecar names
 that check for the families it covers (COMFYUI_LOADER_CHECKED).
 
@@ -73,10 +74,18 @@ _PAIRS = (
     (".lora_B.default.weight", ".lora_A.default.weight"),
 )
 COMFYUI_RULES = "ComfyUI comfy/lora.py@ec93dcac, lora_convert.py@2bffe2f4, weight_adapter/lora.py@6f98b150"
-# the families whose default layout ComfyUI's own loader was run on (bench/comfyui_check.py)
-COMFYUI_LOADER_CHECKED = frozenset(
-    {"sdxl", "flux", "flux-kontext", "chroma", "qwen-image", "z-image", "flux2", "flux2-klein"}
-)
+# family -> the layouts ComfyUI's own loader was run on (bench/comfyui_check.py): the kohya /
+# LyCORIS layout of every adapter kind, a LoRA's diffusers layout too (not SDXL's: ComfyUI maps
+# SDXL diffusers names only in the old `processor.` spelling, and loads nothing of it)
+COMFYUI_LOADER_CHECKED: dict[str, frozenset[str]] = {
+    "sdxl": frozenset({"kohya"}),
+    **{
+        family: frozenset({"kohya", "diffusers"})
+        for family in (
+            "flux", "flux-kontext", "chroma", "qwen-image", "qwen-image-edit", "z-image", "flux2", "flux2-klein",
+        )
+    },
+}  # fmt: skip
 COMFYUI_LOADER = (
     "ComfyUI v0.19.3 (3086026401180c9216bcb6ace442a4e3587d2c66) load_lora_for_models, bench/comfyui_check.py"
 )
