@@ -97,7 +97,8 @@ def _loaded_change(family: str, model: Path, lora: Path) -> dict[str, torch.Tens
     return change
 
 
-def _assert_loaded_at_the_trained_strength(family: str, result: Any, model: Path, dtype: str) -> None:
+def _assert_loaded_at_the_trained_strength(family: str, result: Any, model: Path, dtype: str) -> list[str]:
+    """Asserts the module docstring's rules on `result`'s file; returns the weights compared."""
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]["diffusers"]
     want = trained_change(result.denoiser)
@@ -114,6 +115,7 @@ def _assert_loaded_at_the_trained_strength(family: str, result: Any, model: Path
         assert diff <= TOLERANCE[dtype] * scale + rounding, f"{key}: {diff:.3g} off a change of {scale:.3g}"
         moved = max(moved, scale)
     assert moved > 1e-3  # the run changed the layers (so the comparison can fail)
+    return sorted(want)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -135,3 +137,11 @@ def test_a_bf16_dora_file_loads_at_the_trained_strength_within_bf16_rounding(tin
     assert magnitudes == {torch.float32}  # kept fp32 (lora.files.FP32_PARTS)
     assert {v.dtype for k, v in tensors.items() if ".lora_" in k and k.endswith("weight")} == {torch.bfloat16}
     _assert_loaded_at_the_trained_strength("flux", result, tiny_model("flux"), "bf16")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sdxls_conv_layers_load_at_the_trained_strength(case, tiny_model, tmp_path):
+    """SDXL's ResNet conv1 (3x3 kernels) beside to_q, in each file diffusers is meant to load."""
+    result = _run("sdxl", tiny_model, tmp_path, **CASES[case], lora_targets=["to_q", "conv1"])
+    layers = _assert_loaded_at_the_trained_strength("sdxl", result, tiny_model("sdxl"), "fp32")
+    assert any(w.endswith("conv1.weight") for w in layers)  # 3x3 convs among the compared layers
