@@ -1,6 +1,6 @@
 """ComfyUI's own LoRA loader on lorastudio's files of every adapter kind (bench/comfyui_check.py):
 for every family ComfyUI has and every case of CASES (LoRA in the family's default layout and in its kohya layout; DoRA,
-LoHa and LoKr in the LyCORIS layout, LoKr with full and with low-rank factors; one bf16 file), a
+LoHa and LoKr in the LyCORIS layout, LoKr with full and with low-rank factors; bf16 and fp16 files), a
 3-step tiny run's file goes through ComfyUI's `comfy.sd.load_lora_for_models` and
 `ModelPatcher.patch_weight_to_device` (ComfyUI's code, in a process of its own) and every patched
 weight equals the trained change (peft's merged weight minus the base) within the case's
@@ -21,9 +21,12 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from bench.comfyui_check import CASES, COMFY_MODEL, CONV_FAMILIES, TOLERANCE, check_family
+from safetensors.torch import load_file
 
 from lorastudio import families
+from lorastudio.lora.files import FP32_PARTS
 
 COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
 DEPS = os.environ.get("LORASTUDIO_COMFYUI_DEPS")
@@ -44,6 +47,10 @@ FILE_KEYS = {
     "lokr-lowrank-w2": {"lokr_w1", "lokr_w2_a", "lokr_w2_b", "alpha"},
     "lokr-lowrank-w1": {"lokr_w1_a", "lokr_w1_b", "lokr_w2", "alpha"},
     "dora-bf16": {"dora_scale", "lora_up.weight", "lora_down.weight", "alpha"},
+    "lora-bf16": set(),
+    "loha-bf16": {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "alpha"},
+    "lokr-bf16": {"lokr_w1", "alpha"},
+    "lora-fp16": set(),
 }
 FILE_KEYS |= {f"conv-{a}": FILE_KEYS[a] for a in ("lora", "dora", "loha", "lokr")}
 FILE_KEYS["conv-lokr"] = {"lokr_w1", "lokr_w2", "alpha"}  # a conv's w2 holds its kernel: never low-rank here
@@ -81,10 +88,25 @@ def test_conv_layers_of_each_adapter_kind_load_at_the_trained_strength(family, c
     assert sidecar["loaders"]["comfyui"]["ok"], sidecar["loaders"]["comfyui"]  # the save-time check agrees
 
 
-def test_a_bf16_dora_file_loads_at_the_trained_strength_within_bf16_rounding(tmp_path):
-    result = check_family("sdxl", COMFYUI, tmp_path, DEPS, case="dora-bf16")
-    _assert_loaded_at_the_trained_strength(result, "dora-bf16")
-    assert result["tolerance"] == TOLERANCE["bf16"]
+# half-precision files: each kind once, over several families (the layouts are the fp32 cases')
+HALF_RUNS = [
+    ("sdxl", "dora-bf16"),
+    ("flux", "lora-bf16"),
+    ("z-image", "loha-bf16"),
+    ("flux2", "lokr-bf16"),
+    ("sdxl", "lora-fp16"),
+]
+
+
+@pytest.mark.parametrize(("family", "case"), HALF_RUNS)
+def test_a_half_precision_file_loads_at_the_trained_strength_within_its_rounding(family, case, tmp_path):
+    result = check_family(family, COMFYUI, tmp_path, DEPS, case=case)
+    _assert_loaded_at_the_trained_strength(result, case)
+    dtype = CASES[case]["save_dtype"]
+    assert result["tolerance"] == TOLERANCE[dtype]
+    want = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    tensors = load_file(result["lora"])
+    assert {v.dtype for k, v in tensors.items() if not k.endswith(FP32_PARTS)} == {want}
 
 
 @pytest.mark.parametrize("family", ["flux2", "flux2-klein"])
