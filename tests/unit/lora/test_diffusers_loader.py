@@ -7,7 +7,7 @@ each family's default LoRA file the same way):
   per-layer `.alpha`; FLUX.1's reader needs FLUX.1-dev's single-block widths, so the FLUX.1-layout
   families train the double blocks only: test_files.FLUX_DOUBLE_ONLY);
 - `dora-diffusers`: a DoRA in the diffusers layout (peft's `lora_magnitude_vector`);
-and a bf16 DoRA file (its row magnitudes kept fp32). A 3-step tiny run (rank 4, alpha 8: a lost
+and bf16 / fp16 LoRA and DoRA files (DoRA's row magnitudes kept fp32). A 3-step tiny run (rank 4, alpha 8: a lost
 alpha shows) writes the file; a fresh pipeline loads it with plain `load_lora_weights`; the
 weight change of every loaded layer (peft's own merge of it minus its base) must equal the trained
 one (peft's merge of the trained layer minus its base), on exactly the trained layers, and the
@@ -40,8 +40,9 @@ CASES: dict[str, dict[str, Any]] = {
     "dora-diffusers": {"adapter": "dora", "lora_format": "diffusers"},
 }
 # relative to the largest trained change of a layer, beyond the fp32 rounding of the weight: fp32
-# files give peft's weights back exactly; a bf16 file rounds A and B to 8 significant bits
-TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}
+# files give peft's weights back exactly; a bf16 file rounds A and B to 8 significant bits, an
+# fp16 file to 11
+TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 3e-3}
 
 
 def _run(family: str, tiny_model, root: Path, **overrides: Any) -> Any:
@@ -130,13 +131,27 @@ def test_diffusers_loads_each_file_meant_for_it_at_the_trained_strength(family, 
     _assert_loaded_at_the_trained_strength(family, result, tiny_model(family), "fp32")
 
 
-def test_a_bf16_dora_file_loads_at_the_trained_strength_within_bf16_rounding(tiny_model, tmp_path):
-    result = _run("flux", tiny_model, tmp_path, adapter="dora", lora_format="diffusers", save_dtype="bf16")
+@pytest.mark.parametrize(
+    ("family", "adapter", "dtype"),
+    [
+        ("flux", "dora", "bf16"),
+        ("flux", "lora", "bf16"),
+        ("sdxl", "lora", "fp16"),
+        ("qwen-image", "dora", "fp16"),
+    ],
+)
+def test_a_half_precision_file_loads_at_the_trained_strength_within_its_rounding(
+    family, adapter, dtype, tiny_model, tmp_path
+):
+    result = _run(family, tiny_model, tmp_path, adapter=adapter, lora_format="diffusers", save_dtype=dtype)
     tensors = load_file(str(result.lora_path))
     magnitudes = {v.dtype for k, v in tensors.items() if k.endswith(".lora_magnitude_vector")}
-    assert magnitudes == {torch.float32}  # kept fp32 (lora.files.FP32_PARTS)
-    assert {v.dtype for k, v in tensors.items() if ".lora_" in k and k.endswith("weight")} == {torch.bfloat16}
-    _assert_loaded_at_the_trained_strength("flux", result, tiny_model("flux"), "bf16")
+    assert magnitudes == (
+        {torch.float32} if adapter == "dora" else set()
+    )  # kept fp32 (lora.files.FP32_PARTS)
+    want = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    assert {v.dtype for k, v in tensors.items() if ".lora_" in k and k.endswith("weight")} == {want}
+    _assert_loaded_at_the_trained_strength(family, result, tiny_model(family), dtype)
 
 
 @pytest.mark.parametrize("case", list(CASES))
