@@ -1,12 +1,12 @@
 """ComfyUI's own LoRA loader on lorastudio's files of every adapter kind (bench/comfyui_check.py):
-for every family ComfyUI has and every case of CASES (LoRA in the family's default layout and in its kohya layout; DoRA,
-LoHa and LoKr in the LyCORIS layout, LoKr with full and with low-rank factors; bf16 and fp16 files), a
-3-step tiny run's file goes through ComfyUI's `comfy.sd.load_lora_for_models` and
-`ModelPatcher.patch_weight_to_device` (ComfyUI's code, in a process of its own) and every patched
-weight equals the trained change (peft's merged weight minus the base) within the case's
-tolerance; no key is left unloaded and ComfyUI logs no failed patch. FLUX.2's diffusers layout
-loads too. The SDXL diffusers layout
-and a DoRA file in the diffusers layout are the counter-examples the defaults avoid.
+for every family ComfyUI has and every case of CASES (LoRA in the family's default layout and in
+its kohya layout; DoRA, LoHa and LoKr in the LyCORIS layout, LoKr with full and with low-rank
+factors; bf16 and fp16 files), a 3-step tiny run's file goes through ComfyUI's
+`comfy.sd.load_lora_for_models` and `ModelPatcher.patch_weight_to_device` (ComfyUI's code, in a
+process of its own) and every patched weight equals the trained change (peft's merged weight
+minus the base) within the case's tolerance; no key is left unloaded and ComfyUI logs no failed
+patch. FLUX.2's diffusers layout loads too. The SDXL diffusers layout and a DoRA file in the
+diffusers layout are the counter-examples the defaults avoid.
 
 Needs a ComfyUI checkout (not on PyPI, never vendored): LORASTUDIO_COMFYUI=/path/to/ComfyUI, and
 its extra dependencies in LORASTUDIO_COMFYUI_DEPS (see bench/comfyui_check.py). Skipped without.
