@@ -3,18 +3,21 @@ No torch, no HTTP.
 
 The upload path (data/uploads.py) takes a flat batch of images and captions; a dataset folder
 on disk may also hold the loss masks (data/masks.py: masks/<stem>.*, one per image). Each file
-of SOURCE/masks is checked before anything is written: an image file (IMAGE_EXTENSIONS), not a
-link, that decodes within the server's limits (data.images.probe_image), whose stem is an image
-of the dataset (imported or already there), and no other mask of that stem in the dataset. The
-good ones are copied, each staged and renamed, into DATASET/masks/ under the dataset's lock;
-the others are named with the reason. A mask's size is checked where it is used (the run's scan
-names a mask of the wrong size).
+of SOURCE/masks is checked before anything is written: a safe name (data.paths.safe_component;
+stored under its NFC form, as the upload stores its image), an image file (IMAGE_EXTENSIONS),
+not a link, that decodes within the server's limits (data.images.probe_image), whose stem is an
+image of the dataset (imported or already there), the only one of its stem in SOURCE/masks, and
+no other mask of that stem in the dataset. The good ones are copied, each staged and renamed,
+into DATASET/masks/ under the dataset's lock; the others are named with the reason. A mask's
+size is checked where it is used (the run's scan names a mask of the wrong size).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import unicodedata
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,24 +25,26 @@ from pathlib import Path
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.masks import MASKS_DIR, mask_files
+from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import dataset_lock, make_dir, staged_write
-from lorastudio.errors import DatasetError
+from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
 
 
 @dataclass
 class MaskPlan:
-    """The masks of SOURCE/masks to import (`good`: paths) and the refused ones (`refused`:
-    ("masks/<file>", reason))."""
+    """The masks of SOURCE/masks to import (`good`: (path, the name it is stored under)) and the
+    refused ones (`refused`: ("masks/<file>", reason))."""
 
-    good: list[Path] = field(default_factory=list)
+    good: list[tuple[Path, str]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
 
 
 def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pixels: int) -> MaskPlan:
     """Check every entry of `source`/masks (see the module docstring) against the dataset's
-    image stems `image_stems` (those imported and those already in `dataset`). An empty plan
-    when there is no masks/ folder (or it is a link, refused)."""
+    image stems `image_stems` (those imported and those already in `dataset`; compared in NFC).
+    An empty plan when there is no masks/ folder (or it is a link, refused; or the dataset's
+    masks/ is a link or a file: every mask refused, before anything is written)."""
     plan = MaskPlan()
     folder = source / MASKS_DIR
     if folder.is_symlink():
@@ -47,17 +52,35 @@ def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pi
         return plan
     if not folder.is_dir():
         return plan
+    target = dataset / MASKS_DIR
+    if target.is_symlink() or (os.path.lexists(target) and not target.is_dir()):
+        kind = "a symbolic link" if target.is_symlink() else "not a folder"
+        plan.refused.append((f"{MASKS_DIR}/", f"{target} is {kind}: no mask is imported"))
+        return plan
+    stems = {unicodedata.normalize("NFC", s) for s in image_stems}
     existing = mask_files(dataset)
-    for path in sorted(p for p in folder.iterdir() if not p.name.startswith(".")):
-        name, stem = f"{MASKS_DIR}/{path.name}", path.stem
+    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    named = {p: _stored_name(p.name) for p in entries}
+    per_stem = Counter(
+        Path(n).stem
+        for p, (n, _) in named.items()
+        if n and is_image_name(n) and not p.is_symlink() and p.is_file()
+    )
+    for path in entries:
+        name, (stored, bad_name) = f"{MASKS_DIR}/{path.name}", named[path]
+        stem = Path(stored).stem if stored else ""
         why = None
         if path.is_symlink():
             why = "a symbolic link: links are not followed"
-        elif not path.is_file() or not is_image_name(path.name):
+        elif stored is None:
+            why = bad_name
+        elif not path.is_file() or not is_image_name(stored):
             why = "not an image file"
-        elif stem not in image_stems:
+        elif stem not in stems:
             why = f"no image {stem}.* in the dataset"
-        elif stem in existing and existing[stem].name != path.name:
+        elif per_stem[stem] > 1:
+            why = f"{per_stem[stem]} masks for the image {stem}.* in {MASKS_DIR}/ (which one?): keep one"
+        elif stem in existing and existing[stem].name != stored:
             why = f"the dataset has the mask {MASKS_DIR}/{existing[stem].name} for {stem} already"
         else:
             try:
@@ -65,16 +88,26 @@ def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pi
             except DatasetError as err:
                 why = "; ".join(p.removeprefix(f"{path.name}: ") for p in err.problems or [str(err)])
         if why is None:
-            plan.good.append(path)
+            plan.good.append((path, stored))
         else:
             plan.refused.append((name, why))
     return plan
 
 
+def _stored_name(name: str) -> tuple[str | None, str]:
+    """The name a mask file `name` is stored under (NFC), or None and why it is not a safe name."""
+    try:
+        return safe_component(name, field="file name"), ""
+    except ConfigError as err:
+        return None, "; ".join(f"{p.field}: {p.message}" for p in err.problems)
+    except PathOutsideRoot as err:
+        return None, str(err)
+
+
 def copy_masks(plan: MaskPlan, dataset: Path, datasets_root: Path, image_stems: Collection[str]) -> list[str]:
     """Copy the plan's good masks whose image is in the dataset now (`image_stems`) into
     `dataset`/masks/ under the dataset's lock; returns the file names copied."""
-    wanted = [p for p in plan.good if p.stem in image_stems]
+    wanted = [(p, n) for p, n in plan.good if Path(n).stem in image_stems]
     if not wanted:
         return []
     target = dataset / MASKS_DIR
@@ -82,9 +115,9 @@ def copy_masks(plan: MaskPlan, dataset: Path, datasets_root: Path, image_stems: 
         if target.is_symlink():
             raise DatasetError(f"{target} is a symbolic link", [f"{target}: links are not followed"])
         make_dir(target)
-        for path in wanted:
-            with open_in_folder(path) as src, staged_write(target / path.name) as tmp, open(tmp, "wb") as out:
+        for path, name in wanted:
+            with open_in_folder(path) as src, staged_write(target / name) as tmp, open(tmp, "wb") as out:
                 shutil.copyfileobj(src, out)
                 out.flush()
                 os.fsync(out.fileno())
-    return [p.name for p in wanted]
+    return [n for _, n in wanted]
