@@ -1,17 +1,22 @@
-"""Does ComfyUI's own LoRA loader load lorastudio's default files at the trained strength?
+"""Does ComfyUI's own LoRA loader load lorastudio's files, of every adapter kind, at the trained strength?
 
-    python -m bench.comfyui_check --comfyui /path/to/ComfyUI [--pythonpath DIR] [FAMILY ...]
+    python -m bench.comfyui_check --comfyui /path/to/ComfyUI [--pythonpath DIR]
+        [--case lora|lora-kohya|dora|loha|lokr|lokr-full|lokr-lowrank-w2|lokr-lowrank-w1|dora-bf16|lokr-bf16|conv-dora|... ...] [FAMILY ...]
 
-For each family: trains a tiny LoRA for 3 steps on the CPU with the family's default
-`lora_format` (rank 4, alpha 8: alpha != rank, so a lost alpha shows), takes the weight change
-the trained adapter makes ((alpha / rank) * B @ A per layer, from the adapter in memory, not
-from the file), and hands the file, the tiny denoiser's weights and that change to
+For each family x case (CASES: LoRA in the default and the kohya layout, the other adapter kinds,
+LoKr with full and low-rank factors, bf16 / fp16 files; SDXL's conv layers with each kind): trains a
+tiny adapter for 3 steps on the CPU (rank 4, alpha 8: alpha != rank, so a lost alpha shows), takes the exact weight change the trained adapter makes from the adapter in memory,
+not from the file (peft's own merge of each adapted layer minus its base weight: for DoRA the
+merged weight minus the base), and hands the file, the tiny denoiser's weights and that change to
 bench/comfyui_side.py, which runs ComfyUI's code (its docstring says which functions and the one
 small stub) in a separate process: nothing of lorastudio is imported there, and ComfyUI's
-modules never share a process with diffusers. Prints one line per family and a JSON summary.
+modules never share a process with diffusers. Every patched weight must equal the trained one
+within the case's tolerance (TOLERANCE: relative to the largest change of the layer) and no key
+may be left unloaded. Prints one line per case and a JSON summary.
 
 ComfyUI is not on PyPI: give a checkout (`fetch` of Comfy-Org/ComfyUI or a fork that merges it;
-checked with v0.19.3, upstream commit 3086026401180c9216bcb6ace442a4e3587d2c66). Its
+checked with v0.19.3, upstream commit 3086026401180c9216bcb6ace442a4e3587d2c66, e.g. from the
+YellowRoseCx/ComfyUI snapshot: the files of that commit, two missing tokenizer blobs aside). Its
 dependencies beyond this venv (einops, scipy, torchsde, trampoline, comfy-aimdo) go in a folder
 given by --pythonpath (`pip install --no-deps --target DIR ...`). Krea 2 is not a ComfyUI
 v0.19.3 model, so it is reported as not checked there.
@@ -47,27 +52,79 @@ COMFY_MODEL = {
     "chroma": ("Chroma", "mmdit"),
     "z-image": ("Lumina2", "mmdit"),
     "qwen-image": ("QwenImage", "identity"),
+    "qwen-image-edit": ("QwenImage", "identity"),  # the same model class (its edit inputs are not weights)
     "flux2": ("Flux2", "given"),
     "flux2-klein": ("Flux2", "given"),
 }
 NOT_IN_COMFYUI = {"krea2": "ComfyUI v0.19.3 has no Krea 2 model (comfy/ldm has no krea2)"}
 RANK, ALPHA = 4, 8.0
+# case -> TrainConfig settings over the defaults ("lora": the family's default layout, "lora-kohya"
+# its kohya one). DoRA's ComfyUI file is lora_format "kohya" (the LyCORIS layout with
+# .dora_scale); LoHa / LoKr files are always that layout. LoKr's factors
+# (peft's factorization: w1 takes `lokr_factor` rows / columns, w2 the rest; w2 is low-rank when
+# rank < max(w2 dims) / 2, w1 with lokr_decompose_both when rank < max(w1 dims) / 2): the default
+# gives what a user gets (full w1; w2 full on the narrow tiny layers, low-rank on FLUX.2's),
+# factor 64 full w1 and w2 (ComfyUI's scale-1 branch, alpha / rank folded into w1), factor 2 a
+# low-rank w2, factor 16 + decompose_both a low-rank w1 (ComfyUI's alpha / rank branch).
+CASES: dict[str, dict[str, Any]] = {
+    "lora": {},
+    "lora-kohya": {"lora_format": "kohya"},  # the kohya / ComfyUI layout where it is not the default
+    "dora": {"adapter": "dora", "lora_format": "kohya"},
+    "loha": {"adapter": "loha"},
+    "lokr": {"adapter": "lokr"},
+    "lokr-full": {"adapter": "lokr", "lokr_factor": 64},
+    "lokr-lowrank-w2": {"adapter": "lokr", "lokr_factor": 2},
+    "lokr-lowrank-w1": {"adapter": "lokr", "lokr_factor": 16, "lokr_decompose_both": True},
+    "dora-bf16": {"adapter": "dora", "lora_format": "kohya", "save_dtype": "bf16"},
+    "lora-bf16": {"save_dtype": "bf16"},
+    "loha-bf16": {"adapter": "loha", "save_dtype": "bf16"},
+    "lokr-bf16": {"adapter": "lokr", "save_dtype": "bf16"},
+    "lora-fp16": {"save_dtype": "fp16"},
+}
+# SDXL's conv layers too (its ResNet conv1, 3x3 kernels: ComfyUI reshapes each product onto the
+# 4-D weight, DoRA's scale is [out, 1, 1, 1]); the transformer families have no conv to target
+CONV = ["to_q", "conv1"]
+CASES |= {f"conv-{a}": {**CASES[a], "lora_targets": CONV} for a in ("lora", "dora", "loha", "lokr")}
+CONV_FAMILIES = ("sdxl",)
+# relative to the largest trained change of a layer (beyond the weight's fp32 rounding:
+# comfyui_side.compare): fp32 files agree to rounding (measured <= 9e-7); a bf16 file rounds each
+# factor to 8 significant bits (2^-9 relative; measured <= 4.7e-3 on DoRA, whose row scales the
+# file keeps in fp32: lora.files.FP32_PARTS, 3.7e-3 LoRA, 4.2e-3 LoHa, 7.8e-3 LoKr), an fp16
+# file to 11 (measured 5.8e-4 on LoRA)
+TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 3e-3}
 
 
-def train_default(
-    family: str, work: Path, lora_format: str | None = None
+def trained_change(denoiser: Any) -> dict[str, torch.Tensor]:
+    """{diffusers weight name: merged weight - base weight} of every adapted layer, by peft's own
+    merge (LoRA, DoRA, LoHa, LoKr alike). Merges the adapter into `denoiser` (left merged)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    change: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, module in denoiser.named_modules():
+            if not isinstance(module, BaseTunerLayer) or "default" not in module.active_adapters:
+                continue
+            before = module.get_base_layer().weight.detach().float().clone()
+            module.merge(adapter_names=["default"])
+            after = module.get_base_layer().weight.detach().float()
+            change[f"{name}.weight"] = after - before  # [out, in] (or the conv shape)
+    return change
+
+
+def train_case(
+    family: str, work: Path, case: str = "lora", lora_format: str | None = None
 ) -> tuple[Path, Path, dict[str, torch.Tensor]]:
-    """(LoRA file, tiny model folder, {diffusers weight name: trained change}) of a 3-step run
-    with `lora_format` (None: the family's default)."""
+    """(adapter file, tiny model folder, {diffusers weight name: trained change}) of a 3-step run
+    with CASES[case]'s settings and `lora_format` (None: the case's, else the family's default)."""
     from lorastudio.tiny import make_sample_dataset, save_tiny_model, tiny_model_dir
     from lorastudio.tiny.paired import make_paired_dataset
 
     spec = families.get(family).spec
     model = save_tiny_model(family, tiny_model_dir(family, work / "models"))
-    if spec.control_images[0]:
-        data = make_paired_dataset(work / "paired")
+    if spec.edit_model:  # an edit family trains on pairs, its controls at the targets' size
+        data, pairs = make_paired_dataset(work / "paired"), {"control_resolution": "target"}
     else:
-        data = make_sample_dataset(work / "data" / "shapes")
+        data, pairs = make_sample_dataset(work / "data" / "shapes"), {}
     raw: dict[str, Any] = {
         "family": family,
         "base_model": str(model),
@@ -78,23 +135,18 @@ def train_default(
         "lora_rank": RANK,
         "lora_alpha": ALPHA,
         "batch_size": 2,
-        "output_name": f"comfy-{family}-{lora_format or 'default'}",
+        "output_name": f"comfy-{family}-{case}",
         "seed": 0,
+        **pairs,
+        **CASES[case],
         **({"lora_format": lora_format} if lora_format else {}),
         **({"max_sequence_length": 16} if "max_sequence_length" in spec.supports else {}),
     }
-    settings = Settings(home=work / "home" / f"{family}-{lora_format or 'default'}")
+    settings = Settings(home=work / "home" / f"{family}-{case}-{lora_format or 'default'}")
     result = train(
         TrainConfig.model_validate(raw), [].append, settings=settings, device="cpu", return_denoiser=True
     )
-    change: dict[str, torch.Tensor] = {}
-    for name, module in result.denoiser.named_modules():
-        if hasattr(module, "lora_A") and "default" in getattr(module, "lora_A", {}):
-            a = module.lora_A["default"].weight.flatten(1)  # [r, in]
-            b = module.lora_B["default"].weight.flatten(1)  # [out, r]
-            weight = module.get_base_layer().weight
-            change[f"{name}.weight"] = (module.scaling["default"] * (b @ a)).reshape(weight.shape).detach()
-    return result.lora_path, model, change
+    return result.lora_path, model, trained_change(result.denoiser)
 
 
 def sdxl_unet_config(model: Path) -> dict[str, Any]:
@@ -129,40 +181,65 @@ def flux2_native(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: torch.cat([p[i] for i in sorted(p)], dim=0) for k, p in parts.items()}
 
 
-def write_case(family: str, work: Path, lora_format: str | None = None) -> Path:
+def file_kinds(lora: Path) -> dict[str, int]:
+    """{key suffix: count} of the file's per-module keys ("lokr_w2_a", "lora_up.weight", ...):
+    which factors the file holds."""
+    kinds: dict[str, int] = {}
+    for key in load_file(str(lora)):
+        parts = key.split(".")
+        suffix = ".".join(parts[-2:]) if parts[-1] == "weight" else parts[-1]
+        kinds[suffix] = kinds.get(suffix, 0) + 1
+    return kinds
+
+
+def write_case(family: str, work: Path, case: str = "lora", lora_format: str | None = None) -> Path:
     """Train, then write the case folder comfyui_side.py reads."""
-    lora, model, change = train_default(family, work, lora_format)
+    lora, model, change = train_case(family, work, case, lora_format)
     spec = families.get(family).spec
     base: dict[str, torch.Tensor] = {}
     for f in sorted((model / spec.denoiser).glob("*.safetensors")):
         base.update(load_file(str(f)))
     cls, kind = COMFY_MODEL[family]
-    case: dict[str, Any] = {"family": family, "model_class": cls, "native": kind, "lora": str(lora)}
+    dtype = CASES[case].get("save_dtype", "fp32")
+    case_json: dict[str, Any] = {
+        "family": family,
+        "case": case,
+        "model_class": cls,
+        "native": kind,
+        "lora": str(lora),
+        "tolerance": TOLERANCE[dtype],
+        "file_keys": file_kinds(lora),
+    }
     if kind == "unet":
-        case["unet_config"] = sdxl_unet_config(model)
+        case_json["unet_config"] = sdxl_unet_config(model)
     if kind == "given":
         full = {k: change.get(k, torch.zeros_like(v)) for k, v in base.items()}
         base, change = flux2_native(base), flux2_native(full)
-        case["unet_config"] = {
+        case_json["unet_config"] = {
             "depth": len({k.split(".")[1] for k in base if k.startswith("double_blocks.")}),
             "depth_single_blocks": len({k.split(".")[1] for k in base if k.startswith("single_blocks.")}),
             "hidden_size": base["img_in.weight"].shape[0] if "img_in.weight" in base else 0,
         }
-    folder = work / "cases" / f"{family}-{lora_format or 'default'}"
+    folder = work / "cases" / f"{family}-{case}-{lora_format or 'default'}"
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in base.items()}, str(folder / "base.safetensors"))
     save_file({k: v.contiguous() for k, v in change.items()}, str(folder / "expected.safetensors"))
-    (folder / "case.json").write_text(json.dumps(case, indent=1))
+    (folder / "case.json").write_text(json.dumps(case_json, indent=1))
     return folder
 
 
 def check_family(
-    family: str, comfyui: Path, work: Path, pythonpath: str | None, lora_format: str | None = None
+    family: str,
+    comfyui: Path,
+    work: Path,
+    pythonpath: str | None,
+    lora_format: str | None = None,
+    case: str = "lora",
 ) -> dict[str, Any]:
-    """Train, write and run one family's case; returns comfyui_side.py's result."""
+    """Train, write and run one family's `case` (CASES); returns comfyui_side.py's result."""
     if family in NOT_IN_COMFYUI:
-        return {"family": family, "ok": None, "skipped": NOT_IN_COMFYUI[family]}
-    folder = write_case(family, work, lora_format)
+        return {"family": family, "case": case, "ok": None, "skipped": NOT_IN_COMFYUI[family]}
+    folder = write_case(family, work, case, lora_format)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -175,7 +252,7 @@ def check_family(
     )
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     if run.returncode != 0 or not lines:
-        return {"family": family, "ok": False, "error": (run.stderr or run.stdout)[-2000:]}
+        return {"family": family, "case": case, "ok": False, "error": (run.stderr or run.stdout)[-2000:]}
     return json.loads(lines[-1])
 
 
@@ -184,21 +261,24 @@ def main() -> None:
     parser.add_argument("--comfyui", type=Path, default=os.environ.get("LORASTUDIO_COMFYUI"), required=False)
     parser.add_argument("--pythonpath", default=os.environ.get("LORASTUDIO_COMFYUI_DEPS"))
     parser.add_argument("--work", type=Path, default=None, help="folder for models, runs and cases")
-    parser.add_argument("--lora-format", default=None, help="kohya or diffusers (default: each family's)")
+    parser.add_argument(
+        "--lora-format", default=None, help="kohya or diffusers (default: the case's / family's)"
+    )
+    parser.add_argument("--case", action="append", choices=list(CASES), help="repeatable (default: lora)")
     parser.add_argument("families", nargs="*", default=[*COMFY_MODEL, *NOT_IN_COMFYUI])
     args = parser.parse_args()
     if args.comfyui is None or not (args.comfyui / "comfy" / "lora.py").is_file():
         raise SystemExit("give a ComfyUI checkout: --comfyui PATH (or LORASTUDIO_COMFYUI)")
     work = args.work or Path(tempfile.mkdtemp(prefix="comfyui-check-"))
     results = []
-    for family in args.families:
-        result = check_family(family, args.comfyui, work, args.pythonpath, args.lora_format)
+    for family, case in [(f, c) for f in args.families for c in args.case or ["lora"]]:
+        result = check_family(family, args.comfyui, work, args.pythonpath, args.lora_format, case)
         results.append(result)
         print(
-            f"{family:13} ok={result.get('ok')} keys={result.get('lora_keys')} "
+            f"{family:13} {case:17} ok={result.get('ok')} keys={result.get('lora_keys')} "
             f"patched={result.get('patched_weights')}/{result.get('expected_weights')} "
             f"worst={result.get('worst_relative_error', float('nan')):.2e} "
-            f"not_loaded={len(result.get('not_loaded', []))} "
+            f"not_loaded={len(result.get('not_loaded', []))} errors={len(result.get('comfy_errors', []))} "
             f"{result.get('skipped') or result.get('error', '')[-300:] or '; '.join(result.get('errors', [])[:2])}",
             flush=True,
         )

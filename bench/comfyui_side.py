@@ -5,8 +5,9 @@
 Imports no lorastudio code: everything here is ComfyUI's (a checkout given by --comfyui, not
 vendored) plus torch and safetensors. CASE_DIR (written by comfyui_check.py) holds case.json,
 base.safetensors (the tiny denoiser's weights, diffusers names; for "native": "given", the
-model's own names) and expected.safetensors (the weight change the trained adapter makes,
-(alpha / rank) * B @ A per layer, same names).
+model's own names) and expected.safetensors (the weight change the trained adapter makes, peft's
+merged weight minus the base per layer, same names). The file may be a LoRA or a LyCORIS DoRA /
+LoHa / LoKr file: ComfyUI's loader picks its weight adapter (comfy/weight_adapter) per module.
 
 What runs, all ComfyUI's code:
 1. the model's weights in ComfyUI's names, by ComfyUI's own diffusers loading conversion:
@@ -19,8 +20,11 @@ What runs, all ComfyUI's code:
    node's call (model_lora_keys_unet + lora_convert.convert_lora + lora.load_lora + add_patches),
    then `ModelPatcher.patch_weight_to_device(key, return_weight=True)` for each patched weight
    (lora.calculate_weight, the LoRA adapter's strength rule).
-3. every "lora key not loaded" / "NOT LOADED" warning is collected; the patched weight minus the
-   original must equal the expected change on every layer, and nothing else may change.
+3. every "lora key not loaded" / "NOT LOADED" warning and every error ComfyUI logs (its weight
+   adapters log a failed patch, e.g. a shape mismatch, and leave the weight as it was) is
+   collected; the patched weight minus the original must equal the expected change on every
+   layer within case.json's "tolerance" (relative to the layer's largest change, beyond the fp32
+   rounding of the weight: `compare`), and nothing else may change.
 
 The stub surface, and why: ComfyUI's model classes cannot be built at the tiny models' sizes
 (its model detection and constructors assume real widths: head counts of hidden_size / 128,
@@ -150,44 +154,70 @@ def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
     patcher = comfy.patcher.ModelPatcher(model, load_device=model.device, offload_device=model.device)
 
     lora = load_file(case["lora"])
+    tolerance = float(case.get("tolerance", 1e-4))
     warnings: list[str] = []
     handler = _Collect(warnings)
     logging.getLogger().addHandler(handler)
-    try:
+    try:  # patch_weight_to_device is where ComfyUI's adapters compute (and log a failed patch)
         patched, _ = comfy.sd.load_lora_for_models(patcher, None, lora, case.get("strength", 1.0), 0)
+        prefixed = {"diffusion_model." + k: v for k, v in expected.items()}
+        errors, worst = compare(comfy, model, patched, prefixed, tolerance)
     finally:
         logging.getLogger().removeHandler(handler)
-
-    errors, worst = [], 0.0
-    prefixed = {"diffusion_model." + k: v for k, v in expected.items()}
-    for key in sorted(set(patched.patches) | set(prefixed)):
-        if key not in patched.patches:
-            errors.append(f"{key}: the LoRA changes it, ComfyUI does not patch it")
-            continue
-        before = comfy.utils.get_attr(model, key).detach().float()
-        after = patched.patch_weight_to_device(key, return_weight=True).float()
-        want = prefixed.get(key, torch.zeros_like(before)).float()
-        diff = (after - before - want).abs().max().item()
-        scale = max(want.abs().max().item(), 1e-12)
-        worst = max(worst, diff / scale)
-        if diff > 1e-4 * scale + 1e-7:
-            errors.append(
-                f"{key}: patched change differs from the trained one by {diff:.3g} (max {scale:.3g})"
-            )
     return {
         "family": case["family"],
+        "case": case.get("case", "lora"),
+        "lora": case["lora"],
+        "file_keys": case.get("file_keys", {}),
+        "tolerance": tolerance,
         "lora_keys": len(lora),
         "patched_weights": len(patched.patches),
         "expected_weights": len(expected),
-        "not_loaded": warnings,
+        "conv_weights": sum(1 for v in expected.values() if v.dim() == 4),
+        "not_loaded": [w for w in warnings if "not loaded" in w.lower()],
+        "comfy_errors": [w for w in warnings if "not loaded" not in w.lower()],
         "errors": errors,
         "worst_relative_error": worst,
         "ok": not warnings and not errors and len(expected) > 0,
     }
 
 
+def compare(
+    comfy: Any, model: Any, patched: Any, expected: dict[str, Any], tolerance: float
+) -> tuple[list[str], float]:
+    """(problems, worst relative error) of ComfyUI's patched weights against `expected`
+    ({"diffusion_model.<name>": change}): every changed weight patched; each patch equal to its
+    change within `tolerance` x the change's largest entry plus the fp32 rounding of W + change
+    (4 ulps of the weight's largest entry: a layer the 3 steps barely moved differs by that
+    rounding alone); a layer left unchanged patched by no more than that rounding. The worst
+    relative error is the largest (difference - rounding) / the change's largest entry."""
+    import torch
+
+    errors, worst = [], 0.0
+    for key in sorted(set(patched.patches) | set(expected)):
+        if key not in patched.patches:
+            errors.append(f"{key}: the adapter changes it, ComfyUI does not patch it")
+            continue
+        before = comfy.utils.get_attr(model, key).detach().float()
+        after = patched.patch_weight_to_device(key, return_weight=True).float()
+        want = expected.get(key, torch.zeros_like(before)).float()
+        diff = (after - before - want).abs().max().item()
+        scale = want.abs().max().item()
+        rounding = 4 * torch.finfo(torch.float32).eps * before.abs().max().item()
+        if scale == 0.0:
+            if diff > rounding:
+                errors.append(f"{key}: an unchanged layer is patched by up to {diff:.3g}")
+            continue
+        worst = max(worst, max(diff - rounding, 0.0) / scale)
+        if diff > tolerance * scale + rounding:
+            errors.append(
+                f"{key}: patched change differs from the trained one by {diff:.3g} (max {scale:.3g})"
+            )
+    return errors, worst
+
+
 class _Collect(logging.Handler):
-    """Collects ComfyUI's "lora key not loaded" / "NOT LOADED" warnings."""
+    """Collects ComfyUI's "lora key not loaded" / "NOT LOADED" warnings and its logged errors."""
 
     def __init__(self, sink: list[str]) -> None:
         super().__init__(logging.WARNING)
@@ -195,7 +225,7 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if "not loaded" in message.lower():
+        if "not loaded" in message.lower() or record.levelno >= logging.ERROR:
             self.sink.append(message)
 
 

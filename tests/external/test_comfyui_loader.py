@@ -1,39 +1,136 @@
-"""ComfyUI's own LoRA loader on lorastudio's default files (bench/comfyui_check.py): for every
-family ComfyUI has, a 3-step tiny run's default file goes through ComfyUI's
+"""ComfyUI's own LoRA loader on lorastudio's files of every adapter kind (bench/comfyui_check.py):
+for every family ComfyUI has and every case of CASES (LoRA in the family's default layout and in
+its kohya layout; DoRA, LoHa and LoKr in the LyCORIS layout, LoKr with full and with low-rank
+factors; bf16 and fp16 files), a 3-step tiny run's file goes through ComfyUI's
 `comfy.sd.load_lora_for_models` and `ModelPatcher.patch_weight_to_device` (ComfyUI's code, in a
-process of its own) and every patched weight equals the trained (alpha / rank) * B @ A; no key is
-left unloaded. The SDXL diffusers layout is the counter-example the default avoids: ComfyUI
-loads none of its keys.
+process of its own) and every patched weight equals the trained change (peft's merged weight
+minus the base) within the case's tolerance; no key is left unloaded and ComfyUI logs no failed
+patch. FLUX.2's diffusers layout loads too. The SDXL diffusers layout and a DoRA file in the
+diffusers layout are the counter-examples the defaults avoid.
 
 Needs a ComfyUI checkout (not on PyPI, never vendored): LORASTUDIO_COMFYUI=/path/to/ComfyUI, and
 its extra dependencies in LORASTUDIO_COMFYUI_DEPS (see bench/comfyui_check.py). Skipped without.
+Krea 2 is not a ComfyUI v0.19.3 model: its files are checked against lora/comfy.py's restated
+rules only (tests/unit/lora).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
-from bench.comfyui_check import COMFY_MODEL, check_family
+import torch
+from bench.comfyui_check import CASES, COMFY_MODEL, CONV_FAMILIES, TOLERANCE, check_family
+from safetensors.torch import load_file
+
+from lorastudio import families
+from lorastudio.lora.files import FP32_PARTS
 
 COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
+DEPS = os.environ.get("LORASTUDIO_COMFYUI_DEPS")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not (COMFYUI / "comfy" / "lora.py").is_file(), reason="no ComfyUI checkout (LORASTUDIO_COMFYUI)"
     ),
 ]
+# the factors each case's file must hold (so that the case exercises the reader it names)
+FILE_KEYS = {
+    "lora": set(),
+    "lora-kohya": {"alpha"},  # the per-layer alpha ComfyUI reads
+    "dora": {"dora_scale", "lora_up.weight", "lora_down.weight", "alpha"},
+    "loha": {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "alpha"},
+    "lokr": {"lokr_w1", "alpha"},  # w2 full or low-rank, as the tiny widths make it
+    "lokr-full": {"lokr_w1", "lokr_w2", "alpha"},
+    "lokr-lowrank-w2": {"lokr_w1", "lokr_w2_a", "lokr_w2_b", "alpha"},
+    "lokr-lowrank-w1": {"lokr_w1_a", "lokr_w1_b", "lokr_w2", "alpha"},
+    "dora-bf16": {"dora_scale", "lora_up.weight", "lora_down.weight", "alpha"},
+    "lora-bf16": set(),
+    "loha-bf16": {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "alpha"},
+    "lokr-bf16": {"lokr_w1", "alpha"},
+    "lora-fp16": set(),
+}
+FILE_KEYS |= {f"conv-{a}": FILE_KEYS[a] for a in ("lora", "dora", "loha", "lokr")}
+FILE_KEYS["conv-lokr"] = {"lokr_w1", "lokr_w2", "alpha"}  # a conv's w2 holds its kernel: never low-rank here
+FP32_CASES = [c for c in CASES if "save_dtype" not in CASES[c] and not c.startswith("conv-")]
+CONV_CASES = [c for c in CASES if c.startswith("conv-")]
+# "lora-kohya" where the kohya layout is not the family's default (there it is the "lora" case)
+KOHYA_DEFAULT = {f for f in COMFY_MODEL if families.get(f).spec.defaults.get("lora_format") == "kohya"}
+FP32_RUNS = [
+    (f, c) for f in COMFY_MODEL for c in FP32_CASES if not (c == "lora-kohya" and f in KOHYA_DEFAULT)
+]
 
 
-@pytest.mark.parametrize("family", list(COMFY_MODEL))
-def test_comfyuis_loader_applies_the_default_file_at_the_trained_strength(family, tmp_path):
-    result = check_family(family, COMFYUI, tmp_path, os.environ.get("LORASTUDIO_COMFYUI_DEPS"))
+def _assert_loaded_at_the_trained_strength(result: dict, case: str) -> None:
     assert result["ok"], result
-    assert result["not_loaded"] == [] and result["patched_weights"] >= result["expected_weights"] > 0
+    assert result["not_loaded"] == [] and result["comfy_errors"] == []
+    assert result["patched_weights"] >= result["expected_weights"] > 0
+    assert FILE_KEYS[case] <= set(result["file_keys"]), result["file_keys"]
+    assert result["worst_relative_error"] <= result["tolerance"]
+
+
+@pytest.mark.parametrize(("family", "case"), FP32_RUNS)
+def test_comfyuis_loader_applies_each_adapter_file_at_the_trained_strength(family, case, tmp_path):
+    result = check_family(family, COMFYUI, tmp_path, DEPS, case=case)
+    _assert_loaded_at_the_trained_strength(result, case)
+    assert result["tolerance"] == TOLERANCE["fp32"]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("family", CONV_FAMILIES)
+def test_conv_layers_of_each_adapter_kind_load_at_the_trained_strength(family, case, tmp_path):
+    result = check_family(family, COMFYUI, tmp_path, DEPS, case=case)
+    _assert_loaded_at_the_trained_strength(result, case)
+    assert result["conv_weights"] > 0  # 3x3 conv weights among the patched ones
+    sidecar = json.loads(Path(result["lora"]).with_suffix(".json").read_text())
+    assert sidecar["loaders"]["comfyui"]["ok"], sidecar["loaders"]["comfyui"]  # the save-time check agrees
+
+
+# half-precision files: each kind once, over several families (the layouts are the fp32 cases')
+HALF_RUNS = [
+    ("sdxl", "dora-bf16"),
+    ("flux", "lora-bf16"),
+    ("z-image", "loha-bf16"),
+    ("flux2", "lokr-bf16"),
+    ("sdxl", "lora-fp16"),
+]
+
+
+@pytest.mark.parametrize(("family", "case"), HALF_RUNS)
+def test_a_half_precision_file_loads_at_the_trained_strength_within_its_rounding(family, case, tmp_path):
+    result = check_family(family, COMFYUI, tmp_path, DEPS, case=case)
+    _assert_loaded_at_the_trained_strength(result, case)
+    dtype = CASES[case]["save_dtype"]
+    assert result["tolerance"] == TOLERANCE[dtype]
+    want = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    tensors = load_file(result["lora"])
+    assert {v.dtype for k, v in tensors.items() if not k.endswith(FP32_PARTS)} == {want}
+
+
+@pytest.mark.parametrize("family", ["flux2", "flux2-klein"])
+def test_comfyui_loads_a_flux2_file_in_the_diffusers_layout_too(family, tmp_path):
+    """FLUX.2 is a Flux class in ComfyUI: FLUX.1's diffusers table maps its diffusers names."""
+    result = check_family(family, COMFYUI, tmp_path, DEPS, "diffusers")
+    _assert_loaded_at_the_trained_strength(result, "lora")
+    assert json.loads(Path(result["lora"]).with_suffix(".json").read_text())["loaders"]["comfyui"]["ok"]
 
 
 def test_comfyui_loads_nothing_of_an_sdxl_file_in_the_diffusers_layout(tmp_path):
-    result = check_family("sdxl", COMFYUI, tmp_path, os.environ.get("LORASTUDIO_COMFYUI_DEPS"), "diffusers")
+    result = check_family("sdxl", COMFYUI, tmp_path, DEPS, "diffusers")
     assert result["ok"] is False and result["patched_weights"] == 0
     assert len(result["not_loaded"]) == result["lora_keys"] > 0
+
+
+def test_a_diffusers_layout_dora_file_loses_its_magnitudes_in_comfyui_as_its_sidecar_says(tmp_path):
+    """The diffusers layout is diffusers' DoRA (peft's lora_magnitude_vector): ComfyUI reads its
+    LoRA pairs and leaves every magnitude unloaded, which the save-time check names."""
+    result = check_family("flux", COMFYUI, tmp_path, DEPS, "diffusers", case="dora")
+    assert result["ok"] is False
+    unloaded = {line.rsplit(" ", 1)[-1] for line in result["not_loaded"]}
+    magnitudes = {k for k in result["file_keys"] if k == "lora_magnitude_vector"}
+    assert magnitudes and unloaded and all(k.endswith(".lora_magnitude_vector") for k in unloaded)
+    sidecar = json.loads(Path(result["lora"]).with_suffix(".json").read_text())
+    assert sidecar["loaders"]["comfyui"]["ok"] is False
+    assert set(sidecar["loaders"]["comfyui"]["unconsumed"]) == unloaded

@@ -20,7 +20,11 @@ Rules mirrored:
                 underscored, the bare diffusers name (q/k/v and proj_mlp patch slices of the fused
                 linears)
     Qwen-Image: <diffusers name>, "transformer." + it, "lycoris_" + underscored
-    FLUX.2:     the generic keys of its BFL-named weights only (lora/names_flux2.py)
+    FLUX.2:     the generic keys of its BFL-named weights (lora/names_flux2.py); and, as its model
+                class is a Flux subclass, FLUX.1's table (`flux_to_diffusers`) names its diffusers
+                modules that table covers with the same prefixes as FLUX.1 (_FLUX2_MAPPED: the
+                dual blocks' attention and MLP, the single blocks' fused linears, the in / out
+                projections; not the shared modulations or the time / guidance embedders)
     Z-Image (`z_image_to_diffusers`): "diffusion_model."/"transformer." + <diffusers name>, the bare
                 name, "lycoris_" + underscored, for the names in that table
   conversion (`lora_convert.convert_lora`): the identity for every layout written here (its
@@ -38,7 +42,9 @@ Rules mirrored:
 Checked against ComfyUI's own code: bench/comfyui_check.py runs ComfyUI v0.19.3 (upstream commit
 3086026401180c9216bcb6ace442a4e3587d2c66) `comfy.sd.load_lora_for_models` + `ModelPatcher.
 patch_weight_to_device` on each family's default file of a tiny run (every key loaded, every
-patched weight == the trained (alpha / rank) * B @ A; the SDXL diffusers layout: 0 keys loaded).
+patched weight == the trained (alpha / rank) * B @ A; the SDXL diffusers layout: 0 keys loaded),
+on each family's kohya layout, and on DoRA / LoHa / LoKr files in the LyCORIS layout
+(lora/lycoris.py).
 Krea 2 is not in v0.19.3 (its rules above are read from the later lora.py). The sidecar names
 that check for the families it covers (COMFYUI_LOADER_CHECKED).
 
@@ -68,12 +74,28 @@ _PAIRS = (
     (".lora_B.default.weight", ".lora_A.default.weight"),
 )
 COMFYUI_RULES = "ComfyUI comfy/lora.py@ec93dcac, lora_convert.py@2bffe2f4, weight_adapter/lora.py@6f98b150"
-# the families whose default layout ComfyUI's own loader was run on (bench/comfyui_check.py)
-COMFYUI_LOADER_CHECKED = frozenset(
-    {"sdxl", "flux", "flux-kontext", "chroma", "qwen-image", "z-image", "flux2", "flux2-klein"}
-)
+# family -> the layouts ComfyUI's own loader was run on (bench/comfyui_check.py): the kohya /
+# LyCORIS layout of every adapter kind, a LoRA's diffusers layout too (not SDXL's: ComfyUI maps
+# SDXL diffusers names only in the old `processor.` spelling, and loads nothing of it)
+COMFYUI_LOADER_CHECKED: dict[str, frozenset[str]] = {
+    "sdxl": frozenset({"kohya"}),
+    **{
+        family: frozenset({"kohya", "diffusers"})
+        for family in (
+            "flux", "flux-kontext", "chroma", "qwen-image", "qwen-image-edit", "z-image", "flux2", "flux2-klein",
+        )
+    },
+}  # fmt: skip
 COMFYUI_LOADER = (
     "ComfyUI v0.19.3 (3086026401180c9216bcb6ace442a4e3587d2c66) load_lora_for_models, bench/comfyui_check.py"
+)
+# FLUX.2 diffusers names covered by ComfyUI's flux_to_diffusers table with the weight names_flux2
+# gives them (q/k/v as row slices of the fused qkv, sized hidden_size); norm_out.linear is left
+# out (ComfyUI patches it through a row swap)
+_FLUX2_MAPPED = re.compile(
+    r"transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj|to_out\.0|to_add_out)|"
+    r"ff(_context)?\.linear_(in|out))|single_transformer_blocks\.\d+\.attn\.(to_qkv_mlp_proj|to_out)|"
+    r"x_embedder|context_embedder|proj_out"
 )
 # diffusers names covered by ComfyUI's z_image_to_diffusers (weights only)
 # families addressed by BFL checkpoint names (fused linears: rows summed over their parts)
@@ -129,7 +151,7 @@ def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, 
             spelled = d.replace(".to_", ".processor.to_")
             spelled = spelled[:-2] if spelled.endswith(".to_out.0") else spelled
             key_map.update({spelled: shape, "unet." + spelled: shape})
-        elif family == "flux":
+        elif family == "flux" or (family in ("flux2", "flux2-klein") and _FLUX2_MAPPED.fullmatch(d)):
             key_map.update(
                 {
                     "transformer." + d: shape,

@@ -146,13 +146,24 @@ def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: M
 SAVE_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+# DoRA's per-row scales stay fp32 in every file: each multiplies a whole row of the weight, base
+# included (ComfyUI's `.dora_scale`, peft's `lora_magnitude_vector`), so rounding it to bf16 moves
+# every weight of the row by up to 2^-9 of its value, trained or not (bench/comfyui_check.py
+# measured 6e-4 on an unchanged tiny layer); it is one value per output row
+FP32_PARTS = (".dora_scale", ".lora_magnitude_vector")
+
+
 def cast_for_file(tensors: Mapping[str, torch.Tensor], save_dtype: str) -> dict[str, torch.Tensor]:
     """`tensors` with every floating tensor in TrainConfig.save_dtype `save_dtype` (fp32 / bf16 /
-    fp16); other tensors unchanged. Raises ConfigError (field save_dtype) naming the first tensor
-    whose finite values do not fit the dtype (fp16 tops out at 65504), rather than writing inf."""
+    fp16), except DoRA's per-row scales (FP32_PARTS: kept fp32); other tensors unchanged.
+    Raises ConfigError (field save_dtype) naming the first tensor whose finite values do not fit
+    the dtype (fp16 tops out at 65504), rather than writing inf."""
     dtype = SAVE_DTYPES[save_dtype]
     out = {}
     for key, value in tensors.items():
+        if any(part in key for part in FP32_PARTS) and value.is_floating_point():
+            out[key] = value.float()
+            continue
         if not value.is_floating_point() or value.dtype == dtype:
             out[key] = value
             continue

@@ -20,13 +20,19 @@ Scales (ComfyUI's `calculate_weight`, restated in `comfy_delta`):
   lokr  delta = kron(w1, w2) * alpha / dim, dim = the rank of the low-rank factor (w2's when both
         are); scale 1 when neither is low-rank (ComfyUI then ignores .alpha): peft's alpha / r is
         folded into lokr_w1 for such modules (the .alpha written is then the rank).
-  dora  ComfyUI (0.3.77 and later) with a [out, 1] dora_scale: W' = (W + delta) * dora_scale / ||W||
-        per output row; peft's DoRA: W' = m * (W + delta) / ||W + delta||. So dora_scale =
+  dora  ComfyUI (0.3.77 and later) with a [out, 1] dora_scale ([out, 1, 1, 1] for a conv, whose
+        kernel counts as part of its row): W' = (W + delta) * dora_scale / ||W|| per output row; peft's DoRA: W' = m * (W + delta) / ||W + delta||. So dora_scale =
         m * ||W|| / ||W + delta||, which needs the base weights: the caller passes it.
+
+Checked against ComfyUI's own code: bench/comfyui_check.py runs ComfyUI v0.19.3's
+`load_lora_for_models` + `patch_weight_to_device` on DoRA, LoHa and LoKr files (full and low-rank
+w1 / w2) of tiny runs of every family it has: every key loads, every patched weight is peft's
+merged weight (lora/comfy.py COMFYUI_LOADER).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -93,7 +99,8 @@ def peft_to_lycoris(
         tensors: peft's tensors ("<module>.hada_w1_a", ...).
         adapter: "loha", "lokr" or "dora".
         scales: {module: (rank, alpha)} as peft resolved them (training.lora.module_scales).
-        dora_scale: DoRA only: {module: [out, 1] tensor} = m * ||W|| / ||W + delta|| per row.
+        dora_scale: DoRA only: {module: [out, 1] tensor ([out, 1, 1, 1] for a conv)} =
+            m * ||W|| / ||W + delta|| per row.
     Raises LycorisError (unknown keys, a module without its scale / DoRA scale).
     """
     out: dict[str, torch.Tensor] = {}
@@ -132,21 +139,28 @@ def _shape(value: Any) -> tuple[int, ...]:
     return tuple(value.shape) if hasattr(value, "shape") else tuple(value)
 
 
+def _matrix(value: Any) -> tuple[int, int]:
+    """(rows, everything else) of a tensor or shape: a conv factor's kernel flattened into its row."""
+    shape = _shape(value)
+    return shape[0], math.prod(shape[1:])
+
+
 def delta_shape(parts: Mapping[str, Any]) -> tuple[int, ...]:
-    """The [out, in] weight shape a module's LyCORIS tensors (or their shapes) patch."""
+    """The [out, in (x kernel)] shape of the weight a module's LyCORIS tensors (or their shapes)
+    patch, a conv's kernel flattened into its row as ComfyUI reshapes the product onto the weight."""
     if "hada_w1_a" in parts:
-        return (_shape(parts["hada_w1_a"])[0], _shape(parts["hada_w1_b"])[1])
+        return (_matrix(parts["hada_w1_a"])[0], _matrix(parts["hada_w1_b"])[1])
     if "lora_up.weight" in parts:
-        return (_shape(parts["lora_up.weight"])[0], _shape(parts["lora_down.weight"])[1])
+        return (_matrix(parts["lora_up.weight"])[0], _matrix(parts["lora_down.weight"])[1])
     w1 = (
-        _shape(parts["lokr_w1"])
+        _matrix(parts["lokr_w1"])
         if "lokr_w1" in parts
-        else (_shape(parts["lokr_w1_a"])[0], _shape(parts["lokr_w1_b"])[1])
+        else (_matrix(parts["lokr_w1_a"])[0], _matrix(parts["lokr_w1_b"])[1])
     )
     w2 = (
-        _shape(parts["lokr_w2"])
+        _matrix(parts["lokr_w2"])
         if "lokr_w2" in parts
-        else (_shape(parts["lokr_w2_a"])[0], _shape(parts["lokr_w2_b"])[1])
+        else (_matrix(parts["lokr_w2_a"])[0], _matrix(parts["lokr_w2_b"])[1])
     )
     return (w1[0] * w2[0], w1[1] * w2[1])
 
@@ -200,7 +214,8 @@ def check_lycoris_keys(
 ) -> LycorisCheck:
     """ComfyUI's rules on a LyCORIS file's {key: shape}: each module name must be in its key map
     (lora/comfy.py comfy_key_map), each key one its readers consume, the patch the weight's shape
-    and a dora_scale [out, 1]."""
+    and a dora_scale [out, 1] (a conv's [out, 1, 1, 1]: one per output row, on ComfyUI's output
+    axis)."""
     result = LycorisCheck()
     try:
         modules = _group(file_shapes)
@@ -210,12 +225,13 @@ def check_lycoris_keys(
         if x not in key_map:
             result.unconsumed += sorted(f"{x}.{s}" for s in parts)
             continue
-        target = tuple(key_map[x])[:2]
+        full = tuple(key_map[x])
+        target, row_scale = _matrix(full), (full[0], *[1] * (len(full) - 1))
         try:
             shape = delta_shape(parts)
         except KeyError as err:
             result.mismatched.append(f"{x}: missing {err.args[0]}")
             continue
-        if shape != target or ("dora_scale" in parts and _shape(parts["dora_scale"]) != (target[0], 1)):
+        if shape != target or ("dora_scale" in parts and _shape(parts["dora_scale"]) != row_scale):
             result.mismatched.append(f"{x}: patch {shape} vs weight {target}")
     return result

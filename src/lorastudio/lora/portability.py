@@ -5,9 +5,10 @@ A1111/Forge load every layer of it, at the strength the run trained?
 
 - ComfyUI: its key map, consumption and strength rules, restated in `lorastudio.lora.comfy` (no
   installable ComfyUI exists to call at save time; bench/comfyui_check.py runs ComfyUI's own
-  loader on each family's default layout, and the result names it as "loader_checked"); the strength ComfyUI applies is compared with the one
-  diffusers applies (the header's alpha / rank for a diffusers file; for a kohya file both read
-  the per-layer `.alpha` tensor, so they agree by construction).
+  loader on the families' layouts of lora.comfy.COMFYUI_LOADER_CHECKED, and the result names
+  it as "loader_checked"); the strength ComfyUI applies is compared with the one diffusers
+  applies (the header's alpha / rank for a diffusers file; for a kohya file both read the
+  per-layer `.alpha` tensor, so they agree by construction).
 - diffusers: the pipeline's own `lora_state_dict` (the conversion `load_lora_weights` runs, no
   model needed) on the file, then every converted key must name a layer of the denoiser under its
   prefix (`unet.` / `transformer.`) with fitting shapes: `load_lora_weights` silently drops keys
@@ -29,13 +30,13 @@ from typing import Any
 
 import torch
 
-from lorastudio import families
 from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, check_comfy_keys, comfy_key_map
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, denoiser_prefix, detect_layout
 from lorastudio.lora.text_encoders import clip_key_map, file_module
 
 Shape = tuple[int, ...]
 _A, _B = ".lora_A.weight", ".lora_B.weight"
+_M = ".lora_magnitude_vector"  # peft's DoRA magnitude in a diffusers-layout file: [out] ([1, out, 1, 1] on a conv)
 _PLAIN_LORA = (_A, _B, ".lora_up.weight", ".lora_down.weight", ".alpha")
 
 
@@ -66,9 +67,8 @@ def check_comfyui(
     shapes = {k: tuple(v.shape) for k, v in tensors.items()}
     key_map = {**comfy_key_map(family, module_shapes), **clip_key_map(clip_shapes or {})}
     result = check_comfy_keys(shapes, key_map, alphas, expected).to_json()
-    default = families.get(family).spec.defaults.get("lora_format", "diffusers")
     plain = all(k.endswith(_PLAIN_LORA) for k in tensors)  # not LyCORIS / DoRA: what the check ran on
-    if family in COMFYUI_LOADER_CHECKED and layout == default and plain and not clip_shapes:
+    if layout in COMFYUI_LOADER_CHECKED.get(family, ()) and plain and not clip_shapes:
         result["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
     return result
 
@@ -107,14 +107,18 @@ def check_diffusers(
     unknown, mismatched, loaded = [], [], 0
     for name, value in ours.items():
         key = prefix + name
-        suffix = next((s for s in (_A, _B) if name.endswith(s)), None)
+        suffix = next((s for s in (_A, _B, _M) if name.endswith(s)), None)
         module = name.removesuffix(suffix) if suffix else name
         if suffix is None or module not in module_shapes:
             unknown.append(key)
             continue
         target = module_shapes[module]
-        dim, want = (1, target[1]) if suffix == _A else (0, target[0])
-        if value.shape[dim] != want:
+        if suffix == _M:  # one magnitude per output row (diffusers hands it to peft's DoRA layer)
+            fits = value.numel() == target[0]
+        else:
+            dim, want = (1, target[1]) if suffix == _A else (0, target[0])
+            fits = value.shape[dim] == want
+        if not fits:
             mismatched.append(f"{key}: {tuple(value.shape)} vs layer {target}")
         loaded += 1
     for encoder, shapes in clip.items():

@@ -1,7 +1,9 @@
 """The LyCORIS file of a trained DoRA / LoHa / LoKr adapter (lora_format "kohya"): the tensors in
 the layout ComfyUI reads (lora/lycoris.py), the header, and ComfyUI's key check for the sidecar.
 Called by training/export.py `save_lora`; the model-side facts (per-module rank / alpha, DoRA's
-base-weight norms) are read here, the conversion itself is pure."""
+base-weight norms) are read here, the conversion itself is pure. The layout went through ComfyUI's
+own loader for the families of COMFYUI_LOADER_CHECKED (bench/comfyui_check.py, every adapter
+kind): the key check names that run as "loader_checked"."""
 
 from __future__ import annotations
 
@@ -11,15 +13,16 @@ from typing import Any
 
 import torch
 
-from lorastudio.lora.comfy import comfy_key_map
+from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, comfy_key_map
 from lorastudio.lora.lycoris import check_lycoris_keys, peft_to_lycoris
 from lorastudio.lora.metadata import PREFIX
 from lorastudio.training.lora import lora_state_dict, module_scales
 
 
 def dora_scales(denoiser: Any, adapter: str = "default") -> dict[str, torch.Tensor]:
-    """{module: [out, 1]} = m * ||W|| / ||W + delta|| per output row, for each DoRA layer (peft's
-    magnitude m, base weight W, delta = B @ A x scaling): the dora_scale under which ComfyUI's
+    """{module: [out, 1] ([out, 1, 1, 1] for a conv)} = m * ||W|| / ||W + delta|| per output row,
+    for each DoRA layer (peft's magnitude m, base weight W, delta = B @ A x scaling, a conv's
+    kernel flattened into its row as peft's DoRA does): the dora_scale under which ComfyUI's
     output-axis DoRA gives peft's weight (lora/lycoris.py docstring)."""
     out = {}
     with torch.no_grad():
@@ -27,14 +30,16 @@ def dora_scales(denoiser: Any, adapter: str = "default") -> dict[str, torch.Tens
             magnitude = getattr(module, "lora_magnitude_vector", None)
             if magnitude is None or adapter not in magnitude:
                 continue
-            weight = module.get_base_layer().weight.detach().float()  # [out, in]
-            a, b = (
-                module.lora_A[adapter].weight.float(),
-                module.lora_B[adapter].weight.float(),
-            )  # [r, in], [out, r]
-            merged = weight + (b @ a) * module.scaling[adapter]  # [out, in]
-            m = magnitude[adapter].weight.detach().float()  # [out]
-            out[name] = (m * weight.norm(dim=1) / merged.norm(dim=1)).unsqueeze(1).cpu()  # [out, 1]
+            base = module.get_base_layer().weight.detach().float()  # [out, in] or [out, in, k, k]
+            rows = base.shape[0]
+            rank = module.lora_A[adapter].weight.shape[0]
+            weight = base.reshape(rows, -1)  # [out, in (x k x k)]
+            a = module.lora_A[adapter].weight.float().reshape(rank, -1)  # [r, in (x k x k)]
+            b = module.lora_B[adapter].weight.float().reshape(rows, rank)  # [out, r] (a conv's B is 1x1)
+            merged = weight + (b @ a) * module.scaling[adapter]  # [out, in (x k x k)]
+            m = magnitude[adapter].weight.detach().float().reshape(rows)  # [out] (a conv's: [1, out, 1, 1])
+            scale = m * weight.norm(dim=1) / merged.norm(dim=1)  # [out]
+            out[name] = scale.reshape(rows, *[1] * (base.dim() - 1)).cpu()  # [out, 1 (, 1, 1)]
     return out
 
 
@@ -53,6 +58,8 @@ def lycoris_file(
     tensors = peft_to_lycoris(lora_state_dict(denoiser), adapter, scales, extra)
     key_map = comfy_key_map(family, module_shapes)
     check = check_lycoris_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
+    if family in COMFYUI_LOADER_CHECKED:
+        check["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
     ranks = sorted({r for r, _ in scales.values()})
     alphas = sorted({a for _, a in scales.values()})
     header = {

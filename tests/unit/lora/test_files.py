@@ -126,6 +126,8 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     comfy = sidecar["loaders"]["comfyui"]
     assert comfy["ok"] and comfy["unconsumed"] == comfy["mismatched"] == comfy["wrong_strength"] == []
     assert comfy["rules"].startswith("ComfyUI comfy/lora.py@")
+    # the kohya layout went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py); Krea 2 is newer
+    assert comfy.get("loader_checked", "").startswith("ComfyUI v0.19.3 (3086026") is (family != "krea2")
     # diffusers' kohya FLUX.1 reader needs FLUX.1-dev's single-block widths (not the tiny model's);
     # Chroma's and FLUX.1 Kontext's files are in FLUX.1's layout
     assert sidecar["loaders"]["diffusers"]["ok"] is (names.kohya_layout(family) != "flux")

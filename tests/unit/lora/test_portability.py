@@ -212,3 +212,51 @@ def test_at_flux1_dev_sizes_both_layouts_pass_diffusers_and_comfyui(layout):
     result = check_diffusers(file, "flux", shapes, "FluxPipeline")
     assert result["ok"], result
     assert result["loaded"] == len(lora.tensors) + (76 if layout == "kohya" else 0)  # + proj_mlp zero parts
+
+
+def _lora_on(shapes: dict[str, tuple[int, ...]]) -> PeftLora:
+    """A random rank-RANK LoRA (alpha 16) on every linear layer of `shapes`."""
+    g = torch.Generator().manual_seed(2)
+    sd = {}
+    for name, (rows, cols) in shapes.items():
+        sd[f"{name}.lora_A.weight"] = torch.randn(RANK, cols, generator=g)  # [r, in]
+        sd[f"{name}.lora_B.weight"] = torch.randn(rows, RANK, generator=g)  # [out, r]
+    return PeftLora(sd, RANK, 16.0)
+
+
+@pytest.mark.parametrize("family", ["flux2", "flux2-klein"])
+def test_comfyui_maps_flux2s_diffusers_names_that_flux1s_table_covers(family, layer_shapes):
+    """ComfyUI's FLUX.2 model is a Flux subclass, so FLUX.1's diffusers table (flux_to_diffusers)
+    maps FLUX.2's attention / MLP / fused single-block names too (bench/comfyui_check.py ran
+    ComfyUI v0.19.3 on such LyCORIS and diffusers files): the save-time check passes a diffusers
+    FLUX.2 file of those layers and still names the shared modulations, which that table lacks."""
+    shapes = {n: s for n, s in layer_shapes(family).items() if len(s) == 2}
+    mapped = {n: s for n, s in shapes.items() if ".attn." in n or ".ff" in n}
+    assert any(n.startswith("single_transformer_blocks.") for n in mapped)
+    file, header = file_for_layout(_lora_on(mapped), family, "diffusers", {})
+    check = check_comfyui(file, header, family, shapes)
+    assert check["ok"], check
+    modulation = {n: s for n, s in shapes.items() if "modulation" in n}
+    assert modulation  # FLUX.2's shared modulations: not in ComfyUI's FLUX.1 table
+    file, header = file_for_layout(_lora_on(modulation), family, "diffusers", {})
+    check = check_comfyui(file, header, family, shapes)
+    assert not check["ok"] and len(check["unconsumed"]) == 2 * len(modulation)
+
+
+def test_diffusers_check_takes_doras_magnitudes_and_names_a_wrong_one(layer_shapes):
+    """A diffusers-layout DoRA file: one `lora_magnitude_vector` per output row of each layer
+    (diffusers hands it to peft's DoRA layer); a magnitude of the wrong length is named."""
+    shapes = layer_shapes("flux")
+    lora = _adapter(shapes, "flux", 16.0)
+    file, _ = file_for_layout(lora, "flux", "diffusers", {})
+    modules = sorted({k.removesuffix(".lora_A.weight") for k in file if k.endswith(".lora_A.weight")})
+    rows = {m: file[m + ".lora_B.weight"].shape[0] for m in modules}
+    dora = {**file, **{f"{m}.lora_magnitude_vector": torch.ones(rows[m]) for m in modules}}
+    result = check_diffusers(dora, "flux", shapes, "FluxPipeline")
+    assert result["ok"] and result["loaded"] == len(dora), result
+    wrong = {**dora, f"{modules[0]}.lora_magnitude_vector": torch.ones(rows[modules[0]] + 1)}
+    result = check_diffusers(wrong, "flux", shapes, "FluxPipeline")
+    assert not result["ok"] and result["mismatched"] == [
+        f"{modules[0]}.lora_magnitude_vector: ({rows[modules[0]] + 1},) vs layer "
+        f"{shapes[modules[0].removeprefix('transformer.')]}"
+    ]

@@ -65,6 +65,7 @@ def _comfy_weight(parts: dict[str, torch.Tensor], base: torch.Tensor) -> torch.T
         ("flux", "dora", {"lora_format": "kohya"}),
         ("z-image", "lokr", {}),
         ("qwen-image", "loha", {}),
+        ("flux2", "lokr", {}),  # ComfyUI maps FLUX.2's diffusers names through FLUX.1's table
     ],
 )
 def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, extra, make_config):
@@ -77,6 +78,8 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
     comfy = sidecar["loaders"]["comfyui"]
     assert (comfy["checked"], comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, True, [], [])
+    # the LyCORIS layout of each adapter went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py)
+    assert comfy["loader_checked"].startswith("ComfyUI v0.19.3 (3086026"), comfy
     denoiser = result.denoiser
     scales = module_scales(denoiser)
     adapted, moved = _adapted(denoiser), []
@@ -100,6 +103,42 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
         assert {r for n, (r, _) in scales.items() if n.endswith("to_q")} == {4}
     if "alpha_pattern" in extra:
         assert {a for n, (_, a) in scales.items() if n.endswith("to_k")} == {2.0}
+
+
+@pytest.mark.parametrize("adapter", ["dora", "loha"])
+def test_conv_layers_get_the_lycoris_tensors_comfyui_reshapes_onto_the_4d_weight(adapter, make_config):
+    """SDXL's 3x3 convs: the kernel is part of each output row (DoRA's scale [out, 1, 1, 1], LoHa's
+    factors [r, in x 3 x 3]); the save-time check passes them, and ComfyUI's product reshaped onto
+    the 4-D weight (its weight_adapter readers, restated as in _comfy_weight) is peft's merged weight."""
+    extra = {"lora_format": "kohya"} if adapter == "dora" else {}
+    cfg = make_config("sdxl", adapter=adapter, lora_targets=["conv1"], **extra)
+    result = train(cfg, [].append, device="cpu", return_denoiser=True)
+    tensors = load_file(str(result.lora_path))
+    comfy = json.loads(result.lora_path.with_suffix(".json").read_text())["loaders"]["comfyui"]
+    assert (comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, [], []), comfy
+    moved = []
+    for name, module in _adapted(result.denoiser).items():
+        x = module_key(name)
+        parts = {k.removeprefix(x + "."): v.float() for k, v in tensors.items() if k.startswith(x + ".")}
+        base = module.get_base_layer().weight.detach().float().clone()  # [out, in, 3, 3]
+        assert base.dim() == 4
+        if adapter == "dora":
+            assert parts["dora_scale"].shape == (base.shape[0], 1, 1, 1)
+            up, down = (
+                parts["lora_up.weight"].flatten(1),
+                parts["lora_down.weight"].flatten(1),
+            )  # [out, r], [r, in*9]
+            delta = (up @ down).reshape(base.shape) * float(parts["alpha"]) / down.shape[0]
+            norm = base.flatten(1).norm(dim=1).reshape(-1, 1, 1, 1) + torch.finfo(base.dtype).eps
+            patched = (base + delta) * parts["dora_scale"] / norm
+        else:
+            patched = base + comfy_delta(parts).reshape(base.shape)
+        with torch.no_grad():
+            module.merge(adapter_names=["default"])  # peft's own merge
+        merged = module.get_base_layer().weight.detach().float()
+        torch.testing.assert_close(patched, merged, rtol=1e-5, atol=1e-6)
+        moved.append(float((merged - base).abs().max()))
+    assert moved and max(moved) > 1e-4  # the adapter changed the convs (so the check above can fail)
 
 
 @pytest.mark.parametrize("family", ["flux", "sdxl"])

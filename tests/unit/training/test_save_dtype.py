@@ -108,3 +108,18 @@ def test_values_beyond_fp16_are_refused_not_written_as_inf():
     assert problem.field == "save_dtype" and "x.lora_A.weight" in problem.message
     steps = {"s": torch.tensor([3])}  # integer tensors are left as they are
     assert cast_for_file(steps, "fp16")["s"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("save_dtype", ["bf16", "fp16"])
+def test_doras_row_scales_stay_fp32_in_a_half_precision_file(save_dtype):
+    """A DoRA scale multiplies a whole row, base included: rounded, it moves untrained weights."""
+    scale = torch.tensor([[1.0 + 2**-12], [0.7]])  # [out, 1]; neither value is exact in bf16 / fp16
+    tensors = {
+        "lycoris_x.dora_scale": scale,
+        "transformer.x.lora_magnitude_vector": scale[:, 0],
+        "lycoris_x.lora_up.weight": scale,
+    }
+    cast = cast_for_file(tensors, save_dtype)
+    assert torch.equal(cast["lycoris_x.dora_scale"], scale)
+    assert torch.equal(cast["transformer.x.lora_magnitude_vector"], scale[:, 0])
+    assert cast["lycoris_x.lora_up.weight"].dtype == DTYPES[save_dtype]
