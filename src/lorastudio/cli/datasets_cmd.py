@@ -72,7 +72,7 @@ def import_cmd(
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, plan_masks
     from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, upload_kind
+    from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, UploadResult, upload_kind
     from lorastudio.errors import DatasetError
     from lorastudio.settings import get_settings
 
@@ -110,19 +110,26 @@ def import_cmd(
                 "--kohya (one dataset each, and the datasets entries with their repeats and trigger words)"
             ],
         )
-    incoming = {p.stem for p in wanted if is_image_name(p.name)}
-    masks = plan_masks(source, incoming | _image_stems(target), target, settings.max_image_pixels)
+    incoming = {p.stem: p for p in wanted if is_image_name(p.name)}
+    masks = plan_masks(source, {**_images(target), **incoming}, target, settings.max_image_pixels)
     if strict and masks.refused:
         raise DatasetError(
             f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
         )
-    with UploadBatch(
-        settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
-    ) as batch:
-        for path in wanted:
-            with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                batch.add(path.name, fh)
-        result = batch.commit()
+    if not wanted and (masks.good or masks.refused) and target.is_dir():
+        result = UploadResult(stored=[])  # masks/ alone, for a dataset that has its images
+    else:
+        with UploadBatch(
+            settings.datasets_dir,
+            target,
+            settings.max_image_pixels,
+            settings.max_decode_pixels,
+            strict=strict,
+        ) as batch:
+            for path in wanted:
+                with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                    batch.add(path.name, fh)
+            result = batch.commit()
     stems = _image_stems(target)
     copied = copy_masks(masks, target, settings.datasets_dir, stems)
     summary = dataset_summary(target)
@@ -150,11 +157,16 @@ def import_cmd(
         )
 
 
-def _image_stems(folder: Path) -> set[str]:
-    """The stems of the images of dataset `folder` (none when it does not exist yet)."""
+def _images(folder: Path) -> dict[str, Path]:
+    """{stem: file} of the images of dataset `folder` (none when it does not exist yet)."""
     from lorastudio.data.discovery import discover
 
-    return {p.stem for p in discover(folder).images} if folder.is_dir() else set()
+    return {p.stem: p for p in discover(folder).images} if folder.is_dir() else {}
+
+
+def _image_stems(folder: Path) -> set[str]:
+    """The stems of the images of dataset `folder` (none when it does not exist yet)."""
+    return set(_images(folder))
 
 
 def _folder_reason(folder: str, target: Path) -> str:

@@ -5,17 +5,17 @@ The upload path (data/uploads.py) takes a flat batch of images and captions; a d
 on disk may also hold the loss masks (data/masks.py: masks/<stem>.*, one per image). Each file
 of SOURCE/masks is checked before anything is written: an image file (IMAGE_EXTENSIONS), not a
 link, that decodes within the server's limits (data.images.probe_image), whose stem is an image
-of the dataset (imported or already there), and no other mask of that stem in the dataset. The
-good ones are copied, each staged and renamed, into DATASET/masks/ under the dataset's lock;
-the others are named with the reason. A mask's size is checked where it is used (the run's scan
-names a mask of the wrong size).
+of the dataset (imported or already there) of the same size (after EXIF orientation, as the
+run's scan compares them: a mask of another size would make the dataset untrainable), and no
+other mask of that stem in the dataset. The good ones are copied, each staged and renamed, into
+DATASET/masks/ under the dataset's lock; the others are named with the reason.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,10 +36,10 @@ class MaskPlan:
     refused: list[tuple[str, str]] = field(default_factory=list)
 
 
-def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pixels: int) -> MaskPlan:
+def plan_masks(source: Path, images: Mapping[str, Path], dataset: Path, max_pixels: int) -> MaskPlan:
     """Check every entry of `source`/masks (see the module docstring) against the dataset's
-    image stems `image_stems` (those imported and those already in `dataset`). An empty plan
-    when there is no masks/ folder (or it is a link, refused)."""
+    images `images` ({stem: image file}: those imported and those already in `dataset`). An
+    empty plan when there is no masks/ folder (or it is a link, refused)."""
     plan = MaskPlan()
     folder = source / MASKS_DIR
     if folder.is_symlink():
@@ -55,20 +55,34 @@ def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pi
             why = "a symbolic link: links are not followed"
         elif not path.is_file() or not is_image_name(path.name):
             why = "not an image file"
-        elif stem not in image_stems:
+        elif stem not in images:
             why = f"no image {stem}.* in the dataset"
         elif stem in existing and existing[stem].name != path.name:
             why = f"the dataset has the mask {MASKS_DIR}/{existing[stem].name} for {stem} already"
         else:
             try:
-                probe_image(path, max_pixels)
+                mask = probe_image(path, max_pixels)
             except DatasetError as err:
                 why = "; ".join(p.removeprefix(f"{path.name}: ") for p in err.problems or [str(err)])
+            else:
+                why = _size_problem(mask.width, mask.height, images[stem], max_pixels)
         if why is None:
             plan.good.append(path)
         else:
             plan.refused.append((name, why))
     return plan
+
+
+def _size_problem(width: int, height: int, image: Path, max_pixels: int) -> str | None:
+    """Why a mask of width x height does not fit `image` (None when it does, or when the image
+    itself cannot be read: the image is refused then, and its mask with it)."""
+    try:
+        info = probe_image(image, max_pixels)
+    except DatasetError:
+        return None
+    if (width, height) == (info.width, info.height):
+        return None
+    return f"{width}x{height}, but {image.name} is {info.width}x{info.height} (a mask must have its image's size)"
 
 
 def copy_masks(plan: MaskPlan, dataset: Path, datasets_root: Path, image_stems: Collection[str]) -> list[str]:
