@@ -136,3 +136,15 @@ def test_generate_cli_takes_a_lokr_run(runs, tiny_model, tmp_path):
     result = CliRunner().invoke(app, [*args, "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert out.is_file() and "1 LoRA(s)" in result.output
+
+
+def test_lora_convert_names_a_lycoris_file_as_such(runs, tmp_path):
+    """`lorastudio lora convert / resize` take LoRA files only; a LyCORIS one is named as what it
+    is (it was "not a diffusers or kohya LoRA of a denoiser", as for a broken file)."""
+    _register()
+    for args in (["convert", str(runs["lokr"].lora_path), str(tmp_path / "k.safetensors"), "--to", "kohya"],
+                 ["resize", str(runs["loha"].lora_path), "--rank", "2", "--out", str(tmp_path / "r.safetensors")]):  # fmt: skip
+        result = CliRunner().invoke(app, ["lora", *args])  # main() prints the error, exits 2
+        assert isinstance(result.exception, ModelSourceError), result.output
+        assert "a LyCORIS file (LoKr, LoHa or DoRA" in str(result.exception)
+    assert list(tmp_path.iterdir()) == []
