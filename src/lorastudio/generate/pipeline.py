@@ -155,6 +155,32 @@ def _unload(pipe: DiffusionPipeline) -> None:
     restore_lycoris(pipe)
 
 
+def _guidance_on(pipe: DiffusionPipeline, keyword: str, scale: float | None) -> bool:
+    """Whether `pipe` runs classifier-free guidance (the pass that reads the negative prompt) at
+    guidance `scale` (None: its __call__ default), by the pipeline's own rule: its
+    `do_classifier_free_guidance` property (SDXL, Chroma: scale > 1; Z-Image, Krea 2: > 0), or
+    QwenImagePipeline's `true_cfg_scale > 1`. True when the pipeline states no rule."""
+    if scale is None:
+        param = inspect.signature(type(pipe).__call__).parameters.get(keyword)
+        scale = param.default if param is not None and isinstance(param.default, (int, float)) else None
+    if scale is None:
+        return True
+    if keyword == "true_cfg_scale":
+        return float(scale) > 1
+    rule = getattr(type(pipe), "do_classifier_free_guidance", None)
+    if not isinstance(rule, property) or rule.fget is None:
+        return True
+    had, before = "_guidance_scale" in vars(pipe), vars(pipe).get("_guidance_scale")
+    pipe._guidance_scale = float(scale)  # what __call__ sets before it asks the property
+    try:
+        return bool(rule.fget(pipe))
+    finally:
+        if had:
+            pipe._guidance_scale = before
+        else:
+            del pipe._guidance_scale
+
+
 def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
     """A reference image resized to cover (width, height) (Lanczos) and centre-cropped to it,
     as data.pairs.load_control_crop prepares a control for a target of that size."""
@@ -244,9 +270,18 @@ def generate_image(
     small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
     if controls and small:
         problems.append(FieldProblem("controls", small))
+    kwargs = fam.generation_defaults(facts)
+    scale = guidance if guidance is not None else kwargs.get(spec.guidance_kwarg)
+    if negative_prompt and spec.negative_prompt and not _guidance_on(pipe, spec.guidance_kwarg, scale):
+        problems.append(
+            FieldProblem(
+                "negative_prompt",
+                f"ignored at guidance {scale}: {type(pipe).__name__} reads a negative prompt only when "
+                "it runs classifier-free guidance, which is off at this scale; raise guidance or leave it out",
+            )
+        )
     if problems:
         raise ConfigError(problems)
-    kwargs = fam.generation_defaults(facts)
     kwargs.update(reference_kwargs(pipe, high, controls, width, height))
     if steps is not None:
         kwargs["num_inference_steps"] = steps
