@@ -70,7 +70,7 @@ def import_cmd(
     from lorastudio.data.discovery import is_image_name
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
-    from lorastudio.data.mask_import import copy_masks, plan_masks
+    from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, UploadResult, upload_kind
     from lorastudio.errors import DatasetError
@@ -111,7 +111,7 @@ def import_cmd(
             ],
         )
     incoming = {p.stem: p for p in wanted if is_image_name(p.name)}
-    masks = plan_masks(source, {**_images(target), **incoming}, target, settings.max_image_pixels)
+    masks = plan_masks(source, {**dataset_images(target), **incoming}, target, settings.max_image_pixels)
     if strict and masks.refused:
         raise DatasetError(
             f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
@@ -157,16 +157,11 @@ def import_cmd(
         )
 
 
-def _images(folder: Path) -> dict[str, Path]:
-    """{stem: file} of the images of dataset `folder` (none when it does not exist yet)."""
-    from lorastudio.data.discovery import discover
-
-    return {p.stem: p for p in discover(folder).images} if folder.is_dir() else {}
-
-
 def _image_stems(folder: Path) -> set[str]:
     """The stems of the images of dataset `folder` (none when it does not exist yet)."""
-    return set(_images(folder))
+    from lorastudio.data.mask_import import dataset_images
+
+    return set(dataset_images(folder))
 
 
 def _folder_reason(folder: str, target: Path) -> str:

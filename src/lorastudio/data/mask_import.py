@@ -36,6 +36,13 @@ class MaskPlan:
     refused: list[tuple[str, str]] = field(default_factory=list)
 
 
+def dataset_images(folder: Path) -> dict[str, Path]:
+    """{stem: file} of the images of dataset `folder` (none when it does not exist yet)."""
+    from lorastudio.data.discovery import discover
+
+    return {p.stem: p for p in discover(folder).images} if folder.is_dir() else {}
+
+
 def plan_masks(source: Path, images: Mapping[str, Path], dataset: Path, max_pixels: int) -> MaskPlan:
     """Check every entry of `source`/masks (see the module docstring) against the dataset's
     images `images` ({stem: image file}: those imported and those already in `dataset`). An
