@@ -212,3 +212,24 @@ def test_import_refuses_a_mask_of_another_size_than_its_image(
     fixed = CliRunner().invoke(cli, ["datasets", "import", str(later), "--name", "dog"])
     assert fixed.exit_code == 0 and "imported 1 mask(s) into " in fixed.output, fixed.output
     assert sorted(p.name for p in (target / "masks").iterdir()) == ["a.png", "b.png"]
+
+
+def test_a_kohya_folder_brings_its_masks(cli: typer.Typer, settings: Settings, tmp_path: Path) -> None:
+    """A kohya folder's masks/ comes along like a plain import's (it was skipped as "a link or a
+    folder"), each checked (a mask of another size is named); --strict refuses the import then."""
+    src = tmp_path / "img"
+    (src / "10_sks ball" / "masks").mkdir(parents=True)
+    for stem in ("a", "b"):
+        Image.new("RGB", (32, 32), "red").save(src / "10_sks ball" / f"{stem}.png")
+    Image.new("L", (32, 32), 255).save(src / "10_sks ball" / "masks" / "a.png")
+    Image.new("L", (8, 8), 255).save(src / "10_sks ball" / "masks" / "b.png")
+    args = ["datasets", "import", str(src), "--name", "mk", "--kohya"]
+    strict = CliRunner().invoke(cli, [*args, "--strict"])
+    assert strict.exit_code != 0 and not (settings.datasets_dir / "mk-10_sks ball").exists()
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "dataset mk-10_sks ball: 2 image(s), 2 captioned, 1 mask(s)" in result.output
+    assert "skipped 10_sks ball/masks/b.png: 8x8, but b.png is 32x32" in result.output
+    assert "10_sks ball/masks: " not in result.output
+    dataset = settings.datasets_dir / "mk-10_sks ball"
+    assert sorted(p.name for p in (dataset / "masks").iterdir()) == ["a.png"]

@@ -285,6 +285,8 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
 
     from lorastudio.data.kohya import plan_kohya_import
     from lorastudio.data.listing import dataset_summary
+    from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
+    from lorastudio.data.masks import MASKS_DIR
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch
     from lorastudio.errors import DatasetError
@@ -293,9 +295,22 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     settings = get_settings()
     plan = plan_kohya_import(source, flat=False)  # one dataset per folder: names may repeat across them
     _drop_bad_images(plan, settings.max_image_pixels, settings.max_decode_pixels)  # no row without its image
-    if strict and plan.skipped:
-        raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped])
     folders = sorted({str(r["kohya_folder"]) for r in plan.rows})
+    masks = {  # each folder's masks/ (data/mask_import.py), checked against its images
+        folder: plan_masks(
+            source / folder,
+            {Path(name).stem: path for path, name in plan.images if path.parent.name == folder},
+            root / f"{prefix}-{folder}",
+            settings.max_image_pixels,
+        )
+        for folder in folders
+    }
+    plan.skipped = [(n, why) for n, why in plan.skipped if n not in {f"{f}/{MASKS_DIR}" for f in folders}]
+    bad_masks = [(f"{folder}/{n}", why) for folder, m in masks.items() for n, why in m.refused]
+    if strict and (plan.skipped or bad_masks):
+        raise DatasetError(
+            f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped + bad_masks]
+        )
     names = {folder: f"{prefix}-{folder}" for folder in folders}
     taken = [n for n in names.values() if os.path.lexists(root / n)]
     if taken:
@@ -317,11 +332,14 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
             table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
             batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
             refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
-        summary = dataset_summary(root / names[folder])
+        target = root / names[folder]
+        copied = copy_masks(masks[folder], target, settings.datasets_dir, set(dataset_images(target)))
+        summary = dataset_summary(target)
         typer.echo(
             f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
+            + (f", {len(copied)} mask(s)" if copied else "")
         )
-    for file, reason in plan.skipped + refused:
+    for file, reason in plan.skipped + bad_masks + refused:
         typer.echo(f"skipped {file}: {reason}")
     return [(names[f], f) for f in folders]
 
