@@ -31,6 +31,7 @@ from lorastudio.lora.lycoris import PREFIX, LycorisError, comfy_delta, group_mod
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
+_TUCKER = frozenset({"hada_t1", "hada_t2", "lokr_t2", "lora_mid.weight"})
 _SAVED = "_lorastudio_lycoris_originals"  # pipeline attribute: [(weight parameter, CPU original)]
 
 
@@ -70,6 +71,9 @@ def _weights(denoiser: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
 
 def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: float) -> torch.Tensor:
     """The weight after one module's LyCORIS tensors at `strength`, in fp32 (module docstring)."""
+    tucker = sorted(set(parts) & _TUCKER)
+    if tucker:  # conv Tucker factors: comfy_delta restates the linear layouts only
+        raise LycorisError(f"Tucker-decomposed tensors ({', '.join(tucker)}) are not supported")
     base = weight.detach().float()
     flat = base.reshape(base.shape[0], -1)  # [out, in...]
     if "lora_up.weight" in parts:

@@ -126,6 +126,11 @@ def test_lycoris_and_diffusers_loras_together_and_a_foreign_file_refused(runs, p
     with pytest.raises(ModelSourceError, match="patch .* vs weight"):
         apply_loras(pipe, [(runs["lokr"].lora_path, 1.0), (bad, 1.0)])
     np.testing.assert_array_equal(_img(pipe, "flux"), base)
+    tucker = tmp_path / "tucker.safetensors"  # a conv Tucker factor: not merged wrongly, refused
+    save_file({**tensors, key.replace(".lokr_w2", ".lokr_t2"): torch.zeros(2, 2, 3, 3)}, str(tucker))
+    with pytest.raises(ModelSourceError, match="Tucker-decomposed tensors \\(lokr_t2\\) are not supported"):
+        apply_loras(pipe, [(tucker, 1.0)])
+    np.testing.assert_array_equal(_img(pipe, "flux"), base)
 
 
 def test_generate_cli_takes_a_lokr_run(runs, tiny_model, tmp_path):
