@@ -111,6 +111,7 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     # LoRA); setting a larger total trains it longer, recorded in the sidecar (training/extend.py)
     finished = client.post(f"/api/runs/{first['id']}/resume", json={})
     assert finished.status_code == 400 and "set steps above" in finished.text, finished.text
+    assert 'API: {"settings": {"steps": N}}' in finished.json()["problems"][0]["message"]  # not only --set
     newest = client.get(f"/api/runs/{first['id']}/checkpoints").json()["checkpoints"][-1]["step"]
     offered = client.get(f"/api/runs/{done['id']}").json()
     assert offered["resume_step"] is None and offered["train_longer"] == {"from_step": newest, "steps": STEPS}
