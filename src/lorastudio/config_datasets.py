@@ -33,7 +33,9 @@ carry over to them (its repeats / weight cannot be set: the names give them).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
 
 MAX_DATASET_ENTRIES = 32
+MAX_REPEATS = 10_000  # an entry's repeats (a kohya N_words folder's N too: data/kohya.py)
 MAX_RESOLUTIONS = 8
 
 
@@ -82,7 +85,10 @@ class DatasetEntry(BaseModel):
         min_length=1, description="dataset folder (absolute, or a name under datasets/), as data_dir"
     )
     repeats: int | None = Field(
-        default=None, ge=1, le=10_000, description="every image N times per epoch (null: 1, or the weight)"
+        default=None,
+        ge=1,
+        le=MAX_REPEATS,
+        description="every image N times per epoch (null: 1, or the weight)",
     )
     weight: float | None = Field(
         default=None,
@@ -245,6 +251,24 @@ def config_entries(cfg: TrainConfig) -> list[DatasetEntry]:
 def dataset_paths(cfg: TrainConfig) -> list[str]:
     """Every folder the run names (data_dir, or each entry's path), in order."""
     return [e.path for e in config_entries(cfg)]
+
+
+def effective_trigger(word: str | None) -> str | None:
+    """A trigger_word as the captions get it (data/captions.apply_trigger): stripped; None when
+    unset or blank. Whatever finds the trigger in a caption (caption variants, preservation)
+    looks for this form."""
+    word = word.strip() if word is not None else None
+    return word or None
+
+
+def read_folders(cfg: TrainConfig, datasets_dir: Path) -> list[Path]:
+    """Every folder the run reads images from, in order, resolved (a name is under
+    `datasets_dir`): its datasets (`dataset_paths`) and the validation folder (validation_split
+    given as a folder). What a run claims for reading, and what dataset edits, deletes and
+    caption jobs are refused on while it is live."""
+    split = cfg.validation_split
+    named = dataset_paths(cfg) + ([split] if isinstance(split, str) else [])
+    return [Path(os.path.realpath(p if Path(p).is_absolute() else datasets_dir / p)) for p in named]
 
 
 def with_paths(cfg_values: dict[str, Any], cfg: TrainConfig, paths: list[str]) -> dict[str, Any]:

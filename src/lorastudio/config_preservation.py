@@ -15,6 +15,7 @@ plain step's compute; the passes run one after another, so the peak memory is a 
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -68,15 +69,20 @@ class Preservation(BaseModel):
 
 def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) -> list[FieldProblem]:
     """Why cfg.preservation cannot be honoured (empty when it can, or when it is unset): no
-    trigger word to replace (without prompts), the text-encoder LoRA (the class captions would
+    trigger word to replace (without prompts), a class_word (or a preserved prompt) holding a
+    trigger word (the output preserved would be the trigger's own), the text-encoder LoRA (the class captions would
     need the encoders' LoRA disabled too), data-parallel runs (the extra backward would need its
     own gradient all-reduce), an edit family (`prompt_sees_controls`: its prompts are encoded
     with each image's controls)."""
     keep = cfg.preservation
     if keep is None:
         return []
+    from lorastudio.config_datasets import effective_trigger
+
     problems = []
-    triggers = [cfg.trigger_word, *(e.trigger_word for e in cfg.datasets or [])]
+    triggers = [
+        effective_trigger(t) for t in (cfg.trigger_word, *(e.trigger_word for e in cfg.datasets or []))
+    ]
     if keep.prompts is None and not any(triggers) and not cfg.kohya_folders:
         problems.append(
             FieldProblem(
@@ -84,11 +90,31 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
                 "needs a trigger_word (the run's or an entry's) to replace by class_word, or prompts",
             )
         )
+    elif keep.prompts is None and not cfg.kohya_folders:
+        problems += [
+            FieldProblem(f"datasets.{i}.trigger_word", "none (nor the run's): preservation would keep the base "
+                         "model's output on this entry's own captions, undoing what it trains; give it one, "
+                         "mark it regularisation, or give preservation.prompts")
+            for i, e in enumerate(cfg.datasets or [])
+            if not e.regularisation and effective_trigger(cfg.trigger_word if e.trigger_word is None else e.trigger_word) is None
+        ]  # fmt: skip
     if cfg.train_text_encoder:
         problems.append(
             FieldProblem("preservation", "not with train_text_encoder (the base prediction would need the "
                          "text encoders' LoRA disabled too)")
         )  # fmt: skip
+    for trigger in sorted({t for t in triggers if t}):
+        if _has_word(keep.class_word, trigger) and keep.prompts is None:
+            problems.append(
+                FieldProblem("preservation.class_word", f"holds the trigger word {trigger!r}: the preserved "
+                             "captions would keep it, pulling the LoRA back to the base model on the trigger")
+            )  # fmt: skip
+        problems += [
+            FieldProblem(f"preservation.prompts.{i}", f"holds the trigger word {trigger!r}: its output is "
+                         "preserved, so the LoRA would not learn the trigger")
+            for i, prompt in enumerate(keep.prompts or [])
+            if _has_word(prompt, trigger)
+        ]  # fmt: skip
     if cfg.num_gpus > 1:
         problems.append(FieldProblem("preservation", "runs on one GPU (num_gpus 1) for now"))
     if prompt_sees_controls:
@@ -97,6 +123,12 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
                          "control images)")
         )  # fmt: skip
     return problems
+
+
+def _has_word(text: str, word: str) -> bool:
+    """Whether `word` occurs in `text` as a whole word (as training/preservation.replace_trigger
+    finds it)."""
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
 
 
 def preservation_line(cfg: TrainConfig, samples: int | None = None) -> str | None:

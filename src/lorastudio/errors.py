@@ -156,6 +156,16 @@ class HomeInUse(LorastudioError):
     """The studio home is owned by another live lorastudio process (one server per home)."""
 
 
+class CacheError(LorastudioError):
+    """The on-disk encode cache (data/disk_cache.py) cannot be used or cleared as asked: a link,
+    a file or something the cache did not write where its folders or shards go; `problems`
+    name each path."""
+
+    def __init__(self, message: str, problems: list[str]):
+        self.problems = problems
+        super().__init__(message + "".join(f"\n  - {p}" for p in problems))
+
+
 _NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _SQLITE_FULL = 13  # sqlite3's SQLITE_FULL result code
 

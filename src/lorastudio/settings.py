@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -99,6 +99,19 @@ class Settings(BaseSettings):
         default=False,
         description="run num_gpus > 1 as gloo processes on the CPU: for testing the launcher",
     )
+
+    @field_validator("home", "cache_dir", mode="before")
+    @classmethod
+    def _absolute_folder(cls, value: object, info: ValidationInfo) -> object:
+        """LORASTUDIO_HOME / LORASTUDIO_CACHE_DIR as an absolute folder: "~" expanded, a relative
+        one taken against the current directory once (a server, its workers and the CLI agree);
+        blank (`export LORASTUDIO_CACHE_DIR=`) is unset, never the current directory ("" was
+        ".": the cache, and `cache clear`, in whatever folder the command ran in)."""
+        if isinstance(value, str) and not value.strip():
+            return cls.model_fields[info.field_name or ""].get_default(call_default_factory=True)
+        if isinstance(value, str | Path):
+            return Path(value).expanduser().absolute()
+        return value
 
     @field_validator("api_token", mode="before")
     @classmethod

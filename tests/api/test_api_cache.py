@@ -14,8 +14,11 @@ from lorastudio.data.disk_cache import cache_root
 from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings
 
+VAE_A, VAE_B, ENC_A = "a" * 20, "b" * 20, "c" * 20  # fingerprints, as disk_cache names model folders
+
 
 def _shard(settings: Settings, kind: str, model: str, name: str) -> Path:
+    name = name.ljust(64, "0")  # a sha256 hex key
     path = cache_root(settings) / kind / model / name[:2] / f"{name}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({"mean": torch.zeros(4, 2, 2)}, str(path))
@@ -23,17 +26,17 @@ def _shard(settings: Settings, kind: str, model: str, name: str) -> Path:
 
 
 def test_the_cache_is_listed_and_cleared(server: LiveServer, settings: Settings, monkeypatch) -> None:
-    a = _shard(settings, "latents", "vaeA", "aa11")
-    _shard(settings, "latents", "vaeB", "bb22")
-    _shard(settings, "text", "encA", "cc33")
+    a = _shard(settings, "latents", VAE_A, "aa11")
+    _shard(settings, "latents", VAE_B, "bb22")
+    _shard(settings, "text", ENC_A, "cc33")
     listed = server.client.get("/api/cache")
     assert listed.status_code == 200
     body = listed.json()
     assert body["folder"] == str(cache_root(settings))
     assert [(e["kind"], e["model"], e["files"]) for e in body["entries"]] == [
-        ("latents", "vaeA", 1),
-        ("latents", "vaeB", 1),
-        ("text", "encA", 1),
+        ("latents", VAE_A, 1),
+        ("latents", VAE_B, 1),
+        ("text", ENC_A, 1),
     ]
     assert body["bytes"] == 3 * a.stat().st_size
     assert server.client.delete("/api/cache", params={"model": "nope"}).status_code == 404
@@ -41,9 +44,9 @@ def test_the_cache_is_listed_and_cleared(server: LiveServer, settings: Settings,
     assert server.client.delete("/api/cache").status_code == 409 and a.is_file()
     monkeypatch.undo()
     size = a.stat().st_size
-    one = server.client.delete("/api/cache", params={"model": "vaeA"})
+    one = server.client.delete("/api/cache", params={"model": VAE_A})
     assert one.status_code == 200 and one.json()["freed_bytes"] == size and not a.exists()
-    assert [e["model"] for e in server.client.get("/api/cache").json()["entries"]] == ["vaeB", "encA"]
+    assert [e["model"] for e in server.client.get("/api/cache").json()["entries"]] == [VAE_B, ENC_A]
     rest = server.client.delete("/api/cache")
     assert rest.status_code == 200 and rest.json()["freed_bytes"] > 0
     assert server.client.get("/api/cache").json() == {

@@ -5,6 +5,7 @@ refusals (no dataset, remote code, training holding the GPU)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 from api_helpers import LiveServer
 from PIL import Image
 
+from lorastudio.jobs.caption_gpu import TrainingMemory
 from lorastudio.jobs.captioning import CaptionJobs
 from lorastudio.settings import Settings
 
@@ -83,18 +85,39 @@ def test_caption_refusals(server: LiveServer, settings: Settings, tmp_path: Path
     assert missing.status_code == 404
     refused = server.client.post("/api/datasets/cards/caption", json={"model": str(remote)})
     assert refused.status_code == 400 and "trust_remote_code" in refused.text
+    not_fetched = server.client.post(
+        "/api/datasets/cards/caption", json={"model": "florence-community--Florence-2-base"}
+    )
+    assert not_fetched.status_code == 400, not_fetched.text
+    assert "`lorastudio models fetch florence-community/Florence-2-base`" in not_fetched.json()["detail"]
+    unknown_id = server.client.post("/api/datasets/cards/caption", json={"model": "no-such-captioner"})
+    assert unknown_id.status_code == 400 and "a captioner of the catalogue" in unknown_id.text
     unknown = server.client.post("/api/datasets/cards/caption", json={"model": str(remote), "beams": 4})
     assert unknown.status_code == 422 and "beams" in unknown.text  # strict body: unknown keys refused
     assert server.client.get("/api/datasets/cards/caption").status_code == 404
     # a GPU host whose GPU a training run holds: the caption job is refused, on the CPU it may run
     state = server.app.state
+    # (one GPU of 24 GiB; the run's planned peak 20 GiB: 24 - (20 x 1.1 + 0.5) = 1.5 GiB free,
+    # and a catalogue captioner sized by its row: 3.75 B params -> 7.0 GiB bf16 x 1.2 + 0.5 = 8.9)
     state.captions = CaptionJobs(
-        settings, state.arbiter, state.service.datasets_in_use, host_device=lambda: "cuda"
-    )
+        settings, state.arbiter, state.service.datasets_in_use, host_device=lambda: "cuda",
+        gpus=lambda: (24.0,), training_memory=lambda: TrainingMemory("train1", 20.0, "its memory_budget_gb"),
+    )  # fmt: skip
     state.arbiter.begin_training("train1")
     try:
         (remote / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
         busy = server.client.post("/api/datasets/cards/caption", json={"model": str(remote)})
-        assert busy.status_code == 409 and "training job train1 is using the GPU" in busy.text
+        assert busy.status_code == 409 and "training job train1 holds GPU 0" in busy.text
+        assert "size of" in busy.json()["detail"]  # nothing on disk says how big it is
+        known = settings.models_dir / "Qwen--Qwen2.5-VL-3B-Instruct"
+        shutil.copytree(remote, known)  # a fetched catalogue captioner, by its catalogue id
+        (known / "lorastudio_fetch.json").write_text(
+            '{"repo_id": "Qwen/Qwen2.5-VL-3B-Instruct", "revision": null}'
+        )
+        busy = server.client.post("/api/datasets/cards/caption", json={"model": known.name})
+        assert busy.status_code == 409, busy.text
+        detail = busy.json()["detail"]
+        assert "needs about 8.9 GiB" in detail and "1.5 GiB is free beside the run" in detail, detail
+        assert "training job train1 holds GPU 0 (24.0 GiB)" in detail and "its memory_budget_gb" in detail
     finally:
         state.arbiter.end_training("train1")

@@ -26,7 +26,7 @@ from fake_hub import FakeHub, FakeHubServer, FakeRepo, flux_repo_files  # noqa: 
 
 SECRET = "hf_api_secret_not_valid_on_the_hub_42"  # the studio's token: the fake hub accepts another
 ENTRY_KEYS = {"id", "name", "source", "path", "family", "trainable", "reason", "size_bytes", "complete",
-              "missing", "deletable", "checkpoint", "distilled", "kind"}  # fmt: skip
+              "missing", "deletable", "checkpoint", "distilled", "kind", "repo_id", "licence"}  # fmt: skip
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_catalogue_add_forget_and_delete_rules(
     gguf = settings.models_dir / "flux-gguf"
     gguf.mkdir()
     (gguf / "flux1-dev-Q4_0.gguf").write_bytes(b"GGUF")
-    models = client.get("/api/models").json()
+    models = [m for m in client.get("/api/models").json() if m["source"] != "catalogue"]
     assert [m["id"] for m in models] == ["flux-gguf", "tiny-flux"] and all(
         set(m) == ENTRY_KEYS for m in models
     )
@@ -120,7 +120,7 @@ def test_catalogue_add_forget_and_delete_rules(
 
     deleted = client.delete("/api/models/tiny-flux")
     assert deleted.status_code == 200 and deleted.json()["deleted"] == "tiny-flux"
-    assert [m["id"] for m in client.get("/api/models").json()] == ["flux-gguf"]
+    assert [m["id"] for m in client.get("/api/models").json() if m["source"] != "catalogue"] == ["flux-gguf"]
 
 
 def test_fetch_in_the_background_with_progress_then_train_refuses_a_bad_base(
@@ -198,7 +198,9 @@ def test_cli_fetch_list_rm(cli: typer.Typer, settings: Settings, hub: FakeHub) -
     assert "fetched acme/flux" in fetched.output and SECRET not in fetched.output
     listed = runner.invoke(cli, ["models", "list", "--json", "--no-hub-cache"])
     entries = json.loads(listed.output)
-    assert [(e["id"], e["family"], e["trainable"]) for e in entries] == [("acme--flux", "flux", True)]
+    assert [(e["id"], e["family"], e["trainable"]) for e in entries if e["kind"] != "captioner"] == [
+        ("acme--flux", "flux", True)
+    ]
     assert "already on disk" in runner.invoke(cli, ["models", "fetch", "acme/flux"]).output
 
     refused = runner.invoke(cli, ["models", "fetch", "acme/gated"])
@@ -226,10 +228,67 @@ def test_a_fetch_is_one_at_a_time_per_model_cancellable_and_resumable(
     cancelled = _wait_fetch(client, first["id"])
     assert (cancelled["status"], cancelled["resumable"], cancelled["model_id"]) == ("cancelled", True, None)
     assert client.post(f"/api/models/fetch/{first['id']}/cancel").status_code == 404
-    assert [m["id"] for m in client.get("/api/models", params={}).json() if m["source"] != "hub-cache"] == []
+    assert [
+        m["id"]
+        for m in client.get("/api/models", params={}).json()
+        if m["source"] not in ("hub-cache", "catalogue")
+    ] == []
 
     resumed = _wait_fetch(
         client, client.post("/api/models/fetch", json={"repo_id": "acme/flux"}).json()["id"]
     )
     assert resumed["status"] == "completed" and len(hub.gets(weights)) == 2
     assert len(hub.gets("vae/diffusion_pytorch_model.safetensors")) == 1  # done before the cancel: kept
+
+
+def test_a_captioner_is_fetched_through_the_api_and_captions_by_its_catalogue_id(
+    server: LiveServer, settings: Settings, hub: FakeHub, tmp_path: Path
+) -> None:
+    """The base models' fetch route takes a captioning model (progress events, the catalogue
+    entry of kind captioner), and a caption job runs with it by its catalogue id (the tiny
+    random Qwen2.5-VL on this host's CPU)."""
+    from PIL import Image
+
+    from lorastudio.tiny.vlm import save_tiny_vlm
+
+    vlm = save_tiny_vlm(tmp_path / "vlm")
+    files = {p.relative_to(vlm).as_posix(): p.read_bytes() for p in vlm.rglob("*") if p.is_file()}
+    files.pop("lorastudio_tiny_vlm.json")
+    hub.repos["Qwen/Qwen2.5-VL-3B-Instruct"] = FakeRepo({**files, "README.md": b"#"})
+    client = server.client
+    listed = {m["id"]: m for m in client.get("/api/models").json()}
+    assert listed["Qwen--Qwen2.5-VL-3B-Instruct"]["source"] == "catalogue"
+    started = client.post("/api/models/fetch", json={"repo_id": "Qwen/Qwen2.5-VL-3B-Instruct"})
+    assert started.status_code == 202, started.text
+    assert started.json()["family"] is None
+    kinds = [e["type"] for e in _fetch_events(client)]
+    assert kinds[0] == "fetch_started" and kinds[-1] == "fetch_complete"
+    done = _wait_fetch(client, started.json()["id"])
+    assert (done["status"], done["model_id"]) == ("completed", "Qwen--Qwen2.5-VL-3B-Instruct")
+    entry = client.get("/api/models/Qwen--Qwen2.5-VL-3B-Instruct").json()
+    assert (entry["kind"], entry["source"], entry["complete"], entry["trainable"]) == (
+        "captioner",
+        "local",
+        True,
+        False,
+    )
+    assert entry["licence"] == "Qwen Research License (non-commercial)"
+
+    folder = settings.ensure_dirs().datasets_dir / "cards"
+    folder.mkdir()
+    Image.new("RGB", (48, 40), (200, 20, 20)).save(folder / "card0.png")
+    job = client.post("/api/datasets/cards/caption", json={"model": entry["id"], "max_tokens": 4})
+    assert job.status_code == 202, job.text
+    deadline = time.monotonic() + 120
+    while (state := client.get(f"/api/captions/{job.json()['id']}").json())["status"] == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert (state["status"], state["captioned"], state["device"], state["gpu"]) == (
+        "completed",
+        1,
+        "cpu",
+        None,
+    )
+    assert (folder / "card0.txt").read_text(encoding="utf-8").strip()
+    deleted = client.delete("/api/models/Qwen--Qwen2.5-VL-3B-Instruct")
+    assert deleted.status_code == 200 and not (settings.models_dir / "Qwen--Qwen2.5-VL-3B-Instruct").exists()

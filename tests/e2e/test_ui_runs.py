@@ -131,7 +131,7 @@ def test_models_screen_lists_adds_and_forgets(
         row.wait_for(state="detached")
         assert folder.is_dir()  # forgetting leaves the files
         page.locator('[name="repo_id"]').fill("not a hub id")
-        page.get_by_role("button", name="Fetch").click()
+        page.get_by_role("button", name="Fetch", exact=True).click()  # not a captioner row's "Fetch REPO"
         assert "not a hub model id" in page.get_by_role("alert").inner_text()
         assert errors == []
     except Exception:

@@ -32,7 +32,7 @@ from fastapi.staticfiles import StaticFiles
 
 from lorastudio import __version__
 from lorastudio.api.deps import require_token
-from lorastudio.api.errors import install_error_handlers
+from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.routes import (
@@ -95,6 +95,7 @@ def create_app(
                 lock.release()
 
     app = FastAPI(
+        default_response_class=JSONOut,  # lone surrogates in echoed text are escaped (api/errors.py)
         title="lorastudio",
         version=__version__,
         lifespan=lifespan,

@@ -7,16 +7,26 @@ worker hung past its allowance), NoSpaceLeft 507 (Insufficient
 Storage: a full disk, raised where files and the run store are written), HomeInUse 409, HostMemoryShort
 409 (the run's forecast host RAM exceeds what is available); a hub push: HubTokenMissing 400,
 HubAccessDenied 403, HubUploadError 502. Every error
-body is {"error": <class name>, "detail": <message>, ...}.
+body is {"error": <class name>, "detail": <message>, ...}. A request that fails validation is 422
+as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surrogates (JSON's
+"\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
+number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500).
 """
 
 from __future__ import annotations
 
+import json
+import math
+from typing import Any
+
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
+    CacheError,
     ConfigError,
     DatasetError,
     GenerationFailed,
@@ -56,9 +66,34 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     GenerationWorkerLost: 503,  # the generation worker was killed / ran out of memory; retry starts a fresh one
     GenerationTimedOut: 504,  # the worker hung past the request's allowance and was stopped; retry starts a fresh one
     HomeInUse: 409,
+    CacheError: 409,  # the cache holds links / foreign files where its folders go
     HostMemoryShort: 409,  # the run would not fit this host's RAM now (forecast and available in the body)
     NoSpaceLeft: 507,  # Insufficient Storage
 }
+
+
+class JSONOut(JSONResponse):
+    """JSONResponse whose text may hold lone surrogates (echoed input): written as \\uXXXX escapes;
+    and non-finite numbers (a 422 echoes a body's `1e999` or `NaN`, which Python's JSON parser
+    reads as inf / nan): written as the strings "Infinity", "-Infinity", "NaN" (JSON has none)."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except ValueError:  # "Out of range float values are not JSON compliant"
+            text = json.dumps(_finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float replaced by its name as a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def status_code_of(err: LorastudioError) -> int:
@@ -74,7 +109,7 @@ def error_body(err: LorastudioError) -> dict:
     body: dict = {"error": type(err).__name__, "detail": str(err)}
     if isinstance(err, ConfigError):
         body["problems"] = [{"field": p.field, "message": p.message} for p in err.problems]
-    elif isinstance(err, DatasetError):
+    elif isinstance(err, DatasetError | CacheError):
         body["problems"] = list(err.problems)
     elif isinstance(err, HostMemoryShort):
         body["forecast_gb"], body["available_gb"] = err.forecast_gb, err.available_gb
@@ -84,9 +119,17 @@ def error_body(err: LorastudioError) -> dict:
 async def _handle(request: Request, err: Exception) -> JSONResponse:
     if not isinstance(err, LorastudioError):  # only registered for LorastudioError
         raise err
-    return JSONResponse(error_body(err), status_code=status_code_of(err))
+    return JSONOut(error_body(err), status_code=status_code_of(err))
+
+
+async def _invalid_request(request: Request, err: Exception) -> JSONResponse:
+    if not isinstance(err, RequestValidationError):  # only registered for RequestValidationError
+        raise err
+    return JSONOut({"detail": jsonable_encoder(err.errors())}, status_code=422)
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every domain error to its status code (one handler for the whole hierarchy)."""
+    """Map every domain error to its status code (one handler for the whole hierarchy), and
+    answer invalid requests (422) with JSONOut."""
     app.add_exception_handler(LorastudioError, _handle)
+    app.add_exception_handler(RequestValidationError, _invalid_request)

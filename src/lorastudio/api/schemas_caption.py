@@ -28,6 +28,10 @@ class CaptionJobOut(_Out):
     dataset: str
     model: str
     device: Literal["cpu", "cuda"]
+    gpu: int | None = Field(default=None, description="the GPU index a cuda job runs on (null on the CPU)")
+    beside_training: str | None = Field(
+        default=None, description="the training job whose GPU this job shares (it fits beside the run)"
+    )
     prefix: str | None
     overwrite: bool
     status: CaptionStatus

@@ -36,8 +36,12 @@ class AddFolderBody(_Body):
 class CatalogueModelOut(_Out):
     id: str = Field(description="catalogue id (URL-safe): a models/ folder name, added:..., hub:...")
     name: str = Field(description="display name: folder name, or the hub id")
-    source: Literal["local", "hub-cache", "tiny", "added"]
-    path: str = Field(description="absolute folder or checkpoint file; usable as base_model")
+    source: Literal["local", "hub-cache", "tiny", "added", "catalogue"] = Field(
+        description="catalogue: a known captioner not on disk yet (fetch it by its repo_id)"
+    )
+    path: str = Field(
+        description="absolute folder or checkpoint file; usable as base_model ('' when not on disk)"
+    )
     family: str | None = Field(description="the family that trains this pipeline; null when none does")
     trainable: bool = Field(description="a family trains it and every component needed is present")
     reason: str | None = Field(description="why it is not trainable (null when trainable)")
@@ -52,10 +56,13 @@ class CatalogueModelOut(_Out):
     distilled: bool | None = Field(
         default=None, description="step-distilled (turbo) base, from the checkpoint; null when unknown"
     )
-    kind: Literal["pipeline", "single-file"] = Field(
+    kind: Literal["pipeline", "single-file", "captioner"] = Field(
         default="pipeline",
-        description="a diffusers pipeline folder, or one .safetensors checkpoint (trained with base_config)",
+        description="a diffusers pipeline folder, one .safetensors checkpoint (trained with base_config),"
+        " or a captioning model (datasets caption; never trainable)",
     )
+    repo_id: str | None = Field(default=None, description="a captioner's hub id (what a fetch takes)")
+    licence: str | None = Field(default=None, description="a known captioner's licence")
 
 
 FetchStatus = Literal["running", "completed", "failed", "cancelled"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from lorastudio.basemodels.single_file import is_single_file
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.settings import Settings
+from lorastudio.user_paths import expand_user, is_dir
 
 ADDED_FILE = "added_models.json"
 _lock = threading.Lock()
@@ -89,11 +90,11 @@ def add_folder(settings: Settings, path: str) -> Path:
     Idempotent. Raises ConfigError for a relative path, a path that is not a folder, or a folder
     that is no model's (see `refusal`: a system folder, the studio home or one around or in it,
     models/ which is listed already)."""
-    given = Path(path).expanduser()
+    given = expand_user(path)
     if not given.is_absolute():
         raise ConfigError([FieldProblem("path", f"{path!r}: give an absolute folder path")])
     folder = given.resolve()
-    if not folder.is_dir() and not is_single_file(folder):
+    if not is_dir(folder) and not is_single_file(folder):
         raise ConfigError([FieldProblem("path", f"{folder} is not an existing folder or checkpoint file")])
     why = refusal(folder, settings)
     if why is not None:

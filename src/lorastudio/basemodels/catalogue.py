@@ -1,11 +1,18 @@
-"""The model catalogue: every base model lorastudio can see, recognised and vetted.
+"""The model catalogue: every base model lorastudio can see, recognised and vetted, and the
+captioning models (kind "captioner", basemodels/captioners.py).
 
 Sources:
-  "tiny"       tiny demo pipelines under models/ (they carry lorastudio_tiny.json)
+  "tiny"       tiny demo pipelines (and tiny captioners) under models/ (they carry
+               lorastudio_tiny.json / lorastudio_tiny_vlm.json)
   "local"      other folders under models/, including those `lorastudio models fetch` downloaded
                (they carry lorastudio_fetch.json)
   "added"      folders the user added (see basemodels.added)
   "hub-cache"  model repos in the Hugging Face hub cache on disk (shared with other tools)
+  "catalogue"  a known captioner not on disk yet (KNOWN_CAPTIONERS): no path, its download size,
+               `missing` says the command that fetches it (`lorastudio models fetch REPO`)
+
+A captioner is never trainable (its `reason` says what it is for); the base-model pickers leave
+kind "captioner" out, the caption dialog offers them.
 
 Listing is bounded and cached: a folder's size walk stops at a depth, an entry count and a time
 (basemodels.layout.folder_size: the size is then a lower bound), and a folder's scan is kept until
@@ -30,6 +37,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lorastudio.basemodels.added import added_folders, added_id, refusal
+from lorastudio.basemodels.captioners import (
+    KNOWN_CAPTIONERS,
+    captioner_problems,
+    folder_captioner,
+    known_captioner,
+)
+from lorastudio.basemodels.checkpoints import repo_of_folder
 from lorastudio.basemodels.hubcache import cached_repos
 from lorastudio.basemodels.layout import MODEL_INDEX, FolderSize, folder_size, weight_suffix
 from lorastudio.basemodels.single_file import inspect_file
@@ -37,8 +51,11 @@ from lorastudio.basemodels.vetting import Recognition, inspect_folder
 from lorastudio.errors import JobActive, ModelNotDeletable, NotFound
 from lorastudio.settings import Settings
 from lorastudio.tiny import MARKER_FILE as TINY_MARKER
+from lorastudio.tiny.vlm import MARKER_FILE as TINY_VLM_MARKER
 
-Source = Literal["local", "hub-cache", "tiny", "added"]
+Source = Literal["local", "hub-cache", "tiny", "added", "catalogue"]
+Kind = Literal["pipeline", "single-file", "captioner"]
+CAPTIONER_REASON = "a captioning model (for `lorastudio datasets caption`), not a base model to train"
 FETCH_MARKER = (
     "lorastudio_fetch.json"  # written last into a fetched folder: {"repo_id", "revision", "commit", ...}
 )
@@ -66,7 +83,9 @@ class ModelEntry:
     deletable: bool
     checkpoint: str | None = None  # a known checkpoint's title and note (basemodels/checkpoints.py)
     distilled: bool | None = None  # step-distilled (turbo); None when nothing says
-    kind: Literal["pipeline", "single-file"] = "pipeline"  # a folder, or one checkpoint file
+    kind: Kind = "pipeline"  # a pipeline folder, one checkpoint file, or a captioning model
+    repo_id: str | None = None  # a captioner's hub id (a fetched model's marker, a known row)
+    licence: str | None = None  # a known captioner's licence (KNOWN_CAPTIONERS)
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,7 +101,7 @@ def read_fetch_marker(folder: Path) -> dict[str, Any] | None:
 
 
 def _has_tiny_marker(folder: Path) -> bool:
-    return (folder / TINY_MARKER).is_file()
+    return (folder / TINY_MARKER).is_file() or (folder / TINY_VLM_MARKER).is_file()
 
 
 def _fingerprint(folder: Path) -> tuple[Any, ...] | None:
@@ -127,6 +146,8 @@ def scan_folder(folder: Path, *, walk: bool = True) -> tuple[Recognition, Folder
 def _entry(
     model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
 ) -> ModelEntry:
+    if folder.is_dir() and folder_captioner(folder) is not None:
+        return _captioner_entry(model_id, name, source, folder, deletable, size)
     if folder.is_file():  # a single-file checkpoint (basemodels/single_file.py): its header only
         rec = inspect_file(folder)
         found = FolderSize(folder.stat().st_size if size is None else size, True)
@@ -150,6 +171,57 @@ def _entry(
         distilled=rec.distilled,
         kind=kind,
     )
+
+
+def _captioner_entry(
+    model_id: str, name: str, source: Source, folder: Path, deletable: bool, size: int | None
+) -> ModelEntry:
+    """The entry of a captioner folder: complete when its config, weights and processor are there."""
+    missing = captioner_problems(folder)
+    repo = repo_of_folder(folder)
+    known = known_captioner(repo)
+    return ModelEntry(
+        id=model_id,
+        name=name,
+        source=source,
+        path=str(folder),
+        family=None,
+        trainable=False,
+        reason=CAPTIONER_REASON,
+        size_bytes=folder_size(folder).bytes if size is None else size,
+        complete=not missing,
+        missing=missing,
+        deletable=deletable,
+        checkpoint=f"{known.title}: {known.note}" if known else None,
+        kind="captioner",
+        repo_id=repo,
+        licence=known.licence if known else None,
+    )
+
+
+def _known_captioner_entries(settings: Settings, present: set[str]) -> list[ModelEntry]:
+    """The known captioners that are not on disk (not in models/ nor the hub cache), to fetch."""
+    return [
+        ModelEntry(
+            id=row.model_id,
+            name=row.repo_id,
+            source="catalogue",
+            path="",
+            family=None,
+            trainable=False,
+            reason=CAPTIONER_REASON,
+            size_bytes=row.size_bytes,
+            complete=False,
+            missing=[f"not fetched: `lorastudio models fetch {row.repo_id}`"],
+            deletable=False,
+            checkpoint=f"{row.title}: {row.note}",
+            kind="captioner",
+            repo_id=row.repo_id,
+            licence=row.licence,
+        )
+        for row in KNOWN_CAPTIONERS
+        if row.repo_id.lower() not in present and not (settings.models_dir / row.model_id).exists()
+    ]
 
 
 def _models_dir_entries(settings: Settings) -> list[ModelEntry]:
@@ -195,11 +267,19 @@ def _hub_entries() -> list[ModelEntry]:
     ]
 
 
-def list_models(settings: Settings, *, hub_cache: bool = True) -> list[ModelEntry]:
-    """Every base model lorastudio can see: models/ folders (tiny, fetched, the user's), added
-    folders, then (unless `hub_cache` is False) the hub cache. Only reads."""
+def list_models(
+    settings: Settings, *, hub_cache: bool = True, known_captioners: bool = True
+) -> list[ModelEntry]:
+    """Every model lorastudio can see: models/ folders (tiny, fetched, the user's), added
+    folders, then (unless `hub_cache` is False) the hub cache, then (unless `known_captioners`
+    is False) the known captioners not on disk (source "catalogue"). Only reads."""
     entries = _models_dir_entries(settings) + _added_entries(settings)
-    return entries + _hub_entries() if hub_cache else entries
+    if hub_cache:
+        entries += _hub_entries()
+    if not known_captioners:
+        return entries
+    present = {e.repo_id.lower() for e in entries if e.kind == "captioner" and e.repo_id}
+    return entries + _known_captioner_entries(settings, present)
 
 
 def get_model(settings: Settings, model_id: str) -> ModelEntry:
@@ -207,7 +287,7 @@ def get_model(settings: Settings, model_id: str) -> ModelEntry:
     for entry in list_models(settings, hub_cache=model_id.startswith(HUB_PREFIX)):
         if entry.id == model_id:
             return entry
-    raise NotFound(f"no base model with id {model_id!r} (see GET /api/models or `lorastudio models list`)")
+    raise NotFound(f"no model with id {model_id!r} (see GET /api/models or `lorastudio models list`)")
 
 
 def delete_model(settings: Settings, model_id: str, *, in_use: Collection[Path] = ()) -> ModelEntry:
@@ -232,6 +312,8 @@ def delete_model(settings: Settings, model_id: str, *, in_use: Collection[Path] 
 
 
 def _why_not_deletable(entry: ModelEntry) -> str:
+    if entry.source == "catalogue":
+        return f"{entry.name} is not on disk (not fetched): nothing to delete"
     if entry.source == "hub-cache":
         return (
             f"{entry.name} is in the Hugging Face hub cache ({entry.path}), shared with other tools; "

@@ -20,7 +20,7 @@ class FetchStarted(_FetchEvent):
     repo_id: str
     revision: str | None
     commit: str
-    family: str
+    family: str | None  # None: a captioning model (basemodels/captioners.py)
     files_total: int
     bytes_total: int
 

@@ -1,10 +1,13 @@
-"""Fetch a base model from the hub into the studio's models/ folder.
+"""Fetch a base model (or a captioning model) from the hub into the studio's models/ folder.
 
 Two steps, so that a bad choice is refused before anything is written:
   plan_fetch  reads metadata only (commit, file list, model_index.json): refuses a bad id, a gated
               or private repo without access, a repo with no diffusers pipeline (GGUF, single-file
               checkpoints, one component), a family lorastudio cannot train, a repo lacking the
               weights training needs; finds a copy already on disk (and, offline, uses only that).
+              A repo without model_index.json whose config.json is a supported captioner
+              (basemodels/captioners.py: Qwen2.5-VL, Qwen2-VL, native Florence-2) is planned as
+              a captioner: its configs, processor files and safetensors weights.
   run_fetch   downloads only the planned files (snapshot_download with exact allow_patterns)
               into a hidden staging folder `models/.<name>.fetching`, checks the result, writes the
               fetch marker and renames the folder into place.
@@ -28,6 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.basemodels.accepted import accepted_text, family_of_pipeline
+from lorastudio.basemodels.captioners import (
+    CAPTIONER_TYPES,
+    CONFIG,
+    captioner_kind,
+    captioner_problems,
+    folder_captioner,
+    read_config,
+    select_captioner_files,
+)
 from lorastudio.basemodels.catalogue import FETCH_MARKER, read_fetch_marker
 from lorastudio.basemodels.events import (
     EmitFetch,
@@ -35,7 +47,7 @@ from lorastudio.basemodels.events import (
     FetchComplete,
     FetchStarted,
 )
-from lorastudio.basemodels.hubaccess import hub_errors, remote_listing, remote_model_index
+from lorastudio.basemodels.hubaccess import hub_errors, hub_file, remote_listing, remote_model_index
 from lorastudio.basemodels.hubcache import (
     cached_snapshot,
     hub_cache_dir,
@@ -62,7 +74,8 @@ MAX_WORKERS = 4
 class FetchPlan:
     """What a fetch will do. `present` is set when the model is on disk already (nothing to
     download; `offline` says the hub was not asked); otherwise `files` ({repo path: bytes}) are
-    downloaded at `commit` into `target`."""
+    downloaded at `commit` into `target`. `captioner`: the model type of a captioning model
+    (basemodels/captioners.py; `family` is then None), None for a base model."""
 
     repo_id: str
     revision: str | None
@@ -73,6 +86,7 @@ class FetchPlan:
     skipped: tuple[str, ...] = ()
     present: Path | None = None
     offline: bool = False
+    captioner: str | None = None
 
     @property
     def bytes_total(self) -> int:
@@ -150,6 +164,8 @@ def plan_fetch(settings: Settings, repo_id: str, revision: str | None = None) ->
         return _plan_existing(repo_id, revision, target)
     if hub_offline():
         snapshot = cached_snapshot(repo_id, revision)
+        if snapshot is not None and (kind := folder_captioner(snapshot)) and not captioner_problems(snapshot):
+            return FetchPlan(repo_id, revision, target, present=snapshot, offline=True, captioner=kind)
         rec = inspect_folder(snapshot) if snapshot is not None else None
         if snapshot is not None and rec is not None and rec.trainable:
             return FetchPlan(repo_id, revision, target, family=rec.family, present=snapshot, offline=True)
@@ -161,6 +177,11 @@ def plan_fetch(settings: Settings, repo_id: str, revision: str | None = None) ->
         )
     token = _token(settings)
     commit, files = remote_listing(repo_id, revision, token)
+    if MODEL_INDEX not in files and CONFIG in files:
+        with hub_file(repo_id, CONFIG, commit, token) as path:
+            config = read_config(path, repo_id)
+        if config.get("model_type") in CAPTIONER_TYPES:
+            return _plan_captioner(repo_id, revision, target, commit, config, files)
     if MODEL_INDEX not in files:
         raise ModelSourceError(describe_repo_files(repo_id, sorted(files)))
     index = remote_model_index(repo_id, commit, token)
@@ -177,12 +198,34 @@ def plan_fetch(settings: Settings, repo_id: str, revision: str | None = None) ->
     return FetchPlan(repo_id, revision, target, commit, family.name, chosen, tuple(selection.skipped))
 
 
+def _plan_captioner(
+    repo_id: str, revision: str | None, target: Path, commit: str, config: dict, files: dict[str, int]
+) -> FetchPlan:
+    """The plan of a captioner repo: its configs, processor files and safetensors weights."""
+    kind = captioner_kind(config, repo_id)  # remote code / a remote-code Florence-2 refused here
+    taken, left = select_captioner_files(files)
+    if not any(p.endswith(".safetensors") for p in taken):
+        raise ModelSourceError(
+            f"{repo_id} has no .safetensors weights; lorastudio loads captioners from safetensors only"
+        )
+    chosen = {p: files[p] for p in taken}
+    return FetchPlan(repo_id, revision, target, commit, None, chosen, tuple(left), captioner=kind)
+
+
 def _plan_existing(repo_id: str, revision: str | None, target: Path) -> FetchPlan:
     marker = read_fetch_marker(target) if not target.is_symlink() else None
     if marker is None or marker.get("repo_id") != repo_id or marker.get("revision") != revision:
         raise ModelSourceError(
             f"{target} already exists and is not lorastudio's download of {repo_id}; move it away first"
         )
+    kind = folder_captioner(target)
+    if kind is not None:
+        if missing := captioner_problems(target):
+            raise ModelSourceError(
+                f"{target} was fetched before but is no longer usable (missing {', '.join(missing)}); delete "
+                f"it with `lorastudio models rm {target.name}` and fetch again"
+            )
+        return FetchPlan(repo_id, revision, target, marker.get("commit"), present=target, captioner=kind)
     rec = inspect_folder(target)
     if not rec.trainable:
         raise ModelSourceError(
@@ -219,7 +262,8 @@ def run_fetch(
             )
         )
         return FetchOutcome("completed", plan.repo_id, model_id, str(plan.present), True, plan.offline)
-    assert plan.files is not None and plan.commit is not None and plan.family is not None
+    assert plan.files is not None and plan.commit is not None
+    assert plan.family is not None or plan.captioner is not None
     staging = staging_folder(plan.target)
     staging.mkdir(parents=True, exist_ok=True)
     tracker = FetchTracker(fetch_id, plan.files, staging, send, cancel)
@@ -278,21 +322,33 @@ def _download(plan: FetchPlan, staging: Path, tracker: FetchTracker, token: str 
         )
 
 
-def _publish(plan: FetchPlan, staging: Path) -> None:
-    """Check the downloaded pipeline, write the marker, drop huggingface_hub's bookkeeping and
-    rename the staging folder into place. Raises ModelSourceError (staging removed) when the
-    download does not form the planned, complete pipeline or the target appeared meanwhile."""
+def _check_download(plan: FetchPlan, staging: Path) -> str | None:
+    """Why the downloaded files do not form the planned model (None: they do)."""
+    if plan.captioner is not None:
+        missing = captioner_problems(staging)
+        if missing or folder_captioner(staging) != plan.captioner:
+            return f"do not form a {plan.captioner} captioner (missing {', '.join(missing) or 'its config'})"
+        return None
     rec = inspect_folder(staging)
     if not rec.trainable or rec.family != plan.family:
+        return f"do not form a trainable pipeline: {rec.reason}"
+    return None
+
+
+def _publish(plan: FetchPlan, staging: Path) -> None:
+    """Check the downloaded pipeline (or captioner), write the marker, drop huggingface_hub's
+    bookkeeping and rename the staging folder into place. Raises ModelSourceError (staging
+    removed) when the download does not form the planned, complete model or the target appeared
+    meanwhile."""
+    if (why := _check_download(plan, staging)) is not None:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ModelSourceError(
-            f"the files fetched from {plan.repo_id} do not form a trainable pipeline: {rec.reason}"
-        )
+        raise ModelSourceError(f"the files fetched from {plan.repo_id} {why}")
     marker = {
         "repo_id": plan.repo_id,
         "revision": plan.revision,
         "commit": plan.commit,
         "family": plan.family,
+        "kind": "pipeline" if plan.captioner is None else "captioner",
         "files": sorted(plan.files or {}),
         "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

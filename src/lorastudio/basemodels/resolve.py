@@ -18,6 +18,7 @@ from lorastudio.basemodels.single_file import SingleFileFacts, vet_single_file
 from lorastudio.basemodels.vetting import inspect_folder, vet_pipeline_folder
 from lorastudio.errors import ModelSourceError
 from lorastudio.settings import Settings
+from lorastudio.user_paths import expand_user
 
 
 def resolve_hub_id(
@@ -100,7 +101,7 @@ def resolve_base(
     resolved like a base model (`base_config`, else the file layout's original hub id), vetted
     as a pipeline of the same family; `revision` then applies to that config's hub id.
     Raises ModelSourceError (see resolve_base_model; base_config problems name base_config)."""
-    given = Path(base_model).expanduser()
+    given = expand_user(base_model)
     if given.is_absolute():
         candidate: Path | None = given
     elif ".." in given.parts or base_model.startswith((".", "~")):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from lorastudio.basemodels.layout import INFERENCE_ONLY, weight_suffix
 from lorastudio.errors import FieldProblem, ModelSourceError, NotFound
+from lorastudio.user_paths import is_file
 
 if TYPE_CHECKING:
     from lorastudio.basemodels.vetting import Recognition
@@ -122,7 +123,7 @@ class SingleFileFacts:
 
 def is_single_file(path: Path) -> bool:
     """True for an existing file with a weight suffix (.safetensors, .gguf, .ckpt, ...)."""
-    return path.is_file() and weight_suffix(path.name) is not None
+    return is_file(path) and weight_suffix(path.name) is not None
 
 
 def _normalised_keys(keys: set[str]) -> set[str]:

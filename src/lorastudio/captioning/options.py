@@ -12,8 +12,9 @@ MAX_TOKENS_LIMIT = 512
 
 
 class CaptionOptions(BaseModel):
-    """model: a hub id (owner/name; the hub cache, `revision`, the studio's hub token) or a
-    model folder (absolute, or a name under the models folder). prompt: None takes the model's
+    """model: a catalogue id (`lorastudio models list`: a fetched captioner's owner--name), a hub
+    id (owner/name; lorastudio's fetched copy, the hub cache, `revision`, the studio's hub token)
+    or a model folder (absolute, or a name under the models folder). prompt: None takes the model's
     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled). overwrite: caption every
     image, not only those without a caption. max_tokens: new tokens per caption (greedy).

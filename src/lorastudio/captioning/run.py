@@ -68,8 +68,10 @@ def caption_dataset(
     emit: Emit,
     cancelled: Callable[[], bool] = lambda: False,
     token: str | None = None,
+    gpu: int | None = None,
 ) -> CaptionSummary:
-    """Caption the images of dataset `folder` per `options` with the model at `source`.
+    """Caption the images of dataset `folder` per `options` with the model at `source`, on GPU
+    `gpu` when given (device "cuda": exactly that one; the caption job's placement).
     Returns the summary (also emitted last). Raises DatasetError (the folder), ModelSourceError
     (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops)."""
     from lorastudio.captioning.vlm import Captioner
@@ -80,7 +82,7 @@ def caption_dataset(
         emit({"type": "caption_started", "total": 0, "skipped": len(plan.skipped), "store": plan.store})
         emit(summary.public())
         return summary
-    captioner = Captioner(source, options.device, token)
+    captioner = Captioner(source, options.device, token, gpu)
     total = len(plan.todo)
     emit(
         {

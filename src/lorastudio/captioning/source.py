@@ -1,7 +1,10 @@
 """Which captioner a model id or folder is: read its config.json (no torch, no weights).
 
-A model is a hub id (owner/name) or a folder (absolute, or a name under the models folder), found
-the way base models are (basemodels/): a folder is read where it is; a hub id is read from the
+A model is a catalogue id, a hub id (owner/name) or a folder (absolute, or a name under the models
+folder), found the way base models are (basemodels/): a folder is read where it is (a fetched
+captioner's catalogue id is its models/ folder, `owner--name`; a known captioner's id that is not
+fetched yet is refused naming the command that fetches it); a hub id is read from lorastudio's
+fetched copy (models/owner--name at that revision), else the
 hub cache at `revision` (main by default) or, online, its config.json is fetched through
 huggingface_hub with the studio's hub token (gated / missing repos give the same errors as base
 models); offline, a hub id not in the cache is refused. The weights are loaded later by the
@@ -15,11 +18,19 @@ code (trust_remote_code); the converted repos (florence-community/Florence-2-*) 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from lorastudio.basemodels.captioners import (
+    CAPTIONER_TYPES,
+    CONFIG,
+    CaptionerKind,
+    captioner_kind,
+    known_captioner,
+    read_config,
+)
+from lorastudio.basemodels.catalogue import HUB_PREFIX, fetched_folder
 from lorastudio.basemodels.hubaccess import hub_file
 from lorastudio.basemodels.hubcache import (
     cached_snapshot,
@@ -30,10 +41,9 @@ from lorastudio.basemodels.hubcache import (
 from lorastudio.config import revision_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.settings import Settings
+from lorastudio.user_paths import expand_user, is_dir
 
-CaptionerKind = Literal["qwen2_5_vl", "qwen2_vl", "florence2"]
-KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "florence2")
-CONFIG = "config.json"
+KINDS = CAPTIONER_TYPES
 
 
 @dataclass(frozen=True)
@@ -51,40 +61,8 @@ def _token(settings: Settings) -> str | None:
     return settings.hf_token.get_secret_value() if settings.hf_token else None
 
 
-def captioner_kind(config: dict[str, Any], where: str) -> CaptionerKind:
-    """The captioner kind of a parsed config.json. Raises ModelSourceError naming `where` and
-    the reason: remote code, an unsupported model type, a Florence-2 of the remote-code layout."""
-    model_type = config.get("model_type")
-    if config.get("auto_map"):
-        raise ModelSourceError(
-            f"{where}: its config.json maps to code in the repo (auto_map), which needs "
-            "trust_remote_code; lorastudio does not run remote code. Use a natively supported "
-            "checkpoint (Qwen2.5-VL, or a converted Florence-2 such as florence-community/Florence-2-base)"
-        )
-    if model_type not in KINDS:
-        raise ModelSourceError(
-            f"{where}: model type {model_type!r} is not a supported captioner (supported: {', '.join(KINDS)})"
-        )
-    if model_type == "florence2":
-        vision = config.get("vision_config") or {}
-        if vision.get("model_type") not in (None, "florence_vision"):
-            raise ModelSourceError(
-                f"{where}: a Florence-2 of the remote-code layout (vision tower "
-                f"{vision.get('model_type')!r}); use a converted checkpoint (florence-community/Florence-2-*)"
-            )
-    return model_type  # type: ignore[return-value]
-
-
 def _read_config(path: Path, where: str) -> dict[str, Any]:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelSourceError(f"{where}: no {CONFIG} (not a transformers model folder)") from None
-    except (OSError, ValueError) as err:
-        raise ModelSourceError(f"{where}: {CONFIG} cannot be read: {err}") from None
-    if not isinstance(config, dict):
-        raise ModelSourceError(f"{where}: {CONFIG} is not a JSON object")
-    return config
+    return read_config(path, where)
 
 
 def _remote_config(repo_id: str, revision: str | None, token: str | None) -> dict[str, Any]:
@@ -92,36 +70,59 @@ def _remote_config(repo_id: str, revision: str | None, token: str | None) -> dic
         return _read_config(path, repo_id)
 
 
+def fetch_hint(repo_id: str) -> str:
+    """How a captioner repo is fetched (the base models' fetch path)."""
+    return f"`lorastudio models fetch {repo_id}` (or Fetch on the Models page, POST /api/models/fetch)"
+
+
 def resolve_captioner(settings: Settings, model: str, revision: str | None = None) -> CaptionerSource:
     """Where captioner `model` loads from and which kind it is (see the module docstring).
-    Raises ConfigError (a bad revision), ModelSourceError (missing folder, not a supported
-    captioner, remote code, offline and not cached), ModelAccessDenied / NotFound (hub)."""
+    `model`: a catalogue id (a models/ folder name such as a fetched `owner--name`, or
+    `hub:owner--name` of the hub cache), a hub id or a folder. Raises ConfigError (a bad
+    revision), ModelSourceError (missing folder, a catalogue captioner not fetched yet (naming
+    the command that fetches it), not a supported captioner, remote code, offline and not on
+    disk), ModelAccessDenied / NotFound (hub)."""
     if revision is not None and (why := revision_problem(revision)):
         raise ConfigError([FieldProblem("revision", why)])
-    given = Path(model).expanduser()
+    if model.startswith(HUB_PREFIX) and is_hub_id(hub_id := model[len(HUB_PREFIX) :].replace("--", "/", 1)):
+        model = hub_id  # a hub-cache catalogue id
+    given = expand_user(model)
     local = given if given.is_absolute() else settings.models_dir / given
     if given.is_absolute() or (
-        ".." not in given.parts and not model.startswith((".", "~")) and local.is_dir()
+        ".." not in given.parts and not model.startswith((".", "~")) and is_dir(local)
     ):
-        if not local.is_dir():
+        if not is_dir(local):
             raise ModelSourceError(f"captioning model folder not found: {model}")
-        folder = local.resolve()
-        kind = captioner_kind(_read_config(folder / CONFIG, str(folder)), str(folder))
-        return CaptionerSource(str(folder), kind, None, folder)
+        return _folder_source(local.resolve())
     if not is_hub_id(model):
+        known = known_captioner(model)
+        if known is not None:
+            raise ModelSourceError(
+                f"captioner {model!r} ({known.title}) is in the catalogue but not fetched yet: fetch it "
+                f"with {fetch_hint(known.repo_id)}, or give its hub id {known.repo_id}"
+            )
         raise ModelSourceError(
-            f"{model!r} is neither a model folder (absolute, or a name under {settings.models_dir}) "
-            "nor a hub id (owner/name)"
+            f"{model!r} is neither a model folder (absolute, or a name under {settings.models_dir}), "
+            "a captioner of the catalogue (`lorastudio models list`) nor a hub id (owner/name)"
         )
+    fetched = fetched_folder(settings, model, revision)
+    if fetched is not None:  # lorastudio's own download (models/owner--name)
+        return _folder_source(fetched)
     snapshot = cached_snapshot(model, revision)
     if snapshot is not None and (snapshot / CONFIG).is_file():
         config = _read_config(snapshot / CONFIG, model)
     elif hub_offline():
         at = f" at revision {revision!r}" if revision else ""
         raise ModelSourceError(
-            f"offline mode (HF_HUB_OFFLINE=1): {model}{at} is not in the hub cache {hub_cache_dir()}; "
-            "download it with the hub reachable, or unset HF_HUB_OFFLINE"
+            f"offline mode (HF_HUB_OFFLINE=1): {model}{at} is not on disk (not in {settings.models_dir} "
+            f"nor the hub cache {hub_cache_dir()}); fetch it first with {fetch_hint(model)} with the hub "
+            "reachable, or unset HF_HUB_OFFLINE"
         )
     else:
         config = _remote_config(model, revision, _token(settings))
     return CaptionerSource(model, captioner_kind(config, model), revision, None)
+
+
+def _folder_source(folder: Path) -> CaptionerSource:
+    kind = captioner_kind(_read_config(folder / CONFIG, str(folder)), str(folder))
+    return CaptionerSource(str(folder), kind, None, folder)

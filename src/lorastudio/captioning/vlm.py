@@ -20,26 +20,38 @@ from lorastudio.captioning.source import CaptionerSource
 from lorastudio.errors import ModelSourceError
 
 
-def pick_device(device: str) -> str:
-    """ "auto" -> "cuda" when a GPU is visible, else "cpu"; "cuda" without a GPU is refused."""
+def pick_device(device: str, gpu: int | None = None) -> str:
+    """ "auto" -> "cuda" when a GPU is visible, else "cpu"; "cuda" without a GPU is refused.
+    `gpu`: the index of the GPU to use ("cuda:<gpu>"; the caption job's placement), refused when
+    this process does not see that many GPUs; None: the current device ("cuda")."""
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise ModelSourceError(
             "device 'cuda' asked for captioning but no GPU is visible; use 'cpu' or 'auto'"
         )
-    return device
+    if device != "cuda" or gpu is None:
+        return device
+    if not 0 <= gpu < torch.cuda.device_count():
+        raise ModelSourceError(
+            f"captioning was placed on GPU {gpu} but this process sees {torch.cuda.device_count()} GPU(s)"
+        )
+    return f"cuda:{gpu}"
 
 
 class Captioner:
     """A loaded captioning model. `caption(image)` returns the model's raw text (not cleaned)."""
 
-    def __init__(self, source: CaptionerSource, device: str, token: str | None = None):
+    def __init__(
+        self, source: CaptionerSource, device: str, token: str | None = None, gpu: int | None = None
+    ):
         from transformers import AutoProcessor
 
         self.kind = source.kind
-        self.device = pick_device(device)
-        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.device = pick_device(device, gpu)  # "cpu", "cuda" or "cuda:<gpu>"
+        if self.device.startswith("cuda:"):
+            torch.cuda.set_device(self.device)  # kernels and caches of this process on that GPU only
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         kwargs: dict[str, Any] = {"revision": source.revision, "token": token}
         if self.kind != "florence2":
             from lorastudio.families.qwen_vl_processor import allow_processor_without_torchvision
@@ -76,7 +88,7 @@ class Captioner:
     def close(self) -> None:
         """Drop the weights (and the GPU's cached blocks)."""
         del self.model
-        if self.device == "cuda":
+        if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
 
 

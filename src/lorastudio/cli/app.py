@@ -68,7 +68,13 @@ def _register() -> None:
 
 
 def main() -> None:
-    """Console entry point: runs the app; a domain error prints its message and exits 2."""
+    """Console entry point: runs the app; a domain error prints its message and exits 2. A name
+    that is not UTF-8 (a file of an old archive: Python holds its bytes as lone surrogates) is
+    printed as a \\udcXX escape: under a UTF-8 locale Python's strict stdout raised instead."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     _register()
     try:
         app()

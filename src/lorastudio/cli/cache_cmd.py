@@ -44,9 +44,10 @@ def clear_cmd(
 ) -> None:
     """Remove cached shards (all, or one model's); the next run encodes again. Refused while a
     server or a `lorastudio train` uses the studio home (a run may be reading them: use the
-    server's DELETE /api/cache, which refuses while a job is live)."""
+    server's DELETE /api/cache, which refuses while a job is live), and when a folder to clear
+    holds anything the cache did not write (listed; nothing is removed)."""
     from lorastudio.data.disk_cache import cache_root, cache_stats, clear_cache
-    from lorastudio.errors import HomeInUse, NotFound
+    from lorastudio.errors import CacheError, HomeInUse, NotFound
     from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
@@ -64,5 +65,9 @@ def clear_cmd(
             typer.confirm(
                 f"remove the cached {'shards of ' + model if model else 'shards'} in {root}?", abort=True
             )
-        freed = clear_cache(root, model=model)
+        try:
+            freed = clear_cache(root, model=model)
+        except CacheError as err:  # links or files the cache did not write: nothing removed
+            typer.echo(f"cache not cleared: {err}", err=True)
+            raise typer.Exit(1) from None
     typer.echo(f"freed {_gb(freed)}")

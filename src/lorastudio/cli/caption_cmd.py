@@ -23,7 +23,9 @@ def register(datasets_app: typer.Typer) -> None:
 
 def caption_cmd(
     name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
-    model: str = typer.Option(..., "--model", help="captioning VLM: hub id or model folder"),
+    model: str = typer.Option(
+        ..., "--model", help="captioning VLM: catalogue id (`models list`), hub id or model folder"
+    ),
     revision: str | None = typer.Option(None, "--revision", help="hub revision (branch, tag, commit)"),
     prompt: str | None = typer.Option(None, "--prompt", help="what to ask (default: a one-sentence caption)"),
     prefix: str | None = typer.Option(

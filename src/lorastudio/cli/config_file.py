@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.user_paths import expand_user
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def localize_path(value: str, *, may_be_hub_id: bool) -> str:
     name stays as it is (a dataset under datasets/, a model under models/). With
     `may_be_hub_id`, "owner/name" stays a hub id unless such a folder (or checkpoint file) exists here."""
     if value.startswith("~"):
-        return str(Path(value).expanduser().resolve())
+        return str(expand_user(value).resolve())
     path = Path(value)
     if path.is_absolute() or ("/" not in value and not value.startswith(".")):
         return value

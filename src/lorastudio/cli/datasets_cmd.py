@@ -60,7 +60,8 @@ def import_cmd(
 ) -> None:
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
     is checked first; the good ones are imported and the bad ones listed with the reason (with
-    --strict, nothing is written unless all pass). Other files and symbolic links (never
+    --strict, nothing is written unless all pass); refused while a run reads the dataset or a
+    caption job writes it (its write claim, jobs/dataset_claims.py). Other files and symbolic links (never
     followed) are skipped (listed), and so are sub-folders but masks/ (its loss masks are checked
     and imported, data/mask_import.py), each with the reason (kohya
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
@@ -73,7 +74,8 @@ def import_cmd(
     from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, UploadResult, upload_kind
-    from lorastudio.errors import DatasetError
+    from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
@@ -94,6 +96,10 @@ def import_cmd(
         try:
             upload_kind(path.name)
             wanted.append(path)
+        except (ConfigError, PathOutsideRoot):
+            wanted.append(
+                path
+            )  # an unsafe name (control characters, not UTF-8): the batch refuses it saying why
         except DatasetError:
             if path.name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
                 wanted.append(
@@ -110,51 +116,62 @@ def import_cmd(
                 "--kohya (one dataset each, and the datasets entries with their repeats and trigger words)"
             ],
         )
-    incoming = {p.stem: p for p in wanted if is_image_name(p.name)}
-    masks = plan_masks(source, {**dataset_images(target), **incoming}, target, settings.max_image_pixels)
-    if strict and masks.refused:
-        raise DatasetError(
-            f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
-        )
-    if not wanted and (masks.good or masks.refused) and target.is_dir():
-        result = UploadResult(stored=[])  # masks/ alone, for a dataset that has its images
-    else:
-        with UploadBatch(
-            settings.datasets_dir,
-            target,
-            settings.max_image_pixels,
-            settings.max_decode_pixels,
-            strict=strict,
-        ) as batch:
-            for path in wanted:
-                with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                    batch.add(path.name, fh)
-            result = batch.commit()
-    stems = _image_stems(target)
-    copied = copy_masks(masks, target, settings.datasets_dir, stems)
+    holder = f"`lorastudio datasets import` into {dataset}"
+    # written like an upload: refused (DatasetBusy) while a run reads the dataset or a caption job writes it
+    with DatasetClaim.take(settings.home, settings.datasets_dir, [target], WRITE, holder):
+        incoming = {p.stem: p for p in wanted if is_image_name(p.name)}
+        masks = plan_masks(source, {**dataset_images(target), **incoming}, target, settings.max_image_pixels)
+        if strict and masks.refused:
+            raise DatasetError(
+                f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
+            )
+        if not wanted and (masks.good or masks.refused) and target.is_dir():
+            result = UploadResult(stored=[])  # masks/ alone, for a dataset that has its images
+        else:
+            with UploadBatch(
+                settings.datasets_dir,
+                target,
+                settings.max_image_pixels,
+                settings.max_decode_pixels,
+                strict=strict,
+            ) as batch:
+                for path in wanted:
+                    with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                        batch.add(path.name, fh)
+                result = batch.commit()
+        stems = _image_stems(target)
+        copied = copy_masks(masks, target, settings.datasets_dir, stems)
     summary = dataset_summary(target)
     typer.echo(f"imported {len(result.stored)} file(s) into {target}")
     for file, reason in result.refused:
-        typer.echo(f"refused {file}: {reason}")
+        _say(f"refused {file}: {reason}")
     if copied:
         typer.echo(f"imported {len(copied)} mask(s) into {target / 'masks'}")
-    for file, reason in masks.refused + [(f"masks/{p.name}", "its image was refused") for p in masks.good
-                                         if p.stem not in stems]:  # fmt: skip
-        typer.echo(f"refused {file}: {reason}")
+    for file, reason in masks.refused + [(f"masks/{p.name}", "its image was refused") for p, n in masks.good
+                                         if Path(n).stem not in stems]:  # fmt: skip
+        _say(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:
-        typer.echo(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
+        _say(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
     for link in links:
-        typer.echo(f"skipped {link} (a symbolic link: links are not followed)")
+        _say(f"skipped {link} (a symbolic link: links are not followed)")
     for folder in folders:
         if folder != "masks":  # imported above
-            typer.echo(f"skipped {folder}/ ({_folder_reason(folder, target)})")
+            _say(f"skipped {folder}/ ({_folder_reason(folder, target)})")
     if is_kohya_folder(source.name):  # e.g. img/10_sks ball imported on its own
         own = parse_kohya_folder(source.name)
         typer.echo(
             f"note: the folder's name reads as kohya's N_words (repeats {own.repeats}, words {own.words!r}); "
             "import its parent with --kohya for them"
         )
+
+
+def _say(line: str) -> None:
+    """Print a line naming files of the user's folder with their control, invisible and
+    non-UTF-8 characters escaped (data.paths.shown_name)."""
+    from lorastudio.data.paths import shown_name
+
+    typer.echo(shown_name(line))
 
 
 def _image_stems(folder: Path) -> set[str]:
@@ -264,6 +281,10 @@ def _import_kohya(
     and their entries are marked `regularisation = true` (no trigger word)."""
     from lorastudio.data.kohya import kohya_entries_toml
 
+    if reg_source is not None and _overlap(reg_source.resolve(), source):
+        raise typer.BadParameter(
+            f"--reg {reg_source} is the image folder, inside it or holds it: give kohya's separate reg folder"
+        )
     imported = _import_kohya_folders(source, target.parent, target.name, strict)
     toml = kohya_entries_toml(imported)
     if reg_source is not None:
@@ -275,6 +296,11 @@ def _import_kohya(
     if entries_file is not None:
         _write_new(entries_file, toml)
         typer.echo(f"entries written to {entries_file}")
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """Whether resolved folders `a` and `b` are one, or one lies inside the other."""
+    return a == b or a in b.parents or b in a.parents
 
 
 def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -> list[tuple[str, str]]:
@@ -295,23 +321,27 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     settings = get_settings()
     plan = plan_kohya_import(source, flat=False)  # one dataset per folder: names may repeat across them
     _drop_bad_images(plan, settings.max_image_pixels, settings.max_decode_pixels)  # no row without its image
-    folders = sorted({str(r["kohya_folder"]) for r in plan.rows})
+    names, unnamed = _kohya_dataset_names(prefix, sorted({str(r["kohya_folder"]) for r in plan.rows}))
+    plan.skipped += unnamed
+    folders = sorted(names)
     masks = {  # each folder's masks/ (data/mask_import.py), checked against its images
         folder: plan_masks(
             source / folder,
             {Path(name).stem: path for path, name in plan.images if path.parent.name == folder},
-            root / f"{prefix}-{folder}",
+            root / names[folder],
             settings.max_image_pixels,
         )
         for folder in folders
     }
-    plan.skipped = [(n, why) for n, why in plan.skipped if n not in {f"{f}/{MASKS_DIR}" for f in folders}]
+    in_rows = {
+        f"{r['kohya_folder']}/{MASKS_DIR}" for r in plan.rows
+    }  # imported (or skipped with their folder)
+    plan.skipped = [(n, why) for n, why in plan.skipped if n not in in_rows]
     bad_masks = [(f"{folder}/{n}", why) for folder, m in masks.items() for n, why in m.refused]
     if strict and (plan.skipped or bad_masks):
         raise DatasetError(
             f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped + bad_masks]
         )
-    names = {folder: f"{prefix}-{folder}" for folder in folders}
     taken = [n for n in names.values() if os.path.lexists(root / n)]
     if taken:
         raise DatasetError(
@@ -340,8 +370,26 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
             + (f", {len(copied)} mask(s)" if copied else "")
         )
     for file, reason in plan.skipped + bad_masks + refused:
-        typer.echo(f"skipped {file}: {reason}")
+        _say(f"skipped {file}: {reason}")
     return [(names[f], f) for f in folders]
+
+
+def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """The dataset name `<prefix>-<folder>` of each kohya folder, when it is a valid dataset name
+    (data.paths.safe_component: length, characters); the others as (folder, why) to skip."""
+    from lorastudio.data import safe_component
+    from lorastudio.errors import ConfigError, PathOutsideRoot
+
+    names: dict[str, str] = {}
+    unnamed: list[tuple[str, str]] = []
+    for folder in folders:
+        try:
+            names[folder] = safe_component(f"{prefix}-{folder}", field="dataset name")
+        except ConfigError as err:
+            unnamed.append((folder, f"{err.problems[0].field} {err.problems[0].message}"))
+        except PathOutsideRoot as err:
+            unnamed.append((folder, str(err)))
+    return names, unnamed
 
 
 def _drop_bad_images(plan: Any, max_pixels: int, decode_pixels: int) -> None:

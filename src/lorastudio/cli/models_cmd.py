@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import (
@@ -19,8 +20,13 @@ from rich.progress import (
 
 from lorastudio.cli.tables import print_table
 
+if TYPE_CHECKING:
+    from lorastudio.basemodels import ModelEntry
+
 models_app = typer.Typer(
-    help="Base models: list, fetch from the hub, delete.", no_args_is_help=True, rich_markup_mode=None
+    help="Base models and captioning models: list, fetch from the hub, delete.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 
@@ -43,20 +49,21 @@ def list_cmd(
     trainable_only: bool = typer.Option(False, "--trainable", help="only models lorastudio can train"),
     no_hub_cache: bool = typer.Option(False, "--no-hub-cache", help="leave out the Hugging Face cache"),
 ) -> None:
-    """List base models on disk: family, trainable (or why not), size, source."""
+    """List base models on disk (family, trainable or why not, size, source), then the
+    captioning models (for `datasets caption --model ID`): fetched, or what fetches them."""
     from lorastudio.basemodels import hub_offline, list_models
     from lorastudio.settings import get_settings
 
-    entries = [
-        e
-        for e in list_models(get_settings(), hub_cache=not no_hub_cache)
-        if e.trainable or not trainable_only
-    ]
+    listed = list_models(get_settings(), hub_cache=not no_hub_cache)
+    entries = [e for e in listed if e.trainable or not trainable_only]
     if as_json:
         typer.echo(json.dumps([e.public() for e in entries], indent=2))
         return
     if hub_offline():
         typer.echo("offline mode (HF_HUB_OFFLINE=1): showing what is on disk; nothing can be fetched")
+    captioners = [e for e in entries if e.kind == "captioner"]
+    entries = [e for e in entries if e.kind != "captioner"]
+    _print_captioners(captioners)
     if not entries:
         typer.echo(
             "no base models yet: `lorastudio models fetch OWNER/NAME`, `lorastudio models add PATH` or "
@@ -77,14 +84,37 @@ def list_cmd(
     print_table(("id", "family", "trainable", "size", "source", "notes"), rows, keep=("id",))
 
 
+def _print_captioners(entries: list[ModelEntry]) -> None:
+    """The captioning models: id (what `datasets caption --model` takes once fetched), state,
+    size, licence."""
+    if not entries:
+        return
+    rows = [
+        [
+            e.id,
+            e.repo_id or e.name,
+            "to fetch" if e.source == "catalogue" else ("ready" if e.complete else "incomplete"),
+            ("~" if e.source == "catalogue" else "") + _size(e.size_bytes),
+            e.licence or "-",
+        ]
+        for e in entries
+    ]
+    typer.echo(
+        "captioning models (`lorastudio datasets caption NAME --model ID`; fetch: `models fetch REPO`):"
+    )
+    print_table(("id", "repo", "state", "size", "licence"), rows, keep=("id",))
+    typer.echo("")
+
+
 @models_app.command("fetch")
 def fetch_cmd(
     repo_id: str = typer.Argument(..., help="hub model id, owner/name"),
     revision: str | None = typer.Option(None, "--revision", help="branch, tag or commit (default: main)"),
 ) -> None:
     """Download the files training needs from a hub repo into models/ (resumable: run it again
-    after an interruption). Refuses gated/private repos without access, GGUF and other
-    inference-only repos and families lorastudio cannot train before downloading anything."""
+    after an interruption); a captioning model (Qwen2.5-VL, Florence-2, ...: `models list`)
+    likewise. Refuses gated/private repos without access, GGUF and other inference-only repos
+    and families lorastudio cannot train before downloading anything."""
     from lorastudio.basemodels import plan_fetch, run_fetch
     from lorastudio.basemodels.events import FetchEvent
     from lorastudio.settings import get_settings
@@ -95,7 +125,8 @@ def fetch_cmd(
         where = "the hub cache (offline mode)" if plan.offline else "models/"
         typer.echo(f"{repo_id} is already on disk in {where}: {plan.present}")
         return
-    typer.echo(f"{repo_id} ({plan.family}, commit {str(plan.commit)[:12]}): {len(plan.files or {})} files")
+    what = plan.family or f"captioner {plan.captioner}"
+    typer.echo(f"{repo_id} ({what}, commit {str(plan.commit)[:12]}): {len(plan.files or {})} files")
     cancel = threading.Event()
     columns = (
         TextColumn("{task.description}"),

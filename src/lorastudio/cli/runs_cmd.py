@@ -65,7 +65,8 @@ def show_cmd(
     run_id: str = typer.Argument(..., help="the run id (see `lorastudio runs list`)"),
     as_json: bool = typer.Option(False, "--json", help="print the whole record as JSON"),
 ) -> None:
-    """Show one run: status, config, outputs, error and the last metric points."""
+    """Show one run: status, config, outputs, error, the last metric points and the validation
+    rounds (the lowest loss marked best)."""
     store = _store()
     try:
         run = store.get_run(run_id)
@@ -93,9 +94,23 @@ def show_cmd(
         typer.echo(f"{'output':12} {out['kind']}: {out['path']}")
     for point in run["metrics"][-5:]:
         typer.echo(f"{'':12} step {point['step']}: loss {point['loss']}")
+    for line in _validation_lines(run.get("validation") or []):
+        typer.echo(f"{'validation':12} {line}")
     typer.echo("config:")
     for key, value in run["config"].items():
         typer.echo(f"  {key} = {value}")
+
+
+def _validation_lines(rounds: list[dict]) -> list[str]:
+    """One line per stored validation round (the newest 10), the lowest loss marked "(best)"."""
+    losses = [r["loss"] for r in rounds if isinstance(r.get("loss"), (int, float))]
+    best = min(losses) if losses else None
+    return [
+        f"step {r['step']}: loss {r['loss']:.5g}{' (best)' if r['loss'] == best else ''}"
+        if isinstance(r.get("loss"), (int, float))
+        else f"step {r['step']}: no loss"
+        for r in rounds[-10:]
+    ]
 
 
 def _resume_line(run: dict) -> str | None:

@@ -37,7 +37,8 @@ DEFAULT_VARIANTS = 8  # TrainConfig.caption_variants left unset
 @dataclass(frozen=True)
 class CaptionStyle:
     """How one image's caption is varied: `shuffle` the tags after the first `keep_tokens`,
-    drop each of those with probability `tag_dropout`; `trigger` is never dropped."""
+    drop each of those with probability `tag_dropout`; `trigger` is never dropped (each of its
+    tags, when it holds commas)."""
 
     shuffle: bool = False
     keep_tokens: int = 0
@@ -63,7 +64,8 @@ def caption_variant(caption: str, style: CaptionStyle, rng: np.random.Generator)
     tags = split_tags(caption)
     fixed, rest = tags[: style.keep_tokens], tags[style.keep_tokens :]
     if style.tag_dropout > 0 and rest:
-        keep = [t == style.trigger or rng.random() >= style.tag_dropout for t in rest]
+        trigger = set(split_tags(style.trigger)) if style.trigger else set()  # "ohwx, man": two tags
+        keep = [t in trigger or rng.random() >= style.tag_dropout for t in rest]
         if not fixed and not any(keep):  # never an empty caption by dropout alone
             keep[int(rng.integers(len(rest)))] = True
         rest = [t for t, k in zip(rest, keep, strict=True) if k]

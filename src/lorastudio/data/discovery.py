@@ -11,6 +11,7 @@ and the files are later opened without following links (`data.safe_open`).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,15 +43,22 @@ def is_image_name(name: str) -> bool:
 
 
 def require_folder(root: Path) -> None:
-    """Raise DatasetError unless `root` exists and is a folder (not a symbolic link)."""
-    if root.is_symlink():
+    """Raise DatasetError unless `root` exists and is a folder (not a symbolic link); one that
+    cannot be looked at (a name over the file system's limit, a folder on the way the server may
+    not search) names the reason."""
+    try:
+        mode = os.lstat(root).st_mode
+    except FileNotFoundError:
+        raise DatasetError(f"dataset folder not found: {root}", [f"{root}: does not exist"]) from None
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise DatasetError(f"dataset folder {root} cannot be read", [f"{root}: {reason}"]) from None
+    if stat.S_ISLNK(mode):
         raise DatasetError(
             f"dataset folder {root} is a symbolic link",
             [f"{root}: is a symbolic link (links are not followed out of the datasets folder)"],
         )
-    if not root.exists():
-        raise DatasetError(f"dataset folder not found: {root}", [f"{root}: does not exist"])
-    if not root.is_dir():
+    if not stat.S_ISDIR(mode):
         raise DatasetError(f"dataset path is not a folder: {root}", [f"{root}: is a file, not a folder"])
 
 

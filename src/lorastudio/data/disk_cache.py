@@ -19,6 +19,18 @@ chunks) and its config.json: a different VAE (even one with identical shapes, e.
 initialisation) is another model folder. Hand-written: diffusers and huggingface_hub keep no
 content hash of a local folder's weights.
 
+Nothing below the cache folder is followed through a link or taken on its name alone: shards
+are read and written through file descriptors walked down from the cache folder with
+O_NOFOLLOW (data/cache_io.py), so a link, a FIFO, a device or a folder
+planted at a shard's or a folder's place reads as a missing shard (re-encoded), never as a
+file elsewhere, and a shard over MAX_SHARD_BYTES is not read. Listing and clearing see only
+folders named as the cache names them (a 20-hex fingerprint, 2-hex prefixes, 64-hex shards)
+that are real folders; `clear_cache` refuses (CacheError naming each path) a model folder
+holding anything else, so a LORASTUDIO_CACHE_DIR pointed at a folder of other files, or a
+`latents` link planted to one, never removes them. cache_io.prepare_cache_folder makes a run's
+<kind>/<model> folders and refuses (CacheError) a link or a file there, rather than keeping
+every shard in RAM. The cache folder itself may be a link (LORASTUDIO_CACHE_DIR).
+
 Imports no torch (the server and the CLI list and clear the cache through it).
 """
 
@@ -29,11 +41,14 @@ import json
 import os
 import re
 import shutil
+import stat
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorastudio.errors import CacheError
 from lorastudio.processes import process_alive
 
 SCHEMA = "lorastudio-encoded-v1"
@@ -42,6 +57,12 @@ FULL_HASH_BYTES = 64 * 1024 * 1024  # a file up to this size is hashed whole
 SAMPLES = 64  # chunks sampled from a larger file
 SAMPLE_BYTES = 64 * 1024
 SHARD_SUFFIX = ".safetensors"
+MAX_SHARD_BYTES = (
+    1 << 30
+)  # a shard larger than this is not read (one variant's latents, one caption's embedding)
+_MODEL = re.compile(r"^[0-9a-f]{20}$")  # component_fingerprint / text_keys.text_fingerprint
+_PREFIX = re.compile(r"^[0-9a-f]{2}$")
+_SHARD = re.compile(r"^[0-9a-f]{64}\.safetensors$")
 
 _file_memo: dict[tuple[Any, ...], str] = {}
 
@@ -123,6 +144,21 @@ def staging_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.{os.getpid()}.tmp")
 
 
+def _is_real_dir(path: Path) -> bool:
+    """A folder, not a link to one (lstat)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _is_real_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 @dataclass(frozen=True)
 class CacheStats:
     """One kind's shards on disk: per encoder fingerprint, files and bytes."""
@@ -133,41 +169,98 @@ class CacheStats:
     bytes: int
 
 
-def _shards(folder: Path) -> Iterable[Path]:
-    return folder.glob(f"*/*{SHARD_SUFFIX}") if folder.is_dir() else ()
+def _real_subdirs(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """The sub-folders of `folder` named by `pattern` that are real folders (no links)."""
+    if not _is_real_dir(folder):
+        return []
+    try:
+        return sorted(p for p in folder.iterdir() if pattern.match(p.name) and _is_real_dir(p))
+    except OSError:
+        return []
+
+
+def _shards(folder: Path) -> list[Path]:
+    """The shards (regular files named as shards) in a model folder's prefix folders."""
+    out = []
+    for prefix in _real_subdirs(folder, _PREFIX):
+        try:
+            out += [p for p in prefix.iterdir() if _SHARD.match(p.name) and _is_real_file(p)]
+        except OSError:
+            continue
+    return out
+
+
+def _sizes(paths: Iterable[Path]) -> list[int]:
+    sizes = []
+    for p in paths:
+        try:
+            sizes.append(os.lstat(p).st_size)
+        except OSError:  # removed meanwhile
+            continue
+    return sizes
 
 
 def cache_stats(root: Path) -> list[CacheStats]:
-    """Every (kind, model fingerprint) folder under `root` with its shard count and bytes."""
+    """Every (kind, model fingerprint) folder under `root` with its shard count and bytes; only
+    real folders named as the cache names them (a folder being removed by clear_cache is hidden)."""
     out = []
     for kind in KINDS:
-        base = root / kind
-        models = (
-            [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")] if base.is_dir() else []
-        )
-        for model in sorted(models):  # hidden: a folder being removed (clear_cache)
-            sizes = [p.stat().st_size for p in _shards(model)]
+        for model in _real_subdirs(root / kind, _MODEL):
+            sizes = _sizes(_shards(model))
             out.append(CacheStats(kind, model.name, len(sizes), sum(sizes)))
     return out
 
 
 def count_present(root: Path, kind: str, model: str, keys: Sequence[str]) -> int:
     """How many of `keys` have a shard on disk (not checked: a run verifies each it reads)."""
-    return sum(shard_path(root, kind, model, k).is_file() for k in keys)
+    return sum(_is_real_file(shard_path(root, kind, model, k)) for k in keys)
+
+
+def _foreign(folder: Path) -> list[Path]:
+    """What the cache did not write in model folder `folder`: anything but 2-hex prefix
+    folders holding shards and staged shards (links included, never followed)."""
+    out = []
+    for entry in sorted(folder.iterdir()):
+        if not (_PREFIX.match(entry.name) and _is_real_dir(entry)):
+            out.append(entry)
+            continue
+        for path in sorted(entry.iterdir()):
+            if not ((_SHARD.match(path.name) or _STAGED.match(path.name)) and _is_real_file(path)):
+                out.append(path)
+    return out
 
 
 def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -> int:
     """Remove shards: every kind, one `kind`, or one kind's `model` folder. Each folder is first
-    renamed aside (so no run finds a half-removed set), then deleted. Returns bytes freed."""
+    renamed aside (so no run finds a half-removed set), then deleted. Returns bytes freed.
+    Raises CacheError, removing nothing, when a folder to clear holds anything the cache did
+    not write (each path named, at most 20) or a run reads the cache (cache_io.readers_gone:
+    a run holds its readers lock shared, from any studio home sharing the folder)."""
+    chosen = [
+        s
+        for s in cache_stats(root)
+        if (kind is None or s.kind == kind) and (model is None or s.model == model)
+    ]
+    foreign = [p for s in chosen for p in _foreign(root / s.kind / s.model)]
+    if foreign:
+        raise CacheError(
+            f"the cache in {root} was not cleared: {len(foreign)} entries the cache did not write",
+            [
+                f"{p}: not a cache shard (a link, a folder or another file): move it out of the cache"
+                for p in foreign[:20]
+            ],
+        )
+    from lorastudio.data.cache_io import readers_gone
+
     freed = 0
-    for stats in cache_stats(root):
-        if (kind is not None and stats.kind != kind) or (model is not None and stats.model != model):
-            continue
-        folder = root / stats.kind / stats.model
-        aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}")
-        folder.rename(aside)
-        shutil.rmtree(aside)
-        freed += stats.bytes
+    with readers_gone(root):  # CacheError while a run (of any home sharing the folder) reads it
+        for stats in chosen:
+            folder = root / stats.kind / stats.model
+            # unique per clear: a killed clear's aside of a since reused pid may lie there
+            aside = folder.with_name(f".{stats.model}.removing.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+            folder.rename(aside)
+            shutil.rmtree(aside)
+            freed += stats.bytes
     return freed
 
 
@@ -187,11 +280,11 @@ def latent_mode(setting: str, need_bytes: int, max_gb: float) -> str:
 
 def folder_bytes(folder: Path) -> int:
     """Bytes of the shards under one model folder (0 when it does not exist)."""
-    return sum(p.stat().st_size for p in _shards(folder))
+    return sum(_sizes(_shards(folder)))
 
 
 _STAGED = re.compile(r"^\.[0-9a-f]{64}\.safetensors\.(\d+)\.tmp$")  # staging_name
-_REMOVING = re.compile(r"^\..+\.removing\.(\d+)$")  # clear_cache
+_REMOVING = re.compile(r"^\..+\.removing\.(\d+)(?:\.[0-9a-f]{8})?$")  # clear_cache (older: no id)
 
 
 def cache_leftovers(root: Path) -> list[Path]:

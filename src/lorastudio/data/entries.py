@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lorastudio.config_datasets import config_entries, resolution_list
+from lorastudio.config_datasets import config_entries, effective_trigger, resolution_list
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.mix import EpochMix, MixEntry, is_plain
@@ -49,18 +49,26 @@ def resolve_entries(
     through a link (safe_open.check_not_relinked, for the worker).
 
     Raises: for data_dir, what resolving it raises (ConfigError, PathOutsideRoot, DatasetError);
-    for datasets, one ConfigError naming every bad entry (datasets.N.path)."""
+    for datasets, one ConfigError naming every bad entry (datasets.N.path), an entry whose
+    folder (resolved: another spelling, a link) an earlier entry names included."""
     from lorastudio.data.kohya import kohya_entries
     from lorastudio.data.safe_open import check_not_relinked
 
     given = config_entries(cfg)
     out: list[MixEntry] = []
     errors: list[tuple[int, Exception]] = []
+    seen: dict[Path, int] = {}
     for i, entry in enumerate(given):
         try:
             root = resolve_dataset_dir(entry.path, datasets_root, allow_outside_root=allow_outside_root)
             if check_links:
                 check_not_relinked(entry.path, root, datasets_root)
+            if root in seen:  # the same images twice: repeats / weight say that, two settings would clash
+                raise ConfigError(
+                    [FieldProblem(entry_field(cfg, i), f"the same folder as datasets.{seen[root]} ({root}): one "
+                                  "entry per folder (give it repeats or a weight)")]
+                )  # fmt: skip
+            seen[root] = i
             mixed = MixEntry(
                 label=entry.path,
                 root=root,
@@ -68,9 +76,11 @@ def resolve_entries(
                 weight=entry.weight,
                 loss_weight=entry.loss_weight * (cfg.prior_loss_weight if entry.regularisation else 1.0),
                 caption_dropout=_pick(entry.caption_dropout, cfg.caption_dropout),
-                trigger_word=entry.trigger_word
-                if entry.regularisation
-                else _pick(entry.trigger_word, cfg.trigger_word),
+                trigger_word=effective_trigger(
+                    entry.trigger_word
+                    if entry.regularisation
+                    else _pick(entry.trigger_word, cfg.trigger_word)
+                ),  # type: ignore[arg-type]
                 default_caption=_pick(entry.default_caption, cfg.default_caption),
                 resolutions=tuple(resolution_list(_pick(entry.resolution, cfg.resolution))),  # type: ignore[arg-type]
                 shuffle_tags=bool(_pick(entry.shuffle_tags, cfg.shuffle_tags)),
@@ -209,6 +219,26 @@ def epoch_bucket_counts(scan: DatasetScan) -> dict[str, int]:
     counts = EpochMix([it.entry for it in scan.items], scan.batch_keys(), scan.entries).bucket_counts()
     one = len({key[2] for key in counts}) <= 1
     return {f"{k[0]}x{k[1]}" if one else f"{k[0]}x{k[1]}+{k[2]}": counts[k] for k in sorted(counts)}
+
+
+def unsampled_problems(scan: DatasetScan, cfg: TrainConfig) -> list[FieldProblem]:
+    """Entries whose weight gives them no sample of an epoch (their share of the epoch's N
+    samples rounds to 0, e.g. weight 1 beside 10^6): accepted, they would never be trained on
+    (a run of its regularisation entry alone, when it is the subject's)."""
+    entries = scan.entries
+    if not entries or not all(e.weight is not None for e in entries):
+        return []
+    samples = EpochMix([it.entry for it in scan.items], scan.batch_keys(), entries).entry_samples
+    aligned = cfg.datasets is not None and len(cfg.datasets) == len(entries)
+    return [
+        FieldProblem(
+            f"datasets.{i}.weight" if aligned else "datasets",
+            f"{e.label}: weight {e.weight:g} gives it 0 of the epoch's {sum(samples)} samples (its share "
+            f"rounds to nothing): raise it, or leave the entry out",
+        )
+        for i, (e, n) in enumerate(zip(entries, samples, strict=True))
+        if n == 0 and e.images
+    ]
 
 
 def entry_report(scan: DatasetScan) -> list[dict[str, object]]:

@@ -22,7 +22,7 @@ from lorastudio.data.discovery import CAPTION_EXTENSION, is_image_name
 from lorastudio.data.mix import MixEntry
 from lorastudio.errors import DatasetError
 
-_FOLDER = re.compile(r"^(\d+)_(.+)$")
+_FOLDER = re.compile(r"^([0-9]+)_(.+)$")  # ASCII digits only (\d takes any script's)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,19 @@ def parse_kohya_folder(name: str) -> KohyaFolder:
     """Read a kohya folder name `N_words` ("10_sks ball" -> repeats 10, words "sks ball").
 
     Raises: DatasetError naming the folder when the name is not `<number>_<words>`, the number
-    is 0, or the words are blank."""
+    is 0 or above a run's MAX_REPEATS (config_datasets: a larger one would make an epoch of
+    billions of samples), the words are blank, or the name holds control, invisible or
+    text-direction characters (they would reach captions, trigger words and dataset names).
+    """
+    from lorastudio.config_datasets import MAX_REPEATS
+    from lorastudio.data.paths import hidden_characters
+
+    hidden = hidden_characters(name)
+    if hidden:
+        raise DatasetError(
+            f"{ascii(name)}: not a kohya folder",
+            [f"{ascii(name)}: the name holds control or invisible characters ({hidden})"],
+        )
     match = _FOLDER.match(name)
     if match is None:
         raise DatasetError(
@@ -48,6 +60,8 @@ def parse_kohya_folder(name: str) -> KohyaFolder:
     problems = []
     if repeats < 1:
         problems.append(f"{name}: repeats must be at least 1")
+    if repeats > MAX_REPEATS:
+        problems.append(f"{name}: repeats must be at most {MAX_REPEATS} (a run's limit)")
     if not words:
         problems.append(f"{name}: no words after the repeats")
     if problems:
@@ -97,6 +111,7 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
             plan.skipped.append((sub.name, err.problems[0].split(": ", 1)[-1]))
             continue
         folders += 1
+        before = len(plan.images)
         for path in sorted(p for p in sub.iterdir() if not p.name.startswith(".")):
             where = f"{sub.name}/{path.name}"
             if path.is_symlink() or not path.is_file():
@@ -117,6 +132,8 @@ def plan_kohya_import(source: Path, flat: bool = True) -> KohyaPlan:
                 taken[path.name] = sub.name
                 plan.images.append((path, path.name))
                 plan.rows.append(row)
+        if len(plan.images) == before:  # else it vanished from the import without a word
+            plan.skipped.append((sub.name, "no images to import in this folder"))
     if not folders:
         raise DatasetError(
             f"no kohya folders in {source}",

@@ -1,28 +1,31 @@
 """Loss masks uploaded into a dataset's masks/ folder (POST /api/datasets/NAME/files with form
 fields named `mask`; the UI's "Upload as: loss masks"). No torch, no HTTP.
 
-The same checks as `lorastudio datasets import` gives a source folder's masks/ (data/mask_import.py:
-an image file, not a link, that decodes within the limits, whose stem is an image of the dataset
-with its size, no other mask of that stem): the uploaded files are written into a hidden staging
-folder under the datasets root (`.uploads/<id>/masks/`, removed afterwards and by the server's
-start-up cleanup), checked there as a source folder, and the good ones copied in (each staged
-and renamed, under the dataset's lock). Masks go in an upload of their own, after their images.
+The same checks as `lorastudio datasets import` gives a source folder's masks/, by the same code
+(data/mask_import.py: a safe name stored in NFC, an image file, not a link, that decodes within
+the limits, whose stem is an image of the dataset with its size, one mask per stem in the upload
+and none other of that stem in the dataset, the dataset's masks/ a real folder): each uploaded
+name is checked by the import's `stored_name` (a name sent twice, in any Unicode form, is
+refused in every copy), the files are written under it into a hidden staging folder under the
+datasets root (`.uploads/<id>/masks/`, removed afterwards and by the server's start-up cleanup),
+checked there by `plan_masks` as a source folder, and the good ones copied in (each staged and
+renamed, under the dataset's lock). Masks go in an upload of their own, after their images.
 """
 
 from __future__ import annotations
 
 import shutil
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
+from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks, stored_name
 from lorastudio.data.masks import MASKS_DIR
-from lorastudio.data.paths import safe_component
 from lorastudio.data.uploads import STAGING_DIR, UploadResult
 from lorastudio.data.writes import make_dir
-from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
+from lorastudio.errors import DatasetError
 
 MASK_FIELD = "mask"  # the multipart field name of a loss mask
 
@@ -44,27 +47,23 @@ def upload_masks(
             f"upload to {dataset.name} refused",
             [f"{dataset.name} has no images yet: upload the images first, then their masks"],
         )
+    named = [(name, *stored_name(name), stream) for name, stream in files]  # the import's name check
+    sent = Counter(safe for _, safe, _, _ in named if safe is not None)
     staging = datasets_root / STAGING_DIR / uuid.uuid4().hex
     folder = staging / MASKS_DIR
     refused: list[tuple[str, str]] = []
     try:
         make_dir(folder)
-        for name, stream in files:
-            try:
-                safe = safe_component(name, field="file name")
-            except ConfigError as err:
+        for name, safe, why, stream in named:
+            if safe is None:
+                refused.append((f"{MASKS_DIR}/{name}", why))
+            elif sent[safe] > 1:  # as the import refuses two masks of one stem: neither is guessed
                 refused.append(
-                    (f"{MASKS_DIR}/{name}", "; ".join(f"{p.field}: {p.message}" for p in err.problems))
+                    (f"{MASKS_DIR}/{safe}", f"sent {sent[safe]} times in one upload (which one?): send one")
                 )
-                continue
-            except PathOutsideRoot as err:
-                refused.append((f"{MASKS_DIR}/{name}", str(err)))
-                continue
-            if (folder / safe).exists():
-                refused.append((f"{MASKS_DIR}/{safe}", "sent twice in one upload"))
-                continue
-            with open(folder / safe, "wb") as out:
-                shutil.copyfileobj(stream, out)
+            else:
+                with open(folder / safe, "wb") as out:
+                    shutil.copyfileobj(stream, out)
         images = dataset_images(dataset)
         plan = plan_masks(staging, images, dataset, max_pixels)
         refused = sorted(refused + plan.refused)

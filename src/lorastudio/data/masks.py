@@ -1,7 +1,7 @@
 """Loss masks of a dataset (TrainConfig.alpha_mask / unmasked_weight, issue 29 part 4). No torch.
 
 Where a mask comes from: a grey image in the dataset's `masks/` sub-folder with the image's file
-stem (any supported image type; white = the pixel is trained fully, black = it gets
+stem (any supported image type, one per stem; white = the pixel is trained fully, black = it gets
 `unmasked_weight`, grey in between), or, with `alpha_mask`, the image's own alpha channel (opaque
 = trained). A mask must have its image's size (after EXIF orientation); an image without one
 trains unmasked and is named by the preflight. `attach_masks` checks and attaches them to a scan
@@ -42,17 +42,43 @@ MASK_FIELDS = ("alpha_mask", "unmasked_weight")  # the config fields the mask ch
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
-def mask_files(root: Path) -> dict[str, Path]:
-    """stem -> mask file of `root`/masks/ (image files only; links and other entries skipped;
-    {} when there is no masks/ folder)."""
+def _mask_names(root: Path) -> list[str]:
+    """The sorted image file names of `root`/masks/ (links and other entries skipped; [] when
+    there is no masks/ folder)."""
     folder = root / MASKS_DIR
     if folder.is_symlink() or not folder.is_dir():
-        return {}
-    with os.scandir(folder) as it:
-        entries = sorted(
-            e.name for e in it if not e.name.startswith(".") and e.is_file(follow_symlinks=False)
-        )
-    return {Path(name).stem: folder / name for name in entries if is_image_name(name)}
+        return []
+    try:
+        with os.scandir(folder) as it:
+            return sorted(
+                e.name
+                for e in it
+                if not e.name.startswith(".") and e.is_file(follow_symlinks=False) and is_image_name(e.name)
+            )
+    except (FileNotFoundError, NotADirectoryError):  # removed (or replaced) since the check above
+        return []
+
+
+def mask_files(root: Path) -> dict[str, Path]:
+    """stem -> mask file of `root`/masks/ (image files only; links and other entries skipped;
+    {} when there is no masks/ folder). A stem with several masks (a.png and a.webp) maps to
+    the last by name: `mask_clashes` names them, and a run refuses them."""
+    return {Path(name).stem: root / MASKS_DIR / name for name in _mask_names(root)}
+
+
+def mask_clashes(root: Path) -> dict[str, list[str]]:
+    """stem -> the names of `root`/masks/ files of that stem, for the stems with several (which
+    one is the image's mask? neither is guessed)."""
+    by_stem: dict[str, list[str]] = {}
+    for name in _mask_names(root):
+        by_stem.setdefault(Path(name).stem, []).append(name)
+    return {stem: names for stem, names in by_stem.items() if len(names) > 1}
+
+
+def clash_problem(stem: str, names: Sequence[str]) -> str:
+    """The problem naming the several masks `names` of the image(s) `stem`.*."""
+    listed = ", ".join(f"{MASKS_DIR}/{n}" for n in names)
+    return f"{listed}: {len(names)} masks for the image {stem}.* (which one?): keep one"
 
 
 def image_has_alpha(img: Image.Image) -> bool:
@@ -89,8 +115,9 @@ def attach_masks(
     that covers the masks. Unchanged when there is no masks/ folder and alpha_mask is off.
     Raises: ConfigError for alpha_mask with a masks/ folder too (which one?); DatasetError naming
     every mask that cannot be used (undecodable, another size than its image, no image of its
-    stem). Whether anything of the run is masked at all is `masked_setting_problems`' question,
-    asked of the joined entries (one entry without masks is fine when another has them)."""
+    stem, several masks of one image's stem). Whether anything of the run is masked at all is
+    `masked_setting_problems`' question, asked of the joined entries (one entry without masks is
+    fine when another has them)."""
     files = mask_files(Path(scan.root))
     if alpha_mask and files:
         raise ConfigError(
@@ -146,6 +173,8 @@ def _folder_items(
         for stem, path in files.items()
         if stem not in stems
     ]
+    clashes = mask_clashes(Path(scan.root))
+    problems += [clash_problem(stem, names) for stem, names in clashes.items() if stem in stems]
     items = []
     for item in scan.items:
         path = files.get(item.path.stem)

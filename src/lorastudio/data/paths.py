@@ -58,6 +58,8 @@ def safe_component(name: str, *, field: str = "name") -> str:
         raise _config_error(field, "must not be empty")
     if "\x00" in name:
         raise _config_error(field, "must not contain a NUL character")
+    if any("\ud800" <= ch <= "\udfff" for ch in name):  # a file name's non-UTF-8 bytes, or JSON's lone \ud8xx
+        raise _config_error(field, "must be valid UTF-8 text (it holds a lone surrogate / undecodable bytes)")
     name = unicodedata.normalize("NFC", name)
     if name in (".", ".."):
         raise PathOutsideRoot(f"{field}: {name!r} is not allowed (it names a folder, not a new one)")
@@ -71,9 +73,8 @@ def safe_component(name: str, *, field: str = "name") -> str:
         )
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise _config_error(field, "must not contain control characters")
-    hidden = sorted({ch for ch in name if unicodedata.category(ch) in _HIDDEN_CATEGORIES})
-    if hidden:
-        shown = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" for ch in hidden)
+    shown = hidden_characters(name)
+    if shown:
         raise _config_error(
             field,
             f"must not contain invisible or text-direction characters ({shown}): they disguise the name",
@@ -91,6 +92,27 @@ def safe_component(name: str, *, field: str = "name") -> str:
     if stem in _RESERVED_NAMES:
         raise _config_error(field, f"{name!r} is a reserved device name on Windows; pick another name")
     return name
+
+
+def hidden_characters(name: str) -> str:
+    """The invisible or text-direction characters of `name` (categories Cf, Cc, Zl, Zp, and
+    lone surrogates: bytes of a file name that are not UTF-8), named ("U+202E RIGHT-TO-LEFT
+    OVERRIDE, ..."); "" when it has none."""
+    hidden = sorted({ch for ch in name if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}})
+    return ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" for ch in hidden)
+
+
+def shown_name(text: str) -> str:
+    """`text` (a line naming files of a folder the user did not write: an archive's) safe to print
+    on a terminal: its control, invisible and text-direction characters and lone surrogates
+    (bytes that are not UTF-8) escaped as \\xNN / \\uNNNN, so no name moves the cursor, sends an
+    escape sequence or reads backwards."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}
+        else ch
+        for ch in text
+    )
 
 
 def _is_strictly_inside(path: Path, root: Path) -> bool:

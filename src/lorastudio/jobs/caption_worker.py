@@ -27,13 +27,16 @@ CAPTION_ERROR = "caption_error"
 @dataclass(frozen=True)
 class CaptionWorkerArgs:
     """What the child needs (picklable): the dataset folder, the resolved model, the options
-    (device already resolved by the service), the settings (the hub token)."""
+    (device already resolved by the service), the settings (the hub token) and, for device
+    "cuda", the GPU index the service placed it on (jobs/caption_gpu.py; among the GPUs the
+    server sees, which the child sees the same: it inherits CUDA_VISIBLE_DEVICES)."""
 
     parent_pid: int
     folder: str
     source: CaptionerSource
     options: CaptionOptions
     settings: Settings
+    gpu: int | None = None
 
 
 def caption_worker_main(args: CaptionWorkerArgs, events: Any, cancel: Any) -> None:
@@ -52,7 +55,7 @@ def caption_worker_main(args: CaptionWorkerArgs, events: Any, cancel: Any) -> No
         from lorastudio.families.base import quiet_loading
 
         quiet_loading()
-        caption_dataset(Path(args.folder), args.source, args.options, events.put, cancel.is_set)
+        caption_dataset(Path(args.folder), args.source, args.options, events.put, cancel.is_set, gpu=args.gpu)
     except LorastudioError as err:
         events.put({"type": CAPTION_ERROR, "error": type(err).__name__, "message": str(err)})
         code = 1

@@ -3,10 +3,14 @@ snapshots with progress and a preview of the first captions, cancel, an event lo
 event stream. No HTTP, no torch: the model runs in a spawned caption worker (caption_worker.py).
 
 One caption job at a time. The GPU arbiter is respected: a job that would run on the GPU
-(device "cuda", or "auto" on a GPU host) is refused (JobActive) while a training job holds the
-GPU (device "cpu" runs beside it), and it registers as a resident workload of the arbiter, so a
-training job that starts meanwhile stops it (between images; the job ends "cancelled" with the
-reason) before it takes the GPU. A dataset a live training job uses is not captioned (edits to
+(device "cuda", or "auto" on a GPU host) is placed by jobs/caption_gpu.py: on a GPU the training
+job did not reserve when there is one (the last GPU), else beside the training run only when the
+captioning model's estimated need fits into what the run leaves free (refused otherwise, JobActive
+naming needed vs free GiB, or which figure is unknown); the worker uses exactly that GPU (its
+index, `gpu` in the snapshot). Device "cpu" runs beside training. A GPU job registers as a
+resident workload of the arbiter, so a training job that starts meanwhile and needs its GPU stops
+it (between images; the job ends "cancelled" with the reason) before it takes the GPU; on a GPU
+the training does not reserve, or fitting beside the training's planned peak, it keeps running. A dataset a live training job uses is not captioned (edits to
 it are refused meanwhile), and a run on a dataset being captioned is refused
 (jobs/dataset_locks.py); a job claims its dataset for writing (jobs/dataset_claims.py), so a
 CLI run or caption on the same home is refused meanwhile, and it is refused while one runs. A cancel is honoured between images; a worker that does not stop
@@ -19,7 +23,6 @@ thread, so the caption worker inherits the server's lowered priority: training g
 
 from __future__ import annotations
 
-import datetime
 import multiprocessing as mp
 import os
 import queue
@@ -27,7 +30,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,15 @@ from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.discovery import require_folder
 from lorastudio.errors import ConfigError, DatasetBusy, FieldProblem, JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.caption_gpu import (
+    CaptionNeed,
+    Placement,
+    TrainingMemory,
+    caption_need,
+    fits_beside,
+    place_caption,
+)
+from lorastudio.jobs.caption_job import CaptionJob, now_iso, remove_staged
 from lorastudio.jobs.caption_worker import CAPTION_ERROR, CaptionWorkerArgs, caption_worker_main
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.dataset_locks import overlaps
@@ -52,67 +63,28 @@ MAX_EVENTS = 2000
 CaptionTarget = Callable[[CaptionWorkerArgs, Any, Any], None]
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
 def _host_device() -> str:
     from lorastudio.jobs.hardware import host_info
 
     return host_info().device
 
 
-@dataclass
-class CaptionJob:
-    """The state of one caption job (see `snapshot`)."""
+def _host_gpus() -> tuple[float, ...]:
+    from lorastudio.jobs.hardware import host_info
 
-    id: str
-    dataset: str
-    folder: Path
-    options: CaptionOptions
-    device: str
-    status: str = "running"  # running | completed | failed | cancelled
-    total: int | None = None
-    done: int = 0
-    captioned: int = 0
-    skipped: int = 0
-    failures: list[dict[str, str]] = field(default_factory=list)
-    preview: list[dict[str, str]] = field(default_factory=list)
-    error: str | None = None
-    cancel_reason: str | None = None
-    created_at: str = field(default_factory=_now)
-    finished_at: str | None = None
-    cancel: Any = None  # the worker's multiprocessing Event
-    thread: threading.Thread | None = None
-    claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
+    return host_info().gpu_memory_gb
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "dataset": self.dataset,
-            "model": self.options.model,
-            "device": self.device,
-            "prefix": self.options.prefix,
-            "overwrite": self.options.overwrite,
-            "status": self.status,
-            "total": self.total,
-            "done": self.done,
-            "captioned": self.captioned,
-            "skipped": self.skipped,
-            "failures": list(self.failures),
-            "preview": list(self.preview),
-            "error": self.error,
-            "cancel_reason": self.cancel_reason,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-        }
+
+def _nothing_known() -> TrainingMemory | None:
+    return None
 
 
 class CaptionJobs:
     """The server's caption jobs. Thread-safe. `datasets_in_use()`: folders of live training
-    jobs; `target` (tests), `host_device` (tests: "cuda" on a CPU host) and `allowance` (how
-    long the worker may stay silent; default CaptionAllowance scaled by
-    settings.worker_timeout_scale) are injectable."""
+    jobs; `training_memory()`: what the job service knows of the live training job's GPU memory
+    (JobService.training_memory; None: nothing); `target` (tests), `host_device` and `gpus`
+    (tests: "cuda" and the GPUs' GiB on a CPU host) and `allowance` (how long the worker may stay
+    silent; default CaptionAllowance scaled by settings.worker_timeout_scale) are injectable."""
 
     def __init__(
         self,
@@ -122,6 +94,9 @@ class CaptionJobs:
         target: CaptionTarget = caption_worker_main,
         host_device: Callable[[], str] = _host_device,
         allowance: CaptionAllowance | None = None,
+        *,
+        gpus: Callable[[], tuple[float, ...]] = _host_gpus,
+        training_memory: Callable[[], TrainingMemory | None] = _nothing_known,
     ):
         self.settings = settings
         self.allowance = allowance or CaptionAllowance().scaled(settings.worker_timeout_scale)
@@ -129,6 +104,8 @@ class CaptionJobs:
         self._in_use = datasets_in_use
         self._target = target
         self._host_device = host_device
+        self._gpus = gpus
+        self._training_memory = training_memory
         self._lock = threading.Lock()
         self._jobs: dict[str, CaptionJob] = {}
         self._log = EventLog(MAX_EVENTS)
@@ -157,6 +134,12 @@ class CaptionJobs:
         job = CaptionJob(
             uuid.uuid4().hex[:12], dataset, folder, options.model_copy(update={"device": device}), device
         )
+        job.model_folder = source.folder
+        holder: str | None = None
+        if device == "cuda":  # outside self._lock: the job service's lock comes first
+            job.need = caption_need(source)
+            holder, placement = self._place(job.need)
+            job.gpu, job.beside = placement.index, placement.beside
         ctx = mp.get_context("spawn")
         events, job.cancel = ctx.Queue(), ctx.Event()
         with self._lock:
@@ -164,12 +147,12 @@ class CaptionJobs:
             if busy is not None:
                 raise JobActive(f"caption job {busy.id} (dataset {busy.dataset!r}) is running; one at a time")
             if device == "cuda":
-                holder = self.arbiter.training_job
-                if holder is not None:
-                    raise JobActive(
-                        f"training job {holder} is using the GPU; caption when it ends, or on the CPU (device 'cpu')"
-                    )
-                self.arbiter.register_resident(self._resident(job), lambda: self._yield_gpu(job))
+                self.arbiter.admit_resident(
+                    self._resident(job),
+                    lambda: self._yield_gpu(job),
+                    lambda devices: self._stays(job, devices),
+                    training=holder,
+                )
             self._jobs[job.id] = job
         self._refuse_if_trained(job)  # after registering: jobs/dataset_locks.py
         try:  # other processes (a CLI train or caption on this home): jobs/dataset_claims.py
@@ -185,6 +168,33 @@ class CaptionJobs:
         )
         job.thread.start()
         return job.snapshot()
+
+    def _training(self, holder: str) -> TrainingMemory:
+        """What is known of training job `holder`'s GPU memory (nothing when the job service's
+        figure is of another job)."""
+        known = self._training_memory()
+        return known if known is not None and known.job_id == holder else TrainingMemory(holder)
+
+    def _place(self, need: CaptionNeed) -> tuple[str | None, Placement]:
+        """(the training job seen, the GPU this job runs on). Raises JobActive (caption_gpu)."""
+        holder, reserved = self.arbiter.training_job, self.arbiter.reserved_devices
+        training = self._training(holder) if holder is not None else None
+        return holder, place_caption(self._gpus(), reserved, training, need)
+
+    def _stays(self, job: CaptionJob, devices: tuple[int, ...]) -> bool:
+        """The arbiter's question when a training job starts with GPUs `devices`: may `job` keep
+        running (its GPU is not reserved, or it fits beside the run's planned peak)?"""
+        if job.gpu is None or job.gpu not in devices:
+            return True
+        holder = self.arbiter.training_job
+        gpus = self._gpus()
+        if holder is None or job.need is None or job.gpu >= len(gpus):
+            return False
+        if fits_beside(gpus[job.gpu], job.gpu, self._training(holder), job.need) is not None:
+            return False
+        with self._lock:
+            job.beside = holder
+        return True
 
     def _refuse_if_trained(self, job: CaptionJob) -> None:
         """Withdraw the just-registered `job` and raise JobActive when a live training job reads
@@ -214,7 +224,7 @@ class CaptionJobs:
 
     def _run(self, job: CaptionJob, source: CaptionerSource, events: Any) -> None:
         ctx = mp.get_context("spawn")
-        args = CaptionWorkerArgs(os.getpid(), str(job.folder), source, job.options, self.settings)
+        args = CaptionWorkerArgs(os.getpid(), str(job.folder), source, job.options, self.settings, job.gpu)
         process = ctx.Process(
             target=self._target, args=(args, events, job.cancel), name="lorastudio-caption", daemon=True
         )
@@ -222,16 +232,21 @@ class CaptionJobs:
         try:
             self._spawner.run(process.start)
             final = self._pump(job, process, events)
+        except (OSError, RuntimeError) as err:  # spawn failures (no memory, no free pid, ...)
+            if process.pid is not None:
+                raise
+            final = ("failed", f"could not start the caption worker: {err}")
         finally:
-            if process.exitcode is None:
-                process.kill()
-            process.join(10)
-            _remove_staged(job.folder)
+            if process.pid is not None:  # started (a failed start left nothing to stop)
+                if process.exitcode is None:
+                    process.kill()
+                process.join(10)
+            remove_staged(job.folder)
             if job.claim is not None:
                 job.claim.release()
             self.arbiter.unregister_resident(self._resident(job))
             with self._lock:
-                job.status, job.error, job.finished_at = final[0], final[1], _now()
+                job.status, job.error, job.finished_at = final[0], final[1], now_iso()
                 self._log.append({"type": "caption_end", "job_id": job.id, **job.snapshot()})
 
     def _pump(self, job: CaptionJob, process: Any, events: Any) -> tuple[str, str | None]:
@@ -331,6 +346,11 @@ class CaptionJobs:
         with self._lock:
             return {j.folder: j.id for j in self._jobs.values() if j.status == "running"}
 
+    def models_in_use(self) -> set[Path]:
+        """The captioner folders of running jobs (a model delete is refused meanwhile)."""
+        with self._lock:
+            return {j.model_folder for j in self._jobs.values() if j.status == "running" and j.model_folder}
+
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Wait for a job's thread to end (tests, shutdown); returns its snapshot."""
         with self._lock:
@@ -358,12 +378,3 @@ class CaptionJobs:
             if job.thread is not None:
                 job.thread.join(STOP_GRACE_S + 10)
         self._spawner.close()
-
-
-def _remove_staged(folder: Path) -> None:
-    """Remove the hidden staged caption files a killed worker left (data.writes.staged_write's
-    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written."""
-    for path in folder.glob(".*.tmp"):
-        name = path.name[1:].rsplit(".", 2)[0]
-        if name.endswith(".txt") or name == "metadata.jsonl":
-            path.unlink(missing_ok=True)

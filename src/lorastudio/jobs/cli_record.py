@@ -107,6 +107,8 @@ class CliRunRecord:
             self._write(lambda: self.store.add_metric(job.id, folded.point))
         elif data["type"] == "progress":
             self._write(lambda: self.store.update_run(job.id, steps_run=job.steps_run))
+        if folded.validation is not None:
+            self._write(lambda: self.store.add_validation(job.id, folded.validation))
         if folded.final is not None:
             self._finish(*folded.final)
 

@@ -9,7 +9,10 @@ raises DatasetBusy (409 in the API, exit 2 in the CLI) naming the dataset and th
 kernel drops the lock when its holder dies (kill -9 included), so a dead holder never leaves a
 dataset stuck. Each holder also writes `<key>.<pid>-<id>.holder` (who holds it, for the refusal
 message); a record whose pid holds no lock any more is a crash leftover, removed by the next
-take or refusal on that dataset.
+take or refusal on that dataset, and so is a record that is not a whole, well-typed one
+(records are renamed in whole). Nothing in the claims folder is followed: a link, a folder or
+a FIFO planted at a lock's place is removed (the entry only) and a regular lock made; records
+are read without following links or blocking, 64 KiB at most.
 
 The key is the dataset, not the folder: a folder inside the home's datasets root is claimed as its
 top folder (`datasets/char/10_sks` claims `char`, so a kohya sub-folder and its parent conflict);
@@ -23,10 +26,12 @@ No torch, no HTTP.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import time
 import uuid
 from collections.abc import Iterable
@@ -91,9 +96,9 @@ class DatasetClaim:
         path = claims / f"{key}.lock"
         deadline = time.monotonic() + wait_s
         while True:
-            claims.mkdir(parents=True, exist_ok=True)
+            _claims_folder(claims)
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = _open_lock(path)
             except FileNotFoundError:  # a releasing holder removed the empty folder meanwhile
                 if time.monotonic() > deadline:
                     raise
@@ -148,12 +153,14 @@ class DatasetClaim:
 def claim_cli_run(cfg: Any) -> DatasetClaim:
     """Claim the datasets of a CLI `lorastudio train` config `cfg` for reading, on the home of
     the current settings. Raises DatasetBusy naming the dataset and its writer."""
-    from lorastudio.config_datasets import dataset_paths
+    from lorastudio.config_datasets import read_folders
     from lorastudio.settings import get_settings
 
     settings = get_settings()
     holder = f"`lorastudio train` ({cfg.output_name or 'a run'})"
-    return DatasetClaim.take(settings.home, settings.datasets_dir, dataset_paths(cfg), READ, holder)
+    return DatasetClaim.take(
+        settings.home, settings.datasets_dir, read_folders(cfg, settings.datasets_dir), READ, holder
+    )
 
 
 def holders(lock: Path) -> list[dict[str, Any]]:
@@ -163,12 +170,13 @@ def holders(lock: Path) -> list[dict[str, Any]]:
     found = []
     for record in sorted(lock.parent.glob(f"{lock.stem}.*.holder")):
         try:
-            info = json.loads(record.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # being written or removed right now
-        pid = info.get("pid") if isinstance(info, dict) else None
-        if not isinstance(pid, int):
+            info = _read_record(record)
+        except OSError:
+            continue  # removed right now, or not a file (left alone)
+        if info is None:  # records are renamed in whole: garbage, not one being written
+            record.unlink(missing_ok=True)
             continue
+        pid = info["pid"]
         if live and pid not in live:  # a holder that locked after `live` was read has it now
             live = set(lock_holders(lock))
         if (pid in live) if live else process_alive(pid):  # no /proc/locks (or no match): by the pid
@@ -176,6 +184,72 @@ def holders(lock: Path) -> list[dict[str, Any]]:
         else:
             record.unlink(missing_ok=True)
     return found
+
+
+MAX_RECORD_BYTES = 64 * 1024
+_RECORD_TYPES = {"pid": int, "mode": str, "holder": str, "dataset": str, "brief": bool}
+
+
+def _read_record(record: Path) -> dict[str, Any] | None:
+    """A holder record's fields, or None when it is garbage (not JSON, over MAX_RECORD_BYTES,
+    a field missing or of another type, a pid < 1, a mode other than READ / WRITE).
+    Raises OSError when it is gone or not a regular file (a link, a folder, a FIFO planted
+    there: opened without following or blocking, never read)."""
+    fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(f"{record}: not a regular file")
+        raw = fh.read(MAX_RECORD_BYTES + 1)
+    try:
+        info = json.loads(raw) if len(raw) <= MAX_RECORD_BYTES else None
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or any(type(info.get(k)) is not t for k, t in _RECORD_TYPES.items()):
+        return None
+    return info if info["pid"] > 0 and info["mode"] in (READ, WRITE) else None
+
+
+def _claims_folder(claims: Path) -> None:
+    """Make the claims folder. Raises DatasetBusy naming it when a link or a file is there (a
+    claim through it would lock files elsewhere)."""
+    claims.mkdir(parents=True, exist_ok=True)
+    if not stat.S_ISDIR(os.lstat(claims).st_mode):
+        raise DatasetBusy(f"{claims} is a link or a file, not the claims folder: remove it, then retry")
+
+
+def _open_lock(path: Path) -> int:
+    """Open (create) lock file `path` without following a link. A link, an empty folder or a
+    FIFO planted at its place is removed first (only the entry: never what a link points to).
+    Raises DatasetBusy naming it when it cannot be removed (a folder with files)."""
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as err:
+            if isinstance(err, FileNotFoundError) or err.errno not in (
+                errno.ELOOP,
+                errno.EISDIR,
+                errno.ENXIO,
+            ):
+                raise
+            _remove_planted(path)
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)  # a FIFO opened without blocking
+        _remove_planted(path)
+    raise DatasetBusy(f"{path} is not a lock file and could not be replaced: remove it, then retry")
+
+
+def _remove_planted(path: Path) -> None:
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            path.rmdir()
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise DatasetBusy(f"{path} is not a lock file ({err.strerror}): remove it, then retry") from None
 
 
 def _refusal(lock: Path, root: Path, wanted: str) -> str:

@@ -41,7 +41,7 @@ def captioned_conflict(run_folders: Iterable[str | Path], captioning: Mapping[Pa
 
 
 def claim_for_run(
-    home: Path, datasets_dir: Path, folders: list[str], captioning: Mapping[Path, str], holder: str
+    home: Path, datasets_dir: Path, folders: list[Path], captioning: Mapping[Path, str], holder: str
 ) -> DatasetClaim:
     """The read claim of a server run on its dataset `folders`, taken under the job service's
     lock: raises JobActive when a caption job of this server writes one of them (the lock order

@@ -38,7 +38,7 @@ from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.writes import staged_write
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, GenerationWorkerLost, ModelSourceError, NotFound
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
@@ -312,7 +312,15 @@ class GenerationService:
             self._key = None
             process = GenerationProcess(self._spawner, self._target, self.settings, self._allowance)
             self._process = process
-            process.start()
+            try:
+                process.start()
+            except (OSError, RuntimeError) as err:  # the spawn failed (no memory, no free pid, ...)
+                self._process = None  # the next request spawns afresh
+                if process.pid is not None:
+                    process.stop()
+                raise GenerationWorkerLost(
+                    f"could not start the generation worker: {err}; try again"
+                ) from err
         self._key = None  # unknown while the job runs (and after it failed)
         try:
             result = self._process.call(job)

@@ -4,12 +4,14 @@ Two kinds of workload register here:
 - a training job (exclusive: at most one; while it holds the GPU, generation is refused). It
   reserves `devices` GPUs (a data-parallel job: one per rank); with one training job at a time
   the reservation is the first `devices` GPUs visible to the server, indices 0..devices-1;
-- resident workloads (the generation pipeline) that keep weights on the GPU between uses and
-  can be asked to free them (`release`).
+- resident workloads (the generation pipeline, a GPU caption job) that keep weights on the GPU
+  between uses and can be asked to free them (`release`). A resident may say it can stay
+  (`stays(devices)`: it runs on a GPU the training did not reserve, or fits beside it:
+  jobs/caption_gpu.py); it is then left running when training starts.
 
 `begin_training` is called only after a job passed validation: it marks training active (new
 generation requests are refused from then on), waits for generations in flight to finish, then
-asks every resident to free its memory. The job service calls `end_training` as soon as the job
+asks every resident that cannot stay to free its memory. The job service calls `end_training` as soon as the job
 is final (its worker may still be exiting; the service itself waits for that process before it
 starts the next training job). No torch here: residents free themselves.
 """
@@ -21,6 +23,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from lorastudio.errors import JobActive
+
+Release = Callable[[], None]
+Stays = Callable[[tuple[int, ...]], bool]
 
 
 def device_words() -> str:
@@ -39,7 +44,7 @@ class GpuArbiter:
         self._training: str | None = None
         self._devices: tuple[int, ...] = ()
         self._generations = 0
-        self._residents: dict[str, Callable[[], None]] = {}
+        self._residents: dict[str, tuple[Release, Stays | None]] = {}
 
     @property
     def training_job(self) -> str | None:
@@ -54,10 +59,24 @@ class GpuArbiter:
         with self._cond:
             return self._devices
 
-    def register_resident(self, name: str, release: Callable[[], None]) -> None:
-        """Register a resident workload; `release()` must free its GPU memory (idempotent)."""
+    def register_resident(self, name: str, release: Release, stays: Stays | None = None) -> None:
+        """Register a resident workload; `release()` must free its GPU memory (idempotent);
+        `stays(devices)` (optional) says it may keep running beside a training job that reserves
+        GPUs `devices` (called without the arbiter's lock held)."""
         with self._cond:
-            self._residents[name] = release
+            self._residents[name] = (release, stays)
+
+    def admit_resident(
+        self, name: str, release: Release, stays: Stays | None, *, training: str | None
+    ) -> None:
+        """Register a resident as `register_resident`, atomically with the check that the
+        training job holding the GPU is still `training` (None: none), the state its caller
+        decided on. Raises JobActive when it changed meanwhile."""
+        with self._cond:
+            if self._training != training:
+                now = f"training job {self._training} took the GPU" if self._training else "training ended"
+                raise JobActive(f"{now} while this was decided; try again")
+            self._residents[name] = (release, stays)
 
     def unregister_resident(self, name: str) -> None:
         with self._cond:
@@ -75,16 +94,18 @@ class GpuArbiter:
             if self._training is not None and self._training != job_id:
                 raise JobActive(f"training job {self._training} is using {device_words()}")
             self._training = job_id
+            self._devices = tuple(range(devices))  # known from now on (jobs/caption_gpu.py reads it)
             if not self._cond.wait_for(lambda: self._generations == 0, timeout=wait_s):
                 self._training = None
+                self._devices = ()
                 self._cond.notify_all()
                 raise JobActive(
                     f"a generation is still running on {device_words()}; try again when it finishes"
                 )
-            self._devices = tuple(range(devices))
-            releases = list(self._residents.values())
-        for release in releases:
-            release()
+            residents = list(self._residents.values())
+        for release, stays in residents:
+            if stays is None or not stays(tuple(range(devices))):
+                release()
         return tuple(range(devices))
 
     def end_training(self, job_id: str) -> None:

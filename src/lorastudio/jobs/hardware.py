@@ -20,13 +20,15 @@ _FP8_MIN_CAPABILITY = (8, 9)
 class HostInfo:
     """device: "cuda" or "cpu"; name: the GPU name or "cpu"; memory_gb: memory of GPU 0 (None on
     CPU); precisions: the base_precision values a run can use here ("auto" always); gpu_count:
-    CUDA GPUs visible to this process (0 on a CPU host)."""
+    CUDA GPUs visible to this process (0 on a CPU host); gpu_memory_gb: the total memory of each
+    of them in GiB, by index (the caption jobs' placement, jobs/caption_gpu.py)."""
 
     device: str
     name: str
     memory_gb: float | None
     precisions: tuple[str, ...]
     gpu_count: int = 0
+    gpu_memory_gb: tuple[float, ...] = ()
 
     def public(self) -> dict[str, Any]:
         return {
@@ -62,12 +64,16 @@ def host_info() -> HostInfo:
 
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
+        count = torch.cuda.device_count()
         return HostInfo(
             "cuda",
             props.name,
             round(props.total_memory / 2**30, 1),
             precisions_for("cuda", (props.major, props.minor)),
-            gpu_count=torch.cuda.device_count(),
+            gpu_count=count,
+            gpu_memory_gb=tuple(
+                round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1) for i in range(count)
+            ),
         )
     return HostInfo("cpu", "cpu", None, precisions_for("cpu"), gpu_count=0)
 

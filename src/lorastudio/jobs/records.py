@@ -127,6 +127,7 @@ class Job:
     pid: int | None = None
     busy: dict[str, Any] | None = None  # work in flight a stop waits for: {work, step, since} (jobs/busy.py)
     busy_changed_at: float | None = None  # monotonic time busy last changed
+    gpu_plan: tuple[float, str] | None = None  # planned GPU peak (GiB) and its source (jobs/caption_gpu.py)
 
     @property
     def live(self) -> bool:

@@ -34,9 +34,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lorastudio.config_datasets import dataset_paths
+from lorastudio.config_datasets import read_folders
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.event_log import EventLog
+from lorastudio.jobs.caption_gpu import TrainingMemory, planned_gpu_gib
 from lorastudio.jobs.dataset_claims import DatasetClaim
 from lorastudio.jobs.dataset_locks import claim_for_run
 from lorastudio.jobs.gpu import GpuArbiter
@@ -140,10 +141,25 @@ class JobService(EventPump):
         return self.event_log.after(seq)
 
     def datasets_in_use(self) -> set[Path]:
-        """Dataset folders (resolved) that the active or a queued job trains on (data_dir, or
-        every datasets entry's folder)."""
+        """Dataset folders (resolved) that the active or a queued job reads (data_dir, or every
+        datasets entry's folder, and a validation folder: config_datasets.read_folders)."""
         with self._cond:
-            return {Path(p) for j in self._live_jobs() for p in dataset_paths(j.config)}
+            return {p for j in self._live_jobs() for p in read_folders(j.config, self.settings.datasets_dir)}
+
+    def training_memory(self) -> TrainingMemory | None:
+        """What is known of the live active training job's GPU memory (None: no live active
+        job): its planned peak (memory_budget_gb or the preflight estimate, taken at submit) and
+        its measured peak so far (the last progress event's peak_memory_gb, GiB). Read by the
+        caption jobs (jobs/caption_gpu.py)."""
+        with self._cond:
+            job = self._active
+            if job is None or not job.live:
+                return None
+            planned, source = job.gpu_plan or (None, None)
+            measured = (job.progress or {}).get("peak_memory_gb")
+            return TrainingMemory(
+                job.id, planned, source, measured if isinstance(measured, float | int) else None
+            )
 
     def watch_captioning(self, busy: Callable[[], dict[Path, str]]) -> None:
         """Refuse runs on the folders `busy()` names (dataset folder -> running caption job id);
@@ -171,8 +187,10 @@ class JobService(EventPump):
         warning = refuse_if_short(run)
         if warning:
             log.warning("%s", warning)
+        gpu_plan = planned_gpu_gib(run.config, run.model_dir, run.scan)
         with self._cond:
             job = self._enqueue(run.config, run.worker_config, queue)
+            job.gpu_plan = gpu_plan
             return job.snapshot()
 
     def submit_resume(
@@ -203,6 +221,7 @@ class JobService(EventPump):
         )
         with self._cond:
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
+            job.gpu_plan = planned_gpu_gib(resume.config, None, None)  # its budget, if any
             earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
             try:
                 for point in earlier:
@@ -227,7 +246,7 @@ class JobService(EventPump):
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
-            self.settings.home, self.settings.datasets_dir, dataset_paths(config), self._captioning(),
+            self.settings.home, self.settings.datasets_dir, read_folders(config, self.settings.datasets_dir), self._captioning(),
             f"training job {job.id} of the lorastudio server",
         )  # fmt: skip
         try:

@@ -21,7 +21,7 @@ from lorastudio.config import TrainConfig, parse_train_config, resolve_train_con
 from lorastudio.config_datasets import top_resolution, with_paths
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
-from lorastudio.data.entries import entry_field, resolve_entries, resolved_folders
+from lorastudio.data.entries import entry_field, resolve_entries, resolved_folders, unsampled_problems
 from lorastudio.data.holdout import Holdout, split_validation
 from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.mix import MixEntry
@@ -166,6 +166,7 @@ def validate_run(
                 problems += _as_problems("validation_split", err)
     if scan is not None and cfg is not None:
         problems += control_resolution_problems(scan, cfg.control_resolution)
+        problems += unsampled_problems(scan, cfg)  # a weight whose share of the epoch rounds to 0
     if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
         paths, refs = sample_references(  # checked against the images the run trains on
             cfg.sample_prompts,

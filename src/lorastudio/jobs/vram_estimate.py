@@ -103,16 +103,16 @@ def estimate_memory_gb(
     compute = _COMPUTE_DTYPE.get(plan.base_precision, plan.base_precision)
     per = WEIGHT_BYTES[compute] / 1e9
     encoders = sum(
-        _param_count(model_dir / sub) for sub in ("text_encoder", "text_encoder_2", "text_encoder_3")
+        param_count(model_dir / sub) for sub in ("text_encoder", "text_encoder_2", "text_encoder_3")
     )
-    vae = _param_count(model_dir / "vae")
+    vae = param_count(model_dir / "vae")
     other, blocks = denoiser_param_split(model_dir / fam.spec.denoiser)
     denoiser = other + sum(blocks)
     block_bytes = WEIGHT_BYTES[plan.base_precision if plan.base_precision in _QUANTISED else compute]
     resident = _resident_block_params(blocks, plan.offload_blocks)
     weights_gb = (other * per) + resident * block_bytes / 1e9
     targets = tuple(cfg.lora_targets or fam.spec.lora_targets)
-    lora = lora_param_count(model_dir / fam.spec.denoiser, targets, cfg.lora_rank or 16)
+    lora = loraparam_count(model_dir / fam.spec.denoiser, targets, cfg.lora_rank or 16)
     pixels = ((top_resolution(cfg.resolution) or 1024) / 1024) ** 2  # the largest of several
     if controls is None:  # unknown dataset: the fewest the checkpoint's flavour takes
         controls = fam.source_control_images(model_dir)[0]
@@ -155,7 +155,7 @@ def denoiser_param_split(folder: Path) -> tuple[int, list[int]]:
     return other, list(blocks.values())
 
 
-def lora_param_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
+def loraparam_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
     """Trainable parameters of a rank-`rank` LoRA on the linears of the denoiser in `folder` whose
     module name is a target or ends with "." + a target (peft's suffix match): rank x (in + out)
     each, from the 2-D `.weight` shapes in the safetensors headers (0 when there are none)."""
@@ -172,12 +172,15 @@ def lora_param_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
     return total
 
 
-def _param_count(folder: Path) -> int:
+def param_count(folder: Path) -> int:
     """Parameters stored in the *.safetensors files of `folder` (0 when there are none)."""
     total = 0
     for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
         total += sum(count for _, count in _safetensors_tensors(file))
     return total
+
+
+_param_count = param_count  # the name preflight / host_memory import
 
 
 def _read_header(file: Path) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import torch
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.training.assistant_rules import hub_parts, is_local
+from lorastudio.user_paths import expand_user, is_file
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -46,8 +47,8 @@ def assistant_file(value: str) -> Path:
     """The local file of an assistant_lora value: the path itself, or the hub file (downloaded
     into the hub cache when missing). Raises ModelSourceError."""
     if is_local(value):
-        path = Path(value).expanduser()
-        if not path.is_file():
+        path = expand_user(value)
+        if not is_file(path):
             raise ModelSourceError(f"assistant_lora: file not found: {value}")
         return path
     from huggingface_hub import hf_hub_download

@@ -5,11 +5,11 @@ the engine's preflight and the job service (jobs/validation.py) both call `assis
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.errors import FieldProblem
 from lorastudio.families.single_file import model_source
+from lorastudio.user_paths import expand_user, is_file
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -53,7 +53,7 @@ def assistant_problems(cfg: TrainConfig, family: Family) -> list[FieldProblem]:
             )
         )
     if is_local(value):
-        if not Path(value).expanduser().is_file():
+        if not is_file(expand_user(value)):
             problems.append(FieldProblem("assistant_lora", f"file not found: {value}"))
     else:
         from huggingface_hub import try_to_load_from_cache

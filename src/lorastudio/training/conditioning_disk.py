@@ -8,7 +8,8 @@ the dtype and device kind of the encode, max_sequence_length and the caption's s
 encoded; the others go through
 conditioning.encode_texts as before (the same chunks a run without the cache makes of them) and
 each result is written as it comes (staged, then renamed), so RAM never holds the set's tensors.
-During training `DiskConditioning[key]` reads one caption's shard (memory-mapped by safe_open).
+During training `DiskConditioning[key]` reads one caption's shard (whole, through
+data/cache_io.py: no link followed; a shard without any tensor is not valid).
 
 Not on disk: sample prompts and held-out captions (a few, in RAM as before), and the prompts of
 a family whose prompt sees the control images (Qwen-Image-Edit: keyed by images too; in RAM).
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lorastudio.data.cache_io import prepare_cache_folder
 from lorastudio.data.disk_cache import shard_path
 from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
@@ -92,6 +94,7 @@ def encode_texts_on_disk(
     encoder = text_parts(
         family.spec.name, model, str(dtype).removeprefix("torch."), device.type, cfg.max_sequence_length
     )
+    prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
     captions = [str(t) for t in groups[0]]
     keys = {t: text_key(encoder, t) for t in captions}
     ctx = group_context()

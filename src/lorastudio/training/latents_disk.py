@@ -9,14 +9,16 @@ holds the sizes and the rule: data/latent_keys.control_parts). The variants are 
 before any image is opened and `rng` ends where the in-memory cache leaves it. An image whose
 variants all have a valid shard is neither decoded nor encoded; the others are encoded (all their
 variants in one VAE call, as the in-memory cache does) and their shards written (staged, then
-renamed). A shard that cannot be read, is truncated, has the wrong shapes (of its latents or
-of its controls) or fails its crc32 is
-re-encoded and rewritten. A shard that cannot be written (disk full, the cache cleared under the
+renamed). A shard that cannot be read, is truncated, has the wrong shapes or dtype (of its
+latents or of its controls), holds a non-finite latent, fails its crc32 or is not a regular
+file below real folders (a link, a FIFO, a folder planted there: data/cache_io.py) is
+re-encoded and rewritten. A run whose cache folder cannot be made (a link or a file where it
+goes) is refused (CacheError naming it: disk_cache.prepare_cache_folder). A shard that cannot be written (disk full, the cache cleared under the
 run) is kept in RAM for this run instead.
 
 `DiskLatents.sample` draws like CachedLatents.sample (one variant pick per index, then
-mean + std * randn from the same generator), reading only the batch's shards (memory-mapped by
-safetensors' safe_open): host RAM holds the batch, not the set. Masks are cut from the mask file
+mean + std * randn from the same generator), reading only the batch's shards (read whole, one at a time,
+through data/cache_io.py: no link followed): host RAM holds the batch, not the set. Masks are cut from the mask file
 per sample (data.masks.mask_crop), as the cache would have stored them.
 
 A data-parallel run shares the images to encode out round-robin; each rank writes the shards it
@@ -36,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from lorastudio.data.disk_cache import shard_path, staging_name
+from lorastudio.data.cache_io import read_shard_bytes, write_shard_bytes
+from lorastudio.data.disk_cache import shard_path
 from lorastudio.data.latent_keys import Variant, encoder_parts, plan_variants
 from lorastudio.training.distributed import barrier, gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, Preparing
@@ -68,19 +71,26 @@ def _crc(tensors: dict[str, torch.Tensor]) -> str:
 
 
 def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> bool:
-    """Write `tensors` (CPU, fp32) to `path`: staged beside it, then renamed onto it (another
-    writer of the same key writes the same bytes). Returns False when the disk refused it."""
-    from safetensors.torch import save_file
+    """Write `tensors` (CPU, fp32) to shard `path` (data/cache_io.write_shard_bytes: staged,
+    renamed, no link followed; another writer of the same key writes the same bytes).
+    Returns False when the disk refused it."""
+    from safetensors.torch import save
 
-    staged = staging_name(path)
+    return write_shard_bytes(path, save(tensors, metadata={"crc32": _crc(tensors)}))
+
+
+def _metadata(data: bytes) -> dict[str, Any]:
+    """The __metadata__ of safetensors bytes ({} when absent or unreadable): safetensors' bytes
+    loader drops it and its safe_open wants a path (which would follow a planted link)."""
+    size = int.from_bytes(data[:8], "little")
+    if len(data) < 8 or size > len(data) - 8:
+        return {}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(staged), metadata={"crc32": _crc(tensors)})
-        staged.replace(path)
-    except OSError:
-        staged.unlink(missing_ok=True)
-        return False
-    return True
+        header = json.loads(data[8 : 8 + size])
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return meta if isinstance(meta, dict) else {}
 
 
 def read_shard(
@@ -89,22 +99,38 @@ def read_shard(
     required: tuple[str, ...] = ("mean", "std"),
     shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> dict[str, torch.Tensor] | None:
-    """A shard's tensors (memory-mapped by safe_open, copied out), or None when it is missing,
-    truncated, unreadable, fails its crc32, lacks a `required` tensor, its mean is not `shape`
-    (when given) or a tensor named in `shapes` is missing or of another shape."""
-    from safetensors import SafetensorError, safe_open
+    """A shard's tensors, or None when it is missing, not a regular file under real folders
+    (data/cache_io.read_shard_bytes), truncated, unreadable, fails its crc32, holds no tensor,
+    lacks a `required` tensor, or (with `shape`: a latent shard) its mean or std is not
+    `shape`, float32 and finite, or a tensor named in `shapes` is missing, of another shape or
+    not float32."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
 
+    data = read_shard_bytes(path)
+    if data is None:
+        return None
     try:
-        with safe_open(str(path), framework="pt") as fh:
-            crc = (fh.metadata() or {}).get("crc32")
-            tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 (no __iter__)
-    except (OSError, SafetensorError, RuntimeError, json.JSONDecodeError):
+        tensors = load(data)
+    except (SafetensorError, RuntimeError, ValueError, OverflowError):
         return None
-    if any(name not in tensors for name in required) or crc != _crc(tensors):
+    if (
+        not tensors
+        or any(name not in tensors for name in required)
+        or _metadata(data).get("crc32") != _crc(tensors)
+    ):
         return None
-    if shape is not None and tuple(tensors["mean"].shape) != shape:
+    if shape is not None and not all(
+        tuple(tensors[n].shape) == shape
+        and tensors[n].dtype == torch.float32
+        and bool(tensors[n].isfinite().all())
+        for n in ("mean", "std")
+    ):
         return None
-    if any(name not in tensors or tuple(tensors[name].shape) != s for name, s in (shapes or {}).items()):
+    if any(
+        name not in tensors or tuple(tensors[name].shape) != s or tensors[name].dtype != torch.float32
+        for name, s in (shapes or {}).items()
+    ):
         return None
     return tensors
 
@@ -299,6 +325,7 @@ def open_disk_latents(
 ) -> DiskLatents:
     """build_disk_latents for a prepared run (training/preflight.PreparedRun): the shards of
     its base model's VAE (its content fingerprint), its dtype and device kind, under `root`."""
+    from lorastudio.data.cache_io import prepare_cache_folder
     from lorastudio.data.disk_cache import component_fingerprint
     from lorastudio.families.single_file import model_source
 
@@ -306,6 +333,7 @@ def open_disk_latents(
     model = component_fingerprint(model_source(cfg), "vae", cfg.revision)
     dtype = str(run.dtype).removeprefix("torch.")
     encoder = encoder_parts(spec, model, DTYPE_NAMES.get(dtype, dtype), run.device.type)
+    prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
     source, encoded = build_disk_latents(
         run.family,
         vae,

@@ -41,6 +41,7 @@ only rank 0 emits events and writes files, and stop requests are agreed on by ev
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,8 @@ import numpy as np
 import torch
 
 from lorastudio.config import TrainConfig
+from lorastudio.data.cache_io import hold_readers
+from lorastudio.data.disk_cache import cache_root
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
@@ -90,7 +93,7 @@ from lorastudio.training.events import (
 )
 from lorastudio.training.export import export_run
 from lorastudio.training.extend import extension_record
-from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents
+from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents, run_latent_mode
 from lorastudio.training.noise import make_objective
 from lorastudio.training.optimize import RunState, optimize
 from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
@@ -221,6 +224,9 @@ def train(
             state.swap.detach()  # the caller gets a plain model (every block on the device)
         denoiser = state.denoiser
         state.denoiser = state.ddp = state.swap = None
+        if state.cache_readers is not None:
+            os.close(state.cache_readers)  # releases the cache's readers lock
+            state.cache_readers = None
         end_group(state.ctx)
     emit(
         Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
@@ -304,6 +310,8 @@ def _run_phases(
     # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
     generator = torch.Generator().manual_seed(cfg.seed)
     sees = family.spec.prompt_sees_controls  # encoded per caption + controls (Qwen-Image-Edit)
+    if run_latent_mode(run) == "disk":  # no cache clear while this run reads its shards
+        state.cache_readers = hold_readers(cache_root(settings))
     conds, prompt_conds, variants, dropouts = encode_conditioning(run, state, emit, stop, settings)
     stop()
     source = prepare_latents(run, state, rng, emit, stop, settings)

@@ -80,8 +80,13 @@ def preservation_texts(cfg: TrainConfig, scan: DatasetScan) -> PreservationTexts
     keep = cfg.preservation
     if keep is None:
         return None
-    entries = scan.entries
-    triggers = tuple(entries[it.entry].trigger_word if entries else cfg.trigger_word for it in scan.items)
+    from lorastudio.config_datasets import effective_trigger
+
+    entries = scan.entries  # their trigger words are effective ones (data/entries.py)
+    triggers = tuple(
+        entries[it.entry].trigger_word if entries else effective_trigger(cfg.trigger_word)
+        for it in scan.items
+    )
     prompts = tuple(keep.prompts) if keep.prompts else None
     return PreservationTexts(keep.class_word, keep.weight, prompts, triggers)
 

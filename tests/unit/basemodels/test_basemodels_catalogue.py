@@ -46,7 +46,7 @@ def test_models_folder_added_folders_and_their_flags(
     add_folder(settings, str(outside))
     add_folder(settings, str(outside))  # idempotent
 
-    entries = {e.path: e for e in list_models(settings, hub_cache=False)}
+    entries = {e.path: e for e in list_models(settings, hub_cache=False, known_captioners=False)}
     assert list(entries) == [str(gguf), str(mine), str(tiny), str(outside)]
     t, m, g, a = entries[str(tiny)], entries[str(mine)], entries[str(gguf)], entries[str(outside)]
     assert (t.id, t.source, t.family, t.trainable, t.deletable) == ("tiny-flux", "tiny", "flux", True, True)
@@ -95,7 +95,9 @@ def test_only_what_lorastudio_made_is_deleted(
     linked = settings.models_dir / "linked"
     os.symlink(tiny, linked)  # a link to a tiny model is the user's: its target is not deleted
     added = add_folder(settings, str(copy_tiny("qwen-image", tmp_path / "qwen")))
-    added_entry = next(e for e in list_models(settings, hub_cache=False) if e.source == "added")
+    added_entry = next(
+        e for e in list_models(settings, hub_cache=False, known_captioners=False) if e.source == "added"
+    )
 
     refusals = [
         ("mine", "not downloaded or created"),
@@ -115,7 +117,9 @@ def test_only_what_lorastudio_made_is_deleted(
     assert delete_model(settings, "tiny-flux").source == "tiny"
     assert sorted(p.name for p in settings.models_dir.iterdir()) == ["linked", "mine"]
     assert forget_folder(settings, added_entry.id) == added and added.is_dir()
-    assert [e.id for e in list_models(settings, hub_cache=False)] == ["mine"]  # the link now dangles
+    assert [e.id for e in list_models(settings, hub_cache=False, known_captioners=False)] == [
+        "mine"
+    ]  # the link now dangles
 
 
 def _cache_snapshot(hub: FakeHub, repo_id: str) -> Path:

@@ -142,7 +142,10 @@ def test_untrainable_and_incomplete_repos_are_refused_before_downloading(
         assert words in str(err.value)
         if repo_id != "acme/partial":
             assert "FluxPipeline" in str(err.value)  # what IS accepted
-    assert set(_file_gets(hub)) <= {"model_index.json"} and list(settings.models_dir.iterdir()) == []
+    assert (
+        set(_file_gets(hub)) <= {"model_index.json", "config.json"}
+        and list(settings.models_dir.iterdir()) == []
+    )
 
 
 def test_a_dropped_connection_resumes_with_a_range_request(

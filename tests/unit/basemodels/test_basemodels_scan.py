@@ -47,7 +47,7 @@ def test_an_old_list_with_root_is_listed_without_a_walk(settings: Settings, monk
     added_list_path(settings).write_text(json.dumps({"folders": ["/"]}))
     walked: list[Path] = []
     monkeypatch.setattr(catalogue_module, "folder_size", lambda f, **kw: walked.append(f))
-    (entry,) = list_models(settings, hub_cache=False)
+    (entry,) = list_models(settings, hub_cache=False, known_captioners=False)
     assert (entry.path, entry.size_bytes, entry.trainable) == ("/", 0, False) and walked == []
 
 
@@ -82,9 +82,9 @@ def test_scans_are_cached_until_the_folder_changes(
     walks: list[Path] = []
     real = catalogue_module.folder_size
     monkeypatch.setattr(catalogue_module, "folder_size", lambda f, **kw: walks.append(f) or real(f, **kw))
-    first = list_models(settings, hub_cache=False)
-    assert list_models(settings, hub_cache=False) == first and walks == [model]
+    first = list_models(settings, hub_cache=False, known_captioners=False)
+    assert list_models(settings, hub_cache=False, known_captioners=False) == first and walks == [model]
     (model / "vae" / "config.json").unlink()  # a component changes: scanned again
-    (changed,) = list_models(settings, hub_cache=False)
+    (changed,) = list_models(settings, hub_cache=False, known_captioners=False)
     assert walks == [model, model] and changed.trainable is False and changed.missing == ["vae/config.json"]
     assert changed.size_bytes < first[0].size_bytes

@@ -140,3 +140,23 @@ def test_cli_refused_while_a_server_owns_the_home(tiny_vlm: Path) -> None:
         result = CliRunner().invoke(app, ["datasets", "caption", "busy", "--model", str(tiny_vlm)])
     assert result.exit_code == 1 and "dataset busy not captioned" in result.output
     assert not (settings.datasets_dir / "busy" / "a.txt").exists()
+
+
+def test_the_worker_uses_exactly_the_gpu_it_was_placed_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pick_device (what Captioner loads onto): the placed index as cuda:N, refused when this
+    process does not see it; no index keeps "cuda"; the CPU ignores it (a CPU host sees no GPU)."""
+    import torch
+
+    from lorastudio.captioning.vlm import pick_device
+    from lorastudio.errors import ModelSourceError
+
+    assert pick_device("cpu", 1) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert (pick_device("cuda", 1), pick_device("auto", 0), pick_device("cuda")) == (
+        "cuda:1",
+        "cuda:0",
+        "cuda",
+    )
+    with pytest.raises(ModelSourceError, match="placed on GPU 2 but this process sees 2 GPU"):
+        pick_device("cuda", 2)

@@ -62,7 +62,8 @@ def test_folder_without_config(tmp_path: Path) -> None:
 def test_offline_hub_id_not_cached_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(
-        ModelSourceError, match="offline mode .*Qwen/Qwen2.5-VL-3B-Instruct is not in the hub cache"
+        ModelSourceError,
+        match="offline mode .*Qwen/Qwen2.5-VL-3B-Instruct is not on disk.*lorastudio models fetch Qwen/Qwen2.5-VL-3B-Instruct",
     ):
         resolve_captioner(get_settings(), "Qwen/Qwen2.5-VL-3B-Instruct")
 

@@ -41,6 +41,16 @@ def test_tag_dropout_drops_tags_but_never_the_trigger_nor_all() -> None:
     assert all(caption_variant("a, b", lone, rng) in ("a", "b") for _ in range(20))  # one always stays
 
 
+def test_a_trigger_of_several_tags_keeps_each_of_them() -> None:
+    """trigger_word "ohwx, man" puts two tags before the caption; dropout compared each tag with
+    the whole "ohwx, man" and dropped either like any other tag."""
+    style = CaptionStyle(tag_dropout=0.95, trigger="ohwx, man")
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        tags = split_tags(caption_variant("ohwx, man, red, round, shiny, small", style, rng))
+        assert tags[:2] == ["ohwx", "man"], tags
+
+
 def test_variants_are_a_function_of_the_seed_and_inactive_styles_keep_the_caption() -> None:
     styles = [CaptionStyle(shuffle=True, keep_tokens=1), CaptionStyle()]
     a = caption_variants([CAPTION, "x, y"], styles, 4, seed=7)

@@ -121,3 +121,32 @@ def test_a_worker_hung_while_generating_is_killed_and_the_next_request_gets_a_fr
     print(
         f"timed out: hung generating {waited:.2f} s after the spawn (start + load + 3.5 s + 0.5 s SIGTERM grace)"
     )
+
+
+def test_a_worker_that_cannot_be_spawned_is_a_503_and_the_next_request_spawns_afresh(
+    studio_home: Path, tiny_model: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spawn failing (no memory, no free pid) raised the OSError (a 500) and left the
+    unstarted worker in place: the next request was sent to no process and waited out its
+    allowance."""
+    import errno
+    from multiprocessing.context import SpawnProcess
+
+    from lorastudio.errors import GenerationWorkerLost
+
+    def no_fork(self: SpawnProcess) -> None:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    settings = Settings(home=studio_home).ensure_dirs()
+    service = GenerationService(settings, GpuArbiter(), allowance=GenerationAllowance(ready_s=60.0))
+    try:
+        monkeypatch.setattr(SpawnProcess, "start", no_fork)
+        with pytest.raises(GenerationWorkerLost, match="could not start the generation worker: .*Errno 11"):
+            service.generate(_request(tiny_model, "a red circle"))
+        assert service.worker_pid is None
+        monkeypatch.undo()
+        t0 = time.monotonic()
+        done = service.generate(_request(tiny_model, "a red circle"))
+        assert Path(done["path"]).is_file() and time.monotonic() - t0 < 60
+    finally:
+        service.shutdown()

@@ -29,7 +29,8 @@ def slow_fake_captioner(args: CaptionWorkerArgs, events: Any, cancel: Any) -> No
             summary.cancelled = True
             break
         time.sleep(SECONDS_PER_IMAGE)
-        text = f"fake caption of {image.stem} on {args.options.device}"
+        gpu = "" if args.gpu is None else f":{args.gpu}"  # the GPU the service placed it on
+        text = f"fake caption of {image.stem} on {args.options.device}{gpu}"
         store_caption(folder, image, text, plan.store)
         summary.captioned.append((image.name, text))
         events.put(

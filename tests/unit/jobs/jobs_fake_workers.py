@@ -90,3 +90,14 @@ def complete_then_linger(args: WorkerArgs, events: Any, stop_event: Any, stop_sa
     channel.emit(Complete(lora_path=None, steps_run=1, stopped=False))
     channel.close()
     time.sleep(LINGER_S)
+
+
+def step_with_peak_then_wait(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """One step reporting a 12.5 GiB peak, then waits for a stop (a run holding the GPU)."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(_progress(1, 0.5).model_copy(update={"peak_memory_gb": 12.5}))
+    while not stop_event.wait(0.05):
+        pass
+    channel.emit(Complete(lora_path=None, steps_run=1, stopped=True))
+    channel.close()

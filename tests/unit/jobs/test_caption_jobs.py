@@ -1,5 +1,5 @@
-"""Caption jobs and the GPU arbiter: a GPU caption job is refused while training holds the GPU
-(a CPU one runs), training starting meanwhile stops it before it takes the GPU, cancel keeps
+"""Caption jobs and the GPU arbiter: a GPU caption job is refused while training holds the only GPU
+and nothing is known of its memory (a CPU one runs; placement by the figures: test_caption_gpu.py), training starting meanwhile stops it before it takes the GPU, cancel keeps
 whole caption files, one job at a time. The worker is a real spawned child (caption_fake_workers)."""
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def model(tmp_path: Path) -> str:
 
 def _jobs(arbiter: GpuArbiter, host: str = "cuda", in_use: set[Path] | None = None) -> CaptionJobs:
     return CaptionJobs(
-        get_settings(), arbiter, lambda: in_use or set(), target=slow_fake_captioner, host_device=lambda: host
-    )
+        get_settings(), arbiter, lambda: in_use or set(), target=slow_fake_captioner,
+        host_device=lambda: host, gpus=lambda: (24.0,) if host == "cuda" else (),
+    )  # fmt: skip
 
 
 def _wait_for(jobs: CaptionJobs, job_id: str, done: int) -> None:
@@ -59,7 +60,9 @@ def test_gpu_job_refused_while_training_cpu_job_runs(dataset: Path, model: str) 
     arbiter.begin_training("train1")
     jobs = _jobs(arbiter)
     try:
-        with pytest.raises(JobActive, match="training job train1 is using the GPU.*device 'cpu'"):
+        with pytest.raises(
+            JobActive, match="training job train1 holds GPU 0 and how much .* not known.*device 'cpu'"
+        ):
             jobs.start("ds", CaptionOptions(model=model))
         job = jobs.start("ds", CaptionOptions(model=model, device="cpu"))
         assert job["device"] == "cpu"
@@ -158,16 +161,29 @@ def test_a_silent_worker_is_stopped_as_hung_and_frees_its_dataset_and_the_gpu(
     from lorastudio.jobs.worker_allowance import CaptionAllowance
 
     settings, arbiter = get_settings(), GpuArbiter()
-    quick = CaptionAllowance(load_s=1.0, image_s=1.0, kill_grace_s=0.5)
-    for target, what, how in (
-        (stuck_fake_captioner, "caption an image within 1.0 s", "(SIGTERM)"),
+    # a spawned interpreter on a loaded 2-core machine may take seconds to start: the stuck worker
+    # (the per-image allowance) gets a long load allowance, the silent one 5 s so that it has
+    # installed its SIGTERM handler (the case of SIGKILL after an ignored SIGTERM) when stopped
+    stuck = CaptionAllowance(load_s=60.0, image_s=1.0, kill_grace_s=0.5)
+    silent = CaptionAllowance(load_s=5.0, image_s=1.0, kill_grace_s=0.5)
+    for target, quick, what, how in (
+        (stuck_fake_captioner, stuck, "caption an image within 1.0 s", "(SIGTERM)"),
         (
             silent_fake_captioner,
-            "load the captioning model within 1.0 s",
+            silent,
+            "load the captioning model within 5.0 s",
             "(SIGKILL: SIGTERM was ignored for 0.5 s)",
         ),
     ):
-        jobs = CaptionJobs(settings, arbiter, set, target=target, host_device=lambda: "cuda", allowance=quick)
+        jobs = CaptionJobs(
+            settings,
+            arbiter,
+            set,
+            target=target,
+            host_device=lambda: "cuda",
+            allowance=quick,
+            gpus=lambda: (24.0,),
+        )
         try:
             t0 = time.monotonic()
             job = jobs.start("ds", CaptionOptions(model=model))
@@ -184,3 +200,36 @@ def test_a_silent_worker_is_stopped_as_hung_and_frees_its_dataset_and_the_gpu(
         finally:
             jobs.shutdown()
     assert _whole(dataset) == {"img0": "the first caption\n"}  # the stuck worker's staged file is gone
+
+
+def test_a_worker_that_cannot_be_started_fails_the_job_and_frees_everything(
+    dataset: Path, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spawn itself failing (no memory, no free pid): the job thread died on process.kill()
+    of a process never started, leaving the job "running" with the dataset's claim and the one
+    caption slot held until the server restarted."""
+    import errno
+    from multiprocessing.context import SpawnProcess
+
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
+
+    def no_fork(self: SpawnProcess) -> None:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    settings, arbiter = get_settings(), GpuArbiter()
+    jobs = _jobs(arbiter)
+    try:
+        monkeypatch.setattr(SpawnProcess, "start", no_fork)
+        final = jobs.wait(jobs.start("ds", CaptionOptions(model=model))["id"], 30)
+        assert final["status"] == "failed", final
+        assert (
+            final["error"]
+            == "could not start the caption worker: [Errno 11] Resource temporarily unavailable"
+        )
+        assert arbiter._residents == {}
+        DatasetClaim.take(settings.home, settings.datasets_dir, [dataset], WRITE, "test").release()
+        monkeypatch.undo()
+        again = jobs.wait(jobs.start("ds", CaptionOptions(model=model))["id"], 60)  # the slot is free
+        assert again["status"] == "completed", again
+    finally:
+        jobs.shutdown()

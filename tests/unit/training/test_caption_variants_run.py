@@ -37,7 +37,7 @@ def _conditioning_total(events: list) -> int:
     return max(e.total for e in events if e.type == "preparing" and e.phase == "conditioning")
 
 
-def test_shuffle_and_dropout_change_the_run_and_encode_each_variant(make_config, tagged) -> None:
+def test_shuffle_and_dropout_change_the_run_and_encode_each_variant(make_config, tagged, tmp_path) -> None:
     plain_events: list = []
     plain = train(
         make_config("flux", data_dir=str(tagged), output_name="plain", steps=4),
@@ -60,7 +60,8 @@ def test_shuffle_and_dropout_change_the_run_and_encode_each_variant(make_config,
             [].append,
             device="cpu",
         )
-    both = make_config("flux", data_dir=None, datasets=[off, {"path": str(tagged)}], **AUGMENT)
+    again = shutil.copytree(tagged, tmp_path / "tagged")  # two entries are two folders
+    both = make_config("flux", data_dir=None, datasets=[off, {"path": str(again)}], **AUGMENT)
     run = preflight(both, get_settings(), "cpu")
     variants = scan_variants(run.scan, 3, 0)
     assert [len(v) for v in variants] == [1] * 4 + [3] * 4  # the first entry's captions as they are

@@ -178,11 +178,11 @@ def test_modes_and_clear():
         parse_train_config({"family": "flux", "base_model": "x", "data_dir": "d", "latent_cache": "ram"})
     assert [p.field for p in err.value.problems] == ["latent_cache"]
     root = cache_root(get_settings())
-    shard = root / "latents" / "abc" / "12" / "12ff.safetensors"
+    shard = root / "latents" / ("abc" * 7)[:20] / "12" / ("12ff" * 16 + ".safetensors")
     shard.parent.mkdir(parents=True)
     save_file({"mean": torch.zeros(2)}, str(shard))
     (stats,) = cache_stats(root)
-    assert (stats.kind, stats.model, stats.files) == ("latents", "abc", 1)
+    assert (stats.kind, stats.model, stats.files) == ("latents", ("abc" * 7)[:20], 1)
     assert clear_cache(root) == stats.bytes and cache_stats(root) == []
 
 

@@ -176,8 +176,10 @@ export interface paths {
         /**
          * Start
          * @description Caption the images of dataset `name` that have no caption (all with `overwrite`) with a
-         *     vision-language model (hub id or model folder), in a worker. 400 bad model / device, 404 no
-         *     such dataset, 409 a caption job runs, training uses the dataset or holds the GPU.
+         *     vision-language model (catalogue id, hub id or model folder), in a worker. 400 bad model /
+         *     device / a catalogue captioner not fetched, 404 no such dataset, 409 a caption job runs,
+         *     training uses the dataset, or holds the GPU and the model does not fit beside it (or its
+         *     memory is not known).
          */
         post: operations["start_api_datasets__name__caption_post"];
         delete?: never;
@@ -658,8 +660,8 @@ export interface paths {
         /**
          * Delete
          * @description Delete a model lorastudio downloaded or created (fetched or tiny). 403 for anything else
-         *     (the user's folders, added folders, the hub cache), 409 while a job or fetch uses it, 404
-         *     when unknown.
+         *     (the user's folders, added folders, the hub cache), 409 while a job, a caption job or a fetch
+         *     uses it, 404 when unknown.
          */
         delete: operations["delete_api_models__model_id__delete"];
         options?: never;
@@ -1156,6 +1158,11 @@ export interface components {
         };
         /** CaptionJobOut */
         CaptionJobOut: {
+            /**
+             * Beside Training
+             * @description the training job whose GPU this job shares (it fits beside the run)
+             */
+            beside_training?: string | null;
             /** Cancel Reason */
             cancel_reason: string | null;
             /** Captioned */
@@ -1180,6 +1187,11 @@ export interface components {
             failures: components["schemas"]["CaptionFailure"][];
             /** Finished At */
             finished_at: string | null;
+            /**
+             * Gpu
+             * @description the GPU index a cuda job runs on (null on the CPU)
+             */
+            gpu?: number | null;
             /** Id */
             id: string;
             /** Model */
@@ -1211,8 +1223,9 @@ export interface components {
         };
         /**
          * CaptionOptions
-         * @description model: a hub id (owner/name; the hub cache, `revision`, the studio's hub token) or a
-         *     model folder (absolute, or a name under the models folder). prompt: None takes the model's
+         * @description model: a catalogue id (`lorastudio models list`: a fetched captioner's owner--name), a hub
+         *     id (owner/name; lorastudio's fetched copy, the hub cache, `revision`, the studio's hub token)
+         *     or a model folder (absolute, or a name under the models folder). prompt: None takes the model's
          *     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
          *     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled). overwrite: caption every
          *     image, not only those without a caption. max_tokens: new tokens per caption (greedy).
@@ -1294,11 +1307,16 @@ export interface components {
             id: string;
             /**
              * Kind
-             * @description a diffusers pipeline folder, or one .safetensors checkpoint (trained with base_config)
+             * @description a diffusers pipeline folder, one .safetensors checkpoint (trained with base_config), or a captioning model (datasets caption; never trainable)
              * @default pipeline
              * @enum {string}
              */
-            kind?: "pipeline" | "single-file";
+            kind?: "pipeline" | "single-file" | "captioner";
+            /**
+             * Licence
+             * @description a known captioner's licence
+             */
+            licence?: string | null;
             /**
              * Missing
              * @description what training needs and the folder lacks
@@ -1311,7 +1329,7 @@ export interface components {
             name: string;
             /**
              * Path
-             * @description absolute folder or checkpoint file; usable as base_model
+             * @description absolute folder or checkpoint file; usable as base_model ('' when not on disk)
              */
             path: string;
             /**
@@ -1319,13 +1337,19 @@ export interface components {
              * @description why it is not trainable (null when trainable)
              */
             reason: string | null;
+            /**
+             * Repo Id
+             * @description a captioner's hub id (what a fetch takes)
+             */
+            repo_id?: string | null;
             /** Size Bytes */
             size_bytes: number;
             /**
              * Source
+             * @description catalogue: a known captioner not on disk yet (fetch it by its repo_id)
              * @enum {string}
              */
-            source: "local" | "hub-cache" | "tiny" | "added";
+            source: "local" | "hub-cache" | "tiny" | "added" | "catalogue";
             /**
              * Trainable
              * @description a family trains it and every component needed is present

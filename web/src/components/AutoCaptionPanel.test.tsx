@@ -1,8 +1,8 @@
 import { render, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { CaptionJob } from "../api/types";
-import { mockFetch } from "../test/fixtures";
+import type { CaptionJob, CatalogueModel } from "../api/types";
+import { CATALOGUE, mockFetch } from "../test/fixtures";
 import { AutoCaptionPanel } from "./AutoCaptionPanel";
 
 const RUNNING: CaptionJob = {
@@ -85,6 +85,40 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(await screen.findByTestId("caption-cancel"));
     expect(calls.some((c) => c.url === "/api/captions/c1/cancel" && c.method === "POST")).toBe(true);
     expect((await screen.findByTestId("caption-status")).textContent).toContain("(cancelled by the user)");
+  });
+
+  it("offers the catalogue's captioners: the fetched one preselected, those not fetched disabled; shows the GPU", async () => {
+    const captioner = (over: Partial<CatalogueModel>): CatalogueModel => ({
+      ...CATALOGUE[0], family: null, trainable: false, reason: "a captioning model", kind: "captioner", deletable: false, ...over,
+    });
+    const models = [
+      CATALOGUE[0],
+      captioner({ id: "florence-community--Florence-2-base", name: "florence-community/Florence-2-base", source: "catalogue", path: "", complete: false,
+        checkpoint: "Florence-2 base: fast", licence: "MIT", repo_id: "florence-community/Florence-2-base" }),
+      captioner({ id: "Qwen--Qwen2.5-VL-3B-Instruct", name: "Qwen/Qwen2.5-VL-3B-Instruct", source: "local", complete: true, deletable: true,
+        checkpoint: "Qwen2.5-VL 3B Instruct: the default", licence: "Qwen Research License (non-commercial)", repo_id: "Qwen/Qwen2.5-VL-3B-Instruct" }),
+    ];
+    const onGpu = { ...RUNNING, device: "cuda" as const, gpu: 0, beside_training: "t1" };
+    const calls = mockFetch(({ url, method }) => {
+      if (url === "/api/models") return { body: models };
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: onGpu };
+      if (url === "/api/captions/c1") return { body: onGpu };
+      return undefined;
+    });
+    render(<AutoCaptionPanel dataset="mix" onFinished={() => {}} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    const select = (await screen.findByTestId("caption-catalogue")) as HTMLSelectElement;
+    await waitFor(() => expect((screen.getByTestId("caption-model") as HTMLInputElement).value).toBe("Qwen--Qwen2.5-VL-3B-Instruct"));
+    expect(select.value).toBe("Qwen--Qwen2.5-VL-3B-Instruct");
+    const options = Array.from(select.options).map((o) => [o.textContent, o.disabled]);
+    expect(options).toEqual([
+      ["other (type a hub id or folder below)", false],
+      ["Florence-2 base (not fetched: fetch it on the Models page) · MIT", true],
+      ["Qwen2.5-VL 3B Instruct · Qwen Research License (non-commercial)", false],
+    ]); // the base model is not offered
+    await userEvent.click(screen.getByTestId("caption-start"));
+    expect(calls.find((c) => c.method === "POST")?.body).toMatchObject({ model: "Qwen--Qwen2.5-VL-3B-Instruct" });
+    expect(await screen.findByText("Captioning 1 / 3 on GPU 0 (beside training job t1)")).toBeTruthy();
   });
 
   it("names the server's refusal", async () => {

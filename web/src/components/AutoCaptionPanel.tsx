@@ -1,15 +1,25 @@
 import { useEffect, useRef, useState } from "react";
 import { api } from "../api/endpoints";
-import type { CaptionJob } from "../api/types";
+import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
 import { ErrorBanner } from "./ErrorBanner";
 
 const POLL_MS = 1000;
 export const DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct";
 
-/** "Caption with AI": caption a dataset's images with a vision-language model (hub id or model
- * folder), only those without a caption unless `overwrite`; shows the job's progress, the first
- * captions, the failed files, and can cancel. `onFinished` runs once the job has ended. */
+/** The label of a catalogue captioner in the model list: fetched ones by title, the others say so. */
+export function captionerLabel(m: CatalogueModel): string {
+  const title = m.checkpoint?.split(": ")[0] ?? m.name;
+  const licence = m.licence ? ` · ${m.licence}` : "";
+  if (m.source === "catalogue") return `${title} (not fetched: fetch it on the Models page)${licence}`;
+  return `${title}${m.complete ? "" : " (incomplete)"}${licence}`;
+}
+
+/** "Caption with AI": caption a dataset's images with a vision-language model (a captioner of the
+ * catalogue, a hub id or a model folder), only those without a caption unless `overwrite`; shows
+ * the job's progress (and the GPU it runs on), the first captions, the failed files, and can
+ * cancel. The catalogue's captioners are offered (those not fetched yet disabled, naming where to
+ * fetch them); the first fetched one is preselected. `onFinished` runs once the job has ended. */
 export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onFinished: () => void }) {
   const [open, setOpen] = useState(false);
   const [model, setModel] = useState(DEFAULT_CAPTION_MODEL);
@@ -17,8 +27,27 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
   const [overwrite, setOverwrite] = useState(false);
   const [job, setJob] = useState<CaptionJob | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [captioners, setCaptioners] = useState<CatalogueModel[]>([]);
   const finished = useRef(onFinished);
   finished.current = onFinished;
+
+  useEffect(() => {
+    if (!open) return;
+    let live = true;
+    api.models().then(
+      (list) => {
+        if (!live) return;
+        const found = list.filter((m) => m.kind === "captioner");
+        setCaptioners(found);
+        const ready = found.find((m) => m.source !== "catalogue" && m.complete);
+        if (ready) setModel((now) => (now === DEFAULT_CAPTION_MODEL ? ready.id : now));
+      },
+      () => undefined, // no catalogue: the model is typed
+    );
+    return () => {
+      live = false;
+    };
+  }, [open]);
 
   const running = job?.status === "running";
   useEffect(() => {
@@ -67,8 +96,26 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
           Close
         </button>
       </div>
+      {captioners.length > 0 && (
+        <label>
+          Captioning model
+          <select
+            value={captioners.some((m) => m.id === model) ? model : ""}
+            onChange={(e) => e.target.value && setModel(e.target.value)}
+            disabled={running}
+            data-testid="caption-catalogue"
+          >
+            <option value="">other (type a hub id or folder below)</option>
+            {captioners.map((m) => (
+              <option key={m.id} value={m.id} disabled={m.source === "catalogue" || !m.complete}>
+                {captionerLabel(m)}
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
       <label>
-        Model (hub id or folder)
+        Model (catalogue id, hub id or folder)
         <input value={model} onChange={(e) => setModel(e.target.value)} disabled={running} data-testid="caption-model" />
       </label>
       <label>
@@ -101,6 +148,12 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
   );
 }
 
+/** Where a caption job runs: the CPU, or its GPU (and the training run it shares it with). */
+function where(job: CaptionJob): string {
+  if (job.device !== "cuda" || job.gpu == null) return job.device;
+  return `GPU ${job.gpu}${job.beside_training ? ` (beside training job ${job.beside_training})` : ""}`;
+}
+
 function CaptionJobStatus({ job }: { job: CaptionJob }) {
   const total = job.total ?? 0;
   return (
@@ -108,8 +161,8 @@ function CaptionJobStatus({ job }: { job: CaptionJob }) {
       <p>
         {job.status === "running"
           ? job.total == null
-            ? `Loading ${job.model} on ${job.device}…`
-            : `Captioning ${job.done} / ${total} on ${job.device}`
+            ? `Loading ${job.model} on ${where(job)}…`
+            : `Captioning ${job.done} / ${total} on ${where(job)}`
           : `Caption job ${job.status}: ${job.captioned} captioned, ${job.skipped} kept their caption, ${job.failures.length} failed`}
         {job.cancel_reason && job.status !== "running" && ` (${job.cancel_reason})`}
       </p>

@@ -30,10 +30,11 @@ export function choicesFromInfo(models: readonly LocalModel[]): ModelChoice[] {
 
 /**
  * Picker entries from GET /api/models. An untrainable model carries its reason and an
- * incomplete one what it lacks (both are shown, disabled); the tiny demo models are marked.
+ * incomplete one what it lacks (both are shown, disabled); the tiny demo models are marked;
+ * captioning models (kind "captioner") are not base models and are left out.
  */
 export function choicesFromCatalogue(models: readonly CatalogueModel[]): ModelChoice[] {
-  return models.map((m) => ({
+  return models.filter((m) => m.kind !== "captioner").map((m) => ({
     name: m.name,
     path: m.path,
     family: m.family,

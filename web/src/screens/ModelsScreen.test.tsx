@@ -3,6 +3,7 @@ import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { CatalogueModel, Fetch } from "../api/types";
 import { BaseModelPicker } from "../components/BaseModelPicker";
+import { choicesFromCatalogue } from "../lib/baseModels";
 import { type Call, CATALOGUE, mockFetch } from "../test/fixtures";
 import { ModelsScreen, removal } from "./ModelsScreen";
 
@@ -69,6 +70,42 @@ describe("ModelsScreen", () => {
     expect(item).toHaveTextContent("1/4 files");
     await userEvent.click(within(item).getByRole("button", { name: "cancel the download of acme/gated" }));
     await waitFor(() => expect(screen.getByTestId("fetch-acme/gated")).toHaveTextContent("fetching again continues"));
+  });
+
+  it("lists the captioning models apart: licence, size, state; fetches one not on disk by its hub id", async () => {
+    const toFetch: CatalogueModel = {
+      ...CATALOGUE[0], id: "Qwen--Qwen2.5-VL-7B-Instruct", name: "Qwen/Qwen2.5-VL-7B-Instruct", source: "catalogue", path: "", family: null,
+      trainable: false, reason: "a captioning model", size_bytes: 16_600_000_000, complete: false, deletable: false, kind: "captioner",
+      repo_id: "Qwen/Qwen2.5-VL-7B-Instruct", licence: "Apache-2.0", checkpoint: "Qwen2.5-VL 7B Instruct: the most detailed",
+      missing: ["not fetched: `lorastudio models fetch Qwen/Qwen2.5-VL-7B-Instruct`"],
+    };
+    const fetched: CatalogueModel = { ...toFetch, id: "tiny-vlm", name: "tiny-vlm", source: "tiny", path: "/m/tiny-vlm", size_bytes: 1000, complete: true,
+      deletable: true, repo_id: null, licence: null, checkpoint: null, missing: [] };
+    calls = mockFetch(({ method, url }) => {
+      if (url === "/api/models" && method === "GET") return { body: [CATALOGUE[0], toFetch, fetched] };
+      if (url === "/api/models/fetch" && method === "GET") return { body: { fetches, offline: false } };
+      if (url === "/api/models/fetch" && method === "POST") {
+        fetches = [running({ repo_id: "Qwen/Qwen2.5-VL-7B-Instruct", family: null })];
+        return { status: 202, body: fetches[0] };
+      }
+      return undefined;
+    });
+    render(<ModelsScreen />);
+    const bases = await screen.findByTestId("models-table");
+    expect(within(bases).getAllByRole("row").slice(1)).toHaveLength(1); // captioners are not base models
+    const rows = within(screen.getByTestId("captioners-table")).getAllByRole("row").slice(1);
+    expect(rows[0]).toHaveTextContent("Apache-2.0");
+    expect(rows[0]).toHaveTextContent("~15.46 GB");
+    expect(rows[0]).toHaveTextContent("not fetched");
+    expect(rows[1]).toHaveTextContent("ready");
+    expect(within(rows[1]).getByRole("button", { name: "Delete tiny-vlm" })).toBeTruthy();
+    await userEvent.click(within(rows[0]).getByRole("button", { name: "Fetch Qwen/Qwen2.5-VL-7B-Instruct" }));
+    await waitFor(() =>
+      expect(calls.filter((c) => c.method === "POST").map((c) => c.body)).toEqual([{ repo_id: "Qwen/Qwen2.5-VL-7B-Instruct", revision: null }]),
+    );
+    expect(await screen.findByTestId("fetch-Qwen/Qwen2.5-VL-7B-Instruct")).toBeTruthy();
+    // the base-model pickers never offer a captioner (kind "captioner": not trainable, not a base)
+    expect(choicesFromCatalogue([CATALOGUE[0], toFetch, fetched]).map((c) => c.name)).toEqual([CATALOGUE[0].name]);
   });
 
   it("adds a folder", async () => {

@@ -13,6 +13,7 @@ const SOURCES: Record<CatalogueModel["source"], string> = {
   "hub-cache": "hub cache",
   tiny: "tiny demo",
   added: "added folder",
+  catalogue: "not fetched",
 };
 const POLL_MS = 1000;
 
@@ -23,7 +24,13 @@ export function removal(m: CatalogueModel): { label: string; confirm: string } |
   return null;
 }
 
-/** Models: the base models on this server (models/, the hub cache, tiny demos, added folders), hub downloads with progress, add or remove. */
+/** A captioner's state: ready to caption with, incomplete, or not fetched yet. */
+export function captionerState(m: CatalogueModel): string {
+  if (m.source === "catalogue") return "not fetched";
+  return m.complete ? "ready" : `incomplete: ${m.missing.slice(0, 3).join(", ")}`;
+}
+
+/** Models: the base models on this server (models/, the hub cache, tiny demos, added folders) and the captioning models (kind "captioner": fetched, or to fetch), hub downloads with progress, add or remove. */
 export function ModelsScreen() {
   const [models, setModels] = useState<CatalogueModel[] | null>(null);
   const [fetches, setFetches] = useState<Fetch[]>([]);
@@ -56,6 +63,50 @@ export function ModelsScreen() {
     }
   };
   const cancel = (id: string) => void api.cancelFetch(id).then(load, (err: Error) => setError(err.message));
+  const fetchCaptioner = async (m: CatalogueModel) => {
+    setError(null);
+    try {
+      const started = await api.fetchModel({ repo_id: m.repo_id ?? m.name, revision: null });
+      setFetches((now) => [...now.filter((x) => x.id !== started.id), started]);
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  };
+  const bases = models?.filter((m) => m.kind !== "captioner") ?? null;
+  const captioners = models?.filter((m) => m.kind === "captioner") ?? [];
+  const busyRepos = new Set(fetches.filter((f) => f.status === "running").map((f) => f.repo_id));
+  const captionerColumns: Column<CatalogueModel>[] = [
+    {
+      header: "Name",
+      kind: "primary",
+      cell: (m) => (
+        <>
+          <span title={m.path || m.repo_id || m.name}>{m.name}</span>
+          {m.checkpoint && <div className="muted small">{m.checkpoint}</div>}
+        </>
+      ),
+    },
+    { header: "Id", cell: (m) => <code>{m.id}</code> },
+    { header: "Licence", cell: (m) => m.licence ?? "–" },
+    { header: "Size", num: true, cell: (m) => `${m.source === "catalogue" ? "~" : ""}${formatBytes(m.size_bytes)}` },
+    { header: "State", cell: (m) => <span className={m.complete ? "status status-completed" : "muted small"}>{captionerState(m)}</span> },
+    {
+      header: "",
+      kind: "actions",
+      cell: (m) =>
+        m.source === "catalogue" ? (
+          <button className="ghost small" disabled={busyRepos.has(m.repo_id ?? "")} onClick={() => void fetchCaptioner(m)} aria-label={`Fetch ${m.name}`}>
+            Fetch
+          </button>
+        ) : (
+          removal(m) && (
+            <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
+              {removal(m)?.label}
+            </button>
+          )
+        ),
+    },
+  ];
 
   const columns: Column<CatalogueModel>[] = [
     {
@@ -101,14 +152,21 @@ export function ModelsScreen() {
         <AddFolderForm onAdded={load} />
       </div>
       <FetchProgress fetches={fetches} onCancel={cancel} />
-      {models && models.length === 0 && (
+      {bases && bases.length === 0 && (
         <div className="empty card">
           <strong>No base models yet</strong>
           <p>Fetch one from the hub above, add a folder, or make the tiny demo model with <code>lorastudio tiny model flux</code>.</p>
         </div>
       )}
-      {models && models.length > 0 && (
-        <DataTable rows={models} rowKey={(m) => m.id} stack testId="models-table" columns={columns} />
+      {bases && bases.length > 0 && <DataTable rows={bases} rowKey={(m) => m.id} stack testId="models-table" columns={columns} />}
+      {captioners.length > 0 && (
+        <>
+          <h2>Captioning models</h2>
+          <p className="muted small">
+            For &quot;Caption with AI&quot; on a dataset (or <code>lorastudio datasets caption NAME --model ID</code>); fetched like base models.
+          </p>
+          <DataTable rows={captioners} rowKey={(m) => m.id} stack testId="captioners-table" columns={captionerColumns} />
+        </>
       )}
     </section>
   );

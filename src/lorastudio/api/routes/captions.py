@@ -1,8 +1,9 @@
 """Caption jobs: start one for a dataset, its status, cancel, the event stream.
 
 POST /api/datasets/{name}/caption (202) starts one (jobs/captioning.py: 409 while another runs,
-while training uses the dataset or holds the GPU it needs; a run on a dataset being captioned is
-refused likewise); GET the same path gives the dataset's
+while training uses the dataset, or holds every GPU and the captioning model does not fit beside
+it: the message names needed vs free GiB, jobs/caption_gpu.py; a run on a dataset being captioned
+is refused likewise); GET the same path gives the dataset's
 newest job. The job's events (caption_job, caption_started, caption_progress, caption_failed,
 caption_summary, caption_error, caption_end) stream at /api/captions/events.
 """
@@ -30,7 +31,12 @@ def captions_dep(request: Request) -> CaptionJobs:
         jobs = getattr(request.app.state, "captions", None)
         if jobs is None:
             state = request.app.state
-            jobs = CaptionJobs(state.settings, state.arbiter, state.service.datasets_in_use)
+            jobs = CaptionJobs(
+                state.settings,
+                state.arbiter,
+                state.service.datasets_in_use,
+                training_memory=state.service.training_memory,
+            )
             state.service.watch_captioning(jobs.busy_jobs)  # runs on a dataset being captioned: 409
             state.captions = jobs
         return jobs
@@ -39,8 +45,10 @@ def captions_dep(request: Request) -> CaptionJobs:
 @router.post("/api/datasets/{name}/caption", status_code=202, response_model=CaptionJobOut)
 def start(name: str, body: CaptionOptions, jobs: CaptionJobs = Depends(captions_dep)) -> dict[str, Any]:
     """Caption the images of dataset `name` that have no caption (all with `overwrite`) with a
-    vision-language model (hub id or model folder), in a worker. 400 bad model / device, 404 no
-    such dataset, 409 a caption job runs, training uses the dataset or holds the GPU."""
+    vision-language model (catalogue id, hub id or model folder), in a worker. 400 bad model /
+    device / a catalogue captioner not fetched, 404 no such dataset, 409 a caption job runs,
+    training uses the dataset, or holds the GPU and the model does not fit beside it (or its
+    memory is not known)."""
     return jobs.start(name, body)
 
 

@@ -43,7 +43,7 @@ from lorastudio.data.image_edits import delete_image, existing_image, write_capt
 from lorastudio.data.image_headers import header_size
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
-from lorastudio.data.masks import MASKS_DIR, file_has_alpha, mask_files
+from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
@@ -107,6 +107,9 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     files = discover(folder)
     masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*
     dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
+    for stem, names in mask_clashes(folder).items():  # a run refuses them: no mask is shown
+        masks.pop(stem)
+        dropped += [(f"{MASKS_DIR}/{n}", clash_problem(stem, names).split(": ", 1)[1]) for n in names]
     rows: dict[str, str] = {}
     if files.metadata:
         try:
@@ -120,6 +123,9 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     dropped += [(o, "control image with no target of the same name") for o in orphans]
     images = []
     for path in files.images:
+        stored = _stored_size(path)
+        if stored is None:
+            continue  # deleted since the folder was listed (a delete racing this listing)
         sidecar = files.sidecars.get(path.stem)
         caption = rows.get(path.name)
         if sidecar:
@@ -136,7 +142,7 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
                 "controls": controls.get(path.name, []),
                 "mask": mask.name if mask else None,
                 "alpha": file_has_alpha(path),
-                **_stored_size(path),
+                **stored,
             }
         )
     return {
@@ -146,17 +152,21 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     }
 
 
-def _stored_size(path: Path) -> dict[str, int | None]:
+def _stored_size(path: Path) -> dict[str, int | None] | None:
     """{"bytes", "width", "height"}: width and height from the file's header (None where it
-    cannot be read)."""
+    cannot be read); None when the file is gone."""
     size = None
     try:
         with open_in_folder(path) as fh:
             size = header_size(fh)
     except (DatasetError, OSError):
         pass
+    try:
+        stored = path.lstat().st_size
+    except FileNotFoundError:
+        return None
     width, height = size if size else (None, None)
-    return {"bytes": path.lstat().st_size, "width": width, "height": height}
+    return {"bytes": stored, "width": width, "height": height}
 
 
 @router.delete("/{name}", response_model=DatasetDeleted)
@@ -330,6 +340,8 @@ def _thumbnail(path: Path, size: int, settings: Settings, alpha: bool = False) -
             status_code=503,
             headers={"Retry-After": str(err.retry_after_s)},
         )
+    except FileNotFoundError:  # deleted since it was found (its cache key stats it)
+        raise NotFound(f"no image {path.name!r} in dataset {path.parent.name}") from None
     return Response(data, media_type="image/jpeg", headers=headers)
 
 

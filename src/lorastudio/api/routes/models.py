@@ -156,14 +156,17 @@ def model(model_id: str, settings: Settings = Depends(settings_dep)) -> dict[str
 )
 def delete(
     model_id: str,
+    request: Request,
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
     fetches: FetchManager = Depends(fetches_dep),
 ) -> Any:
     """Delete a model lorastudio downloaded or created (fetched or tiny). 403 for anything else
-    (the user's folders, added folders, the hub cache), 409 while a job or fetch uses it, 404
-    when unknown."""
+    (the user's folders, added folders, the hub cache), 409 while a job, a caption job or a fetch
+    uses it, 404 when unknown."""
+    captions = getattr(request.app.state, "captions", None)  # created on first use (routes/captions.py)
     in_use = _models_in_use(service) | fetches.busy_folders()
+    in_use |= captions.models_in_use() if captions is not None else set()
     try:
         entry = delete_model(settings, model_id, in_use=in_use)
     except ModelNotDeletable as err:

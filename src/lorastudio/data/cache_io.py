@@ -1,0 +1,185 @@
+"""The on-disk encode cache's file I/O (layout and keys: data/disk_cache.py): a run's shards read
+and written through file descriptors walked down from the cache folder, never through a link.
+
+Each folder below the cache folder is opened with O_NOFOLLOW relative to its parent's
+descriptor (openat), and a shard with O_NOFOLLOW | O_NONBLOCK, then fstat'ed: a link, a FIFO
+(which would block a reader for ever), a device or a folder planted at a shard's or a folder's
+place reads as a missing shard (the run re-encodes it) and a write there fails (the run keeps
+the shard in RAM), never touching a file elsewhere. A shard over MAX_SHARD_BYTES is not read.
+Hand-written: pathlib and safetensors open by path and follow links. No torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from lorastudio.data.disk_cache import staging_name
+from lorastudio.errors import CacheError
+
+MAX_SHARD_BYTES = 1 << 30  # one variant's latents or one caption's embedding is far below this
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_folder(root: Path, names: Sequence[str], create: bool) -> int:
+    """A file descriptor of root/names[0]/names[1]/..., each below `root` opened without
+    following a link (O_NOFOLLOW: ELOOP on a link, ENOTDIR on a file); made when `create`.
+    Raises OSError."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # root may be a link
+    try:
+        for name in names:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+            inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_IN_THE_WAY = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EEXIST})  # a link or a file where a folder goes
+
+
+def prepare_cache_folder(root: Path, kind: str, model: str) -> Path:
+    """Make `root`/kind/model for a run's shards (root with its parents) and return it.
+    Raises CacheError naming the path when a link or a file is in the way (the run would
+    otherwise keep every shard in RAM without a word). A cache it may not write (read-only, no
+    permission) is left to the reads: its shards are used, the missing ones kept in RAM."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        os.close(_open_folder(root, (kind, model), create=True))
+    except OSError as err:
+        if err.errno not in _IN_THE_WAY:
+            return root / kind / model
+        raise CacheError(
+            "the on-disk encode cache cannot be used",
+            [
+                f"{root / kind / model}: {err.strerror or err} (a link or a file where the cache's folders "
+                "go: remove it, or set LORASTUDIO_CACHE_DIR to another folder)"
+            ],
+        ) from None
+    return root / kind / model
+
+
+def _below(shard: Path) -> tuple[Path, tuple[str, ...]]:
+    """(the cache folder, the names below it: kind, model, prefix) of shard path `shard`
+    (disk_cache.shard_path's layout)."""
+    return shard.parents[3], shard.parts[-4:-1]
+
+
+def read_shard_bytes(shard: Path) -> bytes | None:
+    """The bytes of `shard` (a disk_cache.shard_path), or None when it is missing, not a
+    regular file (a link, a folder, a FIFO, a device), under a link, larger than
+    MAX_SHARD_BYTES or unreadable."""
+    root, names = _below(shard)
+    try:
+        folder = _open_folder(root, names, create=False)
+    except OSError:
+        return None
+    try:
+        fd = os.open(shard.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SHARD_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_SHARD_BYTES + 1)
+        return data if len(data) <= MAX_SHARD_BYTES else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_shard_bytes(shard: Path, data: bytes) -> bool:
+    """Write `data` to `shard` (a disk_cache.shard_path): staged beside it, then renamed onto
+    it, its folders made and walked without following links. Returns False when it cannot be
+    written (disk full, a link or a folder in the way, the cache cleared under the run)."""
+    root, names = _below(shard)
+    staged = staging_name(shard).name
+    try:
+        folder = _open_folder(root, names, create=True)
+    except OSError:
+        return False
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(staged, flags, 0o644, dir_fd=folder), "wb") as fh:
+            fh.write(data)
+        os.replace(staged, shard.name, src_dir_fd=folder, dst_dir_fd=folder)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(staged, dir_fd=folder)
+        return False
+    finally:
+        os.close(folder)
+    return True
+
+
+READERS_LOCK = ".readers.lock"  # in the cache folder: runs hold it shared, a clear exclusive
+
+
+def hold_readers(root: Path) -> int | None:
+    """Take the cache's readers lock shared (flock on `root`/READERS_LOCK, made when missing;
+    waits while a clear holds it): held by a run that reads shards, so a clear (`readers_gone`)
+    from any process or studio home sharing this cache folder is refused meanwhile. Returns the
+    descriptor: closing it (or the process's end, kill -9 included) releases it; None for a
+    cache this process may not write (read-only: it cannot clear it either).
+    Raises CacheError naming the lock when a link or a folder is there."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            try:
+                fd = os.open(root / READERS_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                return None
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            return fd
+        raise CacheError(
+            "the on-disk encode cache cannot be used",
+            [f"{root / READERS_LOCK}: {err.strerror or err} (remove what is there)"],
+        ) from None
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+@contextlib.contextmanager
+def readers_gone(root: Path) -> Iterator[None]:
+    """Hold the cache's readers lock exclusively for a clear. Raises CacheError naming the
+    pids of the runs that read the cache (jobs may share one cache folder across homes)."""
+    try:
+        fd = os.open(root / READERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:  # no cache folder: nothing to clear, nobody reads it
+        yield
+        return
+    except OSError as err:
+        raise CacheError(
+            "the cache was not cleared", [f"{root / READERS_LOCK}: {err.strerror or err}"]
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            from lorastudio.jobs.homelock import lock_holders
+
+            pids = ", ".join(map(str, lock_holders(root / READERS_LOCK))) or "unknown"
+            raise CacheError(
+                "the cache was not cleared: a training run reads it",
+                [f"{root}: read by the run of pid {pids}; clear it when the run ends"],
+            ) from None
+        yield
+    finally:
+        os.close(fd)

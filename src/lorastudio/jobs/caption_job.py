@@ -1,0 +1,79 @@
+"""One caption job's state (CaptionJob, its JSON snapshot) and the clean-up of what a killed
+caption worker leaves (jobs/captioning.py runs the jobs). No torch, no HTTP."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lorastudio.captioning.options import CaptionOptions
+from lorastudio.jobs.caption_gpu import CaptionNeed
+from lorastudio.jobs.dataset_claims import DatasetClaim
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class CaptionJob:
+    """The state of one caption job (see `snapshot`)."""
+
+    id: str
+    dataset: str
+    folder: Path
+    options: CaptionOptions
+    device: str
+    gpu: int | None = None  # the GPU index (among the server's) a "cuda" job runs on
+    need: CaptionNeed | None = None  # the captioner's estimated GPU memory (a "cuda" job)
+    beside: str | None = None  # the training job whose GPU this job shares (it fits beside)
+    model_folder: Path | None = None  # the captioner's local folder (not deleted while running)
+    status: str = "running"  # running | completed | failed | cancelled
+    total: int | None = None
+    done: int = 0
+    captioned: int = 0
+    skipped: int = 0
+    failures: list[dict[str, str]] = field(default_factory=list)
+    preview: list[dict[str, str]] = field(default_factory=list)
+    error: str | None = None
+    cancel_reason: str | None = None
+    created_at: str = field(default_factory=now_iso)
+    finished_at: str | None = None
+    cancel: Any = None  # the worker's multiprocessing Event
+    thread: threading.Thread | None = None
+    claim: DatasetClaim | None = None  # the dataset's write claim while the job runs
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "dataset": self.dataset,
+            "model": self.options.model,
+            "device": self.device,
+            "gpu": self.gpu,
+            "beside_training": self.beside,
+            "prefix": self.options.prefix,
+            "overwrite": self.options.overwrite,
+            "status": self.status,
+            "total": self.total,
+            "done": self.done,
+            "captioned": self.captioned,
+            "skipped": self.skipped,
+            "failures": list(self.failures),
+            "preview": list(self.preview),
+            "error": self.error,
+            "cancel_reason": self.cancel_reason,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+        }
+
+
+def remove_staged(folder: Path) -> None:
+    """Remove the hidden staged caption files a killed worker left (data.writes.staged_write's
+    `.<name>.<hex>.tmp`): the real caption files are old or new, never half-written."""
+    for path in folder.glob(".*.tmp"):
+        name = path.name[1:].rsplit(".", 2)[0]
+        if name.endswith(".txt") or name == "metadata.jsonl":
+            path.unlink(missing_ok=True)

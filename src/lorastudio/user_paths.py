@@ -1,0 +1,45 @@
+"""File-system questions about a path a user typed (a base model, a captioning model, a folder to
+add to the catalogue, an assistant LoRA file), answered without raising. No torch.
+
+pathlib's `is_dir` / `is_file` raise OSError for a name over the file system's limits
+(ENAMETOOLONG: a component over 255 bytes) and for a folder on the way the server may not
+search (EACCES), and `expanduser` raises RuntimeError for `~name` when there is no user `name`:
+each was a 500 of the API for a mistyped field. Here such a path is simply not there (and
+`~name` stays as typed, a relative name every caller refuses as such), so the caller's own
+"not found" answer names it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+def expand_user(text: str | Path) -> Path:
+    """`text` with a leading `~` / `~name` expanded; as typed when it names no user's home."""
+    path = Path(text)
+    try:
+        return path.expanduser()
+    except RuntimeError:  # "Could not determine home directory."
+        return path
+
+
+def _mode(path: str | Path) -> int | None:
+    """The st_mode of `path` (links followed), None when it cannot be stat'ed for any reason."""
+    try:
+        return os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, too long, not searchable, a NUL byte in it
+        return None
+
+
+def is_dir(path: str | Path) -> bool:
+    """Whether `path` is a folder (links followed); False when it cannot be told."""
+    mode = _mode(path)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def is_file(path: str | Path) -> bool:
+    """Whether `path` is a regular file (links followed); False when it cannot be told."""
+    mode = _mode(path)
+    return mode is not None and stat.S_ISREG(mode)
