@@ -177,3 +177,59 @@ def test_import_brings_the_masks_folder_and_names_each_mask_it_leaves_out(
     assert "refused masks/link.png: " in result.output
     scan = scan_dataset(settings.datasets_dir / "cat", resolution=32, multiple=16, trigger_word="sks")
     assert [i.path.name for i in scan.items] == ["a.png", "b.png", "broken.png"]
+
+
+def test_import_refuses_a_mask_of_another_size_than_its_image(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """A mask whose size is not its image's (the image imported now or already in the dataset)
+    is refused by name at import: imported, it made every run on the dataset refuse ("a mask
+    must have its image's size") while the import had said "imported 2 mask(s)". A folder with
+    masks/ alone adds masks to a dataset that has the images (it was "no files in the upload")."""
+    src = tmp_path / "dog"
+    (src / "masks").mkdir(parents=True)
+    Image.new("RGB", (64, 48), "red").save(src / "a.png")
+    Image.new("RGB", (32, 32), "red").save(src / "b.png")
+    Image.new("L", (64, 48), 255).save(src / "masks" / "a.png")
+    Image.new("L", (10, 10), 255).save(src / "masks" / "b.png")
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "dog"])
+    assert result.exit_code == 0, result.output
+    assert "imported 1 mask(s) into " in result.output
+    assert (
+        "refused masks/b.png: 10x10, but b.png is 32x32 (a mask must have its image's size)" in result.output
+    )
+    target = settings.datasets_dir / "dog"
+    assert sorted(p.name for p in (target / "masks").iterdir()) == ["a.png"]
+    scan = scan_dataset(target, resolution=32, multiple=16, trigger_word="sks")  # trainable
+    assert [i.path.name for i in scan.items] == ["a.png", "b.png"]
+    later = tmp_path / "later"  # a mask for an image the dataset has already
+    (later / "masks").mkdir(parents=True)
+    Image.new("L", (48, 64), 255).save(later / "masks" / "b.png")
+    again = CliRunner().invoke(cli, ["datasets", "import", str(later), "--name", "dog"])
+    assert "refused masks/b.png: 48x64, but b.png is 32x32" in again.output
+    assert sorted(p.name for p in (target / "masks").iterdir()) == ["a.png"]
+    Image.new("L", (32, 32), 128).save(later / "masks" / "b.png")  # masks/ alone adds the masks
+    fixed = CliRunner().invoke(cli, ["datasets", "import", str(later), "--name", "dog"])
+    assert fixed.exit_code == 0 and "imported 1 mask(s) into " in fixed.output, fixed.output
+    assert sorted(p.name for p in (target / "masks").iterdir()) == ["a.png", "b.png"]
+
+
+def test_a_kohya_folder_brings_its_masks(cli: typer.Typer, settings: Settings, tmp_path: Path) -> None:
+    """A kohya folder's masks/ comes along like a plain import's (it was skipped as "a link or a
+    folder"), each checked (a mask of another size is named); --strict refuses the import then."""
+    src = tmp_path / "img"
+    (src / "10_sks ball" / "masks").mkdir(parents=True)
+    for stem in ("a", "b"):
+        Image.new("RGB", (32, 32), "red").save(src / "10_sks ball" / f"{stem}.png")
+    Image.new("L", (32, 32), 255).save(src / "10_sks ball" / "masks" / "a.png")
+    Image.new("L", (8, 8), 255).save(src / "10_sks ball" / "masks" / "b.png")
+    args = ["datasets", "import", str(src), "--name", "mk", "--kohya"]
+    strict = CliRunner().invoke(cli, [*args, "--strict"])
+    assert strict.exit_code != 0 and not (settings.datasets_dir / "mk-10_sks ball").exists()
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "dataset mk-10_sks ball: 2 image(s), 2 captioned, 1 mask(s)" in result.output
+    assert "skipped 10_sks ball/masks/b.png: 8x8, but b.png is 32x32" in result.output
+    assert "10_sks ball/masks: " not in result.output
+    dataset = settings.datasets_dir / "mk-10_sks ball"
+    assert sorted(p.name for p in (dataset / "masks").iterdir()) == ["a.png"]

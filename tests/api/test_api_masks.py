@@ -91,3 +91,74 @@ def test_an_image_s_alpha_channel_is_listed_and_served_as_its_mask(
     assert image.status_code == 200 and image.content != thumb.content
     assert client.get("/api/datasets/alpha/alpha/plain.png").status_code == 404  # no alpha channel
     assert client.get("/api/datasets/alpha/alpha/none.png").status_code == 404
+
+
+def test_mask_settings_are_checked_over_every_dataset_entry(
+    client: TestClient, settings: Settings, flux_config: Callable[..., dict]
+) -> None:
+    """unmasked_weight with several entries, one of them masked: accepted (each entry is checked
+    for masks on its own, so the entry without a masks/ folder refused the whole run: "nothing is
+    masked"); refused only when no entry has a mask. alpha_mask on images without an alpha
+    channel masks nothing: refused naming the field, not silently ignored."""
+    for name in ("masked", "plain"):
+        files = [("f", (f"{name}{i}.png", _png((64, 64)))) for i in range(2)]
+        assert client.post(f"/api/datasets/{name}/files", files=files).status_code == 201
+    (settings.datasets_dir / "masked" / "masks").mkdir()
+    Image.new("L", (64, 64), 128).save(settings.datasets_dir / "masked" / "masks" / "masked0.png")
+    base = flux_config(resolution=64, trigger_word="sks", output_name="m", unmasked_weight=0.1)
+    base.pop("data_dir", None)
+    both = {**base, "datasets": [{"path": "masked"}, {"path": "plain"}]}
+    report = client.post("/api/train/preflight", json={"config": both})
+    assert report.status_code == 200, report.text
+    assert report.json()["dataset"]["masks"] == {
+        "source": "masks/ folder",
+        "images_with_mask": 1,
+        "without_mask": ["masked/masked1.png", "plain/plain0.png", "plain/plain1.png"],
+    }
+    plain = client.post("/api/train/preflight", json={"config": {**base, "datasets": [{"path": "plain"}]}})
+    assert plain.status_code == 400
+    assert [p["field"] for p in plain.json()["problems"]] == ["unmasked_weight"]
+    alpha = {**base, "unmasked_weight": 0.0, "alpha_mask": True, "datasets": [{"path": "plain"}]}
+    refused = client.post("/api/train/preflight", json={"config": alpha})
+    assert refused.status_code == 400, refused.text
+    assert [p["field"] for p in refused.json()["problems"]] == ["alpha_mask"]
+    assert "has an alpha channel (nothing would be masked)" in refused.text
+
+
+def test_masks_upload_into_masks_folder_checked_like_an_import(
+    client: TestClient, settings: Settings
+) -> None:
+    """Form fields named `mask` store loss masks in masks/ (the CLI's `datasets import` took a
+    masks/ folder while the upload refused "masks/a.png" as a name with '/': a web user could not
+    add masks at all). Each is checked: an image of the dataset's stem and size; the bad ones are
+    named; strict refuses all; masks mixed with images, or before any image, are refused."""
+    early = client.post("/api/datasets/mk/files", files=[("mask", ("a.png", _png((64, 48), "L", 255)))])
+    assert early.status_code == 400 and "upload the images first" in early.text
+    images = [("f", ("a.png", _png((64, 48)))), ("f", ("b.png", _png((32, 32))))]
+    assert client.post("/api/datasets/mk/files", files=images).status_code == 201
+    masks = [
+        ("mask", ("a.png", _png((64, 48), "L", 255))),  # good
+        ("mask", ("b.png", _png((10, 10), "L", 255))),  # another size than b.png
+        ("mask", ("zz.png", _png((32, 32), "L", 255))),  # no image zz
+        ("mask", ("c.txt", b"not an image")),
+    ]
+    strict = client.post("/api/datasets/mk/files?strict=true", files=masks)
+    assert strict.status_code == 400 and not (settings.datasets_dir / "mk" / "masks").exists()
+    made = client.post("/api/datasets/mk/files", files=masks)
+    assert made.status_code == 201, made.text
+    out = made.json()
+    assert out["committed"] == ["masks/a.png"]
+    reasons = {r["file"]: r["reason"] for r in out["refused"]}
+    assert reasons == {
+        "masks/b.png": "10x10, but b.png is 32x32 (a mask must have its image's size)",
+        "masks/c.txt": "not an image file",
+        "masks/zz.png": "no image zz.* in the dataset",
+    }
+    assert sorted(p.name for p in (settings.datasets_dir / "mk" / "masks").iterdir()) == ["a.png"]
+    detail = client.get("/api/datasets/mk").json()
+    assert {f["file"]: f["mask"] for f in detail["files"]} == {"a.png": "a.png", "b.png": None}
+    mixed = client.post(
+        "/api/datasets/mk/files", files=[images[0], ("mask", ("b.png", _png((32, 32), "L", 0)))]
+    )
+    assert mixed.status_code == 400 and "an upload of their own" in mixed.text
+    assert not list((settings.datasets_dir / ".uploads").glob("*"))  # no staging left behind

@@ -75,6 +75,12 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     # refused: a setting that changes the maths, an unknown checkpoint or run, a bad name
     refused = client.post(f"/api/runs/{first['id']}/resume", json={"settings": {"learning_rate": 0.5}})
     assert refused.status_code == 400 and refused.json()["problems"][0]["field"] == "learning_rate"
+    assert "changes the maths" in refused.json()["problems"][0]["message"]
+    typo = client.post(f"/api/runs/{first['id']}/resume", json={"settings": {"keep_lats": 1, "zzz": 2}})
+    assert typo.status_code == 400  # a misspelt setting is named as unknown, not as maths-changing
+    messages = {p["field"]: p["message"] for p in typo.json()["problems"]}
+    assert messages["keep_lats"].startswith("unknown setting: did you mean keep_last"), messages
+    assert messages["zzz"].startswith("unknown setting: settings that may change: "), messages
     missing = client.post(f"/api/runs/{first['id']}/resume", json={"checkpoint": "step-999999"})
     assert missing.status_code == 404
     assert client.post("/api/runs/nope/resume", json={}).status_code == 404
@@ -105,6 +111,7 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     # LoRA); setting a larger total trains it longer, recorded in the sidecar (training/extend.py)
     finished = client.post(f"/api/runs/{first['id']}/resume", json={})
     assert finished.status_code == 400 and "set steps above" in finished.text, finished.text
+    assert 'API: {"settings": {"steps": N}}' in finished.json()["problems"][0]["message"]  # not only --set
     newest = client.get(f"/api/runs/{first['id']}/checkpoints").json()["checkpoints"][-1]["step"]
     offered = client.get(f"/api/runs/{done['id']}").json()
     assert offered["resume_step"] is None and offered["train_longer"] == {"from_step": newest, "steps": STEPS}

@@ -71,9 +71,9 @@ def import_cmd(
     from lorastudio.data.discovery import is_image_name
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
-    from lorastudio.data.mask_import import copy_masks, plan_masks
+    from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
     from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, upload_kind
+    from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, UploadResult, upload_kind
     from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
     from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
@@ -119,23 +119,26 @@ def import_cmd(
     holder = f"`lorastudio datasets import` into {dataset}"
     # written like an upload: refused (DatasetBusy) while a run reads the dataset or a caption job writes it
     with DatasetClaim.take(settings.home, settings.datasets_dir, [target], WRITE, holder):
-        incoming = {p.stem for p in wanted if is_image_name(p.name)}
-        masks = plan_masks(source, incoming | _image_stems(target), target, settings.max_image_pixels)
+        incoming = {p.stem: p for p in wanted if is_image_name(p.name)}
+        masks = plan_masks(source, {**dataset_images(target), **incoming}, target, settings.max_image_pixels)
         if strict and masks.refused:
             raise DatasetError(
                 f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
             )
-        with UploadBatch(
-            settings.datasets_dir,
-            target,
-            settings.max_image_pixels,
-            settings.max_decode_pixels,
-            strict=strict,
-        ) as batch:
-            for path in wanted:
-                with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                    batch.add(path.name, fh)
-            result = batch.commit()
+        if not wanted and (masks.good or masks.refused) and target.is_dir():
+            result = UploadResult(stored=[])  # masks/ alone, for a dataset that has its images
+        else:
+            with UploadBatch(
+                settings.datasets_dir,
+                target,
+                settings.max_image_pixels,
+                settings.max_decode_pixels,
+                strict=strict,
+            ) as batch:
+                for path in wanted:
+                    with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                        batch.add(path.name, fh)
+                result = batch.commit()
         stems = _image_stems(target)
         copied = copy_masks(masks, target, settings.datasets_dir, stems)
     summary = dataset_summary(target)
@@ -173,9 +176,9 @@ def _say(line: str) -> None:
 
 def _image_stems(folder: Path) -> set[str]:
     """The stems of the images of dataset `folder` (none when it does not exist yet)."""
-    from lorastudio.data.discovery import discover
+    from lorastudio.data.mask_import import dataset_images
 
-    return {p.stem for p in discover(folder).images} if folder.is_dir() else set()
+    return set(dataset_images(folder))
 
 
 def _folder_reason(folder: str, target: Path) -> str:
@@ -308,6 +311,8 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
 
     from lorastudio.data.kohya import plan_kohya_import
     from lorastudio.data.listing import dataset_summary
+    from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
+    from lorastudio.data.masks import MASKS_DIR
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch
     from lorastudio.errors import DatasetError
@@ -316,13 +321,27 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     settings = get_settings()
     plan = plan_kohya_import(source, flat=False)  # one dataset per folder: names may repeat across them
     _drop_bad_images(plan, settings.max_image_pixels, settings.max_decode_pixels)  # no row without its image
-    if strict and plan.skipped:
-        raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped])
     names, unnamed = _kohya_dataset_names(prefix, sorted({str(r["kohya_folder"]) for r in plan.rows}))
-    if strict and unnamed:
-        raise DatasetError(f"import of {source} refused", [f"{n}: {why}" for n, why in unnamed])
     plan.skipped += unnamed
     folders = sorted(names)
+    masks = {  # each folder's masks/ (data/mask_import.py), checked against its images
+        folder: plan_masks(
+            source / folder,
+            {Path(name).stem: path for path, name in plan.images if path.parent.name == folder},
+            root / names[folder],
+            settings.max_image_pixels,
+        )
+        for folder in folders
+    }
+    in_rows = {
+        f"{r['kohya_folder']}/{MASKS_DIR}" for r in plan.rows
+    }  # imported (or skipped with their folder)
+    plan.skipped = [(n, why) for n, why in plan.skipped if n not in in_rows]
+    bad_masks = [(f"{folder}/{n}", why) for folder, m in masks.items() for n, why in m.refused]
+    if strict and (plan.skipped or bad_masks):
+        raise DatasetError(
+            f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped + bad_masks]
+        )
     taken = [n for n in names.values() if os.path.lexists(root / n)]
     if taken:
         raise DatasetError(
@@ -343,11 +362,14 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
             table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
             batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
             refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
-        summary = dataset_summary(root / names[folder])
+        target = root / names[folder]
+        copied = copy_masks(masks[folder], target, settings.datasets_dir, set(dataset_images(target)))
+        summary = dataset_summary(target)
         typer.echo(
             f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
+            + (f", {len(copied)} mask(s)" if copied else "")
         )
-    for file, reason in plan.skipped + refused:
+    for file, reason in plan.skipped + bad_masks + refused:
         _say(f"skipped {file}: {reason}")
     return [(names[f], f) for f in folders]
 

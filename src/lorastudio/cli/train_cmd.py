@@ -17,7 +17,8 @@ The run is recorded in the studio's run store (jobs/cli_record.py, marked as a C
 is listed under Runs by the server, the UI and `runs list`.
 
 A server owns its studio home: on a home whose server is live this command is refused (train
-through the server, or use another LORASTUDIO_HOME); see jobs/homelock.py.
+through the server, or use another LORASTUDIO_HOME); see jobs/homelock.py. `--check` reads only
+(it trains and writes nothing), so it runs beside a server.
 
 Config file loading and --set overrides are in cli/config_file.py; the progress display and the
 Ctrl-C stop handler in cli/run_display.py.
@@ -118,8 +119,12 @@ def train_cmd(
     cfg = None
     record = None
     try:
-        home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         settings = [*overrides, f"num_gpus={gpus}"] if gpus is not None else overrides
+        if (
+            check and not launched and config is not None and resume is None
+        ):  # reads only: beside a server too
+            _check_fresh_run(config, settings, device, check=True, overwrite=overwrite)  # exits
+        home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         if not launched and config is not None and resume is None:
             _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
         elif check or (overwrite and resume is not None):

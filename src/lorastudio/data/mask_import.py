@@ -3,13 +3,16 @@ No torch, no HTTP.
 
 The upload path (data/uploads.py) takes a flat batch of images and captions; a dataset folder
 on disk may also hold the loss masks (data/masks.py: masks/<stem>.*, one per image). Each file
-of SOURCE/masks is checked before anything is written: a safe name (data.paths.safe_component;
-stored under its NFC form, as the upload stores its image), an image file (IMAGE_EXTENSIONS),
-not a link, that decodes within the server's limits (data.images.probe_image), whose stem is an
-image of the dataset (imported or already there), the only one of its stem in SOURCE/masks, and
-no other mask of that stem in the dataset. The good ones are copied, each staged and renamed,
-into DATASET/masks/ under the dataset's lock; the others are named with the reason. A mask's
-size is checked where it is used (the run's scan names a mask of the wrong size).
+of SOURCE/masks is checked before anything is written (`plan_masks`): a safe name
+(`stored_name`: data.paths.safe_component, stored under its NFC form, as the upload stores its
+image), an image file (IMAGE_EXTENSIONS), not a link, that decodes within the server's limits
+(data.images.probe_image), whose stem is an image of the dataset (imported or already there;
+stems compared in NFC) of the same size (after EXIF orientation, as the run's scan compares
+them: a mask of another size would make the dataset untrainable), the only one of its stem in
+SOURCE/masks, and no other mask of that stem in the dataset; a dataset whose masks/ is a link or
+a file refuses every mask. The good ones are copied, each staged and renamed, into
+DATASET/masks/ under the dataset's lock; the others are named with the reason. The API's mask
+upload (data/mask_upload.py) stages its files as such a source folder and runs these checks.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 import shutil
 import unicodedata
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +43,22 @@ class MaskPlan:
     refused: list[tuple[str, str]] = field(default_factory=list)
 
 
-def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pixels: int) -> MaskPlan:
+def dataset_images(folder: Path) -> dict[str, Path]:
+    """{stem (NFC): file} of the images of dataset `folder` (none when it does not exist yet)."""
+    from lorastudio.data.discovery import discover
+
+    return {_nfc(p.stem): p for p in discover(folder).images} if folder.is_dir() else {}
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def plan_masks(source: Path, images: Mapping[str, Path], dataset: Path, max_pixels: int) -> MaskPlan:
     """Check every entry of `source`/masks (see the module docstring) against the dataset's
-    image stems `image_stems` (those imported and those already in `dataset`; compared in NFC).
-    An empty plan when there is no masks/ folder (or it is a link, refused; or the dataset's
-    masks/ is a link or a file: every mask refused, before anything is written)."""
+    images `images` ({stem: image file}: those imported and those already in `dataset`; stems
+    compared in NFC). An empty plan when there is no masks/ folder (or it is a link, refused; or
+    the dataset's masks/ is a link or a file: every mask refused, before anything is written)."""
     plan = MaskPlan()
     folder = source / MASKS_DIR
     if folder.is_symlink():
@@ -57,10 +71,10 @@ def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pi
         kind = "a symbolic link" if target.is_symlink() else "not a folder"
         plan.refused.append((f"{MASKS_DIR}/", f"{target} is {kind}: no mask is imported"))
         return plan
-    stems = {unicodedata.normalize("NFC", s) for s in image_stems}
-    existing = mask_files(dataset)
+    by_stem = {_nfc(s): p for s, p in images.items()}
+    existing = {_nfc(s): p for s, p in mask_files(dataset).items()}
     entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
-    named = {p: _stored_name(p.name) for p in entries}
+    named = {p: stored_name(p.name) for p in entries}
     per_stem = Counter(
         Path(n).stem
         for p, (n, _) in named.items()
@@ -76,7 +90,7 @@ def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pi
             why = bad_name
         elif not path.is_file() or not is_image_name(stored):
             why = "not an image file"
-        elif stem not in stems:
+        elif stem not in by_stem:
             why = f"no image {stem}.* in the dataset"
         elif per_stem[stem] > 1:
             why = f"{per_stem[stem]} masks for the image {stem}.* in {MASKS_DIR}/ (which one?): keep one"
@@ -84,9 +98,11 @@ def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pi
             why = f"the dataset has the mask {MASKS_DIR}/{existing[stem].name} for {stem} already"
         else:
             try:
-                probe_image(path, max_pixels)
+                mask = probe_image(path, max_pixels)
             except DatasetError as err:
                 why = "; ".join(p.removeprefix(f"{path.name}: ") for p in err.problems or [str(err)])
+            else:
+                why = _size_problem(mask.width, mask.height, by_stem[stem], max_pixels)
         if why is None:
             plan.good.append((path, stored))
         else:
@@ -94,8 +110,9 @@ def plan_masks(source: Path, image_stems: Collection[str], dataset: Path, max_pi
     return plan
 
 
-def _stored_name(name: str) -> tuple[str | None, str]:
-    """The name a mask file `name` is stored under (NFC), or None and why it is not a safe name."""
+def stored_name(name: str) -> tuple[str | None, str]:
+    """The name a mask file `name` is stored under (NFC), or None and why it is not a safe name
+    (the one name check of imported and uploaded masks)."""
     try:
         return safe_component(name, field="file name"), ""
     except ConfigError as err:
@@ -104,10 +121,24 @@ def _stored_name(name: str) -> tuple[str | None, str]:
         return None, str(err)
 
 
+def _size_problem(width: int, height: int, image: Path, max_pixels: int) -> str | None:
+    """Why a mask of width x height does not fit `image` (None when it does, or when the image
+    itself cannot be read: the image is refused then, and its mask with it)."""
+    try:
+        info = probe_image(image, max_pixels)
+    except DatasetError:
+        return None
+    if (width, height) == (info.width, info.height):
+        return None
+    return f"{width}x{height}, but {image.name} is {info.width}x{info.height} (a mask must have its image's size)"
+
+
 def copy_masks(plan: MaskPlan, dataset: Path, datasets_root: Path, image_stems: Collection[str]) -> list[str]:
     """Copy the plan's good masks whose image is in the dataset now (`image_stems`) into
-    `dataset`/masks/ under the dataset's lock; returns the file names copied."""
-    wanted = [(p, n) for p, n in plan.good if Path(n).stem in image_stems]
+    `dataset`/masks/ under the dataset's lock (stems compared in NFC); returns the file names
+    copied."""
+    stems = {_nfc(s) for s in image_stems}
+    wanted = [(p, n) for p, n in plan.good if Path(n).stem in stems]
     if not wanted:
         return []
     target = dataset / MASKS_DIR

@@ -38,7 +38,7 @@ from lorastudio.data.safe_open import folder_identity
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
 MASKS_DIR = "masks"
-MASK_FIELDS = ("alpha_mask", "unmasked_weight")  # the config fields attach_masks may refuse
+MASK_FIELDS = ("alpha_mask", "unmasked_weight")  # the config fields the mask checks may refuse
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
@@ -108,16 +108,16 @@ def attach_masks(
     scan: DatasetScan,
     *,
     alpha_mask: bool,
-    unmasked_weight: float,
     max_pixels: int = 64_000_000,
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
 ) -> DatasetScan:
-    """`scan` with each item's MaskRef (see the module docstring) and a fingerprint that covers
-    the masks. Unchanged when there is no masks/ folder and alpha_mask is off.
-    Raises: ConfigError for alpha_mask with a masks/ folder too (which one?), and for an
-    unmasked_weight set when no image has a mask (nothing would be weighted); DatasetError naming
+    """`scan` (one folder) with each item's MaskRef (see the module docstring) and a fingerprint
+    that covers the masks. Unchanged when there is no masks/ folder and alpha_mask is off.
+    Raises: ConfigError for alpha_mask with a masks/ folder too (which one?); DatasetError naming
     every mask that cannot be used (undecodable, another size than its image, no image of its
-    stem, several masks of one image's stem)."""
+    stem, several masks of one image's stem). Whether anything of the run is masked at all is
+    `masked_setting_problems`' question, asked of the joined entries (one entry without masks is
+    fine when another has them)."""
     files = mask_files(Path(scan.root))
     if alpha_mask and files:
         raise ConfigError(
@@ -128,13 +128,36 @@ def attach_masks(
     )
     if problems:
         raise DatasetError(f"masks of {scan.root} cannot be used ({len(problems)} problem(s))", problems)
-    if unmasked_weight != 0 and not any(it.mask for it in items):
-        source = "no image has an alpha channel" if alpha_mask else f"{scan.root} has no {MASKS_DIR}/ folder"
-        raise ConfigError([FieldProblem("unmasked_weight", f"nothing is masked ({source})")])
     if not files and not alpha_mask:
         return scan
     dropped = [(name, why) for name, why in scan.dropped if name != MASKS_DIR]
     return replace(scan, items=items, dropped=dropped, fingerprint=_fingerprint(scan.fingerprint, items))
+
+
+def masked_setting_problems(
+    scan: DatasetScan, alpha_mask: bool, unmasked_weight: float
+) -> list[FieldProblem]:
+    """The mask settings that would mean nothing for the run's dataset `scan` (every entry
+    joined, masks attached): `alpha_mask` when no image has an alpha channel, `unmasked_weight`
+    when no image has a mask. Empty when some image of some entry is masked."""
+    if any(it.mask is not None for it in scan.items):
+        return []
+    roots = [str(e.root) for e in scan.entries] or [str(scan.root)]
+    problems = []
+    if alpha_mask:
+        where = roots[0] if len(roots) == 1 else f"any of {', '.join(roots)}"
+        problems.append(
+            FieldProblem("alpha_mask", f"no image of {where} has an alpha channel (nothing would be masked)")
+        )
+    if unmasked_weight != 0:
+        if alpha_mask:
+            source = "no image has an alpha channel"
+        elif len(roots) == 1:
+            source = f"{roots[0]} has no {MASKS_DIR}/ folder"
+        else:
+            source = f"none of {', '.join(roots)} has a {MASKS_DIR}/ folder"
+        problems.append(FieldProblem("unmasked_weight", f"nothing is masked ({source})"))
+    return problems
 
 
 def _folder_items(

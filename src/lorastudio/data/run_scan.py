@@ -17,9 +17,9 @@ from lorastudio.config_datasets import resolution_list
 from lorastudio.data.control_sizing import ControlRule, control_size
 from lorastudio.data.entries import scan_entries
 from lorastudio.data.items import DatasetScan
-from lorastudio.data.masks import attach_masks
+from lorastudio.data.masks import attach_masks, masked_setting_problems
 from lorastudio.data.mix import MixEntry
-from lorastudio.errors import FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -42,6 +42,7 @@ def scan_for_run(
     (min, max) controls of the checkpoint's flavour (Family.source_control_images; default the
     family's spec.control_images). Raises what scan_entries and attach_masks raise
     (DatasetError; ConfigError naming a mask setting)."""
+    validation_folder = isinstance(source, Path)
     if isinstance(source, Path):
         source = [
             MixEntry(
@@ -65,11 +66,14 @@ def scan_for_run(
         prepare=partial(
             attach_masks,
             alpha_mask=cfg.alpha_mask,
-            unmasked_weight=cfg.unmasked_weight,
             max_pixels=settings.max_image_pixels,
             decode_pixels=settings.max_decode_pixels,
         ),
     )
+    if not validation_folder:  # the mask settings are the run's: asked of all its entries at once
+        problems = masked_setting_problems(scan, cfg.alpha_mask, cfg.unmasked_weight)
+        if problems:
+            raise ConfigError(problems)
     return with_control_sizes(scan, spec, cfg.control_resolution)
 
 

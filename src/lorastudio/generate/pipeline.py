@@ -5,7 +5,9 @@
     image = generate_image(pipe, "flux", prompt="sks dog", seed=1, steps=28, width=1024, height=1024)
 
 The LoRA files are loaded with the pipeline's own `load_lora_weights` (so the adapter metadata
-in the file header sets alpha), and combined with `set_adapters`.
+in the file header sets alpha), and combined with `set_adapters`; LyCORIS-layout files (LoKr,
+LoHa, kohya-layout DoRA), which diffusers cannot read, are merged into the weights at their scale
+(generate/lycoris_patch.py).
 """
 
 from __future__ import annotations
@@ -108,31 +110,75 @@ def _default_device() -> torch.device:
 
 
 def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float]]) -> None:
-    """Replace whatever LoRAs `pipe` has with `loras` (file path, scale), each loaded with the
-    pipeline's load_lora_weights and weighted with set_adapters. An empty list unloads all.
+    """Replace whatever LoRAs `pipe` has with `loras` (file path, scale): diffusers / kohya LoRA
+    and DoRA files each loaded with the pipeline's load_lora_weights and weighted with
+    set_adapters; LyCORIS-layout files (LoKr, LoHa, DoRA written with lora_format = "kohya"),
+    which that loader cannot read, merged into the denoiser's weights at their scale the way
+    ComfyUI merges them (generate/lycoris_patch.py; restored exactly on the next call). An empty
+    list unloads all.
 
     Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
     pipeline (unreadable, or no layer of it matched); after a failure the pipeline has no LoRA.
     """
+    from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
+
     for path, _ in loras:
         if not Path(path).is_file():
             raise NotFound(f"LoRA file not found: {path}")
+    restore_lycoris(pipe)
     pipe.unload_lora_weights()
+    lycoris = [(Path(p), float(s)) for p, s in loras if is_lycoris_file(Path(p))]
+    adapters = [(p, s) for p, s in loras if not is_lycoris_file(Path(p))]
+    patch_lycoris(pipe, lycoris)  # on a failure, restores what it patched
     names = []
-    for i, (path, _) in enumerate(loras):
+    for i, (path, _) in enumerate(adapters):
         name = f"{ADAPTER_PREFIX}{i}"
         try:
             pipe.load_lora_weights(str(path), adapter_name=name)
         except (OSError, ValueError, KeyError, RuntimeError) as err:
-            pipe.unload_lora_weights()
+            _unload(pipe)
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
         loaded = {n for names_ in pipe.get_list_adapters().values() for n in names_}
         if name not in loaded:
-            pipe.unload_lora_weights()
+            _unload(pipe)
             raise ModelSourceError(f"LoRA {path} has no layer matching this {type(pipe).__name__}")
         names.append(name)
     if names:
-        pipe.set_adapters(names, adapter_weights=[float(scale) for _, scale in loras])
+        pipe.set_adapters(names, adapter_weights=[float(scale) for _, scale in adapters])
+
+
+def _unload(pipe: DiffusionPipeline) -> None:
+    """Every LoRA off: diffusers' adapters unloaded, LyCORIS patches restored."""
+    from lorastudio.generate.lycoris_patch import restore_lycoris
+
+    pipe.unload_lora_weights()
+    restore_lycoris(pipe)
+
+
+def _guidance_on(pipe: DiffusionPipeline, keyword: str, scale: float | None) -> bool:
+    """Whether `pipe` runs classifier-free guidance (the pass that reads the negative prompt) at
+    guidance `scale` (None: its __call__ default), by the pipeline's own rule: its
+    `do_classifier_free_guidance` property (SDXL, Chroma: scale > 1; Z-Image, Krea 2: > 0), or
+    QwenImagePipeline's `true_cfg_scale > 1`. True when the pipeline states no rule."""
+    if scale is None:
+        param = inspect.signature(type(pipe).__call__).parameters.get(keyword)
+        scale = param.default if param is not None and isinstance(param.default, (int, float)) else None
+    if scale is None:
+        return True
+    if keyword == "true_cfg_scale":
+        return float(scale) > 1
+    rule = getattr(type(pipe), "do_classifier_free_guidance", None)
+    if not isinstance(rule, property) or rule.fget is None:
+        return True
+    had, before = "_guidance_scale" in vars(pipe), vars(pipe).get("_guidance_scale")
+    pipe._guidance_scale = float(scale)  # what __call__ sets before it asks the property
+    try:
+        return bool(rule.fget(pipe))
+    finally:
+        if had:
+            pipe._guidance_scale = before
+        else:
+            del pipe._guidance_scale
 
 
 def fit_reference(image: Image.Image, width: int, height: int) -> Image.Image:
@@ -224,9 +270,18 @@ def generate_image(
     small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
     if controls and small:
         problems.append(FieldProblem("controls", small))
+    kwargs = fam.generation_defaults(facts)
+    scale = guidance if guidance is not None else kwargs.get(spec.guidance_kwarg)
+    if negative_prompt and spec.negative_prompt and not _guidance_on(pipe, spec.guidance_kwarg, scale):
+        problems.append(
+            FieldProblem(
+                "negative_prompt",
+                f"ignored at guidance {scale}: {type(pipe).__name__} reads a negative prompt only when "
+                "it runs classifier-free guidance, which is off at this scale; raise guidance or leave it out",
+            )
+        )
     if problems:
         raise ConfigError(problems)
-    kwargs = fam.generation_defaults(facts)
     kwargs.update(reference_kwargs(pipe, high, controls, width, height))
     if steps is not None:
         kwargs["num_inference_steps"] = steps

@@ -90,6 +90,8 @@ def preflight_report(
         in_step=cfg.train_text_encoder,
     )
     cache = latent_cache_section(cfg, scan, host, dtype, get_settings())
+    sees = families.get(cfg.family).spec.prompt_sees_controls
+    held = run.holdout.validation if run.holdout else ()  # their captions are encoded in phase 1 too
     work = {  # what phase 1 encodes: less what the on-disk cache holds already
         "steps": steps,
         "texts": (
@@ -97,7 +99,8 @@ def preflight_report(
             if cache.get("texts") is not None
             else captions["texts_encoded"]
         )
-        + len(cfg.sample_prompts),
+        + len(cfg.sample_prompts)
+        + len({(it.caption, it.controls) if sees else it.caption for it in held}),
         "images": len(scan.items) - (cache.get("images_cached") or 0),
         "buckets": scan.bucket_histogram(),
     }

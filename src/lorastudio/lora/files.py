@@ -79,6 +79,13 @@ def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
             ": bare peft names, as in a checkpoint's resume state (checkpoints/step-N/lora.safetensors);"
             " the run's LoRA file of that step is loras/<name>-step-N.safetensors"
         )
+    if odd and all(
+        k.startswith("lycoris_") for k in keys
+    ):  # lora/lycoris.py: adapter lokr / loha / kohya dora
+        detail += (
+            ": a LyCORIS file (LoKr, LoHa or DoRA, lora/lycoris.py), which convert, merge and resize do not"
+            " take (ComfyUI and lorastudio generate load it as it is)"
+        )
     raise ModelSourceError(f"not a diffusers or kohya LoRA of a denoiser{detail}")
 
 

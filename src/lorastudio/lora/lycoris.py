@@ -124,7 +124,7 @@ def peft_to_lycoris(
     return out
 
 
-def _group(tensors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def group_modules(tensors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """LyCORIS keys -> {module key x: {suffix: value}} (x = everything before the suffix)."""
     out: dict[str, dict[str, Any]] = defaultdict(dict)
     for key, value in tensors.items():
@@ -218,7 +218,7 @@ def check_lycoris_keys(
     axis)."""
     result = LycorisCheck()
     try:
-        modules = _group(file_shapes)
+        modules = group_modules(file_shapes)
     except LycorisError as err:
         return LycorisCheck(unconsumed=[str(err)])
     for x, parts in sorted(modules.items()):

@@ -323,17 +323,18 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
 def validation_summary(state: RunState, name: str) -> dict[str, Any]:
     """The final sidecar's "validation": the record (training/validation_file.py) with the file of
     the best and of the last round (a snapshot under loras/, or this LoRA for the last step); the
-    losses are those of the raw weights (the ones the snapshots hold)."""
+    losses are those of the raw weights (the ones the snapshots hold), so with EMA the last step's
+    file is the raw one, <name>.raw.safetensors (the run's LoRA holds the EMA weights, which were
+    not measured)."""
     assert state.validation is not None
     record = state.validation.record_of([h.name for h in state.held_out])
+    last_file = f"{name}.raw.safetensors" if state.ema is not None else f"{name}.safetensors"
     for key in ("best", "last"):
         point = record[key]
         if point is not None:
             final = point["step"] == state.steps_run
             point["lora"] = (
-                f"{name}.safetensors"
-                if final
-                else f"{LORAS}/{snapshot_name(name, point['step'])}.safetensors"
+                last_file if final else f"{LORAS}/{snapshot_name(name, point['step'])}.safetensors"
             )
     record["weights"] = "raw"
     return record

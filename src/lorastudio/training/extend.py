@@ -70,7 +70,8 @@ def finished_problem(run_dir: Path, extended: bool) -> FieldProblem | None:
     return FieldProblem(
         "resume",
         f"{run_dir.name} finished at step {steps} of {sidecar.get('total_steps')}: resuming would re-run its "
-        f"last steps and overwrite its LoRA; to train it longer set steps above {steps} (--set steps=N)",
+        f"last steps and overwrite its LoRA; to train it longer set steps above {steps} "
+        '(CLI: --set steps=N; API: {"settings": {"steps": N}}; UI: "Train longer")',
     )
 
 

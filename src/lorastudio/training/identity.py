@@ -113,16 +113,25 @@ def check_identity(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None
 
 def override_problems(overrides: Mapping[str, Any]) -> list[FieldProblem]:
     """Problems with settings given for a resume: only RESUMABLE_FIELDS (minus output_name) may
-    change; the others are fixed by the checkpoint."""
+    change; the others are fixed by the checkpoint, and a key that is no setting at all is named
+    as unknown (with a close setting's name), not as one that "changes the maths"."""
+    import difflib
+
+    from lorastudio.config import TrainConfig
+
     allowed = RESUMABLE_FIELDS - {"output_name"}
-    return [
-        FieldProblem(
-            key,
-            "cannot change on resume (it changes the maths of the run); "
-            f"settings that may change: {', '.join(sorted(allowed))}",
-        )
-        for key in sorted(set(overrides) - allowed)
-    ]
+    may = f"settings that may change: {', '.join(sorted(allowed))}; steps above the run's total trains it longer"
+    problems = []
+    for key in sorted(set(overrides) - allowed):
+        if key in TrainConfig.model_fields:
+            problems.append(
+                FieldProblem(key, f"cannot change on resume (it changes the maths of the run); {may}")
+            )
+            continue
+        close = difflib.get_close_matches(key.lower(), sorted(allowed | {"steps"}), n=2, cutoff=0.75)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        problems.append(FieldProblem(key, f"unknown setting: {hint}{may}"))
+    return problems
 
 
 def _show(value: Any) -> str:

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from lorastudio.data import load_crop, scan_dataset
-from lorastudio.data.masks import attach_masks, mask_crop, mask_section, mask_warning
+from lorastudio.data.masks import attach_masks, mask_crop, mask_section, mask_warning, masked_setting_problems
 from lorastudio.errors import ConfigError, DatasetError
 
 
@@ -34,15 +34,18 @@ def _dataset(tmp_path: Path, sizes: dict[str, tuple[int, int]]) -> Path:
 
 def _scan(root: Path, **kwargs):
     scan = scan_dataset(root, resolution=64, multiple=16, aspect_buckets=kwargs.pop("aspect_buckets", True))
-    return attach_masks(
-        scan, alpha_mask=kwargs.pop("alpha_mask", False), unmasked_weight=kwargs.pop("uw", 0.0)
-    )
+    alpha = kwargs.pop("alpha_mask", False)
+    scan = attach_masks(scan, alpha_mask=alpha)
+    problems = masked_setting_problems(scan, alpha, kwargs.pop("uw", 0.0))
+    if problems:
+        raise ConfigError(problems)
+    return scan
 
 
 def test_masks_folder_attached_counted_fingerprinted_and_missing_ones_named(tmp_path: Path) -> None:
     root = _dataset(tmp_path, {"a": (80, 64), "b": (64, 64), "c": (64, 96)})
     plain = scan_dataset(root, resolution=64, multiple=16)
-    assert attach_masks(plain, alpha_mask=False, unmasked_weight=0.0) is plain  # no masks/: unchanged
+    assert attach_masks(plain, alpha_mask=False) is plain  # no masks/: unchanged
     (root / "masks").mkdir()
     _noise_image((80, 64), 10, "L").save(root / "masks" / "a.png")
     _noise_image((64, 64), 11, "L").save(root / "masks" / "b.jpg")

@@ -280,3 +280,20 @@ def test_a_preservation_run_is_not_forecast_from_plain_runs_steps(tmp_path: Path
     steps = {p["name"]: p for p in dop["phases"]}["steps"]
     assert dop["source"] == "machine" and steps["seconds"] == pytest.approx(10 * PRESERVATION_STEP, abs=0.01)
     assert "differential output preservation" in steps["basis"]
+
+
+def test_the_held_out_captions_count_in_the_caption_encoding_forecast(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """Phase 1 encodes the validation images' captions too: the forecast of a run with
+    validation_split counted only the training captions and the sample prompts, so the same
+    config, forecast from its own measured run, came out below what that run measured."""
+    raw = _raw(tiny_model("flux"), "held", resolution=64, steps=2, save_every=None, sample_every=None)
+    raw["validation_split"] = 0.25
+    _, run = _forecast(settings, raw)
+    _train(settings, run)
+    (record,) = read_records(settings.home)
+    assert record["texts"] == 6 + 2 + 1  # the training captions, the held-out ones, the prompt
+    again, _ = _forecast(settings, {**raw, "output_name": "held2"})
+    got = {p["name"]: p["seconds"] for p in again["phases"]}
+    assert got["caption_encoding"] == pytest.approx(record["phases"]["caption_encoding"], abs=0.006)

@@ -62,6 +62,22 @@ def test_check_states_the_validation_hold_out_and_the_masks(
     assert "warning: 2 image(s) have no mask and train unmasked" in result.output  # 3 train, 1 masked
 
 
+def test_check_runs_beside_a_server_that_owns_the_home(tiny_model, small_dataset, tmp_path, run_settings):
+    """--check trains and writes nothing: it was refused with "a lorastudio server owns the
+    studio home" like a real run (which still is), so a CLI user could not preflight a config
+    while the server trained."""
+    from lorastudio.jobs.homelock import HomeLock
+
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 3}))
+    with HomeLock.for_server(get_settings().home, 7999):
+        checked = _invoke("train", str(config), "--check", "--device", "cpu")
+        assert checked.exit_code == 0, checked.output
+        assert "would train" in checked.output
+        trained = _invoke("train", str(config), "--device", "cpu")
+        assert trained.exit_code == 2 and "owns the studio home" in trained.output  # a real run: refused
+    assert not (get_settings().outputs_dir / "run").exists()
+
+
 def test_check_lists_every_problem_and_exits_2(tiny_model, tmp_path, run_settings):
     settings = run_settings("flux", tiny_model("flux"), tmp_path / "no-such-dataset", {"lerning_rate": 1e-4})
     result = _invoke("train", str(_config(tmp_path, settings)), "--check", "--set", "lora_rank=0")

@@ -73,6 +73,28 @@ def test_the_saved_lora_is_the_ema_of_the_raw_weights_over_the_steps(make_config
     assert raw_sidecar["ema"]["weights"] == "raw" and raw_sidecar["lora_file"] == "ema.raw.safetensors"
 
 
+def test_validation_names_the_file_of_the_weights_it_measured(make_config):
+    """The validation loss is measured on the raw weights (those the snapshots hold): with EMA the
+    sidecar's best / last round of the final step names the raw file, not the run's LoRA, which
+    holds the EMA weights (it named that one, giving it a loss its weights never had)."""
+    common = {"steps": 2, "validation_split": 0.25, "batch_size": 1}
+    ema = train(make_config(ema_decay=DECAY, output_name="vema", **common), [].append, device="cpu")
+    plain = train(make_config(output_name="vplain", **common), [].append, device="cpu")
+    got = json.loads(ema.lora_path.with_suffix(".json").read_text())["validation"]
+    want = json.loads(plain.lora_path.with_suffix(".json").read_text())["validation"]
+    losses = [(p["step"], p["loss"]) for p in got["series"]]
+    assert (
+        losses == [(p["step"], p["loss"]) for p in want["series"]] and got["weights"] == "raw"
+    )  # raw weights
+    assert (want["last"]["lora"], got["last"]["lora"], got["best"]["lora"]) == (
+        "vplain.safetensors",
+        "vema.raw.safetensors",
+        "vema.raw.safetensors",
+    )
+    raw = json.loads((ema.lora_path.parent / "vema.raw.json").read_text())["validation"]
+    assert raw["last"]["lora"] == "vema.raw.safetensors"
+
+
 def test_update_every_skips_steps(make_config):
     every = train(
         make_config(steps=4, ema_decay=DECAY, ema_update_every=2, output_name="e2"), [].append, device="cpu"

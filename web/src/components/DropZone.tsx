@@ -5,7 +5,8 @@ interface Props {
   /** The files picked or dropped; `folders`: the names of dropped entries that are folders. */
   onFiles: (files: File[], folders?: string[]) => void;
   disabled?: boolean;
-  /** A control folder ("control", "control_2" ...) the dropped images go to; none: targets and captions. */
+  /** A control folder ("control", "control_2" ...) the dropped images go to, or "mask" (loss masks
+   * into masks/); none: targets and captions. */
   control?: string;
 }
 
@@ -35,9 +36,20 @@ export function DropZone({ onFiles, disabled, control }: Props) {
       role="button"
       tabIndex={0}
       onKeyDown={(e) => (e.key === "Enter" || e.key === " ") && input.current?.click()}
-      aria-label={control ? `drop control images for ${control}/, or click to choose files` : "drop images and captions, or click to choose files"}
+      aria-label={
+        control === "mask"
+          ? "drop loss masks for masks/, or click to choose files"
+          : control
+            ? `drop control images for ${control}/, or click to choose files`
+            : "drop images and captions, or click to choose files"
+      }
     >
-      {control ? (
+      {control === "mask" ? (
+        <>
+          <strong>Drop loss masks into masks/</strong>
+          <span className="muted small">grey images, white = trained · each masks the image of the same name and size (a.png + masks/a.png) · or click to choose</span>
+        </>
+      ) : control ? (
         <>
           <strong>Drop control images into {control}/</strong>
           <span className="muted small">PNG, JPEG, WebP · each pairs with the target of the same name (a.png + {control}/a.png) · or click to choose</span>

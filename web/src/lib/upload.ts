@@ -113,9 +113,16 @@ export const CONTROL_SLOTS = ["control", "control_2", "control_3"] as const;
  * Plan an upload of control images (one control folder): images only, batched like targets;
  * captions and other files are refused (a control pairs with its target by file name).
  */
-export function planControlUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 1024, folders: readonly string[] = []): UploadPlan {
+export function planControlUpload(
+  files: File[],
+  maxFiles = 32,
+  maxBytes = 48 * 1024 * 1024,
+  folders: readonly string[] = [],
+  kind: "control images" | "loss masks" = "control images",
+): UploadPlan {
   const images = files.filter((f) => isImageName(f.name) && !folders.includes(f.name));
   const plan = planUpload(images, maxFiles, maxBytes, folders);
   const others = files.filter((f) => !isImageName(f.name) && !folders.includes(f.name));
-  return { ...plan, refused: [...others.map((f) => ({ file: f.name, reason: "control images only (PNG, JPEG, WebP): captions go with the targets" })), ...plan.refused] };
+  const reason = `${kind} only (PNG, JPEG, WebP): captions go with the ${kind === "loss masks" ? "images" : "targets"}`;
+  return { ...plan, refused: [...others.map((f) => ({ file: f.name, reason })), ...plan.refused] };
 }

@@ -96,4 +96,19 @@ describe("DatasetDetailScreen pairs", () => {
     const refused = within(screen.getByTestId("refused")).getAllByRole("listitem").map((li) => li.textContent);
     expect(refused).toEqual(["b.txt control images only (PNG, JPEG, WebP): captions go with the targets"]);
   });
+
+  it("uploads loss masks into masks/ through the mask field", async () => {
+    const sent = fakeXhr();
+    renderScreen();
+    await screen.findByTestId("controls-of-a.png");
+    await userEvent.selectOptions(screen.getByLabelText("upload as"), "mask");
+    expect(screen.getByText("Drop loss masks into masks/")).toBeInTheDocument();
+    const user = userEvent.setup({ applyAccept: false });
+    const files = ["a.png", "a.txt"].map((n) => new File([new Uint8Array(10)], n));
+    await user.upload(screen.getByTestId("file-input"), files);
+    await screen.findByTestId("upload-summary");
+    expect(sent).toEqual([[["mask", "a.png"]]]); // the server stores them in masks/ (data/mask_upload.py)
+    const refused = within(screen.getByTestId("refused")).getAllByRole("listitem").map((li) => li.textContent);
+    expect(refused).toEqual(["a.txt loss masks only (PNG, JPEG, WebP): captions go with the images"]);
+  });
 });

@@ -69,7 +69,10 @@ export function DatasetDetailScreen({ name }: { name: string }) {
 
   const onFiles = async (files: File[], folders: string[] = []) => {
     const field = slot;
-    const plan = field === "files" ? planUpload(files, undefined, undefined, folders) : planControlUpload(files, undefined, undefined, folders);
+    const plan =
+      field === "files"
+        ? planUpload(files, undefined, undefined, folders)
+        : planControlUpload(files, undefined, undefined, folders, field === "mask" ? "loss masks" : "control images");
     const problems = [...plan.refused];
     setRefused(problems);
     if (!plan.batches.length) return;
@@ -166,6 +169,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
               control images, slot {i + 1} ({c}/, paired by file name)
             </option>
           ))}
+          <option value="mask">loss masks (masks/, by file name and size)</option>
         </select>
       </label>
       <DropZone onFiles={(f, folders) => void onFiles(f, folders)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />

@@ -42,6 +42,7 @@ from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_edits import delete_image, existing_image, write_caption
 from lorastudio.data.image_headers import header_size
 from lorastudio.data.listing import dataset_summary, list_datasets
+from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
@@ -192,7 +193,9 @@ async def upload(
 ) -> dict[str, Any]:
     """Upload images, .txt captions and metadata.jsonl (multipart, any field names), and the
     control images of a paired dataset in fields named after their control folder (`control`,
-    `control_2` ... `control_9`; stored there, each matching a target image by stem). Every file
+    `control_2` ... `control_9`; stored there, each matching a target image by stem), and loss
+    masks in fields named `mask` (an upload of their own; stored in masks/, each checked like
+    `datasets import` checks them: an image of the dataset's image's stem and size). Every file
     is checked, then the good ones are committed at once (201, listing `committed` and
     `refused` with reasons); 400 listing every problem when nothing could be stored, or with
     `strict=true` when any file is bad. Repeated uploads accumulate. 413 above the size cap,
@@ -225,6 +228,17 @@ async def upload(
 
 
 def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) -> UploadResult:
+    masks = [(up.filename or "", up.file) for field, up in uploads if field == MASK_FIELD]
+    if masks:  # loss masks into masks/ (data/mask_upload.py), in an upload of their own
+        if len(masks) != len(uploads):
+            raise DatasetError(
+                f"upload to {folder.name} refused",
+                [f"masks (fields named {MASK_FIELD!r}) go in an upload of their own, after their images"],
+            )
+        with _write_claim(settings, folder):
+            return upload_masks(
+                settings.datasets_dir, folder, masks, settings.max_image_pixels, strict=strict
+            )
     with (
         _write_claim(settings, folder),
         UploadBatch(

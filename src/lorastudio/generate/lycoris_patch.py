@@ -1,0 +1,157 @@
+"""LyCORIS-layout LoRA files (LoKr, LoHa, and DoRA / LoRA under `lycoris_` names) applied at
+generation, where diffusers' `load_lora_weights` cannot read them (it wants `lora` in every key).
+
+These are the files a run with `adapter = "lokr" | "loha"` (or `"dora"` with `lora_format =
+"kohya"`) writes (lora/lycoris.py), and third-party LyCORIS files in the same layout. Each one is
+merged into the denoiser's weights the way ComfyUI's readers merge it (lora/lycoris.py
+`comfy_delta`; DoRA: ComfyUI's `weight_decompose` on the output axis), at the requested strength:
+
+    W <- W + strength * delta                                    (LoKr, LoHa, plain LoRA)
+    W <- W + strength * ((W + delta) * dora_scale / ||W|| - W)   (DoRA, ||W|| per output row)
+
+Contract: `patch_lycoris(pipe, files)` first restores any weights a previous call patched (the
+originals are kept on the CPU, so a restore is exact), then patches for `files`; every module
+key of every file must name a layer of the pipeline's denoiser with the patch's shape, else
+ModelSourceError names them and the pipeline is left unpatched. `restore_lycoris(pipe)` puts the
+original weights back. diffusers' own adapters (plain LoRA / DoRA files) are loaded on top of
+the patched weights by generate/pipeline.apply_loras.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from lorastudio.errors import ModelSourceError
+from lorastudio.lora.lycoris import PREFIX, LycorisError, comfy_delta, group_modules, module_key
+
+if TYPE_CHECKING:
+    from diffusers import DiffusionPipeline
+
+_TUCKER = frozenset({"hada_t1", "hada_t2", "lokr_t2", "lora_mid.weight"})
+_SAVED = "_lorastudio_lycoris_originals"  # pipeline attribute: [(weight parameter, CPU original)]
+
+
+def is_lycoris_file(path: Path) -> bool:
+    """Whether the safetensors file at `path` holds LyCORIS-layout keys (`lycoris_<module>.*`)
+    rather than diffusers / kohya LoRA keys. False for a file safetensors cannot open (the
+    loader then names the problem)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = f.keys()
+        return any(k.startswith(PREFIX) for k in names)
+    except (OSError, SafetensorError):
+        return False
+
+
+def _denoiser(pipe: DiffusionPipeline) -> torch.nn.Module:
+    for name in ("transformer", "unet"):
+        module = getattr(pipe, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    raise ModelSourceError(f"{type(pipe).__name__} has no transformer or unet to apply a LyCORIS LoRA to")
+
+
+def _weights(denoiser: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """{LyCORIS module key: weight} of the denoiser's layers (a peft-wrapped layer by its own
+    name: its base layer's weight)."""
+    out: dict[str, torch.nn.Parameter] = {}
+    for name, module in denoiser.named_modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.nn.Parameter) or weight.dim() < 2:
+            continue
+        out.setdefault(module_key(name.replace(".base_layer", "")), weight)
+    return out
+
+
+def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: float) -> torch.Tensor:
+    """The weight after one module's LyCORIS tensors at `strength`, in fp32 (module docstring)."""
+    tucker = sorted(set(parts) & _TUCKER)
+    if tucker:  # conv Tucker factors: comfy_delta restates the linear layouts only
+        raise LycorisError(f"Tucker-decomposed tensors ({', '.join(tucker)}) are not supported")
+    base = weight.detach().float()
+    flat = base.reshape(base.shape[0], -1)  # [out, in...]
+    if "lora_up.weight" in parts:
+        up, down = parts["lora_up.weight"].float(), parts["lora_down.weight"].float()
+        alpha = parts.get("alpha")
+        scale = float(alpha) / down.shape[0] if alpha is not None else 1.0
+        delta = (up.reshape(up.shape[0], -1) @ down.reshape(down.shape[0], -1)) * scale  # [out, in]
+    else:
+        delta = comfy_delta(parts)  # [out, in]
+    if delta.numel() != flat.numel():
+        raise LycorisError(f"patch {tuple(delta.shape)} vs weight {tuple(base.shape)}")
+    delta = delta.reshape(flat.shape)
+    if "dora_scale" in parts:
+        dora = parts["dora_scale"].float().reshape(-1, 1)  # [out, 1]
+        norm = flat.norm(dim=1, keepdim=True) + torch.finfo(torch.float32).eps  # [out, 1]
+        target = (flat + delta) * (dora / norm)
+        return (flat + strength * (target - flat)).reshape(base.shape)
+    return (flat + strength * delta).reshape(base.shape)
+
+
+def restore_lycoris(pipe: DiffusionPipeline) -> None:
+    """Put back the weights the last `patch_lycoris` changed (exactly: copies of the originals)."""
+    saved = getattr(pipe, _SAVED, None) or []
+    with torch.no_grad():
+        for weight, original in saved:
+            weight.copy_(original.to(weight.device))
+    setattr(pipe, _SAVED, [])
+
+
+def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) -> None:
+    """Restore, then merge each LyCORIS file (path, strength) into the denoiser's weights in
+    order. Raises ModelSourceError naming the file and the layers that do not fit (none of the
+    files is applied then)."""
+    from safetensors.torch import load_file
+
+    restore_lycoris(pipe)
+    if not files:
+        return
+    weights = _weights(_denoiser(pipe))
+    plans: list[tuple[Path, float, dict[str, dict[str, torch.Tensor]]]] = []
+    for path, strength in files:
+        try:
+            modules = group_modules(load_file(str(path)))
+        except (OSError, ValueError) as err:  # LycorisError is a ValueError
+            raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+        missing = sorted(x for x in modules if x not in weights)
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise ModelSourceError(
+                f"LoRA {path}: {len(missing)} of its {len(modules)} layers are not layers of this "
+                f"{type(pipe).__name__} ({', '.join(missing[:3])}{more}): is it another model's LoRA?"
+            )
+        plans.append((Path(path), float(strength), modules))
+    saved: dict[int, tuple[torch.nn.Parameter, torch.Tensor]] = {}  # id -> (weight, CPU original)
+    try:
+        with torch.no_grad():
+            for path, strength, modules in plans:
+                for x, parts in modules.items():
+                    _patch_one(weights[x], parts, strength, saved, f"cannot apply LoRA {path}: layer {x}")
+    finally:
+        setattr(pipe, _SAVED, list(saved.values()))  # what was patched, even on a failure
+    # a failure leaves no patch behind: the weights patched before it are restored
+    return None
+
+
+def _patch_one(
+    weight: torch.nn.Parameter,
+    parts: dict[str, torch.Tensor],
+    strength: float,
+    saved: dict[int, tuple[torch.nn.Parameter, torch.Tensor]],
+    where: str,
+) -> None:
+    try:
+        new = _patched(weight, parts, strength)
+    except (LycorisError, KeyError, RuntimeError) as err:
+        for w, original in saved.values():
+            w.copy_(original.to(w.device))
+        saved.clear()
+        raise ModelSourceError(f"{where}: {err}") from err
+    saved.setdefault(id(weight), (weight, weight.detach().to("cpu", copy=True)))
+    weight.copy_(new.to(weight.dtype))
