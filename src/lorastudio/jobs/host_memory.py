@@ -84,7 +84,7 @@ def host_memory_forecast(
     where controls train at sizes of their own (TrainConfig.control_resolution), else (). Returns {"host_gb": GB or None (a hub id:
     nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
-    from lorastudio.jobs.preflight import WEIGHT_BYTES, _param_count, denoiser_param_split, estimate_memory_gb
+    from lorastudio.jobs.preflight import WEIGHT_BYTES, denoiser_param_split, estimate_memory_gb, param_count
 
     if model_dir is None:
         return {"host_gb": None, "phases": None, "certain": False, "vae_pixels": None}
@@ -131,11 +131,11 @@ def host_memory_forecast(
         other, blocks = denoiser_param_split(model_dir / spec.denoiser)
         swapped = sum(sorted(blocks)[: max(plan.offload_blocks, 0)]) * per
         encoders = max(
-            _param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
+            param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
         )
         phases = {
             "conditioning": encoders * per,
-            "latents": cache + _param_count(model_dir / "vae") * per,
+            "latents": cache + param_count(model_dir / "vae") * per,
             "denoiser": cache + max(swapped, (other + sum(blocks)) * per),
         }
         base = BASE_PROCESS_GB + CUDA_CONTEXT_GB
@@ -143,12 +143,12 @@ def host_memory_forecast(
     else:
         per = WEIGHT_BYTES[compute] / 1e9
         encoders = sum(
-            _param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
+            param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
         )
         device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
         phases = {
             "conditioning": encoders * per,
-            "latents": _param_count(model_dir / "vae") * per + vae_act + cache,
+            "latents": param_count(model_dir / "vae") * per + vae_act + cache,
             # the accelerator formula's denoiser phase less its fixed allowance, plus the cache
             "denoiser": max(device_gb.get("denoiser", 1.0) - 1.0, 0.0) + cache,
         }

@@ -41,9 +41,9 @@ from lorastudio.jobs.vram_estimate import (  # noqa: F401 (re-exported: host_mem
     ACTIVATION_FACTOR,
     IN_FLIGHT_BLOCKS,
     WEIGHT_BYTES,
-    _param_count,
     denoiser_param_split,
     estimate_memory_gb,
+    param_count,
 )
 from lorastudio.settings import get_settings
 

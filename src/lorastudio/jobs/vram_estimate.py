@@ -112,7 +112,7 @@ def estimate_memory_gb(
     resident = _resident_block_params(blocks, plan.offload_blocks)
     weights_gb = (other * per) + resident * block_bytes / 1e9
     targets = tuple(cfg.lora_targets or fam.spec.lora_targets)
-    lora = loraparam_count(model_dir / fam.spec.denoiser, targets, cfg.lora_rank or 16)
+    lora = lora_param_count(model_dir / fam.spec.denoiser, targets, cfg.lora_rank or 16)
     pixels = ((top_resolution(cfg.resolution) or 1024) / 1024) ** 2  # the largest of several
     if controls is None:  # unknown dataset: the fewest the checkpoint's flavour takes
         controls = fam.source_control_images(model_dir)[0]
@@ -155,7 +155,7 @@ def denoiser_param_split(folder: Path) -> tuple[int, list[int]]:
     return other, list(blocks.values())
 
 
-def loraparam_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
+def lora_param_count(folder: Path, targets: tuple[str, ...], rank: int) -> int:
     """Trainable parameters of a rank-`rank` LoRA on the linears of the denoiser in `folder` whose
     module name is a target or ends with "." + a target (peft's suffix match): rank x (in + out)
     each, from the 2-D `.weight` shapes in the safetensors headers (0 when there are none)."""
@@ -178,9 +178,6 @@ def param_count(folder: Path) -> int:
     for file in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
         total += sum(count for _, count in _safetensors_tensors(file))
     return total
-
-
-_param_count = param_count  # the name preflight / host_memory import
 
 
 def _read_header(file: Path) -> dict[str, Any]:

@@ -218,7 +218,7 @@ def test_the_host_forecast_sizes_the_vae_call_the_run_makes(
     per step (one control per call), not every control of a sample at the largest size at once."""
     from lorastudio.jobs import host_memory
     from lorastudio.jobs.hardware import HostInfo, precisions_for
-    from lorastudio.jobs.preflight import WEIGHT_BYTES, _param_count, plan_for_estimate
+    from lorastudio.jobs.preflight import WEIGHT_BYTES, param_count, plan_for_estimate
     from lorastudio.jobs.validation import validate_run
 
     cls = type(families.get("flux-kontext"))
@@ -243,7 +243,7 @@ def test_the_host_forecast_sizes_the_vae_call_the_run_makes(
         cfg, run.model_dir, plan_for_estimate(cfg, cpu), cpu, scan.bucket_histogram(),
         scan.controls_per_image(), [s for it in scan.items for s in it.control_sizes],
     )  # fmt: skip
-    weights = _param_count(run.model_dir / "vae") * WEIGHT_BYTES["fp32"] / 1e9
+    weights = param_count(run.model_dir / "vae") * WEIGHT_BYTES["fp32"] / 1e9
     c0 = host_memory._vae_first_channels(run.model_dir / "vae")
     expected = host_memory.VAE_ACT_PER_CHANNEL_PIXEL * c0 * max(calls) * 4 / 1e9
     assert forecast["phases"]["latents"] - weights == pytest.approx(expected, rel=0.1)  # phases: 3 decimals
