@@ -26,6 +26,7 @@ from PIL import Image
 
 from live_server import LOOPBACK
 from lorastudio.api.app import create_app
+from lorastudio.jobs.dataset_claims import CLAIMS_DIR
 from lorastudio.jobs.worker import WorkerArgs
 from lorastudio.settings import Settings
 
@@ -67,8 +68,14 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def exit_at_once(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
-    """A worker that does nothing (a start that slipped through must not train here)."""
+def hold_until_stopped(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """A worker that trains nothing (an accepted start must not train here) and stays alive until
+    it is stopped (the server's shutdown kills it). An accepted start's job thus stays live, with
+    its dataset claim held, from its 201 to the end of the test: no later example's "before" and
+    "after" snapshots can straddle the moment it ends (a worker that exited at once made its job
+    fail, and its claim files vanish, during whichever example ran ~2-3 s later), and every later
+    valid config is refused as busy (409) while that claim is held, which must change nothing."""
+    stop_event.wait()
 
 
 class Studio:
@@ -102,9 +109,13 @@ class Studio:
 @pytest.fixture
 def studio(settings: Settings, shapes: Path) -> Iterator[Studio]:
     with TestClient(
-        create_app(settings, worker_target=exit_at_once), raise_server_exceptions=False, base_url=LOOPBACK
+        create_app(settings, worker_target=hold_until_stopped),
+        raise_server_exceptions=False,
+        base_url=LOOPBACK,
     ) as client:
         yield Studio(client, settings)
+    # the server stopped: every claim (an accepted start's, an upload's) was released with nothing left
+    assert not (settings.home / CLAIMS_DIR).exists(), sorted(os.listdir(settings.home / CLAIMS_DIR))
 
 
 FAST = hsettings(
@@ -285,6 +296,9 @@ def test_config_values_at_start(studio: Studio, base_config: dict, field: str, v
     studio.check(resp, before, "config_start")
     if resp.status_code == 201:
         assert not (isinstance(value, float) and not math.isfinite(value)), (field, value)
+        # its job is live and holds its dataset's read claim (released when the job ends)
+        assert resp.json()["status"] in ("queued", "preparing"), resp.json()
+        assert list((studio.settings.home / CLAIMS_DIR).glob("*.holder")), "an accepted start holds no claim"
 
 
 def test_zz_cases_tried(studio: Studio) -> None:
