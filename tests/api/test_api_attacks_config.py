@@ -4,7 +4,8 @@ preflight and by the CLI's `train --check` (exit 2): two entries on one folder (
 spelled: its absolute path, a link to it), a preservation class word or prompt holding the trigger word (its output preserved
 is the trigger's own, so the LoRA cannot learn it), preservation of an entry without a trigger
 word (its own captions preserved), an entry whose weight's share of the epoch rounds to no
-sample; a trigger word typed with blanks around it works as without them."""
+sample, keep_loras on a run that writes no LoRA snapshot while it trains; a trigger word typed
+with blanks around it works as without them."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ CASES = {
             ]
         },
         ["datasets.0.weight"],
+    ),
+    "keep-loras-with-nothing-to-keep": (  # no save_lora_every / save_every / validate_every
+        {"data_dir": "shapes", "keep_loras": 2},
+        ["keep_loras"],
     ),
     "class-is-trigger": (
         {"data_dir": "shapes", "trigger_word": "sks", "preservation": {"class_word": "sks"}},
