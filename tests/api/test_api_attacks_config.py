@@ -178,8 +178,8 @@ def test_a_trigger_word_with_blanks_around_it_is_replaced_and_kept_like_the_capt
     " sks " (so every preserved caption was the training caption itself, undoing the LoRA) and
     tag_dropout did not know the trigger tag (it was dropped like any tag)."""
     from lorastudio.data.caption_variants import scan_variants
+    from lorastudio.data.preservation_texts import preservation_texts
     from lorastudio.jobs.validation import validate_run
-    from lorastudio.training.preservation import preservation_texts
 
     for i in range(2):
         (settings.datasets_dir / "shapes" / f"shapes{i}.txt").write_text(f"red, circle, big, {i}")
