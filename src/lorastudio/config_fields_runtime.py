@@ -78,7 +78,11 @@ class RuntimeFields(StrictFields):
         "optimizer steps; every checkpoint writes one too (null: only with checkpoints)",
     )
     keep_loras: int | None = Field(
-        default=None, ge=1, le=100_000, description="LoRA snapshots retained (oldest removed; null: all)"
+        default=None,
+        ge=1,
+        le=100_000,
+        description="LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every "
+        "or validate_every (else the run writes none while it trains)",
     )
     max_bad_steps: int = Field(
         default=5, ge=1, le=1000, description="consecutive non-finite steps before the run fails as diverged"

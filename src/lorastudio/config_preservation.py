@@ -126,7 +126,7 @@ def preservation_problems(cfg: TrainConfig, prompt_sees_controls: bool = False) 
 
 
 def _has_word(text: str, word: str) -> bool:
-    """Whether `word` occurs in `text` as a whole word (as training/preservation.replace_trigger
+    """Whether `word` occurs in `text` as a whole word (as data/preservation_texts.replace_trigger
     finds it)."""
     return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
 

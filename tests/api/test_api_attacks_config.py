@@ -4,7 +4,8 @@ preflight and by the CLI's `train --check` (exit 2): two entries on one folder (
 spelled: its absolute path, a link to it), a preservation class word or prompt holding the trigger word (its output preserved
 is the trigger's own, so the LoRA cannot learn it), preservation of an entry without a trigger
 word (its own captions preserved), an entry whose weight's share of the epoch rounds to no
-sample; a trigger word typed with blanks around it works as without them."""
+sample, keep_loras on a run that writes no LoRA snapshot while it trains; a trigger word typed
+with blanks around it works as without them."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ CASES = {
             ]
         },
         ["datasets.0.weight"],
+    ),
+    "keep-loras-with-nothing-to-keep": (  # no save_lora_every / save_every / validate_every
+        {"data_dir": "shapes", "keep_loras": 2},
+        ["keep_loras"],
     ),
     "class-is-trigger": (
         {"data_dir": "shapes", "trigger_word": "sks", "preservation": {"class_word": "sks"}},
@@ -173,8 +178,8 @@ def test_a_trigger_word_with_blanks_around_it_is_replaced_and_kept_like_the_capt
     " sks " (so every preserved caption was the training caption itself, undoing the LoRA) and
     tag_dropout did not know the trigger tag (it was dropped like any tag)."""
     from lorastudio.data.caption_variants import scan_variants
+    from lorastudio.data.preservation_texts import preservation_texts
     from lorastudio.jobs.validation import validate_run
-    from lorastudio.training.preservation import preservation_texts
 
     for i in range(2):
         (settings.datasets_dir / "shapes" / f"shapes{i}.txt").write_text(f"red, circle, big, {i}")

@@ -5,8 +5,11 @@ without one, and names a mask of the wrong size."""
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
@@ -91,6 +94,49 @@ def test_an_image_s_alpha_channel_is_listed_and_served_as_its_mask(
     assert image.status_code == 200 and image.content != thumb.content
     assert client.get("/api/datasets/alpha/alpha/plain.png").status_code == 404  # no alpha channel
     assert client.get("/api/datasets/alpha/alpha/none.png").status_code == 404
+
+
+def test_the_listing_opens_each_image_once(
+    client: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing reads each image's size and alpha flag in one pass over its header: one open
+    per image (PNG with and without alpha, palette with tRNS, WebP, JPEG), the flags right."""
+    half = Image.new("RGBA", (64, 64), (255, 0, 0, 255))
+    half.paste((0, 0, 0, 0), (0, 0, 32, 64))
+    palette = half.convert("RGB").convert("P")
+    encoded = {
+        "rgba.png": (half, {"format": "PNG"}),
+        "rgb.png": (half.convert("RGB"), {"format": "PNG"}),
+        "p.png": (palette, {"format": "PNG", "transparency": 0}),
+        "lossy.webp": (half, {"format": "WEBP", "quality": 80}),
+        "lossless.webp": (half.convert("RGB"), {"format": "WEBP", "lossless": True}),
+        "photo.jpg": (half.convert("RGB"), {"format": "JPEG"}),
+    }
+    files = []
+    for name, (img, kw) in encoded.items():
+        buf = io.BytesIO()
+        img.save(buf, **kw)
+        files.append(("f", (name, buf.getvalue())))
+    assert client.post("/api/datasets/once/files", files=files).status_code == 201
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(os.fsdecode(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    detail = client.get("/api/datasets/once").json()
+    assert {f["file"]: f["alpha"] for f in detail["files"]} == {
+        "rgba.png": True,
+        "rgb.png": False,
+        "p.png": True,
+        "lossy.webp": True,
+        "lossless.webp": False,
+        "photo.jpg": False,
+    }
+    assert {f["file"]: (f["width"], f["height"]) for f in detail["files"]} == dict.fromkeys(encoded, (64, 64))
+    assert sorted(n for n in opened if Path(n).name in encoded) == sorted(encoded)  # each once
 
 
 def test_mask_settings_are_checked_over_every_dataset_entry(

@@ -183,3 +183,20 @@ def test_unknown_setting_suggests_close_fields():
     by_field = {p.field: p.message for p in exc.value.problems}
     assert by_field["lerning_rate"] == "unknown setting; did you mean learning_rate?"
     assert by_field["zzz_qqq"] == "unknown setting"  # nothing close: no guess
+
+
+def test_keep_loras_without_a_snapshot_writer_is_refused():
+    """keep_loras bounds the LoRA snapshots a run writes while it trains: refused, by its field
+    and with the other problems at once, when no setting writes any; accepted with each writer."""
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "keep_loras": 2, "lr_warmup_steps": 10})
+    assert _fields(exc.value) == {"keep_loras", "lr_warmup_steps"}
+    (problem,) = [p for p in exc.value.problems if p.field == "keep_loras"]
+    assert "needs save_lora_every, save_every or validate_every" in problem.message
+    for writer in (
+        {"save_lora_every": 50},
+        {"save_every": 100},
+        {"validation_split": 0.2, "validate_every": 50},
+    ):
+        assert parse_train_config({**BASE, "keep_loras": 2, **writer}).keep_loras == 2
+    assert parse_train_config(BASE).keep_loras is None  # unset: nothing to refuse

@@ -8,8 +8,9 @@ memory when it opens a file, and reads a whole WebP file into memory to open it.
 - `walk_jpeg` walks the JPEG markers up to the image data and refuses more than
   MAX_JPEG_HEADER_BYTES of metadata segments;
 - WebP files larger than MAX_WEBP_BYTES are refused;
-- `header_size` reads the stored width and height of a PNG, JPEG or WebP from its first bytes
-  (listings use it: no file is read whole, nothing is decoded).
+- `header_info` reads the stored width and height of a PNG, JPEG or WebP from its first bytes,
+  and whether it has an alpha channel (listings use it: each file opened once, no file read
+  whole, nothing decoded); `header_size` gives the size alone.
 
 Hand-written because Pillow offers no bounded header reader; the formats' header layouts are
 those of the PNG, JPEG (ITU T.81) and WebP (RIFF, VP8/VP8L/VP8X) specifications.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -248,16 +250,83 @@ def check_header(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
     return ranges
 
 
-def header_size(fh: BinaryIO) -> tuple[int, int] | None:
-    """The stored (width, height) of a PNG, JPEG or WebP file (before EXIF orientation), read
-    from its header only; None when it is none of these or the header is malformed."""
-    head = fh.read(30)
-    if head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR" and len(head) >= 24:
-        return struct.unpack(">II", head[16:24])
+# Chunks of a palette PNG walked (before its image data) to look for tRNS; more: the header
+# cannot tell (`header_info` leaves the flag to Pillow).
+_PNG_ALPHA_CHUNKS = 64
+# Pillow's mode per PNG colour type (IHDR): greyscale, RGB and palette have no alpha channel of
+# their own (a palette gains one from a tRNS chunk), grey+alpha (LA) and RGBA have one.
+_PNG_COLOUR_ALPHA = {0: False, 2: False, 3: None, 4: True, 6: True}
+_WEBP_VP8X_ALPHA = 0x10  # the alpha flag of a VP8X chunk's flags byte
+
+
+@dataclass(frozen=True)
+class HeaderInfo:
+    """What a file's header says: the stored size (before EXIF orientation) and whether Pillow
+    opens it with an alpha channel (`masks.image_has_alpha`); `alpha` None: the header cannot
+    tell (open it with Pillow to know)."""
+
+    width: int
+    height: int
+    alpha: bool | None
+
+
+def header_info(fh: BinaryIO) -> HeaderInfo | None:
+    """The stored size and alpha flag of a PNG, JPEG or WebP file, read from its header only
+    (no chunk CRC is checked, nothing decoded); None when it is none of these or the header is
+    malformed.
+
+    The alpha flag is what Pillow's header-only open gives (`masks.image_has_alpha`): a PNG of
+    colour type 4 (LA) or 6 (RGBA), or a palette PNG (type 3) with a tRNS chunk before its image
+    data (greyscale/RGB with tRNS open as L/RGB with a transparent colour: no alpha channel); a
+    WebP whose VP8X flags have the alpha bit, or a lossless (VP8L) one with its alpha-is-used bit
+    (a plain lossy VP8 never); a JPEG never.
+    """
+    head = fh.read(33)
+    if head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR" and len(head) >= 26:
+        width, height = struct.unpack(">II", head[16:24])
+        alpha = _PNG_COLOUR_ALPHA.get(head[25])
+        if head[25] == 3 and len(head) == 33:
+            alpha = _palette_png_trns(fh)
+        return HeaderInfo(width, height, alpha)
     if head[:2] == b"\xff\xd8":
         fh.seek(0)
         try:
-            return walk_jpeg(fh, Path("image"))
+            size = walk_jpeg(fh, Path("image"))
         except DatasetError:
             return None
-    return webp_size(head)
+        return None if size is None else HeaderInfo(*size, alpha=False)
+    size = webp_size(head)
+    if size is None:
+        return None
+    kind = head[12:16]
+    if kind == b"VP8X":
+        alpha = bool(head[20] & _WEBP_VP8X_ALPHA)
+    elif kind == b"VP8L":
+        alpha = bool((int.from_bytes(head[21:25], "little") >> 28) & 1)
+    else:
+        alpha = False
+    return HeaderInfo(*size, alpha=alpha)
+
+
+def _palette_png_trns(fh: BinaryIO) -> bool | None:
+    """Whether a palette PNG, read up to the end of its IHDR chunk, has a tRNS chunk before its
+    image data (chunks skipped by seeking); None when the header is cut short or has more than
+    _PNG_ALPHA_CHUNKS chunks before the image data."""
+    for _ in range(_PNG_ALPHA_CHUNKS):
+        raw = fh.read(8)
+        if len(raw) != 8:
+            return None
+        length, ctype = struct.unpack(">I4s", raw)
+        if ctype == b"tRNS":
+            return True
+        if ctype in (b"IDAT", b"IEND"):
+            return False
+        fh.seek(length + 4, io.SEEK_CUR)
+    return None
+
+
+def header_size(fh: BinaryIO) -> tuple[int, int] | None:
+    """The stored (width, height) of a PNG, JPEG or WebP file (before EXIF orientation), read
+    from its header only; None when it is none of these or the header is malformed."""
+    info = header_info(fh)
+    return None if info is None else (info.width, info.height)

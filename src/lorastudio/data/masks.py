@@ -93,8 +93,9 @@ def has_alpha(item: ImageItem) -> bool:
 
 
 def file_has_alpha(path: Path) -> bool:
-    """Whether the image file `path` has an alpha channel (its header; a JPEG never has one);
-    False when it cannot be read (the listing names such files elsewhere)."""
+    """Whether the image file `path` has an alpha channel, as Pillow opens it (its header; a JPEG
+    never has one); False when it cannot be read. (The dataset listing reads the flag with the
+    size, `image_headers.header_info`, and asks this only where the header cannot tell.)"""
     if path.suffix.lower() in (".jpg", ".jpeg"):
         return False
     try:

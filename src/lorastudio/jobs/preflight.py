@@ -24,10 +24,11 @@ from lorastudio.config_datasets import top_resolution
 from lorastudio.config_preservation import preservation_line
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
-from lorastudio.data.caption_variants import caption_report
+from lorastudio.data.caption_variants import caption_report, scan_variants
 from lorastudio.data.entries import entry_report, epoch_bucket_counts
 from lorastudio.data.holdout import validation_section
 from lorastudio.data.masks import mask_section, mask_warning
+from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.data.resolutions import buckets_by_resolution
 from lorastudio.data.upscaling import upscale_warning
 from lorastudio.errors import HostMemoryShort
@@ -92,6 +93,9 @@ def preflight_report(
     cache = latent_cache_section(cfg, scan, host, dtype, get_settings())
     sees = families.get(cfg.family).spec.prompt_sees_controls
     held = run.holdout.validation if run.holdout else ()  # their captions are encoded in phase 1 too
+    preserved = encode_list(  # and the class-word captions (or prompts) of preservation
+        preservation_texts(cfg, scan), scan, scan_variants(scan, cfg.caption_variants, cfg.seed)
+    )
     work = {  # what phase 1 encodes: less what the on-disk cache holds already
         "steps": steps,
         "texts": (
@@ -100,7 +104,8 @@ def preflight_report(
             else captions["texts_encoded"]
         )
         + len(cfg.sample_prompts)
-        + len({(it.caption, it.controls) if sees else it.caption for it in held}),
+        + len({(it.caption, it.controls) if sees else it.caption for it in held})
+        + len(preserved),
         "images": len(scan.items) - (cache.get("images_cached") or 0),
         "buckets": scan.bucket_histogram(),
     }

@@ -17,6 +17,7 @@ import numpy as np
 from lorastudio.data.caption_variants import item_dropouts, scan_variants
 from lorastudio.data.control_sizing import rule_area
 from lorastudio.data.disk_cache import cache_root, latent_mode
+from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.families.single_file import model_source
 from lorastudio.settings import Settings
 from lorastudio.training.conditioning import Conditioning, captions_to_encode, edit_prompts, encode_texts
@@ -33,7 +34,6 @@ from lorastudio.training.latents_disk import open_disk_latents
 from lorastudio.training.optimize import RunState
 from lorastudio.training.precision import free_accelerator_memory
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.preservation import encode_list, preservation_texts
 from lorastudio.training.samples import sample_reference_paths, sample_texts
 from lorastudio.training.validate import ValidationRounds, encode_held_out
 

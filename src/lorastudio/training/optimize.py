@@ -51,7 +51,7 @@ from lorastudio.training.validate import HeldOut, ValidationRounds, validation_r
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
-    from lorastudio.training.preservation import PreservationTexts
+    from lorastudio.data.preservation_texts import PreservationTexts
     from lorastudio.training.text_encoders import TextEncoderLora
 
 

@@ -45,12 +45,12 @@ from lorastudio.training.plan import (
 from lorastudio.training.precision import free_accelerator_memory, pick_dtype, precision_problems
 
 if TYPE_CHECKING:
+    from lorastudio.data.preservation_texts import PreservationTexts
     from lorastudio.training.conditioning import Conditioning
     from lorastudio.training.distributed import ParallelContext
     from lorastudio.training.latents import LatentBatch, LatentSource
     from lorastudio.training.noise import DdpmObjective, FlowObjective
     from lorastudio.training.preflight import PreparedRun
-    from lorastudio.training.preservation import PreservationTexts
 
 WARMUP_STEPS = 1
 TIMED_STEPS = 2

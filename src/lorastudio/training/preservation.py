@@ -1,6 +1,6 @@
 """Differential output preservation in the training step (TrainConfig.preservation; what it is
 and why: config_preservation.py). Phase 1 encodes the class-word captions (or the preservation
-prompts) beside the captions (`PreservationTexts.to_encode`); every micro-batch then runs
+prompts: data/preservation_texts.py) beside the captions; every micro-batch then runs
 `preservation_pass` after its usual forward + backward, on the same noisy latents and timesteps:
 
   base   = denoiser(noisy, t, class captions) with the adapter disabled, no gradient  (the target)
@@ -24,11 +24,9 @@ dataset loss weight), as ai-toolkit's and OneTrainer's. Hand-written: no library
 from __future__ import annotations
 
 import dataclasses
-import re
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,66 +37,10 @@ from lorastudio.training.step import weighted_loss_share
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
+    from lorastudio.data.preservation_texts import PreservationTexts
     from lorastudio.families.base import Family
     from lorastudio.training.distributed import BatchShard
     from lorastudio.training.noise import NoisedBatch
-
-
-def replace_trigger(caption: str, trigger: str | None, class_word: str) -> str:
-    """`caption` with every whole-word occurrence of `trigger` replaced by `class_word`
-    (unchanged without a trigger)."""
-    if not trigger:
-        return caption
-    return re.sub(rf"(?<!\w){re.escape(trigger)}(?!\w)", lambda _: class_word, caption)
-
-
-@dataclass(frozen=True)
-class PreservationTexts:
-    """The texts whose base-model output a run preserves: `text(caption, item)` for the caption
-    the sampler picked for dataset item `item` (its entry's trigger word replaced by the class
-    word, or the preservation prompt of the item)."""
-
-    class_word: str
-    weight: float
-    prompts: tuple[str, ...] | None
-    triggers: tuple[str | None, ...]  # per dataset item: its entry's trigger word
-
-    def text(self, caption: str, item: int) -> str:
-        if self.prompts is not None:
-            return self.prompts[item % len(self.prompts)]
-        return replace_trigger(caption, self.triggers[item], self.class_word)
-
-    def to_encode(self, captions: Sequence[Sequence[str]]) -> list[str]:
-        """Every text a step may ask for, given each item's possible captions (unique, in order)."""
-        texts = (self.text(c, i) for i, options in enumerate(captions) for c in options)
-        return list(dict.fromkeys(texts))
-
-
-def preservation_texts(cfg: TrainConfig, scan: DatasetScan) -> PreservationTexts | None:
-    """The run's PreservationTexts (None without cfg.preservation); each item's trigger word is
-    its dataset entry's (the run's for data_dir)."""
-    keep = cfg.preservation
-    if keep is None:
-        return None
-    from lorastudio.config_datasets import effective_trigger
-
-    entries = scan.entries  # their trigger words are effective ones (data/entries.py)
-    triggers = tuple(
-        entries[it.entry].trigger_word if entries else effective_trigger(cfg.trigger_word)
-        for it in scan.items
-    )
-    prompts = tuple(keep.prompts) if keep.prompts else None
-    return PreservationTexts(keep.class_word, keep.weight, prompts, triggers)
-
-
-def encode_list(
-    texts: PreservationTexts | None, scan: DatasetScan, variants: Sequence[Sequence[str]]
-) -> list[str]:
-    """The texts phase 1 encodes for `texts` ([] without preservation): those of each item's
-    caption, its variants (data/caption_variants.py) and a dropped caption ("")."""
-    if texts is None:
-        return []
-    return texts.to_encode([[it.caption, "", *vs] for it, vs in zip(scan.items, variants, strict=True)])
 
 
 def preservation_cond(

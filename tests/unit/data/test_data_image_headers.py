@@ -10,11 +10,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from PIL import Image, ImageFile
+from PIL import Image, ImageFile, PngImagePlugin
 
 from lorastudio.data import image_headers
-from lorastudio.data.image_headers import MAX_JPEG_HEADER_BYTES, header_size
-from lorastudio.data.images import probe_image
+from lorastudio.data.image_headers import MAX_JPEG_HEADER_BYTES, header_info, header_size
+from lorastudio.data.images import open_image, probe_image
+from lorastudio.data.masks import image_has_alpha
 from lorastudio.errors import DatasetError
 
 
@@ -86,3 +87,67 @@ def test_no_check_decode_above_the_decode_budget(tmp_path: Path, monkeypatch: py
     assert loads == [(300, 200)]
     assert probe_image(webp, 10**6, decode_pixels=4 * 300 * 200 - 1).width == 300
     assert loads == [(300, 200)]  # over the budget: header checked, not decoded
+
+
+def _save(path: Path, img: Image.Image, **kw: object) -> Path:
+    img.save(path, **kw)
+    return path
+
+
+def _alpha_cases(tmp: Path) -> list[tuple[Path, bool]]:
+    """(file, whether it has an alpha channel) of every PNG colour type, WebP kind and JPEG."""
+    half = Image.new("RGBA", (40, 30), (255, 0, 0, 255))
+    half.paste((0, 0, 0, 0), (0, 0, 20, 30))  # the left half transparent
+    palette = Image.new("P", (40, 30), 1)
+    palette.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    palette.paste(0, (0, 0, 20, 30))  # index 0: transparent with its tRNS
+    big_text = PngImagePlugin.PngInfo()
+    big_text.add_text("comment", "x" * 100_000)  # a large chunk before the palette's tRNS
+    return [
+        (_save(tmp / "rgba.png", half), True),
+        (_save(tmp / "la.png", half.convert("LA")), True),
+        (_save(tmp / "p_trns.png", palette, transparency=0), True),
+        (_save(tmp / "p_trns_text.png", palette, transparency=0, pnginfo=big_text), True),
+        (_save(tmp / "p.png", palette), False),
+        (_save(tmp / "rgb.png", half.convert("RGB")), False),
+        (_save(tmp / "rgb_trns.png", half.convert("RGB"), transparency=(0, 0, 0)), False),
+        (_save(tmp / "l_trns.png", half.convert("L"), transparency=0), False),
+        (_save(tmp / "l16.png", Image.new("I;16", (40, 30), 300)), False),
+        (_save(tmp / "lossy.webp", half.convert("RGB"), quality=80), False),  # VP8
+        (_save(tmp / "lossy_alpha.webp", half, quality=80), True),  # VP8X + ALPH
+        (_save(tmp / "lossless.webp", half.convert("RGB"), lossless=True), False),  # VP8L
+        (_save(tmp / "lossless_alpha.webp", half, lossless=True), True),  # VP8L, alpha used
+        (_save(tmp / "lossless_opaque.webp", half.convert("RGB").convert("RGBA"), lossless=True), False),
+        (_save(tmp / "exif.webp", half, quality=80, exif=b"Exif\0\0MM\0*\0\0\0\x08\0\0"), True),  # VP8X
+        (_save(tmp / "a.jpg", half.convert("RGB")), False),
+    ]
+
+
+def test_header_alpha_agrees_with_pillow(tmp_path: Path) -> None:
+    """The listing's alpha flag, read from the header alone, is what Pillow opens (the flag
+    alpha_mask trains from) and what decoding the file shows, for every PNG colour type, WebP
+    kind and JPEG."""
+    for path, expected in _alpha_cases(tmp_path):
+        with path.open("rb") as fh:
+            info = header_info(fh)
+        assert info is not None and (info.width, info.height) == (40, 30), path.name
+        with open_image(path) as img:
+            pillow = image_has_alpha(img)
+            decoded = img.convert("RGBA").getchannel("A").getextrema()
+        assert info.alpha is pillow is expected, path.name
+        if expected:
+            assert decoded == (0, 255), path.name  # decoded: the transparent half is there
+
+
+def test_header_alpha_cannot_tell_is_none(tmp_path: Path) -> None:
+    """A palette PNG cut short before its image data, or with more chunks before it than are
+    walked: the header cannot tell (None: the listing asks Pillow)."""
+    palette = Image.new("P", (8, 8), 0)
+    buf = io.BytesIO()
+    palette.save(buf, format="PNG")
+    data = buf.getvalue()
+    assert header_info(io.BytesIO(data)).alpha is False
+    assert header_info(io.BytesIO(data[:40])).alpha is None
+    chunk = struct.pack(">I4s", 0, b"teXt") + b"\0\0\0\0"
+    many = data[:33] + chunk * (image_headers._PNG_ALPHA_CHUNKS + 1) + data[33:]
+    assert header_info(io.BytesIO(many)).alpha is None

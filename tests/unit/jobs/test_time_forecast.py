@@ -297,3 +297,25 @@ def test_the_held_out_captions_count_in_the_caption_encoding_forecast(
     again, _ = _forecast(settings, {**raw, "output_name": "held2"})
     got = {p["name"]: p["seconds"] for p in again["phases"]}
     assert got["caption_encoding"] == pytest.approx(record["phases"]["caption_encoding"], abs=0.006)
+
+
+def test_the_preservation_captions_count_in_the_caption_encoding_forecast(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """Phase 1 encodes the captions of differential output preservation too (the captions with
+    the trigger word replaced by the class word, or its prompts): the forecast counted only the
+    training captions and the sample prompts, so a preservation run's own config, forecast from
+    its measured run, came out below what that run measured."""
+    raw = _raw(tiny_model("flux"), "dop", resolution=64, steps=2, save_every=None, sample_every=None)
+    raw |= {"trigger_word": "sks", "preservation": {"class_word": "shape"}}
+    _, run = _forecast(settings, raw)
+    _train(settings, run)
+    (record,) = read_records(settings.home)
+    assert record["texts"] == 8 + 1 + 9  # the captions, the prompt, "shape, <caption>" x 8 and ""
+    again, _ = _forecast(settings, {**raw, "output_name": "dop2"})
+    got = {p["name"]: p["seconds"] for p in again["phases"]}
+    assert got["caption_encoding"] == pytest.approx(record["phases"]["caption_encoding"], abs=0.006)
+    prompts = {**raw, "output_name": "dop3", "preservation": {"class_word": "shape", "prompts": ["a", "b"]}}
+    fewer, _ = _forecast(settings, prompts)  # its two prompts instead of the 9 class-word captions
+    got = {p["name"]: p["seconds"] for p in fewer["phases"]}
+    assert got["caption_encoding"] == pytest.approx(record["phases"]["caption_encoding"] * 11 / 18, abs=0.006)

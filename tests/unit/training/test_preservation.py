@@ -16,11 +16,12 @@ from safetensors.torch import load_file
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_resolve import family_problems
+from lorastudio.data.preservation_texts import PreservationTexts, replace_trigger
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
-from lorastudio.training.preservation import PreservationTexts, base_prediction, replace_trigger
+from lorastudio.training.preservation import base_prediction
 
 CPU = torch.device("cpu")
 KEEP = {"class_word": "shape", "weight": 1.0}

@@ -119,9 +119,10 @@ export interface paths {
         /**
          * Dataset
          * @description The images of a dataset with their captions (txt wins over metadata.jsonl), control
-         *     images (paired datasets: relative paths, slot order; orphan controls listed as dropped) and
-         *     stored sizes (from the file headers). Links are listed as dropped, never read; a caption file or
-         *     metadata.jsonl that cannot be used is listed as dropped with the reason.
+         *     images (paired datasets: relative paths, slot order; orphan controls listed as dropped),
+         *     stored sizes and alpha flags (from one read of each file's header). Links are listed as
+         *     dropped, never read; a caption file or metadata.jsonl that cannot be used is listed as
+         *     dropped with the reason.
          */
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
@@ -3538,7 +3539,7 @@ export interface components {
             keep_last?: number;
             /**
              * Keep Loras
-             * @description LoRA snapshots retained (oldest removed; null: all)
+             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every (else the run writes none while it trains)
              * @default null
              */
             keep_loras?: number | null;
@@ -4143,7 +4144,7 @@ export interface components {
             keep_last: number;
             /**
              * Keep Loras
-             * @description LoRA snapshots retained (oldest removed; null: all)
+             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every (else the run writes none while it trains)
              */
             keep_loras: number | null;
             /**

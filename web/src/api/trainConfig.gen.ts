@@ -90,7 +90,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "huber_c": "huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise",
   "huber_schedule": "huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)",
   "keep_last": "checkpoints retained (oldest removed)",
-  "keep_loras": "LoRA snapshots retained (oldest removed; null: all)",
+  "keep_loras": "LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every (else the run writes none while it trains)",
   "keep_tokens": "tags at the start of a caption kept in place (the trigger word is one)",
   "kohya_folders": "each dataset folder holds kohya <repeats>_<words> sub-folders: each one is an entry (repeats from the number, trigger word and default caption from the words)",
   "latent_cache": "where VAE latents are cached: memory (RAM up to latent_cache_max_gb, else encoded per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), off (encoded every step)",

@@ -40,7 +40,7 @@ from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_edits import delete_image, existing_image, write_caption
-from lorastudio.data.image_headers import header_size
+from lorastudio.data.image_headers import header_info
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
@@ -98,9 +98,10 @@ def datasets(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
 @router.get("/{name}", response_model=DatasetDetail)
 def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """The images of a dataset with their captions (txt wins over metadata.jsonl), control
-    images (paired datasets: relative paths, slot order; orphan controls listed as dropped) and
-    stored sizes (from the file headers). Links are listed as dropped, never read; a caption file or
-    metadata.jsonl that cannot be used is listed as dropped with the reason."""
+    images (paired datasets: relative paths, slot order; orphan controls listed as dropped),
+    stored sizes and alpha flags (from one read of each file's header). Links are listed as
+    dropped, never read; a caption file or metadata.jsonl that cannot be used is listed as
+    dropped with the reason."""
     folder = dataset_path(settings, name)
     if not folder.is_dir():
         raise NotFound(f"no dataset named {name!r}")
@@ -123,7 +124,7 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     dropped += [(o, "control image with no target of the same name") for o in orphans]
     images = []
     for path in files.images:
-        stored = _stored_size(path)
+        stored = _stored_header(path)
         if stored is None:
             continue  # deleted since the folder was listed (a delete racing this listing)
         sidecar = files.sidecars.get(path.stem)
@@ -141,7 +142,6 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
                 "caption": caption,
                 "controls": controls.get(path.name, []),
                 "mask": mask.name if mask else None,
-                "alpha": file_has_alpha(path),
                 **stored,
             }
         )
@@ -152,21 +152,24 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     }
 
 
-def _stored_size(path: Path) -> dict[str, int | None] | None:
-    """{"bytes", "width", "height"}: width and height from the file's header (None where it
-    cannot be read); None when the file is gone."""
-    size = None
+def _stored_header(path: Path) -> dict[str, Any] | None:
+    """{"bytes", "width", "height", "alpha"} of an image file, from one read of its header
+    (`header_info`: width and height None where it cannot be read); Pillow is asked for the alpha
+    flag only where the header cannot tell. None when the file is gone."""
+    info = None
     try:
         with open_in_folder(path) as fh:
-            size = header_size(fh)
+            info = header_info(fh)
     except (DatasetError, OSError):
         pass
     try:
         stored = path.lstat().st_size
     except FileNotFoundError:
         return None
-    width, height = size if size else (None, None)
-    return {"bytes": stored, "width": width, "height": height}
+    if info is None:
+        return {"bytes": stored, "width": None, "height": None, "alpha": False}
+    alpha = file_has_alpha(path) if info.alpha is None else info.alpha
+    return {"bytes": stored, "width": info.width, "height": info.height, "alpha": alpha}
 
 
 @router.delete("/{name}", response_model=DatasetDeleted)
