@@ -43,7 +43,8 @@ def list_cmd(
     run: str = typer.Argument(..., help="a run folder, or a run name under the studio's outputs/"),
 ) -> None:
     """A run's LoRA files by step: the snapshots (every checkpoint, every save_lora_every), then
-    the final LoRA."""
+    the final LoRA (with EMA: the raw file, then the EMA one); each says whether it holds EMA or
+    raw weights, and validation losses / best / last mark the raw files measured."""
     from lorastudio.lora.snapshots import run_loras
     from lorastudio.settings import get_settings
     from lorastudio.training.validation_file import mark_loras, read_validation
@@ -59,6 +60,7 @@ def list_cmd(
         step = "?" if item["step"] is None else str(item["step"])
         notes = [
             *(["final"] if item["final"] else []),
+            f"{item['weights']} weights",
             *([f"val {item['validation_loss']:.5g}"] if item["validation_loss"] is not None else []),
             *([mark for mark in ("best", "last") if item[mark]]),
         ]
