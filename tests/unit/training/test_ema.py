@@ -122,7 +122,8 @@ def test_an_extended_ema_run_keeps_its_raw_final_as_the_step_snapshot(make_confi
     assert rows == [(1, False, "raw"), (2, False, "raw"), (3, True, "raw"), (3, True, "ema")]
 
     monkeypatch.setenv("LORASTUDIO_HOME", str(tmp_path / "home"))
-    _register()
+    if not app.registered_commands:
+        _register()
     listed = CliRunner().invoke(app, ["lora", "list", str(run_dir)])
     assert listed.exit_code == 0, listed.output
     lines = {line.split()[1].rsplit("/", 1)[-1]: line for line in listed.output.splitlines()[1:]}
