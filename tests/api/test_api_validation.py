@@ -60,3 +60,52 @@ def test_preflight_refusals_and_a_validated_run_through_the_api(
     assert by_step[(4, True)]["last"] and not by_step[(2, False)]["last"]
     best = rounds[-1]["best_step"]
     assert [lo["step"] for lo in loras if lo["best"]] == [best]
+
+
+def test_an_ema_run_marks_the_measured_raw_file_and_serves_it(
+    server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
+) -> None:
+    """With ema_decay the validation measures the raw weights: the LoRA lists label each file
+    ema / raw, the loss and best / last go to the raw files (the final step's is
+    <name>.raw.safetensors, never the EMA LoRA), and `step` downloads and generates with it."""
+    client = server.client
+    assert upload_folder(client, "shapes", sample_dataset).status_code == 201
+    config = flux_config(output_name="vema", validation_split=0.25, validate_every=2, ema_decay=0.5)
+    started = client.post("/api/train/start", json={"config": config})
+    assert started.status_code == 201, started.text
+    job_id = started.json()["id"]
+    rounds = [e for e in read_events(client, job_id) if e["type"] == "validation"]
+    assert [r["step"] for r in rounds] == [2, 4]
+    wait_status(client, job_id, {"completed"})
+    wait_idle(client)
+
+    loras = client.get(f"/api/runs/{job_id}/loras").json()["loras"]
+    rows = [(lo["step"], lo["final"], lo["weights"], Path(lo["path"]).name) for lo in loras]
+    assert rows == [
+        (2, False, "raw", "vema-step-000002.safetensors"),
+        (4, True, "raw", "vema.raw.safetensors"),
+        (4, True, "ema", "vema.safetensors"),
+    ]
+    snap, raw, ema = loras
+    assert (snap["validation_loss"], raw["validation_loss"]) == (rounds[0]["loss"], rounds[1]["loss"])
+    assert raw["last"] and ema["validation_loss"] is None and not (ema["best"] or ema["last"])
+    best = next(lo for lo in loras if lo["best"])
+    assert best["step"] == rounds[-1]["best_step"] and best["weights"] == "raw"
+    sidecar_best = client.get("/api/loras").json()["loras"][0]["sidecar"]["validation"]["best"]["lora"]
+    assert Path(best["path"]).as_posix().endswith(sidecar_best)  # the sidecar names the same file
+
+    (listed,) = client.get("/api/loras", params={"family": "flux"}).json()["loras"]
+    assert (listed["name"], listed["weights"], listed["raw_step"]) == ("vema", "ema", 4)
+    assert raw["url"] == "/api/loras/vema/file?step=4" and ema["url"] == "/api/loras/vema/file"
+    got_raw, got_ema = client.get(raw["url"]), client.get(ema["url"])
+    assert got_raw.status_code == 200 and got_raw.content == Path(raw["path"]).read_bytes()
+    assert got_ema.content == Path(ema["path"]).read_bytes() != got_raw.content
+
+    body = {"family": "flux", "base_model": str(config["base_model"]), "prompt": "a red circle",
+            "seed": 3, "steps": 2, "width": 32, "height": 32}  # fmt: skip
+    images = {}
+    for label, choice in (("raw", {"name": "vema", "step": 4}), ("ema", {"name": "vema"})):
+        made = client.post("/api/generate", json={**body, "loras": [choice]})
+        assert made.status_code == 201, made.text
+        images[label] = client.get(made.json()["url"]).content
+    assert images["raw"] != images["ema"]  # the raw weights were applied, not the EMA ones

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -93,6 +93,14 @@ class LoraOut(_Out):
     bytes: int
     modified: float = Field(description="modification time, seconds since the epoch")
     sidecar: dict[str, Any] | None
+    weights: Literal["ema", "raw"] = Field(
+        description="what the file holds: the EMA of the adapter weights (ema_decay) or the raw trained ones"
+    )
+    raw_step: int | None = Field(
+        default=None,
+        description="an EMA LoRA: the step whose raw weights (the ones validation measured) are "
+        "downloaded and generated with `step` (null: not an EMA LoRA, or no raw file)",
+    )
 
 
 class LoraList(_Out):
@@ -103,13 +111,19 @@ class LoraList(_Out):
 class LoraStep(_Out):
     step: int | None = Field(description="optimizer step the LoRA was saved at (null: unknown)")
     path: str
-    final: bool = Field(description="the run's final LoRA (else a snapshot under loras/)")
+    final: bool = Field(
+        description="a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/"
+    )
+    weights: Literal["ema", "raw"] = Field(
+        description="what the file holds: the EMA of the adapter weights or the raw trained ones "
+        "(snapshots: raw); validation measures the raw ones, so an EMA file has no loss nor mark"
+    )
     url: str = Field(description="download URL of the file")
     validation_loss: float | None = Field(
         default=None, description="the validation loss of its step (null: the step was not validated)"
     )
-    best: bool = Field(default=False, description="the LoRA of the run's best validation round")
-    last: bool = Field(default=False, description="the LoRA of the run's last validation round")
+    best: bool = Field(default=False, description="the file measured in the run's best validation round")
+    last: bool = Field(default=False, description="the file measured in the run's last validation round")
 
 
 class LoraSteps(_Out):

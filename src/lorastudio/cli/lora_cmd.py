@@ -43,7 +43,8 @@ def list_cmd(
     run: str = typer.Argument(..., help="a run folder, or a run name under the studio's outputs/"),
 ) -> None:
     """A run's LoRA files by step: the snapshots (every checkpoint, every save_lora_every), then
-    the final LoRA."""
+    the final LoRA (with EMA: the raw file, then the EMA one, each saying which weights it
+    holds); validation losses and best / last mark the raw files measured."""
     from lorastudio.lora.snapshots import run_loras
     from lorastudio.settings import get_settings
     from lorastudio.training.validation_file import mark_loras, read_validation
@@ -55,10 +56,13 @@ def list_cmd(
         typer.echo(f"no run folder {run} (nor {run_dir})", err=True)
         raise typer.Exit(2)
     typer.echo("step  file")
-    for item in mark_loras(run_loras(run_dir), read_validation(run_dir)):
+    rows = mark_loras(run_loras(run_dir), read_validation(run_dir))
+    ema_run = any(item["weights"] == "ema" for item in rows)  # else every file holds the raw weights
+    for item in rows:
         step = "?" if item["step"] is None else str(item["step"])
         notes = [
             *(["final"] if item["final"] else []),
+            *([f"{item['weights']} weights"] if ema_run else []),
             *([f"val {item['validation_loss']:.5g}"] if item["validation_loss"] is not None else []),
             *([mark for mark in ("best", "last") if item[mark]]),
         ]

@@ -45,7 +45,7 @@ from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.references import reference_path, reference_problems
 from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.lora.header import check_lora_file
-from lorastudio.lora.snapshots import LORAS, snapshot_name
+from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
@@ -115,15 +115,18 @@ def gallery_dir(settings: Settings) -> Path:
 
 
 def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
-    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors), or its snapshot
-    at `step` (outputs/<name>/loras/<name>-step-N.safetensors), kept inside the outputs root.
+    """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors: with EMA, the EMA
+    weights), or the raw weights of step `step`: its snapshot (outputs/<name>/loras/<name>-step-N
+    .safetensors), else the final file of that step holding them (with EMA <name>.raw.safetensors,
+    the file validation measured; lora/snapshots.raw_lora_at), kept inside the outputs root.
     Raises ConfigError/PathOutsideRoot for a bad name, NotFound if missing."""
     safe_component(name, field="loras.name")
     root = settings.outputs_dir.resolve()
     if step is None:
         path = (root / name / f"{name}.safetensors").resolve()
     else:
-        path = (root / name / LORAS / f"{snapshot_name(name, step)}.safetensors").resolve()
+        found = raw_lora_at(root / name, step) if (root / name).is_dir() else None
+        path = (found or root / name / LORAS / f"{snapshot_name(name, step)}.safetensors").resolve()
     if not path.is_relative_to(root) or not path.is_file():
         at = "" if step is None else f" at step {step}"
         raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")

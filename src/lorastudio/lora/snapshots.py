@@ -7,6 +7,12 @@ Layout: <run_dir>/loras/<output_name>-step-000500.safetensors + <output_name>-st
 Written at every checkpoint and every `save_lora_every` steps; the newest `keep_loras` are kept
 (None: all). The pair is written through a staging folder (sidecar first, LoRA last), so a
 snapshot whose .safetensors is visible is complete.
+
+Weights: snapshots hold the raw (trained) adapter weights. With EMA (ema_decay) the run's
+<name>.safetensors holds the EMA weights and <name>.raw.safetensors the raw ones; each sidecar's
+"ema": {"weights": "ema" | "raw"} says which (`file_weights`). The validation loss is measured on
+the raw weights, so "the LoRA of step N" for validation, download and generation is the raw one:
+a snapshot, or <name>.raw.safetensors for the final step (`raw_lora_at`).
 """
 
 from __future__ import annotations
@@ -47,27 +53,68 @@ def list_lora_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def _sidecar(path: Path) -> dict[str, Any]:
+    """The sidecar (.json) beside LoRA `path`, or {} when missing or unreadable."""
+    try:
+        data = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def file_weights(sidecar: dict[str, Any] | None) -> str:
+    """ "ema" when a LoRA's sidecar says it holds the EMA weights, else "raw" (the trained ones:
+    a run without EMA, a snapshot, or an EMA run's <name>.raw.safetensors)."""
+    ema = (sidecar or {}).get("ema")
+    return "ema" if isinstance(ema, dict) and ema.get("weights") == "ema" else "raw"
+
+
+def _step_of(sidecar: dict[str, Any]) -> int | None:
+    step = sidecar.get("steps")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def run_loras(run_dir: Path) -> list[dict[str, Any]]:
-    """Every LoRA of a run by step: the snapshots, then the final <name>.safetensors when present
-    (its step from its sidecar). Each {"step", "path", "final"}; steps ascending."""
+    """Every LoRA of a run by step: the snapshots, then (EMA runs) the final raw
+    <name>.raw.safetensors, then the final <name>.safetensors when present (steps from the
+    sidecars). Each {"step", "path", "final", "weights": "ema" | "raw"}; steps ascending."""
     found: list[dict[str, Any]] = [
-        {"step": step, "path": str(path), "final": False} for step, path in list_lora_snapshots(run_dir)
+        {"step": step, "path": str(path), "final": False, "weights": file_weights(_sidecar(path))}
+        for step, path in list_lora_snapshots(run_dir)
     ]
     final = run_dir / f"{run_dir.name}.safetensors"
-    if final.is_file():
-        try:
-            step = json.loads(final.with_suffix(".json").read_text(encoding="utf-8")).get("steps")
-        except (OSError, ValueError, AttributeError):
-            step = None
-        found.append({"step": step if isinstance(step, int) else None, "path": str(final), "final": True})
+    if not final.is_file():
+        return found
+    raw = run_dir / f"{run_dir.name}.raw.safetensors"
+    sidecar, raw_sidecar = _sidecar(final), _sidecar(raw)
+    if file_weights(sidecar) == "ema" and raw.is_file() and file_weights(raw_sidecar) == "raw":
+        found.append({"step": _step_of(raw_sidecar), "path": str(raw), "final": True, "weights": "raw"})
+    found.append(
+        {"step": _step_of(sidecar), "path": str(final), "final": True, "weights": file_weights(sidecar)}
+    )
     return found
+
+
+def raw_lora_at(run_dir: Path, step: int) -> Path | None:
+    """The file holding the raw weights of step `step`: its snapshot, else the final file of that
+    step that holds them (an EMA run's <name>.raw.safetensors, a run without EMA's LoRA); None
+    when there is none."""
+    for row in run_loras(run_dir):  # snapshots first
+        if row["step"] == step and row["weights"] == "raw":
+            return Path(row["path"])
+    return None
 
 
 def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     """Copy the run's final LoRA and sidecar to loras/ as the snapshot of its step (before a
-    session that trains the run longer overwrites them). Returns the snapshot, or None when there
-    is no final LoRA (or no readable step). An existing snapshot of that step is left alone."""
+    session that trains the run longer overwrites them); with EMA the raw one,
+    <name>.raw.safetensors, like every other snapshot (and the file the validation measured).
+    Returns the snapshot, or None when there is no final LoRA (or no readable step). An existing
+    snapshot of that step is left alone."""
     final = run_dir / f"{run_dir.name}.safetensors"
+    raw = run_dir / f"{run_dir.name}.raw.safetensors"
+    if file_weights(_sidecar(final)) == "ema" and raw.is_file() and raw.with_suffix(".json").is_file():
+        final = raw
     try:
         sidecar = json.loads(final.with_suffix(".json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -84,6 +131,8 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     try:
         shutil.copyfile(final, staged)
         info = {**sidecar, "snapshot": True, "lora_file": f"{LORAS}/{name}.safetensors"}
+        if isinstance(sidecar.get("ema"), dict):  # the raw file's pointer to its EMA twin is stale here
+            info["ema"] = {k: v for k, v in sidecar["ema"].items() if k != "ema_file"}
         target.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         os.replace(staged, target)
     finally:

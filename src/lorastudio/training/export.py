@@ -145,7 +145,8 @@ def save_lora_snapshot(
 ) -> Path | None:
     """Write the LoRA snapshot of step `step` (lorastudio.lora.snapshots: loras/<name>-step-N),
     in the run's layout with its sidecar ("snapshot": true; "validation": {step, loss} when the
-    step was validated, training/validate.py), checked like the final file.
+    step was validated, training/validate.py; with EMA "ema": {..., "weights": "raw"}: `denoiser`
+    holds the raw weights), checked like the final file.
     Returns the .safetensors path, or None when that step's snapshot is already on disk (a
     step re-run by a resume: the run's history is not rewritten)."""
     name = snapshot_name(str(run.cfg.output_name), step)
@@ -160,6 +161,12 @@ def save_lora_snapshot(
         extensions=extensions,
     )
     sidecar["snapshot"] = True
+    if run.cfg.ema_decay is not None:  # a snapshot holds the raw weights (lora/snapshots.py)
+        sidecar["ema"] = {
+            "decay": run.cfg.ema_decay,
+            "update_every": run.cfg.ema_update_every,
+            "weights": "raw",
+        }
     if validation is not None:
         sidecar["validation"] = validation
     return save_lora(

@@ -59,18 +59,24 @@ def read_validation(run_dir: Path) -> dict[str, Any] | None:
 
 
 def mark_loras(loras: list[dict[str, Any]], record: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """`loras` (lora.snapshots.run_loras rows: {"step", "path", "final"}) each with
+    """`loras` (lora.snapshots.run_loras rows: {"step", "path", "final", "weights"}) each with
     "validation_loss" (None: its step was not validated) and "best" / "last" (the LoRA of the best /
-    the last validation round; the final LoRA when that round was the last step)."""
+    the last validation round; the final LoRA when that round was the last step). Validation
+    measures the raw weights, so only files holding them are marked: with EMA the final step's
+    marks go to <name>.raw.safetensors, never to the EMA LoRA (weights "ema": not measured)."""
     losses = {int(p["step"]): float(p["loss"]) for p in (record or {}).get("series", [])}
     best = ((record or {}).get("best") or {}).get("step")
     last = ((record or {}).get("last") or {}).get("step")
-    return [
-        {
-            **row,
-            "validation_loss": losses.get(row["step"]) if row["step"] is not None else None,
-            "best": best is not None and row["step"] == best,
-            "last": last is not None and row["step"] == last,
-        }
-        for row in loras
-    ]
+    marked = []
+    for row in loras:
+        measured = row["step"] is not None and row.get("weights", "raw") == "raw"
+        step = row["step"] if measured else None
+        marked.append(
+            {
+                **row,
+                "validation_loss": losses.get(step) if step is not None else None,
+                "best": best is not None and step == best,
+                "last": last is not None and step == last,
+            }
+        )
+    return marked

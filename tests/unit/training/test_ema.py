@@ -95,6 +95,44 @@ def test_validation_names_the_file_of_the_weights_it_measured(make_config):
     assert raw["last"]["lora"] == "vema.raw.safetensors"
 
 
+def test_an_extended_ema_run_keeps_its_raw_final_as_the_step_snapshot(make_config, tmp_path, monkeypatch):
+    """Every snapshot holds the raw weights (the ones validation measures): extending an EMA run
+    keeps its final step's raw file as that step's snapshot (it kept the EMA one, beside raw
+    snapshots), and `lorastudio lora list` says which weights each file holds and marks the
+    measured ones."""
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+    from lorastudio.lora.snapshots import run_loras
+    from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
+
+    cfg = make_config(
+        steps=2, ema_decay=DECAY, save_every=1, validation_split=0.25, validate_every=1, batch_size=1,
+        output_name="vx",
+    )  # fmt: skip
+    first = train(cfg, [].append, device="cpu")
+    run_dir = first.lora_path.parent
+    raw_at_2 = (run_dir / "vx.raw.safetensors").read_bytes()
+    settings = resume_settings(read_checkpoint_info(find_checkpoint(run_dir)), {"steps": 3})
+    train(parse_train_config(settings), [].append, device="cpu", resume=run_dir)
+    kept = run_dir / "loras" / "vx-step-000002.safetensors"
+    assert kept.read_bytes() == raw_at_2  # the raw weights of step 2, not the EMA ones
+    assert json.loads(kept.with_suffix(".json").read_text())["ema"]["weights"] == "raw"
+    rows = [(r["step"], r["final"], r["weights"]) for r in run_loras(run_dir)]
+    assert rows == [(1, False, "raw"), (2, False, "raw"), (3, True, "raw"), (3, True, "ema")]
+
+    monkeypatch.setenv("LORASTUDIO_HOME", str(tmp_path / "home"))
+    if not app.registered_commands:
+        _register()
+    listed = CliRunner().invoke(app, ["lora", "list", str(run_dir)])
+    assert listed.exit_code == 0, listed.output
+    lines = {line.split()[1].rsplit("/", 1)[-1]: line for line in listed.output.splitlines()[1:]}
+    assert "ema weights" in lines["vx.safetensors"] and "val" not in lines["vx.safetensors"]
+    assert "raw weights" in lines["vx.raw.safetensors"] and "last" in lines["vx.raw.safetensors"]
+    assert all("raw weights, val " in lines[f"vx-step-00000{n}.safetensors"] for n in (1, 2))
+    assert sum("best" in line for line in lines.values()) == 1
+
+
 def test_update_every_skips_steps(make_config):
     every = train(
         make_config(steps=4, ema_decay=DECAY, ema_update_every=2, output_name="e2"), [].append, device="cpu"

@@ -439,7 +439,9 @@ export interface paths {
         };
         /**
          * Download
-         * @description The .safetensors file of trained LoRA `name`, or of its snapshot at `step` (404 when missing).
+         * @description The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
+         *     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step
+         *     (jobs/generation.lora_file; 404 when missing).
          */
         get: operations["download_api_loras__name__file_get"];
         put?: never;
@@ -2074,10 +2076,21 @@ export interface components {
             name: string;
             /** Path */
             path: string;
+            /**
+             * Raw Step
+             * @description an EMA LoRA: the step whose raw weights (the ones validation measured) are downloaded and generated with `step` (null: not an EMA LoRA, or no raw file)
+             */
+            raw_step?: number | null;
             /** Sidecar */
             sidecar: {
                 [key: string]: unknown;
             } | null;
+            /**
+             * Weights
+             * @description what the file holds: the EMA of the adapter weights (ema_decay) or the raw trained ones
+             * @enum {string}
+             */
+            weights: "ema" | "raw";
         };
         /** LoraRef */
         LoraRef: {
@@ -2101,18 +2114,18 @@ export interface components {
         LoraStep: {
             /**
              * Best
-             * @description the LoRA of the run's best validation round
+             * @description the file measured in the run's best validation round
              * @default false
              */
             best?: boolean;
             /**
              * Final
-             * @description the run's final LoRA (else a snapshot under loras/)
+             * @description a file of the run's end (the LoRA, or with EMA its <name>.raw.safetensors), else a snapshot under loras/
              */
             final: boolean;
             /**
              * Last
-             * @description the LoRA of the run's last validation round
+             * @description the file measured in the run's last validation round
              * @default false
              */
             last?: boolean;
@@ -2133,6 +2146,12 @@ export interface components {
              * @description the validation loss of its step (null: the step was not validated)
              */
             validation_loss?: number | null;
+            /**
+             * Weights
+             * @description what the file holds: the EMA of the adapter weights or the raw trained ones (snapshots: raw); validation measures the raw ones, so an EMA file has no loss nor mark
+             * @enum {string}
+             */
+            weights: "ema" | "raw";
         };
         /** LoraSteps */
         LoraSteps: {
@@ -6020,7 +6039,7 @@ export interface operations {
     download_api_loras__name__file_get: {
         parameters: {
             query?: {
-                /** @description a snapshot's step (default: the final LoRA) */
+                /** @description the raw weights of this step: a snapshot, or an EMA run's <name>.raw.safetensors (default: the run's LoRA, with EMA the EMA weights) */
                 step?: number | null;
             };
             header?: never;

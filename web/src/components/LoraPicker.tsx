@@ -36,6 +36,11 @@ export function LoraPicker({ loras, picks, onChange, family }: Props) {
                 <label className="check lora-name" title={l.path}>
                   <input type="checkbox" checked={!!pick} onChange={() => toggle(l.name)} aria-label={`use LoRA ${l.name}`} />
                   <span className="filename">{l.name}</span>
+                  {l.weights === "ema" && (
+                    <span className="chip small" title="holds the EMA weights; the raw ones are on the run's page (LoRA by step)">
+                      EMA
+                    </span>
+                  )}
                 </label>
                 <span className="lora-tools">
                   {pick ? (

@@ -25,9 +25,11 @@ const NEW: GalleryImage = { ...OLD, file: "new.png", url: "/gallery/new.png", cr
 describe("GenerateScreen", () => {
   let calls: Call[];
   let images: GalleryImage[];
+  let catsSteps: unknown = null; // a test's own /api/loras/cats/steps answer
   beforeEach(() => {
     vi.unstubAllGlobals();
     images = [OLD];
+    catsSteps = null;
     calls = mockFetch(({ method, url }) => {
       if (url === "/api/info") return { body: INFO };
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
@@ -35,6 +37,7 @@ describe("GenerateScreen", () => {
         return { body: { root: "/o", loras: [{ name: "cats", family: "flux", path: "/o/cats/cats.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
       }
       if (url === "/api/gallery") return { body: { images } };
+      if (url === "/api/loras/cats/steps" && catsSteps) return { body: catsSteps };
       if (url === "/api/loras/cats/steps") {
         const at = (step: number, final: boolean) => ({
           step,
@@ -135,5 +138,25 @@ describe("GenerateScreen", () => {
     expect(sent.map((b) => b.loras)).toEqual([[{ name: "cats", scale: 1, step: 2 }], [{ name: "cats", scale: 1 }]]);
     expect(new Set(sent.map((b) => `${b.prompt}|${b.seed}`)).size).toBe(1); // one prompt and seed
     expect(within(grid).getAllByRole("img").map((i) => i.getAttribute("alt"))).toEqual(["cats step 2", "cats final (step 6)"]);
+  });
+
+  it("generates with an EMA run's raw final file by its step, and with the EMA file without one", async () => {
+    catsSteps = {
+      name: "cats",
+      loras: [
+        { step: 6, final: true, weights: "raw", path: "/o/cats/cats.raw.safetensors", url: "/api/loras/cats/file?step=6", best: true, last: true },
+        { step: 6, final: true, weights: "ema", path: "/o/cats/cats.safetensors", url: "/api/loras/cats/file", best: false, last: false },
+      ],
+    };
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.click(await screen.findByLabelText("use LoRA cats"));
+    const grid = await screen.findByTestId("step-grid");
+    expect(within(grid).getByLabelText("final (step 6, raw) · best · last")).toBeChecked();
+    expect(within(grid).getByLabelText("final (step 6, EMA)")).toBeChecked();
+    await userEvent.click(within(grid).getByRole("button", { name: /Render grid \(2 images/ }));
+    await waitFor(() => expect(within(grid).getAllByRole("img")).toHaveLength(2));
+    const sent = calls.filter((c) => c.url === "/api/generate").map((c) => (c.body as Record<string, unknown>).loras);
+    expect(sent).toEqual([[{ name: "cats", scale: 1, step: 6 }], [{ name: "cats", scale: 1 }]]);
   });
 });

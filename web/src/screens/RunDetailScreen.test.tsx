@@ -118,6 +118,40 @@ describe("RunDetailScreen", () => {
     expect(within(items[1]).queryByTestId("lora-best")).toBeNull();
   });
 
+  it("labels an EMA run's files ema / raw and marks the raw file validation measured", async () => {
+    mockFetch(({ url }) => {
+      if (url === "/api/runs/r1") return { body: { ...RUN, validation: [{ step: 2, loss: 0.4 }, { step: 4, loss: 0.3 }] } };
+      if (url === "/api/runs/r1/loras") {
+        const row = (step: number, final: boolean, file: string, weights: string, extra: object) => ({
+          step, final, weights, path: `${OUT}/${file}`, url: `/api/loras/portrait/file${final && weights === "ema" ? "" : `?step=${step}`}`,
+          validation_loss: null, best: false, last: false, ...extra,
+        });
+        const loras = [
+          row(2, false, "loras/portrait-step-000002.safetensors", "raw", { validation_loss: 0.4 }),
+          row(4, true, "portrait.raw.safetensors", "raw", { validation_loss: 0.3, best: true, last: true }),
+          row(4, true, "portrait.safetensors", "ema", {}),
+        ];
+        return { body: { name: "portrait", loras } };
+      }
+      if (url === "/api/runs/r1/samples") return { body: { samples: [] } };
+      if (url === "/api/runs/r1/checkpoints") return { body: CHECKPOINTS };
+      return undefined;
+    });
+    render(<RunDetailScreen id="r1" />);
+    const card = await screen.findByTestId("lora-steps");
+    const items = within(card).getAllByRole("listitem");
+    expect(items.map((li) => within(li).getByTestId("lora-weights").textContent)).toEqual(["raw", "raw", "EMA"]);
+    expect(within(items[1]).getByTestId("lora-best")).toBeInTheDocument();
+    expect(items[1]).toHaveTextContent("val 0.3");
+    expect(within(items[1]).getByRole("link")).toHaveAttribute("href", "/api/loras/portrait/file?step=4");
+    expect(within(items[2]).queryByTestId("lora-best")).toBeNull();
+    expect(items[2]).not.toHaveTextContent("val");
+    expect(within(items[2]).getByRole("link", { name: "download the EMA LoRA of step 4" })).toHaveAttribute(
+      "href",
+      "/api/loras/portrait/file",
+    );
+  });
+
   it("shows a refused resume above the run, which stays on screen", async () => {
     serve(RUN, CHECKPOINTS, {
       status: 400,

@@ -109,9 +109,16 @@ export function RunDetailScreen({ id }: { id: string }) {
           <ul className="plain lora-steps">
             {loras.map((l) => (
               <li key={l.path}>
-                <a href={api.imageUrl(l.url)} download aria-label={`download the LoRA of step ${l.step ?? "?"}`}>
+                <a href={api.imageUrl(l.url)} download aria-label={`download the ${l.weights === "ema" ? "EMA " : ""}LoRA of step ${l.step ?? "?"}`}>
                   {l.final ? `final (step ${l.step ?? "?"})` : `step ${l.step}`}
                 </a>{" "}
+                <span
+                  className="chip"
+                  data-testid="lora-weights"
+                  title={l.weights === "ema" ? "EMA of the adapter weights (not measured by validation)" : "raw trained weights"}
+                >
+                  {l.weights === "ema" ? "EMA" : "raw"}
+                </span>{" "}
                 {l.validation_loss != null && <span className="small">val {formatNumber(l.validation_loss)} </span>}
                 {l.best && <span className="chip ok" data-testid="lora-best">best</span>}
                 {l.last && <span className="chip" data-testid="lora-last">last</span>}{" "}

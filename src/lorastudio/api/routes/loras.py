@@ -14,7 +14,7 @@ from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
 from lorastudio.jobs.generation import lora_file
-from lorastudio.lora.snapshots import run_loras
+from lorastudio.lora.snapshots import file_weights, raw_lora_at, run_loras
 from lorastudio.settings import Settings
 from lorastudio.training.validation_file import mark_loras, read_validation
 
@@ -39,6 +39,7 @@ def loras(
             continue
         sidecar = _sidecar(folder / f"{folder.name}.json")
         fam = sidecar.get("family") if sidecar else None
+        weights = file_weights(sidecar)
         if family is not None and fam != family:
             continue
         stat = lora.stat()
@@ -50,6 +51,8 @@ def loras(
                 "bytes": stat.st_size,
                 "modified": stat.st_mtime,
                 "sidecar": sidecar,
+                "weights": weights,
+                "raw_step": _raw_step(folder, sidecar) if weights == "ema" else None,
             }
         )
     found.sort(key=lambda item: item["modified"], reverse=True)
@@ -66,17 +69,18 @@ def steps(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, An
 @router.get("/{name}/file", response_class=FileResponse)
 def download(
     name: str,
-    step: int | None = Query(default=None, ge=0, description="a snapshot's step (default: the final LoRA)"),
+    step: int | None = Query(
+        default=None,
+        ge=0,
+        description="the raw weights of this step: a snapshot, or an EMA run's <name>.raw.safetensors "
+        "(default: the run's LoRA, with EMA the EMA weights)",
+    ),
     settings: Settings = Depends(settings_dep),
 ) -> FileResponse:
-    """The .safetensors file of trained LoRA `name`, or of its snapshot at `step` (404 when missing)."""
-    if step is None:
-        path = lora_file(settings, name)
-    else:
-        found = [i for i in lora_steps(settings, name)["loras"] if i["step"] == step and not i["final"]]
-        if not found:
-            raise NotFound(f"run {name!r} has no LoRA snapshot at step {step}")
-        path = Path(found[0]["path"])
+    """The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
+    weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step
+    (jobs/generation.lora_file; 404 when missing)."""
+    path = lora_file(settings, name, step)
     return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
 
@@ -94,7 +98,8 @@ def push(name: str, body: PushBody, settings: Settings = Depends(settings_dep)) 
 
 
 def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
-    """{"name", "loras": [{"step", "path", "final", "url", "validation_loss", "best", "last"}]} of
+    """{"name", "loras": [{"step", "path", "final", "weights", "url", "validation_loss", "best",
+    "last"}]} of
     run output `name` (see steps; the validation marks: training/validation_file.py).
     Raises NotFound (also for a name that is not a plain folder name of the outputs root)."""
     safe_component(name, field="loras.name")
@@ -103,9 +108,19 @@ def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
     if not found:
         raise NotFound(f"no LoRA of a run named {name!r} in {settings.outputs_dir}")
     for item in found:
-        query = "" if item["final"] else f"?step={item['step']}"
+        by_step = not item["final"] or (
+            item["weights"] == "raw" and Path(item["path"]).name != f"{name}.safetensors"
+        )
+        query = f"?step={item['step']}" if by_step else ""
         item["url"] = f"/api/loras/{name}/file{query}"
     return {"name": name, "loras": found}
+
+
+def _raw_step(folder: Path, sidecar: dict[str, Any] | None) -> int | None:
+    """An EMA LoRA's step when the raw weights of that step are on disk (downloaded and generated
+    with `step`), else None."""
+    step = (sidecar or {}).get("steps")
+    return step if isinstance(step, int) and raw_lora_at(folder, step) is not None else None
 
 
 def _sidecar(path: Any) -> dict[str, Any] | None:
