@@ -45,12 +45,41 @@ class ObjectiveFields(StrictFields):
         description="DDPM families: add noise_offset x N(0, 1) per image and channel to the training "
         "noise, so the LoRA can learn darker darks and brighter brights (0.03-0.1 typical); null = off",
     )
-    timestep_sampling: TimestepSampling = Field(default="logit_normal", description="flow families")
-    logit_mean: float = Field(default=0.0, ge=-10, le=10)
-    logit_std: float = Field(default=1.0, gt=0, le=10)
-    flow_shift: float | None = Field(default=None, gt=0, le=100, description="static sigma shift (flow)")
-    guidance: float | None = Field(default=None, ge=0, le=100, description="guidance-distilled bases")
-    max_sequence_length: int | None = Field(default=None, ge=1, le=4096, description="text tokens")
+    timestep_sampling: TimestepSampling = Field(
+        default="logit_normal",
+        description="flow families: how training noise levels are drawn: logit_normal (sigmoid of "
+        "N(logit_mean, logit_std)) | uniform | sigmoid (sigmoid of N(0, 1); Chroma's and Krea 2's default)",
+    )
+    logit_mean: float = Field(
+        default=0.0,
+        ge=-10,
+        le=10,
+        description="logit_normal sampling: the mean (above 0: noisier levels more often)",
+    )
+    logit_std: float = Field(
+        default=1.0, gt=0, le=10, description="logit_normal sampling: the spread of the noise levels"
+    )
+    flow_shift: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: "
+        "the shift the family's pipeline uses at inference for the image size)",
+    )
+    guidance: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the "
+        "denoiser while training (null: the family's default)",
+    )
+    max_sequence_length: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="text tokens per caption the text encoder reads (longer captions are cut; null: the "
+        "family's default)",
+    )
     assistant_lora: str | None = Field(
         default=None,
         min_length=1,

@@ -86,8 +86,8 @@ class RuntimeFields(StrictFields):
     lora_format: LoraFormat = Field(
         default="diffusers",
         description="key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's "
-        "portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI "
-        "and diffusers at the trained strength)",
+        "portable layout (kohya for SDXL, FLUX.2, FLUX.2 klein and Krea 2, diffusers for the others; both "
+        "load in ComfyUI and diffusers at the trained strength)",
     )
     save_dtype: SaveDtype = Field(
         default="fp32",
@@ -99,7 +99,7 @@ class RuntimeFields(StrictFields):
     sample_prompts: list[str | SamplePrompt] = Field(
         default_factory=list,
         max_length=MAX_SAMPLE_PROMPTS,
-        description="validation prompts rendered during training (one image each, at the training "
+        description="prompts rendered as preview images during training (one image each, at the training "
         "resolution): a prompt, or an object that also sets its own width, height, seed and guidance "
         'and, for an edit family, "controls": [reference images relative to data_dir, or to the first '
         "datasets entry's folder]",
@@ -134,7 +134,8 @@ class RuntimeFields(StrictFields):
         default="auto",
         description="SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra "
         "lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else "
-        "cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first",
+        "cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the "
+        "efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first",
     )
 
     fuse_projections: FuseProjections = Field(

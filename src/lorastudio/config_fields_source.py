@@ -58,7 +58,8 @@ class SourceFields(StrictFields):
         min_length=1,
         max_length=MAX_DATASET_ENTRIES,
         description="several dataset folders, each {path, repeats | weight, trigger_word, default_caption, "
-        "caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir",
+        "caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, "
+        "prior_prediction}; instead of data_dir",
     )
     prior_loss_weight: float = Field(
         default=1.0,

@@ -23,20 +23,62 @@ class TrainingFields(StrictFields):
         default=1000, ge=1, le=10_000_000, description="optimizer steps (ignored if num_epochs>0)"
     )
     num_epochs: int = Field(default=0, ge=0, le=100_000, description="if > 0, overrides steps")
-    batch_size: int = Field(default=1, ge=1, le=256)
+    batch_size: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="images per batch (one bucket); grad_accum batches make an optimizer step",
+    )
     grad_accum: int = Field(default=1, ge=1, le=1024, description="micro-batches per optimizer step")
-    learning_rate: float | None = Field(default=None, gt=0, le=1.0)
-    lr_scheduler: LrScheduler = "constant"
-    lr_warmup_steps: int = Field(default=0, ge=0)
-    weight_decay: float = Field(default=1e-4, ge=0, le=1.0)
+    learning_rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=1.0,
+        description="peak learning rate of the adapter (null: the family's default, `lorastudio families`; "
+        "prodigy: 1.0, a multiplier of its learned step size)",
+    )
+    lr_scheduler: LrScheduler = Field(
+        default="constant",
+        description="learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | "
+        "constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)",
+    )
+    lr_warmup_steps: int = Field(
+        default=0,
+        ge=0,
+        description="optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)",
+    )
+    weight_decay: float = Field(
+        default=1e-4,
+        ge=0,
+        le=1.0,
+        description="decoupled weight decay of the optimizer on the adapter weights",
+    )
     max_grad_norm: float | None = Field(default=1.0, gt=0, description="gradient clipping; null = off")
-    seed: int = Field(default=42, ge=0, le=2**32 - 1)
+    seed: int = Field(
+        default=42,
+        ge=0,
+        le=2**32 - 1,
+        description="seed of the adapter's initial weights, the data order, crops, flips, noise and timesteps: "
+        "the same seed, settings and data train the same run",
+    )
 
     # LoRA
-    lora_rank: int | None = Field(default=None, ge=1, le=1024)
+    lora_rank: int | None = Field(
+        default=None, ge=1, le=1024, description="rank of each adapter layer (null: the family's default)"
+    )
     lora_alpha: float | None = Field(default=None, gt=0, le=4096, description="default: equal to the rank")
-    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    lora_targets: list[str] | None = Field(default=None, min_length=1, description="module name suffixes")
+    lora_dropout: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="dropout probability on the adapter's input (peft's lora_dropout)",
+    )
+    lora_targets: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description='suffixes of the denoiser\'s module names that get an adapter, e.g. ["to_q", "to_k"] '
+        "(null: the family's targets)",
+    )
 
     # training methods (issue 28): the optimizer and its options (config_rules.OPTIMIZER_OPTIONS
     # says which optimizer reads which option; an option of another optimizer is refused), EMA

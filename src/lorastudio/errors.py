@@ -126,6 +126,12 @@ class GenerationWorkerLost(GenerationFailed):
     crashed) or ran out of memory; the server goes on and the next request starts a fresh one."""
 
 
+class GenerationTimedOut(GenerationWorkerLost):
+    """The generation worker did not answer within the allowance of what the request asked for
+    (jobs/worker_allowance.py): it was stopped (SIGTERM, then SIGKILL) as hung, and the next
+    request starts a fresh one. The message names what timed out and after how long."""
+
+
 class NoSpaceLeft(LorastudioError):
     """A write failed because the disk (or the quota) holding `path` is full: ENOSPC/EDQUOT, or
     SQLite's "database or disk is full". The message starts with "no space left on device"."""

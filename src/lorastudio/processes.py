@@ -4,6 +4,7 @@ leftovers, dataset claims) and the on-disk cache (staged files of a dead writer)
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 
@@ -24,3 +25,38 @@ def process_alive(pid: int) -> bool:
             return True
         return True
     return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] not in ("Z", "X")
+
+
+def start_token(pid: int) -> str | None:
+    """What tells process `pid` from any other process that had (or will have) its pid:
+    "host|boot id|pid namespace|start time in clock ticks after boot", from /proc. None where
+    /proc cannot tell (not Linux, or the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    ticks = stat[stat.rindex(")") + 2 :].split()[19]  # field 22 of stat, starttime
+    return "|".join((socket.gethostname(), boot, namespace, ticks))
+
+
+def process_gone(pid: int, token: str | None) -> bool:
+    """True only when this process can tell that the process recorded as (`pid`, `token` =
+    its start_token then) has ended: `pid` is not running, or runs another process (a reused
+    pid), or this machine rebooted since. A process recorded on another host (a shared network
+    home) or in another pid namespace cannot be told: False."""
+    mine = start_token(os.getpid())
+    recorded = token.split("|") if token is not None else []
+    if len(recorded) == 4 and mine is not None:
+        host, boot, namespace, _ = mine.split("|")
+        if recorded[0] != host:
+            return False
+        if recorded[1] != boot:
+            return True
+        if recorded[2] != namespace:
+            return False
+    if not process_alive(pid):
+        return True
+    now = start_token(pid) if token is not None else None
+    return now is not None and now != token

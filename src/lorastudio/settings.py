@@ -85,6 +85,16 @@ class Settings(BaseSettings):
         default=None,
         description="folder of the on-disk encode cache (latent_cache = disk); default <home>/cache/encoded",
     )
+    worker_timeout_scale: float = Field(
+        default=1.0,
+        gt=0,
+        le=1000,
+        description=(
+            "factor on the time the generation and caption workers may take to start, load a model,"
+            " generate an image or caption one before they are stopped as hung"
+            " (jobs/worker_allowance.py): raise it on a slow machine"
+        ),
+    )
     cpu_data_parallel: bool = Field(
         default=False,
         description="run num_gpus > 1 as gloo processes on the CPU: for testing the launcher",

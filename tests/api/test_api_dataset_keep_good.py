@@ -105,6 +105,29 @@ def test_the_picker_accepts_exactly_the_server_image_types() -> None:
     assert not set(web) & set(REFUSED_IMAGE_EXTENSIONS)
 
 
+def test_a_bmp_and_its_caption_are_refused_alike_by_the_server_the_picker_and_the_cli(
+    settings: Settings, client: TestClient, cli: typer.Typer, tmp_path: Path
+) -> None:
+    """The web planner says "scan.bmp: BMP images are not accepted ..." and "scan.txt: its image
+    scan.bmp was refused"; the server and `datasets import` give the same two reasons."""
+    source = (REPO / "web/src/lib/upload.ts").read_text()
+    bmp_reason = re.search(r'BMP_REASON = "([^"]*)"', source)
+    assert bmp_reason is not None
+    files = [("f", ("scan.bmp", _bmp())), ("f", ("scan.txt", b"a scan")), ("f", ("a.png", _png()))]
+    resp = client.post("/api/datasets/bmp/files", files=files)
+    assert resp.status_code == 201, resp.text
+    expected = {"scan.bmp": bmp_reason.group(1), "scan.txt": "its image scan.bmp was refused"}
+    assert {r["file"]: r["reason"] for r in resp.json()["refused"]} == expected
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for _, (name, data) in files:
+        (folder / name).write_bytes(data)
+    result = CliRunner().invoke(cli, ["datasets", "import", str(folder), "--name", "bmp-cli"])
+    assert result.exit_code == 0, result.output
+    assert all(f"refused {name}: {why}" in result.output for name, why in expected.items()), result.output
+    assert _files(settings.datasets_dir / "bmp-cli") == ["a.png"]
+
+
 def test_deleting_a_dataset_removes_it_whole(settings: Settings, client: TestClient) -> None:
     assert client.post("/api/datasets/gone/files", files=[("f", ("a.png", _png()))]).status_code == 201
     assert client.post("/api/datasets/kept/files", files=[("f", ("a.png", _png()))]).status_code == 201

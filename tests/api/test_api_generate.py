@@ -49,3 +49,26 @@ def test_refused_requests_start_no_worker(
     odd = client.post("/api/generate", json={**body, "width": 33, "height": 0})
     assert {p["field"] for p in odd.json()["problems"]} == {"width", "height"}
     assert server.app.state.generation.worker_pid is None  # nothing was started for any of them
+
+
+def test_a_hung_generation_worker_is_a_504_and_the_server_goes_on(
+    studio_home: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """LORASTUDIO_WORKER_TIMEOUT_SCALE scales every allowance (here ready in 120 s x 0.02 = 2.4 s);
+    a worker that never says ready is stopped and the request gets 504 GenerationTimedOut."""
+    from api_helpers import live_server
+
+    from generation_hang_workers import silent_generation_worker
+    from lorastudio.api.app import create_app
+
+    settings = Settings(home=studio_home, worker_timeout_scale=0.02)
+    body = {"family": "flux", "base_model": str(tiny_model("flux")), "prompt": "x", "steps": 1,
+            "width": 32, "height": 32}  # fmt: skip
+    with live_server(create_app(settings, generation_target=silent_generation_worker)) as server:
+        answer = server.client.post("/api/generate", json=body)
+        assert answer.status_code == 504, answer.text
+        assert answer.json()["error"] == "GenerationTimedOut"
+        assert answer.json()["detail"].startswith(
+            "the generation worker did not say it is ready within 2.4 s"
+        )
+        assert server.client.get("/api/info").status_code == 200

@@ -109,3 +109,71 @@ def test_a_kohya_reg_folder_imports_as_regularisation_entries(
     ]
     plain = CliRunner().invoke(cli, ["datasets", "import", str(reg), "--name", "x", "--reg", str(reg)])
     assert plain.exit_code != 0 and "--kohya" in plain.output
+
+
+def test_a_plain_import_of_kohya_folders_says_to_add_kohya_and_names_skipped_folders(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """The issue's `img/10_sks ball/` imported without --kohya: not "no files in the upload" but
+    the kohya folders named with the flag that reads them; beside files, every sub-folder that
+    is not imported is named with the reason (a masks/ folder is imported with the images)."""
+    from lorastudio.errors import DatasetError
+
+    src = tmp_path / "img"
+    (src / "10_sks ball").mkdir(parents=True)
+    (src / "3_ball").mkdir()
+    Image.new("RGB", (32, 32), "red").save(src / "10_sks ball" / "a.png")
+    Image.new("RGB", (32, 32), "blue").save(src / "3_ball" / "b.png")
+    plain = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "balls"])
+    assert isinstance(plain.exception, DatasetError), plain.output
+    assert plain.exception.problems == [
+        f"{src} holds no images but kohya folder(s) 10_sks ball, 3_ball: import them with --kohya "
+        "(one dataset each, and the datasets entries with their repeats and trigger words)"
+    ]
+    assert not (settings.datasets_dir / "balls").exists()
+
+    Image.new("RGB", (32, 32), "green").save(src / "c.png")
+    (src / "masks").mkdir()
+    Image.new("L", (32, 32), 255).save(src / "masks" / "c.png")
+    mixed = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "balls"])
+    assert mixed.exit_code == 0, mixed.output
+    assert "imported 1 file(s)" in mixed.output
+    assert "skipped 10_sks ball/ (a kohya folder: import the parent with --kohya)" in mixed.output
+    assert "skipped 3_ball/ (a kohya folder: import the parent with --kohya)" in mixed.output
+    assert "imported 1 mask(s) into " in mixed.output  # masks/ comes along (data/mask_import.py)
+    assert (settings.datasets_dir / "balls" / "masks" / "c.png").is_file()
+    one = CliRunner().invoke(cli, ["datasets", "import", str(src / "10_sks ball")])  # the kohya folder itself
+    assert one.exit_code == 0, one.output
+    assert (
+        "note: the folder's name reads as kohya's N_words (repeats 10, words 'sks ball'); import its parent "
+        "with --kohya for them" in one.output
+    )
+
+
+def test_import_brings_the_masks_folder_and_names_each_mask_it_leaves_out(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """A dataset folder with masks/ (issue 29 part 4) imports with its masks: each mask whose
+    image is imported is checked and copied into datasets/NAME/masks/; a mask without an image,
+    a broken one and a link are named with the reason; --strict imports nothing then."""
+    src = tmp_path / "cat"
+    (src / "masks").mkdir(parents=True)
+    for stem in ("a", "b"):
+        Image.new("RGB", (32, 32), "red").save(src / f"{stem}.png")
+        Image.new("L", (32, 32), 255).save(src / "masks" / f"{stem}.png")
+    Image.new("L", (32, 32), 0).save(src / "masks" / "orphan.png")
+    (src / "masks" / "broken.png").write_bytes(b"not a png")
+    Image.new("RGB", (32, 32), "red").save(src / "broken.png")
+    (src / "masks" / "link.png").symlink_to(src / "masks" / "a.png")
+    strict = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "cat", "--strict"])
+    assert strict.exit_code != 0 and not (settings.datasets_dir / "cat").exists()
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "cat"])
+    assert result.exit_code == 0, result.output
+    masks = settings.datasets_dir / "cat" / "masks"
+    assert "imported 2 mask(s) into " in result.output
+    assert sorted(p.name for p in masks.iterdir()) == ["a.png", "b.png"]
+    assert "refused masks/orphan.png: no image orphan.* in the dataset" in result.output
+    assert "refused masks/broken.png: " in result.output
+    assert "refused masks/link.png: " in result.output
+    scan = scan_dataset(settings.datasets_dir / "cat", resolution=32, multiple=16, trigger_word="sks")
+    assert [i.path.name for i in scan.items] == ["a.png", "b.png", "broken.png"]

@@ -63,3 +63,31 @@ def test_masks_listed_served_and_stated_by_the_preflight(
     nothing = client.post("/api/train/preflight", json={"config": config})
     assert nothing.status_code == 400
     assert [p["field"] for p in nothing.json()["problems"]] == ["unmasked_weight"]
+
+
+def test_an_image_s_alpha_channel_is_listed_and_served_as_its_mask(
+    client: TestClient, settings: Settings
+) -> None:
+    """alpha_mask's masks: the listing says which images have an alpha channel and the alpha
+    route serves that channel as a grey thumbnail (opaque = white), for the UI's overlay."""
+    cut = Image.new("RGBA", (64, 64), (255, 0, 0, 255))
+    cut.paste((0, 0, 0, 0), (0, 0, 32, 64))  # the left half transparent
+    buf = io.BytesIO()
+    cut.save(buf, format="PNG")
+    files = [("f", ("cut.png", buf.getvalue())), ("f", ("plain.png", _png((64, 64))))]
+    assert client.post("/api/datasets/alpha/files", files=files).status_code == 201
+
+    detail = client.get("/api/datasets/alpha").json()
+    assert {f["file"]: (f["alpha"], f["mask"]) for f in detail["files"]} == {
+        "cut.png": (True, None),
+        "plain.png": (False, None),
+    }
+    thumb = client.get("/api/datasets/alpha/alpha/cut.png?size=32")
+    assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
+    with Image.open(io.BytesIO(thumb.content)) as img:
+        grey = img.convert("L")
+        assert img.size == (32, 32) and grey.getpixel((4, 16)) < 10 and grey.getpixel((28, 16)) > 245
+    image = client.get("/api/datasets/alpha/thumbnails/cut.png?size=32")  # the image's own: another
+    assert image.status_code == 200 and image.content != thumb.content
+    assert client.get("/api/datasets/alpha/alpha/plain.png").status_code == 404  # no alpha channel
+    assert client.get("/api/datasets/alpha/alpha/none.png").status_code == 404

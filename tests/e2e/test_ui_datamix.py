@@ -1,7 +1,7 @@
 """Issue 29 parts 1, 3 and 5 in a real browser on a real server: the Train form's datasets list
-editor sends two stored datasets with their repeats and the preflight shows each one's share,
-the example captions and the buckets of each resolution; the dataset screen's "Edit all
-captions" previews, then rewrites every caption on disk."""
+editor sends two stored datasets with their repeats and caption options and the preflight shows
+each one's share, the example captions and the buckets of each resolution; the dataset screen's
+"Edit all captions" previews, then rewrites every caption on disk."""
 
 from __future__ import annotations
 
@@ -31,7 +31,14 @@ def test_datasets_editor_preflight_and_bulk_captions(studio, browser) -> None:
         page.get_by_label("folder 2", exact=True).select_option("scenery")
         page.get_by_label("repeats 1", exact=True).fill("3")
         page.get_by_label("loss weight 2", exact=True).fill("0.5")
-        page.get_by_role("button", name="Check").click()
+        page.get_by_label("shuffle tags 1", exact=True).select_option("off")  # its own caption options
+        page.get_by_label("tag dropout 2", exact=True).fill("0.25")
+        with page.expect_request("**/api/train/preflight") as sent:
+            page.get_by_role("button", name="Check").click()
+        assert sent.value.post_data_json["config"]["datasets"] == [
+            {"path": "person", "repeats": 3, "shuffle_tags": False},
+            {"path": "scenery", "loss_weight": 0.5, "tag_dropout": 0.25},
+        ]
         entries = page.get_by_test_id("preflight-entries")
         entries.wait_for()
         rows = entries.locator("tbody tr").all_inner_texts()

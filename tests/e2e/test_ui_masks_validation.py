@@ -1,5 +1,5 @@
 """Issue 29 parts 4 and 6 in a real browser on a real server: the dataset page lays each loss mask
-over its image when "Show masks" is ticked; a run with a validation split charts its validation
+(masks/ folder, or the image's alpha channel) over its image when "Show masks" is ticked; a run with a validation split charts its validation
 loss beside the training loss (Live and the run page) and marks the best and last LoRA."""
 
 from __future__ import annotations
@@ -51,6 +51,18 @@ def test_mask_overlay_and_the_validation_chart(studio, browser, artifacts: Path,
         overlay.wait_for()
         page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=overlay.element_handle())
         shoot(page, "dataset-masks")
+
+        cutouts = home / "datasets" / "cutouts"  # alpha_mask's masks: each image's alpha channel
+        cutouts.mkdir()
+        cut = Image.new("RGBA", (64, 64), (200, 40, 40, 255))
+        cut.paste((0, 0, 0, 0), (0, 0, 32, 64))
+        cut.save(cutouts / "cut.png")
+        page.goto(f"{url}/#/datasets/cutouts")
+        page.get_by_test_id("dataset-counts").get_by_text("1 with alpha").wait_for()
+        page.get_by_test_id("mask-toggle").get_by_role("checkbox").check()
+        alpha = page.get_by_alt_text("alpha of cut.png")
+        alpha.wait_for()
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=alpha.element_handle())
 
         config = {
             "family": "flux",

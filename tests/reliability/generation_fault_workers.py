@@ -29,11 +29,11 @@ def _vm_size_bytes() -> int:
 def rlimited_generation_worker(args: GenerationWorkerArgs, conn: Any) -> None:
     real_run_job = worker.run_job
 
-    def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
+    def run_job(resident: Resident, job: GenerationJob, *report: Any) -> tuple[Any, bool]:
         if job.prompt.startswith(OOM_PROMPT):
             _, hard = resource.getrlimit(resource.RLIMIT_AS)
             resource.setrlimit(resource.RLIMIT_AS, (_vm_size_bytes() + LIMIT_HEADROOM_MB * 2**20, hard))
-        return real_run_job(resident, job)
+        return real_run_job(resident, job, *report)
 
     worker.run_job = run_job
     worker.generation_worker_main(args, conn)

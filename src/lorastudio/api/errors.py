@@ -2,7 +2,8 @@
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
 strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
-UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, NoSpaceLeft 507 (Insufficient
+UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, GenerationTimedOut 504 (the
+worker hung past its allowance), NoSpaceLeft 507 (Insufficient
 Storage: a full disk, raised where files and the run store are written), HomeInUse 409, HostMemoryShort
 409 (the run's forecast host RAM exceeds what is available); a hub push: HubTokenMissing 400,
 HubAccessDenied 403, HubUploadError 502. Every error
@@ -19,6 +20,7 @@ from lorastudio.errors import (
     ConfigError,
     DatasetError,
     GenerationFailed,
+    GenerationTimedOut,
     GenerationWorkerLost,
     HomeInUse,
     HostMemoryShort,
@@ -52,6 +54,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     UploadTooLarge: 413,
     GenerationFailed: 500,  # the pipeline failed in the generation worker (the server is fine)
     GenerationWorkerLost: 503,  # the generation worker was killed / ran out of memory; retry starts a fresh one
+    GenerationTimedOut: 504,  # the worker hung past the request's allowance and was stopped; retry starts a fresh one
     HomeInUse: 409,
     HostMemoryShort: 409,  # the run would not fit this host's RAM now (forecast and available in the body)
     NoSpaceLeft: 507,  # Insufficient Storage

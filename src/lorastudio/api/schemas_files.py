@@ -24,6 +24,11 @@ class DatasetFile(_Out):
         default=None,
         description="its loss mask in the dataset's masks/ folder (null: none); served as a thumbnail",
     )
+    alpha: bool = Field(
+        default=False,
+        description="it has an alpha channel (its loss mask with alpha_mask); served as a thumbnail at "
+        "/api/datasets/{name}/alpha/{file}",
+    )
 
 
 class DatasetDetail(DatasetSummary):

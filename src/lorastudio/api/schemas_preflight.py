@@ -49,7 +49,9 @@ class TrainingMode(_Out):
 
 class PreflightValidation(_Out):
     held_out: int = Field(description="images held out of training for the validation loss")
-    images: list[str] = Field(description="their file names")
+    images: list[str] = Field(
+        description='their file names ("<entry label>/<file>" when they come from several dataset entries)'
+    )
     source: str = Field(description="where they come from (a seeded fraction of the dataset, or a folder)")
     train_images: int = Field(description="images left to train on")
     every: int | None = Field(description="validate_every (null: only after the last step)")
@@ -58,7 +60,9 @@ class PreflightValidation(_Out):
 class PreflightMasks(_Out):
     source: str = Field(description='where the masks come from: "masks/ folder" or "alpha channel"')
     images_with_mask: int
-    without_mask: list[str] = Field(description="images that train unmasked (no mask file / no alpha)")
+    without_mask: list[str] = Field(
+        description='images that train unmasked (no mask file / no alpha; "<entry label>/<file>" with several entries)'
+    )
 
 
 class PreflightDataset(_Out):

@@ -11,7 +11,8 @@ from lorastudio.errors import LorastudioError
 
 app = typer.Typer(
     name="lorastudio",
-    help="Train LoRA adapters for SDXL, FLUX.1, Qwen-Image and Z-Image, and generate with them.",
+    help="Train LoRA adapters for image diffusion models (every family: `lorastudio families`) and generate "
+    "with them.",
     no_args_is_help=True,
     add_completion=False,
     # click's plain help: a flag shows no value type (typer's rich help labels every flag

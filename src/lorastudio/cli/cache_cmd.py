@@ -7,7 +7,8 @@ import typer
 from lorastudio.cli.tables import print_table
 
 cache_app = typer.Typer(
-    help="The on-disk latent cache (latent_cache = disk): list and clear it.",
+    help="The on-disk encode cache (latents and caption embeddings; latent_cache = disk, or auto over "
+    "its RAM budget): list and clear it.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )

@@ -61,13 +61,18 @@ def import_cmd(
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
     is checked first; the good ones are imported and the bad ones listed with the reason (with
     --strict, nothing is written unless all pass). Other files and symbolic links (never
-    followed) are skipped (listed). With --kohya, each of DIR's `N_words` sub-folders becomes a
+    followed) are skipped (listed), and so are sub-folders but masks/ (its loss masks are checked
+    and imported, data/mask_import.py), each with the reason (kohya
+    `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
     new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
     from lorastudio.data import resolve_dataset_dir, safe_component
+    from lorastudio.data.discovery import is_image_name
+    from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
+    from lorastudio.data.mask_import import copy_masks, plan_masks
     from lorastudio.data.safe_open import open_in_folder
-    from lorastudio.data.uploads import UploadBatch, upload_kind
+    from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, upload_kind
     from lorastudio.errors import DatasetError
     from lorastudio.settings import get_settings
 
@@ -83,13 +88,34 @@ def import_cmd(
     listing = sorted(p for p in source.iterdir() if not p.name.startswith("."))
     links = [p.name for p in listing if p.is_symlink()]
     files = [p for p in listing if not p.is_symlink() and p.is_file()]
+    folders = [p.name for p in listing if not p.is_symlink() and p.is_dir()]
     wanted, skipped = [], []
     for path in files:
         try:
             upload_kind(path.name)
             wanted.append(path)
         except DatasetError:
-            skipped.append(path.name)
+            if path.name.lower().endswith(REFUSED_IMAGE_EXTENSIONS):
+                wanted.append(
+                    path
+                )  # an image of a refused type: the batch refuses it (and its caption) saying why
+            else:
+                skipped.append(path.name)
+    kohya_folders = [f for f in folders if is_kohya_folder(f)]
+    if kohya_folders and not any(is_image_name(p.name) for p in wanted):  # the issue's img/10_sks ball/
+        raise DatasetError(
+            f"{source}: nothing to import",
+            [
+                f"{source} holds no images but kohya folder(s) {', '.join(kohya_folders)}: import them with "
+                "--kohya (one dataset each, and the datasets entries with their repeats and trigger words)"
+            ],
+        )
+    incoming = {p.stem for p in wanted if is_image_name(p.name)}
+    masks = plan_masks(source, incoming | _image_stems(target), target, settings.max_image_pixels)
+    if strict and masks.refused:
+        raise DatasetError(
+            f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
+        )
     with UploadBatch(
         settings.datasets_dir, target, settings.max_image_pixels, settings.max_decode_pixels, strict=strict
     ) as batch:
@@ -97,15 +123,50 @@ def import_cmd(
             with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                 batch.add(path.name, fh)
         result = batch.commit()
+    stems = _image_stems(target)
+    copied = copy_masks(masks, target, settings.datasets_dir, stems)
     summary = dataset_summary(target)
     typer.echo(f"imported {len(result.stored)} file(s) into {target}")
     for file, reason in result.refused:
+        typer.echo(f"refused {file}: {reason}")
+    if copied:
+        typer.echo(f"imported {len(copied)} mask(s) into {target / 'masks'}")
+    for file, reason in masks.refused + [(f"masks/{p.name}", "its image was refused") for p in masks.good
+                                         if p.stem not in stems]:  # fmt: skip
         typer.echo(f"refused {file}: {reason}")
     typer.echo(f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned")
     for skip in skipped:
         typer.echo(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
     for link in links:
         typer.echo(f"skipped {link} (a symbolic link: links are not followed)")
+    for folder in folders:
+        if folder != "masks":  # imported above
+            typer.echo(f"skipped {folder}/ ({_folder_reason(folder, target)})")
+    if is_kohya_folder(source.name):  # e.g. img/10_sks ball imported on its own
+        own = parse_kohya_folder(source.name)
+        typer.echo(
+            f"note: the folder's name reads as kohya's N_words (repeats {own.repeats}, words {own.words!r}); "
+            "import its parent with --kohya for them"
+        )
+
+
+def _image_stems(folder: Path) -> set[str]:
+    """The stems of the images of dataset `folder` (none when it does not exist yet)."""
+    from lorastudio.data.discovery import discover
+
+    return {p.stem for p in discover(folder).images} if folder.is_dir() else set()
+
+
+def _folder_reason(folder: str, target: Path) -> str:
+    """Why a plain `datasets import` leaves the sub-folder `folder` out (it imports files only)."""
+    from lorastudio.data.kohya import is_kohya_folder
+    from lorastudio.data.upload_pairs import control_slot
+
+    if is_kohya_folder(folder):
+        return "a kohya folder: import the parent with --kohya"
+    if control_slot(folder) is not None:
+        return f"control images are not imported: upload them on the dataset page or copy the folder into {target}"
+    return "a sub-folder: import it on its own"
 
 
 @datasets_app.command("delete")

@@ -68,7 +68,10 @@ def resolve_lora_arg(path: Path, outputs: Path) -> Path:
 
 def generate_cmd(
     base: str = typer.Option(
-        ..., "--base", help="base model: hub id, pipeline folder, or a folder name under models/"
+        ...,
+        "--base",
+        help="base model: hub id, pipeline folder, a folder name under models/, or a single-file "
+        "checkpoint (.safetensors; see --base-config)",
     ),
     prompt: str = typer.Option(..., "--prompt", help="text prompt"),
     out: Path = typer.Option(..., "--out", help="image file to write (.png, .jpg or .webp)"),
@@ -79,11 +82,20 @@ def generate_cmd(
         "PATH[:SCALE] or NAME[:SCALE] (repeatable)",
     ),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the folder)"),
-    seed: int = typer.Option(0, "--seed", min=0),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="default: the family's"),
-    width: int | None = typer.Option(None, "--width", help="default: the family's training resolution"),
-    height: int | None = typer.Option(None, "--height", help="default: the family's training resolution"),
-    guidance: float | None = typer.Option(None, "--guidance", min=0, help="default: the family's"),
+    seed: int = typer.Option(0, "--seed", min=0, help="noise seed (the same seed, the same image)"),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="inference steps (default: the family's)"),
+    width: int | None = typer.Option(
+        None, "--width", help="image width in pixels (default: the family's training resolution)"
+    ),
+    height: int | None = typer.Option(
+        None, "--height", help="image height in pixels (default: the family's training resolution)"
+    ),
+    guidance: float | None = typer.Option(
+        None,
+        "--guidance",
+        min=0,
+        help="guidance scale, where the family's pipeline takes one (default: the family's)",
+    ),
     negative: str | None = typer.Option(
         None, "--negative", help="negative prompt (families whose pipeline takes one: `lorastudio families`)"
     ),
@@ -99,7 +111,9 @@ def generate_cmd(
         "--v-prediction/--epsilon",
         help="SDXL single file: the prediction type (default: as the file says)",
     ),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N"),
+    device: str | None = typer.Option(
+        None, "--device", help="cpu, cuda or cuda:N (default: CUDA if available)"
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace --out if it exists"),
     control: list[Path] = typer.Option(  # noqa: B006 (typer needs a list default)
         [], "--control", help="reference image of an edit family, e.g. flux-kontext (repeatable)"

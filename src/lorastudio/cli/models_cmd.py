@@ -58,7 +58,10 @@ def list_cmd(
     if hub_offline():
         typer.echo("offline mode (HF_HUB_OFFLINE=1): showing what is on disk; nothing can be fetched")
     if not entries:
-        typer.echo("no base models yet: `lorastudio models fetch OWNER/NAME` or `lorastudio tiny`")
+        typer.echo(
+            "no base models yet: `lorastudio models fetch OWNER/NAME`, `lorastudio models add PATH` or "
+            "`lorastudio tiny model --family FAMILY`"
+        )
         return
     rows = [
         [

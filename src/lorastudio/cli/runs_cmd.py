@@ -1,4 +1,5 @@
-"""`lorastudio runs list|show ID`: the run store, read directly (works with or without a server)."""
+"""`lorastudio runs list|show ID`: the run store, read directly (works with or without a server;
+a CLI run whose process is gone is read as interrupted: RunStore.settle_dead_owners)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _store() -> RunStore:
 
 @runs_app.command("list")
 def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this many, newest first")) -> None:
-    """List runs, newest first."""
+    """List runs, newest first: the server's (source service) and `lorastudio train`'s (source cli)."""
     store = _store()
     try:
         runs = store.list_runs(limit)
@@ -44,8 +45,18 @@ def list_cmd(limit: int = typer.Option(50, "--limit", min=1, help="at most this 
     for r in runs:
         loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
         steps = f"{r['steps_run']}/{r['total_steps'] or '?'}"
-        rows.append([r["id"], r["status"], r["family"], r["output_name"], steps, loss, r["created_at"][:19]])
-    headers = ("id", "status", "family", "output", "steps", "last loss", "created")
+        row = [
+            r["id"],
+            r["status"],
+            r["source"],
+            r["family"],
+            r["output_name"],
+            steps,
+            loss,
+            r["created_at"][:19],
+        ]
+        rows.append(row)
+    headers = ("id", "status", "source", "family", "output", "steps", "last loss", "created")
     print_table(headers, rows, keep=("id", "output"))
 
 
@@ -54,7 +65,8 @@ def show_cmd(
     run_id: str = typer.Argument(..., help="the run id (see `lorastudio runs list`)"),
     as_json: bool = typer.Option(False, "--json", help="print the whole record as JSON"),
 ) -> None:
-    """Show one run: status, config, outputs, error and the last metric points."""
+    """Show one run: status, config, outputs, error, the last metric points and the validation
+    rounds (the lowest loss marked best)."""
     store = _store()
     try:
         run = store.get_run(run_id)
@@ -76,10 +88,40 @@ def show_cmd(
     ):
         typer.echo(f"{key:12} {run[key] if run[key] is not None else '-'}")
     typer.echo(f"{'steps':12} {run['steps_run']}/{run['total_steps'] or '?'}")
+    if resume := _resume_line(run):
+        typer.echo(f"{'resume':12} {resume}")
     for out in run["outputs"]:
         typer.echo(f"{'output':12} {out['kind']}: {out['path']}")
     for point in run["metrics"][-5:]:
         typer.echo(f"{'':12} step {point['step']}: loss {point['loss']}")
+    for line in _validation_lines(run.get("validation") or []):
+        typer.echo(f"{'validation':12} {line}")
     typer.echo("config:")
     for key, value in run["config"].items():
         typer.echo(f"  {key} = {value}")
+
+
+def _validation_lines(rounds: list[dict]) -> list[str]:
+    """One line per stored validation round (the newest 10), the lowest loss marked "(best)"."""
+    losses = [r["loss"] for r in rounds if isinstance(r.get("loss"), (int, float))]
+    best = min(losses) if losses else None
+    return [
+        f"step {r['step']}: loss {r['loss']:.5g}{' (best)' if r['loss'] == best else ''}"
+        if isinstance(r.get("loss"), (int, float))
+        else f"step {r['step']}: no loss"
+        for r in rounds[-10:]
+    ]
+
+
+def _resume_line(run: dict) -> str | None:
+    """How to continue a run that ended early (interrupted, stopped, failed) from its newest
+    checkpoint; None when it is live or its folder offers no resume (jobs/resume.resume_points)."""
+    from lorastudio.jobs.records import LIVE_STATUSES
+    from lorastudio.jobs.resume import resume_points
+    from lorastudio.settings import get_settings
+
+    if run["status"] in {s.value for s in LIVE_STATUSES} or not run["output_name"]:
+        return None
+    folder = get_settings().outputs_dir / run["output_name"]
+    step = resume_points(folder).resume_step
+    return None if step is None else f"from step {step}: lorastudio train --resume {folder}"

@@ -106,7 +106,9 @@ def train_cmd(
     ),
 ) -> None:
     """Train a LoRA from a config file (every setting of TrainConfig; unknown keys are errors),
-    or resume one from a checkpoint."""
+    or resume one from a checkpoint. Ctrl-C once stops and saves, twice aborts. Exits 0 when
+    done, 2 when refused (every problem listed), 130 when stopped by Ctrl-C, 1 on an unexpected
+    error."""
     console = Console(stderr=True, log_path=False)
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
@@ -124,6 +126,11 @@ def train_cmd(
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
+        if checkpoint is not None:  # refused before it is recorded, as a fresh run's preflight is
+            from lorastudio.training.session import resume_problems
+
+            if problems := resume_problems(cfg, checkpoint):
+                raise ConfigError(problems)
         claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             _check_launch(cfg, device)

@@ -16,13 +16,14 @@ the config (validation_split, seed), which is part of the run's identity.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from lorastudio.data.items import DatasetScan, ImageItem
+from lorastudio.data.items import DatasetScan, ImageItem, item_name
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
 HOLDOUT_STREAM = 29  # the seed stream of the hold-out draw (independent of every training stream)
@@ -32,15 +33,19 @@ FIELD = "validation_split"
 @dataclass(frozen=True)
 class Holdout:
     """A dataset split for validation: `train` (the scan the run trains on) and `validation` (the
-    held-out items, sorted by file name); `source` says where they came from, for the preflight."""
+    held-out items, sorted by file name); `source` says where they came from, for the preflight;
+    `labels`: the dataset entries' labels when the items come from several entries (their names
+    are then "label/file": two entries may hold files of the same name)."""
 
     train: DatasetScan
     validation: tuple[ImageItem, ...]
     source: str
+    labels: tuple[str, ...] = ()
 
     def names(self) -> list[str]:
-        """The held-out images' file names (an image held at several resolutions: once)."""
-        return list(dict.fromkeys(item.path.name for item in self.validation))
+        """The held-out images, one per (entry, file) (an image held at several resolutions:
+        once), named by data.items.item_name (prefixed by the entry's label with several entries)."""
+        return list(dict.fromkeys(item_name(item, self.labels) for item in self.validation))
 
 
 def held_out_indices(count: int, fraction: float, seed: int, stream: int = 0) -> list[int]:
@@ -99,7 +104,8 @@ def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     """Hold out `fraction` of each dataset entry's images (held_out_indices per entry; entry e > 0
     draws from its own stream), every copy of a held image (one per resolution, data/
     resolutions.py) with it: no image trains at one resolution and validates at another. An
-    entry too small to split (of several) holds none out; ConfigError when none can."""
+    entry too small to split (of several) holds none out; ConfigError when none can. The train
+    scan's entries count the images they keep (MixEntry.images: the preflight's and sidecar's)."""
     per_entry: dict[int, list[Path]] = {}
     for item in scan.images():  # each (entry, file) once
         per_entry.setdefault(item.entry, []).append(item.path)
@@ -131,7 +137,10 @@ def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:
     source = f"{len(held_keys)} of {count} images of {where} (fraction {fraction:g}, seed {seed})"
     if too_small:
         source += f"; none of {', '.join(too_small)} (too few images to split)"
-    return Holdout(replace(scan, items=train), held, source)
+    labels = scan.labels() if len(per_entry) > 1 else ()
+    kept = Counter(entry for entry, _ in {(it.entry, it.path) for it in train})  # images each entry trains on
+    entries = tuple(replace(e, images=kept[i]) for i, e in enumerate(scan.entries))
+    return Holdout(replace(scan, items=train, entries=entries), held, source, labels)
 
 
 def validation_section(holdout: Holdout, validate_every: int | None) -> dict[str, object] | None:

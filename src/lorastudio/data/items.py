@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,9 +120,20 @@ class DatasetScan:
                 out.append(item)
         return out
 
+    def labels(self) -> tuple[str, ...]:
+        """The entries' labels when the scan joins several (reports then name an image
+        "label/file", item_name: two entries may hold files of the same name); else ()."""
+        return tuple(e.label for e in self.entries) if len(self.entries) > 1 else ()
+
     def captions(self) -> list[str]:
         """The unique final captions, sorted (what the conditioning phase encodes)."""
         return sorted({item.caption for item in self.items})
+
+
+def item_name(item: ImageItem, labels: Sequence[str] = ()) -> str:
+    """How reports name an image: its file name, prefixed "label/" by its entry's label when
+    `labels` (DatasetScan.labels) are given."""
+    return f"{labels[item.entry]}/{item.path.name}" if labels else item.path.name
 
 
 def batch_key_pixels(key: tuple[int, ...]) -> int:

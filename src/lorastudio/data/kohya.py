@@ -55,6 +55,15 @@ def parse_kohya_folder(name: str) -> KohyaFolder:
     return KohyaFolder(repeats, words)
 
 
+def is_kohya_folder(name: str) -> bool:
+    """Whether `name` reads as a kohya `N_words` folder (parse_kohya_folder would accept it)."""
+    try:
+        parse_kohya_folder(name)
+    except DatasetError:
+        return False
+    return True
+
+
 @dataclass
 class KohyaPlan:
     """What a kohya DIR flattens to: `images` (source path, dataset file name), the

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from lorastudio.data.images import (
     probe_image,
     to_rgb,
 )
-from lorastudio.data.items import DatasetScan, ImageItem, MaskRef
+from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
@@ -54,10 +55,27 @@ def mask_files(root: Path) -> dict[str, Path]:
     return {Path(name).stem: folder / name for name in entries if is_image_name(name)}
 
 
+def image_has_alpha(img: Image.Image) -> bool:
+    """Whether the opened (header-only) image has an alpha channel: what alpha_mask reads."""
+    return img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info)
+
+
 def has_alpha(item: ImageItem) -> bool:
     """Whether the image has an alpha channel (read from its header)."""
     with open_image(item.path, item.folder_id) as img:
-        return img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info)
+        return image_has_alpha(img)
+
+
+def file_has_alpha(path: Path) -> bool:
+    """Whether the image file `path` has an alpha channel (its header; a JPEG never has one);
+    False when it cannot be read (the listing names such files elsewhere)."""
+    if path.suffix.lower() in (".jpg", ".jpeg"):
+        return False
+    try:
+        with open_image(path) as img:
+            return image_has_alpha(img)
+    except DatasetError:
+        return False
 
 
 def attach_masks(
@@ -192,13 +210,22 @@ def mask_crop(item: ImageItem, crop_top_left: tuple[int, int], flip: bool, scale
     return np.asarray(small, dtype=np.float32).copy()  # [h, w]
 
 
-def mask_section(items: list[ImageItem], alpha_mask: bool) -> dict[str, object] | None:
+def _names(items: list[ImageItem], masked: bool, labels: Sequence[str]) -> list[str]:
+    """The sorted names (data.items.item_name) of the images with (masked) or without a mask,
+    each image of each entry once (an image at several resolutions has one copy per side)."""
+    return sorted({item_name(it, labels) for it in items if (it.mask is not None) == masked})
+
+
+def mask_section(
+    items: list[ImageItem], alpha_mask: bool, labels: Sequence[str] = ()
+) -> dict[str, object] | None:
     """The preflight report's mask section (None when no image is masked): where the masks come
-    from, how many images have one and the names of those without (they train unmasked)."""
-    masked = [it for it in items if it.mask is not None]
+    from, how many images have one and the names of those without (they train unmasked);
+    `labels`: DatasetScan.labels, naming each image's entry."""
+    masked = _names(items, True, labels)
     if not masked:
         return None
-    without = sorted(it.path.name for it in items if it.mask is None)
+    without = _names(items, False, labels)
     return {
         "source": "alpha channel" if alpha_mask else f"{MASKS_DIR}/ folder",
         "images_with_mask": len(masked),
@@ -206,11 +233,11 @@ def mask_section(items: list[ImageItem], alpha_mask: bool) -> dict[str, object] 
     }
 
 
-def mask_warning(items: list[ImageItem]) -> str | None:
+def mask_warning(items: list[ImageItem], labels: Sequence[str] = ()) -> str | None:
     """The preflight's warning naming the images that train unmasked in a masked dataset."""
     if not any(it.mask for it in items):
         return None
-    without = sorted(it.path.name for it in items if it.mask is None)
+    without = _names(items, False, labels)
     if not without:
         return None
     return f"{len(without)} image(s) have no mask and train unmasked: {', '.join(without)}"

@@ -49,10 +49,13 @@ class TooLargeToPreview(LorastudioError):
     """A PNG/WebP whose full decode exceeds the server's decode budget (no reduced decode)."""
 
 
-def cache_key(path: Path, size: int) -> str:
-    """Hex key of `path`'s thumbnail of longest side `size` (changes when the file does)."""
+def cache_key(path: Path, size: int, alpha: bool = False) -> str:
+    """Hex key of `path`'s thumbnail of longest side `size` (changes when the file does;
+    `alpha`: the thumbnail of its alpha channel)."""
     st = path.stat()
     ident = f"{path}\0{size}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+    if alpha:
+        ident += "\0alpha"
     return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -80,8 +83,11 @@ def _reduced(img: Image.Image, size: int) -> Image.Image:
     return out
 
 
-def render_thumbnail(path: Path, size: int, *, max_pixels: int, decode_pixels: int) -> bytes:
-    """Decode `path` at reduced size and return a JPEG of longest side `size` (EXIF-upright).
+def render_thumbnail(
+    path: Path, size: int, *, max_pixels: int, decode_pixels: int, alpha: bool = False
+) -> bytes:
+    """Decode `path` at reduced size and return a JPEG of longest side `size` (EXIF-upright);
+    with `alpha`, of its alpha channel as grey (opaque = white: the loss mask alpha_mask reads).
 
     Raises: TooLargeToPreview when the decode would exceed `decode_pixels`; DatasetError when
     the file is unusable (link, corrupt, over `max_pixels`).
@@ -104,7 +110,7 @@ def render_thumbnail(path: Path, size: int, *, max_pixels: int, decode_pixels: i
             small = _reduced(img, size)
         except DECODE_ERRORS as err:
             raise bad_image(path, f"corrupt ({err})") from None
-    small = to_rgb(small)
+    small = small.convert("RGBA").getchannel("A") if alpha else to_rgb(small)
     small.thumbnail((size, size), Image.Resampling.LANCZOS)
     fix = ORIENTATION_FIX.get(orientation)
     if fix is not None:
@@ -122,21 +128,25 @@ def thumbnail_jpeg(
     max_pixels: int,
     decode_pixels: int,
     wait_s: float | None = None,
+    alpha: bool = False,
 ) -> bytes:
     """The JPEG thumbnail of `path` (longest side `size`), from the cache or rendered on a decode
     thread and cached. Concurrent requests for one image queue and then find it cached.
+    `alpha`: the thumbnail of its alpha channel (render_thumbnail).
 
     Raises: DecodeBusy (no decode thread within `wait_s`, default THUMB_WAIT_S), TooLargeToPreview,
     DatasetError.
     """
-    key = cache_key(path, size)
+    key = cache_key(path, size, alpha)
     cached = cache_dir / key[:2] / f"{key}.jpg"
 
     def render() -> bytes:
         try:
             return cached.read_bytes()  # made while this request waited
         except FileNotFoundError:
-            data = render_thumbnail(path, size, max_pixels=max_pixels, decode_pixels=decode_pixels)
+            data = render_thumbnail(
+                path, size, max_pixels=max_pixels, decode_pixels=decode_pixels, alpha=alpha
+            )
         _store(cached, data)
         return data
 

@@ -111,6 +111,9 @@ class UploadBatch:
         self.strict = strict
         self.staging = datasets_root / STAGING_DIR / uuid.uuid4().hex
         self._names: dict[str, str] = {}  # file name -> kind
+        self._by_name: dict[
+            str, str
+        ] = {}  # stem -> an image refused by its name (.bmp): its caption goes too
         self.refused: list[tuple[str, str]] = []  # (file name, reason)
 
     def __enter__(self) -> UploadBatch:
@@ -161,6 +164,12 @@ class UploadBatch:
                 name, kind = control_key(slot, name), "control"
         except (DatasetError, ConfigError, PathOutsideRoot) as err:
             self._refuse(f"{slot}/{name}" if slot else name, err)
+            if (
+                slot is None
+                and isinstance(err, DatasetError)
+                and name.lower().endswith(REFUSED_IMAGE_EXTENSIONS)
+            ):
+                self._by_name[Path(name).stem] = name
             return
         if name in self._names:
             self._refuse(name, "sent twice in one upload")
@@ -228,7 +237,7 @@ class UploadBatch:
             except DatasetError as err:
                 self._refuse(name, err)
                 bad.add(name)
-        refused_images = {Path(n).stem: n for n in bad if self._names[n] == "image"}
+        refused_images = self._by_name | {Path(n).stem: n for n in bad if self._names[n] == "image"}
         existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
         good_stems = {Path(n).stem for n, k in self._names.items() if k == "image" and n not in bad}
         for name in sorted(n for n, k in self._names.items() if k == "caption"):

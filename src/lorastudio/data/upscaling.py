@@ -7,28 +7,33 @@ replace them or set `no_upscale` (data.buckets.choose_bucket).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from lorastudio.data.buckets import upscale_factor
-from lorastudio.data.items import ImageItem
+from lorastudio.data.items import ImageItem, item_name
 
 UPSCALE_WARN_FACTOR = 2.0  # warn above this enlargement
 NAMED_FILES = 10  # files named in the warning; the rest are counted
 
 
-def upscaled_images(items: list[ImageItem], over: float = UPSCALE_WARN_FACTOR) -> list[tuple[str, float]]:
-    """(file name, factor) of every image enlarged by more than `over` to cover its bucket (at
-    its largest enlargement when it trains at several resolutions), largest factor first (ties
-    by name)."""
+def upscaled_images(
+    items: list[ImageItem], over: float = UPSCALE_WARN_FACTOR, labels: Sequence[str] = ()
+) -> list[tuple[str, float]]:
+    """(name, factor) of every image enlarged by more than `over` to cover its bucket (at its
+    largest enlargement when it trains at several resolutions), largest factor first (ties by
+    name); each image of each entry once, named by data.items.item_name with `labels`."""
     largest: dict[str, float] = {}  # an image at several resolutions: its largest enlargement
     for i in items:
         factor = upscale_factor(i.width, i.height, i.bucket)
-        largest[i.path.name] = max(factor, largest.get(i.path.name, 0.0))
+        name = item_name(i, labels)
+        largest[name] = max(factor, largest.get(name, 0.0))
     return sorted(((n, f) for n, f in largest.items() if f > over), key=lambda nf: (-nf[1], nf[0]))
 
 
-def upscale_warning(items: list[ImageItem], no_upscale: bool) -> str | None:
+def upscale_warning(items: list[ImageItem], no_upscale: bool, labels: Sequence[str] = ()) -> str | None:
     """The preflight line naming the images enlarged by more than 2x (the first NAMED_FILES
-    and a count of the others), or None when there are none."""
-    found = upscaled_images(items)
+    and a count of the others; names as upscaled_images), or None when there are none."""
+    found = upscaled_images(items, labels=labels)
     if not found:
         return None
     named = ", ".join(f"{name} ({factor:.1f}x)" for name, factor in found[:NAMED_FILES])

@@ -11,7 +11,9 @@ it are refused meanwhile), and a run on a dataset being captioned is refused
 (jobs/dataset_locks.py); a job claims its dataset for writing (jobs/dataset_claims.py), so a
 CLI run or caption on the same home is refused meanwhile, and it is refused while one runs. A cancel is honoured between images; a worker that does not stop
 within STOP_GRACE_S is killed, and its staged (hidden) caption file is removed: every caption
-file is old or new, never half-written. The API creates the service on first use (from a request
+file is old or new, never half-written. A worker that stays silent past its allowance (the model
+load, then each image: jobs/worker_allowance.py CaptionAllowance) is stopped as hung, SIGTERM
+then SIGKILL, and the job fails naming what timed out, so it frees its claim and the GPU. The API creates the service on first use (from a request
 thread, so the caption worker inherits the server's lowered priority: training goes first).
 """
 
@@ -40,6 +42,7 @@ from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.dataset_locks import overlaps
 from lorastudio.jobs.generation_process import Spawner, death_reason
 from lorastudio.jobs.gpu import GpuArbiter
+from lorastudio.jobs.worker_allowance import SCALE_SETTING, CaptionAllowance, seconds_words
 from lorastudio.settings import Settings
 
 PREVIEW = 5  # captions kept in a job's snapshot (the first ones)
@@ -107,7 +110,9 @@ class CaptionJob:
 
 class CaptionJobs:
     """The server's caption jobs. Thread-safe. `datasets_in_use()`: folders of live training
-    jobs; `target` (tests) and `host_device` (tests: "cuda" on a CPU host) are injectable."""
+    jobs; `target` (tests), `host_device` (tests: "cuda" on a CPU host) and `allowance` (how
+    long the worker may stay silent; default CaptionAllowance scaled by
+    settings.worker_timeout_scale) are injectable."""
 
     def __init__(
         self,
@@ -116,8 +121,10 @@ class CaptionJobs:
         datasets_in_use: Callable[[], set[Path]] = set,
         target: CaptionTarget = caption_worker_main,
         host_device: Callable[[], str] = _host_device,
+        allowance: CaptionAllowance | None = None,
     ):
         self.settings = settings
+        self.allowance = allowance or CaptionAllowance().scaled(settings.worker_timeout_scale)
         self.arbiter = arbiter
         self._in_use = datasets_in_use
         self._target = target
@@ -229,8 +236,11 @@ class CaptionJobs:
 
     def _pump(self, job: CaptionJob, process: Any, events: Any) -> tuple[str, str | None]:
         """Fold the worker's events into `job` until its summary or error; kill it when a cancel
-        outlives STOP_GRACE_S or it dies. Returns (final status, error)."""
+        outlives STOP_GRACE_S, stop it when it stays silent past its allowance (the model load,
+        then each image), notice when it dies. Returns (final status, error)."""
         deadline: float | None = None
+        allowed, waiting_for = self.allowance.load_s, "load the captioning model"
+        quiet_until = time.monotonic() + allowed
         while True:
             try:
                 event = events.get(timeout=POLL_S)
@@ -243,10 +253,27 @@ class CaptionJobs:
                 if not process.is_alive():
                     process.join(1)
                     return "failed", death_reason(process.exitcode).replace("generation", "caption")
+                if deadline is None and time.monotonic() > quiet_until:
+                    return "failed", self._stop_hung(process, waiting_for, allowed)
                 continue
             done = self._fold(job, event)
             if done is not None:
                 return done
+            allowed, waiting_for = self.allowance.image_s, "caption an image"
+            quiet_until = time.monotonic() + allowed
+
+    def _stop_hung(self, process: Any, what: str, allowed: float) -> str:
+        """Stop a silent worker, SIGTERM then SIGKILL after the kill grace; the job's error."""
+        how = "SIGTERM"
+        process.terminate()
+        process.join(self.allowance.kill_grace_s)
+        if process.exitcode is None:
+            how = f"SIGKILL: SIGTERM was ignored for {self.allowance.kill_grace_s:g} s"
+            process.kill()
+        return (
+            f"the caption worker did not {what} within {seconds_words(allowed)} and was stopped as hung"
+            f" ({how}); the captions written so far are kept (on a slow machine raise {SCALE_SETTING})"
+        )
 
     def _fold(self, job: CaptionJob, event: dict[str, Any]) -> tuple[str, str | None] | None:
         kind = event.get("type")

@@ -4,8 +4,9 @@ The CLI trains in its own process, without the job service; this records the sam
 (marked source "cli"): its resolved config, status, metric points, plan, outputs and error, so
 the run is listed under Runs (API, UI, `runs list`) next to the server's runs. The events are
 folded exactly as the job service folds them (jobs/ingest.py). A server never runs next to a
-CLI run on one home (jobs/homelock.py); a CLI run killed outright stays "running" until the next
-server start marks it interrupted, as for a server's own runs.
+CLI run on one home (jobs/homelock.py). The record names this process (pid and start token,
+lorastudio.processes): a CLI run killed outright, which cannot record its end, is marked
+interrupted by the next reader of the runs (API, UI, `runs list|show`: RunStore.settle_dead_owners).
 
 Recording is a copy, never a reason to stop training: a store that cannot be written (a full
 disk, a locked database) is reported once on stderr and recording ends; the run goes on. No
@@ -14,6 +15,7 @@ torch, no HTTP.
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from lorastudio.jobs.ingest import fold_event
 from lorastudio.jobs.persist import STORE_ERRORS
 from lorastudio.jobs.records import Job, JobStatus, now_iso, sanitize
 from lorastudio.jobs.store import RunStore
+from lorastudio.processes import start_token
 from lorastudio.settings import Settings, get_settings
 from lorastudio.training.events import Event
 
@@ -73,6 +76,7 @@ class CliRunRecord:
                     job.created_at,
                     source="cli",
                     status=JobStatus.PREPARING,
+                    owner=(os.getpid(), start_token(os.getpid())),
                 ),
                 self.store.update_run(job.id, started_at=job.started_at),
             )
@@ -103,6 +107,8 @@ class CliRunRecord:
             self._write(lambda: self.store.add_metric(job.id, folded.point))
         elif data["type"] == "progress":
             self._write(lambda: self.store.update_run(job.id, steps_run=job.steps_run))
+        if folded.validation is not None:
+            self._write(lambda: self.store.add_validation(job.id, folded.validation))
         if folded.final is not None:
             self._finish(*folded.final)
 

@@ -6,7 +6,9 @@ loaded between requests and reloads it when the base model changes. The worker i
 workload of the GPU arbiter: generation is refused (JobActive) while training runs, and
 starting training stops the worker, which frees its memory. A worker that dies during a request
 (killed by the out-of-memory killer, kill -9, a crash) or runs out of memory is reported as
-GenerationWorkerLost (HTTP 503) and the next request starts a fresh one; the server goes on.
+GenerationWorkerLost (HTTP 503), one that hangs past the allowance of what was asked
+(jobs/worker_allowance.py) is stopped and reported as GenerationTimedOut (504); the next
+request starts a fresh one; the server goes on.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
 the revision, the size against the budget below, the LoRA files (their headers are read with a
@@ -41,6 +43,7 @@ from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarg
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.references import reference_path, reference_problems
+from lorastudio.jobs.worker_allowance import GenerationAllowance
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.settings import Settings
@@ -162,17 +165,21 @@ def budget_problems(width: int, height: int, steps: int, multiple: int = 1) -> l
 class GenerationService:
     """Checks requests and runs them in the one generation worker; thread-safe.
 
-    `worker_target` is the worker's entry point (tests wrap it to inject faults)."""
+    `worker_target` is the worker's entry point (tests wrap it to inject faults); `allowance`
+    how long the worker may take before it counts as hung (default: jobs/worker_allowance.py
+    scaled by settings.worker_timeout_scale)."""
 
     def __init__(
         self,
         settings: Settings,
         arbiter: GpuArbiter,
         worker_target: GenerationTarget = generation_worker_main,
+        allowance: GenerationAllowance | None = None,
     ):
         self.settings = settings
         self.arbiter = arbiter
         self._target = worker_target
+        self._allowance = allowance or GenerationAllowance().scaled(settings.worker_timeout_scale)
         self._lock = threading.Lock()
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
@@ -259,8 +266,9 @@ class GenerationService:
     def generate(self, req: GenerationRequest) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
         Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises what `check` raises,
-        JobActive (training holds the GPU), GenerationFailed / GenerationWorkerLost (the worker
-        failed / died: the next request starts a fresh worker)."""
+        JobActive (training holds the GPU), GenerationFailed / GenerationWorkerLost /
+        GenerationTimedOut (the worker failed / died / hung: the next request starts a fresh
+        worker)."""
         base, loras = self.check(req)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
@@ -302,7 +310,7 @@ class GenerationService:
         """Run `job` in the worker (started if there is none); forget a worker that died."""
         if self._process is None or self._process.spent:
             self._key = None
-            process = GenerationProcess(self._spawner, self._target, self.settings)
+            process = GenerationProcess(self._spawner, self._target, self.settings, self._allowance)
             self._process = process
             process.start()
         self._key = None  # unknown while the job runs (and after it failed)

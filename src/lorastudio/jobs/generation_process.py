@@ -5,7 +5,9 @@ child arms PR_SET_PDEATHSIG (jobs/worker.bind_to_parent), which fires when the *
 started it exits, so it must not be started from a request thread (those come and go). A worker
 that dies during a job (kill -9, the kernel's out-of-memory killer, a segfault) or that reports
 running out of memory is reported as GenerationWorkerLost; the handle is then spent and the
-service starts a fresh one for the next job.
+service starts a fresh one for the next job. A worker that stays alive but does not answer within
+the allowance of what was asked (jobs/worker_allowance.py: starting, loading, generating) is
+stopped as hung, SIGTERM then SIGKILL, and reported as GenerationTimedOut.
 """
 
 from __future__ import annotations
@@ -22,14 +24,22 @@ from concurrent.futures import Future
 from typing import Any
 
 from lorastudio import errors
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem, GenerationFailed, GenerationWorkerLost
+from lorastudio.errors import (
+    ConfigError,
+    DatasetError,
+    FieldProblem,
+    GenerationFailed,
+    GenerationTimedOut,
+    GenerationWorkerLost,
+)
 from lorastudio.jobs.generation_worker import GenerationJob, GenerationWorkerArgs, generation_worker_main
+from lorastudio.jobs.worker_allowance import GenerationAllowance, timed_out_message, work_words
 from lorastudio.settings import Settings
 
 GenerationTarget = Callable[[GenerationWorkerArgs, Any], None]
 POLL_S = 0.1  # how often a waiting request checks that the worker is alive
-READY_TIMEOUT_S = 120.0  # a spawned child says "ready" before importing anything heavy
 STOP_GRACE_S = 5.0  # after asking the worker to exit, before it is killed
+UNKNOWN_STEPS = 50  # steps allowed for a job that leaves them to the family's default (fewer)
 
 
 class Spawner:
@@ -96,7 +106,14 @@ class GenerationProcess:
         spawner: Spawner,
         target: GenerationTarget = generation_worker_main,
         settings: Settings | None = None,
+        allowance: GenerationAllowance | None = None,
     ):
+        """`allowance`: how long each phase may take before the worker counts as hung (default:
+        GenerationAllowance() scaled by settings.worker_timeout_scale)."""
+        if allowance is None:
+            scale = settings.worker_timeout_scale if settings is not None else 1.0
+            allowance = GenerationAllowance().scaled(scale)
+        self.allowance = allowance
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe(duplex=True)
         self._child_conn = child_conn
@@ -117,11 +134,12 @@ class GenerationProcess:
 
     def start(self) -> int:
         """Spawn the child (from the spawner thread) and wait for its "ready"; returns its pid.
-        Raises GenerationWorkerLost when it dies or stays silent before that."""
+        Raises GenerationWorkerLost when it dies before that, GenerationTimedOut when it stays
+        silent past the allowance (it is then stopped)."""
         self._spawner.run(self.process.start)
         self._pid = self.process.pid
         self._child_conn.close()  # the child holds its own copy: EOF here once it dies
-        reply = self._receive(time.monotonic() + READY_TIMEOUT_S)
+        reply = self._receive(self.allowance.ready_s, "say it is ready")
         if not (isinstance(reply, tuple) and reply[:1] == ("ready",)):
             self.stop()
             raise GenerationWorkerLost(f"the generation worker sent {reply!r} instead of ready")
@@ -129,13 +147,18 @@ class GenerationProcess:
 
     def call(self, job: GenerationJob) -> dict[str, Any]:
         """Run `job` in the worker; returns its "ok" fields (width, height, seconds, loaded).
-        Raises the domain error it reported, GenerationFailed (an unexpected pipeline error) or
-        GenerationWorkerLost (it died or ran out of memory: this handle is then spent)."""
+        Raises the domain error it reported, GenerationFailed (an unexpected pipeline error),
+        GenerationWorkerLost (it died or ran out of memory) or GenerationTimedOut (it did not load
+        or generate within the allowance and was stopped); after the last two this handle is spent."""
         try:
             self._conn.send(job)
         except (OSError, ValueError) as err:  # the pipe is broken: the child is gone
             self._lost(f"{death_reason(self._reap())}: {err}")
-        reply = self._receive(None)
+        reply = self._receive(self.allowance.load_s, "load the model")
+        if isinstance(reply, tuple) and reply[:1] == ("loaded",):  # the pipeline is ready: the work's clock
+            steps = job.steps or UNKNOWN_STEPS
+            allowed = self.allowance.work_s(steps, job.width, job.height)
+            reply = self._receive(allowed, f"finish {work_words(steps, job.width, job.height)}")
         status = reply[0] if isinstance(reply, tuple) and reply else None
         if status == "ok":
             return dict(reply[1])
@@ -151,8 +174,11 @@ class GenerationProcess:
         self.stop()
         raise GenerationFailed(f"the generation worker sent an unexpected reply {reply!r}")
 
-    def _receive(self, deadline: float | None) -> Any:
-        """The next message from the child, checking every POLL_S that it is alive."""
+    def _receive(self, allowed_s: float, what: str) -> Any:
+        """The next message from the child, checking every POLL_S that it is alive. Raises
+        GenerationWorkerLost when it died, GenerationTimedOut (after stopping it) when it did
+        not answer within `allowed_s` (`what` it was to do, for the message)."""
+        deadline = time.monotonic() + allowed_s
         while True:
             try:
                 if self._conn.poll(POLL_S):
@@ -163,9 +189,9 @@ class GenerationProcess:
                 if self._conn.poll(0):  # it may have answered just before it exited
                     continue
                 self._lost(death_reason(self._reap()))
-            if deadline is not None and time.monotonic() > deadline:
-                self.stop()
-                raise GenerationWorkerLost("the generation worker did not start in time")
+            if time.monotonic() > deadline:
+                how = self._stop_hung()
+                raise GenerationTimedOut(timed_out_message(what, allowed_s, how))
 
     def _reap(self, timeout: float = 2.0) -> int | None:
         self.process.join(timeout)
@@ -180,6 +206,23 @@ class GenerationProcess:
         if self._pid is not None:
             with contextlib.suppress(ProcessLookupError):  # already gone
                 os.kill(self._pid, signal.SIGKILL)
+
+    def _stop_hung(self) -> str:
+        """Stop a worker that does not answer: SIGTERM, then SIGKILL after the kill grace (a
+        hung worker cannot read an exit request). Returns how it ended, for the message."""
+        self.spent = True
+        how = "SIGTERM"
+        if self.process.exitcode is None:
+            self.process.terminate()
+            self.process.join(self.allowance.kill_grace_s)
+            if self.process.exitcode is None:
+                how = f"SIGKILL: SIGTERM was ignored for {self.allowance.kill_grace_s:g} s"
+                self.process.kill()
+                self.process.join(5)
+        self._conn.close()
+        if self.process.exitcode is not None:
+            self.process.close()
+        return how
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """Ask the worker to exit, then kill it if it has not after `grace` s. Idempotent."""

@@ -11,12 +11,15 @@ Protocol over one duplex multiprocessing Connection (plain picklable values):
   child -> parent   ("ready", pid)                              once, before anything heavy
   parent -> child   GenerationJob                               one image (reply below)
                     None                                        exit
-  child -> parent   ("ok", {"width", "height", "seconds", "loaded"})
+  child -> parent   ("loaded", bool)                            the job's pipeline is ready (True:
+                                                                loaded now; False: resident), then
+                    ("ok", {"width", "height", "seconds", "loaded"})
                     ("error", class name, message, [(field, message), ...])   a domain error
                     ("failed", message)                         an unexpected pipeline error
                     ("oom", message)                            out of memory: the child exits
                                                                 after sending it
-The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
+The parent times each phase (jobs/worker_allowance.py): the load until "loaded", the work
+from there. The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
 next job names another one. The PNG is written to `job.out_path` (a hidden staging name the
 server chose in the gallery); the server renames it into place.
 """
@@ -28,6 +31,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,9 +129,12 @@ def png_text(meta: dict[str, Any]) -> Any:
     return info
 
 
-def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
+def run_job(
+    resident: Resident, job: GenerationJob, report: Callable[[Any], None] = lambda message: None
+) -> tuple[Any, bool]:
     """Generate one image for `job`; returns (reply, fatal): fatal = the child must exit (it ran
-    out of memory, its state is not to be trusted)."""
+    out of memory, its state is not to be trusted). `report` gets ("loaded", bool) once the
+    job's pipeline is ready."""
     oom: str | None = None
     try:
         from lorastudio import generate as gen
@@ -148,6 +155,7 @@ def run_job(resident: Resident, job: GenerationJob) -> tuple[Any, bool]:
                 v_prediction=job.v_prediction,
             )
             resident.key = job.key
+        report(("loaded", loaded))
         gen.apply_loras(resident.pipe, list(job.loras))
         image = gen.generate_image(
             resident.pipe,
@@ -197,7 +205,7 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
             break
         if args.settings is not None:
             give_hub_token(args.settings, job.source)
-        reply, fatal = run_job(resident, job)
+        reply, fatal = run_job(resident, job, conn.send)
         conn.send(reply)
         if fatal:
             code = OOM_EXIT_CODE

@@ -128,9 +128,14 @@ def preflight_report(
             "buckets_by_resolution": buckets_by_resolution(scan.items),
             "fingerprint": scan.fingerprint,
             "warnings": [
-                w for w in [upscale_warning(scan.items, cfg.no_upscale), mask_warning(scan.items)] if w
+                w
+                for w in [
+                    upscale_warning(scan.items, cfg.no_upscale, scan.labels()),
+                    mask_warning(scan.items, scan.labels()),
+                ]
+                if w
             ],
-            "masks": mask_section(scan.items, cfg.alpha_mask),
+            "masks": mask_section(scan.items, cfg.alpha_mask, scan.labels()),
             "controls": controls_section(scan, cfg.control_resolution, cfg.family),
             "mode": training_mode(cfg.family, scan),
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,

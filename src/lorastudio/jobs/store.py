@@ -1,7 +1,10 @@
 """The run store: every training run, its config, metric points, outputs and error, in SQLite.
 
 It survives a server restart. `RunStore.open` marks every run that was live when the previous
-server died as interrupted. Every write is one transaction; a write on a full disk raises
+server died as interrupted. A `lorastudio train` run records its process (pid and start token,
+lorastudio.processes); every read of the run list or a run first marks such a run interrupted
+when its process is gone (killed outright, no end recorded), so a reader never shows a dead CLI
+run as running, with or without a server. Every write is one transaction; a write on a full disk raises
 NoSpaceLeft and leaves the store as it was. Thread-safe (one connection behind a
 lock), so the job service's pump thread and the API threads can share one store.
 """
@@ -18,6 +21,7 @@ from typing import Any
 
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
+from lorastudio.processes import process_gone
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -34,7 +38,9 @@ CREATE TABLE IF NOT EXISTS runs (
     last_loss REAL,
     error TEXT,
     plan_json TEXT,
-    source TEXT
+    source TEXT,
+    owner_pid INTEGER,
+    owner_start TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -78,7 +84,16 @@ _RUN_COLUMNS = (
 )
 _UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "output_name", "family", "created_at", "source"}
 # Columns added after the first release: (name, SQL type), added to an older store on open.
-_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (("plan_json", "TEXT"), ("source", "TEXT"))
+_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("plan_json", "TEXT"),
+    ("source", "TEXT"),
+    ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run
+    ("owner_start", "TEXT"),  # its processes.start_token (a reused pid is another process)
+)
+DEAD_OWNER_ERROR = (
+    "the `lorastudio train` process (pid {pid}) ended without recording the end of this run"
+    " (killed?); its newest checkpoint, if it saved one, can be resumed"
+)
 # Who started a run: the job service (API, UI) or a `lorastudio train` command.
 SOURCES: frozenset[str] = frozenset({"service", "cli"})
 
@@ -146,6 +161,39 @@ class RunStore:
             )
             return cur.rowcount
 
+    def settle_dead_owners(self) -> dict[str, dict[str, Any]]:
+        """Mark every live run whose recorded process is gone (a CLI run killed outright, which
+        could not record its end) as interrupted; returns {run id: the fields set}. Where the
+        store cannot be written (read-only, full disk) nothing is stored and the fields are
+        still returned, so a reader reports the run interrupted all the same."""
+        live = [s.value for s in LIVE_STATUSES]
+        marks = ",".join("?" * len(live))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT id, owner_pid, owner_start FROM runs WHERE owner_pid IS NOT NULL AND status IN ({marks})",
+                live,
+            ).fetchall()
+        dead = {
+            r["id"]: {
+                "status": JobStatus.INTERRUPTED.value,
+                "finished_at": now_iso(),
+                "error": DEAD_OWNER_ERROR.format(pid=r["owner_pid"]),
+            }
+            for r in rows
+            if process_gone(r["owner_pid"], r["owner_start"])
+        }
+        if not dead:
+            return dead
+        # a store this reader cannot write: the readers report the runs from `dead` (_settled)
+        with suppress(sqlite3.Error, NoSpaceLeft), self._tx() as cur:
+            for run_id, fields in dead.items():
+                cur.execute(
+                    f"UPDATE runs SET status=?, finished_at=?, error=COALESCE(error, ?) WHERE id=?"
+                    f" AND status IN ({marks})",
+                    [fields["status"], fields["finished_at"], fields["error"], run_id, *live],
+                )
+        return dead
+
     def create_run(
         self,
         run_id: str,
@@ -156,15 +204,19 @@ class RunStore:
         *,
         source: str = "service",
         status: JobStatus = JobStatus.QUEUED,
+        owner: tuple[int, str | None] | None = None,
     ) -> None:
         """Record a new run (queued unless `status` says otherwise) with its resolved config;
-        `source` (SOURCES) says who started it. Raises ValueError for an unknown source."""
+        `source` (SOURCES) says who started it; `owner`: (pid, processes.start_token) of the
+        process that trains it (a CLI run), whose death readers detect. Raises ValueError for an
+        unknown source."""
         if source not in SOURCES:
             raise ValueError(f"unknown run source {source!r}")
+        pid, start = owner if owner is not None else (None, None)
         with self._tx() as cur:
             cur.execute(
                 "INSERT INTO runs (id, output_name, family, status, created_at, config_json, total_steps,"
-                " source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " source, owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     output_name,
@@ -174,6 +226,8 @@ class RunStore:
                     json.dumps(config),
                     config.get("steps"),
                     source,
+                    pid,
+                    start,
                 ),
             )
 
@@ -246,17 +300,21 @@ class RunStore:
 
     # -- reads -----------------------------------------------------------------------------------
     def list_runs(self, limit: int = 200) -> list[dict[str, Any]]:
-        """The newest runs first, without configs or metrics."""
+        """The newest runs first, without configs or metrics (a CLI run whose process is gone
+        is marked interrupted first: settle_dead_owners)."""
+        dead = self.settle_dead_owners()
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?",
                 (limit,),
             ).fetchall()
-        return [_with_source(dict(r)) for r in rows]
+        return [_with_source(_settled(dict(r), dead)) for r in rows]
 
     def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
         """One run with config, plan (None until the run reported one), metric points (decimated
-        to at most `max_points`), validation rounds ({step, loss}) and outputs. Raises NotFound."""
+        to at most `max_points`), validation rounds ({step, loss}) and outputs (a CLI run whose
+        process is gone is marked interrupted first: settle_dead_owners). Raises NotFound."""
+        dead = self.settle_dead_owners()
         with self._lock:
             row = self._conn.execute(
                 f"SELECT {', '.join(_RUN_COLUMNS)}, config_json, plan_json FROM runs WHERE id=?", (run_id,)
@@ -272,7 +330,7 @@ class RunStore:
             outputs = self._conn.execute(
                 "SELECT kind, path FROM outputs WHERE run_id=? ORDER BY kind, path", (run_id,)
             ).fetchall()
-        run = _with_source(dict(row))
+        run = _with_source(_settled(dict(row), dead))
         run["config"] = json.loads(run.pop("config_json"))
         plan = run.pop("plan_json")
         run["plan"] = json.loads(plan) if plan else None
@@ -293,6 +351,14 @@ class RunStore:
         with self._lock:
             rows = self._conn.execute("SELECT id FROM runs WHERE output_name=?", (output_name,)).fetchall()
         return [r["id"] for r in rows]
+
+
+def _settled(run: dict[str, Any], dead: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`run` as settle_dead_owners left it, where the store could not be written."""
+    fields = dead.get(run["id"])
+    if fields is None or run["status"] not in {s.value for s in LIVE_STATUSES}:
+        return run
+    return {**run, **fields, "error": run["error"] or fields["error"]}
 
 
 def _with_source(run: dict[str, Any]) -> dict[str, Any]:

@@ -109,7 +109,9 @@ def prepare_latents(
     emit(ModelLoadCompleted(component="vae", seconds=time.perf_counter() - t0))
     if run.validation:  # the held-out images: encoded once, drawing from no run stream
         area = rule_area(cfg.control_resolution)  # the int control_resolution's, else None
-        state.held_out = encode_held_out(family, vae, run.validation, cfg.seed, run.device, area)
+        state.held_out = encode_held_out(
+            family, vae, run.validation, cfg.seed, run.device, area, labels=run.validation_labels
+        )
         state.validation = ValidationRounds(cfg.validate_every, run.run_dir)
     mode = run_latent_mode(run)
     if mode == "per_step":

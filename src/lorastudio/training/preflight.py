@@ -44,6 +44,9 @@ class PreparedRun:
     device: torch.device
     dtype: torch.dtype
     validation: tuple[ImageItem, ...] = ()  # held out of training (data/holdout.py): the validation images
+    validation_labels: tuple[
+        str, ...
+    ] = ()  # Holdout.labels: the entries that name them (data.items.item_name)
 
 
 def resolve_model_source(
@@ -119,7 +122,10 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     scan = holdout.train
     from lorastudio.data.upscaling import upscale_warning
 
-    for warning in (upscale_warning(scan.items, resolved.no_upscale), mask_warning(scan.items)):
+    for warning in (
+        upscale_warning(scan.items, resolved.no_upscale, scan.labels()),
+        mask_warning(scan.items, scan.labels()),
+    ):
         if warning:
             log.warning("%s", warning)  # the job service's preflight report lists it too
     from lorastudio.basemodels import resolve_base
@@ -154,4 +160,4 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
-    return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation)
+    return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels)

@@ -47,6 +47,29 @@ def prepare_session(
     if checkpoint is None:
         run = preflight(cfg, settings, device)
         return run, run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
+    problems = resume_problems(cfg, checkpoint)
+    if problems:
+        raise ConfigError(problems)
+    run_dir = run_dir_of(checkpoint)
+    info = read_checkpoint_info(checkpoint)
+    old_total = int(info["total_steps"])
+    extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/extend.py)
+    # The folder exists (it is the one continued): everything else is checked as for a new run.
+    run = preflight(cfg.model_copy(update={"output_name": None}), settings, device)
+    run = dataclasses.replace(
+        run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
+    )
+    identity = run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
+    before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
+    check_identity(info["identity"], run_identity(before, run.scan.fingerprint, run.family.spec.lora_targets))
+    return run, identity
+
+
+def resume_problems(cfg: TrainConfig, checkpoint: Path) -> list[FieldProblem]:
+    """What refuses resuming `checkpoint` with `cfg` before anything is loaded or scanned: an
+    output_name other than the checkpoint's folder, a finished run resumed without a larger
+    total, a checkpoint with no step left. Reads only the checkpoint's info (cheap: the CLI asks
+    before it records the run). Returns the problems ([] when none)."""
     run_dir = run_dir_of(checkpoint)
     info = read_checkpoint_info(checkpoint)
     old_total = int(info["total_steps"])
@@ -70,17 +93,7 @@ def prepare_session(
                 "(set steps above it to train longer)",
             )
         )
-    if problems:
-        raise ConfigError(problems)
-    # The folder exists (it is the one continued): everything else is checked as for a new run.
-    run = preflight(cfg.model_copy(update={"output_name": None}), settings, device)
-    run = dataclasses.replace(
-        run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
-    )
-    identity = run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
-    before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
-    check_identity(info["identity"], run_identity(before, run.scan.fingerprint, run.family.spec.lora_targets))
-    return run, identity
+    return problems
 
 
 def claim_run_dir(run_dir: Path) -> None:

@@ -77,10 +77,13 @@ def encode_held_out(
     seed: int,
     device: torch.device,
     area: int | None = None,
+    labels: Sequence[str] = (),
 ) -> list[HeldOut]:
     """Encode the held-out `items` (see the module docstring; `area`: the int
-    control_resolution's, training.latents.encode_controls). Draws from no run stream."""
+    control_resolution's, training.latents.encode_controls; `labels`: the entries naming them,
+    data.items.item_name). Draws from no run stream."""
     from lorastudio.data import load_crop
+    from lorastudio.data.items import item_name
     from lorastudio.training.conditioning import item_key
     from lorastudio.training.latents import crop_masks, encode_controls
 
@@ -98,7 +101,7 @@ def encode_held_out(
         masks = crop_masks(item, [crop], [False], family.spec.vae_scale_factor)  # [1, h, w] | None
         encoded.append(
             HeldOut(
-                name=item.path.name,
+                name=item_name(item, labels),
                 caption=item_key(
                     family, item
                 ),  # the conditioning key (caption + controls where the prompt sees them)
@@ -232,10 +235,11 @@ class ValidationRounds:
         return self.series[-1] if self.series else None
 
     def record_of(self, images: Sequence[str]) -> dict[str, Any]:
-        """The run's validation record (training/validation_file.py) for held-out `images`."""
+        """The run's validation record (training/validation_file.py) for held-out `images`
+        (each name once: an image held at several resolutions is one image)."""
         from lorastudio.training.validation_file import validation_record
 
-        return validation_record(images, LEVELS, self.series)
+        return validation_record(list(dict.fromkeys(images)), LEVELS, self.series)
 
 
 def validation_round(
@@ -263,7 +267,7 @@ def validation_round(
         Validated(
             step=step,
             loss=loss,
-            images=len(state.held_out),
+            images=len({h.name for h in state.held_out}),  # an image at several sides once
             best_step=int(best["step"]),
             best_loss=float(best["loss"]),
         )

@@ -1,9 +1,10 @@
 """A run's validation record on disk: <run_dir>/validation.json (no torch: the API reads it).
 
-{"format", "images": held-out file names, "levels": the fixed noise levels, "series": [{step,
-loss}], "best": {step, loss}, "last": {step, loss}}, rewritten (staged, then renamed) after every
-validation round. `mark_loras` marks the run's LoRAs with it: each LoRA of a validated step gets
-its validation loss, and `best` / `last` flag the LoRAs of the best and of the last round.
+{"format", "images": held-out file names (each once; "entry label/file" with several entries),
+"levels": the fixed noise levels, "series": [{step, loss}], "best": {step, loss}, "last": {step,
+loss}}, rewritten (staged, then renamed) after every validation round. `mark_loras` marks the
+run's LoRAs with it: each LoRA of a validated step gets its validation loss, and `best` / `last`
+flag the LoRAs of the best and of the last round.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ from lorastudio.config_resolve import resolve_train_config
 from lorastudio.data.entries import epoch_bucket_counts, resolve_entries, run_sampler
 from lorastudio.data.holdout import split_validation
 from lorastudio.data.items import ImageItem
+from lorastudio.data.masks import mask_section, mask_warning
 from lorastudio.data.run_scan import scan_for_run
+from lorastudio.data.upscaling import upscale_warning
 from lorastudio.errors import ConfigError
 from lorastudio.settings import Settings
 
@@ -71,6 +73,55 @@ def test_the_hold_out_draws_per_entry_and_keeps_an_image_s_copies_together(tmp_p
     assert len(holdout.train.items) == 12 and len(holdout.names()) == 2
     again = split_validation(scan, 0.25, cfg.seed, resolve_folder=Path, scan_folder=lambda f: scan)
     assert again.validation == holdout.validation  # a function of the seed
+
+
+def test_held_out_images_of_entries_with_the_same_file_names_are_each_counted_and_named(
+    tmp_path: Path,
+) -> None:
+    a, b = _folder(tmp_path / "a" / "x", 4), _folder(tmp_path / "b" / "x", 4)  # same file names x0..x3
+    cfg = resolve_train_config(
+        TrainConfig.model_validate(
+            {"family": "flux", "base_model": "x", "datasets": [{"path": str(a)}, {"path": str(b)}]}
+        )
+    )
+    entries = resolve_entries(cfg, tmp_path, allow_outside_root=True)
+    scan = scan_for_run(entries, cfg, families.get("flux").spec, Settings(home=tmp_path / "home"))
+    holdout = split_validation(scan, 0.25, cfg.seed, resolve_folder=Path, scan_folder=lambda f: scan)
+    held = sorted((it.entry, it.path.name) for it in holdout.validation)
+    assert [e for e, _ in held] == [0, 1]
+    names = holdout.names()  # the preflight's count and list: one per held image, its entry named
+    assert sorted(names) == sorted(f"{entries[e].label}/{n}" for e, n in held)
+    # what each entry trains on (the preflight's and the sidecar's image count): 4 less the held one
+    assert [e.images for e in scan.entries] == [4, 4] and [e.images for e in holdout.train.entries] == [3, 3]
+
+
+def test_the_preflight_s_file_lists_count_each_image_once_and_name_its_entry(tmp_path: Path) -> None:
+    """Two entries holding the same file names, at two resolutions: the upscale warning and the
+    mask section and warning count each (entry, image) once and name its entry."""
+    a, b = _folder(tmp_path / "a" / "x", 2, masks=True), _folder(tmp_path / "b" / "x", 2)  # x0, x1 each
+    (a / "masks" / "x1.png").unlink()  # a/x1 trains unmasked
+    cfg = resolve_train_config(
+        TrainConfig.model_validate(
+            {
+                "family": "flux",
+                "base_model": "x",
+                "resolution": [32, 256],  # 64 px images: 4x upscaled at 256
+                "datasets": [{"path": str(a)}, {"path": str(b)}],
+            }
+        )
+    )
+    entries = resolve_entries(cfg, tmp_path, allow_outside_root=True)
+    scan = scan_for_run(entries, cfg, families.get("flux").spec, Settings(home=tmp_path / "home"))
+    la, lb = (e.label for e in entries)
+    warning = upscale_warning(scan.items, no_upscale=False, labels=scan.labels())
+    assert warning is not None and warning.startswith("4 image(s) would be upscaled")
+    assert all(f"{label}/x{i}.png (4.0x)" in warning for label in (la, lb) for i in range(2))
+    section = mask_section(scan.items, False, labels=scan.labels())
+    assert section is not None and section["images_with_mask"] == 1
+    assert section["without_mask"] == sorted([f"{la}/x1.png", f"{lb}/x0.png", f"{lb}/x1.png"])
+    assert mask_warning(scan.items, labels=scan.labels()) == (
+        f"3 image(s) have no mask and train unmasked: {', '.join(section['without_mask'])}"
+    )
 
 
 def test_an_entry_too_small_to_split_trains_whole_and_none_at_all_is_refused(tmp_path: Path) -> None:

@@ -74,3 +74,13 @@ def waiting_fake_captioner(args: CaptionWorkerArgs, events: Any, cancel: Any) ->
     events.close()
     events.join_thread()
     os._exit(0)
+
+
+def silent_fake_captioner(args: CaptionWorkerArgs, events: Any, cancel: Any) -> None:
+    """Never reports its model loaded and ignores SIGTERM (as a wedged model load would)."""
+    import signal
+
+    bind_to_parent(args.parent_pid)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(1)

@@ -145,3 +145,42 @@ def test_a_worker_that_ignores_cancel_is_killed_and_its_staged_file_removed(
         assert _whole(dataset) == {"img0": "the first caption\n"}  # the staged half-caption is gone
     finally:
         jobs.shutdown()
+
+
+def test_a_silent_worker_is_stopped_as_hung_and_frees_its_dataset_and_the_gpu(
+    dataset: Path, model: str
+) -> None:
+    """No cancel: a worker silent past its allowance (after an image; before its model loaded)
+    is stopped, the job fails naming what timed out, the dataset's claim and the GPU are free."""
+    from caption_fake_workers import silent_fake_captioner, stuck_fake_captioner
+
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
+    from lorastudio.jobs.worker_allowance import CaptionAllowance
+
+    settings, arbiter = get_settings(), GpuArbiter()
+    quick = CaptionAllowance(load_s=1.0, image_s=1.0, kill_grace_s=0.5)
+    for target, what, how in (
+        (stuck_fake_captioner, "caption an image within 1.0 s", "(SIGTERM)"),
+        (
+            silent_fake_captioner,
+            "load the captioning model within 1.0 s",
+            "(SIGKILL: SIGTERM was ignored for 0.5 s)",
+        ),
+    ):
+        jobs = CaptionJobs(settings, arbiter, set, target=target, host_device=lambda: "cuda", allowance=quick)
+        try:
+            t0 = time.monotonic()
+            job = jobs.start("ds", CaptionOptions(model=model))
+            final = jobs.wait(job["id"], 60)
+            took = time.monotonic() - t0
+            assert final["status"] == "failed", final
+            assert final["error"].startswith(
+                f"the caption worker did not {what} and was stopped as hung {how}"
+            )
+            assert "LORASTUDIO_WORKER_TIMEOUT_SCALE" in final["error"]
+            assert arbiter._residents == {}  # the GPU is free for training
+            DatasetClaim.take(settings.home, settings.datasets_dir, [dataset], WRITE, "test").release()
+            print(f"caption worker silent ({what}): job failed {took:.2f} s after its start")
+        finally:
+            jobs.shutdown()
+    assert _whole(dataset) == {"img0": "the first caption\n"}  # the stuck worker's staged file is gone

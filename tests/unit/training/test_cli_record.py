@@ -52,6 +52,27 @@ def test_a_cli_run_is_listed_under_runs(tiny_model, small_dataset, tmp_path, run
     assert shown.exit_code == 0 and "source       cli" in shown.output
 
 
+def test_a_cli_run_stores_its_validation_rounds(tiny_model, small_dataset, tmp_path, run_settings):
+    """The validation loss of a CLI run is in the run store like a server run's (the chart of
+    `runs show` and of the UI's run page reads it)."""
+    from fastapi.testclient import TestClient
+
+    over = {"steps": 4, "output_name": "validated", "validation_split": 0.34, "validate_every": 2}
+    result = _train(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over))
+    assert result.exit_code == 0, result.output
+    with TestClient(create_app(Settings(home=get_settings().home)), base_url=LOOPBACK) as client:
+        (listed,) = client.get("/api/runs").json()["runs"]
+        run = client.get(f"/api/runs/{listed['id']}").json()
+    rounds = run["validation"]
+    assert [r["step"] for r in rounds] == [2, 4], rounds
+    assert all(isinstance(r["loss"], float) and r["loss"] > 0 for r in rounds)
+    shown = CliRunner().invoke(app, ["runs", "show", listed["id"]]).output
+    lines = [line for line in shown.splitlines() if line.startswith("validation ")]
+    assert [line.split()[2] for line in lines] == ["2:", "4:"] and sum("(best)" in x for x in lines) == 1, (
+        shown
+    )
+
+
 def test_a_failed_cli_run_records_its_error(tiny_model, small_dataset):
     """The engine's error (or one it did not report) ends the record as failed, with the metric
     points it had (non-finite numbers stored as null, as the job service stores them)."""

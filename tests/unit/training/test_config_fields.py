@@ -97,7 +97,7 @@ ELSEWHERE = {
     "lora_format": "tests/unit/lora (each layout and each family's default written, checked, loadable)",
     "compile": "test_compile (regional compile requested / refused / auto)",
     "attention_backend": "test_attention (refused without CUDA; the kernel each run reports; math trains like auto)",
-    "fuse_projections": "test_fused_projections (a fused run trains like an unfused one, reports its groups; refused for SDXL / fp8)",
+    "fuse_projections": "test_fused_projections (a fused run trains like an unfused one, reports its groups; refused for fp8 / int8 / nf4)",
     "offload_blocks": "test_memory (block swap: blocks wait in CPU RAM, same losses; refused on the CPU)",
     "micro_batch_size": "test_plan (a batch split into micro-batches: same losses; must divide batch_size)",
     "memory_budget_gb": "test_plan (the plan chooser measures candidates on a fake device; refused when all fixed)",

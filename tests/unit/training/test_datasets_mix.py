@@ -76,6 +76,21 @@ def test_one_plain_entry_is_the_data_dir_run_and_loss_weight_changes_it(make_con
     assert weighted.losses[0] == pytest.approx(3 * by_dir.losses[0], rel=1e-5)  # same draws, 3x the loss
 
 
+def test_each_entry_s_loss_weight_weights_its_own_samples_only(make_config, two_folders) -> None:
+    """Two entries, the second with loss_weight 3: over one epoch (batch 1, a learning rate too
+    small to move the LoRA) exactly the step of b's one image has 3x the loss of the unweighted
+    run, a's three steps the same loss."""
+    a, b = two_folders
+    kw = {"batch_size": 1, "num_epochs": 1, "learning_rate": 1e-12}
+    plain = train(_mix(make_config, [{"path": str(a)}, {"path": str(b)}], output_name="lw1", **kw), [].append,
+                  device="cpu")  # fmt: skip
+    heavy = [{"path": str(a)}, {"path": str(b), "loss_weight": 3.0}]
+    weighted = train(_mix(make_config, heavy, output_name="lw3", **kw), [].append, device="cpu")
+    assert len(plain.losses) == len(weighted.losses) == 4
+    ratios = sorted(round(w / p, 4) for w, p in zip(weighted.losses, plain.losses, strict=True))
+    assert ratios == [1.0, 1.0, 1.0, 3.0]
+
+
 def test_caption_dropout_per_entry_changes_the_run(make_config, two_folders) -> None:
     a, b = two_folders
     plain = train(
@@ -189,7 +204,13 @@ def test_entries_with_two_resolutions_a_validation_split_and_masks_train(
     trained = {(it.entry, it.path.name) for it in run.scan.items}
     assert not held & trained and len(run.scan.items) == 2 * 2 + 2  # a: 2 images, b: 1, each at 2 sides
     assert all((it.mask is not None) == (it.entry == 0) for it in run.scan.items)
-    result = train(cfg, [].append, device="cpu")
+    events: list = []
+    result = train(cfg, events.append, device="cpu")
     assert result.steps_run == 2 * 2 + 2 * 2  # a x1 at 2 sides, b x2 at 2 sides
-    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())["dataset"]
-    assert (sidecar["images"], sidecar["masked_images"], sidecar["validation_images"]) == (3, 2, 1)
+    sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    dataset = sidecar["dataset"]
+    assert (dataset["images"], dataset["masked_images"], dataset["validation_images"]) == (3, 2, 1)
+    # the held image is one image (at two sides), named with its entry as the preflight names it
+    assert [e.images for e in events if e.type == "validation"] == [1]
+    (name,) = {it.path.name for it in run.validation}
+    assert sidecar["validation"]["images"] == [f"{run.scan.entries[0].label}/{name}"]

@@ -59,6 +59,18 @@ def _extend(run_dir: Path, steps: int, home: Path) -> tuple[TrainResult, list[Pr
     return _train(cfg, home, run_dir)
 
 
+def _cli_runs() -> list[dict[str, Any]]:
+    """The runs in the run store of the CLI's studio home (LORASTUDIO_HOME)."""
+    from lorastudio.jobs.store import RunStore
+    from lorastudio.settings import get_settings
+
+    store = RunStore.open(get_settings().db_path)
+    try:
+        return store.list_runs(10)
+    finally:
+        store.close()
+
+
 def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sample_dataset, tmp_path):
     short, _ = _train(_config(tiny_model, sample_dataset, "ext"), tmp_path)
     run_dir = short.lora_path.parent
@@ -70,7 +82,12 @@ def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sam
 
     _register()
     cli = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--device", "cpu"])
-    assert cli.exit_code != 0 and "finished at step 20 of 20" in cli.output, cli.output
+    assert cli.exit_code == 2 and "finished at step 20 of 20" in cli.output, cli.output
+    assert _cli_runs() == []  # refused before it is recorded, like a fresh run's refused config
+    from lorastudio.training.session import resume_problems
+
+    elsewhere = _config(tiny_model, sample_dataset, "other", steps=40)
+    assert [p.field for p in resume_problems(elsewhere, find_checkpoint(run_dir))] == ["output_name"]
     before = short.lora_path.read_bytes()
     # what the Runs screen offers (jobs/resume.py): no plain resume, "train longer" from step 10
     assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=10, total_steps=20)

@@ -63,6 +63,9 @@ export const api = {
   /** A thumbnail of a loss mask of the dataset (masks/<file>). */
   maskThumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/masks/${seg(file)}?size=${size}`),
+  /** A thumbnail of an image's alpha channel (grey, opaque = white: its mask with alpha_mask). */
+  alphaThumbnailUrl: (name: string, file: string, size = 256) =>
+    withToken(`/api/datasets/${seg(name)}/alpha/${seg(file)}?size=${size}`),
   /** `field`: "files" for images and captions, or a control folder ("control", "control_2" ...)
    * whose control images pair with the targets by file name. */
   upload: (name: string, files: File[], onProgress: (sent: number, total: number) => void, field = "files") => {

@@ -6,6 +6,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/captions/{job_id}/cancel",
   "/api/datasets",
   "/api/datasets/{name}",
+  "/api/datasets/{name}/alpha/{file}",
   "/api/datasets/{name}/caption",
   "/api/datasets/{name}/captions",
   "/api/datasets/{name}/captions/{file}",

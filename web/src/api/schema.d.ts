@@ -138,6 +138,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/datasets/{name}/alpha/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Alpha Thumbnail
+         * @description A JPEG thumbnail of the alpha channel of one image of the dataset (grey, opaque = white:
+         *     its loss mask with alpha_mask, data/masks.py), like the image thumbnails. 404 when there is
+         *     no such image or it has no alpha channel.
+         */
+        get: operations["alpha_thumbnail_api_datasets__name__alpha__file__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets/{name}/caption": {
         parameters: {
             query?: never;
@@ -328,7 +350,8 @@ export interface paths {
          * Generate
          * @description Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
          *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
-         *     the generation worker died (killed, out of memory): the next request starts a fresh one.
+         *     the generation worker died (killed, out of memory), 504 when it hung past the allowance of
+         *     what was asked (it is stopped): the next request starts a fresh one.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -1461,6 +1484,12 @@ export interface components {
         };
         /** DatasetFile */
         DatasetFile: {
+            /**
+             * Alpha
+             * @description it has an alpha channel (its loss mask with alpha_mask); served as a thumbnail at /api/datasets/{name}/alpha/{file}
+             * @default false
+             */
+            alpha?: boolean;
             /** Bytes */
             bytes: number;
             /** Caption */
@@ -2586,7 +2615,7 @@ export interface components {
             source: string;
             /**
              * Without Mask
-             * @description images that train unmasked (no mask file / no alpha)
+             * @description images that train unmasked (no mask file / no alpha; "<entry label>/<file>" with several entries)
              */
             without_mask: string[];
         };
@@ -2669,7 +2698,7 @@ export interface components {
             held_out: number;
             /**
              * Images
-             * @description their file names
+             * @description their file names ("<entry label>/<file>" when they come from several dataset entries)
              */
             images: string[];
             /**
@@ -3319,7 +3348,7 @@ export interface components {
             assistant_lora?: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
@@ -3344,6 +3373,7 @@ export interface components {
             base_precision?: "auto" | "fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4";
             /**
              * Batch Size
+             * @description images per batch (one bucket); grad_accum batches make an optimizer step
              * @default 1
              */
             batch_size?: number;
@@ -3391,7 +3421,7 @@ export interface components {
             data_dir?: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, prior_prediction}; instead of data_dir
              * @default null
              */
             datasets?: components["schemas"]["DatasetEntry"][] | null;
@@ -3432,7 +3462,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description static sigma shift (flow)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
              * @default null
              */
             flow_shift?: number | null;
@@ -3458,7 +3488,7 @@ export interface components {
             gradient_checkpointing?: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
              * @default null
              */
             guidance?: number | null;
@@ -3513,16 +3543,19 @@ export interface components {
             latent_cache_max_gb?: number;
             /**
              * Learning Rate
+             * @description peak learning rate of the adapter (null: the family's default, `lorastudio families`; prodigy: 1.0, a multiplier of its learned step size)
              * @default null
              */
             learning_rate?: number | null;
             /**
              * Logit Mean
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often)
              * @default 0
              */
             logit_mean?: number;
             /**
              * Logit Std
+             * @description logit_normal sampling: the spread of the noise levels
              * @default 1
              */
             logit_std?: number;
@@ -3546,24 +3579,26 @@ export interface components {
             lora_alpha?: number | null;
             /**
              * Lora Dropout
+             * @description dropout probability on the adapter's input (peft's lora_dropout)
              * @default 0
              */
             lora_dropout?: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, FLUX.2, FLUX.2 klein and Krea 2, diffusers for the others; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
             lora_format?: "diffusers" | "kohya";
             /**
              * Lora Rank
+             * @description rank of each adapter layer (null: the family's default)
              * @default null
              */
             lora_rank?: number | null;
             /**
              * Lora Targets
-             * @description module name suffixes
+             * @description suffixes of the denoiser's module names that get an adapter, e.g. ["to_q", "to_k"] (null: the family's targets)
              * @default null
              */
             lora_targets?: string[] | null;
@@ -3576,12 +3611,14 @@ export interface components {
             loss?: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
              * @default constant
              * @enum {string}
              */
             lr_scheduler?: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
              * @default 0
              */
             lr_warmup_steps?: number;
@@ -3599,7 +3636,7 @@ export interface components {
             max_grad_norm?: number | null;
             /**
              * Max Sequence Length
-             * @description text tokens
+             * @description text tokens per caption the text encoder reads (longer captions are cut; null: the family's default)
              * @default null
              */
             max_sequence_length?: number | null;
@@ -3729,7 +3766,7 @@ export interface components {
             report_to?: ("tensorboard" | "wandb")[];
             /**
              * Resolution
-             * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
+             * @description training side in pixels, 16-4096 and a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
              * @default null
              */
             resolution?: number | number[] | null;
@@ -3747,7 +3784,7 @@ export interface components {
             sample_every?: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
+             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
              */
             sample_prompts?: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -3789,6 +3826,7 @@ export interface components {
             save_lora_every?: number | null;
             /**
              * Seed
+             * @description seed of the adapter's initial weights, the data order, crops, flips, noise and timesteps: the same seed, settings and data train the same run
              * @default 42
              */
             seed?: number;
@@ -3824,7 +3862,7 @@ export interface components {
             text_encoder_lr?: number | null;
             /**
              * Timestep Sampling
-             * @description flow families
+             * @description flow families: how training noise levels are drawn: logit_normal (sigmoid of N(logit_mean, logit_std)) | uniform | sigmoid (sigmoid of N(0, 1); Chroma's and Krea 2's default)
              * @default logit_normal
              * @enum {string}
              */
@@ -3867,6 +3905,7 @@ export interface components {
             validation_split?: number | string | null;
             /**
              * Weight Decay
+             * @description decoupled weight decay of the optimizer on the adapter weights
              * @default 0.0001
              */
             weight_decay?: number;
@@ -3925,7 +3964,7 @@ export interface components {
             assistant_lora: string | null;
             /**
              * Attention Backend
-             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash; fa4 / cudnn / flash / efficient / math = that one first
+             * @description SDPA kernel: auto = on CUDA for the transformer families, FlashAttention-4 (extra lorastudio[fa4], Hopper/Blackwell) when a probe at the run's shapes finds it correct and faster, else cuDNN when its probe passes, else flash (Chroma, whose text mask reaches every attention call: the efficient kernel, cudnn refused); fa4 / cudnn / flash / efficient / math = that one first
              * @default auto
              * @enum {string}
              */
@@ -3949,6 +3988,7 @@ export interface components {
             base_precision: "auto" | "fp32" | "bf16" | "fp16" | "fp8" | "int8" | "nf4";
             /**
              * Batch Size
+             * @description images per batch (one bucket); grad_accum batches make an optimizer step
              * @default 1
              */
             batch_size: number;
@@ -3993,7 +4033,7 @@ export interface components {
             data_dir: string | null;
             /**
              * Datasets
-             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, loss_weight, regularisation}; instead of data_dir
+             * @description several dataset folders, each {path, repeats | weight, trigger_word, default_caption, caption_dropout, resolution, shuffle_tags, keep_tokens, tag_dropout, loss_weight, regularisation, prior_prediction}; instead of data_dir
              */
             datasets: components["schemas"]["DatasetEntry"][] | null;
             /**
@@ -4031,7 +4071,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description static sigma shift (flow)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
              */
             flow_shift: number | null;
             /**
@@ -4056,7 +4096,7 @@ export interface components {
             gradient_checkpointing: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
              */
             guidance: number | null;
             /**
@@ -4105,15 +4145,20 @@ export interface components {
              * @default 8
              */
             latent_cache_max_gb: number;
-            /** Learning Rate */
+            /**
+             * Learning Rate
+             * @description peak learning rate of the adapter (null: the family's default, `lorastudio families`; prodigy: 1.0, a multiplier of its learned step size)
+             */
             learning_rate: number | null;
             /**
              * Logit Mean
+             * @description logit_normal sampling: the mean (above 0: noisier levels more often)
              * @default 0
              */
             logit_mean: number;
             /**
              * Logit Std
+             * @description logit_normal sampling: the spread of the noise levels
              * @default 1
              */
             logit_std: number;
@@ -4134,21 +4179,25 @@ export interface components {
             lora_alpha: number | null;
             /**
              * Lora Dropout
+             * @description dropout probability on the adapter's input (peft's lora_dropout)
              * @default 0
              */
             lora_dropout: number;
             /**
              * Lora Format
-             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, diffusers for FLUX.1/Qwen-Image/Z-Image; both load in ComfyUI and diffusers at the trained strength)
+             * @description key layout of the LoRA file: diffusers/peft names or kohya's; unset: the family's portable layout (kohya for SDXL, FLUX.2, FLUX.2 klein and Krea 2, diffusers for the others; both load in ComfyUI and diffusers at the trained strength)
              * @default diffusers
              * @enum {string}
              */
             lora_format: "diffusers" | "kohya";
-            /** Lora Rank */
+            /**
+             * Lora Rank
+             * @description rank of each adapter layer (null: the family's default)
+             */
             lora_rank: number | null;
             /**
              * Lora Targets
-             * @description module name suffixes
+             * @description suffixes of the denoiser's module names that get an adapter, e.g. ["to_q", "to_k"] (null: the family's targets)
              */
             lora_targets: string[] | null;
             /**
@@ -4160,12 +4209,14 @@ export interface components {
             loss: "mse" | "l1" | "huber" | "smooth_l1";
             /**
              * Lr Scheduler
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
              * @default constant
              * @enum {string}
              */
             lr_scheduler: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
              * @default 0
              */
             lr_warmup_steps: number;
@@ -4183,7 +4234,7 @@ export interface components {
             max_grad_norm: number | null;
             /**
              * Max Sequence Length
-             * @description text tokens
+             * @description text tokens per caption the text encoder reads (longer captions are cut; null: the family's default)
              */
             max_sequence_length: number | null;
             /**
@@ -4298,7 +4349,7 @@ export interface components {
             report_to: ("tensorboard" | "wandb")[];
             /**
              * Resolution
-             * @description training side in pixels; a list ([512, 768, 1024]) trains every image at each, with the buckets of each
+             * @description training side in pixels, 16-4096 and a multiple of the family's resolution_multiple (SDXL 32, the others 16; /api/info); a list of up to 8 distinct sides ([512, 768, 1024]) trains every image at each, with the buckets of each (null: the family's default)
              */
             resolution: number | number[] | null;
             /**
@@ -4313,7 +4364,7 @@ export interface components {
             sample_every: number | null;
             /**
              * Sample Prompts
-             * @description validation prompts rendered during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
+             * @description prompts rendered as preview images during training (one image each, at the training resolution): a prompt, or an object that also sets its own width, height, seed and guidance and, for an edit family, "controls": [reference images relative to data_dir, or to the first datasets entry's folder]
              */
             sample_prompts: (string | components["schemas"]["SamplePrompt"])[];
             /**
@@ -4352,6 +4403,7 @@ export interface components {
             save_lora_every: number | null;
             /**
              * Seed
+             * @description seed of the adapter's initial weights, the data order, crops, flips, noise and timesteps: the same seed, settings and data train the same run
              * @default 42
              */
             seed: number;
@@ -4386,7 +4438,7 @@ export interface components {
             text_encoder_lr: number | null;
             /**
              * Timestep Sampling
-             * @description flow families
+             * @description flow families: how training noise levels are drawn: logit_normal (sigmoid of N(logit_mean, logit_std)) | uniform | sigmoid (sigmoid of N(0, 1); Chroma's and Krea 2's default)
              * @default logit_normal
              * @enum {string}
              */
@@ -4425,6 +4477,7 @@ export interface components {
             validation_split: number | string | null;
             /**
              * Weight Decay
+             * @description decoupled weight decay of the optimizer on the adapter weights
              * @default 0.0001
              */
             weight_decay: number;
@@ -4989,6 +5042,72 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["DatasetDeleted"];
                 };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    alpha_thumbnail_api_datasets__name__alpha__file__get: {
+        parameters: {
+            query?: {
+                size?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid request (every problem listed) */
             400: {

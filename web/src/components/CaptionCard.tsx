@@ -12,7 +12,7 @@ interface Props {
 
 type SaveState = "idle" | "saving" | "saved" | "error";
 
-/** A thumbnail (with its loss mask over it when asked) and its caption, editable in place (saved on blur or Ctrl/Cmd+Enter). */
+/** A thumbnail (with its loss mask over it when asked: masks/, else its alpha channel) and its caption, editable in place (saved on blur or Ctrl/Cmd+Enter). */
 export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Props) {
   const [text, setText] = useState(image.caption ?? "");
   const [saved, setSaved] = useState(image.caption ?? "");
@@ -52,7 +52,15 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
         {showMask && image.mask && (
           <img className="mask-overlay" src={api.maskThumbnailUrl(dataset, image.mask)} alt={`mask of ${image.file}`} loading="lazy" />
         )}
+        {showMask && !image.mask && image.alpha && (
+          <img className="mask-overlay" src={api.alphaThumbnailUrl(dataset, image.file)} alt={`alpha of ${image.file}`} loading="lazy" />
+        )}
         {image.mask && <span className="chip mask-chip" title={`masks/${image.mask}`}>mask</span>}
+        {!image.mask && image.alpha && (
+          <span className="chip mask-chip" title="its alpha channel: the loss mask with alpha_mask">
+            alpha
+          </span>
+        )}
         <button className="icon-button remove" title={`remove ${image.file}`} aria-label={`remove ${image.file}`} onClick={() => void remove()}>
           ×
         </button>

@@ -11,17 +11,23 @@ interface Props {
   onChange: (value: string) => void;
 }
 
-const NUMBERS: [keyof EntryRow, string, string][] = [
+/** The free-text inputs of a row: key, label, what a blank means. */
+const INPUTS: [keyof EntryRow, string, string][] = [
   ["trigger_word", "Trigger word", "the run's"],
+  ["default_caption", "Default caption", "the run's"],
   ["caption_dropout", "Caption dropout", "the run's"],
   ["resolution", "Resolution", "the run's"],
+  ["keep_tokens", "Keep tokens", "the run's"],
+  ["tag_dropout", "Tag dropout", "the run's"],
   ["loss_weight", "Loss weight", "1"],
 ];
+const TEXT_INPUTS = new Set<keyof EntryRow>(["trigger_word", "default_caption"]);
 
 /**
  * The `datasets` list editor: one row per dataset folder, each with its repeats (or sampling
- * weight), trigger word, caption dropout, resolution, loss weight and whether it holds
- * regularisation (class) images. With no rows the form
+ * weight), trigger word, default caption, caption dropout, resolution, tag shuffle / keep tokens /
+ * tag dropout, loss weight and whether it holds regularisation (class) images (every key of a
+ * DatasetEntry; blank = the run's value). With no rows the form
  * trains the one Dataset folder (data_dir); "Several folders" starts the list with it.
  */
 export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Props) {
@@ -53,17 +59,27 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
             <option value="weight">weight</option>
           </select>
           <input aria-label={`${row.mode} ${i + 1}`} inputMode="decimal" placeholder="1" value={row.amount} onChange={(e) => edit(i, "amount", e.target.value)} />
-          {NUMBERS.map(([key, label, placeholder]) => (
+          {INPUTS.map(([key, label, placeholder]) => (
             <input
               key={key}
               aria-label={`${label.toLowerCase()} ${i + 1}`}
               title={label}
               placeholder={`${label}: ${placeholder}`}
-              inputMode={key === "trigger_word" ? "text" : "decimal"}
+              inputMode={TEXT_INPUTS.has(key) ? "text" : "decimal"}
               value={String(row[key])}
               onChange={(e) => edit(i, key, e.target.value)}
             />
           ))}
+          <select
+            aria-label={`shuffle tags ${i + 1}`}
+            title="Shuffle tags"
+            value={row.shuffle_tags}
+            onChange={(e) => edit(i, "shuffle_tags", e.target.value)}
+          >
+            <option value="">tags: the run's</option>
+            <option value="on">shuffle tags</option>
+            <option value="off">keep tag order</option>
+          </select>
           <label className="check" title="class images: their loss x prior loss weight, never the trigger word">
             <input
               type="checkbox"

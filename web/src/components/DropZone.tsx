@@ -2,7 +2,8 @@ import { type DragEvent, useRef, useState } from "react";
 import { PICKER_ACCEPT } from "../lib/upload";
 
 interface Props {
-  onFiles: (files: File[]) => void;
+  /** The files picked or dropped; `folders`: the names of dropped entries that are folders. */
+  onFiles: (files: File[], folders?: string[]) => void;
   disabled?: boolean;
   /** A control folder ("control", "control_2" ...) the dropped images go to; none: targets and captions. */
   control?: string;
@@ -15,7 +16,11 @@ export function DropZone({ onFiles, disabled, control }: Props) {
   const drop = (e: DragEvent) => {
     e.preventDefault();
     setOver(false);
-    if (!disabled && e.dataTransfer.files.length) onFiles(Array.from(e.dataTransfer.files));
+    if (disabled || !e.dataTransfer.files.length) return;
+    // a dropped folder comes as a File of its name: its entry says it is a directory
+    const entries = Array.from(e.dataTransfer.items ?? []).map((item) => item.webkitGetAsEntry?.());
+    const folders = entries.filter((entry) => entry?.isDirectory).map((entry) => entry!.name);
+    onFiles(Array.from(e.dataTransfer.files), folders);
   };
   return (
     <div

@@ -21,6 +21,25 @@ describe("datasets entries", () => {
     expect(buildEntries([emptyRow("")])).toBe("folder 1: pick a dataset");
   });
 
+  it("each row's own caption options: default caption, tag shuffle (on / off / the run's), keep tags, tag dropout", () => {
+    const rows = [
+      { ...emptyRow("tags"), shuffle_tags: "on" as const, keep_tokens: "2", tag_dropout: "0.1", default_caption: "a photo" },
+      { ...emptyRow("plain"), shuffle_tags: "off" as const },
+      emptyRow("run"),
+    ];
+    expect(buildEntries(rows)).toEqual([
+      { path: "tags", shuffle_tags: true, keep_tokens: 2, tag_dropout: 0.1, default_caption: "a photo" },
+      { path: "plain", shuffle_tags: false },
+      { path: "run" },
+    ]);
+    expect(buildEntries([{ ...emptyRow("tags"), keep_tokens: "1.5" }])).toBe("folder 1: keep_tokens must be a whole number");
+    expect(buildEntries([{ ...emptyRow("tags"), tag_dropout: "x" }])).toBe("folder 1: tag_dropout must be a number");
+    const entries = [{ path: "tags", shuffle_tags: true, keep_tokens: 1, tag_dropout: 0.2, default_caption: "sks", loss_weight: 1 }];
+    const back = parseRows(entriesValue(entries))[0];
+    expect([back.shuffle_tags, back.keep_tokens, back.tag_dropout, back.default_caption, back.extra]).toEqual(["on", "1", "0.2", "sks", {}]);
+    expect(buildEntries(parseRows(entriesValue(entries)))).toEqual([{ path: "tags", shuffle_tags: true, keep_tokens: 1, tag_dropout: 0.2, default_caption: "sks" }]);
+  });
+
   it("a config's entries round-trip through the form value", () => {
     const entries = [{ path: "shapes", repeats: 3, loss_weight: 1 }, { path: "faces", weight: 2, loss_weight: 0.5, caption_dropout: 0.1 }];
     expect(buildEntries(parseRows(entriesValue(entries)))).toEqual([
@@ -46,5 +65,22 @@ describe("datasets entries", () => {
     expect(built.config).not.toHaveProperty("data_dir");
     const bad = buildConfig({ ...initialValues(flux), base_model: "m", datasets: rowsValue([emptyRow("")]) }, flux);
     expect(bad.problems).toEqual({ datasets: "folder 1: pick a dataset" });
+  });
+});
+
+describe("datasets entries: captions per folder", () => {
+  it("default caption, tag shuffle, keep tokens and tag dropout round-trip; a blank leaves the run's", () => {
+    const entries = [
+      { path: "tags", shuffle_tags: true, keep_tokens: 2, tag_dropout: 0.1, default_caption: "a cat" },
+      { path: "plain", shuffle_tags: false },
+      { path: "runs", loss_weight: 1 },
+    ];
+    expect(buildEntries(parseRows(entriesValue(entries)))).toEqual([
+      { path: "tags", shuffle_tags: true, keep_tokens: 2, tag_dropout: 0.1, default_caption: "a cat" },
+      { path: "plain", shuffle_tags: false },
+      { path: "runs" },
+    ]);
+    expect(buildEntries([{ ...emptyRow("x"), keep_tokens: "1.5" }])).toBe("folder 1: keep_tokens must be a whole number");
+    expect(buildEntries([{ ...emptyRow("x"), tag_dropout: "lots" }])).toBe("folder 1: tag_dropout must be a number");
   });
 });

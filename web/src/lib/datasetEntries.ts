@@ -14,19 +14,36 @@ export interface EntryRow {
   mode: "repeats" | "weight";
   amount: string;
   trigger_word: string;
+  default_caption: string;
   caption_dropout: string;
   resolution: string;
+  /** "" = the run's shuffle_tags; "on" / "off" set it for this folder. */
+  shuffle_tags: "" | "on" | "off";
+  keep_tokens: string;
+  tag_dropout: string;
   loss_weight: string;
   /** Class images (prior preservation): their loss x the run's prior_loss_weight, no trigger word. */
   regularisation?: boolean;
   /** With regularisation: the target is the base model's prediction (OneTrainer's prior prediction). */
   prior_prediction?: boolean;
-  /** The entry's other settings (tag shuffle / dropout...), kept as they were. */
+  /** The entry's other settings (none today: every DatasetEntry key has an input), kept as they were. */
   extra?: Record<string, unknown>;
 }
 
 export function emptyRow(path = ""): EntryRow {
-  return { path, mode: "repeats", amount: "", trigger_word: "", caption_dropout: "", resolution: "", loss_weight: "" };
+  return {
+    path,
+    mode: "repeats",
+    amount: "",
+    trigger_word: "",
+    default_caption: "",
+    caption_dropout: "",
+    resolution: "",
+    shuffle_tags: "",
+    keep_tokens: "",
+    tag_dropout: "",
+    loss_weight: "",
+  };
 }
 
 /** The rows held in the form value (a JSON string); [] when blank or unreadable. */
@@ -49,7 +66,21 @@ export function rowsValue(rows: EntryRow[]): string {
 export function entriesValue(entries: DatasetEntry[] | null | undefined): string {
   if (!entries?.length) return "";
   const text = (v: unknown) => (v == null ? "" : String(v));
-  const shown = new Set(["path", "repeats", "weight", "trigger_word", "caption_dropout", "resolution", "loss_weight", "regularisation", "prior_prediction"]);
+  const shown = new Set([
+    "path",
+    "repeats",
+    "weight",
+    "trigger_word",
+    "default_caption",
+    "caption_dropout",
+    "resolution",
+    "shuffle_tags",
+    "keep_tokens",
+    "tag_dropout",
+    "loss_weight",
+    "regularisation",
+    "prior_prediction",
+  ]);
   return rowsValue(
     entries.map((e) => ({
       extra: Object.fromEntries(Object.entries(e).filter(([k, v]) => !shown.has(k) && v != null)),
@@ -57,8 +88,12 @@ export function entriesValue(entries: DatasetEntry[] | null | undefined): string
       mode: e.weight != null ? "weight" : "repeats",
       amount: text(e.weight ?? e.repeats),
       trigger_word: text(e.trigger_word),
+      default_caption: text(e.default_caption),
       caption_dropout: text(e.caption_dropout),
       resolution: text(e.resolution),
+      shuffle_tags: e.shuffle_tags == null ? "" : e.shuffle_tags ? "on" : "off",
+      keep_tokens: text(e.keep_tokens),
+      tag_dropout: text(e.tag_dropout),
       loss_weight: e.loss_weight === 1 ? "" : text(e.loss_weight),
       regularisation: e.regularisation === true,
       prior_prediction: e.prior_prediction === true,
@@ -76,6 +111,8 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
     const numbers: [keyof EntryRow, string, boolean][] = [
       ["amount", row.mode, row.mode === "repeats"],
       ["caption_dropout", "caption_dropout", false],
+      ["keep_tokens", "keep_tokens", true],
+      ["tag_dropout", "tag_dropout", false],
       ["loss_weight", "loss_weight", false],
     ];
     for (const [key, name, whole] of numbers) {
@@ -90,6 +127,8 @@ export function buildEntries(rows: EntryRow[]): DatasetEntry[] | string {
     if (sides.some((n) => !Number.isInteger(n))) return `${where}: resolution must be whole numbers separated by commas`;
     if (sides.length) entry.resolution = sides.length === 1 ? sides[0] : sides;
     if (row.trigger_word !== "") entry.trigger_word = row.trigger_word;
+    if (row.default_caption !== "") entry.default_caption = row.default_caption;
+    if (row.shuffle_tags) entry.shuffle_tags = row.shuffle_tags === "on";
     if (row.regularisation) entry.regularisation = true;
     if (row.regularisation && row.prior_prediction) entry.prior_prediction = true;
     out.push(entry as unknown as DatasetEntry);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { planUpload } from "./upload";
+import { FOLDER_REASON, planControlUpload, planUpload } from "./upload";
 
 const file = (name: string, size = 10) => new File([new Uint8Array(size)], name);
 
@@ -20,6 +20,19 @@ describe("planUpload", () => {
     expect(reasons["z.txt"]).toMatch(/without a matching image/);
     expect(reasons["e.png"]).toMatch(/empty/);
     expect(plan.refused.filter((r) => r.file === "a.png")[0].reason).toMatch(/duplicate/);
+  });
+
+  it("refuses a dropped folder by name, saying how its files (or kohya N_name folders) get in", () => {
+    const plan = planUpload([file("a.png"), file("10_sks ball", 0), file("img", 0)], 32, 1024, ["10_sks ball", "img"]);
+    expect(plan.batches.flat().map((f) => f.name)).toEqual(["a.png"]);
+    expect(plan.refused).toEqual([
+      { file: "10_sks ball/", reason: FOLDER_REASON },
+      { file: "img/", reason: FOLDER_REASON },
+    ]);
+    expect(FOLDER_REASON).toMatch(/datasets import DIR --kohya/);
+    const controls = planControlUpload([file("c.png"), file("more", 0)], 32, 1024, ["more"]);
+    expect(controls.batches.flat().map((f) => f.name)).toEqual(["c.png"]);
+    expect(controls.refused).toEqual([{ file: "more/", reason: FOLDER_REASON }]);
   });
 
   it("refuses .bmp by name, and the caption of a refused image names that image", () => {

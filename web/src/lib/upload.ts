@@ -13,6 +13,9 @@ export const REFUSED_IMAGE_EXTENSIONS = [".bmp", ".dib"] as const;
 /** The file picker's `accept` list: exactly what the server takes. */
 export const PICKER_ACCEPT = [...IMAGE_EXTENSIONS, ...SIDECAR_EXTENSIONS].join(",");
 export const BMP_REASON = "BMP images are not accepted: convert it to PNG, JPEG or WebP";
+/** A folder dropped whole: a browser drop does not read it. */
+export const FOLDER_REASON =
+  "a folder: open it and drop the images and captions inside (kohya N_name folders: `lorastudio datasets import DIR --kohya`, or `kohya_folders = true` for a folder on the server)";
 
 /** A file left out, and why: refused here before upload, or by the server (same shape). */
 export type RefusedFile = DroppedFile;
@@ -46,10 +49,12 @@ export function isImageName(name: string): boolean {
  * Split `files` into batches of at most `maxFiles` images and `maxBytes` bytes (a single image
  * larger than maxBytes gets a batch of its own). Each .txt caption goes in the batch of the
  * image with the same stem; captions without an image and files of other types are refused;
- * metadata.jsonl goes in the first batch.
+ * metadata.jsonl goes in the first batch. `folders`: the names of dropped entries that are
+ * folders (DropZone), refused as "name/" with FOLDER_REASON.
  */
-export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 1024): UploadPlan {
-  const refused: RefusedFile[] = [];
+export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 1024, folders: readonly string[] = []): UploadPlan {
+  const refused: RefusedFile[] = folders.map((name) => ({ file: `${name}/`, reason: FOLDER_REASON }));
+  files = files.filter((f) => !folders.includes(f.name));
   const images: File[] = [];
   const captions = new Map<string, File>();
   const extra: File[] = [];
@@ -108,9 +113,9 @@ export const CONTROL_SLOTS = ["control", "control_2", "control_3"] as const;
  * Plan an upload of control images (one control folder): images only, batched like targets;
  * captions and other files are refused (a control pairs with its target by file name).
  */
-export function planControlUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 1024): UploadPlan {
-  const images = files.filter((f) => isImageName(f.name));
-  const plan = planUpload(images, maxFiles, maxBytes);
-  const others = files.filter((f) => !isImageName(f.name));
+export function planControlUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 1024, folders: readonly string[] = []): UploadPlan {
+  const images = files.filter((f) => isImageName(f.name) && !folders.includes(f.name));
+  const plan = planUpload(images, maxFiles, maxBytes, folders);
+  const others = files.filter((f) => !isImageName(f.name) && !folders.includes(f.name));
   return { ...plan, refused: [...others.map((f) => ({ file: f.name, reason: "control images only (PNG, JPEG, WebP): captions go with the targets" })), ...plan.refused] };
 }

@@ -1,9 +1,10 @@
-import { render, screen, waitFor, within } from "@testing-library/react";
+import { fireEvent, render, screen, waitFor, within } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import type { DatasetDetail, UploadResult } from "../api/types";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
+import { FOLDER_REASON } from "../lib/upload";
 import { DatasetDetailScreen } from "./DatasetDetailScreen";
 
 const DETAIL: DatasetDetail = {
@@ -102,6 +103,20 @@ describe("DatasetDetailScreen upload", () => {
     ]);
   });
 
+  it("refuses a dropped folder by name with what to do instead, and uploads the files beside it", async () => {
+    serve();
+    const sent = fakeXhr({ status: 201, body: { ...DETAIL, committed: ["a.png"], refused: [] } });
+    renderScreen();
+    const zone = await screen.findByRole("button", { name: /drop images and captions/ });
+    const files = [file("a.png"), file("10_sks ball", 0)];
+    const items = files.map((f) => ({ kind: "file", webkitGetAsEntry: () => ({ name: f.name, isDirectory: f.name === "10_sks ball" }) }));
+    fireEvent.drop(zone, { dataTransfer: { files, items, types: ["Files"] } });
+    expect((await screen.findByTestId("upload-summary")).textContent).toBe("1 file stored, 1 refused (listed below)");
+    expect(sent).toEqual([["a.png"]]);
+    const refused = within(screen.getByTestId("refused")).getAllByRole("listitem").map((li) => li.textContent);
+    expect(refused).toEqual([`10_sks ball/ ${FOLDER_REASON}`]);
+  });
+
   it("lists every problem when the server stored nothing", async () => {
     serve();
     fakeXhr({ status: 400, body: { error: "DatasetError", detail: "upload to mix refused", problems: ["x.png: corrupt", "x.txt: its image x.png was refused"] } });
@@ -163,6 +178,30 @@ describe("DatasetDetailScreen masks", () => {
     expect(screen.queryByAltText("mask of b.png")).toBeNull(); // b has no mask
     await userEvent.click(within(screen.getByTestId("mask-toggle")).getByRole("checkbox"));
     expect(screen.queryByAltText("mask of a.png")).toBeNull();
+  });
+
+  it("lays an image's alpha channel over it (the mask alpha_mask reads); a masks/ mask comes first", async () => {
+    const cutouts: DatasetDetail = {
+      ...DETAIL,
+      images: 3,
+      files: [
+        { file: "a.png", caption: "a", bytes: 100, width: 24, height: 16, mask: null, alpha: true },
+        { file: "b.png", caption: "b", bytes: 100, width: 24, height: 16, mask: null, alpha: false },
+        { file: "c.png", caption: "c", bytes: 100, width: 24, height: 16, mask: "c.png", alpha: true },
+      ],
+    };
+    mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url === "/api/datasets/mix") return { body: cutouts };
+      return undefined;
+    });
+    renderScreen();
+    expect(await screen.findByTestId("dataset-counts")).toHaveTextContent("3 images · 3 captioned · 1 masked · 2 with alpha");
+    await userEvent.click(within(screen.getByTestId("mask-toggle")).getByRole("checkbox"));
+    expect(await screen.findByAltText("alpha of a.png")).toHaveAttribute("src", "/api/datasets/mix/alpha/a.png?size=256");
+    expect(screen.getByAltText("mask of c.png")).toHaveAttribute("src", "/api/datasets/mix/masks/c.png?size=256");
+    expect(screen.queryByAltText("alpha of c.png")).toBeNull();
+    expect(screen.queryByAltText("alpha of b.png")).toBeNull();
   });
 
   it("offers no mask toggle for a dataset without masks", async () => {

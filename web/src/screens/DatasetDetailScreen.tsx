@@ -67,9 +67,9 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     void load();
   }, [load]);
 
-  const onFiles = async (files: File[]) => {
+  const onFiles = async (files: File[], folders: string[] = []) => {
     const field = slot;
-    const plan = field === "files" ? planUpload(files) : planControlUpload(files);
+    const plan = field === "files" ? planUpload(files, undefined, undefined, folders) : planControlUpload(files, undefined, undefined, folders);
     const problems = [...plan.refused];
     setRefused(problems);
     if (!plan.batches.length) return;
@@ -117,6 +117,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   const files = data?.files ?? [];
   const captioned = files.filter((f) => f.caption).length;
   const masked = files.filter((f) => f.mask).length;
+  const alpha = files.filter((f) => f.alpha).length; // alpha_mask's masks
   return (
     <section className="screen">
       <div className="screen-head">
@@ -128,10 +129,11 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           {data && (
             <span className="muted" data-testid="dataset-counts">
               {files.length} images · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
+              {alpha > 0 && ` · ${alpha} with alpha`}
             </span>
           )}
-          {masked > 0 && (
-            <label className="small" data-testid="mask-toggle">
+          {masked + alpha > 0 && (
+            <label className="small" data-testid="mask-toggle" title="masks/ folder masks, else each image's alpha channel (alpha_mask)">
               <input type="checkbox" checked={showMasks} onChange={(e) => setShowMasks(e.target.checked)} /> Show masks
             </label>
           )}
@@ -166,7 +168,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           ))}
         </select>
       </label>
-      <DropZone onFiles={(f) => void onFiles(f)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
+      <DropZone onFiles={(f, folders) => void onFiles(f, folders)} disabled={upload != null && !upload.done} control={slot === "files" ? undefined : slot} />
       {upload && (
         <div className="upload-status card" data-testid="upload-status">
           <div className="row-between">

@@ -193,12 +193,20 @@ describe("TrainScreen", () => {
     await userEvent.selectOptions(screen.getByLabelText("folder 2"), "faces");
     await userEvent.type(screen.getByLabelText("repeats 1"), "3");
     await userEvent.type(screen.getByLabelText("loss weight 2"), "0.5");
+    // each folder's own caption options (blank: the run's)
+    await userEvent.selectOptions(screen.getByLabelText("shuffle tags 2"), "on");
+    await userEvent.type(screen.getByLabelText("keep tokens 2"), "1");
+    await userEvent.type(screen.getByLabelText("tag dropout 2"), "0.2");
+    await userEvent.type(screen.getByLabelText("default caption 2"), "a face");
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     const table = await screen.findByTestId("preflight-entries");
     expect(table).toHaveTextContent("shapes4× 31275.0 %");
     expect(table).toHaveTextContent("faces4× 1425.0 %0.5");
     const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
-    expect(sent.config.datasets).toEqual([{ path: "shapes", repeats: 3 }, { path: "faces", loss_weight: 0.5 }]);
+    expect(sent.config.datasets).toEqual([
+      { path: "shapes", repeats: 3 },
+      { path: "faces", loss_weight: 0.5, shuffle_tags: true, keep_tokens: 1, tag_dropout: 0.2, default_caption: "a face" },
+    ]);
     expect(sent.config).not.toHaveProperty("data_dir");
     await userEvent.click(screen.getByRole("button", { name: "remove folder 2" }));
     await userEvent.click(screen.getByRole("button", { name: "remove folder 1" }));

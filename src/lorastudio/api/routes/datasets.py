@@ -42,7 +42,7 @@ from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_edits import delete_image, existing_image, write_caption
 from lorastudio.data.image_headers import header_size
 from lorastudio.data.listing import dataset_summary, list_datasets
-from lorastudio.data.masks import MASKS_DIR, mask_files
+from lorastudio.data.masks import MASKS_DIR, file_has_alpha, mask_files
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
@@ -134,6 +134,7 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
                 "caption": caption,
                 "controls": controls.get(path.name, []),
                 "mask": mask.name if mask else None,
+                "alpha": file_has_alpha(path),
                 **_stored_size(path),
             }
         )
@@ -278,8 +279,24 @@ def mask_thumbnail(
     return _thumbnail(existing_image(masks, file), size, settings)
 
 
-def _thumbnail(path: Path, size: int, settings: Settings) -> Response:
-    """The thumbnail response of an image file (see `thumbnail`)."""
+@router.get("/{name}/alpha/{file}", response_class=Response)
+def alpha_thumbnail(
+    name: str,
+    file: str,
+    size: int = Query(default=256, ge=16, le=1024),
+    settings: Settings = Depends(settings_dep),
+) -> Response:
+    """A JPEG thumbnail of the alpha channel of one image of the dataset (grey, opaque = white:
+    its loss mask with alpha_mask, data/masks.py), like the image thumbnails. 404 when there is
+    no such image or it has no alpha channel."""
+    path = existing_image(dataset_path(settings, name), file)
+    if not file_has_alpha(path):
+        raise NotFound(f"{file} has no alpha channel")
+    return _thumbnail(path, size, settings, alpha=True)
+
+
+def _thumbnail(path: Path, size: int, settings: Settings, alpha: bool = False) -> Response:
+    """The thumbnail response of an image file (see `thumbnail`; `alpha`: of its alpha channel)."""
     headers = {"Cache-Control": "no-cache"}
     try:
         data = thumbnail_jpeg(
@@ -288,6 +305,7 @@ def _thumbnail(path: Path, size: int, settings: Settings) -> Response:
             cache_dir=settings.thumbnail_cache_dir,
             max_pixels=settings.max_image_pixels,
             decode_pixels=settings.max_decode_pixels,
+            alpha=alpha,
         )
     except TooLargeToPreview as err:
         data = placeholder_jpeg(size)

@@ -36,7 +36,8 @@ router = APIRouter(tags=["generate"])
 def generate(body: GenerateBody, service: GenerationService = Depends(generation_dep)) -> dict[str, Any]:
     """Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
-    the generation worker died (killed, out of memory): the next request starts a fresh one."""
+    the generation worker died (killed, out of memory), 504 when it hung past the allowance of
+    what was asked (it is stopped): the next request starts a fresh one."""
     req = GenerationRequest(
         family=body.family,
         base_model=body.base_model,
