@@ -1,10 +1,9 @@
-"""Fixtures of the family contract suite: one CPU thread and a frozen GC generation per test
-(see tests/unit/training/conftest.py for why), and the 4-image overfitting dataset: plain for
-text-to-image families, paired (targets + control/ images) for families that take controls."""
+"""Fixtures of the family contract suite: one CPU thread (see tests/unit/training/conftest.py for
+why), and the 4-image overfitting dataset: plain for text-to-image families, paired (targets +
+control/ images) for families that take controls."""
 
 from __future__ import annotations
 
-import gc
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,11 +18,6 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
-
-
-@pytest.fixture(autouse=True)
-def _frozen_gc_generation() -> None:
-    gc.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,11 @@ def _root(
 
 
 def _register() -> None:
-    """Attach every command module (one line each)."""
+    """Attach every command module (one line each). Idempotent: once attached, a later call
+    (main() again in the same process, a test) adds nothing (typer would append a second copy of
+    every command and group, and each invocation would then build every copy)."""
+    if app.registered_commands or app.registered_groups:
+        return
     from lorastudio.cli import info_cmd, tiny_cmd
 
     info_cmd.register(app)

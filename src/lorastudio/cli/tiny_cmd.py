@@ -32,12 +32,14 @@ def model_cmd(
     seed: int = typer.Option(0, "--seed", min=0, help="weights seed (same seed, same files)"),
 ) -> None:
     """Write a tiny diffusers pipeline of FAMILY (loads with DiffusionPipeline.from_pretrained)."""
-    from lorastudio.cli.run_display import quiet_libraries
-
-    quiet_libraries()  # before the libraries load: no info lines or shard progress bars
     from lorastudio import tiny
+    from lorastudio.cli.run_display import quiet_libraries
+    from lorastudio.errors import UnknownFamily
     from lorastudio.settings import get_settings
 
+    if family not in tiny.TINY_FAMILIES:  # refused at once, before the libraries load
+        raise UnknownFamily(family, list(tiny.TINY_FAMILIES))
+    quiet_libraries()  # before the libraries load: no info lines or shard progress bars
     target = out if out is not None else tiny.tiny_model_dir(family, get_settings().models_dir)
     path = tiny.save_tiny_model(family, target, seed=seed)
     typer.echo(str(path))

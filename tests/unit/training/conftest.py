@@ -1,11 +1,9 @@
 """Fixtures of the engine tests: one CPU thread (the tiny models are far faster without thread
-hand-offs on a shared 2-core machine), a frozen GC generation per test (the engine's gc.collect
-after freeing each model would otherwise rescan every imported library: ~0.3 s a call), a
-4-image dataset with one non-square image, and a config factory for short tiny-model runs."""
+hand-offs on a shared 2-core machine; the frozen GC generation per test is tests/conftest.py's),
+a 4-image dataset with one non-square image, and a config factory for short tiny-model runs."""
 
 from __future__ import annotations
 
-import gc
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,11 +22,6 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
-
-
-@pytest.fixture(autouse=True)
-def _frozen_gc_generation() -> None:
-    gc.freeze()  # objects alive before this test are not rescanned by its gc.collect() calls
 
 
 @pytest.fixture(scope="session")

@@ -109,3 +109,14 @@ def test_help_shows_no_value_type_for_a_flag(command: list[str]) -> None:
     assert result.exit_code == 0, result.output
     assert "<bool>" not in result.output and "BOOLEAN" not in result.output
     assert "--help" in result.output
+
+
+def test_registering_the_commands_again_adds_no_second_copy() -> None:
+    """A second _register() (main() again in one process, every test module that needs the
+    commands) leaves one copy of each: typer would otherwise append them all again, and every
+    invocation would build each copy (~1 s per invocation late in the test suite)."""
+    commands, groups = list(app.registered_commands), list(app.registered_groups)
+    _register()
+    assert app.registered_commands == commands and app.registered_groups == groups
+    names = [g.name for g in groups] + [c.name or c.callback.__name__ for c in commands]
+    assert len(names) == len(set(names)), names

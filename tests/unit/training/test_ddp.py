@@ -9,7 +9,8 @@ refused with a clear message.
 Starting the gloo processes (each imports torch and the pipelines) costs far more than the tiny
 runs, so one module-wide launch of two processes runs every scenario in turn (`launched`): the
 flux and Qwen-Image runs, the stop-and-save run and the cache build, each on its own port and
-studio home; the tests compare those records with the one-process runs they make themselves."""
+studio home; the tests compare those records with the one-process runs they make themselves.
+Only the scenarios of the selected tests are launched (SCENARIO_TESTS)."""
 
 from __future__ import annotations
 
@@ -168,11 +169,36 @@ class Launched:
         return self.out / name / "home" / "outputs"
 
 
+# scenario -> the tests that read its records: the launch runs only the scenarios of the selected
+# tests (after -m / -k deselection), so the default run (-m 'not slow') does not pay for the slow
+# test's scenario, nor `-m slow` for the default ones
+SCENARIO_TESTS = {
+    "flux": ("test_two_gloo_processes_train_the_lora_of_one_process",),
+    "qwen-image": ("test_two_gloo_processes_train_the_lora_of_one_process",),
+    "stop": ("test_rank_0_stop_and_save_stops_every_rank_and_the_checkpoint_resumes_in_one_process",),
+    "methods": ("test_two_gloo_processes_train_like_one_with_prodigy_ema_lokr_and_huber",),
+    "caches": ("test_ranks_share_the_caches_and_get_exactly_the_tensors_of_one_process",),
+    "disk": ("test_two_gloo_processes_train_from_the_disk_cache_like_one",),
+    "disk-controls": ("test_two_gloo_processes_train_sized_controls_from_the_disk_cache_like_one",),
+    "mix": ("test_two_gloo_processes_train_a_weighted_entry_like_one",),
+}
+
+
 @pytest.fixture(scope="module")
-def launched(make_config: Callable[..., TrainConfig], tmp_path_factory: pytest.TempPathFactory) -> Launched:
-    """One launch of WORLD gloo processes running every scenario of `_scenarios` in turn."""
+def launched(
+    make_config: Callable[..., TrainConfig],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Launched:
+    """One launch of WORLD gloo processes running in turn every scenario of `_scenarios` that a
+    selected test reads (SCENARIO_TESTS)."""
     out = tmp_path_factory.mktemp("ddp")
-    chosen = _scenarios(make_config)
+    every = _scenarios(make_config)
+    assert sorted(SCENARIO_TESTS) == sorted(every), "every scenario names the tests reading it"
+    assert all(hasattr(request.module, test) for tests in SCENARIO_TESTS.values() for test in tests)
+    # the session's items after -m / -k deselection (pytest_collection_modifyitems has run)
+    selected = {getattr(item, "originalname", item.name) for item in request.session.items}
+    chosen = {name: every[name] for name, tests in SCENARIO_TESTS.items() if selected.intersection(tests)}
     scenarios = [
         (name, kind, cfg, port, stop_after)
         for (name, (kind, cfg, stop_after)), port in zip(
