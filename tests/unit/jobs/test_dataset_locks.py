@@ -8,34 +8,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import jobs_fake_workers as fakes
 import pytest
-from caption_fake_workers import slow_fake_captioner
+from wired_services import wired_services
 
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.errors import JobActive, NotFound
-from lorastudio.jobs.captioning import CaptionJobs
 from lorastudio.jobs.dataset_locks import overlaps
-from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.service import JobService, Timeouts
-from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
-
-
-def _services(settings: Settings) -> tuple[JobService, CaptionJobs]:
-    arbiter = GpuArbiter()
-    service = JobService(
-        settings,
-        RunStore.open(settings.db_path),
-        arbiter,
-        worker_target=fakes.hang_ignoring_stop,
-        timeouts=Timeouts(stop_grace_s=0.5, kill_grace_s=0.5),
-    ).start()
-    captions = CaptionJobs(
-        settings, arbiter, service.datasets_in_use, target=slow_fake_captioner, host_device=lambda: "cpu"
-    )
-    service.watch_captioning(captions.busy_jobs)  # as api/routes/captions.py does
-    return service, captions
 
 
 def _cfg(model: Path, data: dict) -> dict:
@@ -54,7 +33,7 @@ def test_a_run_on_a_dataset_being_captioned_is_refused(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], vlm: str
 ) -> None:
     model = tiny_model("flux")
-    service, captions = _services(settings)
+    service, captions = wired_services(settings)
     try:
         job = captions.start("shapes", CaptionOptions(model=vlm, overwrite=True))  # 8 images, 0.4 s each
         for data in ({"data_dir": "shapes"}, {"datasets": [{"path": "shapes", "repeats": 2}]}):
@@ -82,7 +61,7 @@ def test_a_caption_job_on_a_dataset_a_run_reads_is_refused(
     other = settings.datasets_dir / "other"
     other.mkdir()
     (other / "a.png").write_bytes((shapes / next(p.name for p in shapes.glob("*.png"))).read_bytes())
-    service, captions = _services(settings)
+    service, captions = wired_services(settings)
     try:
         run = service.submit(_cfg(model, {"data_dir": "shapes", "output_name": "r1"}))
         with pytest.raises(JobActive, match="dataset 'shapes' is used by a live training job"):

@@ -10,19 +10,14 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import jobs_fake_workers as fakes
 import pytest
-from caption_fake_workers import slow_fake_captioner
+from wired_services import wired_services
 
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.config import TrainConfig
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.errors import DatasetBusy, JobActive
-from lorastudio.jobs.captioning import CaptionJobs
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim, claim_cli_run
-from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.service import JobService, Timeouts
-from lorastudio.jobs.store import RunStore
 from lorastudio.settings import Settings
 
 
@@ -33,18 +28,7 @@ def test_a_live_run_s_validation_folder_is_not_deleted_edited_or_captioned(
     vlm = tmp_path / "vlm"
     vlm.mkdir()
     (vlm / "config.json").write_text('{"model_type": "qwen2_5_vl"}', encoding="utf-8")
-    arbiter = GpuArbiter()
-    service = JobService(
-        settings,
-        RunStore.open(settings.db_path),
-        arbiter,
-        worker_target=fakes.hang_ignoring_stop,
-        timeouts=Timeouts(stop_grace_s=0.5, kill_grace_s=0.5),
-    ).start()
-    captions = CaptionJobs(
-        settings, arbiter, service.datasets_in_use, target=slow_fake_captioner, host_device=lambda: "cpu"
-    )
-    service.watch_captioning(captions.busy_jobs)
+    service, captions = wired_services(settings)
     config = {
         "family": "flux", "base_model": str(tiny_model("flux")), "resolution": 32, "steps": 3,
         "data_dir": "shapes", "validation_split": "held", "output_name": "v",
