@@ -38,6 +38,7 @@ from lorastudio.api.origin import SameOriginWrites, install_log_redaction
 from lorastudio.api.routes import (
     cache,
     captions,
+    dataset_thumbnails,
     datasets,
     generate,
     info,
@@ -111,7 +112,19 @@ def create_app(
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(require_token)]
     _add_docs(app, guarded)
-    for module in (train, runs, run_files, datasets, captions, loras, generate, info, models, cache):
+    for module in (
+        train,
+        runs,
+        run_files,
+        datasets,
+        dataset_thumbnails,
+        captions,
+        loras,
+        generate,
+        info,
+        models,
+        cache,
+    ):
         app.include_router(module.router, dependencies=guarded, responses=ERROR_RESPONSES)
     if web_dist.is_dir():
         app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")

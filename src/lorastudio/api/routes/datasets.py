@@ -1,10 +1,10 @@
-"""/api/datasets: list, upload into, inspect, caption (one, or in bulk), thumbnail and delete
-dataset images.
+"""/api/datasets: list, upload into, inspect, caption (one, or in bulk) and delete dataset
+images.
 
 Every name is one safe path component under the datasets root. Edits are refused (409) while
 a live (running or queued) job trains on the dataset, and while a caption job, a CLI `train` or
 `datasets caption` holds it (its write claim, jobs/dataset_claims.py, taken for the writes). Files are read without following links
-(data.safe_open); thumbnails are decoded reduced, two at a time, and cached (data.thumbnails).
+(data.safe_open); thumbnails: api/routes/dataset_thumbnails.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from lorastudio.api.deps import service_dep, settings_dep
@@ -37,16 +36,14 @@ from lorastudio.data import resolve_dataset_dir, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.dataset_delete import delete_dataset
-from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.discovery import METADATA_FILE, discover
-from lorastudio.data.image_edits import delete_image, existing_image, write_caption
+from lorastudio.data.image_edits import delete_image, write_caption
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.safe_open import open_in_folder
-from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
 from lorastudio.data.upload_pairs import control_slot
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
 from lorastudio.errors import DatasetError, JobActive, NotFound
@@ -264,88 +261,6 @@ async def _capped(stream: AsyncIterator[bytes], cap: int) -> AsyncIterator[bytes
         if total > cap:
             raise UploadTooLarge(cap)
         yield chunk
-
-
-@router.get("/{name}/thumbnails/{file}", response_class=Response)
-def thumbnail(
-    name: str,
-    file: str,
-    size: int = Query(default=256, ge=16, le=1024),
-    control: str | None = Query(
-        default=None,
-        description="a control folder (control, control_2 ...): the thumbnail of its image `file`",
-    ),
-    settings: Settings = Depends(settings_dep),
-) -> Response:
-    """A JPEG thumbnail (longest side `size`) of one dataset image, decoded at reduced size and
-    cached under the studio home. A PNG/WebP larger than settings.max_decode_pixels gets a grey
-    placeholder (header X-Lorastudio-Placeholder says why); 503 with Retry-After when the
-    server's decode slots stay busy."""
-    folder = dataset_path(settings, name)
-    if control is not None:
-        if control_slot(control) is None:
-            raise NotFound(f"{control!r} is not a control folder (control, control_2 ... control_9)")
-        folder = folder / control
-        if folder.is_symlink():
-            raise NotFound(f"no control folder {control!r} in dataset {name}")
-    return _thumbnail(existing_image(folder, file), size, settings)
-
-
-@router.get("/{name}/masks/{file}", response_class=Response)
-def mask_thumbnail(
-    name: str,
-    file: str,
-    size: int = Query(default=256, ge=16, le=1024),
-    settings: Settings = Depends(settings_dep),
-) -> Response:
-    """A JPEG thumbnail of one loss mask of the dataset (masks/<file>, data/masks.py), like the
-    image thumbnails. 404 when there is no such mask (or the masks folder is a link)."""
-    masks = dataset_path(settings, name) / MASKS_DIR
-    if masks.is_symlink():
-        raise NotFound(f"dataset {name!r} has no masks folder")
-    return _thumbnail(existing_image(masks, file), size, settings)
-
-
-@router.get("/{name}/alpha/{file}", response_class=Response)
-def alpha_thumbnail(
-    name: str,
-    file: str,
-    size: int = Query(default=256, ge=16, le=1024),
-    settings: Settings = Depends(settings_dep),
-) -> Response:
-    """A JPEG thumbnail of the alpha channel of one image of the dataset (grey, opaque = white:
-    its loss mask with alpha_mask, data/masks.py), like the image thumbnails. 404 when there is
-    no such image or it has no alpha channel."""
-    path = existing_image(dataset_path(settings, name), file)
-    if not file_has_alpha(path):
-        raise NotFound(f"{file} has no alpha channel")
-    return _thumbnail(path, size, settings, alpha=True)
-
-
-def _thumbnail(path: Path, size: int, settings: Settings, alpha: bool = False) -> Response:
-    """The thumbnail response of an image file (see `thumbnail`; `alpha`: of its alpha channel)."""
-    headers = {"Cache-Control": "no-cache"}
-    try:
-        data = thumbnail_jpeg(
-            path,
-            size,
-            cache_dir=settings.thumbnail_cache_dir,
-            max_pixels=settings.max_image_pixels,
-            decode_pixels=settings.max_decode_pixels,
-            alpha=alpha,
-        )
-    except TooLargeToPreview as err:
-        data = placeholder_jpeg(size)
-        headers["X-Lorastudio-Placeholder"] = str(err).encode("ascii", "replace").decode("ascii")
-    except DecodeBusy as err:
-        return JSONResponse(
-            {"error": "DecodeBusy", "detail": str(err)},
-            status_code=503,
-            headers={"Retry-After": str(err.retry_after_s)},
-        )
-    except FileNotFoundError:  # deleted since it was found (its cache key stats it)
-        raise NotFound(f"no image {path.name!r} in dataset {path.parent.name}") from None
-    return Response(data, media_type="image/jpeg", headers=headers)
 
 
 @router.put("/{name}/captions/{file}", response_model=CaptionOut)
