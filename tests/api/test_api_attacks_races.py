@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from lorastudio.api.routes import dataset_thumbnails as thumbnail_routes
 from lorastudio.api.routes import datasets as routes
 from lorastudio.data import discovery, masks
 from lorastudio.settings import Settings
@@ -61,14 +62,14 @@ def test_a_masks_folder_deleted_while_it_is_listed_reads_as_none(
 def test_an_image_deleted_after_it_was_found_is_a_404_thumbnail(
     client: TestClient, dataset, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    real = routes.existing_image
+    real = thumbnail_routes.existing_image
 
     def found_then_deleted(folder, name):
         path = real(folder, name)
         path.unlink()
         return path
 
-    monkeypatch.setattr(routes, "file_has_alpha", lambda path: True)
-    monkeypatch.setattr(routes, "existing_image", found_then_deleted)
+    monkeypatch.setattr(thumbnail_routes, "file_has_alpha", lambda path: True)
+    monkeypatch.setattr(thumbnail_routes, "existing_image", found_then_deleted)
     answer = client.get(f"/api/datasets/set/{kind}/a.png")
     assert answer.status_code == 404, answer.text
