@@ -4,11 +4,11 @@ A model is a catalogue id, a hub id (owner/name) or a folder (absolute, or a nam
 folder), found the way base models are (basemodels/): a folder is read where it is (a fetched
 captioner's catalogue id is its models/ folder, `owner--name`; a known captioner's id that is not
 fetched yet is refused naming the command that fetches it); a hub id is read from lorastudio's
-fetched copy (models/owner--name at that revision), else the
-hub cache at `revision` (main by default) or, online, its config.json is fetched through
-huggingface_hub with the studio's hub token (gated / missing repos give the same errors as base
-models); offline, a hub id not in the cache is refused. The weights are loaded later by the
-caption worker (from_pretrained, same revision and token, into the hub cache).
+fetched copy (models/owner--name at that revision), else the hub cache at `revision` (main by
+default) or, online, its config.json is fetched through huggingface_hub with the studio's hub
+token (gated / missing repos give the same errors as base models); offline, a hub id not on disk
+is refused naming the command that fetches it. The weights are loaded later by the caption worker
+(from_pretrained, same revision and token, into the hub cache).
 
 Supported (natively in transformers 5): Qwen2.5-VL (`qwen2_5_vl`), Qwen2-VL (`qwen2_vl`) and
 Florence-2 (`florence2` with the native `florence_vision` tower). A config that maps to code in

@@ -63,13 +63,17 @@ def list_cmd(
         typer.echo("offline mode (HF_HUB_OFFLINE=1): showing what is on disk; nothing can be fetched")
     captioners = [e for e in entries if e.kind == "captioner"]
     entries = [e for e in entries if e.kind != "captioner"]
-    _print_captioners(captioners)
     if not entries:
         typer.echo(
             "no base models yet: `lorastudio models fetch OWNER/NAME`, `lorastudio models add PATH` or "
             "`lorastudio tiny model --family FAMILY`"
         )
-        return
+    else:
+        _print_bases(entries)
+    _print_captioners(captioners)
+
+
+def _print_bases(entries: list[ModelEntry]) -> None:
     rows = [
         [
             e.id,
@@ -100,10 +104,9 @@ def _print_captioners(entries: list[ModelEntry]) -> None:
         for e in entries
     ]
     typer.echo(
-        "captioning models (`lorastudio datasets caption NAME --model ID`; fetch: `models fetch REPO`):"
+        "\ncaptioning models (`lorastudio datasets caption NAME --model ID`; fetch: `models fetch REPO`):"
     )
     print_table(("id", "repo", "state", "size", "licence"), rows, keep=("id",))
-    typer.echo("")
 
 
 @models_app.command("fetch")

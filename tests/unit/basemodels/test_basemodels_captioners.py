@@ -129,6 +129,14 @@ def test_a_captioner_is_fetched_listed_and_captions_by_catalogue_or_hub_id(
     )  # fmt: skip
     assert entry.licence == "Qwen Research License (non-commercial)" and entry.path == str(folder)
     assert fetch_model(settings, REPO).already_present  # on disk: nothing asked
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    listed = CliRunner().invoke(app, ["models", "list", "--no-hub-cache"]).output.splitlines()
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in listed if "\t" in line}
+    assert rows[folder.name][:2] == [REPO, "ready"] and rows[folder.name][3] == entry.licence
+    assert rows["Qwen--Qwen2.5-VL-7B-Instruct"][1] == "to fetch"
 
     by_id = resolve_captioner(settings, folder.name)
     by_hub_id = resolve_captioner(settings, REPO)  # lorastudio's fetched copy, not the hub
