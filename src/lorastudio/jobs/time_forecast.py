@@ -19,6 +19,7 @@ seconds, passed in to train() and kept as the process_start phase) to train()'s 
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,9 @@ PRESERVATION_STEP = 1 + 1 / 3 + 1
 PROCESS_START_S = 6.0
 # A sampling step's time over a training step's at the same size (e2e FLUX.1: 5.3 s / 20 vs 0.342 s).
 SAMPLE_STEP_SHARE = 0.78
+# A compiled run's first step when its graphs come from the on-disk compile cache, over one that
+# compiles them (e2e FLUX.1 on the H200, bench/RESULTS note 27: 6.5 vs 28.8 s, 8.0-9.4 vs 37.8 s).
+WARM_COMPILE_SHARE = 0.23
 # Exact-match keys of a record (the rest is scaled): what changes the time per unit of work.
 _SAME = (
     "family",
@@ -99,12 +103,34 @@ def time_forecast(
     units = _units(cfg, now, work)
     records = [r for r in read_records(home) if _usable(r)]
     same = [r for r in records if all(_key(r, k) == now[k] for k in _SAME)][:HISTORY_RUNS]
-    if same:
-        return _from_history(same, units, now)
+    if same:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
+        warm = compiled and _compile_cache_kept(home)
+        return _from_history(same, units, now, compile_cache="warm" if warm else "cold" if compiled else None)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]][:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
-        return _from_history(machine, units, now, other_base=True)
+        cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
+        return _from_history(machine, units, now, other_base=True, compile_cache=cold)
     return _from_model(cfg, fam.spec.denoiser_class, host, now, units)
+
+
+def _compile_cache_kept(home: Path) -> bool:
+    """Whether Inductor's on-disk cache that runs of this home use holds anything
+    (training/compile.keep_compile_cache: $TORCHINDUCTOR_CACHE_DIR, else <home>/cache/inductor)."""
+    folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or home / "cache" / "inductor")
+    try:
+        return folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return False
+
+
+def _first_step_share(record: dict[str, Any], expect: str | None) -> float:
+    """The factor from a record's first step to this run's, by how their compiles went: a record
+    that compiled afresh ("cold") forecasts a run that finds its graphs cached ("warm") at
+    WARM_COMPILE_SHARE, and the other way round; the same kind, or an unknown one, as it is."""
+    then = record.get("compile_cache")
+    if expect is None or then not in ("warm", "cold") or then == expect:
+        return 1.0
+    return WARM_COMPILE_SHARE if expect == "warm" else 1 / WARM_COMPILE_SHARE
 
 
 def _key(record: dict[str, Any], name: str) -> Any:
@@ -141,9 +167,15 @@ def _units(cfg: TrainConfig, sig: dict[str, Any], work: dict[str, Any]) -> dict[
 
 
 def _from_history(
-    records: list[dict[str, Any]], units: dict[str, float], now: dict[str, Any], *, other_base: bool = False
+    records: list[dict[str, Any]],
+    units: dict[str, float],
+    now: dict[str, Any],
+    *,
+    other_base: bool = False,
+    compile_cache: str | None = None,
 ) -> dict[str, Any]:
-    """Each phase: the median over `records` of the phase scaled by this run's work."""
+    """Each phase: the median over `records` of the phase scaled by this run's work;
+    `compile_cache`: "warm" / "cold", how this run's compile is expected to go (None: no compile)."""
     exact = not other_base and all(
         r["signature"]["pixels"] == now["pixels"]
         and r["signature"]["batch_size"] == now["batch_size"]
@@ -161,7 +193,10 @@ def _from_history(
         dop = _dop(now["preservation"]) / _dop(_key(r, "preservation"))  # a step's own work
         step = r["s_per_step"] * size * dop * _ratio(units["step_work"], step_work)
         per["steps"].append(step * max(units["steps"] - 1, 0))
-        per["first_step"].append(ph["first_step"] * size * dop * _ratio(units["step_work"], step_work))
+        compile_share = _first_step_share(r, compile_cache)
+        per["first_step"].append(
+            ph["first_step"] * size * dop * _ratio(units["step_work"], step_work) * compile_share
+        )
         per["weights_load"].append(ph["weights_load"] * size)
         # the encode phases scale by the texts / images still to encode (the disk cache holds the
         # rest); a record that encoded none says nothing of their rate (one without the counts:
@@ -207,6 +242,18 @@ def _from_history(
                 " (a base forward + a second forward and backward), not measured in them"
             )
     bases["process_start"] = f"{basis} (the CLI's or job worker's start: Python and torch imports)"
+    if compile_cache is not None:
+        kinds = {r.get("compile_cache") for r in records}
+        told = {"warm": "from the compile cache (an earlier run of this base and plan filled it)"}
+        told["cold"] = "compiled afresh (no run of this base and plan has filled the compile cache)"
+        bases["first_step"] += f"; its compile {told[compile_cache]}"
+        if any(_first_step_share(r, compile_cache) != 1.0 for r in records):
+            other = ({"warm", "cold"} & kinds) - {compile_cache}
+            bases["first_step"] += (
+                f", scaled from {' / '.join(sorted(other))} compiles by"
+                f" {WARM_COMPILE_SHARE if compile_cache == 'warm' else round(1 / WARM_COMPILE_SHARE, 2)}"
+                " (bench/RESULTS note 27)"
+            )
     if "sample_rounds" in unmeasured and units["sample_rounds"]:
         bases["sample_rounds"] = (
             f"no sample round in the {runs}: their step time x sample steps x {SAMPLE_STEP_SHARE}"

@@ -44,6 +44,7 @@ from lorastudio.training.plan import Plan
 from lorastudio.training.precision import peak_memory_gb
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.preservation import preservation_cond, prior_mask
+from lorastudio.training.run_timings import compile_cache_counts
 from lorastudio.training.samples import SamplePreviews
 from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkpoint
 from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
@@ -90,6 +91,8 @@ class RunState:
     held_out_conds: Conditioning = field(default_factory=dict)  # their captions' conditioning
     text_encoders: TextEncoderLora | None = None  # SDXL train_text_encoder: encoders with their LoRA
     preservation: PreservationTexts | None = None  # cfg.preservation's texts (training/preservation.py)
+    # Inductor's cache hits / misses when the run began (training/run_timings.compile_cache_state)
+    compile_counts: dict[str, int] = field(default_factory=compile_cache_counts)
     latents_encoded: int | None = None  # images phase 2 encoded (None: every image; the disk cache: fewer)
 
 

@@ -3,7 +3,8 @@ wall-time forecast of later runs on this machine (jobs/time_forecast.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -19,6 +20,29 @@ if TYPE_CHECKING:
 def device_name(device: torch.device) -> str:
     """The name the preflight's HostInfo gives this device: the GPU's name, else "cpu"."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def compile_cache_counts() -> dict[str, int]:
+    """Inductor's FX graph cache hits and misses in this process so far (Dynamo's counters; zero
+    while Dynamo was never imported: nothing was compiled). RunState takes them at the run's start,
+    so a worker that trains twice counts each run's own compiles."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return {"hit": 0, "miss": 0}
+    inductor = utils.counters["inductor"]
+    return {"hit": int(inductor["fxgraph_cache_hit"]), "miss": int(inductor["fxgraph_cache_miss"])}
+
+
+def compile_cache_state(at_start: dict[str, int], compiled: bool) -> Literal["warm", "cold"] | None:
+    """How the run's compile went since `at_start` (compile_cache_counts()): "cold" when any graph
+    was compiled afresh (a cache miss), "warm" when every graph came from the on-disk cache, None
+    when nothing compiled or the cache was not consulted (a bypass)."""
+    if not compiled:
+        return None
+    now = compile_cache_counts()
+    if now["miss"] > at_start.get("miss", 0):
+        return "cold"
+    return "warm" if now["hit"] > at_start.get("hit", 0) else None
 
 
 def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, settings: Settings) -> None:
@@ -45,6 +69,8 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
     measured = phase_seconds(clock.stamped, cfg.save_every, end=clock.elapsed(), before=clock.before)
     encoded = measured["latents"] if state.latents_encoded is None else state.latents_encoded
     measured["latents_encoded"] = encoded  # the latent phase's work ("latents": the images in it)
+    # the first step's compile came from the cache or not (jobs/time_forecast.py picks the kind)
+    measured["compile_cache"] = compile_cache_state(state.compile_counts, signature["compiled"])
     try:
         work = {"sample_work": len(cfg.sample_prompts) * (cfg.sample_steps or 1)}  # as jobs/time_forecast
         write_record(settings.home, run.run_dir.name, {"signature": signature, **measured, **work})
