@@ -20,8 +20,15 @@ from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_datasets import top_resolution, with_paths
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
+from lorastudio.config_schedule import schedule_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
-from lorastudio.data.entries import entry_field, resolve_entries, resolved_folders, unsampled_problems
+from lorastudio.data.entries import (
+    entry_field,
+    resolve_entries,
+    resolved_folders,
+    run_steps,
+    unsampled_problems,
+)
 from lorastudio.data.holdout import Holdout, split_validation
 from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.mix import MixEntry
@@ -167,6 +174,10 @@ def validate_run(
     if scan is not None and cfg is not None:
         problems += control_resolution_problems(scan, cfg.control_resolution)
         problems += unsampled_problems(scan, cfg)  # a weight whose share of the epoch rounds to 0
+        if cfg.num_epochs > 0:  # the periodic settings against the run's length, now known
+            problems += schedule_problems(
+                cfg, run_steps(cfg, holdout.train if holdout is not None else scan)[0]
+            )
     if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
         paths, refs = sample_references(  # checked against the images the run trains on
             cfg.sample_prompts,

@@ -3558,7 +3558,7 @@ export interface components {
             keep_last?: number;
             /**
              * Keep Loras
-             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every (else the run writes none while it trains)
+             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every below the run's steps (snapshots are written before the last step only)
              * @default null
              */
             keep_loras?: number | null;
@@ -3860,13 +3860,13 @@ export interface components {
             save_dtype?: "fp32" | "bf16" | "fp16";
             /**
              * Save Every
-             * @description checkpoint every N optimizer steps (null: only on stop-and-save)
+             * @description checkpoint every N optimizer steps before the last (null: only on stop-and-save); every ..._every setting above the run's steps is refused (it would fall on no step)
              * @default null
              */
             save_every?: number | null;
             /**
              * Save Lora Every
-             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps before the last; every checkpoint writes one too (null: only with checkpoints)
              * @default null
              */
             save_lora_every?: number | null;
@@ -4163,7 +4163,7 @@ export interface components {
             keep_last: number;
             /**
              * Keep Loras
-             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every (else the run writes none while it trains)
+             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every below the run's steps (snapshots are written before the last step only)
              */
             keep_loras: number | null;
             /**
@@ -4439,12 +4439,12 @@ export interface components {
             save_dtype: "fp32" | "bf16" | "fp16";
             /**
              * Save Every
-             * @description checkpoint every N optimizer steps (null: only on stop-and-save)
+             * @description checkpoint every N optimizer steps before the last (null: only on stop-and-save); every ..._every setting above the run's steps is refused (it would fall on no step)
              */
             save_every: number | null;
             /**
              * Save Lora Every
-             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps before the last; every checkpoint writes one too (null: only with checkpoints)
              */
             save_lora_every: number | null;
             /**
