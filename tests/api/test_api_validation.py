@@ -60,6 +60,9 @@ def test_preflight_refusals_and_a_validated_run_through_the_api(
     assert by_step[(4, True)]["last"] and not by_step[(2, False)]["last"]
     best = rounds[-1]["best_step"]
     assert [lo["step"] for lo in loras if lo["best"]] == [best]
+    (only,) = client.get("/api/loras").json()["loras"][0]["files"]  # no EMA: one file, the measured one
+    assert (only["weights"], only["step"], only["trained_steps"], only["last"]) == ("raw", None, 4, True)
+    assert only["validation_loss"] == rounds[-1]["loss"] and only["best"] == (best == 4)
 
 
 def test_an_ema_run_marks_the_measured_raw_file_and_serves_it(
@@ -96,6 +99,15 @@ def test_an_ema_run_marks_the_measured_raw_file_and_serves_it(
 
     (listed,) = client.get("/api/loras", params={"family": "flux"}).json()["loras"]
     assert (listed["name"], listed["weights"], listed["raw_step"]) == ("vema", "ema", 4)
+    # the list the Generate screen picks from offers both final files, each labelled and marked
+    ema_file, raw_file = listed["files"]
+    assert (ema_file["weights"], ema_file["step"], ema_file["trained_steps"]) == ("ema", None, 4)
+    assert ema_file["validation_loss"] is None and not (ema_file["best"] or ema_file["last"])
+    assert (raw_file["weights"], raw_file["step"], raw_file["url"]) == ("raw", 4, raw["url"])
+    assert (raw_file["validation_loss"], raw_file["best"], raw_file["last"]) == (
+        raw["validation_loss"], raw["best"], True
+    )  # fmt: skip
+    assert raw_file["bytes"] == Path(raw["path"]).stat().st_size and ema_file["url"] == ema["url"]
     assert raw["url"] == "/api/loras/vema/file?step=4" and ema["url"] == "/api/loras/vema/file"
     got_raw, got_ema = client.get(raw["url"]), client.get(ema["url"])
     assert got_raw.status_code == 200 and got_raw.content == Path(raw["path"]).read_bytes()
