@@ -211,6 +211,26 @@ def validate_run(
     )
 
 
+def with_resolved_base(cfg: TrainConfig, settings: Settings) -> TrainConfig:
+    """`cfg` with base_model in the one canonical form every run stores (what validate_run gives
+    the job service's runs): a folder or single file as its absolute resolved path (a name under
+    models/ too), a hub id as itself, or the folder lorastudio fetched it to; for a single file
+    also base_config (and the v_prediction its header says). The run record, resume, "train
+    again" and the disk caches then agree whoever started the run. Raises ConfigError
+    (ModelSourceError's message on base_model / base_config, base_updates' problems)."""
+    try:
+        found = resolve_base(cfg.base_model, cfg.family, settings, cfg.revision, cfg.base_config)
+    except ModelSourceError as err:
+        field = "base_config" if str(err).startswith("base_config ") else "base_model"
+        raise ConfigError([FieldProblem(field, str(err))]) from None
+    base, problems = base_updates(
+        found.source, found.folder, found.file, found.config, cfg.base_config, cfg.v_prediction, cfg.revision
+    )
+    if problems:
+        raise ConfigError(problems)
+    return cfg.model_copy(update=base)
+
+
 def output_name_problems(name: str, settings: Settings, live_output_names: set[str]) -> list[FieldProblem]:
     """Why `name` cannot be a new run's output name (taken on disk or by a live job, unsafe)."""
     try:
