@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from api_helpers import LiveServer, read_events, upload_folder, wait_idle, wait_status
+from PIL import Image
 
 
 def test_preflight_refusals_and_a_validated_run_through_the_api(
@@ -17,12 +18,19 @@ def test_preflight_refusals_and_a_validated_run_through_the_api(
 ) -> None:
     client = server.client
     assert upload_folder(client, "shapes", sample_dataset).status_code == 201
-    held = tmp_path / "held"
+    held, copies = tmp_path / "held", tmp_path / "copies"
     held.mkdir()
+    copies.mkdir()
     for png in sorted(sample_dataset.glob("*.png"))[:2]:
-        shutil.copy(png, held / png.name)
+        shutil.copy(png, copies / f"copy-{png.name}")  # the training images under other names
+        (copies / f"copy-{png.stem}.txt").write_text("a copy")
+        with Image.open(png) as img:  # other images than the training ones
+            other = img.convert("RGB")
+        other.putpixel((0, 0), (1, 2, 3))
+        other.save(held / png.name)
         shutil.copy(png.with_suffix(".txt"), held / f"{png.stem}.txt")
     assert upload_folder(client, "held", held).status_code == 201
+    assert upload_folder(client, "copies", copies).status_code == 201
 
     config = flux_config(output_name="val", validation_split=0.25, validate_every=2, save_lora_every=4)
     report = client.post("/api/train/preflight", json={"config": config})
@@ -33,6 +41,10 @@ def test_preflight_refusals_and_a_validated_run_through_the_api(
     assert report.json()["dataset"]["images_used"] == 6 and report.json()["dataset"]["images_found"] == 8
     folder = client.post("/api/train/preflight", json={"config": {**config, "validation_split": "held"}})
     assert folder.json()["dataset"]["validation"]["images"] == sorted(p.name for p in held.glob("*.png"))
+    copied = client.post("/api/train/preflight", json={"config": {**config, "validation_split": "copies"}})
+    fields = [p["field"] for p in copied.json()["problems"]]
+    assert copied.status_code == 400 and set(fields) == {"validation_split"}, copied.text
+    assert "all 2 validation image(s) are training images too" in copied.text
     for bad, field in (
         ({"validation_split": 0.95}, "validation_split"),
         ({"validation_split": "shapes"}, "validation_split"),

@@ -25,7 +25,7 @@ from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, pl
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report, scan_variants
 from lorastudio.data.entries import entry_report, epoch_bucket_counts, run_steps
-from lorastudio.data.holdout import validation_section
+from lorastudio.data.holdout import overlap_warning, validation_section
 from lorastudio.data.masks import mask_section, mask_warning
 from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.data.resolutions import buckets_by_resolution
@@ -137,6 +137,7 @@ def preflight_report(
                 for w in [
                     upscale_warning(scan.items, cfg.no_upscale, scan.labels()),
                     mask_warning(scan.items, scan.labels()),
+                    overlap_warning(run.holdout),
                 ]
                 if w
             ],
