@@ -94,3 +94,30 @@ def test_a_relative_folder_resumes_from_another_directory(
     assert _recorded("rel") == [canonical, canonical]
     info = read_checkpoint_info(find_checkpoint(run_dir))
     assert info["config"]["data_dir"] == str((second / "moved-data").resolve())
+
+
+def test_a_fetched_hub_id_is_stored_as_its_folder_as_the_api_stores_it(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """A hub id that `lorastudio models fetch` put under models/ (its marker names the repo):
+    both the CLI's record and the job service's config name that folder, not the id."""
+    from lorastudio.basemodels.catalogue import FETCH_MARKER
+    from lorastudio.basemodels.fetch import fetch_target
+
+    settings = get_settings()
+    folder = fetch_target(settings, "me/tiny-flux", None)
+    shutil.copytree(tiny_model("flux"), folder)
+    (folder / FETCH_MARKER).write_text(json.dumps({"repo_id": "me/tiny-flux", "revision": None}))
+    raw = run_settings("flux", Path("me/tiny-flux"), small_dataset, {"output_name": "fetched"})
+    raw["base_model"] = "me/tiny-flux"
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(raw))
+    result = _train(config)
+    assert result.exit_code == 0, result.output
+    api = validate_run(
+        {**raw, "output_name": "other"},
+        Settings(home=settings.home),
+        live_output_names=set(),
+        allow_outside_root=True,
+    )
+    assert _recorded("fetched") == [api.config.base_model] == [str(folder.resolve())]
