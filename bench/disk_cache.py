@@ -92,7 +92,6 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             "latent_cache": args.mode,
             "latent_cache_max_gb": 64,
             "compile": "off",
-            "save_every": 100_000,  # no checkpoint
             **({"max_sequence_length": 32} if args.device == "cpu" else {}),
         }
     )

@@ -68,21 +68,24 @@ class RuntimeFields(StrictFields):
 
     # checkpoints, divergence and output format
     save_every: int | None = Field(
-        default=None, ge=1, description="checkpoint every N optimizer steps (null: only on stop-and-save)"
+        default=None,
+        ge=1,
+        description="checkpoint every N optimizer steps before the last (null: only on stop-and-save); "
+        "every ..._every setting above the run's steps is refused (it would fall on no step)",
     )
     keep_last: int = Field(default=2, ge=1, le=1000, description="checkpoints retained (oldest removed)")
     save_lora_every: int | None = Field(
         default=None,
         ge=1,
         description="write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N "
-        "optimizer steps; every checkpoint writes one too (null: only with checkpoints)",
+        "optimizer steps before the last; every checkpoint writes one too (null: only with checkpoints)",
     )
     keep_loras: int | None = Field(
         default=None,
         ge=1,
         le=100_000,
         description="LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every "
-        "or validate_every (else the run writes none while it trains)",
+        "or validate_every below the run's steps (snapshots are written before the last step only)",
     )
     max_bad_steps: int = Field(
         default=5, ge=1, le=1000, description="consecutive non-finite steps before the run fails as diverged"

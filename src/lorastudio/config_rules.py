@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.config_methods import loss_problems, text_encoder_problems
+from lorastudio.config_schedule import schedule_problems
 from lorastudio.errors import FieldProblem
 
 if TYPE_CHECKING:
@@ -88,10 +89,6 @@ def fusion_choice(
 
 # Sample settings that mean nothing without sample prompts (refused then, never ignored).
 SAMPLE_SETTINGS: tuple[str, ...] = ("sample_every", "sample_steps", "sample_seed")
-# The settings that write LoRA snapshots while a run trains (lora/snapshots.py: every
-# save_lora_every steps, every checkpoint, every validation round before the last step);
-# keep_loras means nothing without one (refused then).
-SNAPSHOT_WRITERS: tuple[str, ...] = ("save_lora_every", "save_every", "validate_every")
 
 
 def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
@@ -134,15 +131,7 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "validate_every", "needs validation_split (there are no held-out images to validate on)"
             )
         )
-    if cfg.keep_loras is not None and not any(getattr(cfg, name) for name in SNAPSHOT_WRITERS):
-        problems.append(
-            FieldProblem(
-                "keep_loras",
-                "needs save_lora_every, save_every or validate_every: without one the run writes no LoRA "
-                "snapshot while it trains (only a stop-and-save writes one), so there is nothing to keep "
-                "or remove; set one of them, or leave keep_loras unset",
-            )
-        )
+    problems += schedule_problems(cfg, None if cfg.num_epochs > 0 else cfg.steps)  # config_schedule.py
     problems += _plan_problems(cfg)
     problems += optimizer_problems(cfg)
     problems += ema_problems(cfg)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from api_helpers import LiveServer, read_events, upload_folder, wait_idle, wait_status
+from PIL import Image
 
 
 def test_preflight_refusals_and_a_validated_run_through_the_api(
@@ -17,12 +18,19 @@ def test_preflight_refusals_and_a_validated_run_through_the_api(
 ) -> None:
     client = server.client
     assert upload_folder(client, "shapes", sample_dataset).status_code == 201
-    held = tmp_path / "held"
+    held, copies = tmp_path / "held", tmp_path / "copies"
     held.mkdir()
+    copies.mkdir()
     for png in sorted(sample_dataset.glob("*.png"))[:2]:
-        shutil.copy(png, held / png.name)
+        shutil.copy(png, copies / f"copy-{png.name}")  # the training images under other names
+        (copies / f"copy-{png.stem}.txt").write_text("a copy")
+        with Image.open(png) as img:  # other images than the training ones
+            other = img.convert("RGB")
+        other.putpixel((0, 0), (1, 2, 3))
+        other.save(held / png.name)
         shutil.copy(png.with_suffix(".txt"), held / f"{png.stem}.txt")
     assert upload_folder(client, "held", held).status_code == 201
+    assert upload_folder(client, "copies", copies).status_code == 201
 
     config = flux_config(output_name="val", validation_split=0.25, validate_every=2, save_lora_every=4)
     report = client.post("/api/train/preflight", json={"config": config})
@@ -33,6 +41,10 @@ def test_preflight_refusals_and_a_validated_run_through_the_api(
     assert report.json()["dataset"]["images_used"] == 6 and report.json()["dataset"]["images_found"] == 8
     folder = client.post("/api/train/preflight", json={"config": {**config, "validation_split": "held"}})
     assert folder.json()["dataset"]["validation"]["images"] == sorted(p.name for p in held.glob("*.png"))
+    copied = client.post("/api/train/preflight", json={"config": {**config, "validation_split": "copies"}})
+    fields = [p["field"] for p in copied.json()["problems"]]
+    assert copied.status_code == 400 and set(fields) == {"validation_split"}, copied.text
+    assert "all 2 validation image(s) are training images too" in copied.text
     for bad, field in (
         ({"validation_split": 0.95}, "validation_split"),
         ({"validation_split": "shapes"}, "validation_split"),
@@ -60,6 +72,9 @@ def test_preflight_refusals_and_a_validated_run_through_the_api(
     assert by_step[(4, True)]["last"] and not by_step[(2, False)]["last"]
     best = rounds[-1]["best_step"]
     assert [lo["step"] for lo in loras if lo["best"]] == [best]
+    (only,) = client.get("/api/loras").json()["loras"][0]["files"]  # no EMA: one file, the measured one
+    assert (only["weights"], only["step"], only["trained_steps"], only["last"]) == ("raw", None, 4, True)
+    assert only["validation_loss"] == rounds[-1]["loss"] and only["best"] == (best == 4)
 
 
 def test_an_ema_run_marks_the_measured_raw_file_and_serves_it(
@@ -96,6 +111,15 @@ def test_an_ema_run_marks_the_measured_raw_file_and_serves_it(
 
     (listed,) = client.get("/api/loras", params={"family": "flux"}).json()["loras"]
     assert (listed["name"], listed["weights"], listed["raw_step"]) == ("vema", "ema", 4)
+    # the list the Generate screen picks from offers both final files, each labelled and marked
+    ema_file, raw_file = listed["files"]
+    assert (ema_file["weights"], ema_file["step"], ema_file["trained_steps"]) == ("ema", None, 4)
+    assert ema_file["validation_loss"] is None and not (ema_file["best"] or ema_file["last"])
+    assert (raw_file["weights"], raw_file["step"], raw_file["url"]) == ("raw", 4, raw["url"])
+    assert (raw_file["validation_loss"], raw_file["best"], raw_file["last"]) == (
+        raw["validation_loss"], raw["best"], True
+    )  # fmt: skip
+    assert raw_file["bytes"] == Path(raw["path"]).stat().st_size and ema_file["url"] == ema["url"]
     assert raw["url"] == "/api/loras/vema/file?step=4" and ema["url"] == "/api/loras/vema/file"
     got_raw, got_ema = client.get(raw["url"]), client.get(ema["url"])
     assert got_raw.status_code == 200 and got_raw.content == Path(raw["path"]).read_bytes()

@@ -86,6 +86,27 @@ class DeletedFiles(_Out):
     deleted: list[str]
 
 
+class LoraFileOut(_Out):
+    """One pickable file of a trained LoRA: the run's LoRA (with EMA the EMA weights) or, for a
+    run with EMA, its <name>.raw.safetensors (the raw weights validation measured)."""
+
+    weights: Literal["ema", "raw"] = Field(
+        description="the EMA of the adapter weights or the raw trained ones"
+    )
+    step: int | None = Field(
+        description="the LoraRef.step that picks this file for generation and download "
+        "(null: the run's LoRA, <name>.safetensors)"
+    )
+    trained_steps: int | None = Field(description="optimizer step the file was saved at (null: unknown)")
+    bytes: int
+    url: str = Field(description="download URL of the file")
+    validation_loss: float | None = Field(
+        default=None, description="the validation loss of its step (null: not validated, or EMA weights)"
+    )
+    best: bool = Field(default=False, description="the file measured in the run's best validation round")
+    last: bool = Field(default=False, description="the file measured in the run's last validation round")
+
+
 class LoraOut(_Out):
     name: str
     family: str | None
@@ -100,6 +121,10 @@ class LoraOut(_Out):
         default=None,
         description="an EMA LoRA: the step whose raw weights (the ones validation measured) are "
         "downloaded and generated with `step` (null: not an EMA LoRA, or no raw file)",
+    )
+    files: list[LoraFileOut] = Field(
+        default_factory=list,
+        description="the run's final files, each pickable: the LoRA first, then with EMA the raw one",
     )
 
 

@@ -79,6 +79,7 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     from lorastudio.data.safe_open import open_in_folder
     from lorastudio.data.uploads import UploadBatch
     from lorastudio.errors import DatasetError
+    from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.settings import get_settings
 
     settings = get_settings()
@@ -105,33 +106,42 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
         raise DatasetError(
             f"import of {source} refused", [f"{n}: {why}" for n, why in plan.skipped + bad_masks]
         )
-    taken = [n for n in names.values() if os.path.lexists(root / n)]
-    if taken:
-        raise DatasetError(
-            f"dataset {taken[0]} already exists",
-            [f"{n}: a kohya import makes new datasets; choose another --name" for n in taken],
-        )
-    refused: list[tuple[str, str]] = []
-    for folder in folders:
-        rows = [r for r in plan.rows if r["kohya_folder"] == folder]
-        with UploadBatch(
-            settings.datasets_dir, root / names[folder], settings.max_image_pixels, settings.max_decode_pixels,
-            strict=strict,
-        ) as batch:  # fmt: skip
-            for path, name in plan.images:
-                if path.parent.name == folder:
-                    with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
-                        batch.add(name, fh)
-            table = "".join(json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows)
-            batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
-            refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
-        target = root / names[folder]
-        copied = copy_masks(masks[folder], target, settings.datasets_dir, set(dataset_images(target)))
-        summary = dataset_summary(target)
-        typer.echo(
-            f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
-            + (f", {len(copied)} mask(s)" if copied else "")
-        )
+    # written like a plain import: every new dataset claimed for writing (jobs/dataset_claims.py) from
+    # the check that it is free to the last mask, so a delete, an upload, a caption job or another
+    # import of the same names is refused (DatasetBusy) instead of racing the writes
+    holder = f"`lorastudio datasets import --kohya` into {', '.join(sorted(names.values()))}"
+    with DatasetClaim.take(
+        settings.home, settings.datasets_dir, [root / n for n in names.values()], WRITE, holder
+    ):
+        taken = [n for n in names.values() if os.path.lexists(root / n)]
+        if taken:
+            raise DatasetError(
+                f"dataset {taken[0]} already exists",
+                [f"{n}: a kohya import makes new datasets; choose another --name" for n in taken],
+            )
+        refused: list[tuple[str, str]] = []
+        for folder in folders:
+            rows = [r for r in plan.rows if r["kohya_folder"] == folder]
+            with UploadBatch(
+                settings.datasets_dir, root / names[folder], settings.max_image_pixels, settings.max_decode_pixels,
+                strict=strict,
+            ) as batch:  # fmt: skip
+                for path, name in plan.images:
+                    if path.parent.name == folder:
+                        with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
+                            batch.add(name, fh)
+                table = "".join(
+                    json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows
+                )
+                batch.add("metadata.jsonl", io.BytesIO(table.encode("utf-8")))
+                refused += [(f"{folder}/{f}", why) for f, why in batch.commit().refused]
+            target = root / names[folder]
+            copied = copy_masks(masks[folder], target, settings.datasets_dir, set(dataset_images(target)))
+            summary = dataset_summary(target)
+            typer.echo(
+                f"dataset {summary['name']}: {summary['images']} image(s), {summary['captions']} captioned"
+                + (f", {len(copied)} mask(s)" if copied else "")
+            )
     for file, reason in plan.skipped + bad_masks + refused:
         say(f"skipped {file}: {reason}")
     return [(names[f], f) for f in folders]

@@ -58,18 +58,20 @@ def _run_config(config: Path | None, overrides: list[str], resume: Path | None) 
     takes the checkpoint's settings with --set overrides (only those that do not change the
     maths). Raises ConfigError (no CONFIG and no --resume, bad settings), NotFound."""
     from lorastudio.config import parse_train_config
+    from lorastudio.jobs.validation import with_resolved_base
+    from lorastudio.settings import get_settings
     from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 
     checkpoint = find_checkpoint(resume.resolve()) if resume is not None else None
-    if config is not None:
+    if config is not None:  # base_model as the job service stores it (a checkpoint's is already)
         data = localize_paths(apply_overrides(load_config_file(config), overrides))
-    elif checkpoint is not None:
-        data = resume_settings(read_checkpoint_info(checkpoint), apply_overrides({}, overrides))
-    else:
-        raise ConfigError(
-            [FieldProblem("config", "give a config file, or --resume a run folder or checkpoint")]
+        return with_resolved_base(parse_train_config(data), get_settings()), checkpoint
+    if checkpoint is not None:  # --set paths taken against this directory, as in a config file
+        data = resume_settings(
+            read_checkpoint_info(checkpoint), localize_paths(apply_overrides({}, overrides))
         )
-    return parse_train_config(data), checkpoint
+        return parse_train_config(data), checkpoint
+    raise ConfigError([FieldProblem("config", "give a config file, or --resume a run folder or checkpoint")])
 
 
 def train_cmd(

@@ -226,6 +226,14 @@ def epoch_bucket_counts(scan: DatasetScan) -> dict[str, int]:
     return {f"{k[0]}x{k[1]}" if one else f"{k[0]}x{k[1]}+{k[2]}": counts[k] for k in sorted(counts)}
 
 
+def run_steps(cfg: TrainConfig, scan: DatasetScan) -> tuple[int, int]:
+    """(optimizer steps of the run, optimizer steps of one epoch) over the scan it trains on:
+    `steps`, or num_epochs x the epoch's steps (its batches per bucket, grad_accum of them a step)."""
+    batches = sum(-(-n // cfg.batch_size) for n in epoch_bucket_counts(scan).values())
+    per_epoch = max(1, -(-batches // cfg.grad_accum))
+    return (cfg.num_epochs * per_epoch if cfg.num_epochs > 0 else cfg.steps), per_epoch
+
+
 def unsampled_problems(scan: DatasetScan, cfg: TrainConfig) -> list[FieldProblem]:
     """Entries whose weight gives them no sample of an epoch (their share of the epoch's N
     samples rounds to 0, e.g. weight 1 beside 10^6): accepted, they would never be trained on

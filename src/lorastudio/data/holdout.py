@@ -12,6 +12,12 @@ training to measure the validation loss on (training/validate.py). No torch.
 
 The training scan keeps the fingerprint of the whole dataset folder: the split is a function of
 the config (validation_split, seed), which is part of the run's identity.
+
+Overlap: a held-out image whose content (sha256 of its bytes, data.scan.file_sha256: the hash the
+dataset fingerprint takes, whatever the file is named) is also a training image measures nothing
+held out. When every held-out image is one, the split is refused (a copy of the dataset given as
+the validation folder, or a dataset of duplicates); when some are, `Holdout.overlap` names them
+and the preflight warns (`overlap_warning`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ class Holdout:
     validation: tuple[ImageItem, ...]
     source: str
     labels: tuple[str, ...] = ()
+    # (held-out image, the training image of the same content), named as in the reports
+    overlap: tuple[tuple[str, str], ...] = ()
 
     def names(self) -> list[str]:
         """The held-out images, one per (entry, file) (an image held at several resolutions:
@@ -84,7 +92,7 @@ def split_validation(
     if split is None:
         return Holdout(scan, (), "none")
     if isinstance(split, float | int):
-        return _split_fraction(scan, float(split), seed)
+        return _checked(_split_fraction(scan, float(split), seed), f"the held-out {split:g} of the dataset")
     folder = resolve_folder(split)
     roots = [Path(e.root).resolve() for e in scan.entries] or [Path(scan.root).resolve()]
     if folder.resolve() in roots:
@@ -97,7 +105,55 @@ def split_validation(
         raise ConfigError(
             [FieldProblem(FIELD, f"validation folder {folder}: {p}") for p in (err.problems or [str(err)])]
         ) from None
-    return Holdout(scan, tuple(other.items), f"every image of {folder}")
+    return _checked(
+        Holdout(scan, tuple(other.items), f"every image of {folder}"), f"validation folder {folder}"
+    )
+
+
+def _checked(holdout: Holdout, what: str) -> Holdout:
+    """`holdout` with its `overlap` (held-out images of the same content as a training image)
+    filled. Raises ConfigError when every held-out image is a training image too."""
+    from lorastudio.data.scan import file_sha256
+
+    train_labels = holdout.train.labels()
+    try:
+        trained = {
+            file_sha256(it.path, it.folder_id): item_name(it, train_labels) for it in holdout.train.images()
+        }
+        held = {
+            item_name(it, holdout.labels): file_sha256(it.path, it.folder_id)
+            for it in holdout.validation  # an image held at several resolutions: once (by name)
+        }
+    except DatasetError as err:
+        raise ConfigError(
+            [FieldProblem(FIELD, f"{what}: {p}") for p in (err.problems or [str(err)])]
+        ) from None
+    overlap = tuple((name, trained[digest]) for name, digest in held.items() if digest in trained)
+    if held and len(overlap) == len(held):
+        pairs = ", ".join(f"{v} = {t}" for v, t in overlap[:5]) + (" ..." if len(overlap) > 5 else "")
+        raise ConfigError(
+            [
+                FieldProblem(
+                    FIELD,
+                    f"{what}: all {len(held)} validation image(s) are training images too (same content: "
+                    f"{pairs}), so the validation loss would measure images the run trains on; hold out "
+                    "images the run does not train on",
+                )
+            ]
+        )
+    return replace(holdout, overlap=overlap)
+
+
+def overlap_warning(holdout: Holdout | None) -> str | None:
+    """The preflight's warning naming the held-out images that are training images too (same
+    content), or None when there are none."""
+    if holdout is None or not holdout.overlap:
+        return None
+    pairs = ", ".join(f"{v} (= {t})" for v, t in holdout.overlap)
+    return (
+        f"{len(holdout.overlap)} of {len(holdout.names())} validation image(s) are also training images "
+        f"(same content): {pairs}; their validation loss is not held out"
+    )
 
 
 def _split_fraction(scan: DatasetScan, fraction: float, seed: int) -> Holdout:

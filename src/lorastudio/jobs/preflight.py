@@ -12,7 +12,6 @@ says whether the run fits the memory available now.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,8 @@ from lorastudio.config_preservation import preservation_line
 from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report, scan_variants
-from lorastudio.data.entries import entry_report, epoch_bucket_counts
-from lorastudio.data.holdout import validation_section
+from lorastudio.data.entries import entry_report, epoch_bucket_counts, run_steps
+from lorastudio.data.holdout import overlap_warning, validation_section
 from lorastudio.data.masks import mask_section, mask_warning
 from lorastudio.data.preservation_texts import encode_list, preservation_texts
 from lorastudio.data.resolutions import buckets_by_resolution
@@ -76,9 +75,7 @@ def preflight_report(
     images = scan.images()  # each image once (a run of several resolutions has a copy at each)
     sources = Counter(item.caption_source for item in images)
     per_epoch = epoch_bucket_counts(scan)  # the entries' repeats / weights (data/mix.py), per batch key
-    batches = sum(math.ceil(n / cfg.batch_size) for n in per_epoch.values())
-    steps_per_epoch = max(1, math.ceil(batches / cfg.grad_accum))
-    steps = cfg.num_epochs * steps_per_epoch if cfg.num_epochs > 0 else cfg.steps
+    steps, steps_per_epoch = run_steps(cfg, scan)
     dtype = resolved_dtype(cfg.base_precision, host)
     plan = preflight_plan(cfg, host)
     if cfg.compile == "wide" and plan["compile"]:
@@ -140,6 +137,7 @@ def preflight_report(
                 for w in [
                     upscale_warning(scan.items, cfg.no_upscale, scan.labels()),
                     mask_warning(scan.items, scan.labels()),
+                    overlap_warning(run.holdout),
                 ]
                 if w
             ],

@@ -11,7 +11,7 @@ snapshot under the lock, stored, and appended to the event log that the SSE stre
 worker that dies without a terminal event fails the job with "exited unexpectedly (code N)" (a
 launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill;
 it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). The pump is
-in jobs/pump.py.
+in jobs/pump.py, the dispatcher in jobs/dispatch.py.
 
 Nothing a job does ends the dispatcher: a run store write that fails (a full disk) fails the
 job with the reason ("no space left on device") and kills its worker; a job state the store
@@ -40,24 +40,23 @@ from lorastudio.event_log import EventLog
 from lorastudio.jobs.caption_gpu import TrainingMemory, planned_gpu_gib
 from lorastudio.jobs.dataset_claims import DatasetClaim
 from lorastudio.jobs.dataset_locks import claim_for_run
+from lorastudio.jobs.dispatch import Dispatcher
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.host_memory import refuse_if_short
-from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_failure
+from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
-from lorastudio.jobs.pump import EventPump
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
-from lorastudio.jobs.workers import new_job_worker
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
 
 
-class JobService(EventPump):
+class JobService(Dispatcher):
     """Runs training jobs one at a time. `start()` before use, `shutdown()` at the end."""
 
     def __init__(
@@ -304,95 +303,6 @@ class JobService(EventPump):
 
     def _live_output_names(self) -> set[str]:
         return {j.config.output_name for j in self._live_jobs() if j.config.output_name}
-
-    # -- dispatcher + pump (one thread for the service's life) -----------------------------------
-    def _dispatch_loop(self) -> None:
-        """Run queued jobs one after another until shutdown. Nothing a job does ends this loop:
-        a store or file system failure fails that job (with the reason), a bug too."""
-        while (job := self._next_job()) is not None:
-            try:
-                self._run(job)
-            except STORE_ERRORS as err:
-                log.error("job %s: the job service could not go on with it: %s", job.id, err)
-                self._abandon(job, store_failure(err, self.store))
-            except Exception:  # a bug must not kill the dispatcher: fail the job, keep serving
-                log.exception("job %s failed inside the job service", job.id)
-                self._abandon(job, "internal error in the job service (see the server log)")
-            finally:
-                with self._cond:
-                    self._active = None
-                    self._last = job
-                    self._worker = None
-                    self._stop_at = None
-                    self._cond.notify_all()
-
-    def _next_job(self) -> Job | None:
-        """Wait for a job to run (None: the service is closing); meanwhile, retry the store
-        writes that failed (a full disk) about once a second."""
-        with self._cond:
-            while True:
-                ready = self._cond.wait_for(
-                    lambda: self._closing or (self._active is None and bool(self._queue)),
-                    timeout=RETRY_S if self._recorder.pending else None,
-                )
-                self._recorder.retry()
-                if self._closing:
-                    return None
-                if ready:
-                    job = self._queue.popleft()
-                    self._active = job
-                    return job
-
-    def _abandon(self, job: Job, error: str) -> None:
-        """Fail `job` after an unexpected error of the service, its worker killed."""
-        with self._cond:
-            worker = self._worker
-        if worker is not None:
-            worker.kill()
-            worker.join(5.0)
-        with self._cond:
-            if job.live:
-                self._finish(job, JobStatus.FAILED, error=error)
-
-    def _run(self, job: Job) -> None:
-        """Give `job` the GPU(s), start its worker, pump it to the end, free the GPU(s)."""
-        try:
-            devices = self.arbiter.begin_training(job.id, devices=job.worker_config.num_gpus)
-        except JobActive as err:
-            with self._cond:
-                self._finish(job, JobStatus.FAILED, error=str(err))
-            return
-        try:
-            with self._cond:
-                if job.status == JobStatus.STOPPING:  # stopped before its worker existed
-                    self._finish(job, JobStatus.STOPPED, error=None)
-                    return
-                self._generation += 1
-                worker = new_job_worker(
-                    job.id,
-                    self._generation,
-                    job.worker_config,
-                    self.settings,
-                    target=self._target,
-                    devices=devices,
-                    resume=self._resume_from.get(job.id),
-                )
-            pid = worker.start()
-            with self._cond:
-                self._worker = worker
-                job.generation, job.pid, job.started_at = worker.generation, pid, now_iso()
-                if job.status == JobStatus.QUEUED:
-                    job.status = JobStatus.PREPARING
-                    self._log_status(job)
-                elif job.stop_save is not None:  # a stop arrived while the worker was spawning
-                    worker.request_stop(job.stop_save)
-                self._recorder.record(job)
-            self._pump(job, worker)
-        except (OSError, RuntimeError) as err:  # spawn failures (no memory, bad __main__, ...)
-            with self._cond:
-                self._finish(job, JobStatus.FAILED, error=f"could not start the worker: {err}")
-        finally:
-            self.arbiter.end_training(job.id)  # normally already freed by `_finish`
 
     # -- bookkeeping (callers hold the lock) -------------------------------------------------------
     def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:

@@ -20,8 +20,15 @@ from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_datasets import top_resolution, with_paths
 from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
+from lorastudio.config_schedule import schedule_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
-from lorastudio.data.entries import entry_field, resolve_entries, resolved_folders, unsampled_problems
+from lorastudio.data.entries import (
+    entry_field,
+    resolve_entries,
+    resolved_folders,
+    run_steps,
+    unsampled_problems,
+)
 from lorastudio.data.holdout import Holdout, split_validation
 from lorastudio.data.masks import MASK_FIELDS
 from lorastudio.data.mix import MixEntry
@@ -167,6 +174,10 @@ def validate_run(
     if scan is not None and cfg is not None:
         problems += control_resolution_problems(scan, cfg.control_resolution)
         problems += unsampled_problems(scan, cfg)  # a weight whose share of the epoch rounds to 0
+        if cfg.num_epochs > 0:  # the periodic settings against the run's length, now known
+            problems += schedule_problems(
+                cfg, run_steps(cfg, holdout.train if holdout is not None else scan)[0]
+            )
     if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
         paths, refs = sample_references(  # checked against the images the run trains on
             cfg.sample_prompts,
@@ -198,6 +209,26 @@ def validate_run(
         model_dir=model_dir,
         holdout=holdout,
     )
+
+
+def with_resolved_base(cfg: TrainConfig, settings: Settings) -> TrainConfig:
+    """`cfg` with base_model in the one canonical form every run stores (what validate_run gives
+    the job service's runs): a folder or single file as its absolute resolved path (a name under
+    models/ too), a hub id as itself, or the folder lorastudio fetched it to; for a single file
+    also base_config (and the v_prediction its header says). The run record, resume, "train
+    again" and the disk caches then agree whoever started the run. Raises ConfigError
+    (ModelSourceError's message on base_model / base_config, base_updates' problems)."""
+    try:
+        found = resolve_base(cfg.base_model, cfg.family, settings, cfg.revision, cfg.base_config)
+    except ModelSourceError as err:
+        field = "base_config" if str(err).startswith("base_config ") else "base_model"
+        raise ConfigError([FieldProblem(field, str(err))]) from None
+    base, problems = base_updates(
+        found.source, found.folder, found.file, found.config, cfg.base_config, cfg.v_prediction, cfg.revision
+    )
+    if problems:
+        raise ConfigError(problems)
+    return cfg.model_copy(update=base)
 
 
 def output_name_problems(name: str, settings: Settings, live_output_names: set[str]) -> list[FieldProblem]:

@@ -24,6 +24,8 @@
              with ema_decay that LoRA holds the EMA weights and <output_name>.raw.safetensors
              (+ .raw.json) the raw ones (training/ema.py)
 
+The phases after the session is prepared are in training/loop_phases.py.
+
 Checkpoints (outputs/<output_name>/checkpoints/step-N, see training/checkpoint.py) are written
 every cfg.save_every steps and on stop-and-save; `train(..., resume=...)` continues a run from one
 in the same folder: phases 1-2 rebuild the conditioning and latent cache deterministically from
@@ -42,36 +44,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from lorastudio.config import TrainConfig
-from lorastudio.data.cache_io import hold_readers
-from lorastudio.data.disk_cache import cache_root
 from lorastudio.errors import LorastudioError, TrainingStopped
-from lorastudio.families.single_file import model_source
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
 from lorastudio.timings import PhaseClock
-from lorastudio.training.attention import (
-    apply_attention,
-    prepare_denoiser_attention,
-)
-from lorastudio.training.attention_early import PendingAttention, run_shapes, start_attention
 from lorastudio.training.attention_fa4 import keep_fa4_cache
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
-    checkpoint_plan,
     find_checkpoint,
     read_checkpoint_info,
 )
 from lorastudio.training.compile import keep_compile_cache, wants_compile
-from lorastudio.training.conditioning import CaptionPicker
 from lorastudio.training.distributed import (
     StopPoll,
     barrier,
@@ -80,31 +68,22 @@ from lorastudio.training.distributed import (
     launched_context,
     process_device,
     start_group,
-    wrap_denoiser,
 )
 from lorastudio.training.events import (
     Complete,
     Emit,
     Error,
-    ModelLoadCompleted,
-    ModelLoadStarted,
-    Preparing,
     StopCheck,
 )
 from lorastudio.training.export import export_run
 from lorastudio.training.extend import extension_record
-from lorastudio.training.loop_inputs import encode_conditioning, prepare_latents, run_latent_mode
-from lorastudio.training.noise import make_objective
-from lorastudio.training.optimize import RunState, optimize
-from lorastudio.training.plan import Plan, plan_event, resolve_fixed_plan, resumed_plan
-from lorastudio.training.plan_build import build_denoiser
-from lorastudio.training.plan_measure import CudaMeter, DeviceMeter, choose_plan
-from lorastudio.training.precision import free_accelerator_memory, pick_dtype, run_numerics
+from lorastudio.training.loop_phases import run_phases
+from lorastudio.training.optimize import RunState
+from lorastudio.training.plan_measure import DeviceMeter
+from lorastudio.training.precision import free_accelerator_memory, run_numerics
 from lorastudio.training.preflight import PreparedRun
 from lorastudio.training.run_timings import record_run_timings
-from lorastudio.training.samples import SamplePreviews, sample_texts
 from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
-from lorastudio.training.text_encoders import LivePromptConds, load_text_encoder_lora
 from lorastudio.training.trackers import TrackerSink
 
 
@@ -198,7 +177,7 @@ def train(
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
-                _run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device), meter, settings)
+                run_phases(run, state, emit, StopPoll(should_stop, state.ctx, run.device), meter, settings)
         except TrainingStopped as request:
             stopped, save = True, request.save
         if not main:
@@ -288,116 +267,3 @@ def _message(err: BaseException, attention: str = "default") -> str:
             'retry with attention_backend = "flash")'
         )
     return text
-
-
-def _run_phases(
-    run: PreparedRun,
-    state: RunState,
-    emit: Emit,
-    stop: StopPoll,
-    meter: DeviceMeter | None,
-    settings: Settings,
-) -> None:
-    cfg, family, items = run.cfg, run.family, run.scan.items
-    if run.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(run.device)
-    stop()
-    plan, decided_by = _settled_plan(run, state)
-    attention = start_attention(
-        run, plan, settings.probe_cache_dir
-    )  # auto's probe runs beside phases 1-2 (attention_early)
-    rng = np.random.default_rng(cfg.seed)  # crops, flips, caption dropout
-    # cache variants, timesteps and noise: a CPU generator gives the same draws on any device
-    generator = torch.Generator().manual_seed(cfg.seed)
-    sees = family.spec.prompt_sees_controls  # encoded per caption + controls (Qwen-Image-Edit)
-    if run_latent_mode(run) == "disk":  # no cache clear while this run reads its shards
-        state.cache_readers = hold_readers(cache_root(settings))
-    conds, prompt_conds, variants, dropouts = encode_conditioning(run, state, emit, stop, settings)
-    stop()
-    source = prepare_latents(run, state, rng, emit, stop, settings)
-    stop()
-    objective = make_objective(family, cfg, family.scheduler_config(model_source(cfg), cfg.revision))
-    trials: list[Any] = []
-    if plan is None:  # a memory budget: measure candidate plans on the run's own data
-        plan, trials = choose_plan(
-            run, source, conds, objective, rng, meter or CudaMeter(run.device), state.ctx, state.preservation
-        )
-        decided_by = "measured"
-        if run.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(run.device)  # Progress reports the run's peak
-        stop()
-    # phases 1-2 ran in the config's dtype; the denoiser phase runs in the plan's compute dtype
-    # (they differ only where a budget or a resumed plan quantises a base whose default is fp32)
-    run = dataclasses.replace(run, dtype=pick_dtype(plan.base_precision, run.device))
-    if cfg.train_text_encoder:
-        state.text_encoders = load_text_encoder_lora(family, cfg, run.dtype, run.device, emit)
-        prompt_conds = LivePromptConds(state.text_encoders, sample_texts(cfg, family))  # type: ignore[assignment]
-    if cfg.sample_prompts and state.ctx.is_main:
-        state.previews = SamplePreviews(run, prompt_conds)
-    params = _prepare_denoiser(run, state, emit, plan, decided_by, trials, attention)
-    stop()
-    picker = CaptionPicker(
-        [vs[0] for vs in variants],
-        dropouts,
-        rng,
-        [it.controls for it in items] if sees else None,
-        variants=variants,
-    )
-    optimize(run, state, source, conds, picker, objective, params, rng, generator, emit, stop)
-
-
-def _settled_plan(run: PreparedRun, state: RunState) -> tuple[Plan | None, str]:
-    """The plan known before any model loads, and how it was decided: a resume's checkpoint plan
-    ("checkpoint"), or the config's ("settings"); (None, "measured") when a memory budget will
-    choose it. A checkpoint written before plans were recorded resumes with the config's plan."""
-    cfg = run.cfg
-    if state.resume is not None:
-        saved = checkpoint_plan(read_checkpoint_info(state.resume))
-        if saved is not None:
-            return resumed_plan(Plan.from_dict(saved), cfg), "checkpoint"
-        return resolve_fixed_plan(cfg, run.device), "settings"
-    if cfg.memory_budget_gb is not None:
-        return None, "measured"
-    return resolve_fixed_plan(cfg, run.device), "settings"
-
-
-def _prepare_denoiser(
-    run: PreparedRun,
-    state: RunState,
-    emit: Emit,
-    plan: Plan,
-    decided_by: str,
-    trials: list[Any],
-    pending: PendingAttention,
-) -> list[torch.nn.Parameter]:
-    """Build the denoiser for `plan` (training/plan_build.py), keep it in `state` and emit
-    PlanChosen (with the fallbacks known now). Returns the trainable LoRA parameters."""
-    cfg = run.cfg
-    emit(ModelLoadStarted(component="denoiser"))
-    t0 = time.perf_counter()
-    built = build_denoiser(run, plan, compile_blocks=wants_compile(cfg.compile, run.device))
-    emit(ModelLoadCompleted(component="denoiser", seconds=time.perf_counter() - t0))
-    emit(Preparing(phase="denoiser", done=0, total=1))
-    state.denoiser, state.lora_config, state.swap = built.denoiser, built.lora_config, built.swap
-    state.plan = plan
-    attention = pending.result(run.dtype, run_shapes(run, plan, getattr(built.denoiser, "config", {})))
-    apply_attention(attention)  # process-wide until run_numerics exits
-    prepare_denoiser_attention(built.denoiser, attention)  # cuDNN: contiguous grads; fa4: routing
-    state.attention = attention.backend
-    if state.ctx.distributed:
-        state.ddp = wrap_denoiser(built.denoiser, run.device)  # averages the LoRA gradients over ranks
-    emit(
-        plan_event(
-            plan,
-            compiled=built.compiled,
-            compile_regions=built.compile_regions,
-            memory_budget_gb=cfg.memory_budget_gb,
-            decided_by=decided_by,
-            trials=trials,
-            fallbacks=[*state.notes, *built.fallbacks, *filter(None, [attention.fallback_reason])],
-            attention_backend=attention.backend,
-            fused_projections=built.fused_groups,
-        )
-    )
-    emit(Preparing(phase="denoiser", done=1, total=1))
-    return built.params

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from wired_services import wired_services
 
 from lorastudio.captioning.options import CaptionOptions
@@ -25,6 +26,11 @@ def test_a_live_run_s_validation_folder_is_not_deleted_edited_or_captioned(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path], tmp_path: Path
 ) -> None:
     held = Path(shutil.copytree(shapes, settings.datasets_dir / "held"))
+    for path in held.glob("*.png"):  # other images than the training ones (a copy is refused)
+        with Image.open(path) as img:
+            other = img.convert("RGB")
+        other.putpixel((0, 0), (1, 2, 3))
+        other.save(path)
     vlm = tmp_path / "vlm"
     vlm.mkdir()
     (vlm / "config.json").write_text('{"model_type": "qwen2_5_vl"}', encoding="utf-8")

@@ -146,7 +146,7 @@ def test_a_cpu_run_reports_its_kernel_and_math_trains_like_the_default(make_conf
 def test_a_run_on_cudnn_hooks_every_attention_module_and_a_flash_run_none(make_config, monkeypatch):
     """The loop gives the denoiser contiguous_attention_grads exactly when the chosen kernel is
     cuDNN (the choice and the torch flags are stubbed: this CPU has no cuDNN kernel)."""
-    from lorastudio.training import loop
+    from lorastudio.training import loop_phases as loop  # where the phases look their helpers up
 
     hooked: list[int] = []
     real = attention.contiguous_attention_grads

@@ -221,7 +221,7 @@ def _inputs(family: str, model: torch.nn.Module) -> dict:
 def test_a_run_on_fa4_routes_the_denoiser_and_reports_it(make_config, monkeypatch):
     """The loop routes the denoiser exactly when the chosen kernel is FA4 (the choice and the torch
     flags are stubbed: this CPU has no FA4; its calls take the SDPA fallback) and trains."""
-    from lorastudio.training import loop
+    from lorastudio.training import loop_phases as loop  # where the phases look their helpers up
 
     routed: list[int] = []
 

@@ -53,7 +53,7 @@ def test_check_states_the_validation_hold_out_and_the_masks(
     (data / "masks").mkdir()
     first = sorted(data.glob("*.png"))[0]
     (data / "masks" / first.name).write_bytes(first.read_bytes())  # a mask of the image's size
-    over = {"validation_split": 0.25, "validate_every": 5, "unmasked_weight": 0.1}
+    over = {"validation_split": 0.25, "validate_every": 5, "steps": 10, "unmasked_weight": 0.1}
     config = _config(tmp_path, run_settings("flux", tiny_model("flux"), data, over))
     result = _invoke("train", str(config), "--check", "--device", "cpu")
     assert result.exit_code == 0, result.output

@@ -149,7 +149,7 @@ def test_a_disk_cached_run_resumes_exactly(make_config, encodes):
 
 
 def test_over_budget_auto_run_holds_no_set_wide_tensors(make_config, small_dataset, monkeypatch):
-    from lorastudio.training import loop
+    from lorastudio.training import loop_phases as loop  # where the phases look their helpers up
 
     sources = []
     real = loop.prepare_latents

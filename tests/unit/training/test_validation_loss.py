@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from PIL import Image, ImageOps
 from safetensors.torch import load_file
 
 import lorastudio.training.optimize as optimize_module
@@ -69,7 +70,10 @@ def test_a_validation_folder_is_held_out_and_the_whole_dataset_trains(make_confi
     held = tmp_path / "held"
     held.mkdir()
     first = sorted(small_dataset.glob("*.png"))[0]
-    (held / "other.png").write_bytes(first.read_bytes())
+    with Image.open(first) as img:  # another image (a byte copy of a training image is refused)
+        other = ImageOps.mirror(img.convert("RGB"))
+    other.putpixel((0, 0), (1, 2, 3))
+    other.save(held / "other.png")
     (held / "other.txt").write_text("another image")
     cfg = make_config(output_name="folder", validation_split=str(held))
     run = preflight(cfg, get_settings(), "cpu")

@@ -117,8 +117,10 @@ export const api = {
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 
   loras: (family?: string) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`),
-  /** Download URL of a trained LoRA's .safetensors (served as an attachment). */
-  loraFileUrl: (name: string) => withToken(`/api/loras/${seg(name)}/file`),
+  /** Download URL of a trained LoRA's .safetensors (served as an attachment); `step`: the raw
+   * weights of that step (a snapshot, or an EMA run's <name>.raw.safetensors). */
+  loraFileUrl: (name: string, step?: number | null) =>
+    withToken(`/api/loras/${seg(name)}/file${step == null ? "" : `?step=${step}`}`),
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
   loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */

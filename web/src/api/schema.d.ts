@@ -419,7 +419,8 @@ export interface paths {
         /**
          * Loras
          * @description Every outputs/<name>/<name>.safetensors with its <name>.json sidecar (null if missing or
-         *     unreadable), newest first; `family` filters on the sidecar's family.
+         *     unreadable) and its pickable files (`final_files`), newest first; `family` filters on the
+         *     sidecar's family.
          */
         get: operations["loras_api_loras_get"];
         put?: never;
@@ -2054,6 +2055,53 @@ export interface components {
              */
             texts_cached?: number | null;
         };
+        /**
+         * LoraFileOut
+         * @description One pickable file of a trained LoRA: the run's LoRA (with EMA the EMA weights) or, for a
+         *     run with EMA, its <name>.raw.safetensors (the raw weights validation measured).
+         */
+        LoraFileOut: {
+            /**
+             * Best
+             * @description the file measured in the run's best validation round
+             * @default false
+             */
+            best?: boolean;
+            /** Bytes */
+            bytes: number;
+            /**
+             * Last
+             * @description the file measured in the run's last validation round
+             * @default false
+             */
+            last?: boolean;
+            /**
+             * Step
+             * @description the LoraRef.step that picks this file for generation and download (null: the run's LoRA, <name>.safetensors)
+             */
+            step: number | null;
+            /**
+             * Trained Steps
+             * @description optimizer step the file was saved at (null: unknown)
+             */
+            trained_steps: number | null;
+            /**
+             * Url
+             * @description download URL of the file
+             */
+            url: string;
+            /**
+             * Validation Loss
+             * @description the validation loss of its step (null: not validated, or EMA weights)
+             */
+            validation_loss?: number | null;
+            /**
+             * Weights
+             * @description the EMA of the adapter weights or the raw trained ones
+             * @enum {string}
+             */
+            weights: "ema" | "raw";
+        };
         /** LoraList */
         LoraList: {
             /** Loras */
@@ -2067,6 +2115,11 @@ export interface components {
             bytes: number;
             /** Family */
             family: string | null;
+            /**
+             * Files
+             * @description the run's final files, each pickable: the LoRA first, then with EMA the raw one
+             */
+            files?: components["schemas"]["LoraFileOut"][];
             /**
              * Modified
              * @description modification time, seconds since the epoch
@@ -3558,7 +3611,7 @@ export interface components {
             keep_last?: number;
             /**
              * Keep Loras
-             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every (else the run writes none while it trains)
+             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every below the run's steps (snapshots are written before the last step only)
              * @default null
              */
             keep_loras?: number | null;
@@ -3860,13 +3913,13 @@ export interface components {
             save_dtype?: "fp32" | "bf16" | "fp16";
             /**
              * Save Every
-             * @description checkpoint every N optimizer steps (null: only on stop-and-save)
+             * @description checkpoint every N optimizer steps before the last (null: only on stop-and-save); every ..._every setting above the run's steps is refused (it would fall on no step)
              * @default null
              */
             save_every?: number | null;
             /**
              * Save Lora Every
-             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps before the last; every checkpoint writes one too (null: only with checkpoints)
              * @default null
              */
             save_lora_every?: number | null;
@@ -4163,7 +4216,7 @@ export interface components {
             keep_last: number;
             /**
              * Keep Loras
-             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every (else the run writes none while it trains)
+             * @description LoRA snapshots retained (oldest removed; null: all); needs save_lora_every, save_every or validate_every below the run's steps (snapshots are written before the last step only)
              */
             keep_loras: number | null;
             /**
@@ -4439,12 +4492,12 @@ export interface components {
             save_dtype: "fp32" | "bf16" | "fp16";
             /**
              * Save Every
-             * @description checkpoint every N optimizer steps (null: only on stop-and-save)
+             * @description checkpoint every N optimizer steps before the last (null: only on stop-and-save); every ..._every setting above the run's steps is refused (it would fall on no step)
              */
             save_every: number | null;
             /**
              * Save Lora Every
-             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps; every checkpoint writes one too (null: only with checkpoints)
+             * @description write a LoRA snapshot (loras/<name>-step-N, the run's lora_format + sidecar) every N optimizer steps before the last; every checkpoint writes one too (null: only with checkpoints)
              */
             save_lora_every: number | null;
             /**

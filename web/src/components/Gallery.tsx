@@ -13,14 +13,15 @@ export function imageMeta(img: GalleryImage): string {
   return parts.join(" · ");
 }
 
-/** The LoRAs of an image as chips ("name ×0.80"). */
+/** The LoRAs of an image as chips ("name ×0.80", "name @400 ×0.80" for the raw weights of a step). */
 export function LoraChips({ loras }: { loras: GalleryImage["loras"] }) {
   if (!loras?.length) return <span className="chip muted-chip">no LoRA</span>;
   return (
     <>
       {loras.map((l) => (
-        <span className="chip" key={l.name}>
-          {l.name} ×{(l.scale ?? 1).toFixed(2)}
+        <span className="chip" key={`${l.name}@${l.step ?? ""}`}>
+          {l.name}
+          {l.step != null ? ` @${l.step}` : ""} ×{(l.scale ?? 1).toFixed(2)}
         </span>
       ))}
     </>

@@ -1,5 +1,5 @@
-import { render, screen } from "@testing-library/react";
-import { describe, expect, it } from "vitest";
+import { fireEvent, render, screen } from "@testing-library/react";
+import { describe, expect, it, vi } from "vitest";
 import { LORA_SCALE } from "../api/limits.gen";
 import type { Lora } from "../api/types";
 import { LoraPicker } from "./LoraPicker";
@@ -18,5 +18,46 @@ describe("LoraPicker", () => {
     render(<LoraPicker loras={[LORA, { ...LORA, name: "smooth", weights: "ema", raw_step: 4 }]} picks={[]} onChange={() => {}} family="flux" />);
     expect(screen.getAllByText("EMA")).toHaveLength(1);
     expect(screen.getByLabelText("use LoRA smooth").closest("label")).toHaveTextContent("smoothEMA");
+  });
+
+  // an EMA run as GET /api/loras lists it (tests/api/test_api_validation checks the server's side)
+  const EMA_RUN: Lora = {
+    ...LORA,
+    name: "smooth",
+    weights: "ema",
+    raw_step: 4,
+    files: [
+      { weights: "ema", step: null, trained_steps: 4, bytes: 2048, url: "/api/loras/smooth/file", validation_loss: null, best: false, last: false },
+      { weights: "raw", step: 4, trained_steps: 4, bytes: 2048, url: "/api/loras/smooth/file?step=4", validation_loss: 0.123456, best: true, last: true },
+    ],
+  };
+
+  it("offers both files of an EMA run, each labelled EMA / raw with its validation loss and marks", () => {
+    render(<LoraPicker loras={[EMA_RUN]} picks={[]} onChange={() => {}} family="flux" />);
+    const ema = screen.getByLabelText("use LoRA smooth").closest("li")!;
+    const raw = screen.getByLabelText("use LoRA smooth (raw, step 4)").closest("li")!;
+    expect(ema).toHaveTextContent("EMA");
+    expect(ema).not.toHaveTextContent(/val|best|last|raw/);
+    expect(raw).toHaveTextContent("raw");
+    expect(raw).toHaveTextContent("val 0.1235");
+    expect(raw).toHaveTextContent("best");
+    expect(raw).toHaveTextContent("last");
+    expect(raw).not.toHaveTextContent("EMA");
+    expect(screen.getByLabelText("download LoRA smooth (raw, step 4)").getAttribute("href")).toBe("/api/loras/smooth/file?step=4");
+    expect(screen.getByLabelText("download LoRA smooth").getAttribute("href")).toBe("/api/loras/smooth/file");
+  });
+
+  it("picks the raw file by its step and the EMA one without, independently", () => {
+    const onChange = vi.fn();
+    const { rerender } = render(<LoraPicker loras={[EMA_RUN]} picks={[]} onChange={onChange} family="flux" />);
+    fireEvent.click(screen.getByLabelText("use LoRA smooth (raw, step 4)"));
+    expect(onChange).toHaveBeenLastCalledWith([{ name: "smooth", scale: 1, step: 4 }]);
+    rerender(<LoraPicker loras={[EMA_RUN]} picks={[{ name: "smooth", scale: 1, step: 4 }]} onChange={onChange} family="flux" />);
+    expect((screen.getByLabelText("use LoRA smooth (raw, step 4)") as HTMLInputElement).checked).toBe(true);
+    expect((screen.getByLabelText("use LoRA smooth") as HTMLInputElement).checked).toBe(false);
+    fireEvent.click(screen.getByLabelText("use LoRA smooth"));
+    expect(onChange).toHaveBeenLastCalledWith([{ name: "smooth", scale: 1, step: 4 }, { name: "smooth", scale: 1 }]);
+    fireEvent.change(screen.getByLabelText("scale of smooth (raw, step 4)"), { target: { value: "0.5" } });
+    expect(onChange).toHaveBeenLastCalledWith([{ name: "smooth", scale: 0.5, step: 4 }]);
   });
 });

@@ -3,8 +3,11 @@ import { LORA_SCALE } from "../api/limits.gen";
 import type { Lora, LoraRef } from "../api/types";
 import { formatBytes } from "../lib/format";
 
-/** A chosen LoRA and its scale. */
-export type LoraPick = Required<Pick<LoraRef, "name" | "scale">>;
+/** A chosen LoRA file and its scale: `step` null/absent = the run's LoRA (with EMA the EMA
+ * weights), a step = the raw weights of that step (an EMA run's <name>.raw.safetensors). */
+export type LoraPick = Required<Pick<LoraRef, "name" | "scale">> & { step?: number | null };
+
+type LoraFile = NonNullable<Lora["files"]>[number];
 
 interface Props {
   loras: readonly Lora[];
@@ -13,12 +16,31 @@ interface Props {
   family: string;
 }
 
-/** The trained LoRAs of a family: a checkbox and a scale slider each, and a download link. */
+/** One row per pickable file of each LoRA (the API's `files`; a list without them: the run's LoRA). */
+function filesOf(l: Lora): LoraFile[] {
+  if (l.files?.length) return l.files;
+  return [{ weights: l.weights, step: null, trained_steps: null, bytes: l.bytes, url: `/api/loras/${l.name}/file`, validation_loss: null, best: false, last: false }];
+}
+
+const samePick = (p: LoraPick, name: string, step: number | null) => p.name === name && (p.step ?? null) === step;
+
+/** How a file is named in its controls: "smooth", or "smooth (raw, step 400)". */
+export const fileLabel = (name: string, f: Pick<LoraFile, "step">) => (f.step == null ? name : `${name} (raw, step ${f.step})`);
+
+/**
+ * The trained LoRAs of a family: a checkbox and a scale slider per file, and a download link.
+ * A run with EMA offers both its files, labelled EMA / raw; each shows its validation loss and
+ * the best / last validation marks (only raw weights are measured).
+ */
 export function LoraPicker({ loras, picks, onChange, family }: Props) {
-  const toggle = (name: string) =>
-    onChange(picks.some((p) => p.name === name) ? picks.filter((p) => p.name !== name) : [...picks, { name, scale: 1 }]);
-  const setScale = (name: string, scale: number) =>
-    onChange(picks.map((p) => (p.name === name ? { ...p, scale } : p)));
+  const toggle = (name: string, step: number | null) =>
+    onChange(
+      picks.some((p) => samePick(p, name, step))
+        ? picks.filter((p) => !samePick(p, name, step))
+        : [...picks, step == null ? { name, scale: 1 } : { name, scale: 1, step }],
+    );
+  const setScale = (name: string, step: number | null, scale: number) =>
+    onChange(picks.map((p) => (samePick(p, name, step) ? { ...p, scale } : p)));
 
   return (
     <div className="field wide">
@@ -29,48 +51,75 @@ export function LoraPicker({ loras, picks, onChange, family }: Props) {
         </span>
       ) : (
         <ul className="lora-list">
-          {loras.map((l) => {
-            const pick = picks.find((p) => p.name === l.name);
-            return (
-              <li key={l.name} className={pick ? "picked" : undefined}>
-                <label className="check lora-name" title={l.path}>
-                  <input type="checkbox" checked={!!pick} onChange={() => toggle(l.name)} aria-label={`use LoRA ${l.name}`} />
-                  <span className="filename">{l.name}</span>
-                  {l.weights === "ema" && (
-                    <span className="chip small" title="holds the EMA weights; the raw ones are on the run's page (LoRA by step)">
-                      EMA
-                    </span>
-                  )}
-                </label>
-                <span className="lora-tools">
-                  {pick ? (
-                    <span className="scale">
-                      <input
-                        type="range"
-                        min={LORA_SCALE.min}
-                        max={LORA_SCALE.max}
-                        step={0.05}
-                        value={pick.scale}
-                        aria-label={`scale of ${l.name}`}
-                        onChange={(e) => setScale(l.name, Number(e.target.value))}
-                      />
-                      <code>{pick.scale.toFixed(2)}</code>
-                    </span>
-                  ) : (
-                    <span className="muted small">{formatBytes(l.bytes)}</span>
-                  )}
-                  <a
-                    className="button ghost small"
-                    href={api.loraFileUrl(l.name)}
-                    download
-                    aria-label={`download LoRA ${l.name}`}
-                    title="Download the .safetensors"
-                  >
-                    ↓
-                  </a>
-                </span>
-              </li>
-            );
+          {loras.flatMap((l) => {
+            const files = filesOf(l);
+            const ema = files.some((f) => f.weights === "ema");
+            return files.map((f) => {
+              const step = f.step ?? null;
+              const label = fileLabel(l.name, f);
+              const pick = picks.find((p) => samePick(p, l.name, step));
+              return (
+                <li key={`${l.name}@${step ?? "final"}`} className={pick ? "picked" : undefined}>
+                  <label className="check lora-name" title={l.path}>
+                    <input type="checkbox" checked={!!pick} onChange={() => toggle(l.name, step)} aria-label={`use LoRA ${label}`} />
+                    <span className="filename">{l.name}</span>
+                    {ema && f.weights === "ema" && (
+                      <span className="chip small" title="the EMA of the adapter weights (not measured by validation)">
+                        EMA
+                      </span>
+                    )}
+                    {ema && f.weights === "raw" && (
+                      <span className="chip small" title="the raw trained weights (<name>.raw.safetensors): the ones validation measured">
+                        raw
+                      </span>
+                    )}
+                    {f.trained_steps != null && <span className="muted small">step {f.trained_steps}</span>}
+                    {f.validation_loss != null && (
+                      <span className="chip small" title="validation loss of this file's step">
+                        val {f.validation_loss.toPrecision(4)}
+                      </span>
+                    )}
+                    {f.best && (
+                      <span className="chip small" title="measured in the run's best validation round">
+                        best
+                      </span>
+                    )}
+                    {f.last && (
+                      <span className="chip small" title="measured in the run's last validation round">
+                        last
+                      </span>
+                    )}
+                  </label>
+                  <span className="lora-tools">
+                    {pick ? (
+                      <span className="scale">
+                        <input
+                          type="range"
+                          min={LORA_SCALE.min}
+                          max={LORA_SCALE.max}
+                          step={0.05}
+                          value={pick.scale}
+                          aria-label={`scale of ${label}`}
+                          onChange={(e) => setScale(l.name, step, Number(e.target.value))}
+                        />
+                        <code>{pick.scale.toFixed(2)}</code>
+                      </span>
+                    ) : (
+                      <span className="muted small">{formatBytes(f.bytes)}</span>
+                    )}
+                    <a
+                      className="button ghost small"
+                      href={api.loraFileUrl(l.name, step)}
+                      download
+                      aria-label={`download LoRA ${label}`}
+                      title="Download the .safetensors"
+                    >
+                      ↓
+                    </a>
+                  </span>
+                </li>
+              );
+            });
           })}
         </ul>
       )}

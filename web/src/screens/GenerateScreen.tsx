@@ -110,7 +110,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     if (img.height != null) setHeight(String(img.height));
     setGuidance(img.guidance != null ? String(img.guidance) : "");
     setNegative(img.negative_prompt ?? "");
-    setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1 })));
+    setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1, step: l.step ?? null })));
     setRefs(referencesOf(img));
   };
 

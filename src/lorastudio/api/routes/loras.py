@@ -1,4 +1,5 @@
-"""/api/loras: the trained LoRAs in the outputs root, with their sidecars."""
+"""/api/loras: the trained LoRAs in the outputs root, with their sidecars and their pickable
+files (with EMA: the EMA LoRA and the raw one, each with its validation marks)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def loras(
     settings: Settings = Depends(settings_dep),
 ) -> dict[str, Any]:
     """Every outputs/<name>/<name>.safetensors with its <name>.json sidecar (null if missing or
-    unreadable), newest first; `family` filters on the sidecar's family."""
+    unreadable) and its pickable files (`final_files`), newest first; `family` filters on the
+    sidecar's family."""
     root = settings.outputs_dir
     found = []
     folders = (
@@ -53,6 +55,7 @@ def loras(
                 "sidecar": sidecar,
                 "weights": weights,
                 "raw_step": _raw_step(folder, sidecar) if weights == "ema" else None,
+                "files": final_files(folder),
             }
         )
     found.sort(key=lambda item: item["modified"], reverse=True)
@@ -114,6 +117,35 @@ def lora_steps(settings: Settings, name: str) -> dict[str, Any]:
         query = f"?step={item['step']}" if by_step else ""
         item["url"] = f"/api/loras/{name}/file{query}"
     return {"name": name, "loras": found}
+
+
+def final_files(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's final files as LoraFileOut rows, the run's LoRA first, then with EMA its
+    <name>.raw.safetensors: each with the LoraRef.step that picks it (null: the run's LoRA) and its
+    validation marks (training/validation_file.mark_loras: only raw weights are measured)."""
+    name = run_dir.name
+    rows = [r for r in mark_loras(run_loras(run_dir), read_validation(run_dir)) if r["final"]]
+    files = []
+    for row in reversed(rows):  # run_loras: the raw file, then the run's LoRA
+        path = Path(row["path"])
+        main = path.name == f"{name}.safetensors"
+        try:
+            size = path.stat().st_size
+        except OSError:  # removed since it was listed
+            continue
+        files.append(
+            {
+                "weights": row["weights"],
+                "step": None if main else row["step"],
+                "trained_steps": row["step"],
+                "bytes": size,
+                "url": f"/api/loras/{name}/file" + ("" if main else f"?step={row['step']}"),
+                "validation_loss": row["validation_loss"],
+                "best": row["best"],
+                "last": row["last"],
+            }
+        )
+    return files
 
 
 def _raw_step(folder: Path, sidecar: dict[str, Any] | None) -> int | None:

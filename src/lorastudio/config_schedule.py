@@ -1,0 +1,91 @@
+"""The periodic settings (`..._every`) against the run's length, and the keep options that
+depend on them (no torch).
+
+A periodic setting falls on every N-th optimizer step of the run; one larger than the run's
+optimizer steps falls on none, so it cannot be honoured and is refused (naming it and the run's
+length), never silently ignored. One equal to the run's length falls on the last step, where each
+does what its description says (samples / validation: the final round; EMA: one update;
+checkpoints / LoRA snapshots: none, the run's final LoRA is that step's), so it is accepted.
+
+`keep_loras` keeps the newest intermediate LoRA snapshots; the writers of those (SNAPSHOT_WRITERS)
+write only before the last step (lora/snapshots.py, training/checkpoint.py, training/validate.py),
+so it is refused unless one of them falls on a step before the last.
+
+The run's length is `steps`, or with `num_epochs` > 0 num_epochs x the optimizer steps of one
+epoch, known only once the dataset is scanned: config_rules checks what the config alone says
+(`schedule_problems(cfg, None)` for an epoch run), jobs/validation checks the rest after the scan
+with the real length.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lorastudio.errors import FieldProblem
+
+if TYPE_CHECKING:
+    from lorastudio.config import TrainConfig
+
+# The settings that write LoRA snapshots while a run trains (every save_lora_every steps, every
+# checkpoint, every validation round before the last step); keep_loras means nothing without one.
+SNAPSHOT_WRITERS: tuple[str, ...] = ("save_lora_every", "save_every", "validate_every")
+
+# Each periodic setting and the setting it needs to mean anything (refused elsewhere without it,
+# so it is checked against the run's length only when that one is set).
+EVERY_SETTINGS: dict[str, str | None] = {
+    "save_every": None,
+    "save_lora_every": None,
+    "sample_every": "sample_prompts",
+    "validate_every": "validation_split",
+    "ema_update_every": "ema_decay",
+}
+
+
+def _length(cfg: TrainConfig, total: int) -> str:
+    """How the run's length is named in a problem."""
+    if cfg.num_epochs > 0:
+        return f"the run's {total} optimizer steps (num_epochs={cfg.num_epochs})"
+    return f"the run's {total} optimizer steps (steps={total})"
+
+
+def schedule_problems(cfg: TrainConfig, total: int | None) -> list[FieldProblem]:
+    """Periodic settings that fall on no step of a run of `total` optimizer steps, and keep_loras
+    when no snapshot writer falls on a step before the last. `total` None (an epoch run before its
+    dataset is scanned): only keep_loras without any snapshot writer set."""
+    problems: list[FieldProblem] = []
+    if total is not None:
+        for name, needs in EVERY_SETTINGS.items():
+            every = getattr(cfg, name)
+            if every is None or every <= total or (needs is not None and not getattr(cfg, needs)):
+                continue
+            problems.append(
+                FieldProblem(
+                    name,
+                    f"{every} exceeds {_length(cfg, total)}: it would fall on no step, so it cannot be "
+                    f"honoured; use at most {total}, or leave it unset",
+                )
+            )
+    if cfg.keep_loras is None:
+        return problems
+    writers = {name: getattr(cfg, name) for name in SNAPSHOT_WRITERS if getattr(cfg, name)}
+    if not writers:
+        problems.append(
+            FieldProblem(
+                "keep_loras",
+                "needs save_lora_every, save_every or validate_every: without one the run writes no LoRA "
+                "snapshot while it trains (only a stop-and-save writes one), so there is nothing to keep "
+                "or remove; set one of them, or leave keep_loras unset",
+            )
+        )
+    elif total is not None and all(every >= total for every in writers.values()):
+        named = ", ".join(f"{name}={every}" for name, every in writers.items())
+        problems.append(
+            FieldProblem(
+                "keep_loras",
+                f"no LoRA snapshot would be written to keep: {named} falls on no step before the last of "
+                f"{_length(cfg, total)} (snapshots are written before the last step only; the final "
+                f"LoRA is the last step's); lower {' or '.join(writers)} below {total}, or leave "
+                "keep_loras unset",
+            )
+        )
+    return problems
