@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: setup (when needed), lint, format check, then pytest.
-# Extra arguments go to pytest (e.g. scripts/test.sh -m slow, scripts/test.sh tests/unit).
+# Extra arguments go to pytest (e.g. scripts/test.sh -m slow, scripts/test.sh tests/unit,
+# scripts/test.sh -p no:xdist to run in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,5 +12,17 @@ echo "[test] ruff format --check"
 ruff format --check src tests bench web/scripts
 echo "[test] web component tests (vitest)"
 npm --prefix web test
-echo "[test] pytest"
-python -m pytest "$@"
+# pytest on LORASTUDIO_TEST_WORKERS processes (pytest-xdist; default 2, CI's core count), one test
+# file per worker at a time (--dist loadfile: a file's module fixtures are built once). Arguments
+# that choose the workers themselves (-n N, -p no:xdist, --dist ...) are passed through as given.
+xdist=(-n "${LORASTUDIO_TEST_WORKERS:-2}" --dist loadfile)
+prev=""
+for arg in "$@"; do
+  case "$arg" in
+    -n | -n[0-9]* | -nauto | --numprocesses* | --dist* | -pno:xdist) xdist=() ;;
+    no:xdist) [ "$prev" = "-p" ] && xdist=() ;;
+  esac
+  prev="$arg"
+done
+echo "[test] pytest ${xdist[*]:-(workers as given)}"
+python -m pytest "${xdist[@]}" "$@"

@@ -8,7 +8,7 @@
 - every test runs with LORASTUDIO_HOME set to its own empty temp folder (not created), the
   settings cache cleared, and HF_HUB_OFFLINE=1 (`studio_home`, autouse);
 - `tiny_model`: a session-wide factory, family -> folder of that family's tiny diffusers pipeline
-  (built once per session, seed 0);
+  (built once per session, seed 0; once per run for all pytest-xdist workers);
 - `sample_dataset`: a session-wide folder with the 8-image sample dataset (seed 0).
 
 The session folders are shared by every test: treat them as read-only (copy them to change them).
@@ -16,6 +16,7 @@ The session folders are shared by every test: treat them as read-only (copy them
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 from collections.abc import Callable, Iterator
@@ -49,17 +50,33 @@ def studio_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     get_settings.cache_clear()
 
 
+def _run_wide_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder shared by every pytest-xdist worker of this run (the parent of the workers' own
+    temp roots), or a fresh temp folder of this process without xdist."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.getbasetemp().parent / name
+        folder.mkdir(exist_ok=True)
+        return folder
+    return tmp_path_factory.mktemp(name)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """Factory: `tiny_model("flux")` -> folder of the tiny FLUX.1 pipeline, built on first use."""
+    """Factory: `tiny_model("flux")` -> folder of the tiny FLUX.1 pipeline, built on first use.
+
+    Under pytest-xdist the workers share one folder per family: the first to ask builds it while
+    holding that family's lock file, the others wait and find it complete (save_tiny_model is
+    atomic and idempotent, so even without the lock no worker could see it half-written)."""
     from lorastudio.tiny import save_tiny_model, tiny_model_dir
 
-    root = tmp_path_factory.mktemp("tiny-models")
+    root = _run_wide_folder(tmp_path_factory, "tiny-models")
     built: dict[str, Path] = {}
 
     def get(family: str) -> Path:
         if family not in built:
-            built[family] = save_tiny_model(family, tiny_model_dir(family, root))
+            with (root / f".{family}.lock").open("w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+                built[family] = save_tiny_model(family, tiny_model_dir(family, root))
         return built[family]
 
     return get

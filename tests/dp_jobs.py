@@ -59,9 +59,15 @@ def wait_job(
     )
 
 
-def channels() -> set[Path]:
-    """The launcher's private channel folders that exist now."""
-    return set(Path(tempfile.gettempdir()).glob("lorastudio-ranks-*"))
+def channel_of(agent_pid: int) -> Path:
+    """The launcher's private channel folder (under the temp dir) of the job whose torchrun agent
+    is `agent_pid`: the parent of the agent's --log-dir, read from /proc while it runs. Only this
+    job's folder: jobs of other tests (another pytest worker) have channel folders of their own."""
+    args = Path(f"/proc/{agent_pid}/cmdline").read_bytes().decode().split("\0")
+    log_dir = Path(next(a.removeprefix("--log-dir=") for a in args if a.startswith("--log-dir=")))
+    assert log_dir.parent.parent == Path(tempfile.gettempdir()), log_dir
+    assert log_dir.parent.name.startswith("lorastudio-ranks-"), log_dir
+    return log_dir.parent
 
 
 def job_events(service: JobService, job_id: str) -> list[dict]:
@@ -103,10 +109,11 @@ def two_rank_job_stops_and_saves_and_resumes_in_one_process(
     one set of events and files, its agent exits and its channel folder goes, and its checkpoint
     resumes in one process to the LoRA of an uninterrupted one-process run."""
     steps = 12
-    before = channels()
     ignored = service.ignored_events
     job = service.submit(dp_config(model, num_gpus=2, steps=steps))
     wait_job(service, job["id"], lambda s: (s["progress"] or {}).get("step", 0) >= 2, 240, "step 2")
+    channel = channel_of(service.job(job["id"])["pid"])
+    assert (channel / "channel.sock").exists()
     service.stop(save=True)
     snap = wait_job(service, job["id"], lambda s: s["status"] in FINAL, 60, "the stop")
     assert snap["status"] == "stopped", snap["error"]
@@ -120,7 +127,7 @@ def two_rank_job_stops_and_saves_and_resumes_in_one_process(
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step-{stopped_at:06d}"]
     agent = snap["pid"]
     wait_job(service, job["id"], lambda s: not process_alive(agent), 10, "the agent's exit")
-    wait_job(service, job["id"], lambda s: channels() <= before, 10, "the channel folder removed")
+    wait_job(service, job["id"], lambda s: not channel.exists(), 10, "the channel folder removed")
 
     resumed = service.submit_resume(job["id"], overrides={"num_gpus": 1})
     final = wait_job(service, resumed["id"], lambda s: s["status"] in FINAL, 120, "the resumed run")

@@ -5,6 +5,7 @@ within 15 % of its measured time."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -82,7 +83,12 @@ def test_a_run_whose_encodes_are_on_disk_is_forecast_without_them(
         assert (cache["images_cached"], cache["texts_cached"]) == (images, texts)
         assert f"reuses {texts} of {texts} captions" in cache["note"]
         phases = {p["name"]: p["seconds"] for p in report["time"]["phases"]}
-        assert phases["latent_cache"] == 0.0  # no image left to encode
+        # no image left to encode: the miss run says 0 s; each earlier hit run (a retry) adds its
+        # own time reading the cache (read_records: newest first, the miss run last)
+        hits = [r["phases"]["latent_cache"] for r in read_records(settings.home)[:-1]]
+        assert len(hits) == attempt
+        assert phases["latent_cache"] == pytest.approx(statistics.median([0.0, *hits]), abs=0.01)
+        assert attempt > 0 or phases["latent_cache"] == 0.0
         if attempt == 0:  # the miss run's encode time x 1 text (the sample prompt) of its texts + 1
             assert phases["caption_encoding"] == pytest.approx(
                 spent["caption_encoding"] / (texts + 1), abs=0.01
