@@ -7,6 +7,7 @@ generation worker (lorastudio.generate); the revision and each LoRA's header are
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def register(app: typer.Typer) -> None:
 
 def parse_lora_arg(value: str) -> tuple[Path, float]:
     """'PATH' -> (PATH, 1.0); 'PATH:SCALE' -> (PATH, SCALE) when what follows the last ':' is a
-    number (so paths containing ':' still work). Raises ConfigError for an empty path."""
+    number (so paths containing ':' still work). Raises ConfigError for an empty path or a scale
+    that is not finite (nan, inf: every pixel of the image would be NaN)."""
     path, sep, tail = value.rpartition(":")
     if sep:
         try:
@@ -41,6 +43,8 @@ def parse_lora_arg(value: str) -> tuple[Path, float]:
         path, scale = value, 1.0
     if not path:
         raise ConfigError([FieldProblem("--lora", f"{value!r}: expected PATH or PATH:SCALE")])
+    if not math.isfinite(scale):
+        raise ConfigError([FieldProblem("--lora", f"{value!r}: the scale must be a finite number")])
     return Path(path).expanduser(), scale
 
 
@@ -157,6 +161,7 @@ def _generate(
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.config import revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
+    from lorastudio.jobs.generation import LORA_SCALE_LIMIT
     from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
@@ -204,6 +209,14 @@ def _generate(
             )
     loras = []
     for path, scale in (parse_lora_arg(v) for v in lora_args):
+        if abs(scale) > LORA_SCALE_LIMIT:  # the API's range (LoraRef.scale)
+            problems.append(
+                FieldProblem(
+                    "--lora",
+                    f"{path}:{scale:g}: a scale must be between {-LORA_SCALE_LIMIT:g} and {LORA_SCALE_LIMIT:g}",
+                )
+            )
+            continue
         try:
             path = resolve_lora_arg(path, settings.outputs_dir)
         except NotFound as err:

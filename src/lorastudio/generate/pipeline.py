@@ -118,15 +118,19 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     list unloads all.
 
     Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
-    pipeline (unreadable, or no layer of it matched); after a failure the pipeline has no LoRA.
+    pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks, or no
+    layer of it matched); after a failure the pipeline has no LoRA.
     """
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
+    from lorastudio.lora.files import check_lora_values
 
     for path, _ in loras:
         if not Path(path).is_file():
             raise NotFound(f"LoRA file not found: {path}")
     restore_lycoris(pipe)
     pipe.unload_lora_weights()
+    for path, _ in loras:  # dtypes, ranks, finite values: a NaN would render a black image
+        check_lora_values(Path(path))
     lycoris = [(Path(p), float(s)) for p, s in loras if is_lycoris_file(Path(p))]
     adapters = [(p, s) for p, s in loras if not is_lycoris_file(Path(p))]
     patch_lycoris(pipe, lycoris)  # on a failure, restores what it patched

@@ -17,7 +17,7 @@ import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
-from lorastudio.lora.header import read_header
+from lorastudio.lora.header import check_lora_structure, read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import kohya_layout
 from lorastudio.lora.text_encoders import (
@@ -38,15 +38,50 @@ def denoiser_prefix(family: str) -> str:
 
 
 def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(tensors, header metadata) of a .safetensors LoRA. Raises NotFound, ModelSourceError."""
+    """(tensors, header metadata) of a .safetensors LoRA whose header passed `read_header` and
+    `check_lora_structure` and whose every value is finite (`check_finite`). Raises NotFound,
+    ModelSourceError."""
     from safetensors import SafetensorError, safe_open
 
     if not path.is_file():
         raise NotFound(f"LoRA file not found: {path}")
-    read_header(path)  # the header checked (size cap, offsets, string metadata) before any tensor
+    check_lora_structure(read_header(path))  # header checked (size cap, offsets, dtypes, ranks) first
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            metadata = dict(f.metadata() or {})
+    except (SafetensorError, OSError) as err:
+        raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
+    for name, tensor in tensors.items():
+        check_finite(path, name, tensor)
+    return tensors, metadata
+
+
+def check_finite(path: Path, name: str, tensor: torch.Tensor) -> None:
+    """Refuse a NaN or infinite value in the tensor `name` of the LoRA file `path`: applied, it
+    turns every image black (NaN) and every merge, resize or conversion of it into the same.
+    Raises ModelSourceError naming the file, the tensor and how many values are bad."""
+    finite = torch.isfinite(tensor.float())
+    if not bool(finite.all()):
+        bad = int(finite.numel() - finite.sum())
+        raise ModelSourceError(
+            f"{path} is not a usable LoRA: the tensor {name[:120]!r} holds {bad} NaN or infinite value(s)"
+        )
+
+
+def check_lora_values(path: Path) -> None:
+    """`read_lora_file`'s checks (header, structure, finite values) on a file that another loader
+    will read (diffusers' load_lora_weights, the LyCORIS patch), one tensor in memory at a time.
+    Raises NotFound, ModelSourceError."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise NotFound(f"LoRA file not found: {path}")
+    check_lora_structure(read_header(path))
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118
+                check_finite(path, name, f.get_tensor(name))
     except (SafetensorError, OSError) as err:
         raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
 

@@ -18,6 +18,7 @@ files' own layout, with the strength rules of lorastudio.lora.convert:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +46,13 @@ def _problem(field: str, message: str) -> ConfigError:
 
 def merge(loras: Sequence[tuple[PeftLora, float]]) -> PeftLora:
     """One LoRA whose weight change is sum_i w_i * (alpha_i / r_i) * B_i @ A_i (see the module
-    docstring). Raises ConfigError when a layer has different shapes in two inputs."""
+    docstring). Raises ConfigError when a layer has different shapes in two inputs, a weight is
+    not finite or the weighted sum overflows float32."""
     if not loras:
         raise _problem("loras", "nothing to merge")
+    odd = [w for _, w in loras if not math.isfinite(w)]
+    if odd:
+        raise _problem("loras", f"a merge weight must be a finite number, not {odd[0]}")
     parts = [(peft_modules(lora.tensors), lora, weight) for lora, weight in loras]
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # module: (A[1:], B[0], B[2:])
     for modules, _, _ in parts:
@@ -71,6 +76,8 @@ def merge(loras: Sequence[tuple[PeftLora, float]]) -> PeftLora:
                 b_blocks.append(torch.zeros(rows, lora.rank, *b_tail))
         out[m + _A] = torch.cat(a_blocks, dim=0)  # [sum r, in(, kh, kw)]
         out[m + _B] = torch.cat(b_blocks, dim=1)  # [out, sum r(, 1, 1)]
+        if not bool(torch.isfinite(out[m + _B]).all()):
+            raise _problem("loras", f"the weights overflow float32 in layer {m}: use smaller merge weights")
     return PeftLora(out, rank, float(rank))
 
 
