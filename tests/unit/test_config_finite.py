@@ -1,0 +1,57 @@
+"""A NaN or infinite number in any float setting of a training config (TOML and JSON both carry
+them) is refused as not finite, naming the field: before, NaN got a bound's message ("Input should
+be less than or equal to 1" for learning_rate = nan), which names a rule the value did not break."""
+
+from __future__ import annotations
+
+import pytest
+
+from lorastudio.config import TrainConfig, parse_train_config
+from lorastudio.errors import ConfigError
+
+BASE = {"family": "sdxl", "base_model": "some/model", "data_dir": "data"}
+FLOAT_FIELDS = sorted(
+    n for n, f in TrainConfig.model_fields.items() if str(f.annotation) in ("float", "float | None")
+)
+
+
+def test_there_are_float_settings_to_check() -> None:
+    assert {"learning_rate", "lora_alpha", "noise_offset", "ema_decay", "memory_budget_gb"} <= set(
+        FLOAT_FIELDS
+    )
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("field", FLOAT_FIELDS)
+def test_a_non_finite_float_setting_is_refused_as_such(field: str, value: float) -> None:
+    for family in ("sdxl", "flux"):  # the first that takes the setting (guidance, flow_shift: flux)
+        with pytest.raises(ConfigError) as info:
+            parse_train_config({**BASE, "family": family, field: value})
+        problems = {p.field: p.message for p in info.value.problems}
+        if "cannot honour" not in problems.get(field, ""):
+            break
+    assert problems == {field: "Input should be a finite number"}, problems
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"datasets": [{"path": "data", "loss_weight": float("nan")}]}, "datasets.0.loss_weight"),
+        ({"datasets": [{"path": "data", "weight": float("inf")}]}, "datasets.0.weight"),
+        ({"datasets": [{"path": "data", "caption_dropout": float("nan")}]}, "datasets.0.caption_dropout"),
+        (
+            {
+                "data_dir": "data",
+                "trigger_word": "sks",
+                "preservation": {"class_word": "p", "weight": float("nan")},
+            },
+            "preservation.weight",
+        ),
+    ],
+)
+def test_nested_float_settings_are_refused_as_not_finite(settings: dict, field: str) -> None:
+    base = {k: v for k, v in BASE.items() if k != "data_dir"}
+    with pytest.raises(ConfigError) as info:
+        parse_train_config({**base, **settings})
+    problems = {p.field: p.message for p in info.value.problems}
+    assert problems.get(field) == "Input should be a finite number", problems
