@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -170,6 +170,38 @@ def process_umask() -> int:
         return 0o022
 
 
+MAX_NAME_BYTES = (
+    230  # a file name's UTF-8 bytes: 255 (ext4 / xfs / btrfs) less write_lora_file's staging affixes
+)
+
+
+def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> None:
+    """Refuse a destination the LoRA commands (convert, merge, resize) cannot or should not write,
+    before anything is read: an input, a folder, an existing file without `overwrite`, a missing
+    or unwritable folder, a name over MAX_NAME_BYTES, or a name that does not end in .safetensors
+    (diffusers' load_lora_weights tells the format by the suffix and unpickles any other file).
+    Raises ConfigError (field "out") naming the path and the reason."""
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError([FieldProblem("out", why)])
+
+    if len(out.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise refuse(f"the file name is longer than the {MAX_NAME_BYTES} bytes allowed: {out.name[:60]}...")
+    if any(out.resolve() == p.resolve() for p in inputs):  # after the length: resolve() stats the path
+        raise refuse("the output must be another file than the input")
+    if out.is_dir():
+        raise refuse(f"{out} is a folder: name the .safetensors file to write")
+    if out.suffix.lower() != ".safetensors":
+        raise refuse(f"{out.name}: name the file .safetensors (loaders tell the format by it)")
+    if out.exists() and not overwrite:
+        raise refuse(f"{out} already exists")
+    folder = out.parent
+    if not folder.is_dir():
+        raise refuse(f"the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise refuse(f"cannot write in the folder {folder} (permission denied)")
+
+
 def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> Path:
     """Write a .safetensors file next to `path`, then rename it into place (no partial file is
     ever visible at `path`). Returns `path`."""
@@ -257,10 +289,12 @@ def convert_file(
 
     family: taken from the file header (`lorastudio.family`) when not given.
     Raises NotFound, ModelSourceError (unreadable / unknown layout), ConfigError (no family,
-    unknown family, `dst` exists, `dst` is `src`, or a layer with no name in the target layout).
+    unknown family, a `dst` that check_destination refuses, or a layer with no name in the target
+    layout).
     """
     if to not in ("diffusers", "kohya"):
         raise ConfigError([FieldProblem("to", f"must be diffusers or kohya, not {to!r}")])
+    check_destination(dst, [src], overwrite)
     tensors, metadata = read_lora_file(src)
     family = family or metadata.get(PREFIX + "family")
     if not family:
@@ -269,10 +303,6 @@ def convert_file(
         raise ConfigError(
             [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
         )
-    if dst.resolve() == src.resolve():
-        raise ConfigError([FieldProblem("out", "the output must be another file than the input")])
-    if dst.exists() and not overwrite:
-        raise ConfigError([FieldProblem("out", f"{dst} already exists")])
     source_layout = detect_layout(tensors)
     denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
     lora = peft_from_file(denoiser, metadata, family)

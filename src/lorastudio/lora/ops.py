@@ -29,6 +29,7 @@ from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules
 from lorastudio.lora.files import (
     Layout,
+    check_destination,
     detect_layout,
     file_for_layout,
     peft_from_file,
@@ -123,13 +124,6 @@ def _load(path: Path, family: str | None) -> tuple[PeftLora, Layout, str, dict[s
     return peft_from_file(tensors, header, family), layout, family, info
 
 
-def _check_out(out: Path, inputs: Sequence[Path], overwrite: bool) -> None:
-    if any(out.resolve() == p.resolve() for p in inputs):
-        raise _problem("out", "the output must be another file than the inputs")
-    if out.exists() and not overwrite:
-        raise _problem("out", f"{out} already exists")
-
-
 def merge_files(
     inputs: Sequence[tuple[Path, float]], out: Path, family: str | None = None, *, overwrite: bool = False
 ) -> Path:
@@ -138,7 +132,7 @@ def merge_files(
     layouts, `out` exists or is an input, different layer shapes)."""
     if len(inputs) < 2:
         raise _problem("loras", "give at least two LoRA files to merge (FILE:WEIGHT ...)")
-    _check_out(out, [p for p, _ in inputs], overwrite)
+    check_destination(out, [p for p, _ in inputs], overwrite)
     loaded = [(_load(path, family), weight) for path, weight in inputs]
     families = {fam for (_, _, fam, _), _ in loaded}
     layouts = {layout for (_, layout, _, _), _ in loaded}
@@ -164,7 +158,7 @@ def merge_files(
 def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> Resized:
     """Write `src` resized to `rank` (SVD) at `out`, in `src`'s layout. Returns the Resized
     (kept energy per layer). Raises NotFound, ModelSourceError, ConfigError."""
-    _check_out(out, [src], overwrite)
+    check_destination(out, [src], overwrite)
     lora, layout, family, info = _load(src, None)
     resized = resize(lora, rank)
     info = {
