@@ -165,15 +165,12 @@ def _generate(
     from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
+    from lorastudio.user_paths import output_file_problem
 
     problems = []
     fmt = IMAGE_SUFFIXES.get(out.suffix.lower())
-    if fmt is None:
-        problems.append(FieldProblem("--out", f"{out.name}: use a .png, .jpg or .webp file name"))
-    if out.exists() and not overwrite:
-        problems.append(FieldProblem("--out", f"{out} exists (pass --overwrite to replace it)"))
-    if not out.parent.is_dir():
-        problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
+    if why := output_file_problem(out, tuple(IMAGE_SUFFIXES), overwrite, "--overwrite"):
+        problems.append(FieldProblem("--out", why))
     settings = get_settings()
     base = localize_path(base, may_be_hub_id=True)
     base_config = localize_path(base_config, may_be_hub_id=True) if base_config else None

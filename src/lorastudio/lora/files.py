@@ -27,6 +27,7 @@ from lorastudio.lora.text_encoders import (
     to_kohya_tensors,
     with_adapter_metadata,
 )
+from lorastudio.user_paths import output_file_problem
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -170,36 +171,17 @@ def process_umask() -> int:
         return 0o022
 
 
-MAX_NAME_BYTES = (
-    230  # a file name's UTF-8 bytes: 255 (ext4 / xfs / btrfs) less write_lora_file's staging affixes
-)
-
-
 def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> None:
     """Refuse a destination the LoRA commands (convert, merge, resize) cannot or should not write,
-    before anything is read: an input, a folder, an existing file without `overwrite`, a missing
-    or unwritable folder, a name over MAX_NAME_BYTES, or a name that does not end in .safetensors
-    (diffusers' load_lora_weights tells the format by the suffix and unpickles any other file).
-    Raises ConfigError (field "out") naming the path and the reason."""
-
-    def refuse(why: str) -> ConfigError:
-        return ConfigError([FieldProblem("out", why)])
-
-    if len(out.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
-        raise refuse(f"the file name is longer than the {MAX_NAME_BYTES} bytes allowed: {out.name[:60]}...")
-    if any(out.resolve() == p.resolve() for p in inputs):  # after the length: resolve() stats the path
-        raise refuse("the output must be another file than the input")
-    if out.is_dir():
-        raise refuse(f"{out} is a folder: name the .safetensors file to write")
-    if out.suffix.lower() != ".safetensors":
-        raise refuse(f"{out.name}: name the file .safetensors (loaders tell the format by it)")
-    if out.exists() and not overwrite:
-        raise refuse(f"{out} already exists")
-    folder = out.parent
-    if not folder.is_dir():
-        raise refuse(f"the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise refuse(f"cannot write in the folder {folder} (permission denied)")
+    before anything is read: what user_paths.output_file_problem refuses (a name that does not
+    end in .safetensors among them: diffusers' load_lora_weights tells the format by the suffix
+    and unpickles any other file) and an input. Raises ConfigError (field "out") naming the path
+    and the reason."""
+    why = output_file_problem(out, (".safetensors",), overwrite, "--force")
+    if why is None and any(out.resolve() == p.resolve() for p in inputs):
+        why = "the output must be another file than the input"
+    if why is not None:
+        raise ConfigError([FieldProblem("out", why)])
 
 
 def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> Path:

@@ -67,3 +67,27 @@ def test_every_command_refuses_a_destination_it_cannot_write(tmp_path: Path) -> 
     after = sorted(p.name for p in tmp_path.iterdir())
     assert after == sorted({*before, "a-folder.safetensors", "read-only"})
     assert not list((tmp_path / "a-folder.safetensors").iterdir())
+
+
+def test_generate_refuses_an_out_it_cannot_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lorastudio generate --out` answers from the same check (was an OSError traceback for a
+    name over the file system's limit)."""
+    import sys
+
+    from lorastudio.cli.app import main
+
+    for out, said in [
+        (tmp_path / ("y" * 300 + ".png"), "the file name is longer than the 230 bytes allowed"),
+        (tmp_path / "missing" / "a.png", f"the folder {tmp_path / 'missing'} does not exist"),
+        (tmp_path / "a.gif", "a.gif: name the file .png or .jpg or .jpeg or .webp"),
+    ]:
+        args = ["lorastudio", "generate", "--base", str(tmp_path / "none"), "--family", "flux"]
+        monkeypatch.setattr(sys, "argv", [*args, "--prompt", "x", "--out", str(out)])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        printed = "".join(capsys.readouterr()).replace("\n", "")
+        assert exit_.value.code == 2 and said in printed and "Traceback" not in printed, printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
