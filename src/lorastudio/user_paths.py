@@ -33,6 +33,16 @@ def _mode(path: str | Path) -> int | None:
         return None
 
 
+def lexists(path: str | Path) -> bool:
+    """Whether anything (a link included, not followed) is at `path`; False when it cannot be told
+    (a name over the file system's limit, a NUL byte, a folder on the way not searchable)."""
+    try:
+        os.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def is_dir(path: str | Path) -> bool:
     """Whether `path` is a folder (links followed); False when it cannot be told."""
     mode = _mode(path)
