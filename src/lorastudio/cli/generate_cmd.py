@@ -21,6 +21,7 @@ from lorastudio.errors import (
     NotFound,
     UnknownFamily,
 )
+from lorastudio.user_paths import is_file
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -52,7 +53,7 @@ def resolve_lora_arg(path: Path, outputs: Path) -> Path:
     """A --lora value as a file: an existing path as it is, else a run's name (the LoRA of
     outputs/NAME/NAME.safetensors, as the UI and API name a LoRA). Raises NotFound naming both
     places looked at."""
-    if path.is_file():
+    if is_file(path):  # user_paths: never raises (a path over the file system's limits)
         return path
     name = str(path)
     if "/" not in name and path.suffix != ".safetensors":
@@ -175,7 +176,7 @@ def _generate(
     base = localize_path(base, may_be_hub_id=True)
     base_config = localize_path(base_config, may_be_hub_id=True) if base_config else None
     family = family or detect_family(base) or detect_family(str(settings.models_dir / base))
-    as_file = next((p for p in (Path(base), settings.models_dir / base) if p.is_file()), None)
+    as_file = next((p for p in (Path(base), settings.models_dir / base) if is_file(p)), None)
     if family is None and as_file is not None:  # a single-file checkpoint says its family
         try:
             family = read_file_facts(as_file).family

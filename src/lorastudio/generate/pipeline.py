@@ -22,6 +22,7 @@ import torch
 
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.user_paths import is_file
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -36,7 +37,7 @@ def detect_family(base_model: str) -> str | None:
     from lorastudio import families
 
     index = Path(base_model).expanduser() / "model_index.json"
-    if not index.is_file():
+    if not is_file(index):  # user_paths: never raises (a path over the file system's limits)
         return None
     try:
         class_name = json.loads(index.read_text(encoding="utf-8")).get("_class_name")

@@ -27,7 +27,7 @@ from lorastudio.lora.text_encoders import (
     to_kohya_tensors,
     with_adapter_metadata,
 )
-from lorastudio.user_paths import output_file_problem
+from lorastudio.user_paths import is_file, output_file_problem
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -44,7 +44,7 @@ def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]
     ModelSourceError."""
     from safetensors import SafetensorError, safe_open
 
-    if not path.is_file():
+    if not is_file(path):
         raise NotFound(f"LoRA file not found: {path}")
     check_lora_structure(read_header(path))  # header checked (size cap, offsets, dtypes, ranks) first
     try:
@@ -76,7 +76,7 @@ def check_lora_values(path: Path) -> None:
     Raises NotFound, ModelSourceError."""
     from safetensors import SafetensorError, safe_open
 
-    if not path.is_file():
+    if not is_file(path):
         raise NotFound(f"LoRA file not found: {path}")
     check_lora_structure(read_header(path))
     try:
