@@ -1,6 +1,7 @@
-"""A NaN or infinite number in any float setting of a training config (TOML and JSON both carry
-them) is refused as not finite, naming the field: before, NaN got a bound's message ("Input should
-be less than or equal to 1" for learning_rate = nan), which names a rule the value did not break."""
+"""Values of a training config file that were taken wrongly: a NaN or infinite number in any float
+setting (TOML and JSON both carry them) is refused as not finite, naming the field (before, NaN got
+a bound's message, "Input should be less than or equal to 1" for learning_rate = nan, naming a rule
+the value did not break); a JSON key given twice is refused like TOML's (before, the last won)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,26 @@ def test_nested_float_settings_are_refused_as_not_finite(settings: dict, field: 
         parse_train_config({**base, **settings})
     problems = {p.field: p.message for p in info.value.problems}
     assert problems.get(field) == "Input should be a finite number", problems
+
+
+def test_a_json_config_with_a_key_twice_is_refused_like_a_toml_one(tmp_path) -> None:
+    """TOML refuses a key given twice; JSON's parser kept the last silently (`"steps": 2, "steps":
+    2000` trained 2000 steps). Both now refuse it, naming the key, at any depth."""
+    from lorastudio.cli.config_file import load_config_file
+
+    top = tmp_path / "top.json"
+    top.write_text('{"family": "sdxl", "steps": 2, "steps": 2000}')
+    nested = tmp_path / "nested.json"
+    nested.write_text('{"datasets": [{"path": "a", "repeats": 1, "repeats": 10}]}')
+    for path, key in ((top, "steps"), (nested, "repeats")):
+        with pytest.raises(ConfigError) as info:
+            load_config_file(path)
+        assert [p.field for p in info.value.problems] == ["config"]
+        assert f"the key {key!r} is given twice" in info.value.problems[0].message
+    toml = tmp_path / "twice.toml"
+    toml.write_text("steps = 2\nsteps = 2000\n")
+    with pytest.raises(ConfigError, match="Cannot overwrite a value"):
+        load_config_file(toml)
+    ok = tmp_path / "ok.json"
+    ok.write_text('{"steps": 2, "datasets": [{"path": "a", "repeats": 1}, {"path": "b", "repeats": 1}]}')
+    assert load_config_file(ok)["steps"] == 2
