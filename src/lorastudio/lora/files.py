@@ -27,7 +27,7 @@ from lorastudio.lora.text_encoders import (
     to_kohya_tensors,
     with_adapter_metadata,
 )
-from lorastudio.user_paths import is_file, output_file_problem
+from lorastudio.user_paths import MAX_NAME_BYTES, is_file, output_file_problem
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -177,9 +177,11 @@ def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> Non
     end in .safetensors among them: diffusers' load_lora_weights tells the format by the suffix
     and unpickles any other file) and an input. Raises ConfigError (field "out") naming the path
     and the reason."""
-    why = output_file_problem(out, (".safetensors",), overwrite, "--force")
-    if why is None and any(out.resolve() == p.resolve() for p in inputs):
-        why = "the output must be another file than the input"
+    fits = len(out.name.encode("utf-8", "surrogateescape")) <= MAX_NAME_BYTES  # else resolve() raises
+    if fits and any(out.resolve() == p.resolve() for p in inputs):
+        why: str | None = "the output must be another file than the input"
+    else:
+        why = output_file_problem(out, (".safetensors",), overwrite, "--force")
     if why is not None:
         raise ConfigError([FieldProblem("out", why)])
 
