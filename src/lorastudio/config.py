@@ -77,7 +77,7 @@ FAMILY_SPECIFIC_FIELDS: tuple[str, ...] = (
 class TrainConfig(ObjectiveFields, RuntimeFields, TrainingFields, DataFields, SourceFields):
     """Everything that defines one training run. See the field descriptions for units/defaults."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # The parse / resolve functions live in config_resolve.py (this module is the schema); callers

@@ -79,7 +79,7 @@ def top_resolution(value: int | list[int] | None) -> int:
 class DatasetEntry(BaseModel):
     """One dataset folder of a run and how it is sampled and captioned (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     path: str = Field(
         min_length=1, description="dataset folder (absolute, or a name under datasets/), as data_dir"

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 class StrictFields(BaseModel):
     """A group of TrainConfig fields: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod

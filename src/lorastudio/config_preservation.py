@@ -34,7 +34,7 @@ COST = (
 class Preservation(BaseModel):
     """Differential output preservation (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     class_word: str = Field(
         min_length=1,

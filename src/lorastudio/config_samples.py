@@ -28,7 +28,7 @@ MAX_SAMPLE_CONTROLS = 10  # references per sample prompt (the most any family ta
 class SamplePrompt(BaseModel):
     """One sample prompt, the settings it renders with instead of the run's, and its references."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     prompt: str = Field(
         min_length=1, max_length=MAX_SAMPLE_PROMPT_CHARS, description="the prompt (the edit instruction)"

@@ -33,6 +33,16 @@ def _mode(path: str | Path) -> int | None:
         return None
 
 
+def lexists(path: str | Path) -> bool:
+    """Whether anything (a link included, not followed) is at `path`; False when it cannot be told
+    (a name over the file system's limit, a NUL byte, a folder on the way not searchable)."""
+    try:
+        os.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def is_dir(path: str | Path) -> bool:
     """Whether `path` is a folder (links followed); False when it cannot be told."""
     mode = _mode(path)
@@ -43,3 +53,28 @@ def is_file(path: str | Path) -> bool:
     """Whether `path` is a regular file (links followed); False when it cannot be told."""
     mode = _mode(path)
     return mode is not None and stat.S_ISREG(mode)
+
+
+MAX_NAME_BYTES = 230  # an output file name's UTF-8 bytes: 255 (ext4 / xfs / btrfs) less the staging affixes
+
+
+def output_file_problem(
+    out: Path, suffixes: tuple[str, ...], overwrite: bool, overwrite_flag: str
+) -> str | None:
+    """Why a command cannot write the file `out` (staged beside it, then renamed), or None: a
+    name over MAX_NAME_BYTES, a suffix not in `suffixes` (lower case, with the dot), a folder, an
+    existing file without `overwrite` (the message names `overwrite_flag`), a missing or
+    unwritable folder. Never raises (the checks above run before any stat of the long name)."""
+    if len(out.name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return f"the file name is longer than the {MAX_NAME_BYTES} bytes allowed: {out.name[:60]}..."
+    if is_dir(out):
+        return f"{out} is a folder: name the file to write"
+    if out.suffix.lower() not in suffixes:
+        return f"{out.name}: name the file {' or '.join(suffixes)}"
+    if _mode(out) is not None and not overwrite:
+        return f"{out} already exists (pass {overwrite_flag} to replace it)"
+    if not is_dir(out.parent):
+        return f"the folder {out.parent} does not exist"
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        return f"cannot write in the folder {out.parent} (permission denied)"
+    return None

@@ -149,3 +149,18 @@ def test_a_dataset_whose_masks_is_a_file_or_a_link_refuses_the_masks_before_anyt
     assert result.exit_code == 0, result.output
     assert f"refused masks/: {dataset / 'masks'} is " in result.output and (dataset / "a.png").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # nothing written through the link
+
+
+def test_a_fifo_or_socket_in_the_source_is_named_as_skipped(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """A named pipe (or socket) called like an image was left out without a word: every other
+    entry the import does not take (other files, links, sub-folders) is listed with the reason."""
+    src = _source(tmp_path)
+    os.mkfifo(src / "pipe.png")
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "piped"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "skipped pipe.png (not a regular file: a named pipe, socket or device is never read)" in result.output
+    )
+    assert sorted(p.name for p in (settings.datasets_dir / "piped").iterdir()) == ["a.png", "masks"]

@@ -208,3 +208,25 @@ def test_masks_upload_into_masks_folder_checked_like_an_import(
     )
     assert mixed.status_code == 400 and "an upload of their own" in mixed.text
     assert not list((settings.datasets_dir / ".uploads").glob("*"))  # no staging left behind
+
+
+def test_deleting_an_image_deletes_its_mask(
+    client: TestClient, settings: Settings, flux_config: Callable[..., dict]
+) -> None:
+    """The image delete took the image, its caption and its controls but left masks/a.png: the
+    dataset then failed every run ("masks/a.png: no image named a.* in the dataset"), and no
+    route could remove that mask. A mask shared with another image of the stem (a.jpg beside
+    a.png) stays, like the caption."""
+    files = [("f", (name, _png((64, 64)))) for name in ("a.png", "a.jpg", "b.png", "c.png")]
+    assert client.post("/api/datasets/gone/files", files=files).status_code == 201
+    masks = [("mask", (name, _png((64, 64), "L", 128))) for name in ("a.png", "b.png")]
+    assert client.post("/api/datasets/gone/files", files=masks).status_code == 201
+    folder = settings.datasets_dir / "gone"
+    assert client.delete("/api/datasets/gone/images/a.png").json() == {"deleted": ["a.png"]}
+    assert (folder / "masks" / "a.png").is_file()  # still a.jpg's
+    assert client.delete("/api/datasets/gone/images/a.jpg").json() == {"deleted": ["a.jpg", "masks/a.png"]}
+    assert client.delete("/api/datasets/gone/images/b.png").json() == {"deleted": ["b.png", "masks/b.png"]}
+    assert sorted(p.name for p in folder.rglob("*")) == ["c.png", "masks"]
+    config = flux_config(data_dir="gone", resolution=64, trigger_word="sks", output_name="g")
+    report = client.post("/api/train/preflight", json={"config": config})
+    assert report.status_code == 200, report.text

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lorastudio.jobs.generation import LORA_SCALE_LIMIT
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -54,7 +56,7 @@ class CaptionBody(_Body):
 
 class LoraRef(_Body):
     name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
-    scale: float = Field(default=1.0, ge=-4.0, le=4.0, allow_inf_nan=False)
+    scale: float = Field(default=1.0, ge=-LORA_SCALE_LIMIT, le=LORA_SCALE_LIMIT, allow_inf_nan=False)
     step: int | None = Field(
         default=None,
         ge=0,

@@ -13,15 +13,25 @@ from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.user_paths import expand_user
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict. Raises ValueError naming a key given twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a .json or .toml config file into a dict. Raises ConfigError (missing file,
-    unsupported extension, syntax error, not a table/object)."""
+    unsupported extension, syntax error, a key given twice, not a table/object)."""
     if not path.is_file():
         raise ConfigError([FieldProblem("config", f"{path} not found")])
     suffix = path.suffix.lower()
     try:
-        if suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
+        if suffix == ".json":  # a key given twice is refused, as TOML refuses it (json keeps the last)
+            data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
         elif suffix == ".toml":
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         else:

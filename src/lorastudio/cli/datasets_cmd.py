@@ -60,8 +60,8 @@ def import_cmd(
     """Copy a folder's images, .txt captions and metadata.jsonl into datasets/<name>. Every file
     is checked first; the good ones are imported and the bad ones listed with the reason (with
     --strict, nothing is written unless all pass); refused while a run reads the dataset or a
-    caption job writes it (its write claim, jobs/dataset_claims.py). Other files and symbolic links (never
-    followed) are skipped (listed), and so are sub-folders but masks/ (its loss masks are checked
+    caption job writes it (its write claim, jobs/dataset_claims.py). Other files, named pipes / sockets /
+    devices and symbolic links (never followed) are skipped (listed), and so are sub-folders but masks/ (its loss masks are checked
     and imported, data/mask_import.py), each with the reason (kohya
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
     new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
@@ -90,6 +90,7 @@ def import_cmd(
     links = [p.name for p in listing if p.is_symlink()]
     files = [p for p in listing if not p.is_symlink() and p.is_file()]
     folders = [p.name for p in listing if not p.is_symlink() and p.is_dir()]
+    special = [p.name for p in listing if not p.is_symlink() and not p.is_file() and not p.is_dir()]
     wanted, skipped = [], []
     for path in files:
         try:
@@ -154,6 +155,8 @@ def import_cmd(
         say(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
     for link in links:
         say(f"skipped {link} (a symbolic link: links are not followed)")
+    for name in special:  # a FIFO would block the copy; a socket or device is no image
+        say(f"skipped {name} (not a regular file: a named pipe, socket or device is never read)")
     for folder in folders:
         if folder != "masks":  # imported above
             say(f"skipped {folder}/ ({_folder_reason(folder, target)})")

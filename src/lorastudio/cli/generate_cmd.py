@@ -7,6 +7,7 @@ generation worker (lorastudio.generate); the revision and each LoRA's header are
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from lorastudio.errors import (
     NotFound,
     UnknownFamily,
 )
+from lorastudio.user_paths import is_file
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -30,7 +32,8 @@ def register(app: typer.Typer) -> None:
 
 def parse_lora_arg(value: str) -> tuple[Path, float]:
     """'PATH' -> (PATH, 1.0); 'PATH:SCALE' -> (PATH, SCALE) when what follows the last ':' is a
-    number (so paths containing ':' still work). Raises ConfigError for an empty path."""
+    number (so paths containing ':' still work). Raises ConfigError for an empty path or a scale
+    that is not finite (nan, inf: every pixel of the image would be NaN)."""
     path, sep, tail = value.rpartition(":")
     if sep:
         try:
@@ -41,6 +44,8 @@ def parse_lora_arg(value: str) -> tuple[Path, float]:
         path, scale = value, 1.0
     if not path:
         raise ConfigError([FieldProblem("--lora", f"{value!r}: expected PATH or PATH:SCALE")])
+    if not math.isfinite(scale):
+        raise ConfigError([FieldProblem("--lora", f"{value!r}: the scale must be a finite number")])
     return Path(path).expanduser(), scale
 
 
@@ -48,7 +53,7 @@ def resolve_lora_arg(path: Path, outputs: Path) -> Path:
     """A --lora value as a file: an existing path as it is, else a run's name (the LoRA of
     outputs/NAME/NAME.safetensors, as the UI and API name a LoRA). Raises NotFound naming both
     places looked at."""
-    if path.is_file():
+    if is_file(path):  # user_paths: never raises (a path over the file system's limits)
         return path
     name = str(path)
     if "/" not in name and path.suffix != ".safetensors":
@@ -157,23 +162,21 @@ def _generate(
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.config import revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
+    from lorastudio.jobs.generation import LORA_SCALE_LIMIT
     from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
+    from lorastudio.user_paths import output_file_problem
 
     problems = []
     fmt = IMAGE_SUFFIXES.get(out.suffix.lower())
-    if fmt is None:
-        problems.append(FieldProblem("--out", f"{out.name}: use a .png, .jpg or .webp file name"))
-    if out.exists() and not overwrite:
-        problems.append(FieldProblem("--out", f"{out} exists (pass --overwrite to replace it)"))
-    if not out.parent.is_dir():
-        problems.append(FieldProblem("--out", f"folder {out.parent} does not exist"))
+    if why := output_file_problem(out, tuple(IMAGE_SUFFIXES), overwrite, "--overwrite"):
+        problems.append(FieldProblem("--out", why))
     settings = get_settings()
     base = localize_path(base, may_be_hub_id=True)
     base_config = localize_path(base_config, may_be_hub_id=True) if base_config else None
     family = family or detect_family(base) or detect_family(str(settings.models_dir / base))
-    as_file = next((p for p in (Path(base), settings.models_dir / base) if p.is_file()), None)
+    as_file = next((p for p in (Path(base), settings.models_dir / base) if is_file(p)), None)
     if family is None and as_file is not None:  # a single-file checkpoint says its family
         try:
             family = read_file_facts(as_file).family
@@ -204,6 +207,14 @@ def _generate(
             )
     loras = []
     for path, scale in (parse_lora_arg(v) for v in lora_args):
+        if abs(scale) > LORA_SCALE_LIMIT:  # the API's range (LoraRef.scale)
+            problems.append(
+                FieldProblem(
+                    "--lora",
+                    f"{path}:{scale:g}: a scale must be between {-LORA_SCALE_LIMIT:g} and {LORA_SCALE_LIMIT:g}",
+                )
+            )
+            continue
         try:
             path = resolve_lora_arg(path, settings.outputs_dir)
         except NotFound as err:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from lorastudio.user_paths import is_dir
+
 lora_app = typer.Typer(
     help="LoRA files: list a run's LoRAs by step, convert between diffusers and kohya/ComfyUI layouts, "
     "merge, resize, push to the hub.",
@@ -50,9 +52,9 @@ def list_cmd(
     from lorastudio.training.validation_file import mark_loras, read_validation
 
     run_dir = Path(run)
-    if not run_dir.is_dir():
+    if not is_dir(run_dir):  # user_paths: never raises for a name over the file system's limits
         run_dir = get_settings().outputs_dir / run
-    if not run_dir.is_dir():
+    if not is_dir(run_dir):
         typer.echo(f"no run folder {run} (nor {run_dir})", err=True)
         raise typer.Exit(2)
     typer.echo("step  file")

@@ -19,12 +19,13 @@ import typer
 
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.settings import Settings
+from lorastudio.user_paths import lexists
 
 
 def free_name(name: str, outputs: Path) -> str:
     """The first of NAME-2, NAME-3, ... with no folder in `outputs`."""
     n = 2
-    while (outputs / f"{name}-{n}").exists() or (outputs / f"{name}-{n}").is_symlink():
+    while lexists(outputs / f"{name}-{n}"):
         n += 1
     return f"{name}-{n}"
 
@@ -62,7 +63,7 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
     launch = gpu_count_problems(num_gpus, device) if isinstance(num_gpus, int) else []
     name = data.get("output_name")
     taken = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
-    taken = taken and ((settings.outputs_dir / name).exists() or (settings.outputs_dir / name).is_symlink())
+    taken = taken and lexists(settings.outputs_dir / name)  # never raises: the field refuses a long name
     raw = dict(data)
     if taken and overwrite:
         raw["output_name"] = free_name(name, settings.outputs_dir)  # validated as if free

@@ -1,5 +1,5 @@
 """Edits of one image of a dataset (no torch, no HTTP): set its caption, delete it with its
-caption and control images. Both hold the dataset's lock (data/writes.py) or write staged."""
+caption, control images and masks. Both hold the dataset's lock (data/writes.py) or write staged."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES
 from lorastudio.data.discovery import CAPTION_EXTENSION, is_image_name
+from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import safe_component
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
@@ -40,9 +41,9 @@ def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | No
 
 
 def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
-    """Delete image `image_name`, and its .txt caption and control images (control/ folders)
-    unless another image of the same stem (a.jpg beside a.png) still uses them. Returns the
-    deleted file names (controls as "control/a.png")."""
+    """Delete image `image_name`, and its .txt caption, control images (control/ folders) and
+    loss masks (masks/) unless another image of the same stem (a.jpg beside a.png) still uses
+    them. Returns the deleted file names (controls as "control/a.png", masks as "masks/a.png")."""
     image = existing_image(dataset_dir, image_name)
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
         deleted = [image.name]
@@ -55,10 +56,10 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
         if not shared and caption.is_file():
             caption.unlink()
             deleted.append(caption.name)
-        if not shared:  # its control images would be orphans, which a run refuses
-            for control in controls_of(dataset_dir, image.stem):
-                control.unlink()
-                deleted.append(control.relative_to(dataset_dir).as_posix())
+        if not shared:  # its control images and masks would be orphans, which a run refuses
+            for other in [*controls_of(dataset_dir, image.stem), *masks_of(dataset_dir, image.stem)]:
+                other.unlink()
+                deleted.append(other.relative_to(dataset_dir).as_posix())
     return deleted
 
 

@@ -66,6 +66,12 @@ def mask_files(root: Path) -> dict[str, Path]:
     return {Path(name).stem: root / MASKS_DIR / name for name in _mask_names(root)}
 
 
+def masks_of(root: Path, stem: str) -> list[Path]:
+    """Every mask file of image stem `stem` in `root`/masks/ (regular image files, not links; a
+    clash may give several): what goes with the image when it is deleted."""
+    return [root / MASKS_DIR / name for name in _mask_names(root) if Path(name).stem == stem]
+
+
 def mask_clashes(root: Path) -> dict[str, list[str]]:
     """stem -> the names of `root`/masks/ files of that stem, for the stems with several (which
     one is the image's mask? neither is guessed)."""

@@ -22,6 +22,7 @@ import torch
 
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.user_paths import is_file
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -36,7 +37,7 @@ def detect_family(base_model: str) -> str | None:
     from lorastudio import families
 
     index = Path(base_model).expanduser() / "model_index.json"
-    if not index.is_file():
+    if not is_file(index):  # user_paths: never raises (a path over the file system's limits)
         return None
     try:
         class_name = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
@@ -118,15 +119,19 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     list unloads all.
 
     Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
-    pipeline (unreadable, or no layer of it matched); after a failure the pipeline has no LoRA.
+    pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks, or no
+    layer of it matched); after a failure the pipeline has no LoRA.
     """
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
+    from lorastudio.lora.files import check_lora_values
 
     for path, _ in loras:
         if not Path(path).is_file():
             raise NotFound(f"LoRA file not found: {path}")
     restore_lycoris(pipe)
     pipe.unload_lora_weights()
+    for path, _ in loras:  # dtypes, ranks, finite values: a NaN would render a black image
+        check_lora_values(Path(path))
     lycoris = [(Path(p), float(s)) for p, s in loras if is_lycoris_file(Path(p))]
     adapters = [(p, s) for p, s in loras if not is_lycoris_file(Path(p))]
     patch_lycoris(pipe, lycoris)  # on a failure, restores what it patched

@@ -55,6 +55,9 @@ MAX_STEPS = 200
 MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
 
 
+LORA_SCALE_LIMIT = 4.0  # a LoRA's scale in a generation: -4..4 (the API's LoraRef, `generate --lora`)
+
+
 @dataclass(frozen=True)
 class LoraChoice:
     """A trained LoRA by its output name, applied at `scale`; `step`: one of its snapshots

@@ -31,7 +31,7 @@ from lorastudio.training.checkpoint import (
     resume_settings,
 )
 from lorastudio.training.extend import extension_steps, finished_problem
-from lorastudio.training.identity import check_identity, run_identity
+from lorastudio.training.identity import base_fingerprint, check_identity, run_identity
 
 
 @dataclass(frozen=True)
@@ -138,5 +138,6 @@ def validate_resume(
     if problems:
         raise ConfigError(problems)
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
-    check_identity(info["identity"], run_identity(before, scan.fingerprint, family.spec.lora_targets))
+    base = base_fingerprint(cfg, family.spec.denoiser)
+    check_identity(info["identity"], run_identity(before, scan.fingerprint, family.spec.lora_targets, base))
     return ValidatedResume(config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total)

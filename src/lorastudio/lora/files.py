@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -17,7 +17,7 @@ import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
-from lorastudio.lora.header import read_header
+from lorastudio.lora.header import check_lora_structure, read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import kohya_layout
 from lorastudio.lora.text_encoders import (
@@ -27,6 +27,7 @@ from lorastudio.lora.text_encoders import (
     to_kohya_tensors,
     with_adapter_metadata,
 )
+from lorastudio.user_paths import MAX_NAME_BYTES, is_file, output_file_problem
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -38,15 +39,50 @@ def denoiser_prefix(family: str) -> str:
 
 
 def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(tensors, header metadata) of a .safetensors LoRA. Raises NotFound, ModelSourceError."""
+    """(tensors, header metadata) of a .safetensors LoRA whose header passed `read_header` and
+    `check_lora_structure` and whose every value is finite (`check_finite`). Raises NotFound,
+    ModelSourceError."""
     from safetensors import SafetensorError, safe_open
 
-    if not path.is_file():
+    if not is_file(path):
         raise NotFound(f"LoRA file not found: {path}")
-    read_header(path)  # the header checked (size cap, offsets, string metadata) before any tensor
+    check_lora_structure(read_header(path))  # header checked (size cap, offsets, dtypes, ranks) first
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            metadata = dict(f.metadata() or {})
+    except (SafetensorError, OSError) as err:
+        raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
+    for name, tensor in tensors.items():
+        check_finite(path, name, tensor)
+    return tensors, metadata
+
+
+def check_finite(path: Path, name: str, tensor: torch.Tensor) -> None:
+    """Refuse a NaN or infinite value in the tensor `name` of the LoRA file `path`: applied, it
+    turns every image black (NaN) and every merge, resize or conversion of it into the same.
+    Raises ModelSourceError naming the file, the tensor and how many values are bad."""
+    finite = torch.isfinite(tensor.float())
+    if not bool(finite.all()):
+        bad = int(finite.numel() - finite.sum())
+        raise ModelSourceError(
+            f"{path} is not a usable LoRA: the tensor {name[:120]!r} holds {bad} NaN or infinite value(s)"
+        )
+
+
+def check_lora_values(path: Path) -> None:
+    """`read_lora_file`'s checks (header, structure, finite values) on a file that another loader
+    will read (diffusers' load_lora_weights, the LyCORIS patch), one tensor in memory at a time.
+    Raises NotFound, ModelSourceError."""
+    from safetensors import SafetensorError, safe_open
+
+    if not is_file(path):
+        raise NotFound(f"LoRA file not found: {path}")
+    check_lora_structure(read_header(path))
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118
+                check_finite(path, name, f.get_tensor(name))
     except (SafetensorError, OSError) as err:
         raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
 
@@ -133,6 +169,21 @@ def process_umask() -> int:
         return next((int(line.split()[1], 8) for line in lines if line.startswith("Umask:")), 0o022)
     except (OSError, ValueError, IndexError):
         return 0o022
+
+
+def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> None:
+    """Refuse a destination the LoRA commands (convert, merge, resize) cannot or should not write,
+    before anything is read: what user_paths.output_file_problem refuses (a name that does not
+    end in .safetensors among them: diffusers' load_lora_weights tells the format by the suffix
+    and unpickles any other file) and an input. Raises ConfigError (field "out") naming the path
+    and the reason."""
+    fits = len(out.name.encode("utf-8", "surrogateescape")) <= MAX_NAME_BYTES  # else resolve() raises
+    if fits and any(out.resolve() == p.resolve() for p in inputs):
+        why: str | None = "the output must be another file than the input"
+    else:
+        why = output_file_problem(out, (".safetensors",), overwrite, "--force")
+    if why is not None:
+        raise ConfigError([FieldProblem("out", why)])
 
 
 def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> Path:
@@ -222,10 +273,12 @@ def convert_file(
 
     family: taken from the file header (`lorastudio.family`) when not given.
     Raises NotFound, ModelSourceError (unreadable / unknown layout), ConfigError (no family,
-    unknown family, `dst` exists, `dst` is `src`, or a layer with no name in the target layout).
+    unknown family, a `dst` that check_destination refuses, or a layer with no name in the target
+    layout).
     """
     if to not in ("diffusers", "kohya"):
         raise ConfigError([FieldProblem("to", f"must be diffusers or kohya, not {to!r}")])
+    check_destination(dst, [src], overwrite)
     tensors, metadata = read_lora_file(src)
     family = family or metadata.get(PREFIX + "family")
     if not family:
@@ -234,10 +287,6 @@ def convert_file(
         raise ConfigError(
             [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
         )
-    if dst.resolve() == src.resolve():
-        raise ConfigError([FieldProblem("out", "the output must be another file than the input")])
-    if dst.exists() and not overwrite:
-        raise ConfigError([FieldProblem("out", f"{dst} already exists")])
     source_layout = detect_layout(tensors)
     denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
     lora = peft_from_file(denoiser, metadata, family)

@@ -7,7 +7,9 @@ checks what the format promises: JSON object, string metadata, known dtypes, non
 shapes whose byte size matches their offsets, offsets that tile the data exactly (what the
 safetensors library itself requires). `check_lora_header` then refuses what cannot be a LoRA of
 the requested family: no tensors, a rank-0 (empty) adapter, a header or key layout naming
-another family. Hand-written because safetensors' own reader loads the header whole (up to
+another family. `check_lora_structure` (also run by `lora.files.read_lora_file`, for every family)
+refuses what no adapter file holds: a tensor that is not floating point, an `.alpha` that is not
+one number, a layer whose down and up matrices are missing one another or disagree on the rank. Hand-written because safetensors' own reader loads the header whole (up to
 100 MB) and reports these cases as one opaque error; each refusal here names the file and the
 fact that is wrong (ModelSourceError).
 """
@@ -15,6 +17,7 @@ fact that is wrong (ModelSourceError).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import struct
@@ -52,6 +55,12 @@ _SHARED_KEYS: dict[str, frozenset[str]] = {
     "flux": frozenset({"flux", "flux-kontext", "chroma", "flux2", "flux2-klein"})
 }
 _DOWN = re.compile(r"(lora_A|lora_down|lora\.down)(\.[A-Za-z_]+)?\.weight$")
+FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"})  # what an adapter's weights are
+# a layer's down (A) and up (B) matrix names: down [r, in, ...] and up [out, r, ...] share r
+_PAIRS = (("lora_A", "lora_B"), ("lora_down", "lora_up"), ("lora.down", "lora.up"))
+_PAIR_KEY = re.compile(
+    r"^(?P<layer>.+)\.(?P<part>lora_A|lora_B|lora_down|lora_up|lora\.down|lora\.up)\.weight$"
+)
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,7 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
     path = header.path
     if not header.tensors:
         raise _bad(path, "it holds no tensors")
+    check_lora_structure(header)
     for name, info in header.tensors.items():
         if _DOWN.search(name) and (not info.shape or info.shape[0] == 0):
             raise _bad(path, f"rank 0: the adapter matrix {name[:120]!r} has shape {list(info.shape)}")
@@ -185,21 +195,60 @@ def check_lora_header(header: LoraHeader, family: str) -> None:
             raise _bad(path, f"the tensor {name[:120]!r} is empty (shape {list(info.shape)})")
     if header.metadata.get("ss_network_dim", "").strip() == "0":
         raise _bad(path, "rank 0 (ss_network_dim = 0)")
+    hint = lora_family_hint(header)
+    by_keys = hint is not None and hint[1].startswith("it has layers")
+    if hint is not None and hint[0] != family and not (by_keys and family in _SHARED_KEYS.get(hint[0], ())):
+        raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {hint[0]} one ({hint[1]})")
+
+
+def check_lora_structure(header: LoraHeader) -> None:
+    """Refuse tensors no adapter file holds, whatever its family or layout: a dtype that is not
+    floating point (an integer tensor would be cast silently by the loaders), an `.alpha` that
+    is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse, or
+    whose down [r, in, ...] and up [out, r, ...] disagree on r (diffusers would fail deep in
+    load_state_dict, a conversion would write a file nothing loads), or diffusers' adapter
+    config (`lora_adapter_metadata`) giving a rank or alpha that is not a number. Raises
+    ModelSourceError naming the file and the tensor."""
+    path = header.path
     packed = header.metadata.get(ADAPTER_METADATA_KEY)
     if packed is not None:
         try:
             config = json.loads(packed)
         except (ValueError, RecursionError):
             raise _bad(path, f"{ADAPTER_METADATA_KEY} is not JSON") from None
-        ranks = (
-            [v for k, v in config.items() if k.endswith(".r") or k == "r"] if isinstance(config, dict) else []
-        )
+        if not isinstance(config, dict):
+            raise _bad(path, f"{ADAPTER_METADATA_KEY} is not a JSON object")
+        ranks = [v for k, v in config.items() if k.endswith(".r") or k == "r"]
         if any(not (type(r) is int and r >= 1) for r in ranks):
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible rank {ranks[:3]}")
-    hint = lora_family_hint(header)
-    by_keys = hint is not None and hint[1].startswith("it has layers")
-    if hint is not None and hint[0] != family and not (by_keys and family in _SHARED_KEYS.get(hint[0], ())):
-        raise ModelSourceError(f"{path} is not a {family} LoRA: it is a {hint[0]} one ({hint[1]})")
+        alphas = [v for k, v in config.items() if k.endswith(".lora_alpha") or k == "lora_alpha"]
+        if any(not (type(a) in (int, float) and math.isfinite(a)) for a in alphas):
+            raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible lora_alpha {str(alphas[:3])[:80]}")
+    layers: dict[tuple[str, int], dict[str, tuple[str, TensorInfo]]] = {}
+    for name, info in header.tensors.items():
+        label = repr(name[:120])
+        if info.dtype not in FLOAT_DTYPES:
+            raise _bad(path, f"the tensor {label} is {info.dtype}, not a floating-point dtype")
+        if name.endswith(".alpha") and info.shape not in ((), (1,)):
+            raise _bad(path, f"the alpha {label} has shape {list(info.shape)}, not one number")
+        match = _PAIR_KEY.match(name)
+        if match is not None:
+            part = match["part"]
+            pair = next(i for i, p in enumerate(_PAIRS) if part in p)
+            side = "down" if part == _PAIRS[pair][0] else "up"
+            layers.setdefault((match["layer"], pair), {})[side] = (name, info)
+    for (layer, pair), sides in layers.items():
+        down_name, up_name = _PAIRS[pair]
+        if len(sides) == 1:
+            has, lacks = (down_name, up_name) if "down" in sides else (up_name, down_name)
+            raise _bad(path, f"the layer {layer[:120]!r} has a {has}.weight but no {lacks}.weight")
+        (_, down), (_, up) = sides["down"], sides["up"]
+        if len(down.shape) < 2 or len(up.shape) < 2 or down.shape[0] != up.shape[1]:
+            raise _bad(
+                path,
+                f"the layer {layer[:120]!r}: {down_name} {list(down.shape)} and {up_name} {list(up.shape)}"
+                " do not share a rank (down [r, in], up [out, r])",
+            )
 
 
 def check_lora_file(path: Path, family: str) -> LoraHeader:

@@ -22,6 +22,7 @@ from lorastudio.errors import HubAccessDenied, HubTokenMissing, HubUploadError, 
 from lorastudio.lora.hub_card import model_card
 from lorastudio.settings import Settings
 from lorastudio.training.sample_files import list_samples
+from lorastudio.user_paths import is_file
 
 TOKEN_HINT = "set LORASTUDIO_HF_TOKEN to a token with write access (or log in with `hf auth login`)"
 
@@ -48,7 +49,7 @@ def push_lora(
     """
     run_dir = settings.outputs_dir / name
     lora, sidecar_path = run_dir / f"{name}.safetensors", run_dir / f"{name}.json"
-    if "/" in name or not lora.is_file():
+    if "/" in name or not is_file(lora):  # user_paths: never raises (a name over the limits)
         raise NotFound(f"no LoRA {name!r} (looked for {lora})")
     try:
         sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))

@@ -18,6 +18,7 @@ files' own layout, with the strength rules of lorastudio.lora.convert:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules
 from lorastudio.lora.files import (
     Layout,
+    check_destination,
     detect_layout,
     file_for_layout,
     peft_from_file,
@@ -45,9 +47,13 @@ def _problem(field: str, message: str) -> ConfigError:
 
 def merge(loras: Sequence[tuple[PeftLora, float]]) -> PeftLora:
     """One LoRA whose weight change is sum_i w_i * (alpha_i / r_i) * B_i @ A_i (see the module
-    docstring). Raises ConfigError when a layer has different shapes in two inputs."""
+    docstring). Raises ConfigError when a layer has different shapes in two inputs, a weight is
+    not finite or the weighted sum overflows float32."""
     if not loras:
         raise _problem("loras", "nothing to merge")
+    odd = [w for _, w in loras if not math.isfinite(w)]
+    if odd:
+        raise _problem("loras", f"a merge weight must be a finite number, not {odd[0]}")
     parts = [(peft_modules(lora.tensors), lora, weight) for lora, weight in loras]
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # module: (A[1:], B[0], B[2:])
     for modules, _, _ in parts:
@@ -71,6 +77,8 @@ def merge(loras: Sequence[tuple[PeftLora, float]]) -> PeftLora:
                 b_blocks.append(torch.zeros(rows, lora.rank, *b_tail))
         out[m + _A] = torch.cat(a_blocks, dim=0)  # [sum r, in(, kh, kw)]
         out[m + _B] = torch.cat(b_blocks, dim=1)  # [out, sum r(, 1, 1)]
+        if not bool(torch.isfinite(out[m + _B]).all()):
+            raise _problem("loras", f"the weights overflow float32 in layer {m}: use smaller merge weights")
     return PeftLora(out, rank, float(rank))
 
 
@@ -116,13 +124,6 @@ def _load(path: Path, family: str | None) -> tuple[PeftLora, Layout, str, dict[s
     return peft_from_file(tensors, header, family), layout, family, info
 
 
-def _check_out(out: Path, inputs: Sequence[Path], overwrite: bool) -> None:
-    if any(out.resolve() == p.resolve() for p in inputs):
-        raise _problem("out", "the output must be another file than the inputs")
-    if out.exists() and not overwrite:
-        raise _problem("out", f"{out} already exists")
-
-
 def merge_files(
     inputs: Sequence[tuple[Path, float]], out: Path, family: str | None = None, *, overwrite: bool = False
 ) -> Path:
@@ -131,7 +132,7 @@ def merge_files(
     layouts, `out` exists or is an input, different layer shapes)."""
     if len(inputs) < 2:
         raise _problem("loras", "give at least two LoRA files to merge (FILE:WEIGHT ...)")
-    _check_out(out, [p for p, _ in inputs], overwrite)
+    check_destination(out, [p for p, _ in inputs], overwrite)
     loaded = [(_load(path, family), weight) for path, weight in inputs]
     families = {fam for (_, _, fam, _), _ in loaded}
     layouts = {layout for (_, layout, _, _), _ in loaded}
@@ -157,7 +158,7 @@ def merge_files(
 def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> Resized:
     """Write `src` resized to `rank` (SVD) at `out`, in `src`'s layout. Returns the Resized
     (kept energy per layer). Raises NotFound, ModelSourceError, ConfigError."""
-    _check_out(out, [src], overwrite)
+    check_destination(out, [src], overwrite)
     lora, layout, family, info = _load(src, None)
     resized = resize(lora, rank)
     info = {

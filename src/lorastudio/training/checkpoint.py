@@ -27,6 +27,7 @@ from typing import Any
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.training.extend import extension_steps
 from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
+from lorastudio.user_paths import is_dir, is_file
 
 CHECKPOINTS = "checkpoints"
 INFO_FILE = "identity.json"
@@ -65,13 +66,13 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 def find_checkpoint(path: Path) -> Path:
     """The checkpoint to resume from: `path` itself when it is a checkpoint folder, else the
     newest checkpoint of the run folder `path`. Raises NotFound."""
-    if (path / INFO_FILE).is_file():
+    if is_file(path / INFO_FILE):  # user_paths: a path over the file system's limits is not there
         if checkpoint_step(path) is None or any(not (path / f).is_file() for f in CHECKPOINT_FILES):
             raise NotFound(
                 f"{path} is not a complete checkpoint folder (needs {', '.join(CHECKPOINT_FILES)})"
             )
         return path
-    if not path.is_dir():
+    if not is_dir(path):
         raise NotFound(f"no run folder or checkpoint at {path}")
     found = list_checkpoints(path)
     if not found:

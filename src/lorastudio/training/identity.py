@@ -4,7 +4,9 @@ service validates resume requests with it).
 
 Identity = every setting of the resolved TrainConfig except those in RESUMABLE_FIELDS, with the
 LoRA targets resolved (the family's defaults when unset), plus the dataset fingerprint (file
-names, image bytes and final captions of every dataset entry). `data_dir` and the entries'
+names, image bytes and final captions of every dataset entry) and the base fingerprint (the
+content of the base's denoiser, VAE and text encoders, sampled: `base_fingerprint`; a checkpoint
+written before it was recorded resumes without the comparison). `data_dir` and the entries'
 `path`s are not part of it: a dataset that was moved but not changed still resumes.
 """
 
@@ -52,11 +54,39 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
 )
 
 
+# identity keys that are no setting: absent from an older checkpoint, they are not compared
+_DERIVED_SINCE = frozenset({"base_fingerprint"})
+
+
+def base_fingerprint(cfg: TrainConfig, denoiser: str) -> str:
+    """A content fingerprint of the run's base: its `denoiser` component ("unet" / "transformer"),
+    VAE and text encoders, each file's sampled digest (data.disk_cache.component_fingerprint; a
+    single-file base: the file's). A base replaced in place (another checkpoint in the same folder,
+    a re-fetched hub snapshot) gives another fingerprint, so a resume onto it is refused."""
+    import hashlib
+
+    from lorastudio.data.disk_cache import component_fingerprint
+    from lorastudio.data.text_keys import text_fingerprint
+    from lorastudio.families.single_file import model_source
+
+    source = model_source(cfg)
+    parts = [
+        component_fingerprint(source, denoiser, cfg.revision),
+        component_fingerprint(source, "vae", cfg.revision),
+        text_fingerprint(source, cfg.revision),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
 def run_identity(
-    cfg: TrainConfig, dataset_fingerprint: str, default_targets: tuple[str, ...]
+    cfg: TrainConfig,
+    dataset_fingerprint: str,
+    default_targets: tuple[str, ...],
+    base: str | None = None,
 ) -> dict[str, Any]:
-    """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint
-    and the family's default LoRA targets (used when cfg.lora_targets is unset)."""
+    """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint,
+    the family's default LoRA targets (used when cfg.lora_targets is unset) and the base's
+    fingerprint (`base_fingerprint`; None: not part of it)."""
     values = cfg.model_dump(mode="json")
     identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
     if identity.get("datasets") is not None:  # each entry's settings; its folder, like data_dir, is not
@@ -70,6 +100,8 @@ def run_identity(
         ]
     identity["lora_targets"] = sorted(set(cfg.lora_targets or default_targets))
     identity["dataset_fingerprint"] = dataset_fingerprint
+    if base is not None:
+        identity["base_fingerprint"] = base
     return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
 
 
@@ -80,13 +112,16 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     problems = []
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
-        if key not in saved and _is_schema_default(key, now):
+        if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):
             continue  # a setting newer than the checkpoint, left at its default: the maths the run had
         if was != now:
             problems.append(
                 FieldProblem(
-                    key,
-                    f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
+                    "base_model" if key == "base_fingerprint" else key,
+                    "the base model's weights differ from those the checkpoint was trained on "
+                    f"(fingerprint {_show(was)} then, {_show(now)} now): resume on the same base"
+                    if key == "base_fingerprint"
+                    else f"differs from the checkpoint (checkpoint: {_show(was)}, this run: {_show(now)}); "
                     "a resume must keep every setting that changes the maths",
                 )
             )

@@ -23,7 +23,7 @@ from lorastudio.training.checkpoint import (
     run_dir_of,
 )
 from lorastudio.training.extend import finished_problem
-from lorastudio.training.identity import check_identity, run_identity
+from lorastudio.training.identity import base_fingerprint, check_identity, run_identity
 from lorastudio.training.preflight import PreparedRun, preflight
 
 if TYPE_CHECKING:
@@ -46,7 +46,8 @@ def prepare_session(
     """
     if checkpoint is None:
         run = preflight(cfg, settings, device)
-        return run, run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
+        base = base_fingerprint(run.cfg, run.family.spec.denoiser)
+        return run, run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base)
     problems = resume_problems(cfg, checkpoint)
     if problems:
         raise ConfigError(problems)
@@ -59,9 +60,12 @@ def prepare_session(
     run = dataclasses.replace(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )
-    identity = run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets)
+    base = base_fingerprint(run.cfg, run.family.spec.denoiser)
+    identity = run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base)
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
-    check_identity(info["identity"], run_identity(before, run.scan.fingerprint, run.family.spec.lora_targets))
+    check_identity(
+        info["identity"], run_identity(before, run.scan.fingerprint, run.family.spec.lora_targets, base)
+    )
     return run, identity
 
 

@@ -177,6 +177,14 @@ def load_checkpoint(checkpoint: Path, parts: LoopParts) -> tuple[int, list[float
         raise ConfigError(
             [FieldProblem("resume", f"the LoRA weights of {checkpoint} do not fit this run's adapter")]
         )
+    bad = next(
+        (k for k, v in weights.items() if not v.is_floating_point() or not bool(torch.isfinite(v).all())),
+        None,
+    )
+    if bad is not None:  # copied in, a NaN would train on as NaN and an integer tensor be cast silently
+        raise ConfigError(
+            [FieldProblem("resume", f"the LoRA weights of {checkpoint}: {bad} is not a finite float tensor")]
+        )
     result = set_peft_model_state_dict(parts.denoiser, weights)
     if getattr(result, "unexpected_keys", None):
         raise ConfigError([FieldProblem("resume", f"unexpected LoRA keys in {checkpoint}")])

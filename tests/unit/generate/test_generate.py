@@ -77,8 +77,11 @@ def test_bad_loras_are_refused_and_leave_the_base(flux_pipe, flux_lora, tmp_path
     assert not any(flux_pipe.get_list_adapters().values())
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_text("not a safetensors file")
-    with pytest.raises(ModelSourceError, match="cannot apply"):
-        apply_loras(flux_pipe, [(garbage, 1.0)])
+    with pytest.raises(
+        ModelSourceError, match="garbage.safetensors is not a usable safetensors LoRA: a header"
+    ):
+        apply_loras(flux_pipe, [(garbage, 1.0)])  # the header check, before diffusers' loader
+    assert not any(flux_pipe.get_list_adapters().values())
 
 
 def test_generate_image_checks_the_size(flux_pipe):

@@ -137,3 +137,27 @@ def test_a_corrupt_checkpoint_is_refused_clearly(make_config):
     (checkpoint / "identity.json").write_text("[]")
     with pytest.raises(ConfigError, match="not a lorastudio.run-identity/1"):
         train(make_config(steps=3), [].append, device="cpu", resume=run_dir)
+
+
+@pytest.mark.parametrize("poison", ["nan", "int"])
+def test_a_checkpoint_with_nan_or_integer_lora_weights_is_refused(make_config, poison):
+    """A checkpoint's LoRA weights of the right shapes but NaN (or an integer dtype) would be
+    copied in and trained on as NaN (cast silently): the resume is refused naming the tensor."""
+    from safetensors.torch import save_file
+
+    events, stop = _stop_at(1, save=True)
+    train(make_config(steps=3), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    checkpoint = find_checkpoint(run_dir)
+    weights = load_file(str(checkpoint / "lora.safetensors"))
+    name = sorted(weights)[0]
+    if poison == "nan":
+        weights[name] = weights[name].clone()
+        weights[name].view(-1)[0] = float("nan")
+    else:
+        weights[name] = weights[name].to(torch.int32)
+    save_file(weights, str(checkpoint / "lora.safetensors"))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=f"{name} is not a finite float tensor"):
+        train(make_config(steps=3), [].append, device="cpu", resume=run_dir)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

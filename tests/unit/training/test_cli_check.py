@@ -86,6 +86,21 @@ def test_check_lists_every_problem_and_exits_2(tiny_model, tmp_path, run_setting
     assert "lora_rank" in result.output
 
 
+@pytest.mark.parametrize("flags", [("--check",), ("--overwrite",), ()])
+def test_an_output_name_over_the_file_systems_limit_is_refused_by_the_field(
+    tiny_model, small_dataset, tmp_path, run_settings, flags
+):
+    """A 300-character output_name was looked up on disk before the config was validated: an
+    OSError (ENAMETOOLONG) traceback instead of the field's own refusal."""
+    get_settings().outputs_dir.mkdir(parents=True, exist_ok=True)  # else the lookup stops at ENOENT
+    settings = run_settings("flux", tiny_model("flux"), small_dataset, {"output_name": "x" * 300})
+    result = _invoke("train", str(_config(tmp_path, settings)), *flags, "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert "output_name" in result.output and "at most 100 characters" in result.output
+    assert not isinstance(result.exception, OSError)
+    assert not any(get_settings().outputs_dir.iterdir())
+
+
 def test_rerun_names_overwrite_and_a_free_name_with_the_other_problems(
     tiny_model, small_dataset, tmp_path, run_settings
 ):

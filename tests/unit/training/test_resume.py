@@ -161,6 +161,40 @@ def test_a_resume_refuses_a_changed_dataset(make_config, small_dataset, tmp_path
         )
 
 
+def test_a_resume_refuses_a_base_replaced_in_place(make_config, tiny_model, tmp_path):
+    """The base folder's path was the only trace of the base in the identity: a folder whose
+    weights were replaced (another checkpoint saved over it, a re-fetched snapshot) resumed
+    silently on the new weights, a LoRA of neither base. Its content fingerprint is now compared;
+    a checkpoint from before it was recorded still resumes."""
+    import shutil
+
+    from lorastudio.tiny import save_tiny_model
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model("flux"), base)
+    events, stop = _stop_at(1)
+    train(make_config(steps=3, base_model=str(base)), events.append, stop, device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    checkpoint = find_checkpoint(run_dir)
+    info = read_checkpoint_info(checkpoint)
+    assert info["identity"]["base_fingerprint"]
+    shutil.rmtree(base)
+    save_tiny_model("flux", base, seed=1)  # the same folder, other weights
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    with pytest.raises(ConfigError) as err:
+        train(make_config(steps=3, base_model=str(base)), [].append, device="cpu", resume=run_dir)
+    assert [p.field for p in err.value.problems] == ["base_model"]
+    assert "the base model's weights differ from those the checkpoint was trained on" in str(err.value)
+    assert sorted(p.name for p in run_dir.rglob("*")) == before
+    # a checkpoint written before the fingerprint was recorded: resumed, not compared
+    identity_file = checkpoint / "identity.json"
+    saved = json.loads(identity_file.read_text())
+    del saved["identity"]["base_fingerprint"]
+    identity_file.write_text(json.dumps(saved))
+    result = train(make_config(steps=3, base_model=str(base)), [].append, device="cpu", resume=run_dir)
+    assert result.steps_run == 3
+
+
 def test_overrides_that_change_the_maths_are_refused(make_config):
     events, stop = _stop_at(1)
     train(make_config(steps=3), events.append, stop, device="cpu")

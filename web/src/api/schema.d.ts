@@ -270,7 +270,8 @@ export interface paths {
         post?: never;
         /**
          * Remove Image
-         * @description Delete one image and its .txt caption (kept while another image of that stem uses it).
+         * @description Delete one image with its .txt caption, control images and mask (each kept while another
+         *     image of that stem uses it).
          */
         delete: operations["remove_image_api_datasets__name__images__file__delete"];
         options?: never;

@@ -312,6 +312,7 @@ def remove_image(
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
-    """Delete one image and its .txt caption (kept while another image of that stem uses it)."""
+    """Delete one image with its .txt caption, control images and mask (each kept while another
+    image of that stem uses it)."""
     with _writing(settings, service, name) as folder:
         return {"deleted": delete_image(folder, file)}

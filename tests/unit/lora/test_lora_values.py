@@ -1,0 +1,188 @@
+"""LoRA files whose header is well-formed but whose tensors cannot be an adapter: NaN / infinite
+values, an integer dtype, an alpha of several numbers, down and up matrices of different ranks, a
+down matrix without its up one, a diffusers adapter config with a NaN alpha. Every place that
+reads a LoRA file refuses each with a ModelSourceError naming the file and the tensor (generation,
+convert, merge, resize; the CLI with exit 2 and no traceback), and writes nothing. A merge weight
+or a generation scale that is not finite, or a merge that overflows float32, is refused too."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from lorastudio import families
+from lorastudio.errors import ConfigError, ModelSourceError
+from lorastudio.generate import apply_loras, load_pipeline
+from lorastudio.lora.convert import PeftLora
+from lorastudio.lora.files import convert_file, file_for_layout, read_lora_file, write_lora_file
+from lorastudio.lora.header import check_lora_file
+from lorastudio.lora.ops import merge_files, resize_file
+
+
+def _good(shapes: dict, family: str, layout: str, path: Path) -> Path:
+    """A real-shaped rank-4 LoRA of `family` (every default target layer) in `layout`."""
+    targets = families.get(family).spec.lora_targets
+    names = [n for n, s in shapes.items() if len(s) == 2 and any(n.endswith("." + t) for t in targets)]
+    g = torch.Generator().manual_seed(0)
+    sd = {}
+    for n in names:
+        out, inp = shapes[n]
+        sd[f"{n}.lora_A.weight"] = 0.1 * torch.randn(4, inp, generator=g)  # [r, in]
+        sd[f"{n}.lora_B.weight"] = 0.1 * torch.randn(out, 4, generator=g)  # [out, r]
+    tensors, header = file_for_layout(PeftLora(sd, 4, 8.0), family, layout, {"lorastudio.family": family})  # type: ignore[arg-type]
+    return write_lora_file(path, tensors, header)
+
+
+def _down(tensors: dict) -> str:
+    return sorted(k for k in tensors if k.endswith((".lora_A.weight", ".lora_down.weight")))[0]
+
+
+def _up(tensors: dict) -> str:
+    return sorted(k for k in tensors if k.endswith((".lora_B.weight", ".lora_up.weight")))[0]
+
+
+def _poisoned(good: Path, case: str, out: Path) -> tuple[Path, str]:
+    """(a copy of `good` with one defect, what the refusal says)."""
+    tensors = load_file(str(good))
+    from safetensors import safe_open
+
+    with safe_open(str(good), "pt") as f:
+        metadata = dict(f.metadata() or {})
+    up, down = _up(tensors), _down(tensors)
+    if case == "nan":
+        tensors[up] = tensors[up].clone()
+        tensors[up][0, 0] = float("nan")
+        said = f"the tensor '{up}' holds 1 NaN or infinite value(s)"
+    elif case == "inf":
+        tensors[down] = tensors[down].clone()
+        tensors[down][1, 1] = float("-inf")
+        said = f"the tensor '{down}' holds 1 NaN or infinite value(s)"
+    elif case == "integer":
+        tensors[up] = tensors[up].to(torch.int32)
+        said = f"the tensor '{up}' is I32, not a floating-point dtype"
+    elif case == "rank_mismatch":
+        tensors[up] = torch.zeros(tensors[up].shape[0], tensors[up].shape[1] + 1)
+        said = "do not share a rank"
+    elif case == "unpaired":
+        layer = down.rsplit(".", 2)[0]
+        tensors[layer + ".x/../../etc.lora_down.weight"] = torch.zeros(4, 4)
+        said = f"the layer '{layer}.x/../../etc' has a lora_down.weight but no lora_up.weight"
+    elif case == "alpha_shape":
+        alpha = sorted(k for k in tensors if k.endswith(".alpha"))[0]
+        tensors[alpha] = torch.ones(3)
+        said = f"the alpha '{alpha}' has shape [3], not one number"
+    elif case == "alpha_nan":
+        alpha = sorted(k for k in tensors if k.endswith(".alpha"))[0]
+        tensors[alpha] = torch.tensor(float("nan"))
+        said = f"the tensor '{alpha}' holds 1 NaN or infinite value(s)"
+    elif case == "adapter_alpha_nan":
+        config = json.loads(metadata["lora_adapter_metadata"])
+        config["transformer.lora_alpha"] = float("nan")
+        metadata["lora_adapter_metadata"] = json.dumps(config)
+        said = "lora_adapter_metadata gives an impossible lora_alpha"
+    else:
+        raise AssertionError(case)
+    save_file(tensors, str(out), metadata=metadata)
+    return out, said
+
+
+DIFFUSERS_CASES = ["nan", "inf", "integer", "rank_mismatch", "unpaired", "adapter_alpha_nan"]
+KOHYA_CASES = ["nan", "integer", "unpaired", "alpha_shape", "alpha_nan"]
+CASES = [("diffusers", c) for c in DIFFUSERS_CASES] + [("kohya", c) for c in KOHYA_CASES]
+
+
+def _cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
+    """(exit status, what it printed) of `lorastudio ARGS` through the console entry point."""
+    from lorastudio.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["lorastudio", *args])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out = capsys.readouterr()
+    return code, (out.out + out.err).replace("\n", "")
+
+
+@pytest.mark.parametrize(("layout", "case"), CASES)
+def test_a_poisoned_lora_is_refused_by_every_reader(
+    layer_shapes, tmp_path, capsys, monkeypatch, layout, case
+):
+    good = _good(layer_shapes("flux"), "flux", layout, tmp_path / "good.safetensors")
+    bad, said = _poisoned(good, case, tmp_path / "bad.safetensors")
+    header_level = case not in ("nan", "inf", "alpha_nan")  # the rest is refused from the header alone
+    if header_level:
+        with pytest.raises(ModelSourceError, match="is not a usable") as info:
+            check_lora_file(bad, "flux")  # what the server checks before a generation worker starts
+        assert said in str(info.value) and str(bad) in str(info.value)
+    else:
+        check_lora_file(bad, "flux")
+    with pytest.raises(ModelSourceError) as info:
+        read_lora_file(bad)
+    assert said in str(info.value) and str(bad) in str(info.value)
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(ModelSourceError, match="is not a usable"):
+        convert_file(bad, out, to="kohya" if layout == "diffusers" else "diffusers")
+    with pytest.raises(ModelSourceError, match="is not a usable"):
+        merge_files([(good, 0.5), (bad, 0.5)], out)
+    with pytest.raises(ModelSourceError, match="is not a usable"):
+        resize_file(bad, out, 2)
+    assert not out.exists()
+    to = "kohya" if layout == "diffusers" else "diffusers"
+    code, printed = _cli(capsys, monkeypatch, "lora", "convert", str(bad), str(out), "--to", to)
+    assert code == 2 and said in printed and "Traceback" not in printed, printed
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "bad.safetensors",
+        "good.safetensors",
+    ]
+
+
+@pytest.mark.parametrize("case", ["nan", "integer", "rank_mismatch", "unpaired"])
+def test_generation_refuses_a_poisoned_lora_and_keeps_no_adapter(
+    layer_shapes, tiny_model: Callable[[str], Path], tmp_path, case
+):
+    """apply_loras (the generation worker and `lorastudio generate`) refuses the file before
+    diffusers' loader sees it: before, a NaN rendered a black image and the others failed deep
+    in load_state_dict with torch's own message."""
+    good = _good(layer_shapes("flux"), "flux", "diffusers", tmp_path / "good.safetensors")
+    bad, said = _poisoned(good, case, tmp_path / "bad.safetensors")
+    pipe = load_pipeline(str(tiny_model("flux")), "flux", device="cpu", dtype=torch.float32)
+    apply_loras(pipe, [(good, 1.0)])
+    with pytest.raises(ModelSourceError) as info:
+        apply_loras(pipe, [(bad, 1.0)])
+    assert said in str(info.value) and str(bad) in str(info.value)
+    assert not pipe.get_list_adapters()  # the pipeline is left with no LoRA
+
+
+def test_the_cli_refuses_non_finite_scales_and_weights(
+    layer_shapes, tiny_model, tmp_path, capsys, monkeypatch
+):
+    good = _good(layer_shapes("flux"), "flux", "diffusers", tmp_path / "good.safetensors")
+    base = str(tiny_model("flux"))
+    for scale, said in [
+        ("nan", "the scale must be a finite number"),
+        ("inf", "the scale must be a finite number"),
+        ("-1e400", "the scale must be a finite number"),
+        ("5", "a scale must be between -4 and 4"),
+    ]:
+        args = ["generate", "--base", base, "--prompt", "x", "--out", str(tmp_path / "x.png")]
+        code, printed = _cli(capsys, monkeypatch, *args, "--lora", f"{good}:{scale}", "--device", "cpu")
+        assert code == 2 and said in printed and "Traceback" not in printed, printed
+    out = tmp_path / "m.safetensors"
+    code, printed = _cli(
+        capsys, monkeypatch, "lora", "merge", f"{good}:nan", f"{good}:0.5", "--out", str(out)
+    )
+    assert code == 2 and "the scale must be a finite number" in printed, printed
+    with pytest.raises(ConfigError, match="a merge weight must be a finite number"):
+        merge_files([(good, float("inf")), (good, 0.5)], out)
+    with pytest.raises(ConfigError, match="the weights overflow float32 in layer"):
+        merge_files([(good, 1e300), (good, 1.0)], out)
+    assert not out.exists() and not (tmp_path / "x.png").exists()

@@ -1,0 +1,93 @@
+"""Where `lora convert` / `merge` / `resize` write: a destination they cannot write (a missing
+folder, a folder, a name over the file system's limit, a read-only folder) or one that loaders
+would not read as safetensors (diffusers tells the format by the .safetensors suffix; any other
+name is unpickled) is refused before anything is read or written, naming the path and the reason;
+before, a missing folder or a long name ended in a SafetensorError / OSError traceback and `x.txt`
+was written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lorastudio.errors import ConfigError
+from lorastudio.lora.convert import PeftLora
+from lorastudio.lora.files import convert_file, file_for_layout, write_lora_file
+from lorastudio.lora.ops import merge_files, resize_file
+
+KEY = "single_transformer_blocks.0.attn.to_q"
+
+
+def _lora(path: Path) -> Path:
+    g = torch.Generator().manual_seed(0)
+    sd = {
+        f"{KEY}.lora_A.weight": torch.randn(4, 32, generator=g),
+        f"{KEY}.lora_B.weight": torch.randn(32, 4, generator=g),
+    }
+    tensors, header = file_for_layout(
+        PeftLora(sd, 4, 4.0), "flux", "diffusers", {"lorastudio.family": "flux"}
+    )
+    return write_lora_file(path, tensors, header)
+
+
+def _bad_destinations(tmp_path: Path) -> list[tuple[Path, str]]:
+    folder = tmp_path / "a-folder.safetensors"
+    folder.mkdir()
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    cases = [
+        (tmp_path / "missing" / "x.safetensors", f"the folder {tmp_path / 'missing'} does not exist"),
+        (folder, f"{folder} is a folder"),
+        (tmp_path / ("y" * 300 + ".safetensors"), "the file name is longer than the 230 bytes allowed"),
+        (tmp_path / "x.txt", "x.txt: name the file .safetensors"),
+    ]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((read_only / "x.safetensors", f"cannot write in the folder {read_only}"))
+    return cases
+
+
+def test_every_command_refuses_a_destination_it_cannot_write(tmp_path: Path) -> None:
+    src = _lora(tmp_path / "src.safetensors")
+    other = _lora(tmp_path / "other.safetensors")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for dst, said in _bad_destinations(tmp_path):
+        for run in (
+            lambda dst=dst: convert_file(src, dst, to="kohya"),
+            lambda dst=dst: merge_files([(src, 0.5), (other, 0.5)], dst),
+            lambda dst=dst: resize_file(src, dst, 2),
+        ):
+            with pytest.raises(ConfigError) as info:
+                run()
+            assert [p.field for p in info.value.problems] == ["out"]
+            assert said in info.value.problems[0].message, info.value.problems[0].message
+    after = sorted(p.name for p in tmp_path.iterdir())
+    assert after == sorted({*before, "a-folder.safetensors", "read-only"})
+    assert not list((tmp_path / "a-folder.safetensors").iterdir())
+
+
+def test_generate_refuses_an_out_it_cannot_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lorastudio generate --out` answers from the same check (was an OSError traceback for a
+    name over the file system's limit)."""
+    import sys
+
+    from lorastudio.cli.app import main
+
+    for out, said in [
+        (tmp_path / ("y" * 300 + ".png"), "the file name is longer than the 230 bytes allowed"),
+        (tmp_path / "missing" / "a.png", f"the folder {tmp_path / 'missing'} does not exist"),
+        (tmp_path / "a.gif", "a.gif: name the file .png or .jpg or .jpeg or .webp"),
+    ]:
+        args = ["lorastudio", "generate", "--base", str(tmp_path / "none"), "--family", "flux"]
+        monkeypatch.setattr(sys, "argv", [*args, "--prompt", "x", "--out", str(out)])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        printed = "".join(capsys.readouterr()).replace("\n", "")
+        assert exit_.value.code == 2 and said in printed and "Traceback" not in printed, printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
