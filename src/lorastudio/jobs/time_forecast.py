@@ -106,7 +106,11 @@ def time_forecast(
     if same:  # an earlier run of this signature left its compiled graphs in the cache (if it is kept)
         warm = compiled and _compile_cache_kept(home)
         return _from_history(same, units, now, compile_cache="warm" if warm else "cold" if compiled else None)
-    machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]][:HISTORY_RUNS]
+    machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
+    # runs of the same plan (precision, checkpointing, swap, micro-batch) and compile first: an nf4
+    # or checkpointed run's time per unit of work says little of a bf16 one's
+    alike = [r for r in machine if _same_plan(r, now)]
+    machine = (alike or machine)[:HISTORY_RUNS]
     if machine and now["denoiser_bytes"]:
         cold = "cold" if compiled else None  # another base or plan: its graphs are compiled afresh
         return _from_history(machine, units, now, other_base=True, compile_cache=cold)
@@ -131,6 +135,27 @@ def _first_step_share(record: dict[str, Any], expect: str | None) -> float:
     if expect is None or then not in ("warm", "cold") or then == expect:
         return 1.0
     return WARM_COMPILE_SHARE if expect == "warm" else 1 / WARM_COMPILE_SHARE
+
+
+def _same_plan(record: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether a record ran this run's plan (base precision, checkpointing, block swap; the
+    micro-batch is scaled as samples) and compile setting."""
+    sig, keys = record["signature"], ("base_precision", "gradient_checkpointing", "offload_blocks")
+    plan = sig.get("plan") or {}
+    return all(plan.get(k) == now["plan"].get(k) for k in keys) and sig.get("compiled") == now["compiled"]
+
+
+def _plan_words(record: dict[str, Any]) -> str:
+    """A record's plan as a few words (base precision, checkpointing, compile)."""
+    sig = record["signature"]
+    plan = sig.get("plan") or {}
+    words = [str(plan.get("base_precision", "?"))]
+    if plan.get("gradient_checkpointing") not in (None, "off"):
+        words.append(f"checkpointing {plan['gradient_checkpointing']}")
+    if plan.get("offload_blocks"):
+        words.append(f"{plan['offload_blocks']} blocks swapped")
+    words.append("compiled" if sig.get("compiled") else "eager")
+    return ", ".join(words)
 
 
 def _key(record: dict[str, Any], name: str) -> Any:
@@ -224,9 +249,16 @@ def _from_history(
         per["process_start"].append(ph.get("process_start", 0.0))  # older records: not measured
     n = len(records)
     runs = f"{n} earlier run{'s' if n > 1 else ''}"
-    if other_base:
-        basis = f"this machine's time per unit of work from {runs} of other bases or plans, scaled by denoiser size x pixels x samples"
+    if other_base and all(_same_plan(r, now) for r in records):
+        basis = f"this machine's time per unit of work from {runs} of other bases with this plan, scaled by denoiser size x pixels x samples"
         source, confidence = "machine", "scaled"
+    elif other_base:  # no run of this plan here: another precision / checkpointing / compile
+        basis = (
+            f"a guess: this machine's time per unit of work from {runs} of other bases and plans"
+            f" ({_plan_words(records[0])}, this run: {_plan_words({'signature': now})}), scaled by denoiser"
+            " size x pixels x samples; another plan's step can be several times slower or faster"
+        )
+        source, confidence = "machine", "guess"
     elif exact:
         basis = f"measured by {runs} of this base and plan on this machine"
         source, confidence = "history", "measured"

@@ -122,3 +122,23 @@ def test_the_run_record_says_whether_its_graphs_came_from_the_cache(
     torch.compile(f)(x)
     assert compile_cache_state(start, compiled=True) == "warm"
     assert os.listdir(tmp_path / "inductor")
+
+
+def test_another_bases_run_of_another_plan_is_a_guess_and_one_of_this_plan_is_preferred(
+    tmp_path: Path,
+) -> None:
+    """Found from outside: 1000 tiny SDXL steps forecast at ~5 h, scaled from an nf4 CPU run of
+    another base as if a bf16 step took as long."""
+    home, base = tmp_path / "home", _base(tmp_path)
+    other = tmp_path / "other"
+    _record(home, other, "nf4", 5.0, None)  # another base; its plan is rewritten to nf4 below
+    (path,) = (home / "run_timings").glob("*.json")
+    path.write_text(path.read_text().replace('"base_precision": "bf16"', '"base_precision": "nf4"'))
+    cfg = TrainConfig(family="flux", base_model=str(base), data_dir="d", resolution=1024, steps=10)
+    work = {"steps": 10, "texts": 1, "images": 4, "buckets": {"1024x1024": 4}}
+    guess = time_forecast(cfg, base, GPU, PLAN, True, work, home)
+    assert guess["source"] == "machine" and guess["confidence"] == "guess"
+    assert "nf4" in guess["note"] and "this run: bf16" in guess["note"]
+    _record(home, other, "bf16", 5.0, None)  # the same plan on another base: taken alone
+    scaled = time_forecast(cfg, base, GPU, PLAN, True, work, home)
+    assert scaled["source"] == "machine" and scaled["confidence"] == "scaled" and scaled["runs"] == 1
