@@ -1,12 +1,19 @@
 """Edits of one image of a dataset (no torch, no HTTP): set its caption, delete it with its
-caption, control images and masks. Both hold the dataset's lock (data/writes.py) or write staged."""
+caption, control images and masks. Both hold the dataset's lock (data/writes.py) or write staged.
+
+An image's row in metadata.jsonl goes with it (delete) and with a caption cleared: left there, the
+row's old caption came back as the image's caption (a cleared caption, or a new upload of the
+same name). No library edits a jsonl caption table in place, so this does: the file is rewritten
+staged, every other line kept byte for byte (lines that are not rows included: the run reports
+those)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES
-from lorastudio.data.discovery import CAPTION_EXTENSION, is_image_name
+from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import safe_component
 from lorastudio.data.upload_pairs import controls_of
@@ -16,7 +23,7 @@ from lorastudio.errors import DatasetError, NoSpaceLeft, NotFound, is_no_space
 
 def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | None:
     """Set the .txt caption of image `image_name` (staged, then renamed); an empty caption
-    removes the .txt. Returns the caption path (None when removed). Raises NotFound when the
+    removes the .txt and the image's metadata.jsonl row. Returns the caption path (None when removed). Raises NotFound when the
     image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
     NoSpaceLeft on a full disk."""
     image = existing_image(dataset_dir, image_name)
@@ -25,6 +32,7 @@ def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | No
     if not text:
         if target.is_file():
             target.unlink()
+        drop_metadata_row(dataset_dir, image.name)  # else its old caption would be the image's
         return None
     if len(text.encode("utf-8")) > MAX_CAPTION_BYTES:
         raise DatasetError(
@@ -48,6 +56,8 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
     with dataset_lock(dataset_dir.parent, dataset_dir.name):
         deleted = [image.name]
         image.unlink()
+        if drop_metadata_row(dataset_dir, image.name):
+            deleted.append(f"{METADATA_FILE} row of {image.name}")
         caption = image.with_suffix(CAPTION_EXTENSION)
         shared = any(
             p.stem == image.stem and is_image_name(p.name) and p.name != image.name
@@ -61,6 +71,40 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
                 other.unlink()
                 deleted.append(other.relative_to(dataset_dir).as_posix())
     return deleted
+
+
+def drop_metadata_row(dataset_dir: Path, image_name: str) -> bool:
+    """Remove the rows of `image_name` ("x.png" or "./x.png") from the dataset's metadata.jsonl,
+    staged; the caller holds the dataset's lock or its write claim (jobs/dataset_claims.py: the
+    API's edits). Returns whether a row was removed (False: no
+    file, or no such row)."""
+    table = dataset_dir / METADATA_FILE
+    if table.is_symlink() or not table.is_file():
+        return False
+    lines = table.read_bytes().splitlines(keepends=True)
+    kept = [line for line in lines if _row_name(line) != image_name]
+    if len(kept) == len(lines):
+        return False
+    try:
+        with staged_write(table) as tmp:
+            tmp.write_bytes(b"".join(kept))
+    except OSError as err:
+        if is_no_space(err):
+            raise NoSpaceLeft(
+                f"{METADATA_FILE} of {dataset_dir.name} could not be rewritten", dataset_dir
+            ) from err
+        raise
+    return True
+
+
+def _row_name(line: bytes) -> str | None:
+    """The file name a metadata.jsonl line is the row of (None: not a row)."""
+    try:
+        row = json.loads(line.decode("utf-8").removeprefix("\ufeff"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    name = row.get("file_name") if isinstance(row, dict) else None
+    return name.strip().removeprefix("./") if isinstance(name, str) else None
 
 
 def existing_image(dataset_dir: Path, image_name: str) -> Path:
