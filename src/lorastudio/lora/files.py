@@ -70,14 +70,32 @@ def check_finite(path: Path, name: str, tensor: torch.Tensor) -> None:
         )
 
 
+# Files that passed check_lora_values, by (device, inode, size, mtime): a generation worker checks
+# the LoRAs of every request, and re-reading an unchanged file each time cost a read of all of it.
+_CHECKED: dict[tuple[int, int, int, int], None] = {}
+_CHECKED_MAX = 256
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def check_lora_values(path: Path) -> None:
     """`read_lora_file`'s checks (header, structure, finite values) on a file that another loader
     will read (diffusers' load_lora_weights, the LyCORIS patch), one tensor in memory at a time.
-    Raises NotFound, ModelSourceError."""
+    A file that passed is not read again while its size and modification time stay the same (a
+    file rewritten in place is checked again). Raises NotFound, ModelSourceError."""
     from safetensors import SafetensorError, safe_open
 
     if not is_file(path):
         raise NotFound(f"LoRA file not found: {path}")
+    before = _identity(path)
+    if before is not None and before in _CHECKED:
+        return
     check_lora_structure(read_header(path))
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -85,6 +103,10 @@ def check_lora_values(path: Path) -> None:
                 check_finite(path, name, f.get_tensor(name))
     except (SafetensorError, OSError) as err:
         raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
+    if before is not None and _identity(path) == before:  # unchanged while it was read
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[before] = None
 
 
 _DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.")  # SDXL text-encoder LoRA keys (lora/text_encoders.py)
