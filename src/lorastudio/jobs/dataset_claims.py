@@ -212,9 +212,17 @@ def _read_record(record: Path) -> dict[str, Any] | None:
 def _claims_folder(claims: Path) -> None:
     """Make the claims folder. Raises DatasetBusy naming it when a link or a file is there (a
     claim through it would lock files elsewhere)."""
-    claims.mkdir(parents=True, exist_ok=True)
-    if not stat.S_ISDIR(os.lstat(claims).st_mode):
-        raise DatasetBusy(f"{claims} is a link or a file, not the claims folder: remove it, then retry")
+    claims.parent.mkdir(parents=True, exist_ok=True)
+    while True:  # the last holder releasing another dataset may remove the empty folder any time
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(claims)
+        try:
+            mode = os.lstat(claims).st_mode
+        except FileNotFoundError:  # removed between the two calls: make it again
+            continue
+        if not stat.S_ISDIR(mode):
+            raise DatasetBusy(f"{claims} is a link or a file, not the claims folder: remove it, then retry")
+        return
 
 
 def _open_lock(path: Path) -> int:
