@@ -38,7 +38,7 @@ def test_the_raw_file_of_an_ema_run_is_pickable_and_generates(
     }  # fmt: skip
     _api(url, "/api/train/start", {"config": config})
     deadline = time.monotonic() + 180
-    while _api(url, "/api/train/status")["job"]["status"] not in ("completed", "failed"):
+    while (_api(url, "/api/train/status")["job"] or {}).get("status") not in ("completed", "failed"):
         assert time.monotonic() < deadline, "the run did not finish"
         time.sleep(0.5)
     assert _api(url, "/api/train/status")["job"]["status"] == "completed"

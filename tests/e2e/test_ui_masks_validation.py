@@ -78,7 +78,7 @@ def test_mask_overlay_and_the_validation_chart(studio, browser, artifacts: Path,
         }
         job = _api(url, "/api/train/start", {"config": config})
         deadline = time.monotonic() + 180
-        while _api(url, "/api/train/status")["job"]["status"] not in ("completed", "failed"):
+        while (_api(url, "/api/train/status")["job"] or {}).get("status") not in ("completed", "failed"):
             assert time.monotonic() < deadline, "the run did not finish"
             time.sleep(0.5)
         assert _api(url, "/api/train/status")["job"]["status"] == "completed"

@@ -37,8 +37,8 @@ def _train(url: str, model: Path, sample: Path) -> str:
         run_id = started.json()["id"]
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            job = client.get("/api/train/status").json()["job"]
-            if job["status"] not in ("queued", "preparing", "running", "stopping"):
+            job = client.get("/api/train/status").json()["job"]  # None: still queued for the dispatcher
+            if job is not None and job["status"] not in ("queued", "preparing", "running", "stopping"):
                 assert job["status"] == "completed", job
                 return run_id
             time.sleep(0.2)

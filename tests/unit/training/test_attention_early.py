@@ -17,7 +17,7 @@ import torch
 
 from lorastudio.settings import get_settings
 from lorastudio.tiny.models import build
-from lorastudio.training import attention, attention_early, attention_probe, loop, probe_cache
+from lorastudio.training import attention, attention_early, attention_probe, loop, loop_phases, probe_cache
 from lorastudio.training.attention import AttentionChoice, KernelProbe, read_probe_output
 from lorastudio.training.attention_early import choose_cached, run_shapes, start_attention, start_choice
 from lorastudio.training.attention_fa4 import CACHE_DIR_ENV, CACHE_ENV, keep_fa4_cache
@@ -222,13 +222,13 @@ def test_the_run_starts_its_probe_before_loading_at_the_built_denoisers_shapes(
 
 def test_the_loop_starts_the_probe_before_the_text_encoders_load(make_config, monkeypatch):
     events: list = []
-    real = loop.start_attention
+    real = loop_phases.start_attention  # looked up where the run's phases call it
 
     def spy(run, plan, probes):
         events.append(("start_attention", probes))
         return real(run, plan, probes)
 
-    monkeypatch.setattr(loop, "start_attention", spy)
+    monkeypatch.setattr(loop_phases, "start_attention", spy)
     loop.train(make_config("flux", steps=1, output_name="order"), events.append, device="cpu")
     assert events[0] == ("start_attention", get_settings().probe_cache_dir)
     assert events[1].type == "model_load_started" and events[1].component == "text_encoders"
