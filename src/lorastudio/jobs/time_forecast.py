@@ -107,7 +107,7 @@ def time_forecast(
         warm = compiled and _compile_cache_kept(home)
         return _from_history(same, units, now, compile_cache="warm" if warm else "cold" if compiled else None)
     machine = [r for r in records if r["signature"].get("device_name") == now["device_name"]]
-    # runs of the same plan (precision, checkpointing, swap, micro-batch) and compile first: an nf4
+    # runs of the same plan (precision, checkpointing, block swap) and compile first: an nf4
     # or checkpointed run's time per unit of work says little of a bf16 one's
     alike = [r for r in machine if _same_plan(r, now)]
     machine = (alike or machine)[:HISTORY_RUNS]
