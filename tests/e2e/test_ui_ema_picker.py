@@ -5,24 +5,16 @@ with its step, and the gallery says which file made the image."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_uploads import api_json
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
-
-
-def _api(url: str, path: str, body: dict | None = None) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{url}{path}", data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as res:
-        return json.loads(res.read())
 
 
 @pytest.mark.timeout(240)
@@ -36,12 +28,12 @@ def test_the_raw_file_of_an_ema_run_is_pickable_and_generates(
         "steps": 2, "max_sequence_length": 16, "output_name": "smooth", "validation_split": 0.25,
         "validate_every": 1, "ema_decay": 0.5,
     }  # fmt: skip
-    _api(url, "/api/train/start", {"config": config})
+    api_json(url, "/api/train/start", {"config": config})
     deadline = time.monotonic() + 180
-    while (_api(url, "/api/train/status")["job"] or {}).get("status") not in ("completed", "failed"):
+    while (api_json(url, "/api/train/status")["job"] or {}).get("status") not in ("completed", "failed"):
         assert time.monotonic() < deadline, "the run did not finish"
         time.sleep(0.5)
-    assert _api(url, "/api/train/status")["job"]["status"] == "completed"
+    assert api_json(url, "/api/train/status")["job"]["status"] == "completed"
 
     context = browser.new_context()
     page = context.new_page()

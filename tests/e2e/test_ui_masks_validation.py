@@ -4,24 +4,16 @@ loss beside the training loss (Live and the run page) and marks the best and las
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from tests.e2e.ui_uploads import api_json
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
-
-
-def _api(url: str, path: str, body: dict | None = None) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{url}{path}", data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as res:
-        return json.loads(res.read())
 
 
 @pytest.mark.timeout(240)
@@ -76,12 +68,12 @@ def test_mask_overlay_and_the_validation_chart(studio, browser, artifacts: Path,
             "validate_every": 1,
             "unmasked_weight": 0.1,
         }
-        job = _api(url, "/api/train/start", {"config": config})
+        job = api_json(url, "/api/train/start", {"config": config})
         deadline = time.monotonic() + 180
-        while (_api(url, "/api/train/status")["job"] or {}).get("status") not in ("completed", "failed"):
+        while (api_json(url, "/api/train/status")["job"] or {}).get("status") not in ("completed", "failed"):
             assert time.monotonic() < deadline, "the run did not finish"
             time.sleep(0.5)
-        assert _api(url, "/api/train/status")["job"]["status"] == "completed"
+        assert api_json(url, "/api/train/status")["job"]["status"] == "completed"
 
         page.goto(f"{url}/#/live")
         page.get_by_test_id("stat-val-loss").wait_for()

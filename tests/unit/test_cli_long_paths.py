@@ -5,25 +5,12 @@ traceback: before, `train --resume`, `lora list`, `lora push`, `generate --lora`
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from tests.cli_runner import run_cli as _run
 
-from lorastudio.cli.app import main
 from lorastudio.settings import get_settings
-
-
-def _run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["lorastudio", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out = capsys.readouterr()
-    return code, (out.out + out.err).replace("\n", "")
 
 
 def test_a_name_over_the_file_systems_limit_is_not_found(

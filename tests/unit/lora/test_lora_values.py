@@ -8,13 +8,13 @@ or a generation scale that is not finite, or a merge that overflows float32, is 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from tests.cli_runner import run_cli as _cli
 
 from lorastudio import families
 from lorastudio.errors import ConfigError, ModelSourceError
@@ -95,21 +95,6 @@ def _poisoned(good: Path, case: str, out: Path) -> tuple[Path, str]:
 DIFFUSERS_CASES = ["nan", "inf", "integer", "rank_mismatch", "unpaired", "adapter_alpha_nan"]
 KOHYA_CASES = ["nan", "integer", "unpaired", "alpha_shape", "alpha_nan"]
 CASES = [("diffusers", c) for c in DIFFUSERS_CASES] + [("kohya", c) for c in KOHYA_CASES]
-
-
-def _cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
-    """(exit status, what it printed) of `lorastudio ARGS` through the console entry point."""
-    from lorastudio.cli.app import main
-
-    monkeypatch.setattr(sys, "argv", ["lorastudio", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out = capsys.readouterr()
-    return code, (out.out + out.err).replace("\n", "")
 
 
 @pytest.mark.parametrize(("layout", "case"), CASES)

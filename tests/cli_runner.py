@@ -1,0 +1,24 @@
+"""Run `lorastudio ARGS` in this process through the console entry point, as a user's shell would."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+def run_cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str]:
+    """(exit status, what it printed on stdout and stderr, newlines removed) of `lorastudio ARGS`."""
+    from lorastudio.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["lorastudio", *args])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out = capsys.readouterr()
+    return code, (out.out + out.err).replace("\n", "")
