@@ -99,6 +99,13 @@ class Settings(BaseSettings):
         default=False,
         description="run num_gpus > 1 as gloo processes on the CPU: for testing the launcher",
     )
+    prefetch_weights: bool = Field(
+        default=True,
+        description=(
+            "a training run reads its base model's weight files into the page cache from its start,"
+            " beside its imports and preflight (jobs/prefetch.py; bounded by the available memory)"
+        ),
+    )
 
     @field_validator("home", "cache_dir", mode="before")
     @classmethod

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -44,6 +44,9 @@ from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_l
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.training.events import Event
+
+if TYPE_CHECKING:
+    from lorastudio.jobs.prefetch import WeightPrefetch
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # stopped by Ctrl-C (saved or not: the command says what it kept)
@@ -118,6 +121,7 @@ def train_cmd(
     if launched:
         _bind_to_agent()
     home_lock = claim = None
+    prefetch: WeightPrefetch | None = None
     cfg = None
     record = None
     try:
@@ -126,6 +130,8 @@ def train_cmd(
             check and not launched and config is not None and resume is None
         ):  # reads only: beside a server too
             _check_fresh_run(config, settings, device, check=True, overwrite=overwrite)  # exits
+        if not launched and not check:  # a launch's ranks load what this process warms
+            prefetch = _start_prefetch(config, settings)
         home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
         if not launched and config is not None and resume is None:
             _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
@@ -133,6 +139,11 @@ def train_cmd(
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)
+        if prefetch is None and config is None and not launched:  # a --resume: its checkpoint's base
+            from lorastudio.jobs.prefetch import start_prefetch
+            from lorastudio.settings import get_settings
+
+            prefetch = start_prefetch(cfg.model_dump(), get_settings())
         if checkpoint is not None:  # refused before it is recorded, as a fresh run's preflight is
             from lorastudio.training.session import resume_problems
 
@@ -158,6 +169,7 @@ def train_cmd(
         with StopOnInterrupt(console) as stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
+            emit = prefetch.wrap(emit) if prefetch is not None else emit  # follows the loads
             started = process_started_at()  # the run's wall-time record counts the CLI's start
             result = train(cfg, emit, stopper.check, device=device, resume=checkpoint, started_at=started)
         if record is not None:
@@ -179,6 +191,8 @@ def train_cmd(
             record.fail(f"{type(err).__name__}: {err}")
         raise
     finally:
+        if prefetch is not None:
+            prefetch.stop()
         if record is not None:
             record.close()
         if claim is not None:
@@ -198,6 +212,23 @@ def train_cmd(
     typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
     if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _start_prefetch(config: Path | None, overrides: list[str]) -> WeightPrefetch | None:
+    """The page-cache prefetch of the run's weight files (jobs/prefetch.py), started before the
+    checks and imports it overlaps, from the config file as given. None without a config file
+    (a --resume starts it once the checkpoint's settings are read) or one that cannot be read
+    (the checks that follow say why)."""
+    from lorastudio.jobs.prefetch import start_prefetch
+    from lorastudio.settings import get_settings
+
+    if config is None:
+        return None
+    try:
+        data = localize_paths(apply_overrides(load_config_file(config), overrides))
+    except (LorastudioError, OSError, ValueError):
+        return None
+    return start_prefetch(data, get_settings())
 
 
 def run_dir_of_cfg(cfg: Any) -> Path | None:

@@ -8,7 +8,9 @@ This is the only module that imports the training engine (lazily, inside the chi
    it started anything); a run from a hub id gets the hub token from its settings as HF_TOKEN;
 3. keeps its own lines (stdout, stderr, log records, a line per engine event other than
    progress) in logs/<job id>.log (jobs/worker_log.py), still copied to the server's terminal;
-4. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=..., resume=...)`
+4. starts the page-cache prefetch of the run's weight files (jobs/prefetch.py), beside the
+   engine's imports;
+5. calls `lorastudio.training.loop.train(cfg, emit, should_stop, settings=..., resume=...)`
    (resume: the checkpoint folder of a resumed run, else None), sending every
    event to the parent tagged with (generation, pid) so the parent can ignore events of a
    superseded process; a failure the engine did not report becomes an Error event.
@@ -35,6 +37,7 @@ from lorastudio.errors import LorastudioError
 from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
+from lorastudio.jobs.prefetch import start_prefetch
 from lorastudio.jobs.worker_log import WorkerLog, log_path
 from lorastudio.settings import Settings
 from lorastudio.training.events import Complete, Error, Event, StopRequest
@@ -136,7 +139,9 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
     exception is reported as an Error event, then re-raised (traceback in the server log)."""
     prepare_child(args)
     worker_log = start_log(args)
+    prefetch = start_prefetch(args.config.model_dump(), args.settings)  # beside the imports below
     channel = WorkerChannel(args, events, stop_event, stop_save)
+    emit = prefetch.wrap(channel.emit) if prefetch is not None else channel.emit
     code = 0
     try:
         from lorastudio.timings import process_started_at
@@ -145,7 +150,7 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
         resume = Path(args.resume) if args.resume is not None else None
         train(
             args.config,
-            channel.emit,
+            emit,
             channel.should_stop,
             settings=args.settings,
             resume=resume,
@@ -159,10 +164,14 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
         if not channel.terminal_sent:
             channel.emit(Error(message=f"{type(err).__name__}: {err}"))
         log.exception("the worker failed")  # the traceback in the run's log (the terminal gets it too)
+        if prefetch is not None:
+            prefetch.stop()
         channel.close()
         if worker_log is not None:
             worker_log.close()
         raise
+    if prefetch is not None:
+        prefetch.stop()
     channel.close()
     # Exit at once: the run's files are written and its events flushed; the interpreter's
     # teardown (torch, CUDA) would only delay handing the GPU back.
