@@ -10,6 +10,13 @@ from typing import Any
 
 def _flux_pipeline() -> Any:
     """FLUX.1-dev of the released configs, in the current default device and dtype."""
+    return flux_pipeline()
+
+
+def flux_pipeline(double_blocks: int = 19, single_blocks: int = 38, t5_layers: int = 24) -> Any:
+    """FLUX.1-dev's pipeline at the released widths with the given depths (the defaults: the
+    released ones; fewer: a model of a few GB for the CPU benches, bench/prefetch_start.py), in
+    the current default device and dtype."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
@@ -37,7 +44,7 @@ def _flux_pipeline() -> Any:
             d_model=4096,
             d_kv=64,
             d_ff=10240,
-            num_layers=24,
+            num_layers=t5_layers,
             num_heads=64,
             feed_forward_proj="gated-gelu",
             is_encoder_decoder=False,
@@ -48,7 +55,9 @@ def _flux_pipeline() -> Any:
             decoder_start_token_id=tokenizer_2.pad_token_id,
         )
     )
-    transformer = FluxTransformer2DModel(guidance_embeds=True)  # FLUX.1-dev: 19 + 38 blocks
+    transformer = FluxTransformer2DModel(  # FLUX.1-dev: 19 + 38 blocks
+        guidance_embeds=True, num_layers=double_blocks, num_single_layers=single_blocks
+    )
     vae = AutoencoderKL(
         in_channels=3,
         out_channels=3,

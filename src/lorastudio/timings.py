@@ -109,7 +109,10 @@ def phase_seconds(
 
     Returns {"phases": {PHASES: seconds}, "total_s", "s_per_step" (None under 2 steps), "steps":
     steps run, "texts" / "latents": the last Preparing totals (0 when none), "sample_rounds",
-    "checkpoints": steps at which a checkpoint was due (`save_every`)}."""
+    "checkpoints": steps at which a checkpoint was due (`save_every`), "to_first_read_s" /
+    "to_first_step_s": seconds from the process's start (`before` counted) to the first
+    ModelLoadStarted / the first step's end (None without one): issue 31's time to the first
+    step, against phases.weights_load}."""
     total = max(end or 0.0, stamped[-1][0] if stamped else 0.0)
 
     def last(pred: Callable[[dict[str, Any]], bool]) -> tuple[float, dict[str, Any]] | None:
@@ -163,6 +166,7 @@ def phase_seconds(
         phases["export"] = max(total - end_of_loop, 0.0)
     phases["other"] = max(total - sum(v for k, v in phases.items() if k != "other"), 0.0)
     phases["process_start"] = before
+    first_read = next((t for t, e in stamped if e["type"] == "model_load_started"), None)
     return {
         "phases": {k: round(v, 3) for k, v in phases.items()},
         "total_s": round(total + before, 3),
@@ -171,6 +175,8 @@ def phase_seconds(
         **counts,
         "sample_rounds": len(samples),
         "checkpoints": len(due),
+        "to_first_read_s": None if first_read is None else round(first_read + before, 3),
+        "to_first_step_s": round(progress[0][0] + before, 3) if progress else None,
     }
 
 

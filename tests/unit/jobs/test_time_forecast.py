@@ -135,6 +135,9 @@ def test_phases_from_stamped_events() -> None:
     assert ph["checkpoints"] == pytest.approx(2.0) and out["checkpoints"] == 1
     assert ph["export"] == 1.5 and out["total_s"] == 34.5
     assert sum(ph.values()) == pytest.approx(34.5)
+    assert out["to_first_read_s"] == 0.5 and out["to_first_step_s"] == 20.0
+    later = phase_seconds(stamped, save_every=3, end=34.5, before=4.0)  # 4 s of process start
+    assert later["to_first_read_s"] == 4.5 and later["to_first_step_s"] == 24.0
 
 
 def test_runs_of_another_base_on_this_machine_scale_by_size_pixels_and_samples(tmp_path: Path) -> None:
