@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from bench import e2e_build, prefetch_start
 
 
