@@ -13,10 +13,10 @@ from bench import e2e_build, prefetch_start
 
 def test_the_cpu_run_is_one_step_without_samples_or_checkpoints(tmp_path: Path) -> None:
     cfg = prefetch_start.run_config(tmp_path, "flux", "cpu")
-    assert cfg["steps"] == 1 and cfg["base_precision"] == "bf16" and cfg["max_sequence_length"] == 16
+    assert cfg["steps"] == 1 and cfg["resolution"] == 32 and cfg["max_sequence_length"] == 16
     assert not {"sample_prompts", "sample_every", "save_every"} & set(cfg)
     cuda = prefetch_start.run_config(tmp_path, "flux", "cuda")
-    assert cuda["resolution"] == 1024 and "base_precision" not in cuda  # the run's own defaults
+    assert cuda["resolution"] == 1024 and "max_sequence_length" not in cuda  # the run's own defaults
 
 
 def test_a_drop_empties_the_page_cache_of_the_files_and_a_read_fills_it(tmp_path: Path) -> None:
