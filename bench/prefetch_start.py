@@ -102,14 +102,12 @@ def resident_share(paths: list[Path]) -> float:
 
 def cold_read(paths: list[Path]) -> dict[str, Any]:
     """Drop, then read every file through once (jobs/prefetch.read_through): the disk's time."""
-    import threading
-
     from lorastudio.jobs.prefetch import read_through
 
     drop(paths)
     before = resident_share(paths)
     t = time.monotonic()
-    count = sum(read_through(p, threading.Event()) for p in paths)
+    count = sum(read_through(p, lambda: False) for p in paths)
     seconds = time.monotonic() - t
     return {"gb": round(count / 1e9, 2), "s": round(seconds, 2), "gb_per_s": round(count / 1e9 / seconds, 2),
             "resident_before": round(before, 3)}  # fmt: skip

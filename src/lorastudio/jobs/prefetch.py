@@ -19,8 +19,8 @@ Bounds:
   smaller files still read), so the prefetch never pushes out the run's own working set or the
   files it warmed first;
 - the run's course: when the run starts loading a part (ModelLoadStarted: text encoders, VAE,
-  denoiser; `observe` / `wrap`), the files of the parts before it are skipped (the loader has read
-  them itself); after the denoiser has loaded, or when the run ends or fails (`stop`), the thread
+  denoiser; `observe` / `wrap`), the files of the parts before it are skipped, the one being read
+  included (the loader has read them itself); after the denoiser has loaded, or when the run ends or fails (`stop`), the thread
   stops within one chunk;
 - the network: never (a hub id that is not in the hub cache has no files to read);
 - the run: nothing here raises into it; a base that cannot be resolved or a file that cannot be
@@ -55,7 +55,8 @@ STOP_WAIT_S = 5.0  # how long stop() waits for the thread (one chunk takes milli
 
 log = logging.getLogger("lorastudio.prefetch")
 
-Reader = Callable[[Path, threading.Event], int]  # reads a file (stopping when the event is set): bytes read
+Stop = Callable[[], bool]  # True: stop reading now
+Reader = Callable[[Path, Stop], int]  # reads a file (stopping between chunks when told to): bytes read
 
 
 @dataclass
@@ -70,9 +71,9 @@ class PrefetchReport:
     ended_at: float | None = None
 
 
-def read_through(path: Path, stop: threading.Event) -> int:
-    """Read `path` from start to end into the page cache, CHUNK_BYTES a call, stopping early when
-    `stop` is set. Returns bytes read. On Linux through sendfile to /dev/null: the kernel reads
+def read_through(path: Path, stop: Stop) -> int:
+    """Read `path` from start to end into the page cache, CHUNK_BYTES a call, stopping early once
+    `stop()` is true. Returns bytes read. On Linux through sendfile to /dev/null: the kernel reads
     the pages and copies nothing to this process (no buffer, and the GIL taken once a chunk);
     elsewhere through one reused buffer. Raises OSError."""
     total = 0
@@ -82,14 +83,14 @@ def read_through(path: Path, stop: threading.Event) -> int:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         if sys.platform.startswith("linux"):
             with open(os.devnull, "wb", buffering=0) as sink:
-                while not stop.is_set():
+                while not stop():
                     count = os.sendfile(sink.fileno(), fd, total, CHUNK_BYTES)
                     if not count:
                         break
                     total += count
             return total
         buffer = memoryview(bytearray(BUFFER_BYTES))
-        while not stop.is_set():
+        while not stop():
             count = handle.readinto(buffer)
             if not count:
                 break
@@ -185,8 +186,13 @@ class WeightPrefetch:
             if why is not None:
                 self.report.skipped.append((item.path, why))
                 continue
+            part = LOAD_ORDER.index(item.part)
+
+            def passed(part: int = part) -> bool:  # the run ended, or loads past this file's part
+                return self._stop.is_set() or part < self._passed
+
             try:
-                count = self._reader(item.path, self._stop)
+                count = self._reader(item.path, passed)
             except OSError as err:
                 self.report.skipped.append((item.path, f"unreadable: {err}"))
                 log.debug("weight prefetch: %s unreadable: %s", item.path, err)
@@ -194,6 +200,8 @@ class WeightPrefetch:
             self.report.bytes_read += count
             if count >= item.size:
                 self.report.read.append(item.path)
+            elif not self._stop.is_set():
+                self.report.skipped.append((item.path, f"the run loads past its {item.part} (partly read)"))
 
     def _skip_reason(self, item: WeightFile) -> str | None:
         """Why `item` is not read now (None: read it)."""

@@ -40,7 +40,7 @@ class Counting:
     def __init__(self) -> None:
         self.paths: list[Path] = []
 
-    def __call__(self, path: Path, stop: threading.Event) -> int:
+    def __call__(self, path: Path, stop: Callable[[], bool]) -> int:
         self.paths.append(path)
         return read_through(path, stop)
 
@@ -143,8 +143,8 @@ def test_files_that_do_not_fit_the_available_memory_are_skipped(tmp_path: Path) 
 
 
 def test_a_stop_ends_the_reads_and_the_run_s_loads_skip_what_they_passed(tmp_path: Path) -> None:
-    names = ["te-1", "te-2", "vae", "dit"]
-    parts = ["text_encoders", "text_encoders", "vae", "denoiser"]
+    names = ["te-1", "te-2", "te-3", "vae", "dit"]
+    parts = ["text_encoders", "text_encoders", "text_encoders", "vae", "denoiser"]
     files = []
     for name, part in zip(names, parts, strict=True):
         (tmp_path / name).write_bytes(b"x" * 100)
@@ -152,27 +152,32 @@ def test_a_stop_ends_the_reads_and_the_run_s_loads_skip_what_they_passed(tmp_pat
     began, go = threading.Event(), threading.Event()
     asked: list[str] = []
 
-    def gated(path: Path, stop: threading.Event) -> int:
+    def gated(path: Path, stop: Callable[[], bool]) -> int:
         asked.append(path.name)
         began.set()
         go.wait(10)  # a slow disk: each read waits for the test
         go.clear()
-        return 0 if stop.is_set() else read_through(path, stop)
+        return 0 if stop() else read_through(path, stop)
+
+    def step() -> None:  # let the read in flight go on, wait for the next one to begin
+        began.clear()
+        go.set()
+        assert began.wait(10)
 
     prefetch = WeightPrefetch(lambda: files, available=lambda: 64 * GB, reader=gated).start()
-    assert began.wait(10)  # reading te-1
-    prefetch.observe(ModelLoadStarted(component="vae"))  # the run loads its VAE: te-2 is passed
-    go.set()
-    began.clear()
-    assert began.wait(10)  # reading vae
-    assert asked == ["te-1", "vae"]
+    assert began.wait(10)  # te-1 begins
+    step()  # te-1 read whole, te-2 begins
+    prefetch.observe(ModelLoadStarted(component="vae"))  # the run loads its VAE: te-2 and te-3 passed
+    step()  # te-2 ends unfinished, te-3 is skipped, the VAE's file begins
+    assert asked == ["te-1", "te-2", "vae"]
     prefetch.observe(Complete(lora_path=None, steps_run=0, stopped=False))
     go.set()
     prefetch._thread.join(10)
-    assert not prefetch.running and asked == ["te-1", "vae"]  # dit never read
+    assert not prefetch.running and asked == ["te-1", "te-2", "vae"]  # dit never read
     assert [p.name for p in prefetch.report.read] == ["te-1"]
     assert [(p.name, why) for p, why in prefetch.report.skipped] == [
-        ("te-2", "the run already loads past its text_encoders")
+        ("te-2", "the run loads past its text_encoders (partly read)"),
+        ("te-3", "the run already loads past its text_encoders"),
     ]
 
 
@@ -189,14 +194,14 @@ def test_read_through_fills_the_page_cache_and_stops_between_chunks(
     if resident_bytes(path) > 2**20:
         pytest.skip("this file system keeps its pages (a tmpfs): the drop cannot be seen")
     stop = threading.Event()
-    assert read_through(path, stop) == 8 * 2**20
+    assert read_through(path, stop.is_set) == 8 * 2**20
     assert resident_bytes(path) == 8 * 2**20  # read by the kernel, into the cache
     with monkeypatch.context() as patched:
         patched.setattr(prefetch_module.sys, "platform", "darwin")  # the buffered read elsewhere
-        assert read_through(path, stop) == 8 * 2**20
+        assert read_through(path, stop.is_set) == 8 * 2**20
         stop.set()
-        assert read_through(path, stop) == 0
-    assert read_through(path, stop) == 0
+        assert read_through(path, stop.is_set) == 0
+    assert read_through(path, stop.is_set) == 0
 
 
 def test_stop_waits_for_the_read_in_flight_and_ends_the_thread(tmp_path: Path) -> None:
@@ -204,7 +209,7 @@ def test_stop_waits_for_the_read_in_flight_and_ends_the_thread(tmp_path: Path) -
     path.write_bytes(b"\1" * 1000)
     release = threading.Event()
 
-    def blocked(p: Path, s: threading.Event) -> int:
+    def blocked(p: Path, s: Callable[[], bool]) -> int:
         release.wait(10)
         return read_through(p, s)
 
