@@ -9,8 +9,8 @@
         with needed vs free (exit 3, the JSON says "refused"). Folders: FLUX.1 33.7 GB,
         Qwen-Image 57.7 GB, FLUX.2 [klein] 9B 34.7 GB.
     run DIR --family F --mode cli|api --steps N [--tiny] [--cold]
-        cli: `lorastudio train`'s path (the CLI's config loader, then training.loop.train with an
-        event sink instead of the console display), in this process.
+        cli: `lorastudio train`'s path (the weight prefetch, the CLI's config loader, then
+        training.loop.train with an event sink instead of the console display), in this process.
         api: `lorastudio serve` as a subprocess on a free port, the same config POSTed to
         /api/train/start, its event stream followed to the end (bench/e2e_api.py).
         Both: the studio home DIR/home (its caches: Inductor's, the attention probe's, FA4's),
@@ -149,7 +149,12 @@ def compile_counters() -> dict[str, Any]:
 
 
 def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str, Any]:
-    """The CLI's path in this process; t0: this process's start (before torch was imported)."""
+    """The CLI's path in this process; t0: this process's start (before torch was imported). The
+    weight prefetch starts first, as `lorastudio train` starts it (jobs/prefetch.py)."""
+    from lorastudio.jobs.prefetch import start_prefetch
+    from lorastudio.settings import get_settings
+
+    prefetch = start_prefetch(cfg, get_settings())
     import torch
 
     from lorastudio.cli.config_file import load_config_file
@@ -165,7 +170,11 @@ def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
     notes = AttentionLog(t0)
     logging.getLogger().addHandler(notes)
     logging.getLogger().setLevel(logging.INFO)
-    loop.train(config, rec, device=device)
+    try:
+        loop.train(config, prefetch.wrap(rec) if prefetch is not None else rec, device=device)
+    finally:
+        if prefetch is not None:
+            prefetch.stop()
     table = phase_table(rec.events, time.monotonic() - t0)
     table["attention_log"] = notes.lines
     table["compile_caches"] = compile_counters()
