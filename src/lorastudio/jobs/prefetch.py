@@ -9,8 +9,8 @@ components' files in the order the loaders need them) lets the disk work during 
 loaders read from RAM. File reads release the GIL, and on Linux the kernel reads the pages without
 copying them to this process (read_through): the thread costs the run's own thread a GIL hand-off
 per CHUNK_BYTES read. (Reads into a buffer, 16 MiB a call, were starved of the GIL while the main
-thread imported on a loaded 2-core host: 4 GB in 32 s, against 3.6-6.5 s through sendfile and
-2.6 s for a plain cold read: RESULTS note 28.)
+thread imported on a loaded 2-core host: 4 GB in 32 s, against 3.6-7.4 s through sendfile and
+2.1-5.9 s for a cold read alone: RESULTS note 28.)
 
 Bounds:
 - memory: a file is read only when it fits what the host has available (jobs/host_memory.
@@ -20,8 +20,8 @@ Bounds:
   files it warmed first;
 - the run's course: when the run starts loading a part (ModelLoadStarted: text encoders, VAE,
   denoiser; `observe` / `wrap`), the files of the parts before it are skipped, the one being read
-  included (the loader has read them itself); after the denoiser has loaded, or when the run ends or fails (`stop`), the thread
-  stops within one chunk;
+  included (the loader has read them itself); after the denoiser has loaded, or when the run ends
+  or fails (`stop`), the thread stops within one chunk;
 - the network: never (a hub id that is not in the hub cache has no files to read);
 - the run: nothing here raises into it; a base that cannot be resolved or a file that cannot be
   read is logged at debug level and skipped (the run's own checks report real problems).
@@ -51,7 +51,7 @@ BUFFER_BYTES = 16 * 2**20  # the buffer of a read where sendfile cannot be used
 # What the host keeps free beyond the files read: the run's own host working set (FLUX.1 on CUDA
 # peaked at 3.7 GiB of RSS, RESULTS note 27) plus room for the rest of the machine.
 HEADROOM_BYTES = 4 * 2**30
-STOP_WAIT_S = 5.0  # how long stop() waits for the thread (one chunk takes milliseconds)
+STOP_WAIT_S = 5.0  # how long stop() waits for the thread (a chunk: 30-100 ms from a disk)
 
 log = logging.getLogger("lorastudio.prefetch")
 

@@ -233,7 +233,9 @@ def test_an_unreadable_base_is_logged_not_raised(tmp_path: Path, caplog: pytest.
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"GGUF")
     with caplog.at_level("DEBUG", logger="lorastudio.prefetch"):
-        prefetch = start_prefetch({"base_model": str(bad)}, get_settings())
-        assert prefetch is not None
-        prefetch._thread.join(10)
-    assert prefetch.report.read == [] and "no files read" in caplog.text and "GGUF" in caplog.text
+        for base in (str(bad), "/tmp/a\0b"):  # an inference-only file; a raw value no path holds
+            prefetch = start_prefetch({"base_model": base}, get_settings())
+            assert prefetch is not None
+            prefetch._thread.join(10)
+            assert prefetch.report.read == [] and not prefetch.running
+    assert "no files read" in caplog.text and "GGUF" in caplog.text
