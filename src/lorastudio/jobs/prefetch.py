@@ -24,7 +24,8 @@ Bounds:
   or fails (`stop`), the thread stops within one chunk;
 - the network: never (a hub id that is not in the hub cache has no files to read);
 - the run: nothing here raises into it; a base that cannot be resolved or a file that cannot be
-  read is logged at debug level and skipped (the run's own checks report real problems).
+  read is logged at debug level and skipped (the run's own checks report real problems). One
+  INFO line at the end says what was read (the training worker's log keeps it).
 
 Started by `lorastudio train` (cli/train_cmd.py) and the job service's training worker
 (jobs/worker.py). Settings.prefetch_weights (LORASTUDIO_PREFETCH_WEIGHTS=0) turns it off.
@@ -170,7 +171,7 @@ class WeightPrefetch:
             log.debug("weight prefetch: no files read: %s", err)
         finally:
             self.report.ended_at = time.monotonic()
-            log.debug(
+            log.info(  # in the training worker's log (jobs/worker_log.py): what the run found cached
                 "weight prefetch: %d file(s), %.2f GB read in %.1f s; %d skipped",
                 len(self.report.read),
                 self.report.bytes_read / 1e9,

@@ -34,13 +34,19 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 
 def test_a_cli_run_prefetches_its_weight_files_and_stops_with_it(
-    tiny_model, small_dataset, tmp_path: Path, run_settings, monkeypatch: pytest.MonkeyPatch
+    tiny_model,
+    small_dataset,
+    tmp_path: Path,
+    run_settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     started = _spy(monkeypatch)
     model = tiny_model("flux")
     config = tmp_path / "run.json"
     config.write_text(json.dumps(run_settings("flux", model, small_dataset, {"steps": 1})))
-    result = CliRunner().invoke(app, ["train", str(config), "--set", "output_name=pf", "--device", "cpu"])
+    with caplog.at_level("INFO", logger="lorastudio.prefetch"):
+        result = CliRunner().invoke(app, ["train", str(config), "--set", "output_name=pf", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert len(started) == 1 and started[0] is not None
     prefetch = started[0]
@@ -57,6 +63,7 @@ def test_a_cli_run_prefetches_its_weight_files_and_stops_with_it(
     assert seen == expected  # each read, or skipped because the run's loader got there first
     assert report.read and all(why.startswith("the run already loads past") for _, why in report.skipped)
     assert report.bytes_read >= sum(p.stat().st_size for p in report.read)
+    assert f"weight prefetch: {len(report.read)} file(s)" in caplog.text  # the run's log says so
 
     monkeypatch.setenv("LORASTUDIO_PREFETCH_WEIGHTS", "0")
     get_settings.cache_clear()
