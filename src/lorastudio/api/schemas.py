@@ -140,6 +140,9 @@ class FamilyOut(_Out):
     lora_targets: list[str]
     defaults: dict[str, Any]
     supports: list[str]
+    refuses: list[str] = Field(
+        description="the family-specific settings this family cannot honour: set explicitly, they are refused"
+    )
     wide_compile: bool = Field(
         default=False, description="compile 'wide' applies (the family declares wider compile regions: SDXL)"
     )
@@ -177,6 +180,19 @@ class ModelOut(_Out):
     family: str | None = Field(description="the family that trains this pipeline, if any")
 
 
+class ConfigRulesOut(_Out):
+    """Rules of TrainConfig the UI follows to offer only what the server accepts
+    (lorastudio.config_choices)."""
+
+    choice_settings: dict[str, dict[str, list[str]]] = Field(
+        description="{select field: {choice: the settings it reads}}: the settings of the other choices "
+        "are refused (optimizer, adapter, loss)"
+    )
+    null_means_off: list[str] = Field(
+        description="settings where an explicit null means off (a family default does not replace it)"
+    )
+
+
 class InfoOut(_Out):
     version: str
     datasets_root: str
@@ -187,6 +203,7 @@ class InfoOut(_Out):
     models: list[ModelOut]
     host: HostOut
     auth: bool
+    config_rules: ConfigRulesOut
 
 
 class DroppedFile(_Out):
