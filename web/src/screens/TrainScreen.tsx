@@ -90,7 +90,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   };
 
   const submit = async (kind: "check" | "start") => {
-    const built = buildConfig(values, family);
+    const built = buildConfig(values, family, info.config_rules);
     setGeneral([]);
     if (Object.keys(built.problems).length) {
       setErrors(built.problems);
@@ -120,7 +120,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
 
   const c = trainControls(values, errors, set);
   const { text, num } = c;
-  const hidden = inapplicableFields(values);
+  const hidden = inapplicableFields(values, info.config_rules);
   const cuda = info.host.device === "cuda";
   const gpus = gpuInput(info.host);
 

@@ -1,0 +1,23 @@
+"""The web tests' /api/info double takes the config rules from web/src/test/serverRules.gen.ts
+(web/scripts/dump_rules.py): that file is what /api/info serves now, so the web tests that hide
+and send settings by those rules test the server's rules, not a stale copy."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+RULES = Path(__file__).resolve().parents[2] / "web" / "src" / "test" / "serverRules.gen.ts"
+
+
+def test_the_web_tests_rules_are_what_api_info_serves(client: TestClient) -> None:
+    info = client.get("/api/info").json()
+    match = re.search(r"\}> \} = (\{.*\});\s*$", RULES.read_text(), re.S)
+    assert match, f"{RULES}: run scripts/build_web.sh (web/scripts/dump_rules.py writes it)"
+    fixture = json.loads(match[1])
+    assert fixture["config_rules"] == info["config_rules"], "stale: rm web/.api-stamp; scripts/build_web.sh"
+    served = {f["name"]: {"supports": f["supports"], "refuses": f["refuses"]} for f in info["families"]}
+    assert fixture["families"] == served, "stale: rm web/.api-stamp; scripts/build_web.sh"
