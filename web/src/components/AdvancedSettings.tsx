@@ -32,7 +32,7 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
   const ref = useRef<HTMLDetailsElement | null>(null);
   useEffect(() => {
     const details = ref.current;
-    if (details && !details.open && details.querySelector(".field.has-error")) details.open = true;
+    if (details && !details.open && details.querySelector(".has-error")) details.open = true;
   });
   const refused = new Set(family?.refuses ?? []);
   const offers = (k: string) => family != null && !refused.has(k); // a family-specific setting the family honours

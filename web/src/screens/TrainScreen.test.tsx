@@ -80,6 +80,29 @@ describe("TrainScreen", () => {
     expect(screen.queryByTestId("preflight")).toBeNull();
   });
 
+  it("shows a checkbox's problem beside it, a nested field's next to its field, and drops none", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    await userEvent.selectOptions(input("optimizer"), "adafactor");
+    await userEvent.click(input("adafactor_warmup_init"));
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await waitFor(() =>
+      expect(input("adafactor_warmup_init").closest("label")).toHaveTextContent("needs adafactor_relative_step"),
+    );
+    await userEvent.click(input("adafactor_warmup_init")); // fixed
+    await userEvent.selectOptions(input("optimizer"), "adamw");
+    await userEvent.clear(input("sample_seed"));
+    await userEvent.type(input("sample_seed"), "99");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    const prompts = input("sample_prompts").closest("label") as HTMLElement;
+    await waitFor(() => expect(prompts).toHaveTextContent("#1 width: must be a multiple of 16 for flux"));
+    expect(prompts).toHaveTextContent("flux takes no reference images"); // both problems of the field
+    expect(input("optimizer_betas").closest("label")).toHaveTextContent("#2: Field required");
+    expect(screen.getByTestId("form-errors")).toHaveTextContent("(config): a problem of the whole config");
+    expect(screen.getByTestId("form-errors")).not.toHaveTextContent("sample_prompts");
+  });
+
   it("has an input for every TrainConfig field (family-specific ones for the families that use them)", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));

@@ -4,7 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { Family, PreflightReport } from "../api/types";
+import type { Family, PreflightReport, TrainConfig } from "../api/types";
 import { AdvancedSettings } from "../components/AdvancedSettings";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { DatasetEntries } from "../components/DatasetEntries";
@@ -14,6 +14,7 @@ import { Field } from "../components/Field";
 import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
 import { useCloneValues } from "../lib/clone";
+import { placeProblems } from "../lib/problems";
 import { href, navigate } from "../lib/route";
 import {
   ATTENTION_BACKENDS,
@@ -89,6 +90,15 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     setReport(null);
   };
 
+  const hidden = inapplicableFields(values, info.config_rules);
+  /** Whether the form shows an input for TrainConfig field `k` now (steps / num_epochs: Length;
+   * the learning rate stays, greyed out, while Adafactor sizes its own steps). */
+  const hasInput = (k: string) =>
+    k === "family" ||
+    k === "steps" ||
+    k === "num_epochs" ||
+    (k in FIELD_KINDS && !family?.refuses.includes(k) && (k === "learning_rate" || !hidden.has(k as keyof TrainConfig)));
+
   const submit = async (kind: "check" | "start") => {
     const built = buildConfig(values, family, info.config_rules);
     setGeneral([]);
@@ -108,10 +118,9 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
       }
     } catch (err) {
       if (err instanceof ApiError && err.problems.length) {
-        const byField = err.byField();
-        const known = new Set([...Object.keys(FIELD_KINDS), ...Object.keys(values)]);
-        setErrors(Object.fromEntries(Object.entries(byField).filter(([k]) => known.has(k))));
-        setGeneral(err.problems.filter((p) => !known.has(p.field.replace(/^(body\.)?(config\.)?/, ""))).map((p) => (p.field ? `${p.field}: ${p.message}` : p.message)));
+        const placed = placeProblems(err.problems, hasInput);
+        setErrors(placed.fields);
+        setGeneral(placed.general);
       } else setGeneral([err instanceof Error ? err.message : String(err)]);
     } finally {
       setBusy(null);
@@ -120,7 +129,6 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
 
   const c = trainControls(values, errors, set);
   const { text, num } = c;
-  const hidden = inapplicableFields(values, info.config_rules);
   const cuda = info.host.device === "cuda";
   const gpus = gpuInput(info.host);
 
