@@ -32,7 +32,8 @@ export function StopDialog({ onStop, onCancel, busy, step, work }: Props) {
     >
       <p>
         <b>Stop and save</b> writes a LoRA of the {step != null ? `${step} ` : ""}steps run so far.{" "}
-        <b>Stop and discard</b> ends the run without a LoRA.
+        <b>Stop and discard</b> ends the run without a LoRA and deletes the checkpoints, LoRA snapshots and sample
+        previews it wrote (a resumed run keeps what it resumed from).
       </p>
       <p className="muted small" data-testid="stop-wait">
         {work

@@ -48,6 +48,8 @@ export function LiveScreen() {
   const elapsed = secondsBetween(job.started_at, live ? null : job.finished_at);
   const total = p?.total_steps ?? 0;
   const step = p?.step ?? job.steps_run;
+  // stopped without saving: the files this session wrote (samples, snapshots, checkpoints) are gone
+  const discarded = job.status === "stopped" && job.stop_requested?.save === false;
 
   const stop = async (save: boolean) => {
     setStopping(true);
@@ -80,6 +82,12 @@ export function LiveScreen() {
       {error && <div className="banner error">{error}</div>}
       {job.error && <div className="banner error">{job.error}</div>}
       {job.lora_path && <LoraSaved jobId={job.id} path={job.lora_path} outputName={job.output_name} />}
+      {discarded && (
+        <div className="banner info" data-testid="discarded">
+          Stopped and discarded: no LoRA was written, and the checkpoints, LoRA snapshots and sample previews this run wrote
+          were deleted (a resumed run keeps what it resumed from).
+        </div>
+      )}
       {phaseText(job) && <div className="banner info">{phaseText(job)}</div>}
       {job.status === "stopping" && job.busy && (
         <div className="banner info" data-testid="stop-waits">
@@ -113,7 +121,7 @@ export function LiveScreen() {
       <div className="card">
         <LineChart {...chartData(series, job.validation)} empty="Waiting for the first step…" />
       </div>
-      {job.samples && (
+      {job.samples && !discarded && (
         <div className="card">
           <h3>Sample previews</h3>
           <SampleRound
@@ -122,7 +130,13 @@ export function LiveScreen() {
           />
         </div>
       )}
-      <SampleHistory runId={job.id} latest={job.samples ?? null} prompts={samplePrompts(job.config)} />
+      {/* after a discard: only the rounds still on disk (a resumed run's earlier ones), read again */}
+      <SampleHistory
+        key={discarded ? "discarded" : "kept"}
+        runId={job.id}
+        latest={discarded ? null : (job.samples ?? null)}
+        prompts={samplePrompts(job.config)}
+      />
       {status?.queue.length ? (
         <div className="card">
           <h3>Queue</h3>
