@@ -8,6 +8,7 @@ import {
   OPTIMIZERS,
   TIMESTEP_SAMPLING,
   V_PREDICTION,
+  takesControls,
 } from "../lib/trainForm";
 import { PreservationFields } from "./PreservationFields";
 import type { TrainControls } from "./TrainControls";
@@ -37,6 +38,7 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
   const refused = new Set(family?.refuses ?? []);
   const offers = (k: string) => family != null && !refused.has(k); // a family-specific setting the family honours
   const objective = OBJECTIVE.some(offers);
+  const edits = takesControls(family); // the control settings: edit families only (the server refuses them for the others)
   const shown = (k: string) => !hidden.has(k);
   return (
     <details className="advanced" data-testid="advanced-settings" ref={ref}>
@@ -44,14 +46,16 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
       <div className="grid">
         <h4 className="grid-head">Data</h4>
         {c.line("default_caption", "Default caption", { hint: "for images without one", wide: true })}
-        {c.area("control_dirs", "Control folders", {
-          hint: "edit families: one folder per line, each holding every image's control (reference) of the same name",
-          wide: true,
-        })}
-        {c.line("control_resolution", "Control size", {
-          placeholder: "pipeline",
-          hint: "edit families: pipeline = the size the edit pipeline encodes a reference at (~1 MP); target = its target's bucket; a number N = the pipeline's rule at N x N",
-        })}
+        {edits &&
+          c.area("control_dirs", "Control folders", {
+            hint: "one folder per line, each holding every image's control (reference) of the same name",
+            wide: true,
+          })}
+        {edits &&
+          c.line("control_resolution", "Control size", {
+            placeholder: "pipeline",
+            hint: "pipeline = the size the edit pipeline encodes a reference at (~1 MP); target = its target's bucket; a number N = the pipeline's rule at N x N",
+          })}
         <div className="checks">
           {c.check("random_crop", "Random crop")}
           {c.check("random_flip", "Random flip")}

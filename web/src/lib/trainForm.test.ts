@@ -1,7 +1,7 @@
 import { samplePromptEntries } from "./samplePrompts";
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
-import { INFO } from "../test/fixtures";
+import { INFO, KONTEXT } from "../test/fixtures";
 import {
   attentionAvailable,
   attentionHint,
@@ -288,6 +288,15 @@ describe("train form: the memory plan and GPUs", () => {
     const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...te }, flux, INFO.config_rules).config;
     expect(forFlux).not.toHaveProperty("train_text_encoder");
     expect(forFlux).not.toHaveProperty("text_encoder_lr");
+  });
+
+  it("sends the control settings for an edit family only (the server refuses them for the others)", () => {
+    const controls = { control_dirs: "shapes_control", control_resolution: "target" };
+    const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...controls }, flux, INFO.config_rules).config;
+    expect(forFlux).not.toHaveProperty("control_dirs");
+    expect(forFlux).not.toHaveProperty("control_resolution");
+    const kontext = buildConfig({ ...initialValues(KONTEXT), base_model: "m", data_dir: "d", ...controls }, KONTEXT, INFO.config_rules).config;
+    expect(kontext).toMatchObject({ control_dirs: ["shapes_control"], control_resolution: "target" });
   });
 
   it("sends the Huber settings only with a Huber loss", () => {

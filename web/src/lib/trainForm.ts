@@ -36,6 +36,14 @@ export function inapplicableFields(values: Partial<FormValues>, rules: ConfigRul
   return hidden;
 }
 
+/** The settings of control (reference) images: only an edit family takes them. */
+export const CONTROL_SETTINGS: readonly Key[] = ["control_dirs", "control_resolution"];
+
+/** Whether `family` trains on control images (an edit family: its served `control_images` allow some). */
+export function takesControls(family: Family | undefined): boolean {
+  return (family?.control_images?.[1] ?? 0) > 0;
+}
+
 /**
  * `values` with setting `key` changed to `value`, and what follows from it: Prodigy's learning
  * rate is a multiplier of the step size it learns (the server's default 1.0), so picking Prodigy
@@ -159,8 +167,8 @@ export interface BuiltConfig {
 /**
  * The TrainConfig body of the form: numbers parsed, blank optional fields left out (the server
  * fills family defaults) except where null means off (`rules.null_means_off`: sent as null);
- * never a setting the family refuses (`family.refuses`) nor one of another choice's
- * (inapplicableFields).
+ * never a setting the family refuses (`family.refuses`; the control settings unless it is an edit
+ * family) nor one of another choice's (inapplicableFields).
  */
 export function buildConfig(values: FormValues, family: Family | undefined, rules: ConfigRules): BuiltConfig {
   const config: Record<string, unknown> = {};
@@ -168,7 +176,8 @@ export function buildConfig(values: FormValues, family: Family | undefined, rule
   const refused = new Set(family?.refuses ?? []);
   const hidden = inapplicableFields(values, rules);
   const offWhenBlank = new Set(rules.null_means_off);
-  const skip = (k: Key) => refused.has(k) || hidden.has(k);
+  const controls = takesControls(family);
+  const skip = (k: Key) => refused.has(k) || hidden.has(k) || (!controls && CONTROL_SETTINGS.includes(k));
 
   for (const [key, kind] of Object.entries(FIELD_KINDS) as [Key, Kind][]) {
     const v = values[key];

@@ -2,7 +2,7 @@ import { screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { Info } from "../api/types";
-import { FIELD_KINDS, inapplicableFields } from "../lib/trainForm";
+import { CONTROL_SETTINGS, FIELD_KINDS, inapplicableFields, takesControls } from "../lib/trainForm";
 import { CATALOGUE, type Call, INFO } from "../test/fixtures";
 import { input, mockTrainServer, renderTrain } from "../test/trainServer";
 
@@ -110,6 +110,7 @@ describe("TrainScreen", () => {
       (Object.keys(FIELD_KINDS) as (keyof typeof FIELD_KINDS)[]).filter((key) => {
         if (FIELD_KINDS[key] === "length" || key === "family") return false;
         if (family.refuses.includes(key)) return false; // the server refuses it for this family: see below
+        if (CONTROL_SETTINGS.includes(key) && !takesControls(family)) return false; // edit families' (PreflightPanel.controls.test)
         if (inapplicableFields({}, INFO.config_rules).has(key)) return false; // another optimizer's / adapter's: see below
         return document.querySelector(`[name="${key}"]`) === null;
       });

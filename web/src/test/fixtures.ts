@@ -52,6 +52,15 @@ export const INFO: Info = {
   models: [{ name: "tiny-flux", path: "/home/u/.lorastudio/models/tiny-flux", family: "flux" }],
 };
 
+/** An edit family (control images 0-1 per sample: the control settings apply), for INFO's families when a test needs one. */
+export const KONTEXT: Info["families"][number] = {
+  ...INFO.families[1],
+  name: "flux-kontext",
+  title: "FLUX.1 Kontext",
+  ...SERVER_RULES.families["flux-kontext"],
+  control_images: [0, 1],
+};
+
 /** GET /api/models: the tiny demo model, and a real FLUX.1 download that is incomplete. */
 export const CATALOGUE: CatalogueModel[] = [
   {
