@@ -5,7 +5,9 @@ UI holds no copy of them:
 - which settings each choice of a select field reads (optimizer_problems, adapter_problems and
   loss_problems refuse the others' settings);
 - the settings where an explicit null means off (config_resolve.NULL_MEANS_OFF: a family default
-  does not replace it).
+  does not replace it);
+- the optimizers and compile modes a host can run (`host_choices`, HostOut's: the rules the job
+  service's host check and preflight apply).
 
 A family's refused family-specific settings are served per family (FamilyOut.refuses, from
 config_resolve.refused_fields). No torch here.
@@ -16,9 +18,15 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from lorastudio.config_fields_objective import LossName
+from lorastudio.config_fields_runtime import CompileMode
 from lorastudio.config_fields_training import AdapterName, OptimizerName
 from lorastudio.config_methods import HUBER_LOSSES, HUBER_OPTIONS
-from lorastudio.config_rules import LOKR_OPTIONS, OPTIMIZER_OPTIONS
+from lorastudio.config_rules import (
+    LOKR_OPTIONS,
+    OPTIMIZER_OPTIONS,
+    compile_device_problems,
+    optimizer_host_problems,
+)
 
 
 def choice_settings() -> dict[str, dict[str, list[str]]]:
@@ -36,3 +44,14 @@ def config_rules_public() -> dict[str, Any]:
     from lorastudio.config_resolve import NULL_MEANS_OFF
 
     return {"choice_settings": choice_settings(), "null_means_off": sorted(NULL_MEANS_OFF)}
+
+
+def host_choices(device_type: str) -> dict[str, list[str]]:
+    """The optimizer and compile values a run on a `device_type` device ("cuda", "cpu") of this
+    machine can use, in the config's order: those optimizer_host_problems (the 8-bit ones need
+    CUDA and bitsandbytes) and compile_device_problems (on / wide need CUDA) do not refuse.
+    'wide' also needs a family with wider compile regions (FamilyOut.wide_compile)."""
+    return {
+        "optimizers": [o for o in get_args(OptimizerName) if not optimizer_host_problems(o, device_type)],
+        "compile_modes": [m for m in get_args(CompileMode) if not compile_device_problems(m, device_type)],
+    }

@@ -2,17 +2,24 @@
 `refuses`), so the UI holds no copy of them: every rule served is the rule the config parser
 applies. A family refuses exactly the family-specific settings it lists in `refuses` and accepts
 the ones it `supports`; each choice of a select field accepts the settings served for it and
-refuses every other choice's; a served null-means-off setting keeps an explicit null."""
+refuses every other choice's; a served null-means-off setting keeps an explicit null; the host
+offers exactly the optimizers and compile modes its preflight accepts."""
 
 from __future__ import annotations
 
-from typing import Any
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 from fastapi.testclient import TestClient
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig, parse_train_config, resolve_train_config
+from lorastudio.config_fields_runtime import CompileMode
+from lorastudio.config_fields_training import OptimizerName
 from lorastudio.errors import ConfigError
+from lorastudio.settings import Settings
 
 # A value for each setting below that asks for something (not its unset / default value).
 VALUES: dict[str, Any] = {
@@ -111,3 +118,27 @@ def test_null_means_off_settings_keep_an_explicit_null(info: dict[str, Any]) -> 
         parse_train_config({"family": "flux", "base_model": "m", "data_dir": "d", "lora_rank": None})
     )
     assert resolved.lora_rank == families["flux"]["defaults"]["lora_rank"]
+
+
+def test_the_host_offers_exactly_the_optimizers_and_compile_modes_its_preflight_accepts(
+    client: TestClient,
+    info: dict[str, Any],
+    settings: Settings,
+    sample_dataset: Path,
+    flux_config: Callable[..., dict],
+) -> None:
+    """HostOut.optimizers / compile_modes: the Train form offers these (8-bit optimizers need CUDA
+    and bitsandbytes, compile on needs CUDA); the preflight refuses exactly the others here."""
+    shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
+    host = info["host"]
+    assert "adamw" in host["optimizers"] and "off" in host["compile_modes"]
+    choices = [("optimizer", o) for o in get_args(OptimizerName)]
+    choices += [
+        ("compile", m) for m in get_args(CompileMode) if m != "wide"
+    ]  # wide: SDXL's (FamilyOut.wide_compile)
+    for field, value in choices:
+        answer = client.post("/api/train/preflight", json={"config": flux_config(**{field: value})})
+        refused = answer.status_code == 400 and any(p["field"] == field for p in answer.json()["problems"])
+        assert answer.status_code in (200, 400), answer.text
+        offered = host["optimizers" if field == "optimizer" else "compile_modes"]
+        assert refused == (value not in offered), (field, value, answer.text)

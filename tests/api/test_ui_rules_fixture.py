@@ -10,6 +10,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from lorastudio.config_choices import host_choices
+
 RULES = Path(__file__).resolve().parents[2] / "web" / "src" / "test" / "serverRules.gen.ts"
 
 
@@ -21,3 +23,9 @@ def test_the_web_tests_rules_are_what_api_info_serves(client: TestClient) -> Non
     assert fixture["config_rules"] == info["config_rules"], "stale: rm web/.api-stamp; scripts/build_web.sh"
     served = {f["name"]: {"supports": f["supports"], "refuses": f["refuses"]} for f in info["families"]}
     assert fixture["families"] == served, "stale: rm web/.api-stamp; scripts/build_web.sh"
+    assert fixture["hosts"] == {d: host_choices(d) for d in ("cpu", "cuda")}, (
+        "stale (or another machine's bitsandbytes)"
+    )
+    assert {k: info["host"][k] for k in ("optimizers", "compile_modes")} == fixture["hosts"][
+        info["host"]["device"]
+    ]

@@ -172,6 +172,14 @@ class HostOut(_Out):
     memory_gb: float | None = Field(description="memory of one GPU (null on a CPU host)")
     precisions: list[str] = Field(description="the base_precision values a run can use here")
     gpu_count: int = Field(default=0, description="CUDA GPUs of this host (0: CPU only); num_gpus' limit")
+    optimizers: list[str] = Field(
+        default_factory=list,
+        description="the optimizer values a run can use here (8-bit ones: CUDA and bitsandbytes)",
+    )
+    compile_modes: list[str] = Field(
+        default_factory=list,
+        description="the compile values a run can use here ('wide' also needs a family with wide_compile)",
+    )
 
 
 class ModelOut(_Out):

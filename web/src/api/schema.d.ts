@@ -1939,6 +1939,11 @@ export interface components {
         /** HostOut */
         HostOut: {
             /**
+             * Compile Modes
+             * @description the compile values a run can use here ('wide' also needs a family with wide_compile)
+             */
+            compile_modes: string[];
+            /**
              * Device
              * @description "cuda" or "cpu"
              */
@@ -1956,6 +1961,11 @@ export interface components {
             memory_gb: number | null;
             /** Name */
             name: string;
+            /**
+             * Optimizers
+             * @description the optimizer values a run can use here (8-bit ones: CUDA and bitsandbytes)
+             */
+            optimizers: string[];
             /**
              * Precisions
              * @description the base_precision values a run can use here

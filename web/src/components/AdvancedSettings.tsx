@@ -1,11 +1,13 @@
 import { useEffect, useRef } from "react";
-import type { Family } from "../api/types";
+import type { Family, Host } from "../api/types";
 import {
   ADAPTERS,
   HUBER_SCHEDULES,
   LATENT_CACHES,
   LOSSES,
   OPTIMIZERS,
+  optimizerAvailable,
+  type Optimizer,
   TIMESTEP_SAMPLING,
   V_PREDICTION,
   takesControls,
@@ -19,6 +21,8 @@ interface Props {
   family: Family | undefined;
   /** Settings of an optimizer / adapter / loss other than the chosen one (trainForm.inapplicableFields): not shown. */
   hidden: ReadonlySet<string>;
+  /** The host: the optimizers it cannot run are greyed out. */
+  host: Host;
 }
 
 /** The settings of the Objective group (each shown when the family honours it). */
@@ -29,7 +33,7 @@ const OBJECTIVE = ["snr_gamma", "noise_offset", "timestep_sampling", "logit_mean
  * with the visible cards, every TrainConfig field has an input (TrainScreen.test checks it).
  * Opens by itself when the server reports a problem with one of its fields.
  */
-export function AdvancedSettings({ controls: c, family, hidden }: Props) {
+export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
   const ref = useRef<HTMLDetailsElement | null>(null);
   useEffect(() => {
     const details = ref.current;
@@ -85,7 +89,12 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         })}
 
         <h4 className="grid-head">Optimizer</h4>
-        {c.choice("optimizer", "Optimizer", OPTIMIZERS, { hint: "8-bit ones need a CUDA GPU and bitsandbytes" })}
+        {c.choice("optimizer", "Optimizer", OPTIMIZERS, {
+          hint: Object.keys(OPTIMIZERS).every((o) => optimizerAvailable(o as Optimizer, host))
+            ? "8-bit ones need a CUDA GPU and bitsandbytes"
+            : `8-bit ones need a CUDA GPU and bitsandbytes (this host: ${host.name}${host.device === "cuda" ? ", no bitsandbytes" : ""})`,
+          disabled: (v) => !optimizerAvailable(v as Optimizer, host),
+        })}
         {shown("optimizer_betas") && c.line("optimizer_betas", "Betas", { placeholder: "optimizer's", hint: "beta1, beta2" })}
         {shown("optimizer_eps") && c.num("optimizer_eps", "Epsilon", { placeholder: "1e-8" })}
         {shown("prodigy_d_coef") && c.num("prodigy_d_coef", "Prodigy d_coef", { placeholder: "1.0", hint: "multiplies the learned step size" })}

@@ -2,6 +2,7 @@ import { samplePromptEntries } from "./samplePrompts";
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
 import { INFO, KONTEXT } from "../test/fixtures";
+import { SERVER_RULES } from "../test/serverRules.gen";
 import {
   attentionAvailable,
   attentionHint,
@@ -167,7 +168,7 @@ describe("train form: checkpoints, speed and every other setting", () => {
 
   it("compile=on is offered only on a CUDA host", () => {
     expect(compileAvailable("on", INFO.host)).toBe(INFO.host.device === "cuda");
-    expect(compileAvailable("on", { ...INFO.host, device: "cuda" })).toBe(true);
+    expect(compileAvailable("on", { ...INFO.host, device: "cuda", ...SERVER_RULES.hosts.cuda })).toBe(true);
     expect(compileAvailable("auto", INFO.host)).toBe(true);
   });
 
@@ -179,7 +180,7 @@ describe("train form: checkpoints, speed and every other setting", () => {
   });
 
   it("compile=wide is offered only for a family with wide regions (SDXL), on a CUDA host", () => {
-    const cuda = { ...INFO.host, device: "cuda" };
+    const cuda = { ...INFO.host, device: "cuda", ...SERVER_RULES.hosts.cuda };
     expect(sdxl.wide_compile).toBe(true);
     expect(compileAvailable("wide", cuda, sdxl)).toBe(true);
     expect(compileAvailable("wide", cuda, flux)).toBe(false);

@@ -141,6 +141,17 @@ describe("TrainScreen", () => {
     }
   });
 
+  it("greys out the optimizers the host cannot run, as the server lists them", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    const options = [...input("optimizer").querySelectorAll("option")] as HTMLOptionElement[];
+    const enabled = options.filter((o) => !o.disabled).map((o) => o.value);
+    expect(enabled).toEqual(INFO.host.optimizers); // a CPU host: no 8-bit (CUDA) optimizer
+    expect(enabled).not.toContain("adamw8bit");
+    expect(input("optimizer").closest("label")).toHaveTextContent("8-bit ones need a CUDA GPU and bitsandbytes (this host: cpu)");
+  });
+
   it("shows seed, checkpoint interval and compile up front; compile=on only with CUDA", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));

@@ -276,7 +276,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
             {c.choice("save_dtype", "LoRA file dtype", SAVE_DTYPES, { hint: "fp32 keeps the trained weights exactly; bf16 / fp16 halve the file" })}
             {num("seed", "Seed", { hint: "same seed + data = same run" })}
           </div>
-          <AdvancedSettings controls={c} family={family} hidden={hidden} />
+          <AdvancedSettings controls={c} family={family} hidden={hidden} host={info.host} />
         </div>
 
         {general.length > 0 && (

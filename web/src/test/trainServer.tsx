@@ -9,6 +9,7 @@ import { TrainingProvider } from "../api/training";
 import type { Info } from "../api/types";
 import { TrainScreen } from "../screens/TrainScreen";
 import { CATALOGUE, type Call, INFO, mockFetch } from "./fixtures";
+import { SERVER_RULES } from "./serverRules.gen";
 
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
 
@@ -28,7 +29,7 @@ export const input = (name: string) => document.querySelector(`[name="${name}"]`
 /** INFO on a CUDA host (an H200) with `gpuCount` GPUs. */
 export const cudaInfo = (gpuCount: number): Info => ({
   ...INFO,
-  host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount },
+  host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount, ...SERVER_RULES.hosts.cuda },
 });
 
 /** The preflight's warning about small images (the real wording), gone with no_upscale. */
