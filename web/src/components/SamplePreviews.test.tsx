@@ -136,10 +136,10 @@ describe("sample previews", () => {
       await screen.findByText(/LoRA saved/);
       expect(screen.getByTestId("samples-step-4")).toBeInTheDocument();
       expect(screen.getByTestId("sample-history")).toBeInTheDocument();
-      expect(screen.queryByTestId("discarded")).toBeNull();
+      expect(screen.queryByTestId("nothing-kept")).toBeNull();
     } else {
-      await screen.findByTestId("discarded");
-      expect(screen.getByTestId("discarded")).toHaveTextContent("sample previews this run wrote were deleted");
+      await screen.findByTestId("nothing-kept");
+      expect(screen.getByTestId("nothing-kept")).toHaveTextContent("sample previews this run wrote were deleted");
       expect(screen.queryByTestId("samples-step-4")).toBeNull();
       await waitFor(() => expect(screen.queryByTestId("sample-history")).toBeNull());
       expect(document.querySelectorAll("img")).toHaveLength(0); // no link to a deleted file
