@@ -6,7 +6,7 @@ UI holds no copy of them:
   loss_problems refuse the others' settings);
 - the settings where an explicit null means off (config_resolve.NULL_MEANS_OFF: a family default
   does not replace it);
-- the optimizers and compile modes a host can run (`host_choices`, HostOut's: the rules the job
+- the optimizers, compile modes and attention kernels a host can run (`host_choices`, HostOut's: the rules the job
   service's host check and preflight apply).
 
 A family's refused family-specific settings are served per family (FamilyOut.refuses, from
@@ -18,12 +18,13 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from lorastudio.config_fields_objective import LossName
-from lorastudio.config_fields_runtime import CompileMode
+from lorastudio.config_fields_runtime import AttentionBackend, CompileMode
 from lorastudio.config_fields_training import AdapterName, OptimizerName
 from lorastudio.config_methods import HUBER_LOSSES, HUBER_OPTIONS
 from lorastudio.config_rules import (
     LOKR_OPTIONS,
     OPTIMIZER_OPTIONS,
+    attention_device_problems,
     compile_device_problems,
     optimizer_host_problems,
 )
@@ -47,11 +48,16 @@ def config_rules_public() -> dict[str, Any]:
 
 
 def host_choices(device_type: str) -> dict[str, list[str]]:
-    """The optimizer and compile values a run on a `device_type` device ("cuda", "cpu") of this
-    machine can use, in the config's order: those optimizer_host_problems (the 8-bit ones need
-    CUDA and bitsandbytes) and compile_device_problems (on / wide need CUDA) do not refuse.
-    'wide' also needs a family with wider compile regions (FamilyOut.wide_compile)."""
+    """The optimizer, compile and attention_backend values a run on a `device_type` device
+    ("cuda", "cpu") of this machine can use, in the config's order: those optimizer_host_problems
+    (the 8-bit ones need CUDA and bitsandbytes), compile_device_problems (on / wide need CUDA) and
+    attention_device_problems (cudnn / efficient / fa4 need CUDA, flash CUDA or a CPU) do not
+    refuse. 'wide' also needs a family with wider compile regions (FamilyOut.wide_compile); fa4
+    also a Hopper / Blackwell GPU and flash_attn.cute (the preflight says when not)."""
     return {
         "optimizers": [o for o in get_args(OptimizerName) if not optimizer_host_problems(o, device_type)],
         "compile_modes": [m for m in get_args(CompileMode) if not compile_device_problems(m, device_type)],
+        "attention_backends": [
+            b for b in get_args(AttentionBackend) if not attention_device_problems(b, device_type)
+        ],
     }

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig, parse_train_config, resolve_train_config
-from lorastudio.config_fields_runtime import CompileMode
+from lorastudio.config_fields_runtime import AttentionBackend, CompileMode
 from lorastudio.config_fields_training import OptimizerName
 from lorastudio.errors import ConfigError
 from lorastudio.settings import Settings
@@ -127,18 +127,27 @@ def test_the_host_offers_exactly_the_optimizers_and_compile_modes_its_preflight_
     sample_dataset: Path,
     flux_config: Callable[..., dict],
 ) -> None:
-    """HostOut.optimizers / compile_modes: the Train form offers these (8-bit optimizers need CUDA
-    and bitsandbytes, compile on needs CUDA); the preflight refuses exactly the others here."""
+    """HostOut.optimizers / compile_modes / attention_backends: the Train form offers these (8-bit
+    optimizers need CUDA and bitsandbytes, compile on and cuDNN need CUDA); the preflight refuses
+    exactly the others here."""
     shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
     host = info["host"]
-    assert "adamw" in host["optimizers"] and "off" in host["compile_modes"]
+    assert (
+        "adamw" in host["optimizers"]
+        and "off" in host["compile_modes"]
+        and "math" in host["attention_backends"]
+    )
+    listed = {
+        "optimizer": "optimizers",
+        "compile": "compile_modes",
+        "attention_backend": "attention_backends",
+    }
     choices = [("optimizer", o) for o in get_args(OptimizerName)]
-    choices += [
-        ("compile", m) for m in get_args(CompileMode) if m != "wide"
-    ]  # wide: SDXL's (FamilyOut.wide_compile)
+    choices += [("compile", m) for m in get_args(CompileMode) if m != "wide"]  # wide: SDXL's only
+    choices += [("attention_backend", b) for b in get_args(AttentionBackend)]
     for field, value in choices:
         answer = client.post("/api/train/preflight", json={"config": flux_config(**{field: value})})
         refused = answer.status_code == 400 and any(p["field"] == field for p in answer.json()["problems"])
         assert answer.status_code in (200, 400), answer.text
-        offered = host["optimizers" if field == "optimizer" else "compile_modes"]
+        offered = host[listed[field]]
         assert refused == (value not in offered), (field, value, answer.text)

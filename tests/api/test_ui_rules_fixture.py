@@ -26,6 +26,6 @@ def test_the_web_tests_rules_are_what_api_info_serves(client: TestClient) -> Non
     assert fixture["hosts"] == {d: host_choices(d) for d in ("cpu", "cuda")}, (
         "stale (or another machine's bitsandbytes)"
     )
-    assert {k: info["host"][k] for k in ("optimizers", "compile_modes")} == fixture["hosts"][
-        info["host"]["device"]
-    ]
+    assert {k: info["host"][k] for k in ("optimizers", "compile_modes", "attention_backends")} == fixture[
+        "hosts"
+    ][info["host"]["device"]]

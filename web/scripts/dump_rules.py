@@ -38,7 +38,7 @@ def module() -> str:
         f'{HEADER}import type {{ ConfigRules, Host }} from "../api/types";\n\n'
         "/** /api/info's config_rules, each family's supports / refuses, a CPU / CUDA host's choices. */\n"
         'export const SERVER_RULES: { config_rules: ConfigRules; hosts: Record<"cpu" | "cuda", '
-        'Pick<Host, "optimizers" | "compile_modes">>; families: Record<string, '
+        'Pick<Host, "optimizers" | "compile_modes" | "attention_backends">>; families: Record<string, '
         f"{{ supports: string[]; refuses: string[] }}> }} = {body};\n"
     )
 

@@ -180,6 +180,10 @@ class HostOut(_Out):
         default_factory=list,
         description="the compile values a run can use here ('wide' also needs a family with wide_compile)",
     )
+    attention_backends: list[str] = Field(
+        default_factory=list,
+        description="the attention_backend values with a kernel here (fa4 also needs a Hopper / Blackwell GPU)",
+    )
 
 
 class ModelOut(_Out):

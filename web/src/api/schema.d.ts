@@ -1939,6 +1939,11 @@ export interface components {
         /** HostOut */
         HostOut: {
             /**
+             * Attention Backends
+             * @description the attention_backend values with a kernel here (fa4 also needs a Hopper / Blackwell GPU)
+             */
+            attention_backends: string[];
+            /**
              * Compile Modes
              * @description the compile values a run can use here ('wide' also needs a family with wide_compile)
              */

@@ -1,7 +1,7 @@
 /**
  * The Train form's choices that depend on the host (lib/trainForm.ts re-exports them): precisions,
  * GPUs, the memory budget's hint, which optimizers, compile modes and attention kernels can run
- * here (the first three as the server's HostOut lists them).
+ * here (as the server's HostOut lists them).
  */
 import type { Family, Host } from "../api/types";
 import { PRECISIONS, type AttentionBackend, type CompileMode, type Optimizer } from "./trainChoices";
@@ -42,13 +42,12 @@ export function optimizerAvailable(optimizer: Optimizer, host: Host): boolean {
 }
 
 /**
- * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient / fa4 without
- * CUDA, and flash on a device with no flash kernel: neither CUDA nor the CPU).
+ * Whether attention `backend` has a kernel on `host` (it lists it in `attention_backends`: cudnn /
+ * efficient / fa4 need CUDA, flash CUDA or the CPU; fa4 also a Hopper / Blackwell GPU, which the
+ * preflight checks).
  */
 export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
-  if (backend === "cudnn" || backend === "efficient" || backend === "fa4") return host.device === "cuda";
-  if (backend === "flash") return host.device === "cuda" || host.device === "cpu";
-  return true;
+  return host.attention_backends.includes(backend);
 }
 
 /** The attention setting's hint: what auto does here and why some kernels are greyed out. */

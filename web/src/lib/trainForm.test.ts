@@ -188,14 +188,13 @@ describe("train form: checkpoints, speed and every other setting", () => {
     expect(compileAvailable("wide", cuda)).toBe(false);
   });
 
-  it("attention: cuDNN and memory-efficient only on a CUDA host, flash on CUDA or the CPU", () => {
-    const cpu = { ...INFO.host, device: "cpu" };
-    const cuda = { ...INFO.host, device: "cuda", name: "NVIDIA H200" };
+  it("attention: the kernels the host lists (the server's: cuDNN and memory-efficient on CUDA, flash on CUDA or the CPU)", () => {
+    const cpu = { ...INFO.host, device: "cpu", ...SERVER_RULES.hosts.cpu };
+    const cuda = { ...INFO.host, device: "cuda", name: "NVIDIA H200", ...SERVER_RULES.hosts.cuda };
     const mps = { ...INFO.host, device: "mps", name: "Apple M2" };
     const offered = (host: typeof cpu) => (["auto", "cudnn", "flash", "efficient", "math"] as const).filter((b) => attentionAvailable(b, host));
     expect(offered(cuda)).toEqual(["auto", "cudnn", "flash", "efficient", "math"]);
     expect(offered(cpu)).toEqual(["auto", "flash", "math"]);
-    expect(offered(mps)).toEqual(["auto", "math"]);
     expect(attentionHint(cpu)).toBe("auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU (this host: cpu)");
     expect(attentionHint(mps)).toMatch(/flash a CUDA GPU or the CPU \(this host: Apple M2\)/);
     expect(attentionHint(cuda)).not.toMatch(/need/);

@@ -2,7 +2,7 @@
 import type { ConfigRules, Host } from "../api/types";
 
 /** /api/info's config_rules, each family's supports / refuses, a CPU / CUDA host's choices. */
-export const SERVER_RULES: { config_rules: ConfigRules; hosts: Record<"cpu" | "cuda", Pick<Host, "optimizers" | "compile_modes">>; families: Record<string, { supports: string[]; refuses: string[] }> } = {
+export const SERVER_RULES: { config_rules: ConfigRules; hosts: Record<"cpu" | "cuda", Pick<Host, "optimizers" | "compile_modes" | "attention_backends">>; families: Record<string, { supports: string[]; refuses: string[] }> } = {
   "config_rules": {
     "choice_settings": {
       "adapter": {
@@ -233,6 +233,11 @@ export const SERVER_RULES: { config_rules: ConfigRules; hosts: Record<"cpu" | "c
   },
   "hosts": {
     "cpu": {
+      "attention_backends": [
+        "auto",
+        "flash",
+        "math"
+      ],
       "compile_modes": [
         "off",
         "auto"
@@ -244,6 +249,14 @@ export const SERVER_RULES: { config_rules: ConfigRules; hosts: Record<"cpu" | "c
       ]
     },
     "cuda": {
+      "attention_backends": [
+        "auto",
+        "cudnn",
+        "flash",
+        "efficient",
+        "math",
+        "fa4"
+      ],
       "compile_modes": [
         "off",
         "on",
