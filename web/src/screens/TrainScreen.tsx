@@ -26,6 +26,8 @@ import {
   CHECKPOINTING,
   COMPILE_MODES,
   compileAvailable,
+  CONTROL_SETTINGS,
+  takesControls,
   FIELD_KINDS,
   type FormValues,
   gpuInput,
@@ -97,7 +99,10 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     k === "family" ||
     k === "steps" ||
     k === "num_epochs" ||
-    (k in FIELD_KINDS && !family?.refuses.includes(k) && (k === "learning_rate" || !hidden.has(k as keyof TrainConfig)));
+    (k in FIELD_KINDS &&
+      !family?.refuses.includes(k) &&
+      (takesControls(family) || !CONTROL_SETTINGS.includes(k as keyof TrainConfig)) &&
+      (k === "learning_rate" || !hidden.has(k as keyof TrainConfig)));
 
   const submit = async (kind: "check" | "start") => {
     const built = buildConfig(values, family, info.config_rules);
