@@ -6,8 +6,8 @@ UI holds no copy of them:
   loss_problems refuse the others' settings);
 - the settings where an explicit null means off (config_resolve.NULL_MEANS_OFF: a family default
   does not replace it);
-- the optimizers, compile modes and attention kernels a host can run (`host_choices`, HostOut's: the rules the job
-  service's host check and preflight apply).
+- the optimizers, compile modes and attention kernels a host can run (`host_choices`, served in
+  HostOut: the rules the job service's host check and the preflight apply).
 
 A family's refused family-specific settings are served per family (FamilyOut.refuses, from
 config_resolve.refused_fields). No torch here.
