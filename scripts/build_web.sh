@@ -35,8 +35,10 @@ fi
 
 # 2. API types, generated from the server's OpenAPI schema (plus TrainConfig and the events).
 # TrainConfig is config.py + its field groups config_fields_*.py + the config_*.py models they use
-api_want=$(tree_hash "$ROOT/src/lorastudio/api" "$ROOT"/src/lorastudio/config*.py \
-  "$ROOT/src/lorastudio/training/events.py" "$WEB/scripts/dump_schema.py" "$WEB/scripts/routes.mjs")
+# (and the web tests' copy of the config rules, from config*.py and the family specs' supports)
+api_want=$(tree_hash "$ROOT/src/lorastudio/api" "$ROOT"/src/lorastudio/config*.py "$ROOT/src/lorastudio/families" \
+  "$ROOT/src/lorastudio/training/events.py" "$WEB/scripts/dump_schema.py" "$WEB/scripts/routes.mjs" \
+  "$WEB/scripts/dump_rules.py")
 api_have=$(cat "$WEB/.api-stamp" 2>/dev/null || true)
 if [ "$api_want" != "$api_have" ] || [ ! -f "$WEB/src/api/schema.d.ts" ]; then
   say "generating API types from the OpenAPI schema"
@@ -46,6 +48,8 @@ if [ "$api_want" != "$api_have" ] || [ ! -f "$WEB/src/api/schema.d.ts" ]; then
   mv "$tmp" "$WEB/openapi.json"
   trap - EXIT
   (cd "$WEB" && npm run --silent gen:api >/dev/null)
+  "$PY" "$WEB/scripts/dump_rules.py" > "$WEB/src/test/serverRules.gen.ts.tmp"
+  mv "$WEB/src/test/serverRules.gen.ts.tmp" "$WEB/src/test/serverRules.gen.ts"
   echo "$api_want" > "$WEB/.api-stamp"
 fi
 

@@ -80,7 +80,13 @@ def _family_problems_raw(fam_name: str, data: Mapping[str, Any]) -> list[FieldPr
     except UnknownFamily as err:
         return [FieldProblem("family", str(err))]
     given = {f for f in set(data) & set(FAMILY_SPECIFIC_FIELDS) if data[f] != _inert_value(f)}
-    return [_unsupported(fam.spec.name, f) for f in sorted(given - fam.spec.supports)]
+    return [_unsupported(fam.spec.name, f) for f in sorted(given & set(refused_fields(fam.spec.supports)))]
+
+
+def refused_fields(supports: frozenset[str] | set[str]) -> list[str]:
+    """The family-specific settings (FAMILY_SPECIFIC_FIELDS) a family whose FamilySpec.supports
+    is `supports` refuses when set explicitly, in the config's order (/api/info serves them)."""
+    return [f for f in FAMILY_SPECIFIC_FIELDS if f not in supports]
 
 
 def _inert_value(field: str) -> Any:
@@ -106,7 +112,7 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
         return [FieldProblem("family", str(err))]
     problems = [
         _unsupported(fam.spec.name, f)
-        for f in sorted((cfg.model_fields_set & set(FAMILY_SPECIFIC_FIELDS)) - fam.spec.supports)
+        for f in sorted(cfg.model_fields_set & set(refused_fields(fam.spec.supports)))
         if getattr(cfg, f) != _inert_value(f)
     ]
     res = cfg.resolution if cfg.resolution is not None else fam.spec.defaults.get("resolution")
@@ -190,7 +196,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
         explicit = key in cfg.model_fields_set
         if not explicit or (values[key] is None and key not in NULL_MEANS_OFF):
             values[key] = default
-    for key in set(FAMILY_SPECIFIC_FIELDS) - fam.spec.supports:
+    for key in refused_fields(fam.spec.supports):
         values[key] = _inert_value(key)
     values["learning_rate"] = optimizer_learning_rate(cfg, values["learning_rate"])
     values["lora_format"] = adapter_lora_format(cfg, values["lora_format"])

@@ -39,6 +39,33 @@ def compile_runs(mode: str, device_type: str) -> bool:
     return mode in COMPILE_NEEDS_CUDA or (mode == "auto" and device_type == "cuda")
 
 
+# SDPA kernels by the device types that have one (any other backend runs anywhere); fa4 also needs
+# a Hopper / Blackwell GPU and flash_attn.cute, which the engine checks (training/attention_fa4.py)
+ATTENTION_DEVICES: dict[str, tuple[str, ...]] = {
+    "cudnn": ("cuda",),
+    "efficient": ("cuda",),
+    "fa4": ("cuda",),
+    "flash": ("cuda", "cpu"),  # torch has a CPU flash kernel, none for MPS
+}
+
+
+def attention_device_problems(backend: str, device_type: str) -> list[FieldProblem]:
+    """Why TrainConfig.attention_backend `backend` has no kernel on a `device_type` device (empty
+    when it has): the rule behind training/attention.attention_problems and the host's choices."""
+    if device_type in ATTENTION_DEVICES.get(backend, (device_type,)):
+        return []
+    if backend == "flash":
+        return [
+            FieldProblem("attention_backend", f"'flash' has no {device_type} kernel; use 'auto' or 'math'")
+        ]
+    return [
+        FieldProblem(
+            "attention_backend",
+            f"'{backend}' is a CUDA kernel (the training device is {device_type}); use 'auto' or 'math'",
+        )
+    ]
+
+
 # base precisions converted layer by layer (quantised / fp8 linears): fuse_projections never
 # fuses them ("on" is refused with one of them; fused fp8 measured no faster, RESULTS note 20)
 UNFUSED_BASES: tuple[str, ...] = ("fp8", "int8", "nf4")

@@ -140,6 +140,9 @@ class FamilyOut(_Out):
     lora_targets: list[str]
     defaults: dict[str, Any]
     supports: list[str]
+    refuses: list[str] = Field(
+        description="the family-specific settings this family cannot honour: set explicitly, they are refused"
+    )
     wide_compile: bool = Field(
         default=False, description="compile 'wide' applies (the family declares wider compile regions: SDXL)"
     )
@@ -169,12 +172,37 @@ class HostOut(_Out):
     memory_gb: float | None = Field(description="memory of one GPU (null on a CPU host)")
     precisions: list[str] = Field(description="the base_precision values a run can use here")
     gpu_count: int = Field(default=0, description="CUDA GPUs of this host (0: CPU only); num_gpus' limit")
+    optimizers: list[str] = Field(
+        default_factory=list,
+        description="the optimizer values a run can use here (8-bit ones: CUDA and bitsandbytes)",
+    )
+    compile_modes: list[str] = Field(
+        default_factory=list,
+        description="the compile values a run can use here ('wide' also needs a family with wide_compile)",
+    )
+    attention_backends: list[str] = Field(
+        default_factory=list,
+        description="the attention_backend values with a kernel here (fa4 also needs a Hopper / Blackwell GPU)",
+    )
 
 
 class ModelOut(_Out):
     name: str = Field(description="folder name under models/ (usable as base_model)")
     path: str
     family: str | None = Field(description="the family that trains this pipeline, if any")
+
+
+class ConfigRulesOut(_Out):
+    """Rules of TrainConfig the UI follows to offer only what the server accepts
+    (lorastudio.config_choices)."""
+
+    choice_settings: dict[str, dict[str, list[str]]] = Field(
+        description="{select field: {choice: the settings it reads}}: the settings of the other choices "
+        "are refused (optimizer, adapter, loss)"
+    )
+    null_means_off: list[str] = Field(
+        description="settings where an explicit null means off (a family default does not replace it)"
+    )
 
 
 class InfoOut(_Out):
@@ -187,6 +215,7 @@ class InfoOut(_Out):
     models: list[ModelOut]
     host: HostOut
     auth: bool
+    config_rules: ConfigRulesOut
 
 
 class DroppedFile(_Out):

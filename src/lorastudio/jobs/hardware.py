@@ -31,12 +31,16 @@ class HostInfo:
     gpu_memory_gb: tuple[float, ...] = ()
 
     def public(self) -> dict[str, Any]:
+        """HostOut: with the optimizers and compile modes a run can use here (config_choices)."""
+        from lorastudio.config_choices import host_choices
+
         return {
             "device": self.device,
             "name": self.name,
             "memory_gb": self.memory_gb,
             "precisions": list(self.precisions),
             "gpu_count": self.gpu_count,
+            **host_choices(self.device),
         }
 
 

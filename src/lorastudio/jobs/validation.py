@@ -19,7 +19,11 @@ from lorastudio.basemodels import inspect_folder, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_datasets import top_resolution, with_paths
-from lorastudio.config_rules import compile_device_problems, optimizer_host_problems
+from lorastudio.config_rules import (
+    attention_device_problems,
+    compile_device_problems,
+    optimizer_host_problems,
+)
 from lorastudio.config_schedule import schedule_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
 from lorastudio.data.entries import (
@@ -247,7 +251,8 @@ def output_name_problems(name: str, settings: Settings, live_output_names: set[s
 
 
 def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
-    """Settings this server cannot run on its host: compile "on" / "wide" without CUDA; num_gpus > 1 with
+    """Settings this server cannot run on its host: compile "on" / "wide" without CUDA; an attention
+    kernel without one here (cudnn / efficient / fa4 need CUDA, flash CUDA or a CPU); num_gpus > 1 with
     fewer CUDA GPUs than that (unless settings.cpu_data_parallel runs the ranks as gloo
     processes on the CPU), a batch_size that does not divide by num_gpus (each rank takes an
     equal slice of every batch), or lora_dropout > 0 (see training/distributed.py: each rank
@@ -255,6 +260,7 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
     offload_blocks > 0 without CUDA (training.plan.plan_host_problems)."""
     host = host_info()
     problems = compile_device_problems(cfg.compile, host.device)
+    problems += attention_device_problems(cfg.attention_backend, host.device)  # here, not in the worker
     if cfg.num_gpus > 1:
         count = host.gpu_count
         if count < cfg.num_gpus and not settings.cpu_data_parallel:

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from lorastudio.config_rules import attention_device_problems
 from lorastudio.errors import FieldProblem
 from lorastudio.training.attention_fa4 import fa4_unavailable, route_denoiser_to_fa4
 
@@ -86,22 +87,12 @@ def attention_problems(backend: str, device: torch.device) -> list[FieldProblem]
     """Why `backend` cannot be honoured on `device` (empty when it can): "cudnn" and "efficient"
     are CUDA kernels; "flash" needs CUDA or a CPU (torch has a CPU flash kernel), not MPS; "fa4"
     needs a Hopper / Blackwell GPU and flash_attn.cute (attention_fa4.fa4_unavailable)."""
-    if backend in ("cudnn", "efficient") and device.type != "cuda":
-        return [
-            FieldProblem(
-                "attention_backend",
-                f"'{backend}' is a CUDA kernel (the training device is {device.type}); use 'auto' or 'math'",
-            )
-        ]
-    if backend == "flash" and device.type not in ("cuda", "cpu"):
-        return [
-            FieldProblem("attention_backend", f"'flash' has no {device.type} kernel; use 'auto' or 'math'")
-        ]
     if backend == "fa4":
         reason = fa4_unavailable(device)
         if reason is not None:
             return [FieldProblem("attention_backend", f"'fa4' cannot run here: {reason}; use 'auto'")]
-    return []
+        return []
+    return attention_device_problems(backend, device.type)  # config_rules: the host lists the same
 
 
 def probe_shapes(

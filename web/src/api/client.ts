@@ -24,12 +24,12 @@ export class ApiError extends Error {
     this.body = body;
   }
 
-  /** Problems keyed by field name (first message wins; the config prefix is dropped). */
+  /** Problems keyed by field name (several of one field joined with "; "; the config prefix is dropped). */
   byField(): Record<string, string> {
     const out: Record<string, string> = {};
     for (const p of this.problems) {
       const key = p.field.replace(/^(body\.)?(config\.)?/, "");
-      out[key] ??= p.message;
+      out[key] = out[key] ? `${out[key]}; ${p.message}` : p.message;
     }
     return out;
   }

@@ -399,7 +399,7 @@ export interface paths {
          * Info
          * @description Roots, dataset folders with image/caption counts, local base models (folders under
          *     models/ with their family), families (defaults + capabilities) and the host's accelerator
-         *     and precisions.
+         *     and precisions, and the config rules the UI follows (config_rules; each family's `refuses`).
          */
         get: operations["info_api_info_get"];
         put?: never;
@@ -1404,6 +1404,27 @@ export interface components {
              */
             type?: "complete";
         };
+        /**
+         * ConfigRulesOut
+         * @description Rules of TrainConfig the UI follows to offer only what the server accepts
+         *     (lorastudio.config_choices).
+         */
+        ConfigRulesOut: {
+            /**
+             * Choice Settings
+             * @description {select field: {choice: the settings it reads}}: the settings of the other choices are refused (optimizer, adapter, loss)
+             */
+            choice_settings: {
+                [key: string]: {
+                    [key: string]: string[];
+                };
+            };
+            /**
+             * Null Means Off
+             * @description settings where an explicit null means off (a family default does not replace it)
+             */
+            null_means_off: string[];
+        };
         /** DatasetDeleted */
         DatasetDeleted: {
             /**
@@ -1652,6 +1673,11 @@ export interface components {
              * @description base_precision values this host can run
              */
             precisions: string[];
+            /**
+             * Refuses
+             * @description the family-specific settings this family cannot honour: set explicitly, they are refused
+             */
+            refuses: string[];
             /** Resolution Multiple */
             resolution_multiple: number;
             /** Supports */
@@ -1913,6 +1939,16 @@ export interface components {
         /** HostOut */
         HostOut: {
             /**
+             * Attention Backends
+             * @description the attention_backend values with a kernel here (fa4 also needs a Hopper / Blackwell GPU)
+             */
+            attention_backends: string[];
+            /**
+             * Compile Modes
+             * @description the compile values a run can use here ('wide' also needs a family with wide_compile)
+             */
+            compile_modes: string[];
+            /**
              * Device
              * @description "cuda" or "cpu"
              */
@@ -1931,6 +1967,11 @@ export interface components {
             /** Name */
             name: string;
             /**
+             * Optimizers
+             * @description the optimizer values a run can use here (8-bit ones: CUDA and bitsandbytes)
+             */
+            optimizers: string[];
+            /**
              * Precisions
              * @description the base_precision values a run can use here
              */
@@ -1940,6 +1981,7 @@ export interface components {
         InfoOut: {
             /** Auth */
             auth: boolean;
+            config_rules: components["schemas"]["ConfigRulesOut"];
             /** Datasets */
             datasets: components["schemas"]["DatasetSummary"][];
             /** Datasets Root */

@@ -27,6 +27,7 @@ export type PushBody = Schemas["PushBody"];
 export type Info = Schemas["InfoOut"];
 export type Family = Schemas["FamilyOut"];
 export type Host = Schemas["HostOut"];
+export type ConfigRules = Schemas["ConfigRulesOut"];
 export type LocalModel = Schemas["ModelOut"];
 export type CatalogueModel = Schemas["CatalogueModelOut"];
 export type Fetch = Schemas["FetchOut"];

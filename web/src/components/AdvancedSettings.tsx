@@ -1,39 +1,48 @@
 import { useEffect, useRef } from "react";
-import type { Family } from "../api/types";
+import type { Family, Host } from "../api/types";
 import {
   ADAPTERS,
-  FAMILY_FIELDS,
   HUBER_SCHEDULES,
   LATENT_CACHES,
   LOSSES,
   OPTIMIZERS,
+  optimizerAvailable,
+  type Optimizer,
   TIMESTEP_SAMPLING,
   V_PREDICTION,
+  takesControls,
 } from "../lib/trainForm";
 import { PreservationFields } from "./PreservationFields";
 import type { TrainControls } from "./TrainControls";
 
 interface Props {
   controls: TrainControls;
-  /** The picked family: its `supports` decide which objective settings are shown. */
+  /** The picked family: the family-specific settings it refuses (`refuses`, the server's) are not shown. */
   family: Family | undefined;
-  /** Settings of an optimizer / adapter other than the chosen one (trainForm.inapplicableFields): not shown. */
+  /** Settings of an optimizer / adapter / loss other than the chosen one (trainForm.inapplicableFields): not shown. */
   hidden: ReadonlySet<string>;
+  /** The host: the optimizers it cannot run are greyed out. */
+  host: Host;
 }
+
+/** The settings of the Objective group (each shown when the family honours it). */
+const OBJECTIVE = ["snr_gamma", "noise_offset", "timestep_sampling", "logit_mean", "logit_std", "flow_shift", "guidance", "max_sequence_length"];
 
 /**
  * The Train form's less common settings, collapsed by default and grouped by topic. Together
  * with the visible cards, every TrainConfig field has an input (TrainScreen.test checks it).
  * Opens by itself when the server reports a problem with one of its fields.
  */
-export function AdvancedSettings({ controls: c, family, hidden }: Props) {
+export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
   const ref = useRef<HTMLDetailsElement | null>(null);
   useEffect(() => {
     const details = ref.current;
-    if (details && !details.open && details.querySelector(".field.has-error")) details.open = true;
+    if (details && !details.open && details.querySelector(".has-error")) details.open = true;
   });
-  const supports = new Set(family?.supports ?? []);
-  const objective = FAMILY_FIELDS.some((k) => supports.has(k));
+  const refused = new Set(family?.refuses ?? []);
+  const offers = (k: string) => family != null && !refused.has(k); // a family-specific setting the family honours
+  const objective = OBJECTIVE.some(offers);
+  const edits = takesControls(family); // the control settings: edit families only (the server refuses them for the others)
   const shown = (k: string) => !hidden.has(k);
   return (
     <details className="advanced" data-testid="advanced-settings" ref={ref}>
@@ -41,14 +50,16 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
       <div className="grid">
         <h4 className="grid-head">Data</h4>
         {c.line("default_caption", "Default caption", { hint: "for images without one", wide: true })}
-        {c.area("control_dirs", "Control folders", {
-          hint: "edit families: one folder per line, each holding every image's control (reference) of the same name",
-          wide: true,
-        })}
-        {c.line("control_resolution", "Control size", {
-          placeholder: "pipeline",
-          hint: "edit families: pipeline = the size the edit pipeline encodes a reference at (~1 MP); target = its target's bucket; a number N = the pipeline's rule at N x N",
-        })}
+        {edits &&
+          c.area("control_dirs", "Control folders", {
+            hint: "one folder per line, each holding every image's control (reference) of the same name",
+            wide: true,
+          })}
+        {edits &&
+          c.line("control_resolution", "Control size", {
+            placeholder: "pipeline",
+            hint: "pipeline = the size the edit pipeline encodes a reference at (~1 MP); target = its target's bucket; a number N = the pipeline's rule at N x N",
+          })}
         <div className="checks">
           {c.check("random_crop", "Random crop")}
           {c.check("random_flip", "Random flip")}
@@ -78,7 +89,12 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         })}
 
         <h4 className="grid-head">Optimizer</h4>
-        {c.choice("optimizer", "Optimizer", OPTIMIZERS, { hint: "8-bit ones need a CUDA GPU and bitsandbytes" })}
+        {c.choice("optimizer", "Optimizer", OPTIMIZERS, {
+          hint: Object.keys(OPTIMIZERS).every((o) => optimizerAvailable(o as Optimizer, host))
+            ? "8-bit ones need a CUDA GPU and bitsandbytes"
+            : `8-bit ones need a CUDA GPU and bitsandbytes (this host: ${host.name}${host.device === "cuda" ? ", no bitsandbytes" : ""})`,
+          disabled: (v) => !optimizerAvailable(v as Optimizer, host),
+        })}
         {shown("optimizer_betas") && c.line("optimizer_betas", "Betas", { placeholder: "optimizer's", hint: "beta1, beta2" })}
         {shown("optimizer_eps") && c.num("optimizer_eps", "Epsilon", { placeholder: "1e-8" })}
         {shown("prodigy_d_coef") && c.num("prodigy_d_coef", "Prodigy d_coef", { placeholder: "1.0", hint: "multiplies the learned step size" })}
@@ -109,10 +125,10 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {shown("lokr_decompose_both") && <div className="checks">{c.check("lokr_decompose_both", "Low-rank w1 too")}</div>}
         {c.line("rank_pattern", "Rank per module", { placeholder: "none", hint: "module=rank, comma-separated (e.g. to_k=8)", wide: true })}
         {c.line("alpha_pattern", "Alpha per module", { placeholder: "none", hint: "module=alpha, comma-separated", wide: true })}
-        {supports.has("train_text_encoder") && (
+        {offers("train_text_encoder") && (
           <div className="checks">{c.check("train_text_encoder", "Train the text encoders")}</div>
         )}
-        {supports.has("text_encoder_lr") &&
+        {offers("text_encoder_lr") &&
           c.num("text_encoder_lr", "Text encoder LR", { placeholder: "learning rate", hint: "with text-encoder training (captions then encode every step)" })}
         {c.line("lora_targets", "Target modules", {
           placeholder: family?.lora_targets.join(", ") || "the family's",
@@ -125,7 +141,7 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
           hint: "single-file base model (.safetensors): pipeline folder or hub id its configs, tokenizers and missing parts come from",
           wide: true,
         })}
-        {supports.has("v_prediction") &&
+        {offers("v_prediction") &&
           c.choice("v_prediction", "Prediction type", V_PREDICTION, {
             hint: "single-file SDXL checkpoints: as the file says (v_pred marker), else pick",
           })}
@@ -142,15 +158,15 @@ export function AdvancedSettings({ controls: c, family, hidden }: Props) {
         {shown("huber_schedule") && c.choice("huber_schedule", "Huber schedule", HUBER_SCHEDULES, { hint: "c by noise level" })}
 
         {objective && <h4 className="grid-head">Objective</h4>}
-        {supports.has("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}
-        {supports.has("noise_offset") &&
+        {offers("snr_gamma") && c.num("snr_gamma", "Min-SNR gamma", { placeholder: "off" })}
+        {offers("noise_offset") &&
           c.num("noise_offset", "Noise offset", { placeholder: "off", hint: "0.03-0.1: darker darks, brighter brights" })}
-        {supports.has("timestep_sampling") && c.choice("timestep_sampling", "Timestep sampling", TIMESTEP_SAMPLING)}
-        {supports.has("logit_mean") && c.num("logit_mean", "Logit mean")}
-        {supports.has("logit_std") && c.num("logit_std", "Logit std")}
-        {supports.has("flow_shift") && c.num("flow_shift", "Flow shift", { placeholder: "model's" })}
-        {supports.has("guidance") && c.num("guidance", "Guidance")}
-        {supports.has("max_sequence_length") && c.num("max_sequence_length", "Max text tokens")}
+        {offers("timestep_sampling") && c.choice("timestep_sampling", "Timestep sampling", TIMESTEP_SAMPLING)}
+        {offers("logit_mean") && c.num("logit_mean", "Logit mean")}
+        {offers("logit_std") && c.num("logit_std", "Logit std")}
+        {offers("flow_shift") && c.num("flow_shift", "Flow shift", { placeholder: "model's" })}
+        {offers("guidance") && c.num("guidance", "Guidance")}
+        {offers("max_sequence_length") && c.num("max_sequence_length", "Max text tokens")}
 
         <h4 className="grid-head">Sample previews</h4>
         {c.area("sample_prompts", "Sample prompts", {

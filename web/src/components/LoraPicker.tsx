@@ -14,6 +14,8 @@ interface Props {
   picks: readonly LoraPick[];
   onChange: (picks: LoraPick[]) => void;
   family: string;
+  /** The server's problem with the picked LoRAs (`loras`, e.g. "#2 scale: ..."), shown below the list. */
+  error?: string;
 }
 
 /** One row per pickable file of each LoRA (the API's `files`; a list without them: the run's LoRA). */
@@ -32,7 +34,7 @@ export const fileLabel = (name: string, f: Pick<LoraFile, "step">) => (f.step ==
  * A run with EMA offers both its files, labelled EMA / raw; each shows its validation loss and
  * the best / last validation marks (only raw weights are measured).
  */
-export function LoraPicker({ loras, picks, onChange, family }: Props) {
+export function LoraPicker({ loras, picks, onChange, family, error }: Props) {
   const toggle = (name: string, step: number | null) =>
     onChange(
       picks.some((p) => samePick(p, name, step))
@@ -43,7 +45,7 @@ export function LoraPicker({ loras, picks, onChange, family }: Props) {
     onChange(picks.map((p) => (samePick(p, name, step) ? { ...p, scale } : p)));
 
   return (
-    <div className="field wide">
+    <div className={`field wide${error ? " has-error" : ""}`}>
       <span className="field-label">LoRAs</span>
       {loras.length === 0 ? (
         <span className="muted small lora-empty">
@@ -122,6 +124,11 @@ export function LoraPicker({ loras, picks, onChange, family }: Props) {
             });
           })}
         </ul>
+      )}
+      {error && (
+        <span className="field-error" role="alert">
+          {error}
+        </span>
       )}
     </div>
   );

@@ -1,7 +1,7 @@
 import { screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
-import { type Call, INFO } from "../test/fixtures";
+import { type Call, INFO, KONTEXT } from "../test/fixtures";
 import { input, mockTrainServer, renderTrain } from "../test/trainServer";
 import { controlSizes } from "./PreflightPanel";
 
@@ -9,12 +9,18 @@ describe("the preflight's control sizes (control_resolution)", () => {
   let calls: Call[];
   beforeEach(() => {
     vi.unstubAllGlobals();
-    calls = mockTrainServer(() => INFO);
+    calls = mockTrainServer(() => ({ ...INFO, families: [...INFO.families, KONTEXT] }));
   });
 
   it("sends a rule or a side and shows how the controls are sized", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    // a text-to-image family takes no control images: no control setting is offered (the server refuses them)
+    expect(document.querySelector('[name="control_resolution"]')).toBeNull();
+    expect(document.querySelector('[name="control_dirs"]')).toBeNull();
+    await userEvent.click(screen.getByRole("radio", { name: "FLUX.1 Kontext" }));
+    await userEvent.type(input("base_model"), "owner/kontext");
+    expect(input("control_dirs")).not.toBeNull();
     expect(input("control_resolution")).toHaveValue("pipeline"); // the server's default
     await userEvent.clear(input("control_resolution"));
     await userEvent.type(input("control_resolution"), "target");

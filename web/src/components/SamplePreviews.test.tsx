@@ -109,6 +109,42 @@ describe("sample previews", () => {
     expect(screen.getByTestId("samples-step-4")).toBeInTheDocument();
     expect(calls.length).toBe(fetches);
   });
+  it.each([
+    [false, "discards: its previews are deleted, so none is shown and the screen says so"],
+    [true, "saves: its previews stay"],
+  ])("LiveScreen after a stop that %s (%s)", async (save) => {
+    vi.stubGlobal("EventSource", FakeEventSource);
+    let job: Record<string, unknown> = JOB;
+    mockFetch(({ url }) => {
+      if (url.startsWith("/api/train/status")) return { body: { job, queue: [], busy: false, event_seq: 1 } };
+      if (url === "/api/runs/j1/samples") return { body: { samples: [] } }; // a fresh run's discarded folder is gone
+      return undefined;
+    });
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    await screen.findByText("shapes-lora");
+    act(() => FakeEventSource.last?.emit("sample_ready", sampleReady(2)));
+    act(() => FakeEventSource.last?.emit("sample_ready", sampleReady(4)));
+    expect(screen.getByTestId("sample-history")).toBeInTheDocument();
+    const samples = { step: 4, images: sampleReady(4).images };
+    job = { ...JOB, status: "stopped", stop_requested: { save }, samples, lora_path: save ? "/o/shapes-lora.safetensors" : null };
+    act(() => FakeEventSource.last?.emit("status", { type: "status", job_id: "j1", status: "stopped", error: null }));
+    if (save) {
+      await screen.findByText(/LoRA saved/);
+      expect(screen.getByTestId("samples-step-4")).toBeInTheDocument();
+      expect(screen.getByTestId("sample-history")).toBeInTheDocument();
+      expect(screen.queryByTestId("nothing-kept")).toBeNull();
+    } else {
+      await screen.findByTestId("nothing-kept");
+      expect(screen.getByTestId("nothing-kept")).toHaveTextContent("sample previews this run wrote were deleted");
+      expect(screen.queryByTestId("samples-step-4")).toBeNull();
+      await waitFor(() => expect(screen.queryByTestId("sample-history")).toBeNull());
+      expect(document.querySelectorAll("img")).toHaveLength(0); // no link to a deleted file
+    }
+  });
 });
 
 describe("RunDetailScreen samples", () => {

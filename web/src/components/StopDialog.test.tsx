@@ -19,6 +19,16 @@ describe("StopDialog", () => {
     expect(onCancel).toHaveBeenCalledTimes(2);
   });
 
+  it("before the first step: nothing to save, so Continue or Stop (with save: a step that ends meanwhile is kept)", async () => {
+    const onStop = vi.fn();
+    render(<StopDialog onStop={onStop} onCancel={vi.fn()} step={0} />);
+    expect(screen.getByTestId("stop-nothing")).toHaveTextContent("nothing to save");
+    expect(screen.queryByRole("button", { name: "Stop and save" })).toBeNull();
+    expect(screen.queryByRole("button", { name: "Stop and discard" })).toBeNull();
+    await userEvent.click(screen.getByRole("button", { name: "Stop" }));
+    expect(onStop).toHaveBeenLastCalledWith(true);
+  });
+
   it("says that a stop waits for the sample round or checkpoint in progress", () => {
     const { rerender } = render(<StopDialog onStop={vi.fn()} onCancel={vi.fn()} />);
     expect(screen.getByTestId("stop-wait")).toHaveTextContent("sample round or checkpoint in progress is finished first");

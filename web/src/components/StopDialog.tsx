@@ -10,8 +10,32 @@ interface Props {
   work?: string | null;
 }
 
-/** "Stop training?": Continue, Stop and save, Stop and discard. The footer wraps at narrow widths. */
+/**
+ * "Stop training?": Continue, Stop and save, Stop and discard. Before the first step (`step` 0)
+ * there is nothing to save: Continue and Stop (a stop with save, which then keeps nothing, or the
+ * LoRA of a step that ended meanwhile). The footer wraps at narrow widths.
+ */
 export function StopDialog({ onStop, onCancel, busy, step, work }: Props) {
+  if (step === 0) {
+    return (
+      <Dialog
+        title="Stop training?"
+        onClose={onCancel}
+        footer={
+          <>
+            <button className="secondary" onClick={onCancel} disabled={busy}>
+              Continue
+            </button>
+            <button className="danger" onClick={() => onStop(true)} disabled={busy}>
+              Stop
+            </button>
+          </>
+        }
+      >
+        <p data-testid="stop-nothing">No step has run yet, so there is nothing to save: stopping now writes no LoRA.</p>
+      </Dialog>
+    );
+  }
   return (
     <Dialog
       title="Stop training?"
@@ -32,7 +56,8 @@ export function StopDialog({ onStop, onCancel, busy, step, work }: Props) {
     >
       <p>
         <b>Stop and save</b> writes a LoRA of the {step != null ? `${step} ` : ""}steps run so far.{" "}
-        <b>Stop and discard</b> ends the run without a LoRA.
+        <b>Stop and discard</b> ends the run without a LoRA and deletes the checkpoints, LoRA snapshots and sample
+        previews it wrote (a resumed run keeps what it resumed from).
       </p>
       <p className="muted small" data-testid="stop-wait">
         {work

@@ -33,7 +33,7 @@ export interface TrainControls {
   line(k: Key, label: string, opts?: Options): ReactNode;
   /** A multi-line text input. */
   area(k: Key, label: string, opts?: Options): ReactNode;
-  /** A checkbox. */
+  /** A checkbox (its server error beside it). */
   check(k: Key, label: string): ReactNode;
   /** A select over `choices` (value -> label); `disabled(value)` greys an option out. */
   choice(k: Key, label: string, choices: Record<string, string>, opts?: Omit<Options, "disabled"> & { disabled?: (v: string) => boolean }): ReactNode;
@@ -92,9 +92,14 @@ export function trainControls(
     area: (k, label, opts = {}) =>
       field(k, label, opts, <textarea name={k} rows={3} value={text(k)} placeholder={opts.placeholder} onChange={(e) => set(k, e.target.value)} />),
     check: (k, label) => (
-      <label className="check" title={title(k)}>
+      <label className={`check${errors[k] ? " has-error" : ""}`} title={title(k)}>
         <input type="checkbox" name={k} checked={values[k] === true} onChange={(e) => set(k, e.target.checked)} />
         {label}
+        {errors[k] && (
+          <span className="field-error" role="alert">
+            {errors[k]}
+          </span>
+        )}
       </label>
     ),
     choice: (k, label, choices, opts = {}) =>

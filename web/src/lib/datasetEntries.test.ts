@@ -49,21 +49,21 @@ describe("datasets entries", () => {
   });
 
   it("the run's resolution: one side, or several", () => {
-    const one = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512" }, flux);
+    const one = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512" }, flux, INFO.config_rules);
     expect(one.config.resolution).toBe(512);
-    const many = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512, 768,1024" }, flux);
+    const many = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512, 768,1024" }, flux, INFO.config_rules);
     expect(many.config.resolution).toEqual([512, 768, 1024]);
-    const bad = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512, x" }, flux);
+    const bad = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", resolution: "512, x" }, flux, INFO.config_rules);
     expect(bad.problems.resolution).toBe("whole numbers separated by commas");
   });
 
   it("the form sends datasets instead of data_dir, and names a bad row", () => {
     const rows = rowsValue([{ ...emptyRow("shapes"), amount: "4" }, emptyRow("faces")]);
-    const built = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "shapes", datasets: rows }, flux);
+    const built = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "shapes", datasets: rows }, flux, INFO.config_rules);
     expect(built.problems).toEqual({});
     expect(built.config.datasets).toEqual([{ path: "shapes", repeats: 4 }, { path: "faces" }]);
     expect(built.config).not.toHaveProperty("data_dir");
-    const bad = buildConfig({ ...initialValues(flux), base_model: "m", datasets: rowsValue([emptyRow("")]) }, flux);
+    const bad = buildConfig({ ...initialValues(flux), base_model: "m", datasets: rowsValue([emptyRow("")]) }, flux, INFO.config_rules);
     expect(bad.problems).toEqual({ datasets: "folder 1: pick a dataset" });
   });
 });

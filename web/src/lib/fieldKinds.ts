@@ -1,6 +1,8 @@
 /**
  * The Train form's field table (lib/trainForm.ts re-exports it): how the form holds and sends each
- * TrainConfig field, the fields a family must list to show them, and those where blank means off.
+ * TrainConfig field. Which fields a family refuses, which settings each optimizer / adapter / loss
+ * reads and where blank means off are the server's rules, read from /api/info (Family.refuses,
+ * Info.config_rules): the form holds no copy of them.
  */
 import type { TrainConfig } from "../api/types";
 
@@ -139,21 +141,3 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   train_text_encoder: "bool",
   text_encoder_lr: "number",
 };
-
-/** Fields shown only when the family lists them in `supports`. */
-export const FAMILY_FIELDS = [
-  "snr_gamma",
-  "noise_offset",
-  "timestep_sampling",
-  "logit_mean",
-  "logit_std",
-  "flow_shift",
-  "guidance",
-  "max_sequence_length",
-  "train_text_encoder",
-  "text_encoder_lr",
-  "v_prediction",
-] as const satisfies readonly Key[];
-
-/** Fields where null means "off": a blank input sends null (else the default would apply). */
-export const OFF_WHEN_BLANK: ReadonlySet<Key> = new Set<Key>(["max_grad_norm", "snr_gamma"]);

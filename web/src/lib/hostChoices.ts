@@ -1,9 +1,10 @@
 /**
  * The Train form's choices that depend on the host (lib/trainForm.ts re-exports them): precisions,
- * GPUs, the memory budget's hint, which compile modes and attention kernels can run here.
+ * GPUs, the memory budget's hint, which optimizers, compile modes and attention kernels can run
+ * here (as the server's HostOut lists them).
  */
 import type { Family, Host } from "../api/types";
-import { PRECISIONS, type AttentionBackend, type CompileMode } from "./trainChoices";
+import { PRECISIONS, type AttentionBackend, type CompileMode, type Optimizer } from "./trainChoices";
 
 /** The precision choices of `host`: its `precisions`, in the config's order, with labels. */
 export function precisionChoices(precisions: readonly string[]): Record<string, string> {
@@ -27,22 +28,26 @@ export function budgetHint(host: Host): string {
 }
 
 /**
- * Whether `mode` can run on `host` for `family` (the server refuses compile on / wide without
- * CUDA, and wide for a family without wider compile regions: only SDXL has them).
+ * Whether `mode` can run on `host` for `family`: the host lists it (`compile_modes`: on / wide
+ * need CUDA) and, for wide, the family has wider compile regions (`wide_compile`: SDXL only).
  */
 export function compileAvailable(mode: CompileMode, host: Host, family?: Family): boolean {
   if (mode === "wide" && !family?.wide_compile) return false;
-  return (mode !== "on" && mode !== "wide") || host.device === "cuda";
+  return host.compile_modes.includes(mode);
+}
+
+/** Whether `optimizer` can run on `host` (it lists it in `optimizers`: the 8-bit ones need CUDA and bitsandbytes). */
+export function optimizerAvailable(optimizer: Optimizer, host: Host): boolean {
+  return host.optimizers.includes(optimizer);
 }
 
 /**
- * Whether attention `backend` can run on `host` (the server refuses cudnn / efficient / fa4 without
- * CUDA, and flash on a device with no flash kernel: neither CUDA nor the CPU).
+ * Whether attention `backend` has a kernel on `host` (it lists it in `attention_backends`: cudnn /
+ * efficient / fa4 need CUDA, flash CUDA or the CPU; fa4 also a Hopper / Blackwell GPU, which the
+ * preflight checks).
  */
 export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
-  if (backend === "cudnn" || backend === "efficient" || backend === "fa4") return host.device === "cuda";
-  if (backend === "flash") return host.device === "cuda" || host.device === "cpu";
-  return true;
+  return host.attention_backends.includes(backend);
 }
 
 /** The attention setting's hint: what auto does here and why some kernels are greyed out. */

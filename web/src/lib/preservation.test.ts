@@ -19,20 +19,20 @@ describe("regularisation and output preservation in the Train form", () => {
   });
 
   it("prior_loss_weight is a number of the form", () => {
-    expect(buildConfig({ ...base, prior_loss_weight: "0.5" }, flux).config.prior_loss_weight).toBe(0.5);
-    expect(buildConfig({ ...base, prior_loss_weight: "x" }, flux).problems.prior_loss_weight).toBe("must be a number");
+    expect(buildConfig({ ...base, prior_loss_weight: "0.5" }, flux, INFO.config_rules).config.prior_loss_weight).toBe(0.5);
+    expect(buildConfig({ ...base, prior_loss_weight: "x" }, flux, INFO.config_rules).problems.prior_loss_weight).toBe("must be a number");
   });
 
   it("preservation: off when blank, the class word turns it on, weight and prompts parsed", () => {
-    expect(buildConfig(base, flux).config.preservation).toBeUndefined();
+    expect(buildConfig(base, flux, INFO.config_rules).config.preservation).toBeUndefined();
     const on = preservationValue({ class_word: " person ", weight: "0.5", prompts: "a person\n\n a man " });
-    expect(buildConfig({ ...base, preservation: on }, flux).config.preservation).toEqual({
+    expect(buildConfig({ ...base, preservation: on }, flux, INFO.config_rules).config.preservation).toEqual({
       class_word: "person",
       weight: 0.5,
       prompts: ["a person", "a man"],
     });
     const noClass = preservationValue({ class_word: "", weight: "2", prompts: "" });
-    expect(buildConfig({ ...base, preservation: noClass }, flux).problems.preservation).toBe("set the class word (it turns preservation on)");
+    expect(buildConfig({ ...base, preservation: noClass }, flux, INFO.config_rules).problems.preservation).toBe("set the class word (it turns preservation on)");
     expect(buildPreservation({ class_word: "person", weight: "x", prompts: "" })).toBe("weight must be a number");
   });
 
@@ -40,7 +40,7 @@ describe("regularisation and output preservation in the Train form", () => {
     const config = { preservation: { class_word: "person", weight: 1, prompts: null } };
     const values = valuesFromConfig(flux, config);
     expect(parsePreservation(values.preservation)).toEqual({ class_word: "person", weight: "", prompts: "" });
-    expect(buildConfig({ ...values, base_model: "m", data_dir: "d" }, flux).config.preservation).toEqual({ class_word: "person" });
+    expect(buildConfig({ ...values, base_model: "m", data_dir: "d" }, flux, INFO.config_rules).config.preservation).toEqual({ class_word: "person" });
     expect(preservationFromConfig(null)).toBe("");
   });
 });

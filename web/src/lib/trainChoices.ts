@@ -1,8 +1,7 @@
-/** The choices of the Train form's select fields and which settings each choice reads (labels for
- * the UI; values are TrainConfig's literals). Re-exported by trainForm.ts. */
+/** The choices of the Train form's select fields: labels for the UI, keyed by TrainConfig's literals
+ * (each a Record, so the compiler checks it lists every choice the config accepts). Which settings
+ * each choice reads is the server's (Info.config_rules.choice_settings). Re-exported by trainForm.ts. */
 import type { TrainConfig } from "../api/types";
-
-type Key = keyof TrainConfig;
 
 export type Scheduler = NonNullable<TrainConfig["lr_scheduler"]>;
 export type Sampling = NonNullable<TrainConfig["timestep_sampling"]>;
@@ -90,14 +89,6 @@ export const OPTIMIZERS: Record<Optimizer, string> = {
   prodigy: "Prodigy (learns its step size)",
   adafactor: "Adafactor",
 };
-/** The options each optimizer reads (config_rules.OPTIMIZER_OPTIONS): the form shows and sends only the chosen one's. */
-export const OPTIMIZER_OPTIONS: Record<Optimizer, readonly Key[]> = {
-  adamw: ["optimizer_betas", "optimizer_eps"],
-  adamw8bit: ["optimizer_betas", "optimizer_eps"],
-  lion8bit: ["optimizer_betas"],
-  prodigy: ["optimizer_betas", "optimizer_eps", "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction"],
-  adafactor: ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init"],
-};
 export const ADAPTERS: Record<Adapter, string> = {
   lora: "LoRA",
   dora: "DoRA (LoRA + magnitude)",
@@ -124,23 +115,9 @@ export const HUBER_SCHEDULES: Record<HuberSchedule, string> = {
   exponential: "Exponential (1 → c with noise)",
   snr: "SNR (1 → c with noise, as SimpleTuner)",
 };
-/** The settings each loss reads (config_methods.HUBER_OPTIONS): the others' are hidden and not sent. */
-export const LOSS_OPTIONS: Record<Loss, readonly Key[]> = {
-  mse: [],
-  l1: [],
-  huber: ["huber_c", "huber_schedule"],
-  smooth_l1: ["huber_c", "huber_schedule"],
-};
 /** v_prediction's choices (a tristate field: "" leaves it to the checkpoint). */
 export const V_PREDICTION: Record<"" | "true" | "false", string> = {
   "": "as the checkpoint says",
   true: "v-prediction",
   false: "epsilon",
-};
-/** Settings of one adapter only (the others' are hidden and not sent). */
-export const ADAPTER_OPTIONS: Record<Adapter, readonly Key[]> = {
-  lora: [],
-  dora: [],
-  loha: [],
-  lokr: ["lokr_factor", "lokr_decompose_both"],
 };

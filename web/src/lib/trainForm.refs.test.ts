@@ -12,7 +12,7 @@ describe("train form: sample prompts with reference images", () => {
       { prompt: "no refs", controls: [] },
     ]);
     const flux = INFO.families[1];
-    const built = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", sample_prompts: text }, flux);
+    const built = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", sample_prompts: text }, flux, INFO.config_rules);
     expect(built.config.sample_prompts).toEqual(samplePromptEntries(text));
   });
 });

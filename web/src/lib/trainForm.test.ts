@@ -1,7 +1,8 @@
 import { samplePromptEntries } from "./samplePrompts";
 import { describe, expect, it } from "vitest";
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
-import { INFO } from "../test/fixtures";
+import { INFO, KONTEXT } from "../test/fixtures";
+import { SERVER_RULES } from "../test/serverRules.gen";
 import {
   attentionAvailable,
   attentionHint,
@@ -32,35 +33,35 @@ describe("train form", () => {
 
   it("sends the validation split as a fraction or a folder name, and validate_every as a number", () => {
     const v = { ...initialValues(flux), base_model: "m", data_dir: "shapes", validate_every: "50" };
-    expect(buildConfig({ ...v, validation_split: "0.1" }, flux).config).toMatchObject({ validation_split: 0.1, validate_every: 50 });
-    expect(buildConfig({ ...v, validation_split: " held-out " }, flux).config.validation_split).toBe("held-out");
-    expect(buildConfig({ ...v, validation_split: "" }, flux).config).not.toHaveProperty("validation_split");
+    expect(buildConfig({ ...v, validation_split: "0.1" }, flux, INFO.config_rules).config).toMatchObject({ validation_split: 0.1, validate_every: 50 });
+    expect(buildConfig({ ...v, validation_split: " held-out " }, flux, INFO.config_rules).config.validation_split).toBe("held-out");
+    expect(buildConfig({ ...v, validation_split: "" }, flux, INFO.config_rules).config).not.toHaveProperty("validation_split");
   });
 
   it("builds a config: numbers parsed, steps vs epochs, unsupported family fields left out", () => {
     const v = { ...initialValues(sdxl), base_model: "m", data_dir: "shapes", guidance: "3" };
-    const steps = buildConfig({ ...v, unit: "steps", length: "250" }, sdxl);
+    const steps = buildConfig({ ...v, unit: "steps", length: "250" }, sdxl, INFO.config_rules);
     expect(steps.problems).toEqual({});
     expect(steps.config).toMatchObject({ family: "sdxl", steps: 250, num_epochs: 0, lora_rank: 16, snr_gamma: 5 });
     expect(steps.config).not.toHaveProperty("guidance");
-    const epochs = buildConfig({ ...v, unit: "epochs", length: "3" }, sdxl);
+    const epochs = buildConfig({ ...v, unit: "epochs", length: "3" }, sdxl, INFO.config_rules);
     expect(epochs.config.num_epochs).toBe(3);
     expect(epochs.config).not.toHaveProperty("steps");
   });
 
   it("a single-file base: base_config as text, v_prediction unset / true / false (SDXL only)", () => {
     const v = { ...initialValues(sdxl), base_model: "/m/pony.safetensors", data_dir: "d", base_config: " /m/sdxl " };
-    const unset = buildConfig(v, sdxl);
+    const unset = buildConfig(v, sdxl, INFO.config_rules);
     expect(unset.config).toMatchObject({ base_model: "/m/pony.safetensors", base_config: "/m/sdxl" });
     expect(unset.config).not.toHaveProperty("v_prediction");
-    expect(buildConfig({ ...v, v_prediction: "true" }, sdxl).config.v_prediction).toBe(true);
-    expect(buildConfig({ ...v, v_prediction: "false" }, sdxl).config.v_prediction).toBe(false);
-    expect(buildConfig({ ...v, family: "flux", v_prediction: "true" }, flux).config).not.toHaveProperty("v_prediction");
+    expect(buildConfig({ ...v, v_prediction: "true" }, sdxl, INFO.config_rules).config.v_prediction).toBe(true);
+    expect(buildConfig({ ...v, v_prediction: "false" }, sdxl, INFO.config_rules).config.v_prediction).toBe(false);
+    expect(buildConfig({ ...v, family: "flux", v_prediction: "true" }, flux, INFO.config_rules).config).not.toHaveProperty("v_prediction");
   });
 
   it("reports bad numbers and missing required fields before asking the server", () => {
     const v = { ...initialValues(flux), base_model: "", data_dir: "d", lora_rank: "1.5", learning_rate: "fast" };
-    const { problems } = buildConfig({ ...v, length: "0" }, flux);
+    const { problems } = buildConfig({ ...v, length: "0" }, flux, INFO.config_rules);
     expect(problems).toMatchObject({
       base_model: "required",
       lora_rank: "must be a whole number",
@@ -71,11 +72,12 @@ describe("train form", () => {
 
   it("sends sample prompts one per non-blank line, with their step settings", () => {
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d" };
-    const none = buildConfig({ ...v, sample_prompts: " \n\n" }, flux);
+    const none = buildConfig({ ...v, sample_prompts: " \n\n" }, flux, INFO.config_rules);
     expect(none.config).not.toHaveProperty("sample_prompts");
     const built = buildConfig(
       { ...v, sample_prompts: "  a red circle \n\na blue square\n", sample_every: "50", sample_steps: "2.5" },
       flux,
+      INFO.config_rules,
     );
     expect(built.config.sample_prompts).toEqual(["a red circle", "a blue square"]);
     expect(built.config.sample_every).toBe(50);
@@ -118,6 +120,7 @@ describe("train form: checkpoints, speed and every other setting", () => {
         sample_seed: "3",
       },
       flux,
+      INFO.config_rules,
     );
     expect(built.problems).toEqual({});
     expect(built.config).toMatchObject({
@@ -139,16 +142,20 @@ describe("train form: checkpoints, speed and every other setting", () => {
 
   it("blank: null where null means off, left out where the server fills a default", () => {
     const v = { ...initialValues(sdxl), base_model: "m", data_dir: "d" };
-    const built = buildConfig({ ...v, max_grad_norm: "", snr_gamma: " ", save_every: "", lora_targets: "", keep_last: "" }, sdxl);
+    const built = buildConfig({ ...v, max_grad_norm: "", snr_gamma: " ", save_every: "", lora_targets: "", keep_last: "" }, sdxl, INFO.config_rules);
     expect(built.config.max_grad_norm).toBeNull();
     expect(built.config.snr_gamma).toBeNull();
     for (const key of ["save_every", "lora_targets", "keep_last", "flow_shift"]) expect(built.config).not.toHaveProperty(key);
     // a family that does not support snr_gamma never sends it, blank or not
-    expect(buildConfig({ ...base(), snr_gamma: "" }, flux).config).not.toHaveProperty("snr_gamma");
+    expect(buildConfig({ ...base(), snr_gamma: "" }, flux, INFO.config_rules).config).not.toHaveProperty("snr_gamma");
+    // which settings those are is the server's (config_rules.null_means_off): FLUX.1's flow_shift too
+    expect(INFO.config_rules.null_means_off).toContain("flow_shift");
+    expect(buildConfig({ ...base(), flow_shift: "" }, flux, INFO.config_rules).config.flow_shift).toBeNull();
+    expect(buildConfig({ ...base(), flow_shift: "3" }, flux, INFO.config_rules).config.flow_shift).toBe(3);
   });
 
   it("refuses fractions for whole-number settings before asking the server", () => {
-    const { problems } = buildConfig({ ...base(), save_every: "2.5", keep_last: "x", cache_variants: "1e400" }, flux);
+    const { problems } = buildConfig({ ...base(), save_every: "2.5", keep_last: "x", cache_variants: "1e400" }, flux, INFO.config_rules);
     expect(problems).toEqual({ save_every: "must be a whole number", keep_last: "must be a number", cache_variants: "must be a number" });
   });
 
@@ -161,7 +168,7 @@ describe("train form: checkpoints, speed and every other setting", () => {
 
   it("compile=on is offered only on a CUDA host", () => {
     expect(compileAvailable("on", INFO.host)).toBe(INFO.host.device === "cuda");
-    expect(compileAvailable("on", { ...INFO.host, device: "cuda" })).toBe(true);
+    expect(compileAvailable("on", { ...INFO.host, device: "cuda", ...SERVER_RULES.hosts.cuda })).toBe(true);
     expect(compileAvailable("auto", INFO.host)).toBe(true);
   });
 
@@ -173,7 +180,7 @@ describe("train form: checkpoints, speed and every other setting", () => {
   });
 
   it("compile=wide is offered only for a family with wide regions (SDXL), on a CUDA host", () => {
-    const cuda = { ...INFO.host, device: "cuda" };
+    const cuda = { ...INFO.host, device: "cuda", ...SERVER_RULES.hosts.cuda };
     expect(sdxl.wide_compile).toBe(true);
     expect(compileAvailable("wide", cuda, sdxl)).toBe(true);
     expect(compileAvailable("wide", cuda, flux)).toBe(false);
@@ -181,14 +188,13 @@ describe("train form: checkpoints, speed and every other setting", () => {
     expect(compileAvailable("wide", cuda)).toBe(false);
   });
 
-  it("attention: cuDNN and memory-efficient only on a CUDA host, flash on CUDA or the CPU", () => {
-    const cpu = { ...INFO.host, device: "cpu" };
-    const cuda = { ...INFO.host, device: "cuda", name: "NVIDIA H200" };
+  it("attention: the kernels the host lists (the server's: cuDNN and memory-efficient on CUDA, flash on CUDA or the CPU)", () => {
+    const cpu = { ...INFO.host, device: "cpu", ...SERVER_RULES.hosts.cpu };
+    const cuda = { ...INFO.host, device: "cuda", name: "NVIDIA H200", ...SERVER_RULES.hosts.cuda };
     const mps = { ...INFO.host, device: "mps", name: "Apple M2" };
     const offered = (host: typeof cpu) => (["auto", "cudnn", "flash", "efficient", "math"] as const).filter((b) => attentionAvailable(b, host));
     expect(offered(cuda)).toEqual(["auto", "cudnn", "flash", "efficient", "math"]);
     expect(offered(cpu)).toEqual(["auto", "flash", "math"]);
-    expect(offered(mps)).toEqual(["auto", "math"]);
     expect(attentionHint(cpu)).toBe("auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU (this host: cpu)");
     expect(attentionHint(mps)).toMatch(/flash a CUDA GPU or the CPU \(this host: Apple M2\)/);
     expect(attentionHint(cuda)).not.toMatch(/need/);
@@ -208,6 +214,7 @@ describe("train form: the memory plan and GPUs", () => {
     const built = buildConfig(
       { ...base(), base_precision: "int8", gradient_checkpointing: "full", offload_blocks: "6", micro_batch_size: "2", memory_budget_gb: "10.5", num_gpus: "2" },
       flux,
+      INFO.config_rules,
     );
     expect(built.problems).toEqual({});
     expect(built.config).toMatchObject({
@@ -218,7 +225,7 @@ describe("train form: the memory plan and GPUs", () => {
       memory_budget_gb: 10.5,
       num_gpus: 2,
     });
-    const bad = buildConfig({ ...base(), offload_blocks: "1.5", micro_batch_size: "x" }, flux);
+    const bad = buildConfig({ ...base(), offload_blocks: "1.5", micro_batch_size: "x" }, flux, INFO.config_rules);
     expect(bad.problems).toEqual({ offload_blocks: "must be a whole number", micro_batch_size: "must be a number" });
   });
 
@@ -254,43 +261,52 @@ describe("train form: the memory plan and GPUs", () => {
     expect(numberMapping("to_k")).toMatch(/module=number/);
     expect(numberMapping("to_k=8=9")).toMatch(/module=number/);
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_betas: "0.9 0.95", alpha_pattern: "to_q=x" };
-    const built = buildConfig(v, flux);
+    const built = buildConfig(v, flux, INFO.config_rules);
     expect(built.config.optimizer_betas).toEqual([0.9, 0.95]);
     expect(built.problems.alpha_pattern).toMatch(/module=number/);
   });
 
   it("leaves out the options of an optimizer or adapter that is not chosen", () => {
-    expect([...inapplicableFields({})].sort()).toEqual(
+    expect([...inapplicableFields({}, INFO.config_rules)].sort()).toEqual(
       ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init", "lokr_decompose_both", "lokr_factor",
         "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction", "huber_c", "huber_schedule"].sort(),
     );
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_eps: "1e-6", prodigy_d_coef: "2", lokr_factor: "4" };
-    const adamw = buildConfig(v, flux).config;
+    const adamw = buildConfig(v, flux, INFO.config_rules).config;
     expect(adamw).toMatchObject({ optimizer: "adamw", optimizer_eps: 1e-6 });
     expect(adamw).not.toHaveProperty("prodigy_d_coef");
     expect(adamw).not.toHaveProperty("lokr_factor");
-    const lokr = buildConfig({ ...v, optimizer: "adafactor", adapter: "lokr" }, flux).config;
+    const lokr = buildConfig({ ...v, optimizer: "adafactor", adapter: "lokr" }, flux, INFO.config_rules).config;
     expect(lokr).toMatchObject({ adapter: "lokr", lokr_factor: 4 });
     expect(lokr).not.toHaveProperty("optimizer_eps");
   });
 
   it("sends text-encoder training for SDXL, never for a family without it", () => {
     const te = { train_text_encoder: true, text_encoder_lr: "1e-5" };
-    const forSdxl = buildConfig({ ...initialValues(sdxl), base_model: "m", data_dir: "d", ...te }, sdxl).config;
+    const forSdxl = buildConfig({ ...initialValues(sdxl), base_model: "m", data_dir: "d", ...te }, sdxl, INFO.config_rules).config;
     expect(forSdxl).toMatchObject({ train_text_encoder: true, text_encoder_lr: 1e-5 });
-    const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...te }, flux).config;
+    const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...te }, flux, INFO.config_rules).config;
     expect(forFlux).not.toHaveProperty("train_text_encoder");
     expect(forFlux).not.toHaveProperty("text_encoder_lr");
   });
 
+  it("sends the control settings for an edit family only (the server refuses them for the others)", () => {
+    const controls = { control_dirs: "shapes_control", control_resolution: "target" };
+    const forFlux = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", ...controls }, flux, INFO.config_rules).config;
+    expect(forFlux).not.toHaveProperty("control_dirs");
+    expect(forFlux).not.toHaveProperty("control_resolution");
+    const kontext = buildConfig({ ...initialValues(KONTEXT), base_model: "m", data_dir: "d", ...controls }, KONTEXT, INFO.config_rules).config;
+    expect(kontext).toMatchObject({ control_dirs: ["shapes_control"], control_resolution: "target" });
+  });
+
   it("sends the Huber settings only with a Huber loss", () => {
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", huber_c: "0.2", huber_schedule: "snr" };
-    const mse = buildConfig(v, flux).config;
+    const mse = buildConfig(v, flux, INFO.config_rules).config;
     expect(mse.loss).toBe("mse");
     expect(mse).not.toHaveProperty("huber_c");
     expect(mse).not.toHaveProperty("huber_schedule");
-    expect(buildConfig({ ...v, loss: "l1" }, flux).config).not.toHaveProperty("huber_c");
-    expect(buildConfig({ ...v, loss: "smooth_l1" }, flux).config).toMatchObject({ loss: "smooth_l1", huber_c: 0.2, huber_schedule: "snr" });
+    expect(buildConfig({ ...v, loss: "l1" }, flux, INFO.config_rules).config).not.toHaveProperty("huber_c");
+    expect(buildConfig({ ...v, loss: "smooth_l1" }, flux, INFO.config_rules).config).toMatchObject({ loss: "smooth_l1", huber_c: 0.2, huber_schedule: "snr" });
   });
 
   it("gives Prodigy a learning rate of 1 and the family's back when leaving it", () => {
@@ -320,7 +336,7 @@ describe("train form: the memory plan and GPUs", () => {
     expect(v.output_name).toBe("");
     expect([v.unit, v.length]).toEqual(["epochs", "3"]);
     expect(v.sample_prompts).toBe("a cat\na dog");
-    const built = buildConfig(v, flux);
+    const built = buildConfig(v, flux, INFO.config_rules);
     expect(built.problems).toEqual({});
     expect(built.config).toMatchObject({
       base_model: "/models/flux",
@@ -341,8 +357,8 @@ describe("train form: the memory plan and GPUs", () => {
     expect(samplePromptEntries("a cat\n{not json")).toBe('line 2 starts with "{" but is not a JSON object like {"prompt": "a cat", "seed": 3}');
     const v = valuesFromConfig(flux, { sample_prompts: ["a cat", { prompt: "a dog", width: null, height: null, seed: 3, guidance: null }] });
     expect(v.sample_prompts).toBe('a cat\n{"prompt":"a dog","seed":3}');
-    const built = buildConfig({ ...v, base_model: "m", data_dir: "d", sample_prompts: "a cat\n{oops" }, flux);
+    const built = buildConfig({ ...v, base_model: "m", data_dir: "d", sample_prompts: "a cat\n{oops" }, flux, INFO.config_rules);
     expect(built.problems.sample_prompts).toMatch(/line 2/);
-    expect(buildConfig({ ...v, base_model: "m", data_dir: "d" }, flux).config.sample_prompts).toEqual(["a cat", { prompt: "a dog", seed: 3 }]);
+    expect(buildConfig({ ...v, base_model: "m", data_dir: "d" }, flux, INFO.config_rules).config.sample_prompts).toEqual(["a cat", { prompt: "a dog", seed: 3 }]);
   });
 });

@@ -4,7 +4,7 @@
  * turned into a TrainConfig body. Pure functions, no React.
  */
 import { CONFIG_DEFAULTS } from "../api/trainConfig.gen";
-import type { Family, TrainConfig } from "../api/types";
+import type { ConfigRules, Family, TrainConfig } from "../api/types";
 import { buildEntries, entriesValue, parseRows } from "./datasetEntries";
 import { buildPreservation, parsePreservation, preservationFromConfig } from "./preservation";
 import { samplePromptEntries, showSamplePrompt } from "./samplePrompts";
@@ -16,31 +16,32 @@ export * from "./trainChoices";
 export * from "./hostChoices";
 export * from "./formText";
 export * from "./fieldKinds";
-import { FAMILY_FIELDS, FIELD_KINDS, type Kind, OFF_WHEN_BLANK } from "./fieldKinds";
+import { FIELD_KINDS, type Kind } from "./fieldKinds";
 import { nameList, numberList, numberMapping, promptLines } from "./formText";
-import {
-  ADAPTER_OPTIONS,
-  LOSS_OPTIONS,
-  OPTIMIZER_OPTIONS,
-  type Adapter,
-  type Loss,
-  type Optimizer,
-} from "./trainChoices";
 
-/** The method settings that do not apply to the form's optimizer and adapter: hidden and not sent. */
-export function inapplicableFields(values: Partial<FormValues>): Set<Key> {
-  const optimizer = (values.optimizer || "adamw") as Optimizer;
-  const adapter = (values.adapter || "lora") as Adapter;
-  const loss = (values.loss || "mse") as Loss;
-  const mine = new Set<Key>([
-    ...(OPTIMIZER_OPTIONS[optimizer] ?? []),
-    ...(ADAPTER_OPTIONS[adapter] ?? []),
-    ...(LOSS_OPTIONS[loss] ?? []),
-  ]);
-  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS), ...Object.values(LOSS_OPTIONS)].flat();
-  const hidden = new Set(all.filter((k) => !mine.has(k)));
-  if (optimizer === "adafactor" && values.adafactor_relative_step === true) hidden.add("learning_rate"); // Adafactor's own
+/**
+ * The settings that do not apply to the form's choices (the server's rules, Info.config_rules):
+ * those read only by another optimizer, adapter or loss than the chosen one (a select left unset
+ * is the config's default choice), and the learning rate while Adafactor sizes its own steps.
+ * Hidden and not sent (the server would refuse them).
+ */
+export function inapplicableFields(values: Partial<FormValues>, rules: ConfigRules): Set<Key> {
+  const hidden = new Set<Key>();
+  for (const [field, choices] of Object.entries(rules.choice_settings)) {
+    const chosen = values[field as Key] || CONFIG_DEFAULTS[field as Key];
+    const mine = new Set(typeof chosen === "string" ? (choices[chosen] ?? []) : []);
+    for (const setting of Object.values(choices).flat()) if (!mine.has(setting)) hidden.add(setting as Key);
+  }
+  if (values.optimizer === "adafactor" && values.adafactor_relative_step === true) hidden.add("learning_rate"); // Adafactor's own
   return hidden;
+}
+
+/** The settings of control (reference) images: only an edit family takes them. */
+export const CONTROL_SETTINGS: readonly Key[] = ["control_dirs", "control_resolution"];
+
+/** Whether `family` trains on control images (an edit family: its served `control_images` allow some). */
+export function takesControls(family: Family | undefined): boolean {
+  return (family?.control_images?.[1] ?? 0) > 0;
 }
 
 /**
@@ -165,15 +166,18 @@ export interface BuiltConfig {
 
 /**
  * The TrainConfig body of the form: numbers parsed, blank optional fields left out (the server
- * fills family defaults) except where blank means off (sent as null), family-specific fields
- * sent only when the family supports them.
+ * fills family defaults) except where null means off (`rules.null_means_off`: sent as null);
+ * never a setting the family refuses (`family.refuses`; the control settings unless it is an edit
+ * family) nor one of another choice's (inapplicableFields).
  */
-export function buildConfig(values: FormValues, family: Family | undefined): BuiltConfig {
+export function buildConfig(values: FormValues, family: Family | undefined, rules: ConfigRules): BuiltConfig {
   const config: Record<string, unknown> = {};
   const problems: Record<string, string> = {};
-  const supported = new Set(family?.supports ?? []);
-  const hidden = inapplicableFields(values);
-  const skip = (k: Key) => ((FAMILY_FIELDS as readonly Key[]).includes(k) && !supported.has(k)) || hidden.has(k);
+  const refused = new Set(family?.refuses ?? []);
+  const hidden = inapplicableFields(values, rules);
+  const offWhenBlank = new Set(rules.null_means_off);
+  const controls = takesControls(family);
+  const skip = (k: Key) => refused.has(k) || hidden.has(k) || (!controls && CONTROL_SETTINGS.includes(k));
 
   for (const [key, kind] of Object.entries(FIELD_KINDS) as [Key, Kind][]) {
     const v = values[key];
@@ -224,7 +228,7 @@ export function buildConfig(values: FormValues, family: Family | undefined): Bui
     }
     const blank = typeof v !== "string" || v.trim() === "";
     if (blank) {
-      if (OFF_WHEN_BLANK.has(key)) config[key] = null;
+      if (offWhenBlank.has(key)) config[key] = null;
       continue;
     }
     const text = v as string;

@@ -30,8 +30,12 @@ describe("GenerateScreen", () => {
     vi.unstubAllGlobals();
     images = [OLD];
     catsSteps = null;
-    calls = mockFetch(({ method, url }) => {
+    calls = mockFetch(({ method, url, body }) => {
       if (url === "/api/info") return { body: INFO };
+      if (method === "POST" && url === "/api/generate" && (body as { prompt?: string }).prompt === "too strong") {
+        // FastAPI's 422 of a LoRA scale out of range, and a 400 problem of a field the form has no input for
+        return { status: 422, body: { detail: [{ loc: ["body", "loras", 0, "scale"], msg: "Input should be less than or equal to 4", type: "less_than_equal" }] } };
+      }
       if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
       if (url === "/api/loras?family=flux") {
         return { body: { root: "/o", loras: [{ name: "cats", family: "flux", path: "/o/cats/cats.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
@@ -83,6 +87,17 @@ describe("GenerateScreen", () => {
     expect(document.querySelector('[name="gen_seed"]')).toHaveValue("7");
     expect(screen.getByLabelText("use LoRA cats")).toBeChecked();
     expect(screen.getByLabelText("scale of cats")).toHaveValue("0.8");
+  });
+
+  it("shows a LoRA's problem under the LoRA list", async () => {
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.click(await screen.findByLabelText("use LoRA cats"));
+    await userEvent.clear(document.querySelector('[name="prompt"]') as HTMLElement);
+    await userEvent.type(document.querySelector('[name="prompt"]') as HTMLElement, "too strong");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    const list = (await screen.findByLabelText("use LoRA cats")).closest(".field") as HTMLElement;
+    await waitFor(() => expect(list).toHaveTextContent("#1 scale: Input should be less than or equal to 4"));
   });
 
   it("generates with the preselected tiny model and shows the new image first", async () => {

@@ -16,6 +16,12 @@ import { ReferenceImages, ReferenceStrip, referencesOf } from "../components/Ref
 import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
+import { placeProblems } from "../lib/problems";
+
+/** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
+const GENERATE_INPUTS: ReadonlySet<string> = new Set([
+  "base_model", "base_config", "loras", "references", "prompt", "guidance", "negative_prompt", "seed", "steps", "width", "height",
+]);
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 const GPU_RETRIES = 15;
@@ -144,7 +150,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       setSeconds(res.seconds);
       await loadGallery(res.file);
     } catch (err) {
-      if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(err.byField());
+      // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner says them all
+      if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f)).fields);
       setGeneral(err instanceof Error ? err.message : String(err));
     } finally {
       setBusy(false);
@@ -186,7 +193,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
             </Field>
           )}
-          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} />
+          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} />
           <ReferenceImages
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}

@@ -17,6 +17,16 @@ import { chartData } from "../lib/series";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
+/** Why a stopped run kept nothing (null when it kept what it wrote, or is not stopped). */
+function nothingKept(job: Job): string | null {
+  if (job.status !== "stopped" || job.lora_path) return null;
+  if (job.stop_requested?.save === false) {
+    return "Stopped and discarded: no LoRA was written, and the checkpoints, LoRA snapshots and sample previews this run wrote were deleted (a resumed run keeps what it resumed from).";
+  }
+  if (job.steps_run === 0) return "Stopped before the first step: nothing was trained, so no LoRA was written.";
+  return null;
+}
+
 /** The preparing banner's text (null once the job runs). */
 function phaseText(job: Job): string | null {
   return job.status === "preparing" ? describePhase(job.phase) : null;
@@ -48,6 +58,8 @@ export function LiveScreen() {
   const elapsed = secondsBetween(job.started_at, live ? null : job.finished_at);
   const total = p?.total_steps ?? 0;
   const step = p?.step ?? job.steps_run;
+  // stopped without saving: the files this session wrote (samples, snapshots, checkpoints) are gone
+  const discarded = job.status === "stopped" && job.stop_requested?.save === false;
 
   const stop = async (save: boolean) => {
     setStopping(true);
@@ -80,6 +92,11 @@ export function LiveScreen() {
       {error && <div className="banner error">{error}</div>}
       {job.error && <div className="banner error">{job.error}</div>}
       {job.lora_path && <LoraSaved jobId={job.id} path={job.lora_path} outputName={job.output_name} />}
+      {nothingKept(job) && (
+        <div className="banner info" data-testid="nothing-kept">
+          {nothingKept(job)}
+        </div>
+      )}
       {phaseText(job) && <div className="banner info">{phaseText(job)}</div>}
       {job.status === "stopping" && job.busy && (
         <div className="banner info" data-testid="stop-waits">
@@ -111,9 +128,9 @@ export function LiveScreen() {
         {job.plan && <PlanSummary plan={job.plan} />}
       </div>
       <div className="card">
-        <LineChart {...chartData(series, job.validation)} empty="Waiting for the first step…" />
+        <LineChart {...chartData(series, job.validation)} empty={live ? "Waiting for the first step…" : "No step ran."} />
       </div>
-      {job.samples && (
+      {job.samples && !discarded && (
         <div className="card">
           <h3>Sample previews</h3>
           <SampleRound
@@ -122,7 +139,13 @@ export function LiveScreen() {
           />
         </div>
       )}
-      <SampleHistory runId={job.id} latest={job.samples ?? null} prompts={samplePrompts(job.config)} />
+      {/* after a discard: only the rounds still on disk (a resumed run's earlier ones), read again */}
+      <SampleHistory
+        key={discarded ? "discarded" : "kept"}
+        runId={job.id}
+        latest={discarded ? null : (job.samples ?? null)}
+        prompts={samplePrompts(job.config)}
+      />
       {status?.queue.length ? (
         <div className="card">
           <h3>Queue</h3>

@@ -2,7 +2,7 @@ import { screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { Info } from "../api/types";
-import { FAMILY_FIELDS, FIELD_KINDS, inapplicableFields, OPTIMIZER_OPTIONS } from "../lib/trainForm";
+import { CONTROL_SETTINGS, FIELD_KINDS, inapplicableFields, takesControls } from "../lib/trainForm";
 import { CATALOGUE, type Call, INFO } from "../test/fixtures";
 import { input, mockTrainServer, renderTrain } from "../test/trainServer";
 
@@ -80,14 +80,38 @@ describe("TrainScreen", () => {
     expect(screen.queryByTestId("preflight")).toBeNull();
   });
 
+  it("shows a checkbox's problem beside it, a nested field's next to its field, and drops none", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    await userEvent.selectOptions(input("optimizer"), "adafactor");
+    await userEvent.click(input("adafactor_warmup_init"));
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await waitFor(() =>
+      expect(input("adafactor_warmup_init").closest("label")).toHaveTextContent("needs adafactor_relative_step"),
+    );
+    await userEvent.click(input("adafactor_warmup_init")); // fixed
+    await userEvent.selectOptions(input("optimizer"), "adamw");
+    await userEvent.clear(input("sample_seed"));
+    await userEvent.type(input("sample_seed"), "99");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    const prompts = input("sample_prompts").closest("label") as HTMLElement;
+    await waitFor(() => expect(prompts).toHaveTextContent("#1 width: must be a multiple of 16 for flux"));
+    expect(prompts).toHaveTextContent("flux takes no reference images"); // both problems of the field
+    expect(input("optimizer_betas").closest("label")).toHaveTextContent("#2: Field required");
+    expect(screen.getByTestId("form-errors")).toHaveTextContent("(config): a problem of the whole config");
+    expect(screen.getByTestId("form-errors")).not.toHaveTextContent("sample_prompts");
+  });
+
   it("has an input for every TrainConfig field (family-specific ones for the families that use them)", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
     const missing = (family: (typeof INFO.families)[number]) =>
       (Object.keys(FIELD_KINDS) as (keyof typeof FIELD_KINDS)[]).filter((key) => {
         if (FIELD_KINDS[key] === "length" || key === "family") return false;
-        if ((FAMILY_FIELDS as readonly string[]).includes(key) && !family.supports.includes(key)) return false;
-        if (inapplicableFields({}).has(key)) return false; // another optimizer's / adapter's: see below
+        if (family.refuses.includes(key)) return false; // the server refuses it for this family: see below
+        if (CONTROL_SETTINGS.includes(key) && !takesControls(family)) return false; // edit families' (PreflightPanel.controls.test)
+        if (inapplicableFields({}, INFO.config_rules).has(key)) return false; // another optimizer's / adapter's: see below
         return document.querySelector(`[name="${key}"]`) === null;
       });
     expect(missing(INFO.families[1])).toEqual([]);
@@ -96,6 +120,36 @@ describe("TrainScreen", () => {
     // the length input stands for steps / num_epochs; the radio group for the family
     expect(input("length")).not.toBeNull();
     expect(screen.getByRole("radio", { name: "Stable Diffusion XL" })).toHaveAttribute("aria-checked", "true");
+  });
+
+  it("offers no setting the server says the family refuses, and sends none", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const offered = (keys: readonly string[]) => keys.filter((key) => document.querySelector(`[name="${key}"]`) !== null);
+    for (const family of INFO.families) {
+      await userEvent.click(screen.getByRole("radio", { name: family.title }));
+      expect(family.refuses.length).toBeGreaterThan(0); // the server's (test/serverRules.gen.ts): each refuses some
+      expect(offered(family.refuses)).toEqual([]);
+      expect(offered(family.supports)).toEqual(family.supports); // and offers what it honours
+      if (!(input("base_model") as HTMLInputElement).value) await userEvent.type(input("base_model"), "owner/base");
+      calls.length = 0;
+      await userEvent.click(screen.getByRole("button", { name: "Check" }));
+      await screen.findByTestId("preflight");
+      const sent = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+      expect(family.refuses.filter((key) => key in sent.config)).toEqual([]);
+      expect(sent.config.family).toBe(family.name);
+    }
+  });
+
+  it("greys out the optimizers the host cannot run, as the server lists them", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.click(screen.getByText("Advanced settings"));
+    const options = [...input("optimizer").querySelectorAll("option")] as HTMLOptionElement[];
+    const enabled = options.filter((o) => !o.disabled).map((o) => o.value);
+    expect(enabled).toEqual(INFO.host.optimizers); // a CPU host: no 8-bit (CUDA) optimizer
+    expect(enabled).not.toContain("adamw8bit");
+    expect(input("optimizer").closest("label")).toHaveTextContent("8-bit ones need a CUDA GPU and bitsandbytes (this host: cpu)");
   });
 
   it("shows seed, checkpoint interval and compile up front; compile=on only with CUDA", async () => {
@@ -158,7 +212,7 @@ describe("TrainScreen", () => {
     expect(shown("optimizer_eps") && shown("optimizer_betas")).toBe(true); // AdamW's
     expect(shown("prodigy_d_coef") || shown("adafactor_relative_step") || shown("lokr_factor")).toBe(false);
     await userEvent.selectOptions(input("optimizer"), "prodigy");
-    expect(OPTIMIZER_OPTIONS.prodigy.every(shown)).toBe(true);
+    expect(INFO.config_rules.choice_settings.optimizer.prodigy.every(shown)).toBe(true);
     expect(input("learning_rate")).toHaveValue("1"); // Prodigy's LR multiplies the step size it learns
     await userEvent.type(input("prodigy_d_coef"), "2");
     await userEvent.selectOptions(input("optimizer"), "adafactor");

@@ -4,7 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { Family, PreflightReport } from "../api/types";
+import type { Family, PreflightReport, TrainConfig } from "../api/types";
 import { AdvancedSettings } from "../components/AdvancedSettings";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { DatasetEntries } from "../components/DatasetEntries";
@@ -14,6 +14,7 @@ import { Field } from "../components/Field";
 import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
 import { useCloneValues } from "../lib/clone";
+import { placeProblems } from "../lib/problems";
 import { href, navigate } from "../lib/route";
 import {
   ATTENTION_BACKENDS,
@@ -25,6 +26,8 @@ import {
   CHECKPOINTING,
   COMPILE_MODES,
   compileAvailable,
+  CONTROL_SETTINGS,
+  takesControls,
   FIELD_KINDS,
   type FormValues,
   gpuInput,
@@ -89,8 +92,20 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     setReport(null);
   };
 
+  const hidden = inapplicableFields(values, info.config_rules);
+  /** Whether the form shows an input for TrainConfig field `k` now (steps / num_epochs: Length;
+   * the learning rate stays, greyed out, while Adafactor sizes its own steps). */
+  const hasInput = (k: string) =>
+    k === "family" ||
+    k === "steps" ||
+    k === "num_epochs" ||
+    (k in FIELD_KINDS &&
+      !family?.refuses.includes(k) &&
+      (takesControls(family) || !CONTROL_SETTINGS.includes(k as keyof TrainConfig)) &&
+      (k === "learning_rate" || !hidden.has(k as keyof TrainConfig)));
+
   const submit = async (kind: "check" | "start") => {
-    const built = buildConfig(values, family);
+    const built = buildConfig(values, family, info.config_rules);
     setGeneral([]);
     if (Object.keys(built.problems).length) {
       setErrors(built.problems);
@@ -108,10 +123,9 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
       }
     } catch (err) {
       if (err instanceof ApiError && err.problems.length) {
-        const byField = err.byField();
-        const known = new Set([...Object.keys(FIELD_KINDS), ...Object.keys(values)]);
-        setErrors(Object.fromEntries(Object.entries(byField).filter(([k]) => known.has(k))));
-        setGeneral(err.problems.filter((p) => !known.has(p.field.replace(/^(body\.)?(config\.)?/, ""))).map((p) => (p.field ? `${p.field}: ${p.message}` : p.message)));
+        const placed = placeProblems(err.problems, hasInput);
+        setErrors(placed.fields);
+        setGeneral(placed.general);
       } else setGeneral([err instanceof Error ? err.message : String(err)]);
     } finally {
       setBusy(null);
@@ -120,7 +134,6 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
 
   const c = trainControls(values, errors, set);
   const { text, num } = c;
-  const hidden = inapplicableFields(values);
   const cuda = info.host.device === "cuda";
   const gpus = gpuInput(info.host);
 
@@ -268,7 +281,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
             {c.choice("save_dtype", "LoRA file dtype", SAVE_DTYPES, { hint: "fp32 keeps the trained weights exactly; bf16 / fp16 halve the file" })}
             {num("seed", "Seed", { hint: "same seed + data = same run" })}
           </div>
-          <AdvancedSettings controls={c} family={family} hidden={hidden} />
+          <AdvancedSettings controls={c} family={family} hidden={hidden} host={info.host} />
         </div>
 
         {general.length > 0 && (

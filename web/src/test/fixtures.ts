@@ -1,6 +1,7 @@
 /** Test data in the server's shapes, and a fetch double that answers per route. */
 import { vi } from "vitest";
 import type { CatalogueModel, Info } from "../api/types";
+import { SERVER_RULES } from "./serverRules.gen";
 
 export const INFO: Info = {
   version: "0.1.0",
@@ -20,7 +21,7 @@ export const INFO: Info = {
       resolution_multiple: 32,
       lora_targets: ["to_q"],
       defaults: { resolution: 1024, learning_rate: 0.0001, lora_rank: 16, snr_gamma: 5 },
-      supports: ["snr_gamma", "noise_offset", "train_text_encoder", "text_encoder_lr", "v_prediction"],
+      ...SERVER_RULES.families.sdxl, // supports, refuses: the server's
       wide_compile: true,
       fuse_projections: true,
       guidance: "cfg",
@@ -36,7 +37,7 @@ export const INFO: Info = {
       resolution_multiple: 16,
       lora_targets: ["to_q"],
       defaults: { resolution: 512, learning_rate: 0.0004, lora_rank: 32, guidance: 1, max_sequence_length: 512 },
-      supports: ["flow_shift", "guidance", "max_sequence_length", "timestep_sampling"],
+      ...SERVER_RULES.families.flux,
       wide_compile: false,
       fuse_projections: true,
       guidance: "embedded",
@@ -45,9 +46,19 @@ export const INFO: Info = {
       precisions: ["auto", "fp32", "bf16", "int8", "nf4"],
     },
   ],
-  host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16", "int8", "nf4"], gpu_count: 0 },
+  host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16", "int8", "nf4"], gpu_count: 0, ...SERVER_RULES.hosts.cpu },
   auth: false,
+  config_rules: SERVER_RULES.config_rules,
   models: [{ name: "tiny-flux", path: "/home/u/.lorastudio/models/tiny-flux", family: "flux" }],
+};
+
+/** An edit family (control images 0-1 per sample: the control settings apply), for INFO's families when a test needs one. */
+export const KONTEXT: Info["families"][number] = {
+  ...INFO.families[1],
+  name: "flux-kontext",
+  title: "FLUX.1 Kontext",
+  ...SERVER_RULES.families["flux-kontext"],
+  control_images: [0, 1],
 };
 
 /** GET /api/models: the tiny demo model, and a real FLUX.1 download that is incomplete. */

@@ -9,6 +9,7 @@ import { TrainingProvider } from "../api/training";
 import type { Info } from "../api/types";
 import { TrainScreen } from "../screens/TrainScreen";
 import { CATALOGUE, type Call, INFO, mockFetch } from "./fixtures";
+import { SERVER_RULES } from "./serverRules.gen";
 
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
 
@@ -28,7 +29,7 @@ export const input = (name: string) => document.querySelector(`[name="${name}"]`
 /** INFO on a CUDA host (an H200) with `gpuCount` GPUs. */
 export const cudaInfo = (gpuCount: number): Info => ({
   ...INFO,
-  host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount },
+  host: { device: "cuda", name: "NVIDIA H200", memory_gb: 139.8, precisions: ["auto", "fp32", "bf16"], gpu_count: gpuCount, ...SERVER_RULES.hosts.cuda },
 });
 
 /** The preflight's warning about small images (the real wording), gone with no_upscale. */
@@ -51,6 +52,19 @@ const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
     ],
   ],
   ["micro_batch_size", 3, [{ field: "micro_batch_size", message: "batch_size (1) must be a multiple of it" }]],
+  // a checkbox's problem (the real wording of config_rules.optimizer_problems)
+  ["adafactor_warmup_init", true, [{ field: "adafactor_warmup_init", message: "warms up the relative step: needs adafactor_relative_step" }]],
+  // nested fields, two problems of one field, and one of a field the form has no input for
+  [
+    "sample_seed",
+    99,
+    [
+      { field: "sample_prompts.0.width", message: "must be a multiple of 16 for flux" },
+      { field: "sample_prompts", message: "sample prompt 0: flux takes no reference images (a text-to-image family)" },
+      { field: "optimizer_betas.1", message: "Field required" },
+      { field: "(config)", message: "a problem of the whole config" },
+    ],
+  ],
 ];
 
 /** The preflight's entries of a config's datasets: 4 images each, sampled by their repeats. */

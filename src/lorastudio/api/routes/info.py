@@ -9,6 +9,8 @@ from fastapi import APIRouter, Depends
 from lorastudio import __version__, families
 from lorastudio.api.deps import settings_dep
 from lorastudio.api.schemas import InfoOut
+from lorastudio.config_choices import config_rules_public
+from lorastudio.config_resolve import refused_fields
 from lorastudio.data.listing import list_datasets
 from lorastudio.jobs.hardware import host_info
 from lorastudio.jobs.validation import local_models
@@ -21,7 +23,7 @@ router = APIRouter(prefix="/api", tags=["info"])
 def info(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """Roots, dataset folders with image/caption counts, local base models (folders under
     models/ with their family), families (defaults + capabilities) and the host's accelerator
-    and precisions."""
+    and precisions, and the config rules the UI follows (config_rules; each family's `refuses`)."""
     host = host_info()
     return {
         "version": __version__,
@@ -31,8 +33,14 @@ def info(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
         "datasets": list_datasets(settings.datasets_dir),
         "models": local_models(settings.models_dir),
         "families": [
-            {**fam.spec.public(), "precisions": list(host.precisions)} for fam in families.all_families()
+            {
+                **fam.spec.public(),
+                "refuses": refused_fields(fam.spec.supports),
+                "precisions": list(host.precisions),
+            }
+            for fam in families.all_families()
         ],
         "host": host.public(),
         "auth": settings.api_token is not None,
+        "config_rules": config_rules_public(),
     }

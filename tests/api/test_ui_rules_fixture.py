@@ -1,0 +1,37 @@
+"""The web tests' /api/info double takes the config rules from web/src/test/serverRules.gen.ts
+(web/scripts/dump_rules.py): that file is what /api/info serves now, so the web tests that hide
+and send settings by those rules test the server's rules, not a stale copy."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from lorastudio.config_choices import host_choices
+from lorastudio.config_rules import BNB_OPTIMIZERS
+
+RULES = Path(__file__).resolve().parents[2] / "web" / "src" / "test" / "serverRules.gen.ts"
+
+
+def test_the_web_tests_rules_are_what_api_info_serves(client: TestClient) -> None:
+    info = client.get("/api/info").json()
+    match = re.search(r"\}> \} = (\{.*\});\s*$", RULES.read_text(), re.S)
+    assert match, f"{RULES}: run scripts/build_web.sh (web/scripts/dump_rules.py writes it)"
+    fixture = json.loads(match[1])
+    assert fixture["config_rules"] == info["config_rules"], "stale: rm web/.api-stamp; scripts/build_web.sh"
+    served = {f["name"]: {"supports": f["supports"], "refuses": f["refuses"]} for f in info["families"]}
+    assert fixture["families"] == served, "stale: rm web/.api-stamp; scripts/build_web.sh"
+    # the file's CUDA host has no bitsandbytes, whatever this machine has (web/scripts/dump_rules.py)
+    for device in ("cpu", "cuda"):
+        here = host_choices(device)
+        here["optimizers"] = [o for o in here["optimizers"] if device == "cpu" or o not in BNB_OPTIMIZERS]
+        assert fixture["hosts"][device] == here, (
+            f"stale {device} host: rm web/.api-stamp; scripts/build_web.sh"
+        )
+    host = info["host"]
+    assert host_choices(host["device"]) == {
+        k: host[k] for k in ("optimizers", "compile_modes", "attention_backends")
+    }
