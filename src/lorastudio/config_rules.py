@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.config_methods import loss_problems, text_encoder_problems
-from lorastudio.config_schedule import schedule_problems
+from lorastudio.config_schedule import lr_schedule_problems, schedule_problems
 from lorastudio.errors import FieldProblem
 
 if TYPE_CHECKING:
@@ -107,10 +107,7 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
         problems.append(
             FieldProblem("cache_variants", "random_flip alone gives only 2 distinct variants: use <= 2")
         )
-    if cfg.lr_warmup_steps > 0 and cfg.lr_scheduler == "constant":
-        problems.append(
-            FieldProblem("lr_warmup_steps", "the constant schedule has no warmup; use constant_with_warmup")
-        )
+    problems += lr_schedule_problems(cfg)  # config_schedule.py: each scheduler's own options
     if cfg.timestep_sampling != "logit_normal":
         problems += [
             FieldProblem(

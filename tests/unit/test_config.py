@@ -142,6 +142,32 @@ def test_settings_that_would_be_ignored_are_refused():
         parse_train_config({**BASE, "timestep_sampling": "uniform", "logit_std": 2.0})
 
 
+def test_a_schedule_that_would_change_nothing_is_refused():
+    """cosine_with_restarts without lr_cycles would be the cosine schedule (diffusers' one cycle),
+    an option of another scheduler would be ignored, and a warmup that does not end before the
+    run never reaches learning_rate: each refused by its field, all at once."""
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "steps": 10, "lr_scheduler": "cosine_with_restarts", "lr_power": 2.0})
+    by_field = {p.field: p.message for p in exc.value.problems}
+    assert set(by_field) == {"lr_cycles", "lr_power"}
+    assert "with one it is the cosine schedule" in by_field["lr_cycles"]
+    assert "option of lr_scheduler 'polynomial', not 'cosine_with_restarts'" in by_field["lr_power"]
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config(
+            {**BASE, "steps": 10, "lr_scheduler": "cosine", "lr_cycles": 3, "lr_warmup_steps": 10}
+        )
+    by_field = {p.field: p.message for p in exc.value.problems}
+    assert set(by_field) == {"lr_cycles", "lr_warmup_steps"}
+    assert "10 does not end before the run's 10 optimizer steps" in by_field["lr_warmup_steps"]
+    assert "use at most 9" in by_field["lr_warmup_steps"]
+    with pytest.raises(ConfigError, match="lr_cycles"):
+        parse_train_config({**BASE, "lr_scheduler": "cosine_with_restarts", "lr_cycles": 1})  # schema: >= 2
+    parse_train_config({**BASE, "steps": 10, "lr_scheduler": "cosine_with_restarts", "lr_cycles": 2})
+    parse_train_config(
+        {**BASE, "steps": 10, "lr_scheduler": "polynomial", "lr_power": 0.5, "lr_warmup_steps": 9}
+    )
+
+
 def test_output_name_must_be_a_safe_component():
     for bad in ["../x", "a/b", ".hidden", "", "x" * 101]:
         with pytest.raises(ConfigError):

@@ -3710,15 +3710,27 @@ export interface components {
              */
             loss?: "mse" | "l1" | "huber" | "smooth_l1";
             /**
+             * Lr Cycles
+             * @description cosine_with_restarts: the cosine cycles over the run after the warmup, each restarting at learning_rate (diffusers' num_cycles); required by it (one cycle is the cosine schedule)
+             * @default null
+             */
+            lr_cycles?: number | null;
+            /**
+             * Lr Power
+             * @description polynomial: the power of the decay to ~0 (null: 1.0, a straight line; 2: faster early, slower late)
+             * @default null
+             */
+            lr_power?: number | null;
+            /**
              * Lr Scheduler
-             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts (lr_cycles cosines) | polynomial (decay to ~0 at the last step, at lr_power)
              * @default constant
              * @enum {string}
              */
             lr_scheduler?: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
-             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule; fewer than the run's steps)
              * @default 0
              */
             lr_warmup_steps?: number;
@@ -4308,15 +4320,25 @@ export interface components {
              */
             loss: "mse" | "l1" | "huber" | "smooth_l1";
             /**
+             * Lr Cycles
+             * @description cosine_with_restarts: the cosine cycles over the run after the warmup, each restarting at learning_rate (diffusers' num_cycles); required by it (one cycle is the cosine schedule)
+             */
+            lr_cycles: number | null;
+            /**
+             * Lr Power
+             * @description polynomial: the power of the decay to ~0 (null: 1.0, a straight line; 2: faster early, slower late)
+             */
+            lr_power: number | null;
+            /**
              * Lr Scheduler
-             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts (lr_cycles cosines) | polynomial (decay to ~0 at the last step, at lr_power)
              * @default constant
              * @enum {string}
              */
             lr_scheduler: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
-             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule; fewer than the run's steps)
              * @default 0
              */
             lr_warmup_steps: number;

@@ -28,6 +28,15 @@ export const SCHEDULERS: Record<Scheduler, string> = {
   cosine_with_restarts: "Cosine with restarts",
   polynomial: "Polynomial",
 };
+/** The option each scheduler reads (config_schedule.SCHEDULER_OPTIONS): the others' are hidden and not sent. */
+export const SCHEDULER_OPTIONS: Record<Scheduler, readonly Key[]> = {
+  constant: [],
+  constant_with_warmup: [],
+  linear: [],
+  cosine: [],
+  cosine_with_restarts: ["lr_cycles"],
+  polynomial: ["lr_power"],
+};
 export const TIMESTEP_SAMPLING: Record<Sampling, string> = {
   logit_normal: "Logit-normal",
   uniform: "Uniform",

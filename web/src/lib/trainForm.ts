@@ -22,22 +22,31 @@ import {
   ADAPTER_OPTIONS,
   LOSS_OPTIONS,
   OPTIMIZER_OPTIONS,
+  SCHEDULER_OPTIONS,
   type Adapter,
   type Loss,
   type Optimizer,
+  type Scheduler,
 } from "./trainChoices";
 
-/** The method settings that do not apply to the form's optimizer and adapter: hidden and not sent. */
+/** The method settings that do not apply to the form's optimizer, adapter, loss and scheduler: hidden and not sent. */
 export function inapplicableFields(values: Partial<FormValues>): Set<Key> {
   const optimizer = (values.optimizer || "adamw") as Optimizer;
   const adapter = (values.adapter || "lora") as Adapter;
   const loss = (values.loss || "mse") as Loss;
+  const scheduler = (values.lr_scheduler || "constant") as Scheduler;
   const mine = new Set<Key>([
     ...(OPTIMIZER_OPTIONS[optimizer] ?? []),
     ...(ADAPTER_OPTIONS[adapter] ?? []),
     ...(LOSS_OPTIONS[loss] ?? []),
+    ...(SCHEDULER_OPTIONS[scheduler] ?? []),
   ]);
-  const all = [...Object.values(OPTIMIZER_OPTIONS), ...Object.values(ADAPTER_OPTIONS), ...Object.values(LOSS_OPTIONS)].flat();
+  const all = [
+    ...Object.values(OPTIMIZER_OPTIONS),
+    ...Object.values(ADAPTER_OPTIONS),
+    ...Object.values(LOSS_OPTIONS),
+    ...Object.values(SCHEDULER_OPTIONS),
+  ].flat();
   const hidden = new Set(all.filter((k) => !mine.has(k)));
   if (optimizer === "adafactor" && values.adafactor_relative_step === true) hidden.add("learning_rate"); // Adafactor's own
   return hidden;
