@@ -49,11 +49,14 @@ EVERY_SETTINGS: dict[str, str | None] = {
 
 # Each scheduler option and the lr_scheduler that reads it (diffusers' get_scheduler argument).
 SCHEDULER_OPTIONS: dict[str, str] = {"lr_cycles": "cosine_with_restarts", "lr_power": "polynomial"}
+# diffusers' polynomial schedule decays to this LR (its lr_end) and raises below it
+POLYNOMIAL_LR_END = 1e-7
 
 
 def lr_schedule_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """The schedule's settings that the chosen lr_scheduler would ignore (a warmup on the
-    constant schedule, another scheduler's option) or needs (cosine_with_restarts' lr_cycles)."""
+    constant schedule, another scheduler's option), needs (cosine_with_restarts' lr_cycles) or
+    cannot start from (polynomial: a learning_rate not above the LR it decays to)."""
     problems: list[FieldProblem] = []
     if cfg.lr_warmup_steps > 0 and cfg.lr_scheduler == "constant":
         problems.append(
@@ -73,6 +76,18 @@ def lr_schedule_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "lr_cycles",
                 "cosine_with_restarts needs the number of cosine cycles (2 or more: each restarts at "
                 "learning_rate); with one it is the cosine schedule: set lr_cycles, or use 'cosine'",
+            )
+        )
+    if (
+        cfg.lr_scheduler == "polynomial"
+        and cfg.learning_rate is not None
+        and cfg.learning_rate <= POLYNOMIAL_LR_END
+    ):
+        problems.append(
+            FieldProblem(
+                "learning_rate",
+                f"{cfg.learning_rate:g} is not above {POLYNOMIAL_LR_END:g}, the LR the polynomial schedule decays "
+                "to (diffusers' lr_end): raise it, or use 'linear'",
             )
         )
     return problems
