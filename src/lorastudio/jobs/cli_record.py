@@ -107,6 +107,9 @@ class CliRunRecord:
             self._write(lambda: self.store.add_metric(job.id, folded.point))
         elif data["type"] == "progress":
             self._write(lambda: self.store.update_run(job.id, steps_run=job.steps_run))
+        if folded.total_steps is not None:  # an epoch run's length, known from its first step
+            total = folded.total_steps
+            self._write(lambda: self.store.update_run(job.id, total_steps=total))
         if folded.validation is not None:
             self._write(lambda: self.store.add_validation(job.id, folded.validation))
         if folded.final is not None:

@@ -227,7 +227,7 @@ class JobService(Dispatcher):
                     job.history.add(point)
                     self.store.add_metric(job.id, point)
                 job.steps_run = resume.step
-                self.store.update_run(job.id, steps_run=resume.step)
+                self.store.update_run(job.id, steps_run=resume.step, total_steps=resume.total_steps)
             except STORE_ERRORS as err:  # a full disk: the resume is refused, nothing runs
                 self._queue.remove(job)
                 self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))

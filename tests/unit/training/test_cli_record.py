@@ -52,6 +52,20 @@ def test_a_cli_run_is_listed_under_runs(tiny_model, small_dataset, tmp_path, run
     assert shown.exit_code == 0 and "source       cli" in shown.output
 
 
+def test_an_epoch_cli_run_records_the_steps_it_trains_not_the_ignored_steps_setting(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """num_epochs overrides `steps` (1000 by default): the run store's total is the run's own
+    length (its progress events'), so `runs list`, the API and the UI show 4/4, not 4/1000."""
+    over = {"num_epochs": 2, "output_name": "by-epochs"}  # 4 images, batch 2, 2 buckets: 2 steps an epoch
+    result = _train(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over))
+    assert result.exit_code == 0, result.output
+    (run,) = RunStore.open(get_settings().db_path).list_runs()
+    assert run["steps_run"] == run["total_steps"] == 4 and run["status"] == "completed", run
+    listed = CliRunner().invoke(app, ["runs", "list"]).output
+    assert "4/4" in listed and "/1000" not in listed, listed
+
+
 def test_a_cli_run_stores_its_validation_rounds(tiny_model, small_dataset, tmp_path, run_settings):
     """The validation loss of a CLI run is in the run store like a server run's (the chart of
     `runs show` and of the UI's run page reads it)."""
