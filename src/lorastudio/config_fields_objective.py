@@ -71,7 +71,8 @@ class ObjectiveFields(StrictFields):
         ge=0,
         le=100,
         description="guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the "
-        "denoiser while training (null: the family's default)",
+        "denoiser's guidance embedding while training (null: the family's default; another value is refused for a "
+        "base without the embedding, e.g. FLUX.1 schnell)",
     )
     max_sequence_length: int | None = Field(
         default=None,

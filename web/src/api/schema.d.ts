@@ -3588,7 +3588,7 @@ export interface components {
             gradient_checkpointing?: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser's guidance embedding while training (null: the family's default; another value is refused for a base without the embedding, e.g. FLUX.1 schnell)
              * @default null
              */
             guidance?: number | null;
@@ -4208,7 +4208,7 @@ export interface components {
             gradient_checkpointing: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser's guidance embedding while training (null: the family's default; another value is refused for a base without the embedding, e.g. FLUX.1 schnell)
              */
             guidance: number | null;
             /**

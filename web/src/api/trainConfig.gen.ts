@@ -86,7 +86,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "fuse_projections": "run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)",
   "grad_accum": "micro-batches per optimizer step",
   "gradient_checkpointing": "recompute activations in the backward: selective = the cheap ops only, full = every repeated block; auto = off (with memory_budget_gb: what the measured plan needs)",
-  "guidance": "guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)",
+  "guidance": "guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser's guidance embedding while training (null: the family's default; another value is refused for a base without the embedding, e.g. FLUX.1 schnell)",
   "huber_c": "huber / smooth_l1: the threshold c (null: 0.1); with a schedule, its value at pure noise",
   "huber_schedule": "huber / smooth_l1: c by noise level: constant (null) | exponential (1 on clean latents decaying to huber_c at pure noise) | snr ((1 - c)/(1 + noise/signal)^2 + c, as SimpleTuner)",
   "keep_last": "checkpoints retained (oldest removed)",
