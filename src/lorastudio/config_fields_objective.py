@@ -64,7 +64,8 @@ class ObjectiveFields(StrictFields):
         gt=0,
         le=100,
         description="flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: "
-        "the shift the family's pipeline uses at inference for the image size)",
+        "the shift the family's pipeline uses at inference for the image size; FLUX.1 and Kontext: none, the "
+        "sampled levels as they are)",
     )
     guidance: float | None = Field(
         default=None,

@@ -3562,7 +3562,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size; FLUX.1 and Kontext: none, the sampled levels as they are)
              * @default null
              */
             flow_shift?: number | null;
@@ -4183,7 +4183,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size; FLUX.1 and Kontext: none, the sampled levels as they are)
              */
             flow_shift: number | null;
             /**

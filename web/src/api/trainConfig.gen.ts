@@ -82,7 +82,7 @@ export const CONFIG_DESCRIPTIONS: Partial<Record<keyof TrainConfig, string>> = {
   "ema_update_every": "EMA update every N optimizer steps",
   "enable_tf32": "TF32 matmuls for the run (restored after)",
   "family": "model family: a registered name (`lorastudio families`, /api/info)",
-  "flow_shift": "flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)",
+  "flow_shift": "flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size; FLUX.1 and Kontext: none, the sampled levels as they are)",
   "fuse_projections": "run each transformer block's projections that read one input (q/k/v, and FLUX.1's MLP input, Z-Image's SwiGLU, SDXL's cross-attention k/v) as one matmul, their LoRAs too; the LoRA file is unchanged. auto = on for a bf16 / fp16 base on CUDA without checkpointing, block swap or LoRA dropout (measured 1.7-3.7 % faster on an H200); on: any bf16 / fp16 / fp32 base (not fp8 / int8 / nf4)",
   "grad_accum": "micro-batches per optimizer step",
   "gradient_checkpointing": "recompute activations in the backward: selective = the cheap ops only, full = every repeated block; auto = off (with memory_budget_gb: what the measured plan needs)",
