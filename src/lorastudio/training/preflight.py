@@ -122,12 +122,14 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         scan_folder=lambda folder: scan_for_run(folder, resolved, family.spec, settings),
     )
     scan = holdout.train
+    from lorastudio.data.caption_variants import variation_warning
     from lorastudio.data.crop import crop_warning
     from lorastudio.data.upscaling import upscale_warning
 
     for warning in (
         upscale_warning(scan.items, resolved.no_upscale, scan.labels()),
         crop_warning(scan.items, resolved.random_crop, scan.labels()),
+        variation_warning(scan, scan.labels()),
         mask_warning(scan.items, scan.labels()),
     ):
         if warning:
