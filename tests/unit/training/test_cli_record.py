@@ -126,3 +126,26 @@ def test_an_unwritable_store_does_not_stop_the_run(tiny_model, small_dataset, tm
     assert result.exit_code == 0, result.output
     assert "no longer recorded in the run store" in result.output
     assert (get_settings().outputs_dir / "unrecorded" / "unrecorded.safetensors").is_file()
+
+
+def test_a_resumed_cli_run_carries_the_history_it_continues(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """`train --resume` records a new run, which starts with the metric points and validation
+    rounds of the run it continues up to the checkpoint (as a server resume does), so its chart,
+    `runs show` and validation.json tell the same series."""
+    over = {"steps": 4, "save_every": 2, "output_name": "cont", "validation_split": 0.34, "validate_every": 1}
+    assert _train(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over)).exit_code == 0
+    run_dir = get_settings().outputs_dir / "cont"
+    resumed = CliRunner().invoke(
+        app, ["train", "--resume", str(run_dir), "--set", "steps=6", "--device", "cpu"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    store = RunStore.open(get_settings().db_path)
+    newest = store.get_run(store.list_runs()[0]["id"])
+    assert [p["step"] for p in newest["metrics"]] == [1, 2, 3, 4, 5, 6]  # 1-2 carried, 3-6 trained again
+    first = store.get_run(store.list_runs()[1]["id"])
+    assert newest["metrics"][:2] == first["metrics"][:2]
+    assert [v["step"] for v in newest["validation"]] == [1, 2, 3, 4, 5, 6]
+    on_disk = json.loads((run_dir / "validation.json").read_text())["series"]
+    assert [(v["step"], v["loss"]) for v in newest["validation"]] == [(v["step"], v["loss"]) for v in on_disk]
