@@ -185,3 +185,15 @@ def test_guidance_for_a_base_without_a_guidance_embedding_is_refused(
     validate_run({**raw, "guidance": 1.0}, settings, live_output_names=set())
     result = train(make_config(base_model=str(schnell_like), guidance=1.0, steps=1), [].append, device="cpu")
     assert result.steps_run == 1
+
+
+def test_a_lora_target_that_is_no_linear_layer_is_refused_by_name(make_config):
+    """FLUX.1's norm1 is an AdaLayerNormZero block: peft raised a bare ValueError (a traceback
+    from the CLI); the run is refused naming the target, its class and the layers inside it."""
+    events = _fails(make_config(lora_targets=["to_q", "norm1"]), ConfigError, "lora_targets: 'norm1' names")
+    (error,) = [e for e in events if e.type == "error"]
+    assert (
+        "AdaLayerNormZero modules" in error.message and "the layers inside it: norm1.linear" in error.message
+    )
+    result = train(make_config(lora_targets=["norm1.linear"], output_name="inside"), [].append, device="cpu")
+    assert result.steps_run == 2
