@@ -131,9 +131,10 @@ def add_lora(denoiser: Any, lora_config: PeftConfig) -> list[torch.nn.Parameter]
     return params
 
 
-# the layers an adapter wraps (peft's LoRA / DoRA / LoHa / LoKr all take these; the quantised and
-# fp8 base layers of training/quantize.py and fp8.py are nn.Linear subclasses)
-WRAPPABLE = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+# the layers an adapter wraps (peft's LoRA / DoRA take all of these, LoHa / LoKr the linear and
+# convolution ones; the quantised and fp8 base layers of training/quantize.py and fp8.py are
+# nn.Linear subclasses)
+WRAPPABLE = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Embedding)
 
 
 def _unwrappable_targets(modules: dict[str, torch.nn.Module], targets: list[str]) -> list[FieldProblem]:
@@ -154,8 +155,8 @@ def _unwrappable_targets(modules: dict[str, torch.nn.Module], targets: list[str]
         problems.append(
             FieldProblem(
                 "lora_targets",
-                f"{t!r} names {type(module).__name__} modules (e.g. {name}), not a linear or convolution "
-                f"layer an adapter can wrap{hint}",
+                f"{t!r} names {type(module).__name__} modules (e.g. {name}), not a linear, convolution or "
+                f"embedding layer an adapter can wrap{hint}",
             )
         )
     return problems
