@@ -134,6 +134,24 @@ def test_cache_variants_without_augmentation_is_refused():
         parse_train_config({**BASE, "random_flip": True, "cache_variants": 3})
 
 
+def test_cache_settings_the_latent_cache_mode_never_reads_are_refused():
+    """latent_cache_max_gb is the RAM budget of auto / memory (data/disk_cache.latent_mode
+    returns disk / per-step without reading it); "off" encodes each step's crop afresh, so
+    cache_variants caches nothing. The defaults a resolved config (a clone) carries pass."""
+    for mode in ("disk", "off"):
+        with pytest.raises(ConfigError) as exc:
+            parse_train_config({**BASE, "latent_cache": mode, "latent_cache_max_gb": 2})
+        assert _fields(exc.value) == {"latent_cache_max_gb"} and f"{mode!r} never reads it" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "latent_cache": "off", "random_crop": True, "cache_variants": 2})
+    assert _fields(exc.value) == {"cache_variants"} and "caches none" in str(exc.value)
+    off = resolve_train_config(parse_train_config({**BASE, "latent_cache": "off", "random_crop": True}))
+    parse_train_config(off.model_dump(exclude={"lora_targets"}))  # its resolved cache_variants (4) passes
+    parse_train_config(
+        {**BASE, "latent_cache": "memory", "latent_cache_max_gb": 2, "random_crop": True, "cache_variants": 2}
+    )
+
+
 def test_settings_that_would_be_ignored_are_refused():
     with pytest.raises(ConfigError, match="lr_warmup_steps"):
         parse_train_config({**BASE, "lr_warmup_steps": 10})

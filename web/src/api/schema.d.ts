@@ -3479,7 +3479,7 @@ export interface components {
             batch_size?: number;
             /**
              * Cache Variants
-             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)
+             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1; latent_cache off caches none)
              * @default null
              */
             cache_variants?: number | null;
@@ -3637,7 +3637,7 @@ export interface components {
             latent_cache?: "auto" | "memory" | "disk" | "off";
             /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
+             * @description RAM budget of the latent cache (auto / memory); above it, the disk cache (auto) or encode per step (memory)
              * @default 8
              */
             latent_cache_max_gb?: number;
@@ -4106,7 +4106,7 @@ export interface components {
             batch_size: number;
             /**
              * Cache Variants
-             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)
+             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1; latent_cache off caches none)
              */
             cache_variants: number | null;
             /**
@@ -4253,7 +4253,7 @@ export interface components {
             latent_cache: "auto" | "memory" | "disk" | "off";
             /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
+             * @description RAM budget of the latent cache (auto / memory); above it, the disk cache (auto) or encode per step (memory)
              * @default 8
              */
             latent_cache_max_gb: number;
