@@ -19,7 +19,7 @@ from typing import Any, get_args
 
 from lorastudio.config_fields_objective import LossName
 from lorastudio.config_fields_runtime import AttentionBackend, CompileMode
-from lorastudio.config_fields_training import AdapterName, OptimizerName
+from lorastudio.config_fields_training import AdapterName, LrScheduler, OptimizerName
 from lorastudio.config_methods import HUBER_LOSSES, HUBER_OPTIONS
 from lorastudio.config_rules import (
     LOKR_OPTIONS,
@@ -28,6 +28,7 @@ from lorastudio.config_rules import (
     compile_device_problems,
     optimizer_host_problems,
 )
+from lorastudio.config_schedule import SCHEDULER_OPTIONS
 
 
 def choice_settings() -> dict[str, dict[str, list[str]]]:
@@ -37,6 +38,10 @@ def choice_settings() -> dict[str, dict[str, list[str]]]:
         "optimizer": {o: list(OPTIMIZER_OPTIONS[o]) for o in get_args(OptimizerName)},
         "adapter": {a: list(LOKR_OPTIONS) if a == "lokr" else [] for a in get_args(AdapterName)},
         "loss": {loss: list(HUBER_OPTIONS) if loss in HUBER_LOSSES else [] for loss in get_args(LossName)},
+        "lr_scheduler": {
+            s: [name for name, owner in SCHEDULER_OPTIONS.items() if owner == s]
+            for s in get_args(LrScheduler)
+        },
     }
 
 

@@ -141,7 +141,7 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """Why the run's dataset settings cannot be honoured together (empty when they can): neither
     or both of data_dir and datasets, an entry with both repeats and weight, weights on some
     entries only, repeats / weight with kohya_folders, control_dirs with several entries, caption
-    settings that nothing varies."""
+    settings that nothing varies, a run-level setting that every entry overrides."""
     problems = raw_dataset_problems({"data_dir": cfg.data_dir, "datasets": cfg.datasets})
     entries = cfg.datasets or []
     weighted = [i for i, e in enumerate(entries) if e.weight is not None]
@@ -165,7 +165,7 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "control/ sub-folder in each entry instead",
             )
         )
-    problems += caption_problems(cfg) + regularisation_problems(cfg)
+    problems += caption_problems(cfg) + regularisation_problems(cfg) + overridden_problems(cfg)
     if weighted and len(weighted) != len(entries):
         missing = ", ".join(str(i) for i in range(len(entries)) if i not in weighted)
         problems.append(
@@ -198,6 +198,36 @@ def regularisation_problems(cfg: TrainConfig) -> list[FieldProblem]:
             FieldProblem("datasets", "every entry is a regularisation entry: add the images to learn")
         )
     return problems
+
+
+# Run-level settings that are only the default of each datasets entry's own (data/entries.py
+# picks the entry's when set); the run's resolution and trigger_word are also read elsewhere
+# (sample size, the sidecar, preservation), so they are not here.
+ENTRY_DEFAULTS: tuple[str, ...] = (
+    "default_caption",
+    "caption_dropout",
+    "shuffle_tags",
+    "keep_tokens",
+    "tag_dropout",
+)
+
+
+def overridden_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """A run-level ENTRY_DEFAULTS setting given a value (other than its schema default) while
+    every datasets entry sets its own: it applies to no image, so it would be ignored."""
+    entries = cfg.datasets or []
+    if not entries:
+        return []
+    fields = type(cfg).model_fields
+    return [
+        FieldProblem(
+            name,
+            f"every datasets entry sets its own {name}, so the run's ({getattr(cfg, name)!r}) applies to "
+            "no image (it would be ignored): remove it, or leave it unset on the entries it should reach",
+        )
+        for name in ENTRY_DEFAULTS
+        if getattr(cfg, name) != fields[name].default and all(getattr(e, name) is not None for e in entries)
+    ]
 
 
 def caption_problems(cfg: TrainConfig) -> list[FieldProblem]:

@@ -35,13 +35,15 @@ class DataFields(StrictFields):
         default=None,
         ge=1,
         le=64,
-        description="crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)",
+        description="crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1; "
+        "latent_cache off caches none)",
     )
     latent_cache_max_gb: float = Field(
         default=8.0,
         ge=0,
         le=1024,
-        description="RAM budget of the latent cache; above it, the disk cache (auto) or encode per step",
+        description="RAM budget of the latent cache (auto / memory); above it, the disk cache (auto) or encode "
+        "per step (memory)",
     )
     # issue 31 part 6: the on-disk latent cache (data/disk_cache.py, training/latents_disk.py)
     latent_cache: LatentCacheMode = Field(

@@ -64,14 +64,16 @@ class ObjectiveFields(StrictFields):
         gt=0,
         le=100,
         description="flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: "
-        "the shift the family's pipeline uses at inference for the image size)",
+        "the shift the family's pipeline uses at inference for the image size; FLUX.1 and Kontext: none, the "
+        "sampled levels as they are)",
     )
     guidance: float | None = Field(
         default=None,
         ge=0,
         le=100,
         description="guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the "
-        "denoiser while training (null: the family's default)",
+        "denoiser's guidance embedding while training (null: the family's default; another value is refused for a "
+        "base without the embedding, e.g. FLUX.1 schnell)",
     )
     max_sequence_length: int | None = Field(
         default=None,

@@ -40,12 +40,28 @@ class TrainingFields(StrictFields):
     lr_scheduler: LrScheduler = Field(
         default="constant",
         description="learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | "
-        "constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)",
+        "constant_with_warmup | linear | cosine | cosine_with_restarts (lr_cycles cosines) | polynomial (decay to ~0 "
+        "at the last step, at lr_power)",
     )
     lr_warmup_steps: int = Field(
         default=0,
         ge=0,
-        description="optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)",
+        description="optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule; "
+        "fewer than the run's steps)",
+    )
+    lr_cycles: int | None = Field(
+        default=None,
+        ge=2,
+        le=10_000,
+        description="cosine_with_restarts: the cosine cycles over the run after the warmup, each restarting at "
+        "learning_rate (diffusers' num_cycles); required by it (one cycle is the cosine schedule)",
+    )
+    lr_power: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="polynomial: the power of the decay to ~0 (null: 1.0, a straight line; 2: faster early, "
+        "slower late)",
     )
     weight_decay: float = Field(
         default=1e-4,

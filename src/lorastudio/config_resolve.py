@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorastudio.config import FAMILY_SPECIFIC_FIELDS, TrainConfig
+from lorastudio.config_cache import default_cache_variants
 from lorastudio.config_datasets import raw_dataset_problems, resolution_entry_problems, resolution_list
 from lorastudio.config_methods import FAMILY_FIELD_REASONS, resolve_loss
 from lorastudio.config_preservation import preservation_problems
@@ -204,7 +205,7 @@ def resolve_train_config(cfg: TrainConfig) -> TrainConfig:
     if values["lora_alpha"] is None:
         values["lora_alpha"] = float(values["lora_rank"])
     if values["cache_variants"] is None:
-        values["cache_variants"] = 4 if cfg.random_crop else 2 if cfg.random_flip else 1
+        values["cache_variants"] = default_cache_variants(cfg)
     if values["output_name"] is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         values["output_name"] = f"{fam.spec.name}-{stamp}"

@@ -8,8 +8,9 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.config_cache import latent_cache_problems
 from lorastudio.config_methods import loss_problems, text_encoder_problems
-from lorastudio.config_schedule import schedule_problems
+from lorastudio.config_schedule import lr_schedule_problems, schedule_problems
 from lorastudio.errors import FieldProblem
 
 if TYPE_CHECKING:
@@ -123,21 +124,8 @@ def combination_problems(cfg: TrainConfig) -> list[FieldProblem]:
     from lorastudio.config_datasets import dataset_problems
 
     problems = dataset_problems(cfg)
-    augmenting = cfg.random_crop or cfg.random_flip
-    if cfg.cache_variants is not None and cfg.cache_variants > 1 and not augmenting:
-        problems.append(
-            FieldProblem(
-                "cache_variants", "> 1 needs random_crop or random_flip (every variant would be identical)"
-            )
-        )
-    if cfg.cache_variants is not None and cfg.cache_variants > 2 and cfg.random_flip and not cfg.random_crop:
-        problems.append(
-            FieldProblem("cache_variants", "random_flip alone gives only 2 distinct variants: use <= 2")
-        )
-    if cfg.lr_warmup_steps > 0 and cfg.lr_scheduler == "constant":
-        problems.append(
-            FieldProblem("lr_warmup_steps", "the constant schedule has no warmup; use constant_with_warmup")
-        )
+    problems += lr_schedule_problems(cfg)  # config_schedule.py: each scheduler's own options
+    problems += latent_cache_problems(cfg)  # config_cache.py: cache_variants, latent_cache_max_gb
     if cfg.timestep_sampling != "logit_normal":
         problems += [
             FieldProblem(

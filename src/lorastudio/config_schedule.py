@@ -11,6 +11,12 @@ checkpoints / LoRA snapshots: none, the run's final LoRA is that step's), so it 
 write only before the last step (lora/snapshots.py, training/checkpoint.py, training/validate.py),
 so it is refused unless one of them falls on a step before the last.
 
+The learning-rate schedule's own settings: `lr_warmup_steps` must end before the run does (a
+warmup as long as the run never reaches learning_rate, and the schedule after it never starts),
+`lr_cycles` is cosine_with_restarts' (required there: with one cycle it is the cosine schedule, so
+the choice would change nothing) and `lr_power` polynomial's; either given to another schedule
+would be ignored, so it is refused.
+
 The run's length is `steps`, or with `num_epochs` > 0 num_epochs x the optimizer steps of one
 epoch, known only once the dataset is scanned: config_rules checks what the config alone says
 (`schedule_problems(cfg, None)` for an epoch run), jobs/validation checks the rest after the scan
@@ -41,6 +47,52 @@ EVERY_SETTINGS: dict[str, str | None] = {
 }
 
 
+# Each scheduler option and the lr_scheduler that reads it (diffusers' get_scheduler argument).
+SCHEDULER_OPTIONS: dict[str, str] = {"lr_cycles": "cosine_with_restarts", "lr_power": "polynomial"}
+# diffusers' polynomial schedule decays to this LR (its lr_end) and raises below it
+POLYNOMIAL_LR_END = 1e-7
+
+
+def lr_schedule_problems(cfg: TrainConfig) -> list[FieldProblem]:
+    """The schedule's settings that the chosen lr_scheduler would ignore (a warmup on the
+    constant schedule, another scheduler's option), needs (cosine_with_restarts' lr_cycles) or
+    cannot start from (polynomial: a learning_rate not above the LR it decays to)."""
+    problems: list[FieldProblem] = []
+    if cfg.lr_warmup_steps > 0 and cfg.lr_scheduler == "constant":
+        problems.append(
+            FieldProblem("lr_warmup_steps", "the constant schedule has no warmup; use constant_with_warmup")
+        )
+    problems += [
+        FieldProblem(
+            name,
+            f"is an option of lr_scheduler {owner!r}, not {cfg.lr_scheduler!r} (it would be ignored)",
+        )
+        for name, owner in SCHEDULER_OPTIONS.items()
+        if getattr(cfg, name) is not None and cfg.lr_scheduler != owner
+    ]
+    if cfg.lr_scheduler == "cosine_with_restarts" and cfg.lr_cycles is None:
+        problems.append(
+            FieldProblem(
+                "lr_cycles",
+                "cosine_with_restarts needs the number of cosine cycles (2 or more: each restarts at "
+                "learning_rate); with one it is the cosine schedule: set lr_cycles, or use 'cosine'",
+            )
+        )
+    if (
+        cfg.lr_scheduler == "polynomial"
+        and cfg.learning_rate is not None
+        and cfg.learning_rate <= POLYNOMIAL_LR_END
+    ):
+        problems.append(
+            FieldProblem(
+                "learning_rate",
+                f"{cfg.learning_rate:g} is not above {POLYNOMIAL_LR_END:g}, the LR the polynomial schedule decays "
+                "to (diffusers' lr_end): raise it, or use 'linear'",
+            )
+        )
+    return problems
+
+
 def _length(cfg: TrainConfig, total: int) -> str:
     """How the run's length is named in a problem."""
     if cfg.num_epochs > 0:
@@ -49,8 +101,8 @@ def _length(cfg: TrainConfig, total: int) -> str:
 
 
 def schedule_problems(cfg: TrainConfig, total: int | None) -> list[FieldProblem]:
-    """Periodic settings that fall on no step of a run of `total` optimizer steps, and keep_loras
-    when no snapshot writer falls on a step before the last. `total` None (an epoch run before its
+    """Periodic settings that fall on no step of a run of `total` optimizer steps, a warmup that
+    does not end before it, and keep_loras when no snapshot writer falls on a step before the last. `total` None (an epoch run before its
     dataset is scanned): only keep_loras without any snapshot writer set."""
     problems: list[FieldProblem] = []
     if total is not None:
@@ -63,6 +115,15 @@ def schedule_problems(cfg: TrainConfig, total: int | None) -> list[FieldProblem]
                     name,
                     f"{every} exceeds {_length(cfg, total)}: it would fall on no step, so it cannot be "
                     f"honoured; use at most {total}, or leave it unset",
+                )
+            )
+        if cfg.lr_warmup_steps >= total and cfg.lr_scheduler != "constant":
+            problems.append(
+                FieldProblem(
+                    "lr_warmup_steps",
+                    f"{cfg.lr_warmup_steps} does not end before {_length(cfg, total)}: the LR would never "
+                    f"reach learning_rate and the {cfg.lr_scheduler} schedule would never start; use at "
+                    f"most {total - 1}",
                 )
             )
     if cfg.keep_loras is None:

@@ -46,6 +46,8 @@ VALUES: dict[str, Any] = {
     "lokr_decompose_both": True,
     "huber_c": 0.2,
     "huber_schedule": "snr",
+    "lr_cycles": 3,
+    "lr_power": 2.0,
 }
 
 
@@ -84,7 +86,7 @@ def test_each_family_refuses_exactly_what_info_says(info: dict[str, Any]) -> Non
 
 def test_each_choice_reads_the_settings_info_serves_and_refuses_the_others(info: dict[str, Any]) -> None:
     rules = info["config_rules"]["choice_settings"]
-    assert set(rules) == {"optimizer", "adapter", "loss"}
+    assert set(rules) == {"optimizer", "adapter", "loss", "lr_scheduler"}
     for field, choices in rules.items():
         literal = TrainConfig.model_json_schema()["properties"][field]
         assert sorted(choices) == sorted(literal["enum"]), field  # every choice the config accepts

@@ -55,7 +55,15 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     client = server.client
     assert upload_folder(client, "shapes", sample_dataset).status_code == 201
     outputs = Path(client.get("/api/info").json()["outputs_root"])
-    config = flux_config(output_name="res", steps=STEPS, save_every=2, keep_last=2, seed=5)
+    config = flux_config(
+        output_name="res",
+        steps=STEPS,
+        save_every=2,
+        keep_last=2,
+        seed=5,
+        validation_split=0.25,
+        validate_every=2,
+    )
     first = _stopped_run(server, config, image=sorted(sample_dataset.glob("*.png"))[0].name)
     stopped_at = first["steps_run"]
     assert first["status"] == "stopped" and 3 <= stopped_at < STEPS
@@ -91,12 +99,16 @@ def test_resume_a_stopped_run_to_the_uninterrupted_result(
     job = resumed.json()
     assert job["id"] != first["id"] and job["output_name"] == "res" and job["steps_run"] == stopped_at
     assert [p["step"] for p in job["metrics"]] == list(range(1, stopped_at + 1))  # history carried over
+    assert [v["step"] for v in job["validation"]] == list(range(2, stopped_at + 1, 2))  # its rounds too
     again = client.post(f"/api/runs/{first['id']}/resume", json={})
     assert again.status_code == 409  # the folder is in use by the queued/running resume
     done = wait_status(client, job["id"], FINAL)
     wait_idle(client)
     assert done["status"] == "completed" and done["steps_run"] == STEPS, done["error"]
     assert [p["step"] for p in done["metrics"]] == list(range(1, STEPS + 1))
+    on_disk = json.loads((outputs / "res" / "validation.json").read_text())["series"]
+    assert [(v["step"], v["loss"]) for v in done["validation"]] == [(v["step"], v["loss"]) for v in on_disk]
+    assert [v["step"] for v in on_disk] == list(range(2, STEPS + 1, 2))
     assert Path(done["lora_path"]) == outputs / "res" / "res.safetensors"
     assert len(list((outputs / "res" / "checkpoints").iterdir())) == 1  # keep_last=1 on resume
     assert all(r["resume_step"] is None for r in client.get("/api/runs").json()["runs"])

@@ -134,12 +134,56 @@ def test_cache_variants_without_augmentation_is_refused():
         parse_train_config({**BASE, "random_flip": True, "cache_variants": 3})
 
 
+def test_cache_settings_the_latent_cache_mode_never_reads_are_refused():
+    """latent_cache_max_gb is the RAM budget of auto / memory (data/disk_cache.latent_mode
+    returns disk / per-step without reading it); "off" encodes each step's crop afresh, so
+    cache_variants caches nothing. The defaults a resolved config (a clone) carries pass."""
+    for mode in ("disk", "off"):
+        with pytest.raises(ConfigError) as exc:
+            parse_train_config({**BASE, "latent_cache": mode, "latent_cache_max_gb": 2})
+        assert _fields(exc.value) == {"latent_cache_max_gb"} and f"{mode!r} never reads it" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "latent_cache": "off", "random_crop": True, "cache_variants": 2})
+    assert _fields(exc.value) == {"cache_variants"} and "caches none" in str(exc.value)
+    off = resolve_train_config(parse_train_config({**BASE, "latent_cache": "off", "random_crop": True}))
+    parse_train_config(off.model_dump(exclude={"lora_targets"}))  # its resolved cache_variants (4) passes
+    parse_train_config(
+        {**BASE, "latent_cache": "memory", "latent_cache_max_gb": 2, "random_crop": True, "cache_variants": 2}
+    )
+
+
 def test_settings_that_would_be_ignored_are_refused():
     with pytest.raises(ConfigError, match="lr_warmup_steps"):
         parse_train_config({**BASE, "lr_warmup_steps": 10})
     parse_train_config({**BASE, "lr_warmup_steps": 10, "lr_scheduler": "constant_with_warmup"})
     with pytest.raises(ConfigError, match="logit_std: only applies"):
         parse_train_config({**BASE, "timestep_sampling": "uniform", "logit_std": 2.0})
+
+
+def test_a_schedule_that_would_change_nothing_is_refused():
+    """cosine_with_restarts without lr_cycles would be the cosine schedule (diffusers' one cycle),
+    an option of another scheduler would be ignored, and a warmup that does not end before the
+    run never reaches learning_rate: each refused by its field, all at once."""
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "steps": 10, "lr_scheduler": "cosine_with_restarts", "lr_power": 2.0})
+    by_field = {p.field: p.message for p in exc.value.problems}
+    assert set(by_field) == {"lr_cycles", "lr_power"}
+    assert "with one it is the cosine schedule" in by_field["lr_cycles"]
+    assert "option of lr_scheduler 'polynomial', not 'cosine_with_restarts'" in by_field["lr_power"]
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config(
+            {**BASE, "steps": 10, "lr_scheduler": "cosine", "lr_cycles": 3, "lr_warmup_steps": 10}
+        )
+    by_field = {p.field: p.message for p in exc.value.problems}
+    assert set(by_field) == {"lr_cycles", "lr_warmup_steps"}
+    assert "10 does not end before the run's 10 optimizer steps" in by_field["lr_warmup_steps"]
+    assert "use at most 9" in by_field["lr_warmup_steps"]
+    with pytest.raises(ConfigError, match="lr_cycles"):
+        parse_train_config({**BASE, "lr_scheduler": "cosine_with_restarts", "lr_cycles": 1})  # schema: >= 2
+    parse_train_config({**BASE, "steps": 10, "lr_scheduler": "cosine_with_restarts", "lr_cycles": 2})
+    parse_train_config(
+        {**BASE, "steps": 10, "lr_scheduler": "polynomial", "lr_power": 0.5, "lr_warmup_steps": 9}
+    )
 
 
 def test_output_name_must_be_a_safe_component():

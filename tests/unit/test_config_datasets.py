@@ -64,3 +64,24 @@ def test_folders_and_identity() -> None:
     assert (
         run_identity(cfg, "fp", ("to_q",))["datasets"] != run_identity(heavier, "fp", ("to_q",))["datasets"]
     )
+
+
+def test_a_run_level_default_every_entry_overrides_is_refused() -> None:
+    """The run's caption settings are the default of each entry's own: when every entry sets its
+    own, the run's value reaches no image, so it is refused by name; one entry without its own
+    takes it (accepted), and the schema's default value is never a problem (forms send it)."""
+    entries = [
+        {"path": "a", "caption_dropout": 0.3, "default_caption": "a dog"},
+        {"path": "b", "caption_dropout": 0.0, "default_caption": "a cat", "regularisation": True},
+    ]
+    got = _problems({"caption_dropout": 0.1, "default_caption": "a pet", "datasets": entries})
+    assert set(got) == {"caption_dropout", "default_caption"}
+    assert (
+        "every datasets entry sets its own caption_dropout, so the run's (0.1) applies to no image"
+        in (got["caption_dropout"])
+    )
+    parse_train_config({**BASE, "caption_dropout": 0.1, "datasets": [entries[0], {"path": "b"}]})
+    parse_train_config({**BASE, "caption_dropout": 0.0, "default_caption": None, "datasets": entries})
+    parse_train_config(
+        {**BASE, "caption_dropout": 0.1, "data_dir": "a"}
+    )  # data_dir: the run's is the entry's

@@ -166,6 +166,10 @@ def train_cmd(
         quiet_libraries()
         display = ProgressDisplay(console) if rank == 0 else None
         record = open_cli_record(cfg) if rank == 0 else None  # listed under Runs like a server's run
+        if record is not None and checkpoint is not None:  # the history of the run it continues
+            from lorastudio.training.checkpoint import read_checkpoint_info
+
+            record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
         with StopOnInterrupt(console) as stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit

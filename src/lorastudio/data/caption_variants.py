@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lorastudio.data.items import item_name
+
 if TYPE_CHECKING:
     from lorastudio.data.items import DatasetScan
 
@@ -72,6 +74,44 @@ def caption_variant(caption: str, style: CaptionStyle, rng: np.random.Generator)
     if style.shuffle and len(rest) > 1:
         rest = [rest[i] for i in rng.permutation(len(rest))]
     return ", ".join(fixed + rest)
+
+
+def can_vary(caption: str, style: CaptionStyle) -> bool:
+    """Whether some draw of caption_variant gives `caption` another text: shuffling needs two tags
+    after the first keep_tokens; dropout a tag there that is not the trigger word, and (without
+    kept tags, as no draw empties a caption) a second tag to keep."""
+    if not style.active:
+        return False
+    tags = split_tags(caption)
+    fixed, rest = tags[: style.keep_tokens], tags[style.keep_tokens :]
+    if style.shuffle and len(rest) > 1:
+        return True
+    trigger = set(split_tags(style.trigger)) if style.trigger else set()
+    droppable = any(t not in trigger for t in rest)
+    return style.tag_dropout > 0 and droppable and (bool(fixed) or len(rest) > 1)
+
+
+def variation_warning(scan: DatasetScan, labels: Sequence[str] = ()) -> str | None:
+    """The preflight line naming the images whose entry shuffles or drops tags but whose caption
+    no draw can change (can_vary: a caption without commas has one tag), or None when there is
+    none; each image once, named as data.items.item_name with `labels`."""
+    if not scan.entries:
+        return None
+    active: dict[str, bool] = {}  # name -> some resolution's copy of it can vary
+    for it in scan.items:
+        e = scan.entries[it.entry]
+        style = CaptionStyle(e.shuffle_tags, e.keep_tokens, e.tag_dropout, e.trigger_word)
+        if style.active:
+            name = item_name(it, labels)
+            active[name] = active.get(name, False) or can_vary(it.caption, style)
+    fixed = sorted(name for name, varies in active.items() if not varies)
+    if not fixed:
+        return None
+    named = ", ".join(fixed[:10]) + (f" and {len(fixed) - 10} more" if len(fixed) > 10 else "")
+    return (
+        f"shuffle_tags / tag_dropout change no caption of {len(fixed)} of {len(active)} image(s): after "
+        f"keep_tokens they have no two comma-separated tags to shuffle nor a tag to drop: {named}"
+    )
 
 
 def caption_variants(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
 from lorastudio.data.images import load_rgb
-from lorastudio.data.items import ImageItem
+from lorastudio.data.items import ImageItem, item_name
 
 # Pillow's reducing_gap: box-reduce first, then Lanczos; visually identical and much faster.
 _REDUCING_GAP = 3.0
@@ -49,6 +50,32 @@ def crop_offset(
     if random_crop:
         return int(rng.integers(0, rh - bh + 1)), int(rng.integers(0, rw - bw + 1))
     return (rh - bh) // 2, (rw - bw) // 2
+
+
+NAMED_FILES = 10  # files named in the warning; the rest are counted
+
+
+def crop_warning(items: Sequence[ImageItem], random_crop: bool, labels: Sequence[str] = ()) -> str | None:
+    """The preflight line naming the images random_crop cannot move (None when it moves every
+    one, or is off): scaled to cover their bucket they fill it exactly (resized_size == bucket)
+    at each of their resolutions, so their one crop is the whole image, as without random_crop
+    (names as data.items.item_name with `labels`)."""
+    if not random_crop or not items:
+        return None
+    room: dict[str, bool] = {}  # an image at several resolutions: movable at any of them
+    for i in items:
+        name = item_name(i, labels)
+        room[name] = room.get(name, False) or resized_size(i.width, i.height, i.bucket) != i.bucket
+    fixed = sorted(name for name, movable in room.items() if not movable)
+    if not fixed:
+        return None
+    named = ", ".join(fixed[:NAMED_FILES]) + (
+        f" and {len(fixed) - NAMED_FILES} more" if len(fixed) > NAMED_FILES else ""
+    )
+    return (
+        f"random_crop moves {len(room) - len(fixed)} of {len(room)} image(s): {len(fixed)} fill their bucket "
+        f"exactly (same aspect ratio), so their only crop is the whole image: {named}"
+    )
 
 
 def load_crop(item: ImageItem, *, random_crop: bool, flip: bool, rng: np.random.Generator) -> CroppedImage:

@@ -59,6 +59,28 @@ class FlavourHooks:
             return None
         return self.variant(config_facts(index, self.spec.denoiser, denoiser))
 
+    def local_facts(self, source: str | SingleFile, revision: str | None = None) -> dict[str, Any] | None:
+        """checkpoint_facts read from disk only, as plain JSON (no diffusers import, no download):
+        a pipeline folder's, a single file's base config's, or a hub id's cached snapshot's; None
+        when none is on disk or its configs cannot be read."""
+        from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+        from lorastudio.families.single_file import config_of
+
+        where = str(config_of(source))
+        folder: Path | None = Path(where).expanduser()
+        if not folder.is_dir():
+            folder = cached_snapshot(where, revision) if is_hub_id(where) else None
+        if folder is None:
+            return None
+        try:
+            index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+            denoiser = json.loads((folder / self.spec.denoiser / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(index, dict) or not isinstance(denoiser, dict):
+            return None
+        return config_facts(index, self.spec.denoiser, denoiser)
+
     def source_variant(self, source: str | SingleFile, revision: str | None) -> Variant | None:
         """The variant of a run's base model source: a local folder's (folder_variant), else the
         hub checkpoint's configs (checkpoint_facts; None when they cannot be read); a single

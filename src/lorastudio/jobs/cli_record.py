@@ -83,6 +83,38 @@ class CliRunRecord:
         )
         return self
 
+    def carry_over(self, step: int) -> None:
+        """Start a resumed run's record with the history of the run it continues, as the job
+        service's resume does: the metric points and validation rounds up to the checkpoint's
+        `step`, from the newest other record of the same output folder that reached it (none
+        found: the record starts at the checkpoint, as before)."""
+        job = self.job
+
+        def copy() -> None:
+            earlier = next(
+                (
+                    r
+                    for r in self.store.list_runs()
+                    if r["output_name"] == job.config.output_name
+                    and r["id"] != job.id
+                    and r["steps_run"] >= step
+                ),
+                None,
+            )
+            if earlier is None:
+                return
+            record = self.store.get_run(earlier["id"])
+            for point in (p for p in record["metrics"] if p["step"] <= step):
+                job.history.add(point)
+                self.store.add_metric(job.id, point)
+            for point in (v for v in record["validation"] if v["step"] <= step):
+                job.validation.append(point)
+                self.store.add_validation(job.id, point)
+            job.steps_run = max(job.steps_run, step)
+            self.store.update_run(job.id, steps_run=job.steps_run)
+
+        self._write(copy)
+
     def wrap(self, emit: Callable[[Event], None]) -> Callable[[Event], None]:
         """An event sink that records each event, then passes it to `emit`."""
 
@@ -107,6 +139,9 @@ class CliRunRecord:
             self._write(lambda: self.store.add_metric(job.id, folded.point))
         elif data["type"] == "progress":
             self._write(lambda: self.store.update_run(job.id, steps_run=job.steps_run))
+        if folded.total_steps is not None:  # an epoch run's length, known from its first step
+            total = folded.total_steps
+            self._write(lambda: self.store.update_run(job.id, total_steps=total))
         if folded.validation is not None:
             self._write(lambda: self.store.add_validation(job.id, folded.validation))
         if folded.final is not None:

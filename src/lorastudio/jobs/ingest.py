@@ -26,12 +26,15 @@ TERMINAL_EVENTS = frozenset({"complete", "error"})
 class Folded:
     """What folding one event changed.
 
-    point: a new metric point to store (None: none); validation: a validation round's point
+    point: a new metric point to store (None: none); total_steps: the run's length as its
+    progress now says, to store when it changed (None: unchanged; an epoch run's is known only
+    from its events); validation: a validation round's point
     to store (None: none); plan: the plan_chosen event to store in the
     run record (None: none); now_running: the job went from preparing to running; final: the
     (status, error) the job ends with (None: it goes on)."""
 
     point: dict[str, Any] | None = None
+    total_steps: int | None = None
     plan: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None  # a validation round to store: {step, loss}
     now_running: bool = False
@@ -58,6 +61,7 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
     caller finishes the job (store, status event, GPU release)."""
     kind = data["type"]
     point = None
+    total = None
     now_running = False
     final = None
     if kind in ("model_load_started", "model_load_completed", "preparing"):
@@ -71,6 +75,8 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
         if job.history.add(candidate):
             point = candidate
         job.steps_run = max(job.steps_run, data["step"])
+        if data["total_steps"] != job.total_steps:
+            job.total_steps = total = data["total_steps"]
     elif kind == "plan_chosen":
         job.plan = data
         return Folded(plan=data)
@@ -91,4 +97,4 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
             None if data["work"] is None else {"work": data["work"], "step": data["step"], "since": now_iso()}
         )
         job.busy_changed_at = time.monotonic()
-    return Folded(point=point, now_running=now_running, final=final)
+    return Folded(point=point, total_steps=total, now_running=now_running, final=final)

@@ -124,4 +124,6 @@ class EventPump(abc.ABC):
             self.store.add_metric(job.id, folded.point)
         elif data["type"] == "progress":
             self.store.update_run(job.id, steps_run=job.steps_run)
+        if folded.total_steps is not None:  # an epoch run's length, known from its first step
+            self.store.update_run(job.id, total_steps=folded.total_steps)
         return data["type"] in TERMINAL_EVENTS

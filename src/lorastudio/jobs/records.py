@@ -121,6 +121,7 @@ class Job:
     validation: list[dict[str, Any]] = field(default_factory=list)  # validation rounds: {step, loss}
     lora_path: str | None = None
     steps_run: int = 0
+    total_steps: int | None = None  # the run's length as its last progress event said
     error: str | None = None
     stop_save: bool | None = None  # set when a stop was requested
     generation: int = 0  # identity of the worker process that runs it (0 = none yet)

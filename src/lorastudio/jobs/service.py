@@ -202,7 +202,7 @@ class JobService(Dispatcher):
         """Queue a job that continues run `run_id` in its output folder from a checkpoint (the
         newest unless `checkpoint` names one, "step-N"), with `overrides` of the settings that do
         not change the maths. The new job is a new run record sharing the output folder; its
-        metric history starts with the original run's points up to the checkpoint step.
+        metric history and validation rounds start with the original run's up to the checkpoint step.
         Returns its snapshot. Raises NotFound (no such run or checkpoint), JobActive (busy
         without `queue`, the run or its folder live), ConfigError (every problem; each identity
         field that differs)."""
@@ -222,12 +222,16 @@ class JobService(Dispatcher):
             job = self._enqueue(resume.config, resume.worker_config, queue, resume.checkpoint)
             job.gpu_plan = planned_gpu_gib(resume.config, None, None)  # its budget, if any
             earlier = [p for p in record["metrics"] if p["step"] <= resume.step]
+            rounds = [v for v in record["validation"] if v["step"] <= resume.step]
             try:
                 for point in earlier:
                     job.history.add(point)
                     self.store.add_metric(job.id, point)
+                for point in rounds:  # the validation rounds before the checkpoint, as its file has them
+                    job.validation.append(point)
+                    self.store.add_validation(job.id, point)
                 job.steps_run = resume.step
-                self.store.update_run(job.id, steps_run=resume.step)
+                self.store.update_run(job.id, steps_run=resume.step, total_steps=resume.total_steps)
             except STORE_ERRORS as err:  # a full disk: the resume is refused, nothing runs
                 self._queue.remove(job)
                 self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))

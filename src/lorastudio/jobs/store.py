@@ -208,8 +208,10 @@ class RunStore:
     ) -> None:
         """Record a new run (queued unless `status` says otherwise) with its resolved config;
         `source` (SOURCES) says who started it; `owner`: (pid, processes.start_token) of the
-        process that trains it (a CLI run), whose death readers detect. Raises ValueError for an
-        unknown source."""
+        process that trains it (a CLI run), whose death readers detect. Its total_steps is the
+        config's `steps`, or None for an epoch run (num_epochs > 0: `steps` is ignored, the length
+        is known once the run scans its dataset; its progress events set it). Raises ValueError
+        for an unknown source."""
         if source not in SOURCES:
             raise ValueError(f"unknown run source {source!r}")
         pid, start = owner if owner is not None else (None, None)
@@ -224,7 +226,7 @@ class RunStore:
                     status.value,
                     created_at,
                     json.dumps(config),
-                    config.get("steps"),
+                    None if config.get("num_epochs") else config.get("steps"),
                     source,
                     pid,
                     start,

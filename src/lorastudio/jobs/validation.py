@@ -47,9 +47,11 @@ from lorastudio.errors import (
     PathOutsideRoot,
     UnknownFamily,
 )
+from lorastudio.families.single_file import model_source as source_of
 from lorastudio.jobs.hardware import host_info
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
+from lorastudio.training.guidance_rules import guidance_problems
 from lorastudio.training.parallel_rules import data_parallel_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.trackers import tracker_problems
@@ -199,8 +201,11 @@ def validate_run(
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 
-    if cfg is not None and model_source is not None and family is not None:  # a distilled base?
-        problems += assistant_problems(cfg.model_copy(update=base), family)
+    if cfg is not None and model_source is not None and family is not None:  # what the base is
+        based = cfg.model_copy(update=base)
+        problems += assistant_problems(based, family)  # a distilled base?
+        facts = family.local_facts(source_of(based), based.revision)  # on disk only: no download
+        problems += guidance_problems(based, family, facts)  # a guidance embedding?
     if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
         raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
     folders = [str(p) for p in resolved_folders(cfg, settings.datasets_dir, allow_outside_root)]

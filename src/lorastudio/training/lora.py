@@ -95,13 +95,14 @@ def add_lora(denoiser: Any, lora_config: PeftConfig) -> list[torch.nn.Parameter]
     """Freeze `denoiser`, inject the adapter (diffusers' PeftAdapterMixin.add_adapter) and
     return the trainable adapter parameters, cast to float32 whatever the base dtype.
 
-    Raises ConfigError when a requested target module name matches no layer of the denoiser, or
+    Raises ConfigError when a requested target module name matches no layer of the denoiser or
+    a module that is no linear / convolution layer (peft raised a bare ValueError for those), or
     a rank_pattern / alpha_pattern key matches no adapted layer.
     """
     denoiser.requires_grad_(False)
-    names = [n for n, _ in denoiser.named_modules()]
+    modules = dict(denoiser.named_modules())
     unmatched = [
-        t for t in lora_config.target_modules if not any(n == t or n.endswith("." + t) for n in names)
+        t for t in lora_config.target_modules if not any(n == t or n.endswith("." + t) for n in modules)
     ]
     if unmatched:
         raise ConfigError(
@@ -112,6 +113,8 @@ def add_lora(denoiser: Any, lora_config: PeftConfig) -> list[torch.nn.Parameter]
                 )
             ]
         )
+    if problems := _unwrappable_targets(modules, sorted(lora_config.target_modules)):
+        raise ConfigError(problems)
     denoiser.add_adapter(lora_config)
     adapted = list(module_scales(denoiser))
     problems = [
@@ -126,6 +129,37 @@ def add_lora(denoiser: Any, lora_config: PeftConfig) -> list[torch.nn.Parameter]
     for p in params:
         p.data = p.data.float()
     return params
+
+
+# the layers an adapter wraps (peft's LoRA / DoRA take all of these, LoHa / LoKr the linear and
+# convolution ones; the quantised and fp8 base layers of training/quantize.py and fp8.py are
+# nn.Linear subclasses)
+WRAPPABLE = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Embedding)
+
+
+def _unwrappable_targets(modules: dict[str, torch.nn.Module], targets: list[str]) -> list[FieldProblem]:
+    """A problem for each target name that matches a module which is no WRAPPABLE layer (e.g. a
+    norm block): it names the module's class and the layers inside it that could be targets."""
+    problems = []
+    for t in targets:
+        bad = [
+            (n, m)
+            for n, m in modules.items()
+            if (n == t or n.endswith("." + t)) and not isinstance(m, WRAPPABLE)
+        ]
+        if not bad:
+            continue
+        name, module = bad[0]
+        inside = sorted({f"{t}.{c}" for c, sub in module.named_modules() if c and isinstance(sub, WRAPPABLE)})
+        hint = f"; the layers inside it: {', '.join(inside[:6])}" if inside else ""
+        problems.append(
+            FieldProblem(
+                "lora_targets",
+                f"{t!r} names {type(module).__name__} modules (e.g. {name}), not a linear, convolution or "
+                f"embedding layer an adapter can wrap{hint}",
+            )
+        )
+    return problems
 
 
 def adapter_metadata(lora_config: PeftConfig) -> dict[str, Any]:

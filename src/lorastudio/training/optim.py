@@ -104,7 +104,9 @@ def make_lr_scheduler(
     optimizer: torch.optim.Optimizer, cfg: TrainConfig, num_steps: int
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """diffusers.optimization.get_scheduler(cfg.lr_scheduler) with cfg.lr_warmup_steps over
-    `num_steps` optimizer steps (Adafactor's relative step: optimizers.RelativeStepSchedule). `scheduler.get_last_lr()[0]` before a step is that step's LR."""
+    `num_steps` optimizer steps, cosine_with_restarts' cfg.lr_cycles and polynomial's cfg.lr_power
+    (null: 1.0) (Adafactor's relative step: optimizers.RelativeStepSchedule).
+    `scheduler.get_last_lr()[0]` before a step is that step's LR."""
     from diffusers.optimization import get_scheduler
 
     from lorastudio.config_rules import relative_step
@@ -117,4 +119,6 @@ def make_lr_scheduler(
         optimizer=optimizer,
         num_warmup_steps=cfg.lr_warmup_steps,
         num_training_steps=num_steps,
+        num_cycles=cfg.lr_cycles or 1,  # read by cosine_with_restarts only (required there)
+        power=1.0 if cfg.lr_power is None else cfg.lr_power,  # read by polynomial only
     )

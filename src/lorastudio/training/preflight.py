@@ -11,16 +11,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_rules import optimizer_host_problems
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, ModelSourceError
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
+from lorastudio.training.guidance_rules import guidance_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
 from lorastudio.training.trackers import tracker_problems
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from lorastudio.data import DatasetScan, ImageItem
     from lorastudio.families.base import Family
+    from lorastudio.families.single_file import SingleFile
     from lorastudio.settings import Settings
 
 
@@ -120,10 +122,14 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         scan_folder=lambda folder: scan_for_run(folder, resolved, family.spec, settings),
     )
     scan = holdout.train
+    from lorastudio.data.caption_variants import variation_warning
+    from lorastudio.data.crop import crop_warning
     from lorastudio.data.upscaling import upscale_warning
 
     for warning in (
         upscale_warning(scan.items, resolved.no_upscale, scan.labels()),
+        crop_warning(scan.items, resolved.random_crop, scan.labels()),
+        variation_warning(scan, scan.labels()),
         mask_warning(scan.items, scan.labels()),
     ):
         if warning:
@@ -157,7 +163,20 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         if missing:  # e.g. a hub id whose flavour (the single-image edit model) needs one per image
             raise DatasetError(f"{scan.root}: {flavour.title} needs a control image per image", missing)
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
+    problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
     return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels)
+
+
+def _facts(family: Family, source: str | SingleFile, revision: str | None) -> dict[str, Any] | None:
+    """The base checkpoint's facts: from disk (Family.local_facts), else through diffusers'
+    load_config (a hub id not cached yet); None when neither can read them."""
+    facts = family.local_facts(source, revision)
+    if facts is not None:
+        return facts
+    try:
+        return family.checkpoint_facts(source, revision)
+    except ModelSourceError:
+        return None

@@ -93,3 +93,52 @@ def test_the_report_counts_variants_per_control_set_and_says_when_the_step_encod
     assert keyed["texts_encoded"] == sum(len(set(vs)) for vs in variants)  # once per control set
     assert "the 1 captions" in str(plain["cost"]) and "the 2 captions" in str(keyed["cost"])
     assert "nothing cached" in str(caption_report(scan, 4, 0, in_step=True)["cost"])
+
+
+@pytest.mark.parametrize(
+    ("caption", "style", "varies"),
+    [
+        ("sks, a red ball on grass", CaptionStyle(shuffle=True, keep_tokens=1), False),  # one tag after sks
+        ("sks, a red ball on grass", CaptionStyle(shuffle=True), True),  # two tags swap
+        ("sks, red, ball", CaptionStyle(shuffle=True, keep_tokens=1), True),
+        ("a red ball on grass", CaptionStyle(tag_dropout=0.5), False),  # never dropped to nothing
+        ("sks, ball", CaptionStyle(tag_dropout=0.5, trigger="sks"), True),  # "ball" may go
+        ("sks", CaptionStyle(tag_dropout=0.5, keep_tokens=0, trigger="sks"), False),  # the trigger stays
+        ("sks, ball", CaptionStyle(tag_dropout=0.5, keep_tokens=2), False),
+        ("red, ball", CaptionStyle(), False),  # inactive
+    ],
+)
+def test_can_vary_is_what_the_draws_give(caption: str, style: CaptionStyle, varies: bool) -> None:
+    """can_vary (the preflight's warning) says exactly whether 200 draws ever change the caption."""
+    from lorastudio.data.caption_variants import can_vary
+
+    rng = np.random.default_rng(0)
+    drawn = {caption_variant(caption, style, rng) for _ in range(200)}
+    assert can_vary(caption, style) is varies is (drawn != {caption})
+
+
+def test_the_preflight_names_images_whose_captions_no_draw_changes(tmp_path: Path) -> None:
+    """shuffle_tags with keep_tokens = 1 on one-phrase captions: the trigger is kept and nothing
+    is left to shuffle, so the setting changes nothing for those images, which are named."""
+    from lorastudio.data.caption_variants import variation_warning
+    from lorastudio.data.items import DatasetScan
+    from lorastudio.data.mix import MixEntry
+
+    for name, text in (("a", "a red ball on grass"), ("b", "red, round, shiny")):
+        Image.new("RGB", (32, 32)).save(tmp_path / f"{name}.png")
+        (tmp_path / f"{name}.txt").write_text(text)
+    scan = scan_dataset(tmp_path, resolution=32, multiple=16, trigger_word="sks")
+    entry = MixEntry(
+        label="d", root=tmp_path, resolutions=(32,), shuffle_tags=True, keep_tokens=1, trigger_word="sks"
+    )
+    warning = variation_warning(DatasetScan(tmp_path, scan.items, [], scan.fingerprint, entries=(entry,)))
+    assert (
+        warning is not None
+        and "change no caption of 1 of 2 image(s)" in warning
+        and warning.endswith(": a.png")
+    )
+    unshuffled = MixEntry(label="d", root=tmp_path, resolutions=(32,))
+    assert (
+        variation_warning(DatasetScan(tmp_path, scan.items, [], scan.fingerprint, entries=(unshuffled,)))
+        is None
+    )

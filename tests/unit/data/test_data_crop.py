@@ -111,3 +111,24 @@ def test_file_gone_bad_after_scan_raises_dataset_error(tmp_path, make_image):
     with pytest.raises(DatasetError) as info:
         load_crop(item, random_crop=False, flip=False, rng=np.random.default_rng(0))
     assert info.value.problems[0].startswith("a.png:")
+
+
+def test_the_preflight_names_the_images_random_crop_cannot_move(tmp_path, make_image):
+    """An image that fills its bucket exactly has one crop whatever the rng draws (the setting
+    changes nothing for it): the warning names it and counts the ones it moves; an image with
+    room at any of its resolutions is movable; no warning without random_crop or without one."""
+    from lorastudio.data.crop import crop_warning
+
+    fits = _item(make_image(tmp_path / "fits.png", (64, 64)), (64, 64))
+    wide = _item(make_image(tmp_path / "wide.png", (90, 50)), (48, 32))
+    rng = np.random.default_rng(0)
+    crops = {load_crop(fits, random_crop=True, flip=False, rng=rng).crop_top_left for _ in range(8)}
+    assert crops == {(0, 0)}  # the premise: the same crop every time
+    assert len({load_crop(wide, random_crop=True, flip=False, rng=rng).crop_top_left for _ in range(8)}) > 1
+    warning = crop_warning([fits, wide], random_crop=True)
+    assert warning is not None and warning.startswith("random_crop moves 1 of 2 image(s): 1 fill")
+    assert warning.endswith(": fits.png") and "wide.png" not in warning
+    assert crop_warning([fits, wide], random_crop=False) is None
+    assert crop_warning([wide], random_crop=True) is None
+    at_two = [fits, _item(fits.path, (48, 80))]  # the same image at a second resolution: room there
+    assert crop_warning(at_two, random_crop=True) is None

@@ -113,6 +113,20 @@ def test_non_finite_numbers_become_null_and_are_skipped_in_history(settings: Set
         service.shutdown()
 
 
+def test_an_epoch_runs_total_is_unknown_until_its_progress_says_it(settings: Settings, model: Path) -> None:
+    """num_epochs ignores `steps`: the record holds no total until the worker's progress gives
+    the run's length (3 here), never the ignored setting."""
+    service = _service(settings, fakes.emit_non_finite)
+    try:
+        job = service.submit({**_cfg(model), "steps": 500, "num_epochs": 2})
+        _wait(service, job["id"], FINAL)
+        assert service.store.get_run(job["id"])["total_steps"] == 3
+        service.store.create_run("other", "o", "flux", {"steps": 500, "num_epochs": 2}, "2026-01-01T00:00:00")
+        assert service.store.get_run("other")["total_steps"] is None
+    finally:
+        service.shutdown()
+
+
 def test_events_of_a_superseded_worker_are_ignored(settings: Settings, model: Path) -> None:
     service = _service(settings, fakes.emit_as_superseded_worker)
     try:

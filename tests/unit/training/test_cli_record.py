@@ -52,6 +52,20 @@ def test_a_cli_run_is_listed_under_runs(tiny_model, small_dataset, tmp_path, run
     assert shown.exit_code == 0 and "source       cli" in shown.output
 
 
+def test_an_epoch_cli_run_records_the_steps_it_trains_not_the_ignored_steps_setting(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """num_epochs overrides `steps` (1000 by default): the run store's total is the run's own
+    length (its progress events'), so `runs list`, the API and the UI show 4/4, not 4/1000."""
+    over = {"num_epochs": 2, "output_name": "by-epochs"}  # 4 images, batch 2, 2 buckets: 2 steps an epoch
+    result = _train(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over))
+    assert result.exit_code == 0, result.output
+    (run,) = RunStore.open(get_settings().db_path).list_runs()
+    assert run["steps_run"] == run["total_steps"] == 4 and run["status"] == "completed", run
+    listed = CliRunner().invoke(app, ["runs", "list"]).output
+    assert "4/4" in listed and "/1000" not in listed, listed
+
+
 def test_a_cli_run_stores_its_validation_rounds(tiny_model, small_dataset, tmp_path, run_settings):
     """The validation loss of a CLI run is in the run store like a server run's (the chart of
     `runs show` and of the UI's run page reads it)."""
@@ -112,3 +126,26 @@ def test_an_unwritable_store_does_not_stop_the_run(tiny_model, small_dataset, tm
     assert result.exit_code == 0, result.output
     assert "no longer recorded in the run store" in result.output
     assert (get_settings().outputs_dir / "unrecorded" / "unrecorded.safetensors").is_file()
+
+
+def test_a_resumed_cli_run_carries_the_history_it_continues(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """`train --resume` records a new run, which starts with the metric points and validation
+    rounds of the run it continues up to the checkpoint (as a server resume does), so its chart,
+    `runs show` and validation.json tell the same series."""
+    over = {"steps": 4, "save_every": 2, "output_name": "cont", "validation_split": 0.34, "validate_every": 1}
+    assert _train(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over)).exit_code == 0
+    run_dir = get_settings().outputs_dir / "cont"
+    resumed = CliRunner().invoke(
+        app, ["train", "--resume", str(run_dir), "--set", "steps=6", "--device", "cpu"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    store = RunStore.open(get_settings().db_path)
+    newest = store.get_run(store.list_runs()[0]["id"])
+    assert [p["step"] for p in newest["metrics"]] == [1, 2, 3, 4, 5, 6]  # 1-2 carried, 3-6 trained again
+    first = store.get_run(store.list_runs()[1]["id"])
+    assert newest["metrics"][:2] == first["metrics"][:2]
+    assert [v["step"] for v in newest["validation"]] == [1, 2, 3, 4, 5, 6]
+    on_disk = json.loads((run_dir / "validation.json").read_text())["series"]
+    assert [(v["step"], v["loss"]) for v in newest["validation"]] == [(v["step"], v["loss"]) for v in on_disk]

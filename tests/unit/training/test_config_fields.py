@@ -43,6 +43,8 @@ CHANGES: dict[str, tuple[dict[str, Any], Any, str]] = {
     "learning_rate": ({}, 1e-3, "run"),
     "lr_scheduler": ({}, "linear", "run"),
     "lr_warmup_steps": ({"lr_scheduler": "constant_with_warmup"}, 1, "run"),
+    "lr_cycles": ({"lr_scheduler": "cosine_with_restarts", "lr_cycles": 2}, 3, "run"),
+    "lr_power": ({"lr_scheduler": "polynomial"}, 2.0, "run"),
     "weight_decay": ({}, 0.5, "run"),
     "max_grad_norm": ({}, 1e-4, "run"),
     "seed": ({}, 1, "run"),

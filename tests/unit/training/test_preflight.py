@@ -148,3 +148,52 @@ def test_quantised_bases_pass_preflight_on_cpu_and_compute_in_bf16(make_config, 
     assert is_quantised(precision) and not is_quantised("bf16") and not is_quantised("fp8")
     with pytest.raises(ConfigError, match="compute capability 8.9"):
         pick_dtype("fp8", torch.device("cpu"))
+
+
+@pytest.fixture
+def schnell_like(tiny_model, tmp_path) -> Path:
+    """The tiny FLUX.1 pipeline whose transformer config says guidance_embeds false, as FLUX.1
+    schnell's does (no guidance embedding: the denoiser takes no guidance value)."""
+    base = tmp_path / "tiny-schnell"
+    shutil.copytree(tiny_model("flux"), base)
+    config = base / "transformer" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "guidance_embeds": False}))
+    return base
+
+
+def test_guidance_for_a_base_without_a_guidance_embedding_is_refused(
+    make_config, schnell_like, small_dataset
+):
+    """FLUX.1 schnell has no guidance embedding: a guidance value would be ignored, so the engine
+    refuses it before any model loads, and so does the job service's validation (its configs read
+    from disk); the family's default (what a clone of a run carries) or none trains."""
+    from lorastudio.jobs.validation import validate_run
+
+    events = _fails(
+        make_config(base_model=str(schnell_like), guidance=4.0),
+        ConfigError,
+        "guidance: .*no guidance embedding",
+    )
+    assert not any(e.type == "model_load_started" for e in events)
+    settings = get_settings()
+    shutil.copytree(small_dataset, settings.datasets_dir / "shapes", dirs_exist_ok=True)
+    raw = {"family": "flux", "base_model": str(schnell_like), "data_dir": "shapes", "guidance": 4.0}
+    with pytest.raises(ConfigError) as err:
+        validate_run(raw, settings, live_output_names=set())
+    assert [p.field for p in err.value.problems] == ["guidance"]
+    assert "4 would be ignored" in err.value.problems[0].message
+    validate_run({**raw, "guidance": 1.0}, settings, live_output_names=set())
+    result = train(make_config(base_model=str(schnell_like), guidance=1.0, steps=1), [].append, device="cpu")
+    assert result.steps_run == 1
+
+
+def test_a_lora_target_that_is_no_linear_layer_is_refused_by_name(make_config):
+    """FLUX.1's norm1 is an AdaLayerNormZero block: peft raised a bare ValueError (a traceback
+    from the CLI); the run is refused naming the target, its class and the layers inside it."""
+    events = _fails(make_config(lora_targets=["to_q", "norm1"]), ConfigError, "lora_targets: 'norm1' names")
+    (error,) = [e for e in events if e.type == "error"]
+    assert (
+        "AdaLayerNormZero modules" in error.message and "the layers inside it: norm1.linear" in error.message
+    )
+    result = train(make_config(lora_targets=["norm1.linear"], output_name="inside"), [].append, device="cpu")
+    assert result.steps_run == 2

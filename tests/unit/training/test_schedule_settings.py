@@ -81,16 +81,21 @@ def test_an_epoch_run_is_checked_against_its_scanned_length(
     raw = {
         "family": "flux", "base_model": str(tiny_model("flux")), "data_dir": "shapes", "resolution": 32,
         "batch_size": 4, "num_epochs": 3, "save_lora_every": 6, "keep_loras": 1, "sample_prompts": ["x"],
-        "sample_every": 7, "output_name": "epochs",
+        "sample_every": 7, "lr_scheduler": "cosine", "lr_warmup_steps": 6, "output_name": "epochs",
     }  # fmt: skip
     parse_train_config(raw)  # the config alone cannot tell
     with pytest.raises(ConfigError) as err:
         validate_run(raw, settings, live_output_names=set())
     got = {p.field: p.message for p in err.value.problems}
-    assert set(got) == {"keep_loras", "sample_every"}
+    assert set(got) == {"keep_loras", "sample_every", "lr_warmup_steps"}
     assert "the run's 6 optimizer steps (num_epochs=3)" in got["sample_every"]
     assert "save_lora_every=6" in got["keep_loras"]
-    validate_run({**raw, "save_lora_every": 5, "sample_every": 6}, settings, live_output_names=set())
+    assert "6 does not end before the run's 6 optimizer steps (num_epochs=3)" in got["lr_warmup_steps"]
+    validate_run(
+        {**raw, "save_lora_every": 5, "sample_every": 6, "lr_warmup_steps": 5},
+        settings,
+        live_output_names=set(),
+    )
 
 
 def test_the_premise_a_run_writes_no_snapshot_at_its_last_step(make_config):

@@ -80,6 +80,38 @@ def test_reported_lr_is_the_schedule(make_config):
     assert reported[0] == 0.0 and reported[2] == pytest.approx(1e-3) and reported[-1] < reported[2]
 
 
+@pytest.mark.parametrize(
+    ("settings", "option"),
+    [
+        ({"lr_scheduler": "cosine_with_restarts", "lr_cycles": 2}, {"num_cycles": 2}),
+        ({"lr_scheduler": "polynomial", "lr_power": 2.0}, {"power": 2.0}),
+    ],
+)
+def test_a_schedulers_own_option_shapes_the_lr(make_config, settings, option):
+    """cosine_with_restarts restarts lr_cycles times and polynomial decays at lr_power: each run's
+    LRs are diffusers' schedule with that option, not the cosine / linear schedule they were
+    before the options existed (restarts with diffusers' default of one cycle is the cosine)."""
+    events: list = []
+    train(make_config(steps=6, learning_rate=1e-3, **settings), events.append, device="cpu")
+    reported = [e.lr for e in _progress(events)]
+
+    def lrs(name: str, **kwargs) -> list[float]:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+        sched = get_scheduler(name, optimizer=opt, num_warmup_steps=0, num_training_steps=6, **kwargs)
+        out = []
+        for _ in range(6):
+            out.append(sched.get_last_lr()[0])
+            opt.step()
+            sched.step()
+        return out
+
+    assert reported == pytest.approx(lrs(settings["lr_scheduler"], **option))
+    plain = lrs("cosine" if "num_cycles" in option else "linear")
+    assert reported != pytest.approx(plain, rel=1e-3)
+    if "num_cycles" in option:  # the second cycle starts again at the peak
+        assert reported[3] == pytest.approx(1e-3) and reported[2] < reported[3]
+
+
 def test_num_epochs_overrides_steps_with_buckets_and_accumulation(make_config, small_dataset):
     cfg = make_config(resolution=64, num_epochs=2, steps=99, batch_size=2, grad_accum=2)
     scan = scan_dataset(small_dataset, resolution=64, multiple=16)

@@ -3521,7 +3521,7 @@ export interface components {
             batch_size?: number;
             /**
              * Cache Variants
-             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)
+             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1; latent_cache off caches none)
              * @default null
              */
             cache_variants?: number | null;
@@ -3604,7 +3604,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size; FLUX.1 and Kontext: none, the sampled levels as they are)
              * @default null
              */
             flow_shift?: number | null;
@@ -3630,7 +3630,7 @@ export interface components {
             gradient_checkpointing?: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser's guidance embedding while training (null: the family's default; another value is refused for a base without the embedding, e.g. FLUX.1 schnell)
              * @default null
              */
             guidance?: number | null;
@@ -3679,7 +3679,7 @@ export interface components {
             latent_cache?: "auto" | "memory" | "disk" | "off";
             /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
+             * @description RAM budget of the latent cache (auto / memory); above it, the disk cache (auto) or encode per step (memory)
              * @default 8
              */
             latent_cache_max_gb?: number;
@@ -3752,15 +3752,27 @@ export interface components {
              */
             loss?: "mse" | "l1" | "huber" | "smooth_l1";
             /**
+             * Lr Cycles
+             * @description cosine_with_restarts: the cosine cycles over the run after the warmup, each restarting at learning_rate (diffusers' num_cycles); required by it (one cycle is the cosine schedule)
+             * @default null
+             */
+            lr_cycles?: number | null;
+            /**
+             * Lr Power
+             * @description polynomial: the power of the decay to ~0 (null: 1.0, a straight line; 2: faster early, slower late)
+             * @default null
+             */
+            lr_power?: number | null;
+            /**
              * Lr Scheduler
-             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts (lr_cycles cosines) | polynomial (decay to ~0 at the last step, at lr_power)
              * @default constant
              * @enum {string}
              */
             lr_scheduler?: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
-             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule; fewer than the run's steps)
              * @default 0
              */
             lr_warmup_steps?: number;
@@ -4136,7 +4148,7 @@ export interface components {
             batch_size: number;
             /**
              * Cache Variants
-             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1)
+             * @description crop/flip variants cached per image (default 4 with random crop, 2 with flip only, else 1; latent_cache off caches none)
              */
             cache_variants: number | null;
             /**
@@ -4213,7 +4225,7 @@ export interface components {
             family: string;
             /**
              * Flow Shift
-             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size)
+             * @description flow families: a static shift s of the sampled noise levels, s*x / (1 + (s-1)*x) (null: the shift the family's pipeline uses at inference for the image size; FLUX.1 and Kontext: none, the sampled levels as they are)
              */
             flow_shift: number | null;
             /**
@@ -4238,7 +4250,7 @@ export interface components {
             gradient_checkpointing: "auto" | "off" | "selective" | "full";
             /**
              * Guidance
-             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser while training (null: the family's default)
+             * @description guidance-distilled bases (FLUX.1, Kontext, FLUX.2 dev): the guidance value fed to the denoiser's guidance embedding while training (null: the family's default; another value is refused for a base without the embedding, e.g. FLUX.1 schnell)
              */
             guidance: number | null;
             /**
@@ -4283,7 +4295,7 @@ export interface components {
             latent_cache: "auto" | "memory" | "disk" | "off";
             /**
              * Latent Cache Max Gb
-             * @description RAM budget of the latent cache; above it, the disk cache (auto) or encode per step
+             * @description RAM budget of the latent cache (auto / memory); above it, the disk cache (auto) or encode per step (memory)
              * @default 8
              */
             latent_cache_max_gb: number;
@@ -4350,15 +4362,25 @@ export interface components {
              */
             loss: "mse" | "l1" | "huber" | "smooth_l1";
             /**
+             * Lr Cycles
+             * @description cosine_with_restarts: the cosine cycles over the run after the warmup, each restarting at learning_rate (diffusers' num_cycles); required by it (one cycle is the cosine schedule)
+             */
+            lr_cycles: number | null;
+            /**
+             * Lr Power
+             * @description polynomial: the power of the decay to ~0 (null: 1.0, a straight line; 2: faster early, slower late)
+             */
+            lr_power: number | null;
+            /**
              * Lr Scheduler
-             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts | polynomial (decay to ~0 at the last step)
+             * @description learning-rate schedule over the run's optimizer steps (diffusers' get_scheduler): constant | constant_with_warmup | linear | cosine | cosine_with_restarts (lr_cycles cosines) | polynomial (decay to ~0 at the last step, at lr_power)
              * @default constant
              * @enum {string}
              */
             lr_scheduler: "constant" | "constant_with_warmup" | "linear" | "cosine" | "cosine_with_restarts" | "polynomial";
             /**
              * Lr Warmup Steps
-             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule)
+             * @description optimizer steps of linear warmup from 0 to learning_rate (not with the constant schedule; fewer than the run's steps)
              * @default 0
              */
             lr_warmup_steps: number;

@@ -73,6 +73,8 @@ export const FIELD_KINDS: Record<Key, Kind> = {
   learning_rate: "number",
   lr_scheduler: "text",
   lr_warmup_steps: "integer",
+  lr_cycles: "integer",
+  lr_power: "number",
   weight_decay: "number",
   max_grad_norm: "number",
   seed: "integer",

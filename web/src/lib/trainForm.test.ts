@@ -269,8 +269,12 @@ describe("train form: the memory plan and GPUs", () => {
   it("leaves out the options of an optimizer or adapter that is not chosen", () => {
     expect([...inapplicableFields({}, INFO.config_rules)].sort()).toEqual(
       ["adafactor_relative_step", "adafactor_scale_parameter", "adafactor_warmup_init", "lokr_decompose_both", "lokr_factor",
-        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction", "huber_c", "huber_schedule"].sort(),
+        "prodigy_d_coef", "prodigy_safeguard_warmup", "prodigy_use_bias_correction", "huber_c", "huber_schedule",
+        "lr_cycles", "lr_power"].sort(),
     );
+    const restarts = buildConfig({ ...initialValues(flux), base_model: "m", data_dir: "d", lr_scheduler: "cosine_with_restarts", lr_cycles: "3", lr_power: "2" }, flux, INFO.config_rules).config;
+    expect(restarts).toMatchObject({ lr_scheduler: "cosine_with_restarts", lr_cycles: 3 });
+    expect(restarts).not.toHaveProperty("lr_power");
     const v = { ...initialValues(flux), base_model: "m", data_dir: "d", optimizer_eps: "1e-6", prodigy_d_coef: "2", lokr_factor: "4" };
     const adamw = buildConfig(v, flux, INFO.config_rules).config;
     expect(adamw).toMatchObject({ optimizer: "adamw", optimizer_eps: 1e-6 });

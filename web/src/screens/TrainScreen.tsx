@@ -215,6 +215,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
             })}
             {c.choice("lr_scheduler", "Scheduler", SCHEDULERS)}
             {num("lr_warmup_steps", "Warmup steps")}
+            {!hidden.has("lr_cycles") && num("lr_cycles", "Cosine cycles", { hint: "2 or more: each restarts at the learning rate" })}
+            {!hidden.has("lr_power") && num("lr_power", "Decay power", { placeholder: "1.0", hint: "1: a straight line to ~0" })}
           </div>
         </div>
 

@@ -26,6 +26,18 @@ export const SERVER_RULES: { config_rules: ConfigRules; hosts: Record<"cpu" | "c
           "huber_schedule"
         ]
       },
+      "lr_scheduler": {
+        "constant": [],
+        "constant_with_warmup": [],
+        "cosine": [],
+        "cosine_with_restarts": [
+          "lr_cycles"
+        ],
+        "linear": [],
+        "polynomial": [
+          "lr_power"
+        ]
+      },
       "optimizer": {
         "adafactor": [
           "adafactor_relative_step",
