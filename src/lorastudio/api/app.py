@@ -12,6 +12,8 @@ anti-framing headers on every response; api/hosts.py), SameOriginWrites (writes 
 origin or site refused; api/origin.py). Request bodies are capped at settings.max_json_mb by
 FastAPI's `max_body_size` (a declared Content-Length over it is a 413 before anything is read,
 a chunked body is counted as it arrives); the upload route streams to disk under its own cap.
+Every route depends on the token check (api/deps.py) and on `refuse_repeated_inputs`
+(api/body_checks.py: a JSON key or a single-valued query parameter given twice is a 422).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from lorastudio import __version__
+from lorastudio.api.body_checks import refuse_repeated_inputs
 from lorastudio.api.deps import require_token
 from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
@@ -110,7 +113,7 @@ def create_app(
     # add_middleware puts each one outside the ones added before it
     app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
-    guarded = [Depends(require_token)]
+    guarded = [Depends(require_token), Depends(refuse_repeated_inputs)]
     _add_docs(app, guarded)
     for module in (
         train,
