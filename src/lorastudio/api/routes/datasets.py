@@ -19,6 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from lorastudio.api.deps import service_dep, settings_dep
+from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import (
     CaptionBody,
 )
@@ -219,7 +220,7 @@ async def upload(
     except MultiPartException as err:
         raise DatasetError("malformed multipart upload", [err.message]) from None
     try:
-        uploads = [(k, v) for k, v in form.multi_items() if not isinstance(v, str)]
+        uploads = file_parts(form)
         result = await run_in_threadpool(_commit, settings, folder, uploads, strict)
     finally:
         await form.close()

@@ -12,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import generation_dep, settings_dep
+from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import GenerateBody
 from lorastudio.api.schemas_files import GalleryList, GenerateOut, ReferencesOut
 from lorastudio.data import safe_component
@@ -75,7 +76,7 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
     them as GenerateBody.references) and URLs. 400 naming every refused file (then none is kept)."""
     form = await request.form(max_files=MAX_REFERENCES, max_fields=MAX_REFERENCES)
     try:
-        uploads = [v for _, v in form.multi_items() if not isinstance(v, str)]
+        uploads = [up for _, up in file_parts(form)]
         if not uploads:
             raise DatasetError("no reference images in the upload", ["send the images as multipart files"])
         stored: list[str] = []
