@@ -1,5 +1,12 @@
-"""One value per single-valued input, for every route: a dependency the app factory gives every
-router (api/app.py), so no route can forget it.
+"""Request shape checks for every route: a dependency the app factory gives every router
+(api/app.py), so no route can forget it.
+
+- A route that takes a JSON body refuses one sent as another media type (text/plain, a form,
+  multipart, none) with 415 naming the type it takes: FastAPI validated the raw bytes as the
+  body and answered a 422 "Input should be a valid dictionary" that echoed the whole body (up
+  to settings.max_json_mb) back.
+
+One value per single-valued input:
 
 - A JSON body with a key given twice in any object, however deep (in a list too), is refused:
   FastAPI's parser (Python's json) kept the last value silently, so `{"steps": 2, "steps": 2000}`
@@ -20,7 +27,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.params import Form
@@ -32,17 +39,20 @@ _SEQUENCES = (list, set, frozenset, tuple)
 
 
 async def refuse_repeated_inputs(request: Request) -> None:
-    """Raise RequestValidationError (422) listing every repeated JSON key of the body and every
+    """Raise HTTPException 415 for a non-empty body of another media type on a route that takes
+    JSON; RequestValidationError (422) listing every repeated JSON key of the body and every
     single-valued query parameter given more than once; nothing for a route without either."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return
+    takes_json = route.body_field is not None and not isinstance(route.body_field.field_info, Form)
+    if takes_json and not _is_json(request) and await request.body():
+        sent = request.headers.get("content-type") or "none"
+        raise HTTPException(
+            415, f"this route takes a JSON body: send it as Content-Type: application/json (got {sent})"
+        )
     errors = [_repeat_error(("query", name), name) for name in _repeated_query(request, route.dependant)]
-    if (
-        route.body_field is not None
-        and not isinstance(route.body_field.field_info, Form)
-        and _is_json(request)
-    ):
+    if takes_json and _is_json(request):
         body = await request.body()  # cached: FastAPI read it for the route's body
         try:
             loads_unique(body)

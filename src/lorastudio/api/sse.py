@@ -161,11 +161,14 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
                 seq, idle = texts[-1][0], 0.0
                 continue
             woke = False
+            # asyncio.timeout, not wait_for: wait_for ran the wait in a task of its own, and when
+            # the client went (the response's cancel scope cancels this task again and again) it
+            # returned before that task had taken the lock back: "Lock is not acquired" and a
+            # traceback in the log for every abandoned stream.
             async with fanout.cond:
                 with contextlib.suppress(TimeoutError):
-                    woke = await asyncio.wait_for(
-                        fanout.cond.wait_for(lambda last=seq: fanout.seq > last), SSE_IDLE_CHECK_S
-                    )
+                    async with asyncio.timeout(SSE_IDLE_CHECK_S):
+                        woke = await fanout.cond.wait_for(lambda last=seq: fanout.seq > last)
             if woke:
                 continue
             if await request.is_disconnected():

@@ -1,0 +1,198 @@
+"""An outside attacker of the HTTP layer (session 19): bodies of the wrong media type, bodies JSON
+cannot be read from, headers sent twice, event streams opened and abandoned by the hundred,
+uploads cut off mid-body. Each fails clearly with its status and the project's error shape,
+leaves nothing behind and no traceback in the server's log, and the server answers after.
+
+Before: a JSON route validated a text/plain (or form, or multipart) body as raw bytes and echoed
+all of it back in a 422; a body that is not UTF-8, nested past the parser or holding a
+5000-digit number was a bare 400 "There was an error parsing the body"; `Origin: evil` followed
+by `Origin: <own>` passed the same-origin check of a write (the last one was compared); each
+event stream a client abandoned while it waited logged a "Lock is not acquired" traceback
+(~1 in 3 of 900); each upload cut off mid-body logged a ClientDisconnect traceback."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from api_helpers import LiveServer
+from fastapi.testclient import TestClient
+
+from lorastudio.settings import Settings
+
+JSON = {"content-type": "application/json"}
+PREFLIGHT = "/api/train/preflight"
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def server_log() -> Iterator[list[logging.LogRecord]]:
+    """What uvicorn's error logger (tracebacks of the app: "Exception in ASGI application") and
+    lorastudio's API logger record during the test."""
+    handler = _Records()
+    loggers = [logging.getLogger("uvicorn.error"), logging.getLogger("lorastudio.api")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+    yield handler.records
+    for lg, level in zip(loggers, levels, strict=True):
+        lg.removeHandler(handler)
+        lg.setLevel(level)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/plain", b'{"config": {}}'),
+        (None, b'{"config": {}}'),
+        ("application/x-www-form-urlencoded", b"config=%7B%7D"),
+        (
+            "multipart/form-data; boundary=x",
+            b'--x\r\nContent-Disposition: form-data; name="config"\r\n\r\n{}\r\n--x--\r\n',
+        ),
+    ],
+)
+def test_a_json_route_refuses_another_media_type_with_415_without_echoing_it(
+    client: TestClient, content_type: str | None, body: bytes
+) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    secret = (
+        b'{"config": {"x": "' + b"s3cr3t" * 1000 + b'"}}'
+        if content_type != "multipart/form-data; boundary=x"
+        else body
+    )
+    resp = client.post(
+        PREFLIGHT, content=secret if content_type in (None, "text/plain") else body, headers=headers
+    )
+    assert resp.status_code == 415, resp.text
+    shown = content_type or "none"
+    assert resp.json() == {
+        "detail": f"this route takes a JSON body: send it as Content-Type: application/json (got {shown})"
+    }
+    assert b"s3cr3t" not in resp.content
+    # the same text as JSON reaches the route (its config is refused for what it lacks)
+    assert client.post(PREFLIGHT, content=b'{"config": {}}', headers=JSON).status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("body", "cause"),
+    [
+        (
+            b'{"config": {"data_dir": "\xff\xfe"}}',
+            "the body is not UTF-8 text (invalid start byte at byte 25)",
+        ),
+        (
+            b'{"config": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "the body nests arrays or objects deeper than the parser goes",
+        ),
+        (b'{"config": {"steps": 1' + b"0" * 5000 + b"}}", "a number in the body is too long"),
+    ],
+)
+def test_a_json_body_that_cannot_be_read_is_a_422_naming_why(
+    client: TestClient, body: bytes, cause: str
+) -> None:
+    resp = client.post(PREFLIGHT, content=body, headers=JSON)
+    assert resp.status_code == 422, resp.text
+    [entry] = resp.json()["detail"]
+    assert entry["type"] == "json_invalid" and entry["loc"] == ["body"]
+    assert entry["ctx"]["error"].startswith(cause), entry
+    assert client.get("/api/info").status_code == 200
+
+
+def test_a_syntax_error_and_a_large_number_answer_as_before(client: TestClient) -> None:
+    bad = client.post(PREFLIGHT, content=b'{"config":', headers=JSON)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["type"] == "json_invalid"
+    big = client.post(PREFLIGHT, content=b'{"config": {"steps": 1' + b"0" * 400 + b"}}", headers=JSON)
+    assert big.status_code == 400, big.text  # a number Python reads: the config refuses its value
+    assert {"field": "steps", "message": "Input should be less than or equal to 10000000"} in big.json()[
+        "problems"
+    ]
+
+
+@pytest.mark.parametrize("name", ["origin", "host", "sec-fetch-site"])
+def test_a_write_with_a_same_origin_header_sent_twice_is_refused(client: TestClient, name: str) -> None:
+    values = {
+        "origin": ["http://evil.example", "http://127.0.0.1"],
+        "host": ["127.0.0.1", "127.0.0.1"],
+        "sec-fetch-site": ["cross-site", "same-origin"],
+    }[name]
+    for order in (values, values[::-1]):
+        headers = [("content-type", "application/json"), *((name, v) for v in order)]
+        resp = client.post(PREFLIGHT, content=b'{"config": {}}', headers=headers)
+        assert resp.status_code == 403, resp.text
+        assert resp.json() == {
+            "error": "CrossOriginRefused",
+            "detail": f"request refused: header(s) {name} sent twice",
+        }
+    own = client.post(PREFLIGHT, content=b'{"config": {}}', headers={**JSON, "origin": "http://127.0.0.1"})
+    assert own.status_code == 400, own.text  # one Origin, this server's: the route answers
+
+
+def _raw(live: LiveServer, request: bytes) -> socket.socket:
+    host, port = live.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(request)
+    return sock
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a RST, as a killed client does."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+
+
+def test_event_streams_abandoned_by_the_hundred_leave_no_traceback(
+    server: LiveServer, server_log: list[logging.LogRecord]
+) -> None:
+    host = server.url.removeprefix("http://").encode()
+    for path in (b"/api/train/events", b"/api/models/events"):
+        socks = [
+            _raw(server, b"GET " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n") for _ in range(300)
+        ]
+        for sock in socks[:5]:
+            sock.settimeout(10)
+            assert sock.recv(12) == b"HTTP/1.1 200"
+        time.sleep(2)  # every stream waits on the fan-out's condition, waking each second
+        for sock in socks:
+            _reset(sock)
+        time.sleep(3)  # each notices within SSE_IDLE_CHECK_S
+    assert server.client.get("/api/train/status").status_code == 200
+    errors = [r for r in server_log if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors][:3]
+
+
+def test_an_upload_cut_off_mid_body_leaves_nothing_and_no_traceback(
+    server: LiveServer, settings: Settings, server_log: list[logging.LogRecord]
+) -> None:
+    host = server.url.removeprefix("http://").encode()
+    head = (
+        b"POST /api/datasets/cut/files HTTP/1.1\r\nHost: " + host + b"\r\n"
+        b"Content-Type: multipart/form-data; boundary=XX\r\nContent-Length: 100000\r\n\r\n"
+        b'--XX\r\nContent-Disposition: form-data; name="files"; filename="a.png"\r\n\r\n\x89PNG'
+    )
+    for _ in range(5):
+        sock = _raw(server, head)
+        time.sleep(0.3)  # the route is reading the body
+        _reset(sock)
+    time.sleep(1)
+    assert server.client.get("/api/datasets").json()["datasets"] == []
+    staging = settings.datasets_dir / ".uploads"
+    assert not staging.exists() or list(staging.iterdir()) == []
+    errors = [r for r in server_log if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors][:3]
+    gone = [r.getMessage() for r in server_log if "the client went" in r.getMessage()]
+    assert gone and all(
+        m == "POST /api/datasets/cut/files: the client went before its request body was read" for m in gone
+    )
