@@ -196,3 +196,74 @@ def test_an_upload_cut_off_mid_body_leaves_nothing_and_no_traceback(
     assert gone and all(
         m == "POST /api/datasets/cut/files: the client went before its request body was read" for m in gone
     )
+
+
+def _downloads(settings: Settings) -> dict[str, bytes]:
+    """A LoRA file of run output `my-lora` and a gallery image, written as training and
+    generation leave them."""
+    lora = settings.outputs_dir / "my-lora" / "my-lora.safetensors"
+    lora.parent.mkdir(parents=True)
+    lora.write_bytes(bytes(range(256)) * 400)  # 102,400 bytes
+    gallery = settings.home / "gallery" / "g.png"
+    gallery.parent.mkdir(parents=True)
+    gallery.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(200)))
+    return {"/api/loras/my-lora/file": lora.read_bytes(), "/gallery/g.png": gallery.read_bytes()}
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["bytes=5-1", "items=0-5", "bytes=abc", "bytes=1-2-3", "bytes", "bytes=" + "0" * 5000 + "-1", "bytes=,"],
+)
+def test_a_range_header_that_cannot_be_parsed_is_ignored(
+    client: TestClient, settings: Settings, header: str
+) -> None:
+    """RFC 9110 14.2: a Range the server does not understand is ignored (the whole file, 200);
+    Starlette answered 400 in plain text."""
+    for url, data in _downloads(settings).items():
+        resp = client.get(url, headers={"range": header})
+        assert resp.status_code == 200, (url, header, resp.text[:100])
+        assert resp.content == data
+
+
+def test_good_and_unsatisfiable_ranges_and_head_on_downloads(client: TestClient, settings: Settings) -> None:
+    for url, data in _downloads(settings).items():
+        size = len(data)
+        part = client.get(url, headers={"range": "bytes=2-9"})
+        assert (part.status_code, part.content, part.headers["content-range"]) == (
+            206,
+            data[2:10],
+            f"bytes 2-9/{size}",
+        )
+        tail = client.get(url, headers={"range": "bytes=-4"})
+        assert (tail.status_code, tail.content) == (206, data[-4:])
+        past = client.get(url, headers={"range": f"bytes={size}-"})
+        assert (past.status_code, past.headers["content-range"]) == (416, f"bytes */{size}")
+        head = client.head(url)
+        assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", str(size))
+        assert head.headers["accept-ranges"] == "bytes"
+        ranged_head = client.head(url, headers={"range": "bytes=0-0"})
+        assert (ranged_head.status_code, ranged_head.headers["content-length"]) == (206, "1")
+
+
+def test_head_answers_every_get_route_as_its_get_without_a_body(
+    client: TestClient, settings: Settings
+) -> None:
+    """FastAPI routes took only GET: HEAD /api/info was 404 (from the static UI behind them)."""
+    settings.ensure_dirs()
+    for url in ("/api/info", "/api/datasets", "/api/runs", "/api/train/status"):
+        get, head = client.get(url), client.head(url)
+        assert (head.status_code, head.content) == (200, b""), url
+        assert head.headers["content-type"] == get.headers["content-type"] == "application/json"
+        assert int(head.headers["content-length"]) > 0
+    missing = client.head("/api/datasets/none")
+    assert (missing.status_code, missing.content) == (404, b"")
+    assert client.head("/api/nothing-here").status_code == 404
+    assert client.post("/api/train/stop", json={"save": True}).status_code == 404  # other methods unchanged
+
+
+def test_head_on_an_event_stream_ends_at_once(server: LiveServer) -> None:
+    started = time.monotonic()
+    head = server.client.head("/api/train/events", timeout=10)
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
+    assert time.monotonic() - started < 5
+    assert server.client.get("/api/train/status").status_code == 200

@@ -9,7 +9,8 @@ API token, with `?token=` values redacted from its logs.
 
 Middleware, outermost first: HostGuard (only loopback or configured Host headers are answered,
 anti-framing headers on every response; api/hosts.py), SameOriginWrites (writes from another
-origin or site refused; api/origin.py). Request bodies are capped at settings.max_json_mb by
+origin or site refused; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
+body; api/downloads.py). Request bodies are capped at settings.max_json_mb by
 FastAPI's `max_body_size` (a declared Content-Length over it is a 413 before anything is read,
 a chunked body is counted as it arrives); the upload route streams to disk under its own cap.
 Every route depends on the token check (api/deps.py) and on `refuse_repeated_inputs`
@@ -35,6 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from lorastudio import __version__
 from lorastudio.api.body_checks import refuse_repeated_inputs
 from lorastudio.api.deps import require_token
+from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
@@ -111,6 +113,7 @@ def create_app(
     app.state.settings = settings
     install_error_handlers(app)
     # add_middleware puts each one outside the ones added before it
+    app.add_middleware(HeadAsGet)  # HEAD answered as GET without a body (api/downloads.py)
     app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(require_token), Depends(refuse_repeated_inputs)]

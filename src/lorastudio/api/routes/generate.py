@@ -9,9 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import generation_dep, settings_dep
+from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import GenerateBody
 from lorastudio.api.schemas_files import GalleryList, GenerateOut, ReferencesOut
@@ -95,13 +95,13 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
     return {"references": [{"id": r, "url": f"/gallery/references/{r}"} for r in stored]}
 
 
-@router.get("/gallery/references/{ref_id}", response_class=FileResponse)
-def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> FileResponse:
+@router.get("/gallery/references/{ref_id}", response_class=Download)
+def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> Download:
     """An uploaded reference image."""
     path = reference_path(settings, ref_id)
     if path is None:
         raise NotFound(f"no reference image {ref_id!r}")
-    return FileResponse(path)
+    return Download(path)
 
 
 @router.get("/api/gallery", response_model=GalleryList)
@@ -115,11 +115,11 @@ def gallery(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     }
 
 
-@router.get("/gallery/{file}", response_class=FileResponse)
-def gallery_file(file: str, settings: Settings = Depends(settings_dep)) -> FileResponse:
+@router.get("/gallery/{file}", response_class=Download)
+def gallery_file(file: str, settings: Settings = Depends(settings_dep)) -> Download:
     """A generated image from the gallery."""
     safe_component(file, field="file")
     path = gallery_dir(settings) / file
     if path.is_symlink() or not path.is_file() or path.suffix != ".png":
         raise NotFound(f"no gallery image {file!r}")
-    return FileResponse(path, media_type="image/png")
+    return Download(path, media_type="image/png")
