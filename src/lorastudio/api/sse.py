@@ -127,12 +127,18 @@ def event_stream(
     request: Request, log: EventLog, after: int | None, last_event_id: str | None
 ) -> StreamingResponse:
     """The SSE response for `log`, starting after event `after` (or the Last-Event-ID header);
-    with neither, only events newer than now are sent."""
+    with neither, only events newer than now are sent. An id past the log's newest is one of
+    another server's life (ids restart at 1 when the server starts; a browser's EventSource
+    reconnects to the new server with the old Last-Event-ID): every event of this life is new to
+    that client, so the stream starts at the log's beginning (it waited, silent, until this
+    server's ids caught up)."""
     start_at = after
-    if start_at is None and last_event_id and last_event_id.isdigit():
+    if start_at is None and last_event_id and last_event_id.isascii() and last_event_id.isdigit():
         start_at = int(last_event_id)
     if start_at is None:
         start_at = log.event_seq
+    elif start_at > log.event_seq:
+        start_at = 0
     return StreamingResponse(
         _stream(request, log, start_at),
         media_type="text/event-stream",
