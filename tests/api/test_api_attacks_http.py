@@ -267,3 +267,17 @@ def test_head_on_an_event_stream_ends_at_once(server: LiveServer) -> None:
     assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
     assert time.monotonic() - started < 5
     assert server.client.get("/api/train/status").status_code == 200
+
+
+def test_a_request_without_a_host_header_is_told_so(server: LiveServer) -> None:
+    """HTTP/1.0 may leave Host out: "no Host header is not a name of this server" said it badly."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"GET /api/info HTTP/1.0\r\n\r\n")
+        sock.settimeout(10)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 421")
+    assert b'"request refused: the request names no Host (send a Host header). lorastudio answers' in body
