@@ -13,8 +13,9 @@ origin or site refused; api/origin.py), HeadAsGet (a HEAD request answered as it
 body; api/downloads.py). Request bodies are capped at settings.max_json_mb by
 FastAPI's `max_body_size` (a declared Content-Length over it is a 413 before anything is read,
 a chunked body is counted as it arrives); the upload route streams to disk under its own cap.
-Every route depends on the token check (api/deps.py) and on `refuse_repeated_inputs`
-(api/body_checks.py: a JSON key or a single-valued query parameter given twice is a 422).
+Every route depends on the token check (api/deps.py) and on `check_inputs` (api/body_checks.py:
+a JSON route's body of another media type is a 415, a JSON key or a single-valued query
+parameter given twice a 422).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from lorastudio import __version__
-from lorastudio.api.body_checks import refuse_repeated_inputs
+from lorastudio.api.body_checks import check_inputs
 from lorastudio.api.deps import require_token
 from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
@@ -116,7 +117,7 @@ def create_app(
     app.add_middleware(HeadAsGet)  # HEAD answered as GET without a body (api/downloads.py)
     app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
-    guarded = [Depends(require_token), Depends(refuse_repeated_inputs)]
+    guarded = [Depends(require_token), Depends(check_inputs)]
     _add_docs(app, guarded)
     for module in (
         train,

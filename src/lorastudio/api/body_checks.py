@@ -38,7 +38,7 @@ from lorastudio.json_keys import DuplicateKeys, loads_unique, repeated_key
 _SEQUENCES = (list, set, frozenset, tuple)
 
 
-async def refuse_repeated_inputs(request: Request) -> None:
+async def check_inputs(request: Request) -> None:
     """Raise HTTPException 415 for a non-empty body of another media type on a route that takes
     JSON; RequestValidationError (422) listing every repeated JSON key of the body and every
     single-valued query parameter given more than once; nothing for a route without either."""
