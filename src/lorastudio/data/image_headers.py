@@ -4,7 +4,8 @@ Pillow trusts headers: it keeps every private PNG chunk and every JPEG APPn/COM 
 memory when it opens a file, and reads a whole WebP file into memory to open it. So:
 
 - `walk_png` walks a PNG chunk by chunk (every CRC checked in bounded pieces, huge ancillary
-  chunks refused) and returns the byte ranges Pillow should see (`RangesFile` shows only those);
+  chunks refused) and returns the byte ranges Pillow should see (`RangesFile` shows only those)
+  and how many pictures an APNG holds (its animation chunks are among those hidden);
 - `walk_jpeg` walks the JPEG markers up to the image data and refuses more than
   MAX_JPEG_HEADER_BYTES of metadata segments;
 - WebP files larger than MAX_WEBP_BYTES are refused;
@@ -69,7 +70,7 @@ def walk_png(fh: BinaryIO, path: Path) -> PngWalk | None:
     otherwise a PngWalk: the byte ranges of the file that Pillow should see (the file is left at an unspecified position): the
     signature, every critical chunk and the ancillary chunks in `_PNG_ANCILLARY_USED`, adjacent
     ranges merged, up to and including IEND (an APNG's animation chunks are hidden: Pillow sees
-    its default image), and the frame count of an APNG's acTL chunk.
+    its default image), and how many pictures the file holds (PngWalk.frames).
     Raises: DatasetError when the file is truncated, has a bad chunk length, type or CRC, does
     not start with IHDR, has more than MAX_PNG_CHUNKS chunks, or has an ancillary chunk larger
     than MAX_PNG_ANCILLARY_CHUNK_BYTES.
