@@ -96,3 +96,15 @@ def test_domain_errors_list_each_problem_once_in_order() -> None:
     )
     assert config.problems == [FieldProblem("steps", "too many"), FieldProblem("rank", "no")]
     assert "(2 problem(s))" in str(config)
+
+
+def test_a_reference_upload_over_its_file_count_answers_in_the_error_shape(client: TestClient) -> None:
+    """Starlette's own {"detail": "Too many files..."} (no error name, no problems list) before."""
+    refs = [("f", (f"r{i}.png", _png())) for i in range(11)]
+    resp = client.post("/api/generate/references", files=refs)
+    assert resp.status_code == 400, resp.text
+    assert resp.json() == {
+        "error": "DatasetError",
+        "detail": "malformed multipart upload\n  - Too many files. Maximum number of files is 10.",
+        "problems": ["Too many files. Maximum number of files is 10."],
+    }

@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
@@ -74,7 +75,12 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
     """Upload reference images for generation with an edit family (multipart, any field names,
     in slot order): each is checked like a dataset image and kept; 201 with their ids (give
     them as GenerateBody.references) and URLs. 400 naming every refused file (then none is kept)."""
-    form = await request.form(max_files=MAX_REFERENCES, max_fields=MAX_REFERENCES)
+    try:
+        form = await request.form(max_files=MAX_REFERENCES, max_fields=MAX_REFERENCES)
+    except HTTPException as err:  # Starlette's 400 for a malformed multipart body (too many files...)
+        if err.status_code != 400:  # a body over the cap (413) stays as it is
+            raise
+        raise DatasetError("malformed multipart upload", [str(err.detail)]) from None
     try:
         uploads = [up for _, up in file_parts(form)]
         if not uploads:
