@@ -281,3 +281,28 @@ def test_a_request_without_a_host_header_is_told_so(server: LiveServer) -> None:
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 421")
     assert b'"request refused: the request names no Host (send a Host header). lorastudio answers' in body
+
+
+def test_a_json_body_over_the_cap_is_a_413_in_the_error_shape_naming_the_setting(settings: Settings) -> None:
+    """Starlette's plain-text "Content Too Large" before (an app-wide cap answers from outside
+    the app's middleware: the caps are the routers' now). Declared and chunked alike."""
+    from live_server import LOOPBACK
+    from lorastudio.api.app import create_app
+
+    capped = settings.model_copy(update={"max_json_mb": 1})
+    big = b'{"config": {"x": "' + b"a" * (2 * 2**20) + b'"}}'
+    expected = {
+        "error": "BodyTooLarge",
+        "detail": "request body larger than the 1 MB this route takes (LORASTUDIO_MAX_JSON_MB)",
+    }
+    with TestClient(create_app(capped), base_url=LOOPBACK) as client:
+        declared = client.post(PREFLIGHT, content=big, headers=JSON)
+        chunked = client.post(PREFLIGHT, content=iter([big[:1000], big[1000:]]), headers=JSON)
+        for resp in (declared, chunked):
+            assert resp.status_code == 413
+            assert resp.headers["content-type"] == "application/json"
+            assert resp.json() == expected
+        assert client.post(PREFLIGHT, content=b'{"config": {}}', headers=JSON).status_code == 400  # under it
+        # the dataset upload keeps its own cap (max_upload_mb), far above the JSON one
+        upload = client.post("/api/datasets/d/files", files=[("f", ("a.png", b"x" * (3 * 2**20)))])
+        assert upload.status_code == 400 and "corrupt" in upload.text

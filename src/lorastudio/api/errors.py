@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from lorastudio.api.body_limit import TOO_LARGE, too_large
 from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
     CacheError,
@@ -152,9 +153,12 @@ def _unparsable_cause(err: BaseException | None) -> str | None:
 
 async def _http_error(request: Request, err: Exception) -> Response:
     """FastAPI's answer to an HTTPException, but a body it could not parse (raised as a 400
-    from the parse error) is a 422 `json_invalid` naming why, as a syntax error is."""
+    from the parse error) is a 422 `json_invalid` naming why, as a syntax error is, and a body
+    over its route's cap a 413 in the error shape (api/body_limit.py)."""
     if not isinstance(err, HTTPException):  # only registered for HTTPException
         raise err
+    if err.status_code == 413 and err.detail == TOO_LARGE:  # a chunked body over its route's cap
+        return JSONOut(too_large(request.scope, request.app.state.settings.max_json_mb), status_code=413)
     cause = _unparsable_cause(err.__cause__) if err.status_code == 400 else None
     if cause is None:
         return await http_exception_handler(request, err)
