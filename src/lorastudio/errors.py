@@ -27,10 +27,11 @@ class FieldProblem:
 
 
 class ConfigError(LorastudioError):
-    """A configuration with one or more bad fields. All problems are reported at once."""
+    """A configuration with one or more bad fields. All problems are reported at once, each once
+    (a problem found twice, e.g. by two checks or for two copies of one input, is listed once)."""
 
     def __init__(self, problems: list[FieldProblem]):
-        self.problems = list(problems)
+        self.problems = list(dict.fromkeys(problems))
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"invalid configuration ({len(self.problems)} problem(s)):\n{lines}")
 
@@ -45,10 +46,11 @@ class UnknownFamily(LorastudioError):
 
 
 class DatasetError(LorastudioError):
-    """A dataset that cannot be trained on. `problems` lists each file or fact that is wrong."""
+    """A dataset that cannot be trained on. `problems` lists each file or fact that is wrong, each
+    once (two copies of one file name refused for one reason are one problem), in order."""
 
     def __init__(self, message: str, problems: list[str] | None = None):
-        self.problems = list(problems or [])
+        self.problems = list(dict.fromkeys(problems or []))
         detail = "".join(f"\n  - {p}" for p in self.problems)
         super().__init__(message + detail)
 

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from starlette.requests import Request
 
 from lorastudio.api import sse
@@ -100,3 +101,26 @@ def test_a_stream_far_behind_catches_up_from_the_log(monkeypatch: pytest.MonkeyP
     live, late = asyncio.run(main())
     assert live == list(range(31, 61))
     assert late == list(range(3, 61))
+
+
+@pytest.mark.timeout(60)  # before: the stream stayed silent for ever
+def test_an_id_of_another_server_life_replays_this_lifes_events(client: TestClient) -> None:
+    """A browser's EventSource reconnects to a restarted server with the Last-Event-ID it had
+    (ids restart at 1): the stream sent nothing until this server's ids passed it. Now an id past
+    the log's newest starts at its beginning; a current one resumes after it."""
+    service = client.app.state.service
+    for n in range(1, 4):
+        service.event_log.append({"type": "status", "n": n})
+    for headers, params in (
+        ({"last-event-id": "537"}, {}),
+        ({}, {"after": 9999}),
+        ({"last-event-id": "1"}, {}),
+    ):
+        with client.stream("GET", "/api/train/events", headers=headers, params=params) as resp:
+            ids = []
+            for line in resp.iter_lines():
+                if line.startswith("id: "):
+                    ids.append(int(line[4:]))
+                if ids and ids[-1] == 3:
+                    break
+        assert ids == ([2, 3] if headers.get("last-event-id") == "1" else [1, 2, 3]), (headers, params, ids)

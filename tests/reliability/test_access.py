@@ -191,7 +191,8 @@ def test_secrets_never_appear_in_logs_records_events_or_files(
                         break
             final = wait_for(
                 lambda: (
-                    (j := client.get("/api/train/status", headers=auth).json()["job"])["status"] in FINAL
+                    (j := client.get("/api/train/status", headers=auth).json()["job"]) is not None
+                    and j["status"] in FINAL
                     and j
                 ),
                 60,

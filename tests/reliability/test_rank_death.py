@@ -154,7 +154,9 @@ def test_the_agent_and_every_rank_die_with_the_server(
         started = client.post("/api/train/start", json={"config": _dp_config(flux_config, "server")})
         assert started.status_code in (200, 201), started.text
         job = wait_for(
-            lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 3 and j,
+            lambda: (
+                (j := client.get("/api/train/status").json()["job"]) is not None and j["steps_run"] >= 3 and j
+            ),
             240,
             "step 3",
             poll=0.05,

@@ -50,7 +50,11 @@ def test_server_kill_then_restart_and_resume(
         assert started.status_code == 201, started.text
         job = started.json()
         seen = wait_for(
-            lambda: (j := client.get("/api/train/status").json()["job"])["steps_run"] >= 25 and j,
+            lambda: (
+                (j := client.get("/api/train/status").json()["job"]) is not None
+                and j["steps_run"] >= 25
+                and j
+            ),
             120,
             "25 steps",
             poll=0.02,

@@ -76,7 +76,11 @@ def test_no_secret_in_the_environment_of_any_process_the_server_starts(
             started = client.post("/api/train/start", json={"config": flux_config(steps=5000)})
             assert started.status_code == 201, started.text
             job = wait_for(
-                lambda: (j := client.get("/api/train/status").json()["job"])["status"] == "running" and j,
+                lambda: (
+                    (j := client.get("/api/train/status").json()["job"]) is not None
+                    and j["status"] == "running"
+                    and j
+                ),
                 120,
                 "the run",
                 0.05,

@@ -9,9 +9,15 @@ API token, with `?token=` values redacted from its logs.
 
 Middleware, outermost first: HostGuard (only loopback or configured Host headers are answered,
 anti-framing headers on every response; api/hosts.py), SameOriginWrites (writes from another
-origin or site refused; api/origin.py). Request bodies are capped at settings.max_json_mb by
-FastAPI's `max_body_size` (a declared Content-Length over it is a 413 before anything is read,
-a chunked body is counted as it arrives); the upload route streams to disk under its own cap.
+origin or site refused; api/origin.py), HeadAsGet (a HEAD request answered as its GET, without a
+body; api/downloads.py), BodyLimitAnswer (a body over its cap answered 413 in the JSON error
+shape; api/body_limit.py). Request bodies are capped at settings.max_json_mb by FastAPI's
+`max_body_size` given to every router (a declared Content-Length over it is a 413 before
+anything is read, a chunked body is counted as it arrives); the upload route streams to disk
+under its own cap.
+Every route depends on the token check (api/deps.py) and on `check_inputs` (api/body_checks.py:
+a JSON route's body of another media type is a 415, a JSON key or a single-valued query
+parameter given twice a 422).
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from lorastudio import __version__
+from lorastudio.api.body_checks import check_inputs
+from lorastudio.api.body_limit import BodyLimitAnswer
 from lorastudio.api.deps import require_token
+from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
@@ -103,14 +112,15 @@ def create_app(
         docs_url=None,  # served below, behind the token
         redoc_url=None,
         openapi_url=None,
-        max_body_size=settings.max_json_mb * 2**20,  # 413 past it; the upload route has its own cap
     )
     app.state.settings = settings
     install_error_handlers(app)
     # add_middleware puts each one outside the ones added before it
+    app.add_middleware(BodyLimitAnswer, json_cap_mb=settings.max_json_mb)  # 413 as JSON (api/body_limit.py)
+    app.add_middleware(HeadAsGet)  # HEAD answered as GET without a body (api/downloads.py)
     app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
-    guarded = [Depends(require_token)]
+    guarded = [Depends(require_token), Depends(check_inputs)]
     _add_docs(app, guarded)
     for module in (
         train,
@@ -125,7 +135,14 @@ def create_app(
         models,
         cache,
     ):
-        app.include_router(module.router, dependencies=guarded, responses=ERROR_RESPONSES)
+        # 413 past the cap (the upload routes set their own); a router's cap, not the app's: an
+        # app-wide one answers from outside the middleware (api/body_limit.py)
+        app.include_router(
+            module.router,
+            dependencies=guarded,
+            responses=ERROR_RESPONSES,
+            max_body_size=settings.max_json_mb * 2**20,
+        )
     if web_dist.is_dir():
         app.mount("/", StaticFiles(directory=web_dist, html=True), name="web")
     return app

@@ -11,19 +11,29 @@ body is {"error": <class name>, "detail": <message>, ...}. A request that fails 
 as FastAPI answers it, through `JSONOut`: every JSON response escapes lone surrogates (JSON's
 "\\udcff" decodes to one; Starlette's UTF-8 encode of it raised, a 500) and writes a non-finite
 number it echoes (`1e999`, `NaN` in a body) as a string (its JSON encode raised, a 500).
+A JSON body FastAPI could not parse for another reason than its syntax (bytes that are not
+UTF-8, nesting deeper than the parser goes, an integer of more than 4300 digits) is a 422
+`json_invalid` naming the cause, like a syntax error (FastAPI answered a bare 400 "There was an
+error parsing the body"). A client that goes while its body is read (a truncated upload) gets
+no answer and leaves no traceback in the log (it is logged as one line).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
+from lorastudio.api.body_limit import TOO_LARGE, too_large
 from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
     CacheError,
@@ -47,6 +57,8 @@ from lorastudio.errors import (
     PathOutsideRoot,
     UnknownFamily,
 )
+
+log_ = logging.getLogger("lorastudio.api")
 
 STATUS_CODES: dict[type[LorastudioError], int] = {
     ConfigError: 400,
@@ -128,8 +140,49 @@ async def _invalid_request(request: Request, err: Exception) -> JSONResponse:
     return JSONOut({"detail": jsonable_encoder(err.errors())}, status_code=422)
 
 
+def _unparsable_cause(err: BaseException | None) -> str | None:
+    """Why a JSON body FastAPI failed to parse cannot be read (None: not such a failure)."""
+    if isinstance(err, UnicodeDecodeError):
+        return f"the body is not UTF-8 text ({err.reason} at byte {err.start})"
+    if isinstance(err, RecursionError):
+        return "the body nests arrays or objects deeper than the parser goes"
+    if isinstance(err, ValueError) and "digits" in str(err):  # int() of a number too long
+        return f"a number in the body is too long ({err})"
+    return None
+
+
+async def _http_error(request: Request, err: Exception) -> Response:
+    """FastAPI's answer to an HTTPException, but a body it could not parse (raised as a 400
+    from the parse error) is a 422 `json_invalid` naming why, as a syntax error is, and a body
+    over its route's cap a 413 in the error shape (api/body_limit.py)."""
+    if not isinstance(err, HTTPException):  # only registered for HTTPException
+        raise err
+    if err.status_code == 413 and err.detail == TOO_LARGE:  # a chunked body over its route's cap
+        return JSONOut(too_large(request.scope, request.app.state.settings.max_json_mb), status_code=413)
+    cause = _unparsable_cause(err.__cause__) if err.status_code == 400 else None
+    if cause is None:
+        return await http_exception_handler(request, err)
+    entry = {
+        "type": "json_invalid",
+        "loc": ["body"],
+        "msg": "JSON decode error",
+        "input": {},
+        "ctx": {"error": cause},
+    }
+    return JSONOut({"detail": [entry]}, status_code=422)
+
+
+async def _client_gone(request: Request, err: Exception) -> Response:
+    """The client closed the connection while its body was read: nobody reads an answer."""
+    log_.info("%s %s: the client went before its request body was read", request.method, request.url.path)
+    return Response(status_code=400)
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every domain error to its status code (one handler for the whole hierarchy), and
-    answer invalid requests (422) with JSONOut."""
+    """Map every domain error to its status code (one handler for the whole hierarchy), answer
+    invalid requests (422) with JSONOut, an unreadable JSON body as a 422 too, and a client that
+    went mid-body without a traceback."""
     app.add_exception_handler(LorastudioError, _handle)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_gone)

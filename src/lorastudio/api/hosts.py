@@ -119,9 +119,13 @@ class HostGuard:
 
 
 def _refusal(host: str | None) -> str:
-    shown = "no Host header" if host is None else f"Host {host!r}"
+    shown = (
+        "the request names no Host (send a Host header)"
+        if host is None
+        else f"Host {host!r} is not a name of this server"
+    )
     return (
-        f"request refused: {shown} is not a name of this server. lorastudio answers loopback names"
+        f"request refused: {shown}. lorastudio answers loopback names"
         " (localhost, 127.0.0.1, [::1]) and the hosts listed in LORASTUDIO_ALLOWED_HOSTS"
         " (comma-separated); add this host there if you reach the studio under that name"
         " (this guards against DNS rebinding)"

@@ -9,7 +9,9 @@ scripts) are unaffected. No CORS headers are ever sent, so other origins cannot 
 Where the browser sends `Sec-Fetch-Site` (all current ones do), a state-changing request marked
 `cross-site` is refused as well, and one marked `same-site` unless its Origin is this server's:
 a page on a sibling host (another port of 127.0.0.1 is same-site) cannot write. `same-origin`
-and `none` (typed by the user) pass. Which hosts are answered at all is api/hosts.py's matter.
+and `none` (typed by the user) pass. A write that sends Origin, Host or Sec-Fetch-Site twice is
+refused (the last Origin was the one compared: `Origin: evil, Origin: <own>` passed). Which
+hosts are answered at all is api/hosts.py's matter.
 
 `RedactTokenFilter`: a logging filter that replaces the value of a `token=` query parameter in
 log records (uvicorn's access log prints the full request path) with "***"; the parameter's
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from urllib.parse import unquote_plus
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -27,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from lorastudio.api.hosts import send_json
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_ONCE = frozenset({b"origin", b"host", b"sec-fetch-site"})  # a write naming one twice is refused
 # One query parameter: its (possibly percent-encoded) name and its value, up to &, space or quote.
 _QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"?]*)=([^&;\s\"]*)")
 
@@ -42,6 +46,13 @@ class SameOriginWrites:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        twice = sorted(
+            k for k, n in Counter(k.lower() for k, _ in scope["headers"]).items() if n > 1 and k in _ONCE
+        )
+        if twice:  # which one counts? a second Origin must not pass a write the first refuses
+            names = ", ".join(k.decode("latin-1") for k in twice)
+            await send_json(send, 403, "CrossOriginRefused", f"request refused: header(s) {names} sent twice")
+            return
         origin = headers.get("origin")
         own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
         same_origin = origin is not None and origin.rstrip("/").lower() == own.lower()

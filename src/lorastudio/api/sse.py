@@ -127,12 +127,18 @@ def event_stream(
     request: Request, log: EventLog, after: int | None, last_event_id: str | None
 ) -> StreamingResponse:
     """The SSE response for `log`, starting after event `after` (or the Last-Event-ID header);
-    with neither, only events newer than now are sent."""
+    with neither, only events newer than now are sent. An id past the log's newest is one of
+    another server's life (ids restart at 1 when the server starts; a browser's EventSource
+    reconnects to the new server with the old Last-Event-ID): every event of this life is new to
+    that client, so the stream starts at the log's beginning (it waited, silent, until this
+    server's ids caught up)."""
     start_at = after
-    if start_at is None and last_event_id and last_event_id.isdigit():
+    if start_at is None and last_event_id and last_event_id.isascii() and last_event_id.isdigit():
         start_at = int(last_event_id)
     if start_at is None:
         start_at = log.event_seq
+    elif start_at > log.event_seq:
+        start_at = 0
     return StreamingResponse(
         _stream(request, log, start_at),
         media_type="text/event-stream",
@@ -161,11 +167,14 @@ async def _stream(request: Request, log: EventLog, seq: int) -> AsyncIterator[st
                 seq, idle = texts[-1][0], 0.0
                 continue
             woke = False
+            # asyncio.timeout, not wait_for: wait_for ran the wait in a task of its own, and when
+            # the client went (the response's cancel scope cancels this task again and again) it
+            # returned before that task had taken the lock back: "Lock is not acquired" and a
+            # traceback in the log for every abandoned stream.
             async with fanout.cond:
                 with contextlib.suppress(TimeoutError):
-                    woke = await asyncio.wait_for(
-                        fanout.cond.wait_for(lambda last=seq: fanout.seq > last), SSE_IDLE_CHECK_S
-                    )
+                    async with asyncio.timeout(SSE_IDLE_CHECK_S):
+                        woke = await fanout.cond.wait_for(lambda last=seq: fanout.seq > last)
             if woke:
                 continue
             if await request.is_disconnected():

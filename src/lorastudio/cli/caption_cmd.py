@@ -22,7 +22,9 @@ def register(datasets_app: typer.Typer) -> None:
 
 
 def caption_cmd(
-    name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
+    name: str = typer.Argument(
+        ..., help="dataset name under the studio's datasets folder (one that starts with '-' goes after '--')"
+    ),
     model: str = typer.Option(
         ..., "--model", help="captioning VLM: catalogue id (`models list`), hub id or model folder"
     ),

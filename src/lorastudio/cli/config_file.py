@@ -4,23 +4,13 @@ its path settings made independent of the current directory. Shared by `train`, 
 
 from __future__ import annotations
 
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.json_keys import DuplicateKeys, loads_unique
 from lorastudio.user_paths import expand_user
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's pairs as a dict. Raises ValueError naming a key given twice."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"the key {key!r} is given twice in one object")
-        out[key] = value
-    return out
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -31,12 +21,16 @@ def load_config_file(path: Path) -> dict[str, Any]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":  # a key given twice is refused, as TOML refuses it (json keeps the last)
-            data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
+            data = loads_unique(path.read_text(encoding="utf-8"))
         elif suffix == ".toml":
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         else:
             raise ConfigError([FieldProblem("config", f"{path.name}: use a .json or .toml file")])
-    except (ValueError, OSError) as err:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+    except (
+        ValueError,
+        OSError,
+        RecursionError,
+    ) as err:  # JSON/TOMLDecodeError are ValueErrors; nesting too deep
         raise ConfigError([FieldProblem("config", f"cannot read {path}: {err}")]) from err
     if not isinstance(data, dict):
         raise ConfigError([FieldProblem("config", f"{path}: the top level must be an object of settings")])
@@ -46,7 +40,7 @@ def load_config_file(path: Path) -> dict[str, Any]:
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `key=value` overrides; a value is parsed as JSON when it can be (numbers, true,
     null, lists), else taken as a string. Returns a new dict. Raises ConfigError listing every
-    malformed override."""
+    malformed override (JSON holding an object with a key given twice among them)."""
     out = dict(data)
     problems = []
     for item in overrides:
@@ -56,7 +50,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             problems.append(FieldProblem("--set", f"{item!r} is not key=value"))
             continue
         try:
-            out[key] = json.loads(raw)
+            out[key] = loads_unique(raw)
+        except DuplicateKeys as err:
+            problems.append(FieldProblem(f"--set {key}", str(err)))
         except ValueError:
             out[key] = raw
     if problems:

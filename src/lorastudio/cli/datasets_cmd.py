@@ -1,8 +1,10 @@
 """`lorastudio datasets list|import DIR [--name N] [--strict] [--kohya]|captions NAME|delete NAME`:
-the studio's dataset folders."""
+the studio's dataset folders. A new dataset's name must not start with '-' (data/paths.py
+new_name); one named so before (or by hand) is given after '--': `datasets delete --yes -- -x`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -66,7 +68,7 @@ def import_cmd(
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
     new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
-    from lorastudio.data import resolve_dataset_dir, safe_component
+    from lorastudio.data import new_name, resolve_dataset_dir, safe_component
     from lorastudio.data.discovery import is_image_name
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
@@ -78,8 +80,11 @@ def import_cmd(
     from lorastudio.settings import get_settings
 
     settings = get_settings().ensure_dirs()
-    dataset = safe_component(name or source.resolve().name, field="--name")
+    field = "--name" if name else "--name (the folder's name when not given)"
+    dataset = safe_component(name or source.resolve().name, field=field)
     target = resolve_dataset_dir(dataset, settings.datasets_dir, allow_outside_root=False)
+    if kohya or not os.path.lexists(target):  # a new dataset (--kohya makes <name>-<folder> ones)
+        new_name(dataset, field=field)
     source = source.resolve()  # the folder the user named may be a link; links inside it are not followed
     if kohya:
         import_kohya(source, target, strict, entries, reg)
@@ -189,7 +194,9 @@ def _folder_reason(folder: str, target: Path) -> str:
 
 @datasets_app.command("delete")
 def delete_cmd(
-    name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
+    name: str = typer.Argument(
+        ..., help="dataset name under the studio's datasets folder (one that starts with '-' goes after '--')"
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
 ) -> None:
     """Delete datasets/<NAME> with every file in it. The command holds the studio home
@@ -216,7 +223,9 @@ def delete_cmd(
 
 @datasets_app.command("captions")
 def captions_cmd(
-    name: str = typer.Argument(..., help="dataset name under the studio's datasets folder"),
+    name: str = typer.Argument(
+        ..., help="dataset name under the studio's datasets folder (one that starts with '-' goes after '--')"
+    ),
     find: str = typer.Option("", "--find", help="text to replace (plain text, every occurrence)"),
     replace: str = typer.Option("", "--replace", help="what replaces --find"),
     prepend: str = typer.Option("", "--prepend", help="put in front of every caption, as typed"),

@@ -148,16 +148,17 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
 
 
 def _kohya_dataset_names(prefix: str, folders: list[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
-    """The dataset name `<prefix>-<folder>` of each kohya folder, when it is a valid dataset name
-    (data.paths.safe_component: length, characters); the others as (folder, why) to skip."""
-    from lorastudio.data import safe_component
+    """The dataset name `<prefix>-<folder>` of each kohya folder, when it is a valid name for a
+    new dataset (data.paths.new_name: length, characters, no leading '-'); the others as
+    (folder, why) to skip."""
+    from lorastudio.data import new_name
     from lorastudio.errors import ConfigError, PathOutsideRoot
 
     names: dict[str, str] = {}
     unnamed: list[tuple[str, str]] = []
     for folder in folders:
         try:
-            names[folder] = safe_component(f"{prefix}-{folder}", field="dataset name")
+            names[folder] = new_name(f"{prefix}-{folder}", field="dataset name")
         except ConfigError as err:
             unnamed.append((folder, f"{err.problems[0].field} {err.problems[0].message}"))
         except PathOutsideRoot as err:

@@ -15,7 +15,7 @@ from lorastudio.data.crop import CroppedImage, load_crop, resized_size
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, is_image_name
 from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
-from lorastudio.data.paths import resolve_dataset_dir, safe_component
+from lorastudio.data.paths import new_name, resolve_dataset_dir, safe_component
 from lorastudio.data.sampler import BucketBatchSampler
 from lorastudio.data.scan import dataset_fingerprint, scan_dataset
 
@@ -34,6 +34,7 @@ __all__ = [
     "load_crop",
     "make_buckets",
     "nearest_bucket",
+    "new_name",
     "probe_image",
     "resized_size",
     "resolution_problems",

@@ -4,7 +4,8 @@ Pillow trusts headers: it keeps every private PNG chunk and every JPEG APPn/COM 
 memory when it opens a file, and reads a whole WebP file into memory to open it. So:
 
 - `walk_png` walks a PNG chunk by chunk (every CRC checked in bounded pieces, huge ancillary
-  chunks refused) and returns the byte ranges Pillow should see (`RangesFile` shows only those);
+  chunks refused) and returns the byte ranges Pillow should see (`RangesFile` shows only those)
+  and how many pictures an APNG holds (its animation chunks are among those hidden);
 - `walk_jpeg` walks the JPEG markers up to the image data and refuses more than
   MAX_JPEG_HEADER_BYTES of metadata segments;
 - WebP files larger than MAX_WEBP_BYTES are refused;
@@ -51,13 +52,25 @@ def _read_exact(fh: BinaryIO, size: int, path: Path, what: str) -> bytes:
     return data
 
 
-def walk_png(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
+@dataclass(frozen=True)
+class PngWalk:
+    """What `walk_png` found: the byte ranges [(start, length)] of the file Pillow should see,
+    and the pictures the file holds: 1 for a still PNG; for an APNG its acTL chunk's frame count,
+    plus its default image when that is not the first frame (no fcTL before IDAT), as Pillow
+    counts them."""
+
+    ranges: list[tuple[int, int]]
+    frames: int = 1
+
+
+def walk_png(fh: BinaryIO, path: Path) -> PngWalk | None:
     """Check every chunk of a PNG file without holding a chunk in memory.
 
     Takes: any file, open at its start (`path` names it in errors). Returns None when it does not start with the PNG signature (not a PNG);
-    otherwise the byte ranges [(start, length)] of the file that Pillow should see (the file is left at an unspecified position): the
+    otherwise a PngWalk: the byte ranges of the file that Pillow should see (the file is left at an unspecified position): the
     signature, every critical chunk and the ancillary chunks in `_PNG_ANCILLARY_USED`, adjacent
-    ranges merged, up to and including IEND.
+    ranges merged, up to and including IEND (an APNG's animation chunks are hidden: Pillow sees
+    its default image), and how many pictures the file holds (PngWalk.frames).
     Raises: DatasetError when the file is truncated, has a bad chunk length, type or CRC, does
     not start with IHDR, has more than MAX_PNG_CHUNKS chunks, or has an ancillary chunk larger
     than MAX_PNG_ANCILLARY_CHUNK_BYTES.
@@ -66,6 +79,9 @@ def walk_png(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
         return None
     ranges: list[tuple[int, int]] = [(0, len(PNG_SIGNATURE))]
     offset = len(PNG_SIGNATURE)
+    animation = 0  # acTL's num_frames
+    default_is_frame = False  # an fcTL before the first IDAT
+    seen_idat = False
     for index in range(MAX_PNG_CHUNKS):
         length, ctype = struct.unpack(">I4s", _read_exact(fh, 8, path, "chunk header"))
         name = ctype.decode("latin-1")
@@ -86,12 +102,17 @@ def walk_png(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
         left = length
         while left:
             piece = _read_exact(fh, min(left, _PNG_READ_PIECE), path, f"chunk {name}")
+            if ctype == b"acTL" and left == length and len(piece) >= 4:  # num_frames, then num_plays
+                animation = int.from_bytes(piece[:4], "big")
             crc = zlib.crc32(piece, crc)
             left -= len(piece)
         (stored_crc,) = struct.unpack(">I", _read_exact(fh, 4, path, f"chunk {name} CRC"))
         if stored_crc != crc:
             raise bad_image(path, f"corrupt (bad CRC in PNG chunk {name})")
         size = 12 + length
+        if ctype == b"fcTL" and not seen_idat:
+            default_is_frame = True
+        seen_idat = seen_idat or ctype == b"IDAT"
         if not ancillary or ctype in _PNG_ANCILLARY_USED:
             last_start, last_len = ranges[-1]
             if last_start + last_len == offset:
@@ -100,7 +121,8 @@ def walk_png(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
                 ranges.append((offset, size))
         offset += size
         if ctype == b"IEND":
-            return ranges
+            frames = animation + (0 if default_is_frame else 1) if animation else 1
+            return PngWalk(ranges, frames)
     raise bad_image(path, f"refused: more than {MAX_PNG_CHUNKS:,} PNG chunks")
 
 
@@ -224,16 +246,16 @@ def webp_size(head: bytes) -> tuple[int, int] | None:
     return None
 
 
-def check_header(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
+def check_header(fh: BinaryIO, path: Path) -> PngWalk | None:
     """Check a file's header before Pillow opens it (see the module docstring).
 
-    Returns the ranges Pillow should see of a PNG (`walk_png`), else None (show it the whole
-    file). The file is left at its start. Raises: DatasetError for what the walks refuse and for
-    a WebP file over MAX_WEBP_BYTES.
+    Returns a PNG's walk (`walk_png`: the ranges Pillow should see, its frame count), else None
+    (show it the whole file). The file is left at its start. Raises: DatasetError for what the
+    walks refuse and for a WebP file over MAX_WEBP_BYTES.
     """
-    ranges = walk_png(fh, path)
+    png = walk_png(fh, path)
     fh.seek(0)
-    if ranges is None:
+    if png is None:
         walk_jpeg(fh, path)
         fh.seek(0)
         head = fh.read(30)
@@ -247,7 +269,7 @@ def check_header(fh: BinaryIO, path: Path) -> list[tuple[int, int]] | None:
                     f"refused: WebP file of {size:,} bytes is larger than the "
                     f"{MAX_WEBP_BYTES // 2**20} MB allowed",
                 )
-    return ranges
+    return png
 
 
 # Chunks of a palette PNG walked (before its image data) to look for tRNS; more: the header

@@ -5,7 +5,9 @@ a file with an image extension cannot reach Pillow's riskier plugins. Files are 
 following links (`data.safe_open`) and their headers checked before Pillow sees them
 (`data.image_headers`: PNG chunks walked, JPEG metadata and WebP file sizes capped). Sizes are
 checked from the header before any pixel is decoded, so oversized images and decompression
-bombs are refused cheaply. Sizes reported here are after EXIF transpose.
+bombs are refused cheaply; so are animated images (APNG, animated WebP: `open_frames` counts
+their frames), which training would read as their first frame. Sizes reported here are after
+EXIF transpose.
 
 Two budgets: `max_pixels` (settings.max_image_pixels) is the largest image a dataset may hold;
 `decode_pixels` (settings.max_decode_pixels) is the most pixels the server decodes at once
@@ -80,12 +82,22 @@ def _reason(err: BaseException, path: Path) -> str:
 def open_image(path: Path, folder_id: FolderId | None = None) -> Iterator[Image.Image]:
     """Open lazily (header only) with the allowed decoders, without following links; the
     header is checked first (`image_headers.check_header`) and a PNG is shown to Pillow without
-    the chunks it does not need. Raises DatasetError naming the file."""
+    the chunks it does not need (an APNG: its default image). Raises DatasetError naming the
+    file."""
+    with open_frames(path, folder_id) as (img, _frames):
+        yield img
+
+
+@contextmanager
+def open_frames(path: Path, folder_id: FolderId | None = None) -> Iterator[tuple[Image.Image, int]]:
+    """`open_image`, with the number of frames the file holds: an APNG's from its acTL chunk
+    (Pillow is not shown it), a WebP's from Pillow (an animated one's), 1 for a JPEG (an MPO's
+    further pictures are a phone's preview or depth image, not frames)."""
     with open_in_folder(path, folder_id) as real:
-        ranges = check_header(real, path)
+        png = check_header(real, path)
         source: io.IOBase | BinaryIO = real
-        if ranges is not None and ranges != [(0, ranges[0][1])]:
-            source = RangesFile(real, ranges)
+        if png is not None and png.ranges != [(0, png.ranges[0][1])]:
+            source = RangesFile(real, png.ranges)
         try:
             img = Image.open(source, formats=ALLOWED_FORMATS)
         except Image.DecompressionBombError as err:
@@ -93,7 +105,13 @@ def open_image(path: Path, folder_id: FolderId | None = None) -> Iterator[Image.
         except DECODE_ERRORS as err:
             raise _bad(path, f"corrupt or not a PNG/JPEG/WebP image ({_reason(err, path)})") from None
         with img:
-            yield img
+            if png is not None:
+                frames = png.frames
+            elif img.format == "WEBP":
+                frames = int(getattr(img, "n_frames", 1))
+            else:
+                frames = 1
+            yield img, frames
 
 
 def exif_orientation(img: Image.Image) -> int:
@@ -144,19 +162,28 @@ def probe_image(
     threads (`decode_slots.run_decode`: at most two checks at once hold file or pixel data).
 
     The size limit is checked from the header before any decoding: width*height > max_pixels is
-    refused ("oversized"). Files that pass are then checked for corruption cheaply (see
-    `_check_decodes`; no decode above `decode_pixels`). `folder_id`: see `data.safe_open`.
-    Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, unknown
-    format).
+    refused ("oversized"). An animated image (an APNG or a WebP of more than one frame) is
+    refused naming its frame count: training would take its first frame without a word. Files
+    that pass are then checked for corruption cheaply (see `_check_decodes`; no decode above
+    `decode_pixels`). `folder_id`: see `data.safe_open`.
+    Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, animated,
+    unknown format).
     """
     return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id))
 
 
 def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None) -> ImageInfo:
-    with open_image(path, folder_id) as img:
+    with open_frames(path, folder_id) as (img, frames):
         width, height = img.size
         if width < 1 or height < 1:
             raise _bad(path, f"corrupt (size {width}x{height})")
+        if frames > 1:
+            kind = {"PNG": "PNG (APNG)", "WEBP": "WebP"}.get(img.format or "", img.format)
+            raise _bad(
+                path,
+                f"animated {kind} of {frames} frames: only still images are used (training would "
+                "take the first frame); save the frame you want as a still image",
+            )
         if width * height > max_pixels:
             raise _bad(
                 path, f"oversized ({width}x{height} = {width * height:,} pixels > limit {max_pixels:,})"

@@ -4,6 +4,11 @@ User-supplied names (dataset and output names) and dataset paths come from the C
 API. These two functions are the one place that decides what may reach the file system:
 
 - `safe_component(name)`: one path component (a folder or file name), portable and harmless;
+- `new_name(name)`: a name the user chooses for something the studio creates (a dataset): a
+  safe component that does not start with "-" (a command line would read it as an option:
+  `lorastudio datasets delete -x`). A folder already named so is still reached by name, on the
+  command line after `--` (`lorastudio datasets delete -- -x`); output names (runs, LoRAs) are
+  held to `^[A-Za-z0-9][A-Za-z0-9._-]*$` by TrainConfig.output_name;
 - `resolve_dataset_dir(data_dir, datasets_root, allow_outside_root)`: a dataset path, kept
   inside the datasets root unless the caller (the local CLI) explicitly allows otherwise.
 """
@@ -91,6 +96,21 @@ def safe_component(name: str, *, field: str = "name") -> str:
     stem = name.split(".", 1)[0].rstrip(" ").upper()
     if stem in _RESERVED_NAMES:
         raise _config_error(field, f"{name!r} is a reserved device name on Windows; pick another name")
+    return name
+
+
+def new_name(name: str, *, field: str = "name") -> str:
+    """`safe_component(name, field=field)` for a name that creates something (a dataset), which
+    must also not start with "-": every command that takes the name would read it as an option.
+    Returns the NFC name. Raises what safe_component raises, and ConfigError for a leading "-".
+    Names of things that exist are looked up with safe_component alone: a folder made before
+    this rule (or by hand) stays reachable."""
+    name = safe_component(name, field=field)
+    if name.startswith("-"):
+        raise _config_error(
+            field,
+            f"{name!r} must not start with '-': a command line would read it as an option; pick another name",
+        )
     return name
 
 

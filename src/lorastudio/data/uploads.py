@@ -11,7 +11,9 @@ rename atomic; files of the same name are replaced; metadata.jsonl rows are merg
 winning). Control images of paired datasets come in form fields named after their control
 folder and land in it (data/upload_pairs.py). Refused files (a caption whose image was refused
 among them, a control whose target was) are listed with their reasons and never reach the
-dataset; a batch with nothing to store leaves nothing behind.
+dataset; a batch with nothing to store leaves nothing behind. A file name sent more than once in
+one upload is refused in every copy (which one is meant is not guessed), and every refusal is
+reported once (two copies of one bad name are one problem).
 Commits into one dataset are serialised by `dataset_lock` (data/writes.py: an flock on a hidden
 lock file per dataset, so concurrent uploads, also from another process, never lose
 metadata.jsonl rows).
@@ -83,10 +85,13 @@ class UploadResult:
     """What one upload stored and what it refused.
 
     `stored`: the committed file names (sorted); `refused`: (file name, reason) pairs, sorted
-    by name, one per problem (a file may have several)."""
+    by name, one per problem (a file may have several; a pair given twice is kept once)."""
 
     stored: list[str]
     refused: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "refused", list(dict.fromkeys(self.refused)))
 
 
 class UploadBatch:
@@ -114,7 +119,8 @@ class UploadBatch:
         self._by_name: dict[
             str, str
         ] = {}  # stem -> an image refused by its name (.bmp): its caption goes too
-        self.refused: list[tuple[str, str]] = []  # (file name, reason)
+        self.refused: list[tuple[str, str]] = []  # (file name, reason), each pair once
+        self._copies: dict[str, int] = {}  # a name sent more than once -> how many times
 
     def __enter__(self) -> UploadBatch:
         while True:  # another batch's exit may remove the (empty) staging root meanwhile
@@ -151,7 +157,9 @@ class UploadBatch:
     def _refuse(self, name: str, err_or_reason: Exception | str) -> None:
         reasons = [err_or_reason] if isinstance(err_or_reason, str) else _messages(err_or_reason)
         for reason in reasons:
-            self.refused.append((name, reason.removeprefix(f"{name}: ") if name else reason))
+            pair = (name, reason.removeprefix(f"{name}: ") if name else reason)
+            if pair not in self.refused:  # two copies of one bad name: one problem
+                self.refused.append(pair)
 
     def add(self, name: str, stream: BinaryIO, slot: str | None = None) -> None:
         """Stage one file; `slot`: the control folder of a control image ("control", "control_2"
@@ -171,8 +179,8 @@ class UploadBatch:
             ):
                 self._by_name[Path(name).stem] = name
             return
-        if name in self._names:
-            self._refuse(name, "sent twice in one upload")
+        if name in self._names:  # which copy is meant? none is guessed (as the mask upload)
+            self._copies[name] = self._copies.get(name, 1) + 1
             return
         if slot is not None:
             (self.staging / slot).mkdir(exist_ok=True)
@@ -225,8 +233,13 @@ class UploadBatch:
         """Check the staged files; drop each bad one from the batch (recorded in `refused`).
         Images first, so that a caption whose image was refused is refused too."""
         bad: set[str] = set()
+        for name, copies in sorted(self._copies.items()):
+            self._refuse(name, f"sent {copies} times in one upload (which one?): send one")
+            bad.add(name)
         for name, kind in sorted(self._names.items()):
             path = self.staging / name
+            if name in bad:
+                continue
             try:
                 if kind in ("image", "control"):
                     probe_image(path, self.max_pixels, self.decode_pixels)

@@ -9,6 +9,7 @@ a live (running or queued) job trains on the dataset, and while a caption job, a
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from lorastudio.api.deps import service_dep, settings_dep
+from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import (
     CaptionBody,
 )
@@ -32,7 +34,7 @@ from lorastudio.api.schemas_files import (
     DeletedFiles,
     UploadOut,
 )
-from lorastudio.data import resolve_dataset_dir, safe_component
+from lorastudio.data import new_name, resolve_dataset_dir, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.dataset_delete import delete_dataset
@@ -207,6 +209,8 @@ async def upload(
             [f"Content-Type is {content_type!r}" if content_type else "no Content-Type header"],
         )
     folder = _editable(settings, service, name)
+    if not os.path.lexists(folder):  # this upload creates the dataset: its name is a new one
+        new_name(name, field="dataset name")
     cap = settings.max_upload_mb * 2**20
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > cap:
@@ -219,7 +223,7 @@ async def upload(
     except MultiPartException as err:
         raise DatasetError("malformed multipart upload", [err.message]) from None
     try:
-        uploads = [(k, v) for k, v in form.multi_items() if not isinstance(v, str)]
+        uploads = file_parts(form)
         result = await run_in_threadpool(_commit, settings, folder, uploads, strict)
     finally:
         await form.close()

@@ -9,9 +9,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from starlette.exceptions import HTTPException
 
 from lorastudio.api.deps import generation_dep, settings_dep
+from lorastudio.api.downloads import Download
+from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import GenerateBody
 from lorastudio.api.schemas_files import GalleryList, GenerateOut, ReferencesOut
 from lorastudio.data import safe_component
@@ -73,9 +75,14 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
     """Upload reference images for generation with an edit family (multipart, any field names,
     in slot order): each is checked like a dataset image and kept; 201 with their ids (give
     them as GenerateBody.references) and URLs. 400 naming every refused file (then none is kept)."""
-    form = await request.form(max_files=MAX_REFERENCES, max_fields=MAX_REFERENCES)
     try:
-        uploads = [v for _, v in form.multi_items() if not isinstance(v, str)]
+        form = await request.form(max_files=MAX_REFERENCES, max_fields=MAX_REFERENCES)
+    except HTTPException as err:  # Starlette's 400 for a malformed multipart body (too many files...)
+        if err.status_code != 400:  # a body over the cap (413) stays as it is
+            raise
+        raise DatasetError("malformed multipart upload", [str(err.detail)]) from None
+    try:
+        uploads = [up for _, up in file_parts(form)]
         if not uploads:
             raise DatasetError("no reference images in the upload", ["send the images as multipart files"])
         stored: list[str] = []
@@ -94,13 +101,13 @@ async def upload_references(request: Request, settings: Settings = Depends(setti
     return {"references": [{"id": r, "url": f"/gallery/references/{r}"} for r in stored]}
 
 
-@router.get("/gallery/references/{ref_id}", response_class=FileResponse)
-def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> FileResponse:
+@router.get("/gallery/references/{ref_id}", response_class=Download)
+def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> Download:
     """An uploaded reference image."""
     path = reference_path(settings, ref_id)
     if path is None:
         raise NotFound(f"no reference image {ref_id!r}")
-    return FileResponse(path)
+    return Download(path)
 
 
 @router.get("/api/gallery", response_model=GalleryList)
@@ -114,11 +121,11 @@ def gallery(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     }
 
 
-@router.get("/gallery/{file}", response_class=FileResponse)
-def gallery_file(file: str, settings: Settings = Depends(settings_dep)) -> FileResponse:
+@router.get("/gallery/{file}", response_class=Download)
+def gallery_file(file: str, settings: Settings = Depends(settings_dep)) -> Download:
     """A generated image from the gallery."""
     safe_component(file, field="file")
     path = gallery_dir(settings) / file
     if path.is_symlink() or not path.is_file() or path.suffix != ".png":
         raise NotFound(f"no gallery image {file!r}")
-    return FileResponse(path, media_type="image/png")
+    return Download(path, media_type="image/png")

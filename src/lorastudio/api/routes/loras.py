@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
-from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import settings_dep
+from lorastudio.api.downloads import Download
 from lorastudio.api.schemas_files import LoraList, LoraSteps, PushBody, PushOut
 from lorastudio.data.paths import safe_component
 from lorastudio.errors import NotFound
@@ -69,7 +69,7 @@ def steps(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, An
     return lora_steps(settings, name)
 
 
-@router.get("/{name}/file", response_class=FileResponse)
+@router.get("/{name}/file", response_class=Download)
 def download(
     name: str,
     step: int | None = Query(
@@ -79,12 +79,12 @@ def download(
         "(default: the run's LoRA, with EMA the EMA weights)",
     ),
     settings: Settings = Depends(settings_dep),
-) -> FileResponse:
+) -> Download:
     """The .safetensors file of trained LoRA `name` (with EMA: the EMA weights), or the raw
     weights of `step`: its snapshot, or with EMA <name>.raw.safetensors for the final step
     (jobs/generation.lora_file; 404 when missing)."""
     path = lora_file(settings, name, step)
-    return FileResponse(path, media_type="application/octet-stream", filename=path.name)
+    return Download(path, media_type="application/octet-stream", filename=path.name)
 
 
 @router.post("/{name}/push", status_code=201, response_model=PushOut)

@@ -9,9 +9,9 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
-from fastapi.responses import FileResponse
 
 from lorastudio.api.deps import service_dep, settings_dep, store_dep
+from lorastudio.api.downloads import Download
 from lorastudio.api.routes.loras import lora_steps
 from lorastudio.api.schemas import ResumeBody
 from lorastudio.api.schemas_files import LoraSteps
@@ -106,17 +106,17 @@ def _prompt_of(entry: Any) -> str | None:
     return entry if isinstance(entry, str) else None
 
 
-@router.get("/{run_id}/samples/{name}", response_class=FileResponse)
+@router.get("/{run_id}/samples/{name}", response_class=Download)
 def sample_file(
     run_id: str, name: str, store: RunStore = Depends(store_dep), settings: Settings = Depends(settings_dep)
-) -> FileResponse:
+) -> Download:
     """One sample PNG of the run. Only a regular file named step-NNNNNN-I.png directly in the
     run's samples/ folder is served; anything else is 404."""
     output_name = store.get_run(run_id, max_points=2)["output_name"]
     path = sample_path(settings.outputs_dir / output_name, name) if output_name else None
     if path is None:
         raise NotFound(f"run {run_id} has no sample {name!r}")
-    return FileResponse(path, media_type="image/png")
+    return Download(path, media_type="image/png")
 
 
 @router.post("/{run_id}/resume", status_code=201, response_model=JobOut)
