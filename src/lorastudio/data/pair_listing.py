@@ -24,14 +24,17 @@ def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, lis
         if img.name in rows:
             names = [n for n in rows[img.name] if (folder / n).is_file()]
         else:
-            names = [f"{label}/{files[img.stem].name}" for label, files in subs if img.stem in files]
+            # several files of one stem in a folder (a clash the run refuses): all listed
+            names = [f"{label}/{p.name}" for label, files in subs for p in files.get(img.stem, ())]
         if names:
             found[img.name] = names
     used = {n for names in rows.values() for n in names}
     orphans = [
         f"{label}/{path.name}"
         for label, files in subs
-        for stem, path in sorted(files.items())
-        if stem not in stems and f"{label}/{path.name}" not in used
+        for stem, paths in sorted(files.items())
+        if stem not in stems
+        for path in paths
+        if f"{label}/{path.name}" not in used
     ]
     return found, orphans

@@ -94,12 +94,27 @@ def control_subfolders(root: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def _folder_images(folder: Path) -> dict[str, Path]:
-    """stem -> image path of a control folder (not recursive; hidden files ignored)."""
+def _folder_images(folder: Path) -> dict[str, tuple[Path, ...]]:
+    """stem -> the image paths of that stem in a control folder, sorted (not recursive; hidden
+    files ignored). Several files of one stem (a.png and a.jpg) are a clash: stem_clash_problem."""
+    by_stem: dict[str, list[Path]] = {}
     try:
-        return {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and is_image_name(p.name)}
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and is_image_name(path.name):
+                by_stem.setdefault(path.stem, []).append(path)
     except OSError:
         return {}
+    return {stem: tuple(paths) for stem, paths in by_stem.items()}
+
+
+def stem_clash_problem(label: str, paths: Sequence[Path]) -> str:
+    """The problem naming the several control images `paths` of one stem in control folder
+    `label`: a target takes one image per control folder, and none is picked silently."""
+    listed = ", ".join(f"{label}/{p.name}" for p in paths)
+    return (
+        f"{listed}: {len(paths)} control images for the image {paths[0].stem}.* in one folder "
+        "(which one?): keep one"
+    )
 
 
 def read_metadata_controls(
@@ -210,16 +225,18 @@ def pair_controls(
                     paths.append(path)
             used.update(paths)
         else:
-            paths = [images[Path(target).stem] for _, images in indexed if Path(target).stem in images]
+            paths = [images[Path(target).stem][0] for _, images in indexed if Path(target).stem in images]
         if paths:
             report.controls[target] = tuple(paths)
         else:
             report.unpaired.append(target)
     for folder, images in indexed:
         label = folder.name if folder.parent == root else str(folder)
-        for stem, path in sorted(images.items()):
-            if stem not in stems and path not in used:
-                report.orphans.append(f"{label}/{path.name}")
+        for stem, paths in sorted(images.items()):
+            if stem not in stems:
+                report.orphans.extend(f"{label}/{path.name}" for path in paths if path not in used)
+            elif len(paths) > 1:
+                problems.append(stem_clash_problem(label, paths))
     report.sources.extend(f"{f.name}/" for f in sub)
     report.sources.extend(str(f) for f in control_dirs)
     if from_metadata:
