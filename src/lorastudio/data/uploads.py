@@ -150,8 +150,9 @@ class UploadBatch:
 
     def _refuse(self, name: str, err_or_reason: Exception | str) -> None:
         reasons = [err_or_reason] if isinstance(err_or_reason, str) else _messages(err_or_reason)
-        for reason in reasons:
-            self.refused.append((name, reason.removeprefix(f"{name}: ") if name else reason))
+        for reason in reasons:  # a control's reason names it without its slot ("a.txt: ...")
+            bare = reason.removeprefix(f"{name}: ").removeprefix(f"{Path(name).name}: ")
+            self.refused.append((name, bare if name else reason))
 
     def add(self, name: str, stream: BinaryIO, slot: str | None = None) -> None:
         """Stage one file; `slot`: the control folder of a control image ("control", "control_2"
