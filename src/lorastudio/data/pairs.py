@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,14 +95,21 @@ def control_subfolders(root: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def stem_key(name: str) -> str:
+    """The key a file pairs by: its stem in Unicode NFC, so that a name stored by the studio (NFC,
+    data.paths.safe_component) and the same name copied from macOS (NFD) pair."""
+    return unicodedata.normalize("NFC", Path(name).stem)
+
+
 def _folder_images(folder: Path) -> dict[str, tuple[Path, ...]]:
-    """stem -> the image paths of that stem in a control folder, sorted (not recursive; hidden
-    files ignored). Several files of one stem (a.png and a.jpg) are a clash: stem_clash_problem."""
+    """stem_key -> the image paths of that stem in a control folder, sorted (not recursive;
+    hidden files ignored). Several files of one stem (a.png and a.jpg) are a clash:
+    stem_clash_problem."""
     by_stem: dict[str, list[Path]] = {}
     try:
         for path in sorted(folder.iterdir()):
             if path.is_file() and is_image_name(path.name):
-                by_stem.setdefault(path.stem, []).append(path)
+                by_stem.setdefault(stem_key(path.name), []).append(path)
     except OSError:
         return {}
     return {stem: tuple(paths) for stem, paths in by_stem.items()}
@@ -210,7 +218,7 @@ def pair_controls(
         if not folder.is_dir():
             problems.append(f"control_dirs: {folder} is not a folder")
     indexed = [(folder, _folder_images(folder)) for folder in folders]
-    stems = {Path(t).stem: t for t in targets}
+    stems = {stem_key(t): t for t in targets}
     used: set[Path] = set()
     for target in targets:
         if target in from_metadata:
@@ -225,7 +233,7 @@ def pair_controls(
                     paths.append(path)
             used.update(paths)
         else:
-            paths = [images[Path(target).stem][0] for _, images in indexed if Path(target).stem in images]
+            paths = [images[stem_key(target)][0] for _, images in indexed if stem_key(target) in images]
         if paths:
             report.controls[target] = tuple(paths)
         else:

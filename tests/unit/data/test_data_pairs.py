@@ -211,3 +211,22 @@ def test_two_controls_of_one_stem_in_a_folder_are_refused_naming_both(tmp_path):
     found, orphans = listed_controls(tmp_path, [tmp_path / "a.png", tmp_path / "b.png"])
     assert found == {"a.png": ["control/a.jpg", "control/a.png"], "b.png": ["control/b.png"]}
     assert orphans == ["control/z.png", "control/z.webp"]
+
+
+def test_controls_pair_by_stem_whatever_the_unicode_normalisation_of_the_names(tmp_path):
+    """A target uploaded through the studio is stored under its NFC name ("café", é one code
+    point); its control copied in from macOS keeps the NFD one (e + U+0301). The names look the
+    same, so they pair, in the run's scan and in the dataset listing."""
+    import unicodedata
+
+    from lorastudio.data.pair_listing import listed_controls
+
+    nfc, nfd = unicodedata.normalize("NFC", "café ü"), unicodedata.normalize("NFD", "café ü")
+    assert nfc != nfd
+    _targets(tmp_path, [nfc])
+    (tmp_path / "control").mkdir()
+    write_image(tmp_path / "control" / f"{nfd}.png")
+    scan = _scan(tmp_path)
+    assert scan.items[0].controls == (tmp_path / "control" / f"{nfd}.png",)
+    found, orphans = listed_controls(tmp_path, [tmp_path / f"{nfc}.png"])
+    assert found == {f"{nfc}.png": [f"control/{nfd}.png"]} and orphans == []
