@@ -12,11 +12,12 @@ Three layouts are read, the ones users bring from other trainers:
     slot N (after the dataset's own control sub-folders), matched by stem.
 
 A target listed in metadata.jsonl with controls takes exactly those; other targets take their
-stem's image from every control folder. The pairing is checked against what the family takes
+stem's image from every control folder (stems compared in Unicode NFC: stem_key). The pairing is checked against what the family takes
 (FamilySpec.control_images = (min, max); (0, 0) for text-to-image families): every problem is
 reported at once, naming the files: a control named in metadata that is missing, outside the
 dataset or unreadable; targets without controls (when the family needs them); control images
-that match no target (orphans); more or fewer controls than the family takes; controls given to a
+that match no target (orphans); two control images of one stem in one folder (a.png and a.jpg:
+none is picked); more or fewer controls than the family takes; controls given to a
 text-to-image family. Targets without controls beside paired ones (a mixed dataset) are allowed
 where the family trains both (min 0: FLUX.2, FLUX.1 Kontext, Qwen-Image-Edit-Plus, whose
 pipelines edit with references or generate without), and refused naming them where it needs
