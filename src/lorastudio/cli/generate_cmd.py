@@ -293,7 +293,8 @@ def _request_problems(
     configs = found.configs if found is not None else None
     folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
     flavour = fam.folder_variant(folder) if folder is not None and folder.is_dir() else None
-    problems += reference_count_problems(spec.name, controls, flavour, field="--control")
+    if controls:  # none: text-to-image, which every edit flavour renders (Family.render_without_references)
+        problems += reference_count_problems(spec.name, controls, flavour, field="--control")
     side = int(spec.defaults.get("resolution", 1024))
     small = reference_size_problem(spec.name, spec.min_reference_side, width or side, height or side)
     if controls and small:

@@ -178,6 +178,9 @@ def test_generate_cli_refuses_what_the_api_refuses_before_loading_the_pipeline(
     assert "takes no reference images (text-to-image only)" in run("z-image", "--control", str(ref))
     plain_edit = run("qwen-image-edit", "--control", str(ref), "--control", str(ref))  # its flavour takes 1
     assert "Qwen-Image-Edit takes at most 1 reference images, got 2" in plain_edit
+    args = ["generate", "--base", str(tiny_model("qwen-image-edit")), "--prompt", "p", "--out", str(out)]
+    none = CliRunner().invoke(app, [*args, "--steps", "1", "--device", "cpu"])  # text-to-image: allowed
+    assert isinstance(none.exception, AssertionError) and "reference" not in none.output  # it went on to load
     small = run("flux2", "--control", str(ref), "--width", "32", "--height", "32")
     assert "takes reference images of at least 64 px a side" in small
     assert not out.exists()
