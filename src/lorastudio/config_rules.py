@@ -321,6 +321,31 @@ def adapter_lora_format(cfg: TrainConfig, family_default: str) -> str:
     return family_default
 
 
+def adapter_file_note(adapter: str, layout: str) -> str | None:
+    """What a run's file will not load in (adapter and resolved lora_format), for the preflight:
+    a LoRA file loads in ComfyUI and diffusers' load_lora_weights alike (None); a DoRA file in one
+    of them only, as its layout says (lora/portability.py checks the written file the same way);
+    LoHa / LoKr files in ComfyUI (and lorastudio generate) only."""
+    if adapter == "dora" and layout == "diffusers":
+        return (
+            "adapter 'dora' in the diffusers layout: diffusers' load_lora_weights loads it, but ComfyUI "
+            "reads DoRA magnitudes only from LyCORIS .dora_scale keys and would apply it as a plain LoRA "
+            "without the DoRA magnitudes; lora_format = 'kohya' writes the file ComfyUI loads"
+        )
+    if adapter == "dora":
+        return (
+            "adapter 'dora' with lora_format 'kohya' (LyCORIS .dora_scale keys): ComfyUI 0.3.77+ and "
+            "lorastudio generate load it, diffusers' load_lora_weights cannot load it; "
+            "lora_format = 'diffusers' writes the file diffusers loads"
+        )
+    if adapter in LYCORIS_ONLY_ADAPTERS:
+        return (
+            f"adapter {adapter!r} (LyCORIS layout): ComfyUI and lorastudio generate load it, "
+            "diffusers' load_lora_weights cannot load it"
+        )
+    return None
+
+
 def adapter_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """Adapter settings that would be ignored, and what peft's LoHa / LoKr / DoRA cannot do here."""
     problems = [

@@ -233,3 +233,52 @@ def test_a_kohya_folder_brings_its_masks(cli: typer.Typer, settings: Settings, t
     assert "10_sks ball/masks: " not in result.output
     dataset = settings.datasets_dir / "mk-10_sks ball"
     assert sorted(p.name for p in (dataset / "masks").iterdir()) == ["a.png"]
+
+
+def test_import_brings_the_control_folders_and_names_each_control_it_leaves_out(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """A paired dataset folder (control/, control_2/: data/pairs.py) imports with its controls,
+    as masks/ does: each control with a target of its stem is stored in datasets/NAME/<slot>/;
+    one without a target, a non-image and a link are named with the reason; the imported dataset
+    pairs as the source did. A kohya folder's control/ comes along into its dataset too."""
+    src = tmp_path / "pairs"
+    for folder in ("control", "control_2"):
+        (src / folder).mkdir(parents=True)
+    for stem, colour in (("a", "red"), ("b", "blue")):
+        Image.new("RGB", (32, 32), colour).save(src / f"{stem}.png")
+        (src / f"{stem}.txt").write_text(f"make {stem} green")
+    Image.new("RGB", (48, 32), "white").save(src / "control" / "a.png")
+    Image.new("RGB", (32, 32), "black").save(src / "control" / "b.jpg")
+    Image.new("RGB", (32, 32), "grey").save(src / "control_2" / "a.webp")
+    Image.new("RGB", (32, 32), "grey").save(src / "control" / "orphan.png")
+    (src / "control" / "notes.txt").write_text("not a control")
+    (src / "control" / "link.png").symlink_to(src / "a.png")
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "pairs"])
+    assert result.exit_code == 0, result.output
+    out = result.output.replace("\n", " ")
+    target = settings.datasets_dir / "pairs"
+    assert sorted(p.name for p in (target / "control").iterdir()) == ["a.png", "b.jpg"]
+    assert sorted(p.name for p in (target / "control_2").iterdir()) == ["a.webp"]
+    assert "refused control/orphan.png: no target image named orphan.*" in out
+    assert "refused control/notes.txt: a control image must be PNG, JPEG or WebP" in out
+    assert "skipped control/link.png (a symbolic link or a folder (not followed))" in out
+    assert "skipped control/" not in out.replace("skipped control/link.png", "")
+    scan = scan_dataset(target, resolution=32, multiple=16, control_images=(0, 4), family="flux2")
+    assert [(it.path.name, [c.relative_to(target).as_posix() for c in it.controls]) for it in scan.items] == [
+        ("a.png", ["control/a.png", "control_2/a.webp"]),
+        ("b.png", ["control/b.jpg"]),
+    ]
+
+    kohya = tmp_path / "img"
+    (kohya / "10_sks ball" / "control").mkdir(parents=True)
+    Image.new("RGB", (32, 32), "red").save(kohya / "10_sks ball" / "c.png")
+    Image.new("RGB", (32, 32), "blue").save(kohya / "10_sks ball" / "control" / "c.png")
+    Image.new("RGB", (32, 32), "blue").save(kohya / "10_sks ball" / "control" / "d.png")
+    imported = CliRunner().invoke(cli, ["datasets", "import", str(kohya), "--name", "balls", "--kohya"])
+    assert imported.exit_code == 0, imported.output
+    assert "skipped 10_sks ball/control: " not in imported.output
+    assert "skipped 10_sks ball/control/d.png: no target image named d.*" in imported.output.replace(
+        "\n", " "
+    )
+    assert [p.name for p in (settings.datasets_dir / "balls-10_sks ball" / "control").iterdir()] == ["c.png"]

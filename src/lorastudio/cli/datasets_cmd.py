@@ -64,16 +64,19 @@ def import_cmd(
     --strict, nothing is written unless all pass); refused while a run reads the dataset or a
     caption job writes it (its write claim, jobs/dataset_claims.py). Other files, named pipes / sockets /
     devices and symbolic links (never followed) are skipped (listed), and so are sub-folders but masks/ (its loss masks are checked
-    and imported, data/mask_import.py), each with the reason (kohya
+    and imported, data/mask_import.py) and the control folders (control/, control_2/ ...: each control
+    checked as an upload's, data/control_import.py), each with the reason (kohya
     `N_words` folders: use --kohya; a folder of kohya folders alone is refused saying so). With --kohya, each of DIR's `N_words` sub-folders becomes a
     new dataset NAME-N_words (its images, each captioned by its .txt, else the folder's words)
     and the `datasets` entries that train them with their repeats are printed (TOML)."""
     from lorastudio.data import new_name, resolve_dataset_dir, safe_component
+    from lorastudio.data.control_import import control_files
     from lorastudio.data.discovery import is_image_name
     from lorastudio.data.kohya import is_kohya_folder, parse_kohya_folder
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
     from lorastudio.data.safe_open import open_in_folder
+    from lorastudio.data.upload_pairs import control_slot
     from lorastudio.data.uploads import REFUSED_IMAGE_EXTENSIONS, UploadBatch, UploadResult, upload_kind
     from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
     from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
@@ -121,6 +124,7 @@ def import_cmd(
                 "--kohya (one dataset each, and the datasets entries with their repeats and trigger words)"
             ],
         )
+    controls, control_skips = control_files(source)  # control/, control_2/ ... (data/control_import.py)
     holder = f"`lorastudio datasets import` into {dataset}"
     # written like an upload: refused (DatasetBusy) while a run reads the dataset or a caption job writes it
     with DatasetClaim.take(settings.home, settings.datasets_dir, [target], WRITE, holder):
@@ -130,7 +134,7 @@ def import_cmd(
             raise DatasetError(
                 f"import into {target.name} refused (--strict)", [f"{n}: {r}" for n, r in masks.refused]
             )
-        if not wanted and (masks.good or masks.refused) and target.is_dir():
+        if not wanted and not controls and (masks.good or masks.refused) and target.is_dir():
             result = UploadResult(stored=[])  # masks/ alone, for a dataset that has its images
         else:
             with UploadBatch(
@@ -143,6 +147,9 @@ def import_cmd(
                 for path in wanted:
                     with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                         batch.add(path.name, fh)
+                for slot, path in controls:  # checked as an upload's controls: an image with a target
+                    with open_in_folder(path) as fh:
+                        batch.add(path.name, fh, slot=slot)
                 result = batch.commit()
         stems = _image_stems(target)
         copied = copy_masks(masks, target, settings.datasets_dir, stems)
@@ -160,11 +167,13 @@ def import_cmd(
         say(f"skipped {skip} (not an image, .txt caption or metadata.jsonl)")
     for link in links:
         say(f"skipped {link} (a symbolic link: links are not followed)")
+    for file, reason in control_skips:
+        say(f"skipped {file} ({reason})")
     for name in special:  # a FIFO would block the copy; a socket or device is no image
         say(f"skipped {name} (not a regular file: a named pipe, socket or device is never read)")
     for folder in folders:
-        if folder != "masks":  # imported above
-            say(f"skipped {folder}/ ({_folder_reason(folder, target)})")
+        if folder != "masks" and control_slot(folder) is None:  # imported above
+            say(f"skipped {folder}/ ({_folder_reason(folder)})")
     if is_kohya_folder(source.name):  # e.g. img/10_sks ball imported on its own
         own = parse_kohya_folder(source.name)
         typer.echo(
@@ -180,15 +189,13 @@ def _image_stems(folder: Path) -> set[str]:
     return set(dataset_images(folder))
 
 
-def _folder_reason(folder: str, target: Path) -> str:
-    """Why a plain `datasets import` leaves the sub-folder `folder` out (it imports files only)."""
+def _folder_reason(folder: str) -> str:
+    """Why a plain `datasets import` leaves the sub-folder `folder` out (it imports files, masks/
+    and the control folders only)."""
     from lorastudio.data.kohya import is_kohya_folder
-    from lorastudio.data.upload_pairs import control_slot
 
     if is_kohya_folder(folder):
         return "a kohya folder: import the parent with --kohya"
-    if control_slot(folder) is not None:
-        return f"control images are not imported: upload them on the dataset page or copy the folder into {target}"
     return "a sub-folder: import it on its own"
 
 

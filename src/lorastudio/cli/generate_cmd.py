@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -227,6 +228,8 @@ def _generate(
             except (ModelSourceError, NotFound) as err:
                 problems.append(FieldProblem("--lora", str(err)))
     references = _read_controls(control or [], problems)
+    if family is not None and family in families.names():  # what the API checks, before any load
+        problems += _request_problems(family, found, len(control or []), width, height)
     if negative and family is not None and family in families.names():
         from lorastudio.jobs.generation import negative_prompt_refusal
 
@@ -266,6 +269,37 @@ def _generate(
     finally:
         staging.unlink(missing_ok=True)
     typer.echo(f"wrote {out} ({image.width}x{image.height}, seed {seed}, {len(loras)} LoRA(s))")
+
+
+def _request_problems(
+    family: str, found: Any, controls: int, width: int | None, height: int | None
+) -> list[FieldProblem]:
+    """The checks POST /api/generate makes before any work, but its size budget: --width /
+    --height multiples of the family's, the --control count against the family and the base
+    checkpoint's flavour (jobs.references.reference_count_problems) and the references' smallest
+    side (data.sample_refs.reference_size_problem). `found`: the resolved base (None if unresolved)."""
+    from lorastudio import families
+    from lorastudio.data.sample_refs import reference_size_problem
+    from lorastudio.jobs.references import reference_count_problems
+
+    fam = families.get(family)
+    spec = fam.spec
+    mult = spec.resolution_multiple
+    problems = [
+        FieldProblem(name, f"{value}: must be a positive multiple of {mult} for {spec.name}")
+        for name, value in (("--width", width), ("--height", height))
+        if value is not None and (value < mult or value % mult)
+    ]
+    configs = found.configs if found is not None else None
+    folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
+    flavour = fam.folder_variant(folder) if folder is not None and folder.is_dir() else None
+    if controls:  # none: text-to-image, which every edit flavour renders (Family.render_without_references)
+        problems += reference_count_problems(spec.name, controls, flavour, field="--control")
+    side = int(spec.defaults.get("resolution", 1024))
+    small = reference_size_problem(spec.name, spec.min_reference_side, width or side, height or side)
+    if controls and small:
+        problems.append(FieldProblem("--control", small))
+    return problems
 
 
 def _read_controls(paths: list[Path], problems: list[FieldProblem]) -> list:

@@ -72,6 +72,7 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
     import io
     import os
 
+    from lorastudio.data.control_import import control_files
     from lorastudio.data.kohya import plan_kohya_import
     from lorastudio.data.listing import dataset_summary
     from lorastudio.data.mask_import import copy_masks, dataset_images, plan_masks
@@ -97,10 +98,12 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
         )
         for folder in folders
     }
-    in_rows = {
-        f"{r['kohya_folder']}/{MASKS_DIR}" for r in plan.rows
+    controls = {folder: control_files(source / folder) for folder in folders}  # data/control_import.py
+    in_rows = {f"{r['kohya_folder']}/{MASKS_DIR}" for r in plan.rows} | {
+        f"{folder}/{slot}" for folder, (files, _) in controls.items() for slot, _ in files
     }  # imported (or skipped with their folder)
     plan.skipped = [(n, why) for n, why in plan.skipped if n not in in_rows]
+    plan.skipped += [(f"{folder}/{n}", why) for folder, (_, skips) in controls.items() for n, why in skips]
     bad_masks = [(f"{folder}/{n}", why) for folder, m in masks.items() for n, why in m.refused]
     if strict and (plan.skipped or bad_masks):
         raise DatasetError(
@@ -130,6 +133,9 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
                     if path.parent.name == folder:
                         with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile
                             batch.add(name, fh)
+                for slot, path in controls[folder][0]:  # checked as an upload's controls
+                    with open_in_folder(path) as fh:
+                        batch.add(path.name, fh, slot=slot)
                 table = "".join(
                     json.dumps({"file_name": r["file_name"], "text": r["text"]}) + "\n" for r in rows
                 )

@@ -235,3 +235,30 @@ def plan_line(event: PlanChosen) -> str:
     if event.fallbacks:
         line += f"; fallbacks: {'; '.join(event.fallbacks)}"
     return line
+
+
+LOADER_NAMES = {
+    "comfyui": "ComfyUI",
+    "diffusers": "diffusers' load_lora_weights",
+    "a1111_forge": "A1111 / Forge",
+}
+
+
+def loader_warnings(loaders: dict[str, Any]) -> list[str]:
+    """One line per loader whose save-time check (the sidecar's `loaders`, lora/portability.py)
+    found that it would not load the written file as trained, naming the first keys of each
+    finding (unconsumed, mismatched, ...); [] when every checked loader loads it."""
+    lines = []
+    for key, check in loaders.items():
+        if not isinstance(check, dict) or not check.get("checked") or check.get("ok") is not False:
+            continue
+        found = [
+            f"{what} {len(keys)} key(s): {', '.join(map(str, keys[:2]))}{', ...' if len(keys) > 2 else ''}"
+            for what, keys in check.items()
+            if isinstance(keys, list) and keys
+        ]
+        lines.append(
+            f"{LOADER_NAMES.get(key, key)} would not load this file as trained ({'; '.join(found)}): "
+            "see the sidecar's loaders"
+        )
+    return lines

@@ -26,6 +26,7 @@ Ctrl-C stop handler in cli/run_display.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -40,7 +41,7 @@ import typer
 from rich.console import Console
 
 from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths
-from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, quiet_libraries
+from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, loader_warnings, quiet_libraries
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.training.events import Event
@@ -213,7 +214,10 @@ def train_cmd(
     state = "stopped early, saved" if result.stopped else "done"
     typer.echo(f"{state}: {result.steps_run} step(s)")
     typer.echo(f"LoRA     {result.lora_path}")
-    typer.echo(f"sidecar  {result.lora_path.with_suffix('.json')}")
+    sidecar = result.lora_path.with_suffix(".json")
+    typer.echo(f"sidecar  {sidecar}")
+    for line in loader_warnings(json.loads(sidecar.read_text()).get("loaders", {})):
+        typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
     if result.stopped and not launched:  # a rank exits 0: torchrun takes any other code for a failure
         raise typer.Exit(EXIT_INTERRUPTED)
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lorastudio.data.discovery import METADATA_FILE
-from lorastudio.data.pairs import _folder_images, control_subfolders, read_metadata_controls
+from lorastudio.data.pairs import _folder_images, control_subfolders, read_metadata_controls, stem_key
 
 
 def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, list[str]], list[str]]:
@@ -18,20 +18,23 @@ def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, lis
     subs = [(sub.name, _folder_images(sub)) for sub in control_subfolders(folder)]
     metadata = folder / METADATA_FILE
     rows, _ = read_metadata_controls(metadata) if metadata.is_file() else ({}, [])
-    stems = {img.stem for img in images}
+    stems = {stem_key(img.name) for img in images}
     found: dict[str, list[str]] = {}
     for img in images:
         if img.name in rows:
             names = [n for n in rows[img.name] if (folder / n).is_file()]
         else:
-            names = [f"{label}/{files[img.stem].name}" for label, files in subs if img.stem in files]
+            # several files of one stem in a folder (a clash the run refuses): all listed
+            names = [f"{label}/{p.name}" for label, files in subs for p in files.get(stem_key(img.name), ())]
         if names:
             found[img.name] = names
     used = {n for names in rows.values() for n in names}
     orphans = [
         f"{label}/{path.name}"
         for label, files in subs
-        for stem, path in sorted(files.items())
-        if stem not in stems and f"{label}/{path.name}" not in used
+        for stem, paths in sorted(files.items())
+        if stem not in stems
+        for path in paths
+        if f"{label}/{path.name}" not in used
     ]
     return found, orphans

@@ -12,11 +12,12 @@ Three layouts are read, the ones users bring from other trainers:
     slot N (after the dataset's own control sub-folders), matched by stem.
 
 A target listed in metadata.jsonl with controls takes exactly those; other targets take their
-stem's image from every control folder. The pairing is checked against what the family takes
+stem's image from every control folder (stems compared in Unicode NFC: stem_key). The pairing is checked against what the family takes
 (FamilySpec.control_images = (min, max); (0, 0) for text-to-image families): every problem is
 reported at once, naming the files: a control named in metadata that is missing, outside the
 dataset or unreadable; targets without controls (when the family needs them); control images
-that match no target (orphans); more or fewer controls than the family takes; controls given to a
+that match no target (orphans); two control images of one stem in one folder (a.png and a.jpg:
+none is picked); more or fewer controls than the family takes; controls given to a
 text-to-image family. Targets without controls beside paired ones (a mixed dataset) are allowed
 where the family trains both (min 0: FLUX.2, FLUX.1 Kontext, Qwen-Image-Edit-Plus, whose
 pipelines edit with references or generate without), and refused naming them where it needs
@@ -38,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,12 +96,34 @@ def control_subfolders(root: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def _folder_images(folder: Path) -> dict[str, Path]:
-    """stem -> image path of a control folder (not recursive; hidden files ignored)."""
+def stem_key(name: str) -> str:
+    """The key a file pairs by: its stem in Unicode NFC, so that a name stored by the studio (NFC,
+    data.paths.safe_component) and the same name copied from macOS (NFD) pair."""
+    return unicodedata.normalize("NFC", Path(name).stem)
+
+
+def _folder_images(folder: Path) -> dict[str, tuple[Path, ...]]:
+    """stem_key -> the image paths of that stem in a control folder, sorted (not recursive;
+    hidden files ignored). Several files of one stem (a.png and a.jpg) are a clash:
+    stem_clash_problem."""
+    by_stem: dict[str, list[Path]] = {}
     try:
-        return {p.stem: p for p in sorted(folder.iterdir()) if p.is_file() and is_image_name(p.name)}
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and is_image_name(path.name):
+                by_stem.setdefault(stem_key(path.name), []).append(path)
     except OSError:
         return {}
+    return {stem: tuple(paths) for stem, paths in by_stem.items()}
+
+
+def stem_clash_problem(label: str, paths: Sequence[Path]) -> str:
+    """The problem naming the several control images `paths` of one stem in control folder
+    `label`: a target takes one image per control folder, and none is picked silently."""
+    listed = ", ".join(f"{label}/{p.name}" for p in paths)
+    return (
+        f"{listed}: {len(paths)} control images for the image {paths[0].stem}.* in one folder "
+        "(which one?): keep one"
+    )
 
 
 def read_metadata_controls(
@@ -195,7 +219,7 @@ def pair_controls(
         if not folder.is_dir():
             problems.append(f"control_dirs: {folder} is not a folder")
     indexed = [(folder, _folder_images(folder)) for folder in folders]
-    stems = {Path(t).stem: t for t in targets}
+    stems = {stem_key(t): t for t in targets}
     used: set[Path] = set()
     for target in targets:
         if target in from_metadata:
@@ -210,16 +234,18 @@ def pair_controls(
                     paths.append(path)
             used.update(paths)
         else:
-            paths = [images[Path(target).stem] for _, images in indexed if Path(target).stem in images]
+            paths = [images[stem_key(target)][0] for _, images in indexed if stem_key(target) in images]
         if paths:
             report.controls[target] = tuple(paths)
         else:
             report.unpaired.append(target)
     for folder, images in indexed:
         label = folder.name if folder.parent == root else str(folder)
-        for stem, path in sorted(images.items()):
-            if stem not in stems and path not in used:
-                report.orphans.append(f"{label}/{path.name}")
+        for stem, paths in sorted(images.items()):
+            if stem not in stems:
+                report.orphans.extend(f"{label}/{path.name}" for path in paths if path not in used)
+            elif len(paths) > 1:
+                problems.append(stem_clash_problem(label, paths))
     report.sources.extend(f"{f.name}/" for f in sub)
     report.sources.extend(str(f) for f in control_dirs)
     if from_metadata:

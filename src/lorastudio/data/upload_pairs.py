@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders
+from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders, stem_key
 from lorastudio.errors import DatasetError
 
 
@@ -28,10 +28,11 @@ def control_key(slot: str, name: str) -> str:
 
 
 def dataset_image_stems(dataset_dir: Path) -> set[str]:
-    """Stems of the target images already in the dataset folder (not its sub-folders)."""
+    """Stems (pairs.stem_key: NFC) of the target images already in the dataset folder (not its
+    sub-folders)."""
     if not dataset_dir.is_dir():
         return set()
-    return {p.stem for p in dataset_dir.iterdir() if is_image_name(p.name) and p.is_file()}
+    return {stem_key(p.name) for p in dataset_dir.iterdir() if is_image_name(p.name) and p.is_file()}
 
 
 def unmatched_controls(
@@ -42,7 +43,7 @@ def unmatched_controls(
     problems: dict[str, str] = {}
     for key in controls:
         stem = Path(key).stem
-        if stem in target_stems:
+        if stem_key(key) in target_stems:
             continue
         if stem in refused_targets:
             problems[key] = f"its target {refused_targets[stem]} was refused"
@@ -78,5 +79,8 @@ def controls_of(dataset_dir: Path, stem: str) -> list[Path]:
         for folder in control_subfolders(dataset_dir)
         if not folder.is_symlink()
         for path in sorted(folder.iterdir())
-        if path.stem == stem and is_image_name(path.name) and path.is_file() and not path.is_symlink()
+        if stem_key(path.name) == stem_key(stem)
+        and is_image_name(path.name)
+        and path.is_file()
+        and not path.is_symlink()
     ]

@@ -156,8 +156,9 @@ class UploadBatch:
 
     def _refuse(self, name: str, err_or_reason: Exception | str) -> None:
         reasons = [err_or_reason] if isinstance(err_or_reason, str) else _messages(err_or_reason)
-        for reason in reasons:
-            pair = (name, reason.removeprefix(f"{name}: ") if name else reason)
+        for reason in reasons:  # a control's reason names it without its slot ("a.txt: ...")
+            bare = reason.removeprefix(f"{name}: ").removeprefix(f"{Path(name).name}: ")
+            pair = (name, bare if name else reason)
             if pair not in self.refused:  # two copies of one bad name: one problem
                 self.refused.append(pair)
 

@@ -21,7 +21,13 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_datasets import top_resolution
 from lorastudio.config_preservation import preservation_line
-from lorastudio.config_rules import PLAN_FIELDS, compile_runs, fusion_choice, plan_fields_left_auto
+from lorastudio.config_rules import (
+    PLAN_FIELDS,
+    adapter_file_note,
+    compile_runs,
+    fusion_choice,
+    plan_fields_left_auto,
+)
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report, scan_variants, variation_warning
 from lorastudio.data.crop import crop_warning
@@ -196,10 +202,11 @@ def family_section(cfg: TrainConfig, model_dir: Path | None) -> dict[str, Any]:
     id: read when the run loads it, or no row matched), "notes": [...]}."""
     fam = families.get(cfg.family)
     row = fam.folder_variant(model_dir) if model_dir is not None else None
+    file_note = adapter_file_note(cfg.adapter, cfg.lora_format or "diffusers")  # resolved: the family default
     return {
         "name": fam.spec.name,
         "variant": row.title if row else None,
-        "notes": [row.note] if row and row.note else [],
+        "notes": [n for n in (row.note if row else None, file_note) if n],
         "single_file": single_file_text(cfg),
     }
 

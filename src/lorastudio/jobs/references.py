@@ -73,12 +73,8 @@ def reference_path(settings: Settings, ref_id: str) -> Path | None:
 def reference_problems(
     settings: Settings, family: str, refs: Sequence[str], flavour: Variant | None = None
 ) -> list[FieldProblem]:
-    """What is wrong with the references of a generation request: an unknown id, more or fewer
-    than the family takes (spec.control_images; `flavour`: the base checkpoint's Variant, whose
-    own control_images count then, named by its title), any for a text-to-image family."""
-    low, high = families.get(family).spec.control_images
-    if flavour is not None and flavour.control_images is not None:
-        (low, high), family = flavour.control_images, flavour.title
+    """What is wrong with the references of a generation request: an unknown id, and the count
+    (reference_count_problems)."""
     problems = [
         FieldProblem(
             f"references.{i}", f"no uploaded reference {ref!r} (POST /api/generate/references first)"
@@ -86,16 +82,23 @@ def reference_problems(
         for i, ref in enumerate(refs)
         if reference_path(settings, ref) is None
     ]
-    if refs and high == 0:
-        problems.append(
-            FieldProblem("references", f"{family} takes no reference images (text-to-image only)")
-        )
-    elif len(refs) > high:
-        problems.append(
-            FieldProblem("references", f"{family} takes at most {high} reference images, got {len(refs)}")
-        )
-    elif len(refs) < low:
-        problems.append(
-            FieldProblem("references", f"{family} needs {low} reference image(s), got {len(refs)}")
-        )
-    return problems
+    return problems + reference_count_problems(family, len(refs), flavour)
+
+
+def reference_count_problems(
+    family: str, count: int, flavour: Variant | None = None, field: str = "references"
+) -> list[FieldProblem]:
+    """`count` reference images against what the family takes (spec.control_images; `flavour`:
+    the base checkpoint's Variant, whose own control_images count then, named by its title): more
+    or fewer than it takes, any for a text-to-image family; [] for none or a count it takes.
+    Shared by POST /api/generate and `lorastudio generate --control` (`field` names the input)."""
+    low, high = families.get(family).spec.control_images
+    if flavour is not None and flavour.control_images is not None:
+        (low, high), family = flavour.control_images, flavour.title
+    if count and high == 0:
+        return [FieldProblem(field, f"{family} takes no reference images (text-to-image only)")]
+    if count > high:
+        return [FieldProblem(field, f"{family} takes at most {high} reference images, got {count}")]
+    if count < low:
+        return [FieldProblem(field, f"{family} needs {low} reference image(s), got {count}")]
+    return []

@@ -19,7 +19,7 @@ from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFo
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
 from lorastudio.lora.header import check_lora_structure, read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
-from lorastudio.lora.names import kohya_layout
+from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
 from lorastudio.lora.text_encoders import (
     folded_peft,
     split_text_encoders,
@@ -277,7 +277,9 @@ def file_for_layout(
     info = {**info, PREFIX + "lora_format": layout}
     if layout == "kohya":
         tensors = to_kohya(lora.tensors, family, lora.alpha)
-        return tensors, {"format": "pt", **info, **kohya_metadata(info, lora.rank, lora.alpha)}
+        # a layout with alpha / rank folded into lora_B (Krea 2) holds alpha = rank, as a diffusers file
+        alpha = lora.rank if kohya_layout(family) in ALPHA_IN_B else lora.alpha
+        return tensors, {"format": "pt", **info, **kohya_metadata(info, lora.rank, alpha)}
     lora = fold_strength(lora)
     if adapter_metadata is not None:
         # every module now at alpha = its rank (also a rank_pattern module: see

@@ -15,7 +15,7 @@ import torch
 
 from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, comfy_key_map
 from lorastudio.lora.lycoris import check_lycoris_keys, peft_to_lycoris
-from lorastudio.lora.metadata import PREFIX
+from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.training.lora import lora_state_dict, module_scales
 
 
@@ -65,8 +65,11 @@ def lycoris_file(
     header = {
         "format": "pt",
         **info,
+        # kohya's ss_* keys as in every kohya-layout file (base model version, the run's facts) ...
+        **kohya_metadata(info, ranks[-1] if ranks else 0, alphas[-1] if alphas else 0.0),
         PREFIX + "lora_format": "lycoris",
         PREFIX + "adapter": adapter,
+        # ... with LyCORIS's own network module and arguments
         "ss_network_module": "lycoris.kohya",
         "ss_network_args": json.dumps(
             {"algo": "lora" if adapter == "dora" else adapter, "dora_wd": adapter == "dora"}

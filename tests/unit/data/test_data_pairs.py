@@ -187,3 +187,46 @@ def test_a_family_taking_0_to_k_controls_accepts_mixed_and_varying_counts(tmp_pa
         _scan(tmp_path, allowed=(1, 4))  # a family needing controls names the unpaired targets
     assert any(p.startswith("c.png: no control image") for p in err.value.problems)
     assert any(p.startswith("d.png: no control image") for p in err.value.problems)
+
+
+def test_two_controls_of_one_stem_in_a_folder_are_refused_naming_both(tmp_path):
+    """control/a.png beside control/a.jpg: which one is a's control? Neither is picked silently;
+    the pairing (and the dataset listing) names both, as masks/ does for two masks of one stem."""
+    from lorastudio.data.pair_listing import listed_controls
+
+    _targets(tmp_path, ["a", "b"])
+    (tmp_path / "control").mkdir()
+    write_image(tmp_path / "control" / "a.png", seed=1)
+    write_image(tmp_path / "control" / "a.jpg", seed=2)
+    write_image(tmp_path / "control" / "b.png", seed=3)
+    write_image(tmp_path / "control" / "z.png", seed=4)  # two orphans of one stem: both named
+    write_image(tmp_path / "control" / "z.webp", seed=5)
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path)
+    text = "\n".join(err.value.problems)
+    assert "control/a.jpg, control/a.png: 2 control images for the image a.* in one folder" in text
+    assert "control/z.png: control image with no target" in text
+    assert "control/z.webp: control image with no target" in text
+    assert "b.png" not in text
+    found, orphans = listed_controls(tmp_path, [tmp_path / "a.png", tmp_path / "b.png"])
+    assert found == {"a.png": ["control/a.jpg", "control/a.png"], "b.png": ["control/b.png"]}
+    assert orphans == ["control/z.png", "control/z.webp"]
+
+
+def test_controls_pair_by_stem_whatever_the_unicode_normalisation_of_the_names(tmp_path):
+    """A target uploaded through the studio is stored under its NFC name ("café", é one code
+    point); its control copied in from macOS keeps the NFD one (e + U+0301). The names look the
+    same, so they pair, in the run's scan and in the dataset listing."""
+    import unicodedata
+
+    from lorastudio.data.pair_listing import listed_controls
+
+    nfc, nfd = unicodedata.normalize("NFC", "café ü"), unicodedata.normalize("NFD", "café ü")
+    assert nfc != nfd
+    _targets(tmp_path, [nfc])
+    (tmp_path / "control").mkdir()
+    write_image(tmp_path / "control" / f"{nfd}.png")
+    scan = _scan(tmp_path)
+    assert scan.items[0].controls == (tmp_path / "control" / f"{nfd}.png",)
+    found, orphans = listed_controls(tmp_path, [tmp_path / f"{nfc}.png"])
+    assert found == {f"{nfc}.png": [f"control/{nfd}.png"]} and orphans == []

@@ -150,6 +150,42 @@ def test_generate_cli_refuses_bad_input_and_writes_nothing(tiny_model, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
+def test_generate_cli_refuses_what_the_api_refuses_before_loading_the_pipeline(
+    tiny_model, tmp_path, monkeypatch
+):
+    """Reference counts (the family's and the checkpoint flavour's), the reference size and the
+    output size are refused before any weight loads, every problem at once, as POST /api/generate
+    refuses them (a FLUX.2 dev load takes minutes at real size)."""
+    import lorastudio.generate as generate
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the pipeline was loaded before the request was checked")
+
+    monkeypatch.setattr(generate, "load_pipeline", no_load)
+    _register()
+    ref = tmp_path / "ref.png"
+    Image.new("RGB", (64, 64), "red").save(ref)
+    out = tmp_path / "img.png"
+
+    def run(family: str, *extra: str) -> str:
+        args = ["generate", "--base", str(tiny_model(family)), "--prompt", "p", "--out", str(out)]
+        result = CliRunner().invoke(app, [*args, "--steps", "1", "--device", "cpu", *extra])
+        assert result.exit_code == 2, result.output
+        return result.output.replace("\n", " ")
+
+    two = run("flux-kontext", "--control", str(ref), "--control", str(ref), "--width", "33", "--height", "32")
+    assert "flux-kontext takes at most 1 reference images, got 2" in two and "--width: 33" in two
+    assert "takes no reference images (text-to-image only)" in run("z-image", "--control", str(ref))
+    plain_edit = run("qwen-image-edit", "--control", str(ref), "--control", str(ref))  # its flavour takes 1
+    assert "Qwen-Image-Edit takes at most 1 reference images, got 2" in plain_edit
+    args = ["generate", "--base", str(tiny_model("qwen-image-edit")), "--prompt", "p", "--out", str(out)]
+    none = CliRunner().invoke(app, [*args, "--steps", "1", "--device", "cpu"])  # text-to-image: allowed
+    assert isinstance(none.exception, AssertionError) and "reference" not in none.output  # it went on to load
+    small = run("flux2", "--control", str(ref), "--width", "32", "--height", "32")
+    assert "takes reference images of at least 64 px a side" in small
+    assert not out.exists()
+
+
 def test_generate_cli_takes_a_model_by_its_name_under_models(tiny_model, tmp_path):
     """--base NAME finds models/NAME (and its family) the way a training run's base_model does."""
     _register()

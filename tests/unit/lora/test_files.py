@@ -132,7 +132,9 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     # Chroma's and FLUX.1 Kontext's files are in FLUX.1's layout
     assert sidecar["loaders"]["diffusers"]["ok"] is (names.kohya_layout(family) != "flux")
     assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
-    assert header["ss_network_dim"] == "4" and header["ss_network_alpha"] == "8"
+    # Krea 2 folds alpha / rank into lora_B: the file's alpha is its rank, as a diffusers file records
+    assert header["ss_network_dim"] == "4"
+    assert header["ss_network_alpha"] == ("4" if family in names.ALPHA_IN_B else "8")
     assert header["ss_network_module"] == "networks.lora" and header["ss_base_model_version"]
     assert header["ss_steps"] == str(result.steps_run) == header["lorastudio.steps"]
     assert header["lorastudio.family"] == family and header["lorastudio.trigger_word"] == "sks"

@@ -12,12 +12,14 @@ import json
 import pytest
 import torch
 from methods_cases import mini_config, mini_run
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from lorastudio import families
 from lorastudio.config import parse_train_config
 from lorastudio.errors import ConfigError
 from lorastudio.lora.lycoris import COMFY_SUFFIXES, comfy_delta, module_key
+from lorastudio.lora.metadata import BASE_MODEL_VERSION
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
@@ -75,6 +77,14 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     tensors = load_file(str(result.lora_path))
     assert tensors and all(k.startswith("lycoris_") and k.split(".", 1)[1] in COMFY_SUFFIXES for k in tensors)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+    with safe_open(str(result.lora_path), "pt") as fh:
+        header = fh.metadata()
+    # kohya's ss_* keys of every kohya-layout file (the base model, the run's facts), LyCORIS's own network keys
+    assert header["ss_base_model_version"] == BASE_MODEL_VERSION[family], header
+    assert header["ss_steps"] == header["lorastudio.steps"] == str(result.steps_run)
+    assert header["ss_output_name"] == header["lorastudio.output_name"] and header["ss_resolution"]
+    assert header["ss_network_module"] == "lycoris.kohya"
+    assert json.loads(header["ss_network_args"])["algo"] == ("lora" if adapter == "dora" else adapter)
     assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
     comfy = sidecar["loaders"]["comfyui"]
     assert (comfy["checked"], comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, True, [], [])

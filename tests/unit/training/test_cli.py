@@ -39,6 +39,25 @@ def test_train_from_json_with_overrides(tiny_model, small_dataset, tmp_path, run
     assert json.loads(lora.with_suffix(".json").read_text())["steps"] == 3
 
 
+def test_train_says_which_loader_will_not_read_the_file_it_wrote(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """A DoRA file in the diffusers layout loses its magnitudes in ComfyUI (the sidecar's loader
+    check): `train` says so beside the LoRA's path, not only in the sidecar; a LoRA gets no warning."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 1})))
+    dora = _invoke(
+        "train", str(config), "--set", "adapter=dora", "--set", "output_name=dora", "--device", "cpu"
+    )
+    assert dora.exit_code == 0, dora.output
+    sidecar = json.loads((get_settings().outputs_dir / "dora" / "dora.json").read_text())
+    assert sidecar["loaders"]["comfyui"]["ok"] is False  # the check this warning reports
+    assert "warning: ComfyUI would not load this file as trained" in dora.output
+    assert "lora_magnitude_vector" in dora.output
+    lora = _invoke("train", str(config), "--set", "output_name=plain", "--device", "cpu")
+    assert lora.exit_code == 0 and "would not load" not in lora.output
+
+
 def test_train_takes_a_base_model_by_its_name_under_models(tiny_model, small_dataset, tmp_path, run_settings):
     """base_model = "NAME" means models/NAME for the CLI as for the job service; the sidecar
     records the folder the run loaded."""

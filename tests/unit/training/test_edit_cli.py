@@ -105,4 +105,4 @@ def test_train_qwen_edit_in_kohya_layout_and_edit_with_a_reference(tiny_model, t
         images[name] = np.asarray(Image.open(out), dtype=np.float32)
     assert np.abs(images["lora"] - images["base"]).mean() > 0.5  # out of 255: the LoRA changes the edit
     two = _invoke("generate", *common, "--control", reference, "--out", str(tmp_path / "x.png"))
-    assert two.exit_code != 0 and "QwenImageEditPipeline takes 1-1 reference images, got 2" in two.output
+    assert two.exit_code != 0 and "Qwen-Image-Edit takes at most 1 reference images, got 2" in two.output
