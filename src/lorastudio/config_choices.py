@@ -20,14 +20,9 @@ from typing import Any, get_args
 from lorastudio.config_fields_objective import LossName
 from lorastudio.config_fields_runtime import AttentionBackend, CompileMode
 from lorastudio.config_fields_training import AdapterName, LrScheduler, OptimizerName
+from lorastudio.config_host import attention_device_problems, compile_device_problems, optimizer_host_problems
 from lorastudio.config_methods import HUBER_LOSSES, HUBER_OPTIONS
-from lorastudio.config_rules import (
-    LOKR_OPTIONS,
-    OPTIMIZER_OPTIONS,
-    attention_device_problems,
-    compile_device_problems,
-    optimizer_host_problems,
-)
+from lorastudio.config_rules import LOKR_OPTIONS, OPTIMIZER_OPTIONS
 from lorastudio.config_schedule import SCHEDULER_OPTIONS
 
 

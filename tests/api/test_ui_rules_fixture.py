@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from lorastudio.config_choices import host_choices
-from lorastudio.config_rules import BNB_OPTIMIZERS
+from lorastudio.config_host import BNB_OPTIMIZERS
 
 RULES = Path(__file__).resolve().parents[2] / "web" / "src" / "test" / "serverRules.gen.ts"
 

@@ -187,7 +187,7 @@ def planned_gpu_gib(
         return float(cfg.memory_budget_gb), "its memory_budget_gb"
     if model_dir is None:
         return None
-    from lorastudio.config_rules import compile_runs
+    from lorastudio.config_host import compile_runs
     from lorastudio.jobs.hardware import host_info
     from lorastudio.jobs.preflight import control_load, estimate_memory_gb, plan_for_estimate
 

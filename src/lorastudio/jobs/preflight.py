@@ -20,14 +20,9 @@ from typing import Any
 from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.config_datasets import top_resolution
+from lorastudio.config_host import compile_runs
 from lorastudio.config_preservation import preservation_line
-from lorastudio.config_rules import (
-    PLAN_FIELDS,
-    adapter_file_note,
-    compile_runs,
-    fusion_choice,
-    plan_fields_left_auto,
-)
+from lorastudio.config_rules import PLAN_FIELDS, adapter_file_note, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report, scan_variants, variation_warning
 from lorastudio.data.crop import crop_warning

@@ -19,11 +19,7 @@ from lorastudio.basemodels import inspect_folder, resolve_base
 from lorastudio.basemodels.single_file import base_updates
 from lorastudio.config import TrainConfig, parse_train_config, resolve_train_config
 from lorastudio.config_datasets import top_resolution, with_paths
-from lorastudio.config_rules import (
-    attention_device_problems,
-    compile_device_problems,
-    optimizer_host_problems,
-)
+from lorastudio.config_host import attention_device_problems, compile_device_problems, optimizer_host_problems
 from lorastudio.config_schedule import schedule_problems
 from lorastudio.data import DatasetScan, resolve_dataset_dir, safe_component
 from lorastudio.data.entries import (

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from lorastudio.config_rules import attention_device_problems
+from lorastudio.config_host import attention_device_problems
 from lorastudio.errors import FieldProblem
 from lorastudio.training.attention_fa4 import fa4_unavailable, route_denoiser_to_fa4
 
@@ -92,7 +92,7 @@ def attention_problems(backend: str, device: torch.device) -> list[FieldProblem]
         if reason is not None:
             return [FieldProblem("attention_backend", f"'fa4' cannot run here: {reason}; use 'auto'")]
         return []
-    return attention_device_problems(backend, device.type)  # config_rules: the host lists the same
+    return attention_device_problems(backend, device.type)  # config_host: the host lists the same
 
 
 def probe_shapes(

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lorastudio.config_rules import compile_device_problems, compile_runs
+from lorastudio.config_host import compile_device_problems, compile_runs
 from lorastudio.errors import ConfigError, FieldProblem
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ _STATES: weakref.WeakKeyDictionary[torch.nn.Module, RegionalCompile] = weakref.W
 
 def compile_problems(mode: str, device: torch.device) -> list[FieldProblem]:
     """Why `mode` cannot be honoured on `device` (empty when it can): "on" and "wide" need CUDA
-    (config_rules.compile_device_problems)."""
+    (config_host.compile_device_problems)."""
     return compile_device_problems(mode, device.type)
 
 

@@ -7,7 +7,7 @@ Every builder reads only its optimizer's options (config_rules.OPTIMIZER_OPTIONS
 refused by validation), fills an option left at null with the library's own default, and returns
 an optimizer whose `state_dict()` holds its complete state (checkpoints save it: training/
 snapshot.py). Where an optimizer cannot run on a host (8-bit without CUDA or without bitsandbytes)
-preflight refuses the run first (config_rules.optimizer_host_problems).
+preflight refuses the run first (config_host.optimizer_host_problems).
 """
 
 from __future__ import annotations

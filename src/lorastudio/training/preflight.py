@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
-from lorastudio.config_rules import optimizer_host_problems
+from lorastudio.config_host import optimizer_host_problems
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem, ModelSourceError
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from lorastudio.config_rules import compile_runs
+from lorastudio.config_host import compile_runs
 from lorastudio.timings import PhaseClock, phase_seconds, run_signature, write_record
 
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ from methods_cases import mini_config, mini_run
 from safetensors.torch import load_file
 
 from lorastudio.config import TrainConfig, parse_train_config
-from lorastudio.config_rules import OPTIMIZER_OPTIONS, optimizer_host_problems
+from lorastudio.config_host import optimizer_host_problems
+from lorastudio.config_rules import OPTIMIZER_OPTIONS
 from lorastudio.errors import ConfigError
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
