@@ -140,6 +140,8 @@ def validate_run(
 
     if cfg is not None:
         problems += host_problems(cfg, settings)
+    else:  # the config's other problems do not hide what this host cannot run
+        problems += raw_host_problems(raw, reported)
 
     scan: DatasetScan | None = None
     holdout: Holdout | None = None
@@ -276,6 +278,25 @@ def host_problems(cfg: TrainConfig, settings: Settings) -> list[FieldProblem]:
     problems += plan_host_problems(cfg, host.device)  # memory_budget_gb / offload_blocks need CUDA
     problems += optimizer_host_problems(cfg.optimizer, host.device)  # 8-bit: CUDA + bitsandbytes
     problems += tracker_problems(cfg.report_to)  # report_to: the tracker's package installed
+    return problems
+
+
+def raw_host_problems(raw: Mapping[str, Any], reported: set[str]) -> list[FieldProblem]:
+    """The device rules of host_problems (compile, attention_backend, optimizer) on a request whose
+    config did not parse, so that they come in the same answer as its other problems: each given
+    value of a field not already `reported` (a valid value, else the schema reported it) is
+    checked against this host's device. Nothing is reported twice."""
+    device = host_info().device
+    rules = {
+        "compile": compile_device_problems,
+        "attention_backend": attention_device_problems,
+        "optimizer": optimizer_host_problems,
+    }
+    problems: list[FieldProblem] = []
+    for field, rule in rules.items():
+        value = raw.get(field)
+        if field not in reported and isinstance(value, str):
+            problems += rule(value, device)
     return problems
 
 

@@ -148,6 +148,27 @@ def test_settings_this_host_cannot_run_are_refused_before_queueing(
     assert "'wide' needs a CUDA GPU" in _fields(err)["compile"]
 
 
+def test_host_refusals_come_with_the_configs_other_problems(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    raw = _cfg(tiny_model("flux"), lora_rank=0, bogus=1, optimizer="lion8bit", compile="on")
+    raw["attention_backend"] = "cudnn"
+    with pytest.raises(ConfigError) as err:
+        validate_run(raw, settings, live_output_names=set())
+    fields = [p.field for p in err.value.problems]
+    assert {"lora_rank", "bogus", "optimizer", "compile", "attention_backend"} <= set(fields)
+    assert len(fields) == len(set(fields))  # each problem once
+    assert "8-bit CUDA kernels" in _fields(err)["optimizer"]  # this CPU-only test host
+    assert "needs a CUDA GPU" in _fields(err)["compile"]
+    assert "CUDA kernel" in _fields(err)["attention_backend"]
+    # a value the schema refuses is reported by the schema alone
+    with pytest.raises(ConfigError) as err:
+        validate_run(
+            _cfg(tiny_model("flux"), bogus=1, optimizer="lion9bit"), settings, live_output_names=set()
+        )
+    assert [p.field for p in err.value.problems].count("optimizer") == 1
+
+
 def test_base_precisions_follow_what_this_host_runs(
     settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
 ) -> None:

@@ -239,3 +239,16 @@ def test_check_marks_a_regularisation_entry_and_states_preservation(
     many = _invoke("train", str(tmp_path / "many.toml"), "--check", "--device", "cpu")
     assert many.exit_code == 0, many.output
     assert "only the first 8 prompt(s) are used (dataset sample i takes prompt i)" in many.output
+
+
+def test_check_reports_the_host_refusals_with_the_configs_other_problems(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """lion8bit on this CPU host was only refused once the config's other problems were fixed."""
+    over = {"steps": 3, "lora_rank": 0, "optimizer": "lion8bit", "attention_backend": "efficient"}
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over))
+    result = _invoke("train", str(config), "--check", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    out = result.output
+    assert "lora_rank" in out and "8-bit CUDA kernels" in out and "'efficient' is a CUDA kernel" in out
+    assert out.count("8-bit CUDA kernels") == 1
