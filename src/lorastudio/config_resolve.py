@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -27,6 +27,9 @@ from lorastudio.config_rules import (
     relative_step,
 )
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
+
+if TYPE_CHECKING:
+    from lorastudio.families.spec import FamilySpec
 
 
 def _did_you_mean(loc: tuple[Any, ...]) -> str:
@@ -155,7 +158,24 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
                 "control_resolution", f"{fam.spec.title} takes no control images: leave it at 'pipeline'"
             )
         )
+    problems += spec_rule_problems(cfg, fam.spec)
     problems += fam.config_problems(cfg)
+    return problems
+
+
+def spec_rule_problems(cfg: TrainConfig, spec: FamilySpec) -> list[FieldProblem]:
+    """The family's declarative refusals (FamilySpec.refused_attention, max_sequence_length_max,
+    refuses_on), the rules /api/info serves the web form: an attention_backend it cannot run, a
+    max_sequence_length over what its text encoder reads, a boolean setting it refuses on."""
+    problems = []
+    if cfg.attention_backend in spec.refused_attention:
+        problems.append(FieldProblem("attention_backend", spec.refused_attention[cfg.attention_backend]))
+    cap = spec.max_sequence_length_max
+    if cap is not None and cfg.max_sequence_length is not None and cfg.max_sequence_length > cap:
+        problems.append(
+            FieldProblem("max_sequence_length", f"{spec.title}'s text encoder takes at most {cap} tokens")
+        )
+    problems += [FieldProblem(name, why) for name, why in spec.refuses_on.items() if getattr(cfg, name)]
     return problems
 
 

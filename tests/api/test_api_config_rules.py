@@ -153,3 +153,31 @@ def test_the_host_offers_exactly_the_optimizers_and_compile_modes_its_preflight_
         assert answer.status_code in (200, 400), answer.text
         offered = host[listed[field]]
         assert refused == (value not in offered), (field, value, answer.text)
+
+
+def test_each_familys_served_attention_token_and_flip_rules_are_the_parsers(info: dict[str, Any]) -> None:
+    """attention_backends_refused, max_sequence_length_max and refuses_on are the family rules
+    the parser applies (they lived in hooks the web form could not read): a served value is
+    refused with its field named, every other one accepted."""
+    families = {f["name"]: f for f in info["families"]}
+    assert families["chroma"]["attention_backends_refused"] == ["cudnn"]
+    assert families["qwen-image-edit"]["refuses_on"] == ["random_flip"]
+    assert {n for n, f in families.items() if f["max_sequence_length_max"] == 512} >= {
+        "flux",
+        "chroma",
+        "flux2",
+        "flux2-klein",
+    }
+    for name, family in families.items():
+        for backend in get_args(AttentionBackend):
+            problems = _problems({"family": name, "attention_backend": backend})
+            refused = backend in family["attention_backends_refused"]
+            assert ("attention_backend" in problems) == refused, (name, backend, problems)
+        cap = family["max_sequence_length_max"]
+        if "max_sequence_length" in family["supports"] and cap is not None:
+            assert "max_sequence_length" not in _problems({"family": name, "max_sequence_length": cap})
+            over = _problems({"family": name, "max_sequence_length": cap + 1})
+            assert f"at most {cap} tokens" in over.get("max_sequence_length", ""), (name, over)
+        for setting in ("random_flip",):
+            problems = _problems({"family": name, setting: True})
+            assert (setting in problems) == (setting in family["refuses_on"]), (name, setting, problems)

@@ -161,6 +161,16 @@ class FamilyOut(_Out):
     )
     guidance_default: float | None = Field(default=None, description="the pipeline's default guidance scale")
     negative_prompt: bool = Field(default=False, description="generation takes a negative prompt")
+    attention_backends_refused: list[str] = Field(
+        default_factory=list, description="attention_backend values this family refuses (Chroma: cudnn)"
+    )
+    max_sequence_length_max: int | None = Field(
+        default=None, description="the most max_sequence_length this family's text encoder reads (null: no cap)"
+    )
+    refuses_on: list[str] = Field(
+        default_factory=list,
+        description="boolean settings this family refuses turned on (Qwen-Image-Edit: random_flip)",
+    )
     precisions: list[str] = Field(description="base_precision values this host can run")
 
 

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict
 
@@ -66,6 +65,11 @@ SPEC = FamilySpec(
     no_cfg_kwargs={"guidance_scale": 1.0},  # ChromaPipeline guides when guidance_scale > 1
     guides_with_negative=True,
     masked_attention=True,  # the text mask reaches every joint attention call (see the docstring)
+    refused_attention={
+        "cudnn": "Chroma's text mask reaches every attention call and cuDNN's attention crashed on "
+        "it (illegal memory access on an H200); use 'auto' (the efficient kernel)"
+    },
+    max_sequence_length_max=512,  # T5's 512 tokens
 )
 
 
@@ -95,20 +99,6 @@ class ChromaFamily(Packed2x2Latents, Family):
         denoiser.register_forward_pre_hook(note, with_kwargs=True)
         for block in blocks:
             block.register_forward_pre_hook(give, with_kwargs=True)
-
-    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
-        problems = []
-        if cfg.max_sequence_length is not None and cfg.max_sequence_length > 512:
-            problems.append(FieldProblem("max_sequence_length", "Chroma's T5 takes at most 512 tokens"))
-        if cfg.attention_backend == "cudnn":
-            problems.append(
-                FieldProblem(
-                    "attention_backend",
-                    "Chroma's text mask reaches every attention call and cuDNN's attention crashed on "
-                    "it (illegal memory access on an H200); use 'auto' (the efficient kernel)",
-                )
-            )
-        return problems
 
     @torch.no_grad()
     def encode_prompts(

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict
 
@@ -48,16 +47,12 @@ SPEC = FamilySpec(
         # the single blocks' MLP input projection reads the same normed states as q/k/v
         "FluxSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),
     },
+    max_sequence_length_max=512,  # T5's 512 tokens (FluxPipeline refuses more)
 )
 
 
 class FluxFamily(Packed2x2Latents, Family):
     spec = SPEC
-
-    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
-        if cfg.max_sequence_length is not None and cfg.max_sequence_length > 512:
-            return [FieldProblem("max_sequence_length", "FLUX.1's T5 takes at most 512 tokens")]
-        return []
 
     @torch.no_grad()
     def encode_prompts(

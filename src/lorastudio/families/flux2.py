@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.data.control_sizing import ControlSizing
-from lorastudio.errors import FieldProblem
 from lorastudio.families.base import Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV
 
@@ -98,6 +97,7 @@ SPEC = FamilySpec(
     fused_projection_groups={"Flux2TransformerBlock": DUAL_STREAM_QKV},
     control_images=(0, MAX_REFERENCES_DEV),  # text-to-image, or edit with 1..10 references
     min_reference_side=64,  # Flux2ImageProcessor.check_image_input
+    max_sequence_length_max=MAX_TEXT_TOKENS,
     # Flux2Pipeline scales a reference over 1 MP down to 1 MP, then floors its sides to 16
     control_sizing=ControlSizing("cap_area", area=1024 * 1024, multiple=16, label="<= 1 MP"),
 )
@@ -139,15 +139,6 @@ def tokens_to_latents(tokens: torch.Tensor, latent_hw: tuple[int, int]) -> torch
 
 class Flux2Family(Family):
     spec = SPEC
-
-    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
-        if cfg.max_sequence_length is not None and cfg.max_sequence_length > MAX_TEXT_TOKENS:
-            return [
-                FieldProblem(
-                    "max_sequence_length", f"{self.spec.title} takes at most {MAX_TEXT_TOKENS} tokens"
-                )
-            ]
-        return []
 
     def load_text_encoders(
         self, source: str, revision: str | None, dtype: torch.dtype, device: torch.device

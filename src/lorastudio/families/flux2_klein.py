@@ -88,6 +88,7 @@ SPEC = FamilySpec(
     guidance="cfg",
     fused_projection_groups=FLUX2_SPEC.fused_projection_groups,
     no_cfg_kwargs={"guidance_scale": 1.0},
+    max_sequence_length_max=MAX_TEXT_TOKENS,
     control_images=(0, MAX_REFERENCES_KLEIN),  # text-to-image, or edit with 1..4 references
     min_reference_side=FLUX2_SPEC.min_reference_side,
     control_sizing=FLUX2_SPEC.control_sizing,  # Flux2KleinPipeline sizes references as Flux2Pipeline

@@ -58,6 +58,11 @@ SPEC = replace(
     control_images=(0, 3),  # the widest of the flavours; each row says its own
     edit_model=True,
     prompt_sees_controls=True,
+    # the latents would be flipped, the controls Qwen2.5-VL reads not
+    refuses_on={
+        "random_flip": "Qwen-Image-Edit's text encoder reads each caption with its unflipped control "
+        "images, so flipped samples would contradict their conditioning: turn it off"
+    },
     # both pipelines VAE-encode a reference at calculate_dimensions(1024 * 1024, its ratio)
     control_sizing=ControlSizing("area", area=1024 * 1024, multiple=32, label="~1 MP"),
     variants=(
@@ -89,17 +94,6 @@ def _vl_images(encoders: Any, images: Sequence[Image.Image]) -> Any:
 
 class QwenImageEditFamily(QwenImageFamily):
     spec = SPEC
-
-    def config_problems(self, cfg: TrainConfig) -> list[FieldProblem]:
-        if cfg.random_flip:  # the latents would be flipped, the controls Qwen2.5-VL reads not
-            return [
-                FieldProblem(
-                    "random_flip",
-                    "Qwen-Image-Edit's text encoder reads each caption with its unflipped control "
-                    "images, so flipped samples would contradict their conditioning: turn it off",
-                )
-            ]
-        return []
 
     @torch.no_grad()
     def encode_prompts(
@@ -139,7 +133,7 @@ class QwenImageEditFamily(QwenImageFamily):
         refused with a ConfigError."""
         from diffusers import QwenImagePipeline
 
-        from lorastudio.errors import ConfigError, FieldProblem
+        from lorastudio.errors import ConfigError
 
         if type(pipe).__name__ != PLUS:
             raise ConfigError(

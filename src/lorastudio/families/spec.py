@@ -81,6 +81,15 @@ class FamilySpec:
     # cannot take it and cuDNN's SDPA crashed on it (illegal memory access, H200, torch 2.11: bench
     # note 24), so attention "auto" runs the efficient kernel and "cudnn" is refused
     masked_attention: bool = False
+    # the rules below are data so that /api/info serves them and the web form follows them; the
+    # config parser applies them (config_resolve.spec_rule_problems), no hook repeats them:
+    # attention_backend values it cannot run -> why (Chroma's masked attention refuses "cudnn")
+    refused_attention: Mapping[str, str] = field(default_factory=dict)
+    # the most tokens its text encoder reads (its pipeline's tokenizer limit): a larger
+    # max_sequence_length is refused; None: no cap beyond the config's own
+    max_sequence_length_max: int | None = None
+    # boolean settings it refuses turned on -> why (Qwen-Image-Edit's random_flip)
+    refuses_on: Mapping[str, str] = field(default_factory=dict)
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour
     variants: tuple[Variant, ...] = ()
     # (min, max) control (reference) images per training sample: (0, 0) text-to-image only;
@@ -119,6 +128,9 @@ class FamilySpec:
             "guidance": self.guidance,
             "guidance_default": self.generation_defaults.get(self.guidance_kwarg),
             "negative_prompt": self.negative_prompt,
+            "attention_backends_refused": sorted(self.refused_attention),
+            "max_sequence_length_max": self.max_sequence_length_max,
+            "refuses_on": sorted(self.refuses_on),
         }
 
     @property
