@@ -22,7 +22,8 @@ def test_the_web_tests_rules_are_what_api_info_serves(client: TestClient) -> Non
     assert match, f"{RULES}: run scripts/build_web.sh (web/scripts/dump_rules.py writes it)"
     fixture = json.loads(match[1])
     assert fixture["config_rules"] == info["config_rules"], "stale: rm web/.api-stamp; scripts/build_web.sh"
-    served = {f["name"]: {"supports": f["supports"], "refuses": f["refuses"]} for f in info["families"]}
+    keys = ("supports", "refuses", "attention_backends_refused", "max_sequence_length_max", "refuses_on")
+    served = {f["name"]: {k: f[k] for k in keys} for f in info["families"]}
     assert fixture["families"] == served, "stale: rm web/.api-stamp; scripts/build_web.sh"
     # the file's CUDA host has no bitsandbytes, whatever this machine has (web/scripts/dump_rules.py)
     for device in ("cpu", "cuda"):

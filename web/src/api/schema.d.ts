@@ -1628,6 +1628,11 @@ export interface components {
         /** FamilyOut */
         FamilyOut: {
             /**
+             * Attention Backends Refused
+             * @description attention_backend values this family refuses (Chroma: cudnn)
+             */
+            attention_backends_refused?: string[];
+            /**
              * Control Images
              * @description [min, max] control (reference) images per training sample: [0, 0] text-to-image only
              */
@@ -1658,6 +1663,11 @@ export interface components {
             latent_channels: number;
             /** Lora Targets */
             lora_targets: string[];
+            /**
+             * Max Sequence Length Max
+             * @description the most max_sequence_length this family's text encoder reads (null: no cap)
+             */
+            max_sequence_length_max?: number | null;
             /** Name */
             name: string;
             /**
@@ -1678,6 +1688,11 @@ export interface components {
              * @description the family-specific settings this family cannot honour: set explicitly, they are refused
              */
             refuses: string[];
+            /**
+             * Refuses On
+             * @description boolean settings this family refuses turned on (Qwen-Image-Edit: random_flip)
+             */
+            refuses_on?: string[];
             /** Resolution Multiple */
             resolution_multiple: number;
             /** Supports */
