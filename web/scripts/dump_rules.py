@@ -10,8 +10,8 @@ import sys
 
 from lorastudio import families
 from lorastudio.config_choices import config_rules_public, host_choices
-from lorastudio.config_resolve import refused_fields
 from lorastudio.config_host import BNB_OPTIMIZERS
+from lorastudio.config_resolve import refused_fields
 
 # the family rules /api/info serves beside supports / refuses (FamilySpec.public)
 FAMILY_RULES = ("attention_backends_refused", "max_sequence_length_max", "refuses_on")
