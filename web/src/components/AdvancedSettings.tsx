@@ -44,6 +44,8 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
   const objective = OBJECTIVE.some(offers);
   const edits = takesControls(family); // the control settings: edit families only (the server refuses them for the others)
   const shown = (k: string) => !hidden.has(k);
+  const refusedOn = new Set(family?.refuses_on ?? []); // boolean settings the family refuses on (Qwen-Image-Edit's random_flip)
+  const tokens = family?.max_sequence_length_max; // the most its text encoder reads
   return (
     <details className="advanced" data-testid="advanced-settings" ref={ref}>
       <summary>Advanced settings</summary>
@@ -62,7 +64,7 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
           })}
         <div className="checks">
           {c.check("random_crop", "Random crop")}
-          {c.check("random_flip", "Random flip")}
+          {!refusedOn.has("random_flip") && c.check("random_flip", "Random flip")}
         </div>
         {c.num("cache_variants", "Cached variants", { placeholder: "auto", hint: "crop/flip variants per image" })}
         {c.choice("latent_cache", "Latent cache", LATENT_CACHES, {
@@ -166,7 +168,8 @@ export function AdvancedSettings({ controls: c, family, hidden, host }: Props) {
         {offers("logit_std") && c.num("logit_std", "Logit std")}
         {offers("flow_shift") && c.num("flow_shift", "Flow shift", { placeholder: "model's" })}
         {offers("guidance") && c.num("guidance", "Guidance")}
-        {offers("max_sequence_length") && c.num("max_sequence_length", "Max text tokens")}
+        {offers("max_sequence_length") &&
+          c.num("max_sequence_length", "Max text tokens", tokens != null ? { max: tokens, hint: `at most ${tokens}` } : {})}
 
         <h4 className="grid-head">Sample previews</h4>
         {c.area("sample_prompts", "Sample prompts", {

@@ -44,15 +44,17 @@ export function optimizerAvailable(optimizer: Optimizer, host: Host): boolean {
 /**
  * Whether attention `backend` has a kernel on `host` (it lists it in `attention_backends`: cudnn /
  * efficient / fa4 need CUDA, flash CUDA or the CPU; fa4 also a Hopper / Blackwell GPU, which the
- * preflight checks).
+ * preflight checks) and `family` does not refuse it (`attention_backends_refused`: Chroma's cudnn).
  */
-export function attentionAvailable(backend: AttentionBackend, host: Host): boolean {
-  return host.attention_backends.includes(backend);
+export function attentionAvailable(backend: AttentionBackend, host: Host, family?: Family): boolean {
+  return host.attention_backends.includes(backend) && !(family?.attention_backends_refused ?? []).includes(backend);
 }
 
 /** The attention setting's hint: what auto does here and why some kernels are greyed out. */
-export function attentionHint(host: Host): string {
-  if (host.device === "cuda") return "auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash";
+export function attentionHint(host: Host, family?: Family): string {
+  const refused = family?.attention_backends_refused ?? [];
+  const byFamily = refused.length ? `; ${family?.title} refuses ${refused.join(", ")}` : "";
+  if (host.device === "cuda") return `auto = FlashAttention-4 or cuDNN for transformers when a probe at the run's shapes passes, else flash${byFamily}`;
   const flash = host.device === "cpu" ? "" : ", flash a CUDA GPU or the CPU";
-  return `auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})`;
+  return `auto = torch's default here; cuDNN, FlashAttention-4 and memory-efficient need a CUDA GPU${flash} (this host: ${host.name})${byFamily}`;
 }

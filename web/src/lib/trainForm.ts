@@ -167,13 +167,14 @@ export interface BuiltConfig {
 /**
  * The TrainConfig body of the form: numbers parsed, blank optional fields left out (the server
  * fills family defaults) except where null means off (`rules.null_means_off`: sent as null);
- * never a setting the family refuses (`family.refuses`; the control settings unless it is an edit
- * family) nor one of another choice's (inapplicableFields).
+ * never a setting the family refuses (`family.refuses`, `family.refuses_on`; the control settings
+ * unless it is an edit family) nor one of another choice's (inapplicableFields); a
+ * max_sequence_length over the family's `max_sequence_length_max` is a problem.
  */
 export function buildConfig(values: FormValues, family: Family | undefined, rules: ConfigRules): BuiltConfig {
   const config: Record<string, unknown> = {};
   const problems: Record<string, string> = {};
-  const refused = new Set(family?.refuses ?? []);
+  const refused = new Set([...(family?.refuses ?? []), ...(family?.refuses_on ?? [])]);
   const hidden = inapplicableFields(values, rules);
   const offWhenBlank = new Set(rules.null_means_off);
   const controls = takesControls(family);
@@ -243,6 +244,10 @@ export function buildConfig(values: FormValues, family: Family | undefined, rule
       else if (kind === "integer" && !Number.isInteger(n)) problems[key] = "must be a whole number";
       else config[key] = n;
     }
+  }
+  const tokens = family?.max_sequence_length_max;
+  if (tokens != null && typeof config.max_sequence_length === "number" && config.max_sequence_length > tokens) {
+    problems.max_sequence_length = `${family?.title} reads at most ${tokens} tokens`;
   }
   const length = Number(values.length);
   const lengthKey = values.unit === "epochs" ? "num_epochs" : "steps";

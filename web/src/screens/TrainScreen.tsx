@@ -260,8 +260,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
               disabled: (v) => !compileAvailable(v as keyof typeof COMPILE_MODES, info.host, family),
             })}
             {c.choice("attention_backend", "Attention", ATTENTION_BACKENDS, {
-              hint: attentionHint(info.host),
-              disabled: (v) => !attentionAvailable(v as keyof typeof ATTENTION_BACKENDS, info.host),
+              hint: attentionHint(info.host, family),
+              disabled: (v) => !attentionAvailable(v as keyof typeof ATTENTION_BACKENDS, info.host, family),
             })}
             {c.choice("fuse_projections", "Fused projections", FUSE_PROJECTIONS, {
               hint: family?.fuse_projections === false
