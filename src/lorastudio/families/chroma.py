@@ -6,7 +6,8 @@ and including the first padding token counts, the rest are masked. That mask is 
 ChromaPipeline builds (a 0/1 float mask, which diffusers' attention adds to the logits), so
 training sees exactly what inference sees (dropping the masked tokens would not: they keep their
 unbiased logits). Flash attention cannot take such a mask and cuDNN's crashed on it (bench note
-24): spec.masked_attention keeps "auto" on the efficient kernel and refuses "cudnn". Guidance is real classifier-free guidance with a
+24): spec.masked_attention keeps "auto" on the efficient kernel and spec.refused_attention refuses
+"cudnn" (served to the web form by /api/info). Guidance is real classifier-free guidance with a
 negative prompt (no guidance embedding): `guidance` is refused, previews guide like inference.
 
 diffusers 0.42.1's ChromaTransformer2DModel calls its single blocks without the text mask on its
