@@ -181,3 +181,16 @@ def test_each_familys_served_attention_token_and_flip_rules_are_the_parsers(info
         for setting in ("random_flip",):
             problems = _problems({"family": name, setting: True})
             assert (setting in problems) == (setting in family["refuses_on"]), (name, setting, problems)
+
+
+def test_the_host_refusals_come_with_the_configs_other_problems(
+    client: TestClient, flux_config: Callable[..., dict]
+) -> None:
+    """An 8-bit optimizer / compile "on" on this CPU host was refused only once the config's other
+    problems were fixed: one answer lists them all, each once."""
+    config = flux_config(bogus=1, lora_rank=0, optimizer="lion8bit", compile="on")
+    answer = client.post("/api/train/preflight", json={"config": config})
+    assert answer.status_code == 400, answer.text
+    fields = [p["field"] for p in answer.json()["problems"]]
+    assert {"bogus", "lora_rank", "optimizer", "compile"} <= set(fields), fields
+    assert len(fields) == len(set(fields)), fields
