@@ -165,7 +165,8 @@ class FamilyOut(_Out):
         default_factory=list, description="attention_backend values this family refuses (Chroma: cudnn)"
     )
     max_sequence_length_max: int | None = Field(
-        default=None, description="the most max_sequence_length this family's text encoder reads (null: no cap)"
+        default=None,
+        description="the most max_sequence_length this family's text encoder reads (null: no cap)",
     )
     refuses_on: list[str] = Field(
         default_factory=list,
