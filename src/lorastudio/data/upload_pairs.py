@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders, stem_key
+from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders
+from lorastudio.data.paths import stem_key
 from lorastudio.errors import DatasetError
 
 
