@@ -117,6 +117,27 @@ def test_a_mask_pairs_with_its_image_in_another_unicode_normalisation(tmp_path: 
     ]
 
 
+def test_deleting_an_image_takes_its_nfd_mask_and_the_control_of_a_dotted_stem(tmp_path: Path) -> None:
+    """The delete finds what goes with an image by the same key as the run: an NFD mask of an NFC
+    image, and the control of "v1.2.png" (its stem "v1.2" was keyed as "v1": the control stayed,
+    an orphan every run refuses)."""
+    from lorastudio.data.image_edits import delete_image
+
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    root = _dataset(tmp_path, {nfc: (64, 64), "v1.2": (64, 64), "keep": (64, 64)})
+    (root / "masks").mkdir()
+    (root / "control").mkdir()
+    _noise_image((64, 64), 1, "L").save(root / "masks" / f"{nfd}.png")
+    _noise_image((64, 64), 2, "RGB").save(root / "control" / "v1.2.png")
+    _noise_image((64, 64), 3, "RGB").save(root / "control" / "keep.png")
+    assert delete_image(root, f"{nfc}.png") == [f"{nfc}.png", f"{nfc}.txt", f"masks/{nfd}.png"]
+    assert delete_image(root, "v1.2.png") == ["v1.2.png", "v1.2.txt", "control/v1.2.png"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*.png")) == [
+        "control/keep.png",
+        "keep.png",
+    ]
+
+
 def test_alpha_mask_reads_the_rgba_alpha_channel(tmp_path: Path) -> None:
     root = _dataset(tmp_path, {"opaque": (64, 64)})
     rgba = _noise_image((64, 64), 5, "RGBA")
