@@ -306,3 +306,56 @@ def test_a_json_body_over_the_cap_is_a_413_in_the_error_shape_naming_the_setting
         # the dataset upload keeps its own cap (max_upload_mb), far above the JSON one
         upload = client.post("/api/datasets/d/files", files=[("f", ("a.png", b"x" * (3 * 2**20)))])
         assert upload.status_code == 400 and "corrupt" in upload.text
+
+
+TRAVERSALS = (
+    "/api/runs/..%2f..",
+    "/api/runs/..%2F..%2F",
+    "/api/runs/%2e%2e",
+    "/api/datasets/a%2Fb/files",
+    "/api/loras/..%5cx/file",
+    "/assets/%2e%2e",
+    "/%2e",
+    "/gallery/..%2F..%2Fetc%2Fpasswd",
+)
+
+
+@pytest.mark.parametrize("path", TRAVERSALS)
+def test_an_encoded_path_traversal_is_a_404_not_a_redirect(settings: Settings, tmp_path, path: str) -> None:
+    """Before: `/api/runs/..%2f..` fell through to the web UI's static mount, whose directory
+    redirect answered 307 to `/api/runs/../../` (a browser resolves it to `/`), and
+    `/api/runs/..%2F..%2F` was the UI's index.html (api/path_guard.py)."""
+    from live_server import LOOPBACK
+    from lorastudio.api.app import create_app
+
+    dist = tmp_path / "web_dist"
+    (dist / "assets").mkdir(parents=True)
+    (dist / "index.html").write_text("<html>lorastudio ui</html>")
+    (dist / "assets" / "app.js").write_text("// ui")
+    with TestClient(create_app(settings, web_dist=dist), base_url=LOOPBACK) as client:
+        for method in (client.get, client.post):
+            resp = method(path, follow_redirects=False)
+            assert resp.status_code == 404 and "location" not in resp.headers, (resp.status_code, resp.text)
+            assert resp.json()["error"] == "NotFound" and "dot segment" in resp.json()["detail"]
+        assert client.get("/", follow_redirects=False).text == "<html>lorastudio ui</html>"
+        assert client.get("/assets/app.js").text == "// ui"
+        assert client.get("/api/runs").json() == {"runs": []}
+        assert client.get("/api/runs/nope").json()["detail"] == "no run with id 'nope'"
+    with TestClient(create_app(settings, web_dist=tmp_path / "absent"), base_url=LOOPBACK) as client:
+        slash = client.get("/api/runs/", follow_redirects=False)  # the routes' trailing-slash redirect stays
+        assert slash.status_code == 307 and slash.headers["location"].endswith("/api/runs")
+        assert client.get(path, follow_redirects=False).status_code == 404
+
+
+def test_a_dot_segment_sent_as_is_is_a_404(server: LiveServer) -> None:
+    """A client that sends `..` without normalising it (curl --path-as-is) is answered alike."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"GET /api/runs/../.. HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        sock.settimeout(10)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404") and b"location" not in head.lower(), head
+    assert b'"error": "NotFound"' in body

@@ -141,3 +141,17 @@ def test_kohya_masks_go_to_the_checked_dataset_names_and_are_refused_like_a_plai
     assert f"{long.name}/masks" not in result.output  # skipped with its folder, not as 'a link or a folder'
     assert os.listdir(settings.datasets_dir / "k-10_sks" / "masks") == ["a.png"]
     assert [p.name for p in settings.datasets_dir.glob("k-*")] == ["k-10_sks"]
+
+
+def test_the_listing_shows_a_mask_named_in_another_unicode_normalisation(
+    client: TestClient, settings: Settings
+) -> None:
+    """A mask copied into masks/ from macOS (NFD name) is the NFC image's mask in the listing, as
+    the run pairs it (data.paths.stem_key)."""
+    _dataset(client, "nf", ("café",))
+    nfd = unicodedata.normalize("NFD", "café.png")
+    (settings.datasets_dir / "nf" / "masks").mkdir()
+    (settings.datasets_dir / "nf" / "masks" / nfd).write_bytes(_png((32, 32)))
+    detail = client.get("/api/datasets/nf").json()
+    assert {f["file"]: f["mask"] for f in detail["files"]} == {unicodedata.normalize("NFC", "café.png"): nfd}
+    assert detail["dropped"] == []

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from tests.e2e.ui_uploads import api_json
 
+from live_server import WORKER_TIMEOUT_S
+
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
 
@@ -54,7 +56,7 @@ def test_the_raw_file_of_an_ema_run_is_pickable_and_generates(
             page.locator(f'[name="{name}"]').fill(value)
         page.locator('[name="prompt"]').fill("a raw circle")
         page.get_by_role("button", name="Generate", exact=True).click()
-        page.get_by_test_id("result-image").wait_for(timeout=60_000)
+        page.get_by_test_id("result-image").wait_for(timeout=WORKER_TIMEOUT_S * 1000)
         item = page.get_by_test_id("gallery").get_by_role("button", name=re.compile("a raw circle"))
         assert "smooth @2 ×1.00" in item.inner_text()
         shoot(page, "generate-ema-raw")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from live_server import WORKER_TIMEOUT_S
+
 WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 420, "height": 860}
 
@@ -208,7 +210,7 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     page.locator('[name="prompt"]').fill("a red circle, e2e")
     page.get_by_role("button", name="Generate", exact=True).click()
     image = page.get_by_test_id("result-image")
-    image.wait_for(timeout=60_000)
+    image.wait_for(timeout=WORKER_TIMEOUT_S * 1000)
     page.wait_for_function(
         "() => { const i = document.querySelector('[data-testid=result-image]'); return i && i.complete && i.naturalWidth === 32; }"
     )

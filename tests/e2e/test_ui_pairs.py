@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from tests.e2e.conftest import _require_ui, _running_studio
 
+from live_server import WORKER_TIMEOUT_S
+
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
 
@@ -90,7 +92,7 @@ def test_pairs_upload_train_and_generate_with_a_reference(klein_studio, browser,
         page.wait_for_function(
             "() => { const i = document.querySelector('[data-testid=result-image]');"
             " return i && i.complete && i.naturalWidth === 64; }",
-            timeout=120_000,
+            timeout=WORKER_TIMEOUT_S * 1000,
         )
         item = page.get_by_test_id("gallery").get_by_role(
             "button", name=re.compile("invert the colours, e2e")

@@ -44,6 +44,7 @@ from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
+from lorastudio.api.path_guard import PathGuard
 from lorastudio.api.routes import (
     cache,
     captions,
@@ -119,6 +120,7 @@ def create_app(
     app.add_middleware(BodyLimitAnswer, json_cap_mb=settings.max_json_mb)  # 413 as JSON (api/body_limit.py)
     app.add_middleware(HeadAsGet)  # HEAD answered as GET without a body (api/downloads.py)
     app.add_middleware(SameOriginWrites)  # cross-site writes refused (403); no CORS headers
+    app.add_middleware(PathGuard)  # an encoded separator or dot segment in a path: 404 (api/path_guard.py)
     app.add_middleware(HostGuard, policy=HostPolicy.from_settings(settings))  # DNS rebinding: 421
     guarded = [Depends(require_token), Depends(check_inputs)]
     _add_docs(app, guarded)

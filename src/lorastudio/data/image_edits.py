@@ -15,7 +15,7 @@ from pathlib import Path
 from lorastudio.data.captions import MAX_CAPTION_BYTES
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
 from lorastudio.data.masks import masks_of
-from lorastudio.data.paths import safe_component
+from lorastudio.data.paths import safe_component, stem_key
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import DatasetError, NoSpaceLeft, NotFound, is_no_space
@@ -60,7 +60,7 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
             deleted.append(f"{METADATA_FILE} row of {image.name}")
         caption = image.with_suffix(CAPTION_EXTENSION)
         shared = any(
-            p.stem == image.stem and is_image_name(p.name) and p.name != image.name
+            stem_key(p.name) == stem_key(image.name) and is_image_name(p.name) and p.name != image.name
             for p in dataset_dir.iterdir()
         )
         if not shared and caption.is_file():

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import unicodedata
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from pathlib import Path
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import probe_image
 from lorastudio.data.masks import MASKS_DIR, mask_files
-from lorastudio.data.paths import safe_component
+from lorastudio.data.paths import nfc, safe_component
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.writes import dataset_lock, make_dir, staged_write
 from lorastudio.errors import ConfigError, DatasetError, PathOutsideRoot
@@ -47,11 +46,7 @@ def dataset_images(folder: Path) -> dict[str, Path]:
     """{stem (NFC): file} of the images of dataset `folder` (none when it does not exist yet)."""
     from lorastudio.data.discovery import discover
 
-    return {_nfc(p.stem): p for p in discover(folder).images} if folder.is_dir() else {}
-
-
-def _nfc(text: str) -> str:
-    return unicodedata.normalize("NFC", text)
+    return {nfc(p.stem): p for p in discover(folder).images} if folder.is_dir() else {}
 
 
 def plan_masks(source: Path, images: Mapping[str, Path], dataset: Path, max_pixels: int) -> MaskPlan:
@@ -71,8 +66,8 @@ def plan_masks(source: Path, images: Mapping[str, Path], dataset: Path, max_pixe
         kind = "a symbolic link" if target.is_symlink() else "not a folder"
         plan.refused.append((f"{MASKS_DIR}/", f"{target} is {kind}: no mask is imported"))
         return plan
-    by_stem = {_nfc(s): p for s, p in images.items()}
-    existing = {_nfc(s): p for s, p in mask_files(dataset).items()}
+    by_stem = {nfc(s): p for s, p in images.items()}
+    existing = mask_files(dataset)  # keyed by stem in NFC
     entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
     named = {p: stored_name(p.name) for p in entries}
     per_stem = Counter(
@@ -137,7 +132,7 @@ def copy_masks(plan: MaskPlan, dataset: Path, datasets_root: Path, image_stems: 
     """Copy the plan's good masks whose image is in the dataset now (`image_stems`) into
     `dataset`/masks/ under the dataset's lock (stems compared in NFC); returns the file names
     copied."""
-    stems = {_nfc(s) for s in image_stems}
+    stems = {nfc(s) for s in image_stems}
     wanted = [(p, n) for p, n in plan.good if Path(n).stem in stems]
     if not wanted:
         return []

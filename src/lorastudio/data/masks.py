@@ -34,6 +34,7 @@ from lorastudio.data.images import (
     to_rgb,
 )
 from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
+from lorastudio.data.paths import nfc, stem_key
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.errors import ConfigError, DatasetError, FieldProblem
 
@@ -60,24 +61,25 @@ def _mask_names(root: Path) -> list[str]:
 
 
 def mask_files(root: Path) -> dict[str, Path]:
-    """stem -> mask file of `root`/masks/ (image files only; links and other entries skipped;
-    {} when there is no masks/ folder). A stem with several masks (a.png and a.webp) maps to
-    the last by name: `mask_clashes` names them, and a run refuses them."""
-    return {Path(name).stem: root / MASKS_DIR / name for name in _mask_names(root)}
+    """stem (NFC: paths.stem_key) -> mask file of `root`/masks/ (image files only; links and other
+    entries skipped; {} when there is no masks/ folder): look an image up by stem_key(its name).
+    A stem with several masks (a.png and a.webp, or one name in NFC and NFD) maps to the last by
+    name: `mask_clashes` names them, and a run refuses them."""
+    return {stem_key(name): root / MASKS_DIR / name for name in _mask_names(root)}
 
 
 def masks_of(root: Path, stem: str) -> list[Path]:
     """Every mask file of image stem `stem` in `root`/masks/ (regular image files, not links; a
-    clash may give several): what goes with the image when it is deleted."""
-    return [root / MASKS_DIR / name for name in _mask_names(root) if Path(name).stem == stem]
+    clash may give several; stems compared in NFC): what goes with the image when it is deleted."""
+    return [root / MASKS_DIR / name for name in _mask_names(root) if stem_key(name) == nfc(stem)]
 
 
 def mask_clashes(root: Path) -> dict[str, list[str]]:
-    """stem -> the names of `root`/masks/ files of that stem, for the stems with several (which
-    one is the image's mask? neither is guessed)."""
+    """stem (NFC) -> the names of `root`/masks/ files of that stem, for the stems with several
+    (which one is the image's mask? neither is guessed)."""
     by_stem: dict[str, list[str]] = {}
     for name in _mask_names(root):
-        by_stem.setdefault(Path(name).stem, []).append(name)
+        by_stem.setdefault(stem_key(name), []).append(name)
     return {stem: names for stem, names in by_stem.items() if len(names) > 1}
 
 
@@ -174,7 +176,7 @@ def _folder_items(
     if not files:
         return list(scan.items), []
     folder_id = folder_identity(Path(scan.root) / MASKS_DIR)
-    stems = {it.path.stem for it in scan.items}
+    stems = {stem_key(it.path.name) for it in scan.items}
     problems = [
         f"{MASKS_DIR}/{path.name}: no image named {stem}.* in the dataset"
         for stem, path in files.items()
@@ -184,7 +186,7 @@ def _folder_items(
     problems += [clash_problem(stem, names) for stem, names in clashes.items() if stem in stems]
     items = []
     for item in scan.items:
-        path = files.get(item.path.stem)
+        path = files.get(stem_key(item.path.name))
         if path is None:
             items.append(item)
             continue

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lorastudio.data.discovery import METADATA_FILE
-from lorastudio.data.pairs import _folder_images, control_subfolders, read_metadata_controls, stem_key
+from lorastudio.data.pairs import _folder_images, control_subfolders, read_metadata_controls
+from lorastudio.data.paths import stem_key
 
 
 def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, list[str]], list[str]]:

@@ -12,7 +12,7 @@ Three layouts are read, the ones users bring from other trainers:
     slot N (after the dataset's own control sub-folders), matched by stem.
 
 A target listed in metadata.jsonl with controls takes exactly those; other targets take their
-stem's image from every control folder (stems compared in Unicode NFC: stem_key). The pairing is checked against what the family takes
+stem's image from every control folder (stems compared in Unicode NFC: data.paths.stem_key). The pairing is checked against what the family takes
 (FamilySpec.control_images = (min, max); (0, 0) for text-to-image families): every problem is
 reported at once, naming the files: a control named in metadata that is missing, outside the
 dataset or unreadable; targets without controls (when the family needs them); control images
@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ from lorastudio.data.crop import resized_size
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import load_rgb, probe_image
+from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -94,12 +94,6 @@ def control_subfolders(root: Path) -> list[Path]:
         if match and entry.is_dir():
             found.append((int(match.group(1) or 1), entry))
     return [path for _, path in sorted(found)]
-
-
-def stem_key(name: str) -> str:
-    """The key a file pairs by: its stem in Unicode NFC, so that a name stored by the studio (NFC,
-    data.paths.safe_component) and the same name copied from macOS (NFD) pair."""
-    return unicodedata.normalize("NFC", Path(name).stem)
 
 
 def _folder_images(folder: Path) -> dict[str, tuple[Path, ...]]:

@@ -38,6 +38,19 @@ _FORBIDDEN_CHARS = frozenset('<>:"|?*')
 _HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
 
 
+def nfc(text: str) -> str:
+    """`text` in Unicode NFC: the one form names are stored (safe_component) and compared in, so
+    that a name copied from macOS (NFD: "e" + combining accent) is the same name."""
+    return unicodedata.normalize("NFC", text)
+
+
+def stem_key(name: str) -> str:
+    """The key a file pairs with its image by (a control image, a loss mask): its stem in NFC
+    (`nfc`), so that a name stored by the studio (NFC) and the same name copied from macOS (NFD)
+    pair."""
+    return nfc(Path(name).stem)
+
+
 def _config_error(field: str, message: str) -> ConfigError:
     return ConfigError([FieldProblem(field, message)])
 
@@ -65,7 +78,7 @@ def safe_component(name: str, *, field: str = "name") -> str:
         raise _config_error(field, "must not contain a NUL character")
     if any("\ud800" <= ch <= "\udfff" for ch in name):  # a file name's non-UTF-8 bytes, or JSON's lone \ud8xx
         raise _config_error(field, "must be valid UTF-8 text (it holds a lone surrogate / undecodable bytes)")
-    name = unicodedata.normalize("NFC", name)
+    name = nfc(name)
     if name in (".", ".."):
         raise PathOutsideRoot(f"{field}: {name!r} is not allowed (it names a folder, not a new one)")
     if any(sep in name for sep in _SEPARATORS):

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders, stem_key
+from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders
+from lorastudio.data.paths import nfc, stem_key
 from lorastudio.errors import DatasetError
 
 
@@ -79,7 +80,7 @@ def controls_of(dataset_dir: Path, stem: str) -> list[Path]:
         for folder in control_subfolders(dataset_dir)
         if not folder.is_symlink()
         for path in sorted(folder.iterdir())
-        if stem_key(path.name) == stem_key(stem)
+        if stem_key(path.name) == nfc(stem)  # `stem` is a stem already: "v1.2" is not "v1"
         and is_image_name(path.name)
         and path.is_file()
         and not path.is_symlink()

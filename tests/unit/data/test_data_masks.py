@@ -4,6 +4,7 @@ random crop, flip) down to the latent grid."""
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,15 @@ import pytest
 from PIL import Image
 
 from lorastudio.data import load_crop, scan_dataset
-from lorastudio.data.masks import attach_masks, mask_crop, mask_section, mask_warning, masked_setting_problems
+from lorastudio.data.masks import (
+    attach_masks,
+    mask_clashes,
+    mask_crop,
+    mask_section,
+    mask_warning,
+    masked_setting_problems,
+    masks_of,
+)
 from lorastudio.errors import ConfigError, DatasetError
 
 
@@ -81,6 +90,52 @@ def test_a_wrong_size_or_orphan_mask_is_named_and_settings_that_mean_nothing_are
     with pytest.raises(ConfigError) as both:
         _scan(root, alpha_mask=True)
     assert both.value.problems[0].field == "alpha_mask"
+
+
+def test_a_mask_pairs_with_its_image_in_another_unicode_normalisation(tmp_path: Path) -> None:
+    """A mask copied from macOS (NFD name) pairs with its image stored in NFC and the other way
+    round, as control images do (data.paths.stem_key): the scan, the preflight and the listing
+    read the same pairing; an NFC and an NFD mask of one image are a clash, not two masks."""
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    other_nfd = unicodedata.normalize("NFD", "señor")
+    root = _dataset(tmp_path, {nfc: (64, 64), other_nfd: (80, 64)})
+    (root / "masks").mkdir()
+    _noise_image((64, 64), 1, "L").save(root / "masks" / f"{nfd}.png")
+    _noise_image((80, 64), 2, "L").save(root / "masks" / f"{unicodedata.normalize('NFC', other_nfd)}.png")
+    scan = _scan(root)
+    assert all(it.mask is not None for it in scan.items), [it.path.name for it in scan.items]
+    assert mask_warning(scan.items) is None
+    assert masks_of(root, nfc) == [root / "masks" / f"{nfd}.png"]  # deleted with its image
+    assert mask_clashes(root) == {}
+    _noise_image((64, 64), 3, "L").save(root / "masks" / f"{nfc}.jpg")  # a second mask of café
+    both = sorted([f"{nfd}.png", f"{nfc}.jpg"])
+    assert mask_clashes(root) == {nfc: both}
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert err.value.problems == [
+        f"masks/{both[0]}, masks/{both[1]}: 2 masks for the image {nfc}.* (which one?): keep one"
+    ]
+
+
+def test_deleting_an_image_takes_its_nfd_mask_and_the_control_of_a_dotted_stem(tmp_path: Path) -> None:
+    """The delete finds what goes with an image by the same key as the run: an NFD mask of an NFC
+    image, and the control of "v1.2.png" (its stem "v1.2" was keyed as "v1": the control stayed,
+    an orphan every run refuses)."""
+    from lorastudio.data.image_edits import delete_image
+
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    root = _dataset(tmp_path, {nfc: (64, 64), "v1.2": (64, 64), "keep": (64, 64)})
+    (root / "masks").mkdir()
+    (root / "control").mkdir()
+    _noise_image((64, 64), 1, "L").save(root / "masks" / f"{nfd}.png")
+    _noise_image((64, 64), 2, "RGB").save(root / "control" / "v1.2.png")
+    _noise_image((64, 64), 3, "RGB").save(root / "control" / "keep.png")
+    assert delete_image(root, f"{nfc}.png") == [f"{nfc}.png", f"{nfc}.txt", f"masks/{nfd}.png"]
+    assert delete_image(root, "v1.2.png") == ["v1.2.png", "v1.2.txt", "control/v1.2.png"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*.png")) == [
+        "control/keep.png",
+        "keep.png",
+    ]
 
 
 def test_alpha_mask_reads_the_rgba_alpha_channel(tmp_path: Path) -> None:

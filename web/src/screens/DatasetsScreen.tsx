@@ -5,6 +5,11 @@ import { href, navigate } from "../lib/route";
 
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
 
+/** The server's refusal of a new name starting with '-' (data/paths.new_name, word for word):
+ * every command that takes the name would read it as an option. */
+const leadingDashReason = (name: string): string =>
+  `'${name}' must not start with '-': a command line would read it as an option; pick another name`;
+
 /** Dataset folders with image/caption counts, and a form to start a new one. */
 export function DatasetsScreen() {
   const { info, reload } = useInfo();
@@ -15,6 +20,10 @@ export function DatasetsScreen() {
   const create = (e: FormEvent) => {
     e.preventDefault();
     const n = name.trim();
+    if (n.startsWith("-")) {
+      setError(leadingDashReason(n));
+      return;
+    }
     if (!NAME_RE.test(n)) {
       setError("Use letters, digits, '.', '_' or '-' (start with a letter or digit).");
       return;

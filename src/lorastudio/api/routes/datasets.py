@@ -45,6 +45,7 @@ from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
 from lorastudio.data.pair_listing import listed_controls
+from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.upload_pairs import control_slot
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
@@ -105,7 +106,7 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
     if not folder.is_dir():
         raise NotFound(f"no dataset named {name!r}")
     files = discover(folder)
-    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*
+    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
     dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
     for stem, names in mask_clashes(folder).items():  # a run refuses them: no mask is shown
         masks.pop(stem)
@@ -134,7 +135,7 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
             except DatasetError as err:
                 caption = None
                 dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]
-        mask = masks.get(path.stem)
+        mask = masks.get(stem_key(path.name))
         images.append(
             {
                 "file": path.name,

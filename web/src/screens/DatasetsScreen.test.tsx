@@ -1,0 +1,42 @@
+import { render, screen } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { InfoProvider } from "../api/info";
+import { INFO, mockFetch } from "../test/fixtures";
+import { DatasetsScreen } from "./DatasetsScreen";
+
+afterEach(() => {
+  vi.unstubAllGlobals();
+  window.location.hash = "";
+});
+
+async function submit(name: string) {
+  const calls = mockFetch(({ url }) => (url === "/api/info" ? { body: INFO } : undefined));
+  render(
+    <InfoProvider>
+      <DatasetsScreen />
+    </InfoProvider>,
+  );
+  const user = userEvent.setup();
+  const field = await screen.findByLabelText("new dataset name");
+  await user.type(field, name);
+  await user.click(screen.getByRole("button", { name: /create/i }));
+  return calls;
+}
+
+describe("DatasetsScreen new dataset name", () => {
+  it("refuses a name starting with '-' with the server's reason (data/paths.new_name) and goes nowhere", async () => {
+    const calls = await submit("-x");
+    expect(screen.getByRole("alert").textContent).toBe(
+      "'-x' must not start with '-': a command line would read it as an option; pick another name",
+    );
+    expect(window.location.hash).toBe("");
+    expect(calls.map((c) => c.url)).toEqual(["/api/info"]); // nothing sent but the page's info
+  });
+
+  it("opens the new dataset for a good name", async () => {
+    await submit("cats");
+    expect(screen.queryByRole("alert")).toBeNull();
+    expect(window.location.hash).toBe("#/datasets/cats");
+  });
+});
