@@ -126,13 +126,17 @@ def _row_caption(line: bytes, where: str) -> tuple[str, str] | str:
     return file_name, caption
 
 
+MAX_LISTED_LINE_PROBLEMS = 50  # metadata.jsonl's bad lines listed one by one; the rest counted
+
+
 def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTable:
     """Parse metadata.jsonl: one JSON object per line with "file_name" and "text" or "caption".
 
     Blank lines are skipped. A file name of the form "./x.png" is read as "x.png". Bad lines
     (invalid JSON or UTF-8, missing or non-string fields, a file listed twice, a line over
     MAX_METADATA_LINE_BYTES, a caption over MAX_CAPTION_BYTES) are collected in `problems`
-    ("metadata.jsonl line N: why"), never skipped silently.
+    ("metadata.jsonl line N: why"), never skipped silently: the first MAX_LISTED_LINE_PROBLEMS,
+    then one line counting the rest (a file of 70,000 bad lines is one readable answer).
     Raises: DatasetError if the file cannot be read, is a link or is larger than
     MAX_METADATA_BYTES.
     """
@@ -165,6 +169,9 @@ def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTabl
                     captions[row[0]] = row[1]
         except OSError as err:
             raise DatasetError(f"cannot read {name}", [f"{name}: {err}"]) from None
+    if len(problems) > MAX_LISTED_LINE_PROBLEMS:
+        rest = len(problems) - MAX_LISTED_LINE_PROBLEMS
+        problems = [*problems[:MAX_LISTED_LINE_PROBLEMS], f"{name}: and {rest:,} more bad lines"]
     return MetadataTable(captions=captions, problems=problems)
 
 

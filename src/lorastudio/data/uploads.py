@@ -120,6 +120,7 @@ class UploadBatch:
             str, str
         ] = {}  # stem -> an image refused by its name (.bmp): its caption goes too
         self.refused: list[tuple[str, str]] = []  # (file name, reason), each pair once
+        self._refused_seen: set[tuple[str, str]] = set()  # self.refused as a set: a linear dedupe
         self._copies: dict[str, int] = {}  # a name sent more than once -> how many times
 
     def __enter__(self) -> UploadBatch:
@@ -159,7 +160,8 @@ class UploadBatch:
         for reason in reasons:  # a control's reason names it without its slot ("a.txt: ...")
             bare = reason.removeprefix(f"{name}: ").removeprefix(f"{Path(name).name}: ")
             pair = (name, bare if name else reason)
-            if pair not in self.refused:  # two copies of one bad name: one problem
+            if pair not in self._refused_seen:  # two copies of one bad name: one problem
+                self._refused_seen.add(pair)
                 self.refused.append(pair)
 
     def add(self, name: str, stream: BinaryIO, slot: str | None = None) -> None:

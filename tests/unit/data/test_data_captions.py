@@ -173,3 +173,26 @@ def test_an_oversized_metadata_file_or_sidecar_is_refused_unread(tmp_path, make_
     assert err.value.problems == ["a.txt: caption larger than 64 KB (shorten it)"]
     (tmp_path / "a.txt").write_text("\ufeff" + "w" * captions.MAX_CAPTION_BYTES + "\n\n")
     assert _by_name(_scan(tmp_path))["a.png"][1] == "txt"  # exactly the cap, with a BOM: read
+
+
+def test_a_metadata_upload_of_70000_bad_lines_is_one_short_answer(tmp_path, make_image):
+    """Found by tests/reliability/test_bad_input.py's caption fuzzing in CI: 70,000 bad lines made
+    70,000 problems, deduplicated pairwise (minutes of CPU in the request). The first lines are
+    listed, the rest counted, and the upload answers at once."""
+    import io
+
+    from lorastudio.data.captions import MAX_LISTED_LINE_PROBLEMS
+    from lorastudio.data.uploads import UploadBatch
+
+    root = tmp_path / "datasets"
+    (root / "ds").mkdir(parents=True)
+    lines = b"x\n" * 70_000  # each line is not JSON
+    with UploadBatch(root, root / "ds", 10**6) as batch:
+        batch.add("metadata.jsonl", io.BytesIO(lines))
+        with pytest.raises(DatasetError) as caught:
+            batch.commit()
+    problems = caught.value.problems
+    assert len(problems) == MAX_LISTED_LINE_PROBLEMS + 1, problems[-3:]
+    assert "metadata.jsonl line 1:" in problems[0]
+    assert problems[-1].endswith(f"and {70_000 - MAX_LISTED_LINE_PROBLEMS:,} more bad lines")
+    assert not any((root / "ds").iterdir())  # nothing stored
