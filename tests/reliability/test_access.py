@@ -23,7 +23,7 @@ from PIL import Image
 from reliability_helpers import FINAL, record_figure, wait_for
 
 import lorastudio.api.deps as deps
-from live_server import LOOPBACK
+from live_server import LOOPBACK, WORKER_TIMEOUT_S
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
 
@@ -228,7 +228,9 @@ def _serve_with_token(settings: Settings, log: Path) -> Iterator[tuple[httpx.Cli
     with log.open("w") as out:
         proc = subprocess.Popen([*SERVE, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=WORKER_TIMEOUT_S
+        ) as client:  # /api/info imports torch (loaded CI host: 30 s was short)
 
             def up() -> bool:
                 try:

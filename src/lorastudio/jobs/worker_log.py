@@ -48,6 +48,7 @@ class WorkerLog:
         self._thread: threading.Thread | None = None
         self._saved: tuple[int, int] | None = None
         self._handlers: list[logging.Handler] = []
+        self._lock = threading.Lock()  # the copy thread and the log handler both append
 
     def start(self) -> WorkerLog:
         """Open the log file (appending: a resumed run's worker has its own run id, so its own
@@ -81,23 +82,35 @@ class WorkerLog:
         return self
 
     def write(self, data: bytes) -> None:
-        """Append `data` to the log file (not the terminal) while under the size limit."""
-        if self._file is None or self._written >= self._limit:
-            return
-        room = self._limit - self._written
-        piece = data[:room]
-        with contextlib.suppress(OSError):  # a full disk must not end the run: the log is a copy
-            self._file.write(piece)
-            if len(piece) < len(data):
-                self._file.write(b"\n[log truncated: the file reached its size limit]\n")
-        self._written += len(data)
+        """Append `data` to the log file (not the terminal) while under the size limit. One
+        call's bytes are never split by another thread's (the copy thread passes whole lines)."""
+        with self._lock:
+            if self._file is None or self._written >= self._limit:
+                return
+            room = self._limit - self._written
+            piece = data[:room]
+            with contextlib.suppress(OSError):  # a full disk must not end the run: the log is a copy
+                self._file.write(piece)
+                if len(piece) < len(data):
+                    self._file.write(b"\n[log truncated: the file reached its size limit]\n")
+            self._written += len(data)
 
     def _copy(self, read_end: int) -> None:
+        """Copy the pipe to the terminal as it comes and to the file by whole lines, so that a
+        log record written straight to the file between a print's text and its newline (two
+        writes) lands between lines, not inside one. A line longer than _CHUNK goes as it is."""
         terminal = self._saved[1] if self._saved else 2
+        pending = b""
         while chunk := os.read(read_end, _CHUNK):
-            self.write(chunk)
             with contextlib.suppress(OSError):
                 os.write(terminal, chunk)
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1 if len(pending) <= _CHUNK else len(pending)
+            if cut:
+                self.write(pending[:cut])
+                pending = pending[cut:]
+        if pending:
+            self.write(pending)
         os.close(read_end)
 
     def close(self, timeout: float = 5.0) -> None:

@@ -49,3 +49,30 @@ def test_the_tee_keeps_every_line_and_the_terminal_still_sees_them(tmp_path: Pat
 def test_the_file_stops_at_its_limit(tmp_path: Path) -> None:
     text, _ = _run(tmp_path, 200, 5000)
     assert len(text.encode()) < 300 and text.endswith("[log truncated: the file reached its size limit]\n")
+
+
+SPLIT_LINE = """
+import logging, os, sys, time
+from pathlib import Path
+from lorastudio.jobs.worker_log import WorkerLog
+log = WorkerLog(Path(sys.argv[1])).start()
+os.write(1, b"first half")  # a line written in two pieces (as print writes its text, then end)
+time.sleep(0.3)  # the copy thread has read the first piece
+logging.getLogger("lorastudio.worker").info("a record between the pieces")
+os.write(1, b", second half\\n")
+log.close()
+"""
+
+
+def test_a_record_between_a_lines_two_writes_does_not_split_the_line(tmp_path: Path) -> None:
+    """Seen in CI under load: 'from print' + a log record + '\\n' in the file. The copy thread
+    writes whole lines to the file, so a record written straight to it lands between lines."""
+    path = tmp_path / "run.log"
+    done = subprocess.run(
+        [sys.executable, "-c", SPLIT_LINE, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    text = path.read_text()
+    assert "first half, second half\n" in text, text
+    assert "INFO lorastudio.worker: a record between the pieces\n" in text, text
+    assert "first half, second half" in done.stdout + done.stderr  # the terminal sees it too
