@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from lorastudio import families
 from lorastudio.config import TrainConfig, parse_train_config
+from lorastudio.config_resolve import spec_rule_problems
 from lorastudio.errors import ConfigError, NotFound
 from lorastudio.settings import get_settings
 from lorastudio.training.checkpoint import (
@@ -62,9 +63,11 @@ def _progress_losses(events: list) -> list[float]:
 
 
 def _augmented(family: str, make_config) -> dict:
-    """AUGMENTED less the settings the family refuses (Family.config_problems, e.g. Qwen-Image-Edit's
-    random_flip)."""
-    refused = {p.field for p in families.get(family).config_problems(make_config(family, **AUGMENTED))}
+    """AUGMENTED less the settings the family refuses (its hooks' Family.config_problems and its
+    FamilySpec's declarative refusals, e.g. Qwen-Image-Edit's random_flip)."""
+    cfg, fam = make_config(family, **AUGMENTED), families.get(family)
+    problems = fam.config_problems(cfg) + spec_rule_problems(cfg, fam.spec)
+    refused = {p.field for p in problems}
     return {k: v for k, v in AUGMENTED.items() if k not in refused}
 
 
