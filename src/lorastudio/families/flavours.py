@@ -52,12 +52,8 @@ class FlavourHooks:
         None when the family has no variants, no row matches, or the files cannot be read."""
         if not self.spec.variants:
             return None
-        try:
-            index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
-            denoiser = json.loads((folder / self.spec.denoiser / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return self.variant(config_facts(index, self.spec.denoiser, denoiser))
+        facts = self._folder_facts(folder)
+        return None if facts is None else self.variant(facts)
 
     def local_facts(self, source: str | SingleFile, revision: str | None = None) -> dict[str, Any] | None:
         """checkpoint_facts read from disk only, as plain JSON (no diffusers import, no download):
@@ -72,6 +68,11 @@ class FlavourHooks:
             folder = cached_snapshot(where, revision) if is_hub_id(where) else None
         if folder is None:
             return None
+        return self._folder_facts(folder)
+
+    def _folder_facts(self, folder: Path) -> dict[str, Any] | None:
+        """config_facts of a pipeline folder's model_index.json and denoiser config.json, read as
+        plain JSON; None when either cannot be read or is not a JSON object."""
         try:
             index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
             denoiser = json.loads((folder / self.spec.denoiser / "config.json").read_text(encoding="utf-8"))
