@@ -68,11 +68,9 @@ def _child(folder: Path, route: str, device: str) -> dict[str, Any]:
         _sync(device)
         t0 = time.perf_counter()
         if route in ("device_map", "both"):
-            model = cls.from_pretrained(
-                folder, subfolder=sub, torch_dtype=torch.bfloat16, device_map={"": device}
-            )
+            model = cls.from_pretrained(folder, subfolder=sub, dtype=torch.bfloat16, device_map={"": device})
         else:
-            model = cls.from_pretrained(folder, subfolder=sub, torch_dtype=torch.bfloat16).to(device)
+            model = cls.from_pretrained(folder, subfolder=sub, dtype=torch.bfloat16).to(device)
         _sync(device)
         seconds = time.perf_counter() - t0
         devices = {str(p.device) for p in model.parameters()}
