@@ -15,7 +15,7 @@ import torch
 
 from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, comfy_key_map
 from lorastudio.lora.lycoris import check_lycoris_keys, peft_to_lycoris
-from lorastudio.lora.metadata import PREFIX, kohya_metadata
+from lorastudio.lora.metadata import PREFIX, kohya_metadata, modelspec_metadata
 from lorastudio.training.lora import lora_state_dict, module_scales
 
 
@@ -62,9 +62,11 @@ def lycoris_file(
         check["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
     ranks = sorted({r for r, _ in scales.values()})
     alphas = sorted({a for _, a in scales.values()})
+    lycoris_info = {**info, PREFIX + "lora_format": "lycoris"}
     header = {
         "format": "pt",
         **info,
+        **modelspec_metadata(lycoris_info),  # the SAI model spec's keys: architecture "<base>/lycoris"
         # kohya's ss_* keys as in every kohya-layout file (base model version, the run's facts) ...
         **kohya_metadata(info, ranks[-1] if ranks else 0, alphas[-1] if alphas else 0.0),
         PREFIX + "lora_format": "lycoris",

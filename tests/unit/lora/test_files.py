@@ -143,6 +143,55 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     assert all(isinstance(v, str) for v in header.values())
 
 
+# the SAI model spec's architecture id of each family's tiny base (FLUX.1's has a guidance embedding: dev)
+ARCHITECTURE = {
+    "sdxl": "stable-diffusion-xl-v1-base",
+    "flux": "flux-1-dev",
+    "qwen-image": "qwen-image",
+    "z-image": "z-image",
+    "flux2": "flux-2-dev",
+    "flux2-klein": "flux-2-klein",
+    "flux-kontext": "flux-1-kontext-dev",
+    "chroma": "chroma",
+    "krea2": "krea-2",
+}
+# whose weight names a kohya-layout file's keys are (its lora_unet_* / diffusion_model.* names)
+KOHYA_IMPLEMENTATION = {
+    "sdxl": "https://github.com/Stability-AI/generative-models",
+    "flux": "https://github.com/black-forest-labs/flux",
+    "flux-kontext": "https://github.com/black-forest-labs/flux",
+    "chroma": "https://huggingface.co/lodestones/Chroma",
+    "qwen-image": "diffusers",
+    "z-image": "diffusers",
+    "flux2": "https://github.com/comfyanonymous/ComfyUI",
+    "flux2-klein": "https://github.com/comfyanonymous/ComfyUI",
+    "krea2": "https://github.com/comfyanonymous/ComfyUI",
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_familys_files_carry_the_sai_model_spec(family, tiny_model, sample_dataset, tmp_root):
+    """Both layouts of a run's file carry the modelspec.* keys kohya / SimpleTuner write (as
+    strings), next to the lorastudio.* ones; the files load in diffusers (tests above)."""
+    for key, layout in ((f"kohya-{family}", "kohya"), (f"default-{family}", None)):
+        result = _run(key, family, tiny_model, sample_dataset, tmp_root, lora_format=layout)
+        sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+        _, header = read_lora_file(result.lora_path)
+        spec = {k: v for k, v in header.items() if k.startswith("modelspec.")}
+        implementation = KOHYA_IMPLEMENTATION[family] if sidecar["lora_format"] == "kohya" else "diffusers"
+        size = _size(family)
+        assert spec == {
+            "modelspec.sai_model_spec": "1.0.0",
+            "modelspec.architecture": f"{ARCHITECTURE[family]}/lora",
+            "modelspec.implementation": implementation,
+            "modelspec.title": key,
+            "modelspec.date": sidecar["created_at"],
+            "modelspec.resolution": f"{size}x{size}",
+            "modelspec.trigger_phrase": "sks",
+        }, (key, sidecar["lora_format"])
+        assert header["lorastudio.output_name"] == key and all(isinstance(v, str) for v in header.values())
+
+
 def test_a_diffusers_run_records_its_facts_in_the_header(tiny_model, sample_dataset, tmp_root):
     result = _run("diffusers-flux", "flux", tiny_model, sample_dataset, tmp_root, lora_format="diffusers")
     tensors, header = read_lora_file(result.lora_path)
