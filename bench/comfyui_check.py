@@ -19,7 +19,10 @@ checked with v0.19.3, upstream commit 3086026401180c9216bcb6ace442a4e3587d2c66, 
 YellowRoseCx/ComfyUI snapshot: the files of that commit, two missing tokenizer blobs aside). Its
 dependencies beyond this venv (einops, scipy, torchsde, trampoline, comfy-aimdo) go in a folder
 given by --pythonpath (`pip install --no-deps --target DIR ...`). Krea 2 is not a ComfyUI
-v0.19.3 model, so it is reported as not checked there.
+v0.19.3 model, so it is reported as skipped there; it was checked with ComfyUI v0.33.0 (upstream
+commit 2f35f4a08176d993cded35dac3332be4f7287f41, the files of that commit; its dependencies
+beyond these: comfy-kitchen, and torchaudio is stubbed like torchvision): every case above
+and the diffusers layout loaded, every patched weight the trained change (fp32 files: exactly).
 """
 
 from __future__ import annotations
@@ -55,8 +58,11 @@ COMFY_MODEL = {
     "qwen-image-edit": ("QwenImage", "identity"),  # the same model class (its edit inputs are not weights)
     "flux2": ("Flux2", "given"),
     "flux2-klein": ("Flux2", "given"),
+    # a ComfyUI model since v0.2x (comfy/ldm/krea2; checked with v0.33.0, 2f35f4a0): v0.19.3 reports
+    # it as skipped (no model_base.Krea2)
+    "krea2": ("Krea2", "krea2"),
 }
-NOT_IN_COMFYUI = {"krea2": "ComfyUI v0.19.3 has no Krea 2 model (comfy/ldm has no krea2)"}
+NOT_IN_COMFYUI: dict[str, str] = {}
 RANK, ALPHA = 4, 8.0
 # case -> TrainConfig settings over the defaults ("lora": the family's default layout, "lora-kohya"
 # its kohya one). DoRA's ComfyUI file is lora_format "kohya" (the LyCORIS layout with
@@ -212,6 +218,9 @@ def write_case(family: str, work: Path, case: str = "lora", lora_format: str | N
     }
     if kind == "unet":
         case_json["unet_config"] = sdxl_unet_config(model)
+    if kind == "krea2":  # what ComfyUI's krea2_to_diffusers reads: the main blocks' count
+        blocks = {k.split(".")[1] for k in base if k.startswith("transformer_blocks.")}
+        case_json["unet_config"] = {"image_model": "krea2", "layers": len(blocks)}
     if kind == "given":
         full = {k: change.get(k, torch.zeros_like(v)) for k, v in base.items()}
         base, change = flux2_native(base), flux2_native(full)

@@ -13,7 +13,8 @@ What runs, all ComfyUI's code:
 1. the model's weights in ComfyUI's names, by ComfyUI's own diffusers loading conversion:
    `comfy.utils.unet_to_diffusers` (SDXL, as `comfy.sd.load_diffusion_model_state_dict` does for
    a diffusers U-Net), `comfy.model_detection.convert_diffusers_mmdit` (FLUX.1, Chroma, Kontext,
-   Z-Image), none for Qwen-Image (ComfyUI's model uses the diffusers names); FLUX.2 has no
+   Z-Image), `comfy.utils.krea2_to_diffusers` (Krea 2: the table its lora.py maps diffusers
+   names by), none for Qwen-Image (ComfyUI's model uses the diffusers names); FLUX.2 has no
    diffusers conversion in ComfyUI, so its BFL-named weights are given by the caller. The
    expected change is converted the same way: convert(base + change) - convert(base).
 2. `comfy.sd.load_lora_for_models(model_patcher, None, lora, 1.0, 0)`: the LoraLoaderModelOnly
@@ -29,17 +30,19 @@ What runs, all ComfyUI's code:
 The stub surface, and why: ComfyUI's model classes cannot be built at the tiny models' sizes
 (its model detection and constructors assume real widths: head counts of hidden_size / 128,
 Qwen-Image's 3072), so the model handed to the loader is an instance of ComfyUI's real class
-(comfy.model_base.SDXL / Flux / Flux2 / Chroma / QwenImage / Lumina2; lora.py dispatches on it
+(comfy.model_base.SDXL / Flux / Flux2 / Chroma / QwenImage / Lumina2 / Krea2; lora.py dispatches on it
 with isinstance) made without its constructor, holding the converted weights under
 `diffusion_model.` and the unet_config ComfyUI's own `detect_unet_config` reads from them (SDXL:
-written by the caller and checked to name every weight). torchvision is replaced by an absent
-module (only CUDA wheels exist for this CPU torch; only models never built here import it).
+written by the caller and checked to name every weight). torchvision and torchaudio, when not
+installed, are replaced by an absent module (_ABSENT_IF_MISSING: only models never built here
+use them).
 Model management runs for real with --cpu.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
 import importlib.machinery
 import json
 import logging
@@ -56,7 +59,8 @@ class _Absent(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         sub = _Absent(f"{self.__name__}.{name}")
-        sub.__spec__ = importlib.machinery.ModuleSpec(sub.__name__, None)
+        sub.__spec__ = importlib.machinery.ModuleSpec(sub.__name__, None, is_package=True)
+        sub.__path__ = []  # a package: `import absent.sub.module` goes on through _AbsentFinder
         sys.modules[sub.__name__] = sub
         return sub
 
@@ -64,15 +68,43 @@ class _Absent(types.ModuleType):
         raise RuntimeError(f"{self.__name__} is not available in this check")
 
 
+# packages only models never built here import (video / audio models), replaced by an absent
+# module (and absent submodules) when not installed: torchvision (only CUDA wheels exist for this
+# CPU torch), and torchaudio (newer ComfyUI's comfy.sd imports its audio VAEs at module level)
+_ABSENT_IF_MISSING = ("torchvision", "torchaudio")
+
+
+class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports every module under `roots` (a package not installed) as an _Absent module."""
+
+    def __init__(self, roots: set[str]) -> None:
+        self.roots = roots
+
+    def find_spec(
+        self, name: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name.split(".")[0] not in self.roots:
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _Absent(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
 def import_comfy(root: Path) -> types.SimpleNamespace:
     """Import ComfyUI's modules from the checkout at `root` (on the CPU)."""
     sys.path.insert(0, str(root))
-    try:
-        import torchvision  # noqa: F401
-    except (ImportError, RuntimeError, OSError):
-        for name in ("torchvision", "torchvision.transforms", "torchvision.models", "torchvision.ops"):
-            sys.modules[name] = _Absent(name)
-            sys.modules[name].__spec__ = importlib.machinery.ModuleSpec(name, None)
+    missing = set()
+    for package in _ABSENT_IF_MISSING:
+        try:
+            importlib.import_module(package)
+        except (ImportError, RuntimeError, OSError):
+            missing.add(package)
+    if missing:
+        sys.meta_path.insert(0, _AbsentFinder(missing))
     import comfy.cli_args
 
     comfy.cli_args.args.cpu = True
@@ -116,6 +148,9 @@ def native_weights(comfy: Any, case: dict[str, Any], weights: dict[str, Any]) ->
     weights = {k: v.clone() for k, v in weights.items()}  # ComfyUI's conversion writes into its input
     if kind == "given" or kind == "identity":
         return dict(weights)
+    if kind == "krea2":  # ComfyUI's own diffusers -> Krea 2 table (the one lora.py maps by)
+        mapping = comfy.utils.krea2_to_diffusers(case["unet_config"])
+        return {mapping[k]: v for k, v in weights.items() if k in mapping}
     if kind == "unet":
         mapping = comfy.utils.unet_to_diffusers(case["unet_config"])
         missing = sorted(k for k in weights if k not in mapping)
@@ -136,6 +171,15 @@ def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
     case = json.loads((case_dir / "case.json").read_text())
     base = load_file(str(case_dir / "base.safetensors"))
     change = load_file(str(case_dir / "expected.safetensors"))
+    cls = getattr(comfy.base, case["model_class"], None)
+    if cls is None:  # an older ComfyUI (Krea 2 came in v0.2x)
+        return {"family": case["family"], "case": case.get("case", "lora"), "ok": None,
+                "skipped": f"this ComfyUI has no {case['model_class']} model"}  # fmt: skip
+    if case["native"] == "krea2":  # a trained layer ComfyUI's table does not name is a failure, not dropped
+        table = comfy.utils.krea2_to_diffusers(case["unet_config"])
+        unnamed = sorted(k for k, v in change.items() if k not in table and bool(v.abs().max() > 0))
+        if unnamed:
+            raise SystemExit(f"ComfyUI's krea2_to_diffusers does not name trained weights {unnamed[:3]}")
     native = native_weights(comfy, case, base)
     moved = native_weights(comfy, case, {k: v + change.get(k, 0) for k, v in base.items()})
     expected = {k: moved[k] - v for k, v in native.items() if not torch.equal(moved[k], v)}
@@ -145,7 +189,6 @@ def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
         if comfy.utils.unet_to_diffusers(read) != comfy.utils.unet_to_diffusers(unet_config):
             raise SystemExit(f"detect_unet_config reads another U-Net: {read}")
 
-    cls = getattr(comfy.base, case["model_class"])
     model = cls.__new__(cls)  # see the module docstring: ComfyUI's class, no constructor
     torch.nn.Module.__init__(model)
     model.model_config = types.SimpleNamespace(unet_config=unet_config)

@@ -4,6 +4,7 @@ and send settings by those rules test the server's rules, not a stale copy."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -14,6 +15,10 @@ from lorastudio.config_choices import host_choices
 from lorastudio.config_host import BNB_OPTIMIZERS
 
 RULES = Path(__file__).resolve().parents[2] / "web" / "src" / "test" / "serverRules.gen.ts"
+_spec = importlib.util.spec_from_file_location("dump_rules", RULES.parents[2] / "scripts" / "dump_rules.py")
+_dump = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_dump)
+NAME_CASES, refused = _dump.NAME_CASES, _dump.refused
 
 
 def test_the_web_tests_rules_are_what_api_info_serves(client: TestClient) -> None:
@@ -22,6 +27,11 @@ def test_the_web_tests_rules_are_what_api_info_serves(client: TestClient) -> Non
     assert match, f"{RULES}: run scripts/build_web.sh (web/scripts/dump_rules.py writes it)"
     fixture = json.loads(match[1])
     assert fixture["config_rules"] == info["config_rules"], "stale: rm web/.api-stamp; scripts/build_web.sh"
+    # the new dataset name's rule, and new_name's verdicts on the names the web tests run it on
+    assert fixture["dataset_name_rule"] == info["dataset_name_rule"], (
+        "stale: rm web/.api-stamp; scripts/build_web.sh"
+    )
+    assert fixture["name_cases"] == [[n, refused(n)] for n in NAME_CASES], "stale: scripts/build_web.sh"
     keys = ("supports", "refuses", "attention_backends_refused", "max_sequence_length_max", "refuses_on")
     served = {f["name"]: {k: f[k] for k in keys} for f in info["families"]}
     assert fixture["families"] == served, "stale: rm web/.api-stamp; scripts/build_web.sh"

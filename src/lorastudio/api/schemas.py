@@ -216,6 +216,20 @@ class ConfigRulesOut(_Out):
     )
 
 
+class NameCheckOut(_Out):
+    refuse: str = Field(description="a JavaScript regular expression a refused name (NFC) matches")
+    flags: str = Field(description="its flags ('u', 'iu' or '')")
+    reason: str = Field(description="the server's reason; {name} stands for the name in quotes")
+
+
+class NameRuleOut(_Out):
+    """What a new dataset name must be (lorastudio.data.name_rule, data.paths.new_name's rules)."""
+
+    checks: list[NameCheckOut] = Field(description="in order: the first that matches refuses the name")
+    max_bytes: int = Field(description="the most bytes the name takes in UTF-8")
+    bytes_reason: str
+
+
 class InfoOut(_Out):
     version: str
     datasets_root: str
@@ -227,6 +241,7 @@ class InfoOut(_Out):
     host: HostOut
     auth: bool
     config_rules: ConfigRulesOut
+    dataset_name_rule: NameRuleOut = Field(description="what a new dataset's name must be (the form's check)")
 
 
 class DroppedFile(_Out):

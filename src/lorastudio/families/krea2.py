@@ -48,8 +48,9 @@ SPEC = FamilySpec(
     # encoder): LoRA 16/16, lr 1e-4, 2000 steps, 1024 px top bucket, flowmatch with ai-toolkit's
     # default "sigmoid" timesteps; 512 text tokens (Krea2Pipeline's default)
     defaults={
-        # ComfyUI maps Krea 2 LoRAs by their original names only (diffusion_model.<name>); diffusers'
-        # Krea 2 reader loads the same file: the portable default (as FLUX.2's)
+        # ComfyUI's own layout for Krea 2 (diffusion_model.<original name>; since v0.33.0 it maps the
+        # diffusers names too, older releases did not); diffusers' Krea 2 reader loads the same
+        # file: the portable default (as FLUX.2's)
         "lora_format": "kohya",
         "resolution": 1024,
         "learning_rate": 1e-4,

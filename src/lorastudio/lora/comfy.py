@@ -45,8 +45,16 @@ patch_weight_to_device` on each family's default file of a tiny run (every key l
 patched weight == the trained (alpha / rank) * B @ A; the SDXL diffusers layout: 0 keys loaded),
 on each family's kohya layout, and on DoRA / LoHa / LoKr files in the LyCORIS layout
 (lora/lycoris.py).
-Krea 2 is not in v0.19.3 (its rules above are read from the later lora.py). The sidecar names
-that check for the families it covers (COMFYUI_LOADER_CHECKED).
+Krea 2 is not in v0.19.3: its rules are those of ComfyUI v0.33.0 (upstream commit
+2f35f4a08176d993cded35dac3332be4f7287f41; Krea 2 came with "feat: Support Krea2", #14589):
+    Krea 2 (`krea2_to_diffusers`): "diffusion_model."/"transformer." + <diffusers name>, the bare
+                name, "lycoris_" + underscored, for the names in that table (its main, text-fusion
+                layer-wise and refiner blocks' attention and MLP, its in / out, time and text
+                projections: lora/krea2_names.py names the same), beside the generic keys of its
+                original names
+and bench/comfyui_check.py ran that ComfyUI's loader on its files too (every adapter kind, both
+layouts: COMFYUI_LOADER_KREA2). The sidecar names that check for the families it covers
+(COMFYUI_LOADER_CHECKED, comfyui_loader).
 
 The model's weights are named here from the diffusers model (module -> weight shape) through
 `lorastudio.lora.names`; shapes are checked too (ComfyUI would fail to patch a wrong shape).
@@ -89,6 +97,18 @@ COMFYUI_LOADER_CHECKED: dict[str, frozenset[str]] = {
 COMFYUI_LOADER = (
     "ComfyUI v0.19.3 (3086026401180c9216bcb6ace442a4e3587d2c66) load_lora_for_models, bench/comfyui_check.py"
 )
+# Krea 2 is a ComfyUI model since after v0.19.3: its files went through v0.33.0's loader
+COMFYUI_LOADER_KREA2 = (
+    "ComfyUI v0.33.0 (2f35f4a08176d993cded35dac3332be4f7287f41) load_lora_for_models, bench/comfyui_check.py"
+)
+COMFYUI_LOADER_CHECKED["krea2"] = frozenset({"kohya", "diffusers"})
+
+
+def comfyui_loader(family: str) -> str:
+    """The ComfyUI release whose own loader bench/comfyui_check.py ran on `family`'s files."""
+    return COMFYUI_LOADER_KREA2 if family == "krea2" else COMFYUI_LOADER
+
+
 # FLUX.2 diffusers names covered by ComfyUI's flux_to_diffusers table with the weight names_flux2
 # gives them (q/k/v as row slices of the fused qkv, sized hidden_size); norm_out.linear is left
 # out (ComfyUI patches it through a row swap)
@@ -162,10 +182,18 @@ def comfy_key_map(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, 
             )
         elif family == "qwen-image":
             key_map.update({d: shape, "transformer." + d: shape, "lycoris_" + flat: shape})
-        elif family == "z-image" and _Z_IMAGE_MAPPED.fullmatch(d):
+        elif _diffusers_table_names(family, d):  # Z-Image's and Krea 2's diffusers tables
             for name in ("diffusion_model." + d, "transformer." + d, d, "lycoris_" + flat):
                 key_map[name] = shape
     return key_map
+
+
+def _diffusers_table_names(family: str, module: str) -> bool:
+    """Whether ComfyUI's diffusers table of `family` names `module`: z_image_to_diffusers
+    (_Z_IMAGE_MAPPED) or krea2_to_diffusers (the names lora/krea2_names.py maps)."""
+    if family == "z-image":
+        return bool(_Z_IMAGE_MAPPED.fullmatch(module))
+    return family == "krea2" and names.krea2_to_original(module) is not None
 
 
 def _native_shapes(family: str, module_shapes: Mapping[str, Shape]) -> dict[str, Shape]:

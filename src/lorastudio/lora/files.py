@@ -18,7 +18,7 @@ import torch
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
 from lorastudio.lora.header import check_lora_structure, read_header
-from lorastudio.lora.metadata import PREFIX, kohya_metadata
+from lorastudio.lora.metadata import PREFIX, carried_header, kohya_metadata, modelspec_metadata
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
 from lorastudio.lora.text_encoders import (
     folded_peft,
@@ -275,6 +275,7 @@ def file_for_layout(
     lora_B weights and records alpha = rank (see convert.fold_strength): ComfyUI, which reads no
     alpha from a diffusers file, then applies the same weight as diffusers."""
     info = {**info, PREFIX + "lora_format": layout}
+    info = {**info, **modelspec_metadata(info)}  # the SAI model spec's keys, in every layout
     if layout == "kohya":
         tensors = to_kohya(lora.tensors, family, lora.alpha)
         # a layout with alpha / rank folded into lora_B (Krea 2) holds alpha = rank, as a diffusers file
@@ -314,7 +315,7 @@ def convert_file(
     source_layout = detect_layout(tensors)
     denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
     lora = peft_from_file(denoiser, metadata, family)
-    info = {k: v for k, v in metadata.items() if k.startswith(PREFIX)}
+    info = carried_header(metadata)
     info[PREFIX + "family"] = family
     out_tensors, header = file_for_layout(lora, family, to, info)
     if text_encoders:

@@ -1,5 +1,7 @@
 """The safetensors header of a LoRA file: training facts as `lorastudio.*` strings in every file,
-plus kohya's `ss_*` keys in kohya files (so kohya-aware tools recognise them)."""
+the SAI model spec's `modelspec.*` keys in every file (what the file is: architecture, key
+naming, title, date, resolution), plus kohya's `ss_*` keys in kohya files (so kohya-aware tools
+recognise them). Every value is a string (safetensors metadata)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,52 @@ BASE_MODEL_VERSION = {
 }
 
 
+# the SAI model spec (github.com/Stability-AI/ModelSpec) version these keys follow
+MODELSPEC_VERSION = "1.0.0"
+MODELSPEC = "modelspec."
+ARCHITECTURE_KEY = MODELSPEC + "architecture"
+# the spec's architecture id of each family's base model (kohya sd-scripts' ids where it has
+# one: SDXL, FLUX.1 dev / schnell, Chroma); the file's adapter kind follows as "/lora" or
+# "/lycoris" (LoHa / LoKr / DoRA in the LyCORIS layout)
+ARCHITECTURES = {
+    "sdxl": "stable-diffusion-xl-v1-base",
+    "flux": "flux-1-dev",  # "flux-1-schnell" for a base without guidance embedding (architecture())
+    "flux-kontext": "flux-1-kontext-dev",
+    "chroma": "chroma",
+    "qwen-image": "qwen-image",
+    "qwen-image-edit": "qwen-image-edit",
+    "z-image": "z-image",
+    "flux2": "flux-2-dev",
+    "flux2-klein": "flux-2-klein",
+    "krea2": "krea-2",
+}
+# the code base whose weight names a kohya / LyCORIS-layout file's keys follow (its
+# lora_unet_* / diffusion_model.* names); a diffusers-layout file's are "diffusers"
+_SGM = "https://github.com/Stability-AI/generative-models"
+_BFL_FLUX = "https://github.com/black-forest-labs/flux"
+_COMFYUI = "https://github.com/comfyanonymous/ComfyUI"
+ORIGINAL_IMPLEMENTATION = {
+    "sdxl": _SGM,
+    "flux": _BFL_FLUX,
+    "flux-kontext": _BFL_FLUX,
+    "chroma": "https://huggingface.co/lodestones/Chroma",  # kohya's id for Chroma
+    "qwen-image": "diffusers",  # its kohya layout keeps the diffusers names (lora/names.py)
+    "qwen-image-edit": "diffusers",
+    "z-image": "diffusers",
+    "flux2": _COMFYUI,  # FLUX.2's BFL names as ComfyUI's model holds them (lora/names_flux2.py)
+    "flux2-klein": _COMFYUI,
+    "krea2": _COMFYUI,  # comfy.ldm.krea2's names (lora/krea2_names.py)
+}
+
+
+def architecture(family: str, denoiser_config: Any = None) -> str:
+    """The model spec's architecture id of `family`'s base (no adapter suffix); FLUX.1's from
+    its denoiser's config: no guidance embedding is schnell (as kohya tells them apart)."""
+    if family == "flux" and getattr(denoiser_config, "guidance_embeds", True) is False:
+        return "flux-1-schnell"
+    return ARCHITECTURES.get(family, family)
+
+
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
@@ -42,6 +90,7 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
         "total_steps": sidecar.get("total_steps"),
         "resolution": sidecar.get("resolution"),
         "trigger_word": sidecar.get("trigger_word"),
+        "v_prediction": config.get("v_prediction"),
         "dataset_fingerprint": dataset.get("fingerprint"),
         "dataset_images": dataset.get("images"),
         "output_name": config.get("output_name"),
@@ -80,5 +129,49 @@ def kohya_metadata(info: Mapping[str, str], rank: int, alpha: float) -> dict[str
         "ss_seed": get("seed"),
         "ss_num_train_images": get("dataset_images"),
         "ss_training_comment": f"trigger: {get('trigger_word')}" if get("trigger_word") else "",
+    }
+    return {k: v for k, v in keys.items() if v}
+
+
+def carried_header(header: Mapping[str, str]) -> dict[str, str]:
+    """What a file made from another (convert, merge, resize) carries over from its header: the
+    `lorastudio.*` facts and the model spec's architecture (the spec's advice to tools that
+    rewrite a file); the other `modelspec.*` keys are derived again (modelspec_metadata)."""
+    return {k: v for k, v in header.items() if k.startswith(PREFIX) or k == ARCHITECTURE_KEY}
+
+
+def modelspec_metadata(info: Mapping[str, str]) -> dict[str, str]:
+    """The SAI model spec's `modelspec.*` header keys of a LoRA file from its `lorastudio.*`
+    strings (family, lora_format: "diffusers" / "kohya" / "lycoris", output name, date,
+    resolution, trigger word, v_prediction, merged_from) and `modelspec.architecture` when
+    `info` carries one (a run's save: architecture(); a converted file: its source's), else the
+    family's. Keys whose fact is unknown are left out; prediction_type is SDXL's only (kohya
+    writes none for the rectified-flow families), and only where the run says which."""
+
+    def get(key: str) -> str:
+        return info.get(PREFIX + key, "")
+
+    family = get("family")
+    layout = get("lora_format") or "diffusers"
+    base = info.get(ARCHITECTURE_KEY, "").split("/")[0] or architecture(family)
+    adapter = "lycoris" if layout == "lycoris" else "lora"
+    resolution = get("resolution")
+    if resolution.startswith("["):  # several resolutions: the largest is the model's
+        sides = json.loads(resolution)
+        resolution = str(max(sides)) if sides else ""
+    prediction = {"true": "v", "false": "epsilon"}.get(get("v_prediction").lower(), "")
+    merged = get("merged_from")
+    keys = {
+        "modelspec.sai_model_spec": MODELSPEC_VERSION,
+        ARCHITECTURE_KEY: f"{base}/{adapter}",
+        "modelspec.implementation": "diffusers"
+        if layout == "diffusers"
+        else ORIGINAL_IMPLEMENTATION.get(family, "diffusers"),
+        "modelspec.title": get("output_name") or "LoRA",
+        "modelspec.date": get("created_at"),
+        "modelspec.resolution": f"{resolution}x{resolution}" if resolution else "",
+        "modelspec.trigger_phrase": get("trigger_word"),
+        "modelspec.prediction_type": prediction if family == "sdxl" else "",
+        "modelspec.merged_from": ", ".join(str(name) for name, _ in json.loads(merged)) if merged else "",
     }
     return {k: v for k, v in keys.items() if v}

@@ -36,7 +36,7 @@ from lorastudio.lora.files import (
     read_lora_file,
     write_lora_file,
 )
-from lorastudio.lora.metadata import PREFIX
+from lorastudio.lora.metadata import PREFIX, carried_header
 
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 
@@ -120,7 +120,7 @@ def _load(path: Path, family: str | None) -> tuple[PeftLora, Layout, str, dict[s
     if family not in FAMILIES:
         raise _problem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     layout = detect_layout(tensors)
-    info = {k: v for k, v in header.items() if k.startswith(PREFIX)}
+    info = carried_header(header)  # the lorastudio.* facts and modelspec.architecture
     return peft_from_file(tensors, header, family), layout, family, info
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, check_comfy_keys, comfy_key_map
+from lorastudio.lora.comfy import COMFYUI_LOADER_CHECKED, check_comfy_keys, comfy_key_map, comfyui_loader
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, denoiser_prefix, detect_layout
 from lorastudio.lora.text_encoders import clip_key_map, file_module
 
@@ -69,7 +69,7 @@ def check_comfyui(
     result = check_comfy_keys(shapes, key_map, alphas, expected).to_json()
     plain = all(k.endswith(_PLAIN_LORA) for k in tensors)  # not LyCORIS / DoRA: what the check ran on
     if layout in COMFYUI_LOADER_CHECKED.get(family, ()) and plain and not clip_shapes:
-        result["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
+        result["loader_checked"] = comfyui_loader(family)  # this layout went through ComfyUI's own loader
     return result
 
 

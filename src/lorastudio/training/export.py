@@ -19,7 +19,7 @@ from lorastudio import __version__
 from lorastudio.families.single_file import model_source
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import ADAPTER_METADATA_KEY, cast_for_file, file_for_layout, write_lora_file
-from lorastudio.lora.metadata import training_metadata
+from lorastudio.lora.metadata import ARCHITECTURE_KEY, architecture, training_metadata
 from lorastudio.lora.portability import check_loaders
 from lorastudio.lora.snapshots import LORAS, snapshot_name
 from lorastudio.lora.text_encoders import (
@@ -201,6 +201,8 @@ def save_lora(
     adapter = sidecar.get("config", {}).get("adapter", "lora")
     save_dtype = sidecar.get("config", {}).get("save_dtype", "fp32")
     info = training_metadata(sidecar)
+    # the model spec's architecture id, from the trained denoiser's config (FLUX.1 dev / schnell)
+    info[ARCHITECTURE_KEY] = architecture(spec.name, getattr(denoiser, "config", None))
     if adapter != "lora" and layout == "kohya":  # DoRA / LoHa / LoKr: the LyCORIS layout ComfyUI reads
         tensors, header, check = lycoris_file(
             denoiser, spec.name, adapter, info, base_weight_shapes(denoiser)

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from lorastudio.lora.comfy import COMFYUI_LOADER, COMFYUI_LOADER_CHECKED, comfy_key_map
+from lorastudio.lora.comfy import COMFYUI_LOADER_CHECKED, comfy_key_map, comfyui_loader
 from lorastudio.lora.lycoris import check_lycoris_keys, peft_to_lycoris
-from lorastudio.lora.metadata import PREFIX, kohya_metadata
+from lorastudio.lora.metadata import PREFIX, kohya_metadata, modelspec_metadata
 from lorastudio.training.lora import lora_state_dict, module_scales
 
 
@@ -59,12 +59,14 @@ def lycoris_file(
     key_map = comfy_key_map(family, module_shapes)
     check = check_lycoris_keys({k: tuple(v.shape) for k, v in tensors.items()}, key_map).to_json()
     if family in COMFYUI_LOADER_CHECKED:
-        check["loader_checked"] = COMFYUI_LOADER  # this layout went through ComfyUI's own loader
+        check["loader_checked"] = comfyui_loader(family)  # this layout went through ComfyUI's own loader
     ranks = sorted({r for r, _ in scales.values()})
     alphas = sorted({a for _, a in scales.values()})
+    lycoris_info = {**info, PREFIX + "lora_format": "lycoris"}
     header = {
         "format": "pt",
         **info,
+        **modelspec_metadata(lycoris_info),  # the SAI model spec's keys: architecture "<base>/lycoris"
         # kohya's ss_* keys as in every kohya-layout file (base model version, the run's facts) ...
         **kohya_metadata(info, ranks[-1] if ranks else 0, alphas[-1] if alphas else 0.0),
         PREFIX + "lora_format": "lycoris",

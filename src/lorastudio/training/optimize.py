@@ -40,6 +40,7 @@ from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.micro_batches import batch_forward_backward
 from lorastudio.training.noise import DdpmObjective, FlowObjective
 from lorastudio.training.optim import iter_sampler_steps, make_lr_scheduler, make_optimizer, total_steps
+from lorastudio.training.optimizers import step_size
 from lorastudio.training.plan import Plan
 from lorastudio.training.precision import peak_memory_gb
 from lorastudio.training.preflight import PreparedRun
@@ -152,7 +153,7 @@ def optimize(
     in_flight: StepInFlight | None = None  # a pipelined step whose host values are not read yet
     for epoch, group in steps:
         step = (in_flight.step if in_flight is not None else state.steps_run) + 1
-        lr = float(parts.scheduler.get_last_lr()[0])
+        lr = step_size(optimizer, float(parts.scheduler.get_last_lr()[0]))  # Prodigy: d * lr
         samples = sum(len(b) for b in group)
         shares: list[torch.Tensor] = []  # 0-d device tensors: no host sync inside the micro-steps
         for i, micro in enumerate(group):

@@ -108,6 +108,24 @@ def build_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch
     return OPTIMIZERS[cfg.optimizer](params, cfg)
 
 
+def step_size(optimizer: torch.optim.Optimizer, scheduled: float) -> float:
+    """The learning rate the optimizer's next step applies, as a run logs it (Progress.lr, the
+    trackers' train/lr, the run record's charts): `scheduled` (the LR schedule's value) for most;
+    Prodigy's d * lr (x Adam's bias correction when on), prodigyopt's own `dlr`: one for every
+    group, from the largest group LR and the step size d it has learned so far (its
+    `learning_rate` is only a multiplier of d, so the schedule's value says nothing of the step)."""
+    group = optimizer.param_groups[0]
+    if "d" not in group or "d_coef" not in group:  # not Prodigy
+        return scheduled
+    lr = max(g["lr"] for g in optimizer.param_groups)
+    correction = 1.0
+    if group.get("use_bias_correction"):
+        beta1, beta2 = group["betas"]
+        k = group["k"]
+        correction = ((1 - beta2 ** (k + 1)) ** 0.5) / (1 - beta1 ** (k + 1))
+    return float(group["d"] * lr * correction)
+
+
 class RelativeStepSchedule(torch.optim.lr_scheduler.LRScheduler):
     """The LR "schedule" of Adafactor with relative_step: it changes nothing (Adafactor ignores
     the group's lr then) and reports the relative step size the next update will use,

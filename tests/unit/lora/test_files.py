@@ -40,6 +40,9 @@ FLUX_DOUBLE_ONLY = [f"transformer_blocks.0.attn.to_{p}" for p in "qkv"] + [
     "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "to_out.0", "ff.net.0.proj", "ff_context.net.2",
 ]  # fmt: skip
 _runs: dict[str, TrainResult] = {}
+# the ComfyUI release whose own loader ran on each family's files (bench/comfyui_check.py): Krea 2
+# is a ComfyUI model only since after v0.19.3
+LOADER_CHECKED = {f: "ComfyUI v0.19.3 (3086026" for f in FAMILIES} | {"krea2": "ComfyUI v0.33.0 (2f35f4a"}
 
 
 def _extra(family: str) -> dict[str, Any] | None:
@@ -126,8 +129,8 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     comfy = sidecar["loaders"]["comfyui"]
     assert comfy["ok"] and comfy["unconsumed"] == comfy["mismatched"] == comfy["wrong_strength"] == []
     assert comfy["rules"].startswith("ComfyUI comfy/lora.py@")
-    # the kohya layout went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py); Krea 2 is newer
-    assert comfy.get("loader_checked", "").startswith("ComfyUI v0.19.3 (3086026") is (family != "krea2")
+    # the kohya layout went through ComfyUI's own loader (bench/comfyui_check.py): v0.19.3, Krea 2 v0.33.0
+    assert comfy.get("loader_checked", "").startswith(LOADER_CHECKED[family])
     # diffusers' kohya FLUX.1 reader needs FLUX.1-dev's single-block widths (not the tiny model's);
     # Chroma's and FLUX.1 Kontext's files are in FLUX.1's layout
     assert sidecar["loaders"]["diffusers"]["ok"] is (names.kohya_layout(family) != "flux")
@@ -143,6 +146,55 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     assert all(isinstance(v, str) for v in header.values())
 
 
+# the SAI model spec's architecture id of each family's tiny base (FLUX.1's has a guidance embedding: dev)
+ARCHITECTURE = {
+    "sdxl": "stable-diffusion-xl-v1-base",
+    "flux": "flux-1-dev",
+    "qwen-image": "qwen-image",
+    "z-image": "z-image",
+    "flux2": "flux-2-dev",
+    "flux2-klein": "flux-2-klein",
+    "flux-kontext": "flux-1-kontext-dev",
+    "chroma": "chroma",
+    "krea2": "krea-2",
+}
+# whose weight names a kohya-layout file's keys are (its lora_unet_* / diffusion_model.* names)
+KOHYA_IMPLEMENTATION = {
+    "sdxl": "https://github.com/Stability-AI/generative-models",
+    "flux": "https://github.com/black-forest-labs/flux",
+    "flux-kontext": "https://github.com/black-forest-labs/flux",
+    "chroma": "https://huggingface.co/lodestones/Chroma",
+    "qwen-image": "diffusers",
+    "z-image": "diffusers",
+    "flux2": "https://github.com/comfyanonymous/ComfyUI",
+    "flux2-klein": "https://github.com/comfyanonymous/ComfyUI",
+    "krea2": "https://github.com/comfyanonymous/ComfyUI",
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_familys_files_carry_the_sai_model_spec(family, tiny_model, sample_dataset, tmp_root):
+    """Both layouts of a run's file carry the modelspec.* keys kohya / SimpleTuner write (as
+    strings), next to the lorastudio.* ones; the files load in diffusers (tests above)."""
+    for key, layout in ((f"kohya-{family}", "kohya"), (f"default-{family}", None)):
+        result = _run(key, family, tiny_model, sample_dataset, tmp_root, lora_format=layout)
+        sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
+        _, header = read_lora_file(result.lora_path)
+        spec = {k: v for k, v in header.items() if k.startswith("modelspec.")}
+        implementation = KOHYA_IMPLEMENTATION[family] if sidecar["lora_format"] == "kohya" else "diffusers"
+        size = _size(family)
+        assert spec == {
+            "modelspec.sai_model_spec": "1.0.0",
+            "modelspec.architecture": f"{ARCHITECTURE[family]}/lora",
+            "modelspec.implementation": implementation,
+            "modelspec.title": key,
+            "modelspec.date": sidecar["created_at"],
+            "modelspec.resolution": f"{size}x{size}",
+            "modelspec.trigger_phrase": "sks",
+        }, (key, sidecar["lora_format"])
+        assert header["lorastudio.output_name"] == key and all(isinstance(v, str) for v in header.values())
+
+
 def test_a_diffusers_run_records_its_facts_in_the_header(tiny_model, sample_dataset, tmp_root):
     result = _run("diffusers-flux", "flux", tiny_model, sample_dataset, tmp_root, lora_format="diffusers")
     tensors, header = read_lora_file(result.lora_path)
@@ -151,6 +203,18 @@ def test_a_diffusers_run_records_its_facts_in_the_header(tiny_model, sample_data
     assert not any(k.startswith("ss_") for k in header)
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["loaders"]["comfyui"]["ok"] and sidecar["loaders"]["diffusers"]["ok"]
+
+
+def test_comfyui_maps_a_krea2_file_in_the_diffusers_layout_too(tiny_model, sample_dataset, tmp_root):
+    """ComfyUI's Krea 2 support (v0.33.0's lora.py: krea2_to_diffusers) maps its diffusers names
+    (transformer.<name>) as well as its original ones: the save-time check passes a diffusers-layout
+    Krea 2 file, as ComfyUI's own loader did (bench/comfyui_check.py --lora-format diffusers krea2)."""
+    result = _run("diffusers-krea2", "krea2", tiny_model, sample_dataset, tmp_root, lora_format="diffusers")
+    tensors, _ = read_lora_file(result.lora_path)
+    assert tensors and all(k.startswith("transformer.") for k in tensors)
+    comfy = json.loads(result.lora_path.with_suffix(".json").read_text())["loaders"]["comfyui"]
+    assert comfy["ok"] and comfy["unconsumed"] == comfy["mismatched"] == comfy["wrong_strength"] == [], comfy
+    assert comfy["loader_checked"].startswith("ComfyUI v0.33.0 (2f35f4a")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -164,9 +228,9 @@ def test_each_familys_default_file_loads_everywhere_at_the_trained_strength(
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["lora_format"] == families.get(family).spec.defaults.get("lora_format", "diffusers")
     assert sidecar["loaders"]["comfyui"]["ok"] and sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]
-    # the default layouts went through ComfyUI v0.19.3's own loader (bench/comfyui_check.py); Krea 2 is newer
+    # the default layouts went through ComfyUI's own loader (bench/comfyui_check.py): v0.19.3, Krea 2 v0.33.0
     checked = sidecar["loaders"]["comfyui"].get("loader_checked", "")
-    assert checked.startswith("ComfyUI v0.19.3 (3086026") is (family != "krea2"), checked
+    assert checked.startswith(LOADER_CHECKED[family]), checked
     assert sidecar["loaders"]["a1111_forge"]["checked"] is (family == "sdxl")
     assert sidecar["loaders"]["a1111_forge"].get("ok", True) is True
     in_memory, base = _in_memory_and_base(result, family, tiny_model(family))

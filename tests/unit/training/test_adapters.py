@@ -85,6 +85,13 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     assert header["ss_output_name"] == header["lorastudio.output_name"] and header["ss_resolution"]
     assert header["ss_network_module"] == "lycoris.kohya"
     assert json.loads(header["ss_network_args"])["algo"] == ("lora" if adapter == "dora" else adapter)
+    # the SAI model spec's keys: a LyCORIS file's architecture ends in /lycoris, its keys the original names'
+    base = {"flux": "flux-1-dev", "sdxl": "stable-diffusion-xl-v1-base", "z-image": "z-image"}
+    base |= {"qwen-image": "qwen-image", "flux2": "flux-2-dev"}
+    assert header["modelspec.sai_model_spec"] == "1.0.0"
+    assert header["modelspec.architecture"] == f"{base[family]}/lycoris"
+    assert header["modelspec.implementation"] != "diffusers" or family in ("z-image", "qwen-image")
+    assert header["modelspec.title"] == header["lorastudio.output_name"]
     assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
     comfy = sidecar["loaders"]["comfyui"]
     assert (comfy["checked"], comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, True, [], [])

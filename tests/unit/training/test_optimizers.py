@@ -51,6 +51,20 @@ def test_prodigy_learns_its_step_size_and_the_loss_falls(tiny_model):
     assert faster.losses[-1] < run.losses[-1] - 0.1  # d_coef multiplies it (measured 2.05 vs 2.57)
 
 
+def test_a_prodigy_run_logs_its_step_size_as_it_grows(make_config):
+    """Progress.lr (the trackers' train/lr, the run record's LR chart) is the step Prodigy takes,
+    d * lr, not its learning_rate (a constant multiplier of d)."""
+    events: list = []
+    cfg = make_config(steps=6, optimizer="prodigy", learning_rate=1.0, lr_scheduler="constant")
+    result = train(cfg, events.append, device="cpu", return_denoiser=True)
+    lrs = [e.lr for e in events if e.type == "progress"]
+    assert len(lrs) == 6 and lrs[0] == pytest.approx(1e-6)  # prodigyopt's d0 x learning_rate 1.0
+    assert all(b >= a for a, b in zip(lrs, lrs[1:], strict=False)) and lrs[-1] > 1.5 * lrs[0], (
+        lrs
+    )  # d grew (1.8x here)
+    assert max(lrs) < 1.0 and result.steps_run == 6
+
+
 @pytest.mark.parametrize("family", ["flux", "sdxl"])
 def test_adafactor_loss_falls(family, tiny_model):
     run = mini_run(mini_config(family, tiny_model(family), optimizer="adafactor"), steps=5)

@@ -399,7 +399,8 @@ export interface paths {
          * Info
          * @description Roots, dataset folders with image/caption counts, local base models (folders under
          *     models/ with their family), families (defaults + capabilities) and the host's accelerator
-         *     and precisions, and the config rules the UI follows (config_rules; each family's `refuses`).
+         *     and precisions, and the config rules the UI follows (config_rules; each family's `refuses`; the new
+         *     dataset name's checks, dataset_name_rule).
          */
         get: operations["info_api_info_get"];
         put?: never;
@@ -1997,6 +1998,8 @@ export interface components {
             /** Auth */
             auth: boolean;
             config_rules: components["schemas"]["ConfigRulesOut"];
+            /** @description what a new dataset's name must be (the form's check) */
+            dataset_name_rule: components["schemas"]["NameRuleOut"];
             /** Datasets */
             datasets: components["schemas"]["DatasetSummary"][];
             /** Datasets Root */
@@ -2383,6 +2386,42 @@ export interface components {
             name: string;
             /** Path */
             path: string;
+        };
+        /** NameCheckOut */
+        NameCheckOut: {
+            /**
+             * Flags
+             * @description its flags ('u', 'iu' or '')
+             */
+            flags: string;
+            /**
+             * Reason
+             * @description the server's reason; {name} stands for the name in quotes
+             */
+            reason: string;
+            /**
+             * Refuse
+             * @description a JavaScript regular expression a refused name (NFC) matches
+             */
+            refuse: string;
+        };
+        /**
+         * NameRuleOut
+         * @description What a new dataset name must be (lorastudio.data.name_rule, data.paths.new_name's rules).
+         */
+        NameRuleOut: {
+            /** Bytes Reason */
+            bytes_reason: string;
+            /**
+             * Checks
+             * @description in order: the first that matches refuses the name
+             */
+            checks: components["schemas"]["NameCheckOut"][];
+            /**
+             * Max Bytes
+             * @description the most bytes the name takes in UTF-8
+             */
+            max_bytes: number;
         };
         /** OutputOut */
         OutputOut: {

@@ -28,6 +28,7 @@ export type Info = Schemas["InfoOut"];
 export type Family = Schemas["FamilyOut"];
 export type Host = Schemas["HostOut"];
 export type ConfigRules = Schemas["ConfigRulesOut"];
+export type NameRule = Schemas["NameRuleOut"];
 export type LocalModel = Schemas["ModelOut"];
 export type CatalogueModel = Schemas["CatalogueModelOut"];
 export type Fetch = Schemas["FetchOut"];

@@ -34,6 +34,18 @@ describe("DatasetsScreen new dataset name", () => {
     expect(calls.map((c) => c.url)).toEqual(["/api/info"]); // nothing sent but the page's info
   });
 
+  it("opens a new dataset with a non-ASCII name the server takes", async () => {
+    await submit("café-猫");
+    expect(screen.queryByRole("alert")).toBeNull();
+    expect(decodeURIComponent(window.location.hash)).toBe("#/datasets/café-猫");
+  });
+
+  it("refuses what the server refuses, with its reason", async () => {
+    await submit("a<b");
+    expect(screen.getByRole("alert").textContent).toBe('must not contain any of " * : < > ? |');
+    expect(window.location.hash).toBe("");
+  });
+
   it("opens the new dataset for a good name", async () => {
     await submit("cats");
     expect(screen.queryByRole("alert")).toBeNull();

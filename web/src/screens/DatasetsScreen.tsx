@@ -1,14 +1,8 @@
 import { type FormEvent, useState } from "react";
 import { useInfo } from "../api/info";
 import { DataTable } from "../components/DataTable";
+import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
-
-const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
-
-/** The server's refusal of a new name starting with '-' (data/paths.new_name, word for word):
- * every command that takes the name would read it as an option. */
-const leadingDashReason = (name: string): string =>
-  `'${name}' must not start with '-': a command line would read it as an option; pick another name`;
 
 /** Dataset folders with image/caption counts, and a form to start a new one. */
 export function DatasetsScreen() {
@@ -19,13 +13,11 @@ export function DatasetsScreen() {
 
   const create = (e: FormEvent) => {
     e.preventDefault();
-    const n = name.trim();
-    if (n.startsWith("-")) {
-      setError(leadingDashReason(n));
-      return;
-    }
-    if (!NAME_RE.test(n)) {
-      setError("Use letters, digits, '.', '_' or '-' (start with a letter or digit).");
+    const n = name.trim().normalize("NFC");
+    // the server's rule for a new name (data/paths.new_name), as /api/info serves it
+    const problem = info ? nameProblem(info.dataset_name_rule, n) : null;
+    if (problem) {
+      setError(problem);
       return;
     }
     if (datasets.some((d) => d.name === n)) {

@@ -49,6 +49,7 @@ export const INFO: Info = {
   host: { device: "cpu", name: "cpu", memory_gb: null, precisions: ["auto", "fp32", "bf16", "int8", "nf4"], gpu_count: 0, ...SERVER_RULES.hosts.cpu },
   auth: false,
   config_rules: SERVER_RULES.config_rules,
+  dataset_name_rule: SERVER_RULES.dataset_name_rule,
   models: [{ name: "tiny-flux", path: "/home/u/.lorastudio/models/tiny-flux", family: "flux" }],
 };
 

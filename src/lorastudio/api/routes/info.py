@@ -12,6 +12,7 @@ from lorastudio.api.schemas import InfoOut
 from lorastudio.config_choices import config_rules_public
 from lorastudio.config_resolve import refused_fields
 from lorastudio.data.listing import list_datasets
+from lorastudio.data.name_rule import new_name_rule
 from lorastudio.jobs.hardware import host_info
 from lorastudio.jobs.validation import local_models
 from lorastudio.settings import Settings
@@ -23,7 +24,8 @@ router = APIRouter(prefix="/api", tags=["info"])
 def info(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
     """Roots, dataset folders with image/caption counts, local base models (folders under
     models/ with their family), families (defaults + capabilities) and the host's accelerator
-    and precisions, and the config rules the UI follows (config_rules; each family's `refuses`)."""
+    and precisions, and the config rules the UI follows (config_rules; each family's `refuses`; the new
+    dataset name's checks, dataset_name_rule)."""
     host = host_info()
     return {
         "version": __version__,
@@ -43,4 +45,5 @@ def info(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
         "host": host.public(),
         "auth": settings.api_token is not None,
         "config_rules": config_rules_public(),
+        "dataset_name_rule": new_name_rule(),
     }

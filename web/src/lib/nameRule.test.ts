@@ -1,0 +1,21 @@
+import { describe, expect, it } from "vitest";
+import { SERVER_RULES } from "../test/serverRules.gen";
+import { nameProblem } from "./nameRule";
+
+const rule = SERVER_RULES.dataset_name_rule;
+
+describe("nameProblem (the served dataset_name_rule)", () => {
+  it.each(SERVER_RULES.name_cases)("gives the server's verdict on %j (refused: %s)", (name, refused) => {
+    expect(nameProblem(rule, name) !== null).toBe(refused);
+  });
+
+  it("takes names in any script, as the server does", () => {
+    for (const name of ["café", "猫の写真", "Ελληνικά", "naïve-ß", "e\u0301te"]) expect(nameProblem(rule, name)).toBeNull();
+  });
+
+  it("says the server's reason", () => {
+    expect(nameProblem(rule, "日".repeat(67))).toBe(rule.bytes_reason);
+    expect(nameProblem(rule, "con.txt")).toBe("'con.txt' is a reserved device name on Windows; pick another name");
+    expect(nameProblem(rule, "a\u202eb")).toMatch(/invisible or text-direction/);
+  });
+});

@@ -1,0 +1,12 @@
+import type { NameRule } from "../api/types";
+
+/** Why the server would refuse `name` for a new dataset (data/paths.new_name), by the rule
+ * /api/info serves (dataset_name_rule: data/name_rule.py), or null when it takes it. The name
+ * is NFC-normalised first, as the server does; `{name}` in a reason is the name in quotes. */
+export function nameProblem(rule: NameRule, name: string): string | null {
+  const n = name.normalize("NFC");
+  for (const check of rule.checks) {
+    if (new RegExp(check.refuse, check.flags).test(n)) return check.reason.replace("{name}", `'${n}'`);
+  }
+  return new TextEncoder().encode(n).length > rule.max_bytes ? rule.bytes_reason : null;
+}
