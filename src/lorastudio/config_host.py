@@ -1,6 +1,9 @@
 """The rules of what a host can run: the compile modes, attention kernels and optimizers a
-device type has (each a FieldProblem naming the setting when it has not). One rule each behind
-the job service's host check, the preflight, the engine's own checks and the choices /api/info
+device type has, the GPUs num_gpus needs, the memory plan settings that need CUDA
+(memory_budget_gb, offload_blocks) and the tracker packages report_to needs (each a FieldProblem
+naming the setting when it cannot). One rule each behind the job service's host check
+(jobs/validation.host_problems, and raw_host_problems on a config with other problems, so that
+they all come in one answer), the preflight, the engine's own checks and the choices /api/info
 serves the UI (config_choices.host_choices). No torch: nothing is imported to decide."""
 
 from __future__ import annotations
@@ -86,3 +89,70 @@ def optimizer_host_problems(optimizer: str, device_type: str) -> list[FieldProbl
             )
         ]
     return []
+
+
+def gpu_count_problems(num_gpus: int, gpu_count: int) -> list[FieldProblem]:
+    """Why TrainConfig.num_gpus cannot run on a host of `gpu_count` CUDA GPUs (empty when it can):
+    one torchrun process per GPU. (The job service skips it when settings.cpu_data_parallel runs
+    the ranks as gloo processes on the CPU; the CLI has its own terms, cli/train_check.)"""
+    if num_gpus <= 1 or gpu_count >= num_gpus:
+        return []
+    return [
+        FieldProblem(
+            "num_gpus",
+            f"num_gpus={num_gpus} needs {num_gpus} CUDA GPUs (one torchrun process "
+            f"per GPU), but this host has {gpu_count}; use at most {max(gpu_count, 1)}",
+        )
+    ]
+
+
+def memory_budget_problems(memory_budget_gb: float | None, device_type: str) -> list[FieldProblem]:
+    """Why TrainConfig.memory_budget_gb cannot be honoured on a `device_type` device (empty when
+    it can): a budget is measured in GPU memory, so it needs CUDA."""
+    if memory_budget_gb is None or device_type == "cuda":
+        return []
+    return [
+        FieldProblem(
+            "memory_budget_gb",
+            f"a memory budget is measured on a CUDA GPU; this run is on the {device_type}: "
+            "remove it (and set the plan settings yourself)",
+        )
+    ]
+
+
+def offload_problems(offload_blocks: int | None, device_type: str) -> list[FieldProblem]:
+    """Why TrainConfig.offload_blocks cannot be honoured on a `device_type` device (empty when it
+    can): block swap moves weights between CPU RAM and a CUDA GPU (training/block_swap.py)."""
+    if not offload_blocks or device_type == "cuda":
+        return []
+    where = "the CPU" if device_type == "cpu" else f"a {device_type} device"
+    return [
+        FieldProblem(
+            "offload_blocks",
+            f"block swap moves weights between CPU RAM and a GPU; this run is on {where} (use 0)",
+        )
+    ]
+
+
+# report_to name -> (module that must be importable, extra that installs it)
+TRACKERS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+}
+
+
+def tracker_problems(report_to: list[str]) -> list[FieldProblem]:
+    """A problem for each tracker of TrainConfig.report_to whose package is not installed (found
+    with importlib.util.find_spec: nothing is imported)."""
+    problems = []
+    for name in report_to:
+        module, extra = TRACKERS[name]
+        if importlib.util.find_spec(module) is None:
+            problems.append(
+                FieldProblem(
+                    "report_to",
+                    f"{name} needs the {module} package, which is not installed: "
+                    f"pip install 'lorastudio[{extra}]' (or leave {name} out of report_to)",
+                )
+            )
+    return problems

@@ -7,6 +7,7 @@ offers exactly the optimizers and compile modes its preflight accepts."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -194,3 +195,43 @@ def test_the_host_refusals_come_with_the_configs_other_problems(
     fields = [p["field"] for p in answer.json()["problems"]]
     assert {"bogus", "lora_rank", "optimizer", "compile"} <= set(fields), fields
     assert len(fields) == len(set(fields)), fields
+
+
+MISSING_TRACKERS = [n for n in ("tensorboard", "wandb") if importlib.util.find_spec(n) is None]
+
+
+@pytest.mark.skipif(not MISSING_TRACKERS, reason="every tracker package is installed here")
+def test_every_host_refusal_comes_with_the_configs_other_problems(
+    client: TestClient, flux_config: Callable[..., dict]
+) -> None:
+    """num_gpus beyond this host's GPUs, memory_budget_gb / offload_blocks without CUDA and a
+    report_to tracker whose package is missing were refused only once the config's other problems
+    were fixed (a second answer): the preflight and the start list them all, each once, naming the
+    field and the reason."""
+    tracker = MISSING_TRACKERS[0]
+    config = flux_config(
+        bogus=1,
+        lora_rank=0,
+        num_gpus=3,
+        batch_size=2,
+        memory_budget_gb=8,
+        offload_blocks=2,
+        report_to=[tracker],
+    )
+    for route in ("/api/train/preflight", "/api/train/start"):
+        answer = client.post(route, json={"config": config})
+        assert answer.status_code == 400, answer.text
+        problems = answer.json()["problems"]
+        fields = [p["field"] for p in problems]
+        assert len(fields) == len(set(fields)), (route, fields)
+        said = {p["field"]: p["message"] for p in problems}
+        assert {"bogus", "lora_rank"} <= set(said), (route, said)
+        assert "needs 3 CUDA GPUs" in said["num_gpus"], said
+        assert "does not divide by the 3 processes" in said["batch_size"], said  # num_gpus' own rule
+        assert "measured on a CUDA GPU" in said["memory_budget_gb"], said
+        assert "block swap" in said["offload_blocks"], said
+        assert f"needs the {tracker} package" in said["report_to"], said
+    # a host field whose value the schema refuses is reported once, by the schema
+    bad = client.post("/api/train/preflight", json={"config": flux_config(lora_rank=0, num_gpus=0)})
+    fields = [p["field"] for p in bad.json()["problems"]]
+    assert fields.count("num_gpus") == 1 and "lora_rank" in fields, fields

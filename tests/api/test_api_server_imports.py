@@ -1,9 +1,11 @@
 """Which requests make the server process import torch (RELIABILITY.md, "Known problems").
 
 A fresh interpreter serves the app in process and reports `sys.modules` after each request: the
-listing routes stay torch-free, `GET /api/info` (the GPU probe) imports torch, and none imports
-diffusers, transformers or peft. (A config check imports torch too: families/<family>.py does at
-its top.)
+listing routes, the config checks (preflight, a start refused or accepted: the training worker is
+a process of its own, a resume) and the generation's validation and the models list, which look
+families up (families/ specs are torch-free: their hooks import torch where they run), stay
+torch-free, and none imports diffusers, transformers or peft. `GET /api/info` asks torch for the
+GPU only on a host that may have one (jobs/hardware.host_info: no NVIDIA or ROCm driver, no torch).
 """
 
 from __future__ import annotations
@@ -13,40 +15,53 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from lorastudio.jobs.hardware import cuda_impossible
 from lorastudio.settings import Settings
 
 PROBE = r"""
-import json, sys
+import json, sys, time
 from fastapi.testclient import TestClient
 from lorastudio.api.app import create_app
 from lorastudio.settings import get_settings
 
 HEAVY = ("torch", "diffusers", "transformers", "peft")
 with TestClient(create_app(get_settings()), base_url="http://127.0.0.1") as client:
-    seen = {}
+    seen = []
     for method, path, body in json.loads(sys.argv[1]):
-        status = client.request(method, path, json=body).status_code
-        seen[f"{method} {path}"] = [status, [m for m in HEAVY if m in sys.modules]]
+        if method == "WAIT":  # until the job service is idle (a job ran in its worker)
+            deadline = time.monotonic() + 180
+            while client.get("/api/train/status").json()["busy"]:
+                assert time.monotonic() < deadline, "the job did not end"
+                time.sleep(0.2)
+            continue
+        if "{run}" in path:  # the newest run's id
+            path = path.replace("{run}", client.get("/api/runs").json()["runs"][0]["id"])
+        answer = client.request(method, path, json=body)
+        seen.append([answer.status_code, [m for m in HEAVY if m in sys.modules]])
 print(json.dumps(seen))
 """
 
 
-def _probe(home: Path, requests: list[tuple[str, str, dict | None]]) -> dict[str, list]:
+def _probe(home: Path, requests: list[tuple[str, str, dict | None]]) -> list[list]:
+    """[status, the heavy modules imported so far] of each request but the WAITs, in order."""
     env = {**os.environ, "LORASTUDIO_HOME": str(home)}
     out = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(requests)],
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def test_listing_routes_do_not_import_torch_and_the_gpu_probe_does(settings: Settings, sample_dataset: Path):
+def test_listing_routes_do_not_import_torch_and_the_gpu_probe_only_where_a_gpu_may_be(
+    settings: Settings, sample_dataset: Path
+):
     settings.ensure_dirs()
     shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
     listing = [
@@ -62,6 +77,53 @@ def test_listing_routes_do_not_import_torch_and_the_gpu_probe_does(settings: Set
         ("GET", "/openapi.json", None),
     ]
     seen = _probe(settings.home, [*listing, ("GET", "/api/info", None)])  # one interpreter, in this order
-    for method, path, _ in listing:
-        assert seen[f"{method} {path}"] == [200, []], (path, seen)
-    assert seen["GET /api/info"] == [200, ["torch"]]
+    assert seen[:-1] == [[200, []]] * len(listing), seen
+    assert seen[-1] == [200, [] if cuda_impossible() else ["torch"]]
+
+
+def test_family_lookups_do_not_import_torch_in_the_server(
+    settings: Settings, sample_dataset: Path, tiny_model: Callable[[str], Path]
+):
+    """Before: the first request that looked a family up imported torch (families/<family>.py did
+    at its top): the preflight, a start, a resume, a generation's validation, the models list."""
+    settings.ensure_dirs()
+    shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
+    shutil.copytree(tiny_model("flux"), settings.models_dir / "tiny-flux")  # recognised by GET /api/models
+    config = {"family": "flux", "base_model": "tiny-flux", "data_dir": "shapes", "resolution": 32}
+    good = {**config, "steps": 3, "save_every": 2, "output_name": "r", "lora_rank": 2}
+    bad = {**config, "lora_rank": 0, "num_gpus": 2, "report_to": ["wandb"], "bogus": 1}
+    generate = {"family": "flux", "base_model": "tiny-flux", "prompt": "x", "width": 64, "height": 64}
+    requests = [
+        ("GET", "/api/models", None),
+        ("POST", "/api/train/preflight", {"config": bad}),
+        ("POST", "/api/train/preflight", {"config": good}),
+        ("POST", "/api/train/start", {"config": bad}),
+        ("POST", "/api/generate", {**generate, "steps": 10_000}),  # over the budget: refused
+        ("POST", "/api/generate", {**generate, "family": "sdxl"}),  # not an SDXL pipeline: refused
+        ("POST", "/api/train/start", {"config": good}),
+        ("WAIT", "", None),
+        ("POST", "/api/runs/{run}/resume", {"settings": {"steps": 4, "learning_rate": 1.0}}),  # refused
+        ("POST", "/api/runs/{run}/resume", {"settings": {"steps": 4}}),
+        ("WAIT", "", None),
+    ]
+    seen = _probe(settings.home, requests)
+    statuses = [status for status, _ in seen]
+    assert statuses == [200, 400, 200, 400, 400, 400, 201, 400, 201], seen
+    assert all(heavy == [] for _, heavy in seen), seen
+
+
+def test_every_family_module_and_its_spec_are_torch_free() -> None:
+    """The registry's every family (spec, recognition of a model folder, the config rules served
+    to the web form) reads without torch: a hook imports it where it runs."""
+    code = (
+        "import sys\n"
+        "from lorastudio import families\n"
+        "from lorastudio.config_resolve import refused_fields\n"
+        "for family in families.all_families():\n"
+        "    assert family.spec.accepted_pipelines and family.spec.defaults is not None\n"
+        "    refused_fields(family.spec.supports)\n"
+        "print(sorted(m for m in ('torch', 'diffusers', 'transformers', 'peft') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

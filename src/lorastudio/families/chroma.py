@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict
+from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict, no_grad
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 SPEC = FamilySpec(
@@ -81,6 +81,8 @@ class ChromaFamily(Packed2x2Latents, Family):
         """Hand the single blocks the model's attention mask when its checkpointed path calls
         them without it (block(hidden, temb, rope): diffusers 0.42.1). The model's forward
         notes its mask while checkpointing; a single block called without one takes it."""
+        import torch
+
         if getattr(denoiser, "_lorastudio_single_mask", False):
             return
         denoiser._lorastudio_single_mask = True
@@ -101,7 +103,7 @@ class ChromaFamily(Packed2x2Latents, Family):
         for block in blocks:
             block.register_forward_pre_hook(give, with_kwargs=True)
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
@@ -138,6 +140,7 @@ class ChromaFamily(Packed2x2Latents, Family):
         batch_info: Mapping[str, Any],
         cfg: TrainConfig,
     ) -> torch.Tensor:
+        import torch
         from diffusers import ChromaPipeline
 
         b, _, h, w = noisy.shape

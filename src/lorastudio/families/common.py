@@ -1,16 +1,22 @@
 """Pieces shared by several families: latent packing, the FLUX.1-style DiT call, KL-VAE posterior
-normalisation and text-only pipeline loading. Pure functions; no family knows another family."""
+normalisation and text-only pipeline loading. Pure functions; no family knows another family.
+Importing it imports no torch (the family specs are read by the server): a function that needs
+torch imports it where it runs, and `no_grad` is torch.no_grad applied at call time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.base import config_facts, quiet_loading
+
+if TYPE_CHECKING:
+    import torch
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # the q/k/v projections of a dual-stream (MM-DiT) block: image stream, then text stream; each
 # triple reads one input (FamilySpec.fused_projection_groups of FLUX.1 and Qwen-Image)
@@ -18,6 +24,20 @@ DUAL_STREAM_QKV = (
     ("attn.to_q", "attn.to_k", "attn.to_v"),
     ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"),
 )
+
+
+def no_grad(fn: F) -> F:
+    """`fn` run under torch.no_grad(), torch imported at the call (not when the family module is
+    imported: the spec lookups of the server stay torch-free)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 def pack_2x2(latents: torch.Tensor) -> torch.Tensor:
@@ -64,11 +84,13 @@ def kl_posterior(vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return mean, std
 
 
-@torch.no_grad()
+@no_grad
 def qwen_vae_posterior(vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """AutoencoderKLQwenImage posterior of pixels [B,3,H,W] in [-1,1] (one frame of its 5-D
     input), normalised with its per-channel latents_mean / latents_std as the Qwen-Image and
     Krea 2 pipelines do. Returns (mean, std), each [B, C, h, w] float32."""
+    import torch
+
     dist = vae.encode(pixels.to(vae.dtype)[:, :, None]).latent_dist  # 5-D: [B, 3, 1, H, W] in
     shape = (1, -1, 1, 1)
     stats = {"dtype": torch.float32, "device": pixels.device}
@@ -121,6 +143,8 @@ def flux_dit_predict(
     them 2x2, builds the image position ids with `pipeline_cls._prepare_latent_image_ids` (the
     pipeline's own) and all-zero text ids for `embeds` [B, L, D], passes `inputs` (timestep and
     the family's conditioning) through, and unpacks the prediction. Returns [B, C, h, w]."""
+    import torch
+
     b, _, h, w = noisy.shape
     dtype, device = noisy.dtype, noisy.device
     img_ids = pipeline_cls._prepare_latent_image_ids(b, h // 2, w // 2, device, dtype)  # [hw/4, 3]
@@ -152,6 +176,8 @@ def without_cudnn(masked: bool) -> Iterator[None]:
     """Keep cuDNN's SDPA out of the attention calls made inside (forward, and so their backward)
     when `masked`: a batch whose captions differ in length hands attention a text mask, which
     cuDNN's SDPA crashed on (bench note 24). A no-op when unmasked or cuDNN is not enabled."""
+    import torch
+
     if not masked or not torch.backends.cuda.cudnn_sdp_enabled():
         yield
         return

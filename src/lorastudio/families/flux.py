@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict
+from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict, no_grad
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 SPEC = FamilySpec(
@@ -54,7 +54,7 @@ SPEC = FamilySpec(
 class FluxFamily(Packed2x2Latents, Family):
     spec = SPEC
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
@@ -80,6 +80,7 @@ class FluxFamily(Packed2x2Latents, Family):
         batch_info: Mapping[str, Any],
         cfg: TrainConfig,
     ) -> torch.Tensor:
+        import torch
         from diffusers import FluxPipeline
 
         dtype, device = noisy.dtype, noisy.device

@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import DUAL_STREAM_QKV
+from lorastudio.families.common import DUAL_STREAM_QKV, no_grad
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 # LoRA targets: the dual-stream blocks' attention projections and MLPs (both streams) and the
@@ -105,6 +105,8 @@ SPEC = FamilySpec(
 
 def bn_std(vae: Any) -> torch.Tensor:
     """The VAE's BatchNorm standard deviation per patchified channel, [1, 4C, 1, 1] float32."""
+    import torch
+
     return torch.sqrt(vae.bn.running_var.float().view(1, -1, 1, 1) + vae.config.batch_norm_eps)
 
 
@@ -119,6 +121,7 @@ def reference_tokens(controls: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple
     (tokens [B, R, C], position ids [B, R, 4]), R = the slots' cells, as
     Flux2Pipeline.prepare_image_latents lays out its encoded `image=` references: each packed
     row-major, concatenated in slot order, ids from Flux2Pipeline._prepare_image_ids."""
+    import torch
     from diffusers import Flux2Pipeline
 
     if isinstance(controls, tuple):
@@ -156,7 +159,7 @@ class Flux2Family(Family):
                 "needs torchvision: pip install torchvision (the build matching your torch)"
             ) from err
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
@@ -172,7 +175,7 @@ class Flux2Family(Family):
     ) -> dict[str, Any]:
         return {"prompt_embeds": cond["prompt_embeds"].to(device, dtype)}  # [1, L, D]
 
-    @torch.no_grad()
+    @no_grad
     def encode_pixels(self, vae: Any, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The posterior patchified 2x2 and normalised by the VAE's BatchNorm statistics, as
         Flux2Pipeline._encode_vae_image does."""
@@ -195,6 +198,8 @@ class Flux2Family(Family):
         self, denoiser: Any, cfg: TrainConfig, batch: int, device: torch.device
     ) -> torch.Tensor | None:
         """The guidance embedding's input [B] (cfg.guidance), or None for a model without one."""
+        import torch
+
         if not denoiser.config.guidance_embeds:
             return None
         value = float(cfg.guidance if cfg.guidance is not None else 1.0)
@@ -209,6 +214,7 @@ class Flux2Family(Family):
         batch_info: Mapping[str, Any],
         cfg: TrainConfig,
     ) -> torch.Tensor:
+        import torch
         from diffusers import Flux2Pipeline
 
         b, c, h, w = noisy.shape

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.families.base import FamilySpec, Variant
+from lorastudio.families.common import no_grad
 from lorastudio.families.flux2 import (
     FLUX2_SUPPORTS,
     FLUX2_TARGETS,
@@ -28,6 +27,8 @@ from lorastudio.families.flux2 import (
 from lorastudio.families.flux2 import SPEC as FLUX2_SPEC
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 DISTILLED = {"num_inference_steps": 4, "guidance_scale": 1.0}  # BFL: 4 steps, no CFG
@@ -111,7 +112,7 @@ SPEC = FamilySpec(
 class Flux2KleinFamily(Flux2Family):
     spec = SPEC
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:

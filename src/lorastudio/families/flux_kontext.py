@@ -18,14 +18,14 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.data.control_sizing import KONTEXT_RESOLUTIONS, ControlSizing
 from lorastudio.families.common import pack_2x2, unpack_2x2
 from lorastudio.families.flux import SPEC as FLUX_SPEC
 from lorastudio.families.flux import FluxFamily
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 SPEC = replace(
@@ -72,6 +72,7 @@ class FluxKontextFamily(FluxFamily):
         batch_info: Mapping[str, Any],
         cfg: TrainConfig,
     ) -> torch.Tensor:
+        import torch
         from diffusers import FluxKontextPipeline
 
         b, c, h, w = noisy.shape

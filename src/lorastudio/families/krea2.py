@@ -19,13 +19,19 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.errors import ModelSourceError
 from lorastudio.families.base import Family, FamilySpec
-from lorastudio.families.common import pack_patches, qwen_vae_posterior, unpack_patches, without_cudnn
+from lorastudio.families.common import (
+    no_grad,
+    pack_patches,
+    qwen_vae_posterior,
+    unpack_patches,
+    without_cudnn,
+)
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 SPEC = FamilySpec(
@@ -102,7 +108,7 @@ class Krea2Family(Family):
             )
         return denoiser
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
@@ -115,6 +121,8 @@ class Krea2Family(Family):
     def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         """Pad the [n_i, layers, D] token stacks to the batch's longest; mask marks real tokens;
         `layout` [B, L]: where the real tokens sit in the pipeline's fixed-length layout."""
+        import torch
+
         longest = max(it["prompt_embeds"].shape[0] for it in items)
         first = items[0]["prompt_embeds"]
         embeds = first.new_zeros(len(items), longest, *first.shape[1:])  # [B, L, layers, D]

@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.families.base import Family, FamilySpec
 from lorastudio.families.common import (
     DUAL_STREAM_QKV,
     Packed2x2Latents,
+    no_grad,
     pack_2x2,
     qwen_vae_posterior,
     unpack_2x2,
@@ -22,6 +21,8 @@ from lorastudio.families.common import (
 from lorastudio.families.real_rope import use_real_rope
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 SPEC = FamilySpec(
@@ -56,7 +57,7 @@ class QwenImageFamily(Packed2x2Latents, Family):
         values; fused under torch.compile). Process-wide: diffusers' function is replaced."""
         use_real_rope()
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
@@ -68,6 +69,8 @@ class QwenImageFamily(Packed2x2Latents, Family):
 
     def collate_conditioning(self, items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         """Pad the variable-length [L_i, D] features to the batch's longest; mask marks real tokens."""
+        import torch
+
         longest = max(it["prompt_embeds"].shape[0] for it in items)
         dim = items[0]["prompt_embeds"].shape[1]
         embeds = torch.zeros(len(items), longest, dim, dtype=items[0]["prompt_embeds"].dtype)  # [B, L, D]

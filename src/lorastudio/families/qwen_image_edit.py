@@ -24,16 +24,16 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.errors import DatasetError, FieldProblem
 from lorastudio.families.base import Variant
+from lorastudio.families.common import no_grad
 from lorastudio.families.qwen_image import SPEC as QWEN_SPEC
 from lorastudio.families.qwen_image import QwenImageFamily
 from lorastudio.families.qwen_vl_processor import allow_processor_without_torchvision
 
 if TYPE_CHECKING:
+    import torch
     from PIL import Image
 
     from lorastudio.config import TrainConfig
@@ -95,7 +95,7 @@ def _vl_images(encoders: Any, images: Sequence[Image.Image]) -> Any:
 class QwenImageEditFamily(QwenImageFamily):
     spec = SPEC
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self,
         encoders: Any,
@@ -179,6 +179,7 @@ class QwenImageEditFamily(QwenImageFamily):
         batch_info: Mapping[str, Any],
         cfg: TrainConfig,
     ) -> torch.Tensor:
+        import torch
         from diffusers import QwenImageEditPlusPipeline
 
         from lorastudio.families.common import pack_2x2
@@ -220,6 +221,8 @@ class QwenImageEditFamily(QwenImageFamily):
         """The transformer on the packed target `latents` [B, hw/4, C*4] followed by the packed
         `references` [B, R, C*4] (None: none), their shapes from `slots` (K x [B, C, hc, wc]);
         returns the target tokens' prediction unpacked to [B, C, h, w]."""
+        import torch
+
         from lorastudio.families.common import unpack_2x2, without_cudnn
 
         b, _, h, w = noisy.shape

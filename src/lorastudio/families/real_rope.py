@@ -23,9 +23,11 @@ import hashlib
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ def rotate_pairs(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
     as `view_as_real(view_as_complex(x.float()...) * freqs_cis[..., None, :]).flatten(3)
     .type_as(x)` does; returns [B, S, H, D] in x's dtype. No complex tensor is created: the
     complex input is only viewed as real pairs."""
+    import torch
+
     pairs = x.float().unflatten(-1, (-1, 2))  # [B, S, H, D/2, 2]
     x_re, x_im = pairs[..., 0], pairs[..., 1]  # [B, S, H, D/2] each
     freqs = torch.view_as_real(freqs_cis).unsqueeze(-3)  # [(B,) S, 1, D/2, 2] fp32
@@ -51,6 +55,8 @@ def rotate_pairs(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
 
 
 def _with_real_complex_path(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    import torch
+
     def apply_rotary_emb_qwen(
         x: torch.Tensor, freqs_cis: Any, use_real: bool = True, use_real_unbind_dim: int = -1
     ) -> torch.Tensor:

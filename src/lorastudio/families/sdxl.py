@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.common import no_grad
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 SPEC = FamilySpec(
@@ -59,7 +60,7 @@ SPEC = FamilySpec(
 class SDXLFamily(Family):
     spec = SPEC
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
@@ -100,6 +101,8 @@ class SDXLFamily(Family):
 
 def time_ids(batch_info: Mapping[str, Any]) -> torch.Tensor:
     """SDXL micro-conditioning per sample: original (h, w), crop (top, left), target (H, W) -> [B, 6]."""
+    import torch
+
     target = tuple(batch_info["target_size"])
     rows = [
         (*orig, *crop, *target)

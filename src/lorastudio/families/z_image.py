@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.common import no_grad
 from lorastudio.families.real_rope import use_real_rope_processors
 
 if TYPE_CHECKING:
+    import torch
+
     from lorastudio.config import TrainConfig
 
 SPEC = FamilySpec(
@@ -54,7 +55,7 @@ class ZImageFamily(Family):
         under torch.compile)."""
         use_real_rope_processors(denoiser)
 
-    @torch.no_grad()
+    @no_grad
     def encode_prompts(
         self, encoders: Any, prompts: list[str], cfg: TrainConfig
     ) -> list[dict[str, torch.Tensor]]:
@@ -85,6 +86,8 @@ class ZImageFamily(Family):
         batch_info: Mapping[str, Any],
         cfg: TrainConfig,
     ) -> torch.Tensor:
+        import torch
+
         dtype, device = noisy.dtype, noisy.device
         latents = list(noisy.unsqueeze(2).unbind(0))  # B x [C, 1, h, w]
         caps = [c.to(device, dtype) for c in cond["cap_feats"]]  # B x [L_i, D]

@@ -1,11 +1,15 @@
 """What this host can run: the accelerator, how many GPUs, and the base precisions it supports.
 
 torch is imported lazily (first call) and the answer cached; nothing here allocates GPU memory
-beyond the driver query.
+beyond the driver query. A host that cannot have a CUDA device (`cuda_impossible`: macOS, or Linux
+without the NVIDIA kernel driver's /proc/driver/nvidia nor ROCm's /dev/kfd, which torch.cuda also
+drives) is answered without importing torch: the server's config checks stay torch-free there.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -61,9 +65,24 @@ def precisions_for(device: str, capability: tuple[int, int] | None = None) -> tu
     return tuple(precisions)
 
 
+def cuda_impossible() -> bool:
+    """True when this host certainly has no device torch.cuda could use, known without importing
+    torch: macOS (no CUDA build of torch), or Linux with neither the NVIDIA kernel driver
+    (/proc/driver/nvidia) nor the ROCm one (/dev/kfd; torch.cuda runs ROCm too). Elsewhere
+    (Windows, a Linux host with a driver) only torch can tell, so False."""
+    if sys.platform == "darwin":
+        return True
+    return sys.platform.startswith("linux") and not (
+        os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/kfd")
+    )
+
+
 @lru_cache(maxsize=1)
 def host_info() -> HostInfo:
-    """Probe the accelerator once (GPU 0 names the host; gpu_count counts every visible GPU)."""
+    """Probe the accelerator once (GPU 0 names the host; gpu_count counts every visible GPU);
+    without torch when `cuda_impossible`."""
+    if cuda_impossible():
+        return HostInfo("cpu", "cpu", None, precisions_for("cpu"), gpu_count=0)
     import torch
 
     if torch.cuda.is_available():

@@ -24,14 +24,46 @@ so the peak is the process's base plus the largest phase:
             training.latents.cache_bytes) when latent_cache puts it in memory (data/disk_cache.
             latent_mode); 0 on disk (a batch's shards are read per step) or encoded per step
 
-On CPU the weights and activations live in host RAM (weights in the run's dtype: fp32 for auto;
-activations as jobs.preflight.estimate_memory_gb). On CUDA they live on the GPU and host RAM
-holds the base process (CUDA context included), the latent cache, the blocks swapped to the CPU
-and, while a component loads, its weights (they pass through host RAM on their way to the GPU).
+On CPU the weights and activations live in host RAM (weights in the run's dtype: fp32 for auto).
+A transformer denoiser's activations follow its tokens (`cpu_activation_gb`):
+
+    activations = tokens x dtype bytes x (CPU_ACT_PER_TOKEN + CPU_ACT_PER_TOKEN_WIDTH x hidden x blocks)
+                  x ACTIVATION_FACTOR of the checkpointing mode
+    tokens  the micro-batch's image tokens at the largest bucket (W/(vae_scale x patch) x
+            H/(vae_scale x patch) per sample, x (1 + controls): an edit sample's control tokens
+            join the sequence)
+    hidden, blocks  the denoiser config's width (num_attention_heads x attention_head_dim, or dim)
+            and its repeated blocks (num_layers + num_single_layers, or n_layers + n_refiner_layers)
+
+Measured on CPU (fp32, eager, one image, one step; bench/host_memory.py --phase denoiser resets
+the peak RSS, /proc/self/clear_refs, when the denoiser phase starts, so that the VAE's larger peak
+does not hide it), the denoiser phase's peak RSS:
+    tiny denoiser (hidden x blocks)    1024 px (4,096 tokens)   2048 px (16,384 tokens)
+    FLUX.1 (32 x 3 = 96)           0.535-0.545 GB (4 runs)  0.653-0.771 GB (5 runs)
+    Qwen-Image (32 x 2 = 64)       0.525-0.567 (2)          0.695-0.765 (2)
+    FLUX.2 (128 x 3 = 384)         0.791 (1)                1.552 (1)
+The peak of one configuration varies by up to 15 % from run to run (threads, the allocator; the
+child now returns the earlier phases' freed memory, malloc_trim, before the reset). Per token
+(the 2048 px peak less the 1024 px one, over the 12,288 tokens between them) FLUX.1 holds ~14-17
+KB, Qwen-Image ~14-16 KB, FLUX.2 ~62 KB. CPU_ACT_PER_TOKEN = 850 and CPU_ACT_PER_TOKEN_WIDTH = 38
+(bytes per token per dtype byte) give base + denoiser phase at 1024 / 2048 px: FLUX.1 0.546 /
+0.774 GB, Qwen-Image 0.526 / 0.694, FLUX.2 0.732 / 1.503: within -10 / +20 % of every measured
+peak (the tolerance tests/unit/jobs/test_jobs_host_memory.py holds it to); FLUX.1 at 4096 px:
+1.21 GB of activations (~1.1 GB measured before; the accelerator formula had 0.03). The fixed part
+(the tokens' latents, positions, input and output projections) dominates a tiny model; how the
+width part extrapolates to real-size transformers on CPU is not measured.
+A U-Net (SDXL: no token width in its config) keeps the accelerator formula
+(jobs.preflight.estimate_memory_gb: activations per billion parameters); a plan with
+checkpointing scales the token term by ACTIVATION_FACTOR (unmeasured on CPU).
+
+On CUDA the weights and activations live on the GPU and host RAM holds the base process (CUDA
+context included), the latent cache, the blocks swapped to the CPU and, while a component loads,
+its weights (they pass through host RAM on their way to the GPU).
 
 `certain`: the forecast refuses a run that does not fit (HostMemoryShort) only when it is measured:
-on CPU, with the denoiser's LoRA and activations (the accelerator formula, +-50 %) at most
-UNCERTAIN_SHARE of the peak. Otherwise (every CUDA forecast: not measured against a run) it warns.
+on CPU, with the part of the peak that is not (a U-Net's activations from the accelerator formula,
++-50 %, or a checkpointed plan's) at most UNCERTAIN_SHARE of it. Otherwise (every CUDA forecast: not
+measured against a run) it warns.
 
 VAE_ACT_PER_CHANNEL_PIXEL and BASE_PROCESS_GB are fitted on CPU runs of the tiny SDXL and FLUX.1
 pipelines at 256-4096 px (bench/host_memory.py: within 3 % of the measured peak RSS at every
@@ -65,6 +97,10 @@ CUDA_CONTEXT_GB = 1.5
 # byte of the dtype: the residual blocks keep input, normalised and convolved copies at once
 # (fitted: see the module docstring).
 VAE_ACT_PER_CHANNEL_PIXEL = 4.7
+# A transformer denoiser's activations on CPU, bytes per image token per byte of the compute
+# dtype: a fixed part and a part per unit of hidden x blocks (fitted: see the module docstring).
+CPU_ACT_PER_TOKEN = 850.0
+CPU_ACT_PER_TOKEN_WIDTH = 38.0
 # The share of the peak a forecast may draw from the accelerator formula and still refuse a run.
 UNCERTAIN_SHARE = 0.15
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -85,6 +121,7 @@ def host_memory_forecast(
     nothing to size), "phases": {...} (one process's, above its base) or None, "certain": whether the formula has been measured
     on this kind of host (CPU), "vae_pixels": the largest bucket's pixels}."""
     from lorastudio.jobs.preflight import WEIGHT_BYTES, denoiser_param_split, estimate_memory_gb, param_count
+    from lorastudio.jobs.vram_estimate import _LORA_STATE_BYTES, lora_param_count
 
     if model_dir is None:
         return {"host_gb": None, "phases": None, "certain": False, "vae_pixels": None}
@@ -145,23 +182,40 @@ def host_memory_forecast(
         encoders = sum(
             param_count(model_dir / s) for s in ("text_encoder", "text_encoder_2", "text_encoder_3")
         )
-        device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
+        other, blocks = denoiser_param_split(model_dir / spec.denoiser)
+        weights = (other + sum(blocks)) * per
+        tokens = (
+            max(
+                (w // (spec.vae_scale_factor * spec.patch_size))
+                * (h // (spec.vae_scale_factor * spec.patch_size))
+                for w, h in sizes
+            )
+            * plan.micro_batch_size
+            * (1 + controls)
+        )
+        act = cpu_activation_gb(tokens, _token_width(model_dir / spec.denoiser), act_bytes, plan)
+        if act is None:  # the accelerator formula's denoiser phase less its fixed allowance
+            device_gb = estimate_memory_gb(cfg, model_dir, plan)["phases"] or {}
+            denoiser = max(device_gb.get("denoiser", 1.0) - 1.0, 0.0)
+        else:  # weights + LoRA (fp32 weights, grads, AdamW state) + the tokens' activations
+            targets = tuple(cfg.lora_targets or spec.lora_targets)
+            lora = lora_param_count(model_dir / spec.denoiser, targets, cfg.lora_rank or 16)
+            denoiser = weights + lora * _LORA_STATE_BYTES / 1e9 + act
         phases = {
             "conditioning": encoders * per,
             "latents": param_count(model_dir / "vae") * per + vae_act + cache,
-            # the accelerator formula's denoiser phase less its fixed allowance, plus the cache
-            "denoiser": max(device_gb.get("denoiser", 1.0) - 1.0, 0.0) + cache,
+            "denoiser": denoiser + cache,
         }
         if cfg.sample_prompts:  # a sample decodes one image through the VAE at full resolution
             phases["samples"] = (
                 phases["denoiser"] + VAE_ACT_PER_CHANNEL_PIXEL * c0 * target_pixels * act_bytes / 1e9
             )
         base = BASE_PROCESS_GB
-        # the denoiser's LoRA and activations come from the accelerator formula (+-50 %): where
-        # they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
-        other, blocks = denoiser_param_split(model_dir / spec.denoiser)
-        weights = (other + sum(blocks)) * per
-        rough = phases["denoiser"] - cache - weights if max(phases, key=phases.get) == "denoiser" else 0.0
+        # activations from the accelerator formula (+-50 %: a U-Net's, a checkpointed plan's):
+        # where they are more than UNCERTAIN_SHARE of the peak, the forecast only warns
+        unmeasured = act is None or plan.gradient_checkpointing != "off"
+        leads = max(phases, key=phases.get) == "denoiser"
+        rough = phases["denoiser"] - cache - weights if unmeasured and leads else 0.0
     processes = max(int(cfg.num_gpus), 1)  # data-parallel: each rank a process with all of the above
     return {
         "host_gb": round(processes * (base + max(phases.values())), 2),
@@ -169,6 +223,42 @@ def host_memory_forecast(
         "certain": rough <= UNCERTAIN_SHARE * (base + max(phases.values())),
         "vae_pixels": pixels,
     }
+
+
+def cpu_activation_gb(tokens: int, width: int | None, act_bytes: int, plan: PlanValues) -> float | None:
+    """GB of activations a transformer denoiser keeps for the backward on CPU: `tokens` (the
+    micro-batch's image tokens) x `act_bytes` (the compute dtype's) x (CPU_ACT_PER_TOKEN +
+    CPU_ACT_PER_TOKEN_WIDTH x `width`, its hidden x blocks), x ACTIVATION_FACTOR of the plan's
+    checkpointing. None when the width is unknown (a U-Net): the caller keeps the accelerator
+    formula."""
+    from lorastudio.jobs.vram_estimate import ACTIVATION_FACTOR
+
+    if width is None:
+        return None
+    per_token = act_bytes * (CPU_ACT_PER_TOKEN + CPU_ACT_PER_TOKEN_WIDTH * width)
+    return tokens * per_token * ACTIVATION_FACTOR[plan.gradient_checkpointing] / 1e9
+
+
+def _token_width(folder: Path) -> int | None:
+    """hidden x blocks of the transformer denoiser whose config.json is in `folder`: the width
+    num_attention_heads x attention_head_dim (else dim, hidden_size), the blocks num_layers +
+    num_single_layers (else n_layers + n_refiner_layers). None when unreadable or a U-Net."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    heads, head_dim = config.get("num_attention_heads"), config.get("attention_head_dim")
+    if isinstance(heads, int) and isinstance(head_dim, int):
+        hidden = heads * head_dim
+    else:
+        hidden = config.get("dim") or config.get("hidden_size")
+    keys = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers")
+    blocks = sum(v for k in keys if isinstance(v := config.get(k), int))
+    if not isinstance(hidden, int) or hidden <= 0 or blocks <= 0:
+        return None
+    return hidden * blocks
 
 
 def _vae_first_channels(folder: Path) -> int:

@@ -20,7 +20,7 @@ from lorastudio.data.entries import resolve_entries
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
-from lorastudio.jobs.validation import host_problems
+from lorastudio.jobs.validation import host_problems, raw_host_problems
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import (
     CHECKPOINTS,
@@ -116,8 +116,13 @@ def validate_resume(
         raise ConfigError(
             [FieldProblem("checkpoint", f"{found.name} is at step {step} of {total}: nothing left")]
         )
-    given = parse_train_config(resume_settings(info, overrides))
-    cfg = resolve_train_config(given)
+    try:
+        given = parse_train_config(resume_settings(info, overrides))
+        cfg = resolve_train_config(given)
+    except ConfigError as err:  # what this host cannot run comes in the same answer
+        raw = {**dict(info["config"]), **dict(overrides)}
+        reported = {p.field for p in err.problems}
+        raise ConfigError(err.problems + raw_host_problems(raw, reported, settings)) from None
     if cfg.output_name != run_dir.name:
         raise NotFound(f"{found} belongs to run {cfg.output_name!r}, not to the folder {run_dir.name!r}")
     family = families.get(cfg.family)

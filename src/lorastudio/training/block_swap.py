@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
+from lorastudio.config_host import offload_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.compile import repeated_blocks
 
@@ -31,16 +32,8 @@ log = logging.getLogger(__name__)
 
 def memory_problems(offload_blocks: int | None, device: torch.device) -> list[FieldProblem]:
     """Why `offload_blocks` cannot be honoured on `device` (empty when it can): block swap needs a
-    CUDA device."""
-    if offload_blocks and device.type != "cuda":
-        where = "the CPU" if device.type == "cpu" else f"a {device.type} device"
-        return [
-            FieldProblem(
-                "offload_blocks",
-                f"block swap moves weights between CPU RAM and a GPU; this run is on {where} (use 0)",
-            )
-        ]
-    return []
+    CUDA device (config_host.offload_problems, the rule without torch)."""
+    return offload_problems(offload_blocks, device.type)
 
 
 def swap_candidates(denoiser: torch.nn.Module, n_blocks: int) -> list[torch.nn.Module]:

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from lorastudio.config_host import memory_budget_problems, offload_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.events import PlanChosen, PlanTrial
 
@@ -146,24 +147,10 @@ def resumed_plan(saved: Plan, cfg: TrainConfig) -> Plan:
 def plan_host_problems(cfg: TrainConfig, device_type: str) -> list[FieldProblem]:
     """Plan settings this host cannot honour (empty when it can), for the engine's preflight and
     the job service: memory_budget_gb measures GPU memory, so it needs CUDA; offload_blocks > 0
-    needs CUDA (training/block_swap.py's check). Takes the device type ("cuda", "cpu"). Imports torch
-    only when offload_blocks is set."""
-    problems = []
-    if cfg.memory_budget_gb is not None and device_type != "cuda":
-        problems.append(
-            FieldProblem(
-                "memory_budget_gb",
-                f"a memory budget is measured on a CUDA GPU; this run is on the {device_type}: "
-                "remove it (and set the plan settings yourself)",
-            )
-        )
-    if cfg.offload_blocks:
-        import torch
-
-        from lorastudio.training.block_swap import memory_problems
-
-        problems += memory_problems(cfg.offload_blocks, torch.device(device_type))
-    return problems
+    needs CUDA (the rules are config_host's). Takes the device type ("cuda", "cpu"); no torch."""
+    return memory_budget_problems(cfg.memory_budget_gb, device_type) + offload_problems(
+        cfg.offload_blocks, device_type
+    )
 
 
 def micro_batch_ladder(batch_size: int, world_size: int = 1) -> list[int]:

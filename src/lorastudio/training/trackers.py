@@ -8,7 +8,7 @@ validation/best_loss, when the run has a validation_split) and each sample round
 (SampleReady, read from the run folder). Both are optional extras
 (`pip install 'lorastudio[tensorboard]'` / `'lorastudio[wandb]'`, pinned in pyproject.toml), off
 by default; a run that asks for one whose package is missing is refused with the reason
-(`tracker_problems`, called by the preflight and the job service). TensorBoard writes into
+(config_host.tracker_problems, called by the preflight and the job service). TensorBoard writes into
 <run folder>/tensorboard/ (through torch.utils.tensorboard); W&B into <run folder>/wandb/ with
 its own settings (WANDB_MODE, WANDB_PROJECT, its login). A tracker that fails while the run
 trains is closed with a warning in the log; the training goes on.
@@ -16,22 +16,17 @@ trains is closed with a warning in the log; the training goes on.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lorastudio.config_host import tracker_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.events import Event
 
 log = logging.getLogger(__name__)
 
-# report_to name -> (module that must be importable, extra that installs it)
-TRACKERS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboard", "tensorboard"),
-    "wandb": ("wandb", "wandb"),
-}
 _SCALARS = (
     ("train/loss", "loss"),
     ("train/avg_loss", "avg_loss"),
@@ -40,22 +35,6 @@ _SCALARS = (
     ("perf/samples_per_second", "samples_per_second"),
     ("perf/peak_memory_gb", "peak_memory_gb"),
 )
-
-
-def tracker_problems(report_to: list[str]) -> list[FieldProblem]:
-    """A problem for each tracker of `report_to` whose package is not installed."""
-    problems = []
-    for name in report_to:
-        module, extra = TRACKERS[name]
-        if importlib.util.find_spec(module) is None:
-            problems.append(
-                FieldProblem(
-                    "report_to",
-                    f"{name} needs the {module} package, which is not installed: "
-                    f"pip install 'lorastudio[{extra}]' (or leave {name} out of report_to)",
-                )
-            )
-    return problems
 
 
 class TrackerSink:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -206,3 +207,30 @@ def test_an_assistant_lora_is_refused_at_submission_unless_the_base_is_distilled
     )
     run = validate_run(_cfg(schnell, assistant_lora=str(adapter)), settings, live_output_names=set())
     assert run.config.assistant_lora == str(adapter)
+
+
+MISSING_TRACKERS = [n for n in ("tensorboard", "wandb") if importlib.util.find_spec(n) is None]
+
+
+@pytest.mark.skipif(not MISSING_TRACKERS, reason="every tracker package is installed here")
+def test_a_resumes_host_refusals_come_with_its_refused_overrides(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """A resume whose overrides were refused (a setting that changes the maths) told the host's
+    refusals (memory_budget_gb without CUDA, a missing tracker package) only in a second answer."""
+    from lorastudio.jobs.resume import validate_resume
+    from lorastudio.training.loop import train
+
+    run = validate_run(
+        _cfg(tiny_model("flux"), steps=3, save_every=2, output_name="r"), settings, live_output_names=set()
+    )
+    train(run.worker_config, lambda event: None, settings=settings, device="cpu")
+    tracker = MISSING_TRACKERS[0]
+    overrides = {"steps": 6, "learning_rate": 1.0, "memory_budget_gb": 8, "report_to": [tracker]}
+    with pytest.raises(ConfigError) as err:
+        validate_resume(settings.outputs_dir / "r", None, overrides, settings, live_output_names=set())
+    fields = [p.field for p in err.value.problems]
+    assert sorted(fields) == ["learning_rate", "memory_budget_gb", "report_to"], err.value.problems
+    assert "changes the maths" in _fields(err)["learning_rate"]
+    assert "measured on a CUDA GPU" in _fields(err)["memory_budget_gb"]
+    assert f"needs the {tracker} package" in _fields(err)["report_to"]

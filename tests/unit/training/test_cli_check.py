@@ -3,6 +3,7 @@ name suggested for a taken output_name, "did you mean" for a misspelt setting (i
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 
@@ -11,6 +12,8 @@ from typer.testing import CliRunner
 
 from lorastudio.cli.app import _register, app
 from lorastudio.settings import get_settings
+
+MISSING_TRACKERS = [n for n in ("tensorboard", "wandb") if importlib.util.find_spec(n) is None]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -252,3 +255,22 @@ def test_check_reports_the_host_refusals_with_the_configs_other_problems(
     out = result.output
     assert "lora_rank" in out and "8-bit CUDA kernels" in out and "'efficient' is a CUDA kernel" in out
     assert out.count("8-bit CUDA kernels") == 1
+
+
+@pytest.mark.skipif(not MISSING_TRACKERS, reason="every tracker package is installed here")
+def test_train_reports_the_plan_and_tracker_refusals_with_the_configs_other_problems(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """memory_budget_gb / offload_blocks on this CPU host and a report_to tracker whose package is
+    missing were refused only once the config's other problems were fixed (a second answer)."""
+    tracker = MISSING_TRACKERS[0]
+    over = {"steps": 3, "lora_rank": 0, "memory_budget_gb": 8, "offload_blocks": 2, "report_to": [tracker]}
+    config = _config(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over))
+    for args in (("--check",), ()):
+        result = _invoke("train", str(config), *args, "--device", "cpu")
+        assert result.exit_code == 2, result.output
+        out = " ".join(result.output.split())  # the report wraps long lines
+        assert "lora_rank" in out, out
+        assert out.count("measured on a CUDA GPU") == 1, out
+        assert out.count("block swap moves weights") == 1, out
+        assert out.count(f"needs the {tracker} package") == 1, out
