@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lorastudio.data.cache_io import prepare_cache_folder
+from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
 from lorastudio.data.disk_cache import shard_path
 from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
@@ -85,9 +85,12 @@ def encode_texts_on_disk(
     emit: Emit,
     check_stop: Callable[[], None],
     notes: list[str] | None = None,
+    holds: list[int] | None = None,
 ) -> list[Conditioning]:
     """conditioning.encode_texts with the first group (the captions: plain strings) on disk; the
-    other groups as encode_texts gives them. Returns the first group as a DiskConditioning."""
+    other groups as encode_texts gives them. Returns the first group as a DiskConditioning.
+    The cache entry read is held (data/cache_io.hold_entry: no prune removes it) until the
+    descriptor appended to `holds` is closed (training/loop.py closes them at the run's end)."""
     from lorastudio.families.single_file import model_source
 
     model = text_fingerprint(model_source(cfg), cfg.revision)
@@ -95,6 +98,9 @@ def encode_texts_on_disk(
         family.spec.name, model, str(dtype).removeprefix("torch."), device.type, cfg.max_sequence_length
     )
     prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
+    held = hold_entry(root, KIND, model)  # before any shard is looked at: a prune keeps the entry
+    if held is not None and holds is not None:
+        holds.append(held)
     captions = [str(t) for t in groups[0]]
     keys = {t: text_key(encoder, t) for t in captions}
     ctx = group_context()
