@@ -150,9 +150,10 @@ def prune_to_cap(settings: Any, max_gb: float | None = None) -> PruneResult:
 
 
 def prune_after_run(settings: Any) -> PruneResult | None:
-    """prune_to_cap at the end of a disk-cached run (training/loop.py), after it released its
-    entries. A prune that fails (a link at the readers lock, a disk error) is logged, never
-    fails the run: returns None then."""
+    """prune_to_cap at a safe moment: a disk-cached run's end, after it released its entries
+    (training/loop.py), or a server's start (jobs/leftovers.start_cache_prune). A prune that
+    fails (a link at the readers lock, a disk error) is logged, never fails the run or the
+    start: returns None then."""
     try:
         return prune_to_cap(settings)
     except (CacheError, OSError) as err:

@@ -5,6 +5,10 @@ variant of an image: its VAE posterior; see training/latents_disk.py). Layout un
 folder (Settings.cache_dir, default <home>/cache/encoded):
 
     <kind>/<model>/<key[:2]>/<key>.safetensors     kind "latents"; model: the encoder's fingerprint
+    <kind>/<model>/.used                           the entry's lock; its mtime: the entry's last use
+
+An entry (one <kind>/<model> folder) is what `cache ls` lists and a prune removes whole, least
+recently used first, never one a run holds (data/cache_prune.py, cache_io.hold_entry).
 
 `key` is the sha256 of every key part (`shard_key`): the schema version, the family, the encoder
 fingerprint, the image's content hash, the bucket, the resized size, the crop offset and flip, the

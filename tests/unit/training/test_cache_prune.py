@@ -103,11 +103,15 @@ def test_foreign_files_and_entries_from_before_the_lock(tmp_path: Path) -> None:
     _entry(root, NEWEST, 2_000)
     size = cache_stats(root)[0].bytes
     result = prune_cache(root, cap=size)  # the oldest, then past the kept foreign one, the newest
-    assert [s.model for s in result.removed] == [OLDEST, NEWEST] and [s.model for s in result.foreign] == [OLD]
+    assert [s.model for s in result.removed] == [OLDEST, NEWEST] and [s.model for s in result.foreign] == [
+        OLD
+    ]
     assert (mine / "11" / "notes.txt").read_text() == "the user's"
 
 
-def test_the_default_cap_is_a_share_of_the_space_the_cache_could_have(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_cap_is_a_share_of_the_space_the_cache_could_have(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import lorastudio.data.cache_prune as cache_prune
 
     root = Path("/nowhere")
@@ -166,3 +170,27 @@ def test_a_run_prunes_at_its_end_and_a_run_after_a_prune_re_encodes_and_trains_t
     assert first.lora_path is not None and third.lora_path is not None
     a, b = load_file(first.lora_path), load_file(third.lora_path)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cli_prune_takes_the_home_like_clear() -> None:
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+    from lorastudio.jobs.homelock import HomeLock
+
+    if not app.registered_commands:
+        _register()
+    root = cache_root(get_settings())
+    old, new = _entry(root, OLDEST, 1_000), _entry(root, NEWEST, 2_000)
+    size = cache_stats(root)[0].bytes
+    listed = CliRunner().invoke(app, ["cache", "ls"])
+    assert "1970-01-01" in listed.output and "last used" in listed.output, listed.output
+    with HomeLock.for_cli_run(get_settings().ensure_dirs().home):  # a `lorastudio train` meanwhile
+        busy = CliRunner().invoke(app, ["cache", "prune", "--max-gb", "0"])
+    assert busy.exit_code == 1 and "cache not pruned" in busy.output and old.is_dir()
+    pruned = CliRunner().invoke(app, ["cache", "prune", "--max-gb", str(size / GB)])
+    assert pruned.exit_code == 0, pruned.output
+    assert f"removed latents {OLDEST}" in pruned.output and "freed " in pruned.output
+    assert not old.exists() and new.is_dir()
+    refused = CliRunner().invoke(app, ["cache", "prune", "--max-gb", "-1"])
+    assert refused.exit_code != 0 and new.is_dir()
