@@ -16,6 +16,8 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   cache/encoded/      VAE latents and caption embeddings of runs with latent_cache "disk" (data/disk_cache.py), kept across
                       runs; LORASTUDIO_CACHE_DIR puts them elsewhere; `lorastudio cache ls|clear|prune`;
                       LORASTUDIO_CACHE_MAX_GB caps it (least recently used entries go first)
+  cache/text-signatures/  what each text encoder set gives per caption (names, dtypes, dims), learnt
+                      from two probe captions: the cached text shards are checked against it
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
@@ -184,6 +186,12 @@ class Settings(BaseSettings):
     @property
     def probe_cache_dir(self) -> Path:
         return self.home / "cache" / "attention-probe"
+
+    @property
+    def text_signature_dir(self) -> Path:
+        """What each text encoder set gives per caption, learnt by the runs of this home
+        (training/text_signature.py): cached text shards are checked against it."""
+        return self.home / "cache" / "text-signatures"
 
     @property
     def fa4_cache_dir(self) -> Path:

@@ -70,7 +70,10 @@ def encode_conditioning(
     encode = encode_texts
     if run_latent_mode(run) == "disk" and not sees and not cfg.train_text_encoder:  # captions on disk too
         encode = functools.partial(  # conditioning_disk.py
-            encode_texts_on_disk, root=cache_root(settings), holds=state.cache_entries
+            encode_texts_on_disk,
+            root=cache_root(settings),
+            holds=state.cache_entries,
+            signatures=settings.text_signature_dir,
         )
     conds, prompt_conds, state.held_out_conds, kept = encode(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
