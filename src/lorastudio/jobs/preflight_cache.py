@@ -5,7 +5,8 @@ The count uses the run's own keys (data/latent_keys.plan_variants with the run's
 crop/flip draws) and the VAE's content fingerprint, so a second run on the same data and model
 reports "reuses M of M". The captions' text embeddings (also on disk in that mode) are counted
 the same way (data/text_keys.py); the wall-time forecast scales its encode phases by what is left. A shard is only looked up here; the run verifies each it reads (a
-damaged one is re-encoded). No model is loaded and no image decoded; every image's bytes are
+damaged one is re-encoded). A run whose latents exceed the cache's cap (data/cache_prune.py) is
+told that its end prunes them. No model is loaded and no image decoded; every image's bytes are
 hashed (the scan's fingerprint hashed them already: data.scan.file_sha256 remembers them).
 """
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorastudio import families
+from lorastudio.data.cache_prune import cap_bytes
 from lorastudio.data.caption_variants import captions_to_encode, item_dropouts, scan_variants
 from lorastudio.data.disk_cache import (
     cache_root,
@@ -70,6 +72,13 @@ def latent_cache_section(
     folder = root / "latents" / model
     texts = _texts_on_disk(cfg, scan, host, compute, root)
     captions = f"; reuses {texts[1]} of {texts[0]} captions' embeddings" if texts else ""
+    cap = cap_bytes(settings, root, folder_bytes(folder))  # about: the default counts all the cache
+    over = (
+        f"; its {need / 1e9:.2f} GB of latents exceed the cache's cap of {cap / 1e9:.2f} GB"
+        " (LORASTUDIO_CACHE_MAX_GB): the run's end prunes them and the next run encodes them again"
+        if need > cap
+        else ""
+    )
     out.update(
         folder=str(folder),
         disk_bytes=folder_bytes(folder),
@@ -78,7 +87,8 @@ def latent_cache_section(
         texts=texts[0] if texts else None,
         texts_cached=texts[1] if texts else None,
         note=f"latents on disk: reuses {cached} of {len(keys)} images' latents, encodes {len(keys) - cached}"
-        + captions,
+        + captions
+        + over,
     )
     return out
 

@@ -249,7 +249,10 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
     assert (before["texts"], before["texts_cached"], after["texts_cached"]) == (5, 0, 5)
     shard = _shards()[0]
     shard.unlink()
-    assert section("c")["images_cached"] == 3
+    assert section("c")["images_cached"] == 3 and "cache's cap" not in section("c")["note"]
+    settings.cache_max_gb = 0.0  # LORASTUDIO_CACHE_MAX_GB=0
+    assert "exceed the cache's cap of 0.00 GB" in section("d")["note"]
+    settings.cache_max_gb = None
     auto = validate_run(
         {**raw, "latent_cache": "auto", "output_name": "e"}, settings, live_output_names=set()
     )
