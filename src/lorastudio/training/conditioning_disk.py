@@ -80,7 +80,7 @@ class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
         if found is None or (self.signature is not None and misfit(summarize(found), self.signature)):
             raise DatasetError(
                 "a text embedding shard vanished or was damaged during the run",
-                [f"{path}: unreadable; restart the run (it re-encodes)"],
+                [f"{path}: unreadable, or not what the text encoders give; restart the run (it re-encodes)"],
             )
         return found
 

@@ -194,3 +194,28 @@ def test_cli_prune_takes_the_home_like_clear() -> None:
     assert not old.exists() and new.is_dir()
     refused = CliRunner().invoke(app, ["cache", "prune", "--max-gb", "-1"])
     assert refused.exit_code != 0 and new.is_dir()
+
+
+def test_a_prune_during_a_run_keeps_the_entries_it_reads(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lorastudio.training.events import Preparing
+
+    encodes = _counting(monkeypatch)
+    root = cache_root(get_settings())
+    first = _run(make_config, "first")
+    own = {(s.kind, s.model) for s in cache_stats(root)}
+    stale = _entry(root, OLDEST, 1_000)
+    encodes.clear()
+    pruned: list = []
+
+    def emit(event: object) -> None:
+        if isinstance(event, Preparing) and event.phase == "latents" and not pruned:
+            pruned.append(prune_cache(root, cap=0))  # `cache prune --max-gb 0` from elsewhere
+
+    settings = {"latent_cache": "disk", "random_flip": True, "cache_variants": 2, "steps": 3}
+    second = train(make_config(output_name="second", **settings), emit, device="cpu")
+    (result,) = pruned
+    assert [s.model for s in result.removed] == [OLDEST] and not stale.exists()
+    assert {(s.kind, s.model) for s in result.in_use} == own  # the run's text and latent entries
+    assert encodes == [] and second.losses == first.losses  # read from the shards it kept
