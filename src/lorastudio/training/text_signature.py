@@ -11,7 +11,8 @@ a dim that differs between them is variable. The learnt signature is kept in the
 fingerprint and the encode's key parts (data/text_keys.text_parts), so later runs check their
 shards without loading the encoders when every caption is cached. A shard that does not fit
 (`misfit`: a name missing or extra, another dtype or rank, a fixed dim differing, a non-finite
-value) is a cache miss: the run re-encodes it (training/conditioning_disk.py).
+value) is a cache miss: the run re-encodes it (training/conditioning_disk.py). No torch import
+(the preflight, jobs/preflight_cache.py, asks whether a signature is kept).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # an empty caption and a longer one (within CLIP's 77 tokens): a dim that follows the caption's
 # length differs between them

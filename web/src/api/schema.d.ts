@@ -2168,6 +2168,12 @@ export interface components {
              * @description on disk: those captions whose embeddings are already cached (not encoded)
              */
             texts_cached?: number | null;
+            /**
+             * Texts Probed
+             * @description on disk: probe captions encoded besides, to learn what the text encoders give (first run only)
+             * @default 0
+             */
+            texts_probed?: number;
         };
         /**
          * LoraFileOut
