@@ -14,7 +14,10 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   cache/fa4/          FlashAttention-4's compiled kernels (its JIT cache), shared by the probe
                       and the run unless FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED / _DIR are set
   cache/encoded/      VAE latents and caption embeddings of runs with latent_cache "disk" (data/disk_cache.py), kept across
-                      runs; LORASTUDIO_CACHE_DIR puts them elsewhere; `lorastudio cache ls|clear`
+                      runs; LORASTUDIO_CACHE_DIR puts them elsewhere; `lorastudio cache ls|clear|prune`;
+                      LORASTUDIO_CACHE_MAX_GB caps it (least recently used entries go first)
+  cache/text-signatures/  what each text encoder set gives per caption (names, dtypes, dims), learnt
+                      from two probe captions: the cached text shards are checked against it
 
 LORASTUDIO_CPU_DATA_PARALLEL=1 lets the job service run a num_gpus > 1 job as that many gloo
 processes on the CPU (torchrun, like a multi-GPU job): for testing the launcher without GPUs.
@@ -84,6 +87,17 @@ class Settings(BaseSettings):
     cache_dir: Path | None = Field(
         default=None,
         description="folder of the on-disk encode cache (latent_cache = disk); default <home>/cache/encoded",
+    )
+    cache_max_gb: float | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "cap of the on-disk encode cache in GB (10^9 bytes): at a disk-cached run's end, a server's"
+            " start and `lorastudio cache prune`, its least recently used entries not in use are removed"
+            " until it fits (data/cache_prune.py); unset: 50 GB or half of the cache plus its disk's"
+            " free space, whichever is smaller; 0 keeps only the entries in use"
+        ),
     )
     worker_timeout_scale: float = Field(
         default=1.0,
@@ -172,6 +186,12 @@ class Settings(BaseSettings):
     @property
     def probe_cache_dir(self) -> Path:
         return self.home / "cache" / "attention-probe"
+
+    @property
+    def text_signature_dir(self) -> Path:
+        """What each text encoder set gives per caption, learnt by the runs of this home
+        (training/text_signature.py): cached text shards are checked against it."""
+        return self.home / "cache" / "text-signatures"
 
     @property
     def fa4_cache_dir(self) -> Path:

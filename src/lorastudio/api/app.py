@@ -66,7 +66,7 @@ from lorastudio.jobs.generation_process import GenerationTarget
 from lorastudio.jobs.generation_worker import generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.homelock import HomeLock
-from lorastudio.jobs.leftovers import start_leftover_cleanup
+from lorastudio.jobs.leftovers import start_cache_prune, start_leftover_cleanup
 from lorastudio.jobs.process import WorkerTarget
 from lorastudio.jobs.service import JobService, Timeouts
 from lorastudio.jobs.store import RunStore
@@ -99,6 +99,7 @@ def create_app(
         lock = home_lock or HomeLock.for_server(settings.home, port=None)
         try:
             start_leftover_cleanup(settings)  # the home is ours: no live process owns them
+            start_cache_prune(settings)  # the encode cache to its cap (entries no run holds)
             async with _services(app, settings, timeouts, worker_target, generation_target):
                 yield
         finally:

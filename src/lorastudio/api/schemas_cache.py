@@ -16,6 +16,9 @@ class CacheEntryOut(_Out):
     )
     files: int
     bytes: int
+    last_used: float = Field(
+        description="when a run last used it (epoch seconds; 0 when unknown): a prune removes the oldest first"
+    )
 
 
 class CacheOut(_Out):
@@ -28,3 +31,17 @@ class CacheOut(_Out):
 
 class CacheClearedOut(_Out):
     freed_bytes: int
+
+
+class CachePrunedOut(_Out):
+    cap_bytes: int = Field(
+        description="the cap pruned to (max_gb, else LORASTUDIO_CACHE_MAX_GB or its default)"
+    )
+    before_bytes: int
+    after_bytes: int
+    freed_bytes: int
+    removed: list[CacheEntryOut] = Field(description="entries removed, least recently used first")
+    in_use: list[CacheEntryOut] = Field(description="entries over the cap kept: a run reads them")
+    foreign: list[CacheEntryOut] = Field(
+        description="entries over the cap kept: they hold files the cache did not write"
+    )

@@ -213,6 +213,10 @@ class LatentCacheOut(_Out):
     texts_cached: int | None = Field(
         default=None, description="on disk: those captions whose embeddings are already cached (not encoded)"
     )
+    texts_probed: int = Field(
+        default=0,
+        description="on disk: probe captions encoded besides, to learn what the text encoders give (first run only)",
+    )
     note: str | None = None
 
 

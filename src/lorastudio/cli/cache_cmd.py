@@ -1,4 +1,5 @@
-"""`lorastudio cache ls|clear`: the on-disk encode cache (data/disk_cache.py) of latent_cache = "disk"."""
+"""`lorastudio cache ls|clear|prune`: the on-disk encode cache (data/disk_cache.py) of latent_cache =
+"disk"; prune: data/cache_prune.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from lorastudio.cli.tables import print_table
 
 cache_app = typer.Typer(
     help="The on-disk encode cache (latents and caption embeddings; latent_cache = disk, or auto over "
-    "its RAM budget): list and clear it.",
+    "its RAM budget): list, clear and prune it.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -22,6 +23,12 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.3f} GB"
 
 
+def _when(stamp: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp)) if stamp > 0 else "unknown"
+
+
 @cache_app.command("ls")
 def ls_cmd() -> None:
     """List the cache: per kind and encoder fingerprint (one per base model's VAE), shards and size."""
@@ -32,7 +39,8 @@ def ls_cmd() -> None:
     stats = cache_stats(root)
     typer.echo(f"cache: {root}")
     print_table(
-        ("kind", "model", "shards", "size"), [[s.kind, s.model, s.files, _gb(s.bytes)] for s in stats]
+        ("kind", "model", "shards", "size", "last used"),
+        [[s.kind, s.model, s.files, _gb(s.bytes), _when(s.last_used)] for s in stats],
     )
     typer.echo(f"total: {sum(s.files for s in stats)} shards, {_gb(sum(s.bytes for s in stats))}")
 
@@ -71,3 +79,49 @@ def clear_cmd(
             typer.echo(f"cache not cleared: {err}", err=True)
             raise typer.Exit(1) from None
     typer.echo(f"freed {_gb(freed)}")
+
+
+@cache_app.command("prune")
+def prune_cmd(
+    max_gb: float | None = typer.Option(
+        None,
+        "--max-gb",
+        min=0,
+        help="Prune to this many GB (default: LORASTUDIO_CACHE_MAX_GB, else its default cap).",
+    ),
+) -> None:
+    """Remove whole cache entries (one encoder's shards), least recently used first, until the
+    cache fits its cap: LORASTUDIO_CACHE_MAX_GB, else 50 GB or half of the cache plus its disk's
+    free space, whichever is smaller. Entries a run reads are kept; a later run re-encodes what
+    was removed. Refused while a server or a `lorastudio train` uses the studio home (use the
+    server's POST /api/cache/prune); runs prune by themselves at their end."""
+    from lorastudio.data.cache_prune import prune_to_cap
+    from lorastudio.errors import CacheError, HomeInUse
+    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.settings import get_settings
+
+    settings = get_settings()
+    try:
+        lock = HomeLock.for_server(settings.ensure_dirs().home, None)  # as `cache clear`
+    except HomeInUse as err:
+        typer.echo(f"cache not pruned: {err}", err=True)
+        raise typer.Exit(1) from None
+    with lock:
+        try:
+            result = prune_to_cap(settings, max_gb)
+        except CacheError as err:
+            typer.echo(f"cache not pruned: {err}", err=True)
+            raise typer.Exit(1) from None
+    for entry in result.removed:
+        typer.echo(
+            f"removed {entry.kind} {entry.model} ({_gb(entry.bytes)}, last used {_when(entry.last_used)})"
+        )
+    for entry in result.in_use:
+        typer.echo(f"kept {entry.kind} {entry.model}: a run reads it")
+    for entry in result.foreign:
+        typer.echo(
+            f"kept {entry.kind} {entry.model}: it holds files the cache did not write (see `cache clear`)"
+        )
+    typer.echo(
+        f"freed {_gb(result.freed_bytes)}; the cache holds {_gb(result.after_bytes)} (cap {_gb(result.cap_bytes)})"
+    )

@@ -19,7 +19,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from lorastudio.data.disk_cache import staging_name
+from lorastudio.data.disk_cache import ENTRY_LOCK, staging_name
 from lorastudio.errors import CacheError
 
 MAX_SHARD_BYTES = 1 << 30  # one variant's latents or one caption's embedding is far below this
@@ -182,4 +182,91 @@ def readers_gone(root: Path) -> Iterator[None]:
             ) from None
         yield
     finally:
+        os.close(fd)
+
+
+_ENTRY_RETRIES = 20  # a run re-opens an entry a prune removed meanwhile (the prune is brief)
+
+
+def _open_entry_lock(root: Path, kind: str, model: str, create: bool) -> tuple[int, int]:
+    """(the entry folder's descriptor, its ENTRY_LOCK's), both opened without following a link;
+    the lock is made when missing (read-only where it may not be written). Raises OSError."""
+    folder = _open_folder(root, (kind, model), create=create)
+    try:
+        try:
+            fd = os.open(
+                ENTRY_LOCK,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o644,
+                dir_fd=folder,
+            )
+        except PermissionError:  # a cache this process may read, not write
+            fd = os.open(
+                ENTRY_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
+            )
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO planted there
+            os.close(fd)
+            raise IsADirectoryError(errno.EISDIR, "not a regular file", ENTRY_LOCK)
+    except BaseException:
+        os.close(folder)
+        raise
+    return folder, fd
+
+
+def _still_there(root: Path, kind: str, model: str, folder: int, fd: int) -> bool:
+    """Whether entry folder `folder` is still root/kind/model and lock `fd` still its ENTRY_LOCK
+    (a prune renames the folder aside before removing it)."""
+    try:
+        here, lock = os.lstat(root / kind / model), os.stat(ENTRY_LOCK, dir_fd=folder, follow_symlinks=False)
+        mine, held = os.fstat(folder), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino) and lock.st_ino == held.st_ino
+
+
+def hold_entry(root: Path, kind: str, model: str) -> int | None:
+    """Hold the cache entry root/kind/model (one encoder's shards, as `cache ls` lists them) for
+    a run that reads it: its ENTRY_LOCK taken shared (waits while a prune removes the entry,
+    then re-opens the new one) and its mtime set to now (the entry's last use: a prune removes
+    the least recently used entries first, data/cache_prune.py). Take it before the run looks at
+    the entry's shards. Returns the descriptor (closing it, or the process's end, releases it);
+    None when the entry cannot be held (a cache this process may not read or write: its runs
+    keep what they encode in RAM)."""
+    for _ in range(_ENTRY_RETRIES):
+        try:
+            folder, fd = _open_entry_lock(root, kind, model, create=True)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if _still_there(root, kind, model, folder, fd):
+                with contextlib.suppress(OSError):  # a read-only lock: the last use stays unknown
+                    os.utime(fd)
+                return fd
+        except OSError:
+            pass
+        finally:
+            os.close(folder)
+        os.close(fd)  # the entry was removed under us: hold the new one
+    return None
+
+
+@contextlib.contextmanager
+def entry_unused(root: Path, kind: str, model: str) -> Iterator[bool]:
+    """Hold entry root/kind/model's ENTRY_LOCK exclusively, without waiting: yields True when no
+    run holds the entry (it may be removed meanwhile), False when one does or it is gone."""
+    try:
+        folder, fd = _open_entry_lock(root, kind, model, create=False)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a run holds it (BlockingIOError)
+            yield False
+            return
+        yield _still_there(root, kind, model, folder, fd)
+    finally:
+        os.close(folder)
         os.close(fd)

@@ -5,6 +5,10 @@ variant of an image: its VAE posterior; see training/latents_disk.py). Layout un
 folder (Settings.cache_dir, default <home>/cache/encoded):
 
     <kind>/<model>/<key[:2]>/<key>.safetensors     kind "latents"; model: the encoder's fingerprint
+    <kind>/<model>/.used                           the entry's lock; its mtime: the entry's last use
+
+An entry (one <kind>/<model> folder) is what `cache ls` lists and a prune removes whole, least
+recently used first, never one a run holds (data/cache_prune.py, cache_io.hold_entry).
 
 `key` is the sha256 of every key part (`shard_key`): the schema version, the family, the encoder
 fingerprint, the image's content hash, the bucket, the resized size, the crop offset and flip, the
@@ -63,6 +67,7 @@ MAX_SHARD_BYTES = (
 _MODEL = re.compile(r"^[0-9a-f]{20}$")  # component_fingerprint / text_keys.text_fingerprint
 _PREFIX = re.compile(r"^[0-9a-f]{2}$")
 _SHARD = re.compile(r"^[0-9a-f]{64}\.safetensors$")
+ENTRY_LOCK = ".used"  # in each <kind>/<model> entry: runs hold it shared, a prune exclusive; mtime = last use
 
 _file_memo: dict[tuple[Any, ...], str] = {}
 
@@ -167,6 +172,25 @@ class CacheStats:
     model: str
     files: int
     bytes: int
+    last_used: float = 0.0  # entry_last_use: epoch seconds
+
+
+def entry_last_use(folder: Path) -> float:
+    """When entry folder `folder` (<kind>/<model>) was last used: its ENTRY_LOCK's mtime (a run
+    sets it when it takes the entry, cache_io.hold_entry), else (an entry from before the lock)
+    the newest mtime of the folder and its prefix folders (a shard written there changes it).
+    0.0 when none can be read."""
+    try:
+        return os.lstat(folder / ENTRY_LOCK).st_mtime
+    except OSError:
+        pass
+    times = []
+    for path in [folder, *_real_subdirs(folder, _PREFIX)]:
+        try:
+            times.append(os.lstat(path).st_mtime)
+        except OSError:  # removed meanwhile
+            continue
+    return max(times, default=0.0)
 
 
 def _real_subdirs(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
@@ -207,7 +231,7 @@ def cache_stats(root: Path) -> list[CacheStats]:
     for kind in KINDS:
         for model in _real_subdirs(root / kind, _MODEL):
             sizes = _sizes(_shards(model))
-            out.append(CacheStats(kind, model.name, len(sizes), sum(sizes)))
+            out.append(CacheStats(kind, model.name, len(sizes), sum(sizes), entry_last_use(model)))
     return out
 
 
@@ -216,11 +240,14 @@ def count_present(root: Path, kind: str, model: str, keys: Sequence[str]) -> int
     return sum(_is_real_file(shard_path(root, kind, model, k)) for k in keys)
 
 
-def _foreign(folder: Path) -> list[Path]:
+def foreign_files(folder: Path) -> list[Path]:
     """What the cache did not write in model folder `folder`: anything but 2-hex prefix
-    folders holding shards and staged shards (links included, never followed)."""
+    folders holding shards and staged shards, and the entry's lock (links included, never
+    followed)."""
     out = []
     for entry in sorted(folder.iterdir()):
+        if entry.name == ENTRY_LOCK and _is_real_file(entry):
+            continue
         if not (_PREFIX.match(entry.name) and _is_real_dir(entry)):
             out.append(entry)
             continue
@@ -241,7 +268,7 @@ def clear_cache(root: Path, kind: str | None = None, model: str | None = None) -
         for s in cache_stats(root)
         if (kind is None or s.kind == kind) and (model is None or s.model == model)
     ]
-    foreign = [p for s in chosen for p in _foreign(root / s.kind / s.model)]
+    foreign = [p for s in chosen for p in foreign_files(root / s.kind / s.model)]
     if foreign:
         raise CacheError(
             f"the cache in {root} was not cleared: {len(foreign)} entries the cache did not write",

@@ -16,7 +16,9 @@ are read without following links or blocking, 64 KiB at most.
 
 The key is the dataset, not the folder: a folder inside the home's datasets root is claimed as its
 top folder (`datasets/char/10_sks` claims `char`, so a kohya sub-folder and its parent conflict);
-any other folder (a CLI run's absolute data_dir) as itself. An edit through the API (an upload,
+any other folder (a CLI run's absolute data_dir) as itself. A dataset is locked under two keys
+(`claim_keys`): its resolved path (NFC) and, when it exists, its (device, inode), so the two
+spellings of one folder on a case- or normalisation-insensitive file system are one claim. An edit through the API (an upload,
 a caption edit, a delete) claims `brief`ly: a take waits for it instead of being refused. Two homes reading one folder are not
 coordinated (each has its own claims). flock is hand-used here as in jobs/homelock.py: the
 standard library has it, and no dependency gives reader/writer locks that die with their holder.
@@ -33,6 +35,7 @@ import json
 import os
 import stat
 import time
+import unicodedata
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -57,6 +60,21 @@ def claim_root(folder: Path, datasets_dir: Path) -> Path:
     if root in folder.parents:
         return root / folder.relative_to(root).parts[0]
     return folder
+
+
+def claim_keys(root: Path) -> list[str]:
+    """The lock keys of dataset folder `root` (claim_root's): its path, Unicode-normalised (NFC:
+    an NFD spelling of the name is the same key), and, when the folder exists, its (st_dev,
+    st_ino): on a case- or normalisation-insensitive file system (exFAT, NTFS, APFS mounts)
+    `Set` and `set` are one folder, so one inode key, whatever their resolved paths. A folder
+    being created has only its path key; the path key is taken beside the inode key, so a
+    claim made before the folder existed still meets one made after under the same name."""
+    keys = [hashlib.sha256(os.fsencode(unicodedata.normalize("NFC", str(root)))).hexdigest()[:24]]
+    try:
+        st = os.stat(root)
+    except OSError:  # not there yet (an upload or an import making it), or not reachable
+        return keys
+    return [*keys, hashlib.sha256(f"inode:{st.st_dev}:{st.st_ino}".encode()).hexdigest()[:24]]
 
 
 class DatasetClaim:
@@ -85,14 +103,16 @@ class DatasetClaim:
         claim = cls()
         try:
             for root in roots:
-                claim._take_one(home / CLAIMS_DIR, root, mode, holder, brief, wait_s)
+                for key in claim_keys(root):
+                    claim._take_one(home / CLAIMS_DIR, root, key, mode, holder, brief, wait_s)
         except BaseException:
             claim.release()
             raise
         return claim
 
-    def _take_one(self, claims: Path, root: Path, mode: str, holder: str, brief: bool, wait_s: float) -> None:
-        key = hashlib.sha256(os.fsencode(root)).hexdigest()[:24]
+    def _take_one(
+        self, claims: Path, root: Path, key: str, mode: str, holder: str, brief: bool, wait_s: float
+    ) -> None:
         path = claims / f"{key}.lock"
         deadline = time.monotonic() + wait_s
         while True:

@@ -9,7 +9,8 @@ export's `outputs/<run>/.staging-<id>/`, a checkpoint's `outputs/<run>/checkpoin
 or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an
 uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
 caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
-writer lives: the cache may be outside the home and shared).
+writer lives: the cache may be outside the home and shared). A server start also prunes the encode
+cache to its cap (`start_cache_prune`, data/cache_prune.py), in its own thread.
 
 `start_leftover_cleanup` runs right after the server took the home lock (jobs/homelock.py): no
 other server and no CLI run writes to the home then, so none of these is in use. (A tiny-model
@@ -83,6 +84,19 @@ def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
     if not found:
         return None
     thread = threading.Thread(target=remove_leftovers, args=(found,), name="lorastudio-cleanup", daemon=True)
+    thread.start()
+    return thread
+
+
+def start_cache_prune(settings: Settings) -> threading.Thread:
+    """Prune the on-disk encode cache to its cap (data/cache_prune.py: least recently used
+    entries no run holds) in a background thread (returned), so a server start never waits on
+    a large removal. A prune that fails is logged."""
+    from lorastudio.data.cache_prune import prune_after_run
+
+    thread = threading.Thread(
+        target=prune_after_run, args=(settings,), name="lorastudio-cache-prune", daemon=True
+    )
     thread.start()
     return thread
 

@@ -102,6 +102,7 @@ def preflight_report(
             if cache.get("texts") is not None
             else captions["texts_encoded"]
         )
+        + cache.get("texts_probed", 0)
         + len(cfg.sample_prompts)
         + len({(it.caption, it.controls) if sees else it.caption for it in held})
         + len(preserved),

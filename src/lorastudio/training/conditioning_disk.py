@@ -4,12 +4,16 @@ A run whose latents go to disk (data/disk_cache.latent_mode) keeps its captions'
 there too: one safetensors shard per caption (variant) under <cache>/text/<encoders>/ (layout:
 data/disk_cache.py), keyed by the family, the text encoders' and tokenizers' content fingerprint,
 the dtype and device kind of the encode, max_sequence_length and the caption's sha256
-(data/text_keys.py). Captions with a valid shard (crc32 checked, as the latent shards) are not
-encoded; the others go through
+(data/text_keys.py). Captions with a valid shard are not encoded: its crc32 checked, as the
+latent shards', and its tensors checked against what the run's text encoders give (their names,
+dtypes, fixed dims, finite values: training/text_signature.py, learnt once per encoder set from
+two probe captions and kept in the home); a shard that does not fit is re-encoded and rewritten
+(the run's log says so once, naming one). The others go through
 conditioning.encode_texts as before (the same chunks a run without the cache makes of them) and
 each result is written as it comes (staged, then renamed), so RAM never holds the set's tensors.
 During training `DiskConditioning[key]` reads one caption's shard (whole, through
-data/cache_io.py: no link followed; a shard without any tensor is not valid).
+data/cache_io.py: no link followed; a shard without any tensor, or one that no longer fits the
+signature, is a DatasetError naming it, never a crash in the model).
 
 Not on disk: sample prompts and held-out captions (a few, in RAM as before), and the prompts of
 a family whose prompt sees the control images (Qwen-Image-Edit: keyed by images too; in RAM).
@@ -20,41 +24,63 @@ RAM instead.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from lorastudio.data.cache_io import prepare_cache_folder
+from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
 from lorastudio.data.disk_cache import shard_path
 from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
 from lorastudio.training.conditioning import Conditioning, Text, encode_texts
 from lorastudio.training.distributed import barrier, gather_round, group_context
 from lorastudio.training.latents_disk import read_shard, write_shard
+from lorastudio.training.text_signature import (
+    PROBE_TEXTS,
+    Signature,
+    Summary,
+    learn_signature,
+    misfit,
+    read_signature,
+    signature_path,
+    summarize,
+    write_signature,
+)
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.families.base import Family
     from lorastudio.training.events import Emit
 
+log = logging.getLogger(__name__)
+
 
 class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
     """cond_key -> a caption's tensors, read from its shard on each lookup (RAM for `kept`)."""
 
-    def __init__(self, root: Path, model: str, keys: dict[str, str], kept: Conditioning):
+    def __init__(
+        self,
+        root: Path,
+        model: str,
+        keys: dict[str, str],
+        kept: Conditioning,
+        signature: Signature | None = None,
+    ):
         self.root, self.model, self.shard_keys, self.kept = root, model, keys, kept
+        self.signature = signature  # what the run's encoders give (None: not known, not checked)
 
     def __getitem__(self, text: str) -> dict[str, torch.Tensor]:
         if text in self.kept:
             return self.kept[text]
         path = shard_path(self.root, KIND, self.model, self.shard_keys[text])
         found = read_shard(path, required=())
-        if found is None:
+        if found is None or (self.signature is not None and misfit(summarize(found), self.signature)):
             raise DatasetError(
                 "a text embedding shard vanished or was damaged during the run",
-                [f"{path}: unreadable; restart the run (it re-encodes)"],
+                [f"{path}: unreadable, or not what the text encoders give; restart the run (it re-encodes)"],
             )
         return found
 
@@ -85,9 +111,15 @@ def encode_texts_on_disk(
     emit: Emit,
     check_stop: Callable[[], None],
     notes: list[str] | None = None,
+    holds: list[int] | None = None,
+    signatures: Path | None = None,
 ) -> list[Conditioning]:
     """conditioning.encode_texts with the first group (the captions: plain strings) on disk; the
-    other groups as encode_texts gives them. Returns the first group as a DiskConditioning."""
+    other groups as encode_texts gives them. Returns the first group as a DiskConditioning.
+    The cache entry read is held (data/cache_io.hold_entry: no prune removes it) until the
+    descriptor appended to `holds` is closed (training/loop.py closes them at the run's end).
+    `signatures`: the home's folder of learnt encoder signatures (text_signature.py; None: the
+    shards are checked against a signature learnt by this run alone)."""
     from lorastudio.families.single_file import model_source
 
     model = text_fingerprint(model_source(cfg), cfg.revision)
@@ -95,13 +127,24 @@ def encode_texts_on_disk(
         family.spec.name, model, str(dtype).removeprefix("torch."), device.type, cfg.max_sequence_length
     )
     prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
+    held = hold_entry(root, KIND, model)  # before any shard is looked at: a prune keeps the entry
+    if held is not None and holds is not None:
+        holds.append(held)
     captions = [str(t) for t in groups[0]]
     keys = {t: text_key(encoder, t) for t in captions}
     ctx = group_context()
-    valid = [
-        t for t in captions if read_shard(shard_path(root, KIND, model, keys[t]), required=()) is not None
-    ]
-    valid = set(gather_round(valid, ctx)[0])  # rank 0's view: every rank encodes the same chunks
+    on_disk: dict[str, Summary] = {}  # the captions with a readable shard: what it holds
+    for t in captions:
+        tensors = read_shard(shard_path(root, KIND, model, keys[t]), required=())
+        if tensors is not None:
+            on_disk[t] = summarize(tensors)
+    valid = set(gather_round(list(on_disk), ctx)[0])  # rank 0's view: every rank encodes the same chunks
+    record = signature_path(signatures, model, encoder) if signatures is not None else None
+    signature = read_signature(record) if record is not None else None
+    # learn what the encoders give from two probe captions (with the captions a cold run encodes)
+    probe = signature is None and bool(captions)
+    if signature is not None:
+        valid -= set(_misfits(captions, valid, on_disk, signature, root / KIND / model))
     missing = [t for t in captions if t not in valid]
 
     def sink(group: int, text: str, tensors: dict[str, torch.Tensor]) -> bool:
@@ -117,16 +160,50 @@ def encode_texts_on_disk(
             )
         return written
 
-    found = encode_texts(
-        family,
-        cfg,
-        [missing, *groups[1:]],
-        dtype=dtype,
-        device=device,
-        emit=emit,
-        check_stop=check_stop,
-        notes=notes,
-        sink=sink,
-    )
+    def encode(first: list[str], rest: Sequence[Sequence[Text]]) -> list[Conditioning]:
+        return encode_texts(
+            family,
+            cfg,
+            [first, *rest],
+            dtype=dtype,
+            device=device,
+            emit=emit,
+            check_stop=check_stop,
+            notes=notes,
+            sink=sink,
+        )
+
+    found = encode(missing, [*groups[1:], *([list(PROBE_TEXTS)] if probe else [])])
+    if probe:
+        probed = found.pop()
+        signature = learn_signature([probed[t] for t in PROBE_TEXTS])
+        if signature is not None and record is not None and ctx.is_main:
+            write_signature(record, signature)
+        bad = _misfits(captions, valid, on_disk, signature, root / KIND / model)
+        if bad:  # the encoders were loaded for the probe: a second load encodes these (rare)
+            found[0].update(encode(bad, [])[0])
     barrier(ctx)
-    return [DiskConditioning(root, model, keys, found[0]), *found[1:]]
+    return [DiskConditioning(root, model, keys, found[0], signature), *found[1:]]
+
+
+def _misfits(
+    captions: Sequence[str],
+    valid: set[str],
+    on_disk: Mapping[str, Summary],
+    signature: Signature | None,
+    folder: Path,
+) -> list[str]:
+    """The captions of `valid` whose shard (its summary in `on_disk`) does not fit `signature`
+    (rank 0's view in a data-parallel run), in caption order; logged once, naming one and why."""
+    if signature is None:
+        return []
+    why = {t: misfit(on_disk[t], signature) for t in captions if t in valid and t in on_disk}
+    bad = gather_round([t for t in captions if why.get(t)], group_context())[0]
+    if bad:
+        log.warning(
+            "%d cached text embedding(s) in %s do not match what the text encoders give (one: %s): re-encoding them",
+            len(bad),
+            folder,
+            why.get(bad[0]),
+        )
+    return bad

@@ -321,11 +321,19 @@ def build_disk_latents(
 
 
 def open_disk_latents(
-    run: Any, vae: Any, rng: np.random.Generator, root: Path, *, emit: Emit, check_stop: Callable[[], None]
+    run: Any,
+    vae: Any,
+    rng: np.random.Generator,
+    root: Path,
+    *,
+    emit: Emit,
+    check_stop: Callable[[], None],
+    holds: list[int] | None = None,
 ) -> DiskLatents:
     """build_disk_latents for a prepared run (training/preflight.PreparedRun): the shards of
-    its base model's VAE (its content fingerprint), its dtype and device kind, under `root`."""
-    from lorastudio.data.cache_io import prepare_cache_folder
+    its base model's VAE (its content fingerprint), its dtype and device kind, under `root`.
+    The entry is held (data/cache_io.hold_entry) until the descriptor appended to `holds` closes."""
+    from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
     from lorastudio.data.disk_cache import component_fingerprint
     from lorastudio.families.single_file import model_source
 
@@ -334,6 +342,9 @@ def open_disk_latents(
     dtype = str(run.dtype).removeprefix("torch.")
     encoder = encoder_parts(spec, model, DTYPE_NAMES.get(dtype, dtype), run.device.type)
     prepare_cache_folder(root, KIND, model)  # CacheError naming a link or a file in the way
+    held = hold_entry(root, KIND, model)  # before any shard is looked at: a prune keeps the entry
+    if held is not None and holds is not None:
+        holds.append(held)
     source, encoded = build_disk_latents(
         run.family,
         vae,

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.config import TrainConfig
+from lorastudio.data.cache_prune import prune_after_run
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
@@ -203,6 +204,9 @@ def train(
             state.swap.detach()  # the caller gets a plain model (every block on the device)
         denoiser = state.denoiser
         state.denoiser = state.ddp = state.swap = None
+        for held in state.cache_entries:
+            os.close(held)  # releases the cache entries it read (data/cache_io.hold_entry)
+        used_cache, state.cache_entries = bool(state.cache_entries), []
         if state.cache_readers is not None:
             os.close(state.cache_readers)  # releases the cache's readers lock
             state.cache_readers = None
@@ -218,6 +222,8 @@ def train(
         free_accelerator_memory(run.device)
     if lora_path is not None and not stopped and state.resume is None and state.plan is not None:
         record_run_timings(run, state, clock, settings)  # the run's end: train() returns now
+    if used_cache and state.ctx.is_main:
+        prune_after_run(settings)  # the disk cache over its cap: least recently used entries go
     resumed_from = state.steps_at_start if state.resume is not None else None
     encoders = state.text_encoders if return_denoiser else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from, encoders)

@@ -69,7 +69,12 @@ def encode_conditioning(
         texts = [[], [], [], []]
     encode = encode_texts
     if run_latent_mode(run) == "disk" and not sees and not cfg.train_text_encoder:  # captions on disk too
-        encode = functools.partial(encode_texts_on_disk, root=cache_root(settings))  # conditioning_disk.py
+        encode = functools.partial(  # conditioning_disk.py
+            encode_texts_on_disk,
+            root=cache_root(settings),
+            holds=state.cache_entries,
+            signatures=settings.text_signature_dir,
+        )
     conds, prompt_conds, state.held_out_conds, kept = encode(
         family, cfg, texts, dtype=run.dtype, device=run.device, emit=emit, check_stop=stop, notes=state.notes
     )  # each group in chunks of its own: the captions' tensors are those of a run without the others
@@ -118,7 +123,9 @@ def prepare_latents(
         return EncodedPerStep(family, vae, items, cfg, rng)  # keeps the VAE for the whole run
     try:
         if mode == "disk":
-            disk = open_disk_latents(run, vae, rng, cache_root(settings), emit=emit, check_stop=stop)
+            disk = open_disk_latents(
+                run, vae, rng, cache_root(settings), emit=emit, check_stop=stop, holds=state.cache_entries
+            )
             state.latents_encoded = disk.encoded  # the wall-time record scales by it (run_timings.py)
             return disk
         return build_latent_cache(family, vae, items, cfg, rng, device=run.device, emit=emit, check_stop=stop)

@@ -84,6 +84,7 @@ class RunState:
     plan: Plan | None = None  # how the denoiser phase runs (training/plan.py)
     swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
     cache_readers: int | None = None  # a disk-cached run's hold on the cache (data/cache_io.hold_readers)
+    cache_entries: list[int] = field(default_factory=list)  # its holds on the entries it reads (hold_entry)
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
     attention: str = "default"  # the SDPA kernel of the denoiser phase (training/attention.py)
     ema: AdapterEma | None = None  # the adapter EMA (cfg.ema_decay): the exported LoRA is its weights

@@ -71,7 +71,9 @@ def test_a_run_whose_encodes_are_on_disk_is_forecast_without_them(
     assert images > 0 and texts == first["dataset"]["captions"]["texts_encoded"]
     _train(settings, run)
     (miss,) = read_records(settings.home)
-    assert miss["latents_encoded"] == images and miss["texts"] == texts + 1  # + the sample prompt
+    assert cache["texts_probed"] == 2  # what the text encoders give: learnt once (text_signature.py)
+    # + the sample prompt and the two probe captions
+    assert miss["latents_encoded"] == images and miss["texts"] == texts + 1 + 2
     spent = {k: miss["phases"][k] for k in ("caption_encoding", "latent_cache")}
 
     # the same run again: everything on disk (the sample prompt alone is encoded); a few attempts,
@@ -80,7 +82,7 @@ def test_a_run_whose_encodes_are_on_disk_is_forecast_without_them(
     for attempt in range(3):
         report, run = _preflight(settings, _raw(model, f"hit{attempt}"))
         cache = report["latent_cache"]
-        assert (cache["images_cached"], cache["texts_cached"]) == (images, texts)
+        assert (cache["images_cached"], cache["texts_cached"], cache["texts_probed"]) == (images, texts, 0)
         assert f"reuses {texts} of {texts} captions" in cache["note"]
         phases = {p["name"]: p["seconds"] for p in report["time"]["phases"]}
         # no image left to encode: the miss run says 0 s; each earlier hit run (a retry) adds its
@@ -89,9 +91,9 @@ def test_a_run_whose_encodes_are_on_disk_is_forecast_without_them(
         assert len(hits) == attempt
         assert phases["latent_cache"] == pytest.approx(statistics.median([0.0, *hits]), abs=0.01)
         assert attempt > 0 or phases["latent_cache"] == 0.0
-        if attempt == 0:  # the miss run's encode time x 1 text (the sample prompt) of its texts + 1
+        if attempt == 0:  # the miss run's encode time x 1 text (the sample prompt) of its texts + 3
             assert phases["caption_encoding"] == pytest.approx(
-                spent["caption_encoding"] / (texts + 1), abs=0.01
+                spent["caption_encoding"] / (texts + 3), abs=0.01
             )
         assert phases["caption_encoding"] < spent["caption_encoding"] / 2  # later: the hit runs' own
         pairs.append((report["time"]["total_s"], round(_train(settings, run), 2)))

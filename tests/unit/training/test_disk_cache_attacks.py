@@ -132,7 +132,7 @@ def test_a_run_with_planted_prefix_links_trains_and_writes_nothing_outside(
     outside.mkdir()
     train(make_config(output_name="probe", latent_cache="disk", **settings), [].append, device="cpu")
     for model in (root / "latents").iterdir():
-        for prefix in list(model.iterdir()):
+        for prefix in [p for p in model.iterdir() if p.is_dir()]:  # not the entry's lock (.used)
             for shard in prefix.iterdir():
                 shard.unlink()
             prefix.rmdir()

@@ -17,6 +17,7 @@ from lorastudio.data.disk_cache import cache_root, cache_stats, clear_cache, lat
 from lorastudio.settings import get_settings
 from lorastudio.training.events import StopRequest
 from lorastudio.training.loop import train
+from lorastudio.training.text_signature import PROBE_TEXTS
 
 AUGMENTED = {"random_crop": True, "random_flip": True, "cache_variants": 2, "steps": 3}
 
@@ -67,7 +68,8 @@ def test_a_second_run_encodes_nothing_and_trains_bitwise_alike(make_config, enco
     first, _ = _run(make_config, "first")
     assert len(encodes) == 4 and set(encodes) == {2}  # 4 images, their 2 variants in one call each
     assert len(_shards()) == 8 and not list(cache_root(get_settings()).rglob("*.tmp"))
-    assert len(text_encodes) == 4 and len(_shards("text")) == 4  # the 4 captions
+    assert len(text_encodes) == 6 and len(_shards("text")) == 4  # the 4 captions (+ 2 probes, in RAM)
+    assert text_encodes[-2:] == list(PROBE_TEXTS)  # what the encoders give (training/text_signature.py)
     encodes.clear()
     text_encodes.clear()
     second, events = _run(make_config, "second")
@@ -247,7 +249,10 @@ def test_the_preflight_says_how_many_images_a_run_reuses(tiny_model, small_datas
     assert (before["texts"], before["texts_cached"], after["texts_cached"]) == (5, 0, 5)
     shard = _shards()[0]
     shard.unlink()
-    assert section("c")["images_cached"] == 3
+    assert section("c")["images_cached"] == 3 and "cache's cap" not in section("c")["note"]
+    settings.cache_max_gb = 0.0  # LORASTUDIO_CACHE_MAX_GB=0
+    assert "exceed the cache's cap of 0.00 GB" in section("d")["note"]
+    settings.cache_max_gb = None
     auto = validate_run(
         {**raw, "latent_cache": "auto", "output_name": "e"}, settings, live_output_names=set()
     )

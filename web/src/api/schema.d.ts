@@ -29,6 +29,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/cache/prune": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Prune
+         * @description Remove whole entries, least recently used first, until the cache fits `max_gb` or its cap
+         *     (LORASTUDIO_CACHE_MAX_GB; data/cache_prune.py). Entries a live run reads are kept (listed
+         *     in in_use), so a job may be live.
+         */
+        post: operations["prune_api_cache_prune_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/captions/events": {
         parameters: {
             query?: never;
@@ -1127,6 +1149,11 @@ export interface components {
              */
             kind: string;
             /**
+             * Last Used
+             * @description when a run last used it (epoch seconds; 0 when unknown): a prune removes the oldest first
+             */
+            last_used: number;
+            /**
              * Model
              * @description the encoder's content fingerprint (one per base model's VAE / text encoders)
              */
@@ -1146,6 +1173,35 @@ export interface components {
              * @description where the cache lives (LORASTUDIO_CACHE_DIR, default <home>/cache/encoded)
              */
             folder: string;
+        };
+        /** CachePrunedOut */
+        CachePrunedOut: {
+            /** After Bytes */
+            after_bytes: number;
+            /** Before Bytes */
+            before_bytes: number;
+            /**
+             * Cap Bytes
+             * @description the cap pruned to (max_gb, else LORASTUDIO_CACHE_MAX_GB or its default)
+             */
+            cap_bytes: number;
+            /**
+             * Foreign
+             * @description entries over the cap kept: they hold files the cache did not write
+             */
+            foreign: components["schemas"]["CacheEntryOut"][];
+            /** Freed Bytes */
+            freed_bytes: number;
+            /**
+             * In Use
+             * @description entries over the cap kept: a run reads them
+             */
+            in_use: components["schemas"]["CacheEntryOut"][];
+            /**
+             * Removed
+             * @description entries removed, least recently used first
+             */
+            removed: components["schemas"]["CacheEntryOut"][];
         };
         /** CaptionBody */
         CaptionBody: {
@@ -2115,6 +2171,12 @@ export interface components {
              * @description on disk: those captions whose embeddings are already cached (not encoded)
              */
             texts_cached?: number | null;
+            /**
+             * Texts Probed
+             * @description on disk: probe captions encoded besides, to learn what the text encoders give (first run only)
+             * @default 0
+             */
+            texts_probed?: number;
         };
         /**
          * LoraFileOut
@@ -4879,6 +4941,72 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CacheClearedOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    prune_api_cache_prune_post: {
+        parameters: {
+            query?: {
+                /** @description prune to this many GB (default: the cache's cap) */
+                max_gb?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CachePrunedOut"];
                 };
             };
             /** @description invalid request (every problem listed) */

@@ -1,4 +1,4 @@
-"""/api/cache: the on-disk latent and caption cache (latent_cache = disk): list and clear it."""
+"""/api/cache: the on-disk latent and caption cache (latent_cache = disk): list, clear and prune it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 
 from lorastudio.api.deps import service_dep, settings_dep
-from lorastudio.api.schemas_cache import CacheClearedOut, CacheOut
+from lorastudio.api.schemas_cache import CacheClearedOut, CacheOut, CachePrunedOut
+from lorastudio.data.cache_prune import prune_to_cap
 from lorastudio.data.disk_cache import cache_root, cache_stats, clear_cache
 from lorastudio.errors import JobActive, NotFound
 from lorastudio.jobs.service import JobService
@@ -41,3 +42,25 @@ def clear(
     if model is not None and not any(s.model == model for s in cache_stats(root)):
         raise NotFound(f"no cached model {model!r}")
     return {"freed_bytes": clear_cache(root, model=model)}
+
+
+@router.post("/cache/prune", response_model=CachePrunedOut)
+def prune(
+    max_gb: float | None = Query(
+        default=None, ge=0, le=1_000_000, description="prune to this many GB (default: the cache's cap)"
+    ),
+    settings: Settings = Depends(settings_dep),
+) -> dict[str, Any]:
+    """Remove whole entries, least recently used first, until the cache fits `max_gb` or its cap
+    (LORASTUDIO_CACHE_MAX_GB; data/cache_prune.py). Entries a live run reads are kept (listed
+    in in_use), so a job may be live."""
+    result = prune_to_cap(settings, max_gb)
+    return {
+        "cap_bytes": result.cap_bytes,
+        "before_bytes": result.before_bytes,
+        "after_bytes": result.after_bytes,
+        "freed_bytes": result.freed_bytes,
+        "removed": [vars(s) for s in result.removed],
+        "in_use": [vars(s) for s in result.in_use],
+        "foreign": [vars(s) for s in result.foreign],
+    }

@@ -1,0 +1,221 @@
+"""The encode cache's cap (data/cache_prune.py): a prune removes whole entries, least recently
+used first, never one a run holds (cache_io.hold_entry) nor one holding files the cache did not
+write; a run's end prunes; a run after a prune re-encodes what was pruned and trains the same."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from lorastudio import families
+from lorastudio.data.cache_io import hold_entry
+from lorastudio.data.cache_prune import GB, cap_bytes, prune_cache, prune_to_cap
+from lorastudio.data.disk_cache import ENTRY_LOCK, cache_root, cache_stats
+from lorastudio.settings import Settings, get_settings
+from lorastudio.training.loop import train
+
+OLD, OLDER, OLDEST, NEWEST = "b" * 20, "c" * 20, "a" * 20, "d" * 20  # encoder fingerprints
+
+
+def _entry(root: Path, model: str, used_at: float | None, kind: str = "latents") -> Path:
+    """An entry of two shards (4 KiB of latents each), last used at `used_at` (its lock's mtime)."""
+    folder = root / kind / model
+    for name in ("11", "22"):
+        shard = folder / name / f"{name * 32}.safetensors"
+        shard.parent.mkdir(parents=True, exist_ok=True)
+        save_file({"mean": torch.zeros(1024)}, str(shard))
+    if used_at is not None:
+        os.close(hold_entry(root, kind, model))  # as a run takes it, then its end
+        os.utime(folder / ENTRY_LOCK, (used_at, used_at))
+    return folder
+
+
+def test_the_cap_removes_the_oldest_unused_entries_first(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    oldest = _entry(root, OLDEST, 1_000)
+    older = _entry(root, OLDER, 2_000, kind="text")
+    old = _entry(root, OLD, 3_000)
+    newest = _entry(root, NEWEST, 4_000)
+    size = cache_stats(root)[0].bytes
+    held = hold_entry(root, "latents", OLDEST)  # a live run reads the oldest: it stays
+    assert held is not None
+    assert os.stat(oldest / ENTRY_LOCK).st_mtime > 4_000  # holding it is its use
+    os.utime(oldest / ENTRY_LOCK, (1_000, 1_000))
+    try:
+        result = prune_cache(root, cap=2 * size)
+    finally:
+        os.close(held)
+    assert [(s.kind, s.model) for s in result.removed] == [("text", OLDER), ("latents", OLD)]
+    assert [s.model for s in result.in_use] == [OLDEST]
+    assert (result.before_bytes, result.after_bytes, result.freed_bytes) == (4 * size, 2 * size, 2 * size)
+    assert oldest.is_dir() and newest.is_dir() and not older.exists() and not old.exists()
+    assert sorted(p.name for p in (root / "latents").iterdir()) == [OLDEST, NEWEST]  # nothing aside left
+    assert prune_cache(root, cap=2 * size).removed == []  # at the cap: nothing to do
+    assert [s.model for s in prune_cache(root, cap=0).removed] == [OLDEST, NEWEST]  # released now
+
+
+def test_an_entry_held_by_another_process_is_never_removed(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    _entry(root, OLDEST, 1_000)
+    newest = _entry(root, NEWEST, 2_000)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+                import sys
+                from pathlib import Path
+                from lorastudio.data.cache_io import hold_entry
+                fd = hold_entry(Path({str(root)!r}), "latents", {NEWEST!r})
+                print("held" if fd is not None else "none", flush=True)
+                sys.stdin.read()
+            """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        result = prune_cache(root, cap=0)
+        assert [s.model for s in result.removed] == [OLDEST] and [s.model for s in result.in_use] == [NEWEST]
+        assert len(list(newest.rglob("*.safetensors"))) == 2
+    finally:
+        holder.communicate("")
+    assert [s.model for s in prune_cache(root, cap=0).removed] == [NEWEST]  # its holder is gone
+
+
+def test_foreign_files_and_entries_from_before_the_lock(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    legacy = _entry(root, OLDEST, None)  # written before entries had a lock: its folders' mtime
+    os.utime(legacy, (500, 500))
+    for prefix in legacy.iterdir():
+        os.utime(prefix, (500, 500))
+    mine = _entry(root, OLD, 1_000)
+    (mine / "11" / "notes.txt").write_text("the user's")
+    _entry(root, NEWEST, 2_000)
+    size = cache_stats(root)[0].bytes
+    result = prune_cache(root, cap=size)  # the oldest, then past the kept foreign one, the newest
+    assert [s.model for s in result.removed] == [OLDEST, NEWEST] and [s.model for s in result.foreign] == [
+        OLD
+    ]
+    assert (mine / "11" / "notes.txt").read_text() == "the user's"
+
+
+def test_the_default_cap_is_a_share_of_the_space_the_cache_could_have(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import lorastudio.data.cache_prune as cache_prune
+
+    root = Path("/nowhere")
+    monkeypatch.setattr(cache_prune, "_free_bytes", lambda folder: 10 * GB)
+    assert cap_bytes(Settings(), root, 2 * GB) == 6 * GB  # half of 2 + 10 GB
+    monkeypatch.setattr(cache_prune, "_free_bytes", lambda folder: 1000 * GB)
+    assert cap_bytes(Settings(), root, 2 * GB) == 50 * GB  # at most DEFAULT_MAX_GB
+    assert cap_bytes(Settings(cache_max_gb=1.5), root, 2 * GB) == int(1.5 * GB)
+    monkeypatch.setenv("LORASTUDIO_CACHE_MAX_GB", "0.25")
+    assert Settings().cache_max_gb == 0.25
+    monkeypatch.setenv("LORASTUDIO_CACHE_MAX_GB", "-1")
+    with pytest.raises(ValueError, match="cache_max_gb"):
+        Settings()
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    cls = type(families.get("flux"))
+    real, calls = cls.encode_pixels, []
+
+    def counting(self, vae, pixels):  # images per VAE call
+        calls.append(int(pixels.shape[0]))
+        return real(self, vae, pixels)
+
+    monkeypatch.setattr(cls, "encode_pixels", counting)
+    return calls
+
+
+def _run(make_config, name: str):
+    events: list = []
+    settings = {"latent_cache": "disk", "random_flip": True, "cache_variants": 2, "steps": 3}
+    return train(make_config(output_name=name, **settings), events.append, device="cpu")
+
+
+def test_a_run_prunes_at_its_end_and_a_run_after_a_prune_re_encodes_and_trains_the_same(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encodes = _counting(monkeypatch)
+    root = cache_root(get_settings())
+    first = _run(make_config, "first")
+    assert len(encodes) == 4
+    own = {(s.kind, s.model) for s in cache_stats(root)}
+    assert {kind for kind, _ in own} == {"latents", "text"}
+    stale = _entry(root, OLDEST, 1_000)  # another model's entry, unused since long ago
+    total = sum(s.bytes for s in cache_stats(root))
+    monkeypatch.setenv("LORASTUDIO_CACHE_MAX_GB", str((total - 1) / GB))  # one entry too many
+    get_settings.cache_clear()
+    encodes.clear()
+    second = _run(make_config, "second")  # reads the cache, then prunes at its end
+    assert encodes == [] and second.losses == first.losses
+    assert not stale.exists() and {(s.kind, s.model) for s in cache_stats(root)} == own
+    result = prune_to_cap(get_settings(), max_gb=0)  # `cache prune --max-gb 0`: no run holds any
+    assert {(s.kind, s.model) for s in result.removed} == own and cache_stats(root) == []
+    third = _run(make_config, "third")
+    assert len(encodes) == 4  # every image encoded again
+    assert third.losses == first.losses
+    assert first.lora_path is not None and third.lora_path is not None
+    a, b = load_file(first.lora_path), load_file(third.lora_path)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cli_prune_takes_the_home_like_clear() -> None:
+    from typer.testing import CliRunner
+
+    from lorastudio.cli.app import _register, app
+    from lorastudio.jobs.homelock import HomeLock
+
+    if not app.registered_commands:
+        _register()
+    root = cache_root(get_settings())
+    old, new = _entry(root, OLDEST, 1_000), _entry(root, NEWEST, 2_000)
+    size = cache_stats(root)[0].bytes
+    listed = CliRunner().invoke(app, ["cache", "ls"])
+    assert "1970-01-01" in listed.output and "last used" in listed.output, listed.output
+    with HomeLock.for_cli_run(get_settings().ensure_dirs().home):  # a `lorastudio train` meanwhile
+        busy = CliRunner().invoke(app, ["cache", "prune", "--max-gb", "0"])
+    assert busy.exit_code == 1 and "cache not pruned" in busy.output and old.is_dir()
+    pruned = CliRunner().invoke(app, ["cache", "prune", "--max-gb", str(size / GB)])
+    assert pruned.exit_code == 0, pruned.output
+    assert f"removed latents {OLDEST}" in pruned.output and "freed " in pruned.output
+    assert not old.exists() and new.is_dir()
+    refused = CliRunner().invoke(app, ["cache", "prune", "--max-gb", "-1"])
+    assert refused.exit_code != 0 and new.is_dir()
+
+
+def test_a_prune_during_a_run_keeps_the_entries_it_reads(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lorastudio.training.events import Preparing
+
+    encodes = _counting(monkeypatch)
+    root = cache_root(get_settings())
+    first = _run(make_config, "first")
+    own = {(s.kind, s.model) for s in cache_stats(root)}
+    stale = _entry(root, OLDEST, 1_000)
+    encodes.clear()
+    pruned: list = []
+
+    def emit(event: object) -> None:
+        if isinstance(event, Preparing) and event.phase == "latents" and not pruned:
+            pruned.append(prune_cache(root, cap=0))  # `cache prune --max-gb 0` from elsewhere
+
+    settings = {"latent_cache": "disk", "random_flip": True, "cache_variants": 2, "steps": 3}
+    second = train(make_config(output_name="second", **settings), emit, device="cpu")
+    (result,) = pruned
+    assert [s.model for s in result.removed] == [OLDEST] and not stale.exists()
+    assert {(s.kind, s.model) for s in result.in_use} == own  # the run's text and latent entries
+    assert encodes == [] and second.losses == first.losses  # read from the shards it kept
