@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 import uuid
@@ -51,6 +52,7 @@ from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
+from lorastudio.processes import start_token
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
@@ -88,6 +90,7 @@ class JobService(Dispatcher):
         self._captioning: Callable[[], dict[Path, str]] = dict  # folder -> caption job (watch_captioning)
         self._claims: dict[str, DatasetClaim] = {}  # job id -> its datasets' read claim, while live
         self.event_log = EventLog(event_log_size)  # appended to under self._cond only
+        self._owner = (os.getpid(), start_token(os.getpid()))  # this server, recorded on each run
         self.ignored_events = 0  # events fenced off (superseded worker) or malformed
         self._thread = threading.Thread(target=self._dispatch_loop, name="lorastudio-jobs", daemon=True)
 
@@ -259,6 +262,7 @@ class JobService(Dispatcher):
                 job.config.family,
                 job.config.model_dump(mode="json"),
                 job.created_at,
+                owner=self._owner,  # a reader without a server marks it interrupted once this process is gone
             )
         except BaseException:
             claim.release()
