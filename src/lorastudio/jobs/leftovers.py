@@ -37,7 +37,7 @@ from lorastudio.settings import Settings
 log = logging.getLogger("lorastudio.jobs")
 
 UPLOAD_STAGING = ".uploads"  # data/uploads.py STAGING_DIR
-_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # api/routes/runs.py, data/dataset_delete.py
+_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/dataset_delete.py
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _EXPORT_STAGING = re.compile(r"^\.staging-[0-9a-f]+$")  # training/export.py, training/checkpoint.py

@@ -49,9 +49,11 @@ from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
+from lorastudio.jobs.run_delete import remove_trash, take_output_dir_aside
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
+from lorastudio.jobs.worker_log import log_path
 from lorastudio.processes import start_token
 from lorastudio.settings import Settings
 
@@ -243,13 +245,18 @@ class JobService(Dispatcher):
 
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
         """Record and queue a validated job (caller holds the lock). Raises JobActive (also when
-        a caption job writes one of its datasets), DatasetBusy (another process writes one)."""
+        a caption job writes one of its datasets), DatasetBusy (another process writes one),
+        NotFound (a resume whose checkpoint a delete removed after its checks)."""
         if self._closing:
             raise JobActive("the server is shutting down")
         if not queue and self._busy():
             raise JobActive("a training job is already running; stop it or queue this one")
         if config.output_name in self._live_output_names():
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
+        if resume_from is not None and not resume_from.is_dir():  # a delete landed since its checks
+            raise NotFound(
+                f"the checkpoint {resume_from} of {config.output_name!r} is gone (the run was deleted?)"
+            )
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
             self.settings.home, self.settings.datasets_dir, read_folders(config, self.settings.datasets_dir), self._captioning(),
@@ -299,6 +306,29 @@ class JobService(Dispatcher):
         if worker is not None:
             worker.request_stop(save)
         return snapshot
+
+    def delete_run(self, run_id: str, keep_files: bool = False) -> dict[str, Any]:
+        """Delete a final run's record, its log and (unless `keep_files`, or another run's
+        record shares it, a queued resume's included) its output folder, decided and the folder
+        taken aside under the lock a resume is queued under (jobs/run_delete.py). Returns
+        {"deleted": run_id, "files_removed"}. Raises NotFound (no such run), JobActive (live)."""
+        with self._cond:
+            run = self.store.get_run(run_id, max_points=2)
+            if run["status"] in {s.value for s in LIVE_STATUSES} or run_id in {
+                j.id for j in self._live_jobs()
+            }:
+                raise JobActive(f"run {run_id} is {run['status']}; stop it first")
+            name = run["output_name"]
+            shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
+            self.store.delete_run(run_id)
+            taken = (
+                not keep_files
+                and not shared
+                and bool(name)
+                and take_output_dir_aside(self.settings.outputs_dir, name)
+            )
+        log_path(self.settings, run_id).unlink(missing_ok=True)
+        return {"deleted": run_id, "files_removed": remove_trash(taken)}
 
     # -- validation ------------------------------------------------------------------------------
     def _validate(self, raw: Mapping[str, Any]) -> ValidatedRun:
