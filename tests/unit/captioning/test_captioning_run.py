@@ -160,3 +160,30 @@ def test_the_worker_uses_exactly_the_gpu_it_was_placed_on(monkeypatch: pytest.Mo
     )
     with pytest.raises(ModelSourceError, match="placed on GPU 2 but this process sees 2 GPU"):
         pick_device("cuda", 2)
+
+
+def test_no_replacement_characters_from_a_cut_or_invalid_byte_sequence(
+    tiny_vlm: Path, make_dataset: Callable[..., Path]
+) -> None:
+    """A byte-level tokenizer's output cut inside a character (max_tokens) or holding an invalid
+    byte sequence decodes to U+FFFD: such a character is no text of the image and never reaches a
+    caption file (the tiny model's raw text at 20 tokens holds some, asserted)."""
+    from lorastudio.captioning.vlm import Captioner
+
+    folder = make_dataset()
+    options = CaptionOptions(model=str(tiny_vlm), max_tokens=20, device="cpu")
+    captioner = Captioner(resolve_captioner(get_settings(), options.model), "cpu")
+    try:
+        raw = [
+            captioner.caption(Image.open(p).convert("RGB"), None, 20) for p in sorted(folder.glob("*.png"))
+        ]
+    finally:
+        captioner.close()
+    assert any("\ufffd" in text for text in raw), raw
+    summary = caption_dataset(
+        folder, resolve_captioner(get_settings(), options.model), options, lambda e: None
+    )
+    written = _captions(folder)
+    assert len(written) == len(raw) == len(summary.captioned)
+    assert not any("\ufffd" in text for text in written.values()), written
+    assert all(text.strip() for text in written.values())
