@@ -50,6 +50,7 @@ from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.run_delete import remove_trash, take_output_dir_aside
+from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
@@ -77,7 +78,8 @@ class JobService(Dispatcher):
         self.store = store
         self._recorder = JobRecorder(store)  # job state -> store, retried while the store fails
         self.arbiter = arbiter
-        self.timeouts = timeouts or Timeouts()
+        scale = settings.worker_timeout_scale  # a slow machine's setting raises the hang allowance too
+        self.timeouts = timeouts or Timeouts(hang_min_s=HANG_MIN_S * scale)
         self._target = worker_target
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
