@@ -5,7 +5,8 @@ every delete renames first and then removes. A kill -9 (or a power cut) in betwe
 hidden folder behind, for ever: an upload's `datasets/.uploads/<id>/` (hundreds of MB), a run
 delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
-export's `outputs/<run>/.staging-<id>/`, a checkpoint's `outputs/<run>/checkpoints/.staging-*`
+export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`),
+a checkpoint's `outputs/<run>/checkpoints/.staging-*`
 or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an
 uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
 caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
@@ -31,6 +32,7 @@ import threading
 from pathlib import Path
 
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
+from lorastudio.lora.snapshots import LORAS
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 
@@ -60,6 +62,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
         if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
             continue
         found += [p for p in _children(run) if _EXPORT_STAGING.match(p.name)]
+        found += [p for p in _children(run / LORAS) if _EXPORT_STAGING.match(p.name)]  # a snapshot's
         found += [
             p
             for p in _children(run / "checkpoints")
