@@ -187,3 +187,20 @@ def test_no_replacement_characters_from_a_cut_or_invalid_byte_sequence(
     assert len(written) == len(raw) == len(summary.captioned)
     assert not any("\ufffd" in text for text in written.values()), written
     assert all(text.strip() for text in written.values())
+
+
+def test_images_a_run_refuses_are_not_captioned(tiny_vlm: Path, make_dataset: Callable[..., Path]) -> None:
+    """An image every run refuses (larger than max_image_pixels, animated) is named in the
+    failures with the run's reason and gets no caption: the captioner decoded it whole (any size
+    Pillow takes, a 150 MP image included) and captioned an animation's first frame."""
+    folder = make_dataset()  # red 80x48, blue 88x48, green and white 96x48 (4608 px)
+    frames = [Image.new("RGB", (32, 32), c) for c in ((200, 0, 0), (0, 0, 200))]
+    frames[0].save(folder / "anim.webp", save_all=True, append_images=frames[1:], duration=100)
+    options = CaptionOptions(model=str(tiny_vlm), max_tokens=4, device="cpu")
+    source = resolve_captioner(get_settings(), options.model)
+    summary = caption_dataset(folder, source, options, lambda e: None, max_image_pixels=4300)
+    assert [f for f, _ in summary.captioned] == ["blue.png", "red.png"]
+    reasons = dict(summary.failures)
+    assert sorted(reasons) == ["anim.webp", "green.png", "white.png"], reasons
+    assert "animated" in reasons["anim.webp"] and "oversized" in reasons["green.png"], reasons
+    assert sorted(p.name for p in folder.glob("*.txt")) == ["blue.txt", "red.txt"]
