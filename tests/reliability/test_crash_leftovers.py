@@ -45,6 +45,13 @@ def test_the_next_server_removes_crash_leftovers_and_keeps_the_rest(
         _files(settings.outputs_dir / "run1" / "checkpoints" / ".staging-5e6f7a8b", 2),
         _files(settings.outputs_dir / "run1" / "checkpoints" / ".removing-5e6f7a8b", 2),
     ]
+    # a run killed before it wrote a file (loading, caching, its first checkpoint's staging
+    # removed above): an output folder with nothing in it, which refused its name for ever
+    leftovers += [settings.outputs_dir / "early", settings.outputs_dir / "early-ckpt"]
+    (settings.outputs_dir / "early").mkdir()
+    _files(
+        settings.outputs_dir / "early-ckpt" / "checkpoints" / ".staging-0a1b2c3d", 1
+    )  # killed in its write
     caption_tmp = shapes / f".{sorted(shapes.glob('*.txt'))[0].name}.{hexid}.tmp"
     caption_tmp.write_text("half a caption")
     leftovers.append(caption_tmp)

@@ -18,7 +18,10 @@ staging folder names its writer's pid and is kept while that process lives: `lor
 does not take the lock.) The folders are listed at once and removed in a background thread
 (removing 56,884 files takes a while; new staging folders have new names, so nothing the new
 server writes is touched), each logged with its size. Model fetches stage in
-`models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept.
+`models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept. A run folder
+`outputs/<run>/` that holds nothing but folders (once its staging is gone) is one too: the run
+was killed before it wrote a file (loading, caching, its first checkpoint), and the empty folder
+refused its name to every new run while nothing in it could be resumed.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def find_leftovers(settings: Settings) -> list[Path]:
             for p in _children(run / "checkpoints")
             if _EXPORT_STAGING.match(p.name) or _CHECKPOINT_REMOVAL.match(p.name)
         ]
+        if _holds_nothing(run, set(found)):  # killed before it wrote a file: its name is free again
+            found = [p for p in found if run not in p.parents] + [run]
     for dataset in _children(settings.datasets_dir):
         if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
             continue
@@ -77,6 +82,17 @@ def find_leftovers(settings: Settings) -> list[Path]:
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
     return sorted(found)
+
+
+def _holds_nothing(folder: Path, going: set[Path]) -> bool:
+    """Whether `folder` holds no file, link or other entry but folders, once `going` (leftovers
+    found in it) is removed: the output folder of a run killed before it wrote anything, whose
+    name every new run was refused ("already exists") while nothing could resume it."""
+    for root, dirs, files in os.walk(folder):
+        if files or any(os.path.islink(os.path.join(root, d)) for d in dirs):
+            return False
+        dirs[:] = [d for d in dirs if Path(root, d) not in going]
+    return True
 
 
 def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
