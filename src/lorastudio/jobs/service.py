@@ -10,8 +10,10 @@ one is fenced by worker identity, sanitised (non-finite -> None) and folded into
 snapshot under the lock, stored, and appended to the event log that the SSE stream reads. A
 worker that dies without a terminal event fails the job with "exited unexpectedly (code N)" (a
 launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill;
-it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). The pump is
-in jobs/pump.py, the dispatcher in jobs/dispatch.py.
+it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). A step loop
+silent past its allowance is stopped the same way, as hung (jobs/step_watch.py). Every run
+records this server as its owner, so a reader without a server tells a killed server's runs
+(RunStore.settle_dead_owners). The pump is in jobs/pump.py, the dispatcher in jobs/dispatch.py.
 
 Nothing a job does ends the dispatcher: a run store write that fails (a full disk) fails the
 job with the reason ("no space left on device") and kills its worker; a job state the store
