@@ -61,6 +61,7 @@ def test_a_delete_while_an_extension_is_checked_wins_whole(
     assert client.get("/api/runs").json()["runs"] == []  # no record of a job that could not run
 
 
+@pytest.mark.slow  # two real runs; the delete's lock is in the default suite's test above
 def test_an_extension_queued_first_keeps_the_folder_a_delete_of_the_old_record_leaves(
     server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
 ) -> None:
