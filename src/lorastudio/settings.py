@@ -105,7 +105,8 @@ class Settings(BaseSettings):
         le=1000,
         description=(
             "factor on the time the generation and caption workers may take to start, load a model,"
-            " generate an image or caption one before they are stopped as hung"
+            " generate an image or caption one, and a training run's step loop may stay silent,"
+            " before they are stopped as hung"
             " (jobs/worker_allowance.py): raise it on a slow machine"
         ),
     )

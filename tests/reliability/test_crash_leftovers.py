@@ -41,9 +41,17 @@ def test_the_next_server_removes_crash_leftovers_and_keeps_the_rest(
         _files(settings.models_dir / ".old.deleting-1a2b3c4d", 2),  # a killed model delete
         _files(settings.models_dir / f".tiny-flux.staging-{dead.pid}-1a2b3c4d", 2),  # its writer is dead
         _files(settings.outputs_dir / "run1" / ".staging-1a2b3c4d", 2),  # a killed LoRA export
+        _files(settings.outputs_dir / "run1" / "loras" / ".staging-9c8d7e6f", 2),  # a killed LoRA snapshot
         _files(settings.outputs_dir / "run1" / "checkpoints" / ".staging-5e6f7a8b", 2),
         _files(settings.outputs_dir / "run1" / "checkpoints" / ".removing-5e6f7a8b", 2),
     ]
+    # a run killed before it wrote a file (loading, caching, its first checkpoint's staging
+    # removed above): an output folder with nothing in it, which refused its name for ever
+    leftovers += [settings.outputs_dir / "early", settings.outputs_dir / "early-ckpt"]
+    (settings.outputs_dir / "early").mkdir()
+    _files(
+        settings.outputs_dir / "early-ckpt" / "checkpoints" / ".staging-0a1b2c3d", 1
+    )  # killed in its write
     caption_tmp = shapes / f".{sorted(shapes.glob('*.txt'))[0].name}.{hexid}.tmp"
     caption_tmp.write_text("half a caption")
     leftovers.append(caption_tmp)
@@ -51,6 +59,7 @@ def test_the_next_server_removes_crash_leftovers_and_keeps_the_rest(
         _files(settings.models_dir / f".tiny-sdxl.staging-{os.getpid()}-1a2b3c4d", 1),  # its writer lives
         _files(settings.models_dir / ".owner--name.fetching", 1),  # a fetch resumes it
         _files(settings.outputs_dir / "run1" / "checkpoints" / "step-000002", 2),
+        _files(settings.outputs_dir / "run1" / "loras" / "staging-not-hidden", 1),
         _files(settings.datasets_dir / "deleting-not-hidden", 1),
     ]
     lora = settings.outputs_dir / "run1" / "run1.safetensors"
@@ -74,7 +83,7 @@ def test_the_next_server_removes_crash_leftovers_and_keeps_the_rest(
     record_figure(
         "crash_leftovers_removed_at_start",
         {
-            "files": DELETED_RUN_FILES + 15,
+            "files": DELETED_RUN_FILES + 17,
             "server_up_s": round(started_s, 2),
             "all_removed_s": round(removed_s, 2),
         },

@@ -100,3 +100,33 @@ def test_server_kill_then_restart_and_resume(
             "resumed_to_step": done["steps_run"],
         },
     )
+
+
+def test_runs_of_a_killed_server_read_as_interrupted_before_any_server_starts(
+    settings: Settings, shapes: Path, flux_config: Callable[..., dict]
+) -> None:
+    """Without a server, `runs list|show` (and any reader of the store) read the runs of a
+    server killed outright as interrupted at once, naming the server's pid: they were left
+    "running" / "queued" until the next server start (a user of the CLI alone saw them live for
+    ever)."""
+    with serve_process(settings) as (proc, client):
+        first = client.post("/api/train/start", json={"config": flux_config(output_name="a", steps=2000)})
+        assert first.status_code == 201, first.text
+        wait_for(
+            lambda: (j := client.get("/api/train/status").json()["job"]) and j["steps_run"] >= 1,
+            120,
+            "the first step",
+            poll=0.05,
+        )
+        queued = client.post("/api/train/start", json={"config": flux_config(output_name="b"), "queue": True})
+        assert queued.status_code == 201 and queued.json()["status"] == "queued", queued.text
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        server_pid = proc.pid
+
+    listed = _cli(settings, "runs", "list")
+    for job in (first.json(), queued.json()):
+        line = next(row for row in listed.splitlines() if row.startswith(job["id"][:8]))
+        assert "interrupted" in line, listed
+        shown = _cli(settings, "runs", "show", job["id"])
+        assert "interrupted" in shown and f"pid {server_pid}" in shown, shown

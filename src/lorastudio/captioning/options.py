@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lorastudio.data.paths import hidden_characters
 
 DEFAULT_PROMPT = "Describe this image in one sentence for a training caption"
 FLORENCE_DEFAULT_TASK = "<CAPTION>"  # Florence-2 takes a task token, not free text
@@ -16,7 +18,8 @@ class CaptionOptions(BaseModel):
     id (owner/name; lorastudio's fetched copy, the hub cache, `revision`, the studio's hub token)
     or a model folder (absolute, or a name under the models folder). prompt: None takes the model's
     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
-    caption ("<prefix>, <caption>", e.g. a trigger word; not doubled). overwrite: caption every
+    caption ("<prefix>, <caption>", e.g. a trigger word; not doubled; one line: a control,
+    invisible or text-direction character in it is refused, naming it). overwrite: caption every
     image, not only those without a caption. max_tokens: new tokens per caption (greedy).
     device: "auto" (the GPU when there is one), "cpu" or "cuda"."""
 
@@ -28,3 +31,13 @@ class CaptionOptions(BaseModel):
     overwrite: bool = False
     max_tokens: int = Field(default=60, ge=1, le=MAX_TOKENS_LIMIT)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("prefix")
+    @classmethod
+    def _one_line_prefix(cls, value: str | None) -> str | None:
+        """The prefix is written into every new caption as given: a line break, NUL or bidi
+        control in it would give a caption of several lines or one that reads backwards."""
+        hidden = hidden_characters(value) if value is not None else ""
+        if hidden:
+            raise ValueError(f"must be one line of visible text; it holds {hidden}")
+        return value

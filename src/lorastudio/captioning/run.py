@@ -5,7 +5,9 @@ service): caption_started {total, skipped, store, device}, caption_progress {ind
 file, caption}, caption_failed {index, total, file, reason}, and the summary (CaptionSummary)
 at the end. `cancelled()` is checked before each image: a stop ends the run between images, and
 since every write is atomic (captioning/targets.py) no caption file is ever half-written.
-A broken image (corrupt, unreadable) is named in the failures and skipped; the run goes on.
+A broken image (corrupt, unreadable) is named in the failures and skipped; the run goes on; so
+is an image every training run refuses (data.images.probe_image: larger than max_image_pixels,
+animated), checked from its header before it is decoded.
 An image over MAX_PIXELS is shrunk to about that many pixels (same aspect) before the model sees
 it: a caption needs no more, and Qwen2.5-VL's vision tokens grow with the pixels (a 24 MP photo
 would cost ~30k tokens at its processor's default cap).
@@ -24,8 +26,9 @@ from PIL import Image
 from lorastudio.captioning.options import CaptionOptions
 from lorastudio.captioning.source import CaptionerSource
 from lorastudio.captioning.targets import clean_caption, plan_captions, store_caption
-from lorastudio.data.images import load_rgb
+from lorastudio.data.images import load_rgb, probe_image
 from lorastudio.errors import DatasetError
+from lorastudio.settings import get_settings
 
 Emit = Callable[[dict[str, Any]], None]
 MAX_PIXELS = 1024 * 1024
@@ -69,13 +72,16 @@ def caption_dataset(
     cancelled: Callable[[], bool] = lambda: False,
     token: str | None = None,
     gpu: int | None = None,
+    max_image_pixels: int | None = None,
 ) -> CaptionSummary:
     """Caption the images of dataset `folder` per `options` with the model at `source`, on GPU
-    `gpu` when given (device "cuda": exactly that one; the caption job's placement).
+    `gpu` when given (device "cuda": exactly that one; the caption job's placement); an image
+    over `max_image_pixels` (None: the settings') is refused as a run refuses it.
     Returns the summary (also emitted last). Raises DatasetError (the folder), ModelSourceError
     (the model cannot be loaded), NoSpaceLeft (the disk is full: the run stops)."""
     from lorastudio.captioning.vlm import Captioner
 
+    max_pixels = max_image_pixels if max_image_pixels is not None else get_settings().max_image_pixels
     plan = plan_captions(folder, options.overwrite)
     summary = CaptionSummary(skipped=list(plan.skipped))
     if not plan.todo:
@@ -100,6 +106,7 @@ def caption_dataset(
                 break
             where = {"index": index, "total": total, "file": image.name}
             try:
+                probe_image(image, max_pixels)  # a run's refusals (oversized, animated), before decoding
                 rgb = fit_pixels(load_rgb(image))
                 text = clean_caption(
                     captioner.caption(rgb, options.prompt, options.max_tokens), options.prefix

@@ -26,6 +26,7 @@ from lorastudio.errors import DatasetError
 
 CaptionStore = Literal["txt", "metadata"]
 _SPACES = re.compile(r"\s+")
+_REPLACEMENT = "\ufffd"  # the decoder's stand-in for bytes that are no character
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,12 @@ def _has_caption(image: Path, sidecar: Path | None, rows: dict[str, str]) -> boo
 
 
 def clean_caption(text: str, prefix: str | None = None) -> str:
-    """One line: control and format characters dropped, whitespace runs made one space,
-    `prefix` put first ("<prefix>, <caption>", not doubled), cut to MAX_CAPTION_BYTES on a
-    character boundary. Raises ValueError when nothing is left of the model's text."""
-    kept = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in text)
+    """One line: control and format characters dropped, and U+FFFD (what a byte-level
+    tokenizer decodes from a character cut by max_tokens or an invalid byte sequence: no text of
+    the image), whitespace runs made one space, `prefix` put first ("<prefix>, <caption>", not
+    doubled), cut to MAX_CAPTION_BYTES on a character boundary. Raises ValueError when nothing
+    is left of the model's text."""
+    kept = "".join(" " if unicodedata.category(ch)[0] == "C" or ch == _REPLACEMENT else ch for ch in text)
     caption = _SPACES.sub(" ", kept).strip()
     if not caption:
         raise ValueError("the model gave an empty caption")

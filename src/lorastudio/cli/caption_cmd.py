@@ -86,7 +86,9 @@ def caption_cmd(
             typer.echo(f"dataset {name} not captioned: {err}", err=True)
             raise typer.Exit(EXIT_BUSY) from None
         with claim:
-            summary = caption_dataset(folder, source, options, _print_event, token=token)
+            summary = caption_dataset(
+                folder, source, options, _print_event, token=token, max_image_pixels=settings.max_image_pixels
+            )
     raise typer.Exit(1 if summary.failures else 0)
 
 

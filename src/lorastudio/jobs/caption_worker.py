@@ -55,7 +55,10 @@ def caption_worker_main(args: CaptionWorkerArgs, events: Any, cancel: Any) -> No
         from lorastudio.families.base import quiet_loading
 
         quiet_loading()
-        caption_dataset(Path(args.folder), args.source, args.options, events.put, cancel.is_set, gpu=args.gpu)
+        caption_dataset(
+            Path(args.folder), args.source, args.options, events.put, cancel.is_set, gpu=args.gpu,
+            max_image_pixels=args.settings.max_image_pixels,
+        )  # fmt: skip
     except LorastudioError as err:
         events.put({"type": CAPTION_ERROR, "error": type(err).__name__, "message": str(err)})
         code = 1

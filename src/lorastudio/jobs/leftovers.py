@@ -5,7 +5,8 @@ every delete renames first and then removes. A kill -9 (or a power cut) in betwe
 hidden folder behind, for ever: an upload's `datasets/.uploads/<id>/` (hundreds of MB), a run
 delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
-export's `outputs/<run>/.staging-<id>/`, a checkpoint's `outputs/<run>/checkpoints/.staging-*`
+export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`),
+a checkpoint's `outputs/<run>/checkpoints/.staging-*`
 or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an
 uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
 caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
@@ -18,7 +19,10 @@ staging folder names its writer's pid and is kept while that process lives: `lor
 does not take the lock.) The folders are listed at once and removed in a background thread
 (removing 56,884 files takes a while; new staging folders have new names, so nothing the new
 server writes is touched), each logged with its size. Model fetches stage in
-`models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept.
+`models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept. A run folder
+`outputs/<run>/` that holds nothing but folders (once its staging is gone) is one too: the run
+was killed before it wrote a file (loading, caching, its first checkpoint), and the empty folder
+refused its name to every new run while nothing in it could be resumed.
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ import threading
 from pathlib import Path
 
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
+from lorastudio.lora.snapshots import LORAS
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
 
 UPLOAD_STAGING = ".uploads"  # data/uploads.py STAGING_DIR
-_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # api/routes/runs.py, data/dataset_delete.py
+_RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/dataset_delete.py
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
 _EXPORT_STAGING = re.compile(r"^\.staging-[0-9a-f]+$")  # training/export.py, training/checkpoint.py
@@ -61,11 +66,14 @@ def find_leftovers(settings: Settings) -> list[Path]:
         if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
             continue
         found += [p for p in _children(run) if _EXPORT_STAGING.match(p.name)]
+        found += [p for p in _children(run / LORAS) if _EXPORT_STAGING.match(p.name)]  # a snapshot's
         found += [
             p
             for p in _children(run / "checkpoints")
             if _EXPORT_STAGING.match(p.name) or _CHECKPOINT_REMOVAL.match(p.name)
         ]
+        if _holds_nothing(run, set(found)):  # killed before it wrote a file: its name is free again
+            found = [p for p in found if run not in p.parents] + [run]
     for dataset in _children(settings.datasets_dir):
         if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
             continue
@@ -75,6 +83,17 @@ def find_leftovers(settings: Settings) -> list[Path]:
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
     return sorted(found)
+
+
+def _holds_nothing(folder: Path, going: set[Path]) -> bool:
+    """Whether `folder` holds no file, link or other entry but folders, once `going` (leftovers
+    found in it) is removed: the output folder of a run killed before it wrote anything, whose
+    name every new run was refused ("already exists") while nothing could resume it."""
+    for root, dirs, files in os.walk(folder):
+        if files or any(os.path.islink(os.path.join(root, d)) for d in dirs):
+            return False
+        dirs[:] = [d for d in dirs if Path(root, d) not in going]
+    return True
 
 
 def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:

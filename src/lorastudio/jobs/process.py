@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lorastudio.config import TrainConfig
+from lorastudio.jobs.step_watch import HANG_MIN_S, HANG_STEP_FACTOR
 from lorastudio.jobs.worker import WorkerArgs, worker_main
 from lorastudio.settings import Settings
 
@@ -33,12 +34,15 @@ class Timeouts:
     (a sample round, a checkpoint: jobs/busy.py), how long the worker may take before it is
     terminated; busy_grace_s: the most a stop waits while such work is in flight;
     kill_grace_s: after terminate, before kill; exit_grace_s: after its terminal event, how long
-    it may take to exit."""
+    it may take to exit; hang_min_s, hang_step_factor: the step loop's silence allowance, at
+    least hang_min_s and hang_step_factor x its slowest step (jobs/step_watch.py)."""
 
     stop_grace_s: float = 30.0
     busy_grace_s: float = 900.0
     kill_grace_s: float = 5.0
     exit_grace_s: float = 30.0
+    hang_min_s: float = HANG_MIN_S  # the step loop's silence allowance (jobs/step_watch.py)
+    hang_step_factor: float = HANG_STEP_FACTOR
 
 
 class JobWorker(Protocol):

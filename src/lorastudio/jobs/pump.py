@@ -14,9 +14,10 @@ from typing import Any
 
 from lorastudio.jobs.busy import stop_deadline
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
-from lorastudio.jobs.persist import STORE_ERRORS, store_failure
+from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts
 from lorastudio.jobs.records import Job, JobStatus
+from lorastudio.jobs.step_watch import StepWatch
 from lorastudio.jobs.store import RunStore
 
 log = logging.getLogger("lorastudio.jobs")
@@ -34,6 +35,7 @@ class EventPump(abc.ABC):
     _stop_at: float | None
     timeouts: Timeouts
     store: RunStore
+    _recorder: JobRecorder
     ignored_events: int
 
     @abc.abstractmethod
@@ -49,12 +51,14 @@ class EventPump(abc.ABC):
         """Implemented by JobService."""
 
     def _pump(self, job: Job, worker: JobWorker) -> None:
-        """Fold the worker's events into `job` until it ended and the process exited."""
+        """Fold the worker's events into `job` until it ended and the process exited; a step
+        loop silent past its allowance is stopped as hung (jobs/step_watch.py)."""
         ended_at: float | None = None  # monotonic time of the terminal event
+        watch = StepWatch(self.timeouts.hang_min_s, self.timeouts.hang_step_factor)
         while True:
             item = worker.next_event(POLL_S)
             if item is not None:
-                if self._ingest_or_fail(job, worker, item) and ended_at is None:
+                if self._ingest_or_fail(job, worker, item, watch) and ended_at is None:
                     ended_at = time.monotonic()
             elif worker.exitcode is not None:
                 self._drain(job, worker)
@@ -67,28 +71,49 @@ class EventPump(abc.ABC):
                         self._finish(job, JobStatus.INTERRUPTED, error="the server stopped during this run")
                 break
             with self._cond:  # a stop waits for a sample round or checkpoint in flight (jobs/busy.py)
+                hung = watch.overdue(job, time.monotonic())
+                if hung is not None:
+                    self._stop_hung(job, worker, hung)
                 deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
             worker.escalate(self.timeouts, deadline, ended_at)
         with self._cond:
             if job.live:
-                if job.status == JobStatus.STOPPING:
+                if job.status == JobStatus.STOPPING and job.stop_reason is not None:
+                    note = (
+                        f"{job.stop_reason}; it did not answer the stop and was terminated; no LoRA was saved"
+                    )
+                    self._finish(job, JobStatus.FAILED, error=note)
+                elif job.status == JobStatus.STOPPING:
                     note = "the worker did not stop in time and was terminated; no LoRA was saved"
                     self._finish(job, JobStatus.STOPPED, error=note)
                 else:
                     self._finish(job, JobStatus.FAILED, error=worker.failure_reason())
         worker.close()
 
+    def _stop_hung(self, job: Job, worker: JobWorker, reason: str) -> None:
+        """Stop `job`, silent past its allowance, as a stop-and-save with the stop path's grace
+        (caller holds the lock): a worker that was only slow saves and ends stopped, with
+        `reason` as its note; one that does not answer is terminated, then killed, and fails."""
+        log.error("job %s: %s", job.id, reason)
+        job.stop_reason, job.stop_save, job.status = reason, True, JobStatus.STOPPING
+        self._stop_at = time.monotonic()
+        self._recorder.record(job)
+        self._log_status(job)
+        worker.request_stop(True)
+
     def _drain(self, job: Job, worker: JobWorker) -> None:
         """Ingest what the exited worker still had in flight."""
         while (item := worker.next_event(DRAIN_S)) is not None:
             self._ingest_or_fail(job, worker, item)
 
-    def _ingest_or_fail(self, job: Job, worker: JobWorker, item: TaggedEvent) -> bool:
+    def _ingest_or_fail(
+        self, job: Job, worker: JobWorker, item: TaggedEvent, watch: StepWatch | None = None
+    ) -> bool:
         """`_ingest`; when the store cannot record the event (a full disk), the job fails with
         the reason and its worker is killed (its progress could not be kept). Returns True if
         the job ended."""
         try:
-            return self._ingest(job, item)
+            return self._ingest(job, item, watch)
         except STORE_ERRORS as err:
             log.error("job %s: storing a worker event failed: %s", job.id, err)
             worker.kill()
@@ -97,9 +122,9 @@ class EventPump(abc.ABC):
                     self._finish(job, JobStatus.FAILED, error=store_failure(err, self.store))
             return True
 
-    def _ingest(self, job: Job, item: TaggedEvent) -> bool:
+    def _ingest(self, job: Job, item: TaggedEvent, watch: StepWatch | None = None) -> bool:
         """The one ingestion point: fence by worker identity, fold (`ingest.fold_event`), log,
-        store. Returns True if `item` was `job`'s terminal event."""
+        store; `watch` notes the event. Returns True if `item` was `job`'s terminal event."""
         parsed = parse_tagged(item)
         if parsed is None:
             self.ignored_events += 1
@@ -110,12 +135,16 @@ class EventPump(abc.ABC):
                 self.ignored_events += 1
                 return False
             folded = fold_event(job, data)
+            if watch is not None:
+                watch.saw(data, time.monotonic())
             if folded.now_running:
                 self._log_status(job)
                 self.store.update_run(job.id, status=job.status)  # under the lock: a stop comes after
             self._log_event(job, data)
             if folded.final is not None:
-                self._finish(job, *folded.final)
+                status, error = folded.final
+                hung = job.stop_reason if status == JobStatus.STOPPED else None  # slow, not hung: it saved
+                self._finish(job, status, error or hung)
         if folded.plan is not None:
             self.store.set_plan(job.id, folded.plan)
         if folded.validation is not None:

@@ -124,6 +124,7 @@ class Job:
     total_steps: int | None = None  # the run's length as its last progress event said
     error: str | None = None
     stop_save: bool | None = None  # set when a stop was requested
+    stop_reason: str | None = None  # why the service itself stopped it (hung: jobs/step_watch.py)
     generation: int = 0  # identity of the worker process that runs it (0 = none yet)
     pid: int | None = None
     busy: dict[str, Any] | None = None  # work in flight a stop waits for: {work, step, since} (jobs/busy.py)

@@ -10,8 +10,10 @@ one is fenced by worker identity, sanitised (non-finite -> None) and folded into
 snapshot under the lock, stored, and appended to the event log that the SSE stream reads. A
 worker that dies without a terminal event fails the job with "exited unexpectedly (code N)" (a
 launch: the rank or agent that died). A stop is cooperative first, then terminate, then kill;
-it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). The pump is
-in jobs/pump.py, the dispatcher in jobs/dispatch.py.
+it waits for a sample round or checkpoint in flight, up to a bound (jobs/busy.py). A step loop
+silent past its allowance is stopped the same way, as hung (jobs/step_watch.py). Every run
+records this server as its owner, so a reader without a server tells a killed server's runs
+(RunStore.settle_dead_owners). The pump is in jobs/pump.py, the dispatcher in jobs/dispatch.py.
 
 Nothing a job does ends the dispatcher: a run store write that fails (a full disk) fails the
 job with the reason ("no space left on device") and kills its worker; a job state the store
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 import uuid
@@ -48,9 +51,13 @@ from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
+from lorastudio.jobs.run_delete import remove_trash, take_output_dir_aside
+from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
 from lorastudio.jobs.worker import worker_main
+from lorastudio.jobs.worker_log import log_path
+from lorastudio.processes import start_token
 from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
@@ -73,7 +80,8 @@ class JobService(Dispatcher):
         self.store = store
         self._recorder = JobRecorder(store)  # job state -> store, retried while the store fails
         self.arbiter = arbiter
-        self.timeouts = timeouts or Timeouts()
+        scale = settings.worker_timeout_scale  # a slow machine's setting raises the hang allowance too
+        self.timeouts = timeouts or Timeouts(hang_min_s=HANG_MIN_S * scale)
         self._target = worker_target
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
@@ -88,6 +96,7 @@ class JobService(Dispatcher):
         self._captioning: Callable[[], dict[Path, str]] = dict  # folder -> caption job (watch_captioning)
         self._claims: dict[str, DatasetClaim] = {}  # job id -> its datasets' read claim, while live
         self.event_log = EventLog(event_log_size)  # appended to under self._cond only
+        self._owner = (os.getpid(), start_token(os.getpid()))  # this server, recorded on each run
         self.ignored_events = 0  # events fenced off (superseded worker) or malformed
         self._thread = threading.Thread(target=self._dispatch_loop, name="lorastudio-jobs", daemon=True)
 
@@ -240,13 +249,18 @@ class JobService(Dispatcher):
 
     def _enqueue(self, config: Any, worker_config: Any, queue: bool, resume_from: Path | None = None) -> Job:
         """Record and queue a validated job (caller holds the lock). Raises JobActive (also when
-        a caption job writes one of its datasets), DatasetBusy (another process writes one)."""
+        a caption job writes one of its datasets), DatasetBusy (another process writes one),
+        NotFound (a resume whose checkpoint a delete removed after its checks)."""
         if self._closing:
             raise JobActive("the server is shutting down")
         if not queue and self._busy():
             raise JobActive("a training job is already running; stop it or queue this one")
         if config.output_name in self._live_output_names():
             raise JobActive(f"output name {config.output_name!r} is used by a live job")
+        if resume_from is not None and not resume_from.is_dir():  # a delete landed since its checks
+            raise NotFound(
+                f"the checkpoint {resume_from} of {config.output_name!r} is gone (the run was deleted?)"
+            )
         job = Job(id=uuid.uuid4().hex[:12], config=config, worker_config=worker_config)
         claim = claim_for_run(  # caption jobs here and other processes' caption writers
             self.settings.home, self.settings.datasets_dir, read_folders(config, self.settings.datasets_dir), self._captioning(),
@@ -259,6 +273,7 @@ class JobService(Dispatcher):
                 job.config.family,
                 job.config.model_dump(mode="json"),
                 job.created_at,
+                owner=self._owner,  # a reader without a server marks it interrupted once this process is gone
             )
         except BaseException:
             claim.release()
@@ -295,6 +310,29 @@ class JobService(Dispatcher):
         if worker is not None:
             worker.request_stop(save)
         return snapshot
+
+    def delete_run(self, run_id: str, keep_files: bool = False) -> dict[str, Any]:
+        """Delete a final run's record, its log and (unless `keep_files`, or another run's
+        record shares it, a queued resume's included) its output folder, decided and the folder
+        taken aside under the lock a resume is queued under (jobs/run_delete.py). Returns
+        {"deleted": run_id, "files_removed"}. Raises NotFound (no such run), JobActive (live)."""
+        with self._cond:
+            run = self.store.get_run(run_id, max_points=2)
+            if run["status"] in {s.value for s in LIVE_STATUSES} or run_id in {
+                j.id for j in self._live_jobs()
+            }:
+                raise JobActive(f"run {run_id} is {run['status']}; stop it first")
+            name = run["output_name"]
+            shared = [r for r in self.store.runs_with_output_name(name) if r != run_id]
+            self.store.delete_run(run_id)
+            taken = (
+                not keep_files
+                and not shared
+                and bool(name)
+                and take_output_dir_aside(self.settings.outputs_dir, name)
+            )
+        log_path(self.settings, run_id).unlink(missing_ok=True)
+        return {"deleted": run_id, "files_removed": remove_trash(taken)}
 
     # -- validation ------------------------------------------------------------------------------
     def _validate(self, raw: Mapping[str, Any]) -> ValidatedRun:

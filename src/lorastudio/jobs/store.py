@@ -1,10 +1,11 @@
 """The run store: every training run, its config, metric points, outputs and error, in SQLite.
 
 It survives a server restart. `RunStore.open` marks every run that was live when the previous
-server died as interrupted. A `lorastudio train` run records its process (pid and start token,
-lorastudio.processes); every read of the run list or a run first marks such a run interrupted
-when its process is gone (killed outright, no end recorded), so a reader never shows a dead CLI
-run as running, with or without a server. Every write is one transaction; a write on a full disk raises
+server died as interrupted. Every run records the process that owns it (pid and start token,
+lorastudio.processes): a `lorastudio train` run its own process, a server's run the server's
+(whose workers die with it); every read of the run list or a run first marks a live run
+interrupted when that process is gone (killed outright, no end recorded), so a reader never
+shows a dead run as running, with or without a server. Every write is one transaction; a write on a full disk raises
 NoSpaceLeft and leaves the store as it was. Thread-safe (one connection behind a
 lock), so the job service's pump thread and the API threads can share one store.
 """
@@ -87,13 +88,16 @@ _UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "output_name", "family", "created_
 _ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("plan_json", "TEXT"),
     ("source", "TEXT"),
-    ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run
+    ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run, the server of a service run
     ("owner_start", "TEXT"),  # its processes.start_token (a reused pid is another process)
 )
-DEAD_OWNER_ERROR = (
-    "the `lorastudio train` process (pid {pid}) ended without recording the end of this run"
-    " (killed?); its newest checkpoint, if it saved one, can be resumed"
-)
+# Why a live run whose owner is gone was marked interrupted, by the run's source.
+DEAD_OWNER_ERRORS = {
+    "cli": "the `lorastudio train` process (pid {pid}) ended without recording the end of this run"
+    " (killed?); its newest checkpoint, if it saved one, can be resumed",
+    "service": "the lorastudio server (pid {pid}) ended without recording the end of this run"
+    " (killed?); its newest checkpoint, if it saved one, can be resumed",
+}
 # Who started a run: the job service (API, UI) or a `lorastudio train` command.
 SOURCES: frozenset[str] = frozenset({"service", "cli"})
 
@@ -162,22 +166,22 @@ class RunStore:
             return cur.rowcount
 
     def settle_dead_owners(self) -> dict[str, dict[str, Any]]:
-        """Mark every live run whose recorded process is gone (a CLI run killed outright, which
-        could not record its end) as interrupted; returns {run id: the fields set}. Where the
+        """Mark every live run whose recorded process is gone (a CLI run or a server killed
+        outright, which could not record the end) as interrupted; returns {run id: the fields set}. Where the
         store cannot be written (read-only, full disk) nothing is stored and the fields are
         still returned, so a reader reports the run interrupted all the same."""
         live = [s.value for s in LIVE_STATUSES]
         marks = ",".join("?" * len(live))
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT id, owner_pid, owner_start FROM runs WHERE owner_pid IS NOT NULL AND status IN ({marks})",
+                f"SELECT id, owner_pid, owner_start, source FROM runs WHERE owner_pid IS NOT NULL AND status IN ({marks})",
                 live,
             ).fetchall()
         dead = {
             r["id"]: {
                 "status": JobStatus.INTERRUPTED.value,
                 "finished_at": now_iso(),
-                "error": DEAD_OWNER_ERROR.format(pid=r["owner_pid"]),
+                "error": DEAD_OWNER_ERRORS[r["source"] or "service"].format(pid=r["owner_pid"]),
             }
             for r in rows
             if process_gone(r["owner_pid"], r["owner_start"])
@@ -208,7 +212,7 @@ class RunStore:
     ) -> None:
         """Record a new run (queued unless `status` says otherwise) with its resolved config;
         `source` (SOURCES) says who started it; `owner`: (pid, processes.start_token) of the
-        process that trains it (a CLI run), whose death readers detect. Its total_steps is the
+        process that owns it (a CLI run's own, a server run's server), whose death readers detect. Its total_steps is the
         config's `steps`, or None for an epoch run (num_epochs > 0: `steps` is ignored, the length
         is known once the run scans its dataset; its progress events set it). Raises ValueError
         for an unknown source."""
@@ -302,8 +306,8 @@ class RunStore:
 
     # -- reads -----------------------------------------------------------------------------------
     def list_runs(self, limit: int = 200) -> list[dict[str, Any]]:
-        """The newest runs first, without configs or metrics (a CLI run whose process is gone
-        is marked interrupted first: settle_dead_owners)."""
+        """The newest runs first, without configs or metrics (a live run whose owning process
+        is gone is marked interrupted first: settle_dead_owners)."""
         dead = self.settle_dead_owners()
         with self._lock:
             rows = self._conn.execute(
@@ -314,8 +318,8 @@ class RunStore:
 
     def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
         """One run with config, plan (None until the run reported one), metric points (decimated
-        to at most `max_points`), validation rounds ({step, loss}) and outputs (a CLI run whose
-        process is gone is marked interrupted first: settle_dead_owners). Raises NotFound."""
+        to at most `max_points`), validation rounds ({step, loss}) and outputs (a live run whose
+        owning process is gone is marked interrupted first: settle_dead_owners). Raises NotFound."""
         dead = self.settle_dead_owners()
         with self._lock:
             row = self._conn.execute(

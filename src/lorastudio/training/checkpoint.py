@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
+from lorastudio.lora.snapshots import LORAS
 from lorastudio.training.extend import extension_steps
 from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
 from lorastudio.user_paths import is_dir, is_file
@@ -176,12 +177,19 @@ def _remove(folder: Path) -> None:
 
 
 def remove_leftovers(run_dir: Path) -> None:
-    """Remove staging/removal leftovers of interrupted writes in the checkpoints folder."""
+    """Remove staging/removal leftovers of interrupted writes: in the checkpoints folder, and
+    the LoRA exports' staging folders (training/export.py) in the run folder and its loras/
+    (a killed final save or snapshot; no other session of the run writes meanwhile)."""
     parent = run_dir / CHECKPOINTS
     if parent.is_dir():
         for item in parent.iterdir():
             if item.name.startswith((".staging-", ".removing-")):
                 shutil.rmtree(item, ignore_errors=True)
+    for folder in (run_dir, run_dir / LORAS):
+        if folder.is_dir() and not folder.is_symlink():
+            for item in folder.iterdir():
+                if item.name.startswith(".staging-") and item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
 
 
 class CheckpointKeeper:

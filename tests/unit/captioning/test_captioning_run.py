@@ -160,3 +160,39 @@ def test_the_worker_uses_exactly_the_gpu_it_was_placed_on(monkeypatch: pytest.Mo
     )
     with pytest.raises(ModelSourceError, match="placed on GPU 2 but this process sees 2 GPU"):
         pick_device("cuda", 2)
+
+
+def test_no_replacement_characters_and_no_images_a_run_refuses(
+    tiny_vlm: Path, make_dataset: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte-level tokenizer's output cut inside a character (max_tokens) or holding an invalid
+    byte sequence decodes to U+FFFD: such a character is no text of the image and never reaches a
+    caption file (the tiny model's raw text at 20 tokens holds some, asserted). An image every run
+    refuses (larger than max_image_pixels, animated) is named in the failures with the run's
+    reason and gets no caption: the captioner decoded it whole (any size Pillow takes) and
+    captioned an animation's first frame. One model load for both (the suite's time)."""
+    from lorastudio.captioning.vlm import Captioner
+
+    folder = make_dataset()  # red 80x48, blue 88x48, green and white 96x48 (4608 px)
+    frames = [Image.new("RGB", (32, 32), c) for c in ((200, 0, 0), (0, 0, 200))]
+    frames[0].save(folder / "anim.webp", save_all=True, append_images=frames[1:], duration=100)
+    raw: list[str] = []
+    model_text = Captioner.caption
+
+    def spy(self: Captioner, *args: Any) -> str:
+        raw.append(model_text(self, *args))
+        return raw[-1]
+
+    monkeypatch.setattr(Captioner, "caption", spy)
+    options = CaptionOptions(model=str(tiny_vlm), max_tokens=20, device="cpu")
+    source = resolve_captioner(get_settings(), options.model)
+    summary = caption_dataset(folder, source, options, lambda e: None, max_image_pixels=4300)
+    assert [f for f, _ in summary.captioned] == ["blue.png", "red.png"]
+    reasons = dict(summary.failures)
+    assert sorted(reasons) == ["anim.webp", "green.png", "white.png"], reasons
+    assert "animated" in reasons["anim.webp"] and "oversized" in reasons["green.png"], reasons
+    written = _captions(folder)
+    assert sorted(written) == ["blue", "red"] and len(raw) == 2
+    assert any("\ufffd" in text for text in raw), raw
+    assert not any("\ufffd" in text for text in written.values()), written
+    assert all(text.strip() for text in written.values())

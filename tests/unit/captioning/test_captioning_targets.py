@@ -65,3 +65,21 @@ def test_fit_pixels_keeps_small_images_and_shrinks_large_ones() -> None:
     assert fit_pixels(small) is small
     big = fit_pixels(Image.new("RGB", (4000, 3000)))
     assert big.width * big.height <= MAX_PIXELS and abs(big.width / big.height - 4 / 3) < 0.01
+
+
+@pytest.mark.parametrize(
+    ("prefix", "named"),
+    [("sks\nman", "U+000A"), ("sks\x00", "U+0000"), ("\u202esks", "U+202E"), ("sks\u2028x", "U+2028")],
+)
+def test_a_prefix_that_would_break_the_caption_line_is_refused(prefix: str, named: str) -> None:
+    """The prefix goes into every caption file as typed: a line break, NUL or a bidi override in
+    it made a caption of two lines or one that reads backwards (clean_caption cleans the model's
+    text, not the prefix). Refused by the options (CLI, API, worker), naming the character."""
+    from pydantic import ValidationError
+
+    from lorastudio.captioning.options import CaptionOptions
+
+    with pytest.raises(ValidationError) as refused:
+        CaptionOptions(model="m", prefix=prefix)
+    assert named in str(refused.value) and "prefix" in str(refused.value)
+    assert CaptionOptions(model="m", prefix="ohwx, man").prefix == "ohwx, man"

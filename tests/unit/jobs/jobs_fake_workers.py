@@ -12,7 +12,7 @@ from typing import Any
 
 from lorastudio.jobs.childenv import is_secret
 from lorastudio.jobs.worker import WorkerArgs, WorkerChannel, prepare_child
-from lorastudio.training.events import Complete, Error, ModelLoadStarted, Progress
+from lorastudio.training.events import Complete, Error, ModelLoadStarted, Progress, SampleReady
 
 
 def _progress(step: int, loss: float, lr: float = 1e-4, grad_norm: float | None = 0.5) -> Progress:
@@ -100,4 +100,50 @@ def step_with_peak_then_wait(args: WorkerArgs, events: Any, stop_event: Any, sto
     while not stop_event.wait(0.05):
         pass
     channel.emit(Complete(lora_path=None, steps_run=1, stopped=True))
+    channel.close()
+
+
+STEP_GAP_S = 0.05  # the steps of the fakes below: the slowest step the hang allowance sees
+SILENT_S = 2.5  # their silence: past a test's allowance of 1 s
+
+
+def steps_then_hang_ignoring_stop(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Two steps, then silence for ever: the stop flag and SIGTERM ignored (a deadlocked step)."""
+    prepare_child(args)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    for step in (1, 2):
+        channel.emit(_progress(step, 0.5))
+        time.sleep(STEP_GAP_S)
+    while True:
+        time.sleep(0.1)
+
+
+def steps_then_slow_step_saving_on_stop(
+    args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any
+) -> None:
+    """Two steps, then one very slow step that ends at the stop request, saving (stopped)."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    for step in (1, 2):
+        channel.emit(_progress(step, 0.5))
+        time.sleep(STEP_GAP_S)
+    while not stop_event.wait(0.05):
+        pass
+    channel.emit(Complete(lora_path=None, steps_run=2, stopped=bool(stop_save.value)))
+    channel.close()
+
+
+def steps_with_a_silent_sample_round(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
+    """Three steps; the sample round announced after step 2 (the config samples every 2 steps)
+    stays silent for SILENT_S, then the run completes."""
+    prepare_child(args)
+    channel = WorkerChannel(args, events, stop_event, stop_save)
+    channel.emit(_progress(1, 0.5))
+    time.sleep(STEP_GAP_S)
+    channel.emit(_progress(2, 0.5))  # the channel announces the sample round (jobs/busy.py)
+    time.sleep(SILENT_S)
+    channel.emit(SampleReady(step=2, images=[]))
+    channel.emit(_progress(3, 0.5))
+    channel.emit(Complete(lora_path=None, steps_run=3, stopped=False))
     channel.close()

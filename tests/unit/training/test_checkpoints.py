@@ -161,3 +161,21 @@ def test_a_checkpoint_with_nan_or_integer_lora_weights_is_refused(make_config, p
     with pytest.raises(ConfigError, match=f"{name} is not a finite float tensor"):
         train(make_config(steps=3), [].append, device="cpu", resume=run_dir)
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_the_next_session_removes_a_killed_lora_export_or_snapshot_staging(tmp_path):
+    """A session starting in a run folder (a resume after a kill) removes the staging folders of
+    LoRA writes the kill cut short (final save, loras/ snapshot), as it does the checkpoints';
+    the finished files stay."""
+    from lorastudio.training.checkpoint import remove_leftovers
+
+    staged = [tmp_path / ".staging-1a2b3c4d", tmp_path / "loras" / ".staging-5e6f7a8b", tmp_path / "checkpoints" / ".staging-9c0d1e2f"]  # fmt: skip
+    for folder in staged:
+        folder.mkdir(parents=True)
+        (folder / "half.safetensors").write_bytes(b"x" * 10)
+    (tmp_path / "loras" / "run-step-000010.safetensors").write_bytes(b"lora")
+    (tmp_path / "run.safetensors").write_bytes(b"lora")
+    remove_leftovers(tmp_path)
+    assert _everything(tmp_path) == [
+        "checkpoints", "loras", "loras/run-step-000010.safetensors", "run.safetensors",
+    ]  # fmt: skip

@@ -1289,7 +1289,8 @@ export interface components {
          *     id (owner/name; lorastudio's fetched copy, the hub cache, `revision`, the studio's hub token)
          *     or a model folder (absolute, or a name under the models folder). prompt: None takes the model's
          *     default (DEFAULT_PROMPT; Florence-2: FLORENCE_DEFAULT_TASK). prefix: put before every new
-         *     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled). overwrite: caption every
+         *     caption ("<prefix>, <caption>", e.g. a trigger word; not doubled; one line: a control,
+         *     invisible or text-direction character in it is refused, naming it). overwrite: caption every
          *     image, not only those without a caption. max_tokens: new tokens per caption (greedy).
          *     device: "auto" (the GPU when there is one), "cpu" or "cuda".
          */

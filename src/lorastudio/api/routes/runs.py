@@ -3,9 +3,6 @@ resuming a run from one."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
@@ -16,12 +13,11 @@ from lorastudio.api.routes.loras import lora_steps
 from lorastudio.api.schemas import ResumeBody
 from lorastudio.api.schemas_files import LoraSteps
 from lorastudio.api.schemas_runs import CheckpointList, JobOut, RunDeleted, RunDetail, RunList, SampleList
-from lorastudio.errors import JobActive, NotFound
+from lorastudio.errors import NotFound
 from lorastudio.jobs.records import LIVE_STATUSES
 from lorastudio.jobs.resume import ResumePoints, resume_points
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
-from lorastudio.jobs.worker_log import log_path
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints
 from lorastudio.training.sample_files import list_references, list_samples, sample_path
@@ -146,36 +142,8 @@ def _with_resume_step(run: dict[str, Any], settings: Settings) -> dict[str, Any]
 def delete_run(
     run_id: str,
     keep_files: bool = Query(default=False, description="keep the run's output folder"),
-    store: RunStore = Depends(store_dep),
     service: JobService = Depends(service_dep),
-    settings: Settings = Depends(settings_dep),
 ) -> dict[str, Any]:
     """Delete a finished run's record, its log and (unless keep_files, or another run shares it)
     its output folder. 409 while the run is live, 404 when unknown."""
-    run = store.get_run(run_id, max_points=2)
-    if run["status"] in {s.value for s in LIVE_STATUSES}:
-        raise JobActive(f"run {run_id} is {run['status']}; stop it first")
-    name = run["output_name"]
-    shared = [r for r in store.runs_with_output_name(name) if r != run_id]
-    store.delete_run(run_id)
-    log_path(settings, run_id).unlink(missing_ok=True)
-    removed = False
-    if not keep_files and not shared and name:
-        removed = _remove_output_dir(settings, name)
-    return {"deleted": run_id, "files_removed": removed}
-
-
-def _remove_output_dir(settings: Settings, name: str) -> bool:
-    """Move outputs/<name> aside (one rename), then delete it. Only a real folder directly
-    inside the outputs root is removed; a symlink is only unlinked."""
-    root = settings.outputs_dir
-    folder = root / name
-    if folder.parent != root or not os.path.lexists(folder):
-        return False
-    if folder.is_symlink():
-        folder.unlink()
-        return True
-    trash = root / f".deleting-{uuid.uuid4().hex}"
-    os.rename(folder, trash)
-    shutil.rmtree(trash)
-    return True
+    return service.delete_run(run_id, keep_files=keep_files)
