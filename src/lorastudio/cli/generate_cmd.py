@@ -88,7 +88,7 @@ def generate_cmd(
         "PATH[:SCALE] or NAME[:SCALE] (repeatable)",
     ),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the folder)"),
-    seed: int = typer.Option(0, "--seed", min=0, help="noise seed (the same seed, the same image)"),
+    seed: int = typer.Option(0, "--seed", help="noise seed, 0-4294967295 (the same seed, the same image)"),
     steps: int | None = typer.Option(None, "--steps", min=1, help="inference steps (default: the family's)"),
     width: int | None = typer.Option(
         None, "--width", help="image width in pixels (default: the family's training resolution)"
@@ -99,8 +99,7 @@ def generate_cmd(
     guidance: float | None = typer.Option(
         None,
         "--guidance",
-        min=0,
-        help="guidance scale, where the family's pipeline takes one (default: the family's)",
+        help="guidance scale 0-100, where the family's pipeline takes one (default: the family's)",
     ),
     negative: str | None = typer.Option(
         None, "--negative", help="negative prompt (families whose pipeline takes one: `lorastudio families`)"
@@ -163,13 +162,13 @@ def _generate(
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.config import revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
-    from lorastudio.jobs.generation import LORA_SCALE_LIMIT
+    from lorastudio.generation_rules import LORA_SCALE_LIMIT, guidance_problems, seed_problems
     from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
     from lorastudio.user_paths import output_file_problem
 
-    problems = []
+    problems = seed_problems(seed, "--") + guidance_problems(guidance, "--")  # generation_rules, as the API's
     fmt = IMAGE_SUFFIXES.get(out.suffix.lower())
     if why := output_file_problem(out, tuple(IMAGE_SUFFIXES), overwrite, "--overwrite"):
         problems.append(FieldProblem("--out", why))
@@ -256,8 +255,8 @@ def _generate(
         prompt=prompt,
         seed=seed,
         steps=steps,
-        width=width or default_side,
-        height=height or default_side,
+        width=default_side if width is None else width,
+        height=default_side if height is None else height,
         guidance=guidance,
         negative_prompt=negative,
         controls=references,
@@ -275,28 +274,25 @@ def _request_problems(
     family: str, found: Any, controls: int, width: int | None, height: int | None
 ) -> list[FieldProblem]:
     """The checks POST /api/generate makes before any work, but its size budget: --width /
-    --height multiples of the family's, the --control count against the family and the base
+    --height multiples of the family's (generation_rules.size_problems), the --control count against the family and the base
     checkpoint's flavour (jobs.references.reference_count_problems) and the references' smallest
     side (data.sample_refs.reference_size_problem). `found`: the resolved base (None if unresolved)."""
     from lorastudio import families
     from lorastudio.data.sample_refs import reference_size_problem
+    from lorastudio.generation_rules import size_problems
     from lorastudio.jobs.references import reference_count_problems
 
     fam = families.get(family)
     spec = fam.spec
-    mult = spec.resolution_multiple
-    problems = [
-        FieldProblem(name, f"{value}: must be a positive multiple of {mult} for {spec.name}")
-        for name, value in (("--width", width), ("--height", height))
-        if value is not None and (value < mult or value % mult)
-    ]
+    side = int(spec.defaults.get("resolution", 1024))
+    width, height = side if width is None else width, side if height is None else height
+    problems = size_problems(width, height, spec.name, "--")
     configs = found.configs if found is not None else None
     folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
     flavour = fam.folder_variant(folder) if folder is not None and folder.is_dir() else None
     if controls:  # none: text-to-image, which every edit flavour renders (Family.render_without_references)
         problems += reference_count_problems(spec.name, controls, flavour, field="--control")
-    side = int(spec.defaults.get("resolution", 1024))
-    small = reference_size_problem(spec.name, spec.min_reference_side, width or side, height or side)
+    small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
     if controls and small:
         problems.append(FieldProblem("--control", small))
     return problems
