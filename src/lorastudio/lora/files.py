@@ -152,13 +152,25 @@ def diffusers_file(
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, header) of the diffusers file `<Pipeline>.load_lora_weights` reads: keys
     prefixed with the denoiser name, the peft LoraConfig under `lora_adapter_metadata`.
-    `adapter_metadata` defaults to a LoraConfig of the LoRA's rank, alpha and module names."""
+    `adapter_metadata` defaults to a LoraConfig of the LoRA's rank, alpha and module names, with
+    a rank_pattern / alpha_pattern entry for each layer of another rank (the LoRA's one scale,
+    alpha / rank, in every layer)."""
     from peft import LoraConfig
 
     prefix = denoiser_prefix(family)
     if adapter_metadata is None:
-        targets = sorted(peft_modules(lora.tensors))
-        meta = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets).to_dict()
+        modules = peft_modules(lora.tensors)
+        targets = sorted(modules)
+        # a layer of another rank gets its own rank and the alpha of the LoRA's scale (peft's
+        # patterns, keyed by the full module name as diffusers' own loader writes them)
+        ranks = {m: int(a.shape[0]) for m, (a, _) in modules.items() if a.shape[0] != lora.rank}
+        meta = LoraConfig(
+            r=lora.rank,
+            lora_alpha=lora.alpha,
+            target_modules=targets,
+            rank_pattern=ranks,
+            alpha_pattern={m: r * lora.alpha / lora.rank for m, r in ranks.items()},
+        ).to_dict()
         meta["target_modules"] = sorted(meta["target_modules"])
         adapter_metadata = meta
     packed = {f"{prefix}.{k}": v for k, v in adapter_metadata.items()}
@@ -167,7 +179,11 @@ def diffusers_file(
 
 
 def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], family: str) -> PeftLora:
-    """The LoRA of a file in either layout, in peft naming with its rank and alpha."""
+    """The LoRA of a file in either layout, in peft naming with its rank and alpha. A diffusers
+    file whose layers differ in rank or alpha (its adapter config's rank_pattern / alpha_pattern,
+    or tensors of several ranks) comes back with each layer's own scale folded into its lora_B
+    and alpha = rank: the PeftLora's one scale then holds for every layer. Raises
+    ModelSourceError for a layer whose rank is not the adapter config's."""
     if detect_layout(tensors) == "kohya":
         return to_diffusers(tensors, family)
     prefix = denoiser_prefix(family) + "."
@@ -175,12 +191,54 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
     if foreign:
         raise ModelSourceError(f"keys not of a {family} denoiser ({prefix}...): {', '.join(foreign[:3])}")
     peft = {k.removeprefix(prefix): v for k, v in tensors.items()}
-    rank = next(a.shape[0] for a, _ in peft_modules(peft).values())
+    modules = peft_modules(peft)
+    rank = next(a.shape[0] for a, _ in modules.values())
     alpha = float(rank)
-    if ADAPTER_METADATA_KEY in metadata:
-        packed = json.loads(metadata[ADAPTER_METADATA_KEY])
-        rank, alpha = int(packed.get(prefix + "r", rank)), float(packed.get(prefix + "lora_alpha", alpha))
-    return PeftLora(peft, rank, alpha)
+    if ADAPTER_METADATA_KEY not in metadata:  # diffusers' rule then: alpha = rank in every layer
+        return PeftLora(peft, rank, alpha)
+    packed = json.loads(metadata[ADAPTER_METADATA_KEY])
+    rank, alpha = int(packed.get(prefix + "r", rank)), float(packed.get(prefix + "lora_alpha", alpha))
+    rank_pattern = dict(packed.get(prefix + "rank_pattern") or {})
+    alpha_pattern = dict(packed.get(prefix + "alpha_pattern") or {})
+    if not rank_pattern and not alpha_pattern and all(a.shape[0] == rank for a, _ in modules.values()):
+        return PeftLora(peft, rank, alpha)
+    return fold_module_scales(
+        PeftLora(peft, rank, alpha), _pattern_scales(modules, rank, alpha, rank_pattern, alpha_pattern)
+    )
+
+
+def _pattern_scales(
+    modules: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    rank: int,
+    alpha: float,
+    rank_pattern: Mapping[str, int],
+    alpha_pattern: Mapping[str, float],
+) -> dict[str, float]:
+    """Each module's scale alpha_m / r_m by peft's rule (LoraModel: a rank_pattern / alpha_pattern
+    key matching the module's name, else r / lora_alpha). Raises ModelSourceError for a module
+    whose tensors are not of the rank the adapter config gives it (peft would refuse to load it)."""
+    from peft.utils.other import get_pattern_key
+
+    scales = {}
+    for m, (a, _) in modules.items():
+        r = int(rank_pattern.get(get_pattern_key(list(rank_pattern), m), rank))
+        if a.shape[0] != r:
+            raise ModelSourceError(
+                f"layer {m} is of rank {a.shape[0]} but the file's adapter config says {r}"
+                " (lora_adapter_metadata: r, rank_pattern)"
+            )
+        scales[m] = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), m), alpha)) / r
+    return scales
+
+
+def fold_module_scales(lora: PeftLora, scales: Mapping[str, float]) -> PeftLora:
+    """`lora` with each module's own scale (`scales`: module -> alpha_m / r_m) folded into its
+    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks."""
+    tensors = {}
+    for key, value in lora.tensors.items():
+        module = key.removesuffix(".lora_B.weight")
+        tensors[key] = value * scales[module] if module != key and scales[module] != 1.0 else value
+    return PeftLora(tensors, lora.rank, float(lora.rank))
 
 
 def process_umask() -> int:
@@ -276,7 +334,7 @@ def file_for_layout(
     alpha from a diffusers file, then applies the same weight as diffusers."""
     info = {**info, PREFIX + "lora_format": layout}
     if layout == "kohya":
-        tensors = to_kohya(lora.tensors, family, lora.alpha)
+        tensors = to_kohya(lora.tensors, family, lora.alpha, lora.rank)
         # a layout with alpha / rank folded into lora_B (Krea 2) holds alpha = rank, as a diffusers file
         alpha = lora.rank if kohya_layout(family) in ALPHA_IN_B else lora.alpha
         return tensors, {"format": "pt", **info, **kohya_metadata(info, lora.rank, alpha)}
