@@ -86,13 +86,16 @@ class GenerationRequest:
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
     """The settings of one gallery image (its sidecar and PNG text, less the size the worker
-    reports)."""
+    reports): every setting of the request that decides its pixels, so that they, sent again,
+    render it again (a revision and a single file's v_prediction when given)."""
     return {
         "prompt": req.prompt,
         "seed": req.seed,
         "family": family,
         "base_model": req.base_model,
         **({"base_config": req.base_config} if req.base_config is not None else {}),
+        **({"revision": req.revision} if req.revision is not None else {}),
+        **({"v_prediction": req.v_prediction} if req.v_prediction is not None else {}),
         "steps": req.steps,
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),

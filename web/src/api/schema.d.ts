@@ -1830,12 +1830,22 @@ export interface components {
              * @description ids of the reference images used
              */
             references?: string[];
+            /**
+             * Revision
+             * @description the hub revision, when one was given
+             */
+            revision?: string | null;
             /** Seed */
             seed?: number | null;
             /** Steps */
             steps?: number | null;
             /** Url */
             url: string;
+            /**
+             * V Prediction
+             * @description a single SDXL file's, when one was given
+             */
+            v_prediction?: boolean | null;
             /** Width */
             width?: number | null;
         };
@@ -1937,12 +1947,22 @@ export interface components {
              * @description ids of the reference images used
              */
             references?: string[];
+            /**
+             * Revision
+             * @description the hub revision, when one was given
+             */
+            revision?: string | null;
             /** Seconds */
             seconds: number;
             /** Seed */
             seed: number;
             /** Url */
             url: string;
+            /**
+             * V Prediction
+             * @description a single SDXL file's, when one was given
+             */
+            v_prediction?: boolean | null;
             /** Width */
             width: number;
         };

@@ -1,0 +1,45 @@
+"""A gallery image records every setting that decides its pixels: its settings sent again (as
+the gallery lists them) give the same image. Before, an SDXL single-file image made with
+`v_prediction: true` (and any image of a hub `revision`) recorded neither: sent again it
+rendered with the file's own prediction type, another image."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from api_helpers import LiveServer
+from lorastudio.settings import Settings
+from single_files import write_sdxl_file
+
+BODY_KEYS = ("family", "base_model", "base_config", "revision", "v_prediction", "prompt", "negative_prompt",
+             "seed", "steps", "width", "height", "guidance", "loras", "references")  # fmt: skip
+
+
+def _pixels(server: LiveServer, url: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(server.client.get(url).content)), dtype=np.int16)
+
+
+def test_a_gallery_images_settings_render_it_again(
+    server: LiveServer, settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    settings.ensure_dirs()
+    folder = tiny_model("sdxl")
+    write_sdxl_file(folder, settings.models_dir / "finetune.safetensors")
+    body = {"family": "sdxl", "base_model": "finetune.safetensors", "base_config": str(folder),
+            "prompt": "a red circle", "seed": 3, "steps": 2, "width": 64, "height": 64}  # fmt: skip
+    made = server.client.post("/api/generate", json={**body, "v_prediction": True})
+    assert made.status_code == 201, made.text
+    eps = server.client.post("/api/generate", json={**body, "v_prediction": False})
+    assert np.abs(_pixels(server, made.json()["url"]) - _pixels(server, eps.json()["url"])).mean() > 1.0
+
+    (listed,) = [i for i in server.client.get("/api/gallery").json()["images"] if i["file"] == made.json()["file"]]
+    assert listed["v_prediction"] is True and made.json()["v_prediction"] is True
+    again = {k: listed[k] for k in BODY_KEYS if listed.get(k) is not None}
+    rerun = server.client.post("/api/generate", json=again)
+    assert rerun.status_code == 201, rerun.text
+    np.testing.assert_array_equal(_pixels(server, rerun.json()["url"]), _pixels(server, made.json()["url"]))
