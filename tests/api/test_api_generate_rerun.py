@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from api_helpers import LiveServer
 from PIL import Image
 
-from api_helpers import LiveServer
 from lorastudio.settings import Settings
 from single_files import write_sdxl_file
 
@@ -37,7 +37,9 @@ def test_a_gallery_images_settings_render_it_again(
     eps = server.client.post("/api/generate", json={**body, "v_prediction": False})
     assert np.abs(_pixels(server, made.json()["url"]) - _pixels(server, eps.json()["url"])).mean() > 1.0
 
-    (listed,) = [i for i in server.client.get("/api/gallery").json()["images"] if i["file"] == made.json()["file"]]
+    (listed,) = [
+        i for i in server.client.get("/api/gallery").json()["images"] if i["file"] == made.json()["file"]
+    ]
     assert listed["v_prediction"] is True and made.json()["v_prediction"] is True
     again = {k: listed[k] for k in BODY_KEYS if listed.get(k) is not None}
     rerun = server.client.post("/api/generate", json=again)
