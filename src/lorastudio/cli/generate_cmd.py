@@ -8,7 +8,7 @@ generation worker (lorastudio.generate); the revision and each LoRA's header are
 from __future__ import annotations
 
 import math
-import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from lorastudio.errors import (
     NotFound,
     UnknownFamily,
 )
-from lorastudio.user_paths import is_file
+from lorastudio.user_paths import is_file, publish_file
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -261,10 +261,11 @@ def _generate(
         negative_prompt=negative,
         controls=references,
     )
-    staging = out.with_name(f".{out.name}.partial")
+    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")  # one per command
     try:
         image.save(staging, format=fmt)
-        os.replace(staging, out)
+        if why := publish_file(staging, out, overwrite, "--overwrite"):
+            raise ConfigError([FieldProblem("--out", why)])
     finally:
         staging.unlink(missing_ok=True)
     typer.echo(f"wrote {out} ({image.width}x{image.height}, seed {seed}, {len(loras)} LoRA(s))")

@@ -27,7 +27,7 @@ from lorastudio.lora.text_encoders import (
     to_kohya_tensors,
     with_adapter_metadata,
 )
-from lorastudio.user_paths import MAX_NAME_BYTES, is_file, output_file_problem
+from lorastudio.user_paths import MAX_NAME_BYTES, is_file, output_file_problem, publish_file
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -266,16 +266,22 @@ def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> Non
         raise ConfigError([FieldProblem("out", why)])
 
 
-def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> Path:
+def write_lora_file(
+    path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], *, overwrite: bool = True
+) -> Path:
     """Write a .safetensors file next to `path`, then rename it into place (no partial file is
-    ever visible at `path`). Returns `path`."""
-    from safetensors.torch import save_file
+    ever visible at `path`). Without `overwrite`, a file that appeared at `path` meanwhile is
+    kept (user_paths.publish_file) and ConfigError (field "out") says so. Returns `path`."""
+    import safetensors.torch
 
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
     try:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata))
+        safetensors.torch.save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata)
+        )
         os.chmod(staged, 0o666 & ~process_umask())  # safetensors writes 0600; other outputs follow the umask
-        os.replace(staged, path)
+        if why := publish_file(staged, path, overwrite, "--force"):
+            raise ConfigError([FieldProblem("out", why)])
     finally:
         staged.unlink(missing_ok=True)
     return path
@@ -377,7 +383,7 @@ def convert_file(
     out_tensors, header = file_for_layout(lora, family, to, info)
     if text_encoders:
         out_tensors, header = _convert_text_encoders(text_encoders, to, out_tensors, header)
-    write_lora_file(dst, out_tensors, header)
+    write_lora_file(dst, out_tensors, header, overwrite=overwrite)
     return source_layout
 
 

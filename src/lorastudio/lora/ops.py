@@ -152,7 +152,7 @@ def merge_files(
         PREFIX + "merged_from": json.dumps([[p.name, w] for p, w in inputs]),
     }
     tensors, header = file_for_layout(merged, fam, layout, info)
-    return write_lora_file(out, tensors, header)
+    return write_lora_file(out, tensors, header, overwrite=overwrite)
 
 
 def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> Resized:
@@ -168,5 +168,5 @@ def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> 
         PREFIX + "resized_from_rank": str(lora.rank),
     }
     tensors, header = file_for_layout(resized.lora, family, layout, info)
-    write_lora_file(out, tensors, header)
+    write_lora_file(out, tensors, header, overwrite=overwrite)
     return resized

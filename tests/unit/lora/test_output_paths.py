@@ -91,3 +91,59 @@ def test_generate_refuses_an_out_it_cannot_write(
         printed = "".join(capsys.readouterr()).replace("\n", "")
         assert exit_.value.code == 2 and said in printed and "Traceback" not in printed, printed
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_destination_that_appears_while_the_command_works_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model
+) -> None:
+    """Without --force / --overwrite, a file another process writes at the destination while
+    the command works (a second `generate --out` of the same name, a save by hand) is kept and
+    the command refuses naming it; before, the final rename replaced it. Two commands writing
+    one destination each stage under a name of their own (generate's was one fixed name)."""
+    import safetensors.torch
+    from typer.testing import CliRunner
+
+    import lorastudio.generate as generate
+    from lorastudio.cli.app import _register, app
+
+    src, other = _lora(tmp_path / "a.safetensors"), _lora(tmp_path / "b.safetensors")
+    real_save = safetensors.torch.save_file
+
+    def save_then_race(tensors, filename, metadata=None):
+        real_save(tensors, filename, metadata=metadata)
+        dst.write_bytes(b"the other writer's file")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_then_race)
+    for i, run in enumerate(
+        (
+            lambda dst: convert_file(src, dst, "kohya", "flux"),
+            lambda dst: merge_files([(src, 0.5), (other, 0.5)], dst),
+            lambda dst: resize_file(src, dst, 2),
+        )
+    ):
+        dst = tmp_path / f"out{i}.safetensors"
+        with pytest.raises(ConfigError) as info:
+            run(dst)
+        assert [p.field for p in info.value.problems] == ["out"]
+        assert (
+            "appeared while" in info.value.problems[0].message and "--force" in info.value.problems[0].message
+        )
+        assert dst.read_bytes() == b"the other writer's file"
+    monkeypatch.setattr(safetensors.torch, "save_file", real_save)
+
+    real_generate = generate.generate_image
+    out = tmp_path / "img.png"
+
+    def generate_then_race(*args, **kwargs):
+        image = real_generate(*args, **kwargs)
+        out.write_bytes(b"the other writer's image")
+        return image
+
+    monkeypatch.setattr(generate, "generate_image", generate_then_race)
+    _register()
+    args = ["generate", "--base", str(tiny_model("flux")), "--prompt", "p", "--out", str(out), "--steps", "1"]
+    result = CliRunner().invoke(app, [*args, "--width", "32", "--height", "32", "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert "appeared while" in result.output and "--overwrite" in result.output
+    assert out.read_bytes() == b"the other writer's image"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
