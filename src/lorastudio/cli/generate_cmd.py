@@ -31,10 +31,11 @@ def register(app: typer.Typer) -> None:
     app.command("generate")(generate_cmd)
 
 
-def parse_lora_arg(value: str) -> tuple[Path, float]:
+def parse_lora_arg(value: str, field: str = "--lora", number: str = "scale") -> tuple[Path, float]:
     """'PATH' -> (PATH, 1.0); 'PATH:SCALE' -> (PATH, SCALE) when what follows the last ':' is a
     number (so paths containing ':' still work). Raises ConfigError for an empty path or a scale
-    that is not finite (nan, inf: every pixel of the image would be NaN)."""
+    that is not finite (nan, inf: every pixel of the image would be NaN), naming `field` and
+    the number as `number` (`lora merge`: its LORAS argument's weight)."""
     path, sep, tail = value.rpartition(":")
     if sep:
         try:
@@ -44,9 +45,9 @@ def parse_lora_arg(value: str) -> tuple[Path, float]:
     else:
         path, scale = value, 1.0
     if not path:
-        raise ConfigError([FieldProblem("--lora", f"{value!r}: expected PATH or PATH:SCALE")])
+        raise ConfigError([FieldProblem(field, f"{value!r}: expected PATH or PATH:{number.upper()}")])
     if not math.isfinite(scale):
-        raise ConfigError([FieldProblem("--lora", f"{value!r}: the scale must be a finite number")])
+        raise ConfigError([FieldProblem(field, f"{value!r}: the {number} must be a finite number")])
     return Path(path).expanduser(), scale
 
 
