@@ -3,7 +3,9 @@ a base model with zero or more LoRAs.
 
 Runs in this process (it is a process of its own), with the same engine as the server's
 generation worker (lorastudio.generate); the revision and each LoRA's header are checked first
-(lora/header.py), so a bad file is a one-line error, never a traceback."""
+(lora/header.py), so a bad file is a one-line error, never a traceback. A PNG carries its
+settings in its text chunks as a gallery image does (prompt, seed, and every setting as JSON under
+"lorastudio", its LoRAs by file and scale)."""
 
 from __future__ import annotations
 
@@ -81,7 +83,9 @@ def generate_cmd(
         "checkpoint (.safetensors; see --base-config)",
     ),
     prompt: str = typer.Option(..., "--prompt", help="text prompt"),
-    out: Path = typer.Option(..., "--out", help="image file to write (.png, .jpg or .webp)"),
+    out: Path = typer.Option(
+        ..., "--out", help="image file to write (.png, .jpg or .webp; a .png records the settings)"
+    ),
     lora: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
         [],
         "--lora",
@@ -164,6 +168,7 @@ def _generate(
     from lorastudio.config import revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
     from lorastudio.generation_rules import LORA_SCALE_LIMIT, guidance_problems, seed_problems
+    from lorastudio.jobs.generation_worker import png_text
     from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
@@ -263,8 +268,20 @@ def _generate(
         controls=references,
     )
     staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")  # one per command
+    settings_ = {
+        "prompt": prompt, "seed": seed, "family": spec.name, "base_model": base,
+        **({"base_config": base_config} if base_config else {}),
+        **({"revision": revision} if revision is not None else {}),
+        **({"v_prediction": v_prediction} if v_prediction is not None else {}),
+        "steps": steps, "guidance": guidance,
+        **({"negative_prompt": negative} if negative else {}),
+        "loras": [{"file": str(p), "scale": s} for p, s in loras],
+        "controls": [str(p) for p in control or []],
+        "width": image.width, "height": image.height,
+    }  # fmt: skip
     try:
-        image.save(staging, format=fmt)
+        # a PNG carries its settings as a gallery image does (jobs.generation_worker.png_text)
+        image.save(staging, format=fmt, **({"pnginfo": png_text(settings_)} if fmt == "PNG" else {}))
         if why := publish_file(staging, out, overwrite, "--overwrite"):
             raise ConfigError([FieldProblem("--out", why)])
     finally:

@@ -79,3 +79,69 @@ def test_a_side_too_large_for_a_float_is_refused_not_a_crash(side):
     assert [p.field for p in problems] == ["width"], problems
     steps = budget_problems(32, 32, 10**30, "flux")
     assert [(p.field, p.message) for p in steps] == [("steps", f"{10**30}: must be between 1 and 200")]
+
+
+def test_the_clis_png_records_its_settings_and_they_render_it_again(tiny_model, tmp_path):
+    """A gallery PNG carries its prompt, seed and every setting (PNG text); `lorastudio generate`
+    wrote a bare PNG. Its PNG now carries the same keys, its LoRAs by file and scale, and the
+    settings read back from it render the same pixels."""
+    import json
+
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    key = "transformer.single_transformer_blocks.0.attn.to_q"
+    lora = tmp_path / "l.safetensors"
+    g = torch.Generator().manual_seed(1)
+    save_file({f"{key}.lora_A.weight": torch.randn(2, 32, generator=g),
+               f"{key}.lora_B.weight": torch.randn(32, 2, generator=g)}, str(lora))  # fmt: skip
+    _register()
+    out = tmp_path / "a.png"
+    args = [
+        "generate",
+        "--base",
+        str(tiny_model("flux")),
+        "--prompt",
+        "猫 a cat",
+        "--seed",
+        "7",
+        "--steps",
+        "2",
+    ]
+    args += [
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--guidance",
+        "2.5",
+        "--lora",
+        f"{lora}:0.5",
+        "--device",
+        "cpu",
+    ]
+    assert CliRunner().invoke(app, [*args, "--out", str(out)]).exit_code == 0
+    text = Image.open(out).text
+    meta = json.loads(text["lorastudio"])
+    assert text["prompt"] == "猫 a cat" and text["seed"] == "7"
+    assert {k: meta[k] for k in ("prompt", "seed", "steps", "width", "height", "guidance", "family")} == {
+        "prompt": "猫 a cat", "seed": 7, "steps": 2, "width": 32, "height": 32, "guidance": 2.5, "family": "flux"
+    }  # fmt: skip
+    assert meta["loras"] == [{"file": str(lora), "scale": 0.5}] and meta["base_model"] == str(
+        tiny_model("flux")
+    )
+    again = [
+        "generate",
+        "--base",
+        meta["base_model"],
+        "--prompt",
+        meta["prompt"],
+        "--seed",
+        str(meta["seed"]),
+    ]
+    again += ["--steps", str(meta["steps"]), "--width", str(meta["width"]), "--height", str(meta["height"])]
+    again += ["--guidance", str(meta["guidance"]), "--device", "cpu", "--out", str(tmp_path / "b.png")]
+    again += [x for lo in meta["loras"] for x in ("--lora", f"{lo['file']}:{lo['scale']}")]
+    assert CliRunner().invoke(app, again).exit_code == 0
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "b.png")), np.asarray(Image.open(out)))
