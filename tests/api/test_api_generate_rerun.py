@@ -45,3 +45,30 @@ def test_a_gallery_images_settings_render_it_again(
     rerun = server.client.post("/api/generate", json=again)
     assert rerun.status_code == 201, rerun.text
     np.testing.assert_array_equal(_pixels(server, rerun.json()["url"]), _pixels(server, made.json()["url"]))
+
+
+def test_a_damaged_sidecar_costs_its_own_fields_not_the_gallery(client, settings: Settings) -> None:
+    """One sidecar with a field of the wrong type (a hand edit, another version's) or a number
+    JSON cannot carry made GET /api/gallery a 500 for every image. The listing now keeps each
+    image, with the fields of its sidecar that fit (the others left out)."""
+    gallery = settings.home / "gallery"
+    gallery.mkdir(parents=True)
+    sidecars = {
+        "typed": '{"prompt": "kept", "seed": "abc", "loras": [{"name": 5, "scale": "x"}], "width": 32}',
+        "infinite": '{"prompt": "kept", "guidance": 1e400, "seed": 3}',
+        "list": "[1, 2]",
+        "broken": "{not json",
+        "good": '{"prompt": "kept", "seed": 4, "loras": [{"name": "a", "scale": 0.5}]}',
+    }
+    for name, text in sidecars.items():
+        Image.new("RGB", (8, 8)).save(gallery / f"{name}.png")
+        (gallery / f"{name}.json").write_text(text)
+    answer = client.get("/api/gallery")
+    assert answer.status_code == 200, answer.text
+    listed = {i["file"]: i for i in answer.json()["images"]}
+    assert set(listed) == {f"{n}.png" for n in sidecars}
+    assert listed["typed.png"]["prompt"] == "kept" and listed["typed.png"]["width"] == 32
+    assert listed["typed.png"]["seed"] is None and listed["typed.png"]["loras"] == []
+    assert listed["infinite.png"]["guidance"] is None and listed["infinite.png"]["seed"] == 3
+    assert listed["good.png"]["loras"] == [{"name": "a", "scale": 0.5, "step": None}]
+    assert listed["list.png"]["prompt"] is None and listed["broken.png"]["url"] == "/gallery/broken.png"

@@ -184,7 +184,7 @@ class GalleryImage(_Out):
     height: int | None = None
     prompt: str | None = None
     negative_prompt: str | None = None
-    guidance: float | None = None
+    guidance: float | None = Field(default=None, allow_inf_nan=False)
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None
