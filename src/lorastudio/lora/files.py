@@ -17,7 +17,7 @@ import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
-from lorastudio.lora.header import check_lora_structure, read_header
+from lorastudio.lora.header import check_lora_file, check_lora_structure, read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
 from lorastudio.lora.text_encoders import (
@@ -375,6 +375,7 @@ def convert_file(
         raise ConfigError(
             [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
         )
+    check_lora_file(src, family)  # a --family its header or layers contradict: generation's check
     source_layout = detect_layout(tensors)
     denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
     lora = peft_from_file(denoiser, metadata, family)

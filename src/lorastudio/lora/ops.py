@@ -36,7 +36,9 @@ from lorastudio.lora.files import (
     read_lora_file,
     write_lora_file,
 )
+from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.metadata import PREFIX
+from lorastudio.lora.names import kohya_layout
 
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 
@@ -117,8 +119,9 @@ def _load(path: Path, family: str | None) -> tuple[PeftLora, Layout, str, dict[s
     family = family or header.get(PREFIX + "family")
     if not family:
         raise _problem("family", f"{path} does not name its family: pass --family")
-    if family not in FAMILIES:
+    if kohya_layout(family) not in FAMILIES:  # Chroma, FLUX.1 Kontext, Qwen-Image-Edit: another's layout
         raise _problem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    check_lora_file(path, family)  # a --family its header or layers contradict: generation's check
     layout = detect_layout(tensors)
     info = {k: v for k, v in header.items() if k.startswith(PREFIX)}
     return peft_from_file(tensors, header, family), layout, family, info

@@ -21,14 +21,14 @@ from lorastudio.lora.ops import merge_files, resize_file
 KEY = "single_transformer_blocks.0.attn.to_q"
 
 
-def _lora(path: Path) -> Path:
+def _lora(path: Path, family: str = "flux") -> Path:
     g = torch.Generator().manual_seed(0)
     sd = {
         f"{KEY}.lora_A.weight": torch.randn(4, 32, generator=g),
         f"{KEY}.lora_B.weight": torch.randn(32, 4, generator=g),
     }
     tensors, header = file_for_layout(
-        PeftLora(sd, 4, 4.0), "flux", "diffusers", {"lorastudio.family": "flux"}
+        PeftLora(sd, 4, 4.0), family, "diffusers", {"lorastudio.family": family}
     )
     return write_lora_file(path, tensors, header)
 
@@ -147,3 +147,28 @@ def test_a_destination_that_appears_while_the_command_works_is_kept(
     assert "appeared while" in result.output and "--overwrite" in result.output
     assert out.read_bytes() == b"the other writer's image"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_family_the_file_contradicts_is_refused(tmp_path: Path) -> None:
+    """`--family qwen-image` on a file whose header says flux wrote a FLUX.1 LoRA relabelled as
+    a Qwen-Image (or Z-Image, Chroma) kohya file; convert, merge and resize now give the file
+    the generation check (lora.header.check_lora_file) for the family they write. A family that
+    writes another's layout (Chroma: FLUX.1's) was "unknown" to merge and resize: its LoRAs
+    merge and resize now, as convert took them."""
+    from lorastudio.errors import ModelSourceError
+
+    src = _lora(tmp_path / "a.safetensors")  # header: lorastudio.family = flux
+    dst = tmp_path / "out.safetensors"
+    for family in ("qwen-image", "z-image", "chroma"):
+        with pytest.raises(ModelSourceError, match=f"is not a {family} LoRA: it is a flux one"):
+            convert_file(src, dst, "kohya", family)
+        with pytest.raises(ModelSourceError, match=f"is not a {family} LoRA: it is a flux one"):
+            merge_files([(src, 0.5), (src, 0.5)], dst, family)
+    assert not dst.exists()
+    convert_file(src, dst, "kohya", "flux")  # the file's own family
+    assert dst.is_file()
+    chroma = _lora(tmp_path / "c.safetensors", "chroma")
+    merge_files([(chroma, 0.5), (chroma, 0.5)], tmp_path / "cm.safetensors")
+    resize_file(chroma, tmp_path / "cr.safetensors", 2)
+    with pytest.raises(ConfigError, match="different families: chroma, flux"):
+        merge_files([(chroma, 0.5), (src, 0.5)], tmp_path / "mixed.safetensors")
