@@ -39,7 +39,7 @@ def _patterned_file(shapes: dict, path: Path) -> Path:
         "lora_alpha": 8.0,
         "rank_pattern": {"to_k": 2},
         "alpha_pattern": {"to_q": 2.0},
-        "target_modules": sorted({n.rsplit(".", 1)[1] for n in names}),
+        "target_modules": sorted(names),
     }
     meta = {ADAPTER_METADATA_KEY: json.dumps({f"transformer.{k}": v for k, v in config.items()})}
     save_file(tensors, str(path), metadata={**meta, "format": "pt", "lorastudio.family": "flux"})
