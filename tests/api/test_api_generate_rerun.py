@@ -72,3 +72,19 @@ def test_a_damaged_sidecar_costs_its_own_fields_not_the_gallery(client, settings
     assert listed["infinite.png"]["guidance"] is None and listed["infinite.png"]["seed"] == 3
     assert listed["good.png"]["loras"] == [{"name": "a", "scale": 0.5, "step": None}]
     assert listed["list.png"]["prompt"] is None and listed["broken.png"]["url"] == "/gallery/broken.png"
+
+
+def test_a_value_of_the_wrong_json_type_is_refused_not_converted(client) -> None:
+    """`"steps": true` rendered 1 step, `"width": "32"` and `"seed": "7"` were read as numbers and
+    `"v_prediction": "yes"` as true: a generation request's fields take their own JSON types (422
+    naming the field), as a training config's do."""
+    body = {"family": "flux", "base_model": "nowhere", "prompt": "x"}
+    for field, value in (("steps", True), ("width", "32"), ("seed", "7"), ("guidance", "3.5"),
+                         ("v_prediction", "yes"), ("prompt", 5), ("steps", 2.0)):  # fmt: skip
+        answer = client.post("/api/generate", json={**body, field: value})
+        assert answer.status_code == 422, (field, value, answer.text)
+        assert [e["loc"] for e in answer.json()["detail"]] == [["body", field]], answer.text
+    scale = client.post("/api/generate", json={**body, "loras": [{"name": "a", "scale": "1"}]})
+    assert scale.status_code == 422 and scale.json()["detail"][0]["loc"] == ["body", "loras", 0, "scale"]
+    number = client.post("/api/generate", json={**body, "guidance": 3, "loras": [{"name": "a", "scale": 1}]})
+    assert number.status_code != 422, number.text  # an integer is a number

@@ -54,7 +54,13 @@ class CaptionBody(_Body):
     caption: str = Field(max_length=10_000, description="the new caption (empty removes the .txt file)")
 
 
-class LoraRef(_Body):
+class _StrictBody(_Body):
+    """A body whose fields take their own JSON types (`true` is no number, `"32"` no integer)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LoraRef(_StrictBody):
     name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
     scale: float = Field(default=1.0, ge=-LORA_SCALE_LIMIT, le=LORA_SCALE_LIMIT, allow_inf_nan=False)
     step: int | None = Field(
@@ -64,7 +70,7 @@ class LoraRef(_Body):
     )
 
 
-class GenerateBody(_Body):
+class GenerateBody(_StrictBody):
     family: str
     base_model: str = Field(
         min_length=1, description="hub id, absolute folder or .safetensors checkpoint, or name under models/"

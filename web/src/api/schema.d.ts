@@ -332,7 +332,9 @@ export interface paths {
         };
         /**
          * Gallery
-         * @description The generated images, newest first, with their settings (prompt, seed, LoRAs, ...).
+         * @description The generated images, newest first, with their settings (prompt, seed, LoRAs, ...): of a
+         *     sidecar, the fields that fit the listing's shape (a damaged one costs its own fields, never
+         *     the listing).
          */
         get: operations["gallery_api_gallery_get"];
         put?: never;
