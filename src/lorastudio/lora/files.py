@@ -120,9 +120,10 @@ def _mixed() -> Layout:
     )
 
 
-def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
+def detect_layout(tensors: Mapping[str, object]) -> Layout:
     """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.),
-    SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...).
+    SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...), told
+    by the key names alone (a header's tensors will do).
     Raises ModelSourceError for anything else (or a mix)."""
     keys = list(tensors)
     denoiser = [k for k in keys if not k.startswith(_TEXT_ENCODER_KEYS)]  # SDXL text-encoder LoRA beside

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lorastudio.errors import ConfigError
+from lorastudio.errors import ConfigError, ModelSourceError
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import convert_file, file_for_layout, write_lora_file
 from lorastudio.lora.ops import merge_files, resize_file
@@ -172,3 +172,29 @@ def test_a_family_the_file_contradicts_is_refused(tmp_path: Path) -> None:
     resize_file(chroma, tmp_path / "cr.safetensors", 2)
     with pytest.raises(ConfigError, match="different families: chroma, flux"):
         merge_files([(chroma, 0.5), (src, 0.5)], tmp_path / "mixed.safetensors")
+
+
+def test_a_merge_of_mixed_families_or_layouts_is_refused_from_the_headers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Families, layouts and a contradicting --family are told by the files' headers: a merge
+    that cannot be is refused before any tensor is read (each input was read whole, NaN check
+    included, before: minutes for large files)."""
+    import lorastudio.lora.ops as ops
+
+    flux, chroma = _lora(tmp_path / "a.safetensors"), _lora(tmp_path / "c.safetensors", "chroma")
+    kohya = tmp_path / "k.safetensors"
+    convert_file(flux, kohya, "kohya")
+
+    def no_read(path):
+        raise AssertionError(f"{path} was read before the merge was refused")
+
+    monkeypatch.setattr(ops, "read_lora_file", no_read)
+    out = tmp_path / "m.safetensors"
+    with pytest.raises(ConfigError, match="different families: chroma, flux"):
+        merge_files([(flux, 0.5), (chroma, 0.5)], out)
+    with pytest.raises(ConfigError, match="different layouts"):
+        merge_files([(flux, 0.5), (kohya, 0.5)], out)
+    with pytest.raises(ModelSourceError, match="is not a qwen-image LoRA"):
+        merge_files([(flux, 0.5), (flux, 0.5)], out, "qwen-image")
+    assert not out.exists()
