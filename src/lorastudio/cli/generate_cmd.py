@@ -268,7 +268,7 @@ def _generate(
         controls=references,
     )
     staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")  # one per command
-    settings_ = {
+    recorded = {
         "prompt": prompt, "seed": seed, "family": spec.name, "base_model": base,
         **({"base_config": base_config} if base_config else {}),
         **({"revision": revision} if revision is not None else {}),
@@ -281,7 +281,7 @@ def _generate(
     }  # fmt: skip
     try:
         # a PNG carries its settings as a gallery image does (jobs.generation_worker.png_text)
-        image.save(staging, format=fmt, **({"pnginfo": png_text(settings_)} if fmt == "PNG" else {}))
+        image.save(staging, format=fmt, **({"pnginfo": png_text(recorded)} if fmt == "PNG" else {}))
         if why := publish_file(staging, out, overwrite, "--overwrite"):
             raise ConfigError([FieldProblem("--out", why)])
     finally:
@@ -293,9 +293,10 @@ def _request_problems(
     family: str, found: Any, controls: int, width: int | None, height: int | None
 ) -> list[FieldProblem]:
     """The checks POST /api/generate makes before any work, but its size budget: --width /
-    --height multiples of the family's (generation_rules.size_problems), the --control count against the family and the base
-    checkpoint's flavour (jobs.references.reference_count_problems) and the references' smallest
-    side (data.sample_refs.reference_size_problem). `found`: the resolved base (None if unresolved)."""
+    --height multiples of the family's (generation_rules.size_problems), the --control count
+    against the family and the base checkpoint's flavour (jobs.references.reference_count_problems)
+    and the references' smallest side (data.sample_refs.reference_size_problem). `found`: the
+    resolved base (None if unresolved)."""
     from lorastudio import families
     from lorastudio.data.sample_refs import reference_size_problem
     from lorastudio.generation_rules import size_problems

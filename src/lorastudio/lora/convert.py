@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.lora import names, names_flux2
 
 FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "krea2")
@@ -71,6 +71,40 @@ def fold_strength(lora: PeftLora) -> PeftLora:
     if scale == 1.0:
         return lora
     tensors = {k: v * scale if k.endswith(_B) else v for k, v in lora.tensors.items()}
+    return PeftLora(tensors, lora.rank, float(lora.rank))
+
+
+def pattern_scales(
+    modules: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    rank: int,
+    alpha: float,
+    rank_pattern: Mapping[str, int],
+    alpha_pattern: Mapping[str, float],
+) -> dict[str, float]:
+    """Each module's scale alpha_m / r_m by peft's rule (LoraModel: a rank_pattern / alpha_pattern
+    key matching the module's name, else r / lora_alpha). Raises ModelSourceError for a module
+    whose tensors are not of the rank the adapter config gives it (peft would refuse to load it)."""
+    from peft.utils.other import get_pattern_key
+
+    scales = {}
+    for m, (a, _) in modules.items():
+        r = int(rank_pattern.get(get_pattern_key(list(rank_pattern), m), rank))
+        if a.shape[0] != r:
+            raise ModelSourceError(
+                f"layer {m} is of rank {a.shape[0]} but the file's adapter config says {r}"
+                " (lora_adapter_metadata: r, rank_pattern)"
+            )
+        scales[m] = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), m), alpha)) / r
+    return scales
+
+
+def fold_module_scales(lora: PeftLora, scales: Mapping[str, float]) -> PeftLora:
+    """`lora` with each module's own scale (`scales`: module -> alpha_m / r_m) folded into its
+    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks."""
+    tensors = {}
+    for key, value in lora.tensors.items():
+        module = key.removesuffix(".lora_B.weight")
+        tensors[key] = value * scales[module] if module != key and scales[module] != 1.0 else value
     return PeftLora(tensors, lora.rank, float(lora.rank))
 
 
@@ -179,9 +213,7 @@ def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
     # layers of several ranks or alpha / rank (kohya's dynamic resize, per-layer alphas): each
     # layer's own scale folded into its lora_B, alpha = rank (the most layers' rank)
     rank = Counter(r for r, _ in scales.values()).most_common(1)[0][0]
-    for module, (r, alpha) in scales.items():
-        out[module + _B] = out[module + _B] * (alpha / r)
-    return PeftLora(out, rank, float(rank))
+    return fold_module_scales(PeftLora(out, rank, float(rank)), {m: a / r for m, (r, a) in scales.items()})
 
 
 def _kohya_layers(

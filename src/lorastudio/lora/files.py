@@ -16,7 +16,16 @@ from typing import Literal
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
-from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
+from lorastudio.lora.convert import (
+    FAMILIES,
+    PeftLora,
+    fold_module_scales,
+    fold_strength,
+    pattern_scales,
+    peft_modules,
+    to_diffusers,
+    to_kohya,
+)
 from lorastudio.lora.header import check_lora_file, check_lora_structure, read_header
 from lorastudio.lora.metadata import PREFIX, kohya_metadata
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
@@ -204,42 +213,8 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
     if not rank_pattern and not alpha_pattern and all(a.shape[0] == rank for a, _ in modules.values()):
         return PeftLora(peft, rank, alpha)
     return fold_module_scales(
-        PeftLora(peft, rank, alpha), _pattern_scales(modules, rank, alpha, rank_pattern, alpha_pattern)
+        PeftLora(peft, rank, alpha), pattern_scales(modules, rank, alpha, rank_pattern, alpha_pattern)
     )
-
-
-def _pattern_scales(
-    modules: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-    rank: int,
-    alpha: float,
-    rank_pattern: Mapping[str, int],
-    alpha_pattern: Mapping[str, float],
-) -> dict[str, float]:
-    """Each module's scale alpha_m / r_m by peft's rule (LoraModel: a rank_pattern / alpha_pattern
-    key matching the module's name, else r / lora_alpha). Raises ModelSourceError for a module
-    whose tensors are not of the rank the adapter config gives it (peft would refuse to load it)."""
-    from peft.utils.other import get_pattern_key
-
-    scales = {}
-    for m, (a, _) in modules.items():
-        r = int(rank_pattern.get(get_pattern_key(list(rank_pattern), m), rank))
-        if a.shape[0] != r:
-            raise ModelSourceError(
-                f"layer {m} is of rank {a.shape[0]} but the file's adapter config says {r}"
-                " (lora_adapter_metadata: r, rank_pattern)"
-            )
-        scales[m] = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), m), alpha)) / r
-    return scales
-
-
-def fold_module_scales(lora: PeftLora, scales: Mapping[str, float]) -> PeftLora:
-    """`lora` with each module's own scale (`scales`: module -> alpha_m / r_m) folded into its
-    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks."""
-    tensors = {}
-    for key, value in lora.tensors.items():
-        module = key.removesuffix(".lora_B.weight")
-        tensors[key] = value * scales[module] if module != key and scales[module] != 1.0 else value
-    return PeftLora(tensors, lora.rank, float(lora.rank))
 
 
 def process_umask() -> int:
