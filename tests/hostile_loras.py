@@ -84,6 +84,31 @@ def hostile_cases() -> dict[str, tuple[bytes, str]]:
             "lora_adapter_metadata gives an impossible rank",
         ),
         "kohya_dim_0": (flux_lora_bytes(metadata={"ss_network_dim": "0"}), "rank 0 (ss_network_dim = 0)"),
+        # peft's per-layer patterns (lora convert / merge / resize read them: tracebacks before)
+        "rank_pattern_not_a_rank": (
+            flux_lora_bytes(
+                metadata={"lora_adapter_metadata": json.dumps({"transformer.rank_pattern": {"to_q": "x"}})}
+            ),
+            "lora_adapter_metadata rank_pattern gives an impossible rank for 'to_q'",
+        ),
+        "rank_pattern_a_list": (
+            flux_lora_bytes(
+                metadata={"lora_adapter_metadata": json.dumps({"transformer.rank_pattern": [1]})}
+            ),
+            "lora_adapter_metadata rank_pattern is not a JSON object",
+        ),
+        "alpha_pattern_bad_regex": (
+            flux_lora_bytes(
+                metadata={"lora_adapter_metadata": json.dumps({"transformer.alpha_pattern": {"(": 3}})}
+            ),
+            "lora_adapter_metadata alpha_pattern key '(' is not a module pattern",
+        ),
+        "alpha_pattern_nan": (
+            flux_lora_bytes(
+                metadata={"lora_adapter_metadata": json.dumps({"transformer.alpha_pattern": {"to_q": "NaN"}})}
+            ),
+            "lora_adapter_metadata alpha_pattern gives an impossible alpha for 'to_q'",
+        ),
         "another_family_in_header": (
             flux_lora_bytes(metadata={"lorastudio.family": "sdxl"}),
             "is not a flux LoRA: it is a sdxl one (its header says lorastudio.family='sdxl'",

@@ -78,3 +78,25 @@ def output_file_problem(
     if not os.access(out.parent, os.W_OK | os.X_OK):
         return f"cannot write in the folder {out.parent} (permission denied)"
     return None
+
+
+def publish_file(staged: Path, out: Path, overwrite: bool, overwrite_flag: str) -> str | None:
+    """Move the finished file `staged` (beside `out`) to `out`, atomically; without `overwrite`
+    only while nothing is there: a file that appeared at `out` since output_file_problem checked
+    it (another process writing the same name) is kept, and the reason is returned (`staged` is
+    left to the caller to remove). None once published. A file system without hard links gets
+    the check and the rename (a window of microseconds instead of the command's run)."""
+    if overwrite:
+        os.replace(staged, out)
+        return None
+    try:
+        os.link(staged, out)  # fails if anything is at `out`, atomically
+    except FileExistsError:
+        return f"{out} appeared while it was being written, and is kept (pass {overwrite_flag} to replace it)"
+    except OSError:  # no hard links here (some FUSE / network / FAT file systems)
+        if lexists(out):
+            return f"{out} appeared while it was being written, and is kept (pass {overwrite_flag} to replace it)"
+        os.replace(staged, out)
+        return None
+    staged.unlink()
+    return None

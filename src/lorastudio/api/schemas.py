@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lorastudio.jobs.generation import LORA_SCALE_LIMIT
+from lorastudio.generation_rules import GUIDANCE_MAX, LORA_SCALE_LIMIT, SEED_MAX
 
 
 class _Body(BaseModel):
@@ -54,7 +54,13 @@ class CaptionBody(_Body):
     caption: str = Field(max_length=10_000, description="the new caption (empty removes the .txt file)")
 
 
-class LoraRef(_Body):
+class _StrictBody(_Body):
+    """A body whose fields take their own JSON types (`true` is no number, `"32"` no integer)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LoraRef(_StrictBody):
     name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
     scale: float = Field(default=1.0, ge=-LORA_SCALE_LIMIT, le=LORA_SCALE_LIMIT, allow_inf_nan=False)
     step: int | None = Field(
@@ -64,7 +70,7 @@ class LoraRef(_Body):
     )
 
 
-class GenerateBody(_Body):
+class GenerateBody(_StrictBody):
     family: str
     base_model: str = Field(
         min_length=1, description="hub id, absolute folder or .safetensors checkpoint, or name under models/"
@@ -80,14 +86,14 @@ class GenerateBody(_Body):
         description="SDXL single file: v-prediction (true) / epsilon (false); unset: as the file says",
     )
     prompt: str = Field(max_length=4000)
-    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    seed: int = Field(default=0, ge=0, le=SEED_MAX)  # lorastudio.generation_rules, as the CLI's
     # sizes and steps are checked against the generation budget (400 with the reason):
     # lorastudio.jobs.generation.budget_problems
     steps: int = Field(default=20, description="at most 200, and width x height x steps <= 209.7 M")
     width: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
     height: int = Field(default=1024, description="pixels; at most 4096, and width x height <= 4.2 MP")
     guidance: float | None = Field(
-        default=None, ge=0, le=100, allow_inf_nan=False, description="null: the family's default"
+        default=None, ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="null: the family's default"
     )
     negative_prompt: str | None = Field(
         default=None,

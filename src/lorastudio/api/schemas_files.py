@@ -165,6 +165,8 @@ class GenerateOut(_Out):
     width: int
     height: int
     prompt: str
+    revision: str | None = Field(default=None, description="the hub revision, when one was given")
+    v_prediction: bool | None = Field(default=None, description="a single SDXL file's, when one was given")
     negative_prompt: str | None = None
     guidance: float | None = Field(default=None, description="null: the family's default")
     loras: list[LoraRef]
@@ -182,11 +184,13 @@ class GalleryImage(_Out):
     height: int | None = None
     prompt: str | None = None
     negative_prompt: str | None = None
-    guidance: float | None = None
+    guidance: float | None = Field(default=None, allow_inf_nan=False)
     seed: int | None = None
     family: str | None = None
     base_model: str | None = None
     base_config: str | None = Field(default=None, description="a single-file base_model's base config")
+    revision: str | None = Field(default=None, description="the hub revision, when one was given")
+    v_prediction: bool | None = Field(default=None, description="a single SDXL file's, when one was given")
     steps: int | None = None
     loras: list[LoraRef] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list, description="ids of the reference images used")

@@ -3,12 +3,14 @@ a base model with zero or more LoRAs.
 
 Runs in this process (it is a process of its own), with the same engine as the server's
 generation worker (lorastudio.generate); the revision and each LoRA's header are checked first
-(lora/header.py), so a bad file is a one-line error, never a traceback."""
+(lora/header.py), so a bad file is a one-line error, never a traceback. A PNG carries its
+settings in its text chunks as a gallery image does (prompt, seed, and every setting as JSON under
+"lorastudio", its LoRAs by file and scale)."""
 
 from __future__ import annotations
 
 import math
-import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from lorastudio.errors import (
     NotFound,
     UnknownFamily,
 )
-from lorastudio.user_paths import is_file
+from lorastudio.user_paths import is_file, publish_file
 
 IMAGE_SUFFIXES = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
 
@@ -31,10 +33,11 @@ def register(app: typer.Typer) -> None:
     app.command("generate")(generate_cmd)
 
 
-def parse_lora_arg(value: str) -> tuple[Path, float]:
+def parse_lora_arg(value: str, field: str = "--lora", number: str = "scale") -> tuple[Path, float]:
     """'PATH' -> (PATH, 1.0); 'PATH:SCALE' -> (PATH, SCALE) when what follows the last ':' is a
     number (so paths containing ':' still work). Raises ConfigError for an empty path or a scale
-    that is not finite (nan, inf: every pixel of the image would be NaN)."""
+    that is not finite (nan, inf: every pixel of the image would be NaN), naming `field` and
+    the number as `number` (`lora merge`: its LORAS argument's weight)."""
     path, sep, tail = value.rpartition(":")
     if sep:
         try:
@@ -44,9 +47,9 @@ def parse_lora_arg(value: str) -> tuple[Path, float]:
     else:
         path, scale = value, 1.0
     if not path:
-        raise ConfigError([FieldProblem("--lora", f"{value!r}: expected PATH or PATH:SCALE")])
+        raise ConfigError([FieldProblem(field, f"{value!r}: expected PATH or PATH:{number.upper()}")])
     if not math.isfinite(scale):
-        raise ConfigError([FieldProblem("--lora", f"{value!r}: the scale must be a finite number")])
+        raise ConfigError([FieldProblem(field, f"{value!r}: the {number} must be a finite number")])
     return Path(path).expanduser(), scale
 
 
@@ -80,7 +83,9 @@ def generate_cmd(
         "checkpoint (.safetensors; see --base-config)",
     ),
     prompt: str = typer.Option(..., "--prompt", help="text prompt"),
-    out: Path = typer.Option(..., "--out", help="image file to write (.png, .jpg or .webp)"),
+    out: Path = typer.Option(
+        ..., "--out", help="image file to write (.png, .jpg or .webp; a .png records the settings)"
+    ),
     lora: list[str] = typer.Option(  # noqa: B006 (typer needs a list default)
         [],
         "--lora",
@@ -88,7 +93,7 @@ def generate_cmd(
         "PATH[:SCALE] or NAME[:SCALE] (repeatable)",
     ),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the folder)"),
-    seed: int = typer.Option(0, "--seed", min=0, help="noise seed (the same seed, the same image)"),
+    seed: int = typer.Option(0, "--seed", help="noise seed, 0-4294967295 (the same seed, the same image)"),
     steps: int | None = typer.Option(None, "--steps", min=1, help="inference steps (default: the family's)"),
     width: int | None = typer.Option(
         None, "--width", help="image width in pixels (default: the family's training resolution)"
@@ -99,8 +104,7 @@ def generate_cmd(
     guidance: float | None = typer.Option(
         None,
         "--guidance",
-        min=0,
-        help="guidance scale, where the family's pipeline takes one (default: the family's)",
+        help="guidance scale 0-100, where the family's pipeline takes one (default: the family's)",
     ),
     negative: str | None = typer.Option(
         None, "--negative", help="negative prompt (families whose pipeline takes one: `lorastudio families`)"
@@ -163,13 +167,14 @@ def _generate(
     from lorastudio.cli.run_display import quiet_libraries
     from lorastudio.config import revision_problem
     from lorastudio.generate import apply_loras, detect_family, generate_image, load_pipeline
-    from lorastudio.jobs.generation import LORA_SCALE_LIMIT
+    from lorastudio.generation_rules import LORA_SCALE_LIMIT, guidance_problems, seed_problems
+    from lorastudio.jobs.generation_worker import png_text
     from lorastudio.lora.header import check_lora_file
     from lorastudio.settings import get_settings
     from lorastudio.training.precision import pick_device
     from lorastudio.user_paths import output_file_problem
 
-    problems = []
+    problems = seed_problems(seed, "--") + guidance_problems(guidance, "--")  # generation_rules, as the API's
     fmt = IMAGE_SUFFIXES.get(out.suffix.lower())
     if why := output_file_problem(out, tuple(IMAGE_SUFFIXES), overwrite, "--overwrite"):
         problems.append(FieldProblem("--out", why))
@@ -256,16 +261,29 @@ def _generate(
         prompt=prompt,
         seed=seed,
         steps=steps,
-        width=width or default_side,
-        height=height or default_side,
+        width=default_side if width is None else width,
+        height=default_side if height is None else height,
         guidance=guidance,
         negative_prompt=negative,
         controls=references,
     )
-    staging = out.with_name(f".{out.name}.partial")
+    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")  # one per command
+    recorded = {
+        "prompt": prompt, "seed": seed, "family": spec.name, "base_model": base,
+        **({"base_config": base_config} if base_config else {}),
+        **({"revision": revision} if revision is not None else {}),
+        **({"v_prediction": v_prediction} if v_prediction is not None else {}),
+        "steps": steps, "guidance": guidance,
+        **({"negative_prompt": negative} if negative else {}),
+        "loras": [{"file": str(p), "scale": s} for p, s in loras],
+        "controls": [str(p) for p in control or []],
+        "width": image.width, "height": image.height,
+    }  # fmt: skip
     try:
-        image.save(staging, format=fmt)
-        os.replace(staging, out)
+        # a PNG carries its settings as a gallery image does (jobs.generation_worker.png_text)
+        image.save(staging, format=fmt, **({"pnginfo": png_text(recorded)} if fmt == "PNG" else {}))
+        if why := publish_file(staging, out, overwrite, "--overwrite"):
+            raise ConfigError([FieldProblem("--out", why)])
     finally:
         staging.unlink(missing_ok=True)
     typer.echo(f"wrote {out} ({image.width}x{image.height}, seed {seed}, {len(loras)} LoRA(s))")
@@ -275,28 +293,26 @@ def _request_problems(
     family: str, found: Any, controls: int, width: int | None, height: int | None
 ) -> list[FieldProblem]:
     """The checks POST /api/generate makes before any work, but its size budget: --width /
-    --height multiples of the family's, the --control count against the family and the base
-    checkpoint's flavour (jobs.references.reference_count_problems) and the references' smallest
-    side (data.sample_refs.reference_size_problem). `found`: the resolved base (None if unresolved)."""
+    --height multiples of the family's (generation_rules.size_problems), the --control count
+    against the family and the base checkpoint's flavour (jobs.references.reference_count_problems)
+    and the references' smallest side (data.sample_refs.reference_size_problem). `found`: the
+    resolved base (None if unresolved)."""
     from lorastudio import families
     from lorastudio.data.sample_refs import reference_size_problem
+    from lorastudio.generation_rules import size_problems
     from lorastudio.jobs.references import reference_count_problems
 
     fam = families.get(family)
     spec = fam.spec
-    mult = spec.resolution_multiple
-    problems = [
-        FieldProblem(name, f"{value}: must be a positive multiple of {mult} for {spec.name}")
-        for name, value in (("--width", width), ("--height", height))
-        if value is not None and (value < mult or value % mult)
-    ]
+    side = int(spec.defaults.get("resolution", 1024))
+    width, height = side if width is None else width, side if height is None else height
+    problems = size_problems(width, height, spec.name, "--")
     configs = found.configs if found is not None else None
     folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
     flavour = fam.folder_variant(folder) if folder is not None and folder.is_dir() else None
     if controls:  # none: text-to-image, which every edit flavour renders (Family.render_without_references)
         problems += reference_count_problems(spec.name, controls, flavour, field="--control")
-    side = int(spec.defaults.get("resolution", 1024))
-    small = reference_size_problem(spec.name, spec.min_reference_side, width or side, height or side)
+    small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
     if controls and small:
         problems.append(FieldProblem("--control", small))
     return problems

@@ -84,7 +84,7 @@ def merge_cmd(
     from lorastudio.cli.generate_cmd import parse_lora_arg
     from lorastudio.lora.ops import merge_files
 
-    inputs = [parse_lora_arg(value) for value in loras]
+    inputs = [parse_lora_arg(value, "LORAS", "weight") for value in loras]
     merge_files(inputs, out, family, overwrite=force)
     typer.echo(" + ".join(f"{w:g} x {p}" for p, w in inputs) + f" -> {out}")
 

@@ -22,6 +22,7 @@ import torch
 
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems
 from lorastudio.user_paths import is_file
 
 if TYPE_CHECKING:
@@ -245,20 +246,16 @@ def generate_image(
     reference images of an edit family (spec.control_images), each resized to cover
     width x height and centre-cropped to it, as training crops a control to its target.
 
-    Raises UnknownFamily; ConfigError when width/height are not multiples of the family's
-    resolution multiple, steps < 1, or the number of controls is not what the family takes.
+    Raises UnknownFamily; ConfigError for what lorastudio.generation_rules refuses (width /
+    height not multiples of the family's, a seed or guidance out of range), steps < 1, or a number
+    of controls the family does not take.
     """
     from lorastudio import families
     from lorastudio.families.common import pipeline_facts
 
     fam = families.get(family)
     spec = fam.spec
-    mult = spec.resolution_multiple
-    problems = [
-        FieldProblem(name, f"must be a positive multiple of {mult} for {spec.name}")
-        for name, value in (("width", width), ("height", height))
-        if value < mult or value % mult
-    ]
+    problems = size_problems(width, height, spec.name) + seed_problems(seed) + guidance_problems(guidance)
     if steps is not None and steps < 1:
         problems.append(FieldProblem("steps", "must be >= 1"))
     if negative_prompt and not spec.negative_prompt:

@@ -39,6 +39,7 @@ from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.writes import staged_write
 from lorastudio.errors import ConfigError, FieldProblem, GenerationWorkerLost, ModelSourceError, NotFound
+from lorastudio.generation_rules import size_problems
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
@@ -53,9 +54,6 @@ MAX_SIDE = 4096  # pixels, width and height each
 MAX_PIXELS = 2048 * 2048  # width x height: 4.2 megapixels
 MAX_STEPS = 200
 MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
-
-
-LORA_SCALE_LIMIT = 4.0  # a LoRA's scale in a generation: -4..4 (the API's LoraRef, `generate --lora`)
 
 
 @dataclass(frozen=True)
@@ -88,13 +86,16 @@ class GenerationRequest:
 
 def meta_of(req: GenerationRequest, family: str) -> dict[str, Any]:
     """The settings of one gallery image (its sidecar and PNG text, less the size the worker
-    reports)."""
+    reports): every setting of the request that decides its pixels, so that they, sent again,
+    render it again (a revision and a single file's v_prediction when given)."""
     return {
         "prompt": req.prompt,
         "seed": req.seed,
         "family": family,
         "base_model": req.base_model,
         **({"base_config": req.base_config} if req.base_config is not None else {}),
+        **({"revision": req.revision} if req.revision is not None else {}),
+        **({"v_prediction": req.v_prediction} if req.v_prediction is not None else {}),
         "steps": req.steps,
         "guidance": req.guidance,
         **({"negative_prompt": req.negative_prompt} if req.negative_prompt else {}),
@@ -136,17 +137,21 @@ def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
     return path
 
 
-def budget_problems(width: int, height: int, steps: int, multiple: int = 1) -> list[FieldProblem]:
-    """What is over the generation budget (see the module docstring) or not a multiple of the
-    family's resolution `multiple`; [] when the request fits."""
-    problems = []
+def budget_problems(width: int, height: int, steps: int, family: str) -> list[FieldProblem]:
+    """What is over the generation budget (see the module docstring) or not a multiple of
+    `family`'s resolution multiple (generation_rules.size_problems); [] when the request fits.
+    One problem per field at most; sides of any size (a 400-digit width) are answered, never
+    multiplied as floats."""
+    problems = size_problems(width, height, family)
+    refused = {p.field for p in problems}
     for name, value in (("width", width), ("height", height)):
-        if value < multiple or value % multiple:
-            problems.append(FieldProblem(name, f"{value}: must be a positive multiple of {multiple}"))
-        elif value > MAX_SIDE:
+        if name not in refused and value > MAX_SIDE:
             problems.append(FieldProblem(name, f"{value} is over the generation budget of {MAX_SIDE} pixels"))
-    if not 1 <= steps <= MAX_STEPS:
+    steps_ok = 1 <= steps <= MAX_STEPS
+    if not steps_ok:
         problems.append(FieldProblem("steps", f"{steps}: must be between 1 and {MAX_STEPS}"))
+    if {"width", "height"} & {p.field for p in problems}:  # the area means something for sides in range
+        return problems
     pixels = width * height
     if pixels > MAX_PIXELS:
         problems.append(
@@ -156,7 +161,7 @@ def budget_problems(width: int, height: int, steps: int, multiple: int = 1) -> l
                 f"{MAX_PIXELS / 1e6:.1f} MP per image",
             )
         )
-    elif pixels * steps > MAX_PIXEL_STEPS:
+    elif steps_ok and pixels * steps > MAX_PIXEL_STEPS:
         most = MAX_PIXEL_STEPS // max(pixels, 1)
         problems.append(
             FieldProblem(
@@ -234,7 +239,7 @@ class GenerationService:
         not a LoRA of this family: every problem at once), NotFound (a LoRA name),
         ModelSourceError (the base model)."""
         family = families.get(req.family)
-        problems = budget_problems(req.width, req.height, req.steps, family.spec.resolution_multiple)
+        problems = budget_problems(req.width, req.height, req.steps, family.spec.name)
         if req.revision is not None and (why := revision_problem(req.revision)):
             problems.append(FieldProblem("revision", why))
         if req.negative_prompt and not family.spec.negative_prompt:

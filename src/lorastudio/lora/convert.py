@@ -31,13 +31,13 @@ apply the same weight, whatever loader reads the file.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.lora import names, names_flux2
 
 FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "krea2")
@@ -54,8 +54,10 @@ _DOWN, _UP = ".lora_down.weight", ".lora_up.weight"
 
 @dataclass(frozen=True)
 class PeftLora:
-    """A LoRA in peft naming: tensors keyed `<module>.lora_A.weight` / `.lora_B.weight`, one rank
-    and one alpha for every module."""
+    """A LoRA in peft naming: tensors keyed `<module>.lora_A.weight` / `.lora_B.weight`; every
+    module's weight change is (alpha / rank) * B @ A. `rank` is the LoRA's (most layers'); a layer
+    of another rank (peft's rank_pattern) has the same scale alpha / rank, its own strength folded
+    into its lora_B by the reader (lora.files.peft_from_file, to_diffusers)."""
 
     tensors: dict[str, torch.Tensor]
     rank: int
@@ -69,6 +71,40 @@ def fold_strength(lora: PeftLora) -> PeftLora:
     if scale == 1.0:
         return lora
     tensors = {k: v * scale if k.endswith(_B) else v for k, v in lora.tensors.items()}
+    return PeftLora(tensors, lora.rank, float(lora.rank))
+
+
+def pattern_scales(
+    modules: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    rank: int,
+    alpha: float,
+    rank_pattern: Mapping[str, int],
+    alpha_pattern: Mapping[str, float],
+) -> dict[str, float]:
+    """Each module's scale alpha_m / r_m by peft's rule (LoraModel: a rank_pattern / alpha_pattern
+    key matching the module's name, else r / lora_alpha). Raises ModelSourceError for a module
+    whose tensors are not of the rank the adapter config gives it (peft would refuse to load it)."""
+    from peft.utils.other import get_pattern_key
+
+    scales = {}
+    for m, (a, _) in modules.items():
+        r = int(rank_pattern.get(get_pattern_key(list(rank_pattern), m), rank))
+        if a.shape[0] != r:
+            raise ModelSourceError(
+                f"layer {m} is of rank {a.shape[0]} but the file's adapter config says {r}"
+                " (lora_adapter_metadata: r, rank_pattern)"
+            )
+        scales[m] = float(alpha_pattern.get(get_pattern_key(list(alpha_pattern), m), alpha)) / r
+    return scales
+
+
+def fold_module_scales(lora: PeftLora, scales: Mapping[str, float]) -> PeftLora:
+    """`lora` with each module's own scale (`scales`: module -> alpha_m / r_m) folded into its
+    lora_B: a PeftLora of scale 1 (alpha = rank) in every layer, whatever their ranks."""
+    tensors = {}
+    for key, value in lora.tensors.items():
+        module = key.removesuffix(".lora_B.weight")
+        tensors[key] = value * scales[module] if module != key and scales[module] != 1.0 else value
     return PeftLora(tensors, lora.rank, float(lora.rank))
 
 
@@ -98,12 +134,20 @@ def peft_modules(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.T
     return {m: (pair[_A], pair[_B]) for m, pair in found.items()}
 
 
-def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> dict[str, torch.Tensor]:
+def to_kohya(
+    tensors: Mapping[str, torch.Tensor], family: str, alpha: float, rank: int | None = None
+) -> dict[str, torch.Tensor]:
     """peft state dict (diffusers module names, no prefix) -> the family's kohya/ComfyUI state
-    dict, with a `.alpha` tensor per module. Raises ConfigError for a layer with no kohya name."""
+    dict, with a `.alpha` tensor per module: `alpha`, or with `rank` (the PeftLora's) alpha *
+    r_m / rank for a module of rank r_m, so that a layer of another rank keeps the scale
+    alpha / rank (kohya's loaders scale each layer by its .alpha / its own rank). Raises
+    ConfigError for a layer with no kohya name."""
     family = names.kohya_layout(family)
     _check_family(family)
     modules = peft_modules(tensors)
+    if rank is not None and any(a.shape[0] != rank for a, _ in modules.values()):
+        scale = alpha / rank
+        return _to_kohya_by_module(modules, family, scale)
     if family in _BFL:
         return _flux_to_kohya(modules, alpha, _BFL[family][0])
     out: dict[str, torch.Tensor] = {}
@@ -122,27 +166,54 @@ def to_kohya(tensors: Mapping[str, torch.Tensor], family: str, alpha: float) -> 
     return out
 
 
+def _to_kohya_by_module(
+    modules: dict[str, tuple[torch.Tensor, torch.Tensor]], family: str, scale: float
+) -> dict[str, torch.Tensor]:
+    """to_kohya of a LoRA whose layers differ in rank: the layers of each rank converted
+    together with alpha = scale * that rank (a fused FLUX linear's parts must share one)."""
+    by_rank: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
+    for module, (a, b) in modules.items():
+        by_rank[a.shape[0]].update({module + _A: a, module + _B: b})
+    out: dict[str, torch.Tensor] = {}
+    for r, part in by_rank.items():
+        converted = to_kohya(part, family, scale * r)
+        clash = sorted(set(converted) & set(out))
+        if clash:
+            fused = clash[0].rsplit(".", 1)[0]  # <layer>.alpha sorts first
+            raise _problem(
+                f"the parts of the fused layer {fused} have different ranks: the kohya layout holds one"
+                " (keep the diffusers layout, or resize the LoRA to one rank first)"
+            )
+        out.update(converted)
+    return out
+
+
 def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
     """The family's kohya/ComfyUI state dict -> peft state dict + rank + alpha.
 
-    A missing `.alpha` means alpha = rank (kohya's default). Raises ConfigError for keys of
-    another layout, modules of mixed rank or alpha/rank, or a fused layer of the wrong shape.
+    A missing `.alpha` means alpha = rank (kohya's default). Layers of several ranks or
+    alpha / rank come back with each one's scale folded into its lora_B (alpha = rank). Raises
+    ConfigError for keys of another layout or a fused layer of the wrong shape.
     """
     family = names.kohya_layout(family)
     _check_family(family)
     layers = _kohya_layers(tensors, family)
     out: dict[str, torch.Tensor] = {}
-    scales: set[tuple[int, float]] = set()
+    scales: dict[str, tuple[int, float]] = {}
     for native, (down, up, alpha) in layers.items():
         for module, a, b, part_alpha in _split_layer(native, down, up, alpha, family):
             out[module + _A], out[module + _B] = a, b
-            scales.add((a.shape[0], round(part_alpha, 5)))
+            scales[module] = (a.shape[0], part_alpha)
     if not out:
         raise _problem("the file has no LoRA layers")
-    if len(scales) != 1:
-        raise _problem(f"layers of different rank/alpha ({sorted(scales)}) cannot be one peft adapter")
-    ((rank, alpha),) = scales
-    return PeftLora(out, rank, alpha)
+    kinds = {(r, round(alpha, 5)) for r, alpha in scales.values()}
+    if len(kinds) == 1:
+        ((rank, alpha),) = kinds
+        return PeftLora(out, rank, alpha)
+    # layers of several ranks or alpha / rank (kohya's dynamic resize, per-layer alphas): each
+    # layer's own scale folded into its lora_B, alpha = rank (the most layers' rank)
+    rank = Counter(r for r, _ in scales.values()).most_common(1)[0][0]
+    return fold_module_scales(PeftLora(out, rank, float(rank)), {m: a / r for m, (r, a) in scales.items()})
 
 
 def _kohya_layers(

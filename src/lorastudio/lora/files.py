@@ -16,8 +16,17 @@ from typing import Literal
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
-from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules, to_diffusers, to_kohya
-from lorastudio.lora.header import check_lora_structure, read_header
+from lorastudio.lora.convert import (
+    FAMILIES,
+    PeftLora,
+    fold_module_scales,
+    fold_strength,
+    pattern_scales,
+    peft_modules,
+    to_diffusers,
+    to_kohya,
+)
+from lorastudio.lora.header import check_lora_file, check_lora_structure, read_header
 from lorastudio.lora.metadata import PREFIX, carried_header, kohya_metadata, modelspec_metadata
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
 from lorastudio.lora.text_encoders import (
@@ -27,7 +36,7 @@ from lorastudio.lora.text_encoders import (
     to_kohya_tensors,
     with_adapter_metadata,
 )
-from lorastudio.user_paths import MAX_NAME_BYTES, is_file, output_file_problem
+from lorastudio.user_paths import MAX_NAME_BYTES, is_file, output_file_problem, publish_file
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -120,9 +129,10 @@ def _mixed() -> Layout:
     )
 
 
-def detect_layout(tensors: Mapping[str, torch.Tensor]) -> Layout:
+def detect_layout(tensors: Mapping[str, object]) -> Layout:
     """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.),
-    SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...).
+    SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...), told
+    by the key names alone (a header's tensors will do).
     Raises ModelSourceError for anything else (or a mix)."""
     keys = list(tensors)
     denoiser = [k for k in keys if not k.startswith(_TEXT_ENCODER_KEYS)]  # SDXL text-encoder LoRA beside
@@ -152,13 +162,25 @@ def diffusers_file(
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, header) of the diffusers file `<Pipeline>.load_lora_weights` reads: keys
     prefixed with the denoiser name, the peft LoraConfig under `lora_adapter_metadata`.
-    `adapter_metadata` defaults to a LoraConfig of the LoRA's rank, alpha and module names."""
+    `adapter_metadata` defaults to a LoraConfig of the LoRA's rank, alpha and module names, with
+    a rank_pattern / alpha_pattern entry for each layer of another rank (the LoRA's one scale,
+    alpha / rank, in every layer)."""
     from peft import LoraConfig
 
     prefix = denoiser_prefix(family)
     if adapter_metadata is None:
-        targets = sorted(peft_modules(lora.tensors))
-        meta = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets).to_dict()
+        modules = peft_modules(lora.tensors)
+        targets = sorted(modules)
+        # a layer of another rank gets its own rank and the alpha of the LoRA's scale (peft's
+        # patterns, keyed by the full module name as diffusers' own loader writes them)
+        ranks = {m: int(a.shape[0]) for m, (a, _) in modules.items() if a.shape[0] != lora.rank}
+        meta = LoraConfig(
+            r=lora.rank,
+            lora_alpha=lora.alpha,
+            target_modules=targets,
+            rank_pattern=ranks,
+            alpha_pattern={m: r * lora.alpha / lora.rank for m, r in ranks.items()},
+        ).to_dict()
         meta["target_modules"] = sorted(meta["target_modules"])
         adapter_metadata = meta
     packed = {f"{prefix}.{k}": v for k, v in adapter_metadata.items()}
@@ -167,7 +189,11 @@ def diffusers_file(
 
 
 def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], family: str) -> PeftLora:
-    """The LoRA of a file in either layout, in peft naming with its rank and alpha."""
+    """The LoRA of a file in either layout, in peft naming with its rank and alpha. A diffusers
+    file whose layers differ in rank or alpha (its adapter config's rank_pattern / alpha_pattern,
+    or tensors of several ranks) comes back with each layer's own scale folded into its lora_B
+    and alpha = rank: the PeftLora's one scale then holds for every layer. Raises
+    ModelSourceError for a layer whose rank is not the adapter config's."""
     if detect_layout(tensors) == "kohya":
         return to_diffusers(tensors, family)
     prefix = denoiser_prefix(family) + "."
@@ -175,12 +201,20 @@ def peft_from_file(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, s
     if foreign:
         raise ModelSourceError(f"keys not of a {family} denoiser ({prefix}...): {', '.join(foreign[:3])}")
     peft = {k.removeprefix(prefix): v for k, v in tensors.items()}
-    rank = next(a.shape[0] for a, _ in peft_modules(peft).values())
+    modules = peft_modules(peft)
+    rank = next(a.shape[0] for a, _ in modules.values())
     alpha = float(rank)
-    if ADAPTER_METADATA_KEY in metadata:
-        packed = json.loads(metadata[ADAPTER_METADATA_KEY])
-        rank, alpha = int(packed.get(prefix + "r", rank)), float(packed.get(prefix + "lora_alpha", alpha))
-    return PeftLora(peft, rank, alpha)
+    if ADAPTER_METADATA_KEY not in metadata:  # diffusers' rule then: alpha = rank in every layer
+        return PeftLora(peft, rank, alpha)
+    packed = json.loads(metadata[ADAPTER_METADATA_KEY])
+    rank, alpha = int(packed.get(prefix + "r", rank)), float(packed.get(prefix + "lora_alpha", alpha))
+    rank_pattern = dict(packed.get(prefix + "rank_pattern") or {})
+    alpha_pattern = dict(packed.get(prefix + "alpha_pattern") or {})
+    if not rank_pattern and not alpha_pattern and all(a.shape[0] == rank for a, _ in modules.values()):
+        return PeftLora(peft, rank, alpha)
+    return fold_module_scales(
+        PeftLora(peft, rank, alpha), pattern_scales(modules, rank, alpha, rank_pattern, alpha_pattern)
+    )
 
 
 def process_umask() -> int:
@@ -208,16 +242,22 @@ def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> Non
         raise ConfigError([FieldProblem("out", why)])
 
 
-def write_lora_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> Path:
+def write_lora_file(
+    path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], *, overwrite: bool = True
+) -> Path:
     """Write a .safetensors file next to `path`, then rename it into place (no partial file is
-    ever visible at `path`). Returns `path`."""
-    from safetensors.torch import save_file
+    ever visible at `path`). Without `overwrite`, a file that appeared at `path` meanwhile is
+    kept (user_paths.publish_file) and ConfigError (field "out") says so. Returns `path`."""
+    import safetensors.torch
 
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
     try:
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata))
+        safetensors.torch.save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata)
+        )
         os.chmod(staged, 0o666 & ~process_umask())  # safetensors writes 0600; other outputs follow the umask
-        os.replace(staged, path)
+        if why := publish_file(staged, path, overwrite, "--force"):
+            raise ConfigError([FieldProblem("out", why)])
     finally:
         staged.unlink(missing_ok=True)
     return path
@@ -277,7 +317,7 @@ def file_for_layout(
     info = {**info, PREFIX + "lora_format": layout}
     info = {**info, **modelspec_metadata(info)}  # the SAI model spec's keys, in every layout
     if layout == "kohya":
-        tensors = to_kohya(lora.tensors, family, lora.alpha)
+        tensors = to_kohya(lora.tensors, family, lora.alpha, lora.rank)
         # a layout with alpha / rank folded into lora_B (Krea 2) holds alpha = rank, as a diffusers file
         alpha = lora.rank if kohya_layout(family) in ALPHA_IN_B else lora.alpha
         return tensors, {"format": "pt", **info, **kohya_metadata(info, lora.rank, alpha)}
@@ -312,6 +352,7 @@ def convert_file(
         raise ConfigError(
             [FieldProblem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")]
         )
+    check_lora_file(src, family)  # a --family its header or layers contradict: generation's check
     source_layout = detect_layout(tensors)
     denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
     lora = peft_from_file(denoiser, metadata, family)
@@ -320,7 +361,7 @@ def convert_file(
     out_tensors, header = file_for_layout(lora, family, to, info)
     if text_encoders:
         out_tensors, header = _convert_text_encoders(text_encoders, to, out_tensors, header)
-    write_lora_file(dst, out_tensors, header)
+    write_lora_file(dst, out_tensors, header, overwrite=overwrite)
     return source_layout
 
 

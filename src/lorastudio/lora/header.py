@@ -207,7 +207,8 @@ def check_lora_structure(header: LoraHeader) -> None:
     is not a single number, a layer with a down (A) matrix and no up (B) one or the reverse, or
     whose down [r, in, ...] and up [out, r, ...] disagree on r (diffusers would fail deep in
     load_state_dict, a conversion would write a file nothing loads), or diffusers' adapter
-    config (`lora_adapter_metadata`) giving a rank or alpha that is not a number. Raises
+    config (`lora_adapter_metadata`) giving a rank or alpha that is not a number (its
+    rank_pattern / alpha_pattern too, whose keys must be patterns peft can match). Raises
     ModelSourceError naming the file and the tensor."""
     path = header.path
     packed = header.metadata.get(ADAPTER_METADATA_KEY)
@@ -224,6 +225,12 @@ def check_lora_structure(header: LoraHeader) -> None:
         alphas = [v for k, v in config.items() if k.endswith(".lora_alpha") or k == "lora_alpha"]
         if any(not (type(a) in (int, float) and math.isfinite(a)) for a in alphas):
             raise _bad(path, f"{ADAPTER_METADATA_KEY} gives an impossible lora_alpha {str(alphas[:3])[:80]}")
+        for key, value in config.items():
+            kind = next(
+                (k for k in ("rank_pattern", "alpha_pattern") if key.endswith("." + k) or key == k), None
+            )
+            if kind is not None and value is not None:
+                _check_pattern(path, kind, value)
     layers: dict[tuple[str, int], dict[str, tuple[str, TensorInfo]]] = {}
     for name, info in header.tensors.items():
         label = repr(name[:120])
@@ -249,6 +256,23 @@ def check_lora_structure(header: LoraHeader) -> None:
                 f"the layer {layer[:120]!r}: {down_name} {list(down.shape)} and {up_name} {list(up.shape)}"
                 " do not share a rank (down [r, in], up [out, r])",
             )
+
+
+def _check_pattern(path: Path, kind: str, pattern: object) -> None:
+    """peft's rank_pattern / alpha_pattern of an adapter config: an object of module patterns
+    (regular expressions, as peft matches them) to a rank >= 1 / a finite alpha."""
+    where = f"{ADAPTER_METADATA_KEY} {kind}"
+    if not isinstance(pattern, dict):
+        raise _bad(path, f"{where} is not a JSON object")
+    for key, value in pattern.items():
+        try:
+            re.compile(rf"(.*\.)?({key})$")  # peft's match (peft.utils.other.get_pattern_key)
+        except (re.error, RecursionError):
+            raise _bad(path, f"{where} key {key[:80]!r} is not a module pattern") from None
+        if kind == "rank_pattern" and not (type(value) is int and value >= 1):
+            raise _bad(path, f"{where} gives an impossible rank for {key[:80]!r}: {str(value)[:40]}")
+        if kind == "alpha_pattern" and not (type(value) in (int, float) and math.isfinite(value)):
+            raise _bad(path, f"{where} gives an impossible alpha for {key[:80]!r}: {str(value)[:40]}")
 
 
 def check_lora_file(path: Path, family: str) -> LoraHeader:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules
 from lorastudio.lora.files import (
     Layout,
@@ -36,7 +36,10 @@ from lorastudio.lora.files import (
     read_lora_file,
     write_lora_file,
 )
+from lorastudio.lora.header import check_lora_header, read_header
 from lorastudio.lora.metadata import PREFIX, carried_header
+from lorastudio.lora.names import kohya_layout
+from lorastudio.user_paths import is_file
 
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 
@@ -111,17 +114,27 @@ def resize(lora: PeftLora, rank: int) -> Resized:
     return Resized(PeftLora(out, rank, float(rank)), kept)
 
 
-def _load(path: Path, family: str | None) -> tuple[PeftLora, Layout, str, dict[str, str]]:
-    """(LoRA, layout, family, lorastudio.* header) of a file; family from its header if not given."""
-    tensors, header = read_lora_file(path)
-    family = family or header.get(PREFIX + "family")
+def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
+    """(family, layout) of a LoRA file from its header alone (no tensor read): the family given
+    or its header's, checked like a generation's LoRA (lora.header.check_lora_file: a header or
+    layers of another family are refused). Raises NotFound, ModelSourceError, ConfigError."""
+    if not is_file(path):
+        raise NotFound(f"LoRA file not found: {path}")
+    header = read_header(path)
+    family = family or header.metadata.get(PREFIX + "family")
     if not family:
         raise _problem("family", f"{path} does not name its family: pass --family")
-    if family not in FAMILIES:
+    if kohya_layout(family) not in FAMILIES:  # Chroma, FLUX.1 Kontext, Qwen-Image-Edit: another's layout
         raise _problem("family", f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
-    layout = detect_layout(tensors)
+    check_lora_header(header, family)
+    return family, detect_layout(header.tensors)
+
+
+def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
+    """(LoRA, carried header: lorastudio.* and modelspec.architecture) of a file whose `_facts` passed."""
+    tensors, header = read_lora_file(path)
     info = carried_header(header)  # the lorastudio.* facts and modelspec.architecture
-    return peft_from_file(tensors, header, family), layout, family, info
+    return peft_from_file(tensors, header, family), info
 
 
 def merge_files(
@@ -133,17 +146,19 @@ def merge_files(
     if len(inputs) < 2:
         raise _problem("loras", "give at least two LoRA files to merge (FILE:WEIGHT ...)")
     check_destination(out, [p for p, _ in inputs], overwrite)
-    loaded = [(_load(path, family), weight) for path, weight in inputs]
-    families = {fam for (_, _, fam, _), _ in loaded}
-    layouts = {layout for (_, layout, _, _), _ in loaded}
+    facts = [_facts(path, family) for path, _ in inputs]  # every refusal below before any tensor is read
+    families = {fam for fam, _ in facts}
+    layouts = {layout for _, layout in facts}
     if len(families) > 1:
         raise _problem("family", f"the inputs are of different families: {', '.join(sorted(families))}")
     if len(layouts) > 1:
         raise _problem(
             "loras", "the inputs have different layouts: convert one first (lorastudio lora convert)"
         )
-    merged = merge([(lora, weight) for (lora, _, _, _), weight in loaded])
-    ((_, layout, fam, info), _) = loaded[0]
+    ((fam, layout),) = set(facts)
+    loaded = [(_load(path, fam), weight) for path, weight in inputs]
+    merged = merge([(lora, weight) for (lora, _), weight in loaded])
+    ((_, info), _) = loaded[0]
     info = {
         **info,
         PREFIX + "family": fam,
@@ -152,14 +167,15 @@ def merge_files(
         PREFIX + "merged_from": json.dumps([[p.name, w] for p, w in inputs]),
     }
     tensors, header = file_for_layout(merged, fam, layout, info)
-    return write_lora_file(out, tensors, header)
+    return write_lora_file(out, tensors, header, overwrite=overwrite)
 
 
 def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> Resized:
     """Write `src` resized to `rank` (SVD) at `out`, in `src`'s layout. Returns the Resized
     (kept energy per layer). Raises NotFound, ModelSourceError, ConfigError."""
     check_destination(out, [src], overwrite)
-    lora, layout, family, info = _load(src, None)
+    family, layout = _facts(src, None)
+    lora, info = _load(src, family)
     resized = resize(lora, rank)
     info = {
         **info,
@@ -168,5 +184,5 @@ def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> 
         PREFIX + "resized_from_rank": str(lora.rank),
     }
     tensors, header = file_for_layout(resized.lora, family, layout, info)
-    write_lora_file(out, tensors, header)
+    write_lora_file(out, tensors, header, overwrite=overwrite)
     return resized

@@ -29,14 +29,14 @@ from lorastudio.settings import Settings
 
 
 def test_the_budget() -> None:
-    assert budget_problems(1024, 1024, 200, 16) == []
-    assert budget_problems(2048, 2048, 50, 16) == []
-    assert budget_problems(4096, 1024, 50, 16) == []  # 4.2 MP, a side at the limit
-    assert [p.field for p in budget_problems(2048, 2048, 51, 16)] == ["steps"]
+    assert budget_problems(1024, 1024, 200, "flux") == []
+    assert budget_problems(2048, 2048, 50, "flux") == []
+    assert budget_problems(4096, 1024, 50, "flux") == []  # 4.2 MP, a side at the limit
+    assert [p.field for p in budget_problems(2048, 2048, 51, "flux")] == ["steps"]
     assert 2048 * 2048 * 51 > MAX_PIXEL_STEPS >= 2048 * 2048 * 50
-    assert [p.field for p in budget_problems(4096, 4096, 1, 16)] == ["width"]  # 16.8 MP
-    assert [p.field for p in budget_problems(8192, 16, 1, 16)] == ["width"]
-    assert [p.field for p in budget_problems(24, 32, 0, 16)] == ["width", "steps"]
+    assert [p.field for p in budget_problems(4096, 4096, 1, "flux")] == ["width"]  # 16.8 MP
+    assert [p.field for p in budget_problems(8192, 16, 1, "flux")] == ["width"]
+    assert [p.field for p in budget_problems(24, 32, 0, "flux")] == ["width", "steps"]
 
 
 def test_a_request_is_checked_before_any_work(studio_home: Path, tiny_model: Callable[[str], Path]) -> None:

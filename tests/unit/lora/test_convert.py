@@ -151,15 +151,26 @@ def test_bad_kohya_files_are_refused(family, tensors, message):
         to_diffusers(tensors, family)
 
 
-def test_mixed_ranks_and_unmapped_layers_are_refused():
+def test_mixed_ranks_keep_each_layers_scale_and_unmapped_layers_are_refused():
+    """Layers of several ranks and alphas (kohya's dynamic resize) come back with each layer's
+    alpha / rank folded into its up matrix; written back, each .alpha keeps that scale."""
     mixed = {
         "lora_unet_img_in.lora_down.weight": torch.ones(2, 3),
         "lora_unet_img_in.lora_up.weight": torch.ones(3, 2),
+        "lora_unet_img_in.alpha": torch.tensor(1.0),
         "lora_unet_txt_in.lora_down.weight": torch.ones(4, 3),
         "lora_unet_txt_in.lora_up.weight": torch.ones(3, 4),
+        "lora_unet_txt_in.alpha": torch.tensor(8.0),
     }
-    with pytest.raises(ConfigError, match="different rank"):
-        to_diffusers(mixed, "qwen-image")
+    back = to_diffusers(mixed, "qwen-image")
+    assert back.alpha == back.rank  # scale 1: each layer's own folded in
+    assert torch.equal(back.tensors["img_in.lora_B.weight"], torch.full((3, 2), 0.5))  # 1 / 2
+    assert torch.equal(back.tensors["txt_in.lora_B.weight"], torch.full((3, 4), 2.0))  # 8 / 4
+    again = to_kohya(back.tensors, "qwen-image", back.alpha, back.rank)
+    assert {k: float(v) for k, v in again.items() if k.endswith(".alpha")} == {
+        "lora_unet_img_in.alpha": 2.0,
+        "lora_unet_txt_in.alpha": 4.0,
+    }  # alpha = rank per layer: scale 1 where the up matrix holds the strength
     sampler = {"down_blocks.0.downsamplers.0.conv.lora_A.weight": torch.ones(1, 1)}
     sampler |= {"down_blocks.0.downsamplers.0.conv.lora_B.weight": torch.ones(1, 1)}
     with pytest.raises(ConfigError, match="no kohya name"):

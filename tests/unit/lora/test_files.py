@@ -307,11 +307,12 @@ def test_convert_refuses_bad_requests_and_leaves_no_file(tiny_model, sample_data
         convert_file(result.lora_path, taken, "diffusers")
     with pytest.raises(ConfigError, match="diffusers or kohya"):
         convert_file(result.lora_path, tmp_path / "a.safetensors", "comfy")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="sdxl: no kohya name"):
+    from lorastudio.errors import ModelSourceError
+
+    with pytest.raises(ModelSourceError, match="is not a sdxl LoRA: it is a qwen-image one"):
         convert_file(result.lora_path, tmp_path / "b.safetensors", "diffusers", family="sdxl")
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"not a safetensors file")
-    from lorastudio.errors import ModelSourceError
 
     with pytest.raises(ModelSourceError):
         convert_file(garbage, tmp_path / "c.safetensors", "kohya", family="flux")

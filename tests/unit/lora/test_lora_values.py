@@ -165,7 +165,7 @@ def test_the_cli_refuses_non_finite_scales_and_weights(
     code, printed = _cli(
         capsys, monkeypatch, "lora", "merge", f"{good}:nan", f"{good}:0.5", "--out", str(out)
     )
-    assert code == 2 and "the scale must be a finite number" in printed, printed
+    assert code == 2 and "LORAS" in printed and "the weight must be a finite number" in printed, printed
     with pytest.raises(ConfigError, match="a merge weight must be a finite number"):
         merge_files([(good, float("inf")), (good, 0.5)], out)
     with pytest.raises(ConfigError, match="the weights overflow float32 in layer"):

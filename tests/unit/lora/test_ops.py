@@ -179,3 +179,17 @@ def test_bad_merge_and_resize_requests_are_refused(layer_shapes, tmp_path):
     with pytest.raises(ConfigError, match="another file"):
         resize_file(flux, flux, 2)
     assert not out.exists()
+
+
+def test_a_bad_merge_weight_is_named_as_a_merge_weight(layer_shapes, tmp_path):
+    """`lora merge A:nan B` was refused as "--lora ...: the scale must be a finite number" (the
+    generate option's words); it names the merge's argument and its weight now."""
+    src = _write(
+        _lora(layer_shapes("flux"), "flux", 4, 4.0, 1), "flux", "diffusers", tmp_path / "f.safetensors"
+    )
+    for weight in ("nan", "inf", "-inf"):
+        out = _cli("merge", f"{src}:{weight}", str(src), "--out", str(tmp_path / "m.safetensors"))
+        said = str(out.exception) if out.exception else out.output
+        assert out.exit_code != 0 and "LORAS" in said and "the weight must be a finite number" in said, said
+        assert "--lora" not in said and "scale" not in said
+    assert not (tmp_path / "m.safetensors").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lorastudio.errors import ConfigError
+from lorastudio.errors import ConfigError, ModelSourceError
 from lorastudio.lora.convert import PeftLora
 from lorastudio.lora.files import convert_file, file_for_layout, write_lora_file
 from lorastudio.lora.ops import merge_files, resize_file
@@ -21,14 +21,14 @@ from lorastudio.lora.ops import merge_files, resize_file
 KEY = "single_transformer_blocks.0.attn.to_q"
 
 
-def _lora(path: Path) -> Path:
+def _lora(path: Path, family: str = "flux") -> Path:
     g = torch.Generator().manual_seed(0)
     sd = {
         f"{KEY}.lora_A.weight": torch.randn(4, 32, generator=g),
         f"{KEY}.lora_B.weight": torch.randn(32, 4, generator=g),
     }
     tensors, header = file_for_layout(
-        PeftLora(sd, 4, 4.0), "flux", "diffusers", {"lorastudio.family": "flux"}
+        PeftLora(sd, 4, 4.0), family, "diffusers", {"lorastudio.family": family}
     )
     return write_lora_file(path, tensors, header)
 
@@ -91,3 +91,110 @@ def test_generate_refuses_an_out_it_cannot_write(
         printed = "".join(capsys.readouterr()).replace("\n", "")
         assert exit_.value.code == 2 and said in printed and "Traceback" not in printed, printed
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_destination_that_appears_while_the_command_works_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model
+) -> None:
+    """Without --force / --overwrite, a file another process writes at the destination while
+    the command works (a second `generate --out` of the same name, a save by hand) is kept and
+    the command refuses naming it; before, the final rename replaced it. Two commands writing
+    one destination each stage under a name of their own (generate's was one fixed name)."""
+    import safetensors.torch
+    from typer.testing import CliRunner
+
+    import lorastudio.generate as generate
+    from lorastudio.cli.app import _register, app
+
+    src, other = _lora(tmp_path / "a.safetensors"), _lora(tmp_path / "b.safetensors")
+    real_save = safetensors.torch.save_file
+
+    def save_then_race(tensors, filename, metadata=None):
+        real_save(tensors, filename, metadata=metadata)
+        dst.write_bytes(b"the other writer's file")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_then_race)
+    for i, run in enumerate(
+        (
+            lambda dst: convert_file(src, dst, "kohya", "flux"),
+            lambda dst: merge_files([(src, 0.5), (other, 0.5)], dst),
+            lambda dst: resize_file(src, dst, 2),
+        )
+    ):
+        dst = tmp_path / f"out{i}.safetensors"
+        with pytest.raises(ConfigError) as info:
+            run(dst)
+        assert [p.field for p in info.value.problems] == ["out"]
+        assert (
+            "appeared while" in info.value.problems[0].message and "--force" in info.value.problems[0].message
+        )
+        assert dst.read_bytes() == b"the other writer's file"
+    monkeypatch.setattr(safetensors.torch, "save_file", real_save)
+
+    real_generate = generate.generate_image
+    out = tmp_path / "img.png"
+
+    def generate_then_race(*args, **kwargs):
+        image = real_generate(*args, **kwargs)
+        out.write_bytes(b"the other writer's image")
+        return image
+
+    monkeypatch.setattr(generate, "generate_image", generate_then_race)
+    _register()
+    args = ["generate", "--base", str(tiny_model("flux")), "--prompt", "p", "--out", str(out), "--steps", "1"]
+    result = CliRunner().invoke(app, [*args, "--width", "32", "--height", "32", "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert "appeared while" in result.output and "--overwrite" in result.output
+    assert out.read_bytes() == b"the other writer's image"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_family_the_file_contradicts_is_refused(tmp_path: Path) -> None:
+    """`--family qwen-image` on a file whose header says flux wrote a FLUX.1 LoRA relabelled as
+    a Qwen-Image (or Z-Image, Chroma) kohya file; convert, merge and resize now give the file
+    the generation check (lora.header.check_lora_file) for the family they write. A family that
+    writes another's layout (Chroma: FLUX.1's) was "unknown" to merge and resize: its LoRAs
+    merge and resize now, as convert took them."""
+    from lorastudio.errors import ModelSourceError
+
+    src = _lora(tmp_path / "a.safetensors")  # header: lorastudio.family = flux
+    dst = tmp_path / "out.safetensors"
+    for family in ("qwen-image", "z-image", "chroma"):
+        with pytest.raises(ModelSourceError, match=f"is not a {family} LoRA: it is a flux one"):
+            convert_file(src, dst, "kohya", family)
+        with pytest.raises(ModelSourceError, match=f"is not a {family} LoRA: it is a flux one"):
+            merge_files([(src, 0.5), (src, 0.5)], dst, family)
+    assert not dst.exists()
+    convert_file(src, dst, "kohya", "flux")  # the file's own family
+    assert dst.is_file()
+    chroma = _lora(tmp_path / "c.safetensors", "chroma")
+    merge_files([(chroma, 0.5), (chroma, 0.5)], tmp_path / "cm.safetensors")
+    resize_file(chroma, tmp_path / "cr.safetensors", 2)
+    with pytest.raises(ConfigError, match="different families: chroma, flux"):
+        merge_files([(chroma, 0.5), (src, 0.5)], tmp_path / "mixed.safetensors")
+
+
+def test_a_merge_of_mixed_families_or_layouts_is_refused_from_the_headers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Families, layouts and a contradicting --family are told by the files' headers: a merge
+    that cannot be is refused before any tensor is read (each input was read whole, NaN check
+    included, before: minutes for large files)."""
+    import lorastudio.lora.ops as ops
+
+    flux, chroma = _lora(tmp_path / "a.safetensors"), _lora(tmp_path / "c.safetensors", "chroma")
+    kohya = tmp_path / "k.safetensors"
+    convert_file(flux, kohya, "kohya")
+
+    def no_read(path):
+        raise AssertionError(f"{path} was read before the merge was refused")
+
+    monkeypatch.setattr(ops, "read_lora_file", no_read)
+    out = tmp_path / "m.safetensors"
+    with pytest.raises(ConfigError, match="different families: chroma, flux"):
+        merge_files([(flux, 0.5), (chroma, 0.5)], out)
+    with pytest.raises(ConfigError, match="different layouts"):
+        merge_files([(flux, 0.5), (kohya, 0.5)], out)
+    with pytest.raises(ModelSourceError, match="is not a qwen-image LoRA"):
+        merge_files([(flux, 0.5), (flux, 0.5)], out, "qwen-image")
+    assert not out.exists()

@@ -354,7 +354,9 @@ export interface paths {
         };
         /**
          * Gallery
-         * @description The generated images, newest first, with their settings (prompt, seed, LoRAs, ...).
+         * @description The generated images, newest first, with their settings (prompt, seed, LoRAs, ...): of a
+         *     sidecar, the fields that fit the listing's shape (a damaged one costs its own fields, never
+         *     the listing).
          */
         get: operations["gallery_api_gallery_get"];
         put?: never;
@@ -1888,12 +1890,22 @@ export interface components {
              * @description ids of the reference images used
              */
             references?: string[];
+            /**
+             * Revision
+             * @description the hub revision, when one was given
+             */
+            revision?: string | null;
             /** Seed */
             seed?: number | null;
             /** Steps */
             steps?: number | null;
             /** Url */
             url: string;
+            /**
+             * V Prediction
+             * @description a single SDXL file's, when one was given
+             */
+            v_prediction?: boolean | null;
             /** Width */
             width?: number | null;
         };
@@ -1995,12 +2007,22 @@ export interface components {
              * @description ids of the reference images used
              */
             references?: string[];
+            /**
+             * Revision
+             * @description the hub revision, when one was given
+             */
+            revision?: string | null;
             /** Seconds */
             seconds: number;
             /** Seed */
             seed: number;
             /** Url */
             url: string;
+            /**
+             * V Prediction
+             * @description a single SDXL file's, when one was given
+             */
+            v_prediction?: boolean | null;
             /** Width */
             width: number;
         };

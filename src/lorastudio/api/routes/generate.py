@@ -9,13 +9,14 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import GenerateBody
-from lorastudio.api.schemas_files import GalleryList, GenerateOut, ReferencesOut
+from lorastudio.api.schemas_files import GalleryImage, GalleryList, GenerateOut, ReferencesOut
 from lorastudio.data import safe_component
 from lorastudio.errors import DatasetError, NotFound
 from lorastudio.jobs.generation import (
@@ -112,13 +113,25 @@ def reference_file(ref_id: str, settings: Settings = Depends(settings_dep)) -> D
 
 @router.get("/api/gallery", response_model=GalleryList)
 def gallery(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
-    """The generated images, newest first, with their settings (prompt, seed, LoRAs, ...)."""
+    """The generated images, newest first, with their settings (prompt, seed, LoRAs, ...): of a
+    sidecar, the fields that fit the listing's shape (a damaged one costs its own fields, never
+    the listing)."""
     return {
         "images": [
-            {**img, "url": f"/gallery/{img['file']}", "reference_urls": _reference_urls(img)}
+            _fitting({**img, "url": f"/gallery/{img['file']}", "reference_urls": _reference_urls(img)})
             for img in gallery_images(settings)
         ]
     }
+
+
+def _fitting(entry: dict[str, Any]) -> dict[str, Any]:
+    """`entry` as a GalleryImage, less the sidecar fields that do not fit it (a wrong type, a
+    number JSON cannot carry)."""
+    try:
+        return GalleryImage.model_validate(entry).model_dump()
+    except ValidationError as err:
+        bad = {e["loc"][0] for e in err.errors() if e["loc"]}
+        return GalleryImage.model_validate({k: v for k, v in entry.items() if k not in bad}).model_dump()
 
 
 @router.get("/gallery/{file}", response_class=Download)

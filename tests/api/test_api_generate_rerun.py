@@ -1,0 +1,90 @@
+"""A gallery image records every setting that decides its pixels: its settings sent again (as
+the gallery lists them) give the same image. Before, an SDXL single-file image made with
+`v_prediction: true` (and any image of a hub `revision`) recorded neither: sent again it
+rendered with the file's own prediction type, another image."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from api_helpers import LiveServer
+from PIL import Image
+
+from lorastudio.settings import Settings
+from single_files import write_sdxl_file
+
+BODY_KEYS = ("family", "base_model", "base_config", "revision", "v_prediction", "prompt", "negative_prompt",
+             "seed", "steps", "width", "height", "guidance", "loras", "references")  # fmt: skip
+
+
+def _pixels(server: LiveServer, url: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(server.client.get(url).content)), dtype=np.int16)
+
+
+def test_a_gallery_images_settings_render_it_again(
+    server: LiveServer, settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    settings.ensure_dirs()
+    folder = tiny_model("sdxl")
+    write_sdxl_file(folder, settings.models_dir / "finetune.safetensors")
+    body = {"family": "sdxl", "base_model": "finetune.safetensors", "base_config": str(folder),
+            "prompt": "a red circle", "seed": 3, "steps": 2, "width": 64, "height": 64}  # fmt: skip
+    made = server.client.post("/api/generate", json={**body, "v_prediction": True})
+    assert made.status_code == 201, made.text
+    eps = server.client.post("/api/generate", json={**body, "v_prediction": False})
+    assert np.abs(_pixels(server, made.json()["url"]) - _pixels(server, eps.json()["url"])).mean() > 1.0
+
+    (listed,) = [
+        i for i in server.client.get("/api/gallery").json()["images"] if i["file"] == made.json()["file"]
+    ]
+    assert listed["v_prediction"] is True and made.json()["v_prediction"] is True
+    again = {k: listed[k] for k in BODY_KEYS if listed.get(k) is not None}
+    rerun = server.client.post("/api/generate", json=again)
+    assert rerun.status_code == 201, rerun.text
+    np.testing.assert_array_equal(_pixels(server, rerun.json()["url"]), _pixels(server, made.json()["url"]))
+
+
+def test_a_damaged_sidecar_costs_its_own_fields_not_the_gallery(client, settings: Settings) -> None:
+    """One sidecar with a field of the wrong type (a hand edit, another version's) or a number
+    JSON cannot carry made GET /api/gallery a 500 for every image. The listing now keeps each
+    image, with the fields of its sidecar that fit (the others left out)."""
+    gallery = settings.home / "gallery"
+    gallery.mkdir(parents=True)
+    sidecars = {
+        "typed": '{"prompt": "kept", "seed": "abc", "loras": [{"name": 5, "scale": "x"}], "width": 32}',
+        "infinite": '{"prompt": "kept", "guidance": 1e400, "seed": 3}',
+        "list": "[1, 2]",
+        "broken": "{not json",
+        "good": '{"prompt": "kept", "seed": 4, "loras": [{"name": "a", "scale": 0.5}]}',
+    }
+    for name, text in sidecars.items():
+        Image.new("RGB", (8, 8)).save(gallery / f"{name}.png")
+        (gallery / f"{name}.json").write_text(text)
+    answer = client.get("/api/gallery")
+    assert answer.status_code == 200, answer.text
+    listed = {i["file"]: i for i in answer.json()["images"]}
+    assert set(listed) == {f"{n}.png" for n in sidecars}
+    assert listed["typed.png"]["prompt"] == "kept" and listed["typed.png"]["width"] == 32
+    assert listed["typed.png"]["seed"] is None and listed["typed.png"]["loras"] == []
+    assert listed["infinite.png"]["guidance"] is None and listed["infinite.png"]["seed"] == 3
+    assert listed["good.png"]["loras"] == [{"name": "a", "scale": 0.5, "step": None}]
+    assert listed["list.png"]["prompt"] is None and listed["broken.png"]["url"] == "/gallery/broken.png"
+
+
+def test_a_value_of_the_wrong_json_type_is_refused_not_converted(client) -> None:
+    """`"steps": true` rendered 1 step, `"width": "32"` and `"seed": "7"` were read as numbers and
+    `"v_prediction": "yes"` as true: a generation request's fields take their own JSON types (422
+    naming the field), as a training config's do."""
+    body = {"family": "flux", "base_model": "nowhere", "prompt": "x"}
+    for field, value in (("steps", True), ("width", "32"), ("seed", "7"), ("guidance", "3.5"),
+                         ("v_prediction", "yes"), ("prompt", 5), ("steps", 2.0)):  # fmt: skip
+        answer = client.post("/api/generate", json={**body, field: value})
+        assert answer.status_code == 422, (field, value, answer.text)
+        assert [e["loc"] for e in answer.json()["detail"]] == [["body", field]], answer.text
+    scale = client.post("/api/generate", json={**body, "loras": [{"name": "a", "scale": "1"}]})
+    assert scale.status_code == 422 and scale.json()["detail"][0]["loc"] == ["body", "loras", 0, "scale"]
+    number = client.post("/api/generate", json={**body, "guidance": 3, "loras": [{"name": "a", "scale": 1}]})
+    assert number.status_code != 422, number.text  # an integer is a number

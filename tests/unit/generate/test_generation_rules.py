@@ -1,0 +1,147 @@
+"""One set of generation rules (lorastudio.generation_rules) for `lorastudio generate`, POST
+/api/generate and the engine's generate_image: the same seed range, guidance range and size
+multiple, refused with the same words before any weight loads. Before, the CLI took any seed
+(2**64: a traceback after the pipeline loaded) and any guidance (inf: a NaN image written as
+black; 1e308: a traceback), and the multiple rule was worded three times."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.errors import ConfigError
+from lorastudio.generate import generate_image, load_pipeline
+from lorastudio.generation_rules import GUIDANCE_MAX, SEED_MAX, size_problems
+from lorastudio.jobs.generation import budget_problems
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    import lorastudio.generate as generate
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the pipeline was loaded before the request was checked")
+
+    monkeypatch.setattr(generate, "load_pipeline", refuse)
+
+
+def _run(tiny_model, tmp_path, *extra: str) -> str:
+    _register()
+    out = tmp_path / "img.png"
+    args = ["generate", "--base", str(tiny_model("flux")), "--prompt", "p", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--steps", "1", "--width", "32", "--height", "32", *extra])
+    assert result.exit_code == 2, result.output
+    assert not out.exists()
+    return " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("seed", [str(SEED_MAX + 1), str(2**64), "-1"])
+def test_the_cli_refuses_a_seed_out_of_the_studios_range(tiny_model, tmp_path, no_load, seed):
+    said = _run(tiny_model, tmp_path, "--seed", seed)
+    assert f"--seed: {seed}: must be between 0 and {SEED_MAX}" in said, said
+
+
+@pytest.mark.parametrize("guidance", ["inf", "nan", "1e308", str(GUIDANCE_MAX + 1), "-1"])
+def test_the_cli_refuses_a_guidance_out_of_the_studios_range(tiny_model, tmp_path, no_load, guidance):
+    said = _run(tiny_model, tmp_path, "--guidance", guidance)
+    assert f"--guidance: {float(guidance):g}: must be a finite number between 0 and {GUIDANCE_MAX:g}" in said
+
+
+def test_the_size_multiple_is_one_rule_worded_once(tiny_model, tmp_path, no_load):
+    """The CLI, the API's check and the engine say the same words for the same size."""
+    rule = {p.message for p in size_problems(33, 32, "flux")}
+    assert rule == {"33: must be a positive multiple of 16 for flux"}
+    assert {p.message for p in budget_problems(33, 32, 1, "flux")} == rule
+    assert f"--width: {next(iter(rule))}" in _run(tiny_model, tmp_path, "--width", "33")
+
+
+def test_the_engine_refuses_what_the_rules_refuse(tiny_model):
+    pipe = load_pipeline(str(tiny_model("flux")), "flux", device="cpu")
+    with pytest.raises(ConfigError) as info:
+        generate_image(
+            pipe, "flux", prompt="x", seed=2**64, steps=1, width=33, height=32, guidance=float("inf")
+        )
+    assert {(p.field, p.message) for p in info.value.problems} == {
+        ("width", "33: must be a positive multiple of 16 for flux"),
+        ("seed", f"{2**64}: must be between 0 and {SEED_MAX}"),
+        ("guidance", f"inf: must be a finite number between 0 and {GUIDANCE_MAX:g}"),
+    }
+    image = generate_image(pipe, "flux", prompt="x", seed=SEED_MAX, steps=1, width=32, height=32)
+    assert isinstance(image, Image.Image)
+
+
+@pytest.mark.parametrize("side", [10**400, 10**20, -(10**400)])
+def test_a_side_too_large_for_a_float_is_refused_not_a_crash(side):
+    """budget_problems multiplied the sides as floats: a 400-digit width was a 500 (OverflowError)."""
+    problems = budget_problems(side, 32, 1, "flux")
+    assert [p.field for p in problems] == ["width"], problems
+    steps = budget_problems(32, 32, 10**30, "flux")
+    assert [(p.field, p.message) for p in steps] == [("steps", f"{10**30}: must be between 1 and 200")]
+
+
+def test_the_clis_png_records_its_settings_and_they_render_it_again(tiny_model, tmp_path):
+    """A gallery PNG carries its prompt, seed and every setting (PNG text); `lorastudio generate`
+    wrote a bare PNG. Its PNG now carries the same keys, its LoRAs by file and scale, and the
+    settings read back from it render the same pixels."""
+    import json
+
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    key = "transformer.single_transformer_blocks.0.attn.to_q"
+    lora = tmp_path / "l.safetensors"
+    g = torch.Generator().manual_seed(1)
+    save_file({f"{key}.lora_A.weight": torch.randn(2, 32, generator=g),
+               f"{key}.lora_B.weight": torch.randn(32, 2, generator=g)}, str(lora))  # fmt: skip
+    _register()
+    out = tmp_path / "a.png"
+    args = [
+        "generate",
+        "--base",
+        str(tiny_model("flux")),
+        "--prompt",
+        "猫 a cat",
+        "--seed",
+        "7",
+        "--steps",
+        "2",
+    ]
+    args += [
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--guidance",
+        "2.5",
+        "--lora",
+        f"{lora}:0.5",
+        "--device",
+        "cpu",
+    ]
+    assert CliRunner().invoke(app, [*args, "--out", str(out)]).exit_code == 0
+    text = Image.open(out).text
+    meta = json.loads(text["lorastudio"])
+    assert text["prompt"] == "猫 a cat" and text["seed"] == "7"
+    assert {k: meta[k] for k in ("prompt", "seed", "steps", "width", "height", "guidance", "family")} == {
+        "prompt": "猫 a cat", "seed": 7, "steps": 2, "width": 32, "height": 32, "guidance": 2.5, "family": "flux"
+    }  # fmt: skip
+    assert meta["loras"] == [{"file": str(lora), "scale": 0.5}] and meta["base_model"] == str(
+        tiny_model("flux")
+    )
+    again = [
+        "generate",
+        "--base",
+        meta["base_model"],
+        "--prompt",
+        meta["prompt"],
+        "--seed",
+        str(meta["seed"]),
+    ]
+    again += ["--steps", str(meta["steps"]), "--width", str(meta["width"]), "--height", str(meta["height"])]
+    again += ["--guidance", str(meta["guidance"]), "--device", "cpu", "--out", str(tmp_path / "b.png")]
+    again += [x for lo in meta["loras"] for x in ("--lora", f"{lo['file']}:{lo['scale']}")]
+    assert CliRunner().invoke(app, again).exit_code == 0
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "b.png")), np.asarray(Image.open(out)))
