@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,9 @@ class RunState:
     # Inductor's cache hits / misses when the run began (training/run_timings.compile_cache_state)
     compile_counts: dict[str, int] = field(default_factory=compile_cache_counts)
     latents_encoded: int | None = None  # images phase 2 encoded (None: every image; the disk cache: fewer)
+    # writes the run's LoRA after its last step (train() sets it on rank 0; _finish calls it)
+    final_save: Callable[[], None] | None = None
+    final_lora: Path | None = None  # the run's LoRA, once final_save wrote it
 
 
 def optimize(
@@ -189,14 +193,13 @@ def optimize(
             in_flight = flight  # its host values are read after the next step is queued
             continue
         _record(run, state, parts, flight, num_steps, emit)
-        if state.previews is not None and state.previews.due(step, num_steps):
-            with _sample_weights(parts, cfg):
-                images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
-            emit(SampleReady(step=step, images=images))
-        if validating:  # with its LoRA snapshot (not after the last step: the final LoRA is that one)
-            validation_round(run, state, objective, step, emit)
         if step >= num_steps:
+            _finish(run, state, parts, source, objective, validating, emit)
             break
+        if state.previews is not None and state.previews.due(step, num_steps):
+            _sample_round(cfg, state, parts, source, step, emit)
+        if validating:  # with its LoRA snapshot
+            validation_round(run, state, objective, step, emit)
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
             _checkpoint(run, state, parts)  # with its LoRA snapshot
         elif snapshot_due:
@@ -206,6 +209,38 @@ def optimize(
         except TrainingStopped as request:
             _save_for_stop(request, run, state, parts)
             raise
+
+
+def _finish(
+    run: PreparedRun,
+    state: RunState,
+    parts: LoopParts,
+    source: LatentSource,
+    objective: DdpmObjective | FlowObjective,
+    validating: bool,
+    emit: Emit,
+) -> None:
+    """After the last step: its validation round (the final sidecar records it), the run's LoRA
+    and sidecars (state.final_save), then the final sample round. The LoRA comes before the
+    samples so that a kill or a failure while they render keeps every trained step (a sample
+    round can take minutes on a large model; the last checkpoint may be many steps back)."""
+    step = state.steps_run
+    if validating:  # no snapshot of its own: the final LoRA is that one
+        validation_round(run, state, objective, step, emit)
+    if state.final_save is not None:
+        state.final_save()
+    if state.previews is not None and state.previews.due(step, state.total_steps):
+        _sample_round(run.cfg, state, parts, source, step, emit)
+
+
+def _sample_round(
+    cfg: TrainConfig, state: RunState, parts: LoopParts, source: LatentSource, step: int, emit: Emit
+) -> None:
+    """Render the sample prompts with the live LoRA at `step` and announce them (SampleReady)."""
+    assert state.previews is not None
+    with _sample_weights(parts, cfg):
+        images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
+    emit(SampleReady(step=step, images=images))
 
 
 def _sample_weights(parts: LoopParts, cfg: TrainConfig) -> contextlib.AbstractContextManager[None]:
