@@ -16,6 +16,7 @@ from pathlib import Path
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub's own default (constants._HF_DEFAULT_ENDPOINT)
 
 
 def is_hub_id(value: str) -> bool:
@@ -31,10 +32,9 @@ def hub_offline() -> bool:
 
 
 def hub_endpoint() -> str:
-    """The hub's base URL: $HF_ENDPOINT now, else huggingface_hub's (https://huggingface.co)."""
-    from huggingface_hub import constants
-
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    """The hub's base URL: $HF_ENDPOINT now, else huggingface_hub's default, DEFAULT_ENDPOINT
+    (not `huggingface_hub.constants.ENDPOINT`: the variable as it was at its import)."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def hub_cache_dir() -> Path:

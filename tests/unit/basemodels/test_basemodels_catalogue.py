@@ -23,7 +23,7 @@ from lorastudio.basemodels import (
     resolve_hub_id,
 )
 from lorastudio.basemodels.added import added_list_path
-from lorastudio.basemodels.hubcache import hub_cache_dir
+from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
 from lorastudio.errors import ConfigError, JobActive, ModelNotDeletable, ModelSourceError, NotFound
 from lorastudio.settings import Settings
 from lorastudio.training.preflight import resolve_model_source
@@ -170,8 +170,10 @@ def test_the_hub_cache_follows_the_environment_not_the_import_time_constant(
     (stale / "models--acme--flux" / "refs").mkdir()
     (stale / "models--acme--flux" / "refs" / "main").write_text("a" * 40)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(stale))
-    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME"):
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9/stale")
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
+    assert hub_endpoint() == "https://huggingface.co"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert hub_cache_dir() == tmp_path / "xdg" / "huggingface" / "hub"
     assert [e.id for e in list_models(settings, known_captioners=False) if e.source == "hub-cache"] == []
