@@ -17,7 +17,6 @@ test_pipelined.py). fp16 loss scaling and data-parallel runs read every step bef
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,10 +32,11 @@ from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_inf
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum
 from lorastudio.training.ema import AdapterEma, make_ema
-from lorastudio.training.events import Emit, Progress, SampleReady
+from lorastudio.training.events import Emit, Progress
 from lorastudio.training.export import save_lora_snapshot
 from lorastudio.training.extend import respan_schedule
 from lorastudio.training.latents import LatentSource
+from lorastudio.training.loop_end import finish_run, sample_round
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.micro_batches import batch_forward_backward
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -52,7 +52,6 @@ from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkp
 from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
 
 if TYPE_CHECKING:
-    from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
     from lorastudio.data.preservation_texts import PreservationTexts
     from lorastudio.training.text_encoders import TextEncoderLora
@@ -97,7 +96,7 @@ class RunState:
     # Inductor's cache hits / misses when the run began (training/run_timings.compile_cache_state)
     compile_counts: dict[str, int] = field(default_factory=compile_cache_counts)
     latents_encoded: int | None = None  # images phase 2 encoded (None: every image; the disk cache: fewer)
-    # writes the run's LoRA after its last step (train() sets it on rank 0; _finish calls it)
+    # writes the run's LoRA after its last step (train() sets it on rank 0; loop_end.finish_run calls it)
     final_save: Callable[[], None] | None = None
     final_lora: Path | None = None  # the run's LoRA, once final_save wrote it
 
@@ -193,11 +192,13 @@ def optimize(
             in_flight = flight  # its host values are read after the next step is queued
             continue
         _record(run, state, parts, flight, num_steps, emit)
-        if step >= num_steps:
-            _finish(run, state, parts, source, objective, validating, emit)
+        if step >= num_steps:  # its validation round (the final sidecar records it), LoRA, samples
+            if validating:  # no snapshot of its own: the final LoRA is that one
+                validation_round(run, state, objective, step, emit)
+            finish_run(run, state, parts, source, emit)
             break
         if state.previews is not None and state.previews.due(step, num_steps):
-            _sample_round(cfg, state, parts, source, step, emit)
+            sample_round(cfg, state, parts, source, step, emit)
         if validating:  # with its LoRA snapshot
             validation_round(run, state, objective, step, emit)
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
@@ -209,45 +210,6 @@ def optimize(
         except TrainingStopped as request:
             _save_for_stop(request, run, state, parts)
             raise
-
-
-def _finish(
-    run: PreparedRun,
-    state: RunState,
-    parts: LoopParts,
-    source: LatentSource,
-    objective: DdpmObjective | FlowObjective,
-    validating: bool,
-    emit: Emit,
-) -> None:
-    """After the last step: its validation round (the final sidecar records it), the run's LoRA
-    and sidecars (state.final_save), then the final sample round. The LoRA comes before the
-    samples so that a kill or a failure while they render keeps every trained step (a sample
-    round can take minutes on a large model; the last checkpoint may be many steps back)."""
-    step = state.steps_run
-    if validating:  # no snapshot of its own: the final LoRA is that one
-        validation_round(run, state, objective, step, emit)
-    if state.final_save is not None:
-        state.final_save()
-    if state.previews is not None and state.previews.due(step, state.total_steps):
-        _sample_round(run.cfg, state, parts, source, step, emit)
-
-
-def _sample_round(
-    cfg: TrainConfig, state: RunState, parts: LoopParts, source: LatentSource, step: int, emit: Emit
-) -> None:
-    """Render the sample prompts with the live LoRA at `step` and announce them (SampleReady)."""
-    assert state.previews is not None
-    with _sample_weights(parts, cfg):
-        images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
-    emit(SampleReady(step=step, images=images))
-
-
-def _sample_weights(parts: LoopParts, cfg: TrainConfig) -> contextlib.AbstractContextManager[None]:
-    """The adapter weights a sample round renders: the EMA ones (cfg.sample_with_ema) or the raw."""
-    if parts.ema is not None and cfg.sample_with_ema:
-        return parts.ema.swapped_in()
-    return contextlib.nullcontext()
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:

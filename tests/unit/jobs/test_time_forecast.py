@@ -141,7 +141,7 @@ def test_phases_from_stamped_events() -> None:
 
 
 def test_the_final_sample_round_starts_when_the_lora_is_saved() -> None:
-    """The engine writes the run's LoRA before the final sample round (training/optimize._finish):
+    """The engine writes the run's LoRA before the final sample round (training/loop_end.finish_run):
     the round is timed from that save (the PhaseClock's FINAL_LORA_SAVED mark), the save counts
     as export, so each round's time stays one round's."""
     stamped = [

@@ -1,5 +1,5 @@
 """The run's LoRA is written after its last step and before the final sample round (training/
-optimize._finish), so a failure or a kill while the final samples render keeps every trained
+loop_end.finish_run), so a failure or a kill while the final samples render keeps every trained
 step: the final LoRA and its sidecar are on disk, loadable, the weights of the uninterrupted run.
 Tiny FLUX.1, 2 steps, no checkpoint (before: the folder was removed, or the LoRA never written)."""
 
