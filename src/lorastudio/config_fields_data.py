@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from lorastudio.config_datasets import check_resolution
 from lorastudio.config_fields_base import StrictFields
+from lorastudio.text_rules import one_line, visible_text
 
 LatentCacheMode = Literal["auto", "memory", "disk", "off"]
 
@@ -125,6 +126,18 @@ class DataFields(StrictFields):
         "seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of "
         "its step, so the best one is marked and kept (null: only after the last step)",
     )
+
+    @field_validator("trigger_word")
+    @classmethod
+    def _one_line_trigger(cls, v: str | None) -> str | None:
+        """Written into every caption, the LoRA's metadata and its model card (text_rules)."""
+        return one_line(v)
+
+    @field_validator("default_caption")
+    @classmethod
+    def _visible_caption(cls, v: str | None) -> str | None:
+        """A caption (text_rules): line breaks allowed, no NUL or text-direction character."""
+        return visible_text(v)
 
     @field_validator("resolution")
     @classmethod

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from lorastudio.config_fields_base import StrictFields
 from lorastudio.config_samples import MAX_SAMPLE_PROMPT_CHARS, MAX_SAMPLE_PROMPTS, SamplePrompt, prompt_text
+from lorastudio.text_rules import visible_text
 
 BasePrecision = Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "nf4"]
 CheckpointingMode = Literal["auto", "off", "selective", "full"]
@@ -170,4 +171,5 @@ class RuntimeFields(StrictFields):
                 raise ValueError(f"prompt {i} is empty")
             if len(prompt) > MAX_SAMPLE_PROMPT_CHARS:
                 raise ValueError(f"prompt {i} is longer than {MAX_SAMPLE_PROMPT_CHARS} characters")
+            visible_text(prompt, f"prompt {i}")
         return v

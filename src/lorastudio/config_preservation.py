@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lorastudio.errors import FieldProblem
+from lorastudio.text_rules import one_line, visible_text
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -59,11 +60,20 @@ class Preservation(BaseModel):
             raise ValueError("must be a finite number")
         return v
 
+    @field_validator("class_word")
+    @classmethod
+    def _one_line_class_word(cls, v: str) -> str:
+        """Put in captions in place of the trigger word (text_rules)."""
+        one_line(v)
+        return v
+
     @field_validator("prompts")
     @classmethod
     def _prompts(cls, v: list[str] | None) -> list[str] | None:
         if v is not None and any(not p.strip() or len(p) > 2000 for p in v):
             raise ValueError("each prompt must be 1..2000 characters, not blank")
+        for i, prompt in enumerate(v or []):
+            visible_text(prompt, f"prompt {i}")
         return v
 
 

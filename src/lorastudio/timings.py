@@ -16,11 +16,12 @@ forecast (jobs/time_forecast.py). No torch: the engine writes these records, the
     first_step        Preparing("denoiser", 1) -> the first Progress: compile, the first step
     steps             steady s/step (median of the step-to-step intervals with nothing else in
                       them) x (steps - 1)
-    sample_rounds     each Progress(k) -> SampleReady(k)
+    sample_rounds     each Progress(k) -> SampleReady(k); the last step's from the run's LoRA
+                      written (the FINAL_LORA_SAVED mark: the engine saves it before that round)
     checkpoints       what else the loop spent beyond its steady steps and sample rounds
                       (checkpoints, validation rounds, LoRA snapshots)
-    export            the last step or sample round -> the run's end (the LoRA written, Complete,
-                      memory freed)
+    export            the last step -> the run's end, less its sample round (its validation
+                      round, the LoRA written, Complete, memory freed)
     other             the rest of the total: preflight of the engine, freeing, gaps
 
 `run_signature` names what a run's time depends on (family, base model and its size, device,
@@ -73,15 +74,20 @@ def process_started_at() -> float | None:
     return time.time() - max(age, 0.0)
 
 
+FINAL_LORA_SAVED = "final_lora_saved"  # the mark of the run's LoRA written (before the final samples)
+
+
 class PhaseClock:
     """The event sink wrapper that stamps each event (seconds since the clock was made).
-    `started_at`: when the process started (process_started_at()), None: not counted."""
+    `started_at`: when the process started (process_started_at()), None: not counted.
+    `marks`: named moments that are no event (FINAL_LORA_SAVED), same time base."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, started_at: float | None = None) -> None:
         self._clock = clock
         self._start = clock()
         self.before = max(time.time() - started_at, 0.0) if started_at is not None else 0.0
         self.stamped: list[tuple[float, dict[str, Any]]] = []
+        self.marks: dict[str, float] = {}
 
     def wrap(self, emit: Callable[[Any], None]) -> Callable[[Any], None]:
         """`emit` with every event stamped here first."""
@@ -96,16 +102,22 @@ class PhaseClock:
         """Seconds since the clock was made."""
         return self._clock() - self._start
 
+    def mark(self, name: str) -> None:
+        """Remember now as `name` (the latest call wins)."""
+        self.marks[name] = self.elapsed()
+
 
 def phase_seconds(
     stamped: list[tuple[float, dict[str, Any]]],
     save_every: int | None,
     end: float | None = None,
     before: float = 0.0,
+    lora_saved: float | None = None,
 ) -> dict[str, Any]:
     """The phases (module docstring) of a run's stamped events, ending with Complete; `end`: when
     the run returned (its memory freed; default: the last event's time); `before`: the process's
-    seconds before train() (the process_start phase, part of the total).
+    seconds before train() (the process_start phase, part of the total); `lora_saved`: when the
+    run's LoRA was written (PhaseClock.marks[FINAL_LORA_SAVED]; None: after the samples).
 
     Returns {"phases": {PHASES: seconds}, "total_s", "s_per_step" (None under 2 steps), "steps":
     steps run, "texts" / "latents": the last Preparing totals (0 when none), "sample_rounds",
@@ -156,14 +168,19 @@ def phase_seconds(
             if a[1]["step"] not in busy | due
         ]
         s_per_step = statistics.median(clean) if clean else None
-        rounds = [samples[e["step"]] - t for t, e in progress if e["step"] in samples]
-        phases["sample_rounds"] = sum(rounds)
         loop = progress[-1][0] - progress[0][0]
         inner = sum(samples[e["step"]] - t for t, e in progress[:-1] if e["step"] in samples)
+        last_t, last_step = progress[-1][0], progress[-1][1]["step"]
+        final_round = 0.0
+        if last_step in samples:  # from the LoRA's save when that came between (the engine's order)
+            saved = (
+                lora_saved if lora_saved is not None and last_t <= lora_saved <= samples[last_step] else None
+            )
+            final_round = samples[last_step] - (last_t if saved is None else saved)
+        phases["sample_rounds"] = inner + final_round
         phases["steps"] = (s_per_step or 0.0) * (len(progress) - 1)
         phases["checkpoints"] = max(loop - phases["steps"] - inner, 0.0)
-        end_of_loop = max(progress[-1][0], max(samples.values(), default=0.0))
-        phases["export"] = max(total - end_of_loop, 0.0)
+        phases["export"] = max(total - last_t - final_round, 0.0)
     phases["other"] = max(total - sum(v for k, v in phases.items() if k != "other"), 0.0)
     phases["process_start"] = before
     first_read = next((t for t, e in stamped if e["type"] == "model_load_started"), None)

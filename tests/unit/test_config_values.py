@@ -79,3 +79,61 @@ def test_a_json_config_with_a_key_twice_is_refused_like_a_toml_one(tmp_path) -> 
     ok = tmp_path / "ok.json"
     ok.write_text('{"steps": 2, "datasets": [{"path": "a", "repeats": 1}, {"path": "b", "repeats": 1}]}')
     assert load_config_file(ok)["steps"] == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "named"),
+    [
+        ({"trigger_word": "sks\nperson"}, "trigger_word", "U+000A LINE FEED"),
+        ({"trigger_word": "sks\0"}, "trigger_word", "U+0000 NULL"),
+        ({"trigger_word": "\u202eskS"}, "trigger_word", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ({"default_caption": "a photo\0"}, "default_caption", "U+0000 NULL"),
+        ({"default_caption": "a \u2067photo"}, "default_caption", "U+2067 RIGHT-TO-LEFT ISOLATE"),
+        ({"sample_prompts": ["ok", "a \x1b[2Jdog"]}, "sample_prompts", "prompt 1 must be visible text"),
+        ({"sample_prompts": [{"prompt": "a\u202ecat"}]}, "sample_prompts", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        (
+            {"data_dir": None, "datasets": [{"path": "data", "trigger_word": "ohwx\r"}]},
+            "datasets.0.trigger_word",
+            "U+000D CARRIAGE RETURN",
+        ),
+        (
+            {"data_dir": None, "datasets": [{"path": "data", "default_caption": "x\u2028y"}]},
+            "datasets.0.default_caption",
+            "U+2028 LINE SEPARATOR",
+        ),
+        (
+            {"trigger_word": "sks", "preservation": {"class_word": "per\nson"}},
+            "preservation.class_word",
+            "U+000A LINE FEED",
+        ),
+        (
+            {"trigger_word": "sks", "preservation": {"class_word": "p", "prompts": ["a\0"]}},
+            "preservation.prompts",
+            "prompt 0 must be visible text (line breaks allowed); it holds U+0000 NULL",
+        ),
+    ],
+)
+def test_text_written_into_captions_refuses_hidden_characters_naming_field_and_character(
+    settings: dict, field: str, named: str
+) -> None:
+    """The trigger word, class word, default captions and prompts reach caption text, the LoRA's
+    metadata and model card and the UI: a line break (one-line fields), NUL, escape or
+    text-direction character is refused by the caption prefix's rule (text_rules), naming both."""
+    with pytest.raises(ConfigError) as info:
+        parse_train_config({k: v for k, v in {**BASE, **settings}.items() if v is not None})
+    problems = {p.field: p.message for p in info.value.problems}
+    assert field in problems and named in problems[field], problems
+
+
+def test_visible_text_is_taken_as_given() -> None:
+    """Multi-line prompts and captions, tabs, accents, CJK and emoji are not hidden characters."""
+    cfg = parse_train_config(
+        {
+            **BASE,
+            "trigger_word": "Zoë_sks 人",
+            "default_caption": "a photo\nof a cat\t🐈",
+            "sample_prompts": ["line one\nline two", {"prompt": "un café"}],
+            "preservation": {"class_word": "personne", "prompts": ["a\nperson"]},
+        }
+    )
+    assert (cfg.trigger_word, cfg.default_caption) == ("Zoë_sks 人", "a photo\nof a cat\t🐈")

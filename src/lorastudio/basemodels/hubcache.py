@@ -2,7 +2,8 @@
 on disk (huggingface_hub's HF_HUB_CACHE, shared with every other tool; lorastudio only reads it).
 
 The endpoint and cache folder are read from the environment at call time (HF_ENDPOINT,
-HF_HUB_CACHE / HF_HOME), falling back to huggingface_hub's own values; offline mode is
+HF_HUB_CACHE / HF_HOME, by huggingface_hub's rule), never from huggingface_hub.constants, which
+holds the values of the moment it was imported; offline mode is
 huggingface_hub's (HF_HUB_OFFLINE, read when it was imported), since that is what its client obeys.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub's own default (constants._HF_DEFAULT_ENDPOINT)
 
 
 def is_hub_id(value: str) -> bool:
@@ -30,21 +32,31 @@ def hub_offline() -> bool:
 
 
 def hub_endpoint() -> str:
-    """The hub's base URL: $HF_ENDPOINT now, else huggingface_hub's (https://huggingface.co)."""
-    from huggingface_hub import constants
-
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    """The hub's base URL: $HF_ENDPOINT now, else huggingface_hub's default, DEFAULT_ENDPOINT
+    (not `huggingface_hub.constants.ENDPOINT`: the variable as it was at its import)."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def hub_cache_dir() -> Path:
-    """The hub cache folder: $HF_HUB_CACHE, else $HF_HOME/hub, else huggingface_hub's default."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
+    """The hub cache folder, by huggingface_hub's own rule read from the environment now:
+    $HF_HUB_CACHE, else the legacy $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, else
+    $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
 
-    return Path(constants.HF_HUB_CACHE)
+    Not `huggingface_hub.constants.HF_HUB_CACHE`: that is read once, when huggingface_hub is
+    first imported, so a process that changes the variables later (a test, an embedding app)
+    would keep listing and fetching into the folder of the moment of that import."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return _expand(explicit)
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return _expand(home) / "hub"
+
+
+def _expand(path: str) -> Path:
+    """`~` and $VARS expanded, as huggingface_hub does."""
+    return Path(os.path.expandvars(os.path.expanduser(path)))
 
 
 def repo_storage(repo_id: str, cache_dir: Path | None = None) -> Path:

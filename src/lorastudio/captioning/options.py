@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lorastudio.data.paths import hidden_characters
+from lorastudio.text_rules import one_line
 
 DEFAULT_PROMPT = "Describe this image in one sentence for a training caption"
 FLORENCE_DEFAULT_TASK = "<CAPTION>"  # Florence-2 takes a task token, not free text
@@ -37,7 +37,4 @@ class CaptionOptions(BaseModel):
     def _one_line_prefix(cls, value: str | None) -> str | None:
         """The prefix is written into every new caption as given: a line break, NUL or bidi
         control in it would give a caption of several lines or one that reads backwards."""
-        hidden = hidden_characters(value) if value is not None else ""
-        if hidden:
-            raise ValueError(f"must be one line of visible text; it holds {hidden}")
-        return value
+        return one_line(value)

@@ -36,6 +36,8 @@ _FORBIDDEN_CHARS = frozenset('<>:"|?*')
 # Invisible or direction-changing characters: format (Cf: zero-width spaces and joiners, bidi
 # marks, embeddings, overrides and isolates, the BOM), control (Cc), line/paragraph separators.
 _HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
+# The C0 controls a user types or pastes (unicodedata has no name for a control character).
+_CONTROL_NAMES = {"\0": "NULL", "\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\x1b": "ESCAPE"}
 
 
 def nfc(text: str) -> str:
@@ -132,7 +134,9 @@ def hidden_characters(name: str) -> str:
     lone surrogates: bytes of a file name that are not UTF-8), named ("U+202E RIGHT-TO-LEFT
     OVERRIDE, ..."); "" when it has none."""
     hidden = sorted({ch for ch in name if unicodedata.category(ch) in _HIDDEN_CATEGORIES | {"Cs"}})
-    return ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}" for ch in hidden)
+    return ", ".join(
+        f"U+{ord(ch):04X} {unicodedata.name(ch, '') or _CONTROL_NAMES.get(ch, 'unnamed')}" for ch in hidden
+    )
 
 
 def shown_name(text: str) -> str:

@@ -15,6 +15,7 @@ from typing import Literal
 
 import torch
 
+from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
 from lorastudio.lora.convert import (
     FAMILIES,
@@ -245,9 +246,11 @@ def check_destination(out: Path, inputs: Sequence[Path], overwrite: bool) -> Non
 def write_lora_file(
     path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str], *, overwrite: bool = True
 ) -> Path:
-    """Write a .safetensors file next to `path`, then rename it into place (no partial file is
-    ever visible at `path`). Without `overwrite`, a file that appeared at `path` meanwhile is
-    kept (user_paths.publish_file) and ConfigError (field "out") says so. Returns `path`."""
+    """Write a .safetensors file next to `path`, fsync it, then rename it into place and fsync
+    the folder (as a checkpoint is written): no partial file is ever visible at `path`, and after
+    a power loss `path` holds the old file or the whole new one. Without `overwrite`, a file that
+    appeared at `path` meanwhile is kept (user_paths.publish_file) and ConfigError (field "out")
+    says so. Returns `path`."""
     import safetensors.torch
 
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
@@ -256,8 +259,10 @@ def write_lora_file(
             {k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata)
         )
         os.chmod(staged, 0o666 & ~process_umask())  # safetensors writes 0600; other outputs follow the umask
+        fsync_path(staged)
         if why := publish_file(staged, path, overwrite, "--force"):
             raise ConfigError([FieldProblem("out", why)])
+        fsync_path(path.parent)
     finally:
         staged.unlink(missing_ok=True)
     return path

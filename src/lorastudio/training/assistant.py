@@ -53,9 +53,11 @@ def assistant_file(value: str) -> Path:
         return path
     from huggingface_hub import hf_hub_download
 
+    from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
+
     repo, filename = hub_parts(value)
-    try:
-        return Path(hf_hub_download(repo, filename))
+    try:  # the cache and endpoint of the environment now (huggingface_hub's are its import's)
+        return Path(hf_hub_download(repo, filename, cache_dir=hub_cache_dir(), endpoint=hub_endpoint()))
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"assistant_lora: cannot get {filename} of {repo}: {err}") from err
 

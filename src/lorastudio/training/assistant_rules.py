@@ -58,10 +58,10 @@ def assistant_problems(cfg: TrainConfig, family: Family) -> list[FieldProblem]:
     else:
         from huggingface_hub import try_to_load_from_cache
 
-        from lorastudio.basemodels.hubcache import hub_offline
+        from lorastudio.basemodels.hubcache import hub_cache_dir, hub_offline
 
         repo, filename = hub_parts(value)
-        cached = try_to_load_from_cache(repo, filename)
+        cached = try_to_load_from_cache(repo, filename, cache_dir=hub_cache_dir())
         if not isinstance(cached, str) and hub_offline():
             problems.append(
                 FieldProblem(

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.lora.snapshots import LORAS
 from lorastudio.training.extend import extension_steps
@@ -128,19 +129,6 @@ def resume_settings(info: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
     if problems:
         raise ConfigError(problems)
     return {**dict(info["config"]), **dict(overrides)}
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or a folder (where the platform allows opening folders)."""
-    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() and hasattr(os, "O_DIRECTORY") else 0)
-    try:
-        fd = os.open(path, flags)
-    except (IsADirectoryError, PermissionError):  # folders cannot be opened on some systems
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Path], None]) -> Path:

@@ -20,9 +20,12 @@
              fixed noise every cfg.validate_every steps and after the last one (training/validate.py)
   samples    with sample prompts (encoded in phase 1): previews rendered with the live LoRA every
              cfg.sample_every steps and after the last one (training/samples.py), SampleReady
-  export     outputs/<output_name>/<output_name>.safetensors + .json (staged, then renamed);
-             with ema_decay that LoRA holds the EMA weights and <output_name>.raw.safetensors
-             (+ .raw.json) the raw ones (training/ema.py)
+  export     outputs/<output_name>/<output_name>.safetensors + .json (staged, fsynced, then
+             renamed); with ema_decay that LoRA holds the EMA weights and
+             <output_name>.raw.safetensors (+ .raw.json) the raw ones (training/ema.py). After
+             the last step the order is: its validation round, the export, the final sample
+             round, Complete; a kill or a failure while the final samples render keeps the LoRA
+             (a stop with save exports the steps run when it lands)
 
 The phases after the session is prepared are in training/loop_phases.py.
 
@@ -43,6 +46,7 @@ only rank 0 emits events and writes files, and stop requests are agreed on by ev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +57,7 @@ from lorastudio.data.cache_prune import prune_after_run
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
-from lorastudio.timings import PhaseClock
+from lorastudio.timings import FINAL_LORA_SAVED, PhaseClock
 from lorastudio.training.attention_fa4 import keep_fa4_cache
 from lorastudio.training.checkpoint import (
     CheckpointKeeper,
@@ -140,7 +144,8 @@ def train(
     ModelSourceError for user mistakes, TrainingDiverged, or whatever unexpected error
     occurred. Data-parallel: ConfigError when cfg.num_gpus is not the launched world size or
     batch_size does not divide by it; ranks other than 0 emit nothing and return lora_path None. On any failure this session's partial outputs are removed, except checkpoints:
-    a run folder that holds one is kept, resumable.
+    a run folder that holds one is kept, resumable; and except the run's LoRA, once written (a
+    failure in the final sample round: the folder is kept with it).
     """
     settings = settings or get_settings()
     keep_fa4_cache(settings.fa4_cache_dir)  # before FA4 is imported: the run reuses its probe's kernels
@@ -175,6 +180,8 @@ def train(
         trackers.open(run.run_dir, run.cfg.model_dump(mode="json"))
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
         state.loras = SnapshotKeeper(run.run_dir, run.cfg.save_lora_every, run.cfg.keep_loras)
+        if main:
+            state.final_save = functools.partial(_save_final, run, state, clock)
         save = True
         try:
             with run_numerics(run.cfg.enable_tf32, run.device):
@@ -183,6 +190,8 @@ def train(
             stopped, save = True, request.save
         if not main:
             pass  # rank 0 writes (or removes) every file of the run
+        elif state.final_lora is not None:
+            lora_path = state.final_lora  # written after the last step, before the final samples
         elif save and state.steps_run > state.steps_at_start:
             lora_path = export_run(run, state, stopped)
             state.keeper.finish()
@@ -196,7 +205,7 @@ def train(
             claimed = False
     except BaseException as err:
         if claimed and run is not None:
-            clean_after_failure(run.run_dir, state.resume is not None)
+            clean_after_failure(run.run_dir, state.resume is not None, state.final_lora is not None)
         emit(Error(message=_message(err, state.attention)))
         raise
     finally:
@@ -227,6 +236,17 @@ def train(
     resumed_from = state.steps_at_start if state.resume is not None else None
     encoders = state.text_encoders if return_denoiser else None
     return TrainResult(lora_path, state.steps_run, stopped, list(state.losses), kept, resumed_from, encoders)
+
+
+def _save_final(run: PreparedRun, state: RunState, clock: PhaseClock) -> None:
+    """The run's LoRA and sidecars after its last step (export_run), and the checkpoints pruned
+    as at a run's end. Called by the optimizer loop before the final sample round, so a kill or
+    a failure while the samples render keeps the trained LoRA; the clock marks its end (the final
+    sample round's time starts there: timings.phase_seconds)."""
+    state.final_lora = export_run(run, state, stopped=False)
+    if state.keeper is not None:
+        state.keeper.finish()
+    clock.mark(FINAL_LORA_SAVED)
 
 
 def _note_extension(run: PreparedRun, state: RunState) -> None:

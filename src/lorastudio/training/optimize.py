@@ -17,8 +17,8 @@ test_pipelined.py). fp16 loss scaling and data-parallel runs read every step bef
 
 from __future__ import annotations
 
-import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,10 +32,11 @@ from lorastudio.training.checkpoint import CheckpointKeeper, read_checkpoint_inf
 from lorastudio.training.conditioning import CaptionPicker, Conditioning
 from lorastudio.training.distributed import ParallelContext, StopPoll, all_reduce_sum
 from lorastudio.training.ema import AdapterEma, make_ema
-from lorastudio.training.events import Emit, Progress, SampleReady
+from lorastudio.training.events import Emit, Progress
 from lorastudio.training.export import save_lora_snapshot
 from lorastudio.training.extend import respan_schedule
 from lorastudio.training.latents import LatentSource
+from lorastudio.training.loop_end import finish_run, sample_round
 from lorastudio.training.meter import DivergenceGuard, StepMeter
 from lorastudio.training.micro_batches import batch_forward_backward
 from lorastudio.training.noise import DdpmObjective, FlowObjective
@@ -51,7 +52,6 @@ from lorastudio.training.snapshot import LoopParts, load_checkpoint, save_checkp
 from lorastudio.training.validate import HeldOut, ValidationRounds, validation_round
 
 if TYPE_CHECKING:
-    from lorastudio.config import TrainConfig
     from lorastudio.data import DatasetScan
     from lorastudio.data.preservation_texts import PreservationTexts
     from lorastudio.training.text_encoders import TextEncoderLora
@@ -96,6 +96,9 @@ class RunState:
     # Inductor's cache hits / misses when the run began (training/run_timings.compile_cache_state)
     compile_counts: dict[str, int] = field(default_factory=compile_cache_counts)
     latents_encoded: int | None = None  # images phase 2 encoded (None: every image; the disk cache: fewer)
+    # writes the run's LoRA after its last step (train() sets it on rank 0; loop_end.finish_run calls it)
+    final_save: Callable[[], None] | None = None
+    final_lora: Path | None = None  # the run's LoRA, once final_save wrote it
 
 
 def optimize(
@@ -189,14 +192,15 @@ def optimize(
             in_flight = flight  # its host values are read after the next step is queued
             continue
         _record(run, state, parts, flight, num_steps, emit)
-        if state.previews is not None and state.previews.due(step, num_steps):
-            with _sample_weights(parts, cfg):
-                images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
-            emit(SampleReady(step=step, images=images))
-        if validating:  # with its LoRA snapshot (not after the last step: the final LoRA is that one)
-            validation_round(run, state, objective, step, emit)
-        if step >= num_steps:
+        if step >= num_steps:  # its validation round (the final sidecar records it), LoRA, samples
+            if validating:  # no snapshot of its own: the final LoRA is that one
+                validation_round(run, state, objective, step, emit)
+            finish_run(run, state, parts, source, emit)
             break
+        if state.previews is not None and state.previews.due(step, num_steps):
+            sample_round(cfg, state, parts, source, step, emit)
+        if validating:  # with its LoRA snapshot
+            validation_round(run, state, objective, step, emit)
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
             _checkpoint(run, state, parts)  # with its LoRA snapshot
         elif snapshot_due:
@@ -206,13 +210,6 @@ def optimize(
         except TrainingStopped as request:
             _save_for_stop(request, run, state, parts)
             raise
-
-
-def _sample_weights(parts: LoopParts, cfg: TrainConfig) -> contextlib.AbstractContextManager[None]:
-    """The adapter weights a sample round renders: the EMA ones (cfg.sample_with_ema) or the raw."""
-    if parts.ema is not None and cfg.sample_with_ema:
-        return parts.ema.swapped_in()
-    return contextlib.nullcontext()
 
 
 def _fused(optimizer: torch.optim.Optimizer) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from lorastudio.config_host import compile_runs
-from lorastudio.timings import PhaseClock, phase_seconds, run_signature, write_record
+from lorastudio.timings import FINAL_LORA_SAVED, PhaseClock, phase_seconds, run_signature, write_record
 
 if TYPE_CHECKING:
     from lorastudio.settings import Settings
@@ -66,7 +66,13 @@ def record_run_timings(run: PreparedRun, state: RunState, clock: PhaseClock, set
         lora_rank=cfg.lora_rank,
         preservation=cfg.preservation is not None,
     )
-    measured = phase_seconds(clock.stamped, cfg.save_every, end=clock.elapsed(), before=clock.before)
+    measured = phase_seconds(
+        clock.stamped,
+        cfg.save_every,
+        end=clock.elapsed(),
+        before=clock.before,
+        lora_saved=clock.marks.get(FINAL_LORA_SAVED),
+    )
     encoded = measured["latents"] if state.latents_encoded is None else state.latents_encoded
     measured["latents_encoded"] = encoded  # the latent phase's work ("latents": the images in it)
     # the first step's compile came from the cache or not (jobs/time_forecast.py picks the kind)

@@ -120,10 +120,11 @@ def discard_session(run_dir: Path, resumed: bool, keeper: CheckpointKeeper | Non
         keeper.discard()
 
 
-def clean_after_failure(run_dir: Path, resumed: bool) -> None:
-    """A failed session: a fresh folder without any checkpoint is removed; otherwise the
-    checkpoints stay resumable and only staging leftovers go (no LoRA was written)."""
-    if not resumed and not list_checkpoints(run_dir):
+def clean_after_failure(run_dir: Path, resumed: bool, lora_written: bool = False) -> None:
+    """A failed session: a fresh folder without any checkpoint or written LoRA is removed;
+    otherwise the checkpoints stay resumable, the LoRA (`lora_written`: the run's final one,
+    written before the failure in its final sample round) stays, and only staging leftovers go."""
+    if not resumed and not lora_written and not list_checkpoints(run_dir):
         shutil.rmtree(run_dir, ignore_errors=True)
     else:
         remove_leftovers(run_dir)

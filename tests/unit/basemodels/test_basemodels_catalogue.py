@@ -23,7 +23,7 @@ from lorastudio.basemodels import (
     resolve_hub_id,
 )
 from lorastudio.basemodels.added import added_list_path
-from lorastudio.basemodels.hubcache import hub_cache_dir
+from lorastudio.basemodels.hubcache import hub_cache_dir, hub_endpoint
 from lorastudio.errors import ConfigError, JobActive, ModelNotDeletable, ModelSourceError, NotFound
 from lorastudio.settings import Settings
 from lorastudio.training.preflight import resolve_model_source
@@ -153,6 +153,39 @@ def test_the_hub_cache_is_listed_and_never_deleted(
     with pytest.raises(ModelNotDeletable, match="hub cache"):
         delete_model(settings, "hub:acme--flux")
     assert snapshot.is_dir()
+
+
+def test_the_hub_cache_follows_the_environment_not_the_import_time_constant(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """huggingface_hub.constants.HF_HUB_CACHE is frozen when huggingface_hub is first imported (a
+    test that set HF_HUB_CACHE then left it there for the rest of the session); the catalogue
+    follows the variables as they are now, by huggingface_hub's own precedence."""
+    from huggingface_hub import constants
+
+    stale = tmp_path / "stale-hub"
+    snapshot = stale / "models--acme--flux" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    (stale / "models--acme--flux" / "refs").mkdir()
+    (stale / "models--acme--flux" / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(stale))
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9/stale")
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    assert hub_endpoint() == "https://huggingface.co"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert hub_cache_dir() == tmp_path / "xdg" / "huggingface" / "hub"
+    assert [e.id for e in list_models(settings, known_captioners=False) if e.source == "hub-cache"] == []
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert hub_cache_dir() == tmp_path / "home" / "hub"
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(tmp_path / "legacy"))
+    assert hub_cache_dir() == tmp_path / "legacy"
+    monkeypatch.setenv("HF_HUB_CACHE", str(stale))
+    assert hub_cache_dir() == stale
+    assert [e.id for e in list_models(settings, known_captioners=False) if e.source == "hub-cache"] == [
+        "hub:acme--flux"
+    ]
 
 
 def test_hub_ids_are_vetted_from_disk_and_offline_only_disk_counts(

@@ -140,6 +140,29 @@ def test_phases_from_stamped_events() -> None:
     assert later["to_first_read_s"] == 4.5 and later["to_first_step_s"] == 24.0
 
 
+def test_the_final_sample_round_starts_when_the_lora_is_saved() -> None:
+    """The engine writes the run's LoRA before the final sample round (training/loop_end.finish_run):
+    the round is timed from that save (the PhaseClock's FINAL_LORA_SAVED mark), the save counts
+    as export, so each round's time stays one round's."""
+    stamped = [
+        (10.0, _event("preparing", phase="denoiser", done=1, total=1)),
+        (20.0, _event("progress", step=1)),
+        (21.0, _event("progress", step=2)),
+        (24.0, _event("sample_ready", step=2)),  # sample_every 2: a 3 s round
+        (25.0, _event("progress", step=3)),
+        (26.0, _event("progress", step=4)),
+        (30.5, _event("sample_ready", step=4)),  # the 1.5 s save, then a 3 s round
+        (31.0, _event("complete", lora_path="x", steps_run=4, stopped=False)),
+    ]
+    out = phase_seconds(stamped, save_every=None, end=31.5, lora_saved=27.5)
+    ph = out["phases"]
+    assert ph["sample_rounds"] == 6.0 and out["sample_rounds"] == 2
+    assert ph["export"] == 2.5  # the save (1.5 s) and the end after the round (1.0 s)
+    assert sum(ph.values()) == pytest.approx(31.5)
+    unmarked = phase_seconds(stamped, save_every=None, end=31.5)  # a save after the samples
+    assert unmarked["phases"]["sample_rounds"] == 7.5 and unmarked["phases"]["export"] == 1.0
+
+
 def test_runs_of_another_base_on_this_machine_scale_by_size_pixels_and_samples(tmp_path: Path) -> None:
     from lorastudio.config import TrainConfig
     from lorastudio.jobs.time_forecast import time_forecast

@@ -165,6 +165,26 @@ def test_a_missing_file_or_a_malformed_value_is_refused(bases, small_dataset, tm
         train(offline, [].append, device="cpu")
 
 
+def test_a_hub_assistant_is_found_in_the_hub_cache_the_environment_names_now(
+    bases, assistant, small_dataset, tmp_path, monkeypatch
+):
+    """Offline, a hub assistant_lora in the hub cache of $HF_HUB_CACHE as set now (not as it was
+    when huggingface_hub was imported: its constants keep that) passes the checks and is used."""
+    from lorastudio.training.assistant import assistant_file
+    from lorastudio.training.assistant_rules import assistant_problems
+
+    storage = tmp_path / "hub" / "models--acme--adapter"
+    snapshot = storage / "snapshots" / ("c" * 40)
+    snapshot.mkdir(parents=True)
+    shutil.copy(assistant, snapshot / "a.safetensors")
+    (storage / "refs").mkdir()
+    (storage / "refs" / "main").write_text("c" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cfg = parse_train_config(_raw(bases["turbo"], small_dataset, assistant_lora="acme/adapter/a.safetensors"))
+    assert assistant_problems(cfg, families.get(FAMILY)) == []
+    assert assistant_file("acme/adapter/a.safetensors") == snapshot / "a.safetensors"
+
+
 def test_distilled_is_read_from_the_checkpoint_for_any_family(tiny_model, tmp_path):
     """Family.distilled is family-agnostic: Krea 2's model_index.json says is_distilled."""
     fam = families.get("krea2")

@@ -1,0 +1,41 @@
+"""The one rule for free text a user gives that lorastudio writes into captions, files or the UI
+(a trigger word, a caption prefix, a class word, a default caption, a prompt): no control,
+invisible or text-direction character (NUL, ESC, U+202E RIGHT-TO-LEFT OVERRIDE, a zero-width
+joiner, ...: data/paths.hidden_characters), which would give a caption of several lines, a
+metadata value cut at a NUL, or a text that reads backwards in the UI and the model card.
+
+Two forms: `one_line` (a trigger word, a prefix, a class word: also no line break or tab) and
+`visible_text` (a caption or a prompt, which may be written over several lines: line breaks and
+tabs allowed, nothing else). Both raise ValueError naming the characters, so a pydantic
+field_validator reports it under the field's name.
+"""
+
+from __future__ import annotations
+
+from lorastudio.data.paths import hidden_characters
+
+TEXT_WHITESPACE = "\n\t"  # the control characters a multi-line text may hold (not \r: it rewinds a line)
+
+
+def one_line(value: str | None, what: str = "") -> str | None:
+    """`value` unchanged when it is one line of visible text (or None).
+
+    Raises: ValueError "<what >must be one line of visible text; it holds U+000A LINE FEED ...".
+    """
+    hidden = hidden_characters(value) if value else ""
+    if hidden:
+        raise ValueError(f"{what + ' ' if what else ''}must be one line of visible text; it holds {hidden}")
+    return value
+
+
+def visible_text(value: str | None, what: str = "") -> str | None:
+    """`value` unchanged when it holds no hidden character but line breaks and tabs (or None).
+
+    Raises: ValueError "<what >must be visible text (line breaks allowed); it holds U+0000 ...".
+    """
+    hidden = hidden_characters(value.translate({ord(ch): None for ch in TEXT_WHITESPACE})) if value else ""
+    if hidden:
+        raise ValueError(
+            f"{what + ' ' if what else ''}must be visible text (line breaks allowed); it holds {hidden}"
+        )
+    return value

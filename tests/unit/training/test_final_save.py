@@ -1,0 +1,95 @@
+"""The run's LoRA is written after its last step and before the final sample round (training/
+loop_end.finish_run), so a failure or a kill while the final samples render keeps every trained
+step: the final LoRA and its sidecar are on disk, loadable, the weights of the uninterrupted run.
+Tiny FLUX.1, 2 steps, no checkpoint (before: the folder was removed, or the LoRA never written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lorastudio.config import TrainConfig
+from lorastudio.lora.files import read_lora_file
+from lorastudio.settings import get_settings
+from lorastudio.training.loop import train
+from lorastudio.training.samples import SamplePreviews
+
+SAMPLES = {"sample_prompts": ["a red circle"], "sample_steps": 2}
+
+
+def _final_round_raises(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    real = SamplePreviews.render
+
+    def render(self: SamplePreviews, denoiser: Any, step: int, vae: Any = None) -> list[str]:
+        if step >= int(self.run.cfg.steps):
+            lora = get_settings().outputs_dir / str(self.run.cfg.output_name)
+            assert (lora / f"{lora.name}.safetensors").is_file()  # written before this round
+            raise error
+        return real(self, denoiser, step, vae=vae)
+
+    monkeypatch.setattr(SamplePreviews, "render", render)
+
+
+def _assert_final_lora(name: str, reference: Path) -> None:
+    run_dir = get_settings().outputs_dir / name
+    tensors, _ = read_lora_file(run_dir / f"{name}.safetensors")
+    expected, _ = read_lora_file(reference)
+    assert tensors.keys() == expected.keys() and all(torch.equal(tensors[k], expected[k]) for k in tensors)
+    sidecar = json.loads((run_dir / f"{name}.json").read_text())
+    assert (sidecar["steps"], sidecar["stopped"]) == (2, False)
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+@pytest.mark.parametrize("error", [RuntimeError("the sampler broke"), KeyboardInterrupt()])
+def test_a_failure_in_the_final_sample_round_keeps_the_final_lora(
+    error: BaseException, make_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = train(make_config(output_name="whole", **SAMPLES), [].append, device="cpu")
+    assert whole.lora_path is not None
+    _final_round_raises(monkeypatch, error)
+    events: list = []
+    with pytest.raises(type(error)):
+        train(make_config(output_name="broken", **SAMPLES), events.append, device="cpu")
+    assert events[-1].type == "error" and "sample_ready" not in [e.type for e in events]
+    _assert_final_lora("broken", whole.lora_path)
+
+
+def test_a_kill_in_the_final_sample_round_keeps_the_final_lora(
+    make_config: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    """A real SIGKILL of the training process when its final sample round starts."""
+    whole = train(make_config(output_name="whole", **SAMPLES), [].append, device="cpu")
+    assert whole.lora_path is not None
+    config = tmp_path / "killed.json"
+    config.write_text(
+        json.dumps(make_config(output_name="killed", **SAMPLES).model_dump(mode="json", exclude_unset=True))
+    )
+    child = f"""
+import os, signal, torch
+from lorastudio.config import TrainConfig
+from lorastudio.training.loop import train
+from lorastudio.training.samples import SamplePreviews
+torch.set_num_threads(1)
+real = SamplePreviews.render
+def render(self, denoiser, step, vae=None):
+    if step >= int(self.run.cfg.steps):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, denoiser, step, vae=vae)
+SamplePreviews.render = render
+train(TrainConfig.model_validate_json(open({str(config)!r}).read()), print, device="cpu")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", child], env=dict(os.environ), capture_output=True, timeout=300
+    )
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+    events = done.stdout.decode()
+    assert "type='progress'" in events and "sample_ready" not in events and "type='complete'" not in events
+    _assert_final_lora("killed", whole.lora_path)
