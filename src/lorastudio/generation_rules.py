@@ -8,9 +8,10 @@ jobs.generation's check) and the engine's generate_image. No torch.
   2**64 - 1);
 - guidance: a finite number in 0..GUIDANCE_MAX (a sample prompt's range): inf renders NaN
   pixels (a black image), 1e308 overflows the float32 guidance tensor;
-- a LoRA's scale: -LORA_SCALE_LIMIT..LORA_SCALE_LIMIT, finite.
-
-The server's size and steps budget (jobs/generation.py) comes on top of these.
+- a LoRA's scale: -LORA_SCALE_LIMIT..LORA_SCALE_LIMIT, finite;
+- the budget (per request, `budget_problems`): width and height each at most MAX_SIDE pixels,
+  width x height at most MAX_PIXELS, steps 1..MAX_STEPS, and width x height x steps at most
+  MAX_PIXEL_STEPS. The CLI checks it before the pipeline loads, the API before the worker runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from lorastudio.errors import FieldProblem
 SEED_MAX = 2**32 - 1
 GUIDANCE_MAX = 100.0
 LORA_SCALE_LIMIT = 4.0  # a LoRA's scale in a generation: -4..4 (the API's LoraRef, `generate --lora`)
+MAX_SIDE = 4096  # pixels, width and height each
+MAX_PIXELS = 2048 * 2048  # width x height: 4.2 megapixels
+MAX_STEPS = 200
+MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
 
 
 def size_problems(width: int, height: int, family: str, prefix: str = "") -> list[FieldProblem]:
@@ -54,3 +59,43 @@ def guidance_problems(guidance: float | None, prefix: str = "") -> list[FieldPro
             f"{prefix}guidance", f"{guidance:g}: must be a finite number between 0 and {GUIDANCE_MAX:g}"
         )
     ]
+
+
+def budget_problems(
+    width: int, height: int, steps: int | None, family: str, prefix: str = ""
+) -> list[FieldProblem]:
+    """What is over the generation budget (see the module docstring) or not a multiple of
+    `family`'s resolution multiple (`size_problems`); [] when the request fits. steps None: the
+    family's default (not checked). One problem per field at most; sides of any size (a
+    400-digit width) are answered, never multiplied as floats. Fields named `prefix` + name."""
+    problems = size_problems(width, height, family, prefix)
+    refused = {p.field for p in problems}
+    for name, value in (("width", width), ("height", height)):
+        if f"{prefix}{name}" not in refused and value > MAX_SIDE:
+            problems.append(
+                FieldProblem(f"{prefix}{name}", f"{value} is over the generation budget of {MAX_SIDE} pixels")
+            )
+    steps_ok = steps is None or 1 <= steps <= MAX_STEPS
+    if not steps_ok:
+        problems.append(FieldProblem(f"{prefix}steps", f"{steps}: must be between 1 and {MAX_STEPS}"))
+    if any(p.field in (f"{prefix}width", f"{prefix}height") for p in problems):
+        return problems  # the area means something for sides in range
+    pixels = width * height
+    if pixels > MAX_PIXELS:
+        problems.append(
+            FieldProblem(
+                f"{prefix}width",
+                f"{width}x{height} = {pixels / 1e6:.1f} MP is over the generation budget of "
+                f"{MAX_PIXELS / 1e6:.1f} MP per image",
+            )
+        )
+    elif steps is not None and steps_ok and pixels * steps > MAX_PIXEL_STEPS:
+        most = MAX_PIXEL_STEPS // max(pixels, 1)
+        problems.append(
+            FieldProblem(
+                f"{prefix}steps",
+                f"{steps} steps at {width}x{height} is over the generation budget of "
+                f"{MAX_PIXEL_STEPS / 1e6:.0f} M pixel-steps (at most {most} steps at this size)",
+            )
+        )
+    return problems

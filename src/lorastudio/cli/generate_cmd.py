@@ -94,7 +94,9 @@ def generate_cmd(
     ),
     family: str | None = typer.Option(None, "--family", help="model family (default: from the folder)"),
     seed: int = typer.Option(0, "--seed", help="noise seed, 0-4294967295 (the same seed, the same image)"),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="inference steps (default: the family's)"),
+    steps: int | None = typer.Option(
+        None, "--steps", help="inference steps, 1-200 (default: the family's; the API's budget)"
+    ),
     width: int | None = typer.Option(
         None, "--width", help="image width in pixels (default: the family's training resolution)"
     ),
@@ -234,7 +236,7 @@ def _generate(
                 problems.append(FieldProblem("--lora", str(err)))
     references = _read_controls(control or [], problems)
     if family is not None and family in families.names():  # what the API checks, before any load
-        problems += _request_problems(family, found, len(control or []), width, height)
+        problems += _request_problems(family, found, len(control or []), width, height, steps)
     if negative and family is not None and family in families.names():
         from lorastudio.jobs.generation import negative_prompt_refusal
 
@@ -290,23 +292,24 @@ def _generate(
 
 
 def _request_problems(
-    family: str, found: Any, controls: int, width: int | None, height: int | None
+    family: str, found: Any, controls: int, width: int | None, height: int | None, steps: int | None
 ) -> list[FieldProblem]:
-    """The checks POST /api/generate makes before any work, but its size budget: --width /
-    --height multiples of the family's (generation_rules.size_problems), the --control count
+    """The checks POST /api/generate makes before any work: --width / --height multiples of the
+    family's and --width / --height / --steps within the API's budget
+    (generation_rules.budget_problems, the same words), the --control count
     against the family and the base checkpoint's flavour (jobs.references.reference_count_problems)
     and the references' smallest side (data.sample_refs.reference_size_problem). `found`: the
     resolved base (None if unresolved)."""
     from lorastudio import families
     from lorastudio.data.sample_refs import reference_size_problem
-    from lorastudio.generation_rules import size_problems
+    from lorastudio.generation_rules import budget_problems
     from lorastudio.jobs.references import reference_count_problems
 
     fam = families.get(family)
     spec = fam.spec
     side = int(spec.defaults.get("resolution", 1024))
     width, height = side if width is None else width, side if height is None else height
-    problems = size_problems(width, height, spec.name, "--")
+    problems = budget_problems(width, height, steps, spec.name, "--")
     configs = found.configs if found is not None else None
     folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
     flavour = fam.folder_variant(folder) if folder is not None and folder.is_dir() else None

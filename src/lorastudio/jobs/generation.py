@@ -11,13 +11,12 @@ GenerationWorkerLost (HTTP 503), one that hangs past the allowance of what was a
 request starts a fresh one; the server goes on.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
-the revision, the size against the budget below, the LoRA files (their headers are read with a
+the revision, the size and steps against the budget below, the LoRA files (their headers are read with a
 size cap and checked, lora/header.py) and the base model. Images go to the gallery
 (settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
 writes the sidecar, then renames the PNG into place. No torch here.
 
-The budget (per request): width and height each at most MAX_SIDE pixels, width x height at most
-MAX_PIXELS, steps at most MAX_STEPS, and width x height x steps at most MAX_PIXEL_STEPS.
+The budget (per request) is generation_rules.budget_problems, the CLI's too.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.writes import staged_write
 from lorastudio.errors import ConfigError, FieldProblem, GenerationWorkerLost, ModelSourceError, NotFound
-from lorastudio.generation_rules import size_problems
+from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
@@ -50,10 +49,6 @@ from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
-MAX_SIDE = 4096  # pixels, width and height each
-MAX_PIXELS = 2048 * 2048  # width x height: 4.2 megapixels
-MAX_STEPS = 200
-MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
 
 
 @dataclass(frozen=True)
@@ -135,42 +130,6 @@ def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
         at = "" if step is None else f" at step {step}"
         raise NotFound(f"no trained LoRA named {name!r}{at} in {settings.outputs_dir}")
     return path
-
-
-def budget_problems(width: int, height: int, steps: int, family: str) -> list[FieldProblem]:
-    """What is over the generation budget (see the module docstring) or not a multiple of
-    `family`'s resolution multiple (generation_rules.size_problems); [] when the request fits.
-    One problem per field at most; sides of any size (a 400-digit width) are answered, never
-    multiplied as floats."""
-    problems = size_problems(width, height, family)
-    refused = {p.field for p in problems}
-    for name, value in (("width", width), ("height", height)):
-        if name not in refused and value > MAX_SIDE:
-            problems.append(FieldProblem(name, f"{value} is over the generation budget of {MAX_SIDE} pixels"))
-    steps_ok = 1 <= steps <= MAX_STEPS
-    if not steps_ok:
-        problems.append(FieldProblem("steps", f"{steps}: must be between 1 and {MAX_STEPS}"))
-    if {"width", "height"} & {p.field for p in problems}:  # the area means something for sides in range
-        return problems
-    pixels = width * height
-    if pixels > MAX_PIXELS:
-        problems.append(
-            FieldProblem(
-                "width",
-                f"{width}x{height} = {pixels / 1e6:.1f} MP is over the generation budget of "
-                f"{MAX_PIXELS / 1e6:.1f} MP per image",
-            )
-        )
-    elif steps_ok and pixels * steps > MAX_PIXEL_STEPS:
-        most = MAX_PIXEL_STEPS // max(pixels, 1)
-        problems.append(
-            FieldProblem(
-                "steps",
-                f"{steps} steps at {width}x{height} is over the generation budget of "
-                f"{MAX_PIXEL_STEPS / 1e6:.0f} M pixel-steps (at most {most} steps at this size)",
-            )
-        )
-    return problems
 
 
 class GenerationService:

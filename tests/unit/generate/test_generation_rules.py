@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 from lorastudio.cli.app import _register, app
 from lorastudio.errors import ConfigError
 from lorastudio.generate import generate_image, load_pipeline
-from lorastudio.generation_rules import GUIDANCE_MAX, SEED_MAX, size_problems
-from lorastudio.jobs.generation import budget_problems
+from lorastudio.generation_rules import GUIDANCE_MAX, SEED_MAX, budget_problems, size_problems
 
 
 @pytest.fixture
@@ -55,6 +54,27 @@ def test_the_size_multiple_is_one_rule_worded_once(tiny_model, tmp_path, no_load
     assert rule == {"33: must be a positive multiple of 16 for flux"}
     assert {p.message for p in budget_problems(33, 32, 1, "flux")} == rule
     assert f"--width: {next(iter(rule))}" in _run(tiny_model, tmp_path, "--width", "33")
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "width", "height", "steps"),
+    [
+        (("--steps", "100000000"), "steps", 32, 32, 100000000),
+        (("--steps", "0"), "steps", 32, 32, 0),
+        (("--width", "1024000"), "width", 1024000, 32, 1),
+        (("--width", "4096", "--height", "4096"), "width", 4096, 4096, 1),
+        (("--width", "2048", "--height", "2048", "--steps", "51"), "steps", 2048, 2048, 51),
+    ],
+)
+def test_the_cli_refuses_what_the_apis_budget_refuses_before_any_load(
+    tiny_model, tmp_path, no_load, extra, field, width, height, steps
+):
+    """`lorastudio generate --steps 100000000` or `--width 1024000` ran (or loaded the pipeline
+    first); the API refused them. One rule (generation_rules.budget_problems), the same words."""
+    rule = budget_problems(width, height, steps, "flux")
+    assert [p.field for p in rule] == [field], rule
+    said = _run(tiny_model, tmp_path, *extra)
+    assert f"--{field}: {rule[0].message}" in said, said
 
 
 def test_the_engine_refuses_what_the_rules_refuse(tiny_model):

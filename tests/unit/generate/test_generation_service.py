@@ -17,13 +17,8 @@ from typer.testing import CliRunner
 from hostile_loras import hostile_cases
 from lorastudio.cli.app import _register, app
 from lorastudio.errors import ConfigError
-from lorastudio.jobs.generation import (
-    MAX_PIXEL_STEPS,
-    GenerationRequest,
-    GenerationService,
-    LoraChoice,
-    budget_problems,
-)
+from lorastudio.generation_rules import MAX_PIXEL_STEPS, budget_problems
+from lorastudio.jobs.generation import GenerationRequest, GenerationService, LoraChoice
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings
 
