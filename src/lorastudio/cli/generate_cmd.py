@@ -132,11 +132,14 @@ def generate_cmd(
     ),
 ) -> None:
     """Generate one image, optionally with LoRAs applied at the given scales."""
+    from lorastudio.cli.termination import sigterm_exits
+
     try:
-        _generate(
-            base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device, overwrite,
-            control, base_config, v_prediction, negative,
-        )  # fmt: skip
+        with sigterm_exits():  # a SIGTERM mid-write removes the staging file
+            _generate(
+                base, prompt, out, lora, family, seed, steps, width, height, guidance, revision, device,
+                overwrite, control, base_config, v_prediction, negative,
+            )  # fmt: skip
     except LorastudioError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None

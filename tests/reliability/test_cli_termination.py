@@ -1,0 +1,98 @@
+"""A SIGTERM or Ctrl-C during `lorastudio generate --out X.png` or `lora convert|merge|resize`
+left the hidden staging file next to the output (a SIGTERM ended Python before any `finally`).
+Each command runs as a real subprocess whose write is held open by a sleep hook in the child
+(safetensors' save_file or PIL's save writes part of the file, says so, then sleeps); the test
+signals it there and finds nothing left beside the output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import lorastudio
+from lorastudio.lora.metadata import PREFIX
+
+SRC = str(Path(lorastudio.__file__).resolve().parents[1])
+KEY = "transformer.single_transformer_blocks.0.attn.to_q"
+
+# The child: a slow write (part of the file, a marker, a long sleep), then the real CLI.
+CHILD = """
+import sys, time
+from pathlib import Path
+marker = Path(sys.argv[1])
+
+def slow(path):
+    Path(path).write_bytes(b"partial")
+    marker.write_text("writing")
+    time.sleep(120)
+
+import safetensors.torch
+safetensors.torch.save_file = lambda tensors, path, metadata=None: slow(path)
+from PIL import Image
+Image.Image.save = lambda self, fp, format=None, **kw: slow(fp)
+from lorastudio.cli.app import main
+sys.argv = ["lorastudio", *sys.argv[2:]]
+main()
+"""
+
+
+def _lora(path: Path) -> Path:
+    g = torch.Generator().manual_seed(0)
+    save_file({f"{KEY}.lora_A.weight": torch.randn(2, 32, generator=g),
+               f"{KEY}.lora_B.weight": torch.randn(32, 2, generator=g)}, str(path),
+              metadata={PREFIX + "family": "flux"})  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("command", ["generate", "convert", "merge", "resize"])
+def test_a_signal_mid_write_leaves_no_staging_file(
+    tiny_model: Callable[[str], Path], tmp_path: Path, command: str, sig: signal.Signals
+) -> None:
+    (tmp_path / "in").mkdir()
+    lora = _lora(tmp_path / "in" / "a.safetensors")
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    args = {
+        "generate": ["generate", "--base", str(tiny_model("flux")), "--prompt", "p", "--steps", "1",
+                     "--width", "32", "--height", "32", "--out", str(outs / "x.png")],
+        "convert": ["lora", "convert", str(lora), str(outs / "x.safetensors"), "--to", "kohya",
+                    "--family", "flux"],
+        "merge": ["lora", "merge", f"{lora}:0.5", f"{lora}:0.5", "--out", str(outs / "x.safetensors"),
+                  "--family", "flux"],
+        "resize": ["lora", "resize", str(lora), "--rank", "1", "--out", str(outs / "x.safetensors")],
+    }[command]  # fmt: skip
+    marker = tmp_path / "writing"
+    env = {**os.environ, "PYTHONPATH": SRC}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(marker), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None, child.communicate()[0].decode()
+            assert time.monotonic() < deadline, "the child never began its write"
+            time.sleep(0.05)
+        assert [p.name.startswith(".") for p in outs.iterdir()] == [True]  # the staging file, mid-write
+        child.send_signal(sig)
+        output = child.communicate(timeout=60)[0].decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode != 0, output
+    if sig == signal.SIGTERM:
+        assert child.returncode == 128 + signal.SIGTERM, (child.returncode, output)
+    assert list(outs.iterdir()) == [], output  # neither the staging file nor a half output
