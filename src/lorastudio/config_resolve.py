@@ -27,6 +27,7 @@ from lorastudio.config_rules import (
     relative_step,
 )
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
+from lorastudio.generation_rules import side_problem
 
 if TYPE_CHECKING:
     from lorastudio.families.spec import FamilySpec
@@ -127,12 +128,11 @@ def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     for i, entry in enumerate(cfg.sample_prompts):  # a sample's own size (config_samples.py)
         for side in ("width", "height"):
             value = getattr(entry, side, None)
-            if value is not None and value % mult:
-                problems.append(
-                    FieldProblem(
-                        f"sample_prompts.{i}.{side}", f"must be a multiple of {mult} for {fam.spec.name}"
-                    )
-                )
+            # a generation's rule and words (generation_rules), as `lorastudio generate` says them
+            if value is not None and (
+                problem := side_problem(f"sample_prompts.{i}.{side}", value, fam.spec.name)
+            ):
+                problems.append(problem)
     problems += combination_problems(cfg)
     problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
     if cfg.fuse_projections == "on" and not fam.spec.fused_projection_groups:

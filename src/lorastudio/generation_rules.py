@@ -3,7 +3,8 @@
 jobs.generation's check) and the engine's generate_image. No torch.
 
 - width and height: positive multiples of the family's resolution_multiple (FamilySpec), worded
-  "{value}: must be a positive multiple of {multiple} for {family}" (`size_problems`);
+  "{value}: must be a positive multiple of {multiple} for {family}" (`side_problem`; a training
+  config's sample prompt sizes too, config_resolve);
 - seed: 0..SEED_MAX (the training config's sample_seed range; torch's generator takes at most
   2**64 - 1);
 - guidance: a finite number in 0..GUIDANCE_MAX (a sample prompt's range): inf renders NaN
@@ -29,18 +30,28 @@ MAX_STEPS = 200
 MAX_PIXEL_STEPS = 1024 * 1024 * 200  # width x height x steps: 200 steps at 1 MP, 50 at 4 MP
 
 
-def size_problems(width: int, height: int, family: str, prefix: str = "") -> list[FieldProblem]:
-    """Width / height that are not positive multiples of `family`'s resolution multiple; fields
-    named `prefix` + width / height ("--" for the CLI's options). Raises UnknownFamily."""
+def side_problem(field: str, value: int, family: str) -> FieldProblem | None:
+    """The one size-multiple rule and wording: `value` for `field` (a width or height: a
+    generation's, a sample prompt's) that is not a positive multiple of `family`'s resolution
+    multiple, else None. Raises UnknownFamily."""
     from lorastudio import families
 
     spec = families.get(family).spec
     mult = spec.resolution_multiple
-    return [
-        FieldProblem(f"{prefix}{name}", f"{value}: must be a positive multiple of {mult} for {spec.name}")
+    if value < mult or value % mult:
+        return FieldProblem(field, f"{value}: must be a positive multiple of {mult} for {spec.name}")
+    return None
+
+
+def size_problems(width: int, height: int, family: str, prefix: str = "") -> list[FieldProblem]:
+    """Width / height that are not positive multiples of `family`'s resolution multiple
+    (`side_problem`); fields named `prefix` + width / height ("--" for the CLI's options). Raises
+    UnknownFamily."""
+    found = (
+        side_problem(f"{prefix}{name}", value, family)
         for name, value in (("width", width), ("height", height))
-        if value < mult or value % mult
-    ]
+    )
+    return [p for p in found if p is not None]
 
 
 def seed_problems(seed: int, prefix: str = "") -> list[FieldProblem]:

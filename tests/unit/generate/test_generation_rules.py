@@ -77,6 +77,26 @@ def test_the_cli_refuses_what_the_apis_budget_refuses_before_any_load(
     assert f"--{field}: {rule[0].message}" in said, said
 
 
+def test_a_sample_prompts_size_is_refused_in_the_generation_rules_words(tiny_model, tmp_path, no_load):
+    """The training config's sample-prompt width / height check said "must be a multiple of 16
+    for flux" while `lorastudio generate` and the API said the value and "positive multiple":
+    one rule (generation_rules.side_problem), one wording."""
+    from lorastudio.config_resolve import parse_train_config, resolve_train_config
+
+    data = tmp_path / "data"
+    data.mkdir()
+    Image.new("RGB", (32, 32)).save(data / "a.png")
+    (data / "a.txt").write_text("a")
+    config = {"family": "flux", "base_model": str(tiny_model("flux")), "data_dir": str(data),
+              "sample_prompts": [{"prompt": "b", "width": 40, "height": 32}]}  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        resolve_train_config(parse_train_config(config))
+    said = {(p.field, p.message) for p in info.value.problems}
+    rule = next(iter(size_problems(40, 32, "flux")))
+    assert ("sample_prompts.0.width", rule.message) in said, said
+    assert f"--width: {rule.message}" in _run(tiny_model, tmp_path, "--width", "40")
+
+
 def test_the_engine_refuses_what_the_rules_refuse(tiny_model):
     pipe = load_pipeline(str(tiny_model("flux")), "flux", device="cpu")
     with pytest.raises(ConfigError) as info:

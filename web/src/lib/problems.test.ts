@@ -8,7 +8,7 @@ describe("placing the server's problems", () => {
     const placed = placeProblems(
       [
         { field: "config.lora_rank", message: "must be at most 1024" },
-        { field: "sample_prompts.0.width", message: "must be a multiple of 16 for flux" },
+        { field: "sample_prompts.0.width", message: "40: must be a positive multiple of 16 for flux" },
         { field: "datasets.1.resolution", message: "must be a multiple of 16 for flux" },
         { field: "optimizer_betas.1", message: "Field required" },
         { field: "report_to.0", message: "Input should be 'tensorboard' or 'wandb'" },
@@ -17,7 +17,7 @@ describe("placing the server's problems", () => {
     );
     expect(placed.fields).toEqual({
       lora_rank: "must be at most 1024",
-      sample_prompts: "#1 width: must be a multiple of 16 for flux",
+      sample_prompts: "#1 width: 40: must be a positive multiple of 16 for flux",
       datasets: "#2 resolution: must be a multiple of 16 for flux",
       optimizer_betas: "#2: Field required",
       report_to: "#1: Input should be 'tensorboard' or 'wandb'",

@@ -96,7 +96,7 @@ describe("TrainScreen", () => {
     await userEvent.type(input("sample_seed"), "99");
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     const prompts = input("sample_prompts").closest("label") as HTMLElement;
-    await waitFor(() => expect(prompts).toHaveTextContent("#1 width: must be a multiple of 16 for flux"));
+    await waitFor(() => expect(prompts).toHaveTextContent("#1 width: 40: must be a positive multiple of 16 for flux"));
     expect(prompts).toHaveTextContent("flux takes no reference images"); // both problems of the field
     expect(input("optimizer_betas").closest("label")).toHaveTextContent("#2: Field required");
     expect(screen.getByTestId("form-errors")).toHaveTextContent("(config): a problem of the whole config");

@@ -59,7 +59,7 @@ const REFUSALS: [string, unknown, { field: string; message: string }[]][] = [
     "sample_seed",
     99,
     [
-      { field: "sample_prompts.0.width", message: "must be a multiple of 16 for flux" },
+      { field: "sample_prompts.0.width", message: "40: must be a positive multiple of 16 for flux" },
       { field: "sample_prompts", message: "sample prompt 0: flux takes no reference images (a text-to-image family)" },
       { field: "optimizer_betas.1", message: "Field required" },
       { field: "(config)", message: "a problem of the whole config" },
