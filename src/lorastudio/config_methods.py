@@ -63,7 +63,7 @@ FAMILY_FIELD_REASONS: dict[str, str] = {
 def text_encoder_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """text_encoder_lr without train_text_encoder, and what a run with text-encoder LoRA cannot
     do: another adapter than LoRA, a measured memory plan, several GPUs, a learning rate beside
-    Adafactor's own step size."""
+    Adafactor's own step size, a text_encoder_lr other than learning_rate with Prodigy."""
     if not cfg.train_text_encoder:
         if cfg.text_encoder_lr is not None:
             return [
@@ -113,4 +113,26 @@ def text_encoder_problems(cfg: TrainConfig) -> list[FieldProblem]:
         problems.append(
             FieldProblem("text_encoder_lr", "adafactor_relative_step computes its own step size: remove it")
         )
+    if cfg.text_encoder_lr is not None and cfg.optimizer == "prodigy":
+        problems += _prodigy_text_encoder_lr_problems(cfg, cfg.text_encoder_lr)
     return problems
+
+
+def _prodigy_text_encoder_lr_problems(cfg: TrainConfig, text_encoder_lr: float) -> list[FieldProblem]:
+    """Prodigy learns one step size d for every parameter group from the largest group lr, and
+    prodigyopt refuses groups whose lr differ (a RuntimeError at the first step): a text_encoder_lr
+    other than the run's learning_rate (Prodigy's default 1.0 when unset) cannot be honoured."""
+    from lorastudio.config_rules import PRODIGY_DEFAULT_LR
+
+    learning_rate = cfg.learning_rate if "learning_rate" in cfg.model_fields_set else PRODIGY_DEFAULT_LR
+    if text_encoder_lr == learning_rate:
+        return []
+    return [
+        FieldProblem(
+            "text_encoder_lr",
+            f"{text_encoder_lr:g} differs from learning_rate "
+            f"({'the family default' if learning_rate is None else f'{learning_rate:g}'}): prodigy learns one "
+            "step size for the U-Net and the text encoders from the largest group lr (prodigyopt refuses "
+            "different lrs per group); remove text_encoder_lr, or use another optimizer",
+        )
+    ]

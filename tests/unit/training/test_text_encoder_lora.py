@@ -178,6 +178,35 @@ def test_refused_for_other_families_and_what_it_cannot_run_with():
     parse_train_config({**sdxl, "train_text_encoder": True, "text_encoder_lr": 1e-5})
 
 
+def test_prodigy_refuses_a_text_encoder_lr_other_than_learning_rate():
+    """Prodigy learns one step size from the largest group lr (prodigyopt refuses different lrs
+    per group at its first step): text_encoder_lr had no effect, or crashed the run after the
+    model loaded. Refused at the config, naming both fields and why; equal to learning_rate, or
+    unset, it runs."""
+    from prodigyopt import Prodigy
+
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    opt = Prodigy([{"params": [a], "lr": 1.0}, {"params": [b], "lr": 0.5}])
+    (a.sum() + b.sum()).backward()
+    with pytest.raises(RuntimeError, match="different lr values"):
+        opt.step()  # the library's own refusal, which the config rule states first
+    sdxl = {"base_model": "a/b", "data_dir": "d", "family": "sdxl", "train_text_encoder": True,
+            "optimizer": "prodigy"}  # fmt: skip
+    for extra, named in (
+        ({"text_encoder_lr": 0.5}, "(1)"),
+        ({"learning_rate": 0.8, "text_encoder_lr": 1.0}, "(0.8)"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            parse_train_config({**sdxl, **extra})
+        (problem,) = err.value.problems
+        assert problem.field == "text_encoder_lr", problem
+        assert f"differs from learning_rate {named}: prodigy learns one step size" in problem.message
+    parse_train_config({**sdxl, "text_encoder_lr": 1.0})  # Prodigy's default learning_rate
+    parse_train_config({**sdxl, "learning_rate": 0.8, "text_encoder_lr": 0.8})
+    parse_train_config(sdxl)
+    parse_train_config({**sdxl, "optimizer": "adamw", "text_encoder_lr": 1e-5})
+
+
 def test_the_preflight_report_says_captions_are_encoded_every_step(make_config):
     from lorastudio.jobs.preflight import preflight_report
     from lorastudio.jobs.validation import validate_run
