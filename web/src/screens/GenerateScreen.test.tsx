@@ -129,6 +129,28 @@ describe("GenerateScreen", () => {
     expect(sent).toMatchObject({ base_model: "/m/flux-finetune.safetensors", base_config: "/m/flux-dev" });
   });
 
+  it("reusing an image's settings sends its revision and prediction type back, for its base model only", async () => {
+    images = [{ ...OLD, base_model: "/m/sdxl-v.safetensors", revision: "v2", v_prediction: true, loras: [] }];
+    renderScreen();
+    const item = within(await screen.findByTestId("gallery")).getByRole("button", { name: /an old cat/ });
+    await userEvent.click(item);
+    await userEvent.click(screen.getByRole("button", { name: "Reuse these settings" }));
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/generate")).toBe(true));
+    const sent = calls.filter((c) => c.url === "/api/generate").map((c) => c.body as Record<string, unknown>);
+    expect(sent[0]).toMatchObject({ base_model: "/m/sdxl-v.safetensors", revision: "v2", v_prediction: true });
+    // another base model chosen: the image's revision and prediction type are not its own
+    const base = document.querySelector('[name="gen_base_model"]') as HTMLElement;
+    await userEvent.clear(base);
+    await userEvent.type(base, "/m/other");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await waitFor(() => expect(calls.filter((c) => c.url === "/api/generate").length).toBe(2));
+    const second = calls.filter((c) => c.url === "/api/generate")[1].body as Record<string, unknown>;
+    expect(second.base_model).toBe("/m/other");
+    expect(second).not.toHaveProperty("revision");
+    expect(second).not.toHaveProperty("v_prediction");
+  });
+
   it("Ctrl+Enter in the prompt generates", async () => {
     renderScreen();
     await screen.findByTestId("gallery");

@@ -28,6 +28,18 @@ const GPU_RETRIES = 15;
 
 /** POST /api/generate, retrying a 409 for a while when no job is live (a finished run may still
  * be releasing the GPU). `onWait` is told while it waits. */
+/** The reused image's revision / v_prediction, while `baseModel` is still the image's base model. */
+function reusedBaseSettings(
+  reused: Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null,
+  baseModel: string,
+): Pick<GenerateBody, "revision" | "v_prediction"> {
+  if (!reused || reused.base_model !== baseModel) return {};
+  return {
+    ...(reused.revision != null ? { revision: reused.revision } : {}),
+    ...(reused.v_prediction != null ? { v_prediction: reused.v_prediction } : {}),
+  };
+}
+
 async function generateWithRetry(body: GenerateBody, jobLive: boolean, onWait: () => void): Promise<GenerateResult> {
   for (let attempt = 0; ; attempt++) {
     try {
@@ -62,6 +74,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [height, setHeight] = useState("512");
   const [guidance, setGuidance] = useState("");
   const [negative, setNegative] = useState("");
+  // a reused gallery image's hub revision and prediction type (no input of their own): sent
+  // while its base model is the one chosen, so the same settings render the same pixels
+  const [reusedBase, setReusedBase] = useState<Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null>(null);
   const [gallery, setGallery] = useState<GalleryImage[] | null>(null);
   const [selected, setSelected] = useState<GalleryImage | null>(null);
   const [seconds, setSeconds] = useState<number | null>(null);
@@ -118,6 +133,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setNegative(img.negative_prompt ?? "");
     setPicks((img.loras ?? []).map((l) => ({ name: l.name, scale: l.scale ?? 1, step: l.step ?? null })));
     setRefs(referencesOf(img));
+    setReusedBase({ base_model: img.base_model, revision: img.revision, v_prediction: img.v_prediction });
   };
 
   const singleFile = baseModel.toLowerCase().endsWith(".safetensors");
@@ -125,6 +141,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     family,
     base_model: baseModel,
     ...(singleFile && baseConfig.trim() ? { base_config: baseConfig.trim() } : {}),
+    ...reusedBaseSettings(reusedBase, baseModel),
     prompt,
     seed: Number(seed),
     steps: Number(steps),
