@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lorastudio.errors import FieldProblem
-from lorastudio.text_rules import one_line, visible_text
+from lorastudio.text_rules import OneLineText, VisibleText
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -98,8 +98,10 @@ class DatasetEntry(BaseModel):
         description="sampling weight: the entry's share of an epoch is weight / sum of the weights "
         "(every entry sets one, or none does)",
     )
-    trigger_word: str | None = Field(default=None, max_length=200, description="null: the run's trigger_word")
-    default_caption: str | None = Field(
+    trigger_word: OneLineText | None = Field(
+        default=None, max_length=200, description="null: the run's trigger_word"
+    )
+    default_caption: VisibleText | None = Field(
         default=None, max_length=2000, description="null: the run's default_caption"
     )
     caption_dropout: float | None = Field(
@@ -124,18 +126,6 @@ class DatasetEntry(BaseModel):
         description="with regularisation: its samples' loss target is the base model's own prediction (the "
         "LoRA disabled) on the same noisy latents instead of the noise target (OneTrainer's prior prediction)",
     )
-
-    @field_validator("trigger_word")
-    @classmethod
-    def _one_line_trigger(cls, v: str | None) -> str | None:
-        """As the run's trigger_word (text_rules)."""
-        return one_line(v)
-
-    @field_validator("default_caption")
-    @classmethod
-    def _visible_caption(cls, v: str | None) -> str | None:
-        """As the run's default_caption (text_rules)."""
-        return visible_text(v)
 
     @field_validator("resolution")
     @classmethod

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from lorastudio.config_datasets import check_resolution
 from lorastudio.config_fields_base import StrictFields
-from lorastudio.text_rules import one_line, visible_text
+from lorastudio.text_rules import OneLineText, VisibleText
 
 LatentCacheMode = Literal["auto", "memory", "disk", "off"]
 
@@ -53,8 +53,10 @@ class DataFields(StrictFields):
         "per step), disk (memory-mapped shards kept across runs), auto (memory when it fits, else disk), "
         "off (encoded every step)",
     )
-    trigger_word: str | None = Field(default=None, max_length=200, description="prepended to captions")
-    default_caption: str | None = Field(
+    trigger_word: OneLineText | None = Field(
+        default=None, max_length=200, description="prepended to captions"
+    )
+    default_caption: VisibleText | None = Field(
         default=None, max_length=2000, description="caption of images without one (instance prompt)"
     )
     caption_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability of an empty caption")
@@ -126,18 +128,6 @@ class DataFields(StrictFields):
         "seeds every N optimizer steps and after the last one; each round also writes the LoRA snapshot of "
         "its step, so the best one is marked and kept (null: only after the last step)",
     )
-
-    @field_validator("trigger_word")
-    @classmethod
-    def _one_line_trigger(cls, v: str | None) -> str | None:
-        """Written into every caption, the LoRA's metadata and its model card (text_rules)."""
-        return one_line(v)
-
-    @field_validator("default_caption")
-    @classmethod
-    def _visible_caption(cls, v: str | None) -> str | None:
-        """A caption (text_rules): line breaks allowed, no NUL or text-direction character."""
-        return visible_text(v)
 
     @field_validator("resolution")
     @classmethod

@@ -7,10 +7,15 @@ metadata value cut at a NUL, or a text that reads backwards in the UI and the mo
 Two forms: `one_line` (a trigger word, a prefix, a class word: also no line break or tab) and
 `visible_text` (a caption or a prompt, which may be written over several lines: line breaks and
 tabs allowed, nothing else). Both raise ValueError naming the characters, so a pydantic
-field_validator reports it under the field's name.
+validator reports it under the field's name; `OneLineText` and `VisibleText` are the field types
+that apply them (a config field declares `OneLineText | None` rather than a validator of its own).
 """
 
 from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from lorastudio.data.paths import hidden_characters
 
@@ -39,3 +44,7 @@ def visible_text(value: str | None, what: str = "") -> str | None:
             f"{what + ' ' if what else ''}must be visible text (line breaks allowed); it holds {hidden}"
         )
     return value
+
+
+OneLineText = Annotated[str, AfterValidator(one_line)]  # a trigger word, a class word
+VisibleText = Annotated[str, AfterValidator(visible_text)]  # a caption (line breaks allowed)
