@@ -182,9 +182,10 @@ def dataset_problems(cfg: TrainConfig) -> list[FieldProblem]:
 
 
 def regularisation_problems(cfg: TrainConfig) -> list[FieldProblem]:
-    """prior_prediction on an entry that is not a regularisation one, prior_loss_weight without a
-    regularisation entry (it would be ignored), or every entry a regularisation one (nothing of
-    the subject to learn)."""
+    """prior_prediction on an entry that is not a regularisation one, or with train_text_encoder
+    (its target, the base model's prediction, would see the captions through the text encoders'
+    LoRA), prior_loss_weight without a regularisation entry (it would be ignored), or every entry
+    a regularisation one (nothing of the subject to learn)."""
     entries = cfg.datasets or []
     regs = [e.regularisation for e in entries]
     problems = [
@@ -192,6 +193,12 @@ def regularisation_problems(cfg: TrainConfig) -> list[FieldProblem]:
         for i, e in enumerate(entries)
         if e.prior_prediction and not e.regularisation
     ]
+    problems += [
+        FieldProblem(f"datasets.{i}.prior_prediction", "not with train_text_encoder (the base model's "
+                     "prediction, its target, would need the text encoders' LoRA disabled too)")
+        for i, e in enumerate(entries)
+        if e.prior_prediction and e.regularisation and cfg.train_text_encoder
+    ]  # fmt: skip
     if cfg.prior_loss_weight != 1.0 and not any(regs):
         problems.append(
             FieldProblem("prior_loss_weight", "needs a datasets entry with regularisation = true")

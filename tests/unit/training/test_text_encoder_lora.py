@@ -178,6 +178,32 @@ def test_refused_for_other_families_and_what_it_cannot_run_with():
     parse_train_config({**sdxl, "train_text_encoder": True, "text_encoder_lr": 1e-5})
 
 
+def test_a_prior_prediction_entry_is_refused_with_text_encoder_lora(make_config, small_dataset, tmp_path):
+    """A prior_prediction entry's target is the base model's prediction; with train_text_encoder
+    the batch's captions are encoded through the text encoders' LoRA, so that target was the
+    base U-Net's on the LoRA's text conditioning (half the adapter disabled), as preservation's
+    would be (refused there too). Refused before any load, naming the entry and why."""
+    from lorastudio.training.preflight import preflight
+
+    subject, klass = tmp_path / "subject", tmp_path / "class"
+    for n, img in enumerate(sorted(small_dataset.glob("*.png"))):
+        folder = subject if n < 2 else klass
+        folder.mkdir(exist_ok=True)
+        for path in (img, img.with_suffix(".txt")):
+            (folder / path.name).write_bytes(path.read_bytes())
+    entries = [{"path": str(subject)}, {"path": str(klass), "regularisation": True, "prior_prediction": True}]
+    settings = {"data_dir": None, "datasets": entries, "train_text_encoder": True, "output_name": "prior-te"}
+    with pytest.raises(ConfigError) as err:
+        train(make_config("sdxl", **settings), [].append, device="cpu")
+    (problem,) = err.value.problems
+    assert problem.field == "datasets.1.prior_prediction"
+    assert "train_text_encoder" in problem.message and "text encoders' LoRA" in problem.message
+    assert not (get_settings().outputs_dir / "prior-te").exists()  # nothing loaded, nothing written
+    regularised = [entries[0], {**entries[1], "prior_prediction": False}]
+    preflight(make_config("sdxl", **{**settings, "datasets": regularised}), get_settings(), "cpu")
+    preflight(make_config("sdxl", **{**settings, "train_text_encoder": False}), get_settings(), "cpu")
+
+
 def test_prodigy_refuses_a_text_encoder_lr_other_than_learning_rate():
     """Prodigy learns one step size from the largest group lr (prodigyopt refuses different lrs
     per group at its first step): text_encoder_lr had no effect, or crashed the run after the
