@@ -4,7 +4,7 @@ frozen denoiser, and reading it back out for export."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from peft import PeftConfig
 
     from lorastudio.config import TrainConfig
+    from lorastudio.families.base import Family
 
 
 def _patterns(cfg: TrainConfig) -> dict[str, Any]:
@@ -97,38 +98,79 @@ def add_lora(denoiser: Any, lora_config: PeftConfig) -> list[torch.nn.Parameter]
 
     Raises ConfigError when a requested target module name matches no layer of the denoiser or
     a module that is no linear / convolution layer (peft raised a bare ValueError for those), or
-    a rank_pattern / alpha_pattern key matches no adapted layer.
+    a rank_pattern / alpha_pattern key matches no adapted layer (`target_problems`; the run's
+    preflight asks the same of the denoiser built without weights: `planned_target_problems`).
     """
     denoiser.requires_grad_(False)
-    modules = dict(denoiser.named_modules())
-    unmatched = [
-        t for t in lora_config.target_modules if not any(n == t or n.endswith("." + t) for n in modules)
-    ]
-    if unmatched:
-        raise ConfigError(
-            [
-                FieldProblem(
-                    "lora_targets",
-                    f"no layer of the {type(denoiser).__name__} is named {', '.join(sorted(unmatched))}",
-                )
-            ]
-        )
-    if problems := _unwrappable_targets(modules, sorted(lora_config.target_modules)):
+    if problems := target_problems(dict(denoiser.named_modules()), lora_config):
         raise ConfigError(problems)
     denoiser.add_adapter(lora_config)
-    adapted = list(module_scales(denoiser))
-    problems = [
-        FieldProblem(field, f"{key!r} matches no adapted layer (peft would ignore it)")
-        for field in ("rank_pattern", "alpha_pattern")
-        for key in getattr(lora_config, field, None) or {}
-        if not any(re.match(rf"(.*\.)?({key})$", name) for name in adapted)
-    ]
-    if problems:
+    if problems := _pattern_problems(lora_config, list(module_scales(denoiser))):  # peft's own choice
         raise ConfigError(problems)
     params = [p for p in denoiser.parameters() if p.requires_grad]
     for p in params:
         p.data = p.data.float()
     return params
+
+
+def _matches(name: str, target: str) -> bool:
+    """peft's rule for a list of target_modules: the module's name, or its last dotted parts."""
+    return name == target or name.endswith("." + target)
+
+
+def target_problems(modules: Mapping[str, torch.nn.Module], lora_config: PeftConfig) -> list[FieldProblem]:
+    """What `lora_config` asks of a denoiser whose modules are `modules` ({name: module}) that
+    cannot be honoured: a target matching no module, a target naming modules an adapter cannot
+    wrap, a rank_pattern / alpha_pattern key matching none of the layers the targets adapt."""
+    targets = sorted(lora_config.target_modules)
+    unmatched = [t for t in targets if not any(_matches(n, t) for n in modules)]
+    if unmatched:
+        owner = next(iter(modules.values()), None)
+        return [
+            FieldProblem(
+                "lora_targets", f"no layer of the {type(owner).__name__} is named {', '.join(unmatched)}"
+            )
+        ]
+    if problems := _unwrappable_targets(dict(modules), targets):
+        return problems
+    adapted = [
+        n for n, m in modules.items() if isinstance(m, WRAPPABLE) and any(_matches(n, t) for t in targets)
+    ]
+    return _pattern_problems(lora_config, adapted)
+
+
+def _pattern_problems(lora_config: PeftConfig, adapted: list[str]) -> list[FieldProblem]:
+    """A problem for each rank_pattern / alpha_pattern key that matches none of `adapted` (peft's
+    pattern rule: the key as a regex on the module name's last dotted parts)."""
+    return [
+        FieldProblem(field, f"{key!r} matches no adapted layer (peft would ignore it)")
+        for field in ("rank_pattern", "alpha_pattern")
+        for key in getattr(lora_config, field, None) or {}
+        if not any(re.match(rf"(.*\.)?({key})$", name) for name in adapted)
+    ]
+
+
+def planned_target_problems(cfg: TrainConfig, family: Family) -> list[FieldProblem]:
+    """`target_problems` of a resolved cfg's lora_targets / rank_pattern / alpha_pattern on its
+    base's denoiser built from its config on the meta device (no weights: milliseconds), so a
+    run is refused before the text encoders, the VAE and the latent cache load, not after.
+    [] when cfg sets none of them (the family's own targets) or the config cannot be read (the
+    load then says why)."""
+    if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern):
+        return []
+    import diffusers
+
+    from lorastudio.families.single_file import config_of, model_source
+
+    spec = family.spec
+    cls = getattr(diffusers, spec.denoiser_class)
+    try:
+        config = cls.load_config(config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision)
+    except (OSError, ValueError):
+        return []
+    with torch.device("meta"):
+        skeleton = cls.from_config(config)
+    return target_problems(dict(skeleton.named_modules()), lora_config_for(cfg, spec.lora_targets))
 
 
 # the layers an adapter wraps (peft's LoRA / DoRA take all of these, LoHa / LoKr the linear and

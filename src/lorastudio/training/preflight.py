@@ -22,6 +22,7 @@ from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
 from lorastudio.training.guidance_rules import guidance_problems
+from lorastudio.training.lora import planned_target_problems
 from lorastudio.training.plan import plan_host_problems
 from lorastudio.training.precision import pick_device, pick_dtype, precision_problems
 from lorastudio.training.trackers import tracker_problems
@@ -164,6 +165,7 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
             raise DatasetError(f"{scan.root}: {flavour.title} needs a control image per image", missing)
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
+    problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's
     if problems:
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)

@@ -235,6 +235,53 @@ def test_settings_an_adapter_cannot_honour_are_refused():
         parse_train_config(_base(adapter="lokr", lokr_factor=0))
 
 
-def test_a_pattern_that_matches_no_layer_is_refused(make_config):
-    with pytest.raises(ConfigError, match="rank_pattern: 'to_nothing' matches no adapted layer"):
-        train(make_config(adapter="lokr", rank_pattern={"to_nothing": 2}), [].append, device="cpu")
+@pytest.mark.parametrize(
+    ("family", "settings", "refusal"),
+    [
+        (
+            "flux",
+            {"adapter": "lokr", "rank_pattern": {"to_nothing": 2}},
+            "rank_pattern: 'to_nothing' matches no adapted layer",
+        ),
+        (
+            "flux",
+            {"lora_targets": ["to_q"], "alpha_pattern": {"to_k": 2.0}},
+            "alpha_pattern: 'to_k' matches no adapted",
+        ),
+        (
+            "flux",
+            {"adapter": "loha", "lora_targets": ["ff"]},
+            "'ff' names FeedForward modules .*ff.net.0.proj",
+        ),
+        (
+            "sdxl",
+            {"adapter": "dora", "lora_targets": ["to_qq"]},
+            "no layer of the UNet2DConditionModel is named to_qq",
+        ),
+        ("qwen-image", {"adapter": "lokr", "lora_targets": ["attn"]}, "'attn' names Attention modules"),
+        ("krea2", {"lora_targets": ["norm1"]}, "'norm1' names"),
+    ],
+)
+def test_targets_and_patterns_that_cannot_be_honoured_are_refused_before_any_load(
+    family, settings, refusal, make_config
+):
+    """A lora_targets / rank_pattern / alpha_pattern entry the denoiser cannot honour was refused
+    when the adapter was added: after the text encoders, the VAE and the latent cache (minutes of
+    a real base's loads). The preflight now asks the denoiser built without weights."""
+    events: list = []
+    with pytest.raises(ConfigError, match=refusal):
+        train(make_config(family, output_name="targets", **settings), events.append, device="cpu")
+    assert [e.type for e in events] == ["error"]  # nothing loaded, no phase started
+    assert not (get_settings().outputs_dir / "targets").exists()
+
+
+def test_block_targets_adapt_only_those_layers_for_each_adapter(make_config):
+    block = "transformer_blocks.0.attn.to_q"
+    for adapter in ADAPTERS:
+        result = train(
+            make_config(adapter=adapter, lora_targets=[block], lora_format="kohya", output_name=adapter),
+            [].append,
+            device="cpu",
+        )
+        modules = {k.split(".", 1)[0] for k in load_file(str(result.lora_path))}
+        assert modules == {"lycoris_transformer_blocks_0_attn_to_q"}, modules

@@ -99,7 +99,12 @@ def test_not_a_pipeline_folder(make_config, tmp_path):
     _fails(make_config(base_model=str(tmp_path)), ModelSourceError, "no model_index.json")
 
 
-def test_unknown_lora_target_fails_after_loading_and_cleans_up(make_config):
+def test_unknown_lora_target_is_refused_before_loading_and_at_the_load_cleans_up(make_config, monkeypatch):
+    events = _fails(make_config(lora_targets=["to_q", "no_such_layer"]), ConfigError, "no_such_layer")
+    assert [e.type for e in events] == ["error"]  # the preflight's meta denoiser: nothing loaded
+    import lorastudio.training.preflight as preflight_module
+
+    monkeypatch.setattr(preflight_module, "planned_target_problems", lambda cfg, family: [])  # unread config
     events = _fails(make_config(lora_targets=["to_q", "no_such_layer"]), ConfigError, "no_such_layer")
     assert any(e.type == "model_load_started" and e.component == "denoiser" for e in events)
     assert not (get_settings().outputs_dir / "run").exists()
