@@ -3,7 +3,7 @@
 `check_run` validates a CLI config exactly as the job service does (jobs/validation.validate_run:
 config, base model, dataset, output name, precision and host, every problem at once), with the
 CLI's freedoms: a dataset folder anywhere, and `--overwrite` to replace a previous run's
-outputs. A taken output name is refused with a message naming `--overwrite` and a free name.
+outputs; and, as the engine's preflight, the adapter targets on the denoiser's meta skeleton. A taken output name is refused with a message naming `--overwrite` and a free name.
 `print_report` prints the preflight report (jobs/preflight.preflight_report, what POST
 /api/train/preflight returns) as lines a user reads.
 """
@@ -76,9 +76,24 @@ def check_run(data: dict[str, Any], settings: Settings, *, overwrite: bool, devi
         raise ConfigError(problems + launch) from None
     if launch:
         raise ConfigError(launch)
+    if targets := _target_problems(run.config):
+        raise ConfigError(targets)
     if taken and overwrite:  # the report names the folder the run replaces
         run = dataclasses.replace(run, config=run.config.model_copy(update={"output_name": name}))
     return run
+
+
+def _target_problems(cfg: Any) -> list[FieldProblem]:
+    """lora_targets / rank_pattern / alpha_pattern the base's denoiser cannot honour, asked of it
+    built without weights (training/lora.planned_target_problems, what the engine's preflight
+    asks; torch and diffusers are imported only when the config sets one of them). The job
+    service cannot ask it (the server stays torch-free): its worker refuses before any load."""
+    if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern):
+        return []
+    from lorastudio import families
+    from lorastudio.training.lora import planned_target_problems
+
+    return planned_target_problems(cfg, families.get(cfg.family))
 
 
 def _explain(problem: FieldProblem, name: str, settings: Settings) -> FieldProblem:

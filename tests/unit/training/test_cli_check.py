@@ -46,6 +46,20 @@ def test_check_prints_the_preflight_report_and_trains_nothing(
     assert not (get_settings().outputs_dir / "run").exists()
 
 
+def test_check_refuses_targets_the_denoiser_cannot_honour(tiny_model, small_dataset, tmp_path, run_settings):
+    """--check said "would train" for a lora_targets entry naming no wrappable layer; the run was
+    then refused (since the engine's preflight: before any load). --check now says so too."""
+    over = {"adapter": "lokr", "lora_targets": ["ff"], "rank_pattern": {"to_q": 2}}
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(run_settings("flux", tiny_model("flux"), small_dataset, over)))
+    result = _invoke("train", str(config), "--check", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert "would train" not in result.output
+    assert "lora_targets: 'ff' names FeedForward modules" in result.output
+    fixed = _invoke("train", str(config), "--check", "--device", "cpu", "--set", 'lora_targets=["to_q"]')
+    assert fixed.exit_code == 0 and "would train" in fixed.output, fixed.output
+
+
 def test_check_states_the_validation_hold_out_and_the_masks(
     tiny_model, small_dataset, tmp_path, run_settings
 ):
