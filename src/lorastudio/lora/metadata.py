@@ -77,9 +77,12 @@ def _text(value: Any) -> str:
 
 def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
     """`lorastudio.*` header strings from a run's sidecar (see training.export.build_sidecar):
-    family, base model, rank, alpha, steps, resolution, trigger word, dataset fingerprint, ..."""
+    family, base model, rank, alpha, steps, resolution, trigger word, dataset fingerprint, the
+    adapter and optimizer, and with EMA which weights the file holds ("ema" or "raw": the
+    sidecar's ema.weights; "" without EMA) and the decay, ..."""
     config = sidecar.get("config", {})
     dataset = sidecar.get("dataset", {})
+    ema = sidecar.get("ema") if isinstance(sidecar.get("ema"), Mapping) else {}
     facts = {
         "family": sidecar.get("family"),
         "base_model": sidecar.get("base_model"),
@@ -96,6 +99,10 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
         "output_name": config.get("output_name"),
         "learning_rate": config.get("learning_rate"),
         "seed": config.get("seed"),
+        "adapter": config.get("adapter", "lora"),
+        "optimizer": config.get("optimizer"),
+        "ema": ema.get("weights"),
+        "ema_decay": ema.get("decay"),
         "lora_format": config.get("lora_format", "diffusers"),
         "save_dtype": config.get("save_dtype", "fp32"),
         "created_at": sidecar.get("created_at"),

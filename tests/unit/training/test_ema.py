@@ -95,6 +95,48 @@ def test_validation_names_the_file_of_the_weights_it_measured(make_config):
     assert raw["last"]["lora"] == "vema.raw.safetensors"
 
 
+@pytest.mark.parametrize(
+    ("settings", "adapter"),
+    [({"lora_format": "kohya", "adapter": "lokr", "optimizer": "prodigy", "learning_rate": 1.0}, "lokr"),
+     ({"lora_rank": 2, "lora_alpha": 1.0}, "lora")],
+)  # fmt: skip
+def test_each_files_header_says_which_weights_it_holds_and_how_they_were_trained(
+    make_config, settings, adapter
+):
+    """The EMA LoRA and its raw twin had the same header, word for word: a file passed on without
+    its sidecar could not say which weights it held, nor the adapter / optimizer of its run. The
+    header now says it (lorastudio.ema, .ema_decay, .adapter, .optimizer), matching the sidecars."""
+    from safetensors import safe_open
+
+    cfg = make_config(ema_decay=DECAY, steps=2, save_lora_every=1, output_name="head", **settings)
+    result = train(cfg, [].append, device="cpu")
+    run_dir = result.lora_path.parent
+
+    def header(path):
+        with safe_open(str(path), "pt") as f:
+            return f.metadata()
+
+    files = {
+        "ema": result.lora_path,
+        "raw": run_dir / "head.raw.safetensors",
+        "snapshot": run_dir / "loras" / "head-step-000001.safetensors",
+    }
+    for kind, path in files.items():
+        meta, sidecar = header(path), json.loads(path.with_suffix(".json").read_text())
+        assert meta["lorastudio.ema"] == sidecar["ema"]["weights"] == ("ema" if kind == "ema" else "raw"), (
+            kind
+        )
+        assert float(meta["lorastudio.ema_decay"]) == sidecar["ema"]["decay"] == DECAY
+        assert meta["lorastudio.adapter"] == sidecar["adapter"] == adapter
+        assert meta["lorastudio.optimizer"] == sidecar["config"]["optimizer"] == cfg.optimizer
+        assert (meta["lorastudio.rank"], meta["lorastudio.steps"]) == (
+            str(sidecar["rank"]),
+            str(sidecar["steps"]),
+        )
+    plain = train(make_config(steps=1, output_name="plain", **settings), [].append, device="cpu")
+    assert header(plain.lora_path)["lorastudio.ema"] == ""  # no EMA in the run
+
+
 def test_an_extended_ema_run_keeps_its_raw_final_as_the_step_snapshot(make_config, tmp_path, monkeypatch):
     """Every snapshot holds the raw weights (the ones validation measures): extending an EMA run
     keeps its final step's raw file as that step's snapshot (it kept the EMA one, beside raw
