@@ -120,9 +120,11 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     list unloads all.
 
     Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
-    pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks, or no
-    layer of it matched); after a failure the pipeline has no LoRA.
+    pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks, or
+    a layer of it that no module takes: diffusers' loader only logs those, generate/lora_coverage.py);
+    after a failure the pipeline has no LoRA.
     """
+    from lorastudio.generate.lora_coverage import layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
     from lorastudio.lora.files import check_lora_values
 
@@ -148,6 +150,14 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
         if name not in loaded:
             _unload(pipe)
             raise ModelSourceError(f"LoRA {path} has no layer matching this {type(pipe).__name__}")
+        missing, total = layers_not_loaded(pipe, Path(path), name)
+        if missing:  # diffusers only logs these: the image would show part of the LoRA
+            _unload(pipe)
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise ModelSourceError(
+                f"LoRA {path}: {len(missing)} of its {total} layers match no layer this "
+                f"{type(pipe).__name__} puts a LoRA on, so they would be left out: {shown}"
+            )
         names.append(name)
     if names:
         pipe.set_adapters(names, adapter_weights=[float(scale) for _, scale in adapters])
