@@ -365,17 +365,17 @@ def convert_file(
     info[PREFIX + "family"] = family
     out_tensors, header = file_for_layout(lora, family, to, info)
     if text_encoders:
-        out_tensors, header = _convert_text_encoders(text_encoders, to, out_tensors, header)
+        out_tensors, header = with_text_encoders(text_encoders, to, out_tensors, header)
     write_lora_file(dst, out_tensors, header, overwrite=overwrite)
     return source_layout
 
 
-def _convert_text_encoders(
+def with_text_encoders(
     tensors: Mapping[str, torch.Tensor], to: Layout, out: dict[str, torch.Tensor], header: dict[str, str]
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """`out` / `header` with the text encoders' LoRA of a file (`tensors`) in layout `to`, each
-    module's strength folded into its lora_B (alpha = rank). Raises ConfigError for a key of
-    neither layout."""
+    """`out` / `header` with the text encoders' LoRA of a file (`tensors`: either layout, or peft
+    naming with each module's strength folded into its lora_B) in layout `to`, each module's
+    strength folded into its lora_B (alpha = rank). Raises ConfigError for a key of neither layout."""
     from peft import LoraConfig
 
     try:
