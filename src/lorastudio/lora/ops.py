@@ -145,7 +145,7 @@ def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
     if not text_encoders:
         return lora, info
     try:
-        te = folded_peft(text_encoders)  # [r, in] / [out, r], each module at scale 1
+        te = folded_peft(text_encoders, header)  # [r, in] / [out, r], each module at scale 1
     except ValueError as err:
         raise _problem("loras", f"{path}: {err}") from None
     lora = fold_strength(lora)  # the denoiser's layers at scale 1 too (alpha = rank)

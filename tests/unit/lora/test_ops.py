@@ -259,3 +259,71 @@ def _file_deltas_split(path: Path) -> dict[str, torch.Tensor]:
     tensors, header = read_lora_file(path)
     denoiser, _ = split_text_encoders(tensors)
     return _deltas(peft_from_file(denoiser, header, "sdxl"))
+
+
+def test_a_diffusers_written_sdxl_loras_text_encoder_alpha_is_kept(layer_shapes, tmp_path):
+    """A file of diffusers' own `save_lora_weights` (the diffusers training scripts, SimpleTuner)
+    whose text encoders' adapter config has lora_alpha != r: convert, merge and resize apply each
+    encoder's layers at alpha / r (peft's scale, as diffusers' loader does), not at 1."""
+    from diffusers import StableDiffusionXLPipeline
+    from peft import LoraConfig
+
+    from lorastudio.lora.files import convert_file
+    from lorastudio.lora.text_encoders import folded_peft, split_text_encoders
+
+    unet = _lora(layer_shapes("sdxl"), "sdxl", 4, 4.0, seed=1, every=4)
+    g = torch.Generator().manual_seed(7)
+    te = {  # peft's names inside the encoder, [r, in] / [out, r]
+        "text_encoder": {"text_model.encoder.layers.0.self_attn.q_proj": 32},
+        "text_encoder_2": {"text_model.encoder.layers.0.self_attn.out_proj": 64},
+    }
+    layers = {
+        enc: {
+            f"{m}.lora_{ab}.weight": torch.randn((4, n) if ab == "A" else (n, 4), generator=g)
+            for m, n in mods.items()
+            for ab in "AB"
+        }
+        for enc, mods in te.items()
+    }
+    alphas = {"text_encoder": 16.0, "text_encoder_2": 2.0}  # scales 4 and 0.5
+    meta = {
+        enc: LoraConfig(r=4, lora_alpha=alphas[enc], target_modules=["q_proj", "out_proj"]).to_dict()
+        for enc in te
+    }
+    for config in meta.values():
+        config["target_modules"] = sorted(config["target_modules"])
+    StableDiffusionXLPipeline.save_lora_weights(
+        tmp_path,
+        unet_lora_layers=unet.tensors,
+        text_encoder_lora_layers=layers["text_encoder"],
+        text_encoder_2_lora_layers=layers["text_encoder_2"],
+        unet_lora_adapter_metadata=LoraConfig(r=4, lora_alpha=4.0, target_modules=["to_q"]).to_dict(),
+        text_encoder_lora_adapter_metadata=meta["text_encoder"],
+        text_encoder_2_lora_adapter_metadata=meta["text_encoder_2"],
+        weight_name="theirs.safetensors",
+    )
+    src = tmp_path / "theirs.safetensors"
+    want = {
+        f"{enc}.{m}": alphas[enc] / 4 * layers[enc][f"{m}.lora_B.weight"] @ layers[enc][f"{m}.lora_A.weight"]
+        for enc, mods in te.items()
+        for m in mods
+    }
+
+    def te_deltas(path: Path) -> dict[str, torch.Tensor]:
+        tensors, header = read_lora_file(path)
+        peft = folded_peft(split_text_encoders(tensors)[1], header)
+        return {m: peft[m + ".lora_B.weight"] @ peft[m + ".lora_A.weight"] for m in want}
+
+    for name, got in {
+        "read": te_deltas(src),
+        "convert": (
+            convert_file(src, tmp_path / "k.safetensors", "kohya", "sdxl"),
+            te_deltas(tmp_path / "k.safetensors"),
+        )[1],
+        "merge": (
+            merge_files([(src, 0.5), (src, 0.5)], tmp_path / "m.safetensors", "sdxl"),
+            te_deltas(tmp_path / "m.safetensors"),
+        )[1],
+    }.items():
+        for m, delta in want.items():
+            torch.testing.assert_close(got[m], delta, rtol=1e-5, atol=1e-5, msg=f"{name}: {m}")
