@@ -131,6 +131,32 @@ def test_flux_parts_not_trained_stay_absent_and_shared_down_files_load(layer_sha
         assert torch.equal(shared.tensors[f"transformer_blocks.0.attn.to_{p}.lora_B.weight"], up.chunk(3)[i])
 
 
+@pytest.mark.parametrize("family", [f for f in FAMILIES if names.kohya_layout(f) not in names.PEFT_SUFFIXED])
+@pytest.mark.parametrize("suffixes", [("lora_A", "lora_B"), ("lora_down", "lora_up")])
+def test_comfyuis_generic_diffusion_model_spelling_reads_as_the_kohya_layout(family, suffixes, layer_shapes):
+    """ComfyUI takes every layer as `diffusion_model.<its checkpoint name>` with lora_A / lora_B or
+    lora_down / lora_up (comfy/lora.py's generic key map), and so do diffusers' readers; ai-toolkit
+    writes Qwen-Image so (`diffusion_model.<diffusers name>.lora_A.weight`, no alpha: alpha =
+    rank). Such a file reads as the family's kohya file of the same names and alphas."""
+    peft = _synthetic(layer_shapes(family))
+    kohya = to_kohya(peft, family, ALPHA)
+    layout = names.kohya_layout(family)
+    down, up = suffixes
+    generic = {}
+    for key, value in kohya.items():
+        flat, _, suffix = key.removeprefix("lora_unet_").partition(".")
+        suffix = {"lora_down.weight": f"{down}.weight", "lora_up.weight": f"{up}.weight"}.get(suffix, suffix)
+        generic[f"diffusion_model.{names.undot(flat, layout)}.{suffix}"] = value
+    back = to_diffusers(generic, family)
+    assert back.tensors.keys() == peft.keys() and (back.rank, back.alpha) == (RANK, ALPHA)
+    assert all(torch.equal(back.tensors[k], peft[k]) for k in peft)
+    if layout == "qwen-image":  # ai-toolkit's own file: peft names, no .alpha
+        theirs = {f"diffusion_model.{k}": v for k, v in peft.items()}
+        read = to_diffusers(theirs, family)
+        assert (read.rank, read.alpha) == (RANK, float(RANK))
+        assert all(torch.equal(read.tensors[k], peft[k]) for k in peft)
+
+
 @pytest.mark.parametrize(
     ("family", "tensors", "message"),
     [
