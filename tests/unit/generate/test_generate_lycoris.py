@@ -96,7 +96,15 @@ def test_a_lycoris_run_generates_with_its_trained_layers(runs, pipes, key, famil
     assert max(moved) > 1e-3  # the adapter changed the layers, so the check above can fail
     full = _img(pipe, family)
     assert np.abs(full - base).mean() > 0.2
+    full_weights = {n: p.detach().clone() for n, p in denoiser.named_parameters()}
     apply_loras(pipe, [(result.lora_path, 0.5)])  # the scale is honoured (not stacked on 1.0)
+    changed = 0
+    for n, p in denoiser.named_parameters():  # ComfyUI's strength: half the change, DoRA's too
+        change = full_weights[n] - before[n]
+        if change.abs().max() > 0:
+            torch.testing.assert_close(p - before[n], 0.5 * change, rtol=1e-4, atol=1e-6)
+            changed += 1
+    assert changed
     half = _img(pipe, family)
     assert np.abs(half - base).mean() > 0.05 and np.abs(half - full).mean() > 0.05
     apply_loras(pipe, [(result.lora_path, 0.0)])
