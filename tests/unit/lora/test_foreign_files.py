@@ -64,3 +64,39 @@ def test_ai_toolkits_qwen_image_file_converts_and_merges_at_its_strength(layer_s
     resize_file(tmp_path / "to-kohya.safetensors", tmp_path / "r2.safetensors", 2)  # it reads back as ours
     pipe = load_pipeline(str(model), family, device="cpu")
     apply_loras(pipe, [(theirs, 1.0)])  # generation takes it, every layer loaded
+
+
+def test_a_diffusers_written_bf16_flux_file_with_alpha_converts_at_its_strength(
+    layer_shapes, tiny_model, tmp_path
+):
+    """SimpleTuner / diffusers' training scripts: FluxPipeline.save_lora_weights with the peft
+    config as adapter metadata (lora_alpha 16 over rank 4: scale 4), bf16 tensors: convert to the
+    kohya layout (where ComfyUI reads alpha from `.alpha`) and merge keep diffusers' own reading."""
+    from diffusers import FluxPipeline
+    from peft import LoraConfig
+
+    family, model = "flux", tiny_model("flux")
+    lora = _lora(layer_shapes(family), family, 4, 16.0, seed=5, every=3)
+    config = LoraConfig(r=4, lora_alpha=16.0, target_modules=["to_q"]).to_dict()
+    config["target_modules"] = sorted(config["target_modules"])
+    FluxPipeline.save_lora_weights(
+        tmp_path,
+        transformer_lora_layers={k: v.to(torch.bfloat16) for k, v in lora.tensors.items()},
+        transformer_lora_adapter_metadata=config,
+        weight_name="simpletuner.safetensors",
+    )
+    theirs = tmp_path / "simpletuner.safetensors"
+    want = _loaded_change(model, family, theirs)
+    out = tmp_path / "kohya.safetensors"
+    convert_file(theirs, out, "kohya", family)
+    # FLUX.1's kohya layout fuses q, k, v: diffusers' kohya reader splits them at FLUX.1-dev's
+    # widths only, so the converted file is read back through the diffusers layout
+    back = tmp_path / "back.safetensors"
+    convert_file(out, back, "diffusers", family)
+    scale = max(d.abs().max().item() for d in want.values())
+    for name, delta in _loaded_change(model, family, back).items():
+        assert (delta - want[name]).abs().max().item() <= 1e-2 * scale, name  # bf16 rounding of the fold
+    assert _loaded_change(model, family, back).keys() == want.keys()
+    merged = merge_files([(theirs, 1.0), (theirs, 1.0)], tmp_path / "m.safetensors", family)
+    for name, delta in _loaded_change(model, family, merged).items():
+        assert (delta - 2 * want[name]).abs().max().item() <= 2e-2 * scale, name
