@@ -117,6 +117,44 @@ def test_a_lora_with_layers_the_pipeline_lacks_is_refused_naming_them(flux_pipe,
     apply_loras(flux_pipe, [])
 
 
+@pytest.mark.parametrize("kind", ["dora", "loha", "lokr"])
+def test_a_lycoris_file_in_kohya_names_is_refused_not_half_applied(flux_pipe, flux_lora, tmp_path, kind):
+    """kohya sd-scripts / LyCORIS write DoRA, LoHa and LoKr under kohya's names (`lora_unet_…` with
+    `.dora_scale`, `.hada_w1_a` …), which ComfyUI reads; generation merges LyCORIS tensors only
+    under lorastudio's `lycoris_` names, and diffusers' loader drops a DoRA's `dora_scale` with a
+    log line (the file would render as a plain LoRA). Refused, naming the keys."""
+    base = "lora_unet_double_blocks_0_img_attn_proj"
+    weight = flux_pipe.transformer.transformer_blocks[0].attn.to_out[0].weight  # [out, in]
+    out, inp = weight.shape
+    parts = {
+        "dora": {
+            "lora_down.weight": torch.randn(4, inp),
+            "lora_up.weight": torch.randn(out, 4),
+            "alpha": torch.tensor(4.0),
+            "dora_scale": torch.rand(out, 1) + 1,
+        },
+        "loha": {
+            "hada_w1_a": torch.randn(out, 4),
+            "hada_w1_b": torch.randn(4, inp),
+            "hada_w2_a": torch.randn(out, 4),
+            "hada_w2_b": torch.randn(4, inp),
+            "alpha": torch.tensor(4.0),
+        },
+        "lokr": {
+            "lokr_w1": torch.randn(2, 2),
+            "lokr_w2": torch.randn(out // 2, inp // 2),
+            "alpha": torch.tensor(1.0),
+        },
+    }[kind]
+    theirs = tmp_path / f"kohya-{kind}.safetensors"
+    save_file({f"{base}.{k}": v for k, v in parts.items()}, theirs)
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])
+    shown = {"dora": "dora_scale", "loha": "hada_w1_a", "lokr": "lokr_w1"}[kind]
+    with pytest.raises(ModelSourceError, match=rf"LyCORIS .*{base}\.{shown}"):
+        apply_loras(flux_pipe, [(theirs, 1.0)])
+    assert not any(flux_pipe.get_list_adapters().values())
+
+
 def test_generate_image_checks_the_size(flux_pipe):
     with pytest.raises(ConfigError) as info:
         generate_image(flux_pipe, "flux", prompt="x", seed=0, steps=0, width=40, height=8)
