@@ -127,6 +127,12 @@ def peft_modules(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.T
                 found[key.removesuffix(suffix)][suffix] = value
                 break
         else:
+            if key.endswith(".lora_magnitude_vector"):
+                raise _problem(
+                    f"{key!r} is a DoRA's magnitude: convert, merge and resize take LoRA files only (a DoRA's"
+                    " weight change is not B @ A, so no LoRA layout holds it); ComfyUI reads a DoRA written"
+                    ' with lora_format = "kohya", diffusers this file'
+                )
             raise _problem(f"not a peft LoRA key: {key!r}")
     broken = sorted(m for m, pair in found.items() if len(pair) != 2)
     if broken:

@@ -207,3 +207,16 @@ def test_unmapped_layers_names_what_kohya_cannot_hold(layer_shapes):
     modules = list(layer_shapes("sdxl"))
     assert sorted(unmapped_layers("sdxl", modules)) == sorted(m for m in modules if "samplers" in m)
     assert unmapped_layers("flux", list(layer_shapes("flux"))) == []
+
+
+def test_a_dora_file_is_refused_saying_it_is_a_dora():
+    """convert / merge / resize read LoRA layers only: a diffusers-layout DoRA's magnitude is named
+    as such (it was "not a peft LoRA key")."""
+    from lorastudio.lora.convert import peft_modules
+
+    key = "transformer_blocks.0.attn.to_q"
+    tensors = {f"{key}.lora_A.weight": torch.ones(4, 8), f"{key}.lora_B.weight": torch.ones(8, 4)}
+    with pytest.raises(
+        ConfigError, match="is a DoRA's magnitude: convert, merge and resize take LoRA files only"
+    ):
+        peft_modules({**tensors, f"{key}.lora_magnitude_vector": torch.ones(8)})
