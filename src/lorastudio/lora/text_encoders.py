@@ -46,13 +46,28 @@ def split_encoder(key: str) -> tuple[str, str]:
     return encoder, rest
 
 
+def clip_module(layer: str) -> tuple[str, str]:
+    """(encoder, file module) of a "<encoder>.<module>" text-encoder layer whose module is one of
+    CLIP's (`text_model.encoder.layers.N.` + a projection: the only text-encoder names both
+    layouts and every loader share). Raises ValueError naming any other layer (a Qwen2.5-VL /
+    T5 layer would be renamed into names no loader reads)."""
+    encoder, rest = split_encoder(layer)
+    module = file_module(rest)
+    if not _CLIP_LAYER.fullmatch(module):
+        raise ValueError(
+            f"{layer!r} is not a CLIP text-encoder layer (text_model.encoder.layers.N.self_attn.q/k/v/"
+            "out_proj, mlp.fc1 / fc2): only those have names in both layouts"
+        )
+    return encoder, module
+
+
 def _modules(tensors: Mapping[str, torch.Tensor]) -> dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]]:
-    """{(encoder, file module): (A [r, in], B [out, r])} of a peft-named text-encoder LoRA."""
+    """{(encoder, file module): (A [r, in], B [out, r])} of a peft-named text-encoder LoRA.
+    Raises ValueError for a layer that is not CLIP's (clip_module)."""
     out = {}
     for key, a in tensors.items():
         if key.endswith(_A):
-            encoder, rest = split_encoder(key.removesuffix(_A))
-            out[(encoder, file_module(rest))] = (a, tensors[key.removesuffix(_A) + _B])
+            out[clip_module(key.removesuffix(_A))] = (a, tensors[key.removesuffix(_A) + _B])
     return out
 
 
@@ -158,6 +173,7 @@ def folded_peft(
         if prefix is None:  # diffusers: "<encoder>.text_model....lora_A.weight"
             if not key.endswith((_A, _B)):
                 raise ValueError(f"not a text-encoder LoRA key: {key!r}")
+            clip_module(key.removesuffix(_A).removesuffix(_B))
             out[key] = value
             continue
         name, _, suffix = key[len(prefix) :].partition(".")
