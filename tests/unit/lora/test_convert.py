@@ -220,3 +220,19 @@ def test_a_dora_file_is_refused_saying_it_is_a_dora():
         ConfigError, match="is a DoRA's magnitude: convert, merge and resize take LoRA files only"
     ):
         peft_modules({**tensors, f"{key}.lora_magnitude_vector": torch.ones(8)})
+
+
+@pytest.mark.parametrize("family", ["flux2", "chroma"])
+def test_ai_toolkits_fused_bfl_layers_read_with_their_shared_down(family, layer_shapes):
+    """ai-toolkit trains FLUX.2 and Chroma on BFL-named models and saves `diffusion_model.<BFL
+    name>.lora_A / lora_B`, no alpha (alpha = rank), a fused q/k/v with one down projection: each
+    part reads with the whole down matrix and its rows of the up matrix (the same change)."""
+    hidden = layer_shapes(family)["transformer_blocks.0.attn.to_q"][0]
+    g = torch.Generator().manual_seed(0)
+    down, up = torch.randn(RANK, hidden, generator=g), torch.randn(3 * hidden, RANK, generator=g)
+    base = "diffusion_model.double_blocks.0.img_attn.qkv"
+    read = to_diffusers({f"{base}.lora_A.weight": down, f"{base}.lora_B.weight": up}, family)
+    assert (read.rank, read.alpha) == (RANK, float(RANK))
+    for i, p in enumerate("qkv"):
+        assert torch.equal(read.tensors[f"transformer_blocks.0.attn.to_{p}.lora_A.weight"], down)
+        assert torch.equal(read.tensors[f"transformer_blocks.0.attn.to_{p}.lora_B.weight"], up.chunk(3)[i])
