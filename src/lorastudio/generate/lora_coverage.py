@@ -24,27 +24,11 @@ import torch
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
-__all__ = ["layers_not_loaded", "lycoris_keys_elsewhere"]
-
-# tensors only LyCORIS adapters have (DoRA's magnitude, LoHa's and LoKr's factors): diffusers'
-# loader drops `dora_scale` (the DoRA renders as a plain LoRA) and reads none of the others
-_LYCORIS_ONLY = re.compile(r"\.(dora_scale|hada_w[12]_[ab]|hada_t[12]|lokr_w[12](_[ab])?|lokr_t2)$")
+__all__ = ["layers_not_loaded"]
 
 # a layer's down matrix in diffusers' converted names: peft's lora_A, the older lora.down,
 # kohya's lora_down (with an adapter name in between, as peft saves it)
 _DOWN = re.compile(r"^(?P<module>.+)\.(lora_A|lora\.down|lora_down)(\.[A-Za-z0-9_]+)?\.weight$")
-
-
-def lycoris_keys_elsewhere(path: Path) -> list[str]:
-    """The keys of the LoRA file `path` (its header alone) that hold LyCORIS-only tensors under
-    another name than lorastudio's `lycoris_<module>` (kohya sd-scripts' / LyCORIS' `lora_unet_…`,
-    `diffusion_model.…`), sorted: generation merges LyCORIS tensors by ComfyUI's rule only under
-    those names (generate/lycoris_patch.py), and diffusers' loader would drop a DoRA's magnitudes."""
-    from lorastudio.lora.header import read_header
-    from lorastudio.lora.lycoris import PREFIX
-
-    keys = read_header(path).tensors
-    return sorted(k for k in keys if _LYCORIS_ONLY.search(k) and not k.startswith(PREFIX))
 
 
 def _file_layers(pipe: DiffusionPipeline, path: Path) -> set[str]:

@@ -114,18 +114,19 @@ def _default_device() -> torch.device:
 def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float]]) -> None:
     """Replace whatever LoRAs `pipe` has with `loras` (file path, scale): diffusers / kohya LoRA
     and DoRA files each loaded with the pipeline's load_lora_weights and weighted with
-    set_adapters; LyCORIS-layout files (LoKr, LoHa, DoRA written with lora_format = "kohya"),
+    set_adapters; LyCORIS files (LoKr, LoHa, DoRA written with lora_format = "kohya", and those
+    under kohya's names),
     which that loader cannot read, merged into the denoiser's weights at their scale the way
     ComfyUI merges them (generate/lycoris_patch.py; restored exactly on the next call). An empty
     list unloads all.
 
     Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
     pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks,
-    a layer of it that no module takes: diffusers' loader only logs those, or LyCORIS tensors
-    under kohya's names: generate/lora_coverage.py);
+    or a layer of it that no module takes: diffusers' loader only logs those,
+    generate/lora_coverage.py);
     after a failure the pipeline has no LoRA.
     """
-    from lorastudio.generate.lora_coverage import layers_not_loaded, lycoris_keys_elsewhere
+    from lorastudio.generate.lora_coverage import layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
     from lorastudio.lora.files import check_lora_values
 
@@ -136,15 +137,6 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     pipe.unload_lora_weights()
     for path, _ in loras:  # dtypes, ranks, finite values: a NaN would render a black image
         check_lora_values(Path(path))
-        elsewhere = [] if is_lycoris_file(Path(path)) else lycoris_keys_elsewhere(Path(path))
-        if elsewhere:  # a DoRA would lose its magnitudes in diffusers' loader, a LoHa / LoKr not load
-            more = f" and {len(elsewhere) - 3} more" if len(elsewhere) > 3 else ""
-            raise ModelSourceError(
-                f"LoRA {path} holds LyCORIS tensors (DoRA / LoHa / LoKr) under kohya's names "
-                f"({', '.join(elsewhere[:3])}{more}): generation merges them only under lorastudio's "
-                "lycoris_ names and diffusers' loader does not read them (a DoRA would lose its "
-                "magnitudes); ComfyUI loads this file"
-            )
     lycoris = [(Path(p), float(s)) for p, s in loras if is_lycoris_file(Path(p))]
     adapters = [(p, s) for p, s in loras if not is_lycoris_file(Path(p))]
     patch_lycoris(pipe, lycoris)  # on a failure, restores what it patched

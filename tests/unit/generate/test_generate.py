@@ -118,41 +118,55 @@ def test_a_lora_with_layers_the_pipeline_lacks_is_refused_naming_them(flux_pipe,
 
 
 @pytest.mark.parametrize("kind", ["dora", "loha", "lokr"])
-def test_a_lycoris_file_in_kohya_names_is_refused_not_half_applied(flux_pipe, flux_lora, tmp_path, kind):
-    """kohya sd-scripts / LyCORIS write DoRA, LoHa and LoKr under kohya's names (`lora_unet_…` with
-    `.dora_scale`, `.hada_w1_a` …), which ComfyUI reads; generation merges LyCORIS tensors only
-    under lorastudio's `lycoris_` names, and diffusers' loader drops a DoRA's `dora_scale` with a
-    log line (the file would render as a plain LoRA). Refused, naming the keys."""
-    base = "lora_unet_double_blocks_0_img_attn_proj"
+def test_a_lycoris_file_in_kohya_names_merges_as_in_lorastudios_names(flux_pipe, flux_lora, tmp_path, kind):
+    """kohya sd-scripts / LyCORIS / ai-toolkit write DoRA, LoHa and LoKr under kohya's names
+    (`lora_unet_…` or `diffusion_model.…` with `.dora_scale`, `.hada_w1_a` …), which ComfyUI
+    reads. diffusers' loader dropped a DoRA's `dora_scale` (it rendered as a plain LoRA) and read
+    no LoHa / LoKr; generation now merges them by ComfyUI's rule, each weight exactly as the same
+    tensors under lorastudio's `lycoris_` names. A fused layer (FLUX.1's q, k, v) is refused."""
+    from lorastudio.lora.lycoris import module_key
+
     weight = flux_pipe.transformer.transformer_blocks[0].attn.to_out[0].weight  # [out, in]
     out, inp = weight.shape
+    g = torch.Generator().manual_seed(1)
     parts = {
         "dora": {
-            "lora_down.weight": torch.randn(4, inp),
-            "lora_up.weight": torch.randn(out, 4),
-            "alpha": torch.tensor(4.0),
-            "dora_scale": torch.rand(out, 1) + 1,
+            "lora_down.weight": torch.randn(4, inp, generator=g),
+            "lora_up.weight": torch.randn(out, 4, generator=g),
+            "alpha": torch.tensor(8.0),
+            "dora_scale": torch.rand(out, 1, generator=g) + 1,
         },
         "loha": {
-            "hada_w1_a": torch.randn(out, 4),
-            "hada_w1_b": torch.randn(4, inp),
-            "hada_w2_a": torch.randn(out, 4),
-            "hada_w2_b": torch.randn(4, inp),
-            "alpha": torch.tensor(4.0),
+            "hada_w1_a": torch.randn(out, 4, generator=g),
+            "hada_w1_b": torch.randn(4, inp, generator=g),
+            "hada_w2_a": torch.randn(out, 4, generator=g),
+            "hada_w2_b": torch.randn(4, inp, generator=g),
+            "alpha": torch.tensor(2.0),
         },
         "lokr": {
-            "lokr_w1": torch.randn(2, 2),
-            "lokr_w2": torch.randn(out // 2, inp // 2),
+            "lokr_w1": torch.randn(2, 2, generator=g),
+            "lokr_w2": torch.randn(out // 2, inp // 2, generator=g),
             "alpha": torch.tensor(1.0),
         },
     }[kind]
-    theirs = tmp_path / f"kohya-{kind}.safetensors"
-    save_file({f"{base}.{k}": v for k, v in parts.items()}, theirs)
-    apply_loras(flux_pipe, [(flux_lora, 1.0)])
-    shown = {"dora": "dora_scale", "loha": "hada_w1_a", "lokr": "lokr_w1"}[kind]
-    with pytest.raises(ModelSourceError, match=rf"LyCORIS .*{base}\.{shown}"):
-        apply_loras(flux_pipe, [(theirs, 1.0)])
-    assert not any(flux_pipe.get_list_adapters().values())
+    ours = tmp_path / "ours.safetensors"
+    save_file({f"{module_key('transformer_blocks.0.attn.to_out.0')}.{k}": v for k, v in parts.items()}, ours)
+    apply_loras(flux_pipe, [])
+    base_weight = weight.detach().clone()
+    apply_loras(flux_pipe, [(ours, 0.5)])
+    want = weight.detach().clone()
+    assert (want - base_weight).abs().max() > 1e-3  # the patch moved the layer
+    for base in ("lora_unet_double_blocks_0_img_attn_proj", "diffusion_model.double_blocks.0.img_attn.proj"):
+        theirs = tmp_path / f"{base[:9]}-{kind}.safetensors"
+        save_file({f"{base}.{k}": v for k, v in parts.items()}, theirs)
+        apply_loras(flux_pipe, [(theirs, 0.5)])
+        assert torch.equal(weight, want) and not any(flux_pipe.get_list_adapters().values())
+    fused = tmp_path / f"fused-{kind}.safetensors"
+    save_file({f"lora_unet_double_blocks_0_img_attn_qkv.{k}": v for k, v in parts.items()}, fused)
+    with pytest.raises(ModelSourceError, match="fused layer of transformer_blocks.0.attn.to_q"):
+        apply_loras(flux_pipe, [(fused, 1.0)])
+    assert torch.equal(weight, base_weight)  # nothing of it left
+    apply_loras(flux_pipe, [])
 
 
 def test_generate_image_checks_the_size(flux_pipe):

@@ -161,3 +161,30 @@ def test_lora_convert_names_a_lycoris_file_as_such(runs, tmp_path):
         assert isinstance(result.exception, ModelSourceError), result.output
         assert "a LyCORIS file (LoKr, LoHa or DoRA" in str(result.exception)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_sdxl_dora_in_kohya_names_merges_as_the_run_wrote_it(runs, pipes, tmp_path):
+    """kohya sd-scripts' LyCORIS DoRA for SDXL: `lora_unet_<SGM name>` with `.dora_scale` (ComfyUI's
+    layout, which diffusers' loader reads as a plain LoRA). The run's own DoRA renamed so merges to
+    the very weights of the run's file (generate/lycoris_names.py)."""
+    from lorastudio.lora import names
+    from lorastudio.lora.lycoris import PREFIX
+
+    pipe, unet = pipes["sdxl"], pipes["sdxl"].unet
+    tensors = load_file(str(runs["sdxl-dora"].lora_path))
+    denoiser_modules = {module_key(n): n for n, _ in unet.named_modules() if n}
+    renamed = {}
+    for key, value in tensors.items():
+        layer, _, suffix = key.partition(".")
+        native = names.to_original(denoiser_modules[layer], "sdxl")
+        renamed[f"lora_unet_{native.replace('.', '_')}.{suffix}"] = value
+    assert all(not k.startswith(PREFIX) for k in renamed) and any(k.endswith(".dora_scale") for k in renamed)
+    kohya = tmp_path / "kohya-dora.safetensors"
+    save_file(renamed, str(kohya))
+    apply_loras(pipe, [(runs["sdxl-dora"].lora_path, 0.7)])
+    want = {n: p.detach().clone() for n, p in unet.named_parameters()}
+    apply_loras(pipe, [(kohya, 0.7)])
+    assert not any(pipe.get_list_adapters().values())  # merged, not loaded as a plain LoRA
+    for n, p in unet.named_parameters():
+        assert torch.equal(p, want[n]), n
+    apply_loras(pipe, [])
