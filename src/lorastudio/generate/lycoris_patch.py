@@ -2,7 +2,8 @@
 generation, where diffusers' `load_lora_weights` cannot read them (it wants `lora` in every key).
 
 These are the files a run with `adapter = "lokr" | "loha"` (or `"dora"` with `lora_format =
-"kohya"`) writes (lora/lycoris.py), and third-party LyCORIS files in the same layout. Each one is
+"kohya"`) writes (lora/lycoris.py), third-party LyCORIS files in the same layout, and those under
+kohya's names (kohya sd-scripts, LyCORIS, ai-toolkit: generate/lycoris_names.py renames them). Each one is
 merged into the denoiser's weights the way ComfyUI's readers merge it (lora/lycoris.py
 `comfy_delta`; DoRA: ComfyUI's `weight_decompose` on the output axis), at the requested strength:
 
@@ -19,6 +20,7 @@ the patched weights by generate/pipeline.apply_loras.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lorastudio.errors import ModelSourceError
+from lorastudio.generate.lycoris_names import to_lycoris_names
 from lorastudio.lora.lycoris import PREFIX, LycorisError, comfy_delta, group_modules, module_key
 
 if TYPE_CHECKING:
@@ -35,16 +38,22 @@ _TUCKER = frozenset({"hada_t1", "hada_t2", "lokr_t2", "lora_mid.weight"})
 _SAVED = "_lorastudio_lycoris_originals"  # pipeline attribute: [(weight parameter, CPU original)]
 
 
+# tensors only LyCORIS adapters have (DoRA's magnitude, LoHa's and LoKr's factors); diffusers'
+# loader drops `dora_scale` (the DoRA would render as a plain LoRA) and reads none of the others
+_LYCORIS_ONLY = re.compile(r"\.(dora_scale|hada_w[12]_[ab]|hada_t[12]|lokr_w[12](_[ab])?|lokr_t2)$")
+
+
 def is_lycoris_file(path: Path) -> bool:
-    """Whether the safetensors file at `path` holds LyCORIS-layout keys (`lycoris_<module>.*`)
-    rather than diffusers / kohya LoRA keys. False for a file safetensors cannot open (the
-    loader then names the problem)."""
+    """Whether the safetensors file at `path` holds LyCORIS-layout keys (`lycoris_<module>.*`) or
+    LyCORIS tensors under kohya's names (kohya sd-scripts / LyCORIS / ai-toolkit DoRA, LoHa, LoKr:
+    generate/lycoris_names.py) rather than diffusers / kohya LoRA keys. False for a file
+    safetensors cannot open (the loader then names the problem)."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
             names = f.keys()
-        return any(k.startswith(PREFIX) for k in names)
+        return any(k.startswith(PREFIX) or _LYCORIS_ONLY.search(k) for k in names)
     except (OSError, SafetensorError):
         return False
 
@@ -117,7 +126,8 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
     for path, strength in files:
         try:
             modules = group_modules(load_file(str(path)))
-        except (OSError, ValueError) as err:  # LycorisError is a ValueError
+            modules = to_lycoris_names(modules, type(pipe).__name__)  # kohya's names too
+        except (OSError, ValueError, ModelSourceError) as err:  # LycorisError is a ValueError
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
         missing = sorted(x for x in modules if x not in weights)
         if missing:

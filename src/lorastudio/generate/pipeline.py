@@ -114,15 +114,19 @@ def _default_device() -> torch.device:
 def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float]]) -> None:
     """Replace whatever LoRAs `pipe` has with `loras` (file path, scale): diffusers / kohya LoRA
     and DoRA files each loaded with the pipeline's load_lora_weights and weighted with
-    set_adapters; LyCORIS-layout files (LoKr, LoHa, DoRA written with lora_format = "kohya"),
+    set_adapters; LyCORIS files (LoKr, LoHa, DoRA written with lora_format = "kohya", and those
+    under kohya's names),
     which that loader cannot read, merged into the denoiser's weights at their scale the way
     ComfyUI merges them (generate/lycoris_patch.py; restored exactly on the next call). An empty
     list unloads all.
 
     Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
-    pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks, or no
-    layer of it matched); after a failure the pipeline has no LoRA.
+    pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks,
+    or a layer of it that no module takes: diffusers' loader only logs those,
+    generate/lora_coverage.py);
+    after a failure the pipeline has no LoRA.
     """
+    from lorastudio.generate.lora_coverage import layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
     from lorastudio.lora.files import check_lora_values
 
@@ -148,6 +152,14 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
         if name not in loaded:
             _unload(pipe)
             raise ModelSourceError(f"LoRA {path} has no layer matching this {type(pipe).__name__}")
+        missing, total = layers_not_loaded(pipe, Path(path), name)
+        if missing:  # diffusers only logs these: the image would show part of the LoRA
+            _unload(pipe)
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise ModelSourceError(
+                f"LoRA {path}: {len(missing)} of its {total} layers match no layer this "
+                f"{type(pipe).__name__} puts a LoRA on, so they would be left out: {shown}"
+            )
         names.append(name)
     if names:
         pipe.set_adapters(names, adapter_weights=[float(scale) for _, scale in adapters])

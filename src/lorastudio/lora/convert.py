@@ -127,6 +127,12 @@ def peft_modules(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[torch.T
                 found[key.removesuffix(suffix)][suffix] = value
                 break
         else:
+            if key.endswith(".lora_magnitude_vector"):
+                raise _problem(
+                    f"{key!r} is a DoRA's magnitude: convert, merge and resize take LoRA files only (a DoRA's"
+                    " weight change is not B @ A, so no LoRA layout holds it); ComfyUI reads a DoRA written"
+                    ' with lora_format = "kohya", diffusers this file'
+                )
             raise _problem(f"not a peft LoRA key: {key!r}")
     broken = sorted(m for m, pair in found.items() if len(pair) != 2)
     if broken:
@@ -216,25 +222,38 @@ def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
     return fold_module_scales(PeftLora(out, rank, float(rank)), {m: a / r for m, (r, a) in scales.items()})
 
 
+_GENERIC = "diffusion_model."  # ComfyUI's generic spelling: the checkpoint's dotted module names
+_PARTS = {_DOWN: "down", _A: "down", _UP: "up", _B: "up", ".alpha": "alpha"}
+
+
 def _kohya_layers(
     tensors: Mapping[str, torch.Tensor], family: str
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor, float | None]]:
-    """kohya keys -> {dotted module name: (down, up, alpha or None)}."""
+    """kohya keys -> {dotted module name: (down, up, alpha or None)}. Besides the family's own
+    layout (module docstring) this reads ComfyUI's generic spelling of any family,
+    `diffusion_model.<dotted checkpoint name>` with lora_A / lora_B or lora_down / lora_up (comfy/
+    lora.py maps every layer so; ai-toolkit writes Qwen-Image so), as the same layers."""
     peft_suffixed = family in names.PEFT_SUFFIXED
-    prefix, down_s, up_s = ("diffusion_model.", _A, _B) if peft_suffixed else ("lora_unet_", _DOWN, _UP)
+    own = ("diffusion_model.", _A) if peft_suffixed else ("lora_unet_", _DOWN)
     parts: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
     for key, value in tensors.items():
-        suffix = next((s for s in (down_s, up_s, ".alpha") if key.endswith(s)), None)
-        if not key.startswith(prefix) or suffix is None:
-            raise _problem(f"{key!r} is not a {family} kohya/ComfyUI key ({prefix}<module>{down_s} ...)")
-        parts[key[len(prefix) : -len(suffix)]][suffix] = value
+        suffix = next((s for s in _PARTS if key.endswith(s)), None)
+        generic = key.startswith(_GENERIC)
+        if suffix is None or not (generic or (key.startswith("lora_unet_") and not peft_suffixed)):
+            raise _problem(f"{key!r} is not a {family} kohya/ComfyUI key ({own[0]}<module>{own[1]} ...)")
+        flat = key[len(_GENERIC if generic else "lora_unet_") : -len(suffix)]
+        name = flat if generic else names.undot(flat, family)
+        if _PARTS[suffix] in parts[name]:
+            raise _problem(
+                f"layer {name} has its {_PARTS[suffix]} matrix twice ({key!r} and another spelling)"
+            )
+        parts[name][_PARTS[suffix]] = value
     layers = {}
-    for flat, found in parts.items():
-        if down_s not in found or up_s not in found:
-            raise _problem(f"layer {prefix}{flat} lacks its {down_s.strip('.')} or {up_s.strip('.')}")
-        name = flat if peft_suffixed else names.undot(flat, family)
-        alpha = float(found[".alpha"].item()) if ".alpha" in found else None
-        layers[name] = (found[down_s], found[up_s], alpha)
+    for name, found in parts.items():
+        if "down" not in found or "up" not in found:
+            raise _problem(f"layer {name} lacks its down (lora_A) or up (lora_B) matrix")
+        alpha = float(found["alpha"].item()) if "alpha" in found else None
+        layers[name] = (found["down"], found["up"], alpha)
     return layers
 
 

@@ -365,21 +365,27 @@ def convert_file(
     info[PREFIX + "family"] = family
     out_tensors, header = file_for_layout(lora, family, to, info)
     if text_encoders:
-        out_tensors, header = _convert_text_encoders(text_encoders, to, out_tensors, header)
+        out_tensors, header = with_text_encoders(text_encoders, to, out_tensors, header, metadata)
     write_lora_file(dst, out_tensors, header, overwrite=overwrite)
     return source_layout
 
 
-def _convert_text_encoders(
-    tensors: Mapping[str, torch.Tensor], to: Layout, out: dict[str, torch.Tensor], header: dict[str, str]
+def with_text_encoders(
+    tensors: Mapping[str, torch.Tensor],
+    to: Layout,
+    out: dict[str, torch.Tensor],
+    header: dict[str, str],
+    source_metadata: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """`out` / `header` with the text encoders' LoRA of a file (`tensors`) in layout `to`, each
-    module's strength folded into its lora_B (alpha = rank). Raises ConfigError for a key of
-    neither layout."""
+    """`out` / `header` with the text encoders' LoRA of a file (`tensors`: either layout, or peft
+    naming with each module's strength folded into its lora_B) in layout `to`, each module's
+    strength folded into its lora_B (alpha = rank). `source_metadata`: the header of the file
+    `tensors` come from (a diffusers file's adapter config gives its encoders' alpha). Raises
+    ConfigError for a key of neither layout."""
     from peft import LoraConfig
 
     try:
-        folded = folded_peft(tensors)
+        folded = folded_peft(tensors, source_metadata)
     except ValueError as err:
         raise ConfigError([FieldProblem("lora", str(err))]) from None
     if to == "kohya":

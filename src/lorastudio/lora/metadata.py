@@ -111,6 +111,19 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
     return {PREFIX + k: _text(v) for k, v in facts.items()}
 
 
+def _model_name(base_model: str) -> str:
+    """A base model as sd-scripts' `ss_sd_model_name` names it: a local path by its last part
+    (train_network.py: os.path.basename of a path that exists; the file is shared, the trainer's
+    folders are not), a hub id as it is."""
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    for flavour in (PurePosixPath, PureWindowsPath):
+        path = flavour(base_model)
+        if path.is_absolute() or base_model.startswith("~"):
+            return path.name
+    return base_model
+
+
 def kohya_metadata(info: Mapping[str, str], rank: int, alpha: float) -> dict[str, str]:
     """kohya sd-scripts' `ss_*` header keys from the `lorastudio.*` ones (missing facts are
     left out) and the file's rank and alpha."""
@@ -127,7 +140,7 @@ def kohya_metadata(info: Mapping[str, str], rank: int, alpha: float) -> dict[str
         "ss_network_dim": str(rank),
         "ss_network_alpha": f"{alpha:g}",
         "ss_base_model_version": BASE_MODEL_VERSION.get(get("family"), get("family")),
-        "ss_sd_model_name": get("base_model"),
+        "ss_sd_model_name": _model_name(get("base_model")),
         "ss_output_name": get("output_name"),
         "ss_steps": get("steps"),
         "ss_max_train_steps": get("total_steps"),

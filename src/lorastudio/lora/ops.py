@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
-from lorastudio.lora.convert import FAMILIES, PeftLora, peft_modules
+from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules
 from lorastudio.lora.files import (
     Layout,
     check_destination,
@@ -34,11 +34,13 @@ from lorastudio.lora.files import (
     file_for_layout,
     peft_from_file,
     read_lora_file,
+    with_text_encoders,
     write_lora_file,
 )
 from lorastudio.lora.header import check_lora_header, read_header
 from lorastudio.lora.metadata import PREFIX, carried_header
 from lorastudio.lora.names import kohya_layout
+from lorastudio.lora.text_encoders import folded_peft, split_text_encoders
 from lorastudio.user_paths import is_file
 
 _A, _B = ".lora_A.weight", ".lora_B.weight"
@@ -131,10 +133,37 @@ def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
 
 
 def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
-    """(LoRA, carried header: lorastudio.* and modelspec.architecture) of a file whose `_facts` passed."""
+    """(LoRA, carried header: lorastudio.* and modelspec.architecture) of a file whose `_facts`
+    passed. An SDXL file's text-encoder layers (train_text_encoder, kohya's lora_te1_ / lora_te2_)
+    come along in peft naming ("text_encoder.<module>.lora_A.weight"), with the denoiser's
+    strength and theirs folded into lora_B (alpha = rank): merge and resize treat them as any layer.
+    Raises ConfigError for a text-encoder key of neither layout."""
     tensors, header = read_lora_file(path)
     info = carried_header(header)  # the lorastudio.* facts and modelspec.architecture
-    return peft_from_file(tensors, header, family), info
+    denoiser, text_encoders = split_text_encoders(tensors)
+    lora = peft_from_file(denoiser, header, family)
+    if not text_encoders:
+        return lora, info
+    try:
+        te = folded_peft(text_encoders, header)  # [r, in] / [out, r], each module at scale 1
+    except ValueError as err:
+        raise _problem("loras", f"{path}: {err}") from None
+    lora = fold_strength(lora)  # the denoiser's layers at scale 1 too (alpha = rank)
+    return PeftLora({**lora.tensors, **te}, lora.rank, lora.alpha), info
+
+
+def _file(
+    lora: PeftLora, family: str, layout: Layout, info: dict[str, str]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """file_for_layout of `lora`, whose tensors may hold text-encoder layers (`_load`): those
+    written beside the denoiser's in the same layout (lora.files.with_text_encoders)."""
+    denoiser, te = split_text_encoders(lora.tensors)
+    tensors, header = file_for_layout(PeftLora(denoiser, lora.rank, lora.alpha), family, layout, info)
+    if not te:
+        return tensors, header
+    scale = lora.alpha / lora.rank  # folded into the encoders' lora_B: they are written at scale 1
+    folded = {k: v * scale if k.endswith(_B) and scale != 1 else v for k, v in te.items()}
+    return with_text_encoders(folded, layout, tensors, header)
 
 
 def merge_files(
@@ -166,7 +195,7 @@ def merge_files(
         PREFIX + "alpha": f"{merged.alpha:g}",
         PREFIX + "merged_from": json.dumps([[p.name, w] for p, w in inputs]),
     }
-    tensors, header = file_for_layout(merged, fam, layout, info)
+    tensors, header = _file(merged, fam, layout, info)
     return write_lora_file(out, tensors, header, overwrite=overwrite)
 
 
@@ -183,6 +212,6 @@ def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> 
         PREFIX + "alpha": f"{float(rank):g}",
         PREFIX + "resized_from_rank": str(lora.rank),
     }
-    tensors, header = file_for_layout(resized.lora, family, layout, info)
+    tensors, header = _file(resized.lora, family, layout, info)
     write_lora_file(out, tensors, header, overwrite=overwrite)
     return resized

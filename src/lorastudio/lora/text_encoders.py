@@ -46,13 +46,28 @@ def split_encoder(key: str) -> tuple[str, str]:
     return encoder, rest
 
 
+def clip_module(layer: str) -> tuple[str, str]:
+    """(encoder, file module) of a "<encoder>.<module>" text-encoder layer whose module is one of
+    CLIP's (`text_model.encoder.layers.N.` + a projection: the only text-encoder names both
+    layouts and every loader share). Raises ValueError naming any other layer (a Qwen2.5-VL /
+    T5 layer would be renamed into names no loader reads)."""
+    encoder, rest = split_encoder(layer)
+    module = file_module(rest)
+    if not _CLIP_LAYER.fullmatch(module):
+        raise ValueError(
+            f"{layer!r} is not a CLIP text-encoder layer (text_model.encoder.layers.N.self_attn.q/k/v/"
+            "out_proj, mlp.fc1 / fc2): only those have names in both layouts"
+        )
+    return encoder, module
+
+
 def _modules(tensors: Mapping[str, torch.Tensor]) -> dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]]:
-    """{(encoder, file module): (A [r, in], B [out, r])} of a peft-named text-encoder LoRA."""
+    """{(encoder, file module): (A [r, in], B [out, r])} of a peft-named text-encoder LoRA.
+    Raises ValueError for a layer that is not CLIP's (clip_module)."""
     out = {}
     for key, a in tensors.items():
         if key.endswith(_A):
-            encoder, rest = split_encoder(key.removesuffix(_A))
-            out[(encoder, file_module(rest))] = (a, tensors[key.removesuffix(_A) + _B])
+            out[clip_module(key.removesuffix(_A))] = (a, tensors[key.removesuffix(_A) + _B])
     return out
 
 
@@ -140,10 +155,17 @@ def split_text_encoders(
     return denoiser, {k: v for k, v in tensors.items() if k.startswith(te_prefixes)}
 
 
-def folded_peft(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def folded_peft(
+    tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+) -> dict[str, torch.Tensor]:
     """The text encoders' part of a file (either layout) in peft naming with each module's
-    alpha / rank folded into its lora_B (a diffusers file holds them folded already). Raises
-    ValueError naming a key of neither layout."""
+    alpha / rank folded into its lora_B. kohya keys: each module's `.alpha` (none: alpha = rank).
+    diffusers keys: the file's header `metadata` (diffusers' adapter metadata, per encoder
+    "<encoder>.r" / ".lora_alpha" / ".rank_pattern" / ".alpha_pattern", as diffusers' own
+    save_lora_weights writes them and its loader applies them); an encoder it does not describe
+    (or no `metadata`) is at alpha = rank, diffusers' rule and what this studio's files hold.
+    Raises ValueError naming a key of neither layout, ModelSourceError for a module whose rank
+    contradicts the adapter config."""
     out: dict[str, torch.Tensor] = {}
     encoders = {prefix: encoder for encoder, prefix in ENCODER_PREFIXES.items()}
     for key, value in tensors.items():
@@ -151,6 +173,7 @@ def folded_peft(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if prefix is None:  # diffusers: "<encoder>.text_model....lora_A.weight"
             if not key.endswith((_A, _B)):
                 raise ValueError(f"not a text-encoder LoRA key: {key!r}")
+            clip_module(key.removesuffix(_A).removesuffix(_B))
             out[key] = value
             continue
         name, _, suffix = key[len(prefix) :].partition(".")
@@ -167,4 +190,38 @@ def folded_peft(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             alpha = tensors.get(key.replace("lora_up.weight", "alpha"))
             scale = float(alpha) / down.shape[0] if alpha is not None else 1.0
             out[module + _B] = value * scale if scale != 1 else value
+    return _with_diffusers_scales(out, tensors, metadata)
+
+
+def _with_diffusers_scales(
+    out: dict[str, torch.Tensor], tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None
+) -> dict[str, torch.Tensor]:
+    """`out` with the scale of each diffusers-layout encoder's adapter config (folded_peft)
+    folded into the lora_B of that encoder's modules (the keys `tensors` held in diffusers names)."""
+    import json
+
+    from lorastudio.lora.convert import pattern_scales
+
+    packed = json.loads((metadata or {}).get("lora_adapter_metadata", "{}"))
+    for encoder in ENCODER_PREFIXES:
+        if f"{encoder}.r" not in packed:
+            continue
+        own = f"{encoder}."
+        modules = {
+            k.removeprefix(own).removesuffix(_A): (v, tensors[k.removesuffix(_A) + _B])
+            for k, v in tensors.items()
+            if k.startswith(own) and k.endswith(_A)
+        }
+        rank = int(packed[own + "r"])
+        alpha = float(packed.get(own + "lora_alpha", rank))
+        scales = pattern_scales(
+            modules,
+            rank,
+            alpha,
+            dict(packed.get(own + "rank_pattern") or {}),
+            dict(packed.get(own + "alpha_pattern") or {}),
+        )
+        for module, scale in scales.items():
+            if scale != 1.0:
+                out[own + module + _B] = out[own + module + _B] * scale
     return out

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from safetensors.torch import save_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from lorastudio.cli.app import _register, app
@@ -82,6 +84,89 @@ def test_bad_loras_are_refused_and_leave_the_base(flux_pipe, flux_lora, tmp_path
     ):
         apply_loras(flux_pipe, [(garbage, 1.0)])  # the header check, before diffusers' loader
     assert not any(flux_pipe.get_list_adapters().values())
+
+
+def test_a_lora_with_layers_the_pipeline_lacks_is_refused_naming_them(flux_pipe, flux_lora, tmp_path):
+    """diffusers' loader only logs the layers of a file that match no module of the pipeline (and
+    loads the rest): generation would render with part of the LoRA, silently. The file's own
+    layers plus a pair for a block the tiny FLUX.1 lacks (it has one double block) and a pair for
+    a text encoder the pipeline does not put LoRA layers on are refused, naming those layers."""
+    tensors = load_file(str(flux_lora))
+    a = next(v for k, v in tensors.items() if k.endswith("to_q.lora_A.weight"))
+    b = next(v for k, v in tensors.items() if k.endswith("to_q.lora_B.weight"))
+    absent = "transformer.transformer_blocks.7.attn.to_q"
+    t5_q = flux_pipe.text_encoder_2.encoder.block[0].layer[0].SelfAttention.q  # FluxPipeline: no T5 LoRA
+    t5 = "text_encoder_2.encoder.block.0.layer.0.SelfAttention.q"
+    extra = {
+        f"{absent}.lora_A.weight": a.clone(),
+        f"{absent}.lora_B.weight": b.clone(),
+        f"{t5}.lora_A.weight": torch.randn(4, t5_q.in_features),
+        f"{t5}.lora_B.weight": torch.randn(t5_q.out_features, 4),
+    }
+    with safe_open(str(flux_lora), "pt") as fh:
+        header = fh.metadata()
+    for added, named in ((f"{absent}.", absent), (f"{t5}.", t5)):
+        partial = tmp_path / f"partial-{named}.safetensors"
+        save_file({**tensors, **{k: v for k, v in extra.items() if k.startswith(added)}}, partial, header)
+        apply_loras(flux_pipe, [(flux_lora, 1.0)])
+        with pytest.raises(ModelSourceError, match=rf"1 of its \d+ layers .*{re.escape(named)}"):
+            apply_loras(flux_pipe, [(partial, 1.0)])
+    assert not any(flux_pipe.get_list_adapters().values())  # nothing of it (nor the previous one) left
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])  # the whole file still loads
+    assert any(flux_pipe.get_list_adapters().values())
+    apply_loras(flux_pipe, [])
+
+
+@pytest.mark.parametrize("kind", ["dora", "loha", "lokr"])
+def test_a_lycoris_file_in_kohya_names_merges_as_in_lorastudios_names(flux_pipe, flux_lora, tmp_path, kind):
+    """kohya sd-scripts / LyCORIS / ai-toolkit write DoRA, LoHa and LoKr under kohya's names
+    (`lora_unet_…` or `diffusion_model.…` with `.dora_scale`, `.hada_w1_a` …), which ComfyUI
+    reads. diffusers' loader dropped a DoRA's `dora_scale` (it rendered as a plain LoRA) and read
+    no LoHa / LoKr; generation now merges them by ComfyUI's rule, each weight exactly as the same
+    tensors under lorastudio's `lycoris_` names. A fused layer (FLUX.1's q, k, v) is refused."""
+    from lorastudio.lora.lycoris import module_key
+
+    weight = flux_pipe.transformer.transformer_blocks[0].attn.to_out[0].weight  # [out, in]
+    out, inp = weight.shape
+    g = torch.Generator().manual_seed(1)
+    parts = {
+        "dora": {
+            "lora_down.weight": torch.randn(4, inp, generator=g),
+            "lora_up.weight": torch.randn(out, 4, generator=g),
+            "alpha": torch.tensor(8.0),
+            "dora_scale": torch.rand(out, 1, generator=g) + 1,
+        },
+        "loha": {
+            "hada_w1_a": torch.randn(out, 4, generator=g),
+            "hada_w1_b": torch.randn(4, inp, generator=g),
+            "hada_w2_a": torch.randn(out, 4, generator=g),
+            "hada_w2_b": torch.randn(4, inp, generator=g),
+            "alpha": torch.tensor(2.0),
+        },
+        "lokr": {
+            "lokr_w1": torch.randn(2, 2, generator=g),
+            "lokr_w2": torch.randn(out // 2, inp // 2, generator=g),
+            "alpha": torch.tensor(1.0),
+        },
+    }[kind]
+    ours = tmp_path / "ours.safetensors"
+    save_file({f"{module_key('transformer_blocks.0.attn.to_out.0')}.{k}": v for k, v in parts.items()}, ours)
+    apply_loras(flux_pipe, [])
+    base_weight = weight.detach().clone()
+    apply_loras(flux_pipe, [(ours, 0.5)])
+    want = weight.detach().clone()
+    assert (want - base_weight).abs().max() > 1e-3  # the patch moved the layer
+    for base in ("lora_unet_double_blocks_0_img_attn_proj", "diffusion_model.double_blocks.0.img_attn.proj"):
+        theirs = tmp_path / f"{base[:9]}-{kind}.safetensors"
+        save_file({f"{base}.{k}": v for k, v in parts.items()}, theirs)
+        apply_loras(flux_pipe, [(theirs, 0.5)])
+        assert torch.equal(weight, want) and not any(flux_pipe.get_list_adapters().values())
+    fused = tmp_path / f"fused-{kind}.safetensors"
+    save_file({f"lora_unet_double_blocks_0_img_attn_qkv.{k}": v for k, v in parts.items()}, fused)
+    with pytest.raises(ModelSourceError, match="fused layer of transformer_blocks.0.attn.to_q"):
+        apply_loras(flux_pipe, [(fused, 1.0)])
+    assert torch.equal(weight, base_weight)  # nothing of it left
+    apply_loras(flux_pipe, [])
 
 
 def test_generate_image_checks_the_size(flux_pipe):

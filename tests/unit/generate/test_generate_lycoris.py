@@ -96,7 +96,15 @@ def test_a_lycoris_run_generates_with_its_trained_layers(runs, pipes, key, famil
     assert max(moved) > 1e-3  # the adapter changed the layers, so the check above can fail
     full = _img(pipe, family)
     assert np.abs(full - base).mean() > 0.2
+    full_weights = {n: p.detach().clone() for n, p in denoiser.named_parameters()}
     apply_loras(pipe, [(result.lora_path, 0.5)])  # the scale is honoured (not stacked on 1.0)
+    changed = 0
+    for n, p in denoiser.named_parameters():  # ComfyUI's strength: half the change, DoRA's too
+        change = full_weights[n] - before[n]
+        if change.abs().max() > 0:
+            torch.testing.assert_close(p - before[n], 0.5 * change, rtol=1e-4, atol=1e-6)
+            changed += 1
+    assert changed
     half = _img(pipe, family)
     assert np.abs(half - base).mean() > 0.05 and np.abs(half - full).mean() > 0.05
     apply_loras(pipe, [(result.lora_path, 0.0)])
@@ -153,3 +161,30 @@ def test_lora_convert_names_a_lycoris_file_as_such(runs, tmp_path):
         assert isinstance(result.exception, ModelSourceError), result.output
         assert "a LyCORIS file (LoKr, LoHa or DoRA" in str(result.exception)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_sdxl_dora_in_kohya_names_merges_as_the_run_wrote_it(runs, pipes, tmp_path):
+    """kohya sd-scripts' LyCORIS DoRA for SDXL: `lora_unet_<SGM name>` with `.dora_scale` (ComfyUI's
+    layout, which diffusers' loader reads as a plain LoRA). The run's own DoRA renamed so merges to
+    the very weights of the run's file (generate/lycoris_names.py)."""
+    from lorastudio.lora import names
+    from lorastudio.lora.lycoris import PREFIX
+
+    pipe, unet = pipes["sdxl"], pipes["sdxl"].unet
+    tensors = load_file(str(runs["sdxl-dora"].lora_path))
+    denoiser_modules = {module_key(n): n for n, _ in unet.named_modules() if n}
+    renamed = {}
+    for key, value in tensors.items():
+        layer, _, suffix = key.partition(".")
+        native = names.to_original(denoiser_modules[layer], "sdxl")
+        renamed[f"lora_unet_{native.replace('.', '_')}.{suffix}"] = value
+    assert all(not k.startswith(PREFIX) for k in renamed) and any(k.endswith(".dora_scale") for k in renamed)
+    kohya = tmp_path / "kohya-dora.safetensors"
+    save_file(renamed, str(kohya))
+    apply_loras(pipe, [(runs["sdxl-dora"].lora_path, 0.7)])
+    want = {n: p.detach().clone() for n, p in unet.named_parameters()}
+    apply_loras(pipe, [(kohya, 0.7)])
+    assert not any(pipe.get_list_adapters().values())  # merged, not loaded as a plain LoRA
+    for n, p in unet.named_parameters():
+        assert torch.equal(p, want[n]), n
+    apply_loras(pipe, [])

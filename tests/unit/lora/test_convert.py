@@ -131,6 +131,32 @@ def test_flux_parts_not_trained_stay_absent_and_shared_down_files_load(layer_sha
         assert torch.equal(shared.tensors[f"transformer_blocks.0.attn.to_{p}.lora_B.weight"], up.chunk(3)[i])
 
 
+@pytest.mark.parametrize("family", [f for f in FAMILIES if names.kohya_layout(f) not in names.PEFT_SUFFIXED])
+@pytest.mark.parametrize("suffixes", [("lora_A", "lora_B"), ("lora_down", "lora_up")])
+def test_comfyuis_generic_diffusion_model_spelling_reads_as_the_kohya_layout(family, suffixes, layer_shapes):
+    """ComfyUI takes every layer as `diffusion_model.<its checkpoint name>` with lora_A / lora_B or
+    lora_down / lora_up (comfy/lora.py's generic key map), and so do diffusers' readers; ai-toolkit
+    writes Qwen-Image so (`diffusion_model.<diffusers name>.lora_A.weight`, no alpha: alpha =
+    rank). Such a file reads as the family's kohya file of the same names and alphas."""
+    peft = _synthetic(layer_shapes(family))
+    kohya = to_kohya(peft, family, ALPHA)
+    layout = names.kohya_layout(family)
+    down, up = suffixes
+    generic = {}
+    for key, value in kohya.items():
+        flat, _, suffix = key.removeprefix("lora_unet_").partition(".")
+        suffix = {"lora_down.weight": f"{down}.weight", "lora_up.weight": f"{up}.weight"}.get(suffix, suffix)
+        generic[f"diffusion_model.{names.undot(flat, layout)}.{suffix}"] = value
+    back = to_diffusers(generic, family)
+    assert back.tensors.keys() == peft.keys() and (back.rank, back.alpha) == (RANK, ALPHA)
+    assert all(torch.equal(back.tensors[k], peft[k]) for k in peft)
+    if layout == "qwen-image":  # ai-toolkit's own file: peft names, no .alpha
+        theirs = {f"diffusion_model.{k}": v for k, v in peft.items()}
+        read = to_diffusers(theirs, family)
+        assert (read.rank, read.alpha) == (RANK, float(RANK))
+        assert all(torch.equal(read.tensors[k], peft[k]) for k in peft)
+
+
 @pytest.mark.parametrize(
     ("family", "tensors", "message"),
     [
@@ -181,3 +207,32 @@ def test_unmapped_layers_names_what_kohya_cannot_hold(layer_shapes):
     modules = list(layer_shapes("sdxl"))
     assert sorted(unmapped_layers("sdxl", modules)) == sorted(m for m in modules if "samplers" in m)
     assert unmapped_layers("flux", list(layer_shapes("flux"))) == []
+
+
+def test_a_dora_file_is_refused_saying_it_is_a_dora():
+    """convert / merge / resize read LoRA layers only: a diffusers-layout DoRA's magnitude is named
+    as such (it was "not a peft LoRA key")."""
+    from lorastudio.lora.convert import peft_modules
+
+    key = "transformer_blocks.0.attn.to_q"
+    tensors = {f"{key}.lora_A.weight": torch.ones(4, 8), f"{key}.lora_B.weight": torch.ones(8, 4)}
+    with pytest.raises(
+        ConfigError, match="is a DoRA's magnitude: convert, merge and resize take LoRA files only"
+    ):
+        peft_modules({**tensors, f"{key}.lora_magnitude_vector": torch.ones(8)})
+
+
+@pytest.mark.parametrize("family", ["flux2", "chroma"])
+def test_ai_toolkits_fused_bfl_layers_read_with_their_shared_down(family, layer_shapes):
+    """ai-toolkit trains FLUX.2 and Chroma on BFL-named models and saves `diffusion_model.<BFL
+    name>.lora_A / lora_B`, no alpha (alpha = rank), a fused q/k/v with one down projection: each
+    part reads with the whole down matrix and its rows of the up matrix (the same change)."""
+    hidden = layer_shapes(family)["transformer_blocks.0.attn.to_q"][0]
+    g = torch.Generator().manual_seed(0)
+    down, up = torch.randn(RANK, hidden, generator=g), torch.randn(3 * hidden, RANK, generator=g)
+    base = "diffusion_model.double_blocks.0.img_attn.qkv"
+    read = to_diffusers({f"{base}.lora_A.weight": down, f"{base}.lora_B.weight": up}, family)
+    assert (read.rank, read.alpha) == (RANK, float(RANK))
+    for i, p in enumerate("qkv"):
+        assert torch.equal(read.tensors[f"transformer_blocks.0.attn.to_{p}.lora_A.weight"], down)
+        assert torch.equal(read.tensors[f"transformer_blocks.0.attn.to_{p}.lora_B.weight"], up.chunk(3)[i])

@@ -160,3 +160,34 @@ def test_sdxls_conv_layers_load_at_the_trained_strength(case, tiny_model, tmp_pa
     result = _run("sdxl", tiny_model, tmp_path, **CASES[case], lora_targets=["to_q", "conv1"])
     layers = _assert_loaded_at_the_trained_strength("sdxl", result, tiny_model("sdxl"), "fp32")
     assert any(w.endswith("conv1.weight") for w in layers)  # 3x3 convs among the compared layers
+
+
+@pytest.mark.parametrize(
+    ("family", "case"), [("flux", "lora-diffusers"), ("sdxl", "lora-kohya"), ("qwen-image", "lora-diffusers")]
+)
+def test_a_lora_at_strength_half_gives_half_the_trained_change(family, case, tiny_model, tmp_path):
+    """diffusers' adapter weight (set_adapters, what Generate's scale sets) scales a LoRA's change
+    linearly: 0.5 gives half the trained change in every layer (alpha / rank applied once). A DoRA
+    does not (peft normalises W + s * delta: 25 % off half in a tiny FLUX.1 run; ComfyUI
+    interpolates, so there 0.5 is half): README's portability notes."""
+    result = _run(family, tiny_model, tmp_path, **CASES[case])
+    want = trained_change(result.denoiser)
+    pipe = load_pipeline(str(tiny_model(family)), family, device="cpu")
+    pipe.load_lora_weights(str(result.lora_path), adapter_name="at_half")
+    pipe.set_adapters(["at_half"], [0.5])
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    denoiser = getattr(pipe, families.get(family).spec.denoiser)
+    compared = 0
+    with torch.no_grad():
+        for name, module in denoiser.named_modules():
+            if not isinstance(module, BaseTunerLayer):
+                continue
+            before = module.get_base_layer().weight.detach().float().clone()
+            module.merge(adapter_names=["at_half"])
+            change = module.get_base_layer().weight.detach().float() - before
+            full = want[f"{name}.weight"]
+            rounding = 4 * torch.finfo(torch.float32).eps * before.abs().max().item()
+            assert (change - 0.5 * full).abs().max().item() <= 1e-5 * full.abs().max().item() + rounding, name
+            compared += 1
+    assert compared == len(want) and max(w.abs().max().item() for w in want.values()) > 1e-3

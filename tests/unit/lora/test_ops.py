@@ -193,3 +193,137 @@ def test_a_bad_merge_weight_is_named_as_a_merge_weight(layer_shapes, tmp_path):
         assert out.exit_code != 0 and "LORAS" in said and "the weight must be a finite number" in said, said
         assert "--lora" not in said and "scale" not in said
     assert not (tmp_path / "m.safetensors").exists()
+
+
+@pytest.mark.parametrize("layout", ["kohya", "diffusers"])
+def test_merge_and_resize_keep_an_sdxl_loras_text_encoder_layers(layout, layer_shapes, tmp_path):
+    """A LoRA of `train_text_encoder` (or kohya's SDXL LoRA with lora_te1_ / lora_te2_ keys):
+    merge and resize carry both encoders' layers at their strength, in the input's layout (they
+    were refused: "'lora_te2_...' is not a sdxl kohya/ComfyUI key", "keys not of a sdxl denoiser")."""
+    from lorastudio.lora.files import with_text_encoders
+    from lorastudio.lora.text_encoders import split_text_encoders
+
+    te_layers = {
+        "text_encoder.text_model.encoder.layers.0.self_attn.q_proj": 32,
+        "text_encoder_2.text_model.encoder.layers.0.self_attn.out_proj": 64,
+    }
+
+    def with_te(lora: PeftLora, seed: int, path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed)
+        te = {}
+        for m, n in te_layers.items():
+            te[m + ".lora_A.weight"] = 0.3 * torch.randn(lora.rank, n, generator=g)  # [r, in]
+            te[m + ".lora_B.weight"] = 0.3 * torch.randn(n, lora.rank, generator=g)  # [out, r]
+        tensors, header = file_for_layout(lora, "sdxl", layout, {"lorastudio.family": "sdxl"})  # type: ignore[arg-type]
+        scaled = {
+            k: v * (lora.alpha / lora.rank) if k.endswith("lora_B.weight") else v for k, v in te.items()
+        }
+        tensors, header = with_text_encoders(scaled, layout, tensors, header)  # type: ignore[arg-type]
+        deltas = {m: scaled[m + ".lora_B.weight"] @ scaled[m + ".lora_A.weight"] for m in te_layers}
+        return write_lora_file(path, tensors, header), deltas
+
+    def te_deltas(path: Path) -> dict[str, torch.Tensor]:
+        from lorastudio.lora.text_encoders import folded_peft
+
+        tensors, _ = read_lora_file(path)
+        _, te = split_text_encoders(tensors)
+        assert te, f"{path.name} lost its text-encoder layers"
+        peft = folded_peft(te)
+        return {m: peft[m + ".lora_B.weight"] @ peft[m + ".lora_A.weight"] for m in te_layers}
+
+    shapes = layer_shapes("sdxl")
+    a, b = _lora(shapes, "sdxl", 4, 8.0, seed=1), _lora(shapes, "sdxl", 2, 1.0, seed=2, every=2)
+    path_a, te_a = with_te(a, 5, tmp_path / "a.safetensors")
+    path_b, te_b = with_te(b, 6, tmp_path / "b.safetensors")
+    merged = merge_files([(path_a, 0.7), (path_b, 0.3)], tmp_path / "m.safetensors")
+    tensors, _ = read_lora_file(merged)
+    assert detect_layout(tensors) == layout
+    got = te_deltas(merged)
+    for m in te_layers:
+        torch.testing.assert_close(got[m], 0.7 * te_a[m] + 0.3 * te_b[m], rtol=1e-5, atol=1e-6)
+    dm, da, db = _file_deltas_split(merged), _deltas(a), _deltas(b)
+    for m, delta in da.items():
+        torch.testing.assert_close(dm[m], 0.7 * delta + (0.3 * db[m] if m in db else 0), rtol=1e-5, atol=1e-6)
+
+    resize_file(path_a, tmp_path / "r2.safetensors", 2)
+    for m, delta in te_deltas(tmp_path / "r2.safetensors").items():
+        s = torch.linalg.svdvals(te_a[m].double())
+        error = torch.linalg.matrix_norm((delta - te_a[m]).double())
+        torch.testing.assert_close(error, s[2:].square().sum().sqrt(), rtol=1e-4, atol=1e-6)  # Eckart-Young
+
+
+def _file_deltas_split(path: Path) -> dict[str, torch.Tensor]:
+    """The denoiser's weight changes of an SDXL file that also holds text-encoder layers."""
+    from lorastudio.lora.text_encoders import split_text_encoders
+
+    tensors, header = read_lora_file(path)
+    denoiser, _ = split_text_encoders(tensors)
+    return _deltas(peft_from_file(denoiser, header, "sdxl"))
+
+
+def test_a_diffusers_written_sdxl_loras_text_encoder_alpha_is_kept(layer_shapes, tmp_path):
+    """A file of diffusers' own `save_lora_weights` (the diffusers training scripts, SimpleTuner)
+    whose text encoders' adapter config has lora_alpha != r: convert, merge and resize apply each
+    encoder's layers at alpha / r (peft's scale, as diffusers' loader does), not at 1."""
+    from diffusers import StableDiffusionXLPipeline
+    from peft import LoraConfig
+
+    from lorastudio.lora.files import convert_file
+    from lorastudio.lora.text_encoders import folded_peft, split_text_encoders
+
+    unet = _lora(layer_shapes("sdxl"), "sdxl", 4, 4.0, seed=1, every=4)
+    g = torch.Generator().manual_seed(7)
+    te = {  # peft's names inside the encoder, [r, in] / [out, r]
+        "text_encoder": {"text_model.encoder.layers.0.self_attn.q_proj": 32},
+        "text_encoder_2": {"text_model.encoder.layers.0.self_attn.out_proj": 64},
+    }
+    layers = {
+        enc: {
+            f"{m}.lora_{ab}.weight": torch.randn((4, n) if ab == "A" else (n, 4), generator=g)
+            for m, n in mods.items()
+            for ab in "AB"
+        }
+        for enc, mods in te.items()
+    }
+    alphas = {"text_encoder": 16.0, "text_encoder_2": 2.0}  # scales 4 and 0.5
+    meta = {
+        enc: LoraConfig(r=4, lora_alpha=alphas[enc], target_modules=["q_proj", "out_proj"]).to_dict()
+        for enc in te
+    }
+    for config in meta.values():
+        config["target_modules"] = sorted(config["target_modules"])
+    StableDiffusionXLPipeline.save_lora_weights(
+        tmp_path,
+        unet_lora_layers=unet.tensors,
+        text_encoder_lora_layers=layers["text_encoder"],
+        text_encoder_2_lora_layers=layers["text_encoder_2"],
+        unet_lora_adapter_metadata=LoraConfig(r=4, lora_alpha=4.0, target_modules=["to_q"]).to_dict(),
+        text_encoder_lora_adapter_metadata=meta["text_encoder"],
+        text_encoder_2_lora_adapter_metadata=meta["text_encoder_2"],
+        weight_name="theirs.safetensors",
+    )
+    src = tmp_path / "theirs.safetensors"
+    want = {
+        f"{enc}.{m}": alphas[enc] / 4 * layers[enc][f"{m}.lora_B.weight"] @ layers[enc][f"{m}.lora_A.weight"]
+        for enc, mods in te.items()
+        for m in mods
+    }
+
+    def te_deltas(path: Path) -> dict[str, torch.Tensor]:
+        tensors, header = read_lora_file(path)
+        peft = folded_peft(split_text_encoders(tensors)[1], header)
+        return {m: peft[m + ".lora_B.weight"] @ peft[m + ".lora_A.weight"] for m in want}
+
+    for name, got in {
+        "read": te_deltas(src),
+        "convert": (
+            convert_file(src, tmp_path / "k.safetensors", "kohya", "sdxl"),
+            te_deltas(tmp_path / "k.safetensors"),
+        )[1],
+        "merge": (
+            merge_files([(src, 0.5), (src, 0.5)], tmp_path / "m.safetensors", "sdxl"),
+            te_deltas(tmp_path / "m.safetensors"),
+        )[1],
+    }.items():
+        for m, delta in want.items():
+            torch.testing.assert_close(got[m], delta, rtol=1e-5, atol=1e-5, msg=f"{name}: {m}")

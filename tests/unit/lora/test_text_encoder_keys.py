@@ -70,3 +70,32 @@ def test_the_check_passes_the_files_and_fails_a_key_or_shape_no_loader_takes():
     assert not check_comfyui(good, {}, "sdxl", UNET, wide)["ok"]
     report = check_diffusers(good, "sdxl", UNET, "StableDiffusionXLPipeline", None, wide)
     assert not report["ok"] and report["mismatched"]
+
+
+def test_a_text_encoder_layer_other_than_clips_is_refused_not_renamed(tmp_path):
+    """Only CLIP text-encoder layers have a name in both layouts (`text_model.encoder.layers.N.*`):
+    a Qwen-Image file's Qwen2.5-VL layer (`text_encoder.model.layers.0.self_attn.q_proj`) came out
+    of `lora convert` as `lora_te1_text_model_model_layers_0_…` / `text_encoder.text_model.model…`,
+    names no loader reads. convert, merge and resize refuse it, naming the key."""
+    import pytest
+    from safetensors.torch import save_file
+
+    from lorastudio.errors import ConfigError
+    from lorastudio.lora.files import convert_file
+    from lorastudio.lora.ops import resize_file
+
+    denoiser = "transformer.transformer_blocks.0.attn.to_q"
+    qwen_vl = "text_encoder.model.layers.0.self_attn.q_proj"
+    tensors = {
+        f"{m}.lora_{ab}.weight": torch.ones((4, 32) if ab == "A" else (32, 4))
+        for m in (denoiser, qwen_vl)
+        for ab in "AB"
+    }
+    src = tmp_path / "qwen-te.safetensors"
+    save_file(tensors, src, {"lorastudio.family": "qwen-image"})
+    for to in ("kohya", "diffusers"):
+        with pytest.raises(ConfigError, match=r"text_encoder\.model\.layers\.0\.self_attn\.q_proj"):
+            convert_file(src, tmp_path / f"{to}.safetensors", to)  # type: ignore[arg-type]
+        assert not (tmp_path / f"{to}.safetensors").exists()
+    with pytest.raises(ConfigError, match=r"text_encoder\.model\.layers\.0\.self_attn\.q_proj"):
+        resize_file(src, tmp_path / "r2.safetensors", 2)

@@ -1,0 +1,102 @@
+"""Other trainers' LoRA files through convert, merge, resize and generation, with diffusers' own
+`load_lora_weights` of the original file as the reference for what each layer's change must be.
+
+- ai-toolkit's Qwen-Image layout (`diffusion_model.<diffusers name>.lora_A / lora_B`, no alpha:
+  alpha = rank; extensions_built_in/diffusion_models/qwen_image/qwen_image.py
+  convert_lora_weights_before_save) is ComfyUI's generic spelling: `lora convert` to either
+  layout and `lora merge` of it give the change diffusers loads from the original file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tests.unit.lora.test_ops import _lora
+
+from lorastudio import families
+from lorastudio.generate import apply_loras, load_pipeline
+from lorastudio.lora.files import convert_file
+from lorastudio.lora.ops import merge_files, resize_file
+
+
+def _loaded_change(model: Path, family: str, lora: Path) -> dict[str, torch.Tensor]:
+    """{module: merged weight - base} of every layer plain diffusers puts the file on."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    pipe = load_pipeline(str(model), family, device="cpu")
+    pipe.load_lora_weights(str(lora))
+    denoiser = getattr(pipe, families.get(family).spec.denoiser)
+    change = {}
+    with torch.no_grad():
+        for name, module in denoiser.named_modules():
+            if isinstance(module, BaseTunerLayer):
+                before = module.get_base_layer().weight.detach().clone()
+                module.merge()
+                change[name] = module.get_base_layer().weight.detach() - before
+    return change
+
+
+def _assert_same_change(
+    got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], factor: float = 1.0
+) -> None:
+    assert got.keys() == want.keys() and want
+    for name, delta in want.items():
+        torch.testing.assert_close(got[name], factor * delta, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_ai_toolkits_qwen_image_file_converts_and_merges_at_its_strength(layer_shapes, tiny_model, tmp_path):
+    family, model = "qwen-image", tiny_model("qwen-image")
+    lora = _lora(layer_shapes(family), family, 4, 4.0, seed=3, every=3)  # alpha = rank, as ai-toolkit's
+    theirs = tmp_path / "ai-toolkit.safetensors"
+    save_file(
+        {f"diffusion_model.{k}": v.contiguous() for k, v in lora.tensors.items()}, theirs, {"format": "pt"}
+    )
+    want = _loaded_change(model, family, theirs)  # diffusers reads ai-toolkit's names itself
+    assert max(d.abs().max().item() for d in want.values()) > 1e-3
+    for to in ("diffusers", "kohya"):
+        out = tmp_path / f"to-{to}.safetensors"
+        convert_file(theirs, out, to, family)  # type: ignore[arg-type]
+        _assert_same_change(_loaded_change(model, family, out), want)
+    merged = merge_files([(theirs, 0.25), (theirs, 0.25)], tmp_path / "merged.safetensors", family)
+    _assert_same_change(_loaded_change(model, family, merged), want, 0.5)
+    resize_file(tmp_path / "to-kohya.safetensors", tmp_path / "r2.safetensors", 2)  # it reads back as ours
+    pipe = load_pipeline(str(model), family, device="cpu")
+    apply_loras(pipe, [(theirs, 1.0)])  # generation takes it, every layer loaded
+
+
+def test_a_diffusers_written_bf16_flux_file_with_alpha_converts_at_its_strength(
+    layer_shapes, tiny_model, tmp_path
+):
+    """SimpleTuner / diffusers' training scripts: FluxPipeline.save_lora_weights with the peft
+    config as adapter metadata (lora_alpha 16 over rank 4: scale 4), bf16 tensors: convert to the
+    kohya layout (where ComfyUI reads alpha from `.alpha`) and merge keep diffusers' own reading."""
+    from diffusers import FluxPipeline
+    from peft import LoraConfig
+
+    family, model = "flux", tiny_model("flux")
+    lora = _lora(layer_shapes(family), family, 4, 16.0, seed=5, every=3)
+    config = LoraConfig(r=4, lora_alpha=16.0, target_modules=["to_q"]).to_dict()
+    config["target_modules"] = sorted(config["target_modules"])
+    FluxPipeline.save_lora_weights(
+        tmp_path,
+        transformer_lora_layers={k: v.to(torch.bfloat16) for k, v in lora.tensors.items()},
+        transformer_lora_adapter_metadata=config,
+        weight_name="simpletuner.safetensors",
+    )
+    theirs = tmp_path / "simpletuner.safetensors"
+    want = _loaded_change(model, family, theirs)
+    out = tmp_path / "kohya.safetensors"
+    convert_file(theirs, out, "kohya", family)
+    # FLUX.1's kohya layout fuses q, k, v: diffusers' kohya reader splits them at FLUX.1-dev's
+    # widths only, so the converted file is read back through the diffusers layout
+    back = tmp_path / "back.safetensors"
+    convert_file(out, back, "diffusers", family)
+    scale = max(d.abs().max().item() for d in want.values())
+    for name, delta in _loaded_change(model, family, back).items():
+        assert (delta - want[name]).abs().max().item() <= 1e-2 * scale, name  # bf16 rounding of the fold
+    assert _loaded_change(model, family, back).keys() == want.keys()
+    merged = merge_files([(theirs, 1.0), (theirs, 1.0)], tmp_path / "m.safetensors", family)
+    for name, delta in _loaded_change(model, family, merged).items():
+        assert (delta - 2 * want[name]).abs().max().item() <= 2e-2 * scale, name
