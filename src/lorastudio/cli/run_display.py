@@ -107,6 +107,7 @@ class ProgressDisplay:
         self.progress = Progress(*columns, console=self.console)
         self.tasks: dict[str, TaskID] = {}
         self.last_error: str | None = None
+        self.warnings: list[str] = []  # the run's warning events: repeated in the closing summary
         self.every = every
         self.clock = clock
         self._first: tuple[int, float] | None = None  # (step, time) of the first progress event
@@ -163,6 +164,9 @@ class ProgressDisplay:
                 f"validation loss of step {event.step}: {event.loss:.5g} over {event.images} held-out "
                 f"image(s) (best {event.best_loss:.5g} at step {event.best_step})"
             )
+        elif event.type == "warning":
+            self.warnings.append(event.message)
+            self.say(f"warning: {event.message}")
         elif event.type == "error":
             self.last_error = event.message
 

@@ -212,7 +212,10 @@ def train_cmd(
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
         raise typer.Exit(EXIT_INTERRUPTED if result.stopped and not launched else 0)
     state = "stopped early, saved" if result.stopped else "done"
-    typer.echo(f"{state}: {result.steps_run} step(s)")
+    warned = display.warnings if display is not None else []
+    typer.echo(f"{state}: {result.steps_run} step(s)" + (f", {len(warned)} warning(s)" if warned else ""))
+    for line in warned:  # the run completed; what failed without failing it (exit code 0)
+        typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"LoRA     {result.lora_path}")
     sidecar = result.lora_path.with_suffix(".json")
     typer.echo(f"sidecar  {sidecar}")

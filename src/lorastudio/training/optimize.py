@@ -198,7 +198,7 @@ def optimize(
             finish_run(run, state, parts, source, emit)
             break
         if state.previews is not None and state.previews.due(step, num_steps):
-            sample_round(cfg, state, parts, source, step, emit)
+            sample_round(cfg, state.previews, state, parts, source, step, emit)
         if validating:  # with its LoRA snapshot
             validation_round(run, state, objective, step, emit)
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:
