@@ -87,8 +87,9 @@ from lorastudio.training.optimize import RunState
 from lorastudio.training.plan_measure import DeviceMeter
 from lorastudio.training.precision import free_accelerator_memory, run_numerics
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.run_lock import claim_run_dir, lock_run_dir, release_run_dir
 from lorastudio.training.run_timings import record_run_timings
-from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
+from lorastudio.training.session import clean_after_failure, discard_session, prepare_session
 from lorastudio.training.trackers import TrackerSink
 
 
@@ -175,7 +176,9 @@ def train(
         if state.resume is None:
             barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
             if main:
-                claim_run_dir(run.run_dir)
+                state.run_lock = claim_run_dir(run.run_dir)  # held to the end (training/run_lock.py)
+        elif main:
+            state.run_lock = lock_run_dir(run.run_dir)  # JobActive while another session writes it
         claimed = main
         trackers.open(run.run_dir, run.cfg.model_dump(mode="json"))
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
@@ -220,6 +223,8 @@ def train(
             os.close(state.cache_readers)  # releases the cache's readers lock
             state.cache_readers = None
         end_group(state.ctx)
+        release_run_dir(state.run_lock)
+        state.run_lock = None
     emit(
         Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
     )
