@@ -368,6 +368,7 @@ class GenerationService:
         with self._flight:  # checked and set together: a cancel from now on reaches the worker
             if self._requests.get(rid, False):
                 raise GenerationCancelled("generation cancelled before it started")
+            self._process.clear_cancel()  # an earlier request's cancel is not this one's
             self._running = (rid, self._process)
         self._key = None  # unknown while the job runs (and after it failed)
         try:

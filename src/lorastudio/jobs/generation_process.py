@@ -154,8 +154,8 @@ class GenerationProcess:
         Raises the domain error it reported, GenerationFailed (an unexpected pipeline error),
         GenerationWorkerLost (it died or ran out of memory) or GenerationTimedOut (it did not load
         or generate within the allowance and was stopped); after the last two this handle is spent.
-        GenerationCancelled when `cancel()` stopped it (the worker goes on)."""
-        self._cancel.clear()  # a cancel of an earlier job is not this one's
+        GenerationCancelled when `cancel()` stopped it (the worker goes on); `clear_cancel()`
+        before it, so that a cancel of an earlier job is not this one's."""
         try:
             self._conn.send(job)
         except (OSError, ValueError) as err:  # the pipe is broken: the child is gone
@@ -182,8 +182,13 @@ class GenerationProcess:
 
     def cancel(self) -> None:
         """Stop the job in flight before its first denoising step or after the step it is in
-        (its `call` raises GenerationCancelled); from any thread. A no-op between jobs."""
+        (its `call` raises GenerationCancelled); from any thread. Set between jobs, it stops
+        the next one unless `clear_cancel()` comes first."""
         self._cancel.set()
+
+    def clear_cancel(self) -> None:
+        """Forget a cancel: the next job runs (called before each `call`)."""
+        self._cancel.clear()
 
     def _receive(self, allowed_s: float, what: str) -> Any:
         """The next message from the child, checking every POLL_S that it is alive. Raises
