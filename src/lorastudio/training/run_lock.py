@@ -7,7 +7,9 @@ another process can tell a live run's folder from one that a dead run left: `uno
 lock without waiting, and holds it while the caller removes what the dead run left
 (jobs/leftovers.remove_abandoned_runs, for `lorastudio train`: the server start's clean-up runs
 under the home's exclusive lock and needs none). A claim that raced such a removal finds its new
-folder gone under its lock and makes it again.
+folder gone under its lock and makes it again. On a file system that takes no flock on a folder
+(some network file systems) a session runs without the lock and no folder there counts as
+unowned: nothing is removed.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def lock_run_dir(run_dir: Path) -> int:
     except BlockingIOError:
         os.close(fd)
         raise JobActive(f"another live run writes {run_dir}; wait for it to end") from None
+    except OSError:  # no flock on folders here: the session runs unlocked (see the module docstring)
+        pass
     return fd
 
 
@@ -51,7 +55,8 @@ def claim_run_dir(run_dir: Path) -> int:
                 [FieldProblem("output_name", f"{run_dir} already exists; choose another output_name")]
             ) from None
         fd = _open(run_dir)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a clean-up that took the empty folder meanwhile
+        with contextlib.suppress(OSError):  # no flock on folders here: unlocked (module docstring)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a clean-up that took the empty folder meanwhile
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False)):
                 return fd
@@ -77,7 +82,7 @@ def unowned(run_dir: Path) -> Iterator[bool]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except OSError:  # held (BlockingIOError), or no flock on folders here: never unowned
             yield False
             return
         yield True
