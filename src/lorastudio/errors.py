@@ -134,6 +134,11 @@ class GenerationTimedOut(GenerationWorkerLost):
     request starts a fresh one. The message names what timed out and after how long."""
 
 
+class GenerationCancelled(LorastudioError):
+    """A generation stopped on request (its client cancelled it, or left) before its image was
+    kept: between two denoising steps, or before the first. Nothing of it is in the gallery."""
+
+
 class NoSpaceLeft(LorastudioError):
     """A write failed because the disk (or the quota) holding `path` is full: ENOSPC/EDQUOT, or
     SQLite's "database or disk is full". The message starts with "no space left on device"."""

@@ -8,7 +8,9 @@ production worker never reads it):
 - "enospc_checkpoint:N": the N-th checkpoint write (1-based) writes half of state.pt, then fails
   with OSError(ENOSPC), as a full disk would;
 - "enospc_lora": the final LoRA file write (not a step's snapshot under loras/) writes half, then
-  fails with OSError(ENOSPC).
+  fails with OSError(ENOSPC);
+- "final_samples": the final sample round (the run's last step) raises RuntimeError, as a
+  sampler that runs out of memory or breaks would.
 """
 
 from __future__ import annotations
@@ -74,9 +76,24 @@ def _install(fault: str) -> None:
     safetensors.torch.save_file = save_file
 
 
+def _break_final_samples() -> None:
+    from lorastudio.training.samples import SamplePreviews
+
+    real = SamplePreviews.render
+
+    def render(self: SamplePreviews, denoiser: Any, step: int, vae: Any = None) -> list[str]:
+        if step >= int(self.run.cfg.steps):
+            raise RuntimeError("the final sampler broke")
+        return real(self, denoiser, step, vae=vae)
+
+    SamplePreviews.render = render  # type: ignore[method-assign]
+
+
 def faulty_worker(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) -> None:
     """`worker_main` with the fault named by $LORASTUDIO_TEST_FAULT installed first."""
     fault = os.environ.get(FAULT_ENV, "")
-    if fault:
+    if fault == "final_samples":
+        _break_final_samples()
+    elif fault:
         _install(fault)
     worker_main(args, events, stop_event, stop_save)

@@ -37,3 +37,32 @@ def rlimited_generation_worker(args: GenerationWorkerArgs, conn: Any) -> None:
 
     worker.run_job = run_job
     worker.generation_worker_main(args, conn)
+
+
+STEPS_FILE_ENV = "LORASTUDIO_TEST_STEPS_FILE"
+STEP_PAUSE_S = 0.2
+
+
+def slow_steps_generation_worker(args: GenerationWorkerArgs, conn: Any) -> None:
+    """The real worker whose renders take STEP_PAUSE_S more per denoising step and count their
+    steps in the file named by $LORASTUDIO_TEST_STEPS_FILE (one line per step): a cancel's test
+    sees how far a render went."""
+    import os
+    import time
+
+    import lorastudio.generate as gen
+
+    real = gen.generate_image
+    steps_file = os.environ[STEPS_FILE_ENV]
+
+    def generate_image(*a: Any, cancelled: Any = None, **kw: Any) -> Any:
+        def after_step() -> bool:
+            with open(steps_file, "a", encoding="ascii") as out:
+                out.write("step\n")
+            time.sleep(STEP_PAUSE_S)
+            return bool(cancelled and cancelled())
+
+        return real(*a, cancelled=after_step, **kw)
+
+    gen.generate_image = generate_image
+    worker.generation_worker_main(args, conn)

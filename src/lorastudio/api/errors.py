@@ -39,6 +39,7 @@ from lorastudio.errors import (
     CacheError,
     ConfigError,
     DatasetError,
+    GenerationCancelled,
     GenerationFailed,
     GenerationTimedOut,
     GenerationWorkerLost,
@@ -74,6 +75,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     NotFound: 404,
     JobActive: 409,
     UploadTooLarge: 413,
+    GenerationCancelled: 409,  # stopped on request (a cancel, the client left): no image kept
     GenerationFailed: 500,  # the pipeline failed in the generation worker (the server is fine)
     GenerationWorkerLost: 503,  # the generation worker was killed / ran out of memory; retry starts a fresh one
     GenerationTimedOut: 504,  # the worker hung past the request's allowance and was stopped; retry starts a fresh one

@@ -60,6 +60,9 @@ class _StrictBody(_Body):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
 class LoraRef(_StrictBody):
     name: str = Field(min_length=1, max_length=100, description="output name of a trained LoRA")
     scale: float = Field(default=1.0, ge=-LORA_SCALE_LIMIT, le=LORA_SCALE_LIMIT, allow_inf_nan=False)
@@ -105,6 +108,12 @@ class GenerateBody(_StrictBody):
         default_factory=list,
         max_length=10,
         description="reference images of an edit family (ids from POST /api/generate/references), slot order",
+    )
+    request_id: str | None = Field(
+        default=None,
+        pattern=REQUEST_ID_PATTERN,
+        description="the client's name for this request (1-64 letters, digits, - or _): POST "
+        "/api/generate/{request_id}/cancel stops it; null: cancelled only by the client leaving",
     )
 
 

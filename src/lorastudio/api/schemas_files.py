@@ -223,5 +223,13 @@ class ReferenceOut(_Out):
     url: str
 
 
+class GenerateCancelOut(_Out):
+    request_id: str
+    was: Literal["waiting", "running"] = Field(
+        description="waiting for the worker (it ends now) or running (it stops after its current "
+        "denoising step); its POST /api/generate answers 409, and nothing is kept in the gallery"
+    )
+
+
 class ReferencesOut(_Out):
     references: list[ReferenceOut] = Field(description="the uploaded reference images, in upload order")

@@ -142,6 +142,11 @@ class JobOut(_Out):
     lora_path: str | None
     steps_run: int
     error: str | None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what failed without failing the run (e.g. its final sample round after the LoRA "
+        "was written: the run completed, its LoRA whole)",
+    )
     pid: int | None
     stop_requested: StopRequested | None
     busy: BusyOut | None = Field(
@@ -184,6 +189,11 @@ class RunSummary(_Out):
     total_steps: int | None
     last_loss: float | None
     error: str | None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what failed without failing the run (e.g. its final sample round after the LoRA "
+        "was written: the run completed, its LoRA whole)",
+    )
     source: Literal["service", "cli"] = Field(
         default="service", description="who started the run: the job service (API, UI) or `lorastudio train`"
     )

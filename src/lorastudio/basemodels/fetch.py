@@ -262,8 +262,11 @@ def run_fetch(
             )
         )
         return FetchOutcome("completed", plan.repo_id, model_id, str(plan.present), True, plan.offline)
-    assert plan.files is not None and plan.commit is not None
-    assert plan.family is not None or plan.captioner is not None
+    if plan.files is None or plan.commit is None or (plan.family is None and plan.captioner is None):
+        raise ModelSourceError(
+            f"the fetch plan of {plan.repo_id} names no files at a commit for a family or a captioner "
+            "(plan it with plan_fetch)"
+        )
     staging = staging_folder(plan.target)
     staging.mkdir(parents=True, exist_ok=True)
     tracker = FetchTracker(fetch_id, plan.files, staging, send, cancel)

@@ -107,6 +107,7 @@ class ProgressDisplay:
         self.progress = Progress(*columns, console=self.console)
         self.tasks: dict[str, TaskID] = {}
         self.last_error: str | None = None
+        self.warnings: list[str] = []  # the run's warning events: repeated in the closing summary
         self.every = every
         self.clock = clock
         self._first: tuple[int, float] | None = None  # (step, time) of the first progress event
@@ -163,6 +164,9 @@ class ProgressDisplay:
                 f"validation loss of step {event.step}: {event.loss:.5g} over {event.images} held-out "
                 f"image(s) (best {event.best_loss:.5g} at step {event.best_step})"
             )
+        elif event.type == "warning":
+            self.warnings.append(event.message)
+            self.say(f"warning: {event.message}")
         elif event.type == "error":
             self.last_error = event.message
 
@@ -190,25 +194,30 @@ class ProgressDisplay:
 
 class StopOnInterrupt:
     """Ctrl-C handler for a run: the first SIGINT asks the run to stop and save, the second
-    raises KeyboardInterrupt. `check` is the train() StopCheck."""
+    raises KeyboardInterrupt. With `sigterm`, a SIGTERM (`kill`, a service manager's stop) does
+    the same (by default it ends Python at once, leaving a fresh run's folder behind: a rank of
+    a multi-GPU launch leaves SIGTERM to torchrun). `check` is the train() StopCheck."""
 
-    def __init__(self, console: Console | None = None):
+    def __init__(self, console: Console | None = None, sigterm: bool = False):
         self.console = console or Console(stderr=True, log_path=False)
         self.requested = False
-        self._previous: Any = None
+        self._signals = [signal.SIGINT, signal.SIGTERM] if sigterm else [signal.SIGINT]
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopOnInterrupt:
-        self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self._signals}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self.console.print("[yellow]stopping after this step and saving (Ctrl-C again to abort)[/]")
+        again = "Ctrl-C" if signum == signal.SIGINT else "another SIGTERM or Ctrl-C"
+        self.console.print(f"[yellow]stopping after this step and saving ({again} to abort)[/]")
 
     def check(self) -> StopRequest | None:
         return StopRequest(save=True) if self.requested else None

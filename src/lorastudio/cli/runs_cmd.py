@@ -88,6 +88,8 @@ def show_cmd(
     ):
         typer.echo(f"{key:12} {run[key] if run[key] is not None else '-'}")
     typer.echo(f"{'steps':12} {run['steps_run']}/{run['total_steps'] or '?'}")
+    for warning in run.get("warnings") or []:
+        typer.echo(f"{'warning':12} {warning}")
     if resume := _resume_line(run):
         typer.echo(f"{'resume':12} {resume}")
     for out in run["outputs"]:

@@ -4,8 +4,9 @@ By default a SIGTERM ends Python at once: no `finally` runs, so `lorastudio gene
 or `lora convert|merge|resize` killed mid-write left its hidden staging file next to the output.
 Inside `sigterm_exits()` a SIGTERM raises SystemExit(143) (128 + SIGTERM, the status a killed
 process reports to a shell) in the main thread, which unwinds through those `finally` clauses;
-Ctrl-C's KeyboardInterrupt already does. Scoped to the commands that need it (not `train` or
-`serve`, which have their own shutdown) and restored after.
+Ctrl-C's KeyboardInterrupt already does. Scoped to the commands that need it (not `train`, which
+stops and saves on a SIGTERM as on Ctrl-C: cli/run_display.StopOnInterrupt, nor `serve`, which
+has its own shutdown) and restored after.
 """
 
 from __future__ import annotations

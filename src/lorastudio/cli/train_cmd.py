@@ -134,6 +134,8 @@ def train_cmd(
         if not launched and not check:  # a launch's ranks load what this process warms
             prefetch = _start_prefetch(config, settings)
         home_lock = _share_home()  # shared with the ranks of a launch and other CLI runs
+        if not launched and not check:
+            _remove_abandoned_runs()
         if not launched and config is not None and resume is None:
             _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
         elif check or (overwrite and resume is not None):
@@ -171,7 +173,7 @@ def train_cmd(
             from lorastudio.training.checkpoint import read_checkpoint_info
 
             record.carry_over(int(read_checkpoint_info(checkpoint)["step"]))
-        with StopOnInterrupt(console) as stopper, display or nullcontext():
+        with StopOnInterrupt(console, sigterm=not launched) as stopper, display or nullcontext():
             emit = display.emit if display is not None else _ignore
             emit = record.wrap(emit) if record is not None else emit
             emit = prefetch.wrap(emit) if prefetch is not None else emit  # follows the loads
@@ -212,7 +214,10 @@ def train_cmd(
         typer.echo(f"stopped after {result.steps_run} step(s); nothing saved")
         raise typer.Exit(EXIT_INTERRUPTED if result.stopped and not launched else 0)
     state = "stopped early, saved" if result.stopped else "done"
-    typer.echo(f"{state}: {result.steps_run} step(s)")
+    warned = display.warnings if display is not None else []
+    typer.echo(f"{state}: {result.steps_run} step(s)" + (f", {len(warned)} warning(s)" if warned else ""))
+    for line in warned:  # the run completed; what failed without failing it (exit code 0)
+        typer.secho(f"warning: {line}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"LoRA     {result.lora_path}")
     sidecar = result.lora_path.with_suffix(".json")
     typer.echo(f"sidecar  {sidecar}")
@@ -287,6 +292,17 @@ def _check_fresh_run(
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if overwrite and (removed := replace_outputs(str(run.config.output_name), settings)) is not None:
         typer.echo(f"replaced the previous outputs in {removed}", err=True)
+
+
+def _remove_abandoned_runs() -> None:
+    """What killed runs left in the output folders no live run holds (jobs/leftovers.py: staging,
+    the empty folder of a run killed before it wrote a file), as a server start removes it: a
+    CLI-only user's names are free again."""
+    from lorastudio.jobs.leftovers import remove_abandoned_runs
+    from lorastudio.settings import get_settings
+
+    for path in remove_abandoned_runs(get_settings()):
+        typer.echo(f"removed what a killed run left: {path}", err=True)
 
 
 def _flavour_notes(cfg: Any) -> list[str]:

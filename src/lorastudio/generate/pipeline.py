@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lorastudio.data.sample_refs import reference_size_problem
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, GenerationCancelled, ModelSourceError, NotFound
 from lorastudio.generation_rules import guidance_problems, seed_problems, size_problems
 from lorastudio.user_paths import is_file
 
@@ -101,6 +101,18 @@ def load_pipeline(
     pipe.to(dev)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def _stop_when(cancelled: Callable[[], bool]) -> Callable[..., dict[str, Any]]:
+    """A callback_on_step_end that raises GenerationCancelled once `cancelled()` is True: the
+    pipeline's loop stops after the step it just finished (no decode, no image)."""
+
+    def after_step(pipe: Any, step: int, timestep: Any, callback_kwargs: dict[str, Any]) -> dict[str, Any]:
+        if cancelled():
+            raise GenerationCancelled(f"generation cancelled after denoising step {step + 1}")
+        return callback_kwargs
+
+    return after_step
 
 
 def _default_dtype(dev: torch.device) -> torch.dtype:
@@ -248,6 +260,7 @@ def generate_image(
     negative_prompt: str | None = None,
     extra: Mapping[str, Any] | None = None,
     controls: Sequence[Image.Image] = (),
+    cancelled: Callable[[], bool] | None = None,
 ) -> Image.Image:
     """One image for `prompt`. steps/guidance default to the family's generation defaults (those
     of the pipeline's variant: Family.generation_defaults);
@@ -257,8 +270,11 @@ def generate_image(
     generator seeded with `seed`, so a seed gives the same image on any device. `controls`: the
     reference images of an edit family (spec.control_images), each resized to cover
     width x height and centre-cropped to it, as training crops a control to its target.
+    `cancelled`: asked after every denoising step (the pipeline's callback_on_step_end, which
+    every family's pipeline takes); True stops the render there with GenerationCancelled.
 
-    Raises UnknownFamily; ConfigError for what lorastudio.generation_rules refuses (width /
+    Raises GenerationCancelled (`cancelled`), UnknownFamily; ConfigError for what
+    lorastudio.generation_rules refuses (width /
     height not multiples of the family's, a seed or guidance out of range), steps < 1, or a number
     of controls the family does not take.
     """
@@ -310,5 +326,7 @@ def generate_image(
         render = pipe
         if high and not controls:  # an edit family without references: text-to-image (its hook)
             render, kwargs = fam.render_without_references(pipe, kwargs)
+        if cancelled is not None:
+            kwargs["callback_on_step_end"] = _stop_when(cancelled)
         out = render(width=width, height=height, generator=generator, output_type="pil", **kwargs)
     return out.images[0]

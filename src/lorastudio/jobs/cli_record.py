@@ -144,6 +144,9 @@ class CliRunRecord:
             self._write(lambda: self.store.update_run(job.id, total_steps=total))
         if folded.validation is not None:
             self._write(lambda: self.store.add_validation(job.id, folded.validation))
+        if folded.warning is not None:
+            warning = folded.warning
+            self._write(lambda: self.store.add_warning(job.id, warning))
         if folded.final is not None:
             self._finish(*folded.final)
 

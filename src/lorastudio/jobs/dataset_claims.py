@@ -15,12 +15,21 @@ a FIFO planted at a lock's place is removed (the entry only) and a regular lock 
 are read without following links or blocking, 64 KiB at most.
 
 The key is the dataset, not the folder: a folder inside the home's datasets root is claimed as its
-top folder (`datasets/char/10_sks` claims `char`, so a kohya sub-folder and its parent conflict);
-any other folder (a CLI run's absolute data_dir) as itself. A dataset is locked under two keys
+top folder (`datasets/char/10_sks` claims `char`, so a kohya sub-folder and its parent conflict),
+and so is a folder inside another studio home's datasets root (a CLI run with another
+LORASTUDIO_HOME reading this home's dataset by its absolute path: the top folder under that
+home's `datasets/`, found by the home's lock file or run store beside it); any other folder (a
+CLI run's absolute data_dir) as itself. A dataset is locked under two keys
 (`claim_keys`): its resolved path (NFC) and, when it exists, its (device, inode), so the two
 spellings of one folder on a case- or normalisation-insensitive file system are one claim. An edit through the API (an upload,
-a caption edit, a delete) claims `brief`ly: a take waits for it instead of being refused. Two homes reading one folder are not
-coordinated (each has its own claims). flock is hand-used here as in jobs/homelock.py: the
+a caption edit, a delete) claims `brief`ly: a take waits for it instead of being refused.
+Across studio homes (each has its own claims folder) the dataset folder itself is locked too: a
+flock on its directory, shared for readers and exclusive for writers, which the kernel keeps per
+folder whatever the home (taken after the home's keys and released before them, so a holder of
+this home always meets the keys first, with their records' names; a folder held the other way
+is then held by another home's process, named by its pid). A folder not there yet (an upload
+making it) has no folder lock, and a file system without flock on folders (some network file
+systems) keeps to the home's claims. flock is hand-used here as in jobs/homelock.py: the
 standard library has it, and no dependency gives reader/writer locks that die with their holder.
 No torch, no HTTP.
 """
@@ -42,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import DatasetBusy
-from lorastudio.jobs.homelock import lock_holders
+from lorastudio.jobs.homelock import LOCK_NAME, lock_holders
 from lorastudio.processes import process_alive
 
 CLAIMS_DIR = "claims"
@@ -50,6 +59,7 @@ BRIEF_WAIT_S = 30.0  # how long a take waits for brief edits (and a releasing ho
 RETRY_S = 0.02
 READ = "read"
 WRITE = "write"
+HOME_MARKERS = (LOCK_NAME, "lorastudio.db")  # a studio home holds one of these beside datasets/
 
 
 def claim_root(folder: Path, datasets_dir: Path) -> Path:
@@ -57,9 +67,19 @@ def claim_root(folder: Path, datasets_dir: Path) -> Path:
     config) belongs to: its top folder under `datasets_dir`, or itself."""
     root = Path(os.path.realpath(datasets_dir))
     folder = Path(os.path.realpath(folder if Path(folder).is_absolute() else root / folder))
-    if root in folder.parents:
-        return root / folder.relative_to(root).parts[0]
+    for base in (root, _home_datasets_above(folder)):
+        if base is not None and base in folder.parents:
+            return base / folder.relative_to(base).parts[0]
     return folder
+
+
+def _home_datasets_above(folder: Path) -> Path | None:
+    """The datasets root of the studio home `folder` lies in (the nearest ancestor named
+    "datasets" beside a home's lock file or run store), or None."""
+    for parent in folder.parents:
+        if parent.name == "datasets" and any((parent.parent / m).is_file() for m in HOME_MARKERS):
+            return parent
+    return None
 
 
 def claim_keys(root: Path) -> list[str]:
@@ -82,6 +102,7 @@ class DatasetClaim:
 
     def __init__(self) -> None:
         self._held: list[tuple[int, Path, Path]] = []  # (lock fd, holder record, lock file)
+        self._folders: list[int] = []  # locked dataset folders (their directory descriptors)
 
     @classmethod
     def take(
@@ -105,6 +126,8 @@ class DatasetClaim:
             for root in roots:
                 for key in claim_keys(root):
                     claim._take_one(home / CLAIMS_DIR, root, key, mode, holder, brief, wait_s)
+            for root in roots:  # host-wide: other studio homes' holders of the same folders
+                claim._lock_folder(root, mode, wait_s if brief else 0.0)
         except BaseException:
             claim.release()
             raise
@@ -146,10 +169,38 @@ class DatasetClaim:
         os.replace(staged, record)
         self._held.append((fd, record, path))
 
+    def _lock_folder(self, root: Path, mode: str, wait_s: float) -> None:
+        """Lock dataset folder `root` itself (shared for READ, exclusive for WRITE), waiting up
+        to `wait_s` for it. Raises DatasetBusy naming the holding pids. No lock where the folder
+        is not there yet or its file system takes no flock on a folder."""
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # not made yet (an upload, an import), or not a folder
+            return
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if mode == WRITE else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(RETRY_S)
+                    continue
+                os.close(fd)
+                raise DatasetBusy(_folder_refusal(root, mode)) from None
+            except OSError:  # no flock on folders here (a network file system): the home's claims only
+                os.close(fd)
+                return
+            self._folders.append(fd)
+            return
+
     def release(self) -> None:
-        """Free every claim held: its record, then its lock; the last holder of a dataset also
-        removes the lock file (and the claims folder when empty), so a home keeps no trace of a
-        claim. Idempotent."""
+        """Free every claim held: the folder locks first (a taker of this home that gets the
+        keys then finds the folder free), then each record and its lock; the last holder of a
+        dataset also removes the lock file (and the claims folder when empty), so a home keeps
+        no trace of a claim. Idempotent."""
+        folders, self._folders = self._folders, []
+        for fd in folders:
+            os.close(fd)  # drops the folder lock
         held, self._held = self._held, []
         for fd, record, path in held:
             record.unlink(missing_ok=True)
@@ -293,6 +344,19 @@ def _refusal(lock: Path, root: Path, wanted: str) -> str:
         held = "having its captions written" if any(h["mode"] == WRITE for h in found) else "being read"
     action = "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
     return f"dataset {root.name!r} ({root}) is {held} by {who}; {action} until that ends"
+
+
+def _folder_refusal(root: Path, wanted: str) -> str:
+    """Why `wanted` on dataset folder `root` is refused when the folder itself is locked the other
+    way (by a process of another studio home: this home's holders are met at its keys)."""
+    pids = lock_holders(root)
+    who = f"pid {', '.join(map(str, pids))}" if pids else "a process"
+    held = "in use" if wanted == WRITE else "having its captions written"
+    action = "its captions cannot be written" if wanted == WRITE else "a run cannot read it"
+    return (
+        f"dataset {root.name!r} ({root}) is {held} by {who} of another lorastudio home "
+        f"(another LORASTUDIO_HOME); {action} until that ends"
+    )
 
 
 def _same_file(fd: int, path: Path) -> bool:

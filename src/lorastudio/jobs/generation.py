@@ -8,7 +8,11 @@ starting training stops the worker, which frees its memory. A worker that dies d
 (killed by the out-of-memory killer, kill -9, a crash) or runs out of memory is reported as
 GenerationWorkerLost (HTTP 503), one that hangs past the allowance of what was asked
 (jobs/worker_allowance.py) is stopped and reported as GenerationTimedOut (504); the next
-request starts a fresh one; the server goes on.
+request starts a fresh one; the server goes on. A request can be cancelled by its id
+(`cancel`: the API's cancel route, or the client leaving): waiting for the worker it ends at
+once, running it stops before its first denoising step or between two (the worker goes on, its
+pipeline resident), finished but not yet kept its image is dropped: GenerationCancelled, and
+nothing of it in the gallery.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
 the revision, the size and steps against the budget below, the LoRA files (their headers are read with a
@@ -21,11 +25,13 @@ The budget (per request) is generation_rules.budget_problems, the CLI's too.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,15 @@ from lorastudio.config import revision_problem
 from lorastudio.data.paths import safe_component
 from lorastudio.data.sample_refs import reference_size_problem
 from lorastudio.data.writes import staged_write
-from lorastudio.errors import ConfigError, FieldProblem, GenerationWorkerLost, ModelSourceError, NotFound
+from lorastudio.errors import (
+    ConfigError,
+    FieldProblem,
+    GenerationCancelled,
+    GenerationWorkerLost,
+    JobActive,
+    ModelSourceError,
+    NotFound,
+)
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
@@ -49,6 +63,7 @@ from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
+LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,10 @@ class GenerationService:
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
+        # requests in flight (waiting or running) by id -> cancelled; the one in the worker
+        self._flight = threading.Lock()
+        self._requests: dict[str, bool] = {}
+        self._running: tuple[str, GenerationProcess] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
@@ -166,6 +185,12 @@ class GenerationService:
         """The pid of the live generation worker, or None."""
         process = self._process
         return process.pid if process is not None and not process.spent else None
+
+    @property
+    def in_flight(self) -> int:
+        """How many generation requests are in flight (waiting for the worker or running)."""
+        with self._flight:
+            return len(self._requests)
 
     def release(self) -> None:
         """Stop the worker, freeing its pipeline and memory (the GPU for training). Idempotent."""
@@ -233,12 +258,44 @@ class GenerationService:
                 raise ConfigError(problems)
         return base, [(str(p), s) for p, s in loras]
 
-    def generate(self, req: GenerationRequest) -> dict[str, Any]:
+    def cancel(self, request_id: str) -> str:
+        """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends
+        now) or "running" (it stops before its first denoising step or after the one it is
+        in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
+        cancel answers the same. Raises NotFound when no such request is in flight (unknown,
+        or already ended)."""
+        with self._flight:
+            if request_id not in self._requests:
+                raise NotFound(f"no generation {request_id!r} in flight (unknown, or it ended)")
+            self._requests[request_id] = True
+            if self._running is not None and self._running[0] == request_id:
+                self._running[1].cancel()
+                return "running"
+            return "waiting"
+
+    def generate(self, req: GenerationRequest, request_id: str | None = None) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
-        Returns the sidecar's fields plus {"file", "path", "seconds"}. Raises what `check` raises,
-        JobActive (training holds the GPU), GenerationFailed / GenerationWorkerLost /
-        GenerationTimedOut (the worker failed / died / hung: the next request starts a fresh
-        worker)."""
+        Returns the sidecar's fields plus {"file", "path", "seconds"}. `request_id` names the
+        request for `cancel` (None: not cancellable). Raises what `check` raises, JobActive
+        (training holds the GPU, or a request of this id is in flight), GenerationCancelled
+        (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
+        (the worker failed / died / hung: the next request starts a fresh worker)."""
+        rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
+        with self._flight:
+            if rid in self._requests:
+                raise JobActive(f"a generation with request_id {rid!r} is in flight already")
+            self._requests[rid] = False
+        try:
+            return self._generate(req, rid)
+        finally:
+            with self._flight:
+                self._requests.pop(rid, None)
+
+    def _cancelled(self, rid: str) -> bool:
+        with self._flight:
+            return self._requests.get(rid, False)
+
+    def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
         base, loras = self.check(req)
         family = families.get(req.family).spec.name
         out_dir = gallery_dir(self.settings)
@@ -265,8 +322,10 @@ class GenerationService:
             png_meta=json.dumps(meta_of(req, family)),
         )
         try:
-            with self.arbiter.generation(), self._lock:
-                result = self._run_locked(job)
+            with self.arbiter.generation(), self._worker_lock(rid):
+                result = self._run_locked(job, rid)
+            if self._cancelled(rid):  # cancelled after the worker finished: the image is not kept
+                raise GenerationCancelled("generation cancelled; its image was not kept")
             meta = {**meta_of(req, family), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             with staged_write(target.with_suffix(".json")) as tmp:
@@ -276,8 +335,23 @@ class GenerationService:
             staging.unlink(missing_ok=True)
         return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
 
-    def _run_locked(self, job: GenerationJob) -> dict[str, Any]:
-        """Run `job` in the worker (started if there is none); forget a worker that died."""
+    @contextlib.contextmanager
+    def _worker_lock(self, rid: str) -> Iterator[None]:
+        """Hold the worker for request `rid`; raises GenerationCancelled when it is cancelled
+        while it waits (another request holds the worker)."""
+        while not self._lock.acquire(timeout=LOCK_POLL_S):
+            if self._cancelled(rid):
+                raise GenerationCancelled("generation cancelled while it waited for the worker")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
+        """Run `job` (request `rid`) in the worker (started if there is none); forget a worker
+        that died. Raises GenerationCancelled when `rid` was cancelled before the job was sent."""
+        if self._cancelled(rid):  # before a worker is started for it
+            raise GenerationCancelled("generation cancelled before it started")
         if self._process is None or self._process.spent:
             self._key = None
             process = GenerationProcess(self._spawner, self._target, self.settings, self._allowance)
@@ -291,10 +365,17 @@ class GenerationService:
                 raise GenerationWorkerLost(
                     f"could not start the generation worker: {err}; try again"
                 ) from err
+        with self._flight:  # checked and set together: a cancel from now on reaches the worker
+            if self._requests.get(rid, False):
+                raise GenerationCancelled("generation cancelled before it started")
+            self._process.clear_cancel()  # an earlier request's cancel is not this one's
+            self._running = (rid, self._process)
         self._key = None  # unknown while the job runs (and after it failed)
         try:
             result = self._process.call(job)
         finally:
+            with self._flight:
+                self._running = None
             if self._process.spent:  # died or ran out of memory: the next job gets a fresh one
                 self._process = None
         self._key = job.key

@@ -117,9 +117,13 @@ class GenerationProcess:
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe(duplex=True)
         self._child_conn = child_conn
+        self._cancel = ctx.Event()  # set: the job in flight stops (generation_worker's protocol)
         self.process = ctx.Process(
             target=target,
-            args=(GenerationWorkerArgs(parent_pid=os.getpid(), settings=settings), child_conn),
+            args=(
+                GenerationWorkerArgs(parent_pid=os.getpid(), settings=settings, cancel=self._cancel),
+                child_conn,
+            ),
             name="lorastudio-generate",
             daemon=True,
         )
@@ -149,7 +153,9 @@ class GenerationProcess:
         """Run `job` in the worker; returns its "ok" fields (width, height, seconds, loaded).
         Raises the domain error it reported, GenerationFailed (an unexpected pipeline error),
         GenerationWorkerLost (it died or ran out of memory) or GenerationTimedOut (it did not load
-        or generate within the allowance and was stopped); after the last two this handle is spent."""
+        or generate within the allowance and was stopped); after the last two this handle is spent.
+        GenerationCancelled when `cancel()` stopped it (the worker goes on); `clear_cancel()`
+        before it, so that a cancel of an earlier job is not this one's."""
         try:
             self._conn.send(job)
         except (OSError, ValueError) as err:  # the pipe is broken: the child is gone
@@ -173,6 +179,16 @@ class GenerationProcess:
             )
         self.stop()
         raise GenerationFailed(f"the generation worker sent an unexpected reply {reply!r}")
+
+    def cancel(self) -> None:
+        """Stop the job in flight before its first denoising step or after the step it is in
+        (its `call` raises GenerationCancelled); from any thread. Set between jobs, it stops
+        the next one unless `clear_cancel()` comes first."""
+        self._cancel.set()
+
+    def clear_cancel(self) -> None:
+        """Forget a cancel: the next job runs (called before each `call`)."""
+        self._cancel.clear()
 
     def _receive(self, allowed_s: float, what: str) -> Any:
         """The next message from the child, checking every POLL_S that it is alive. Raises

@@ -19,7 +19,9 @@ Protocol over one duplex multiprocessing Connection (plain picklable values):
                     ("oom", message)                            out of memory: the child exits
                                                                 after sending it
 The parent times each phase (jobs/worker_allowance.py): the load until "loaded", the work
-from there. The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
+from there. A cancel is the shared event `GenerationWorkerArgs.cancel` (set by the parent, cleared
+before each job): the job stops before its first step or between two denoising steps and
+answers ("error", "GenerationCancelled", ...), having written nothing. The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
 next job names another one. The PNG is written to `job.out_path` (a hidden staging name the
 server chose in the gallery); the server renames it into place.
 """
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorastudio.errors import ConfigError, DatasetError, LorastudioError
+from lorastudio.errors import ConfigError, DatasetError, GenerationCancelled, LorastudioError
 from lorastudio.jobs.childenv import drop_secrets, give_hub_token
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt
 from lorastudio.settings import Settings
@@ -50,6 +52,7 @@ class GenerationWorkerArgs:
 
     parent_pid: int
     settings: Settings | None = None  # the hub token for hub-id base models (never the environment)
+    cancel: Any = None  # a multiprocessing Event: set, the job in flight stops (None: never)
 
 
 @dataclass(frozen=True)
@@ -130,11 +133,15 @@ def png_text(meta: dict[str, Any]) -> Any:
 
 
 def run_job(
-    resident: Resident, job: GenerationJob, report: Callable[[Any], None] = lambda message: None
+    resident: Resident,
+    job: GenerationJob,
+    report: Callable[[Any], None] = lambda message: None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> tuple[Any, bool]:
     """Generate one image for `job`; returns (reply, fatal): fatal = the child must exit (it ran
     out of memory, its state is not to be trusted). `report` gets ("loaded", bool) once the
-    job's pipeline is ready."""
+    job's pipeline is ready; `cancelled()` True stops the job before its first denoising step or
+    after any (GenerationCancelled's error reply; no PNG is written)."""
     oom: str | None = None
     try:
         from lorastudio import generate as gen
@@ -156,6 +163,8 @@ def run_job(
             )
             resident.key = job.key
         report(("loaded", loaded))
+        if cancelled():  # during the load, which cannot stop midway (the pipeline stays resident)
+            raise GenerationCancelled("generation cancelled before its first denoising step")
         gen.apply_loras(resident.pipe, list(job.loras))
         image = gen.generate_image(
             resident.pipe,
@@ -168,6 +177,7 @@ def run_job(
             guidance=job.guidance,
             negative_prompt=job.negative_prompt,
             controls=[load_rgb(Path(p)) for p in job.references],
+            cancelled=cancelled,
         )
         meta = {**json.loads(job.png_meta), "width": image.width, "height": image.height}
         image.save(job.out_path, format="PNG", pnginfo=png_text(meta))
@@ -194,6 +204,8 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
     ignore_terminal_interrupt()  # the server stops its children itself
     drop_secrets(os.environ)
     resident = Resident()
+    cancel = args.cancel
+    cancelled = cancel.is_set if cancel is not None else (lambda: False)
     conn.send(("ready", os.getpid()))
     code = 0
     while True:
@@ -205,7 +217,7 @@ def generation_worker_main(args: GenerationWorkerArgs, conn: Any) -> None:
             break
         if args.settings is not None:
             give_hub_token(args.settings, job.source)
-        reply, fatal = run_job(resident, job, conn.send)
+        reply, fatal = run_job(resident, job, conn.send, cancelled)
         conn.send(reply)
         if fatal:
             code = OOM_EXIT_CODE

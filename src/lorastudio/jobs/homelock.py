@@ -36,22 +36,27 @@ class HomeLock:
     def for_server(cls, home: Path, port: int | None) -> HomeLock:
         """Take `home` exclusively for a server listening on `port` (None: not known, e.g. an
         app served by a test harness). Raises HomeInUse naming the holder."""
-        lock = cls._take(home, exclusive=True)
-        assert lock._fd is not None
+        path, fd = cls._take_fd(home, exclusive=True)
         info = {"pid": os.getpid(), "port": port, "kind": "server"}
-        os.ftruncate(lock._fd, 0)
-        os.pwrite(lock._fd, (json.dumps(info) + "\n").encode(), 0)
-        return lock
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        except OSError:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
+        return cls(path, fd, exclusive=True)
 
     @classmethod
     def for_cli_run(cls, home: Path, through: str = TRAIN_THROUGH) -> HomeLock:
         """Share `home` with other CLI commands for a `lorastudio train` (or `datasets caption`)
         in this process. Raises HomeInUse while a server owns it, saying to use the server for
         it (`through`: "<verb> through it (<how>)", the port's URL follows)."""
-        return cls._take(home, exclusive=False, through=through)
+        return cls(*cls._take_fd(home, exclusive=False, through=through), exclusive=False)
 
-    @classmethod
-    def _take(cls, home: Path, exclusive: bool, through: str = TRAIN_THROUGH) -> HomeLock:
+    @staticmethod
+    def _take_fd(home: Path, exclusive: bool, through: str = TRAIN_THROUGH) -> tuple[Path, int]:
+        """(lock file, its descriptor, locked shared or exclusive). Raises HomeInUse."""
         home.mkdir(parents=True, exist_ok=True)
         path = home / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -63,7 +68,7 @@ class HomeLock:
         except OSError:
             os.close(fd)
             raise
-        return cls(path, fd, exclusive)
+        return path, fd
 
     def release(self) -> None:
         """Free the lock (a server empties the file first). Idempotent."""

@@ -30,13 +30,15 @@ class Folded:
     progress now says, to store when it changed (None: unchanged; an epoch run's is known only
     from its events); validation: a validation round's point
     to store (None: none); plan: the plan_chosen event to store in the
-    run record (None: none); now_running: the job went from preparing to running; final: the
+    run record (None: none); warning: a warning event's message to add to the record (None:
+    none); now_running: the job went from preparing to running; final: the
     (status, error) the job ends with (None: it goes on)."""
 
     point: dict[str, Any] | None = None
     total_steps: int | None = None
     plan: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None  # a validation round to store: {step, loss}
+    warning: str | None = None  # a warning event's message to store
     now_running: bool = False
     final: tuple[JobStatus, str | None] | None = None
 
@@ -84,6 +86,9 @@ def fold_event(job: Job, data: dict[str, Any]) -> Folded:
         point = {"step": data["step"], "loss": data["loss"]}  # loss None: not finite
         job.validation = [p for p in job.validation if p["step"] != point["step"]] + [point]
         return Folded(validation=point)
+    elif kind == "warning":
+        job.warnings.append(data["message"])
+        return Folded(warning=data["message"])
     elif kind == "sample_ready":
         job.samples = {"step": data["step"], "images": data["images"]}
     elif kind == "complete":

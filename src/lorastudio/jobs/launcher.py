@@ -153,7 +153,12 @@ class TorchrunWorker:
             self.close()
             raise
         self._accepting = True
-        threading.Thread(target=self._accept, name="lorastudio-ranks-accept", daemon=True).start()
+        threading.Thread(
+            target=self._accept,
+            args=(self._listener, self._agent),
+            name="lorastudio-ranks-accept",
+            daemon=True,
+        ).start()
         return self._agent.pid
 
     def _environment(self, channel: str) -> dict[str, str]:
@@ -169,20 +174,20 @@ class TorchrunWorker:
             )
         return env
 
-    def _accept(self) -> None:
-        assert self._listener is not None and self._agent is not None
+    def _accept(self, listener: socket.socket, agent: subprocess.Popen[bytes]) -> None:
+        """Accept the ranks' connections on `listener` while the torchrun `agent` lives."""
         accepted = 0
         try:
-            while accepted < self.world_size and not self._ending and self._agent.poll() is None:
+            while accepted < self.world_size and not self._ending and agent.poll() is None:
                 try:
-                    conn, _ = self._listener.accept()
+                    conn, _ = listener.accept()
                 except TimeoutError:
                     continue
                 conn.settimeout(None)
                 with self._lock:
                     self._readers += 1
                 threading.Thread(
-                    target=self._serve, args=(conn,), name="lorastudio-rank", daemon=True
+                    target=self._serve, args=(conn, agent), name="lorastudio-rank", daemon=True
                 ).start()
                 accepted += 1
         except OSError as err:  # the listener was closed
@@ -192,7 +197,8 @@ class TorchrunWorker:
                 self._accepting = False
 
     # -- one rank's connection ----------------------------------------------------------------------
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, agent: subprocess.Popen[bytes]) -> None:
+        """Read one rank's connection `conn` to its end (the job's torchrun `agent`)."""
         rank: int | None = None
         try:
             hello = recv_json(conn)
@@ -218,7 +224,7 @@ class TorchrunWorker:
             with contextlib.suppress(OSError):
                 conn.close()
             if rank is not None and rank not in self._done:
-                self._rank_lost(rank)
+                self._rank_lost(rank, agent)
             with self._lock:
                 self._readers -= 1
 
@@ -251,15 +257,14 @@ class TorchrunWorker:
         code, text = self._done[rank]
         self._fail(f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}")
 
-    def _rank_lost(self, rank: int) -> None:
-        """Rank `rank`'s connection ended without "done": the process died."""
+    def _rank_lost(self, rank: int, agent: subprocess.Popen[bytes]) -> None:
+        """Rank `rank`'s connection ended without "done": the process (or the `agent`) died."""
         if self._ending:
             return
-        assert self._agent is not None
-        agent_code = self._agent.poll()
+        agent_code = agent.poll()
         if agent_code is not None and agent_code != 0:
             self._fail(
-                f"the torchrun agent (pid {self._agent.pid}) died (exit code {agent_code}); "
+                f"the torchrun agent (pid {agent.pid}) died (exit code {agent_code}); "
                 f"every rank of the job was stopped"
             )
         else:

@@ -22,7 +22,9 @@ server writes is touched), each logged with its size. Model fetches stage in
 `models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept. A run folder
 `outputs/<run>/` that holds nothing but folders (once its staging is gone) is one too: the run
 was killed before it wrote a file (loading, caching, its first checkpoint), and the empty folder
-refused its name to every new run while nothing in it could be resumed.
+refused its name to every new run while nothing in it could be resumed. `lorastudio train` (which
+shares the home with other CLI runs, so takes no exclusive lock) removes the output folders' part
+of these at its start, for the folders no live run holds (`remove_abandoned_runs`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.lora.snapshots import LORAS
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
+from lorastudio.training.run_lock import unowned
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -62,18 +65,8 @@ def find_leftovers(settings: Settings) -> list[Path]:
         tiny = _TINY_STAGING.match(item.name)
         if _MODEL_DELETE.match(item.name) or (tiny and not process_alive(int(tiny.group(1)))):
             found.append(item)
-    for run in _children(settings.outputs_dir):
-        if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
-            continue
-        found += [p for p in _children(run) if _EXPORT_STAGING.match(p.name)]
-        found += [p for p in _children(run / LORAS) if _EXPORT_STAGING.match(p.name)]  # a snapshot's
-        found += [
-            p
-            for p in _children(run / "checkpoints")
-            if _EXPORT_STAGING.match(p.name) or _CHECKPOINT_REMOVAL.match(p.name)
-        ]
-        if _holds_nothing(run, set(found)):  # killed before it wrote a file: its name is free again
-            found = [p for p in found if run not in p.parents] + [run]
+    for run in _run_folders(settings):
+        found += _run_leftovers(run)
     for dataset in _children(settings.datasets_dir):
         if dataset.name.startswith(".") or not dataset.is_dir() or dataset.is_symlink():
             continue
@@ -83,6 +76,43 @@ def find_leftovers(settings: Settings) -> list[Path]:
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
     return sorted(found)
+
+
+def remove_abandoned_runs(settings: Settings) -> list[Path]:
+    """For `lorastudio train`, which shares the home with other CLI runs: the crash leftovers of
+    the output folders that no live session holds (training/run_lock.py: the kernel dropped a
+    killed run's lock), each removed under that folder's lock, so no run starts writing it
+    meanwhile. Returns what was removed: the staging of killed writes and the folders of runs
+    killed before they wrote a file (which refused their name to every new run)."""
+    removed: list[Path] = []
+    for run in _run_folders(settings):
+        with unowned(run) as free:
+            if free and (found := _run_leftovers(run)):
+                remove_leftovers(found)
+                removed += found
+    return removed
+
+
+def _run_folders(settings: Settings) -> list[Path]:
+    return [
+        run
+        for run in _children(settings.outputs_dir)
+        if not run.name.startswith(".") and run.is_dir() and not run.is_symlink()
+    ]
+
+
+def _run_leftovers(run: Path) -> list[Path]:
+    """The crash leftovers of output folder `run`: the staging of its killed writes, or the
+    whole folder when it holds nothing else (killed before it wrote a file: its name is free
+    again)."""
+    found = [p for p in _children(run) if _EXPORT_STAGING.match(p.name)]
+    found += [p for p in _children(run / LORAS) if _EXPORT_STAGING.match(p.name)]  # a snapshot's
+    found += [
+        p
+        for p in _children(run / "checkpoints")
+        if _EXPORT_STAGING.match(p.name) or _CHECKPOINT_REMOVAL.match(p.name)
+    ]
+    return [run] if _holds_nothing(run, set(found)) else found
 
 
 def _holds_nothing(folder: Path, going: set[Path]) -> bool:

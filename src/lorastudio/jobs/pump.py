@@ -149,6 +149,8 @@ class EventPump(abc.ABC):
             self.store.set_plan(job.id, folded.plan)
         if folded.validation is not None:
             self.store.add_validation(job.id, folded.validation)
+        if folded.warning is not None:
+            self.store.add_warning(job.id, folded.warning)
         if folded.point is not None:
             self.store.add_metric(job.id, folded.point)
         elif data["type"] == "progress":

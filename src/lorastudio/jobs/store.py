@@ -90,6 +90,7 @@ _ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("source", "TEXT"),
     ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run, the server of a service run
     ("owner_start", "TEXT"),  # its processes.start_token (a reused pid is another process)
+    ("warnings_json", "TEXT"),  # a JSON list: what failed without failing the run (warning events)
 )
 # Why a live run whose owner is gone was marked interrupted, by the run's source.
 DEAD_OWNER_ERRORS = {
@@ -277,6 +278,15 @@ class RunStore:
         with self._tx() as cur:
             cur.execute("UPDATE runs SET plan_json=? WHERE id=?", (json.dumps(plan, allow_nan=False), run_id))
 
+    def add_warning(self, run_id: str, message: str) -> None:
+        """Add one warning to a run's record (a part of the run that failed without failing it:
+        the engine's warning event)."""
+        with self._tx() as cur:
+            cur.execute(
+                "UPDATE runs SET warnings_json=json_insert(COALESCE(warnings_json, '[]'), '$[#]', ?) WHERE id=?",
+                (message, run_id),
+            )
+
     def add_output(self, run_id: str, kind: str, path: str) -> None:
         """Record one output file of a run (kind: "lora", "sidecar", ...)."""
         with self._tx() as cur:
@@ -311,10 +321,11 @@ class RunStore:
         dead = self.settle_dead_owners()
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                f"SELECT {', '.join(_RUN_COLUMNS)}, warnings_json FROM runs"
+                " ORDER BY created_at DESC, rowid DESC LIMIT ?",
                 (limit,),
             ).fetchall()
-        return [_with_source(_settled(dict(r), dead)) for r in rows]
+        return [_as_read(_settled(dict(r), dead)) for r in rows]
 
     def get_run(self, run_id: str, max_points: int = 2000) -> dict[str, Any]:
         """One run with config, plan (None until the run reported one), metric points (decimated
@@ -323,7 +334,8 @@ class RunStore:
         dead = self.settle_dead_owners()
         with self._lock:
             row = self._conn.execute(
-                f"SELECT {', '.join(_RUN_COLUMNS)}, config_json, plan_json FROM runs WHERE id=?", (run_id,)
+                f"SELECT {', '.join(_RUN_COLUMNS)}, config_json, plan_json, warnings_json FROM runs WHERE id=?",
+                (run_id,),
             ).fetchone()
             if row is None:
                 raise NotFound(f"no run with id {run_id!r}")
@@ -336,7 +348,7 @@ class RunStore:
             outputs = self._conn.execute(
                 "SELECT kind, path FROM outputs WHERE run_id=? ORDER BY kind, path", (run_id,)
             ).fetchall()
-        run = _with_source(_settled(dict(row), dead))
+        run = _as_read(_settled(dict(row), dead))
         run["config"] = json.loads(run.pop("config_json"))
         plan = run.pop("plan_json")
         run["plan"] = json.loads(plan) if plan else None
@@ -367,11 +379,21 @@ def _settled(run: dict[str, Any], dead: dict[str, dict[str, Any]]) -> dict[str, 
     return {**run, **fields, "error": run["error"] or fields["error"]}
 
 
-def _with_source(run: dict[str, Any]) -> dict[str, Any]:
-    """A run row with its source; a run recorded before sources were (only the job service
-    recorded runs then) reads as "service"."""
+def _as_read(run: dict[str, Any]) -> dict[str, Any]:
+    """A run row as the store returns it: its source (a run recorded before sources were, when
+    only the job service recorded runs, reads as "service") and its warnings as a list ([] when
+    none, or unreadable)."""
     run["source"] = run.get("source") or "service"
+    run["warnings"] = _warnings(run.pop("warnings_json", None))
     return run
+
+
+def _warnings(text: str | None) -> list[str]:
+    try:
+        found = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [w for w in found if isinstance(w, str)] if isinstance(found, list) else []
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:

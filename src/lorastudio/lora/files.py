@@ -17,6 +17,7 @@ import torch
 
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.lora.content_hash import record_content_hash
 from lorastudio.lora.convert import (
     FAMILIES,
     PeftLora,
@@ -28,7 +29,14 @@ from lorastudio.lora.convert import (
     to_kohya,
 )
 from lorastudio.lora.header import check_lora_file, check_lora_structure, read_header
-from lorastudio.lora.metadata import PREFIX, carried_header, kohya_metadata, modelspec_metadata
+from lorastudio.lora.metadata import (
+    HASH_KEY,
+    HASH_PLACEHOLDER,
+    PREFIX,
+    carried_header,
+    kohya_metadata,
+    modelspec_metadata,
+)
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
 from lorastudio.lora.text_encoders import (
     folded_peft,
@@ -250,14 +258,18 @@ def write_lora_file(
     the folder (as a checkpoint is written): no partial file is ever visible at `path`, and after
     a power loss `path` holds the old file or the whole new one. Without `overwrite`, a file that
     appeared at `path` meanwhile is kept (user_paths.publish_file) and ConfigError (field "out")
-    says so. Returns `path`."""
+    says so. The header's `modelspec.hash_sha256` is the tensors' (record_content_hash), in
+    every file this writes. Returns `path`."""
     import safetensors.torch
 
     staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.staging")
     try:
         safetensors.torch.save_file(
-            {k: v.contiguous() for k, v in tensors.items()}, str(staged), metadata=dict(metadata)
+            {k: v.contiguous() for k, v in tensors.items()},
+            str(staged),
+            metadata={**metadata, HASH_KEY: HASH_PLACEHOLDER},
         )
+        record_content_hash(staged)
         os.chmod(staged, 0o666 & ~process_umask())  # safetensors writes 0600; other outputs follow the umask
         fsync_path(staged)
         if why := publish_file(staged, path, overwrite, "--force"):

@@ -29,6 +29,12 @@ BASE_MODEL_VERSION = {
 MODELSPEC_VERSION = "1.0.0"
 MODELSPEC = "modelspec."
 ARCHITECTURE_KEY = MODELSPEC + "architecture"
+# the spec's "hash of all tensor content (ie excluding the header section), with 0x prefix": the
+# sha256 of the file's bytes after its header. modelspec_metadata writes a placeholder of the
+# same length, which lora/files.write_lora_file replaces in place once the data is on disk (the
+# data region does not depend on the header, so the hash is the tensors' alone)
+HASH_KEY = MODELSPEC + "hash_sha256"
+HASH_PLACEHOLDER = "0x" + "0" * 64
 # the spec's architecture id of each family's base model (kohya sd-scripts' ids where it has
 # one: SDXL, FLUX.1 dev / schnell, Chroma); the file's adapter kind follows as "/lora" or
 # "/lycoris" (LoHa / LoKr / DoRA in the LyCORIS layout)
@@ -41,9 +47,13 @@ ARCHITECTURES = {
     "qwen-image-edit": "qwen-image-edit",
     "z-image": "z-image",
     "flux2": "flux-2-dev",
-    "flux2-klein": "flux-2-klein",
+    "flux2-klein": "flux-2-klein",  # a base of unknown size (architecture() names 4B / 9B)
     "krea2": "krea-2",
 }
+# FLUX.2 klein's sizes by their transformer's double-stream blocks (families/flux2_klein.py's
+# variants: 4B 5, 9B 8): other weights, so other ids, named as BFL's and Comfy-Org's files are
+# (flux-2-klein-4b / -9b.safetensors); base and step-distilled share a size's layout and id
+KLEIN_SIZES = {5: "flux-2-klein-4b", 8: "flux-2-klein-9b"}
 # the code base whose weight names a kohya / LyCORIS-layout file's keys follow (its
 # lora_unet_* / diffusion_model.* names); a diffusers-layout file's are "diffusers"
 _SGM = "https://github.com/Stability-AI/generative-models"
@@ -64,10 +74,13 @@ ORIGINAL_IMPLEMENTATION = {
 
 
 def architecture(family: str, denoiser_config: Any = None) -> str:
-    """The model spec's architecture id of `family`'s base (no adapter suffix); FLUX.1's from
-    its denoiser's config: no guidance embedding is schnell (as kohya tells them apart)."""
+    """The model spec's architecture id of `family`'s base (no adapter suffix), from its
+    denoiser's config where one family has several: FLUX.1 without guidance embedding is
+    schnell (as kohya tells them apart), FLUX.2 klein's size by its blocks (KLEIN_SIZES)."""
     if family == "flux" and getattr(denoiser_config, "guidance_embeds", True) is False:
         return "flux-1-schnell"
+    if family == "flux2-klein" and (size := KLEIN_SIZES.get(getattr(denoiser_config, "num_layers", None))):
+        return size
     return ARCHITECTURES.get(family, family)
 
 
@@ -163,7 +176,8 @@ def carried_header(header: Mapping[str, str]) -> dict[str, str]:
 def modelspec_metadata(info: Mapping[str, str]) -> dict[str, str]:
     """The SAI model spec's `modelspec.*` header keys of a LoRA file from its `lorastudio.*`
     strings (family, lora_format: "diffusers" / "kohya" / "lycoris", output name, date,
-    resolution, trigger word, v_prediction, merged_from) and `modelspec.architecture` when
+    resolution, trigger word, v_prediction, merged_from), hash_sha256's placeholder (the file's
+    writer, lora/files.write_lora_file, puts the tensors' hash there) and `modelspec.architecture` when
     `info` carries one (a run's save: architecture(); a converted file: its source's), else the
     family's. Keys whose fact is unknown are left out; prediction_type is SDXL's only (kohya
     writes none for the rectified-flow families), and only where the run says which."""
@@ -189,6 +203,7 @@ def modelspec_metadata(info: Mapping[str, str]) -> dict[str, str]:
         else ORIGINAL_IMPLEMENTATION.get(family, "diffusers"),
         "modelspec.title": get("output_name") or "LoRA",
         "modelspec.date": get("created_at"),
+        HASH_KEY: HASH_PLACEHOLDER,
         "modelspec.resolution": f"{resolution}x{resolution}" if resolution else "",
         "modelspec.trigger_phrase": get("trigger_word"),
         "modelspec.prediction_type": prediction if family == "sdxl" else "",

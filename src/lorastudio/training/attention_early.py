@@ -34,7 +34,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -128,25 +128,30 @@ class RunningProbe:
             text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
+        stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+        if stdin is None or stdout is None or stderr is None:  # Popen gives every PIPE asked for
+            _kill(self.proc)
+            raise OSError("the attention probe child started without its pipes")
+        self._stdin: IO[str] = stdin
         self._readers = [
-            threading.Thread(target=self._read, name="attention-probe-out", daemon=True),
-            threading.Thread(target=self._read_errors, name="attention-probe-err", daemon=True),
+            threading.Thread(target=self._read, args=(stdout,), name="attention-probe-out", daemon=True),
+            threading.Thread(
+                target=self._read_errors, args=(stderr,), name="attention-probe-err", daemon=True
+            ),
         ]
         for reader in self._readers:
             reader.start()
         self._finalizer = weakref.finalize(self, _kill, self.proc)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
             self.lines.append(line)
             if line.startswith('{"ready"'):
                 self.ready.set()
         self.ready.set()  # EOF: the child exited
 
-    def _read_errors(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+    def _read_errors(self, stderr: IO[str]) -> None:
+        for line in stderr:
             self.errors.append(line)
 
     def finish(self) -> dict[str, KernelProbe]:
@@ -158,9 +163,8 @@ class RunningProbe:
             return self._failed(f"the probe did not finish in {attention.PROBE_TIMEOUT_S:.0f} s")
         waited = time.monotonic()
         try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("go\n")
-            self.proc.stdin.close()
+            self._stdin.write("go\n")
+            self._stdin.close()
         except OSError:  # the child is gone already (it crashed, or had nothing to time)
             pass
         try:
@@ -205,13 +209,14 @@ class PendingAttention:
     def result(self, dtype: torch.dtype, shapes: Shapes) -> AttentionChoice:
         """The run's AttentionChoice at the built denoiser's `shapes` and `dtype`: this probe's
         when it was started for them, else choose_cached's now."""
-        if dtype != self.dtype or shapes != self.shapes or (self.decided is None and self.running is None):
+        same = dtype == self.dtype and shapes == self.shapes
+        if same and self.decided is not None:
+            return self.decided
+        running = self.running
+        if not same or running is None:
             self.close()
             return choose_cached(self.requested, self.device, dtype, shapes, self.masked, self.cache)
-        if self.decided is not None:
-            return self.decided
-        assert self.running is not None
-        results = self.running.finish()
+        results = running.finish()
         self.running = None
         if self.cache is not None and self.key is not None and probe_finished(results):
             self.cache.put(self.key, results)

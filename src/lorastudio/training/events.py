@@ -79,6 +79,17 @@ class Validated(_Event):
     best_loss: float
 
 
+class RunWarning(_Event):
+    """Part of the run failed without costing its result: the run goes on, or completes with this
+    recorded (the run record's `warnings`). `step`: the optimizer step it happened at. Emitted
+    today when the final sample round fails after the run's LoRA was written
+    (training/loop_end.finish_run): the run completes, its LoRA whole, without those samples."""
+
+    type: Literal["warning"] = "warning"
+    step: int
+    message: str
+
+
 class PlanTrial(BaseModel):
     """One candidate plan measured by the plan chooser: its settings (as in PlanChosen), the
     measured seconds per sample and peak GPU memory, or why it could not run (out of memory)."""
@@ -145,6 +156,7 @@ Event = Annotated[
     | Progress
     | SampleReady
     | Validated
+    | RunWarning
     | Complete
     | Error,
     Field(discriminator="type"),

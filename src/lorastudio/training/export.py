@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
     from lorastudio.training.text_encoders import TextEncoderLora
+    from lorastudio.training.validate import ValidationRounds
 
 SIDECAR_FORMAT = "lorastudio.lora/1"
 
@@ -316,7 +317,7 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         extensions=state.extensions,
     )
     if state.validation is not None and state.validation.series:
-        sidecar["validation"] = validation_summary(state, name)
+        sidecar["validation"] = validation_summary(state, state.validation, name)
     te = state.text_encoders
     if state.ema is None:
         return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
@@ -329,14 +330,13 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
 
 
-def validation_summary(state: RunState, name: str) -> dict[str, Any]:
+def validation_summary(state: RunState, validation: ValidationRounds, name: str) -> dict[str, Any]:
     """The final sidecar's "validation": the record (training/validation_file.py) with the file of
     the best and of the last round (a snapshot under loras/, or this LoRA for the last step); the
     losses are those of the raw weights (the ones the snapshots hold), so with EMA the last step's
     file is the raw one, <name>.raw.safetensors (the run's LoRA holds the EMA weights, which were
     not measured)."""
-    assert state.validation is not None
-    record = state.validation.record_of([h.name for h in state.held_out])
+    record = validation.record_of([h.name for h in state.held_out])
     last_file = f"{name}.raw.safetensors" if state.ema is not None else f"{name}.safetensors"
     for key in ("best", "last"):
         point = record[key]

@@ -24,8 +24,11 @@
              renamed); with ema_decay that LoRA holds the EMA weights and
              <output_name>.raw.safetensors (+ .raw.json) the raw ones (training/ema.py). After
              the last step the order is: its validation round, the export, the final sample
-             round, Complete; a kill or a failure while the final samples render keeps the LoRA
-             (a stop with save exports the steps run when it lands)
+             round, Complete; a kill while the final samples render keeps the LoRA, and a failure
+             there completes the run with a RunWarning (training/loop_end.finish_run; a stop with
+             save exports the steps run when it lands). Rank 0 holds a lock on the run folder for
+             the session (training/run_lock.py: a resume of a folder another live session
+             writes is JobActive)
 
 The phases after the session is prepared are in training/loop_phases.py.
 
@@ -87,8 +90,9 @@ from lorastudio.training.optimize import RunState
 from lorastudio.training.plan_measure import DeviceMeter
 from lorastudio.training.precision import free_accelerator_memory, run_numerics
 from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.run_lock import claim_run_dir, lock_run_dir, release_run_dir
 from lorastudio.training.run_timings import record_run_timings
-from lorastudio.training.session import claim_run_dir, clean_after_failure, discard_session, prepare_session
+from lorastudio.training.session import clean_after_failure, discard_session, prepare_session
 from lorastudio.training.trackers import TrackerSink
 
 
@@ -144,8 +148,9 @@ def train(
     ModelSourceError for user mistakes, TrainingDiverged, or whatever unexpected error
     occurred. Data-parallel: ConfigError when cfg.num_gpus is not the launched world size or
     batch_size does not divide by it; ranks other than 0 emit nothing and return lora_path None. On any failure this session's partial outputs are removed, except checkpoints:
-    a run folder that holds one is kept, resumable; and except the run's LoRA, once written (a
-    failure in the final sample round: the folder is kept with it).
+    a run folder that holds one is kept, resumable; and except the run's LoRA, once written (an
+    interrupt in the final sample round: the folder is kept with it; an exception there is no
+    failure: a RunWarning, then Complete).
     """
     settings = settings or get_settings()
     keep_fa4_cache(settings.fa4_cache_dir)  # before FA4 is imported: the run reuses its probe's kernels
@@ -175,7 +180,9 @@ def train(
         if state.resume is None:
             barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
             if main:
-                claim_run_dir(run.run_dir)
+                state.run_lock = claim_run_dir(run.run_dir)  # held to the end (training/run_lock.py)
+        elif main:
+            state.run_lock = lock_run_dir(run.run_dir)  # JobActive while another session writes it
         claimed = main
         trackers.open(run.run_dir, run.cfg.model_dump(mode="json"))
         state.keeper = CheckpointKeeper(run.run_dir, run.cfg.save_every, run.cfg.keep_last)
@@ -220,6 +227,8 @@ def train(
             os.close(state.cache_readers)  # releases the cache's readers lock
             state.cache_readers = None
         end_group(state.ctx)
+        release_run_dir(state.run_lock)
+        state.run_lock = None
     emit(
         Complete(lora_path=str(lora_path) if lora_path else None, steps_run=state.steps_run, stopped=stopped)
     )

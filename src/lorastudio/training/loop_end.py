@@ -5,16 +5,21 @@ a failure while they render keeps every trained step), then the final sample rou
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import TYPE_CHECKING
 
-from lorastudio.training.events import Emit, SampleReady
+from lorastudio.errors import TrainingStopped
+from lorastudio.training.events import Emit, RunWarning, SampleReady
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.training.latents import LatentSource
     from lorastudio.training.optimize import RunState
     from lorastudio.training.preflight import PreparedRun
+    from lorastudio.training.samples import SamplePreviews
     from lorastudio.training.snapshot import LoopParts
+
+log = logging.getLogger("lorastudio.training")
 
 
 def finish_run(
@@ -27,21 +32,48 @@ def finish_run(
     """After the last step and its validation round (the final sidecar records it): the run's
     LoRA and sidecars (state.final_save), then the final sample round. The LoRA comes before the
     samples so that a kill or a failure while they render keeps every trained step (a sample
-    round can take minutes on a large model; the last checkpoint may be many steps back)."""
+    round can take minutes on a large model; the last checkpoint may be many steps back).
+
+    A failure of that round once the LoRA is written (any Exception but a stop request) does not
+    fail the run: its result is whole. It is logged and announced as a RunWarning, and the run
+    completes without those samples (the record keeps the warning). An interrupt (Ctrl-C twice,
+    SystemExit) still ends the run where it is."""
     step = state.steps_run
     if state.final_save is not None:
         state.final_save()
-    if state.previews is not None and state.previews.due(step, state.total_steps):
-        sample_round(run.cfg, state, parts, source, step, emit)
+    if state.previews is None or not state.previews.due(step, state.total_steps):
+        return
+    try:
+        sample_round(run.cfg, state.previews, state, parts, source, step, emit)
+    except TrainingStopped:
+        raise
+    except Exception as err:
+        if state.final_lora is None:  # nothing whole to keep: the run failed
+            raise
+        why = f"{type(err).__name__}: {err}"
+        log.warning("the final sample round of step %d failed (%s); the run's LoRA is kept", step, why)
+        emit(
+            RunWarning(
+                step=step,
+                message=f"the final sample round (step {step}) failed: {why}; the run's LoRA is "
+                "complete and kept, without those samples",
+            )
+        )
 
 
 def sample_round(
-    cfg: TrainConfig, state: RunState, parts: LoopParts, source: LatentSource, step: int, emit: Emit
+    cfg: TrainConfig,
+    previews: SamplePreviews,
+    state: RunState,
+    parts: LoopParts,
+    source: LatentSource,
+    step: int,
+    emit: Emit,
 ) -> None:
-    """Render the sample prompts with the live LoRA at `step` and announce them (SampleReady)."""
-    assert state.previews is not None
+    """Render the sample prompts (`previews`) with the live LoRA at `step` and announce them
+    (SampleReady)."""
     with sample_weights(parts, cfg):
-        images = state.previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
+        images = previews.render(state.denoiser, step, vae=getattr(source, "vae", None))
     emit(SampleReady(step=step, images=images))
 
 

@@ -83,6 +83,7 @@ class RunState:
     ddp: Any = None  # the DDP wrapper of the denoiser in a data-parallel run
     plan: Plan | None = None  # how the denoiser phase runs (training/plan.py)
     swap: Any = None  # the BlockSwap of the denoiser when the plan offloads blocks
+    run_lock: int | None = None  # rank 0's lock on the run folder (training/run_lock.py)
     cache_readers: int | None = None  # a disk-cached run's hold on the cache (data/cache_io.hold_readers)
     cache_entries: list[int] = field(default_factory=list)  # its holds on the entries it reads (hold_entry)
     notes: list[str] = field(default_factory=list)  # what the phases before the denoiser could not do
@@ -198,7 +199,7 @@ def optimize(
             finish_run(run, state, parts, source, emit)
             break
         if state.previews is not None and state.previews.due(step, num_steps):
-            sample_round(cfg, state, parts, source, step, emit)
+            sample_round(cfg, state.previews, state, parts, source, step, emit)
         if validating:  # with its LoRA snapshot
             validation_round(run, state, objective, step, emit)
         if state.keeper is not None and state.keeper.due(step, num_steps) and parts.guard.bad_in_a_row == 0:

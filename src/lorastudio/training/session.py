@@ -100,17 +100,6 @@ def resume_problems(cfg: TrainConfig, checkpoint: Path) -> list[FieldProblem]:
     return problems
 
 
-def claim_run_dir(run_dir: Path) -> None:
-    """Create a fresh run's output folder; one created meanwhile by someone else is a ConfigError."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        run_dir.mkdir()
-    except FileExistsError:
-        raise ConfigError(
-            [FieldProblem("output_name", f"{run_dir} already exists; choose another output_name")]
-        ) from None
-
-
 def discard_session(run_dir: Path, resumed: bool, keeper: CheckpointKeeper | None) -> None:
     """Stop without save (or a fresh run stopped before its first step): remove what this
     session wrote. A fresh run's folder goes entirely; a resumed run keeps what it started with."""

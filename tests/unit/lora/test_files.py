@@ -4,6 +4,7 @@ the in-memory adapter's image; `lorastudio lora convert` round-trips files lossl
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,12 @@ KOHYA_IMPLEMENTATION = {
 }
 
 
+def _content_hash(path: Path) -> str:
+    """sha256 of the file's bytes after its header (the SAI model spec's hash_sha256)."""
+    data = path.read_bytes()
+    return "0x" + hashlib.sha256(data[8 + int.from_bytes(data[:8], "little") :]).hexdigest()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_familys_files_carry_the_sai_model_spec(family, tiny_model, sample_dataset, tmp_root):
     """Both layouts of a run's file carry the modelspec.* keys kohya / SimpleTuner write (as
@@ -191,6 +198,7 @@ def test_each_familys_files_carry_the_sai_model_spec(family, tiny_model, sample_
             "modelspec.date": sidecar["created_at"],
             "modelspec.resolution": f"{size}x{size}",
             "modelspec.trigger_phrase": "sks",
+            "modelspec.hash_sha256": _content_hash(result.lora_path),  # the tensors' (lora/content_hash.py)
         }, (key, sidecar["lora_format"])
         assert header["lorastudio.output_name"] == key and all(isinstance(v, str) for v in header.values())
 
@@ -289,7 +297,8 @@ def test_convert_round_trip_is_lossless_and_both_files_give_the_in_memory_image(
     assert before.keys() == after.keys() == _deltas(as_diffusers, family).keys()
     for m in before:
         torch.testing.assert_close(after[m], before[m], rtol=1e-6, atol=1e-7)
-    changed = {"lorastudio.lora_format", "ss_network_alpha"}  # alpha = rank after the fold
+    # alpha = rank after the fold, which changed lora_B's values: their hash too
+    changed = {"lorastudio.lora_format", "ss_network_alpha", "modelspec.hash_sha256"}
     assert {k: v for k, v in header.items() if k not in changed} == {
         k: v for k, v in header_again.items() if k not in changed
     }

@@ -103,3 +103,60 @@ def test_merged_and_resized_files_keep_their_sources_architecture(tmp_path):
     _, header = read_lora_file(tmp_path / "r.safetensors")
     assert header["modelspec.architecture"] == "flux-1-schnell/lora"
     assert json.loads(header["lorastudio.merged_from"])[0][0] == "0.safetensors"
+
+
+def test_flux2_klein_4b_and_9b_have_their_own_architecture_ids():
+    """klein 4B and 9B load different weights (5 / 8 double-stream blocks): a tool choosing a
+    LoRA by architecture must tell them apart (was: both "flux-2-klein"). The ids follow BFL's and
+    Comfy-Org's file names (flux-2-klein-4b / -9b); base and step-distilled share the weights'
+    layout, so one id each. An unknown size (a tiny test model) keeps the family's id."""
+    from lorastudio.families.flux2_klein import SPEC
+
+    layers = {
+        v.when["transformer.num_layers"]: v.name for v in SPEC.variants if "transformer.num_layers" in v.when
+    }
+    ids = {n: architecture("flux2-klein", SimpleNamespace(num_layers=n)) for n in layers}
+    assert ids == {5: "flux-2-klein-4b", 8: "flux-2-klein-9b"}, (ids, layers)
+    assert all(ids[n].endswith(layers[n].split("-")[1]) for n in layers)  # klein-4b-* -> ...-4b
+    assert architecture("flux2-klein", SimpleNamespace(num_layers=1)) == "flux-2-klein"
+    assert architecture("flux2-klein", None) == "flux-2-klein"
+    given = {**_info("flux2-klein"), "modelspec.architecture": "flux-2-klein-9b"}
+    assert modelspec_metadata(given)["modelspec.architecture"] == "flux-2-klein-9b/lora"
+
+
+def _content_hash(path) -> str:
+    """The model spec's hash_sha256, computed here from the file's bytes: sha256 of everything
+    after the header (8-byte length + JSON), "0x"-prefixed."""
+    import hashlib
+
+    data = path.read_bytes()
+    start = 8 + int.from_bytes(data[:8], "little")
+    return "0x" + hashlib.sha256(data[start:]).hexdigest()
+
+
+def test_every_writer_records_the_tensor_content_hash(tmp_path):
+    """modelspec.hash_sha256 = sha256 of the tensor data (the file less its header), as the SAI
+    model spec defines it, in every file: both layouts, merge, resize, convert; two files of the
+    same tensors with other headers share it, other tensors do not."""
+    from lorastudio.lora.files import convert_file
+
+    written = []
+    for layout in ("diffusers", "kohya"):
+        tensors, header = file_for_layout(_lora(0), "flux", layout, _info("flux"))
+        written.append(write_lora_file(tmp_path / f"{layout}.safetensors", tensors, header))
+    written.append(merge_files([(written[1], 0.5), (written[1], 1.0)], tmp_path / "m.safetensors"))
+    resize_file(written[2], tmp_path / "r.safetensors", 1)
+    written.append(tmp_path / "r.safetensors")
+    convert_file(written[1], tmp_path / "c.safetensors", "diffusers")
+    written.append(tmp_path / "c.safetensors")
+    hashes = []
+    for path in written:
+        _, header = read_lora_file(path)
+        assert header["modelspec.hash_sha256"] == _content_hash(path), path.name
+        hashes.append(header["modelspec.hash_sha256"])
+    # the kohya file converted to diffusers holds the diffusers file's tensors: the same hash;
+    # the kohya, merged and resized files hold others: other hashes
+    assert hashes[4] == hashes[0] and len(set(hashes[:4])) == 4
+    tensors, header = file_for_layout(_lora(0), "flux", "kohya", {**_info("flux"), "lorastudio.steps": "9"})
+    again = write_lora_file(tmp_path / "again.safetensors", tensors, header)
+    assert read_lora_file(again)[1]["modelspec.hash_sha256"] == hashes[1]  # the header is not hashed

@@ -7,6 +7,7 @@ a stopped run resumes bitwise; settings an adapter cannot honour are refused."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -92,6 +93,9 @@ def test_the_lycoris_file_gives_comfyui_the_trained_weights(family, adapter, ext
     assert header["modelspec.architecture"] == f"{base[family]}/lycoris"
     assert header["modelspec.implementation"] != "diffusers" or family in ("z-image", "qwen-image")
     assert header["modelspec.title"] == header["lorastudio.output_name"]
+    data = result.lora_path.read_bytes()  # hash_sha256: the tensor content, the header excluded
+    content = data[8 + int.from_bytes(data[:8], "little") :]
+    assert header["modelspec.hash_sha256"] == "0x" + hashlib.sha256(content).hexdigest()
     assert sidecar["adapter"] == adapter and sidecar["lora_format"] == "kohya"
     comfy = sidecar["loaders"]["comfyui"]
     assert (comfy["checked"], comfy["ok"], comfy["unconsumed"], comfy["mismatched"]) == (True, True, [], [])

@@ -127,6 +127,9 @@ def test_rerun_names_overwrite_and_a_free_name_with_the_other_problems(
     (outputs / "run").mkdir(parents=True)
     (outputs / "run" / "run.safetensors").write_bytes(b"old")
     (outputs / "run-2").mkdir()
+    (outputs / "run-2" / "run-2.json").write_text(
+        "{}"
+    )  # a run's (an empty folder is a killed run's: removed)
     missing = tmp_path / "gone"
     config = _config(tmp_path, run_settings("flux", tiny_model("flux"), missing, {}))
     result = _invoke("train", str(config), "--device", "cpu")

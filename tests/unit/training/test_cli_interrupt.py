@@ -65,3 +65,36 @@ def test_ctrl_c_exits_130_and_says_what_was_saved(presses, tiny_model, small_dat
         assert runs[0]["status"] in ("interrupted", "stopped")  # the 2nd press may come after the save
         assert (str(lora) in out) == lora.is_file()
         assert lora.is_file() or "nothing saved" in out or "checkpoint" in out
+
+
+def _wait_for_line(proc: subprocess.Popen[str], text: str, timeout: float = 120) -> str:
+    seen = []
+    deadline = time.monotonic() + timeout
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    proc.kill()
+    raise AssertionError(f"no {text!r} line: {''.join(seen)}")
+
+
+def test_sigterm_while_loading_leaves_no_output_folder(tiny_model, small_dataset, tmp_path, run_settings):
+    """`kill <pid>` of a CLI run before its first step: the run stops (as on Ctrl-C) and its fresh
+    output folder goes with it, the record says stopped (was: Python ended at once, the empty
+    folder refused the name to every new run, the record stayed live)."""
+    settings = run_settings(
+        "flux", tiny_model("flux"), small_dataset, {"steps": 5000, "output_name": "termed"}
+    )
+    proc = _start(tmp_path, settings)
+    _wait_for_line(proc, "loading")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and "nothing saved" in out, out + err
+    assert not (get_settings().outputs_dir / "termed").exists()
+    [run] = RunStore.open(get_settings().db_path, recover=False).list_runs()
+    assert (run["output_name"], run["status"]) == ("termed", "stopped")

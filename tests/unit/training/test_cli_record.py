@@ -149,3 +149,33 @@ def test_a_resumed_cli_run_carries_the_history_it_continues(
     assert [v["step"] for v in newest["validation"]] == [1, 2, 3, 4, 5, 6]
     on_disk = json.loads((run_dir / "validation.json").read_text())["series"]
     assert [(v["step"], v["loss"]) for v in newest["validation"]] == [(v["step"], v["loss"]) for v in on_disk]
+
+
+def test_a_failed_final_sample_round_completes_the_cli_run_with_a_warning(
+    tiny_model, small_dataset, tmp_path, run_settings, monkeypatch
+):
+    """The final sample round fails after the LoRA was written: `lorastudio train` exits 0 saying
+    the run is done with a warning (the failure named), the record is completed with the warning
+    (`runs show` prints it) and lists the LoRA (was: exit 1, the record failed)."""
+    from lorastudio.training.samples import SamplePreviews
+
+    real = SamplePreviews.render
+
+    def render(self, denoiser, step, vae=None):
+        if step >= 2:
+            raise RuntimeError("the final sampler broke")
+        return real(self, denoiser, step, vae=vae)
+
+    monkeypatch.setattr(SamplePreviews, "render", render)
+    over = {"steps": 2, "output_name": "warned", "sample_prompts": ["a red circle"], "sample_steps": 2}
+    result = _train(tmp_path, run_settings("flux", tiny_model("flux"), small_dataset, over))
+    assert result.exit_code == 0, result.output
+    assert "done: 2 step(s), 1 warning(s)" in result.output and "the final sampler broke" in result.output
+    (run,) = RunStore.open(get_settings().db_path).list_runs()
+    assert (run["status"], run["error"]) == ("completed", None)
+    [warning] = run["warnings"]
+    assert "final sample round (step 2) failed" in warning and "the final sampler broke" in warning
+    detail = RunStore.open(get_settings().db_path).get_run(run["id"])
+    assert any(o["kind"] == "lora" and o["path"].endswith("warned.safetensors") for o in detail["outputs"])
+    shown = CliRunner().invoke(app, ["runs", "show", run["id"]]).output
+    assert f"warning      {warning}" in shown, shown

@@ -21,6 +21,7 @@ import type {
   FetchList,
   GalleryList,
   GenerateBody,
+  GenerateCancel,
   GenerateResult,
   Info,
   Job,
@@ -126,6 +127,9 @@ export const api = {
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
   pushLora: (name: string, body: PushBody) => post<PushResult>(`/api/loras/${seg(name)}/push`, body),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
+  /** Stop the generation sent with this `request_id` (after its current denoising step): its
+   * POST answers 409 and nothing is kept. 404 once it ended. */
+  cancelGenerate: (requestId: string) => post<GenerateCancel>(`/api/generate/${seg(requestId)}/cancel`),
   /** Upload reference images (slot order) for generation with an edit family; their ids go in GenerateBody.references. */
   uploadReferences: (files: File[]) => {
     const form = new FormData();

@@ -18,6 +18,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/gallery",
   "/api/generate",
   "/api/generate/references",
+  "/api/generate/{request_id}/cancel",
   "/api/info",
   "/api/loras",
   "/api/loras/{name}/file",

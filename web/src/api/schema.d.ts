@@ -379,9 +379,11 @@ export interface paths {
         /**
          * Generate
          * @description Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
-         *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
-         *     the generation worker died (killed, out of memory), 504 when it hung past the allowance of
-         *     what was asked (it is stopped): the next request starts a fresh one.
+         *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, when
+         *     a request of the same request_id is in flight, or when it was cancelled (the cancel route,
+         *     or the client left: it stops between denoising steps and nothing is kept), 503 when the
+         *     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
+         *     was asked (it is stopped): the next request starts a fresh one.
          */
         post: operations["generate_api_generate_post"];
         delete?: never;
@@ -406,6 +408,29 @@ export interface paths {
          *     them as GenerateBody.references) and URLs. 400 naming every refused file (then none is kept).
          */
         post: operations["upload_references_api_generate_references_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/generate/{request_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel
+         * @description Cancel the generation of this request_id (GenerateBody.request_id): one waiting for the
+         *     worker ends now, a running one after its current denoising step; its POST /api/generate
+         *     answers 409 and nothing of it is kept. A second cancel answers the same. 404 when no such
+         *     generation is in flight (unknown, or it ended).
+         */
+        post: operations["cancel_api_generate__request_id__cancel_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1953,6 +1978,11 @@ export interface components {
              * @description reference images of an edit family (ids from POST /api/generate/references), slot order
              */
             references?: string[];
+            /**
+             * Request Id
+             * @description the client's name for this request (1-64 letters, digits, - or _): POST /api/generate/{request_id}/cancel stops it; null: cancelled only by the client leaving
+             */
+            request_id?: string | null;
             /** Revision */
             revision?: string | null;
             /**
@@ -1977,6 +2007,17 @@ export interface components {
              * @default 1024
              */
             width?: number;
+        };
+        /** GenerateCancelOut */
+        GenerateCancelOut: {
+            /** Request Id */
+            request_id: string;
+            /**
+             * Was
+             * @description waiting for the worker (it ends now) or running (it stops after its current denoising step); its POST /api/generate answers 409, and nothing is kept in the gallery
+             * @enum {string}
+             */
+            was: "waiting" | "running";
         };
         /** GenerateOut */
         GenerateOut: {
@@ -2144,6 +2185,11 @@ export interface components {
              * @description the validation rounds so far (validation_split), by step
              */
             validation?: components["schemas"]["ValidationPoint"][];
+            /**
+             * Warnings
+             * @description what failed without failing the run (e.g. its final sample round after the LoRA was written: the run completed, its LoRA whole)
+             */
+            warnings?: string[];
         };
         /** LatentCacheOut */
         LatentCacheOut: {
@@ -3264,6 +3310,11 @@ export interface components {
              * @description the run's validation rounds (validation_split), by step
              */
             validation?: components["schemas"]["ValidationPoint"][];
+            /**
+             * Warnings
+             * @description what failed without failing the run (e.g. its final sample round after the LoRA was written: the run completed, its LoRA whole)
+             */
+            warnings?: string[];
         };
         /** RunList */
         RunList: {
@@ -3340,6 +3391,11 @@ export interface components {
             total_steps: number | null;
             /** @description a resume with settings.steps above `steps` trains the run longer from `from_step` (null: the run is live, has no checkpoint or counts epochs) */
             train_longer?: components["schemas"]["TrainLongerOut"] | null;
+            /**
+             * Warnings
+             * @description what failed without failing the run (e.g. its final sample round after the LoRA was written: the run completed, its LoRA whole)
+             */
+            warnings?: string[];
         };
         /** SampleImage */
         SampleImage: {
@@ -6235,6 +6291,71 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    cancel_api_generate__request_id__cancel_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                request_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerateCancelOut"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

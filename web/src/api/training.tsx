@@ -4,7 +4,7 @@
  * replaces the progress read-out, a load/preparing event replaces the phase, a sample_ready event
  * replaces the latest sample previews, a plan_chosen event sets the job's plan, a validation event
  * adds a point to the job's validation series (no re-fetch); the
- * rare others (status changes, complete, error, a new job) re-fetch the small status snapshot
+ * rare others (status changes, complete, error, a warning, a new job) re-fetch the small status snapshot
  * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
  * changes (the stream carries it as `?token=`).
  */
@@ -24,6 +24,7 @@ export const EVENT_TYPES = [
   "plan_chosen",
   "validation",
   "complete",
+  "warning",
   "error",
   "status",
   "busy",

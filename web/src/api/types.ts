@@ -71,6 +71,7 @@ export type LoraSteps = Schemas["LoraSteps"];
 export type Lora = Schemas["LoraOut"];
 export type PushResult = Schemas["PushOut"];
 export type GenerateResult = Schemas["GenerateOut"];
+export type GenerateCancel = Schemas["GenerateCancelOut"];
 export type GalleryList = Schemas["GalleryList"];
 export type GalleryImage = Schemas["GalleryImage"];
 export type ReferencesResult = Schemas["ReferencesOut"];

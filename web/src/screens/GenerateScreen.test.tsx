@@ -100,6 +100,40 @@ describe("GenerateScreen", () => {
     await waitFor(() => expect(list).toHaveTextContent("#1 scale: Input should be less than or equal to 4"));
   });
 
+  it("cancels a generation in flight by its request id and keeps the shown image", async () => {
+    const inner = globalThis.fetch;
+    let release: (answer: Response) => void = () => {};
+    const json = (status: number, body: unknown) =>
+      new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string, init?: RequestInit) => {
+        if (url === "/api/generate" && init?.method === "POST") {
+          calls.push({ method: "POST", url, body: JSON.parse(init.body as string), headers: {} });
+          return new Promise<Response>((resolve) => (release = resolve)); // rendering until cancelled
+        }
+        if (url.startsWith("/api/generate/") && url.endsWith("/cancel")) {
+          calls.push({ method: "POST", url, body: null, headers: {} });
+          release(json(409, { detail: "generation cancelled after denoising step 3" }));
+          return json(200, { request_id: url.split("/")[3], was: "running" });
+        }
+        return inner(url, init);
+      }),
+    );
+    renderScreen();
+    await screen.findByTestId("gallery");
+    await userEvent.click(screen.getByRole("button", { name: "Generate" }));
+    await userEvent.click(await screen.findByRole("button", { name: "Cancel" }));
+    const sent = (calls.find((c) => c.url === "/api/generate")?.body as { request_id: string }).request_id;
+    expect(sent).toMatch(/^[A-Za-z0-9_-]{1,64}$/);
+    expect(calls.map((c) => c.url)).toContain(`/api/generate/${sent}/cancel`);
+    expect(await screen.findByText("Generation cancelled: nothing was kept.")).toBeInTheDocument();
+    expect(screen.getByRole("button", { name: "Generate" })).toBeEnabled();
+    expect(screen.queryByRole("button", { name: "Cancel" })).toBeNull();
+    expect(document.querySelector(".banner.error")).toBeNull(); // a cancel is no error
+    expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/old.png");
+  });
+
   it("generates with the preselected tiny model and shows the new image first", async () => {
     renderScreen();
     await screen.findByTestId("gallery");

@@ -1,4 +1,4 @@
-import { type FormEvent, useCallback, useEffect, useState } from "react";
+import { type FormEvent, useCallback, useEffect, useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
@@ -40,16 +40,28 @@ function reusedBaseSettings(
   };
 }
 
-async function generateWithRetry(body: GenerateBody, jobLive: boolean, onWait: () => void): Promise<GenerateResult> {
+async function generateWithRetry(
+  body: GenerateBody,
+  jobLive: boolean,
+  onWait: () => void,
+  stopped: () => boolean,
+): Promise<GenerateResult> {
   for (let attempt = 0; ; attempt++) {
     try {
       return await api.generate(body);
     } catch (err) {
-      if (!(err instanceof ApiError && err.status === 409) || jobLive || attempt >= GPU_RETRIES) throw err;
+      if (!(err instanceof ApiError && err.status === 409) || jobLive || stopped() || attempt >= GPU_RETRIES) throw err;
       onWait();
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
+}
+
+/** A request id for the cancel route (its rule: letters, digits, - and _), random; from
+ * getRandomValues, which (unlike randomUUID) works on a plain-http LAN address too. */
+function newRequestId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return `gen-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
 
 /**
@@ -81,6 +93,10 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [selected, setSelected] = useState<GalleryImage | null>(null);
   const [seconds, setSeconds] = useState<number | null>(null);
   const [busy, setBusy] = useState(false);
+  // the generation in flight (its request_id, for Cancel) and whether Cancel was pressed
+  const [requestId, setRequestId] = useState<string | null>(null);
+  const cancelled = useRef(false);
+  const [notice, setNotice] = useState<string | null>(null);
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [general, setGeneral] = useState<string | null>(null);
 
@@ -151,27 +167,51 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     references: refs.map((r) => r.id),
   };
   const run = (body: GenerateBody) =>
-    generateWithRetry(body, job != null && LIVE.has(job.status), () =>
-      setGeneral("Waiting for the finished training run to release its memory…"),
+    generateWithRetry(
+      body,
+      job != null && LIVE.has(job.status),
+      () => setGeneral("Waiting for the finished training run to release its memory…"),
+      () => cancelled.current,
     );
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
+    const rid = newRequestId();
+    cancelled.current = false;
+    setRequestId(rid);
     setBusy(true);
     setErrors({});
     setGeneral(null);
-    const body: GenerateBody = { ...settings, loras: picks };
+    setNotice(null);
+    const body: GenerateBody = { ...settings, loras: picks, request_id: rid };
     try {
       const res = await run(body);
       setGeneral(null);
       setSeconds(res.seconds);
       await loadGallery(res.file);
     } catch (err) {
+      if (cancelled.current && err instanceof ApiError && err.status === 409) {
+        setGeneral(null); // the server stopped it between denoising steps: nothing kept
+        setNotice("Generation cancelled: nothing was kept.");
+        return;
+      }
       // each problem next to its input (a LoRA's, "loras.1.scale", under the LoRA list); the banner says them all
       if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f)).fields);
       setGeneral(err instanceof Error ? err.message : String(err));
     } finally {
       setBusy(false);
+      setRequestId(null);
+    }
+  };
+  /** Cancel the generation in flight: the server stops it after its current denoising step (a 404:
+   * it had not started, or just ended; a wait for the GPU stops retrying). */
+  const cancel = async () => {
+    if (!requestId) return;
+    cancelled.current = true;
+    try {
+      await api.cancelGenerate(requestId);
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) setGeneral(err instanceof Error ? err.message : String(err));
     }
   };
 
@@ -248,9 +288,17 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
             {numberField("Height", "gen_height", height, setHeight)}
           </div>
           <ErrorBanner message={general} />
-          <button type="submit" className="primary" disabled={busy}>
-            {busy ? "Generating…" : "Generate"}
-          </button>
+          {notice && <div className="banner info">{notice}</div>}
+          <div className="button-row">
+            <button type="submit" className="primary" disabled={busy}>
+              {busy ? "Generating…" : "Generate"}
+            </button>
+            {busy && requestId && (
+              <button type="button" className="secondary" onClick={cancel}>
+                Cancel
+              </button>
+            )}
+          </div>
         </form>
         <div className="card result">
           {selected ? (

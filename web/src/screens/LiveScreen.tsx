@@ -91,6 +91,11 @@ export function LiveScreen() {
       </div>
       {error && <div className="banner error">{error}</div>}
       {job.error && <div className="banner error">{job.error}</div>}
+      {(job.warnings ?? []).map((w) => (
+        <div key={w} className="banner warn" data-testid="run-warning">
+          {w}
+        </div>
+      ))}
       {job.lora_path && <LoraSaved jobId={job.id} path={job.lora_path} outputName={job.output_name} />}
       {nothingKept(job) && (
         <div className="banner info" data-testid="nothing-kept">

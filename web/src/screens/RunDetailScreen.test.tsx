@@ -174,6 +174,14 @@ describe("RunDetailScreen", () => {
     expect(screen.queryByRole("button", { name: /to the hub/ })).toBeNull();
   });
 
+  it("shows a completed run's warnings (its final sample round failed, its LoRA kept) as no error", async () => {
+    const warning = "the final sample round (step 120) failed: RuntimeError: boom; the run's LoRA is complete and kept, without those samples";
+    serve({ ...RUN, status: "completed", resume_step: null, warnings: [warning] }, { ...CHECKPOINTS, resume_step: null });
+    render(<RunDetailScreen id="r1" />);
+    expect(await screen.findByTestId("run-warning")).toHaveTextContent(warning);
+    expect(document.querySelector(".banner.error")).toBeNull();
+  });
+
   it("lists the checkpoints of a completed run without a resume", async () => {
     serve({ ...RUN, status: "completed", resume_step: null }, { ...CHECKPOINTS, resume_step: null });
     render(<RunDetailScreen id="r1" />);

@@ -74,6 +74,11 @@ export function RunDetailScreen({ id }: { id: string }) {
       </div>
       <ErrorBanner message={actionError} />
       {run.error && <div className="banner error">{run.error}</div>}
+      {(run.warnings ?? []).map((w) => (
+        <div key={w} className="banner warn" data-testid="run-warning">
+          {w}
+        </div>
+      ))}
       <div className="card">
         <div className="stats">
           <Stat label="Family">{run.family}</Stat>

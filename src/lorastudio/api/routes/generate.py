@@ -5,9 +5,12 @@ process holds the pipeline (no torch in the server)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
@@ -15,8 +18,14 @@ from starlette.exceptions import HTTPException
 from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
-from lorastudio.api.schemas import GenerateBody
-from lorastudio.api.schemas_files import GalleryImage, GalleryList, GenerateOut, ReferencesOut
+from lorastudio.api.schemas import REQUEST_ID_PATTERN, GenerateBody
+from lorastudio.api.schemas_files import (
+    GalleryImage,
+    GalleryList,
+    GenerateCancelOut,
+    GenerateOut,
+    ReferencesOut,
+)
 from lorastudio.data import safe_component
 from lorastudio.errors import DatasetError, NotFound
 from lorastudio.jobs.generation import (
@@ -36,11 +45,15 @@ router = APIRouter(tags=["generate"])
 
 
 @router.post("/api/generate", status_code=201, response_model=GenerateOut)
-def generate(body: GenerateBody, service: GenerationService = Depends(generation_dep)) -> dict[str, Any]:
+async def generate(
+    body: GenerateBody, request: Request, service: GenerationService = Depends(generation_dep)
+) -> dict[str, Any]:
     """Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
-    (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, 503 when
-    the generation worker died (killed, out of memory), 504 when it hung past the allowance of
-    what was asked (it is stopped): the next request starts a fresh one."""
+    (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, when
+    a request of the same request_id is in flight, or when it was cancelled (the cancel route,
+    or the client left: it stops between denoising steps and nothing is kept), 503 when the
+    generation worker died (killed, out of memory), 504 when it hung past the allowance of what
+    was asked (it is stopped): the next request starts a fresh one."""
     req = GenerationRequest(
         family=body.family,
         base_model=body.base_model,
@@ -57,8 +70,34 @@ def generate(body: GenerateBody, service: GenerationService = Depends(generation
         loras=tuple(LoraChoice(r.name, r.scale, r.step) for r in body.loras),
         references=tuple(body.references),
     )
-    result = service.generate(req)
+    request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
+    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id))
+    try:
+        result = await run_in_threadpool(service.generate, req, request_id)
+    finally:
+        watcher.cancel()
     return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
+
+
+async def _cancel_when_gone(request: Request, service: GenerationService, request_id: str) -> None:
+    """Cancel generation `request_id` once its client disconnects (the body was read: the next
+    message the server gets for this request is its disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    with contextlib.suppress(NotFound):  # it ended meanwhile
+        service.cancel(request_id)
+
+
+@router.post("/api/generate/{request_id}/cancel", response_model=GenerateCancelOut)
+def cancel(
+    request_id: str = Path(pattern=REQUEST_ID_PATTERN),
+    service: GenerationService = Depends(generation_dep),
+) -> dict[str, Any]:
+    """Cancel the generation of this request_id (GenerateBody.request_id): one waiting for the
+    worker ends now, a running one after its current denoising step; its POST /api/generate
+    answers 409 and nothing of it is kept. A second cancel answers the same. 404 when no such
+    generation is in flight (unknown, or it ended)."""
+    return {"request_id": request_id, "was": service.cancel(request_id)}
 
 
 def _reference_urls(meta: dict[str, Any]) -> list[str]:

@@ -1,0 +1,90 @@
+"""A run folder's lock: whether a live session writes it (no torch).
+
+The session that writes a run folder (a fresh run from its claim, a resume from its start: rank
+0 of a multi-GPU run) holds an exclusive `flock` on the folder itself until it ends. The kernel
+drops it with the process, however the process ends (kill -9, the out-of-memory killer), so
+another process can tell a live run's folder from one that a dead run left: `unowned` takes the
+lock without waiting, and holds it while the caller removes what the dead run left
+(jobs/leftovers.remove_abandoned_runs, for `lorastudio train`: the server start's clean-up runs
+under the home's exclusive lock and needs none). A claim that raced such a removal finds its new
+folder gone under its lock and makes it again. On a file system that takes no flock on a folder
+(some network file systems) a session runs without the lock and no folder there counts as
+unowned: nothing is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from lorastudio.errors import ConfigError, FieldProblem, JobActive
+
+CLAIM_TRIES = 3  # a fresh folder removed by a concurrent clean-up between its mkdir and its lock
+
+
+def _open(run_dir: Path) -> int:
+    return os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Lock the existing `run_dir` for this session; returns the descriptor holding the lock
+    (close it to release). Raises JobActive when a live session of another process holds it."""
+    fd = _open(run_dir)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise JobActive(f"another live run writes {run_dir}; wait for it to end") from None
+    except OSError:  # no flock on folders here: the session runs unlocked (see the module docstring)
+        pass
+    return fd
+
+
+def claim_run_dir(run_dir: Path) -> int:
+    """Create a fresh run's output folder and lock it (`lock_run_dir`); returns the descriptor.
+    A folder created meanwhile by someone else is a ConfigError."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(CLAIM_TRIES):
+        try:
+            run_dir.mkdir()
+        except FileExistsError:
+            raise ConfigError(
+                [FieldProblem("output_name", f"{run_dir} already exists; choose another output_name")]
+            ) from None
+        fd = _open(run_dir)
+        with contextlib.suppress(OSError):  # no flock on folders here: unlocked (module docstring)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a clean-up that took the empty folder meanwhile
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False)):
+                return fd
+        os.close(fd)  # removed under the clean-up's lock: make it again
+    raise ConfigError([FieldProblem("output_name", f"{run_dir} kept being removed while it was created")])
+
+
+def release_run_dir(fd: int | None) -> None:
+    """Release a lock from `lock_run_dir` / `claim_run_dir` (None: none held)."""
+    if fd is not None:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def unowned(run_dir: Path) -> Iterator[bool]:
+    """Whether no live session holds `run_dir` (a folder, not a link); while the block runs the
+    caller holds its lock (when True), so no session starts writing it meanwhile."""
+    try:
+        fd = _open(run_dir)
+    except OSError:  # gone, a link, not a folder
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held (BlockingIOError), or no flock on folders here: never unowned
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
