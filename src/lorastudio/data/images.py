@@ -6,8 +6,9 @@ following links (`data.safe_open`) and their headers checked before Pillow sees 
 (`data.image_headers`: PNG chunks walked, JPEG metadata and WebP file sizes capped). Sizes are
 checked from the header before any pixel is decoded, so oversized images and decompression
 bombs are refused cheaply; so are animated images (APNG, animated WebP: `open_frames` counts
-their frames), which training would read as their first frame. Sizes reported here are after
-EXIF transpose.
+their frames), which training would read as their first frame, and images whose embedded ICC
+profile cannot convert them to sRGB (data/colour.py; those that can are converted by `to_rgb`,
+for training and thumbnails alike). Sizes reported here are after EXIF transpose.
 
 Two budgets: `max_pixels` (settings.max_image_pixels) is the largest image a dataset may hold;
 `decode_pixels` (settings.max_decode_pixels) is the most pixels the server decodes at once
@@ -32,6 +33,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image
 
+from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
 from lorastudio.data.image_headers import RangesFile, bad_image, check_header
 from lorastudio.data.safe_open import FolderId, open_in_folder
@@ -40,6 +42,9 @@ from lorastudio.data.safe_open import FolderId, open_in_folder
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 WEBP_DECODE_COST = 4  # a WebP decode holds ~4x the memory of a PNG decode of the same size
 EXIF_ORIENTATION_TAG = 0x0112
+# How an image's pixels are made (load_rgb, to_rgb): part of the latent cache's and the thumbnail
+# cache's keys, so a change to it encodes and renders images again rather than read stale ones.
+DECODE_RULES = "srgb-1"
 
 # EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
 ORIENTATION_FIX: dict[int, Image.Transpose] = {
@@ -52,6 +57,7 @@ ORIENTATION_FIX: dict[int, Image.Transpose] = {
     8: Image.Transpose.ROTATE_90,
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})
+_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 # What Pillow raises for unreadable, truncated or malformed files.
 DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError)
@@ -188,6 +194,9 @@ def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId 
             raise _bad(
                 path, f"oversized ({width}x{height} = {width * height:,} pixels > limit {max_pixels:,})"
             )
+        colour = profile_problem(img)
+        if colour is not None:
+            raise _bad(path, colour)
         orientation = exif_orientation(img)
         _check_decodes(path, img, decode_pixels)
     if orientation in _SWAPS_AXES:
@@ -195,14 +204,20 @@ def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId 
     return ImageInfo(width=width, height=height, orientation=orientation)
 
 
-def to_rgb(img: Image.Image) -> Image.Image:
-    """Convert any decoded mode to RGB; transparency is composited onto white."""
+def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:
+    """Convert any decoded mode to sRGB RGB; transparency is composited onto white. `icc`: the
+    image's embedded ICC profile (`img.info["icc_profile"]` as opened; a reduced copy may have
+    lost it), converted from (data.colour); None: the pixels are taken as sRGB.
+    Raises: data.colour.ProfileError if `icc` cannot convert this image (probe_image refuses it)."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         arr = np.asarray(img, dtype=np.float64)  # [H, W] 16-bit range
         img = Image.fromarray(np.clip(arr / 257.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
     if img.mode == "P" and "transparency" in img.info:
         img = img.convert("RGBA")
-    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+    if icc:
+        alpha = img.convert("RGBA").getchannel("A") if img.mode in _ALPHA_MODES else None
+        return to_srgb(img, icc, alpha)
+    if img.mode in _ALPHA_MODES:
         rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
@@ -210,17 +225,20 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
 
 def load_rgb(path: Path, folder_id: FolderId | None = None) -> Image.Image:
-    """Decode an image fully, apply its EXIF orientation and return it as RGB (the training
-    worker's decode: bounded by max_image_pixels at scan time, not by the server's budget).
+    """Decode an image fully, apply its EXIF orientation and return it as sRGB RGB (converted
+    from its embedded ICC profile: data.colour; the training worker's decode: bounded by max_image_pixels at scan time, not by the server's budget).
 
     Raises: DatasetError (one problem naming the file) if it cannot be decoded, is a link, or
     its folder is no longer `folder_id`.
     """
     with open_image(path, folder_id) as img:
         orientation = exif_orientation(img)
+        icc = img.info.get("icc_profile")
         try:
             img.load()
-            rgb = to_rgb(img)
+            rgb = to_rgb(img, icc)
+        except ProfileError as err:
+            raise _bad(path, str(err)) from None
         except DECODE_ERRORS as err:
             raise _bad(path, f"corrupt ({_reason(err, path)})") from None
     fix = ORIENTATION_FIX.get(orientation)
