@@ -84,9 +84,13 @@ def load_crop(item: ImageItem, *, random_crop: bool, flip: bool, rng: np.random.
     Takes: random_crop (False = centre crop), flip (mirror horizontally), rng (used only for a
     random crop: top then left are drawn, so the result is a function of the rng state).
     Returns: a CroppedImage whose pixels are [3, bucket_h, bucket_w] float32 in [-1, 1].
-    Raises: DatasetError if the file can no longer be decoded, or it or its folder was replaced
-    by a symbolic link since the scan.
+    Raises: DatasetError if the file can no longer be decoded, its bytes are no longer those the
+    scan read (data.scan.check_unchanged), or it or its folder was replaced by a symbolic link
+    since the scan.
     """
+    from lorastudio.data.scan import check_unchanged  # scan -> pairs -> crop
+
+    check_unchanged(item)
     img = load_rgb(item.path, item.folder_id)
     width, height = img.size
     bw, bh = item.bucket

@@ -51,6 +51,11 @@ class ImageItem:
     entry: int = 0  # index of the run's dataset entry the image came from (DatasetScan.entries)
     resolution: int = 0  # the training side its bucket was chosen for (data/resolutions.py; 0: unset)
     mask: MaskRef | None = None  # the loss mask (data/masks.py); None: every pixel counts fully
+    # sha256 of the image's bytes as the scan read them ("": not recorded), and of each control's;
+    # every decode for training checks them (data.scan.check_unchanged): a run never trains on an
+    # image changed since
+    sha256: str = ""
+    control_sha256: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

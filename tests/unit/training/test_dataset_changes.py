@@ -1,0 +1,105 @@
+"""The dataset changing under a run (tiny FLUX.1, CPU): an image replaced or edited after the
+run scanned it is never trained on silently; the run fails naming it. A caption edited after the
+scan does not reach the run (captions are encoded from the scan), and touching a file without
+changing its bytes changes nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lorastudio.errors import DatasetError
+from lorastudio.training.events import Preparing, Progress
+from lorastudio.training.loop import train
+
+
+def _copy(small_dataset: Path, tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    shutil.copytree(small_dataset, data)
+    return data
+
+
+def _replace(image: Path) -> None:
+    """Another picture of the same size under the same name, written as editors save: a new
+    file renamed over the old one."""
+    size = Image.open(image).size
+    staging = image.with_name(f".{image.name}.tmp")
+    noise = np.random.default_rng(7).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    Image.fromarray(noise).save(staging, format="PNG")
+    os.replace(staging, image)
+
+
+def _edit_in_place(image: Path) -> None:
+    """The same file (same inode) rewritten with other pixels, as `convert x.png x.png` does."""
+    with Image.open(image) as img:
+        flipped = img.transpose(Image.Transpose.FLIP_TOP_BOTTOM)
+    flipped.save(image, format="PNG")
+
+
+def _when(event_type: type, phase: str | None, action: Callable[[], None]) -> Callable[[object], None]:
+    """An emit hook running `action` once, at the first event of `event_type` (and `phase`)."""
+    done = []
+
+    def emit(event: object) -> None:
+        if not done and isinstance(event, event_type) and getattr(event, "phase", phase) == phase:
+            done.append(True)
+            action()
+
+    return emit
+
+
+@pytest.mark.parametrize("change", [_replace, _edit_in_place])
+def test_an_image_changed_after_the_scan_fails_the_run_naming_it(
+    make_config, small_dataset, tmp_path, change
+):
+    data = _copy(small_dataset, tmp_path)
+    image = sorted(data.glob("*.png"))[1]
+    emit = _when(Preparing, "conditioning", lambda: change(image))  # after the scan, before latents
+    with pytest.raises(DatasetError) as err:
+        train(make_config(steps=2, data_dir=str(data)), emit, device="cpu")
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{image.name}: changed since the run scanned the dataset")
+
+
+def test_an_image_changed_mid_run_is_caught_at_its_next_encode(make_config, small_dataset, tmp_path):
+    """latent_cache "off": every step decodes its images; one replaced after step 1 is refused."""
+    data = _copy(small_dataset, tmp_path)
+    images = sorted(data.glob("*.png"))
+    emit = _when(Progress, None, lambda: [_replace(p) for p in images])
+    cfg = make_config(steps=6, data_dir=str(data), latent_cache="off")
+    with pytest.raises(DatasetError, match="changed since the run scanned the dataset"):
+        train(cfg, emit, device="cpu")
+
+
+def test_untouched_bytes_and_caption_edits_after_the_scan_change_nothing(
+    make_config, small_dataset, tmp_path
+):
+    data = _copy(small_dataset, tmp_path)
+    plain = train(make_config(steps=3, data_dir=str(data), output_name="plain"), [].append, device="cpu")
+
+    def touch_and_recaption() -> None:
+        for image in data.glob("*.png"):
+            os.utime(image, ns=(1, 1))  # new mtime and ctime, same bytes
+        for caption in data.glob("*.txt"):
+            caption.write_text("an entirely different caption\n")
+
+    emit = _when(Preparing, "conditioning", touch_and_recaption)
+    later = train(make_config(steps=3, data_dir=str(data), output_name="later"), emit, device="cpu")
+    assert later.losses == plain.losses  # the captions and images the scan read, bitwise
+
+
+def test_a_control_image_changed_after_the_scan_fails_the_run_naming_it(make_config, small_pairs, tmp_path):
+    data = tmp_path / "pairs"
+    shutil.copytree(small_pairs, data)
+    control = sorted((data / "control").glob("*.png"))[0]
+    emit = _when(Preparing, "conditioning", lambda: _replace(control))
+    with pytest.raises(DatasetError) as err:
+        train(make_config("flux-kontext", steps=2, data_dir=str(data)), emit, device="cpu")
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{control.name}: changed since the run scanned the dataset")
