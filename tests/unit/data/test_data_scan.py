@@ -52,7 +52,10 @@ def test_kohya_caption_files_are_named_for_what_they_are(tmp_path, make_image):
     assert dropped["alone.caption"] == (
         "a .caption file: only <image name>.txt captions are read (rename it alone.txt to use it)"
     )
-    assert dropped["both.caption"] == "a .caption file: only <image name>.txt captions are read; both.txt is used"
+    assert (
+        dropped["both.caption"]
+        == "a .caption file: only <image name>.txt captions are read; both.txt is used"
+    )
     assert dropped["ghost.caption"] == "caption file with no image of the same name"
     assert {it.path.name: it.caption for it in scan.items}["both.png"] == "the txt caption"
 
