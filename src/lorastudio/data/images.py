@@ -35,8 +35,10 @@ from PIL import Image
 
 from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
-from lorastudio.data.image_headers import RangesFile, bad_image, check_header
+from lorastudio.data.image_headers import RangesFile, bad_image, check_header, header_size
 from lorastudio.data.safe_open import FolderId, open_in_folder
+from lorastudio.errors import DatasetError
+from lorastudio.settings import MAX_IMAGE_PIXELS_ENV, PILLOW_MAX_PIXELS
 
 # Pillow's JPEG opener also returns MPO (multi-picture JPEG) images.
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
@@ -94,13 +96,32 @@ def open_image(path: Path, folder_id: FolderId | None = None) -> Iterator[Image.
         yield img
 
 
+def oversized(path: Path, width: int, height: int, max_pixels: int) -> DatasetError:
+    """The refusal of an image over the `max_pixels` limit, naming its size, the limit and the
+    setting that raises it."""
+    return _bad(
+        path,
+        f"oversized ({width}x{height} = {width * height:,} pixels > limit {max_pixels:,}: "
+        f"{MAX_IMAGE_PIXELS_ENV})",
+    )
+
+
 @contextmanager
-def open_frames(path: Path, folder_id: FolderId | None = None) -> Iterator[tuple[Image.Image, int]]:
+def open_frames(
+    path: Path, folder_id: FolderId | None = None, max_pixels: int = PILLOW_MAX_PIXELS
+) -> Iterator[tuple[Image.Image, int]]:
     """`open_image`, with the number of frames the file holds: an APNG's from its acTL chunk
     (Pillow is not shown it), a WebP's from Pillow (an animated one's), 1 for a JPEG (an MPO's
-    further pictures are a phone's preview or depth image, not frames)."""
+    further pictures are a phone's preview or depth image, not frames). An image whose header
+    says it is over `max_pixels` (at most Pillow's decompression-bomb limit, where its open
+    refuses) is refused before Pillow sees it (`oversized`)."""
     with open_in_folder(path, folder_id) as real:
         png = check_header(real, path)
+        real.seek(0)
+        size = header_size(real)
+        real.seek(0)
+        if size is not None and size[0] * size[1] > min(max_pixels, PILLOW_MAX_PIXELS):
+            raise oversized(path, size[0], size[1], min(max_pixels, PILLOW_MAX_PIXELS))
         source: io.IOBase | BinaryIO = real
         if png is not None and png.ranges != [(0, png.ranges[0][1])]:
             source = RangesFile(real, png.ranges)
@@ -179,7 +200,7 @@ def probe_image(
 
 
 def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None) -> ImageInfo:
-    with open_frames(path, folder_id) as (img, frames):
+    with open_frames(path, folder_id, max_pixels) as (img, frames):
         width, height = img.size
         if width < 1 or height < 1:
             raise _bad(path, f"corrupt (size {width}x{height})")
@@ -191,9 +212,7 @@ def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId 
                 "take the first frame); save the frame you want as a still image",
             )
         if width * height > max_pixels:
-            raise _bad(
-                path, f"oversized ({width}x{height} = {width * height:,} pixels > limit {max_pixels:,})"
-            )
+            raise oversized(path, width, height, max_pixels)
         colour = profile_problem(img)
         if colour is not None:
             raise _bad(path, colour)
@@ -226,7 +245,8 @@ def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:
 
 def load_rgb(path: Path, folder_id: FolderId | None = None) -> Image.Image:
     """Decode an image fully, apply its EXIF orientation and return it as sRGB RGB (converted
-    from its embedded ICC profile: data.colour; the training worker's decode: bounded by max_image_pixels at scan time, not by the server's budget).
+    from its embedded ICC profile: data.colour; the training worker's decode: bounded by
+    max_image_pixels at scan time, not by the server's budget).
 
     Raises: DatasetError (one problem naming the file) if it cannot be decoded, is a link, or
     its folder is no longer `folder_id`.

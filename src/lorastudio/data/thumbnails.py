@@ -35,6 +35,7 @@ from lorastudio.data.images import (
     decode_cost,
     exif_orientation,
     open_image,
+    oversized,
     to_rgb,
 )
 from lorastudio.errors import LorastudioError
@@ -97,7 +98,7 @@ def render_thumbnail(
     with open_image(path) as img:
         width, height = img.size
         if width * height > max_pixels:
-            raise bad_image(path, f"oversized ({width}x{height} pixels > limit {max_pixels:,})")
+            raise oversized(path, width, height, max_pixels)
         orientation = exif_orientation(img)
         icc = img.info.get("icc_profile")  # the reduced copy has no info; converted from after it
         if img.format in ("JPEG", "MPO"):
