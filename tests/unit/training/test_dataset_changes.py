@@ -103,3 +103,38 @@ def test_a_control_image_changed_after_the_scan_fails_the_run_naming_it(make_con
         train(make_config("flux-kontext", steps=2, data_dir=str(data)), emit, device="cpu")
     (problem,) = err.value.problems
     assert problem.startswith(f"{control.name}: changed since the run scanned the dataset")
+
+
+def test_a_resume_onto_a_changed_dataset_says_what_changed(make_config, small_dataset, tmp_path):
+    from lorastudio.errors import ConfigError
+    from lorastudio.settings import get_settings
+    from lorastudio.training.events import StopRequest
+
+    data = _copy(small_dataset, tmp_path)
+    events: list = []
+
+    def stop() -> StopRequest | None:
+        return StopRequest(save=True) if any(isinstance(e, Progress) for e in events) else None
+
+    train(make_config(steps=4, data_dir=str(data), output_name="changing"), events.append, stop, device="cpu")
+    images = sorted(data.glob("*.png"))
+    _replace(images[0])
+    images[1].with_suffix(".txt").write_text("an edited caption\n")
+    images[2].unlink()
+    images[2].with_suffix(".txt").unlink()
+    shutil.copy(images[3], data / "new.png")
+    (data / "new.txt").write_text("a new image\n")
+    with pytest.raises(ConfigError) as err:
+        train(
+            make_config(steps=4, data_dir=str(data), output_name="changing"),
+            [].append,
+            device="cpu",
+            resume=get_settings().outputs_dir / "changing",
+        )
+    (problem,) = err.value.problems
+    assert problem.field == "dataset_fingerprint"
+    assert problem.message == (
+        "the dataset differs from the one the checkpoint trained on: "
+        f"image changed: {images[0].name}; caption changed: {images[1].name}; "
+        f"removed: {images[2].name}; added: new.png; resume on the dataset as it was, or start a new run"
+    )
