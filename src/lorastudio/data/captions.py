@@ -133,6 +133,8 @@ def _row_caption(line: bytes, where: str) -> tuple[str, str] | str:
     if not isinstance(row[key], str):
         return f'{where}: "{key}" of {file_name} must be a string'
     caption = row[key].strip()
+    if "\0" in caption:
+        return f'{where}: "{key}" of {file_name} holds a NUL character'
     if len(caption.encode("utf-8")) > MAX_CAPTION_BYTES:
         return f"{where}: caption of {file_name} larger than {MAX_CAPTION_BYTES // 1024} KB (shorten it)"
     return file_name, caption

@@ -93,6 +93,14 @@ def test_a_utf16_sidecar_without_a_byte_order_mark_is_refused_saying_so(tmp_path
     ]
 
 
+def test_a_metadata_caption_holding_a_nul_is_a_problem_naming_its_line(tmp_path, make_image):
+    make_image(tmp_path / "a.png")
+    (tmp_path / "metadata.jsonl").write_text(json.dumps({"file_name": "a.png", "text": "a\u0000b"}) + "\n")
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(tmp_path, resolution=64, multiple=16)
+    assert err.value.problems[0] == 'metadata.jsonl line 1: "text" of a.png holds a NUL character'
+
+
 def test_missing_captions_are_listed(tmp_path, make_image, dir_snapshot):
     for name in ("a.png", "b.png", "c.png"):
         make_image(tmp_path / name)
