@@ -184,6 +184,8 @@ def probe_image(
     max_pixels: int,
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
     folder_id: FolderId | None = None,
+    *,
+    colour: bool = True,
 ) -> ImageInfo:
     """Check one image and return its size after EXIF transpose, on one of the process's decode
     threads (`decode_slots.run_decode`: at most two checks at once hold file or pixel data).
@@ -192,14 +194,17 @@ def probe_image(
     refused ("oversized"). An animated image (an APNG or a WebP of more than one frame) is
     refused naming its frame count: training would take its first frame without a word. Files
     that pass are then checked for corruption cheaply (see `_check_decodes`; no decode above
-    `decode_pixels`). `folder_id`: see `data.safe_open`.
+    `decode_pixels`). `folder_id`: see `data.safe_open`. `colour`: whether its ICC profile must
+    convert it to sRGB (data.colour; False for a loss mask: data, not colour).
     Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, animated,
     unknown format).
     """
-    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id))
+    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id, colour))
 
 
-def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None) -> ImageInfo:
+def _probe(
+    path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None, colour: bool
+) -> ImageInfo:
     with open_frames(path, folder_id, max_pixels) as (img, frames):
         width, height = img.size
         if width < 1 or height < 1:
@@ -213,9 +218,9 @@ def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId 
             )
         if width * height > max_pixels:
             raise oversized(path, width, height, max_pixels)
-        colour = profile_problem(img)
-        if colour is not None:
-            raise _bad(path, colour)
+        problem = profile_problem(img) if colour else None
+        if problem is not None:
+            raise _bad(path, problem)
         orientation = exif_orientation(img)
         _check_decodes(path, img, decode_pixels)
     if orientation in _SWAPS_AXES:

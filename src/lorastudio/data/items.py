@@ -21,6 +21,7 @@ class MaskRef:
     path: Path
     folder_id: FolderId | None = None
     alpha: bool = False
+    sha256: str = ""  # a masks/ file's bytes as the scan read them (data.scan.check_unchanged)
 
 
 @dataclass(frozen=True)

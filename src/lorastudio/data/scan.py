@@ -77,16 +77,18 @@ def control_sha256(item: ImageItem) -> tuple[str, ...]:
 
 
 def check_unchanged(item: ImageItem) -> None:
-    """Raise DatasetError naming the file unless the bytes of the item's image and of each of its
-    controls are still those the scan read (`item.sha256`, `item.control_sha256`; nothing to
-    compare where they are empty). Cheap while a file's identity and times stay the same
-    (file_sha256 remembers them); an edit in place or a file renamed over it is hashed again. A
-    run calls it before each decode of a sample for training, so it fails saying what changed
-    rather than train on an image other than the one its fingerprint (and a resume's check)
-    describes."""
+    """Raise DatasetError naming the file unless the bytes of the item's image, of each of its
+    controls and of its masks/ file are still those the scan read (`item.sha256`,
+    `item.control_sha256`, `item.mask.sha256`; nothing to compare where they are empty). Cheap
+    while a file's identity and times stay the same (file_sha256 remembers them); an edit in
+    place or a file renamed over it is hashed again. A run calls it before each decode of a
+    sample for training, so it fails saying what changed rather than train on an image other
+    than the one its fingerprint (and a resume's check) describes."""
     files = [(item.path, item.folder_id, item.sha256)]
     if item.control_sha256:
         files += zip(item.controls, control_folder_ids(item), item.control_sha256, strict=True)
+    if item.mask is not None and not item.mask.alpha:
+        files.append((item.mask.path, item.mask.folder_id, item.mask.sha256))
     for path, folder_id, scanned in files:
         if scanned and file_sha256(path, folder_id) != scanned:
             raise DatasetError(

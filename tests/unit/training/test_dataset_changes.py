@@ -138,3 +138,34 @@ def test_a_resume_onto_a_changed_dataset_says_what_changed(make_config, small_da
         f"image changed: {images[0].name}; caption changed: {images[1].name}; "
         f"removed: {images[2].name}; added: new.png; resume on the dataset as it was, or start a new run"
     )
+
+
+def test_a_mask_changed_after_the_scan_fails_the_run_naming_it(make_config, small_dataset, tmp_path):
+    data = _copy(small_dataset, tmp_path)
+    (data / "masks").mkdir()
+    for image in sorted(data.glob("*.png")):
+        size = Image.open(image).size
+        Image.new("L", size, 255).save(data / "masks" / image.name)
+    mask = sorted((data / "masks").glob("*.png"))[1]
+
+    def repaint() -> None:
+        Image.new("L", Image.open(mask).size, 0).save(mask)
+
+    emit = _when(Preparing, "conditioning", repaint)
+    with pytest.raises(DatasetError) as err:
+        train(make_config(steps=2, data_dir=str(data)), emit, device="cpu")
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{mask.name}: changed since the run scanned the dataset")
+
+
+def test_a_mask_with_a_colour_profile_is_not_colour_managed(tmp_path):
+    """A mask is data, not colour: an editor's profile on it is neither applied nor refused."""
+    from lorastudio.data.masks import attach_masks
+    from lorastudio.data.scan import scan_dataset
+
+    Image.new("RGB", (32, 32), (10, 20, 30)).save(tmp_path / "a.png")
+    (tmp_path / "a.txt").write_text("x")
+    (tmp_path / "masks").mkdir()
+    Image.new("L", (32, 32), 128).save(tmp_path / "masks" / "a.png", icc_profile=b"an editor's odd bytes" * 8)
+    scan = attach_masks(scan_dataset(tmp_path, resolution=32, multiple=16), alpha_mask=False)
+    assert scan.items[0].mask is not None
