@@ -82,6 +82,7 @@ def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
             f"caption file {path.name} is not {kind}",
             [f"{path.name}: not valid {kind} text (byte {err.start}); save it as UTF-8"],
         ) from None
+    text = text.lstrip("\ufeff")  # a second mark (a tool that added its own before the file's)
     if "\0" in text:  # UTF-16 without its mark decodes as "UTF-8" with a NUL every other byte
         raise DatasetError(
             f"caption file {path.name} is not UTF-8",

@@ -123,7 +123,8 @@ def cut_share(item: ImageItem) -> float:
 def cut_warning(items: Sequence[ImageItem], aspect_buckets: bool, labels: Sequence[str] = ()) -> str | None:
     """The preflight line naming the images whose crop cuts away more than CUT_WARN_SHARE of them
     (at their least cut resolution; names as data.items.item_name with `labels`), most cut first:
-    an aspect ratio beyond the buckets' (data.buckets.MAX_RATIO), or any
+    an aspect ratio beyond the buckets' (data.buckets.MAX_RATIO) or between coarse buckets (a low
+    resolution), or any
     non-square image without aspect_buckets. None when there are none."""
     least: dict[str, float] = {}
     for i in items:
@@ -136,7 +137,8 @@ def cut_warning(items: Sequence[ImageItem], aspect_buckets: bool, labels: Sequen
     more = f" and {len(found) - NAMED_FILES} more" if len(found) > NAMED_FILES else ""
     why, hint = (
         (
-            f"their aspect ratio is beyond the buckets' 1:{MAX_RATIO:g} to {MAX_RATIO:g}:1",
+            f"no bucket has their shape: buckets span 1:{MAX_RATIO:g} to {MAX_RATIO:g}:1 in steps of the "
+            "side multiple",
             "crop them to what matters",
         )
         if aspect_buckets

@@ -77,7 +77,7 @@ def test_sidecar_utf8_with_bom_is_read(tmp_path, make_image):
 def test_sidecar_utf16_with_its_byte_order_mark_is_read(tmp_path, make_image, encoding):
     """Windows Notepad's "Unicode" saves UTF-16 with a byte order mark: unambiguous, so read."""
     make_image(tmp_path / "a.png")
-    bom = {"utf-16-le": "\ufeff", "utf-16-be": "\ufeff"}.get(encoding, "")
+    bom = {"utf-16-le": "\ufeff", "utf-16-be": "\ufeff"}.get(encoding, "\ufeff")  # utf-16: a 2nd mark
     (tmp_path / "a.txt").write_bytes(f"{bom}une photo de sks, café ☕\r\n".encode(encoding))
     scan = scan_dataset(tmp_path, resolution=64, multiple=16)
     assert scan.items[0].caption == "une photo de sks, café ☕"

@@ -148,8 +148,9 @@ def test_the_preflight_names_the_images_the_crop_cuts_a_lot_of(tmp_path, make_im
         assert (1 - kept > CUT_WARN_SHARE) == (item.path.name != "photo.png")
     warning = cut_warning(scan.items, aspect_buckets=True)
     assert warning == (
-        "2 image(s) lose more than 25% to the crop of their bucket (their aspect ratio is beyond the "
-        "buckets' 1:4 to 4:1): tall.png (60% cut), wide.png (33% cut); crop them to what matters"
+        "2 image(s) lose more than 25% to the crop of their bucket (no bucket has their shape: buckets "
+        "span 1:4 to 4:1 in steps of the side multiple): tall.png (60% cut), wide.png (33% cut); crop them "
+        "to what matters"
     )
     square = scan_dataset(tmp_path, resolution=64, multiple=16, default_caption="x", aspect_buckets=False)
     warning = cut_warning(square.items, aspect_buckets=False)
