@@ -124,8 +124,7 @@ def cut_warning(items: Sequence[ImageItem], aspect_buckets: bool, labels: Sequen
     """The preflight line naming the images whose crop cuts away more than CUT_WARN_SHARE of them
     (at their least cut resolution; names as data.items.item_name with `labels`), most cut first:
     an aspect ratio beyond the buckets' (data.buckets.MAX_RATIO) or between coarse buckets (a low
-    resolution), or any
-    non-square image without aspect_buckets. None when there are none."""
+    resolution), or any non-square image without aspect_buckets. None when there are none."""
     least: dict[str, float] = {}
     for i in items:
         name = item_name(i, labels)
