@@ -1,7 +1,8 @@
-"""The dataset changing under a run (tiny FLUX.1, CPU): an image replaced or edited after the
-run scanned it is never trained on silently; the run fails naming it. A caption edited after the
-scan does not reach the run (captions are encoded from the scan), and touching a file without
-changing its bytes changes nothing."""
+"""The dataset changing under a run (tiny FLUX.1, CPU): an image, control image or mask replaced
+or edited after the run scanned it is never trained on silently; the run fails naming it. A
+caption edited after the scan does not reach the run (captions are encoded from the scan),
+touching a file without changing its bytes changes nothing, and a resume onto a changed dataset
+is refused naming what changed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lorastudio.errors import DatasetError
-from lorastudio.training.events import Preparing, Progress
+from lorastudio.data.masks import attach_masks
+from lorastudio.data.scan import scan_dataset
+from lorastudio.errors import ConfigError, DatasetError
+from lorastudio.settings import get_settings
+from lorastudio.training.events import Preparing, Progress, StopRequest
 from lorastudio.training.loop import train
 
 
@@ -106,10 +110,6 @@ def test_a_control_image_changed_after_the_scan_fails_the_run_naming_it(make_con
 
 
 def test_a_resume_onto_a_changed_dataset_says_what_changed(make_config, small_dataset, tmp_path):
-    from lorastudio.errors import ConfigError
-    from lorastudio.settings import get_settings
-    from lorastudio.training.events import StopRequest
-
     data = _copy(small_dataset, tmp_path)
     events: list = []
 
@@ -160,9 +160,6 @@ def test_a_mask_changed_after_the_scan_fails_the_run_naming_it(make_config, smal
 
 def test_a_mask_with_a_colour_profile_is_not_colour_managed(tmp_path):
     """A mask is data, not colour: an editor's profile on it is neither applied nor refused."""
-    from lorastudio.data.masks import attach_masks
-    from lorastudio.data.scan import scan_dataset
-
     Image.new("RGB", (32, 32), (10, 20, 30)).save(tmp_path / "a.png")
     (tmp_path / "a.txt").write_text("x")
     (tmp_path / "masks").mkdir()
