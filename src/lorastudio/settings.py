@@ -35,6 +35,12 @@ from typing import Annotated
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+# Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
+# error; the value is Pillow's, restated here so this module stays free of Pillow): the most
+# max_image_pixels can honour.
+PILLOW_MAX_PIXELS = 2 * (1024 * 1024 * 1024 // 4 // 3)
+MAX_IMAGE_PIXELS_ENV = "LORASTUDIO_MAX_IMAGE_PIXELS"  # the setting's name where a refusal names it
+
 
 class Settings(BaseSettings):
     """Process-wide settings, read from LORASTUDIO_* environment variables."""
@@ -59,7 +65,15 @@ class Settings(BaseSettings):
     max_json_mb: int = Field(
         default=4, ge=1, le=1024, description="largest request body of every route but the uploads (413)"
     )
-    max_image_pixels: int = Field(default=64_000_000, ge=1)
+    max_image_pixels: int = Field(
+        default=64_000_000,
+        ge=1,
+        le=PILLOW_MAX_PIXELS,
+        description=(
+            "largest image (width x height) a dataset, a reference or a caption job takes; at most"
+            f" {PILLOW_MAX_PIXELS:,}, above which Pillow refuses to open an image (decompression bomb)"
+        ),
+    )
     max_decode_pixels: int = Field(
         default=4096 * 4096,
         ge=1,

@@ -70,6 +70,12 @@ def test_uploads_accumulate_and_can_be_inspected_and_edited(client: TestClient, 
         == "new words"
     )
     assert client.put("/api/datasets/shapes/captions/nope.png", json={"caption": "x"}).status_code == 404
+    nul = client.put("/api/datasets/shapes/captions/extra.png", json={"caption": "a\u0000b"})
+    assert nul.status_code == 400 and nul.json()["problems"] == [
+        "extra.png: the caption holds a NUL character"
+    ]
+    files = client.get("/api/datasets/shapes").json()["files"]
+    assert next(f for f in files if f["file"] == "extra.png")["caption"] == "new words"  # unchanged
 
     deleted = client.delete("/api/datasets/shapes/images/extra.png")
     assert deleted.json()["deleted"] == ["extra.png", "extra.txt"]

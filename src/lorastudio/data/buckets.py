@@ -12,6 +12,8 @@ import math
 
 from lorastudio.errors import ConfigError, FieldProblem
 
+MAX_RATIO = 4.0  # the buckets' aspect ratios span 1:MAX_RATIO to MAX_RATIO:1
+
 
 def resolution_problems(resolution: int, multiple: int) -> list[str]:
     """Why `resolution` cannot be trained with a family needing `multiple` (empty if it can)."""
@@ -25,7 +27,7 @@ def resolution_problems(resolution: int, multiple: int) -> list[str]:
     return problems
 
 
-def make_buckets(resolution: int, multiple: int, max_ratio: float = 4.0) -> list[tuple[int, int]]:
+def make_buckets(resolution: int, multiple: int, max_ratio: float = MAX_RATIO) -> list[tuple[int, int]]:
     """All buckets for a training resolution, sorted by aspect ratio (tallest first).
 
     For each width w (a multiple of `multiple`), the height is the largest multiple with
@@ -79,7 +81,12 @@ def upscale_factor(width: int, height: int, bucket: tuple[int, int]) -> float:
 
 
 def fitting_bucket(
-    width: int, height: int, cap: tuple[int, int], multiple: int, max_ratio: float = 4.0, square: bool = False
+    width: int,
+    height: int,
+    cap: tuple[int, int],
+    multiple: int,
+    max_ratio: float = MAX_RATIO,
+    square: bool = False,
 ) -> tuple[int, int]:
     """The largest bucket inside the image itself: each side a multiple of `multiple`, at most
     the image's side and the side of `cap` (the bucket it replaces, so the area never grows),

@@ -36,6 +36,7 @@ MAX_METADATA_LINE_BYTES = 8 * MAX_CAPTION_BYTES  # a capped caption JSON-escaped
 MAX_METADATA_BYTES = 64 * 2**20
 _SKIP_PIECE = 2**16
 _SIDECAR_SLACK = 1024  # a BOM and surrounding blank lines around a capped caption
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,11 @@ def _clean(text: str | None) -> str | None:
 
 
 def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
-    """The stripped UTF-8 text of a caption file (a BOM is ignored); None if it is blank.
+    """The stripped text of a caption file: UTF-8 (a BOM is ignored), or UTF-16 that starts with
+    its byte order mark; None if it is blank.
 
     Raises: DatasetError (one problem naming the file) if it cannot be read, is a link, is
-    larger than MAX_CAPTION_BYTES or is not UTF-8.
+    larger than MAX_CAPTION_BYTES, is not UTF-8 (nor marked UTF-16) or holds a NUL.
     """
     too_long = DatasetError(
         f"caption file {path.name} is too long",
@@ -71,13 +73,24 @@ def read_sidecar(path: Path, folder_id: FolderId | None = None) -> str | None:
             raise DatasetError(f"cannot read caption file {path.name}", [f"{path.name}: {err}"]) from None
     if len(raw) > MAX_CAPTION_BYTES + _SIDECAR_SLACK:
         raise too_long
+    utf16 = raw.startswith(_UTF16_BOMS)  # Windows Notepad's "Unicode": unambiguous with its mark
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw.decode("utf-16" if utf16 else "utf-8-sig")
     except UnicodeDecodeError as err:
+        kind = "UTF-16" if utf16 else "UTF-8"
+        raise DatasetError(
+            f"caption file {path.name} is not {kind}",
+            [f"{path.name}: not valid {kind} text (byte {err.start}); save it as UTF-8"],
+        ) from None
+    text = text.lstrip("\ufeff")  # a second mark (a tool that added its own before the file's)
+    if "\0" in text:  # UTF-16 without its mark decodes as "UTF-8" with a NUL every other byte
         raise DatasetError(
             f"caption file {path.name} is not UTF-8",
-            [f"{path.name}: not valid UTF-8 text (byte {err.start}); save it as UTF-8"],
-        ) from None
+            [
+                f"{path.name}: not valid UTF-8 text (NUL at byte {raw.index(0)}: UTF-16 without its "
+                "byte order mark?); save it as UTF-8"
+            ],
+        )
     cleaned = _clean(text)
     if cleaned and len(cleaned.encode("utf-8")) > MAX_CAPTION_BYTES:
         raise too_long
@@ -121,6 +134,8 @@ def _row_caption(line: bytes, where: str) -> tuple[str, str] | str:
     if not isinstance(row[key], str):
         return f'{where}: "{key}" of {file_name} must be a string'
     caption = row[key].strip()
+    if "\0" in caption:
+        return f'{where}: "{key}" of {file_name} holds a NUL character'
     if len(caption.encode("utf-8")) > MAX_CAPTION_BYTES:
         return f"{where}: caption of {file_name} larger than {MAX_CAPTION_BYTES // 1024} KB (shorten it)"
     return file_name, caption

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from lorastudio.data.buckets import MAX_RATIO
 from lorastudio.data.images import load_rgb
 from lorastudio.data.items import ImageItem, item_name
 
@@ -84,9 +85,13 @@ def load_crop(item: ImageItem, *, random_crop: bool, flip: bool, rng: np.random.
     Takes: random_crop (False = centre crop), flip (mirror horizontally), rng (used only for a
     random crop: top then left are drawn, so the result is a function of the rng state).
     Returns: a CroppedImage whose pixels are [3, bucket_h, bucket_w] float32 in [-1, 1].
-    Raises: DatasetError if the file can no longer be decoded, or it or its folder was replaced
-    by a symbolic link since the scan.
+    Raises: DatasetError if the file can no longer be decoded, its bytes are no longer those the
+    scan read (data.scan.check_unchanged), or it or its folder was replaced by a symbolic link
+    since the scan.
     """
+    from lorastudio.data.scan import check_unchanged  # scan -> pairs -> crop
+
+    check_unchanged(item)
     img = load_rgb(item.path, item.folder_id)
     width, height = img.size
     bw, bh = item.bucket
@@ -103,4 +108,45 @@ def load_crop(item: ImageItem, *, random_crop: bool, flip: bool, rng: np.random.
         pixels=np.ascontiguousarray(pixels, dtype=np.float32),
         original_size=(height, width),
         crop_top_left=(top, left),
+    )
+
+
+CUT_WARN_SHARE = 0.25  # the preflight names images whose crop cuts away more than this share
+
+
+def cut_share(item: ImageItem) -> float:
+    """The share of the image (scaled to cover its bucket) that its bucket-sized crop cuts away."""
+    rw, rh = resized_size(item.width, item.height, item.bucket)
+    return 1.0 - (item.bucket[0] * item.bucket[1]) / (rw * rh)
+
+
+def cut_warning(items: Sequence[ImageItem], aspect_buckets: bool, labels: Sequence[str] = ()) -> str | None:
+    """The preflight line naming the images whose crop cuts away more than CUT_WARN_SHARE of them
+    (at their least cut resolution; names as data.items.item_name with `labels`), most cut first:
+    an aspect ratio beyond the buckets' (data.buckets.MAX_RATIO) or between coarse buckets (a low
+    resolution), or any non-square image without aspect_buckets. None when there are none."""
+    least: dict[str, float] = {}
+    for i in items:
+        name = item_name(i, labels)
+        least[name] = min(cut_share(i), least.get(name, 1.0))
+    found = sorted(((n, c) for n, c in least.items() if c > CUT_WARN_SHARE), key=lambda nc: (-nc[1], nc[0]))
+    if not found:
+        return None
+    named = ", ".join(f"{name} ({cut:.0%} cut)" for name, cut in found[:NAMED_FILES])
+    more = f" and {len(found) - NAMED_FILES} more" if len(found) > NAMED_FILES else ""
+    why, hint = (
+        (
+            f"no bucket has their shape: buckets span 1:{MAX_RATIO:g} to {MAX_RATIO:g}:1 in steps of the "
+            "side multiple",
+            "crop them to what matters",
+        )
+        if aspect_buckets
+        else (
+            "aspect_buckets is off: every bucket is square",
+            "set aspect_buckets = true to train them in their own shape",
+        )
+    )
+    return (
+        f"{len(found)} image(s) lose more than {CUT_WARN_SHARE:.0%} to the crop of their bucket ({why}): "
+        f"{named}{more}; {hint}"
     )

@@ -3,7 +3,8 @@
 A dataset is one folder (not recursive). Images are files whose extension is one of
 IMAGE_EXTENSIONS (any case). Hidden entries (names starting with ".") are ignored entirely.
 `<stem>.txt` files are caption sidecars and `metadata.jsonl` is the caption table; everything
-else is listed as dropped so the preflight report can show what was not used. Symbolic links
+else is listed as dropped so the preflight report can show what was not used (a kohya
+`<stem>.caption` as such: not read, and whether a .txt is used instead). Symbolic links
 are never followed: a link is dropped ("symbolic link (not followed)") whatever it points to,
 and the files are later opened without following links (`data.safe_open`).
 """
@@ -19,6 +20,7 @@ from lorastudio.errors import DatasetError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp")
 CAPTION_EXTENSION = ".txt"
+KOHYA_CAPTION_EXTENSION = "caption"  # kohya's other sidecar extension: not read, named as such
 METADATA_FILE = "metadata.jsonl"
 
 
@@ -97,6 +99,24 @@ def discover(root: Path) -> DatasetFiles:
         else:
             dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
     image_stems = {p.stem for p in images}
+    caption_stems = {p.stem for p in captions}
+    for name, why in list(dropped):  # kohya's caption_extension: named, not "not an image"
+        stem, dot, ext = name.rpartition(".")
+        if dot and ext.lower() == KOHYA_CAPTION_EXTENSION and stem in image_stems:
+            dropped.remove((name, why))
+            used = next((c.name for c in captions if c.stem == stem), None)
+            dropped.append(
+                (
+                    name,
+                    f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read; {used} is used"
+                    if stem in caption_stems
+                    else f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read "
+                    f"(rename it {stem}{CAPTION_EXTENSION} to use it)",
+                )
+            )
+        elif dot and ext.lower() == KOHYA_CAPTION_EXTENSION:
+            dropped.remove((name, why))
+            dropped.append((name, "caption file with no image of the same name"))
     sidecars: dict[str, Path] = {}
     for cap in captions:
         if cap.stem in sidecars:

@@ -38,6 +38,8 @@ def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | No
         raise DatasetError(
             "caption too long", [f"{image_name}: caption larger than {MAX_CAPTION_BYTES // 1024} KB"]
         )
+    if "\0" in text:  # a scan refuses such a caption file (captions.read_sidecar)
+        raise DatasetError("caption holds a NUL", [f"{image_name}: the caption holds a NUL character"])
     try:
         with staged_write(target) as tmp:
             tmp.write_text(text + "\n", encoding="utf-8")

@@ -6,8 +6,9 @@ following links (`data.safe_open`) and their headers checked before Pillow sees 
 (`data.image_headers`: PNG chunks walked, JPEG metadata and WebP file sizes capped). Sizes are
 checked from the header before any pixel is decoded, so oversized images and decompression
 bombs are refused cheaply; so are animated images (APNG, animated WebP: `open_frames` counts
-their frames), which training would read as their first frame. Sizes reported here are after
-EXIF transpose.
+their frames), which training would read as their first frame, and images whose embedded ICC
+profile cannot convert them to sRGB (data/colour.py; those that can are converted by `to_rgb`,
+for training and thumbnails alike). Sizes reported here are after EXIF transpose.
 
 Two budgets: `max_pixels` (settings.max_image_pixels) is the largest image a dataset may hold;
 `decode_pixels` (settings.max_decode_pixels) is the most pixels the server decodes at once
@@ -32,14 +33,20 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image
 
+from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
-from lorastudio.data.image_headers import RangesFile, bad_image, check_header
+from lorastudio.data.image_headers import RangesFile, bad_image, check_header, header_size
 from lorastudio.data.safe_open import FolderId, open_in_folder
+from lorastudio.errors import DatasetError
+from lorastudio.settings import MAX_IMAGE_PIXELS_ENV, PILLOW_MAX_PIXELS
 
 # Pillow's JPEG opener also returns MPO (multi-picture JPEG) images.
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 WEBP_DECODE_COST = 4  # a WebP decode holds ~4x the memory of a PNG decode of the same size
 EXIF_ORIENTATION_TAG = 0x0112
+# How an image's pixels are made (load_rgb, to_rgb): part of the latent cache's and the thumbnail
+# cache's keys, so a change to it encodes and renders images again rather than read stale ones.
+DECODE_RULES = "srgb-1"
 
 # EXIF orientation -> the transpose that makes the image upright (same table as ImageOps).
 ORIENTATION_FIX: dict[int, Image.Transpose] = {
@@ -52,6 +59,7 @@ ORIENTATION_FIX: dict[int, Image.Transpose] = {
     8: Image.Transpose.ROTATE_90,
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})
+_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 # What Pillow raises for unreadable, truncated or malformed files.
 DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError)
@@ -88,13 +96,32 @@ def open_image(path: Path, folder_id: FolderId | None = None) -> Iterator[Image.
         yield img
 
 
+def oversized(path: Path, width: int, height: int, max_pixels: int) -> DatasetError:
+    """The refusal of an image over the `max_pixels` limit, naming its size, the limit and the
+    setting that raises it."""
+    return _bad(
+        path,
+        f"oversized ({width}x{height} = {width * height:,} pixels > limit {max_pixels:,}: "
+        f"{MAX_IMAGE_PIXELS_ENV})",
+    )
+
+
 @contextmanager
-def open_frames(path: Path, folder_id: FolderId | None = None) -> Iterator[tuple[Image.Image, int]]:
+def open_frames(
+    path: Path, folder_id: FolderId | None = None, max_pixels: int = PILLOW_MAX_PIXELS
+) -> Iterator[tuple[Image.Image, int]]:
     """`open_image`, with the number of frames the file holds: an APNG's from its acTL chunk
     (Pillow is not shown it), a WebP's from Pillow (an animated one's), 1 for a JPEG (an MPO's
-    further pictures are a phone's preview or depth image, not frames)."""
+    further pictures are a phone's preview or depth image, not frames). An image whose header
+    says it is over `max_pixels` (at most Pillow's decompression-bomb limit, where its open
+    refuses) is refused before Pillow sees it (`oversized`)."""
     with open_in_folder(path, folder_id) as real:
         png = check_header(real, path)
+        real.seek(0)
+        size = header_size(real)
+        real.seek(0)
+        if size is not None and size[0] * size[1] > min(max_pixels, PILLOW_MAX_PIXELS):
+            raise oversized(path, size[0], size[1], min(max_pixels, PILLOW_MAX_PIXELS))
         source: io.IOBase | BinaryIO = real
         if png is not None and png.ranges != [(0, png.ranges[0][1])]:
             source = RangesFile(real, png.ranges)
@@ -157,6 +184,8 @@ def probe_image(
     max_pixels: int,
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
     folder_id: FolderId | None = None,
+    *,
+    colour: bool = True,
 ) -> ImageInfo:
     """Check one image and return its size after EXIF transpose, on one of the process's decode
     threads (`decode_slots.run_decode`: at most two checks at once hold file or pixel data).
@@ -165,15 +194,18 @@ def probe_image(
     refused ("oversized"). An animated image (an APNG or a WebP of more than one frame) is
     refused naming its frame count: training would take its first frame without a word. Files
     that pass are then checked for corruption cheaply (see `_check_decodes`; no decode above
-    `decode_pixels`). `folder_id`: see `data.safe_open`.
+    `decode_pixels`). `folder_id`: see `data.safe_open`. `colour`: whether its ICC profile must
+    convert it to sRGB (data.colour; False for a loss mask: data, not colour).
     Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, animated,
     unknown format).
     """
-    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id))
+    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id, colour))
 
 
-def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None) -> ImageInfo:
-    with open_frames(path, folder_id) as (img, frames):
+def _probe(
+    path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None, colour: bool
+) -> ImageInfo:
+    with open_frames(path, folder_id, max_pixels) as (img, frames):
         width, height = img.size
         if width < 1 or height < 1:
             raise _bad(path, f"corrupt (size {width}x{height})")
@@ -185,9 +217,10 @@ def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId 
                 "take the first frame); save the frame you want as a still image",
             )
         if width * height > max_pixels:
-            raise _bad(
-                path, f"oversized ({width}x{height} = {width * height:,} pixels > limit {max_pixels:,})"
-            )
+            raise oversized(path, width, height, max_pixels)
+        problem = profile_problem(img) if colour else None
+        if problem is not None:
+            raise _bad(path, problem)
         orientation = exif_orientation(img)
         _check_decodes(path, img, decode_pixels)
     if orientation in _SWAPS_AXES:
@@ -195,14 +228,20 @@ def _probe(path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId 
     return ImageInfo(width=width, height=height, orientation=orientation)
 
 
-def to_rgb(img: Image.Image) -> Image.Image:
-    """Convert any decoded mode to RGB; transparency is composited onto white."""
+def to_rgb(img: Image.Image, icc: bytes | None = None) -> Image.Image:
+    """Convert any decoded mode to sRGB RGB; transparency is composited onto white. `icc`: the
+    image's embedded ICC profile (`img.info["icc_profile"]` as opened; a reduced copy may have
+    lost it), converted from (data.colour); None: the pixels are taken as sRGB.
+    Raises: data.colour.ProfileError if `icc` cannot convert this image (probe_image refuses it)."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         arr = np.asarray(img, dtype=np.float64)  # [H, W] 16-bit range
         img = Image.fromarray(np.clip(arr / 257.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
     if img.mode == "P" and "transparency" in img.info:
         img = img.convert("RGBA")
-    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+    if icc:
+        alpha = img.convert("RGBA").getchannel("A") if img.mode in _ALPHA_MODES else None
+        return to_srgb(img, icc, alpha)
+    if img.mode in _ALPHA_MODES:
         rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")
@@ -210,17 +249,21 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
 
 def load_rgb(path: Path, folder_id: FolderId | None = None) -> Image.Image:
-    """Decode an image fully, apply its EXIF orientation and return it as RGB (the training
-    worker's decode: bounded by max_image_pixels at scan time, not by the server's budget).
+    """Decode an image fully, apply its EXIF orientation and return it as sRGB RGB (converted
+    from its embedded ICC profile: data.colour; the training worker's decode: bounded by
+    max_image_pixels at scan time, not by the server's budget).
 
     Raises: DatasetError (one problem naming the file) if it cannot be decoded, is a link, or
     its folder is no longer `folder_id`.
     """
     with open_image(path, folder_id) as img:
         orientation = exif_orientation(img)
+        icc = img.info.get("icc_profile")
         try:
             img.load()
-            rgb = to_rgb(img)
+            rgb = to_rgb(img, icc)
+        except ProfileError as err:
+            raise _bad(path, str(err)) from None
         except DECODE_ERRORS as err:
             raise _bad(path, f"corrupt ({_reason(err, path)})") from None
     fix = ORIENTATION_FIX.get(orientation)

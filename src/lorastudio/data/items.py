@@ -21,6 +21,7 @@ class MaskRef:
     path: Path
     folder_id: FolderId | None = None
     alpha: bool = False
+    sha256: str = ""  # a masks/ file's bytes as the scan read them (data.scan.check_unchanged)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ class ImageItem:
     entry: int = 0  # index of the run's dataset entry the image came from (DatasetScan.entries)
     resolution: int = 0  # the training side its bucket was chosen for (data/resolutions.py; 0: unset)
     mask: MaskRef | None = None  # the loss mask (data/masks.py); None: every pixel counts fully
+    # sha256 of the image's bytes as the scan read them ("": not recorded), and of each control's;
+    # every decode for training checks them (data.scan.check_unchanged): a run never trains on an
+    # image changed since
+    sha256: str = ""
+    control_sha256: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

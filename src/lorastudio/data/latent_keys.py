@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorastudio.data.disk_cache import shard_key
+from lorastudio.data.images import DECODE_RULES
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
@@ -61,12 +62,13 @@ class Variant:
 
 
 def image_hashes(item: ImageItem) -> tuple[str, list[str]]:
-    """sha256 of an item's image bytes and of each of its control images (data.scan.file_sha256)."""
-    from lorastudio.data.pairs import control_folder_ids
-    from lorastudio.data.scan import file_sha256
+    """sha256 of an item's image bytes and of each of its control images, as its scan read them
+    (ImageItem.sha256, control_sha256: a shard of the run's own images is looked up, never one of
+    a file changed since), else as they are now (data.scan.file_sha256)."""
+    from lorastudio.data.scan import control_sha256, file_sha256
 
-    controls = [file_sha256(p, f) for p, f in zip(item.controls, control_folder_ids(item), strict=True)]
-    return file_sha256(item.path, item.folder_id), controls
+    controls = list(item.control_sha256 or control_sha256(item))
+    return item.sha256 or file_sha256(item.path, item.folder_id), controls
 
 
 def control_parts(item: ImageItem, rule: str | int) -> dict[str, Any]:
@@ -117,6 +119,7 @@ def plan_variants(
             top, left = crop_offset(resized, item.bucket, random_crop=cfg.random_crop, rng=rng)
             parts = {
                 **encoder,
+                "decode": DECODE_RULES,
                 "image": image,
                 "controls": controls,
                 **sizing,

@@ -173,6 +173,8 @@ def _folder_items(
     scan: DatasetScan, files: dict[str, Path], max_pixels: int, decode_pixels: int
 ) -> tuple[list[ImageItem], list[str]]:
     """The items with their masks/ files, and every problem with those files."""
+    from lorastudio.data.scan import file_sha256
+
     if not files:
         return list(scan.items), []
     folder_id = folder_identity(Path(scan.root) / MASKS_DIR)
@@ -191,7 +193,7 @@ def _folder_items(
             items.append(item)
             continue
         try:
-            info = probe_image(path, max_pixels, decode_pixels, folder_id)
+            info = probe_image(path, max_pixels, decode_pixels, folder_id, colour=False)
         except DatasetError as err:
             problems += [f"{MASKS_DIR}/{p}" for p in err.problems]
             continue
@@ -201,7 +203,7 @@ def _folder_items(
                 f"{item.width}x{item.height} (a mask must have its image's size)"
             )
             continue
-        items.append(replace(item, mask=MaskRef(path, folder_id)))
+        items.append(replace(item, mask=MaskRef(path, folder_id, sha256=file_sha256(path, folder_id))))
     return items, problems
 
 

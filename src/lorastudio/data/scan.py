@@ -71,18 +71,48 @@ def _read_sha256(path: Path, folder_id: FolderId | None) -> str:
     return digest.hexdigest()
 
 
+def control_sha256(item: ImageItem) -> tuple[str, ...]:
+    """The sha256 of each of the item's control images' bytes, in slot order (file_sha256)."""
+    return tuple(file_sha256(c, fid) for c, fid in zip(item.controls, control_folder_ids(item), strict=True))
+
+
+def check_unchanged(item: ImageItem) -> None:
+    """Raise DatasetError naming the file unless the bytes of the item's image, of each of its
+    controls and of its masks/ file are still those the scan read (`item.sha256`,
+    `item.control_sha256`, `item.mask.sha256`; nothing to compare where they are empty). Cheap
+    while a file's identity and times stay the same (file_sha256 remembers them); an edit in
+    place or a file renamed over it is hashed again. A run calls it before each decode of a
+    sample for training, so it fails saying what changed rather than train on an image other
+    than the one its fingerprint (and a resume's check) describes."""
+    files = [(item.path, item.folder_id, item.sha256)]
+    if item.control_sha256:
+        files += zip(item.controls, control_folder_ids(item), item.control_sha256, strict=True)
+    if item.mask is not None and not item.mask.alpha:
+        files.append((item.mask.path, item.mask.folder_id, item.mask.sha256))
+    for path, folder_id, scanned in files:
+        if scanned and file_sha256(path, folder_id) != scanned:
+            raise DatasetError(
+                f"{path.name} changed during the run",
+                [
+                    f"{path.name}: changed since the run scanned the dataset (its bytes differ); "
+                    "the run cannot train on what it started with: start it again on the changed dataset"
+                ],
+            )
+
+
 def dataset_fingerprint(items: list[ImageItem]) -> str:
     """sha256 over the items sorted by file name: (file name, sha256 of its bytes, final caption).
 
     A renamed file, a changed image byte or a changed final caption (including a new trigger
     word) changes the fingerprint. Raises DatasetError if a file cannot be read.
     """
-    rows = [[item.path.name, file_sha256(item.path, item.folder_id), item.caption] for item in items]
+    rows = [
+        [item.path.name, item.sha256 or file_sha256(item.path, item.folder_id), item.caption]
+        for item in items
+    ]
     for row, item in zip(rows, items, strict=True):  # paired samples: their controls too
-        row += [
-            [str(c), file_sha256(c, fid)]
-            for c, fid in zip(item.controls, control_folder_ids(item), strict=True)
-        ]
+        hashes = item.control_sha256 or control_sha256(item)
+        row += [[str(c), digest] for c, digest in zip(item.controls, hashes, strict=True)]
     rows.sort()
     payload = json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
@@ -218,6 +248,10 @@ def scan_dataset(
     if not items:
         raise DatasetError(f"no usable images in {root}", [f"{name}: {why}" for name, why in dropped])
     dropped.sort()
+    items = [
+        replace(it, sha256=file_sha256(it.path, it.folder_id), control_sha256=control_sha256(it))
+        for it in items
+    ]
     return DatasetScan(
         root=root,
         items=items,

@@ -24,15 +24,18 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from lorastudio.data.colour import ProfileError
 from lorastudio.data.decode_slots import run_decode
 from lorastudio.data.images import (
     DECODE_ERRORS,
+    DECODE_RULES,
     ORIENTATION_FIX,
     WEBP_DECODE_COST,
     bad_image,
     decode_cost,
     exif_orientation,
     open_image,
+    oversized,
     to_rgb,
 )
 from lorastudio.errors import LorastudioError
@@ -53,7 +56,7 @@ def cache_key(path: Path, size: int, alpha: bool = False) -> str:
     """Hex key of `path`'s thumbnail of longest side `size` (changes when the file does;
     `alpha`: the thumbnail of its alpha channel)."""
     st = path.stat()
-    ident = f"{path}\0{size}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+    ident = f"{DECODE_RULES}\0{path}\0{size}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
     if alpha:
         ident += "\0alpha"
     return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()
@@ -95,8 +98,9 @@ def render_thumbnail(
     with open_image(path) as img:
         width, height = img.size
         if width * height > max_pixels:
-            raise bad_image(path, f"oversized ({width}x{height} pixels > limit {max_pixels:,})")
+            raise oversized(path, width, height, max_pixels)
         orientation = exif_orientation(img)
+        icc = img.info.get("icc_profile")  # the reduced copy has no info; converted from after it
         if img.format in ("JPEG", "MPO"):
             img.draft("RGB", (size, size))
         if decode_cost(img) > decode_pixels:
@@ -110,7 +114,10 @@ def render_thumbnail(
             small = _reduced(img, size)
         except DECODE_ERRORS as err:
             raise bad_image(path, f"corrupt ({err})") from None
-    small = small.convert("RGBA").getchannel("A") if alpha else to_rgb(small)
+    try:
+        small = small.convert("RGBA").getchannel("A") if alpha else to_rgb(small, icc)
+    except ProfileError as err:
+        raise bad_image(path, str(err)) from None
     small.thumbnail((size, size), Image.Resampling.LANCZOS)
     fix = ORIENTATION_FIX.get(orientation)
     if fix is not None:

@@ -71,6 +71,7 @@ SPEC = FamilySpec(
         "it (illegal memory access on an H200); use 'auto' (the efficient kernel)"
     },
     max_sequence_length_max=512,  # T5's 512 tokens
+    caption_tokens=("tokenizer", None),  # its one text encoder, T5
 )
 
 

@@ -48,6 +48,7 @@ SPEC = FamilySpec(
         "FluxSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),
     },
     max_sequence_length_max=512,  # T5's 512 tokens (FluxPipeline refuses more)
+    caption_tokens=("tokenizer_2", None),  # T5 reads the caption (CLIP's 77: the pooled summary)
 )
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 SPEC = FamilySpec(
     name="sdxl",
     title="Stable Diffusion XL",
+    caption_tokens=("tokenizer", 77),  # both CLIPs read 77 tokens (the pipeline cuts the rest)
     pipeline_class="StableDiffusionXLPipeline",
     accepted_pipelines=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
     denoiser="unet",

@@ -88,6 +88,11 @@ class FamilySpec:
     # the most tokens its text encoder reads (its pipeline's tokenizer limit): a larger
     # max_sequence_length is refused; None: no cap beyond the config's own
     max_sequence_length_max: int | None = None
+    # how a caption is measured against what its text encoder reads, so a run names the captions
+    # cut short (training/caption_length.py): (the text pipeline's tokenizer attribute that reads
+    # the whole caption, its limit in tokens, special ones included; None: the run's
+    # max_sequence_length). None: not measured (its pipeline wraps the caption in a template)
+    caption_tokens: tuple[str, int | None] | None = None
     # boolean settings it refuses turned on -> why (Qwen-Image-Edit's random_flip)
     refuses_on: Mapping[str, str] = field(default_factory=dict)
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour

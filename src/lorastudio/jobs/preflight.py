@@ -25,7 +25,7 @@ from lorastudio.config_preservation import preservation_line
 from lorastudio.config_rules import PLAN_FIELDS, adapter_file_note, fusion_choice, plan_fields_left_auto
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report, scan_variants, variation_warning
-from lorastudio.data.crop import crop_warning
+from lorastudio.data.crop import crop_warning, cut_warning
 from lorastudio.data.entries import entry_report, epoch_bucket_counts, run_steps
 from lorastudio.data.holdout import overlap_warning, validation_section
 from lorastudio.data.masks import mask_section, mask_warning
@@ -140,6 +140,7 @@ def preflight_report(
                 for w in [
                     upscale_warning(scan.items, cfg.no_upscale, scan.labels()),
                     crop_warning(scan.items, cfg.random_crop, scan.labels()),
+                    cut_warning(scan.items, cfg.aspect_buckets, scan.labels()),
                     variation_warning(scan, scan.labels()),
                     mask_warning(scan.items, scan.labels()),
                     overlap_warning(run.holdout),

@@ -31,7 +31,7 @@ from lorastudio.training.checkpoint import (
     resume_settings,
 )
 from lorastudio.training.extend import extension_steps, finished_problem
-from lorastudio.training.identity import base_fingerprint, check_identity, run_identity
+from lorastudio.training.identity import base_fingerprint, check_identity, dataset_files, run_identity
 
 
 @dataclass(frozen=True)
@@ -144,5 +144,8 @@ def validate_resume(
         raise ConfigError(problems)
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg
     base = base_fingerprint(cfg, family.spec.denoiser)
-    check_identity(info["identity"], run_identity(before, scan.fingerprint, family.spec.lora_targets, base))
+    check_identity(
+        info["identity"],
+        run_identity(before, scan.fingerprint, family.spec.lora_targets, base, dataset_files(scan)),
+    )
     return ValidatedResume(config=cfg, worker_config=given, checkpoint=found, step=step, total_steps=total)

@@ -28,6 +28,7 @@ import torch
 
 from lorastudio.data.caption_variants import captions_to_encode as captions_to_encode  # moved (no torch)
 from lorastudio.families.single_file import model_source
+from lorastudio.training.caption_length import cut_captions_note
 from lorastudio.training.distributed import gather_round, group_context, round_robin
 from lorastudio.training.events import Emit, ModelLoadCompleted, ModelLoadStarted, Preparing
 from lorastudio.training.precision import free_accelerator_memory
@@ -229,6 +230,11 @@ def encode_texts(
             elif notes is not None:
                 notes.append(note)
         emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
+        cut = (
+            cut_captions_note(family.spec, cfg, encoders, groups[0]) if groups and notes is not None else None
+        )
+        if cut is not None and notes is not None:
+            notes.append(cut)  # the first group: the captions (and their variants)
     total = sum(len(group) for group in groups)
     done = 0
     try:

@@ -4,7 +4,8 @@ service validates resume requests with it).
 
 Identity = every setting of the resolved TrainConfig except those in RESUMABLE_FIELDS, with the
 LoRA targets resolved (the family's defaults when unset), plus the dataset fingerprint (file
-names, image bytes and final captions of every dataset entry) and the base fingerprint (the
+names, image bytes and final captions of every dataset entry; `dataset_files` beside it, per image,
+lets a refusal say which files changed) and the base fingerprint (the
 content of the base's denoiser, VAE and text encoders, sampled: `base_fingerprint`; a checkpoint
 written before it was recorded resumes without the comparison). `data_dir` and the entries'
 `path`s are not part of it: a dataset that was moved but not changed still resumes.
@@ -20,6 +21,7 @@ from lorastudio.errors import ConfigError, FieldProblem
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data import DatasetScan
 
 IDENTITY_FORMAT = "lorastudio.run-identity/1"
 
@@ -55,7 +57,57 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset(
 
 
 # identity keys that are no setting: absent from an older checkpoint, they are not compared
-_DERIVED_SINCE = frozenset({"base_fingerprint"})
+_DERIVED_SINCE = frozenset({"base_fingerprint", "dataset_files"})
+_DIGEST = 16  # hex digits of each file's digests in dataset_files (a change, not a proof)
+_NAMED = 10  # files named per kind of change; the rest counted
+
+
+def dataset_files(scan: DatasetScan) -> dict[str, list[str]]:
+    """Per image of the scan ("entry label/file" when it joins several entries): the short sha256
+    of its bytes (and its controls') and of its final caption. The identity records it so that a
+    resume onto a changed dataset can say what changed (`dataset_fingerprint` still decides)."""
+    import hashlib
+
+    from lorastudio.data.items import item_name
+
+    labels = scan.labels()
+    out: dict[str, list[str]] = {}
+    for item in scan.images():
+        image = hashlib.sha256("\0".join((item.sha256, *item.control_sha256)).encode()).hexdigest()
+        caption = hashlib.sha256(item.caption.encode("utf-8")).hexdigest()
+        out[item_name(item, labels)] = [image[:_DIGEST], caption[:_DIGEST]]
+    return out
+
+
+def _files_record(value: Any) -> bool:
+    """Whether `value` is a dataset_files record (a checkpoint's identity.json is read as found)."""
+    return isinstance(value, dict) and all(
+        isinstance(v, list) and len(v) == 2 and all(isinstance(d, str) for d in v) for v in value.values()
+    )
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMED])
+    return shown + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+
+
+def dataset_change(saved: Mapping[str, list[str]], current: Mapping[str, list[str]]) -> str:
+    """What differs between two `dataset_files` records, each kind of change naming its files."""
+    kinds = {
+        "image changed": sorted(n for n in saved.keys() & current.keys() if saved[n][0] != current[n][0]),
+        "caption changed": sorted(
+            n
+            for n in saved.keys() & current.keys()
+            if saved[n][0] == current[n][0] and saved[n][1] != current[n][1]
+        ),
+        "removed": sorted(saved.keys() - current.keys()),
+        "added": sorted(current.keys() - saved.keys()),
+    }
+    said = "; ".join(f"{kind}: {_listed(names)}" for kind, names in kinds.items() if names)
+    return (
+        f"the dataset differs from the one the checkpoint trained on: {said or 'its settings changed'}; "
+        "resume on the dataset as it was, or start a new run"
+    )
 
 
 def base_fingerprint(cfg: TrainConfig, denoiser: str) -> str:
@@ -83,10 +135,12 @@ def run_identity(
     dataset_fingerprint: str,
     default_targets: tuple[str, ...],
     base: str | None = None,
+    files: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The identity of a run (JSON-able dict). Takes the resolved config, the dataset fingerprint,
-    the family's default LoRA targets (used when cfg.lora_targets is unset) and the base's
-    fingerprint (`base_fingerprint`; None: not part of it)."""
+    the family's default LoRA targets (used when cfg.lora_targets is unset), the base's
+    fingerprint (`base_fingerprint`; None: not part of it) and the scan's `dataset_files` (None:
+    not part of it)."""
     values = cfg.model_dump(mode="json")
     identity = {k: v for k, v in sorted(values.items()) if k not in RESUMABLE_FIELDS}
     if identity.get("datasets") is not None:  # each entry's settings; its folder, like data_dir, is not
@@ -102,6 +156,8 @@ def run_identity(
     identity["dataset_fingerprint"] = dataset_fingerprint
     if base is not None:
         identity["base_fingerprint"] = base
+    if files is not None:
+        identity["dataset_files"] = dict(files)
     return json.loads(json.dumps(identity))  # the values exactly as a JSON file gives them back
 
 
@@ -110,10 +166,18 @@ def identity_problems(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     and this run's (`current`); empty when they match. A field the checkpoint does not record
     (added to TrainConfig after it was written) matches when this run leaves it at its default."""
     problems = []
+    files = _files_record(saved.get("dataset_files")) and _files_record(current.get("dataset_files"))
     for key in sorted(set(saved) | set(current)):
         was, now = saved.get(key, "<absent>"), current.get(key, "<absent>")
         if key not in saved and (key in _DERIVED_SINCE or _is_schema_default(key, now)):
             continue  # a setting newer than the checkpoint, left at its default: the maths the run had
+        if key == "dataset_files":
+            continue  # what dataset_fingerprint's problem says
+        if key == "dataset_fingerprint" and was != now and files:
+            problems.append(
+                FieldProblem(key, dataset_change(saved["dataset_files"], current["dataset_files"]))
+            )
+            continue
         if was != now:
             problems.append(
                 FieldProblem(

@@ -23,7 +23,7 @@ from lorastudio.training.checkpoint import (
     run_dir_of,
 )
 from lorastudio.training.extend import finished_problem
-from lorastudio.training.identity import base_fingerprint, check_identity, run_identity
+from lorastudio.training.identity import base_fingerprint, check_identity, dataset_files, run_identity
 from lorastudio.training.preflight import PreparedRun, preflight
 
 if TYPE_CHECKING:
@@ -47,7 +47,9 @@ def prepare_session(
     if checkpoint is None:
         run = preflight(cfg, settings, device)
         base = base_fingerprint(run.cfg, run.family.spec.denoiser)
-        return run, run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base)
+        return run, run_identity(
+            run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base, dataset_files(run.scan)
+        )
     problems = resume_problems(cfg, checkpoint)
     if problems:
         raise ConfigError(problems)
@@ -61,10 +63,15 @@ def prepare_session(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )
     base = base_fingerprint(run.cfg, run.family.spec.denoiser)
-    identity = run_identity(run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base)
+    identity = run_identity(
+        run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base, dataset_files(run.scan)
+    )
     before = run.cfg.model_copy(update={"steps": old_total}) if extended else run.cfg
     check_identity(
-        info["identity"], run_identity(before, run.scan.fingerprint, run.family.spec.lora_targets, base)
+        info["identity"],
+        run_identity(
+            before, run.scan.fingerprint, run.family.spec.lora_targets, base, dataset_files(run.scan)
+        ),
     )
     return run, identity
 

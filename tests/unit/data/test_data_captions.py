@@ -73,6 +73,34 @@ def test_sidecar_utf8_with_bom_is_read(tmp_path, make_image):
     assert _by_name(_scan(tmp_path)) == {"a.png": ("café à Zürich", "txt")}
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_sidecar_utf16_with_its_byte_order_mark_is_read(tmp_path, make_image, encoding):
+    """Windows Notepad's "Unicode" saves UTF-16 with a byte order mark: unambiguous, so read."""
+    make_image(tmp_path / "a.png")
+    bom = {"utf-16-le": "\ufeff", "utf-16-be": "\ufeff"}.get(encoding, "\ufeff")  # utf-16: a 2nd mark
+    (tmp_path / "a.txt").write_bytes(f"{bom}une photo de sks, café ☕\r\n".encode(encoding))
+    scan = scan_dataset(tmp_path, resolution=64, multiple=16)
+    assert scan.items[0].caption == "une photo de sks, café ☕"
+
+
+def test_a_utf16_sidecar_without_a_byte_order_mark_is_refused_saying_so(tmp_path, make_image):
+    make_image(tmp_path / "a.png")
+    (tmp_path / "a.txt").write_bytes("a photo".encode("utf-16-le"))  # no BOM: NULs in "UTF-8"
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(tmp_path, resolution=64, multiple=16)
+    assert err.value.problems == [
+        "a.txt: not valid UTF-8 text (NUL at byte 1: UTF-16 without its byte order mark?); save it as UTF-8"
+    ]
+
+
+def test_a_metadata_caption_holding_a_nul_is_a_problem_naming_its_line(tmp_path, make_image):
+    make_image(tmp_path / "a.png")
+    (tmp_path / "metadata.jsonl").write_text(json.dumps({"file_name": "a.png", "text": "a\u0000b"}) + "\n")
+    with pytest.raises(DatasetError) as err:
+        scan_dataset(tmp_path, resolution=64, multiple=16)
+    assert err.value.problems[0] == 'metadata.jsonl line 1: "text" of a.png holds a NUL character'
+
+
 def test_missing_captions_are_listed(tmp_path, make_image, dir_snapshot):
     for name in ("a.png", "b.png", "c.png"):
         make_image(tmp_path / name)

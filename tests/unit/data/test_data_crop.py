@@ -132,3 +132,28 @@ def test_the_preflight_names_the_images_random_crop_cannot_move(tmp_path, make_i
     assert crop_warning([wide], random_crop=True) is None
     at_two = [fits, _item(fits.path, (48, 80))]  # the same image at a second resolution: room there
     assert crop_warning(at_two, random_crop=True) is None
+
+
+def test_the_preflight_names_the_images_the_crop_cuts_a_lot_of(tmp_path, make_image):
+    """An image beyond the buckets' aspect ratios (1:4 to 4:1), or any non-square image without
+    aspect_buckets, loses what its bucket does not hold: the images losing more than a quarter are
+    named with the share cut, measured on the real crops."""
+    from lorastudio.data.crop import CUT_WARN_SHARE, cut_warning
+
+    for name, size in {"tall.png": (100, 1000), "wide.png": (3000, 500), "photo.png": (1600, 900)}.items():
+        make_image(tmp_path / name, size)
+    scan = scan_dataset(tmp_path, resolution=64, multiple=16, default_caption="x")
+    for item in scan.items:  # the premise, from the pixels load_crop returns
+        kept = item.bucket[0] * item.bucket[1] / np.prod(resized_size(item.width, item.height, item.bucket))
+        assert (1 - kept > CUT_WARN_SHARE) == (item.path.name != "photo.png")
+    warning = cut_warning(scan.items, aspect_buckets=True)
+    assert warning == (
+        "2 image(s) lose more than 25% to the crop of their bucket (no bucket has their shape: buckets "
+        "span 1:4 to 4:1 in steps of the side multiple): tall.png (60% cut), wide.png (33% cut); crop them "
+        "to what matters"
+    )
+    square = scan_dataset(tmp_path, resolution=64, multiple=16, default_caption="x", aspect_buckets=False)
+    warning = cut_warning(square.items, aspect_buckets=False)
+    assert warning is not None and warning.startswith("3 image(s) lose more than 25% to the crop")
+    assert "photo.png (44% cut)" in warning  # 16:9 in a square
+    assert warning.endswith("set aspect_buckets = true to train them in their own shape")

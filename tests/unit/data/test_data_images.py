@@ -117,3 +117,35 @@ def test_exif_orientation_survives_hidden_private_chunks(tmp_path: Path, make_im
     assert (info.width, info.height, info.orientation) == (20, 40, 6)
     assert load_rgb(mixed).size == (20, 40)
     np.testing.assert_array_equal(np.asarray(load_rgb(mixed)), np.asarray(load_rgb(src)))
+
+
+@pytest.mark.parametrize(("side", "max_pixels"), [(600, 100_000), (60_000, MAX_PIXELS)])
+def test_an_oversized_image_names_its_size_the_limit_and_the_setting(
+    tmp_path: Path, make_image, side, max_pixels
+):
+    """Over the studio's limit, or over Pillow's decompression-bomb limit (a 60000² header): the
+    same answer, in the studio's words, naming the setting that raises the limit."""
+    from tests.unit.data.conftest import png_header_only
+
+    path = png_header_only(tmp_path / "big.png", side, side) if side > 10_000 else tmp_path / "big.png"
+    if side <= 10_000:
+        make_image(path, size=(side, side))
+    with pytest.raises(DatasetError) as err:
+        probe_image(path, max_pixels)
+    (problem,) = err.value.problems
+    assert problem == (
+        f"big.png: oversized ({side}x{side} = {side * side:,} pixels > limit {max_pixels:,}: "
+        "LORASTUDIO_MAX_IMAGE_PIXELS)"
+    )
+
+
+def test_the_image_limit_cannot_be_set_above_what_pillow_opens() -> None:
+    from PIL import Image
+    from pydantic import ValidationError
+
+    from lorastudio.settings import PILLOW_MAX_PIXELS, Settings
+
+    assert PILLOW_MAX_PIXELS == 2 * Image.MAX_IMAGE_PIXELS  # where Pillow's open raises
+    assert Settings(max_image_pixels=PILLOW_MAX_PIXELS).max_image_pixels == PILLOW_MAX_PIXELS
+    with pytest.raises(ValidationError, match="max_image_pixels"):
+        Settings(max_image_pixels=PILLOW_MAX_PIXELS + 1)

@@ -36,6 +36,30 @@ def test_discovery_sorted_case_insensitive_not_recursive(tmp_path, make_image):
     assert scan.root == tmp_path
 
 
+def test_kohya_caption_files_are_named_for_what_they_are(tmp_path, make_image):
+    """`.caption` sidecars (kohya's caption_extension) are not read: the preflight says so, and
+    which caption the image trains on instead, not "not an image"."""
+    for stem in ("alone", "both", "none"):
+        make_image(tmp_path / f"{stem}.png")
+    (tmp_path / "alone.caption").write_text("kohya caption", encoding="utf-8")
+    (tmp_path / "both.caption").write_text("kohya caption", encoding="utf-8")
+    (tmp_path / "both.txt").write_text("the txt caption", encoding="utf-8")
+    (tmp_path / "ghost.caption").write_text("no image", encoding="utf-8")
+
+    scan = _scan(tmp_path)
+
+    dropped = dict(scan.dropped)
+    assert dropped["alone.caption"] == (
+        "a .caption file: only <image name>.txt captions are read (rename it alone.txt to use it)"
+    )
+    assert (
+        dropped["both.caption"]
+        == "a .caption file: only <image name>.txt captions are read; both.txt is used"
+    )
+    assert dropped["ghost.caption"] == "caption file with no image of the same name"
+    assert {it.path.name: it.caption for it in scan.items}["both.png"] == "the txt caption"
+
+
 def test_items_carry_size_and_nearest_bucket(tmp_path, make_image):
     make_image(tmp_path / "wide.png", (120, 40))
     make_image(tmp_path / "tall.png", (30, 90))
