@@ -117,7 +117,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     setBusy(kind);
     try {
       if (kind === "check" || blocked) {
-        const report = await api.preflight(built.config);
+        const rest = Object.fromEntries(Object.entries(built.config).filter(([k]) => !(k in own)));
+        const report = await api.preflight(rest);
         if (!blocked) setReport(report);
         setErrors(own);
       } else {
