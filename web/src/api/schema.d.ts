@@ -242,7 +242,8 @@ export interface paths {
         get?: never;
         /**
          * Put Caption
-         * @description Set (or, when empty, remove) the .txt caption of one image.
+         * @description Set (or, when empty, remove) the .txt caption of one image; with `expected`, 409 when
+         *     the caption changed since the editor read it (the current one in the body).
          */
         put: operations["put_caption_api_datasets__name__captions__file__put"];
         post?: never;
@@ -1212,6 +1213,11 @@ export interface components {
              * @description the new caption (empty removes the .txt file)
              */
             caption: string;
+            /**
+             * Expected
+             * @description the caption the edit started from ("" for none): another one there now is a 409 CaptionConflict with the current caption, nothing written; null: no check
+             */
+            expected?: string | null;
         };
         /** CaptionFailure */
         CaptionFailure: {
