@@ -78,8 +78,9 @@ export const api = {
     const [folder, file] = path.split("/");
     return withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
   },
-  setCaption: (name: string, file: string, caption: string) =>
-    put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
+  /** `expected`: the caption the edit started from ("" for none); another one there now is a 409 with `current`. */
+  setCaption: (name: string, file: string, caption: string, expected?: string) =>
+    put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption, expected } satisfies CaptionBody),
   /** Find / replace, prepend, append over every caption of the dataset (dry_run: count only). */
   bulkCaptions: (name: string, body: BulkCaptionBody) =>
     post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, body),
