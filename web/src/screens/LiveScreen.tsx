@@ -67,7 +67,7 @@ export function LiveScreen() {
   const live = LIVE.has(job.status);
   const elapsed = secondsBetween(job.started_at, live ? null : job.finished_at);
   const total = p?.total_steps ?? 0;
-  const step = p?.step ?? job.steps_run;
+  const step = Math.max(p?.step ?? 0, job.steps_run); // the record may be ahead of the last event seen (a restart)
   // stopped without saving: the files this session wrote (samples, snapshots, checkpoints) are gone
   const discarded = job.status === "stopped" && job.stop_requested?.save === false;
 
