@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import _free_port, _require_ui, _running_studio
 from ui_uploads import api_json
+
+from conftest import _free_port, _require_ui, _running_studio
 
 WIDE = {"width": 1280, "height": 900}
 
