@@ -81,3 +81,53 @@ def test_two_tabs_editing_one_caption_do_not_overwrite_each_other(studio, browse
         raise
     finally:
         context.close()
+
+
+@pytest.mark.timeout(180)
+def test_long_unicode_names_fit_a_narrow_screen(studio, browser, artifacts: Path, shoot) -> None:
+    """A dataset named in several scripts and a run with a 95-character output name: the dataset
+    page, Live, the run page, Clone and Generate keep to a 420 px screen (`shoot` fails on an
+    element past its edge), and the LoRA picker's checkbox keeps its size beside the long name."""
+    url = str(studio["url"])
+    dataset = "ĉefaj-ŝtonoj-ÆØÅ-" + "x" * 40
+    output = "long-" + "z" * 90
+    context = browser.new_context(viewport=WIDE)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        upload_captioned(page, url, dataset, 2, "a shape")
+        config = {
+            "family": "flux",
+            "base_model": str(studio["model"]),
+            "data_dir": dataset,
+            "resolution": 32,
+            "steps": 2,
+            "lora_rank": 4,
+            "max_sequence_length": 16,
+            "output_name": output,
+        }
+        run_id = api_json(url, "/api/train/start", {"config": config})["id"]
+        page.goto(f"{url}/#/datasets/{dataset}")
+        page.get_by_role("heading", name=dataset).wait_for()
+        shoot(page, "long-dataset")
+        page.goto(f"{url}/#/live")
+        page.get_by_test_id("lora-saved").wait_for()
+        shoot(page, "long-live")
+        page.goto(f"{url}/#/runs/{run_id}")
+        page.get_by_label("run log").wait_for()
+        shoot(page, "long-run")
+        page.goto(f"{url}/#/clone/{run_id}")
+        page.get_by_test_id("clone-note").wait_for()
+        shoot(page, "long-clone")
+        page.goto(f"{url}/#/generate/{run_id}")
+        pick = page.get_by_label(f"use LoRA {output}")
+        pick.wait_for()
+        page.set_viewport_size({"width": 420, "height": 860})
+        box = pick.bounding_box()
+        assert box is not None and box["width"] >= 12, box  # not squeezed by the name beside it
+        shoot(page, "long-generate")
+    except Exception:
+        page.screenshot(path=artifacts / "audit-long-names-failure.png", full_page=True)
+        raise
+    finally:
+        context.close()
