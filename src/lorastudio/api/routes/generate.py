@@ -16,13 +16,14 @@ from lorastudio.api.deps import generation_dep, settings_dep
 from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import GenerateBody
-from lorastudio.api.schemas_files import GalleryImage, GalleryList, GenerateOut, ReferencesOut
+from lorastudio.api.schemas_files import GalleryDeleted, GalleryImage, GalleryList, GenerateOut, ReferencesOut
 from lorastudio.data import safe_component
 from lorastudio.errors import DatasetError, NotFound
 from lorastudio.jobs.generation import (
     GenerationRequest,
     GenerationService,
     LoraChoice,
+    delete_gallery_image,
     gallery_dir,
     gallery_images,
 )
@@ -122,6 +123,12 @@ def gallery(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
             for img in gallery_images(settings)
         ]
     }
+
+
+@router.delete("/api/gallery/{file}", response_model=GalleryDeleted)
+def delete_gallery_file(file: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """Delete a generated image and its settings sidecar (404 when there is no such image)."""
+    return {"deleted": delete_gallery_image(settings, file)}
 
 
 def _fitting(entry: dict[str, Any]) -> dict[str, Any]:
