@@ -131,3 +131,44 @@ def test_long_unicode_names_fit_a_narrow_screen(studio, browser, artifacts: Path
         raise
     finally:
         context.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_gallery_image_is_deleted_after_asking(studio, browser, artifacts: Path) -> None:
+    """Two images in the server's gallery (as Generate writes them: PNG + settings sidecar): Delete
+    this image asks, then removes the shown one's files and shows the other; declining keeps it."""
+    import io
+    import json
+
+    from PIL import Image
+
+    url, gallery = str(studio["url"]), Path(studio["home"]) / "gallery"
+    gallery.mkdir(exist_ok=True)
+    for stem, prompt in (("audit-a", "a kept square"), ("audit-b", "a deleted circle")):
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 16), "green").save(buf, format="PNG")
+        (gallery / f"{stem}.png").write_bytes(buf.getvalue())
+        (gallery / f"{stem}.json").write_text(json.dumps({"prompt": prompt, "seed": 3, "family": "flux"}))
+    context = browser.new_context(viewport=WIDE)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{url}/#/generate")
+        page.get_by_test_id("gallery").get_by_role("button", name="a deleted circle").click()
+        page.once("dialog", lambda dialog: dialog.dismiss())
+        page.get_by_role("button", name="Delete this image").click()
+        page.wait_for_timeout(300)
+        assert (gallery / "audit-b.png").is_file()
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name="Delete this image").click()
+        page.get_by_test_id("gallery").get_by_role("button", name="a deleted circle").wait_for(
+            state="detached"
+        )
+        assert not (gallery / "audit-b.png").exists() and not (gallery / "audit-b.json").exists()
+        assert (gallery / "audit-a.png").is_file()
+        assert page.get_by_test_id("result-image").get_attribute("alt") != "a deleted circle"
+    except Exception:
+        page.screenshot(path=artifacts / "audit-gallery-failure.png", full_page=True)
+        raise
+    finally:
+        context.close()

@@ -19,6 +19,7 @@ import type {
   Fetch,
   FetchBody,
   FetchList,
+  GalleryDeleted,
   GalleryList,
   GenerateBody,
   GenerateResult,
@@ -135,6 +136,8 @@ export const api = {
   },
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),
+  /** Delete a gallery image and its settings sidecar (404 when it is gone). */
+  deleteGalleryImage: (file: string) => del<GalleryDeleted>(`/api/gallery/${seg(file)}`),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */
   imageUrl: (url: string) => withToken(url),
 };

@@ -41,6 +41,11 @@ describe("GenerateScreen", () => {
         return { body: { root: "/o", loras: [{ name: "cats", family: "flux", path: "/o/cats/cats.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
       }
       if (url === "/api/gallery") return { body: { images } };
+      const gone = method === "DELETE" ? url.match(/^\/api\/gallery\/([^/]+)$/)?.[1] : undefined;
+      if (gone) {
+        images = images.filter((i) => i.file !== gone);
+        return { body: { deleted: [gone, gone.replace(".png", ".json")] } };
+      }
       if (url === "/api/loras/cats/steps" && catsSteps) return { body: catsSteps };
       if (url === "/api/loras/cats/steps") {
         const at = (step: number, final: boolean) => ({
@@ -87,6 +92,24 @@ describe("GenerateScreen", () => {
     expect(document.querySelector('[name="gen_seed"]')).toHaveValue("7");
     expect(screen.getByLabelText("use LoRA cats")).toBeChecked();
     expect(screen.getByLabelText("scale of cats")).toHaveValue("0.8");
+  });
+
+  it("deletes the shown image after asking, and shows the next one", async () => {
+    images = [NEW, OLD];
+    const confirm = vi.fn(() => true);
+    vi.stubGlobal("confirm", confirm);
+    renderScreen();
+    await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
+    await userEvent.click(screen.getByRole("button", { name: "Delete this image" }));
+    expect(confirm).toHaveBeenCalledWith(expect.stringContaining("a new dog"));
+    await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/old.png"));
+    expect(calls.some((c) => c.method === "DELETE" && c.url === "/api/gallery/new.png")).toBe(true);
+    expect(within(screen.getByTestId("gallery")).queryByRole("button", { name: /a new dog/ })).toBeNull();
+    expect(screen.getByText("1 image")).toBeInTheDocument();
+    // declined: nothing is deleted
+    confirm.mockReturnValue(false);
+    await userEvent.click(screen.getByRole("button", { name: "Delete this image" }));
+    expect(calls.filter((c) => c.method === "DELETE")).toHaveLength(1);
   });
 
   it("shows a LoRA's problem under the LoRA list", async () => {

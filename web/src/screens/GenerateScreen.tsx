@@ -120,6 +120,20 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
   };
+  /** Delete `img` from the server's gallery (after asking); the next image is shown. */
+  const remove = async (img: GalleryImage) => {
+    if (!window.confirm(`Delete the image "${img.prompt ?? img.file}" and its settings from the gallery?`)) return;
+    try {
+      await api.deleteGalleryImage(img.file);
+      const at = gallery?.findIndex((i) => i.file === img.file) ?? -1;
+      const next = gallery?.filter((i) => i.file !== img.file) ?? [];
+      setSelected(next[Math.min(Math.max(at, 0), next.length - 1)] ?? null);
+      setGallery(next);
+      await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file);
+    } catch (err) {
+      setGeneral(err instanceof Error ? err.message : String(err));
+    }
+  };
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
     if (img.base_model) setBaseModel(img.base_model);
@@ -270,6 +284,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
                 </p>
                 <button type="button" className="secondary small" onClick={() => reuse(selected)}>
                   Reuse these settings
+                </button>{" "}
+                <button type="button" className="secondary small danger" onClick={() => void remove(selected)}>
+                  Delete this image
                 </button>
               </figcaption>
             </figure>
