@@ -112,6 +112,20 @@ describe("GenerateScreen", () => {
     expect(calls.filter((c) => c.method === "DELETE")).toHaveLength(1);
   });
 
+  it("says the LoRA list could not be loaded instead of 'no LoRA yet'", async () => {
+    const failing = mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      if (url === "/api/gallery") return { body: { images: [] } };
+      if (url === "/api/loras?family=flux") return { status: 500, body: { detail: "the outputs folder cannot be read" } };
+      return undefined;
+    });
+    renderScreen();
+    expect(await screen.findByText(/Cannot load the flux LoRAs: the outputs folder cannot be read/)).toBeInTheDocument();
+    expect(screen.queryByText(/No trained flux LoRA yet/)).toBeNull();
+    expect(failing.some((c) => c.url === "/api/loras?family=flux")).toBe(true);
+  });
+
   it("shows a LoRA's problem under the LoRA list", async () => {
     renderScreen();
     await screen.findByTestId("gallery");

@@ -65,6 +65,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [baseModel, setBaseModel] = useState("");
   const [baseConfig, setBaseConfig] = useState("");
   const [loras, setLoras] = useState<Lora[]>([]);
+  const [lorasError, setLorasError] = useState<string | null>(null); // the list could not be loaded
   const [picks, setPicks] = useState<LoraPick[]>([]);
   const [refs, setRefs] = useState<UploadedReference[]>([]);
   const [prompt, setPrompt] = useState("a red circle on a blue background");
@@ -99,7 +100,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setBaseModel(defaultBaseModel(models, start));
   }, [info, models, family, fromRunState.pending, fromRunState.preset]);
   useEffect(() => {
-    if (family) api.loras(family).then((l) => setLoras(l.loras), () => setLoras([]));
+    if (!family) return;
+    setLorasError(null);
+    api.loras(family).then(
+      (l) => setLoras(l.loras),
+      (err: unknown) => {
+        setLoras([]);
+        setLorasError(`Cannot load the ${family} LoRAs: ${err instanceof Error ? err.message : String(err)}`);
+      },
+    );
   }, [family]);
   const loadGallery = useCallback(async (select?: string) => {
     const { images } = await api.gallery();
@@ -224,7 +233,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
             </Field>
           )}
-          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} />
+          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} unavailable={lorasError} />
           <ReferenceImages
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}
