@@ -127,6 +127,29 @@ describe("live training state", () => {
     expect(calls.length).toBe(fetchesBefore);
   });
 
+  it("the Stop dialog closes by itself when the run ends while it is open (no Stop and discard of a finished run)", async () => {
+    let done = false;
+    calls = mockFetch(({ url }) => {
+      if (url.startsWith("/api/train/status")) {
+        const job = done ? { ...JOB, status: "completed", finished_at: "2025-01-01T00:01:00Z", lora_path: "/o/shapes-lora.safetensors" } : JOB;
+        return { body: { job, queue: [], busy: !done, event_seq: 3 } };
+      }
+      return undefined;
+    });
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    const stop = await screen.findByRole("button", { name: "Stop" });
+    act(() => stop.click());
+    expect(screen.getByRole("dialog")).toBeInTheDocument();
+    done = true;
+    act(() => FakeEventSource.last?.emit("complete", { type: "complete", job_id: "j1", lora_path: "/o/shapes-lora.safetensors" }));
+    await waitFor(() => expect(screen.queryByRole("dialog")).toBeNull());
+    expect(calls.some((c) => c.url === "/api/train/stop")).toBe(false);
+  });
+
   it("the Stop button opens the dialog; Stop and save posts save=true", async () => {
     render(
       <TrainingProvider>

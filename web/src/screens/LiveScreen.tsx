@@ -47,6 +47,9 @@ export function LiveScreen() {
     const timer = window.setInterval(() => setTick((t) => t + 1), 1000); // Elapsed and ETA move between events
     return () => window.clearInterval(timer);
   }, [ticking]);
+  useEffect(() => {
+    if (!ticking) setAsking(false); // the Stop dialog of a run that ended must not open again for the next one
+  }, [ticking]);
   if (job?.progress) steps.current = observeStep(steps.current, job.id, job.progress.step, Date.now());
 
   if (!job) {
@@ -171,7 +174,7 @@ export function LiveScreen() {
           </ol>
         </div>
       ) : null}
-      {asking && (
+      {asking && live && ( // a run that ends while the dialog is open takes it away: nothing left to stop
         <StopDialog
           step={step}
           busy={stopping}
