@@ -23,6 +23,7 @@ def _seconds(text: str) -> float:
     return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+)\s*([hms])", text)))
 
 
+@pytest.mark.slow  # two server starts and a run (~60 s); the logic is in vitest (stepClock, training)
 @pytest.mark.timeout(240)
 def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifacts: Path) -> None:
     _require_ui()
