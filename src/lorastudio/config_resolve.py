@@ -70,11 +70,36 @@ def parse_train_config(data: Mapping[str, Any]) -> TrainConfig:
         fam_name = data.get("family") if isinstance(data, Mapping) else None
         if isinstance(fam_name, str):
             problems += _family_problems_raw(fam_name, data)
+            problems += _problems_beside(data, problems)
         raise ConfigError(problems) from None
     problems = family_problems(cfg)
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def _top(field: str) -> str:
+    return field.split(".", 1)[0]
+
+
+def _problems_beside(data: Mapping[str, Any], problems: list[FieldProblem]) -> list[FieldProblem]:
+    """The family's rules on single settings (setting_family_problems) for the settings beside
+    those pydantic refused, which its field errors hid (the rules need a parsed config): the config
+    parsed again without the refused settings. Combination rules are left out (one measured against
+    the default that replaced a refused setting says nothing about the user's value). Empty when
+    the rest does not parse either."""
+    left_out = {_top(p.field) for p in problems}
+    try:
+        cfg = TrainConfig.model_validate({k: v for k, v in data.items() if k not in left_out})
+        fam = families_get(cfg.family)
+    except (ValidationError, UnknownFamily):
+        return []
+    seen = {(p.field, p.message) for p in problems}
+    return [
+        p
+        for p in setting_family_problems(cfg, fam.spec)
+        if _top(p.field) not in left_out and (p.field, p.message) not in seen
+    ]
 
 
 def _family_problems_raw(fam_name: str, data: Mapping[str, Any]) -> list[FieldProblem]:
@@ -105,62 +130,74 @@ def _unsupported(family: str, field: str) -> FieldProblem:
     return FieldProblem(field, f"the {family} family cannot honour this setting{reason}; remove it")
 
 
+def families_get(name: str) -> Any:
+    """lorastudio.families.get (imported late: the families import the config)."""
+    from lorastudio import families
+
+    return families.get(name)
+
+
 def family_problems(cfg: TrainConfig) -> list[FieldProblem]:
     """Problems between a parsed config and its family (unknown family, unsupported settings,
     resolution not a multiple of what the family needs) and combinations that would be ignored.
     Empty list when all is well."""
-    from lorastudio import families
-
     try:
-        fam = families.get(cfg.family)
+        fam = families_get(cfg.family)
     except UnknownFamily as err:
         return [FieldProblem("family", str(err))]
+    problems = setting_family_problems(cfg, fam.spec)
+    problems += combination_problems(cfg)
+    problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
+    problems += preservation_problems(cfg, fam.spec.prompt_sees_controls)
+    problems += fam.config_problems(cfg)
+    return problems
+
+
+def setting_family_problems(cfg: TrainConfig, spec: FamilySpec) -> list[FieldProblem]:
+    """The family's rules on single settings, each judged by its own value and the family alone
+    (unsupported settings, the resolution multiple, a sample's size, fused projections, wide
+    compile, the control size, spec_rule_problems): also reported beside pydantic's field errors."""
     problems = [
-        _unsupported(fam.spec.name, f)
-        for f in sorted(cfg.model_fields_set & set(refused_fields(fam.spec.supports)))
+        _unsupported(spec.name, f)
+        for f in sorted(cfg.model_fields_set & set(refused_fields(spec.supports)))
         if getattr(cfg, f) != _inert_value(f)
     ]
-    res = cfg.resolution if cfg.resolution is not None else fam.spec.defaults.get("resolution")
-    mult = fam.spec.resolution_multiple
+    res = cfg.resolution if cfg.resolution is not None else spec.defaults.get("resolution")
+    mult = spec.resolution_multiple
     if any(side % mult for side in resolution_list(res)):
-        problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {fam.spec.name}"))
-    problems += resolution_entry_problems(cfg, mult, fam.spec.name)
+        problems.append(FieldProblem("resolution", f"must be a multiple of {mult} for {spec.name}"))
+    problems += resolution_entry_problems(cfg, mult, spec.name)
     for i, entry in enumerate(cfg.sample_prompts):  # a sample's own size (config_samples.py)
         for side in ("width", "height"):
             value = getattr(entry, side, None)
             # a generation's rule and words (generation_rules), as `lorastudio generate` says them
             if value is not None and (
-                problem := side_problem(f"sample_prompts.{i}.{side}", value, fam.spec.name)
+                problem := side_problem(f"sample_prompts.{i}.{side}", value, spec.name)
             ):
                 problems.append(problem)
-    problems += combination_problems(cfg)
-    problems += _default_sampling_problems(cfg, fam.spec.defaults.get("timestep_sampling"))
-    if cfg.fuse_projections == "on" and not fam.spec.fused_projection_groups:
+    if cfg.fuse_projections == "on" and not spec.fused_projection_groups:
         problems.append(
             FieldProblem(
                 "fuse_projections",
-                f"{fam.spec.title}'s {fam.spec.denoiser} has no projections that share an input to"
+                f"{spec.title}'s {spec.denoiser} has no projections that share an input to"
                 " fuse: use 'auto' or 'off'",
             )
         )
-    if cfg.compile == "wide" and not fam.spec.wide_compile_blocks:
+    if cfg.compile == "wide" and not spec.wide_compile_blocks:
         problems.append(
             FieldProblem(
                 "compile",
-                f"'wide' compiles a U-Net's glue around its attention blocks; {fam.spec.title}'s repeated"
+                f"'wide' compiles a U-Net's glue around its attention blocks; {spec.title}'s repeated"
                 " blocks already hold all its compute: use 'on' or 'auto'",
             )
         )
-    problems += preservation_problems(cfg, fam.spec.prompt_sees_controls)
-    if cfg.control_resolution != "pipeline" and fam.spec.control_sizing is None:
+    if cfg.control_resolution != "pipeline" and spec.control_sizing is None:
         problems.append(
             FieldProblem(
-                "control_resolution", f"{fam.spec.title} takes no control images: leave it at 'pipeline'"
+                "control_resolution", f"{spec.title} takes no control images: leave it at 'pipeline'"
             )
         )
-    problems += spec_rule_problems(cfg, fam.spec)
-    problems += fam.config_problems(cfg)
-    return problems
+    return problems + spec_rule_problems(cfg, spec)
 
 
 def spec_rule_problems(cfg: TrainConfig, spec: FamilySpec) -> list[FieldProblem]:

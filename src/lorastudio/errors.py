@@ -75,6 +75,15 @@ class DatasetBusy(JobActive):
     """A dataset is claimed the other way by another writer or reader (jobs/dataset_claims.py)."""
 
 
+class CaptionConflict(LorastudioError):
+    """An edit of a caption that changed since the editor read it (another tab, another person):
+    `current` is the caption there now ("" for none); nothing was written."""
+
+    def __init__(self, message: str, current: str):
+        self.current = current
+        super().__init__(message)
+
+
 class TrainingStopped(LorastudioError):
     """Raised inside the engine when a stop request is honoured; carries whether to save."""
 

@@ -83,13 +83,14 @@ def _missing(reason: str) -> None:
 
 
 @contextmanager
-def _running_studio(home: Path, extra_env: dict[str, str]) -> Iterator[str]:
-    """`lorastudio serve` on a free loopback port with LORASTUDIO_HOME=home (+ extra_env); yields
-    its URL once /api/info answers (200, or 401 behind a token); stops it and prints its log."""
-    port = _free_port()
+def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = None) -> Iterator[str]:
+    """`lorastudio serve` on loopback `port` (default: a free one) with LORASTUDIO_HOME=home
+    (+ extra_env); yields its URL once /api/info answers (200, or 401 behind a token); stops it
+    and prints its log (appended to home/server.log: a restart on the same home keeps the first's)."""
+    port = port or _free_port()
     env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port), **extra_env}
     log_path = home / "server.log"
-    log = log_path.open("w")
+    log = log_path.open("a")
     proc = subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -27,7 +27,7 @@ def test_token_is_asked_once_and_sent(token_studio, browser, artifacts: Path, sh
         page.goto(f"{url}/#/datasets")
         dialog = page.get_by_role("dialog", name="API token required")
         dialog.wait_for()
-        assert page.get_by_text("Cannot reach the server").count() == 0
+        assert page.get_by_text("Cannot load the studio's information").count() == 0
         shoot(page, "token-dialog")
         # a wrong token is refused and asked for again
         dialog.get_by_label("API token").fill("wrong")

@@ -38,6 +38,9 @@ def test_upload_keeps_the_good_files_and_delete(studio, browser, tmp_path: Path)
         summary.wait_for()
         assert summary.inner_text() == "2 files stored, 3 refused (listed below)"
         page.get_by_test_id("stored-files").locator("summary").click()
+        page.get_by_test_id("stored-files").locator(
+            "li"
+        ).first.wait_for()  # rendered once opened (under load: later)
         stored = page.get_by_test_id("stored-files").locator("li").all_inner_texts()
         assert stored == ["good.png", "good.txt"]
         refused = page.get_by_test_id("refused").locator("li").all_inner_texts()

@@ -244,3 +244,20 @@ def test_keep_loras_without_a_snapshot_writer_is_refused():
     ):
         assert parse_train_config({**BASE, "keep_loras": 2, **writer}).keep_loras == 2
     assert parse_train_config(BASE).keep_loras is None  # unset: nothing to refuse
+
+
+def test_family_rules_are_reported_beside_field_errors():
+    """A value pydantic refuses does not hide the family's rules on the other settings (they need
+    a parsed config): resolution 33 for FLUX.1 is refused together with lora_rank 0, and so are a
+    max_sequence_length over the family's cap and wide compile. A combination rule is not judged
+    against a refused setting's default (lr_warmup_steps beside an unknown scheduler)."""
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "resolution": 33, "lora_rank": 0, "learning_rate": -1})
+    assert _fields(exc.value) == {"resolution", "lora_rank", "learning_rate"}
+    assert "multiple of 16" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "seed": "x", "max_sequence_length": 4096, "compile": "wide"})
+    assert _fields(exc.value) == {"seed", "max_sequence_length", "compile"}
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "lr_scheduler": "sideways", "lr_warmup_steps": 10})
+    assert _fields(exc.value) == {"lr_scheduler"}

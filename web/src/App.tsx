@@ -77,7 +77,7 @@ function Shell() {
           {info && <span className="host muted">{info.host.name}</span>}
         </div>
       </header>
-      {error && <div className="banner error">Cannot reach the server: {error}</div>}
+      {error && <div className="banner error">Cannot load the studio's information: {error}</div>}
       <main>
         {/* a new token remounts the screen, so it reloads what a 401 kept it from loading */}
         <Screen key={token ?? ""} route={route} />

@@ -1,7 +1,7 @@
 """Domain errors -> HTTP responses, in one place.
 
 ConfigError 400 (body lists every problem as {field, message}), DatasetError 400 (problems as
-strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409,
+strings), UnknownFamily / PathOutsideRoot / ModelSourceError 400, NotFound 404, JobActive 409, CaptionConflict 409,
 UploadTooLarge 413, GenerationFailed 500, GenerationWorkerLost 503, GenerationTimedOut 504 (the
 worker hung past its allowance), NoSpaceLeft 507 (Insufficient
 Storage: a full disk, raised where files and the run store are written), HomeInUse 409, HostMemoryShort
@@ -37,6 +37,7 @@ from lorastudio.api.body_limit import TOO_LARGE, too_large
 from lorastudio.data.uploads import UploadTooLarge
 from lorastudio.errors import (
     CacheError,
+    CaptionConflict,
     ConfigError,
     DatasetError,
     GenerationCancelled,
@@ -74,6 +75,7 @@ STATUS_CODES: dict[type[LorastudioError], int] = {
     HubTokenMissing: 400,
     NotFound: 404,
     JobActive: 409,
+    CaptionConflict: 409,  # the caption changed since the editor read it (the current one in the body)
     UploadTooLarge: 413,
     GenerationCancelled: 409,  # stopped on request (a cancel, the client left): no image kept
     GenerationFailed: 500,  # the pipeline failed in the generation worker (the server is fine)
@@ -125,6 +127,8 @@ def error_body(err: LorastudioError) -> dict:
         body["problems"] = [{"field": p.field, "message": p.message} for p in err.problems]
     elif isinstance(err, DatasetError | CacheError):
         body["problems"] = list(err.problems)
+    elif isinstance(err, CaptionConflict):
+        body["current"] = err.current
     elif isinstance(err, HostMemoryShort):
         body["forecast_gb"], body["available_gb"] = err.forecast_gb, err.available_gb
     return body

@@ -52,6 +52,12 @@ class ResumeBody(_Body):
 
 class CaptionBody(_Body):
     caption: str = Field(max_length=10_000, description="the new caption (empty removes the .txt file)")
+    expected: str | None = Field(
+        default=None,
+        max_length=10_000,
+        description='the caption the edit started from ("" for none): another one there now is a 409 '
+        "CaptionConflict with the current caption, nothing written; null: no check",
+    )
 
 
 class _StrictBody(_Body):

@@ -203,6 +203,10 @@ class GalleryList(_Out):
     images: list[GalleryImage]
 
 
+class GalleryDeleted(_Out):
+    deleted: list[str] = Field(description="the files removed: the image, then its settings sidecar")
+
+
 class PushBody(_Body):
     repo: str = Field(
         pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", max_length=200, description="hub model repo id, owner/name"

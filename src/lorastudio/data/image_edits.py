@@ -12,21 +12,31 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lorastudio.data.captions import MAX_CAPTION_BYTES
+from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
 from lorastudio.data.masks import masks_of
 from lorastudio.data.paths import safe_component, stem_key
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
-from lorastudio.errors import DatasetError, NoSpaceLeft, NotFound, is_no_space
+from lorastudio.errors import CaptionConflict, DatasetError, NoSpaceLeft, NotFound, is_no_space
 
 
-def write_caption(dataset_dir: Path, image_name: str, caption: str) -> Path | None:
+def write_caption(
+    dataset_dir: Path, image_name: str, caption: str, expected: str | None = None
+) -> Path | None:
     """Set the .txt caption of image `image_name` (staged, then renamed); an empty caption
     removes the .txt and the image's metadata.jsonl row. Returns the caption path (None when removed). Raises NotFound when the
     image does not exist, ConfigError/PathOutsideRoot for a bad name, DatasetError if too long,
-    NoSpaceLeft on a full disk."""
+    NoSpaceLeft on a full disk. With `expected` (the caption the edit started from, "" for none),
+    CaptionConflict when the image's caption is another one now (the caller holds the dataset's
+    write claim, so nothing changes it between the check and the write)."""
     image = existing_image(dataset_dir, image_name)
+    if expected is not None and (now := current_caption(dataset_dir, image)) != expected.strip():
+        raise CaptionConflict(
+            f"the caption of {image.name} changed since it was read (another tab or person): it is now "
+            f"{now!r}; nothing was written",
+            now,
+        )
     target = image.with_suffix(CAPTION_EXTENSION)
     text = caption.strip()
     if not text:
@@ -107,6 +117,21 @@ def _row_name(line: bytes) -> str | None:
         return None
     name = row.get("file_name") if isinstance(row, dict) else None
     return name.strip().removeprefix("./") if isinstance(name, str) else None
+
+
+def current_caption(dataset_dir: Path, image: Path) -> str:
+    """The caption image `image` has now, as the dataset listing shows it: its .txt, else its
+    metadata.jsonl row; "" for none. Raises DatasetError when its .txt cannot be read."""
+    sidecar = image.with_suffix(CAPTION_EXTENSION)
+    if sidecar.is_file() or sidecar.is_symlink():
+        return read_sidecar(sidecar) or ""
+    table = dataset_dir / METADATA_FILE
+    if table.is_symlink() or not table.is_file():
+        return ""
+    try:
+        return read_metadata(table).captions.get(image.name) or ""
+    except DatasetError:
+        return ""
 
 
 def existing_image(dataset_dir: Path, image_name: str) -> Path:

@@ -401,3 +401,21 @@ def gallery_images(settings: Settings) -> list[dict[str, Any]]:
         images.append({**meta, "file": png.name, "created": png.stat().st_mtime})
     images.sort(key=lambda item: (item["created"], item["file"]), reverse=True)
     return images
+
+
+def delete_gallery_image(settings: Settings, file: str) -> list[str]:
+    """Delete gallery image `file` (a PNG directly in the gallery, not hidden, not a link) and its
+    settings sidecar (<stem>.json); the uploaded references stay (other images may name them).
+    Returns the deleted names. Raises ConfigError/PathOutsideRoot for a name with a path,
+    NotFound when there is no such image."""
+    safe_component(file, field="file")
+    png = gallery_dir(settings) / file
+    if png.suffix != ".png" or file.startswith(".") or png.is_symlink() or not png.is_file():
+        raise NotFound(f"no gallery image {file!r}")
+    png.unlink()
+    deleted = [png.name]
+    sidecar = png.with_suffix(".json")
+    if sidecar.is_file() and not sidecar.is_symlink():
+        sidecar.unlink()
+        deleted.append(sidecar.name)
+    return deleted

@@ -49,7 +49,7 @@ describe("API token", () => {
     render(<App />);
     const dialog = await screen.findByRole("dialog", { name: "API token required" });
     expect(dialog).toBeInTheDocument();
-    expect(screen.queryByText(/Cannot reach the server/)).toBeNull();
+    expect(screen.queryByText(/Cannot load the studio's information/)).toBeNull();
     await userEvent.type(screen.getByLabelText("API token"), TOKEN);
     await userEvent.click(screen.getByRole("button", { name: "Save token" }));
 

@@ -71,7 +71,12 @@ export async function errorFrom(res: Response): Promise<ApiError> {
   return new ApiError(res.status, message, problems, body);
 }
 
-/** fetch + JSON decode; throws ApiError on a non-2xx answer. */
+/** The message of a request the server never answered (down, restarting, the network cut); `why`: the browser's words. */
+export function noAnswer(why: string): string {
+  return `no answer from the server (is \`lorastudio serve\` running, and the network up?): ${why}`;
+}
+
+/** fetch + JSON decode; throws ApiError on a non-2xx answer, and ApiError status 0 when no answer came. */
 export async function request<T>(method: string, url: string, body?: unknown, init?: RequestInit): Promise<T> {
   const headers: Record<string, string> = { Accept: "application/json", ...authHeaders() };
   let payload: BodyInit | undefined;
@@ -80,7 +85,13 @@ export async function request<T>(method: string, url: string, body?: unknown, in
     headers["Content-Type"] = "application/json";
     payload = JSON.stringify(body);
   }
-  const res = await fetch(url, { method, headers, body: payload, ...init });
+  let res: Response;
+  try {
+    res = await fetch(url, { method, headers, body: payload, ...init });
+  } catch (err) {
+    if (err instanceof DOMException && err.name === "AbortError") throw err;
+    throw new ApiError(0, noAnswer(err instanceof Error ? err.message : String(err)), [], null);
+  }
   if (res.status === 401) reportUnauthorized();
   if (!res.ok) throw await errorFrom(res);
   if (res.status === 204) return undefined as T;
@@ -111,7 +122,7 @@ export function postWithProgress<T>(
     xhr.setRequestHeader("Accept", "application/json");
     for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
-    xhr.onerror = () => reject(new ApiError(0, "network error during upload", [], null));
+    xhr.onerror = () => reject(new ApiError(0, noAnswer("network error during the upload"), [], null));
     xhr.onload = () => {
       if (xhr.status === 401) reportUnauthorized();
       const res = new Response(xhr.responseText || null, { status: xhr.status, statusText: xhr.statusText });

@@ -19,6 +19,7 @@ import type {
   Fetch,
   FetchBody,
   FetchList,
+  GalleryDeleted,
   GalleryList,
   GenerateBody,
   GenerateCancel,
@@ -79,8 +80,9 @@ export const api = {
     const [folder, file] = path.split("/");
     return withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file ?? "")}?size=${size}&control=${seg(folder)}`);
   },
-  setCaption: (name: string, file: string, caption: string) =>
-    put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption } satisfies CaptionBody),
+  /** `expected`: the caption the edit started from ("" for none); another one there now is a 409 with `current`. */
+  setCaption: (name: string, file: string, caption: string, expected?: string) =>
+    put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption, expected } satisfies CaptionBody),
   /** Find / replace, prepend, append over every caption of the dataset (dry_run: count only). */
   bulkCaptions: (name: string, body: BulkCaptionBody) =>
     post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, body),
@@ -138,6 +140,8 @@ export const api = {
   },
   /** The server's gallery, newest first, with each image's settings. */
   gallery: () => get<GalleryList>("/api/gallery"),
+  /** Delete a gallery image and its settings sidecar (404 when it is gone). */
+  deleteGalleryImage: (file: string) => del<GalleryDeleted>(`/api/gallery/${seg(file)}`),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */
   imageUrl: (url: string) => withToken(url),
 };

@@ -16,6 +16,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/datasets/{name}/masks/{file}",
   "/api/datasets/{name}/thumbnails/{file}",
   "/api/gallery",
+  "/api/gallery/{file}",
   "/api/generate",
   "/api/generate/references",
   "/api/generate/{request_id}/cancel",

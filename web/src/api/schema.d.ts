@@ -242,7 +242,8 @@ export interface paths {
         get?: never;
         /**
          * Put Caption
-         * @description Set (or, when empty, remove) the .txt caption of one image.
+         * @description Set (or, when empty, remove) the .txt caption of one image; with `expected`, 409 when
+         *     the caption changed since the editor read it (the current one in the body).
          */
         put: operations["put_caption_api_datasets__name__captions__file__put"];
         post?: never;
@@ -362,6 +363,26 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/gallery/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete Gallery File
+         * @description Delete a generated image and its settings sidecar (404 when there is no such image).
+         */
+        delete: operations["delete_gallery_file_api_gallery__file__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1237,6 +1258,11 @@ export interface components {
              * @description the new caption (empty removes the .txt file)
              */
             caption: string;
+            /**
+             * Expected
+             * @description the caption the edit started from ("" for none): another one there now is a 409 CaptionConflict with the current caption, nothing written; null: no check
+             */
+            expected?: string | null;
         };
         /** CaptionFailure */
         CaptionFailure: {
@@ -1876,6 +1902,14 @@ export interface components {
             forgotten: string;
             /** Path */
             path: string;
+        };
+        /** GalleryDeleted */
+        GalleryDeleted: {
+            /**
+             * Deleted
+             * @description the files removed: the image, then its settings sidecar
+             */
+            deleted: string[];
         };
         /** GalleryImage */
         GalleryImage: {
@@ -6170,6 +6204,71 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    delete_gallery_file_api_gallery__file__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GalleryDeleted"];
+                };
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

@@ -127,6 +127,29 @@ describe("live training state", () => {
     expect(calls.length).toBe(fetchesBefore);
   });
 
+  it("the Stop dialog closes by itself when the run ends while it is open (no Stop and discard of a finished run)", async () => {
+    let done = false;
+    calls = mockFetch(({ url }) => {
+      if (url.startsWith("/api/train/status")) {
+        const job = done ? { ...JOB, status: "completed", finished_at: "2025-01-01T00:01:00Z", lora_path: "/o/shapes-lora.safetensors" } : JOB;
+        return { body: { job, queue: [], busy: !done, event_seq: 3 } };
+      }
+      return undefined;
+    });
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    const stop = await screen.findByRole("button", { name: "Stop" });
+    act(() => stop.click());
+    expect(screen.getByRole("dialog")).toBeInTheDocument();
+    done = true;
+    act(() => FakeEventSource.last?.emit("complete", { type: "complete", job_id: "j1", lora_path: "/o/shapes-lora.safetensors" }));
+    await waitFor(() => expect(screen.queryByRole("dialog")).toBeNull());
+    expect(calls.some((c) => c.url === "/api/train/stop")).toBe(false);
+  });
+
   it("the Stop button opens the dialog; Stop and save posts save=true", async () => {
     render(
       <TrainingProvider>
@@ -196,5 +219,37 @@ describe("live training state", () => {
     expect(screen.getByTestId("plan")).toHaveTextContent("fixed by the settings");
     expect(screen.queryByTestId("plan-trials")).toBeNull();
     expect(screen.queryByTestId("plan-fallbacks")).toBeNull();
+  });
+
+  it("after the stream drops and comes back, shows the job as the server now has it (the server restarted: its record)", async () => {
+    let restarted = false;
+    calls = mockFetch(({ url }) => {
+      if (url.startsWith("/api/train/status")) {
+        return { body: restarted ? { job: null, queue: [], busy: false, event_seq: 0 } : { job: JOB, queue: [], busy: true, event_seq: 3 } };
+      }
+      if (url === "/api/runs/j1") {
+        return {
+          body: { id: "j1", output_name: "shapes-lora", family: "flux", status: "interrupted", created_at: JOB.created_at, started_at: JOB.started_at,
+            finished_at: "2025-01-01T00:05:00Z", steps_run: 6, total_steps: 10, last_loss: 0.2, error: "the server stopped during this run",
+            config: {}, metrics: [], validation: [], outputs: [] },
+        };
+      }
+      return undefined;
+    });
+    render(
+      <TrainingProvider>
+        <LiveScreen />
+      </TrainingProvider>,
+    );
+    await screen.findByRole("button", { name: "Stop" });
+    act(() => FakeEventSource.last?.onopen?.());
+    act(() => FakeEventSource.last?.emit("progress", progress(6)));
+    act(() => FakeEventSource.last?.onerror?.()); // the server goes away mid-run
+    restarted = true;
+    act(() => FakeEventSource.last?.onopen?.()); // and is back, with no job of its life
+    expect(await screen.findByText("the server stopped during this run")).toBeInTheDocument();
+    expect(screen.getByText("interrupted")).toBeInTheDocument();
+    expect(screen.queryByRole("button", { name: "Stop" })).toBeNull();
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("6 / 10");
   });
 });

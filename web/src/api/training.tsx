@@ -72,6 +72,21 @@ export function withRound(job: Job, ev: ValidationEvent): Job {
   return { ...job, validation: withValidation(job.validation ?? [], { step: ev.step, loss: ev.loss }) };
 }
 
+/**
+ * `job` as its stored record says now (GET /api/runs/<id>): after a server restart the status
+ * snapshot has no job, and the run followed ended (interrupted) or finished meanwhile. The live
+ * parts (progress, samples, plan) are kept; null when the record cannot be read.
+ */
+async function recordOf(job: Job): Promise<Job | null> {
+  try {
+    const run = await api.run(job.id);
+    const lora = run.outputs.find((o) => o.kind === "lora")?.path ?? job.lora_path;
+    return { ...job, status: run.status, error: run.error, finished_at: run.finished_at, steps_run: run.steps_run, lora_path: lora, busy: null, pid: null, metrics: [] };
+  } catch {
+    return null;
+  }
+}
+
 export function TrainingProvider({ children }: { children: ReactNode }) {
   const [status, setStatus] = useState<TrainStatus | null>(null);
   const [job, setJob] = useState<Job | null>(null);
@@ -85,7 +100,8 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     const current = jobRef.current;
     const same = current != null;
     const s = await api.status(same && lastStep.current != null ? lastStep.current : undefined);
-    const next = s.job;
+    // a restarted server knows no job of its life: the one followed is shown as its record now says
+    const next = s.job ?? (current ? await recordOf(current) : null);
     if (next && current && next.id === current.id) {
       setSeries((prev) => next.metrics.reduce(appendPoint, prev));
     } else {
@@ -103,8 +119,16 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     refresh().catch(() => undefined);
     if (typeof EventSource === "undefined") return;
     const es = new EventSource(api.eventsUrl());
-    es.onopen = () => setConnected(true);
-    es.onerror = () => setConnected(false);
+    let dropped = false;
+    es.onopen = () => {
+      setConnected(true);
+      if (dropped) refresh().catch(() => undefined); // what happened while the stream was down (no replay across a restart)
+      dropped = false;
+    };
+    es.onerror = () => {
+      setConnected(false);
+      dropped = true;
+    };
     const onEvent = (msg: MessageEvent<string>) => {
       let ev: TrainEvent;
       try {

@@ -73,6 +73,7 @@ export type PushResult = Schemas["PushOut"];
 export type GenerateResult = Schemas["GenerateOut"];
 export type GenerateCancel = Schemas["GenerateCancelOut"];
 export type GalleryList = Schemas["GalleryList"];
+export type GalleryDeleted = Schemas["GalleryDeleted"];
 export type GalleryImage = Schemas["GalleryImage"];
 export type ReferencesResult = Schemas["ReferencesOut"];
 export type UploadedReference = Schemas["ReferenceOut"];

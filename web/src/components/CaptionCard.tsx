@@ -1,4 +1,5 @@
 import { useState } from "react";
+import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { DatasetImage } from "../api/types";
 
@@ -18,19 +19,34 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
   const [saved, setSaved] = useState(image.caption ?? "");
   const [state, setState] = useState<SaveState>("idle");
   const [error, setError] = useState<string | null>(null);
+  /** The caption another editor wrote since this card read it (the server's 409): keep mine or use theirs. */
+  const [theirs, setTheirs] = useState<string | null>(null);
 
-  const save = async () => {
-    if (text === saved) return;
+  /** Write `text` over the caption `base` (the one this card last read); another one there now is a conflict. */
+  const save = async (base = saved) => {
+    if (text === base && theirs === null) return;
     setState("saving");
     try {
-      await api.setCaption(dataset, image.file, text);
+      await api.setCaption(dataset, image.file, text, base);
       setSaved(text);
+      setTheirs(null);
       setState("saved");
       setError(null);
     } catch (err) {
       setState("error");
+      const current = err instanceof ApiError && err.status === 409 ? (err.body as { current?: unknown }).current : undefined;
+      setTheirs(typeof current === "string" ? current : null);
       setError(err instanceof Error ? err.message : String(err));
     }
+  };
+
+  const useTheirs = () => {
+    if (theirs === null) return;
+    setText(theirs);
+    setSaved(theirs);
+    setTheirs(null);
+    setError(null);
+    setState("idle");
   };
 
   const remove = async () => {
@@ -93,16 +109,32 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
             setText(e.target.value);
             setState("idle");
           }}
-          onBlur={() => void save()}
+          onBlur={() => {
+            if (theirs === null) void save();
+          }}
           onKeyDown={(e) => {
-            if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) void save();
+            if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && theirs === null) void save();
           }}
         />
         <div className="caption-state small">
           {state === "saving" && <span className="muted">saving…</span>}
           {state === "saved" && <span className="ok">saved</span>}
           {text !== saved && state === "idle" && <span className="muted">unsaved</span>}
-          {error && <span className="field-error">{error}</span>}
+          {error && (
+            <span className="field-error" role="alert">
+              {error}
+            </span>
+          )}
+          {theirs !== null && (
+            <span className="caption-conflict">
+              <button type="button" onClick={() => void save(theirs)}>
+                Keep mine
+              </button>
+              <button type="button" onClick={useTheirs}>
+                Use theirs
+              </button>
+            </span>
+          )}
         </div>
       </figcaption>
     </figure>

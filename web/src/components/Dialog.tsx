@@ -14,10 +14,12 @@ interface Props {
  */
 export function Dialog({ title, children, footer, onClose }: Props) {
   const box = useRef<HTMLDivElement | null>(null);
+  const close = useRef(onClose); // the latest: a parent re-rendering (Live: each progress event) must not move the focus
+  close.current = onClose;
   useEffect(() => {
-    box.current?.querySelector<HTMLElement>("input, select, textarea, button")?.focus();
+    box.current?.querySelector<HTMLElement>("input, select, textarea, button")?.focus(); // once, on opening
     const onKey = (e: KeyboardEvent) => {
-      if (e.key === "Escape") onClose();
+      if (e.key === "Escape") close.current();
       if (e.key !== "Tab" || !box.current) return;
       const focusable = [...box.current.querySelectorAll<HTMLElement>("input, select, textarea, button, a[href]")].filter(
         (el) => !el.hasAttribute("disabled"),
@@ -36,9 +38,9 @@ export function Dialog({ title, children, footer, onClose }: Props) {
     };
     window.addEventListener("keydown", onKey);
     return () => window.removeEventListener("keydown", onKey);
-  }, [onClose]);
+  }, []);
   return (
-    <div className="backdrop" onMouseDown={(e) => e.target === e.currentTarget && onClose()}>
+    <div className="backdrop" onMouseDown={(e) => e.target === e.currentTarget && close.current()}>
       <div className="dialog" role="dialog" aria-modal="true" aria-label={title} ref={box}>
         <h2>{title}</h2>
         <div className="dialog-body">{children}</div>

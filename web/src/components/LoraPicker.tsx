@@ -16,6 +16,8 @@ interface Props {
   family: string;
   /** The server's problem with the picked LoRAs (`loras`, e.g. "#2 scale: ..."), shown below the list. */
   error?: string;
+  /** Why the list could not be loaded (shown instead of "no LoRA yet"). */
+  unavailable?: string | null;
 }
 
 /** One row per pickable file of each LoRA (the API's `files`; a list without them: the run's LoRA). */
@@ -34,7 +36,7 @@ export const fileLabel = (name: string, f: Pick<LoraFile, "step">) => (f.step ==
  * A run with EMA offers both its files, labelled EMA / raw; each shows its validation loss and
  * the best / last validation marks (only raw weights are measured).
  */
-export function LoraPicker({ loras, picks, onChange, family, error }: Props) {
+export function LoraPicker({ loras, picks, onChange, family, error, unavailable }: Props) {
   const toggle = (name: string, step: number | null) =>
     onChange(
       picks.some((p) => samePick(p, name, step))
@@ -47,7 +49,11 @@ export function LoraPicker({ loras, picks, onChange, family, error }: Props) {
   return (
     <div className={`field wide${error ? " has-error" : ""}`}>
       <span className="field-label">LoRAs</span>
-      {loras.length === 0 ? (
+      {unavailable ? (
+        <span className="field-error" role="alert">
+          {unavailable}
+        </span>
+      ) : loras.length === 0 ? (
         <span className="muted small lora-empty">
           No trained {family} LoRA yet. <a href="#/train">Train one</a> and it appears here.
         </span>

@@ -51,8 +51,3 @@ export function formatBytes(bytes: number): string {
   return `${(bytes / 1024 ** 3).toFixed(2)} GB`;
 }
 
-/** Estimated seconds left from steps done, total and the elapsed seconds; null until known. */
-export function etaSeconds(step: number, total: number, elapsed: number | null): number | null {
-  if (elapsed == null || step <= 0 || total <= step) return total <= step && step > 0 ? 0 : null;
-  return (elapsed / step) * (total - step);
-}

@@ -41,6 +41,11 @@ describe("GenerateScreen", () => {
         return { body: { root: "/o", loras: [{ name: "cats", family: "flux", path: "/o/cats/cats.safetensors", bytes: 2048, modified: 1, sidecar: null }] } };
       }
       if (url === "/api/gallery") return { body: { images } };
+      const gone = method === "DELETE" ? url.match(/^\/api\/gallery\/([^/]+)$/)?.[1] : undefined;
+      if (gone) {
+        images = images.filter((i) => i.file !== gone);
+        return { body: { deleted: [gone, gone.replace(".png", ".json")] } };
+      }
       if (url === "/api/loras/cats/steps" && catsSteps) return { body: catsSteps };
       if (url === "/api/loras/cats/steps") {
         const at = (step: number, final: boolean) => ({
@@ -87,6 +92,38 @@ describe("GenerateScreen", () => {
     expect(document.querySelector('[name="gen_seed"]')).toHaveValue("7");
     expect(screen.getByLabelText("use LoRA cats")).toBeChecked();
     expect(screen.getByLabelText("scale of cats")).toHaveValue("0.8");
+  });
+
+  it("deletes the shown image after asking, and shows the next one", async () => {
+    images = [NEW, OLD];
+    const confirm = vi.fn(() => true);
+    vi.stubGlobal("confirm", confirm);
+    renderScreen();
+    await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/new.png"));
+    await userEvent.click(screen.getByRole("button", { name: "Delete this image" }));
+    expect(confirm).toHaveBeenCalledWith(expect.stringContaining("a new dog"));
+    await waitFor(() => expect(screen.getByTestId("result-image")).toHaveAttribute("src", "/gallery/old.png"));
+    expect(calls.some((c) => c.method === "DELETE" && c.url === "/api/gallery/new.png")).toBe(true);
+    expect(within(screen.getByTestId("gallery")).queryByRole("button", { name: /a new dog/ })).toBeNull();
+    expect(screen.getByText("1 image")).toBeInTheDocument();
+    // declined: nothing is deleted
+    confirm.mockReturnValue(false);
+    await userEvent.click(screen.getByRole("button", { name: "Delete this image" }));
+    expect(calls.filter((c) => c.method === "DELETE")).toHaveLength(1);
+  });
+
+  it("says the LoRA list could not be loaded instead of 'no LoRA yet'", async () => {
+    const failing = mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url.startsWith("/api/train/status")) return { body: { job: null, queue: [], busy: false, event_seq: 0 } };
+      if (url === "/api/gallery") return { body: { images: [] } };
+      if (url === "/api/loras?family=flux") return { status: 500, body: { detail: "the outputs folder cannot be read" } };
+      return undefined;
+    });
+    renderScreen();
+    expect(await screen.findByText(/Cannot load the flux LoRAs: the outputs folder cannot be read/)).toBeInTheDocument();
+    expect(screen.queryByText(/No trained flux LoRA yet/)).toBeNull();
+    expect(failing.some((c) => c.url === "/api/loras?family=flux")).toBe(true);
   });
 
   it("shows a LoRA's problem under the LoRA list", async () => {

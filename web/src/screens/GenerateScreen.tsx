@@ -77,6 +77,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [baseModel, setBaseModel] = useState("");
   const [baseConfig, setBaseConfig] = useState("");
   const [loras, setLoras] = useState<Lora[]>([]);
+  const [lorasError, setLorasError] = useState<string | null>(null); // the list could not be loaded
   const [picks, setPicks] = useState<LoraPick[]>([]);
   const [refs, setRefs] = useState<UploadedReference[]>([]);
   const [prompt, setPrompt] = useState("a red circle on a blue background");
@@ -115,7 +116,15 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setBaseModel(defaultBaseModel(models, start));
   }, [info, models, family, fromRunState.pending, fromRunState.preset]);
   useEffect(() => {
-    if (family) api.loras(family).then((l) => setLoras(l.loras), () => setLoras([]));
+    if (!family) return;
+    setLorasError(null);
+    api.loras(family).then(
+      (l) => setLoras(l.loras),
+      (err: unknown) => {
+        setLoras([]);
+        setLorasError(`Cannot load the ${family} LoRAs: ${err instanceof Error ? err.message : String(err)}`);
+      },
+    );
   }, [family]);
   const loadGallery = useCallback(async (select?: string) => {
     const { images } = await api.gallery();
@@ -135,6 +144,20 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setPicks([]);
     setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
+  };
+  /** Delete `img` from the server's gallery (after asking); the next image is shown. */
+  const remove = async (img: GalleryImage) => {
+    if (!window.confirm(`Delete the image "${img.prompt ?? img.file}" and its settings from the gallery?`)) return;
+    try {
+      await api.deleteGalleryImage(img.file);
+      const at = gallery?.findIndex((i) => i.file === img.file) ?? -1;
+      const next = gallery?.filter((i) => i.file !== img.file) ?? [];
+      setSelected(next[Math.min(Math.max(at, 0), next.length - 1)] ?? null);
+      setGallery(next);
+      await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file);
+    } catch (err) {
+      setGeneral(err instanceof Error ? err.message : String(err));
+    }
   };
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
@@ -250,7 +273,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
               <input name="gen_base_config" value={baseConfig} onChange={(e) => setBaseConfig(e.target.value)} />
             </Field>
           )}
-          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} />
+          <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} unavailable={lorasError} />
           <ReferenceImages
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}
@@ -318,6 +341,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
                 </p>
                 <button type="button" className="secondary small" onClick={() => reuse(selected)}>
                   Reuse these settings
+                </button>{" "}
+                <button type="button" className="secondary small danger" onClick={() => void remove(selected)}>
+                  Delete this image
                 </button>
               </figcaption>
             </figure>

@@ -1,4 +1,4 @@
-import { useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
 import type { Job } from "../api/types";
@@ -10,7 +10,8 @@ import { SampleHistory } from "../components/SampleHistory";
 import { roundTiles, SampleRound, samplePrompts } from "../components/SamplePreviews";
 import { Stat } from "../components/Stat";
 import { StopDialog } from "../components/StopDialog";
-import { etaSeconds, formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
+import { formatDuration, formatGb, formatNumber, secondsBetween } from "../lib/format";
+import { etaSeconds, observeStep, type StepClock } from "../lib/stepClock";
 import { describePhase } from "../lib/phase";
 import { href } from "../lib/route";
 import { chartData } from "../lib/series";
@@ -38,6 +39,18 @@ export function LiveScreen() {
   const [asking, setAsking] = useState(false);
   const [stopping, setStopping] = useState(false);
   const [error, setError] = useState<string | null>(null);
+  const [, setTick] = useState(0);
+  const steps = useRef<StepClock | null>(null); // the pace of the steps this page saw (the ETA)
+  const ticking = job != null && LIVE.has(job.status);
+  useEffect(() => {
+    if (!ticking) return;
+    const timer = window.setInterval(() => setTick((t) => t + 1), 1000); // Elapsed and ETA move between events
+    return () => window.clearInterval(timer);
+  }, [ticking]);
+  useEffect(() => {
+    if (!ticking) setAsking(false); // the Stop dialog of a run that ended must not open again for the next one
+  }, [ticking]);
+  if (job?.progress) steps.current = observeStep(steps.current, job.id, job.progress.step, Date.now());
 
   if (!job) {
     return (
@@ -57,7 +70,7 @@ export function LiveScreen() {
   const live = LIVE.has(job.status);
   const elapsed = secondsBetween(job.started_at, live ? null : job.finished_at);
   const total = p?.total_steps ?? 0;
-  const step = p?.step ?? job.steps_run;
+  const step = Math.max(p?.step ?? 0, job.steps_run); // the record may be ahead of the last event seen (a restart)
   // stopped without saving: the files this session wrote (samples, snapshots, checkpoints) are gone
   const discarded = job.status === "stopped" && job.stop_requested?.save === false;
 
@@ -127,7 +140,7 @@ export function LiveScreen() {
           <Stat label="Samples/s">{formatNumber(p?.samples_per_second, 3)}</Stat>
           <Stat label="Peak memory">{formatGb(p?.peak_memory_gb)}</Stat>
           <Stat label="Elapsed">{formatDuration(elapsed)}</Stat>
-          <Stat label="ETA">{live && p ? formatDuration(etaSeconds(step, total, elapsed)) : "–"}</Stat>
+          <Stat label="ETA">{live && p ? formatDuration(etaSeconds(steps.current, total, Date.now())) : "–"}</Stat>
         </div>
         {total > 0 && <ProgressBar value={step} max={total} label="training progress" />}
         {job.plan && <PlanSummary plan={job.plan} />}
@@ -166,7 +179,7 @@ export function LiveScreen() {
           </ol>
         </div>
       ) : null}
-      {asking && (
+      {asking && live && ( // a run that ends while the dialog is open takes it away: nothing left to stop
         <StopDialog
           step={step}
           busy={stopping}

@@ -47,7 +47,10 @@ describe("TrainScreen: the family's served rules", () => {
     await userEvent.type(input("max_sequence_length"), "600");
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     expect(await screen.findByText("Chroma reads at most 512 tokens")).toBeInTheDocument();
-    expect(preflights(calls)).toEqual([]); // refused in the form, as the server would
+    // refused in the form, as the server would; the server judges the rest without it
+    await waitFor(() => expect(preflights(calls)).toHaveLength(1));
+    expect((preflights(calls)[0].body as { config: Record<string, unknown> }).config).not.toHaveProperty("max_sequence_length");
+    expect(screen.queryByTestId("preflight")).toBeNull();
 
     await userEvent.clear(input("max_sequence_length"));
     await userEvent.type(input("max_sequence_length"), "512");

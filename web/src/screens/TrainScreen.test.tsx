@@ -80,6 +80,31 @@ describe("TrainScreen", () => {
     expect(screen.queryByTestId("preflight")).toBeNull();
   });
 
+  it("shows the form's own problems and the server's together, and starts nothing while any is left", async () => {
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    await userEvent.clear(input("lora_rank"));
+    await userEvent.type(input("lora_rank"), "4096"); // the server's problem
+    await userEvent.clear(input("batch_size"));
+    await userEvent.type(input("batch_size"), "two"); // the form's own problem
+    await userEvent.click(screen.getByRole("button", { name: "Start training" }));
+    const rankField = input("lora_rank").closest("label") as HTMLElement;
+    await waitFor(() => expect(rankField).toHaveTextContent("less than or equal to 1024"));
+    expect(input("batch_size").closest("label")).toHaveTextContent("must be a number");
+    expect(input("data_dir").closest("label")).toHaveTextContent("dataset has no images");
+    const asked = calls.find((c) => c.url === "/api/train/preflight")?.body as { config: Record<string, unknown> };
+    expect(asked.config).not.toHaveProperty("batch_size"); // the server judges the rest
+    expect(calls.some((c) => c.url === "/api/train/start")).toBe(false);
+    // the server finds nothing more: the form's own problem stays, no report, no run
+    await userEvent.clear(input("lora_rank"));
+    await userEvent.type(input("lora_rank"), "8");
+    await userEvent.click(screen.getByRole("button", { name: "Check" }));
+    await waitFor(() => expect(rankField).not.toHaveTextContent("less than or equal to 1024"));
+    expect(input("batch_size").closest("label")).toHaveTextContent("must be a number");
+    expect(screen.queryByTestId("preflight")).toBeNull();
+    expect(calls.some((c) => c.url === "/api/train/start")).toBe(false);
+  });
+
   it("shows a checkbox's problem beside it, a nested field's next to its field, and drops none", async () => {
     renderTrain();
     await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));

@@ -104,18 +104,23 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
       (takesControls(family) || !CONTROL_SETTINGS.includes(k as keyof TrainConfig)) &&
       (k === "learning_rate" || !hidden.has(k as keyof TrainConfig)));
 
+  /**
+   * Check (preflight) or Start. With problems of the form's own (a value it cannot read), the
+   * server still judges the rest (a preflight, which starts nothing, of the config without those
+   * fields), so that every problem shows at once; nothing is started while any is left.
+   */
   const submit = async (kind: "check" | "start") => {
     const built = buildConfig(values, family, info.config_rules);
+    const own = built.problems;
+    const blocked = Object.keys(own).length > 0;
     setGeneral([]);
-    if (Object.keys(built.problems).length) {
-      setErrors(built.problems);
-      return;
-    }
     setBusy(kind);
     try {
-      if (kind === "check") {
-        setReport(await api.preflight(built.config));
-        setErrors({});
+      if (kind === "check" || blocked) {
+        const rest = Object.fromEntries(Object.entries(built.config).filter(([k]) => !(k in own)));
+        const report = await api.preflight(rest);
+        if (!blocked) setReport(report);
+        setErrors(own);
       } else {
         await api.start(built.config);
         await refresh();
@@ -124,9 +129,12 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     } catch (err) {
       if (err instanceof ApiError && err.problems.length) {
         const placed = placeProblems(err.problems, hasInput);
-        setErrors(placed.fields);
+        setErrors({ ...placed.fields, ...own });
         setGeneral(placed.general);
-      } else setGeneral([err instanceof Error ? err.message : String(err)]);
+      } else {
+        setErrors(own);
+        setGeneral([err instanceof Error ? err.message : String(err)]);
+      }
     } finally {
       setBusy(null);
     }

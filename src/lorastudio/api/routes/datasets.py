@@ -276,9 +276,10 @@ def put_caption(
     settings: Settings = Depends(settings_dep),
     service: JobService = Depends(service_dep),
 ) -> dict[str, Any]:
-    """Set (or, when empty, remove) the .txt caption of one image."""
+    """Set (or, when empty, remove) the .txt caption of one image; with `expected`, 409 when
+    the caption changed since the editor read it (the current one in the body)."""
     with _writing(settings, service, name) as folder:
-        path = write_caption(folder, file, body.caption)
+        path = write_caption(folder, file, body.caption, body.expected)
     return {
         "file": file,
         "caption": body.caption.strip() or None,

@@ -20,6 +20,7 @@ from lorastudio.api.downloads import Download
 from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import REQUEST_ID_PATTERN, GenerateBody
 from lorastudio.api.schemas_files import (
+    GalleryDeleted,
     GalleryImage,
     GalleryList,
     GenerateCancelOut,
@@ -32,6 +33,7 @@ from lorastudio.jobs.generation import (
     GenerationRequest,
     GenerationService,
     LoraChoice,
+    delete_gallery_image,
     gallery_dir,
     gallery_images,
 )
@@ -161,6 +163,12 @@ def gallery(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
             for img in gallery_images(settings)
         ]
     }
+
+
+@router.delete("/api/gallery/{file}", response_model=GalleryDeleted)
+def delete_gallery_file(file: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+    """Delete a generated image and its settings sidecar (404 when there is no such image)."""
+    return {"deleted": delete_gallery_image(settings, file)}
 
 
 def _fitting(entry: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,49 @@
+import { render, screen, waitFor } from "@testing-library/react";
+import userEvent from "@testing-library/user-event";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { mockFetch } from "../test/fixtures";
+import { CaptionCard } from "./CaptionCard";
+
+const IMAGE = { file: "a.png", caption: "a red square", controls: [], mask: null, bytes: 10, width: 8, height: 8, alpha: false };
+
+describe("CaptionCard: two editors of one caption", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("sends the caption it started from; a 409 shows the one there now and lets the user keep theirs or take it", async () => {
+    let onDisk = "another tab's words";
+    const calls = mockFetch(({ method, url, body }) => {
+      if (method !== "PUT" || url !== "/api/datasets/ds/captions/a.png") return undefined;
+      const { caption, expected } = body as { caption: string; expected?: string };
+      if (expected !== onDisk) {
+        return { status: 409, body: { error: "CaptionConflict", detail: `the caption of a.png changed since it was read (another tab or person): it is now '${onDisk}'; nothing was written`, current: onDisk } };
+      }
+      onDisk = caption;
+      return { body: { file: "a.png", caption, caption_file: "a.txt" } };
+    });
+    render(<CaptionCard dataset="ds" image={IMAGE} onRemoved={() => undefined} />);
+    const box = screen.getByLabelText("caption of a.png");
+    await userEvent.clear(box);
+    await userEvent.type(box, "my words");
+    box.blur();
+    const alert = await screen.findByRole("alert");
+    expect(alert).toHaveTextContent("changed since it was read");
+    expect(alert).toHaveTextContent("another tab's words");
+    expect(calls[0].body).toEqual({ caption: "my words", expected: "a red square" });
+    expect(onDisk).toBe("another tab's words"); // nothing overwritten
+    expect(box).toHaveValue("my words"); // the user's words are kept in the box
+
+    await userEvent.click(screen.getByRole("button", { name: "Keep mine" }));
+    await waitFor(() => expect(onDisk).toBe("my words"));
+    expect(screen.queryByRole("alert")).toBeNull();
+
+    // later the other tab writes again; this time the user takes theirs
+    onDisk = "newer words";
+    await userEvent.type(box, "!");
+    box.blur();
+    await screen.findByRole("alert");
+    await userEvent.click(screen.getByRole("button", { name: "Use theirs" }));
+    expect(box).toHaveValue("newer words");
+    expect(onDisk).toBe("newer words");
+    expect(screen.queryByRole("alert")).toBeNull();
+  });
+});

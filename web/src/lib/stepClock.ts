@@ -1,0 +1,30 @@
+/**
+ * The Live screen's ETA, from the pace of the steps this page has seen advance (client clock):
+ * the run's elapsed time would count its preparation (model loading, latent caching) and, for a
+ * resumed run, divide this session's time by every step since the first run's start. Pure
+ * functions, no React.
+ */
+
+/** The first and the latest step seen of one job, each with when (ms) it was first seen. */
+export interface StepClock {
+  jobId: string;
+  first: { step: number; at: number };
+  last: { step: number; at: number };
+}
+
+/** `clock` with `step` of job `jobId` seen at `at` (ms); a new job starts a new clock; a step seen before changes nothing. */
+export function observeStep(clock: StepClock | null, jobId: string, step: number, at: number): StepClock {
+  if (!clock || clock.jobId !== jobId || step < clock.last.step) return { jobId, first: { step, at }, last: { step, at } };
+  if (step === clock.last.step) return clock;
+  return { ...clock, last: { step, at } };
+}
+
+/** Seconds left to step `total` at the pace seen so far, counting down from the latest step; null until two steps are seen. */
+export function etaSeconds(clock: StepClock | null, total: number, now: number): number | null {
+  if (!clock) return null;
+  const { first, last } = clock;
+  if (total > 0 && last.step >= total) return 0;
+  if (last.step <= first.step || total <= 0) return null;
+  const perStep = (last.at - first.at) / 1000 / (last.step - first.step);
+  return Math.max(0, perStep * (total - last.step) - (now - last.at) / 1000);
+}
