@@ -337,8 +337,12 @@ def test_convert_merge_and_resize_name_the_base_not_its_path(layer_shapes, tmp_p
 
     shapes = layer_shapes("flux")
     where = {"lorastudio.base_model": "/home/alice/models/flux1-dev"}
-    a = _write(_lora(shapes, "flux", 4, 4.0, 0, every=4), "flux", "diffusers", tmp_path / "a.safetensors", where)
-    b = _write(_lora(shapes, "flux", 4, 4.0, 1, every=4), "flux", "diffusers", tmp_path / "b.safetensors", where)
+    a = _write(
+        _lora(shapes, "flux", 4, 4.0, 0, every=4), "flux", "diffusers", tmp_path / "a.safetensors", where
+    )
+    b = _write(
+        _lora(shapes, "flux", 4, 4.0, 1, every=4), "flux", "diffusers", tmp_path / "b.safetensors", where
+    )
     convert_file(a, tmp_path / "c.safetensors", to="kohya")
     merge_files([(a, 1.0), (b, 0.5)], tmp_path / "m.safetensors")
     resize_file(a, tmp_path / "r.safetensors", 2)
