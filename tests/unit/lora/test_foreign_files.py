@@ -178,3 +178,25 @@ def test_a_onetrainer_key_of_no_flux_module_is_refused_naming_it(layer_shapes, t
     save_file(tensors, odd, {"format": "pt"})
     with pytest.raises(ConfigError, match="transformer_blocks_0_attn_norm_q"):
         convert_file(odd, tmp_path / "out.safetensors", "diffusers", family)
+
+
+def test_a_layer_spelt_both_by_onetrainer_and_kohya_is_refused(layer_shapes, tmp_path):
+    """OneTrainer's to_q beside kohya's fused qkv of the same block: one layer twice, refused
+    (neither is silently dropped)."""
+    import pytest
+    from safetensors.torch import load_file
+
+    from lorastudio.errors import ConfigError
+    from lorastudio.lora.convert import to_kohya
+
+    family = "flux"
+    lora = _lora(layer_shapes(family), family, 4, 4.0, seed=2)
+    qkv = {k: v for k, v in lora.tensors.items() if k.startswith("transformer_blocks.0.attn.to_")}
+    kohya = to_kohya({k: v for k, v in qkv.items() if ".to_out" not in k}, family, 4.0, 4)
+    theirs = load_file(str(_onetrainer_file(lora, 4.0, tmp_path / "ot.safetensors")))
+    both = {**kohya, **{k: v for k, v in theirs.items() if "transformer_blocks_0_attn_to_q" in k}}
+    both = {k: v for k, v in both.items() if not k.startswith("lora_transformer_single")}
+    path = tmp_path / "both.safetensors"
+    save_file({k: v.contiguous() for k, v in both.items()}, path, {"format": "pt"})
+    with pytest.raises(ConfigError, match=r"transformer_blocks\.0\.attn\.to_q is in the file twice"):
+        convert_file(path, tmp_path / "out.safetensors", "diffusers", family)
