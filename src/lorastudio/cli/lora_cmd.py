@@ -98,6 +98,7 @@ def resize_cmd(
     src: Path = typer.Argument(..., help="the LoRA .safetensors to read"),
     rank: int = typer.Option(..., "--rank", min=1, help="the new (smaller) rank"),
     out: Path = typer.Option(..., "--out", help="the .safetensors to write"),
+    family: str | None = typer.Option(None, "--family", help="model family (default: from the header)"),
     force: bool = typer.Option(False, "--force", help="replace OUT if it exists"),
 ) -> None:
     """Reduce a LoRA's rank by SVD (per layer, the best rank-r approximation of its change)."""
@@ -105,7 +106,7 @@ def resize_cmd(
     from lorastudio.lora.ops import resize_file
 
     with sigterm_exits():  # a SIGTERM mid-write removes the staging file
-        resized = resize_file(src, out, rank, overwrite=force)
+        resized = resize_file(src, out, rank, family, overwrite=force)
     worst = min(resized.kept_energy.values(), default=1.0)
     typer.echo(f"{src} -> {out} (rank {rank}; energy kept: worst layer {worst:.1%})")
 

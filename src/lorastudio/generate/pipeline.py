@@ -138,7 +138,7 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     generate/lora_coverage.py);
     after a failure the pipeline has no LoRA.
     """
-    from lorastudio.generate.lora_coverage import layers_not_loaded
+    from lorastudio.generate.lora_coverage import converted_layers, layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
     from lorastudio.lora.files import check_lora_values
 
@@ -156,7 +156,8 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     for i, (path, _) in enumerate(adapters):
         name = f"{ADAPTER_PREFIX}{i}"
         try:
-            pipe.load_lora_weights(str(path), adapter_name=name)
+            with converted_layers(pipe) as layers:  # the load's own conversion, for the check
+                pipe.load_lora_weights(str(path), adapter_name=name)
         except (OSError, ValueError, KeyError, RuntimeError) as err:
             _unload(pipe)
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
@@ -164,7 +165,11 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
         if name not in loaded:
             _unload(pipe)
             raise ModelSourceError(f"LoRA {path} has no layer matching this {type(pipe).__name__}")
-        missing, total = layers_not_loaded(pipe, Path(path), name)
+        try:
+            missing, total = layers_not_loaded(pipe, layers, name)
+        except ModelSourceError:
+            _unload(pipe)
+            raise
         if missing:  # diffusers only logs these: the image would show part of the LoRA
             _unload(pipe)
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

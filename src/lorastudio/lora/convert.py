@@ -16,6 +16,8 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
               attention.qkv itself)
   chroma      FLUX.1's layout (its checkpoint keeps FLUX.1's names: names.KOHYA_LAYOUT_OF)
   qwen-image-edit  Qwen-Image's layout (the same transformer: names.KOHYA_LAYOUT_OF)
+  OneTrainer  lora_transformer_<diffusers name, "_" for ".">.lora_down / .lora_up / .alpha, read
+              (never written) for FLUX.1's layout (flux, chroma, flux-kontext): q, k, v apart
   krea2       diffusion_model.<original name>.lora_A / .lora_B, no .alpha: alpha / rank folded
               into lora_B (diffusers' Krea 2 reader refuses other keys); a round trip keeps each
               layer's weight change, with alpha = rank
@@ -206,8 +208,14 @@ def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
     layers = _kohya_layers(tensors, family)
     out: dict[str, torch.Tensor] = {}
     scales: dict[str, tuple[int, float]] = {}
-    for native, (down, up, alpha) in layers.items():
-        for module, a, b, part_alpha in _split_layer(native, down, up, alpha, family):
+    for (native, diffusers_name), (down, up, alpha) in layers.items():
+        if diffusers_name:  # OneTrainer's layer: already one diffusers module
+            split = [(native, down, up, float(down.shape[0]) if alpha is None else alpha)]
+        else:
+            split = _split_layer(native, down, up, alpha, family)
+        for module, a, b, part_alpha in split:
+            if module + _A in out:  # e.g. OneTrainer's to_q beside kohya's fused qkv
+                raise _problem(f"layer {module} is in the file twice (under two spellings)")
             out[module + _A], out[module + _B] = a, b
             scales[module] = (a.shape[0], part_alpha)
     if not out:
@@ -223,37 +231,50 @@ def to_diffusers(tensors: Mapping[str, torch.Tensor], family: str) -> PeftLora:
 
 
 _GENERIC = "diffusion_model."  # ComfyUI's generic spelling: the checkpoint's dotted module names
+# OneTrainer's spelling (modules/module/LoRAModule.py LoRAModuleWrapper, its "legacy diffusers"
+# names in modules/util/convert/lora/): `lora_transformer_<diffusers name, "_" for ".">` with
+# lora_down / lora_up / .alpha, q, k, v apart; read for FLUX.1's layout, which diffusers'
+# FluxPipeline reads too (lora_conversion_utils' `lora_transformer_` branch)
+_ONETRAINER = "lora_transformer_"
+_ONETRAINER_LAYOUTS = {"flux": names.flux_from_flat}
 _PARTS = {_DOWN: "down", _A: "down", _UP: "up", _B: "up", ".alpha": "alpha"}
 
 
 def _kohya_layers(
     tensors: Mapping[str, torch.Tensor], family: str
-) -> dict[str, tuple[torch.Tensor, torch.Tensor, float | None]]:
-    """kohya keys -> {dotted module name: (down, up, alpha or None)}. Besides the family's own
-    layout (module docstring) this reads ComfyUI's generic spelling of any family,
-    `diffusion_model.<dotted checkpoint name>` with lora_A / lora_B or lora_down / lora_up (comfy/
-    lora.py maps every layer so; ai-toolkit writes Qwen-Image so), as the same layers."""
+) -> dict[tuple[str, bool], tuple[torch.Tensor, torch.Tensor, float | None]]:
+    """kohya keys -> {(dotted module name, whether it is a diffusers name): (down, up, alpha or
+    None)}. Besides the family's own layout (module docstring) this reads ComfyUI's generic
+    spelling of any family, `diffusion_model.<dotted checkpoint name>` with lora_A / lora_B or
+    lora_down / lora_up (comfy/lora.py maps every layer so; ai-toolkit writes Qwen-Image so), as
+    the same layers, and OneTrainer's `lora_transformer_<diffusers name>` in FLUX.1's layout
+    (_ONETRAINER), whose names are diffusers'."""
     peft_suffixed = family in names.PEFT_SUFFIXED
     own = ("diffusion_model.", _A) if peft_suffixed else ("lora_unet_", _DOWN)
-    parts: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
+    onetrainer = _ONETRAINER_LAYOUTS.get(family)
+    parts: dict[tuple[str, bool], dict[str, torch.Tensor]] = defaultdict(dict)
     for key, value in tensors.items():
         suffix = next((s for s in _PARTS if key.endswith(s)), None)
         generic = key.startswith(_GENERIC)
-        if suffix is None or not (generic or (key.startswith("lora_unet_") and not peft_suffixed)):
+        theirs = onetrainer is not None and key.startswith(_ONETRAINER)
+        if suffix is None or not (generic or theirs or (key.startswith("lora_unet_") and not peft_suffixed)):
             raise _problem(f"{key!r} is not a {family} kohya/ComfyUI key ({own[0]}<module>{own[1]} ...)")
-        flat = key[len(_GENERIC if generic else "lora_unet_") : -len(suffix)]
-        name = flat if generic else names.undot(flat, family)
-        if _PARTS[suffix] in parts[name]:
+        if onetrainer is not None and theirs:
+            layer = (onetrainer(key[len(_ONETRAINER) : -len(suffix)]), True)
+        else:
+            flat = key[len(_GENERIC if generic else "lora_unet_") : -len(suffix)]
+            layer = (flat if generic else names.undot(flat, family), False)
+        if _PARTS[suffix] in parts[layer]:
             raise _problem(
-                f"layer {name} has its {_PARTS[suffix]} matrix twice ({key!r} and another spelling)"
+                f"layer {layer[0]} has its {_PARTS[suffix]} matrix twice ({key!r} and another spelling)"
             )
-        parts[name][_PARTS[suffix]] = value
+        parts[layer][_PARTS[suffix]] = value
     layers = {}
-    for name, found in parts.items():
+    for layer, found in parts.items():
         if "down" not in found or "up" not in found:
-            raise _problem(f"layer {name} lacks its down (lora_A) or up (lora_B) matrix")
+            raise _problem(f"layer {layer[0]} lacks its down (lora_A) or up (lora_B) matrix")
         alpha = float(found["alpha"].item()) if "alpha" in found else None
-        layers[name] = (found["down"], found["up"], alpha)
+        layers[layer] = (found["down"], found["up"], alpha)
     return layers
 
 

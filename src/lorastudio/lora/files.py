@@ -130,6 +130,8 @@ def check_lora_values(path: Path) -> None:
 _DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.")  # SDXL text-encoder LoRA keys (lora/text_encoders.py)
 _KOHYA_TE = ("lora_te1_", "lora_te2_")
 _TEXT_ENCODER_KEYS = _DIFFUSERS_TE + _KOHYA_TE
+# kohya's, ComfyUI's generic and OneTrainer's (FLUX.1: lora/convert.py _ONETRAINER) denoiser keys
+_KOHYA_DENOISER = ("lora_unet_", "diffusion_model.", "lora_transformer_")
 
 
 def _mixed() -> Layout:
@@ -139,7 +141,8 @@ def _mixed() -> Layout:
 
 
 def detect_layout(tensors: Mapping[str, object]) -> Layout:
-    """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model.),
+    """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model. /
+    OneTrainer's lora_transformer_),
     SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...), told
     by the key names alone (a header's tensors will do).
     Raises ModelSourceError for anything else (or a mix)."""
@@ -147,9 +150,9 @@ def detect_layout(tensors: Mapping[str, object]) -> Layout:
     denoiser = [k for k in keys if not k.startswith(_TEXT_ENCODER_KEYS)]  # SDXL text-encoder LoRA beside
     if denoiser and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in denoiser):
         return "diffusers" if all(not k.startswith(_KOHYA_TE) for k in keys) else _mixed()
-    if denoiser and all(k.startswith(("lora_unet_", "diffusion_model.")) for k in denoiser):
+    if denoiser and all(k.startswith(_KOHYA_DENOISER) for k in denoiser):
         return "kohya" if all(not k.startswith(_DIFFUSERS_TE) for k in keys) else _mixed()
-    odd = [k for k in keys if not k.startswith(("unet.", "transformer.", "lora_unet_", "diffusion_model."))]
+    odd = [k for k in keys if not k.startswith(("unet.", "transformer.", *_KOHYA_DENOISER))]
     detail = f" (e.g. {odd[0]!r})" if odd else ""
     if odd and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys):
         detail += (

@@ -90,7 +90,8 @@ def _text(value: Any) -> str:
 
 def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
     """`lorastudio.*` header strings from a run's sidecar (see training.export.build_sidecar):
-    family, base model, rank, alpha, steps, resolution, trigger word, dataset fingerprint, the
+    family, base model (its name, model_name: the sidecar keeps the path), rank, alpha, steps,
+    resolution, trigger word, dataset fingerprint, the
     adapter and optimizer, and with EMA which weights the file holds ("ema" or "raw": the
     sidecar's ema.weights; "" without EMA) and the decay, ..."""
     config = sidecar.get("config", {})
@@ -98,7 +99,7 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
     ema = sidecar.get("ema") if isinstance(sidecar.get("ema"), Mapping) else {}
     facts = {
         "family": sidecar.get("family"),
-        "base_model": sidecar.get("base_model"),
+        "base_model": model_name(str(sidecar["base_model"])) if sidecar.get("base_model") else None,
         "revision": sidecar.get("revision"),
         "rank": sidecar.get("rank"),
         "alpha": sidecar.get("alpha"),
@@ -124,16 +125,18 @@ def training_metadata(sidecar: Mapping[str, Any]) -> dict[str, str]:
     return {PREFIX + k: _text(v) for k, v in facts.items()}
 
 
-def _model_name(base_model: str) -> str:
-    """A base model as sd-scripts' `ss_sd_model_name` names it: a local path by its last part
-    (train_network.py: os.path.basename of a path that exists; the file is shared, the trainer's
-    folders are not), a hub id as it is."""
+def model_name(base_model: str) -> str:
+    """A base model as a shared LoRA file's header names it (`lorastudio.base_model`,
+    `ss_sd_model_name`): a local path by its last part, as sd-scripts' `ss_sd_model_name`
+    (train_network.py: os.path.basename of a path; the file is shared, the trainer's folders are
+    not), a hub id ("owner/name") or a folder under models/ by its name as it is. A path is
+    absolute (POSIX or Windows), starts with ~ or ., or holds a backslash."""
     from pathlib import PurePosixPath, PureWindowsPath
 
-    for flavour in (PurePosixPath, PureWindowsPath):
-        path = flavour(base_model)
-        if path.is_absolute() or base_model.startswith("~"):
-            return path.name
+    if base_model.startswith(("~", ".")) or PurePosixPath(base_model).is_absolute():
+        return PurePosixPath(base_model).name or base_model
+    if "\\" in base_model or PureWindowsPath(base_model).is_absolute():
+        return PureWindowsPath(base_model).name or base_model
     return base_model
 
 
@@ -153,7 +156,7 @@ def kohya_metadata(info: Mapping[str, str], rank: int, alpha: float) -> dict[str
         "ss_network_dim": str(rank),
         "ss_network_alpha": f"{alpha:g}",
         "ss_base_model_version": BASE_MODEL_VERSION.get(get("family"), get("family")),
-        "ss_sd_model_name": _model_name(get("base_model")),
+        "ss_sd_model_name": model_name(get("base_model")),
         "ss_output_name": get("output_name"),
         "ss_steps": get("steps"),
         "ss_max_train_steps": get("total_steps"),
@@ -169,8 +172,13 @@ def kohya_metadata(info: Mapping[str, str], rank: int, alpha: float) -> dict[str
 def carried_header(header: Mapping[str, str]) -> dict[str, str]:
     """What a file made from another (convert, merge, resize) carries over from its header: the
     `lorastudio.*` facts and the model spec's architecture (the spec's advice to tools that
-    rewrite a file); the other `modelspec.*` keys are derived again (modelspec_metadata)."""
-    return {k: v for k, v in header.items() if k.startswith(PREFIX) or k == ARCHITECTURE_KEY}
+    rewrite a file); the other `modelspec.*` keys are derived again (modelspec_metadata). A base
+    model given as a local path (a file of an earlier version) is carried as its name
+    (model_name)."""
+    carried = {k: v for k, v in header.items() if k.startswith(PREFIX) or k == ARCHITECTURE_KEY}
+    if carried.get(PREFIX + "base_model"):
+        carried[PREFIX + "base_model"] = model_name(carried[PREFIX + "base_model"])
+    return carried
 
 
 def modelspec_metadata(info: Mapping[str, str]) -> dict[str, str]:

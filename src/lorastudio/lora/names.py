@@ -205,6 +205,26 @@ def flux_to_original(name: str) -> tuple[str, int | None]:
     raise _unsupported(name, "flux")
 
 
+def flux_from_flat(flat: str) -> str:
+    """A diffusers FLUX.1 module name from its underscored form (OneTrainer's `lora_transformer_`
+    keys: `transformer_blocks_0_attn_to_q` -> `transformer_blocks.0.attn.to_q`): only a module
+    the kohya layout maps (flux_to_original) is named, each underscored form being one name.
+    Raises ConfigError for any other."""
+    for name in _FLUX_TOP:
+        if flat == name.replace(".", "_"):
+            return name
+    m = re.fullmatch(r"(single_transformer_blocks|transformer_blocks)_(\d+)_(.+)", flat)
+    if m:
+        double = m.group(1) == "transformer_blocks"
+        kind = "double" if double else "single"
+        rests = [*(_FLUX_DOUBLE if double else _FLUX_SINGLE)]
+        rests += [p for fused, parts in FLUX_FUSED.items() if fused.startswith(kind) for p in parts]
+        for rest in rests:
+            if m.group(3) == rest.replace(".", "_"):
+                return f"{m.group(1)}.{m.group(2)}.{rest}"
+    raise _unsupported(flat, "flux")
+
+
 def flux_from_original(name: str) -> list[str]:
     """BFL module name -> its diffusers module names (several for a fused linear, in row order)."""
     top = {v: k for k, v in _FLUX_TOP.items()}

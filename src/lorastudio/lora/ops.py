@@ -199,11 +199,14 @@ def merge_files(
     return write_lora_file(out, tensors, header, overwrite=overwrite)
 
 
-def resize_file(src: Path, out: Path, rank: int, *, overwrite: bool = False) -> Resized:
-    """Write `src` resized to `rank` (SVD) at `out`, in `src`'s layout. Returns the Resized
-    (kept energy per layer). Raises NotFound, ModelSourceError, ConfigError."""
+def resize_file(
+    src: Path, out: Path, rank: int, family: str | None = None, *, overwrite: bool = False
+) -> Resized:
+    """Write `src` resized to `rank` (SVD) at `out`, in `src`'s layout; `family` defaults to the
+    header's (another trainer's file may name none). Returns the Resized (kept energy per
+    layer). Raises NotFound, ModelSourceError, ConfigError."""
     check_destination(out, [src], overwrite)
-    family, layout = _facts(src, None)
+    family, layout = _facts(src, family)
     lora, info = _load(src, family)
     resized = resize(lora, rank)
     info = {

@@ -282,3 +282,25 @@ def test_generate_cli_takes_a_model_by_its_name_under_models(tiny_model, tmp_pat
     result = CliRunner().invoke(app, [*args, "--steps", "1", "--width", "32", "--height", "32"])
     assert result.exit_code == 0, result.output
     assert Image.open(out).size == (32, 32)
+
+
+def test_the_coverage_check_reads_no_tensor_data(flux_pipe, flux_lora, monkeypatch):
+    """The completeness check (generate/lora_coverage.py) took the file's layers from a second
+    `lora_state_dict(path)` after the load: a second full read and copy of the file (a FLUX.1 LoRA
+    can be 1+ GB). It now takes the layers of the load's own conversion: applying one LoRA reads
+    its tensors once (diffusers' load), and the check itself opens no file."""
+    import safetensors.torch
+
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])  # the value check's memo is warm: it reads no more
+    reads: list[str] = []
+    real = safetensors.torch.load_file
+
+    def counted(filename, *args, **kwargs):
+        reads.append(str(filename))
+        return real(filename, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "load_file", counted)
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])
+    assert reads == [str(flux_lora)]
+    assert any(flux_pipe.get_list_adapters().values())
+    apply_loras(flux_pipe, [])

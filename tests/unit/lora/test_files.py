@@ -144,6 +144,9 @@ def test_a_kohya_run_writes_kohya_keys_metadata_and_the_comfyui_check(
     assert header["lorastudio.family"] == family and header["lorastudio.trigger_word"] == "sks"
     assert header["lorastudio.dataset_fingerprint"] == sidecar["dataset"]["fingerprint"]
     assert header["lorastudio.resolution"] == str(_size(family))
+    # the shared file names the base; the sidecar beside it keeps where it is
+    assert header["lorastudio.base_model"] == header["ss_sd_model_name"] == Path(sidecar["base_model"]).name
+    assert Path(sidecar["base_model"]).is_absolute()
     assert all(isinstance(v, str) for v in header.values())
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from tests.unit.lora.test_ops import _lora
+from tests.unit.lora.test_ops import _cli, _lora
 
 from lorastudio import families
 from lorastudio.generate import apply_loras, load_pipeline
@@ -100,3 +100,103 @@ def test_a_diffusers_written_bf16_flux_file_with_alpha_converts_at_its_strength(
     merged = merge_files([(theirs, 1.0), (theirs, 1.0)], tmp_path / "m.safetensors", family)
     for name, delta in _loaded_change(model, family, merged).items():
         assert (delta - 2 * want[name]).abs().max().item() <= 2e-2 * scale, name
+
+
+def _onetrainer_file(lora, alpha: float, path: Path) -> Path:
+    """OneTrainer's LoRA layout (modules/module/LoRAModule.py LoRAModuleWrapper: the prefix
+    `lora_transformer` + the diffusers module name with "_" for "."; lora_down / lora_up and a
+    per-layer `.alpha`; modules/util/convert/lora/convert_flux_lora.py's "legacy diffusers" names)."""
+    out = {}
+    for key, value in lora.tensors.items():
+        module, part = key.rsplit(".lora_", 1)
+        flat = "lora_transformer_" + module.replace(".", "_")
+        out[f"{flat}.lora_{'down' if part.startswith('A') else 'up'}.weight"] = value.contiguous()
+        out[f"{flat}.alpha"] = torch.tensor(alpha)
+    save_file(out, path, {"format": "pt"})
+    return path
+
+
+def test_onetrainers_flux_file_converts_merges_and_resizes_at_its_strength(
+    layer_shapes, tiny_model, tmp_path
+):
+    """OneTrainer's FLUX.1 LoRAs (`lora_transformer_transformer_blocks_0_attn_to_q.lora_down.weight`
+    ..., separate q, k, v) were refused by convert / merge / resize naming a key; diffusers'
+    FluxPipeline reads them (lora_conversion_utils: the `lora_transformer_` branch), and that
+    reading of the original file is the reference: alpha 8 over rank 4 (scale 2), each layer's
+    change of rank 2 so that resize to rank 2 keeps it exactly."""
+    family, model = "flux", tiny_model("flux")
+    lora = _lora(layer_shapes(family), family, 4, 8.0, seed=7, every=3)
+    for key, value in lora.tensors.items():  # each layer's change of rank 2 (resize to 2 is exact)
+        if key.endswith("lora_A.weight"):
+            value[2:] = 0
+    theirs = _onetrainer_file(lora, 8.0, tmp_path / "onetrainer.safetensors")
+    want = _loaded_change(model, family, theirs)
+    assert max(d.abs().max().item() for d in want.values()) > 1e-3
+    out = tmp_path / "to-diffusers.safetensors"
+    convert_file(theirs, out, "diffusers", family)
+    _assert_same_change(_loaded_change(model, family, out), want)
+
+    # FLUX.1's kohya layout (what merge and resize of a kohya-read file write) fuses q, k, v:
+    # diffusers' kohya reader splits them at FLUX.1-dev's widths only, so each such file is read
+    # back through the diffusers layout
+    def change_of(kohya: Path) -> dict[str, torch.Tensor]:
+        back = kohya.with_name(f"{kohya.stem}-back.safetensors")
+        convert_file(kohya, back, "diffusers", family)
+        return _loaded_change(model, family, back)
+
+    kohya = tmp_path / "to-kohya.safetensors"
+    convert_file(theirs, kohya, "kohya", family)
+    _assert_same_change(change_of(kohya), want)
+    merged = merge_files([(theirs, 0.25), (theirs, 0.25)], tmp_path / "merged.safetensors", family)
+    _assert_same_change(change_of(merged), want, 0.5)
+    # another trainer's header names no family of ours: resize takes it as convert and merge do
+    resize_file(theirs, tmp_path / "r2.safetensors", 2, family)  # each change of rank 2: kept exactly
+    _assert_same_change(change_of(tmp_path / "r2.safetensors"), want)
+    result = _cli(
+        "resize", str(theirs), "--rank", "2", "--out", str(tmp_path / "cli.safetensors"), "--family", family
+    )
+    assert result.exit_code == 0, result.output
+    pipe = load_pipeline(str(model), family, device="cpu")
+    apply_loras(pipe, [(theirs, 1.0)])  # generation takes it, every layer loaded
+
+
+def test_a_onetrainer_key_of_no_flux_module_is_refused_naming_it(layer_shapes, tmp_path):
+    """A `lora_transformer_` name that is no FLUX.1 module the layouts map is refused naming it."""
+    import pytest
+
+    from lorastudio.errors import ConfigError
+
+    family = "flux"
+    lora = _lora(layer_shapes(family), family, 4, 4.0, seed=1, every=6)
+    theirs = _onetrainer_file(lora, 4.0, tmp_path / "onetrainer.safetensors")
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(theirs))
+    tensors["lora_transformer_transformer_blocks_0_attn_norm_q.lora_down.weight"] = torch.zeros(4, 8)
+    tensors["lora_transformer_transformer_blocks_0_attn_norm_q.lora_up.weight"] = torch.zeros(8, 4)
+    odd = tmp_path / "odd.safetensors"
+    save_file(tensors, odd, {"format": "pt"})
+    with pytest.raises(ConfigError, match="transformer_blocks_0_attn_norm_q"):
+        convert_file(odd, tmp_path / "out.safetensors", "diffusers", family)
+
+
+def test_a_layer_spelt_both_by_onetrainer_and_kohya_is_refused(layer_shapes, tmp_path):
+    """OneTrainer's to_q beside kohya's fused qkv of the same block: one layer twice, refused
+    (neither is silently dropped)."""
+    import pytest
+    from safetensors.torch import load_file
+
+    from lorastudio.errors import ConfigError
+    from lorastudio.lora.convert import to_kohya
+
+    family = "flux"
+    lora = _lora(layer_shapes(family), family, 4, 4.0, seed=2)
+    qkv = {k: v for k, v in lora.tensors.items() if k.startswith("transformer_blocks.0.attn.to_")}
+    kohya = to_kohya({k: v for k, v in qkv.items() if ".to_out" not in k}, family, 4.0, 4)
+    theirs = load_file(str(_onetrainer_file(lora, 4.0, tmp_path / "ot.safetensors")))
+    both = {**kohya, **{k: v for k, v in theirs.items() if "transformer_blocks_0_attn_to_q" in k}}
+    both = {k: v for k, v in both.items() if not k.startswith("lora_transformer_single")}
+    path = tmp_path / "both.safetensors"
+    save_file({k: v.contiguous() for k, v in both.items()}, path, {"format": "pt"})
+    with pytest.raises(ConfigError, match=r"transformer_blocks\.0\.attn\.to_q is in the file twice"):
+        convert_file(path, tmp_path / "out.safetensors", "diffusers", family)

@@ -48,8 +48,9 @@ def _lora(shapes: dict, family: str, rank: int, alpha: float, seed: int, every: 
     return PeftLora(sd, rank, alpha)
 
 
-def _write(lora: PeftLora, family: str, layout: str, path: Path) -> Path:
-    tensors, header = file_for_layout(lora, family, layout, {"lorastudio.family": family})  # type: ignore[arg-type]
+def _write(lora: PeftLora, family: str, layout: str, path: Path, info: dict | None = None) -> Path:
+    info = {"lorastudio.family": family, **(info or {})}
+    tensors, header = file_for_layout(lora, family, layout, info)  # type: ignore[arg-type]
     return write_lora_file(path, tensors, header)
 
 
@@ -327,3 +328,25 @@ def test_a_diffusers_written_sdxl_loras_text_encoder_alpha_is_kept(layer_shapes,
     }.items():
         for m, delta in want.items():
             torch.testing.assert_close(got[m], delta, rtol=1e-5, atol=1e-5, msg=f"{name}: {m}")
+
+
+def test_convert_merge_and_resize_name_the_base_not_its_path(layer_shapes, tmp_path):
+    """A file whose header holds its trainer's local path (a file of an earlier version) keeps
+    no path in what convert, merge and resize write: the model's name (lora/metadata.model_name)."""
+    from lorastudio.lora.files import convert_file
+
+    shapes = layer_shapes("flux")
+    where = {"lorastudio.base_model": "/home/alice/models/flux1-dev"}
+    a = _write(
+        _lora(shapes, "flux", 4, 4.0, 0, every=4), "flux", "diffusers", tmp_path / "a.safetensors", where
+    )
+    b = _write(
+        _lora(shapes, "flux", 4, 4.0, 1, every=4), "flux", "diffusers", tmp_path / "b.safetensors", where
+    )
+    convert_file(a, tmp_path / "c.safetensors", to="kohya")
+    merge_files([(a, 1.0), (b, 0.5)], tmp_path / "m.safetensors")
+    resize_file(a, tmp_path / "r.safetensors", 2)
+    for made in ("c", "m", "r"):
+        _, header = read_lora_file(tmp_path / f"{made}.safetensors")
+        assert header["lorastudio.base_model"] == "flux1-dev", made
+        assert not any("/home/alice" in v for v in header.values()), made
