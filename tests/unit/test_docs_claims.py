@@ -214,3 +214,18 @@ def test_every_readme_route_exists():
         if not any((m is None or m == rm) and pat.match(p) for rm, pat in routes)
     ]
     assert missing == []
+
+
+def test_families_says_which_take_a_negative_prompt():
+    """`generate --negative`'s help sends the user to `lorastudio families` for the families whose
+    pipeline takes one (the others are refused: the spec's negative_prompt, checked against the
+    pipelines by the contract suite)."""
+    from typer.testing import CliRunner
+
+    _register()
+    out = CliRunner().invoke(app, ["families"], env={"COLUMNS": "400"})
+    assert out.exit_code == 0, out.output
+    rows = {line.split("\t")[0]: line for line in out.output.splitlines()[1:] if "\t" in line}
+    for family in families.names():
+        takes = families.get(family).spec.negative_prompt
+        assert rows[family].endswith("; negative prompt" if takes else "; no negative prompt"), rows[family]
