@@ -2,11 +2,13 @@
 
 - Every `lorastudio ...` command line of README's bash blocks parses with the CLI's own click
   parser: the command exists, every option is spelt as the command spells it, the required
-  options and arguments are there and no argument is left over. The inline ones (`lorastudio
+  options and arguments are there, no argument is left over and each `--set KEY=VALUE` names a
+  setting. The inline ones (`lorastudio
   datasets import DIR --name N [--strict]`) name an existing command and only its options.
 - Every TOML block of README is a config the strict schema takes (a fragment completed with the
   minimum: family, base_model, data_dir), and so is every inline `setting = value` of a
-  TrainConfig, `[[datasets]]` entry, sample prompt or preservation field (for some family).
+  TrainConfig, `[[datasets]]` entry, sample prompt or preservation field (for some family), and
+  every inline sample prompt object (`{ prompt = "a dog", width = 768, ... }`).
 - Every `/api/...` route README names (with its method when it gives one) is a route of the app.
 """
 
@@ -87,6 +89,8 @@ def test_every_readme_command_line_parses(line: str):
     given = _parse(cmd, tokens, path)
     missing = [p.name for p in cmd.params if p.required and p.name not in given]
     assert missing == [], f"`{line}` lacks {missing}"
+    for override in given.get("overrides") or given.get("set") or []:  # --set KEY=VALUE: a setting
+        assert override.split("=", 1)[0] in TrainConfig.model_fields, f"`{line}`: no setting {override}"
 
 
 def _inline_commands() -> list[str]:
@@ -162,6 +166,14 @@ def _settings_spans() -> list[str]:
         if m and m[1] in fields and not re.search(r"\.\.\.|…|\||^[A-Z]$", m[2]):
             out.append(span)
     return out
+
+
+def test_every_inline_sample_prompt_object_is_taken():
+    """`{ prompt = "a dog", width = 768, ... }`: a sample_prompts entry as README writes one."""
+    objects = [s for s in SPANS if re.fullmatch(r"\{ ?prompt = .*\}", s)]
+    assert objects
+    for span in objects:
+        SamplePrompt.model_validate(tomllib.loads(f"x = {span}")["x"])
 
 
 def test_there_are_settings_to_check():
