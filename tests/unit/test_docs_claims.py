@@ -3,13 +3,15 @@
 - Every `lorastudio ...` command line of README's bash blocks parses with the CLI's own click
   parser: the command exists, every option is spelt as the command spells it, the required
   options and arguments are there, no argument is left over and each `--set KEY=VALUE` names a
-  setting. The inline ones (`lorastudio
-  datasets import DIR --name N [--strict]`) name an existing command and only its options.
+  setting. The inline ones (`lorastudio datasets import DIR --name N [--strict]`) name an
+  existing command and only its options.
 - Every TOML block of README is a config the strict schema takes (a fragment completed with the
   minimum: family, base_model, data_dir), and so is every inline `setting = value` of a
   TrainConfig, `[[datasets]]` entry, sample prompt or preservation field (for some family), and
   every inline sample prompt object (`{ prompt = "a dog", width = 768, ... }`).
 - Every `/api/...` route README names (with its method when it gives one) is a route of the app.
+- `lorastudio families` says which families take a negative prompt (`generate --negative`'s help
+  sends the user there).
 """
 
 from __future__ import annotations
