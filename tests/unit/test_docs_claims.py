@@ -243,3 +243,38 @@ def test_families_says_which_take_a_negative_prompt():
     for family in families.names():
         takes = families.get(family).spec.negative_prompt
         assert rows[family].endswith("; negative prompt" if takes else "; no negative prompt"), rows[family]
+
+
+def test_the_environment_defaults_readme_states_are_the_settings_defaults():
+    """`LORASTUDIO_MAX_JSON_MB` (default 4; ...), `LORASTUDIO_MAX_DECODE_PIXELS` (default
+    4096x4096): each default README gives a LORASTUDIO_* setting is the one Settings has."""
+    from lorastudio.settings import Settings
+
+    flat = re.sub(r"\s+", " ", TEXT)
+    stated = re.findall(r"`LORASTUDIO_([A-Z_]+)`,? \(?default ([0-9][0-9,]*(?:x[0-9]+)?)", flat)
+    checked = {}
+    for name, value in stated:
+        field = Settings.model_fields.get(name.lower())
+        if field is None:
+            continue  # not a server setting (LORASTUDIO_TEST_WORKERS is scripts/test.sh's)
+        number = 1
+        for part in value.replace(",", "").split("x"):
+            number *= int(part)
+        checked[name] = (field.get_default(call_default_factory=True), number)
+    assert len(checked) >= 6, checked
+    assert {k: v for k, v in checked.items() if v[0] != v[1]} == {}
+
+
+def test_the_generation_budget_readme_states_is_the_rules():
+    from lorastudio import generation_rules as rules
+
+    flat = re.sub(r"\s+", " ", TEXT)
+    m = re.search(
+        r"width or height is over (\d+), width × height over ([\d.]+) MP \((\d+)²\), steps over (\d+), "
+        r"or width × height × steps over ([\d.]+) M",
+        flat,
+    )
+    assert m, "README's generation budget sentence changed: update this test with it"
+    assert int(m[1]) == rules.MAX_SIDE and int(m[3]) ** 2 == rules.MAX_PIXELS
+    assert float(m[2]) == round(rules.MAX_PIXELS / 1e6, 1) and int(m[4]) == rules.MAX_STEPS
+    assert float(m[5]) == round(rules.MAX_PIXEL_STEPS / 1e6, 1)
