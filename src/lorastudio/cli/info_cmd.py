@@ -37,11 +37,11 @@ def families_cmd() -> None:
 
 
 def _generation(spec: FamilySpec) -> str:
-    """How the family's pipeline takes a guidance scale (`generate --guidance`) and whether it
-    takes a negative prompt (`generate --negative`, refused for the others)."""
-    kind = {"cfg": "CFG", "true_cfg": "true CFG", "embedded": "distilled guidance embedding"}[spec.guidance]
+    """How the family's pipeline takes a guidance scale (`generate --guidance`: cfg, true_cfg or
+    embedded, as /api/info's `guidance`, and its default) and whether it takes a negative prompt
+    (`generate --negative`, refused for the others)."""
     default = spec.generation_defaults.get(spec.guidance_kwarg)
-    guidance = f"guidance: {kind}" + (f" (default {default})" if default is not None else "")
+    guidance = spec.guidance + (f" {default}" if default is not None else "")
     return guidance + ("; negative prompt" if spec.negative_prompt else "; no negative prompt")
 
 
