@@ -43,7 +43,13 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 TEXT = README.read_text(encoding="utf-8")
 BLOCKS = re.findall(r"^```(\w*)\n(.*?)^```", TEXT, re.S | re.M)
 PROSE = re.sub(r"^```.*?^```", "", TEXT, flags=re.S | re.M)
-SPANS = [re.sub(r"\s+", " ", s) for s in re.findall(r"`([^`]+)`", PROSE)]
+# the bash blocks' comments name commands too: `models fetch ID`, `cache clear [--model FP]`
+COMMENTS = "\n".join(
+    line.split(" #", 1)[1] for lang, b in BLOCKS if lang == "bash" for line in b.splitlines() if " #" in line
+)
+SPANS = [re.sub(r"\s+", " ", s) for s in re.findall(r"`([^`]+)`", PROSE + "\n" + COMMENTS)]
+# commands named without the leading `lorastudio` (`datasets delete NAME`, `runs show ID`)
+GROUPS = ("cache", "datasets", "lora", "models", "runs", "tiny")
 
 
 def _bash_commands() -> list[str]:
@@ -96,9 +102,12 @@ def test_every_readme_command_line_parses(line: str):
 
 
 def _inline_commands() -> list[str]:
-    """Inline `lorastudio ...` spans: optional parts ([--x]) are checked as given, `a|b` as both."""
+    """Inline `lorastudio ...` spans (or `datasets import DIR ...`): optional parts ([--x]) are
+    checked as given, `a|b` as both."""
     out = []
     for span in SPANS:
+        if span.split(" ", 1)[0] in GROUPS and " " in span:
+            span = f"lorastudio {span}"
         if not span.startswith("lorastudio "):
             continue
         words = span.replace("[", " ").replace("]", " ").split()
