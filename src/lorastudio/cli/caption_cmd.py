@@ -50,12 +50,16 @@ def caption_cmd(
     from lorastudio.captioning.options import CaptionOptions
     from lorastudio.captioning.run import caption_dataset
     from lorastudio.captioning.source import resolve_captioner
+    from lorastudio.cli.config_file import localize_path
     from lorastudio.data import resolve_dataset_dir, safe_component
     from lorastudio.errors import ConfigError, DatasetBusy, FieldProblem, HomeInUse
     from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
     from lorastudio.jobs.homelock import HomeLock
     from lorastudio.settings import get_settings
 
+    # a model folder given relative to where the command runs ("./vlm", "out/vlm": what `lorastudio
+    # tiny vlm PATH` wrote), as every CLI path is; a bare name stays a models/ name, owner/name a hub id
+    model = localize_path(model, may_be_hub_id=True)
     try:
         options = CaptionOptions(
             model=model, revision=revision, prompt=prompt, prefix=prefix, overwrite=overwrite,

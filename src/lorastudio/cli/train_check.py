@@ -183,6 +183,9 @@ def print_report(report: dict[str, Any]) -> None:
     )
     if sched.get("preservation"):
         echo(f"  preservation   {sched['preservation']}")
+    conditioning = report.get("conditioning") or {}
+    if conditioning.get("per_step"):  # train_text_encoder: no caption cache
+        echo(f"  conditioning   {conditioning['note']}")
     prec = report["precision"]
     echo("precision:")
     echo(f"  device         {prec['device']} ({report['host']['name']})")

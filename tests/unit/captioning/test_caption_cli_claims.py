@@ -53,3 +53,29 @@ def test_a_second_cli_caption_is_refused_and_a_killed_one_blocks_nothing(tiny_vl
     assert again.exit_code == 0, again.output
     assert sorted(p.name for p in folder.glob("*.txt")) == [f"card{i}.txt" for i in range(4)]
     assert not (settings.home / CLAIMS_DIR).exists()  # the stale record went, the last holder left no trace
+
+
+def test_a_model_folder_relative_to_the_current_directory_captions(
+    tiny_vlm: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """README / `tiny vlm`'s help: `lorastudio tiny vlm PATH`, then `datasets caption NAME --model
+    PATH`. A relative PATH ("./vlm", "models-here/vlm") was refused as "neither a model folder nor
+    a hub id": it is now taken from the directory the command runs in, as `train`'s paths are."""
+    import shutil
+
+    from lorastudio.cli.app import _register, app
+
+    if not app.registered_commands:
+        _register()
+    settings = get_settings().ensure_dirs()
+    folder = settings.datasets_dir / "cards"
+    folder.mkdir()
+    Image.new("RGB", (40, 32), (60, 80, 200)).save(folder / "card0.png")
+    shutil.copytree(tiny_vlm, tmp_path / "here" / "vlm")
+    monkeypatch.chdir(tmp_path)
+    for model in ("./here/vlm", "here/vlm"):
+        (folder / "card0.txt").unlink(missing_ok=True)
+        args = ["datasets", "caption", "cards", "--model", model, "--device", "cpu", "--max-tokens", "4"]
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 0, out.output
+        assert (folder / "card0.txt").is_file()

@@ -291,3 +291,18 @@ def test_train_reports_the_plan_and_tracker_refusals_with_the_configs_other_prob
         assert out.count("measured on a CUDA GPU") == 1, out
         assert out.count("block swap moves weights") == 1, out
         assert out.count(f"needs the {tracker} package") == 1, out
+
+
+def test_check_says_a_text_encoder_run_encodes_its_captions_every_step(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """README: with train_text_encoder captions are encoded in every step instead of once, and
+    the preflight says so (the report's `conditioning`, printed by --check)."""
+    settings = run_settings("sdxl", tiny_model("sdxl"), small_dataset, {"train_text_encoder": True})
+    result = _invoke("train", str(_config(tmp_path, settings)), "--check", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "conditioning   train_text_encoder" in result.output and "encoded in every step" in result.output
+    plain = _invoke(
+        "train", str(_config(tmp_path, {**settings, "train_text_encoder": False}, "b.toml")), "--check"
+    )
+    assert plain.exit_code == 0 and "conditioning" not in plain.output, plain.output

@@ -45,7 +45,7 @@ def test_families_at_80_columns_cuts_no_default(monkeypatch: pytest.MonkeyPatch)
     family = ""
     for line in text.splitlines():
         cells = line.split("│")[1:-1]
-        if len(cells) == 5:
+        if len(cells) == 6:  # family, title, objective, defaults, family settings, generate
             family = cells[0].strip() or family
             defaults[family] = defaults.get(family, "") + cells[3].replace(" ", "")
     for fam in families.all_families():
