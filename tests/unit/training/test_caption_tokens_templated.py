@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from PIL import Image
 
 from lorastudio import families
 from lorastudio.training.caption_length import caption_token_counts, cut_captions_note
@@ -76,8 +77,11 @@ def test_the_plan_note_names_only_the_caption_past_the_limit(name, tiny_model, m
     cfg = make_config(name, data_dir=str(small_dataset), max_sequence_length=limit)
     note = cut_captions_note(spec, cfg, encoders, list(captions.values()))
     assert note is not None and note.startswith("captions: 1 of 3 are longer than ")
-    assert f"the {limit} tokens {spec.title}'s text encoder reads (its prompt template's tokens included)" in note
-    assert f'"{captions[1]}" ({limit + 1} tokens)' in note
+    assert (
+        f"the {limit} tokens {spec.title}'s text encoder reads (its prompt template's tokens included)"
+        in note
+    )
+    assert f'"{captions[1][:60]}..." ({limit + 1} tokens)' in note  # 60 characters quoted
     assert cut_captions_note(spec, cfg, encoders, [captions[-1], captions[0]]) is None
 
 
@@ -87,7 +91,8 @@ def test_qwen_image_edit_never_cuts(tiny_model):
     encoders = _encoders("qwen-image-edit", tiny_model)
     long = " ".join(["cat"] * 1500)  # past every limit the other Qwen pipelines have (1024)
     whole = len(encoders.tokenizer(long)["input_ids"])
-    embeds, mask = encoders.encode_prompt(prompt=[long], device=torch.device("cpu"))
+    image = Image.new("RGB", (64, 64), "red")  # the edit pipeline's template holds one image
+    embeds, mask = encoders.encode_prompt(prompt=[long], image=[image], device=torch.device("cpu"))
     read = int(mask.sum()) if mask is not None else embeds.shape[1]
     assert read >= whole > 1024  # every caption token reaches the transformer
     with pytest.raises(ValueError, match="not measured"):
