@@ -122,8 +122,10 @@ def cut_captions_note(
         or getattr(encoders, spec.caption_tokens.tokenizer, None) is None
     ):
         return None
+    ceiling = spec.max_sequence_length_max
     if spec.caption_tokens.template == "qwen_image":
-        limit = min(limit, encoders.tokenizer_max_length)  # the pipeline's tokenizer cut
+        ceiling = encoders.tokenizer_max_length  # the pipeline's tokenizer cut (1024)
+        limit = min(limit, ceiling)
     captions = sorted({t for t in texts if isinstance(t, str)})
     if not captions:
         return None
@@ -138,7 +140,7 @@ def cut_captions_note(
     return (
         f"captions: {len(cut)} of {len(captions)} are longer than the {limit} tokens {spec.title}'s text "
         f"encoder reads{_with_template(spec)}, and train cut there: {shown}{more}; shorten them"
-        + (" or raise max_sequence_length" if _may_raise(spec, limit) else "")
+        + (" or raise max_sequence_length" if _may_raise(spec, limit, ceiling) else "")
     )
 
 
@@ -148,9 +150,8 @@ def _with_template(spec: FamilySpec) -> str:
     return "" if plain else " (its prompt template's tokens included)"
 
 
-def _may_raise(spec: FamilySpec, limit: int) -> bool:
-    """Whether the limit is the run's max_sequence_length and the family allows a larger one."""
-    cap = spec.max_sequence_length_max
-    return (
-        spec.caption_tokens is not None and spec.caption_tokens.limit is None and (cap is None or limit < cap)
-    )
+def _may_raise(spec: FamilySpec, limit: int, ceiling: int | None) -> bool:
+    """Whether the limit is the run's max_sequence_length and a larger one would be read (up
+    to `ceiling`: the family's max_sequence_length_max or its pipeline's own cut; None: none)."""
+    by_setting = spec.caption_tokens is not None and spec.caption_tokens.limit is None
+    return by_setting and (ceiling is None or limit < ceiling)

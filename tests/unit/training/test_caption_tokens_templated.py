@@ -97,3 +97,10 @@ def test_qwen_image_edit_never_cuts(tiny_model):
     assert read >= whole > 1024  # every caption token reaches the transformer
     with pytest.raises(ValueError, match="not measured"):
         caption_token_counts(spec, encoders, [long])
+
+
+def test_every_family_says_how_its_captions_are_measured():
+    for family in families.all_families():
+        tokens = family.spec.caption_tokens
+        assert tokens is not None, family.spec.name  # measured, or declared never cut
+        assert tokens.cuts == (family.spec.name != "qwen-image-edit"), family.spec.name
