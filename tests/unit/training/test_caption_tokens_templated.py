@@ -7,6 +7,7 @@ and the cut falls where we say. Qwen-Image-Edit never cuts."""
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from PIL import Image
 
 from lorastudio import families
 from lorastudio.training.caption_length import caption_token_counts, cut_captions_note
+from lorastudio.training.events import PlanChosen
+from lorastudio.training.loop import train
 
 TEMPLATED = ("qwen-image", "z-image", "flux2", "flux2-klein", "krea2")
 
@@ -104,3 +107,22 @@ def test_every_family_says_how_its_captions_are_measured():
         tokens = family.spec.caption_tokens
         assert tokens is not None, family.spec.name  # measured, or declared never cut
         assert tokens.cuts == (family.spec.name != "qwen-image-edit"), family.spec.name
+
+
+@pytest.mark.parametrize("name", ["z-image", "krea2"])
+def test_a_run_names_a_templated_familys_long_caption(name, make_config, small_dataset, tiny_model, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(small_dataset, data)
+    long = ", ".join(f"tag{n} word{n}" for n in range(60))
+    sorted(data.glob("*.txt"))[0].write_text(long + "\n")
+    events: list = []
+    train(make_config(name, data_dir=str(data), steps=1, max_sequence_length=32), events.append, device="cpu")
+    (plan,) = [e for e in events if isinstance(e, PlanChosen)]
+    (note,) = [n for n in plan.fallbacks if n.startswith("captions:")]
+    (tokens,) = caption_token_counts(families.get(name).spec, _encoders(name, tiny_model), [long])
+    title = families.get(name).spec.title
+    assert (
+        f"longer than the 32 tokens {title}'s text encoder reads (its prompt template's tokens included)"
+        in note
+    )
+    assert f'"{long[:60]}..." ({tokens} tokens)' in note and note.endswith("or raise max_sequence_length")
