@@ -67,14 +67,10 @@ def _flux2_system(tokenizer: Any, encoders: Any, captions: list[str]) -> list[in
     from diffusers.pipelines.flux2.pipeline_flux2 import format_input
 
     messages = format_input(prompts=captions, system_message=encoders.system_message)
-    return [
-        len(
-            tokenizer.apply_chat_template(m, add_generation_prompt=False, tokenize=True, return_dict=True)[
-                "input_ids"
-            ]
-        )
-        for m in messages
-    ]
+    out = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=False, tokenize=True, return_dict=True
+    )
+    return [len(ids) for ids in out["input_ids"]]  # the batch unpadded: each its own length
 
 
 def _krea2(tokenizer: Any, encoders: Any, captions: list[str]) -> list[int]:
