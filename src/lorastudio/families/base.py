@@ -23,7 +23,7 @@ from lorastudio.errors import FieldProblem, ModelSourceError
 from lorastudio.families.flavours import FlavourHooks, config_facts  # noqa: F401 (re-exported)
 from lorastudio.families.loading import load_component, quiet_loading  # noqa: F401 (re-exported)
 from lorastudio.families.shifts import dynamic_shift_mu, static_shift, time_shift
-from lorastudio.families.spec import FamilySpec, Objective, Variant  # noqa: F401 (re-exported)
+from lorastudio.families.spec import CaptionTokens, FamilySpec, Objective, Variant  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import torch

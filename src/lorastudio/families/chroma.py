@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict, no_grad
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ SPEC = FamilySpec(
         "it (illegal memory access on an H200); use 'auto' (the efficient kernel)"
     },
     max_sequence_length_max=512,  # T5's 512 tokens
-    caption_tokens=("tokenizer", None),  # its one text encoder, T5
+    caption_tokens=CaptionTokens("tokenizer"),  # its one text encoder, T5
 )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, Packed2x2Latents, flux_dit_predict, no_grad
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ SPEC = FamilySpec(
         "FluxSingleTransformerBlock": (("proj_mlp", "attn.to_q", "attn.to_k", "attn.to_v"),),
     },
     max_sequence_length_max=512,  # T5's 512 tokens (FluxPipeline refuses more)
-    caption_tokens=("tokenizer_2", None),  # T5 reads the caption (CLIP's 77: the pooled summary)
+    caption_tokens=CaptionTokens("tokenizer_2"),  # T5 reads the caption (CLIP's 77: the pooled summary)
 )
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.data.control_sizing import ControlSizing
-from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import DUAL_STREAM_QKV, no_grad
 
 if TYPE_CHECKING:
@@ -98,6 +98,8 @@ SPEC = FamilySpec(
     control_images=(0, MAX_REFERENCES_DEV),  # text-to-image, or edit with 1..10 references
     min_reference_side=64,  # Flux2ImageProcessor.check_image_input
     max_sequence_length_max=MAX_TEXT_TOKENS,
+    # its system message and Mistral's chat template wrap the caption, all counted against the limit
+    caption_tokens=CaptionTokens("tokenizer", template="flux2_system"),
     # Flux2Pipeline scales a reference over 1 MP down to 1 MP, then floors its sides to 16
     control_sizing=ControlSizing("cap_area", area=1024 * 1024, multiple=16, label="<= 1 MP"),
 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.families.base import FamilySpec, Variant
+from lorastudio.families.base import CaptionTokens, FamilySpec, Variant
 from lorastudio.families.common import no_grad
 from lorastudio.families.flux2 import (
     FLUX2_SUPPORTS,
@@ -90,6 +90,8 @@ SPEC = FamilySpec(
     fused_projection_groups=FLUX2_SPEC.fused_projection_groups,
     no_cfg_kwargs={"guidance_scale": 1.0},
     max_sequence_length_max=MAX_TEXT_TOKENS,
+    # Qwen3's chat template (thinking off) wraps the caption; all of it counts against the limit
+    caption_tokens=CaptionTokens("tokenizer", template="chat"),
     control_images=(0, MAX_REFERENCES_KLEIN),  # text-to-image, or edit with 1..4 references
     min_reference_side=FLUX2_SPEC.min_reference_side,
     control_sizing=FLUX2_SPEC.control_sizing,  # Flux2KleinPipeline sizes references as Flux2Pipeline

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import (
     no_grad,
     pack_patches,
@@ -77,6 +77,8 @@ SPEC = FamilySpec(
     },
     no_cfg_kwargs={"guidance_scale": 0.0},  # Krea2Pipeline guides when guidance_scale > 0
     guides_with_negative=True,
+    # prefix + caption cut at max_sequence_length less its 5-token suffix (the prefix dropped)
+    caption_tokens=CaptionTokens("tokenizer", template="krea2"),
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import (
     DUAL_STREAM_QKV,
     Packed2x2Latents,
@@ -46,6 +46,8 @@ SPEC = FamilySpec(
     guidance="true_cfg",
     negative_prompt=True,
     fused_projection_groups={"QwenImageTransformerBlock": DUAL_STREAM_QKV},
+    # its prompt_template_encode wraps the caption; the template's tail counts against the limit
+    caption_tokens=CaptionTokens("tokenizer", template="qwen_image"),
 )
 
 

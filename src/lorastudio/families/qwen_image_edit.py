@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorastudio.data.control_sizing import ControlSizing
 from lorastudio.errors import DatasetError, FieldProblem
-from lorastudio.families.base import Variant
+from lorastudio.families.base import CaptionTokens, Variant
 from lorastudio.families.common import no_grad
 from lorastudio.families.qwen_image import SPEC as QWEN_SPEC
 from lorastudio.families.qwen_image import QwenImageFamily
@@ -55,6 +55,7 @@ SPEC = replace(
     # max_sequence_length): the setting is not offered rather than silently ignored
     defaults={k: v for k, v in QWEN_SPEC.defaults.items() if k != "max_sequence_length"},
     supports=QWEN_SPEC.supports - {"max_sequence_length"},
+    caption_tokens=CaptionTokens("processor", cuts=False),  # nothing to measure: nothing is cut
     control_images=(0, 3),  # the widest of the flavours; each row says its own
     edit_model=True,
     prompt_sees_controls=True,

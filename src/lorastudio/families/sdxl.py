@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import no_grad
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 SPEC = FamilySpec(
     name="sdxl",
     title="Stable Diffusion XL",
-    caption_tokens=("tokenizer", 77),  # both CLIPs read 77 tokens (the pipeline cuts the rest)
+    caption_tokens=CaptionTokens("tokenizer", 77),  # both CLIPs read 77 tokens (the pipeline cuts the rest)
     pipeline_class="StableDiffusionXLPipeline",
     accepted_pipelines=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
     denoiser="unet",

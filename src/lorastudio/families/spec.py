@@ -13,6 +13,28 @@ from typing import Any, Literal
 from lorastudio.data.control_sizing import ControlSizing
 
 Objective = Literal["ddpm", "flow"]
+# how a family's pipeline wraps a caption before its tokenizer (training/caption_length.py counts
+# it the same way): "plain" none; "qwen_image" QwenImagePipeline's prompt_template_encode (its
+# first prompt_template_encode_start_idx tokens dropped); "chat_thinking" / "chat" the
+# tokenizer's chat template with / without Qwen3's enable_thinking (Z-Image / FLUX.2 klein);
+# "flux2_system" Flux2Pipeline's system message and the processor's chat template; "krea2"
+# Krea2Pipeline's prefix + caption (prefix dropped), its suffix counted
+CaptionTemplate = Literal["plain", "qwen_image", "chat_thinking", "chat", "flux2_system", "krea2"]
+
+
+@dataclass(frozen=True)
+class CaptionTokens:
+    """How a caption is measured against what a family's text encoder reads, so a run names the
+    captions its pipeline's encode_prompt cuts short (training/caption_length.py)."""
+
+    tokenizer: str  # the text pipeline's attribute holding the tokenizer (processor) it calls
+    # the most tokens it reads, special and template ones included (the dropped prefix not);
+    # None: the run's max_sequence_length
+    limit: int | None = None
+    template: CaptionTemplate = "plain"
+    # False: the pipeline never cuts a caption (Qwen-Image-Edit's encode_prompt ignores
+    # max_sequence_length), so nothing is measured
+    cuts: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,10 +111,8 @@ class FamilySpec:
     # max_sequence_length is refused; None: no cap beyond the config's own
     max_sequence_length_max: int | None = None
     # how a caption is measured against what its text encoder reads, so a run names the captions
-    # cut short (training/caption_length.py): (the text pipeline's tokenizer attribute that reads
-    # the whole caption, its limit in tokens, special ones included; None: the run's
-    # max_sequence_length). None: not measured (its pipeline wraps the caption in a template)
-    caption_tokens: tuple[str, int | None] | None = None
+    # cut short (training/caption_length.py); None: not measured
+    caption_tokens: CaptionTokens | None = None
     # boolean settings it refuses turned on -> why (Qwen-Image-Edit's random_flip)
     refuses_on: Mapping[str, str] = field(default_factory=dict)
     # flavours of the architecture, read from the checkpoint (Variant); empty: one flavour

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lorastudio.families.base import Family, FamilySpec
+from lorastudio.families.base import CaptionTokens, Family, FamilySpec
 from lorastudio.families.common import no_grad
 from lorastudio.families.real_rope import use_real_rope_processors
 
@@ -44,6 +44,8 @@ SPEC = FamilySpec(
             ("feed_forward.w1", "feed_forward.w3"),  # the SwiGLU's two input projections
         )
     },
+    # Qwen3's chat template (thinking on) wraps the caption; all of it counts against the limit
+    caption_tokens=CaptionTokens("tokenizer", template="chat_thinking"),
 )
 
 

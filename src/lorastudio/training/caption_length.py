@@ -6,17 +6,19 @@ T5 the run's max_sequence_length); its pipeline's encode_prompt cuts the rest wi
 each caption with the pipeline's own tokenizer (FamilySpec.caption_tokens says which and its
 limit) and the run's plan notes (PlanChosen.fallbacks: the web form's plan summary, the CLI's
 log) say how many are cut and show the longest. A family whose pipeline wraps the caption in a
-template of its own (Qwen-Image, Z-Image, FLUX.2, Krea 2) is not measured (caption_tokens None).
+template of its own (Qwen-Image, Z-Image, FLUX.2 / klein, Krea 2) is measured with that template
+built as its pipeline builds it (CaptionTokens.template): the template's tokens count against the
+limit, as they do in the pipeline; Qwen-Image-Edit never cuts (CaptionTokens.cuts False).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
-    from lorastudio.families.spec import FamilySpec
+    from lorastudio.families.spec import CaptionTemplate, FamilySpec
 
 SHOWN = 3  # captions quoted in the note, longest first
 QUOTED_CHARS = 60  # characters of each quoted caption
@@ -25,10 +27,82 @@ QUOTED_CHARS = 60  # characters of each quoted caption
 def token_limit(spec: FamilySpec, cfg: TrainConfig) -> int | None:
     """The most tokens (special ones included) the family's text encoder reads of a caption in
     this run; None when the family is not measured."""
-    if spec.caption_tokens is None:
+    if spec.caption_tokens is None or not spec.caption_tokens.cuts:
         return None
-    limit = spec.caption_tokens[1]
+    limit = spec.caption_tokens.limit
     return limit if limit is not None else cfg.max_sequence_length
+
+
+def _plain(tokenizer: Any, encoders: Any, captions: list[str]) -> list[int]:
+    return [len(ids) for ids in tokenizer(captions, truncation=False)["input_ids"]]
+
+
+def _qwen_image(tokenizer: Any, encoders: Any, captions: list[str]) -> list[int]:
+    # QwenImagePipeline._get_qwen_prompt_embeds: template.format(caption), its first drop_idx
+    # tokens dropped from what the transformer reads
+    drop = encoders.prompt_template_encode_start_idx
+    texts = [encoders.prompt_template_encode.format(c) for c in captions]
+    return [len(ids) - drop for ids in tokenizer(texts, truncation=False)["input_ids"]]
+
+
+def _chat(thinking: bool) -> Callable[[Any, Any, list[str]], list[int]]:
+    def count(tokenizer: Any, encoders: Any, captions: list[str]) -> list[int]:
+        # ZImagePipeline._encode_prompt (thinking on) / Flux2KleinPipeline._get_qwen3_prompt_embeds
+        texts = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": c}],
+                tokenize=False,
+                add_generation_prompt=True,
+                enable_thinking=thinking,
+            )
+            for c in captions
+        ]
+        return [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
+
+    return count
+
+
+def _flux2_system(tokenizer: Any, encoders: Any, captions: list[str]) -> list[int]:
+    # Flux2Pipeline._get_mistral_3_small_prompt_embeds: format_input's system message + caption
+    from diffusers.pipelines.flux2.pipeline_flux2 import format_input
+
+    messages = format_input(prompts=captions, system_message=encoders.system_message)
+    out = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=False, tokenize=True, return_dict=True
+    )
+    return [len(ids) for ids in out["input_ids"]]  # the batch unpadded: each its own length
+
+
+def _krea2(tokenizer: Any, encoders: Any, captions: list[str]) -> list[int]:
+    # Krea2Pipeline.get_text_hidden_states: prefix + caption cut at max_sequence_length + prefix -
+    # suffix tokens, then the suffix; the prefix dropped
+    drop, suffix = (
+        encoders.prompt_template_encode_start_idx,
+        encoders.prompt_template_encode_num_suffix_tokens,
+    )
+    texts = [encoders.prompt_template_encode_prefix + c for c in captions]
+    return [len(ids) - drop + suffix for ids in tokenizer(texts, truncation=False)["input_ids"]]
+
+
+COUNTERS: dict[CaptionTemplate, Callable[[Any, Any, list[str]], list[int]]] = {
+    "plain": _plain,
+    "qwen_image": _qwen_image,
+    "chat_thinking": _chat(thinking=True),
+    "chat": _chat(thinking=False),
+    "flux2_system": _flux2_system,
+    "krea2": _krea2,
+}
+
+
+def caption_token_counts(spec: FamilySpec, encoders: Any, captions: Sequence[str]) -> list[int]:
+    """Each caption's tokens as the family's pipeline builds them for its text encoder, before
+    it cuts at `token_limit`: special and template tokens included, a dropped template prefix
+    not. The pipeline reads the first `token_limit` of them. Needs a measured family (raises
+    ValueError otherwise) and the text pipeline `encoders` holding its tokenizer."""
+    if spec.caption_tokens is None or not spec.caption_tokens.cuts:
+        raise ValueError(f"{spec.title}'s captions are not measured")
+    tokenizer = getattr(encoders, spec.caption_tokens.tokenizer)
+    return COUNTERS[spec.caption_tokens.template](tokenizer, encoders, list(captions))
 
 
 def cut_captions_note(
@@ -38,13 +112,20 @@ def cut_captions_note(
     longer than the text encoder reads (`token_limit`), measured with the text pipeline
     `encoders`' tokenizer; None when none is, or the family is not measured."""
     limit = token_limit(spec, cfg)
-    tokenizer = getattr(encoders, spec.caption_tokens[0], None) if spec.caption_tokens else None
-    if limit is None or tokenizer is None:
+    if (
+        limit is None
+        or spec.caption_tokens is None
+        or getattr(encoders, spec.caption_tokens.tokenizer, None) is None
+    ):
         return None
+    ceiling = spec.max_sequence_length_max
+    if spec.caption_tokens.template == "qwen_image":
+        ceiling = encoders.tokenizer_max_length  # the pipeline's tokenizer cut (1024)
+        limit = min(limit, ceiling)
     captions = sorted({t for t in texts if isinstance(t, str)})
     if not captions:
         return None
-    lengths = [len(ids) for ids in tokenizer(captions, truncation=False)["input_ids"]]
+    lengths = caption_token_counts(spec, encoders, captions)
     cut = sorted(((n, c) for n, c in zip(lengths, captions, strict=True) if n > limit), key=lambda nc: -nc[0])
     if not cut:
         return None
@@ -54,12 +135,19 @@ def cut_captions_note(
     more = f" and {len(cut) - SHOWN} more" if len(cut) > SHOWN else ""
     return (
         f"captions: {len(cut)} of {len(captions)} are longer than the {limit} tokens {spec.title}'s text "
-        f"encoder reads, and train cut there: {shown}{more}; shorten them"
-        + (" or raise max_sequence_length" if _may_raise(spec, limit) else "")
+        f"encoder reads{_with_template(spec)}, and train cut there: {shown}{more}; shorten them"
+        + (" or raise max_sequence_length" if _may_raise(spec, limit, ceiling) else "")
     )
 
 
-def _may_raise(spec: FamilySpec, limit: int) -> bool:
-    """Whether the limit is the run's max_sequence_length and the family allows a larger one."""
-    cap = spec.max_sequence_length_max
-    return spec.caption_tokens is not None and spec.caption_tokens[1] is None and (cap is None or limit < cap)
+def _with_template(spec: FamilySpec) -> str:
+    """Says that the counts hold the pipeline's prompt template, where it has one."""
+    plain = spec.caption_tokens is None or spec.caption_tokens.template == "plain"
+    return "" if plain else " (its prompt template's tokens included)"
+
+
+def _may_raise(spec: FamilySpec, limit: int, ceiling: int | None) -> bool:
+    """Whether the limit is the run's max_sequence_length and a larger one would be read (up
+    to `ceiling`: the family's max_sequence_length_max or its pipeline's own cut; None: none)."""
+    by_setting = spec.caption_tokens is not None and spec.caption_tokens.limit is None
+    return by_setting and (ceiling is None or limit < ceiling)
