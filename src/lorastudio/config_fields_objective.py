@@ -79,8 +79,8 @@ class ObjectiveFields(StrictFields):
         default=None,
         ge=1,
         le=4096,
-        description="text tokens per caption the text encoder reads (longer captions are cut; null: the "
-        "family's default)",
+        description="text tokens per caption the text encoder reads, the family's prompt template included "
+        "(longer captions are cut and named in the plan notes; null: the family's default)",
     )
     assistant_lora: str | None = Field(
         default=None,
