@@ -6,6 +6,7 @@ root are refused, every problem at once and naming its field."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from api_helpers import upload_images
 from fastapi.testclient import TestClient
@@ -98,3 +99,21 @@ def test_the_preflight_shows_buckets_per_resolution(
     assert data["samples_per_epoch"] == 4 and data["entries"][0]["resolution"] == [32, 64]
     assert (data["images_used"], data["images_found"]) == (2, 2)  # each image once
     assert report.json()["config"]["resolution"] == [32, 64]
+
+
+def test_the_preflight_says_when_captions_are_encoded_in_every_step(
+    client: TestClient, tiny_model: Callable[[str], Path]
+) -> None:
+    """README: with SDXL's train_text_encoder the preflight reports that captions are encoded in
+    every step (no caption cache); `--check` prints it, and the API's report carries it too."""
+    upload_images(client, "sdxl-set", 2)
+    cfg = {"family": "sdxl", "base_model": str(tiny_model("sdxl")), "data_dir": "sdxl-set", "resolution": 64}
+    plain = client.post("/api/train/preflight", json={"config": {**cfg, "steps": 2}})
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["conditioning"]["per_step"] is False
+    report = client.post(
+        "/api/train/preflight", json={"config": {**cfg, "steps": 2, "train_text_encoder": True}}
+    )
+    assert report.status_code == 200, report.text
+    conditioning = report.json()["conditioning"]
+    assert conditioning["per_step"] is True and "every step" in conditioning["note"]

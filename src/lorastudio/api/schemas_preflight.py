@@ -196,6 +196,14 @@ class PreflightFamily(_Out):
     )
 
 
+class PreflightConditioning(_Out):
+    per_step: bool = Field(
+        description="captions are encoded in every step (SDXL's train_text_encoder: no caption cache); "
+        "false: each unique caption is encoded once before training"
+    )
+    note: str
+
+
 class LatentCacheOut(_Out):
     setting: str = Field(description="latent_cache as set: auto | memory | disk | off")
     mode: str = Field(description="what the run does: memory | disk | per_step (encoded every step)")
@@ -248,6 +256,9 @@ class PreflightOut(_Out):
     schedule: PreflightSchedule
     precision: PrecisionPlan
     plan: PreflightPlan
+    conditioning: PreflightConditioning | None = Field(
+        default=None, description="how captions become conditioning (jobs/preflight.conditioning_section)"
+    )
     memory: MemoryEstimate
     latent_cache: LatentCacheOut | None = None
     host: HostOut

@@ -2829,6 +2829,16 @@ export interface components {
              */
             variants_per_image: number;
         };
+        /** PreflightConditioning */
+        PreflightConditioning: {
+            /** Note */
+            note: string;
+            /**
+             * Per Step
+             * @description captions are encoded in every step (SDXL's train_text_encoder: no caption cache); false: each unique caption is encoded once before training
+             */
+            per_step: boolean;
+        };
         /** PreflightDataset */
         PreflightDataset: {
             /**
@@ -2982,6 +2992,8 @@ export interface components {
         };
         /** PreflightOut */
         PreflightOut: {
+            /** @description how captions become conditioning (jobs/preflight.conditioning_section) */
+            conditioning?: components["schemas"]["PreflightConditioning"] | null;
             /** @description the resolved TrainConfig */
             config: components["schemas"]["TrainConfigOut"];
             dataset: components["schemas"]["PreflightDataset"];

@@ -194,6 +194,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           {memory.host_warning}
         </div>
       )}
+      {report.conditioning?.per_step && (
+        <div className="banner warn" data-testid="preflight-conditioning">
+          <strong>conditioning:</strong> {report.conditioning.note}
+        </div>
+      )}
       {report.family?.notes?.map((note) => (
         <div className="banner warn" data-testid="preflight-family-note" key={note}>
           <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}

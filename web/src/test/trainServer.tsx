@@ -143,6 +143,10 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
             host_warning: Number(cfg.resolution ?? 1024) >= 2048 ? HOST_WARNING : null,
           },
           family: { name: cfg.family, variant: "Tiny (step-distilled)", notes: ["train the base checkpoint instead"] },
+          // jobs/preflight.conditioning_section's words
+          conditioning: cfg.train_text_encoder
+            ? { per_step: true, note: "train_text_encoder: both CLIP text encoders stay loaded and train with a LoRA, so captions are encoded in every step (no caption cache): more memory and time per step" }
+            : { per_step: false, note: "each unique caption is encoded once before training (caption cache)" },
           latent_cache: cfg.latent_cache === "disk"
             ? { setting: "disk", mode: "disk", ram_gb: 0.5, folder: "/h/cache/encoded/latents/ab12", disk_bytes: 2.5e9, images: 8, images_cached: 6, note: "latents on disk: reuses 6 of 8 images' latents, encodes 2" }
             : { setting: (cfg.latent_cache as string | undefined) ?? "auto", mode: cfg.latent_cache === "off" ? "per_step" : "memory", ram_gb: 0.5 },
