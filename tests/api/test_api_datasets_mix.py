@@ -117,3 +117,57 @@ def test_the_preflight_says_when_captions_are_encoded_in_every_step(
     assert report.status_code == 200, report.text
     conditioning = report.json()["conditioning"]
     assert conditioning["per_step"] is True and "every step" in conditioning["note"]
+
+
+def _dropped(produced: object, served: object, at: str = "") -> list[str]:
+    """The keys of `produced` (the service's report) missing from `served` (the API's answer), at
+    every depth, as dotted paths."""
+    if isinstance(produced, dict) and isinstance(served, dict):
+        missing = [f"{at}{key}" for key in produced if key not in served]
+        return missing + [
+            m
+            for key in produced
+            if key in served
+            for m in _dropped(produced[key], served[key], f"{at}{key}.")
+        ]
+    if isinstance(produced, list) and isinstance(served, list) and len(produced) == len(served):
+        return [
+            m
+            for i, (p, s) in enumerate(zip(produced, served, strict=True))
+            for m in _dropped(p, s, f"{at}{i}.")
+        ]
+    return []
+
+
+def test_the_api_serves_every_part_of_the_service_preflight_report(
+    client: TestClient, flux_config: Callable[..., dict], tiny_model: Callable[[str], Path]
+) -> None:
+    """The preflight's response model must not drop what the job service reports (the
+    conditioning section was dropped so): the service's report and the API's answer compared at
+    every depth, for a run with validation, a mix with regularisation, and SDXL with its text
+    encoders trained."""
+    upload_images(client, "person", 2)
+    upload_images(client, "style", 4)
+    upload_images(client, "sdxl-set", 2)
+    mix = [{"path": "person", "repeats": 3}, {"path": "style", "regularisation": True}]
+    configs = [
+        flux_config(data_dir="style", validation_split=0.25),
+        {
+            **{k: v for k, v in flux_config().items() if k != "data_dir"},
+            "datasets": mix,
+        },
+        {
+            "family": "sdxl",
+            "base_model": str(tiny_model("sdxl")),
+            "data_dir": "sdxl-set",
+            "resolution": 64,
+            "steps": 2,
+            "train_text_encoder": True,
+        },
+    ]
+    service = client.app.state.service
+    for cfg in configs:
+        answer = client.post("/api/train/preflight", json={"config": cfg})
+        assert answer.status_code == 200, answer.text
+        produced = service.preflight(cfg)
+        assert _dropped(produced, answer.json()) == [], cfg
