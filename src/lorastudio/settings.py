@@ -32,8 +32,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from lorastudio.errors import ConfigError, FieldProblem
 
 # Pillow's Image.open refuses an image over 2 x Image.MAX_IMAGE_PIXELS (its decompression-bomb
 # error; the value is Pillow's, restated here so this module stays free of Pillow): the most
@@ -231,5 +233,20 @@ def _host_entry(item: str) -> str:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The settings of this process (cached; tests call `get_settings.cache_clear()`)."""
-    return Settings()
+    """The settings of this process (cached; tests call `get_settings.cache_clear()`). Raises
+    ConfigError naming each LORASTUDIO_* environment variable whose value is refused, every one
+    at once (was pydantic's traceback: the CLI's and the server's start ended in it)."""
+    try:
+        return Settings()
+    except ValidationError as err:
+        raise ConfigError([_env_problem(item) for item in err.errors()]) from None
+
+
+def _env_problem(item: object) -> FieldProblem:
+    """A pydantic error item of Settings as a problem named by its environment variable."""
+    loc = item.get("loc", ()) if isinstance(item, dict) else ()
+    name = str(loc[0]) if loc else "settings"
+    return FieldProblem(
+        f"LORASTUDIO_{name.upper()}",
+        str(item.get("msg", "invalid value") if isinstance(item, dict) else item),
+    )

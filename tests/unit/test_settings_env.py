@@ -1,0 +1,49 @@
+"""A refused LORASTUDIO_* environment value is named, every one at once, and the CLI ends with
+its own error (exit 2), not pydantic's traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from lorastudio.errors import ConfigError
+from lorastudio.settings import get_settings
+
+
+@pytest.fixture
+def fresh_settings() -> Iterator[None]:
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_each_refused_environment_value_is_named_at_once(
+    monkeypatch: pytest.MonkeyPatch, fresh_settings: None
+) -> None:
+    monkeypatch.setenv("LORASTUDIO_PORT", "99999")
+    monkeypatch.setenv("LORASTUDIO_MAX_IMAGE_PIXELS", "-5")
+    with pytest.raises(ConfigError) as err:
+        get_settings()
+    fields = {p.field for p in err.value.problems}
+    assert fields == {"LORASTUDIO_PORT", "LORASTUDIO_MAX_IMAGE_PIXELS"}
+
+
+def test_the_cli_says_which_variable_and_exits_2(tmp_path: object) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LORASTUDIO_HOME": str(tmp_path),
+        "LORASTUDIO_PORT": "0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "lorastudio.cli", "paths"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "LORASTUDIO_PORT" in done.stderr and "Traceback" not in done.stderr
