@@ -245,7 +245,7 @@ def warnings(report: dict[str, Any]) -> list[str]:
         shown = ", ".join(data["missing_captions"][:5])
         more = len(data["missing_captions"]) - 5
         out.append(
-            f"{len(data['missing_captions'])} image(s) have no caption file ({shown}"
+            f"{len(data['missing_captions'])} image(s) have no caption, or an empty one ({shown}"
             + (f", and {more} more" if more > 0 else "")
             + "): they train on the trigger word or default caption"
         )
