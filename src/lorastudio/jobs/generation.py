@@ -63,6 +63,8 @@ from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
+# States of a request in flight: waiting or running / cancelled / its image being saved (ended).
+LIVE, CANCELLED, SAVING = "live", "cancelled", "saving"
 LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
 
 
@@ -169,9 +171,10 @@ class GenerationService:
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
-        # requests in flight (waiting or running) by id -> cancelled; the one in the worker
+        # requests in flight (waiting, running or saving) by id -> LIVE / CANCELLED / SAVING;
+        # the one in the worker
         self._flight = threading.Lock()
-        self._requests: dict[str, bool] = {}
+        self._requests: dict[str, str] = {}
         self._running: tuple[str, GenerationProcess] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
@@ -263,11 +266,11 @@ class GenerationService:
         now) or "running" (it stops before its first denoising step or after the one it is
         in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
         cancel answers the same. Raises NotFound when no such request is in flight (unknown,
-        or already ended)."""
+        or already ended: one whose image is being saved has ended, it is kept whole)."""
         with self._flight:
-            if request_id not in self._requests:
+            if self._requests.get(request_id, SAVING) == SAVING:
                 raise NotFound(f"no generation {request_id!r} in flight (unknown, or it ended)")
-            self._requests[request_id] = True
+            self._requests[request_id] = CANCELLED
             if self._running is not None and self._running[0] == request_id:
                 self._running[1].cancel()
                 return "running"
@@ -284,7 +287,7 @@ class GenerationService:
         with self._flight:
             if rid in self._requests:
                 raise JobActive(f"a generation with request_id {rid!r} is in flight already")
-            self._requests[rid] = False
+            self._requests[rid] = LIVE
         try:
             return self._generate(req, rid)
         finally:
@@ -293,7 +296,7 @@ class GenerationService:
 
     def _cancelled(self, rid: str) -> bool:
         with self._flight:
-            return self._requests.get(rid, False)
+            return self._requests.get(rid) == CANCELLED
 
     def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
         base, loras = self.check(req)
@@ -324,8 +327,7 @@ class GenerationService:
         try:
             with self.arbiter.generation(), self._worker_lock(rid):
                 result = self._run_locked(job, rid)
-            if self._cancelled(rid):  # cancelled after the worker finished: the image is not kept
-                raise GenerationCancelled("generation cancelled; its image was not kept")
+            self._saving(rid)
             meta = {**meta_of(req, family), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             with staged_write(target.with_suffix(".json")) as tmp:
@@ -334,6 +336,15 @@ class GenerationService:
         finally:
             staging.unlink(missing_ok=True)
         return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
+
+    def _saving(self, rid: str) -> None:
+        """Mark request `rid`, whose worker finished, as saving its image: from now on a cancel
+        answers NotFound (it ended) and the image is kept whole. Checked and set together, so
+        a cancel that came first wins: raises GenerationCancelled (the image is not kept)."""
+        with self._flight:
+            if self._requests.get(rid) == CANCELLED:
+                raise GenerationCancelled("generation cancelled; its image was not kept")
+            self._requests[rid] = SAVING
 
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:
@@ -366,7 +377,7 @@ class GenerationService:
                     f"could not start the generation worker: {err}; try again"
                 ) from err
         with self._flight:  # checked and set together: a cancel from now on reaches the worker
-            if self._requests.get(rid, False):
+            if self._requests.get(rid) == CANCELLED:
                 raise GenerationCancelled("generation cancelled before it started")
             self._process.clear_cancel()  # an earlier request's cancel is not this one's
             self._running = (rid, self._process)
