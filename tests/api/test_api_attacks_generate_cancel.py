@@ -5,8 +5,11 @@ real PNG (what is under test is the service's bookkeeping, not the render)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,7 +17,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from lorastudio.errors import GenerationCancelled, NotFound
+from lorastudio.api.routes.generate import _cancel_when_gone
+from lorastudio.errors import GenerationCancelled, JobActive, NotFound
 from lorastudio.jobs import generation
 from lorastudio.jobs.generation import GenerationRequest, GenerationService
 from lorastudio.jobs.generation_worker import GenerationJob
@@ -72,3 +76,74 @@ def test_a_cancel_landing_while_the_image_is_saved_never_keeps_a_cancelled_image
     monkeypatch.setattr(generation, "staged_write", real_write)
     again = service.generate(_request(), "r-1")  # the id is free again, the service usable
     assert (settings.home / "gallery" / again["file"]).is_file()
+
+
+class _Blocking(_InProcess):
+    """The job waits for `release` (a generation that is running)."""
+
+    def __init__(self, *a: Any) -> None:
+        super().__init__(*a)
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
+        self.running.set()
+        assert self.release.wait(10)
+        return super()._run_locked(job, rid)
+
+
+class _Gone:
+    """A request whose client has left (its next message is the disconnect)."""
+
+    async def receive(self) -> dict[str, str]:
+        return {"type": "http.disconnect"}
+
+
+def test_a_duplicate_of_a_running_id_whose_client_leaves_does_not_cancel_the_first(
+    settings: Settings,
+) -> None:
+    service = _Blocking(settings, GpuArbiter())
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(service.generate, _request(), "r-1")
+        assert service.running.wait(10)
+        # the duplicate POST's own call is refused (409); its client leaves meanwhile: its
+        # watcher must not cancel the request of the same id that another client runs
+        with pytest.raises(JobActive):
+            service.generate(_request(), "r-1", owner=object())
+        watcher = asyncio.run(_watch_briefly(service, "r-1", object()))
+        assert watcher is None
+        service.release.set()
+        result = first.result(10)
+    assert (settings.home / "gallery" / result["file"]).is_file()
+    assert service.in_flight == 0
+
+
+def test_a_client_that_leaves_before_its_request_is_registered_still_cancels_it(
+    settings: Settings,
+) -> None:
+    service = _Blocking(settings, GpuArbiter())
+    owner = object()
+
+    async def scenario() -> Exception | dict[str, Any]:
+        watcher = asyncio.ensure_future(_cancel_when_gone(_Gone(), service, "r-2", owner))  # type: ignore[arg-type]
+        await asyncio.sleep(0.2)  # the disconnect is seen before the request is in flight
+        try:
+            return await asyncio.to_thread(service.generate, _request(), "r-2", owner)
+        except GenerationCancelled as err:
+            return err
+        finally:
+            watcher.cancel()
+
+    service.release.set()
+    assert isinstance(asyncio.run(scenario()), GenerationCancelled)
+    assert not (settings.home / "gallery").exists() or list((settings.home / "gallery").iterdir()) == []
+    assert service.in_flight == 0
+
+
+async def _watch_briefly(service: GenerationService, rid: str, owner: object) -> None:
+    """Run the route's disconnect watcher for a client already gone, for half a second."""
+    watcher = asyncio.ensure_future(_cancel_when_gone(_Gone(), service, rid, owner))  # type: ignore[arg-type]
+    await asyncio.sleep(0.5)
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher

@@ -175,6 +175,7 @@ class GenerationService:
         # the one in the worker
         self._flight = threading.Lock()
         self._requests: dict[str, str] = {}
+        self._owners: dict[str, object] = {}  # id -> the owner its `generate` was given
         self._running: tuple[str, GenerationProcess] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
@@ -261,14 +262,17 @@ class GenerationService:
                 raise ConfigError(problems)
         return base, [(str(p), s) for p, s in loras]
 
-    def cancel(self, request_id: str) -> str:
+    def cancel(self, request_id: str, owner: object | None = None) -> str:
         """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends
         now) or "running" (it stops before its first denoising step or after the one it is
         in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
         cancel answers the same. Raises NotFound when no such request is in flight (unknown,
-        or already ended: one whose image is being saved has ended, it is kept whole)."""
+        or already ended: one whose image is being saved has ended, it is kept whole). With an
+        `owner`, only a request that `generate` was given that owner is cancelled (the route's
+        watcher of a client that left: never another client's request of the same id)."""
         with self._flight:
-            if self._requests.get(request_id, SAVING) == SAVING:
+            state = self._requests.get(request_id, SAVING)
+            if state == SAVING or (owner is not None and self._owners.get(request_id) is not owner):
                 raise NotFound(f"no generation {request_id!r} in flight (unknown, or it ended)")
             self._requests[request_id] = CANCELLED
             if self._running is not None and self._running[0] == request_id:
@@ -276,10 +280,13 @@ class GenerationService:
                 return "running"
             return "waiting"
 
-    def generate(self, req: GenerationRequest, request_id: str | None = None) -> dict[str, Any]:
+    def generate(
+        self, req: GenerationRequest, request_id: str | None = None, owner: object | None = None
+    ) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
         Returns the sidecar's fields plus {"file", "path", "seconds"}. `request_id` names the
-        request for `cancel` (None: not cancellable). Raises what `check` raises, JobActive
+        request for `cancel` (None: not cancellable), `owner` (any object) who may cancel it
+        by owner. Raises what `check` raises, JobActive
         (training holds the GPU, or a request of this id is in flight), GenerationCancelled
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
@@ -288,11 +295,13 @@ class GenerationService:
             if rid in self._requests:
                 raise JobActive(f"a generation with request_id {rid!r} is in flight already")
             self._requests[rid] = LIVE
+            self._owners[rid] = owner
         try:
             return self._generate(req, rid)
         finally:
             with self._flight:
                 self._requests.pop(rid, None)
+                self._owners.pop(rid, None)
 
     def _cancelled(self, rid: str) -> bool:
         with self._flight:

@@ -40,6 +40,7 @@ from lorastudio.jobs.generation import (
 from lorastudio.jobs.references import reference_path, references_dir, store_reference
 from lorastudio.settings import Settings
 
+CANCEL_RETRY_S = 0.05  # how often a left client's cancel is tried until its request is in flight
 MAX_REFERENCES = 10  # the most any family takes (FLUX.2 dev)
 REFERENCES_BODY_LIMIT = 200 * 2**20  # bytes: 10 large photos
 
@@ -73,21 +74,30 @@ async def generate(
         references=tuple(body.references),
     )
     request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
-    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id))
+    owner = object()  # this POST: its client leaving cancels its own request, never another's
+    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id, owner))
     try:
-        result = await run_in_threadpool(service.generate, req, request_id)
+        result = await run_in_threadpool(service.generate, req, request_id, owner)
     finally:
         watcher.cancel()
     return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
 
 
-async def _cancel_when_gone(request: Request, service: GenerationService, request_id: str) -> None:
-    """Cancel generation `request_id` once its client disconnects (the body was read: the next
-    message the server gets for this request is its disconnect)."""
+async def _cancel_when_gone(
+    request: Request, service: GenerationService, request_id: str, owner: object
+) -> None:
+    """Cancel this POST's generation (`request_id` of `owner`) once its client disconnects (the
+    body was read: the next message the server gets for this request is its disconnect). Until
+    the POST ends (it cancels this watcher) the cancel is tried again: the request may not be in
+    flight yet (its thread is queued), and a duplicate POST of a running id is never in flight
+    as this owner's (the other client's request goes on)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    with contextlib.suppress(NotFound):  # it ended meanwhile
-        service.cancel(request_id)
+    while True:
+        with contextlib.suppress(NotFound):  # not in flight as this owner's (yet), or it ended
+            service.cancel(request_id, owner)
+            return
+        await asyncio.sleep(CANCEL_RETRY_S)
 
 
 @router.post("/api/generate/{request_id}/cancel", response_model=GenerateCancelOut)
