@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from fastapi.testclient import TestClient
 from PIL import Image
 
 from lorastudio.api.routes.generate import _cancel_when_gone
@@ -147,3 +150,44 @@ async def _watch_briefly(service: GenerationService, rid: str, owner: object) ->
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
+
+
+ODD_IDS = ["x" * 65, "é", "a/b", "..", "a b", "a\x00b", "a.png", "%2e%2e", "a\\b", ""]
+
+
+def test_odd_request_ids_are_refused_by_both_routes_and_nothing_is_left(
+    settings: Settings, client: TestClient
+) -> None:
+    client.app.state.generation = service = _Blocking(settings, GpuArbiter())  # type: ignore[attr-defined]
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+    for rid in ODD_IDS:
+        resp = client.post("/api/generate", json={**body, "request_id": rid})
+        assert resp.status_code == 422, (rid, resp.status_code)
+        cancel = client.post(f"/api/generate/{quote(rid, safe='')}/cancel")
+        assert cancel.status_code in (400, 404, 405, 422), (rid, cancel.status_code)
+    assert client.post("/api/generate/nobody/cancel").status_code == 404
+    assert service.in_flight == 0 and not service.running.is_set()
+
+
+def test_a_cancel_storm_on_a_waiting_request_ends_it_once_and_leaves_the_worker_usable(
+    settings: Settings, client: TestClient
+) -> None:
+    client.app.state.generation = service = _Blocking(settings, GpuArbiter())  # type: ignore[attr-defined]
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+    with ThreadPoolExecutor(2) as pool:
+        holder = pool.submit(client.post, "/api/generate", json={**body, "request_id": "holder"})
+        assert service.running.wait(10)
+        waiter = pool.submit(client.post, "/api/generate", json={**body, "request_id": "waiter"})
+        deadline = time.monotonic() + 10
+        while service.in_flight < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        answers = {client.post("/api/generate/waiter/cancel").json().get("was") for _ in range(100)}
+        assert waiter.result(10).status_code == 409
+        assert answers <= {"waiting", None}, answers  # then 404s once it ended
+        service.release.set()
+        assert holder.result(10).status_code == 201
+    again = client.post("/api/generate", json={**body, "request_id": "waiter"})  # reused after its end
+    assert again.status_code == 201, again.text
+    files = sorted(p.suffix for p in (settings.home / "gallery").iterdir())
+    assert files == [".json", ".json", ".png", ".png"]  # the holder's and the reuse's, no staging
+    assert service.in_flight == 0
