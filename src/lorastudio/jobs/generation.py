@@ -53,6 +53,7 @@ from lorastudio.errors import (
     NotFound,
 )
 from lorastudio.generation_rules import budget_problems
+from lorastudio.jobs.gallery import gallery_dir
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
@@ -65,7 +66,10 @@ from lorastudio.settings import Settings
 RESIDENT_NAME = "generation"
 # States of a request in flight: waiting or running / cancelled / its image being saved (ended).
 LIVE, CANCELLED, SAVING = "live", "cancelled", "saving"
-LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
+LOCK_POLL_S = 0.1
+MAX_SIDECAR_BYTES = (
+    2**20
+)  # a gallery sidecar read (ours are ~1 KB: the prompt is capped)  # how often a request waiting for the worker looks for its cancel
 
 
 @dataclass(frozen=True)
@@ -124,10 +128,6 @@ def negative_prompt_refusal(spec: Any) -> str:
     if spec.guidance == "embedded":
         return f"{spec.title} guides with a distilled guidance embedding in one pass: it takes no negative prompt"
     return f"the {spec.title} pipeline takes no negative prompt"
-
-
-def gallery_dir(settings: Settings) -> Path:
-    return settings.home / "gallery"
 
 
 def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
@@ -400,42 +400,3 @@ class GenerationService:
                 self._process = None
         self._key = job.key
         return result
-
-
-def gallery_images(settings: Settings) -> list[dict[str, Any]]:
-    """The gallery's PNGs, newest first, each with its sidecar's fields (prompt, seed, loras,
-    ...; absent when the sidecar is missing or unreadable) and "created" (mtime)."""
-    folder = gallery_dir(settings)
-    if not folder.is_dir():
-        return []
-    images = []
-    for png in folder.glob("*.png"):
-        if png.name.startswith(".") or png.is_symlink():
-            continue
-        try:
-            meta = json.loads(png.with_suffix(".json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            meta = {}
-        if not isinstance(meta, dict):
-            meta = {}
-        images.append({**meta, "file": png.name, "created": png.stat().st_mtime})
-    images.sort(key=lambda item: (item["created"], item["file"]), reverse=True)
-    return images
-
-
-def delete_gallery_image(settings: Settings, file: str) -> list[str]:
-    """Delete gallery image `file` (a PNG directly in the gallery, not hidden, not a link) and its
-    settings sidecar (<stem>.json); the uploaded references stay (other images may name them).
-    Returns the deleted names. Raises ConfigError/PathOutsideRoot for a name with a path,
-    NotFound when there is no such image."""
-    safe_component(file, field="file")
-    png = gallery_dir(settings) / file
-    if png.suffix != ".png" or file.startswith(".") or png.is_symlink() or not png.is_file():
-        raise NotFound(f"no gallery image {file!r}")
-    png.unlink()
-    deleted = [png.name]
-    sidecar = png.with_suffix(".json")
-    if sidecar.is_file() and not sidecar.is_symlink():
-        sidecar.unlink()
-        deleted.append(sidecar.name)
-    return deleted

@@ -72,7 +72,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
             continue
         found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
     found += cache_leftovers(cache_root(settings))  # data/disk_cache.py: staged shards of dead writers
-    gallery = settings.home / "gallery"  # jobs/generation.py gallery_dir, jobs/references.py
+    gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
     return sorted(found)
