@@ -191,3 +191,39 @@ def test_a_cancel_storm_on_a_waiting_request_ends_it_once_and_leaves_the_worker_
     files = sorted(p.suffix for p in (settings.home / "gallery").iterdir())
     assert files == [".json", ".json", ".png", ".png"]  # the holder's and the reuse's, no staging
     assert service.in_flight == 0
+
+
+def test_a_flood_of_generations_waiting_for_the_worker_leaves_the_api_and_cancel_answering(
+    settings: Settings, client: TestClient
+) -> None:
+    """Each waiting generation holds a server thread; past MAX_IN_FLIGHT more are refused at
+    once (409), so the rest of the API (the cancel route included) never waits on them."""
+    client.app.state.generation = service = _Blocking(settings, GpuArbiter())  # type: ignore[attr-defined]
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+    with ThreadPoolExecutor(60) as pool:
+        posts = [
+            pool.submit(client.post, "/api/generate", json={**body, "request_id": f"g{i}"}) for i in range(60)
+        ]
+        assert service.running.wait(10)
+        time.sleep(1.0)  # every POST is in: waiting, or refused
+        with ThreadPoolExecutor(1) as probe:
+            info = probe.submit(client.get, "/api/info")
+            try:
+                assert info.result(timeout=5).status_code == 200  # hung: the threads were all held
+                cancel = probe.submit(client.post, "/api/generate/g59/cancel")
+                assert cancel.result(timeout=5).status_code in (200, 404)
+                assert service.in_flight <= generation.MAX_IN_FLIGHT
+            finally:  # let everything end whatever happened
+                for _ in range(50):
+                    for i in range(60):
+                        with contextlib.suppress(NotFound):
+                            service.cancel(f"g{i}")
+                    service.release.set()
+                    if service.in_flight == 0:
+                        break
+                    time.sleep(0.1)
+        codes = sorted(p.result(30).status_code for p in posts)
+    assert set(codes) <= {201, 409} and 409 in codes, codes
+    refused = [p.result().json() for p in posts if p.result().status_code == 409]
+    assert any("in flight" in r["detail"] for r in refused), refused[:3]
+    assert service.in_flight == 0

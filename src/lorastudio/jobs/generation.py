@@ -67,6 +67,9 @@ RESIDENT_NAME = "generation"
 # States of a request in flight: waiting or running / cancelled / its image being saved (ended).
 LIVE, CANCELLED, SAVING = "live", "cancelled", "saving"
 LOCK_POLL_S = 0.1
+# Requests in flight at most (one runs, the rest wait): each holds a server thread while it
+# waits, and the API's threads (40) serve every other route, the cancel route included.
+MAX_IN_FLIGHT = 8
 MAX_SIDECAR_BYTES = (
     2**20
 )  # a gallery sidecar read (ours are ~1 KB: the prompt is capped)  # how often a request waiting for the worker looks for its cancel
@@ -287,13 +290,19 @@ class GenerationService:
         Returns the sidecar's fields plus {"file", "path", "seconds"}. `request_id` names the
         request for `cancel` (None: not cancellable), `owner` (any object) who may cancel it
         by owner. Raises what `check` raises, JobActive
-        (training holds the GPU, or a request of this id is in flight), GenerationCancelled
+        (training holds the GPU, a request of this id is in flight, or MAX_IN_FLIGHT
+        requests are), GenerationCancelled
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
         with self._flight:
             if rid in self._requests:
                 raise JobActive(f"a generation with request_id {rid!r} is in flight already")
+            if len(self._requests) >= MAX_IN_FLIGHT:
+                raise JobActive(
+                    f"{MAX_IN_FLIGHT} generations are in flight already (one runs, the others wait "
+                    "for the worker): try again when one has ended"
+                )
             self._requests[rid] = LIVE
             self._owners[rid] = owner
         try:
