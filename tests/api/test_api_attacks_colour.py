@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from PIL import Image, ImageCms
 
 from lorastudio.data import colour
+from lorastudio.settings import Settings
 
 SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
 
@@ -69,3 +70,21 @@ def test_profiles_held_for_reuse_are_kept_by_digest_not_by_their_bytes() -> None
     for i in range(3):
         assert colour.profile_problem(Image.open(io.BytesIO(_jpeg(_padded(len(SRGB) + 1000 + i))))) is None
     assert len(colour._BUILT) == 3 and all(len(key) == 32 for key in colour._BUILT)
+
+
+def test_a_hostile_profile_copied_into_a_dataset_has_its_thumbnail_refused(
+    client: TestClient, settings: Settings
+) -> None:
+    folder = settings.datasets_dir / "copied"
+    folder.mkdir(parents=True)
+    (folder / "tags.jpg").write_bytes(_jpeg(_bad_tags()))
+    (folder / "huge.jpg").write_bytes(_jpeg(_padded(12 * 2**20)))
+    (folder / "ok.jpg").write_bytes(_jpeg(SRGB))
+    detail = client.get("/api/datasets/copied")
+    assert detail.status_code == 200
+    # the listing reads headers only (the scan of a run refuses them, as an upload does)
+    assert sorted(f["file"] for f in detail.json()["files"]) == ["huge.jpg", "ok.jpg", "tags.jpg"]
+    for name in ("tags.jpg", "huge.jpg"):
+        thumb = client.get(f"/api/datasets/copied/thumbnails/{name}")
+        assert 400 <= thumb.status_code < 500, (name, thumb.status_code)
+    assert client.get("/api/datasets/copied/thumbnails/ok.jpg").status_code == 200
