@@ -137,8 +137,13 @@ def test_a_client_that_leaves_before_its_request_is_registered_still_cancels_it(
         finally:
             watcher.cancel()
 
-    service.release.set()
-    assert isinstance(asyncio.run(scenario()), GenerationCancelled)
+    timer = threading.Timer(1.0, service.release.set)  # the render takes a second
+    timer.start()
+    try:
+        assert isinstance(asyncio.run(scenario()), GenerationCancelled)
+    finally:
+        timer.cancel()
+        service.release.set()
     assert not (settings.home / "gallery").exists() or list((settings.home / "gallery").iterdir()) == []
     assert service.in_flight == 0
 
