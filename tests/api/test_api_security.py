@@ -35,6 +35,16 @@ def test_with_a_token_every_api_route_requires_it(settings: Settings) -> None:
             == 404
         )
         assert client.get("/gallery/x.png").status_code == 401
+        gallery = settings.home / "gallery"
+        gallery.mkdir(parents=True, exist_ok=True)
+        (gallery / "kept.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        for query in ({}, {"token": "tok-123"}):  # the query token is for GETs only
+            assert client.delete("/api/gallery/kept.png", params=query).status_code == 401
+            assert client.post("/api/generate/r-1/cancel", params=query).status_code == 401
+        assert (gallery / "kept.png").is_file()
+        bearer = {"Authorization": "Bearer tok-123"}
+        assert client.post("/api/generate/r-1/cancel", headers=bearer).status_code == 404
+        assert client.delete("/api/gallery/kept.png", headers=bearer).json() == {"deleted": ["kept.png"]}
 
 
 def test_binding_beyond_loopback_needs_a_token(settings: Settings) -> None:

@@ -48,6 +48,11 @@ def _requests(run_id: str) -> list[tuple[str, str, dict | None]]:
         ("PUT", "/api/datasets/shapes/captions/shape_00.png", {"caption": "pwned"}),
         ("DELETE", "/api/datasets/shapes/images/shape_00.png", None),
         ("DELETE", f"/api/runs/{run_id}", None),
+        ("POST", "/api/generate", {"family": "flux", "base_model": "x", "prompt": "x", "request_id": "r"}),
+        ("POST", "/api/generate/r/cancel", None),
+        ("POST", "/api/generate/references", None),
+        ("DELETE", "/api/gallery/x.png", None),
+        ("GET", "/gallery/references/x.png", None),
     ]
 
 
@@ -115,6 +120,9 @@ def test_every_answer_forbids_framing_and_cross_site_writes_are_refused(
         assert resp.headers["x-frame-options"] == "DENY", path
         assert resp.headers["content-security-policy"] == "frame-ancestors 'self'", path
     before = sorted(p.name for p in (settings.datasets_dir / "shapes").iterdir())
+    gallery = settings.home / "gallery"
+    gallery.mkdir(exist_ok=True)
+    (gallery / "kept.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     body = {"caption": "pwned"}
     caption = "/api/datasets/shapes/captions/shape_00.png"
     sibling = f"http://127.0.0.1:{port + 1}"
@@ -129,9 +137,13 @@ def test_every_answer_forbids_framing_and_cross_site_writes_are_refused(
         assert "cross-site" in resp.json()["detail"] or "cross-origin" in resp.json()["detail"]
         resp = client.post("/api/train/start", json={"config": {}}, headers=headers)
         assert resp.status_code == 403, headers
+        assert client.delete("/api/gallery/kept.png", headers=headers).status_code == 403, headers
+        assert client.post("/api/generate/r/cancel", headers=headers).status_code == 403, headers
+    assert (gallery / "kept.png").is_file()
     assert sorted(p.name for p in (settings.datasets_dir / "shapes").iterdir()) == before
     # the UI (same origin), a typed navigation (none) and clients without the header still work
     own = {"Sec-Fetch-Site": "same-origin", "Origin": f"http://127.0.0.1:{port}"}
     assert client.put(caption, json={"caption": "a red circle"}, headers=own).status_code == 200
+    assert client.delete("/api/gallery/kept.png", headers=own).json() == {"deleted": ["kept.png"]}
     assert client.post("/api/train/stop", json={}, headers={"Sec-Fetch-Site": "none"}).status_code == 404
     assert client.get("/api/runs", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200

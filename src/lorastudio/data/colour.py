@@ -12,13 +12,17 @@ before it trains, and its thumbnail goes through the same conversion (`images.to
 An image whose profile cannot be read, or does not fit its pixels (an RGB profile on a grey
 image, a CMYK profile on an RGB one), is refused when it is checked (`profile_problem`, called by
 `images.probe_image`: scans and uploads), naming why, instead of training in colours no viewer
-shows. An image without a profile is taken as sRGB, as viewers do.
+shows. So is one whose profile is over MAX_PROFILE_BYTES (read per image, it would cost memory
+and time) or malformed (littleCMS's errors are refusals, never a crash). An image without a
+profile is taken as sRGB, as viewers do.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
-from functools import lru_cache
+import threading
+from collections import OrderedDict
 from typing import cast
 
 from PIL import Image, ImageCms
@@ -32,18 +36,51 @@ _FITS = {
     "CMYK": frozenset({"CMYK"}),
 }
 _TRANSFORMS = 32  # profiles kept built (a dataset holds few distinct ones)
+# The largest profile read: press and printer profiles (4-D CLUTs) reach a few MB; a JPEG can
+# carry ~16 MB in APP2 segments, which only costs memory and time per image.
+MAX_PROFILE_BYTES = 8 * 2**20
+# sha256 of a profile -> its (working mode, transform) or why it cannot convert; the bytes
+# themselves are not kept (32 hostile profiles of 8 MB would pin 256 MB).
+_BUILT: OrderedDict[bytes, tuple[str, ImageCms.ImageCmsTransform] | str] = OrderedDict()
+_BUILT_LOCK = threading.Lock()
 
 
 class ProfileError(ValueError):
     """An embedded ICC profile that cannot be read or applied to the image's pixels."""
 
 
-@lru_cache(maxsize=_TRANSFORMS)
 def _transform(icc: bytes) -> tuple[str, ImageCms.ImageCmsTransform]:
+    """(working mode, transform to sRGB RGB) of the profile bytes `icc`, built once per distinct
+    profile (the last _TRANSFORMS kept, a refusal too). Raises ProfileError."""
+    if len(icc) > MAX_PROFILE_BYTES:
+        raise ProfileError(
+            f"its embedded ICC colour profile is {len(icc) / 2**20:.1f} MB, larger than "
+            f"{MAX_PROFILE_BYTES // 2**20} MB"
+        )
+    key = hashlib.sha256(icc).digest()
+    with _BUILT_LOCK:
+        built = _BUILT.get(key)
+        if built is not None:
+            _BUILT.move_to_end(key)
+    if built is None:
+        try:
+            built = _build(icc)
+        except ProfileError as err:
+            built = str(err)
+        with _BUILT_LOCK:
+            _BUILT[key] = built
+            while len(_BUILT) > _TRANSFORMS:
+                _BUILT.popitem(last=False)
+    if isinstance(built, str):
+        raise ProfileError(built)
+    return built
+
+
+def _build(icc: bytes) -> tuple[str, ImageCms.ImageCmsTransform]:
     """(working mode, transform to sRGB RGB) of the profile bytes `icc`. Raises ProfileError."""
     try:
         profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-    except (OSError, ValueError, TypeError) as err:  # ImageCms.PyCMSError is an OSError
+    except (OSError, ValueError, TypeError, ImageCms.PyCMSError) as err:  # PyCMSError: an Exception
         raise ProfileError(f"its embedded ICC colour profile cannot be read ({err})") from None
     space = profile.profile.xcolor_space.strip()
     mode = WORKING_MODE.get(space)
@@ -51,7 +88,7 @@ def _transform(icc: bytes) -> tuple[str, ImageCms.ImageCmsTransform]:
         raise ProfileError(f"its embedded ICC colour profile is for {space or 'an unknown'} colours")
     try:
         transform = ImageCms.buildTransform(profile, ImageCms.createProfile("sRGB"), mode, "RGB")
-    except (OSError, ValueError, TypeError) as err:
+    except (OSError, ValueError, TypeError, ImageCms.PyCMSError) as err:  # a malformed tag
         raise ProfileError(f"its embedded ICC colour profile cannot be converted to sRGB ({err})") from None
     return mode, transform
 

@@ -53,6 +53,7 @@ from lorastudio.errors import (
     NotFound,
 )
 from lorastudio.generation_rules import budget_problems
+from lorastudio.jobs.gallery import gallery_dir
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
@@ -63,7 +64,15 @@ from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
-LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
+# States of a request in flight: waiting or running / cancelled / its image being saved (ended).
+LIVE, CANCELLED, SAVING = "live", "cancelled", "saving"
+LOCK_POLL_S = 0.1
+# Requests in flight at most (one runs, the rest wait): each holds a server thread while it
+# waits, and the API's threads (40) serve every other route, the cancel route included.
+MAX_IN_FLIGHT = 8
+MAX_SIDECAR_BYTES = (
+    2**20
+)  # a gallery sidecar read (ours are ~1 KB: the prompt is capped)  # how often a request waiting for the worker looks for its cancel
 
 
 @dataclass(frozen=True)
@@ -124,10 +133,6 @@ def negative_prompt_refusal(spec: Any) -> str:
     return f"the {spec.title} pipeline takes no negative prompt"
 
 
-def gallery_dir(settings: Settings) -> Path:
-    return settings.home / "gallery"
-
-
 def lora_file(settings: Settings, name: str, step: int | None = None) -> Path:
     """The LoRA file of run output `name` (outputs/<name>/<name>.safetensors: with EMA, the EMA
     weights), or the raw weights of step `step`: its snapshot (outputs/<name>/loras/<name>-step-N
@@ -169,9 +174,11 @@ class GenerationService:
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
-        # requests in flight (waiting or running) by id -> cancelled; the one in the worker
+        # requests in flight (waiting, running or saving) by id -> LIVE / CANCELLED / SAVING;
+        # the one in the worker
         self._flight = threading.Lock()
-        self._requests: dict[str, bool] = {}
+        self._requests: dict[str, str] = {}
+        self._owners: dict[str, object] = {}  # id -> the owner its `generate` was given
         self._running: tuple[str, GenerationProcess] | None = None
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
@@ -258,42 +265,56 @@ class GenerationService:
                 raise ConfigError(problems)
         return base, [(str(p), s) for p, s in loras]
 
-    def cancel(self, request_id: str) -> str:
+    def cancel(self, request_id: str, owner: object | None = None) -> str:
         """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends
         now) or "running" (it stops before its first denoising step or after the one it is
         in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
         cancel answers the same. Raises NotFound when no such request is in flight (unknown,
-        or already ended)."""
+        or already ended: one whose image is being saved has ended, it is kept whole). With an
+        `owner`, only a request that `generate` was given that owner is cancelled (the route's
+        watcher of a client that left: never another client's request of the same id)."""
         with self._flight:
-            if request_id not in self._requests:
+            state = self._requests.get(request_id, SAVING)
+            if state == SAVING or (owner is not None and self._owners.get(request_id) is not owner):
                 raise NotFound(f"no generation {request_id!r} in flight (unknown, or it ended)")
-            self._requests[request_id] = True
+            self._requests[request_id] = CANCELLED
             if self._running is not None and self._running[0] == request_id:
                 self._running[1].cancel()
                 return "running"
             return "waiting"
 
-    def generate(self, req: GenerationRequest, request_id: str | None = None) -> dict[str, Any]:
+    def generate(
+        self, req: GenerationRequest, request_id: str | None = None, owner: object | None = None
+    ) -> dict[str, Any]:
         """Generate one image and save it to the gallery with a JSON sidecar of its settings.
         Returns the sidecar's fields plus {"file", "path", "seconds"}. `request_id` names the
-        request for `cancel` (None: not cancellable). Raises what `check` raises, JobActive
-        (training holds the GPU, or a request of this id is in flight), GenerationCancelled
+        request for `cancel` (None: not cancellable), `owner` (any object) who may cancel it
+        by owner. Raises what `check` raises, JobActive
+        (training holds the GPU, a request of this id is in flight, or MAX_IN_FLIGHT
+        requests are), GenerationCancelled
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
         with self._flight:
             if rid in self._requests:
                 raise JobActive(f"a generation with request_id {rid!r} is in flight already")
-            self._requests[rid] = False
+            if len(self._requests) >= MAX_IN_FLIGHT:
+                raise JobActive(
+                    f"{MAX_IN_FLIGHT} generations are in flight already (one runs, the others wait "
+                    "for the worker): try again when one has ended"
+                )
+            self._requests[rid] = LIVE
+            self._owners[rid] = owner
         try:
             return self._generate(req, rid)
         finally:
             with self._flight:
                 self._requests.pop(rid, None)
+                self._owners.pop(rid, None)
 
     def _cancelled(self, rid: str) -> bool:
         with self._flight:
-            return self._requests.get(rid, False)
+            return self._requests.get(rid) == CANCELLED
 
     def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
         base, loras = self.check(req)
@@ -324,8 +345,7 @@ class GenerationService:
         try:
             with self.arbiter.generation(), self._worker_lock(rid):
                 result = self._run_locked(job, rid)
-            if self._cancelled(rid):  # cancelled after the worker finished: the image is not kept
-                raise GenerationCancelled("generation cancelled; its image was not kept")
+            self._saving(rid)
             meta = {**meta_of(req, family), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             with staged_write(target.with_suffix(".json")) as tmp:
@@ -334,6 +354,15 @@ class GenerationService:
         finally:
             staging.unlink(missing_ok=True)
         return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
+
+    def _saving(self, rid: str) -> None:
+        """Mark request `rid`, whose worker finished, as saving its image: from now on a cancel
+        answers NotFound (it ended) and the image is kept whole. Checked and set together, so
+        a cancel that came first wins: raises GenerationCancelled (the image is not kept)."""
+        with self._flight:
+            if self._requests.get(rid) == CANCELLED:
+                raise GenerationCancelled("generation cancelled; its image was not kept")
+            self._requests[rid] = SAVING
 
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:
@@ -366,7 +395,7 @@ class GenerationService:
                     f"could not start the generation worker: {err}; try again"
                 ) from err
         with self._flight:  # checked and set together: a cancel from now on reaches the worker
-            if self._requests.get(rid, False):
+            if self._requests.get(rid) == CANCELLED:
                 raise GenerationCancelled("generation cancelled before it started")
             self._process.clear_cancel()  # an earlier request's cancel is not this one's
             self._running = (rid, self._process)
@@ -380,42 +409,3 @@ class GenerationService:
                 self._process = None
         self._key = job.key
         return result
-
-
-def gallery_images(settings: Settings) -> list[dict[str, Any]]:
-    """The gallery's PNGs, newest first, each with its sidecar's fields (prompt, seed, loras,
-    ...; absent when the sidecar is missing or unreadable) and "created" (mtime)."""
-    folder = gallery_dir(settings)
-    if not folder.is_dir():
-        return []
-    images = []
-    for png in folder.glob("*.png"):
-        if png.name.startswith(".") or png.is_symlink():
-            continue
-        try:
-            meta = json.loads(png.with_suffix(".json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            meta = {}
-        if not isinstance(meta, dict):
-            meta = {}
-        images.append({**meta, "file": png.name, "created": png.stat().st_mtime})
-    images.sort(key=lambda item: (item["created"], item["file"]), reverse=True)
-    return images
-
-
-def delete_gallery_image(settings: Settings, file: str) -> list[str]:
-    """Delete gallery image `file` (a PNG directly in the gallery, not hidden, not a link) and its
-    settings sidecar (<stem>.json); the uploaded references stay (other images may name them).
-    Returns the deleted names. Raises ConfigError/PathOutsideRoot for a name with a path,
-    NotFound when there is no such image."""
-    safe_component(file, field="file")
-    png = gallery_dir(settings) / file
-    if png.suffix != ".png" or file.startswith(".") or png.is_symlink() or not png.is_file():
-        raise NotFound(f"no gallery image {file!r}")
-    png.unlink()
-    deleted = [png.name]
-    sidecar = png.with_suffix(".json")
-    if sidecar.is_file() and not sidecar.is_symlink():
-        sidecar.unlink()
-        deleted.append(sidecar.name)
-    return deleted

@@ -72,7 +72,7 @@ def find_leftovers(settings: Settings) -> list[Path]:
             continue
         found += [p for p in _children(dataset) if _CAPTION_TMP.match(p.name) and p.is_file()]
     found += cache_leftovers(cache_root(settings))  # data/disk_cache.py: staged shards of dead writers
-    gallery = settings.home / "gallery"  # jobs/generation.py gallery_dir, jobs/references.py
+    gallery = settings.home / "gallery"  # jobs/gallery.py gallery_dir, jobs/references.py
     for folder in (gallery, gallery / "references"):
         found += [p for p in _children(folder) if _PARTIAL.match(p.name) and p.is_file()]
     return sorted(found)
@@ -102,9 +102,9 @@ def _run_folders(settings: Settings) -> list[Path]:
 
 
 def _run_leftovers(run: Path) -> list[Path]:
-    """The crash leftovers of output folder `run`: the staging of its killed writes, or the
-    whole folder when it holds nothing else (killed before it wrote a file: its name is free
-    again)."""
+    """The crash leftovers of output folder `run`: the staging of its killed writes, and the
+    folder itself when it holds nothing else (killed before it wrote a file: its name is free
+    again; `remove_leftovers` removes it only while it is empty)."""
     found = [p for p in _children(run) if _EXPORT_STAGING.match(p.name)]
     found += [p for p in _children(run / LORAS) if _EXPORT_STAGING.match(p.name)]  # a snapshot's
     found += [
@@ -112,7 +112,7 @@ def _run_leftovers(run: Path) -> list[Path]:
         for p in _children(run / "checkpoints")
         if _EXPORT_STAGING.match(p.name) or _CHECKPOINT_REMOVAL.match(p.name)
     ]
-    return [run] if _holds_nothing(run, set(found)) else found
+    return [*found, run] if _holds_nothing(run, set(found)) else found
 
 
 def _holds_nothing(folder: Path, going: set[Path]) -> bool:
@@ -151,13 +151,18 @@ def start_cache_prune(settings: Settings) -> threading.Thread:
 
 
 def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
-    """Remove `paths` (folders with their content, or files), logging each with its size.
-    Returns (files, bytes) removed. A path that cannot be removed is logged and skipped."""
+    """Remove `paths` (folders with their content, or files; deepest first), logging each with
+    its size; a run's output folder (`_is_run_folder`) only while it holds nothing but empty
+    folders (rmdir, bottom up: a file that landed in it since it was found empty is kept, and
+    so is the folder). Returns (files, bytes) removed. A path that cannot be removed is logged
+    and skipped."""
     total_files = total_bytes = 0
-    for path in paths:
+    for path in sorted(paths, key=lambda p: len(p.parts), reverse=True):
         files, size = _size(path)
         try:
-            if path.is_dir() and not path.is_symlink():
+            if _is_run_folder(path):
+                _remove_empty_tree(path)
+            elif path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
@@ -172,6 +177,21 @@ def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
         with contextlib.suppress(OSError):  # still holds a new upload's staging folder
             folder.rmdir()
     return total_files, total_bytes
+
+
+def _is_run_folder(path: Path) -> bool:
+    """Whether leftover `path` is a run's output folder (`outputs/<run>`, found holding nothing),
+    not a staging folder (every one of those is hidden, or inside datasets/.uploads)."""
+    return path.parent.name == "outputs" and not path.name.startswith(".")
+
+
+def _remove_empty_tree(folder: Path) -> None:
+    """Remove `folder` and the empty folders in it, bottom up, with rmdir only: raises OSError
+    (ENOTEMPTY, ENOTDIR for a link) when anything else is in it, removing no file."""
+    if folder.is_symlink():
+        raise NotADirectoryError(f"{folder} is a link")
+    for root, _dirs, _files in os.walk(folder, topdown=False):
+        os.rmdir(root)
 
 
 def _children(folder: Path) -> list[Path]:

@@ -401,7 +401,8 @@ export interface paths {
          * Generate
          * @description Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
          *     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, when
-         *     a request of the same request_id is in flight, or when it was cancelled (the cancel route,
+         *     a request of the same request_id is in flight, when MAX_IN_FLIGHT (8) are (one runs, the
+         *     others wait), or when it was cancelled (the cancel route,
          *     or the client left: it stops between denoising steps and nothing is kept), 503 when the
          *     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
          *     was asked (it is stopped): the next request starts a fresh one.

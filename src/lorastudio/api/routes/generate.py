@@ -29,17 +29,12 @@ from lorastudio.api.schemas_files import (
 )
 from lorastudio.data import safe_component
 from lorastudio.errors import DatasetError, NotFound
-from lorastudio.jobs.generation import (
-    GenerationRequest,
-    GenerationService,
-    LoraChoice,
-    delete_gallery_image,
-    gallery_dir,
-    gallery_images,
-)
+from lorastudio.jobs.gallery import delete_gallery_image, gallery_dir, gallery_images
+from lorastudio.jobs.generation import GenerationRequest, GenerationService, LoraChoice
 from lorastudio.jobs.references import reference_path, references_dir, store_reference
 from lorastudio.settings import Settings
 
+CANCEL_RETRY_S = 0.05  # how often a left client's cancel is tried until its request is in flight
 MAX_REFERENCES = 10  # the most any family takes (FLUX.2 dev)
 REFERENCES_BODY_LIMIT = 200 * 2**20  # bytes: 10 large photos
 
@@ -52,7 +47,8 @@ async def generate(
 ) -> dict[str, Any]:
     """Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, when
-    a request of the same request_id is in flight, or when it was cancelled (the cancel route,
+    a request of the same request_id is in flight, when MAX_IN_FLIGHT (8) are (one runs, the
+    others wait), or when it was cancelled (the cancel route,
     or the client left: it stops between denoising steps and nothing is kept), 503 when the
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
     was asked (it is stopped): the next request starts a fresh one."""
@@ -73,21 +69,30 @@ async def generate(
         references=tuple(body.references),
     )
     request_id = body.request_id or f"unnamed-{uuid.uuid4().hex}"
-    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id))
+    owner = object()  # this POST: its client leaving cancels its own request, never another's
+    watcher = asyncio.ensure_future(_cancel_when_gone(request, service, request_id, owner))
     try:
-        result = await run_in_threadpool(service.generate, req, request_id)
+        result = await run_in_threadpool(service.generate, req, request_id, owner)
     finally:
         watcher.cancel()
     return {**result, "url": f"/gallery/{result['file']}", "reference_urls": _reference_urls(result)}
 
 
-async def _cancel_when_gone(request: Request, service: GenerationService, request_id: str) -> None:
-    """Cancel generation `request_id` once its client disconnects (the body was read: the next
-    message the server gets for this request is its disconnect)."""
+async def _cancel_when_gone(
+    request: Request, service: GenerationService, request_id: str, owner: object
+) -> None:
+    """Cancel this POST's generation (`request_id` of `owner`) once its client disconnects (the
+    body was read: the next message the server gets for this request is its disconnect). Until
+    the POST ends (it cancels this watcher) the cancel is tried again: the request may not be in
+    flight yet (its thread is queued), and a duplicate POST of a running id is never in flight
+    as this owner's (the other client's request goes on)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    with contextlib.suppress(NotFound):  # it ended meanwhile
-        service.cancel(request_id)
+    while True:
+        with contextlib.suppress(NotFound):  # not in flight as this owner's (yet), or it ended
+            service.cancel(request_id, owner)
+            return
+        await asyncio.sleep(CANCEL_RETRY_S)
 
 
 @router.post("/api/generate/{request_id}/cancel", response_model=GenerateCancelOut)

@@ -1,0 +1,77 @@
+"""The gallery of generated images (`<home>/gallery`): listing and deleting (no torch).
+
+Each image is `<stamp>-<seed>-<id>.png` with its settings sidecar `<stem>.json` (written by
+jobs/generation.py: the sidecar first, the image last). Nothing here follows a link: a linked
+image is not listed or deleted, a linked sidecar not read or deleted; a sidecar that is not a
+regular file (a FIFO would block) or over MAX_SIDECAR_BYTES is read as none."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from lorastudio.data.paths import safe_component
+from lorastudio.errors import NotFound
+from lorastudio.settings import Settings
+
+MAX_SIDECAR_BYTES = 2**20  # a sidecar read (ours are a few KB: the prompts are capped)
+
+
+def gallery_dir(settings: Settings) -> Path:
+    return settings.home / "gallery"
+
+
+def gallery_images(settings: Settings) -> list[dict[str, Any]]:
+    """The gallery's PNGs, newest first, each with its sidecar's fields (prompt, seed, loras,
+    ...; absent when the sidecar is missing or unreadable) and "created" (mtime)."""
+    folder = gallery_dir(settings)
+    if not folder.is_dir():
+        return []
+    images = []
+    for png in folder.glob("*.png"):
+        if png.name.startswith(".") or png.is_symlink():
+            continue
+        meta = _sidecar(png.with_suffix(".json"))
+        images.append({**meta, "file": png.name, "created": png.stat().st_mtime})
+    images.sort(key=lambda item: (item["created"], item["file"]), reverse=True)
+    return images
+
+
+def _sidecar(path: Path) -> dict[str, Any]:
+    """The fields of settings sidecar `path`; {} when it is missing, unreadable, not a JSON
+    object, over MAX_SIDECAR_BYTES, or not a regular file (a link is not followed, a FIFO not
+    waited on: opened without following or blocking)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        raw = fh.read(MAX_SIDECAR_BYTES + 1)
+    try:
+        meta = json.loads(raw) if len(raw) <= MAX_SIDECAR_BYTES else None
+    except ValueError:  # UnicodeDecodeError included
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def delete_gallery_image(settings: Settings, file: str) -> list[str]:
+    """Delete gallery image `file` (a PNG directly in the gallery, not hidden, not a link) and its
+    settings sidecar (<stem>.json); the uploaded references stay (other images may name them).
+    Returns the deleted names. Raises ConfigError/PathOutsideRoot for a name with a path,
+    NotFound when there is no such image."""
+    safe_component(file, field="file")
+    png = gallery_dir(settings) / file
+    if png.suffix != ".png" or file.startswith(".") or png.is_symlink() or not png.is_file():
+        raise NotFound(f"no gallery image {file!r}")
+    png.unlink()
+    deleted = [png.name]
+    sidecar = png.with_suffix(".json")
+    if sidecar.is_file() and not sidecar.is_symlink():
+        sidecar.unlink()
+        deleted.append(sidecar.name)
+    return deleted
