@@ -187,9 +187,12 @@ def merge_files(
     ((fam, layout),) = set(facts)
     loaded = [(_load(path, fam), weight) for path, weight in inputs]
     merged = merge([(lora, weight) for (lora, _), weight in loaded])
-    ((_, info), _) = loaded[0]
+    infos = [info for (_, info), _ in loaded]
+    # only the facts every input shares: another input's steps, learning rate, seed, EMA or
+    # optimizer would be a claim about weights this file is not (the first input's were copied)
+    common = {k: v for k, v in infos[0].items() if all(other.get(k) == v for other in infos[1:])}
     info = {
-        **info,
+        **common,
         PREFIX + "family": fam,
         PREFIX + "rank": str(merged.rank),
         PREFIX + "alpha": f"{merged.alpha:g}",

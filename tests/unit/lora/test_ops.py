@@ -350,3 +350,32 @@ def test_convert_merge_and_resize_name_the_base_not_its_path(layer_shapes, tmp_p
         _, header = read_lora_file(tmp_path / f"{made}.safetensors")
         assert header["lorastudio.base_model"] == "flux1-dev", made
         assert not any("/home/alice" in v for v in header.values()), made
+
+
+def test_a_merged_file_claims_only_the_facts_its_inputs_share(layer_shapes, tmp_path):
+    """The merged file's lorastudio.* header keeps what every input says alike (family, base) and
+    leaves out what differs (steps, learning rate, EMA, optimizer: no input's alone describes the
+    merge); it was the first input's."""
+    shapes = layer_shapes("flux")
+    shared = {"lorastudio.base_model": "flux1-dev", "lorastudio.optimizer": "adamw"}
+    a = _write(
+        _lora(shapes, "flux", 4, 4.0, 0, every=4),
+        "flux",
+        "diffusers",
+        tmp_path / "a.safetensors",
+        {**shared, "lorastudio.steps": "500", "lorastudio.learning_rate": "0.0001", "lorastudio.ema": "ema"},
+    )
+    b = _write(
+        _lora(shapes, "flux", 4, 4.0, 1, every=4),
+        "flux",
+        "diffusers",
+        tmp_path / "b.safetensors",
+        {**shared, "lorastudio.steps": "2000", "lorastudio.learning_rate": "0.0004"},
+    )
+    merge_files([(a, 1.0), (b, 0.5)], tmp_path / "m.safetensors")
+    _, header = read_lora_file(tmp_path / "m.safetensors")
+    assert header["lorastudio.base_model"] == "flux1-dev" and header["lorastudio.optimizer"] == "adamw"
+    assert header["lorastudio.family"] == "flux"
+    for differs in ("lorastudio.steps", "lorastudio.learning_rate", "lorastudio.ema"):
+        assert differs not in header, differs
+    assert "a.safetensors" in header["lorastudio.merged_from"]
