@@ -237,9 +237,13 @@ def claim_cli_run(cfg: Any) -> DatasetClaim:
 def holders(lock: Path) -> list[dict[str, Any]]:
     """The live holders recorded for lock file `lock` ({"pid", "mode", "holder", "dataset"});
     records of processes that hold no lock on it any more are removed (crash leftovers)."""
+    try:
+        records = sorted(lock.parent.glob(f"{lock.stem}.*.holder"))
+    except FileNotFoundError:  # the last holder removed the claims folder meanwhile: none left
+        return []
     live = set(lock_holders(lock))
     found = []
-    for record in sorted(lock.parent.glob(f"{lock.stem}.*.holder")):
+    for record in records:
         try:
             info = _read_record(record)
         except OSError:

@@ -64,3 +64,22 @@ def test_a_dataset_deleted_while_claimed_releases_and_its_namesake_is_claimable(
     _take(a, "char", WRITE).release()
     _take(b, a / "datasets" / "char", WRITE).release()
     assert not (a / "claims").exists() or not list((a / "claims").iterdir())  # no trace kept
+
+
+def test_holders_of_a_lock_whose_claims_folder_was_just_removed_are_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A taker that found the lock busy reads its holders while the last holder releases and
+    removes the empty claims folder: no holders (it then retries), not FileNotFoundError (a 500
+    of one of 20 racing caption edits in CI). The folder vanishing between pathlib's is_dir check
+    and its scandir is simulated: the glob raises as it did there."""
+    from lorastudio.jobs.dataset_claims import holders
+
+    claims = tmp_path / "claims"
+    claims.mkdir()
+
+    def vanished(self: Path, pattern: str):  # noqa: ANN202 - pathlib's own signature
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    monkeypatch.setattr(Path, "glob", vanished)
+    assert holders(claims / "abc.lock") == []
