@@ -2,6 +2,9 @@
 the product's entry point, each in its own process (as the job worker runs them), each preceded
 by the preflight report of that run.
 
+For each run also the host RAM forecast (`memory.host_gb`, jobs/host_memory.py) against the
+process's peak RSS (GB = 1e9 bytes, as the forecast counts).
+
 For each run: the wall-time forecast (total, source, confidence, phases) and the VRAM estimate the
 preflight gave before it, then the run's wall time (the child's clock around train()), its phases
 as the engine recorded them (<home>/run_timings/) and its peak allocated VRAM. The first run is
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -82,6 +86,9 @@ def one(root: Path, name: str, steps: int, attention: str, resolution: int) -> d
         "recorded_phases": record["phases"],
         "recorded_s_per_step": record["s_per_step"],
         "vram_estimate_gib": round(report["memory"]["estimated_gb"] * 1e9 / 2**30, 1),
+        "host_forecast_gb": report["memory"].get("host_gb"),
+        "host_forecast_certain": report["memory"].get("host_certain"),
+        "peak_host_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9, 2),
         "peak_vram_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)
         if torch.cuda.is_available()
         else None,
