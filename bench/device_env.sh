@@ -9,6 +9,12 @@ if [ ! -f /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && touch /tmp/site/.installed
 fi
+# FA4's other wheels (flash-attn-4, nvidia-cutlass-dsl + libs-base / -core, quack-kernels,
+# apache-tvm-ffi, torch-c-dlpack-ext: ~10 MB) travel in .whlfa4 (carried beside .whl in FA4 calls)
+if [ -d .whlfa4 ] && [ ! -f /tmp/site/.fa4 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whlfa4/*.whl \
+    && touch /tmp/site/.fa4
+fi
 if [ -d /tmp/cu13/nvidia_cutlass_dsl ] && [ ! -f /tmp/site/.cu13 ]; then
   cp -a /tmp/cu13/nvidia_cutlass_dsl/. /tmp/site/nvidia_cutlass_dsl/ && touch /tmp/site/.cu13
 fi
