@@ -24,6 +24,7 @@ from lorastudio.api.routes.generate import _cancel_when_gone
 from lorastudio.errors import GenerationCancelled, JobActive, NotFound
 from lorastudio.jobs import generation
 from lorastudio.jobs.generation import GenerationRequest, GenerationService
+from lorastudio.jobs.generation_requests import MAX_IN_FLIGHT
 from lorastudio.jobs.generation_worker import GenerationJob
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.settings import Settings
@@ -217,7 +218,7 @@ def test_a_flood_of_generations_waiting_for_the_worker_leaves_the_api_and_cancel
                 assert info.result(timeout=5).status_code == 200  # hung: the threads were all held
                 cancel = probe.submit(client.post, "/api/generate/g59/cancel")
                 assert cancel.result(timeout=5).status_code in (200, 404)
-                assert service.in_flight <= generation.MAX_IN_FLIGHT
+                assert service.in_flight <= MAX_IN_FLIGHT
             finally:  # let everything end whatever happened
                 for _ in range(50):
                     for i in range(60):

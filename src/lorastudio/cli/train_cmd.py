@@ -21,18 +21,13 @@ through the server, or use another LORASTUDIO_HOME); see jobs/homelock.py. `--ch
 (it trains and writes nothing), so it runs beside a server.
 
 Config file loading and --set overrides are in cli/config_file.py; the progress display and the
-Ctrl-C stop handler in cli/run_display.py.
+Ctrl-C stop handler in cli/run_display.py; the torchrun launch of `--gpus N` in cli/train_launch.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
-import signal
-import subprocess
-import sys
-import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +37,7 @@ from rich.console import Console
 
 from lorastudio.cli.config_file import apply_overrides, load_config_file, localize_paths
 from lorastudio.cli.run_display import ProgressDisplay, StopOnInterrupt, loader_warnings, quiet_libraries
+from lorastudio.cli.train_launch import bind_to_agent, check_launch, launch
 from lorastudio.errors import ConfigError, FieldProblem, LorastudioError
 from lorastudio.jobs.dataset_claims import claim_cli_run
 from lorastudio.training.events import Event
@@ -120,7 +116,7 @@ def train_cmd(
     rank = int(os.environ.get("RANK", "0"))
     launched = "WORLD_SIZE" in os.environ
     if launched:
-        _bind_to_agent()
+        bind_to_agent()
     home_lock = claim = None
     prefetch: WeightPrefetch | None = None
     cfg = None
@@ -154,8 +150,8 @@ def train_cmd(
                 raise ConfigError(problems)
         claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
-            _check_launch(cfg, device)
-            raise typer.Exit(_launch(cfg.num_gpus, config, settings, device, resume, console))
+            check_launch(cfg, device)
+            raise typer.Exit(launch(cfg.num_gpus, config, settings, device, resume, console))
         from lorastudio.jobs.cli_record import open_cli_record
         from lorastudio.timings import process_started_at
         from lorastudio.training.loop import train
@@ -330,72 +326,3 @@ def _share_home() -> Any:
 
 def _ignore(event: Event) -> None:
     """The event sink of ranks other than 0 (the engine sends them nothing anyway)."""
-
-
-def _bind_to_agent() -> None:
-    """Under a launch by this command (jobs/agent.py sets LORASTUDIO_AGENT_PID), die with the
-    agent like the job service's ranks do: a rank is never left waiting on a dead launch."""
-    from lorastudio.jobs.channel import AGENT_PID_ENV
-    from lorastudio.jobs.worker import bind_to_parent
-
-    agent = os.environ.get(AGENT_PID_ENV)
-    if agent is not None and agent.isdigit():
-        bind_to_parent(int(agent))
-
-
-def _check_launch(cfg: Any, device: str | None) -> None:
-    """Refuse a data-parallel launch this host or config cannot run. Raises ConfigError."""
-    from lorastudio.cli.train_check import gpu_count_problems
-    from lorastudio.training.parallel_rules import data_parallel_problems
-
-    problems = data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
-    if device is not None and device != "cpu" and device != "cuda":
-        problems.append(
-            FieldProblem(
-                "--device",
-                f"{device}: with --gpus each process takes one GPU (cuda:LOCAL_RANK of "
-                "CUDA_VISIBLE_DEVICES); use --device cuda or cpu",
-            )
-        )
-    problems += gpu_count_problems(cfg.num_gpus, device)
-    if problems:
-        raise ConfigError(problems)
-
-
-def launch_arguments(
-    config: Path | None, overrides: list[str], device: str | None, resume: Path | None
-) -> list[str]:
-    """The `train` arguments every rank runs with (paths made absolute)."""
-    args = ["-m", "lorastudio.cli", "train"]
-    if config is not None:
-        args.append(str(config.resolve()))
-    for item in overrides:
-        args += ["--set", item]
-    if device is not None:
-        args += ["--device", device]
-    if resume is not None:
-        args += ["--resume", str(resume.resolve())]
-    return args
-
-
-def _launch(
-    world: int,
-    config: Path | None,
-    overrides: list[str],
-    device: str | None,
-    resume: Path | None,
-    console: Console,
-) -> int:
-    """Run this command under torchrun with `world` processes; returns torchrun's exit code.
-    Prints the plain torchrun command that does the same (e.g. to run it by hand)."""
-    rank_args = launch_arguments(config, overrides, device, resume)
-    torchrun = ["--standalone", "--nnodes=1", f"--nproc-per-node={world}", "--max-restarts=0"]
-    shown = ["torchrun", *torchrun, *rank_args]
-    console.print(f"launching {world} processes: {shlex.join(shown)}", highlight=False)
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # torchrun passes Ctrl-C to the ranks
-    try:
-        with tempfile.TemporaryDirectory(prefix="lorastudio-torchrun-") as logs:
-            agent = [sys.executable, "-m", "lorastudio.jobs.agent", str(os.getpid())]
-            return subprocess.call([*agent, *torchrun, f"--log-dir={logs}", *rank_args])
-    finally:
-        signal.signal(signal.SIGINT, previous)

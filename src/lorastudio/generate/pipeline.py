@@ -140,7 +140,7 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     """
     from lorastudio.generate.lora_coverage import converted_layers, layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
-    from lorastudio.lora.files import check_lora_values
+    from lorastudio.lora.file_read import check_lora_values
 
     for path, _ in loras:
         if not Path(path).is_file():

@@ -20,7 +20,8 @@ size cap and checked, lora/header.py) and the base model. Images go to the galle
 (settings.home/gallery): the worker writes the PNG under a hidden staging name, the server
 writes the sidecar, then renames the PNG into place. No torch here.
 
-The budget (per request) is generation_rules.budget_problems, the CLI's too.
+The budget (per request) is generation_rules.budget_problems, the CLI's too. The bookkeeping of
+requests in flight (ids, owners, cancel, the MAX_IN_FLIGHT cap) is jobs/generation_requests.py.
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ from lorastudio.errors import (
     FieldProblem,
     GenerationCancelled,
     GenerationWorkerLost,
-    JobActive,
     ModelSourceError,
     NotFound,
 )
 from lorastudio.generation_rules import budget_problems
 from lorastudio.jobs.gallery import gallery_dir
 from lorastudio.jobs.generation_process import GenerationProcess, GenerationTarget, Spawner
+from lorastudio.jobs.generation_requests import InFlight
 from lorastudio.jobs.generation_worker import GenerationJob, generation_worker_main
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.references import reference_path, reference_problems
@@ -64,15 +65,7 @@ from lorastudio.lora.snapshots import LORAS, raw_lora_at, snapshot_name
 from lorastudio.settings import Settings
 
 RESIDENT_NAME = "generation"
-# States of a request in flight: waiting or running / cancelled / its image being saved (ended).
-LIVE, CANCELLED, SAVING = "live", "cancelled", "saving"
-LOCK_POLL_S = 0.1
-# Requests in flight at most (one runs, the rest wait): each holds a server thread while it
-# waits, and the API's threads (40) serve every other route, the cancel route included.
-MAX_IN_FLIGHT = 8
-MAX_SIDECAR_BYTES = (
-    2**20
-)  # a gallery sidecar read (ours are ~1 KB: the prompt is capped)  # how often a request waiting for the worker looks for its cancel
+LOCK_POLL_S = 0.1  # how often a request waiting for the worker looks for its cancel
 
 
 @dataclass(frozen=True)
@@ -174,12 +167,7 @@ class GenerationService:
         self._spawner = Spawner()  # started here: the server's long-lived thread, not a request's
         self._process: GenerationProcess | None = None
         self._key: tuple[Any, ...] | None = None
-        # requests in flight (waiting, running or saving) by id -> LIVE / CANCELLED / SAVING;
-        # the one in the worker
-        self._flight = threading.Lock()
-        self._requests: dict[str, str] = {}
-        self._owners: dict[str, object] = {}  # id -> the owner its `generate` was given
-        self._running: tuple[str, GenerationProcess] | None = None
+        self._flight = InFlight()  # requests in flight (waiting, running or saving)
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
@@ -196,8 +184,7 @@ class GenerationService:
     @property
     def in_flight(self) -> int:
         """How many generation requests are in flight (waiting for the worker or running)."""
-        with self._flight:
-            return len(self._requests)
+        return len(self._flight)
 
     def release(self) -> None:
         """Stop the worker, freeing its pipeline and memory (the GPU for training). Idempotent."""
@@ -273,15 +260,7 @@ class GenerationService:
         or already ended: one whose image is being saved has ended, it is kept whole). With an
         `owner`, only a request that `generate` was given that owner is cancelled (the route's
         watcher of a client that left: never another client's request of the same id)."""
-        with self._flight:
-            state = self._requests.get(request_id, SAVING)
-            if state == SAVING or (owner is not None and self._owners.get(request_id) is not owner):
-                raise NotFound(f"no generation {request_id!r} in flight (unknown, or it ended)")
-            self._requests[request_id] = CANCELLED
-            if self._running is not None and self._running[0] == request_id:
-                self._running[1].cancel()
-                return "running"
-            return "waiting"
+        return self._flight.cancel(request_id, owner)
 
     def generate(
         self, req: GenerationRequest, request_id: str | None = None, owner: object | None = None
@@ -295,26 +274,11 @@ class GenerationService:
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
-        with self._flight:
-            if rid in self._requests:
-                raise JobActive(f"a generation with request_id {rid!r} is in flight already")
-            if len(self._requests) >= MAX_IN_FLIGHT:
-                raise JobActive(
-                    f"{MAX_IN_FLIGHT} generations are in flight already (one runs, the others wait "
-                    "for the worker): try again when one has ended"
-                )
-            self._requests[rid] = LIVE
-            self._owners[rid] = owner
+        self._flight.admit(rid, owner)
         try:
             return self._generate(req, rid)
         finally:
-            with self._flight:
-                self._requests.pop(rid, None)
-                self._owners.pop(rid, None)
-
-    def _cancelled(self, rid: str) -> bool:
-        with self._flight:
-            return self._requests.get(rid) == CANCELLED
+            self._flight.finish(rid)
 
     def _generate(self, req: GenerationRequest, rid: str) -> dict[str, Any]:
         base, loras = self.check(req)
@@ -345,7 +309,7 @@ class GenerationService:
         try:
             with self.arbiter.generation(), self._worker_lock(rid):
                 result = self._run_locked(job, rid)
-            self._saving(rid)
+            self._flight.saving(rid)
             meta = {**meta_of(req, family), "width": result["width"], "height": result["height"]}
             # The sidecar first, the image last: a listed PNG always has its complete sidecar.
             with staged_write(target.with_suffix(".json")) as tmp:
@@ -355,21 +319,12 @@ class GenerationService:
             staging.unlink(missing_ok=True)
         return {**meta, "file": target.name, "path": str(target), "seconds": round(result["seconds"], 3)}
 
-    def _saving(self, rid: str) -> None:
-        """Mark request `rid`, whose worker finished, as saving its image: from now on a cancel
-        answers NotFound (it ended) and the image is kept whole. Checked and set together, so
-        a cancel that came first wins: raises GenerationCancelled (the image is not kept)."""
-        with self._flight:
-            if self._requests.get(rid) == CANCELLED:
-                raise GenerationCancelled("generation cancelled; its image was not kept")
-            self._requests[rid] = SAVING
-
     @contextlib.contextmanager
     def _worker_lock(self, rid: str) -> Iterator[None]:
         """Hold the worker for request `rid`; raises GenerationCancelled when it is cancelled
         while it waits (another request holds the worker)."""
         while not self._lock.acquire(timeout=LOCK_POLL_S):
-            if self._cancelled(rid):
+            if self._flight.cancelled(rid):
                 raise GenerationCancelled("generation cancelled while it waited for the worker")
         try:
             yield
@@ -379,7 +334,7 @@ class GenerationService:
     def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
         """Run `job` (request `rid`) in the worker (started if there is none); forget a worker
         that died. Raises GenerationCancelled when `rid` was cancelled before the job was sent."""
-        if self._cancelled(rid):  # before a worker is started for it
+        if self._flight.cancelled(rid):  # before a worker is started for it
             raise GenerationCancelled("generation cancelled before it started")
         if self._process is None or self._process.spent:
             self._key = None
@@ -394,17 +349,12 @@ class GenerationService:
                 raise GenerationWorkerLost(
                     f"could not start the generation worker: {err}; try again"
                 ) from err
-        with self._flight:  # checked and set together: a cancel from now on reaches the worker
-            if self._requests.get(rid) == CANCELLED:
-                raise GenerationCancelled("generation cancelled before it started")
-            self._process.clear_cancel()  # an earlier request's cancel is not this one's
-            self._running = (rid, self._process)
+        self._flight.start_running(rid, self._process)  # a cancel from now on reaches the worker
         self._key = None  # unknown while the job runs (and after it failed)
         try:
             result = self._process.call(job)
         finally:
-            with self._flight:
-                self._running = None
+            self._flight.stop_running()
             if self._process.spent:  # died or ran out of memory: the next job gets a fresh one
                 self._process = None
         self._key = job.key

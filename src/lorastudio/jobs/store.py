@@ -7,7 +7,8 @@ lorastudio.processes): a `lorastudio train` run its own process, a server's run 
 interrupted when that process is gone (killed outright, no end recorded), so a reader never
 shows a dead run as running, with or without a server. Every write is one transaction; a write on a full disk raises
 NoSpaceLeft and leaves the store as it was. Thread-safe (one connection behind a
-lock), so the job service's pump thread and the API threads can share one store.
+lock), so the job service's pump thread and the API threads can share one store. The tables and
+the migration of an older store: jobs/store_schema.py.
 """
 
 from __future__ import annotations
@@ -22,76 +23,9 @@ from typing import Any
 
 from lorastudio.errors import NoSpaceLeft, NotFound, is_no_space
 from lorastudio.jobs.records import LIVE_STATUSES, METRIC_KEYS, JobStatus, now_iso
+from lorastudio.jobs.store_schema import RUN_COLUMNS, SCHEMA, UPDATABLE, add_missing_columns
 from lorastudio.processes import process_gone
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    output_name TEXT NOT NULL,
-    family TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    started_at TEXT,
-    finished_at TEXT,
-    config_json TEXT NOT NULL,
-    steps_run INTEGER NOT NULL DEFAULT 0,
-    total_steps INTEGER,
-    last_loss REAL,
-    error TEXT,
-    plan_json TEXT,
-    source TEXT,
-    owner_pid INTEGER,
-    owner_start TEXT
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    step INTEGER NOT NULL,
-    epoch INTEGER,
-    loss REAL,
-    avg_loss REAL,
-    lr REAL,
-    grad_norm REAL,
-    samples_per_second REAL,
-    peak_memory_gb REAL,
-    PRIMARY KEY (run_id, step)
-);
-CREATE TABLE IF NOT EXISTS validation (
-    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    step INTEGER NOT NULL,
-    loss REAL,
-    PRIMARY KEY (run_id, step)
-);
-CREATE TABLE IF NOT EXISTS outputs (
-    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    kind TEXT NOT NULL,
-    path TEXT NOT NULL,
-    PRIMARY KEY (run_id, kind, path)
-);
-"""
-
-_RUN_COLUMNS = (
-    "id",
-    "output_name",
-    "family",
-    "status",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "steps_run",
-    "total_steps",
-    "last_loss",
-    "error",
-    "source",
-)
-_UPDATABLE = frozenset(_RUN_COLUMNS) - {"id", "output_name", "family", "created_at", "source"}
-# Columns added after the first release: (name, SQL type), added to an older store on open.
-_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("plan_json", "TEXT"),
-    ("source", "TEXT"),
-    ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run, the server of a service run
-    ("owner_start", "TEXT"),  # its processes.start_token (a reused pid is another process)
-    ("warnings_json", "TEXT"),  # a JSON list: what failed without failing the run (warning events)
-)
 # Why a live run whose owner is gone was marked interrupted, by the run's source.
 DEAD_OWNER_ERRORS = {
     "cli": "the `lorastudio train` process (pid {pid}) ended without recording the end of this run"
@@ -121,8 +55,8 @@ class RunStore:
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(_SCHEMA)
-        _add_missing_columns(conn)
+        conn.executescript(SCHEMA)
+        add_missing_columns(conn)
         store = cls(conn, path)
         if recover:
             store.mark_interrupted()
@@ -240,7 +174,7 @@ class RunStore:
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set some columns of a run (status, started_at, finished_at, steps_run, error, ...)."""
-        bad = set(fields) - _UPDATABLE
+        bad = set(fields) - UPDATABLE
         if bad:
             raise ValueError(f"not updatable: {sorted(bad)}")
         if not fields:
@@ -321,7 +255,7 @@ class RunStore:
         dead = self.settle_dead_owners()
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT {', '.join(_RUN_COLUMNS)}, warnings_json FROM runs"
+                f"SELECT {', '.join(RUN_COLUMNS)}, warnings_json FROM runs"
                 " ORDER BY created_at DESC, rowid DESC LIMIT ?",
                 (limit,),
             ).fetchall()
@@ -334,7 +268,7 @@ class RunStore:
         dead = self.settle_dead_owners()
         with self._lock:
             row = self._conn.execute(
-                f"SELECT {', '.join(_RUN_COLUMNS)}, config_json, plan_json, warnings_json FROM runs WHERE id=?",
+                f"SELECT {', '.join(RUN_COLUMNS)}, config_json, plan_json, warnings_json FROM runs WHERE id=?",
                 (run_id,),
             ).fetchone()
             if row is None:
@@ -394,20 +328,3 @@ def _warnings(text: str | None) -> list[str]:
     except ValueError:
         return []
     return [w for w in found if isinstance(w, str)] if isinstance(found, list) else []
-
-
-def _add_missing_columns(conn: sqlite3.Connection) -> None:
-    """Bring a store written by an older version up to the current runs table (new columns are
-    nullable, so existing rows read as "not recorded")."""
-    for name, kind in _ADDED_COLUMNS:
-        if name in _run_columns(conn):
-            continue
-        try:
-            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
-        except sqlite3.OperationalError:
-            if name not in _run_columns(conn):  # not a concurrent opener that added it first
-                raise
-
-
-def _run_columns(conn: sqlite3.Connection) -> set[str]:
-    return {row["name"] for row in conn.execute("PRAGMA table_info(runs)")}

@@ -1,5 +1,6 @@
-"""LoRA files on disk: read one, tell its layout, write one in either layout (staged, then
-renamed), and convert a file from one layout to the other.
+"""LoRA files on disk: tell a file's layout, write one in either layout (staged, then
+renamed), and convert a file from one layout to the other. Reading one and checking its values:
+lora/file_read.py.
 
     convert_file(Path("run.safetensors"), Path("run-kohya.safetensors"), to="kohya")
 """
@@ -16,7 +17,7 @@ from typing import Literal
 import torch
 
 from lorastudio.durable import fsync_path
-from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError, NotFound
+from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
 from lorastudio.lora.content_hash import record_content_hash
 from lorastudio.lora.convert import (
     FAMILIES,
@@ -28,7 +29,8 @@ from lorastudio.lora.convert import (
     to_diffusers,
     to_kohya,
 )
-from lorastudio.lora.header import check_lora_file, check_lora_structure, read_header
+from lorastudio.lora.file_read import read_lora_file
+from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.metadata import (
     HASH_KEY,
     HASH_PLACEHOLDER,
@@ -45,7 +47,7 @@ from lorastudio.lora.text_encoders import (
     to_kohya_tensors,
     with_adapter_metadata,
 )
-from lorastudio.user_paths import MAX_NAME_BYTES, is_file, output_file_problem, publish_file
+from lorastudio.user_paths import MAX_NAME_BYTES, output_file_problem, publish_file
 
 Layout = Literal["diffusers", "kohya"]
 ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_base.py)
@@ -54,77 +56,6 @@ ADAPTER_METADATA_KEY = "lora_adapter_metadata"  # diffusers' header key (lora_ba
 def denoiser_prefix(family: str) -> str:
     """The key prefix of the denoiser's layers in a diffusers LoRA file."""
     return "unet" if family == "sdxl" else "transformer"
-
-
-def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(tensors, header metadata) of a .safetensors LoRA whose header passed `read_header` and
-    `check_lora_structure` and whose every value is finite (`check_finite`). Raises NotFound,
-    ModelSourceError."""
-    from safetensors import SafetensorError, safe_open
-
-    if not is_file(path):
-        raise NotFound(f"LoRA file not found: {path}")
-    check_lora_structure(read_header(path))  # header checked (size cap, offsets, dtypes, ranks) first
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-            metadata = dict(f.metadata() or {})
-    except (SafetensorError, OSError) as err:
-        raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
-    for name, tensor in tensors.items():
-        check_finite(path, name, tensor)
-    return tensors, metadata
-
-
-def check_finite(path: Path, name: str, tensor: torch.Tensor) -> None:
-    """Refuse a NaN or infinite value in the tensor `name` of the LoRA file `path`: applied, it
-    turns every image black (NaN) and every merge, resize or conversion of it into the same.
-    Raises ModelSourceError naming the file, the tensor and how many values are bad."""
-    finite = torch.isfinite(tensor.float())
-    if not bool(finite.all()):
-        bad = int(finite.numel() - finite.sum())
-        raise ModelSourceError(
-            f"{path} is not a usable LoRA: the tensor {name[:120]!r} holds {bad} NaN or infinite value(s)"
-        )
-
-
-# Files that passed check_lora_values, by (device, inode, size, mtime): a generation worker checks
-# the LoRAs of every request, and re-reading an unchanged file each time cost a read of all of it.
-_CHECKED: dict[tuple[int, int, int, int], None] = {}
-_CHECKED_MAX = 256
-
-
-def _identity(path: Path) -> tuple[int, int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def check_lora_values(path: Path) -> None:
-    """`read_lora_file`'s checks (header, structure, finite values) on a file that another loader
-    will read (diffusers' load_lora_weights, the LyCORIS patch), one tensor in memory at a time.
-    A file that passed is not read again while its size and modification time stay the same (a
-    file rewritten in place is checked again). Raises NotFound, ModelSourceError."""
-    from safetensors import SafetensorError, safe_open
-
-    if not is_file(path):
-        raise NotFound(f"LoRA file not found: {path}")
-    before = _identity(path)
-    if before is not None and before in _CHECKED:
-        return
-    check_lora_structure(read_header(path))
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118
-                check_finite(path, name, f.get_tensor(name))
-    except (SafetensorError, OSError) as err:
-        raise ModelSourceError(f"{path} is not a readable safetensors file: {err}") from err
-    if before is not None and _identity(path) == before:  # unchanged while it was read
-        if len(_CHECKED) >= _CHECKED_MAX:
-            _CHECKED.pop(next(iter(_CHECKED)))
-        _CHECKED[before] = None
 
 
 _DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.")  # SDXL text-encoder LoRA keys (lora/text_encoders.py)

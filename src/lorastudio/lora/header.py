@@ -7,7 +7,7 @@ checks what the format promises: JSON object, string metadata, known dtypes, non
 shapes whose byte size matches their offsets, offsets that tile the data exactly (what the
 safetensors library itself requires). `check_lora_header` then refuses what cannot be a LoRA of
 the requested family: no tensors, a rank-0 (empty) adapter, a header or key layout naming
-another family. `check_lora_structure` (also run by `lora.files.read_lora_file`, for every family)
+another family. `check_lora_structure` (also run by `lora.file_read.read_lora_file`, for every family)
 refuses what no adapter file holds: a tensor that is not floating point, an `.alpha` that is not
 one number, a layer whose down and up matrices are missing one another or disagree on the rank. Hand-written because safetensors' own reader loads the header whole (up to
 100 MB) and reports these cases as one opaque error; each refusal here names the file and the

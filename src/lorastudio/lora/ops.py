@@ -27,13 +27,13 @@ import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.lora.convert import FAMILIES, PeftLora, fold_strength, peft_modules
+from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.files import (
     Layout,
     check_destination,
     detect_layout,
     file_for_layout,
     peft_from_file,
-    read_lora_file,
     with_text_encoders,
     write_lora_file,
 )

@@ -72,7 +72,8 @@ def merge_assistant(denoiser: torch.nn.Module, cfg: TrainConfig, family: Family)
     if cfg.assistant_lora is None:
         return None
     from lorastudio.lora.convert import peft_modules
-    from lorastudio.lora.files import peft_from_file, read_lora_file
+    from lorastudio.lora.file_read import read_lora_file
+    from lorastudio.lora.files import peft_from_file
 
     path = assistant_file(cfg.assistant_lora)
     tensors, metadata = read_lora_file(path)

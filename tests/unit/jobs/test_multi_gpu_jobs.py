@@ -37,7 +37,7 @@ from dp_jobs import (
 )
 from lorastudio.cli.app import _register, app
 from lorastudio.cli.run_display import plan_line
-from lorastudio.cli.train_cmd import launch_arguments
+from lorastudio.cli.train_launch import launch_arguments
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.gpu import GpuArbiter

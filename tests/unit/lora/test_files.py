@@ -20,7 +20,8 @@ from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
 from lorastudio.lora import names
-from lorastudio.lora.files import convert_file, peft_from_file, read_lora_file
+from lorastudio.lora.file_read import read_lora_file
+from lorastudio.lora.files import convert_file, peft_from_file
 from lorastudio.settings import Settings
 from lorastudio.training.loop import TrainResult, train
 

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from hostile_loras import flux_lora_bytes, hostile_cases
 from lorastudio.errors import ModelSourceError, NotFound
-from lorastudio.lora.files import read_lora_file
+from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.header import check_lora_file, read_header
 
 CASES = hostile_cases()

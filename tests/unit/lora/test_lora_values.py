@@ -20,7 +20,8 @@ from lorastudio import families
 from lorastudio.errors import ConfigError, ModelSourceError
 from lorastudio.generate import apply_loras, load_pipeline
 from lorastudio.lora.convert import PeftLora
-from lorastudio.lora.files import convert_file, file_for_layout, read_lora_file, write_lora_file
+from lorastudio.lora.file_read import read_lora_file
+from lorastudio.lora.files import convert_file, file_for_layout, write_lora_file
 from lorastudio.lora.header import check_lora_file
 from lorastudio.lora.ops import merge_files, resize_file
 

@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import save_file
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.lora import files
-from lorastudio.lora.files import check_lora_values
+from lorastudio.lora import file_read
+from lorastudio.lora.file_read import check_lora_values
 
 
 def _lora(path: Path, value: float) -> Path:
@@ -28,8 +28,8 @@ def test_an_unchanged_file_is_read_once_and_a_rewritten_one_again(
 ) -> None:
     path = _lora(tmp_path / "a.safetensors", 0.5)
     reads: list[str] = []
-    real = files.check_finite
-    monkeypatch.setattr(files, "check_finite", lambda p, n, t: (reads.append(n), real(p, n, t)))
+    real = file_read.check_finite
+    monkeypatch.setattr(file_read, "check_finite", lambda p, n, t: (reads.append(n), real(p, n, t)))
     check_lora_values(path)
     assert len(reads) == 2
     check_lora_values(path)

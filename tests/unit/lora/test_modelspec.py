@@ -13,7 +13,8 @@ import torch
 
 from lorastudio import families
 from lorastudio.lora.convert import PeftLora
-from lorastudio.lora.files import file_for_layout, read_lora_file, write_lora_file
+from lorastudio.lora.file_read import read_lora_file
+from lorastudio.lora.files import file_for_layout, write_lora_file
 from lorastudio.lora.metadata import ARCHITECTURES, architecture, modelspec_metadata
 from lorastudio.lora.ops import merge_files, resize_file
 

@@ -16,11 +16,11 @@ from lorastudio import families
 from lorastudio.errors import ConfigError
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
 from lorastudio.lora.convert import PeftLora
+from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.files import (
     detect_layout,
     file_for_layout,
     peft_from_file,
-    read_lora_file,
     write_lora_file,
 )
 from lorastudio.lora.ops import merge_files, resize_file

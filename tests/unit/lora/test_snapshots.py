@@ -16,7 +16,8 @@ from lorastudio import families
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ModelSourceError
 from lorastudio.generate import generate_image, load_pipeline
-from lorastudio.lora.files import convert_file, detect_layout, read_lora_file
+from lorastudio.lora.file_read import read_lora_file
+from lorastudio.lora.files import convert_file, detect_layout
 from lorastudio.lora.snapshots import list_lora_snapshots
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import checkpoint_step, list_checkpoints

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.resume import ResumePoints, resume_points
-from lorastudio.lora.files import read_lora_file
+from lorastudio.lora.file_read import read_lora_file
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import find_checkpoint, read_checkpoint_info, resume_settings
 from lorastudio.training.events import Progress

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from lorastudio.config import TrainConfig
-from lorastudio.lora.files import read_lora_file
+from lorastudio.lora.file_read import read_lora_file
 from lorastudio.settings import get_settings
 from lorastudio.training.loop import train
 from lorastudio.training.samples import SamplePreviews

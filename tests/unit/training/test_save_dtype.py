@@ -16,7 +16,8 @@ import torch
 from lorastudio import families
 from lorastudio.errors import ConfigError
 from lorastudio.generate import generate_image, load_pipeline
-from lorastudio.lora.files import cast_for_file, read_lora_file
+from lorastudio.lora.file_read import read_lora_file
+from lorastudio.lora.files import cast_for_file
 from lorastudio.settings import get_settings
 from lorastudio.training.loop import train
 

@@ -1,0 +1,95 @@
+"""A data-parallel `lorastudio train --gpus N` (cli/train_cmd.py): the checks before a launch,
+the arguments every rank runs with, and the launch itself, through torchrun under
+jobs/agent.py (bound to this process's lifetime, as the job service launches its ranks).
+
+- `check_launch`: refuse (ConfigError, every problem at once) a launch this host or config
+  cannot run, before anything is recorded or started.
+- `launch_arguments`: the `train` command line of every rank (paths made absolute).
+- `launch`: run torchrun with N ranks; returns its exit code. Ctrl-C reaches the ranks through
+  torchrun, not this process.
+- `bind_to_agent`: in a rank, die with the launching agent (never left waiting on a dead launch).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from lorastudio.errors import ConfigError, FieldProblem
+
+
+def bind_to_agent() -> None:
+    """Under a launch by this command (jobs/agent.py sets LORASTUDIO_AGENT_PID), die with the
+    agent like the job service's ranks do: a rank is never left waiting on a dead launch."""
+    from lorastudio.jobs.channel import AGENT_PID_ENV
+    from lorastudio.jobs.worker import bind_to_parent
+
+    agent = os.environ.get(AGENT_PID_ENV)
+    if agent is not None and agent.isdigit():
+        bind_to_parent(int(agent))
+
+
+def check_launch(cfg: Any, device: str | None) -> None:
+    """Refuse a data-parallel launch this host or config cannot run. Raises ConfigError."""
+    from lorastudio.cli.train_check import gpu_count_problems
+    from lorastudio.training.parallel_rules import data_parallel_problems
+
+    problems = data_parallel_problems(cfg.num_gpus, cfg.batch_size, cfg.lora_dropout)
+    if device is not None and device != "cpu" and device != "cuda":
+        problems.append(
+            FieldProblem(
+                "--device",
+                f"{device}: with --gpus each process takes one GPU (cuda:LOCAL_RANK of "
+                "CUDA_VISIBLE_DEVICES); use --device cuda or cpu",
+            )
+        )
+    problems += gpu_count_problems(cfg.num_gpus, device)
+    if problems:
+        raise ConfigError(problems)
+
+
+def launch_arguments(
+    config: Path | None, overrides: list[str], device: str | None, resume: Path | None
+) -> list[str]:
+    """The `train` arguments every rank runs with (paths made absolute)."""
+    args = ["-m", "lorastudio.cli", "train"]
+    if config is not None:
+        args.append(str(config.resolve()))
+    for item in overrides:
+        args += ["--set", item]
+    if device is not None:
+        args += ["--device", device]
+    if resume is not None:
+        args += ["--resume", str(resume.resolve())]
+    return args
+
+
+def launch(
+    world: int,
+    config: Path | None,
+    overrides: list[str],
+    device: str | None,
+    resume: Path | None,
+    console: Console,
+) -> int:
+    """Run this command under torchrun with `world` processes; returns torchrun's exit code.
+    Prints the plain torchrun command that does the same (e.g. to run it by hand)."""
+    rank_args = launch_arguments(config, overrides, device, resume)
+    torchrun = ["--standalone", "--nnodes=1", f"--nproc-per-node={world}", "--max-restarts=0"]
+    shown = ["torchrun", *torchrun, *rank_args]
+    console.print(f"launching {world} processes: {shlex.join(shown)}", highlight=False)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # torchrun passes Ctrl-C to the ranks
+    try:
+        with tempfile.TemporaryDirectory(prefix="lorastudio-torchrun-") as logs:
+            agent = [sys.executable, "-m", "lorastudio.jobs.agent", str(os.getpid())]
+            return subprocess.call([*agent, *torchrun, f"--log-dir={logs}", *rank_args])
+    finally:
+        signal.signal(signal.SIGINT, previous)

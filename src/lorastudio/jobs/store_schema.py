@@ -1,0 +1,99 @@
+"""The run store's SQLite layout (jobs/store.py's RunStore): the tables, the run columns the
+store reads back and those it may update, and the migration of a store an older version wrote.
+
+`SCHEMA` creates what is missing (CREATE TABLE IF NOT EXISTS: an existing store keeps its
+rows); `add_missing_columns` then adds each column of ADDED_COLUMNS the runs table lacks (all
+nullable: an older row reads as "not recorded"), safe against a second process opening the
+same store at the same moment. No other change of an existing store is ever made.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    output_name TEXT NOT NULL,
+    family TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    started_at TEXT,
+    finished_at TEXT,
+    config_json TEXT NOT NULL,
+    steps_run INTEGER NOT NULL DEFAULT 0,
+    total_steps INTEGER,
+    last_loss REAL,
+    error TEXT,
+    plan_json TEXT,
+    source TEXT,
+    owner_pid INTEGER,
+    owner_start TEXT
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    epoch INTEGER,
+    loss REAL,
+    avg_loss REAL,
+    lr REAL,
+    grad_norm REAL,
+    samples_per_second REAL,
+    peak_memory_gb REAL,
+    PRIMARY KEY (run_id, step)
+);
+CREATE TABLE IF NOT EXISTS validation (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    loss REAL,
+    PRIMARY KEY (run_id, step)
+);
+CREATE TABLE IF NOT EXISTS outputs (
+    run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    kind TEXT NOT NULL,
+    path TEXT NOT NULL,
+    PRIMARY KEY (run_id, kind, path)
+);
+"""
+
+RUN_COLUMNS = (
+    "id",
+    "output_name",
+    "family",
+    "status",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "steps_run",
+    "total_steps",
+    "last_loss",
+    "error",
+    "source",
+)
+UPDATABLE = frozenset(RUN_COLUMNS) - {"id", "output_name", "family", "created_at", "source"}
+# Columns added after the first release: (name, SQL type), added to an older store on open.
+ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("plan_json", "TEXT"),
+    ("source", "TEXT"),
+    ("owner_pid", "INTEGER"),  # the `lorastudio train` process of a CLI run, the server of a service run
+    ("owner_start", "TEXT"),  # its processes.start_token (a reused pid is another process)
+    ("warnings_json", "TEXT"),  # a JSON list: what failed without failing the run (warning events)
+)
+
+
+def add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Bring a store written by an older version up to the current runs table (new columns are
+    nullable, so existing rows read as "not recorded")."""
+    for name, kind in ADDED_COLUMNS:
+        if name in run_columns(conn):
+            continue
+        try:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+        except sqlite3.OperationalError:
+            if name not in run_columns(conn):  # not a concurrent opener that added it first
+                raise
+
+
+def run_columns(conn: sqlite3.Connection) -> set[str]:
+    """The runs table's column names in the store at `conn` (whose row_factory is sqlite3.Row)."""
+    return {row["name"] for row in conn.execute("PRAGMA table_info(runs)")}
