@@ -111,6 +111,17 @@ def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: flo
     return (flat + strength * delta).reshape(base.shape)
 
 
+def keep_original(pipe: DiffusionPipeline, weight: torch.nn.Parameter) -> None:
+    """Keep a CPU copy of `weight` for restore_lycoris, unless one is kept already (the first
+    copy is the original): for generation's other in-place patches (generate/dora_strength.py)."""
+    saved = getattr(pipe, _SAVED, None)
+    if saved is None:
+        saved = []
+        setattr(pipe, _SAVED, saved)
+    if all(w is not weight for w, _ in saved):
+        saved.append((weight, weight.detach().to("cpu", copy=True)))
+
+
 def restore_lycoris(pipe: DiffusionPipeline) -> None:
     """Put back the weights the last `patch_lycoris` changed (exactly: copies of the originals)."""
     saved = getattr(pipe, _SAVED, None) or []
