@@ -52,7 +52,7 @@ def module_templates(family: str) -> tuple[tuple[str | None, ...], ...]:
     device), split at the dots, a block list's index replaced by None (any index)."""
     module_name, function = _TINY_DENOISER[family]
     build = getattr(importlib.import_module(module_name), function)
-    with torch.device("meta"):
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):  # the builder seeds torch's RNG
         model = build(0)
     lists = _block_lists(model)
     templates = set()
