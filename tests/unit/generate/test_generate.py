@@ -397,3 +397,23 @@ def test_the_coverage_check_reads_no_tensor_data(flux_pipe, flux_lora, monkeypat
     assert reads == [str(flux_lora)]
     assert any(flux_pipe.get_list_adapters().values())
     apply_loras(flux_pipe, [])
+
+
+def test_a_lokr_of_flux2s_fused_qkv_merges_into_its_parts(tiny_model, tmp_path):
+    """FLUX.2's dual blocks fuse q, k, v in the checkpoint (not in diffusers): a LoKr of
+    `img_attn_qkv` is merged into to_q / to_k / to_v as the hand-made fused change, half at 0.5."""
+    pipe = load_pipeline(str(tiny_model("flux2")), "flux2", device="cpu")
+    attn = pipe.transformer.transformer_blocks[0].attn
+    modules = [attn.to_q, attn.to_k, attn.to_v]
+    base = [m.weight.detach().clone() for m in modules]
+    stacked = torch.cat(base)  # [3 * hidden, hidden]
+    parts = _fused_parts("lokr", stacked.shape[0], stacked.shape[1], seed=4)
+    want = _by_hand("lokr", parts, stacked).split([w.shape[0] for w in base])
+    path = tmp_path / "flux2-lokr.safetensors"
+    save_file({f"lora_unet_double_blocks_0_img_attn_qkv.{k}": v for k, v in parts.items()}, path)
+    for strength in (1.0, 0.5):
+        apply_loras(pipe, [(path, strength)])
+        for m, b, w in zip(modules, base, want, strict=True):
+            torch.testing.assert_close(m.weight.detach(), b + strength * (w - b), rtol=1e-5, atol=1e-5)
+    apply_loras(pipe, [])
+    assert all(torch.equal(m.weight, b) for m, b in zip(modules, base, strict=True))
