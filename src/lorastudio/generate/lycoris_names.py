@@ -9,21 +9,25 @@ through the family's name tables (lora/names.py, the readers of lora/convert.py)
 merge applies to it.
 
 Contract: a layer already named `lycoris_…` is kept; a layer whose checkpoint name is one fused
-linear of several diffusers layers (FLUX.1 / FLUX.2's q, k, v; the final adaLN, stored in the
-other half order) is refused (a LyCORIS factorisation of the fused weight does not split into the
-parts' factors), as is a name of no layer: ModelSourceError naming them.
+linear of several diffusers layers (FLUX.1's `img_attn.qkv`, `txt_attn.qkv`, `linear1`; FLUX.2's
+q, k, v) goes to all its parts, in the fused weight's row order, and the final adaLN (stored with
+its two halves in the other order) to its one layer marked `swapped`: patch_lycoris computes the
+patched fused weight once, as ComfyUI does on its fused checkpoint, and splits it by rows into
+the parts. A name of no layer is left under its own name (patch_lycoris names it); one layer
+named twice is refused (ModelSourceError).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lorastudio.errors import ConfigError, ModelSourceError
 from lorastudio.lora import names
 from lorastudio.lora.lycoris import PREFIX, module_key
 
-__all__ = ["layout_of_pipeline", "to_lycoris_names"]
+__all__ = ["Target", "layout_of_pipeline", "to_lycoris_names"]
 
 _KOHYA, _GENERIC = "lora_unet_", "diffusion_model."
 
@@ -43,9 +47,19 @@ def layout_of_pipeline(pipeline_class: str) -> str | None:
     return None
 
 
-def _diffusers_name(layer: str, layout: str) -> str:
-    """The diffusers module of one kohya-named layer. Raises _NoName / ConfigError (no such
-    layer) or ModelSourceError (a fused layer)."""
+@dataclass(frozen=True)
+class Target:
+    """The denoiser layers one LyCORIS layer patches: their `lycoris_` keys in the row order of
+    the checkpoint's weight (several: a fused linear of the checkpoint, split in diffusers), and
+    whether that weight holds its two row halves in the other order (FLUX's final adaLN)."""
+
+    keys: tuple[str, ...]
+    swapped: bool = False
+
+
+def _diffusers_names(layer: str, layout: str) -> tuple[list[str], bool]:
+    """(the diffusers modules of one kohya-named layer in the checkpoint weight's row order,
+    whether its halves are swapped). Raises _NoName / ConfigError (no such layer)."""
     from lorastudio.lora.convert import _BFL
 
     if layer.startswith(_GENERIC):
@@ -55,41 +69,33 @@ def _diffusers_name(layer: str, layout: str) -> str:
     else:
         raise _NoName(layer)
     if layout not in _BFL:
-        return names.from_original(native, layout)
-    modules = _BFL[layout][1](native)
-    if len(modules) != 1 or native == names.FLUX_SWAPPED:
-        raise ModelSourceError(f"{layer} is one fused layer of {', '.join(modules)}")
-    return modules[0]
+        return [names.from_original(native, layout)], False
+    return _BFL[layout][1](native), native == names.FLUX_SWAPPED
 
 
-def to_lycoris_names(modules: Mapping[str, dict[str, Any]], pipeline_class: str) -> dict[str, dict[str, Any]]:
-    """{layer key: parts} of a LyCORIS file (lora.lycoris.group_modules) with every kohya-named
-    layer keyed by its diffusers module's `lycoris_` key. Raises ModelSourceError naming the layers
-    that have none (module docstring)."""
+def to_lycoris_names(
+    modules: Mapping[str, dict[str, Any]], pipeline_class: str
+) -> dict[str, tuple[Target, dict[str, Any]]]:
+    """{layer key: (the layers it patches, its parts)} of a LyCORIS file
+    (lora.lycoris.group_modules), every kohya-named layer resolved to its diffusers modules'
+    `lycoris_` keys (module docstring). Raises ModelSourceError for a layer named twice."""
     layout = layout_of_pipeline(pipeline_class)
-    out: dict[str, dict[str, Any]] = {}
-    fused, unknown = [], []
+    out: dict[str, tuple[Target, dict[str, Any]]] = {}
+    taken: dict[str, str] = {}  # lycoris_ key -> the file's layer that patches it
     for layer, parts in modules.items():
         if layer.startswith(PREFIX) or layout is None:
-            out[layer] = parts
-            continue
-        try:
-            key = module_key(_diffusers_name(layer, layout))
-        except ModelSourceError as err:
-            fused.append(str(err))
-            continue
-        except (ConfigError, _NoName):
-            unknown.append(layer)
-            continue
-        if key in out:
-            raise ModelSourceError(f"{layer} names a layer the file holds twice ({key})")
-        out[key] = parts
-    if fused:
-        raise ModelSourceError(
-            "generation cannot merge a LyCORIS factorisation of a fused layer into its parts: "
-            + "; ".join(fused[:3])
-            + (f" and {len(fused) - 3} more" if len(fused) > 3 else "")
-        )
-    for layer in unknown:  # left under their own names: patch_lycoris names them as not layers
-        out[layer] = modules[layer]
+            target = Target((layer,))
+        else:
+            try:
+                found, swapped = _diffusers_names(layer, layout)
+                target = Target(tuple(module_key(m) for m in found), swapped)
+            except (ConfigError, _NoName):  # left under its own name: patch_lycoris names it
+                target = Target((layer,))
+        for key in target.keys:
+            if key in taken:
+                raise ModelSourceError(
+                    f"{layer} names a layer the file holds twice ({key}, also {taken[key]})"
+                )
+            taken[key] = layer
+        out[layer] = (target, parts)
     return out

@@ -10,8 +10,16 @@ merged into the denoiser's weights the way ComfyUI's readers merge it (lora/lyco
     W <- W + strength * delta                                    (LoKr, LoHa, plain LoRA)
     W <- W + strength * ((W + delta) * dora_scale / ||W|| - W)   (DoRA, ||W|| per output row)
 
+A layer under the checkpoint's name of a linear that diffusers splits (FLUX.1's `img_attn.qkv`,
+`txt_attn.qkv`, `linear1`; FLUX.2's q, k, v: generate/lycoris_names.py) is merged as ComfyUI merges
+it into its fused checkpoint weight: the parts' weights stacked by rows into that weight, the
+rule above applied once to it (one delta, one DoRA norm per output row), and the result split by
+rows back into the parts.
+
 Contract: `patch_lycoris(pipe, files)` first restores any weights a previous call patched (the
-originals are kept on the CPU, so a restore is exact), then patches for `files`; every module
+originals are kept on the CPU, so a restore is exact), then patches for `files`: a strength
+changed between calls is always applied to the original weights, never on top of an earlier
+patch; every module
 key of every file must name a layer of the pipeline's denoiser with the patch's shape, else
 ModelSourceError names them and the pipeline is left unpatched. `restore_lycoris(pipe)` puts the
 original weights back. diffusers' own adapters (plain LoRA / DoRA files) are loaded on top of
@@ -28,7 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lorastudio.errors import ModelSourceError
-from lorastudio.generate.lycoris_names import to_lycoris_names
+from lorastudio.generate.lycoris_names import Target, to_lycoris_names
 from lorastudio.lora.lycoris import PREFIX, LycorisError, comfy_delta, group_modules, module_key
 
 if TYPE_CHECKING:
@@ -103,6 +111,17 @@ def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: flo
     return (flat + strength * delta).reshape(base.shape)
 
 
+def keep_original(pipe: DiffusionPipeline, weight: torch.nn.Parameter) -> None:
+    """Keep a CPU copy of `weight` for restore_lycoris, unless one is kept already (the first
+    copy is the original): for generation's other in-place patches (generate/dora_strength.py)."""
+    saved = getattr(pipe, _SAVED, None)
+    if saved is None:
+        saved = []
+        setattr(pipe, _SAVED, saved)
+    if all(w is not weight for w, _ in saved):
+        saved.append((weight, weight.detach().to("cpu", copy=True)))
+
+
 def restore_lycoris(pipe: DiffusionPipeline) -> None:
     """Put back the weights the last `patch_lycoris` changed (exactly: copies of the originals)."""
     saved = getattr(pipe, _SAVED, None) or []
@@ -122,14 +141,15 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
     if not files:
         return
     weights = _weights(_denoiser(pipe))
-    plans: list[tuple[Path, float, dict[str, dict[str, torch.Tensor]]]] = []
+    plans: list[tuple[Path, float, dict[str, tuple[Target, dict[str, torch.Tensor]]]]] = []
     for path, strength in files:
         try:
-            modules = group_modules(load_file(str(path)))
-            modules = to_lycoris_names(modules, type(pipe).__name__)  # kohya's names too
+            modules = to_lycoris_names(group_modules(load_file(str(path))), type(pipe).__name__)
         except (OSError, ValueError, ModelSourceError) as err:  # LycorisError is a ValueError
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
-        missing = sorted(x for x in modules if x not in weights)
+        missing = sorted(
+            x for x, (target, _) in modules.items() if any(k not in weights for k in target.keys)
+        )
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise ModelSourceError(
@@ -141,8 +161,10 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
     try:
         with torch.no_grad():
             for path, strength, modules in plans:
-                for x, parts in modules.items():
-                    _patch_one(weights[x], parts, strength, saved, f"cannot apply LoRA {path}: layer {x}")
+                for x, (target, parts) in modules.items():
+                    layers = [weights[k] for k in target.keys]
+                    where = f"cannot apply LoRA {path}: layer {x}"
+                    _patch_one(layers, target.swapped, parts, strength, saved, where)
     finally:
         setattr(pipe, _SAVED, list(saved.values()))  # what was patched, even on a failure
     # a failure leaves no patch behind: the weights patched before it are restored
@@ -150,18 +172,36 @@ def patch_lycoris(pipe: DiffusionPipeline, files: Sequence[tuple[Path, float]]) 
 
 
 def _patch_one(
-    weight: torch.nn.Parameter,
+    layers: list[torch.nn.Parameter],
+    swapped: bool,
     parts: dict[str, torch.Tensor],
     strength: float,
     saved: dict[int, tuple[torch.nn.Parameter, torch.Tensor]],
     where: str,
 ) -> None:
+    """Patch one layer of a file: the weight of `layers` stacked by rows (the checkpoint's fused
+    weight of a layer split in diffusers; one layer's own weight else; `swapped`: its two row
+    halves exchanged first, as the checkpoint stores them), patched once by `_patched`, then
+    split by rows back into `layers`."""
     try:
-        new = _patched(weight, parts, strength)
+        fused = torch.cat([w.detach() for w in layers], dim=0)  # [sum(out), in...]
+        if swapped:
+            fused = _swap_halves(fused)
+        new = _patched(fused, parts, strength)  # fp32, fused's shape
+        if swapped:
+            new = _swap_halves(new)
     except (LycorisError, KeyError, RuntimeError) as err:
         for w, original in saved.values():
             w.copy_(original.to(w.device))
         saved.clear()
         raise ModelSourceError(f"{where}: {err}") from err
-    saved.setdefault(id(weight), (weight, weight.detach().to("cpu", copy=True)))
-    weight.copy_(new.to(weight.dtype))
+    rows = torch.split(new, [w.shape[0] for w in layers], dim=0)  # each part's rows
+    for weight, part in zip(layers, rows, strict=True):
+        saved.setdefault(id(weight), (weight, weight.detach().to("cpu", copy=True)))
+        weight.copy_(part.to(weight.dtype))
+
+
+def _swap_halves(weight: torch.Tensor) -> torch.Tensor:
+    """(scale, shift) rows <-> (shift, scale) rows (self-inverse; lora/convert.py's rule)."""
+    first, second = weight.chunk(2, dim=0)
+    return torch.cat([second, first], dim=0)

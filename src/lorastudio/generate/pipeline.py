@@ -126,7 +126,11 @@ def _default_device() -> torch.device:
 def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float]]) -> None:
     """Replace whatever LoRAs `pipe` has with `loras` (file path, scale): diffusers / kohya LoRA
     and DoRA files each loaded with the pipeline's load_lora_weights and weighted with
-    set_adapters; LyCORIS files (LoKr, LoHa, DoRA written with lora_format = "kohya", and those
+    set_adapters (a file that loader cannot read but lorastudio's readers do, OneTrainer's
+    Qwen-Image / Z-Image files, loaded as the diffusers state dict they read:
+    generate/foreign_loras.py; a DoRA among them merged into its layers at its strength by
+    ComfyUI's rule, W + s * (W_dora - W), and its adapter deleted: generate/dora_strength.py);
+    LyCORIS files (LoKr, LoHa, DoRA written with lora_format = "kohya", and those
     under kohya's names),
     which that loader cannot read, merged into the denoiser's weights at their scale the way
     ComfyUI merges them (generate/lycoris_patch.py; restored exactly on the next call). An empty
@@ -138,6 +142,8 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     generate/lora_coverage.py);
     after a failure the pipeline has no LoRA.
     """
+    from lorastudio.generate.dora_strength import merge_dora_adapter
+    from lorastudio.generate.foreign_loras import readable_state
     from lorastudio.generate.lora_coverage import converted_layers, layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
     from lorastudio.lora.file_read import check_lora_values
@@ -152,12 +158,17 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     lycoris = [(Path(p), float(s)) for p, s in loras if is_lycoris_file(Path(p))]
     adapters = [(p, s) for p, s in loras if not is_lycoris_file(Path(p))]
     patch_lycoris(pipe, lycoris)  # on a failure, restores what it patched
-    names = []
-    for i, (path, _) in enumerate(adapters):
+    names: list[str] = []
+    weights: list[float] = []
+    for i, (path, scale) in enumerate(adapters):
         name = f"{ADAPTER_PREFIX}{i}"
         try:
+            state = readable_state(Path(path), pipe)  # a file only lorastudio's reader reads
             with converted_layers(pipe) as layers:  # the load's own conversion, for the check
-                pipe.load_lora_weights(str(path), adapter_name=name)
+                pipe.load_lora_weights(str(path) if state is None else state, adapter_name=name)
+        except ModelSourceError:
+            _unload(pipe)
+            raise
         except (OSError, ValueError, KeyError, RuntimeError) as err:
             _unload(pipe)
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
@@ -177,9 +188,16 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
                 f"LoRA {path}: {len(missing)} of its {total} layers match no layer this "
                 f"{type(pipe).__name__} puts a LoRA on, so they would be left out: {shown}"
             )
-        names.append(name)
+        try:  # a DoRA at its strength by ComfyUI's rule, merged (generate/dora_strength.py)
+            merged = merge_dora_adapter(pipe, name, float(scale))
+        except (ValueError, RuntimeError) as err:
+            _unload(pipe)
+            raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+        if not merged:
+            names.append(name)
+            weights.append(float(scale))
     if names:
-        pipe.set_adapters(names, adapter_weights=[float(scale) for _, scale in adapters])
+        pipe.set_adapters(names, adapter_weights=weights)
 
 
 def _unload(pipe: DiffusionPipeline) -> None:

@@ -17,7 +17,8 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
   chroma      FLUX.1's layout (its checkpoint keeps FLUX.1's names: names.KOHYA_LAYOUT_OF)
   qwen-image-edit  Qwen-Image's layout (the same transformer: names.KOHYA_LAYOUT_OF)
   OneTrainer  lora_transformer_<diffusers name, "_" for ".">.lora_down / .lora_up / .alpha, read
-              (never written) for FLUX.1's layout (flux, chroma, flux-kontext): q, k, v apart
+              (never written) for FLUX.1's layout (flux, chroma, flux-kontext): q, k, v apart,
+              and Qwen-Image's (qwen-image, qwen-image-edit) and Z-Image's
   krea2       diffusion_model.<original name>.lora_A / .lora_B, no .alpha: alpha / rank folded
               into lora_B (diffusers' Krea 2 reader refuses other keys); a round trip keeps each
               layer's weight change, with alpha = rank
@@ -36,11 +37,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem, ModelSourceError
-from lorastudio.lora import names, names_flux2
+from lorastudio.lora import names, names_flux2, onetrainer_names
 
 FAMILIES = ("sdxl", "flux", "qwen-image", "z-image", "flux2", "flux2-klein", "krea2")
 # families whose kohya layout is the BFL checkpoint's, with fused linears:
@@ -234,9 +236,14 @@ _GENERIC = "diffusion_model."  # ComfyUI's generic spelling: the checkpoint's do
 # OneTrainer's spelling (modules/module/LoRAModule.py LoRAModuleWrapper, its "legacy diffusers"
 # names in modules/util/convert/lora/): `lora_transformer_<diffusers name, "_" for ".">` with
 # lora_down / lora_up / .alpha, q, k, v apart; read for FLUX.1's layout, which diffusers'
-# FluxPipeline reads too (lora_conversion_utils' `lora_transformer_` branch)
+# FluxPipeline reads too (lora_conversion_utils' `lora_transformer_` branch), and for Qwen-Image's
+# and Z-Image's (their savers keep the wrapper's names: modelSaver/qwen/QwenLoRASaver.py), each
+# name resolved against the family's real module names (lora/onetrainer_names.py)
 _ONETRAINER = "lora_transformer_"
-_ONETRAINER_LAYOUTS = {"flux": names.flux_from_flat}
+_ONETRAINER_LAYOUTS: dict[str, Callable[[str], str]] = {
+    "flux": names.flux_from_flat,
+    **{f: partial(onetrainer_names.from_flat, family=f) for f in onetrainer_names.FAMILIES},
+}
 _PARTS = {_DOWN: "down", _A: "down", _UP: "up", _B: "up", ".alpha": "alpha"}
 
 
@@ -247,8 +254,8 @@ def _kohya_layers(
     None)}. Besides the family's own layout (module docstring) this reads ComfyUI's generic
     spelling of any family, `diffusion_model.<dotted checkpoint name>` with lora_A / lora_B or
     lora_down / lora_up (comfy/lora.py maps every layer so; ai-toolkit writes Qwen-Image so), as
-    the same layers, and OneTrainer's `lora_transformer_<diffusers name>` in FLUX.1's layout
-    (_ONETRAINER), whose names are diffusers'."""
+    the same layers, and OneTrainer's `lora_transformer_<diffusers name>` in FLUX.1's,
+    Qwen-Image's and Z-Image's layouts (_ONETRAINER), whose names are diffusers'."""
     peft_suffixed = family in names.PEFT_SUFFIXED
     own = ("diffusion_model.", _A) if peft_suffixed else ("lora_unet_", _DOWN)
     onetrainer = _ONETRAINER_LAYOUTS.get(family)

@@ -61,7 +61,7 @@ def denoiser_prefix(family: str) -> str:
 _DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.")  # SDXL text-encoder LoRA keys (lora/text_encoders.py)
 _KOHYA_TE = ("lora_te1_", "lora_te2_")
 _TEXT_ENCODER_KEYS = _DIFFUSERS_TE + _KOHYA_TE
-# kohya's, ComfyUI's generic and OneTrainer's (FLUX.1: lora/convert.py _ONETRAINER) denoiser keys
+# kohya's, ComfyUI's generic and OneTrainer's (FLUX.1, Qwen-Image, Z-Image: lora/convert.py _ONETRAINER) denoiser keys
 _KOHYA_DENOISER = ("lora_unet_", "diffusion_model.", "lora_transformer_")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 from tests.unit.lora.test_ops import _cli, _lora
@@ -162,7 +163,6 @@ def test_onetrainers_flux_file_converts_merges_and_resizes_at_its_strength(
 
 def test_a_onetrainer_key_of_no_flux_module_is_refused_naming_it(layer_shapes, tmp_path):
     """A `lora_transformer_` name that is no FLUX.1 module the layouts map is refused naming it."""
-    import pytest
 
     from lorastudio.errors import ConfigError
 
@@ -183,7 +183,7 @@ def test_a_onetrainer_key_of_no_flux_module_is_refused_naming_it(layer_shapes, t
 def test_a_layer_spelt_both_by_onetrainer_and_kohya_is_refused(layer_shapes, tmp_path):
     """OneTrainer's to_q beside kohya's fused qkv of the same block: one layer twice, refused
     (neither is silently dropped)."""
-    import pytest
+
     from safetensors.torch import load_file
 
     from lorastudio.errors import ConfigError
@@ -200,3 +200,76 @@ def test_a_layer_spelt_both_by_onetrainer_and_kohya_is_refused(layer_shapes, tmp
     save_file({k: v.contiguous() for k, v in both.items()}, path, {"format": "pt"})
     with pytest.raises(ConfigError, match=r"transformer_blocks\.0\.attn\.to_q is in the file twice"):
         convert_file(path, tmp_path / "out.safetensors", "diffusers", family)
+
+
+@pytest.mark.parametrize(
+    ("family", "flat", "module"),
+    [
+        ("qwen-image", "transformer_blocks_59_attn_add_q_proj", "transformer_blocks.59.attn.add_q_proj"),
+        ("qwen-image", "transformer_blocks_3_img_mlp_net_0_proj", "transformer_blocks.3.img_mlp.net.0.proj"),
+        (
+            "qwen-image",
+            "time_text_embed_timestep_embedder_linear_1",
+            "time_text_embed.timestep_embedder.linear_1",
+        ),
+        ("z-image", "layers_29_attention_to_out_0", "layers.29.attention.to_out.0"),
+        ("z-image", "noise_refiner_1_feed_forward_w1", "noise_refiner.1.feed_forward.w1"),
+        ("z-image", "all_x_embedder_2-1", "all_x_embedder.2-1"),
+        ("z-image", "layers_2_adaLN_modulation_0", "layers.2.adaLN_modulation.0"),
+    ],
+)
+def test_onetrainer_names_resolve_against_the_real_modules(family, flat, module):
+    """OneTrainer's underscored names are matched against the family's real module names (the
+    tiny denoiser on the meta device): names with underscores of their own stay whole, and a
+    block index past the tiny model's blocks is read (real checkpoints have more)."""
+    from lorastudio.lora.onetrainer_names import from_flat
+
+    assert from_flat(flat, family) == module
+
+
+@pytest.mark.parametrize(
+    ("family", "flat"),
+    [
+        ("qwen-image", "transformer_blocks_0_attn_to_out_1"),  # a Dropout, no layer
+        ("qwen-image", "transformer_blocks_0_attn_norm_q"),
+        ("z-image", "layers_0_attention_to_qkv"),
+        ("z-image", "layers_0_adaLN_modulation_1"),
+    ],
+)
+def test_a_onetrainer_name_of_no_layer_is_refused_naming_it(family, flat):
+    from lorastudio.errors import ConfigError
+    from lorastudio.lora.onetrainer_names import from_flat
+
+    with pytest.raises(ConfigError, match=flat):
+        from_flat(flat, family)
+
+
+@pytest.mark.parametrize("family", ["qwen-image", "z-image"])
+def test_onetrainers_qwen_and_z_image_files_merge_and_resize(family, layer_shapes, tmp_path):
+    """merge and resize read OneTrainer's Qwen-Image / Z-Image files (they refused them naming a
+    key): the merged / resized file holds the original change (each of rank 2: resize is exact)."""
+    from lorastudio.lora.files import peft_from_file, read_lora_file
+
+    lora = _lora(layer_shapes(family), family, 4, 8.0, seed=5, every=2)
+    for key, value in lora.tensors.items():
+        if key.endswith("lora_A.weight"):
+            value[2:] = 0
+    theirs = _onetrainer_file(lora, 8.0, tmp_path / "onetrainer.safetensors")
+    want = {m: 2.0 * (lora.tensors[f"{m}.lora_B.weight"] @ a) for m, a in _down(lora).items()}
+
+    def change(path: Path) -> dict[str, torch.Tensor]:
+        got = peft_from_file(*read_lora_file(path), family)
+        scale = got.alpha / got.rank
+        return {m: scale * (got.tensors[f"{m}.lora_B.weight"] @ a) for m, a in _down(got).items()}
+
+    merged = merge_files([(theirs, 0.5), (theirs, 0.5)], tmp_path / "m.safetensors", family)
+    resized = tmp_path / "r.safetensors"
+    resize_file(theirs, resized, 2, family)
+    for path in (merged, resized):
+        _assert_same_change(change(path), want)
+
+
+def _down(lora) -> dict[str, torch.Tensor]:
+    return {
+        k.removesuffix(".lora_A.weight"): v for k, v in lora.tensors.items() if k.endswith(".lora_A.weight")
+    }
