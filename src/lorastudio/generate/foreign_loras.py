@@ -34,7 +34,8 @@ def readable_state(path: Path, pipe: DiffusionPipeline) -> dict[str, torch.Tenso
     from lorastudio.generate.lycoris_names import layout_of_pipeline
     from lorastudio.lora import onetrainer_names
     from lorastudio.lora.convert import fold_strength
-    from lorastudio.lora.files import denoiser_prefix, peft_from_file, read_lora_file
+    from lorastudio.lora.file_read import read_lora_file
+    from lorastudio.lora.files import denoiser_prefix, peft_from_file
 
     layout = layout_of_pipeline(type(pipe).__name__)
     if layout not in onetrainer_names.FAMILIES:

@@ -19,7 +19,8 @@ from tests.unit.lora.test_ops import _cli
 
 from lorastudio.config import parse_train_config
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
-from lorastudio.lora.files import peft_from_file, read_lora_file
+from lorastudio.lora.file_read import read_lora_file
+from lorastudio.lora.files import peft_from_file
 from lorastudio.settings import Settings
 from lorastudio.training.loop import train
 

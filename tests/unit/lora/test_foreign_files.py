@@ -248,7 +248,8 @@ def test_a_onetrainer_name_of_no_layer_is_refused_naming_it(family, flat):
 def test_onetrainers_qwen_and_z_image_files_merge_and_resize(family, layer_shapes, tmp_path):
     """merge and resize read OneTrainer's Qwen-Image / Z-Image files (they refused them naming a
     key): the merged / resized file holds the original change (each of rank 2: resize is exact)."""
-    from lorastudio.lora.files import peft_from_file, read_lora_file
+    from lorastudio.lora.file_read import read_lora_file
+    from lorastudio.lora.files import peft_from_file
 
     lora = _lora(layer_shapes(family), family, 4, 8.0, seed=5, every=2)
     for key, value in lora.tensors.items():
