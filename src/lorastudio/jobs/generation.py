@@ -10,8 +10,9 @@ GenerationWorkerLost (HTTP 503), one that hangs past the allowance of what was a
 (jobs/worker_allowance.py) is stopped and reported as GenerationTimedOut (504); the next
 request starts a fresh one; the server goes on. A request can be cancelled by its id
 (`cancel`: the API's cancel route, or the client leaving): waiting for the worker it ends at
-once, running it stops before its first denoising step or between two (the worker goes on, its
-pipeline resident), finished but not yet kept its image is dropped: GenerationCancelled, and
+once, running it stops during its pipeline's load before the next component or LoRA (what that
+load had loaded is freed), before its first denoising step or between two (the worker goes on,
+a pipeline it had loaded whole resident), finished but not yet kept its image is dropped: GenerationCancelled, and
 nothing of it in the gallery.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
@@ -267,8 +268,8 @@ class GenerationService:
 
     def cancel(self, request_id: str, owner: object | None = None) -> str:
         """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends
-        now) or "running" (it stops before its first denoising step or after the one it is
-        in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
+        now) or "running" (it stops during the load before the next component or LoRA, before
+        its first denoising step or after the one it is in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
         cancel answers the same. Raises NotFound when no such request is in flight (unknown,
         or already ended: one whose image is being saved has ended, it is kept whole). With an
         `owner`, only a request that `generate` was given that owner is cancelled (the route's
