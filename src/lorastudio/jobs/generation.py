@@ -13,7 +13,9 @@ request starts a fresh one; the server goes on. A request can be cancelled by it
 once, running it stops during its pipeline's load before the next component or LoRA (what that
 load had loaded is freed), before its first denoising step or between two (the worker goes on,
 a pipeline it had loaded whole resident), finished but not yet kept its image is dropped: GenerationCancelled, and
-nothing of it in the gallery.
+nothing of it in the gallery. A request's id names it alone: once it ended the id is retired for
+RETIRED_FOR_S (a cancel of it answers NotFound, a new request with it JobActive naming why), so
+a late cancel never reaches another request reusing the id.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
 the revision, the size and steps against the budget below, the LoRA files (their headers are read with a
@@ -31,7 +33,9 @@ import datetime
 import json
 import os
 import threading
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +75,11 @@ LOCK_POLL_S = 0.1
 # Requests in flight at most (one runs, the rest wait): each holds a server thread while it
 # waits, and the API's threads (40) serve every other route, the cancel route included.
 MAX_IN_FLIGHT = 8
+# An ended request's id is refused this long (409), so that a cancel meant for it that arrives
+# late (sent as it ended, queued behind other routes) never stops a new request reusing the id;
+# at most MAX_RETIRED ids are kept (the oldest go first: each is ~100 bytes).
+RETIRED_FOR_S = 600.0
+MAX_RETIRED = 10_000
 MAX_SIDECAR_BYTES = (
     2**20
 )  # a gallery sidecar read (ours are ~1 KB: the prompt is capped)  # how often a request waiting for the worker looks for its cancel
@@ -181,6 +190,7 @@ class GenerationService:
         self._requests: dict[str, str] = {}
         self._owners: dict[str, object] = {}  # id -> the owner its `generate` was given
         self._running: tuple[str, GenerationProcess] | None = None
+        self._retired: OrderedDict[str, float] = OrderedDict()  # ended ids -> when (monotonic)
         arbiter.register_resident(RESIDENT_NAME, self.release)
 
     @property
@@ -271,13 +281,16 @@ class GenerationService:
         now) or "running" (it stops during the load before the next component or LoRA, before
         its first denoising step or after the one it is in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
         cancel answers the same. Raises NotFound when no such request is in flight (unknown,
-        or already ended: one whose image is being saved has ended, it is kept whole). With an
+        or already ended: one whose image is being saved has ended, it is kept whole; an ended
+        one's id is retired, so this cancel never reaches a later request of it). With an
         `owner`, only a request that `generate` was given that owner is cancelled (the route's
         watcher of a client that left: never another client's request of the same id)."""
         with self._flight:
             state = self._requests.get(request_id, SAVING)
             if state == SAVING or (owner is not None and self._owners.get(request_id) is not owner):
-                raise NotFound(f"no generation {request_id!r} in flight (unknown, or it ended)")
+                ended = self._retired_age(request_id, time.monotonic())
+                why = "unknown, or it ended" if ended is None else f"it ended {ended:.0f} s ago"
+                raise NotFound(f"no generation {request_id!r} in flight ({why})")
             self._requests[request_id] = CANCELLED
             if self._running is not None and self._running[0] == request_id:
                 self._running[1].cancel()
@@ -291,14 +304,20 @@ class GenerationService:
         Returns the sidecar's fields plus {"file", "path", "seconds"}. `request_id` names the
         request for `cancel` (None: not cancellable), `owner` (any object) who may cancel it
         by owner. Raises what `check` raises, JobActive
-        (training holds the GPU, a request of this id is in flight, or MAX_IN_FLIGHT
-        requests are), GenerationCancelled
+        (training holds the GPU, a request of this id is in flight or ended less than
+        RETIRED_FOR_S ago, or MAX_IN_FLIGHT requests are), GenerationCancelled
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"
         with self._flight:
             if rid in self._requests:
                 raise JobActive(f"a generation with request_id {rid!r} is in flight already")
+            if (ended := self._retired_age(rid, time.monotonic())) is not None:
+                raise JobActive(
+                    f"request_id {rid!r} named a generation that ended {ended:.0f} s ago: an id is not "
+                    f"reused for {RETIRED_FOR_S / 60:g} minutes after its request ended, so that a late "
+                    "cancel of that one never stops this one; send a new request_id"
+                )
             if len(self._requests) >= MAX_IN_FLIGHT:
                 raise JobActive(
                     f"{MAX_IN_FLIGHT} generations are in flight already (one runs, the others wait "
@@ -312,6 +331,20 @@ class GenerationService:
             with self._flight:
                 self._requests.pop(rid, None)
                 self._owners.pop(rid, None)
+                self._retired[rid] = time.monotonic()
+                while len(self._retired) > MAX_RETIRED:
+                    self._retired.popitem(last=False)
+
+    def _retired_age(self, rid: str, now: float) -> float | None:
+        """Seconds since request `rid` ended, if its id is still retired (else None); forgets
+        the ids retired longer than RETIRED_FOR_S. Under self._flight."""
+        while self._retired:
+            oldest, ended = next(iter(self._retired.items()))
+            if now - ended < RETIRED_FOR_S:
+                break
+            del self._retired[oldest]
+        ended = self._retired.get(rid)
+        return None if ended is None else now - ended
 
     def _cancelled(self, rid: str) -> bool:
         with self._flight:
