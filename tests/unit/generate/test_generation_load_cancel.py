@@ -143,3 +143,31 @@ def test_a_cancel_while_loras_are_applied_stops_before_the_next_and_leaves_none(
     assert not any(pipe.get_list_adapters().values())  # the first one is off again
     apply_loras(pipe, [(flux_lora, 0.5)], lambda: False)  # the resident pipeline goes on
     assert [n for names in pipe.get_list_adapters().values() for n in names] == ["lorastudio_0"]
+
+
+@pytest.mark.parametrize("family", ["sdxl", "flux"])
+def test_a_single_file_load_stops_between_components_too(
+    family: str, tiny_model: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A single-file base: SDXL's whole checkpoint goes through from_single_file (its own
+    component loader), FLUX.1's transformer file through the denoiser's loader and the rest
+    from its base config's folder."""
+    from lorastudio.generate import load_pipeline
+    from single_files import write_sdxl_file, write_transformer_file
+
+    folder = tiny_model(family)
+    write = write_sdxl_file if family == "sdxl" else write_transformer_file
+    checkpoint = write(folder, tmp_path / f"{family}.safetensors")
+    asked: list[bool] = []
+
+    def cancelled() -> bool:  # asked at the start, then before each component: the third stops
+        asked.append(True)
+        return len(asked) >= 3
+
+    with pytest.raises(GenerationCancelled, match="while its pipeline loaded, before its ") as info:
+        load_pipeline(str(checkpoint), family, device="cpu", base_config=str(folder), cancelled=cancelled)
+    assert "moving" not in str(info.value) and len(asked) == 3
+    pipe = load_pipeline(
+        str(checkpoint), family, device="cpu", base_config=str(folder), cancelled=lambda: False
+    )
+    assert type(pipe).__name__.endswith("Pipeline")
