@@ -54,3 +54,30 @@ def _hanging(real_generate: Any) -> Any:
 
     generate_image.hangs = True  # type: ignore[attr-defined]
     return generate_image
+
+
+LOADS_FILE_ENV = "LORASTUDIO_TEST_LOADS_FILE"
+LOAD_PAUSE_S = 0.5
+
+
+def slow_load_generation_worker(args: GenerationWorkerArgs, conn: Any) -> None:
+    """The real worker whose pipeline loads take LOAD_PAUSE_S more per component (diffusers'
+    `load_sub_model`: text encoders, tokenizers, VAE, denoiser, scheduler), each named on a line
+    of the file $LORASTUDIO_TEST_LOADS_FILE as it starts: a cancel's test sees how far a load went."""
+    import os
+
+    from diffusers.pipelines import pipeline_utils
+
+    import lorastudio.jobs.generation_worker as worker
+
+    real = pipeline_utils.load_sub_model
+    loads_file = os.environ[LOADS_FILE_ENV]
+
+    def load_sub_model(*a: Any, **kw: Any) -> Any:
+        with open(loads_file, "a", encoding="ascii") as out:
+            out.write(f"{kw.get('name')}\n")
+        time.sleep(LOAD_PAUSE_S)
+        return real(*a, **kw)
+
+    pipeline_utils.load_sub_model = load_sub_model
+    worker.generation_worker_main(args, conn)

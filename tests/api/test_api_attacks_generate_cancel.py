@@ -22,7 +22,7 @@ from PIL import Image
 
 from lorastudio.api.routes.generate import _cancel_when_gone
 from lorastudio.errors import GenerationCancelled, JobActive, NotFound
-from lorastudio.jobs import generation
+from lorastudio.jobs import generation, generation_requests
 from lorastudio.jobs.generation import GenerationRequest, GenerationService
 from lorastudio.jobs.generation_requests import MAX_IN_FLIGHT
 from lorastudio.jobs.generation_worker import GenerationJob
@@ -78,7 +78,9 @@ def test_a_cancel_landing_while_the_image_is_saved_never_keeps_a_cancelled_image
         assert kept == [], kept
     assert service.in_flight == 0
     monkeypatch.setattr(generation, "staged_write", real_write)
-    again = service.generate(_request(), "r-1")  # the id is free again, the service usable
+    with pytest.raises(JobActive, match="not reused"):  # the ended request's id is retired
+        service.generate(_request(), "r-1")
+    again = service.generate(_request(), "r-2")  # the service usable
     assert (settings.home / "gallery" / again["file"]).is_file()
 
 
@@ -192,10 +194,12 @@ def test_a_cancel_storm_on_a_waiting_request_ends_it_once_and_leaves_the_worker_
         assert answers <= {"waiting", None}, answers  # then 404s once it ended
         service.release.set()
         assert holder.result(10).status_code == 201
-    again = client.post("/api/generate", json={**body, "request_id": "waiter"})  # reused after its end
+    reused = client.post("/api/generate", json={**body, "request_id": "waiter"})  # retired: it ended
+    assert reused.status_code == 409 and "not reused" in reused.json()["detail"], reused.text
+    again = client.post("/api/generate", json={**body, "request_id": "waiter-2"})
     assert again.status_code == 201, again.text
     files = sorted(p.suffix for p in (settings.home / "gallery").iterdir())
-    assert files == [".json", ".json", ".png", ".png"]  # the holder's and the reuse's, no staging
+    assert files == [".json", ".json", ".png", ".png"]  # the holder's and the new one's, no staging
     assert service.in_flight == 0
 
 
@@ -233,3 +237,51 @@ def test_a_flood_of_generations_waiting_for_the_worker_leaves_the_api_and_cancel
     refused = [p.result().json() for p in posts if p.result().status_code == 409]
     assert any("in flight" in r["detail"] for r in refused), refused[:3]
     assert service.in_flight == 0
+
+
+def test_a_late_cancel_of_an_ended_request_never_stops_a_new_one_reusing_its_id(
+    settings: Settings, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Request A with id X ends; a cancel of X sent meanwhile arrives as request B with id X
+    starts. Was: B was registered under X and the late cancel stopped it (409, nothing kept).
+    An ended request's id is retired for RETIRED_FOR_S: the cancel answers 404 naming its end,
+    B is refused at once (409, naming why) and runs nothing; an id retired that long is free."""
+    service = _Blocking(settings, GpuArbiter())
+    service.release.set()
+    assert isinstance(service.generate(_request(), "x"), dict)  # A ended
+    service.running.clear()
+    service.release.clear()
+    with ThreadPoolExecutor(1) as pool:
+        b = pool.submit(service.generate, _request(), "x")  # B starts as the late cancel comes
+        deadline = time.monotonic() + 10
+        while not (b.done() or service.running.is_set()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(NotFound, match=r"no generation 'x' in flight \(it ended \d+ s ago\)"):
+            service.cancel("x")
+        service.release.set()
+        with pytest.raises(JobActive, match="'x' named a generation that ended .* not reused for 10 minutes"):
+            b.result(10)
+    assert not service.running.is_set() and service.in_flight == 0  # B ran nothing
+
+    client.app.state.generation = service  # type: ignore[attr-defined]
+    body = {"family": "flux", "base_model": "tiny", "prompt": "x", "steps": 1, "width": 32, "height": 32}
+    reused = client.post("/api/generate", json={**body, "request_id": "x"})
+    assert reused.status_code == 409 and "send a new request_id" in reused.json()["detail"], reused.text
+    assert client.post("/api/generate/x/cancel").status_code == 404
+    assert client.post("/api/generate", json={**body, "request_id": "y"}).status_code == 201
+    monkeypatch.setattr(generation_requests, "RETIRED_FOR_S", 0.2)
+    time.sleep(0.3)
+    again = client.post("/api/generate", json={**body, "request_id": "x"})  # retired long enough
+    assert again.status_code == 201, again.text
+    assert service.in_flight == 0
+
+
+def test_retired_ids_are_capped(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ended request retires its id: a flood of requests (refused ones too, each checked
+    under its id) keeps at most MAX_RETIRED of them, the oldest going first."""
+    monkeypatch.setattr(generation_requests, "MAX_RETIRED", 5)
+    service = _InProcess(settings, GpuArbiter())
+    for i in range(8):
+        service.generate(_request(), f"f{i}")
+    assert list(service._flight.retired) == [f"f{i}" for i in range(3, 8)]
+    service.generate(_request(), "f0")  # forgotten: free again

@@ -119,7 +119,8 @@ class GenerateBody(_StrictBody):
         default=None,
         pattern=REQUEST_ID_PATTERN,
         description="the client's name for this request (1-64 letters, digits, - or _): POST "
-        "/api/generate/{request_id}/cancel stops it; null: cancelled only by the client leaving",
+        "/api/generate/{request_id}/cancel stops it; null: cancelled only by the client leaving. "
+        "Use a new one for each request: an ended request's id is refused (409) for 10 minutes",
     )
 
 

@@ -59,15 +59,39 @@ def load_pipeline(
     device: str | torch.device | None = None,
     base_config: str | None = None,
     v_prediction: bool | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> DiffusionPipeline:
     """Load `base_model` (hub id or local folder) with the family's pipeline class, in `dtype`
     (default: bf16 on a bf16-capable GPU, else fp32) on `device` (default: CUDA if available).
     With `base_config` (a resolved pipeline folder or hub id), `base_model` is a single-file
     checkpoint loaded through from_single_file (families/single_file.py; `v_prediction` None:
-    as the file says, else the config's scheduler).
+    as the file says, else the config's scheduler). `cancelled`: asked before each component
+    is loaded and before the pipeline moves to `device` (generate/load_cancel.py).
 
-    Raises UnknownFamily, ModelSourceError (missing, unreadable or another family's model).
+    Raises UnknownFamily, ModelSourceError (missing, unreadable or another family's model),
+    GenerationCancelled (`cancelled()` True: what was loaded is dropped, the caller frees it).
     """
+    from lorastudio.generate.load_cancel import cancellable_load, stop_if_cancelled
+
+    with cancellable_load(cancelled):
+        stop_if_cancelled("its first component")
+        pipe, dev = _load(base_model, family, revision, dtype, device, base_config, v_prediction)
+        stop_if_cancelled(f"moving it to {dev}")
+    pipe.to(dev)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _load(
+    base_model: str,
+    family: str,
+    revision: str | None,
+    dtype: torch.dtype | None,
+    device: str | torch.device | None,
+    base_config: str | None,
+    v_prediction: bool | None,
+) -> tuple[DiffusionPipeline, torch.device]:
+    """load_pipeline's pipeline, not yet moved to its device (returned with it)."""
     import diffusers
 
     from lorastudio import families
@@ -80,10 +104,7 @@ def load_pipeline(
         dev = torch.device(device) if device is not None else _default_device()
         sf = single_file(base_model, base_config, v_prediction)
         class_name = families.get(family).source_pipeline_class(sf, revision)  # its base config's flavour
-        pipe = load_file_pipeline(spec, sf, revision, dtype or _default_dtype(dev), class_name)
-        pipe.to(dev)
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
+        return load_file_pipeline(spec, sf, revision, dtype or _default_dtype(dev), class_name), dev
     found = detect_family(base_model)
     local = Path(base_model).expanduser()
     if local.exists() and found is None and not (local / "model_index.json").is_file():
@@ -98,9 +119,7 @@ def load_pipeline(
         pipe = pipeline_cls.from_pretrained(base_model, revision=revision, dtype=dtype)
     except (OSError, ValueError) as err:
         raise ModelSourceError(f"cannot load {class_name} from {base_model!r}: {err}") from err
-    pipe.to(dev)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return pipe, dev
 
 
 def _stop_when(cancelled: Callable[[], bool]) -> Callable[..., dict[str, Any]]:
@@ -123,7 +142,11 @@ def _default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float]]) -> None:
+def apply_loras(
+    pipe: DiffusionPipeline,
+    loras: Sequence[tuple[str | Path, float]],
+    cancelled: Callable[[], bool] | None = None,
+) -> None:
     """Replace whatever LoRAs `pipe` has with `loras` (file path, scale): diffusers / kohya LoRA
     and DoRA files each loaded with the pipeline's load_lora_weights and weighted with
     set_adapters (a file that loader cannot read but lorastudio's readers do, OneTrainer's
@@ -134,9 +157,9 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
     under kohya's names),
     which that loader cannot read, merged into the denoiser's weights at their scale the way
     ComfyUI merges them (generate/lycoris_patch.py; restored exactly on the next call). An empty
-    list unloads all.
+    list unloads all. `cancelled`: asked before each LoRA file is applied; True stops there.
 
-    Raises NotFound for a missing file, ModelSourceError for a file that does not fit this
+    Raises GenerationCancelled (`cancelled()`: the pipeline is left with no LoRA), NotFound for a missing file, ModelSourceError for a file that does not fit this
     pipeline (unreadable, a non-float or NaN / infinite tensor, down and up of different ranks,
     or a layer of it that no module takes: diffusers' loader only logs those,
     generate/lora_coverage.py);
@@ -157,10 +180,14 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
         check_lora_values(Path(path))
     lycoris = [(Path(p), float(s)) for p, s in loras if is_lycoris_file(Path(p))]
     adapters = [(p, s) for p, s in loras if not is_lycoris_file(Path(p))]
+    stop = _lora_stop(pipe, cancelled)
+    for path, _ in lycoris:
+        stop(path)
     patch_lycoris(pipe, lycoris)  # on a failure, restores what it patched
     names: list[str] = []
     weights: list[float] = []
     for i, (path, scale) in enumerate(adapters):
+        stop(path)
         name = f"{ADAPTER_PREFIX}{i}"
         try:
             state = readable_state(Path(path), pipe)  # a file only lorastudio's reader reads
@@ -198,6 +225,18 @@ def apply_loras(pipe: DiffusionPipeline, loras: Sequence[tuple[str | Path, float
             weights.append(float(scale))
     if names:
         pipe.set_adapters(names, adapter_weights=weights)
+
+
+def _lora_stop(pipe: DiffusionPipeline, cancelled: Callable[[], bool] | None) -> Callable[[str | Path], None]:
+    """apply_loras' check before LoRA `path`: once `cancelled()` is True, every LoRA off and
+    GenerationCancelled."""
+
+    def stop(path: str | Path) -> None:
+        if cancelled is not None and cancelled():
+            _unload(pipe)
+            raise GenerationCancelled(f"generation cancelled while its LoRAs were applied, before {path}")
+
+    return stop
 
 
 def _unload(pipe: DiffusionPipeline) -> None:

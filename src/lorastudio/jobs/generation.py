@@ -10,9 +10,12 @@ GenerationWorkerLost (HTTP 503), one that hangs past the allowance of what was a
 (jobs/worker_allowance.py) is stopped and reported as GenerationTimedOut (504); the next
 request starts a fresh one; the server goes on. A request can be cancelled by its id
 (`cancel`: the API's cancel route, or the client leaving): waiting for the worker it ends at
-once, running it stops before its first denoising step or between two (the worker goes on, its
-pipeline resident), finished but not yet kept its image is dropped: GenerationCancelled, and
-nothing of it in the gallery.
+once, running it stops during its pipeline's load before the next component or LoRA (what that
+load had loaded is freed), before its first denoising step or between two (the worker goes on,
+a pipeline it had loaded whole resident), finished but not yet kept its image is dropped: GenerationCancelled, and
+nothing of it in the gallery. A request's id names it alone: once it ended the id is retired for
+RETIRED_FOR_S (a cancel of it answers NotFound, a new request with it JobActive naming why), so
+a late cancel never reaches another request reusing the id.
 
 Every request is checked here, before any work, with every problem reported at once: the family,
 the revision, the size and steps against the budget below, the LoRA files (their headers are read with a
@@ -254,10 +257,11 @@ class GenerationService:
 
     def cancel(self, request_id: str, owner: object | None = None) -> str:
         """Cancel the generation `request_id` in flight: "waiting" (for the worker: it ends
-        now) or "running" (it stops before its first denoising step or after the one it is
-        in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
+        now) or "running" (it stops during the load before the next component or LoRA, before
+        its first denoising step or after the one it is in); either way its `generate` raises GenerationCancelled and nothing is kept. A second
         cancel answers the same. Raises NotFound when no such request is in flight (unknown,
-        or already ended: one whose image is being saved has ended, it is kept whole). With an
+        or already ended: one whose image is being saved has ended, it is kept whole; an ended
+        one's id is retired, so this cancel never reaches a later request of it). With an
         `owner`, only a request that `generate` was given that owner is cancelled (the route's
         watcher of a client that left: never another client's request of the same id)."""
         return self._flight.cancel(request_id, owner)
@@ -269,8 +273,8 @@ class GenerationService:
         Returns the sidecar's fields plus {"file", "path", "seconds"}. `request_id` names the
         request for `cancel` (None: not cancellable), `owner` (any object) who may cancel it
         by owner. Raises what `check` raises, JobActive
-        (training holds the GPU, a request of this id is in flight, or MAX_IN_FLIGHT
-        requests are), GenerationCancelled
+        (training holds the GPU, a request of this id is in flight or ended less than
+        RETIRED_FOR_S ago, or MAX_IN_FLIGHT requests are), GenerationCancelled
         (`cancel`: no image kept), GenerationFailed / GenerationWorkerLost / GenerationTimedOut
         (the worker failed / died / hung: the next request starts a fresh worker)."""
         rid = request_id if request_id is not None else f"unnamed-{uuid.uuid4().hex}"

@@ -181,8 +181,9 @@ class GenerationProcess:
         raise GenerationFailed(f"the generation worker sent an unexpected reply {reply!r}")
 
     def cancel(self) -> None:
-        """Stop the job in flight before its first denoising step or after the step it is in
-        (its `call` raises GenerationCancelled); from any thread. Set between jobs, it stops
+        """Stop the job in flight during its load before the next component or LoRA, before
+        its first denoising step or after the step it is in (its `call` raises
+        GenerationCancelled); from any thread. Set between jobs, it stops
         the next one unless `clear_cancel()` comes first."""
         self._cancel.set()
 

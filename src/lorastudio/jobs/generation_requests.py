@@ -8,11 +8,16 @@ MAX_IN_FLIGHT), may be marked CANCELLED (`cancel`) while it waits or runs, then 
 its worker finished (`saving`: from then on a cancel answers NotFound and the image is kept),
 and is forgotten when its call ends (`finish`). The checks and the changes that race a cancel
 (`saving`, `start_running`) are made under one lock, so a cancel that came first always wins.
+A request's id names it alone: once it ended the id is retired for RETIRED_FOR_S (a cancel of it
+answers NotFound naming when it ended, a new request with it JobActive naming why), so a late
+cancel never reaches another request reusing the id; at most MAX_RETIRED ids are kept.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
 from typing import Protocol
 
 from lorastudio.errors import GenerationCancelled, JobActive, NotFound
@@ -22,6 +27,11 @@ LIVE, CANCELLED, SAVING = "live", "cancelled", "saving"
 # Requests in flight at most (one runs, the rest wait): each holds a server thread while it
 # waits, and the API's threads (40) serve every other route, the cancel route included.
 MAX_IN_FLIGHT = 8
+# An ended request's id is refused this long (409), so that a cancel meant for it that arrives
+# late (sent as it ended, queued behind other routes) never stops a new request reusing the id;
+# at most MAX_RETIRED ids are kept (the oldest go first: each is ~100 bytes).
+RETIRED_FOR_S = 600.0
+MAX_RETIRED = 10_000
 
 
 class Cancellable(Protocol):
@@ -40,6 +50,7 @@ class InFlight:
         self._states: dict[str, str] = {}  # id -> LIVE / CANCELLED / SAVING
         self._owners: dict[str, object] = {}  # id -> the owner its `generate` was given
         self._running: tuple[str, Cancellable] | None = None  # the request in the worker
+        self.retired: OrderedDict[str, float] = OrderedDict()  # ended ids -> when (monotonic)
 
     def __len__(self) -> int:
         """How many requests are in flight (waiting for the worker, running or saving)."""
@@ -48,10 +59,17 @@ class InFlight:
 
     def admit(self, rid: str, owner: object | None) -> None:
         """Take request `rid` (of `owner`) in flight, LIVE. Raises JobActive when a request of
-        this id is in flight already or MAX_IN_FLIGHT requests are."""
+        this id is in flight already or ended less than RETIRED_FOR_S ago, or MAX_IN_FLIGHT
+        requests are."""
         with self._lock:
             if rid in self._states:
                 raise JobActive(f"a generation with request_id {rid!r} is in flight already")
+            if (ended := self._retired_age(rid, time.monotonic())) is not None:
+                raise JobActive(
+                    f"request_id {rid!r} named a generation that ended {ended:.0f} s ago: an id is not "
+                    f"reused for {RETIRED_FOR_S / 60:g} minutes after its request ended, so that a late "
+                    "cancel of that one never stops this one; send a new request_id"
+                )
             if len(self._states) >= MAX_IN_FLIGHT:
                 raise JobActive(
                     f"{MAX_IN_FLIGHT} generations are in flight already (one runs, the others wait "
@@ -61,20 +79,37 @@ class InFlight:
             self._owners[rid] = owner
 
     def finish(self, rid: str) -> None:
-        """Forget request `rid` (its call ended, whichever way). Idempotent."""
+        """Forget request `rid` (its call ended, whichever way) and retire its id. Idempotent."""
         with self._lock:
             self._states.pop(rid, None)
             self._owners.pop(rid, None)
+            self.retired[rid] = time.monotonic()
+            self.retired.move_to_end(rid)
+            while len(self.retired) > MAX_RETIRED:
+                self.retired.popitem(last=False)
+
+    def _retired_age(self, rid: str, now: float) -> float | None:
+        """Seconds since request `rid` ended, if its id is still retired (else None); forgets
+        the ids retired longer than RETIRED_FOR_S. Under self._lock."""
+        while self.retired:
+            oldest, ended = next(iter(self.retired.items()))
+            if now - ended < RETIRED_FOR_S:
+                break
+            del self.retired[oldest]
+        ended = self.retired.get(rid)
+        return None if ended is None else now - ended
 
     def cancel(self, rid: str, owner: object | None = None) -> str:
         """Mark request `rid` CANCELLED: "running" (the worker running it was asked to stop) or
         "waiting". A second cancel answers the same. Raises NotFound when no such request is in
-        flight (unknown, or saving: it ended), or, with an `owner`, when `rid` is not that
-        owner's."""
+        flight (unknown, or saving: it ended; an ended one's id is retired, so this cancel never
+        reaches a later request of it), or, with an `owner`, when `rid` is not that owner's."""
         with self._lock:
             state = self._states.get(rid, SAVING)
             if state == SAVING or (owner is not None and self._owners.get(rid) is not owner):
-                raise NotFound(f"no generation {rid!r} in flight (unknown, or it ended)")
+                ended = self._retired_age(rid, time.monotonic())
+                why = "unknown, or it ended" if ended is None else f"it ended {ended:.0f} s ago"
+                raise NotFound(f"no generation {rid!r} in flight ({why})")
             self._states[rid] = CANCELLED
             if self._running is not None and self._running[0] == rid:
                 self._running[1].cancel()

@@ -20,8 +20,10 @@ Protocol over one duplex multiprocessing Connection (plain picklable values):
                                                                 after sending it
 The parent times each phase (jobs/worker_allowance.py): the load until "loaded", the work
 from there. A cancel is the shared event `GenerationWorkerArgs.cancel` (set by the parent, cleared
-before each job): the job stops before its first step or between two denoising steps and
-answers ("error", "GenerationCancelled", ...), having written nothing. The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
+before each job): the job stops during its pipeline's load before the next component (the
+half-loaded pipeline is freed: nothing is resident), while LoRAs are applied before the next one,
+before its first step or between two denoising steps, and answers ("error",
+"GenerationCancelled", ...), having written nothing. The pipeline of (source, family, revision) stays loaded between jobs and is replaced when the
 next job names another one. The PNG is written to `job.out_path` (a hidden staging name the
 server chose in the gallery); the server renames it into place.
 """
@@ -140,8 +142,9 @@ def run_job(
 ) -> tuple[Any, bool]:
     """Generate one image for `job`; returns (reply, fatal): fatal = the child must exit (it ran
     out of memory, its state is not to be trusted). `report` gets ("loaded", bool) once the
-    job's pipeline is ready; `cancelled()` True stops the job before its first denoising step or
-    after any (GenerationCancelled's error reply; no PNG is written)."""
+    job's pipeline is ready; `cancelled()` True stops the job during the load before its next
+    component (what it loaded is freed, nothing is resident), before the next LoRA, before its
+    first denoising step or after any (GenerationCancelled's error reply; no PNG is written)."""
     oom: str | None = None
     try:
         from lorastudio import generate as gen
@@ -160,12 +163,13 @@ def run_job(
                 revision=job.revision,
                 base_config=job.base_config,
                 v_prediction=job.v_prediction,
+                cancelled=cancelled,  # stops between components: nothing half-loaded is kept
             )
             resident.key = job.key
         report(("loaded", loaded))
-        if cancelled():  # during the load, which cannot stop midway (the pipeline stays resident)
+        gen.apply_loras(resident.pipe, list(job.loras), cancelled)  # stops between LoRAs
+        if cancelled():  # the pipeline stays resident (whole, without LoRAs)
             raise GenerationCancelled("generation cancelled before its first denoising step")
-        gen.apply_loras(resident.pipe, list(job.loras))
         image = gen.generate_image(
             resident.pipe,
             job.family,
@@ -187,11 +191,16 @@ def run_job(
             {"width": image.width, "height": image.height, "seconds": seconds, "loaded": loaded},
         ), False
     except LorastudioError as err:
-        return error_reply(err), False
+        reply: Any = error_reply(err)
     except Exception as err:  # noqa: BLE001 - any pipeline failure is reported to the server, not lost
-        if not is_out_of_memory(err):
-            return ("failed", f"{type(err).__name__}: {err}"), False
-        oom = f"{type(err).__name__}: {str(err)[:500]}"
+        if is_out_of_memory(err):
+            oom = f"{type(err).__name__}: {str(err)[:500]}"
+        else:
+            reply = ("failed", f"{type(err).__name__}: {err}")
+    if oom is None:
+        if resident.key is None:  # the load stopped (a cancel) or failed: free what it had loaded,
+            resident.drop()  # held by the exception's frames until here
+        return reply, False
     # Out of memory: the exception (and the frames holding the big tensors) is gone here.
     resident.drop()
     return ("oom", oom), True

@@ -226,8 +226,9 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       setRequestId(null);
     }
   };
-  /** Cancel the generation in flight: the server stops it after its current denoising step (a 404:
-   * it had not started, or just ended; a wait for the GPU stops retrying). */
+  /** Cancel the generation in flight: the server stops it after its current denoising step, or while
+   * loading before its next component (a 404: it had not started, or just ended; a wait for the
+   * GPU stops retrying). */
   const cancel = async () => {
     if (!requestId) return;
     cancelled.current = true;

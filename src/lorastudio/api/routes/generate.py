@@ -47,7 +47,8 @@ async def generate(
 ) -> dict[str, Any]:
     """Generate one image; 201 with its gallery file and URL. 400 for a request over the budget
     (size, steps) or a bad LoRA file, 404 for an unknown LoRA, 409 while training runs, when
-    a request of the same request_id is in flight, when MAX_IN_FLIGHT (8) are (one runs, the
+    a request of the same request_id is in flight or ended less than 10 minutes ago (a late
+    cancel of that one must not stop this one), when MAX_IN_FLIGHT (8) are (one runs, the
     others wait), or when it was cancelled (the cancel route,
     or the client left: it stops between denoising steps and nothing is kept), 503 when the
     generation worker died (killed, out of memory), 504 when it hung past the allowance of what
@@ -101,9 +102,11 @@ def cancel(
     service: GenerationService = Depends(generation_dep),
 ) -> dict[str, Any]:
     """Cancel the generation of this request_id (GenerateBody.request_id): one waiting for the
-    worker ends now, a running one after its current denoising step; its POST /api/generate
-    answers 409 and nothing of it is kept. A second cancel answers the same. 404 when no such
-    generation is in flight (unknown, or it ended)."""
+    worker ends now, a running one after its current denoising step (loading: before its next
+    component or LoRA, and what it loaded is freed); its POST /api/generate answers 409 and
+    nothing of it is kept. A second cancel answers the same. 404 when no such generation is in
+    flight (unknown, or it ended: its id is not taken again for 10 minutes, so a late cancel
+    never stops another request)."""
     return {"request_id": request_id, "was": service.cancel(request_id)}
 
 
