@@ -37,7 +37,12 @@ def test_the_preflight_names_a_cut_caption_with_its_count(
     assert f"shape_03.png ({tokens} tokens)" in section["note"]
     assert "1 of 8 captions are longer than the 32 tokens" in section["note"]
     roomy = client.post("/api/train/preflight", json={"config": flux_config(max_sequence_length=tokens)})
-    assert roomy.json()["dataset"]["caption_tokens"] == {"limit": tokens, "counted": True, "cut": [], "note": None}
+    assert roomy.json()["dataset"]["caption_tokens"] == {
+        "limit": tokens,
+        "counted": True,
+        "cut": [],
+        "note": None,
+    }
 
 
 def test_without_tokenizer_json_the_count_is_left_to_the_start(

@@ -51,7 +51,9 @@ class PreflightCaptionTokens(_Out):
         description="false: the tokenizer is not on this machine or has no tokenizer.json; "
         "the run counts at its start"
     )
-    cut: list[CutCaption] = Field(description="captions longer than `limit` (they train cut there), longest first")
+    cut: list[CutCaption] = Field(
+        description="captions longer than `limit` (they train cut there), longest first"
+    )
     note: str | None = Field(default=None, description="what the count found, or why it is made at the start")
 
 

@@ -27,7 +27,16 @@ CAPTIONS = [
 
 
 def test_every_measured_family_is_covered():
-    assert set(MEASURED) >= {"sdxl", "flux", "chroma", "qwen-image", "z-image", "flux2", "flux2-klein", "krea2"}
+    assert set(MEASURED) >= {
+        "sdxl",
+        "flux",
+        "chroma",
+        "qwen-image",
+        "z-image",
+        "flux2",
+        "flux2-klein",
+        "krea2",
+    }
 
 
 @pytest.mark.parametrize("name", MEASURED)
