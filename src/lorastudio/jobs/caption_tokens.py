@@ -215,8 +215,8 @@ def render_chat(
     template: str, messages: list[dict[str, Any]], specials: dict[str, str], **kwargs: Any
 ) -> str:
     """`template` rendered as transformers' apply_chat_template renders it (a sandboxed jinja2
-    environment, trim_blocks and lstrip_blocks, loop controls, its tojson / raise_exception /
-    strftime_now). Raises CannotCount when the template does not render here."""
+    environment, trim_blocks and lstrip_blocks, loop controls, the {% generation %} block (its
+    body rendered as is), its tojson / raise_exception / strftime_now). Raises CannotCount when the template does not render here."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -235,7 +235,7 @@ def render_chat(
         )
 
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _generation_tag()]
     )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
@@ -246,3 +246,23 @@ def render_chat(
         )
     except jinja2.exceptions.TemplateError as err:
         raise CannotCount(f"its chat template does not render here: {err}") from None
+
+
+def _generation_tag() -> type:
+    """transformers' {% generation %}...{% endgeneration %} block (its AssistantTracker marks the
+    assistant's tokens): rendered as its body."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}  # noqa: RUF012 (jinja2's class attribute)
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: Any) -> str:
+            return str(caller())
+
+    return Generation

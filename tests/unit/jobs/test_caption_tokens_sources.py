@@ -1,0 +1,54 @@
+"""Where the preflight finds a base's tokenizer (jobs/caption_tokens.tokenizer_folder: a folder, a
+hub id's cached snapshot, nothing for a hub id not on disk), what it does with a chat template it
+cannot render, and the lora target check's child (jobs/target_check.py) giving no answer, not a
+wrong one, when it runs out of time."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from lorastudio import families
+from lorastudio.config import TrainConfig, resolve_train_config
+from lorastudio.jobs import caption_tokens, target_check
+
+
+def _cfg(base_model: str, **over: object) -> TrainConfig:
+    return resolve_train_config(
+        TrainConfig.model_validate({"family": "flux", "base_model": base_model, "data_dir": "/d", **over})
+    )
+
+
+def test_a_hub_ids_cached_snapshot_is_counted_and_an_uncached_one_is_not_found(
+    tiny_model, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "models--acme--tiny-flux"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    shutil.copytree(tiny_model("flux") / "tokenizer_2", snapshot / "tokenizer_2")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    assert caption_tokens.tokenizer_folder(_cfg("acme/tiny-flux"), None) == snapshot
+    spec = families.get("flux").spec
+    local = caption_tokens.caption_counts(spec, tiny_model("flux"), ["a red circle", "cat " * 30])
+    assert caption_tokens.caption_counts(spec, snapshot, ["a red circle", "cat " * 30]) == local
+    assert caption_tokens.tokenizer_folder(_cfg("acme/not-fetched"), None) is None
+
+
+def test_a_chat_template_that_does_not_render_here_leaves_the_count_to_the_start():
+    with pytest.raises(caption_tokens.CannotCount, match="does not render here: not for you"):
+        caption_tokens.render_chat("{{ raise_exception('not for you') }}", [], {})
+    with pytest.raises(caption_tokens.CannotCount, match="does not render here"):
+        caption_tokens.render_chat("{% unknown_tag %}", [], {})
+    generation = "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+    assert (
+        caption_tokens.render_chat(generation, [{"role": "user", "content": "x"}], {}) == "[x]"
+    )  # transformers' tag
+
+
+def test_a_child_out_of_time_gives_no_problems_and_caches_nothing(tiny_model):
+    cfg = _cfg(str(tiny_model("flux")), lora_targets=["no_such_layer"])
+    before = len(target_check._cache)
+    assert target_check.target_problems(cfg, timeout_s=0.01) == []  # the run's start checks it
+    assert len(target_check._cache) == before
