@@ -112,8 +112,10 @@ def tokenizer_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:
 
 def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> list[int]:
     """Each caption's tokens as training/caption_length.caption_token_counts counts them, read
-    from the pipeline folder's tokenizer files. Raises CannotCount (with the reason)."""
-    assert spec.caption_tokens is not None
+    from the pipeline folder's tokenizer files. Raises CannotCount (with the reason), ValueError
+    for a family that is not measured."""
+    if spec.caption_tokens is None:
+        raise ValueError(f"{spec.title}'s captions are not measured")
     tok_dir = folder / spec.caption_tokens.tokenizer
     tokenizer = _tokenizer(tok_dir)
     template = spec.caption_tokens.template
@@ -161,6 +163,7 @@ class CannotCount(Exception):
 
 
 def _counts(spec: FamilySpec, folder: Path | None, texts: list[str]) -> tuple[list[int] | None, str]:
+    """(each text's count, "") or (None, why they cannot be counted here)."""
     if folder is None:
         return None, "the base model's tokenizer is not on this machine"
     if not texts:
@@ -175,7 +178,10 @@ def _counts(spec: FamilySpec, folder: Path | None, texts: list[str]) -> tuple[li
 def _load(path: str, mtime_ns: int) -> Any:
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(path)
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_truncation()  # a tokenizer.json may carry a cut or padding; the run counts without
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def _tokenizer(tok_dir: Path) -> Any:
