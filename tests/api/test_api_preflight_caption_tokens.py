@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from lorastudio.cli.train_check import warnings
 from lorastudio.settings import Settings
 
 LONG = "a red circle on a blue background, " + ", ".join(["sharp focus, high quality photo"] * 12)
@@ -36,6 +37,9 @@ def test_the_preflight_names_a_cut_caption_with_its_count(
     assert tokens > 32
     assert f"shape_03.png ({tokens} tokens)" in section["note"]
     assert "1 of 8 captions are longer than the 32 tokens" in section["note"]
+    assert f"{section['note']}: shape_03.png ({tokens})" in warnings(
+        report.json()
+    )  # `train --check` says it too
     roomy = client.post("/api/train/preflight", json={"config": flux_config(max_sequence_length=tokens)})
     assert roomy.json()["dataset"]["caption_tokens"] == {
         "limit": tokens,
