@@ -5,7 +5,7 @@ The run's start counts each caption with its pipeline's own tokenizer and prompt
 the preflight counts with the `tokenizers` package (Rust, torch-free) reading the base model's
 `tokenizer.json`, and renders a chat template with jinja2 as transformers does
 (`render_chat`): the counts equal training/caption_length.caption_token_counts on every family's
-tiny model (tests/api/test_preflight_caption_tokens.py). The pipelines' template strings are
+tiny model (tests/unit/jobs/test_caption_tokens_parity.py). The pipelines' template strings are
 copied here (`QWEN_IMAGE_TEMPLATE`, `KREA2_*`, `FLUX2_SYSTEM_MESSAGE`); a test checks them
 against diffusers' pipelines.
 
