@@ -9,7 +9,10 @@ server), with the hub offline (it reads the base's configs from disk only) and w
 server's secrets, and returns that check's problems as FieldProblems of those fields. Answers
 are cached per (the base's denoiser config, family, adapter and the three fields' values), so a
 start after its preflight does not spawn again; the first check of a config costs the child's
-start (torch and diffusers imports: seconds), which both the preflight and the start route pay.
+start (torch and diffusers imports: about 5 s of CPU, 20 s on a loaded 2-core host), which the
+preflight pays (the Train page asks it before a start) or, without one, the start route; one
+child runs at a time (a racing request for the same answer waits and finds it cached) and at
+most CACHE_SIZE answers are kept.
 A child that fails or runs past TIMEOUT_S gives no problems (logged; nothing is cached): the
 run's own start still refuses such a config before any load, as it always did.
 """
@@ -34,8 +37,10 @@ log = logging.getLogger("lorastudio.jobs")
 
 TIMEOUT_S = 120.0
 FIELDS = ("lora_targets", "rank_pattern", "alpha_pattern")
-_cache: dict[str, list[FieldProblem]] = {}
-_lock = threading.Lock()
+CACHE_SIZE = 256  # answers kept, oldest dropped first
+_cache: dict[str, list[FieldProblem]] = {}  # insertion-ordered: the oldest first
+_lock = threading.Lock()  # guards _cache and spawned
+_one_child = threading.Lock()  # one child at a time: a racing same request then finds the cache
 spawned = 0  # child processes started (tests read it)
 
 
@@ -47,12 +52,27 @@ def target_problems(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> list[Fiel
         return []
     key = _key(cfg)
     with _lock:
-        if key in _cache:
+        if key in _cache:  # no wait behind another config's child
             return list(_cache[key])
+    with _one_child:
+        with _lock:
+            if key in _cache:  # a racing request for the same answer got it meanwhile
+                return list(_cache[key])
+            spawned += 1
+        problems = _ask_child(cfg, timeout_s)
+        if problems is None:
+            return []
+        with _lock:
+            _cache[key] = problems
+            while len(_cache) > CACHE_SIZE:
+                del _cache[next(iter(_cache))]
+        return list(problems)
+
+
+def _ask_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem] | None:
+    """The child's problems; None (logged) when it gave no answer in time."""
     env = child_environment(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
-    with _lock:
-        spawned += 1
     try:
         done = subprocess.run(
             [sys.executable, "-m", "lorastudio.training.target_check"],
@@ -65,20 +85,17 @@ def target_problems(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> list[Fiel
         )
     except (subprocess.TimeoutExpired, OSError) as err:
         log.warning("lora target check not made (the run's start makes it): %s", err)
-        return []
+        return None
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
-        problems = [FieldProblem(p["field"], p["message"]) for p in answer["problems"]]
+        return [FieldProblem(p["field"], p["message"]) for p in answer["problems"]]
     except (ValueError, IndexError, KeyError, TypeError):
         log.warning(
             "lora target check failed (code %s; the run's start makes it): %s",
             done.returncode,
             done.stderr.strip()[-2000:],
         )
-        return []
-    with _lock:
-        _cache[key] = problems
-    return list(problems)
+        return None
 
 
 def _key(cfg: TrainConfig) -> str:

@@ -1,11 +1,12 @@
 """Where the preflight finds a base's tokenizer (jobs/caption_tokens.tokenizer_folder: a folder, a
 hub id's cached snapshot, nothing for a hub id not on disk), what it does with a chat template it
-cannot render, and the lora target check's child (jobs/target_check.py) giving no answer, not a
-wrong one, when it runs out of time."""
+cannot render, and the lora target check's child (jobs/target_check.py): one for racing requests
+of one config, and no answer, not a wrong one, when it runs out of time."""
 
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -52,3 +53,13 @@ def test_a_child_out_of_time_gives_no_problems_and_caches_nothing(tiny_model):
     before = len(target_check._cache)
     assert target_check.target_problems(cfg, timeout_s=0.01) == []  # the run's start checks it
     assert len(target_check._cache) == before
+
+
+def test_racing_checks_of_one_config_start_one_child(tiny_model):
+    cfg = _cfg(str(tiny_model("flux")), lora_targets=["to_q", "missing_one"])
+    before = target_check.spawned
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: target_check.target_problems(cfg), range(3)))
+    assert target_check.spawned == before + 1
+    assert [[p.field for p in a] for a in answers] == [["lora_targets"]] * 3
+    assert "missing_one" in answers[0][0].message
