@@ -10,7 +10,8 @@ server's secrets, and returns that check's problems as FieldProblems of those fi
 are cached per (the base's denoiser config, family, adapter and the three fields' values), so a
 start after its preflight does not spawn again; the first check of a config costs the child's
 start (torch and diffusers imports: about 5 s of CPU, 20 s on a loaded 2-core host), which the
-preflight pays (the Train page asks it before a start) or, without one, the start route; one
+preflight pays (the Train page's Check) or, without one, the start route (kept there: a start
+is once per run, and a refusal there costs no load; the route runs in a worker thread); one
 child runs at a time (a racing request for the same answer waits and finds it cached) and at
 most CACHE_SIZE answers are kept.
 A child that fails or runs past TIMEOUT_S gives no problems (logged; nothing is cached): the
