@@ -142,7 +142,9 @@ def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> l
             for c in texts
         ]
         return [len(e.ids) for e in tokenizer.encode_batch(rendered)]
-    # flux2_system: diffusers' format_input, apply_chat_template(tokenize=True): no special tokens added
+    if template != "flux2_system":
+        raise CannotCount(f"the {template!r} prompt template is not counted here")
+    # diffusers' format_input, apply_chat_template(tokenize=True): no special tokens added
     rendered = [
         render_chat(
             chat,
