@@ -1,11 +1,14 @@
 """Where the preflight finds a base's tokenizer (jobs/caption_tokens.tokenizer_folder: a folder, a
 hub id's cached snapshot, nothing for a hub id not on disk), what it does with a chat template it
 cannot render, and the lora target check's child (jobs/target_check.py): one for racing requests
-of one config, and no answer, not a wrong one, when it runs out of time."""
+of one config, and no answer, not a wrong one, when it runs out of time; the count imports neither
+torch nor transformers."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -63,3 +66,20 @@ def test_racing_checks_of_one_config_start_one_child(tiny_model):
     assert target_check.spawned == before + 1
     assert [[p.field for p in a] for a in answers] == [["lora_targets"]] * 3
     assert "missing_one" in answers[0][0].message
+
+
+@pytest.mark.parametrize("name", ["flux", "z-image", "flux2"])  # plain, a chat template, FLUX.2's system turn
+def test_the_count_imports_no_torch_nor_transformers(name, tiny_model):
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from lorastudio import families\n"
+        "from lorastudio.jobs.caption_tokens import caption_counts\n"
+        f"print(caption_counts(families.get({name!r}).spec, Path({str(tiny_model(name))!r}), ['a red circle']))\n"
+        "print(sorted(m for m in ('torch', 'diffusers', 'transformers', 'peft') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    counted, heavy = out.stdout.strip().splitlines()
+    assert counted.startswith("[") and int(counted.strip("[]")) > 0
+    assert heavy == "[]"
