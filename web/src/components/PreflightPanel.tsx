@@ -258,6 +258,8 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
   );
 }
 
+const CUT_SHOWN = 20; // cut captions listed, longest first
+
 /** Captions longer than the text encoder reads (each cut image with its count), or why they are counted at the start. */
 function CaptionTokens({ section }: { section: NonNullable<PreflightReport["dataset"]["caption_tokens"]> }) {
   if (!section.counted) {
@@ -272,11 +274,12 @@ function CaptionTokens({ section }: { section: NonNullable<PreflightReport["data
     <div className="banner warn" data-testid="preflight-caption-tokens">
       <strong>{section.note}</strong>
       <ul>
-        {section.cut.map((c) => (
+        {section.cut.slice(0, CUT_SHOWN).map((c) => (
           <li key={c.file}>
             <code>{c.file}</code> {c.tokens} tokens (limit {section.limit})
           </li>
         ))}
+        {section.cut.length > CUT_SHOWN && <li>and {section.cut.length - CUT_SHOWN} more</li>}
       </ul>
     </div>
   );
