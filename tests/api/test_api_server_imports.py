@@ -85,7 +85,9 @@ def test_family_lookups_do_not_import_torch_in_the_server(
     settings: Settings, sample_dataset: Path, tiny_model: Callable[[str], Path]
 ):
     """Before: the first request that looked a family up imported torch (families/<family>.py did
-    at its top): the preflight, a start, a resume, a generation's validation, the models list."""
+    at its top): the preflight, a start, a resume, a generation's validation, the models list.
+    The preflight's caption count (the `tokenizers` package) and its lora_targets check (a child
+    process: jobs/target_check.py) keep the server torch-free too."""
     settings.ensure_dirs()
     shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
     shutil.copytree(tiny_model("flux"), settings.models_dir / "tiny-flux")  # recognised by GET /api/models
@@ -96,7 +98,12 @@ def test_family_lookups_do_not_import_torch_in_the_server(
     requests = [
         ("GET", "/api/models", None),
         ("POST", "/api/train/preflight", {"config": bad}),
-        ("POST", "/api/train/preflight", {"config": good}),
+        ("POST", "/api/train/preflight", {"config": good}),  # its captions counted with tokenizers
+        (
+            "POST",
+            "/api/train/preflight",
+            {"config": {**good, "lora_targets": ["no_such_layer"]}},
+        ),  # a child checks
         ("POST", "/api/train/start", {"config": bad}),
         ("POST", "/api/generate", {**generate, "steps": 10_000}),  # over the budget: refused
         ("POST", "/api/generate", {**generate, "family": "sdxl"}),  # not an SDXL pipeline: refused
@@ -108,7 +115,7 @@ def test_family_lookups_do_not_import_torch_in_the_server(
     ]
     seen = _probe(settings.home, requests)
     statuses = [status for status, _ in seen]
-    assert statuses == [200, 400, 200, 400, 400, 400, 201, 400, 201], seen
+    assert statuses == [200, 400, 200, 400, 400, 400, 400, 201, 400, 201], seen
     assert all(heavy == [] for _, heavy in seen), seen
 
 

@@ -40,6 +40,23 @@ class PreflightCaptions(_Out):
     cost: str | None = Field(default=None, description="what tag shuffle / dropout costs; null when off")
 
 
+class CutCaption(_Out):
+    file: str = Field(description='the image ("<entry label>/<file>" with several dataset entries)')
+    tokens: int = Field(description="its caption's tokens (the longest variant), template tokens included")
+
+
+class PreflightCaptionTokens(_Out):
+    limit: int = Field(description="the tokens the text encoder reads of a caption in this run")
+    counted: bool = Field(
+        description="false: the tokenizer is not on this machine or has no tokenizer.json; "
+        "the run counts at its start"
+    )
+    cut: list[CutCaption] = Field(
+        description="captions longer than `limit` (they train cut there), longest first"
+    )
+    note: str | None = Field(default=None, description="what the count found, or why it is made at the start")
+
+
 class TrainingMode(_Out):
     kind: Literal["text-to-image", "edit", "mixed"] | None = Field(
         default=None, description="null: a text-to-image-only family"
@@ -92,6 +109,11 @@ class PreflightDataset(_Out):
     )
     samples_per_epoch: int = Field(default=0, description="samples of one epoch, over every entry")
     captions: PreflightCaptions | None = None
+    caption_tokens: PreflightCaptionTokens | None = Field(
+        default=None,
+        description="captions longer than the text encoder reads, counted with the base's tokenizer.json "
+        "(jobs/caption_tokens.py); null for a family whose pipeline never cuts",
+    )
     mode: TrainingMode = Field(
         default_factory=lambda: TrainingMode(),
         description="for a family that takes control images: text-to-image, edit or both (mixed)",

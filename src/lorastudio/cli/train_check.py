@@ -87,7 +87,7 @@ def _target_problems(cfg: Any) -> list[FieldProblem]:
     """lora_targets / rank_pattern / alpha_pattern the base's denoiser cannot honour, asked of it
     built without weights (training/lora.planned_target_problems, what the engine's preflight
     asks; torch and diffusers are imported only when the config sets one of them). The job
-    service cannot ask it (the server stays torch-free): its worker refuses before any load."""
+    service asks the same in a child process (jobs/target_check.py: the server stays torch-free)."""
     if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern):
         return []
     from lorastudio import families
@@ -238,7 +238,7 @@ def duration(seconds: float) -> str:
 
 def warnings(report: dict[str, Any]) -> list[str]:
     """What a user should know before the run: dropped files, images without a caption file,
-    the base model flavour's notes."""
+    captions the text encoder cuts, the base model flavour's notes."""
     data = report["dataset"]
     out = [f"{d['file']} is not used: {d['reason']}" for d in data["dropped"]]
     if data["missing_captions"]:
@@ -249,6 +249,11 @@ def warnings(report: dict[str, Any]) -> list[str]:
             + (f", and {more} more" if more > 0 else "")
             + "): they train on the trigger word or default caption"
         )
+    tokens = data.get("caption_tokens") or {}
+    if tokens.get("cut"):  # captions the text encoder cuts (jobs/caption_tokens.py)
+        shown = ", ".join(f"{c['file']} ({c['tokens']})" for c in tokens["cut"][:5])
+        more = len(tokens["cut"]) - 5
+        out.append(f"{tokens['note']}: {shown}" + (f", and {more} more" if more > 0 else ""))
     out += data.get("warnings") or []  # e.g. upscaled images, images without a mask
     out += report["family"]["notes"]
     return out

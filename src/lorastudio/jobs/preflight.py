@@ -34,6 +34,7 @@ from lorastudio.data.resolutions import buckets_by_resolution
 from lorastudio.data.upscaling import upscale_warning
 from lorastudio.errors import HostMemoryShort
 from lorastudio.jobs import host_memory
+from lorastudio.jobs.caption_tokens import caption_token_section, tokenizer_folder
 from lorastudio.jobs.hardware import HostInfo, host_info, resolved_dtype
 from lorastudio.jobs.preflight_cache import latent_cache_section
 from lorastudio.jobs.preflight_pairs import controls_section, training_mode
@@ -153,6 +154,9 @@ def preflight_report(
             "validation": validation_section(run.holdout, cfg.validate_every) if run.holdout else None,
             "entries": entry_report(scan),
             "captions": captions,
+            "caption_tokens": caption_token_section(
+                families.get(cfg.family).spec, cfg, scan, tokenizer_folder(cfg, run.model_dir)
+            ),
             "samples_per_epoch": sum(per_epoch.values()),
         },
         "schedule": {

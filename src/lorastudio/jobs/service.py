@@ -338,7 +338,7 @@ class JobService(Dispatcher):
     def _validate(self, raw: Mapping[str, Any]) -> ValidatedRun:
         with self._cond:
             taken = self._live_output_names()
-        return validate_run(raw, self.settings, live_output_names=taken)
+        return validate_run(raw, self.settings, live_output_names=taken, check_targets=True)
 
     def _live_jobs(self) -> list[Job]:
         return ([self._active] if self._active and self._active.live else []) + list(self._queue)

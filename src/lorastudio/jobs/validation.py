@@ -56,6 +56,7 @@ from lorastudio.errors import (
 )
 from lorastudio.families.single_file import model_source as source_of
 from lorastudio.jobs.hardware import host_info
+from lorastudio.jobs.target_check import target_problems
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.guidance_rules import guidance_problems
@@ -84,11 +85,14 @@ def validate_run(
     *,
     live_output_names: set[str],
     allow_outside_root: bool = False,
+    check_targets: bool = False,
 ) -> ValidatedRun:
     """Check a training request completely. Takes the raw config mapping, the settings and the
     output names of live jobs; `allow_outside_root` only for the CLI (a dataset folder anywhere,
     as data/paths.resolve_dataset_dir allows trusted local callers). Returns a ValidatedRun. Raises ConfigError listing every problem
-    (config fields, base model, dataset files, output name, precision)."""
+    (config fields, base model, dataset files, output name, precision; with `check_targets`,
+    the API's, also lora_targets / rank_pattern / alpha_pattern against the denoiser's module
+    names: jobs/target_check.py, a child process when one of them is set)."""
     problems: list[FieldProblem] = []
     given: TrainConfig | None = None
     cfg: TrainConfig | None = None
@@ -213,6 +217,8 @@ def validate_run(
         problems += assistant_problems(based, family)  # a distilled base?
         facts = family.local_facts(source_of(based), based.revision)  # on disk only: no download
         problems += guidance_problems(based, family, facts)  # a guidance embedding?
+        if check_targets:  # the engine's meta-device check, in a child process (torch-free here)
+            problems += target_problems(based)
     if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
         raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
     folders = [str(p) for p in resolved_folders(cfg, settings.datasets_dir, allow_outside_root)]

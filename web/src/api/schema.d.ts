@@ -1540,6 +1540,19 @@ export interface components {
              */
             null_means_off: string[];
         };
+        /** CutCaption */
+        CutCaption: {
+            /**
+             * File
+             * @description the image ("<entry label>/<file>" with several dataset entries)
+             */
+            file: string;
+            /**
+             * Tokens
+             * @description its caption's tokens (the longest variant), template tokens included
+             */
+            tokens: number;
+        };
         /** DatasetDeleted */
         DatasetDeleted: {
             /**
@@ -2810,6 +2823,29 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** PreflightCaptionTokens */
+        PreflightCaptionTokens: {
+            /**
+             * Counted
+             * @description false: the tokenizer is not on this machine or has no tokenizer.json; the run counts at its start
+             */
+            counted: boolean;
+            /**
+             * Cut
+             * @description captions longer than `limit` (they train cut there), longest first
+             */
+            cut: components["schemas"]["CutCaption"][];
+            /**
+             * Limit
+             * @description the tokens the text encoder reads of a caption in this run
+             */
+            limit: number;
+            /**
+             * Note
+             * @description what the count found, or why it is made at the start
+             */
+            note?: string | null;
+        };
         /** PreflightCaptions */
         PreflightCaptions: {
             /**
@@ -2865,6 +2901,8 @@ export interface components {
             caption_sources: {
                 [key: string]: number;
             };
+            /** @description captions longer than the text encoder reads, counted with the base's tokenizer.json (jobs/caption_tokens.py); null for a family whose pipeline never cuts */
+            caption_tokens?: components["schemas"]["PreflightCaptionTokens"] | null;
             captions?: components["schemas"]["PreflightCaptions"] | null;
             /**
              * Controls

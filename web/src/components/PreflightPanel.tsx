@@ -149,6 +149,7 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           {dataset.captions.cost && <p className="muted">{dataset.captions.cost}</p>}
         </div>
       )}
+      {dataset.caption_tokens && <CaptionTokens section={dataset.caption_tokens} />}
       {(dataset.entries ?? []).length > 1 && (
         <table className="small" data-testid="preflight-entries">
           <thead>
@@ -253,6 +254,33 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           {dataset.missing_captions.length} image(s) without a caption use the default caption or trigger word.
         </p>
       )}
+    </div>
+  );
+}
+
+const CUT_SHOWN = 20; // cut captions listed, longest first
+
+/** Captions longer than the text encoder reads (each cut image with its count), or why they are counted at the start. */
+function CaptionTokens({ section }: { section: NonNullable<PreflightReport["dataset"]["caption_tokens"]> }) {
+  if (!section.counted) {
+    return (
+      <p className="small muted" data-testid="preflight-caption-tokens">
+        {section.note}
+      </p>
+    );
+  }
+  if (section.cut.length === 0) return null;
+  return (
+    <div className="banner warn" data-testid="preflight-caption-tokens">
+      <strong>{section.note}</strong>
+      <ul>
+        {section.cut.slice(0, CUT_SHOWN).map((c) => (
+          <li key={c.file}>
+            <code>{c.file}</code> {c.tokens} tokens (limit {section.limit})
+          </li>
+        ))}
+        {section.cut.length > CUT_SHOWN && <li>and {section.cut.length - CUT_SHOWN} more</li>}
+      </ul>
     </div>
   );
 }

@@ -1,0 +1,121 @@
+"""lora_targets / rank_pattern / alpha_pattern checked against the denoiser's real module names,
+for the torch-free API server (preflight and start).
+
+Contract: `target_problems(cfg)` returns [] without starting anything when the config sets none
+of the three fields (the family's own targets need no check). Otherwise it runs the engine's own
+check (training/lora.planned_target_problems, on the meta device) in a short child process,
+`python -m lorastudio.training.target_check` (torch and diffusers import there, never in the
+server), with the hub offline (it reads the base's configs from disk only) and without the
+server's secrets, and returns that check's problems as FieldProblems of those fields. Answers
+are cached per (the base's denoiser config, family, adapter and the three fields' values), so a
+start after its preflight does not spawn again; the first check of a config costs the child's
+start (torch and diffusers imports: about 5 s of CPU, 20 s on a loaded 2-core host), which the
+preflight pays (the Train page's Check) or, without one, the start route (kept there: a start
+is once per run, and a refusal there costs no load; the route runs in a worker thread); one
+child runs at a time (a racing request for the same answer waits and finds it cached) and at
+most CACHE_SIZE answers are kept.
+A child that fails or runs past TIMEOUT_S gives no problems (logged; nothing is cached): the
+run's own start still refuses such a config before any load, as it always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from lorastudio.config import TrainConfig
+from lorastudio.errors import FieldProblem
+from lorastudio.jobs.childenv import child_environment
+
+log = logging.getLogger("lorastudio.jobs")
+
+TIMEOUT_S = 120.0
+FIELDS = ("lora_targets", "rank_pattern", "alpha_pattern")
+CACHE_SIZE = 256  # answers kept, oldest dropped first
+_cache: dict[str, list[FieldProblem]] = {}  # insertion-ordered: the oldest first
+_lock = threading.Lock()  # guards _cache and spawned
+_one_child = threading.Lock()  # one child at a time: a racing same request then finds the cache
+spawned = 0  # child processes started (tests read it)
+
+
+def target_problems(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> list[FieldProblem]:
+    """The engine's problems with a resolved cfg's lora_targets / rank_pattern / alpha_pattern
+    (see the module docstring); [] when it sets none of them."""
+    global spawned
+    if not any(getattr(cfg, f) for f in FIELDS):
+        return []
+    key = _key(cfg)
+    with _lock:
+        if key in _cache:  # no wait behind another config's child
+            return list(_cache[key])
+    with _one_child:
+        with _lock:
+            if key in _cache:  # a racing request for the same answer got it meanwhile
+                return list(_cache[key])
+            spawned += 1
+        problems = _ask_child(cfg, timeout_s)
+        if problems is None:
+            return []
+        with _lock:
+            _cache[key] = problems
+            while len(_cache) > CACHE_SIZE:
+                del _cache[next(iter(_cache))]
+        return list(problems)
+
+
+def _ask_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem] | None:
+    """The child's problems; None (logged) when it gave no answer in time."""
+    env = child_environment(os.environ)
+    env["HF_HUB_OFFLINE"] = "1"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "lorastudio.training.target_check"],
+            input=cfg.model_dump_json(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
+    except (subprocess.TimeoutExpired, OSError) as err:
+        log.warning("lora target check not made (the run's start makes it): %s", err)
+        return None
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        return [FieldProblem(p["field"], p["message"]) for p in answer["problems"]]
+    except (ValueError, IndexError, KeyError, TypeError):
+        log.warning(
+            "lora target check failed (code %s; the run's start makes it): %s",
+            done.returncode,
+            done.stderr.strip()[-2000:],
+        )
+        return None
+
+
+def _key(cfg: TrainConfig) -> str:
+    """The cache key: the base's denoiser config (its content where it is on this machine, else
+    the source and revision), the family, adapter and the three fields' values."""
+    from lorastudio import families
+
+    spec = families.get(cfg.family).spec
+    where = (
+        cfg.base_config if cfg.base_config is not None and Path(cfg.base_model).is_file() else cfg.base_model
+    )
+    base = f"{where}@{cfg.revision}"
+    folder = Path(where).expanduser()
+    if not folder.is_dir():
+        from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
+
+        folder = cached_snapshot(where, cfg.revision) if is_hub_id(where) else None
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            base = hashlib.sha256((folder / spec.denoiser / "config.json").read_bytes()).hexdigest()
+    values = {f: getattr(cfg, f) for f in FIELDS}
+    return json.dumps([base, cfg.family, cfg.adapter, values], sort_keys=True, default=str)

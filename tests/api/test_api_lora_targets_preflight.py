@@ -1,0 +1,74 @@
+"""lora_targets / rank_pattern / alpha_pattern are checked against the denoiser's real module
+names at the API's preflight and start (jobs/target_check.py: the engine's meta-device check in a
+child process, the server torch-free), all problems at once with the field named; the default
+targets start no child, and a start after its preflight reuses the cached answer."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from lorastudio.jobs import target_check
+from lorastudio.settings import Settings
+
+
+def _shapes(settings: Settings, sample_dataset: Path) -> None:
+    settings.ensure_dirs()
+    shutil.copytree(sample_dataset, settings.datasets_dir / "shapes")
+
+
+def test_a_wrong_lora_target_is_refused_at_preflight_and_start_with_the_field_named(
+    client: TestClient, settings: Settings, sample_dataset: Path, flux_config: Callable[..., dict]
+) -> None:
+    _shapes(settings, sample_dataset)
+    config = flux_config(
+        lora_targets=["to_q", "no_such_layer"], rank_pattern={"to_k": 8}, output_name="bad-targets"
+    )
+    before = target_check.spawned
+    answer = client.post("/api/train/preflight", json={"config": {**config, "data_dir": "no-such-dataset"}})
+    assert answer.status_code == 400, answer.text
+    problems = answer.json()["problems"]
+    assert {
+        "field": "lora_targets",
+        "message": "no layer of the FluxTransformer2DModel is named no_such_layer",
+    } in (problems)
+    assert any(p["field"] == "data_dir" for p in problems)  # every problem at once, the dataset's too
+    assert target_check.spawned == before + 1
+    started = client.post("/api/train/start", json={"config": config})
+    assert started.status_code == 400, started.text
+    assert [p for p in started.json()["problems"] if p["field"] == "lora_targets"] == [
+        {"field": "lora_targets", "message": "no layer of the FluxTransformer2DModel is named no_such_layer"}
+    ]
+    assert target_check.spawned == before + 1  # the cached answer: no second child
+    assert client.get("/api/runs").json()["runs"] == []  # nothing recorded
+
+
+def test_a_pattern_that_adapts_nothing_is_refused_and_good_names_pass(
+    client: TestClient, settings: Settings, sample_dataset: Path, flux_config: Callable[..., dict]
+) -> None:
+    _shapes(settings, sample_dataset)
+    wrong = client.post(
+        "/api/train/preflight",
+        json={"config": flux_config(lora_targets=["to_q", "to_k"], alpha_pattern={"to_out.0": 4.0})},
+    )
+    assert wrong.status_code == 400, wrong.text
+    assert wrong.json()["problems"] == [
+        {"field": "alpha_pattern", "message": "'to_out.0' matches no adapted layer (peft would ignore it)"}
+    ]
+    good = client.post(
+        "/api/train/preflight",
+        json={"config": flux_config(lora_targets=["to_q", "to_k"], rank_pattern={"to_k": 8})},
+    )
+    assert good.status_code == 200, good.text
+
+
+def test_the_default_targets_start_no_child(
+    client: TestClient, settings: Settings, sample_dataset: Path, flux_config: Callable[..., dict]
+) -> None:
+    _shapes(settings, sample_dataset)
+    before = target_check.spawned
+    assert client.post("/api/train/preflight", json={"config": flux_config()}).status_code == 200
+    assert target_check.spawned == before
