@@ -82,6 +82,19 @@ class PairReport:
     problems: list[str] = field(default_factory=list)
 
 
+def misnamed_control_folder(name: str) -> str | None:
+    """Why the dataset sub-folder `name` is not read as control images when it looks like a control
+    folder (`Control`, `controls`, `control_1`, `control_10`, `ctrl` ...: CONTROL_FOLDER's names
+    spelt otherwise), None for a control folder or any other name. A guess is never paired."""
+    low = name.casefold()
+    if CONTROL_FOLDER.match(name) or not low.startswith(("control", "ctrl")):
+        return None
+    return (
+        "not read as a control folder (control images go in control/, control_2/ ... control_9/, "
+        "spelt exactly so; rename it)"
+    )
+
+
 def control_subfolders(root: Path) -> list[Path]:
     """The dataset's control sub-folders in slot order (control, control_2, ... control_9)."""
     found: list[tuple[int, Path]] = []

@@ -230,3 +230,24 @@ def test_controls_pair_by_stem_whatever_the_unicode_normalisation_of_the_names(t
     assert scan.items[0].controls == (tmp_path / "control" / f"{nfd}.png",)
     found, orphans = listed_controls(tmp_path, [tmp_path / f"{nfc}.png"])
     assert found == {f"{nfc}.png": [f"control/{nfd}.png"]} and orphans == []
+
+
+@pytest.mark.parametrize("folder", ["Control", "controls", "control_1", "control_10", "CONTROL_2"])
+def test_a_misnamed_control_folder_is_named_as_one(tmp_path, folder):
+    """A control folder misspelt (`controls/`, `Control/` from a case-blind file system,
+    `control_1/`) made a 0..K family (FLUX.2, Kontext) train text-to-image with only "<folder> is not
+    used: sub-folder (datasets are not scanned recursively)", and a family needing controls refused
+    each target asking for control/ without naming the folder it had. Both now name it."""
+    _targets(tmp_path, ["a", "b"])
+    (tmp_path / folder).mkdir()
+    for stem in ("a", "b"):
+        write_image(tmp_path / folder / f"{stem}.png")
+    hint = f"{folder}: not read as a control folder (control images go in control/, control_2/ ... control_9/"
+    scan = _scan(tmp_path, allowed=(0, 4))
+    assert [len(it.controls) for it in scan.items] == [0, 0]  # a guess is not paired
+    assert any(f"{name}: {why}".startswith(hint) for name, why in scan.dropped), scan.dropped
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path, allowed=(1, 1))
+    assert any(p.startswith(hint) for p in err.value.problems), err.value.problems
+    plain = scan_dataset(tmp_path, resolution=64, multiple=16)  # a text-to-image family: any sub-folder
+    assert dict(plain.dropped)[folder] == "sub-folder (datasets are not scanned recursively)"
