@@ -111,3 +111,30 @@ def test_controls_without_a_target_are_refused_by_name_and_nothing_is_half_writt
     assert detail["dropped"] == [
         {"file": "control/orphan.png", "reason": "control image with no target of the same name"}
     ]
+
+
+def test_a_control_sent_in_a_misspelt_field_is_refused_and_replaces_no_target(
+    client: TestClient, settings: Settings
+) -> None:
+    """A control image uploaded in a field spelt otherwise than `control`, `control_2` ...
+    (`controls`, `Control`, `control_1`) was stored as a dataset image: one of its target's name
+    silently replaced the target with the control. It is now refused naming the field, the target
+    kept; the other files of the upload are stored as before."""
+    root = settings.datasets_dir / "edits"
+    first = [("files", ("a.png", _png())), ("files", ("a.txt", b"make it blue"))]
+    assert client.post("/api/datasets/edits/files", files=first).status_code == 201
+    target = (root / "a.png").read_bytes()
+    for field in ("controls", "Control", "control_1"):
+        files = [(field, ("a.png", _png("blue"))), ("files", ("b.png", _png("green")))]
+        up = client.post("/api/datasets/edits/files", files=files)
+        assert up.status_code == 201, up.text
+        assert up.json()["committed"] == ["b.png"]
+        assert up.json()["refused"] == [
+            {
+                "file": "a.png",
+                "reason": f"sent in the field {field!r}, not a control field: control images go in "
+                "fields named control, control_2 ... control_9 (spelt exactly so)",
+            }
+        ]
+        assert (root / "a.png").read_bytes() == target
+    assert _tree(root) == {"a.png", "a.txt", "b.png"}

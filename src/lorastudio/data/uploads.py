@@ -164,6 +164,10 @@ class UploadBatch:
                 self._refused_seen.add(pair)
                 self.refused.append(pair)
 
+    def refuse(self, name: str, reason: str) -> None:
+        """Record the file `name` as refused for `reason` without staging it (reported by commit)."""
+        self._refuse(name, reason)
+
     def add(self, name: str, stream: BinaryIO, slot: str | None = None) -> None:
         """Stage one file; `slot`: the control folder of a control image ("control", "control_2"
         ...: data/upload_pairs.py), None for a dataset file. A bad name or kind is recorded as

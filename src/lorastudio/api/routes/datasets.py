@@ -47,7 +47,7 @@ from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import open_in_folder
-from lorastudio.data.upload_pairs import control_slot
+from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
 from lorastudio.errors import DatasetError, JobActive, NotFound
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
@@ -196,7 +196,8 @@ async def upload(
 ) -> dict[str, Any]:
     """Upload images, .txt captions and metadata.jsonl (multipart, any field names), and the
     control images of a paired dataset in fields named after their control folder (`control`,
-    `control_2` ... `control_9`; stored there, each matching a target image by stem), and loss
+    `control_2` ... `control_9`; stored there, each matching a target image by stem; a file in a
+    field spelt like one, `controls`, is refused rather than stored as an image), and loss
     masks in fields named `mask` (an upload of their own; stored in masks/, each checked like
     `datasets import` checks them: an image of the dataset's image's stem and size). Every file
     is checked, then the good ones are committed at once (201, listing `committed` and
@@ -255,7 +256,10 @@ def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) 
         ) as batch,
     ):
         for field, up in uploads:  # a field named control, control_2 ... holds control images
-            batch.add(up.filename or "", up.file, control_slot(field))
+            if (misnamed := misnamed_control_field(field)) is not None:  # not a target in disguise
+                batch.refuse(up.filename or "", misnamed)
+            else:
+                batch.add(up.filename or "", up.file, control_slot(field))
         return batch.commit()
 
 
