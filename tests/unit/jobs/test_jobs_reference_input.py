@@ -146,3 +146,13 @@ def test_a_resumes_sample_prompt_references_are_checked_before_it_is_queued(
         live_output_names=set(),
     )
     assert fine.total_steps == 3
+    # the engine's own preflight (a CLI `train --resume --set sample_prompts=...` meets only it)
+    # refuses them before any load: it did so after loading the text encoders
+    from lorastudio.config import parse_train_config
+    from lorastudio.errors import DatasetError
+    from lorastudio.training.preflight import preflight
+
+    cfg = parse_train_config({**_cfg(tiny_model("flux2-klein"), resolution=64), "sample_prompts": prompts})
+    with pytest.raises(DatasetError) as refused:
+        preflight(cfg, settings, "cpu")
+    assert "sample prompt 0: control image control/missing.png not found in pairs/" in refused.value.problems
