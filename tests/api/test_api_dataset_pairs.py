@@ -5,6 +5,7 @@ control with no target (or a refused one) is refused by name, leaving nothing be
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -138,3 +139,28 @@ def test_a_control_sent_in_a_misspelt_field_is_refused_and_replaces_no_target(
         ]
         assert (root / "a.png").read_bytes() == target
     assert _tree(root) == {"a.png", "a.txt", "b.png"}
+
+
+def test_a_second_metadata_upload_keeps_each_rows_controls(client: TestClient, settings: Settings) -> None:
+    """Uploading a metadata.jsonl into a dataset that has one merged the two as
+    {"file_name", "text"} rows: every row's control_file_name / control_files was dropped (the
+    pairs gone, unsaid), and a row naming only controls (its caption in a .txt) is now a row too.
+    Each row is now kept whole, the uploaded one winning for its file."""
+    root = settings.datasets_dir / "edits"
+    rows = [
+        {"file_name": "a.png", "text": "make it blue", "control_file_name": "refs/a.png"},
+        {"file_name": "b.png", "control_files": ["refs/b.png"]},
+    ]
+    first = [
+        ("files", ("a.png", _png())),
+        ("files", ("b.png", _png("green"))),
+        ("files", ("b.txt", b"make it red")),
+        ("files", ("metadata.jsonl", "\n".join(json.dumps(r) for r in rows).encode())),
+    ]
+    up = client.post("/api/datasets/edits/files", files=first)
+    assert up.status_code == 201, up.text
+    more = {"file_name": "c.png", "text": "make it grey", "control_file_name": "refs/c.png"}
+    second = [("files", ("c.png", _png("white"))), ("files", ("metadata.jsonl", json.dumps(more).encode()))]
+    assert client.post("/api/datasets/edits/files", files=second).status_code == 201
+    kept = [json.loads(line) for line in (root / "metadata.jsonl").read_text().splitlines()]
+    assert kept == [*rows, more]

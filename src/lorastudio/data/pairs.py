@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.crop import resized_size
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     from lorastudio.data.items import ImageItem
 
 CONTROL_FOLDER = re.compile(r"^control(?:_([2-9]))?$")  # control, control_2 ... control_9
-METADATA_CONTROL_KEYS = ("control_file_name", "control_files")
 
 
 @dataclass(frozen=True)

@@ -251,3 +251,36 @@ def test_a_misnamed_control_folder_is_named_as_one(tmp_path, folder):
     assert any(p.startswith(hint) for p in err.value.problems), err.value.problems
     plain = scan_dataset(tmp_path, resolution=64, multiple=16)  # a text-to-image family: any sub-folder
     assert dict(plain.dropped)[folder] == "sub-folder (datasets are not scanned recursively)"
+
+
+def test_metadata_rows_naming_only_controls_leave_the_captions_to_the_txt_files(tmp_path):
+    """A metadata.jsonl listing each target's controls beside .txt captions (which win over the
+    table) was refused line by line: 'missing "text" (or "caption") for a.png', a caption that
+    would not have been used. A row with control keys and no text now gives no caption; an
+    image left without any caption is still refused by name, and a row with neither a caption
+    nor a control is still a bad line."""
+    root = tmp_path / "data"
+    _targets(root, ["a", "b"])
+    (root / "refs").mkdir()
+    write_image(root / "refs" / "ra.png")
+    write_image(root / "refs" / "rb.png")
+    rows = [
+        {"file_name": "a.png", "control_file_name": "refs/ra.png"},
+        {"file_name": "b.png", "control_files": ["refs/rb.png"]},
+    ]
+    (root / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    scan = _scan(root)
+    assert [(it.caption, it.controls) for it in scan.items] == [
+        ("edit a", (root / "refs/ra.png",)),
+        ("edit b", (root / "refs/rb.png",)),
+    ]
+    (root / "b.txt").unlink()
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert [p for p in err.value.problems if p.startswith("b.png")] == [
+        "b.png: no caption (add b.txt or a metadata.jsonl row, or set a trigger word or a default caption)"
+    ]
+    (root / "metadata.jsonl").write_text(json.dumps({"file_name": "a.png"}) + "\n")
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert 'metadata.jsonl line 1: missing "text" (or "caption") for a.png' in err.value.problems
