@@ -139,6 +139,9 @@ def test_a_control_sent_in_a_misspelt_field_is_refused_and_replaces_no_target(
         ]
         assert (root / "a.png").read_bytes() == target
     assert _tree(root) == {"a.png", "a.txt", "b.png"}
+    (root / "Control").mkdir()  # copied in by hand: the dataset screen names it as a control folder
+    dropped = {d["file"]: d["reason"] for d in client.get("/api/datasets/edits").json()["dropped"]}
+    assert dropped["Control"].startswith("not read as a control folder (control images go in control/")
 
 
 def test_a_second_metadata_upload_keeps_each_rows_controls(client: TestClient, settings: Settings) -> None:

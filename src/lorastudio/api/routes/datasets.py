@@ -45,6 +45,7 @@ from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
 from lorastudio.data.pair_listing import listed_controls
+from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
@@ -121,6 +122,9 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
     controls, orphans = listed_controls(folder, files.images)
     dropped = [(n, why) for n, why in dropped if control_slot(n) is None]  # control/ folders are read
+    dropped = [  # a control folder spelt otherwise (Control/, controls/) is named as one
+        (n, (why.startswith("sub-folder") and misnamed_control_folder(n)) or why) for n, why in dropped
+    ]
     dropped += [(o, "control image with no target of the same name") for o in orphans]
     images = []
     for path in files.images:
