@@ -26,6 +26,7 @@ from lorastudio.config_rules import (
     optimizer_learning_rate,
     relative_step,
 )
+from lorastudio.config_samples import SamplePrompt
 from lorastudio.errors import ConfigError, FieldProblem, UnknownFamily
 from lorastudio.generation_rules import side_problem
 
@@ -42,13 +43,52 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
+_SCALAR_BRANCHES = frozenset({"str", "int", "float", "bool"})  # pydantic's loc of a union's scalar member
+
+
+def _one_branch(errors: list[Any]) -> list[Any]:
+    """pydantic's errors of a `text | object` union value (sample_prompts' entries) told once:
+    where an object member found problems inside the value (a dict), the scalar member's "should
+    be a valid string" is dropped and the member's class name left out of the location
+    (`sample_prompts.0.SamplePrompt.control` -> `sample_prompts.0.control`); a value that is
+    neither keeps both. Other errors pass unchanged."""
+    inside: set[tuple[Any, ...]] = set()  # union values whose object member looked inside them
+    for e in errors:
+        loc = e["loc"]
+        for i in range(1, len(loc) - 1):
+            if (
+                isinstance(loc[i], str)
+                and loc[i][:1].isupper()
+                and any(tuple(o["loc"]) == (*loc[:i], b) for o in errors for b in _SCALAR_BRANCHES)
+            ):
+                inside.add(tuple(loc[:i]))
+    out = []
+    for e in errors:
+        loc = tuple(e["loc"])
+        if loc[:-1] in inside and loc[-1] in _SCALAR_BRANCHES:
+            continue
+        cut = next((i for i in range(1, len(loc)) if loc[:i] in inside and str(loc[i])[:1].isupper()), None)
+        if cut is not None:  # the object member's class name
+            loc = loc[:cut] + loc[cut + 1 :]
+        out.append({**e, "loc": loc})
+    return out
+
+
+def _entry_did_you_mean(loc: tuple[Any, ...]) -> str:
+    """'; did you mean X?' for an unknown key of a sample prompt object close to one of its keys."""
+    if len(loc) != 3 or loc[0] != "sample_prompts" or not isinstance(loc[2], str):
+        return ""
+    close = difflib.get_close_matches(loc[2].lower(), list(SamplePrompt.model_fields), n=2, cutoff=0.75)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 def _pydantic_problems(err: ValidationError) -> list[FieldProblem]:
     out = []
-    for e in err.errors():
+    for e in _one_branch(list(err.errors())):
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown setting" + _did_you_mean(e["loc"])
+            msg = "unknown setting" + (_did_you_mean(e["loc"]) or _entry_did_you_mean(e["loc"]))
         out.append(FieldProblem(loc, msg))
     return out
 

@@ -5,6 +5,7 @@ control with no target (or a refused one) is refused by name, leaving nothing be
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -111,3 +112,58 @@ def test_controls_without_a_target_are_refused_by_name_and_nothing_is_half_writt
     assert detail["dropped"] == [
         {"file": "control/orphan.png", "reason": "control image with no target of the same name"}
     ]
+
+
+def test_a_control_sent_in_a_misspelt_field_is_refused_and_replaces_no_target(
+    client: TestClient, settings: Settings
+) -> None:
+    """A control image uploaded in a field spelt otherwise than `control`, `control_2` ...
+    (`controls`, `Control`, `control_1`) was stored as a dataset image: one of its target's name
+    silently replaced the target with the control. It is now refused naming the field, the target
+    kept; the other files of the upload are stored as before."""
+    root = settings.datasets_dir / "edits"
+    first = [("files", ("a.png", _png())), ("files", ("a.txt", b"make it blue"))]
+    assert client.post("/api/datasets/edits/files", files=first).status_code == 201
+    target = (root / "a.png").read_bytes()
+    for field in ("controls", "Control", "control_1"):
+        files = [(field, ("a.png", _png("blue"))), ("files", ("b.png", _png("green")))]
+        up = client.post("/api/datasets/edits/files", files=files)
+        assert up.status_code == 201, up.text
+        assert up.json()["committed"] == ["b.png"]
+        assert up.json()["refused"] == [
+            {
+                "file": "a.png",
+                "reason": f"sent in the field {field!r}, not a control field: control images go in "
+                "fields named control, control_2 ... control_9 (spelt exactly so)",
+            }
+        ]
+        assert (root / "a.png").read_bytes() == target
+    assert _tree(root) == {"a.png", "a.txt", "b.png"}
+    (root / "Control").mkdir()  # copied in by hand: the dataset screen names it as a control folder
+    dropped = {d["file"]: d["reason"] for d in client.get("/api/datasets/edits").json()["dropped"]}
+    assert dropped["Control"].startswith("not read as a control folder (control images go in control/")
+
+
+def test_a_second_metadata_upload_keeps_each_rows_controls(client: TestClient, settings: Settings) -> None:
+    """Uploading a metadata.jsonl into a dataset that has one merged the two as
+    {"file_name", "text"} rows: every row's control_file_name / control_files was dropped (the
+    pairs gone, unsaid), and a row naming only controls (its caption in a .txt) is now a row too.
+    Each row is now kept whole, the uploaded one winning for its file."""
+    root = settings.datasets_dir / "edits"
+    rows = [
+        {"file_name": "a.png", "text": "make it blue", "control_file_name": "refs/a.png"},
+        {"file_name": "b.png", "control_files": ["refs/b.png"]},
+    ]
+    first = [
+        ("files", ("a.png", _png())),
+        ("files", ("b.png", _png("green"))),
+        ("files", ("b.txt", b"make it red")),
+        ("files", ("metadata.jsonl", "\n".join(json.dumps(r) for r in rows).encode())),
+    ]
+    up = client.post("/api/datasets/edits/files", files=first)
+    assert up.status_code == 201, up.text
+    more = {"file_name": "c.png", "text": "make it grey", "control_file_name": "refs/c.png"}
+    second = [("files", ("c.png", _png("white"))), ("files", ("metadata.jsonl", json.dumps(more).encode()))]
+    assert client.post("/api/datasets/edits/files", files=second).status_code == 201
+    kept = [json.loads(line) for line in (root / "metadata.jsonl").read_text().splitlines()]
+    assert kept == [*rows, more]

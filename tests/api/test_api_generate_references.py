@@ -99,4 +99,15 @@ def test_bad_references_are_refused_by_name_before_any_work(
         }
         in answer.json()["problems"]
     )
+    answer = client.post(
+        "/api/generate", json=edit
+    )  # its pipeline renders no text-to-image: it loaded, then refused
+    assert (
+        answer.status_code == 400
+        and {
+            "field": "references",
+            "message": "Qwen-Image-Edit needs 1 reference image(s), got 0",
+        }
+        in answer.json()["problems"]
+    )
     assert server.app.state.generation.worker_pid is None  # nothing was started

@@ -282,3 +282,22 @@ def test_import_brings_the_control_folders_and_names_each_control_it_leaves_out(
         "\n", " "
     )
     assert [p.name for p in (settings.datasets_dir / "balls-10_sks ball" / "control").iterdir()] == ["c.png"]
+
+
+def test_import_names_a_misspelt_control_folder_as_one(
+    cli: typer.Typer, settings: Settings, tmp_path: Path
+) -> None:
+    """A source's `Control/` (or `controls/`) was skipped as "a sub-folder: import it on its own",
+    advice that would import the control images as targets of a dataset of their own. It is now
+    named as a control folder spelt otherwise, and still not imported."""
+    src = tmp_path / "pairs"
+    (src / "Control").mkdir(parents=True)
+    Image.new("RGB", (32, 32), "red").save(src / "a.png")
+    (src / "a.txt").write_text("make it green")
+    Image.new("RGB", (32, 32), "white").save(src / "Control" / "a.png")
+    result = CliRunner().invoke(cli, ["datasets", "import", str(src), "--name", "pairs"])
+    assert result.exit_code == 0, result.output
+    out = result.output.replace("\n", " ")
+    assert "skipped Control/ (not read as a control folder (control images go in control/" in out, out
+    assert "import it on its own" not in out
+    assert not (settings.datasets_dir / "pairs" / "Control").exists()

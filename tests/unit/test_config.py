@@ -221,6 +221,32 @@ def test_registry_families_have_consistent_specs_and_tiny_models():
         assert spec.pipeline_class in spec.accepted_pipelines
 
 
+def test_a_sample_prompt_objects_problems_are_told_once_with_a_suggestion():
+    """A sample prompt object with a misspelt key (`control` for `controls`) or a bad value was
+    told twice, once per branch of `text | object` ("sample_prompts.0.str: Input should be a
+    valid string" and "sample_prompts.0.SamplePrompt.control: unknown setting"), with no
+    suggestion. Each is now one problem at the entry's key, unknown keys with a suggestion;
+    a value neither text nor an object is still told as such."""
+    prompts = [
+        {"prompt": "a", "control": ["control/a.png"]},
+        {"prompt": "b", "controls": "control/a.png"},
+        "plain",
+        7,
+    ]
+    with pytest.raises(ConfigError) as exc:
+        parse_train_config({**BASE, "sample_prompts": prompts})
+    problems = [(p.field, p.message) for p in exc.value.problems]
+    assert ("sample_prompts.0.control", "unknown setting; did you mean controls?") in problems
+    assert ("sample_prompts.1.controls", "Input should be a valid list") in problems
+    assert not any(
+        f.startswith(("sample_prompts.0", "sample_prompts.1"))
+        and f not in ("sample_prompts.0.control", "sample_prompts.1.controls")
+        for f, _ in problems
+    ), problems
+    assert not any(f.startswith("sample_prompts.2") for f, _ in problems)
+    assert any(f.startswith("sample_prompts.3") for f, _ in problems)  # neither branch: both said
+
+
 def test_unknown_setting_suggests_close_fields():
     with pytest.raises(ConfigError) as exc:
         parse_train_config({**BASE, "lerning_rate": 1e-4, "zzz_qqq": 1})

@@ -193,9 +193,12 @@ def _folder_reason(folder: str) -> str:
     """Why a plain `datasets import` leaves the sub-folder `folder` out (it imports files, masks/
     and the control folders only)."""
     from lorastudio.data.kohya import is_kohya_folder
+    from lorastudio.data.pairs import misnamed_control_folder
 
     if is_kohya_folder(folder):
         return "a kohya folder: import the parent with --kohya"
+    if (misnamed := misnamed_control_folder(folder)) is not None:  # not a dataset of its own
+        return misnamed
     return "a sub-folder: import it on its own"
 
 

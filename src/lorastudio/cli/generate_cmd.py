@@ -316,8 +316,9 @@ def _request_problems(
     configs = found.configs if found is not None else None
     folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
     flavour = fam.folder_variant(folder) if folder is not None and folder.is_dir() else None
-    if controls:  # none: text-to-image, which every edit flavour renders (Family.render_without_references)
-        problems += reference_count_problems(spec.name, controls, flavour, field="--control")
+    # none: text-to-image, which each flavour taking 0 renders (Family.render_without_references);
+    # one that needs a reference (single-image Qwen-Image-Edit) is refused here, before its load
+    problems += reference_count_problems(spec.name, controls, flavour, field="--control")
     small = reference_size_problem(spec.name, spec.min_reference_side, width, height)
     if controls and small:
         problems.append(FieldProblem("--control", small))

@@ -134,7 +134,7 @@ def train_cmd(
             _remove_abandoned_runs()
         if not launched and config is not None and resume is None:
             _check_fresh_run(config, settings, device, check=check, overwrite=overwrite)
-        elif check or (overwrite and resume is not None):
+        elif (check or overwrite) and resume is not None:  # without either: _run_config asks for one
             flag = "--check" if check else "--overwrite"
             raise ConfigError([FieldProblem(flag, "applies to a fresh run's config file, not to a --resume")])
         cfg, checkpoint = _run_config(config, settings, resume)

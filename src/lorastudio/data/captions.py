@@ -31,6 +31,9 @@ from lorastudio.errors import DatasetError
 CaptionSource = Literal["txt", "metadata", "default", "trigger"]
 TRIGGER_PLACEHOLDER = "[trigger]"  # replaced by the run's (or the dataset entry's) trigger word
 _TEXT_KEYS = ("text", "caption")
+# a paired dataset's row keys naming a target's controls (data/pairs.py): a row with them and no
+# text names controls only, the caption then comes from elsewhere (a .txt, the trigger word...)
+METADATA_CONTROL_KEYS = ("control_file_name", "control_files")
 MAX_CAPTION_BYTES = 64 * 1024
 MAX_METADATA_LINE_BYTES = 8 * MAX_CAPTION_BYTES  # a capped caption JSON-escaped, with its file name
 MAX_METADATA_BYTES = 64 * 2**20
@@ -45,6 +48,7 @@ class MetadataTable:
 
     captions: dict[str, str]
     problems: list[str]  # bad lines, each "metadata.jsonl line N: why"
+    control_rows: frozenset[str] = frozenset()  # files whose row names controls only (no caption)
 
 
 def _clean(text: str | None) -> str | None:
@@ -114,8 +118,9 @@ def _lines(fh: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
         yield lineno, line.rstrip(b"\r\n")
 
 
-def _row_caption(line: bytes, where: str) -> tuple[str, str] | str:
-    """(file name, stripped caption) of one metadata.jsonl line, or the problem with it."""
+def _row_caption(line: bytes, where: str) -> tuple[str, str | None] | str:
+    """(file name, stripped caption) of one metadata.jsonl line, or the problem with it; the
+    caption is None for a row naming only controls (METADATA_CONTROL_KEYS, no text key)."""
     try:
         row = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError:
@@ -129,6 +134,8 @@ def _row_caption(line: bytes, where: str) -> tuple[str, str] | str:
         return f'{where}: missing "file_name"'
     file_name = file_name.strip().removeprefix("./")
     key = next((k for k in _TEXT_KEYS if k in row), None)
+    if key is None and any(k in row for k in METADATA_CONTROL_KEYS):
+        return file_name, None  # its controls only (data/pairs.py reads and checks them)
     if key is None:
         return f'{where}: missing "text" (or "caption") for {file_name}'
     if not isinstance(row[key], str):
@@ -145,7 +152,9 @@ MAX_LISTED_LINE_PROBLEMS = 50  # metadata.jsonl's bad lines listed one by one; t
 
 
 def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTable:
-    """Parse metadata.jsonl: one JSON object per line with "file_name" and "text" or "caption".
+    """Parse metadata.jsonl: one JSON object per line with "file_name" and "text" or "caption"
+    (or, naming only a paired target's controls, "control_file_name" / "control_files": no
+    caption from it).
 
     Blank lines are skipped. A file name of the form "./x.png" is read as "x.png". Bad lines
     (invalid JSON or UTF-8, missing or non-string fields, a file listed twice, a line over
@@ -157,6 +166,7 @@ def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTabl
     """
     name = path.name
     captions: dict[str, str] = {}
+    control_rows: set[str] = set()  # rows naming controls only: no caption
     problems: list[str] = []
     with open_in_folder(path, folder_id) as fh:
         size = os.fstat(fh.fileno()).st_size
@@ -178,8 +188,10 @@ def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTabl
                 row = _row_caption(line, where)
                 if isinstance(row, str):
                     problems.append(row)
-                elif row[0] in captions:
+                elif row[0] in captions or row[0] in control_rows:
                     problems.append(f"{where}: {row[0]} is listed more than once")
+                elif row[1] is None:
+                    control_rows.add(row[0])
                 else:
                     captions[row[0]] = row[1]
         except OSError as err:
@@ -187,7 +199,27 @@ def read_metadata(path: Path, folder_id: FolderId | None = None) -> MetadataTabl
     if len(problems) > MAX_LISTED_LINE_PROBLEMS:
         rest = len(problems) - MAX_LISTED_LINE_PROBLEMS
         problems = [*problems[:MAX_LISTED_LINE_PROBLEMS], f"{name}: and {rest:,} more bad lines"]
-    return MetadataTable(captions=captions, problems=problems)
+    return MetadataTable(captions=captions, problems=problems, control_rows=frozenset(control_rows))
+
+
+def metadata_rows(path: Path) -> dict[str, dict[str, object]]:
+    """file_name -> the whole row (caption, controls and any other keys) of each good line of
+    metadata.jsonl at `path`, read with read_metadata's bounds; the uploads' merge keeps rows
+    whole with it. Lines read_metadata reports as bad are left out. Raises DatasetError as
+    read_metadata does."""
+    good = read_metadata(path)  # the bounds and checks (a link, the size caps)
+    named = {*good.captions, *good.control_rows}
+    rows: dict[str, dict[str, object]] = {}
+    with open_in_folder(path, None) as fh:
+        for _, line in _lines(fh):
+            try:
+                row = json.loads(line.removeprefix(b"\xef\xbb\xbf").decode("utf-8")) if line else None
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            name = row.get("file_name") if isinstance(row, dict) else None
+            if isinstance(name, str) and (key := name.strip().removeprefix("./")) in named:
+                rows.setdefault(key, {**row, "file_name": key})
+    return rows
 
 
 def apply_trigger(caption: str, trigger_word: str | None) -> str:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
+from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.crop import resized_size
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import is_image_name
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     from lorastudio.data.items import ImageItem
 
 CONTROL_FOLDER = re.compile(r"^control(?:_([2-9]))?$")  # control, control_2 ... control_9
-METADATA_CONTROL_KEYS = ("control_file_name", "control_files")
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,19 @@ class PairReport:
     unpaired: list[str] = field(default_factory=list)  # targets without any control
     orphans: list[str] = field(default_factory=list)  # control files matching no target
     problems: list[str] = field(default_factory=list)
+
+
+def misnamed_control_folder(name: str) -> str | None:
+    """Why the dataset sub-folder `name` is not read as control images when it looks like a control
+    folder (`Control`, `controls`, `control_1`, `control_10`, `ctrl` ...: CONTROL_FOLDER's names
+    spelt otherwise), None for a control folder or any other name. A guess is never paired."""
+    low = name.casefold()
+    if CONTROL_FOLDER.match(name) or not low.startswith(("control", "ctrl")):
+        return None
+    return (
+        "not read as a control folder (control images go in control/, control_2/ ... control_9/, "
+        "spelt exactly so; rename it)"
+    )
 
 
 def control_subfolders(root: Path) -> list[Path]:

@@ -21,7 +21,7 @@ from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
 from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
-from lorastudio.data.pairs import control_folder_ids, pair_controls
+from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
@@ -234,6 +234,15 @@ def scan_dataset(
         for it in items
     ]
     dropped = [(name, why) for name, why in dropped if name not in pairs.folders]
+    if control_images[1] > 0:  # an edit family: a misspelt control folder is named as one
+        misnamed = {
+            n: why
+            for n, was in files.dropped
+            if was.startswith("sub-folder") and (why := misnamed_control_folder(n))
+        }
+        dropped = [(name, misnamed.get(name, why)) for name, why in dropped]
+        if pairs.unpaired and control_images[0] > 0:  # the refusal says where the controls are
+            problems += [f"{name}: {why}" for name, why in sorted(misnamed.items())]
     # -- end of paired samples
     if bad_images and not skip_bad_images:
         problems += [f"{p} (fix or remove it)" for p in bad_images]

@@ -1,7 +1,8 @@
 """Paired uploads (data/uploads.py): control images sent in a form field named after their
 control folder (`control`, `control_2` ... `control_9`, data/pairs.py's layout) are stored as
 <dataset>/<folder>/<file name>. A control must be an image whose stem names a target image of
-the upload or of the dataset; a control whose target was refused is refused with it. No torch."""
+the upload or of the dataset; a control whose target was refused is refused with it; a file sent
+in a field spelt like a control field but not one (`controls`) is refused. No torch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders
+from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders, misnamed_control_folder
 from lorastudio.data.paths import nfc, stem_key
 from lorastudio.errors import DatasetError
 
@@ -18,6 +19,19 @@ from lorastudio.errors import DatasetError
 def control_slot(field: str) -> str | None:
     """The control folder a form field names ("control", "control_2" ...), None for any other."""
     return field if CONTROL_FOLDER.match(field) else None
+
+
+def misnamed_control_field(field: str) -> str | None:
+    """Why a file sent in form field `field` is refused when the field looks like a control field
+    spelt otherwise (`controls`, `Control`, `control_1`: pairs.misnamed_control_folder), None for
+    a control field or any other name. Stored as a dataset image, a control of its target's name
+    would replace the target."""
+    if misnamed_control_folder(field) is None:
+        return None
+    return (
+        f"sent in the field {field!r}, not a control field: control images go in fields named "
+        "control, control_2 ... control_9 (spelt exactly so)"
+    )
 
 
 def control_key(slot: str, name: str) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
+from lorastudio.data.captions import MAX_CAPTION_BYTES, metadata_rows, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import probe_image
@@ -163,6 +163,10 @@ class UploadBatch:
             if pair not in self._refused_seen:  # two copies of one bad name: one problem
                 self._refused_seen.add(pair)
                 self.refused.append(pair)
+
+    def refuse(self, name: str, reason: str) -> None:
+        """Record the file `name` as refused for `reason` without staging it (reported by commit)."""
+        self._refuse(name, reason)
 
     def add(self, name: str, stream: BinaryIO, slot: str | None = None) -> None:
         """Stage one file; `slot`: the control folder of a control image ("control", "control_2"
@@ -297,11 +301,9 @@ class UploadBatch:
         if old.is_symlink() or not old.is_file():
             return
         new_path = self.staging / METADATA_FILE
-        merged = read_metadata(old).captions
-        merged.update(read_metadata(new_path).captions)
-        lines = [
-            json.dumps({"file_name": k, "text": v}, ensure_ascii=False) for k, v in sorted(merged.items())
-        ]
+        merged = metadata_rows(old)  # whole rows: a paired row's control keys stay with it
+        merged.update(metadata_rows(new_path))
+        lines = [json.dumps(row, ensure_ascii=False) for _, row in sorted(merged.items())]
         new_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

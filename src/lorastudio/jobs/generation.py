@@ -248,8 +248,9 @@ class GenerationService:
         configs = base.configs  # where the checkpoint's flavour is read (a single file: its base config)
         folder = Path(configs).expanduser() if isinstance(configs, (str, Path)) else None
         flavour = family.folder_variant(folder) if folder is not None and folder.is_dir() else None
-        if req.references and flavour is not None and flavour.control_images is not None:
-            # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 1-3)
+        if flavour is not None and flavour.control_images is not None:
+            # the checkpoint's flavour may take fewer (Qwen-Image-Edit: 1; Plus: 0-3) or need one
+            # (Qwen-Image-Edit: its pipeline renders no text-to-image)
             problems = reference_problems(self.settings, family.spec.name, req.references, flavour)
             if problems:
                 raise ConfigError(problems)

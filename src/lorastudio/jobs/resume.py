@@ -20,7 +20,7 @@ from lorastudio.data.entries import resolve_entries
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
-from lorastudio.jobs.validation import host_problems, raw_host_problems
+from lorastudio.jobs.validation import host_problems, raw_host_problems, sample_prompt_problems
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import (
     CHECKPOINTS,
@@ -136,10 +136,12 @@ def validate_resume(
         problems.append(FieldProblem("base_model", str(err)))
     entries = resolve_entries(cfg, settings.datasets_dir, allow_outside_root=False)
     control_dirs = resolve_control_dirs(cfg.control_dirs, settings.datasets_dir, allow_outside_root=False)
+    flavour_controls = family.source_control_images(configs)
     scan = scan_for_run(
-        entries, cfg, family.spec, settings, control_dirs, family.source_control_images(configs)
+        entries, cfg, family.spec, settings, control_dirs, flavour_controls
     )  # with its masks: the fingerprint
     problems += host_problems(cfg, settings)  # e.g. num_gpus set for the resume, a budget on a CPU host
+    problems += sample_prompt_problems(cfg, scan, family, flavour_controls, settings)  # new ones too
     if problems:
         raise ConfigError(problems)
     before = cfg.model_copy(update={"steps": int(info["total_steps"])}) if new_total else cfg

@@ -195,20 +195,9 @@ def validate_run(
             problems += schedule_problems(
                 cfg, run_steps(cfg, holdout.train if holdout is not None else scan)[0]
             )
-    if scan is not None and cfg is not None and family is not None and cfg.sample_prompts:
-        paths, refs = sample_references(  # checked against the images the run trains on
-            cfg.sample_prompts,
-            holdout.train if holdout is not None else scan,
-            flavour_controls,
-            family=family.spec.name,
-            max_pixels=settings.max_image_pixels,
-            decode_pixels=settings.max_decode_pixels,
-        )
-        side = top_resolution(cfg.resolution)  # samples render at the (largest) training resolution
-        small = reference_size_problem(family.spec.name, family.spec.min_reference_side, side, side)
-        if small and any(paths):
-            refs.append(f"samples with references at resolution {side}: {small}")
-        problems += [FieldProblem("sample_prompts", p) for p in refs]
+    if scan is not None and cfg is not None and family is not None:  # against the images it trains on
+        train_scan = holdout.train if holdout is not None else scan
+        problems += sample_prompt_problems(cfg, train_scan, family, flavour_controls, settings)
     if cfg is not None:
         problems += output_name_problems(cfg.output_name or "", settings, live_output_names)
 
@@ -231,6 +220,34 @@ def validate_run(
         model_dir=model_dir,
         holdout=holdout,
     )
+
+
+def sample_prompt_problems(
+    cfg: TrainConfig,
+    scan: DatasetScan,
+    family: Family,
+    flavour_controls: tuple[int, int],
+    settings: Settings,
+) -> list[FieldProblem]:
+    """The problems of `cfg.sample_prompts`' reference images (data/sample_refs.py) against the
+    images `scan` trains on and the (min, max) controls of the base's flavour, and their smallest
+    side at the samples' resolution; [] without sample prompts. A fresh run's and a resume's
+    validation (jobs/resume.py) both ask, so neither starts a worker to fail on them."""
+    if not cfg.sample_prompts:
+        return []
+    paths, refs = sample_references(
+        cfg.sample_prompts,
+        scan,
+        flavour_controls,
+        family=family.spec.name,
+        max_pixels=settings.max_image_pixels,
+        decode_pixels=settings.max_decode_pixels,
+    )
+    side = top_resolution(cfg.resolution)  # samples render at the (largest) training resolution
+    small = reference_size_problem(family.spec.name, family.spec.min_reference_side, side, side)
+    if small and any(paths):
+        refs.append(f"samples with references at resolution {side}: {small}")
+    return [FieldProblem("sample_prompts", p) for p in refs]
 
 
 def with_resolved_base(cfg: TrainConfig, settings: Settings) -> TrainConfig:

@@ -64,8 +64,9 @@ _NAMED = 10  # files named per kind of change; the rest counted
 
 def dataset_files(scan: DatasetScan) -> dict[str, list[str]]:
     """Per image of the scan ("entry label/file" when it joins several entries): the short sha256
-    of its bytes (and its controls') and of its final caption. The identity records it so that a
-    resume onto a changed dataset can say what changed (`dataset_fingerprint` still decides)."""
+    of its bytes (and its controls'), of its final caption and of its own bytes (a control's
+    change told apart from the image's). The identity records it so that a resume onto a
+    changed dataset can say what changed (`dataset_fingerprint` still decides)."""
     import hashlib
 
     from lorastudio.data.items import item_name
@@ -75,14 +76,16 @@ def dataset_files(scan: DatasetScan) -> dict[str, list[str]]:
     for item in scan.images():
         image = hashlib.sha256("\0".join((item.sha256, *item.control_sha256)).encode()).hexdigest()
         caption = hashlib.sha256(item.caption.encode("utf-8")).hexdigest()
-        out[item_name(item, labels)] = [image[:_DIGEST], caption[:_DIGEST]]
+        own = item.sha256[:_DIGEST]  # a record of two digests (before session 22): no such part
+        out[item_name(item, labels)] = [image[:_DIGEST], caption[:_DIGEST], own]
     return out
 
 
 def _files_record(value: Any) -> bool:
     """Whether `value` is a dataset_files record (a checkpoint's identity.json is read as found)."""
     return isinstance(value, dict) and all(
-        isinstance(v, list) and len(v) == 2 and all(isinstance(d, str) for d in v) for v in value.values()
+        isinstance(v, list) and len(v) in (2, 3) and all(isinstance(d, str) for d in v)
+        for v in value.values()
     )
 
 
@@ -93,12 +96,17 @@ def _listed(names: list[str]) -> str:
 
 def dataset_change(saved: Mapping[str, list[str]], current: Mapping[str, list[str]]) -> str:
     """What differs between two `dataset_files` records, each kind of change naming its files."""
+    both = saved.keys() & current.keys()
+    changed = [n for n in both if saved[n][0] != current[n][0]]  # the image or its controls
+
+    def own_kept(n: str) -> bool:  # the image's own bytes the same: its controls changed
+        return len(saved[n]) > 2 and len(current[n]) > 2 and saved[n][2] == current[n][2]
+
     kinds = {
-        "image changed": sorted(n for n in saved.keys() & current.keys() if saved[n][0] != current[n][0]),
+        "image changed": sorted(n for n in changed if not own_kept(n)),
+        "control images changed (their targets)": sorted(n for n in changed if own_kept(n)),
         "caption changed": sorted(
-            n
-            for n in saved.keys() & current.keys()
-            if saved[n][0] == current[n][0] and saved[n][1] != current[n][1]
+            n for n in both if saved[n][0] == current[n][0] and saved[n][1] != current[n][1]
         ),
         "removed": sorted(saved.keys() - current.keys()),
         "added": sorted(current.keys() - saved.keys()),

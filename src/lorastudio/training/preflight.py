@@ -163,6 +163,10 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         missing = missing_controls(checked, flavour.control_images, flavour.title)
         if missing:  # e.g. a hub id whose flavour (the single-image edit model) needs one per image
             raise DatasetError(f"{scan.root}: {flavour.title} needs a control image per image", missing)
+    if resolved.sample_prompts:  # their references before any load (a CLI resume's new ones too)
+        from lorastudio.training.samples import sample_reference_paths
+
+        sample_reference_paths(resolved, family, scan)  # raises DatasetError naming each
     problems = assistant_problems(resolved, family)  # needs the source: is the base distilled?
     problems += guidance_problems(resolved, family, _facts(family, model_source(resolved), resolved.revision))
     problems += planned_target_problems(resolved, family)  # lora_targets / patterns: the meta denoiser's

@@ -230,3 +230,57 @@ def test_controls_pair_by_stem_whatever_the_unicode_normalisation_of_the_names(t
     assert scan.items[0].controls == (tmp_path / "control" / f"{nfd}.png",)
     found, orphans = listed_controls(tmp_path, [tmp_path / f"{nfc}.png"])
     assert found == {f"{nfc}.png": [f"control/{nfd}.png"]} and orphans == []
+
+
+@pytest.mark.parametrize("folder", ["Control", "controls", "control_1", "control_10", "CONTROL_2"])
+def test_a_misnamed_control_folder_is_named_as_one(tmp_path, folder):
+    """A control folder misspelt (`controls/`, `Control/` from a case-blind file system,
+    `control_1/`) made a 0..K family (FLUX.2, Kontext) train text-to-image with only "<folder> is not
+    used: sub-folder (datasets are not scanned recursively)", and a family needing controls refused
+    each target asking for control/ without naming the folder it had. Both now name it."""
+    _targets(tmp_path, ["a", "b"])
+    (tmp_path / folder).mkdir()
+    for stem in ("a", "b"):
+        write_image(tmp_path / folder / f"{stem}.png")
+    hint = f"{folder}: not read as a control folder (control images go in control/, control_2/ ... control_9/"
+    scan = _scan(tmp_path, allowed=(0, 4))
+    assert [len(it.controls) for it in scan.items] == [0, 0]  # a guess is not paired
+    assert any(f"{name}: {why}".startswith(hint) for name, why in scan.dropped), scan.dropped
+    with pytest.raises(DatasetError) as err:
+        _scan(tmp_path, allowed=(1, 1))
+    assert any(p.startswith(hint) for p in err.value.problems), err.value.problems
+    plain = scan_dataset(tmp_path, resolution=64, multiple=16)  # a text-to-image family: any sub-folder
+    assert dict(plain.dropped)[folder] == "sub-folder (datasets are not scanned recursively)"
+
+
+def test_metadata_rows_naming_only_controls_leave_the_captions_to_the_txt_files(tmp_path):
+    """A metadata.jsonl listing each target's controls beside .txt captions (which win over the
+    table) was refused line by line: 'missing "text" (or "caption") for a.png', a caption that
+    would not have been used. A row with control keys and no text now gives no caption; an
+    image left without any caption is still refused by name, and a row with neither a caption
+    nor a control is still a bad line."""
+    root = tmp_path / "data"
+    _targets(root, ["a", "b"])
+    (root / "refs").mkdir()
+    write_image(root / "refs" / "ra.png")
+    write_image(root / "refs" / "rb.png")
+    rows = [
+        {"file_name": "a.png", "control_file_name": "refs/ra.png"},
+        {"file_name": "b.png", "control_files": ["refs/rb.png"]},
+    ]
+    (root / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    scan = _scan(root)
+    assert [(it.caption, it.controls) for it in scan.items] == [
+        ("edit a", (root / "refs/ra.png",)),
+        ("edit b", (root / "refs/rb.png",)),
+    ]
+    (root / "b.txt").unlink()
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert [p for p in err.value.problems if p.startswith("b.png")] == [
+        "b.png: no caption (add b.txt or a metadata.jsonl row, or set a trigger word or a default caption)"
+    ]
+    (root / "metadata.jsonl").write_text(json.dumps({"file_name": "a.png"}) + "\n")
+    with pytest.raises(DatasetError) as err:
+        _scan(root)
+    assert 'metadata.jsonl line 1: missing "text" (or "caption") for a.png' in err.value.problems

@@ -356,7 +356,10 @@ def test_generate_cli_refuses_what_the_api_refuses_before_loading_the_pipeline(
     assert "takes no reference images (text-to-image only)" in run("z-image", "--control", str(ref))
     plain_edit = run("qwen-image-edit", "--control", str(ref), "--control", str(ref))  # its flavour takes 1
     assert "Qwen-Image-Edit takes at most 1 reference images, got 2" in plain_edit
-    args = ["generate", "--base", str(tiny_model("qwen-image-edit")), "--prompt", "p", "--out", str(out)]
+    # no reference for the single-image flavour: its pipeline cannot render text-to-image (it loaded
+    # the whole pipeline, then refused as "controls: QwenImageEditPipeline edits one reference image")
+    assert "--control: Qwen-Image-Edit needs 1 reference image(s), got 0" in run("qwen-image-edit")
+    args = ["generate", "--base", str(tiny_model("flux-kontext")), "--prompt", "p", "--out", str(out)]
     none = CliRunner().invoke(app, [*args, "--steps", "1", "--device", "cpu"])  # text-to-image: allowed
     assert isinstance(none.exception, AssertionError) and "reference" not in none.output  # it went on to load
     small = run("flux2", "--control", str(ref), "--width", "32", "--height", "32")

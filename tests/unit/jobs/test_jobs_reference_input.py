@@ -106,3 +106,53 @@ def test_single_image_edit_sample_prompts_need_their_reference(
     kontext = {**_cfg(tiny_model("flux-kontext"), family="flux-kontext"), "max_sequence_length": 16}
     run = validate_run({**kontext, "sample_prompts": prompts}, settings, live_output_names=set())
     assert run.config.family == "flux-kontext"
+
+
+def test_a_resumes_sample_prompt_references_are_checked_before_it_is_queued(
+    settings: Settings, tiny_model: Callable[[str], Path]
+) -> None:
+    """A resume (`POST /api/runs/ID/resume`, settings.sample_prompts) whose sample prompt named a
+    missing or surplus reference was queued, started its worker and failed there ("the sample
+    prompts' reference images cannot be used"), where a fresh start refuses it with a 400. The
+    resume's check now reads them against the dataset too, with its other problems."""
+    from lorastudio.jobs.resume import validate_resume
+    from lorastudio.training.loop import train
+
+    make_paired_dataset(settings.datasets_dir / "pairs")
+    run = validate_run(
+        _cfg(tiny_model("flux2-klein"), steps=2, save_every=1, output_name="r", resolution=64),
+        settings,
+        live_output_names=set(),
+    )
+    train(run.worker_config, lambda event: None, settings=settings, device="cpu")
+    prompts = [
+        {"prompt": "a", "controls": ["control/missing.png"]},
+        {"prompt": "b", "controls": ["control/shape_00.png"] * 5},
+        {"prompt": "c", "controls": ["control/shape_01.png"]},  # fine
+    ]
+    over = {"steps": 3, "sample_prompts": prompts}
+    with pytest.raises(ConfigError) as err:
+        validate_resume(settings.outputs_dir / "r", None, over, settings, live_output_names=set())
+    messages = [p.message for p in err.value.problems if p.field == "sample_prompts"]
+    assert messages == [
+        "sample prompt 0: control image control/missing.png not found in pairs/",
+        "sample prompt 1: 5 control images, flux2-klein takes at most 4",
+    ], err.value.problems
+    fine = validate_resume(
+        settings.outputs_dir / "r",
+        None,
+        {**over, "sample_prompts": prompts[2:]},
+        settings,
+        live_output_names=set(),
+    )
+    assert fine.total_steps == 3
+    # the engine's own preflight (a CLI `train --resume --set sample_prompts=...` meets only it)
+    # refuses them before any load: it did so after loading the text encoders
+    from lorastudio.config import parse_train_config
+    from lorastudio.errors import DatasetError
+    from lorastudio.training.preflight import preflight
+
+    cfg = parse_train_config({**_cfg(tiny_model("flux2-klein"), resolution=64), "sample_prompts": prompts})
+    with pytest.raises(DatasetError) as refused:
+        preflight(cfg, settings, "cpu")
+    assert "sample prompt 0: control image control/missing.png not found in pairs/" in refused.value.problems

@@ -187,6 +187,15 @@ def test_check_and_overwrite_are_refused_with_resume(flag, tmp_path):
     assert result.exit_code == 2 and flag in result.output and "--resume" in result.output
 
 
+def test_check_without_a_config_asks_for_one_and_names_no_resume():
+    """`train --check --set ...` with no config file and no --resume said --check "applies to a
+    fresh run's config file, not to a --resume": a --resume the user never gave."""
+    result = _invoke("train", "--check", "--set", "steps=2")
+    assert result.exit_code == 2, result.output
+    assert "config: give a config file" in result.output
+    assert "not to a --resume" not in result.output
+
+
 def test_check_of_a_toml_with_datasets_entries_lists_each_entry(
     tiny_model, small_dataset, tmp_path, run_settings, monkeypatch
 ):

@@ -166,3 +166,29 @@ def test_a_mask_with_a_colour_profile_is_not_colour_managed(tmp_path):
     Image.new("L", (32, 32), 128).save(tmp_path / "masks" / "a.png", icc_profile=b"an editor's odd bytes" * 8)
     scan = attach_masks(scan_dataset(tmp_path, resolution=32, multiple=16), alpha_mask=False)
     assert scan.items[0].mask is not None
+
+
+def test_a_resume_onto_a_changed_control_names_the_control_not_the_image(small_pairs, tmp_path):
+    """A control image replaced between a paired run's checkpoint and its resume was told as
+    "image changed: a.png", the target the user then finds unchanged. The record keeps the
+    target's own digest beside its-and-its-controls', so the change is told as the controls';
+    a record written before (two digests) still reads as the image's."""
+    from lorastudio.training.identity import dataset_change, dataset_files
+
+    data = tmp_path / "pairs"
+    shutil.copytree(small_pairs, data)
+
+    def files() -> dict[str, list[str]]:
+        return dataset_files(scan_dataset(data, resolution=32, multiple=16, control_images=(0, 1)))
+
+    before = files()
+    control = sorted((data / "control").glob("*.png"))[0]
+    _replace(control)
+    after = files()
+    said = dataset_change(before, after)
+    assert f"control images changed (their targets): {control.name};" in said and "image changed" not in said
+    target = data / control.name
+    _replace(target)
+    assert f"image changed: {control.name};" in dataset_change(before, files())
+    old = {name: digests[:2] for name, digests in before.items()}  # a checkpoint from before
+    assert f"image changed: {control.name};" in dataset_change(old, after)

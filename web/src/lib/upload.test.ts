@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { FOLDER_REASON, planControlUpload, planUpload } from "./upload";
+import { CONTROL_SLOTS, FOLDER_REASON, planControlUpload, planUpload } from "./upload";
 
 const file = (name: string, size = 10) => new File([new Uint8Array(size)], name);
 
@@ -48,5 +48,12 @@ describe("planUpload", () => {
     const plan = planUpload([file("a.png", 60), file("b.png", 60), file("c.png", 500)], 100, 100);
     expect(plan.batches.map((b) => b.map((f) => f.name))).toEqual([["a.png"], ["b.png"], ["c.png"]]);
     expect(plan.bytes).toBe(620);
+  });
+});
+
+describe("CONTROL_SLOTS", () => {
+  it("offers every control folder the server reads (klein takes 4 references, FLUX.2 dev 10)", () => {
+    // data/pairs.py CONTROL_FOLDER: control, control_2 ... control_9; the form offered 3
+    expect(CONTROL_SLOTS).toEqual(["control", ...[2, 3, 4, 5, 6, 7, 8, 9].map((n) => `control_${n}`)]);
   });
 });

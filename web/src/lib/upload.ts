@@ -106,8 +106,18 @@ export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 
   return { batches, refused, images: images.length, bytes };
 }
 
-/** The control folders a paired upload can fill (data/pairs.py: control, control_2 ...). */
-export const CONTROL_SLOTS = ["control", "control_2", "control_3"] as const;
+/** The control folders a paired upload can fill (data/pairs.py: control, control_2 ... control_9). */
+export const CONTROL_SLOTS = [
+  "control",
+  "control_2",
+  "control_3",
+  "control_4",
+  "control_5",
+  "control_6",
+  "control_7",
+  "control_8",
+  "control_9",
+] as const;
 
 /**
  * Plan an upload of control images (one control folder): images only, batched like targets;

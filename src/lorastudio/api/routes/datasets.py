@@ -45,9 +45,10 @@ from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
 from lorastudio.data.pair_listing import listed_controls
+from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import open_in_folder
-from lorastudio.data.upload_pairs import control_slot
+from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
 from lorastudio.errors import DatasetError, JobActive, NotFound
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
@@ -121,6 +122,9 @@ def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, 
             dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
     controls, orphans = listed_controls(folder, files.images)
     dropped = [(n, why) for n, why in dropped if control_slot(n) is None]  # control/ folders are read
+    dropped = [  # a control folder spelt otherwise (Control/, controls/) is named as one
+        (n, (why.startswith("sub-folder") and misnamed_control_folder(n)) or why) for n, why in dropped
+    ]
     dropped += [(o, "control image with no target of the same name") for o in orphans]
     images = []
     for path in files.images:
@@ -196,7 +200,8 @@ async def upload(
 ) -> dict[str, Any]:
     """Upload images, .txt captions and metadata.jsonl (multipart, any field names), and the
     control images of a paired dataset in fields named after their control folder (`control`,
-    `control_2` ... `control_9`; stored there, each matching a target image by stem), and loss
+    `control_2` ... `control_9`; stored there, each matching a target image by stem; a file in a
+    field spelt like one, `controls`, is refused rather than stored as an image), and loss
     masks in fields named `mask` (an upload of their own; stored in masks/, each checked like
     `datasets import` checks them: an image of the dataset's image's stem and size). Every file
     is checked, then the good ones are committed at once (201, listing `committed` and
@@ -255,7 +260,10 @@ def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) 
         ) as batch,
     ):
         for field, up in uploads:  # a field named control, control_2 ... holds control images
-            batch.add(up.filename or "", up.file, control_slot(field))
+            if (misnamed := misnamed_control_field(field)) is not None:  # not a target in disguise
+                batch.refuse(up.filename or "", misnamed)
+            else:
+                batch.add(up.filename or "", up.file, control_slot(field))
         return batch.commit()
 
 
