@@ -13,8 +13,10 @@ poll every rank agrees on.
 
 Failure handling, faster than torchrun's own teardown (it gives ranks 30 s after SIGTERM):
 - a rank's connection that ends without "done" is a dead rank (kill -9, crash, out of memory):
-  every process of the job is killed at once and an Error event naming the rank (or the agent,
-  when it died first) ends the job;
+  every process of the job is killed and an Error event naming the rank (or the agent, when it
+  died first) ends the job, LOST_GRACE_S later: torchrun SIGTERMs every other rank the moment
+  one exits with an error, so a rank that reported a failure ("done", non-zero) within that time
+  is the cause and its error the job's, not the ranks torn down after it;
 - a rank other than 0 that fails with an error: rank 0 has ABORT_GRACE_S to report it (it
   usually sees the broken collective), else the job ends with that rank's error;
 - once rank 0 is done, whatever is left after ABORT_GRACE_S is killed (the run is over).
@@ -53,6 +55,7 @@ log = logging.getLogger("lorastudio.jobs")
 AGENT_MODULE = "lorastudio.jobs.agent"
 RANK_MODULE = "lorastudio.jobs.rank_worker"
 ABORT_GRACE_S = 2.0
+LOST_GRACE_S = 0.5  # for a failed rank's "done" to arrive after another rank's connection ended
 ACCEPT_POLL_S = 0.2
 # torchrun's environment of an enclosing launch must not leak into the ranks' rendezvous
 _LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -239,7 +242,8 @@ class TorchrunWorker:
                     self._events.put(tuple(message["item"]))  # type: ignore[arg-type]
         elif kind == "done":
             code, text = int(message["code"]), message.get("message")
-            self._done[rank] = (code, text)
+            with self._lock:
+                self._done[rank] = (code, text)
             if rank == 0 or code != 0:
                 timer = threading.Timer(ABORT_GRACE_S, self._after_done, args=(rank,))
                 timer.daemon = True
@@ -254,15 +258,22 @@ class TorchrunWorker:
             log.warning("ranks still running %.0f s after rank 0 ended; killing them", ABORT_GRACE_S)
             self.kill()
             return
-        code, text = self._done[rank]
-        self._fail(f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}")
+        self._fail(self._failed_rank() or f"rank {rank} of {self.world_size} failed")
 
     def _rank_lost(self, rank: int, agent: subprocess.Popen[bytes]) -> None:
-        """Rank `rank`'s connection ended without "done": the process (or the `agent`) died."""
+        """Rank `rank`'s connection ended without "done": the process (or the `agent`) died, or
+        torchrun stopped it because another rank failed: that rank's error, if it reports one
+        within LOST_GRACE_S, ends the job."""
+        deadline = time.monotonic() + LOST_GRACE_S
+        while not self._ending and self._failed_rank() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         if self._ending:
             return
+        failed = self._failed_rank()
         agent_code = agent.poll()
-        if agent_code is not None and agent_code != 0:
+        if failed is not None:
+            self._fail(failed)
+        elif agent_code is not None and agent_code != 0:
             self._fail(
                 f"the torchrun agent (pid {agent.pid}) died (exit code {agent_code}); "
                 f"every rank of the job was stopped"
@@ -273,6 +284,15 @@ class TorchrunWorker:
                 f"rank {rank} of {self.world_size} (pid {pid}) died without finishing (killed or "
                 "crashed); every process of the job was stopped"
             )
+
+    def _failed_rank(self) -> str | None:
+        """The error of the lowest rank that reported a failure ("done", non-zero), or None."""
+        with self._lock:
+            failed = {r: d for r, d in self._done.items() if d[0] != 0}
+        if not failed:
+            return None
+        rank, (code, text) = min(failed.items())
+        return f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}"
 
     def _fail(self, message: str) -> None:
         """End the job: record why, kill every process, queue the Error event."""
@@ -360,10 +380,9 @@ class TorchrunWorker:
         """Why the job failed when it ended without a terminal event."""
         if self._failure is not None:
             return self._failure
-        failed = {r: d for r, d in self._done.items() if d[0] != 0}
-        if failed:
-            rank, (code, text) = min(failed.items())
-            return f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}"
+        failed = self._failed_rank()
+        if failed is not None:
+            return failed
         return (
             f"the torchrun launch exited unexpectedly (code {self.exitcode}) before rank 0 reported "
             "the end of the run (see the server log)"
