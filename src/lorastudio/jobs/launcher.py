@@ -14,7 +14,10 @@ poll every rank agrees on.
 Failure handling, faster than torchrun's own teardown (it gives ranks 30 s after SIGTERM):
 - a rank's connection that ends without "done" is a dead rank (kill -9, crash, out of memory):
   every process of the job is killed at once and an Error event naming the rank (or the agent,
-  when it died first) ends the job;
+  when it died first) ends the job, unless another rank reported a failure ("done", non-zero)
+  while every other rank still ran: that report is the cause. torchrun SIGTERMs every other rank
+  the moment one exits with an error, and the others' collectives break when a rank dies: what
+  follows the first failure is its consequence;
 - a rank other than 0 that fails with an error: rank 0 has ABORT_GRACE_S to report it (it
   usually sees the broken collective), else the job ends with that rank's error;
 - once rank 0 is done, whatever is left after ABORT_GRACE_S is killed (the run is over).
@@ -132,6 +135,7 @@ class TorchrunWorker:
         self._stop_save: bool | None = None
         self._ending = False  # the service or this class is ending the job: EOFs are expected
         self._failure: str | None = None  # why this class ended the job
+        self._first: tuple[str, int] | None = None  # the first failure seen: ("failed" | "lost", rank)
 
     # -- start -----------------------------------------------------------------------------------
     def start(self) -> int:
@@ -234,16 +238,43 @@ class TorchrunWorker:
     def _receive(self, rank: int, message: dict) -> None:
         kind = message["kind"]
         if kind == "event" and rank == 0:
+            item = message["item"]
+            if item[2].get("type") == "error" and (dead := self._dead_ranks(besides=0)):
+                self._lost_first(min(dead))  # rank 0's broken collective is not the cause
+                self._fail(self._died(min(dead)))
+                return
             with self._lock:
                 if self._failure is None:  # after a rank died, its Error is the job's end
-                    self._events.put(tuple(message["item"]))  # type: ignore[arg-type]
+                    self._events.put(tuple(item))  # type: ignore[arg-type]
         elif kind == "done":
             code, text = int(message["code"]), message.get("message")
-            self._done[rank] = (code, text)
+            dead = self._dead_ranks(besides=rank) if code != 0 else []
+            with self._lock:
+                self._done[rank] = (code, text)
+                if code != 0 and self._first is None:
+                    # a rank already dead broke this rank's collective: its death is the cause
+                    self._first = ("lost", min(dead)) if dead else ("failed", rank)
             if rank == 0 or code != 0:
                 timer = threading.Timer(ABORT_GRACE_S, self._after_done, args=(rank,))
                 timer.daemon = True
                 timer.start()
+
+    def _dead_ranks(self, besides: int) -> list[int]:
+        """Ranks other than `besides` whose process ended without reporting "done"."""
+        with self._lock:
+            ranks = {r: pid for r, pid in self._ranks.items() if r != besides and r not in self._done}
+        return [r for r, pid in ranks.items() if not process_alive(pid)]
+
+    def _lost_first(self, rank: int) -> None:
+        with self._lock:
+            if self._first is None:
+                self._first = ("lost", rank)
+
+    def _died(self, rank: int) -> str:
+        return (
+            f"rank {rank} of {self.world_size} (pid {self._ranks.get(rank)}) died without finishing "
+            "(killed or crashed); every process of the job was stopped"
+        )
 
     def _after_done(self, rank: int) -> None:
         """ABORT_GRACE_S after rank `rank` was done: kill what is left when rank 0 is done (the
@@ -254,25 +285,37 @@ class TorchrunWorker:
             log.warning("ranks still running %.0f s after rank 0 ended; killing them", ABORT_GRACE_S)
             self.kill()
             return
-        code, text = self._done[rank]
-        self._fail(f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}")
+        self._fail(self._first_report() or self._report(rank))
 
     def _rank_lost(self, rank: int, agent: subprocess.Popen[bytes]) -> None:
-        """Rank `rank`'s connection ended without "done": the process (or the `agent`) died."""
+        """Rank `rank`'s connection ended without "done": the process (or the `agent`) died, or
+        torchrun stopped it because a rank that reported a failure first had exited."""
+        self._lost_first(rank)
         if self._ending:
             return
         agent_code = agent.poll()
-        if agent_code is not None and agent_code != 0:
+        report = self._first_report()
+        if agent_code is not None and agent_code != 0 and report is None:
             self._fail(
                 f"the torchrun agent (pid {agent.pid}) died (exit code {agent_code}); "
                 f"every rank of the job was stopped"
             )
+        elif report is not None:
+            self._fail(report)
         else:
-            pid = self._ranks.get(rank)
-            self._fail(
-                f"rank {rank} of {self.world_size} (pid {pid}) died without finishing (killed or "
-                "crashed); every process of the job was stopped"
-            )
+            self._fail(self._died(self._first[1] if self._first is not None else rank))
+
+    def _report(self, rank: int) -> str:
+        """The failure rank `rank` reported ("done", non-zero)."""
+        code, text = self._done[rank]
+        return f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}"
+
+    def _first_report(self) -> str | None:
+        """The failure report that was the first failure seen, or None (none was, or a rank's
+        death came first)."""
+        with self._lock:
+            first = self._first
+        return self._report(first[1]) if first is not None and first[0] == "failed" else None
 
     def _fail(self, message: str) -> None:
         """End the job: record why, kill every process, queue the Error event."""
@@ -360,10 +403,12 @@ class TorchrunWorker:
         """Why the job failed when it ended without a terminal event."""
         if self._failure is not None:
             return self._failure
+        report = self._first_report()
+        if report is not None:
+            return report
         failed = {r: d for r, d in self._done.items() if d[0] != 0}
         if failed:
-            rank, (code, text) = min(failed.items())
-            return f"rank {rank} of {self.world_size} failed: {text or f'exit code {code}'}"
+            return self._report(min(failed))
         return (
             f"the torchrun launch exited unexpectedly (code {self.exitcode}) before rank 0 reported "
             "the end of the run (see the server log)"

@@ -24,6 +24,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -39,6 +40,13 @@ if TYPE_CHECKING:
     from lorastudio.training.noise import NoisedBatch
 
 T = TypeVar("T")
+
+# How long a rank waits in a collective for the others. Rank 0 works alone while the others wait
+# in the next stop poll: a sample round, a checkpoint, a LoRA snapshot, validation's writes; a
+# sample round of a large model can outlast torch's default (NCCL: 10 minutes) and the watchdog
+# would end the run. The job service bounds that work itself (stop requests; a dead rank ends
+# the job at once, jobs/launcher.py), so the ranks wait as long as a day.
+COLLECTIVE_TIMEOUT = timedelta(hours=24)
 
 LAUNCHER_HINT = (
     "launch one process per GPU with torchrun or accelerate launch "
@@ -153,7 +161,7 @@ def process_device(device: str | None, ctx: ParallelContext) -> str | None:
 
 def start_group(ctx: ParallelContext, device: torch.device) -> ParallelContext:
     """Join the launch's process group (nccl on CUDA, gloo on CPU; MASTER_ADDR/MASTER_PORT from
-    the launcher) unless one is already initialised. Returns ctx with owns_group set when this
+    the launcher; collectives wait up to COLLECTIVE_TIMEOUT) unless one is already initialised. Returns ctx with owns_group set when this
     call created the group. A no-op for a single-process context."""
     if not ctx.distributed:
         return ctx
@@ -170,7 +178,7 @@ def start_group(ctx: ParallelContext, device: torch.device) -> ParallelContext:
             )
         return ctx
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size)
+    dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size, timeout=COLLECTIVE_TIMEOUT)
     return replace(ctx, owns_group=True)
 
 
