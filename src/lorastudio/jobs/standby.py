@@ -92,8 +92,11 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     if torch is not None and torch.cuda.is_initialized():
         print("[standby] CUDA was initialised by an import; this standby is not used", file=sys.stderr)
         os._exit(4)
-    try:
+    try:  # a job handed before the imports ended closed the parent's end: its args wait unread
         conn.send({"ready": time.monotonic() - started, "skipped": skipped})
+    except OSError:
+        pass
+    try:
         job = conn.recv()
     except (EOFError, OSError):
         os._exit(0)

@@ -80,20 +80,19 @@ def model(tiny_model: Callable[[str], Path], shapes: Path) -> Path:
 
 
 def test_a_job_is_handed_the_standby_and_ends_as_with_a_fresh_process(settings: Settings, model: Path) -> None:
-    fresh = _service(settings.model_copy(update={"standby_worker": False}))
+    service = _service(settings, standby=True)  # its standby imports while the fresh run goes
     try:
-        assert fresh._standby is None  # LORASTUDIO_STANDBY_WORKER=0: one spawn per job, as before
-        plain = _run(fresh, model, "fresh")
-        plain_loss = _final_loss(fresh, plain["id"])
-    finally:
-        fresh.shutdown()
-    assert plain["status"] == "completed", plain
-
-    service = _service(settings, standby=True)
-    try:
-        waiting = _ready_standby(service)
+        waiting = int(_until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
+        fresh = _service(settings.model_copy(update={"standby_worker": False}))
+        try:
+            assert fresh._standby is None  # LORASTUDIO_STANDBY_WORKER=0: one spawn per job, as before
+            plain = _run(fresh, model, "fresh")
+            plain_loss = _final_loss(fresh, plain["id"])
+        finally:
+            fresh.shutdown()
+        assert plain["status"] == "completed", plain["error"]
         handed = _run(service, model, "handed")
-        assert handed["status"] == "completed", handed
+        assert handed["status"] == "completed", handed["error"]
         assert handed["pid"] == waiting  # the job ran in the process that waited
         _until(lambda: not _alive(waiting), 15, "exit of the used standby")  # used once, never reused
         after = _until(lambda: _keeper(service).current_pid, 30, "next standby")
@@ -115,7 +114,7 @@ def test_a_standby_killed_while_waiting_is_replaced_and_the_next_job_runs(settin
         second = int(_until(lambda: (p := _keeper(service).current_pid) not in (None, first) and p, 30, "replacement"))  # type: ignore[arg-type]
         assert _keeper(service).spawned == 2
         job = _run(service, model, "after-kill")
-        assert job["status"] == "completed", job
+        assert job["status"] == "completed", job["error"]
         assert job["pid"] == second
     finally:
         service.shutdown()
