@@ -97,7 +97,9 @@ class Dispatcher(EventPump):
                 log.info("job %s: handed to the standby worker (pid %d)", job.id, pid)
                 return worker, pid
             except OSError as err:
-                log.warning("job %s: the standby worker could not take it (%s); a fresh one starts", job.id, err)
+                log.warning(
+                    "job %s: the standby worker could not take it (%s); a fresh one starts", job.id, err
+                )
                 standby.end()
         worker = make(None)
         return worker, worker.start()

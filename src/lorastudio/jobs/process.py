@@ -119,7 +119,11 @@ class WorkerProcess:
         )
         self._args = args
         if standby is not None:
-            self.events, self._stop_event, self._stop_save = standby.events, standby.stop_event, standby.stop_save
+            self.events, self._stop_event, self._stop_save = (
+                standby.events,
+                standby.stop_event,
+                standby.stop_save,
+            )
             self.process = standby.process
             return
         ctx = mp.get_context("spawn")

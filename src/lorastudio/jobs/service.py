@@ -56,8 +56,8 @@ from lorastudio.jobs.preflight import preflight_report
 from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
-from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.run_delete import remove_trash, take_output_dir_aside
+from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run

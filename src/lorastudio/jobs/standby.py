@@ -25,6 +25,7 @@ No torch in the parent's side.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import multiprocessing as mp
@@ -92,10 +93,9 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     if torch is not None and torch.cuda.is_initialized():
         print("[standby] CUDA was initialised by an import; this standby is not used", file=sys.stderr)
         os._exit(4)
-    try:  # a job handed before the imports ended closed the parent's end: its args wait unread
+    # a job handed before the imports ended closed the parent's end: its args wait unread
+    with contextlib.suppress(OSError):
         conn.send({"ready": time.monotonic() - started, "skipped": skipped})
-    except OSError:
-        pass
     try:
         job = conn.recv()
     except (EOFError, OSError):
@@ -237,13 +237,16 @@ class StandbyKeeper:
                     dead, self._standby = standby, None
             if dead is not None:
                 self._replace_dead(dead)
-            elif standby is None and self._deaths < MAX_DEATHS and time.monotonic() >= self._retry_at:
-                if self._may_spawn():
-                    self._spawn()
+            elif self._due(standby) and self._may_spawn():
+                self._spawn()
         with self._lock:
             standby, self._standby = self._standby, None
         if standby is not None:
             standby.end()
+
+    def _due(self, standby: StandbyProcess | None) -> bool:
+        """Whether a standby should be spawned now (none waits, deaths and pause allow it)."""
+        return standby is None and self._deaths < MAX_DEATHS and time.monotonic() >= self._retry_at
 
     def _spawn(self) -> None:
         standby = StandbyProcess(os.getpid())
@@ -266,7 +269,9 @@ class StandbyKeeper:
 
     def _replace_dead(self, standby: StandbyProcess) -> None:
         code = standby.process.exitcode
-        log.warning("the standby worker (pid %s) died while waiting (code %s); replacing it", standby.pid, code)
+        log.warning(
+            "the standby worker (pid %s) died while waiting (code %s); replacing it", standby.pid, code
+        )
         standby.end()
         self._count_death()
 

@@ -79,7 +79,9 @@ def model(tiny_model: Callable[[str], Path], shapes: Path) -> Path:
     return tiny_model("flux")
 
 
-def test_a_job_is_handed_the_standby_and_ends_as_with_a_fresh_process(settings: Settings, model: Path) -> None:
+def test_a_job_is_handed_the_standby_and_ends_as_with_a_fresh_process(
+    settings: Settings, model: Path
+) -> None:
     service = _service(settings, standby=True)  # its standby imports while the fresh run goes
     try:
         waiting = int(_until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
@@ -106,12 +108,16 @@ def test_a_job_is_handed_the_standby_and_ends_as_with_a_fresh_process(settings: 
     assert not _alive(int(after))  # the shutdown ended the standby
 
 
-def test_a_standby_killed_while_waiting_is_replaced_and_the_next_job_runs(settings: Settings, model: Path) -> None:
+def test_a_standby_killed_while_waiting_is_replaced_and_the_next_job_runs(
+    settings: Settings, model: Path
+) -> None:
     service = _service(settings, standby=True)
     try:
         first = int(_until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
         os.kill(first, signal.SIGKILL)
-        second = int(_until(lambda: (p := _keeper(service).current_pid) not in (None, first) and p, 30, "replacement"))  # type: ignore[arg-type]
+        second = int(
+            _until(lambda: (p := _keeper(service).current_pid) not in (None, first) and p, 30, "replacement")
+        )  # type: ignore[arg-type]
         assert _keeper(service).spawned == 2
         job = _run(service, model, "after-kill")
         assert job["status"] == "completed", job["error"]
