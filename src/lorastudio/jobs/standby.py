@@ -63,22 +63,43 @@ PRELOAD = (
 MAX_DEATHS = 3  # standbys in a row that die before a job takes one, then no more
 POLL_S = 0.5  # the keeper's check of its standby's liveness
 ENV_SKIP = frozenset({"_"})  # variables a shell sets per command, not the worker's setting
+# Variables read when used, not at import, that a standby is handed with its job (its value in
+# the server now, or its absence): Inductor's cache folder, which torch sets in a process that
+# asked for it (the in-process API of the tests builds tiny models) and the engine reads at its
+# first compile (training/compile.keep_compile_cache).
+APPLIED_AT_HAND = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
 
 Fingerprint = tuple[tuple[tuple[str, str], ...], str, tuple[str, ...], str]
 
 
 def spawn_fingerprint() -> Fingerprint:
     """What a spawned worker inherits from the server at its spawn and cannot change after its
-    imports: the environment (CUDA_VISIBLE_DEVICES, PYTHONPATH, LORASTUDIO_*, OMP_NUM_THREADS,
+    imports: the environment but APPLIED_AT_HAND (CUDA_VISIBLE_DEVICES, PYTHONPATH, LORASTUDIO_*, OMP_NUM_THREADS,
     PYTORCH_* ...; the secrets are already gone, jobs/childenv.py), the working directory,
     sys.path and the interpreter multiprocessing runs."""
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k not in ENV_SKIP))
+    skip = ENV_SKIP | APPLIED_AT_HAND
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k not in skip))
     return env, os.getcwd(), tuple(sys.path), sys.executable
+
+
+def fingerprint_change(then: Fingerprint, now: Fingerprint) -> str | None:
+    """What differs between two fingerprints, in words (variable names, never values); None:
+    nothing."""
+    changed = sorted({k for k, _ in set(then[0]) ^ set(now[0])})
+    parts = [f"environment variables {', '.join(changed)}"] if changed else []
+    parts += [
+        what
+        for what, a, b in zip(
+            ("working directory", "sys.path", "interpreter"), then[1:], now[1:], strict=True
+        )
+        if a != b
+    ]
+    return "; ".join(parts) or None
 
 
 def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any, parent_pid: int) -> None:
     """Child entry point (multiprocessing spawn target): import, say "ready", wait for the job.
-    The job arrives as (target, WorkerArgs) and runs as `target(args, events, stop_event,
+    The job arrives as (target, WorkerArgs, APPLIED_AT_HAND's values) and runs as `target(args, events, stop_event,
     stop_save)`; None or a closed pipe ends the process (exit 0)."""
     bind_to_parent(parent_pid)
     ignore_terminal_interrupt()
@@ -103,7 +124,12 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
     conn.close()
     if job is None:
         os._exit(0)
-    target, args = job
+    target, args, env = job
+    for name, value in env.items():  # the server's values now (None: unset there)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     target(args, events, stop_event, stop_save)
 
 
@@ -154,7 +180,8 @@ class StandbyProcess:
         pid = self.process.pid
         if pid is None or self.process.exitcode is not None:
             raise OSError("the standby worker is gone")
-        self._conn.send((target, replace(args, started_at=time.time())))
+        env = {name: os.environ.get(name) for name in APPLIED_AT_HAND}
+        self._conn.send((target, replace(args, started_at=time.time()), env))
         self._conn.close()
         return pid
 
@@ -209,8 +236,9 @@ class StandbyKeeper:
             log.warning("the standby worker (pid %s) had died; the job gets a fresh one", standby.pid)
             standby.end()
             return None
-        if standby.fingerprint != spawn_fingerprint():
-            log.info("the environment changed since the standby worker was spawned; the job gets a fresh one")
+        change = fingerprint_change(standby.fingerprint, spawn_fingerprint())
+        if change is not None:
+            log.info("the standby worker was spawned with other %s; the job gets a fresh one", change)
             standby.end()
             return None
         with self._lock:
