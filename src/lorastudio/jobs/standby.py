@@ -170,7 +170,12 @@ class StandbyProcess:
         if self.ready_s is None:
             try:
                 if self._conn.poll():
-                    self.ready_s = float(self._conn.recv()["ready"])
+                    ready = self._conn.recv()
+                    self.ready_s = float(ready["ready"])
+                    skipped = f"; not imported: {', '.join(ready['skipped'])}" if ready["skipped"] else ""
+                    log.info(
+                        "standby worker %s ready: its imports took %.1f s%s", self.pid, self.ready_s, skipped
+                    )
             except (EOFError, OSError):
                 return False
         return True
