@@ -15,6 +15,10 @@ This is the only module that imports the training engine (lazily, inside the chi
    event to the parent tagged with (generation, pid) so the parent can ignore events of a
    superseded process; a failure the engine did not report becomes an Error event.
 
+A one-GPU job of the server usually runs in a standby worker (jobs/standby.py): a process spawned
+in advance that bound itself to the server and imported the engine before its job came; it then
+calls `worker_main` with the job's args as a fresh process would (step 1 is done once).
+
 The parent must start this process from a thread that lives as long as the server: the death
 signal fires when the *thread* that forked the child exits.
 """
