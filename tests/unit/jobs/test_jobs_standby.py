@@ -160,3 +160,20 @@ def _children() -> list[int]:
             if b"resource_tracker" not in (entry / "cmdline").read_bytes():  # multiprocessing's own
                 found.append(int(entry.name))
     return found
+
+
+def test_the_setting_reads_the_environment_and_defaults_on(
+    studio_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert Settings(home=studio_home).standby_worker is False  # the suite's conftest: 0
+    monkeypatch.delenv("LORASTUDIO_STANDBY_WORKER")
+    assert Settings(home=studio_home).standby_worker is True  # on by default
+    service = JobService(
+        Settings(home=studio_home).ensure_dirs(), RunStore.open(studio_home / "x.db"), GpuArbiter()
+    )
+    assert service._standby is not None  # not started: no process
+    monkeypatch.setenv("LORASTUDIO_STANDBY_WORKER", "0")
+    assert (
+        JobService(Settings(home=studio_home), RunStore.open(studio_home / "y.db"), GpuArbiter())._standby
+        is None
+    )
