@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +86,23 @@ def _wait_up(client: httpx.Client, proc: subprocess.Popen[bytes], log: Path) -> 
 
 
 def api_run(
-    home: Path, config: dict[str, Any], log: Path, timeout_s: float = 3600.0
+    home: Path,
+    config: dict[str, Any],
+    log: Path,
+    timeout_s: float = 3600.0,
+    env: dict[str, str] | None = None,
+    before_post: Callable[[int], None] | None = None,
 ) -> tuple[list[tuple[float, Any]], float, str]:
-    """See the module docstring. Raises RuntimeError when the server does not start, the start is
+    """See the module docstring. `env`: variables set for the server besides the home;
+    `before_post(server pid)` runs once the server answers, before the POST (a wait for its
+    standby worker, bench/standby_start.py). Raises RuntimeError when the server does not start, the start is
     refused (naming the answer) or the run does not end within `timeout_s`."""
     from pydantic import ValidationError
 
     from lorastudio.training.events import parse_event
 
     port = _free_port()
-    env = {**os.environ, "LORASTUDIO_HOME": str(home)}
+    env = {**os.environ, **(env or {}), "LORASTUDIO_HOME": str(home)}
     cmd = [sys.executable, "-m", "lorastudio.cli", "serve", "--port", str(port)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -103,6 +111,8 @@ def api_run(
     try:
         with httpx.Client(base_url=base, timeout=60.0) as client:
             _wait_up(client, proc, log)
+            if before_post is not None:
+                before_post(proc.pid)
             stream.start()
             stream.connected.wait(30)
             if stream.failure:

@@ -6,7 +6,8 @@
   full collections, would otherwise rescan every imported library and earlier test's objects
   (~0.2-0.4 s a collection in a process with torch, diffusers and transformers loaded);
 - every test runs with LORASTUDIO_HOME set to its own empty temp folder (not created), the
-  settings cache cleared, and HF_HUB_OFFLINE=1 (`studio_home`, autouse);
+  settings cache cleared, HF_HUB_OFFLINE=1 and LORASTUDIO_STANDBY_WORKER=0 (`studio_home`,
+  autouse);
 - `tiny_model`: a session-wide factory, family -> folder of that family's tiny diffusers pipeline
   (built once per session, seed 0; once per run for all pytest-xdist workers);
 - `sample_dataset`: a session-wide folder with the 8-image sample dataset (seed 0).
@@ -45,6 +46,9 @@ def studio_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     home = tmp_path_factory.mktemp("home") / "lorastudio"
     monkeypatch.setenv("LORASTUDIO_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # No standby training worker (jobs/standby.py) unless a test asks for one: each app of the
+    # suite would otherwise import torch, diffusers and peft in one more process on a busy host.
+    monkeypatch.setenv("LORASTUDIO_STANDBY_WORKER", "0")
     get_settings.cache_clear()
     yield home
     get_settings.cache_clear()

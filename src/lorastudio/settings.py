@@ -137,6 +137,13 @@ class Settings(BaseSettings):
             " beside its imports and preflight (jobs/prefetch.py; bounded by the available memory)"
         ),
     )
+    standby_worker: bool = Field(
+        default=True,
+        description=(
+            "the server keeps one training worker process spawned in advance, its imports done"
+            " (no GPU touched), for the next one-GPU job (jobs/standby.py)"
+        ),
+    )
 
     @field_validator("home", "cache_dir", mode="before")
     @classmethod

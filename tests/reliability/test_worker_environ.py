@@ -1,7 +1,8 @@
 """No secret in a training worker's environment (jobs/childenv.py), read where an attacker on the
 host would: /proc/PID/environ (fixed when the process starts, whatever it removes later) of the
 live worker of a real `lorastudio serve` started with an API token, a hub token and other
-secrets, and of every other process the server started (multiprocessing's resource tracker)."""
+secrets, and of every other process the server started (multiprocessing's resource tracker, the
+standby worker that ran the job, and the next one)."""
 
 from __future__ import annotations
 
@@ -53,13 +54,27 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _workers(pid: int) -> list[int]:
+    """`pid`'s live descendants but multiprocessing's resource tracker."""
+    found = []
+    for child in _descendants(pid):
+        try:
+            if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
 def test_no_secret_in_the_environment_of_any_process_the_server_starts(
     settings: Settings, shapes: Path, flux_config: Callable[..., dict]
 ) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), **SECRETS}
+    # with the standby worker (jobs/standby.py): the run's process is the one spawned in advance,
+    # and the next standby is spawned while the run steps
+    env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_STANDBY_WORKER": "1", **SECRETS}
     cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
     server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     headers = {"Authorization": f"Bearer {SECRETS['LORASTUDIO_API_TOKEN']}"}
@@ -73,6 +88,7 @@ def test_no_secret_in_the_environment_of_any_process_the_server_starts(
                     return False
 
             wait_for(up, 60, "the server", 0.1)
+            standby = wait_for(lambda: _workers(server.pid), 60, "the standby worker", 0.05)[0]
             started = client.post("/api/train/start", json={"config": flux_config(steps=5000)})
             assert started.status_code == 201, started.text
             job = wait_for(
@@ -85,6 +101,8 @@ def test_no_secret_in_the_environment_of_any_process_the_server_starts(
                 "the run",
                 0.05,
             )
+            assert job["pid"] == standby
+            wait_for(lambda: set(_workers(server.pid)) - {standby}, 60, "the next standby", 0.05)
             processes = _descendants(server.pid)
             assert job["pid"] in processes
             helpers = [p for p in processes if p != job["pid"]]

@@ -1,6 +1,6 @@
 """The job service's dispatcher: one thread for the service's life that takes the next queued job
-when the previous worker is gone, gives it the GPU(s) through the arbiter, starts its worker and
-pumps it to the end (jobs/pump.py). A mixin of JobService (jobs/service.py), split out to keep
+when the previous worker is gone, gives it the GPU(s) through the arbiter, starts its worker (a one-GPU job
+is handed the standby worker when one waits, jobs/standby.py) and pumps it to the end (jobs/pump.py). A mixin of JobService (jobs/service.py), split out to keep
 each file short: it uses the service's lock, queue, store, arbiter and bookkeeping (`_finish`,
 `_log_status`). No torch, no HTTP.
 """
@@ -17,6 +17,7 @@ from lorastudio.jobs.persist import RETRY_S, STORE_ERRORS, JobRecorder, store_fa
 from lorastudio.jobs.process import JobWorker, WorkerTarget
 from lorastudio.jobs.pump import EventPump
 from lorastudio.jobs.records import Job, JobStatus, now_iso
+from lorastudio.jobs.standby import StandbyKeeper, StandbyProcess
 from lorastudio.jobs.workers import new_job_worker
 from lorastudio.settings import Settings
 
@@ -36,6 +37,7 @@ class Dispatcher(EventPump):
     _last: Job | None
     _worker: JobWorker | None
     _generation: int
+    _standby: StandbyKeeper | None  # None: every job spawns its worker (LORASTUDIO_STANDBY_WORKER=0)
 
     def _dispatch_loop(self) -> None:
         """Run queued jobs one after another until shutdown. Nothing a job does ends this loop:
@@ -74,6 +76,34 @@ class Dispatcher(EventPump):
                     self._active = job
                     return job
 
+    def _start_worker(self, job: Job, generation: int, devices: tuple[int, ...]) -> tuple[JobWorker, int]:
+        """Start `job`'s worker: a one-GPU job is handed the waiting standby worker when there
+        is one fit for it (jobs/standby.py), else (or when it died just before) it gets a fresh
+        process. Returns the worker and its pid. Raises OSError / RuntimeError (spawn failures)."""
+        standby = None
+        if self._standby is not None and job.worker_config.num_gpus <= 1:
+            standby = self._standby.take()
+
+        def make(standby: StandbyProcess | None) -> JobWorker:
+            return new_job_worker(
+                job.id, generation, job.worker_config, self.settings, target=self._target,
+                devices=devices, resume=self._resume_from.get(job.id), standby=standby,
+            )  # fmt: skip
+
+        if standby is not None:
+            worker = make(standby)
+            try:
+                pid = worker.start()
+                log.info("job %s: handed to the standby worker (pid %d)", job.id, pid)
+                return worker, pid
+            except OSError as err:
+                log.warning(
+                    "job %s: the standby worker could not take it (%s); a fresh one starts", job.id, err
+                )
+                standby.end()
+        worker = make(None)
+        return worker, worker.start()
+
     def _abandon(self, job: Job, error: str) -> None:
         """Fail `job` after an unexpected error of the service, its worker killed."""
         with self._cond:
@@ -99,16 +129,8 @@ class Dispatcher(EventPump):
                     self._finish(job, JobStatus.STOPPED, error=None)
                     return
                 self._generation += 1
-                worker = new_job_worker(
-                    job.id,
-                    self._generation,
-                    job.worker_config,
-                    self.settings,
-                    target=self._target,
-                    devices=devices,
-                    resume=self._resume_from.get(job.id),
-                )
-            pid = worker.start()
+                generation = self._generation
+            worker, pid = self._start_worker(job, generation, devices)
             with self._cond:
                 self._worker = worker
                 job.generation, job.pid, job.started_at = worker.generation, pid, now_iso()

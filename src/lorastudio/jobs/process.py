@@ -3,6 +3,10 @@
 Each worker gets its own event queue and stop flag: a killed child can leave a shared queue's
 lock held forever, so nothing is reused across workers. No torch here.
 
+A one-GPU job may be handed a standby worker instead (jobs/standby.py: a process spawned in
+advance, its imports done, with a queue and stop flag of its own as well); from then on it is
+the job's process like a fresh one.
+
 `JobWorker` is what the job service needs of a worker; `WorkerProcess` (one spawned process,
 single-GPU jobs) and `jobs.launcher.TorchrunWorker` (a torchrun launch, num_gpus > 1) have it.
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lorastudio.config import TrainConfig
+from lorastudio.jobs.standby import StandbyProcess
 from lorastudio.jobs.step_watch import HANG_MIN_S, HANG_STEP_FACTOR
 from lorastudio.jobs.worker import WorkerArgs, worker_main
 from lorastudio.settings import Settings
@@ -96,13 +101,14 @@ class WorkerProcess:
         settings: Settings,
         target: WorkerTarget = worker_main,
         resume: Path | None = None,
+        standby: StandbyProcess | None = None,
     ):
-        """resume: the checkpoint folder a resumed run continues from (None: a fresh run)."""
-        ctx = mp.get_context("spawn")
+        """resume: the checkpoint folder a resumed run continues from (None: a fresh run);
+        standby: a waiting standby worker (jobs/standby.py) that `start()` hands the job to, its
+        queue and stop flag this worker's (None: `start()` spawns a fresh process)."""
         self.generation = generation
-        self.events = ctx.Queue()
-        self._stop_event = ctx.Event()
-        self._stop_save = ctx.Value("b", 0)
+        self._standby = standby
+        self._target = target
         args = WorkerArgs(
             job_id=job_id,
             generation=generation,
@@ -111,6 +117,19 @@ class WorkerProcess:
             parent_pid=os.getpid(),
             resume=str(resume) if resume is not None else None,
         )
+        self._args = args
+        if standby is not None:
+            self.events, self._stop_event, self._stop_save = (
+                standby.events,
+                standby.stop_event,
+                standby.stop_save,
+            )
+            self.process = standby.process
+            return
+        ctx = mp.get_context("spawn")
+        self.events = ctx.Queue()
+        self._stop_event = ctx.Event()
+        self._stop_save = ctx.Value("b", 0)
         self.process = ctx.Process(
             target=target,
             args=(args, self.events, self._stop_event, self._stop_save),
@@ -118,7 +137,10 @@ class WorkerProcess:
         )
 
     def start(self) -> int:
-        """Spawn the child; returns its pid. Raises OSError if it cannot be spawned."""
+        """Spawn the child (or hand the job to the standby); returns its pid. Raises OSError if
+        it cannot be spawned (the standby: it died before it got the job)."""
+        if self._standby is not None:
+            return self._standby.hand(self._target, self._args)
         self.process.start()
         pid = self.process.pid
         if pid is None:

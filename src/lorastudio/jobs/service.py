@@ -23,6 +23,11 @@ GPU hand-over: the job's training reservation in the arbiter is released the mom
 turns final (terminal event ingested, or the process found dead), so generation may start while
 a worker that already reported its end is still exiting. The next training job is dispatched
 only once the previous worker process is gone, so two training processes never overlap.
+
+Standby worker (LORASTUDIO_STANDBY_WORKER, jobs/standby.py): while no job starts, one worker
+process waits with its imports done; a one-GPU job is handed it (when the environment it was
+spawned with is still the one a fresh worker would get) and the next one is spawned once that
+job runs its steps or ends. `shutdown` ends it.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from lorastudio.jobs.process import JobWorker, Timeouts, WorkerTarget
 from lorastudio.jobs.records import LIVE_STATUSES, Job, JobStatus, now_iso
 from lorastudio.jobs.resume import validate_resume
 from lorastudio.jobs.run_delete import remove_trash, take_output_dir_aside
+from lorastudio.jobs.standby import StandbyKeeper
 from lorastudio.jobs.step_watch import HANG_MIN_S
 from lorastudio.jobs.store import RunStore
 from lorastudio.jobs.validation import ValidatedRun, validate_run
@@ -75,7 +81,10 @@ class JobService(Dispatcher):
         timeouts: Timeouts | None = None,
         worker_target: WorkerTarget = worker_main,
         event_log_size: int = 5000,
+        standby: bool | None = None,
     ):
+        """standby: keep a standby worker for the next one-GPU job (jobs/standby.py); None:
+        settings.standby_worker, for the real worker (a test's stand-in target gets none)."""
         self.settings = settings
         self.store = store
         self._recorder = JobRecorder(store)  # job state -> store, retried while the store fails
@@ -99,11 +108,24 @@ class JobService(Dispatcher):
         self._owner = (os.getpid(), start_token(os.getpid()))  # this server, recorded on each run
         self.ignored_events = 0  # events fenced off (superseded worker) or malformed
         self._thread = threading.Thread(target=self._dispatch_loop, name="lorastudio-jobs", daemon=True)
+        if standby is None:
+            standby = settings.standby_worker and worker_target is worker_main
+        self._standby = StandbyKeeper(self._no_job_starting) if standby else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> JobService:
         self._thread.start()
+        if self._standby is not None:
+            self._standby.start()
         return self
+
+    def _no_job_starting(self) -> bool:
+        """Whether a standby worker may be spawned now: no job is waiting for its worker or
+        preparing (a standby's imports would compete with its loading), the service is open."""
+        with self._cond:
+            job = self._active
+            starting = job is not None and job.status in {JobStatus.QUEUED, JobStatus.PREPARING}
+            return not self._closing and not starting and not (self._queue and job is None)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, kill the running worker (its run is marked interrupted), and wait
@@ -116,6 +138,8 @@ class JobService(Dispatcher):
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._standby is not None:
+            self._standby.shutdown(timeout)
         with self._cond:
             self._recorder.retry()  # a last try for writes a full disk refused
 

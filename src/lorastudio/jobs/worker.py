@@ -15,6 +15,10 @@ This is the only module that imports the training engine (lazily, inside the chi
    event to the parent tagged with (generation, pid) so the parent can ignore events of a
    superseded process; a failure the engine did not report becomes an Error event.
 
+A one-GPU job of the server usually runs in a standby worker (jobs/standby.py): a process spawned
+in advance that bound itself to the server and imported the engine before its job came; it then
+calls `worker_main` with the job's args as a fresh process would (step 1 is done once).
+
 The parent must start this process from a thread that lives as long as the server: the death
 signal fires when the *thread* that forked the child exits.
 """
@@ -58,10 +62,21 @@ class WorkerArgs:
     settings: Settings
     parent_pid: int
     resume: str | None = None  # checkpoint folder to continue from (a resumed run)
+    # when a standby worker (jobs/standby.py) was handed this job (time.time()); None: a fresh
+    # process, whose own start counts (the run's process_start phase)
+    started_at: float | None = None
+
+
+_bound_to: int | None = None  # the parent this process is bound to (a standby binds before its job)
 
 
 def bind_to_parent(parent_pid: int) -> None:
-    """Die with the parent: a kernel death signal where available, and a watchdog thread."""
+    """Die with the parent: a kernel death signal where available, and a watchdog thread.
+    Once per process (a standby worker binds at its start; its job's prepare_child again)."""
+    global _bound_to
+    if _bound_to == parent_pid:
+        return
+    _bound_to = parent_pid
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
@@ -154,7 +169,8 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
             channel.should_stop,
             settings=args.settings,
             resume=resume,
-            started_at=process_started_at(),  # the forecast counts this process's start (imports)
+            # the forecast counts this process's start (imports); a standby's from its hand-over
+            started_at=args.started_at if args.started_at is not None else process_started_at(),
         )
     except LorastudioError as err:
         if not channel.terminal_sent:
