@@ -36,7 +36,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -46,6 +45,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.jobs.channel import CHANNEL_ENV, ChannelError, RankJob, recv_json, send_frame, send_json
 from lorastudio.jobs.childenv import child_environment
 from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
+from lorastudio.jobs.torchrun_launch import LAUNCH_VARIABLES, torchrun_command, visible_devices
 from lorastudio.jobs.worker import WorkerArgs
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
@@ -53,39 +53,8 @@ from lorastudio.training.events import Error
 
 log = logging.getLogger("lorastudio.jobs")
 
-AGENT_MODULE = "lorastudio.jobs.agent"
-RANK_MODULE = "lorastudio.jobs.rank_worker"
 ABORT_GRACE_S = 2.0
 ACCEPT_POLL_S = 0.2
-# torchrun's environment of an enclosing launch must not leak into the ranks' rendezvous
-_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def torchrun_command(server_pid: int, world_size: int, log_dir: Path) -> list[str]:
-    """The command line of a launch of `world_size` ranks bound to process `server_pid`
-    (torchrun's own bookkeeping folder: `log_dir`)."""
-    return [
-        sys.executable,
-        "-m",
-        AGENT_MODULE,
-        str(server_pid),
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc-per-node={world_size}",
-        "--max-restarts=0",
-        f"--log-dir={log_dir}",
-        "-m",
-        RANK_MODULE,
-    ]
-
-
-def visible_devices(reserved: tuple[int, ...], server_visible: str | None) -> str:
-    """CUDA_VISIBLE_DEVICES of the ranks: the reserved indices, taken among the server's own
-    CUDA_VISIBLE_DEVICES when it has one (index i = its i-th entry)."""
-    if server_visible is None or not server_visible.strip():
-        return ",".join(str(i) for i in reserved)
-    entries = [e.strip() for e in server_visible.split(",") if e.strip()]
-    return ",".join(entries[i] for i in reserved)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
@@ -167,7 +136,7 @@ class TorchrunWorker:
 
     def _environment(self, channel: str) -> dict[str, str]:
         env = child_environment(os.environ)  # no secrets: the ranks get the hub token in RankJob
-        for name in _LAUNCH_VARIABLES:
+        for name in LAUNCH_VARIABLES:
             env.pop(name, None)
         env[CHANNEL_ENV] = channel
         if self._devices is None:

@@ -41,9 +41,9 @@ from lorastudio.cli.train_launch import launch_arguments
 from lorastudio.config import TrainConfig
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.gpu import GpuArbiter
-from lorastudio.jobs.launcher import torchrun_command, visible_devices
 from lorastudio.jobs.service import JobService
 from lorastudio.jobs.store import RunStore
+from lorastudio.jobs.torchrun_launch import torchrun_command, visible_devices
 from lorastudio.jobs.validation import validate_run
 from lorastudio.settings import Settings
 from lorastudio.training.events import PlanChosen, PlanTrial

@@ -1,0 +1,41 @@
+"""The command line and device list of a data-parallel launch (jobs/launcher.py's TorchrunWorker):
+torchrun's agent bound to the server's lifetime (jobs/agent.py) starting N ranks
+(jobs/rank_worker.py), and the CUDA_VISIBLE_DEVICES the ranks get. No torch here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+AGENT_MODULE = "lorastudio.jobs.agent"
+RANK_MODULE = "lorastudio.jobs.rank_worker"
+# torchrun's environment of an enclosing launch must not leak into the ranks' rendezvous
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_command(server_pid: int, world_size: int, log_dir: Path) -> list[str]:
+    """The command line of a launch of `world_size` ranks bound to process `server_pid`
+    (torchrun's own bookkeeping folder: `log_dir`)."""
+    return [
+        sys.executable,
+        "-m",
+        AGENT_MODULE,
+        str(server_pid),
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={world_size}",
+        "--max-restarts=0",
+        f"--log-dir={log_dir}",
+        "-m",
+        RANK_MODULE,
+    ]
+
+
+def visible_devices(reserved: tuple[int, ...], server_visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES of the ranks: the reserved indices, taken among the server's own
+    CUDA_VISIBLE_DEVICES when it has one (index i = its i-th entry)."""
+    if server_visible is None or not server_visible.strip():
+        return ",".join(str(i) for i in reserved)
+    entries = [e.strip() for e in server_visible.split(",") if e.strip()]
+    return ",".join(entries[i] for i in reserved)
