@@ -120,7 +120,7 @@ def _ask_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem] | None:
 
 
 def _key(cfg: TrainConfig) -> str:
-    """The cache key: the base's denoiser config (its content where it is on this machine, else
+    """The cache key (a SHA-256: a request body of megabytes is not kept CACHE_SIZE times): the base's denoiser config (its content where it is on this machine, else
     the source and revision), the family, adapter and the three fields' values."""
     from lorastudio import families
 
@@ -139,4 +139,5 @@ def _key(cfg: TrainConfig) -> str:
         with contextlib.suppress(FileNotFoundError, PermissionError, NotADirectoryError):
             base = hashlib.sha256(read_bounded(folder / spec.denoiser / "config.json", root)).hexdigest()
     values = {f: getattr(cfg, f) for f in FIELDS}
-    return json.dumps([base, cfg.family, cfg.adapter, values], sort_keys=True, default=str)
+    whole = json.dumps([base, cfg.family, cfg.adapter, values], sort_keys=True, default=str)
+    return hashlib.sha256(whole.encode()).hexdigest()  # 64 bytes kept, whatever the values' size

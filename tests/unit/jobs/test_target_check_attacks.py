@@ -78,3 +78,15 @@ def test_a_hostile_denoiser_config_never_holds_the_server(tmp_path: Path, hostil
     cfg = _cfg(str(tmp_path / "base"), lora_targets=["to_q"])
     assert _answer_within(lambda: target_check.target_problems(cfg), 10) == []  # the run's start checks
     assert target_check.spawned == before  # no child left to read it either
+
+
+def test_the_cache_keeps_no_copy_of_a_huge_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key was the values' JSON: CACHE_SIZE answers of 4 MB bodies (the API's cap) kept
+    ~1 GB (fix 126)."""
+    monkeypatch.setattr(target_check, "_ask_child", lambda cfg, timeout_s: [])
+    monkeypatch.setattr(target_check, "_cache", {})
+    huge = [f"transformer_blocks.{i}.attn.to_q" for i in range(20_000)]  # ~600 kB of names
+    assert target_check.target_problems(_cfg(str(tmp_path), lora_targets=huge)) == []
+    assert target_check.target_problems(_cfg(str(tmp_path), lora_targets=[*huge, "x"])) == []
+    assert len(target_check._cache) == 2  # two configs, two answers
+    assert sum(len(k) for k in target_check._cache) < 1000
