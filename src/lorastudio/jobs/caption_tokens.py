@@ -52,7 +52,9 @@ from lorastudio.jobs.childenv import child_environment
 
 log = logging.getLogger("lorastudio.jobs")
 COUNT_TIMEOUT_S = 20.0  # the child's wall-clock limit (a real tokenizer.json loads in ~1 s)
-_children = threading.BoundedSemaphore(2)  # count children at once; the others wait their turn
+_children = threading.BoundedSemaphore(2)  # count children at once
+MAX_WAITING = 2  # counts that may wait for a child; more are left to the start at once
+_slots = threading.BoundedSemaphore(2 + MAX_WAITING)  # the running counts + the waiting
 
 QWEN_IMAGE_TOKENIZER_MAX = 1024  # QwenImagePipeline.tokenizer_max_length: its own cut
 AT_START = "caption lengths are counted at the start of the run ({why})"
@@ -128,10 +130,28 @@ def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> l
         "template": spec.caption_tokens.template,
         "texts": list(captions),
     }
-    if not _children.acquire(timeout=COUNT_TIMEOUT_S):
+    if not _slots.acquire(blocking=False):  # no pile-up of request threads behind the children
         raise CannotCount("other caption counts are running")
     try:
-        done = subprocess.run(
+        with _children:
+            done = _run_child(ask)
+    finally:
+        _slots.release()
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        log.warning("caption count failed (code %s): %s", done.returncode, done.stderr.strip()[-2000:])
+        raise CannotCount(f"its tokenizer files could not be counted here (code {done.returncode})") from None
+    if "cannot" in answer:
+        raise CannotCount(str(answer["cannot"]))
+    return [int(n) for n in answer["counts"]]
+
+
+def _run_child(ask: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """The count child's run (jobs/caption_count.py). Raises CannotCount when it ran out of time
+    or could not start."""
+    try:
+        return subprocess.run(
             [sys.executable, "-m", "lorastudio.jobs.caption_count"],
             input=json.dumps(ask),
             capture_output=True,
@@ -144,16 +164,6 @@ def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> l
         raise CannotCount(f"its tokenizer files were not counted within {COUNT_TIMEOUT_S:.0f} s") from None
     except OSError as err:
         raise CannotCount(f"the count could not start: {err}") from None
-    finally:
-        _children.release()
-    try:
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        log.warning("caption count failed (code %s): %s", done.returncode, done.stderr.strip()[-2000:])
-        raise CannotCount(f"its tokenizer files could not be counted here (code {done.returncode})") from None
-    if "cannot" in answer:
-        raise CannotCount(str(answer["cannot"]))
-    return [int(n) for n in answer["counts"]]
 
 
 def _counts(spec: FamilySpec, folder: Path | None, texts: list[str]) -> tuple[list[int] | None, str]:

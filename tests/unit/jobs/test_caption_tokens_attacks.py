@@ -122,3 +122,27 @@ def test_a_hub_snapshots_links_into_its_blobs_are_followed(base: Path, tmp_path:
         shutil.copy(file, blob)
         (snapshot / "tokenizer" / file.name).symlink_to(Path("../../..") / "blobs" / file.name)
     assert caption_counts(SPEC, snapshot, ["a red circle"]) == caption_counts(SPEC, base, ["a red circle"])
+
+
+def test_concurrent_counts_never_pile_up(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight preflights at once of a base whose template loops: two children run, two requests
+    wait, the others are answered at once (the count left to the start), not held in turn."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(caption_tokens, "COUNT_TIMEOUT_S", 2.0)
+    _template(base, "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+
+    def ask(_: int) -> tuple[float, str]:
+        started = time.monotonic()
+        try:
+            caption_counts(SPEC, base, ["a red circle"])
+        except CannotCount as err:
+            return time.monotonic() - started, str(err)
+        return time.monotonic() - started, "counted"
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(8)))
+    turned_away = [took for took, why in answers if why == "other caption counts are running"]
+    timed_out = [took for took, why in answers if "within 2 s" in why]
+    assert len(turned_away) == 8 - 2 - caption_tokens.MAX_WAITING and max(turned_away) < 1.0
+    assert len(timed_out) == 2 + caption_tokens.MAX_WAITING and max(timed_out) < 2 * 2.0 + 3
