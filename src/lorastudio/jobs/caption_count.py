@@ -65,7 +65,7 @@ def read_bounded(file: Path, root: Path) -> bytes:
         if not os.path.lexists(file):
             raise FileNotFoundError(file)
         raise CannotCount(f"{file.parent.name}/{file.name} leads out of the model folder (to {real})")
-    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)  # no link swapped in
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

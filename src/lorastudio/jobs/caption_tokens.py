@@ -53,6 +53,9 @@ from lorastudio.jobs.childenv import child_environment
 log = logging.getLogger("lorastudio.jobs")
 COUNT_TIMEOUT_S = 20.0  # the child's wall-clock limit (a real tokenizer.json loads in ~1 s)
 _children = threading.BoundedSemaphore(2)  # count children at once
+# the child caps its address space: no thread pool (tokenizers' rayon: a thread and a malloc arena
+# of 64 MiB reserved per core, past the cap on a many-core host) and few arenas
+_CHILD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
 MAX_WAITING = 2  # counts that may wait for a child; more are left to the start at once
 _slots = threading.BoundedSemaphore(2 + MAX_WAITING)  # the running counts + the waiting
 
@@ -157,7 +160,7 @@ def _run_child(ask: dict[str, Any]) -> subprocess.CompletedProcess[str]:
             capture_output=True,
             text=True,
             timeout=COUNT_TIMEOUT_S,
-            env=child_environment(os.environ),
+            env=child_environment(os.environ) | _CHILD_ENV,
             check=False,
         )
     except subprocess.TimeoutExpired:
