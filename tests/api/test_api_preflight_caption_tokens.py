@@ -4,6 +4,7 @@ tokenizer has no tokenizer.json gets a plain note that the count is made at the 
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -71,3 +72,27 @@ def test_without_tokenizer_json_the_count_is_left_to_the_start(
         "note": "caption lengths are counted at the start of the run (tokenizer_2/ has no tokenizer.json "
         "(a slow-only tokenizer))",
     }
+
+
+def test_a_fifo_tokenizer_json_leaves_the_count_to_the_start_without_hanging(
+    client: TestClient,
+    settings: Settings,
+    sample_dataset: Path,
+    flux_config: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """The Rust reader blocked on a FIFO holding the GIL: the whole server stopped (fix 125)."""
+    _shapes(settings, sample_dataset)
+    base = shutil.copytree(tiny_model("flux"), tmp_path / "flux-fifo")
+    (base / "tokenizer_2" / "tokenizer.json").unlink()
+    os.mkfifo(base / "tokenizer_2" / "tokenizer.json")
+    report = client.post(
+        "/api/train/preflight", json={"config": flux_config(base_model=str(base), max_sequence_length=32)}
+    )
+    assert report.status_code == 200, report.text
+    section = report.json()["dataset"]["caption_tokens"]
+    assert section["counted"] is False
+    assert section["note"] == (
+        "caption lengths are counted at the start of the run (tokenizer_2/tokenizer.json is not a regular file)"
+    )

@@ -100,11 +100,13 @@ def _patched(weight: torch.Tensor, parts: dict[str, torch.Tensor], strength: flo
         delta = (up.reshape(up.shape[0], -1) @ down.reshape(down.shape[0], -1)) * scale  # [out, in]
     else:
         delta = comfy_delta(parts)  # [out, in]
-    if delta.numel() != flat.numel():
+    if delta.numel() != flat.numel() or delta.shape[0] != flat.shape[0]:  # rows are output rows
         raise LycorisError(f"patch {tuple(delta.shape)} vs weight {tuple(base.shape)}")
     delta = delta.reshape(flat.shape)
     if "dora_scale" in parts:
         dora = parts["dora_scale"].float().reshape(-1, 1)  # [out, 1]
+        if dora.shape[0] != flat.shape[0]:  # one per output row, never broadcast
+            raise LycorisError(f"dora_scale {tuple(parts['dora_scale'].shape)} vs weight {tuple(base.shape)}")
         norm = flat.norm(dim=1, keepdim=True) + torch.finfo(torch.float32).eps  # [out, 1]
         target = (flat + delta) * (dora / norm)
         return (flat + strength * (target - flat)).reshape(base.shape)

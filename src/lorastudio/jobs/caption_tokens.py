@@ -6,24 +6,30 @@ the preflight counts with the `tokenizers` package (Rust, torch-free) reading th
 `tokenizer.json`, and renders a chat template with jinja2 as transformers does
 (`render_chat`): the counts equal training/caption_length.caption_token_counts on every family's
 tiny model (tests/unit/jobs/test_caption_tokens_parity.py). The pipelines' template strings are
-copied here (`QWEN_IMAGE_TEMPLATE`, `KREA2_*`, `FLUX2_SYSTEM_MESSAGE`); a test checks them
-against diffusers' pipelines.
+copied in jobs/caption_count.py (`QWEN_IMAGE_TEMPLATE`, `KREA2_*`, `FLUX2_SYSTEM_MESSAGE`); a
+test checks them against diffusers' pipelines. The folder's files are untrusted (a FIFO, a link
+to /dev/zero or out of the folder, a template that loops or renders gigabytes): they are read
+and rendered only in a child process bounded in time, memory and CPU (jobs/caption_count.py).
 
 Contract of `caption_token_section`: it reads only local files (a pipeline folder, or a hub id's
 snapshot in the hub cache; a single file's base config), never the network. It returns None for
 a family whose captions are not measured (no CaptionTokens, or one that never cuts); otherwise
 {"limit", "counted": bool, "cut": [{"file", "tokens"}], "note"}. When it cannot count
-(no tokenizer.json: a slow-only tokenizer; the files not on this machine; a chat template this
-renderer does not run) `counted` is False, `cut` empty and `note` says the count is made at the
+(no tokenizer.json: a slow-only tokenizer; the files not on this machine; a file that is not a
+regular one inside the folder, or too large; a chat template this renderer does not run; a
+count past COUNT_TIMEOUT_S) `counted` is False, `cut` empty and `note` says the count is made at the
 start of the run: a note, never a problem.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
+import sys
+import threading
 from collections.abc import Sequence
-from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +38,28 @@ from lorastudio.data import DatasetScan
 from lorastudio.data.caption_variants import scan_variants
 from lorastudio.data.items import item_name
 from lorastudio.families.spec import FamilySpec
+from lorastudio.jobs.caption_count import (  # noqa: F401 (the counting's names, re-exported)
+    FLUX2_SYSTEM_MESSAGE,
+    KREA2_DROP,
+    KREA2_PREFIX,
+    KREA2_SUFFIX_TOKENS,
+    QWEN_IMAGE_DROP,
+    QWEN_IMAGE_TEMPLATE,
+    CannotCount,
+    render_chat,
+)
+from lorastudio.jobs.childenv import child_environment
 
-# QwenImagePipeline.__init__: the prompt template and the leading tokens it drops
-QWEN_IMAGE_TEMPLATE = (
-    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
-    "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
-    "<|im_end|>\n<|im_start|>assistant\n"
-)
-QWEN_IMAGE_DROP = 34
+log = logging.getLogger("lorastudio.jobs")
+COUNT_TIMEOUT_S = 20.0  # the child's wall-clock limit (a real tokenizer.json loads in ~1 s)
+_children = threading.BoundedSemaphore(2)  # count children at once
+# the child caps its address space: no thread pool (tokenizers' rayon: a thread and a malloc arena
+# of 64 MiB reserved per core, past the cap on a many-core host) and few arenas
+_CHILD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+MAX_WAITING = 2  # counts that may wait for a child; more are left to the start at once
+_slots = threading.BoundedSemaphore(2 + MAX_WAITING)  # the running counts + the waiting
+
 QWEN_IMAGE_TOKENIZER_MAX = 1024  # QwenImagePipeline.tokenizer_max_length: its own cut
-# Krea2Pipeline.__init__: prefix (dropped) + caption, then the suffix's tokens
-KREA2_PREFIX = (
-    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
-    "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n"
-)
-KREA2_DROP = 34
-KREA2_SUFFIX_TOKENS = 5
-# diffusers pipelines/flux2/system_messages.SYSTEM_MESSAGE (Flux2Pipeline's system turn)
-FLUX2_SYSTEM_MESSAGE = (
-    "You are an AI that reasons about image descriptions. You give structured responses focusing on "
-    "object relationships, object\nattribution and actions without speculation."
-)
 AT_START = "caption lengths are counted at the start of the run ({why})"
 
 
@@ -112,56 +119,54 @@ def tokenizer_folder(cfg: TrainConfig, model_dir: Path | None) -> Path | None:
 
 def caption_counts(spec: FamilySpec, folder: Path, captions: Sequence[str]) -> list[int]:
     """Each caption's tokens as training/caption_length.caption_token_counts counts them, read
-    from the pipeline folder's tokenizer files. Raises CannotCount (with the reason), ValueError
-    for a family that is not measured."""
+    from the pipeline folder's tokenizer files in a bounded child process
+    (jobs/caption_count.py: COUNT_TIMEOUT_S of wall time, its own memory and CPU caps, only
+    regular files inside the folder). Raises CannotCount (with the reason), ValueError for a
+    family that is not measured."""
     if spec.caption_tokens is None:
         raise ValueError(f"{spec.title}'s captions are not measured")
-    tok_dir = folder / spec.caption_tokens.tokenizer
-    tokenizer = _tokenizer(tok_dir)
-    template = spec.caption_tokens.template
-    texts = list(captions)
-    if template == "plain":
-        return [len(e.ids) for e in tokenizer.encode_batch(texts)]
-    if template == "qwen_image":
-        wrapped = [QWEN_IMAGE_TEMPLATE.format(c) for c in texts]
-        return [len(e.ids) - QWEN_IMAGE_DROP for e in tokenizer.encode_batch(wrapped)]
-    if template == "krea2":
-        wrapped = [KREA2_PREFIX + c for c in texts]
-        return [len(e.ids) - KREA2_DROP + KREA2_SUFFIX_TOKENS for e in tokenizer.encode_batch(wrapped)]
-    chat, specials = _chat_template(tok_dir)
-    if template in ("chat", "chat_thinking"):  # rendered, then tokenized with the special tokens
-        thinking = template == "chat_thinking"
-        rendered = [
-            render_chat(
-                chat,
-                [{"role": "user", "content": c}],
-                specials,
-                add_generation_prompt=True,
-                enable_thinking=thinking,
-            )
-            for c in texts
-        ]
-        return [len(e.ids) for e in tokenizer.encode_batch(rendered)]
-    if template != "flux2_system":
-        raise CannotCount(f"the {template!r} prompt template is not counted here")
-    # diffusers' format_input, apply_chat_template(tokenize=True): no special tokens added
-    rendered = [
-        render_chat(
-            chat,
-            [
-                {"role": "system", "content": [{"type": "text", "text": FLUX2_SYSTEM_MESSAGE}]},
-                {"role": "user", "content": [{"type": "text", "text": c.replace("[IMG]", "")}]},
-            ],
-            specials,
-            add_generation_prompt=False,
+    root = folder.parent.parent if folder.parent.name == "snapshots" else folder  # a hub snapshot's blobs
+    ask = {
+        "folder": str(folder),
+        "root": str(root),
+        "tokenizer": spec.caption_tokens.tokenizer,
+        "template": spec.caption_tokens.template,
+        "texts": list(captions),
+    }
+    if not _slots.acquire(blocking=False):  # no pile-up of request threads behind the children
+        raise CannotCount("other caption counts are running")
+    try:
+        with _children:
+            done = _run_child(ask)
+    finally:
+        _slots.release()
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        log.warning("caption count failed (code %s): %s", done.returncode, done.stderr.strip()[-2000:])
+        raise CannotCount(f"its tokenizer files could not be counted here (code {done.returncode})") from None
+    if "cannot" in answer:
+        raise CannotCount(str(answer["cannot"]))
+    return [int(n) for n in answer["counts"]]
+
+
+def _run_child(ask: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """The count child's run (jobs/caption_count.py). Raises CannotCount when it ran out of time
+    or could not start."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "lorastudio.jobs.caption_count"],
+            input=json.dumps(ask),
+            capture_output=True,
+            text=True,
+            timeout=COUNT_TIMEOUT_S,
+            env=child_environment(os.environ) | _CHILD_ENV,
+            check=False,
         )
-        for c in texts
-    ]
-    return [len(e.ids) for e in tokenizer.encode_batch(rendered, add_special_tokens=False)]
-
-
-class CannotCount(Exception):
-    """The tokenizer files cannot be counted with here (the reason is the message)."""
+    except subprocess.TimeoutExpired:
+        raise CannotCount(f"its tokenizer files were not counted within {COUNT_TIMEOUT_S:.0f} s") from None
+    except OSError as err:
+        raise CannotCount(f"the count could not start: {err}") from None
 
 
 def _counts(spec: FamilySpec, folder: Path | None, texts: list[str]) -> tuple[list[int] | None, str]:
@@ -174,103 +179,3 @@ def _counts(spec: FamilySpec, folder: Path | None, texts: list[str]) -> tuple[li
         return caption_counts(spec, folder, texts), ""
     except CannotCount as err:
         return None, str(err)
-
-
-@lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int) -> Any:
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(path)
-    tokenizer.no_truncation()  # a tokenizer.json may carry a cut or padding; the run counts without
-    tokenizer.no_padding()
-    return tokenizer
-
-
-def _tokenizer(tok_dir: Path) -> Any:
-    file = tok_dir / "tokenizer.json"
-    try:
-        stamp = file.stat().st_mtime_ns
-    except OSError:
-        raise CannotCount(f"{tok_dir.name}/ has no tokenizer.json (a slow-only tokenizer)") from None
-    try:
-        return _load(str(file), stamp)
-    except Exception as err:  # noqa: BLE001 (the Rust reader raises plain Exception on a bad file)
-        raise CannotCount(f"{file} cannot be read by tokenizers: {err}") from None
-
-
-def _chat_template(tok_dir: Path) -> tuple[str, dict[str, str]]:
-    """The tokenizer's chat template (chat_template.jinja, else tokenizer_config.json's) and its
-    special tokens as the template sees them (bos_token, eos_token, ...)."""
-    try:
-        config = json.loads((tok_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = {}
-    specials = {
-        k: (v["content"] if isinstance(v, dict) else v)
-        for k in ("bos_token", "eos_token", "unk_token", "pad_token")
-        if isinstance(v := config.get(k), (str, dict))
-    }
-    file = tok_dir / "chat_template.jinja"
-    if file.is_file():
-        return file.read_text(encoding="utf-8"), specials
-    chat = config.get("chat_template")
-    if isinstance(chat, str):
-        return chat, specials
-    raise CannotCount(f"{tok_dir.name}/ has no chat template")
-
-
-def render_chat(
-    template: str, messages: list[dict[str, Any]], specials: dict[str, str], **kwargs: Any
-) -> str:
-    """`template` rendered as transformers' apply_chat_template renders it (a sandboxed jinja2
-    environment, trim_blocks and lstrip_blocks, loop controls, the {% generation %} block (its
-    body rendered as is), its tojson / raise_exception / strftime_now). Raises CannotCount when the template does not render here."""
-    import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(
-        x: Any,
-        ensure_ascii: bool = False,
-        indent: Any = None,
-        separators: Any = None,
-        sort_keys: bool = False,
-    ) -> str:
-        return json.dumps(
-            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-        )
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _generation_tag()]
-    )
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    try:
-        return env.from_string(template).render(
-            messages=messages, tools=None, documents=None, **specials, **kwargs
-        )
-    except jinja2.exceptions.TemplateError as err:
-        raise CannotCount(f"its chat template does not render here: {err}") from None
-
-
-def _generation_tag() -> type:
-    """transformers' {% generation %}...{% endgeneration %} block (its AssistantTracker marks the
-    assistant's tokens): rendered as its body."""
-    from jinja2 import nodes
-    from jinja2.ext import Extension
-
-    class Generation(Extension):
-        tags = {"generation"}  # noqa: RUF012 (jinja2's class attribute)
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller: Any) -> str:
-            return str(caller())
-
-    return Generation

@@ -12,8 +12,11 @@ start after its preflight does not spawn again; the first check of a config cost
 start (torch and diffusers imports: about 5 s of CPU, 20 s on a loaded 2-core host), which the
 preflight pays (the Train page's Check) or, without one, the start route (kept there: a start
 is once per run, and a refusal there costs no load; the route runs in a worker thread); one
-child runs at a time (a racing request for the same answer waits and finds it cached) and at
-most CACHE_SIZE answers are kept.
+child runs at a time (a racing request for the same answer waits and finds it cached; at most
+MAX_WAITING requests wait, later ones leave the check to the start, so concurrent preflights
+never hold the server's request threads) and at most CACHE_SIZE answers are kept. The base's
+denoiser config is read bounded (a regular file inside its folder, jobs/caption_count.read_bounded):
+one that is not leaves the check to the start.
 A child that fails or runs past TIMEOUT_S gives no problems (logged; nothing is cached): the
 run's own start still refuses such a config before any load, as it always did.
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import FieldProblem
+from lorastudio.jobs.caption_count import CannotCount, read_bounded
 from lorastudio.jobs.childenv import child_environment
 
 log = logging.getLogger("lorastudio.jobs")
@@ -42,32 +46,48 @@ CACHE_SIZE = 256  # answers kept, oldest dropped first
 _cache: dict[str, list[FieldProblem]] = {}  # insertion-ordered: the oldest first
 _lock = threading.Lock()  # guards _cache and spawned
 _one_child = threading.Lock()  # one child at a time: a racing same request then finds the cache
+MAX_WAITING = 2  # requests that may wait for the running child; more are answered at once
+_slots = threading.BoundedSemaphore(1 + MAX_WAITING)  # the running child's request + the waiting
 spawned = 0  # child processes started (tests read it)
 
 
 def target_problems(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> list[FieldProblem]:
     """The engine's problems with a resolved cfg's lora_targets / rank_pattern / alpha_pattern
-    (see the module docstring); [] when it sets none of them."""
+    (see the module docstring); [] when it sets none of them, or when the check is left to the
+    run's start (the child failed or ran out of time; MAX_WAITING requests already wait for the
+    child; the base's denoiser config is not a regular file inside its folder)."""
     global spawned
     if not any(getattr(cfg, f) for f in FIELDS):
         return []
-    key = _key(cfg)
+    try:
+        key = _key(cfg)
+    except CannotCount as err:
+        log.warning("lora target check not made (the run's start makes it): %s", err)
+        return []
     with _lock:
         if key in _cache:  # no wait behind another config's child
             return list(_cache[key])
-    with _one_child:
-        with _lock:
-            if key in _cache:  # a racing request for the same answer got it meanwhile
-                return list(_cache[key])
-            spawned += 1
-        problems = _ask_child(cfg, timeout_s)
-        if problems is None:
-            return []
-        with _lock:
-            _cache[key] = problems
-            while len(_cache) > CACHE_SIZE:
-                del _cache[next(iter(_cache))]
-        return list(problems)
+    if not _slots.acquire(blocking=False):  # no pile-up of request threads behind the one child
+        log.warning(
+            "lora target check not made (%d checks already wait; the run's start makes it)", MAX_WAITING
+        )
+        return []
+    try:
+        with _one_child:
+            with _lock:
+                if key in _cache:  # a racing request for the same answer got it meanwhile
+                    return list(_cache[key])
+                spawned += 1
+            problems = _ask_child(cfg, timeout_s)
+            if problems is None:
+                return []
+            with _lock:
+                _cache[key] = problems
+                while len(_cache) > CACHE_SIZE:
+                    del _cache[next(iter(_cache))]
+            return list(problems)
+    finally:
+        _slots.release()
 
 
 def _ask_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem] | None:
@@ -100,7 +120,7 @@ def _ask_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem] | None:
 
 
 def _key(cfg: TrainConfig) -> str:
-    """The cache key: the base's denoiser config (its content where it is on this machine, else
+    """The cache key (a SHA-256: a request body of megabytes is not kept CACHE_SIZE times): the base's denoiser config (its content where it is on this machine, else
     the source and revision), the family, adapter and the three fields' values."""
     from lorastudio import families
 
@@ -114,8 +134,10 @@ def _key(cfg: TrainConfig) -> str:
         from lorastudio.basemodels.hubcache import cached_snapshot, is_hub_id
 
         folder = cached_snapshot(where, cfg.revision) if is_hub_id(where) else None
-    if folder is not None:
-        with contextlib.suppress(OSError):
-            base = hashlib.sha256((folder / spec.denoiser / "config.json").read_bytes()).hexdigest()
+    if folder is not None:  # read bounded: a FIFO or /dev/zero there must not hold the server
+        root = folder.parent.parent if folder.parent.name == "snapshots" else folder  # a hub snapshot's blobs
+        with contextlib.suppress(FileNotFoundError, PermissionError, NotADirectoryError):
+            base = hashlib.sha256(read_bounded(folder / spec.denoiser / "config.json", root)).hexdigest()
     values = {f: getattr(cfg, f) for f in FIELDS}
-    return json.dumps([base, cfg.family, cfg.adapter, values], sort_keys=True, default=str)
+    whole = json.dumps([base, cfg.family, cfg.adapter, values], sort_keys=True, default=str)
+    return hashlib.sha256(whole.encode()).hexdigest()  # 64 bytes kept, whatever the values' size

@@ -8,7 +8,8 @@ the real module names of the family's tiny denoiser built on the meta device (no
 memory), the Linear / Conv2d layers a LoRA can sit on. The index of a block list (a ModuleList
 of one block class with layers of its own: `transformer_blocks.N`, `layers.N`,
 `noise_refiner.N`) stands for any index, as a real checkpoint has more blocks than the tiny one;
-every other part of a name must match whole.
+every other part of a name must match whole. An index is ASCII digits without a leading zero
+(as nn.ModuleList names its children).
 
 Contract: `from_flat(flat, family)` answers the one module name whose underscored form is `flat`;
 ConfigError when none is (a layer of no module of the family) or more than one would be.
@@ -31,6 +32,9 @@ _TINY_DENOISER = {
 }
 FAMILIES = frozenset(_TINY_DENOISER)
 _ANY = None  # a template part standing for any block index
+# a block index as a module name spells it: ASCII digits, no leading zero (re's \d also takes
+# "٣" or "३", and "007" is no module: either would name a layer no model has)
+_INDEX = r"(0|[1-9][0-9]*)"
 
 
 def _block_lists(model: torch.nn.Module) -> set[str]:
@@ -73,7 +77,7 @@ def module_templates(family: str) -> tuple[tuple[str | None, ...], ...]:
 def _patterns(family: str) -> tuple[tuple[re.Pattern[str], tuple[str | None, ...]], ...]:
     out = []
     for template in module_templates(family):
-        regex = "_".join(r"(\d+)" if part is _ANY else re.escape(part) for part in template)
+        regex = "_".join(_INDEX if part is _ANY else re.escape(part) for part in template)
         out.append((re.compile(regex), template))
     return tuple(out)
 
