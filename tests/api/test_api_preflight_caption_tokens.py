@@ -82,7 +82,7 @@ def test_a_fifo_tokenizer_json_leaves_the_count_to_the_start_without_hanging(
     tiny_model: Callable[[str], Path],
     tmp_path: Path,
 ) -> None:
-    """The Rust reader blocked on a FIFO holding the GIL: the whole server stopped (fix 125)."""
+    """The Rust reader blocked on a FIFO holding the GIL: the whole server stopped (fix 136)."""
     _shapes(settings, sample_dataset)
     base = shutil.copytree(tiny_model("flux"), tmp_path / "flux-fifo")
     (base / "tokenizer_2" / "tokenizer.json").unlink()

@@ -24,7 +24,7 @@ def _state(pipe) -> dict[str, torch.Tensor]:
 
 def test_a_transposed_patch_of_the_same_size_is_refused(pipe, tmp_path) -> None:
     """The patch was checked by its number of elements only, then reshaped to the weight: an
-    [in, out] patch on an [out, in] layer was applied scrambled (fix 128)."""
+    [in, out] patch on an [out, in] layer was applied scrambled (fix 139)."""
     name, layer = next(
         (n, m)
         for n, m in pipe.transformer.named_modules()

@@ -82,7 +82,7 @@ def test_a_hostile_denoiser_config_never_holds_the_server(tmp_path: Path, hostil
 
 def test_the_cache_keeps_no_copy_of_a_huge_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The key was the values' JSON: CACHE_SIZE answers of 4 MB bodies (the API's cap) kept
-    ~1 GB (fix 126)."""
+    ~1 GB (fix 137)."""
     monkeypatch.setattr(target_check, "_ask_child", lambda cfg, timeout_s: [])
     monkeypatch.setattr(target_check, "_cache", {})
     huge = [f"transformer_blocks.{i}.attn.to_q" for i in range(20_000)]  # ~600 kB of names

@@ -21,6 +21,6 @@ def test_a_plain_index_names_its_block() -> None:
 )
 def test_an_index_no_module_list_names_is_no_layer(index: str) -> None:
     """re's \\d took any Unicode digit, and a leading zero: `layers.٣.attention.to_q` was
-    answered, a name no model has (fix 127)."""
+    answered, a name no model has (fix 138)."""
     with pytest.raises(ConfigError, match="is no layer of z-image's transformer"):
         from_flat(f"layers_{index}_attention_to_q", "z-image")
