@@ -78,7 +78,8 @@ class EventPump(abc.ABC):
             with self._cond:  # a stop waits for a sample round or checkpoint in flight (jobs/busy.py)
                 hung = watch.overdue(job, time.monotonic())
                 if hung is not None:
-                    self._stop_hung(job, worker, hung)
+                    ranks = worker.silence_note(watch.allowance_s())  # a multi-GPU job's silent rank(s)
+                    self._stop_hung(job, worker, f"{hung} ({ranks})" if ranks else hung)
                 deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
             worker.escalate(self.timeouts, deadline, ended_at)
         with self._cond:
