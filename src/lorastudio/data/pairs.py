@@ -25,9 +25,14 @@ controls (min >= 1: the single-image Qwen-Image-Edit, whose prompt template alwa
 may differ in their number of controls: each batch takes samples of one count
 (data/sampler.py groups them by bucket and count).
 
-Controls are resized to cover the target's bucket and cropped like the target (data/crop.py):
-each control latent has the target latent's size, so the family can place it in its sequence as
-the edit pipelines do with a reference of the output's size. No torch here.
+The size each control trains at is the run's `control_resolution` (data/control_sizing.py, set
+on the items by data/run_scan.with_control_sizes): "pipeline" (the default) the size the
+family's edit pipeline encodes a reference at, from the control's own aspect ratio, whatever its
+target's bucket (Qwen-Image-Edit ~1 MP, FLUX.1 Kontext its nearest preferred resolution, FLUX.2
+capped at 1 MP); an int N that rule at an N x N area; "target" (and any family without a
+pipeline rule) resized to cover its target's bucket and cropped (and flipped) like the target
+(`load_control_crop`, data/crop.py), so the control latent has the target latent's size. No
+torch here.
 
 Controls are opened like every dataset file (data/safe_open.py): relative to their folder, whose
 identity the pairing records (`PairReport.folder_ids`), without following a link; a control whose

@@ -310,3 +310,15 @@ def test_the_folder_layout_takes_as_many_controls_as_the_widest_family(tmp_path)
     assert dict(_scan(tmp_path, allowed=(0, 10)).dropped)["control_11"].startswith(
         "not read as a control folder"
     )
+
+
+def test_the_module_states_the_control_sizing_rule_of_the_default():
+    """data/pairs.py said controls always take their target's bucket, stale since
+    control_resolution (default "pipeline") sizes them as the family's edit pipeline does."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.data import pairs
+
+    default = TrainConfig.model_fields["control_resolution"].default
+    doc = " ".join((pairs.__doc__ or "").split())
+    assert f'"{default}" (the default)' in doc and "control_resolution" in doc
+    assert "Controls are resized to cover the target's bucket" not in doc
