@@ -13,6 +13,7 @@ import jobs_fake_workers as fakes
 import pytest
 import torch
 
+from dp_jobs import FINAL, dp_config, wait_job
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.process import WorkerProcess
 from lorastudio.jobs.rank_silence import RankSilence
@@ -104,5 +105,29 @@ def test_the_hang_message_names_the_silent_ranks(
         assert "sent nothing for" in snap["error"], snap["error"]
         assert "(silent: rank 1 (pid 4242, last heard 3 s ago) of 2)" in snap["error"], snap["error"]
         assert asked and asked[0] >= WATCH["hang_min_s"]
+    finally:
+        service.shutdown()
+
+
+def test_a_running_two_rank_jobs_launcher_hears_every_rank(
+    settings: Settings, shapes: Path, tiny_model: Callable[[str], Path]
+) -> None:
+    """2 gloo ranks through torchrun (settings.cpu_data_parallel), as GPU ranks run: while the
+    step loop runs, the launcher has heard each rank within the last 1.5 s (rank 1's beats at its
+    stop polls; it sends no events), and names both, with their pids, as silent past 0 s."""
+    dp = settings.model_copy(update={"cpu_data_parallel": True})
+    service = JobService(dp, RunStore.open(dp.db_path), GpuArbiter()).start()
+    try:
+        job = service.submit(dp_config(tiny_model("flux"), num_gpus=2, steps=100000, output_name="beats"))
+        wait_job(service, job["id"], lambda s: (s["progress"] or {}).get("step", 0) >= 2, 120, "step 2")
+        time.sleep(2.0)  # longer than the 1.5 s below: only beats keep a rank "heard"
+        worker = service._worker
+        assert worker is not None and worker.silence_note(1.5) is None  # every rank answers
+        pids = worker.rank_pids
+        note = worker.silence_note(0.0) or ""
+        assert note.startswith("every rank of 2 is silent: "), note
+        assert f"rank 0 (pid {pids[0]}," in note and f"rank 1 (pid {pids[1]}," in note, note
+        service.stop(save=False, job_id=job["id"])
+        wait_job(service, job["id"], lambda s: s["status"] in FINAL, 60, "the stop")
     finally:
         service.shutdown()
