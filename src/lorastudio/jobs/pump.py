@@ -82,6 +82,8 @@ class EventPump(abc.ABC):
                     self._stop_hung(job, worker, f"{hung} ({ranks})" if ranks else hung)
                 deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
             worker.escalate(self.timeouts, deadline, ended_at)
+        if job.config.output_name:  # a fresh run that ended before its first file: no empty folder
+            remove_abandoned_run(self.settings.outputs_dir / job.config.output_name)
         with self._cond:
             if job.live:
                 if job.status == JobStatus.STOPPING and job.stop_reason is not None:
@@ -95,8 +97,6 @@ class EventPump(abc.ABC):
                 else:
                     self._finish(job, JobStatus.FAILED, error=worker.failure_reason())
         worker.close()
-        if job.config.output_name:  # a fresh run that ended before its first file: no empty folder
-            remove_abandoned_run(self.settings.outputs_dir / job.config.output_name)
 
     def _stop_hung(self, job: Job, worker: JobWorker, reason: str) -> None:
         """Stop `job`, silent past its allowance, as a stop-and-save with the stop path's grace
