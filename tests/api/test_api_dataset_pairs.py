@@ -134,7 +134,7 @@ def test_a_control_sent_in_a_misspelt_field_is_refused_and_replaces_no_target(
             {
                 "file": "a.png",
                 "reason": f"sent in the field {field!r}, not a control field: control images go in "
-                "fields named control, control_2 ... control_9 (spelt exactly so)",
+                "fields named control, control_2 ... control_10 (spelt exactly so)",
             }
         ]
         assert (root / "a.png").read_bytes() == target
@@ -167,3 +167,18 @@ def test_a_second_metadata_upload_keeps_each_rows_controls(client: TestClient, s
     assert client.post("/api/datasets/edits/files", files=second).status_code == 201
     kept = [json.loads(line) for line in (root / "metadata.jsonl").read_text().splitlines()]
     assert kept == [*rows, more]
+
+
+def test_a_tenth_control_uploads_into_control_10(client: TestClient, settings: Settings) -> None:
+    """FLUX.2 dev takes 10 references: a control sent in the field `control_10` lands in
+    control_10/ (it was refused as a misspelt control field), is listed 10th and has a thumbnail."""
+    slots = ["control", *(f"control_{n}" for n in range(2, 11))]
+    files = [("files", ("a.png", _png())), *((slot, ("a.png", _png("blue"))) for slot in slots)]
+    up = client.post("/api/datasets/tens/files", files=files)
+    assert up.status_code == 201, up.text
+    assert up.json()["refused"] == []
+    detail = client.get("/api/datasets/tens").json()
+    assert detail["files"][0]["controls"] == [f"{slot}/a.png" for slot in slots]
+    thumb = client.get("/api/datasets/tens/thumbnails/a.png?control=control_10&size=32")
+    assert thumb.status_code == 200, thumb.text
+    assert client.get("/api/datasets/tens/thumbnails/a.png?control=control_11").status_code == 404

@@ -151,7 +151,10 @@ def train_cmd(
         claim = claim_cli_run(cfg)  # no caption writer meanwhile (jobs/dataset_claims.py)
         if cfg.num_gpus > 1 and not launched:
             check_launch(cfg, device)
-            raise typer.Exit(launch(cfg.num_gpus, config, settings, device, resume, console))
+            code = launch(cfg.num_gpus, config, settings, device, resume, console)
+            if code != 0:  # a rank failed (torchrun stopped the others): no empty run folder stays
+                _remove_abandoned_runs()
+            raise typer.Exit(code)
         from lorastudio.jobs.cli_record import open_cli_record
         from lorastudio.timings import process_started_at
         from lorastudio.training.loop import train

@@ -4,7 +4,7 @@ A paired sample is a target image, 1..K control images and a caption (the edit i
 Three layouts are read, the ones users bring from other trainers:
 
   * control sub-folders of the dataset: `control/` (slot 1), `control_2/`, `control_3/` ...
-    (slot N), each holding images with the same stems as the targets (`a.png` <- `control/a.jpg`);
+    `control_10/` (slot N, up to MAX_CONTROL_SLOTS: the most any family takes), each holding images with the same stems as the targets (`a.png` <- `control/a.jpg`);
   * `metadata.jsonl` rows naming a target's controls: `"control_file_name": "ref/a.png"` (one)
     or `"control_files": ["ref/a.png", "ref/a2.png"]` (in slot order), relative to the dataset
     folder and inside it;
@@ -25,9 +25,14 @@ controls (min >= 1: the single-image Qwen-Image-Edit, whose prompt template alwa
 may differ in their number of controls: each batch takes samples of one count
 (data/sampler.py groups them by bucket and count).
 
-Controls are resized to cover the target's bucket and cropped like the target (data/crop.py):
-each control latent has the target latent's size, so the family can place it in its sequence as
-the edit pipelines do with a reference of the output's size. No torch here.
+The size each control trains at is the run's `control_resolution` (data/control_sizing.py, set
+on the items by data/run_scan.with_control_sizes): "pipeline" (the default) the size the
+family's edit pipeline encodes a reference at, from the control's own aspect ratio, whatever its
+target's bucket (Qwen-Image-Edit ~1 MP, FLUX.1 Kontext its nearest preferred resolution, FLUX.2
+capped at 1 MP); an int N that rule at an N x N area; "target" (and any family without a
+pipeline rule) resized to cover its target's bucket and cropped (and flipped) like the target
+(`load_control_crop`, data/crop.py), so the control latent has the target latent's size. No
+torch here.
 
 Controls are opened like every dataset file (data/safe_open.py): relative to their folder, whose
 identity the pairing records (`PairReport.folder_ids`), without following a link; a control whose
@@ -59,7 +64,10 @@ from lorastudio.errors import DatasetError
 if TYPE_CHECKING:
     from lorastudio.data.items import ImageItem
 
-CONTROL_FOLDER = re.compile(r"^control(?:_([2-9]))?$")  # control, control_2 ... control_9
+MAX_CONTROL_SLOTS = 10  # the most control images any family takes (FLUX.2 dev: 10 references)
+LAST_CONTROL_FOLDER = f"control_{MAX_CONTROL_SLOTS}"
+# control, control_2 ... control_10 (control_1 is no name of one: slot 1 is control/)
+CONTROL_FOLDER = re.compile(rf"^control(?:_({'|'.join(str(n) for n in range(2, MAX_CONTROL_SLOTS + 1))}))?$")
 
 
 @dataclass(frozen=True)
@@ -84,19 +92,19 @@ class PairReport:
 
 def misnamed_control_folder(name: str) -> str | None:
     """Why the dataset sub-folder `name` is not read as control images when it looks like a control
-    folder (`Control`, `controls`, `control_1`, `control_10`, `ctrl` ...: CONTROL_FOLDER's names
+    folder (`Control`, `controls`, `control_1`, `control_11`, `ctrl` ...: CONTROL_FOLDER's names
     spelt otherwise), None for a control folder or any other name. A guess is never paired."""
     low = name.casefold()
     if CONTROL_FOLDER.match(name) or not low.startswith(("control", "ctrl")):
         return None
     return (
-        "not read as a control folder (control images go in control/, control_2/ ... control_9/, "
+        f"not read as a control folder (control images go in control/, control_2/ ... {LAST_CONTROL_FOLDER}/, "
         "spelt exactly so; rename it)"
     )
 
 
 def control_subfolders(root: Path) -> list[Path]:
-    """The dataset's control sub-folders in slot order (control, control_2, ... control_9)."""
+    """The dataset's control sub-folders in slot order (control, control_2, ... control_10)."""
     found: list[tuple[int, Path]] = []
     try:
         entries = list(root.iterdir())

@@ -1,5 +1,5 @@
 """Paired uploads (data/uploads.py): control images sent in a form field named after their
-control folder (`control`, `control_2` ... `control_9`, data/pairs.py's layout) are stored as
+control folder (`control`, `control_2` ... `control_10`, data/pairs.py's layout) are stored as
 <dataset>/<folder>/<file name>. A control must be an image whose stem names a target image of
 the upload or of the dataset; a control whose target was refused is refused with it; a file sent
 in a field spelt like a control field but not one (`controls`) is refused. No torch."""
@@ -11,7 +11,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.pairs import CONTROL_FOLDER, control_subfolders, misnamed_control_folder
+from lorastudio.data.pairs import (
+    CONTROL_FOLDER,
+    LAST_CONTROL_FOLDER,
+    control_subfolders,
+    misnamed_control_folder,
+)
 from lorastudio.data.paths import nfc, stem_key
 from lorastudio.errors import DatasetError
 
@@ -30,7 +35,7 @@ def misnamed_control_field(field: str) -> str | None:
         return None
     return (
         f"sent in the field {field!r}, not a control field: control images go in fields named "
-        "control, control_2 ... control_9 (spelt exactly so)"
+        f"control, control_2 ... {LAST_CONTROL_FOLDER} (spelt exactly so)"
     )
 
 

@@ -45,6 +45,7 @@ from lorastudio.config import TrainConfig
 from lorastudio.jobs.channel import CHANNEL_ENV, ChannelError, RankJob, recv_json, send_frame, send_json
 from lorastudio.jobs.childenv import child_environment
 from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
+from lorastudio.jobs.rank_silence import RankSilence
 from lorastudio.jobs.torchrun_launch import LAUNCH_VARIABLES, torchrun_command, visible_devices
 from lorastudio.jobs.worker import WorkerArgs
 from lorastudio.processes import process_alive
@@ -97,6 +98,7 @@ class TorchrunWorker:
         self._dir: Path | None = None
         self._listener: socket.socket | None = None
         self._ranks: dict[int, int] = {}  # rank -> pid
+        self._silence = RankSilence(self.world_size)  # when each rank was last heard from
         self._sockets: dict[int, socket.socket] = {}
         self._done: dict[int, tuple[int, str | None]] = {}  # rank -> (code, message)
         self._readers = 0  # rank connections still being read
@@ -181,6 +183,7 @@ class TorchrunWorker:
             job = RankJob(args=self._args, tag=(self.generation, self.pid or 0), device=self._rank_device())
             with self._lock:
                 self._ranks[rank] = pid
+            self._silence.heard(rank, pid)
             with self._send_lock:
                 send_frame(conn, pickle.dumps(job))  # the first frame a rank reads
             with self._lock:
@@ -190,6 +193,7 @@ class TorchrunWorker:
                 with self._send_lock:
                     send_json(conn, {"kind": "stop", "save": pending})
             while (message := recv_json(conn)) is not None:
+                self._silence.heard(rank)  # a "beat" (jobs/rank_silence.py) says only this
                 self._receive(rank, message)
         except (OSError, ChannelError, KeyError, TypeError, ValueError) as err:
             log.warning("rank %s channel: %s", rank, err)
@@ -367,6 +371,10 @@ class TorchrunWorker:
                 return False
             time.sleep(0.02)
         return True
+
+    def silence_note(self, silent_s: float) -> str | None:
+        """The ranks silent for over `silent_s` s, with their pids, and those still answering."""
+        return self._silence.note(silent_s)
 
     def failure_reason(self) -> str:
         """Why the job failed when it ended without a terminal event."""

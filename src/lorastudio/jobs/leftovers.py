@@ -86,11 +86,23 @@ def remove_abandoned_runs(settings: Settings) -> list[Path]:
     killed before they wrote a file (which refused their name to every new run)."""
     removed: list[Path] = []
     for run in _run_folders(settings):
-        with unowned(run) as free:
-            if free and (found := _run_leftovers(run)):
-                remove_leftovers(found)
-                removed += found
+        removed += remove_abandoned_run(run)
     return removed
+
+
+def remove_abandoned_run(run: Path) -> list[Path]:
+    """`remove_abandoned_runs` for one output folder `run` (`outputs/<name>`): what its sessions
+    left, once none holds it, under its lock. A job (or a `--gpus N` launch) that ended without a
+    LoRA or checkpoint, its processes gone (a rank that failed and the ranks torchrun stopped, a
+    worker killed), leaves no empty folder: removed by rmdir only, so a file in it keeps it.
+    Returns what was removed ([] while a live session holds it, or nothing was left)."""
+    if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
+        return []
+    with unowned(run) as free:
+        if free and (found := _run_leftovers(run)):
+            remove_leftovers(found)
+            return found
+    return []
 
 
 def _run_folders(settings: Settings) -> list[Path]:

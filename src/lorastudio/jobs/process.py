@@ -67,6 +67,7 @@ class JobWorker(Protocol):
     def escalate(self, timeouts: Timeouts, stop_deadline: float | None, ended_at: float | None) -> None: ...
     def join(self, timeout: float) -> bool: ...
     def failure_reason(self) -> str: ...
+    def silence_note(self, silent_s: float) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -182,6 +183,11 @@ class WorkerProcess:
         """Terminate, then kill, a worker that overstays its stop deadline or its terminal
         event (`ended_at`); None: no such moment yet."""
         escalate(self, timeouts, stop_deadline, ended_at)
+
+    def silence_note(self, silent_s: float) -> str | None:
+        """Which processes of the job went silent (a data-parallel job's ranks: jobs/launcher.py);
+        None: one process, the worker the hang message names."""
+        return None
 
     def failure_reason(self) -> str:
         """Why the job failed when the process ended without a terminal event."""

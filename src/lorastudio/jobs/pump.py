@@ -1,5 +1,7 @@
 """The job service's pump: a running worker's events folded into its job, stored and logged,
-until the worker has exited; the stop deadline enforced meanwhile (jobs/busy.py). A mixin of
+until the worker has exited; the stop deadline enforced meanwhile (jobs/busy.py). Then what its
+processes left in the run folder goes (jobs/leftovers.remove_abandoned_run: a fresh run killed or
+failed before its first file leaves no empty folder; the log and the run record stay). A mixin of
 JobService (jobs/service.py), split out to keep each file short: it uses the service's lock,
 store, event log and bookkeeping (`_finish`, `_log_status`, `_log_event`). No torch, no HTTP.
 """
@@ -14,11 +16,13 @@ from typing import Any
 
 from lorastudio.jobs.busy import stop_deadline
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
+from lorastudio.jobs.leftovers import remove_abandoned_run
 from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts
 from lorastudio.jobs.records import Job, JobStatus
 from lorastudio.jobs.step_watch import StepWatch
 from lorastudio.jobs.store import RunStore
+from lorastudio.settings import Settings
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -37,6 +41,7 @@ class EventPump(abc.ABC):
     store: RunStore
     _recorder: JobRecorder
     ignored_events: int
+    settings: Settings
 
     @abc.abstractmethod
     def _finish(self, job: Job, status: JobStatus, error: str | None) -> None:
@@ -73,9 +78,12 @@ class EventPump(abc.ABC):
             with self._cond:  # a stop waits for a sample round or checkpoint in flight (jobs/busy.py)
                 hung = watch.overdue(job, time.monotonic())
                 if hung is not None:
-                    self._stop_hung(job, worker, hung)
+                    ranks = worker.silence_note(watch.allowance_s())  # a multi-GPU job's silent rank(s)
+                    self._stop_hung(job, worker, f"{hung} ({ranks})" if ranks else hung)
                 deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
             worker.escalate(self.timeouts, deadline, ended_at)
+        if job.config.output_name:  # a fresh run that ended before its first file: no empty folder
+            remove_abandoned_run(self.settings.outputs_dir / job.config.output_name)
         with self._cond:
             if job.live:
                 if job.status == JobStatus.STOPPING and job.stop_reason is not None:

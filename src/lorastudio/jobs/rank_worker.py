@@ -22,6 +22,7 @@ import pickle
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 from lorastudio.errors import LorastudioError
@@ -37,6 +38,7 @@ from lorastudio.jobs.channel import (
 )
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
+from lorastudio.jobs.rank_silence import BEAT_EVERY_S
 from lorastudio.jobs.worker import bind_to_parent, ignore_terminal_interrupt, start_log
 from lorastudio.training.events import Complete, Error, Event, StopRequest
 
@@ -56,6 +58,7 @@ class RankChannel:
         self._send_lock = threading.Lock()
         self._stop: StopRequest | None = None
         self.terminal_sent = False
+        self._beat_at = -BEAT_EVERY_S
 
     def listen(self) -> None:
         """Start the reader thread: stop requests set the flag; the end of the connection (the
@@ -82,9 +85,15 @@ class RankChannel:
         self._send_busy(self._busy.after_event(event))
 
     def should_stop(self) -> StopRequest | None:
+        """The latest stop request (every rank polls; rank 0's answer is the run's), and a
+        beat to the launcher at most every BEAT_EVERY_S: this rank still answers (jobs/rank_silence.py)."""
         request = self._stop
         if self._rank == 0:
             self._send_busy(self._busy.after_poll(request))
+        now = time.monotonic()
+        if now - self._beat_at >= BEAT_EVERY_S:
+            self._beat_at = now
+            self._send({"kind": "beat"})
         return request
 
     def _send_busy(self, message: dict | None) -> None:

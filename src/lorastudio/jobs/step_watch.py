@@ -7,7 +7,9 @@ event for `step_factor` x the slowest step seen so far (the gap between two prog
 with no announced work between them), never less than `min_s`, means the worker is hung (a
 driver or collective deadlock, a stalled network file system). The job service then stops it as
 a stop-and-save with the stop path's grace (a worker that was only slow saves its LoRA and
-ends stopped; one that does not answer is terminated, then killed) and the job says why.
+ends stopped; one that does not answer is terminated, then killed) and the job says why: for a
+multi-GPU job also which rank(s) stopped answering, with their pids, and which still answer
+(jobs/rank_silence.py).
 
 Not watched, by decision: the phases before the first step (loading, which may fetch a base
 from the hub; the encode caches; the first step, which compiles and runs a memory plan's trials),

@@ -257,11 +257,12 @@ def agree_stop(request: StopRequest | None, ctx: ParallelContext, device: torch.
 
 class StopPoll:
     """Polls the StopCheck; raises TrainingStopped(save) when a stop was requested. In a
-    data-parallel run rank 0 polls and every rank adopts its answer (each call is a collective:
-    every rank calls it at the same points of the run)."""
+    data-parallel run every rank polls its own (a job's rank tells its launcher so that it still
+    answers: jobs/rank_silence.py) and adopts rank 0's answer (each call is a collective: every
+    rank calls it at the same points of the run)."""
 
     def __init__(self, should_stop: StopCheck | None, ctx: ParallelContext, device: torch.device):
-        self.should_stop = should_stop if ctx.is_main else None
+        self.should_stop = should_stop
         self.ctx, self.device = ctx, device
 
     def __call__(self) -> None:

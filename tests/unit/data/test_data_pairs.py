@@ -232,7 +232,7 @@ def test_controls_pair_by_stem_whatever_the_unicode_normalisation_of_the_names(t
     assert found == {f"{nfc}.png": [f"control/{nfd}.png"]} and orphans == []
 
 
-@pytest.mark.parametrize("folder", ["Control", "controls", "control_1", "control_10", "CONTROL_2"])
+@pytest.mark.parametrize("folder", ["Control", "controls", "control_1", "control_11", "CONTROL_2"])
 def test_a_misnamed_control_folder_is_named_as_one(tmp_path, folder):
     """A control folder misspelt (`controls/`, `Control/` from a case-blind file system,
     `control_1/`) made a 0..K family (FLUX.2, Kontext) train text-to-image with only "<folder> is not
@@ -242,7 +242,9 @@ def test_a_misnamed_control_folder_is_named_as_one(tmp_path, folder):
     (tmp_path / folder).mkdir()
     for stem in ("a", "b"):
         write_image(tmp_path / folder / f"{stem}.png")
-    hint = f"{folder}: not read as a control folder (control images go in control/, control_2/ ... control_9/"
+    hint = (
+        f"{folder}: not read as a control folder (control images go in control/, control_2/ ... control_10/"
+    )
     scan = _scan(tmp_path, allowed=(0, 4))
     assert [len(it.controls) for it in scan.items] == [0, 0]  # a guess is not paired
     assert any(f"{name}: {why}".startswith(hint) for name, why in scan.dropped), scan.dropped
@@ -284,3 +286,39 @@ def test_metadata_rows_naming_only_controls_leave_the_captions_to_the_txt_files(
     with pytest.raises(DatasetError) as err:
         _scan(root)
     assert 'metadata.jsonl line 1: missing "text" (or "caption") for a.png' in err.value.problems
+
+
+def test_the_folder_layout_takes_as_many_controls_as_the_widest_family(tmp_path):
+    """FLUX.2 dev takes 10 references; the folder layout stopped at control_9/ and named a
+    control_10/ as not read, so the 10th needed control_dirs or metadata.jsonl. Every slot up to
+    the most any family takes now has its folder (MAX_CONTROL_SLOTS), and one past it is named."""
+    from lorastudio import families
+    from lorastudio.data.pairs import MAX_CONTROL_SLOTS
+
+    widest = max(families.get(name).spec.control_images[1] for name in families.names())
+    assert MAX_CONTROL_SLOTS == widest == 10
+    _targets(tmp_path, ["a"])
+    folders = ["control", *(f"control_{n}" for n in range(2, 11))]
+    for folder in folders:
+        (tmp_path / folder).mkdir()
+        write_image(tmp_path / folder / "a.png")
+    scan = _scan(tmp_path, allowed=(0, 10))
+    assert scan.items[0].controls == tuple(tmp_path / f / "a.png" for f in folders)  # slot order: 10 last
+    assert scan.dropped == []
+    (tmp_path / "control_11").mkdir()
+    write_image(tmp_path / "control_11" / "a.png")
+    assert dict(_scan(tmp_path, allowed=(0, 10)).dropped)["control_11"].startswith(
+        "not read as a control folder"
+    )
+
+
+def test_the_module_states_the_control_sizing_rule_of_the_default():
+    """data/pairs.py said controls always take their target's bucket, stale since
+    control_resolution (default "pipeline") sizes them as the family's edit pipeline does."""
+    from lorastudio.config import TrainConfig
+    from lorastudio.data import pairs
+
+    default = TrainConfig.model_fields["control_resolution"].default
+    doc = " ".join((pairs.__doc__ or "").split())
+    assert f'"{default}" (the default)' in doc and "control_resolution" in doc
+    assert "Controls are resized to cover the target's bucket" not in doc

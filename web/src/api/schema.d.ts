@@ -266,7 +266,8 @@ export interface paths {
          * Upload
          * @description Upload images, .txt captions and metadata.jsonl (multipart, any field names), and the
          *     control images of a paired dataset in fields named after their control folder (`control`,
-         *     `control_2` ... `control_9`; stored there, each matching a target image by stem), and loss
+         *     `control_2` ... `control_10`; stored there, each matching a target image by stem; a file in a
+         *     field spelt like one, `controls`, is refused rather than stored as an image), and loss
          *     masks in fields named `mask` (an upload of their own; stored in masks/, each checked like
          *     `datasets import` checks them: an image of the dataset's image's stem and size). Every file
          *     is checked, then the good ones are committed at once (201, listing `committed` and

@@ -2,6 +2,7 @@ import { useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { DatasetImage } from "../api/types";
+import { inControlFolder } from "../lib/upload";
 
 interface Props {
   dataset: string;
@@ -86,7 +87,7 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
           <div className="pair-controls small" data-testid={`controls-of-${image.file}`}>
             <span className="muted">controls</span>
             {(image.controls ?? []).map((c) =>
-              /^control(_[2-9])?\//.test(c) ? (
+              inControlFolder(c) ? (
                 <img key={c} src={api.controlThumbnailUrl(dataset, c)} alt={c} title={c} loading="lazy" />
               ) : (
                 <code key={c}>{c}</code>

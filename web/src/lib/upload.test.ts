@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CONTROL_SLOTS, FOLDER_REASON, planControlUpload, planUpload } from "./upload";
+import { CONTROL_SLOTS, FOLDER_REASON, inControlFolder, planControlUpload, planUpload } from "./upload";
 
 const file = (name: string, size = 10) => new File([new Uint8Array(size)], name);
 
@@ -53,7 +53,19 @@ describe("planUpload", () => {
 
 describe("CONTROL_SLOTS", () => {
   it("offers every control folder the server reads (klein takes 4 references, FLUX.2 dev 10)", () => {
-    // data/pairs.py CONTROL_FOLDER: control, control_2 ... control_9; the form offered 3
-    expect(CONTROL_SLOTS).toEqual(["control", ...[2, 3, 4, 5, 6, 7, 8, 9].map((n) => `control_${n}`)]);
+    // data/pairs.py CONTROL_FOLDER: control, control_2 ... control_10; the form offered 3, then 9
+    expect(CONTROL_SLOTS).toEqual(["control", ...[2, 3, 4, 5, 6, 7, 8, 9, 10].map((n) => `control_${n}`)]);
+  });
+});
+
+describe("inControlFolder", () => {
+  it("takes every control folder's image (control_10 had no thumbnail) and nothing else", () => {
+    expect(inControlFolder("control/a.png")).toBe(true);
+    expect(inControlFolder("control_9/a.png")).toBe(true);
+    expect(inControlFolder("control_10/a.png")).toBe(true);
+    expect(inControlFolder("control_11/a.png")).toBe(false);
+    expect(inControlFolder("control_1/a.png")).toBe(false);
+    expect(inControlFolder("refs/a.png")).toBe(false);
+    expect(inControlFolder("control")).toBe(false);
   });
 });

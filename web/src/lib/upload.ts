@@ -106,7 +106,8 @@ export function planUpload(files: File[], maxFiles = 32, maxBytes = 48 * 1024 * 
   return { batches, refused, images: images.length, bytes };
 }
 
-/** The control folders a paired upload can fill (data/pairs.py: control, control_2 ... control_9). */
+/** The control folders a paired upload can fill (data/pairs.py: control, control_2 ... control_10;
+ * MAX_CONTROL_SLOTS there is the most any family takes: FLUX.2 dev's 10 references). */
 export const CONTROL_SLOTS = [
   "control",
   "control_2",
@@ -117,7 +118,15 @@ export const CONTROL_SLOTS = [
   "control_7",
   "control_8",
   "control_9",
+  "control_10",
 ] as const;
+
+/** Whether `path` (a control image as the dataset detail lists it) is in one of the dataset's
+ * control folders (a thumbnail is served for it), not in a control_dirs folder or metadata path. */
+export function inControlFolder(path: string): boolean {
+  const slash = path.indexOf("/");
+  return slash > 0 && (CONTROL_SLOTS as readonly string[]).includes(path.slice(0, slash));
+}
 
 /**
  * Plan an upload of control images (one control folder): images only, batched like targets;

@@ -12,7 +12,7 @@ const DETAIL: DatasetDetail = {
   images: 2,
   captions: 1,
   files: [
-    { file: "a.png", caption: "make it blue", bytes: 100, width: 24, height: 16, controls: ["control/a.png", "control_2/a.jpg"] },
+    { file: "a.png", caption: "make it blue", bytes: 100, width: 24, height: 16, controls: ["control/a.png", "control_2/a.jpg", "control_10/a.png"] },
     { file: "b.png", caption: null, bytes: 100, width: 24, height: 16, controls: [] },
   ],
   dropped: [{ file: "control/zzz.png", reason: "control image with no target of the same name" }],
@@ -66,6 +66,7 @@ describe("DatasetDetailScreen pairs", () => {
     expect(imgs.map((i) => i.getAttribute("src"))).toEqual([
       "/api/datasets/edits/thumbnails/a.png?size=128&control=control",
       "/api/datasets/edits/thumbnails/a.jpg?size=128&control=control_2",
+      "/api/datasets/edits/thumbnails/a.png?size=128&control=control_10", // FLUX.2 dev's 10th reference
     ]);
     expect(screen.queryByTestId("controls-of-b.png")).toBeNull();
     expect(screen.getByText(/control\/zzz.png: control image with no target/)).toBeInTheDocument();

@@ -15,6 +15,7 @@ from lorastudio.api.routes.datasets import dataset_path
 from lorastudio.data.decode_slots import DecodeBusy
 from lorastudio.data.image_edits import existing_image
 from lorastudio.data.masks import MASKS_DIR, file_has_alpha
+from lorastudio.data.pairs import LAST_CONTROL_FOLDER
 from lorastudio.data.thumbnails import TooLargeToPreview, placeholder_jpeg, thumbnail_jpeg
 from lorastudio.data.upload_pairs import control_slot
 from lorastudio.errors import NotFound
@@ -41,7 +42,9 @@ def thumbnail(
     folder = dataset_path(settings, name)
     if control is not None:
         if control_slot(control) is None:
-            raise NotFound(f"{control!r} is not a control folder (control, control_2 ... control_9)")
+            raise NotFound(
+                f"{control!r} is not a control folder (control, control_2 ... {LAST_CONTROL_FOLDER})"
+            )
         folder = folder / control
         if folder.is_symlink():
             raise NotFound(f"no control folder {control!r} in dataset {name}")

@@ -1,0 +1,107 @@
+"""A fresh run whose processes die before it wrote a file (a worker killed, a rank failed and
+the others stopped by torchrun) leaves no empty folder in outputs/: the job service (after the
+worker's exit) and a `lorastudio train --gpus N` launch (after torchrun's failure) remove it,
+with rmdir only, while the log and the run record stay. Was: the folder stayed until the next
+server start or `lorastudio train`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from reliability_helpers import FINAL, LiveServer, wait_for
+
+from lorastudio.jobs.worker_log import log_path
+from lorastudio.settings import Settings
+
+
+def _kill_at_step_1(server: LiveServer, config: dict, user_file: bool = False) -> dict:
+    service = server.app.state.service
+    started = server.client.post("/api/train/start", json={"config": config})
+    assert started.status_code == 201, started.text
+    job_id = started.json()["id"]
+    wait_for(lambda: (service.job(job_id)["progress"] or {}).get("step", 0) >= 1, 120, "step 1", 0.02)
+    run_dir = server.app.state.settings.outputs_dir / config["output_name"]
+    assert run_dir.is_dir()
+    if user_file:
+        (run_dir / "notes.txt").write_text("mine")
+    os.kill(service.job(job_id)["pid"], signal.SIGKILL)
+    return wait_for(lambda: (s := service.job(job_id))["status"] in FINAL and s, 30, "the job's end", 0.02)
+
+
+def test_a_killed_fresh_job_leaves_no_empty_folder(
+    server: LiveServer, settings: Settings, flux_config: Callable[..., dict]
+) -> None:
+    job = _kill_at_step_1(server, flux_config(output_name="killed", steps=5000))
+    assert job["status"] == "failed"
+    assert not (settings.outputs_dir / "killed").exists()
+    assert log_path(settings, job["id"]).is_file()  # the log stays
+    record = server.client.get(f"/api/runs/{job['id']}").json()
+    assert record["status"] == "failed"  # and so does the record
+    # the name is free for the next run at once
+    config = flux_config(output_name="killed", steps=1)
+    again = server.client.post("/api/train/start", json={"config": config})
+    assert again.status_code == 201, again.text
+    service = server.app.state.service
+    done = wait_for(lambda: (s := service.job(again.json()["id"]))["status"] in FINAL and s, 120, "rerun")
+    assert done["status"] == "completed", done["error"]
+
+
+def test_a_users_file_keeps_the_folder(
+    server: LiveServer, settings: Settings, flux_config: Callable[..., dict]
+) -> None:
+    job = _kill_at_step_1(server, flux_config(output_name="kept", steps=5000), user_file=True)
+    assert job["status"] == "failed"
+    assert (settings.outputs_dir / "kept" / "notes.txt").read_text() == "mine"
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
+
+
+def _rank_pid(launch: int, rank: int, timeout: float = 120) -> int:
+    """The pid of rank `rank` among the processes of the launch `launch` started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in _descendants(launch):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in environ:
+                return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no rank {rank}")
+
+
+def test_a_cli_launch_whose_rank_died_leaves_no_empty_folder(
+    tmp_path: Path, settings: Settings, shapes: Path, flux_config: Callable[..., dict]
+) -> None:
+    raw = {**flux_config(output_name="dp-dead", steps=5000, batch_size=2), "data_dir": str(shapes)}
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(raw))
+    cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--gpus", "2", "--device", "cpu"]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
+    )
+    run_dir = settings.outputs_dir / "dp-dead"
+    wait_for(lambda: run_dir.is_dir() or proc.poll() is not None, 180, "the run folder", 0.05)
+    assert proc.poll() is None, proc.communicate()[0]
+    os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    assert not run_dir.exists(), out
