@@ -33,7 +33,6 @@ import os
 import pickle
 import queue
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -42,11 +41,10 @@ import time
 from pathlib import Path
 
 from lorastudio.config import TrainConfig
-from lorastudio.jobs.channel import CHANNEL_ENV, ChannelError, RankJob, recv_json, send_frame, send_json
-from lorastudio.jobs.childenv import child_environment
+from lorastudio.jobs.channel import ChannelError, RankJob, recv_json, send_frame, send_json
 from lorastudio.jobs.process import TaggedEvent, Timeouts, escalate
 from lorastudio.jobs.rank_silence import RankSilence
-from lorastudio.jobs.torchrun_launch import LAUNCH_VARIABLES, torchrun_command, visible_devices
+from lorastudio.jobs.torchrun_launch import kill_quietly, rank_environment, torchrun_command
 from lorastudio.jobs.worker import WorkerArgs
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
@@ -56,11 +54,6 @@ log = logging.getLogger("lorastudio.jobs")
 
 ABORT_GRACE_S = 2.0
 ACCEPT_POLL_S = 0.2
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
 
 
 class TorchrunWorker:
@@ -120,7 +113,7 @@ class TorchrunWorker:
             self._listener.settimeout(ACCEPT_POLL_S)
             self._agent = subprocess.Popen(
                 torchrun_command(os.getpid(), self.world_size, self._dir / "torchrun"),
-                env=self._environment(str(path)),
+                env=rank_environment(self._devices, str(path)),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
             )
@@ -135,19 +128,6 @@ class TorchrunWorker:
             daemon=True,
         ).start()
         return self._agent.pid
-
-    def _environment(self, channel: str) -> dict[str, str]:
-        env = child_environment(os.environ)  # no secrets: the ranks get the hub token in RankJob
-        for name in LAUNCH_VARIABLES:
-            env.pop(name, None)
-        env[CHANNEL_ENV] = channel
-        if self._devices is None:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # gloo ranks on the CPU
-        else:
-            env["CUDA_VISIBLE_DEVICES"] = visible_devices(
-                self._devices, os.environ.get("CUDA_VISIBLE_DEVICES")
-            )
-        return env
 
     def _accept(self, listener: socket.socket, agent: subprocess.Popen[bytes]) -> None:
         """Accept the ranks' connections on `listener` while the torchrun `agent` lives."""
@@ -180,7 +160,11 @@ class TorchrunWorker:
             if hello is None or hello["kind"] != "hello":
                 raise ChannelError(f"expected a hello, got {hello}")
             rank, pid = int(hello["rank"]), int(hello["pid"])
-            job = RankJob(args=self._args, tag=(self.generation, self.pid or 0), device=self._rank_device())
+            job = RankJob(
+                args=self._args,
+                tag=(self.generation, self.pid or 0),
+                device="cpu" if self._devices is None else None,
+            )
             with self._lock:
                 self._ranks[rank] = pid
             self._silence.heard(rank, pid)
@@ -204,9 +188,6 @@ class TorchrunWorker:
                 self._rank_lost(rank, agent)
             with self._lock:
                 self._readers -= 1
-
-    def _rank_device(self) -> str | None:
-        return "cpu" if self._devices is None else None
 
     def _receive(self, rank: int, message: dict) -> None:
         kind = message["kind"]
@@ -324,7 +305,7 @@ class TorchrunWorker:
             return None
         alive = [pid for pid in self.rank_pids.values() if process_alive(pid)]
         for pid in alive:  # they die with the agent anyway; do not wait for the kernel to say so
-            _signal(pid, signal.SIGKILL)
+            kill_quietly(pid)
         with self._lock:
             busy = self._readers > 0 or self._accepting
         return None if alive or busy else code
@@ -356,7 +337,7 @@ class TorchrunWorker:
         """SIGKILL to every rank and the agent."""
         self._ending = True
         for pid in self.rank_pids.values():
-            _signal(pid, signal.SIGKILL)
+            kill_quietly(pid)
         if self._agent is not None and self._agent.poll() is None:
             self._agent.kill()
 

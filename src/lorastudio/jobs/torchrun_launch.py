@@ -1,12 +1,19 @@
-"""The command line and device list of a data-parallel launch (jobs/launcher.py's TorchrunWorker):
-torchrun's agent bound to the server's lifetime (jobs/agent.py) starting N ranks
-(jobs/rank_worker.py), and the CUDA_VISIBLE_DEVICES the ranks get. No torch here.
+"""The pieces of a data-parallel launch (jobs/launcher.py's TorchrunWorker) that need no state:
+the command line (torchrun's agent bound to the server's lifetime, jobs/agent.py, starting N
+ranks, jobs/rank_worker.py), the ranks' environment and CUDA_VISIBLE_DEVICES, and the SIGKILL of
+a rank that may be gone already. No torch here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
+
+from lorastudio.jobs.channel import CHANNEL_ENV
+from lorastudio.jobs.childenv import child_environment
 
 AGENT_MODULE = "lorastudio.jobs.agent"
 RANK_MODULE = "lorastudio.jobs.rank_worker"
@@ -39,3 +46,23 @@ def visible_devices(reserved: tuple[int, ...], server_visible: str | None) -> st
         return ",".join(str(i) for i in reserved)
     entries = [e.strip() for e in server_visible.split(",") if e.strip()]
     return ",".join(entries[i] for i in reserved)
+
+
+def kill_quietly(pid: int) -> None:
+    """SIGKILL process `pid`; one already gone (or not ours) is left as it is."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def rank_environment(devices: tuple[int, ...] | None, channel: str) -> dict[str, str]:
+    """The ranks' environment: the server's without its secrets (the ranks get the hub token in
+    their RankJob) or an enclosing launch's torchrun variables, the channel's address, and
+    CUDA_VISIBLE_DEVICES = the reserved `devices` (None: "" for gloo ranks on the CPU)."""
+    env = child_environment(os.environ)
+    for name in LAUNCH_VARIABLES:
+        env.pop(name, None)
+    env[CHANNEL_ENV] = channel
+    env["CUDA_VISIBLE_DEVICES"] = (
+        "" if devices is None else visible_devices(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    )
+    return env
