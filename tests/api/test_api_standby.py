@@ -6,12 +6,12 @@ orphan: tests/reliability/test_standby_worker.py.)"""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from api_helpers import FINAL, LiveServer, live_server, upload_folder, wait_idle, wait_status
+from tests.polling import until
 
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
@@ -23,22 +23,13 @@ def standby_server(settings: Settings) -> Iterator[LiveServer]:
         yield live
 
 
-def _until(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"no {what} after {timeout} s")
-
-
 def test_a_run_is_handed_the_standby_and_stops_with_save(
     standby_server: LiveServer, sample_dataset: Path, flux_config: Callable[..., dict]
 ) -> None:
     client = standby_server.client
     keeper = standby_server.app.state.service._standby
     assert keeper is not None
-    waiting = _until(lambda: keeper.current_pid, 30, "standby worker")
+    waiting = until(lambda: keeper.current_pid, 30, "standby worker")
     assert upload_folder(client, "shapes", sample_dataset).status_code == 201
     started = client.post(
         "/api/train/start", json={"config": flux_config(output_name="handed", steps=100_000)}
@@ -52,5 +43,5 @@ def test_a_run_is_handed_the_standby_and_stops_with_save(
     assert job["status"] == "stopped" and job["steps_run"] >= running["steps_run"] >= 1
     assert job["lora_path"] and Path(job["lora_path"]).is_file()
     wait_idle(client)
-    after = _until(lambda: keeper.current_pid, 30, "next standby worker")
+    after = until(lambda: keeper.current_pid, 30, "next standby worker")
     assert after != waiting

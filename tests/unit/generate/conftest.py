@@ -47,3 +47,11 @@ def flux_lora(tiny_model: Callable[[str], Path], sample_dataset: Path, tmp_path_
     result = train(parse_train_config(raw), [].append, settings=settings, device="cpu")
     assert result.lora_path is not None
     return result.lora_path
+
+
+@pytest.fixture(scope="module")
+def flux_pipe(tiny_model):
+    """The tiny FLUX.1 pipeline on the CPU, loaded once per test module."""
+    from lorastudio.generate import load_pipeline
+
+    return load_pipeline(str(tiny_model("flux")), "flux", device="cpu")

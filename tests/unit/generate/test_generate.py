@@ -30,11 +30,6 @@ KW = {
 }
 
 
-@pytest.fixture(scope="module")
-def flux_pipe(tiny_model):
-    return load_pipeline(str(tiny_model("flux")), "flux", device="cpu")
-
-
 def _img(pipe, **overrides) -> np.ndarray:
     return np.asarray(generate_image(pipe, "flux", **{**KW, **overrides}), dtype=np.float32)
 

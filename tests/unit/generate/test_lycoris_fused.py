@@ -8,26 +8,9 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
+from tests.unit.generate.test_generate import _img
 
-from lorastudio.generate import apply_loras, generate_image, load_pipeline
-
-KW = {
-    "prompt": "a red circle on a blue background",
-    "seed": 0,
-    "steps": 2,
-    "width": 32,
-    "height": 32,
-    "extra": {"max_sequence_length": 16},
-}
-
-
-@pytest.fixture(scope="module")
-def flux_pipe(tiny_model):
-    return load_pipeline(str(tiny_model("flux")), "flux", device="cpu")
-
-
-def _img(pipe, **overrides) -> np.ndarray:
-    return np.asarray(generate_image(pipe, "flux", **{**KW, **overrides}), dtype=np.float32)
+from lorastudio.generate import apply_loras, load_pipeline
 
 
 def _fused_parts(kind: str, rows: int, inp: int, seed: int) -> dict[str, torch.Tensor]:

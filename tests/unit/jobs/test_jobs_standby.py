@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.polling import until
 
 from lorastudio.jobs.gpu import GpuArbiter
 from lorastudio.jobs.service import JobService
@@ -29,15 +29,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _until(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"no {what} after {timeout} s")
 
 
 def _service(settings: Settings, standby: bool | None = None) -> JobService:
@@ -58,7 +49,7 @@ def _ready_standby(service: JobService, timeout: float = 60.0) -> int:
             standby = keeper._standby
             return standby.pid if standby is not None and standby.alive() and standby.ready_s else None
 
-    return int(_until(ready, timeout, "ready standby worker"))  # type: ignore[arg-type]
+    return int(until(ready, timeout, "ready standby worker"))  # type: ignore[arg-type]
 
 
 def _run(service: JobService, model: Path, name: str) -> dict:
@@ -66,7 +57,7 @@ def _run(service: JobService, model: Path, name: str) -> dict:
         {"family": "flux", "base_model": str(model), "data_dir": "shapes", "resolution": 32, "steps": 3,
          "output_name": name, "seed": 7}
     )  # fmt: skip
-    return _until(lambda: (s := service.job(job["id"]))["status"] in FINAL and s, 90, f"end of {name}")  # type: ignore[return-value]
+    return until(lambda: (s := service.job(job["id"]))["status"] in FINAL and s, 90, f"end of {name}")  # type: ignore[return-value]
 
 
 def _final_loss(service: JobService, job_id: str) -> float:
@@ -84,7 +75,7 @@ def test_a_job_is_handed_the_standby_and_ends_as_with_a_fresh_process(
 ) -> None:
     service = _service(settings, standby=True)  # its standby imports while the fresh run goes
     try:
-        waiting = int(_until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
+        waiting = int(until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
         fresh = _service(settings.model_copy(update={"standby_worker": False}))
         try:
             assert fresh._standby is None  # LORASTUDIO_STANDBY_WORKER=0: one spawn per job, as before
@@ -96,8 +87,8 @@ def test_a_job_is_handed_the_standby_and_ends_as_with_a_fresh_process(
         handed = _run(service, model, "handed")
         assert handed["status"] == "completed", handed["error"]
         assert handed["pid"] == waiting  # the job ran in the process that waited
-        _until(lambda: not _alive(waiting), 15, "exit of the used standby")  # used once, never reused
-        after = _until(lambda: _keeper(service).current_pid, 30, "next standby")
+        until(lambda: not _alive(waiting), 15, "exit of the used standby")  # used once, never reused
+        after = until(lambda: _keeper(service).current_pid, 30, "next standby")
         assert after != waiting
         assert _final_loss(service, handed["id"]) == plain_loss
     finally:
@@ -113,10 +104,10 @@ def test_a_standby_killed_while_waiting_is_replaced_and_the_next_job_runs(
 ) -> None:
     service = _service(settings, standby=True)
     try:
-        first = int(_until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
+        first = int(until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
         os.kill(first, signal.SIGKILL)
         second = int(
-            _until(lambda: (p := _keeper(service).current_pid) not in (None, first) and p, 30, "replacement")
+            until(lambda: (p := _keeper(service).current_pid) not in (None, first) and p, 30, "replacement")
         )  # type: ignore[arg-type]
         assert _keeper(service).spawned == 2
         job = _run(service, model, "after-kill")
@@ -133,14 +124,14 @@ def test_a_changed_environment_gets_a_fresh_process(
 ) -> None:
     service = _service(settings, standby=True)
     try:
-        waiting = int(_until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
+        waiting = int(until(lambda: _keeper(service).current_pid, 30, "standby"))  # type: ignore[arg-type]
         before = spawn_fingerprint()
         monkeypatch.setenv("LORASTUDIO_MAX_JSON_MB", "5")  # a setting the standby was not spawned with
         assert spawn_fingerprint() != before
         job = _run(service, model, "changed-env")
         assert job["status"] == "completed", job
         assert job["pid"] != waiting
-        _until(lambda: not _alive(waiting), 15, "end of the unfit standby")
+        until(lambda: not _alive(waiting), 15, "end of the unfit standby")
     finally:
         service.shutdown()
 
