@@ -3,7 +3,8 @@ import userEvent from "@testing-library/user-event";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { App } from "../App";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
-import { resetAuthForTests, withToken } from "./auth";
+import { getToken, resetAuthForTests, setToken, useAuth, withToken } from "./auth";
+import { request } from "./client";
 
 const TOKEN = "s3cret-token";
 const STATUS = { job: null, queue: [], busy: false, event_seq: 0 };
@@ -72,5 +73,28 @@ describe("API token", () => {
     await screen.findByRole("dialog", { name: "API token required" });
     expect(screen.getByRole("alert")).toHaveTextContent("refused the saved token");
     expect(calls[0].headers.Authorization).toBe("Bearer old-token");
+  });
+
+  it("a 401 to a request sent with an older token does not ask again for the token saved since", async () => {
+    // the fetch with the wrong token is still in flight when the user saves the right one
+    let answer: (r: Response) => void = () => undefined;
+    vi.stubGlobal("fetch", () => new Promise<Response>((resolve) => (answer = resolve)));
+    setToken("wrong");
+    const slow = request("GET", "/api/train/status").catch(() => undefined);
+    setToken(TOKEN);
+    answer(new Response(JSON.stringify({ detail: "missing or wrong API token" }), { status: 401 }));
+    await slow;
+    expect(getToken()).toBe(TOKEN);
+    let seen = { needed: true, refused: true };
+    function Probe() {
+      seen = useAuth();
+      return null;
+    }
+    render(<Probe />);
+    expect(seen).toMatchObject({ needed: false, refused: false });
+    // a 401 to a request that carried the current token still asks
+    vi.stubGlobal("fetch", async () => new Response("{}", { status: 401 }));
+    await request("GET", "/api/train/status").catch(() => undefined);
+    await waitFor(() => expect(seen).toMatchObject({ needed: true, refused: true }));
   });
 });

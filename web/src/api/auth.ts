@@ -50,8 +50,14 @@ export function setToken(token: string): void {
   update({ token: t || null, needed: false, refused: false });
 }
 
-/** Called by the client on a 401 answer: the UI then asks for the token. */
-export function reportUnauthorized(): void {
+/**
+ * Called by the client on a 401 answer: the UI then asks for the token. `sentWith` is the token
+ * the refused request carried (`getToken()` when it was sent): an answer to a request sent with
+ * an older token (or none) says nothing about the token saved since, so it is ignored; otherwise
+ * a slow request sent before the user saved the right token would ask again for it.
+ */
+export function reportUnauthorized(sentWith: string | null): void {
+  if (sentWith !== state.token) return;
   if (state.needed) return;
   update({ ...state, needed: true, refused: state.token != null });
 }

@@ -4,7 +4,7 @@
  * the field it concerns. Sends the saved API token and reports a 401 to the auth store (the UI
  * then asks for the token).
  */
-import { authHeaders, reportUnauthorized } from "./auth";
+import { authHeaders, getToken, reportUnauthorized } from "./auth";
 import type { ProblemOut } from "./types";
 
 /** One problem with one field, as the server's 400 body lists them (ErrorOut.problems). */
@@ -78,6 +78,7 @@ export function noAnswer(why: string): string {
 
 /** fetch + JSON decode; throws ApiError on a non-2xx answer, and ApiError status 0 when no answer came. */
 export async function request<T>(method: string, url: string, body?: unknown, init?: RequestInit): Promise<T> {
+  const sentWith = getToken();
   const headers: Record<string, string> = { Accept: "application/json", ...authHeaders() };
   let payload: BodyInit | undefined;
   if (body instanceof FormData) payload = body;
@@ -92,7 +93,7 @@ export async function request<T>(method: string, url: string, body?: unknown, in
     if (err instanceof DOMException && err.name === "AbortError") throw err;
     throw new ApiError(0, noAnswer(err instanceof Error ? err.message : String(err)), [], null);
   }
-  if (res.status === 401) reportUnauthorized();
+  if (res.status === 401) reportUnauthorized(sentWith);
   if (!res.ok) throw await errorFrom(res);
   if (res.status === 204) return undefined as T;
   const text = await res.text();
@@ -120,11 +121,12 @@ export function postWithProgress<T>(
     const xhr = new XMLHttpRequest();
     xhr.open("POST", url);
     xhr.setRequestHeader("Accept", "application/json");
+    const sentWith = getToken();
     for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
     xhr.onerror = () => reject(new ApiError(0, noAnswer("network error during the upload"), [], null));
     xhr.onload = () => {
-      if (xhr.status === 401) reportUnauthorized();
+      if (xhr.status === 401) reportUnauthorized(sentWith);
       const res = new Response(xhr.responseText || null, { status: xhr.status, statusText: xhr.statusText });
       if (xhr.status >= 200 && xhr.status < 300) {
         resolve((xhr.responseText ? JSON.parse(xhr.responseText) : undefined) as T);

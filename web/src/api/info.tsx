@@ -31,7 +31,7 @@ export function InfoProvider({ children }: { children: ReactNode }) {
       const next = await api.info();
       setInfo(next);
       setError(null);
-      if (next.auth && !getToken()) reportUnauthorized();
+      if (next.auth && !getToken()) reportUnauthorized(null);
     } catch (err) {
       // a 401 is answered by the token dialog, not by a "cannot reach the server" banner
       if (err instanceof ApiError && err.status === 401) setError(null);
