@@ -288,3 +288,8 @@ class PreflightOut(_Out):
     time: TimeForecast | None = Field(
         default=None, description="the wall-time forecast, per phase with its basis (jobs/time_forecast.py)"
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="checks the preflight did not make now, each with why (e.g. lora_targets while other "
+        "checks run); the run's start makes them. Empty: every check was made",
+    )

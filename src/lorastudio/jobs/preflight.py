@@ -71,7 +71,8 @@ def preflight_report(
     schedule (steps, epochs), precision, the memory plan (`plan`: each plan setting's value and
     source), a rough memory estimate, the base model's flavour (`family`: family_section) and the
     wall-time forecast (`time`: jobs/time_forecast.py, from the run records under `home`, default
-    the settings' studio home). `host` defaults to this machine (tests pass another)."""
+    the settings' studio home) and the checks left to the run's start (`notes`: ValidatedRun.notes).
+    `host` defaults to this machine (tests pass another)."""
     cfg = run.config
     scan = run.scan
     host = host or host_info()
@@ -182,6 +183,7 @@ def preflight_report(
         "host": host.public(),
         "family": family_section(cfg, run.model_dir),
         "time": timing,
+        "notes": list(run.notes),
     }
 
 

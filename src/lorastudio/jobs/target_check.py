@@ -1,9 +1,10 @@
 """lora_targets / rank_pattern / alpha_pattern checked against the denoiser's real module names,
 for the torch-free API server (preflight and start).
 
-Contract: `target_problems(cfg)` returns [] without starting anything when the config sets none
-of the three fields (the family's own targets need no check). Otherwise it runs the engine's own
-check (training/lora.planned_target_problems, on the meta device) in a short child process,
+Contract: `check_lora_targets(cfg)` returns a TargetAnswer: no problems and no note, without
+starting anything, when the config sets none of the three fields (the family's own targets need
+no check). Otherwise it runs the engine's own check (training/lora.planned_target_check, on the
+meta device) in a short child process,
 `python -m lorastudio.training.target_check` (torch and diffusers import there, never in the
 server), with the hub offline (it reads the base's configs from disk only) and without the
 server's secrets, and returns that check's problems as FieldProblems of those fields. Answers
@@ -19,6 +20,9 @@ denoiser config is read bounded (a regular file inside its folder, jobs/caption_
 one that is not leaves the check to the start.
 A child that fails or runs past TIMEOUT_S gives no problems (logged; nothing is cached): the
 run's own start still refuses such a config before any load, as it always did.
+Whenever the check is left to the start (the waiting bound, a child out of time or failed, a
+denoiser config not read here) the answer's `not_checked` says so and why: the preflight shows
+it as a note (jobs/validation.ValidatedRun.notes); it is None whenever the check was made.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from lorastudio.config import TrainConfig
@@ -42,8 +47,19 @@ log = logging.getLogger("lorastudio.jobs")
 
 TIMEOUT_S = 120.0
 FIELDS = ("lora_targets", "rank_pattern", "alpha_pattern")
+
+
+@dataclass(frozen=True)
+class TargetAnswer:
+    """The check's answer: its problems, or (`not_checked`) why it was not made now, in words
+    for the preflight's notes ("lora_targets not checked now: ...; the run's start checks it")."""
+
+    problems: tuple[FieldProblem, ...] = ()
+    not_checked: str | None = None
+
+
 CACHE_SIZE = 256  # answers kept, oldest dropped first
-_cache: dict[str, list[FieldProblem]] = {}  # insertion-ordered: the oldest first
+_cache: dict[str, TargetAnswer] = {}  # insertion-ordered: the oldest first
 _lock = threading.Lock()  # guards _cache and spawned
 _one_child = threading.Lock()  # one child at a time: a racing same request then finds the cache
 MAX_WAITING = 2  # requests that may wait for the running child; more are answered at once
@@ -51,47 +67,52 @@ _slots = threading.BoundedSemaphore(1 + MAX_WAITING)  # the running child's requ
 spawned = 0  # child processes started (tests read it)
 
 
-def target_problems(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> list[FieldProblem]:
+def check_lora_targets(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> TargetAnswer:
     """The engine's problems with a resolved cfg's lora_targets / rank_pattern / alpha_pattern
-    (see the module docstring); [] when it sets none of them, or when the check is left to the
-    run's start (the child failed or ran out of time; MAX_WAITING requests already wait for the
-    child; the base's denoiser config is not a regular file inside its folder)."""
+    (see the module docstring); none when it sets none of them. When the check is left to the
+    run's start (MAX_WAITING requests already wait for the child; the child failed or ran out of
+    time; the base's denoiser config is not a regular file inside its folder, or not on this
+    machine) there are no problems and `not_checked` says why."""
     global spawned
     if not any(getattr(cfg, f) for f in FIELDS):
-        return []
+        return TargetAnswer()
     try:
         key = _key(cfg)
     except CannotCount as err:
-        log.warning("lora target check not made (the run's start makes it): %s", err)
-        return []
+        return _not_checked(cfg, f"the base's denoiser config is not read here ({err})")
     with _lock:
         if key in _cache:  # no wait behind another config's child
-            return list(_cache[key])
+            return _cache[key]
     if not _slots.acquire(blocking=False):  # no pile-up of request threads behind the one child
-        log.warning(
-            "lora target check not made (%d checks already wait; the run's start makes it)", MAX_WAITING
-        )
-        return []
+        return _not_checked(cfg, f"{1 + MAX_WAITING} checks already running or waiting")
     try:
         with _one_child:
             with _lock:
                 if key in _cache:  # a racing request for the same answer got it meanwhile
-                    return list(_cache[key])
+                    return _cache[key]
                 spawned += 1
-            problems = _ask_child(cfg, timeout_s)
-            if problems is None:
-                return []
+            answer = _ask_child(cfg, timeout_s)
+            if isinstance(answer, str):  # no answer: why
+                return _not_checked(cfg, answer)
             with _lock:
-                _cache[key] = problems
+                _cache[key] = answer
                 while len(_cache) > CACHE_SIZE:
                     del _cache[next(iter(_cache))]
-            return list(problems)
+            return answer
     finally:
         _slots.release()
 
 
-def _ask_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem] | None:
-    """The child's problems; None (logged) when it gave no answer in time."""
+def _not_checked(cfg: TrainConfig, why: str) -> TargetAnswer:
+    """The answer of a check left to the run's start, naming the fields cfg sets (logged too)."""
+    named = [f for f in FIELDS if getattr(cfg, f)]
+    note = f"{' / '.join(named)} not checked now: {why}; the run's start checks {'it' if len(named) == 1 else 'them'}"
+    log.warning("%s", note)
+    return TargetAnswer(not_checked=note)
+
+
+def _ask_child(cfg: TrainConfig, timeout_s: float) -> TargetAnswer | str:
+    """The child's answer; why there is none (a str) when it gave none in time."""
     env = child_environment(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
     try:
@@ -104,19 +125,20 @@ def _ask_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem] | None:
             env=env,
             check=False,
         )
-    except (subprocess.TimeoutExpired, OSError) as err:
-        log.warning("lora target check not made (the run's start makes it): %s", err)
-        return None
+    except subprocess.TimeoutExpired:
+        return f"the check took longer than {timeout_s:g} s"
+    except OSError as err:
+        return f"the check could not start ({err})"
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
-        return [FieldProblem(p["field"], p["message"]) for p in answer["problems"]]
+        problems = tuple(FieldProblem(p["field"], p["message"]) for p in answer["problems"])
+        checked = answer["checked"]
     except (ValueError, IndexError, KeyError, TypeError):
-        log.warning(
-            "lora target check failed (code %s; the run's start makes it): %s",
-            done.returncode,
-            done.stderr.strip()[-2000:],
-        )
-        return None
+        log.warning("lora target check failed (code %s): %s", done.returncode, done.stderr.strip()[-2000:])
+        return f"the check failed (exit code {done.returncode})"
+    if checked is not True:
+        return _not_checked(cfg, "the base's denoiser config cannot be read on this machine")
+    return TargetAnswer(problems)
 
 
 def _key(cfg: TrainConfig) -> str:

@@ -56,7 +56,7 @@ from lorastudio.errors import (
 )
 from lorastudio.families.single_file import model_source as source_of
 from lorastudio.jobs.hardware import host_info
-from lorastudio.jobs.target_check import target_problems
+from lorastudio.jobs.target_check import check_lora_targets
 from lorastudio.settings import Settings
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.guidance_rules import guidance_problems
@@ -77,6 +77,7 @@ class ValidatedRun:
     scan: DatasetScan  # what trains: the validation hold-out (if any) left out
     model_dir: Path | None
     holdout: Holdout | None = None  # the validation hold-out (data/holdout.py)
+    notes: tuple[str, ...] = ()  # checks not made now, each with why (the run's start makes them)
 
 
 def validate_run(
@@ -92,8 +93,10 @@ def validate_run(
     as data/paths.resolve_dataset_dir allows trusted local callers). Returns a ValidatedRun. Raises ConfigError listing every problem
     (config fields, base model, dataset files, output name, precision; with `check_targets`,
     the API's, also lora_targets / rank_pattern / alpha_pattern against the denoiser's module
-    names: jobs/target_check.py, a child process when one of them is set)."""
+    names: jobs/target_check.py, a child process when one of them is set; a check left to the
+    run's start is named in ValidatedRun.notes)."""
     problems: list[FieldProblem] = []
+    notes: list[str] = []
     given: TrainConfig | None = None
     cfg: TrainConfig | None = None
     try:
@@ -207,7 +210,9 @@ def validate_run(
         facts = family.local_facts(source_of(based), based.revision)  # on disk only: no download
         problems += guidance_problems(based, family, facts)  # a guidance embedding?
         if check_targets:  # the engine's meta-device check, in a child process (torch-free here)
-            problems += target_problems(based)
+            targets = check_lora_targets(based)
+            problems += targets.problems
+            notes += [targets.not_checked] if targets.not_checked else []
     if problems or given is None or cfg is None or scan is None or model_source is None or entries is None:
         raise ConfigError(_dedupe(problems) or [FieldProblem("(config)", "invalid request")])
     folders = [str(p) for p in resolved_folders(cfg, settings.datasets_dir, allow_outside_root)]
@@ -219,6 +224,7 @@ def validate_run(
         scan=holdout.train if holdout is not None else scan,
         model_dir=model_dir,
         holdout=holdout,
+        notes=tuple(notes),
     )
 
 

@@ -156,6 +156,12 @@ def planned_target_problems(cfg: TrainConfig, family: Family) -> list[FieldProbl
     run is refused before the text encoders, the VAE and the latent cache load, not after.
     [] when cfg sets none of them (the family's own targets) or the config cannot be read (the
     load then says why)."""
+    return planned_target_check(cfg, family) or []
+
+
+def planned_target_check(cfg: TrainConfig, family: Family) -> list[FieldProblem] | None:
+    """`planned_target_problems`, with None (not checked) where the base's denoiser config
+    cannot be read here (a hub id not on this machine with the hub offline: the API's child)."""
     if not (cfg.lora_targets or cfg.rank_pattern or cfg.alpha_pattern):
         return []
     import diffusers
@@ -167,7 +173,7 @@ def planned_target_problems(cfg: TrainConfig, family: Family) -> list[FieldProbl
     try:
         config = cls.load_config(config_of(model_source(cfg)), subfolder=spec.denoiser, revision=cfg.revision)
     except (OSError, ValueError):
-        return []
+        return None
     with torch.device("meta"):
         skeleton = cls.from_config(config)
     return target_problems(dict(skeleton.named_modules()), lora_config_for(cfg, spec.lora_targets))

@@ -54,7 +54,11 @@ def test_a_chat_template_that_does_not_render_here_leaves_the_count_to_the_start
 def test_a_child_out_of_time_gives_no_problems_and_caches_nothing(tiny_model):
     cfg = _cfg(str(tiny_model("flux")), lora_targets=["no_such_layer"])
     before = len(target_check._cache)
-    assert target_check.target_problems(cfg, timeout_s=0.01) == []  # the run's start checks it
+    answer = target_check.check_lora_targets(cfg, timeout_s=0.01)
+    assert answer.problems == ()  # the run's start checks it, and the answer says so
+    assert answer.not_checked == (
+        "lora_targets not checked now: the check took longer than 0.01 s; the run's start checks it"
+    )
     assert len(target_check._cache) == before
 
 
@@ -62,10 +66,10 @@ def test_racing_checks_of_one_config_start_one_child(tiny_model):
     cfg = _cfg(str(tiny_model("flux")), lora_targets=["to_q", "missing_one"])
     before = target_check.spawned
     with ThreadPoolExecutor(3) as pool:
-        answers = list(pool.map(lambda _: target_check.target_problems(cfg), range(3)))
+        answers = list(pool.map(lambda _: target_check.check_lora_targets(cfg), range(3)))
     assert target_check.spawned == before + 1
-    assert [[p.field for p in a] for a in answers] == [["lora_targets"]] * 3
-    assert "missing_one" in answers[0][0].message
+    assert [[p.field for p in a.problems] for a in answers] == [["lora_targets"]] * 3
+    assert "missing_one" in answers[0].problems[0].message and answers[0].not_checked is None
 
 
 @pytest.mark.parametrize("name", ["flux", "z-image", "flux2"])  # plain, a chat template, FLUX.2's system turn

@@ -39,19 +39,19 @@ def test_concurrent_checks_of_different_configs_do_not_pile_up(
     request thread of the server."""
     running = threading.Event()
 
-    def slow_child(cfg: TrainConfig, timeout_s: float) -> list[FieldProblem]:
+    def slow_child(cfg: TrainConfig, timeout_s: float) -> target_check.TargetAnswer:
         running.set()
         time.sleep(1.5)  # a child's torch import on a loaded host takes ~20 s
-        return [FieldProblem("lora_targets", f"checked {cfg.lora_targets}")]
+        return target_check.TargetAnswer((FieldProblem("lora_targets", f"checked {cfg.lora_targets}"),))
 
     monkeypatch.setattr(target_check, "_ask_child", slow_child)
     before = target_check.spawned
-    answers: dict[int, tuple[float, list[FieldProblem]]] = {}
+    answers: dict[int, tuple[float, target_check.TargetAnswer]] = {}
 
     def ask(i: int) -> None:
         started = time.monotonic()
-        problems = target_check.target_problems(_cfg(str(tmp_path), lora_targets=[f"attack_{i}"]))
-        answers[i] = (time.monotonic() - started, problems)
+        answer = target_check.check_lora_targets(_cfg(str(tmp_path), lora_targets=[f"attack_{i}"]))
+        answers[i] = (time.monotonic() - started, answer)
 
     first = threading.Thread(target=ask, args=(0,))
     first.start()
@@ -61,12 +61,18 @@ def test_concurrent_checks_of_different_configs_do_not_pile_up(
         t.start()
     for t in [first, *others]:
         t.join(30)
-    checked = [i for i, (_, problems) in answers.items() if problems]
+    checked = [i for i, (_, answer) in answers.items() if answer.problems]
     assert len(checked) == 1 + target_check.MAX_WAITING == target_check.spawned - before
-    turned_away = [took for i, (took, _) in answers.items() if i not in checked]
-    assert len(turned_away) == 9 - len(checked) and max(turned_away) < 1.0  # at once: the start checks
-    later = target_check.target_problems(_cfg(str(tmp_path), lora_targets=["attack_late"]))
-    assert [p.message for p in later] == ["checked ['attack_late']"]  # once free, checked again
+    assert all(answers[i][1].not_checked is None for i in checked)
+    turned_away = [answer for i, (_, answer) in answers.items() if i not in checked]
+    assert len(turned_away) == 9 - len(checked)
+    assert max(took for i, (took, _) in answers.items() if i not in checked) < 1.0  # at once
+    assert {a.not_checked for a in turned_away} == {  # said, not only logged (fix 145)
+        "lora_targets not checked now: 3 checks already running or waiting; the run's start checks it"
+    }
+    later = target_check.check_lora_targets(_cfg(str(tmp_path), lora_targets=["attack_late"]))
+    assert [p.message for p in later.problems] == ["checked ['attack_late']"]  # once free, checked again
+    assert later.not_checked is None
 
 
 @pytest.mark.parametrize("hostile", ["fifo", "dev-zero"])
@@ -76,17 +82,21 @@ def test_a_hostile_denoiser_config_never_holds_the_server(tmp_path: Path, hostil
     os.mkfifo(config) if hostile == "fifo" else config.symlink_to("/dev/zero")
     before = target_check.spawned
     cfg = _cfg(str(tmp_path / "base"), lora_targets=["to_q"])
-    assert _answer_within(lambda: target_check.target_problems(cfg), 10) == []  # the run's start checks
+    answer = _answer_within(lambda: target_check.check_lora_targets(cfg), 10)
+    assert (
+        answer.problems == ()
+        and "lora_targets not checked now: the base's denoiser config" in answer.not_checked
+    )
     assert target_check.spawned == before  # no child left to read it either
 
 
 def test_the_cache_keeps_no_copy_of_a_huge_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The key was the values' JSON: CACHE_SIZE answers of 4 MB bodies (the API's cap) kept
     ~1 GB (fix 137)."""
-    monkeypatch.setattr(target_check, "_ask_child", lambda cfg, timeout_s: [])
+    monkeypatch.setattr(target_check, "_ask_child", lambda cfg, timeout_s: target_check.TargetAnswer())
     monkeypatch.setattr(target_check, "_cache", {})
     huge = [f"transformer_blocks.{i}.attn.to_q" for i in range(20_000)]  # ~600 kB of names
-    assert target_check.target_problems(_cfg(str(tmp_path), lora_targets=huge)) == []
-    assert target_check.target_problems(_cfg(str(tmp_path), lora_targets=[*huge, "x"])) == []
+    assert target_check.check_lora_targets(_cfg(str(tmp_path), lora_targets=huge)).problems == ()
+    assert target_check.check_lora_targets(_cfg(str(tmp_path), lora_targets=[*huge, "x"])).problems == ()
     assert len(target_check._cache) == 2  # two configs, two answers
     assert sum(len(k) for k in target_check._cache) < 1000
