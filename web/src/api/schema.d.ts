@@ -3044,6 +3044,11 @@ export interface components {
             host: components["schemas"]["HostOut"];
             latent_cache?: components["schemas"]["LatentCacheOut"] | null;
             memory: components["schemas"]["MemoryEstimate"];
+            /**
+             * Notes
+             * @description checks the preflight did not make now, each with why (e.g. lora_targets while other checks run); the run's start makes them. Empty: every check was made
+             */
+            notes?: string[];
             plan: components["schemas"]["PreflightPlan"];
             precision: components["schemas"]["PrecisionPlan"];
             schedule: components["schemas"]["PreflightSchedule"];

@@ -8,7 +8,8 @@ import { PLAN_FIELD_LABELS, planFieldText } from "../lib/plan";
  * plan (each setting fixed, a default, or measured at start against the memory budget), the
  * attention setting (auto: the kernel is chosen at the start of the run), how much memory (a
  * rough formula for the accelerator, a measured forecast of host RAM beside what is free), how long
- * (the wall-time forecast per phase, each with its basis; a guess says so) and what training the base model's flavour means (e.g. a step-distilled one).
+ * (the wall-time forecast per phase, each with its basis; a guess says so), what training the base model's flavour means (e.g. a step-distilled one)
+ * and each check the preflight did not make now (`notes`: the run's start makes it).
  */
 export function PreflightPanel({ report }: { report: PreflightReport }) {
   const { dataset, schedule, precision, memory, plan } = report;
@@ -200,6 +201,11 @@ export function PreflightPanel({ report }: { report: PreflightReport }) {
           <strong>conditioning:</strong> {report.conditioning.note}
         </div>
       )}
+      {(report.notes ?? []).map((note) => (
+        <div className="banner warn" data-testid="preflight-note" key={note}>
+          {note}
+        </div>
+      ))}
       {report.family?.notes?.map((note) => (
         <div className="banner warn" data-testid="preflight-family-note" key={note}>
           <strong>{report.family?.variant ?? report.family?.name}:</strong> {note}

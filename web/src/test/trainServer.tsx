@@ -143,6 +143,8 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
             host_warning: Number(cfg.resolution ?? 1024) >= 2048 ? HOST_WARNING : null,
           },
           family: { name: cfg.family, variant: "Tiny (step-distilled)", notes: ["train the base checkpoint instead"] },
+          // jobs/target_check.py's words when its waiting bound turns the check away
+          notes: cfg.lora_targets != null ? [TARGETS_NOT_CHECKED] : [],
           // jobs/preflight.conditioning_section's words
           conditioning: cfg.train_text_encoder
             ? { per_step: true, note: "train_text_encoder: both CLIP text encoders stay loaded and train with a LoRA, so captions are encoded in every step (no caption cache): more memory and time per step" }
@@ -165,6 +167,10 @@ export function mockTrainServer(info: () => Info, runs: Record<string, unknown> 
     return undefined;
   });
 }
+
+/** The preflight's note of a lora_targets check left to the run's start (jobs/target_check.py). */
+export const TARGETS_NOT_CHECKED =
+  "lora_targets not checked now: 3 checks already running or waiting; the run's start checks it";
 
 /** The preflight's words for a control_resolution (jobs/preflight_pairs.py, Qwen-Image-Edit). */
 function controlRule(rule: unknown): string {
