@@ -49,6 +49,7 @@ from lorastudio.jobs.caption_count import (  # noqa: F401 (the counting's names,
     render_chat,
 )
 from lorastudio.jobs.childenv import child_environment
+from lorastudio.training.caption_length import QWEN_IMAGE_TOKENIZER_MAX, token_limit
 
 log = logging.getLogger("lorastudio.jobs")
 COUNT_TIMEOUT_S = 20.0  # the child's wall-clock limit (a real tokenizer.json loads in ~1 s)
@@ -59,7 +60,6 @@ _CHILD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "MALL
 MAX_WAITING = 2  # counts that may wait for a child; more are left to the start at once
 _slots = threading.BoundedSemaphore(2 + MAX_WAITING)  # the running counts + the waiting
 
-QWEN_IMAGE_TOKENIZER_MAX = 1024  # QwenImagePipeline.tokenizer_max_length: its own cut
 AT_START = "caption lengths are counted at the start of the run ({why})"
 
 
@@ -70,8 +70,6 @@ def caption_token_section(
     encodes) counted as the pipeline builds it; `cut` names those over `limit`, longest first.
     `folder` is the base's local pipeline folder (None: not on this machine). None for a family
     that is not measured."""
-    from lorastudio.training.caption_length import token_limit
-
     limit = token_limit(spec, cfg)
     if limit is None or spec.caption_tokens is None:
         return None

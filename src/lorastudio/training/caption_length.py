@@ -13,7 +13,7 @@ limit, as they do in the pipeline; Qwen-Image-Edit never cuts (CaptionTokens.cut
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 
 SHOWN = 3  # captions quoted in the note, longest first
 QUOTED_CHARS = 60  # characters of each quoted caption
+QWEN_IMAGE_TOKENIZER_MAX = 1024  # QwenImagePipeline.tokenizer_max_length: its own cut
+UNMEASURED = (
+    "not measured: their cached text embeddings were written before lorastudio kept each caption's token "
+    "count, so whether the text encoder cuts them is not known here (the API's preflight counts them where "
+    "the base's tokenizer is local; clearing the text cache re-encodes and measures them)"
+)
 
 
 def token_limit(spec: FamilySpec, cfg: TrainConfig) -> int | None:
@@ -105,28 +111,49 @@ def caption_token_counts(spec: FamilySpec, encoders: Any, captions: Sequence[str
     return COUNTERS[spec.caption_tokens.template](tokenizer, encoders, list(captions))
 
 
+def caption_counts(spec: FamilySpec, encoders: Any, captions: Sequence[str]) -> dict[str, int] | None:
+    """caption -> its tokens (`caption_token_counts`) for a measured family whose text pipeline
+    `encoders` holds its tokenizer; None otherwise (nothing to measure with)."""
+    measured = spec.caption_tokens
+    if measured is None or not measured.cuts or getattr(encoders, measured.tokenizer, None) is None:
+        return None
+    unique = sorted(set(captions))
+    return dict(zip(unique, caption_token_counts(spec, encoders, unique) if unique else [], strict=True))
+
+
 def cut_captions_note(
     spec: FamilySpec, cfg: TrainConfig, encoders: Any, texts: Sequence[object]
 ) -> str | None:
     """The plan note naming the captions among `texts` (strings; others are skipped) that are
     longer than the text encoder reads (`token_limit`), measured with the text pipeline
     `encoders`' tokenizer; None when none is, or the family is not measured."""
+    captions = [t for t in texts if isinstance(t, str)]
+    counts = caption_counts(spec, encoders, captions)
+    return cut_note(spec, cfg, captions, counts) if counts is not None else None
+
+
+def cut_note(
+    spec: FamilySpec, cfg: TrainConfig, captions: Sequence[str], counts: Mapping[str, int]
+) -> str | None:
+    """`cut_captions_note` from known token `counts` (caption -> tokens, as
+    `caption_token_counts` gives them: a run's, or those kept with the cached embeddings:
+    training/conditioning_disk.py). A caption of `captions` without a count is said not
+    measured (a text cache shard written before the counts were kept). None when every caption
+    is measured and none is cut, or the family is not measured."""
     limit = token_limit(spec, cfg)
-    if (
-        limit is None
-        or spec.caption_tokens is None
-        or getattr(encoders, spec.caption_tokens.tokenizer, None) is None
-    ):
+    if limit is None:
         return None
     ceiling = spec.max_sequence_length_max
-    if spec.caption_tokens.template == "qwen_image":
-        ceiling = encoders.tokenizer_max_length  # the pipeline's tokenizer cut (1024)
+    if spec.caption_tokens is not None and spec.caption_tokens.template == "qwen_image":
+        ceiling = QWEN_IMAGE_TOKENIZER_MAX  # the pipeline's tokenizer cut
         limit = min(limit, ceiling)
-    captions = sorted({t for t in texts if isinstance(t, str)})
-    if not captions:
+    unique = sorted(set(captions))
+    if not unique:
         return None
-    lengths = caption_token_counts(spec, encoders, captions)
-    cut = sorted(((n, c) for n, c in zip(lengths, captions, strict=True) if n > limit), key=lambda nc: -nc[0])
+    cut = sorted(((counts[c], c) for c in unique if c in counts and counts[c] > limit), key=lambda nc: -nc[0])
+    unknown = sum(1 for c in unique if c not in counts)
+    if unknown and not cut:
+        return f"captions: {unknown} of {len(unique)} {UNMEASURED}"
     if not cut:
         return None
     shown = "; ".join(
@@ -134,9 +161,10 @@ def cut_captions_note(
     )
     more = f" and {len(cut) - SHOWN} more" if len(cut) > SHOWN else ""
     return (
-        f"captions: {len(cut)} of {len(captions)} are longer than the {limit} tokens {spec.title}'s text "
+        f"captions: {len(cut)} of {len(unique)} are longer than the {limit} tokens {spec.title}'s text "
         f"encoder reads{_with_template(spec)}, and train cut there: {shown}{more}; shorten them"
         + (" or raise max_sequence_length" if _may_raise(spec, limit, ceiling) else "")
+        + (f"; {unknown} other(s) {UNMEASURED}" if unknown else "")
     )
 
 

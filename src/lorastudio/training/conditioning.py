@@ -192,6 +192,7 @@ def encode_texts(
     check_stop: Callable[[], None],
     notes: list[str] | None = None,
     sink: Callable[[int, str, dict[str, torch.Tensor]], bool] | None = None,
+    measure: Callable[[Any], None] | None = None,
 ) -> list[Conditioning]:
     """Like encode_captions, for several groups of texts (e.g. the captions, then the sample
     prompts) with one load of the encoders. Each group is chunked on its own, so a group's
@@ -199,6 +200,10 @@ def encode_texts(
     (an EditPrompt is encoded with its control images and keyed by caption + controls).
     `sink(group, key, tensors)` (optional) is handed each text's tensors as they come; a text it
     returns True for is left out of the result (the on-disk cache took it: conditioning_disk.py).
+    The captions the text encoder cuts (the first group) are named in `notes` (when given:
+    caption_length.cut_captions_note); `measure(encoders)` (optional) is called instead once the
+    encoders are loaded, for a caller that names them itself (conditioning_disk.py: the cached
+    captions' counts are in their shards).
 
     With cfg.memory_budget_gb on a CUDA device the encoders are loaded on the CPU first and moved
     to the device only when they fit the budget (`encoder_placement`); otherwise they encode on
@@ -230,11 +235,10 @@ def encode_texts(
             elif notes is not None:
                 notes.append(note)
         emit(ModelLoadCompleted(component="text_encoders", seconds=time.perf_counter() - t0))
-        cut = (
-            cut_captions_note(family.spec, cfg, encoders, groups[0]) if groups and notes is not None else None
-        )
-        if cut is not None and notes is not None:
-            notes.append(cut)  # the first group: the captions (and their variants)
+        if measure is not None:
+            measure(encoders)
+        elif groups and notes is not None:  # the first group: the captions (and their variants)
+            notes += [cut] if (cut := cut_captions_note(family.spec, cfg, encoders, groups[0])) else []
     total = sum(len(group) for group in groups)
     done = 0
     try:

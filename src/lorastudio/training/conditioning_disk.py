@@ -11,6 +11,11 @@ two probe captions and kept in the home); a shard that does not fit is re-encode
 (the run's log says so once, naming one). The others go through
 conditioning.encode_texts as before (the same chunks a run without the cache makes of them) and
 each result is written as it comes (staged, then renamed), so RAM never holds the set's tensors.
+Each shard keeps its caption's token count (metadata "caption_tokens": caption_length.caption_token_counts,
+the tokenizers being part of the key), so a run whose captions all come from the cache names the
+captions the text encoder cuts as a run that encodes them does (fix 99; the encoders, when they
+load, count the captions whose shard has none). A shard written before the counts were kept
+holds none: when no encoder loads, the note says how many captions it could not measure.
 During training `DiskConditioning[key]` reads one caption's shard (whole, through
 data/cache_io.py: no link followed; a shard without any tensor, or one that no longer fits the
 signature, is a DatasetError naming it, never a crash in the model).
@@ -35,9 +40,10 @@ from lorastudio.data.cache_io import hold_entry, prepare_cache_folder
 from lorastudio.data.disk_cache import shard_path
 from lorastudio.data.text_keys import KIND, text_fingerprint, text_key, text_parts
 from lorastudio.errors import DatasetError
+from lorastudio.training.caption_length import caption_counts, cut_note
 from lorastudio.training.conditioning import Conditioning, Text, encode_texts
 from lorastudio.training.distributed import barrier, gather_round, group_context
-from lorastudio.training.latents_disk import read_shard, write_shard
+from lorastudio.training.latents_disk import read_shard, read_shard_entry, write_shard
 from lorastudio.training.text_signature import (
     PROBE_TEXTS,
     Signature,
@@ -56,6 +62,7 @@ if TYPE_CHECKING:
     from lorastudio.training.events import Emit
 
 log = logging.getLogger(__name__)
+TOKENS = "caption_tokens"  # a text shard's metadata: its caption's token count
 
 
 class DiskConditioning(Mapping[str, dict[str, torch.Tensor]]):
@@ -134,10 +141,13 @@ def encode_texts_on_disk(
     keys = {t: text_key(encoder, t) for t in captions}
     ctx = group_context()
     on_disk: dict[str, Summary] = {}  # the captions with a readable shard: what it holds
+    counts: dict[str, int] = {}  # caption -> its tokens (a shard's, or counted by the encoders' tokenizer)
     for t in captions:
-        tensors = read_shard(shard_path(root, KIND, model, keys[t]), required=())
-        if tensors is not None:
-            on_disk[t] = summarize(tensors)
+        found = read_shard_entry(shard_path(root, KIND, model, keys[t]), required=())
+        if found is not None:
+            on_disk[t] = summarize(found[0])
+            if (tokens := _tokens(found[1])) is not None:
+                counts[t] = tokens
     valid = set(gather_round(list(on_disk), ctx)[0])  # rank 0's view: every rank encodes the same chunks
     record = signature_path(signatures, model, encoder) if signatures is not None else None
     signature = read_signature(record) if record is not None else None
@@ -146,6 +156,12 @@ def encode_texts_on_disk(
     if signature is not None:
         valid -= set(_misfits(captions, valid, on_disk, signature, root / KIND / model))
     missing = [t for t in captions if t not in valid]
+    measurable = [True]  # False: the loaded encoders cannot count (no tokenizer): nothing is said
+
+    def measure(encoders: object) -> None:
+        found = caption_counts(family.spec, encoders, [t for t in captions if t not in counts])
+        measurable[0] = found is not None
+        counts.update(found or {})
 
     def sink(group: int, text: str, tensors: dict[str, torch.Tensor]) -> bool:
         if group != 0 or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
@@ -153,7 +169,8 @@ def encode_texts_on_disk(
         if ctx.rank != 0:
             return True  # rank 0 writes it; this rank reads it after the barrier
         own = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
-        written = write_shard(shard_path(root, KIND, model, keys[text]), own)
+        kept = {TOKENS: str(counts[text])} if text in counts else None
+        written = write_shard(shard_path(root, KIND, model, keys[text]), own, kept)
         if not written and ctx.distributed:
             raise DatasetError(
                 "cannot write the text embedding cache", [f"{shard_path(root, KIND, model, keys[text])}"]
@@ -171,6 +188,7 @@ def encode_texts_on_disk(
             check_stop=check_stop,
             notes=notes,
             sink=sink,
+            measure=measure,
         )
 
     found = encode(missing, [*groups[1:], *([list(PROBE_TEXTS)] if probe else [])])
@@ -183,7 +201,15 @@ def encode_texts_on_disk(
         if bad:  # the encoders were loaded for the probe: a second load encodes these (rare)
             found[0].update(encode(bad, [])[0])
     barrier(ctx)
+    if notes is not None and ctx.is_main and measurable[0]:  # rank 0 encodes whenever any rank does
+        notes += [cut] if (cut := cut_note(family.spec, cfg, captions, counts)) else []
     return [DiskConditioning(root, model, keys, found[0], signature), *found[1:]]
+
+
+def _tokens(metadata: Mapping[str, object]) -> int | None:
+    """The token count a text shard keeps (None: a shard from before the counts were kept)."""
+    value = metadata.get(TOKENS)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def _misfits(

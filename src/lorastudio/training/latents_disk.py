@@ -31,7 +31,7 @@ import copy
 import dataclasses
 import json
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,13 +70,16 @@ def _crc(tensors: dict[str, torch.Tensor]) -> str:
     return f"{crc:08x}"
 
 
-def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> bool:
+def write_shard(
+    path: Path, tensors: dict[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+) -> bool:
     """Write `tensors` (CPU, fp32) to shard `path` (data/cache_io.write_shard_bytes: staged,
-    renamed, no link followed; another writer of the same key writes the same bytes).
+    renamed, no link followed; another writer of the same key writes the same bytes), with
+    `metadata` (strings, e.g. a caption's token count) beside its crc32.
     Returns False when the disk refused it."""
     from safetensors.torch import save
 
-    return write_shard_bytes(path, save(tensors, metadata={"crc32": _crc(tensors)}))
+    return write_shard_bytes(path, save(tensors, metadata={**(metadata or {}), "crc32": _crc(tensors)}))
 
 
 def _metadata(data: bytes) -> dict[str, Any]:
@@ -104,6 +107,18 @@ def read_shard(
     lacks a `required` tensor, or (with `shape`: a latent shard) its mean or std is not
     `shape`, float32 and finite, or a tensor named in `shapes` is missing, of another shape or
     not float32."""
+    found = read_shard_entry(path, shape, required, shapes)
+    return found[0] if found is not None else None
+
+
+def read_shard_entry(
+    path: Path,
+    shape: tuple[int, ...] | None = None,
+    required: tuple[str, ...] = ("mean", "std"),
+    shapes: dict[str, tuple[int, ...]] | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """`read_shard`'s tensors with the shard's metadata (write_shard's `metadata` and its crc32),
+    or None where read_shard gives None."""
     from safetensors import SafetensorError
     from safetensors.torch import load
 
@@ -114,11 +129,8 @@ def read_shard(
         tensors = load(data)
     except (SafetensorError, RuntimeError, ValueError, OverflowError):
         return None
-    if (
-        not tensors
-        or any(name not in tensors for name in required)
-        or _metadata(data).get("crc32") != _crc(tensors)
-    ):
+    metadata = _metadata(data)
+    if not tensors or any(name not in tensors for name in required) or metadata.get("crc32") != _crc(tensors):
         return None
     if shape is not None and not all(
         tuple(tensors[n].shape) == shape
@@ -132,7 +144,7 @@ def read_shard(
         for name, s in (shapes or {}).items()
     ):
         return None
-    return tensors
+    return tensors, metadata
 
 
 def control_tensors(controls: ItemControls, k: int) -> dict[str, torch.Tensor]:
