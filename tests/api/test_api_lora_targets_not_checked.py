@@ -1,6 +1,7 @@
 """A preflight whose lora_targets check is left to the run's start says so in its answer's
 `notes` (jobs/target_check.py, fix 145): turned away by the waiting bound while other checks
-run, or its child crashed; a check that was made (it passed) adds no note."""
+run, its child crashed, or the base is not on this machine; a check that was made (it passed)
+adds no note."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
+from huggingface_hub import constants
 from tests.polling import until
 
 from lorastudio.config import TrainConfig, resolve_train_config
@@ -89,17 +91,30 @@ def test_a_crashed_check_child_is_named_and_a_passing_check_is_not(
     assert passed.json()["notes"] == [] and target_check.spawned == before + 1
 
 
-def test_a_hub_base_not_on_this_machine_notes_the_check_is_left_to_the_start(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_a_hub_base_not_on_this_machine_notes_both_checks_are_left_to_the_start(
+    client: TestClient,
+    shapes: None,
+    flux_config: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    """The child cannot read the denoiser config (the hub offline, nothing cached): the engine's
-    check answers "not checked" (it said [] before: a silent pass); the API passes it on."""
+    """Online, a hub id not yet fetched passes (the run fetches it). The child cannot read its
+    denoiser config (it runs with the hub offline): the engine's check answers "not checked" (it
+    said [] before: a silent pass); and the caption count is left to the start too (fix 123)."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    cfg = resolve_train_config(
-        TrainConfig(family="flux", base_model="acme/not-fetched-flux", data_dir="/d", lora_targets=["to_q"])
+    answer = client.post(
+        "/api/train/preflight",
+        json={"config": flux_config(base_model="acme/not-fetched-flux", lora_targets=["to_q"])},
     )
-    answer = target_check.check_lora_targets(cfg)
-    assert answer.problems == () and answer.not_checked == (
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["notes"] == [
         "lora_targets not checked now: the base's denoiser config cannot be read on this machine; "
         "the run's start checks it"
+    ]
+    tokens = answer.json()["dataset"]["caption_tokens"]
+    assert (tokens["counted"], tokens["cut"]) == (False, [])
+    assert tokens["note"] == (
+        "caption lengths are counted at the start of the run (the base model's tokenizer is not on this machine)"
     )

@@ -263,7 +263,9 @@ def test_shards_the_disk_refuses_stay_in_ram_for_the_run(make_config, monkeypatc
     from lorastudio.training import conditioning_disk, latents_disk
 
     first, _ = _run(make_config, "first", latent_cache="memory")
-    monkeypatch.setattr(latents_disk, "write_shard", lambda path, tensors, metadata=None: False)  # a full disk
+    monkeypatch.setattr(
+        latents_disk, "write_shard", lambda path, tensors, metadata=None: False
+    )  # a full disk
     monkeypatch.setattr(conditioning_disk, "write_shard", lambda path, tensors, metadata=None: False)
     full, _ = _run(make_config, "full")
     assert full.losses == first.losses and _shards() == _shards("text") == []
