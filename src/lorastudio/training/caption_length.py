@@ -9,6 +9,8 @@ log) say how many are cut and show the longest. A family whose pipeline wraps th
 template of its own (Qwen-Image, Z-Image, FLUX.2 / klein, Krea 2) is measured with that template
 built as its pipeline builds it (CaptionTokens.template): the template's tokens count against the
 limit, as they do in the pipeline; Qwen-Image-Edit never cuts (CaptionTokens.cuts False).
+A run whose captions come from the on-disk text cache makes the note from the counts kept with
+the shards (`cut_note`, training/conditioning_disk.py).
 """
 
 from __future__ import annotations

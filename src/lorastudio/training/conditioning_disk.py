@@ -156,11 +156,12 @@ def encode_texts_on_disk(
     if signature is not None:
         valid -= set(_misfits(captions, valid, on_disk, signature, root / KIND / model))
     missing = [t for t in captions if t not in valid]
-    measurable = [True]  # False: the loaded encoders cannot count (no tokenizer): nothing is said
+    measurable = True  # False: the loaded encoders cannot count (no tokenizer): nothing is said
 
     def measure(encoders: object) -> None:
+        nonlocal measurable
         found = caption_counts(family.spec, encoders, [t for t in captions if t not in counts])
-        measurable[0] = found is not None
+        measurable = found is not None
         counts.update(found or {})
 
     def sink(group: int, text: str, tensors: dict[str, torch.Tensor]) -> bool:
@@ -201,7 +202,7 @@ def encode_texts_on_disk(
         if bad:  # the encoders were loaded for the probe: a second load encodes these (rare)
             found[0].update(encode(bad, [])[0])
     barrier(ctx)
-    if notes is not None and ctx.is_main and measurable[0]:  # rank 0 encodes whenever any rank does
+    if notes is not None and ctx.is_main and measurable:  # rank 0 encodes whenever any rank does
         notes += [cut] if (cut := cut_note(family.spec, cfg, captions, counts)) else []
     return [DiskConditioning(root, model, keys, found[0], signature), *found[1:]]
 
