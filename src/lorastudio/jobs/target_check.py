@@ -112,7 +112,9 @@ def _not_checked(cfg: TrainConfig, why: str) -> TargetAnswer:
 
 
 def _ask_child(cfg: TrainConfig, timeout_s: float) -> TargetAnswer | str:
-    """The child's answer; why there is none (a str) when it gave none in time."""
+    """The child's answer (for a denoiser config it cannot read: not checked, cached like any
+    answer: the key changes once the config is on this machine); why there is none (a str) when
+    it gave none in time or failed (nothing cached)."""
     env = child_environment(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
     try:
