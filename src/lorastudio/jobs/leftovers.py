@@ -6,9 +6,10 @@ hidden folder behind, for ever: an upload's `datasets/.uploads/<id>/` (hundreds 
 delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
 export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`),
-a checkpoint's `outputs/<run>/checkpoints/.staging-*`
-or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an
-uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
+a checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
+`outputs/<run>/samples/.staging-<id>.png`, a validation record's `outputs/<run>/.staging-<id>.json`
+(training/run_files.py: the run's staging names), a caption edit's
+`datasets/<name>/.<file>.<id>.tmp`, a generated image's or an uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
 caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
 writer lives: the cache may be outside the home and shared). A server start also prunes the encode
 cache to its cap (`start_cache_prune`, data/cache_prune.py), in its own thread.
