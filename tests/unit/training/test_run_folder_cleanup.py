@@ -31,7 +31,7 @@ USER_ENTRIES = {"notes.txt", "mine/", "mine/keep.txt", "samples/mine.png", "empt
 
 
 class Boom(RuntimeError):
-    """The failure injected at step 2."""
+    """The failure injected into a run (Recorder)."""
 
 
 def _tree(folder: Path) -> set[str]:
@@ -51,11 +51,11 @@ def _user_files(run_dir: Path) -> None:
 
 class Recorder:
     """The run's event sink: after step 1 it puts the user's files in (`foreign`) and after
-    step 2 it raises Boom (`fail`), once."""
+    step `fail_at` it raises Boom (`fail`), once."""
 
-    def __init__(self, foreign: bool, fail: bool):
+    def __init__(self, foreign: bool, fail: bool, fail_at: int = 2):
         self.events: list = []
-        self.foreign, self.fail = foreign, fail
+        self.foreign, self.fail, self.fail_at = foreign, fail, fail_at
 
     def __call__(self, event) -> None:
         self.events.append(event)
@@ -64,7 +64,7 @@ class Recorder:
         run_dir = get_settings().outputs_dir / "run"
         if event.step == 1 and self.foreign:
             _user_files(run_dir)
-        if event.step == 2 and self.fail:
+        if event.step == self.fail_at and self.fail:
             self.fail = False
             assert {"samples/", "loras/", "validation.json"} <= _tree(run_dir)  # the run wrote
             raise Boom("injected")
@@ -73,9 +73,10 @@ class Recorder:
         return [e.message for e in self.events if e.type == "warning"]
 
 
-def _stop_after_2(recorder: Recorder):
+def _stop_after(recorder: Recorder, steps: int = 2, save: bool = False):
+    """A stop poll asking to stop (with `save`) once `steps` steps of this session ran."""
     return lambda: (
-        StopRequest(save=False) if sum(e.type == "progress" for e in recorder.events) >= 2 else None
+        StopRequest(save=save) if sum(e.type == "progress" for e in recorder.events) >= steps else None
     )
 
 
@@ -102,7 +103,7 @@ def test_a_failed_fresh_run_removes_only_what_it_wrote(make_config, foreign):
 def test_a_fresh_run_stopped_without_save_removes_only_what_it_wrote(make_config, foreign):
     recorder = Recorder(foreign, fail=False)
     cfg = make_config(**EVERY_WRITER, save_every=1, keep_last=5)
-    result = train(cfg, recorder, _stop_after_2(recorder), device="cpu")
+    result = train(cfg, recorder, _stop_after(recorder), device="cpu")
     assert result.stopped and result.lora_path is None
     run_dir = get_settings().outputs_dir / "run"
     if not foreign:
@@ -141,3 +142,26 @@ def test_the_list_refuses_look_alikes_and_keeps_what_it_does_not_know(tmp_path: 
     kept = remove_session_files(run_dir)
     assert kept == ["checkpoints/notes", "loras/other-step-000001.safetensors", "run.txt", "samples"]
     assert _tree(run_dir) == {"checkpoints/", "checkpoints/notes", "loras/", *kept[1:]}
+
+
+def test_a_resumed_run_that_fails_or_is_discarded_touches_only_its_own_files(make_config):
+    """As before: a resume keeps its folder, what it resumed from and whatever else is there; a
+    failure removes only staging, a discard only this session's checkpoints, snapshots, samples."""
+    cfg = make_config(**EVERY_WRITER, save_every=1, keep_last=5)
+    first = Recorder(foreign=False, fail=False)
+    train(cfg, first, _stop_after(first, 1, save=True), device="cpu")
+    run_dir = get_settings().outputs_dir / "run"
+    (run_dir / "notes.txt").write_text("mine")
+    before = _tree(run_dir)
+    assert "checkpoints/step-000001/" in before
+
+    discarded = Recorder(foreign=False, fail=False)
+    train(cfg, discarded, _stop_after(discarded, 1), device="cpu", resume=run_dir)
+    assert _tree(run_dir) == before and discarded.warnings() == []
+
+    failed = Recorder(foreign=False, fail=True, fail_at=3)
+    with pytest.raises(Boom):
+        train(cfg, failed, device="cpu", resume=run_dir)
+    after = _tree(run_dir)
+    assert before <= after and "checkpoints/step-000002/" in after  # resumable from its own
+    assert not [n for n in after if "/.staging-" in n or n.startswith(".staging-")]
