@@ -166,6 +166,7 @@ def train(
     claimed = False
     stopped = False
     lora_path: Path | None = None
+    trackers = TrackerSink([])  # the run's, once its context is known
     try:
         state.ctx = launched_context()
         main = state.ctx.is_main
@@ -212,11 +213,13 @@ def train(
             state.loras.discard()
             if state.validation is not None and state.resume is not None:
                 state.validation.discard()  # the record as this session found it
+            trackers.close()  # before their folders go (W&B's writer would make its own again)
             kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
             _note_kept(emit, state, kept)
     except BaseException as err:
         if claimed and run is not None:
+            trackers.close()
             kept = clean_after_failure(run.run_dir, state.resume is not None, state.final_lora is not None)
             _note_kept(emit, state, kept)
         emit(Error(message=_message(err, state.attention)))
