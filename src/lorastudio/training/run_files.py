@@ -162,8 +162,8 @@ def survey(run_dir: Path) -> tuple[list[Path], list[Path]]:
 def remove_session_files(run_dir: Path) -> list[str]:
     """Remove what a session of the run writes in `run_dir` (`survey`), then each writer folder
     and `run_dir` itself if empty (rmdir only). Returns what was kept, relative to `run_dir`
-    (a folder with a trailing "/"), sorted; [] when the folder is gone. A removal that fails is
-    logged and its entry kept."""
+    (a folder with a trailing "/"), sorted: what the run did not write; [] when the folder is
+    gone. A removal that fails is logged, and its entry keeps the folder."""
     mine, _ = survey(run_dir)
     for path in mine:
         try:
@@ -177,9 +177,8 @@ def remove_session_files(run_dir: Path) -> list[str]:
                 target.rmdir()
     if not run_dir.is_dir():
         return []
-    left, other = survey(run_dir)  # left: what a failed removal kept
-    kept = other + left
-    return sorted(p.relative_to(run_dir).as_posix() + ("/" if _is_folder(p) else "") for p in kept)
+    _, other = survey(run_dir)  # (what a failed removal left is logged above)
+    return sorted(p.relative_to(run_dir).as_posix() + ("/" if _is_folder(p) else "") for p in other)
 
 
 def kept_note(run_dir: Path, kept: list[str]) -> str:
