@@ -42,7 +42,7 @@ from pathlib import Path
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
-from lorastudio.training.run_files import kept_note, leftovers, survey
+from lorastudio.training.run_files import entry_names, kept_note, leftovers, survey
 from lorastudio.training.run_lock import unowned
 
 log = logging.getLogger("lorastudio.jobs")
@@ -126,8 +126,7 @@ def _run_leftovers(run: Path) -> list[Path]:
         return found  # what a run wrote: kept (which session wrote it died with the session)
     if not other:
         return [*found, run]
-    kept = [p.relative_to(run).as_posix() + ("/" if p.is_dir() and not p.is_symlink() else "") for p in other]
-    log.warning("%s", kept_note(run, kept))
+    log.warning("%s", kept_note(run, entry_names(run, other)))
     return found
 
 

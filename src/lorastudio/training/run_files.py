@@ -178,7 +178,12 @@ def remove_session_files(run_dir: Path) -> list[str]:
     if not run_dir.is_dir():
         return []
     _, other = survey(run_dir)  # (what a failed removal left is logged above)
-    return sorted(p.relative_to(run_dir).as_posix() + ("/" if _is_folder(p) else "") for p in other)
+    return entry_names(run_dir, other)
+
+
+def entry_names(run_dir: Path, paths: list[Path]) -> list[str]:
+    """`paths` relative to `run_dir`, a folder with a trailing "/", sorted."""
+    return sorted(p.relative_to(run_dir).as_posix() + ("/" if _is_folder(p) else "") for p in paths)
 
 
 def kept_note(run_dir: Path, kept: list[str]) -> str:
