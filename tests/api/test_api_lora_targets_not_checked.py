@@ -1,5 +1,5 @@
 """A preflight whose lora_targets check is left to the run's start says so in its answer's
-`notes` (jobs/target_check.py, fix 145): turned away by the waiting bound while other checks
+`notes` (jobs/target_check.py, fix 146): turned away by the waiting bound while other checks
 run, its child crashed, or the base is not on this machine; a check that was made (it passed)
 adds no note."""
 

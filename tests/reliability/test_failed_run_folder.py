@@ -2,11 +2,13 @@
 the others stopped by torchrun) leaves no empty folder in outputs/: the job service (after the
 worker's exit) and a `lorastudio train --gpus N` launch (after torchrun's failure) remove it,
 with rmdir only, while the log and the run record stay. Was: the folder stayed until the next
-server start or `lorastudio train`."""
+server start or `lorastudio train`. What no run writes (training/run_files.py: a user's file or
+folder, even an empty one) keeps the folder, logged; a killed write's staging goes."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,10 +17,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from reliability_helpers import FINAL, LiveServer, wait_for
 
 from lorastudio.jobs.worker_log import log_path
 from lorastudio.settings import Settings
+
+
+def _user_entries(run_dir: Path) -> None:
+    """What a user puts into a running run's folder, beside a killed sample write's staging."""
+    (run_dir / "notes.txt").write_text("mine")
+    (run_dir / "mine").mkdir()
+    (run_dir / "mine" / "keep.txt").write_text("mine too")
+    (run_dir / "empty").mkdir()
+    (run_dir / "samples").mkdir(exist_ok=True)
+    (run_dir / "samples" / ".staging-0123abcd.png").write_bytes(b"half a sample")
 
 
 def _kill_at_step_1(server: LiveServer, config: dict, user_file: bool = False) -> dict:
@@ -30,7 +43,7 @@ def _kill_at_step_1(server: LiveServer, config: dict, user_file: bool = False) -
     run_dir = server.app.state.settings.outputs_dir / config["output_name"]
     assert run_dir.is_dir()
     if user_file:
-        (run_dir / "notes.txt").write_text("mine")
+        _user_entries(run_dir)
     os.kill(service.job(job_id)["pid"], signal.SIGKILL)
     return wait_for(lambda: (s := service.job(job_id))["status"] in FINAL and s, 30, "the job's end", 0.02)
 
@@ -58,7 +71,32 @@ def test_a_users_file_keeps_the_folder(
 ) -> None:
     job = _kill_at_step_1(server, flux_config(output_name="kept", steps=5000), user_file=True)
     assert job["status"] == "failed"
-    assert (settings.outputs_dir / "kept" / "notes.txt").read_text() == "mine"
+    run_dir = settings.outputs_dir / "kept"
+    assert (run_dir / "notes.txt").read_text() == "mine"
+    assert (run_dir / "mine" / "keep.txt").read_text() == "mine too"
+    assert (run_dir / "empty").is_dir()
+    assert not (run_dir / "samples" / ".staging-0123abcd.png").exists()  # a killed write's staging
+
+
+def test_a_users_empty_folder_keeps_the_run_folder(
+    server: LiveServer, settings: Settings, flux_config: Callable[..., dict], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a folder holding nothing but folders went whole, a user's empty folder with it."""
+    caplog.set_level(logging.WARNING, logger="lorastudio.jobs")
+    service = server.app.state.service
+    started = server.client.post(
+        "/api/train/start", json={"config": flux_config(output_name="bare", steps=5000)}
+    )
+    assert started.status_code == 201, started.text
+    job_id = started.json()["id"]
+    wait_for(lambda: (service.job(job_id)["progress"] or {}).get("step", 0) >= 1, 120, "step 1", 0.02)
+    run_dir = settings.outputs_dir / "bare"
+    (run_dir / "empty").mkdir()
+    os.kill(service.job(job_id)["pid"], signal.SIGKILL)
+    wait_for(lambda: service.job(job_id)["status"] in FINAL, 30, "the job's end", 0.02)
+    assert (run_dir / "empty").is_dir()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"kept 1 folder not written by the run in {run_dir}: empty/" in logged
 
 
 def _descendants(pid: int) -> list[int]:

@@ -6,9 +6,10 @@ hidden folder behind, for ever: an upload's `datasets/.uploads/<id>/` (hundreds 
 delete's `outputs/.deleting-<id>/` (tens of thousands of files), a model delete's
 `models/.<name>.deleting-<id>/`, a tiny model's `models/.<name>.staging-<pid>-<id>/`, a LoRA
 export's `outputs/<run>/.staging-<id>/` (a snapshot's `outputs/<run>/loras/.staging-<id>/`),
-a checkpoint's `outputs/<run>/checkpoints/.staging-*`
-or `.removing-*`, a caption edit's `datasets/<name>/.<file>.<id>.tmp`, a generated image's or an
-uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
+a checkpoint's `outputs/<run>/checkpoints/.staging-*` or `.removing-*`, a sample's
+`outputs/<run>/samples/.staging-<id>.png`, a validation record's `outputs/<run>/.staging-<id>.json`
+(training/run_files.py: the run's staging names), a caption edit's
+`datasets/<name>/.<file>.<id>.tmp`, a generated image's or an uploaded reference's `gallery/.<file>.partial` / `gallery/references/.<id>.partial`, a latent or
 caption shard's `cache/encoded/<kind>/<model>/<xx>/.<key>.safetensors.<pid>.tmp` (kept while its
 writer lives: the cache may be outside the home and shared). A server start also prunes the encode
 cache to its cap (`start_cache_prune`, data/cache_prune.py), in its own thread.
@@ -22,7 +23,8 @@ server writes is touched), each logged with its size. Model fetches stage in
 `models/.<name>.fetching/`, which a later fetch resumes: not a leftover, kept. A run folder
 `outputs/<run>/` that holds nothing but folders (once its staging is gone) is one too: the run
 was killed before it wrote a file (loading, caching, its first checkpoint), and the empty folder
-refused its name to every new run while nothing in it could be resumed. `lorastudio train` (which
+refused its name to every new run while nothing in it could be resumed; a file or folder that no
+run writes (training/run_files.py: the one list) keeps it, logged. `lorastudio train` (which
 shares the home with other CLI runs, so takes no exclusive lock) removes the output folders' part
 of these at its start, for the folders no live run holds (`remove_abandoned_runs`).
 """
@@ -38,9 +40,9 @@ import threading
 from pathlib import Path
 
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
-from lorastudio.lora.snapshots import LORAS
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
+from lorastudio.training.run_files import entry_names, kept_note, leftovers, survey
 from lorastudio.training.run_lock import unowned
 
 log = logging.getLogger("lorastudio.jobs")
@@ -49,8 +51,6 @@ UPLOAD_STAGING = ".uploads"  # data/uploads.py STAGING_DIR
 _RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/dataset_delete.py
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
 _TINY_STAGING = re.compile(r"^\..+\.staging-(\d+)-[0-9a-f]+$")  # tiny/staging.py (with the writer's pid)
-_EXPORT_STAGING = re.compile(r"^\.staging-[0-9a-f]+$")  # training/export.py, training/checkpoint.py
-_CHECKPOINT_REMOVAL = re.compile(r"^\.removing-[0-9a-f-]+$")  # training/checkpoint.py
 _CAPTION_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # data/writes.py staged_write
 _PARTIAL = re.compile(r"^\..+\.partial$")  # jobs/generation.py image, jobs/references.py upload
 
@@ -94,7 +94,8 @@ def remove_abandoned_run(run: Path) -> list[Path]:
     """`remove_abandoned_runs` for one output folder `run` (`outputs/<name>`): what its sessions
     left, once none holds it, under its lock. A job (or a `--gpus N` launch) that ended without a
     LoRA or checkpoint, its processes gone (a rank that failed and the ranks torchrun stopped, a
-    worker killed), leaves no empty folder: removed by rmdir only, so a file in it keeps it.
+    worker killed), leaves no empty folder: removed by rmdir only, so a file in it keeps it (one
+    no run writes is logged: run_files.kept_note).
     Returns what was removed ([] while a live session holds it, or nothing was left)."""
     if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
         return []
@@ -114,27 +115,32 @@ def _run_folders(settings: Settings) -> list[Path]:
 
 
 def _run_leftovers(run: Path) -> list[Path]:
-    """The crash leftovers of output folder `run`: the staging of its killed writes, and the
-    folder itself when it holds nothing else (killed before it wrote a file: its name is free
-    again; `remove_leftovers` removes it only while it is empty)."""
-    found = [p for p in _children(run) if _EXPORT_STAGING.match(p.name)]
-    found += [p for p in _children(run / LORAS) if _EXPORT_STAGING.match(p.name)]  # a snapshot's
-    found += [
-        p
-        for p in _children(run / "checkpoints")
-        if _EXPORT_STAGING.match(p.name) or _CHECKPOINT_REMOVAL.match(p.name)
-    ]
-    return [*found, run] if _holds_nothing(run, set(found)) else found
+    """The crash leftovers of output folder `run`: the staging of its killed writes
+    (run_files.leftovers), and the folder itself when it holds nothing else but the empty
+    folders a run makes (killed before it wrote a file: its name is free again;
+    `remove_leftovers` removes it only while it is empty). Anything no run writes keeps it (a
+    user's file or folder), logged when nothing else does."""
+    found = leftovers(run)
+    _, other = survey(run)
+    if not _holds_nothing(run, {*found, *other}):
+        return found  # what a run wrote: kept (which session wrote it died with the session)
+    if not other:
+        return [*found, run]
+    log.warning("%s", kept_note(run, entry_names(run, other)))
+    return found
 
 
-def _holds_nothing(folder: Path, going: set[Path]) -> bool:
-    """Whether `folder` holds no file, link or other entry but folders, once `going` (leftovers
-    found in it) is removed: the output folder of a run killed before it wrote anything, whose
-    name every new run was refused ("already exists") while nothing could resume it."""
+def _holds_nothing(folder: Path, aside: set[Path]) -> bool:
+    """Whether `folder` holds no file, link or other entry but folders, leaving out `aside`
+    (leftovers found in it, and what no run writes): the output folder of a run killed before it
+    wrote anything, whose name every new run was refused ("already exists") while nothing could
+    resume it."""
     for root, dirs, files in os.walk(folder):
-        if files or any(os.path.islink(os.path.join(root, d)) for d in dirs):
+        if any(Path(root, f) not in aside for f in files):
             return False
-        dirs[:] = [d for d in dirs if Path(root, d) not in going]
+        if any(os.path.islink(os.path.join(root, d)) and Path(root, d) not in aside for d in dirs):
+            return False
+        dirs[:] = [d for d in dirs if Path(root, d) not in aside]
     return True
 
 

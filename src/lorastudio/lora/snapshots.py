@@ -19,24 +19,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-LORAS = "loras"
-_NAME = re.compile(r"^(?P<run>.+)-step-(?P<step>\d{6,})\.safetensors$")
-
-
-def snapshot_name(output_name: str, step: int) -> str:
-    """File stem of the snapshot after optimizer step `step` ("my-run-step-000500")."""
-    return f"{output_name}-step-{step:06d}"
+from lorastudio.training.run_files import LORAS, snapshot_name, staging_path
+from lorastudio.training.run_files import snapshot_step as _step_of_name
 
 
 def snapshot_step(path: Path) -> int | None:
     """The step of a snapshot file name, or None when the name is not one."""
-    match = _NAME.match(path.name)
-    return int(match.group("step")) if match else None
+    return _step_of_name(path.name)
 
 
 def list_lora_snapshots(run_dir: Path) -> list[tuple[int, Path]]:
@@ -127,7 +120,7 @@ def keep_final_as_snapshot(run_dir: Path) -> Path | None:
     if target.is_file():
         return target
     target.parent.mkdir(exist_ok=True)
-    staged = target.with_name(f".{name}.{os.getpid()}.staging")
+    staged = staging_path(target.parent, ".safetensors")
     try:
         shutil.copyfile(final, staged)
         info = {**sidecar, "snapshot": True, "lora_file": f"{LORAS}/{name}.safetensors"}

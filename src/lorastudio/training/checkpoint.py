@@ -17,38 +17,35 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
-from lorastudio.lora.snapshots import LORAS
 from lorastudio.training.extend import extension_steps
 from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
+from lorastudio.training.run_files import (
+    CHECKPOINTS,
+    checkpoint_name,
+    removal_path,
+    remove_leftovers,
+    staging_path,
+)
+from lorastudio.training.run_files import checkpoint_step as _step_of_name
 from lorastudio.user_paths import is_dir, is_file
 
-CHECKPOINTS = "checkpoints"
 INFO_FILE = "identity.json"
 STATE_FILE = "state.pt"
 LORA_FILE = "lora.safetensors"
 CHECKPOINT_FILES = (INFO_FILE, STATE_FILE, LORA_FILE)
 PLAN_KEY = "plan"  # identity.json: the run's plan (absent in checkpoints written before plans)
-_NAME = re.compile(r"^step-(\d+)$")
-
-
-def checkpoint_name(step: int) -> str:
-    """Folder name of the checkpoint after optimizer step `step` ("step-000123")."""
-    return f"step-{step:06d}"
 
 
 def checkpoint_step(path: Path) -> int | None:
     """The step of a checkpoint folder name, or None when the name is not one."""
-    match = _NAME.match(path.name)
-    return int(match.group(1)) if match else None
+    return _step_of_name(path.name)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -138,7 +135,7 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
     parent = run_dir / CHECKPOINTS
     parent.mkdir(exist_ok=True)
     final = parent / checkpoint_name(step)
-    staging = parent / f".staging-{uuid.uuid4().hex[:8]}"
+    staging = staging_path(parent)
     staging.mkdir()
     try:
         write_files(staging)
@@ -159,25 +156,9 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
 
 def _remove(folder: Path) -> None:
     """Remove a folder in one visible step: rename it aside, then delete it."""
-    trash = folder.parent / f".removing-{uuid.uuid4().hex[:8]}"
+    trash = removal_path(folder.parent)
     os.rename(folder, trash)
     shutil.rmtree(trash)
-
-
-def remove_leftovers(run_dir: Path) -> None:
-    """Remove staging/removal leftovers of interrupted writes: in the checkpoints folder, and
-    the LoRA exports' staging folders (training/export.py) in the run folder and its loras/
-    (a killed final save or snapshot; no other session of the run writes meanwhile)."""
-    parent = run_dir / CHECKPOINTS
-    if parent.is_dir():
-        for item in parent.iterdir():
-            if item.name.startswith((".staging-", ".removing-")):
-                shutil.rmtree(item, ignore_errors=True)
-    for folder in (run_dir, run_dir / LORAS):
-        if folder.is_dir() and not folder.is_symlink():
-            for item in folder.iterdir():
-                if item.name.startswith(".staging-") and item.is_dir() and not item.is_symlink():
-                    shutil.rmtree(item, ignore_errors=True)
 
 
 class CheckpointKeeper:

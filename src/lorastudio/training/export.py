@@ -11,7 +11,6 @@ import datetime
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from lorastudio.lora.text_encoders import (
 from lorastudio.training.assistant import assistant_sidecar
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
+from lorastudio.training.run_files import staging_path
 
 if TYPE_CHECKING:
     from peft import LoraConfig
@@ -274,7 +274,7 @@ def write_lora_pair(
     (the sidecar renamed into place first, the LoRA last). Returns the LoRA path."""
     weight_name = f"{name}.safetensors"
     run_dir.mkdir(parents=True, exist_ok=True)
-    staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}"
+    staging = staging_path(run_dir)
     staging.mkdir(parents=True)
     try:
         write_lora_file(staging / weight_name, tensors, header)

@@ -81,6 +81,7 @@ from lorastudio.training.events import (
     Complete,
     Emit,
     Error,
+    RunWarning,
     StopCheck,
 )
 from lorastudio.training.export import export_run
@@ -142,12 +143,15 @@ def train(
     job worker pass it): the run's wall-time record counts the process's start (imports) too.
     Returns: TrainResult. A stop with save after >= 1 step of this session writes a checkpoint
     and the LoRA of the steps run. A stop without save removes what this session wrote: the
-    whole run folder for a fresh run, this session's checkpoints for a resumed one.
+    files a run writes in a fresh run's folder (a file someone else put there stays, named in a
+    RunWarning), this session's checkpoints, snapshots and samples in a resumed one.
     Raises (after emitting Error): ConfigError (also: a resume whose identity differs, naming
     each differing field), NotFound (no checkpoint), DatasetError, PathOutsideRoot,
     ModelSourceError for user mistakes, TrainingDiverged, or whatever unexpected error
     occurred. Data-parallel: ConfigError when cfg.num_gpus is not the launched world size or
-    batch_size does not divide by it; ranks other than 0 emit nothing and return lora_path None. On any failure this session's partial outputs are removed, except checkpoints:
+    batch_size does not divide by it; ranks other than 0 emit nothing and return lora_path None.
+    On any failure this session's partial outputs are removed (never what it did not write: a
+    RunWarning names what a fresh folder kept), except checkpoints:
     a run folder that holds one is kept, resumable; and except the run's LoRA, once written (an
     interrupt in the final sample round: the folder is kept with it; an exception there is no
     failure: a RunWarning, then Complete).
@@ -162,6 +166,7 @@ def train(
     claimed = False
     stopped = False
     lora_path: Path | None = None
+    trackers = TrackerSink([])  # the run's, once its context is known
     try:
         state.ctx = launched_context()
         main = state.ctx.is_main
@@ -208,11 +213,15 @@ def train(
             state.loras.discard()
             if state.validation is not None and state.resume is not None:
                 state.validation.discard()  # the record as this session found it
-            discard_session(run.run_dir, state.resume is not None, state.keeper)
+            trackers.close()  # before their folders go (W&B's writer would make its own again)
+            kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
             claimed = False
+            _note_kept(emit, state, kept)
     except BaseException as err:
         if claimed and run is not None:
-            clean_after_failure(run.run_dir, state.resume is not None, state.final_lora is not None)
+            trackers.close()
+            kept = clean_after_failure(run.run_dir, state.resume is not None, state.final_lora is not None)
+            _note_kept(emit, state, kept)
         emit(Error(message=_message(err, state.attention)))
         raise
     finally:
@@ -281,6 +290,12 @@ def _prepare_session(
         cfg.model_copy(update={"memory_budget_gb": None}), settings, device, resume
     )
     return dataclasses.replace(run, cfg=run.cfg.model_copy(update={"memory_budget_gb": budget})), identity
+
+
+def _note_kept(emit: Emit, state: RunState, note: str | None) -> None:
+    """The run record's word on what a fresh folder kept (session.py), as a RunWarning."""
+    if note is not None:
+        emit(RunWarning(step=state.steps_run, message=note))
 
 
 def _emit_nothing(event: object) -> None:

@@ -5,38 +5,24 @@ Layout: <run_dir>/samples/step-000123-0.png, one PNG per (optimizer step, sample
 ref-<prompt index>-<slot>.png, a copy of each reference image a prompt is rendered with (an
 edit family's samples: the gallery shows them beside the samples, whatever the dataset becomes).
 A file of that name is always complete: it is written under a hidden staging name in the same
-folder and renamed into place.
+folder and renamed into place. The names are training/run_files.py's (what a run writes).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-SAMPLES = "samples"
-_NAME = re.compile(r"^step-(\d{6,})-(\d+)\.png$")
-_REFERENCE = re.compile(r"^ref-(\d+)-(\d+)\.png$")  # ref-<prompt index>-<slot>.png
-_STAGING_PREFIX = ".staging-"
-
-
-def sample_name(step: int, index: int) -> str:
-    """File name of the sample of prompt `index` after optimizer step `step`."""
-    return f"step-{step:06d}-{index}.png"
-
-
-def parse_sample_name(name: str) -> tuple[int, int] | None:
-    """(step, prompt index) of a sample file name, or None when `name` is not one."""
-    match = _NAME.match(name)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def reference_name(index: int, slot: int) -> str:
-    """File name of the copy of reference image `slot` of sample prompt `index`."""
-    return f"ref-{index}-{slot}.png"
+from lorastudio.training.run_files import (
+    SAMPLES,
+    parse_reference_name,
+    parse_sample_name,
+    reference_name,
+    sample_name,
+    staging_path,
+)
 
 
 def list_references(run_dir: Path) -> dict[int, list[str]]:
@@ -47,9 +33,9 @@ def list_references(run_dir: Path) -> dict[int, list[str]]:
         return {}
     found: dict[int, list[tuple[int, str]]] = {}
     for path in folder.iterdir():
-        match = _REFERENCE.match(path.name)
-        if match and path.is_file() and not path.is_symlink():
-            found.setdefault(int(match.group(1)), []).append((int(match.group(2)), path.name))
+        parsed = parse_reference_name(path.name)
+        if parsed is not None and path.is_file() and not path.is_symlink():
+            found.setdefault(parsed[0], []).append((parsed[1], path.name))
     return {i: [name for _, name in sorted(names)] for i, names in sorted(found.items())}
 
 
@@ -90,7 +76,7 @@ def sample_path(run_dir: Path, name: str) -> Path | None:
     name or no such regular file (symlinks excluded) lies directly in the run's samples folder.
     `name` cannot escape the folder: only names matching step-NNNNNN-I.png (and the reference
     copies' ref-I-S.png) are accepted."""
-    if parse_sample_name(name) is None and not _REFERENCE.match(name):
+    if parse_sample_name(name) is None and parse_reference_name(name) is None:
         return None
     folder = samples_dir(run_dir)
     path = folder / name
@@ -125,7 +111,7 @@ def _write_staged(folder: Path, writers: list[Callable[[Path], None]], names: li
     staged: list[Path] = []
     try:
         for write in writers:
-            staging = folder / f"{_STAGING_PREFIX}{uuid.uuid4().hex[:8]}.png"
+            staging = staging_path(folder, ".png")
             staged.append(staging)
             write(staging)
         finals = [folder / name for name in names]

@@ -2,15 +2,18 @@
 model, and what it leaves in the run folder when it does not end with a LoRA.
 
 Rules: a fresh run claims a new folder; a resume continues in the folder of its checkpoint and
-must have the checkpoint's identity. Stop-and-discard removes what this session wrote (the whole
-folder of a fresh run; this session's checkpoints of a resumed one). A failed session keeps a
-folder that holds a checkpoint (resumable) and removes a fresh folder that holds none.
+must have the checkpoint's identity. Stop-and-discard removes what this session wrote (in a
+fresh run's folder, every file a run writes: training/run_files.py; in a resumed one, this
+session's checkpoints, snapshots and samples). A failed session keeps a folder that holds a
+checkpoint (resumable) or its written LoRA, and in a fresh folder that holds neither removes
+what a run writes. A fresh folder goes with rmdir only: a file or folder someone else put there
+stays (with the folders holding it), and the log and the run record say so (`kept_note`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,16 +22,18 @@ from lorastudio.training.checkpoint import (
     CheckpointKeeper,
     list_checkpoints,
     read_checkpoint_info,
-    remove_leftovers,
     run_dir_of,
 )
 from lorastudio.training.extend import finished_problem
 from lorastudio.training.identity import base_fingerprint, check_identity, dataset_files, run_identity
 from lorastudio.training.preflight import PreparedRun, preflight
+from lorastudio.training.run_files import kept_note, remove_leftovers, remove_session_files
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
     from lorastudio.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def prepare_session(
@@ -107,20 +112,35 @@ def resume_problems(cfg: TrainConfig, checkpoint: Path) -> list[FieldProblem]:
     return problems
 
 
-def discard_session(run_dir: Path, resumed: bool, keeper: CheckpointKeeper | None) -> None:
+def discard_session(run_dir: Path, resumed: bool, keeper: CheckpointKeeper | None) -> str | None:
     """Stop without save (or a fresh run stopped before its first step): remove what this
-    session wrote. A fresh run's folder goes entirely; a resumed run keeps what it started with."""
+    session wrote. In a fresh run's folder that is every file a run writes (run_files.py), then
+    the folder if nothing else is in it; a resumed run keeps what it started with (the keeper
+    removes this session's checkpoints; the loop, its snapshots, samples and validation record).
+    Returns `kept_note` when a fresh folder kept what the run did not write (logged), else None."""
     if not resumed:
-        shutil.rmtree(run_dir)
-    elif keeper is not None:
+        return _remove_fresh(run_dir)
+    if keeper is not None:
         keeper.discard()
+    return None
 
 
-def clean_after_failure(run_dir: Path, resumed: bool, lora_written: bool = False) -> None:
-    """A failed session: a fresh folder without any checkpoint or written LoRA is removed;
-    otherwise the checkpoints stay resumable, the LoRA (`lora_written`: the run's final one,
-    written before the failure in its final sample round) stays, and only staging leftovers go."""
+def clean_after_failure(run_dir: Path, resumed: bool, lora_written: bool = False) -> str | None:
+    """A failed session: in a fresh folder without any checkpoint or written LoRA, what a run
+    writes is removed, then the folder if nothing else is in it; otherwise the checkpoints stay
+    resumable, the LoRA (`lora_written`: the run's final one, written before the failure in its
+    final sample round) stays, and only staging leftovers go (a resume touches nothing else).
+    Returns `kept_note` when a fresh folder kept what the run did not write (logged), else None."""
     if not resumed and not lora_written and not list_checkpoints(run_dir):
-        shutil.rmtree(run_dir, ignore_errors=True)
-    else:
-        remove_leftovers(run_dir)
+        return _remove_fresh(run_dir)
+    remove_leftovers(run_dir)
+    return None
+
+
+def _remove_fresh(run_dir: Path) -> str | None:
+    kept = remove_session_files(run_dir)
+    if not kept:
+        return None
+    note = kept_note(run_dir, kept)
+    log.warning("%s", note)
+    return note

@@ -24,6 +24,7 @@ from typing import Any
 from lorastudio.config_host import tracker_problems
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.training.events import Event
+from lorastudio.training.run_files import TENSORBOARD
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class _TensorBoard:
     def __init__(self, run_dir: Path):
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        self._writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD))
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         for tag, value in values.items():
@@ -142,7 +143,7 @@ class _Wandb:
         import wandb
 
         self._wandb = wandb
-        self._run = wandb.init(
+        self._run = wandb.init(  # W&B writes under <dir>/wandb (run_files.WANDB)
             project="lorastudio", name=run_dir.name, dir=str(run_dir), config=config, reinit="create_new"
         )
 

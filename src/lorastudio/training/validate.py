@@ -30,6 +30,7 @@ import torch
 
 from lorastudio.training.compile import run_compiled
 from lorastudio.training.latents import stack_controls, variant_controls
+from lorastudio.training.run_files import staging_path
 from lorastudio.training.step import mask_weights, weighted_loss_share
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ class ValidationRounds:
     folder's validation.json back as this session found it (a resumed run stopped without save)."""
 
     def __init__(self, every: int | None, run_dir: Path | None = None):
-        from lorastudio.training.validation_file import VALIDATION_FILE
+        from lorastudio.training.run_files import VALIDATION_FILE
 
         self.every = every
         self.series: list[dict[str, float | int]] = []
@@ -209,7 +210,7 @@ class ValidationRounds:
         if self._before is None:
             self._file.unlink(missing_ok=True)
         else:
-            staging = self._file.with_name(f".{self._file.name}.staging")
+            staging = staging_path(self._file.parent, ".json")
             staging.write_bytes(self._before)
             os.replace(staging, self._file)
 

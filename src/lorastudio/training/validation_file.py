@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-VALIDATION_FILE = "validation.json"
+from lorastudio.training.run_files import VALIDATION_FILE, staging_path
+
 VALIDATION_FORMAT = "lorastudio.validation/1"
 
 
@@ -40,7 +40,7 @@ def validation_record(
 def write_validation(run_dir: Path, record: dict[str, Any]) -> Path:
     """Write <run_dir>/validation.json through a staging file in the same folder."""
     target = run_dir / VALIDATION_FILE
-    staging = run_dir / f".staging-{uuid.uuid4().hex[:8]}.json"
+    staging = staging_path(run_dir, ".json")
     try:
         staging.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         os.replace(staging, target)

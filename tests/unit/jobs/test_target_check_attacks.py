@@ -67,7 +67,7 @@ def test_concurrent_checks_of_different_configs_do_not_pile_up(
     turned_away = [answer for i, (_, answer) in answers.items() if i not in checked]
     assert len(turned_away) == 9 - len(checked)
     assert max(took for i, (took, _) in answers.items() if i not in checked) < 1.0  # at once
-    assert {a.not_checked for a in turned_away} == {  # said, not only logged (fix 145)
+    assert {a.not_checked for a in turned_away} == {  # said, not only logged (fix 146)
         "lora_targets not checked now: 3 checks already running or waiting; the run's start checks it"
     }
     later = target_check.check_lora_targets(_cfg(str(tmp_path), lora_targets=["attack_late"]))

@@ -1,5 +1,5 @@
 """Captions the text encoder cuts are named by a run whose captions come from the on-disk text
-cache as by one that encodes them (fix 99, RELIABILITY fix 146): each text shard keeps its
+cache as by one that encodes them (fix 99, RELIABILITY fix 147): each text shard keeps its
 caption's token count (training/conditioning_disk.py). Tiny FLUX.1 on CPU, max_sequence_length 32.
 A shard from before the counts were kept says it cannot tell, never a silent "nothing cut"."""
 

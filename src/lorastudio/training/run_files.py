@@ -1,0 +1,233 @@
+"""What a session of a run writes in its run folder (outputs/<output_name>/): the one list, and
+the removal that keeps everything else. No torch (the job service and the API use it).
+
+Every writer of the engine takes its names here (the folders, the file names, the staging names),
+and `owned` recognises exactly those, so what a run removes is what runs write:
+
+    <name>.safetensors, <name>.json          the LoRA and its sidecar (training/export.py)
+    <name>.raw.safetensors, <name>.raw.json  with EMA, the raw weights (training/ema.py)
+    validation.json                          the validation record (training/validation_file.py)
+    checkpoints/step-NNNNNN/                 a checkpoint, written whole (training/checkpoint.py)
+    loras/<name>-step-NNNNNN.safetensors     a LoRA snapshot, + .json (lora/snapshots.py)
+    samples/step-NNNNNN-I.png, ref-I-S.png   previews, reference copies (training/sample_files.py)
+    tensorboard/, wandb/                     a tracker's own folder, whole (training/trackers.py)
+    .staging-<hex>[.ext], .removing-<hex>    a write or delete in flight, in the run folder and in
+                                             each folder above (`staging_path`, `removal_path`)
+
+`remove_session_files` (a fresh run that failed or was stopped without save) removes what a
+session writes, then the folders above and the run folder with rmdir only: a file or folder
+someone else put there stays, with the folders holding it, and is returned (`kept_note` words
+it for the log and the run record). `remove_leftovers` removes only the staging of writes that
+never finished (a failed resume, a kept folder, a killed run: jobs/leftovers.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+LORAS = "loras"
+SAMPLES = "samples"
+TENSORBOARD = "tensorboard"
+WANDB = "wandb"
+VALIDATION_FILE = "validation.json"
+STAGING_PREFIX = ".staging-"
+REMOVING_PREFIX = ".removing-"
+
+WRITER_FOLDERS = (CHECKPOINTS, LORAS, SAMPLES)  # folders of named files (checked entry by entry)
+TRACKER_FOLDERS = (TENSORBOARD, WANDB)  # what a tracker writes there is its own: owned whole
+
+_CHECKPOINT = re.compile(r"^step-(\d+)$")
+_SAMPLE = re.compile(r"^step-(\d{6,})-(\d+)\.png$")
+_REFERENCE = re.compile(r"^ref-(\d+)-(\d+)\.png$")  # ref-<prompt index>-<slot>.png
+_SNAPSHOT = re.compile(r"^(?P<run>.+)-step-(?P<step>\d{6,})\.(safetensors|json)$")
+_LEFTOVER = re.compile(r"^(\.staging-[0-9a-f]+(\.[a-z]+)?|\.removing-[0-9a-f-]+)$")
+
+
+def staging_path(folder: Path, suffix: str = "") -> Path:
+    """A fresh hidden staging name in `folder` (".staging-<hex><suffix>"): a write goes there,
+    then is renamed into place; a kill leaves it, and `remove_leftovers` knows it."""
+    return folder / f"{STAGING_PREFIX}{uuid.uuid4().hex[:8]}{suffix}"
+
+
+def removal_path(folder: Path) -> Path:
+    """A fresh hidden name in `folder` a folder is renamed to before it is deleted."""
+    return folder / f"{REMOVING_PREFIX}{uuid.uuid4().hex[:8]}"
+
+
+def is_leftover(name: str) -> bool:
+    """Whether `name` is a staging or removal name (`staging_path`, `removal_path`)."""
+    return _LEFTOVER.match(name) is not None
+
+
+def checkpoint_name(step: int) -> str:
+    """Folder name of the checkpoint after optimizer step `step` ("step-000123")."""
+    return f"step-{step:06d}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint folder name, or None when the name is not one."""
+    match = _CHECKPOINT.match(name)
+    return int(match.group(1)) if match else None
+
+
+def sample_name(step: int, index: int) -> str:
+    """File name of the sample of prompt `index` after optimizer step `step`."""
+    return f"step-{step:06d}-{index}.png"
+
+
+def parse_sample_name(name: str) -> tuple[int, int] | None:
+    """(step, prompt index) of a sample file name, or None when `name` is not one."""
+    match = _SAMPLE.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def reference_name(index: int, slot: int) -> str:
+    """File name of the copy of reference image `slot` of sample prompt `index`."""
+    return f"ref-{index}-{slot}.png"
+
+
+def parse_reference_name(name: str) -> tuple[int, int] | None:
+    """(prompt index, slot) of a reference copy's file name, or None when `name` is not one."""
+    match = _REFERENCE.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def snapshot_name(output_name: str, step: int) -> str:
+    """File stem of the LoRA snapshot after optimizer step `step` ("my-run-step-000500")."""
+    return f"{output_name}-step-{step:06d}"
+
+
+def snapshot_step(name: str) -> int | None:
+    """The step of a snapshot's .safetensors file name, or None when the name is not one."""
+    match = _SNAPSHOT.match(name)
+    return int(match.group("step")) if match and name.endswith(".safetensors") else None
+
+
+def final_names(output_name: str) -> tuple[str, ...]:
+    """The run's LoRA files in its folder: the LoRA, its sidecar, and with EMA the raw pair."""
+    return tuple(
+        f"{output_name}{tail}" for tail in (".safetensors", ".json", ".raw.safetensors", ".raw.json")
+    )
+
+
+def owned(run_dir: Path, path: Path) -> bool:
+    """Whether `path` (in `run_dir`, named as the module docstring lists) is an entry a session
+    of the run writes: a unit removed whole. The writer folders themselves are not (they are
+    removed only when empty)."""
+    parts = path.relative_to(run_dir).parts
+    if len(parts) == 1:
+        (name,) = parts
+        return name in final_names(run_dir.name) or name == VALIDATION_FILE or is_leftover(name)
+    if len(parts) != 2:
+        return False
+    folder, name = parts
+    if is_leftover(name) and folder in WRITER_FOLDERS:
+        return True
+    if folder == CHECKPOINTS:
+        return checkpoint_step(name) is not None
+    if folder == SAMPLES:
+        return parse_sample_name(name) is not None or parse_reference_name(name) is not None
+    if folder == LORAS:
+        match = _SNAPSHOT.match(name)
+        return match is not None and match.group("run") == run_dir.name
+    return False
+
+
+def survey(run_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(owned, other): the entries of `run_dir` a session writes (`owned`: tracker folders and
+    checkpoints whole), and every other entry (a folder that is not a writer folder whole), each
+    list sorted. The writer folders themselves are in neither."""
+    mine: list[Path] = []
+    other: list[Path] = []
+    for entry in _children(run_dir):
+        if entry.name in WRITER_FOLDERS and entry.is_dir() and not entry.is_symlink():
+            for inner in _children(entry):
+                (mine if owned(run_dir, inner) else other).append(inner)
+        elif entry.name in TRACKER_FOLDERS and entry.is_dir() and not entry.is_symlink():
+            mine.append(entry)
+        else:
+            (mine if owned(run_dir, entry) else other).append(entry)
+    return sorted(mine), sorted(other)
+
+
+def remove_session_files(run_dir: Path) -> list[str]:
+    """Remove what a session of the run writes in `run_dir` (`survey`), then each writer folder
+    and `run_dir` itself if empty (rmdir only). Returns what was kept, relative to `run_dir`
+    (a folder with a trailing "/"), sorted: what the run did not write; [] when the folder is
+    gone. A removal that fails is logged, and its entry keeps the folder."""
+    mine, _ = survey(run_dir)
+    for path in mine:
+        try:
+            _remove(path)
+        except OSError as err:
+            log.warning("could not remove %s: %s", path, err)
+    for folder in (*WRITER_FOLDERS, ""):
+        target = run_dir / folder if folder else run_dir
+        if target.is_dir() and not target.is_symlink():
+            with contextlib.suppress(OSError):  # not empty: something the run did not write
+                target.rmdir()
+    if not run_dir.is_dir():
+        return []
+    _, other = survey(run_dir)  # (what a failed removal left is logged above)
+    return entry_names(run_dir, other)
+
+
+def entry_names(run_dir: Path, paths: list[Path]) -> list[str]:
+    """`paths` relative to `run_dir`, a folder with a trailing "/", sorted."""
+    return sorted(p.relative_to(run_dir).as_posix() + ("/" if _is_folder(p) else "") for p in paths)
+
+
+def kept_note(run_dir: Path, kept: list[str]) -> str:
+    """The sentence the log and the run record carry when `kept` (remove_session_files) stayed:
+    "kept 1 file not written by the run in outputs/x: notes.txt"."""
+    folders = sum(k.endswith("/") for k in kept)
+    files = len(kept) - folders
+    counts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((files, "file"), (folders, "folder")) if n]
+    return f"kept {' and '.join(counts)} not written by the run in {run_dir}: {', '.join(kept)}"
+
+
+def leftovers(run_dir: Path) -> list[Path]:
+    """The staging and removal entries of writes that never finished in `run_dir` and its writer
+    folders (never inside a checkpoint or a tracker folder), sorted."""
+    found = [p for p in _children(run_dir) if is_leftover(p.name)]
+    for folder in WRITER_FOLDERS:
+        if not (run_dir / folder).is_symlink():
+            found += [p for p in _children(run_dir / folder) if is_leftover(p.name)]
+    return sorted(found)
+
+
+def remove_leftovers(run_dir: Path) -> None:
+    """Remove `leftovers(run_dir)`: call only while no write of the run is in flight (the
+    session's own thread, or a folder no live session holds)."""
+    for path in leftovers(run_dir):
+        try:
+            _remove(path)
+        except OSError as err:
+            log.warning("could not remove the staging leftover %s: %s", path, err)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _is_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return [folder / name for name in os.listdir(folder)]
+    except OSError:  # missing, a link to nowhere, or not a folder
+        return []
