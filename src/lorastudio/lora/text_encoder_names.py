@@ -66,7 +66,9 @@ KOHYA_PREFIX: dict[str, str] = {"text_encoder": "lora_te1_", "text_encoder_2": "
 _READ_PREFIX = {"lora_te_": "text_encoder", "lora_te1_": "text_encoder", "lora_te2_": "text_encoder_2"}
 # (family, component) the pipeline's own load_lora_weights never loads: generation merges them
 # (generate/foreign_loras.py), and no diffusers-layout name of them is read by any loader
-NOT_DIFFUSERS: frozenset[tuple[str, str]] = frozenset({("flux", "text_encoder_2"), ("flux-kontext", "text_encoder_2")})
+NOT_DIFFUSERS: frozenset[tuple[str, str]] = frozenset(
+    {("flux", "text_encoder_2"), ("flux-kontext", "text_encoder_2")}
+)
 # the text encoder of each family that takes no text-encoder LoRA here
 _OTHER_ENCODERS = {
     "qwen-image": "Qwen2.5-VL",
@@ -84,6 +86,13 @@ _CLIP = ("CLIPTextModel", "CLIPTextModelWithProjection")
 def is_text_encoder_key(key: str) -> bool:
     """Whether `key` is a text encoder's in any layout (module docstring), read here or not."""
     return _TE_KEY.match(key) is not None
+
+
+def component_of(key: str) -> str:
+    """The component a text-encoder key's prefix names (`lora_te_` / `lora_te1_`: text_encoder,
+    `lora_te2_`: text_encoder_2, `<component>.`: itself), its name not checked (resolve does)."""
+    prefix = next((p for p in _READ_PREFIX if key.startswith(p)), None)
+    return _READ_PREFIX[prefix] if prefix is not None else key.partition(".")[0]
 
 
 def refusal(family: str) -> str | None:
@@ -120,9 +129,13 @@ def _build(encoder_class: str) -> torch.nn.Module:
 
     with torch.device("meta"):
         if encoder_class == "T5EncoderModel":  # FLUX.1's T5 v1.1: gated feed-forward (wi_0, wi_1)
-            config = T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu")
+            config = T5Config(
+                d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, feed_forward_proj="gated-gelu"
+            )
             return T5EncoderModel(config)
-        clip = CLIPTextConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_hidden_layers=2)
+        clip = CLIPTextConfig(
+            hidden_size=32, intermediate_size=64, num_attention_heads=4, num_hidden_layers=2
+        )
         return (CLIPTextModel if encoder_class == "CLIPTextModel" else CLIPTextModelWithProjection)(clip)
 
 
@@ -151,9 +164,13 @@ def resolve(name: str, family: str) -> tuple[str, str]:
         component, _, rest = name.partition(".")
         if component not in encoders:
             known = ", ".join([*_READ_PREFIX, *(f"{c}." for c in encoders)])
-            raise ValueError(f"text-encoder layer {name!r}: no {family} text encoder has this prefix (read: {known})")
+            raise ValueError(
+                f"text-encoder layer {name!r}: no {family} text encoder has this prefix (read: {known})"
+            )
         module = file_module(rest, encoders[component])
         if onetrainer_names.match_dotted(module, templates(encoders[component])):
             return component, module
         detail = "names no layer"
-    raise ValueError(f"text-encoder layer {name!r} {detail} of {family}'s {component} ({encoders[component]})")
+    raise ValueError(
+        f"text-encoder layer {name!r} {detail} of {family}'s {component} ({encoders[component]})"
+    )

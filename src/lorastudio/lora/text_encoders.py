@@ -67,7 +67,10 @@ def _modules(
     out = {}
     for key, a in tensors.items():
         if key.endswith(_A):
-            out[text_encoder_names.resolve(key.removesuffix(_A), family)] = (a, tensors[key.removesuffix(_A) + _B])
+            out[text_encoder_names.resolve(key.removesuffix(_A), family)] = (
+                a,
+                tensors[key.removesuffix(_A) + _B],
+            )
     return out
 
 
@@ -169,7 +172,9 @@ def folded_peft(
     contradicts the adapter config."""
     out: dict[str, torch.Tensor] = {}
     for key, value in tensors.items():
-        if key.endswith((_A, _B)) and not key.startswith("lora_te"):  # diffusers: "<encoder>.<module>.lora_A.weight"
+        if key.endswith((_A, _B)) and not key.startswith(
+            "lora_te"
+        ):  # diffusers: "<encoder>.<module>.lora_A.weight"
             encoder, module = text_encoder_names.resolve(key.removesuffix(_A).removesuffix(_B), family)
             out[f"{encoder}.{module}{key[-len(_A) :]}"] = value
             continue
@@ -191,7 +196,9 @@ def folded_peft(
     downs = {k.removesuffix(_A) for k in out if k.endswith(_A)}
     broken = sorted(downs ^ {k.removesuffix(_B) for k in out if k.endswith(_B)})
     if broken:
-        raise ValueError(f"text-encoder layers missing lora_down / lora_A or lora_up / lora_B: {', '.join(broken)}")
+        raise ValueError(
+            f"text-encoder layers missing lora_down / lora_A or lora_up / lora_B: {', '.join(broken)}"
+        )
     return _with_diffusers_scales(out, tensors, metadata, family)
 
 

@@ -65,6 +65,7 @@ def sdxl_unet(seed: int) -> Any:
         norm_num_groups=8,
     )
 
+
 def build_sdxl(seed: int) -> DiffusionPipeline:
     """SDXL: CLIP-L + OpenCLIP-bigG analogues, a 3-level UNet with text_time embeddings, 4-ch VAE."""
     from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline
