@@ -112,7 +112,10 @@ def match_dotted(name: str, templates: tuple[Template, ...]) -> bool:
     parts = name.split(".")
     return any(
         len(t) == len(parts)
-        and all(p == q if p is not _ANY else re.fullmatch(_INDEX, q) is not None for p, q in zip(t, parts))
+        and all(
+            p == q if p is not _ANY else re.fullmatch(_INDEX, q) is not None
+            for p, q in zip(t, parts, strict=True)
+        )
         for t in templates
     )
 
