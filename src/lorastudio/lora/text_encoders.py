@@ -215,7 +215,7 @@ def _with_diffusers_scales(
     from lorastudio.lora.convert import pattern_scales
 
     packed = json.loads((metadata or {}).get("lora_adapter_metadata", "{}"))
-    for encoder in text_encoder_names.ENCODERS[family]:
+    for encoder in text_encoder_names.ENCODERS.get(family, {}):
         if f"{encoder}.r" not in packed:
             continue
         own = f"{encoder}."
