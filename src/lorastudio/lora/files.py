@@ -377,5 +377,6 @@ def with_text_encoders(
     config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets).to_dict()
     config["target_modules"] = targets
     config["rank_pattern"] = {}
-    header = with_adapter_metadata(header, config, rank, ADAPTER_METADATA_KEY)
+    encoders = sorted({k.partition(".")[0] for k in folded})  # those the file holds
+    header = with_adapter_metadata(header, config, rank, ADAPTER_METADATA_KEY, encoders)
     return {**out, **to_diffusers_tensors(folded, 1, 1.0, family)}, header

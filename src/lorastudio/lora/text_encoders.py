@@ -25,7 +25,7 @@ text_model.encoder.layers.{b}.{c}".
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -129,16 +129,20 @@ def file_clip_shapes(clip_shapes: Mapping[str, Mapping[str, Shape]]) -> dict[str
 
 
 def with_adapter_metadata(
-    header: Mapping[str, str], config: Mapping[str, object], rank: int, metadata_key: str
+    header: Mapping[str, str],
+    config: Mapping[str, object],
+    rank: int,
+    metadata_key: str,
+    encoders: Sequence[str] = tuple(ENCODER_PREFIXES),
 ) -> dict[str, str]:
     """`header` with each text encoder's peft LoraConfig (`config`, a LoraConfig dict) added to
-    diffusers' adapter metadata (`metadata_key`, JSON keyed "<component>.<field>"), with
-    lora_alpha = rank: the diffusers file holds alpha / rank folded into lora_B."""
+    diffusers' adapter metadata (`metadata_key`, JSON keyed "<component>.<field>") of each of
+    `encoders`, with lora_alpha = rank: the diffusers file holds alpha / rank folded into lora_B."""
     import json
 
     packed = json.loads(header.get(metadata_key, "{}"))
     own = {**config, "r": rank, "lora_alpha": float(rank), "rank_pattern": {}, "alpha_pattern": {}}
-    for encoder in ENCODER_PREFIXES:
+    for encoder in encoders:
         packed.update({f"{encoder}.{k}": v for k, v in own.items()})
     return {**header, metadata_key: json.dumps(packed, indent=2, sort_keys=True)}
 
