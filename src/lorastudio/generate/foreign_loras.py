@@ -12,7 +12,7 @@ lorastudio's readers do:
   ComfyUI patches them (W + strength * (alpha / rank) * up @ down), and restored exactly by the
   next apply_loras (generate/lycoris_patch.restore_lycoris keeps the originals).
 - Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
-  lora/text_encoder_names.REFUSED): refused naming the key and the reason; diffusers' loaders
+  lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
   would drop them or fail on them.
 
 Contract: `read_foreign(path, pipe)` answers None for a file the pipeline's loader reads as it

@@ -42,23 +42,6 @@ def file_module(module: str) -> str:
     return module if module.startswith("text_model.") else "text_model." + module
 
 
-def split_encoder(key: str) -> tuple[str, str]:
-    """("text_encoder" | "text_encoder_2", the rest) of a "<encoder>.<rest>" key. Raises
-    ValueError for another prefix."""
-    encoder, _, rest = key.partition(".")
-    if encoder not in ENCODER_PREFIXES or not rest:
-        raise ValueError(f"not a text-encoder LoRA key: {key!r}")
-    return encoder, rest
-
-
-def clip_module(layer: str) -> tuple[str, str]:
-    """(encoder, file module) of a "<encoder>.<module>" SDXL text-encoder layer whose module is
-    one of CLIP's (`text_model.encoder.layers.N.` + a projection, or CLIP-G's text_projection).
-    Raises ValueError naming any other layer (a Qwen2.5-VL layer would be renamed into names no
-    loader reads)."""
-    return text_encoder_names.resolve(layer, "sdxl")
-
-
 def _modules(
     tensors: Mapping[str, torch.Tensor], family: str = "sdxl"
 ) -> dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]]:
