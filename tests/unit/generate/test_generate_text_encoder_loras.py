@@ -24,6 +24,7 @@ from tests.unit.lora.te_files import flux_files, sdxl_files
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
+from lorastudio.lora.files import convert_file
 
 PROMPT = "a red circle on a blue background"
 
@@ -77,6 +78,10 @@ def test_onetrainers_sdxl_file_generates_as_its_diffusers_equivalent(tiny_model,
     apply_loras(pipe, [(files["theirs"], 0.5)])
     _assert_same(_deltas(pipe), want_deltas, 0.5)
     assert np.abs(_image(pipe, "sdxl") - want_half).max() <= 1
+    for to in ("kohya", "diffusers"):  # what `lora convert` writes of it renders the same
+        converted = convert_file(files["theirs"], tmp_path / f"{to}.safetensors", to, "sdxl")
+        apply_loras(pipe, [(tmp_path / f"{to}.safetensors", 1.0)])
+        assert np.abs(_image(pipe, "sdxl") - want).max() <= 1, (to, converted)
     apply_loras(pipe, [])
     assert np.array_equal(_image(pipe, "sdxl"), base)
 
@@ -109,6 +114,12 @@ def test_onetrainers_flux_file_with_clip_and_t5_generates_with_t5_merged(flux_pi
         images[strength] = _image(pipe, "flux")
         assert np.abs(images[strength] - want).max() <= 1, strength
     assert np.abs(images[1.0] - base).max() > 2
+    # the kohya file `lora convert` writes of it (BFL names, fused q/k/v, T5 as lora_te2_: an
+    # sd-scripts file's spelling, whose T5 layers diffusers dropped with a warning) renders the same
+    kohya = tmp_path / "kohya.safetensors"
+    convert_file(src, kohya, "kohya", "flux")
+    apply_loras(pipe, [(kohya, 1.0)])
+    assert np.abs(_image(pipe, "flux") - images[1.0]).max() <= 1
     apply_loras(pipe, [])  # T5's originals back, bit for bit
     assert all(torch.equal(w, originals[name]) for name, w in t5.items())
     assert np.array_equal(_image(pipe, "flux"), base)
