@@ -19,7 +19,8 @@ ComfyUI (comfy/lora.py `model_lora_keys_clip`, the commit named in lora/comfy.py
 layer b < 32 and projection c in {mlp.fc1, mlp.fc2, self_attn.q/k/v/out_proj}, CLIP-L answers to
 "lora_te_text_model_encoder_layers_{b}_{c_}", "lora_te1_..." and "text_encoder.text_model.encoder.
 layers.{b}.{c}", CLIP-G (with CLIP-L present, as in SDXL) to "lora_te2_..." and "text_encoder_2.
-text_model.encoder.layers.{b}.{c}".
+text_model.encoder.layers.{b}.{c}"; an encoder's text_projection to "lora_te1_text_projection" /
+"lora_te2_text_projection" (OneTrainer's names).
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def clip_key_map(clip_shapes: Mapping[str, Mapping[str, Shape]]) -> dict[str, Sh
     key_map: dict[str, Shape] = {}
     for encoder, shapes in clip_shapes.items():
         for module, shape in shapes.items():
+            if module == "text_projection" and encoder in ENCODER_PREFIXES:  # OneTrainer's (ComfyUI maps it)
+                key_map[ENCODER_PREFIXES[encoder] + "text_projection"] = shape
+                continue
             name = file_module(module)
             match = _CLIP_LAYER.fullmatch(name)
             if match is None or int(match.group(1)) >= 32:

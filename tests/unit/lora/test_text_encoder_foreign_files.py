@@ -24,7 +24,7 @@ from lorastudio.lora.file_read import read_lora_file
 from lorastudio.lora.files import convert_file, peft_from_file
 from lorastudio.lora.ops import merge_files, resize_file
 from lorastudio.lora.text_encoder_names import resolve
-from lorastudio.lora.text_encoders import folded_peft, split_text_encoders
+from lorastudio.lora.text_encoders import clip_key_map, folded_peft, split_text_encoders
 
 
 def _changes(path: Path, family: str) -> dict[str, torch.Tensor]:
@@ -172,6 +172,10 @@ def test_a_qwen_image_text_encoder_key_is_refused_with_the_reason(tmp_path):
 
 
 def test_text_encoder_names_resolve_against_the_real_encoders():
+    # the save-time ComfyUI check knows CLIP-G's projection under OneTrainer's name, as ComfyUI does
+    assert clip_key_map({"text_encoder_2": {"text_projection": (32, 64)}}) == {
+        "lora_te2_text_projection": (32, 64)
+    }
     assert resolve("lora_te2_encoder_block_23_layer_0_SelfAttention_o", "flux") == (
         "text_encoder_2",
         "encoder.block.23.layer.0.SelfAttention.o",
