@@ -271,7 +271,7 @@ def _kohya_layers(
         if onetrainer is not None and theirs:
             layer = (onetrainer(key[len(_ONETRAINER) : -len(suffix)]), True)
         elif family == "sdxl" and not generic:
-            layer = _sdxl_layer(key[len("lora_unet_") : -len(suffix)])
+            layer = onetrainer_names.sdxl_layer(key[len("lora_unet_") : -len(suffix)])
         else:
             flat = key[len(_GENERIC if generic else "lora_unet_") : -len(suffix)]
             layer = (flat if generic else names.undot(flat, family), False)
@@ -287,26 +287,6 @@ def _kohya_layers(
         alpha = float(found["alpha"].item()) if "alpha" in found else None
         layers[layer] = (found["down"], found["up"], alpha)
     return layers
-
-
-def _sdxl_layer(flat: str) -> tuple[str, bool]:
-    """(module, whether it is a diffusers name) of an SDXL `lora_unet_<flat>` layer: kohya's SGM
-    name (`input_blocks_4_1_proj_in`), else OneTrainer's (and kohya's SD-1.x-style) diffusers name
-    (`down_blocks_1_attentions_0_proj_in`, which ComfyUI's SDXL map reads too), resolved against
-    the real U-Net's module names (lora/onetrainer_names.py). Raises ConfigError for neither."""
-    native = names.undot(flat, "sdxl")
-    try:
-        names.sdxl_from_original(native)
-        return native, False
-    except ConfigError:
-        pass
-    try:
-        return onetrainer_names.from_flat(flat, "sdxl"), True
-    except ConfigError:
-        raise _problem(
-            f"lora_unet_{flat} is no layer of SDXL's U-Net (neither an SGM name, input_blocks_4_1_…,"
-            " nor a diffusers one, down_blocks_1_attentions_0_…)"
-        ) from None
 
 
 def _split_layer(

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 
 from lorastudio.errors import ConfigError, FieldProblem
+from lorastudio.lora import names
 
 # family -> (module, function) building its tiny denoiser from a seed (lorastudio.tiny)
 _TINY_DENOISER = {
@@ -129,3 +130,28 @@ def from_flat(flat: str, family: str) -> str:
     why = "is no layer of" if not found else f"could be several layers ({', '.join(sorted(found))}) of"
     denoiser = "U-Net" if family == "sdxl" else "transformer"
     raise ConfigError([FieldProblem("lora", f"OneTrainer's layer {flat!r} {why} {family}'s {denoiser}")])
+
+
+def sdxl_layer(flat: str) -> tuple[str, bool]:
+    """(module, whether it is a diffusers name) of an SDXL `lora_unet_<flat>` layer: kohya's SGM
+    name (`input_blocks_4_1_proj_in`), else OneTrainer's (and kohya's SD-1.x-style) diffusers name
+    (`down_blocks_1_attentions_0_proj_in`, which ComfyUI's SDXL map reads too), resolved against
+    the real U-Net's module names (from_flat). Raises ConfigError for neither."""
+    native = names.undot(flat, "sdxl")
+    try:
+        names.sdxl_from_original(native)
+        return native, False
+    except ConfigError:
+        pass
+    try:
+        return from_flat(flat, "sdxl"), True
+    except ConfigError:
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "lora",
+                    f"lora_unet_{flat} is no layer of SDXL's U-Net (neither an SGM name, input_blocks_4_1_…,"
+                    " nor a diffusers one, down_blocks_1_attentions_0_…)",
+                )
+            ]
+        ) from None
