@@ -1,19 +1,34 @@
-"""LoRA files the pipeline's own `load_lora_weights` cannot read but lorastudio's readers do:
-OneTrainer's Qwen-Image and Z-Image files (`lora_transformer_<diffusers name, "_" for ".">` with
-lora_down / lora_up / .alpha: diffusers' Qwen-Image and Z-Image loaders take them for unknown
-modules). FLUX.1's are left to diffusers, whose FluxPipeline reads them itself.
+"""LoRA files the pipeline's own `load_lora_weights` cannot read (or would read in part) but
+lorastudio's readers do:
+- OneTrainer's Qwen-Image, Z-Image and FLUX.1 files (`lora_transformer_<diffusers name, "_" for
+  ".">` with lora_down / lora_up / .alpha: diffusers' Qwen-Image and Z-Image loaders take them
+  for unknown modules; its FLUX.1 reader names attention layers only, and fails on a single
+  block's proj_out / proj_mlp / norm or a double block's MLP).
+- FLUX.1 files with T5 layers (OneTrainer's `lora_te2_encoder_block_N_…`, which ComfyUI reads as
+  T5's): diffusers' FluxPipeline loads a LoRA into the transformer and CLIP-L only (its converter
+  drops `lora_te2_` keys of an sd-scripts file with a warning and fails an assertion on those of
+  a OneTrainer file). The transformer and CLIP-L layers are loaded as the diffusers state dict
+  lorastudio's readers give; the T5 layers are merged into T5's weights at the strength, as
+  ComfyUI patches them (W + strength * (alpha / rank) * up @ down), and restored exactly by the
+  next apply_loras (generate/lycoris_patch.restore_lycoris keeps the originals).
+- Text-encoder layers of a family that takes none (Qwen-Image's Qwen2.5-VL, ...:
+  lora/text_encoder_names.refusal): refused naming the key and the reason; diffusers' loaders
+  would drop them or fail on them.
 
-Contract: `readable_state(path, pipe)` answers None for a file the pipeline's loader reads as it
-is, else the file's LoRA as a diffusers state dict (`transformer.<module>.lora_A / lora_B`, each
-layer's alpha / rank folded into its lora_B), read by lorastudio/lora's kohya reader (the one
-`lora convert` uses; every name resolved against the family's real module names,
-lora/onetrainer_names.py): `load_lora_weights(state_dict)` with no adapter config then applies
-scale 1 in every layer, i.e. the file's own weight change, and set_adapters' strength scales it
-as for any other file. Raises ModelSourceError naming the file and the layer it cannot read.
+Contract: `read_foreign(path, pipe)` answers None for a file the pipeline's loader reads as it
+is, else a ForeignLora: `state`, the diffusers state dict to load in place of the file
+(`transformer.<module>.lora_A / lora_B`, `text_encoder.<module>...`, each layer's alpha / rank
+folded into its lora_B: `load_lora_weights(state_dict)` with no adapter config then applies
+scale 1 in every layer, and set_adapters' strength scales it as for any other file; empty when
+the file holds only merged layers), and `merged`, the layers to merge with `merge_layers`. Every
+name is resolved against the family's real module names (lora/onetrainer_names.py,
+lora/text_encoder_names.py). Raises ModelSourceError naming the file and the layer it cannot
+read, and why.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,32 +40,121 @@ if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
 _ONETRAINER = "lora_transformer_"
+# FluxPipeline's own reader of OneTrainer's names (lora_conversion_utils'
+# `_convert_mixture_state_dict_to_diffusers`) names only attention layers: a single block's
+# proj_out / proj_mlp / norm.linear or a double block's MLP comes out as the block itself
+# (`single_transformer_blocks.0.lora_A.weight`) and the load fails (KeyError)
+_FLUX = ("flux", "flux-kontext")
+_A, _B = ".lora_A.weight", ".lora_B.weight"
 
 
-def readable_state(path: Path, pipe: DiffusionPipeline) -> dict[str, torch.Tensor] | None:
-    """The diffusers state dict to load in place of `path`, or None (module docstring)."""
+@dataclass(frozen=True)
+class ForeignLora:
+    """What generation loads of a file diffusers' loader cannot read as it is (module docstring):
+    `state` for load_lora_weights; `merged` {"<component>.<module>": (A [r, in], B [out, r] with
+    alpha / rank folded)} for merge_layers."""
+
+    state: dict[str, torch.Tensor]
+    merged: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+
+def family_of_pipeline(pipe: DiffusionPipeline) -> str | None:
+    """The family whose pipeline class `pipe` is (its spec's pipeline_class or an accepted one)."""
+    from lorastudio import families
+
+    name = type(pipe).__name__
+    for family in families.names():
+        spec = families.get(family).spec
+        if name == spec.pipeline_class or name in spec.accepted_pipelines:
+            return family
+    return None
+
+
+def read_foreign(path: Path, pipe: DiffusionPipeline) -> ForeignLora | None:
+    """The state dict to load in place of `path` and the layers to merge, or None (module
+    docstring)."""
     from safetensors import SafetensorError, safe_open
 
     from lorastudio.generate.lycoris_names import layout_of_pipeline
-    from lorastudio.lora import onetrainer_names
+    from lorastudio.lora import onetrainer_names, text_encoder_names
+
+    family = family_of_pipeline(pipe)
+    layout = layout_of_pipeline(type(pipe).__name__)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = list(f.keys())  # noqa: SIM118
+    except (OSError, SafetensorError):
+        return None  # the loader names the problem
+    encoders = [k for k in keys if text_encoder_names.is_text_encoder_key(k)]
+    why = text_encoder_names.refusal(family) if family is not None else None
+    if encoders and why is not None:
+        raise ModelSourceError(f"cannot apply LoRA {path}: text-encoder layer {encoders[0]!r}: {why}")
+    unread = {c for f, c in text_encoder_names.NOT_DIFFUSERS if f == family}
+    merged = any(text_encoder_names.component_of(k) in unread for k in encoders)
+    ours = layout in onetrainer_names.FAMILIES or family in _FLUX  # lora_transformer_ read here
+    theirs = ours and any(k.startswith(_ONETRAINER) for k in keys)
+    if not (theirs or merged):
+        return None
+    try:
+        return _read(path, family or "", layout or "", unread)
+    except (ConfigError, ModelSourceError, ValueError) as err:
+        raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+
+
+def _read(path: Path, family: str, layout: str, unread: set[str]) -> ForeignLora:
+    """read_foreign's reading of the file by lorastudio's readers (lora convert's)."""
     from lorastudio.lora.convert import fold_strength
     from lorastudio.lora.file_read import read_lora_file
     from lorastudio.lora.files import denoiser_prefix, peft_from_file
+    from lorastudio.lora.text_encoders import folded_peft, split_text_encoders
 
-    layout = layout_of_pipeline(type(pipe).__name__)
-    if layout not in onetrainer_names.FAMILIES:
-        return None
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            theirs = any(k.startswith(_ONETRAINER) for k in f.keys())  # noqa: SIM118
-    except (OSError, SafetensorError):
-        return None  # the loader names the problem
-    if not theirs:
-        return None
     tensors, metadata = read_lora_file(path)
-    try:
-        lora = fold_strength(peft_from_file(tensors, metadata, layout))
-    except (ConfigError, ModelSourceError) as err:
-        raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
-    prefix = denoiser_prefix(layout)
-    return {f"{prefix}.{k}": v for k, v in lora.tensors.items()}
+    denoiser, encoders = split_text_encoders(tensors)
+    state: dict[str, torch.Tensor] = {}
+    if denoiser:
+        lora = fold_strength(peft_from_file(denoiser, metadata, layout))
+        state = {f"{denoiser_prefix(layout)}.{k}": v for k, v in lora.tensors.items()}
+    folded = folded_peft(encoders, metadata, family)  # each layer at scale 1, A and B both there
+    merged: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for key, value in folded.items():
+        if key.partition(".")[0] not in unread:
+            state[key] = value
+        elif key.endswith(_A):
+            merged[key.removesuffix(_A)] = (value, folded[key.removesuffix(_A) + _B])
+    return ForeignLora(state, merged)
+
+
+def merge_layers(
+    pipe: DiffusionPipeline, path: Path, merged: dict[str, tuple[torch.Tensor, torch.Tensor]], strength: float
+) -> None:
+    """Merge `merged` (ForeignLora.merged of `path`) into the pipeline's weights at `strength`,
+    W <- W + strength * B @ A (ComfyUI's rule; alpha / rank is in B), each original kept for
+    restore_lycoris first. Raises ModelSourceError naming a layer of no module of the component or
+    of another shape (nothing of the file is merged then: what was merged is restored by the
+    caller's unload)."""
+    from lorastudio.generate.lycoris_patch import keep_original
+    from lorastudio.lora.text_encoder_names import file_module
+
+    plans = []
+    for layer, (a, b) in merged.items():
+        component, _, module = layer.partition(".")
+        model = getattr(pipe, component, None)
+        if not isinstance(model, torch.nn.Module):
+            raise ModelSourceError(
+                f"cannot apply LoRA {path}: {type(pipe).__name__} has no {component} for {layer}"
+            )
+        cls = type(model).__name__
+        target = next((m for n, m in model.named_modules() if file_module(n, cls) == module), None)
+        weight = getattr(target, "weight", None)
+        shape = (b.shape[0], a.shape[1])
+        if not isinstance(weight, torch.nn.Parameter) or tuple(weight.shape) != shape:
+            found = "no layer" if weight is None else f"a weight of {tuple(weight.shape)}"
+            raise ModelSourceError(
+                f"cannot apply LoRA {path}: layer {layer} ({shape}) is {found} of this {cls}"
+            )
+        plans.append((weight, a, b))
+    with torch.no_grad():
+        for weight, a, b in plans:
+            keep_original(pipe, weight)
+            delta = b.to(weight.device, torch.float32) @ a.to(weight.device, torch.float32)  # [out, in]
+            weight.copy_((weight.float() + strength * delta).to(weight.dtype))

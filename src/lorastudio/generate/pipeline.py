@@ -150,8 +150,9 @@ def apply_loras(
     """Replace whatever LoRAs `pipe` has with `loras` (file path, scale): diffusers / kohya LoRA
     and DoRA files each loaded with the pipeline's load_lora_weights and weighted with
     set_adapters (a file that loader cannot read but lorastudio's readers do, OneTrainer's
-    Qwen-Image / Z-Image files, loaded as the diffusers state dict they read:
-    generate/foreign_loras.py; a DoRA among them merged into its layers at its strength by
+    Qwen-Image / Z-Image files, loaded as the diffusers state dict they read, and a FLUX.1 file's
+    T5 layers, merged into T5's weights at the strength as ComfyUI does, restored on the next
+    call: generate/foreign_loras.py; text-encoder layers of a family that takes none refused; a DoRA among them merged into its layers at its strength by
     ComfyUI's rule, W + s * (W_dora - W), and its adapter deleted: generate/dora_strength.py);
     LyCORIS files (LoKr, LoHa, DoRA written with lora_format = "kohya", and those
     under kohya's names),
@@ -166,7 +167,7 @@ def apply_loras(
     after a failure the pipeline has no LoRA.
     """
     from lorastudio.generate.dora_strength import merge_dora_adapter
-    from lorastudio.generate.foreign_loras import readable_state
+    from lorastudio.generate.foreign_loras import merge_layers, read_foreign
     from lorastudio.generate.lora_coverage import converted_layers, layers_not_loaded
     from lorastudio.generate.lycoris_patch import is_lycoris_file, patch_lycoris, restore_lycoris
     from lorastudio.lora.file_read import check_lora_values
@@ -190,15 +191,20 @@ def apply_loras(
         stop(path)
         name = f"{ADAPTER_PREFIX}{i}"
         try:
-            state = readable_state(Path(path), pipe)  # a file only lorastudio's reader reads
-            with converted_layers(pipe) as layers:  # the load's own conversion, for the check
-                pipe.load_lora_weights(str(path) if state is None else state, adapter_name=name)
+            foreign = read_foreign(Path(path), pipe)  # a file only lorastudio's reader reads
+            if foreign is None or foreign.state:
+                with converted_layers(pipe) as layers:  # the load's own conversion, for the check
+                    pipe.load_lora_weights(str(path) if foreign is None else foreign.state, adapter_name=name)
+            if foreign is not None and foreign.merged:  # FLUX.1's T5: merged at its strength
+                merge_layers(pipe, Path(path), foreign.merged, float(scale))
         except ModelSourceError:
             _unload(pipe)
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as err:
             _unload(pipe)
             raise ModelSourceError(f"cannot apply LoRA {path}: {err}") from err
+        if foreign is not None and not foreign.state:
+            continue  # nothing of it left to diffusers' loader
         loaded = {n for names_ in pipe.get_list_adapters().values() for n in names_}
         if name not in loaded:
             _unload(pipe)

@@ -18,7 +18,9 @@ kohya / ComfyUI, per family (each with a `.alpha` scalar tensor per module):
   qwen-image-edit  Qwen-Image's layout (the same transformer: names.KOHYA_LAYOUT_OF)
   OneTrainer  lora_transformer_<diffusers name, "_" for ".">.lora_down / .lora_up / .alpha, read
               (never written) for FLUX.1's layout (flux, chroma, flux-kontext): q, k, v apart,
-              and Qwen-Image's (qwen-image, qwen-image-edit) and Z-Image's
+              and Qwen-Image's (qwen-image, qwen-image-edit) and Z-Image's; SDXL's
+              lora_unet_<diffusers U-Net name, "_" for "."> beside kohya's SGM names (read)
+  text encoders  split off before these (lora/text_encoders.py, lora/text_encoder_names.py)
   krea2       diffusion_model.<original name>.lora_A / .lora_B, no .alpha: alpha / rank folded
               into lora_B (diffusers' Krea 2 reader refuses other keys); a round trip keeps each
               layer's weight change, with alpha = rank
@@ -268,6 +270,8 @@ def _kohya_layers(
             raise _problem(f"{key!r} is not a {family} kohya/ComfyUI key ({own[0]}<module>{own[1]} ...)")
         if onetrainer is not None and theirs:
             layer = (onetrainer(key[len(_ONETRAINER) : -len(suffix)]), True)
+        elif family == "sdxl" and not generic:
+            layer = onetrainer_names.sdxl_layer(key[len("lora_unet_") : -len(suffix)])
         else:
             flat = key[len(_GENERIC if generic else "lora_unet_") : -len(suffix)]
             layer = (flat if generic else names.undot(flat, family), False)

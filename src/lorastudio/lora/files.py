@@ -40,6 +40,7 @@ from lorastudio.lora.metadata import (
     modelspec_metadata,
 )
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
+from lorastudio.lora.text_encoder_names import NOT_DIFFUSERS, is_text_encoder_key
 from lorastudio.lora.text_encoders import (
     folded_peft,
     split_text_encoders,
@@ -58,9 +59,9 @@ def denoiser_prefix(family: str) -> str:
     return "unet" if family == "sdxl" else "transformer"
 
 
-_DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.")  # SDXL text-encoder LoRA keys (lora/text_encoders.py)
-_KOHYA_TE = ("lora_te1_", "lora_te2_")
-_TEXT_ENCODER_KEYS = _DIFFUSERS_TE + _KOHYA_TE
+# text-encoder LoRA keys (lora/text_encoder_names.py): diffusers' components, kohya's / OneTrainer's
+# prefixes (lora_te_, lora_te1_, lora_te2_ ...)
+_DIFFUSERS_TE = ("text_encoder.", "text_encoder_2.", "text_encoders.")
 # kohya's, ComfyUI's generic and OneTrainer's (FLUX.1, Qwen-Image, Z-Image: lora/convert.py _ONETRAINER) denoiser keys
 _KOHYA_DENOISER = ("lora_unet_", "diffusion_model.", "lora_transformer_")
 
@@ -74,15 +75,18 @@ def _mixed() -> Layout:
 def detect_layout(tensors: Mapping[str, object]) -> Layout:
     """ "diffusers" (unet./transformer. + lora_A/B) or "kohya" (lora_unet_ / diffusion_model. /
     OneTrainer's lora_transformer_),
-    SDXL text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...), told
-    by the key names alone (a header's tensors will do).
+    text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...: read or
+    refused by lora/text_encoders.folded_peft), told by the key names alone (a header's tensors
+    will do).
     Raises ModelSourceError for anything else (or a mix)."""
     keys = list(tensors)
-    denoiser = [k for k in keys if not k.startswith(_TEXT_ENCODER_KEYS)]  # SDXL text-encoder LoRA beside
+    encoders = [k for k in keys if is_text_encoder_key(k)]  # text-encoder LoRA beside the denoiser's
+    denoiser = [k for k in keys if not is_text_encoder_key(k)]
+    kohya_te = any(not k.startswith(_DIFFUSERS_TE) for k in encoders)
     if denoiser and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in denoiser):
-        return "diffusers" if all(not k.startswith(_KOHYA_TE) for k in keys) else _mixed()
+        return "diffusers" if not kohya_te else _mixed()
     if denoiser and all(k.startswith(_KOHYA_DENOISER) for k in denoiser):
-        return "kohya" if all(not k.startswith(_DIFFUSERS_TE) for k in keys) else _mixed()
+        return "kohya" if all(not k.startswith(_DIFFUSERS_TE) for k in encoders) else _mixed()
     odd = [k for k in keys if not k.startswith(("unet.", "transformer.", *_KOHYA_DENOISER))]
     detail = f" (e.g. {odd[0]!r})" if odd else ""
     if odd and all(k.endswith((".lora_A.weight", ".lora_B.weight")) for k in keys):
@@ -305,15 +309,27 @@ def convert_file(
         )
     check_lora_file(src, family)  # a --family its header or layers contradict: generation's check
     source_layout = detect_layout(tensors)
-    denoiser, text_encoders = split_text_encoders(tensors)  # SDXL text-encoder LoRA beside the denoiser's
+    denoiser, text_encoders = split_text_encoders(tensors)  # text-encoder LoRA beside the denoiser's
+    if text_encoders:  # refused (naming the key and why) before the denoiser's names are read
+        text_encoders = _folded_text_encoders(text_encoders, metadata, family)
     lora = peft_from_file(denoiser, metadata, family)
     info = carried_header(metadata)
     info[PREFIX + "family"] = family
     out_tensors, header = file_for_layout(lora, family, to, info)
     if text_encoders:
-        out_tensors, header = with_text_encoders(text_encoders, to, out_tensors, header, metadata)
+        out_tensors, header = with_text_encoders(text_encoders, to, out_tensors, header, family=family)
     write_lora_file(dst, out_tensors, header, overwrite=overwrite)
     return source_layout
+
+
+def _folded_text_encoders(
+    tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None, family: str
+) -> dict[str, torch.Tensor]:
+    """folded_peft of a file's text-encoder keys; its ValueError as ConfigError (field lora)."""
+    try:
+        return folded_peft(tensors, metadata, family)
+    except ValueError as err:
+        raise ConfigError([FieldProblem("lora", str(err))]) from None
 
 
 def with_text_encoders(
@@ -322,20 +338,33 @@ def with_text_encoders(
     out: dict[str, torch.Tensor],
     header: dict[str, str],
     source_metadata: Mapping[str, str] | None = None,
+    family: str = "sdxl",
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """`out` / `header` with the text encoders' LoRA of a file (`tensors`: either layout, or peft
-    naming with each module's strength folded into its lora_B) in layout `to`, each module's
-    strength folded into its lora_B (alpha = rank). `source_metadata`: the header of the file
-    `tensors` come from (a diffusers file's adapter config gives its encoders' alpha). Raises
-    ConfigError for a key of neither layout."""
+    """`out` / `header` with the text encoders' LoRA of a `family` file (`tensors`: either
+    layout, or peft naming with each module's strength folded into its lora_B) in layout `to`,
+    each module's strength folded into its lora_B (alpha = rank). `source_metadata`: the header of
+    the file `tensors` come from (a diffusers file's adapter config gives its encoders' alpha).
+    Raises ConfigError for a key of neither layout, of no layer of the family's encoders, of a
+    family that takes none, or (to diffusers) of an encoder no diffusers-layout name is read for
+    (FLUX.1's T5: text_encoder_names.NOT_DIFFUSERS)."""
     from peft import LoraConfig
 
-    try:
-        folded = folded_peft(tensors, source_metadata)
-    except ValueError as err:
-        raise ConfigError([FieldProblem("lora", str(err))]) from None
+    folded = _folded_text_encoders(tensors, source_metadata, family)
     if to == "kohya":
-        return {**out, **to_kohya_tensors(folded, None)}, header
+        return {**out, **to_kohya_tensors(folded, None, family)}, header
+    unread = sorted(k for k in folded if (family, k.partition(".")[0]) in NOT_DIFFUSERS)
+    if unread:
+        raise ConfigError(
+            [
+                FieldProblem(
+                    "to",
+                    f"{family}'s {unread[0].partition('.')[0]} layers ({unread[0].removesuffix('.lora_A.weight')}"
+                    f"{' ...' if len(unread) > 2 else ''}) have no diffusers-layout name any loader reads"
+                    " (diffusers' pipeline loads a LoRA into the transformer and CLIP-L only; ComfyUI reads"
+                    " T5 under kohya's lora_te2_ names): keep the kohya layout (--to kohya)",
+                )
+            ]
+        )
     ranks = {v.shape[0] for k, v in folded.items() if k.endswith(".lora_A.weight")}
     if len(ranks) != 1:
         raise ConfigError(
@@ -348,5 +377,6 @@ def with_text_encoders(
     config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets).to_dict()
     config["target_modules"] = targets
     config["rank_pattern"] = {}
-    header = with_adapter_metadata(header, config, rank, ADAPTER_METADATA_KEY)
-    return {**out, **to_diffusers_tensors(folded, 1, 1.0)}, header
+    encoders = sorted({k.partition(".")[0] for k in folded})  # those the file holds
+    header = with_adapter_metadata(header, config, rank, ADAPTER_METADATA_KEY, encoders)
+    return {**out, **to_diffusers_tensors(folded, 1, 1.0, family)}, header

@@ -134,10 +134,12 @@ def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
 
 def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
     """(LoRA, carried header: lorastudio.* and modelspec.architecture) of a file whose `_facts`
-    passed. An SDXL file's text-encoder layers (train_text_encoder, kohya's lora_te1_ / lora_te2_)
-    come along in peft naming ("text_encoder.<module>.lora_A.weight"), with the denoiser's
-    strength and theirs folded into lora_B (alpha = rank): merge and resize treat them as any layer.
-    Raises ConfigError for a text-encoder key of neither layout."""
+    passed. A file's text-encoder layers (SDXL's train_text_encoder, kohya's and OneTrainer's
+    lora_te1_ / lora_te2_ of SDXL and FLUX.1: lora/text_encoder_names.py) come along in peft
+    naming ("text_encoder.<module>.lora_A.weight"), with the denoiser's strength and theirs
+    folded into lora_B (alpha = rank): merge and resize treat them as any layer.
+    Raises ConfigError for a text-encoder key of neither layout, of no layer of the family's
+    encoders, or of a family that takes none (naming the key and the reason)."""
     tensors, header = read_lora_file(path)
     info = carried_header(header)  # the lorastudio.* facts and modelspec.architecture
     denoiser, text_encoders = split_text_encoders(tensors)
@@ -145,7 +147,7 @@ def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
     if not text_encoders:
         return lora, info
     try:
-        te = folded_peft(text_encoders, header)  # [r, in] / [out, r], each module at scale 1
+        te = folded_peft(text_encoders, header, family)  # [r, in] / [out, r], each module at scale 1
     except ValueError as err:
         raise _problem("loras", f"{path}: {err}") from None
     lora = fold_strength(lora)  # the denoiser's layers at scale 1 too (alpha = rank)
@@ -163,7 +165,7 @@ def _file(
         return tensors, header
     scale = lora.alpha / lora.rank  # folded into the encoders' lora_B: they are written at scale 1
     folded = {k: v * scale if k.endswith(_B) and scale != 1 else v for k, v in te.items()}
-    return with_text_encoders(folded, layout, tensors, header)
+    return with_text_encoders(folded, layout, tensors, header, family=family)
 
 
 def merge_files(

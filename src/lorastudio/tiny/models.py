@@ -17,7 +17,7 @@ as it was. The same seed gives byte-identical weights in any process.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,19 +41,13 @@ if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
 
-def build_sdxl(seed: int) -> DiffusionPipeline:
-    """SDXL: CLIP-L + OpenCLIP-bigG analogues, a 3-level UNet with text_time embeddings, 4-ch VAE."""
-    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
-    from transformers import CLIPTextModel, CLIPTextModelWithProjection
+def sdxl_unet(seed: int) -> Any:
+    """The tiny SDXL UNet2DConditionModel of `build_sdxl(seed)` (same weights; built alone on the meta
+    device by lora/onetrainer_names for its module names)."""
+    from diffusers import UNet2DConditionModel
 
-    tokenizer = toks.clip_tokenizer()
-    tokenizer_2 = toks.clip_tokenizer(pad_token="!")  # SDXL's second tokenizer pads with "!"
-    seed_for(seed, "text_encoder")
-    text_encoder = CLIPTextModel(clip_text_config(tokenizer, 32, 2, "quick_gelu", 32))
-    seed_for(seed, "text_encoder_2")
-    text_encoder_2 = CLIPTextModelWithProjection(clip_text_config(tokenizer_2, 64, 2, "gelu", 32))
     seed_for(seed, "unet")
-    unet = UNet2DConditionModel(
+    return UNet2DConditionModel(
         sample_size=8,
         in_channels=4,
         out_channels=4,
@@ -70,6 +64,20 @@ def build_sdxl(seed: int) -> DiffusionPipeline:
         projection_class_embeddings_input_dim=6 * 8 + 32,  # 6 time ids x 8 + pooled projection
         norm_num_groups=8,
     )
+
+
+def build_sdxl(seed: int) -> DiffusionPipeline:
+    """SDXL: CLIP-L + OpenCLIP-bigG analogues, a 3-level UNet with text_time embeddings, 4-ch VAE."""
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
+
+    tokenizer = toks.clip_tokenizer()
+    tokenizer_2 = toks.clip_tokenizer(pad_token="!")  # SDXL's second tokenizer pads with "!"
+    seed_for(seed, "text_encoder")
+    text_encoder = CLIPTextModel(clip_text_config(tokenizer, 32, 2, "quick_gelu", 32))
+    seed_for(seed, "text_encoder_2")
+    text_encoder_2 = CLIPTextModelWithProjection(clip_text_config(tokenizer_2, 64, 2, "gelu", 32))
+    unet = sdxl_unet(seed)
     vae = kl_vae(seed, latent_channels=4, scaling=0.13025, shift=None, quant=True)
     scheduler = EulerDiscreteScheduler(
         num_train_timesteps=1000,

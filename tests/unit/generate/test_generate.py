@@ -84,8 +84,10 @@ def test_bad_loras_are_refused_and_leave_the_base(flux_pipe, flux_lora, tmp_path
 def test_a_lora_with_layers_the_pipeline_lacks_is_refused_naming_them(flux_pipe, flux_lora, tmp_path):
     """diffusers' loader only logs the layers of a file that match no module of the pipeline (and
     loads the rest): generation would render with part of the LoRA, silently. The file's own
-    layers plus a pair for a block the tiny FLUX.1 lacks (it has one double block) and a pair for
-    a text encoder the pipeline does not put LoRA layers on are refused, naming those layers."""
+    layers plus a pair for a block the tiny FLUX.1 lacks (it has one double block) are refused,
+    naming that layer. A pair for T5, which FluxPipeline puts no LoRA on, was refused so too; it is
+    now merged into T5 (RELIABILITY 145: generate/foreign_loras.py), at scale 1 here (no adapter
+    config for text_encoder_2: alpha = rank)."""
     tensors = load_file(str(flux_lora))
     a = next(v for k, v in tensors.items() if k.endswith("to_q.lora_A.weight"))
     b = next(v for k, v in tensors.items() if k.endswith("to_q.lora_B.weight"))
@@ -100,13 +102,20 @@ def test_a_lora_with_layers_the_pipeline_lacks_is_refused_naming_them(flux_pipe,
     }
     with safe_open(str(flux_lora), "pt") as fh:
         header = fh.metadata()
-    for added, named in ((f"{absent}.", absent), (f"{t5}.", t5)):
-        partial = tmp_path / f"partial-{named}.safetensors"
-        save_file({**tensors, **{k: v for k, v in extra.items() if k.startswith(added)}}, partial, header)
-        apply_loras(flux_pipe, [(flux_lora, 1.0)])
-        with pytest.raises(ModelSourceError, match=rf"1 of its \d+ layers .*{re.escape(named)}"):
-            apply_loras(flux_pipe, [(partial, 1.0)])
+    partial = tmp_path / "partial.safetensors"
+    save_file({**tensors, **{k: v for k, v in extra.items() if k.startswith(f"{absent}.")}}, partial, header)
+    apply_loras(flux_pipe, [(flux_lora, 1.0)])
+    with pytest.raises(ModelSourceError, match=rf"1 of its \d+ layers .*{re.escape(absent)}"):
+        apply_loras(flux_pipe, [(partial, 1.0)])
     assert not any(flux_pipe.get_list_adapters().values())  # nothing of it (nor the previous one) left
+    with_t5 = tmp_path / "with-t5.safetensors"
+    save_file({**tensors, **{k: v for k, v in extra.items() if k.startswith(f"{t5}.")}}, with_t5, header)
+    original = t5_q.weight.detach().clone()
+    apply_loras(flux_pipe, [(with_t5, 1.0)])
+    change = extra[f"{t5}.lora_B.weight"] @ extra[f"{t5}.lora_A.weight"]  # [out, in]
+    torch.testing.assert_close(t5_q.weight, original + change, rtol=1e-5, atol=1e-6)
+    apply_loras(flux_pipe, [])
+    assert torch.equal(t5_q.weight, original)
     apply_loras(flux_pipe, [(flux_lora, 1.0)])  # the whole file still loads
     assert any(flux_pipe.get_list_adapters().values())
     apply_loras(flux_pipe, [])
