@@ -86,7 +86,7 @@ def test_a_lora_with_layers_the_pipeline_lacks_is_refused_naming_them(flux_pipe,
     loads the rest): generation would render with part of the LoRA, silently. The file's own
     layers plus a pair for a block the tiny FLUX.1 lacks (it has one double block) are refused,
     naming that layer. A pair for T5, which FluxPipeline puts no LoRA on, was refused so too; it is
-    now merged into T5 (RELIABILITY 145: generate/foreign_loras.py), at scale 1 here (no adapter
+    now merged into T5 (RELIABILITY 148: generate/foreign_loras.py), at scale 1 here (no adapter
     config for text_encoder_2: alpha = rank)."""
     tensors = load_file(str(flux_lora))
     a = next(v for k, v in tensors.items() if k.endswith("to_q.lora_A.weight"))
