@@ -9,6 +9,8 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another
   cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
+  cache/decoded/      per dataset folder, which images had every pixel decoded, by name, size,
+                      mtime and inode (data/decoded.py): each is decoded fully once
   cache/attention-probe/  attention_backend auto's probe results, keyed by GPU, driver,
                       torch / cuDNN / FA4 versions, dtype and shapes (training/probe_cache.py)
   cache/fa4/          FlashAttention-4's compiled kernels (its JIT cache), shared by the probe
@@ -202,6 +204,11 @@ class Settings(BaseSettings):
     @property
     def thumbnail_cache_dir(self) -> Path:
         return self.home / "cache" / "thumbs"
+
+    @property
+    def decoded_record_dir(self) -> Path:
+        """The records of which dataset images had every pixel decoded (data/decoded.py)."""
+        return self.home / "cache" / "decoded"
 
     @property
     def compile_cache_dir(self) -> Path:

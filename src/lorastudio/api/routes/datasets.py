@@ -257,6 +257,7 @@ def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) 
             settings.max_image_pixels,
             settings.max_decode_pixels,
             strict=strict,
+            decoded_dir=settings.decoded_record_dir,
         ) as batch,
     ):
         for field, up in uploads:  # a field named control, control_2 ... holds control images
