@@ -5,7 +5,9 @@ compressed pixel data is cut short or garbled under valid chunk CRCs, nor a JPEG
 data breaks at full size; only decoding every pixel can. Decoding every image of a large dataset
 on every preflight would cost minutes, so each file is decoded fully once (at upload, or at the
 first check that meets it) and remembered here by (name, size, mtime_ns, inode): a file edited,
-replaced or renamed over is decoded again at the next check.
+replaced or renamed over is decoded again at the next check. With each file its header facts
+(size after EXIF transpose, orientation) are kept, so that a later scan of an unchanged file
+needs one stat and no read (`known`); only the size limit, a setting, is compared again.
 
 The record of a folder is one JSON file under the studio's cache (settings.decoded_record_dir,
 <home>/cache/decoded/<key>.json, the key a hash of the folder's path and identity): the scan
@@ -27,10 +29,10 @@ import os
 import uuid
 from pathlib import Path
 
-from lorastudio.data.images import DECODE_RULES
+from lorastudio.data.images import DECODE_RULES, ImageInfo
 from lorastudio.data.safe_open import FolderId
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
 # Seconds of full decodes one scan spends on files not yet decoded; the rest wait for the next.
 FULL_DECODE_BUDGET_S = 30.0
 
@@ -53,7 +55,7 @@ class DecodedRecord:
     def __init__(self, record_dir: Path, folder: Path, folder_id: FolderId, budget_s: float | None = None):
         self.folder = Path(os.path.abspath(folder))
         self.path = record_dir / f"{_record_name(self.folder, folder_id)}.json"
-        self.files: dict[str, FileKey] = {}
+        self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
         self.budget_s = FULL_DECODE_BUDGET_S if budget_s is None else budget_s
         self.spent_s = 0.0  # seconds of full decodes this record's scan spent
         self.changed = False
@@ -68,26 +70,28 @@ class DecodedRecord:
         with contextlib.suppress(OSError, ValueError, TypeError):
             data = json.loads(record.path.read_text(encoding="utf-8"))
             if data.get("version") == RECORD_VERSION and data.get("rules") == DECODE_RULES:
-                record.files = {str(n): (int(k[0]), int(k[1]), int(k[2])) for n, k in data["files"].items()}
+                record.files = {str(n): _entry(row) for n, row in data["files"].items()}
         return record
 
-    def is_decoded(self, path: Path) -> bool:
-        """Whether `path` (a file of this folder) was fully decoded as it is now."""
-        key = self.files.get(path.name)
-        return key is not None and key == file_key(path)
+    def known(self, path: Path) -> ImageInfo | None:
+        """The header facts of `path` (a file of this folder) when it was fully decoded and
+        passed every check of images.probe_image as it is now (the size limit aside); else None."""
+        entry = self.files.get(path.name)
+        return entry[1] if entry is not None and entry[0] == file_key(path) else None
 
     def wants_full(self, path: Path) -> bool:
         """Whether a check of `path` should decode it fully now: not decoded as it is, and this
         scan's time budget not spent."""
-        return not self.is_decoded(path) and self.spent_s < self.budget_s
+        return self.known(path) is None and self.spent_s < self.budget_s
 
-    def add(self, path: Path, before: FileKey | None, seconds: float = 0.0) -> None:
-        """Record `path` as fully decoded: `before`, its file_key taken before the decode (kept
-        only when the file is still the same, so a file changed meanwhile is decoded again);
-        `seconds` the decode took (counted against the budget)."""
+    def add(self, path: Path, before: FileKey | None, info: ImageInfo, seconds: float = 0.0) -> None:
+        """Record `path` as fully decoded with its header facts `info` (what probe_image gave):
+        `before`, its file_key taken before the decode (kept only when the file is still the
+        same, so a file changed meanwhile is decoded again); `seconds` the decode took (counted
+        against the budget)."""
         self.spent_s += seconds
         if before is not None and file_key(path) == before:
-            self.files[path.name] = before
+            self.files[path.name] = (before, info)
             self.changed = True
 
     def save(self, names: set[str] | None = None) -> None:
@@ -103,7 +107,7 @@ class DecodedRecord:
             "version": RECORD_VERSION,
             "rules": DECODE_RULES,
             "folder": str(self.folder),
-            "files": {n: list(k) for n, k in sorted(self.files.items())},
+            "files": {n: [*k, i.width, i.height, i.orientation] for n, (k, i) in sorted(self.files.items())},
         }
         tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
         try:
@@ -113,6 +117,12 @@ class DecodedRecord:
             self.changed = False
         except OSError:
             tmp.unlink(missing_ok=True)
+
+
+def _entry(row: list[int]) -> tuple[FileKey, ImageInfo]:
+    """A saved row [size, mtime_ns, inode, width, height, orientation] as (key, info)."""
+    size, mtime, inode, width, height, orientation = (int(v) for v in row)
+    return (size, mtime, inode), ImageInfo(width, height, orientation)
 
 
 def _record_name(folder: Path, folder_id: FolderId) -> str:

@@ -99,24 +99,33 @@ def discover(root: Path) -> DatasetFiles:
         else:
             dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
     image_stems = {p.stem for p in images}
-    caption_stems = {p.stem for p in captions}
-    for name, why in list(dropped):  # kohya's caption_extension: named, not "not an image"
+    first_caption: dict[str, str] = {}  # stem -> its first .txt caption's name (sorted order)
+    for cap in captions:
+        first_caption.setdefault(cap.stem, cap.name)
+    named: list[tuple[str, str]] = []
+    for name, why in dropped:  # kohya's caption_extension: named, not "not an image"
         stem, dot, ext = name.rpartition(".")
-        if dot and ext.lower() == KOHYA_CAPTION_EXTENSION and stem in image_stems:
-            dropped.remove((name, why))
-            used = next((c.name for c in captions if c.stem == stem), None)
-            dropped.append(
+        if not (dot and ext.lower() == KOHYA_CAPTION_EXTENSION):
+            named.append((name, why))
+        elif stem not in image_stems:
+            named.append((name, "caption file with no image of the same name"))
+        elif stem in first_caption:
+            used = first_caption[stem]
+            named.append(
                 (
                     name,
-                    f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read; {used} is used"
-                    if stem in caption_stems
-                    else f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read "
+                    f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read; {used} is used",
+                )
+            )
+        else:
+            named.append(
+                (
+                    name,
+                    f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read "
                     f"(rename it {stem}{CAPTION_EXTENSION} to use it)",
                 )
             )
-        elif dot and ext.lower() == KOHYA_CAPTION_EXTENSION:
-            dropped.remove((name, why))
-            dropped.append((name, "caption file with no image of the same name"))
+    dropped = named
     sidecars: dict[str, Path] = {}
     for cap in captions:
         if cap.stem in sidecars:

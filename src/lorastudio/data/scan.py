@@ -21,7 +21,7 @@ from lorastudio.data.captions import TRIGGER_PLACEHOLDER, choose_caption, read_m
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.decoded import DecodedRecord, file_key
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
-from lorastudio.data.images import ImageInfo, probe_image
+from lorastudio.data.images import ImageInfo, oversized, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
@@ -124,7 +124,13 @@ def _check_image(
     path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId, record: DecodedRecord | None
 ) -> ImageInfo | DatasetError:
     """probe_image's answer for one image (its error returned, not raised): every pixel decoded
-    when `record` wants it (data/decoded.py), which then records it when it passes."""
+    when `record` wants it (data/decoded.py), which then records it when it passes; a file the
+    record knows as it is now is not opened (its size is compared with `max_pixels` again)."""
+    known = None if record is None else record.known(path)
+    if known is not None:
+        if known.width * known.height > max_pixels:
+            return oversized(path, known.width, known.height, max_pixels)
+        return known
     full = record is not None and record.wants_full(path)
     before = file_key(path) if full else None
     start = time.monotonic()
@@ -133,7 +139,7 @@ def _check_image(
     except DatasetError as err:
         return err
     if full and record is not None:
-        record.add(path, before, time.monotonic() - start)
+        record.add(path, before, info, time.monotonic() - start)
     return info
 
 

@@ -36,7 +36,7 @@ from lorastudio.data.captions import MAX_CAPTION_BYTES, metadata_rows, read_meta
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.decoded import DecodedRecord, FileKey, file_key
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
-from lorastudio.data.images import probe_image
+from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.paths import safe_component
 from lorastudio.data.safe_open import folder_identity, open_folder
 from lorastudio.data.upload_pairs import (
@@ -114,7 +114,7 @@ class UploadBatch:
     ):
         self.dataset_dir = dataset_dir
         self.decoded_dir = decoded_dir
-        self._decoded: dict[str, FileKey | None] = {}  # staged image -> its file_key once decoded
+        self._decoded: dict[str, tuple[FileKey | None, ImageInfo]] = {}  # staged image -> (file_key, probe)
         self.max_pixels = max_pixels
         self.decode_pixels = decode_pixels
         self.strict = strict
@@ -228,7 +228,7 @@ class UploadBatch:
             return  # the folder went away meanwhile: nothing to remember
         for name in stored:
             if name in self._decoded:
-                record.add(self.dataset_dir / name, self._decoded[name])
+                record.add(self.dataset_dir / name, *self._decoded[name])
         record.save()
 
     def _move_in(self) -> list[str]:
@@ -270,9 +270,9 @@ class UploadBatch:
             try:
                 if kind in ("image", "control"):
                     key = file_key(path)
-                    probe_image(path, self.max_pixels, self.decode_pixels, full=True)
+                    info = probe_image(path, self.max_pixels, self.decode_pixels, full=True)
                     if kind == "image":
-                        self._decoded[name] = key
+                        self._decoded[name] = (key, info)
                 elif kind == "metadata":
                     table_problems = read_metadata(path).problems
                     if table_problems:
