@@ -283,13 +283,14 @@ class UploadBatch:
         refused_images = self._by_name | {Path(n).stem: n for n in bad if self._names[n] == "image"}
         existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
         good_stems = {Path(n).stem for n, k in self._names.items() if k == "image" and n not in bad}
+        captioned = good_stems | existing_stems  # once: a union per caption was O(n^2) (RELIABILITY 146)
         for name in sorted(n for n, k in self._names.items() if k == "caption"):
             path = self.staging / name
             stem = Path(name).stem
             if stem in refused_images and stem not in good_stems:
                 self._refuse(name, f"its image {refused_images[stem]} was refused")
                 bad.add(name)
-            elif not self._caption_ok(path, good_stems | existing_stems):
+            elif not self._caption_ok(path, captioned):
                 bad.add(name)
         controls = [n for n, k in self._names.items() if k == "control" and n not in bad]
         targets = good_stems | dataset_image_stems(self.dataset_dir)
