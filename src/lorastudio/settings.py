@@ -83,9 +83,9 @@ class Settings(BaseSettings):
         ge=1,
         description=(
             "most pixels the server decodes at full size (checks, thumbnails; a WebP counts 4x):"
-            " a PNG/WebP above it is checked from its header and chunk CRCs only and previewed as a"
-            " placeholder, a JPEG is decoded reduced; training decodes up to max_image_pixels in"
-            " its worker"
+            " a PNG/WebP above it is checked from its header and chunk CRCs (a PNG's pixel stream"
+            " inflated and measured) and previewed as a placeholder, a JPEG is decoded reduced;"
+            " training decodes up to max_image_pixels in its worker"
         ),
     )
     hf_token: SecretStr | None = Field(

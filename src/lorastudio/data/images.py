@@ -16,6 +16,10 @@ Two budgets: `max_pixels` (settings.max_image_pixels) is the largest image a dat
 canvas, the bytes it returns and the image: ~16 bytes per pixel against ~4 for PNG). A
 check decode that would exceed it is skipped (the header, and for PNG every chunk's CRC, were
 still checked; the training worker decodes the image and reports it if it is corrupt).
+
+A file's first check (`probe_image(full=True)`: an upload, or a scan that has not seen it as it
+is, data/decoded.py) decodes every pixel instead (`_full_decode`, within the same budget), and
+inflates a PNG's pixel stream at any size (data/png_stream.py).
 """
 
 from __future__ import annotations
