@@ -222,3 +222,13 @@ def test_the_full_decodes_of_one_check_are_bounded_by_time(
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 30.0)
     assert client.post("/api/train/preflight", json=config).status_code == 400
     assert "garbled.png" in full_decodes
+
+
+@pytest.mark.parametrize("bad", ["half.jpg", "half.png", "crc.png", "garbled.png"])
+def test_the_training_decode_names_the_file(tmp_path: Path, bad: str) -> None:
+    """Past the checks (a file beyond a check's time budget), the worker's decode (load_rgb,
+    what data/crop.py trains from) fails naming the file, not deep in a model."""
+    (tmp_path / bad).write_bytes(BAD[bad][0])
+    with pytest.raises(images.DatasetError) as info:
+        images.load_rgb(tmp_path / bad)
+    assert info.value.problems[0].startswith(f"{bad}: corrupt ("), info.value.problems
