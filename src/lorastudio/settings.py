@@ -9,6 +9,8 @@ The studio home (env LORASTUDIO_HOME, default ~/.lorastudio) holds:
   cache/inductor/     torch.compile's on-disk cache (kernels, graphs), kept across runs and
                       reboots unless TORCHINDUCTOR_CACHE_DIR names another
   cache/thumbs/       dataset thumbnails (JPEG), keyed by image path, inode, size, mtime
+  cache/decoded/      per dataset folder, which images had every pixel decoded, by name, size,
+                      mtime and inode (data/decoded.py): each is decoded fully once
   cache/attention-probe/  attention_backend auto's probe results, keyed by GPU, driver,
                       torch / cuDNN / FA4 versions, dtype and shapes (training/probe_cache.py)
   cache/fa4/          FlashAttention-4's compiled kernels (its JIT cache), shared by the probe
@@ -81,9 +83,9 @@ class Settings(BaseSettings):
         ge=1,
         description=(
             "most pixels the server decodes at full size (checks, thumbnails; a WebP counts 4x):"
-            " a PNG/WebP above it is checked from its header and chunk CRCs only and previewed as a"
-            " placeholder, a JPEG is decoded reduced; training decodes up to max_image_pixels in"
-            " its worker"
+            " a PNG/WebP above it is checked from its header and chunk CRCs (a PNG's pixel stream"
+            " inflated and measured) and previewed as a placeholder, a JPEG is decoded reduced;"
+            " training decodes up to max_image_pixels in its worker"
         ),
     )
     hf_token: SecretStr | None = Field(
@@ -202,6 +204,11 @@ class Settings(BaseSettings):
     @property
     def thumbnail_cache_dir(self) -> Path:
         return self.home / "cache" / "thumbs"
+
+    @property
+    def decoded_record_dir(self) -> Path:
+        """The records of which dataset images had every pixel decoded (data/decoded.py)."""
+        return self.home / "cache" / "decoded"
 
     @property
     def compile_cache_dir(self) -> Path:

@@ -11,8 +11,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from lorastudio.api.routes import dataset_thumbnails as thumbnail_routes
-from lorastudio.api.routes import datasets as routes
-from lorastudio.data import discovery, masks
+from lorastudio.data import dataset_detail, discovery, masks
 from lorastudio.settings import Settings
 
 
@@ -37,7 +36,7 @@ def test_an_image_deleted_while_its_dataset_is_listed_is_left_out(
             (dataset / "b.png").unlink()  # the delete lands after the folder was listed
         return files
 
-    monkeypatch.setattr(routes, "discover", listed_then_deleted)
+    monkeypatch.setattr(dataset_detail, "discover", listed_then_deleted)  # the detail's listing
     answer = client.get("/api/datasets/set")
     assert answer.status_code == 200, answer.text
     assert [f["file"] for f in answer.json()["files"]] == ["a.png"]

@@ -32,7 +32,12 @@ class DatasetFile(_Out):
 
 
 class DatasetDetail(DatasetSummary):
-    files: list[DatasetFile]
+    masked: int = Field(description="images with a loss mask in masks/ (all pages)")
+    with_alpha: int = Field(description="images with an alpha channel (all pages)")
+    total_files: int = Field(description="images listed over all pages")
+    offset: int = Field(description="the first image of this page")
+    limit: int | None = Field(description="the page's size asked for (null: to the end)")
+    files: list[DatasetFile] = Field(description="this page's images, by file name")
     dropped: list[DroppedFile]
 
 

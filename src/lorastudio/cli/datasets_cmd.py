@@ -143,6 +143,7 @@ def import_cmd(
                 settings.max_image_pixels,
                 settings.max_decode_pixels,
                 strict=strict,
+                decoded_dir=settings.decoded_record_dir,
             ) as batch:
                 for path in wanted:
                     with open_in_folder(path) as fh:  # refuses a file swapped for a link meanwhile

@@ -127,7 +127,7 @@ def _import_kohya_folders(source: Path, root: Path, prefix: str, strict: bool) -
             rows = [r for r in plan.rows if r["kohya_folder"] == folder]
             with UploadBatch(
                 settings.datasets_dir, root / names[folder], settings.max_image_pixels, settings.max_decode_pixels,
-                strict=strict,
+                strict=strict, decoded_dir=settings.decoded_record_dir,
             ) as batch:  # fmt: skip
                 for path, name in plan.images:
                     if path.parent.name == folder:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,10 +70,46 @@ def discover(root: Path) -> DatasetFiles:
     """List the dataset folder `root` (not recursive; hidden entries ignored).
 
     Returns: DatasetFiles with images sorted by name. An empty `images` list is not an error
-    here (scan_dataset reports it).
+    here (scan_dataset reports it). Remembered per folder version (`_listings`).
     Raises: DatasetError if `root` is missing, not a folder, or cannot be listed.
     """
     require_folder(root)
+    try:
+        st = os.stat(root, follow_symlinks=False)
+    except OSError as err:
+        raise DatasetError(f"cannot list dataset folder {root}", [f"{root}: {err}"]) from None
+    key = (str(root), st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    with _listings_lock:
+        known = _listings.get(key)
+    if known is not None:
+        return _copy(known)
+    files = _discover(root)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:  # see _listings
+        with _listings_lock:
+            if len(_listings) >= _LISTINGS_MAX:
+                _listings.pop(next(iter(_listings)))
+            _listings[key] = _copy(files)
+    return files
+
+
+# Listings remembered by the folder's (path, device, inode, mtime_ns, ctime_ns): an entry added,
+# removed or renamed changes its folder's mtime, so a large dataset is listed once per change, not
+# on every request (/api/info, /api/datasets, a dataset's detail, a preflight). A folder changed
+# within the last _SETTLED_NS is not remembered: its time stamp's granularity (a clock tick) could
+# hide a second change in the same tick, as git's index does for "racy" files.
+_LISTINGS_MAX = 64
+_SETTLED_NS = 2_000_000_000
+_listings: dict[tuple[str, int, int, int, int], DatasetFiles] = {}
+_listings_lock = threading.Lock()
+
+
+def _copy(files: DatasetFiles) -> DatasetFiles:
+    """A copy whose lists and dict the caller may change without touching the remembered one."""
+    return DatasetFiles(list(files.images), dict(files.sidecars), files.metadata, list(files.dropped))
+
+
+def _discover(root: Path) -> DatasetFiles:
+    """`discover` without the remembered listings."""
     try:
         with os.scandir(root) as it:
             entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
@@ -99,24 +137,33 @@ def discover(root: Path) -> DatasetFiles:
         else:
             dropped.append((name, f"not an image (supported: {', '.join(IMAGE_EXTENSIONS)})"))
     image_stems = {p.stem for p in images}
-    caption_stems = {p.stem for p in captions}
-    for name, why in list(dropped):  # kohya's caption_extension: named, not "not an image"
+    first_caption: dict[str, str] = {}  # stem -> its first .txt caption's name (sorted order)
+    for cap in captions:
+        first_caption.setdefault(cap.stem, cap.name)
+    named: list[tuple[str, str]] = []
+    for name, why in dropped:  # kohya's caption_extension: named, not "not an image"
         stem, dot, ext = name.rpartition(".")
-        if dot and ext.lower() == KOHYA_CAPTION_EXTENSION and stem in image_stems:
-            dropped.remove((name, why))
-            used = next((c.name for c in captions if c.stem == stem), None)
-            dropped.append(
+        if not (dot and ext.lower() == KOHYA_CAPTION_EXTENSION):
+            named.append((name, why))
+        elif stem not in image_stems:
+            named.append((name, "caption file with no image of the same name"))
+        elif stem in first_caption:
+            used = first_caption[stem]
+            named.append(
                 (
                     name,
-                    f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read; {used} is used"
-                    if stem in caption_stems
-                    else f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read "
+                    f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read; {used} is used",
+                )
+            )
+        else:
+            named.append(
+                (
+                    name,
+                    f"a .caption file: only <image name>{CAPTION_EXTENSION} captions are read "
                     f"(rename it {stem}{CAPTION_EXTENSION} to use it)",
                 )
             )
-        elif dot and ext.lower() == KOHYA_CAPTION_EXTENSION:
-            dropped.remove((name, why))
-            dropped.append((name, "caption file with no image of the same name"))
+    dropped = named
     sidecars: dict[str, Path] = {}
     for cap in captions:
         if cap.stem in sidecars:

@@ -137,6 +137,7 @@ def scan_entries(
     control_images: tuple[int, int] = (0, 0),
     family: str = "this family",
     prepare: Callable[[DatasetScan], DatasetScan] | None = None,
+    decoded_dir: Path | None = None,
 ) -> DatasetScan:
     """Scan every entry (data.scan.scan_dataset with the entry's resolution and captions) and
     join them (see the module docstring); `prepare` is applied to each entry's own scan before
@@ -161,6 +162,7 @@ def scan_entries(
                     control_images=control_images,
                     family=family,
                     decode_pixels=decode_pixels,
+                    decoded_dir=decoded_dir,
                 )
             )
             if prepare is not None:

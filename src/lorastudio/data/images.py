@@ -16,6 +16,10 @@ Two budgets: `max_pixels` (settings.max_image_pixels) is the largest image a dat
 canvas, the bytes it returns and the image: ~16 bytes per pixel against ~4 for PNG). A
 check decode that would exceed it is skipped (the header, and for PNG every chunk's CRC, were
 still checked; the training worker decodes the image and reports it if it is corrupt).
+
+A file's first check (`probe_image(full=True)`: an upload, or a scan that has not seen it as it
+is, data/decoded.py) decodes every pixel instead (`_full_decode`, within the same budget), and
+inflates a PNG's pixel stream at any size (data/png_stream.py).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from PIL import Image
 from lorastudio.data.colour import ProfileError, profile_problem, to_srgb
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS, run_decode
 from lorastudio.data.image_headers import RangesFile, bad_image, check_header, header_size
+from lorastudio.data.png_stream import check_png_stream
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 from lorastudio.settings import MAX_IMAGE_PIXELS_ENV, PILLOW_MAX_PIXELS
@@ -179,6 +184,32 @@ def _check_decodes(path: Path, img: Image.Image, decode_pixels: int) -> None:
         raise _bad(path, f"corrupt ({_reason(err, path)})") from None
 
 
+def _full_decode(path: Path, img: Image.Image, decode_pixels: int, folder_id: FolderId | None) -> None:
+    """Decode every pixel of the opened `img` (a first check of a dataset file: data/decoded.py)
+    within the decode budget: PNG, JPEG and WebP at full size when `decode_cost` fits
+    `decode_pixels`; above it a JPEG at the largest reduced scale that fits (every coefficient
+    is still entropy-decoded), a WebP (at most MAX_WEBP_BYTES) left to the cheap check. A PNG's
+    pixel stream is also inflated and measured without holding the pixels (data/png_stream.py),
+    at any size: Pillow decodes a deflate stream that ends early without a word (the rows it
+    lacks left black)."""
+    jpeg = img.format in ("JPEG", "MPO")
+    over = decode_cost(img) > decode_pixels
+    try:
+        if img.format == "PNG":
+            with open_in_folder(path, folder_id) as fh:
+                check_png_stream(fh, path)
+        if over and not jpeg:
+            return
+        if over:
+            scale = next((s for s in (2, 4, 8) if decode_cost(img) // (s * s) <= decode_pixels), 8)
+            img.draft("RGB", (max(1, img.width // scale), max(1, img.height // scale)))
+            if decode_cost(img) > decode_pixels:
+                return
+        img.load()
+    except DECODE_ERRORS as err:
+        raise _bad(path, f"corrupt ({_reason(err, path)})") from None
+
+
 def probe_image(
     path: Path,
     max_pixels: int,
@@ -186,6 +217,7 @@ def probe_image(
     folder_id: FolderId | None = None,
     *,
     colour: bool = True,
+    full: bool = False,
 ) -> ImageInfo:
     """Check one image and return its size after EXIF transpose, on one of the process's decode
     threads (`decode_slots.run_decode`: at most two checks at once hold file or pixel data).
@@ -195,15 +227,17 @@ def probe_image(
     refused naming its frame count: training would take its first frame without a word. Files
     that pass are then checked for corruption cheaply (see `_check_decodes`; no decode above
     `decode_pixels`). `folder_id`: see `data.safe_open`. `colour`: whether its ICC profile must
-    convert it to sRGB (data.colour; False for a loss mask: data, not colour).
+    convert it to sRGB (data.colour; False for a loss mask: data, not colour). `full`: decode
+    every pixel instead (`_full_decode`: a file's first check, data/decoded.py), so that pixel
+    data cut short or garbled under a valid header is refused here rather than in a run.
     Raises: DatasetError with one problem "<file name>: <reason>" (corrupt, oversized, animated,
     unknown format).
     """
-    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id, colour))
+    return run_decode(lambda: _probe(path, max_pixels, decode_pixels, folder_id, colour, full))
 
 
 def _probe(
-    path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None, colour: bool
+    path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId | None, colour: bool, full: bool
 ) -> ImageInfo:
     with open_frames(path, folder_id, max_pixels) as (img, frames):
         width, height = img.size
@@ -222,7 +256,10 @@ def _probe(
         if problem is not None:
             raise _bad(path, problem)
         orientation = exif_orientation(img)
-        _check_decodes(path, img, decode_pixels)
+        if full:
+            _full_decode(path, img, decode_pixels, folder_id)
+        else:
+            _check_decodes(path, img, decode_pixels)
     if orientation in _SWAPS_AXES:
         width, height = height, width
     return ImageInfo(width=width, height=height, orientation=orientation)

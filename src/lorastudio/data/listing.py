@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.data.captions import read_metadata
-from lorastudio.data.discovery import discover
+from lorastudio.data.discovery import DatasetFiles, discover
 from lorastudio.errors import DatasetError
 
 
@@ -19,7 +19,11 @@ def dataset_summary(folder: Path) -> dict[str, Any]:
     """{"name", "path", "images", "captions"}: captions counts images with a .txt or a
     metadata.jsonl row. metadata.jsonl is read once per version of the file (`_metadata_names`);
     one that cannot be read counts no rows here (the dataset's detail and preflight say why)."""
-    files = discover(folder)
+    return summary_of(folder, discover(folder))
+
+
+def summary_of(folder: Path, files: DatasetFiles) -> dict[str, Any]:
+    """`dataset_summary` of `folder` from its listing `files` (data.discovery.discover)."""
     rows = _metadata_names(files.metadata) if files.metadata else frozenset()
     captioned = sum(1 for p in files.images if p.stem in files.sidecars or p.name in rows)
     return {"name": folder.name, "path": str(folder), "images": len(files.images), "captions": captioned}

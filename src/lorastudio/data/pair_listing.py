@@ -19,6 +19,8 @@ def listed_controls(folder: Path, images: Sequence[Path]) -> tuple[dict[str, lis
     subs = [(sub.name, _folder_images(sub)) for sub in control_subfolders(folder)]
     metadata = folder / METADATA_FILE
     rows, _ = read_metadata_controls(metadata) if metadata.is_file() else ({}, [])
+    if not subs and not rows:  # not a paired dataset: nothing to look up per image
+        return {}, []
     stems = {stem_key(img.name) for img in images}
     found: dict[str, list[str]] = {}
     for img in images:

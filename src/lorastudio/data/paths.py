@@ -49,8 +49,11 @@ def nfc(text: str) -> str:
 def stem_key(name: str) -> str:
     """The key a file pairs with its image by (a control image, a loss mask): its stem in NFC
     (`nfc`), so that a name stored by the studio (NFC) and the same name copied from macOS (NFD)
-    pair."""
-    return nfc(Path(name).stem)
+    pair. (Path(name).stem's rule on the last component, without building a Path: a listing
+    of tens of thousands of images asks it for each.)"""
+    name = name.rpartition("/")[2]
+    dot = name.rfind(".")
+    return nfc(name[:dot] if 0 < dot < len(name) - 1 else name)
 
 
 def _config_error(field: str, message: str) -> ConfigError:

@@ -63,6 +63,7 @@ def scan_for_run(
         control_dirs=control_dirs,
         control_images=spec.control_images if control_images is None else control_images,
         family=spec.name,
+        decoded_dir=settings.decoded_record_dir,
         prepare=partial(
             attach_masks,
             alpha_mask=cfg.alpha_mask,

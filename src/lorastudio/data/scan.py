@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +19,9 @@ from pathlib import Path
 from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_problems
 from lorastudio.data.captions import TRIGGER_PLACEHOLDER, choose_caption, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.decoded import DecodedRecord, file_key
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
-from lorastudio.data.images import ImageInfo, probe_image
+from lorastudio.data.images import ImageInfo, oversized, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
@@ -118,6 +120,29 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
 
 
+def _check_image(
+    path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId, record: DecodedRecord | None
+) -> ImageInfo | DatasetError:
+    """probe_image's answer for one image (its error returned, not raised): every pixel decoded
+    when `record` wants it (data/decoded.py), which then records it when it passes; a file the
+    record knows as it is now is not opened (its size is compared with `max_pixels` again)."""
+    known = None if record is None else record.known(path)
+    if known is not None:
+        if known.width * known.height > max_pixels:
+            return oversized(path, known.width, known.height, max_pixels)
+        return known
+    full = record is not None and record.wants_full(path)
+    before = file_key(path) if full else None
+    start = time.monotonic()
+    try:
+        info = probe_image(path, max_pixels, decode_pixels, folder_id, full=full)
+    except DatasetError as err:
+        return err
+    if full and record is not None:
+        record.add(path, before, info, time.monotonic() - start)
+    return info
+
+
 def scan_dataset(
     root: Path,
     *,
@@ -133,6 +158,7 @@ def scan_dataset(
     control_dirs: Sequence[Path] = (),
     control_images: tuple[int, int] = (0, 0),
     family: str = "this family",
+    decoded_dir: Path | None = None,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -145,7 +171,10 @@ def scan_dataset(
     bucket at the largest bucket inside its own size (data.buckets.choose_bucket) instead;
     `control_dirs` (parallel control folders), `control_images` (the family's (min, max) controls
     per image) and `family` (its name, for messages): the pairing of targets with control images
-    (data/pairs.py).
+    (data/pairs.py); `decoded_dir`, where the folders' records of fully decoded images are kept
+    (settings.decoded_record_dir: each image not recorded there as it is now has every pixel
+    decoded, within the record's time budget, and is recorded when it passes; data/decoded.py),
+    None to check headers and chunk CRCs only.
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -182,10 +211,15 @@ def scan_dataset(
     items: list[ImageItem] = []
     uncaptioned: list[str] = []
     bad_images: list[str] = []
-    for path in files.images:
-        try:
-            info: ImageInfo = probe_image(path, max_pixels, decode_pixels, folder_id)
-        except DatasetError as err:
+    record = None if decoded_dir is None else DecodedRecord.load(decoded_dir, root, folder_id)
+    try:
+        checked = [_check_image(path, max_pixels, decode_pixels, folder_id, record) for path in files.images]
+    finally:
+        if record is not None:
+            record.save({p.name for p in files.images})
+    for path, info in zip(files.images, checked, strict=True):
+        if isinstance(info, DatasetError):
+            err = info
             bad_images += err.problems
             if skip_bad_images:
                 dropped.append((path.name, err.problems[0].split(": ", 1)[-1]))

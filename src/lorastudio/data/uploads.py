@@ -4,7 +4,7 @@ and staged writes: data/writes.py.)
 
 An upload is a batch of named files: images (PNG/JPEG/WebP), `<stem>.txt` captions and at most
 one `metadata.jsonl`. `UploadBatch` writes them into a hidden staging folder under the datasets
-root, checks every one (safe name, allowed kind, image header size limit + decode check, UTF-8
+root, checks every one (safe name, allowed kind, image header size limit + every pixel decoded, UTF-8
 captions, metadata rows), and only then commits the files that passed (all or nothing with
 `strict`): a new dataset by renaming the staging folder, an existing one file by file (each
 rename atomic; files of the same name are replaced; metadata.jsonl rows are merged, the new row
@@ -34,10 +34,11 @@ from typing import BinaryIO
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, metadata_rows, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.decoded import DecodedRecord, FileKey, file_key
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
-from lorastudio.data.images import probe_image
+from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.paths import safe_component
-from lorastudio.data.safe_open import open_folder
+from lorastudio.data.safe_open import folder_identity, open_folder
 from lorastudio.data.upload_pairs import (
     control_key,
     dataset_image_stems,
@@ -109,8 +110,11 @@ class UploadBatch:
         max_pixels: int,
         decode_pixels: int = DEFAULT_DECODE_PIXELS,
         strict: bool = False,
+        decoded_dir: Path | None = None,
     ):
         self.dataset_dir = dataset_dir
+        self.decoded_dir = decoded_dir
+        self._decoded: dict[str, tuple[FileKey | None, ImageInfo]] = {}  # staged image -> (file_key, probe)
         self.max_pixels = max_pixels
         self.decode_pixels = decode_pixels
         self.strict = strict
@@ -209,7 +213,23 @@ class UploadBatch:
             if not self._names or (self.strict and self.refused):
                 raise DatasetError(f"upload to {self.dataset_dir.name} refused", self.problems)
             with self._no_space():
-                return UploadResult(self._move_in(), list(self.refused))
+                stored = self._move_in()
+            self._record_decoded(stored)
+            return UploadResult(stored, list(self.refused))
+
+    def _record_decoded(self, stored: list[str]) -> None:
+        """Record the stored images (every pixel decoded by the check) in the dataset's record of
+        decoded files (data/decoded.py), so that its next preflight does not decode them again."""
+        if self.decoded_dir is None:
+            return
+        try:
+            record = DecodedRecord.load(self.decoded_dir, self.dataset_dir, folder_identity(self.dataset_dir))
+        except DatasetError:
+            return  # the folder went away meanwhile: nothing to remember
+        for name in stored:
+            if name in self._decoded:
+                record.add(self.dataset_dir / name, *self._decoded[name])
+        record.save()
 
     def _move_in(self) -> list[str]:
         """Merge metadata.jsonl and move the staged files into the dataset (under the lock)."""
@@ -249,7 +269,10 @@ class UploadBatch:
                 continue
             try:
                 if kind in ("image", "control"):
-                    probe_image(path, self.max_pixels, self.decode_pixels)
+                    key = file_key(path)
+                    info = probe_image(path, self.max_pixels, self.decode_pixels, full=True)
+                    if kind == "image":
+                        self._decoded[name] = (key, info)
                 elif kind == "metadata":
                     table_problems = read_metadata(path).problems
                     if table_problems:
@@ -260,13 +283,14 @@ class UploadBatch:
         refused_images = self._by_name | {Path(n).stem: n for n in bad if self._names[n] == "image"}
         existing_stems = {p.stem for p in self.dataset_dir.iterdir()} if self.dataset_dir.is_dir() else set()
         good_stems = {Path(n).stem for n, k in self._names.items() if k == "image" and n not in bad}
+        captioned = good_stems | existing_stems  # once: a union per caption was O(n^2) (RELIABILITY 152)
         for name in sorted(n for n, k in self._names.items() if k == "caption"):
             path = self.staging / name
             stem = Path(name).stem
             if stem in refused_images and stem not in good_stems:
                 self._refuse(name, f"its image {refused_images[stem]} was refused")
                 bad.add(name)
-            elif not self._caption_ok(path, good_stems | existing_stems):
+            elif not self._caption_ok(path, captioned):
                 bad.add(name)
         controls = [n for n, k in self._names.items() if k == "control" and n not in bad]
         targets = good_stems | dataset_image_stems(self.dataset_dir)

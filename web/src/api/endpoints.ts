@@ -59,7 +59,11 @@ export const api = {
   /** Delete a model lorastudio downloaded or created. */
   deleteModel: (id: string) => del<unknown>(`/api/models/${seg(id)}`),
 
-  dataset: (name: string) => get<DatasetDetail>(`/api/datasets/${seg(name)}`),
+  /** One page of a dataset's images (by file name; the totals count them all); no page: all. */
+  dataset: (name: string, page?: { offset: number; limit: number }) =>
+    get<DatasetDetail>(
+      `/api/datasets/${seg(name)}${page ? `?${page.offset ? `offset=${page.offset}&` : ""}limit=${page.limit}` : ""}`,
+    ),
   thumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
   /** A thumbnail of a loss mask of the dataset (masks/<file>). */

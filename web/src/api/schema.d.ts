@@ -142,9 +142,11 @@ export interface paths {
          * Dataset
          * @description The images of a dataset with their captions (txt wins over metadata.jsonl), control
          *     images (paired datasets: relative paths, slot order; orphan controls listed as dropped),
-         *     stored sizes and alpha flags (from one read of each file's header). Links are listed as
-         *     dropped, never read; a caption file or metadata.jsonl that cannot be used is listed as
-         *     dropped with the reason.
+         *     stored sizes and alpha flags (each file's header read once per version of it), a page at a
+         *     time (`offset`, `limit`; the totals `images`, `captions`, `masked`, `with_alpha` and
+         *     `total_files` count them all). Links are listed as dropped, never read; a caption file of the
+         *     page or metadata.jsonl that cannot be used is listed as dropped with the reason
+         *     (data/dataset_detail.py).
          */
         get: operations["dataset_api_datasets__name__get"];
         put?: never;
@@ -1571,14 +1573,42 @@ export interface components {
             captions: number;
             /** Dropped */
             dropped: components["schemas"]["DroppedFile"][];
-            /** Files */
+            /**
+             * Files
+             * @description this page's images, by file name
+             */
             files: components["schemas"]["DatasetFile"][];
             /** Images */
             images: number;
+            /**
+             * Limit
+             * @description the page's size asked for (null: to the end)
+             */
+            limit: number | null;
+            /**
+             * Masked
+             * @description images with a loss mask in masks/ (all pages)
+             */
+            masked: number;
             /** Name */
             name: string;
+            /**
+             * Offset
+             * @description the first image of this page
+             */
+            offset: number;
             /** Path */
             path: string;
+            /**
+             * Total Files
+             * @description images listed over all pages
+             */
+            total_files: number;
+            /**
+             * With Alpha
+             * @description images with an alpha channel (all pages)
+             */
+            with_alpha: number;
         };
         /**
          * DatasetEntry
@@ -5479,7 +5509,12 @@ export interface operations {
     };
     dataset_api_datasets__name__get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the first image of the page (by file name) */
+                offset?: number;
+                /** @description images in the page (0: every image from `offset` on) */
+                limit?: number;
+            };
             header?: never;
             path: {
                 name: string;

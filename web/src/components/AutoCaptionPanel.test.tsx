@@ -141,13 +141,18 @@ describe("DatasetDetailScreen", () => {
     const { INFO } = await import("../test/fixtures");
     mockFetch(({ url }) => {
       if (url === "/api/info") return { body: INFO };
-      if (url === "/api/datasets/mix")
+      if (url === "/api/datasets/mix?limit=200")
         return {
           body: {
             name: "mix",
             path: "/d/mix",
             images: 1,
             captions: 0,
+            masked: 0,
+            with_alpha: 0,
+            total_files: 1,
+            offset: 0,
+            limit: 200,
             files: [{ file: "a.png", caption: null, bytes: 100, width: 24, height: 16 }],
             dropped: [],
           },

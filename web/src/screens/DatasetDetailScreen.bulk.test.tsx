@@ -11,6 +11,11 @@ const DETAIL: DatasetDetail = {
   path: "/d/mix",
   images: 2,
   captions: 2,
+  masked: 0,
+  with_alpha: 0,
+  total_files: 2,
+  offset: 0,
+  limit: 200,
   files: [
     { file: "a.png", caption: "a dog", bytes: 1, width: 8, height: 8 },
     { file: "b.png", caption: "a cat", bytes: 1, width: 8, height: 8 },
@@ -25,7 +30,7 @@ describe("bulk caption edit", () => {
     let captions = DETAIL.files;
     const calls = mockFetch(({ url, method, body }) => {
       if (url === "/api/info") return { body: INFO };
-      if (url === "/api/datasets/mix" && method === "GET") return { body: { ...DETAIL, files: captions } };
+      if (url === "/api/datasets/mix?limit=200" && method === "GET") return { body: { ...DETAIL, files: captions } };
       if (url === "/api/datasets/mix/captions" && method === "POST") {
         const b = body as { find: string; replace: string; prepend: string; dry_run: boolean };
         const after = (c: string) => b.prepend + c.replaceAll(b.find, b.replace);
@@ -58,7 +63,7 @@ describe("bulk caption edit", () => {
       { find: "dog", replace: "sks dog", prepend: "", append: "", dry_run: true },
       { find: "dog", replace: "sks dog", prepend: "", append: "", dry_run: false },
     ]);
-    await waitFor(() => expect(calls.filter((c) => c.url === "/api/datasets/mix").length).toBeGreaterThan(1)); // reloaded
+    await waitFor(() => expect(calls.filter((c) => c.url === "/api/datasets/mix?limit=200").length).toBeGreaterThan(1)); // reloaded
     await waitFor(() => expect(screen.getAllByRole("textbox").some((t) => (t as HTMLTextAreaElement).value === "a sks dog")).toBe(true));
   });
 });

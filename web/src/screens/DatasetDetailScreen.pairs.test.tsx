@@ -11,6 +11,11 @@ const DETAIL: DatasetDetail = {
   path: "/home/u/.lorastudio/datasets/edits",
   images: 2,
   captions: 1,
+  masked: 0,
+  with_alpha: 0,
+  total_files: 2,
+  offset: 0,
+  limit: 200,
   files: [
     { file: "a.png", caption: "make it blue", bytes: 100, width: 24, height: 16, controls: ["control/a.png", "control_2/a.jpg", "control_10/a.png"] },
     { file: "b.png", caption: null, bytes: 100, width: 24, height: 16, controls: [] },
@@ -44,7 +49,7 @@ function fakeXhr() {
 const renderScreen = () => {
   mockFetch(({ url }) => {
     if (url === "/api/info") return { body: INFO };
-    if (url === "/api/datasets/edits") return { body: DETAIL };
+    if (url === "/api/datasets/edits?limit=200") return { body: DETAIL };
     return undefined;
   });
   return render(

@@ -5,13 +5,18 @@ import { InfoProvider } from "../api/info";
 import type { DatasetDetail, UploadResult } from "../api/types";
 import { type Call, INFO, mockFetch } from "../test/fixtures";
 import { FOLDER_REASON } from "../lib/upload";
-import { DatasetDetailScreen } from "./DatasetDetailScreen";
+import { DatasetDetailScreen, PAGE_SIZE } from "./DatasetDetailScreen";
 
 const DETAIL: DatasetDetail = {
   name: "mix",
   path: "/home/u/.lorastudio/datasets/mix",
   images: 1,
   captions: 1,
+  masked: 0,
+  with_alpha: 0,
+  total_files: 1,
+  offset: 0,
+  limit: 200,
   files: [{ file: "a.png", caption: "a red square", bytes: 100, width: 24, height: 16 }],
   dropped: [],
 };
@@ -53,7 +58,7 @@ function serve(deleteAnswer = { status: 200, body: { deleted: "mix" } as unknown
   return mockFetch(({ url, method }) => {
     if (url === "/api/info") return { body: INFO };
     if (url === "/api/datasets/mix" && method === "DELETE") return deleteAnswer;
-    if (url === "/api/datasets/mix") return { body: DETAIL };
+    if (url === "/api/datasets/mix?limit=200") return { body: DETAIL };
     return undefined;
   });
 }
@@ -158,6 +163,9 @@ describe("DatasetDetailScreen masks", () => {
     const masked: DatasetDetail = {
       ...DETAIL,
       images: 2,
+      captions: 2,
+      masked: 1,
+      total_files: 2,
       files: [
         { file: "a.png", caption: "a red square", bytes: 100, width: 24, height: 16, mask: "a.png" },
         { file: "b.png", caption: "a blue square", bytes: 100, width: 24, height: 16, mask: null },
@@ -165,7 +173,7 @@ describe("DatasetDetailScreen masks", () => {
     };
     mockFetch(({ url }) => {
       if (url === "/api/info") return { body: INFO };
-      if (url === "/api/datasets/mix") return { body: masked };
+      if (url === "/api/datasets/mix?limit=200") return { body: masked };
       return undefined;
     });
     renderScreen();
@@ -184,6 +192,10 @@ describe("DatasetDetailScreen masks", () => {
     const cutouts: DatasetDetail = {
       ...DETAIL,
       images: 3,
+      captions: 3,
+      masked: 1,
+      with_alpha: 2,
+      total_files: 3,
       files: [
         { file: "a.png", caption: "a", bytes: 100, width: 24, height: 16, mask: null, alpha: true },
         { file: "b.png", caption: "b", bytes: 100, width: 24, height: 16, mask: null, alpha: false },
@@ -192,7 +204,7 @@ describe("DatasetDetailScreen masks", () => {
     };
     mockFetch(({ url }) => {
       if (url === "/api/info") return { body: INFO };
-      if (url === "/api/datasets/mix") return { body: cutouts };
+      if (url === "/api/datasets/mix?limit=200") return { body: cutouts };
       return undefined;
     });
     renderScreen();
@@ -209,5 +221,40 @@ describe("DatasetDetailScreen masks", () => {
     renderScreen();
     await screen.findByTestId("dataset-counts");
     expect(screen.queryByTestId("mask-toggle")).toBeNull();
+  });
+});
+
+describe("DatasetDetailScreen pages", () => {
+  afterEach(() => vi.unstubAllGlobals());
+
+  it("shows a large dataset a page at a time, with totals over every page", async () => {
+    const image = (i: number) => ({ file: `img${String(i).padStart(5, "0")}.png`, caption: `c ${i}`, bytes: 10, width: 8, height: 8 });
+    const page = (offset: number, count: number): DatasetDetail => ({
+      ...DETAIL,
+      images: 250,
+      captions: 240,
+      masked: 3,
+      total_files: 250,
+      offset,
+      limit: PAGE_SIZE,
+      files: Array.from({ length: count }, (_, k) => image(offset + k)),
+      dropped: offset ? [{ file: `img00${offset}.txt`, reason: "not UTF-8" }] : [],
+    });
+    const calls = mockFetch(({ url }) => {
+      if (url === "/api/info") return { body: INFO };
+      if (url === `/api/datasets/mix?limit=${PAGE_SIZE}`) return { body: page(0, PAGE_SIZE) };
+      if (url === `/api/datasets/mix?offset=${PAGE_SIZE}&limit=${PAGE_SIZE}`) return { body: page(PAGE_SIZE, 50) };
+      return undefined;
+    });
+    renderScreen();
+    expect(await screen.findByTestId("dataset-counts")).toHaveTextContent("250 images · 240 captioned · 3 masked");
+    const cards = () => within(screen.getByTestId("thumb-grid")).getAllByRole("textbox");
+    expect(cards()).toHaveLength(PAGE_SIZE);
+    await userEvent.click(screen.getByTestId("show-more"));
+    await waitFor(() => expect(cards()).toHaveLength(250));
+    expect(screen.queryByTestId("show-more")).toBeNull(); // every image shown
+    expect(screen.getByText(/img00200.txt: not UTF-8/)).toBeTruthy(); // the page's dropped caption
+    const gets = calls.filter((c) => c.url.startsWith("/api/datasets/mix?")).map((c) => c.url);
+    expect(gets).toEqual([`/api/datasets/mix?limit=${PAGE_SIZE}`, `/api/datasets/mix?offset=${PAGE_SIZE}&limit=${PAGE_SIZE}`]);
   });
 });

@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useState } from "react";
+import { useCallback, useEffect, useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
@@ -12,6 +12,9 @@ import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
 import { Crumb } from "../components/Crumb";
+
+/** Images asked for at once: a dataset of 10,000 images is shown a page at a time ("Show more"). */
+export const PAGE_SIZE = 200;
 
 interface UploadState {
   sentBytes: number;
@@ -49,10 +52,12 @@ export function DatasetDetailScreen({ name }: { name: string }) {
   /** Where dropped files go: "files" (targets and captions) or a control folder. */
   const [slot, setSlot] = useState("files");
   const [showMasks, setShowMasks] = useState(false);
+  /** Images shown now: a reload (after an edit) asks for as many again, at least a page. */
+  const shown = useRef(0);
 
   const load = useCallback(async () => {
     try {
-      setData(await api.dataset(name));
+      setData(await api.dataset(name, { offset: 0, limit: Math.max(PAGE_SIZE, shown.current) }));
       setMissing(false);
       setLoadError(null);
     } catch (err) {
@@ -117,10 +122,25 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     }
   };
 
+  const onMore = async () => {
+    if (!data) return;
+    try {
+      const next = await api.dataset(name, { offset: data.files.length, limit: PAGE_SIZE });
+      const seen = new Set(data.dropped.map((d) => `${d.file}\n${d.reason}`));
+      const dropped = [...data.dropped, ...next.dropped.filter((d) => !seen.has(`${d.file}\n${d.reason}`))];
+      setData({ ...next, offset: 0, files: [...data.files, ...next.files], dropped });
+    } catch (err) {
+      setLoadError(err instanceof Error ? err.message : String(err));
+    }
+  };
+
   const files = data?.files ?? [];
-  const captioned = files.filter((f) => f.caption).length;
-  const masked = files.filter((f) => f.mask).length;
-  const alpha = files.filter((f) => f.alpha).length; // alpha_mask's masks
+  shown.current = files.length;
+  // totals over every page (the server counts them)
+  const total = data?.total_files ?? 0;
+  const captioned = data?.captions ?? 0;
+  const masked = data?.masked ?? 0;
+  const alpha = data?.with_alpha ?? 0; // alpha_mask's masks
   return (
     <section className="screen">
       <div className="screen-head">
@@ -131,7 +151,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
         <div className="head-actions">
           {data && (
             <span className="muted" data-testid="dataset-counts">
-              {files.length} images · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
+              {total} images · {captioned} captioned{masked > 0 && ` · ${masked} masked`}
               {alpha > 0 && ` · ${alpha} with alpha`}
             </span>
           )}
@@ -244,6 +264,11 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           />
         ))}
       </div>
+      {data && files.length < total && (
+        <button className="ghost" onClick={() => void onMore()} data-testid="show-more">
+          Show {Math.min(PAGE_SIZE, total - files.length)} more ({files.length} of {total} shown)
+        </button>
+      )}
     </section>
   );
 }

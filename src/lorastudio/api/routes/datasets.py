@@ -36,18 +36,11 @@ from lorastudio.api.schemas_files import (
 )
 from lorastudio.data import new_name, resolve_dataset_dir, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
-from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.dataset_delete import delete_dataset
-from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.dataset_detail import dataset_detail
 from lorastudio.data.image_edits import delete_image, write_caption
-from lorastudio.data.image_headers import header_info
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
-from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
-from lorastudio.data.pair_listing import listed_controls
-from lorastudio.data.pairs import misnamed_control_folder
-from lorastudio.data.paths import stem_key
-from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
 from lorastudio.errors import DatasetError, JobActive, NotFound
@@ -97,83 +90,23 @@ def datasets(settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
 
 
 @router.get("/{name}", response_model=DatasetDetail)
-def dataset(name: str, settings: Settings = Depends(settings_dep)) -> dict[str, Any]:
+def dataset(
+    name: str,
+    offset: int = Query(default=0, ge=0, description="the first image of the page (by file name)"),
+    limit: int = Query(default=0, ge=0, description="images in the page (0: every image from `offset` on)"),
+    settings: Settings = Depends(settings_dep),
+) -> dict[str, Any]:
     """The images of a dataset with their captions (txt wins over metadata.jsonl), control
     images (paired datasets: relative paths, slot order; orphan controls listed as dropped),
-    stored sizes and alpha flags (from one read of each file's header). Links are listed as
-    dropped, never read; a caption file or metadata.jsonl that cannot be used is listed as
-    dropped with the reason."""
+    stored sizes and alpha flags (each file's header read once per version of it), a page at a
+    time (`offset`, `limit`; the totals `images`, `captions`, `masked`, `with_alpha` and
+    `total_files` count them all). Links are listed as dropped, never read; a caption file of the
+    page or metadata.jsonl that cannot be used is listed as dropped with the reason
+    (data/dataset_detail.py)."""
     folder = dataset_path(settings, name)
     if not folder.is_dir():
         raise NotFound(f"no dataset named {name!r}")
-    files = discover(folder)
-    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
-    dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
-    for stem, names in mask_clashes(folder).items():  # a run refuses them: no mask is shown
-        masks.pop(stem)
-        dropped += [(f"{MASKS_DIR}/{n}", clash_problem(stem, names).split(": ", 1)[1]) for n in names]
-    rows: dict[str, str] = {}
-    if files.metadata:
-        try:
-            table = read_metadata(files.metadata)
-            rows = table.captions
-            dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE} ")) for p in table.problems]
-        except DatasetError as err:
-            dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
-    controls, orphans = listed_controls(folder, files.images)
-    dropped = [(n, why) for n, why in dropped if control_slot(n) is None]  # control/ folders are read
-    dropped = [  # a control folder spelt otherwise (Control/, controls/) is named as one
-        (n, (why.startswith("sub-folder") and misnamed_control_folder(n)) or why) for n, why in dropped
-    ]
-    dropped += [(o, "control image with no target of the same name") for o in orphans]
-    images = []
-    for path in files.images:
-        stored = _stored_header(path)
-        if stored is None:
-            continue  # deleted since the folder was listed (a delete racing this listing)
-        sidecar = files.sidecars.get(path.stem)
-        caption = rows.get(path.name)
-        if sidecar:
-            try:
-                caption = read_sidecar(sidecar)
-            except DatasetError as err:
-                caption = None
-                dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]
-        mask = masks.get(stem_key(path.name))
-        images.append(
-            {
-                "file": path.name,
-                "caption": caption,
-                "controls": controls.get(path.name, []),
-                "mask": mask.name if mask else None,
-                **stored,
-            }
-        )
-    return {
-        **dataset_summary(folder),
-        "files": images,
-        "dropped": [{"file": n, "reason": r} for n, r in dropped],
-    }
-
-
-def _stored_header(path: Path) -> dict[str, Any] | None:
-    """{"bytes", "width", "height", "alpha"} of an image file, from one read of its header
-    (`header_info`: width and height None where it cannot be read); Pillow is asked for the alpha
-    flag only where the header cannot tell. None when the file is gone."""
-    info = None
-    try:
-        with open_in_folder(path) as fh:
-            info = header_info(fh)
-    except (DatasetError, OSError):
-        pass
-    try:
-        stored = path.lstat().st_size
-    except FileNotFoundError:
-        return None
-    if info is None:
-        return {"bytes": stored, "width": None, "height": None, "alpha": False}
-    alpha = file_has_alpha(path) if info.alpha is None else info.alpha
-    return {"bytes": stored, "width": info.width, "height": info.height, "alpha": alpha}
+    return dataset_detail(folder, offset, limit or None)
 
 
 @router.delete("/{name}", response_model=DatasetDeleted)
@@ -257,6 +190,7 @@ def _commit(settings: Settings, folder: Path, uploads: list[Any], strict: bool) 
             settings.max_image_pixels,
             settings.max_decode_pixels,
             strict=strict,
+            decoded_dir=settings.decoded_record_dir,
         ) as batch,
     ):
         for field, up in uploads:  # a field named control, control_2 ... holds control images

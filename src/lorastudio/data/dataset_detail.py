@@ -1,0 +1,126 @@
+"""One dataset's detail for the API (no HTTP, no torch): its images with captions, controls,
+masks, stored sizes and alpha flags, a page at a time, and the folder's dropped entries.
+
+Built for datasets of tens of thousands of images (session 23 scale audit): the folder is listed
+once per request (`discover`), the totals (images, captioned, masked, with alpha) count every
+image, but only the page's images have their caption files read; an image's stored size and
+alpha flag come from its header, read once per version of the file (`stored_header`: remembered
+by path, size, mtime_ns and inode), so a request costs one lstat per image, not one read.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from lorastudio.data.captions import read_metadata, read_sidecar
+from lorastudio.data.discovery import METADATA_FILE, discover
+from lorastudio.data.image_headers import header_info
+from lorastudio.data.listing import summary_of
+from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
+from lorastudio.data.pair_listing import listed_controls
+from lorastudio.data.pairs import misnamed_control_folder
+from lorastudio.data.paths import stem_key
+from lorastudio.data.safe_open import open_in_folder
+from lorastudio.data.upload_pairs import control_slot
+from lorastudio.errors import DatasetError
+
+_HEADERS_MAX = 200_000  # remembered headers (a few hundred bytes each); cleared when full
+_headers: dict[tuple[str, int, int, int], dict[str, Any]] = {}
+_headers_lock = threading.Lock()
+
+
+def stored_header(path: Path) -> dict[str, Any] | None:
+    """{"bytes", "width", "height", "alpha"} of an image file, from one read of its header
+    (`header_info`: width and height None where it cannot be read); Pillow is asked for the alpha
+    flag only where the header cannot tell. Remembered per process by (path, size, mtime_ns,
+    inode): a file's header is read once per version. None when the file is gone."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    with _headers_lock:
+        known = _headers.get(key)
+    if known is not None:
+        return known
+    info = None
+    try:
+        with open_in_folder(path) as fh:
+            info = header_info(fh)
+    except (DatasetError, OSError):
+        pass
+    if info is None:
+        row: dict[str, Any] = {"bytes": st.st_size, "width": None, "height": None, "alpha": False}
+    else:
+        alpha = file_has_alpha(path) if info.alpha is None else info.alpha
+        row = {"bytes": st.st_size, "width": info.width, "height": info.height, "alpha": alpha}
+    with _headers_lock:
+        if len(_headers) >= _HEADERS_MAX:
+            _headers.clear()
+        _headers[key] = row
+    return row
+
+
+def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
+    """The detail of the dataset `folder` (an existing folder): its summary (`listing.summary_of`)
+    with `masked` and `with_alpha` totals, `total_files`, `offset` and `limit`; `files`: the images
+    [offset, offset + limit) by name (limit None: to the end), each with its caption (a .txt
+    wins over metadata.jsonl), controls (relative paths, slot order), mask, stored size and alpha
+    flag; `dropped`: the folder's entries not used (links, sub-folders, other files, orphan
+    controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
+    be read, each with its reason. Raises DatasetError when the folder cannot be listed."""
+    files = discover(folder)
+    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
+    dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
+    for stem, names in mask_clashes(folder).items():  # a run refuses them: no mask is shown
+        masks.pop(stem)
+        dropped += [(f"{MASKS_DIR}/{n}", clash_problem(stem, names).split(": ", 1)[1]) for n in names]
+    rows: dict[str, str] = {}
+    if files.metadata:
+        try:
+            table = read_metadata(files.metadata)
+            rows = table.captions
+            dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE} ")) for p in table.problems]
+        except DatasetError as err:
+            dropped += [(METADATA_FILE, p.removeprefix(f"{METADATA_FILE}: ")) for p in err.problems]
+    controls, orphans = listed_controls(folder, files.images)
+    dropped = [(n, why) for n, why in dropped if control_slot(n) is None]  # control/ folders are read
+    dropped = [  # a control folder spelt otherwise (Control/, controls/) is named as one
+        (n, (why.startswith("sub-folder") and misnamed_control_folder(n)) or why) for n, why in dropped
+    ]
+    dropped += [(o, "control image with no target of the same name") for o in orphans]
+    headers = {p.name: stored_header(p) for p in files.images}  # None: deleted since listed
+    present = [p for p in files.images if headers[p.name] is not None]
+    images = []
+    for path in present[offset : None if limit is None else offset + limit]:
+        sidecar = files.sidecars.get(path.stem)
+        caption = rows.get(path.name)
+        if sidecar:
+            try:
+                caption = read_sidecar(sidecar)
+            except DatasetError as err:
+                caption = None
+                dropped += [(sidecar.name, p.removeprefix(f"{sidecar.name}: ")) for p in err.problems]
+        mask = masks.get(stem_key(path.name))
+        images.append(
+            {
+                "file": path.name,
+                "caption": caption,
+                "controls": controls.get(path.name, []),
+                "mask": mask.name if mask else None,
+                **headers[path.name],  # type: ignore[dict-item]
+            }
+        )
+    return {
+        **summary_of(folder, files),
+        "masked": sum(1 for p in present if stem_key(p.name) in masks),
+        "with_alpha": sum(1 for p in present if headers[p.name]["alpha"]),  # type: ignore[index]
+        "total_files": len(present),
+        "offset": offset,
+        "limit": limit,
+        "files": images,
+        "dropped": [{"file": n, "reason": r} for n, r in dropped],
+    }

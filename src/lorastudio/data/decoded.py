@@ -1,0 +1,130 @@
+"""Which images of a dataset folder had every pixel decoded: a small record per folder.
+
+A header check and a chunk walk (data/images.py, data/image_headers.py) cannot see a PNG whose
+compressed pixel data is cut short or garbled under valid chunk CRCs, nor a JPEG whose entropy
+data breaks at full size; only decoding every pixel can. Decoding every image of a large dataset
+on every preflight would cost minutes, so each file is decoded fully once (at upload, or at the
+first check that meets it) and remembered here by (name, size, mtime_ns, inode): a file edited,
+replaced or renamed over is decoded again at the next check. With each file its header facts
+(size after EXIF transpose, orientation) are kept, so that a later scan of an unchanged file
+needs one stat and no read (`known`); only the size limit, a setting, is compared again.
+
+The record of a folder is one JSON file under the studio's cache (settings.decoded_record_dir,
+<home>/cache/decoded/<key>.json, the key a hash of the folder's path and identity): the scan
+never writes into a dataset folder. It lists only the images the folder held at its last
+save; a lost or unreadable record only costs decodes again (it is a cache, never a verdict),
+and two processes saving at once keep the last one's (the other's files are decoded again).
+
+`DecodedRecord.wants_full` also bounds one scan's full decodes by time (FULL_DECODE_BUDGET_S):
+the files left over keep the cheap check and are decoded fully by a later check, and in any case
+by the training worker, whose decode error names the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+
+from lorastudio.data.images import DECODE_RULES, ImageInfo
+from lorastudio.data.safe_open import FolderId
+
+RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
+# Seconds of full decodes one scan spends on files not yet decoded; the rest wait for the next.
+FULL_DECODE_BUDGET_S = 30.0
+
+FileKey = tuple[int, int, int]  # (size, mtime_ns, inode)
+
+
+def file_key(path: Path) -> FileKey | None:
+    """(size, mtime_ns, inode) of `path` (a link not followed); None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+class DecodedRecord:
+    """The decoded-files record of one dataset folder (`folder`, identity `folder_id`), kept in
+    `record_dir`. Load with `load`, ask `is_decoded`, add with `add`, write with `save`."""
+
+    def __init__(self, record_dir: Path, folder: Path, folder_id: FolderId, budget_s: float | None = None):
+        self.folder = Path(os.path.abspath(folder))
+        self.path = record_dir / f"{_record_name(self.folder, folder_id)}.json"
+        self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
+        self.budget_s = FULL_DECODE_BUDGET_S if budget_s is None else budget_s
+        self.spent_s = 0.0  # seconds of full decodes this record's scan spent
+        self.changed = False
+
+    @classmethod
+    def load(
+        cls, record_dir: Path, folder: Path, folder_id: FolderId, budget_s: float | None = None
+    ) -> DecodedRecord:
+        """The record of `folder` as last saved (empty when there is none or it cannot be read);
+        `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S)."""
+        record = cls(record_dir, folder, folder_id, budget_s)
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            data = json.loads(record.path.read_text(encoding="utf-8"))
+            if data.get("version") == RECORD_VERSION and data.get("rules") == DECODE_RULES:
+                record.files = {str(n): _entry(row) for n, row in data["files"].items()}
+        return record
+
+    def known(self, path: Path) -> ImageInfo | None:
+        """The header facts of `path` (a file of this folder) when it was fully decoded and
+        passed every check of images.probe_image as it is now (the size limit aside); else None."""
+        entry = self.files.get(path.name)
+        return entry[1] if entry is not None and entry[0] == file_key(path) else None
+
+    def wants_full(self, path: Path) -> bool:
+        """Whether a check of `path` should decode it fully now: not decoded as it is, and this
+        scan's time budget not spent."""
+        return self.known(path) is None and self.spent_s < self.budget_s
+
+    def add(self, path: Path, before: FileKey | None, info: ImageInfo, seconds: float = 0.0) -> None:
+        """Record `path` as fully decoded with its header facts `info` (what probe_image gave):
+        `before`, its file_key taken before the decode (kept only when the file is still the
+        same, so a file changed meanwhile is decoded again); `seconds` the decode took (counted
+        against the budget)."""
+        self.spent_s += seconds
+        if before is not None and file_key(path) == before:
+            self.files[path.name] = (before, info)
+            self.changed = True
+
+    def save(self, names: set[str] | None = None) -> None:
+        """Write the record (staged and renamed) when it changed or `names` drops some of it;
+        `names`: the image names the folder holds now (others are left out). Errors writing it
+        are ignored: the record is a cache."""
+        if names is not None and not names.issuperset(self.files):
+            self.files = {n: k for n, k in self.files.items() if n in names}
+            self.changed = True
+        if not self.changed:
+            return
+        body = {
+            "version": RECORD_VERSION,
+            "rules": DECODE_RULES,
+            "folder": str(self.folder),
+            "files": {n: [*k, i.width, i.height, i.orientation] for n, (k, i) in sorted(self.files.items())},
+        }
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")
+            os.replace(tmp, self.path)
+            self.changed = False
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
+def _entry(row: list[int]) -> tuple[FileKey, ImageInfo]:
+    """A saved row [size, mtime_ns, inode, width, height, orientation] as (key, info)."""
+    size, mtime, inode, width, height, orientation = (int(v) for v in row)
+    return (size, mtime, inode), ImageInfo(width, height, orientation)
+
+
+def _record_name(folder: Path, folder_id: FolderId) -> str:
+    ident = f"{folder}\n{folder_id[0]}:{folder_id[1]}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(ident).hexdigest()[:32]

@@ -1,0 +1,87 @@
+"""A dataset of 1,000 images through the API: the work of each request is bounded by what it
+answers, counted in calls and reads, never timed (RELIABILITY 152; bench/dataset_scale.py times
+10,000). A second preflight opens no image (the decoded record knows them), a page of the
+dataset's detail reads its own captions only and no header twice, an unchanged folder is listed
+once, an upload's checks are linear."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+from bench.dataset_scale import tiny_pngs, write_dataset
+from fastapi.testclient import TestClient
+
+from lorastudio.data import dataset_detail, discovery, images, scan
+from lorastudio.settings import Settings
+
+N = 1_000
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """How often the process opens an image for a check, reads a header for a listing, reads a
+    caption file, and lists a folder (counted wrappers of the functions that do it)."""
+    seen: Counter[str] = Counter()
+
+    def counted(module: object, name: str) -> None:
+        real = getattr(module, name)
+
+        def wrapper(*args: object, **kw: object) -> object:
+            seen[name] += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(images, "open_frames")
+    counted(dataset_detail, "header_info")
+    counted(dataset_detail, "read_sidecar")
+    counted(scan, "read_sidecar")
+    counted(discovery, "_discover")
+    yield seen
+
+
+def test_a_thousand_images_cost_per_request_what_the_request_answers(
+    client: TestClient,
+    settings: Settings,
+    flux_config: Callable[..., dict],
+    calls: Counter[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder = settings.datasets_dir / "big"
+    write_dataset(folder, N)
+    # a folder changed within the last 2 s is listed again each time (discovery._SETTLED_NS);
+    # nothing changes it in this test: remember it at once rather than wait
+    monkeypatch.setattr(discovery, "_SETTLED_NS", 0)
+    config = {"config": flux_config(data_dir="big")}
+    assert client.post("/api/train/preflight", json=config).status_code == 200
+    assert calls["open_frames"] == N  # each image checked (and decoded) once
+    calls.clear()
+    assert client.post("/api/train/preflight", json=config).status_code == 200
+    assert calls["open_frames"] == 0  # known as it is: not opened again
+    assert calls["_discover"] == 0  # the unchanged folder's listing is remembered
+
+    calls.clear()
+    page = client.get("/api/datasets/big", params={"offset": 990, "limit": 50}).json()
+    assert [f["file"] for f in page["files"]] == [f"img{i:05d}.png" for i in range(990, N)]
+    assert (page["total_files"], page["images"], page["captions"]) == (N, N, N)
+    assert calls["read_sidecar"] == 10  # the page's captions only
+    assert calls["header_info"] == N  # every image's header once (the totals), then remembered
+    calls.clear()
+    whole = client.get("/api/datasets/big").json()
+    assert len(whole["files"]) == N and whole["limit"] is None
+    assert calls["header_info"] == 0 and calls["read_sidecar"] == N
+    listing = client.get("/api/datasets").json()["datasets"]
+    assert [(d["name"], d["images"], d["captions"]) for d in listing] == [("big", N, N)]
+
+
+def test_an_upload_of_a_thousand_images_checks_each_once(
+    client: TestClient, settings: Settings, calls: Counter[str]
+) -> None:
+    files = [("f", (f"u{i:04d}.png", data)) for i, data in enumerate(tiny_pngs(N))]
+    files += [("f", (f"u{i:04d}.txt", f"caption {i}".encode())) for i in range(N)]
+    resp = client.post("/api/datasets/up/files", files=files)
+    assert resp.status_code == 201, resp.text[:500]
+    assert len(resp.json()["committed"]) == 2 * N and resp.json()["refused"] == []
+    assert calls["open_frames"] == N
