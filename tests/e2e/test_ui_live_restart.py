@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_expect import expect
 from ui_uploads import api_json
 
 from conftest import _free_port, _require_ui, _running_studio
@@ -63,12 +64,12 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
             # the API's pace (batch 1: a sample a step), measured over the steps after the first
             expected = (p["total_steps"] - p["step"]) / p["samples_per_second"]
             assert expected / 3 < shown < expected * 3, (eta.inner_text(), expected, p)
-            assert time.time() - started < 5
+            assert time.time() - started < expected / 3  # both read at nearly the same point of the run
         page.get_by_text("reconnecting…").wait_for()  # the server is gone
         with _running_studio(home, {}, port) as url:
             page.get_by_text("the server stopped during this run").wait_for()
-            assert page.locator(".status", has_text="interrupted").is_visible()
-            assert page.get_by_role("button", name="Stop").count() == 0
+            expect(page.locator(".status", has_text="interrupted")).to_be_visible()
+            expect(page.get_by_role("button", name="Stop")).to_have_count(0)
             run = api_json(url, f"/api/runs/{run_id}")
             assert run["status"] == "interrupted"
             assert f"{run['steps_run']} / 2000" in page.get_by_test_id("stat-step").inner_text()
