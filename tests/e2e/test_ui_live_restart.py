@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.ui_expect import expect
 from ui_uploads import api_json
 
-from conftest import _free_port, _require_ui, _running_studio
+from conftest import _require_ui, _running_studio
 
 WIDE = {"width": 1280, "height": 900}
 
@@ -33,12 +33,12 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
     home = tmp_path / "home"
     model = save_tiny_model("flux", home / "models" / "tiny-flux")
     make_sample_dataset(home / "datasets" / "shapes")
-    port = _free_port()
     context = browser.new_context(viewport=WIDE)
     page = context.new_page()
     page.set_default_timeout(60_000)
     try:
-        with _running_studio(home, {}, port) as url:
+        with _running_studio(home, {}) as url:
+            port = int(url.rsplit(":", 1)[1])  # the restart serves on the same one
             config = {
                 "family": "flux",
                 "base_model": str(model),
