@@ -129,12 +129,13 @@ def host_info() -> HostInfo:
         with _lock:
             probes += 1
         started = time.monotonic()
-        host, why = _probe()
+        host, why, versions = _probe()
         if why is None:
             log.info(
-                "GPU probe (CUDA_VISIBLE_DEVICES=%s): %s in %.1f s",
+                "GPU probe (CUDA_VISIBLE_DEVICES=%s): %s (%s) in %.1f s",
                 visible,
                 _words(host),
+                versions,
                 time.monotonic() - started,
             )
         else:
@@ -149,12 +150,6 @@ def probe_in_this_process() -> None:
     anyway (the CLI's train), where a child would import it a second time."""
     global _here
     _here = True
-
-
-def forget() -> None:
-    """Drop every cached answer (tests; the next host_info probes again)."""
-    with _lock:
-        _answers.clear()
 
 
 def host_from_facts(facts: Mapping[str, Any]) -> HostInfo:
@@ -193,17 +188,20 @@ def _cached(visible: str | None) -> HostInfo | None:
     return host if host is not None and time.monotonic() < ask_again else None
 
 
-def _probe() -> tuple[HostInfo, str | None]:
-    """(the answer, None), or (the unknown answer, why)."""
+def _probe() -> tuple[HostInfo, str | None, str]:
+    """(the answer, None, torch's and CUDA's versions in words), or (the unknown answer, why, "")."""
     try:
         if _here:
             from lorastudio.jobs.gpu_probe import facts
 
-            return host_from_facts(facts()), None
-        return host_from_facts(_ask_child()), None
+            seen = facts()
+        else:
+            seen = _ask_child()
+        versions = f"torch {seen.get('torch')}, CUDA {seen.get('cuda_version')}"
+        return host_from_facts(seen), None, versions
     except (RuntimeError, OSError, ImportError, ValueError) as err:  # torch's driver errors are RuntimeError
         why = str(err) or type(err).__name__
-        return HostInfo("cpu", f"{UNKNOWN}: {why}", None, precisions_for("cpu"), gpu_count=0), why
+        return HostInfo("cpu", f"{UNKNOWN}: {why}", None, precisions_for("cpu"), gpu_count=0), why, ""
 
 
 def _ask_child() -> Mapping[str, Any]:

@@ -10,6 +10,7 @@ this host as it is.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -64,9 +65,10 @@ def _starts(folder: Path) -> list[str]:
 
 
 def test_the_answer_is_the_childs_and_is_cached_per_visible_devices(
-    gpu_host: Path, monkeypatch: pytest.MonkeyPatch
+    gpu_host: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("LORASTUDIO_API_TOKEN", "s3cret")
+    caplog.set_level(logging.INFO, "lorastudio.jobs")
     both = HostInfo(
         "cuda",
         "NVIDIA H100 80GB HBM3",
@@ -78,6 +80,11 @@ def test_the_answer_is_the_childs_and_is_cached_per_visible_devices(
     assert host_info() == both
     assert "fp8" in both.precisions and "bf16" in both.precisions
     assert host_info() == both  # cached: no second child
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("GPU probe")]
+    assert (
+        len(logged) == 1
+        and "2 GPU(s), GPU 0 NVIDIA H100 80GB HBM3 (79.2 GiB) (torch 2.9.0, CUDA 12.8)" in logged[0]
+    )
     assert [line.split()[1] for line in _starts(gpu_host)] == ["None"]  # without the server's secret
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # another answer for another selection
