@@ -22,6 +22,7 @@ from api_helpers import LiveServer
 from fastapi.testclient import TestClient
 from tests.polling import until
 
+from lorastudio.api import sse
 from lorastudio.settings import Settings
 
 JSON = {"content-type": "application/json"}
@@ -148,6 +149,15 @@ def _raw(live: LiveServer, request: bytes) -> socket.socket:
     return sock
 
 
+def _streams() -> int | None:
+    """Event streams open in this process now (api/sse.py's fan-outs' subscribers); None when a
+    stream opened or closed while they were counted."""
+    try:
+        return sum(f.subscribers for per_loop in list(sse._FANOUTS.values()) for f in list(per_loop.values()))
+    except RuntimeError:  # changed size during the count
+        return None
+
+
 def _reset(sock: socket.socket) -> None:
     """Close with a RST, as a killed client does."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -158,17 +168,21 @@ def test_event_streams_abandoned_by_the_hundred_leave_no_traceback(
     server: LiveServer, server_log: list[logging.LogRecord]
 ) -> None:
     host = server.url.removeprefix("http://").encode()
+    before = _streams()
     for path in (b"/api/train/events", b"/api/models/events"):
         socks = [
             _raw(server, b"GET " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n") for _ in range(300)
         ]
+        # every stream waits on the fan-out's condition, waking each second (before: a fixed 2 s,
+        # and 10 s for the first answers, which 300 streams on a loaded 2-core host passed)
+        until(lambda: _streams() == before + 300, 120, "300 open event streams")
         for sock in socks[:5]:
             sock.settimeout(10)
             assert sock.recv(12) == b"HTTP/1.1 200"
-        time.sleep(2)  # every stream waits on the fan-out's condition, waking each second
         for sock in socks:
             _reset(sock)
-        time.sleep(3)  # each notices within SSE_IDLE_CHECK_S
+        # each notices within SSE_IDLE_CHECK_S and ends (before: read after a fixed 3 s)
+        until(lambda: _streams() == before, 120, "every stream's end")
     assert server.client.get("/api/train/status").status_code == 200
     errors = [r for r in server_log if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors][:3]

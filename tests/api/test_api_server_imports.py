@@ -61,6 +61,7 @@ def _probe(home: Path, requests: list[tuple[str, str, dict | None]], setup: str 
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
+    print(out.stderr[-4000:])  # pytest shows it when the test fails (a check's child that ran out of time)
     return json.loads(out.stdout.splitlines()[-1])
 
 
