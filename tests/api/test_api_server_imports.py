@@ -58,7 +58,7 @@ def _probe(home: Path, requests: list[tuple[str, str, dict | None]], setup: str 
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=540,  # under pytest-timeout's 600 s: a loaded host (a guard, not a bound tested)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     print(out.stderr[-4000:])  # pytest shows it when the test fails (a check's child that ran out of time)
@@ -170,7 +170,11 @@ def test_family_lookups_do_not_import_torch_in_the_server(
         ("POST", "/api/runs/{run}/resume", {"settings": {"steps": 4}}),
         ("WAIT", "", None),
     ]
-    seen = _probe(settings.home, requests)
+    # the lora_targets check's child imports torch and diffusers: measured past its 120 s bound on
+    # a 2-core host at load 10 (its preflight then leaves the check to the start: 200, not the
+    # 400 asserted); that bound is target_check's own test's subject, not this one's
+    setup = "from lorastudio.jobs import target_check\ntarget_check.TIMEOUT_S = 400.0\n"
+    seen = _probe(settings.home, requests, setup)
     statuses = [status for status, _ in seen]
     assert statuses == [200, 400, 200, 400, 400, 400, 400, 201, 400, 201], seen
     assert all(heavy == [] for _, heavy in seen), seen

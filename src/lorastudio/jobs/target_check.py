@@ -51,12 +51,14 @@ _slots = threading.BoundedSemaphore(1 + MAX_WAITING)  # the running child's requ
 spawned = 0  # child processes started (tests read it)
 
 
-def target_problems(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> list[FieldProblem]:
+def target_problems(cfg: TrainConfig, timeout_s: float | None = None) -> list[FieldProblem]:
     """The engine's problems with a resolved cfg's lora_targets / rank_pattern / alpha_pattern
     (see the module docstring); [] when it sets none of them, or when the check is left to the
-    run's start (the child failed or ran out of time; MAX_WAITING requests already wait for the
-    child; the base's denoiser config is not a regular file inside its folder)."""
+    run's start (the child failed or ran out of `timeout_s`, TIMEOUT_S when None, read at the
+    call; MAX_WAITING requests already wait for the child; the base's denoiser config is not a
+    regular file inside its folder)."""
     global spawned
+    timeout_s = TIMEOUT_S if timeout_s is None else timeout_s
     if not any(getattr(cfg, f) for f in FIELDS):
         return []
     try:
