@@ -19,6 +19,7 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
+from tests.polling import until
 
 from lorastudio.api.routes.generate import _cancel_when_gone
 from lorastudio.errors import GenerationCancelled, JobActive, NotFound
@@ -94,7 +95,7 @@ class _Blocking(_InProcess):
 
     def _run_locked(self, job: GenerationJob, rid: str) -> dict[str, Any]:
         self.running.set()
-        assert self.release.wait(10)
+        assert self.release.wait(120)  # the test's own bound: a generation that would never end
         return super()._run_locked(job, rid)
 
 
@@ -186,9 +187,7 @@ def test_a_cancel_storm_on_a_waiting_request_ends_it_once_and_leaves_the_worker_
         holder = pool.submit(client.post, "/api/generate", json={**body, "request_id": "holder"})
         assert service.running.wait(10)
         waiter = pool.submit(client.post, "/api/generate", json={**body, "request_id": "waiter"})
-        deadline = time.monotonic() + 10
-        while service.in_flight < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        until(lambda: service.in_flight == 2, 60, "the waiting request in flight")  # else: its cancels 404
         answers = {client.post("/api/generate/waiter/cancel").json().get("was") for _ in range(100)}
         assert waiter.result(10).status_code == 409
         assert answers <= {"waiting", None}, answers  # then 404s once it ended
@@ -215,7 +214,12 @@ def test_a_flood_of_generations_waiting_for_the_worker_leaves_the_api_and_cancel
             pool.submit(client.post, "/api/generate", json={**body, "request_id": f"g{i}"}) for i in range(60)
         ]
         assert service.running.wait(10)
-        time.sleep(1.0)  # every POST is in: waiting, or refused
+        # every POST is in: MAX_IN_FLIGHT wait, the others were refused
+        until(
+            lambda: sum(p.done() for p in posts) == 60 - MAX_IN_FLIGHT,
+            60,
+            "refusals of the POSTs past the cap",
+        )
         with ThreadPoolExecutor(1) as probe:
             info = probe.submit(client.get, "/api/info")
             try:

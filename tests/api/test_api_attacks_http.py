@@ -20,7 +20,9 @@ from collections.abc import Iterator
 import pytest
 from api_helpers import LiveServer
 from fastapi.testclient import TestClient
+from tests.polling import until
 
+from lorastudio.api import sse
 from lorastudio.settings import Settings
 
 JSON = {"content-type": "application/json"}
@@ -147,6 +149,15 @@ def _raw(live: LiveServer, request: bytes) -> socket.socket:
     return sock
 
 
+def _streams() -> int | None:
+    """Event streams open in this process now (api/sse.py's fan-outs' subscribers); None when a
+    stream opened or closed while they were counted."""
+    try:
+        return sum(f.subscribers for per_loop in list(sse._FANOUTS.values()) for f in list(per_loop.values()))
+    except RuntimeError:  # changed size during the count
+        return None
+
+
 def _reset(sock: socket.socket) -> None:
     """Close with a RST, as a killed client does."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -157,17 +168,21 @@ def test_event_streams_abandoned_by_the_hundred_leave_no_traceback(
     server: LiveServer, server_log: list[logging.LogRecord]
 ) -> None:
     host = server.url.removeprefix("http://").encode()
+    before = _streams()
     for path in (b"/api/train/events", b"/api/models/events"):
         socks = [
             _raw(server, b"GET " + path + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n") for _ in range(300)
         ]
+        # every stream waits on the fan-out's condition, waking each second (before: a fixed 2 s,
+        # and 10 s for the first answers, which 300 streams on a loaded 2-core host passed)
+        until(lambda: _streams() == before + 300, 120, "300 open event streams")
         for sock in socks[:5]:
             sock.settimeout(10)
             assert sock.recv(12) == b"HTTP/1.1 200"
-        time.sleep(2)  # every stream waits on the fan-out's condition, waking each second
         for sock in socks:
             _reset(sock)
-        time.sleep(3)  # each notices within SSE_IDLE_CHECK_S
+        # each notices within SSE_IDLE_CHECK_S and ends (before: read after a fixed 3 s)
+        until(lambda: _streams() == before, 120, "every stream's end")
     assert server.client.get("/api/train/status").status_code == 200
     errors = [r for r in server_log if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors][:3]
@@ -186,13 +201,17 @@ def test_an_upload_cut_off_mid_body_leaves_nothing_and_no_traceback(
         sock = _raw(server, head)
         time.sleep(0.3)  # the route is reading the body
         _reset(sock)
-    time.sleep(1)
-    assert server.client.get("/api/datasets").json()["datasets"] == []
     staging = settings.datasets_dir / ".uploads"
-    assert not staging.exists() or list(staging.iterdir()) == []
+
+    def cleaned_up() -> list[str]:  # the server noticed a cut (a loaded host: later) and kept nothing
+        if staging.exists() and list(staging.iterdir()):
+            return []
+        return [r.getMessage() for r in list(server_log) if "the client went" in r.getMessage()]
+
+    gone = until(cleaned_up, 60, "cut upload noticed by the server with its staging removed")
+    assert server.client.get("/api/datasets").json()["datasets"] == []
     errors = [r for r in server_log if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors][:3]
-    gone = [r.getMessage() for r in server_log if "the client went" in r.getMessage()]
     assert gone and all(
         m == "POST /api/datasets/cut/files: the client went before its request body was read" for m in gone
     )

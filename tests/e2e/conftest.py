@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from ports import start_listening, wait_listening
 
 CHROMIUM = os.environ.get("LORASTUDIO_CHROMIUM", "/usr/bin/chromium")
 WEB_DIST = Path(__file__).resolve().parents[2] / "src" / "lorastudio" / "web_dist"
@@ -47,12 +48,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--disable-dev-shm-usage",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @functools.cache
@@ -87,13 +82,21 @@ def _running_studio(home: Path, extra_env: dict[str, str], port: int | None = No
     """`lorastudio serve` on loopback `port` (default: a free one) with LORASTUDIO_HOME=home
     (+ extra_env); yields its URL once /api/info answers (200, or 401 behind a token); stops it
     and prints its log (appended to home/server.log: a restart on the same home keeps the first's)."""
-    port = port or _free_port()
-    env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port), **extra_env}
     log_path = home / "server.log"
     log = log_path.open("a")
-    proc = subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def start(port: int) -> subprocess.Popen:
+        env = {**os.environ, "LORASTUDIO_HOME": str(home), "LORASTUDIO_PORT": str(port), **extra_env}
+        return subprocess.Popen(_serve_command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    if port is None:  # a free one, and the server's own: not one another server took meanwhile
+        proc, port = start_listening(start)
+    else:
+        proc = start(port)
     url = f"http://127.0.0.1:{port}"
     try:
+        if not wait_listening(proc, port):
+            raise RuntimeError(f"server did not start on port {port}:\n{log_path.read_text()}")
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_expect import expect
 
 WIDE = {"width": 1280, "height": 900}
 
@@ -36,14 +37,16 @@ def test_token_is_asked_once_and_sent(token_studio, browser, artifacts: Path, sh
         dialog.get_by_label("API token").fill(token)
         dialog.get_by_label("API token").press("Enter")
         page.get_by_text("No datasets yet").wait_for()
-        assert page.get_by_role("dialog").count() == 0
+        expect(page.get_by_role("dialog")).to_have_count(0)
         assert page.evaluate("localStorage.getItem('lorastudio.token')") == token
         # a new page load uses the saved token: no question, and the event stream is authorised
-        page.reload()
+        with page.expect_response(
+            lambda res: "/api/train/events" in res.url and f"token={token}" in res.url
+        ) as stream:
+            page.reload()  # (before: 500 ms for the stream's answer, which a loaded host passed)
+        assert stream.value.status == 200, events
         page.get_by_text("No datasets yet").wait_for()
-        assert page.get_by_role("dialog").count() == 0
-        page.wait_for_timeout(500)
-        assert any(f"token={token}" in u and status == 200 for u, status in events), events
+        expect(page.get_by_role("dialog")).to_have_count(0)
         assert errors == [], f"JavaScript errors in the page: {errors}"
     except Exception:
         page.screenshot(path=artifacts / "failure-token.png", full_page=True)

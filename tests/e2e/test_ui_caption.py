@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from tests.e2e.ui_expect import expect
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
@@ -29,7 +30,7 @@ def test_caption_with_ai(studio, browser) -> None:
     page.set_default_timeout(120_000)
     try:
         page.goto(f"{studio['url']}/#/datasets/aicap")
-        assert page.get_by_test_id("dataset-counts").inner_text() == "2 images · 1 captioned"
+        expect(page.get_by_test_id("dataset-counts")).to_have_text("2 images · 1 captioned")
         page.get_by_test_id("caption-ai").click()
         page.get_by_test_id("caption-model").fill(str(vlm))
         page.get_by_test_id("caption-prefix").fill("sks")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from tests.e2e.ui_expect import expect
 
 
 def _png(color: str) -> bytes:
@@ -50,13 +51,13 @@ def test_upload_keeps_the_good_files_and_delete(studio, browser, tmp_path: Path)
             and refused[2] == "broken.txt its image broken.png was refused"
         )
         page.get_by_test_id("thumb-grid").locator("figure.thumb").first.wait_for()
-        assert page.get_by_test_id("thumb-grid").locator("figure.thumb").count() == 1
+        expect(page.get_by_test_id("thumb-grid").locator("figure.thumb")).to_have_count(1)
 
         page.once("dialog", lambda dialog: dialog.accept())
         page.get_by_test_id("delete-dataset").click()
         page.wait_for_url("**/#/datasets")
         page.get_by_role("button", name="Create").wait_for()
-        assert page.get_by_text("keepgood").count() == 0
+        expect(page.get_by_text("keepgood")).to_have_count(0)  # the list is fetched again after the delete
         assert not (Path(studio["home"]) / "datasets" / "keepgood").exists()
     finally:
         context.close()

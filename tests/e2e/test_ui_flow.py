@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_expect import expect
 
 from live_server import WORKER_TIMEOUT_S
 
@@ -78,9 +79,8 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     thumbs = page.get_by_test_id("thumb-grid").locator("figure.thumb")
     thumbs.nth(len(images) - 1).wait_for()
     assert thumbs.count() == len(images)
-    assert (
-        page.get_by_test_id("dataset-counts").inner_text()
-        == f"{len(images)} images · {len(images)} captioned"
+    expect(page.get_by_test_id("dataset-counts")).to_have_text(
+        f"{len(images)} images · {len(images)} captioned"
     )
     page.wait_for_function(
         "[...document.querySelectorAll('.thumb img')].every(i => i.complete && i.naturalWidth > 0)"
@@ -140,8 +140,7 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     )
     # the plan the run reported, in one line (CPU: fp32, nothing offloaded, eager)
     plan_line = page.get_by_test_id("plan-line")
-    plan_line.wait_for()
-    assert plan_line.inner_text() == PLAN_LINE, plan_line.inner_text()
+    expect(plan_line).to_have_text(PLAN_LINE)
     assert "fixed by the settings" in page.get_by_test_id("plan").inner_text()
     page.get_by_test_id("plan").screenshot(path=artifacts / "live-plan.png")
     shoot(page, "live")
@@ -162,15 +161,15 @@ def _flow(page, studio, artifacts: Path, shoot) -> None:
     page.goto(f"{url}/#/runs")
     row = page.get_by_test_id("runs-table").locator("tr", has_text="e2e-lora")
     row.wait_for()
-    assert row.locator(".status-stopped").is_visible()
+    expect(row.locator(".status-stopped")).to_be_visible()
     row.get_by_role("link", name="download LoRA e2e-lora").wait_for()
     shoot(page, "runs")
     row.get_by_role("link", name="e2e-lora", exact=True).click()
     page.get_by_role("heading", name="Outputs").wait_for()
     run_id = page.url.rsplit("/", 1)[-1]
-    assert page.locator("ul.outputs li", has_text=".safetensors").count() == 1
+    expect(page.locator("ul.outputs li", has_text=".safetensors")).to_have_count(1)
     assert _chart_points(page) >= 3
-    assert page.get_by_test_id("plan-line").inner_text() == PLAN_LINE
+    expect(page.get_by_test_id("plan-line")).to_have_text(PLAN_LINE)
     download = page.get_by_role("link", name="Download LoRA")
     answer = page.request.get(f"{url}/{download.get_attribute('href').lstrip('/')}")
     assert answer.status == 200

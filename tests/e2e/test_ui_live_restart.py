@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_expect import expect
 from ui_uploads import api_json
 
-from conftest import _free_port, _require_ui, _running_studio
+from conftest import _require_ui, _running_studio
 
 WIDE = {"width": 1280, "height": 900}
 
@@ -32,12 +33,12 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
     home = tmp_path / "home"
     model = save_tiny_model("flux", home / "models" / "tiny-flux")
     make_sample_dataset(home / "datasets" / "shapes")
-    port = _free_port()
     context = browser.new_context(viewport=WIDE)
     page = context.new_page()
     page.set_default_timeout(60_000)
     try:
-        with _running_studio(home, {}, port) as url:
+        with _running_studio(home, {}) as url:
+            port = int(url.rsplit(":", 1)[1])  # the restart serves on the same one
             config = {
                 "family": "flux",
                 "base_model": str(model),
@@ -63,12 +64,12 @@ def test_live_eta_and_a_server_restart_mid_run(browser, tmp_path: Path, artifact
             # the API's pace (batch 1: a sample a step), measured over the steps after the first
             expected = (p["total_steps"] - p["step"]) / p["samples_per_second"]
             assert expected / 3 < shown < expected * 3, (eta.inner_text(), expected, p)
-            assert time.time() - started < 5
+            assert time.time() - started < expected / 3  # both read at nearly the same point of the run
         page.get_by_text("reconnecting…").wait_for()  # the server is gone
         with _running_studio(home, {}, port) as url:
             page.get_by_text("the server stopped during this run").wait_for()
-            assert page.locator(".status", has_text="interrupted").is_visible()
-            assert page.get_by_role("button", name="Stop").count() == 0
+            expect(page.locator(".status", has_text="interrupted")).to_be_visible()
+            expect(page.get_by_role("button", name="Stop")).to_have_count(0)
             run = api_json(url, f"/api/runs/{run_id}")
             assert run["status"] == "interrupted"
             assert f"{run['steps_run']} / 2000" in page.get_by_test_id("stat-step").inner_text()

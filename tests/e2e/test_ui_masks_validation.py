@@ -4,16 +4,20 @@ loss beside the training loss (Live and the run page) and marks the best and las
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from tests.e2e.ui_expect import expect
 from tests.e2e.ui_uploads import api_json
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
 pytestmark = pytest.mark.slow
+
+THREE_POINTS = re.compile(r"^[^L]*L[^L]*L[^L]*$")  # an SVG path of 3 points: M, then 2 L
 
 
 @pytest.mark.timeout(240)
@@ -77,11 +81,11 @@ def test_mask_overlay_and_the_validation_chart(studio, browser, artifacts: Path,
 
         page.goto(f"{url}/#/live")
         page.get_by_test_id("stat-val-loss").wait_for()
-        assert page.locator('path[data-series="val loss"]').get_attribute("d").count("L") == 2  # 3 rounds
+        expect(page.locator('path[data-series="val loss"]')).to_have_attribute("d", THREE_POINTS)  # 3 rounds
         page.goto(f"{url}/#/runs/{job['id']}")
         page.get_by_test_id("lora-best").wait_for()
-        assert page.get_by_test_id("lora-last").count() == 1
-        assert page.locator('path[data-series="val loss"]').get_attribute("d").count("L") == 2
+        expect(page.get_by_test_id("lora-last")).to_have_count(1)
+        expect(page.locator('path[data-series="val loss"]')).to_have_attribute("d", THREE_POINTS)
         shoot(page, "run-validation")
         assert errors == []
     except Exception:

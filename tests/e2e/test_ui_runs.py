@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.e2e.ui_expect import expect
 
 WIDE = {"width": 1280, "height": 900}
 
@@ -78,7 +79,7 @@ def test_run_page_log_config_and_clone(studio, browser, artifacts: Path, shoot) 
         history = page.get_by_test_id("sample-history")
         history.wait_for()
         assert history.get_by_role("columnheader").all_inner_texts()[1:] == ["step 2", "step 4"]
-        assert page.get_by_test_id("lora-saved").is_visible()
+        expect(page.get_by_test_id("lora-saved")).to_be_visible()
         shoot(page, "live-history")
 
         # Generate with it: the run's family, base model and LoRA; FLUX.1 takes no negative prompt
@@ -86,10 +87,10 @@ def test_run_page_log_config_and_clone(studio, browser, artifacts: Path, shoot) 
         page.get_by_role("link", name="Generate with it").click()
         page.wait_for_url(re.compile(rf"#/generate/{run_id}$"))
         page.get_by_label("use LoRA e2e-runs").wait_for()
-        assert page.get_by_label("use LoRA e2e-runs").is_checked()
+        expect(page.get_by_label("use LoRA e2e-runs")).to_be_checked()
         assert page.get_by_role("radio", name="FLUX.1", exact=True).get_attribute("aria-checked") == "true"
-        assert page.get_by_text("Guidance (distilled)").is_visible()
-        assert page.locator('[name="negative_prompt"]').count() == 0
+        expect(page.get_by_text("Guidance (distilled)")).to_be_visible()
+        expect(page.locator('[name="negative_prompt"]')).to_have_count(0)
         shoot(page, "generate-from-run")
         assert errors == []
     except Exception:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import httpx
 from live_server import LiveServer, live_server  # noqa: F401 (re-exported for the tests)
 from lorastudio.processes import process_alive  # noqa: F401 (re-exported for the tests)
 from lorastudio.settings import Settings
+from ports import start_listening
 
 FINAL = {"completed", "stopped", "cancelled", "failed", "interrupted"}
 FIGURES_ENV = "LORASTUDIO_FIGURES_DIR"  # where record_figure writes (unset: print only)
@@ -51,19 +51,22 @@ def serve_process(
     standard output goes to the file `log` (None: discarded). `own_session`: the server leads its
     own session and process group, like a server started in a terminal (its stderr joins `log`),
     so a signal to the group reaches its children as a terminal's Ctrl-C does."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     full_env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), **(env or {})}
-    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
-    with open(log or os.devnull, "wb") as out:
-        proc = subprocess.Popen(
-            cmd,
-            env=full_env,
-            stdout=out,
-            stderr=subprocess.STDOUT if own_session else subprocess.DEVNULL,
-            start_new_session=own_session,
-        )
+    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port"]
+    if log is not None:
+        log.write_bytes(b"")
+
+    def start(port: int) -> subprocess.Popen[bytes]:
+        with open(log or os.devnull, "ab") as out:
+            return subprocess.Popen(
+                [*cmd, str(port)],
+                env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT if own_session else subprocess.DEVNULL,
+                start_new_session=own_session,
+            )
+
+    proc, port = start_listening(start)  # its own port: not one another server took meanwhile
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=client_timeout) as client:
 

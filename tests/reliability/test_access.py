@@ -26,6 +26,7 @@ import lorastudio.api.deps as deps
 from live_server import LOOPBACK, WORKER_TIMEOUT_S
 from lorastudio.api.app import create_app
 from lorastudio.settings import Settings
+from ports import start_listening
 
 TOKEN = "tok-Reliability-7f3a9c"
 
@@ -163,12 +164,15 @@ def test_secrets_never_appear_in_logs_records_events_or_files(
         "HF_TOKEN": hub,
         "MY_SERVICE_TOKEN": other,
     }
-    port = _free_port()
     log_path = tmp_path / "server.log"
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            [*SERVE, "--port", str(port)], env=env, stdout=log_file, stderr=subprocess.STDOUT
-        )
+
+    def start(port: int) -> subprocess.Popen:
+        with log_path.open("a") as log_file:
+            return subprocess.Popen(
+                [*SERVE, "--port", str(port)], env=env, stdout=log_file, stderr=subprocess.STDOUT
+            )
+
+    proc, port = start_listening(start)
     try:
         url = f"http://127.0.0.1:{port}"
         auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -223,14 +227,20 @@ def test_secrets_never_appear_in_logs_records_events_or_files(
 @contextmanager
 def _serve_with_token(settings: Settings, log: Path) -> Iterator[tuple[httpx.Client, int]]:
     """A real `lorastudio serve` with TOKEN set, logging to `log`; waits until it answers."""
-    port = _free_port()
     env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_API_TOKEN": TOKEN}
-    with log.open("w") as out:
-        proc = subprocess.Popen([*SERVE, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    log.write_bytes(b"")
+
+    def start(port: int) -> subprocess.Popen:
+        with log.open("a") as out:
+            return subprocess.Popen(
+                [*SERVE, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    proc, port = start_listening(start)
     try:
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", timeout=WORKER_TIMEOUT_S
-        ) as client:  # /api/info imports torch (loaded CI host: 30 s was short)
+        ) as client:  # a loaded CI host: 30 s was short
 
             def up() -> bool:
                 try:

@@ -65,16 +65,20 @@ def test_huge_metadata_captions_cost_info_and_listings_nothing(settings: Setting
     with serve_process(settings, client_timeout=120) as (proc, client):
         idle = _peak_rss_mb(proc.pid)
         seconds = []
+        read = []
         for _ in range(3):
             t0 = time.monotonic()
+            r0 = _read_bytes(proc.pid)
             assert client.get("/api/info").status_code == 200
             seconds.append(time.monotonic() - t0)
+            read.append(_read_bytes(proc.pid) - r0)
         listed = {d["name"]: d for d in client.get("/api/datasets").json()["datasets"]}
         detail = client.get("/api/datasets/shapes").json()
         big_detail = client.get("/api/datasets/bigmeta").json()
         peak = _peak_rss_mb(proc.pid)
     figures.update(
         info_seconds=[round(s, 3) for s in seconds],
+        info_read_bytes=read,
         server_rss_idle_mb=round(idle, 1),
         peak_above_idle_mb=round(peak - idle, 1),
     )
@@ -86,7 +90,17 @@ def test_huge_metadata_captions_cost_info_and_listings_nothing(settings: Setting
         for d in big_detail["dropped"]
     ), big_detail["dropped"]
     assert peak - idle < 50, figures
-    assert max(seconds) < 1.0, figures
+    # nothing of the 160 MB read per /api/info (before: under 1 s of wall time, which a loaded
+    # host can pass whatever the server reads)
+    assert max(read) < 2**20, figures
+
+
+def _read_bytes(pid: int) -> int:
+    """The bytes process `pid` has read through read() and pread() so far (/proc's rchar)."""
+    for row in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if row.startswith("rchar:"):
+            return int(row.split()[1])
+    raise AssertionError("no rchar")
 
 
 def _peak_rss_mb(pid: int) -> float:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +17,7 @@ import httpx
 from reliability_helpers import FINAL, record_figure, wait_for
 
 from lorastudio.settings import Settings
+from ports import start_listening
 
 SECRETS = {
     "LORASTUDIO_API_TOKEN": "api-token-0123456789",
@@ -69,14 +69,15 @@ def _workers(pid: int) -> list[int]:
 def test_no_secret_in_the_environment_of_any_process_the_server_starts(
     settings: Settings, shapes: Path, flux_config: Callable[..., dict]
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     # with the standby worker (jobs/standby.py): the run's process is the one spawned in advance,
     # and the next standby is spawned while the run steps
     env = {**os.environ, "LORASTUDIO_HOME": str(settings.home), "LORASTUDIO_STANDBY_WORKER": "1", **SECRETS}
-    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port", str(port)]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "serve", "--port"]
+    server, port = start_listening(
+        lambda port: subprocess.Popen(
+            [*cmd, str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    )
     headers = {"Authorization": f"Bearer {SECRETS['LORASTUDIO_API_TOKEN']}"}
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30) as client:

@@ -276,10 +276,12 @@ def _check_fresh_run(
     With `check`, print the preflight report and exit 0; with `overwrite`, remove the previous
     run's outputs of that name. Raises ConfigError."""
     from lorastudio.cli.train_check import check_run, print_report, replace_outputs
+    from lorastudio.jobs.hardware import probe_in_this_process
     from lorastudio.jobs.host_memory import refuse_if_short
     from lorastudio.jobs.preflight import preflight_report
     from lorastudio.settings import get_settings
 
+    probe_in_this_process()  # the run imports torch here anyway: no child imports it a second time
     settings = get_settings()
     data = localize_paths(apply_overrides(load_config_file(config), overrides))
     run = check_run(data, settings, overwrite=overwrite, device=device)

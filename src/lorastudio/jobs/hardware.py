@@ -1,28 +1,60 @@
 """What this host can run: the accelerator, how many GPUs, and the base precisions it supports.
 
-torch is imported lazily (first call) and the answer cached; nothing here allocates GPU memory
-beyond the driver query. A host that cannot have a CUDA device (`cuda_impossible`: macOS, or Linux
-without the NVIDIA kernel driver's /proc/driver/nvidia nor ROCm's /dev/kfd, which torch.cuda also
-drives) is answered without importing torch: the server's config checks stay torch-free there.
+Contract of `host_info()`: the HostInfo of the GPUs this process would use (GPU 0 names the host),
+never a GPU that was not seen, answered once per CUDA_VISIBLE_DEVICES value and then from the
+cache. Nothing here allocates GPU memory beyond the driver query.
+
+- A host that cannot have a CUDA device (`cuda_impossible`: macOS, or Linux without the NVIDIA
+  kernel driver's /proc/driver/nvidia nor ROCm's /dev/kfd, which torch.cuda also drives) is "cpu",
+  asked of nobody.
+- Elsewhere torch is asked (jobs/gpu_probe.facts: the devices as CUDA_VISIBLE_DEVICES and torch's
+  build see them; nvidia-smi would not) in a short child, `python -m lorastudio.jobs.gpu_probe`
+  (PROBE_COMMAND), without the server's secrets and bounded by PROBE_TIMEOUT_S (then killed): the
+  API server never imports torch (routes know no torch). A process that trains in itself anyway
+  (the CLI's train) asks its own torch instead (`probe_in_this_process`).
+- One probe at a time in a process: a request that needs the answer while the probe runs waits
+  for it and shares it (the preflight, a start, GET /api/info, a caption job's placement).
+- A probe that fails, runs past its bound or answers what is not understood gives a "cpu" HostInfo
+  named "GPU facts unknown: <why>" (the checks' no-GPU path: no GPU is claimed), asked again by
+  the first request after RETRY_S.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 import os
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
+
+log = logging.getLogger("lorastudio.jobs")
 
 # The same thresholds as the engine's training/precision.py (the job service does not import
 # the engine): bf16 on compute capability 8.0+, fp8 matmuls on 8.9+ (Ada / Hopper).
 _BF16_MIN_CAPABILITY = (8, 0)
 _FP8_MIN_CAPABILITY = (8, 9)
 
+PROBE_COMMAND = [sys.executable, "-m", "lorastudio.jobs.gpu_probe"]  # the child (tests: a fake)
+PROBE_TIMEOUT_S = 60.0  # torch's import is ~5 s of CPU, 20 s measured on a loaded 2-core host
+RETRY_S = 30.0  # an unknown answer is asked again by the first request after this
+UNKNOWN = "GPU facts unknown"
+_answers: dict[str | None, tuple[HostInfo, float]] = {}  # CUDA_VISIBLE_DEVICES: (answer, ask again at)
+_lock = threading.Lock()  # guards _answers and probes
+_one_probe = threading.Lock()  # one probe at a time: its waiters find its answer cached
+_here = False  # probe_in_this_process was called
+probes = 0  # probes made, child or here (tests read it)
+
 
 @dataclass(frozen=True)
 class HostInfo:
-    """device: "cuda" or "cpu"; name: the GPU name or "cpu"; memory_gb: memory of GPU 0 (None on
+    """device: "cuda" or "cpu"; name: GPU 0's name, "cpu", or "GPU facts unknown: <why>" (a
+    failed probe: device "cpu"); memory_gb: memory of GPU 0 (None on
     CPU); precisions: the base_precision values a run can use here ("auto" always); gpu_count:
     CUDA GPUs visible to this process (0 on a CPU host); gpu_memory_gb: the total memory of each
     of them in GiB, by index (the caption jobs' placement, jobs/caption_gpu.py)."""
@@ -77,28 +109,139 @@ def cuda_impossible() -> bool:
     )
 
 
-@lru_cache(maxsize=1)
-def host_info() -> HostInfo:
-    """Probe the accelerator once (GPU 0 names the host; gpu_count counts every visible GPU);
-    without torch when `cuda_impossible`."""
-    if cuda_impossible():
-        return HostInfo("cpu", "cpu", None, precisions_for("cpu"), gpu_count=0)
-    import torch
+CPU_HOST = HostInfo("cpu", "cpu", None, precisions_for("cpu"), gpu_count=0)
 
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        count = torch.cuda.device_count()
-        return HostInfo(
-            "cuda",
-            props.name,
-            round(props.total_memory / 2**30, 1),
-            precisions_for("cuda", (props.major, props.minor)),
-            gpu_count=count,
-            gpu_memory_gb=tuple(
-                round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1) for i in range(count)
-            ),
+
+def host_info() -> HostInfo:
+    """This process's accelerator (see the module docstring): "cpu" without asking when
+    `cuda_impossible`; else torch's answer for the current CUDA_VISIBLE_DEVICES, probed once (one
+    probe at a time; waiters share it) and cached; an unknown answer is a "cpu" HostInfo named
+    "GPU facts unknown: <why>"."""
+    if cuda_impossible():
+        return CPU_HOST
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if (known := _cached(visible)) is not None:
+        return known
+    global probes
+    with _one_probe:
+        if (known := _cached(visible)) is not None:  # the probe this request waited for
+            return known
+        with _lock:
+            probes += 1
+        started = time.monotonic()
+        host, why, versions = _probe()
+        if why is None:
+            log.info(
+                "GPU probe (CUDA_VISIBLE_DEVICES=%s): %s (%s) in %.1f s",
+                visible,
+                _words(host),
+                versions,
+                time.monotonic() - started,
+            )
+        else:
+            log.warning("%s (CUDA_VISIBLE_DEVICES=%s); asked again in %g s", host.name, visible, RETRY_S)
+        with _lock:
+            _answers[visible] = (host, math.inf if why is None else time.monotonic() + RETRY_S)
+        return host
+
+
+def probe_in_this_process() -> None:
+    """host_info asks this process's own torch from now on: for a process that imports torch
+    anyway (the CLI's train), where a child would import it a second time."""
+    global _here
+    _here = True
+
+
+def host_from_facts(facts: Mapping[str, Any]) -> HostInfo:
+    """The HostInfo of a jobs/gpu_probe answer: "cuda" when torch saw at least one GPU, named by
+    GPU 0, else "cpu". Raises ValueError (in words) on an answer of another form."""
+    try:
+        devices = facts["devices"] if facts["cuda"] is True else []
+        if not isinstance(devices, list):
+            raise TypeError("devices is not a list")
+        seen = []
+        for device in devices:
+            name, memory, (major, minor) = device["name"], device["total_memory"], device["capability"]
+            if not (isinstance(name, str) and isinstance(memory, int) and memory > 0):
+                raise TypeError(f"device {device!r}")
+            if not (isinstance(major, int) and isinstance(minor, int)):
+                raise TypeError(f"capability {device['capability']!r}")
+            seen.append((name, round(memory / 2**30, 1), (major, minor)))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"the GPU probe's answer is not understood ({type(err).__name__}: {err})") from None
+    if not seen:
+        return CPU_HOST
+    name, memory_gb, capability = seen[0]
+    return HostInfo(
+        "cuda",
+        name,
+        memory_gb,
+        precisions_for("cuda", capability),
+        gpu_count=len(seen),
+        gpu_memory_gb=tuple(gb for _, gb, _ in seen),
+    )
+
+
+def _cached(visible: str | None) -> HostInfo | None:
+    with _lock:
+        host, ask_again = _answers.get(visible, (None, 0.0))
+    return host if host is not None and time.monotonic() < ask_again else None
+
+
+def _probe() -> tuple[HostInfo, str | None, str]:
+    """(the answer, None, torch's and CUDA's versions in words), or (the unknown answer, why, "")."""
+    try:
+        if _here:
+            from lorastudio.jobs.gpu_probe import facts
+
+            seen = facts()
+        else:
+            seen = _ask_child()
+        versions = f"torch {seen.get('torch')}, CUDA {seen.get('cuda_version')}"
+        return host_from_facts(seen), None, versions
+    except (RuntimeError, OSError, ImportError, ValueError) as err:  # torch's driver errors are RuntimeError
+        why = str(err) or type(err).__name__
+        return HostInfo("cpu", f"{UNKNOWN}: {why}", None, precisions_for("cpu"), gpu_count=0), why, ""
+
+
+def _ask_child() -> Mapping[str, Any]:
+    """The child's facts (PROBE_COMMAND's last line of output, a JSON object). Raises
+    RuntimeError in words: it failed, ran past PROBE_TIMEOUT_S (killed) or answered no JSON."""
+    from lorastudio.jobs.childenv import child_environment
+
+    try:
+        done = subprocess.run(
+            PROBE_COMMAND,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=child_environment(os.environ),
+            check=False,
         )
-    return HostInfo("cpu", "cpu", None, precisions_for("cpu"), gpu_count=0)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"the GPU probe (torch, in a child process) gave no answer in {PROBE_TIMEOUT_S:g} s"
+        ) from None
+    except OSError as err:
+        raise RuntimeError(f"the GPU probe could not start ({err})") from None
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the GPU probe failed (exit code {done.returncode}: {tail[-300:]})")
+    try:
+        facts = json.loads(last)
+    except ValueError:
+        facts = None
+    if not isinstance(facts, dict):
+        raise RuntimeError(f"the GPU probe's answer is not a JSON object: {last[-300:]!r}")
+    return facts
+
+
+def _words(host: HostInfo) -> str:
+    if host.device != "cuda":
+        return "no CUDA GPU"
+    return f"{host.gpu_count} GPU(s), GPU 0 {host.name} ({host.memory_gb} GiB)"
 
 
 def resolved_dtype(base_precision: str, host: HostInfo) -> str:

@@ -67,13 +67,15 @@ _slots = threading.BoundedSemaphore(1 + MAX_WAITING)  # the running child's requ
 spawned = 0  # child processes started (tests read it)
 
 
-def check_lora_targets(cfg: TrainConfig, timeout_s: float = TIMEOUT_S) -> TargetAnswer:
+def check_lora_targets(cfg: TrainConfig, timeout_s: float | None = None) -> TargetAnswer:
     """The engine's problems with a resolved cfg's lora_targets / rank_pattern / alpha_pattern
     (see the module docstring); none when it sets none of them. When the check is left to the
     run's start (MAX_WAITING requests already wait for the child; the child failed or ran out of
-    time; the base's denoiser config is not a regular file inside its folder, or not on this
-    machine) there are no problems and `not_checked` says why."""
+    `timeout_s`, TIMEOUT_S when None, read at the call; the base's denoiser config is not a
+    regular file inside its folder, or not on this machine) there are no problems and
+    `not_checked` says why."""
     global spawned
+    timeout_s = TIMEOUT_S if timeout_s is None else timeout_s
     if not any(getattr(cfg, f) for f in FIELDS):
         return TargetAnswer()
     try:

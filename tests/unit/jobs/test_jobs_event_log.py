@@ -28,8 +28,8 @@ def test_wait_after_wakes_on_append_and_times_out_without() -> None:
     timer = threading.Timer(0.05, log.append, args=({"type": "status"},))
     timer.start()
     t0 = time.monotonic()
-    assert log.wait_after(0, timeout=5.0) == 1
-    assert time.monotonic() - t0 < 2.0
+    assert log.wait_after(0, timeout=60.0) == 1
+    assert time.monotonic() - t0 < 30.0  # woken by the append, not at its timeout (a loaded host: slow)
     timer.join()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import jobs_fake_workers as fakes
 import pytest
 import torch
+from tests.polling import until
 
 from dp_jobs import FINAL, dp_config, wait_job
 from lorastudio.jobs.gpu import GpuArbiter
@@ -122,7 +123,9 @@ def test_a_running_two_rank_jobs_launcher_hears_every_rank(
         wait_job(service, job["id"], lambda s: (s["progress"] or {}).get("step", 0) >= 2, 120, "step 2")
         time.sleep(2.0)  # longer than the 1.5 s below: only beats keep a rank "heard"
         worker = service._worker
-        assert worker is not None and worker.silence_note(1.5) is None  # every rank answers
+        assert worker is not None
+        # every rank answers: each heard within 1.5 s at once (a loaded host: a beat may come later)
+        until(lambda: worker.silence_note(1.5) is None, 60, "every rank heard within 1.5 s")
         pids = worker.rank_pids
         note = worker.silence_note(0.0) or ""
         assert note.startswith("every rank of 2 is silent: "), note
