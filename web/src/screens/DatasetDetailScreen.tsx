@@ -1,8 +1,7 @@
-import { useCallback, useEffect, useState } from "react";
+import { useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
-import type { DatasetDetail } from "../api/types";
 import { BulkCaptions } from "../components/BulkCaptions";
 import { AutoCaptionPanel } from "../components/AutoCaptionPanel";
 import { CaptionCard } from "../components/CaptionCard";
@@ -12,6 +11,7 @@ import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
 import { Crumb } from "../components/Crumb";
+import { loadMessage, useAction, useLoad } from "../lib/latest";
 
 interface UploadState {
   sentBytes: number;
@@ -40,32 +40,18 @@ function refusedFrom(err: unknown): RefusedFile[] {
  * masks" is ticked), inline captions, delete. */
 export function DatasetDetailScreen({ name }: { name: string }) {
   const { reload: reloadInfo } = useInfo();
-  const [data, setData] = useState<DatasetDetail | null>(null);
-  const [missing, setMissing] = useState(false);
-  const [loadError, setLoadError] = useState<string | null>(null);
+  // keyed by the dataset: an answer for the one shown before never shows under this one; a 404 is a new dataset
+  const loaded = useLoad((signal) => api.dataset(name, signal), name);
+  const missing = loaded.error instanceof ApiError && loaded.error.status === 404;
+  const data = missing ? null : loaded.data;
+  const loadError = missing || !loaded.error ? null : loadMessage(loaded.error, "");
+  const load = loaded.reload;
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
   const [deleteError, setDeleteError] = useState<string | null>(null);
   /** Where dropped files go: "files" (targets and captions) or a control folder. */
   const [slot, setSlot] = useState("files");
   const [showMasks, setShowMasks] = useState(false);
-
-  const load = useCallback(async () => {
-    try {
-      setData(await api.dataset(name));
-      setMissing(false);
-      setLoadError(null);
-    } catch (err) {
-      if (err instanceof ApiError && err.status === 404) {
-        setMissing(true);
-        setData(null);
-      } else setLoadError(err instanceof Error ? err.message : String(err));
-    }
-  }, [name]);
-
-  useEffect(() => {
-    void load();
-  }, [load]);
 
   const onFiles = async (files: File[], folders: string[] = []) => {
     const field = slot;
@@ -106,16 +92,20 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     await Promise.all([load(), reloadInfo()]);
   };
 
-  const onDelete = async () => {
+  const onDelete = useAction(async () => {
     if (!window.confirm(`Delete dataset ${name} and every file in it?`)) return;
     try {
       await api.deleteDataset(name);
-      await reloadInfo();
-      navigate("datasets");
     } catch (err) {
-      setDeleteError(err instanceof Error ? err.message : String(err));
+      // deleted meanwhile (another tab, the CLI): what was asked is done
+      if (!(err instanceof ApiError && err.status === 404)) {
+        setDeleteError(err instanceof Error ? err.message : String(err));
+        return;
+      }
     }
-  };
+    await reloadInfo();
+    navigate("datasets");
+  });
 
   const files = data?.files ?? [];
   const captioned = files.filter((f) => f.caption).length;
@@ -146,7 +136,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
             </a>
           )}
           {data && (
-            <button className="ghost danger" onClick={() => void onDelete()} data-testid="delete-dataset">
+            <button className="ghost danger" disabled={onDelete.pending} onClick={() => void onDelete.run()} data-testid="delete-dataset">
               Delete dataset
             </button>
           )}
@@ -158,7 +148,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           Not deleted: {deleteError}
         </div>
       )}
-      {missing && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
+      {missing && loaded.data != null && (
+        <div className="banner warn" role="alert" data-testid="dataset-gone">
+          This dataset was deleted (in another tab or with the CLI). Drop images to create it again, or go back to the{" "}
+          <a href={href("datasets")}>datasets</a>.
+        </div>
+      )}
+      {missing && loaded.data == null && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
       {files.length > 0 && <AutoCaptionPanel dataset={name} onFinished={() => void Promise.all([load(), reloadInfo()])} />}
       <label className="upload-slot small">
         Upload as{" "}
