@@ -295,6 +295,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
           )}
           <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} unavailable={lorasError} />
           <ReferenceImages
+            key={family}
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}
             onChange={setRefs}
