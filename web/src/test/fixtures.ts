@@ -131,13 +131,13 @@ export interface Held {
 
 /**
  * Replace global fetch with one that answers through `handler` at once, or (handler returns
- * undefined) holds the call until the test answers it: `held(url)` finds the oldest unanswered
- * call of that URL (an aborted one too: it rejected with an AbortError, as fetch does, and its
- * answer then changes nothing).
+ * undefined) holds the call until the test answers it: `held(url)` takes the oldest held call
+ * of that URL not taken yet (an aborted one too: it rejected with an AbortError, as fetch does,
+ * and its answer then changes nothing).
  */
 export function deferFetch(handler: Handler = () => undefined): { calls: Call[]; held: (url: string | RegExp) => Held } {
   const calls: Call[] = [];
-  const waiting: (Held & { done: boolean })[] = [];
+  const waiting: (Held & { taken: boolean })[] = [];
   const respond = (body: unknown, status = 200) =>
     new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
   vi.stubGlobal(
@@ -153,11 +153,8 @@ export function deferFetch(handler: Handler = () => undefined): { calls: Call[];
         const entry = {
           call,
           aborted: false,
-          done: false,
-          answer: (body: unknown, status?: number) => {
-            entry.done = true;
-            resolve(respond(body, status));
-          },
+          taken: false,
+          answer: (body: unknown, status?: number) => resolve(respond(body, status)),
         };
         init?.signal?.addEventListener("abort", () => {
           entry.aborted = true; // answering it later does nothing: it already rejected
@@ -168,8 +165,9 @@ export function deferFetch(handler: Handler = () => undefined): { calls: Call[];
     }),
   );
   const held = (url: string | RegExp) => {
-    const hit = waiting.find((w) => !w.done && (typeof url === "string" ? w.call.url === url : url.test(w.call.url)));
-    if (!hit) throw new Error(`no held fetch of ${String(url)} (held: ${waiting.filter((w) => !w.done).map((w) => w.call.url).join(", ")})`);
+    const hit = waiting.find((w) => !w.taken && (typeof url === "string" ? w.call.url === url : url.test(w.call.url)));
+    if (!hit) throw new Error(`no held fetch of ${String(url)} (held: ${waiting.filter((w) => !w.taken).map((w) => w.call.url).join(", ")})`);
+    hit.taken = true;
     return hit;
   };
   return { calls, held };
