@@ -87,7 +87,7 @@ describe("AutoCaptionPanel", () => {
     expect((await screen.findByTestId("caption-status")).textContent).toContain("(cancelled by the user)");
   });
 
-  it("a poll answered after the Cancel does not bring the cancelled job back to running (RELIABILITY 147)", async () => {
+  it("a poll answered after the Cancel does not bring the cancelled job back to running (RELIABILITY 146, 147)", async () => {
     const { calls, held } = deferFetch(({ url, method }) => {
       if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
       if (url === "/api/captions/c1/cancel") return { body: { ...RUNNING, status: "cancelled", cancel_reason: "cancelled by the user" } };

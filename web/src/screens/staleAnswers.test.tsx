@@ -1,5 +1,5 @@
 /**
- * Answers that arrive after what they were asked for has changed (RELIABILITY 145-147): a slow
+ * Answers that arrive after what they were asked for has changed (RELIABILITY 145-147, 149): a slow
  * answer for the run / dataset shown before never shows under the one shown now, a deleted item
  * says so, a list reloaded twice shows the latest answer, and a double click sends one request.
  */
