@@ -129,6 +129,48 @@ describe("an item deleted elsewhere", () => {
   });
 });
 
+describe("a dataset deleted in another tab", () => {
+  const shown = { name: "ds", path: "/d/ds", files: [{ file: "a.png", caption: null, controls: [], mask: null, bytes: 1, width: 8, height: 8, alpha: false }], dropped: [] };
+
+  it("removing an image of it reloads the page, which says the dataset was deleted (not a new empty one)", async () => {
+    vi.spyOn(window, "confirm").mockReturnValue(true);
+    let gone = false;
+    deferFetch((c) => {
+      if (c.url === "/api/datasets/ds") return gone ? { status: 404, body: { detail: "no dataset ds" } } : { body: shown };
+      if (c.method === "DELETE") return { status: 404, body: { detail: "no dataset ds" } };
+      return runParts(c);
+    });
+    render(
+      <InfoProvider>
+        <DatasetDetailScreen name="ds" />
+      </InfoProvider>,
+    );
+    await screen.findByText("a.png");
+    gone = true;
+    await userEvent.click(screen.getByRole("button", { name: "remove a.png" }));
+    expect(await screen.findByTestId("dataset-gone")).toHaveTextContent("This dataset was deleted (in another tab or with the CLI)");
+    expect(screen.queryByText(/New dataset: drop images/)).toBeNull();
+  });
+
+  it("its Delete answered 404 is done: back to the datasets, no error", async () => {
+    vi.spyOn(window, "confirm").mockReturnValue(true);
+    window.location.hash = "#/datasets/ds";
+    deferFetch((c) => {
+      if (c.url === "/api/datasets/ds" && c.method === "GET") return { body: shown };
+      if (c.method === "DELETE") return { status: 404, body: { detail: "no dataset ds" } };
+      return runParts(c);
+    });
+    render(
+      <InfoProvider>
+        <DatasetDetailScreen name="ds" />
+      </InfoProvider>,
+    );
+    await userEvent.click(await screen.findByTestId("delete-dataset"));
+    await waitFor(() => expect(window.location.hash).toBe("#/datasets"));
+    expect(screen.queryByTestId("delete-error")).toBeNull();
+  });
+});
+
 describe("a list reloaded while a load is in flight", () => {
   it("shows the latest answer: an older one arriving last does not bring back the older list", async () => {
     const { held } = deferFetch(runParts);
