@@ -5,7 +5,7 @@ import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InfoProvider } from "../api/info";
 import { TrainingProvider } from "../api/training";
-import { type Call, deferFetch, INFO } from "../test/fixtures";
+import { type Call, deferFetch, type Held, INFO } from "../test/fixtures";
 import { GenerateScreen } from "./GenerateScreen";
 
 const lora = (name: string, family: string) => ({ name, family, path: `/o/${name}/${name}.safetensors`, bytes: 2048, modified: 1, sidecar: null });
@@ -35,11 +35,12 @@ describe("GenerateScreen: slow answers", () => {
     const { held } = deferFetch(server);
     renderScreen();
     await screen.findByRole("radio", { name: "Stable Diffusion XL" });
-    const flux = held("/api/loras?family=flux");
+    let flux: Held | undefined;
+    await waitFor(() => (flux = held("/api/loras?family=flux")));
     await userEvent.click(screen.getByRole("radio", { name: "Stable Diffusion XL" }));
     await act(async () => held("/api/loras?family=sdxl").answer({ root: "/o", loras: [lora("dogs-xl", "sdxl")] }));
     expect(await screen.findByText(/dogs-xl/)).toBeInTheDocument();
-    await act(async () => flux.answer({ root: "/o", loras: [lora("cats-flux", "flux")] }));
+    await act(async () => flux?.answer({ root: "/o", loras: [lora("cats-flux", "flux")] }));
     expect(screen.queryByText(/cats-flux/)).toBeNull();
     expect(screen.getByText(/dogs-xl/)).toBeInTheDocument();
   });
