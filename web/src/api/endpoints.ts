@@ -46,7 +46,7 @@ import type {
 } from "./types";
 
 export const api = {
-  info: () => get<Info>("/api/info"),
+  info: (signal?: AbortSignal) => get<Info>("/api/info", signal),
   /** The base-model catalogue: models/, added folders and the hub cache, vetted. */
   models: (signal?: AbortSignal) => get<CatalogueModel[]>("/api/models", signal),
   /** Start fetching a hub repo (202); `token`: a hub token for this fetch only (a gated repo). */

@@ -47,14 +47,18 @@ export function ModelsScreen() {
       (err: unknown) => !isAbort(err) && ticket.current() && setError(err instanceof Error ? err.message : String(err)),
     );
   }, [modelLoads]);
-  const loadFetches = useCallback(() => {
-    const ticket = fetchLoads.begin();
-    api.fetches(ticket.signal).then((f) => {
-      if (!ticket.current()) return;
-      setFetches(f.fetches);
-      if (!f.fetches.some((x) => x.status === "running")) loadModels();
-    }, () => undefined);
-  }, [fetchLoads, loadModels]);
+  /** `polling`: the models are reloaded once no fetch runs (a download just ended). */
+  const loadFetches = useCallback(
+    (polling = false) => {
+      const ticket = fetchLoads.begin();
+      api.fetches(ticket.signal).then((f) => {
+        if (!ticket.current()) return;
+        setFetches(f.fetches);
+        if (polling && !f.fetches.some((x) => x.status === "running")) loadModels();
+      }, () => undefined);
+    },
+    [fetchLoads, loadModels],
+  );
   const load = useCallback(() => {
     loadModels();
     loadFetches();
@@ -63,7 +67,7 @@ export function ModelsScreen() {
   const running = fetches.some((f) => f.status === "running");
   useEffect(() => {
     if (!running) return;
-    const timer = window.setInterval(loadFetches, POLL_MS);
+    const timer = window.setInterval(() => loadFetches(true), POLL_MS);
     return () => window.clearInterval(timer);
   }, [running, loadFetches]);
 
