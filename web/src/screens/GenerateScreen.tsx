@@ -4,7 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { GalleryImage, GenerateBody, GenerateResult, Lora, UploadedReference } from "../api/types";
+import type { GalleryImage, GenerateBody, Lora, UploadedReference } from "../api/types";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
@@ -18,6 +18,7 @@ import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { placeProblems } from "../lib/problems";
 import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
+import { generateWithRetry, newRequestId, reusedBaseSettings } from "../lib/generateRequest";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
 const GENERATE_INPUTS: ReadonlySet<string> = new Set([
@@ -25,46 +26,6 @@ const GENERATE_INPUTS: ReadonlySet<string> = new Set([
 ]);
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
-const GPU_RETRIES = 15;
-
-/** POST /api/generate, retrying a 409 for a while when no job is live (a finished run may still
- * be releasing the GPU). `onWait` is told while it waits. */
-/** The reused image's revision / v_prediction, while `baseModel` is still the image's base model. */
-function reusedBaseSettings(
-  reused: Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null,
-  baseModel: string,
-): Pick<GenerateBody, "revision" | "v_prediction"> {
-  if (!reused || reused.base_model !== baseModel) return {};
-  return {
-    ...(reused.revision != null ? { revision: reused.revision } : {}),
-    ...(reused.v_prediction != null ? { v_prediction: reused.v_prediction } : {}),
-  };
-}
-
-async function generateWithRetry(
-  body: GenerateBody,
-  jobLive: boolean,
-  onWait: () => void,
-  stopped: () => boolean,
-): Promise<GenerateResult> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await api.generate(body);
-    } catch (err) {
-      if (!(err instanceof ApiError && err.status === 409) || jobLive || stopped() || attempt >= GPU_RETRIES) throw err;
-      onWait();
-      await new Promise((r) => setTimeout(r, 1000));
-    }
-  }
-}
-
-/** A request id for the cancel route (its rule: letters, digits, - and _), random; from
- * getRandomValues, which (unlike randomUUID) works on a plain-http LAN address too. */
-function newRequestId(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(12));
-  return `gen-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
 /**
  * Generate: base model + trained LoRAs with scales, prompt (and a negative prompt where the family takes one),
  * guidance, seed, steps, size; the server's gallery. `fromRun`: start on that run's family, base model and LoRA.
