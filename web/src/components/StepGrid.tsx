@@ -3,7 +3,7 @@ import { api } from "../api/endpoints";
 import type { GenerateBody, GenerateResult, LoraSteps } from "../api/types";
 import type { LoraPick } from "./LoraPicker";
 import { ErrorBanner } from "./ErrorBanner";
-import { useLoad } from "../lib/latest";
+import { useAction, useLoad } from "../lib/latest";
 
 type StepLora = LoraSteps["loras"][number];
 
@@ -51,21 +51,13 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
   const chosen = new Set((steps ?? []).map(stepLabel).filter((l) => !leftOut.has(l)));
   const shown = cells.filter((c) => c.lora === pick.name);
 
-  if (!steps || steps.length < 2) return null; // nothing to compare
-
-  const toggle = (label: string) => {
-    const next = new Set(leftOut);
-    if (next.has(label)) next.delete(label);
-    else next.add(label);
-    setLeft({ name: pick.name, labels: next });
-  };
-
-  const render = async () => {
+  // one grid per click: a double click renders it once
+  const grid = useAction(async (items: StepLora[]) => {
     setBusy(true);
     setError(null);
     setCells([]);
     try {
-      for (const item of steps.filter((s) => chosen.has(stepLabel(s)))) {
+      for (const item of items) {
         const lora =
           item.final && !isRawFinal(item)
             ? { name: pick.name, scale: pick.scale }
@@ -79,7 +71,17 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
       setBusy(false);
       onDone();
     }
+  });
+
+  if (!steps || steps.length < 2) return null; // nothing to compare
+
+  const toggle = (label: string) => {
+    const next = new Set(leftOut);
+    if (next.has(label)) next.delete(label);
+    else next.add(label);
+    setLeft({ name: pick.name, labels: next });
   };
+  const render = () => grid.run(steps.filter((s) => chosen.has(stepLabel(s))));
 
   return (
     <div className="card step-grid" data-testid="step-grid">
