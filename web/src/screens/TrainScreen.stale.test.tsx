@@ -1,6 +1,7 @@
 /** Check (the preflight) while the form is edited (RELIABILITY 146): a report answered for settings
- * no longer in the form is not shown, and an edit drops the Check in flight. */
-import { act, screen, waitFor } from "@testing-library/react";
+ * no longer in the form is not shown, and an edit drops the Check in flight; Start submitted
+ * twice starts one run (RELIABILITY 147). */
+import { act, fireEvent, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { INFO } from "../test/fixtures";
@@ -40,5 +41,26 @@ describe("TrainScreen: a slow Check", () => {
     await userEvent.click(screen.getByRole("button", { name: "Check" }));
     await act(async () => answer());
     expect(await screen.findByTestId("preflight")).toBeInTheDocument();
+  });
+
+  it("Start submitted twice before the first answer (Enter, then a click) starts one run", async () => {
+    const calls = mockTrainServer(() => INFO);
+    const server = globalThis.fetch as (url: string, init?: RequestInit) => Promise<Response>;
+    vi.stubGlobal("fetch", (url: string, init?: RequestInit) => {
+      if (url === "/api/train/start") {
+        calls.push({ method: "POST", url, body: null, headers: {} });
+        return new Promise<Response>(() => undefined); // never answered in this test
+      }
+      return server(url, init);
+    });
+    renderTrain();
+    await waitFor(() => expect(input("lora_rank")).toHaveValue("32"));
+    const form = input("lora_rank").closest("form") as HTMLFormElement;
+    act(() => {
+      fireEvent.submit(form);
+      fireEvent.submit(form);
+    });
+    await waitFor(() => expect(screen.getByRole("button", { name: "Starting…" })).toBeDisabled());
+    expect(calls.filter((c) => c.url === "/api/train/start")).toHaveLength(1);
   });
 });
