@@ -79,8 +79,10 @@ function Shell() {
       </header>
       {error && <div className="banner error">Cannot load the studio's information: {error}</div>}
       <main>
-        {/* a new token remounts the screen, so it reloads what a 401 kept it from loading */}
-        <Screen key={token ?? ""} route={route} />
+        {/* a new token remounts the screen, so it reloads what a 401 kept it from loading; so does
+            another item (run A, then run B): nothing of A's screen (its messages, an upload's
+            progress, a caption job) shows under B */}
+        <Screen key={`${token ?? ""}\n${route.join("/")}`} route={route} />
       </main>
       <TokenDialog />
     </div>

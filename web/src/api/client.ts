@@ -100,8 +100,9 @@ export async function request<T>(method: string, url: string, body?: unknown, in
   return (text ? JSON.parse(text) : undefined) as T;
 }
 
-export const get = <T>(url: string) => request<T>("GET", url);
-export const post = <T>(url: string, body?: unknown) => request<T>("POST", url, body);
+/** `signal`: aborts the request (it then rejects with the fetch's AbortError; see lib/latest.ts). */
+export const get = <T>(url: string, signal?: AbortSignal) => request<T>("GET", url, undefined, signal && { signal });
+export const post = <T>(url: string, body?: unknown, signal?: AbortSignal) => request<T>("POST", url, body, signal && { signal });
 export const put = <T>(url: string, body?: unknown) => request<T>("PUT", url, body);
 export const del = <T>(url: string) => request<T>("DELETE", url);
 

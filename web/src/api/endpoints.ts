@@ -1,6 +1,7 @@
 /**
  * One typed function per API route the UI uses. URLs live here only. URLs the browser loads by
  * itself (images, the event stream, downloads) carry the API token as `?token=` (see auth.ts).
+ * A GET's last argument `signal` aborts it (lib/latest.ts: an answer for what is no longer shown).
  */
 import { withToken } from "./auth";
 import { del, get, post, postWithProgress, put, seg } from "./client";
@@ -45,12 +46,12 @@ import type {
 } from "./types";
 
 export const api = {
-  info: () => get<Info>("/api/info"),
+  info: (signal?: AbortSignal) => get<Info>("/api/info", signal),
   /** The base-model catalogue: models/, added folders and the hub cache, vetted. */
-  models: () => get<CatalogueModel[]>("/api/models"),
+  models: (signal?: AbortSignal) => get<CatalogueModel[]>("/api/models", signal),
   /** Start fetching a hub repo (202); `token`: a hub token for this fetch only (a gated repo). */
   fetchModel: (body: FetchBody) => post<Fetch>("/api/models/fetch", body),
-  fetches: () => get<FetchList>("/api/models/fetch"),
+  fetches: (signal?: AbortSignal) => get<FetchList>("/api/models/fetch", signal),
   cancelFetch: (id: string) => post<Fetch>(`/api/models/fetch/${seg(id)}/cancel`, {}),
   /** List an existing folder (absolute path) in the catalogue. */
   addModelFolder: (path: string) => post<CatalogueModel>("/api/models/added", { path }),
@@ -60,9 +61,10 @@ export const api = {
   deleteModel: (id: string) => del<unknown>(`/api/models/${seg(id)}`),
 
   /** One page of a dataset's images (by file name; the totals count them all); no page: all. */
-  dataset: (name: string, page?: { offset: number; limit: number }) =>
+  dataset: (name: string, page?: { offset: number; limit: number }, signal?: AbortSignal) =>
     get<DatasetDetail>(
       `/api/datasets/${seg(name)}${page ? `?${page.offset ? `offset=${page.offset}&` : ""}limit=${page.limit}` : ""}`,
+      signal,
     ),
   thumbnailUrl: (name: string, file: string, size = 256) =>
     withToken(`/api/datasets/${seg(name)}/thumbnails/${seg(file)}?size=${size}`),
@@ -88,48 +90,48 @@ export const api = {
   setCaption: (name: string, file: string, caption: string, expected?: string) =>
     put<CaptionResult>(`/api/datasets/${seg(name)}/captions/${seg(file)}`, { caption, expected } satisfies CaptionBody),
   /** Find / replace, prepend, append over every caption of the dataset (dry_run: count only). */
-  bulkCaptions: (name: string, body: BulkCaptionBody) =>
-    post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, body),
+  bulkCaptions: (name: string, body: BulkCaptionBody, signal?: AbortSignal) =>
+    post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, body, signal),
   deleteDataset: (name: string) => del<DatasetDeleted>(`/api/datasets/${seg(name)}`),
   removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
   /** Start auto-captioning a dataset with a vision-language model (202: the caption job). */
   captionDataset: (name: string, body: CaptionOptions) => post<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body),
-  captionJob: (id: string) => get<CaptionJob>(`/api/captions/${seg(id)}`),
+  captionJob: (id: string, signal?: AbortSignal) => get<CaptionJob>(`/api/captions/${seg(id)}`, signal),
   cancelCaption: (id: string) => post<CaptionJob>(`/api/captions/${seg(id)}/cancel`),
 
-  preflight: (config: Partial<TrainConfig>) => post<PreflightReport>("/api/train/preflight", { config }),
+  preflight: (config: Partial<TrainConfig>, signal?: AbortSignal) => post<PreflightReport>("/api/train/preflight", { config }, signal),
   start: (config: Partial<TrainConfig>, queue = true) => post<Job>("/api/train/start", { config, queue }),
   stop: (body: StopBody) => post<Job>("/api/train/stop", body),
-  status: (since?: number) => get<TrainStatus>(`/api/train/status${since != null ? `?since=${since}` : ""}`),
+  status: (since?: number, signal?: AbortSignal) => get<TrainStatus>(`/api/train/status${since != null ? `?since=${since}` : ""}`, signal),
   /** The event stream's URL (a function: the token may be set after load). */
   eventsUrl: () => withToken("/api/train/events"),
 
-  runs: () => get<RunList>("/api/runs"),
-  run: (id: string) => get<RunDetail>(`/api/runs/${seg(id)}`),
+  runs: (signal?: AbortSignal) => get<RunList>("/api/runs", signal),
+  run: (id: string, signal?: AbortSignal) => get<RunDetail>(`/api/runs/${seg(id)}`, signal),
   deleteRun: (id: string) => del<RunDeleted>(`/api/runs/${seg(id)}`),
   /** The sample previews in a run's folder, oldest step first. */
-  runSamples: (id: string) => get<SampleList>(`/api/runs/${seg(id)}/samples`),
+  runSamples: (id: string, signal?: AbortSignal) => get<SampleList>(`/api/runs/${seg(id)}/samples`, signal),
   /** URL of a sample PNG of run `id`; `path` is run-relative ("samples/step-000123-0.png") or a file name. */
   sampleUrl: (id: string, path: string) =>
     withToken(`/api/runs/${seg(id)}/samples/${seg(path.split("/").pop() ?? path)}`),
   /** The checkpoints in a run's folder, oldest first, and the step a resume would start from. */
-  runCheckpoints: (id: string) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`),
+  runCheckpoints: (id: string, signal?: AbortSignal) => get<CheckpointList>(`/api/runs/${seg(id)}/checkpoints`, signal),
   /** A run's LoRAs by step (snapshots under loras/, then the final file); 404 when it has none. */
-  runLoras: (id: string) => get<LoraSteps>(`/api/runs/${seg(id)}/loras`),
+  runLoras: (id: string, signal?: AbortSignal) => get<LoraSteps>(`/api/runs/${seg(id)}/loras`, signal),
   /** Download URL of a run's resolved config as a file `lorastudio train` takes. */
   runConfigUrl: (id: string, format: "json" | "toml") => withToken(`/api/runs/${seg(id)}/config?format=${format}`),
   /** The last `lines` lines of a run's worker log (bounded by the server). */
-  runLog: (id: string, lines = 500) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`),
+  runLog: (id: string, lines = 500, signal?: AbortSignal) => get<RunLog>(`/api/runs/${seg(id)}/log?lines=${lines}`, signal),
   /** Continue a stopped/failed run from its newest checkpoint (or `body.checkpoint`). */
   resumeRun: (id: string, body: ResumeBody = {}) => post<Job>(`/api/runs/${seg(id)}/resume`, body),
 
-  loras: (family?: string) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`),
+  loras: (family?: string, signal?: AbortSignal) => get<LoraList>(`/api/loras${family ? `?family=${seg(family)}` : ""}`, signal),
   /** Download URL of a trained LoRA's .safetensors (served as an attachment); `step`: the raw
    * weights of that step (a snapshot, or an EMA run's <name>.raw.safetensors). */
   loraFileUrl: (name: string, step?: number | null) =>
     withToken(`/api/loras/${seg(name)}/file${step == null ? "" : `?step=${step}`}`),
   /** A run's LoRAs by step: its snapshots (loras/<name>-step-N), then the final file. */
-  loraSteps: (name: string) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`),
+  loraSteps: (name: string, signal?: AbortSignal) => get<LoraSteps>(`/api/loras/${seg(name)}/steps`, signal),
   /** Upload a trained LoRA (with its sidecar, a model card and its newest samples) to a hub repo. */
   pushLora: (name: string, body: PushBody) => post<PushResult>(`/api/loras/${seg(name)}/push`, body),
   generate: (body: GenerateBody) => post<GenerateResult>("/api/generate", body),
@@ -143,7 +145,7 @@ export const api = {
     return post<ReferencesResult>("/api/generate/references", form);
   },
   /** The server's gallery, newest first, with each image's settings. */
-  gallery: () => get<GalleryList>("/api/gallery"),
+  gallery: (signal?: AbortSignal) => get<GalleryList>("/api/gallery", signal),
   /** Delete a gallery image and its settings sidecar (404 when it is gone). */
   deleteGalleryImage: (file: string) => del<GalleryDeleted>(`/api/gallery/${seg(file)}`),
   /** An image URL the server returned (gallery or generate), loadable by <img>. */

@@ -6,7 +6,9 @@
  * adds a point to the job's validation series (no re-fetch); the
  * rare others (status changes, complete, error, a warning, a new job) re-fetch the small status snapshot
  * with `?since=<last step>` so only new metric points travel. Reconnects when the API token
- * changes (the stream carries it as `?token=`).
+ * changes (the stream carries it as `?token=`), and when the server closed the stream for good
+ * (an error status while it restarted): one stream at a time, and an event of a stream closed
+ * since is never applied. Overlapping status re-fetches: an answer older than one applied is dropped.
  */
 import { createContext, type ReactNode, useCallback, useContext, useEffect, useRef, useState } from "react";
 import { useAuth } from "./auth";
@@ -29,6 +31,11 @@ export const EVENT_TYPES = [
   "status",
   "busy",
 ] as const;
+
+/** EventSource.CLOSED (a literal: test doubles of EventSource have no constants). */
+const CLOSED = 2;
+/** How long after a stream closed for good a fresh one is opened. */
+const REOPEN_MS = 3000;
 
 export interface TrainingState {
   status: TrainStatus | null;
@@ -96,19 +103,27 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   const lastStep = useRef<number | null>(null);
   const { token } = useAuth();
 
+  // refreshes overlap (an event burst, a reconnect, a Start): each is numbered, and an answer
+  // older than one already applied is dropped (it would bring back a state that has passed)
+  const asked = useRef(0);
+  const applied = useRef(0);
   const refresh = useCallback(async () => {
+    const mine = ++asked.current;
     const current = jobRef.current;
     const same = current != null;
     const s = await api.status(same && lastStep.current != null ? lastStep.current : undefined);
     // a restarted server knows no job of its life: the one followed is shown as its record now says
     const next = s.job ?? (current ? await recordOf(current) : null);
-    if (next && current && next.id === current.id) {
+    if (mine < applied.current) return; // a newer refresh was applied meanwhile: its state stands
+    applied.current = mine;
+    const base = jobRef.current;
+    if (next && base && next.id === base.id) {
       setSeries((prev) => next.metrics.reduce(appendPoint, prev));
     } else {
       setSeries(fromPoints(next?.metrics ?? []));
     }
     const steps = next?.metrics.map((m) => m.step) ?? [];
-    if (next && (!current || next.id !== current.id)) lastStep.current = steps.length ? Math.max(...steps) : null;
+    if (next && (!base || next.id !== base.id)) lastStep.current = steps.length ? Math.max(...steps) : null;
     else if (steps.length) lastStep.current = Math.max(lastStep.current ?? 0, ...steps);
     jobRef.current = next;
     setJob(next);
@@ -118,18 +133,44 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   useEffect(() => {
     refresh().catch(() => undefined);
     if (typeof EventSource === "undefined") return;
-    const es = new EventSource(api.eventsUrl());
+    let es: EventSource | null = null;
+    let retry: number | undefined;
+    let ended = false; // this effect was cleaned up: the token changed, or the provider unmounted
     let dropped = false;
-    es.onopen = () => {
-      setConnected(true);
-      if (dropped) refresh().catch(() => undefined); // what happened while the stream was down (no replay across a restart)
-      dropped = false;
+    const open = () => {
+      const source = new EventSource(api.eventsUrl());
+      es = source;
+      // an event of a stream closed or replaced since is never applied
+      const mine = () => !ended && es === source;
+      source.onopen = () => {
+        if (!mine()) return;
+        setConnected(true);
+        if (dropped) refresh().catch(() => undefined); // what happened while the stream was down (no replay across a restart)
+        dropped = false;
+      };
+      source.onerror = () => {
+        if (!mine()) return;
+        setConnected(false);
+        dropped = true;
+        // the browser reconnects by itself, unless the server answered with an error status (a
+        // proxy's 502 while the server restarts, a 401 for a token changed there): then the stream
+        // is closed for good. One fresh stream is opened a little later, and the status is fetched
+        // now (a 401 asks for the token; saving it reopens the stream through this effect).
+        if (source.readyState === CLOSED) {
+          source.close();
+          es = null;
+          retry = window.setTimeout(open, REOPEN_MS);
+          refresh().catch(() => undefined);
+        }
+      };
+      const onEvent = (msg: MessageEvent<string>) => {
+        if (!mine()) return;
+        handle(msg);
+      };
+      for (const t of EVENT_TYPES) source.addEventListener(t, onEvent as EventListener);
+      source.onmessage = onEvent;
     };
-    es.onerror = () => {
-      setConnected(false);
-      dropped = true;
-    };
-    const onEvent = (msg: MessageEvent<string>) => {
+    const handle = (msg: MessageEvent<string>) => {
       let ev: TrainEvent;
       try {
         ev = JSON.parse(msg.data) as TrainEvent;
@@ -172,9 +213,12 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
       }
       refresh().catch(() => undefined);
     };
-    for (const t of EVENT_TYPES) es.addEventListener(t, onEvent as EventListener);
-    es.onmessage = onEvent;
-    return () => es.close();
+    open();
+    return () => {
+      ended = true;
+      window.clearTimeout(retry);
+      es?.close();
+    };
   }, [refresh, token]);
 
   return <Ctx.Provider value={{ status, job, series, connected, refresh }}>{children}</Ctx.Provider>;

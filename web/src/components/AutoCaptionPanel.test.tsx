@@ -1,8 +1,8 @@
-import { render, screen, waitFor } from "@testing-library/react";
+import { act, render, screen, waitFor } from "@testing-library/react";
 import userEvent from "@testing-library/user-event";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { CaptionJob, CatalogueModel } from "../api/types";
-import { CATALOGUE, mockFetch } from "../test/fixtures";
+import { CATALOGUE, deferFetch, mockFetch } from "../test/fixtures";
 import { AutoCaptionPanel } from "./AutoCaptionPanel";
 
 const RUNNING: CaptionJob = {
@@ -85,6 +85,29 @@ describe("AutoCaptionPanel", () => {
     await userEvent.click(await screen.findByTestId("caption-cancel"));
     expect(calls.some((c) => c.url === "/api/captions/c1/cancel" && c.method === "POST")).toBe(true);
     expect((await screen.findByTestId("caption-status")).textContent).toContain("(cancelled by the user)");
+  });
+
+  it("a poll answered after the Cancel does not bring the cancelled job back to running (RELIABILITY 156, 157)", async () => {
+    const { calls, held } = deferFetch(({ url, method }) => {
+      if (url === "/api/datasets/mix/caption" && method === "POST") return { status: 202, body: RUNNING };
+      if (url === "/api/captions/c1/cancel") return { body: { ...RUNNING, status: "cancelled", cancel_reason: "cancelled by the user" } };
+      if (url === "/api/captions/c1") return undefined; // the poll: held
+      return { status: 404, body: { detail: "none" } };
+    });
+    const onFinished = vi.fn();
+    render(<AutoCaptionPanel dataset="mix" onFinished={onFinished} />);
+    await userEvent.click(screen.getByTestId("caption-ai"));
+    // a double click starts one job
+    await userEvent.dblClick(screen.getByTestId("caption-start"));
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/captions/c1")).toBe(true), { timeout: 3000 });
+    expect(calls.filter((c) => c.url === "/api/datasets/mix/caption")).toHaveLength(1);
+    const poll = held("/api/captions/c1");
+    await userEvent.click(screen.getByTestId("caption-cancel"));
+    expect(await screen.findByText(/\(cancelled by the user\)/)).toBeInTheDocument();
+    await act(async () => poll.answer(RUNNING)); // sent before the Cancel, answered after it
+    expect(screen.getByTestId("caption-status")).toHaveTextContent("Caption job cancelled");
+    expect(screen.queryByTestId("caption-cancel")).toBeNull();
+    expect(onFinished).toHaveBeenCalledTimes(1);
   });
 
   it("offers the catalogue's captioners: the fetched one preselected, those not fetched disabled; shows the GPU", async () => {

@@ -3,6 +3,7 @@ import { api } from "../api/endpoints";
 import type { CaptionJob, CatalogueModel } from "../api/types";
 import { ProgressBar } from "./ProgressBar";
 import { ErrorBanner } from "./ErrorBanner";
+import { isAbort, useAction, useLatest } from "../lib/latest";
 
 const POLL_MS = 1000;
 export const DEFAULT_CAPTION_MODEL = "Qwen/Qwen2.5-VL-3B-Instruct";
@@ -50,37 +51,45 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
   }, [open]);
 
   const running = job?.status === "running";
+  // the poll in flight: a Cancel's answer supersedes it (a slow "running" must not bring the job back)
+  const polls = useLatest();
   useEffect(() => {
     if (!job || job.status !== "running") return;
     const timer = setTimeout(async () => {
+      const ticket = polls.begin();
       try {
-        const next = await api.captionJob(job.id);
+        const next = await api.captionJob(job.id, ticket.signal);
+        if (!ticket.current()) return;
         setJob(next);
         if (next.status !== "running") finished.current();
       } catch (err) {
-        setError(err instanceof Error ? err.message : String(err));
+        if (!isAbort(err) && ticket.current()) setError(err instanceof Error ? err.message : String(err));
       }
     }, POLL_MS);
     return () => clearTimeout(timer);
-  }, [job]);
+  }, [job, polls]);
 
-  const start = async () => {
+  // one request per click: a double click starts one job
+  const start = useAction(async () => {
     setError(null);
     try {
       setJob(await api.captionDataset(dataset, { model: model.trim(), prefix: prefix.trim() || null, overwrite }));
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     }
-  };
+  });
 
-  const cancel = async () => {
+  const cancel = useAction(async () => {
     if (!job) return;
     try {
-      setJob(await api.cancelCaption(job.id));
+      const ended = await api.cancelCaption(job.id);
+      polls.cancel();
+      setJob(ended);
+      if (ended.status !== "running") finished.current();
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     }
-  };
+  });
 
   if (!open)
     return (
@@ -133,11 +142,11 @@ export function AutoCaptionPanel({ dataset, onFinished }: { dataset: string; onF
         Replace existing captions
       </label>
       <div className="head-actions">
-        <button className="primary" onClick={() => void start()} disabled={running || !model.trim()} data-testid="caption-start">
+        <button className="primary" onClick={() => void start.run()} disabled={running || start.pending || !model.trim()} data-testid="caption-start">
           Start captioning
         </button>
         {running && (
-          <button className="ghost danger" onClick={() => void cancel()} data-testid="caption-cancel">
+          <button className="ghost danger" onClick={() => void cancel.run()} disabled={cancel.pending} data-testid="caption-cancel">
             Cancel
           </button>
         )}

@@ -3,6 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { BulkCaptionResult } from "../api/types";
 import { ErrorBanner } from "./ErrorBanner";
+import { isAbort, useAction, useLatest } from "../lib/latest";
 
 /**
  * Bulk caption edit of one dataset: find / replace, prepend, append over every caption.
@@ -13,25 +14,34 @@ export function BulkCaptions({ name, onDone }: { name: string; onDone: () => voi
   const [edit, setEdit] = useState({ find: "", replace: "", prepend: "", append: "" });
   const [result, setResult] = useState<BulkCaptionResult | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
-  const run = async (dry_run: boolean) => {
-    setBusy(true);
+  // an edit drops the Preview in flight (its counts would be of another edit)
+  const previews = useLatest();
+  // one request at a time: a double click on Apply writes once
+  const action = useAction(async (dry_run: boolean) => {
+    const ticket = previews.begin();
     setError(null);
     try {
-      const answer = await api.bulkCaptions(name, { ...edit, dry_run });
+      const answer = await api.bulkCaptions(name, { ...edit, dry_run }, dry_run ? ticket.signal : undefined);
+      if (dry_run && !ticket.current()) return;
       setResult(answer);
       if (!dry_run) onDone();
     } catch (err) {
+      if (isAbort(err) || (dry_run && !ticket.current())) return;
       setResult(null);
       setError(err instanceof ApiError && err.problems.length ? err.problems.map((p) => p.message).join("; ") : String(err));
-    } finally {
-      setBusy(false);
     }
+  });
+  const busy = action.pending;
+  const run = (dry_run: boolean) => action.run(dry_run);
+  const change = (key: keyof typeof edit, value: string) => {
+    previews.cancel();
+    setResult(null);
+    setEdit({ ...edit, [key]: value });
   };
   const input = (key: keyof typeof edit, label: string) => (
     <label className="field">
       <span className="field-label">{label}</span>
-      <input name={`bulk-${key}`} value={edit[key]} onChange={(e) => setEdit({ ...edit, [key]: e.target.value })} />
+      <input name={`bulk-${key}`} value={edit[key]} onChange={(e) => change(key, e.target.value)} />
     </label>
   );
   return (

@@ -1,8 +1,9 @@
-import { useState } from "react";
+import { useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { DatasetImage } from "../api/types";
 import { inControlFolder } from "../lib/upload";
+import { useAction } from "../lib/latest";
 
 interface Props {
   dataset: string;
@@ -23,34 +24,51 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
   /** The caption another editor wrote since this card read it (the server's 409): keep mine or use theirs. */
   const [theirs, setTheirs] = useState<string | null>(null);
 
+  // the save in flight, and the caption the server holds (for the next save's `expected`): a save
+  // asked while one is in flight (Ctrl+Enter, then the blur) waits for it, then writes only if the
+  // text still differs, over the caption the first one wrote; else its stale `expected` would be
+  // refused as another editor's change
+  const inFlight = useRef<Promise<void> | null>(null);
+  const savedRef = useRef(saved);
+
   /** Write `text` over the caption `base` (the one this card last read); another one there now is a conflict. */
-  const save = async (base = saved) => {
-    if (text === base && theirs === null) return;
-    setState("saving");
-    try {
-      await api.setCaption(dataset, image.file, text, base);
-      setSaved(text);
-      setTheirs(null);
-      setState("saved");
-      setError(null);
-    } catch (err) {
-      setState("error");
-      const current = err instanceof ApiError && err.status === 409 ? (err.body as { current?: unknown }).current : undefined;
-      setTheirs(typeof current === "string" ? current : null);
-      setError(err instanceof Error ? err.message : String(err));
-    }
+  const save = async (base?: string) => {
+    while (inFlight.current) await inFlight.current;
+    const from = base ?? savedRef.current;
+    if (text === from && theirs === null) return;
+    const write = (async () => {
+      setState("saving");
+      try {
+        await api.setCaption(dataset, image.file, text, from);
+        savedRef.current = text;
+        setSaved(text);
+        setTheirs(null);
+        setState("saved");
+        setError(null);
+      } catch (err) {
+        setState("error");
+        const current = err instanceof ApiError && err.status === 409 ? (err.body as { current?: unknown }).current : undefined;
+        setTheirs(typeof current === "string" ? current : null);
+        setError(err instanceof Error ? err.message : String(err));
+      }
+    })();
+    inFlight.current = write;
+    await write;
+    inFlight.current = null;
   };
 
   const useTheirs = () => {
     if (theirs === null) return;
     setText(theirs);
+    savedRef.current = theirs;
     setSaved(theirs);
     setTheirs(null);
     setError(null);
     setState("idle");
   };
 
-  const remove = async () => {
+  // one request however often it is clicked; an image removed meanwhile (another tab) is gone as asked
+  const remove = useAction(async () => {
     const paired = (image.controls ?? []).length > 0;
     const what = paired ? `${image.file}, its caption and its control images` : `${image.file} and its caption`;
     if (!window.confirm(`Remove ${what}?`)) return;
@@ -58,9 +76,10 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
       await api.removeImage(dataset, image.file);
       onRemoved();
     } catch (err) {
-      setError(err instanceof Error ? err.message : String(err));
+      if (err instanceof ApiError && err.status === 404) onRemoved();
+      else setError(err instanceof Error ? err.message : String(err));
     }
-  };
+  });
 
   return (
     <figure className="thumb" data-file={image.file}>
@@ -78,7 +97,7 @@ export function CaptionCard({ dataset, image, onRemoved, showMask = false }: Pro
             alpha
           </span>
         )}
-        <button className="icon-button remove" title={`remove ${image.file}`} aria-label={`remove ${image.file}`} onClick={() => void remove()}>
+        <button className="icon-button remove" title={`remove ${image.file}`} aria-label={`remove ${image.file}`} disabled={remove.pending} onClick={() => void remove.run()}>
           ×
         </button>
       </div>

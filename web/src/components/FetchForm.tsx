@@ -3,6 +3,7 @@ import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import type { Fetch } from "../api/types";
 import { Field } from "./Field";
+import { useAction } from "../lib/latest";
 import { HubTokenDialog } from "./HubTokenDialog";
 import { ErrorBanner } from "./ErrorBanner";
 
@@ -12,9 +13,8 @@ export function FetchForm({ onStarted }: { onStarted: (fetch: Fetch) => void }) 
   const [revision, setRevision] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [denied, setDenied] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
-  const start = async (token?: string) => {
-    setBusy(true);
+  // one request per click: Enter and a click start one fetch
+  const action = useAction(async (token?: string) => {
     setError(null);
     try {
       const fetch = await api.fetchModel({ repo_id: repo.trim(), revision: revision.trim() || null, ...(token ? { token } : {}) });
@@ -23,10 +23,10 @@ export function FetchForm({ onStarted }: { onStarted: (fetch: Fetch) => void }) 
     } catch (err) {
       if (err instanceof ApiError && err.status === 403) setDenied(err.message);
       else setError(err instanceof Error ? err.message : String(err));
-    } finally {
-      setBusy(false);
     }
-  };
+  });
+  const busy = action.pending;
+  const start = action.run;
   const submit = (e: FormEvent) => {
     e.preventDefault();
     void start();

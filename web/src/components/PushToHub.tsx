@@ -1,5 +1,6 @@
 import { useState } from "react";
 import { api } from "../api/endpoints";
+import { useAction } from "../lib/latest";
 import type { PushResult } from "../api/types";
 import { ErrorBanner } from "./ErrorBanner";
 
@@ -21,21 +22,20 @@ export function PushToHub({ name }: Props) {
   const [repo, setRepo] = useState("");
   const [create, setCreate] = useState(false);
   const [priv, setPriv] = useState(false);
-  const [busy, setBusy] = useState(false);
   const [done, setDone] = useState<PushResult | null>(null);
   const [error, setError] = useState<string | null>(null);
   const valid = REPO.test(repo.trim());
-  const push = async () => {
-    setBusy(true);
+  // one upload per click: Enter and a click push once
+  const action = useAction(async () => {
     setError(null);
     try {
       setDone(await api.pushLora(name, { repo: repo.trim(), create, private: create && priv }));
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
-    } finally {
-      setBusy(false);
     }
-  };
+  });
+  const busy = action.pending;
+  const push = action.run;
   if (!open) {
     return (
       <button className="ghost" onClick={() => setOpen(true)} aria-label={`push ${name} to the hub`}>

@@ -2,6 +2,7 @@ import { useRef, useState } from "react";
 import { api } from "../api/endpoints";
 import type { GalleryImage, UploadedReference } from "../api/types";
 import { IMAGE_EXTENSIONS } from "../lib/upload";
+import { useAction, useLatest } from "../lib/latest";
 
 interface Props {
   /** The most reference images the family takes (FamilyOut.control_images[1]); 0 hides the field. */
@@ -15,26 +16,28 @@ interface Props {
  * (POST /api/generate/references) and shown in slot order, each removable. */
 export function ReferenceImages({ max, value, onChange, error }: Props) {
   const input = useRef<HTMLInputElement | null>(null);
-  const [busy, setBusy] = useState(false);
   const [problem, setProblem] = useState<string | null>(null);
-  if (max === 0) return null;
-  const add = async (files: File[]) => {
+  // one upload at a time; its answer is dropped once this field is gone (the family changed: the
+  // screen keys it by family), so it never adds references to another family's list
+  const uploads = useLatest();
+  const upload = useAction(async (files: File[]) => {
     const room = max - value.length;
     if (files.length > room) {
       setProblem(`this model takes at most ${max} reference image${max === 1 ? "" : "s"}`);
       files = files.slice(0, room);
     } else setProblem(null);
     if (!files.length) return;
-    setBusy(true);
+    const ticket = uploads.begin();
     try {
       const { references } = await api.uploadReferences(files);
-      onChange([...value, ...references]);
+      if (ticket.current()) onChange([...value, ...references]);
     } catch (err) {
       setProblem(err instanceof Error ? err.message : String(err));
-    } finally {
-      setBusy(false);
     }
-  };
+  });
+  const busy = upload.pending;
+  if (max === 0) return null;
+  const add = upload.run;
   return (
     <div className="field wide" data-testid="reference-images">
       <span className="field-label">

@@ -1,5 +1,6 @@
 import { useState } from "react";
 import { api } from "../api/endpoints";
+import { useAction } from "../lib/latest";
 import type { Checkpoint, Job, RunSummary } from "../api/types";
 
 interface Props {
@@ -20,22 +21,21 @@ interface Props {
  * nothing for a run that cannot be resumed.
  */
 export function ResumeButton({ run, checkpoints, onResumed, onError }: Props) {
-  const [busy, setBusy] = useState(false);
   const [picked, setPicked] = useState<string | null>(null);
+  // one request per click: a double click resumes once (before the early return: a hook)
+  const action = useAction(async (checkpoint?: string) => {
+    try {
+      onResumed(await api.resumeRun(run.id, checkpoint ? { checkpoint } : {}));
+    } catch (err) {
+      onError(err instanceof Error ? err.message : String(err));
+    }
+  });
   if (run.resume_step == null) return null;
   const newest = checkpoints?.length ? checkpoints[checkpoints.length - 1] : undefined;
   const choice = checkpoints?.find((c) => c.name === picked) ?? newest;
   const step = choice?.step ?? run.resume_step;
-  const resume = async () => {
-    setBusy(true);
-    try {
-      onResumed(await api.resumeRun(run.id, choice ? { checkpoint: choice.name } : {}));
-    } catch (err) {
-      onError(err instanceof Error ? err.message : String(err));
-    } finally {
-      setBusy(false);
-    }
-  };
+  const busy = action.pending;
+  const resume = () => action.run(choice?.name);
   const button = (
     <button
       className={checkpoints ? "primary" : "ghost small"}

@@ -1,21 +1,13 @@
-import { useCallback, useEffect, useState } from "react";
 import { api } from "../api/endpoints";
-import type { RunLog as Log } from "../api/types";
+import { loadMessage, useLoad } from "../lib/latest";
 
 /** The tail of a run's worker log (its own lines: library output, tracebacks, one line per engine event); Refresh reloads it. */
 export function RunLog({ runId, lines = 500 }: { runId: string; lines?: number }) {
-  const [log, setLog] = useState<Log | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const load = useCallback(() => {
-    api.runLog(runId, lines).then(
-      (l) => {
-        setLog(l);
-        setError(null);
-      },
-      (err: Error) => setError(err.message),
-    );
-  }, [runId, lines]);
-  useEffect(load, [load]);
+  // keyed by the run: a slow answer for another run never shows here; Refresh supersedes a load in flight
+  const loaded = useLoad((signal) => api.runLog(runId, lines, signal), [runId, lines]);
+  const log = loaded.data;
+  const error = loaded.error ? loadMessage(loaded.error, "The run's log is gone: the run was deleted (in another tab or with the CLI).") : null;
+  const load = () => void loaded.reload();
   return (
     <div className="card" data-testid="run-log">
       <div className="card-head">

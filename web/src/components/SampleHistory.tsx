@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
 import type { SampleImage } from "../api/types";
+import { useLoad } from "../lib/latest";
 
 /** Sample rounds by step: each round's image URLs in prompt order. */
 export type Rounds = Map<number, string[]>;
@@ -29,17 +30,14 @@ export function withRound(rounds: Rounds, runId: string, step: number, images: s
  * server again. Shown from the second round on.
  */
 export function SampleHistory({ runId, latest, prompts }: { runId: string; latest: { step: number; images: string[] } | null; prompts: string[] }) {
-  const [rounds, setRounds] = useState<Rounds>(new Map());
+  // the stored rounds, keyed by the run (a slow answer for another run never shows), and those the
+  // event stream added since, kept with the run they belong to
+  const stored = useLoad((signal) => api.runSamples(runId, signal).then((s) => s.samples, () => []), runId).data;
+  const [added, setAdded] = useState<{ runId: string; rounds: Rounds }>({ runId, rounds: new Map() });
   useEffect(() => {
-    setRounds(new Map());
-    api.runSamples(runId).then(
-      (s) => setRounds((now) => new Map([...roundsFromFiles(s.samples), ...now])),
-      () => undefined, // no history yet: the rounds of the event stream still show
-    );
-  }, [runId]);
-  useEffect(() => {
-    if (latest) setRounds((now) => withRound(now, runId, latest.step, latest.images));
+    if (latest) setAdded((now) => ({ runId, rounds: withRound(now.runId === runId ? now.rounds : new Map(), runId, latest.step, latest.images) }));
   }, [runId, latest]);
+  const rounds: Rounds = new Map([...roundsFromFiles(stored ?? []), ...(added.runId === runId ? added.rounds : [])]);
   const steps = [...rounds.keys()].sort((a, b) => a - b);
   if (steps.length < 2) return null;
   const rows = Math.max(...steps.map((s) => rounds.get(s)?.length ?? 0));

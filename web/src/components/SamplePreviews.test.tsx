@@ -99,6 +99,8 @@ describe("sample previews", () => {
     );
     await screen.findByText("shapes-lora");
     expect(screen.queryByText("Sample previews")).not.toBeInTheDocument();
+    // the mount's own fetch of the stored rounds (an effect: under load it can start after the first render is seen)
+    await waitFor(() => expect(calls.some((c) => c.url === "/api/runs/j1/samples")).toBe(true));
     const fetches = calls.length;
     act(() => FakeEventSource.last?.emit("sample_ready", sampleReady(2)));
     const round = screen.getByTestId("samples-step-2");

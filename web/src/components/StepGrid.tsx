@@ -1,12 +1,15 @@
-import { useEffect, useState } from "react";
+import { useState } from "react";
 import { api } from "../api/endpoints";
 import type { GenerateBody, GenerateResult, LoraSteps } from "../api/types";
 import type { LoraPick } from "./LoraPicker";
 import { ErrorBanner } from "./ErrorBanner";
+import { useAction, useLoad } from "../lib/latest";
 
 type StepLora = LoraSteps["loras"][number];
 
 interface Cell {
+  /** The LoRA it was rendered with (a grid of another LoRA's steps is not shown under this one). */
+  lora: string;
   label: string;
   result: GenerateResult;
 }
@@ -38,45 +41,29 @@ const marks = (item: StepLora) => `${item.best ? " · best" : ""}${item.last ? "
  * gallery with its prompt, seed and LoRA step.
  */
 export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props) {
-  const [steps, setSteps] = useState<StepLora[] | null>(null);
-  const [chosen, setChosen] = useState<Set<string>>(new Set());
+  // keyed by the LoRA: a slow answer for the one picked before never shows under this one
+  const steps = useLoad((signal) => api.loraSteps(pick.name, signal).then((res) => res.loras, () => []), pick.name).data;
+  // the steps left out of the grid (all are in at first), and the images rendered: each of its LoRA
+  const [left, setLeft] = useState<{ name: string; labels: Set<string> }>({ name: pick.name, labels: new Set() });
   const [cells, setCells] = useState<Cell[]>([]);
   const [error, setError] = useState<string | null>(null);
+  const leftOut = left.name === pick.name ? left.labels : new Set<string>();
+  const chosen = new Set((steps ?? []).map(stepLabel).filter((l) => !leftOut.has(l)));
+  const shown = cells.filter((c) => c.lora === pick.name);
 
-  useEffect(() => {
-    setSteps(null);
-    setCells([]);
-    api.loraSteps(pick.name).then(
-      (res) => {
-        setSteps(res.loras);
-        setChosen(new Set(res.loras.map(stepLabel)));
-      },
-      () => setSteps([]),
-    );
-  }, [pick.name]);
-
-  if (!steps || steps.length < 2) return null; // nothing to compare
-
-  const toggle = (label: string) =>
-    setChosen((old) => {
-      const next = new Set(old);
-      if (next.has(label)) next.delete(label);
-      else next.add(label);
-      return next;
-    });
-
-  const render = async () => {
+  // one grid per click: a double click renders it once
+  const grid = useAction(async (items: StepLora[]) => {
     setBusy(true);
     setError(null);
     setCells([]);
     try {
-      for (const item of steps.filter((s) => chosen.has(stepLabel(s)))) {
+      for (const item of items) {
         const lora =
           item.final && !isRawFinal(item)
             ? { name: pick.name, scale: pick.scale }
             : { name: pick.name, scale: pick.scale, step: item.step };
         const result = await generate({ ...body, loras: [lora] });
-        setCells((old) => [...old, { label: stepLabel(item), result }]);
+        setCells((old) => [...old, { lora: pick.name, label: stepLabel(item), result }]);
       }
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
@@ -84,7 +71,17 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
       setBusy(false);
       onDone();
     }
+  });
+
+  if (!steps || steps.length < 2) return null; // nothing to compare
+
+  const toggle = (label: string) => {
+    const next = new Set(leftOut);
+    if (next.has(label)) next.delete(label);
+    else next.add(label);
+    setLeft({ name: pick.name, labels: next });
   };
+  const render = () => grid.run(steps.filter((s) => chosen.has(stepLabel(s))));
 
   return (
     <div className="card step-grid" data-testid="step-grid">
@@ -102,9 +99,9 @@ export function StepGrid({ pick, body, generate, onDone, busy, setBusy }: Props)
       <button type="button" className="secondary" disabled={busy || chosen.size === 0} onClick={() => void render()}>
         {busy ? "Rendering…" : `Render grid (${chosen.size} images, same prompt and seed)`}
       </button>
-      {cells.length > 0 && (
+      {shown.length > 0 && (
         <div className="step-cells">
-          {cells.map((cell) => (
+          {shown.map((cell) => (
             <figure key={`${cell.label}-${cell.result.file}`}>
               <img src={api.imageUrl(cell.result.url)} alt={`${pick.name} ${cell.label}`} />
               <figcaption className="small">{cell.label}</figcaption>

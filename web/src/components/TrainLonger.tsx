@@ -1,5 +1,6 @@
 import { useState } from "react";
 import { api } from "../api/endpoints";
+import { useAction } from "../lib/latest";
 import type { Job, RunSummary } from "../api/types";
 
 interface Props {
@@ -21,20 +22,19 @@ export function TrainLonger({ run, onStarted, onError }: Props) {
   const offer = run.train_longer;
   const [open, setOpen] = useState(false);
   const [value, setValue] = useState(() => String(offer ? offer.steps * 2 : ""));
-  const [busy, setBusy] = useState(false);
-  if (!offer) return null;
-  const steps = Number(value);
-  const valid = value.trim() !== "" && Number.isInteger(steps) && steps > offer.steps;
-  const start = async () => {
-    setBusy(true);
+  // one request per click: Enter and a click start one run
+  const action = useAction(async (steps: number) => {
     try {
       onStarted(await api.resumeRun(run.id, { settings: { steps } }));
     } catch (err) {
       onError(err instanceof Error ? err.message : String(err));
-    } finally {
-      setBusy(false);
     }
-  };
+  });
+  const busy = action.pending;
+  if (!offer) return null;
+  const steps = Number(value);
+  const valid = value.trim() !== "" && Number.isInteger(steps) && steps > offer.steps;
+  const start = () => action.run(steps);
   if (!open) {
     return (
       <div className="train-longer">

@@ -1,6 +1,6 @@
 /** The Train form of a cloned run: its resolved config, fetched, as form values of its family. */
-import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
+import { loadMessage, useLoad } from "./latest";
 import type { Family, RunDetail } from "../api/types";
 import { type FormValues, valuesFromConfig } from "./trainForm";
 
@@ -14,12 +14,10 @@ export interface CloneState {
 
 /** Load run `id` (undefined: nothing to clone) and turn its config into form values once the families are known. */
 export function useCloneValues(id: string | undefined, families: Family[] | undefined): CloneState {
-  const [run, setRun] = useState<RunDetail | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  useEffect(() => {
-    if (!id) return;
-    api.run(id).then(setRun, (err: Error) => setError(`Cannot clone run ${id}: ${err.message}`));
-  }, [id]);
+  // keyed by the run: a slow answer for the run asked before never fills the form of this one
+  const loaded = useLoad(id ? (signal) => api.run(id, signal) : null, id ?? null);
+  const run = loaded.data;
+  const error = loaded.error ? `Cannot clone run ${id}: ${loadMessage(loaded.error, "it was deleted (in another tab or with the CLI)")}` : null;
   if (!run || !families) return { values: null, from: null, error };
   const family = families.find((f) => f.name === run.family);
   if (!family) return { values: null, from: null, error: `Cannot clone run ${run.output_name}: this server has no family ${run.family}` };

@@ -1,6 +1,6 @@
 /** "Generate with it": the family, base model and LoRA of a run, for the Generate screen. */
-import { useEffect, useState } from "react";
 import { api } from "../api/endpoints";
+import { loadMessage, useLoad } from "./latest";
 
 export interface RunPreset {
   family: string;
@@ -11,19 +11,18 @@ export interface RunPreset {
 
 /** Load run `id` (undefined: none). `preset` is null until loaded; `error` says why it could not be. */
 export function useRunPreset(id: string | undefined): { preset: RunPreset | null; error: string | null; pending: boolean } {
-  const [preset, setPreset] = useState<RunPreset | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  useEffect(() => {
-    if (!id) return;
-    api.run(id).then(
-      (run) =>
-        setPreset({
-          family: run.family,
-          base_model: String(run.config.base_model ?? ""),
-          lora: run.lora_file ? run.output_name : null,
-        }),
-      (err: Error) => setError(`Cannot open run ${id}: ${err.message}`),
-    );
-  }, [id]);
-  return { preset, error, pending: id != null && preset == null && error == null };
+  // keyed by the run: a slow answer for the run asked before never presets this one
+  const loaded = useLoad(
+    id
+      ? (signal) =>
+          api.run(id, signal).then((run) => ({
+            family: run.family,
+            base_model: String(run.config.base_model ?? ""),
+            lora: run.lora_file ? run.output_name : null,
+          }))
+      : null,
+    id ?? null,
+  );
+  const error = loaded.error ? `Cannot open run ${id}: ${loadMessage(loaded.error, "it was deleted (in another tab or with the CLI)")}` : null;
+  return { preset: loaded.data, error, pending: id != null && loaded.loading };
 }

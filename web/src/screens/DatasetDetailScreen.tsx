@@ -1,8 +1,8 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
-import { useInfo } from "../api/info";
 import type { DatasetDetail } from "../api/types";
+import { useInfo } from "../api/info";
 import { BulkCaptions } from "../components/BulkCaptions";
 import { AutoCaptionPanel } from "../components/AutoCaptionPanel";
 import { CaptionCard } from "../components/CaptionCard";
@@ -12,6 +12,7 @@ import { formatBytes } from "../lib/format";
 import { href, navigate } from "../lib/route";
 import { CONTROL_SLOTS, planControlUpload, planUpload, type RefusedFile } from "../lib/upload";
 import { Crumb } from "../components/Crumb";
+import { isAbort, loadMessage, useAction, useLatest, useLoad } from "../lib/latest";
 
 /** Images asked for at once: a dataset of 10,000 images is shown a page at a time ("Show more"). */
 export const PAGE_SIZE = 200;
@@ -43,34 +44,28 @@ function refusedFrom(err: unknown): RefusedFile[] {
  * masks" is ticked), inline captions, delete. */
 export function DatasetDetailScreen({ name }: { name: string }) {
   const { reload: reloadInfo } = useInfo();
-  const [data, setData] = useState<DatasetDetail | null>(null);
-  const [missing, setMissing] = useState(false);
-  const [loadError, setLoadError] = useState<string | null>(null);
+  /** Images shown now: a reload (after an edit) asks for as many again, at least a page. */
+  const shown = useRef(0);
+  // keyed by the dataset: an answer for the one shown before never shows under this one; a 404 is a new dataset
+  // a reload (after an edit) asks for as many images as are shown, at least a page
+  const loaded = useLoad(
+    (signal) => api.dataset(name, { offset: 0, limit: Math.max(PAGE_SIZE, shown.current) }, signal),
+    name,
+  );
+  /** The pages "Show more" added to `base` (ignored once a reload replaced it). */
+  const [more, setMore] = useState<{ base: DatasetDetail; merged: DatasetDetail } | null>(null);
+  const [moreError, setMoreError] = useState<string | null>(null);
+  const moreLatest = useLatest();
+  const missing = loaded.error instanceof ApiError && loaded.error.status === 404;
+  const data = missing ? null : more && more.base === loaded.data ? more.merged : loaded.data;
+  const loadError = (missing || !loaded.error ? null : loadMessage(loaded.error, "")) ?? moreError;
+  const load = loaded.reload;
   const [upload, setUpload] = useState<UploadState | null>(null);
   const [refused, setRefused] = useState<RefusedFile[]>([]);
   const [deleteError, setDeleteError] = useState<string | null>(null);
   /** Where dropped files go: "files" (targets and captions) or a control folder. */
   const [slot, setSlot] = useState("files");
   const [showMasks, setShowMasks] = useState(false);
-  /** Images shown now: a reload (after an edit) asks for as many again, at least a page. */
-  const shown = useRef(0);
-
-  const load = useCallback(async () => {
-    try {
-      setData(await api.dataset(name, { offset: 0, limit: Math.max(PAGE_SIZE, shown.current) }));
-      setMissing(false);
-      setLoadError(null);
-    } catch (err) {
-      if (err instanceof ApiError && err.status === 404) {
-        setMissing(true);
-        setData(null);
-      } else setLoadError(err instanceof Error ? err.message : String(err));
-    }
-  }, [name]);
-
-  useEffect(() => {
-    void load();
-  }, [load]);
 
   const onFiles = async (files: File[], folders: string[] = []) => {
     const field = slot;
@@ -111,28 +106,38 @@ export function DatasetDetailScreen({ name }: { name: string }) {
     await Promise.all([load(), reloadInfo()]);
   };
 
-  const onDelete = async () => {
+  const onDelete = useAction(async () => {
     if (!window.confirm(`Delete dataset ${name} and every file in it?`)) return;
     try {
       await api.deleteDataset(name);
-      await reloadInfo();
-      navigate("datasets");
     } catch (err) {
-      setDeleteError(err instanceof Error ? err.message : String(err));
+      // deleted meanwhile (another tab, the CLI): what was asked is done
+      if (!(err instanceof ApiError && err.status === 404)) {
+        setDeleteError(err instanceof Error ? err.message : String(err));
+        return;
+      }
+    }
+    await reloadInfo();
+    navigate("datasets");
+  });
+
+  const onMore = async () => {
+    const base = loaded.data;
+    if (!data || !base) return;
+    const ticket = moreLatest.begin();
+    try {
+      const next = await api.dataset(name, { offset: data.files.length, limit: PAGE_SIZE }, ticket.signal);
+      if (!ticket.current()) return;
+      const seen = new Set(data.dropped.map((d) => `${d.file}\n${d.reason}`));
+      const dropped = [...data.dropped, ...next.dropped.filter((d) => !seen.has(`${d.file}\n${d.reason}`))];
+      setMore({ base, merged: { ...next, offset: 0, files: [...data.files, ...next.files], dropped } });
+      setMoreError(null);
+    } catch (err) {
+      if (isAbort(err) || !ticket.current()) return;
+      setMoreError(err instanceof Error ? err.message : String(err));
     }
   };
 
-  const onMore = async () => {
-    if (!data) return;
-    try {
-      const next = await api.dataset(name, { offset: data.files.length, limit: PAGE_SIZE });
-      const seen = new Set(data.dropped.map((d) => `${d.file}\n${d.reason}`));
-      const dropped = [...data.dropped, ...next.dropped.filter((d) => !seen.has(`${d.file}\n${d.reason}`))];
-      setData({ ...next, offset: 0, files: [...data.files, ...next.files], dropped });
-    } catch (err) {
-      setLoadError(err instanceof Error ? err.message : String(err));
-    }
-  };
 
   const files = data?.files ?? [];
   shown.current = files.length;
@@ -166,7 +171,7 @@ export function DatasetDetailScreen({ name }: { name: string }) {
             </a>
           )}
           {data && (
-            <button className="ghost danger" onClick={() => void onDelete()} data-testid="delete-dataset">
+            <button className="ghost danger" disabled={onDelete.pending} onClick={() => void onDelete.run()} data-testid="delete-dataset">
               Delete dataset
             </button>
           )}
@@ -178,7 +183,13 @@ export function DatasetDetailScreen({ name }: { name: string }) {
           Not deleted: {deleteError}
         </div>
       )}
-      {missing && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
+      {missing && loaded.data != null && (
+        <div className="banner warn" role="alert" data-testid="dataset-gone">
+          This dataset was deleted (in another tab or with the CLI). Drop images to create it again, or go back to the{" "}
+          <a href={href("datasets")}>datasets</a>.
+        </div>
+      )}
+      {missing && loaded.data == null && <p className="muted">New dataset: drop images (and their .txt captions) to create it.</p>}
       {files.length > 0 && <AutoCaptionPanel dataset={name} onFinished={() => void Promise.all([load(), reloadInfo()])} />}
       <label className="upload-slot small">
         Upload as{" "}

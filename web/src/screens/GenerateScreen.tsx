@@ -4,7 +4,7 @@ import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
 import { useModelChoices } from "../api/models";
 import { useTraining } from "../api/training";
-import type { GalleryImage, GenerateBody, GenerateResult, Lora, UploadedReference } from "../api/types";
+import type { GalleryImage, GenerateBody, Lora, UploadedReference } from "../api/types";
 import { BaseModelPicker } from "../components/BaseModelPicker";
 import { defaultBaseModel, defaultFamily } from "../lib/baseModels";
 import { FamilyPicker } from "../components/FamilyPicker";
@@ -17,6 +17,8 @@ import { StepGrid } from "../components/StepGrid";
 import { useRunPreset } from "../lib/runPreset";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { placeProblems } from "../lib/problems";
+import { isAbort, useAction, useLatest, useLoad } from "../lib/latest";
+import { generateWithRetry, newRequestId, reusedBaseSettings } from "../lib/generateRequest";
 
 /** The GenerateBody fields the form has an input for (a problem of another goes to the banner only). */
 const GENERATE_INPUTS: ReadonlySet<string> = new Set([
@@ -24,46 +26,6 @@ const GENERATE_INPUTS: ReadonlySet<string> = new Set([
 ]);
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
-const GPU_RETRIES = 15;
-
-/** POST /api/generate, retrying a 409 for a while when no job is live (a finished run may still
- * be releasing the GPU). `onWait` is told while it waits. */
-/** The reused image's revision / v_prediction, while `baseModel` is still the image's base model. */
-function reusedBaseSettings(
-  reused: Pick<GalleryImage, "base_model" | "revision" | "v_prediction"> | null,
-  baseModel: string,
-): Pick<GenerateBody, "revision" | "v_prediction"> {
-  if (!reused || reused.base_model !== baseModel) return {};
-  return {
-    ...(reused.revision != null ? { revision: reused.revision } : {}),
-    ...(reused.v_prediction != null ? { v_prediction: reused.v_prediction } : {}),
-  };
-}
-
-async function generateWithRetry(
-  body: GenerateBody,
-  jobLive: boolean,
-  onWait: () => void,
-  stopped: () => boolean,
-): Promise<GenerateResult> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await api.generate(body);
-    } catch (err) {
-      if (!(err instanceof ApiError && err.status === 409) || jobLive || stopped() || attempt >= GPU_RETRIES) throw err;
-      onWait();
-      await new Promise((r) => setTimeout(r, 1000));
-    }
-  }
-}
-
-/** A request id for the cancel route (its rule: letters, digits, - and _), random; from
- * getRandomValues, which (unlike randomUUID) works on a plain-http LAN address too. */
-function newRequestId(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(12));
-  return `gen-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
 /**
  * Generate: base model + trained LoRAs with scales, prompt (and a negative prompt where the family takes one),
  * guidance, seed, steps, size; the server's gallery. `fromRun`: start on that run's family, base model and LoRA.
@@ -76,8 +38,6 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
   const [family, setFamily] = useState<string | null>(null);
   const [baseModel, setBaseModel] = useState("");
   const [baseConfig, setBaseConfig] = useState("");
-  const [loras, setLoras] = useState<Lora[]>([]);
-  const [lorasError, setLorasError] = useState<string | null>(null); // the list could not be loaded
   const [picks, setPicks] = useState<LoraPick[]>([]);
   const [refs, setRefs] = useState<UploadedReference[]>([]);
   const [prompt, setPrompt] = useState("a red circle on a blue background");
@@ -115,26 +75,57 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setFamily(start);
     setBaseModel(defaultBaseModel(models, start));
   }, [info, models, family, fromRunState.pending, fromRunState.preset]);
-  useEffect(() => {
-    if (!family) return;
-    setLorasError(null);
-    api.loras(family).then(
-      (l) => setLoras(l.loras),
-      (err: unknown) => {
-        setLoras([]);
-        setLorasError(`Cannot load the ${family} LoRAs: ${err instanceof Error ? err.message : String(err)}`);
-      },
-    );
-  }, [family]);
-  const loadGallery = useCallback(async (select?: string) => {
-    const { images } = await api.gallery();
-    setGallery(images);
-    // show the image just made, else keep the one shown, else the newest
-    setSelected((shown) => (select ? images.find((i) => i.file === select) : shown) ?? images[0] ?? null);
-  }, []);
+  // keyed by the family: a slow answer for the family picked before never lists its LoRAs under this one
+  const lorasLoad = useLoad(family ? (signal) => api.loras(family, signal) : null, family);
+  const loras: Lora[] = lorasLoad.data?.loras ?? [];
+  const lorasError = lorasLoad.error
+    ? `Cannot load the ${family} LoRAs: ${lorasLoad.error instanceof Error ? lorasLoad.error.message : String(lorasLoad.error)}`
+    : null;
+  // the gallery: reloaded after a generation, a grid, a delete; only the latest reload's answer is shown
+  const galleryLoads = useLatest();
+  const loadGallery = useCallback(
+    async (select?: string) => {
+      const ticket = galleryLoads.begin();
+      let images: GalleryImage[];
+      try {
+        images = (await api.gallery(ticket.signal)).images;
+      } catch (err) {
+        if (isAbort(err)) return;
+        throw err;
+      }
+      if (!ticket.current()) return;
+      setGallery(images);
+      // show the image just made, else keep the one shown, else the newest
+      setSelected((shown) => (select ? images.find((i) => i.file === select) : shown) ?? images[0] ?? null);
+    },
+    [galleryLoads],
+  );
   useEffect(() => {
     loadGallery().catch((err: Error) => setGeneral(`Cannot load the gallery: ${err.message}`));
   }, [loadGallery]);
+
+  /** Delete `img` from the server's gallery (after asking; one request however often it is clicked); the next image is shown. */
+  const remove = useAction(async (img: GalleryImage) => {
+    if (!window.confirm(`Delete the image "${img.prompt ?? img.file}" and its settings from the gallery?`)) return;
+    try {
+      await api.deleteGalleryImage(img.file);
+    } catch (err) {
+      // deleted meanwhile (another tab): what was asked is done
+      if (!(err instanceof ApiError && err.status === 404)) {
+        setGeneral(err instanceof Error ? err.message : String(err));
+        return;
+      }
+    }
+    const at = gallery?.findIndex((i) => i.file === img.file) ?? -1;
+    const next = gallery?.filter((i) => i.file !== img.file) ?? [];
+    setSelected(next[Math.min(Math.max(at, 0), next.length - 1)] ?? null);
+    setGallery(next);
+    await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file).catch((err: Error) =>
+      setGeneral(`Cannot load the gallery: ${err.message}`),
+    );
+  });
+  // a generation in flight: a second submit (Enter twice, Ctrl+Enter and a click) sends nothing
+  const generating = useRef(false);
 
   if (!info || !models || !family) return <section className="screen muted">Loading…</section>;
 
@@ -144,20 +135,6 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
     setPicks([]);
     setRefs([]);
     setBaseModel(defaultBaseModel(models, name));
-  };
-  /** Delete `img` from the server's gallery (after asking); the next image is shown. */
-  const remove = async (img: GalleryImage) => {
-    if (!window.confirm(`Delete the image "${img.prompt ?? img.file}" and its settings from the gallery?`)) return;
-    try {
-      await api.deleteGalleryImage(img.file);
-      const at = gallery?.findIndex((i) => i.file === img.file) ?? -1;
-      const next = gallery?.filter((i) => i.file !== img.file) ?? [];
-      setSelected(next[Math.min(Math.max(at, 0), next.length - 1)] ?? null);
-      setGallery(next);
-      await loadGallery(next[Math.min(Math.max(at, 0), next.length - 1)]?.file);
-    } catch (err) {
-      setGeneral(err instanceof Error ? err.message : String(err));
-    }
   };
   const reuse = (img: GalleryImage) => {
     if (img.family && img.family !== family) pickFamily(img.family);
@@ -199,6 +176,8 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
+    if (generating.current) return;
+    generating.current = true;
     const rid = newRequestId();
     cancelled.current = false;
     setRequestId(rid);
@@ -222,6 +201,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
       if (err instanceof ApiError && err.problems.some((p) => p.field)) setErrors(placeProblems(err.problems, (f) => GENERATE_INPUTS.has(f)).fields);
       setGeneral(err instanceof Error ? err.message : String(err));
     } finally {
+      generating.current = false;
       setBusy(false);
       setRequestId(null);
     }
@@ -276,6 +256,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
           )}
           <LoraPicker loras={loras} picks={picks} onChange={setPicks} family={family} error={errors.loras} unavailable={lorasError} />
           <ReferenceImages
+            key={family}
             max={info.families.find((f) => f.name === family)?.control_images?.[1] ?? 0}
             value={refs}
             onChange={setRefs}
@@ -343,7 +324,7 @@ export function GenerateScreen({ fromRun }: { fromRun?: string } = {}) {
                 <button type="button" className="secondary small" onClick={() => reuse(selected)}>
                   Reuse these settings
                 </button>{" "}
-                <button type="button" className="secondary small danger" onClick={() => void remove(selected)}>
+                <button type="button" className="secondary small danger" disabled={remove.pending} onClick={() => void remove.run(selected)}>
                   Delete this image
                 </button>
               </figcaption>

@@ -15,6 +15,7 @@ import { etaSeconds, observeStep, type StepClock } from "../lib/stepClock";
 import { describePhase } from "../lib/phase";
 import { href } from "../lib/route";
 import { chartData } from "../lib/series";
+import { useAction } from "../lib/latest";
 
 const LIVE = new Set(["queued", "preparing", "running", "stopping"]);
 
@@ -37,8 +38,27 @@ function phaseText(job: Job): string | null {
 export function LiveScreen() {
   const { job, series, status, refresh, connected } = useTraining();
   const [asking, setAsking] = useState(false);
-  const [stopping, setStopping] = useState(false);
   const [error, setError] = useState<string | null>(null);
+  // one stop request per click (Stop and save clicked twice sends one)
+  const stopAction = useAction(async (save: boolean, jobId: string) => {
+    try {
+      await api.stop({ save, job_id: jobId });
+      setAsking(false);
+      await refresh();
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+  });
+  const stopping = stopAction.pending;
+  // cancel a queued job: one request per click; a refusal is shown
+  const dequeue = useAction(async (jobId: string) => {
+    try {
+      await api.stop({ save: false, job_id: jobId });
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    }
+    await refresh().catch(() => undefined);
+  });
   const [, setTick] = useState(0);
   const steps = useRef<StepClock | null>(null); // the pace of the steps this page saw (the ETA)
   const ticking = job != null && LIVE.has(job.status);
@@ -74,18 +94,7 @@ export function LiveScreen() {
   // stopped without saving: the files this session wrote (samples, snapshots, checkpoints) are gone
   const discarded = job.status === "stopped" && job.stop_requested?.save === false;
 
-  const stop = async (save: boolean) => {
-    setStopping(true);
-    try {
-      await api.stop({ save, job_id: job.id });
-      setAsking(false);
-      await refresh();
-    } catch (err) {
-      setError(err instanceof Error ? err.message : String(err));
-    } finally {
-      setStopping(false);
-    }
-  };
+  const stop = (save: boolean) => stopAction.run(save, job.id);
 
   return (
     <section className="screen">
@@ -171,7 +180,7 @@ export function LiveScreen() {
             {status.queue.map((q) => (
               <li key={q.id}>
                 {q.output_name}{" "}
-                <button className="ghost small" onClick={() => void api.stop({ save: false, job_id: q.id }).then(refresh)}>
+                <button className="ghost small" disabled={dequeue.pending} onClick={() => void dequeue.run(q.id)}>
                   Cancel
                 </button>
               </li>

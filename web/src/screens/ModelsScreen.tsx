@@ -7,6 +7,8 @@ import { FetchForm } from "../components/FetchForm";
 import { FetchProgress } from "../components/FetchProgress";
 import { formatBytes } from "../lib/format";
 import { ErrorBanner } from "../components/ErrorBanner";
+import { ApiError } from "../api/client";
+import { isAbort, useAction, useLatest } from "../lib/latest";
 
 const SOURCES: Record<CatalogueModel["source"], string> = {
   local: "models/",
@@ -35,43 +37,70 @@ export function ModelsScreen() {
   const [models, setModels] = useState<CatalogueModel[] | null>(null);
   const [fetches, setFetches] = useState<Fetch[]>([]);
   const [error, setError] = useState<string | null>(null);
+  // reloads overlap (Refresh, a poll, after an action): only the latest answer of each list applies
+  const modelLoads = useLatest();
+  const fetchLoads = useLatest();
+  const loadModels = useCallback(() => {
+    const ticket = modelLoads.begin();
+    api.models(ticket.signal).then(
+      (m) => ticket.current() && setModels(m),
+      (err: unknown) => !isAbort(err) && ticket.current() && setError(err instanceof Error ? err.message : String(err)),
+    );
+  }, [modelLoads]);
+  /** `polling`: the models are reloaded once no fetch runs (a download just ended). */
+  const loadFetches = useCallback(
+    (polling = false) => {
+      const ticket = fetchLoads.begin();
+      api.fetches(ticket.signal).then((f) => {
+        if (!ticket.current()) return;
+        setFetches(f.fetches);
+        if (polling && !f.fetches.some((x) => x.status === "running")) loadModels();
+      }, () => undefined);
+    },
+    [fetchLoads, loadModels],
+  );
   const load = useCallback(() => {
-    api.models().then(setModels, (err: Error) => setError(err.message));
-    api.fetches().then((f) => setFetches(f.fetches), () => undefined);
-  }, []);
+    loadModels();
+    loadFetches();
+  }, [loadModels, loadFetches]);
   useEffect(load, [load]);
   const running = fetches.some((f) => f.status === "running");
   useEffect(() => {
     if (!running) return;
-    const timer = window.setInterval(() => {
-      api.fetches().then((f) => {
-        setFetches(f.fetches);
-        if (!f.fetches.some((x) => x.status === "running")) api.models().then(setModels, () => undefined);
-      }, () => undefined);
-    }, POLL_MS);
+    const timer = window.setInterval(() => loadFetches(true), POLL_MS);
     return () => window.clearInterval(timer);
-  }, [running]);
+  }, [running, loadFetches]);
 
-  const act = async (m: CatalogueModel) => {
+  // one request per click for each action below; a model removed meanwhile (another tab) is gone as asked
+  const act = useAction(async (m: CatalogueModel) => {
     const what = removal(m);
     if (!what || !window.confirm(what.confirm)) return;
     try {
       await (m.source === "added" ? api.forgetModelFolder(m.id) : api.deleteModel(m.id));
-      load();
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) setError(err instanceof Error ? err.message : String(err));
+    }
+    load();
+  });
+  const cancelFetch = useAction(async (id: string) => {
+    try {
+      await api.cancelFetch(id);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     }
-  };
-  const cancel = (id: string) => void api.cancelFetch(id).then(load, (err: Error) => setError(err.message));
-  const fetchCaptioner = async (m: CatalogueModel) => {
+    load();
+  });
+  const cancel = (id: string) => void cancelFetch.run(id);
+  const fetchCaptioner = useAction(async (m: CatalogueModel) => {
     setError(null);
     try {
       const started = await api.fetchModel({ repo_id: m.repo_id ?? m.name, revision: null });
+      fetchLoads.cancel(); // a poll sent before this fetch began must not drop it from the list
       setFetches((now) => [...now.filter((x) => x.id !== started.id), started]);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     }
-  };
+  });
   const bases = models?.filter((m) => m.kind !== "captioner") ?? null;
   const captioners = models?.filter((m) => m.kind === "captioner") ?? [];
   const busyRepos = new Set(fetches.filter((f) => f.status === "running").map((f) => f.repo_id));
@@ -95,12 +124,12 @@ export function ModelsScreen() {
       kind: "actions",
       cell: (m) =>
         m.source === "catalogue" ? (
-          <button className="ghost small" disabled={busyRepos.has(m.repo_id ?? "")} onClick={() => void fetchCaptioner(m)} aria-label={`Fetch ${m.name}`}>
+          <button className="ghost small" disabled={busyRepos.has(m.repo_id ?? "") || fetchCaptioner.pending} onClick={() => void fetchCaptioner.run(m)} aria-label={`Fetch ${m.name}`}>
             Fetch
           </button>
         ) : (
           removal(m) && (
-            <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
+            <button className="ghost small danger-text" disabled={act.pending} onClick={() => void act.run(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
               {removal(m)?.label}
             </button>
           )
@@ -131,7 +160,7 @@ export function ModelsScreen() {
       kind: "actions",
       cell: (m) =>
         removal(m) && (
-          <button className="ghost small danger-text" onClick={() => void act(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
+          <button className="ghost small danger-text" disabled={act.pending} onClick={() => void act.run(m)} aria-label={`${removal(m)?.label} ${m.name}`}>
             {removal(m)?.label}
           </button>
         ),
@@ -148,7 +177,12 @@ export function ModelsScreen() {
       </div>
       <ErrorBanner message={error} />
       <div className="two-col">
-        <FetchForm onStarted={(f) => setFetches((now) => [...now.filter((x) => x.id !== f.id), f])} />
+        <FetchForm
+          onStarted={(f) => {
+            fetchLoads.cancel(); // a poll sent before this fetch began must not drop it from the list
+            setFetches((now) => [...now.filter((x) => x.id !== f.id), f]);
+          }}
+        />
         <AddFolderForm onAdded={load} />
       </div>
       <FetchProgress fetches={fetches} onCancel={cancel} />

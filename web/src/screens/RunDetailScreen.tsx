@@ -1,6 +1,6 @@
-import { useEffect, useState } from "react";
+import { useState } from "react";
+import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
-import type { Checkpoint, LoraSteps, RunDetail, SampleImage } from "../api/types";
 import { CheckpointsCard } from "../components/CheckpointsCard";
 import { LineChart } from "../components/LineChart";
 import { PlanSummary } from "../components/PlanSummary";
@@ -14,39 +14,49 @@ import { href, navigate } from "../lib/route";
 import { chartData, fromPoints } from "../lib/series";
 import { ErrorBanner } from "../components/ErrorBanner";
 import { Crumb } from "../components/Crumb";
+import { loadMessage, useAction, useLoad } from "../lib/latest";
 
 /**
  * One run: the plan it used, its chart, sample previews, its worker log, checkpoints (resume from a picked
  * one, train longer), config and outputs; clone it, download its config or LoRA, push it to the hub; delete.
  */
 export function RunDetailScreen({ id }: { id: string }) {
-  const [run, setRun] = useState<RunDetail | null>(null);
-  const [error, setError] = useState<string | null>(null);
+  // each keyed by the run: an answer for the run shown before never shows under this one
+  const loaded = useLoad((signal) => api.run(id, signal), id);
+  const samples = useLoad((signal) => api.runSamples(id, signal).then((s) => s.samples, () => []), id).data ?? [];
+  const checkpoints = useLoad((signal) => api.runCheckpoints(id, signal).then((c) => c.checkpoints, () => []), id).data;
+  const loras = useLoad((signal) => api.runLoras(id, signal).then((l) => l.loras, () => []), id).data ?? [];
   // a refused action (resume, delete): shown above the run, which stays on screen
   const [actionError, setActionError] = useState<string | null>(null);
-  const [samples, setSamples] = useState<SampleImage[]>([]);
-  const [checkpoints, setCheckpoints] = useState<Checkpoint[] | null>(null);
-  const [loras, setLoras] = useState<LoraSteps["loras"]>([]);
-  useEffect(() => {
-    api.runLoras(id).then((l) => setLoras(l.loras), () => setLoras([]));
-    api.run(id).then(setRun, (err: Error) => setError(err.message));
-    api.runSamples(id).then((s) => setSamples(s.samples), () => setSamples([]));
-    api.runCheckpoints(id).then((c) => setCheckpoints(c.checkpoints), () => setCheckpoints([]));
-  }, [id]);
-
-  if (error) return <section className="screen"><div className="banner error">{error}</div></section>;
-  if (!run) return <section className="screen muted">Loading…</section>;
-  const series = fromPoints(run.metrics);
-  const download = run.lora_file ? api.loraFileUrl(run.output_name) : null;
-  const remove = async () => {
-    if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
+  const remove = useAction(async () => {
+    const run = loaded.data;
+    if (!run || !window.confirm(`Delete run ${run.output_name} and its files?`)) return;
     try {
       await api.deleteRun(run.id);
       navigate("runs");
     } catch (err) {
-      setActionError(err instanceof Error ? err.message : String(err));
+      // deleted meanwhile (another tab, the CLI): what was asked is done
+      if (err instanceof ApiError && err.status === 404) navigate("runs");
+      else setActionError(err instanceof Error ? err.message : String(err));
     }
-  };
+  });
+
+  const run = loaded.data;
+  if (!run && loaded.error) {
+    return (
+      <section className="screen">
+        <div className="banner error" role="alert" data-testid="run-load-error">
+          {loadMessage(loaded.error, `Run ${id} does not exist (any more): it was deleted, in another tab or with the CLI.`)}
+        </div>
+        <a className="button ghost" href={href("runs")}>
+          Back to the runs
+        </a>
+      </section>
+    );
+  }
+  if (!run) return <section className="screen muted">Loading…</section>;
+  const series = fromPoints(run.metrics);
+  const download = run.lora_file ? api.loraFileUrl(run.output_name) : null;
   return (
     <section className="screen">
       <div className="screen-head">
@@ -67,7 +77,7 @@ export function RunDetailScreen({ id }: { id: string }) {
               Generate with it
             </a>
           )}
-          <button className="danger" onClick={() => void remove()}>
+          <button className="danger" disabled={remove.pending} onClick={() => void remove.run()}>
             Delete
           </button>
         </div>

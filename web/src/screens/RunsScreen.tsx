@@ -1,4 +1,5 @@
-import { useCallback, useEffect, useState } from "react";
+import { useState } from "react";
+import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useTraining } from "../api/training";
 import { type Column, DataTable } from "../components/DataTable";
@@ -6,34 +7,30 @@ import { ResumeButton } from "../components/ResumeButton";
 import type { RunSummary } from "../api/types";
 import { formatDuration, formatNumber, formatWhen, secondsBetween } from "../lib/format";
 import { href, navigate } from "../lib/route";
+import { loadMessage, useAction, useLoad } from "../lib/latest";
 
 /** Run history: status, final loss, duration; open, download the LoRA, delete. */
 export function RunsScreen() {
   const { job } = useTraining();
-  const [runs, setRuns] = useState<RunSummary[] | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const load = useCallback(async () => {
-    try {
-      setRuns((await api.runs()).runs);
-      setError(null);
-    } catch (err) {
-      setError(err instanceof Error ? err.message : String(err));
-    }
-  }, []);
-  // Reload when the live job changes status (a run finishing shows up here).
-  useEffect(() => {
-    void load();
-  }, [load, job?.id, job?.status]);
+  // reloaded when the live job changes status (a run finishing shows up here): only the latest
+  // answer is shown, so a slow one from before the change cannot bring back an older list
+  const loaded = useLoad((signal) => api.runs(signal).then((r) => r.runs), "runs", [job?.id, job?.status]);
+  const runs = loaded.data;
+  const [actionError, setError] = useState<string | null>(null);
+  const error = actionError ?? (loaded.error ? loadMessage(loaded.error, "") : null);
+  const load = loaded.reload;
 
-  const remove = async (run: RunSummary) => {
+  const remove = useAction(async (run: RunSummary) => {
     if (!window.confirm(`Delete run ${run.output_name} and its files?`)) return;
     try {
       await api.deleteRun(run.id);
-      await load();
+      setError(null);
     } catch (err) {
-      setError(err instanceof Error ? err.message : String(err));
+      // deleted meanwhile (another tab, the CLI): what was asked is done
+      if (!(err instanceof ApiError && err.status === 404)) setError(err instanceof Error ? err.message : String(err));
     }
-  };
+    await load();
+  });
 
   const columns: Column<RunSummary>[] = [
     {
@@ -75,7 +72,7 @@ export function RunsScreen() {
           <a className="button ghost small" href={href("runs", r.id)}>
             Open
           </a>
-          <button className="ghost small danger-text" onClick={() => void remove(r)}>
+          <button className="ghost small danger-text" disabled={remove.pending} onClick={() => void remove.run(r)}>
             Delete
           </button>
         </>
@@ -87,7 +84,13 @@ export function RunsScreen() {
     <section className="screen">
       <div className="screen-head">
         <h1>Runs</h1>
-        <button className="ghost" onClick={() => void load()}>
+        <button
+          className="ghost"
+          onClick={() => {
+            setError(null);
+            void load();
+          }}
+        >
           Refresh
         </button>
       </div>

@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import { ApiError } from "../api/client";
 import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
@@ -15,6 +15,7 @@ import { PreflightPanel } from "../components/PreflightPanel";
 import { trainControls } from "../components/TrainControls";
 import { useCloneValues } from "../lib/clone";
 import { placeProblems } from "../lib/problems";
+import { isAbort, useLatest } from "../lib/latest";
 import { href, navigate } from "../lib/route";
 import {
   ATTENTION_BACKENDS,
@@ -53,6 +54,10 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
   const [general, setGeneral] = useState<string[]>([]);
   const [report, setReport] = useState<PreflightReport | null>(null);
   const [busy, setBusy] = useState<"check" | "start" | null>(null);
+  // the Check in flight: an edit drops it (its report would be of settings no longer in the form)
+  const checks = useLatest();
+  // a Check or Start in flight: a second submit (Enter twice, Enter and a click) sends nothing
+  const submitting = useRef(false);
 
   const family: Family | undefined = info?.families.find((f) => f.name === values?.family);
   useEffect(() => {
@@ -77,6 +82,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
 
   const set = (k: keyof FormValues, v: string | boolean) => {
     setValues(withSetting(values, k, v, family));
+    checks.cancel();
     setReport(null);
     if (errors[k as string]) setErrors({ ...errors, [k as string]: "" });
   };
@@ -88,6 +94,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     const keepModel = values.base_model && values.base_model !== defaultBaseModel(models, values.family as string);
     next.base_model = keepModel ? values.base_model : defaultBaseModel(models, name);
     setValues(next);
+    checks.cancel();
     setErrors({});
     setReport(null);
   };
@@ -110,15 +117,20 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
    * fields), so that every problem shows at once; nothing is started while any is left.
    */
   const submit = async (kind: "check" | "start") => {
+    if (submitting.current) return;
+    submitting.current = true;
     const built = buildConfig(values, family, info.config_rules);
     const own = built.problems;
     const blocked = Object.keys(own).length > 0;
+    const checking = kind === "check" || blocked;
+    const ticket = checks.begin();
     setGeneral([]);
     setBusy(kind);
     try {
-      if (kind === "check" || blocked) {
+      if (checking) {
         const rest = Object.fromEntries(Object.entries(built.config).filter(([k]) => !(k in own)));
-        const report = await api.preflight(rest);
+        const report = await api.preflight(rest, ticket.signal);
+        if (!ticket.current()) return; // the form changed meanwhile: this report is of other settings
         if (!blocked) setReport(report);
         setErrors(own);
       } else {
@@ -127,6 +139,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         navigate("live");
       }
     } catch (err) {
+      if (isAbort(err) || (checking && !ticket.current())) return; // a Start's refusal shows even after an edit
       if (err instanceof ApiError && err.problems.length) {
         const placed = placeProblems(err.problems, hasInput);
         setErrors({ ...placed.fields, ...own });
@@ -136,6 +149,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
         setGeneral([err instanceof Error ? err.message : String(err)]);
       }
     } finally {
+      submitting.current = false;
       setBusy(null);
     }
   };

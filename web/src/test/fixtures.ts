@@ -120,3 +120,55 @@ export function mockFetch(handler: Handler): Call[] {
   );
   return calls;
 }
+
+/** A fetch held by `deferFetch` until the test answers it. */
+export interface Held {
+  call: Call;
+  /** Aborted by its AbortSignal (it then rejected with an AbortError, as fetch does). */
+  aborted: boolean;
+  answer: (body: unknown, status?: number) => void;
+}
+
+/**
+ * Replace global fetch with one that answers through `handler` at once, or (handler returns
+ * undefined) holds the call until the test answers it: `held(url)` takes the oldest held call
+ * of that URL not taken yet (an aborted one too: it rejected with an AbortError, as fetch does,
+ * and its answer then changes nothing).
+ */
+export function deferFetch(handler: Handler = () => undefined): { calls: Call[]; held: (url: string | RegExp) => Held } {
+  const calls: Call[] = [];
+  const waiting: (Held & { taken: boolean })[] = [];
+  const respond = (body: unknown, status = 200) =>
+    new Response(JSON.stringify(body), { status, headers: { "Content-Type": "application/json" } });
+  vi.stubGlobal(
+    "fetch",
+    vi.fn((url: string, init?: RequestInit) => {
+      const raw = init?.body;
+      const headers = { ...((init?.headers as Record<string, string> | undefined) ?? {}) };
+      const call = { method: init?.method ?? "GET", url, body: typeof raw === "string" ? JSON.parse(raw) : raw, headers };
+      calls.push(call);
+      const now = handler(call);
+      if (now) return Promise.resolve(respond(now.body, now.status));
+      return new Promise<Response>((resolve, reject) => {
+        const entry = {
+          call,
+          aborted: false,
+          taken: false,
+          answer: (body: unknown, status?: number) => resolve(respond(body, status)),
+        };
+        init?.signal?.addEventListener("abort", () => {
+          entry.aborted = true; // answering it later does nothing: it already rejected
+          reject(new DOMException("The operation was aborted.", "AbortError"));
+        });
+        waiting.push(entry);
+      });
+    }),
+  );
+  const held = (url: string | RegExp) => {
+    const hit = waiting.find((w) => !w.taken && (typeof url === "string" ? w.call.url === url : url.test(w.call.url)));
+    if (!hit) throw new Error(`no held fetch of ${String(url)} (held: ${waiting.filter((w) => !w.taken).map((w) => w.call.url).join(", ")})`);
+    hit.taken = true;
+    return hit;
+  };
+  return { calls, held };
+}
