@@ -170,6 +170,7 @@ describe("live training state", () => {
     );
     await waitFor(() => expect(screen.getByTestId("chart").dataset.points).toBe("1"));
     expect(screen.queryByTestId("plan")).toBeNull(); // nothing reported yet
+    await settle(); // the mount's own fetches (e.g. the stored sample rounds) land first
     const fetchesBefore = calls.length;
     const trial = { base_precision: "bf16", offload_blocks: 0, micro_batch_size: 1, note: null };
     act(() =>
