@@ -12,6 +12,8 @@ CASES (each a file holding denoiser AND text-encoder layers, in the kohya layout
   layer at alpha = 2 x rank: tests/unit/lora/te_files.py) through `lora convert --to kohya`.
 - "flux-convert": OneTrainer's FLUX.1 file (transformer + CLIP-L + T5's every Linear) through
   `lora convert --to kohya`.
+- "chroma-convert": OneTrainer's Chroma file (transformer + its one encoder, T5, under OneTrainer's
+  `lora_te_`) through `lora convert --to kohya` (T5 written as `lora_te1_`).
 For the converted files the expected change is the source file's own (2 x up @ down per layer),
 computed from the builder's tensors, never from the converted file.
 
@@ -49,8 +51,9 @@ from lorastudio.lora.text_encoder_names import ENCODERS, file_module
 COMFY_ENCODERS = {
     "sdxl": {"text_encoder": "clip_l", "text_encoder_2": "clip_g"},
     "flux": {"text_encoder": "clip_l", "text_encoder_2": "t5xxl"},
+    "chroma": {"text_encoder": "t5xxl"},  # ComfyUI's Chroma CLIP: T5 alone (pixart_t5's "t5xxl")
 }
-TE_CASES = ("sdxl-trained", "sdxl-convert", "flux-convert")
+TE_CASES = ("sdxl-trained", "sdxl-convert", "flux-convert", "chroma-convert")
 
 
 def _named(component_changes: dict[str, dict[str, torch.Tensor]], family: str) -> dict[str, torch.Tensor]:
@@ -142,7 +145,7 @@ def converted_case(
 ) -> tuple[Path, Path, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(OneTrainer's file converted by `lora convert --to kohya`, tiny model, denoiser change,
     text encoders' change), the changes from the builder's own tensors."""
-    from tests.unit.lora.te_files import flux_files, sdxl_files
+    from tests.unit.lora.te_files import chroma_files, flux_files, sdxl_files
 
     from lorastudio.generate import load_pipeline
     from lorastudio.lora.files import convert_file
@@ -154,7 +157,7 @@ def converted_case(
         theirs, ours = sdxl_files(pipe)
         t5: dict[str, torch.Tensor] = {}
     else:
-        theirs, ours, t5 = flux_files(pipe)
+        theirs, ours, t5 = flux_files(pipe) if family == "flux" else chroma_files(pipe)
     src, dst = work / f"onetrainer-{family}.safetensors", work / f"kohya-{family}.safetensors"
     save_file(theirs, str(src))
     convert_file(src, dst, "kohya", family)
@@ -164,7 +167,8 @@ def converted_case(
             head, _, module = key.removesuffix(".lora_A.weight").partition(".")
             b = ours[key.replace(".lora_A.", ".lora_B.")]
             changes.setdefault(head, {})[f"{module}.weight"] = b @ a  # [out, in]
-    changes.setdefault("text_encoder_2", {}).update({f"{m}.weight": d for m, d in t5.items()})
+    t5_component = "text_encoder" if family == "chroma" else "text_encoder_2"
+    changes.setdefault(t5_component, {}).update({f"{m}.weight": d for m, d in t5.items()})
     denoiser = changes.pop("unet" if family == "sdxl" else "transformer")
     return dst, model, denoiser, _named(changes, family)
 

@@ -40,7 +40,7 @@ from lorastudio.lora.metadata import (
     modelspec_metadata,
 )
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
-from lorastudio.lora.text_encoder_names import NOT_DIFFUSERS, is_text_encoder_key
+from lorastudio.lora.text_encoder_names import KOHYA_PREFIX, NOT_DIFFUSERS, is_text_encoder_key
 from lorastudio.lora.text_encoders import (
     folded_peft,
     split_text_encoders,
@@ -346,7 +346,7 @@ def with_text_encoders(
     the file `tensors` come from (a diffusers file's adapter config gives its encoders' alpha).
     Raises ConfigError for a key of neither layout, of no layer of the family's encoders, of a
     family that takes none, or (to diffusers) of an encoder no diffusers-layout name is read for
-    (FLUX.1's T5: text_encoder_names.NOT_DIFFUSERS)."""
+    (FLUX.1's and Chroma's T5: text_encoder_names.NOT_DIFFUSERS)."""
     from peft import LoraConfig
 
     folded = _folded_text_encoders(tensors, source_metadata, family)
@@ -360,8 +360,8 @@ def with_text_encoders(
                     "to",
                     f"{family}'s {unread[0].partition('.')[0]} layers ({unread[0].removesuffix('.lora_A.weight')}"
                     f"{' ...' if len(unread) > 2 else ''}) have no diffusers-layout name any loader reads"
-                    " (diffusers' pipeline loads a LoRA into the transformer and CLIP-L only; ComfyUI reads"
-                    " T5 under kohya's lora_te2_ names): keep the kohya layout (--to kohya)",
+                    f" (ComfyUI reads T5 under kohya's {KOHYA_PREFIX[unread[0].partition('.')[0]]} names, and"
+                    " generation merges it from them): keep the kohya layout (--to kohya)",
                 )
             ]
         )
