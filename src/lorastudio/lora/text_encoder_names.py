@@ -36,7 +36,7 @@ spelling (`lora_te_` and `lora_te1_` name text_encoder, `lora_te2_` text_encoder
 diffusers one. Written: kohya `lora_te1_` / `lora_te2_` (what ComfyUI reads, for T5 too);
 diffusers `text_encoder.` / `text_encoder_2.`, except FLUX.1's T5, which no diffusers loader
 and no ComfyUI map reads under that name, and Chroma's T5, which ComfyUI reads under no such name
-(lora/files.with_text_encoders refuses both; generation merges T5's layers itself).
+(lora/text_encoder_files.with_text_encoders refuses both; generation merges T5's layers itself).
 Refused, naming the key and the reason (refusal): every other family's text-encoder keys
 (Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3, ...): their pipelines load LoRAs into the
 denoiser only, and convert would write names no loader reads; nothing is dropped silently.

@@ -31,14 +31,14 @@ def _changes(path: Path, family: str) -> dict[str, torch.Tensor]:
     """{layer: its weight change} of a LoRA file, every layer (denoiser and text encoders)."""
     tensors, header = read_lora_file(path)
     denoiser, encoders = split_text_encoders(tensors)
-    lora = peft_from_file(denoiser, header, family)
-    scale = lora.alpha / lora.rank
+    lora = peft_from_file(denoiser, header, family) if denoiser else None  # none: encoders alone
+    scale = lora.alpha / lora.rank if lora is not None else 1.0
     out = {}
-    for part in (lora.tensors, folded_peft(encoders, header, family)):
+    for part in ({} if lora is None else lora.tensors, folded_peft(encoders, header, family)):
         for key, a in part.items():
             if key.endswith(".lora_A.weight"):
                 module = key.removesuffix(".lora_A.weight")
-                s = scale if part is lora.tensors else 1.0
+                s = scale if lora is not None and part is lora.tensors else 1.0
                 out[module] = s * (part[f"{module}.lora_B.weight"] @ a)  # [out, in]
     return out
 
