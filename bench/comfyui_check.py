@@ -12,7 +12,9 @@ bench/comfyui_side.py, which runs ComfyUI's code (its docstring says which funct
 small stub) in a separate process: nothing of lorastudio is imported there, and ComfyUI's
 modules never share a process with diffusers. Every patched weight must equal the trained one
 within the case's tolerance (TOLERANCE: relative to the largest change of the layer) and no key
-may be left unloaded. Prints one line per case and a JSON summary.
+may be left unloaded. Prints one line per case and a JSON summary. Files with text-encoder layers
+(CLIP-L, CLIP-G, T5) go through ComfyUI's CLIP loading too in bench/comfyui_te_check.py
+(write_given + run_side here, comfyui_side.text_encoders there).
 
 ComfyUI is not on PyPI: give a checkout (`fetch` of Comfy-Org/ComfyUI or a fork that merges it;
 checked with v0.19.3, upstream commit 3086026401180c9216bcb6ace442a4e3587d2c66, e.g. from the

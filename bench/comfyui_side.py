@@ -37,6 +37,11 @@ written by the caller and checked to name every weight). torchvision and torchau
 installed, are replaced by an absent module (_ABSENT_IF_MISSING: only models never built here
 use them).
 Model management runs for real with --cpu.
+With case.json's "clip" (bench/comfyui_te_check.py) the text encoders load too: a comfy.sd.CLIP
+made without its constructor whose cond_stage_model holds te_base.safetensors at ComfyUI's names
+(`text_encoders`), handed to load_lora_for_models beside the model (the LoraLoader node's call,
+model_lora_keys_clip included); its patched weights are compared with te_expected.safetensors
+like the denoiser's.
 """
 
 from __future__ import annotations

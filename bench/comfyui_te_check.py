@@ -26,10 +26,14 @@ T5 module built from the tiny config). Every patched weight must equal the expec
 within 1e-4 of the layer's largest change), no key may be left unloaded, and nothing else may
 change.
 
-Result (ComfyUI v0.19.3, upstream 30860264): all three cases load every key (sdxl-trained: U-Net,
-CLIP-L, CLIP-G; sdxl-convert: CLIP-G's `lora_te2_text_projection` too; flux-convert: T5's
-`lora_te2_encoder_block_N_...` as ComfyUI's "OneTrainer Flux" entry maps it), every patched weight
-the expected change (worst relative error printed per case; fp32 rounding only).
+Result (ComfyUI v0.19.3, upstream 30860264): every case loads every key (sdxl-trained: U-Net,
+CLIP-L, CLIP-G, 136 + 16 weights patched; sdxl-convert: CLIP-G's `lora_te2_text_projection` too;
+flux-convert: T5's `lora_te2_encoder_block_N_...` as ComfyUI's "OneTrainer Flux" entry maps it;
+chroma-convert: T5 as `lora_te1_...`, ComfyUI's name for a model whose CLIP is T5 alone), every
+patched weight the expected change within fp32 rounding (worst measured 1.5e-8 of the layer's
+largest change); lorastudio's writer needed no change. The counter-example: OneTrainer's own
+Chroma file (`lora_te_` + T5's name, its wrapper's prefix) leaves every T5 key unloaded in ComfyUI
+(`onetrainer_case`); `lora convert --to kohya` of it loads.
 """
 
 from __future__ import annotations
@@ -171,6 +175,16 @@ def converted_case(
     changes.setdefault(t5_component, {}).update({f"{m}.weight": d for m, d in t5.items()})
     denoiser = changes.pop("unet" if family == "sdxl" else "transformer")
     return dst, model, denoiser, _named(changes, family)
+
+
+def onetrainer_case(comfyui: Path, work: Path, pythonpath: str | None) -> dict[str, Any]:
+    """comfyui_side.py's result on OneTrainer's own Chroma file (unconverted: T5 as `lora_te_`)."""
+    _, model, change, te_change = converted_case("chroma", work)
+    src = work / "onetrainer-chroma.safetensors"
+    folder = write_te_case(
+        "chroma", work / "cases" / "onetrainer", "onetrainer", src, model, change, te_change
+    )
+    return run_side(folder, comfyui, pythonpath, "chroma", "onetrainer")
 
 
 def check_te_case(case: str, comfyui: Path, work: Path, pythonpath: str | None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from bench.comfyui_check import TOLERANCE
-from bench.comfyui_te_check import TE_CASES, check_te_case
+from bench.comfyui_te_check import TE_CASES, check_te_case, onetrainer_case
 from safetensors.torch import load_file
 
 COMFYUI = Path(os.environ.get("LORASTUDIO_COMFYUI", "/nonexistent"))
@@ -31,6 +31,7 @@ ENCODERS = {
     "sdxl-trained": {"clip_l.transformer.", "clip_g.transformer."},
     "sdxl-convert": {"clip_l.transformer.", "clip_g.transformer."},
     "flux-convert": {"clip_l.transformer.", "t5xxl.transformer."},
+    "chroma-convert": {"t5xxl.transformer."},
 }
 
 
@@ -45,7 +46,8 @@ def test_comfyui_maps_every_text_encoder_key_onto_its_weight_at_the_trained_chan
     patched = result["text_encoder_patched"]
     assert {p for p in ENCODERS[case] if any(k.startswith(p) for k in patched)} == ENCODERS[case]
     keys = load_file(result["lora"])
-    assert {k.split("_")[1] for k in keys if k.startswith("lora_te")} == {"te1", "te2"}
+    want = {"te1"} if case.startswith("chroma") else {"te1", "te2"}
+    assert {k.split("_")[1] for k in keys if k.startswith("lora_te")} == want
     downs = [k.removesuffix(".lora_down.weight") for k in keys if k.endswith(".lora_down.weight")]
     assert all(f"{name}.alpha" in keys for name in downs)  # alpha != rank here: ComfyUI reads it
     if case == "sdxl-convert":  # CLIP-G's projection, OneTrainer's name ComfyUI maps
@@ -55,3 +57,12 @@ def test_comfyui_maps_every_text_encoder_key_onto_its_weight_at_the_trained_chan
     if case == "sdxl-trained":  # the save-time check agrees
         sidecar = json.loads(Path(result["lora"]).with_suffix(".json").read_text())
         assert sidecar["loaders"]["comfyui"]["ok"], sidecar["loaders"]["comfyui"]
+
+
+def test_onetrainers_own_chroma_file_leaves_its_t5_keys_unloaded_in_comfyui(tmp_path):
+    """The counter-example: OneTrainer's Chroma wrapper writes T5 as `lora_te_`, which ComfyUI's
+    Chroma map (T5 alone: `lora_te1_`) does not name; the converted file above loads."""
+    result = onetrainer_case(COMFYUI, tmp_path, DEPS)
+    assert result["ok"] is False and result["patched_text_encoder_weights"] == 0
+    unloaded = {line.rsplit(" ", 1)[-1] for line in result["not_loaded"]}
+    assert unloaded and all(k.startswith("lora_te_encoder_block_") for k in unloaded)

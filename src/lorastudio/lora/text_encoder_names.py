@@ -8,7 +8,8 @@ Layouts that exist (a layer = `<name>.lora_down.weight` / `.lora_up.weight` / `.
   `lora_te1_` + CLIP-L's module name with "_" for "." (`lora_te1_text_model_encoder_layers_0_
   self_attn_q_proj`), `lora_te2_` + CLIP-G's (SDXL): layers b < 32, q/k/v/out_proj, mlp.fc1/fc2.
   ComfyUI also maps T5 (`t5xxl`) beside CLIP-L and no CLIP-G, FLUX.1's pair, as `lora_te2_` + T5's
-  module name (its "OneTrainer Flux" entry; `lora_te3_` with CLIP-G too, SD3),
+  module name (its "OneTrainer Flux" entry; `lora_te3_` with CLIP-G too, SD3; `lora_te1_` where
+  T5 is the model's only encoder, as in ComfyUI's Chroma and PixArt),
   `lora_te1_text_projection` / `lora_te2_text_projection` (OneTrainer's CLIP projections), for a
   model of one Llama-like encoder `lora_te_` + its `model.`-less name (kohya's Anima), and
   `text_encoders.<ComfyUI's own weight name>` (its generic spelling).
@@ -17,8 +18,9 @@ Layouts that exist (a layer = `<name>.lora_down.weight` / `.lora_up.weight` / `.
   LoRAModuleWrapper prefix, "_" for ".": SDXL `lora_te1_` (CLIP-L) and `lora_te2_` (CLIP-G, its
   `text_projection` included); FLUX.1 `lora_te1_` (CLIP-L) and `lora_te2_` (T5:
   `encoder_block_N_layer_0_SelfAttention_q|k|v|o`, `encoder_block_N_layer_1_DenseReluDense_
-  wi_0|wi_1|wo`); Qwen-Image, Z-Image and the other one-encoder models `lora_te_` + the LLM's
-  names. The OMI layout (`clip_l.`, `clip_g.`, `t5.` + dotted names) is not read (refused as a
+  wi_0|wi_1|wo`); Chroma `lora_te_` + T5's names (ComfyUI v0.19.3 maps none of them:
+  bench/comfyui_te_check.py); Qwen-Image, Z-Image and the other one-encoder models `lora_te_` +
+  the LLM's names. The OMI layout (`clip_l.`, `clip_g.`, `t5.` + dotted names) is not read (refused as a
   key of no layout, by lora/files.detect_layout).
 - diffusers: its own files `text_encoder.<module>` / `text_encoder_2.<module>` + lora_A / lora_B;
   it converts SDXL's `lora_te_` / `lora_te1_` / `lora_te2_` (`_convert_non_diffusers_lora_to_
