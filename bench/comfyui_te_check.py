@@ -12,6 +12,8 @@ CASES (each a file holding denoiser AND text-encoder layers, in the kohya layout
   layer at alpha = 2 x rank: tests/unit/lora/te_files.py) through `lora convert --to kohya`.
 - "flux-convert": OneTrainer's FLUX.1 file (transformer + CLIP-L + T5's every Linear) through
   `lora convert --to kohya`.
+- "flux-te-only": the FLUX.1 file's CLIP-L and T5 layers alone (no denoiser part) through
+  `lora convert --to kohya --family flux`.
 - "chroma-convert": OneTrainer's Chroma file (transformer + its one encoder, T5, under OneTrainer's
   `lora_te_`) through `lora convert --to kohya` (T5 written as `lora_te1_`).
 For the converted files the expected change is the source file's own (2 x up @ down per layer),
@@ -29,7 +31,8 @@ change.
 Result (ComfyUI v0.19.3, upstream 30860264): every case loads every key (sdxl-trained: U-Net,
 CLIP-L, CLIP-G, 136 + 16 weights patched; sdxl-convert: CLIP-G's `lora_te2_text_projection` too;
 flux-convert: T5's `lora_te2_encoder_block_N_...` as ComfyUI's "OneTrainer Flux" entry maps it;
-chroma-convert: T5 as `lora_te1_...`, ComfyUI's name for a model whose CLIP is T5 alone), every
+chroma-convert: T5 as `lora_te1_...`, ComfyUI's name for a model whose CLIP is T5 alone;
+flux-te-only: CLIP-L and T5 with no denoiser part), every
 patched weight the expected change within fp32 rounding (worst measured 1.5e-8 of the layer's
 largest change); lorastudio's writer needed no change. The counter-example: OneTrainer's own
 Chroma file (`lora_te_` + T5's name, its wrapper's prefix) leaves every T5 key unloaded in ComfyUI
@@ -57,7 +60,7 @@ COMFY_ENCODERS = {
     "flux": {"text_encoder": "clip_l", "text_encoder_2": "t5xxl"},
     "chroma": {"text_encoder": "t5xxl"},  # ComfyUI's Chroma CLIP: T5 alone (pixart_t5's "t5xxl")
 }
-TE_CASES = ("sdxl-trained", "sdxl-convert", "flux-convert", "chroma-convert")
+TE_CASES = ("sdxl-trained", "sdxl-convert", "flux-convert", "chroma-convert", "flux-te-only")
 
 
 def _named(component_changes: dict[str, dict[str, torch.Tensor]], family: str) -> dict[str, torch.Tensor]:
@@ -145,7 +148,7 @@ def trained_case(work: Path) -> tuple[Path, Path, dict[str, torch.Tensor], dict[
 
 
 def converted_case(
-    family: str, work: Path
+    family: str, work: Path, encoders_only: bool = False
 ) -> tuple[Path, Path, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(OneTrainer's file converted by `lora convert --to kohya`, tiny model, denoiser change,
     text encoders' change), the changes from the builder's own tensors."""
@@ -163,6 +166,8 @@ def converted_case(
     else:
         theirs, ours, t5 = flux_files(pipe) if family == "flux" else chroma_files(pipe)
     src, dst = work / f"onetrainer-{family}.safetensors", work / f"kohya-{family}.safetensors"
+    if encoders_only:  # the text encoders' layers alone
+        theirs = {k: v for k, v in theirs.items() if k.startswith("lora_te")}
     save_file(theirs, str(src))
     convert_file(src, dst, "kohya", family)
     changes: dict[str, dict[str, torch.Tensor]] = {}
@@ -174,6 +179,8 @@ def converted_case(
     t5_component = "text_encoder" if family == "chroma" else "text_encoder_2"
     changes.setdefault(t5_component, {}).update({f"{m}.weight": d for m, d in t5.items()})
     denoiser = changes.pop("unet" if family == "sdxl" else "transformer")
+    if encoders_only:
+        denoiser = {}
     return dst, model, denoiser, _named(changes, family)
 
 
@@ -191,7 +198,9 @@ def check_te_case(case: str, comfyui: Path, work: Path, pythonpath: str | None) 
     """Build, write and run one of TE_CASES; returns comfyui_side.py's result."""
     family = case.split("-")[0]
     lora, model, change, te_change = (
-        trained_case(work) if case == "sdxl-trained" else converted_case(family, work)
+        trained_case(work)
+        if case == "sdxl-trained"
+        else converted_case(family, work, encoders_only=case.endswith("te-only"))
     )
     folder = write_te_case(family, work / "cases" / case, case, lora, model, change, te_change)
     return run_side(folder, comfyui, pythonpath, family, case)
