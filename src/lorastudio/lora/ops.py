@@ -135,7 +135,8 @@ def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
 def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
     """(LoRA, carried header: lorastudio.* and modelspec.architecture) of a file whose `_facts`
     passed. A file's text-encoder layers (SDXL's train_text_encoder, kohya's and OneTrainer's
-    lora_te1_ / lora_te2_ of SDXL and FLUX.1: lora/text_encoder_names.py) come along in peft
+    lora_te_ / lora_te1_ / lora_te2_ of SDXL, FLUX.1 and Chroma: lora/text_encoder_names.py;
+    a file of them alone too) come along in peft
     naming ("text_encoder.<module>.lora_A.weight"), with the denoiser's strength and theirs
     folded into lora_B (alpha = rank): merge and resize treat them as any layer.
     Raises ConfigError for a text-encoder key of neither layout, of no layer of the family's
