@@ -17,7 +17,9 @@ CASES (each a file holding denoiser AND text-encoder layers, in the kohya layout
 - "chroma-convert": OneTrainer's Chroma file (transformer + its one encoder, T5, under OneTrainer's
   `lora_te_`) through `lora convert --to kohya` (T5 written as `lora_te1_`).
 For the converted files the expected change is the source file's own (2 x up @ down per layer),
-computed from the builder's tensors, never from the converted file.
+computed from the builder's tensors, never from the converted file (which folds that alpha / rank
+into lora_up and records alpha = rank; the trained file keeps alpha 8 at rank 4 in every encoder
+layer, so ComfyUI's alpha / rank scale is checked there).
 
 comfyui_side.py then runs ComfyUI's `load_lora_for_models(model, clip, lora, 1.0, 1.0)` (the
 LoraLoader node's call: model_lora_keys_unet + model_lora_keys_clip + convert_lora + load_lora +
