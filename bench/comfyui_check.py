@@ -12,7 +12,9 @@ bench/comfyui_side.py, which runs ComfyUI's code (its docstring says which funct
 small stub) in a separate process: nothing of lorastudio is imported there, and ComfyUI's
 modules never share a process with diffusers. Every patched weight must equal the trained one
 within the case's tolerance (TOLERANCE: relative to the largest change of the layer) and no key
-may be left unloaded. Prints one line per case and a JSON summary.
+may be left unloaded. Prints one line per case and a JSON summary. Files with text-encoder layers
+(CLIP-L, CLIP-G, T5) go through ComfyUI's CLIP loading too in bench/comfyui_te_check.py
+(write_given + run_side here, comfyui_side.text_encoders there).
 
 ComfyUI is not on PyPI: give a checkout (`fetch` of Comfy-Org/ComfyUI or a fork that merges it;
 checked with v0.19.3, upstream commit 3086026401180c9216bcb6ace442a4e3587d2c66, e.g. from the
@@ -201,12 +203,34 @@ def file_kinds(lora: Path) -> dict[str, int]:
 def write_case(family: str, work: Path, case: str = "lora", lora_format: str | None = None) -> Path:
     """Train, then write the case folder comfyui_side.py reads."""
     lora, model, change = train_case(family, work, case, lora_format)
+    dtype = CASES[case].get("save_dtype", "fp32")
+    return write_given(
+        family,
+        work / "cases" / f"{family}-{case}-{lora_format or 'default'}",
+        case,
+        lora,
+        model,
+        change,
+        dtype,
+    )
+
+
+def write_given(
+    family: str,
+    folder: Path,
+    case: str,
+    lora: Path,
+    model: Path,
+    change: dict[str, torch.Tensor],
+    dtype: str = "fp32",
+) -> Path:
+    """Write the case folder comfyui_side.py reads for the file `lora` on the tiny `model` whose
+    denoiser it changes by `change` ({diffusers weight name: change})."""
     spec = families.get(family).spec
     base: dict[str, torch.Tensor] = {}
     for f in sorted((model / spec.denoiser).glob("*.safetensors")):
         base.update(load_file(str(f)))
     cls, kind = COMFY_MODEL[family]
-    dtype = CASES[case].get("save_dtype", "fp32")
     case_json: dict[str, Any] = {
         "family": family,
         "case": case,
@@ -229,7 +253,6 @@ def write_case(family: str, work: Path, case: str = "lora", lora_format: str | N
             "depth_single_blocks": len({k.split(".")[1] for k in base if k.startswith("single_blocks.")}),
             "hidden_size": base["img_in.weight"].shape[0] if "img_in.weight" in base else 0,
         }
-    folder = work / "cases" / f"{family}-{case}-{lora_format or 'default'}"
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in base.items()}, str(folder / "base.safetensors"))
     save_file({k: v.contiguous() for k, v in change.items()}, str(folder / "expected.safetensors"))
@@ -248,7 +271,11 @@ def check_family(
     """Train, write and run one family's `case` (CASES); returns comfyui_side.py's result."""
     if family in NOT_IN_COMFYUI:
         return {"family": family, "case": case, "ok": None, "skipped": NOT_IN_COMFYUI[family]}
-    folder = write_case(family, work, case, lora_format)
+    return run_side(write_case(family, work, case, lora_format), comfyui, pythonpath, family, case)
+
+
+def run_side(folder: Path, comfyui: Path, pythonpath: str | None, family: str, case: str) -> dict[str, Any]:
+    """comfyui_side.py's result on the case `folder` (in a process of its own)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath

@@ -37,6 +37,11 @@ written by the caller and checked to name every weight). torchvision and torchau
 installed, are replaced by an absent module (_ABSENT_IF_MISSING: only models never built here
 use them).
 Model management runs for real with --cpu.
+With case.json's "clip" (bench/comfyui_te_check.py) the text encoders load too: a comfy.sd.CLIP
+made without its constructor whose cond_stage_model holds te_base.safetensors at ComfyUI's names
+(`text_encoders`), handed to load_lora_for_models beside the model (the LoraLoader node's call,
+model_lora_keys_clip included); its patched weights are compared with te_expected.safetensors
+like the denoiser's.
 """
 
 from __future__ import annotations
@@ -108,16 +113,22 @@ def import_comfy(root: Path) -> types.SimpleNamespace:
     import comfy.cli_args
 
     comfy.cli_args.args.cpu = True
+    import comfy.clip_model
     import comfy.lora
     import comfy.lora_convert
     import comfy.model_base
     import comfy.model_detection
     import comfy.model_management
     import comfy.model_patcher
+    import comfy.ops
     import comfy.sd
+    import comfy.text_encoders.t5
     import comfy.utils
 
     return types.SimpleNamespace(
+        clip_model=comfy.clip_model,
+        t5=comfy.text_encoders.t5,
+        ops=comfy.ops,
         base=comfy.model_base,
         detection=comfy.model_detection,
         patcher=comfy.model_patcher,
@@ -163,6 +174,67 @@ def native_weights(comfy: Any, case: dict[str, Any], weights: dict[str, Any]) ->
     return converted
 
 
+def _encoder_names(comfy: Any, kind: str, config: dict[str, Any]) -> set[str]:
+    """The state-dict names of ComfyUI's own encoder module of `kind` (clip_l / clip_g:
+    comfy.clip_model.CLIPTextModel; t5xxl: comfy.text_encoders.t5.T5) built on the meta device
+    from the tiny encoder's transformers config (ComfyUI's own configs are that format)."""
+    import torch
+
+    ops = comfy.ops.disable_weight_init
+    if kind == "t5xxl":
+        # transformers names the tanh GELU "gelu_new", ComfyUI (t5_config_xxl.json) "gelu_pytorch_tanh"
+        config = {"is_gated_act": True, "model_type": "t5", **config, "dense_act_fn": "gelu_pytorch_tanh"}
+        module = comfy.t5.T5(config, torch.float32, "meta", ops)
+    else:
+        module = comfy.clip_model.CLIPTextModel(config, torch.float32, "meta", ops)
+    return set(module.state_dict())
+
+
+def text_encoders(comfy: Any, case: dict[str, Any], case_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """(a comfy.sd.CLIP whose cond_stage_model holds the tiny encoders' weights, {ComfyUI weight
+    name: expected change}) from te_base / te_expected.safetensors ("<component>.<HF name>").
+    Each encoder sits at "<kind>.transformer.<HF name>" (clip_l / clip_g / t5xxl: the names
+    ComfyUI's SDXL and FLUX.1 text-encoder models give their weights, which model_lora_keys_clip
+    reads), every changed weight checked to be a name of ComfyUI's own encoder module
+    (_encoder_names); the CLIP object is made without its constructor (it would build the real
+    encoders and tokenizers), holding what load_lora_for_models and clone use."""
+    from safetensors.torch import load_file
+
+    base, change = (
+        load_file(str(case_dir / "te_base.safetensors")),
+        load_file(str(case_dir / "te_expected.safetensors")),
+    )
+    weights, expected = {}, {}
+    for component, spec in case["clip"].items():
+        names = _encoder_names(comfy, spec["kind"], spec["config"])
+        own = f"{component}."
+        for key, value in base.items():
+            if not key.startswith(own):
+                continue
+            name = key.removeprefix(own)
+            moved = key in change and bool(change[key].abs().max() > 0)
+            if name not in names:
+                if moved:
+                    raise SystemExit(f"ComfyUI's {spec['kind']} has no weight {name} (trained: {key})")
+                continue
+            weights[f"{spec['kind']}.transformer.{name}"] = value
+            if moved:
+                expected[f"{spec['kind']}.transformer.{name}"] = change[key]
+    cond = _tree(weights)
+    clip = comfy.sd.CLIP(no_init=True)
+    clip.cond_stage_model = cond
+    clip.patcher = comfy.patcher.ModelPatcher(cond, load_device=cond_device(), offload_device=cond_device())
+    clip.tokenizer, clip.layer_idx, clip.tokenizer_options = None, None, {}
+    clip.use_clip_schedule, clip.apply_hooks_to_conds = False, None
+    return clip, expected
+
+
+def cond_device() -> Any:
+    import torch
+
+    return torch.device("cpu")
+
+
 def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
     """Load the case's LoRA with ComfyUI's loader; compare every patched weight (module docstring)."""
     import torch
@@ -201,10 +273,18 @@ def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
     warnings: list[str] = []
     handler = _Collect(warnings)
     logging.getLogger().addHandler(handler)
+    clip, clip_expected = (None, {}) if "clip" not in case else text_encoders(comfy, case, case_dir)
     try:  # patch_weight_to_device is where ComfyUI's adapters compute (and log a failed patch)
-        patched, _ = comfy.sd.load_lora_for_models(patcher, None, lora, case.get("strength", 1.0), 0)
+        patched, patched_clip = comfy.sd.load_lora_for_models(
+            patcher, clip, lora, case.get("strength", 1.0), case.get("strength", 1.0) if clip else 0
+        )
         prefixed = {"diffusion_model." + k: v for k, v in expected.items()}
         errors, worst = compare(comfy, model, patched, prefixed, tolerance)
+        if clip is not None:
+            clip_errors, clip_worst = compare(
+                comfy, clip.cond_stage_model, patched_clip.patcher, clip_expected, tolerance
+            )
+            errors, worst = errors + clip_errors, max(worst, clip_worst)
     finally:
         logging.getLogger().removeHandler(handler)
     return {
@@ -216,12 +296,15 @@ def run_case(comfy: Any, case_dir: Path) -> dict[str, Any]:
         "lora_keys": len(lora),
         "patched_weights": len(patched.patches),
         "expected_weights": len(expected),
+        "patched_text_encoder_weights": len(patched_clip.patcher.patches) if clip is not None else 0,
+        "expected_text_encoder_weights": len(clip_expected),
+        "text_encoder_patched": sorted(patched_clip.patcher.patches) if clip is not None else [],
         "conv_weights": sum(1 for v in expected.values() if v.dim() == 4),
         "not_loaded": [w for w in warnings if "not loaded" in w.lower()],
         "comfy_errors": [w for w in warnings if "not loaded" not in w.lower()],
         "errors": errors,
         "worst_relative_error": worst,
-        "ok": not warnings and not errors and len(expected) > 0,
+        "ok": not warnings and not errors and len(expected) + len(clip_expected) > 0,
     }
 
 

@@ -5,7 +5,8 @@ lorastudio's readers do:
   for unknown modules; its FLUX.1 reader names attention layers only, and fails on a single
   block's proj_out / proj_mlp / norm or a double block's MLP).
 - FLUX.1 files with T5 layers (OneTrainer's `lora_te2_encoder_block_N_…`, which ComfyUI reads as
-  T5's): diffusers' FluxPipeline loads a LoRA into the transformer and CLIP-L only (its converter
+  T5's), and Chroma files with its one encoder's, T5's (`lora_te_` / `lora_te1_`: merged the same
+  way; diffusers' kohya reader would take `lora_te1_` for CLIP-L's): diffusers' FluxPipeline loads a LoRA into the transformer and CLIP-L only (its converter
   drops `lora_te2_` keys of an sd-scripts file with a warning and fails an assertion on those of
   a OneTrainer file). The transformer and CLIP-L layers are loaded as the diffusers state dict
   lorastudio's readers give; the T5 layers are merged into T5's weights at the strength, as

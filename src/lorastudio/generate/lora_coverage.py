@@ -5,7 +5,7 @@ gives each pipeline component the keys under its prefix (`transformer.`, `unet.`
 `text_encoder.` ...): keys of a module the component lacks are only logged ("unexpected keys"),
 and keys of a component the pipeline puts no LoRA on (FLUX.1's T5, Qwen-Image's text encoder) are
 dropped without a word. The image would then be rendered with part of the LoRA. (Those two are
-handled before the load: generate/foreign_loras.py merges FLUX.1's T5 layers and refuses a
+handled before the load: generate/foreign_loras.py merges FLUX.1's and Chroma's T5 layers and refuses a
 family's text-encoder layers it takes none of.)
 
     with converted_layers(pipe) as layers:

@@ -195,7 +195,7 @@ def apply_loras(
             if foreign is None or foreign.state:
                 with converted_layers(pipe) as layers:  # the load's own conversion, for the check
                     pipe.load_lora_weights(str(path) if foreign is None else foreign.state, adapter_name=name)
-            if foreign is not None and foreign.merged:  # FLUX.1's T5: merged at its strength
+            if foreign is not None and foreign.merged:  # FLUX.1's / Chroma's T5: merged at its strength
                 merge_layers(pipe, Path(path), foreign.merged, float(scale))
         except ModelSourceError:
             _unload(pipe)

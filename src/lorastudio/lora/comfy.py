@@ -54,7 +54,8 @@ Krea 2 is not in v0.19.3: its rules are those of ComfyUI v0.33.0 (upstream commi
                 original names
 and bench/comfyui_check.py ran that ComfyUI's loader on its files too (every adapter kind, both
 layouts: COMFYUI_LOADER_KREA2). The sidecar names that check for the families it covers
-(COMFYUI_LOADER_CHECKED, comfyui_loader).
+(COMFYUI_LOADER_CHECKED, comfyui_loader); for a file with text-encoder layers, for the kohya
+layout, whose CLIP / T5 keys bench/comfyui_te_check.py ran through ComfyUI's CLIP loading.
 
 The model's weights are named here from the diffusers model (module -> weight shape) through
 `lorastudio.lora.names`; shapes are checked too (ComfyUI would fail to patch a wrong shape).

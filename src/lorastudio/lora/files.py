@@ -40,13 +40,9 @@ from lorastudio.lora.metadata import (
     modelspec_metadata,
 )
 from lorastudio.lora.names import ALPHA_IN_B, kohya_layout
-from lorastudio.lora.text_encoder_names import NOT_DIFFUSERS, is_text_encoder_key
+from lorastudio.lora.text_encoder_names import is_text_encoder_key
 from lorastudio.lora.text_encoders import (
-    folded_peft,
     split_text_encoders,
-    to_diffusers_tensors,
-    to_kohya_tensors,
-    with_adapter_metadata,
 )
 from lorastudio.user_paths import MAX_NAME_BYTES, output_file_problem, publish_file
 
@@ -78,11 +74,20 @@ def detect_layout(tensors: Mapping[str, object]) -> Layout:
     text-encoder keys beside them in the same layout (text_encoder. / lora_te1_ ...: read or
     refused by lora/text_encoders.folded_peft), told by the key names alone (a header's tensors
     will do).
+    A file of text-encoder layers alone has theirs.
     Raises ModelSourceError for anything else (or a mix)."""
     keys = list(tensors)
     encoders = [k for k in keys if is_text_encoder_key(k)]  # text-encoder LoRA beside the denoiser's
     denoiser = [k for k in keys if not is_text_encoder_key(k)]
     kohya_te = any(not k.startswith(_DIFFUSERS_TE) for k in encoders)
+    if encoders and not denoiser:  # text-encoder layers alone: their layout
+        return (
+            "kohya"
+            if all(not k.startswith(_DIFFUSERS_TE) for k in encoders)
+            else "diffusers"
+            if not kohya_te
+            else _mixed()
+        )
     if denoiser and all(k.startswith(("unet.", "transformer.")) and ".lora_" in k for k in denoiser):
         return "diffusers" if not kohya_te else _mixed()
     if denoiser and all(k.startswith(_KOHYA_DENOISER) for k in denoiser):
@@ -271,6 +276,9 @@ def file_for_layout(
     alpha from a diffusers file, then applies the same weight as diffusers."""
     info = {**info, PREFIX + "lora_format": layout}
     info = {**info, **modelspec_metadata(info)}  # the SAI model spec's keys, in every layout
+    if not lora.tensors:  # text-encoder layers alone (denoiser_part): with_text_encoders adds them
+        kohya = kohya_metadata(info, lora.rank, lora.rank) if layout == "kohya" else {}
+        return {}, {"format": "pt", **info, **kohya}
     if layout == "kohya":
         tensors = to_kohya(lora.tensors, family, lora.alpha, lora.rank)
         # a layout with alpha / rank folded into lora_B (Krea 2) holds alpha = rank, as a diffusers file
@@ -310,9 +318,11 @@ def convert_file(
     check_lora_file(src, family)  # a --family its header or layers contradict: generation's check
     source_layout = detect_layout(tensors)
     denoiser, text_encoders = split_text_encoders(tensors)  # text-encoder LoRA beside the denoiser's
+    from lorastudio.lora.text_encoder_files import denoiser_part, folded_text_encoders, with_text_encoders
+
     if text_encoders:  # refused (naming the key and why) before the denoiser's names are read
-        text_encoders = _folded_text_encoders(text_encoders, metadata, family)
-    lora = peft_from_file(denoiser, metadata, family)
+        text_encoders = folded_text_encoders(text_encoders, metadata, family)
+    lora = denoiser_part(denoiser, metadata, family, text_encoders)
     info = carried_header(metadata)
     info[PREFIX + "family"] = family
     out_tensors, header = file_for_layout(lora, family, to, info)
@@ -320,63 +330,3 @@ def convert_file(
         out_tensors, header = with_text_encoders(text_encoders, to, out_tensors, header, family=family)
     write_lora_file(dst, out_tensors, header, overwrite=overwrite)
     return source_layout
-
-
-def _folded_text_encoders(
-    tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None, family: str
-) -> dict[str, torch.Tensor]:
-    """folded_peft of a file's text-encoder keys; its ValueError as ConfigError (field lora)."""
-    try:
-        return folded_peft(tensors, metadata, family)
-    except ValueError as err:
-        raise ConfigError([FieldProblem("lora", str(err))]) from None
-
-
-def with_text_encoders(
-    tensors: Mapping[str, torch.Tensor],
-    to: Layout,
-    out: dict[str, torch.Tensor],
-    header: dict[str, str],
-    source_metadata: Mapping[str, str] | None = None,
-    family: str = "sdxl",
-) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """`out` / `header` with the text encoders' LoRA of a `family` file (`tensors`: either
-    layout, or peft naming with each module's strength folded into its lora_B) in layout `to`,
-    each module's strength folded into its lora_B (alpha = rank). `source_metadata`: the header of
-    the file `tensors` come from (a diffusers file's adapter config gives its encoders' alpha).
-    Raises ConfigError for a key of neither layout, of no layer of the family's encoders, of a
-    family that takes none, or (to diffusers) of an encoder no diffusers-layout name is read for
-    (FLUX.1's T5: text_encoder_names.NOT_DIFFUSERS)."""
-    from peft import LoraConfig
-
-    folded = _folded_text_encoders(tensors, source_metadata, family)
-    if to == "kohya":
-        return {**out, **to_kohya_tensors(folded, None, family)}, header
-    unread = sorted(k for k in folded if (family, k.partition(".")[0]) in NOT_DIFFUSERS)
-    if unread:
-        raise ConfigError(
-            [
-                FieldProblem(
-                    "to",
-                    f"{family}'s {unread[0].partition('.')[0]} layers ({unread[0].removesuffix('.lora_A.weight')}"
-                    f"{' ...' if len(unread) > 2 else ''}) have no diffusers-layout name any loader reads"
-                    " (diffusers' pipeline loads a LoRA into the transformer and CLIP-L only; ComfyUI reads"
-                    " T5 under kohya's lora_te2_ names): keep the kohya layout (--to kohya)",
-                )
-            ]
-        )
-    ranks = {v.shape[0] for k, v in folded.items() if k.endswith(".lora_A.weight")}
-    if len(ranks) != 1:
-        raise ConfigError(
-            [FieldProblem("lora", f"the text encoders' layers have several ranks {sorted(ranks)}")]
-        )
-    rank = ranks.pop()
-    targets = sorted(
-        {k.removesuffix(".lora_A.weight").rsplit(".", 1)[1] for k in folded if k.endswith(".lora_A.weight")}
-    )
-    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets).to_dict()
-    config["target_modules"] = targets
-    config["rank_pattern"] = {}
-    encoders = sorted({k.partition(".")[0] for k in folded})  # those the file holds
-    header = with_adapter_metadata(header, config, rank, ADAPTER_METADATA_KEY, encoders)
-    return {**out, **to_diffusers_tensors(folded, 1, 1.0, family)}, header

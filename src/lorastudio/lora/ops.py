@@ -34,12 +34,12 @@ from lorastudio.lora.files import (
     detect_layout,
     file_for_layout,
     peft_from_file,
-    with_text_encoders,
     write_lora_file,
 )
 from lorastudio.lora.header import check_lora_header, read_header
 from lorastudio.lora.metadata import PREFIX, carried_header
 from lorastudio.lora.names import kohya_layout
+from lorastudio.lora.text_encoder_files import denoiser_part, with_text_encoders
 from lorastudio.lora.text_encoders import folded_peft, split_text_encoders
 from lorastudio.user_paths import is_file
 
@@ -135,7 +135,8 @@ def _facts(path: Path, family: str | None) -> tuple[str, Layout]:
 def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
     """(LoRA, carried header: lorastudio.* and modelspec.architecture) of a file whose `_facts`
     passed. A file's text-encoder layers (SDXL's train_text_encoder, kohya's and OneTrainer's
-    lora_te1_ / lora_te2_ of SDXL and FLUX.1: lora/text_encoder_names.py) come along in peft
+    lora_te_ / lora_te1_ / lora_te2_ of SDXL, FLUX.1 and Chroma: lora/text_encoder_names.py;
+    a file of them alone too) come along in peft
     naming ("text_encoder.<module>.lora_A.weight"), with the denoiser's strength and theirs
     folded into lora_B (alpha = rank): merge and resize treat them as any layer.
     Raises ConfigError for a text-encoder key of neither layout, of no layer of the family's
@@ -143,14 +144,15 @@ def _load(path: Path, family: str) -> tuple[PeftLora, dict[str, str]]:
     tensors, header = read_lora_file(path)
     info = carried_header(header)  # the lorastudio.* facts and modelspec.architecture
     denoiser, text_encoders = split_text_encoders(tensors)
-    lora = peft_from_file(denoiser, header, family)
     if not text_encoders:
-        return lora, info
+        return peft_from_file(denoiser, header, family), info
     try:
         te = folded_peft(text_encoders, header, family)  # [r, in] / [out, r], each module at scale 1
     except ValueError as err:
         raise _problem("loras", f"{path}: {err}") from None
-    lora = fold_strength(lora)  # the denoiser's layers at scale 1 too (alpha = rank)
+    lora = fold_strength(
+        denoiser_part(denoiser, header, family, te)
+    )  # the denoiser's layers at scale 1 too (alpha = rank)
     return PeftLora({**lora.tensors, **te}, lora.rank, lora.alpha), info
 
 
@@ -158,7 +160,7 @@ def _file(
     lora: PeftLora, family: str, layout: Layout, info: dict[str, str]
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """file_for_layout of `lora`, whose tensors may hold text-encoder layers (`_load`): those
-    written beside the denoiser's in the same layout (lora.files.with_text_encoders)."""
+    written beside the denoiser's in the same layout (lora.text_encoder_files.with_text_encoders)."""
     denoiser, te = split_text_encoders(lora.tensors)
     tensors, header = file_for_layout(PeftLora(denoiser, lora.rank, lora.alpha), family, layout, info)
     if not te:

@@ -68,8 +68,10 @@ def check_comfyui(
     key_map = {**comfy_key_map(family, module_shapes), **clip_key_map(clip_shapes or {})}
     result = check_comfy_keys(shapes, key_map, alphas, expected).to_json()
     plain = all(k.endswith(_PLAIN_LORA) for k in tensors)  # not LyCORIS / DoRA: what the check ran on
-    if layout in COMFYUI_LOADER_CHECKED.get(family, ()) and plain and not clip_shapes:
-        result["loader_checked"] = comfyui_loader(family)  # this layout went through ComfyUI's own loader
+    # this layout went through ComfyUI's own loader (bench/comfyui_check.py); with text encoders,
+    # the kohya one (bench/comfyui_te_check.py: its CLIP loading too)
+    if layout in COMFYUI_LOADER_CHECKED.get(family, ()) and plain and (not clip_shapes or layout == "kohya"):
+        result["loader_checked"] = comfyui_loader(family)
     return result
 
 

@@ -8,7 +8,8 @@ Layouts that exist (a layer = `<name>.lora_down.weight` / `.lora_up.weight` / `.
   `lora_te1_` + CLIP-L's module name with "_" for "." (`lora_te1_text_model_encoder_layers_0_
   self_attn_q_proj`), `lora_te2_` + CLIP-G's (SDXL): layers b < 32, q/k/v/out_proj, mlp.fc1/fc2.
   ComfyUI also maps T5 (`t5xxl`) beside CLIP-L and no CLIP-G, FLUX.1's pair, as `lora_te2_` + T5's
-  module name (its "OneTrainer Flux" entry; `lora_te3_` with CLIP-G too, SD3),
+  module name (its "OneTrainer Flux" entry; `lora_te3_` with CLIP-G too, SD3; `lora_te1_` where
+  T5 is the model's only encoder, as in ComfyUI's Chroma and PixArt),
   `lora_te1_text_projection` / `lora_te2_text_projection` (OneTrainer's CLIP projections), for a
   model of one Llama-like encoder `lora_te_` + its `model.`-less name (kohya's Anima), and
   `text_encoders.<ComfyUI's own weight name>` (its generic spelling).
@@ -17,8 +18,9 @@ Layouts that exist (a layer = `<name>.lora_down.weight` / `.lora_up.weight` / `.
   LoRAModuleWrapper prefix, "_" for ".": SDXL `lora_te1_` (CLIP-L) and `lora_te2_` (CLIP-G, its
   `text_projection` included); FLUX.1 `lora_te1_` (CLIP-L) and `lora_te2_` (T5:
   `encoder_block_N_layer_0_SelfAttention_q|k|v|o`, `encoder_block_N_layer_1_DenseReluDense_
-  wi_0|wi_1|wo`); Qwen-Image, Z-Image and the other one-encoder models `lora_te_` + the LLM's
-  names. The OMI layout (`clip_l.`, `clip_g.`, `t5.` + dotted names) is not read (refused as a
+  wi_0|wi_1|wo`); Chroma `lora_te_` + T5's names (ComfyUI v0.19.3 maps none of them:
+  bench/comfyui_te_check.py); Qwen-Image, Z-Image and the other one-encoder models `lora_te_` +
+  the LLM's names. The OMI layout (`clip_l.`, `clip_g.`, `t5.` + dotted names) is not read (refused as a
   key of no layout, by lora/files.detect_layout).
 - diffusers: its own files `text_encoder.<module>` / `text_encoder_2.<module>` + lora_A / lora_B;
   it converts SDXL's `lora_te_` / `lora_te1_` / `lora_te2_` (`_convert_non_diffusers_lora_to_
@@ -29,11 +31,14 @@ Layouts that exist (a layer = `<name>.lora_down.weight` / `.lora_up.weight` / `.
 
 Read here (convert, merge, resize, generation), per family, ENCODERS: SDXL `text_encoder` =
 CLIP-L, `text_encoder_2` = CLIP-G (with its text_projection); FLUX.1 and FLUX.1 Kontext (the
-same encoders) `text_encoder` = CLIP-L, `text_encoder_2` = T5; in the kohya / OneTrainer
+same encoders) `text_encoder` = CLIP-L, `text_encoder_2` = T5; Chroma `text_encoder` = T5 (FLUX.1's
+T5 alone: `lora_te_` (OneTrainer's Chroma wrapper) and `lora_te1_` (ComfyUI's Chroma name) read, `lora_te1_` written);
+in the kohya / OneTrainer
 spelling (`lora_te_` and `lora_te1_` name text_encoder, `lora_te2_` text_encoder_2) and the
 diffusers one. Written: kohya `lora_te1_` / `lora_te2_` (what ComfyUI reads, for T5 too);
 diffusers `text_encoder.` / `text_encoder_2.`, except FLUX.1's T5, which no diffusers loader
-and no ComfyUI map reads under that name (lora/files.with_text_encoders refuses it).
+and no ComfyUI map reads under that name, and Chroma's T5, which ComfyUI reads under no such name
+(lora/text_encoder_files.with_text_encoders refuses both; generation merges T5's layers itself).
 Refused, naming the key and the reason (refusal): every other family's text-encoder keys
 (Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3, ...): their pipelines load LoRAs into the
 denoiser only, and convert would write names no loader reads; nothing is dropped silently.
@@ -60,6 +65,9 @@ ENCODERS: dict[str, dict[str, str]] = {
     "sdxl": {"text_encoder": "CLIPTextModel", "text_encoder_2": "CLIPTextModelWithProjection"},
     "flux": {"text_encoder": "CLIPTextModel", "text_encoder_2": "T5EncoderModel"},
     "flux-kontext": {"text_encoder": "CLIPTextModel", "text_encoder_2": "T5EncoderModel"},
+    # FLUX.1's T5 alone (ChromaPipeline's text_encoder): ComfyUI's Chroma CLIP is `t5xxl` alone,
+    # which model_lora_keys_clip maps as `lora_te1_` + T5's name; OneTrainer writes `lora_te_`
+    "chroma": {"text_encoder": "T5EncoderModel"},
 }
 # component -> the kohya prefix written
 KOHYA_PREFIX: dict[str, str] = {"text_encoder": "lora_te1_", "text_encoder_2": "lora_te2_"}
@@ -67,7 +75,7 @@ _READ_PREFIX = {"lora_te_": "text_encoder", "lora_te1_": "text_encoder", "lora_t
 # (family, component) the pipeline's own load_lora_weights never loads: generation merges them
 # (generate/foreign_loras.py), and no diffusers-layout name of them is read by any loader
 NOT_DIFFUSERS: frozenset[tuple[str, str]] = frozenset(
-    {("flux", "text_encoder_2"), ("flux-kontext", "text_encoder_2")}
+    {("flux", "text_encoder_2"), ("flux-kontext", "text_encoder_2"), ("chroma", "text_encoder")}
 )
 # the text encoder of each family that takes no text-encoder LoRA here
 _OTHER_ENCODERS = {
@@ -76,7 +84,6 @@ _OTHER_ENCODERS = {
     "z-image": "Qwen3",
     "flux2": "Mistral Small 3.1",
     "flux2-klein": "Qwen3",
-    "chroma": "T5",
 }
 # any text-encoder key: kohya / OneTrainer / ComfyUI prefixes, diffusers' components
 _TE_KEY = re.compile(r"^(lora_te\d*_|lora_te\d*\.|text_encoders?(_\d+)?\.)")
@@ -104,7 +111,7 @@ def refusal(family: str) -> str | None:
     return (
         f"{family} takes no text-encoder LoRA here: {which} is not patched by its pipeline's LoRA loader"
         " (diffusers loads a LoRA into the denoiser only) nor by lorastudio, which reads text-encoder"
-        " layers of SDXL (CLIP-L, CLIP-G) and FLUX.1 (CLIP-L, T5) only; remove them from the file"
+        " layers of SDXL (CLIP-L, CLIP-G), FLUX.1 (CLIP-L, T5) and Chroma (T5) only; remove them from the file"
         " (or use the trainer's option to save the denoiser's layers alone)"
     )
 
@@ -156,6 +163,12 @@ def resolve(name: str, family: str) -> tuple[str, str]:
     prefix = next((p for p in _READ_PREFIX if name.startswith(p)), None)
     if prefix is not None:
         component, rest = _READ_PREFIX[prefix], name[len(prefix) :]
+        if component not in encoders:  # Chroma's one encoder: lora_te2_ names none
+            known = ", ".join(p for p, c in _READ_PREFIX.items() if c in encoders)
+            raise ValueError(
+                f"text-encoder layer {name!r}: {family} has one text encoder ({encoders['text_encoder']}),"
+                f" read under {known}; {prefix} names a second one"
+            )
         found = onetrainer_names.match_flat(rest, templates(encoders[component]))
         if len(found) == 1:
             return component, found.pop()

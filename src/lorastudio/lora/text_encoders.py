@@ -2,7 +2,9 @@
 key map for SDXL's. The families and encoders read, and the layouts other trainers write
 (kohya, OneTrainer, ComfyUI, diffusers): lora/text_encoder_names.py, which resolves every name
 here against the encoder's real module names (SDXL: CLIP-L, CLIP-G with its text_projection;
-FLUX.1: CLIP-L, T5 as `text_encoder_2`, `lora_te2_encoder_block_N_...`).
+FLUX.1: CLIP-L, T5 as `text_encoder_2`, `lora_te2_encoder_block_N_...`; Chroma: T5 alone as
+`text_encoder`, `lora_te1_encoder_block_N_...`). ComfyUI's own loader maps every kohya key written
+here onto its weight at the file's change: bench/comfyui_te_check.py.
 
 Input: the run's text-encoder LoRA in peft naming, "<encoder>.<module>.lora_A.weight" /
 ".lora_B.weight", encoder = text_encoder (CLIP-L) | text_encoder_2 (CLIP-G); the module names

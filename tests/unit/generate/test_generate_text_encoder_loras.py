@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
-from tests.unit.lora.te_files import flux_files, sdxl_files
+from safetensors.torch import load_file, save_file
+from tests.unit.lora.te_files import chroma_files, flux_files, sdxl_files
 
 from lorastudio.errors import ModelSourceError
 from lorastudio.generate import apply_loras, generate_image, load_pipeline
@@ -123,6 +123,48 @@ def test_onetrainers_flux_file_with_clip_and_t5_generates_with_t5_merged(flux_pi
     apply_loras(pipe, [])  # T5's originals back, bit for bit
     assert all(torch.equal(w, originals[name]) for name, w in t5.items())
     assert np.array_equal(_image(pipe, "flux"), base)
+
+
+@pytest.mark.parametrize("prefix", ["lora_te_", "lora_te1_"])  # OneTrainer's Chroma name, ComfyUI's
+def test_a_chroma_file_with_t5_layers_generates_with_t5_merged(prefix, tiny_model, tmp_path):
+    """Chroma's one text encoder is FLUX.1's T5: its layers (OneTrainer's `lora_te_`, ComfyUI's
+    `lora_te1_`) are merged into T5 at the strength, the transformer's loaded by diffusers; the
+    kohya file `lora convert` writes of it renders the same. Before: refused ("chroma takes no
+    text-encoder LoRA here")."""
+    pipe = load_pipeline(str(tiny_model("chroma")), "chroma", device="cpu")
+    theirs, ours, t5_changes = chroma_files(pipe, prefix)
+    src, equivalent = tmp_path / "theirs.safetensors", tmp_path / "ours.safetensors"
+    save_file(theirs, src)
+    save_file(ours, equivalent)
+    t5 = {name: pipe.text_encoder.get_submodule(name).weight for name in t5_changes}
+    originals = {name: w.detach().clone() for name, w in t5.items()}
+    base = _image(pipe, "chroma")
+    images = {}
+    for strength in (1.0, 0.5):
+        apply_loras(pipe, [(equivalent, strength)])  # the transformer, by diffusers
+        without_t5 = _image(pipe, "chroma")
+        with torch.no_grad():
+            for name, w in t5.items():  # T5 by hand: W + strength * 2 * up @ down
+                w.copy_(originals[name] + strength * t5_changes[name])
+        want, want_deltas = _image(pipe, "chroma"), _deltas(pipe)
+        with torch.no_grad():
+            for name, w in t5.items():
+                w.copy_(originals[name])
+        assert np.abs(want - without_t5).max() > 2  # T5's layers change the image
+        apply_loras(pipe, [(src, strength)])
+        _assert_same(_deltas(pipe), want_deltas)
+        for name, w in t5.items():
+            torch.testing.assert_close(w, originals[name] + strength * t5_changes[name], rtol=1e-5, atol=1e-6)
+        images[strength] = _image(pipe, "chroma")
+        assert np.abs(images[strength] - want).max() <= 1, strength
+    kohya = tmp_path / "kohya.safetensors"  # T5 as lora_te1_, ComfyUI's Chroma name
+    convert_file(src, kohya, "kohya", "chroma")
+    assert any(k.startswith("lora_te1_encoder_block_0_") for k in load_file(str(kohya)))
+    apply_loras(pipe, [(kohya, 1.0)])
+    assert np.abs(_image(pipe, "chroma") - images[1.0]).max() <= 1
+    apply_loras(pipe, [])  # T5's originals back, bit for bit
+    assert all(torch.equal(w, originals[name]) for name, w in t5.items())
+    assert np.array_equal(_image(pipe, "chroma"), base)
 
 
 def test_a_qwen_image_text_encoder_layer_is_refused_in_generation(tiny_model, tmp_path):

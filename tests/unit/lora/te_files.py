@@ -93,3 +93,19 @@ def flux_files(
     )
     ours = _diffusers("transformer", transformer) | _diffusers("text_encoder", te1)
     return theirs, ours, {name: 2 * up @ down for name, (down, up) in t5.items()}
+
+
+def chroma_files(
+    pipe, prefix: str = "lora_te_", seed: int = 0
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(OneTrainer's Chroma file: transformer attention / MLP layers + its one text encoder, T5,
+    under `prefix` (OneTrainer's Chroma wrapper writes `lora_te_`; ComfyUI's Chroma name is
+    `lora_te1_`); the transformer part in the diffusers layout; the T5 part as {T5 module name:
+    its weight change [out, in]})."""
+    gen = torch.Generator().manual_seed(seed)
+    transformer = _layers(pipe.transformer, gen, 0.3, _denoiser_pick)
+    t5 = _layers(pipe.text_encoder, gen, 0.3)
+    assert transformer and any(n.endswith("DenseReluDense.wi_1") for n in t5)
+    theirs = _onetrainer("lora_transformer_", transformer) | _onetrainer(prefix, t5)
+    ours = _diffusers("transformer", transformer)
+    return theirs, ours, {name: 2 * up @ down for name, (down, up) in t5.items()}

@@ -201,7 +201,7 @@ def test_merge_and_resize_keep_an_sdxl_loras_text_encoder_layers(layout, layer_s
     """A LoRA of `train_text_encoder` (or kohya's SDXL LoRA with lora_te1_ / lora_te2_ keys):
     merge and resize carry both encoders' layers at their strength, in the input's layout (they
     were refused: "'lora_te2_...' is not a sdxl kohya/ComfyUI key", "keys not of a sdxl denoiser")."""
-    from lorastudio.lora.files import with_text_encoders
+    from lorastudio.lora.text_encoder_files import with_text_encoders
     from lorastudio.lora.text_encoders import split_text_encoders
 
     te_layers = {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from tests.unit.lora.te_files import flux_files, sdxl_files
+from tests.unit.lora.te_files import chroma_files, flux_files, sdxl_files
 from tests.unit.lora.test_ops import _cli
 
 from lorastudio.errors import ConfigError
@@ -31,14 +31,14 @@ def _changes(path: Path, family: str) -> dict[str, torch.Tensor]:
     """{layer: its weight change} of a LoRA file, every layer (denoiser and text encoders)."""
     tensors, header = read_lora_file(path)
     denoiser, encoders = split_text_encoders(tensors)
-    lora = peft_from_file(denoiser, header, family)
-    scale = lora.alpha / lora.rank
+    lora = peft_from_file(denoiser, header, family) if denoiser else None  # none: encoders alone
+    scale = lora.alpha / lora.rank if lora is not None else 1.0
     out = {}
-    for part in (lora.tensors, folded_peft(encoders, header, family)):
+    for part in ({} if lora is None else lora.tensors, folded_peft(encoders, header, family)):
         for key, a in part.items():
             if key.endswith(".lora_A.weight"):
                 module = key.removesuffix(".lora_A.weight")
-                s = scale if part is lora.tensors else 1.0
+                s = scale if lora is not None and part is lora.tensors else 1.0
                 out[module] = s * (part[f"{module}.lora_B.weight"] @ a)  # [out, in]
     return out
 
@@ -148,6 +148,38 @@ def test_merge_and_resize_keep_the_text_encoders_layers(family, tiny_model, tmp_
         u, s, vh = torch.linalg.svd(delta.double(), full_matrices=False)
         best[name] = (s[0] * torch.outer(u[:, 0], vh[0])).float()  # [out, in]
     _same(_changes(resized, family), best, family)
+
+
+def test_a_chroma_file_with_t5_layers_converts_merges_and_resizes(tiny_model, tmp_path):
+    """Chroma's one encoder, T5: OneTrainer's `lora_te_` and ComfyUI's `lora_te1_` read alike,
+    written as `lora_te1_` (ComfyUI's Chroma name, bench/comfyui_te_check.py); the diffusers
+    layout refused naming the layers and the way out. Before: refused ("chroma takes no
+    text-encoder LoRA here")."""
+    pipe = load_pipeline(str(tiny_model("chroma")), "chroma", device="cpu")
+    theirs, _, _ = chroma_files(pipe, "lora_te1_")
+    onetrainer, _, _ = chroma_files(pipe, "lora_te_")
+    src, ot = tmp_path / "theirs.safetensors", tmp_path / "onetrainer.safetensors"
+    save_file(theirs, src)
+    save_file(onetrainer, ot)
+    kohya = _convert(src, tmp_path / "k.safetensors", "kohya", "chroma")
+    assert "lora_te1_encoder_block_1_layer_1_DenseReluDense_wi_1.lora_down.weight" in load_file(str(kohya))
+    _same(_changes(kohya, "chroma"), _want(theirs), "chroma")
+    _bit_identical(kohya, _convert(ot, tmp_path / "ok.safetensors", "kohya", "chroma"))
+    _bit_identical(kohya, _convert(kohya, tmp_path / "kk.safetensors", "kohya", "chroma"))
+    merged = merge_files([(src, 0.25), (ot, 0.75)], tmp_path / "m.safetensors", "chroma")
+    _same(_changes(merged, "chroma"), _want(theirs), "chroma")
+    resize_file(src, tmp_path / "r.safetensors", 1, "chroma")
+    assert any(k.startswith("lora_te1_encoder_") for k in load_file(str(tmp_path / "r.safetensors")))
+    result = _cli(
+        "convert", str(src), str(tmp_path / "d.safetensors"), "--to", "diffusers", "--family", "chroma"
+    )
+    told = result.output + str(result.exception)
+    assert result.exit_code != 0 and "no diffusers-layout name" in told and "lora_te1_" in told
+    assert not (tmp_path / "d.safetensors").exists()
+    with pytest.raises(
+        ValueError, match="lora_te2_encoder_block_0_layer_0_SelfAttention_q.*one text encoder"
+    ):
+        resolve("lora_te2_encoder_block_0_layer_0_SelfAttention_q", "chroma")
 
 
 def test_a_qwen_image_text_encoder_key_is_refused_with_the_reason(tmp_path):

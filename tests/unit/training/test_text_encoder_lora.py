@@ -55,6 +55,8 @@ def test_both_text_encoders_train_and_the_kohya_file_holds_them(make_config):
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     loaders = sidecar["loaders"]
     assert loaders["comfyui"]["ok"] and loaders["diffusers"]["ok"] and loaders["a1111_forge"]["ok"], loaders
+    # this file's kind went through ComfyUI's own loader, CLIPs included (bench/comfyui_te_check.py)
+    assert loaders["comfyui"]["loader_checked"].startswith("ComfyUI v0.19.3 (3086026"), loaders["comfyui"]
     assert loaders["diffusers"]["loaded"] > len([k for k in tensors if k.startswith("lora_unet_")]) * 2 // 3
     pipe = load_pipeline(str(make_config(**TE).base_model), "sdxl", device="cpu")
     ids = pipe.tokenizer_2(
