@@ -42,11 +42,19 @@ from pathlib import Path
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
-from lorastudio.training.run_files import entry_names, kept_note, leftovers, survey
+from lorastudio.training.run_files import (
+    entry_names,
+    is_leftover,
+    kept_note,
+    killed_fresh,
+    leftovers,
+    survey,
+)
 from lorastudio.training.run_lock import unowned
 
 log = logging.getLogger("lorastudio.jobs")
 
+NOTE_NAMES = 10  # the entries `removal_note` names before "and N more"
 UPLOAD_STAGING = ".uploads"  # data/uploads.py STAGING_DIR
 _RUN_DELETE = re.compile(r"^\.deleting-[0-9a-f]+$")  # jobs/run_delete.py, data/dataset_delete.py
 _MODEL_DELETE = re.compile(r"^\..+\.deleting-[0-9a-f]+$")  # basemodels/catalogue.py
@@ -106,6 +114,26 @@ def remove_abandoned_run(run: Path) -> list[Path]:
     return []
 
 
+def removal_note(run: Path, removed: list[Path]) -> str | None:
+    """What the run record says when `remove_abandoned_run` removed what a killed fresh run
+    wrote in `run` (not only staging or an empty folder): "removed 3 entries the killed fresh run
+    wrote in outputs/x: loras/x-step-000002.json, ..." and what stayed (`kept_note`). None when
+    `removed` holds none of them."""
+    written = entry_names(run, [p for p in removed if p != run and not is_leftover(p.name)])
+    if not written:
+        return None
+    shown = ", ".join(written[:NOTE_NAMES]) + (
+        f" and {len(written) - NOTE_NAMES} more" if len(written) > NOTE_NAMES else ""
+    )
+    note = f"removed {len(written)} entr{'y' if len(written) == 1 else 'ies'} the killed fresh run wrote in {run}: {shown}"
+    if run.is_dir():
+        _, other = survey(run)
+        note += f"; {kept_note(run, entry_names(run, other))}" if other else f"; kept {run}"
+    else:
+        note += f"; its folder is gone, the name {run.name!r} free"
+    return note
+
+
 def _run_folders(settings: Settings) -> list[Path]:
     return [
         run
@@ -116,12 +144,20 @@ def _run_folders(settings: Settings) -> list[Path]:
 
 def _run_leftovers(run: Path) -> list[Path]:
     """The crash leftovers of output folder `run`: the staging of its killed writes
-    (run_files.leftovers), and the folder itself when it holds nothing else but the empty
+    (run_files.leftovers); in the folder of a fresh run killed before its first checkpoint or
+    LoRA (run_files.killed_fresh: only that session wrote there), every entry a run writes
+    (run_files.survey) and the folder when nothing else is in it; else the folder itself when it holds nothing else but the empty
     folders a run makes (killed before it wrote a file: its name is free again;
     `remove_leftovers` removes it only while it is empty). Anything no run writes keeps it (a
     user's file or folder), logged when nothing else does."""
     found = leftovers(run)
-    _, other = survey(run)
+    mine, other = survey(run)
+    if killed_fresh(run):  # its only session was killed before a checkpoint or LoRA: all of it
+        found = sorted({*found, *mine})
+        if not other:
+            return [*found, run]
+        log.warning("%s", kept_note(run, entry_names(run, other)))
+        return found
     if not _holds_nothing(run, {*found, *other}):
         return found  # what a run wrote: kept (which session wrote it died with the session)
     if not other:

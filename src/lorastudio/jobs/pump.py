@@ -12,11 +12,12 @@ import abc
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from lorastudio.jobs.busy import stop_deadline
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
-from lorastudio.jobs.leftovers import remove_abandoned_run
+from lorastudio.jobs.leftovers import removal_note, remove_abandoned_run
 from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts
 from lorastudio.jobs.records import Job, JobStatus
@@ -83,7 +84,7 @@ class EventPump(abc.ABC):
                 deadline = stop_deadline(self._stop_at, job.busy, job.busy_changed_at, self.timeouts)
             worker.escalate(self.timeouts, deadline, ended_at)
         if job.config.output_name:  # a fresh run that ended before its first file: no empty folder
-            remove_abandoned_run(self.settings.outputs_dir / job.config.output_name)
+            self._remove_abandoned(job, self.settings.outputs_dir / job.config.output_name)
         with self._cond:
             if job.live:
                 if job.status == JobStatus.STOPPING and job.stop_reason is not None:
@@ -97,6 +98,20 @@ class EventPump(abc.ABC):
                 else:
                     self._finish(job, JobStatus.FAILED, error=worker.failure_reason())
         worker.close()
+
+    def _remove_abandoned(self, job: Job, run_dir: Path) -> None:
+        """What `job`'s dead processes left in `run_dir` goes (jobs/leftovers.py); when that was
+        what a killed fresh run wrote, its record says what went and what stayed."""
+        note = removal_note(run_dir, remove_abandoned_run(run_dir))
+        if note is None:
+            return
+        log.warning("job %s: %s", job.id, note)
+        with self._cond:
+            job.warnings.append(note)
+        try:
+            self.store.add_warning(job.id, note)
+        except STORE_ERRORS as err:  # the log has it
+            log.error("job %s: storing the clean-up note failed: %s", job.id, err)
 
     def _stop_hung(self, job: Job, worker: JobWorker, reason: str) -> None:
         """Stop `job`, silent past its allowance, as a stop-and-save with the stop path's grace

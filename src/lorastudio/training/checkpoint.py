@@ -31,6 +31,7 @@ from lorastudio.training.run_files import (
     checkpoint_name,
     removal_path,
     remove_leftovers,
+    settle,
     staging_path,
 )
 from lorastudio.training.run_files import checkpoint_step as _step_of_name
@@ -149,6 +150,7 @@ def write_checkpoint_folder(run_dir: Path, step: int, write_files: Callable[[Pat
             _remove(final)
         os.rename(staging, final)
         fsync_path(parent)
+        settle(run_dir)  # a fresh run's folder now holds a checkpoint: a kill keeps it whole
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final

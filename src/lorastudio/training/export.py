@@ -30,7 +30,7 @@ from lorastudio.lora.text_encoders import (
 from lorastudio.training.assistant import assistant_sidecar
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
-from lorastudio.training.run_files import staging_path
+from lorastudio.training.run_files import settle, staging_path
 
 if TYPE_CHECKING:
     from peft import LoraConfig
@@ -320,14 +320,18 @@ def export_run(run: PreparedRun, state: RunState, stopped: bool) -> Path:
         sidecar["validation"] = validation_summary(state, state.validation, name)
     te = state.text_encoders
     if state.ema is None:
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
+        lora = save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
+        settle(run.run_dir)  # a fresh run's folder now holds its LoRA: a kill keeps it whole
+        return lora
     raw, ema = f"{name}.raw", {"decay": cfg.ema_decay, "update_every": cfg.ema_update_every}
     raw_sidecar = {**sidecar, "lora_file": f"{raw}.safetensors"}
     raw_sidecar["ema"] = {**ema, "weights": "raw", "ema_file": f"{name}.safetensors"}
     save_lora(run.run_dir, raw, run.family.spec, state.denoiser, state.lora_config, raw_sidecar, te)
     sidecar["ema"] = {**ema, "weights": "ema", "updates": state.ema.updates, "raw_file": f"{raw}.safetensors"}
     with state.ema.swapped_in():  # the run's LoRA is the EMA one; written last, as the pair's marker
-        return save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
+        lora = save_lora(run.run_dir, name, run.family.spec, state.denoiser, state.lora_config, sidecar, te)
+    settle(run.run_dir)  # a fresh run's folder now holds its LoRA: a kill keeps it whole
+    return lora
 
 
 def validation_summary(state: RunState, validation: ValidationRounds, name: str) -> dict[str, Any]:

@@ -13,6 +13,16 @@ and `owned` recognises exactly those, so what a run removes is what runs write:
     tensorboard/, wandb/                     a tracker's own folder, whole (training/trackers.py)
     .staging-<hex>[.ext], .removing-<hex>    a write or delete in flight, in the run folder and in
                                              each folder above (`staging_path`, `removal_path`)
+    .fresh-run                               a fresh session's mark while its folder holds no
+                                             checkpoint and no LoRA (`mark_fresh`, `settle`)
+
+The mark: a fresh run creates its folder (training/run_lock.claim_run_dir refuses one that
+exists) and marks it at once, and the mark goes when the folder first holds something to keep
+(its first checkpoint, its LoRA: `settle`). So a folder that no live session holds, with the
+mark and neither a checkpoint nor the run's LoRA (`killed_fresh`), is one whose only session was
+killed (a worker, a rank, the server with it, a CLI run, a power cut): every listed entry in it
+was written by that session, and goes (jobs/leftovers.py). A resumed session never marks: its
+folder keeps everything of earlier sessions, only staging goes.
 
 `remove_session_files` (a fresh run that failed or was stopped without save) removes what a
 session writes, then the folders above and the run folder with rmdir only: a file or folder
@@ -41,6 +51,7 @@ WANDB = "wandb"
 VALIDATION_FILE = "validation.json"
 STAGING_PREFIX = ".staging-"
 REMOVING_PREFIX = ".removing-"
+FRESH_MARK = ".fresh-run"  # a fresh session's folder that holds no checkpoint or LoRA yet
 
 WRITER_FOLDERS = (CHECKPOINTS, LORAS, SAMPLES)  # folders of named files (checked entry by entry)
 TRACKER_FOLDERS = (TENSORBOARD, WANDB)  # what a tracker writes there is its own: owned whole
@@ -126,7 +137,7 @@ def owned(run_dir: Path, path: Path) -> bool:
     parts = path.relative_to(run_dir).parts
     if len(parts) == 1:
         (name,) = parts
-        return name in final_names(run_dir.name) or name == VALIDATION_FILE or is_leftover(name)
+        return name in final_names(run_dir.name) or name in (VALIDATION_FILE, FRESH_MARK) or is_leftover(name)
     if len(parts) != 2:
         return False
     folder, name = parts
@@ -140,6 +151,39 @@ def owned(run_dir: Path, path: Path) -> bool:
         match = _SNAPSHOT.match(name)
         return match is not None and match.group("run") == run_dir.name
     return False
+
+
+def mark_fresh(run_dir: Path) -> None:
+    """Mark `run_dir`, just created by a fresh session, as its: until `settle`, a kill of the
+    session leaves a folder whose listed entries are all its own (`killed_fresh`)."""
+    fd = os.open(run_dir / FRESH_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_folder(run_dir)
+
+
+def settle(run_dir: Path) -> None:
+    """Remove a fresh session's mark once `run_dir` holds what a kill must keep (a checkpoint
+    after its rename, the run's LoRA after it is written). A folder without the mark: nothing."""
+    try:
+        (run_dir / FRESH_MARK).unlink()
+    except FileNotFoundError:
+        return
+    _fsync_folder(run_dir)
+
+
+def killed_fresh(run_dir: Path) -> bool:
+    """Whether `run_dir` (one no live session holds) is a fresh run's that was killed before it
+    held anything to keep: the mark (`mark_fresh`) and no checkpoint and no LoRA of the run (a
+    kill between their write and `settle` keeps the folder whole)."""
+    if not (run_dir / FRESH_MARK).is_file() or (run_dir / FRESH_MARK).is_symlink():
+        return False
+    if any(checkpoint_step(p.name) is not None for p in _children(run_dir / CHECKPOINTS)):
+        return False
+    loras = [name for name in final_names(run_dir.name) if name.endswith(".safetensors")]
+    return not any((run_dir / name).exists() for name in loras)
 
 
 def survey(run_dir: Path) -> tuple[list[Path], list[Path]]:
@@ -224,6 +268,14 @@ def _remove(path: Path) -> None:
 
 def _is_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _children(folder: Path) -> list[Path]:
