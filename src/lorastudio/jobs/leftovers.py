@@ -43,6 +43,8 @@ from lorastudio.data.disk_cache import cache_leftovers, cache_root
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
 from lorastudio.training.run_files import (
+    FRESH_MARK,
+    WRITER_FOLDERS,
     entry_names,
     is_leftover,
     kept_note,
@@ -119,7 +121,7 @@ def removal_note(run: Path, removed: list[Path]) -> str | None:
     wrote in `run` (not only staging or an empty folder): "removed 3 entries the killed fresh run
     wrote in outputs/x: loras/x-step-000002.json, ..." and what stayed (`kept_note`). None when
     `removed` holds none of them."""
-    written = entry_names(run, [p for p in removed if p != run and not is_leftover(p.name)])
+    written = entry_names(run, [p for p in removed if _session_entry(run, p)])
     if not written:
         return None
     shown = ", ".join(written[:NOTE_NAMES]) + (
@@ -132,6 +134,18 @@ def removal_note(run: Path, removed: list[Path]) -> str | None:
     else:
         note += f"; its folder is gone, the name {run.name!r} free"
     return note
+
+
+def _session_entry(run: Path, path: Path) -> bool:
+    """Whether removed `path` is an entry the run wrote (not its folder, a writer folder, its
+    mark or staging): what `removal_note` names."""
+    if path == run or is_leftover(path.name) or path == run / FRESH_MARK:
+        return False
+    return not (path.parent == run and path.name in WRITER_FOLDERS)
+
+
+def _is_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def _run_folders(settings: Settings) -> list[Path]:
@@ -157,7 +171,7 @@ def _run_leftovers(run: Path) -> list[Path]:
         if not other:
             return [*found, run]
         log.warning("%s", kept_note(run, entry_names(run, other)))
-        return found
+        return [*found, *(run / f for f in WRITER_FOLDERS if _is_folder(run / f))]  # rmdir only
     if not _holds_nothing(run, {*found, *other}):
         return found  # what a run wrote: kept (which session wrote it died with the session)
     if not other:
@@ -208,12 +222,18 @@ def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
     """Remove `paths` (folders with their content, or files; deepest first), logging each with
     its size; a run's output folder (`_is_run_folder`) only while it holds nothing but empty
     folders (rmdir, bottom up: a file that landed in it since it was found empty is kept, and
-    so is the folder). Returns (files, bytes) removed. A path that cannot be removed is logged
+    so is the folder), and a writer folder of one (`_is_writer_folder`) only when empty, else
+    kept silently (what the run did not write, logged with its folder). Returns (files, bytes)
+    removed. A path that cannot be removed is logged
     and skipped."""
     total_files = total_bytes = 0
     for path in sorted(paths, key=lambda p: len(p.parts), reverse=True):
         files, size = _size(path)
         try:
+            if _is_writer_folder(path):
+                with contextlib.suppress(OSError):  # holds what the run did not write: kept, logged
+                    path.rmdir()
+                continue
             if _is_run_folder(path):
                 _remove_empty_tree(path)
             elif path.is_dir() and not path.is_symlink():
@@ -237,6 +257,12 @@ def _is_run_folder(path: Path) -> bool:
     """Whether leftover `path` is a run's output folder (`outputs/<run>`, found holding nothing),
     not a staging folder (every one of those is hidden, or inside datasets/.uploads)."""
     return path.parent.name == "outputs" and not path.name.startswith(".")
+
+
+def _is_writer_folder(path: Path) -> bool:
+    """Whether leftover `path` is a writer folder of a killed fresh run's output folder
+    (`outputs/<run>/samples`, ...): removed only when empty."""
+    return path.parent.parent.name == "outputs" and path.name in WRITER_FOLDERS and not path.is_symlink()
 
 
 def _remove_empty_tree(folder: Path) -> None:
