@@ -24,7 +24,10 @@ server writes is touched), each logged with its size. Model fetches stage in
 `outputs/<run>/` that holds nothing but folders (once its staging is gone) is one too: the run
 was killed before it wrote a file (loading, caching, its first checkpoint), and the empty folder
 refused its name to every new run while nothing in it could be resumed; a file or folder that no
-run writes (training/run_files.py: the one list) keeps it, logged. `lorastudio train` (which
+run writes (training/run_files.py: the one list) keeps it, logged. So is everything a run writes in
+the folder of a fresh run killed before its first checkpoint or LoRA (run_files.killed_fresh: the
+run created and marked the folder, so its listed entries are that session's): samples, LoRA
+snapshots, the validation record, tracker logs, then the folders by rmdir only. `lorastudio train` (which
 shares the home with other CLI runs, so takes no exclusive lock) removes the output folders' part
 of these at its start, for the folders no live run holds (`remove_abandoned_runs`).
 """
@@ -105,7 +108,8 @@ def remove_abandoned_run(run: Path) -> list[Path]:
     left, once none holds it, under its lock. A job (or a `--gpus N` launch) that ended without a
     LoRA or checkpoint, its processes gone (a rank that failed and the ranks torchrun stopped, a
     worker killed), leaves no empty folder: removed by rmdir only, so a file in it keeps it (one
-    no run writes is logged: run_files.kept_note).
+    no run writes is logged: run_files.kept_note); a fresh one leaves none of what it wrote
+    either (`_run_leftovers`; `removal_note` words it for the run record).
     Returns what was removed ([] while a live session holds it, or nothing was left)."""
     if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
         return []
