@@ -126,10 +126,21 @@ def _rank_pid(launch: int, rank: int, timeout: float = 120) -> int:
     raise AssertionError(f"no rank {rank}")
 
 
+def _wrote_samples_and_snapshot(run_dir: Path) -> bool:
+    return any((run_dir / "samples").glob("step-*.png")) and any((run_dir / "loras").glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("writing", [False, True], ids=["before-a-file", "after-samples-and-a-snapshot"])
 def test_a_cli_launch_whose_rank_died_leaves_no_empty_folder(
-    tmp_path: Path, settings: Settings, shapes: Path, flux_config: Callable[..., dict]
+    tmp_path: Path, settings: Settings, shapes: Path, flux_config: Callable[..., dict], writing: bool
 ) -> None:
-    raw = {**flux_config(output_name="dp-dead", steps=5000, batch_size=2), "data_dir": str(shapes)}
+    """A fresh 2-rank run whose rank 1 is killed: nothing of it stays, samples and LoRA snapshots
+    rank 0 wrote too (fix 164: the run created and marked its folder)."""
+    writes = {"sample_every": 1, "sample_prompts": ["a red square"], "sample_steps": 2, "save_lora_every": 1}
+    raw = {
+        **flux_config(output_name="dp-dead", steps=5000, batch_size=2, **(writes if writing else {})),
+        "data_dir": str(shapes),
+    }
     config = tmp_path / "run.json"
     config.write_text(json.dumps(raw))
     cmd = [sys.executable, "-m", "lorastudio.cli", "train", str(config), "--gpus", "2", "--device", "cpu"]
@@ -139,6 +150,14 @@ def test_a_cli_launch_whose_rank_died_leaves_no_empty_folder(
     run_dir = settings.outputs_dir / "dp-dead"
     wait_for(lambda: run_dir.is_dir() or proc.poll() is not None, 180, "the run folder", 0.05)
     assert proc.poll() is None, proc.communicate()[0]
+    if writing:
+        wait_for(
+            lambda: _wrote_samples_and_snapshot(run_dir) or proc.poll() is not None,
+            240,
+            "samples and a snapshot",
+            0.05,
+        )
+        assert proc.poll() is None, proc.communicate()[0]
     os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out
