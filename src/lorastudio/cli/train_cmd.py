@@ -297,13 +297,20 @@ def _check_fresh_run(
 
 def _remove_abandoned_runs() -> None:
     """What killed runs left in the output folders no live run holds (jobs/leftovers.py: staging,
-    the empty folder of a run killed before it wrote a file), as a server start removes it: a
-    CLI-only user's names are free again."""
-    from lorastudio.jobs.leftovers import remove_abandoned_runs
+    what a fresh run killed before its first checkpoint or LoRA wrote, and its folder), as a
+    server start removes it: a CLI-only user's names are free again. Printed: the removed paths,
+    or for a killed fresh run's files one line (leftovers.removal_note)."""
+    from lorastudio.jobs.leftovers import removal_note, remove_abandoned_runs
     from lorastudio.settings import get_settings
 
+    outputs = get_settings().outputs_dir
+    by_run: dict[Path, list[Path]] = {}
     for path in remove_abandoned_runs(get_settings()):
-        typer.echo(f"removed what a killed run left: {path}", err=True)
+        by_run.setdefault(outputs / path.relative_to(outputs).parts[0], []).append(path)
+    for run, removed in by_run.items():
+        note = removal_note(run, removed)  # a killed fresh run's files: one line, not one a file
+        for line in [note] if note else removed:
+            typer.echo(f"removed what a killed run left: {line}", err=True)
 
 
 def _flavour_notes(cfg: Any) -> list[str]:

@@ -100,3 +100,37 @@ def test_a_killed_process_releases_its_folder(tmp_path: Path) -> None:
             if free or time.monotonic() > deadline:
                 break
     assert free
+
+
+def test_the_next_cli_run_removes_what_a_killed_fresh_run_wrote(
+    tiny_model, small_dataset, tmp_path, run_settings
+):
+    """A CLI run killed after its samples and a snapshot, before a checkpoint (fix 164): the next
+    `lorastudio train` removes them and the folder, says so in one line, and takes the name."""
+    outputs = get_settings().outputs_dir
+    killed = outputs / "wrote"
+    fd = claim_run_dir(killed)  # as the killed run's loop did: created and marked
+    for rel in (
+        "samples/step-000001-0.png",
+        "loras/wrote-step-000001.safetensors",
+        "loras/wrote-step-000001.json",
+    ):
+        (killed / rel).parent.mkdir(parents=True, exist_ok=True)
+        (killed / rel).write_bytes(b"written by the killed run")
+    release_run_dir(fd)  # its process died
+    _register()
+    config = tmp_path / "run.json"
+    config.write_text(
+        json.dumps(
+            run_settings("flux", tiny_model("flux"), small_dataset, {"steps": 1, "output_name": "wrote"})
+        )
+    )
+    result = CliRunner().invoke(app, ["train", str(config), "--device", "cpu"])
+    assert result.exit_code == 0, result.output  # was: "outputs/wrote already exists"
+    assert (
+        f"removed what a killed run left: removed 3 entries the killed fresh run wrote in {killed}: "
+        "loras/wrote-step-000001.json, loras/wrote-step-000001.safetensors, samples/step-000001-0.png; "
+        "its folder is gone, the name 'wrote' free"
+    ) in result.output
+    assert (killed / "wrote.safetensors").is_file()
+    assert not (killed / "samples").exists() and not (killed / "loras").exists()
