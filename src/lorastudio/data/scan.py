@@ -159,6 +159,7 @@ def scan_dataset(
     control_images: tuple[int, int] = (0, 0),
     family: str = "this family",
     decoded_dir: Path | None = None,
+    decode_budget_s: float | None = None,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -174,7 +175,8 @@ def scan_dataset(
     (data/pairs.py); `decoded_dir`, where the folders' records of fully decoded images are kept
     (settings.decoded_record_dir: each image not recorded there as it is now has every pixel
     decoded, within the record's time budget, and is recorded when it passes; data/decoded.py),
-    None to check headers and chunk CRCs only.
+    None to check headers and chunk CRCs only; `decode_budget_s`, that budget in seconds (None:
+    decoded.FULL_DECODE_BUDGET_S; math.inf: every file not recorded, as the run's own scan).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -211,7 +213,9 @@ def scan_dataset(
     items: list[ImageItem] = []
     uncaptioned: list[str] = []
     bad_images: list[str] = []
-    record = None if decoded_dir is None else DecodedRecord.load(decoded_dir, root, folder_id)
+    record = (
+        None if decoded_dir is None else DecodedRecord.load(decoded_dir, root, folder_id, decode_budget_s)
+    )
     try:
         checked = [_check_image(path, max_pixels, decode_pixels, folder_id, record) for path in files.images]
     finally:
