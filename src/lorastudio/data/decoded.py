@@ -27,9 +27,11 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from lorastudio.data.images import DECODE_RULES, ImageInfo
+from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId
 
 RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
@@ -58,6 +60,7 @@ class DecodedRecord:
         self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
         self.budget_s = FULL_DECODE_BUDGET_S if budget_s is None else budget_s
         self.spent_s = 0.0  # seconds of full decodes this record's scan spent
+        self.decoded = 0  # files this record's scan decoded fully and recorded (add)
         self.changed = False
 
     @classmethod
@@ -90,6 +93,7 @@ class DecodedRecord:
         same, so a file changed meanwhile is decoded again); `seconds` the decode took (counted
         against the budget)."""
         self.spent_s += seconds
+        self.decoded += 1
         if before is not None and file_key(path) == before:
             self.files[path.name] = (before, info)
             self.changed = True
@@ -128,3 +132,18 @@ def _entry(row: list[int]) -> tuple[FileKey, ImageInfo]:
 def _record_name(folder: Path, folder_id: FolderId) -> str:
     ident = f"{folder}\n{folder_id[0]}:{folder_id[1]}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(ident).hexdigest()[:32]
+
+
+def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
+    """The preflight report's word on images a check left to the header check alone (its time
+    budget spent: ImageItem.decoded False); None when every image was fully decoded. `labels`:
+    the entries' labels (DatasetScan.labels) for the names."""
+    left = [item_name(item, labels) for item in items if not item.decoded]
+    if not left:
+        return None
+    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return (
+        f"{len(left)} image(s) not fully decoded yet ({shown}): a check decodes new images for at "
+        f"most {FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and "
+        "fails naming any whose pixels do not decode)"
+    )
