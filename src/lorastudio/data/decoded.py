@@ -15,9 +15,11 @@ never writes into a dataset folder. It lists only the images the folder held at 
 save; a lost or unreadable record only costs decodes again (it is a cache, never a verdict),
 and two processes saving at once keep the last one's (the other's files are decoded again).
 
-`DecodedRecord.wants_full` also bounds one scan's full decodes by time (FULL_DECODE_BUDGET_S):
-the files left over keep the cheap check and are decoded fully by a later check, and in any case
-by the training worker, whose decode error names the file.
+`DecodedRecord.wants_full` also bounds one check's full decodes by time (FULL_DECODE_BUDGET_S):
+the files left over keep the cheap check (ImageItem.decoded False; the preflight report names
+them: `undecoded_warning`) and are decoded fully by a later check, and in any case by the run's
+own scan, which has no budget (training/preflight.py): it decodes every file left before any
+model loads, fails the run naming one that does not decode, and records the rest.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId
 
 RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
-# Seconds of full decodes one scan spends on files not yet decoded; the rest wait for the next.
+# Seconds of full decodes one check spends on files not yet decoded; the rest wait for the next
+# check or the run's own scan (no budget: training/preflight.py).
 FULL_DECODE_BUDGET_S = 30.0
 
 FileKey = tuple[int, int, int]  # (size, mtime_ns, inode)
