@@ -63,7 +63,7 @@ class DecodedRecord:
         self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
         self.budget_s = FULL_DECODE_BUDGET_S if budget_s is None else budget_s
         self.spent_s = 0.0  # seconds of full decodes this record's scan spent
-        self.decoded = 0  # files this record's scan decoded fully and recorded (add)
+        self.decoded = 0  # files this scan decoded fully and passed (add; recorded unless changed meanwhile)
         self.changed = False
 
     @classmethod
