@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 import typer
+from api_helpers import FINAL, LiveServer, read_events, wait_idle, wait_status
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from lorastudio.data import decoded, images
 from lorastudio.settings import Settings
-from undecodable_images import chunks_of, idat_cut_short, noisy, png_of
+from undecodable_images import chunks_of, idat_cut_short, idat_ends_early, noisy, png_of
 
 
 def _idat_garbled() -> bytes:
@@ -184,6 +185,30 @@ def test_the_full_decodes_of_one_check_are_bounded_by_time(
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 30.0)
     assert client.post("/api/train/preflight", json=config).status_code == 400
     assert "garbled.png" in full_decodes
+
+
+def test_a_file_the_checks_left_fails_the_workers_run_before_its_models_load(
+    server: LiveServer,
+    settings: Settings,
+    flux_config: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server's checks past their budget pass a PNG whose stream ends cleanly before its
+    last row; the worker's own scan decodes it and fails the job before any model loads, naming
+    it in the job's error. (The worker is another process, whose budget this test cannot spend:
+    that its scan has none, RELIABILITY 165, is tests/unit/training/test_run_decodes_all.py's.)"""
+    monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)
+    folder = _handmade(settings)
+    (folder / "zz.png").write_bytes(idat_ends_early())
+    (folder / "zz.txt").write_text("its last rows missing")
+    started = server.client.post("/api/train/start", json={"config": flux_config(data_dir="handmade")})
+    assert started.status_code == 201, started.text
+    job_id = started.json()["id"]
+    kinds = [e["type"] for e in read_events(server.client, job_id)]
+    assert kinds[-1] == "error" and "model_load_started" not in kinds, kinds
+    job = wait_status(server.client, job_id, FINAL)
+    assert job["status"] == "failed" and "zz.png: corrupt (PNG pixel data cut short" in job["error"], job
+    wait_idle(server.client)
 
 
 @pytest.mark.parametrize("bad", ["half.jpg", "half.png", "crc.png", "garbled.png"])
