@@ -2,7 +2,7 @@
 device type has, the GPUs num_gpus needs, the memory plan settings that need CUDA
 (memory_budget_gb, offload_blocks) and the tracker packages report_to needs (each a FieldProblem
 naming the setting when it cannot). One rule each behind the job service's host check
-(jobs/validation.host_problems, and raw_host_problems on a config with other problems, so that
+(jobs/host_rules.host_problems, and raw_host_problems on a config with other problems, so that
 they all come in one answer), the preflight, the engine's own checks and the choices /api/info
 serves the UI (config_choices.host_choices). No torch: nothing is imported to decide."""
 

@@ -25,7 +25,7 @@ from lorastudio.api.schemas_preflight import PreflightOut
 from lorastudio.api.schemas_runs import JobOut, RunDetail
 from lorastudio.config import TrainConfig
 from lorastudio.config_rules import PLAN_FIELDS
-from lorastudio.jobs import preflight, validation
+from lorastudio.jobs import host_rules, preflight, validation
 from lorastudio.jobs.hardware import HostInfo, host_info
 from lorastudio.jobs.preflight import (
     ACTIVATION_FACTOR,
@@ -127,6 +127,7 @@ def cuda_host(monkeypatch: pytest.MonkeyPatch) -> HostInfo:
         precisions=("auto", "fp32", "fp16", "bf16", "fp8", "int8", "nf4"),
     )
     monkeypatch.setattr(validation, "host_info", lambda: host)
+    monkeypatch.setattr(host_rules, "host_info", lambda: host)
     monkeypatch.setattr(preflight, "host_info", lambda: host)
     return host
 

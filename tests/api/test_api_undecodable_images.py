@@ -11,72 +11,35 @@ decoded again.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import struct
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import typer
+from api_helpers import FINAL, LiveServer, read_events, wait_idle, wait_status
 from fastapi.testclient import TestClient
-from PIL import Image
 from typer.testing import CliRunner
 
 from lorastudio.data import decoded, images
 from lorastudio.settings import Settings
-
-
-def _noisy(fmt: str, size: int = 48, seed: int = 0) -> bytes:
-    """An image of noise (so its compressed data spans the file) in `fmt`."""
-    pixels = np.random.default_rng(seed).integers(0, 255, (size, size, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format=fmt)
-    return buf.getvalue()
-
-
-def _chunks(png: bytes) -> list[tuple[bytes, bytes]]:
-    out, pos = [], 8
-    while pos < len(png):
-        length, kind = struct.unpack(">I4s", png[pos : pos + 8])
-        out.append((kind, png[pos + 8 : pos + 8 + length]))
-        pos += 12 + length
-    return out
-
-
-def _png_of(chunks: list[tuple[bytes, bytes]]) -> bytes:
-    """A PNG of `chunks`, every CRC valid."""
-    body = b"".join(
-        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        for kind, data in chunks
-    )
-    return b"\x89PNG\r\n\x1a\n" + body
-
-
-def _idat_cut_short() -> bytes:
-    """Valid chunks and CRCs, but the deflate stream holds half of the image's rows."""
-    chunks = _chunks(_noisy("PNG"))
-    data = b"".join(d for k, d in chunks if k == b"IDAT")
-    rest = [(k, d) for k, d in chunks if k != b"IDAT"]
-    return _png_of([rest[0], (b"IDAT", data[: len(data) // 2]), *rest[1:]])
+from undecodable_images import chunks_of, idat_cut_short, idat_ends_early, noisy, png_of
 
 
 def _idat_garbled() -> bytes:
     """Valid chunks and CRCs, but bytes inside the deflate stream overwritten."""
-    chunks = _chunks(_noisy("PNG"))
+    chunks = chunks_of(noisy("PNG"))
     out = []
     for kind, data in chunks:
         if kind == b"IDAT":
             data = data[:40] + bytes(200) + data[240:]
         out.append((kind, data))
-    return _png_of(out)
+    return png_of(out)
 
 
 def _bad_crc() -> bytes:
-    png = bytearray(_noisy("PNG"))
+    png = bytearray(noisy("PNG"))
     png[png.find(b"IDAT") + 30] ^= 0xFF
     return bytes(png)
 
@@ -86,10 +49,10 @@ def _half(data: bytes) -> bytes:
 
 
 BAD = {  # file name -> (bytes, what its reason says)
-    "half.jpg": (_half(_noisy("JPEG")), "corrupt (image file is truncated"),
-    "half.png": (_half(_noisy("PNG")), "corrupt (truncated PNG file"),
+    "half.jpg": (_half(noisy("JPEG")), "corrupt (image file is truncated"),
+    "half.png": (_half(noisy("PNG")), "corrupt (truncated PNG file"),
     "crc.png": (_bad_crc(), "corrupt (bad CRC in PNG chunk IDAT)"),
-    "short.png": (_idat_cut_short(), "corrupt ("),
+    "short.png": (idat_cut_short(), "corrupt ("),
     "garbled.png": (_idat_garbled(), "corrupt ("),
 }
 # What the header and chunk checks alone let through (the files the full decode catches).
@@ -121,7 +84,7 @@ def test_the_header_checks_alone_pass_the_pixel_only_damage(tmp_path: Path) -> N
 
 
 def test_an_upload_refuses_each_undecodable_image_naming_it(client: TestClient, settings: Settings) -> None:
-    files = [("f", ("good.png", _noisy("PNG"))), ("f", ("good.txt", b"noise"))]
+    files = [("f", ("good.png", noisy("PNG"))), ("f", ("good.txt", b"noise"))]
     files += [("f", (name, data)) for name, (data, _) in BAD.items()]
     files += [("f", ("short.txt", b"a caption of a broken image"))]
     resp = client.post("/api/datasets/up/files", files=files)
@@ -142,7 +105,7 @@ def _handmade(settings: Settings, bad: str | None = None) -> Path:
     folder = settings.datasets_dir / "handmade"
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(3):
-        (folder / f"s{i}.png").write_bytes(_noisy("PNG", 32, seed=i))
+        (folder / f"s{i}.png").write_bytes(noisy("PNG", 32, seed=i))
         (folder / f"s{i}.txt").write_text(f"noise {i}")
     if bad is not None:
         (folder / bad).write_bytes(BAD[bad][0])
@@ -187,7 +150,7 @@ def test_each_file_is_decoded_once_and_again_when_it_changes(
     assert refused.status_code == 400 and full_decodes == ["s1.png"], refused.text
     assert "s1.png: corrupt (" in refused.text
     full_decodes.clear()
-    (folder / "s1.png").write_bytes(_noisy("PNG", 32, seed=9))
+    (folder / "s1.png").write_bytes(noisy("PNG", 32, seed=9))
     os.utime(folder / "s0.png", ns=(1, 1))  # touched: its mtime is another, decoded again
     assert client.post("/api/train/preflight", json=config).status_code == 200
     assert sorted(full_decodes) == ["s0.png", "s1.png"]
@@ -196,7 +159,7 @@ def test_each_file_is_decoded_once_and_again_when_it_changes(
 def test_an_uploaded_image_is_not_decoded_again_by_the_preflight(
     client: TestClient, flux_config: Callable[..., dict], full_decodes: list[str]
 ) -> None:
-    files = [("f", (f"u{i}.png", _noisy("PNG", 32, seed=i))) for i in range(2)]
+    files = [("f", (f"u{i}.png", noisy("PNG", 32, seed=i))) for i in range(2)]
     files += [("f", (f"u{i}.txt", f"noise {i}".encode())) for i in range(2)]
     assert client.post("/api/datasets/uploaded/files", files=files).status_code == 201
     assert sorted(full_decodes) == ["u0.png", "u1.png"]  # the upload's check
@@ -222,6 +185,30 @@ def test_the_full_decodes_of_one_check_are_bounded_by_time(
     monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 30.0)
     assert client.post("/api/train/preflight", json=config).status_code == 400
     assert "garbled.png" in full_decodes
+
+
+def test_a_file_the_checks_left_fails_the_workers_run_before_its_models_load(
+    server: LiveServer,
+    settings: Settings,
+    flux_config: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server's checks past their budget pass a PNG whose stream ends cleanly before its
+    last row; the worker's own scan decodes it and fails the job before any model loads, naming
+    it in the job's error. (The worker is another process, whose budget this test cannot spend:
+    that its scan has none, RELIABILITY 165, is tests/unit/training/test_run_decodes_all.py's.)"""
+    monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)
+    folder = _handmade(settings)
+    (folder / "zz.png").write_bytes(idat_ends_early())
+    (folder / "zz.txt").write_text("its last rows missing")
+    started = server.client.post("/api/train/start", json={"config": flux_config(data_dir="handmade")})
+    assert started.status_code == 201, started.text
+    job_id = started.json()["id"]
+    kinds = [e["type"] for e in read_events(server.client, job_id)]
+    assert kinds[-1] == "error" and "model_load_started" not in kinds, kinds
+    job = wait_status(server.client, job_id, FINAL)
+    assert job["status"] == "failed" and "zz.png: corrupt (PNG pixel data cut short" in job["error"], job
+    wait_idle(server.client)
 
 
 @pytest.mark.parametrize("bad", ["half.jpg", "half.png", "crc.png", "garbled.png"])

@@ -102,7 +102,9 @@ def train_cmd(
         False,
         "--check",
         help="print the preflight report (settings, dataset, schedule, plan, warnings) and exit "
-        "without training: 0 when the run would start, 2 with every problem when not",
+        "without training: 0 when the run would start, 2 with every problem when not. Like the "
+        "web preflight it decodes new images for at most 30 s (a warning names those left; the "
+        "run decodes them before its models load)",
     ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="replace the outputs of a previous run of the same output_name"

@@ -15,9 +15,11 @@ never writes into a dataset folder. It lists only the images the folder held at 
 save; a lost or unreadable record only costs decodes again (it is a cache, never a verdict),
 and two processes saving at once keep the last one's (the other's files are decoded again).
 
-`DecodedRecord.wants_full` also bounds one scan's full decodes by time (FULL_DECODE_BUDGET_S):
-the files left over keep the cheap check and are decoded fully by a later check, and in any case
-by the training worker, whose decode error names the file.
+`DecodedRecord.wants_full` also bounds one check's full decodes by time (FULL_DECODE_BUDGET_S):
+the files left over keep the cheap check (ImageItem.decoded False; the preflight report names
+them: `undecoded_warning`) and are decoded fully by a later check, and in any case by the run's
+own scan, which has no budget (training/preflight.py): it decodes every file left before any
+model loads, fails the run naming one that does not decode, and records the rest.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from lorastudio.data.images import DECODE_RULES, ImageInfo
+from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId
 
 RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
-# Seconds of full decodes one scan spends on files not yet decoded; the rest wait for the next.
+# Seconds of full decodes one check spends on files not yet decoded; the rest wait for the next
+# check or the run's own scan (no budget: training/preflight.py).
 FULL_DECODE_BUDGET_S = 30.0
 
 FileKey = tuple[int, int, int]  # (size, mtime_ns, inode)
@@ -58,6 +63,7 @@ class DecodedRecord:
         self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
         self.budget_s = FULL_DECODE_BUDGET_S if budget_s is None else budget_s
         self.spent_s = 0.0  # seconds of full decodes this record's scan spent
+        self.decoded = 0  # files this scan decoded fully and passed (add; recorded unless changed meanwhile)
         self.changed = False
 
     @classmethod
@@ -90,6 +96,7 @@ class DecodedRecord:
         same, so a file changed meanwhile is decoded again); `seconds` the decode took (counted
         against the budget)."""
         self.spent_s += seconds
+        self.decoded += 1
         if before is not None and file_key(path) == before:
             self.files[path.name] = (before, info)
             self.changed = True
@@ -128,3 +135,18 @@ def _entry(row: list[int]) -> tuple[FileKey, ImageInfo]:
 def _record_name(folder: Path, folder_id: FolderId) -> str:
     ident = f"{folder}\n{folder_id[0]}:{folder_id[1]}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(ident).hexdigest()[:32]
+
+
+def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
+    """The preflight report's word on images a check left to the header check alone (its time
+    budget spent: ImageItem.decoded False); None when every image was fully decoded. `labels`:
+    the entries' labels (DatasetScan.labels) for the names."""
+    left = [item_name(item, labels) for item in items if not item.decoded]
+    if not left:
+        return None
+    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return (
+        f"{len(left)} image(s) not fully decoded yet ({shown}): a check decodes new images for at "
+        f"most {FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and "
+        "fails naming any whose pixels do not decode)"
+    )

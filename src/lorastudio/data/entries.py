@@ -138,10 +138,12 @@ def scan_entries(
     family: str = "this family",
     prepare: Callable[[DatasetScan], DatasetScan] | None = None,
     decoded_dir: Path | None = None,
+    decode_budget_s: float | None = None,
 ) -> DatasetScan:
     """Scan every entry (data.scan.scan_dataset with the entry's resolution and captions) and
     join them (see the module docstring); `prepare` is applied to each entry's own scan before
-    the join (e.g. data.masks.attach_masks: each folder's masks/). Raises DatasetError listing
+    the join (e.g. data.masks.attach_masks: each folder's masks/); `decoded_dir` and
+    `decode_budget_s` are scan_dataset's (each folder's full decodes). Raises DatasetError listing
     every entry's problems (one entry: scan_dataset's own error), and what `prepare` raises."""
     many = len(entries) > 1
     scans: list[DatasetScan] = []
@@ -163,6 +165,7 @@ def scan_entries(
                     family=family,
                     decode_pixels=decode_pixels,
                     decoded_dir=decoded_dir,
+                    decode_budget_s=decode_budget_s,
                 )
             )
             if prepare is not None:

@@ -57,6 +57,9 @@ class ImageItem:
     # image changed since
     sha256: str = ""
     control_sha256: tuple[str, ...] = ()
+    # every pixel decoded by this scan or an earlier check (data/decoded.py); False: the header
+    # and chunk check alone (a check past its time budget): the run's own scan decodes it
+    decoded: bool = False
 
 
 @dataclass(frozen=True)

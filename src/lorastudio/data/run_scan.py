@@ -34,13 +34,17 @@ def scan_for_run(
     settings: Settings,
     control_dirs: Sequence[Path] = (),
     control_images: tuple[int, int] | None = None,
+    decode_budget_s: float | None = None,
 ) -> DatasetScan:
     """Scan `source` for a run of `cfg` (resolved) on the family `spec`, with the host limits of
     `settings`. `source`: the run's entries (data.entries.resolve_entries), or one folder (a
     validation folder: scanned as one entry with the run's captions and resolution(s));
     `control_dirs`: the run's parallel control folders (data/pairs.py); `control_images`: the
     (min, max) controls of the checkpoint's flavour (Family.source_control_images; default the
-    family's spec.control_images). Raises what scan_entries and attach_masks raise
+    family's spec.control_images); `decode_budget_s`: the seconds each folder's scan spends fully
+    decoding images its record (data/decoded.py) does not list as they are now (None: the
+    checks' FULL_DECODE_BUDGET_S; math.inf: all of them, as the run's own preflight does, so
+    that no image trains on the header check alone). Raises what scan_entries and attach_masks raise
     (DatasetError; ConfigError naming a mask setting)."""
     validation_folder = isinstance(source, Path)
     if isinstance(source, Path):
@@ -64,6 +68,7 @@ def scan_for_run(
         control_images=spec.control_images if control_images is None else control_images,
         family=spec.name,
         decoded_dir=settings.decoded_record_dir,
+        decode_budget_s=decode_budget_s,
         prepare=partial(
             attach_masks,
             alpha_mask=cfg.alpha_mask,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -26,6 +27,8 @@ from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
+
+log = logging.getLogger(__name__)
 
 _HASH_CHUNK = 1 << 20
 
@@ -122,25 +125,26 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
 
 def _check_image(
     path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId, record: DecodedRecord | None
-) -> ImageInfo | DatasetError:
-    """probe_image's answer for one image (its error returned, not raised): every pixel decoded
-    when `record` wants it (data/decoded.py), which then records it when it passes; a file the
-    record knows as it is now is not opened (its size is compared with `max_pixels` again)."""
+) -> tuple[ImageInfo | DatasetError, bool]:
+    """probe_image's answer for one image (its error returned, not raised) and whether every
+    pixel of it has been decoded: now, when `record` wants it (data/decoded.py), which then
+    records it when it passes, or before (a file the record knows as it is now is not opened;
+    its size is compared with `max_pixels` again)."""
     known = None if record is None else record.known(path)
     if known is not None:
         if known.width * known.height > max_pixels:
-            return oversized(path, known.width, known.height, max_pixels)
-        return known
+            return oversized(path, known.width, known.height, max_pixels), True
+        return known, True
     full = record is not None and record.wants_full(path)
     before = file_key(path) if full else None
     start = time.monotonic()
     try:
         info = probe_image(path, max_pixels, decode_pixels, folder_id, full=full)
     except DatasetError as err:
-        return err
+        return err, full
     if full and record is not None:
         record.add(path, before, info, time.monotonic() - start)
-    return info
+    return info, full
 
 
 def scan_dataset(
@@ -159,6 +163,7 @@ def scan_dataset(
     control_images: tuple[int, int] = (0, 0),
     family: str = "this family",
     decoded_dir: Path | None = None,
+    decode_budget_s: float | None = None,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -174,7 +179,8 @@ def scan_dataset(
     (data/pairs.py); `decoded_dir`, where the folders' records of fully decoded images are kept
     (settings.decoded_record_dir: each image not recorded there as it is now has every pixel
     decoded, within the record's time budget, and is recorded when it passes; data/decoded.py),
-    None to check headers and chunk CRCs only.
+    None to check headers and chunk CRCs only; `decode_budget_s`, that budget in seconds (None:
+    decoded.FULL_DECODE_BUDGET_S; math.inf: every file not recorded, as the run's own scan).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -211,13 +217,17 @@ def scan_dataset(
     items: list[ImageItem] = []
     uncaptioned: list[str] = []
     bad_images: list[str] = []
-    record = None if decoded_dir is None else DecodedRecord.load(decoded_dir, root, folder_id)
+    record = (
+        None if decoded_dir is None else DecodedRecord.load(decoded_dir, root, folder_id, decode_budget_s)
+    )
     try:
         checked = [_check_image(path, max_pixels, decode_pixels, folder_id, record) for path in files.images]
     finally:
         if record is not None:
             record.save({p.name for p in files.images})
-    for path, info in zip(files.images, checked, strict=True):
+    if record is not None and record.spent_s >= 1.0:  # the worker's log says where its time went
+        log.info("%s: every pixel of %d image(s) decoded in %.1f s", root, record.decoded, record.spent_s)
+    for path, (info, decoded) in zip(files.images, checked, strict=True):
         if isinstance(info, DatasetError):
             err = info
             bad_images += err.problems
@@ -243,7 +253,11 @@ def scan_dataset(
         bucket = choose_bucket(
             info.width, info.height, buckets, multiple, no_upscale=no_upscale, square=not aspect_buckets
         )
-        items.append(ImageItem(path, caption, source, info.width, info.height, bucket, folder_id=folder_id))
+        items.append(
+            ImageItem(
+                path, caption, source, info.width, info.height, bucket, folder_id=folder_id, decoded=decoded
+            )
+        )
 
     # -- paired samples (data/pairs.py): controls attached to the items, problems reported here
     pairs = pair_controls(

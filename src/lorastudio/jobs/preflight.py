@@ -26,6 +26,7 @@ from lorastudio.config_rules import PLAN_FIELDS, adapter_file_note, fusion_choic
 from lorastudio.data import DatasetScan, is_image_name
 from lorastudio.data.caption_variants import caption_report, scan_variants, variation_warning
 from lorastudio.data.crop import crop_warning, cut_warning
+from lorastudio.data.decoded import undecoded_warning
 from lorastudio.data.entries import entry_report, epoch_bucket_counts, run_steps
 from lorastudio.data.holdout import overlap_warning, validation_section
 from lorastudio.data.masks import mask_section, mask_warning
@@ -146,6 +147,7 @@ def preflight_report(
                     variation_warning(scan, scan.labels()),
                     mask_warning(scan.items, scan.labels()),
                     overlap_warning(run.holdout),
+                    undecoded_warning(scan.items, scan.labels()),
                 ]
                 if w
             ],

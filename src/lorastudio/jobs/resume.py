@@ -20,7 +20,8 @@ from lorastudio.data.entries import resolve_entries
 from lorastudio.data.pairs import resolve_control_dirs
 from lorastudio.data.run_scan import scan_for_run
 from lorastudio.errors import ConfigError, FieldProblem, JobActive, ModelSourceError, NotFound
-from lorastudio.jobs.validation import host_problems, raw_host_problems, sample_prompt_problems
+from lorastudio.jobs.host_rules import host_problems, raw_host_problems
+from lorastudio.jobs.validation import sample_prompt_problems
 from lorastudio.settings import Settings
 from lorastudio.training.checkpoint import (
     CHECKPOINTS,

@@ -9,6 +9,7 @@ ModelSourceError.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,8 +69,17 @@ def resolve_model_source(
     return source
 
 
-def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> PreparedRun:
+def preflight(
+    cfg: TrainConfig, settings: Settings, device: str | None, decode_budget_s: float = math.inf
+) -> PreparedRun:
     """Validate a run without loading or writing anything.
+
+    The dataset scan (and a validation folder's) decodes every pixel of each image its folder's
+    decoded record (data/decoded.py) does not list as it is now, with no time budget by default
+    (`decode_budget_s`): the checks before a run (the job service's, `train --check`) spend at
+    most decoded.FULL_DECODE_BUDGET_S, and what they left is decoded here, before any model
+    loads, so a file whose pixels do not decode fails the run naming it, and none trains on the
+    header check alone. What passes is recorded, so the next check decodes none of it.
 
     Returns the PreparedRun. Raises ConfigError (config, output folder and precision
     problems, all at once), UnknownFamily via ConfigError, DatasetError, PathOutsideRoot,
@@ -109,7 +119,9 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
     for given, control_dir in zip(resolved.control_dirs, control_dirs, strict=True):
         check_not_relinked(given, control_dir, settings.datasets_dir)
 
-    scan = scan_for_run(entries, resolved, family.spec, settings, control_dirs)
+    scan = scan_for_run(
+        entries, resolved, family.spec, settings, control_dirs, decode_budget_s=decode_budget_s
+    )
     sizing = control_resolution_problems(scan, resolved.control_resolution)
     if sizing:
         raise ConfigError(sizing)
@@ -120,7 +132,9 @@ def preflight(cfg: TrainConfig, settings: Settings, device: str | None) -> Prepa
         resolve_folder=lambda given: resolve_dataset_dir(
             given, settings.datasets_dir, allow_outside_root=True, field="validation_split"
         ),
-        scan_folder=lambda folder: scan_for_run(folder, resolved, family.spec, settings),
+        scan_folder=lambda folder: scan_for_run(
+            folder, resolved, family.spec, settings, decode_budget_s=decode_budget_s
+        ),
     )
     scan = holdout.train
     from lorastudio.data.caption_variants import variation_warning

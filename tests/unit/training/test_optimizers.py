@@ -203,7 +203,7 @@ def test_cli_set_reaches_the_optimizer_fields(make_config, tmp_path):
 
 
 def test_the_job_service_refuses_8bit_on_this_host_before_queueing():
-    from lorastudio.jobs.validation import host_problems
+    from lorastudio.jobs.host_rules import host_problems
 
     cfg = TrainConfig(family="flux", base_model="a/b", data_dir="d", optimizer="lion8bit")
     problems = host_problems(cfg, get_settings())  # this CPU-only test host

@@ -1,0 +1,78 @@
+"""What the run's own full decode adds to its preflight (RELIABILITY 165).
+
+Builds N noise PNGs (and captions) of SIZE x SIZE in a temporary folder and times
+data.scan.scan_dataset three ways on it, each on a fresh decoded record unless said:
+the cheap check (headers, chunk CRCs: what a check past its 30 s budget gives a file), the run's
+scan with no budget (every pixel decoded, then recorded), and the next scan of the same folder
+(the record lists every file: no file decoded; each case hashes every file, as
+a fresh process does, for the fingerprint). Usage:
+
+    PYTHONPATH=$PWD/src python -m bench.run_decode_scan --images 1000 --size 64
+
+Prints one JSON line per case: case, seconds, full_decodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from lorastudio.data import images, scan
+from lorastudio.data.scan import scan_dataset
+
+
+def write_dataset(folder: Path, count: int, size: int) -> None:
+    """`count` noise PNGs of `size` x `size` with a caption each (noise: the deflate stream
+    spans the file, as a photo's does)."""
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    for i in range(count):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(buf, format="PNG")
+        (folder / f"img{i:05d}.png").write_bytes(buf.getvalue())
+        (folder / f"img{i:05d}.txt").write_text(f"image {i}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=64)
+    args = parser.parse_args()
+    decodes: list[str] = []
+    real = images._full_decode
+
+    def counted(path: Path, *rest: object) -> None:
+        decodes.append(path.name)
+        real(path, *rest)  # type: ignore[arg-type]
+
+    images._full_decode = counted  # type: ignore[assignment]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "data"
+        write_dataset(folder, args.images, args.size)
+        cases = [
+            ("cheap check (budget 0 s)", Path(tmp) / "rec0", 0.0),
+            ("run's scan (no budget, fresh record)", Path(tmp) / "rec1", math.inf),
+            ("next scan (recorded)", Path(tmp) / "rec1", math.inf),
+        ]
+        for case, record_dir, budget in cases:
+            decodes.clear()
+            scan._hash_memo.clear()  # each case hashes the files as a fresh process would
+            start = time.perf_counter()
+            result = scan_dataset(
+                folder, resolution=64, multiple=16, decoded_dir=record_dir, decode_budget_s=budget
+            )
+            seconds = time.perf_counter() - start
+            assert len(result.items) == args.images
+            print(json.dumps({"case": case, "seconds": round(seconds, 3), "full_decodes": len(decodes)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Images whose header is fine but whose pixels do not decode (RELIABILITY 151, 165): noise
+images and PNGs whose chunks and CRCs are valid but whose deflate stream is damaged."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+from PIL import Image
+
+
+def noisy(fmt: str, size: int = 48, seed: int = 0) -> bytes:
+    """An image of noise (so its compressed data spans the file) in `fmt`."""
+    pixels = np.random.default_rng(seed).integers(0, 255, (size, size, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def chunks_of(png: bytes) -> list[tuple[bytes, bytes]]:
+    """The (type, data) of each chunk of `png`."""
+    out, pos = [], 8
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos : pos + 8])
+        out.append((kind, png[pos + 8 : pos + 8 + length]))
+        pos += 12 + length
+    return out
+
+
+def png_of(chunks: list[tuple[bytes, bytes]]) -> bytes:
+    """A PNG of `chunks`, every CRC valid."""
+    body = b"".join(
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        for kind, data in chunks
+    )
+    return b"\x89PNG\r\n\x1a\n" + body
+
+
+def idat_cut_short(size: int = 48) -> bytes:
+    """Valid chunks and CRCs, but the deflate stream holds half of the image's rows."""
+    chunks = chunks_of(noisy("PNG", size))
+    data = b"".join(d for k, d in chunks if k == b"IDAT")
+    rest = [(k, d) for k, d in chunks if k != b"IDAT"]
+    return png_of([rest[0], (b"IDAT", data[: len(data) // 2]), *rest[1:]])
+
+
+def idat_ends_early(size: int = 48) -> bytes:
+    """Valid chunks and CRCs and a deflate stream that ends cleanly (its final block, its
+    checksum) after the first half of the rows: Pillow decodes it without a word, the rows it
+    lacks black; only the full check (data/png_stream.py) sees the stream is short."""
+    png = noisy("PNG", size)
+    chunks = chunks_of(png)
+    raw = zlib.decompress(b"".join(d for k, d in chunks if k == b"IDAT"))
+    rest = [(k, d) for k, d in chunks if k != b"IDAT"]
+    return png_of([rest[0], (b"IDAT", zlib.compress(raw[: len(raw) // 2])), *rest[1:]])

@@ -1,0 +1,111 @@
+"""The run's own scan decodes every image the checks left (RELIABILITY 165).
+
+The checks before a run (the job service's preflight, `train --check`) fully decode at most
+decoded.FULL_DECODE_BUDGET_S of images they have not seen; the run's preflight decodes all the
+rest before any model loads. Here the checks' budget is spent (0 s): a PNG whose deflate stream
+ends cleanly before its last row (Pillow decodes it with those rows black, saying nothing)
+passes the check and fails the run before its models load, naming the file; with every file
+good, the run records them and the next check decodes none.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.config import TrainConfig
+from lorastudio.data import decoded, images
+from lorastudio.errors import DatasetError
+from lorastudio.settings import get_settings
+from lorastudio.training.events import Error
+from lorastudio.training.loop import train
+from undecodable_images import idat_ends_early
+
+
+@pytest.fixture
+def full_decodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names of the files whose every pixel the process decodes (images._full_decode)."""
+    seen: list[str] = []
+    real = images._full_decode
+
+    def counted(path: Path, *args: object) -> None:
+        seen.append(path.name)
+        real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(images, "_full_decode", counted)
+    yield seen
+
+
+def _dataset(small_dataset: Path, tmp_path: Path, bad: bool) -> Path:
+    data = tmp_path / "copied"
+    shutil.copytree(small_dataset, data)  # copied in by hand: no check has seen it
+    if bad:
+        (data / "zz_short.png").write_bytes(idat_ends_early(32))
+        (data / "zz_short.txt").write_text("rows missing")
+    return data
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    if not app.registered_commands:
+        _register()
+
+
+def _check(raw: dict, tmp_path: Path) -> str:
+    """`lorastudio train --check` (the job service's checks, as the API's preflight): its output."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(raw))
+    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_png_the_checks_left_fails_the_run_before_its_models_load(
+    small_dataset: Path,
+    tmp_path: Path,
+    run_settings: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    full_decodes: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)  # the checks' budget spent
+    raw = run_settings("flux", tiny_model("flux"), _dataset(small_dataset, tmp_path, bad=True), {})
+    out = _check(raw, tmp_path)  # the cheap check passes it, and says the run decodes it
+    assert full_decodes == []
+    assert "5 image(s) not fully decoded yet" in out and "the run decodes these before its models load" in out
+    events: list = []
+    with pytest.raises(DatasetError) as info:
+        train(TrainConfig.model_validate(raw), events.append, device="cpu")
+    assert any(p.startswith("zz_short.png: corrupt (PNG pixel data cut short") for p in info.value.problems)
+    assert "zz_short.png" in full_decodes
+    assert not any(e.type == "model_load_started" for e in events)  # before any model loads
+    assert [type(e) for e in events if e.type in ("error", "complete")] == [Error]
+    assert not (get_settings().outputs_dir / "run").exists()
+
+
+def test_the_runs_scan_records_what_it_decoded_for_the_next_check(
+    small_dataset: Path,
+    tmp_path: Path,
+    run_settings: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    full_decodes: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = _dataset(small_dataset, tmp_path, bad=False)
+    raw = run_settings("flux", tiny_model("flux"), data, {})
+    monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)
+    assert "4 image(s) not fully decoded yet" in _check(raw, tmp_path)
+    assert full_decodes == []
+    train(TrainConfig.model_validate(raw), [].append, device="cpu")
+    assert sorted(full_decodes) == sorted(p.name for p in data.glob("*.png"))  # each once, by the run
+    full_decodes.clear()
+    monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 30.0)
+    out = _check({**raw, "output_name": "again"}, tmp_path)
+    assert full_decodes == []  # recorded by the run: the next check decodes none
+    assert "not fully decoded" not in out
