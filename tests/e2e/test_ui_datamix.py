@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.e2e.ui_expect import expect
 from tests.e2e.ui_uploads import upload_captioned
 
 # browser test of one screen (test_ui_flow and test_ui_runs stay in the default suite)
@@ -66,10 +67,10 @@ def test_datasets_editor_preflight_and_bulk_captions(studio, browser) -> None:
         page.get_by_role("button", name="Apply to all captions").click()
         result.get_by_text("Changed 6 of 6 caption(s).").wait_for()
         assert (folder / "scenery0.txt").read_text().strip() == "photo, a landscape, lush green 0"
-        page.get_by_test_id("thumb-grid").locator("textarea").first.wait_for()
-        assert (
-            page.get_by_test_id("thumb-grid").locator("textarea").first.input_value()
-            == "photo, a landscape, lush green 0"
+        # the grid shows the new captions once the screen's reload after Apply lands (the
+        # old cards show meanwhile): wait for it, not for a card, which is there already
+        expect(page.get_by_test_id("thumb-grid").locator("textarea").first).to_have_value(
+            "photo, a landscape, lush green 0"
         )
     finally:
         context.close()
