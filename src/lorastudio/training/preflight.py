@@ -168,7 +168,7 @@ def preflight(
     # e.g. Qwen-Image-Edit: 1 control, Plus: 0-3 (a single file: its base config's flavour)
     flavour = family.source_variant(model_source(resolved), resolved.revision)
     if flavour is not None and flavour.control_images is not None:
-        from lorastudio.data.pairs import missing_controls, too_many_controls
+        from lorastudio.data.control_counts import missing_controls, too_many_controls
 
         checked = [*scan.items, *holdout.validation]
         excess = too_many_controls(checked, flavour.control_images, flavour.title)
