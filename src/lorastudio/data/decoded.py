@@ -15,6 +15,12 @@ never writes into a dataset folder. It lists only the images the folder held at 
 save; a lost or unreadable record only costs decodes again (it is a cache, never a verdict),
 and two processes saving at once keep the last one's (the other's files are decoded again).
 
+The dataset's other images live in the same record: control images (data/pairs.py) and loss
+masks (data/masks.py) are decoded fully once too, under the same budget. A file of the folder
+itself is keyed by its name, one of a sub-folder by its relative path (`control/a.png`,
+`masks/a.png`), one of a parallel control folder outside it (control_dirs) by its absolute path,
+so a control and a target of one name never share an entry (`record_key`).
+
 `DecodedRecord.wants_full` also bounds one check's full decodes by time (FULL_DECODE_BUDGET_S):
 the files left over keep the cheap check (ImageItem.decoded False; the preflight report names
 them: `undecoded_warning`) and are decoded fully by a later check, and in any case by the run's
@@ -28,13 +34,15 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from lorastudio.data.images import DECODE_RULES, ImageInfo
+from lorastudio.data.images import DECODE_RULES, ImageInfo, oversized, probe_image
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId
+from lorastudio.errors import DatasetError
 
 RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
 # Seconds of full decodes one check spends on files not yet decoded; the rest wait for the next
@@ -79,10 +87,23 @@ class DecodedRecord:
                 record.files = {str(n): _entry(row) for n, row in data["files"].items()}
         return record
 
+    def record_key(self, path: Path) -> str:
+        """The entry name of `path`: its name for a file of the folder, its relative path
+        (posix) for one of a sub-folder, its absolute path for one outside the folder."""
+        path = Path(os.path.abspath(path))
+        if path.parent == self.folder:
+            return path.name
+        if path.is_relative_to(self.folder):
+            return path.relative_to(self.folder).as_posix()
+        return str(path)
+
+    def _path_of(self, key: str) -> Path:
+        return Path(key) if os.path.isabs(key) else self.folder / key
+
     def known(self, path: Path) -> ImageInfo | None:
         """The header facts of `path` (a file of this folder) when it was fully decoded and
         passed every check of images.probe_image as it is now (the size limit aside); else None."""
-        entry = self.files.get(path.name)
+        entry = self.files.get(self.record_key(path))
         return entry[1] if entry is not None and entry[0] == file_key(path) else None
 
     def wants_full(self, path: Path) -> bool:
@@ -98,16 +119,23 @@ class DecodedRecord:
         self.spent_s += seconds
         self.decoded += 1
         if before is not None and file_key(path) == before:
-            self.files[path.name] = (before, info)
+            self.files[self.record_key(path)] = (before, info)
             self.changed = True
 
     def save(self, names: set[str] | None = None) -> None:
         """Write the record (staged and renamed) when it changed or `names` drops some of it;
-        `names`: the image names the folder holds now (others are left out). Errors writing it
-        are ignored: the record is a cache."""
-        if names is not None and not names.issuperset(self.files):
-            self.files = {n: k for n, k in self.files.items() if n in names}
-            self.changed = True
+        `names`: the image names the folder holds now (others of the folder itself are left out;
+        an entry of a control or a mask, keyed by a path, is left out when its file is gone or
+        changed). Errors writing it are ignored: the record is a cache."""
+        if names is not None:
+            kept = {
+                n: k
+                for n, k in self.files.items()
+                if (n in names if "/" not in n else file_key(self._path_of(n)) == k[0])
+            }
+            if len(kept) != len(self.files):
+                self.files = kept
+                self.changed = True
         if not self.changed:
             return
         body = {
@@ -124,6 +152,37 @@ class DecodedRecord:
             self.changed = False
         except OSError:
             tmp.unlink(missing_ok=True)
+
+
+def check_image(
+    path: Path,
+    max_pixels: int,
+    decode_pixels: int,
+    folder_id: FolderId | None,
+    record: DecodedRecord | None,
+    *,
+    colour: bool = True,
+) -> tuple[ImageInfo | DatasetError, bool]:
+    """probe_image's answer for one image (its error returned, not raised) and whether every
+    pixel of it has been decoded: now, when `record` wants it, which then records it when it
+    passes, or before (a file the record knows as it is now is not opened; its size is compared
+    with `max_pixels` again). `colour`: False for a loss mask (probe_image's). A target, a
+    control image and a mask are checked alike (data/scan.py, data/pairs.py, data/masks.py)."""
+    known = None if record is None else record.known(path)
+    if known is not None:
+        if known.width * known.height > max_pixels:
+            return oversized(path, known.width, known.height, max_pixels), True
+        return known, True
+    full = record is not None and record.wants_full(path)
+    before = file_key(path) if full else None
+    start = time.monotonic()
+    try:
+        info = probe_image(path, max_pixels, decode_pixels, folder_id, full=full, colour=colour)
+    except DatasetError as err:
+        return err, full
+    if full and record is not None:
+        record.add(path, before, info, time.monotonic() - start)
+    return info, full
 
 
 def _entry(row: list[int]) -> tuple[FileKey, ImageInfo]:

@@ -24,13 +24,13 @@ from PIL import Image
 
 from lorastudio.data.crop import _REDUCING_GAP, resized_size
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.decoded import DecodedRecord, check_image
 from lorastudio.data.discovery import is_image_name
 from lorastudio.data.images import (
     DECODE_ERRORS,
     ORIENTATION_FIX,
     exif_orientation,
     open_image,
-    probe_image,
     to_rgb,
 )
 from lorastudio.data.items import DatasetScan, ImageItem, MaskRef, item_name
@@ -119,9 +119,14 @@ def attach_masks(
     alpha_mask: bool,
     max_pixels: int = 64_000_000,
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
+    decoded_dir: Path | None = None,
+    decode_budget_s: float | None = None,
 ) -> DatasetScan:
     """`scan` (one folder) with each item's MaskRef (see the module docstring) and a fingerprint
     that covers the masks. Unchanged when there is no masks/ folder and alpha_mask is off.
+    `decoded_dir`, `decode_budget_s`: as scan_dataset's: a mask the folder's decoded record
+    (data/decoded.py, keyed `masks/<name>`) does not list as it is now is decoded fully within
+    the budget and recorded when it passes (None: header check only).
     Raises: ConfigError for alpha_mask with a masks/ folder too (which one?); DatasetError naming
     every mask that cannot be used (undecodable, another size than its image, no image of its
     stem, several masks of one image's stem). Whether anything of the run is masked at all is
@@ -133,7 +138,9 @@ def attach_masks(
             [FieldProblem("alpha_mask", f"{scan.root}/{MASKS_DIR} holds masks too: use one or the other")]
         )
     items, problems = (
-        _alpha_items(scan.items) if alpha_mask else _folder_items(scan, files, max_pixels, decode_pixels)
+        _alpha_items(scan.items)
+        if alpha_mask
+        else _folder_items(scan, files, max_pixels, decode_pixels, decoded_dir, decode_budget_s)
     )
     if problems:
         raise DatasetError(f"masks of {scan.root} cannot be used ({len(problems)} problem(s))", problems)
@@ -170,9 +177,15 @@ def masked_setting_problems(
 
 
 def _folder_items(
-    scan: DatasetScan, files: dict[str, Path], max_pixels: int, decode_pixels: int
+    scan: DatasetScan,
+    files: dict[str, Path],
+    max_pixels: int,
+    decode_pixels: int,
+    decoded_dir: Path | None,
+    decode_budget_s: float | None,
 ) -> tuple[list[ImageItem], list[str]]:
-    """The items with their masks/ files, and every problem with those files."""
+    """The items with their masks/ files, and every problem with those files (each mask fully
+    decoded once: `decoded_dir`, `decode_budget_s` as attach_masks')."""
     from lorastudio.data.scan import file_sha256
 
     if not files:
@@ -186,16 +199,30 @@ def _folder_items(
     ]
     clashes = mask_clashes(Path(scan.root))
     problems += [clash_problem(stem, names) for stem, names in clashes.items() if stem in stems]
+    record = None
+    if decoded_dir is not None:
+        root = Path(scan.root)
+        record = DecodedRecord.load(decoded_dir, root, folder_identity(root), decode_budget_s)
+    try:
+        checked = {
+            stem_key(it.path.name): check_image(
+                files[stem_key(it.path.name)], max_pixels, decode_pixels, folder_id, record, colour=False
+            )
+            for it in scan.items
+            if stem_key(it.path.name) in files
+        }
+    finally:
+        if record is not None:
+            record.save()
     items = []
     for item in scan.items:
         path = files.get(stem_key(item.path.name))
         if path is None:
             items.append(item)
             continue
-        try:
-            info = probe_image(path, max_pixels, decode_pixels, folder_id, colour=False)
-        except DatasetError as err:
-            problems += [f"{MASKS_DIR}/{p}" for p in err.problems]
+        info, _ = checked[stem_key(item.path.name)]
+        if isinstance(info, DatasetError):
+            problems += [f"{MASKS_DIR}/{p}" for p in info.problems]
             continue
         if (info.width, info.height) != (item.width, item.height):
             problems.append(

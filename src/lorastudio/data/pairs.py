@@ -56,13 +56,15 @@ from lorastudio.data.captions import METADATA_CONTROL_KEYS
 from lorastudio.data.control_counts import count_problems
 from lorastudio.data.crop import resized_size
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
+from lorastudio.data.decoded import check_image
 from lorastudio.data.discovery import is_image_name
-from lorastudio.data.images import load_rgb, probe_image
+from lorastudio.data.images import load_rgb
 from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
 from lorastudio.errors import DatasetError
 
 if TYPE_CHECKING:
+    from lorastudio.data.decoded import DecodedRecord
     from lorastudio.data.items import ImageItem
 
 MAX_CONTROL_SLOTS = 10  # the most control images any family takes (FLUX.2 dev: 10 references)
@@ -216,6 +218,7 @@ def pair_controls(
     max_pixels: int,
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
     folder_id: FolderId | None = None,
+    record: DecodedRecord | None = None,
 ) -> PairReport:
     """Pair every target file name of the dataset folder `root` with its control images.
 
@@ -223,7 +226,9 @@ def pair_controls(
     (or None); `control_dirs`, the config's parallel control folders (resolved); `allowed`, the
     family's (min, max) control images per sample and its name (for messages); `max_pixels`,
     the largest accepted control image; `decode_pixels`, the decode budget of one check;
-    `folder_id`, the identity of `root` the scan recorded (data.safe_open).
+    `folder_id`, the identity of `root` the scan recorded (data.safe_open); `record`, the
+    dataset folder's decoded record (data/decoded.py: a control it does not list as it is now
+    is decoded fully within its budget and recorded when it passes; None: header check only).
     Returns: a PairReport (see its fields); its `problems` are empty when the pairing is usable.
     """
     sub = control_subfolders(root)
@@ -278,14 +283,27 @@ def pair_controls(
             try:
                 if path.parent not in identities:
                     identities[path.parent] = folder_identity(path.parent)
-                ids.append(identities[path.parent])
-                info = probe_image(path, max_pixels, decode_pixels, identities[path.parent])
-                dims.append((info.width, info.height))
             except DatasetError as err:
                 problems += [f"control {p}" for p in err.problems]
+                continue
+            ids.append(identities[path.parent])
+            info, _ = check_image(path, max_pixels, decode_pixels, identities[path.parent], record)
+            if isinstance(info, DatasetError):
+                where = _folder_label(root, path.parent)
+                problems += [f"control {where}{p}" for p in info.problems]
+            else:
+                dims.append((info.width, info.height))
         report.folder_ids[target] = tuple(ids)
         report.dims[target] = tuple(dims)
     return report
+
+
+def _folder_label(root: Path, folder: Path) -> str:
+    """The control folder `folder` as an error names it before a file name: "control/" for a
+    sub-folder of the dataset `root`, its full path (with "/") for a control_dirs folder."""
+    if folder == root:
+        return ""
+    return f"{folder.relative_to(root).as_posix()}/" if folder.is_relative_to(root) else f"{folder}/"
 
 
 def _escaping_links(report: PairReport, roots: Sequence[Path]) -> list[str]:

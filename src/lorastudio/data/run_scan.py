@@ -74,6 +74,8 @@ def scan_for_run(
             alpha_mask=cfg.alpha_mask,
             max_pixels=settings.max_image_pixels,
             decode_pixels=settings.max_decode_pixels,
+            decoded_dir=settings.decoded_record_dir,
+            decode_budget_s=decode_budget_s,
         ),
     )
     if not validation_folder:  # the mask settings are the run's: asked of all its entries at once

@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,9 +19,8 @@ from pathlib import Path
 from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_problems
 from lorastudio.data.captions import TRIGGER_PLACEHOLDER, choose_caption, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.decoded import DecodedRecord, file_key
+from lorastudio.data.decoded import DecodedRecord, check_image
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
-from lorastudio.data.images import ImageInfo, oversized, probe_image
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.pairs import control_folder_ids, misnamed_control_folder, pair_controls
 from lorastudio.data.safe_open import FolderId, folder_identity, open_in_folder
@@ -123,30 +121,6 @@ def dataset_fingerprint(items: list[ImageItem]) -> str:
     return hashlib.sha256(b"lorastudio-dataset-v1\n" + payload).hexdigest()
 
 
-def _check_image(
-    path: Path, max_pixels: int, decode_pixels: int, folder_id: FolderId, record: DecodedRecord | None
-) -> tuple[ImageInfo | DatasetError, bool]:
-    """probe_image's answer for one image (its error returned, not raised) and whether every
-    pixel of it has been decoded: now, when `record` wants it (data/decoded.py), which then
-    records it when it passes, or before (a file the record knows as it is now is not opened;
-    its size is compared with `max_pixels` again)."""
-    known = None if record is None else record.known(path)
-    if known is not None:
-        if known.width * known.height > max_pixels:
-            return oversized(path, known.width, known.height, max_pixels), True
-        return known, True
-    full = record is not None and record.wants_full(path)
-    before = file_key(path) if full else None
-    start = time.monotonic()
-    try:
-        info = probe_image(path, max_pixels, decode_pixels, folder_id, full=full)
-    except DatasetError as err:
-        return err, full
-    if full and record is not None:
-        record.add(path, before, info, time.monotonic() - start)
-    return info, full
-
-
 def scan_dataset(
     root: Path,
     *,
@@ -221,7 +195,20 @@ def scan_dataset(
         None if decoded_dir is None else DecodedRecord.load(decoded_dir, root, folder_id, decode_budget_s)
     )
     try:
-        checked = [_check_image(path, max_pixels, decode_pixels, folder_id, record) for path in files.images]
+        checked = [check_image(path, max_pixels, decode_pixels, folder_id, record) for path in files.images]
+        # -- paired samples (data/pairs.py): controls checked (and recorded) like the targets
+        pairs = pair_controls(
+            root,
+            [p.name for p in files.images],
+            files.metadata,
+            control_dirs,
+            control_images,
+            family=family,
+            max_pixels=max_pixels,
+            decode_pixels=decode_pixels,
+            folder_id=folder_id,
+            record=record,
+        )
     finally:
         if record is not None:
             record.save({p.name for p in files.images})
@@ -259,18 +246,7 @@ def scan_dataset(
             )
         )
 
-    # -- paired samples (data/pairs.py): controls attached to the items, problems reported here
-    pairs = pair_controls(
-        root,
-        [p.name for p in files.images],
-        files.metadata,
-        control_dirs,
-        control_images,
-        family=family,
-        max_pixels=max_pixels,
-        decode_pixels=decode_pixels,
-        folder_id=folder_id,
-    )
+    # -- paired samples: controls attached to the items, problems reported here
     problems += pairs.problems
     items = [
         replace(
