@@ -93,7 +93,7 @@ def plan_masks(source: Path, images: Mapping[str, Path], dataset: Path, max_pixe
             why = f"the dataset has the mask {MASKS_DIR}/{existing[stem].name} for {stem} already"
         else:
             try:
-                mask = probe_image(path, max_pixels, colour=False)
+                mask = probe_image(path, max_pixels, colour=False, full=True)
             except DatasetError as err:
                 why = "; ".join(p.removeprefix(f"{path.name}: ") for p in err.problems or [str(err)])
             else:

@@ -114,7 +114,9 @@ class UploadBatch:
     ):
         self.dataset_dir = dataset_dir
         self.decoded_dir = decoded_dir
-        self._decoded: dict[str, tuple[FileKey | None, ImageInfo]] = {}  # staged image -> (file_key, probe)
+        self._decoded: dict[
+            str, tuple[FileKey | None, ImageInfo]
+        ] = {}  # staged image or control -> (file_key, probe)
         self.max_pixels = max_pixels
         self.decode_pixels = decode_pixels
         self.strict = strict
@@ -218,7 +220,7 @@ class UploadBatch:
             return UploadResult(stored, list(self.refused))
 
     def _record_decoded(self, stored: list[str]) -> None:
-        """Record the stored images (every pixel decoded by the check) in the dataset's record of
+        """Record the stored images and controls (every pixel decoded by the check) in the dataset's record of
         decoded files (data/decoded.py), so that its next preflight does not decode them again."""
         if self.decoded_dir is None:
             return
@@ -271,8 +273,7 @@ class UploadBatch:
                 if kind in ("image", "control"):
                     key = file_key(path)
                     info = probe_image(path, self.max_pixels, self.decode_pixels, full=True)
-                    if kind == "image":
-                        self._decoded[name] = (key, info)
+                    self._decoded[name] = (key, info)  # a control keyed control/<name>: decoded.record_key
                 elif kind == "metadata":
                     table_problems = read_metadata(path).problems
                     if table_problems:
