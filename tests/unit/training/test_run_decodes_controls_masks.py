@@ -1,0 +1,145 @@
+"""Control images and loss masks get the full decode too (RELIABILITY 166).
+
+Like the targets (RELIABILITY 151, 165), each control image (control/, control_2/ ...) and each
+loss mask (masks/) is decoded fully once and remembered in the dataset folder's decoded record,
+keyed by its relative path (a control and a target of one name never share an entry). Here the
+checks' budget is spent (0 s): a control or a mask whose PNG deflate stream ends early (Pillow
+decodes it with rows black, saying nothing) passes the check and fails the run before its models
+load, naming the file with its folder; with every file good, one check records them all and the
+next decodes none.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from lorastudio.cli.app import _register, app
+from lorastudio.config import TrainConfig
+from lorastudio.data import decoded, images
+from lorastudio.errors import DatasetError
+from lorastudio.training.loop import train
+from undecodable_images import chunks_of, idat_ends_early, noisy, png_of
+
+SIZE = 32
+
+
+@pytest.fixture
+def full_decodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The files (folder/name) whose every pixel the process decodes (images._full_decode)."""
+    seen: list[str] = []
+    real = images._full_decode
+
+    def counted(path: Path, *args: object) -> None:
+        seen.append(f"{path.parent.name}/{path.name}")
+        real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(images, "_full_decode", counted)
+    yield seen
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    if not app.registered_commands:
+        _register()
+
+
+def _mask(seed: int, ends_early: bool = False) -> bytes:
+    """A SIZE x SIZE grey mask of noise as PNG; `ends_early`: its deflate stream ends cleanly
+    after half the rows (valid chunks and CRCs)."""
+    pixels = np.random.default_rng(seed).integers(0, 255, (SIZE, SIZE), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels, "L").save(buf, format="PNG")
+    if not ends_early:
+        return buf.getvalue()
+    chunks = chunks_of(buf.getvalue())
+    raw = zlib.decompress(b"".join(d for k, d in chunks if k == b"IDAT"))
+    rest = [(k, d) for k, d in chunks if k != b"IDAT"]
+    return png_of([rest[0], (b"IDAT", zlib.compress(raw[: len(raw) // 2])), *rest[1:]])
+
+
+def _dataset(tmp_path: Path, controls: bool, masks: bool, bad: str | None = None) -> Path:
+    """Two captioned noise targets (a.png, b.png), each with a control of its name in control/
+    and/or a mask in masks/; `bad`: "control" or "mask" makes b's one end early."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for i, stem in enumerate("ab"):
+        (data / f"{stem}.png").write_bytes(noisy("PNG", SIZE, seed=i))
+        (data / f"{stem}.txt").write_text(f"noise {stem}")
+        if controls:
+            (data / "control").mkdir(exist_ok=True)
+            ctrl = idat_ends_early(SIZE) if bad == "control" and stem == "b" else noisy("PNG", SIZE, seed=10 + i)
+            (data / "control" / f"{stem}.png").write_bytes(ctrl)
+        if masks:
+            (data / "masks").mkdir(exist_ok=True)
+            (data / "masks" / f"{stem}.png").write_bytes(_mask(i, ends_early=bad == "mask" and stem == "b"))
+    return data
+
+
+def _check(raw: dict, tmp_path: Path) -> str:
+    """`lorastudio train --check` (the job service's checks, as the API's preflight): its output."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(raw))
+    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize(
+    ("bad", "family", "named"),
+    [("control", "qwen-image-edit", "control control/b.png"), ("mask", "flux", "masks/b.png")],
+)
+def test_a_control_or_mask_the_checks_left_fails_the_run_before_its_models_load(
+    bad: str,
+    family: str,
+    named: str,
+    tmp_path: Path,
+    run_settings: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    full_decodes: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)  # the checks' budget spent
+    data = _dataset(tmp_path, controls=bad == "control", masks=bad == "mask", bad=bad)
+    raw = run_settings(family, tiny_model(family), data, {})
+    _check(raw, tmp_path)  # the cheap check passes it
+    assert full_decodes == []
+    events: list = []
+    with pytest.raises(DatasetError) as info:
+        train(TrainConfig.model_validate(raw), events.append, device="cpu")
+    problems = info.value.problems
+    assert any(p.startswith(f"{named}: corrupt (PNG pixel data cut short") for p in problems), problems
+    assert f"{named.split()[-1]}" in full_decodes
+    assert not any(e.type == "model_load_started" for e in events)  # before any model loads
+
+
+def test_good_controls_and_masks_are_recorded_and_not_decoded_again(
+    tmp_path: Path,
+    run_settings: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    full_decodes: list[str],
+) -> None:
+    data = _dataset(tmp_path, controls=True, masks=True)
+    raw = run_settings("qwen-image-edit", tiny_model("qwen-image-edit"), data, {})
+    _check(raw, tmp_path)
+    assert sorted(full_decodes) == [
+        "control/a.png", "control/b.png", "data/a.png", "data/b.png", "masks/a.png", "masks/b.png",
+    ]  # fmt: skip
+    full_decodes.clear()
+    out = _check({**raw, "output_name": "again"}, tmp_path)
+    assert full_decodes == []  # all recorded: the next check decodes none
+    assert "not fully decoded" not in out
+    (data / "control" / "b.png").write_bytes(idat_ends_early(SIZE))  # a control replaced: decoded again
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(raw))
+    result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
+    assert full_decodes == ["control/b.png"], full_decodes
+    assert "control/b.png: corrupt (PNG pixel data cut short" in result.output, result.output
