@@ -76,7 +76,9 @@ def _dataset(tmp_path: Path, controls: bool, masks: bool, bad: str | None = None
         (data / f"{stem}.txt").write_text(f"noise {stem}")
         if controls:
             (data / "control").mkdir(exist_ok=True)
-            ctrl = idat_ends_early(SIZE) if bad == "control" and stem == "b" else noisy("PNG", SIZE, seed=10 + i)
+            ctrl = (
+                idat_ends_early(SIZE) if bad == "control" and stem == "b" else noisy("PNG", SIZE, seed=10 + i)
+            )
             (data / "control" / f"{stem}.png").write_bytes(ctrl)
         if masks:
             (data / "masks").mkdir(exist_ok=True)
