@@ -293,7 +293,7 @@ def pair_controls(
             info, _ = check_image(path, max_pixels, decode_pixels, identities[path.parent], record)
             if isinstance(info, DatasetError):
                 where = _folder_label(root, path.parent)
-                problems += [f"control {where}{p}" for p in info.problems]
+                problems += [f"control image {where}{p}" for p in info.problems]
             else:
                 dims.append((info.width, info.height))
         report.folder_ids[target] = tuple(ids)

@@ -45,7 +45,7 @@ def test_an_unreadable_control_and_too_many_controls_are_named(
         )
     problems = _problems(settings, _cfg(tiny_model("flux2-klein")))
     messages = [m for f, m in problems if f == "data_dir"]
-    assert any(m.startswith("control shape_01.png:") for m in messages), messages
+    assert any(m.startswith("control image control/shape_01.png:") for m in messages), messages
     assert "shape_00.png: 5 control images, flux2-klein takes at most 4" in messages
 
 

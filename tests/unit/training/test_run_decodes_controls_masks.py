@@ -97,7 +97,7 @@ def _check(raw: dict, tmp_path: Path) -> str:
 
 @pytest.mark.parametrize(
     ("bad", "family", "named"),
-    [("control", "qwen-image-edit", "control control/b.png"), ("mask", "flux", "masks/b.png")],
+    [("control", "qwen-image-edit", "control image control/b.png"), ("mask", "flux", "masks/b.png")],
 )
 def test_a_control_or_mask_the_checks_left_fails_the_run_before_its_models_load(
     bad: str,
