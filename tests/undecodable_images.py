@@ -6,9 +6,13 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
+
+from lorastudio.data import images
 
 
 def noisy(fmt: str, size: int = 48, seed: int = 0) -> bytes:
@@ -55,3 +59,17 @@ def idat_ends_early(size: int = 48) -> bytes:
     raw = zlib.decompress(b"".join(d for k, d in chunks if k == b"IDAT"))
     rest = [(k, d) for k, d in chunks if k != b"IDAT"]
     return png_of([rest[0], (b"IDAT", zlib.compress(raw[: len(raw) // 2])), *rest[1:]])
+
+
+def record_full_decodes(monkeypatch: pytest.MonkeyPatch, *, with_folder: bool = False) -> list[str]:
+    """The files whose every pixel the process decodes from now on (images._full_decode), in
+    order: each as its name, or as folder/name with `with_folder`."""
+    seen: list[str] = []
+    real = images._full_decode
+
+    def counted(path: Path, *args: object) -> None:
+        seen.append(f"{path.parent.name}/{path.name}" if with_folder else path.name)
+        real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(images, "_full_decode", counted)
+    return seen

@@ -8,31 +8,19 @@ nothing) is refused naming the file; a good control is recorded in the dataset's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from fastapi.testclient import TestClient
 
-from lorastudio.data import images
 from lorastudio.data.decoded import DecodedRecord
 from lorastudio.data.safe_open import folder_identity
 from lorastudio.settings import Settings
-from undecodable_images import idat_ends_early, noisy
+from undecodable_images import idat_ends_early, noisy, record_full_decodes
 
 
 @pytest.fixture
-def full_decodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files (folder/name) whose every pixel the process decodes (images._full_decode)."""
-    seen: list[str] = []
-    real = images._full_decode
-
-    def counted(path: Path, *args: object) -> None:
-        seen.append(f"{path.parent.name}/{path.name}")
-        real(path, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(images, "_full_decode", counted)
-    yield seen
+    return record_full_decodes(monkeypatch, with_folder=True)
 
 
 def test_a_control_whose_stream_ends_early_is_refused_naming_it(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from lorastudio.data import decoded, images
 from lorastudio.settings import Settings
-from undecodable_images import chunks_of, idat_cut_short, idat_ends_early, noisy, png_of
+from undecodable_images import chunks_of, idat_cut_short, idat_ends_early, noisy, png_of, record_full_decodes
 
 
 def _idat_garbled() -> bytes:
@@ -60,17 +60,9 @@ PIXELS_ONLY = ("short.png", "garbled.png")
 
 
 @pytest.fixture
-def full_decodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the files whose every pixel the process decodes (images._full_decode)."""
-    seen: list[str] = []
-    real = images._full_decode
-
-    def counted(path: Path, *args: object) -> None:
-        seen.append(path.name)
-        real(path, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(images, "_full_decode", counted)
-    yield seen
+    return record_full_decodes(monkeypatch)
 
 
 def test_the_header_checks_alone_pass_the_pixel_only_damage(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,26 +20,18 @@ from typer.testing import CliRunner
 
 from lorastudio.cli.app import _register, app
 from lorastudio.config import TrainConfig
-from lorastudio.data import decoded, images
+from lorastudio.data import decoded
 from lorastudio.errors import DatasetError
 from lorastudio.settings import get_settings
 from lorastudio.training.events import Error
 from lorastudio.training.loop import train
-from undecodable_images import idat_ends_early
+from undecodable_images import idat_ends_early, record_full_decodes
 
 
 @pytest.fixture
-def full_decodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the files whose every pixel the process decodes (images._full_decode)."""
-    seen: list[str] = []
-    real = images._full_decode
-
-    def counted(path: Path, *args: object) -> None:
-        seen.append(path.name)
-        real(path, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(images, "_full_decode", counted)
-    yield seen
+    return record_full_decodes(monkeypatch)
 
 
 def _dataset(small_dataset: Path, tmp_path: Path, bad: bool) -> Path:

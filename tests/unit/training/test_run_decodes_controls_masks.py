@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,26 +24,18 @@ from typer.testing import CliRunner
 
 from lorastudio.cli.app import _register, app
 from lorastudio.config import TrainConfig
-from lorastudio.data import decoded, images
+from lorastudio.data import decoded
 from lorastudio.errors import DatasetError
 from lorastudio.training.loop import train
-from undecodable_images import chunks_of, idat_ends_early, noisy, png_of
+from undecodable_images import chunks_of, idat_ends_early, noisy, png_of, record_full_decodes
 
 SIZE = 32
 
 
 @pytest.fixture
-def full_decodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files (folder/name) whose every pixel the process decodes (images._full_decode)."""
-    seen: list[str] = []
-    real = images._full_decode
-
-    def counted(path: Path, *args: object) -> None:
-        seen.append(f"{path.parent.name}/{path.name}")
-        real(path, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(images, "_full_decode", counted)
-    yield seen
+    return record_full_decodes(monkeypatch, with_folder=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
