@@ -6,7 +6,7 @@
 import { act, render, screen, waitFor } from "@testing-library/react";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { LiveScreen } from "../screens/LiveScreen";
-import { deferFetch } from "../test/fixtures";
+import { JOB, deferFetch } from "../test/fixtures";
 import { resetAuthForTests, setToken } from "./auth";
 import { TrainingProvider, useTraining } from "./training";
 
@@ -38,23 +38,6 @@ class Stream {
 
 const open = () => Stream.all.filter((s) => !s.closed);
 
-const JOB = {
-  id: "j1",
-  status: "running",
-  output_name: "shapes-lora",
-  family: "flux",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:00Z",
-  finished_at: null,
-  phase: null,
-  progress: null,
-  metrics: [{ step: 1, epoch: 1, loss: 0.9, avg_loss: 0.9, lr: 1e-4, grad_norm: 1, samples_per_second: null, peak_memory_gb: 0.5 }],
-  lora_path: null,
-  steps_run: 1,
-  error: null,
-  stop_requested: null,
-  config: {},
-};
 const status = (job: object) => ({ job, queue: [], busy: true, event_seq: 3 });
 const progress = (step: number) => ({ type: "progress", job_id: "j1", step, total_steps: 10, epoch: 1, loss: 0.5, avg_loss: 0.5, lr: 1e-4, grad_norm: 1, samples_per_second: 2, peak_memory_gb: 1 });
 

@@ -1,7 +1,7 @@
 import { act, render, screen, waitFor, within } from "@testing-library/react";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { LiveScreen } from "../screens/LiveScreen";
-import { type Call, mockFetch } from "../test/fixtures";
+import { JOB, mockFetch, type Call } from "../test/fixtures";
 import { TrainingProvider } from "./training";
 
 /** A minimal EventSource double: the test pushes named server-sent events into it. */
@@ -26,24 +26,6 @@ class FakeEventSource {
     for (const fn of this.listeners.get(type) ?? []) fn(e);
   }
 }
-
-const JOB = {
-  id: "j1",
-  status: "running",
-  output_name: "shapes-lora",
-  family: "flux",
-  created_at: "2025-01-01T00:00:00Z",
-  started_at: "2025-01-01T00:00:00Z",
-  finished_at: null,
-  phase: null,
-  progress: null,
-  metrics: [{ step: 1, epoch: 1, loss: 0.9, avg_loss: 0.9, lr: 1e-4, grad_norm: 1, samples_per_second: null, peak_memory_gb: 0.5 }],
-  lora_path: null,
-  steps_run: 1,
-  error: null,
-  stop_requested: null,
-  config: {},
-};
 
 const progress = (step: number) => ({
   type: "progress",

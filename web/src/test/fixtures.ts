@@ -172,3 +172,22 @@ export function deferFetch(handler: Handler = () => undefined): { calls: Call[];
   };
   return { calls, held };
 }
+
+/** A run j1 ("shapes-lora", FLUX.1) at step 1 of its training, as /api/train/status reports it. */
+export const JOB = {
+  id: "j1",
+  status: "running",
+  output_name: "shapes-lora",
+  family: "flux",
+  created_at: "2025-01-01T00:00:00Z",
+  started_at: "2025-01-01T00:00:00Z",
+  finished_at: null,
+  phase: null,
+  progress: null,
+  metrics: [{ step: 1, epoch: 1, loss: 0.9, avg_loss: 0.9, lr: 1e-4, grad_norm: 1, samples_per_second: null, peak_memory_gb: 0.5 }],
+  lora_path: null,
+  steps_run: 1,
+  error: null,
+  stop_requested: null,
+  config: {},
+};
