@@ -92,10 +92,12 @@ def api_run(
     timeout_s: float = 3600.0,
     env: dict[str, str] | None = None,
     before_post: Callable[[int], None] | None = None,
+    notes: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[float, Any]], float, str]:
     """See the module docstring. `env`: variables set for the server besides the home;
     `before_post(server pid)` runs once the server answers, before the POST (a wait for its
-    standby worker, bench/standby_start.py). Raises RuntimeError when the server does not start, the start is
+    standby worker, bench/standby_start.py). `notes`, when given, receives "info": the server's
+    GET /api/info answer (its GPU facts, from the gpu_probe child). Raises RuntimeError when the server does not start, the start is
     refused (naming the answer) or the run does not end within `timeout_s`."""
     from pydantic import ValidationError
 
@@ -111,6 +113,8 @@ def api_run(
     try:
         with httpx.Client(base_url=base, timeout=60.0) as client:
             _wait_up(client, proc, log)
+            if notes is not None:
+                notes["info"] = client.get("/api/info").json()
             if before_post is not None:
                 before_post(proc.pid)
             stream.start()
@@ -142,6 +146,31 @@ def api_run(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(30)
+
+
+def wait_for_standby(log: Path, timeout_s: float = 180.0) -> float | None:
+    """Seconds until the server's log says its standby worker is ready (jobs/standby.py), None
+    when it did not within `timeout_s` (standby off, or its imports failed: the log says)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        if any("standby worker" in line and " ready" in line for line in text.splitlines()):
+            return time.monotonic() - started
+        time.sleep(0.2)
+    return None
+
+
+def gpu_processes() -> list[str]:
+    """nvidia-smi's compute processes ("pid, used memory"), [] without nvidia-smi: a standby
+    worker that has not touched CUDA is not among them."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
 
 
 def _follow(stream: _Stream, job: str, deadline: float) -> float:

@@ -187,14 +187,22 @@ def run_cli(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str
 
 def run_api(root: Path, cfg: dict[str, Any], device: str, t0: float) -> dict[str, Any]:
     """The same config through `lorastudio serve`'s runs API (bench/e2e_api.py)."""
-    from bench.e2e_api import api_run
+    from bench.e2e_api import api_run, gpu_processes, wait_for_standby
 
     if device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the worker trains where the server finds a device
     log = root / f"serve-{cfg['output_name']}.log"
-    events, wall, job = api_run(e2e_build.home_dir(root), cfg, log)
+    notes: dict[str, Any] = {}
+
+    def standby(pid: int) -> None:  # as on a server up for a while: its standby worker is ready
+        notes["standby_ready_after_s"] = wait_for_standby(log)
+        notes["gpu_processes_while_waiting"] = gpu_processes()  # the standby holds no CUDA context
+        notes["server_pid"] = pid
+
+    events, wall, job = api_run(e2e_build.home_dir(root), cfg, log, before_post=standby, notes=notes)
     table = phase_table(events, wall)
     table["job_id"] = job
+    table["api_notes"] = notes
     table["peak_host_rss_gib"] = round(  # the largest of the server and its worker (reaped)
         resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2
     )
