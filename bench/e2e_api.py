@@ -96,8 +96,8 @@ def api_run(
 ) -> tuple[list[tuple[float, Any]], float, str]:
     """See the module docstring. `env`: variables set for the server besides the home;
     `before_post(server pid)` runs once the server answers, before the POST (a wait for its
-    standby worker, bench/standby_start.py). `notes`, when given, receives "info": the server's
-    GET /api/info answer (its GPU facts, from the gpu_probe child). Raises RuntimeError when the server does not start, the start is
+    standby worker, bench/standby_start.py). `notes`, when given, receives "host": the "host" of the
+    server's GET /api/info answer (its GPU facts, from the gpu_probe child). Raises RuntimeError when the server does not start, the start is
     refused (naming the answer) or the run does not end within `timeout_s`."""
     from pydantic import ValidationError
 
@@ -114,7 +114,7 @@ def api_run(
         with httpx.Client(base_url=base, timeout=60.0) as client:
             _wait_up(client, proc, log)
             if notes is not None:
-                notes["info"] = client.get("/api/info").json()
+                notes["host"] = client.get("/api/info").json().get("host")
             if before_post is not None:
                 before_post(proc.pid)
             stream.start()

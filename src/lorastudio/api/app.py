@@ -44,6 +44,7 @@ from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
+from lorastudio.api.server_log import install_server_logging
 from lorastudio.api.path_guard import PathGuard
 from lorastudio.api.routes import (
     cache,
@@ -238,6 +239,7 @@ def serve(settings: Settings, host: str, port: int, home_lock: HomeLock | None =
     lock = home_lock or HomeLock.for_server(settings.ensure_dirs().home, port)
     settings = drop_process_secrets(settings)  # before any child exists: none inherits a secret
     install_log_redaction()  # the access log prints paths: hide ?token= values
+    install_server_logging()  # the server's own lines (GPU facts, standby worker, recoveries) on its console
     # Open event streams never end on their own: give them 5 s before a shutdown cuts them.
     config = uvicorn.Config(
         create_app(settings, home_lock=lock),
