@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from lorastudio.api.server_log import LOGGER, install_server_logging
 from tests.polling import until
 from tests.ports import start_listening
+
+from lorastudio.api.server_log import LOGGER, install_server_logging
 
 
 @pytest.fixture
@@ -29,7 +29,9 @@ def fresh_logger() -> Iterator[logging.Logger]:
     logger.handlers, logger.level, logger.propagate = saved[0], saved[1], saved[2]
 
 
-def test_info_lines_are_printed_once_in_uvicorns_style_with_tokens_hidden(fresh_logger: logging.Logger) -> None:
+def test_info_lines_are_printed_once_in_uvicorns_style_with_tokens_hidden(
+    fresh_logger: logging.Logger,
+) -> None:
     out = io.StringIO()
     install_server_logging(out)
     install_server_logging(out)  # a second call adds no second handler

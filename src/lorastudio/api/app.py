@@ -44,7 +44,6 @@ from lorastudio.api.downloads import HeadAsGet
 from lorastudio.api.errors import JSONOut, install_error_handlers
 from lorastudio.api.hosts import HostGuard, HostPolicy, is_loopback
 from lorastudio.api.origin import SameOriginWrites, install_log_redaction
-from lorastudio.api.server_log import install_server_logging
 from lorastudio.api.path_guard import PathGuard
 from lorastudio.api.routes import (
     cache,
@@ -60,6 +59,7 @@ from lorastudio.api.routes import (
     train,
 )
 from lorastudio.api.schemas import ERROR_RESPONSES
+from lorastudio.api.server_log import install_server_logging
 from lorastudio.errors import ConfigError, FieldProblem
 from lorastudio.jobs.childenv import drop_process_secrets
 from lorastudio.jobs.generation import GenerationService
