@@ -24,10 +24,14 @@ from lorastudio.lora.metadata import PREFIX
 SRC = str(Path(lorastudio.__file__).resolve().parents[1])
 KEY = "transformer.single_transformer_blocks.0.attn.to_q"
 
-# The child: a slow write (part of the file, a marker, a long sleep), then the real CLI.
+# The child: a slow write (part of the file, a marker, a long sleep), then the real CLI. Ctrl-C is
+# Python's KeyboardInterrupt in it, as in a terminal's foreground command, even when pytest itself
+# runs as a background job (its SIGINT ignored, and so inherited by the child: each SIGINT case
+# then waited out its 60 s and failed).
 CHILD = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)
 marker = Path(sys.argv[1])
 
 def slow(path):

@@ -18,6 +18,8 @@ ComfyUI's (LyCORIS layout; diffusers has no loader for them): tests/external/tes
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,31 @@ CASES: dict[str, dict[str, Any]] = {
 # files give peft's weights back exactly; a bf16 file rounds A and B to 8 significant bits, an
 # fp16 file to 11
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 3e-3}
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A run's LoRA file and its trained change ({diffusers weight name: merged - base}, by
+    peft's merge of the trained layers: bench.comfyui_check.trained_change)."""
+
+    lora_path: Path
+    change: dict[str, torch.Tensor]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Trained]:
+    """trained(family, **overrides) -> the Trained of `_run(family, ...)`, run once per module for
+    each family and settings (the strength test reads the runs the loader tests made)."""
+    done: dict[tuple, Trained] = {}
+
+    def get(family: str, **overrides: Any) -> Trained:
+        key = (family, *sorted((k, repr(v)) for k, v in overrides.items()))
+        if key not in done:
+            result = _run(family, tiny_model, tmp_path_factory.mktemp(f"run-{family}"), **overrides)
+            done[key] = Trained(result.lora_path, trained_change(result.denoiser))
+        return done[key]
+
+    return get
 
 
 def _run(family: str, tiny_model, root: Path, **overrides: Any) -> Any:
@@ -98,11 +125,13 @@ def _loaded_change(family: str, model: Path, lora: Path) -> dict[str, torch.Tens
     return change
 
 
-def _assert_loaded_at_the_trained_strength(family: str, result: Any, model: Path, dtype: str) -> list[str]:
+def _assert_loaded_at_the_trained_strength(
+    family: str, result: Trained, model: Path, dtype: str
+) -> list[str]:
     """Asserts the module docstring's rules on `result`'s file; returns the weights compared."""
     sidecar = json.loads(result.lora_path.with_suffix(".json").read_text())
     assert sidecar["loaders"]["diffusers"]["ok"], sidecar["loaders"]["diffusers"]
-    want = trained_change(result.denoiser)
+    want = result.change
     got = _loaded_change(family, model, result.lora_path)
     assert got.keys() == want.keys() and want
     base = dict(
@@ -121,11 +150,11 @@ def _assert_loaded_at_the_trained_strength(family: str, result: Any, model: Path
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("family", families.names())
-def test_diffusers_loads_each_file_meant_for_it_at_the_trained_strength(family, case, tiny_model, tmp_path):
+def test_diffusers_loads_each_file_meant_for_it_at_the_trained_strength(family, case, tiny_model, trained):
     settings = dict(CASES[case])
     if case == "lora-kohya" and names.kohya_layout(family) == "flux":
         settings["lora_targets"] = FLUX_DOUBLE_ONLY
-    result = _run(family, tiny_model, tmp_path, **settings)
+    result = trained(family, **settings)
     if case == "dora-diffusers":
         assert any(k.endswith(".lora_magnitude_vector") for k in load_file(str(result.lora_path)))
     _assert_loaded_at_the_trained_strength(family, result, tiny_model(family), "fp32")
@@ -141,9 +170,9 @@ def test_diffusers_loads_each_file_meant_for_it_at_the_trained_strength(family, 
     ],
 )
 def test_a_half_precision_file_loads_at_the_trained_strength_within_its_rounding(
-    family, adapter, dtype, tiny_model, tmp_path
+    family, adapter, dtype, tiny_model, trained
 ):
-    result = _run(family, tiny_model, tmp_path, adapter=adapter, lora_format="diffusers", save_dtype=dtype)
+    result = trained(family, adapter=adapter, lora_format="diffusers", save_dtype=dtype)
     tensors = load_file(str(result.lora_path))
     magnitudes = {v.dtype for k, v in tensors.items() if k.endswith(".lora_magnitude_vector")}
     assert magnitudes == (
@@ -155,9 +184,9 @@ def test_a_half_precision_file_loads_at_the_trained_strength_within_its_rounding
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_sdxls_conv_layers_load_at_the_trained_strength(case, tiny_model, tmp_path):
+def test_sdxls_conv_layers_load_at_the_trained_strength(case, tiny_model, trained):
     """SDXL's ResNet conv1 (3x3 kernels) beside to_q, in each file diffusers is meant to load."""
-    result = _run("sdxl", tiny_model, tmp_path, **CASES[case], lora_targets=["to_q", "conv1"])
+    result = trained("sdxl", **CASES[case], lora_targets=["to_q", "conv1"])
     layers = _assert_loaded_at_the_trained_strength("sdxl", result, tiny_model("sdxl"), "fp32")
     assert any(w.endswith("conv1.weight") for w in layers)  # 3x3 convs among the compared layers
 
@@ -165,13 +194,13 @@ def test_sdxls_conv_layers_load_at_the_trained_strength(case, tiny_model, tmp_pa
 @pytest.mark.parametrize(
     ("family", "case"), [("flux", "lora-diffusers"), ("sdxl", "lora-kohya"), ("qwen-image", "lora-diffusers")]
 )
-def test_a_lora_at_strength_half_gives_half_the_trained_change(family, case, tiny_model, tmp_path):
+def test_a_lora_at_strength_half_gives_half_the_trained_change(family, case, tiny_model, trained):
     """diffusers' adapter weight (set_adapters, what Generate's scale sets) scales a LoRA's change
     linearly: 0.5 gives half the trained change in every layer (alpha / rank applied once). A DoRA
     does not (peft normalises W + s * delta: 25 % off half in a tiny FLUX.1 run; ComfyUI
     interpolates, so there 0.5 is half): README's portability notes."""
-    result = _run(family, tiny_model, tmp_path, **CASES[case])
-    want = trained_change(result.denoiser)
+    result = trained(family, **CASES[case])  # the run of test_diffusers_loads_each_file_meant_for_it
+    want = result.change
     pipe = load_pipeline(str(tiny_model(family)), family, device="cpu")
     pipe.load_lora_weights(str(result.lora_path), adapter_name="at_half")
     pipe.set_adapters(["at_half"], [0.5])

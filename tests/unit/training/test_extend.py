@@ -1,5 +1,5 @@
 """Training a run longer (training/extend.py) on a real tiny model, on the CPU: a finished
-20-step run resumed with steps=40 equals a run of 40 steps from the start (loss curve and LoRA,
+10-step run resumed with steps=20 equals a run of 20 steps from the start (loss curve and LoRA,
 bitwise) with the constant schedule; with a decaying schedule the LR after the checkpoint is the
 40-step schedule's; the extension is recorded; a finished run resumed without a larger total is
 refused instead of re-running its last steps."""
@@ -33,14 +33,14 @@ def _config(tiny_model, sample_dataset: Path, name: str, **over: Any) -> TrainCo
         "base_model": str(tiny_model(FAMILY)),
         "data_dir": str(sample_dataset),
         "resolution": 64,
-        "steps": 20,
+        "steps": 10,
         "learning_rate": 1e-2,
         "lora_rank": 4,
         "lora_alpha": 8.0,
         "batch_size": 1,
         "output_name": name,
         "seed": 3,
-        "save_every": 10,
+        "save_every": 5,
         **over,
     }
     return TrainConfig.model_validate(raw)
@@ -71,46 +71,46 @@ def _cli_runs() -> list[dict[str, Any]]:
         store.close()
 
 
-def test_a_run_extended_from_20_to_40_steps_equals_a_40_step_run(tiny_model, sample_dataset, tmp_path):
+def test_a_run_extended_from_10_to_20_steps_equals_a_20_step_run(tiny_model, sample_dataset, tmp_path):
     short, _ = _train(_config(tiny_model, sample_dataset, "ext"), tmp_path)
     run_dir = short.lora_path.parent
-    with pytest.raises(ConfigError, match="finished at step 20 of 20.*set steps above 20"):
+    with pytest.raises(ConfigError, match="finished at step 10 of 10.*set steps above 10"):
         _train(_config(tiny_model, sample_dataset, "ext"), tmp_path, run_dir)  # plain resume
-    with pytest.raises(ConfigError, match="set steps above 20"):
-        _extend(run_dir, 20, tmp_path)
+    with pytest.raises(ConfigError, match="set steps above 10"):
+        _extend(run_dir, 10, tmp_path)
     from lorastudio.cli.app import _register, app
 
     _register()
     cli = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--device", "cpu"])
-    assert cli.exit_code == 2 and "finished at step 20 of 20" in cli.output, cli.output
+    assert cli.exit_code == 2 and "finished at step 10 of 10" in cli.output, cli.output
     assert _cli_runs() == []  # refused before it is recorded, like a fresh run's refused config
     from lorastudio.training.session import resume_problems
 
-    elsewhere = _config(tiny_model, sample_dataset, "other", steps=40)
+    elsewhere = _config(tiny_model, sample_dataset, "other", steps=20)
     assert [p.field for p in resume_problems(elsewhere, find_checkpoint(run_dir))] == ["output_name"]
     before = short.lora_path.read_bytes()
-    # what the Runs screen offers (jobs/resume.py): no plain resume, "train longer" from step 10
-    assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=10, total_steps=20)
-    extended, _ = _extend(run_dir, 40, tmp_path)
-    assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=30, total_steps=40)
-    full, _ = _train(_config(tiny_model, sample_dataset, "full", steps=40), tmp_path)
+    # what the Runs screen offers (jobs/resume.py): no plain resume, "train longer" from step 5
+    assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=5, total_steps=10)
+    extended, _ = _extend(run_dir, 20, tmp_path)
+    assert resume_points(run_dir) == ResumePoints(resume_step=None, extend_from=15, total_steps=20)
+    full, _ = _train(_config(tiny_model, sample_dataset, "full", steps=20), tmp_path)
 
-    assert extended.resumed_from == 10 and extended.steps_run == 40  # from the newest checkpoint
-    assert len(extended.losses) == 40 and extended.losses == full.losses  # the whole curve, bitwise
-    assert extended.losses[:20] == short.losses
+    assert extended.resumed_from == 5 and extended.steps_run == 20  # from the newest checkpoint
+    assert len(extended.losses) == 20 and extended.losses == full.losses  # the whole curve, bitwise
+    assert extended.losses[:10] == short.losses
     ours, _ = read_lora_file(extended.lora_path)
     theirs, _ = read_lora_file(full.lora_path)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert extended.lora_path.read_bytes() != before
-    kept = run_dir / "loras" / "ext-step-000020.safetensors"  # the 20-step LoRA stays, as a snapshot
-    assert kept.read_bytes() == before and json.loads(kept.with_suffix(".json").read_text())["steps"] == 20
+    kept = run_dir / "loras" / "ext-step-000010.safetensors"  # the 10-step LoRA stays, as a snapshot
+    assert kept.read_bytes() == before and json.loads(kept.with_suffix(".json").read_text())["steps"] == 10
 
     sidecar = json.loads(extended.lora_path.with_suffix(".json").read_text())
-    assert sidecar["steps"] == sidecar["total_steps"] == 40 and sidecar["config"]["steps"] == 40
+    assert sidecar["steps"] == sidecar["total_steps"] == 20 and sidecar["config"]["steps"] == 20
     (record,) = sidecar["extensions"]
-    assert (record["from_steps"], record["to_steps"], record["resumed_at_step"]) == (20, 40, 10)
+    assert (record["from_steps"], record["to_steps"], record["resumed_at_step"]) == (10, 20, 5)
     checkpoint_info = read_checkpoint_info(find_checkpoint(run_dir))
-    assert checkpoint_info["step"] == 30 and checkpoint_info["extensions"] == sidecar["extensions"]
+    assert checkpoint_info["step"] == 15 and checkpoint_info["extensions"] == sidecar["extensions"]
 
     # a run that counts epochs is not offered "train longer" (extension_steps refuses it)
     epochs = tmp_path / "copy" / run_dir.name
