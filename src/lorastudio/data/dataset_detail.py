@@ -19,7 +19,7 @@ from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.listing import summary_of
-from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
+from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_index
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
@@ -74,9 +74,9 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""
     files = discover(folder)
-    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
+    masks, clashes = mask_index(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
     dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
-    for stem, names in mask_clashes(folder).items():  # a run refuses them: no mask is shown
+    for stem, names in clashes.items():  # a run refuses them: no mask is shown
         masks.pop(stem)
         dropped += [(f"{MASKS_DIR}/{n}", clash_problem(stem, names).split(": ", 1)[1]) for n in names]
     rows: dict[str, str] = {}
