@@ -117,6 +117,25 @@ def safe_component(name: str, *, field: str = "name") -> str:
     return name
 
 
+def existing_component(name: str, *, field: str = "name") -> str:
+    """Check that `name` can only be the name of an entry directly in a folder, for a lookup of
+    an existing file by the name a listing gave (data/image_edits.existing_image): not empty, no
+    NUL, no lone surrogate, no path separator, not "." or "..". The rules of names the studio
+    creates (safe_component: length, <>:"|?*, hidden characters, reserved names) are not applied:
+    a file made by hand under such a name is listed and trained on, so it must be reachable.
+    Returns `name` unchanged (not normalised). Raises PathOutsideRoot for separators, "." and
+    "..", ConfigError (one FieldProblem for `field`) for the rest."""
+    if not isinstance(name, str) or name == "":
+        raise _config_error(field, "must be a non-empty string")
+    if "\x00" in name:
+        raise _config_error(field, "must not contain a NUL character")
+    if any("\ud800" <= ch <= "\udfff" for ch in name):
+        raise _config_error(field, "must be valid UTF-8 text (it holds a lone surrogate / undecodable bytes)")
+    if name in (".", "..") or any(sep in name for sep in _SEPARATORS):
+        raise PathOutsideRoot(f"{field}: {name!r} must be a single name without '/' or '\\'")
+    return name
+
+
 def new_name(name: str, *, field: str = "name") -> str:
     """`safe_component(name, field=field)` for a name that creates something (a dataset), which
     must also not start with "-": every command that takes the name would read it as an option.
