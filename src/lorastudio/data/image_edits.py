@@ -10,6 +10,8 @@ those)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
@@ -144,6 +146,9 @@ def existing_image(dataset_dir: Path, image_name: str) -> Path:
     existing_component(image_name, field="file name")
     for name in dict.fromkeys((image_name, nfc(image_name))):
         path = dataset_dir / name
-        if is_image_name(name) and not path.is_symlink() and path.is_file():
-            return path
+        try:
+            if is_image_name(name) and stat.S_ISREG(os.lstat(path).st_mode):  # a link is not one
+                return path
+        except OSError:  # missing, or the NFC form over the name limit
+            continue
     raise NotFound(f"no image {nfc(image_name)!r} in dataset {dataset_dir.name}")
