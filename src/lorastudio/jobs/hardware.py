@@ -149,6 +149,15 @@ def host_info() -> HostInfo:
         return host
 
 
+def known_host_info() -> HostInfo | None:
+    """`host_info()`'s answer when it needs no probe now (a host that cannot have CUDA, or the
+    answer cached for the current CUDA_VISIBLE_DEVICES); None when a probe would run (or runs):
+    an async caller then waits for `host_info` without holding a request thread meanwhile."""
+    if cuda_impossible():
+        return CPU_HOST
+    return _cached(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def probe_in_this_process() -> None:
     """host_info asks this process's own torch from now on: for a process that imports torch
     anyway (the CLI's train), where a child would import it a second time."""
