@@ -5,7 +5,7 @@ Built for datasets of tens of thousands of images (session 23 scale audit): the 
 once per request (`discover`), the totals (images, captioned, masked, with alpha) count every
 image, but only the page's images have their caption files read; an image's stored size and
 alpha flag come from its header, read once per version of the file (`stored_header`: remembered
-by path, size, mtime_ns and inode), so a request costs one lstat per image, not one read.
+by path and file_version.version_of), so a request costs one lstat per image, not one read.
 """
 
 from __future__ import annotations
@@ -19,29 +19,30 @@ from lorastudio.data.captions import read_metadata, read_sidecar
 from lorastudio.data.discovery import METADATA_FILE, discover
 from lorastudio.data.image_headers import header_info
 from lorastudio.data.listing import summary_of
-from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_clashes, mask_files
+from lorastudio.data.masks import MASKS_DIR, clash_problem, file_has_alpha, mask_index
 from lorastudio.data.pair_listing import listed_controls
 from lorastudio.data.pairs import misnamed_control_folder
 from lorastudio.data.paths import stem_key
 from lorastudio.data.safe_open import open_in_folder
 from lorastudio.data.upload_pairs import control_slot
 from lorastudio.errors import DatasetError
+from lorastudio.file_version import version_of
 
 _HEADERS_MAX = 200_000  # remembered headers (a few hundred bytes each); cleared when full
-_headers: dict[tuple[str, int, int, int], dict[str, Any]] = {}
+_headers: dict[tuple[Any, ...], dict[str, Any]] = {}
 _headers_lock = threading.Lock()
 
 
 def stored_header(path: Path) -> dict[str, Any] | None:
     """{"bytes", "width", "height", "alpha"} of an image file, from one read of its header
     (`header_info`: width and height None where it cannot be read); Pillow is asked for the alpha
-    flag only where the header cannot tell. Remembered per process by (path, size, mtime_ns,
-    inode): a file's header is read once per version. None when the file is gone."""
+    flag only where the header cannot tell. Remembered per process by path and
+    file version (file_version.version_of): a file's header is read once per version. None when the file is gone."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
-    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    key = (str(path), *version_of(st))
     with _headers_lock:
         known = _headers.get(key)
     if known is not None:
@@ -73,9 +74,9 @@ def dataset_detail(folder: Path, offset: int = 0, limit: int | None = None) -> d
     controls, clashing masks, metadata.jsonl problems) and the page's caption files that cannot
     be read, each with its reason. Raises DatasetError when the folder cannot be listed."""
     files = discover(folder)
-    masks = mask_files(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
+    masks, clashes = mask_index(folder)  # loss masks (data/masks.py): masks/<stem>.*, by stem_key (NFC)
     dropped = [(n, r) for n, r in files.dropped if not (masks and n == MASKS_DIR)]
-    for stem, names in mask_clashes(folder).items():  # a run refuses them: no mask is shown
+    for stem, names in clashes.items():  # a run refuses them: no mask is shown
         masks.pop(stem)
         dropped += [(f"{MASKS_DIR}/{n}", clash_problem(stem, names).split(": ", 1)[1]) for n in names]
     rows: dict[str, str] = {}

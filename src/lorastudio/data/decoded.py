@@ -4,8 +4,9 @@ A header check and a chunk walk (data/images.py, data/image_headers.py) cannot s
 compressed pixel data is cut short or garbled under valid chunk CRCs, nor a JPEG whose entropy
 data breaks at full size; only decoding every pixel can. Decoding every image of a large dataset
 on every preflight would cost minutes, so each file is decoded fully once (at upload, or at the
-first check that meets it) and remembered here by (name, size, mtime_ns, inode): a file edited,
-replaced or renamed over is decoded again at the next check. With each file its header facts
+first check that meets it) and remembered here by (name, size, mtime_ns, inode, ctime_ns): a
+file edited (even in place, its size and mtime put back), replaced or renamed over is decoded
+again at the next check. With each file its header facts
 (size after EXIF transpose, orientation) are kept, so that a later scan of an unchanged file
 needs one stat and no read (`known`); only the size limit, a setting, is compared again.
 
@@ -30,7 +31,6 @@ model loads, fails the run naming one that does not decode, and records the rest
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -41,24 +41,28 @@ from pathlib import Path
 
 from lorastudio.data.images import DECODE_RULES, ImageInfo, oversized, probe_image
 from lorastudio.data.items import ImageItem, item_name
-from lorastudio.data.safe_open import FolderId
+from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 
-RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
+RECORD_VERSION = 3  # what an entry holds and which checks it stands for (images.probe_image's)
+RECORD_MAX_BYTES = 64 << 20  # ~300,000 entries; a larger file is not read (decodes again)
 # Seconds of full decodes one check spends on files not yet decoded; the rest wait for the next
 # check or the run's own scan (no budget: training/preflight.py).
 FULL_DECODE_BUDGET_S = 30.0
 
-FileKey = tuple[int, int, int]  # (size, mtime_ns, inode)
+FileKey = tuple[int, int, int, int]  # (size, mtime_ns, inode, ctime_ns)
 
 
 def file_key(path: Path) -> FileKey | None:
-    """(size, mtime_ns, inode) of `path` (a link not followed); None when it cannot be stat'ed."""
+    """(size, mtime_ns, inode, ctime_ns) of `path` (a link not followed); None when it cannot be
+    stat'ed. With the ctime, which no one but the kernel sets, a file rewritten in place to the
+    same size with its mtime put back (`cp -p`, `rsync --inplace -t`, os.utime) is another
+    version (as scan.file_sha256's memo); a rename changes the ctime too (uploads.py)."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
-    return st.st_size, st.st_mtime_ns, st.st_ino
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns
 
 
 class DecodedRecord:
@@ -81,10 +85,7 @@ class DecodedRecord:
         """The record of `folder` as last saved (empty when there is none or it cannot be read);
         `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S)."""
         record = cls(record_dir, folder, folder_id, budget_s)
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            data = json.loads(record.path.read_text(encoding="utf-8"))
-            if data.get("version") == RECORD_VERSION and data.get("rules") == DECODE_RULES:
-                record.files = {str(n): _entry(row) for n, row in data["files"].items()}
+        record.files = _read_record(record.path)
         return record
 
     def record_key(self, path: Path) -> str:
@@ -185,10 +186,45 @@ def check_image(
     return info, full
 
 
-def _entry(row: list[int]) -> tuple[FileKey, ImageInfo]:
-    """A saved row [size, mtime_ns, inode, width, height, orientation] as (key, info)."""
-    size, mtime, inode, width, height, orientation = (int(v) for v in row)
-    return (size, mtime, inode), ImageInfo(width, height, orientation)
+def _read_record(path: Path) -> dict[str, tuple[FileKey, ImageInfo]]:
+    """The entries of the record file `path`; empty when it is missing, not a regular file (a
+    link is not followed, a FIFO not waited on: safe_open), over RECORD_MAX_BYTES, not JSON, of
+    another version or rules, or of any other form than `save` writes (a damaged or planted
+    record costs decodes again, never an error nor a wrong size: rows are checked one by one)."""
+    try:
+        with open_in_folder(path) as fh:
+            text = fh.read(RECORD_MAX_BYTES + 1)
+        if len(text) > RECORD_MAX_BYTES:
+            return {}
+        data = json.loads(text.decode("utf-8"))
+    except (DatasetError, OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return {}
+    if not (
+        isinstance(data, dict)
+        and data.get("version") == RECORD_VERSION
+        and data.get("rules") == DECODE_RULES
+        and isinstance(data.get("files"), dict)
+    ):
+        return {}
+    files = {}
+    for name, row in data["files"].items():
+        entry = _entry(row)
+        if entry is not None:
+            files[name] = entry
+    return files
+
+
+def _entry(row: object) -> tuple[FileKey, ImageInfo] | None:
+    """A saved row [size, mtime_ns, inode, ctime_ns, width, height, orientation] as (key,
+    info); None unless it is exactly that: 7 ints (JSON's, not floats nor bools), size and inode
+    not negative (times may be: before 1970), width and height at least 1, an EXIF orientation
+    1-8."""
+    if not (isinstance(row, list) and len(row) == 7 and all(type(v) is int for v in row)):
+        return None
+    size, mtime, inode, ctime, width, height, orientation = row
+    if size < 0 or inode < 0 or width < 1 or height < 1 or not 1 <= orientation <= 8:
+        return None
+    return (size, mtime, inode, ctime), ImageInfo(width, height, orientation)
 
 
 def _record_name(folder: Path, folder_id: FolderId) -> str:

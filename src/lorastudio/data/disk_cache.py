@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.errors import CacheError
+from lorastudio.file_version import version_of
 from lorastudio.processes import process_alive
 
 SCHEMA = "lorastudio-encoded-v1"
@@ -79,9 +80,9 @@ def cache_root(settings: Any) -> Path:
 
 def _sampled_digest(path: Path) -> str:
     """sha256 of a file's size and bytes (whole up to FULL_HASH_BYTES, else its first 1 MiB and
-    SAMPLES chunks spread evenly), memoised per (path, inode, size, mtime)."""
+    SAMPLES chunks spread evenly), memoised per path and file version (file_version.version_of)."""
     st = path.stat()
-    memo_key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    memo_key = (str(path), *version_of(st))
     hit = _file_memo.get(memo_key)
     if hit is not None:
         return hit

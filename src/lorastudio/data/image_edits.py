@@ -10,12 +10,14 @@ those)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, read_metadata, read_sidecar
 from lorastudio.data.discovery import CAPTION_EXTENSION, METADATA_FILE, is_image_name
 from lorastudio.data.masks import masks_of
-from lorastudio.data.paths import safe_component, stem_key
+from lorastudio.data.paths import existing_component, nfc, stem_key
 from lorastudio.data.upload_pairs import controls_of
 from lorastudio.data.writes import dataset_lock, staged_write
 from lorastudio.errors import CaptionConflict, DatasetError, NoSpaceLeft, NotFound, is_no_space
@@ -71,13 +73,13 @@ def delete_image(dataset_dir: Path, image_name: str) -> list[str]:
         if drop_metadata_row(dataset_dir, image.name):
             deleted.append(f"{METADATA_FILE} row of {image.name}")
         caption = image.with_suffix(CAPTION_EXTENSION)
-        shared = any(
-            stem_key(p.name) == stem_key(image.name) and is_image_name(p.name) and p.name != image.name
-            for p in dataset_dir.iterdir()
-        )
-        if not shared and caption.is_file():
+        others = [p.name for p in dataset_dir.iterdir() if is_image_name(p.name) and p.name != image.name]
+        # a .txt goes with the images of exactly its stem (discovery), controls and masks with
+        # those of its stem in NFC (stem_key): an NFD twin of the name keeps only the latter
+        if not any(Path(n).stem == image.stem for n in others) and caption.is_file():
             caption.unlink()
             deleted.append(caption.name)
+        shared = any(stem_key(n) == stem_key(image.name) for n in others)
         if not shared:  # its control images and masks would be orphans, which a run refuses
             for other in [*controls_of(dataset_dir, image.stem), *masks_of(dataset_dir, image.stem)]:
                 other.unlink()
@@ -135,10 +137,18 @@ def current_caption(dataset_dir: Path, image: Path) -> str:
 
 
 def existing_image(dataset_dir: Path, image_name: str) -> Path:
-    """The path of image `image_name` directly in `dataset_dir` (not a symlink). Raises
-    ConfigError/PathOutsideRoot for a bad name, NotFound if it is not an existing image."""
-    image_name = safe_component(image_name, field="file name")  # NFC, as uploads store it
-    path = dataset_dir / image_name
-    if not is_image_name(image_name) or path.is_symlink() or not path.is_file():
-        raise NotFound(f"no image {image_name!r} in dataset {dataset_dir.name}")
-    return path
+    """The path of image `image_name` directly in `dataset_dir` (not a symlink): the file of
+    exactly that name (as the dataset listing gives it: a name made by hand may be in NFD, over
+    the 100 characters or hold characters that safe_component refuses to create, and the run
+    trains on it), else the file of its NFC form (what uploads store). Raises PathOutsideRoot /
+    ConfigError for a name that is not one file name (paths.existing_component), NotFound if it
+    is not an existing image."""
+    existing_component(image_name, field="file name")
+    for name in dict.fromkeys((image_name, nfc(image_name))):
+        path = dataset_dir / name
+        try:
+            if is_image_name(name) and stat.S_ISREG(os.lstat(path).st_mode):  # a link is not one
+                return path
+        except OSError:  # missing, or the NFC form over the name limit
+            continue
+    raise NotFound(f"no image {nfc(image_name)!r} in dataset {dataset_dir.name}")

@@ -13,6 +13,7 @@ from typing import Any
 from lorastudio.data.captions import read_metadata
 from lorastudio.data.discovery import DatasetFiles, discover
 from lorastudio.errors import DatasetError
+from lorastudio.file_version import version_of
 
 
 def dataset_summary(folder: Path) -> dict[str, Any]:
@@ -35,13 +36,13 @@ _NAMES_LOCK = threading.Lock()
 
 
 def _metadata_names(path: Path) -> frozenset[str]:
-    """The file names metadata.jsonl gives a caption, cached by (path, device, inode, size,
-    mtime): listings (/api/info, /api/datasets) do not re-read an unchanged file."""
+    """The file names metadata.jsonl gives a caption, cached by path and file version
+    (file_version.version_of): listings (/api/info, /api/datasets) do not re-read an unchanged file."""
     try:
         st = path.lstat()
     except OSError:
         return frozenset()
-    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (str(path), *version_of(st))
     with _NAMES_LOCK:
         names = _NAMES_CACHE.get(key)
     if names is None:

@@ -65,7 +65,19 @@ def mask_files(root: Path) -> dict[str, Path]:
     entries skipped; {} when there is no masks/ folder): look an image up by stem_key(its name).
     A stem with several masks (a.png and a.webp, or one name in NFC and NFD) maps to the last by
     name: `mask_clashes` names them, and a run refuses them."""
-    return {stem_key(name): root / MASKS_DIR / name for name in _mask_names(root)}
+    return mask_index(root)[0]
+
+
+def mask_index(root: Path) -> tuple[dict[str, Path], dict[str, list[str]]]:
+    """(`mask_files`, `mask_clashes`) of `root` from ONE listing of masks/: every clash's stem is
+    a key of the first, even while masks come and go (two listings could disagree: a clash of a
+    stem the first listing did not have)."""
+    names = _mask_names(root)
+    by_stem: dict[str, list[str]] = {}
+    for name in names:
+        by_stem.setdefault(stem_key(name), []).append(name)
+    files = {stem: root / MASKS_DIR / found[-1] for stem, found in by_stem.items()}
+    return files, {stem: found for stem, found in by_stem.items() if len(found) > 1}
 
 
 def masks_of(root: Path, stem: str) -> list[Path]:
@@ -77,10 +89,7 @@ def masks_of(root: Path, stem: str) -> list[Path]:
 def mask_clashes(root: Path) -> dict[str, list[str]]:
     """stem (NFC) -> the names of `root`/masks/ files of that stem, for the stems with several
     (which one is the image's mask? neither is guessed)."""
-    by_stem: dict[str, list[str]] = {}
-    for name in _mask_names(root):
-        by_stem.setdefault(stem_key(name), []).append(name)
-    return {stem: names for stem, names in by_stem.items() if len(names) > 1}
+    return mask_index(root)[1]
 
 
 def clash_problem(stem: str, names: Sequence[str]) -> str:
@@ -132,7 +141,7 @@ def attach_masks(
     stem, several masks of one image's stem). Whether anything of the run is masked at all is
     `masked_setting_problems`' question, asked of the joined entries (one entry without masks is
     fine when another has them)."""
-    files = mask_files(Path(scan.root))
+    files, clashes = mask_index(Path(scan.root))
     if alpha_mask and files:
         raise ConfigError(
             [FieldProblem("alpha_mask", f"{scan.root}/{MASKS_DIR} holds masks too: use one or the other")]
@@ -140,7 +149,7 @@ def attach_masks(
     items, problems = (
         _alpha_items(scan.items)
         if alpha_mask
-        else _folder_items(scan, files, max_pixels, decode_pixels, decoded_dir, decode_budget_s)
+        else _folder_items(scan, files, clashes, max_pixels, decode_pixels, decoded_dir, decode_budget_s)
     )
     if problems:
         raise DatasetError(f"masks of {scan.root} cannot be used ({len(problems)} problem(s))", problems)
@@ -179,13 +188,15 @@ def masked_setting_problems(
 def _folder_items(
     scan: DatasetScan,
     files: dict[str, Path],
+    clashes: dict[str, list[str]],
     max_pixels: int,
     decode_pixels: int,
     decoded_dir: Path | None,
     decode_budget_s: float | None,
 ) -> tuple[list[ImageItem], list[str]]:
-    """The items with their masks/ files, and every problem with those files (each mask fully
-    decoded once: `decoded_dir`, `decode_budget_s` as attach_masks')."""
+    """The items with their masks/ files (`files`, `clashes`: one mask_index), and every problem
+    with those files (each mask fully decoded once: `decoded_dir`, `decode_budget_s` as
+    attach_masks')."""
     from lorastudio.data.scan import file_sha256
 
     if not files:
@@ -197,7 +208,6 @@ def _folder_items(
         for stem, path in files.items()
         if stem not in stems
     ]
-    clashes = mask_clashes(Path(scan.root))
     problems += [clash_problem(stem, names) for stem, names in clashes.items() if stem in stems]
     record = None
     if decoded_dir is not None:

@@ -32,6 +32,7 @@ _RESERVED_NAMES = frozenset(
     | {f"LPT{c}" for c in "\u00b9\u00b2\u00b3"}
 )
 _SEPARATORS = ("/", "\\")
+NAME_MAX_BYTES = 255  # the longest file name Linux file systems hold (NAME_MAX)
 _FORBIDDEN_CHARS = frozenset('<>:"|?*')
 # Invisible or direction-changing characters: format (Cf: zero-width spaces and joiners, bidi
 # marks, embeddings, overrides and isolates, the BOM), control (Cc), line/paragraph separators.
@@ -114,6 +115,29 @@ def safe_component(name: str, *, field: str = "name") -> str:
     stem = name.split(".", 1)[0].rstrip(" ").upper()
     if stem in _RESERVED_NAMES:
         raise _config_error(field, f"{name!r} is a reserved device name on Windows; pick another name")
+    return name
+
+
+def existing_component(name: str, *, field: str = "name") -> str:
+    """Check that `name` can only be the name of an entry directly in a folder, for a lookup of
+    an existing file by the name a listing gave (data/image_edits.existing_image): not empty, no
+    NUL, no lone surrogate, no path separator, not "." or "..", at most NAME_MAX_BYTES. The rules of names the studio
+    creates (safe_component: length, <>:"|?*, hidden characters, reserved names) are not applied:
+    a file made by hand under such a name is listed and trained on, so it must be reachable.
+    Returns `name` unchanged (not normalised). Raises PathOutsideRoot for separators, "." and
+    "..", ConfigError (one FieldProblem for `field`) for the rest."""
+    if not isinstance(name, str) or name == "":
+        raise _config_error(field, "must be a non-empty string")
+    if "\x00" in name:
+        raise _config_error(field, "must not contain a NUL character")
+    if any("\ud800" <= ch <= "\udfff" for ch in name):
+        raise _config_error(field, "must be valid UTF-8 text (it holds a lone surrogate / undecodable bytes)")
+    if name in (".", "..") or any(sep in name for sep in _SEPARATORS):
+        raise PathOutsideRoot(f"{field}: {name!r} must be a single name without '/' or '\\'")
+    if len(name.encode("utf-8")) > NAME_MAX_BYTES:
+        raise _config_error(
+            field, f"must be at most {NAME_MAX_BYTES} bytes in UTF-8 (no file name is longer)"
+        )
     return name
 
 

@@ -39,6 +39,7 @@ from lorastudio.data.images import (
     to_rgb,
 )
 from lorastudio.errors import LorastudioError
+from lorastudio.file_version import version_of
 
 CACHE_MAX_FILES = 20_000
 PRUNE_EVERY = 200  # writes between two checks of the cache's size
@@ -56,7 +57,7 @@ def cache_key(path: Path, size: int, alpha: bool = False) -> str:
     """Hex key of `path`'s thumbnail of longest side `size` (changes when the file does;
     `alpha`: the thumbnail of its alpha channel)."""
     st = path.stat()
-    ident = f"{DECODE_RULES}\0{path}\0{size}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+    ident = "\0".join(str(v) for v in (DECODE_RULES, path, size, *version_of(st)))
     if alpha:
         ident += "\0alpha"
     return hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()

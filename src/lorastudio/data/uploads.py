@@ -230,14 +230,27 @@ class UploadBatch:
             return  # the folder went away meanwhile: nothing to remember
         for name in stored:
             if name in self._decoded:
-                record.add(self.dataset_dir / name, *self._decoded[name])
+                staged, info = self._decoded[name]
+                path = self.dataset_dir / name
+                moved = file_key(path)  # the move changed its ctime (decoded.file_key), not the rest
+                if staged is not None and moved is not None and moved[:3] == staged[:3]:
+                    record.add(path, moved, info)
         record.save()
+
+    def _unchanged_since_check(self, names: list[str]) -> None:
+        """Forget the full decode of each staged file of `names` that changed since its check (its
+        file_key another: rewritten in place, even to the same size and mtime), right before the
+        move: `_record_decoded` then leaves it to the next check."""
+        for name in names:
+            if name in self._decoded and file_key(self.staging / name) != self._decoded[name][0]:
+                del self._decoded[name]
 
     def _move_in(self) -> list[str]:
         """Merge metadata.jsonl and move the staged files into the dataset (under the lock)."""
         if METADATA_FILE in self._names:
             self._merge_metadata()
         names = sorted(self._names)
+        self._unchanged_since_check(names)
         if not os.path.lexists(self.dataset_dir):
             for leftover in {p.name for p in self.staging.iterdir()} - {n.split("/")[0] for n in names}:
                 (self.staging / leftover).unlink()  # a refused file never reaches the dataset

@@ -68,6 +68,8 @@ def staged_write(target: Path) -> Iterator[Path]:
     """Yield a temporary path next to `target`; on success it replaces `target` atomically,
     on error it is removed."""
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    if len(os.fsencode(tmp.name)) > 255:  # a long name made by hand: the staging name must fit too
+        tmp = target.with_name(f".{uuid.uuid4().hex}.tmp")
     try:
         yield tmp
         os.replace(tmp, target)

@@ -9,11 +9,14 @@ cache. Nothing here allocates GPU memory beyond the driver query.
   asked of nobody.
 - Elsewhere torch is asked (jobs/gpu_probe.facts: the devices as CUDA_VISIBLE_DEVICES and torch's
   build see them; nvidia-smi would not) in a short child, `python -m lorastudio.jobs.gpu_probe`
-  (PROBE_COMMAND), without the server's secrets and bounded by PROBE_TIMEOUT_S (then killed): the
+  (PROBE_COMMAND), without the server's secrets, bounded by PROBE_TIMEOUT_S (then killed) and
+  by PROBE_OUTPUT_KEPT bytes of each output stream kept, read as bytes: the
   API server never imports torch (routes know no torch). A process that trains in itself anyway
   (the CLI's train) asks its own torch instead (`probe_in_this_process`).
 - One probe at a time in a process: a request that needs the answer while the probe runs waits
-  for it and shares it (the preflight, a start, GET /api/info, a caption job's placement).
+  for it and shares it (the preflight, a start, GET /api/info, a caption job's placement);
+  `known_host_info` answers without waiting when no probe is needed, so that an async caller (GET
+  /api/info) waits for a probe without holding a request thread.
 - A probe that fails, runs past its bound or answers what is not understood gives a "cpu" HostInfo
   named "GPU facts unknown: <why>" (the checks' no-GPU path: no GPU is claimed), asked again by
   the first request after RETRY_S.
@@ -21,6 +24,7 @@ cache. Nothing here allocates GPU memory beyond the driver query.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -31,7 +35,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 log = logging.getLogger("lorastudio.jobs")
 
@@ -42,6 +46,8 @@ _FP8_MIN_CAPABILITY = (8, 9)
 
 PROBE_COMMAND = [sys.executable, "-m", "lorastudio.jobs.gpu_probe"]  # the child (tests: a fake)
 PROBE_TIMEOUT_S = 60.0  # torch's import is ~5 s of CPU, 20 s measured on a loaded 2-core host
+PROBE_OUTPUT_KEPT = 64 * 1024  # bytes of each of the child's streams kept (the answer is its last line)
+OUTPUT_DRAIN_S = 10.0  # after the child's exit, the most its output is waited for (at most a pipe's 64 KiB)
 RETRY_S = 30.0  # an unknown answer is asked again by the first request after this
 UNKNOWN = "GPU facts unknown"
 _answers: dict[str | None, tuple[HostInfo, float]] = {}  # CUDA_VISIBLE_DEVICES: (answer, ask again at)
@@ -145,6 +151,15 @@ def host_info() -> HostInfo:
         return host
 
 
+def known_host_info() -> HostInfo | None:
+    """`host_info()`'s answer when it needs no probe now (a host that cannot have CUDA, or the
+    answer cached for the current CUDA_VISIBLE_DEVICES); None when a probe would run (or runs):
+    an async caller then waits for `host_info` without holding a request thread meanwhile."""
+    if cuda_impossible():
+        return CPU_HOST
+    return _cached(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def probe_in_this_process() -> None:
     """host_info asks this process's own torch from now on: for a process that imports torch
     anyway (the CLI's train), where a child would import it a second time."""
@@ -206,29 +221,39 @@ def _probe() -> tuple[HostInfo, str | None, str]:
 
 def _ask_child() -> Mapping[str, Any]:
     """The child's facts (PROBE_COMMAND's last line of output, a JSON object). Raises
-    RuntimeError in words: it failed, ran past PROBE_TIMEOUT_S (killed) or answered no JSON."""
+    RuntimeError in words: it failed, ran past PROBE_TIMEOUT_S (killed) or answered no JSON.
+    Its output is read as bytes and only the last PROBE_OUTPUT_KEPT of each stream kept (a child
+    that prints without end costs no memory; bytes that are not UTF-8, a library's banner, do not
+    hide the answer after them)."""
     from lorastudio.jobs.childenv import child_environment
 
     try:
-        done = subprocess.run(
+        child = subprocess.Popen(
             PROBE_COMMAND,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=child_environment(os.environ),
-            check=False,
         )
+    except OSError as err:
+        raise RuntimeError(f"the GPU probe could not start ({err})") from None
+    tails = [_Tail(child.stdout), _Tail(child.stderr)]  # type: ignore[arg-type]
+    try:
+        code = child.wait(PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
         raise RuntimeError(
             f"the GPU probe (torch, in a child process) gave no answer in {PROBE_TIMEOUT_S:g} s"
         ) from None
-    except OSError as err:
-        raise RuntimeError(f"the GPU probe could not start ({err})") from None
-    last = (done.stdout.strip().splitlines() or [""])[-1]
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the GPU probe failed (exit code {done.returncode}: {tail[-300:]})")
+    finally:
+        for tail in tails:
+            tail.join(OUTPUT_DRAIN_S)
+    stdout, stderr = (tail.text() for tail in tails)
+    last = (stdout.strip().splitlines() or [""])[-1]
+    if code != 0:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the GPU probe failed (exit code {code}: {tail[-300:]})")
     try:
         facts = json.loads(last)
     except ValueError:
@@ -236,6 +261,33 @@ def _ask_child() -> Mapping[str, Any]:
     if not isinstance(facts, dict):
         raise RuntimeError(f"the GPU probe's answer is not a JSON object: {last[-300:]!r}")
     return facts
+
+
+class _Tail:
+    """Reads a child's pipe to its end in a thread, keeping its last PROBE_OUTPUT_KEPT bytes."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self._pipe = pipe
+        self._kept = bytearray()
+        self._thread = threading.Thread(target=self._read, name="lorastudio-gpu-probe-output", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            with contextlib.suppress(OSError):
+                while chunk := os.read(self._pipe.fileno(), 1 << 16):
+                    self._kept += chunk
+                    del self._kept[:-PROBE_OUTPUT_KEPT]
+        finally:
+            self._pipe.close()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the end of the output (a grandchild that keeps the pipe open
+        is not waited for longer: its reader ends with it)."""
+        self._thread.join(timeout)
+
+    def text(self) -> str:
+        return bytes(self._kept).decode("utf-8", "replace")
 
 
 def _words(host: HostInfo) -> str:

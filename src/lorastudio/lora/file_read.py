@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from lorastudio.errors import ModelSourceError, NotFound
+from lorastudio.file_version import FileVersion, version_of
 from lorastudio.lora.header import check_lora_structure, read_header
 from lorastudio.user_paths import is_file
 
@@ -53,18 +54,19 @@ def check_finite(path: Path, name: str, tensor: torch.Tensor) -> None:
         )
 
 
-# Files that passed check_lora_values, by (device, inode, size, mtime): a generation worker checks
-# the LoRAs of every request, and re-reading an unchanged file each time cost a read of all of it.
-_CHECKED: dict[tuple[int, int, int, int], None] = {}
+# Files that passed check_lora_values, by version (file_version.version_of, ctime included): a
+# generation worker checks the LoRAs of every request, and re-reading an unchanged file each time
+# cost a read of all of it.
+_CHECKED: dict[FileVersion, None] = {}
 _CHECKED_MAX = 256
 
 
-def _identity(path: Path) -> tuple[int, int, int, int] | None:
+def _identity(path: Path) -> FileVersion | None:
     try:
         st = path.stat()
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return version_of(st)
 
 
 def check_lora_values(path: Path) -> None:

@@ -1,6 +1,6 @@
 """data/decoded.py: the record of a dataset folder's fully decoded images (RELIABILITY 151) is a
 cache: saved outside the folder and read back by another process's load, keyed by the file's
-(size, mtime_ns, inode), pruned to the folder's images, and an unreadable or older record is
+(size, mtime_ns, inode, ctime_ns), pruned to the folder's images, and an unreadable or older record is
 simply empty (files are decoded again), never an error."""
 
 from __future__ import annotations

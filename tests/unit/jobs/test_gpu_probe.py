@@ -196,3 +196,41 @@ def test_the_real_probe_prints_torchs_view_of_this_host() -> None:
     assert facts["cuda"] == torch.cuda.is_available()
     assert len(facts["devices"]) == (torch.cuda.device_count() if facts["cuda"] else 0)
     assert hardware.host_from_facts(facts).device == ("cuda" if facts["devices"] else "cpu")
+
+
+ANSWER = '{"cuda": true, "devices": [{"name": "x", "total_memory": 1073741824, "capability": [9, 0]}]}'
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # a banner in Latin-1 before the answer: before, the UTF-8 decode of the whole output failed
+        f"import sys; sys.stdout.buffer.write(b'caf\\xe9 \\xff\\n'); print({ANSWER!r})",
+        # 40 MB on each stream, then the answer: before, all of it was held in the server's memory
+        "import sys\nfor _ in range(40):\n    sys.stdout.write('x' * 1048575 + '\\n'); sys.stderr.write('y' * 1048576)\n"
+        f"print({ANSWER!r})",
+    ],
+    ids=["not UTF-8", "40 MB"],
+)
+def test_junk_or_endless_output_before_the_answer_is_read_in_bounded_memory(
+    gpu_host: Path, monkeypatch: pytest.MonkeyPatch, script: str
+) -> None:
+    import tracemalloc
+
+    monkeypatch.setattr(hardware, "PROBE_COMMAND", [sys.executable, "-c", script])
+    tracemalloc.start()
+    try:
+        host = host_info()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (host.device, host.name, host.memory_gb) == ("cuda", "x", 1.0), host.name
+    assert peak < 4 * 2**20, peak  # a few copies of the 64 KiB kept, not the 80 MB printed
+
+
+def test_a_failure_with_junk_on_stderr_names_its_exit_code(
+    gpu_host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = "import sys; sys.stderr.buffer.write(b'\\xff' * 100000 + b'\\nboom \\xfe'); sys.exit(3)"
+    monkeypatch.setattr(hardware, "PROBE_COMMAND", [sys.executable, "-c", script])
+    assert host_info().name == "GPU facts unknown: the GPU probe failed (exit code 3: boom \ufffd)"
