@@ -17,7 +17,7 @@ from pathlib import Path
 from reliability_helpers import FINAL, LiveServer, wait_for
 
 from lorastudio.settings import Settings
-from lorastudio.training.run_files import FRESH_MARK
+from lorastudio.training.fresh_mark import FRESH_MARK
 
 
 def _writing(flux_config: Callable[..., dict], name: str, **over: object) -> dict:

@@ -127,6 +127,7 @@ def train(
     resume: Path | None = None,
     meter: DeviceMeter | None = None,
     started_at: float | None = None,
+    run_id: str | None = None,
 ) -> TrainResult:
     """Run one training job described by `cfg`, reporting through `emit`.
 
@@ -139,6 +140,9 @@ def train(
     `meter` is a test hook: the DeviceMeter that measures the plans of a memory budget instead
     of the device's (a plan_measure.FakeDeviceMeter lets the chooser run on the CPU; with it,
     memory_budget_gb is accepted on a CPU host). Leave it None for real runs.
+    `run_id`: the id of the run's record in the run store (the job's, a CLI run's), written in a
+    fresh run's mark (training/fresh_mark.py) so that the process removing what a kill left adds
+    its note to this record; None: not recorded (the note is only logged).
     `started_at`: when the calling process started (timings.process_started_at(); the CLI and the
     job worker pass it): the run's wall-time record counts the process's start (imports) too.
     Returns: TrainResult. A stop with save after >= 1 step of this session writes a checkpoint
@@ -185,7 +189,7 @@ def train(
         if state.resume is None:
             barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
             if main:
-                state.run_lock = claim_run_dir(run.run_dir)  # held to the end (training/run_lock.py)
+                state.run_lock = claim_run_dir(run.run_dir, run_id)  # held to the end (training/run_lock.py)
         elif main:
             state.run_lock = lock_run_dir(run.run_dir)  # JobActive while another session writes it
         claimed = main

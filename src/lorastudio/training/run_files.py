@@ -38,8 +38,11 @@ import logging
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
+
+from lorastudio.training.fresh_mark import FRESH_MARK, read_mark
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,6 @@ WANDB = "wandb"
 VALIDATION_FILE = "validation.json"
 STAGING_PREFIX = ".staging-"
 REMOVING_PREFIX = ".removing-"
-FRESH_MARK = ".fresh-run"  # a fresh session's folder that holds no checkpoint or LoRA yet
 
 WRITER_FOLDERS = (CHECKPOINTS, LORAS, SAMPLES)  # folders of named files (checked entry by entry)
 TRACKER_FOLDERS = (TENSORBOARD, WANDB)  # what a tracker writes there is its own: owned whole
@@ -132,53 +134,54 @@ def final_names(output_name: str) -> tuple[str, ...]:
 
 def owned(run_dir: Path, path: Path) -> bool:
     """Whether `path` (in `run_dir`, named as the module docstring lists) is an entry a session
-    of the run writes: a unit removed whole. The writer folders themselves are not (they are
-    removed only when empty)."""
+    of the run writes: a unit removed whole. Its kind counts as well as its name: a run writes
+    regular files, and real folders for a checkpoint or a staged write, never a link (to a file
+    or a folder, in or outside the folder), a FIFO, a socket or a device: those are never owned,
+    so no removal follows or takes one. The writer folders themselves are not (they are removed
+    only when empty)."""
+    kind = _owned_kind(run_dir, path)
+    if kind is None:
+        return False
+    try:
+        mode = path.lstat().st_mode
+    except OSError:  # gone meanwhile
+        return False
+    if stat.S_ISDIR(mode):
+        return kind in ("folder", "either")
+    return stat.S_ISREG(mode) and kind in ("file", "either")
+
+
+def _owned_kind(run_dir: Path, path: Path) -> str | None:
+    """What a session writes at `path`'s name: "file", "folder" (a checkpoint), "either" (a
+    staging or removal name), or None when no session writes that name."""
     parts = path.relative_to(run_dir).parts
     if len(parts) == 1:
         (name,) = parts
-        return name in final_names(run_dir.name) or name in (VALIDATION_FILE, FRESH_MARK) or is_leftover(name)
+        if is_leftover(name):
+            return "either"
+        return "file" if name in final_names(run_dir.name) or name in (VALIDATION_FILE, FRESH_MARK) else None
     if len(parts) != 2:
-        return False
+        return None
     folder, name = parts
     if is_leftover(name) and folder in WRITER_FOLDERS:
-        return True
+        return "either"
     if folder == CHECKPOINTS:
-        return checkpoint_step(name) is not None
+        return "folder" if checkpoint_step(name) is not None else None
     if folder == SAMPLES:
-        return parse_sample_name(name) is not None or parse_reference_name(name) is not None
+        return (
+            "file" if parse_sample_name(name) is not None or parse_reference_name(name) is not None else None
+        )
     if folder == LORAS:
         match = _SNAPSHOT.match(name)
-        return match is not None and match.group("run") == run_dir.name
-    return False
-
-
-def mark_fresh(run_dir: Path) -> None:
-    """Mark `run_dir`, just created by a fresh session, as its: until `settle`, a kill of the
-    session leaves a folder whose listed entries are all its own (`killed_fresh`)."""
-    fd = os.open(run_dir / FRESH_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _fsync_folder(run_dir)
-
-
-def settle(run_dir: Path) -> None:
-    """Remove a fresh session's mark once `run_dir` holds what a kill must keep (a checkpoint
-    after its rename, the run's LoRA after it is written). A folder without the mark: nothing."""
-    try:
-        (run_dir / FRESH_MARK).unlink()
-    except FileNotFoundError:
-        return
-    _fsync_folder(run_dir)
+        return "file" if match is not None and match.group("run") == run_dir.name else None
+    return None
 
 
 def killed_fresh(run_dir: Path) -> bool:
     """Whether `run_dir` (one no live session holds) is a fresh run's that was killed before it
     held anything to keep: the mark (`mark_fresh`) and no checkpoint and no LoRA of the run (a
     kill between their write and `settle` keeps the folder whole)."""
-    if not (run_dir / FRESH_MARK).is_file() or (run_dir / FRESH_MARK).is_symlink():
+    if read_mark(run_dir) is None:  # none, or not one this folder's fresh session wrote
         return False
     if any(checkpoint_step(p.name) is not None for p in _children(run_dir / CHECKPOINTS)):
         return False
@@ -246,7 +249,7 @@ def leftovers(run_dir: Path) -> list[Path]:
     for folder in WRITER_FOLDERS:
         if not (run_dir / folder).is_symlink():
             found += [p for p in _children(run_dir / folder) if is_leftover(p.name)]
-    return sorted(found)
+    return sorted(p for p in found if _is_file_or_folder(p))  # a link of that name: not a write's
 
 
 def remove_leftovers(run_dir: Path) -> None:
@@ -266,16 +269,17 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _is_file_or_folder(path: Path) -> bool:
+    """Whether `path` is a regular file or a real folder (not a link, FIFO, socket, device)."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
 def _is_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _children(folder: Path) -> list[Path]:
