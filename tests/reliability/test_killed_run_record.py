@@ -41,7 +41,15 @@ def _killed_cli_run(settings: Settings, config: dict, tmp_path: Path) -> tuple[s
     path = tmp_path / f"{config['output_name']}.json"
     path.write_text(json.dumps(config))
     child = subprocess.Popen(
-        [sys.executable, "-c", "from lorastudio.cli.app import main; main()", "train", str(path), "--device", "cpu"],
+        [
+            sys.executable,
+            "-c",
+            "from lorastudio.cli.app import main; main()",
+            "train",
+            str(path),
+            "--device",
+            "cpu",
+        ],
         env={**os.environ, "LORASTUDIO_HOME": str(settings.home)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -51,7 +59,9 @@ def _killed_cli_run(settings: Settings, config: dict, tmp_path: Path) -> tuple[s
         def wrote() -> bool:
             if child.poll() is not None:
                 raise AssertionError(f"the run ended by itself ({child.returncode})")
-            return any((run_dir / "samples").glob("step-*.png")) and any((run_dir / "loras").glob("*.safetensors"))
+            return any((run_dir / "samples").glob("step-*.png")) and any(
+                (run_dir / "loras").glob("*.safetensors")
+            )
 
         wait_for(wrote, 240, "the run's samples and snapshot", 0.02)
     finally:
@@ -68,7 +78,12 @@ def _killed_cli_run(settings: Settings, config: dict, tmp_path: Path) -> tuple[s
 
 def _writing(flux_config: Callable[..., dict], name: str) -> dict:
     return flux_config(
-        output_name=name, steps=5000, sample_every=1, sample_prompts=["a red square"], sample_steps=2, save_lora_every=1
+        output_name=name,
+        steps=5000,
+        sample_every=1,
+        sample_prompts=["a red square"],
+        sample_steps=2,
+        save_lora_every=1,
     )
 
 
@@ -79,6 +94,7 @@ def test_a_server_start_notes_what_it_removed_in_the_killed_runs_record(
 
     run_id, run_dir = _killed_cli_run(settings, _writing(flux_config, "killed"), tmp_path)
     with live_server(create_app(settings)) as server:
+
         def noted() -> dict | None:
             record = server.client.get(f"/api/runs/{run_id}").json()
             return record if any(NOTE in w for w in record["warnings"]) else None

@@ -91,7 +91,7 @@ from lorastudio.training.optimize import RunState
 from lorastudio.training.plan_measure import DeviceMeter
 from lorastudio.training.precision import free_accelerator_memory, run_numerics
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.run_lock import claim_run_dir, lock_run_dir, release_run_dir
+from lorastudio.training.run_lock import claim_run_dir, holds, lock_run_dir, release_run_dir
 from lorastudio.training.run_timings import record_run_timings
 from lorastudio.training.session import clean_after_failure, discard_session, prepare_session
 from lorastudio.training.trackers import TrackerSink
@@ -212,20 +212,24 @@ def train(
             lora_path = export_run(run, state, stopped)
             state.keeper.finish()
         elif not save or state.resume is None:
-            if state.previews is not None and state.resume is not None:
-                state.previews.discard()  # a fresh run's samples go with its folder
-            state.loras.discard()
-            if state.validation is not None and state.resume is not None:
-                state.validation.discard()  # the record as this session found it
             trackers.close()  # before their folders go (W&B's writer would make its own again)
-            kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
+            if _may_remove(run, state, emit):
+                if state.previews is not None and state.resume is not None:
+                    state.previews.discard()  # a fresh run's samples go with its folder
+                state.loras.discard()
+                if state.validation is not None and state.resume is not None:
+                    state.validation.discard()  # the record as this session found it
+                kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
+                _note_kept(emit, state, kept)
             claimed = False
-            _note_kept(emit, state, kept)
     except BaseException as err:
         if claimed and run is not None:
             trackers.close()
-            kept = clean_after_failure(run.run_dir, state.resume is not None, state.final_lora is not None)
-            _note_kept(emit, state, kept)
+            if _may_remove(run, state, emit):
+                kept = clean_after_failure(
+                    run.run_dir, state.resume is not None, state.final_lora is not None
+                )
+                _note_kept(emit, state, kept)
         emit(Error(message=_message(err, state.attention)))
         raise
     finally:
@@ -294,6 +298,18 @@ def _prepare_session(
         cfg.model_copy(update={"memory_budget_gb": None}), settings, device, resume
     )
     return dataclasses.replace(run, cfg=run.cfg.model_copy(update={"memory_budget_gb": budget})), identity
+
+
+def _may_remove(run: PreparedRun, state: RunState, emit: Emit) -> bool:
+    """Whether this session may remove what it wrote in run.run_dir: the folder there is still
+    the one it claimed or locked (run_lock.holds). One renamed away, replaced by another folder
+    (another run's) or by a link while the run was live is not its own: nothing is removed, and
+    a RunWarning says so."""
+    if holds(state.run_lock, run.run_dir):
+        return True
+    note = f"{run.run_dir} is no longer the folder this run wrote (moved or replaced while it ran): nothing removed"
+    emit(RunWarning(step=state.steps_run, message=note))
+    return False
 
 
 def _note_kept(emit: Emit, state: RunState, note: str | None) -> None:

@@ -68,6 +68,19 @@ def claim_run_dir(run_dir: Path, run_id: str | None = None) -> int:
     raise ConfigError([FieldProblem("output_name", f"{run_dir} kept being removed while it was created")])
 
 
+def holds(fd: int | None, run_dir: Path) -> bool:
+    """Whether `run_dir` is still the folder this session opened as `fd` (`claim_run_dir`,
+    `lock_run_dir`): not renamed away, replaced by another folder or a link, or gone. A session
+    removes files in its folder only while this holds (training/loop.py): a folder put in its
+    place is another's."""
+    if fd is None:
+        return False
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False))
+    except OSError:
+        return False
+
+
 def release_run_dir(fd: int | None) -> None:
     """Release a lock from `lock_run_dir` / `claim_run_dir` (None: none held)."""
     if fd is not None:
