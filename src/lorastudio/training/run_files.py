@@ -2,7 +2,9 @@
 the removal that keeps everything else. No torch (the job service and the API use it).
 
 Every writer of the engine takes its names here (the folders, the file names, the staging names),
-and `owned` recognises exactly those, so what a run removes is what runs write:
+and `owned` recognises exactly those, of the kind a run writes (a regular file; a real folder for
+a checkpoint, a tracker or a staged write: never a link, FIFO, socket or device), so what a run
+removes is what runs write:
 
     <name>.safetensors, <name>.json          the LoRA and its sidecar (training/export.py)
     <name>.raw.safetensors, <name>.raw.json  with EMA, the raw weights (training/ema.py)
@@ -14,12 +16,14 @@ and `owned` recognises exactly those, so what a run removes is what runs write:
     .staging-<hex>[.ext], .removing-<hex>    a write or delete in flight, in the run folder and in
                                              each folder above (`staging_path`, `removal_path`)
     .fresh-run                               a fresh session's mark while its folder holds no
-                                             checkpoint and no LoRA (`mark_fresh`, `settle`)
+                                             checkpoint and no LoRA (training/fresh_mark.py)
 
 The mark: a fresh run creates its folder (training/run_lock.claim_run_dir refuses one that
-exists) and marks it at once, and the mark goes when the folder first holds something to keep
-(its first checkpoint, its LoRA: `settle`). So a folder that no live session holds, with the
-mark and neither a checkpoint nor the run's LoRA (`killed_fresh`), is one whose only session was
+exists) and marks it at once (fresh_mark.mark_fresh: bound to the folder's name and inode, naming
+the run's record), and the mark goes when the folder first holds something to keep (its first
+checkpoint, its LoRA: `settle`). So a folder that no live session holds, with its own mark
+(fresh_mark.read_mark: not one copied in, not one of a folder renamed since, nothing else at that
+name) and neither a checkpoint nor the run's LoRA (`killed_fresh`), is one whose only session was
 killed (a worker, a rank, the server with it, a CLI run, a power cut): every listed entry in it
 was written by that session, and goes (jobs/leftovers.py). A resumed session never marks: its
 folder keeps everything of earlier sessions, only staging goes.
@@ -179,7 +183,7 @@ def _owned_kind(run_dir: Path, path: Path) -> str | None:
 
 def killed_fresh(run_dir: Path) -> bool:
     """Whether `run_dir` (one no live session holds) is a fresh run's that was killed before it
-    held anything to keep: the mark (`mark_fresh`) and no checkpoint and no LoRA of the run (a
+    held anything to keep: its own mark (fresh_mark.read_mark) and no checkpoint and no LoRA of the run (a
     kill between their write and `settle` keeps the folder whole)."""
     if read_mark(run_dir) is None:  # none, or not one this folder's fresh session wrote
         return False
