@@ -56,7 +56,9 @@ from lorastudio.training.run_files import (
     kept_note,
     killed_fresh,
     leftovers,
+    remove_entry,
     survey,
+    written_name,
 )
 from lorastudio.training.run_lock import unowned
 
@@ -294,6 +296,8 @@ def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
                 continue
             if _is_run_folder(path):
                 _remove_empty_tree(path)
+            elif (run := _output_folder_of(path)) is not None:
+                remove_entry(run, path)  # no link followed on the way (one swapped in since the listing)
             elif path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
@@ -315,6 +319,15 @@ def _is_run_folder(path: Path) -> bool:
     """Whether leftover `path` is a run's output folder (`outputs/<run>`, found holding nothing),
     not a staging folder (every one of those is hidden, or inside datasets/.uploads)."""
     return path.parent.name == "outputs" and not path.name.startswith(".")
+
+
+def _output_folder_of(path: Path) -> Path | None:
+    """The run's output folder `outputs/<run>` that leftover `path` is an entry of, at a name a
+    run writes (one or two levels down: run_files.remove_entry), or None."""
+    for run in (path.parent, path.parent.parent):
+        if _is_run_folder(run) and written_name(run, path):
+            return run
+    return None
 
 
 def _is_writer_folder(path: Path) -> bool:

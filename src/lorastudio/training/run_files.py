@@ -155,6 +155,13 @@ def owned(run_dir: Path, path: Path) -> bool:
     return stat.S_ISREG(mode) and kind in ("file", "either")
 
 
+def written_name(run_dir: Path, path: Path) -> bool:
+    """Whether a session of the run writes an entry at `path`'s name in `run_dir` (one or two
+    levels down; a tracker's folder included), whatever is there now."""
+    parts = path.relative_to(run_dir).parts
+    return _owned_kind(run_dir, path) is not None or (len(parts) == 1 and parts[0] in TRACKER_FOLDERS)
+
+
 def _owned_kind(run_dir: Path, path: Path) -> str | None:
     """What a session writes at `path`'s name: "file", "folder" (a checkpoint), "either" (a
     staging or removal name), or None when no session writes that name."""
@@ -218,7 +225,7 @@ def remove_session_files(run_dir: Path) -> list[str]:
     mine, _ = survey(run_dir)
     for path in mine:
         try:
-            _remove(path)
+            remove_entry(run_dir, path)
         except OSError as err:
             log.warning("could not remove %s: %s", path, err)
     for folder in (*WRITER_FOLDERS, ""):
@@ -261,16 +268,45 @@ def remove_leftovers(run_dir: Path) -> None:
     session's own thread, or a folder no live session holds)."""
     for path in leftovers(run_dir):
         try:
-            _remove(path)
+            remove_entry(run_dir, path)
         except OSError as err:
             log.warning("could not remove the staging leftover %s: %s", path, err)
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
+def remove_entry(run_dir: Path, path: Path) -> None:
+    """Remove entry `path` of `run_dir` (at most two levels down: a run's entry, a writer
+    folder's entry) without following a link on the way: `run_dir` and the folder between are
+    opened with O_NOFOLLOW and the entry is removed relative to its folder's descriptor, so a
+    folder swapped for a link after `path` was listed raises OSError (ELOOP, ENOTDIR) instead of
+    removing the same name elsewhere. A file (or a link itself) is unlinked; a real folder is
+    removed whole (rmtree by descriptor, links in it unlinked, never followed) only where a run
+    writes a folder at that name (`_owned_kind`: a checkpoint, a staged write, a tracker's).
+    A missing entry: nothing."""
+    parts = path.relative_to(run_dir).parts
+    if not 1 <= len(parts) <= 2:
+        raise ValueError(f"{path} is not an entry of {run_dir}")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(run_dir, flags)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        name = parts[-1]
+        try:
+            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(mode):
+            os.unlink(name, dir_fd=fd)
+        elif _owned_kind(run_dir, path) in ("folder", "either") or (
+            len(parts) == 1 and name in TRACKER_FOLDERS
+        ):
+            shutil.rmtree(name, dir_fd=fd)
+        else:
+            raise IsADirectoryError(f"{path} is a folder now; a run writes a file there")
+    finally:
+        os.close(fd)
 
 
 def _is_file_or_folder(path: Path) -> bool:

@@ -236,3 +236,25 @@ def test_a_second_server_refused_the_home_removes_nothing(settings: Settings) ->
         assert _tree(run) == before
     finally:
         first.release()
+
+
+@pytest.mark.parametrize("swapped", ["writer-folders", "run-folder"])
+def test_a_folder_swapped_for_a_link_after_the_listing_removes_nothing_through_it(
+    settings: Settings, victim: Path, swapped: str
+) -> None:
+    """A server start lists the leftovers, then removes them in a thread: a writer folder (or
+    the run folder) swapped for a link to a folder holding the same names meanwhile is not
+    followed (run_files.remove_entry). Was: the names were removed in the link's target."""
+    run = _killed(settings, "x")
+    _write(victim, "samples/step-000001-0.png", "loras/x-step-000001.safetensors")
+    found = find_leftovers(settings)
+    if swapped == "run-folder":
+        run.rename(settings.outputs_dir / "x-moved")
+        run.symlink_to(victim)
+    else:
+        for folder in ("samples", "loras"):
+            (run / folder).rename(run / f"{folder}-moved")
+            (run / folder).symlink_to(victim / folder)
+    before = _tree(victim)
+    remove_leftovers(found)
+    assert _tree(victim) == before
