@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from reliability_helpers import live_server, wait_for
+import pytest
+from reliability_helpers import live_server, process_alive, serve_process, wait_for
 from typer.testing import CliRunner
 
 from lorastudio.jobs.store import RunStore
@@ -109,6 +110,7 @@ def test_a_server_start_notes_what_it_removed_in_the_killed_runs_record(
     assert note.split(":")[0] in shown and "samples/step-" in shown  # `runs show` prints it
 
 
+@pytest.mark.slow  # a second CLI run; the default suite has the server start's and the unit tests
 def test_the_next_cli_run_notes_what_it_removed_in_the_killed_runs_record(
     settings: Settings, shapes: Path, flux_config: Callable[..., dict], tmp_path: Path
 ) -> None:
@@ -129,3 +131,46 @@ def test_the_next_cli_run_notes_what_it_removed_in_the_killed_runs_record(
     assert "its folder is gone, the name 'again' free" in note
     assert [r["status"] for r in others] == ["completed"]
     assert not any(NOTE in w for r in others for w in r["warnings"])  # only the killed run's record
+
+
+@pytest.mark.slow  # a real server process (the worker's mark: test_killed_fresh_run in the default suite)
+def test_a_server_killed_with_its_worker_gets_the_note_at_the_next_start(
+    settings: Settings, shapes: Path, flux_config: Callable[..., dict]
+) -> None:
+    """kill -9 a real `lorastudio serve` mid fresh run (its worker dies with it): the next server
+    start removes the run's samples and snapshots and notes them in the job's record."""
+    from lorastudio.api.app import create_app
+    from lorastudio.training.fresh_mark import read_mark
+
+    run_dir = settings.outputs_dir / "served"
+    with serve_process(settings) as (proc, client):
+        started = client.post("/api/train/start", json={"config": _writing(flux_config, "served")})
+        assert started.status_code == 201, started.text
+        job_id = started.json()["id"]
+
+        def wrote() -> dict | None:
+            job = client.get("/api/train/status").json()["job"]
+            assert job is None or job["status"] not in ("failed", "completed"), job
+            written = any((run_dir / "samples").glob("step-*.png")) and any(
+                (run_dir / "loras").glob("*.safetensors")
+            )
+            return job if written and job is not None and job.get("pid") else None
+
+        seen = wait_for(wrote, 240, "the job's samples and snapshot", 0.02)
+        mark = read_mark(run_dir)
+        assert mark is not None and mark.run_id == job_id  # the worker names its job in the mark
+        proc.send_signal(signal.SIGKILL)  # the server dies without any clean-up
+        proc.wait(10)
+        wait_for(lambda: not process_alive(seen["pid"]), 30, "the worker's death", 0.02)
+    assert run_dir.is_dir()  # nobody removed anything yet
+    with live_server(create_app(settings)) as server:
+
+        def noted() -> dict | None:
+            record = server.client.get(f"/api/runs/{job_id}").json()
+            return record if any(NOTE in w for w in record["warnings"]) else None
+
+        record = wait_for(noted, 60, "the clean-up's note in the job's record", 0.05)
+    assert record["status"] == "interrupted" and record["source"] == "service"
+    (note,) = [w for w in record["warnings"] if NOTE in w]
+    assert "samples/step-" in note and "loras/served-step-" in note
+    assert "its folder is gone, the name 'served' free" in note and not run_dir.exists()
