@@ -312,9 +312,7 @@ def _remove_abandoned_runs() -> None:
 
     settings = get_settings()
     for cleared in clear_abandoned_runs(settings):
-        note = removal_note(
-            cleared.run, cleared.removed
-        )  # a killed fresh run's files: one line, not one a file
+        note = removal_note(cleared.run, cleared.removed)  # a killed fresh run's files: one line
         for line in [note] if note else cleared.removed:
             typer.echo(f"removed what a killed run left: {line}", err=True)
         if note is not None:

@@ -121,11 +121,6 @@ def clear_abandoned_runs(settings: Settings) -> list[Cleared]:
     return [cleared for run in _run_folders(settings) if (cleared := clear_abandoned_run(run)).removed]
 
 
-def remove_abandoned_run(run: Path) -> list[Path]:
-    """`clear_abandoned_run(run).removed`."""
-    return clear_abandoned_run(run).removed
-
-
 def clear_abandoned_run(run: Path) -> Cleared:
     """`remove_abandoned_runs` for one output folder `run` (`outputs/<name>`): what its sessions
     left, once none holds it, under its lock. A job (or a `--gpus N` launch) that ended without a
@@ -157,7 +152,7 @@ def killed_fresh_runs(settings: Settings) -> dict[Path, str | None]:
 
 
 def removal_note(run: Path, removed: list[Path]) -> str | None:
-    """What the run record says when `remove_abandoned_run` removed what a killed fresh run
+    """What the run record says when `clear_abandoned_run` removed what a killed fresh run
     wrote in `run` (not only staging or an empty folder): "removed 3 entries the killed fresh run
     wrote in outputs/x: loras/x-step-000002.json, ..." and what stayed (`kept_note`). None when
     `removed` holds none of them."""

@@ -1,6 +1,6 @@
 """The job service's pump: a running worker's events folded into its job, stored and logged,
 until the worker has exited; the stop deadline enforced meanwhile (jobs/busy.py). Then what its
-processes left in the run folder goes (jobs/leftovers.remove_abandoned_run: a fresh run killed or
+processes left in the run folder goes (jobs/leftovers.clear_abandoned_run: a fresh run killed or
 failed before its first checkpoint or LoRA leaves none of what it wrote, nor its folder unless
 someone else's file is in it; the log and the run record stay, the record saying what went). A mixin of
 JobService (jobs/service.py), split out to keep each file short: it uses the service's lock,
