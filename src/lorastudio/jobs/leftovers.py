@@ -27,7 +27,9 @@ refused its name to every new run while nothing in it could be resumed; a file o
 run writes (training/run_files.py: the one list) keeps it, logged. So is everything a run writes in
 the folder of a fresh run killed before its first checkpoint or LoRA (run_files.killed_fresh: the
 run created and marked the folder, so its listed entries are that session's): samples, LoRA
-snapshots, the validation record, tracker logs, then the folders by rmdir only. `lorastudio train` (which
+snapshots, the validation record, tracker logs, then the folders by rmdir only; that run's record
+gets the note of what went (`note_killed_runs`, jobs/killed_notes.py). Nothing in an output
+folder is removed through a link (run_files.remove_entry). `lorastudio train` (which
 shares the home with other CLI runs, so takes no exclusive lock) removes the output folders' part
 of these at its start, for the folders no live run holds (`remove_abandoned_runs`).
 """
