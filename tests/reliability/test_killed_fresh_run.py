@@ -17,7 +17,7 @@ from pathlib import Path
 from reliability_helpers import FINAL, LiveServer, wait_for
 
 from lorastudio.settings import Settings
-from lorastudio.training.run_files import FRESH_MARK
+from lorastudio.training.fresh_mark import FRESH_MARK, FreshMark, read_mark
 
 
 def _writing(flux_config: Callable[..., dict], name: str, **over: object) -> dict:
@@ -61,7 +61,15 @@ def test_a_killed_fresh_run_leaves_none_of_its_samples_or_snapshots(
 ) -> None:
     run_dir = settings.outputs_dir / "wrote"
     job_id = _start(server, _writing(flux_config, "wrote"))
-    job = _kill_when(server, job_id, lambda: _has_samples_and_snapshot(run_dir))
+    marks: list[FreshMark | None] = []
+
+    def ready() -> bool:
+        if _has_samples_and_snapshot(run_dir):
+            marks.append(read_mark(run_dir))
+        return bool(marks)
+
+    job = _kill_when(server, job_id, ready)
+    assert marks[0] is not None and marks[0].run_id == job_id  # the worker names its job in the mark
     assert job["status"] == "failed"
     assert not run_dir.exists()  # its samples, snapshots, validation-free folder: all its own
     record = server.client.get(f"/api/runs/{job_id}").json()

@@ -179,7 +179,10 @@ def train_cmd(
             emit = record.wrap(emit) if record is not None else emit
             emit = prefetch.wrap(emit) if prefetch is not None else emit  # follows the loads
             started = process_started_at()  # the run's wall-time record counts the CLI's start
-            result = train(cfg, emit, stopper.check, device=device, resume=checkpoint, started_at=started)
+            run_id = record.run_id if record is not None else None  # in a fresh run's mark
+            result = train(
+                cfg, emit, stopper.check, device=device, resume=checkpoint, started_at=started, run_id=run_id
+            )
         if record is not None:
             record.end(result.stopped, result.steps_run, result.lora_path)
     except LorastudioError as err:
@@ -301,18 +304,19 @@ def _remove_abandoned_runs() -> None:
     """What killed runs left in the output folders no live run holds (jobs/leftovers.py: staging,
     what a fresh run killed before its first checkpoint or LoRA wrote, and its folder), as a
     server start removes it: a CLI-only user's names are free again. Printed: the removed paths,
-    or for a killed fresh run's files one line (leftovers.removal_note)."""
-    from lorastudio.jobs.leftovers import removal_note, remove_abandoned_runs
+    or for a killed fresh run's files one line (leftovers.removal_note), which also goes to that
+    run's record (jobs/killed_notes.py: `runs show` shows it)."""
+    from lorastudio.jobs.killed_notes import record_note
+    from lorastudio.jobs.leftovers import clear_abandoned_runs, removal_note
     from lorastudio.settings import get_settings
 
-    outputs = get_settings().outputs_dir
-    by_run: dict[Path, list[Path]] = {}
-    for path in remove_abandoned_runs(get_settings()):
-        by_run.setdefault(outputs / path.relative_to(outputs).parts[0], []).append(path)
-    for run, removed in by_run.items():
-        note = removal_note(run, removed)  # a killed fresh run's files: one line, not one a file
-        for line in [note] if note else removed:
+    settings = get_settings()
+    for cleared in clear_abandoned_runs(settings):
+        note = removal_note(cleared.run, cleared.removed)  # a killed fresh run's files: one line
+        for line in [note] if note else cleared.removed:
             typer.echo(f"removed what a killed run left: {line}", err=True)
+        if note is not None:
+            record_note(settings, cleared.run, cleared.run_id, note)
 
 
 def _flavour_notes(cfg: Any) -> list[str]:

@@ -27,7 +27,9 @@ refused its name to every new run while nothing in it could be resumed; a file o
 run writes (training/run_files.py: the one list) keeps it, logged. So is everything a run writes in
 the folder of a fresh run killed before its first checkpoint or LoRA (run_files.killed_fresh: the
 run created and marked the folder, so its listed entries are that session's): samples, LoRA
-snapshots, the validation record, tracker logs, then the folders by rmdir only. `lorastudio train` (which
+snapshots, the validation record, tracker logs, then the folders by rmdir only; that run's record
+gets the note of what went (`note_killed_runs`, jobs/killed_notes.py). Nothing in an output
+folder is removed through a link (run_files.remove_entry). `lorastudio train` (which
 shares the home with other CLI runs, so takes no exclusive lock) removes the output folders' part
 of these at its start, for the folders no live run holds (`remove_abandoned_runs`).
 """
@@ -40,11 +42,14 @@ import os
 import re
 import shutil
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorastudio.data.disk_cache import cache_leftovers, cache_root
+from lorastudio.jobs.killed_notes import record_note
 from lorastudio.processes import process_alive
 from lorastudio.settings import Settings
+from lorastudio.training.fresh_mark import read_mark
 from lorastudio.training.run_files import (
     FRESH_MARK,
     WRITER_FOLDERS,
@@ -53,7 +58,9 @@ from lorastudio.training.run_files import (
     kept_note,
     killed_fresh,
     leftovers,
+    remove_entry,
     survey,
+    written_name,
 )
 from lorastudio.training.run_lock import unowned
 
@@ -91,37 +98,63 @@ def find_leftovers(settings: Settings) -> list[Path]:
     return sorted(found)
 
 
+@dataclass(frozen=True)
+class Cleared:
+    """What `clear_abandoned_run` removed from output folder `run`: `removed` (its paths), and
+    `run_id`, the record named by the mark of a killed fresh run whose files went (None: no
+    such run, or its mark names none)."""
+
+    run: Path
+    removed: list[Path] = field(default_factory=list)
+    run_id: str | None = None
+
+
 def remove_abandoned_runs(settings: Settings) -> list[Path]:
     """For `lorastudio train`, which shares the home with other CLI runs: the crash leftovers of
     the output folders that no live session holds (training/run_lock.py: the kernel dropped a
     killed run's lock), each removed under that folder's lock, so no run starts writing it
     meanwhile. Returns what was removed: the staging of killed writes and the folders of runs
     killed before they wrote a file (which refused their name to every new run)."""
-    removed: list[Path] = []
-    for run in _run_folders(settings):
-        removed += remove_abandoned_run(run)
-    return removed
+    return [path for cleared in clear_abandoned_runs(settings) for path in cleared.removed]
 
 
-def remove_abandoned_run(run: Path) -> list[Path]:
+def clear_abandoned_runs(settings: Settings) -> list[Cleared]:
+    """`remove_abandoned_runs`, one `Cleared` an output folder that lost something."""
+    return [cleared for run in _run_folders(settings) if (cleared := clear_abandoned_run(run)).removed]
+
+
+def clear_abandoned_run(run: Path) -> Cleared:
     """`remove_abandoned_runs` for one output folder `run` (`outputs/<name>`): what its sessions
     left, once none holds it, under its lock. A job (or a `--gpus N` launch) that ended without a
     LoRA or checkpoint, its processes gone (a rank that failed and the ranks torchrun stopped, a
     worker killed), leaves no empty folder: removed by rmdir only, so a file in it keeps it (one
     no run writes is logged: run_files.kept_note); a fresh one leaves none of what it wrote
-    either (`_run_leftovers`; `removal_note` words it for the run record).
-    Returns what was removed ([] while a live session holds it, or nothing was left)."""
+    either (`_run_leftovers`; `removal_note` words it for the run record, whose id the folder's
+    mark gave: `Cleared.run_id`). Nothing is removed while a live session holds it."""
     if run.name.startswith(".") or not run.is_dir() or run.is_symlink():
-        return []
+        return Cleared(run)
     with unowned(run) as free:
         if free and (found := _run_leftovers(run)):
+            mark = read_mark(run) if killed_fresh(run) else None  # before its removal takes the mark
             remove_leftovers(found)
-            return found
-    return []
+            return Cleared(run, found, mark.run_id if mark is not None else None)
+    return Cleared(run)
+
+
+def killed_fresh_runs(settings: Settings) -> dict[Path, str | None]:
+    """{output folder: the run id its mark names} of every output folder that a fresh run killed
+    before its first checkpoint or LoRA left (run_files.killed_fresh): for a server start, which
+    lists them before its clean-up removes their marks. Call only while no session runs (the
+    home lock held)."""
+    found: dict[Path, str | None] = {}
+    for run in _run_folders(settings):
+        if killed_fresh(run) and (mark := read_mark(run)) is not None:
+            found[run] = mark.run_id
+    return found
 
 
 def removal_note(run: Path, removed: list[Path]) -> str | None:
-    """What the run record says when `remove_abandoned_run` removed what a killed fresh run
+    """What the run record says when `clear_abandoned_run` removed what a killed fresh run
     wrote in `run` (not only staging or an empty folder): "removed 3 entries the killed fresh run
     wrote in outputs/x: loras/x-step-000002.json, ..." and what stayed (`kept_note`). None when
     `removed` holds none of them."""
@@ -200,13 +233,33 @@ def _holds_nothing(folder: Path, aside: set[Path]) -> bool:
 
 def start_leftover_cleanup(settings: Settings) -> threading.Thread | None:
     """List the home's crash leftovers now and remove them in a background thread (returned;
-    None when there are none). Call only while holding the home lock."""
+    None when there are none); what a killed fresh run wrote is then noted in its record
+    (`note_killed_runs`). Call only while holding the home lock."""
     found = find_leftovers(settings)
     if not found:
         return None
-    thread = threading.Thread(target=remove_leftovers, args=(found,), name="lorastudio-cleanup", daemon=True)
+    fresh = killed_fresh_runs(settings)  # before the thread removes their marks
+    thread = threading.Thread(
+        target=_clean_up, args=(settings, found, fresh), name="lorastudio-cleanup", daemon=True
+    )
     thread.start()
     return thread
+
+
+def _clean_up(settings: Settings, found: list[Path], fresh: dict[Path, str | None]) -> None:
+    remove_leftovers(found)
+    note_killed_runs(settings, found, fresh)
+
+
+def note_killed_runs(settings: Settings, removed: list[Path], fresh: dict[Path, str | None]) -> None:
+    """For each killed fresh run's folder in `fresh` ({folder: its mark's run id}), log what
+    `removed` took from it (`removal_note`) and add that to the run's record
+    (jobs/killed_notes.record_note: a record gone or unreadable is logged)."""
+    for run, run_id in fresh.items():
+        note = removal_note(run, [p for p in removed if p == run or run in p.parents])
+        if note is not None:
+            log.warning("run %s: %s", run_id or "(not recorded)", note)
+            record_note(settings, run, run_id, note)
 
 
 def start_cache_prune(settings: Settings) -> threading.Thread:
@@ -240,6 +293,8 @@ def remove_leftovers(paths: list[Path]) -> tuple[int, int]:
                 continue
             if _is_run_folder(path):
                 _remove_empty_tree(path)
+            elif (run := _output_folder_of(path)) is not None:
+                remove_entry(run, path)  # no link followed on the way (one swapped in since the listing)
             elif path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
@@ -261,6 +316,15 @@ def _is_run_folder(path: Path) -> bool:
     """Whether leftover `path` is a run's output folder (`outputs/<run>`, found holding nothing),
     not a staging folder (every one of those is hidden, or inside datasets/.uploads)."""
     return path.parent.name == "outputs" and not path.name.startswith(".")
+
+
+def _output_folder_of(path: Path) -> Path | None:
+    """The run's output folder `outputs/<run>` that leftover `path` is an entry of, at a name a
+    run writes (one or two levels down: run_files.remove_entry), or None."""
+    for run in (path.parent, path.parent.parent):
+        if _is_run_folder(run) and written_name(run, path):
+            return run
+    return None
 
 
 def _is_writer_folder(path: Path) -> bool:

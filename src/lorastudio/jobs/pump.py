@@ -1,6 +1,6 @@
 """The job service's pump: a running worker's events folded into its job, stored and logged,
 until the worker has exited; the stop deadline enforced meanwhile (jobs/busy.py). Then what its
-processes left in the run folder goes (jobs/leftovers.remove_abandoned_run: a fresh run killed or
+processes left in the run folder goes (jobs/leftovers.clear_abandoned_run: a fresh run killed or
 failed before its first checkpoint or LoRA leaves none of what it wrote, nor its folder unless
 someone else's file is in it; the log and the run record stay, the record saying what went). A mixin of
 JobService (jobs/service.py), split out to keep each file short: it uses the service's lock,
@@ -18,7 +18,8 @@ from typing import Any
 
 from lorastudio.jobs.busy import stop_deadline
 from lorastudio.jobs.ingest import TERMINAL_EVENTS, fold_event, parse_tagged
-from lorastudio.jobs.leftovers import removal_note, remove_abandoned_run
+from lorastudio.jobs.killed_notes import record_note
+from lorastudio.jobs.leftovers import clear_abandoned_run, removal_note
 from lorastudio.jobs.persist import STORE_ERRORS, JobRecorder, store_failure
 from lorastudio.jobs.process import JobWorker, TaggedEvent, Timeouts
 from lorastudio.jobs.records import Job, JobStatus
@@ -102,9 +103,15 @@ class EventPump(abc.ABC):
 
     def _remove_abandoned(self, job: Job, run_dir: Path) -> None:
         """What `job`'s dead processes left in `run_dir` goes (jobs/leftovers.py); when that was
-        what a killed fresh run wrote, its record says what went and what stayed."""
-        note = removal_note(run_dir, remove_abandoned_run(run_dir))
+        what a killed fresh run wrote, its record says what went and what stayed: `job`'s, or the
+        record the folder's mark names when that is another run's (its folder moved in since)."""
+        cleared = clear_abandoned_run(run_dir)
+        note = removal_note(run_dir, cleared.removed)
         if note is None:
+            return
+        if cleared.run_id is not None and cleared.run_id != job.id:
+            log.warning("run %s: %s", cleared.run_id, note)
+            record_note(self.settings, run_dir, cleared.run_id, note, store=self.store)
             return
         log.warning("job %s: %s", job.id, note)
         with self._cond:

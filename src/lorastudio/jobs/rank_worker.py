@@ -140,6 +140,7 @@ def run_rank(job: RankJob, channel: RankChannel) -> tuple[int, str | None]:
             resume=resume,
             device=job.device,
             started_at=process_started_at(),  # the run's wall-time record counts the rank's start
+            run_id=args.job_id,  # in a fresh run's mark (rank 0 claims the folder)
         )
     except LorastudioError as err:
         if not channel.terminal_sent:

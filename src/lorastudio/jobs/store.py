@@ -212,14 +212,19 @@ class RunStore:
         with self._tx() as cur:
             cur.execute("UPDATE runs SET plan_json=? WHERE id=?", (json.dumps(plan, allow_nan=False), run_id))
 
-    def add_warning(self, run_id: str, message: str) -> None:
+    def add_warning(self, run_id: str, message: str, *, output_name: str | None = None) -> bool:
         """Add one warning to a run's record (a part of the run that failed without failing it:
-        the engine's warning event)."""
+        the engine's warning event; what a clean-up removed of a killed run), in one statement
+        (appended, never a read-modify-write: concurrent writers each keep theirs). With
+        `output_name`, only to a run of that output name. Returns whether a record took it
+        (False: no such run)."""
         with self._tx() as cur:
             cur.execute(
-                "UPDATE runs SET warnings_json=json_insert(COALESCE(warnings_json, '[]'), '$[#]', ?) WHERE id=?",
-                (message, run_id),
+                "UPDATE runs SET warnings_json=json_insert(COALESCE(warnings_json, '[]'), '$[#]', ?)"
+                " WHERE id=? AND (? IS NULL OR output_name=?)",
+                (message, run_id, output_name, output_name),
             )
+            return cur.rowcount > 0
 
     def add_output(self, run_id: str, kind: str, path: str) -> None:
         """Record one output file of a run (kind: "lora", "sidecar", ...)."""

@@ -171,6 +171,7 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
             resume=resume,
             # the forecast counts this process's start (imports); a standby's from its hand-over
             started_at=args.started_at if args.started_at is not None else process_started_at(),
+            run_id=args.job_id,  # in a fresh run's mark: a later clean-up's note goes to this job's record
         )
     except LorastudioError as err:
         if not channel.terminal_sent:

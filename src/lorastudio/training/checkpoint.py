@@ -25,13 +25,13 @@ from typing import Any
 from lorastudio.durable import fsync_path
 from lorastudio.errors import ConfigError, FieldProblem, NotFound
 from lorastudio.training.extend import extension_steps
+from lorastudio.training.fresh_mark import settle
 from lorastudio.training.identity import IDENTITY_FORMAT, override_problems
 from lorastudio.training.run_files import (
     CHECKPOINTS,
     checkpoint_name,
     removal_path,
     remove_leftovers,
-    settle,
     staging_path,
 )
 from lorastudio.training.run_files import checkpoint_step as _step_of_name

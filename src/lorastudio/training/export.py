@@ -28,9 +28,10 @@ from lorastudio.lora.text_encoders import (
     with_adapter_metadata,
 )
 from lorastudio.training.assistant import assistant_sidecar
+from lorastudio.training.fresh_mark import settle
 from lorastudio.training.lora import adapter_alpha, adapter_metadata, lora_state_dict, module_scales
 from lorastudio.training.lycoris_export import lycoris_file
-from lorastudio.training.run_files import settle, staging_path
+from lorastudio.training.run_files import staging_path
 
 if TYPE_CHECKING:
     from peft import LoraConfig

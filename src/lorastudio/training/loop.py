@@ -91,7 +91,7 @@ from lorastudio.training.optimize import RunState
 from lorastudio.training.plan_measure import DeviceMeter
 from lorastudio.training.precision import free_accelerator_memory, run_numerics
 from lorastudio.training.preflight import PreparedRun
-from lorastudio.training.run_lock import claim_run_dir, lock_run_dir, release_run_dir
+from lorastudio.training.run_lock import claim_run_dir, holds, lock_run_dir, release_run_dir
 from lorastudio.training.run_timings import record_run_timings
 from lorastudio.training.session import clean_after_failure, discard_session, prepare_session
 from lorastudio.training.trackers import TrackerSink
@@ -127,6 +127,7 @@ def train(
     resume: Path | None = None,
     meter: DeviceMeter | None = None,
     started_at: float | None = None,
+    run_id: str | None = None,
 ) -> TrainResult:
     """Run one training job described by `cfg`, reporting through `emit`.
 
@@ -139,6 +140,9 @@ def train(
     `meter` is a test hook: the DeviceMeter that measures the plans of a memory budget instead
     of the device's (a plan_measure.FakeDeviceMeter lets the chooser run on the CPU; with it,
     memory_budget_gb is accepted on a CPU host). Leave it None for real runs.
+    `run_id`: the id of the run's record in the run store (the job's, a CLI run's), written in a
+    fresh run's mark (training/fresh_mark.py) so that the process removing what a kill left adds
+    its note to this record; None: not recorded (the note is only logged).
     `started_at`: when the calling process started (timings.process_started_at(); the CLI and the
     job worker pass it): the run's wall-time record counts the process's start (imports) too.
     Returns: TrainResult. A stop with save after >= 1 step of this session writes a checkpoint
@@ -185,7 +189,7 @@ def train(
         if state.resume is None:
             barrier(state.ctx)  # every rank's preflight saw the folder free before rank 0 claims it
             if main:
-                state.run_lock = claim_run_dir(run.run_dir)  # held to the end (training/run_lock.py)
+                state.run_lock = claim_run_dir(run.run_dir, run_id)  # held to the end (training/run_lock.py)
         elif main:
             state.run_lock = lock_run_dir(run.run_dir)  # JobActive while another session writes it
         claimed = main
@@ -208,20 +212,24 @@ def train(
             lora_path = export_run(run, state, stopped)
             state.keeper.finish()
         elif not save or state.resume is None:
-            if state.previews is not None and state.resume is not None:
-                state.previews.discard()  # a fresh run's samples go with its folder
-            state.loras.discard()
-            if state.validation is not None and state.resume is not None:
-                state.validation.discard()  # the record as this session found it
             trackers.close()  # before their folders go (W&B's writer would make its own again)
-            kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
+            if _may_remove(run, state, emit):
+                if state.previews is not None and state.resume is not None:
+                    state.previews.discard()  # a fresh run's samples go with its folder
+                state.loras.discard()
+                if state.validation is not None and state.resume is not None:
+                    state.validation.discard()  # the record as this session found it
+                kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
+                _note_kept(emit, state, kept)
             claimed = False
-            _note_kept(emit, state, kept)
     except BaseException as err:
         if claimed and run is not None:
             trackers.close()
-            kept = clean_after_failure(run.run_dir, state.resume is not None, state.final_lora is not None)
-            _note_kept(emit, state, kept)
+            if _may_remove(run, state, emit):
+                kept = clean_after_failure(
+                    run.run_dir, state.resume is not None, state.final_lora is not None
+                )
+                _note_kept(emit, state, kept)
         emit(Error(message=_message(err, state.attention)))
         raise
     finally:
@@ -290,6 +298,18 @@ def _prepare_session(
         cfg.model_copy(update={"memory_budget_gb": None}), settings, device, resume
     )
     return dataclasses.replace(run, cfg=run.cfg.model_copy(update={"memory_budget_gb": budget})), identity
+
+
+def _may_remove(run: PreparedRun, state: RunState, emit: Emit) -> bool:
+    """Whether this session may remove what it wrote in run.run_dir: the folder there is still
+    the one it claimed or locked (run_lock.holds). One renamed away, replaced by another folder
+    (another run's) or by a link while the run was live is not its own: nothing is removed, and
+    a RunWarning says so."""
+    if holds(state.run_lock, run.run_dir):
+        return True
+    note = f"{run.run_dir} is no longer the folder this run wrote (moved or replaced while it ran): nothing removed"
+    emit(RunWarning(step=state.steps_run, message=note))
+    return False
 
 
 def _note_kept(emit: Emit, state: RunState, note: str | None) -> None:

@@ -2,7 +2,9 @@
 the removal that keeps everything else. No torch (the job service and the API use it).
 
 Every writer of the engine takes its names here (the folders, the file names, the staging names),
-and `owned` recognises exactly those, so what a run removes is what runs write:
+and `owned` recognises exactly those, of the kind a run writes (a regular file; a real folder for
+a checkpoint, a tracker or a staged write: never a link, FIFO, socket or device), so what a run
+removes is what runs write:
 
     <name>.safetensors, <name>.json          the LoRA and its sidecar (training/export.py)
     <name>.raw.safetensors, <name>.raw.json  with EMA, the raw weights (training/ema.py)
@@ -14,12 +16,14 @@ and `owned` recognises exactly those, so what a run removes is what runs write:
     .staging-<hex>[.ext], .removing-<hex>    a write or delete in flight, in the run folder and in
                                              each folder above (`staging_path`, `removal_path`)
     .fresh-run                               a fresh session's mark while its folder holds no
-                                             checkpoint and no LoRA (`mark_fresh`, `settle`)
+                                             checkpoint and no LoRA (training/fresh_mark.py)
 
 The mark: a fresh run creates its folder (training/run_lock.claim_run_dir refuses one that
-exists) and marks it at once, and the mark goes when the folder first holds something to keep
-(its first checkpoint, its LoRA: `settle`). So a folder that no live session holds, with the
-mark and neither a checkpoint nor the run's LoRA (`killed_fresh`), is one whose only session was
+exists) and marks it at once (fresh_mark.mark_fresh: bound to the folder's name and inode, naming
+the run's record), and the mark goes when the folder first holds something to keep (its first
+checkpoint, its LoRA: `settle`). So a folder that no live session holds, with its own mark
+(fresh_mark.read_mark: not one copied in, not one of a folder renamed since, nothing else at that
+name) and neither a checkpoint nor the run's LoRA (`killed_fresh`), is one whose only session was
 killed (a worker, a rank, the server with it, a CLI run, a power cut): every listed entry in it
 was written by that session, and goes (jobs/leftovers.py). A resumed session never marks: its
 folder keeps everything of earlier sessions, only staging goes.
@@ -38,8 +42,11 @@ import logging
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
+
+from lorastudio.training.fresh_mark import FRESH_MARK, read_mark
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +58,6 @@ WANDB = "wandb"
 VALIDATION_FILE = "validation.json"
 STAGING_PREFIX = ".staging-"
 REMOVING_PREFIX = ".removing-"
-FRESH_MARK = ".fresh-run"  # a fresh session's folder that holds no checkpoint or LoRA yet
 
 WRITER_FOLDERS = (CHECKPOINTS, LORAS, SAMPLES)  # folders of named files (checked entry by entry)
 TRACKER_FOLDERS = (TENSORBOARD, WANDB)  # what a tracker writes there is its own: owned whole
@@ -132,53 +138,61 @@ def final_names(output_name: str) -> tuple[str, ...]:
 
 def owned(run_dir: Path, path: Path) -> bool:
     """Whether `path` (in `run_dir`, named as the module docstring lists) is an entry a session
-    of the run writes: a unit removed whole. The writer folders themselves are not (they are
-    removed only when empty)."""
+    of the run writes: a unit removed whole. Its kind counts as well as its name: a run writes
+    regular files, and real folders for a checkpoint or a staged write, never a link (to a file
+    or a folder, in or outside the folder), a FIFO, a socket or a device: those are never owned,
+    so no removal follows or takes one. The writer folders themselves are not (they are removed
+    only when empty)."""
+    kind = _owned_kind(run_dir, path)
+    if kind is None:
+        return False
+    try:
+        mode = path.lstat().st_mode
+    except OSError:  # gone meanwhile
+        return False
+    if stat.S_ISDIR(mode):
+        return kind in ("folder", "either")
+    return stat.S_ISREG(mode) and kind in ("file", "either")
+
+
+def written_name(run_dir: Path, path: Path) -> bool:
+    """Whether a session of the run writes an entry at `path`'s name in `run_dir` (one or two
+    levels down; a tracker's folder included), whatever is there now."""
+    parts = path.relative_to(run_dir).parts
+    return _owned_kind(run_dir, path) is not None or (len(parts) == 1 and parts[0] in TRACKER_FOLDERS)
+
+
+def _owned_kind(run_dir: Path, path: Path) -> str | None:
+    """What a session writes at `path`'s name: "file", "folder" (a checkpoint), "either" (a
+    staging or removal name), or None when no session writes that name."""
     parts = path.relative_to(run_dir).parts
     if len(parts) == 1:
         (name,) = parts
-        return name in final_names(run_dir.name) or name in (VALIDATION_FILE, FRESH_MARK) or is_leftover(name)
+        if is_leftover(name):
+            return "either"
+        return "file" if name in final_names(run_dir.name) or name in (VALIDATION_FILE, FRESH_MARK) else None
     if len(parts) != 2:
-        return False
+        return None
     folder, name = parts
     if is_leftover(name) and folder in WRITER_FOLDERS:
-        return True
+        return "either"
     if folder == CHECKPOINTS:
-        return checkpoint_step(name) is not None
+        return "folder" if checkpoint_step(name) is not None else None
     if folder == SAMPLES:
-        return parse_sample_name(name) is not None or parse_reference_name(name) is not None
+        return (
+            "file" if parse_sample_name(name) is not None or parse_reference_name(name) is not None else None
+        )
     if folder == LORAS:
         match = _SNAPSHOT.match(name)
-        return match is not None and match.group("run") == run_dir.name
-    return False
-
-
-def mark_fresh(run_dir: Path) -> None:
-    """Mark `run_dir`, just created by a fresh session, as its: until `settle`, a kill of the
-    session leaves a folder whose listed entries are all its own (`killed_fresh`)."""
-    fd = os.open(run_dir / FRESH_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _fsync_folder(run_dir)
-
-
-def settle(run_dir: Path) -> None:
-    """Remove a fresh session's mark once `run_dir` holds what a kill must keep (a checkpoint
-    after its rename, the run's LoRA after it is written). A folder without the mark: nothing."""
-    try:
-        (run_dir / FRESH_MARK).unlink()
-    except FileNotFoundError:
-        return
-    _fsync_folder(run_dir)
+        return "file" if match is not None and match.group("run") == run_dir.name else None
+    return None
 
 
 def killed_fresh(run_dir: Path) -> bool:
     """Whether `run_dir` (one no live session holds) is a fresh run's that was killed before it
-    held anything to keep: the mark (`mark_fresh`) and no checkpoint and no LoRA of the run (a
+    held anything to keep: its own mark (fresh_mark.read_mark) and no checkpoint and no LoRA of the run (a
     kill between their write and `settle` keeps the folder whole)."""
-    if not (run_dir / FRESH_MARK).is_file() or (run_dir / FRESH_MARK).is_symlink():
+    if read_mark(run_dir) is None:  # none, or not one this folder's fresh session wrote
         return False
     if any(checkpoint_step(p.name) is not None for p in _children(run_dir / CHECKPOINTS)):
         return False
@@ -211,7 +225,7 @@ def remove_session_files(run_dir: Path) -> list[str]:
     mine, _ = survey(run_dir)
     for path in mine:
         try:
-            _remove(path)
+            remove_entry(run_dir, path)
         except OSError as err:
             log.warning("could not remove %s: %s", path, err)
     for folder in (*WRITER_FOLDERS, ""):
@@ -246,7 +260,7 @@ def leftovers(run_dir: Path) -> list[Path]:
     for folder in WRITER_FOLDERS:
         if not (run_dir / folder).is_symlink():
             found += [p for p in _children(run_dir / folder) if is_leftover(p.name)]
-    return sorted(found)
+    return sorted(p for p in found if _is_file_or_folder(p))  # a link of that name: not a write's
 
 
 def remove_leftovers(run_dir: Path) -> None:
@@ -254,28 +268,58 @@ def remove_leftovers(run_dir: Path) -> None:
     session's own thread, or a folder no live session holds)."""
     for path in leftovers(run_dir):
         try:
-            _remove(path)
+            remove_entry(run_dir, path)
         except OSError as err:
             log.warning("could not remove the staging leftover %s: %s", path, err)
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
+def remove_entry(run_dir: Path, path: Path) -> None:
+    """Remove entry `path` of `run_dir` (at most two levels down: a run's entry, a writer
+    folder's entry) without following a link on the way: `run_dir` and the folder between are
+    opened with O_NOFOLLOW and the entry is removed relative to its folder's descriptor, so a
+    folder swapped for a link after `path` was listed raises OSError (ELOOP, ENOTDIR) instead of
+    removing the same name elsewhere. A file (or a link itself) is unlinked; a real folder is
+    removed whole (rmtree by descriptor, links in it unlinked, never followed) only where a run
+    writes a folder at that name (`_owned_kind`: a checkpoint, a staged write, a tracker's).
+    A missing entry: nothing."""
+    parts = path.relative_to(run_dir).parts
+    if not 1 <= len(parts) <= 2:
+        raise ValueError(f"{path} is not an entry of {run_dir}")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(run_dir, flags)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        name = parts[-1]
+        try:
+            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(mode):
+            os.unlink(name, dir_fd=fd)
+        elif _owned_kind(run_dir, path) in ("folder", "either") or (
+            len(parts) == 1 and name in TRACKER_FOLDERS
+        ):
+            shutil.rmtree(name, dir_fd=fd)
+        else:
+            raise IsADirectoryError(f"{path} is a folder now; a run writes a file there")
+    finally:
+        os.close(fd)
+
+
+def _is_file_or_folder(path: Path) -> bool:
+    """Whether `path` is a regular file or a real folder (not a link, FIFO, socket, device)."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def _is_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _children(folder: Path) -> list[Path]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lorastudio.errors import ConfigError, FieldProblem, JobActive
-from lorastudio.training.run_files import mark_fresh
+from lorastudio.training.fresh_mark import mark_fresh
 
 CLAIM_TRIES = 3  # a fresh folder removed by a concurrent clean-up between its mkdir and its lock
 
@@ -44,10 +44,10 @@ def lock_run_dir(run_dir: Path) -> int:
     return fd
 
 
-def claim_run_dir(run_dir: Path) -> int:
-    """Create a fresh run's output folder, lock it (`lock_run_dir`) and mark it fresh
-    (run_files.mark_fresh: a kill before its first checkpoint or LoRA leaves nothing of the run);
-    returns the descriptor. A folder that exists (made meanwhile by someone else) is a
+def claim_run_dir(run_dir: Path, run_id: str | None = None) -> int:
+    """Create a fresh run's output folder, lock it (`lock_run_dir`) and mark it fresh for run
+    `run_id` (fresh_mark.mark_fresh: a kill before its first checkpoint or LoRA leaves nothing of
+    the run, and the run's record says what went); returns the descriptor. A folder that exists (made meanwhile by someone else) is a
     ConfigError: a fresh run never writes into a folder it did not create."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(CLAIM_TRIES):
@@ -62,10 +62,23 @@ def claim_run_dir(run_dir: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a clean-up that took the empty folder meanwhile
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False)):
-                mark_fresh(run_dir)  # its listed entries are this session's (training/run_files.py)
+                mark_fresh(run_dir, run_id)  # its listed entries are this session's (training/run_files.py)
                 return fd
         os.close(fd)  # removed under the clean-up's lock: make it again
     raise ConfigError([FieldProblem("output_name", f"{run_dir} kept being removed while it was created")])
+
+
+def holds(fd: int | None, run_dir: Path) -> bool:
+    """Whether `run_dir` is still the folder this session opened as `fd` (`claim_run_dir`,
+    `lock_run_dir`): not renamed away, replaced by another folder or a link, or gone. A session
+    removes files in its folder only while this holds (training/loop.py): a folder put in its
+    place is another's."""
+    if fd is None:
+        return False
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(run_dir, follow_symlinks=False))
+    except OSError:
+        return False
 
 
 def release_run_dir(fd: int | None) -> None:

@@ -15,7 +15,8 @@ import pytest
 from lorastudio.errors import ConfigError
 from lorastudio.jobs.leftovers import find_leftovers, removal_note, remove_abandoned_runs, remove_leftovers
 from lorastudio.settings import Settings
-from lorastudio.training.run_files import FRESH_MARK, killed_fresh, settle
+from lorastudio.training.fresh_mark import FRESH_MARK, settle
+from lorastudio.training.run_files import killed_fresh
 from lorastudio.training.run_lock import claim_run_dir, release_run_dir
 
 
