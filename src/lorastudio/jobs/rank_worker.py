@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from lorastudio.errors import LorastudioError
+from lorastudio.import_freeze import freeze_imports
 from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.channel import (
     AGENT_PID_ENV,
@@ -129,6 +130,7 @@ def run_rank(job: RankJob, channel: RankChannel) -> tuple[int, str | None]:
     from lorastudio.timings import process_started_at
     from lorastudio.training.loop import train
 
+    freeze_imports()  # a rank process's own: no collection scans the libraries again
     args = job.args
     resume = Path(args.resume) if args.resume is not None else None
     try:

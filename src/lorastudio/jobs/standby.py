@@ -38,6 +38,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
+from lorastudio.import_freeze import freeze_imports
 from lorastudio.jobs.worker import WorkerArgs, bind_to_parent, ignore_terminal_interrupt
 
 log = logging.getLogger("lorastudio.jobs")
@@ -110,6 +111,7 @@ def standby_main(conn: Connection, events: Any, stop_event: Any, stop_save: Any,
             importlib.import_module(name)
         except ImportError as err:  # an optional library missing: the job says so if it needs it
             skipped.append(f"{name} ({err})")
+    freeze_imports(collect_first=True)  # before "ready": no collection scans the libraries again
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         print("[standby] CUDA was initialised by an import; this standby is not used", file=sys.stderr)

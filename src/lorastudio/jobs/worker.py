@@ -38,6 +38,7 @@ from typing import Any
 
 from lorastudio.config import TrainConfig
 from lorastudio.errors import LorastudioError
+from lorastudio.import_freeze import freeze_imports
 from lorastudio.jobs.busy import BusyTracker
 from lorastudio.jobs.childenv import give_hub_token
 from lorastudio.jobs.diskspace import explain_write_failure, output_folder
@@ -162,6 +163,8 @@ def worker_main(args: WorkerArgs, events: Any, stop_event: Any, stop_save: Any) 
         from lorastudio.timings import process_started_at
         from lorastudio.training.loop import train
 
+        frozen = freeze_imports()  # a standby froze its imports already; this adds what came since
+        log.info("imports frozen out of the garbage collector's passes: %d objects", frozen)
         resume = Path(args.resume) if args.resume is not None else None
         train(
             args.config,

@@ -6,6 +6,7 @@ leaves no process; LORASTUDIO_STANDBY_WORKER=0 spawns per job."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -96,6 +97,9 @@ def test_a_job_is_handed_the_standby_and_ends_as_with_a_fresh_process(
     assert plain["steps_run"] == handed["steps_run"] == 3
     log = (settings.home / "logs" / f"{handed['id']}.log").read_text()
     assert "complete:" in log  # the run's own log, as a fresh worker's
+    for text in (log, (settings.home / "logs" / f"{plain['id']}.log").read_text()):  # import_freeze.py
+        frozen = re.search(r"imports frozen out of the garbage collector's passes: (\d+) objects", text)
+        assert frozen is not None and int(frozen[1]) > 100_000, text[-2000:]
     assert not _alive(int(after))  # the shutdown ended the standby
 
 
