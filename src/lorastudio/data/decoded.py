@@ -36,13 +36,17 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lorastudio.data.images import DECODE_RULES, ImageInfo, oversized, probe_image
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId
 from lorastudio.errors import DatasetError
+
+if TYPE_CHECKING:
+    from lorastudio.data.decode_progress import DecodeProgress
 
 RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
 # Seconds of full decodes one check spends on files not yet decoded; the rest wait for the next
@@ -63,9 +67,18 @@ def file_key(path: Path) -> FileKey | None:
 
 class DecodedRecord:
     """The decoded-files record of one dataset folder (`folder`, identity `folder_id`), kept in
-    `record_dir`. Load with `load`, ask `is_decoded`, add with `add`, write with `save`."""
+    `record_dir`. Load with `load`, ask `known`, add with `add`, write with `save`; `progress`
+    (the run's scan: data/decode_progress.py) hears of the full decodes to come (`expect`) and
+    of each one (check_image)."""
 
-    def __init__(self, record_dir: Path, folder: Path, folder_id: FolderId, budget_s: float | None = None):
+    def __init__(
+        self,
+        record_dir: Path,
+        folder: Path,
+        folder_id: FolderId,
+        budget_s: float | None = None,
+        progress: DecodeProgress | None = None,
+    ):
         self.folder = Path(os.path.abspath(folder))
         self.path = record_dir / f"{_record_name(self.folder, folder_id)}.json"
         self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
@@ -73,14 +86,21 @@ class DecodedRecord:
         self.spent_s = 0.0  # seconds of full decodes this record's scan spent
         self.decoded = 0  # files this scan decoded fully and passed (add; recorded unless changed meanwhile)
         self.changed = False
+        self.progress = progress
 
     @classmethod
     def load(
-        cls, record_dir: Path, folder: Path, folder_id: FolderId, budget_s: float | None = None
+        cls,
+        record_dir: Path,
+        folder: Path,
+        folder_id: FolderId,
+        budget_s: float | None = None,
+        progress: DecodeProgress | None = None,
     ) -> DecodedRecord:
         """The record of `folder` as last saved (empty when there is none or it cannot be read);
-        `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S)."""
-        record = cls(record_dir, folder, folder_id, budget_s)
+        `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S);
+        `progress`: the run's decode count and stop check (None: none)."""
+        record = cls(record_dir, folder, folder_id, budget_s, progress)
         with contextlib.suppress(OSError, ValueError, TypeError):
             data = json.loads(record.path.read_text(encoding="utf-8"))
             if data.get("version") == RECORD_VERSION and data.get("rules") == DECODE_RULES:
@@ -105,6 +125,13 @@ class DecodedRecord:
         passed every check of images.probe_image as it is now (the size limit aside); else None."""
         entry = self.files.get(self.record_key(path))
         return entry[1] if entry is not None and entry[0] == file_key(path) else None
+
+    def expect(self, paths: Iterable[Path]) -> None:
+        """Tell the scan's progress (when there is one) how many of `paths`, the files a check
+        loop is about to meet, it will decode fully: those not recorded as they are now, each
+        once. A stat per file; nothing without a progress."""
+        if self.progress is not None:
+            self.progress.expect(len({self.record_key(p) for p in paths if self.known(p) is None}))
 
     def wants_full(self, path: Path) -> bool:
         """Whether a check of `path` should decode it fully now: not decoded as it is, and this
@@ -167,19 +194,27 @@ def check_image(
     pixel of it has been decoded: now, when `record` wants it, which then records it when it
     passes, or before (a file the record knows as it is now is not opened; its size is compared
     with `max_pixels` again). `colour`: False for a loss mask (probe_image's). A target, a
-    control image and a mask are checked alike (data/scan.py, data/pairs.py, data/masks.py)."""
+    control image and a mask are checked alike (data/scan.py, data/pairs.py, data/masks.py).
+    The record's progress (the run's scan) is asked for a stop before a full decode (it raises:
+    errors.TrainingStopped) and counts it after."""
     known = None if record is None else record.known(path)
     if known is not None:
         if known.width * known.height > max_pixels:
             return oversized(path, known.width, known.height, max_pixels), True
         return known, True
     full = record is not None and record.wants_full(path)
+    progress = record.progress if full and record is not None else None
+    if progress is not None:
+        progress.before_decode()
     before = file_key(path) if full else None
     start = time.monotonic()
     try:
         info = probe_image(path, max_pixels, decode_pixels, folder_id, full=full, colour=colour)
     except DatasetError as err:
         return err, full
+    finally:
+        if progress is not None:
+            progress.advance()
     if full and record is not None:
         record.add(path, before, info, time.monotonic() - start)
     return info, full

@@ -279,6 +279,8 @@ def pair_controls(
     escaping = _escaping_links(report, [root, *control_dirs])
     problems += escaping
     identities: dict[Path, FolderId] = {}
+    if record is not None and not escaping:
+        record.expect(path for paths in report.controls.values() for path in paths)
     for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
         ids: list[FolderId] = []
         dims: list[tuple[int, int]] = []
