@@ -9,9 +9,10 @@ scan is handed a DecodeProgress (data/run_scan.scan_for_run's `progress`), which
   many of the files it is about to meet are not recorded (`expect`: the total grows as the
   scan reaches each kind and folder, so it is final once the scan ends);
 - counts each full decode (`advance`, whether the file passed or not);
-- reports (done, total) through `report`: when the first files are expected, then at most once
-  per `every_s` seconds (default REPORT_EVERY_S), and the last count at `finish` (a bounded rate, never one call per
-  image); nothing at all when every file was recorded already;
+- reports (done, total) through `report` once the scan has decoded for `after_s` seconds (a scan
+  of a few new images says nothing), then at most once per `every_s` seconds, and the last
+  count at `finish` (a bounded rate, never one call per image); nothing at all when every file
+  was recorded already;
 - calls `check_stop` before each full decode: it raises (errors.TrainingStopped) to end the scan
   at once; the records keep what was decoded so far (each scan saves its record in a finally).
 
@@ -23,7 +24,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-REPORT_EVERY_S = 0.5  # the most often a scan reports its count (the last one always comes)
+REPORT_AFTER_S = 1.0  # a scan's first report: once it has decoded this long
+REPORT_EVERY_S = 0.5  # then at most this often (the last count always comes)
 
 
 class DecodeProgress:
@@ -34,25 +36,28 @@ class DecodeProgress:
         report: Callable[[int, int], None],
         check_stop: Callable[[], None] | None = None,
         every_s: float | None = None,
+        after_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._report = report
         self._check_stop = check_stop
         self._every_s = REPORT_EVERY_S if every_s is None else every_s
+        self._after_s = REPORT_AFTER_S if after_s is None else after_s
         self._clock = clock
         self.done = 0  # files decoded fully so far
         self.total = 0  # files expected so far (not recorded when their check loop began)
-        self._sent: tuple[int, int] | None = None
+        self._sent: tuple[int, int] | None = None  # the last count reported
         self._sent_at = 0.0
+        self._started: float | None = None  # when the first file was expected
 
     def expect(self, count: int) -> None:
-        """`count` more files will be decoded fully; the first expected files are reported at
-        once (the user sees the scan begin), later ones with the next report."""
+        """`count` more files will be decoded fully (reported with the next count)."""
         if count <= 0:
             return
         self.total += count
-        if self._sent is None:
-            self._send()
+        if self._started is None:
+            self._started = self._clock()
+        self._maybe_send()
 
     def before_decode(self) -> None:
         """Called before each full decode: the stop check (raises to end the scan)."""
@@ -60,16 +65,24 @@ class DecodeProgress:
             self._check_stop()
 
     def advance(self) -> None:
-        """One full decode done (passed or not); reported when `every_s` has passed."""
+        """One full decode done (passed or not)."""
         self.done += 1
         self.total = max(self.total, self.done)  # a file changed after its loop's count
-        if self._clock() - self._sent_at >= self._every_s:
-            self._send()
+        self._maybe_send()
 
     def finish(self) -> None:
-        """The scan ended: report the final count unless it was the last one sent (nothing when
-        no file needed decoding)."""
-        if self.total and self._sent != (self.done, self.total):
+        """The scan ended: report the final count when the scan reported at all and this count
+        was not the last one sent."""
+        if self._sent is not None and self._sent != (self.done, self.total):
+            self._send()
+
+    def _maybe_send(self) -> None:
+        now = self._clock()
+        if self._sent is None:
+            due = self._started is not None and now - self._started >= self._after_s
+        else:
+            due = now - self._sent_at >= self._every_s
+        if due:
             self._send()
 
     def _send(self) -> None:

@@ -64,7 +64,8 @@ def test_the_decode_scan_reports_its_counts_before_any_model_loads(
     full_decodes: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(decode_progress, "REPORT_EVERY_S", 0.0)  # every count, to see each
+    monkeypatch.setattr(decode_progress, "REPORT_AFTER_S", 0.0)  # every count, to see each
+    monkeypatch.setattr(decode_progress, "REPORT_EVERY_S", 0.0)
     events: list[Event] = []
     everything = (TARGETS + MASKS, TARGETS + MASKS)
 
@@ -76,11 +77,15 @@ def test_the_decode_scan_reports_its_counts_before_any_model_loads(
     counts = _decoding(events)
     assert counts[0] == (0, TARGETS)  # the scan begins: the targets it will decode
     assert counts[-1] == everything  # the masks joined the total; the last count is final
-    assert [d for d, _ in counts] == list(range(TARGETS + MASKS + 1))  # one per decode at rate 0
+    dones = [d for d, _ in counts]
+    assert dones == sorted(dones) and set(dones) == set(range(TARGETS + MASKS + 1))  # each count at rate 0
+    assert (TARGETS, TARGETS + MASKS) in counts  # the masks expected: the total grew
     assert all(a[1] <= b[1] for a, b in zip(counts, counts[1:], strict=False))  # the total only grows
     assert len(full_decodes) == TARGETS + MASKS
     first_load = next((i for i, e in enumerate(events) if e.type == "model_load_started"), len(events))
-    assert all(i < first_load for i, e in enumerate(events) if e.type == "preparing" and e.phase == "decoding")
+    assert all(
+        i < first_load for i, e in enumerate(events) if e.type == "preparing" and e.phase == "decoding"
+    )
 
 
 def test_a_stop_during_the_decode_scan_ends_the_run_before_any_model_loads(
@@ -90,6 +95,7 @@ def test_a_stop_during_the_decode_scan_ends_the_run_before_any_model_loads(
     full_decodes: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(decode_progress, "REPORT_AFTER_S", 0.0)
     monkeypatch.setattr(decode_progress, "REPORT_EVERY_S", 0.0)
     events: list[Event] = []
 
@@ -116,19 +122,34 @@ def test_a_stop_during_the_decode_scan_ends_the_run_before_any_model_loads(
     assert _decoding(events)[-1] == (left, left)
 
 
-def test_the_counts_come_at_a_bounded_rate() -> None:
+def test_the_counts_come_after_a_second_at_a_bounded_rate() -> None:
     now = [0.0]
     sent: list[tuple[int, int]] = []
-    progress = DecodeProgress(lambda done, total: sent.append((done, total)), every_s=0.5, clock=lambda: now[0])
-    progress.finish()
-    assert sent == []  # nothing to decode: nothing said
-    progress.expect(1000)
+
+    def progress() -> DecodeProgress:
+        return DecodeProgress(
+            lambda d, t: sent.append((d, t)), every_s=0.5, after_s=1.0, clock=lambda: now[0]
+        )
+
+    quick = progress()
+    quick.finish()
+    quick.expect(50)
+    for _ in range(50):  # 50 decodes of 10 ms: done before a report is due
+        now[0] += 0.01
+        quick.advance()
+    quick.finish()
+    assert sent == []  # a short scan says nothing
+    slow = progress()
+    slow.expect(1000)
     for _ in range(1000):  # 1,000 decodes of 10 ms: 10 s
         now[0] += 0.01
-        progress.advance()
-    progress.expect(0)
-    progress.finish()
-    assert sent[0] == (0, 1000) and sent[-1] == (1000, 1000)
-    assert len(sent) <= 2 + 10 / 0.5  # the first, one per half second, the last
+        slow.advance()
+    slow.expect(200)  # e.g. the loss masks: the total grows
+    for _ in range(200):
+        now[0] += 0.01
+        slow.advance()
+    slow.finish()
+    assert sent[0] == (100, 1000)  # after a second
+    assert sent[-1] == (1200, 1200)
+    assert len(sent) <= 1 + 11 / 0.5 + 1  # the first, one per half second after it, the last
     assert [d for d, _ in sent] == sorted({d for d, _ in sent})
-
