@@ -232,15 +232,39 @@ def _record_name(folder: Path, folder_id: FolderId) -> str:
 
 
 def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
-    """The preflight report's word on images a check left to the header check alone (its time
-    budget spent: ImageItem.decoded False); None when every image was fully decoded. `labels`:
-    the entries' labels (DatasetScan.labels) for the names."""
-    left = [item_name(item, labels) for item in items if not item.decoded]
+    """The preflight report's word on the files a check left to the header check alone (its time
+    budget spent): images (ImageItem.decoded False), control images (`controls_decoded`) and
+    loss masks of masks/ (MaskRef.decoded), each kind counted and named, each file once (an
+    image at several resolutions, a control of several targets); None when every file was fully
+    decoded. `labels`: the entries' labels (DatasetScan.labels) for the names."""
+    from lorastudio.data.pairs import folder_label
+
+    kinds: dict[str, dict[Path, str]] = {"image(s)": {}, "control image(s)": {}, "loss mask(s)": {}}
+    for item in items:
+        prefix = f"{labels[item.entry]}/" if labels else ""
+        if not item.decoded:
+            kinds["image(s)"].setdefault(item.path, item_name(item, labels))
+        for control, done in zip(item.controls, item.controls_decoded, strict=False):
+            if not done:
+                kinds["control image(s)"].setdefault(
+                    control, f"{prefix}{folder_label(item.path.parent, control.parent)}{control.name}"
+                )
+        if item.mask is not None and not item.mask.alpha and not item.mask.decoded:
+            kinds["loss mask(s)"].setdefault(
+                item.mask.path,
+                f"{prefix}{folder_label(item.path.parent, item.mask.path.parent)}{item.mask.path.name}",
+            )
+    left = {kind: list(names.values()) for kind, names in kinds.items() if names}
     if not left:
         return None
-    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    counts = [f"{len(names)} {kind}" for kind, names in left.items()]
+    counted = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} and {counts[-1]}"
+    shown = "; ".join(
+        ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        for names in left.values()
+    )
     return (
-        f"{len(left)} image(s) not fully decoded yet ({shown}): a check decodes new images for at "
-        f"most {FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and "
-        "fails naming any whose pixels do not decode)"
+        f"{counted} not fully decoded yet ({shown}): a check decodes new files for at most "
+        f"{FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and fails "
+        "naming any whose pixels do not decode)"
     )

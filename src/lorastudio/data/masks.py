@@ -227,7 +227,7 @@ def _folder_items(
         if path is None:
             items.append(item)
             continue
-        info, _ = checked[stem_key(item.path.name)]
+        info, decoded = checked[stem_key(item.path.name)]
         if isinstance(info, DatasetError):
             problems += [f"{MASKS_DIR}/{p}" for p in info.problems]
             continue
@@ -237,7 +237,8 @@ def _folder_items(
                 f"{item.width}x{item.height} (a mask must have its image's size)"
             )
             continue
-        items.append(replace(item, mask=MaskRef(path, folder_id, sha256=file_sha256(path, folder_id))))
+        mask = MaskRef(path, folder_id, sha256=file_sha256(path, folder_id), decoded=decoded)
+        items.append(replace(item, mask=mask))
     return items, problems
 
 

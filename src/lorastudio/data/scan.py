@@ -262,6 +262,7 @@ def scan_dataset(
             controls=pairs.controls.get(it.path.name, ()),
             control_folder_ids=pairs.folder_ids.get(it.path.name, ()),
             control_dims=pairs.dims.get(it.path.name, ()),
+            controls_decoded=pairs.decoded.get(it.path.name, ()),
         )
         for it in items
     ]
