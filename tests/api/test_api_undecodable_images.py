@@ -4,7 +4,7 @@ A truncated JPEG or PNG, a PNG with a bad IDAT CRC, and (what the chunk walk cou
 whose compressed pixel stream is cut short or garbled under valid chunk CRCs: an upload refuses
 each naming the file and why; one copied into a dataset folder by hand is named by the preflight
 and by `lorastudio train --check` before any model loads. Each file's pixels are decoded once
-(at upload or at its first check) and remembered by (name, size, mtime_ns, inode) in the
+(at upload or at its first check) and remembered by (name, size, mtime_ns, inode, ctime_ns) in the
 dataset's record (data/decoded.py): a second preflight decodes nothing, an edited file is
 decoded again.
 """

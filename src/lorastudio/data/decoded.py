@@ -4,8 +4,10 @@ A header check and a chunk walk (data/images.py, data/image_headers.py) cannot s
 compressed pixel data is cut short or garbled under valid chunk CRCs, nor a JPEG whose entropy
 data breaks at full size; only decoding every pixel can. Decoding every image of a large dataset
 on every preflight would cost minutes, so each file is decoded fully once (at upload, or at the
-first check that meets it) and remembered here by (name, size, mtime_ns, inode): a file edited,
-replaced or renamed over is decoded again at the next check. With each file its header facts
+first check that meets it) and remembered here by (name, size, mtime_ns, inode, ctime_ns): a
+file edited, replaced or renamed over is decoded again at the next check. ctime_ns is the one
+the user cannot set (`cp -p`, `touch -r` set mtime; any write, chmod or rename moves ctime), so
+a file rewritten in place with its size and mtime put back is decoded again too. With each file its header facts
 (size after EXIF transpose, orientation) are kept, so that a later scan of an unchanged file
 needs one stat and no read (`known`); only the size limit, a setting, is compared again.
 
@@ -48,21 +50,30 @@ from lorastudio.errors import DatasetError
 if TYPE_CHECKING:
     from lorastudio.data.decode_progress import DecodeProgress
 
-RECORD_VERSION = 2  # what an entry holds and which checks it stands for (images.probe_image's)
+# what an entry holds and which checks it stands for (images.probe_image's): 3 added ctime_ns to
+# the key; an older record reads as empty (its files not decoded: decoded again, then recorded)
+RECORD_VERSION = 3
 # Seconds of full decodes one check spends on files not yet decoded; the rest wait for the next
 # check or the run's own scan (no budget: training/preflight.py).
 FULL_DECODE_BUDGET_S = 30.0
 
-FileKey = tuple[int, int, int]  # (size, mtime_ns, inode)
+FileKey = tuple[int, int, int, int]  # (size, mtime_ns, inode, ctime_ns)
 
 
 def file_key(path: Path) -> FileKey | None:
-    """(size, mtime_ns, inode) of `path` (a link not followed); None when it cannot be stat'ed."""
+    """(size, mtime_ns, inode, ctime_ns) of `path` (a link not followed); None when it cannot be
+    stat'ed."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
-    return st.st_size, st.st_mtime_ns, st.st_ino
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns
+
+
+def same_contents_key(before: FileKey | None, after: FileKey | None) -> bool:
+    """Whether `after` is `before` moved by a rename alone (the same size, mtime and inode; a
+    rename moves ctime): an upload's staged file, keyed before its decode, once moved in."""
+    return before is not None and after is not None and before[:3] == after[:3]
 
 
 class DecodedRecord:
@@ -221,9 +232,9 @@ def check_image(
 
 
 def _entry(row: list[int]) -> tuple[FileKey, ImageInfo]:
-    """A saved row [size, mtime_ns, inode, width, height, orientation] as (key, info)."""
-    size, mtime, inode, width, height, orientation = (int(v) for v in row)
-    return (size, mtime, inode), ImageInfo(width, height, orientation)
+    """A saved row [size, mtime_ns, inode, ctime_ns, width, height, orientation] as (key, info)."""
+    size, mtime, inode, ctime, width, height, orientation = (int(v) for v in row)
+    return (size, mtime, inode, ctime), ImageInfo(width, height, orientation)
 
 
 def _record_name(folder: Path, folder_id: FolderId) -> str:

@@ -34,7 +34,7 @@ from typing import BinaryIO
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, metadata_rows, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.decoded import DecodedRecord, FileKey, file_key
+from lorastudio.data.decoded import DecodedRecord, FileKey, file_key, same_contents_key
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.paths import safe_component
@@ -230,7 +230,10 @@ class UploadBatch:
             return  # the folder went away meanwhile: nothing to remember
         for name in stored:
             if name in self._decoded:
-                record.add(self.dataset_dir / name, *self._decoded[name])
+                path = self.dataset_dir / name
+                staged, info = self._decoded[name]
+                moved = file_key(path)  # the move in changed its ctime alone
+                record.add(path, moved if same_contents_key(staged, moved) else staged, info)
         record.save()
 
     def _move_in(self) -> list[str]:
