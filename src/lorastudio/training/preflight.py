@@ -210,7 +210,8 @@ def scan_progress(emit: Emit, should_stop: StopCheck | None) -> DecodeProgress:
     """The run's decode scan's progress (data/decode_progress.py): its counts as
     Preparing("decoding", done, total) events through `emit`, and before each full decode a look
     at `should_stop` (this process's own: no collective, the process group is not started yet;
-    each rank of a data-parallel job is sent the stop), which raises TrainingStopped: the run
+    a data-parallel job's stop goes to rank 0, which ends its scan, and its launcher ends the
+    other ranks once rank 0 is done: jobs/launcher.py), which raises TrainingStopped: the run
     ends stopped before any model loads or its folder is claimed (training/loop.py)."""
     from lorastudio.data.decode_progress import DecodeProgress
 
