@@ -7,9 +7,10 @@ on every preflight would cost minutes, so each file is decoded fully once (at up
 first check that meets it) and remembered here by (name, size, mtime_ns, inode, ctime_ns): a
 file edited, replaced or renamed over is decoded again at the next check. ctime_ns is the one
 the user cannot set (`cp -p`, `touch -r` set mtime; any write, chmod or rename moves ctime), so
-a file rewritten in place with its size and mtime put back is decoded again too. With each file its header facts
-(size after EXIF transpose, orientation) are kept, so that a later scan of an unchanged file
-needs one stat and no read (`known`); only the size limit, a setting, is compared again.
+a file rewritten in place with its size and mtime put back is decoded again too. With each file
+its header facts (size after EXIF transpose, orientation) are kept, so that a later scan of an
+unchanged file needs one stat and no read (`known`); only the size limit, a setting, is
+compared again.
 
 The record of a folder is one JSON file under the studio's cache (settings.decoded_record_dir,
 <home>/cache/decoded/<key>.json, the key a hash of the folder's path and identity): the scan
