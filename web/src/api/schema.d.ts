@@ -3167,10 +3167,10 @@ export interface components {
          * Preparing
          * @description Work before the first step, `done` of `total`: "decoding" the run's own scan decoding
          *     every pixel of the images (targets, control images, loss masks) no check recorded yet,
-         *     before any model loads (data/decode_progress.py: at most two a second, the total growing
-         *     as the scan reaches each folder and kind, the last one final; none when every image was
-         *     recorded); "conditioning" the captions encoded; "latents" the latents cached; "denoiser"
-         *     0 then 1 around its setup.
+         *     before any model loads (data/decode_progress.py: from a second into the scan, at most two
+         *     a second, the total growing as it reaches each folder and kind, the last one final; none
+         *     for a shorter scan); "conditioning" the captions encoded; "latents" the latents cached;
+         *     "denoiser" 0 then 1 around its setup.
          */
         Preparing: {
             /** Done */
