@@ -181,7 +181,7 @@ def train(
             process_device(device, state.ctx),
             state.resume,
             meter,
-            scan_progress(emit, should_stop),
+            scan_progress(emit, None if state.ctx.distributed else should_stop),
         )
         if state.resume is not None:
             _note_extension(run, state)

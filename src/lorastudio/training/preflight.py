@@ -209,10 +209,11 @@ def preflight(
 def scan_progress(emit: Emit, should_stop: StopCheck | None) -> DecodeProgress:
     """The run's decode scan's progress (data/decode_progress.py): its counts as
     Preparing("decoding", done, total) events through `emit`, and before each full decode a look
-    at `should_stop` (this process's own: no collective, the process group is not started yet;
-    a data-parallel job's stop goes to rank 0, which ends its scan, and its launcher ends the
-    other ranks once rank 0 is done: jobs/launcher.py), which raises TrainingStopped: the run
-    ends stopped before any model loads or its folder is claimed (training/loop.py)."""
+    at `should_stop`, which raises TrainingStopped: the run ends stopped before any model loads
+    or its folder is claimed (training/loop.py). The look is this process's own (no collective:
+    the process group is not started yet), so a data-parallel rank passes None: one rank ending
+    alone would leave the others waiting at the group's start; its ranks see a stop at their
+    first agreed poll after the scan, as before."""
     from lorastudio.data.decode_progress import DecodeProgress
 
     def check_stop() -> None:
