@@ -1,15 +1,17 @@
-"""What the run's own full decode adds to its preflight (RELIABILITY 165).
+"""What the run's own full decode adds to its preflight (RELIABILITY 165), and what its progress
+count and stop check add (RELIABILITY 170).
 
 Builds N noise PNGs (and captions) of SIZE x SIZE in a temporary folder and times
 data.scan.scan_dataset three ways on it, each on a fresh decoded record unless said:
 the cheap check (headers, chunk CRCs: what a check past its 30 s budget gives a file), the run's
 scan with no budget (every pixel decoded, then recorded), and the next scan of the same folder
 (the record lists every file: no file decoded; each case hashes every file, as
-a fresh process does, for the fingerprint). Usage:
+a fresh process does, for the fingerprint); then the last two again with the run's
+DecodeProgress (data/decode_progress.py: a stat per file more, a stop poll per decode). Usage:
 
     PYTHONPATH=$PWD/src python -m bench.run_decode_scan --images 1000 --size 64
 
-Prints one JSON line per case: case, seconds, full_decodes.
+Prints one JSON line per case: case, seconds, full_decodes, reports (the progress's counts sent).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from PIL import Image
 
 from lorastudio.data import images, scan
+from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.scan import scan_dataset
 
 
@@ -58,20 +61,41 @@ def main() -> None:
         folder = Path(tmp) / "data"
         write_dataset(folder, args.images, args.size)
         cases = [
-            ("cheap check (budget 0 s)", Path(tmp) / "rec0", 0.0),
-            ("run's scan (no budget, fresh record)", Path(tmp) / "rec1", math.inf),
-            ("next scan (recorded)", Path(tmp) / "rec1", math.inf),
+            ("cheap check (budget 0 s)", Path(tmp) / "rec0", 0.0, False),
+            ("run's scan (no budget, fresh record)", Path(tmp) / "rec1", math.inf, False),
+            ("next scan (recorded)", Path(tmp) / "rec1", math.inf, False),
+            ("run's scan with its progress (fresh record)", Path(tmp) / "rec2", math.inf, True),
+            ("next scan with its progress (recorded)", Path(tmp) / "rec2", math.inf, True),
         ]
-        for case, record_dir, budget in cases:
+        for case, record_dir, budget, counted_scan in cases:
             decodes.clear()
+            reports: list[tuple[int, int]] = []
+            progress = (
+                DecodeProgress(lambda d, t, sink=reports: sink.append((d, t)), lambda: None)
+                if counted_scan
+                else None
+            )
             scan._hash_memo.clear()  # each case hashes the files as a fresh process would
             start = time.perf_counter()
             result = scan_dataset(
-                folder, resolution=64, multiple=16, decoded_dir=record_dir, decode_budget_s=budget
+                folder,
+                resolution=64,
+                multiple=16,
+                decoded_dir=record_dir,
+                decode_budget_s=budget,
+                progress=progress,
             )
+            if progress is not None:
+                progress.finish()
             seconds = time.perf_counter() - start
             assert len(result.items) == args.images
-            print(json.dumps({"case": case, "seconds": round(seconds, 3), "full_decodes": len(decodes)}))
+            row = {
+                "case": case,
+                "seconds": round(seconds, 3),
+                "full_decodes": len(decodes),
+                "reports": len(reports),
+            }
+            print(json.dumps(row))
 
 
 if __name__ == "__main__":

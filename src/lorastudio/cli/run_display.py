@@ -8,7 +8,8 @@ the bar's elapsed time and draws a shorter bar, and the step's figures drop the 
 ones first (lr, memory, average loss, then speed) so that the line is never cut: loss, the step
 count and the ETA always show. When stderr is not a terminal (a log file,
 nohup, CI) live bars would end up as one truncated line, so the display prints plain log lines
-instead: each preparation phase when it completes, and the training step with the same figures
+instead: each preparation phase when it completes and at least once a minute (the run's decode
+scan of new images also when it begins), and the training step with the same figures
 on the first step, every `every` steps (default a tenth of the run), at least once a minute, and
 on the last step.
 """
@@ -32,7 +33,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from lorastudio.training.events import Event, PlanChosen, StopRequest
+from lorastudio.training.events import Event, PlanChosen, Preparing, StopRequest
 from lorastudio.training.events import Progress as ProgressEvent
 
 PLAIN_LINE_MAX_GAP_S = 60.0
@@ -112,6 +113,7 @@ class ProgressDisplay:
         self.clock = clock
         self._first: tuple[int, float] | None = None  # (step, time) of the first progress event
         self._last_line_at: float | None = None
+        self._phase_line_at: dict[str, float] = {}  # plain mode: a phase's last line (or start)
 
     def __enter__(self) -> ProgressDisplay:
         if self.live:
@@ -146,8 +148,8 @@ class ProgressDisplay:
             if self.live:
                 task = self._task(event.phase, event.phase, event.total)
                 self.progress.update(task, completed=event.done, total=event.total)
-            elif event.done == event.total:
-                self.say(f"{event.phase} {event.done}/{event.total} ready")
+            else:
+                self._plain_phase(event)
         elif event.type == "progress":
             if self.live:
                 task = self._task("train", "training", event.total_steps)
@@ -169,6 +171,26 @@ class ProgressDisplay:
             self.say(f"warning: {event.message}")
         elif event.type == "error":
             self.last_error = event.message
+
+    def _plain_phase(self, event: Preparing) -> None:
+        """A preparation phase in a log: one line when it completes; a long one also at least
+        once a minute, and the run's decode scan (minutes on a large new dataset, before any
+        model loads) also when it begins."""
+        if event.done >= event.total:
+            self.say(f"{event.phase} {event.done}/{event.total} ready")
+            return
+        now = self.clock()
+        last = self._phase_line_at.get(event.phase)
+        if last is None and event.phase == "decoding":
+            self.say(
+                f"decoding every pixel of {event.total} image(s) no check has seen yet, once, "
+                "before the models load"
+            )
+        elif last is not None and now - last >= PLAIN_LINE_MAX_GAP_S:
+            self.say(f"{event.phase} {event.done}/{event.total}")
+        elif last is not None:
+            return
+        self._phase_line_at[event.phase] = now
 
     def _plain_step(self, event: ProgressEvent) -> None:
         now = self.clock()

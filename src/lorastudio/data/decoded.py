@@ -5,10 +5,12 @@ compressed pixel data is cut short or garbled under valid chunk CRCs, nor a JPEG
 data breaks at full size; only decoding every pixel can. Decoding every image of a large dataset
 on every preflight would cost minutes, so each file is decoded fully once (at upload, or at the
 first check that meets it) and remembered here by (name, size, mtime_ns, inode, ctime_ns): a
-file edited (even in place, its size and mtime put back), replaced or renamed over is decoded
-again at the next check. With each file its header facts
-(size after EXIF transpose, orientation) are kept, so that a later scan of an unchanged file
-needs one stat and no read (`known`); only the size limit, a setting, is compared again.
+file edited, replaced or renamed over is decoded again at the next check. ctime_ns is the one
+the user cannot set (`cp -p`, `touch -r` set mtime; any write, chmod or rename moves ctime), so
+a file rewritten in place with its size and mtime put back is decoded again too. With each file
+its header facts (size after EXIF transpose, orientation) are kept, so that a later scan of an
+unchanged file needs one stat and no read (`known`); only the size limit, a setting, is
+compared again.
 
 The record of a folder is one JSON file under the studio's cache (settings.decoded_record_dir,
 <home>/cache/decoded/<key>.json, the key a hash of the folder's path and identity): the scan
@@ -36,15 +38,21 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lorastudio.data.images import DECODE_RULES, ImageInfo, oversized, probe_image
 from lorastudio.data.items import ImageItem, item_name
 from lorastudio.data.safe_open import FolderId, open_in_folder
 from lorastudio.errors import DatasetError
 
-RECORD_VERSION = 3  # what an entry holds and which checks it stands for (images.probe_image's)
+if TYPE_CHECKING:
+    from lorastudio.data.decode_progress import DecodeProgress
+
+# what an entry holds and which checks it stands for (images.probe_image's): 3 added ctime_ns to
+# the key; an older record reads as empty (its files not decoded: decoded again, then recorded)
+RECORD_VERSION = 3
 RECORD_MAX_BYTES = 64 << 20  # ~300,000 entries; a larger file is not read (decodes again)
 # Seconds of full decodes one check spends on files not yet decoded; the rest wait for the next
 # check or the run's own scan (no budget: training/preflight.py).
@@ -65,11 +73,26 @@ def file_key(path: Path) -> FileKey | None:
     return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns
 
 
+def same_contents_key(before: FileKey | None, after: FileKey | None) -> bool:
+    """Whether `after` is `before` moved by a rename alone (the same size, mtime and inode; a
+    rename moves ctime): an upload's staged file, keyed before its decode, once moved in."""
+    return before is not None and after is not None and before[:3] == after[:3]
+
+
 class DecodedRecord:
     """The decoded-files record of one dataset folder (`folder`, identity `folder_id`), kept in
-    `record_dir`. Load with `load`, ask `is_decoded`, add with `add`, write with `save`."""
+    `record_dir`. Load with `load`, ask `known`, add with `add`, write with `save`; `progress`
+    (the run's scan: data/decode_progress.py) hears of the full decodes to come (`expect`) and
+    of each one (check_image)."""
 
-    def __init__(self, record_dir: Path, folder: Path, folder_id: FolderId, budget_s: float | None = None):
+    def __init__(
+        self,
+        record_dir: Path,
+        folder: Path,
+        folder_id: FolderId,
+        budget_s: float | None = None,
+        progress: DecodeProgress | None = None,
+    ):
         self.folder = Path(os.path.abspath(folder))
         self.path = record_dir / f"{_record_name(self.folder, folder_id)}.json"
         self.files: dict[str, tuple[FileKey, ImageInfo]] = {}
@@ -77,14 +100,21 @@ class DecodedRecord:
         self.spent_s = 0.0  # seconds of full decodes this record's scan spent
         self.decoded = 0  # files this scan decoded fully and passed (add; recorded unless changed meanwhile)
         self.changed = False
+        self.progress = progress
 
     @classmethod
     def load(
-        cls, record_dir: Path, folder: Path, folder_id: FolderId, budget_s: float | None = None
+        cls,
+        record_dir: Path,
+        folder: Path,
+        folder_id: FolderId,
+        budget_s: float | None = None,
+        progress: DecodeProgress | None = None,
     ) -> DecodedRecord:
         """The record of `folder` as last saved (empty when there is none or it cannot be read);
-        `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S)."""
-        record = cls(record_dir, folder, folder_id, budget_s)
+        `budget_s`: seconds of full decodes its scan may spend (default FULL_DECODE_BUDGET_S);
+        `progress`: the run's decode count and stop check (None: none)."""
+        record = cls(record_dir, folder, folder_id, budget_s, progress)
         record.files = _read_record(record.path)
         return record
 
@@ -106,6 +136,13 @@ class DecodedRecord:
         passed every check of images.probe_image as it is now (the size limit aside); else None."""
         entry = self.files.get(self.record_key(path))
         return entry[1] if entry is not None and entry[0] == file_key(path) else None
+
+    def expect(self, paths: Iterable[Path]) -> None:
+        """Tell the scan's progress (when there is one) how many of `paths`, the files a check
+        loop is about to meet, it will decode fully: those not recorded as they are now, each
+        once. A stat per file; nothing without a progress."""
+        if self.progress is not None:
+            self.progress.expect(len({self.record_key(p) for p in paths if self.known(p) is None}))
 
     def wants_full(self, path: Path) -> bool:
         """Whether a check of `path` should decode it fully now: not decoded as it is, and this
@@ -168,19 +205,27 @@ def check_image(
     pixel of it has been decoded: now, when `record` wants it, which then records it when it
     passes, or before (a file the record knows as it is now is not opened; its size is compared
     with `max_pixels` again). `colour`: False for a loss mask (probe_image's). A target, a
-    control image and a mask are checked alike (data/scan.py, data/pairs.py, data/masks.py)."""
+    control image and a mask are checked alike (data/scan.py, data/pairs.py, data/masks.py).
+    The record's progress (the run's scan) is asked for a stop before a full decode (it raises:
+    errors.TrainingStopped) and counts it after."""
     known = None if record is None else record.known(path)
     if known is not None:
         if known.width * known.height > max_pixels:
             return oversized(path, known.width, known.height, max_pixels), True
         return known, True
     full = record is not None and record.wants_full(path)
+    progress = record.progress if full and record is not None else None
+    if progress is not None:
+        progress.before_decode()
     before = file_key(path) if full else None
     start = time.monotonic()
     try:
         info = probe_image(path, max_pixels, decode_pixels, folder_id, full=full, colour=colour)
     except DatasetError as err:
         return err, full
+    finally:
+        if progress is not None:
+            progress.advance()
     if full and record is not None:
         record.add(path, before, info, time.monotonic() - start)
     return info, full
@@ -233,15 +278,39 @@ def _record_name(folder: Path, folder_id: FolderId) -> str:
 
 
 def undecoded_warning(items: Sequence[ImageItem], labels: Sequence[str] = ()) -> str | None:
-    """The preflight report's word on images a check left to the header check alone (its time
-    budget spent: ImageItem.decoded False); None when every image was fully decoded. `labels`:
-    the entries' labels (DatasetScan.labels) for the names."""
-    left = [item_name(item, labels) for item in items if not item.decoded]
+    """The preflight report's word on the files a check left to the header check alone (its time
+    budget spent): images (ImageItem.decoded False), control images (`controls_decoded`) and
+    loss masks of masks/ (MaskRef.decoded), each kind counted and named, each file once (an
+    image at several resolutions, a control of several targets); None when every file was fully
+    decoded. `labels`: the entries' labels (DatasetScan.labels) for the names."""
+    from lorastudio.data.pairs import folder_label
+
+    kinds: dict[str, dict[Path, str]] = {"image(s)": {}, "control image(s)": {}, "loss mask(s)": {}}
+    for item in items:
+        prefix = f"{labels[item.entry]}/" if labels else ""
+        if not item.decoded:
+            kinds["image(s)"].setdefault(item.path, item_name(item, labels))
+        for control, done in zip(item.controls, item.controls_decoded, strict=False):
+            if not done:
+                kinds["control image(s)"].setdefault(
+                    control, f"{prefix}{folder_label(item.path.parent, control.parent)}{control.name}"
+                )
+        if item.mask is not None and not item.mask.alpha and not item.mask.decoded:
+            kinds["loss mask(s)"].setdefault(
+                item.mask.path,
+                f"{prefix}{folder_label(item.path.parent, item.mask.path.parent)}{item.mask.path.name}",
+            )
+    left = {kind: list(names.values()) for kind, names in kinds.items() if names}
     if not left:
         return None
-    shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    counts = [f"{len(names)} {kind}" for kind, names in left.items()]
+    counted = counts[0] if len(counts) == 1 else f"{', '.join(counts[:-1])} and {counts[-1]}"
+    shown = "; ".join(
+        ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        for names in left.values()
+    )
     return (
-        f"{len(left)} image(s) not fully decoded yet ({shown}): a check decodes new images for at "
-        f"most {FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and "
-        "fails naming any whose pixels do not decode)"
+        f"{counted} not fully decoded yet ({shown}): a check decodes new files for at most "
+        f"{FULL_DECODE_BUDGET_S:.0f} s; the run decodes these before its models load (and fails "
+        "naming any whose pixels do not decode)"
     )

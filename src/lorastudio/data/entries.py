@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lorastudio.config_datasets import config_entries, effective_trigger, resolution_list
+from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.items import DatasetScan, ImageItem
 from lorastudio.data.mix import EpochMix, MixEntry, is_plain
@@ -139,11 +140,13 @@ def scan_entries(
     prepare: Callable[[DatasetScan], DatasetScan] | None = None,
     decoded_dir: Path | None = None,
     decode_budget_s: float | None = None,
+    progress: DecodeProgress | None = None,
 ) -> DatasetScan:
     """Scan every entry (data.scan.scan_dataset with the entry's resolution and captions) and
     join them (see the module docstring); `prepare` is applied to each entry's own scan before
     the join (e.g. data.masks.attach_masks: each folder's masks/); `decoded_dir` and
-    `decode_budget_s` are scan_dataset's (each folder's full decodes). Raises DatasetError listing
+    `decode_budget_s` are scan_dataset's (each folder's full decodes), `progress` too (the
+    run's count of them across every entry, and its stop check). Raises DatasetError listing
     every entry's problems (one entry: scan_dataset's own error), and what `prepare` raises."""
     many = len(entries) > 1
     scans: list[DatasetScan] = []
@@ -166,6 +169,7 @@ def scan_entries(
                     decode_pixels=decode_pixels,
                     decoded_dir=decoded_dir,
                     decode_budget_s=decode_budget_s,
+                    progress=progress,
                 )
             )
             if prepare is not None:

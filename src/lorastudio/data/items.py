@@ -22,6 +22,7 @@ class MaskRef:
     folder_id: FolderId | None = None
     alpha: bool = False
     sha256: str = ""  # a masks/ file's bytes as the scan read them (data.scan.check_unchanged)
+    decoded: bool = False  # a masks/ file's every pixel decoded (as ImageItem.decoded)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class ImageItem:
     # every pixel decoded by this scan or an earlier check (data/decoded.py); False: the header
     # and chunk check alone (a check past its time budget): the run's own scan decodes it
     decoded: bool = False
+    controls_decoded: tuple[bool, ...] = ()  # the same for each control, in slot order
 
 
 @dataclass(frozen=True)

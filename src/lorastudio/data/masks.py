@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from lorastudio.data.crop import _REDUCING_GAP, resized_size
+from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.decoded import DecodedRecord, check_image
 from lorastudio.data.discovery import is_image_name
@@ -130,12 +131,14 @@ def attach_masks(
     decode_pixels: int = DEFAULT_DECODE_PIXELS,
     decoded_dir: Path | None = None,
     decode_budget_s: float | None = None,
+    progress: DecodeProgress | None = None,
 ) -> DatasetScan:
     """`scan` (one folder) with each item's MaskRef (see the module docstring) and a fingerprint
     that covers the masks. Unchanged when there is no masks/ folder and alpha_mask is off.
     `decoded_dir`, `decode_budget_s`: as scan_dataset's: a mask the folder's decoded record
     (data/decoded.py, keyed `masks/<name>`) does not list as it is now is decoded fully within
-    the budget and recorded when it passes (None: header check only).
+    the budget and recorded when it passes (None: header check only); `progress`, the run's
+    count of those decodes and its stop check (data/decode_progress.py).
     Raises: ConfigError for alpha_mask with a masks/ folder too (which one?); DatasetError naming
     every mask that cannot be used (undecodable, another size than its image, no image of its
     stem, several masks of one image's stem). Whether anything of the run is masked at all is
@@ -149,7 +152,9 @@ def attach_masks(
     items, problems = (
         _alpha_items(scan.items)
         if alpha_mask
-        else _folder_items(scan, files, clashes, max_pixels, decode_pixels, decoded_dir, decode_budget_s)
+        else _folder_items(
+            scan, files, clashes, max_pixels, decode_pixels, decoded_dir, decode_budget_s, progress
+        )
     )
     if problems:
         raise DatasetError(f"masks of {scan.root} cannot be used ({len(problems)} problem(s))", problems)
@@ -193,9 +198,10 @@ def _folder_items(
     decode_pixels: int,
     decoded_dir: Path | None,
     decode_budget_s: float | None,
+    progress: DecodeProgress | None = None,
 ) -> tuple[list[ImageItem], list[str]]:
     """The items with their masks/ files (`files`, `clashes`: one mask_index), and every problem
-    with those files (each mask fully decoded once: `decoded_dir`, `decode_budget_s` as
+    with those files (each mask fully decoded once: `decoded_dir`, `decode_budget_s`, `progress` as
     attach_masks')."""
     from lorastudio.data.scan import file_sha256
 
@@ -212,8 +218,11 @@ def _folder_items(
     record = None
     if decoded_dir is not None:
         root = Path(scan.root)
-        record = DecodedRecord.load(decoded_dir, root, folder_identity(root), decode_budget_s)
+        record = DecodedRecord.load(decoded_dir, root, folder_identity(root), decode_budget_s, progress)
+    masked = [files[stem_key(it.path.name)] for it in scan.items if stem_key(it.path.name) in files]
     try:
+        if record is not None:
+            record.expect(masked)
         checked = {
             stem_key(it.path.name): check_image(
                 files[stem_key(it.path.name)], max_pixels, decode_pixels, folder_id, record, colour=False
@@ -230,7 +239,7 @@ def _folder_items(
         if path is None:
             items.append(item)
             continue
-        info, _ = checked[stem_key(item.path.name)]
+        info, decoded = checked[stem_key(item.path.name)]
         if isinstance(info, DatasetError):
             problems += [f"{MASKS_DIR}/{p}" for p in info.problems]
             continue
@@ -240,7 +249,8 @@ def _folder_items(
                 f"{item.width}x{item.height} (a mask must have its image's size)"
             )
             continue
-        items.append(replace(item, mask=MaskRef(path, folder_id, sha256=file_sha256(path, folder_id))))
+        mask = MaskRef(path, folder_id, sha256=file_sha256(path, folder_id), decoded=decoded)
+        items.append(replace(item, mask=mask))
     return items, problems
 
 

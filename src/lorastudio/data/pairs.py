@@ -89,6 +89,7 @@ class PairReport:
     controls: dict[str, tuple[Path, ...]] = field(default_factory=dict)
     folder_ids: dict[str, tuple[FolderId, ...]] = field(default_factory=dict)  # per control, its folder
     dims: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # per control (width, height)
+    decoded: dict[str, tuple[bool, ...]] = field(default_factory=dict)  # per control: every pixel decoded
     folders: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)  # targets without any control
@@ -279,9 +280,12 @@ def pair_controls(
     escaping = _escaping_links(report, [root, *control_dirs])
     problems += escaping
     identities: dict[Path, FolderId] = {}
+    if record is not None and not escaping:
+        record.expect(path for paths in report.controls.values() for path in paths)
     for target, paths in [] if escaping else report.controls.items():  # nothing outside is opened
         ids: list[FolderId] = []
         dims: list[tuple[int, int]] = []
+        decoded: list[bool] = []
         for path in paths:
             try:
                 if path.parent not in identities:
@@ -290,18 +294,20 @@ def pair_controls(
                 problems += [f"control {p}" for p in err.problems]
                 continue
             ids.append(identities[path.parent])
-            info, _ = check_image(path, max_pixels, decode_pixels, identities[path.parent], record)
+            info, full = check_image(path, max_pixels, decode_pixels, identities[path.parent], record)
             if isinstance(info, DatasetError):
-                where = _folder_label(root, path.parent)
+                where = folder_label(root, path.parent)
                 problems += [f"control image {where}{p}" for p in info.problems]
             else:
                 dims.append((info.width, info.height))
+                decoded.append(full)
         report.folder_ids[target] = tuple(ids)
         report.dims[target] = tuple(dims)
+        report.decoded[target] = tuple(decoded)
     return report
 
 
-def _folder_label(root: Path, folder: Path) -> str:
+def folder_label(root: Path, folder: Path) -> str:
     """The control folder `folder` as an error names it before a file name: "control/" for a
     sub-folder of the dataset `root`, its full path (with "/") for a control_dirs folder."""
     if folder == root:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from lorastudio.config_datasets import resolution_list
 from lorastudio.data.control_sizing import ControlRule, control_size
+from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.entries import scan_entries
 from lorastudio.data.items import DatasetScan
 from lorastudio.data.masks import attach_masks, masked_setting_problems
@@ -35,6 +36,7 @@ def scan_for_run(
     control_dirs: Sequence[Path] = (),
     control_images: tuple[int, int] | None = None,
     decode_budget_s: float | None = None,
+    progress: DecodeProgress | None = None,
 ) -> DatasetScan:
     """Scan `source` for a run of `cfg` (resolved) on the family `spec`, with the host limits of
     `settings`. `source`: the run's entries (data.entries.resolve_entries), or one folder (a
@@ -44,8 +46,12 @@ def scan_for_run(
     family's spec.control_images); `decode_budget_s`: the seconds each folder's scan spends fully
     decoding images its record (data/decoded.py) does not list as they are now (None: the
     checks' FULL_DECODE_BUDGET_S; math.inf: all of them, as the run's own preflight does, so
-    that no image trains on the header check alone). Raises what scan_entries and attach_masks raise
-    (DatasetError; ConfigError naming a mask setting)."""
+    that no image trains on the header check alone); `progress`: the run's count of those full
+    decodes (targets, controls, masks of every entry; reported at a bounded rate) and its stop
+    check before each (data/decode_progress.py; None: neither). Raises what scan_entries and
+    attach_masks raise (DatasetError; ConfigError naming a mask setting), and what the stop
+    check raises (errors.TrainingStopped).
+    """
     validation_folder = isinstance(source, Path)
     if isinstance(source, Path):
         source = [
@@ -69,6 +75,7 @@ def scan_for_run(
         family=spec.name,
         decoded_dir=settings.decoded_record_dir,
         decode_budget_s=decode_budget_s,
+        progress=progress,
         prepare=partial(
             attach_masks,
             alpha_mask=cfg.alpha_mask,
@@ -76,6 +83,7 @@ def scan_for_run(
             decode_pixels=settings.max_decode_pixels,
             decoded_dir=settings.decoded_record_dir,
             decode_budget_s=decode_budget_s,
+            progress=progress,
         ),
     )
     if not validation_folder:  # the mask settings are the run's: asked of all its entries at once

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lorastudio.data.buckets import choose_bucket, make_buckets, resolution_problems
 from lorastudio.data.captions import TRIGGER_PLACEHOLDER, choose_caption, read_metadata, read_sidecar
+from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
 from lorastudio.data.decoded import DecodedRecord, check_image
 from lorastudio.data.discovery import IMAGE_EXTENSIONS, METADATA_FILE, discover
@@ -138,6 +139,7 @@ def scan_dataset(
     family: str = "this family",
     decoded_dir: Path | None = None,
     decode_budget_s: float | None = None,
+    progress: DecodeProgress | None = None,
 ) -> DatasetScan:
     """Discover, check, caption and bucket every image of the folder `root`.
 
@@ -154,7 +156,9 @@ def scan_dataset(
     (settings.decoded_record_dir: each image not recorded there as it is now has every pixel
     decoded, within the record's time budget, and is recorded when it passes; data/decoded.py),
     None to check headers and chunk CRCs only; `decode_budget_s`, that budget in seconds (None:
-    decoded.FULL_DECODE_BUDGET_S; math.inf: every file not recorded, as the run's own scan).
+    decoded.FULL_DECODE_BUDGET_S; math.inf: every file not recorded, as the run's own scan);
+    `progress`, the run's count of those decodes and its stop check (data/decode_progress.py:
+    its stop check's error ends the scan, the record saved with what was decoded).
     Returns: a DatasetScan with items sorted by file name.
     Raises: DatasetError, listing every problem at once: an unsupported resolution, a missing
     folder or a file instead of one, no images, images without a caption (when there is no
@@ -192,9 +196,13 @@ def scan_dataset(
     uncaptioned: list[str] = []
     bad_images: list[str] = []
     record = (
-        None if decoded_dir is None else DecodedRecord.load(decoded_dir, root, folder_id, decode_budget_s)
+        None
+        if decoded_dir is None
+        else DecodedRecord.load(decoded_dir, root, folder_id, decode_budget_s, progress)
     )
     try:
+        if record is not None:
+            record.expect(files.images)
         checked = [check_image(path, max_pixels, decode_pixels, folder_id, record) for path in files.images]
         # -- paired samples (data/pairs.py): controls checked (and recorded) like the targets
         pairs = pair_controls(
@@ -254,6 +262,7 @@ def scan_dataset(
             controls=pairs.controls.get(it.path.name, ()),
             control_folder_ids=pairs.folder_ids.get(it.path.name, ()),
             control_dims=pairs.dims.get(it.path.name, ()),
+            controls_decoded=pairs.decoded.get(it.path.name, ()),
         )
         for it in items
     ]

@@ -34,7 +34,7 @@ from typing import BinaryIO
 
 from lorastudio.data.captions import MAX_CAPTION_BYTES, metadata_rows, read_metadata, read_sidecar
 from lorastudio.data.decode_slots import DEFAULT_DECODE_PIXELS
-from lorastudio.data.decoded import DecodedRecord, FileKey, file_key
+from lorastudio.data.decoded import DecodedRecord, FileKey, file_key, same_contents_key
 from lorastudio.data.discovery import CAPTION_EXTENSION, IMAGE_EXTENSIONS, METADATA_FILE, is_image_name
 from lorastudio.data.images import ImageInfo, probe_image
 from lorastudio.data.paths import safe_component
@@ -233,7 +233,7 @@ class UploadBatch:
                 staged, info = self._decoded[name]
                 path = self.dataset_dir / name
                 moved = file_key(path)  # the move changed its ctime (decoded.file_key), not the rest
-                if staged is not None and moved is not None and moved[:3] == staged[:3]:
+                if same_contents_key(staged, moved):  # else: changed since its decode, decoded again
                     record.add(path, moved, info)
         record.save()
 

@@ -32,8 +32,15 @@ class ModelLoadCompleted(_Event):
 
 
 class Preparing(_Event):
+    """Work before the first step, `done` of `total`: "decoding" the run's own scan decoding
+    every pixel of the images (targets, control images, loss masks) no check recorded yet,
+    before any model loads (data/decode_progress.py: from a second into the scan, at most two
+    a second, the total growing as it reaches each folder and kind, the last one final; none
+    for a shorter scan); "conditioning" the captions encoded; "latents" the latents cached;
+    "denoiser" 0 then 1 around its setup."""
+
     type: Literal["preparing"] = "preparing"
-    phase: Literal["conditioning", "latents", "denoiser"]
+    phase: Literal["decoding", "conditioning", "latents", "denoiser"]
     done: int
     total: int
 

@@ -57,6 +57,7 @@ from typing import Any
 
 from lorastudio.config import TrainConfig
 from lorastudio.data.cache_prune import prune_after_run
+from lorastudio.data.decode_progress import DecodeProgress
 from lorastudio.errors import LorastudioError, TrainingStopped
 from lorastudio.lora.snapshots import SnapshotKeeper, keep_final_as_snapshot
 from lorastudio.settings import Settings, get_settings
@@ -90,7 +91,7 @@ from lorastudio.training.loop_phases import run_phases
 from lorastudio.training.optimize import RunState
 from lorastudio.training.plan_measure import DeviceMeter
 from lorastudio.training.precision import free_accelerator_memory, run_numerics
-from lorastudio.training.preflight import PreparedRun
+from lorastudio.training.preflight import PreparedRun, scan_progress
 from lorastudio.training.run_lock import claim_run_dir, holds, lock_run_dir, release_run_dir
 from lorastudio.training.run_timings import record_run_timings
 from lorastudio.training.session import clean_after_failure, discard_session, prepare_session
@@ -179,7 +180,12 @@ def train(
         check_parallel_config(cfg, state.ctx)
         state.resume = find_checkpoint(resume) if resume is not None else None
         run, state.identity = _prepare_session(
-            cfg, settings, process_device(device, state.ctx), state.resume, meter
+            cfg,
+            settings,
+            process_device(device, state.ctx),
+            state.resume,
+            meter,
+            scan_progress(emit, None if state.ctx.distributed else should_stop),
         )
         if state.resume is not None:
             _note_extension(run, state)
@@ -222,6 +228,10 @@ def train(
                 kept = discard_session(run.run_dir, state.resume is not None, state.keeper)
                 _note_kept(emit, state, kept)
             claimed = False
+    except TrainingStopped:
+        if run is not None:
+            raise  # run_phases' stops are handled above: none is expected here
+        stopped = True  # seen by the preflight's decode scan: nothing loaded, claimed or written
     except BaseException as err:
         if claimed and run is not None:
             trackers.close()
@@ -287,15 +297,21 @@ def _note_extension(run: PreparedRun, state: RunState) -> None:
 
 
 def _prepare_session(
-    cfg: TrainConfig, settings: Settings, device: str | None, resume: Path | None, meter: DeviceMeter | None
+    cfg: TrainConfig,
+    settings: Settings,
+    device: str | None,
+    resume: Path | None,
+    meter: DeviceMeter | None,
+    progress: DecodeProgress | None = None,
 ) -> tuple[PreparedRun, dict[str, Any]]:
-    """session.prepare_session; with a test meter, a memory budget skips the host check (the
-    meter stands in for the GPU) and is put back into the prepared config."""
+    """session.prepare_session (`progress`: its decode scan's); with a test meter, a memory
+    budget skips the host check (the meter stands in for the GPU) and is put back into the
+    prepared config."""
     budget = cfg.memory_budget_gb
     if meter is None or budget is None:
-        return prepare_session(cfg, settings, device, resume)
+        return prepare_session(cfg, settings, device, resume, progress)
     run, identity = prepare_session(
-        cfg.model_copy(update={"memory_budget_gb": None}), settings, device, resume
+        cfg.model_copy(update={"memory_budget_gb": None}), settings, device, resume, progress
     )
     return dataclasses.replace(run, cfg=run.cfg.model_copy(update={"memory_budget_gb": budget})), identity
 

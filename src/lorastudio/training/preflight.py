@@ -18,10 +18,11 @@ import torch
 
 from lorastudio.config import TrainConfig, family_problems, resolve_train_config
 from lorastudio.config_host import optimizer_host_problems
-from lorastudio.errors import ConfigError, DatasetError, FieldProblem, ModelSourceError
+from lorastudio.errors import ConfigError, DatasetError, FieldProblem, ModelSourceError, TrainingStopped
 from lorastudio.training.assistant_rules import assistant_problems
 from lorastudio.training.attention import attention_problems
 from lorastudio.training.compile import compile_problems
+from lorastudio.training.events import Emit, Preparing, StopCheck
 from lorastudio.training.guidance_rules import guidance_problems
 from lorastudio.training.lora import planned_target_problems
 from lorastudio.training.plan import plan_host_problems
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from lorastudio.data import DatasetScan, ImageItem
+    from lorastudio.data.decode_progress import DecodeProgress
     from lorastudio.families.base import Family
     from lorastudio.families.single_file import SingleFile
     from lorastudio.settings import Settings
@@ -70,7 +72,11 @@ def resolve_model_source(
 
 
 def preflight(
-    cfg: TrainConfig, settings: Settings, device: str | None, decode_budget_s: float = math.inf
+    cfg: TrainConfig,
+    settings: Settings,
+    device: str | None,
+    decode_budget_s: float = math.inf,
+    progress: DecodeProgress | None = None,
 ) -> PreparedRun:
     """Validate a run without loading or writing anything.
 
@@ -80,10 +86,12 @@ def preflight(
     most decoded.FULL_DECODE_BUDGET_S, and what they left is decoded here, before any model
     loads, so a file whose pixels do not decode fails the run naming it, and none trains on the
     header check alone. What passes is recorded, so the next check decodes none of it.
+    `progress` (the run's: `scan_progress`) counts those decodes, reports them and asks for a
+    stop before each.
 
     Returns the PreparedRun. Raises ConfigError (config, output folder and precision
     problems, all at once), UnknownFamily via ConfigError, DatasetError, PathOutsideRoot,
-    ModelSourceError.
+    ModelSourceError; TrainingStopped when `progress`'s stop check sees a stop.
     """
     from lorastudio import families
     from lorastudio.data import resolve_dataset_dir
@@ -120,7 +128,13 @@ def preflight(
         check_not_relinked(given, control_dir, settings.datasets_dir)
 
     scan = scan_for_run(
-        entries, resolved, family.spec, settings, control_dirs, decode_budget_s=decode_budget_s
+        entries,
+        resolved,
+        family.spec,
+        settings,
+        control_dirs,
+        decode_budget_s=decode_budget_s,
+        progress=progress,
     )
     sizing = control_resolution_problems(scan, resolved.control_resolution)
     if sizing:
@@ -133,9 +147,11 @@ def preflight(
             given, settings.datasets_dir, allow_outside_root=True, field="validation_split"
         ),
         scan_folder=lambda folder: scan_for_run(
-            folder, resolved, family.spec, settings, decode_budget_s=decode_budget_s
+            folder, resolved, family.spec, settings, decode_budget_s=decode_budget_s, progress=progress
         ),
     )
+    if progress is not None:
+        progress.finish()  # the final count of the decode scan
     scan = holdout.train
     from lorastudio.data.caption_variants import variation_warning
     from lorastudio.data.crop import crop_warning
@@ -188,6 +204,27 @@ def preflight(
         raise ConfigError(problems)
     dtype = pick_dtype(resolved.base_precision, dev)
     return PreparedRun(resolved, family, scan, run_dir, dev, dtype, holdout.validation, holdout.labels)
+
+
+def scan_progress(emit: Emit, should_stop: StopCheck | None) -> DecodeProgress:
+    """The run's decode scan's progress (data/decode_progress.py): its counts as
+    Preparing("decoding", done, total) events through `emit`, and before each full decode a look
+    at `should_stop`, which raises TrainingStopped: the run ends stopped before any model loads
+    or its folder is claimed (training/loop.py). The look is this process's own (no collective:
+    the process group is not started yet), so a data-parallel rank passes None: one rank ending
+    alone would leave the others waiting at the group's start; its ranks see a stop at their
+    first agreed poll after the scan, as before."""
+    from lorastudio.data.decode_progress import DecodeProgress
+
+    def check_stop() -> None:
+        request = should_stop() if should_stop is not None else None
+        if request is not None:
+            raise TrainingStopped(request.save)
+
+    def report(done: int, total: int) -> None:
+        emit(Preparing(phase="decoding", done=done, total=total))
+
+    return DecodeProgress(report, check_stop)
 
 
 def _facts(family: Family, source: str | SingleFile, revision: str | None) -> dict[str, Any] | None:

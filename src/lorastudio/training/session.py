@@ -31,13 +31,18 @@ from lorastudio.training.run_files import kept_note, remove_leftovers, remove_se
 
 if TYPE_CHECKING:
     from lorastudio.config import TrainConfig
+    from lorastudio.data.decode_progress import DecodeProgress
     from lorastudio.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 def prepare_session(
-    cfg: TrainConfig, settings: Settings, device: str | None, checkpoint: Path | None
+    cfg: TrainConfig,
+    settings: Settings,
+    device: str | None,
+    checkpoint: Path | None,
+    progress: DecodeProgress | None = None,
 ) -> tuple[PreparedRun, dict[str, Any]]:
     """Preflight the run and compute its identity. For a resume (`checkpoint` set) the run folder
     is the checkpoint's and the identity must equal the checkpoint's.
@@ -47,10 +52,10 @@ def prepare_session(
     Returns (prepared run, identity). Raises ConfigError: every preflight problem, an
     output_name other than the checkpoint's folder, a checkpoint with no step left, a finished
     run resumed without a larger total, or one problem per identity field that differs; plus
-    what preflight raises.
+    what preflight raises (`progress`: its decode scan's, preflight's).
     """
     if checkpoint is None:
-        run = preflight(cfg, settings, device)
+        run = preflight(cfg, settings, device, progress=progress)
         base = base_fingerprint(run.cfg, run.family.spec.denoiser)
         return run, run_identity(
             run.cfg, run.scan.fingerprint, run.family.spec.lora_targets, base, dataset_files(run.scan)
@@ -63,7 +68,7 @@ def prepare_session(
     old_total = int(info["total_steps"])
     extended = cfg.num_epochs == 0 and cfg.steps > old_total  # training it longer (training/extend.py)
     # The folder exists (it is the one continued): everything else is checked as for a new run.
-    run = preflight(cfg.model_copy(update={"output_name": None}), settings, device)
+    run = preflight(cfg.model_copy(update={"output_name": None}), settings, device, progress=progress)
     run = dataclasses.replace(
         run, cfg=run.cfg.model_copy(update={"output_name": run_dir.name}), run_dir=run_dir
     )

@@ -137,3 +137,21 @@ def test_good_controls_and_masks_are_recorded_and_not_decoded_again(
     result = CliRunner().invoke(app, ["train", str(config), "--check", "--device", "cpu"])
     assert full_decodes == ["control/b.png"], full_decodes
     assert "control/b.png: corrupt (PNG pixel data cut short" in result.output, result.output
+
+
+def test_the_checks_warning_counts_and_names_each_kind_they_left(
+    tmp_path: Path,
+    run_settings: Callable[..., dict],
+    tiny_model: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(decoded, "FULL_DECODE_BUDGET_S", 0.0)  # the checks' budget spent
+    data = _dataset(tmp_path, controls=True, masks=True)
+    out = " ".join(
+        _check(run_settings("qwen-image-edit", tiny_model("qwen-image-edit"), data, {}), tmp_path).split()
+    )
+    assert (
+        "2 image(s), 2 control image(s) and 2 loss mask(s) not fully decoded yet "
+        "(a.png, b.png; control/a.png, control/b.png; masks/a.png, masks/b.png)"
+    ) in out, out
+    assert "the run decodes these before its models load" in out

@@ -68,6 +68,21 @@ def test_a_log_file_gets_whole_lines_on_the_first_every_tenth_and_the_last_step(
     assert "eta" not in lines[1] and "eta" not in lines[-1]  # no rate yet / nothing left
 
 
+def test_a_log_file_hears_of_the_decode_scan_when_it_begins_once_a_minute_and_at_its_end():
+    console, out = _plain_console()
+    seconds = iter(float(i * 20) for i in range(100))  # 20 s between counts
+    with ProgressDisplay(console, clock=lambda: next(seconds)) as display:
+        for done in range(0, 9000, 1000):
+            display.emit(Preparing(phase="decoding", done=done, total=10_000))
+        display.emit(Preparing(phase="decoding", done=10_000, total=10_000))
+    assert _lines(out) == [
+        "decoding every pixel of 10000 image(s) no check has seen yet, once, before the models load",
+        "decoding 3000/10000",  # 60 s after the first line
+        "decoding 6000/10000",
+        "decoding 10000/10000 ready",
+    ]
+
+
 def test_a_slow_run_still_logs_at_least_once_a_minute():
     console, out = _plain_console()
     seconds = iter(float(i * 45) for i in range(100))  # 45 s a step

@@ -160,14 +160,15 @@ def test_same_seed_same_run_other_seed_other_run(make_config):
 @pytest.mark.parametrize("enable_tf32, during", [(True, "high"), (False, "highest")])
 def test_matmul_precision_is_set_for_the_run_and_restored(make_config, enable_tf32, during):
     observed = []
+    events: list = []
+
+    def poll() -> None:  # the polls of the run's phases (the preflight's decode scan polls before them)
+        if any(e.type == "model_load_started" for e in events):
+            observed.append(torch.get_float32_matmul_precision())
+
     torch.set_float32_matmul_precision("medium")
     try:
-        train(
-            make_config(enable_tf32=enable_tf32),
-            [].append,
-            lambda: observed.append(torch.get_float32_matmul_precision()),
-            device="cpu",
-        )
+        train(make_config(enable_tf32=enable_tf32), events.append, poll, device="cpu")
         assert observed and set(observed) == {during}
         assert torch.get_float32_matmul_precision() == "medium"
     finally:

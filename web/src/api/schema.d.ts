@@ -3163,7 +3163,15 @@ export interface components {
              */
             train_images: number;
         };
-        /** Preparing */
+        /**
+         * Preparing
+         * @description Work before the first step, `done` of `total`: "decoding" the run's own scan decoding
+         *     every pixel of the images (targets, control images, loss masks) no check recorded yet,
+         *     before any model loads (data/decode_progress.py: from a second into the scan, at most two
+         *     a second, the total growing as it reaches each folder and kind, the last one final; none
+         *     for a shorter scan); "conditioning" the captions encoded; "latents" the latents cached;
+         *     "denoiser" 0 then 1 around its setup.
+         */
         Preparing: {
             /** Done */
             done: number;
@@ -3171,7 +3179,7 @@ export interface components {
              * Phase
              * @enum {string}
              */
-            phase: "conditioning" | "latents" | "denoiser";
+            phase: "decoding" | "conditioning" | "latents" | "denoiser";
             /** Total */
             total: number;
             /**

@@ -118,4 +118,17 @@ describe("the event stream", () => {
     expect(screen.getByText("completed")).toBeInTheDocument();
     expect(screen.queryByRole("button", { name: "Stop" })).toBeNull();
   });
+
+  it("the run's decode scan shows its count in the banner while the job prepares (RELIABILITY 170)", async () => {
+    deferFetch(({ url }) =>
+      url.startsWith("/api/train/status") ? { body: status({ ...JOB, status: "preparing", metrics: [], steps_run: 0 }) } : { status: 404, body: { detail: "none" } },
+    );
+    render(view());
+    await screen.findByRole("button", { name: "Stop" });
+    const decoding = (done: number, total: number) => ({ type: "preparing", job_id: "j1", phase: "decoding", done, total });
+    act(() => open()[0].emit("preparing", decoding(0, 240)));
+    expect(screen.getByText("Decoding new images (every pixel, once, before the models load): 0/240")).toBeInTheDocument();
+    act(() => open()[0].emit("preparing", decoding(120, 280)));
+    expect(screen.getByText("Decoding new images (every pixel, once, before the models load): 120/280")).toBeInTheDocument();
+  });
 });
