@@ -126,6 +126,18 @@ def test_an_nfd_folder_beside_its_nfc_twin_is_unusable_and_never_opens_the_twin(
     assert client.post(_url(NFD, "/rename"), json={"to": nfc}).status_code == 400  # taken
 
 
+@pytest.mark.parametrize("name", HAND_NAMES)
+def test_a_hand_named_folder_is_deleted_by_its_listed_name(
+    client: TestClient, settings: Settings, name: str
+) -> None:
+    settings.ensure_dirs()
+    _dataset(settings.datasets_dir / name)
+    resp = client.delete(_url(name))
+    assert resp.status_code == 200, resp.text
+    assert not (settings.datasets_dir / name).exists()
+    assert client.get("/api/datasets").json()["datasets"] == []
+
+
 def test_a_rename_is_refused_while_the_folder_is_claimed(client: TestClient, settings: Settings) -> None:
     settings.ensure_dirs()
     folder = _dataset(settings.datasets_dir / "what?")

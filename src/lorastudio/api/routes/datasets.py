@@ -130,7 +130,9 @@ def remove_dataset(
     """Delete a dataset folder with every file in it: 409 while a queued or running job trains
     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
     (gone from listings at once), then removed."""
-    with _write_claim(settings, settings.datasets_dir / safe_component(name, field="dataset name")):
+    root = settings.datasets_dir
+    folder = hand_named_folder(root, name) or root / safe_component(name, field="dataset name")
+    with _write_claim(settings, folder):
         delete_dataset(settings.datasets_dir, name, in_use=service.datasets_in_use)
     return {"deleted": name}
 
