@@ -164,3 +164,17 @@ def test_rename_never_leaves_the_root_nor_follows_a_link(
     assert client.post(_url("nothing", "/rename"), json={"to": "x"}).status_code == 404
     assert outside.is_dir() and (settings.datasets_dir / "link?").is_symlink()
     assert not (settings.datasets_dir / "x").exists()
+
+
+def test_a_usable_dataset_renames_too_never_over_another_folder(
+    client: TestClient, settings: Settings
+) -> None:
+    settings.ensure_dirs()
+    _dataset(settings.datasets_dir / "cats")
+    assert client.post(_url("cats", "/rename"), json={"to": "cats"}).status_code == 400  # the same
+    resp = client.post(_url("cats", "/rename"), json={"to": "dogs"})
+    assert resp.status_code == 200, resp.text
+    assert [d["name"] for d in client.get("/api/datasets").json()["datasets"]] == ["dogs"]
+    (settings.datasets_dir / "empty").mkdir()  # an empty folder is never replaced
+    assert client.post(_url("dogs", "/rename"), json={"to": "empty"}).status_code == 400
+    assert (settings.datasets_dir / "dogs" / "a.png").is_file()

@@ -10,6 +10,7 @@ a claim holds it and when the new name is taken.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -88,7 +89,8 @@ def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path
     """Rename the dataset folder `name` (as listed: any name a folder directly under `root` can
     have, hand-made ones included) to `to` (a new dataset name: paths.new_name, NFC).
 
-    Returns the new name. The rename is one os.rename under the new name's lock, after checking
+    Returns the new name. The rename is one os.rename under the new name's lock (and the old
+    one's, when it is a name the studio uses: uploads and edits take it), after checking
     that no entry has that name (an empty folder of that name is not replaced).
     Raises: ConfigError / PathOutsideRoot for a bad name or a new name that is taken or the
     same; NotFound when there is no such folder (links are not renamed); JobActive when a
@@ -102,7 +104,10 @@ def rename_dataset(root: Path, name: str, to: str, in_use: Callable[[], set[Path
         raise NotFound(f"no dataset named {name!r}")
     if target == name:
         raise ConfigError([FieldProblem("new name", f"the dataset is already named {target!r}")])
-    with dataset_lock(root, target):
+    locked = sorted({target} if name_problem(root, name) is not None else {target, name})
+    with contextlib.ExitStack() as stack:  # a usable source's lock too, both in one order
+        for key in locked:
+            stack.enter_context(dataset_lock(root, key))
         dest = root / target
         if os.path.lexists(dest) and not _same(folder, dest):
             raise ConfigError([FieldProblem("new name", f"a dataset named {target!r} already exists")])
