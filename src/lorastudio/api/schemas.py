@@ -60,6 +60,10 @@ class CaptionBody(_Body):
     )
 
 
+class RenameBody(_Body):
+    to: str = Field(max_length=1000, description="the dataset's new name (the rules of a new dataset's name)")
+
+
 class _StrictBody(_Body):
     """A body whose fields take their own JSON types (`true` is no number, `"32"` no integer)."""
 
@@ -151,6 +155,11 @@ class DatasetSummary(_Out):
     path: str
     images: int
     captions: int = Field(description="images with a .txt caption or a metadata.jsonl row")
+    usable: bool = Field(
+        description="false for a folder made by hand under a name the studio cannot look up "
+        "(`problem` says why and the fix: POST /api/datasets/{name}/rename)"
+    )
+    problem: str | None = Field(description="why the folder cannot be used, and the fix; null when usable")
 
 
 class FamilyOut(_Out):

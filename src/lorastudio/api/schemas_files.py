@@ -57,6 +57,11 @@ class DatasetDeleted(_Out):
     deleted: str = Field(description="the name of the deleted dataset")
 
 
+class DatasetRenamed(_Out):
+    renamed: str = Field(description="the folder's name before")
+    name: str = Field(description="its new name (NFC)")
+
+
 class CaptionOut(_Out):
     file: str
     caption: str | None

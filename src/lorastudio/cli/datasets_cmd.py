@@ -1,4 +1,4 @@
-"""`lorastudio datasets list|import DIR [--name N] [--strict] [--kohya]|captions NAME|delete NAME`:
+"""`lorastudio datasets list|import DIR [--name N] [--strict] [--kohya]|captions NAME|delete NAME|rename NAME TO`:
 the studio's dataset folders. A new dataset's name must not start with '-' (data/paths.py
 new_name); one named so before (or by hand) is given after '--': `datasets delete --yes -- -x`."""
 
@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
 def list_cmd() -> None:
     """List the dataset folders with their image and caption counts."""
     from lorastudio.data.listing import list_datasets
+    from lorastudio.data.paths import shown_name
     from lorastudio.settings import get_settings
 
     settings = get_settings()
@@ -34,6 +35,12 @@ def list_cmd() -> None:
         return
     rows = [[d["name"], str(d["images"]), str(d["captions"]), d["path"]] for d in found]
     print_table(("name", "images", "captions", "path"), rows, keep=("name",))
+    for d in found:
+        if not d["usable"]:  # a folder made by hand under a name the studio cannot use
+            typer.echo(
+                f"unusable: {shown_name(d['name'])!r}: {shown_name(d['problem'])} "
+                "(`lorastudio datasets rename -- OLD NEW`)"
+            )
 
 
 @datasets_app.command("import")
@@ -230,6 +237,34 @@ def delete_cmd(
             typer.confirm(f"delete dataset {name} and every file in it?", abort=True)
         delete_dataset(settings.datasets_dir, name, in_use=set)  # the lock excludes every job
     typer.echo(f"deleted dataset {name}")
+
+
+@datasets_app.command("rename")
+def rename_cmd(
+    name: str = typer.Argument(
+        ..., help="the folder's name as `datasets list` shows it (one that starts with '-' goes after '--')"
+    ),
+    to: str = typer.Argument(..., help="its new name (the rules of a new dataset's name)"),
+) -> None:
+    """Rename datasets/<NAME> to TO in one step: how a folder copied in under a name the studio
+    cannot use (`datasets list` marks it unusable) becomes a dataset. Like `delete`, it holds the
+    studio home exclusively, so it is refused while a server owns it (rename through the UI or
+    POST /api/datasets/NAME/rename) or a run trains; TO must be free."""
+    from lorastudio.data.dataset_names import rename_dataset
+    from lorastudio.data.paths import shown_name
+    from lorastudio.errors import HomeInUse
+    from lorastudio.jobs.homelock import HomeLock
+    from lorastudio.settings import get_settings
+
+    settings = get_settings().ensure_dirs()
+    try:
+        lock = HomeLock.for_server(settings.home, None)  # no server, no training run meanwhile
+    except HomeInUse as err:
+        typer.echo(f"dataset {shown_name(name)!r} not renamed: {err}", err=True)
+        raise typer.Exit(1) from None
+    with lock:
+        new = rename_dataset(settings.datasets_dir, name, to, in_use=set)  # the lock excludes every job
+    typer.echo(f"renamed dataset {shown_name(name)!r} to {new!r}")
 
 
 @datasets_app.command("captions")

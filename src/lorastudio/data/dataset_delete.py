@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from lorastudio.data.dataset_names import hand_named_folder
 from lorastudio.data.paths import safe_component
 from lorastudio.data.writes import dataset_lock
 from lorastudio.errors import JobActive, NotFound
@@ -33,8 +34,17 @@ def delete_dataset(datasets_root: Path, name: str, in_use: Callable[[], set[Path
         ConfigError / PathOutsideRoot: a bad name.
         NotFound: no dataset folder of that name.
         JobActive: a queued or running job uses the dataset (nothing is changed).
-    A symbolic link of that name is only unlinked (its target is never touched).
+    A symbolic link of that name is only unlinked (its target is never touched). A folder made
+    by hand under a name the studio cannot use (listed `usable: false`) is deleted by its listed
+    name too.
     """
+    if (hand_named := hand_named_folder(datasets_root, name)) is not None:
+        # a folder made by hand under a name the studio cannot use (data/dataset_names.py): no
+        # upload or job reaches it by that name, so it has no lock of its own to take
+        if hand_named.resolve() in in_use():
+            raise JobActive(f"dataset {name!r} is used by a queued or running training job")
+        shutil.rmtree(_trash(datasets_root, hand_named))
+        return
     name = safe_component(name, field="dataset name")
     folder = datasets_root / name
     with dataset_lock(datasets_root, name):
@@ -47,6 +57,12 @@ def delete_dataset(datasets_root: Path, name: str, in_use: Callable[[], set[Path
         if folder.is_symlink():
             folder.unlink()
             return
-        trash = datasets_root / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
-        os.rename(folder, trash)
+        trash = _trash(datasets_root, folder)
     shutil.rmtree(trash)
+
+
+def _trash(datasets_root: Path, folder: Path) -> Path:
+    """Rename `folder` to a hidden trash name (gone from listings at once); returns that path."""
+    trash = datasets_root / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+    os.rename(folder, trash)
+    return trash

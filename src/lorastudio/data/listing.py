@@ -11,23 +11,34 @@ from pathlib import Path
 from typing import Any
 
 from lorastudio.data.captions import read_metadata
+from lorastudio.data.dataset_names import name_problem
 from lorastudio.data.discovery import DatasetFiles, discover
 from lorastudio.errors import DatasetError
 from lorastudio.file_version import version_of
 
 
 def dataset_summary(folder: Path) -> dict[str, Any]:
-    """{"name", "path", "images", "captions"}: captions counts images with a .txt or a
+    """{"name", "path", "images", "captions", "usable", "problem"}: captions counts images with a .txt or a
     metadata.jsonl row. metadata.jsonl is read once per version of the file (`_metadata_names`);
     one that cannot be read counts no rows here (the dataset's detail and preflight say why)."""
     return summary_of(folder, discover(folder))
 
 
 def summary_of(folder: Path, files: DatasetFiles) -> dict[str, Any]:
-    """`dataset_summary` of `folder` from its listing `files` (data.discovery.discover)."""
+    """`dataset_summary` of `folder` from its listing `files` (data.discovery.discover), with
+    `usable` and `problem`: a folder made by hand under a name the studio cannot look up is
+    listed with the reason and the fix (data/dataset_names.name_problem)."""
     rows = _metadata_names(files.metadata) if files.metadata else frozenset()
     captioned = sum(1 for p in files.images if p.stem in files.sidecars or p.name in rows)
-    return {"name": folder.name, "path": str(folder), "images": len(files.images), "captions": captioned}
+    problem = name_problem(folder.parent, folder.name)
+    return {
+        "name": folder.name,
+        "path": str(folder),
+        "images": len(files.images),
+        "captions": captioned,
+        "usable": problem is None,
+        "problem": problem,
+    }
 
 
 _NAMES_CACHE: dict[tuple[str, int, int, int, int], frozenset[str]] = {}

@@ -190,6 +190,15 @@ def _resolve(path: Path, data_dir: str, field: str = "data_dir") -> Path:
         raise _config_error(field, f"cannot resolve {data_dir!r}: {err}") from None
 
 
+def _refuse_hand_named(root: Path, above: list[str], part: str, field: str) -> None:
+    """Raise data.dataset_names.unusable_error's reason and fix when `part` names a dataset folder
+    made by hand under a name the studio cannot use (a top folder of the datasets root)."""
+    from lorastudio.data.dataset_names import unusable_error  # it builds on this module
+
+    if not above and (err := unusable_error(root, part, field)) is not None:
+        raise err
+
+
 def resolve_dataset_dir(
     data_dir: str, datasets_root: Path, allow_outside_root: bool, field: str = "data_dir"
 ) -> Path:
@@ -227,7 +236,13 @@ def resolve_dataset_dir(
     for i, part in enumerate(parts):
         if part == "..":
             raise PathOutsideRoot(f"{field} {data_dir!r} must not contain '..' (it would leave {root})")
-        parts[i] = safe_component(part, field=field)  # NFC
+        try:
+            parts[i] = safe_component(part, field=field)  # NFC
+        except (ConfigError, PathOutsideRoot):
+            _refuse_hand_named(root, parts[:i], part, field)
+            raise
+        if parts[i] != part:  # a folder of that name in NFD (copied from macOS) is not this one
+            _refuse_hand_named(root, parts[:i], part, field)
     resolved = _resolve(root.joinpath(*parts), data_dir, field)
     if not _is_strictly_inside(resolved, root):
         raise PathOutsideRoot(

@@ -16,6 +16,7 @@ import type {
   CheckpointList,
   DatasetDeleted,
   DatasetDetail,
+  DatasetRenamed,
   DeletedFiles,
   Fetch,
   FetchBody,
@@ -33,6 +34,7 @@ import type {
   PushBody,
   PushResult,
   ReferencesResult,
+  RenameBody,
   ResumeBody,
   RunDeleted,
   RunDetail,
@@ -93,6 +95,9 @@ export const api = {
   bulkCaptions: (name: string, body: BulkCaptionBody, signal?: AbortSignal) =>
     post<BulkCaptionResult>(`/api/datasets/${seg(name)}/captions`, body, signal),
   deleteDataset: (name: string) => del<DatasetDeleted>(`/api/datasets/${seg(name)}`),
+  /** Rename a dataset folder (as listed: one made by hand under a name the studio cannot use too) to `to`. */
+  renameDataset: (name: string, to: string) =>
+    post<DatasetRenamed>(`/api/datasets/${seg(name)}/rename`, { to } satisfies RenameBody),
   removeImage: (name: string, file: string) => del<DeletedFiles>(`/api/datasets/${seg(name)}/images/${seg(file)}`),
   /** Start auto-captioning a dataset with a vision-language model (202: the caption job). */
   captionDataset: (name: string, body: CaptionOptions) => post<CaptionJob>(`/api/datasets/${seg(name)}/caption`, body),

@@ -14,6 +14,7 @@ export const ROUTES: ReadonlySet<string> = new Set([
   "/api/datasets/{name}/files",
   "/api/datasets/{name}/images/{file}",
   "/api/datasets/{name}/masks/{file}",
+  "/api/datasets/{name}/rename",
   "/api/datasets/{name}/thumbnails/{file}",
   "/api/gallery",
   "/api/gallery/{file}",

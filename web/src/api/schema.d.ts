@@ -326,6 +326,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/datasets/{name}/rename": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rename
+         * @description Rename the dataset folder `name` (as listed: a folder made by hand under a name the studio
+         *     cannot use included) to `to` (a new dataset's name rules): one atomic rename; 409 while a
+         *     job trains on it or a caption job / CLI run holds its claim, 400 when `to` is refused or
+         *     taken, 404 when there is no such folder.
+         */
+        post: operations["rename_api_datasets__name__rename_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/datasets/{name}/thumbnails/{file}": {
         parameters: {
             query?: never;
@@ -1600,10 +1623,20 @@ export interface components {
             /** Path */
             path: string;
             /**
+             * Problem
+             * @description why the folder cannot be used, and the fix; null when usable
+             */
+            problem: string | null;
+            /**
              * Total Files
              * @description images listed over all pages
              */
             total_files: number;
+            /**
+             * Usable
+             * @description false for a folder made by hand under a name the studio cannot look up (`problem` says why and the fix: POST /api/datasets/{name}/rename)
+             */
+            usable: boolean;
             /**
              * With Alpha
              * @description images with an alpha channel (all pages)
@@ -1729,6 +1762,19 @@ export interface components {
             /** Root */
             root: string;
         };
+        /** DatasetRenamed */
+        DatasetRenamed: {
+            /**
+             * Name
+             * @description its new name (NFC)
+             */
+            name: string;
+            /**
+             * Renamed
+             * @description the folder's name before
+             */
+            renamed: string;
+        };
         /** DatasetSummary */
         DatasetSummary: {
             /**
@@ -1742,6 +1788,16 @@ export interface components {
             name: string;
             /** Path */
             path: string;
+            /**
+             * Problem
+             * @description why the folder cannot be used, and the fix; null when usable
+             */
+            problem: string | null;
+            /**
+             * Usable
+             * @description false for a folder made by hand under a name the studio cannot look up (`problem` says why and the fix: POST /api/datasets/{name}/rename)
+             */
+            usable: boolean;
         };
         /** DeletedFiles */
         DeletedFiles: {
@@ -3353,6 +3409,14 @@ export interface components {
              * @description the uploaded reference images, in upload order
              */
             references: components["schemas"]["ReferenceOut"][];
+        };
+        /** RenameBody */
+        RenameBody: {
+            /**
+             * To
+             * @description the dataset's new name (the rules of a new dataset's name)
+             */
+            to: string;
         };
         /** ResumeBody */
         ResumeBody: {
@@ -5015,10 +5079,20 @@ export interface components {
             /** Path */
             path: string;
             /**
+             * Problem
+             * @description why the folder cannot be used, and the fix; null when usable
+             */
+            problem: string | null;
+            /**
              * Refused
              * @description the files this upload refused, with the reason (one entry per problem)
              */
             refused: components["schemas"]["DroppedFile"][];
+            /**
+             * Usable
+             * @description false for a folder made by hand under a name the studio cannot look up (`problem` says why and the fix: POST /api/datasets/{name}/rename)
+             */
+            usable: boolean;
         };
         /** ValidationError */
         ValidationError: {
@@ -6143,6 +6217,75 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description invalid request (every problem listed) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description missing or wrong API token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description busy: a training job holds the GPU or the resource */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    rename_api_datasets__name__rename_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RenameBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DatasetRenamed"];
+                };
             };
             /** @description invalid request (every problem listed) */
             400: {

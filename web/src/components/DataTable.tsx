@@ -18,6 +18,8 @@ interface Props<T> {
   /** Stack the cells into one card per row on phones (each cell labelled by its header). */
   stack?: boolean;
   testId?: string;
+  /** A class for a row (e.g. "unusable": greyed). */
+  rowClass?: (row: T) => string | undefined;
 }
 
 function cellClass(column: Column<unknown>): string | undefined {
@@ -27,7 +29,7 @@ function cellClass(column: Column<unknown>): string | undefined {
 }
 
 /** The list tables of the Models, Runs and Datasets screens: a header row, then one row per item. */
-export function DataTable<T>({ rows, columns, rowKey, stack = false, testId }: Props<T>) {
+export function DataTable<T>({ rows, columns, rowKey, stack = false, testId, rowClass }: Props<T>) {
   return (
     <div className="table-wrap card">
       <table className={stack ? "table stack" : "table"} data-testid={testId}>
@@ -38,7 +40,7 @@ export function DataTable<T>({ rows, columns, rowKey, stack = false, testId }: P
         </thead>
         <tbody>
           {rows.map((row) => (
-            <tr key={rowKey(row)}>
+            <tr key={rowKey(row)} className={rowClass?.(row)}>
               {columns.map((c, i) => (
                 <td key={i} className={cellClass(c as Column<unknown>)} data-label={stack && !c.kind ? c.header : undefined}>
                   {c.cell(row)}

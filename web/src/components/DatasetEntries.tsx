@@ -49,8 +49,8 @@ export function DatasetEntries({ value, dataDir, datasets, error, onChange }: Pr
           <select aria-label={`folder ${i + 1}`} value={row.path} onChange={(e) => edit(i, "path", e.target.value)}>
             {!datasets.some((d) => d.name === row.path) && <option value={row.path}>{row.path || "— pick one —"}</option>}
             {datasets.map((d) => (
-              <option key={d.name} value={d.name}>
-                {d.name} ({d.images} images)
+              <option key={d.name} value={d.name} disabled={!d.usable} title={d.problem ?? undefined}>
+                {d.name} ({d.images} images){d.usable ? "" : " — unusable: rename it on the Datasets page"}
               </option>
             ))}
           </select>

@@ -9,6 +9,8 @@ import { DatasetDetailScreen } from "./DatasetDetailScreen";
 const DETAIL: DatasetDetail = {
   name: "mix",
   path: "/d/mix",
+  usable: true,
+  problem: null,
   images: 2,
   captions: 2,
   masked: 0,

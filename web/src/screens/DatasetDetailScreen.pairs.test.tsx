@@ -9,6 +9,8 @@ import { DatasetDetailScreen } from "./DatasetDetailScreen";
 const DETAIL: DatasetDetail = {
   name: "edits",
   path: "/home/u/.lorastudio/datasets/edits",
+  usable: true,
+  problem: null,
   images: 2,
   captions: 1,
   masked: 0,

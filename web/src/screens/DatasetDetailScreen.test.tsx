@@ -10,6 +10,8 @@ import { DatasetDetailScreen, PAGE_SIZE } from "./DatasetDetailScreen";
 const DETAIL: DatasetDetail = {
   name: "mix",
   path: "/home/u/.lorastudio/datasets/mix",
+  usable: true,
+  problem: null,
   images: 1,
   captions: 1,
   masked: 0,

@@ -1,10 +1,75 @@
 import { type FormEvent, useState } from "react";
+import { api } from "../api/endpoints";
 import { useInfo } from "../api/info";
+import type { DatasetSummary, NameRule } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { nameProblem } from "../lib/nameRule";
 import { href, navigate } from "../lib/route";
 
-/** Dataset folders with image/caption counts, and a form to start a new one. */
+/** Rename a folder the studio cannot use (listed `usable: false`): the new name is checked by the
+ * server's rule for a new name first (NFC: an NFD name copied from macOS is offered as it reads). */
+function RenameFolder({ dataset, rule, onDone }: { dataset: DatasetSummary; rule?: NameRule; onDone: () => void }) {
+  const [open, setOpen] = useState(false);
+  const [to, setTo] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  if (!open) {
+    return (
+      <button
+        type="button"
+        className="secondary"
+        onClick={() => {
+          setTo(dataset.name.normalize("NFC"));
+          setOpen(true);
+        }}
+      >
+        Rename
+      </button>
+    );
+  }
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    const n = to.trim().normalize("NFC");
+    const problem = rule ? nameProblem(rule, n) : null;
+    if (problem) {
+      setError(problem);
+      return;
+    }
+    setBusy(true);
+    try {
+      await api.renameDataset(dataset.name, n);
+      setOpen(false);
+      onDone();
+    } catch (err) {
+      setError(err instanceof Error ? err.message : String(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form className="inline-form" onSubmit={(e) => void submit(e)}>
+      <input
+        aria-label={`new name for ${dataset.name}`}
+        value={to}
+        onChange={(e) => {
+          setTo(e.target.value);
+          setError(null);
+        }}
+      />
+      <button type="submit" className="primary" disabled={busy}>
+        Rename
+      </button>
+      {error && (
+        <span className="field-error" role="alert">
+          {error}
+        </span>
+      )}
+    </form>
+  );
+}
+
+/** Dataset folders with image/caption counts, and a form to start a new one. A folder made by
+ * hand under a name the studio cannot use is greyed with the reason and a Rename action. */
 export function DatasetsScreen() {
   const { info, reload } = useInfo();
   const [name, setName] = useState("");
@@ -67,8 +132,22 @@ export function DatasetsScreen() {
         <DataTable
           rows={datasets}
           rowKey={(d) => d.name}
+          rowClass={(d) => (d.usable ? undefined : "unusable")}
           columns={[
-            { header: "Name", cell: (d) => <a href={href("datasets", d.name)}>{d.name}</a> },
+            {
+              header: "Name",
+              cell: (d) =>
+                d.usable ? (
+                  <a href={href("datasets", d.name)}>{d.name}</a>
+                ) : (
+                  <>
+                    <span>{d.name}</span>
+                    <div className="small" role="note">
+                      Unusable: {d.problem}
+                    </div>
+                  </>
+                ),
+            },
             { header: "Images", num: true, cell: (d) => d.images },
             {
               header: "Captions",
@@ -83,11 +162,14 @@ export function DatasetsScreen() {
             {
               header: "",
               kind: "actions",
-              cell: (d) => (
-                <a className="button ghost" href={href("train", d.name)}>
-                  Train on it
-                </a>
-              ),
+              cell: (d) =>
+                d.usable ? (
+                  <a className="button ghost" href={href("train", d.name)}>
+                    Train on it
+                  </a>
+                ) : (
+                  <RenameFolder dataset={d} rule={info?.dataset_name_rule} onDone={() => void reload()} />
+                ),
             },
           ]}
         />

@@ -69,7 +69,7 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
     const fam = info.families.find((f) => f.name === start) ?? info.families[0];
     const v = initialValues(fam);
     v.base_model = defaultBaseModel(models, fam.name);
-    v.data_dir = dataset ?? info.datasets[0]?.name ?? "";
+    v.data_dir = dataset ?? info.datasets.find((d) => d.usable)?.name ?? "";
     setValues(v);
   }, [info, models, values, dataset, cloneOf]);
 
@@ -196,8 +196,8 @@ export function TrainScreen({ dataset, cloneOf }: { dataset?: string; cloneOf?: 
                 <select name="data_dir" value={text("data_dir")} onChange={(e) => set("data_dir", e.target.value)}>
                   {!info.datasets.some((d) => d.name === values.data_dir) && <option value={text("data_dir")}>{text("data_dir") || "— pick one —"}</option>}
                   {info.datasets.map((d) => (
-                    <option key={d.name} value={d.name}>
-                      {d.name} ({d.images} images)
+                    <option key={d.name} value={d.name} disabled={!d.usable} title={d.problem ?? undefined}>
+                      {d.name} ({d.images} images){d.usable ? "" : " — unusable: rename it on the Datasets page"}
                     </option>
                   ))}
                 </select>

@@ -9,8 +9,8 @@ export const INFO: Info = {
   outputs_root: "/home/u/.lorastudio/outputs",
   models_root: "/home/u/.lorastudio/models",
   datasets: [
-    { name: "shapes", path: "/home/u/.lorastudio/datasets/shapes", images: 8, captions: 8 },
-    { name: "faces", path: "/home/u/.lorastudio/datasets/faces", images: 20, captions: 12 },
+    { name: "shapes", path: "/home/u/.lorastudio/datasets/shapes", images: 8, captions: 8, usable: true, problem: null },
+    { name: "faces", path: "/home/u/.lorastudio/datasets/faces", images: 20, captions: 12, usable: true, problem: null },
   ],
   families: [
     {

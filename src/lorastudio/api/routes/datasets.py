@@ -23,6 +23,7 @@ from lorastudio.api.deps import service_dep, settings_dep
 from lorastudio.api.form_files import file_parts
 from lorastudio.api.schemas import (
     CaptionBody,
+    RenameBody,
 )
 from lorastudio.api.schemas_files import (
     BulkCaptionBody,
@@ -31,6 +32,7 @@ from lorastudio.api.schemas_files import (
     DatasetDeleted,
     DatasetDetail,
     DatasetList,
+    DatasetRenamed,
     DeletedFiles,
     UploadOut,
 )
@@ -38,12 +40,13 @@ from lorastudio.data import new_name, resolve_dataset_dir, safe_component
 from lorastudio.data.caption_bulk import CaptionEdit, bulk_edit_captions
 from lorastudio.data.dataset_delete import delete_dataset
 from lorastudio.data.dataset_detail import dataset_detail
+from lorastudio.data.dataset_names import hand_named_folder, rename_dataset, unusable_error
 from lorastudio.data.image_edits import delete_image, write_caption
 from lorastudio.data.listing import dataset_summary, list_datasets
 from lorastudio.data.mask_upload import MASK_FIELD, upload_masks
 from lorastudio.data.upload_pairs import control_slot, misnamed_control_field
 from lorastudio.data.uploads import UploadBatch, UploadResult, UploadTooLarge
-from lorastudio.errors import DatasetError, JobActive, NotFound
+from lorastudio.errors import ConfigError, DatasetError, JobActive, NotFound, PathOutsideRoot
 from lorastudio.jobs.dataset_claims import WRITE, DatasetClaim
 from lorastudio.jobs.service import JobService
 from lorastudio.settings import Settings
@@ -57,8 +60,17 @@ STREAMED_BODY_LIMIT = 2**62
 
 
 def dataset_path(settings: Settings, name: str) -> Path:
-    """The dataset folder `name` (one safe component) inside the datasets root."""
-    safe_component(name, field="dataset name")
+    """The dataset folder `name` (one safe component) inside the datasets root. A folder listed
+    under a name the studio cannot use (data/dataset_names.py) is refused (400) with the reason
+    and the fix (rename it), never looked up under another name."""
+    try:
+        safe_component(name, field="dataset name")
+    except (ConfigError, PathOutsideRoot):
+        if (err := unusable_error(settings.datasets_dir, name)) is not None:
+            raise err from None
+        raise
+    if (err := unusable_error(settings.datasets_dir, name)) is not None:  # NFD
+        raise err
     return resolve_dataset_dir(name, settings.datasets_dir, allow_outside_root=False)
 
 
@@ -118,9 +130,31 @@ def remove_dataset(
     """Delete a dataset folder with every file in it: 409 while a queued or running job trains
     on it, 404 when there is none. The folder is first renamed to a hidden `.deleting-<id>`
     (gone from listings at once), then removed."""
-    with _write_claim(settings, settings.datasets_dir / safe_component(name, field="dataset name")):
+    root = settings.datasets_dir
+    folder = hand_named_folder(root, name) or root / safe_component(name, field="dataset name")
+    with _write_claim(settings, folder):
         delete_dataset(settings.datasets_dir, name, in_use=service.datasets_in_use)
     return {"deleted": name}
+
+
+@router.post("/{name}/rename", response_model=DatasetRenamed)
+def rename(
+    name: str,
+    body: RenameBody,
+    settings: Settings = Depends(settings_dep),
+    service: JobService = Depends(service_dep),
+) -> dict[str, Any]:
+    """Rename the dataset folder `name` (as listed: a folder made by hand under a name the studio
+    cannot use included) to `to` (a new dataset's name rules): one atomic rename; 409 while a
+    job trains on it or a caption job / CLI run holds its claim, 400 when `to` is refused or
+    taken, 404 when there is no such folder."""
+    root = settings.datasets_dir
+    folder = hand_named_folder(root, name) or dataset_path(settings, name)
+    if not folder.is_dir() or folder.is_symlink():
+        raise NotFound(f"no dataset named {name!r}")
+    with _write_claim(settings, folder):
+        new = rename_dataset(root, name, body.to, in_use=service.datasets_in_use)
+    return {"renamed": name, "name": new}
 
 
 @router.post("/{name}/files", status_code=201, response_model=UploadOut, max_body_size=STREAMED_BODY_LIMIT)
