@@ -165,4 +165,42 @@ describe("the event stream", () => {
     act(() => es.emit("progress", progress(3, "j2"), 3));
     expect(screen.getByTestId("stat-step")).toHaveTextContent("3 / 10");
   });
+
+  it("a stream that opens after the first snapshot was taken asks again for what happened in between", async () => {
+    const { held } = deferFetch();
+    render(view());
+    await act(async () => held(/^\/api\/train\/status/).answer(status(JOB, 3)));
+    await screen.findByRole("button", { name: "Stop" });
+    // the server finished the job (event 4) before the stream's request reached it: the stream
+    // starts after event 4 and never carries it
+    act(() => Stream.all[0].onopen?.());
+    const done = { ...JOB, status: "completed", finished_at: "2025-01-01T00:09:00Z" };
+    await act(async () => held(/^\/api\/train\/status/).answer(status(done, 4)));
+    expect(await screen.findByText("completed")).toBeInTheDocument();
+    expect(screen.queryByRole("button", { name: "Stop" })).toBeNull();
+  });
+
+  it("a newer status answer that reflects fewer events than an older one applied before it still gets every event after its own", async () => {
+    const { held } = deferFetch();
+    render(view());
+    await act(async () => held(/^\/api\/train\/status/).answer(status(JOB, 3)));
+    await screen.findByRole("button", { name: "Stop" });
+    act(() => {
+      void refresh();
+      void refresh(); // the server answers both in parallel: the newer one read fewer events
+    });
+    const es = Stream.all[0];
+    act(() => {
+      es.emit("progress", progress(4), 4);
+      es.emit("sample_ready", samples(4), 5);
+      es.emit("progress", progress(6), 6);
+    });
+    const older = held(/^\/api\/train\/status/);
+    const newer = held(/^\/api\/train\/status/);
+    const at = (step: number) => ({ ...JOB, steps_run: step, progress: progress(step) });
+    await act(async () => older.answer(status({ ...at(5), samples: { step: 4, images: ["samples/step-4-0.png"] } }, 5)));
+    await act(async () => newer.answer(status(at(4), 4)));
+    expect(screen.getByTestId("stat-step")).toHaveTextContent("6 / 10");
+    expect(screen.getByTestId("samples-step-4")).toBeInTheDocument(); // event 5, after the newer answer's 4
+  });
 });

@@ -135,7 +135,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
   // older than one already applied is dropped (it would bring back a state that has passed)
   const asked = useRef(0);
   const applied = useRef(0);
-  // the events applied since the last snapshot, folded again onto a snapshot older than them
+  // the latest events applied, folded again onto a snapshot older than them
   const replay = useRef(new Replay());
   const refresh = useCallback(async () => {
     const mine = ++asked.current;
@@ -157,7 +157,6 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
         if (ev.type === "progress") later.push(ev);
       }
     }
-    replay.current.applied(s.event_seq);
     const base = jobRef.current;
     const points = [...(next?.metrics ?? []), ...later];
     if (next && base && next.id === base.id) {
@@ -179,7 +178,6 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     let es: EventSource | null = null;
     let retry: number | undefined;
     let ended = false; // this effect was cleaned up: the token changed, or the provider unmounted
-    let dropped = false;
     const open = () => {
       const source = new EventSource(api.eventsUrl());
       es = source;
@@ -188,13 +186,14 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
       source.onopen = () => {
         if (!mine()) return;
         setConnected(true);
-        if (dropped) refresh().catch(() => undefined); // what happened while the stream was down (no replay across a restart)
-        dropped = false;
+        // a fresh stream starts with the events after its request reached the server, and one
+        // reconnected by the browser cannot replay across a server restart: the events before it
+        // (after the last snapshot; a "complete" among them) come with a snapshot asked now
+        refresh().catch(() => undefined);
       };
       source.onerror = () => {
         if (!mine()) return;
         setConnected(false);
-        dropped = true;
         // the browser reconnects by itself, unless the server answered with an error status (a
         // proxy's 502 while the server restarts, a 401 for a token changed there): then the stream
         // is closed for good. One fresh stream is opened a little later, and the status is fetched

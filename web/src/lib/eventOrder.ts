@@ -21,9 +21,11 @@ export function eventId(msg: MessageEvent): number | null {
 }
 
 /**
- * Events applied since the last snapshot, by id, to be folded again onto a snapshot older than
- * them. Bounded: a snapshot applied drops the events it reflects, and at most `cap` are held (a
- * status request in flight across more events than that gets only the newest `cap` folded on).
+ * The latest events applied, by id, to be folded again onto a snapshot older than them. Bounded:
+ * at most `cap` are held (a status request in flight across more events than that gets only the
+ * newest `cap` folded on: its progress and samples are still the newest). None is dropped when a
+ * snapshot is applied: a later request may be answered with an older event_seq (the server
+ * answers requests in parallel), and it needs the events after its own.
  */
 export class Replay {
   private held: [number, TrainEvent][] = [];
@@ -37,16 +39,11 @@ export class Replay {
     if (seq <= this.seen) this.held = []; // ids went back: a restarted server's new life
     this.seen = seq;
     this.held.push([seq, ev]);
-    if (this.held.length > this.cap) this.held = this.held.slice(-this.cap);
+    if (this.held.length > this.cap) this.held.shift();
   }
 
   /** The events applied after event `seq` (a snapshot's event_seq), oldest first. */
   after(seq: number): TrainEvent[] {
     return this.held.filter(([s]) => s > seq).map(([, ev]) => ev);
-  }
-
-  /** A snapshot reflecting the events up to `seq` was applied: those are not needed again. */
-  applied(seq: number): void {
-    this.held = this.held.filter(([s]) => s > seq);
   }
 }
