@@ -169,7 +169,7 @@ export function TrainingProvider({ children }: { children: ReactNode }) {
     else if (steps.length) lastStep.current = Math.max(lastStep.current ?? 0, ...steps);
     jobRef.current = next;
     setJob(next);
-    setStatus(s);
+    setStatus({ ...s, job: next }); // its job as shown (the events after it folded on)
   }, []);
 
   useEffect(() => {
