@@ -37,18 +37,16 @@ def test_a_status_snapshot_reflects_exactly_the_events_up_to_its_event_seq(
         job = service.submit({**cfg, "steps": fakes.BURST_STEPS, "output_name": "burst"})
         answers: list[dict[str, Any]] = []
 
-        def read() -> bool:  # snapshots read while the steps pour in
+        def read() -> bool:  # snapshots read while the steps pour in, until 5 steps were seen
             answer = service.status(since=0)
             if answer["job"] is not None:  # None while the job waits in the queue for the dispatcher
                 answers.append(answer)
-            return sum(1 for a in answers if a["job"]["progress"]) >= 30
+            return len({a["job"]["progress"]["step"] for a in answers if a["job"]["progress"]}) >= 5
 
-        until(read, timeout=120.0, what="30 snapshots with progress")
+        until(read, timeout=120.0, what="snapshots at 5 different steps")
         service.stop(True, job_id=job["id"])
         events = service.events_after(0)
         assert events and events[0][0] == 1  # the log still holds every event of this life
-        steps = {a["job"]["progress"]["step"] for a in answers if a["job"]["progress"]}
-        assert len(steps) > 1, "every snapshot saw the same step: none was read while events came in"
         for answer in answers:
             snap, seq = answer["job"], answer["event_seq"]
             assert snap["id"] == job["id"]
